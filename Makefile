@@ -1,0 +1,38 @@
+# Osprey developer targets. `make test` is what CI runs (through .ci/run).
+GO ?= go
+PKGS ?= ./...
+TAGS ?=
+
+.PHONY: all build test race proto bench lint fuzz fmt
+
+all: build
+
+build:
+	$(GO) build $(if $(TAGS),-tags $(TAGS)) ./...
+
+# The whole suite, as the README's quick start runs it.
+test:
+	$(GO) test -race -count=1 $(if $(TAGS),-tags $(TAGS)) $(PKGS)
+
+# Regenerate the committed protobuf code; protoc-gen-go is pinned in go.mod.
+proto:
+	$(GO) build -o bin/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
+	protoc --plugin=protoc-gen-go=bin/protoc-gen-go -I proto \
+		--go_out=proto --go_opt=module=github.com/ospreystore/osprey/proto proto/*.proto
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $(if $(TAGS),-tags $(TAGS)) ./msgr/...
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet $(if $(TAGS),-tags $(TAGS)) ./...
+
+# A short run of every fuzz target (FUZZTIME=1m for longer).
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzReadFrame -fuzztime $(FUZZTIME) ./msgr/wire
+	$(GO) test -run '^$$' -fuzz FuzzBanner -fuzztime $(FUZZTIME) ./msgr/wire
+	$(GO) test -run '^$$' -fuzz FuzzHandshake -fuzztime $(FUZZTIME) ./msgr
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')

@@ -1,0 +1,13 @@
+module github.com/ospreystore/osprey
+
+go 1.26.8
+
+tool google.golang.org/protobuf/cmd/protoc-gen-go
+
+require (
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)

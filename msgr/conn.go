@@ -1,0 +1,737 @@
+package msgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// Lock order (see docs/architecture.md): Messenger.mu before Conn.mu; no
+// other lock is held while calling a Dispatcher, OnRelease, or a Link.
+
+type connState uint8
+
+const (
+	stateConnecting connState = iota // no link yet, or redialing
+	stateOpen                        // a link is attached
+	stateStandby                     // lossless, link down, waiting for the peer
+	stateClosed
+)
+
+// Conn is one session with one peer. It outlives links: under a lossless
+// policy a fault makes it reconnect (or wait for the peer to) and resume
+// where it was.
+type Conn struct {
+	m      *Messenger
+	policy Policy
+	lossy  bool // policy.Lossy, readable without the lock
+
+	mu          sync.Mutex
+	addr        string // address to dial; "" for a conn we only accepted
+	peer        EntityName
+	peerNonce   uint64
+	state       connState
+	closeErr    error
+	sess        session
+	cw          creditWindow
+	cookie      uint64 // our session incarnation
+	peerCookie  uint64 // the peer's, 0 until the first handshake
+	link        *linkRun
+	dialing     bool // a dial handshake is in flight
+	redialing   bool // the connect loop runs
+	kaPending   bool // send a keepalive
+	kaAck       bool // answer a keepalive
+	kaAckValue  uint64
+	ackNow      bool // an ack-only frame may go without waiting
+	ackArmed    bool
+	ackTimer    *time.Timer
+	closeFrame  bool // the writer sends CLOSE and ends the link
+	spaceWait   chan struct{} // closed when queue space frees; nil if no waiter
+	readyCh     chan struct{} // closed once the session is up, or closed
+	closedCh    chan struct{}
+	established bool
+	st          ConnStats
+
+	dq           chan dispatchItem
+	dispatchDone chan struct{} // closed when the dispatch loop ends
+}
+
+// ConnStats are a Conn's counters.
+type ConnStats struct {
+	MsgsSent, MsgsReceived   uint64
+	BytesSent, BytesReceived uint64
+	Faults, Reconnects       uint64
+	Replayed                 uint64 // messages sent again after a reconnect
+	DuplicatesDropped        uint64
+	CreditStalls             uint64 // times sending stopped for lack of credit
+	GrantsSent               uint64 // explicit ACK frames carrying a grant
+	GrantsReceived           uint64 // frames that raised our send limit
+	SendCredits              int64  // messages we may still send on this link
+	SendBytesCredit          int64
+	RecvWindowMsgs           uint64
+	QueuedMsgs               int
+	QueuedBytes              int64
+	RTT                      time.Duration // last keepalive round trip
+}
+
+// linkRun is one link attached to a Conn, with its reader and writer.
+type linkRun struct {
+	c        *Conn
+	link     wire.Link
+	wake     chan struct{}
+	done     chan struct{}
+	lastRecv atomic.Int64 // coarse clock of the last frame received
+	frames   []wire.Frame // writer scratch
+	rframe   wire.Frame   // reader scratch; a field so it is not allocated per frame
+	released []*Message   // reader scratch
+	buffered interface{ Buffered() bool }
+}
+
+func newCookie() uint64 { return rand.Uint64() | 1 }
+
+func (m *Messenger) newConn(policy Policy, addr string, peer EntityName) *Conn {
+	c := &Conn{
+		m: m, policy: policy, lossy: policy.Lossy, addr: addr, peer: peer,
+		cookie:   newCookie(),
+		readyCh:  make(chan struct{}),
+		closedCh: make(chan struct{}),
+		dq:       make(chan dispatchItem, m.opts.RecvWindowMsgs+64),
+
+		dispatchDone: make(chan struct{}),
+	}
+	c.cw.windowMsgs, c.cw.windowBytes = uint64(m.opts.RecvWindowMsgs), uint64(m.opts.RecvWindowBytes)
+	c.ackTimer = time.AfterFunc(time.Hour, c.ackTimerFired)
+	c.ackTimer.Stop()
+	m.wg.Add(1)
+	go c.dispatchLoop()
+	return c
+}
+
+// Peer is the peer's entity name (empty until the first handshake of a
+// conn dialed without one).
+func (c *Conn) Peer() EntityName {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peer
+}
+
+// Addr is the address this conn dials, or the peer's remote address for an
+// accepted conn.
+func (c *Conn) Addr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.addr == "" && c.link != nil {
+		return c.link.link.RemoteAddr()
+	}
+	return c.addr
+}
+
+// Policy is the conn's policy.
+func (c *Conn) Policy() Policy { return c.policy }
+
+// Stats returns a snapshot of the conn's counters.
+func (c *Conn) Stats() ConnStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.st
+	s.SendCredits = int64(c.cw.limitMsgs) - int64(c.cw.sentMsgs)
+	s.SendBytesCredit = int64(c.cw.limitBytes) - int64(c.cw.sentBytes)
+	s.RecvWindowMsgs = c.cw.windowMsgs
+	s.QueuedMsgs = c.sess.queued()
+	s.QueuedBytes = c.sess.queuedBytes
+	return s
+}
+
+// WaitReady blocks until the session is established (or was, before a
+// fault), the conn closed, or ctx ends.
+func (c *Conn) WaitReady(ctx context.Context) error {
+	select {
+	case <-c.readyCh:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == stateClosed && !c.established {
+		return c.closeErr
+	}
+	return nil
+}
+
+// Done is closed when the conn is closed.
+func (c *Conn) Done() <-chan struct{} { return c.closedCh }
+
+// Err is why the conn closed, or nil while it is open.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closeErr
+}
+
+// Send queues m for the peer and returns without waiting for the network.
+// Messages are delivered in order; under a lossless policy exactly once,
+// across link faults. When the conn already holds SendQueueMsgs messages
+// or SendQueueBytes bytes for the peer, Send blocks until the peer acks
+// enough or ctx ends (back-pressure). On success the messenger owns m; on
+// error the caller keeps it.
+func (c *Conn) Send(ctx context.Context, m *Message) error {
+	return c.send(ctx, m, true)
+}
+
+// TrySend is Send that returns ErrWouldBlock instead of waiting.
+func (c *Conn) TrySend(m *Message) error {
+	return c.send(context.Background(), m, false)
+}
+
+func (c *Conn) send(ctx context.Context, m *Message, block bool) error {
+	size := m.Len()
+	if size > int64(c.m.opts.MaxMessageSize) || len(m.Front) > int(c.m.limits.MaxFront) {
+		return fmt.Errorf("%w: %d bytes (front %d), limit %d (front %d)", ErrMessageTooLarge,
+			size, len(m.Front), c.m.opts.MaxMessageSize, c.m.limits.MaxFront)
+	}
+	c.mu.Lock()
+	for c.state != stateClosed && c.sess.queued() > 0 &&
+		(c.sess.queued() >= c.m.opts.SendQueueMsgs || c.sess.queuedBytes+size > c.m.opts.SendQueueBytes) {
+		if !block {
+			c.mu.Unlock()
+			return ErrWouldBlock
+		}
+		if c.spaceWait == nil {
+			c.spaceWait = make(chan struct{})
+		}
+		ch := c.spaceWait
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		c.mu.Lock()
+	}
+	if c.state == stateClosed {
+		err := c.closeErr
+		c.mu.Unlock()
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	c.sess.enqueue(m)
+	lr := c.link
+	c.mu.Unlock()
+	if lr != nil {
+		lr.kick()
+	}
+	return nil
+}
+
+// kick wakes the writer; it never blocks.
+func (lr *linkRun) kick() {
+	select {
+	case lr.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close ends the session: queued messages are dropped, the peer is told
+// (a CLOSE frame, best effort) so it does not wait for a reconnect, and
+// messages already received are still dispatched. No event is raised for a
+// local close.
+func (c *Conn) Close() error {
+	c.closeWith(ErrClosed, false, true)
+	return nil
+}
+
+// closeWith ends the conn. notify raises EventReset with err; tell sends
+// CLOSE to the peer.
+func (c *Conn) closeWith(err error, notify, tell bool) {
+	c.mu.Lock()
+	if c.state == stateClosed {
+		c.mu.Unlock()
+		return
+	}
+	c.state = stateClosed
+	c.closeErr = err
+	released := c.sess.reset(nil)
+	if lr := c.link; lr != nil {
+		if tell {
+			// The writer sends CLOSE, then tears the link down; a peer
+			// that does not read gets closeGrace.
+			c.closeFrame = true
+			lr.kick()
+			time.AfterFunc(closeGrace, func() {
+				c.mu.Lock()
+				c.detachLocked(lr)
+				c.mu.Unlock()
+			})
+		} else {
+			c.detachLocked(lr)
+		}
+	}
+	c.wakeSendersLocked()
+	c.ackTimer.Stop()
+	close(c.closedCh)
+	select {
+	case <-c.readyCh:
+	default:
+		close(c.readyCh)
+	}
+	c.mu.Unlock()
+	c.m.forget(c)
+	for _, m := range released {
+		m.recycle()
+	}
+	clear(released)
+	if notify {
+		c.pushEvent(Event{Kind: EventReset, Conn: c, Err: err, Dropped: len(released)})
+	}
+	// The dispatch loop drains what was received, then ends.
+	c.pushItem(dispatchItem{})
+}
+
+func (c *Conn) wakeSendersLocked() {
+	if c.spaceWait != nil {
+		close(c.spaceWait)
+		c.spaceWait = nil
+	}
+}
+
+// detachLocked ends a link: its goroutines stop, the transport closes it.
+func (c *Conn) detachLocked(lr *linkRun) {
+	if c.link == lr {
+		c.link = nil
+	}
+	select {
+	case <-lr.done:
+	default:
+		close(lr.done)
+		lr.link.Close()
+	}
+}
+
+// fault handles a failed link: lossy sessions end, lossless ones wait for
+// the next link (dialing it themselves when they can).
+func (c *Conn) fault(lr *linkRun, err error) {
+	c.mu.Lock()
+	if c.link != lr {
+		c.mu.Unlock()
+		return
+	}
+	c.detachLocked(lr)
+	if c.state == stateClosed {
+		c.mu.Unlock()
+		return
+	}
+	c.st.Faults++
+	peer := c.peer
+	c.m.log.Debug("msgr: link fault", "peer", peer, "remote", lr.link.RemoteAddr(), "err", err)
+	if c.lossy {
+		c.mu.Unlock()
+		c.closeWith(&ConnError{Peer: peer, Addr: lr.link.RemoteAddr(), Op: "link", Err: err}, true, false)
+		return
+	}
+	if c.addr != "" && !c.policy.Server {
+		c.state = stateConnecting
+		c.startRedialLocked()
+	} else {
+		c.state = stateStandby
+	}
+	c.mu.Unlock()
+}
+
+func (c *Conn) startRedialLocked() {
+	if c.redialing || c.m.closing.Load() {
+		return
+	}
+	c.redialing = true
+	c.m.wg.Add(1)
+	go c.connectLoop()
+}
+
+// connectLoop dials until a link is attached, backing off exponentially
+// with jitter.
+func (c *Conn) connectLoop() {
+	defer c.m.wg.Done()
+	backoff := c.m.opts.Reconnect.Min
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for {
+		c.mu.Lock()
+		if c.state == stateClosed || c.link != nil || c.m.closing.Load() {
+			c.redialing = false
+			c.mu.Unlock()
+			return
+		}
+		c.dialing = true
+		addr := c.addr
+		c.mu.Unlock()
+
+		err := c.m.dial(c, addr)
+
+		c.mu.Lock()
+		c.dialing = false
+		if err == nil || c.state == stateClosed || c.link != nil {
+			c.redialing = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		if c.lossy {
+			c.closeWith(&ConnError{Peer: c.Peer(), Addr: addr, Op: "dial", Err: err}, true, false)
+			return
+		}
+		if !errors.Is(err, errWait) {
+			c.m.log.Debug("msgr: dial failed", "addr", addr, "err", err, "retry_in", backoff)
+		}
+		jitter := time.Duration(rand.Int64N(int64(backoff)/2 + 1))
+		timer.Reset(backoff + jitter)
+		select {
+		case <-timer.C:
+		case <-c.closedCh:
+		case <-c.m.done:
+		}
+		backoff = min(2*backoff, c.m.opts.Reconnect.Max)
+	}
+}
+
+// attachLocked makes lr the conn's link after a successful handshake.
+// peerInSeq is what the peer has received; what it lacks is sent again.
+func (c *Conn) attachLocked(lr *linkRun, peerInSeq uint64) ([]*Message, error) {
+	if old := c.link; old != nil && old != lr {
+		c.detachLocked(old)
+	}
+	released, replay, err := c.sess.rewind(peerInSeq, nil)
+	if err != nil {
+		return released, err
+	}
+	if c.established {
+		c.st.Reconnects++
+	}
+	c.st.Replayed += uint64(replay)
+	c.link = lr
+	c.state = stateOpen
+	c.ackNow = true // tell the peer what we have right away
+	if !c.established {
+		c.established = true
+		close(c.readyCh)
+	}
+	c.wakeSendersLocked()
+	return released, nil
+}
+
+// resetSessionLocked forgets the session because the peer lost it.
+func (c *Conn) resetSessionLocked() []*Message {
+	released := c.sess.reset(nil)
+	c.cookie = newCookie()
+	c.peerCookie = 0
+	c.wakeSendersLocked()
+	return released
+}
+
+// consumed returns a dispatched message's credit.
+func (c *Conn) consumed(size int64) {
+	c.cw.consumeData(size)
+	if c.cw.grantDue() {
+		c.mu.Lock()
+		lr := c.link
+		c.mu.Unlock()
+		if lr != nil {
+			lr.kick()
+		}
+	}
+}
+
+func (c *Conn) ackTimerFired() {
+	c.mu.Lock()
+	c.ackArmed = false
+	c.ackNow = true
+	lr := c.link
+	c.mu.Unlock()
+	if lr != nil {
+		lr.kick()
+	}
+}
+
+// maxBatchFrames bounds one WriteFrames call so acks and keepalives are not
+// stuck behind a long run of data.
+const (
+	maxBatchFrames = 256
+	maxBatchBytes  = 4 << 20
+	ackDelay       = time.Millisecond
+	closeGrace     = time.Second
+)
+
+// collect builds the next batch of frames for lr under the lock.
+func (c *Conn) collect(lr *linkRun) []wire.Frame {
+	fr := lr.frames[:0]
+	if c.link != lr {
+		return fr
+	}
+	if c.closeFrame {
+		c.closeFrame = false
+		return append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagClose}})
+	}
+	cw := &c.cw
+	if c.kaAck && cw.canSendData(0) {
+		c.kaAck = false
+		fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagKeepaliveAck, Seq: c.kaAckValue}})
+		cw.onSend(0)
+	}
+	if c.kaPending && cw.canSendData(0) {
+		c.kaPending = false
+		fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagKeepalive, Seq: uint64(time.Now().UnixNano())}})
+		cw.onSend(0)
+	}
+	bytes := 0
+	for len(fr) < maxBatchFrames && bytes < maxBatchBytes {
+		m := c.sess.nextUnsent()
+		if m == nil {
+			break
+		}
+		size := uint64(m.Len())
+		if !cw.canSendData(size) {
+			if !cw.stalled {
+				cw.stalled = true
+				c.st.CreditStalls++
+			}
+			break
+		}
+		fr = append(fr, wire.Frame{
+			Preamble: wire.Preamble{Tag: wire.TagMessage, Type: m.Type, Seq: m.out.seq},
+			Front:    m.Front, Data: m.Data,
+		})
+		cw.onSend(size)
+		c.sess.markSent()
+		c.st.MsgsSent++
+		c.st.BytesSent += size
+		bytes += int(size)
+	}
+	if len(fr) == 0 {
+		// Nothing to piggyback on: an explicit ack/grant frame. A due
+		// grant may spend the last credit; a mere ack may not, and
+		// waits for ackDelay so acks batch.
+		switch {
+		case cw.grantDue() && cw.canSendControl():
+			c.st.GrantsSent++
+			fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagAck}})
+			cw.onSend(0)
+		case c.sess.ackOwed() && c.ackNow && cw.canSendData(0):
+			fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagAck}})
+			cw.onSend(0)
+		case c.sess.ackOwed() && !c.ackArmed:
+			c.ackArmed = true
+			c.ackTimer.Reset(ackDelay)
+		}
+	}
+	for i := range fr {
+		c.sess.stampAck(&fr[i].Preamble)
+		cw.stamp(&fr[i].Preamble)
+	}
+	if len(fr) > 0 {
+		c.ackNow = false
+	}
+	lr.frames = fr
+	return fr
+}
+
+// writeLoop sends what collect gives it until the link ends.
+func (lr *linkRun) writeLoop() {
+	c := lr.c
+	defer c.m.wg.Done()
+	for {
+		select {
+		case <-lr.wake:
+		case <-lr.done:
+			return
+		}
+		for {
+			c.mu.Lock()
+			fr := c.collect(lr)
+			c.mu.Unlock()
+			if len(fr) == 0 {
+				break
+			}
+			err := lr.link.WriteFrames(fr)
+			closing := fr[0].Tag == wire.TagClose
+			clear(fr) // drop references to message segments
+			if closing {
+				c.mu.Lock()
+				c.detachLocked(lr)
+				c.mu.Unlock()
+				return
+			}
+			if err != nil {
+				c.fault(lr, err)
+				return
+			}
+		}
+	}
+}
+
+// readLoop reads frames until the link fails.
+func (lr *linkRun) readLoop() {
+	c := lr.c
+	defer c.m.wg.Done()
+	fd, _ := c.m.opts.Dispatcher.(FastDispatcher)
+	f := &lr.rframe
+	for {
+		*f = wire.Frame{}
+		if err := lr.link.ReadFrame(f); err != nil {
+			if we := (*wire.Error)(nil); errors.As(err, &we) {
+				c.m.log.Warn("msgr: closing connection on bad input", "peer", c.Peer(),
+					"remote", lr.link.RemoteAddr(), "err", err)
+			}
+			c.fault(lr, err)
+			return
+		}
+		lr.lastRecv.Store(c.m.coarseNow.Load())
+		m, err := c.handleFrame(lr, f)
+		if err != nil {
+			c.m.log.Warn("msgr: closing connection on protocol error", "peer", c.Peer(),
+				"remote", lr.link.RemoteAddr(), "err", err)
+			c.fault(lr, err)
+			return
+		}
+		if m != nil {
+			if fd != nil && fd.CanFastDispatch(m.Type) {
+				fd.Dispatch(m)
+			} else {
+				c.pushItem(dispatchItem{m: m})
+			}
+		}
+	}
+}
+
+// handleFrame applies a received frame to the session and window and
+// returns a message to dispatch, if any.
+func (c *Conn) handleFrame(lr *linkRun, f *wire.Frame) (*Message, error) {
+	size := uint64(len(f.Front) + len(f.Data))
+	c.mu.Lock()
+	if c.link != lr {
+		c.mu.Unlock()
+		f.Release()
+		return nil, nil
+	}
+	released, err := c.sess.onAck(f.Ack, lr.released[:0])
+	lr.released = released[:0]
+	if err == nil {
+		err = c.cw.onReceive(size)
+	}
+	if err != nil {
+		c.mu.Unlock()
+		f.Release()
+		c.recycle(released)
+		return nil, err
+	}
+	kick := false
+	if c.cw.onGrant(f.GrantMsgs, f.GrantBytes) {
+		c.st.GrantsReceived++
+		kick = c.sess.nextUnsent() != nil
+	}
+	var m *Message
+	switch f.Tag {
+	case wire.TagMessage:
+		deliver, err := c.sess.onMessage(f.Seq)
+		if err != nil {
+			c.mu.Unlock()
+			f.Release()
+			c.recycle(released)
+			return nil, err
+		}
+		c.st.MsgsReceived++
+		c.st.BytesReceived += size
+		if !deliver {
+			c.st.DuplicatesDropped++
+			c.cw.consume(int64(size))
+			f.Release()
+		} else {
+			m = messagePool.Get().(*Message)
+			m.Type, m.Front, m.Data, m.buf = f.Type, f.Front, f.Data, f.Buf
+			m.seq, m.conn, m.credit, m.size = f.Seq, c, true, int64(size)
+		}
+		// Ack once the reader has drained what is buffered, so a burst
+		// costs one ack frame.
+		if lr.buffered == nil || !lr.buffered.Buffered() {
+			if c.sess.inSeq-c.sess.ackedSent >= uint64(c.cw.windowMsgs/4) {
+				c.ackNow = true
+			}
+			kick = true
+		}
+	case wire.TagAck:
+		c.cw.consume(0)
+	case wire.TagKeepalive:
+		c.cw.consume(0)
+		c.kaAck, c.kaAckValue = true, f.Seq
+		kick = true
+	case wire.TagKeepaliveAck:
+		c.cw.consume(0)
+		if rtt := time.Now().UnixNano() - int64(f.Seq); rtt >= 0 {
+			c.st.RTT = time.Duration(rtt)
+		}
+	case wire.TagClose:
+		c.mu.Unlock()
+		c.recycle(released)
+		c.closeWith(ErrClosedByPeer, true, false)
+		return nil, nil
+	default:
+		c.mu.Unlock()
+		c.recycle(released)
+		return nil, wire.Protocolf("%v frame after the handshake", f.Tag)
+	}
+	if len(released) > 0 {
+		c.wakeSendersLocked()
+	}
+	if c.cw.grantDue() {
+		kick = true
+	}
+	c.mu.Unlock()
+	c.recycle(released)
+	if kick {
+		lr.kick()
+	}
+	return m, nil
+}
+
+// recycle hands released messages back to their owners, outside the lock.
+func (c *Conn) recycle(released []*Message) {
+	for i, m := range released {
+		m.recycle()
+		released[i] = nil
+	}
+}
+
+// pushItem queues an item for the dispatch loop; after the loop ended,
+// messages are released instead.
+func (c *Conn) pushItem(it dispatchItem) {
+	select {
+	case c.dq <- it:
+	case <-c.dispatchDone:
+		if it.m != nil {
+			it.m.Release()
+		}
+	}
+}
+
+func (c *Conn) pushEvent(ev Event) { c.pushItem(dispatchItem{ev: &ev}) }
+
+// dispatchLoop delivers queued messages and events in order. It ends after
+// the conn is closed and the queue drained (a zero item marks the end).
+func (c *Conn) dispatchLoop() {
+	defer c.m.wg.Done()
+	defer close(c.dispatchDone)
+	d := c.m.opts.Dispatcher
+	for it := range c.dq {
+		switch {
+		case it.m != nil:
+			d.Dispatch(it.m)
+		case it.ev != nil:
+			d.HandleEvent(*it.ev)
+		default:
+			return
+		}
+	}
+}

@@ -1,0 +1,52 @@
+package msgr
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// Errors for errors.Is. Wire-level errors (malformed frames, CRC
+// mismatches, oversized segments) are *wire.Error; see wire.ErrMalformed
+// and friends.
+var (
+	// ErrClosed: the Conn or Messenger was closed.
+	ErrClosed = errors.New("msgr: closed")
+	// ErrWouldBlock: TrySend found the send queue full.
+	ErrWouldBlock = errors.New("msgr: send queue full")
+	// ErrMessageTooLarge: the message exceeds MaxMessageSize.
+	ErrMessageTooLarge = errors.New("msgr: message too large")
+	// ErrNoTransport: the address names a transport this binary lacks.
+	ErrNoTransport = errors.New("msgr: no such transport")
+	// ErrRemoteReset: the peer lost the session (it restarted, or closed it).
+	ErrRemoteReset = errors.New("msgr: session reset by peer")
+	// ErrClosedByPeer: the peer closed the session deliberately.
+	ErrClosedByPeer = errors.New("msgr: session closed by peer")
+	// ErrInjectedFault: a link failure made by FaultInjection.
+	ErrInjectedFault = errors.New("msgr: injected fault")
+	// ErrIdleTimeout: nothing arrived on the link for IdleTimeout.
+	ErrIdleTimeout = errors.New("msgr: idle timeout")
+)
+
+// Re-exported so users need not import msgr/wire to classify errors.
+var (
+	ErrMalformed = wire.ErrMalformed
+	ErrCRC       = wire.ErrCRC
+	ErrTooLarge  = wire.ErrTooLarge
+	ErrProtocol  = wire.ErrProtocol
+)
+
+// ConnError wraps a failure of one connection with the peer it concerns.
+type ConnError struct {
+	Peer EntityName
+	Addr string
+	Op   string // "dial", "handshake", "read", "write", ...
+	Err  error
+}
+
+func (e *ConnError) Error() string {
+	return fmt.Sprintf("msgr: %s %s (%s): %v", e.Op, e.Peer, e.Addr, e.Err)
+}
+
+func (e *ConnError) Unwrap() error { return e.Err }

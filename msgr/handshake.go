@@ -1,0 +1,329 @@
+package msgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/proto/msgrpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// The handshake, after the transport's banner exchange (docs/protocol.md):
+//
+//	dialer                         acceptor
+//	HELLO, AUTH_REQUEST  ------->
+//	                     <-------  HELLO, AUTH_DONE
+//	SESSION_REQUEST      ------->
+//	                     <-------  SESSION_READY | SESSION_RESET | WAIT
+//
+// Handshake frames carry no seq, ack or credit; credits start with the
+// windows exchanged in SESSION_REQUEST/READY.
+
+// errWait: the acceptor is dialing us at the same time and wins the race.
+var errWait = errors.New("msgr: peer is connecting to us; waiting for it")
+
+const authNone = "none"
+
+func writeHS(link wire.Link, tag wire.Tag, pb proto.Message) error {
+	front, err := proto.Marshal(pb)
+	if err != nil {
+		return err
+	}
+	return link.WriteFrames([]wire.Frame{{Preamble: wire.Preamble{Tag: tag}, Front: front}})
+}
+
+// readHS reads a handshake frame, which must have one of the wanted tags,
+// and decodes its front into the matching message.
+func readHS(link wire.Link, msgs map[wire.Tag]proto.Message) (wire.Tag, error) {
+	var f wire.Frame
+	if err := link.ReadFrame(&f); err != nil {
+		return 0, err
+	}
+	defer f.Release()
+	pb, ok := msgs[f.Tag]
+	if !ok {
+		want := make([]string, 0, len(msgs))
+		for t := range msgs {
+			want = append(want, t.String())
+		}
+		slices.Sort(want)
+		return 0, wire.Protocolf("handshake: got %v, want one of %v", f.Tag, want)
+	}
+	if err := proto.Unmarshal(f.Front, pb); err != nil {
+		return 0, &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("handshake %v: %v", f.Tag, err)}
+	}
+	return f.Tag, nil
+}
+
+// withLinkDeadline closes link if ctx ends first, so a stalled peer cannot
+// hold a handshake goroutine.
+func withLinkDeadline(ctx context.Context, link wire.Link) func() bool {
+	return context.AfterFunc(ctx, func() { link.Close() })
+}
+
+// dial opens one link to addr and runs the dialer's handshake for c.
+func (m *Messenger) dial(c *Conn, addr string) error {
+	a, err := ParseAddr(addr)
+	if err != nil {
+		return err
+	}
+	t, err := m.transport(a)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.HandshakeTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-m.done:
+			cancel()
+		case <-c.closedCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	link, err := t.Dial(ctx, a.Host, m.linkOptions())
+	if err != nil {
+		return err
+	}
+	stop := withLinkDeadline(ctx, link)
+	_, err = m.clientHandshake(c, link)
+	stop()
+	if err != nil {
+		link.Close()
+		return err
+	}
+	return nil
+}
+
+func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
+	if err := writeHS(link, wire.TagHello, &msgrpb.Hello{
+		EntityName: string(m.opts.Name), InstanceNonce: m.nonce, PeerAddr: link.RemoteAddr(),
+	}); err != nil {
+		return nil, err
+	}
+	if err := writeHS(link, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{authNone}}); err != nil {
+		return nil, err
+	}
+	var hello msgrpb.Hello
+	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagHello: &hello}); err != nil {
+		return nil, err
+	}
+	peer := EntityName(hello.EntityName)
+	if err := peer.Validate(); err != nil {
+		return nil, wire.Protocolf("handshake: peer %v", err)
+	}
+	c.mu.Lock()
+	want := c.peer
+	if want == "" {
+		c.peer = peer
+	}
+	c.mu.Unlock()
+	if want != "" && want != peer {
+		return nil, fmt.Errorf("msgr: %s answered as %s, expected %s", link.RemoteAddr(), peer, want)
+	}
+	var done msgrpb.AuthDone
+	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagAuthDone: &done}); err != nil {
+		return nil, err
+	}
+	if done.Method != authNone {
+		return nil, wire.Protocolf("handshake: peer chose auth method %q", done.Method)
+	}
+
+	lr := m.newLinkRun(c, link)
+	for resets := 0; ; resets++ {
+		c.mu.Lock()
+		c.cw.reset(0, 0)
+		req := &msgrpb.SessionRequest{
+			Cookie: c.cookie, PeerCookie: c.peerCookie, InSeq: c.sess.inSeq,
+			WindowMsgs: c.cw.windowMsgs, WindowBytes: c.cw.windowBytes, Lossy: c.lossy,
+			GrantMsgs: c.cw.advertisedMsgs.Load(), GrantBytes: c.cw.advertisedBytes.Load(),
+		}
+		c.mu.Unlock()
+		if err := writeHS(link, wire.TagSessionReq, req); err != nil {
+			return nil, err
+		}
+		var (
+			ready msgrpb.SessionReady
+			reset msgrpb.SessionReset
+			wait  msgrpb.Wait
+		)
+		tag, err := readHS(link, map[wire.Tag]proto.Message{
+			wire.TagSessionReady: &ready, wire.TagSessionReset: &reset, wire.TagWait: &wait,
+		})
+		if err != nil {
+			return nil, err
+		}
+		switch tag {
+		case wire.TagWait:
+			return nil, errWait
+		case wire.TagSessionReset:
+			if resets > 0 {
+				return nil, wire.Protocolf("handshake: session reset twice: %s", reset.Reason)
+			}
+			if c.lossy {
+				return nil, fmt.Errorf("%w: %s", ErrRemoteReset, reset.Reason)
+			}
+			c.mu.Lock()
+			dropped := c.resetSessionLocked()
+			c.mu.Unlock()
+			c.recycle(dropped)
+			m.log.Info("msgr: peer lost the session", "peer", peer, "reason", reset.Reason, "dropped", len(dropped))
+			c.pushEvent(Event{Kind: EventRemoteReset, Conn: c, Err: ErrRemoteReset, Dropped: len(dropped)})
+			continue
+		}
+		c.mu.Lock()
+		if c.state == stateClosed {
+			c.mu.Unlock()
+			return nil, ErrClosed
+		}
+		c.peerCookie, c.peerNonce = ready.Cookie, hello.InstanceNonce
+		c.cw.reset(req.GrantMsgs, req.GrantBytes)
+		c.cw.peerWindow(ready.WindowBytes, ready.GrantMsgs, ready.GrantBytes)
+		released, err := c.attachLocked(lr, ready.InSeq)
+		c.mu.Unlock()
+		c.recycle(released)
+		if err != nil {
+			return nil, err
+		}
+		m.startLink(lr)
+		m.log.Debug("msgr: connected", "peer", peer, "addr", link.RemoteAddr())
+		c.pushEvent(Event{Kind: EventConnect, Conn: c})
+		return lr, nil
+	}
+}
+
+// accept runs the acceptor's handshake on a new link.
+func (m *Messenger) accept(link wire.Link) error {
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.HandshakeTimeout)
+	defer cancel()
+	stop := withLinkDeadline(ctx, link)
+	defer stop()
+
+	var (
+		hello msgrpb.Hello
+		auth  msgrpb.AuthRequest
+	)
+	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagHello: &hello}); err != nil {
+		return err
+	}
+	peer := EntityName(hello.EntityName)
+	if err := peer.Validate(); err != nil {
+		return wire.Protocolf("handshake: peer %v", err)
+	}
+	if err := writeHS(link, wire.TagHello, &msgrpb.Hello{
+		EntityName: string(m.opts.Name), InstanceNonce: m.nonce, PeerAddr: link.RemoteAddr(),
+	}); err != nil {
+		return err
+	}
+	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagAuthRequest: &auth}); err != nil {
+		return err
+	}
+	if !slices.Contains(auth.Methods, authNone) {
+		return fmt.Errorf("msgr: %s offers no auth method we support (%v)", peer, auth.Methods)
+	}
+	if err := writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Method: authNone}); err != nil {
+		return err
+	}
+	policy := m.opts.policyFor(peer)
+	for {
+		var req msgrpb.SessionRequest
+		if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagSessionReq: &req}); err != nil {
+			return err
+		}
+		if req.Lossy != policy.Lossy {
+			writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Reason: fmt.Sprintf(
+				"policy mismatch: dialer lossy=%v, %s applies %v to %s", req.Lossy, m.opts.Name, policy, peer.Type())})
+			return fmt.Errorf("msgr: %s: policy mismatch (dialer lossy=%v, ours %v)", peer, req.Lossy, policy)
+		}
+		if req.WindowMsgs < 2 || req.GrantMsgs < 2 {
+			return wire.Protocolf("handshake: peer window of %d messages (grant %d) is too small", req.WindowMsgs, req.GrantMsgs)
+		}
+		done, err := m.acceptSession(link, peer, hello.InstanceNonce, policy, &req)
+		if done || err != nil {
+			return err
+		}
+	}
+}
+
+// acceptSession answers one SESSION_REQUEST. done is false after a
+// SESSION_RESET, when the dialer will ask again on the same link.
+func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64, policy Policy, req *msgrpb.SessionRequest) (done bool, err error) {
+	var c *Conn
+	m.mu.Lock()
+	if m.closing.Load() {
+		m.mu.Unlock()
+		return true, ErrClosed
+	}
+	if policy.Lossy {
+		c = m.newConn(policy, "", peer)
+		m.lossyIn[c] = struct{}{}
+	} else if c = m.byPeer[peer]; c == nil {
+		c = m.newConn(policy, "", peer)
+		m.byPeer[peer] = c
+	}
+	m.mu.Unlock()
+
+	c.mu.Lock()
+	if c.state == stateClosed {
+		c.mu.Unlock()
+		return true, ErrClosed
+	}
+	// A simultaneous connect: both sides dial; the larger name's dial wins.
+	if c.dialing && c.link == nil && m.opts.Name > peer {
+		c.mu.Unlock()
+		writeHS(link, wire.TagWait, &msgrpb.Wait{})
+		return true, errWait
+	}
+	if req.PeerCookie != 0 && req.PeerCookie != c.cookie {
+		c.mu.Unlock()
+		err := writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Reason: "no such session (restarted or closed)"})
+		return err != nil, err
+	}
+	var dropped []*Message
+	remoteReset := false
+	if (c.peerCookie != 0 && req.Cookie != c.peerCookie) || (c.peerNonce != 0 && nonce != c.peerNonce) {
+		// The peer restarted: its old session is gone.
+		if old := c.link; old != nil {
+			c.detachLocked(old)
+		}
+		dropped = c.resetSessionLocked()
+		remoteReset = true
+	}
+	c.peerCookie, c.peerNonce = req.Cookie, nonce
+	lr := m.newLinkRun(c, link)
+	if old := c.link; old != nil {
+		c.detachLocked(old)
+	}
+	c.cw.reset(0, 0)
+	c.cw.peerWindow(req.WindowBytes, req.GrantMsgs, req.GrantBytes)
+	ready := &msgrpb.SessionReady{
+		Cookie: c.cookie, PeerCookie: req.Cookie, InSeq: c.sess.inSeq,
+		WindowMsgs: c.cw.windowMsgs, WindowBytes: c.cw.windowBytes,
+		GrantMsgs: c.cw.advertisedMsgs.Load(), GrantBytes: c.cw.advertisedBytes.Load(),
+		ResetOld: remoteReset,
+	}
+	released, err := c.attachLocked(lr, req.InSeq)
+	// The writer must not run before READY is out; it starts below.
+	c.mu.Unlock()
+	c.recycle(dropped)
+	c.recycle(released)
+	if remoteReset {
+		m.log.Info("msgr: peer restarted; its session was reset", "peer", peer, "dropped", len(dropped))
+		c.pushEvent(Event{Kind: EventRemoteReset, Conn: c, Err: ErrRemoteReset, Dropped: len(dropped)})
+	}
+	if err == nil {
+		err = writeHS(link, wire.TagSessionReady, ready)
+	}
+	if err != nil {
+		c.fault(lr, err)
+		return true, err
+	}
+	m.startLink(lr)
+	m.log.Debug("msgr: accepted", "peer", peer, "remote", link.RemoteAddr(), "policy", policy)
+	c.pushEvent(Event{Kind: EventAccept, Conn: c})
+	return true, nil
+}

@@ -1,0 +1,107 @@
+package msgr
+
+import (
+	"sync"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+	"google.golang.org/protobuf/proto"
+)
+
+// Message is what the messenger carries: a type, a protobuf-encoded front
+// (the op) and an optional data payload (bulk bytes).
+//
+// Ownership moves with the message, as with Ceph's refcounted messages:
+//   - Send takes ownership of an outgoing message when it returns nil. The
+//     messenger reads Front and Data until it no longer needs them (acked by
+//     the peer under a lossless policy, written under a lossy one, or
+//     dropped by a reset) and then calls OnRelease, or returns a message
+//     from NewMessage to the pool. Do not touch the slices until then.
+//   - A received message belongs to the Dispatcher, which must call Release
+//     exactly once when done with it. Front and Data point into the
+//     messenger's receive buffers and are invalid after Release. Release
+//     also returns the receive credit: a dispatcher that holds messages
+//     makes the sender wait, which is the back-pressure.
+type Message struct {
+	Type  uint16
+	Front []byte
+	Data  []byte
+	// OnRelease, if set on an outgoing message, is called once the
+	// messenger is done with it (see above); it lets callers recycle
+	// messages and payload buffers without allocating.
+	OnRelease func(*Message)
+
+	// Set on received messages.
+	seq    uint64
+	conn   *Conn
+	buf    *wire.Buffer
+	pooled bool
+	credit bool // holds a receive credit to return
+	size   int64
+
+	// send-side session bookkeeping
+	out struct {
+		seq uint64
+	}
+}
+
+var messagePool = sync.Pool{New: func() any { return &Message{pooled: true} }}
+
+// NewMessage returns a message from the messenger's pool. It goes back to
+// the pool when the messenger releases it (after Send), so it must not be
+// used after a successful Send.
+func NewMessage(typ uint16, front, data []byte) *Message {
+	m := messagePool.Get().(*Message)
+	m.Type, m.Front, m.Data = typ, front, data
+	return m
+}
+
+// NewProtoMessage marshals front and returns a pooled message.
+func NewProtoMessage(typ uint16, front proto.Message, data []byte) (*Message, error) {
+	b, err := proto.Marshal(front)
+	if err != nil {
+		return nil, err
+	}
+	return NewMessage(typ, b, data), nil
+}
+
+// DecodeFront unmarshals the front into pb; a malformed front is an error,
+// never a panic.
+func (m *Message) DecodeFront(pb proto.Message) error {
+	return proto.Unmarshal(m.Front, pb)
+}
+
+// Seq is the session sequence number of a received message.
+func (m *Message) Seq() uint64 { return m.seq }
+
+// Conn is the connection a received message arrived on.
+func (m *Message) Conn() *Conn { return m.conn }
+
+// Len is the size the message counts against windows and queues.
+func (m *Message) Len() int64 { return int64(len(m.Front) + len(m.Data)) }
+
+// Release ends the dispatcher's ownership of a received message: it returns
+// the receive credit and the buffer. For a message that was never sent nor
+// received, it just recycles it.
+func (m *Message) Release() {
+	if m.credit {
+		m.conn.consumed(m.size)
+		m.credit = false
+	}
+	if m.buf != nil {
+		m.buf.Release()
+		m.buf = nil
+	}
+	m.recycle()
+}
+
+// recycle returns a pooled message to the pool or calls OnRelease.
+func (m *Message) recycle() {
+	if fn := m.OnRelease; fn != nil {
+		fn(m)
+		return
+	}
+	if m.pooled {
+		*m = Message{pooled: true}
+		messagePool.Put(m)
+	}
+}

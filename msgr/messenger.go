@@ -1,0 +1,339 @@
+package msgr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr/tcp"
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// Messenger owns the listeners and sessions of one entity. It is safe for
+// concurrent use.
+type Messenger struct {
+	opts       Options
+	log        *slog.Logger
+	nonce      uint64
+	limits     wire.Limits
+	transports map[string]wire.Transport
+
+	mu        sync.Mutex
+	listeners []wire.Listener
+	byPeer    map[EntityName]*Conn // lossless sessions, dialed or accepted
+	byAddr    map[string]*Conn     // lossy sessions we dialed
+	lossyIn   map[*Conn]struct{}   // lossy sessions peers dialed
+
+	closing   atomic.Bool
+	done      chan struct{}
+	wg        sync.WaitGroup
+	coarseNow atomic.Int64 // unix ns, updated by the ticker; cheap clock for the hot path
+}
+
+// New creates a messenger. It does nothing on the network until Listen or
+// Connect.
+func New(opts Options) (*Messenger, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	m := &Messenger{
+		opts:       opts,
+		log:        opts.Logger.With("entity", string(opts.Name)),
+		nonce:      rand.Uint64() | 1,
+		limits:     opts.limits(),
+		transports: map[string]wire.Transport{"tcp": tcp.Transport{}},
+		byPeer:     map[EntityName]*Conn{},
+		byAddr:     map[string]*Conn{},
+		lossyIn:    map[*Conn]struct{}{},
+		done:       make(chan struct{}),
+	}
+	for _, t := range builtinTransports() {
+		m.transports[t.Scheme()] = t
+	}
+	for _, t := range opts.Transports {
+		m.transports[t.Scheme()] = t
+	}
+	m.coarseNow.Store(time.Now().UnixNano())
+	m.wg.Add(1)
+	go m.tick()
+	return m, nil
+}
+
+// builtinTransports is extended by the rdma build.
+var builtinTransports = func() []wire.Transport { return nil }
+
+// Name is the messenger's entity name.
+func (m *Messenger) Name() EntityName { return m.opts.Name }
+
+// Nonce identifies this messenger instance; a restarted peer has a new one.
+func (m *Messenger) Nonce() uint64 { return m.nonce }
+
+func (m *Messenger) linkOptions() wire.LinkOptions {
+	bn := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
+	return wire.LinkOptions{Banner: bn, Limits: m.limits, NoDataCRC: m.opts.DisableDataCRC}
+}
+
+func (m *Messenger) transport(a Addr) (wire.Transport, error) {
+	t, ok := m.transports[a.Scheme]
+	if !ok {
+		if hint := transportHint(a.Scheme); hint != "" {
+			return nil, fmt.Errorf("%w %q: %s", ErrNoTransport, a.Scheme, hint)
+		}
+		return nil, fmt.Errorf("%w %q in %s", ErrNoTransport, a.Scheme, a)
+	}
+	return t, nil
+}
+
+// transportHint explains a missing transport; the rdma stub overrides it.
+var transportHint = func(scheme string) string { return "" }
+
+// Listen accepts sessions on addr (e.g. "tcp://127.0.0.1:0") and returns
+// the bound address.
+func (m *Messenger) Listen(ctx context.Context, addr string) (string, error) {
+	a, err := ParseAddr(addr)
+	if err != nil {
+		return "", err
+	}
+	t, err := m.transport(a)
+	if err != nil {
+		return "", err
+	}
+	if m.closing.Load() {
+		return "", ErrClosed
+	}
+	ln, err := t.Listen(ctx, a.Host, m.linkOptions())
+	if err != nil {
+		return "", fmt.Errorf("msgr: listen %s: %w", addr, err)
+	}
+	m.mu.Lock()
+	if m.closing.Load() {
+		m.mu.Unlock()
+		ln.Close()
+		return "", ErrClosed
+	}
+	m.listeners = append(m.listeners, ln)
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go m.acceptLoop(ln)
+	bound := Addr{Scheme: a.Scheme, Host: ln.Addr()}.String()
+	m.log.Info("msgr: listening", "addr", bound)
+	return bound, nil
+}
+
+func (m *Messenger) acceptLoop(ln wire.Listener) {
+	defer m.wg.Done()
+	for {
+		link, err := ln.Accept(context.Background())
+		if err != nil {
+			return // listener closed
+		}
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			if err := m.accept(link); err != nil {
+				link.Close()
+				if !errors.Is(err, errWait) {
+					m.log.Info("msgr: handshake refused", "remote", link.RemoteAddr(), "err", err)
+				}
+			}
+		}()
+	}
+}
+
+// Connect returns the session with the peer at addr, creating it if there
+// is none. It does not wait for the network: the session is established in
+// the background and messages sent meanwhile are queued (WaitReady waits).
+// peer is the expected entity name; it selects the policy and may be empty
+// to accept whoever answers (the default policy then applies).
+func (m *Messenger) Connect(ctx context.Context, addr string, peer EntityName) (*Conn, error) {
+	a, err := ParseAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.transport(a); err != nil {
+		return nil, err
+	}
+	if peer != "" {
+		if err := peer.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	policy := m.opts.DefaultPolicy
+	if peer != "" {
+		policy = m.opts.policyFor(peer)
+	}
+	if !policy.Lossy && peer == "" {
+		return nil, fmt.Errorf("msgr: connect %s: a lossless session needs the peer's entity name", addr)
+	}
+	addr = a.String()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closing.Load() {
+		return nil, ErrClosed
+	}
+	if policy.Lossy {
+		if c := m.byAddr[addr]; c != nil {
+			return c, nil
+		}
+	} else if c := m.byPeer[peer]; c != nil {
+		c.mu.Lock()
+		if c.addr == "" || c.state != stateOpen {
+			c.addr = addr
+		}
+		if c.state == stateStandby {
+			c.state = stateConnecting
+			c.startRedialLocked()
+		}
+		c.mu.Unlock()
+		return c, nil
+	}
+	c := m.newConn(policy, addr, peer)
+	if policy.Lossy {
+		m.byAddr[addr] = c
+	} else {
+		m.byPeer[peer] = c
+	}
+	c.mu.Lock()
+	c.startRedialLocked()
+	c.mu.Unlock()
+	return c, nil
+}
+
+// forget drops a closed conn from the registry.
+func (m *Messenger) forget(c *Conn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.byPeer[c.peer] == c {
+		delete(m.byPeer, c.peer)
+	}
+	if m.byAddr[c.addr] == c {
+		delete(m.byAddr, c.addr)
+	}
+	delete(m.lossyIn, c)
+}
+
+// Conns lists the open sessions.
+func (m *Messenger) Conns() iter.Seq[*Conn] {
+	m.mu.Lock()
+	conns := make([]*Conn, 0, len(m.byPeer)+len(m.byAddr)+len(m.lossyIn))
+	for _, c := range m.byPeer {
+		conns = append(conns, c)
+	}
+	for _, c := range m.byAddr {
+		conns = append(conns, c)
+	}
+	for c := range m.lossyIn {
+		conns = append(conns, c)
+	}
+	m.mu.Unlock()
+	return func(yield func(*Conn) bool) {
+		for _, c := range conns {
+			if !yield(c) {
+				return
+			}
+		}
+	}
+}
+
+// Shutdown closes listeners and sessions (telling peers) and waits for
+// every goroutine of the messenger to end, or for ctx.
+func (m *Messenger) Shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closing.Swap(true) {
+		m.mu.Unlock()
+		return m.wait(ctx)
+	}
+	lns := m.listeners
+	m.listeners = nil
+	m.mu.Unlock()
+	close(m.done)
+	for _, ln := range lns {
+		ln.Close()
+	}
+	for c := range m.Conns() {
+		c.Close()
+	}
+	return m.wait(ctx)
+}
+
+func (m *Messenger) wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("msgr: shutdown: %w", ctx.Err())
+	}
+}
+
+// tick drives keepalives, idle timeouts and the coarse clock.
+func (m *Messenger) tick() {
+	defer m.wg.Done()
+	period := min(m.opts.Keepalive, m.opts.IdleTimeout/4) / 2
+	t := time.NewTicker(max(period, time.Millisecond))
+	defer t.Stop()
+	lastKeepalive := time.Now()
+	for {
+		select {
+		case <-m.done:
+			return
+		case now := <-t.C:
+			m.coarseNow.Store(now.UnixNano())
+			sendKA := now.Sub(lastKeepalive) >= m.opts.Keepalive
+			if sendKA {
+				lastKeepalive = now
+			}
+			for c := range m.Conns() {
+				c.tick(now, sendKA)
+			}
+		}
+	}
+}
+
+func (c *Conn) tick(now time.Time, sendKA bool) {
+	c.mu.Lock()
+	lr := c.link
+	if lr == nil {
+		c.mu.Unlock()
+		return
+	}
+	if idle := now.UnixNano() - lr.lastRecv.Load(); idle > int64(c.m.opts.IdleTimeout) {
+		c.mu.Unlock()
+		c.fault(lr, ErrIdleTimeout)
+		return
+	}
+	if sendKA {
+		c.kaPending = true
+	}
+	c.ackNow = true // a lagging ack goes out at least once a tick
+	c.mu.Unlock()
+	lr.kick()
+}
+
+// startLink wires a fresh link (after its handshake) into goroutines.
+func (m *Messenger) startLink(lr *linkRun) {
+	lr.lastRecv.Store(m.coarseNow.Load())
+	m.wg.Add(2)
+	go lr.readLoop()
+	go lr.writeLoop()
+	lr.kick()
+}
+
+func (m *Messenger) newLinkRun(c *Conn, link wire.Link) *linkRun {
+	if m.opts.Faults.enabled() {
+		link = newFaultyLink(link, m.opts.Faults)
+	}
+	lr := &linkRun{c: c, link: link, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	lr.buffered, _ = link.(interface{ Buffered() bool })
+	return lr
+}

@@ -1,0 +1,189 @@
+// Package msgrtest holds the transport conformance suite that every msgr
+// transport must pass, and an in-memory transport for tests. Nothing here
+// is for production use.
+package msgrtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// MemTransport is an in-memory transport: "mem://NAME" addresses in one
+// process. Frames are copied on write (the writer may reuse its buffers at
+// once) and queued on a bounded channel, which back-pressures the writer
+// like a full socket buffer. Links enforce the same limits as real ones.
+type MemTransport struct {
+	mu        sync.Mutex
+	listeners map[string]*memListener
+	seq       atomic.Uint64
+}
+
+// NewMemTransport returns an empty in-memory network.
+func NewMemTransport() *MemTransport {
+	return &MemTransport{listeners: map[string]*memListener{}}
+}
+
+func (*MemTransport) Scheme() string { return "mem" }
+
+func (t *MemTransport) Listen(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Listener, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if addr == "" || addr == "0" {
+		addr = fmt.Sprintf("auto-%d", t.seq.Add(1))
+	}
+	if _, ok := t.listeners[addr]; ok {
+		return nil, fmt.Errorf("mem %s: address in use", addr)
+	}
+	l := &memListener{t: t, addr: addr, opts: opts, links: make(chan *memLink), done: make(chan struct{})}
+	t.listeners[addr] = l
+	return l, nil
+}
+
+func (t *MemTransport) Dial(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Link, error) {
+	t.mu.Lock()
+	l := t.listeners[addr]
+	t.mu.Unlock()
+	if l == nil {
+		return nil, fmt.Errorf("mem %s: connection refused", addr)
+	}
+	features, err := wire.Negotiate(opts.Banner, l.opts.Banner)
+	if err != nil {
+		return nil, err
+	}
+	id := t.seq.Add(1)
+	a2b := make(chan memFrame, 256)
+	b2a := make(chan memFrame, 256)
+	closed := make(chan struct{})
+	var once sync.Once
+	shut := func() { once.Do(func() { close(closed) }) }
+	client := &memLink{in: b2a, out: a2b, closed: closed, shut: shut, features: features, lim: opts.Limits,
+		local: fmt.Sprintf("client-%d", id), remote: addr}
+	server := &memLink{in: a2b, out: b2a, closed: closed, shut: shut, features: features, lim: l.opts.Limits,
+		local: addr, remote: fmt.Sprintf("client-%d", id)}
+	select {
+	case l.links <- server:
+		return client, nil
+	case <-l.done:
+		return nil, fmt.Errorf("mem %s: connection refused", addr)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type memListener struct {
+	t     *MemTransport
+	addr  string
+	opts  wire.LinkOptions
+	links chan *memLink
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *memListener) Accept(ctx context.Context) (wire.Link, error) {
+	select {
+	case link := <-l.links:
+		return link, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *memListener) Addr() string { return l.addr }
+
+func (l *memListener) Close() error {
+	l.once.Do(func() {
+		close(l.done)
+		l.t.mu.Lock()
+		delete(l.t.listeners, l.addr)
+		l.t.mu.Unlock()
+	})
+	return nil
+}
+
+type memFrame struct {
+	p   wire.Preamble
+	buf *wire.Buffer // front then data
+}
+
+type memLink struct {
+	in, out       chan memFrame
+	closed        chan struct{}
+	shut          func()
+	features      uint64
+	lim           wire.Limits
+	local, remote string
+}
+
+func (l *memLink) WriteFrames(frames []wire.Frame) error {
+	for i := range frames {
+		f := &frames[i]
+		mf := memFrame{p: f.Preamble}
+		mf.p.FrontLen, mf.p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
+		if n := len(f.Front) + len(f.Data); n > 0 {
+			mf.buf = wire.GetBuffer(n)
+			copy(mf.buf.B[copy(mf.buf.B, f.Front):], f.Data)
+		}
+		select {
+		case <-l.closed:
+			if mf.buf != nil {
+				mf.buf.Release()
+			}
+			return net.ErrClosed
+		default:
+		}
+		select {
+		case l.out <- mf:
+		case <-l.closed:
+			if mf.buf != nil {
+				mf.buf.Release()
+			}
+			return net.ErrClosed
+		}
+	}
+	return nil
+}
+
+func (l *memLink) ReadFrame(f *wire.Frame) error {
+	var mf memFrame
+	select {
+	case <-l.closed:
+		return net.ErrClosed
+	default:
+	}
+	select {
+	case mf = <-l.in:
+	case <-l.closed:
+		return net.ErrClosed
+	}
+	// The same checks a stream link makes, minus the CRCs a copy in
+	// memory cannot break.
+	var b [wire.PreambleSize]byte
+	mf.p.Put(b[:])
+	if err := f.Preamble.Parse(b[:], l.lim); err != nil {
+		if mf.buf != nil {
+			mf.buf.Release()
+		}
+		return err
+	}
+	f.Buf = mf.buf
+	if mf.buf != nil {
+		f.Front = mf.buf.B[:mf.p.FrontLen]
+		f.Data = mf.buf.B[mf.p.FrontLen:]
+	}
+	return nil
+}
+
+// Buffered reports whether another frame is queued.
+func (l *memLink) Buffered() bool { return len(l.in) > 0 }
+
+func (l *memLink) Features() uint64   { return l.features }
+func (l *memLink) LocalAddr() string  { return l.local }
+func (l *memLink) RemoteAddr() string { return l.remote }
+func (l *memLink) Close() error       { l.shut(); return nil }

@@ -1,0 +1,191 @@
+package msgr
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// Policy says what a session does when its link fails, as Ceph's
+// Messenger::Policy. Policies are chosen per peer entity type.
+type Policy struct {
+	// Lossy: a fault ends the session; queued messages are dropped and the
+	// owner hears a Reset. Otherwise the session survives faults and
+	// delivers every message exactly once, in order.
+	Lossy bool
+	// Server: never dial the peer to restore a session; wait for it to
+	// reconnect. A lossless server keeps the session for the peer's return.
+	Server bool
+}
+
+// Policy presets.
+var (
+	// LosslessPeer: daemons talking to daemons; either side reconnects and
+	// replays.
+	LosslessPeer = Policy{}
+	// LossyClient: a client's connection to a daemon; faults surface to
+	// the client, which retries its requests (idempotently) itself.
+	LossyClient = Policy{Lossy: true}
+	// StatelessServer: a daemon's end of a lossy client connection.
+	StatelessServer = Policy{Lossy: true, Server: true}
+)
+
+func (p Policy) String() string {
+	switch p {
+	case LosslessPeer:
+		return "lossless-peer"
+	case LossyClient:
+		return "lossy-client"
+	case StatelessServer:
+		return "stateless-server"
+	}
+	return fmt.Sprintf("policy{lossy:%v server:%v}", p.Lossy, p.Server)
+}
+
+// FaultInjection makes links fail on purpose, like Ceph's
+// ms_inject_socket_failures: for tests and for users who want to see their
+// system survive faults. The zero value injects nothing.
+type FaultInjection struct {
+	// EveryNFrames drops the link after about this many frames (read or
+	// written) on it; 0 disables. The exact point is jittered by Seed.
+	EveryNFrames int
+	// Probability drops the link on each frame with this probability.
+	Probability float64
+	// Seed makes the faults reproducible.
+	Seed int64
+	// Delay is added before every batch of writes.
+	Delay time.Duration
+}
+
+func (f FaultInjection) enabled() bool {
+	return f.EveryNFrames > 0 || f.Probability > 0 || f.Delay > 0
+}
+
+// Backoff bounds the delay between reconnect attempts, which doubles from
+// Min up to Max with jitter.
+type Backoff struct {
+	Min, Max time.Duration
+}
+
+// Options configure a Messenger. Zero fields take the defaults noted.
+type Options struct {
+	// Name is this messenger's entity name, e.g. "osd.3". Required.
+	Name EntityName
+	// Dispatcher receives messages and events. Required.
+	Dispatcher Dispatcher
+	// DefaultPolicy applies to peers whose entity type has no entry in
+	// Policies. Zero is LosslessPeer.
+	DefaultPolicy Policy
+	Policies      map[string]Policy
+	// Logger gets connection events and faults. Default slog.Default().
+	Logger *slog.Logger
+
+	// MaxMessageSize bounds front plus data of one message, both ways.
+	// Default 64 MiB.
+	MaxMessageSize int
+	// RecvWindowMsgs and RecvWindowBytes are the credits each session
+	// grants its peer: how many messages and bytes may sit in our
+	// dispatch queue. Defaults 1024 and 64 MiB.
+	RecvWindowMsgs  int
+	RecvWindowBytes int64
+	// SendQueueMsgs and SendQueueBytes bound what a Conn holds for its
+	// peer (queued plus sent but unacked); Send blocks beyond them. A single
+	// message larger than SendQueueBytes is allowed into an empty queue.
+	// Defaults 4096 and 128 MiB.
+	SendQueueMsgs  int
+	SendQueueBytes int64
+
+	// Keepalive is the interval of keepalive frames, which measure RTT
+	// and keep idle links alive. Default 5s.
+	Keepalive time.Duration
+	// IdleTimeout ends a link on which nothing arrived for this long.
+	// Default 60s. It must exceed Keepalive.
+	IdleTimeout time.Duration
+	// HandshakeTimeout bounds the banner exchange and handshake. Default 10s.
+	HandshakeTimeout time.Duration
+	// Reconnect bounds the backoff of lossless reconnects.
+	// Default 5ms to 2s.
+	Reconnect Backoff
+
+	// DisableDataCRC sends data segments without a CRC (Ceph's
+	// ms_crc_data=false) when the peer agrees. Preamble and front CRCs
+	// are always on.
+	DisableDataCRC bool
+	// Faults injects link failures.
+	Faults FaultInjection
+	// Transports adds transports beyond the built-in tcp (and rdma when
+	// built with -tags rdma), e.g. msgrtest's in-memory one.
+	Transports []wire.Transport
+}
+
+const (
+	defaultMaxMessage = 64 << 20
+	// maxFront bounds the front segment separately: ops are small and a
+	// peer should not make us buffer a huge protobuf.
+	defaultMaxFront = 16 << 20
+)
+
+func (o *Options) setDefaults() error {
+	if err := o.Name.Validate(); err != nil {
+		return err
+	}
+	if o.Dispatcher == nil {
+		return fmt.Errorf("msgr: Options.Dispatcher is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxMessageSize <= 0 {
+		o.MaxMessageSize = defaultMaxMessage
+	}
+	if o.MaxMessageSize > 1<<31 {
+		return fmt.Errorf("msgr: MaxMessageSize %d above the wire limit of 2 GiB", o.MaxMessageSize)
+	}
+	if o.RecvWindowMsgs <= 0 {
+		o.RecvWindowMsgs = 1024
+	}
+	if o.RecvWindowMsgs < 4 {
+		o.RecvWindowMsgs = 4 // room for data plus the reserved grant credit
+	}
+	if o.RecvWindowBytes <= 0 {
+		o.RecvWindowBytes = 64 << 20
+	}
+	if o.SendQueueMsgs <= 0 {
+		o.SendQueueMsgs = 4096
+	}
+	if o.SendQueueBytes <= 0 {
+		o.SendQueueBytes = 128 << 20
+	}
+	if o.Keepalive <= 0 {
+		o.Keepalive = 5 * time.Second
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 60 * time.Second
+	}
+	if o.IdleTimeout <= o.Keepalive {
+		return fmt.Errorf("msgr: IdleTimeout %v must exceed Keepalive %v", o.IdleTimeout, o.Keepalive)
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 10 * time.Second
+	}
+	if o.Reconnect.Min <= 0 {
+		o.Reconnect.Min = 5 * time.Millisecond
+	}
+	if o.Reconnect.Max < o.Reconnect.Min {
+		o.Reconnect.Max = max(2*time.Second, o.Reconnect.Min)
+	}
+	return nil
+}
+
+func (o *Options) policyFor(peer EntityName) Policy {
+	if p, ok := o.Policies[peer.Type()]; ok {
+		return p
+	}
+	return o.DefaultPolicy
+}
+
+func (o *Options) limits() wire.Limits {
+	return wire.Limits{MaxFront: uint32(min(o.MaxMessageSize, defaultMaxFront)), MaxData: uint32(o.MaxMessageSize)}
+}

@@ -1,0 +1,139 @@
+package msgr
+
+import "github.com/ospreystore/osprey/msgr/wire"
+
+// session is the sequencing state of one lossless (or lossy) session, a
+// state machine with no I/O in the style of etcd-io/raft: the conn calls it
+// under its lock and moves the bytes itself.
+//
+// Outgoing messages get consecutive sequence numbers and stay in a ring
+// until the peer acks them: [0, sent) went out on some link, [sent, n) wait
+// for a link or for credit. After a reconnect the peer says what it has
+// received (its in_seq); everything up to that is released and the rest is
+// sent again (rewind). Incoming messages are delivered only in order, and
+// one at or below inSeq is a duplicate from such a replay and dropped, so
+// the dispatcher sees every message exactly once.
+type session struct {
+	outSeq uint64 // last sequence number assigned
+	ring   []*Message
+	head   int // index of the oldest unacked message
+	n      int // messages in the ring
+	sent   int // of those, how many went out on the current link
+
+	queuedBytes int64
+
+	inSeq     uint64 // last message received in order
+	ackedSent uint64 // last ack value we sent
+}
+
+func (s *session) at(i int) *Message { return s.ring[(s.head+i)&(len(s.ring)-1)] }
+
+// enqueue assigns the next sequence number and queues m.
+func (s *session) enqueue(m *Message) {
+	if s.n == len(s.ring) {
+		s.grow()
+	}
+	s.outSeq++
+	m.out.seq = s.outSeq
+	s.ring[(s.head+s.n)&(len(s.ring)-1)] = m
+	s.n++
+	s.queuedBytes += m.Len()
+}
+
+func (s *session) grow() {
+	ring := make([]*Message, max(64, 2*len(s.ring)))
+	for i := range s.n {
+		ring[i] = s.at(i)
+	}
+	s.ring, s.head = ring, 0
+}
+
+// queued is the number of messages not yet acked.
+func (s *session) queued() int { return s.n }
+
+// nextUnsent returns the next message to send, or nil.
+func (s *session) nextUnsent() *Message {
+	if s.sent == s.n {
+		return nil
+	}
+	return s.at(s.sent)
+}
+
+// markSent records that nextUnsent went out.
+func (s *session) markSent() { s.sent++ }
+
+// onAck releases every message up to ack into released and returns it.
+// Acking a message that was never sent is a protocol violation.
+func (s *session) onAck(ack uint64, released []*Message) ([]*Message, error) {
+	for s.n > 0 {
+		m := s.at(0)
+		if m.out.seq > ack {
+			break
+		}
+		if s.sent == 0 {
+			return released, wire.Protocolf("peer acked seq %d that was never sent", ack)
+		}
+		s.ring[s.head] = nil
+		s.head = (s.head + 1) & (len(s.ring) - 1)
+		s.n--
+		s.sent--
+		s.queuedBytes -= m.Len()
+		released = append(released, m)
+	}
+	if ack > s.outSeq {
+		return released, wire.Protocolf("peer acked seq %d beyond the last sent %d", ack, s.outSeq)
+	}
+	return released, nil
+}
+
+// rewind starts a new link: the peer has received up to peerInSeq; what
+// it has not is sent again. It returns the released messages and how
+// many will be resent.
+func (s *session) rewind(peerInSeq uint64, released []*Message) ([]*Message, int, error) {
+	released, err := s.onAck(peerInSeq, released)
+	if err != nil {
+		return released, 0, err
+	}
+	replay := s.sent
+	s.sent = 0
+	// The new link has heard no ack from us yet.
+	s.ackedSent = 0
+	return released, replay, nil
+}
+
+// onMessage sequences a received message: deliver reports whether it is
+// the next one; an old seq is a duplicate (deliver false, no error), a gap
+// means the peer broke the protocol.
+func (s *session) onMessage(seq uint64) (deliver bool, err error) {
+	switch {
+	case seq == s.inSeq+1:
+		s.inSeq = seq
+		return true, nil
+	case seq <= s.inSeq:
+		return false, nil
+	default:
+		return false, wire.Protocolf("message seq %d after %d: a message is missing", seq, s.inSeq)
+	}
+}
+
+// ackOwed reports whether the peer has not heard of messages we received.
+func (s *session) ackOwed() bool { return s.inSeq != s.ackedSent }
+
+// stampAck puts the current ack on an outgoing frame.
+func (s *session) stampAck(p *wire.Preamble) {
+	p.Ack = s.inSeq
+	s.ackedSent = s.inSeq
+}
+
+// reset forgets the session (the peer lost it, or a lossy fault): every
+// queued message is released and sequence numbers start over.
+func (s *session) reset(released []*Message) []*Message {
+	for s.n > 0 {
+		released = append(released, s.at(0))
+		s.ring[s.head] = nil
+		s.head = (s.head + 1) & (len(s.ring) - 1)
+		s.n--
+	}
+	*s = session{ring: s.ring}
+	return released
+}

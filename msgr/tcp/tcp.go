@@ -1,0 +1,140 @@
+// Package tcp is the messenger's TCP transport: frames on a TCP stream with
+// TCP_NODELAY, batched vectored writes and pooled receive chunks (see
+// wire.StreamLink). It must never block an Accept on one slow peer: each
+// accepted connection does its banner exchange on its own goroutine.
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// BannerTimeout bounds the banner exchange of a new connection.
+const BannerTimeout = 10 * time.Second
+
+// Transport is the TCP transport. The zero value is ready to use.
+type Transport struct{}
+
+// Scheme returns "tcp".
+func (Transport) Scheme() string { return "tcp" }
+
+// Dial connects to host:port and exchanges banners.
+func (Transport) Dial(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Link, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	l, err := start(ctx, c.(*net.TCPConn), opts)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func start(ctx context.Context, c *net.TCPConn, opts wire.LinkOptions) (*wire.StreamLink, error) {
+	if err := c.SetNoDelay(true); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(BannerTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	c.SetDeadline(deadline)
+	// A cancelled ctx must unblock the exchange.
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	features, err := wire.ExchangeBanner(c, opts.Banner)
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tcp %s: %w", c.RemoteAddr(), err)
+	}
+	c.SetDeadline(time.Time{})
+	return wire.NewStreamLink(c, features, opts), nil
+}
+
+// Listen binds host:port (port 0 picks one) and starts accepting.
+func (Transport) Listen(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Listener, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	l := &listener{ln: ln, opts: opts, links: make(chan wire.Link)}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l, nil
+}
+
+type listener struct {
+	ln     net.Listener
+	opts   wire.LinkOptions
+	links  chan wire.Link
+	ctx    context.Context // cancelled by Close; ends banner exchanges
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (l *listener) Addr() string { return l.ln.Addr().String() }
+
+func (l *listener) acceptLoop() {
+	defer l.wg.Done()
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			l.cancel()
+			return
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			link, err := start(l.ctx, c.(*net.TCPConn), l.opts)
+			if err != nil {
+				// A peer that fails the banner never became a link; it
+				// is not the messenger's to hear about.
+				c.Close()
+				return
+			}
+			select {
+			case l.links <- link:
+			case <-l.ctx.Done():
+				link.Close()
+			}
+		}()
+	}
+}
+
+func (l *listener) Accept(ctx context.Context) (wire.Link, error) {
+	select {
+	case link := <-l.links:
+		return link, nil
+	case <-l.ctx.Done():
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops accepting and waits for in-flight banner exchanges to end.
+func (l *listener) Close() error {
+	l.cancel()
+	err := l.ln.Close()
+	l.wg.Wait()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}

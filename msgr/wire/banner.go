@@ -1,0 +1,79 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Banner is the first thing each side writes on a new link, before any
+// frame: a magic, the protocol version and feature bits. A peer that speaks
+// another protocol or lacks a required feature is refused before anything
+// else is parsed.
+//
+// Layout: 8-byte magic "OSPREYMS", u16 version, u16 and u32 reserved (zero),
+// u64 supported features, u64 required features (little endian).
+type Banner struct {
+	Version   uint16
+	Supported uint64
+	Required  uint64
+}
+
+// BannerSize is the encoded size of a Banner.
+const BannerSize = 32
+
+// Version is the protocol version this code speaks.
+const Version = 1
+
+var bannerMagic = [8]byte{'O', 'S', 'P', 'R', 'E', 'Y', 'M', 'S'}
+
+// Feature bits.
+const (
+	// FeatureNoDataCRC: the peer accepts frames whose data segment has no
+	// CRC (FlagNoDataCRC), like Ceph's ms_crc_data=false.
+	FeatureNoDataCRC uint64 = 1 << 0
+	// FeatureRendezvous: the peer can pull large payloads by RDMA read.
+	FeatureRendezvous uint64 = 1 << 1
+	// KnownFeatures is every bit this version understands.
+	KnownFeatures = FeatureNoDataCRC | FeatureRendezvous
+)
+
+// Put encodes the banner into b[:BannerSize].
+func (bn *Banner) Put(b []byte) {
+	_ = b[BannerSize-1]
+	copy(b, bannerMagic[:])
+	binary.LittleEndian.PutUint16(b[8:], bn.Version)
+	binary.LittleEndian.PutUint16(b[10:], 0)
+	binary.LittleEndian.PutUint32(b[12:], 0)
+	binary.LittleEndian.PutUint64(b[16:], bn.Supported)
+	binary.LittleEndian.PutUint64(b[24:], bn.Required)
+}
+
+// ParseBanner decodes a banner.
+func ParseBanner(b []byte) (Banner, error) {
+	var bn Banner
+	if len(b) < BannerSize {
+		return bn, &Error{Kind: ErrKindBanner, Msg: fmt.Sprintf("banner needs %d bytes, have %d", BannerSize, len(b))}
+	}
+	if [8]byte(b[:8]) != bannerMagic {
+		return bn, &Error{Kind: ErrKindBanner, Msg: fmt.Sprintf("bad magic %q: the peer does not speak the osprey messenger protocol", b[:8])}
+	}
+	bn.Version = binary.LittleEndian.Uint16(b[8:])
+	bn.Supported = binary.LittleEndian.Uint64(b[16:])
+	bn.Required = binary.LittleEndian.Uint64(b[24:])
+	return bn, nil
+}
+
+// Negotiate checks a peer banner against ours and returns the features both
+// sides use.
+func Negotiate(mine, peer Banner) (uint64, error) {
+	if peer.Version != mine.Version {
+		return 0, &Error{Kind: ErrKindBanner, Msg: fmt.Sprintf("peer speaks protocol version %d, this side %d", peer.Version, mine.Version)}
+	}
+	if missing := peer.Required &^ mine.Supported; missing != 0 {
+		return 0, &Error{Kind: ErrKindBanner, Msg: fmt.Sprintf("peer requires features %#x this side lacks", missing)}
+	}
+	if missing := mine.Required &^ peer.Supported; missing != 0 {
+		return 0, &Error{Kind: ErrKindBanner, Msg: fmt.Sprintf("this side requires features %#x the peer lacks", missing)}
+	}
+	return mine.Supported & peer.Supported, nil
+}

@@ -1,0 +1,70 @@
+package wire
+
+import (
+	"math/bits"
+	"sync"
+	"sync/atomic"
+)
+
+// Buffer is a reference-counted byte buffer from a size-classed pool. The
+// receive path reads frames into Buffers and hands out slices of them, so a
+// message costs no allocation and no copy; the last Release returns the
+// buffer to its pool.
+type Buffer struct {
+	B     []byte
+	refs  atomic.Int32
+	class int8
+}
+
+const (
+	minClassShift = 12 // 4 KiB
+	maxClassShift = 27 // 128 MiB
+)
+
+var bufPools [maxClassShift - minClassShift + 1]sync.Pool
+
+// GetBuffer returns a buffer with len(B) == n and one reference. Sizes above
+// the largest class are allocated and not pooled.
+func GetBuffer(n int) *Buffer {
+	c := sizeClass(n)
+	if c < 0 {
+		b := &Buffer{B: make([]byte, n), class: -1}
+		b.refs.Store(1)
+		return b
+	}
+	if v := bufPools[c].Get(); v != nil {
+		b := v.(*Buffer)
+		b.B = b.B[:n]
+		b.refs.Store(1)
+		return b
+	}
+	b := &Buffer{B: make([]byte, n, 1<<(c+minClassShift)), class: int8(c)}
+	b.refs.Store(1)
+	return b
+}
+
+func sizeClass(n int) int {
+	if n <= 1<<minClassShift {
+		return 0
+	}
+	shift := bits.Len(uint(n - 1))
+	if shift > maxClassShift {
+		return -1
+	}
+	return shift - minClassShift
+}
+
+// Ref adds a reference.
+func (b *Buffer) Ref() { b.refs.Add(1) }
+
+// Release drops a reference; the last one returns the buffer to the pool.
+func (b *Buffer) Release() {
+	switch n := b.refs.Add(-1); {
+	case n == 0:
+		if b.class >= 0 {
+			bufPools[b.class].Put(b)
+		}
+	case n < 0:
+		panic("wire: Buffer released more times than referenced")
+	}
+}

@@ -1,0 +1,68 @@
+package wire
+
+import "context"
+
+// Frame is one frame as a transport moves it. On the write side Front and
+// Data belong to the caller and are only read during WriteFrames. On the read
+// side they point into Buf, which carries one reference for the caller.
+type Frame struct {
+	Preamble
+	Front []byte
+	Data  []byte
+	Buf   *Buffer
+}
+
+// Release drops the frame's hold on its receive buffer.
+func (f *Frame) Release() {
+	if f.Buf != nil {
+		f.Buf.Release()
+		f.Buf = nil
+	}
+	f.Front, f.Data = nil, nil
+}
+
+// LinkOptions are what the messenger tells a transport about a link.
+type LinkOptions struct {
+	// Banner is this side's banner; the transport exchanges banners before
+	// it returns a Link and refuses peers that fail Negotiate.
+	Banner Banner
+	// Limits bound incoming segment sizes.
+	Limits Limits
+	// NoDataCRC asks the link to skip the data CRC on frames it writes,
+	// when the peer agreed to FeatureNoDataCRC.
+	NoDataCRC bool
+}
+
+// Link moves whole frames between two endpoints, in order, reliably, until
+// it fails; a failed link is never reused (the messenger dials a new one and
+// resumes the session above it). One goroutine writes and one reads.
+type Link interface {
+	// WriteFrames writes frames in order. When it returns the frames'
+	// segments are no longer referenced.
+	WriteFrames(frames []Frame) error
+	// ReadFrame reads the next frame into f. Malformed input returns a
+	// *Error; the link is then unusable.
+	ReadFrame(f *Frame) error
+	// Features returns the features both banners agreed on.
+	Features() uint64
+	LocalAddr() string
+	RemoteAddr() string
+	// Close ends the link; blocked reads and writes return errors.
+	Close() error
+}
+
+// Listener yields links whose banner exchange has succeeded.
+type Listener interface {
+	Accept(ctx context.Context) (Link, error)
+	// Addr is the bound address, with the port filled in.
+	Addr() string
+	Close() error
+}
+
+// Transport creates links. addr is the transport-specific part of an
+// address (host:port for tcp, a name for mem).
+type Transport interface {
+	Scheme() string
+	Listen(ctx context.Context, addr string, opts LinkOptions) (Listener, error)
+	Dial(ctx context.Context, addr string, opts LinkOptions) (Link, error)
+}

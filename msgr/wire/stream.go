@@ -1,0 +1,264 @@
+package wire
+
+import (
+	"fmt"
+	"io"
+	"net"
+)
+
+// Stream framing: how frames travel on a byte stream (TCP, or any
+// net.Conn). The reader reads into large pooled chunks and hands out frames
+// that point into them, so small frames cost one read syscall per chunk, no
+// copy and no allocation; frames too large for a chunk get a buffer of their
+// own that the payload is read into directly. The writer coalesces small
+// frames into one buffer and passes large segments as their own iovecs, so a
+// batch of frames is one writev with no copy of large payloads.
+const (
+	readChunkSize  = 256 << 10
+	bigFrameBytes  = 64 << 10 // frames above this get their own buffer
+	writeBufSize   = 256 << 10
+	copySegmentMax = 16 << 10 // segments up to this are copied into the write buffer
+)
+
+// StreamLink is a Link over a byte stream.
+type StreamLink struct {
+	r        io.Reader
+	w        io.Writer
+	closer   io.Closer
+	local    string
+	remote   string
+	features uint64
+	lim      Limits
+	noCRC    bool // write frames without data CRC
+
+	// write side (writer goroutine only)
+	wbuf []byte
+	iov  net.Buffers
+	tmp  net.Buffers // what writev consumes; a field so it does not escape per call
+
+	// read side (reader goroutine only)
+	chunk      *Buffer
+	rpos, rend int
+}
+
+// NewStreamLink wraps a connection whose banner exchange succeeded with the
+// given agreed features.
+func NewStreamLink(c net.Conn, features uint64, opts LinkOptions) *StreamLink {
+	l := newStreamLink(c, c, c, features, opts)
+	l.local, l.remote = c.LocalAddr().String(), c.RemoteAddr().String()
+	return l
+}
+
+func newStreamLink(r io.Reader, w io.Writer, closer io.Closer, features uint64, opts LinkOptions) *StreamLink {
+	return &StreamLink{
+		r: r, w: w, closer: closer, features: features, lim: opts.Limits,
+		noCRC: opts.NoDataCRC && features&FeatureNoDataCRC != 0,
+		wbuf:  make([]byte, 0, writeBufSize),
+	}
+}
+
+// NewReaderLink returns a read-only StreamLink over r, for tests and fuzzing
+// of the frame decoder.
+func NewReaderLink(r io.Reader, features uint64, lim Limits) *StreamLink {
+	return newStreamLink(r, io.Discard, io.NopCloser(nil), features, LinkOptions{Limits: lim})
+}
+
+func (l *StreamLink) Features() uint64   { return l.features }
+func (l *StreamLink) LocalAddr() string  { return l.local }
+func (l *StreamLink) RemoteAddr() string { return l.remote }
+
+// Close closes the stream. The read chunk is released by the reader when
+// it sees the error, never here, since the reader may still be using it.
+func (l *StreamLink) Close() error { return l.closer.Close() }
+
+// WriteFrames encodes the frames and writes them with as few syscalls as the
+// write buffer allows.
+func (l *StreamLink) WriteFrames(frames []Frame) error {
+	l.wbuf = l.wbuf[:0]
+	l.iov = l.iov[:0]
+	mark := 0 // start of wbuf bytes not yet in iov
+	for i := range frames {
+		f := &frames[i]
+		p := f.Preamble
+		p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
+		if l.noCRC && len(f.Data) > 0 {
+			p.Flags |= FlagNoDataCRC
+		}
+		inline := PreambleSize + EpilogueSize
+		if len(f.Front) <= copySegmentMax {
+			inline += len(f.Front)
+		}
+		if len(f.Data) <= copySegmentMax {
+			inline += len(f.Data)
+		}
+		if len(l.wbuf)+inline > cap(l.wbuf) {
+			if err := l.flush(mark); err != nil {
+				return err
+			}
+			mark = 0
+		}
+		n := len(l.wbuf)
+		l.wbuf = l.wbuf[:n+PreambleSize]
+		p.Put(l.wbuf[n:])
+		if !p.HasSegments() {
+			continue
+		}
+		mark = l.addSegment(f.Front, mark)
+		mark = l.addSegment(f.Data, mark)
+		var dcrc uint32
+		if p.Flags&FlagNoDataCRC == 0 {
+			dcrc = CRC(f.Data)
+		}
+		n = len(l.wbuf)
+		l.wbuf = l.wbuf[:n+EpilogueSize]
+		PutEpilogue(l.wbuf[n:], CRC(f.Front), dcrc)
+	}
+	return l.flush(mark)
+}
+
+// addSegment copies a small segment into wbuf, or ends the current wbuf
+// run and adds a large one as its own iovec. It returns the new mark.
+func (l *StreamLink) addSegment(seg []byte, mark int) int {
+	if len(seg) <= copySegmentMax {
+		l.wbuf = append(l.wbuf, seg...)
+		return mark
+	}
+	if len(l.wbuf) > mark {
+		l.iov = append(l.iov, l.wbuf[mark:])
+	}
+	l.iov = append(l.iov, seg)
+	return len(l.wbuf)
+}
+
+func (l *StreamLink) flush(mark int) error {
+	if len(l.wbuf) > mark {
+		l.iov = append(l.iov, l.wbuf[mark:])
+	}
+	var err error
+	if len(l.iov) == 1 {
+		_, err = l.w.Write(l.iov[0])
+	} else if len(l.iov) > 1 {
+		l.tmp = l.iov
+		_, err = l.tmp.WriteTo(l.w)
+	}
+	clear(l.iov) // drop references to caller segments
+	l.iov = l.iov[:0]
+	l.wbuf = l.wbuf[:0]
+	return err
+}
+
+// ReadFrame reads and verifies the next frame.
+func (l *StreamLink) ReadFrame(f *Frame) error {
+	err := l.readFrame(f)
+	if err != nil && l.chunk != nil {
+		// The link is dead after any error; give the chunk back.
+		l.chunk.Release()
+		l.chunk = nil
+		l.rpos, l.rend = 0, 0
+	}
+	return err
+}
+
+func (l *StreamLink) readFrame(f *Frame) error {
+	if err := l.fill(PreambleSize); err != nil {
+		return err
+	}
+	if err := f.Preamble.Parse(l.chunk.B[l.rpos:l.rend], l.lim); err != nil {
+		return err
+	}
+	if f.Flags&FlagNoDataCRC != 0 && l.features&FeatureNoDataCRC == 0 {
+		return &Error{Kind: ErrKindProtocol, Msg: "frame without data crc, but that feature was not agreed"}
+	}
+	total := f.WireSize()
+	if total <= bigFrameBytes {
+		if err := l.fill(total); err != nil {
+			return err
+		}
+		b := l.chunk.B[l.rpos : l.rpos+total]
+		l.rpos += total
+		if !f.HasSegments() {
+			f.Front, f.Data, f.Buf = nil, nil, nil
+			return nil
+		}
+		front := b[PreambleSize : PreambleSize+int(f.FrontLen)]
+		data := b[len(front)+PreambleSize : total-EpilogueSize]
+		if err := CheckEpilogue(b[total-EpilogueSize:], front, data, f.Flags&FlagNoDataCRC != 0); err != nil {
+			return err
+		}
+		l.chunk.Ref()
+		f.Front, f.Data, f.Buf = front, data, l.chunk
+		return nil
+	}
+	// A large frame: its segments and epilogue go into a buffer of their own.
+	l.rpos += PreambleSize
+	body := total - PreambleSize
+	buf := GetBuffer(body)
+	n := copy(buf.B, l.chunk.B[l.rpos:l.rend])
+	l.rpos += n
+	if _, err := io.ReadFull(l.r, buf.B[n:]); err != nil {
+		buf.Release()
+		return fmt.Errorf("msgr wire: reading %d-byte frame: %w", total, err)
+	}
+	front := buf.B[:f.FrontLen]
+	data := buf.B[f.FrontLen : body-EpilogueSize]
+	if err := CheckEpilogue(buf.B[body-EpilogueSize:], front, data, f.Flags&FlagNoDataCRC != 0); err != nil {
+		buf.Release()
+		return err
+	}
+	f.Front, f.Data, f.Buf = front, data, buf
+	return nil
+}
+
+// fill makes at least n bytes available at chunk.B[rpos:rend], moving a
+// partial frame to a fresh chunk when the current one is full. The old
+// chunk stays alive for as long as frames handed out still point into it.
+func (l *StreamLink) fill(n int) error {
+	if l.rend-l.rpos >= n {
+		return nil
+	}
+	if l.chunk == nil || l.rpos+n > len(l.chunk.B) {
+		c := GetBuffer(readChunkSize)
+		if l.chunk != nil {
+			copy(c.B, l.chunk.B[l.rpos:l.rend])
+			l.chunk.Release()
+		}
+		l.rend -= l.rpos
+		l.rpos = 0
+		l.chunk = c
+	}
+	for l.rend-l.rpos < n {
+		m, err := l.r.Read(l.chunk.B[l.rend:])
+		l.rend += m
+		if err != nil {
+			if l.rend-l.rpos >= n {
+				return nil
+			}
+			if err == io.EOF && l.rend > l.rpos {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// ExchangeBanner writes our banner to rw, reads the peer's and negotiates.
+func ExchangeBanner(rw io.ReadWriter, mine Banner) (uint64, error) {
+	var b [BannerSize]byte
+	mine.Put(b[:])
+	if _, err := rw.Write(b[:]); err != nil {
+		return 0, fmt.Errorf("msgr wire: writing banner: %w", err)
+	}
+	if _, err := io.ReadFull(rw, b[:]); err != nil {
+		return 0, fmt.Errorf("msgr wire: reading banner: %w", err)
+	}
+	peer, err := ParseBanner(b[:])
+	if err != nil {
+		return 0, err
+	}
+	return Negotiate(mine, peer)
+}
+
+// Buffered reports whether bytes of a next frame are already read, so the
+// caller may hold back an ack until the burst is processed.
+func (l *StreamLink) Buffered() bool { return l.rend > l.rpos }

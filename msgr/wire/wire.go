@@ -1,0 +1,255 @@
+// Package wire is the msgr wire format: the banner, frame preambles, segment
+// CRCs, limits, and the Link/Transport seam that transports implement.
+//
+// It is the only place that parses bytes from the network for the messenger,
+// so every decoder here returns a typed *Error for bad input and must never
+// panic, whatever the bytes. docs/protocol.md is the normative description;
+// this file must match it.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+)
+
+// castagnoli is the CRC32C table; the stdlib uses the SSE4.2/ARMv8
+// instructions for it, which is why CRC32C and not IEEE.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CRC returns the CRC32C of b.
+func CRC(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// UpdateCRC extends crc with b.
+func UpdateCRC(crc uint32, b []byte) uint32 { return crc32.Update(crc, castagnoli, b) }
+
+// Tag says what a frame is.
+type Tag uint8
+
+const (
+	TagMessage      Tag = 1  // a dispatcher message: seq, type, front, data
+	TagAck          Tag = 2  // explicit ack and credit grant, no segments
+	TagKeepalive    Tag = 3  // Seq carries the sender's clock in ns
+	TagKeepaliveAck Tag = 4  // echoes a keepalive's Seq
+	TagHello        Tag = 5  // handshake: entity names (msgrpb.Hello)
+	TagAuthRequest  Tag = 6  // handshake: auth methods (msgrpb.AuthRequest)
+	TagAuthDone     Tag = 7  // handshake: chosen method (msgrpb.AuthDone)
+	TagSessionReq   Tag = 8  // handshake: open or resume (msgrpb.SessionRequest)
+	TagSessionReady Tag = 9  // handshake: accepted (msgrpb.SessionReady)
+	TagSessionReset Tag = 10 // handshake: unknown session (msgrpb.SessionReset)
+	TagWait         Tag = 11 // handshake: lost a connect race (msgrpb.Wait)
+	TagClose        Tag = 12 // deliberate close: the session ends, no reconnect
+	tagMax          Tag = TagClose
+)
+
+var tagNames = [...]string{
+	TagMessage: "MESSAGE", TagAck: "ACK", TagKeepalive: "KEEPALIVE",
+	TagKeepaliveAck: "KEEPALIVE_ACK", TagHello: "HELLO", TagAuthRequest: "AUTH_REQUEST",
+	TagAuthDone: "AUTH_DONE", TagSessionReq: "SESSION_REQUEST", TagSessionReady: "SESSION_READY",
+	TagSessionReset: "SESSION_RESET", TagWait: "WAIT", TagClose: "CLOSE",
+}
+
+func (t Tag) String() string {
+	if t >= 1 && t <= tagMax {
+		return tagNames[t]
+	}
+	return fmt.Sprintf("TAG(%d)", uint8(t))
+}
+
+// Valid reports whether t is a tag this version knows.
+func (t Tag) Valid() bool { return t >= 1 && t <= tagMax }
+
+// Frame flags.
+const (
+	// FlagRendezvous: the data segment is a descriptor of a remote buffer
+	// the receiver pulls (RDMA), not the payload itself.
+	FlagRendezvous uint8 = 1 << 0
+	// FlagNoDataCRC: the sender did not compute the data CRC (the epilogue
+	// carries zero for it); only allowed when FeatureNoDataCRC was agreed.
+	FlagNoDataCRC uint8 = 1 << 1
+	knownFlags          = FlagRendezvous | FlagNoDataCRC
+)
+
+// PreambleSize is the fixed size of every frame's preamble; EpilogueSize the
+// size of the segment CRCs that follow the segments when there are any.
+const (
+	PreambleSize = 48
+	EpilogueSize = 8
+)
+
+// Preamble is the fixed header of a frame. Seq, Ack and the grants ride on
+// every frame so acks and credits need no frames of their own while traffic
+// flows.
+//
+// Layout (little endian):
+//
+//	0  u8  tag          1 u8 flags        2 u16 message type
+//	4  u32 front length 8 u32 data length
+//	12 u32 reserved (zero)
+//	16 u64 seq          24 u64 ack
+//	32 u32 message credit grant (cumulative, mod 2^32)
+//	36 u64 byte credit grant (cumulative)
+//	44 u32 CRC32C of bytes 0..43
+type Preamble struct {
+	Tag        Tag
+	Flags      uint8
+	Type       uint16
+	FrontLen   uint32
+	DataLen    uint32
+	Seq        uint64
+	Ack        uint64
+	GrantMsgs  uint32
+	GrantBytes uint64
+}
+
+// Put encodes p into b[:PreambleSize].
+func (p *Preamble) Put(b []byte) {
+	_ = b[PreambleSize-1]
+	b[0] = byte(p.Tag)
+	b[1] = p.Flags
+	binary.LittleEndian.PutUint16(b[2:], p.Type)
+	binary.LittleEndian.PutUint32(b[4:], p.FrontLen)
+	binary.LittleEndian.PutUint32(b[8:], p.DataLen)
+	binary.LittleEndian.PutUint32(b[12:], 0)
+	binary.LittleEndian.PutUint64(b[16:], p.Seq)
+	binary.LittleEndian.PutUint64(b[24:], p.Ack)
+	binary.LittleEndian.PutUint32(b[32:], p.GrantMsgs)
+	binary.LittleEndian.PutUint64(b[36:], p.GrantBytes)
+	binary.LittleEndian.PutUint32(b[44:], CRC(b[:44]))
+}
+
+// HasSegments reports whether an epilogue follows the preamble.
+func (p *Preamble) HasSegments() bool { return p.FrontLen != 0 || p.DataLen != 0 }
+
+// WireSize is the number of bytes the whole frame takes on a stream.
+func (p *Preamble) WireSize() int {
+	n := PreambleSize + int(p.FrontLen) + int(p.DataLen)
+	if p.HasSegments() {
+		n += EpilogueSize
+	}
+	return n
+}
+
+// Limits bound what a peer may make us allocate.
+type Limits struct {
+	MaxFront uint32 // largest front segment
+	MaxData  uint32 // largest data segment (the maximum message payload)
+}
+
+// Parse decodes and validates a preamble. It checks the CRC, the tag, the
+// flags and the segment sizes against lim, so the caller may size buffers
+// from the result.
+func (p *Preamble) Parse(b []byte, lim Limits) error {
+	if len(b) < PreambleSize {
+		return &Error{Kind: ErrKindShort, Msg: fmt.Sprintf("preamble needs %d bytes, have %d", PreambleSize, len(b))}
+	}
+	if got, want := binary.LittleEndian.Uint32(b[44:]), CRC(b[:44]); got != want {
+		return &Error{Kind: ErrKindCRC, Msg: fmt.Sprintf("preamble crc %08x, computed %08x", got, want)}
+	}
+	p.Tag = Tag(b[0])
+	p.Flags = b[1]
+	p.Type = binary.LittleEndian.Uint16(b[2:])
+	p.FrontLen = binary.LittleEndian.Uint32(b[4:])
+	p.DataLen = binary.LittleEndian.Uint32(b[8:])
+	p.Seq = binary.LittleEndian.Uint64(b[16:])
+	p.Ack = binary.LittleEndian.Uint64(b[24:])
+	p.GrantMsgs = binary.LittleEndian.Uint32(b[32:])
+	p.GrantBytes = binary.LittleEndian.Uint64(b[36:])
+	if !p.Tag.Valid() {
+		return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("unknown frame tag %d", uint8(p.Tag))}
+	}
+	if p.Flags&^knownFlags != 0 {
+		return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("unknown frame flags %#x", p.Flags)}
+	}
+	if r := binary.LittleEndian.Uint32(b[12:]); r != 0 {
+		return &Error{Kind: ErrKindMalformed, Msg: "reserved preamble field is not zero"}
+	}
+	if p.FrontLen > lim.MaxFront {
+		return &Error{Kind: ErrKindTooLarge, Msg: fmt.Sprintf("front segment of %d bytes exceeds the limit of %d", p.FrontLen, lim.MaxFront)}
+	}
+	if p.DataLen > lim.MaxData {
+		return &Error{Kind: ErrKindTooLarge, Msg: fmt.Sprintf("data segment of %d bytes exceeds the limit of %d", p.DataLen, lim.MaxData)}
+	}
+	switch p.Tag {
+	case TagMessage:
+	case TagAck, TagKeepalive, TagKeepaliveAck, TagClose:
+		if p.HasSegments() {
+			return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("%v frame carries segments", p.Tag)}
+		}
+	default: // handshake frames carry a front only
+		if p.DataLen != 0 {
+			return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("%v frame carries a data segment", p.Tag)}
+		}
+	}
+	return nil
+}
+
+// PutEpilogue writes the segment CRCs into b[:EpilogueSize].
+func PutEpilogue(b []byte, frontCRC, dataCRC uint32) {
+	binary.LittleEndian.PutUint32(b[0:], frontCRC)
+	binary.LittleEndian.PutUint32(b[4:], dataCRC)
+}
+
+// CheckEpilogue verifies the segment CRCs in epi against front and data.
+// With noDataCRC the data CRC is not checked (the sender set FlagNoDataCRC).
+func CheckEpilogue(epi, front, data []byte, noDataCRC bool) error {
+	if len(epi) < EpilogueSize {
+		return &Error{Kind: ErrKindShort, Msg: "short epilogue"}
+	}
+	if got, want := binary.LittleEndian.Uint32(epi[0:]), CRC(front); got != want {
+		return &Error{Kind: ErrKindCRC, Msg: fmt.Sprintf("front segment crc %08x, computed %08x", got, want)}
+	}
+	if !noDataCRC {
+		if got, want := binary.LittleEndian.Uint32(epi[4:]), CRC(data); got != want {
+			return &Error{Kind: ErrKindCRC, Msg: fmt.Sprintf("data segment crc %08x, computed %08x", got, want)}
+		}
+	}
+	return nil
+}
+
+// ErrKind classifies wire errors.
+type ErrKind uint8
+
+const (
+	ErrKindMalformed ErrKind = iota + 1 // structurally invalid
+	ErrKindCRC                          // checksum mismatch
+	ErrKindTooLarge                     // a size above the configured limit
+	ErrKindShort                        // not enough bytes
+	ErrKindBanner                       // bad magic, version or features
+	ErrKindProtocol                     // a valid frame at the wrong time
+)
+
+var errKindNames = map[ErrKind]string{
+	ErrKindMalformed: "malformed frame", ErrKindCRC: "crc mismatch", ErrKindTooLarge: "too large",
+	ErrKindShort: "short input", ErrKindBanner: "bad banner", ErrKindProtocol: "protocol violation",
+}
+
+// Error is a wire-level error: the peer sent something we cannot accept.
+// The connection that saw it is closed; nothing else is affected.
+type Error struct {
+	Kind ErrKind
+	Msg  string
+}
+
+func (e *Error) Error() string { return "msgr wire: " + errKindNames[e.Kind] + ": " + e.Msg }
+
+// Is makes errors.Is(err, ErrMalformed) and friends match by kind.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	return errors.As(target, &t) && t.Msg == "" && t.Kind == e.Kind
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrMalformed = &Error{Kind: ErrKindMalformed}
+	ErrCRC       = &Error{Kind: ErrKindCRC}
+	ErrTooLarge  = &Error{Kind: ErrKindTooLarge}
+	ErrBanner    = &Error{Kind: ErrKindBanner}
+	ErrProtocol  = &Error{Kind: ErrKindProtocol}
+)
+
+// Protocolf builds an ErrKindProtocol error.
+func Protocolf(format string, args ...any) error {
+	return &Error{Kind: ErrKindProtocol, Msg: fmt.Sprintf(format, args...)}
+}
