@@ -51,7 +51,7 @@ type Conn struct {
 	ackNow      bool // an ack-only frame may go without waiting
 	ackArmed    bool
 	ackTimer    *time.Timer
-	closeFrame  bool // the writer sends CLOSE and ends the link
+	closeFrame  bool          // the writer sends CLOSE and ends the link
 	spaceWait   chan struct{} // closed when queue space frees; nil if no waiter
 	readyCh     chan struct{} // closed once the session is up, or closed
 	closedCh    chan struct{}

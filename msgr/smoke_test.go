@@ -46,7 +46,10 @@ func TestSmoke(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		for sc := range srv.Conns() { t.Logf("server %+v", sc.Stats()) }; t.Fatalf("got %d of %d; stats %+v", got.Load(), N, c.Stats())
+		for sc := range srv.Conns() {
+			t.Logf("server %+v", sc.Stats())
+		}
+		t.Fatalf("got %d of %d; stats %+v", got.Load(), N, c.Stats())
 	}
 	t.Logf("client stats %+v", c.Stats())
 	cli.Shutdown(ctx)
