@@ -1,6 +1,6 @@
 module github.com/ospreystore/osprey
 
-go 1.26.8
+go 1.26
 
 tool google.golang.org/protobuf/cmd/protoc-gen-go
 
