@@ -32,6 +32,8 @@ type Conn struct {
 	policy Policy
 	lossy  bool // policy.Lossy, readable without the lock
 
+	deliverMu sync.Mutex // held by a reader from sequencing to dispatch
+
 	mu          sync.Mutex
 	addr        string // address to dial; "" for a conn we only accepted
 	peer        EntityName
@@ -589,19 +591,24 @@ func (lr *linkRun) readLoop() {
 			return
 		}
 		lr.lastRecv.Store(c.m.coarseNow.Load())
+		// deliverMu keeps dispatch in sequence order across links: the
+		// reader of a replaced link may still be handing over message n
+		// when the new link's reader has n+1.
+		c.deliverMu.Lock()
 		m, err := c.handleFrame(lr, f)
-		if err != nil {
-			c.m.log.Warn("msgr: closing connection on protocol error", "peer", c.Peer(),
-				"remote", lr.link.RemoteAddr(), "err", err)
-			c.fault(lr, err)
-			return
-		}
-		if m != nil {
+		if err == nil && m != nil {
 			if fd != nil && fd.CanFastDispatch(m.Type) {
 				fd.Dispatch(m)
 			} else {
 				c.pushItem(dispatchItem{m: m})
 			}
+		}
+		c.deliverMu.Unlock()
+		if err != nil {
+			c.m.log.Warn("msgr: closing connection on protocol error", "peer", c.Peer(),
+				"remote", lr.link.RemoteAddr(), "err", err)
+			c.fault(lr, err)
+			return
 		}
 	}
 }
@@ -734,4 +741,12 @@ func (c *Conn) dispatchLoop() {
 			return
 		}
 	}
+}
+
+// String describes the conn for logs and test failures.
+func (c *Conn) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprintf("conn{peer %s addr %q state %d dialing %v link %v queued %d inSeq %d ackedSent %d window: %s stats %+v}",
+		c.peer, c.addr, c.state, c.dialing, c.link != nil, c.sess.queued(), c.sess.inSeq, c.sess.ackedSent, c.cw.String(), c.st)
 }

@@ -63,6 +63,14 @@ func (w *creditWindow) reset(floorMsgs, floorBytes uint64) {
 	w.advertisedBytes.Store(b)
 }
 
+// nextGrant is the grant a new link would start with (see reset), without
+// touching the current link's state.
+func (w *creditWindow) nextGrant() (msgs, bytes uint64) {
+	cm := w.consumedMsgs.Load() - int64(w.recvMsgs.Load()) + int64(w.windowMsgs)
+	cb := w.consumedBytes.Load() - int64(w.recvBytes) + int64(w.windowBytes)
+	return uint64(max(cm, 2)), uint64(max(cb, 0))
+}
+
 // peerWindow records the peer's byte window and initial grant from the
 // handshake.
 func (w *creditWindow) peerWindow(windowBytes, grantMsgs, grantBytes uint64) {

@@ -136,11 +136,13 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 	lr := m.newLinkRun(c, link)
 	for resets := 0; ; resets++ {
 		c.mu.Lock()
-		c.cw.reset(0, 0)
+		// Another link may be live (a peer's simultaneous dial): leave its
+		// window alone until this handshake succeeds.
+		grantMsgs, grantBytes := c.cw.nextGrant()
 		req := &msgrpb.SessionRequest{
 			Cookie: c.cookie, PeerCookie: c.peerCookie, InSeq: c.sess.inSeq,
 			WindowMsgs: c.cw.windowMsgs, WindowBytes: c.cw.windowBytes, Lossy: c.lossy,
-			GrantMsgs: c.cw.advertisedMsgs.Load(), GrantBytes: c.cw.advertisedBytes.Load(),
+			GrantMsgs: grantMsgs, GrantBytes: grantBytes,
 		}
 		c.mu.Unlock()
 		if err := writeHS(link, wire.TagSessionReq, req); err != nil {
@@ -181,6 +183,9 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 			return nil, ErrClosed
 		}
 		c.peerCookie, c.peerNonce = ready.Cookie, hello.InstanceNonce
+		if old := c.link; old != nil {
+			c.detachLocked(old)
+		}
 		c.cw.reset(req.GrantMsgs, req.GrantBytes)
 		c.cw.peerWindow(ready.WindowBytes, ready.GrantMsgs, ready.GrantBytes)
 		released, err := c.attachLocked(lr, ready.InSeq)

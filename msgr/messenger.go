@@ -262,6 +262,29 @@ func (m *Messenger) Shutdown(ctx context.Context) error {
 	return m.wait(ctx)
 }
 
+// Kill drops every listener and link without telling peers, as if the
+// process died: for fault tests and for fencing a daemon. It waits for the
+// messenger's goroutines.
+func (m *Messenger) Kill() {
+	m.mu.Lock()
+	if m.closing.Swap(true) {
+		m.mu.Unlock()
+		m.wg.Wait()
+		return
+	}
+	lns := m.listeners
+	m.listeners = nil
+	m.mu.Unlock()
+	close(m.done)
+	for _, ln := range lns {
+		ln.Close()
+	}
+	for c := range m.Conns() {
+		c.closeWith(ErrClosed, false, false)
+	}
+	m.wg.Wait()
+}
+
 func (m *Messenger) wait(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {

@@ -19,6 +19,10 @@ type session struct {
 	head   int // index of the oldest unacked message
 	n      int // messages in the ring
 	sent   int // of those, how many went out on the current link
+	// sentSeq is the highest seq ever handed to a link. After a rewind the
+	// peer may still ack messages that went out on the old link and
+	// arrived: any ack up to sentSeq is legitimate.
+	sentSeq uint64
 
 	queuedBytes int64
 
@@ -60,28 +64,30 @@ func (s *session) nextUnsent() *Message {
 }
 
 // markSent records that nextUnsent went out.
-func (s *session) markSent() { s.sent++ }
+func (s *session) markSent() {
+	s.sentSeq = max(s.sentSeq, s.at(s.sent).out.seq)
+	s.sent++
+}
 
 // onAck releases every message up to ack into released and returns it.
-// Acking a message that was never sent is a protocol violation.
+// Acking a message that never went out is a protocol violation.
 func (s *session) onAck(ack uint64, released []*Message) ([]*Message, error) {
+	if ack > s.sentSeq {
+		return released, wire.Protocolf("peer acked seq %d beyond the last sent %d", ack, s.sentSeq)
+	}
 	for s.n > 0 {
 		m := s.at(0)
 		if m.out.seq > ack {
 			break
 		}
-		if s.sent == 0 {
-			return released, wire.Protocolf("peer acked seq %d that was never sent", ack)
-		}
 		s.ring[s.head] = nil
 		s.head = (s.head + 1) & (len(s.ring) - 1)
 		s.n--
-		s.sent--
+		if s.sent > 0 {
+			s.sent--
+		}
 		s.queuedBytes -= m.Len()
 		released = append(released, m)
-	}
-	if ack > s.outSeq {
-		return released, wire.Protocolf("peer acked seq %d beyond the last sent %d", ack, s.outSeq)
 	}
 	return released, nil
 }

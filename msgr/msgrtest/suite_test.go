@@ -1,0 +1,17 @@
+package msgrtest_test
+
+import (
+	"testing"
+
+	"github.com/ospreystore/osprey/msgr/msgrtest"
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+func TestConformanceMem(t *testing.T) {
+	mem := msgrtest.NewMemTransport()
+	msgrtest.Run(t, msgrtest.Env{Scheme: "mem", Transports: func() []wire.Transport { return []wire.Transport{mem} }})
+}
+
+func TestConformanceTCP(t *testing.T) {
+	msgrtest.Run(t, msgrtest.Env{Scheme: "tcp", Host: "127.0.0.1:0"})
+}
