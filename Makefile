@@ -3,16 +3,32 @@ GO ?= go
 PKGS ?= ./...
 TAGS ?=
 
-.PHONY: all build test race proto bench lint fuzz fmt
+.PHONY: all build deps run test race proto bench lint fuzz fmt
 
 all: build
+
+# Debian packages the build and tests need: protoc for `make proto`,
+# libfabric for the RDMA transport (-tags rdma) and fi_info/fi_pingpong.
+DEBS := protobuf-compiler libfabric-dev libfabric-bin
+deps:
+	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	$(GO) mod download
+
+# The embedded default: for now the messenger benchmark on loopback.
+run:
+	$(GO) run ./cmd/osprey bench msgr
 
 build:
 	$(GO) build $(if $(TAGS),-tags $(TAGS)) ./...
 
-# The whole suite, as the README's quick start runs it.
-test:
-	$(GO) test -race -count=1 $(if $(TAGS),-tags $(TAGS)) $(PKGS)
+# The whole suite, as the README's quick start runs it: race detector on.
+test: deps
+	$(GO) test -race -count=1 -timeout 20m $(if $(TAGS),-tags $(TAGS)) $(PKGS)
 
 # Regenerate the committed protobuf code; protoc-gen-go is pinned in go.mod.
 proto:
