@@ -1,0 +1,123 @@
+package msgr_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr"
+)
+
+// Messenger benchmarks over loopback TCP, both ends in this process. They
+// report allocations: the steady state must show 0 allocs/op.
+
+type benchSink struct {
+	sem   chan struct{} // stream: frees one in-flight slot per message
+	reply func(*msgr.Message)
+}
+
+func (s *benchSink) Dispatch(m *msgr.Message) {
+	if s.reply != nil {
+		s.reply(m)
+	}
+	m.Release()
+	if s.sem != nil {
+		<-s.sem
+	}
+}
+func (*benchSink) HandleEvent(msgr.Event)      {}
+func (*benchSink) CanFastDispatch(uint16) bool { return true }
+
+// msgPool is a free list of reusable outgoing messages.
+type msgPool chan *msgr.Message
+
+func newMsgPool(n, size int) msgPool {
+	p := make(msgPool, n)
+	front := make([]byte, 16)
+	for range n {
+		m := &msgr.Message{Type: 1, Front: front, Data: make([]byte, size)}
+		m.OnRelease = func(m *msgr.Message) { p <- m }
+		p <- m
+	}
+	return p
+}
+
+func benchPair(b *testing.B, srvD, cliD msgr.Dispatcher) (*msgr.Messenger, *msgr.Messenger, *msgr.Conn) {
+	b.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := msgr.New(msgr.Options{Name: "osd.0", Dispatcher: srvD, Logger: log})
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr, err := srv.Listen(context.Background(), "tcp://127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cli, err := msgr.New(msgr.Options{Name: "osd.1", Dispatcher: cliD, Logger: log})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := cli.Connect(context.Background(), addr, "osd.0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := c.WaitReady(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cli.Shutdown(ctx)
+		srv.Shutdown(ctx)
+	})
+	return srv, cli, c
+}
+
+func BenchmarkStream(b *testing.B) {
+	for _, tc := range []struct{ size, depth int }{{64, 128}, {4096, 128}, {1 << 20, 16}} {
+		b.Run(fmt.Sprintf("size=%d/depth=%d", tc.size, tc.depth), func(b *testing.B) {
+			sink := &benchSink{sem: make(chan struct{}, tc.depth)}
+			_, _, c := benchPair(b, sink, &benchSink{})
+			pool := newMsgPool(4*tc.depth+64, tc.size)
+			ctx := context.Background()
+			b.SetBytes(int64(tc.size))
+			b.ReportAllocs()
+			for b.Loop() {
+				sink.sem <- struct{}{}
+				if err := c.Send(ctx, <-pool); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkPingPong(b *testing.B) {
+	for _, size := range []int{64, 4096} {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			pongs := newMsgPool(64, size)
+			srvSink := &benchSink{}
+			srvSink.reply = func(m *msgr.Message) {
+				if err := m.Conn().TrySend(<-pongs); err != nil {
+					panic(err)
+				}
+			}
+			got := make(chan struct{}, 1)
+			cliSink := &benchSink{reply: func(*msgr.Message) { got <- struct{}{} }}
+			_, _, c := benchPair(b, srvSink, cliSink)
+			pings := newMsgPool(64, size)
+			ctx := context.Background()
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.Send(ctx, <-pings); err != nil {
+					b.Fatal(err)
+				}
+				<-got
+			}
+		})
+	}
+}
