@@ -5,9 +5,11 @@ go 1.26
 tool google.golang.org/protobuf/cmd/protoc-gen-go
 
 require (
+	github.com/spf13/cobra v1.10.2
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
-	github.com/stretchr/testify v1.12.1 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )

@@ -653,8 +653,8 @@ func (c *Conn) handleFrame(lr *linkRun, f *wire.Frame) (*Message, error) {
 		c.st.BytesReceived += size
 		if !deliver {
 			c.st.DuplicatesDropped++
+			f.Release() // before the credit: see Message.Release
 			c.cw.consume(int64(size))
-			f.Release()
 		} else {
 			m = messagePool.Get().(*Message)
 			m.Type, m.Front, m.Data, m.buf = f.Type, f.Front, f.Data, f.Buf

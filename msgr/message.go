@@ -83,13 +83,15 @@ func (m *Message) Len() int64 { return int64(len(m.Front) + len(m.Data)) }
 // the receive credit and the buffer. For a message that was never sent nor
 // received, it just recycles it.
 func (m *Message) Release() {
-	if m.credit {
-		m.conn.consumed(m.size)
-		m.credit = false
-	}
+	// The buffer goes first: on RDMA it is a receive buffer that must be
+	// posted again before the credit for it is granted.
 	if m.buf != nil {
 		m.buf.Release()
 		m.buf = nil
+	}
+	if m.credit {
+		m.conn.consumed(m.size)
+		m.credit = false
 	}
 	m.recycle()
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/msgr/rdma"
 	"github.com/ospreystore/osprey/msgr/tcp"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
@@ -65,8 +66,8 @@ func New(opts Options) (*Messenger, error) {
 	return m, nil
 }
 
-// builtinTransports is extended by the rdma build.
-var builtinTransports = func() []wire.Transport { return nil }
+// builtinTransports are the RDMA ones when built with -tags rdma.
+func builtinTransports() []wire.Transport { return rdma.Transports() }
 
 // Name is the messenger's entity name.
 func (m *Messenger) Name() EntityName { return m.opts.Name }
@@ -76,7 +77,7 @@ func (m *Messenger) Nonce() uint64 { return m.nonce }
 
 func (m *Messenger) linkOptions() wire.LinkOptions {
 	bn := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
-	return wire.LinkOptions{Banner: bn, Limits: m.limits, NoDataCRC: m.opts.DisableDataCRC}
+	return wire.LinkOptions{Banner: bn, Limits: m.limits, NoDataCRC: m.opts.DisableDataCRC, RecvWindow: m.opts.RecvWindowMsgs}
 }
 
 func (m *Messenger) transport(a Addr) (wire.Transport, error) {
@@ -90,8 +91,8 @@ func (m *Messenger) transport(a Addr) (wire.Transport, error) {
 	return t, nil
 }
 
-// transportHint explains a missing transport; the rdma stub overrides it.
-var transportHint = func(scheme string) string { return "" }
+// transportHint explains a missing transport.
+func transportHint(scheme string) string { return rdma.Hint(scheme) }
 
 // Listen accepts sessions on addr (e.g. "tcp://127.0.0.1:0") and returns
 // the bound address.

@@ -14,6 +14,21 @@ type Buffer struct {
 	B     []byte
 	refs  atomic.Int32
 	class int8
+	free  func(*Buffer) // for buffers this pool does not own
+}
+
+// NewExternalBuffer wraps memory the caller owns (registered memory, say)
+// with one reference; the last Release calls free instead of pooling.
+func NewExternalBuffer(b []byte, free func(*Buffer)) *Buffer {
+	buf := &Buffer{B: b, class: -1, free: free}
+	buf.refs.Store(1)
+	return buf
+}
+
+// Reset gives an external buffer one reference again, for reuse.
+func (b *Buffer) Reset(n int) {
+	b.B = b.B[:n]
+	b.refs.Store(1)
 }
 
 const (
@@ -61,7 +76,9 @@ func (b *Buffer) Ref() { b.refs.Add(1) }
 func (b *Buffer) Release() {
 	switch n := b.refs.Add(-1); {
 	case n == 0:
-		if b.class >= 0 {
+		if b.free != nil {
+			b.free(b)
+		} else if b.class >= 0 {
 			bufPools[b.class].Put(b)
 		}
 	case n < 0:

@@ -28,6 +28,10 @@ type LinkOptions struct {
 	Banner Banner
 	// Limits bound incoming segment sizes.
 	Limits Limits
+	// RecvWindow is the session's receive window in frames. A transport
+	// whose receives must be posted ahead (RDMA) posts this many, so one
+	// credit is one posted receive.
+	RecvWindow int
 	// NoDataCRC asks the link to skip the data CRC on frames it writes,
 	// when the peer agreed to FeatureNoDataCRC.
 	NoDataCRC bool

@@ -80,6 +80,7 @@ func (l *StreamLink) WriteFrames(frames []Frame) error {
 	for i := range frames {
 		f := &frames[i]
 		p := f.Preamble
+		p.LinkWord = 0
 		p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
 		if l.noCRC && len(f.Data) > 0 {
 			p.Flags |= FlagNoDataCRC
@@ -165,6 +166,12 @@ func (l *StreamLink) readFrame(f *Frame) error {
 	}
 	if err := f.Preamble.Parse(l.chunk.B[l.rpos:l.rend], l.lim); err != nil {
 		return err
+	}
+	if f.LinkWord != 0 {
+		return &Error{Kind: ErrKindMalformed, Msg: "link word is not zero on a stream link"}
+	}
+	if f.Flags&FlagRendezvous != 0 {
+		return &Error{Kind: ErrKindProtocol, Msg: "rendezvous frame on a stream link"}
 	}
 	if f.Flags&FlagNoDataCRC != 0 && l.features&FeatureNoDataCRC == 0 {
 		return &Error{Kind: ErrKindProtocol, Msg: "frame without data crc, but that feature was not agreed"}

@@ -86,7 +86,7 @@ const (
 //
 //	0  u8  tag          1 u8 flags        2 u16 message type
 //	4  u32 front length 8 u32 data length
-//	12 u32 reserved (zero)
+//	12 u32 link word (transport-owned; zero on stream links)
 //	16 u64 seq          24 u64 ack
 //	32 u32 message credit grant (cumulative, mod 2^32)
 //	36 u64 byte credit grant (cumulative)
@@ -101,6 +101,11 @@ type Preamble struct {
 	Ack        uint64
 	GrantMsgs  uint32
 	GrantBytes uint64
+	// LinkWord belongs to the transport, not the session: the RDMA link
+	// carries its count of completed rendezvous reads in it, so the peer
+	// can free its registered source buffers without a frame of its own.
+	// Stream links require zero.
+	LinkWord uint32
 }
 
 // Put encodes p into b[:PreambleSize].
@@ -111,7 +116,7 @@ func (p *Preamble) Put(b []byte) {
 	binary.LittleEndian.PutUint16(b[2:], p.Type)
 	binary.LittleEndian.PutUint32(b[4:], p.FrontLen)
 	binary.LittleEndian.PutUint32(b[8:], p.DataLen)
-	binary.LittleEndian.PutUint32(b[12:], 0)
+	binary.LittleEndian.PutUint32(b[12:], p.LinkWord)
 	binary.LittleEndian.PutUint64(b[16:], p.Seq)
 	binary.LittleEndian.PutUint64(b[24:], p.Ack)
 	binary.LittleEndian.PutUint32(b[32:], p.GrantMsgs)
@@ -152,6 +157,7 @@ func (p *Preamble) Parse(b []byte, lim Limits) error {
 	p.Type = binary.LittleEndian.Uint16(b[2:])
 	p.FrontLen = binary.LittleEndian.Uint32(b[4:])
 	p.DataLen = binary.LittleEndian.Uint32(b[8:])
+	p.LinkWord = binary.LittleEndian.Uint32(b[12:])
 	p.Seq = binary.LittleEndian.Uint64(b[16:])
 	p.Ack = binary.LittleEndian.Uint64(b[24:])
 	p.GrantMsgs = binary.LittleEndian.Uint32(b[32:])
@@ -161,9 +167,6 @@ func (p *Preamble) Parse(b []byte, lim Limits) error {
 	}
 	if p.Flags&^knownFlags != 0 {
 		return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("unknown frame flags %#x", p.Flags)}
-	}
-	if r := binary.LittleEndian.Uint32(b[12:]); r != 0 {
-		return &Error{Kind: ErrKindMalformed, Msg: "reserved preamble field is not zero"}
 	}
 	if p.FrontLen > lim.MaxFront {
 		return &Error{Kind: ErrKindTooLarge, Msg: fmt.Sprintf("front segment of %d bytes exceeds the limit of %d", p.FrontLen, lim.MaxFront)}

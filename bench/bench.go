@@ -1,0 +1,314 @@
+// Package bench measures Osprey's moving parts the way docs/ and
+// TARGETS.md quote them, so a claim like "the messenger streams 1 MiB at
+// 0.9x raw TCP" is something anyone can rerun: `osprey bench msgr` is
+// RunMsgr plus the report in this package.
+//
+// The messenger benchmark runs both ends in one process on loopback. For
+// every combination of size, depth and mode it builds a fresh pair of
+// messengers, warms up, measures for a fixed time, and tears them down:
+//
+//   - stream: the client sends messages of Size payload bytes as fast as
+//     it can, with at most Depth sent but not yet handled by the server.
+//     Latency is one way (send to server handler), which under load is
+//     mostly queueing.
+//   - pingpong: the client keeps Depth requests outstanding; the server
+//     echoes each (the same payload back) and every reply sends the next
+//     request. Latency is the round trip; msgs/s counts round trips and
+//     bytes/s counts one direction's payload.
+//
+// With a baseline the same pattern runs over a plain TCP socket pair, with
+// no messenger, in the same run, so results can be quoted as ratios on a
+// noisy machine. Both sides use the same in-process window and the same
+// latency clock, so the only difference is what carries the bytes.
+//
+// Compare latencies with the baseline at depth 1, and throughput at any
+// depth. Once a row saturates the link, the messenger's latency includes the
+// time a message waits in its send queue (Send returns at once), while the
+// raw writer has no queue: it blocks in write() and stamps the next message
+// only when that returns, so fewer messages are really in flight and its
+// latency leaves the queueing out.
+//
+// CPU is the process's user+system time (getrusage) during the measured
+// interval, for both ends together; allocations are the Go heap objects
+// allocated in that interval. Both are divided per message so the
+// "zero allocations per message" target is checkable from the report.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/metrics"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Mode is a traffic pattern.
+type Mode string
+
+const (
+	// Stream sends one way, keeping Depth messages in flight.
+	Stream Mode = "stream"
+	// PingPong sends requests the server echoes, Depth outstanding.
+	PingPong Mode = "pingpong"
+)
+
+// ParseMode parses "stream" or "pingpong" ("ping-pong" is accepted too).
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "stream":
+		return Stream, nil
+	case "pingpong", "ping-pong":
+		return PingPong, nil
+	}
+	return "", fmt.Errorf("mode %q: want stream or pingpong", s)
+}
+
+// RawTransport names baseline rows, which run on a plain TCP socket.
+const RawTransport = "raw-tcp"
+
+// Row is the result of one combination. JSON keys are part of the CLI's
+// output contract (--json); keep them stable.
+type Row struct {
+	Transport string  `json:"transport"` // msgr address scheme, or "raw-tcp"
+	Mode      Mode    `json:"mode"`
+	Size      int     `json:"size"`  // payload bytes per message
+	Depth     int     `json:"depth"` // messages in flight
+	Msgs      uint64  `json:"msgs"`  // messages (round trips for pingpong) measured
+	Seconds   float64 `json:"seconds"`
+
+	MsgsPerSec  float64 `json:"msgs_per_sec"`
+	BytesPerSec float64 `json:"bytes_per_sec"`
+
+	// Latency in microseconds: one way for stream, round trip for pingpong.
+	P50Us  float64 `json:"p50_us"`
+	P99Us  float64 `json:"p99_us"`
+	P999Us float64 `json:"p999_us"`
+	MaxUs  float64 `json:"max_us"`
+	MeanUs float64 `json:"mean_us"`
+
+	CPUSeconds   float64 `json:"cpu_s"`
+	CPUUsPerMsg  float64 `json:"cpu_us_per_msg"`
+	AllocsPerMsg float64 `json:"allocs_per_msg"`
+
+	// Messenger rows, when a baseline ran: messenger divided by raw TCP
+	// for the same size, depth and mode. Higher is better for bytes/s,
+	// lower for latencies.
+	VsRawBytesPerSec float64 `json:"vs_raw_bytes_per_sec,omitempty"`
+	VsRawP50         float64 `json:"vs_raw_p50,omitempty"`
+	VsRawP99         float64 `json:"vs_raw_p99,omitempty"`
+}
+
+// clock is the benchmark's time base: monotonic nanoseconds since start,
+// so one-way latencies between two goroutines of the process are exact and
+// immune to wall-clock steps. base converts it to a Unix time for the
+// BenchPing front.
+type clock struct {
+	start time.Time
+	base  int64
+}
+
+func newClock() clock {
+	s := time.Now()
+	return clock{start: s, base: s.UnixNano()}
+}
+
+func (c *clock) now() int64 { return int64(time.Since(c.start)) }
+
+const (
+	phaseWarmup int32 = iota
+	phaseMeasure
+	phaseStop
+)
+
+// run is the timeline of one row: warm up, measure, stop. Recorders look
+// at phase on every message (one atomic load) and count only while
+// measuring, so the counts and the histogram cover exactly the measured
+// interval without any reset racing the hot path. The fields after stopped
+// are written by the timeline goroutine and may be read once stopped is
+// closed.
+type run struct {
+	clk     clock
+	phase   atomic.Int32
+	stopped chan struct{}
+
+	t0, t1           int64
+	cpu0, cpu1       time.Duration
+	allocs0, allocs1 uint64
+}
+
+func startRun(ctx context.Context, warmup, duration time.Duration) *run {
+	r := &run{clk: newClock(), stopped: make(chan struct{})}
+	go r.timeline(ctx, warmup, duration)
+	return r
+}
+
+func (r *run) timeline(ctx context.Context, warmup, duration time.Duration) {
+	defer close(r.stopped)
+	t := time.NewTimer(warmup)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		r.phase.Store(phaseStop)
+		return
+	}
+	r.allocs0 = heapAllocs()
+	r.cpu0 = cpuTime()
+	r.t0 = r.clk.now()
+	r.phase.Store(phaseMeasure)
+	t.Reset(duration)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	r.phase.Store(phaseStop)
+	r.t1 = r.clk.now()
+	r.cpu1 = cpuTime()
+	r.allocs1 = heapAllocs()
+}
+
+// measuring reports whether a message handled now counts.
+func (r *run) measuring() bool { return r.phase.Load() == phaseMeasure }
+
+func (r *run) stopping() bool { return r.phase.Load() == phaseStop }
+
+// row fills the rates of a finished run from its histogram.
+func (r *run) row(transport string, mode Mode, size, depth int, h *Histogram) Row {
+	secs := float64(r.t1-r.t0) / 1e9
+	row := Row{
+		Transport: transport, Mode: mode, Size: size, Depth: depth,
+		Msgs: h.Count(), Seconds: secs,
+		P50Us:      float64(h.Quantile(0.50)) / 1e3,
+		P99Us:      float64(h.Quantile(0.99)) / 1e3,
+		P999Us:     float64(h.Quantile(0.999)) / 1e3,
+		MaxUs:      float64(h.Max()) / 1e3,
+		MeanUs:     h.Mean() / 1e3,
+		CPUSeconds: (r.cpu1 - r.cpu0).Seconds(),
+	}
+	if secs > 0 {
+		row.MsgsPerSec = float64(row.Msgs) / secs
+		row.BytesPerSec = row.MsgsPerSec * float64(size)
+	}
+	if row.Msgs > 0 {
+		row.CPUUsPerMsg = row.CPUSeconds * 1e6 / float64(row.Msgs)
+		row.AllocsPerMsg = float64(r.allocs1-r.allocs0) / float64(row.Msgs)
+	}
+	return row
+}
+
+// cpuTime is the process's user plus system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// heapAllocs counts heap objects allocated so far, tiny ones included.
+// runtime/metrics, unlike ReadMemStats, does not stop the world in the
+// middle of a measurement.
+func heapAllocs() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/tiny/allocs:objects"}}
+	metrics.Read(s)
+	var n uint64
+	for _, v := range s {
+		if v.Value.Kind() == metrics.KindUint64 {
+			n += v.Value.Uint64()
+		}
+	}
+	return n
+}
+
+// window keeps at most depth messages in flight between one sender
+// goroutine and any number of completers, without a channel operation
+// per message: the sender counts what it sent, completers count what they
+// finished, and the sender sleeps only when the window is full. It then
+// asks to be woken once batch slots are free, so under load one wakeup
+// (a futex round trip, microseconds) covers many messages instead of one.
+type window struct {
+	depth, batch int64
+	sent         int64 // sender goroutine only
+	done         atomic.Int64
+	waitFor      atomic.Int64 // done count the sender sleeps for; 0 when awake
+	wake         chan struct{}
+}
+
+func newWindow(depth, batch int) *window {
+	return &window{depth: int64(depth), batch: int64(min(max(batch, 1), depth)), wake: make(chan struct{}, 1)}
+}
+
+// acquire takes a slot, sleeping while the window is full. It returns
+// false if stop is closed first.
+func (w *window) acquire(stop <-chan struct{}) bool {
+	if w.sent-w.done.Load() >= w.depth {
+		if !w.waitDone(w.sent-w.depth+w.batch, stop) {
+			return false
+		}
+	}
+	w.sent++
+	return true
+}
+
+// full reports whether acquire would wait.
+func (w *window) full() bool { return w.sent-w.done.Load() >= w.depth }
+
+// unacquire gives back the slot of a message that was not sent after all.
+func (w *window) unacquire() { w.sent-- }
+
+// drain waits until every sent message completed.
+func (w *window) drain(stop <-chan struct{}) bool { return w.waitDone(w.sent, stop) }
+
+func (w *window) waitDone(target int64, stop <-chan struct{}) bool {
+	for w.done.Load() < target {
+		w.waitFor.Store(target)
+		if w.done.Load() >= target {
+			// Completed meanwhile. Withdraw the request, or, if a
+			// completer already took it, take its token so the channel
+			// is empty for the next wait.
+			if !w.waitFor.CompareAndSwap(target, 0) {
+				<-w.wake
+			}
+			return true
+		}
+		select {
+		case <-w.wake:
+		case <-stop:
+			if !w.waitFor.CompareAndSwap(target, 0) {
+				<-w.wake
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// complete marks one message finished, waking the sender if it waits for
+// this one.
+func (w *window) complete() {
+	d := w.done.Add(1)
+	if t := w.waitFor.Load(); t != 0 && d >= t && w.waitFor.CompareAndSwap(t, 0) {
+		w.wake <- struct{}{} // capacity 1, and only the CAS winner sends
+	}
+}
+
+// levelFloor drops records below min, for handing the messengers a logger
+// that keeps their warnings but not a "listening" line for every row.
+type levelFloor struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h levelFloor) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h levelFloor) WithAttrs(as []slog.Attr) slog.Handler {
+	return levelFloor{h.Handler.WithAttrs(as), h.min}
+}
+
+func (h levelFloor) WithGroup(name string) slog.Handler {
+	return levelFloor{h.Handler.WithGroup(name), h.min}
+}

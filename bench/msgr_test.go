@@ -1,0 +1,222 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/proto/msgrpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// TestRunMsgr runs a short benchmark of every mode against its baseline
+// and checks the rows are complete. It checks no speed: that is for
+// `osprey bench`, not for tests on a shared machine.
+func TestRunMsgr(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var seen int
+	rows, err := RunMsgr(ctx, MsgrOptions{
+		Sizes: []int{64, 4 << 10}, Depths: []int{1, 8}, Modes: []Mode{Stream, PingPong},
+		Duration: 150 * time.Millisecond, Warmup: 20 * time.Millisecond, Baseline: true,
+		OnRow: func(Row) { seen++ },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 16 || seen != 16 {
+		t.Fatalf("got %d rows (%d reported), want 16", len(rows), seen)
+	}
+	combos := map[[4]any]bool{}
+	for _, r := range rows {
+		combos[[4]any{r.Transport, r.Mode, r.Size, r.Depth}] = true
+		if r.Transport != "tcp" && r.Transport != RawTransport {
+			t.Errorf("row transport %q", r.Transport)
+		}
+		for name, v := range map[string]float64{
+			"msgs": float64(r.Msgs), "seconds": r.Seconds, "msgs_per_sec": r.MsgsPerSec,
+			"bytes_per_sec": r.BytesPerSec, "p50_us": r.P50Us, "p99_us": r.P99Us,
+			"p999_us": r.P999Us, "max_us": r.MaxUs, "cpu_s": r.CPUSeconds,
+		} {
+			if !(v > 0) {
+				t.Errorf("%s %s size %d depth %d: %s = %v, want > 0", r.Transport, r.Mode, r.Size, r.Depth, name, v)
+			}
+		}
+		if !(r.P50Us <= r.P99Us && r.P99Us <= r.P999Us && r.P999Us <= r.MaxUs) {
+			t.Errorf("%+v: percentiles out of order", r)
+		}
+		if r.Seconds < 0.1 || r.Seconds > 1 {
+			t.Errorf("%+v: measured %.3fs of 0.15s", r, r.Seconds)
+		}
+		if r.Transport == "tcp" && (r.VsRawP50 <= 0 || r.VsRawBytesPerSec <= 0) {
+			t.Errorf("%+v: no ratio to the baseline", r)
+		}
+	}
+	if len(combos) != 16 {
+		t.Errorf("%d distinct rows, want 16", len(combos))
+	}
+
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	var objs []map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &objs); err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != len(rows) {
+		t.Fatalf("JSON has %d objects, want %d", len(objs), len(rows))
+	}
+	for _, o := range objs {
+		for _, k := range []string{"transport", "mode", "size", "depth", "msgs_per_sec", "bytes_per_sec",
+			"p50_us", "p99_us", "p999_us", "max_us", "cpu_s"} {
+			v, ok := o[k]
+			if !ok {
+				t.Errorf("JSON object %v lacks %q", o, k)
+				continue
+			}
+			if s, isStr := v.(string); isStr {
+				if s == "" {
+					t.Errorf("JSON %q is empty", k)
+				}
+			} else if f, _ := v.(float64); !(f > 0) {
+				t.Errorf("JSON %q = %v, want > 0", k, v)
+			}
+		}
+	}
+	buf.Reset()
+	if err := WriteTable(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"transport", "raw-tcp", "pingpong", "4KiB", "messenger / raw TCP", "p50", "bytes/s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	t.Logf("\n%s", out)
+}
+
+func TestRunMsgrUnknownTransport(t *testing.T) {
+	_, err := RunMsgr(context.Background(), MsgrOptions{Transports: []string{"tcp", "nosuch"}, Duration: time.Millisecond})
+	if !errors.Is(err, msgr.ErrNoTransport) || !strings.Contains(err.Error(), `"nosuch"`) {
+		t.Fatalf("err = %v, want ErrNoTransport naming the scheme", err)
+	}
+}
+
+func TestRunMsgrBadOptions(t *testing.T) {
+	for _, o := range []MsgrOptions{
+		{Sizes: []int{-1}}, {Sizes: []int{128 << 20}}, {Depths: []int{0}}, {Modes: []Mode{"burst"}}, {Duration: -time.Second},
+	} {
+		if _, err := RunMsgr(context.Background(), o); err == nil {
+			t.Errorf("RunMsgr(%+v) accepted", o)
+		}
+	}
+}
+
+func TestRunMsgrCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := RunMsgr(ctx, MsgrOptions{Sizes: []int{64}, Depths: []int{4}, Modes: []Mode{Stream}}); err == nil {
+		t.Fatal("a cancelled run succeeded")
+	}
+}
+
+// TestPingFront checks the hand-written front is what protobuf makes of a
+// BenchPing, both ways.
+func TestPingFront(t *testing.T) {
+	for _, c := range []struct {
+		id   uint64
+		sent int64
+	}{{1, 1}, {12345, time.Now().UnixNano()}, {^uint64(0), 1<<63 - 1}} {
+		b := appendPing(nil, c.id, c.sent)
+		if len(b) > maxFrontBytes {
+			t.Errorf("front of %d bytes, above maxFrontBytes %d", len(b), maxFrontBytes)
+		}
+		var pb msgrpb.BenchPing
+		if err := proto.Unmarshal(b, &pb); err != nil || pb.GetId() != c.id || pb.GetSentUnixNano() != c.sent {
+			t.Errorf("proto.Unmarshal(appendPing(%d, %d)) = %v, %v", c.id, c.sent, &pb, err)
+		}
+		m, err := proto.Marshal(&msgrpb.BenchPing{Id: c.id, SentUnixNano: c.sent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(m, b) {
+			t.Errorf("proto.Marshal = %x, appendPing = %x", m, b)
+		}
+		id, sent, err := parsePing(m)
+		if err != nil || id != c.id || sent != c.sent {
+			t.Errorf("parsePing = %d, %d, %v; want %d, %d", id, sent, err, c.id, c.sent)
+		}
+	}
+	// Unknown fields are skipped, as proto does; garbage is an error.
+	b := appendPing(nil, 7, 9)
+	b = append(b, 0x1a, 2, 'h', 'i') // field 3, bytes
+	if id, sent, err := parsePing(b); err != nil || id != 7 || sent != 9 {
+		t.Errorf("parsePing with an unknown field = %d, %d, %v", id, sent, err)
+	}
+	if _, _, err := parsePing([]byte{0x08}); err == nil {
+		t.Errorf("parsePing accepted a truncated front")
+	}
+	if n := testing.AllocsPerRun(100, func() { b = appendPing(b[:0], 1<<40, 1<<62) }); n != 0 {
+		t.Errorf("appendPing allocates %v times", n)
+	}
+}
+
+func TestWindow(t *testing.T) {
+	w := newWindow(4, 2)
+	stop := make(chan struct{})
+	for range 4 {
+		if !w.acquire(stop) {
+			t.Fatal("acquire failed with room")
+		}
+	}
+	if !w.full() {
+		t.Fatal("window of 4 with 4 in flight is not full")
+	}
+	// A full window waits for batch completions, from another goroutine.
+	go func() {
+		for range 4 {
+			w.complete()
+		}
+	}()
+	if !w.acquire(stop) {
+		t.Fatal("acquire failed")
+	}
+	go w.complete() // the fifth
+	if !w.drain(stop) {
+		t.Fatal("drain failed")
+	}
+	if w.sent != 5 || w.done.Load() != 5 {
+		t.Fatalf("sent %d done %d after drain, want 5 and 5", w.sent, w.done.Load())
+	}
+	// stop ends a wait that would never end.
+	for w.acquire(stop) && !w.full() {
+	}
+	close(stop)
+	if w.acquire(stop) {
+		t.Fatal("acquire on a full window succeeded after stop")
+	}
+}
+
+func TestReportFormats(t *testing.T) {
+	for _, c := range []struct {
+		got, want string
+	}{
+		{FormatCount(950), "950"}, {FormatCount(612345), "612.3k"}, {FormatCount(2130000), "2.13M"},
+		{FormatRate(812.3e6), "812.3 MB/s"}, {FormatRate(4.123e9), "4.12 GB/s"}, {FormatRate(10), "10 B/s"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+	var buf bytes.Buffer
+	if err := WriteJSON(&buf, nil); err != nil || strings.TrimSpace(buf.String()) != "[]" {
+		t.Errorf("WriteJSON(nil) = %q, %v", buf.String(), err)
+	}
+}

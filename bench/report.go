@@ -1,0 +1,94 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+)
+
+// WriteJSON writes rows as a JSON array, one object per row.
+func WriteJSON(w io.Writer, rows []Row) error {
+	if rows == nil {
+		rows = []Row{} // "[]", not "null"
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rows)
+}
+
+// WriteTable writes rows as an aligned table, then, for messenger rows
+// that have a raw TCP baseline, one ratio line each: bytes/s for stream
+// (higher is better), p50 and p99 for pingpong (lower is better).
+func WriteTable(w io.Writer, rows []Row) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "transport\tmode\tsize\tdepth\tmsgs/s\tbytes/s\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tcpu s\tcpu µs/msg\tallocs/msg\t")
+	for i := range rows {
+		r := &rows[i]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t\n",
+			r.Transport, r.Mode, FormatSize(int64(r.Size)), r.Depth,
+			FormatCount(r.MsgsPerSec), FormatRate(r.BytesPerSec),
+			formatUs(r.P50Us), formatUs(r.P99Us), formatUs(r.P999Us), formatUs(r.MaxUs),
+			r.CPUSeconds, r.CPUUsPerMsg, r.AllocsPerMsg)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var lines []string
+	for i := range rows {
+		r := &rows[i]
+		if r.Transport == RawTransport || r.VsRawP50 == 0 && r.VsRawBytesPerSec == 0 {
+			continue
+		}
+		what := fmt.Sprintf("%s %s size %s depth %d:", r.Transport, r.Mode, FormatSize(int64(r.Size)), r.Depth)
+		if r.Mode == Stream {
+			lines = append(lines, fmt.Sprintf("%s\tbytes/s %.2fx raw\t(higher is better)", what, r.VsRawBytesPerSec))
+		} else {
+			lines = append(lines, fmt.Sprintf("%s\tp50 %.2fx raw, p99 %.2fx raw\t(lower is better)", what, r.VsRawP50, r.VsRawP99))
+		}
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nmessenger / raw TCP, same run:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, l := range lines {
+		fmt.Fprintln(tw, "  "+l)
+	}
+	return tw.Flush()
+}
+
+// FormatCount writes a rate with a k/M/G suffix: 950, 612.3k, 2.13M.
+func FormatCount(v float64) string {
+	switch {
+	case v >= 1e9:
+		return strconv.FormatFloat(v/1e9, 'f', 2, 64) + "G"
+	case v >= 1e6:
+		return strconv.FormatFloat(v/1e6, 'f', 2, 64) + "M"
+	case v >= 1e3:
+		return strconv.FormatFloat(v/1e3, 'f', 1, 64) + "k"
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64)
+}
+
+// FormatRate writes bytes per second in decimal units, as network rates
+// (and TARGETS.md) are quoted: 812.3 MB/s, 4.12 GB/s.
+func FormatRate(v float64) string {
+	switch {
+	case v >= 1e9:
+		return strconv.FormatFloat(v/1e9, 'f', 2, 64) + " GB/s"
+	case v >= 1e6:
+		return strconv.FormatFloat(v/1e6, 'f', 1, 64) + " MB/s"
+	case v >= 1e3:
+		return strconv.FormatFloat(v/1e3, 'f', 1, 64) + " kB/s"
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64) + " B/s"
+}
+
+func formatUs(v float64) string {
+	if v >= 1000 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
+}
