@@ -12,8 +12,11 @@ import (
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
-// Lock order (see docs/architecture.md): Messenger.mu before Conn.mu; no
-// other lock is held while calling a Dispatcher, OnRelease, or a Link.
+// Lock order (docs/architecture.md): Conn.deliverMu, then Messenger.mu,
+// then Conn.mu. No lock is held while calling a Dispatcher, OnRelease or a
+// Link's read/write, except deliverMu around the receive path (fast
+// dispatch, and OnRelease of messages acked by a received frame); Link.Close
+// and address getters are called under Conn.mu and must not block.
 
 type connState uint8
 
@@ -54,6 +57,9 @@ type Conn struct {
 	ackArmed    bool
 	ackTimer    *time.Timer
 	closeFrame  bool          // the writer sends CLOSE and ends the link
+	closing     bool          // CLOSE was collected; the writer ends the link
+	oversize    uint64        // a queued message above peerMaxMsg: the conn must end
+	peerMaxMsg  uint64        // the peer's MaxMessageSize, from the handshake
 	spaceWait   chan struct{} // closed when queue space frees; nil if no waiter
 	readyCh     chan struct{} // closed once the session is up, or closed
 	closedCh    chan struct{}
@@ -221,6 +227,10 @@ func (c *Conn) send(ctx context.Context, m *Message, block bool) error {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
+	if c.peerMaxMsg > 0 && uint64(size) > c.peerMaxMsg {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: %d bytes, the peer's limit is %d", ErrMessageTooLarge, size, c.peerMaxMsg)
+	}
 	c.sess.enqueue(m)
 	lr := c.link
 	c.mu.Unlock()
@@ -228,6 +238,12 @@ func (c *Conn) send(ctx context.Context, m *Message, block bool) error {
 		lr.kick()
 	}
 	return nil
+}
+
+func (c *Conn) peerMaxMessage() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peerMaxMsg
 }
 
 // kick wakes the writer; it never blocks.
@@ -437,13 +453,26 @@ func (c *Conn) resetSessionLocked() []*Message {
 // consumed returns a dispatched message's credit.
 func (c *Conn) consumed(size int64) {
 	c.cw.consumeData(size)
-	if c.cw.grantDue() {
+	switch {
+	case c.cw.grantUrgent():
 		c.mu.Lock()
 		lr := c.link
 		c.mu.Unlock()
 		if lr != nil {
 			lr.kick()
 		}
+	case c.cw.grantIdle():
+		// Not urgent: batch it with acks, through the ack timer.
+		c.mu.Lock()
+		c.armAckLocked()
+		c.mu.Unlock()
+	}
+}
+
+func (c *Conn) armAckLocked() {
+	if !c.ackArmed {
+		c.ackArmed = true
+		c.ackTimer.Reset(ackDelay)
 	}
 }
 
@@ -461,10 +490,11 @@ func (c *Conn) ackTimerFired() {
 // maxBatchFrames bounds one WriteFrames call so acks and keepalives are not
 // stuck behind a long run of data.
 const (
-	maxBatchFrames = 256
-	maxBatchBytes  = 4 << 20
-	ackDelay       = time.Millisecond
-	closeGrace     = time.Second
+	maxBatchFrames  = 256
+	maxBatchBytes   = 4 << 20
+	ackDelay        = time.Millisecond
+	closeGrace      = time.Second
+	writeFaultGrace = 100 * time.Millisecond
 )
 
 // collect builds the next batch of frames for lr under the lock.
@@ -473,19 +503,31 @@ func (c *Conn) collect(lr *linkRun) []wire.Frame {
 	if c.link != lr {
 		return fr
 	}
-	if c.closeFrame {
-		c.closeFrame = false
-		return append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagClose}})
-	}
 	cw := &c.cw
-	if c.kaAck && cw.canSendData(0) {
+	if c.closeFrame {
+		// The last frame: it may spend the reserved credit; without any
+		// credit the link just ends.
+		c.closeFrame = false
+		c.closing = true
+		if cw.canSendControl() {
+			fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagClose}})
+			cw.onSend(0)
+			c.stampLocked(fr)
+		}
+		lr.frames = fr
+		return fr
+	}
+	// Keepalives may spend the reserved credit: they are timer-driven, so
+	// they cannot start a grant ping-pong, and a sender stalled on credit
+	// must still answer them or the peer would time it out.
+	if c.kaAck && cw.canSendControl() {
 		c.kaAck = false
 		fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagKeepaliveAck, Seq: c.kaAckValue}})
 		cw.onSend(0)
 	}
-	if c.kaPending && cw.canSendData(0) {
+	if c.kaPending && cw.canSendControl() {
 		c.kaPending = false
-		fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagKeepalive, Seq: uint64(time.Now().UnixNano())}})
+		fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagKeepalive, Seq: c.m.monotonic()}})
 		cw.onSend(0)
 	}
 	bytes := 0
@@ -495,6 +537,11 @@ func (c *Conn) collect(lr *linkRun) []wire.Frame {
 			break
 		}
 		size := uint64(m.Len())
+		if c.peerMaxMsg > 0 && size > c.peerMaxMsg {
+			// Queued before the peer told us its limit: it can never go.
+			c.oversize = size
+			break
+		}
 		if !cw.canSendData(size) {
 			if !cw.stalled {
 				cw.stalled = true
@@ -513,31 +560,37 @@ func (c *Conn) collect(lr *linkRun) []wire.Frame {
 		bytes += int(size)
 	}
 	if len(fr) == 0 {
-		// Nothing to piggyback on: an explicit ack/grant frame. A due
-		// grant may spend the last credit; a mere ack may not, and
-		// waits for ackDelay so acks batch.
+		// Nothing to piggyback on: an explicit ack/grant frame. An urgent
+		// grant goes now and may spend the last credit; an idle-time
+		// grant (a full one, so it may too) and a mere ack (which may
+		// not) wait up to ackDelay so they batch.
+		idle := cw.grantIdle()
 		switch {
-		case cw.grantDue() && cw.canSendControl():
+		case cw.grantUrgent() && cw.canSendControl(), idle && c.ackNow && cw.canSendControl():
 			c.st.GrantsSent++
 			fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagAck}})
 			cw.onSend(0)
 		case c.sess.ackOwed() && c.ackNow && cw.canSendData(0):
 			fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagAck}})
 			cw.onSend(0)
-		case c.sess.ackOwed() && !c.ackArmed:
-			c.ackArmed = true
-			c.ackTimer.Reset(ackDelay)
+		case c.sess.ackOwed() || idle:
+			c.armAckLocked()
 		}
 	}
+	c.stampLocked(fr)
+	lr.frames = fr
+	return fr
+}
+
+// stampLocked puts the current ack and grant on every frame of a batch.
+func (c *Conn) stampLocked(fr []wire.Frame) {
 	for i := range fr {
 		c.sess.stampAck(&fr[i].Preamble)
-		cw.stamp(&fr[i].Preamble)
+		c.cw.stamp(&fr[i].Preamble)
 	}
 	if len(fr) > 0 {
 		c.ackNow = false
 	}
-	lr.frames = fr
-	return fr
 }
 
 // writeLoop sends what collect gives it until the link ends.
@@ -553,22 +606,32 @@ func (lr *linkRun) writeLoop() {
 		for {
 			c.mu.Lock()
 			fr := c.collect(lr)
+			closing, oversize := c.closing, c.oversize
 			c.mu.Unlock()
-			if len(fr) == 0 {
-				break
+			var err error
+			if len(fr) > 0 {
+				err = lr.link.WriteFrames(fr)
+				clear(fr) // drop references to message segments
 			}
-			err := lr.link.WriteFrames(fr)
-			closing := fr[0].Tag == wire.TagClose
-			clear(fr) // drop references to message segments
-			if closing {
+			switch {
+			case closing:
 				c.mu.Lock()
 				c.detachLocked(lr)
 				c.mu.Unlock()
 				return
-			}
-			if err != nil {
-				c.fault(lr, err)
+			case err != nil:
+				// A write fails when the peer has gone; its last frames
+				// (a CLOSE, say) may still wait to be read. The reader
+				// reports the fault when it reaches the end; this timer
+				// covers a reader that never does.
+				time.AfterFunc(writeFaultGrace, func() { c.fault(lr, err) })
 				return
+			case oversize > 0:
+				c.closeWith(fmt.Errorf("%w: a queued message of %d bytes exceeds the peer's limit of %d",
+					ErrMessageTooLarge, oversize, c.peerMaxMessage()), true, true)
+			}
+			if len(fr) == 0 {
+				break
 			}
 		}
 	}
@@ -618,7 +681,8 @@ func (lr *linkRun) readLoop() {
 func (c *Conn) handleFrame(lr *linkRun, f *wire.Frame) (*Message, error) {
 	size := uint64(len(f.Front) + len(f.Data))
 	c.mu.Lock()
-	if c.link != lr {
+	if c.link != lr || c.state == stateClosed {
+		// A replaced link, or a conn closing while its CLOSE goes out.
 		c.mu.Unlock()
 		f.Release()
 		return nil, nil
@@ -676,7 +740,7 @@ func (c *Conn) handleFrame(lr *linkRun, f *wire.Frame) (*Message, error) {
 		kick = true
 	case wire.TagKeepaliveAck:
 		c.cw.consume(0)
-		if rtt := time.Now().UnixNano() - int64(f.Seq); rtt >= 0 {
+		if rtt := int64(c.m.monotonic() - f.Seq); rtt >= 0 {
 			c.st.RTT = time.Duration(rtt)
 		}
 	case wire.TagClose:
@@ -692,7 +756,7 @@ func (c *Conn) handleFrame(lr *linkRun, f *wire.Frame) (*Message, error) {
 	if len(released) > 0 {
 		c.wakeSendersLocked()
 	}
-	if c.cw.grantDue() {
+	if c.cw.grantUrgent() {
 		kick = true
 	}
 	c.mu.Unlock()
@@ -729,7 +793,6 @@ func (c *Conn) pushEvent(ev Event) { c.pushItem(dispatchItem{ev: &ev}) }
 // the conn is closed and the queue drained (a zero item marks the end).
 func (c *Conn) dispatchLoop() {
 	defer c.m.wg.Done()
-	defer close(c.dispatchDone)
 	d := c.m.opts.Dispatcher
 	for it := range c.dq {
 		switch {
@@ -738,7 +801,19 @@ func (c *Conn) dispatchLoop() {
 		case it.ev != nil:
 			d.HandleEvent(*it.ev)
 		default:
-			return
+			// Closed. Readers that lost the race with the end marker
+			// may have queued more: give their buffers back.
+			close(c.dispatchDone)
+			for {
+				select {
+				case it := <-c.dq:
+					if it.m != nil {
+						it.m.Release()
+					}
+				default:
+					return
+				}
+			}
 		}
 	}
 }

@@ -68,7 +68,7 @@ func (w *creditWindow) reset(floorMsgs, floorBytes uint64) {
 func (w *creditWindow) nextGrant() (msgs, bytes uint64) {
 	cm := w.consumedMsgs.Load() - int64(w.recvMsgs.Load()) + int64(w.windowMsgs)
 	cb := w.consumedBytes.Load() - int64(w.recvBytes) + int64(w.windowBytes)
-	return uint64(max(cm, 2)), uint64(max(cb, 0))
+	return uint64(max(cm, 1)), uint64(max(cb, 0))
 }
 
 // peerWindow records the peer's byte window and initial grant from the
@@ -95,19 +95,26 @@ func (w *creditWindow) stamp(p *wire.Preamble) {
 	p.GrantMsgs, p.GrantBytes = uint32(m), b
 }
 
-// grantDue reports whether an explicit grant frame should go: half the
-// window was freed since the last advertisement, or the dispatcher has
-// consumed every message received (so a sender waiting to push one message
-// larger than what is left of the byte window hears of it). Consumption of
-// control frames alone never makes a grant due, or two idle peers would
-// trade grant frames forever.
-func (w *creditWindow) grantDue() bool {
+// grantUrgent reports whether an explicit grant frame must go now: half
+// the window (of messages or bytes) was freed since the last advertisement.
+func (w *creditWindow) grantUrgent() bool {
 	m, b := w.grant()
 	am, ab := w.advertisedMsgs.Load(), w.advertisedBytes.Load()
-	if m-am >= max(w.windowMsgs/2, 1) || (w.windowBytes > 0 && b-ab >= w.windowBytes/2) {
-		return true
+	return m-am >= max(w.windowMsgs/2, 1) || (w.windowBytes > 0 && b-ab >= w.windowBytes/2)
+}
+
+// grantIdle reports whether a grant should go soon, batched like acks: the
+// dispatcher has consumed every message received and the grant grew, so a
+// sender waiting to push one message larger than what is left of its byte
+// credit hears that everything before it was consumed. Consumption of
+// control frames alone never makes a grant due, or two idle peers would
+// trade grant frames forever.
+func (w *creditWindow) grantIdle() bool {
+	if !w.dataConsumed.Load() || w.consumedMsgs.Load() != int64(w.recvMsgs.Load()) {
+		return false
 	}
-	return w.dataConsumed.Load() && (m > am || b > ab) && w.consumedMsgs.Load() == int64(w.recvMsgs.Load())
+	m, b := w.grant()
+	return m > w.advertisedMsgs.Load() || b > w.advertisedBytes.Load()
 }
 
 // canSendData reports whether a message of size bytes may go now. It keeps
@@ -159,7 +166,7 @@ func (w *creditWindow) onReceive(size uint64) error {
 	if adv := w.advertisedMsgs.Load(); recv > adv {
 		return wire.Protocolf("peer sent frame %d beyond its credit limit %d", recv, adv)
 	}
-	if adv := w.advertisedBytes.Load(); w.recvBytes > adv {
+	if adv := w.advertisedBytes.Load(); size > 0 && w.recvBytes > adv {
 		// The oversized-message exception: everything before it consumed.
 		if c := w.consumedBytes.Load(); c < 0 || uint64(c) != w.recvBytes-size {
 			return wire.Protocolf("peer sent %d bytes beyond its byte limit %d", w.recvBytes, adv)

@@ -142,7 +142,7 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 		req := &msgrpb.SessionRequest{
 			Cookie: c.cookie, PeerCookie: c.peerCookie, InSeq: c.sess.inSeq,
 			WindowMsgs: c.cw.windowMsgs, WindowBytes: c.cw.windowBytes, Lossy: c.lossy,
-			GrantMsgs: grantMsgs, GrantBytes: grantBytes,
+			GrantMsgs: grantMsgs, GrantBytes: grantBytes, MaxMessage: uint64(m.opts.MaxMessageSize),
 		}
 		c.mu.Unlock()
 		if err := writeHS(link, wire.TagSessionReq, req); err != nil {
@@ -163,6 +163,11 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 		case wire.TagWait:
 			return nil, errWait
 		case wire.TagSessionReset:
+			if reset.Fatal {
+				err := fmt.Errorf("msgr: %s refused the session: %s", peer, reset.Reason)
+				c.closeWith(err, true, false)
+				return nil, err
+			}
 			if resets > 0 {
 				return nil, wire.Protocolf("handshake: session reset twice: %s", reset.Reason)
 			}
@@ -182,7 +187,7 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 			c.mu.Unlock()
 			return nil, ErrClosed
 		}
-		c.peerCookie, c.peerNonce = ready.Cookie, hello.InstanceNonce
+		c.peerCookie, c.peerNonce, c.peerMaxMsg = ready.Cookie, hello.InstanceNonce, ready.MaxMessage
 		if old := c.link; old != nil {
 			c.detachLocked(old)
 		}
@@ -219,6 +224,9 @@ func (m *Messenger) accept(link wire.Link) error {
 	if err := peer.Validate(); err != nil {
 		return wire.Protocolf("handshake: peer %v", err)
 	}
+	if peer == m.opts.Name {
+		return fmt.Errorf("msgr: refusing a session with our own name %s", peer)
+	}
 	if err := writeHS(link, wire.TagHello, &msgrpb.Hello{
 		EntityName: string(m.opts.Name), InstanceNonce: m.nonce, PeerAddr: link.RemoteAddr(),
 	}); err != nil {
@@ -240,11 +248,11 @@ func (m *Messenger) accept(link wire.Link) error {
 			return err
 		}
 		if req.Lossy != policy.Lossy {
-			writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Reason: fmt.Sprintf(
+			writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Fatal: true, Reason: fmt.Sprintf(
 				"policy mismatch: dialer lossy=%v, %s applies %v to %s", req.Lossy, m.opts.Name, policy, peer.Type())})
 			return fmt.Errorf("msgr: %s: policy mismatch (dialer lossy=%v, ours %v)", peer, req.Lossy, policy)
 		}
-		if req.WindowMsgs < 2 || req.GrantMsgs < 2 {
+		if req.WindowMsgs < 2 || req.GrantMsgs < 1 {
 			return wire.Protocolf("handshake: peer window of %d messages (grant %d) is too small", req.WindowMsgs, req.GrantMsgs)
 		}
 		done, err := m.acceptSession(link, peer, hello.InstanceNonce, policy, &req)
@@ -257,6 +265,11 @@ func (m *Messenger) accept(link wire.Link) error {
 // acceptSession answers one SESSION_REQUEST. done is false after a
 // SESSION_RESET, when the dialer will ask again on the same link.
 func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64, policy Policy, req *msgrpb.SessionRequest) (done bool, err error) {
+	if policy.Lossy && req.PeerCookie != 0 {
+		// Lossy sessions are never resumed; answer before creating one.
+		err := writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Reason: "lossy sessions are not resumed"})
+		return err != nil, err
+	}
 	var c *Conn
 	m.mu.Lock()
 	if m.closing.Load() {
@@ -268,6 +281,7 @@ func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64,
 		m.lossyIn[c] = struct{}{}
 	} else if c = m.byPeer[peer]; c == nil {
 		c = m.newConn(policy, "", peer)
+		c.state = stateStandby // no address to dial: it waits for the peer
 		m.byPeer[peer] = c
 	}
 	m.mu.Unlock()
@@ -309,8 +323,9 @@ func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64,
 		Cookie: c.cookie, PeerCookie: req.Cookie, InSeq: c.sess.inSeq,
 		WindowMsgs: c.cw.windowMsgs, WindowBytes: c.cw.windowBytes,
 		GrantMsgs: c.cw.advertisedMsgs.Load(), GrantBytes: c.cw.advertisedBytes.Load(),
-		ResetOld: remoteReset,
+		ResetOld: remoteReset, MaxMessage: uint64(m.opts.MaxMessageSize),
 	}
+	c.peerMaxMsg = req.MaxMessage
 	released, err := c.attachLocked(lr, req.InSeq)
 	// The writer must not run before READY is out; it starts below.
 	c.mu.Unlock()

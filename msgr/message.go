@@ -13,8 +13,7 @@ import (
 // Ownership moves with the message, as with Ceph's refcounted messages:
 //   - Send takes ownership of an outgoing message when it returns nil. The
 //     messenger reads Front and Data until it no longer needs them (acked by
-//     the peer under a lossless policy, written under a lossy one, or
-//     dropped by a reset) and then calls OnRelease, or returns a message
+//     the peer, or dropped by a reset or close) and then calls OnRelease, or returns a message
 //     from NewMessage to the pool. Do not touch the slices until then.
 //   - A received message belongs to the Dispatcher, which must call Release
 //     exactly once when done with it. Front and Data point into the

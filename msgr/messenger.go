@@ -35,7 +35,12 @@ type Messenger struct {
 	done      chan struct{}
 	wg        sync.WaitGroup
 	coarseNow atomic.Int64 // unix ns, updated by the ticker; cheap clock for the hot path
+	start     time.Time    // base of monotonic()
 }
+
+// monotonic is nanoseconds since the messenger started, from the monotonic
+// clock: keepalive timestamps must not jump with the wall clock.
+func (m *Messenger) monotonic() uint64 { return uint64(time.Since(m.start)) }
 
 // New creates a messenger. It does nothing on the network until Listen or
 // Connect.
@@ -53,6 +58,7 @@ func New(opts Options) (*Messenger, error) {
 		byAddr:     map[string]*Conn{},
 		lossyIn:    map[*Conn]struct{}{},
 		done:       make(chan struct{}),
+		start:      time.Now(),
 	}
 	for _, t := range builtinTransports() {
 		m.transports[t.Scheme()] = t
@@ -169,6 +175,9 @@ func (m *Messenger) Connect(ctx context.Context, addr string, peer EntityName) (
 	if peer != "" {
 		policy = m.opts.policyFor(peer)
 	}
+	if peer == m.opts.Name {
+		return nil, fmt.Errorf("msgr: connect %s: that is this messenger's own name %s", addr, peer)
+	}
 	if !policy.Lossy && peer == "" {
 		return nil, fmt.Errorf("msgr: connect %s: a lossless session needs the peer's entity name", addr)
 	}
@@ -187,7 +196,7 @@ func (m *Messenger) Connect(ctx context.Context, addr string, peer EntityName) (
 		if c.addr == "" || c.state != stateOpen {
 			c.addr = addr
 		}
-		if c.state == stateStandby {
+		if c.state == stateStandby || (c.state == stateConnecting && !c.redialing) {
 			c.state = stateConnecting
 			c.startRedialLocked()
 		}
@@ -208,13 +217,16 @@ func (m *Messenger) Connect(ctx context.Context, addr string, peer EntityName) (
 
 // forget drops a closed conn from the registry.
 func (m *Messenger) forget(c *Conn) {
+	c.mu.Lock()
+	peer, addr := c.peer, c.addr
+	c.mu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.byPeer[c.peer] == c {
-		delete(m.byPeer, c.peer)
+	if m.byPeer[peer] == c {
+		delete(m.byPeer, peer)
 	}
-	if m.byAddr[c.addr] == c {
-		delete(m.byAddr, c.addr)
+	if m.byAddr[addr] == c {
+		delete(m.byAddr, addr)
 	}
 	delete(m.lossyIn, c)
 }

@@ -151,16 +151,17 @@ func (l *memLink) WriteFrames(frames []wire.Frame) error {
 }
 
 func (l *memLink) ReadFrame(f *wire.Frame) error {
+	// Frames written before a Close are still delivered, as TCP delivers
+	// what was sent before a FIN.
 	var mf memFrame
-	select {
-	case <-l.closed:
-		return net.ErrClosed
-	default:
-	}
 	select {
 	case mf = <-l.in:
 	case <-l.closed:
-		return net.ErrClosed
+		select {
+		case mf = <-l.in:
+		default:
+			return net.ErrClosed
+		}
 	}
 	// The same checks a stream link makes, minus the CRCs a copy in
 	// memory cannot break.

@@ -208,11 +208,13 @@ type SessionRequest struct {
 	// The dialer's receive window (its configured size) and the initial
 	// cumulative grant on the new link (smaller than the window when
 	// messages from an earlier link are still being dispatched).
-	WindowMsgs    uint64 `protobuf:"varint,4,opt,name=window_msgs,json=windowMsgs,proto3" json:"window_msgs,omitempty"`
-	WindowBytes   uint64 `protobuf:"varint,5,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"`
-	Lossy         bool   `protobuf:"varint,6,opt,name=lossy,proto3" json:"lossy,omitempty"`
-	GrantMsgs     uint64 `protobuf:"varint,7,opt,name=grant_msgs,json=grantMsgs,proto3" json:"grant_msgs,omitempty"`
-	GrantBytes    uint64 `protobuf:"varint,8,opt,name=grant_bytes,json=grantBytes,proto3" json:"grant_bytes,omitempty"`
+	WindowMsgs  uint64 `protobuf:"varint,4,opt,name=window_msgs,json=windowMsgs,proto3" json:"window_msgs,omitempty"`
+	WindowBytes uint64 `protobuf:"varint,5,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"`
+	Lossy       bool   `protobuf:"varint,6,opt,name=lossy,proto3" json:"lossy,omitempty"`
+	GrantMsgs   uint64 `protobuf:"varint,7,opt,name=grant_msgs,json=grantMsgs,proto3" json:"grant_msgs,omitempty"`
+	GrantBytes  uint64 `protobuf:"varint,8,opt,name=grant_bytes,json=grantBytes,proto3" json:"grant_bytes,omitempty"`
+	// Largest message (front plus data) the dialer accepts.
+	MaxMessage    uint64 `protobuf:"varint,9,opt,name=max_message,json=maxMessage,proto3" json:"max_message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -303,6 +305,13 @@ func (x *SessionRequest) GetGrantBytes() uint64 {
 	return 0
 }
 
+func (x *SessionRequest) GetMaxMessage() uint64 {
+	if x != nil {
+		return x.MaxMessage
+	}
+	return 0
+}
+
 // SessionReady accepts a SessionRequest.
 type SessionReady struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -313,6 +322,8 @@ type SessionReady struct {
 	WindowBytes uint64                 `protobuf:"varint,5,opt,name=window_bytes,json=windowBytes,proto3" json:"window_bytes,omitempty"`
 	GrantMsgs   uint64                 `protobuf:"varint,7,opt,name=grant_msgs,json=grantMsgs,proto3" json:"grant_msgs,omitempty"`
 	GrantBytes  uint64                 `protobuf:"varint,8,opt,name=grant_bytes,json=grantBytes,proto3" json:"grant_bytes,omitempty"`
+	// Largest message (front plus data) the acceptor accepts.
+	MaxMessage uint64 `protobuf:"varint,9,opt,name=max_message,json=maxMessage,proto3" json:"max_message,omitempty"`
 	// True when the acceptor discarded an older incarnation of this session
 	// because the dialer restarted.
 	ResetOld      bool `protobuf:"varint,6,opt,name=reset_old,json=resetOld,proto3" json:"reset_old,omitempty"`
@@ -399,6 +410,13 @@ func (x *SessionReady) GetGrantBytes() uint64 {
 	return 0
 }
 
+func (x *SessionReady) GetMaxMessage() uint64 {
+	if x != nil {
+		return x.MaxMessage
+	}
+	return 0
+}
+
 func (x *SessionReady) GetResetOld() bool {
 	if x != nil {
 		return x.ResetOld
@@ -409,8 +427,11 @@ func (x *SessionReady) GetResetOld() bool {
 // SessionReset tells the dialer the acceptor has no such session (it
 // restarted, or the session was closed): the dialer must start a new one.
 type SessionReset struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Reason string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// fatal: do not retry (e.g. a policy mismatch); the dialer ends the
+	// session instead of starting a new one.
+	Fatal         bool `protobuf:"varint,2,opt,name=fatal,proto3" json:"fatal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -450,6 +471,13 @@ func (x *SessionReset) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *SessionReset) GetFatal() bool {
+	if x != nil {
+		return x.Fatal
+	}
+	return false
 }
 
 // Wait tells the dialer to stop: the acceptor is connecting to it at the same
@@ -559,7 +587,7 @@ const file_msgr_proto_rawDesc = "" +
 	"\apayload\x18\x02 \x01(\fR\apayload\"<\n" +
 	"\bAuthDone\x12\x16\n" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"\xfa\x01\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\"\x9b\x02\n" +
 	"\x0eSessionRequest\x12\x16\n" +
 	"\x06cookie\x18\x01 \x01(\x04R\x06cookie\x12\x1f\n" +
 	"\vpeer_cookie\x18\x02 \x01(\x04R\n" +
@@ -572,7 +600,9 @@ const file_msgr_proto_rawDesc = "" +
 	"\n" +
 	"grant_msgs\x18\a \x01(\x04R\tgrantMsgs\x12\x1f\n" +
 	"\vgrant_bytes\x18\b \x01(\x04R\n" +
-	"grantBytes\"\xff\x01\n" +
+	"grantBytes\x12\x1f\n" +
+	"\vmax_message\x18\t \x01(\x04R\n" +
+	"maxMessage\"\xa0\x02\n" +
 	"\fSessionReady\x12\x16\n" +
 	"\x06cookie\x18\x01 \x01(\x04R\x06cookie\x12\x1f\n" +
 	"\vpeer_cookie\x18\x02 \x01(\x04R\n" +
@@ -584,10 +614,13 @@ const file_msgr_proto_rawDesc = "" +
 	"\n" +
 	"grant_msgs\x18\a \x01(\x04R\tgrantMsgs\x12\x1f\n" +
 	"\vgrant_bytes\x18\b \x01(\x04R\n" +
-	"grantBytes\x12\x1b\n" +
-	"\treset_old\x18\x06 \x01(\bR\bresetOld\"&\n" +
+	"grantBytes\x12\x1f\n" +
+	"\vmax_message\x18\t \x01(\x04R\n" +
+	"maxMessage\x12\x1b\n" +
+	"\treset_old\x18\x06 \x01(\bR\bresetOld\"<\n" +
 	"\fSessionReset\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x06\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05fatal\x18\x02 \x01(\bR\x05fatal\"\x06\n" +
 	"\x04Wait\"A\n" +
 	"\tBenchPing\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12$\n" +

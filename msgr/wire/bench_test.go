@@ -1,0 +1,110 @@
+package wire
+
+import (
+	"fmt"
+	"io"
+	"testing"
+)
+
+func BenchmarkParsePreamble(b *testing.B) {
+	var buf [PreambleSize]byte
+	(&Preamble{Tag: TagMessage, Type: 7, FrontLen: 100, DataLen: 4000, Seq: 1 << 20, Ack: 1 << 19,
+		GrantMsgs: 1 << 21, GrantBytes: 1 << 30}).Put(buf[:])
+	var p Preamble
+	b.ReportAllocs()
+	b.SetBytes(PreambleSize)
+	for b.Loop() {
+		if err := p.Parse(buf[:], testLimits); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPutPreamble(b *testing.B) {
+	var buf [PreambleSize]byte
+	p := Preamble{Tag: TagMessage, Type: 7, FrontLen: 100, DataLen: 4000, Seq: 1 << 20, Ack: 1 << 19,
+		GrantMsgs: 1 << 21, GrantBytes: 1 << 30}
+	b.ReportAllocs()
+	b.SetBytes(PreambleSize)
+	for b.Loop() {
+		p.Seq++
+		p.Put(buf[:])
+	}
+}
+
+// repeatReader returns b over and over; b holds whole frames, so it reads
+// as an endless stream of valid frames.
+type repeatReader struct {
+	b   []byte
+	off int
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		c := copy(p[n:], r.b[r.off:])
+		n += c
+		r.off = (r.off + c) % len(r.b)
+	}
+	return n, nil
+}
+
+// BenchmarkStreamWriteRead measures the stream framing alone: encoding
+// frames into an io.Discard writer (one frame per call, and batches), and
+// decoding them from an endless in-memory stream. Each op is one frame.
+func BenchmarkStreamWriteRead(b *testing.B) {
+	for _, size := range []int{64, 4 << 10} {
+		name := fmt.Sprintf("%dB", size)
+		if size >= 1<<10 {
+			name = fmt.Sprintf("%dKiB", size>>10)
+		}
+		frame := Frame{
+			Preamble: Preamble{Tag: TagMessage, Type: 1, Seq: 1, Ack: 1, GrantMsgs: 1024, GrantBytes: 64 << 20},
+			Front:    make([]byte, 16),
+			Data:     make([]byte, size-16),
+		}
+		wire := int64(encodeFrameLen(frame))
+		b.Run("write/"+name, func(b *testing.B) {
+			l := writerLink(io.Discard, 0, false)
+			frames := []Frame{frame}
+			b.ReportAllocs()
+			b.SetBytes(wire)
+			for b.Loop() {
+				if err := l.WriteFrames(frames); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("write-batch32/"+name, func(b *testing.B) {
+			l := writerLink(io.Discard, 0, false)
+			frames := make([]Frame, 32)
+			for i := range frames {
+				frames[i] = frame
+			}
+			b.ReportAllocs()
+			b.SetBytes(32 * wire)
+			for b.Loop() {
+				if err := l.WriteFrames(frames); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(32*b.N), "ns/frame")
+		})
+		b.Run("read/"+name, func(b *testing.B) {
+			var stream []byte
+			for range 64 {
+				stream = append(stream, encodeFrame(frame.Preamble, frame.Front, frame.Data)...)
+			}
+			l := NewReaderLink(&repeatReader{b: stream}, 0, testLimits)
+			var f Frame
+			b.ReportAllocs()
+			b.SetBytes(wire)
+			for b.Loop() {
+				if err := l.ReadFrame(&f); err != nil {
+					b.Fatal(err)
+				}
+				f.Release()
+			}
+		})
+	}
+}
