@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"log/slog"
 	"math/rand/v2"
@@ -31,6 +32,7 @@ type Messenger struct {
 	byAddr    map[string]*Conn     // lossy sessions we dialed
 	lossyIn   map[*Conn]struct{}   // lossy sessions peers dialed
 
+	owned     []io.Closer // transports this messenger created, closed last
 	closing   atomic.Bool
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -62,6 +64,9 @@ func New(opts Options) (*Messenger, error) {
 	}
 	for _, t := range builtinTransports() {
 		m.transports[t.Scheme()] = t
+		if c, ok := t.(io.Closer); ok {
+			m.owned = append(m.owned, c)
+		}
 	}
 	for _, t := range opts.Transports {
 		m.transports[t.Scheme()] = t
@@ -272,7 +277,19 @@ func (m *Messenger) Shutdown(ctx context.Context) error {
 	for c := range m.Conns() {
 		c.Close()
 	}
-	return m.wait(ctx)
+	err := m.wait(ctx)
+	if err == nil {
+		m.closeTransports()
+	}
+	return err
+}
+
+// closeTransports releases what the built-in transports hold (registered
+// memory, completion pollers) once no link uses them.
+func (m *Messenger) closeTransports() {
+	for _, c := range m.owned {
+		c.Close()
+	}
 }
 
 // Kill drops every listener and link without telling peers, as if the
@@ -296,6 +313,7 @@ func (m *Messenger) Kill() {
 		c.closeWith(ErrClosed, false, false)
 	}
 	m.wg.Wait()
+	m.closeTransports()
 }
 
 func (m *Messenger) wait(ctx context.Context) error {

@@ -32,6 +32,9 @@ type Env struct {
 	// Scale shrinks the heavy tests (message and connection counts) for
 	// slow transports or -short; 1 is full size.
 	Scale float64
+	// Tweak adjusts every messenger's options before a test's own
+	// tweaks (an RDMA env sets a smaller receive window, for example).
+	Tweak func(*msgr.Options)
 }
 
 func (e Env) n(full int) int {
@@ -248,6 +251,9 @@ func (e Env) NewMessenger(t testing.TB, name msgr.EntityName, d msgr.Dispatcher,
 	}
 	if e.Transports != nil {
 		o.Transports = e.Transports()
+	}
+	if e.Tweak != nil {
+		e.Tweak(&o)
 	}
 	if tweak != nil {
 		tweak(&o)
@@ -712,6 +718,9 @@ func testNoGoroutineLeak(t *testing.T, env Env) {
 	o := msgr.Options{Name: "osd.0", Dispatcher: rec, Logger: quietLogger()}
 	if env.Transports != nil {
 		o.Transports = env.Transports()
+	}
+	if env.Tweak != nil {
+		env.Tweak(&o)
 	}
 	srv, err := msgr.New(o)
 	if err != nil {

@@ -1,0 +1,462 @@
+//go:build rdma
+
+package rdma
+
+/*
+#cgo LDFLAGS: -lfabric
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// Built reports whether this binary has the RDMA transport.
+const Built = true
+
+// FabricError is a libfabric failure.
+type FabricError struct {
+	Op   string
+	Code int // positive fi_errno
+}
+
+func (e *FabricError) Error() string {
+	return fmt.Sprintf("rdma: %s: %s (%d)", e.Op, C.GoString(C.fi_strerror(C.int(e.Code))), e.Code)
+}
+
+func fiErr(op string, rc C.ssize_t) error {
+	if rc >= 0 {
+		return nil
+	}
+	return &FabricError{Op: op, Code: int(-rc)}
+}
+
+func fiErrI(op string, rc C.int) error { return fiErr(op, C.ssize_t(rc)) }
+
+// Completion contexts are integers, not pointers (no FI_CONTEXT mode):
+// link id, operation kind and slot, so a completion for a link that is
+// gone is recognised and dropped instead of touching freed memory.
+// pollSleepMax bounds one sleep of the poller on the CQ's wait fd.
+const pollSleepMax = 20 * time.Millisecond
+
+const (
+	opRecv = 1
+	opSend = 2
+	opRead = 3
+)
+
+func ctxID(link uint32, op uint8, slot uint32) C.uint64_t {
+	return C.uint64_t(uint64(link)<<32 | uint64(op)<<28 | uint64(slot&(1<<28-1)))
+}
+
+func splitCtx(ctx uint64) (link uint32, op uint8, slot uint32) {
+	return uint32(ctx >> 32), uint8(ctx >> 28 & 0xf), uint32(ctx & (1<<28 - 1))
+}
+
+// domain is one fabric + domain + CM event queue + completion queue, shared
+// by every endpoint of a transport. One goroutine reads CM events, one
+// polls completions.
+type domain struct {
+	t      *Transport
+	info   *C.struct_fi_info
+	fabric *C.struct_fid_fabric
+	dom    *C.struct_fid_domain
+	eq     *C.struct_fid_eq
+	cq     *C.struct_fid_cq
+	mrMode uint64
+	name   string
+
+	mu        sync.Mutex
+	links     map[uint32]*link
+	cmOwners  map[uintptr]cmOwner // endpoint or passive endpoint fid -> owner
+	nextLink  uint32
+	nextKey   uint64
+	large     map[int][]*region // cached rendezvous buffers by size class
+	closed    bool
+	done      chan struct{}
+	wg        sync.WaitGroup
+	waitFile  *os.File // the CQ's wait fd, through the netpoller
+	pollStats struct {
+		busy, blocked atomic.Uint64
+	}
+
+	registered atomic.Int64
+	highWater  atomic.Int64
+	inUse      atomic.Int64 // registered buffers handed out (receive, send, rendezvous)
+	posted     atomic.Int64 // receives posted
+}
+
+// cmOwner receives CM events for an endpoint.
+type cmOwner interface {
+	cmEvent(event uint32, info *C.struct_fi_info, data []byte, err error)
+}
+
+// openDomain opens the fabric and domain that info names; it keeps a copy
+// of info.
+func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
+	info := C.fi_dupinfo(src)
+	if info == nil {
+		return nil, errors.New("rdma: fi_dupinfo failed")
+	}
+	d := &domain{
+		t: t, info: info, mrMode: uint64(C.osp_info_mr_mode(info)),
+		name:  C.GoString(C.osp_info_domain(info)),
+		links: map[uint32]*link{}, cmOwners: map[uintptr]cmOwner{}, large: map[int][]*region{},
+		done: make(chan struct{}),
+	}
+	cqSize := C.int(max(4096, 4*t.cfg.SendSlots))
+	if err := fiErrI("open fabric/domain", C.osp_fabric_domain(info, &d.fabric, &d.dom, &d.eq, &d.cq, cqSize)); err != nil {
+		d.closeFids()
+		return nil, err
+	}
+	var fd C.int
+	if C.osp_cq_waitfd(d.cq, &fd) == 0 && fd >= 0 {
+		// Through the Go netpoller, so an idle poller holds no thread.
+		// A dup, so closing our *os.File never closes libfabric's fd.
+		if dup, err := syscall.Dup(int(fd)); err == nil {
+			if err := syscall.SetNonblock(dup, true); err == nil {
+				d.waitFile = os.NewFile(uintptr(dup), "fi-cq-wait")
+			} else {
+				syscall.Close(dup)
+			}
+		}
+	}
+	d.wg.Add(2)
+	go d.cmLoop()
+	go d.pollLoop()
+	return d, nil
+}
+
+func (d *domain) closeFids() {
+	C.osp_close(unsafe.Pointer(d.cq))
+	C.osp_close(unsafe.Pointer(d.eq))
+	C.osp_close(unsafe.Pointer(d.dom))
+	C.osp_close(unsafe.Pointer(d.fabric))
+	if d.info != nil {
+		C.fi_freeinfo(d.info)
+	}
+}
+
+// close ends the domain after every link and listener closed.
+func (d *domain) close() {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	d.closed = true
+	links := make([]*link, 0, len(d.links))
+	for _, l := range d.links {
+		links = append(links, l)
+	}
+	d.mu.Unlock()
+	for _, l := range links {
+		l.Close()
+	}
+	close(d.done)
+	d.wg.Wait()
+	d.mu.Lock()
+	for _, rs := range d.large {
+		for _, r := range rs {
+			r.free()
+		}
+	}
+	d.large = nil
+	d.mu.Unlock()
+	if d.waitFile != nil {
+		d.waitFile.Close()
+	}
+	d.closeFids()
+}
+
+// cmLoop reads connection-management events and routes them to their
+// owners. It is the one goroutine that blocks in fi_eq_sread, with a short
+// timeout so it sees the domain close.
+func (d *domain) cmLoop() {
+	defer d.wg.Done()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	buf := make([]byte, 256)
+	cbuf := C.malloc(C.size_t(len(buf)))
+	defer C.free(cbuf)
+	for {
+		select {
+		case <-d.done:
+			return
+		default:
+		}
+		var (
+			event   C.uint32_t
+			fid     unsafe.Pointer
+			info    *C.struct_fi_info
+			datalen C.size_t
+			cerr    C.int
+		)
+		rc := C.osp_eq_read(d.eq, &event, &fid, &info, cbuf, C.size_t(len(buf)), &datalen, &cerr, 100)
+		if rc == -C.FI_EAGAIN || rc == -C.FI_ETIMEDOUT || rc == -C.FI_EINTR {
+			continue
+		}
+		d.mu.Lock()
+		owner := d.cmOwners[uintptr(fid)]
+		d.mu.Unlock()
+		if rc == -C.FI_EAVAIL {
+			if owner != nil {
+				owner.cmEvent(0, nil, nil, &FabricError{Op: "connection", Code: int(cerr)})
+			}
+			continue
+		}
+		if rc < 0 {
+			select {
+			case <-d.done:
+				return
+			default:
+			}
+			continue
+		}
+		data := buf[:datalen]
+		copy(data, unsafe.Slice((*byte)(cbuf), int(datalen)))
+		if owner == nil {
+			if info != nil {
+				C.fi_freeinfo(info)
+			}
+			continue
+		}
+		owner.cmEvent(uint32(event), info, append([]byte(nil), data...), nil)
+	}
+}
+
+// pollLoop is the domain's one completion poller: it busy-polls for
+// BusyPoll after the last completion, then arms the CQ with fi_trywait and
+// sleeps on its wait fd in the Go netpoller, so an idle transport burns no
+// core. Completions are read in batches of up to 64 per cgo call.
+func (d *domain) pollLoop() {
+	defer d.wg.Done()
+	var (
+		ctx    [64]C.uint64_t
+		lens   [64]C.uint64_t
+		errctx C.uint64_t
+		cerr   C.int
+	)
+	var rawConn syscall.RawConn
+	if d.waitFile != nil {
+		rawConn, _ = d.waitFile.SyscallConn()
+	}
+	idleSince := time.Now()
+	waitFirst := true
+	for {
+		select {
+		case <-d.done:
+			return
+		default:
+		}
+		n := C.osp_cq_read(d.cq, &ctx[0], &lens[0], 64, &errctx, &cerr)
+		switch {
+		case n > 0:
+			for i := range int(n) {
+				d.complete(uint64(ctx[i]), int(lens[i]), nil)
+			}
+			idleSince = time.Now()
+			continue
+		case n == -C.FI_EAVAIL:
+			d.complete(uint64(errctx), 0, &FabricError{Op: "completion", Code: int(cerr)})
+			continue
+		}
+		if time.Since(idleSince) < d.t.cfg.BusyPoll {
+			runtime.Gosched()
+			continue
+		}
+		d.pollStats.blocked.Add(1)
+		if rawConn != nil && C.osp_trywait(d.fabric, d.cq) == 0 {
+			// A deadline bounds the sleep, so a missed edge or a domain
+			// close can never strand the poller.
+			d.waitFile.SetReadDeadline(time.Now().Add(pollSleepMax))
+			rawConn.Read(func(uintptr) bool {
+				first := waitFirst
+				waitFirst = false
+				return !first
+			})
+			waitFirst = true
+		} else if rawConn == nil {
+			n := C.osp_cq_sread(d.cq, &ctx[0], &lens[0], 64, &errctx, &cerr, 10)
+			for i := range max(int(n), 0) {
+				d.complete(uint64(ctx[i]), int(lens[i]), nil)
+			}
+			if n == -C.FI_EAVAIL {
+				d.complete(uint64(errctx), 0, &FabricError{Op: "completion", Code: int(cerr)})
+			}
+		}
+		idleSince = time.Now()
+	}
+}
+
+// complete routes one completion to its link.
+func (d *domain) complete(ctx uint64, n int, err error) {
+	id, op, slot := splitCtx(ctx)
+	d.mu.Lock()
+	l := d.links[id]
+	d.mu.Unlock()
+	if l == nil {
+		return // the link is gone; its buffers were reclaimed with it
+	}
+	l.complete(op, slot, n, err)
+}
+
+func (d *domain) addLink(l *link) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errors.New("rdma: transport closed")
+	}
+	d.nextLink++
+	l.id = d.nextLink
+	d.links[l.id] = l
+	return nil
+}
+
+func (d *domain) removeLink(l *link) {
+	d.mu.Lock()
+	delete(d.links, l.id)
+	d.mu.Unlock()
+}
+
+func (d *domain) setCMOwner(fid unsafe.Pointer, o cmOwner) {
+	d.mu.Lock()
+	if o == nil {
+		delete(d.cmOwners, uintptr(fid))
+	} else {
+		d.cmOwners[uintptr(fid)] = o
+	}
+	d.mu.Unlock()
+}
+
+// region is registered memory outside the Go heap: mmap'd, registered
+// once, released with munmap after deregistration.
+type region struct {
+	d    *domain
+	mem  []byte
+	mr   *C.struct_fid_mr
+	desc unsafe.Pointer
+	key  uint64
+}
+
+func (d *domain) register(size int) (*region, error) {
+	size = (size + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
+	if cur := d.registered.Load(); cur+int64(size) > d.t.cfg.MemBudget {
+		d.trimLarge(int64(size))
+		if cur := d.registered.Load(); cur+int64(size) > d.t.cfg.MemBudget {
+			return nil, fmt.Errorf("rdma: registered memory budget of %d bytes exhausted (%d in use, %d more asked)",
+				d.t.cfg.MemBudget, cur, size)
+		}
+	}
+	mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("rdma: mmap %d bytes: %w", size, err)
+	}
+	r := &region{d: d, mem: mem}
+	d.mu.Lock()
+	d.nextKey++
+	key := d.nextKey
+	d.mu.Unlock()
+	var ckey C.uint64_t
+	if err := fiErrI("fi_mr_reg", C.osp_mr_reg(d.dom, unsafe.Pointer(&mem[0]), C.size_t(size), C.uint64_t(key), &r.mr, &r.desc, &ckey)); err != nil {
+		syscall.Munmap(mem)
+		return nil, fmt.Errorf("%w (check `ulimit -l`: registered memory must be lockable)", err)
+	}
+	r.key = uint64(ckey)
+	hw := d.registered.Add(int64(size))
+	for {
+		old := d.highWater.Load()
+		if hw <= old || d.highWater.CompareAndSwap(old, hw) {
+			break
+		}
+	}
+	return r, nil
+}
+
+func (r *region) free() {
+	if r.mr != nil {
+		C.osp_close(unsafe.Pointer(r.mr))
+		r.mr = nil
+		r.d.registered.Add(-int64(len(r.mem)))
+		syscall.Munmap(r.mem)
+	}
+}
+
+// remoteAddr is what a peer puts in fi_read for b: the virtual address
+// under FI_MR_VIRT_ADDR, else the offset into the region.
+func (r *region) remoteAddr(off int) uint64 {
+	if r.d.mrMode&C.FI_MR_VIRT_ADDR != 0 {
+		return uint64(uintptr(unsafe.Pointer(&r.mem[0]))) + uint64(off)
+	}
+	return uint64(off)
+}
+
+func (r *region) ptr(off int) unsafe.Pointer { return unsafe.Pointer(&r.mem[off]) }
+
+// Large (rendezvous) buffers are cached per power-of-two class.
+func largeClass(n int) int {
+	c := 0
+	for 1<<c < n {
+		c++
+	}
+	return c
+}
+
+func (d *domain) getLarge(n int) (*region, error) {
+	c := largeClass(n)
+	d.mu.Lock()
+	if rs := d.large[c]; len(rs) > 0 {
+		r := rs[len(rs)-1]
+		d.large[c] = rs[:len(rs)-1]
+		d.mu.Unlock()
+		d.inUse.Add(1)
+		return r, nil
+	}
+	d.mu.Unlock()
+	r, err := d.register(1 << c)
+	if err == nil {
+		d.inUse.Add(1)
+	}
+	return r, err
+}
+
+func (d *domain) putLarge(r *region) {
+	d.inUse.Add(-1)
+	d.mu.Lock()
+	if d.closed || d.large == nil {
+		d.mu.Unlock()
+		r.free()
+		return
+	}
+	c := largeClass(len(r.mem))
+	d.large[c] = append(d.large[c], r)
+	d.mu.Unlock()
+}
+
+// trimLarge frees cached rendezvous buffers to make room for need bytes.
+func (d *domain) trimLarge(need int64) {
+	d.mu.Lock()
+	var drop []*region
+	var freed int64
+	for c, rs := range d.large {
+		for len(rs) > 0 && freed < need {
+			drop = append(drop, rs[len(rs)-1])
+			freed += int64(len(rs[len(rs)-1].mem))
+			rs = rs[:len(rs)-1]
+		}
+		d.large[c] = rs
+	}
+	d.mu.Unlock()
+	for _, r := range drop {
+		r.free()
+	}
+}

@@ -1,0 +1,849 @@
+//go:build rdma
+
+package rdma
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// Config tunes the RDMA transport. Zero fields take the defaults noted.
+type Config struct {
+	// BufSize is the size of each registered send and receive buffer: a
+	// frame up to this size goes inline in one send; larger payloads go
+	// by rendezvous (RDMA read). Default 16 KiB.
+	BufSize int
+	// SendSlots is the number of send buffers per link. Default 64.
+	SendSlots int
+	// MemBudget bounds all registered memory of the transport. Default
+	// 1 GiB.
+	MemBudget int64
+	// BusyPoll is how long the completion poller spins after the last
+	// completion before it sleeps on the CQ's wait fd. Default 50µs.
+	BusyPoll time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.BufSize <= 0 {
+		c.BufSize = 16 << 10
+	}
+	c.BufSize = max(c.BufSize, 1024)
+	if c.SendSlots <= 0 {
+		c.SendSlots = 64
+	}
+	if c.MemBudget <= 0 {
+		c.MemBudget = 1 << 30
+	}
+	if c.BusyPoll <= 0 {
+		c.BusyPoll = 50 * time.Microsecond
+	}
+}
+
+// Transport is the RDMA transport for one libfabric provider.
+type Transport struct {
+	scheme string
+	prov   string
+	cfg    Config
+
+	mu   sync.Mutex
+	doms map[string]*domain // by node (the local address's domain)
+}
+
+// NewTransport returns the transport for "rdma+PROVIDER"; FI_PROVIDER, if
+// set, overrides the provider.
+func NewTransport(provider string, cfg Config) *Transport {
+	cfg.setDefaults()
+	prov := provider
+	if env := os.Getenv("FI_PROVIDER"); env != "" {
+		prov = env
+	}
+	return &Transport{scheme: "rdma+" + provider, prov: prov, cfg: cfg, doms: map[string]*domain{}}
+}
+
+// Transports returns rdma+tcp, rdma+sockets and rdma+verbs.
+func Transports() []wire.Transport {
+	return []wire.Transport{
+		NewTransport("tcp", Config{}), NewTransport("sockets", Config{}), NewTransport("verbs", Config{}),
+	}
+}
+
+// Hint explains a missing rdma+ transport.
+func Hint(scheme string) string {
+	if strings.HasPrefix(scheme, "rdma+") {
+		return "unknown RDMA provider; built-in are rdma+tcp, rdma+sockets and rdma+verbs (FI_PROVIDER overrides the provider)"
+	}
+	return ""
+}
+
+func (t *Transport) Scheme() string { return t.scheme }
+
+// Stats are the transport's registered-memory counters.
+type Stats struct {
+	RegisteredBytes int64 // registered now
+	HighWaterBytes  int64 // most ever registered at once
+	BuffersInUse    int64 // rendezvous buffers handed out
+	RecvsPosted     int64 // receive buffers posted now
+	PollerSleeps    uint64
+}
+
+// Stats sums the counters of the transport's domains.
+func (t *Transport) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var s Stats
+	for _, d := range t.doms {
+		s.RegisteredBytes += d.registered.Load()
+		s.HighWaterBytes += d.highWater.Load()
+		s.BuffersInUse += d.inUse.Load()
+		s.RecvsPosted += d.posted.Load()
+		s.PollerSleeps += d.pollStats.blocked.Load()
+	}
+	return s
+}
+
+// Close closes every link and listener and releases all registered memory.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	doms := t.doms
+	t.doms = map[string]*domain{}
+	t.mu.Unlock()
+	for _, d := range doms {
+		d.close()
+	}
+	return nil
+}
+
+// getinfo asks libfabric for MSG endpoints of our provider at host:port
+// (as a local address with source, else as a destination).
+func (t *Transport) getinfo(host, port string, source bool) (*C.struct_fi_info, error) {
+	var info *C.struct_fi_info
+	cprov, chost, cport := C.CString(t.prov), C.CString(host), C.CString(port)
+	defer C.free(unsafe.Pointer(cprov))
+	defer C.free(unsafe.Pointer(chost))
+	defer C.free(unsafe.Pointer(cport))
+	src := C.int(0)
+	if source {
+		src = 1
+	}
+	if err := fiErrI("fi_getinfo", C.osp_getinfo(cprov, chost, cport, src, &info)); err != nil {
+		return nil, fmt.Errorf("%w: provider %q at %s (see `fi_info -p %s -t FI_EP_MSG`)",
+			err, t.prov, net.JoinHostPort(host, port), t.prov)
+	}
+	return info, nil
+}
+
+// domainFor returns the open domain libfabric chose in info, one per
+// domain name, shared by listeners and dialers.
+func (t *Transport) domainFor(info *C.struct_fi_info) (*domain, error) {
+	name := C.GoString(C.osp_info_domain(info))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if d := t.doms[name]; d != nil {
+		return d, nil
+	}
+	d, err := openDomain(t, info)
+	if err != nil {
+		return nil, err
+	}
+	t.doms[name] = d
+	return d, nil
+}
+
+// CM data: our banner, then the number of receives we post.
+const cmDataSize = wire.BannerSize + 4
+
+func cmData(bn wire.Banner, recvs int) []byte {
+	b := make([]byte, cmDataSize)
+	bn.Put(b)
+	binary.LittleEndian.PutUint32(b[wire.BannerSize:], uint32(recvs))
+	return b
+}
+
+func parseCM(mine wire.Banner, data []byte) (uint64, error) {
+	if len(data) < cmDataSize {
+		return 0, &wire.Error{Kind: wire.ErrKindBanner, Msg: fmt.Sprintf("connection data of %d bytes, want %d", len(data), cmDataSize)}
+	}
+	peer, err := wire.ParseBanner(data)
+	if err != nil {
+		return 0, err
+	}
+	return wire.Negotiate(mine, peer)
+}
+
+// Listen binds host:port and accepts connections through libfabric's CM.
+func (t *Transport) Listen(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Listener, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	info, err := t.getinfo(host, port, true)
+	if err != nil {
+		return nil, err
+	}
+	defer C.fi_freeinfo(info)
+	d, err := t.domainFor(info)
+	if err != nil {
+		return nil, err
+	}
+	l := &listener{d: d, opts: opts, host: host, links: make(chan *link, 16), done: make(chan struct{})}
+	if err := fiErrI("listen", C.osp_passive(d.fabric, info, d.eq, &l.pep)); err != nil {
+		C.osp_close(unsafe.Pointer(l.pep))
+		return nil, err
+	}
+	p := C.osp_port((*C.struct_fid)(unsafe.Pointer(l.pep)))
+	if p < 0 {
+		C.osp_close(unsafe.Pointer(l.pep))
+		return nil, fiErrI("fi_getname", p)
+	}
+	l.port = int(p)
+	d.setCMOwner(unsafe.Pointer(l.pep), l)
+	return l, nil
+}
+
+type listener struct {
+	d     *domain
+	pep   *C.struct_fid_pep
+	opts  wire.LinkOptions
+	host  string
+	port  int
+	links chan *link
+	done  chan struct{}
+	once  sync.Once
+	wg    sync.WaitGroup
+}
+
+func (l *listener) Addr() string { return net.JoinHostPort(l.host, fmt.Sprint(l.port)) }
+
+// cmEvent handles a connection request: the endpoint is built, its
+// receives posted and the request accepted on a goroutine of its own, so
+// the CM loop never waits on one peer.
+func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, err error) {
+	if err != nil || event != C.FI_CONNREQ || info == nil {
+		if info != nil {
+			C.fi_freeinfo(info)
+		}
+		return
+	}
+	select {
+	case <-l.done:
+		C.osp_reject(l.pep, C.osp_info_handle(info))
+		C.fi_freeinfo(info)
+		return
+	default:
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		defer C.fi_freeinfo(info)
+		features, err := parseCM(l.opts.Banner, data)
+		if err != nil {
+			C.osp_reject(l.pep, C.osp_info_handle(info))
+			return
+		}
+		lk, err := newLink(l.d, info, features, l.opts)
+		if err != nil {
+			C.osp_reject(l.pep, C.osp_info_handle(info))
+			return
+		}
+		reply := cmData(l.opts.Banner, lk.nrecv)
+		if err := fiErrI("fi_accept", C.osp_accept(lk.ep, unsafe.Pointer(&reply[0]), C.size_t(len(reply)))); err != nil {
+			lk.Close()
+			return
+		}
+		if err := lk.waitConnected(l.done, 10*time.Second); err != nil {
+			lk.Close()
+			return
+		}
+		select {
+		case l.links <- lk:
+		case <-l.done:
+			lk.Close()
+		}
+	}()
+}
+
+func (l *listener) Accept(ctx context.Context) (wire.Link, error) {
+	select {
+	case lk := <-l.links:
+		return lk, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *listener) Close() error {
+	l.once.Do(func() {
+		close(l.done)
+		l.d.setCMOwner(unsafe.Pointer(l.pep), nil)
+		C.osp_close(unsafe.Pointer(l.pep))
+		l.wg.Wait()
+		for {
+			select {
+			case lk := <-l.links:
+				lk.Close()
+				continue
+			default:
+			}
+			break
+		}
+	})
+	return nil
+}
+
+// Dial connects to host:port.
+func (t *Transport) Dial(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Link, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	info, err := t.getinfo(host, port, false)
+	if err != nil {
+		return nil, err
+	}
+	defer C.fi_freeinfo(info)
+	d, err := t.domainFor(info)
+	if err != nil {
+		return nil, err
+	}
+	lk, err := newLink(d, info, 0, opts)
+	if err != nil {
+		return nil, err
+	}
+	lk.remote = addr
+	req := cmData(opts.Banner, lk.nrecv)
+	if err := fiErrI("fi_connect", C.osp_connect(lk.ep, info, unsafe.Pointer(&req[0]), C.size_t(len(req)))); err != nil {
+		lk.Close()
+		return nil, err
+	}
+	if err := lk.waitConnected(ctx.Done(), 10*time.Second); err != nil {
+		lk.Close()
+		return nil, err
+	}
+	features, err := parseCM(opts.Banner, lk.peerCM)
+	if err != nil {
+		lk.Close()
+		return nil, err
+	}
+	lk.features = features
+	return lk, nil
+}
+
+// drainTimeout bounds how long Close waits for posted sends to complete.
+const drainTimeout = 500 * time.Millisecond
+
+// rdvDesc is the data segment of a rendezvous frame: where the payload is
+// and the key to read it.
+const rdvDescSize = 20 // u64 address, u32 length, u64 key
+
+type rxEvent struct {
+	slot uint32
+	n    int
+	err  error
+}
+
+// link is one connected MSG endpoint. One credit of the session above is
+// one of its posted receives: a receive buffer is posted again when the
+// frame in it is released, before the credit for it is granted.
+type link struct {
+	d        *domain
+	id       uint32
+	ep       *C.struct_fid_ep
+	features uint64
+	lim      wire.Limits
+	noCRC    bool
+	bufSize  int
+	nrecv    int
+
+	recv     *region // nrecv receive buffers
+	recvBufs []*wire.Buffer
+	send     *region // SendSlots send buffers
+	sendFree chan uint32
+
+	rx        chan rxEvent
+	readDone  chan error
+	connected chan error
+	peerCM    []byte
+	closed    chan struct{}
+	closeOnce sync.Once
+	dead      atomic.Bool
+	failed    atomic.Bool
+	// epMu guards the endpoint and the send region against Close: every
+	// post (recv, send, read) holds it shared and checks dead first.
+	epMu sync.RWMutex
+
+	held atomic.Int32 // receive buffers held by frames above; the region lives until 0 after close
+
+	// rendezvous: source buffers we sent, freed in order as the peer's
+	// count of completed reads (the link word) advances
+	rdvMu      sync.Mutex
+	rdvOut     []*region
+	rdvFreed   uint32
+	rdvReadCnt atomic.Uint32 // reads we completed: our link word
+
+	local, remote string
+}
+
+func newLink(d *domain, info *C.struct_fi_info, features uint64, opts wire.LinkOptions) (*link, error) {
+	cfg := d.t.cfg
+	nrecv := max(opts.RecvWindow, 4)
+	if rx := int(C.osp_info_rx_size(info)); rx > 0 && nrecv > rx {
+		return nil, fmt.Errorf("rdma: receive window of %d exceeds the provider's receive queue of %d", nrecv, rx)
+	}
+	l := &link{
+		d: d, features: features, lim: opts.Limits, noCRC: opts.NoDataCRC, bufSize: cfg.BufSize, nrecv: nrecv,
+		rx: make(chan rxEvent, nrecv+16), readDone: make(chan error, 1), connected: make(chan error, 1),
+		closed: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots),
+	}
+	var err error
+	if l.recv, err = d.register(nrecv * cfg.BufSize); err != nil {
+		return nil, err
+	}
+	if l.send, err = d.register(cfg.SendSlots * cfg.BufSize); err != nil {
+		l.recv.free()
+		return nil, err
+	}
+	for i := range cfg.SendSlots {
+		l.sendFree <- uint32(i)
+	}
+	if err := d.addLink(l); err != nil {
+		l.freeRegions()
+		return nil, err
+	}
+	if err := fiErrI("fi_endpoint", C.osp_endpoint(d.dom, info, d.eq, d.cq, &l.ep)); err != nil {
+		d.removeLink(l)
+		if l.ep != nil {
+			C.osp_close(unsafe.Pointer(l.ep))
+		}
+		l.freeRegions()
+		return nil, err
+	}
+	d.setCMOwner(unsafe.Pointer(l.ep), l)
+	l.recvBufs = make([]*wire.Buffer, nrecv)
+	for i := range nrecv {
+		b := l.recv.mem[i*cfg.BufSize : (i+1)*cfg.BufSize : (i+1)*cfg.BufSize]
+		slot := uint32(i)
+		l.recvBufs[i] = wire.NewExternalBuffer(b, func(*wire.Buffer) { l.repost(slot) })
+		if err := l.postRecv(slot); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
+	l.local = d.name
+	return l, nil
+}
+
+func (l *link) freeRegions() {
+	if l.recv != nil {
+		l.recv.free()
+	}
+	if l.send != nil {
+		l.send.free()
+	}
+}
+
+func (l *link) cmEvent(event uint32, info *C.struct_fi_info, data []byte, err error) {
+	if info != nil {
+		C.fi_freeinfo(info)
+	}
+	switch {
+	case err != nil:
+		l.fail(err)
+	case event == C.FI_CONNECTED:
+		l.peerCM = data
+		select {
+		case l.connected <- nil:
+		default:
+		}
+	case event == C.FI_SHUTDOWN:
+		l.fail(errors.New("rdma: peer shut the connection down"))
+	}
+}
+
+func (l *link) waitConnected(cancel <-chan struct{}, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-l.connected:
+		return err
+	case <-l.closed:
+		return l.failure()
+	case <-cancel:
+		return context.Canceled
+	case <-t.C:
+		return errors.New("rdma: connect timed out")
+	}
+}
+
+// fail makes the link report err to its reader and writer.
+func (l *link) fail(err error) {
+	select {
+	case l.connected <- err:
+	default:
+	}
+	select {
+	case l.rx <- rxEvent{err: err}:
+	default:
+	}
+	l.failed.Store(true)
+	// Not inline: fail runs on the poller, which Close's drain waits on.
+	go l.Close()
+}
+
+func (l *link) failure() error { return net.ErrClosed }
+
+func (l *link) postRecv(slot uint32) error {
+	l.epMu.RLock()
+	defer l.epMu.RUnlock()
+	if l.dead.Load() {
+		return nil
+	}
+	b := l.recvBufs[slot].B
+	for {
+		rc := C.osp_recv(l.ep, unsafe.Pointer(&b[:1][0]), C.size_t(l.bufSize), l.recv.desc, ctxID(l.id, opRecv, slot))
+		if rc == -C.FI_EAGAIN {
+			runtime.Gosched()
+			continue
+		}
+		if rc == 0 {
+			l.d.posted.Add(1)
+		}
+		return fiErr("fi_recv", rc)
+	}
+}
+
+// repost gives a receive buffer back to the provider once the frame in it
+// is released; after Close it only counts the buffer as returned.
+func (l *link) repost(slot uint32) {
+	l.recvBufs[slot].Reset(l.bufSize)
+	if err := l.postRecv(slot); err != nil {
+		l.fail(err)
+	}
+	l.held.Add(-1)
+	l.maybeFreeRecv()
+}
+
+func (l *link) complete(op uint8, slot uint32, n int, err error) {
+	switch op {
+	case opRecv:
+		l.d.posted.Add(-1)
+		if err != nil {
+			l.fail(err)
+			return
+		}
+		select {
+		case l.rx <- rxEvent{slot: slot, n: n}:
+		default:
+			// More completions than posted receives: impossible unless
+			// the provider misbehaves.
+			l.fail(errors.New("rdma: receive completions overflow"))
+		}
+	case opSend:
+		select {
+		case l.sendFree <- slot:
+		default:
+		}
+		if err != nil {
+			l.fail(err)
+		}
+	case opRead:
+		select {
+		case l.readDone <- err:
+		default:
+		}
+	}
+}
+
+func (l *link) Features() uint64   { return l.features }
+func (l *link) LocalAddr() string  { return l.local }
+func (l *link) RemoteAddr() string { return l.remote }
+
+// Close shuts the endpoint down and reclaims its memory. Receive buffers
+// still held by frames above are unmapped when the last is released.
+func (l *link) Close() error {
+	l.closeOnce.Do(func() {
+		// Drain: sends already posted (a CLOSE frame, say) complete
+		// before the endpoint goes, unless the link has failed.
+		deadline := time.Now().Add(drainTimeout)
+		for !l.failed.Load() && len(l.sendFree) < cap(l.sendFree) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Microsecond) // waiting on the poller's completions
+		}
+		l.epMu.Lock()
+		defer l.epMu.Unlock()
+		l.dead.Store(true)
+		close(l.closed)
+		l.d.removeLink(l)
+		if l.ep != nil {
+			l.d.setCMOwner(unsafe.Pointer(l.ep), nil)
+			C.osp_shutdown(l.ep)
+			// After fi_close the provider no longer touches our
+			// buffers; pending completions for this link id are dropped
+			// by the poller.
+			C.osp_close(unsafe.Pointer(l.ep))
+			l.d.posted.Add(-int64(l.postedEstimate()))
+		}
+		l.send.free()
+		l.rdvMu.Lock()
+		for _, r := range l.rdvOut {
+			l.d.putLarge(r)
+		}
+		l.rdvOut = nil
+		l.rdvMu.Unlock()
+		l.maybeFreeRecv()
+	})
+	return nil
+}
+
+func (l *link) postedEstimate() int {
+	n := l.nrecv - int(l.held.Load()) - len(l.rx)
+	return max(n, 0)
+}
+
+func (l *link) maybeFreeRecv() {
+	if l.dead.Load() && l.held.Load() <= 0 {
+		l.rdvMu.Lock()
+		r := l.recv
+		l.recv = nil
+		l.rdvMu.Unlock()
+		if r != nil {
+			r.free()
+		}
+	}
+}
+
+// ReadFrame returns the next frame. Inline frames point into the receive
+// buffer, which is posted again when the frame is released; a rendezvous
+// frame's payload is pulled by RDMA read into a registered buffer of its
+// own first.
+func (l *link) ReadFrame(f *wire.Frame) error {
+	var ev rxEvent
+	select {
+	case ev = <-l.rx:
+	case <-l.closed:
+		select {
+		case ev = <-l.rx:
+		default:
+			return net.ErrClosed
+		}
+	}
+	if ev.err != nil {
+		return ev.err
+	}
+	// held first, then dead: Close sets dead first, then looks at held,
+	// so the region cannot be unmapped under us.
+	l.held.Add(1)
+	if l.dead.Load() {
+		l.held.Add(-1)
+		l.maybeFreeRecv()
+		return net.ErrClosed
+	}
+	buf := l.recvBufs[ev.slot]
+	b := buf.B[:ev.n]
+	if err := f.Preamble.Parse(b, l.lim); err != nil {
+		buf.Release()
+		return err
+	}
+	l.peerReadsDone(f.LinkWord)
+	if f.Flags&wire.FlagRendezvous != 0 {
+		return l.readRendezvous(f, buf, b)
+	}
+	if f.WireSize() != ev.n {
+		buf.Release()
+		return &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("frame says %d bytes, the receive got %d", f.WireSize(), ev.n)}
+	}
+	if !f.HasSegments() {
+		buf.Release() // posted again now: nothing points into it
+		f.Front, f.Data, f.Buf = nil, nil, nil
+		return nil
+	}
+	front := b[wire.PreambleSize : wire.PreambleSize+int(f.FrontLen)]
+	data := b[wire.PreambleSize+len(front) : ev.n-wire.EpilogueSize]
+	if err := wire.CheckEpilogue(b[ev.n-wire.EpilogueSize:], front, data, f.Flags&wire.FlagNoDataCRC != 0); err != nil {
+		buf.Release()
+		return err
+	}
+	f.Front, f.Data, f.Buf = front, data, buf
+	return nil
+}
+
+func (l *link) readRendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) error {
+	if f.DataLen != rdvDescSize || f.WireSize() != len(b) {
+		buf.Release()
+		return &wire.Error{Kind: wire.ErrKindMalformed, Msg: "bad rendezvous descriptor"}
+	}
+	front := b[wire.PreambleSize : wire.PreambleSize+int(f.FrontLen)]
+	desc := b[wire.PreambleSize+len(front):]
+	raddr := binary.LittleEndian.Uint64(desc)
+	size := int(binary.LittleEndian.Uint32(desc[8:]))
+	rkey := binary.LittleEndian.Uint64(desc[12:])
+	epi := b[len(b)-wire.EpilogueSize:]
+	if uint32(size) > l.lim.MaxData {
+		buf.Release()
+		return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rendezvous payload of %d bytes exceeds the limit of %d", size, l.lim.MaxData)}
+	}
+	r, err := l.d.getLarge(len(front) + size)
+	if err != nil {
+		buf.Release()
+		return err
+	}
+	copy(r.mem, front)
+	epiCopy := [wire.EpilogueSize]byte(epi)
+	flags := f.Flags
+	buf.Release() // the receive goes back before we wait on the read
+	l.epMu.RLock()
+	defer l.epMu.RUnlock()
+	if l.dead.Load() {
+		l.d.putLarge(r)
+		return net.ErrClosed
+	}
+	for {
+		rc := C.osp_read(l.ep, r.ptr(len(front)), C.size_t(size), r.desc, C.uint64_t(raddr), C.uint64_t(rkey), ctxID(l.id, opRead, 0))
+		if rc == -C.FI_EAGAIN {
+			runtime.Gosched()
+			continue
+		}
+		if err := fiErr("fi_read", rc); err != nil {
+			l.d.putLarge(r)
+			return err
+		}
+		break
+	}
+	l.epMu.RUnlock()
+	select {
+	case err = <-l.readDone:
+	case <-l.closed:
+		err = net.ErrClosed
+	}
+	l.epMu.RLock() // for the deferred RUnlock
+	if err != nil {
+		// The provider may still write into r: let it go with the domain.
+		return err
+	}
+	l.rdvReadCnt.Add(1)
+	frontOut := r.mem[:len(front)]
+	data := r.mem[len(front) : len(front)+size]
+	if err := wire.CheckEpilogue(epiCopy[:], frontOut, data, flags&wire.FlagNoDataCRC != 0); err != nil {
+		l.d.putLarge(r)
+		return err
+	}
+	f.Flags &^= wire.FlagRendezvous
+	f.DataLen = uint32(size)
+	f.Front, f.Data = frontOut, data
+	f.Buf = wire.NewExternalBuffer(r.mem[:len(front)+size], func(*wire.Buffer) { l.d.putLarge(r) })
+	return nil
+}
+
+// peerReadsDone frees our rendezvous source buffers the peer has read.
+func (l *link) peerReadsDone(count uint32) {
+	l.rdvMu.Lock()
+	for l.rdvFreed != count && len(l.rdvOut) > 0 {
+		l.d.putLarge(l.rdvOut[0])
+		l.rdvOut[0] = nil
+		l.rdvOut = l.rdvOut[1:]
+		l.rdvFreed++
+	}
+	l.rdvMu.Unlock()
+}
+
+// WriteFrames posts one send per frame, inline when it fits a buffer,
+// else as a rendezvous descriptor over a registered copy of the payload.
+func (l *link) WriteFrames(frames []wire.Frame) error {
+	for i := range frames {
+		if err := l.writeFrame(&frames[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *link) writeFrame(f *wire.Frame) error {
+	var slot uint32
+	select {
+	case slot = <-l.sendFree:
+	case <-l.closed:
+		return net.ErrClosed
+	}
+	l.epMu.RLock()
+	defer l.epMu.RUnlock()
+	if l.dead.Load() {
+		return net.ErrClosed
+	}
+	sb := l.send.mem[int(slot)*l.bufSize : (int(slot)+1)*l.bufSize]
+	p := f.Preamble
+	p.LinkWord = l.rdvReadCnt.Load()
+	p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
+	noCRC := l.noCRC && l.features&wire.FeatureNoDataCRC != 0 && len(f.Data) > 0
+	if noCRC {
+		p.Flags |= wire.FlagNoDataCRC
+	}
+	var dcrc uint32
+	if !noCRC {
+		dcrc = wire.CRC(f.Data)
+	}
+	n := p.WireSize()
+	if n > l.bufSize {
+		// Rendezvous: the descriptor goes inline, the payload stays in
+		// registered memory until the peer has read it.
+		if wire.PreambleSize+len(f.Front)+rdvDescSize+wire.EpilogueSize > l.bufSize {
+			l.sendFree <- slot
+			return fmt.Errorf("rdma: front of %d bytes does not fit a %d-byte buffer", len(f.Front), l.bufSize)
+		}
+		r, err := l.d.getLarge(len(f.Data))
+		if err != nil {
+			l.sendFree <- slot
+			return err
+		}
+		copy(r.mem, f.Data)
+		p.Flags |= wire.FlagRendezvous
+		p.DataLen = rdvDescSize
+		n = p.WireSize()
+		p.Put(sb)
+		copy(sb[wire.PreambleSize:], f.Front)
+		desc := sb[wire.PreambleSize+len(f.Front):]
+		binary.LittleEndian.PutUint64(desc, r.remoteAddr(0))
+		binary.LittleEndian.PutUint32(desc[8:], uint32(len(f.Data)))
+		binary.LittleEndian.PutUint64(desc[12:], r.key)
+		wire.PutEpilogue(sb[n-wire.EpilogueSize:], wire.CRC(f.Front), dcrc)
+		l.rdvMu.Lock()
+		l.rdvOut = append(l.rdvOut, r)
+		l.rdvMu.Unlock()
+	} else {
+		p.Put(sb)
+		if p.HasSegments() {
+			copy(sb[wire.PreambleSize:], f.Front)
+			copy(sb[wire.PreambleSize+len(f.Front):], f.Data)
+			wire.PutEpilogue(sb[n-wire.EpilogueSize:], wire.CRC(f.Front), dcrc)
+		}
+	}
+	for {
+		rc := C.osp_send(l.ep, unsafe.Pointer(&sb[0]), C.size_t(n), l.send.desc, ctxID(l.id, opSend, slot))
+		if rc == -C.FI_EAGAIN {
+			select {
+			case <-l.closed:
+				return net.ErrClosed
+			default:
+			}
+			runtime.Gosched()
+			continue
+		}
+		return fiErr("fi_send", rc)
+	}
+}

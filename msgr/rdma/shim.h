@@ -1,0 +1,218 @@
+// Thin C wrappers around libfabric's inline functions and structs, so the Go
+// side deals in plain integers and pointers. Every function returns a
+// negative fi_errno on failure.
+#ifndef OSPREY_RDMA_SHIM_H
+#define OSPREY_RDMA_SHIM_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_errno.h>
+
+#define OSP_FI_VERSION FI_VERSION(1, 9)
+
+// The memory-registration modes verbs needs; we always support them and
+// honour whatever subset the provider asks for.
+#define OSP_MR_MODES (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY)
+
+static int osp_getinfo(const char *prov, const char *node, const char *service, int source,
+                       struct fi_info **out) {
+	struct fi_info *hints = fi_allocinfo();
+	if (!hints) return -FI_ENOMEM;
+	hints->ep_attr->type = FI_EP_MSG;
+	hints->caps = FI_MSG | FI_RMA;
+	hints->mode = 0; // we pass integers as contexts: no FI_CONTEXT
+	hints->domain_attr->mr_mode = OSP_MR_MODES;
+	hints->domain_attr->threading = FI_THREAD_SAFE;
+	hints->domain_attr->control_progress = FI_PROGRESS_UNSPEC;
+	hints->domain_attr->data_progress = FI_PROGRESS_UNSPEC;
+	hints->addr_format = FI_SOCKADDR_IN;
+	if (prov && prov[0]) hints->fabric_attr->prov_name = strdup(prov);
+	int rc = fi_getinfo(OSP_FI_VERSION, node, service, source ? FI_SOURCE : 0, hints, out);
+	fi_freeinfo(hints);
+	return rc;
+}
+
+static uint64_t osp_info_mr_mode(struct fi_info *i) { return i->domain_attr->mr_mode; }
+static const char *osp_info_prov(struct fi_info *i) { return i->fabric_attr->prov_name; }
+static const char *osp_info_domain(struct fi_info *i) { return i->domain_attr->name; }
+static size_t osp_info_max_msg(struct fi_info *i) { return i->ep_attr->max_msg_size; }
+static size_t osp_info_rx_size(struct fi_info *i) { return i->rx_attr->size; }
+static size_t osp_info_tx_size(struct fi_info *i) { return i->tx_attr->size; }
+static void *osp_info_handle(struct fi_info *i) { return i->handle; }
+
+static int osp_fabric_domain(struct fi_info *info, struct fid_fabric **fab, struct fid_domain **dom,
+                             struct fid_eq **eq, struct fid_cq **cq, int cq_size) {
+	int rc = fi_fabric(info->fabric_attr, fab, NULL);
+	if (rc) return rc;
+	rc = fi_domain(*fab, info, dom, NULL);
+	if (rc) return rc;
+	struct fi_eq_attr eqa = { .size = 256, .wait_obj = FI_WAIT_UNSPEC };
+	rc = fi_eq_open(*fab, &eqa, eq, NULL);
+	if (rc) return rc;
+	struct fi_cq_attr cqa = { .size = cq_size, .format = FI_CQ_FORMAT_MSG, .wait_obj = FI_WAIT_FD };
+	rc = fi_cq_open(*dom, &cqa, cq, NULL);
+	if (rc == -FI_ENOSYS || rc == -FI_EINVAL) {
+		cqa.wait_obj = FI_WAIT_UNSPEC; // no fd to poll: the poller falls back to sread
+		rc = fi_cq_open(*dom, &cqa, cq, NULL);
+	}
+	return rc;
+}
+
+static int osp_passive(struct fid_fabric *fab, struct fi_info *info, struct fid_eq *eq, struct fid_pep **pep) {
+	int rc = fi_passive_ep(fab, info, pep, NULL);
+	if (rc) return rc;
+	rc = fi_pep_bind(*pep, &eq->fid, 0);
+	if (rc) return rc;
+	return fi_listen(*pep);
+}
+
+// osp_port returns the port of a bound endpoint (IPv4 or IPv6 sockaddr).
+static int osp_port(fid_t fid) {
+	struct sockaddr_storage ss;
+	size_t len = sizeof(ss);
+	int rc = fi_getname(fid, &ss, &len);
+	if (rc) return rc;
+	if (ss.ss_family == AF_INET) return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	if (ss.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return -FI_EINVAL;
+}
+
+static int osp_endpoint(struct fid_domain *dom, struct fi_info *info, struct fid_eq *eq, struct fid_cq *cq,
+                        struct fid_ep **ep) {
+	int rc = fi_endpoint(dom, info, ep, NULL);
+	if (rc) return rc;
+	rc = fi_ep_bind(*ep, &eq->fid, 0);
+	if (rc) return rc;
+	rc = fi_ep_bind(*ep, &cq->fid, FI_TRANSMIT | FI_RECV);
+	if (rc) return rc;
+	return fi_enable(*ep);
+}
+
+static int osp_connect(struct fid_ep *ep, struct fi_info *info, const void *data, size_t len) {
+	return fi_connect(ep, info->dest_addr, data, len);
+}
+static int osp_accept(struct fid_ep *ep, const void *data, size_t len) { return fi_accept(ep, data, len); }
+static int osp_reject(struct fid_pep *pep, void *handle) { return fi_reject(pep, (fid_t)handle, NULL, 0); }
+static int osp_shutdown(struct fid_ep *ep) { return fi_shutdown(ep, 0); }
+static int osp_close(void *fid) { return fid ? fi_close((fid_t)fid) : 0; }
+
+// osp_eq_read waits up to timeout_ms for a CM event. On success it returns
+// the event and fills fid, info (for CONNREQ) and up to len bytes of
+// connection data (*datalen). An error entry returns -FI_EAVAIL with fid and
+// *err set.
+static ssize_t osp_eq_read(struct fid_eq *eq, uint32_t *event, void **fid, struct fi_info **info,
+                           void *data, size_t len, size_t *datalen, int *err, int timeout_ms) {
+	size_t sz = sizeof(struct fi_eq_cm_entry) + len;
+	struct fi_eq_cm_entry *e = calloc(1, sz);
+	if (!e) return -FI_ENOMEM;
+	ssize_t rc = fi_eq_sread(eq, event, e, sz, timeout_ms, 0);
+	if (rc == -FI_EAVAIL) {
+		struct fi_eq_err_entry ee;
+		memset(&ee, 0, sizeof(ee));
+		if (fi_eq_readerr(eq, &ee, 0) > 0) {
+			*fid = ee.fid;
+			*err = ee.err;
+		}
+		free(e);
+		return -FI_EAVAIL;
+	}
+	if (rc >= (ssize_t)sizeof(struct fi_eq_cm_entry)) {
+		*fid = e->fid;
+		*info = e->info;
+		*datalen = rc - sizeof(struct fi_eq_cm_entry);
+		if (*datalen > len) *datalen = len;
+		memcpy(data, e->data, *datalen);
+		rc = 0;
+	} else if (rc >= 0) {
+		*fid = e->fid;
+		*info = NULL;
+		*datalen = 0;
+		rc = 0;
+	}
+	free(e);
+	return rc;
+}
+
+static int osp_mr_reg(struct fid_domain *dom, void *buf, size_t len, uint64_t key,
+                      struct fid_mr **mr, void **desc, uint64_t *outkey) {
+	int rc = fi_mr_reg(dom, buf, len, FI_SEND | FI_RECV | FI_READ | FI_REMOTE_READ, 0, key, 0, mr, NULL);
+	if (rc) return rc;
+	*desc = fi_mr_desc(*mr);
+	*outkey = fi_mr_key(*mr);
+	return 0;
+}
+
+static ssize_t osp_recv(struct fid_ep *ep, void *buf, size_t len, void *desc, uint64_t ctx) {
+	return fi_recv(ep, buf, len, desc, 0, (void *)(uintptr_t)ctx);
+}
+static ssize_t osp_send(struct fid_ep *ep, void *buf, size_t len, void *desc, uint64_t ctx) {
+	return fi_send(ep, buf, len, desc, 0, (void *)(uintptr_t)ctx);
+}
+static ssize_t osp_read(struct fid_ep *ep, void *buf, size_t len, void *desc, uint64_t raddr, uint64_t rkey,
+                        uint64_t ctx) {
+	return fi_read(ep, buf, len, desc, 0, raddr, rkey, (void *)(uintptr_t)ctx);
+}
+
+// osp_cq_read reads up to n completions into ctx/len arrays. It returns the
+// count, 0 when empty, or -FI_EAVAIL with the failed op's context in
+// *errctx and its error in *err.
+static ssize_t osp_cq_read(struct fid_cq *cq, uint64_t *ctx, uint64_t *lens, size_t n,
+                           uint64_t *errctx, int *err) {
+	struct fi_cq_msg_entry e[64];
+	if (n > 64) n = 64;
+	ssize_t rc = fi_cq_read(cq, e, n);
+	if (rc == -FI_EAGAIN) return 0;
+	if (rc == -FI_EAVAIL) {
+		struct fi_cq_err_entry ee;
+		memset(&ee, 0, sizeof(ee));
+		if (fi_cq_readerr(cq, &ee, 0) > 0) {
+			*errctx = (uint64_t)(uintptr_t)ee.op_context;
+			*err = ee.err;
+		}
+		return -FI_EAVAIL;
+	}
+	for (ssize_t i = 0; i < rc; i++) {
+		ctx[i] = (uint64_t)(uintptr_t)e[i].op_context;
+		lens[i] = e[i].len;
+	}
+	return rc;
+}
+
+static int osp_cq_waitfd(struct fid_cq *cq, int *fd) { return fi_control(&cq->fid, FI_GETWAIT, fd); }
+static int osp_trywait(struct fid_fabric *fab, struct fid_cq *cq) {
+	struct fid *f = &cq->fid;
+	return fi_trywait(fab, &f, 1);
+}
+// osp_cq_sread is osp_cq_read that waits up to timeout_ms, for providers
+// without a pollable wait fd.
+static ssize_t osp_cq_sread(struct fid_cq *cq, uint64_t *ctx, uint64_t *lens, size_t n,
+                            uint64_t *errctx, int *err, int timeout_ms) {
+	struct fi_cq_msg_entry e[64];
+	if (n > 64) n = 64;
+	ssize_t rc = fi_cq_sread(cq, e, n, NULL, timeout_ms);
+	if (rc == -FI_EAGAIN) return 0;
+	if (rc == -FI_EAVAIL) {
+		struct fi_cq_err_entry ee;
+		memset(&ee, 0, sizeof(ee));
+		if (fi_cq_readerr(cq, &ee, 0) > 0) {
+			*errctx = (uint64_t)(uintptr_t)ee.op_context;
+			*err = ee.err;
+		}
+		return -FI_EAVAIL;
+	}
+	for (ssize_t i = 0; i < rc; i++) {
+		ctx[i] = (uint64_t)(uintptr_t)e[i].op_context;
+		lens[i] = e[i].len;
+	}
+	return rc;
+}
+#endif
