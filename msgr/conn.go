@@ -517,15 +517,16 @@ func (c *Conn) collect(lr *linkRun) []wire.Frame {
 		lr.frames = fr
 		return fr
 	}
-	// Keepalives may spend the reserved credit: they are timer-driven, so
-	// they cannot start a grant ping-pong, and a sender stalled on credit
-	// must still answer them or the peer would time it out.
+	// A keepalive answer may spend the reserved credit (it returns the
+	// credit its keepalive took); a keepalive may not, or two stalled
+	// sides whose keepalives cross would both end with no credit at all.
+	// A sender silenced by our own back-pressure is not idle: see tick.
 	if c.kaAck && cw.canSendControl() {
 		c.kaAck = false
 		fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagKeepaliveAck, Seq: c.kaAckValue}})
 		cw.onSend(0)
 	}
-	if c.kaPending && cw.canSendControl() {
+	if c.kaPending && cw.canSendData(0) {
 		c.kaPending = false
 		fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagKeepalive, Seq: c.m.monotonic()}})
 		cw.onSend(0)

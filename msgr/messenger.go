@@ -361,7 +361,11 @@ func (c *Conn) tick(now time.Time, sendKA bool) {
 		c.mu.Unlock()
 		return
 	}
-	if idle := now.UnixNano() - lr.lastRecv.Load(); idle > int64(c.m.opts.IdleTimeout) {
+	// A peer we left with at most its reserved credit may only send
+	// grants and keepalive answers: its silence is our back-pressure, not
+	// a dead link.
+	starved := c.cw.advertisedMsgs.Load()-c.cw.recvMsgs.Load() <= 1
+	if idle := now.UnixNano() - lr.lastRecv.Load(); idle > int64(c.m.opts.IdleTimeout) && !starved {
 		c.mu.Unlock()
 		c.fault(lr, ErrIdleTimeout)
 		return

@@ -20,3 +20,5 @@ func rdmaEnv(provider string, scale float64) msgrtest.Env {
 }
 
 func TestConformanceRDMATCP(t *testing.T) { msgrtest.Run(t, rdmaEnv("tcp", 0.1)) }
+
+func TestConformanceRDMASockets(t *testing.T) { msgrtest.Run(t, rdmaEnv("sockets", 0.05)) }

@@ -81,6 +81,7 @@ type domain struct {
 	nextLink  uint32
 	nextKey   uint64
 	large     map[int][]*region // cached rendezvous buffers by size class
+	retired   []retiredRegion   // regions of closed endpoints, freed later
 	closed    bool
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -172,6 +173,7 @@ func (d *domain) close() {
 	}
 	d.large = nil
 	d.mu.Unlock()
+	d.reapRetired(true)
 	if d.waitFile != nil {
 		d.waitFile.Close()
 	}
@@ -275,6 +277,7 @@ func (d *domain) pollLoop() {
 			continue
 		}
 		d.pollStats.blocked.Add(1)
+		d.reapRetired(false)
 		if rawConn != nil && C.osp_trywait(d.fabric, d.cq) == 0 {
 			// A deadline bounds the sleep, so a missed edge or a domain
 			// close can never strand the poller.
@@ -401,6 +404,47 @@ func (r *region) remoteAddr(off int) uint64 {
 }
 
 func (r *region) ptr(off int) unsafe.Pointer { return unsafe.Pointer(&r.mem[off]) }
+
+// retire frees a closed endpoint's region after retireDelay: some
+// providers' progress threads (sockets) still touch an endpoint's buffers
+// shortly after fi_close returns, so unmapping at once can fault.
+func (d *domain) retire(r *region) {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		r.free()
+		return
+	}
+	d.retired = append(d.retired, retiredRegion{r: r, at: time.Now()})
+	d.mu.Unlock()
+}
+
+// reapRetired frees retired regions whose delay has passed; all of them
+// when all is set (domain close).
+func (d *domain) reapRetired(all bool) {
+	d.mu.Lock()
+	var drop []*region
+	keep := d.retired[:0]
+	for _, rr := range d.retired {
+		if all || time.Since(rr.at) > retireDelay {
+			drop = append(drop, rr.r)
+		} else {
+			keep = append(keep, rr)
+		}
+	}
+	d.retired = keep
+	d.mu.Unlock()
+	for _, r := range drop {
+		r.free()
+	}
+}
+
+type retiredRegion struct {
+	r  *region
+	at time.Time
+}
+
+const retireDelay = 2 * time.Second
 
 // Large (rendezvous) buffers are cached per power-of-two class.
 func largeClass(n int) int {

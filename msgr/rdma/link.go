@@ -600,7 +600,7 @@ func (l *link) Close() error {
 			C.osp_close(unsafe.Pointer(l.ep))
 			l.d.posted.Add(-int64(l.postedEstimate()))
 		}
-		l.send.free()
+		l.d.retire(l.send)
 		l.rdvMu.Lock()
 		for _, r := range l.rdvOut {
 			l.d.putLarge(r)
@@ -624,7 +624,7 @@ func (l *link) maybeFreeRecv() {
 		l.recv = nil
 		l.rdvMu.Unlock()
 		if r != nil {
-			r.free()
+			l.d.retire(r)
 		}
 	}
 }

@@ -69,6 +69,9 @@ func Negotiate(mine, peer Banner) (uint64, error) {
 	if peer.Version != mine.Version {
 		return 0, &Error{Kind: ErrKindBanner, Msg: fmt.Sprintf("peer speaks protocol version %d, this side %d", peer.Version, mine.Version)}
 	}
+	if bad := peer.Required &^ peer.Supported; bad != 0 {
+		return 0, &Error{Kind: ErrKindBanner, Msg: fmt.Sprintf("peer requires features %#x it does not support", bad)}
+	}
 	if missing := peer.Required &^ mine.Supported; missing != 0 {
 		return 0, &Error{Kind: ErrKindBanner, Msg: fmt.Sprintf("peer requires features %#x this side lacks", missing)}
 	}

@@ -204,6 +204,9 @@ func (l *StreamLink) readFrame(f *Frame) error {
 	l.rpos += n
 	if _, err := io.ReadFull(l.r, buf.B[n:]); err != nil {
 		buf.Release()
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF // the preamble was read: this is mid-frame
+		}
 		return fmt.Errorf("msgr wire: reading %d-byte frame: %w", total, err)
 	}
 	front := buf.B[:f.FrontLen]

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"testing"
 )
@@ -95,7 +94,7 @@ func TestPreambleRoundTripEveryTag(t *testing.T) {
 				in := Preamble{
 					Tag: tag, Flags: flags, Type: 0xbeef, FrontLen: fl, DataLen: dl,
 					Seq: 0x0102030405060708, Ack: ^uint64(0) - 1,
-					GrantMsgs: 0xfffffff0, GrantBytes: 1<<40 + 3,
+					GrantMsgs: 0xfffffff0, GrantBytes: 1<<40 + 3, LinkWord: 0xdeadbeef,
 				}
 				var b [PreambleSize]byte
 				in.Put(b[:])
@@ -114,7 +113,7 @@ func TestPreambleRoundTripEveryTag(t *testing.T) {
 func TestPreambleLayout(t *testing.T) {
 	// The layout is part of the protocol: pin the offsets.
 	p := Preamble{Tag: TagMessage, Flags: FlagRendezvous, Type: 0x0a0b, FrontLen: 0x11223344,
-		DataLen: 0x55667788, Seq: 0x99, Ack: 0xaa, GrantMsgs: 0xbbccddee, GrantBytes: 0x0102030405060708}
+		DataLen: 0x55667788, LinkWord: 0x0c0d0e0f, Seq: 0x99, Ack: 0xaa, GrantMsgs: 0xbbccddee, GrantBytes: 0x0102030405060708}
 	var b [PreambleSize]byte
 	p.Put(b[:])
 	le := binary.LittleEndian
@@ -127,7 +126,7 @@ func TestPreambleLayout(t *testing.T) {
 		{"type", uint64(le.Uint16(b[2:])), 0x0a0b},
 		{"front", uint64(le.Uint32(b[4:])), 0x11223344},
 		{"data", uint64(le.Uint32(b[8:])), 0x55667788},
-		{"reserved", uint64(le.Uint32(b[12:])), 0},
+		{"link word", uint64(le.Uint32(b[12:])), 0x0c0d0e0f},
 		{"seq", le.Uint64(b[16:]), 0x99},
 		{"ack", le.Uint64(b[24:]), 0xaa},
 		{"grant msgs", uint64(le.Uint32(b[32:])), 0xbbccddee},
@@ -167,8 +166,6 @@ func TestPreambleParseRejects(t *testing.T) {
 		{"tag 255", rawPreamble(msg, func(b []byte) { b[0] = 255 }), ErrMalformed},
 		{"unknown flag 0x04", rawPreamble(msg, func(b []byte) { b[1] = 0x04 }), ErrMalformed},
 		{"unknown flag 0x80 with known ones", rawPreamble(msg, func(b []byte) { b[1] = 0x80 | FlagNoDataCRC }), ErrMalformed},
-		{"reserved low byte", rawPreamble(msg, func(b []byte) { b[12] = 1 }), ErrMalformed},
-		{"reserved high byte", rawPreamble(msg, func(b []byte) { b[15] = 0x80 }), ErrMalformed},
 		{"front above limit", rawPreamble(msg, func(b []byte) { le.PutUint32(b[4:], lim.MaxFront+1) }), ErrTooLarge},
 		{"front 4 GiB", rawPreamble(msg, func(b []byte) { le.PutUint32(b[4:], ^uint32(0)) }), ErrTooLarge},
 		{"data above limit", rawPreamble(msg, func(b []byte) { le.PutUint32(b[8:], lim.MaxData+1) }), ErrTooLarge},
@@ -232,6 +229,14 @@ func TestPreambleParseAtLimits(t *testing.T) {
 		if err := got.Parse(b[:], lim); err != nil {
 			t.Errorf("%+v: %v", p, err)
 		}
+	}
+	// The link word belongs to the transport; Parse passes it through (a
+	// stream link refuses it, see TestStreamLinkRejects).
+	var lw [PreambleSize]byte
+	(&Preamble{Tag: TagAck, LinkWord: 42}).Put(lw[:])
+	var got0 Preamble
+	if err := got0.Parse(lw[:], lim); err != nil || got0.LinkWord != 42 {
+		t.Errorf("link word: %d, %v", got0.LinkWord, err)
 	}
 	// Zero limits refuse any segment at all.
 	var b [PreambleSize]byte
@@ -441,8 +446,10 @@ func TestExchangeBanner(t *testing.T) {
 		f   uint64
 		err error
 	}
+	// Both sides write before they read, so this needs a stream with
+	// buffering (TCP), not the synchronous net.Pipe.
 	run := func(a, b Banner) (ra, rb result) {
-		ca, cb := net.Pipe()
+		ca, cb := tcpPair(t)
 		defer ca.Close()
 		defer cb.Close()
 		ch := make(chan result, 1)
@@ -468,7 +475,7 @@ func TestExchangeBanner(t *testing.T) {
 	}
 
 	// A peer that hangs up before its banner: an I/O error, not a panic.
-	ca, cb := net.Pipe()
+	ca, cb := tcpPair(t)
 	go func() {
 		io.CopyN(io.Discard, cb, BannerSize)
 		cb.Write([]byte("OSPR"))
@@ -578,4 +585,51 @@ func TestFrameRelease(t *testing.T) {
 		t.Fatalf("%d refs, want 1", r)
 	}
 	b.Release()
+}
+
+// TestNegotiateRequiresUnsupported: whatever either side requires must be
+// in the agreed features, or the link runs without something one side
+// said it cannot do without.
+func TestNegotiateRequiresUnsupported(t *testing.T) {
+	mine := Banner{Version: Version, Supported: KnownFeatures}
+	peer := Banner{Version: Version, Supported: 0, Required: FeatureNoDataCRC}
+	agreed, err := Negotiate(mine, peer)
+	if err == nil && agreed&peer.Required != peer.Required {
+		t.Fatalf("agreed %#x, but the peer requires %#x", agreed, peer.Required)
+	}
+}
+
+func TestExternalBuffer(t *testing.T) {
+	mem := make([]byte, 1000)
+	var freed []*Buffer
+	b := NewExternalBuffer(mem[:100], func(b *Buffer) { freed = append(freed, b) })
+	if len(b.B) != 100 || b.refs.Load() != 1 {
+		t.Fatalf("len %d refs %d", len(b.B), b.refs.Load())
+	}
+	b.Ref()
+	b.Release()
+	if len(freed) != 0 {
+		t.Fatal("freed with a reference left")
+	}
+	b.Release()
+	if len(freed) != 1 || freed[0] != b {
+		t.Fatalf("free called %d times", len(freed))
+	}
+	// Reused by its owner: one reference again, the same memory.
+	b.Reset(500)
+	if len(b.B) != 500 || &b.B[0] != &mem[0] || b.refs.Load() != 1 {
+		t.Fatalf("after Reset: len %d refs %d", len(b.B), b.refs.Load())
+	}
+	b.Release()
+	if len(freed) != 2 {
+		t.Fatalf("free called %d times after reuse", len(freed))
+	}
+	// An external buffer never lands in the pool.
+	for range 16 {
+		if g := GetBuffer(100); g == b {
+			t.Fatal("the pool handed out an external buffer")
+		} else {
+			g.Release()
+		}
+	}
 }

@@ -1,0 +1,203 @@
+package msgr
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/proto/msgrpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// fuzzFrame encodes one frame as a stream link puts it on the wire.
+func fuzzFrame(p wire.Preamble, front, data []byte) []byte {
+	p.FrontLen, p.DataLen = uint32(len(front)), uint32(len(data))
+	b := make([]byte, wire.PreambleSize, p.WireSize())
+	p.Put(b)
+	if !p.HasSegments() {
+		return b
+	}
+	b = append(b, front...)
+	b = append(b, data...)
+	var epi [wire.EpilogueSize]byte
+	wire.PutEpilogue(epi[:], wire.CRC(front), wire.CRC(data))
+	return append(b, epi[:]...)
+}
+
+func fuzzHS(tag wire.Tag, pb proto.Message) []byte {
+	front, err := proto.Marshal(pb)
+	if err != nil {
+		panic(err)
+	}
+	return fuzzFrame(wire.Preamble{Tag: tag}, front, nil)
+}
+
+func concat(parts ...[]byte) []byte {
+	var b []byte
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	return b
+}
+
+// handshakeSeeds are valid dialer sides of a handshake, with and without
+// traffic after it, and the usual ways to get one wrong.
+func handshakeSeeds() [][]byte {
+	hello := fuzzHS(wire.TagHello, &msgrpb.Hello{EntityName: "osd.1", InstanceNonce: 7, PeerAddr: "pipe"})
+	auth := fuzzHS(wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"none"}})
+	req := func(mod func(*msgrpb.SessionRequest)) []byte {
+		r := &msgrpb.SessionRequest{Cookie: 11, WindowMsgs: 8, WindowBytes: 1 << 16,
+			GrantMsgs: 8, GrantBytes: 1 << 16, MaxMessage: 1 << 20}
+		if mod != nil {
+			mod(r)
+		}
+		return fuzzHS(wire.TagSessionReq, r)
+	}
+	msg := func(seq, ack uint64, front, data string) []byte {
+		return fuzzFrame(wire.Preamble{Tag: wire.TagMessage, Type: 1, Seq: seq, Ack: ack, GrantMsgs: 8, GrantBytes: 1 << 16},
+			[]byte(front), []byte(data))
+	}
+	ctl := func(tag wire.Tag, seq, ack uint64) []byte {
+		return fuzzFrame(wire.Preamble{Tag: tag, Seq: seq, Ack: ack, GrantMsgs: 8, GrantBytes: 1 << 16}, nil, nil)
+	}
+	good := concat(hello, auth, req(nil))
+	return [][]byte{
+		nil,
+		hello,
+		concat(hello, auth),
+		good,
+		concat(good, msg(1, 0, "op", "payload"), msg(2, 0, "", ""), ctl(wire.TagAck, 0, 2), ctl(wire.TagKeepalive, 99, 2)),
+		concat(good, msg(1, 0, "a", "b"), ctl(wire.TagClose, 0, 0)),
+		// Wrong after the handshake: a gap, an ack of nothing sent, more
+		// frames than the window, a handshake frame.
+		concat(good, msg(2, 0, "x", "")),
+		concat(good, msg(1, 5, "x", "")),
+		concat(good, msg(1, 0, "", ""), msg(2, 0, "", ""), msg(3, 0, "", ""), msg(4, 0, "", ""), msg(5, 0, "", ""),
+			msg(6, 0, "", ""), msg(7, 0, "", ""), msg(8, 0, "", ""), msg(9, 0, "", "")),
+		concat(good, hello),
+		// An unknown session: SESSION_RESET, then the dialer asks again.
+		concat(hello, auth, req(func(r *msgrpb.SessionRequest) { r.PeerCookie = 12345 }), req(nil), msg(1, 0, "", "")),
+		// Wrong in the handshake.
+		concat(fuzzHS(wire.TagHello, &msgrpb.Hello{EntityName: "not a name"}), auth, req(nil)),
+		concat(hello, fuzzHS(wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"kerberos"}}), req(nil)),
+		concat(hello, auth, req(func(r *msgrpb.SessionRequest) { r.Lossy = true })),
+		concat(hello, auth, req(func(r *msgrpb.SessionRequest) { r.WindowMsgs, r.GrantMsgs = 1, 0 })),
+		concat(hello, auth, req(func(r *msgrpb.SessionRequest) { r.GrantBytes, r.WindowBytes = 0, 0 }), msg(1, 0, "f", "d")),
+		concat(auth, hello, req(nil)),
+		concat(hello, req(nil)),
+		concat(hello, auth, fuzzFrame(wire.Preamble{Tag: wire.TagSessionReq}, []byte{0xff, 0xff, 0xff}, nil)),
+		concat(hello, auth, ctl(wire.TagAck, 0, 0)),
+	}
+}
+
+// FuzzHandshake drives the acceptor's side of the handshake, and the link
+// it starts, with arbitrary bytes from a dialer: accept must return (an
+// error or nil), never panic, and the messenger must shut down cleanly.
+func FuzzHandshake(f *testing.F) {
+	for _, s := range handshakeSeeds() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		m, err := New(Options{
+			Name:             "osd.0",
+			Dispatcher:       DispatchFunc(func(m *Message) { m.Release() }),
+			Logger:           slog.New(slog.DiscardHandler),
+			RecvWindowMsgs:   8,
+			RecvWindowBytes:  1 << 16,
+			MaxMessageSize:   1 << 20,
+			HandshakeTimeout: 10 * time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cli, srv := net.Pipe()
+		link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions())
+
+		acceptErr := make(chan error, 1)
+		go func() { acceptErr <- m.accept(link) }()
+		// Whatever the acceptor writes is read and dropped (net.Pipe is
+		// synchronous), until the dialer end closes.
+		drained := make(chan struct{})
+		go func() {
+			io.Copy(io.Discard, cli)
+			close(drained)
+		}()
+		written := make(chan struct{})
+		go func() {
+			cli.Write(in) // fails once the acceptor closes its end
+			cli.Close()
+			close(written)
+		}()
+
+		if err := <-acceptErr; err != nil {
+			link.Close() // as acceptLoop does
+		}
+		<-written
+		<-drained
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := m.Shutdown(ctx); err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+		for c := range m.Conns() {
+			t.Fatalf("conn with %s still registered after shutdown", c.Peer())
+		}
+	})
+}
+
+// TestHandshakeSeedsAccepted checks the valid seed really gets through
+// accept, so the fuzzer starts from sessions that reach the link.
+func TestHandshakeSeedsAccepted(t *testing.T) {
+	rec := make(chan *Message, 16)
+	m, err := New(Options{
+		Name:           "osd.0",
+		Dispatcher:     DispatchFunc(func(m *Message) { rec <- m }),
+		Logger:         slog.New(slog.DiscardHandler),
+		RecvWindowMsgs: 8, RecvWindowBytes: 1 << 16, MaxMessageSize: 1 << 20,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	cli, srv := net.Pipe()
+	defer cli.Close()
+	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions())
+	acceptErr := make(chan error, 1)
+	go func() { acceptErr <- m.accept(link) }()
+	replies := make(chan wire.Tag, 16)
+	go func() {
+		r := wire.NewReaderLink(cli, wire.KnownFeatures, wire.Limits{MaxFront: 1 << 16, MaxData: 1 << 20})
+		for {
+			var f wire.Frame
+			if err := r.ReadFrame(&f); err != nil {
+				close(replies)
+				return
+			}
+			replies <- f.Tag
+			f.Release()
+		}
+	}()
+	seeds := handshakeSeeds()
+	if _, err := cli.Write(seeds[4]); err != nil { // handshake, two messages, ack, keepalive
+		t.Fatal(err)
+	}
+	if err := <-acceptErr; err != nil {
+		t.Fatalf("accept: %v", err)
+	}
+	for _, want := range []wire.Tag{wire.TagHello, wire.TagAuthDone, wire.TagSessionReady} {
+		if got := <-replies; got != want {
+			t.Fatalf("acceptor sent %v, want %v", got, want)
+		}
+	}
+	for _, want := range []string{"payload", ""} {
+		msg := <-rec
+		if string(msg.Data) != want {
+			t.Fatalf("dispatched %q, want %q", msg.Data, want)
+		}
+		msg.Release()
+	}
+}
