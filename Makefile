@@ -1,7 +1,7 @@
 # Osprey developer targets. `make test` is what CI runs (through .ci/run).
 GO ?= go
 PKGS ?= ./...
-TAGS ?=
+TAGS ?= rdma
 
 .PHONY: all build deps run test race proto bench lint fuzz fmt
 

@@ -35,6 +35,9 @@ type Env struct {
 	// Tweak adjusts every messenger's options before a test's own
 	// tweaks (an RDMA env sets a smaller receive window, for example).
 	Tweak func(*msgr.Options)
+	// Skip names tests this transport cannot run, with the reason; the
+	// reason is printed, so a skipped test is never a silent pass.
+	Skip map[string]string
 }
 
 func (e Env) n(full int) int {
@@ -70,7 +73,12 @@ func Run(t *testing.T, env Env) {
 		{"ShutdownLeavesNoGoroutines", testNoGoroutineLeak},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, env) })
+		t.Run(tc.name, func(t *testing.T) {
+			if why, ok := env.Skip[tc.name]; ok {
+				t.Skip(why)
+			}
+			tc.fn(t, env)
+		})
 	}
 }
 
