@@ -65,7 +65,7 @@ func TestBenchMsgrErrors(t *testing.T) {
 		{[]string{"bench", "msgr", "--mode", "burst"}, "--mode"},
 		{[]string{"bench", "msgr", "--duration", "0s"}, "--duration"},
 		{[]string{"bench", "msgr", "--depth", "0", "--duration", "10ms"}, "depth"},
-		{[]string{"bench", "msgr", "--transport", "rdma+tcp", "--duration", "10ms"}, `"rdma+tcp"`},
+		{[]string{"bench", "msgr", "--transport", "rdma+nosuch", "--duration", "10ms"}, `"rdma+nosuch"`},
 		{[]string{"--log-level", "loud", "bench", "msgr"}, "--log-level"},
 		{[]string{"bench", "msgr", "extra"}, "unknown command"},
 	} {
