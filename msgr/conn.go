@@ -103,17 +103,19 @@ type linkRun struct {
 
 func newCookie() uint64 { return rand.Uint64() | 1 }
 
-func (m *Messenger) newConn(policy Policy, addr string, peer EntityName) *Conn {
+// newConn creates a session; window is its receive window in messages,
+// fixed for its life because it is read without the lock.
+func (m *Messenger) newConn(policy Policy, addr string, peer EntityName, window int) *Conn {
 	c := &Conn{
 		m: m, policy: policy, lossy: policy.Lossy, addr: addr, peer: peer,
 		cookie:   newCookie(),
 		readyCh:  make(chan struct{}),
 		closedCh: make(chan struct{}),
-		dq:       make(chan dispatchItem, m.opts.RecvWindowMsgs+64),
+		dq:       make(chan dispatchItem, window+64),
 
 		dispatchDone: make(chan struct{}),
 	}
-	c.cw.windowMsgs, c.cw.windowBytes = uint64(m.opts.RecvWindowMsgs), uint64(m.opts.RecvWindowBytes)
+	c.cw.windowMsgs, c.cw.windowBytes = uint64(window), uint64(m.opts.RecvWindowBytes)
 	c.ackTimer = time.AfterFunc(time.Hour, c.ackTimerFired)
 	c.ackTimer.Stop()
 	m.wg.Add(1)

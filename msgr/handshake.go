@@ -85,7 +85,9 @@ func (m *Messenger) dial(c *Conn, addr string) error {
 		case <-ctx.Done():
 		}
 	}()
-	link, err := t.Dial(ctx, a.Host, m.linkOptions())
+	opts := m.linkOptions(t)
+	opts.RecvWindow = int(c.cw.windowMsgs) // the session's, fixed when it was created
+	link, err := t.Dial(ctx, a.Host, opts)
 	if err != nil {
 		return err
 	}
@@ -207,7 +209,7 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 }
 
 // accept runs the acceptor's handshake on a new link.
-func (m *Messenger) accept(link wire.Link) error {
+func (m *Messenger) accept(link wire.Link, window int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.HandshakeTimeout)
 	defer cancel()
 	stop := withLinkDeadline(ctx, link)
@@ -255,7 +257,7 @@ func (m *Messenger) accept(link wire.Link) error {
 		if req.WindowMsgs < 2 || req.GrantMsgs < 1 {
 			return wire.Protocolf("handshake: peer window of %d messages (grant %d) is too small", req.WindowMsgs, req.GrantMsgs)
 		}
-		done, err := m.acceptSession(link, peer, hello.InstanceNonce, policy, &req)
+		done, err := m.acceptSession(link, peer, hello.InstanceNonce, policy, &req, window)
 		if done || err != nil {
 			return err
 		}
@@ -264,7 +266,7 @@ func (m *Messenger) accept(link wire.Link) error {
 
 // acceptSession answers one SESSION_REQUEST. done is false after a
 // SESSION_RESET, when the dialer will ask again on the same link.
-func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64, policy Policy, req *msgrpb.SessionRequest) (done bool, err error) {
+func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64, policy Policy, req *msgrpb.SessionRequest, window int) (done bool, err error) {
 	if policy.Lossy && req.PeerCookie != 0 {
 		// Lossy sessions are never resumed; answer before creating one.
 		err := writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Reason: "lossy sessions are not resumed"})
@@ -277,10 +279,10 @@ func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64,
 		return true, ErrClosed
 	}
 	if policy.Lossy {
-		c = m.newConn(policy, "", peer)
+		c = m.newConn(policy, "", peer, window)
 		m.lossyIn[c] = struct{}{}
 	} else if c = m.byPeer[peer]; c == nil {
-		c = m.newConn(policy, "", peer)
+		c = m.newConn(policy, "", peer, window)
 		c.state = stateStandby // no address to dial: it waits for the peer
 		m.byPeer[peer] = c
 	}
@@ -290,6 +292,12 @@ func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64,
 	if c.state == stateClosed {
 		c.mu.Unlock()
 		return true, ErrClosed
+	}
+	if int(c.cw.windowMsgs) > window {
+		// The session was made over a transport with deeper receive
+		// queues than this link can post: its credits would overrun.
+		c.mu.Unlock()
+		return true, fmt.Errorf("msgr: session with %s has a window of %d, more than this transport's %d", peer, c.cw.windowMsgs, window)
 	}
 	// A simultaneous connect: both sides dial; the larger name's dial wins.
 	if c.dialing && c.link == nil && m.opts.Name > peer {

@@ -115,10 +115,10 @@ func FuzzHandshake(f *testing.F) {
 			t.Fatal(err)
 		}
 		cli, srv := net.Pipe()
-		link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions())
+		link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
 
 		acceptErr := make(chan error, 1)
-		go func() { acceptErr <- m.accept(link) }()
+		go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs) }()
 		// Whatever the acceptor writes is read and dropped (net.Pipe is
 		// synchronous), until the dialer end closes.
 		drained := make(chan struct{})
@@ -165,9 +165,9 @@ func TestHandshakeSeedsAccepted(t *testing.T) {
 	defer m.Shutdown(context.Background())
 	cli, srv := net.Pipe()
 	defer cli.Close()
-	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions())
+	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
 	acceptErr := make(chan error, 1)
-	go func() { acceptErr <- m.accept(link) }()
+	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs) }()
 	replies := make(chan wire.Tag, 16)
 	go func() {
 		r := wire.NewReaderLink(cli, wire.KnownFeatures, wire.Limits{MaxFront: 1 << 16, MaxData: 1 << 20})

@@ -86,9 +86,22 @@ func (m *Messenger) Name() EntityName { return m.opts.Name }
 // Nonce identifies this messenger instance; a restarted peer has a new one.
 func (m *Messenger) Nonce() uint64 { return m.nonce }
 
-func (m *Messenger) linkOptions() wire.LinkOptions {
+func (m *Messenger) linkOptions(t wire.Transport) wire.LinkOptions {
 	bn := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
-	return wire.LinkOptions{Banner: bn, Limits: m.limits, NoDataCRC: m.opts.DisableDataCRC, RecvWindow: m.opts.RecvWindowMsgs}
+	return wire.LinkOptions{Banner: bn, Limits: m.limits, NoDataCRC: m.opts.DisableDataCRC, RecvWindow: m.windowFor(t)}
+}
+
+// windowFor is the receive window of sessions over t: RecvWindowMsgs,
+// capped by what the transport can post (on RDMA one credit is one posted
+// receive, and receive queues are finite).
+func (m *Messenger) windowFor(t wire.Transport) int {
+	w := m.opts.RecvWindowMsgs
+	if mr, ok := t.(interface{ MaxRecvWindow() int }); ok {
+		if n := mr.MaxRecvWindow(); n > 0 {
+			w = min(w, max(n, 4))
+		}
+	}
+	return w
 }
 
 func (m *Messenger) transport(a Addr) (wire.Transport, error) {
@@ -119,7 +132,7 @@ func (m *Messenger) Listen(ctx context.Context, addr string) (string, error) {
 	if m.closing.Load() {
 		return "", ErrClosed
 	}
-	ln, err := t.Listen(ctx, a.Host, m.linkOptions())
+	ln, err := t.Listen(ctx, a.Host, m.linkOptions(t))
 	if err != nil {
 		return "", fmt.Errorf("msgr: listen %s: %w", addr, err)
 	}
@@ -132,13 +145,13 @@ func (m *Messenger) Listen(ctx context.Context, addr string) (string, error) {
 	m.listeners = append(m.listeners, ln)
 	m.wg.Add(1)
 	m.mu.Unlock()
-	go m.acceptLoop(ln)
+	go m.acceptLoop(ln, t)
 	bound := Addr{Scheme: a.Scheme, Host: ln.Addr()}.String()
 	m.log.Info("msgr: listening", "addr", bound)
 	return bound, nil
 }
 
-func (m *Messenger) acceptLoop(ln wire.Listener) {
+func (m *Messenger) acceptLoop(ln wire.Listener, t wire.Transport) {
 	defer m.wg.Done()
 	for {
 		link, err := ln.Accept(context.Background())
@@ -148,7 +161,7 @@ func (m *Messenger) acceptLoop(ln wire.Listener) {
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			if err := m.accept(link); err != nil {
+			if err := m.accept(link, m.windowFor(t)); err != nil {
 				link.Close()
 				if !errors.Is(err, errWait) {
 					m.log.Info("msgr: handshake refused", "remote", link.RemoteAddr(), "err", err)
@@ -168,7 +181,8 @@ func (m *Messenger) Connect(ctx context.Context, addr string, peer EntityName) (
 	if err != nil {
 		return nil, err
 	}
-	if _, err := m.transport(a); err != nil {
+	t, err := m.transport(a)
+	if err != nil {
 		return nil, err
 	}
 	if peer != "" {
@@ -208,7 +222,7 @@ func (m *Messenger) Connect(ctx context.Context, addr string, peer EntityName) (
 		c.mu.Unlock()
 		return c, nil
 	}
-	c := m.newConn(policy, addr, peer)
+	c := m.newConn(policy, addr, peer, m.windowFor(t))
 	if policy.Lossy {
 		m.byAddr[addr] = c
 	} else {

@@ -35,6 +35,10 @@ type Config struct {
 	// MemBudget bounds all registered memory of the transport. Default
 	// 1 GiB.
 	MemBudget int64
+	// MaxRecvWindow caps the sessions' receive window over this transport
+	// (one credit is one posted BufSize receive). Default 256, and never
+	// above the provider's receive queue.
+	MaxRecvWindow int
 	// BusyPoll is how long the completion poller spins after the last
 	// completion before it sleeps on the CQ's wait fd. Default 50µs.
 	BusyPoll time.Duration
@@ -51,6 +55,9 @@ func (c *Config) setDefaults() {
 	if c.MemBudget <= 0 {
 		c.MemBudget = 1 << 30
 	}
+	if c.MaxRecvWindow <= 0 {
+		c.MaxRecvWindow = 256
+	}
 	if c.BusyPoll <= 0 {
 		c.BusyPoll = 50 * time.Microsecond
 	}
@@ -63,7 +70,10 @@ type Transport struct {
 	cfg    Config
 
 	mu   sync.Mutex
-	doms map[string]*domain // by node (the local address's domain)
+	doms map[string]*domain // by libfabric domain name
+
+	rxOnce sync.Once
+	rxMax  int
 }
 
 // NewTransport returns the transport for "rdma+PROVIDER"; FI_PROVIDER, if
@@ -93,6 +103,22 @@ func Hint(scheme string) string {
 }
 
 func (t *Transport) Scheme() string { return t.scheme }
+
+// MaxRecvWindow is the deepest receive window a session over this
+// transport may have: Config.MaxRecvWindow, capped by the provider's
+// receive queue size.
+func (t *Transport) MaxRecvWindow() int {
+	t.rxOnce.Do(func() {
+		t.rxMax = t.cfg.MaxRecvWindow
+		if info, err := t.getinfo("127.0.0.1", "0", true); err == nil {
+			if rx := int(C.osp_info_rx_size(info)); rx > 0 {
+				t.rxMax = min(t.rxMax, rx)
+			}
+			C.fi_freeinfo(info)
+		}
+	})
+	return t.rxMax
+}
 
 // Stats are the transport's registered-memory counters.
 type Stats struct {
