@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/ospreystore/osprey/msgr/wire"
 )
 
 // Built reports whether this binary has the RDMA transport.
@@ -345,6 +347,7 @@ func (d *domain) setCMOwner(fid unsafe.Pointer, o cmOwner) {
 // once, released with munmap after deregistration.
 type region struct {
 	d    *domain
+	wb   *wire.Buffer // handed up with received rendezvous payloads; reused
 	mem  []byte
 	mr   *C.struct_fid_mr
 	desc unsafe.Pointer
@@ -404,6 +407,17 @@ func (r *region) remoteAddr(off int) uint64 {
 }
 
 func (r *region) ptr(off int) unsafe.Pointer { return unsafe.Pointer(&r.mem[off]) }
+
+// buffer wraps the first n bytes of a rendezvous region for the frame that
+// carries them; the last Release puts the region back in the cache. The
+// wrapper is made once per region, so a cached region costs no allocation.
+func (r *region) buffer(n int) *wire.Buffer {
+	if r.wb == nil {
+		r.wb = wire.NewExternalBuffer(r.mem, func(*wire.Buffer) { r.d.putLarge(r) })
+	}
+	r.wb.Reset(n)
+	return r.wb
+}
 
 // retire frees a closed endpoint's region after retireDelay: some
 // providers' progress threads (sockets) still touch an endpoint's buffers

@@ -773,7 +773,7 @@ func (l *link) readRendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) error {
 	f.Flags &^= wire.FlagRendezvous
 	f.DataLen = uint32(size)
 	f.Front, f.Data = frontOut, data
-	f.Buf = wire.NewExternalBuffer(r.mem[:len(front)+size], func(*wire.Buffer) { l.d.putLarge(r) })
+	f.Buf = r.buffer(len(front) + size)
 	return nil
 }
 
