@@ -373,6 +373,10 @@ func (t *Transport) Dial(ctx context.Context, addr string, opts wire.LinkOptions
 	return lk, nil
 }
 
+// shutdownGrace is how long a peer's shutdown waits behind its last
+// completions; more than the poller's longest sleep.
+const shutdownGrace = 100 * time.Millisecond
+
 // drainTimeout bounds how long Close waits for posted sends to complete.
 const drainTimeout = 500 * time.Millisecond
 
@@ -500,7 +504,10 @@ func (l *link) cmEvent(event uint32, info *C.struct_fi_info, data []byte, err er
 		default:
 		}
 	case event == C.FI_SHUTDOWN:
-		l.fail(errors.New("rdma: peer shut the connection down"))
+		// CM events and completions travel separately: the peer's last
+		// frames (a CLOSE) may still be in the CQ. Let the poller hand
+		// them over before the reader hears of the shutdown.
+		time.AfterFunc(shutdownGrace, func() { l.fail(errors.New("rdma: peer shut the connection down")) })
 	}
 }
 
