@@ -175,6 +175,26 @@ func (t *Transport) getinfo(host, port string, source bool) (*C.struct_fi_info, 
 	return info, nil
 }
 
+// resolve finds host:port with libfabric (as a local address to bind with
+// source, else as a destination) and opens its domain. The caller frees
+// info.
+func (t *Transport) resolve(addr string, source bool) (string, *C.struct_fi_info, *domain, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	info, err := t.getinfo(host, port, source)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	d, err := t.domainFor(info)
+	if err != nil {
+		C.fi_freeinfo(info)
+		return "", nil, nil, err
+	}
+	return host, info, d, nil
+}
+
 // domainFor returns the open domain libfabric chose in info, one per
 // domain name, shared by listeners and dialers.
 func (t *Transport) domainFor(info *C.struct_fi_info) (*domain, error) {
@@ -215,19 +235,11 @@ func parseCM(mine wire.Banner, data []byte) (uint64, error) {
 
 // Listen binds host:port and accepts connections through libfabric's CM.
 func (t *Transport) Listen(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Listener, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	info, err := t.getinfo(host, port, true)
+	host, info, d, err := t.resolve(addr, true)
 	if err != nil {
 		return nil, err
 	}
 	defer C.fi_freeinfo(info)
-	d, err := t.domainFor(info)
-	if err != nil {
-		return nil, err
-	}
 	l := &listener{d: d, opts: opts, host: host, links: make(chan *link, 16), done: make(chan struct{})}
 	if err := fiErrI("listen", C.osp_passive(d.fabric, info, d.eq, &l.pep)); err != nil {
 		C.osp_close(unsafe.Pointer(l.pep))
@@ -337,19 +349,11 @@ func (l *listener) Close() error {
 
 // Dial connects to host:port.
 func (t *Transport) Dial(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Link, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	info, err := t.getinfo(host, port, false)
+	_, info, d, err := t.resolve(addr, false)
 	if err != nil {
 		return nil, err
 	}
 	defer C.fi_freeinfo(info)
-	d, err := t.domainFor(info)
-	if err != nil {
-		return nil, err
-	}
 	lk, err := newLink(d, info, 0, opts)
 	if err != nil {
 		return nil, err

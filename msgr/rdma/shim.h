@@ -162,14 +162,12 @@ static ssize_t osp_read(struct fid_ep *ep, void *buf, size_t len, void *desc, ui
 	return fi_read(ep, buf, len, desc, 0, raddr, rkey, (void *)(uintptr_t)ctx);
 }
 
-// osp_cq_read reads up to n completions into ctx/len arrays. It returns the
-// count, 0 when empty, or -FI_EAVAIL with the failed op's context in
-// *errctx and its error in *err.
-static ssize_t osp_cq_read(struct fid_cq *cq, uint64_t *ctx, uint64_t *lens, size_t n,
-                           uint64_t *errctx, int *err) {
-	struct fi_cq_msg_entry e[64];
-	if (n > 64) n = 64;
-	ssize_t rc = fi_cq_read(cq, e, n);
+// osp_cq_result turns the result of fi_cq_read/fi_cq_sread into what the
+// Go side wants: the count (0 when empty) with contexts and lengths copied
+// out, or -FI_EAVAIL with the failed op's context in *errctx and its error
+// in *err.
+static ssize_t osp_cq_result(struct fid_cq *cq, ssize_t rc, struct fi_cq_msg_entry *e,
+                             uint64_t *ctx, uint64_t *lens, uint64_t *errctx, int *err) {
 	if (rc == -FI_EAGAIN) return 0;
 	if (rc == -FI_EAVAIL) {
 		struct fi_cq_err_entry ee;
@@ -187,6 +185,14 @@ static ssize_t osp_cq_read(struct fid_cq *cq, uint64_t *ctx, uint64_t *lens, siz
 	return rc;
 }
 
+// osp_cq_read reads up to n (at most 64) completions without waiting.
+static ssize_t osp_cq_read(struct fid_cq *cq, uint64_t *ctx, uint64_t *lens, size_t n,
+                           uint64_t *errctx, int *err) {
+	struct fi_cq_msg_entry e[64];
+	ssize_t rc = fi_cq_read(cq, e, n > 64 ? 64 : n);
+	return osp_cq_result(cq, rc, e, ctx, lens, errctx, err);
+}
+
 static int osp_cq_waitfd(struct fid_cq *cq, int *fd) { return fi_control(&cq->fid, FI_GETWAIT, fd); }
 static int osp_trywait(struct fid_fabric *fab, struct fid_cq *cq) {
 	struct fid *f = &cq->fid;
@@ -197,22 +203,7 @@ static int osp_trywait(struct fid_fabric *fab, struct fid_cq *cq) {
 static ssize_t osp_cq_sread(struct fid_cq *cq, uint64_t *ctx, uint64_t *lens, size_t n,
                             uint64_t *errctx, int *err, int timeout_ms) {
 	struct fi_cq_msg_entry e[64];
-	if (n > 64) n = 64;
-	ssize_t rc = fi_cq_sread(cq, e, n, NULL, timeout_ms);
-	if (rc == -FI_EAGAIN) return 0;
-	if (rc == -FI_EAVAIL) {
-		struct fi_cq_err_entry ee;
-		memset(&ee, 0, sizeof(ee));
-		if (fi_cq_readerr(cq, &ee, 0) > 0) {
-			*errctx = (uint64_t)(uintptr_t)ee.op_context;
-			*err = ee.err;
-		}
-		return -FI_EAVAIL;
-	}
-	for (ssize_t i = 0; i < rc; i++) {
-		ctx[i] = (uint64_t)(uintptr_t)e[i].op_context;
-		lens[i] = e[i].len;
-	}
-	return rc;
+	ssize_t rc = fi_cq_sread(cq, e, n > 64 ? 64 : n, NULL, timeout_ms);
+	return osp_cq_result(cq, rc, e, ctx, lens, errctx, err);
 }
 #endif
