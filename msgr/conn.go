@@ -99,6 +99,10 @@ type linkRun struct {
 	rframe   wire.Frame   // reader scratch; a field so it is not allocated per frame
 	released []*Message   // reader scratch
 	buffered interface{ Buffered() bool }
+	// wmu is held by whoever collects and writes a batch: the writer
+	// goroutine, or a sender writing inline (writeInline).
+	wmu   sync.Mutex
+	space interface{ WriteSpace() int } // nil: never write inline
 }
 
 func newCookie() uint64 { return rand.Uint64() | 1 }
@@ -233,10 +237,18 @@ func (c *Conn) send(ctx context.Context, m *Message, block bool) error {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: %d bytes, the peer's limit is %d", ErrMessageTooLarge, size, c.peerMaxMsg)
 	}
+	// Idle: nothing is queued or unacked, as in a request/response
+	// exchange, so the sender may write this one itself (writeInline). A
+	// stream always has messages in flight and keeps the writer's batching.
+	idle := c.sess.queued() == 0
 	c.sess.enqueue(m)
 	lr := c.link
 	c.mu.Unlock()
-	if lr != nil {
+	switch {
+	case lr == nil:
+	case idle && size <= inlineMaxBytes:
+		lr.writeInline()
+	default:
 		lr.kick()
 	}
 	return nil
@@ -494,13 +506,14 @@ func (c *Conn) ackTimerFired() {
 const (
 	maxBatchFrames  = 256
 	maxBatchBytes   = 4 << 20
+	inlineMaxBytes  = 64 << 10 // the most a sender writes inline
 	ackDelay        = time.Millisecond
 	closeGrace      = time.Second
 	writeFaultGrace = 100 * time.Millisecond
 )
 
 // collect builds the next batch of frames for lr under the lock.
-func (c *Conn) collect(lr *linkRun) []wire.Frame {
+func (c *Conn) collect(lr *linkRun, maxBytes int) []wire.Frame {
 	fr := lr.frames[:0]
 	if c.link != lr {
 		return fr
@@ -534,7 +547,7 @@ func (c *Conn) collect(lr *linkRun) []wire.Frame {
 		cw.onSend(0)
 	}
 	bytes := 0
-	for len(fr) < maxBatchFrames && bytes < maxBatchBytes {
+	for len(fr) < maxBatchFrames && bytes < maxBytes {
 		m := c.sess.nextUnsent()
 		if m == nil {
 			break
@@ -598,45 +611,88 @@ func (c *Conn) stampLocked(fr []wire.Frame) {
 
 // writeLoop sends what collect gives it until the link ends.
 func (lr *linkRun) writeLoop() {
-	c := lr.c
-	defer c.m.wg.Done()
+	defer lr.c.m.wg.Done()
 	for {
 		select {
 		case <-lr.wake:
 		case <-lr.done:
 			return
 		}
+		lr.wmu.Lock()
 		for {
-			c.mu.Lock()
-			fr := c.collect(lr)
-			closing, oversize := c.closing, c.oversize
-			c.mu.Unlock()
-			var err error
-			if len(fr) > 0 {
-				err = lr.link.WriteFrames(fr)
-				clear(fr) // drop references to message segments
-			}
-			switch {
-			case closing:
-				c.mu.Lock()
-				c.detachLocked(lr)
-				c.mu.Unlock()
+			wrote, stop := lr.writeBatch(maxBatchBytes)
+			if stop {
+				lr.wmu.Unlock()
 				return
-			case err != nil:
-				// A write fails when the peer has gone; its last frames
-				// (a CLOSE, say) may still wait to be read. The reader
-				// reports the fault when it reaches the end; this timer
-				// covers a reader that never does.
-				time.AfterFunc(writeFaultGrace, func() { c.fault(lr, err) })
-				return
-			case oversize > 0:
-				c.closeWith(fmt.Errorf("%w: a queued message of %d bytes exceeds the peer's limit of %d",
-					ErrMessageTooLarge, oversize, c.peerMaxMessage()), true, true)
 			}
-			if len(fr) == 0 {
+			if !wrote {
 				break
 			}
 		}
+		lr.wmu.Unlock()
+	}
+}
+
+// writeBatch collects one batch of at most maxBytes of payload and writes
+// it. stop reports that the link is done for (closing, or a write failed).
+// REQUIRES: lr.wmu held, so batches reach the link in the order collected.
+func (lr *linkRun) writeBatch(maxBytes int) (wrote, stop bool) {
+	c := lr.c
+	c.mu.Lock()
+	fr := c.collect(lr, maxBytes)
+	closing, oversize := c.closing, c.oversize
+	c.mu.Unlock()
+	var err error
+	if len(fr) > 0 {
+		err = lr.link.WriteFrames(fr)
+		clear(fr) // drop references to message segments
+	}
+	switch {
+	case closing:
+		c.mu.Lock()
+		c.detachLocked(lr)
+		c.mu.Unlock()
+		return true, true
+	case err != nil:
+		// A write fails when the peer has gone; its last frames (a
+		// CLOSE, say) may still wait to be read. The reader reports the
+		// fault when it reaches the end; this timer covers a reader that
+		// never does.
+		time.AfterFunc(writeFaultGrace, func() { c.fault(lr, err) })
+		return true, true
+	case oversize > 0:
+		c.closeWith(fmt.Errorf("%w: a queued message of %d bytes exceeds the peer's limit of %d",
+			ErrMessageTooLarge, oversize, c.peerMaxMessage()), true, true)
+	}
+	return len(fr) > 0, false
+}
+
+// writeInline writes what is queued from the caller's goroutine when the
+// link is idle, saving the hand-off to the writer goroutine (a round trip
+// of small messages pays it on both sides). It only goes ahead when the
+// writer is not busy and the link says the write fits its send buffer, so
+// the caller never waits on the network; otherwise the writer is kicked.
+func (lr *linkRun) writeInline() {
+	if lr.space == nil || !lr.wmu.TryLock() {
+		lr.kick()
+		return
+	}
+	if lr.space.WriteSpace() < 2*inlineMaxBytes {
+		lr.wmu.Unlock()
+		lr.kick()
+		return
+	}
+	_, stop := lr.writeBatch(inlineMaxBytes)
+	lr.wmu.Unlock()
+	if stop {
+		return
+	}
+	c := lr.c
+	c.mu.Lock()
+	more := c.sess.nextUnsent() != nil || c.closeFrame
+	c.mu.Unlock()
+	if more {
+		lr.kick()
 	}
 }
 

@@ -93,3 +93,13 @@ func (f *faultyLink) Buffered() bool {
 	b, ok := f.Link.(interface{ Buffered() bool })
 	return ok && b.Buffered()
 }
+
+// WriteSpace passes through the stream link's send-buffer estimate; 0 (no
+// inline writes) when the link has none.
+func (f *faultyLink) WriteSpace() int {
+	w, ok := f.Link.(interface{ WriteSpace() int })
+	if !ok {
+		return 0
+	}
+	return w.WriteSpace()
+}

@@ -407,5 +407,6 @@ func (m *Messenger) newLinkRun(c *Conn, link wire.Link) *linkRun {
 	}
 	lr := &linkRun{c: c, link: link, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	lr.buffered, _ = link.(interface{ Buffered() bool })
+	lr.space, _ = link.(interface{ WriteSpace() int })
 	return lr
 }

@@ -58,7 +58,9 @@ func start(ctx context.Context, c *net.TCPConn, opts wire.LinkOptions) (*wire.St
 		return nil, fmt.Errorf("tcp %s: %w", c.RemoteAddr(), err)
 	}
 	c.SetDeadline(time.Time{})
-	return wire.NewStreamLink(c, features, opts), nil
+	l := wire.NewStreamLink(c, features, opts)
+	l.SetWriteSpace(writeSpace(c))
+	return l, nil
 }
 
 // Listen binds host:port (port 0 picks one) and starts accepting.

@@ -31,6 +31,8 @@ type StreamLink struct {
 	lim      Limits
 	noCRC    bool // write frames without data CRC
 
+	space func() int // free send-buffer bytes, when the transport knows
+
 	// write side (writer goroutine only)
 	wbuf []byte
 	iov  net.Buffers
@@ -272,3 +274,16 @@ func ExchangeBanner(rw io.ReadWriter, mine Banner) (uint64, error) {
 // Buffered reports whether bytes of a next frame are already read, so the
 // caller may hold back an ack until the burst is processed.
 func (l *StreamLink) Buffered() bool { return l.rend > l.rpos }
+
+// SetWriteSpace gives the link a way to tell how many bytes a write can
+// take now without blocking (free socket send buffer).
+func (l *StreamLink) SetWriteSpace(fn func() int) { l.space = fn }
+
+// WriteSpace is the free send-buffer estimate; 0 when unknown, which tells
+// the messenger never to write from a sender's goroutine.
+func (l *StreamLink) WriteSpace() int {
+	if l.space == nil {
+		return 0
+	}
+	return l.space()
+}
