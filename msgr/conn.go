@@ -506,7 +506,7 @@ func (c *Conn) ackTimerFired() {
 const (
 	maxBatchFrames  = 256
 	maxBatchBytes   = 4 << 20
-	inlineMaxBytes  = 64 << 10 // the most a sender writes inline
+	inlineMaxBytes  = 16 << 10 // the most a sender writes inline
 	ackDelay        = time.Millisecond
 	closeGrace      = time.Second
 	writeFaultGrace = 100 * time.Millisecond
@@ -784,12 +784,16 @@ func (c *Conn) handleFrame(lr *linkRun, f *wire.Frame) (*Message, error) {
 			m.seq, m.conn, m.credit, m.size = f.Seq, c, true, int64(size)
 		}
 		// Ack once the reader has drained what is buffered, so a burst
-		// costs one ack frame.
+		// costs one ack frame: now if a quarter window is unacked, else
+		// through the ack timer, so a reply (which carries the ack) can
+		// go first without the writer waking for nothing.
 		if lr.buffered == nil || !lr.buffered.Buffered() {
 			if c.sess.inSeq-c.sess.ackedSent >= uint64(c.cw.windowMsgs/4) {
 				c.ackNow = true
+				kick = true
+			} else {
+				c.armAckLocked()
 			}
-			kick = true
 		}
 	case wire.TagAck:
 		c.cw.consume(0)
