@@ -60,6 +60,8 @@ type Conn struct {
 	closing     bool          // CLOSE was collected; the writer ends the link
 	oversize    uint64        // a queued message above peerMaxMsg: the conn must end
 	peerMaxMsg  uint64        // the peer's MaxMessageSize, from the handshake
+	attachedAt  time.Time     // when the current (or last) link was attached
+	lastBackoff time.Duration // the redial delay last used
 	spaceWait   chan struct{} // closed when queue space frees; nil if no waiter
 	readyCh     chan struct{} // closed once the session is up, or closed
 	closedCh    chan struct{}
@@ -387,10 +389,26 @@ func (c *Conn) startRedialLocked() {
 // with jitter.
 func (c *Conn) connectLoop() {
 	defer c.m.wg.Done()
+	c.mu.Lock()
+	// A link that died soon after its handshake (a fault that recurs on
+	// every link) keeps the backoff growing instead of starting over, so
+	// such a session redials slowly rather than in a tight loop.
 	backoff := c.m.opts.Reconnect.Min
+	if c.lastBackoff > 0 && time.Since(c.attachedAt) < stableLink {
+		backoff = min(2*c.lastBackoff, c.m.opts.Reconnect.Max)
+	}
+	c.mu.Unlock()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
+	if backoff > c.m.opts.Reconnect.Min {
+		timer.Reset(backoff)
+		select {
+		case <-timer.C:
+		case <-c.closedCh:
+		case <-c.m.done:
+		}
+	}
 	for {
 		c.mu.Lock()
 		if c.state == stateClosed || c.link != nil || c.m.closing.Load() {
@@ -406,6 +424,7 @@ func (c *Conn) connectLoop() {
 
 		c.mu.Lock()
 		c.dialing = false
+		c.lastBackoff = backoff
 		if err == nil || c.state == stateClosed || c.link != nil {
 			c.redialing = false
 			c.mu.Unlock()
@@ -440,6 +459,7 @@ func (c *Conn) attachLocked(lr *linkRun, peerInSeq uint64) ([]*Message, error) {
 	if err != nil {
 		return released, err
 	}
+	c.attachedAt = time.Now()
 	if c.established {
 		c.st.Reconnects++
 	}
@@ -509,6 +529,7 @@ const (
 	inlineMaxBytes  = 16 << 10 // the most a sender writes inline
 	ackDelay        = time.Millisecond
 	closeGrace      = time.Second
+	stableLink      = time.Second // a link up this long resets the redial backoff
 	writeFaultGrace = 100 * time.Millisecond
 )
 

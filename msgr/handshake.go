@@ -334,8 +334,10 @@ func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64,
 		ResetOld: remoteReset, MaxMessage: uint64(m.opts.MaxMessageSize),
 	}
 	c.peerMaxMsg = req.MaxMessage
+	// Nothing may write on the link before READY is out: the writer
+	// starts below, and wmu keeps inline senders off until then.
+	lr.wmu.Lock()
 	released, err := c.attachLocked(lr, req.InSeq)
-	// The writer must not run before READY is out; it starts below.
 	c.mu.Unlock()
 	c.recycle(dropped)
 	c.recycle(released)
@@ -346,6 +348,7 @@ func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64,
 	if err == nil {
 		err = writeHS(link, wire.TagSessionReady, ready)
 	}
+	lr.wmu.Unlock()
 	if err != nil {
 		c.fault(lr, err)
 		return true, err
