@@ -19,7 +19,10 @@
 // With a baseline the same pattern runs over a plain TCP socket pair, with
 // no messenger, in the same run, so results can be quoted as ratios on a
 // noisy machine. Both sides use the same in-process window and the same
-// latency clock, so the only difference is what carries the bytes.
+// latency clock, so the only difference is what carries the bytes. For an
+// rdma+PROVIDER transport the baseline also runs the pattern over raw
+// libfabric send/recv on PROVIDER (package rawfabric), and its messenger
+// rows are compared with that.
 //
 // Compare latencies with the baseline at depth 1, and throughput at any
 // depth. Once a row saturates the link, the messenger's latency includes the
@@ -71,7 +74,8 @@ const RawTransport = "raw-tcp"
 // Row is the result of one combination. JSON keys are part of the CLI's
 // output contract (--json); keep them stable.
 type Row struct {
-	Transport string  `json:"transport"` // msgr address scheme, or "raw-tcp"
+	Transport string  `json:"transport"`          // msgr address scheme, "raw-tcp" or "raw-fabric"
+	Provider  string  `json:"provider,omitempty"` // libfabric provider, of raw-fabric and rdma+ rows
 	Mode      Mode    `json:"mode"`
 	Size      int     `json:"size"`  // payload bytes per message
 	Depth     int     `json:"depth"` // messages in flight
@@ -92,9 +96,10 @@ type Row struct {
 	CPUUsPerMsg  float64 `json:"cpu_us_per_msg"`
 	AllocsPerMsg float64 `json:"allocs_per_msg"`
 
-	// Messenger rows, when a baseline ran: messenger divided by raw TCP
-	// for the same size, depth and mode. Higher is better for bytes/s,
-	// lower for latencies.
+	// Messenger rows, when a baseline ran: messenger divided by the
+	// baseline for the same size, depth and mode, which is raw-fabric on
+	// the same provider for rdma+ rows and raw-tcp for the others.
+	// Higher is better for bytes/s, lower for latencies.
 	VsRawBytesPerSec float64 `json:"vs_raw_bytes_per_sec,omitempty"`
 	VsRawP50         float64 `json:"vs_raw_p50,omitempty"`
 	VsRawP99         float64 `json:"vs_raw_p99,omitempty"`
@@ -131,6 +136,7 @@ const (
 type run struct {
 	clk     clock
 	phase   atomic.Int32
+	started chan struct{} // closed when measuring starts
 	stopped chan struct{}
 
 	t0, t1           int64
@@ -139,7 +145,7 @@ type run struct {
 }
 
 func startRun(ctx context.Context, warmup, duration time.Duration) *run {
-	r := &run{clk: newClock(), stopped: make(chan struct{})}
+	r := &run{clk: newClock(), started: make(chan struct{}), stopped: make(chan struct{})}
 	go r.timeline(ctx, warmup, duration)
 	return r
 }
@@ -158,6 +164,7 @@ func (r *run) timeline(ctx context.Context, warmup, duration time.Duration) {
 	r.cpu0 = cpuTime()
 	r.t0 = r.clk.now()
 	r.phase.Store(phaseMeasure)
+	close(r.started)
 	t.Reset(duration)
 	select {
 	case <-t.C:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +29,9 @@ type MsgrOptions struct {
 	// Defaults 3s and 500ms; a negative Warmup means none.
 	Duration time.Duration
 	Warmup   time.Duration
-	// Baseline adds a raw TCP row after each messenger row.
+	// Baseline adds a raw TCP row after each combination's messenger
+	// rows, and for every rdma+PROVIDER transport a raw libfabric row on
+	// PROVIDER.
 	Baseline bool
 	// DisableDataCRC turns off the messenger's data CRC (the front and
 	// preamble keep theirs). The raw baseline never checksums.
@@ -114,6 +117,11 @@ func RunMsgr(ctx context.Context, o MsgrOptions) ([]Row, error) {
 			return nil, err
 		}
 	}
+	if o.Baseline {
+		if err := checkFabricBaseline(&o); err != nil {
+			return nil, err
+		}
+	}
 	var rows []Row
 	add := func(r Row) {
 		o.Logger.Info("bench: row done", "transport", r.Transport, "mode", r.Mode, "size", FormatSize(int64(r.Size)),
@@ -139,6 +147,13 @@ func RunMsgr(ctx context.Context, o MsgrOptions) ([]Row, error) {
 						return rows, fmt.Errorf("bench: raw tcp %s size %s depth %d: %w", mode, FormatSize(int64(size)), depth, err)
 					}
 					add(r)
+					for _, prov := range fabricProviders(o.Transports) {
+						r, err := runFabricRow(ctx, &o, prov, mode, size, depth)
+						if err != nil {
+							return rows, fmt.Errorf("bench: raw libfabric %s %s size %s depth %d: %w", prov, mode, FormatSize(int64(size)), depth, err)
+						}
+						add(r)
+					}
 				}
 			}
 		}
@@ -148,16 +163,18 @@ func RunMsgr(ctx context.Context, o MsgrOptions) ([]Row, error) {
 }
 
 // CompareToRaw fills the VsRaw fields of messenger rows that have a
-// baseline row for the same mode, size and depth.
+// baseline row for the same mode, size and depth: raw-fabric on the same
+// provider for rdma+ rows, raw-tcp for the others.
 func CompareToRaw(rows []Row) {
 	for i := range rows {
 		r := &rows[i]
-		if r.Transport == RawTransport {
+		base, prov := baselineOf(r)
+		if base == "" {
 			continue
 		}
 		for j := range rows {
 			b := &rows[j]
-			if b.Transport != RawTransport || b.Mode != r.Mode || b.Size != r.Size || b.Depth != r.Depth {
+			if b.Transport != base || b.Provider != prov || b.Mode != r.Mode || b.Size != r.Size || b.Depth != r.Depth {
 				continue
 			}
 			r.VsRawBytesPerSec = ratio(r.BytesPerSec, b.BytesPerSec)
@@ -165,6 +182,22 @@ func CompareToRaw(rows []Row) {
 			r.VsRawP99 = ratio(r.P99Us, b.P99Us)
 		}
 	}
+}
+
+// baselineOf returns the transport and provider of the baseline r is
+// compared with, or "" if r is a baseline row itself.
+func baselineOf(r *Row) (transport, provider string) {
+	switch r.Transport {
+	case RawTransport, FabricTransport:
+		return "", ""
+	}
+	if strings.HasPrefix(r.Transport, "rdma+") {
+		if r.Provider != "" {
+			return FabricTransport, r.Provider
+		}
+		return FabricTransport, strings.TrimPrefix(r.Transport, "rdma+")
+	}
+	return RawTransport, ""
 }
 
 func ratio(a, b float64) float64 {
@@ -541,6 +574,7 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 		if err == nil {
 			// Every goroutine that recorded has ended: the histogram is ours.
 			row = r.run.row(transport, mode, size, depth, r.hist)
+			row.Provider, _ = fabricProvider(transport)
 		}
 	}()
 

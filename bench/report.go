@@ -19,15 +19,20 @@ func WriteJSON(w io.Writer, rows []Row) error {
 }
 
 // WriteTable writes rows as an aligned table, then, for messenger rows
-// that have a raw TCP baseline, one ratio line each: bytes/s for stream
-// (higher is better), p50 and p99 for pingpong (lower is better).
+// that have a baseline (raw TCP, or raw libfabric for rdma+ rows), one
+// ratio line each: bytes/s for stream (higher is better), p50 and p99 for
+// pingpong (lower is better).
 func WriteTable(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "transport\tmode\tsize\tdepth\tmsgs/s\tbytes/s\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tcpu s\tcpu µs/msg\tallocs/msg\t")
 	for i := range rows {
 		r := &rows[i]
+		transport := r.Transport
+		if r.Transport == FabricTransport && r.Provider != "" {
+			transport += "(" + r.Provider + ")"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t\n",
-			r.Transport, r.Mode, FormatSize(int64(r.Size)), r.Depth,
+			transport, r.Mode, FormatSize(int64(r.Size)), r.Depth,
 			FormatCount(r.MsgsPerSec), FormatRate(r.BytesPerSec),
 			formatUs(r.P50Us), formatUs(r.P99Us), formatUs(r.P999Us), formatUs(r.MaxUs),
 			r.CPUSeconds, r.CPUUsPerMsg, r.AllocsPerMsg)
@@ -35,28 +40,36 @@ func WriteTable(w io.Writer, rows []Row) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	var lines []string
-	for i := range rows {
-		r := &rows[i]
-		if r.Transport == RawTransport || r.VsRawP50 == 0 && r.VsRawBytesPerSec == 0 {
+	for _, sec := range []struct{ base, title string }{
+		{RawTransport, "messenger / raw TCP, same run:"},
+		{FabricTransport, "messenger / raw libfabric on the same provider, same run:"},
+	} {
+		var lines []string
+		for i := range rows {
+			r := &rows[i]
+			if base, _ := baselineOf(r); base != sec.base || r.VsRawP50 == 0 && r.VsRawBytesPerSec == 0 {
+				continue
+			}
+			what := fmt.Sprintf("%s %s size %s depth %d:", r.Transport, r.Mode, FormatSize(int64(r.Size)), r.Depth)
+			if r.Mode == Stream {
+				lines = append(lines, fmt.Sprintf("%s\tbytes/s %.2fx raw\t(higher is better)", what, r.VsRawBytesPerSec))
+			} else {
+				lines = append(lines, fmt.Sprintf("%s\tp50 %.2fx raw, p99 %.2fx raw\t(lower is better)", what, r.VsRawP50, r.VsRawP99))
+			}
+		}
+		if len(lines) == 0 {
 			continue
 		}
-		what := fmt.Sprintf("%s %s size %s depth %d:", r.Transport, r.Mode, FormatSize(int64(r.Size)), r.Depth)
-		if r.Mode == Stream {
-			lines = append(lines, fmt.Sprintf("%s\tbytes/s %.2fx raw\t(higher is better)", what, r.VsRawBytesPerSec))
-		} else {
-			lines = append(lines, fmt.Sprintf("%s\tp50 %.2fx raw, p99 %.2fx raw\t(lower is better)", what, r.VsRawP50, r.VsRawP99))
+		fmt.Fprintln(w, "\n"+sec.title)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, l := range lines {
+			fmt.Fprintln(tw, "  "+l)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
 		}
 	}
-	if len(lines) == 0 {
-		return nil
-	}
-	fmt.Fprintln(w, "\nmessenger / raw TCP, same run:")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, l := range lines {
-		fmt.Fprintln(tw, "  "+l)
-	}
-	return tw.Flush()
+	return nil
 }
 
 // FormatCount writes a rate with a k/M/G suffix: 950, 612.3k, 2.13M.

@@ -33,7 +33,7 @@ func newBenchMsgrCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "msgr",
-		Short: "Benchmark the messenger on loopback, optionally against raw TCP",
+		Short: "Benchmark the messenger on loopback, optionally against raw TCP and raw libfabric",
 		Long: `Runs the messenger with both ends in this process on 127.0.0.1 and reports,
 for every combination of --size, --depth, --mode and --transport, messages
 and bytes per second, latency percentiles and the CPU the process used.
@@ -45,8 +45,12 @@ and bytes per second, latency percentiles and the CPU the process used.
 
 Every row gets fresh messengers, a --warmup that is discarded, then
 --duration measured. --baseline runs the same pattern on a plain TCP socket
-pair right after each messenger row and prints messenger/raw ratios.`,
+pair right after each messenger row and prints messenger/raw ratios; for an
+rdma+PROVIDER transport it also runs it over raw libfabric send/recv on
+PROVIDER (rows "raw-fabric", JSON "provider"), and the rdma+ rows are
+compared with those.`,
 		Example: `  osprey bench msgr --size 64,4KiB,1MiB --depth 1,16,128 --baseline
+  osprey bench msgr --transport tcp,rdma+tcp --depth 1,16 --baseline   (needs -tags rdma)
   osprey bench msgr --mode pingpong --size 64 --depth 1 --duration 10s --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -103,7 +107,7 @@ pair right after each messenger row and prints messenger/raw ratios.`,
 	f.StringSliceVar(&transports, "transport", []string{"tcp"}, "messenger transports (address schemes), e.g. tcp, rdma+tcp")
 	f.DurationVar(&duration, "duration", 3*time.Second, "measured time per row")
 	f.DurationVar(&warmup, "warmup", 500*time.Millisecond, "discarded time before each row's measurement")
-	f.BoolVar(&baseline, "baseline", false, "also run each pattern over a raw TCP socket and print messenger/raw ratios")
+	f.BoolVar(&baseline, "baseline", false, "also run each pattern over a raw TCP socket (and raw libfabric for rdma+ transports) and print messenger/raw ratios")
 	f.BoolVar(&asJSON, "json", false, "print a JSON array, one object per row, instead of a table")
 	f.BoolVar(&noCRC, "no-data-crc", false, "turn off the messenger's data CRC (the raw baseline has none)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
