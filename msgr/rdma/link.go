@@ -426,6 +426,9 @@ type link struct {
 
 	held atomic.Int32 // receive buffers held by frames above; the region lives until 0 after close
 
+	postMu  sync.Mutex
+	postedN int64 // receives posted and not completed
+
 	// rendezvous: source buffers we sent, freed in order as the peer's
 	// count of completed reads (the link word) advances
 	rdvMu      sync.Mutex
@@ -561,7 +564,7 @@ func (l *link) postRecv(slot uint32) error {
 			continue
 		}
 		if rc == 0 {
-			l.d.posted.Add(1)
+			l.countPosted(1)
 		}
 		return fiErr("fi_recv", rc)
 	}
@@ -581,7 +584,7 @@ func (l *link) repost(slot uint32) {
 func (l *link) complete(op uint8, slot uint32, n int, err error) {
 	switch op {
 	case opRecv:
-		l.d.posted.Add(-1)
+		l.countPosted(-1)
 		if err != nil {
 			l.fail(err)
 			return
@@ -635,7 +638,11 @@ func (l *link) Close() error {
 			// buffers; pending completions for this link id are dropped
 			// by the poller.
 			C.osp_close(unsafe.Pointer(l.ep))
-			l.d.posted.Add(-int64(l.postedEstimate()))
+			// Receives still posted die with the endpoint.
+			l.postMu.Lock()
+			l.d.posted.Add(-l.postedN)
+			l.postedN = 0
+			l.postMu.Unlock()
 		}
 		l.d.retire(l.send)
 		l.rdvMu.Lock()
@@ -649,9 +656,15 @@ func (l *link) Close() error {
 	return nil
 }
 
-func (l *link) postedEstimate() int {
-	n := l.nrecv - int(l.held.Load()) - len(l.rx)
-	return max(n, 0)
+// countPosted tracks this link's posted receives in the domain's
+// counter; once the link is dead its receives were written off by Close.
+func (l *link) countPosted(n int64) {
+	l.postMu.Lock()
+	if !l.dead.Load() {
+		l.postedN += n
+		l.d.posted.Add(n)
+	}
+	l.postMu.Unlock()
 }
 
 func (l *link) maybeFreeRecv() {
