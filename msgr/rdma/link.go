@@ -412,8 +412,15 @@ type link struct {
 	send     *region // SendSlots send buffers
 	sendFree chan uint32
 
-	rx        chan rxEvent
-	readDone  chan error
+	rx       chan rxEvent
+	readDone chan readDoneEv
+
+	// reader goroutine only: rendezvous reads in flight, frames in order
+	pend      []*pendingRead
+	readSlots [maxReads]*pendingRead
+	freeReads []uint32
+	readsOut  int
+	pendFree  []*pendingRead
 	connected chan error
 	peerCM    []byte
 	closed    chan struct{}
@@ -447,7 +454,7 @@ func newLink(d *domain, info *C.struct_fi_info, features uint64, opts wire.LinkO
 	}
 	l := &link{
 		d: d, features: features, lim: opts.Limits, noCRC: opts.NoDataCRC, bufSize: cfg.BufSize, nrecv: nrecv,
-		rx: make(chan rxEvent, nrecv+16), readDone: make(chan error, 1), connected: make(chan error, 1),
+		rx: make(chan rxEvent, nrecv+16), readDone: make(chan readDoneEv, maxReads), connected: make(chan error, 1),
 		closed: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots),
 	}
 	var err error
@@ -460,6 +467,9 @@ func newLink(d *domain, info *C.struct_fi_info, features uint64, opts wire.LinkO
 	}
 	for i := range cfg.SendSlots {
 		l.sendFree <- uint32(i)
+	}
+	for i := range maxReads {
+		l.freeReads = append(l.freeReads, uint32(maxReads-1-i))
 	}
 	if err := d.addLink(l); err != nil {
 		l.freeRegions()
@@ -606,7 +616,7 @@ func (l *link) complete(op uint8, slot uint32, n int, err error) {
 		}
 	case opRead:
 		select {
-		case l.readDone <- err:
+		case l.readDone <- readDoneEv{slot: slot, err: err}:
 		default:
 		}
 	}
@@ -684,18 +694,87 @@ func (l *link) maybeFreeRecv() {
 // frame's payload is pulled by RDMA read into a registered buffer of its
 // own first.
 func (l *link) ReadFrame(f *wire.Frame) error {
-	var ev rxEvent
-	select {
-	case ev = <-l.rx:
-	case <-l.closed:
+	for {
+		// Frames leave in the order they arrived: a rendezvous frame
+		// whose read is still running holds back the ones behind it.
+		if len(l.pend) > 0 && l.pend[0].done {
+			p := l.pend[0]
+			// Shift rather than reslice, so the queue's array is reused.
+			n := copy(l.pend, l.pend[1:])
+			l.pend[n] = nil
+			l.pend = l.pend[:n]
+			return l.finish(p, f)
+		}
+		rx := l.rx
+		if l.readsOut >= maxReads {
+			rx = nil // enough reads in flight: wait for one to finish
+		}
 		select {
-		case ev = <-l.rx:
-		default:
-			return net.ErrClosed
+		case ev := <-rx:
+			p, err := l.frameFrom(ev, f)
+			switch {
+			case err != nil:
+				return err
+			case p == nil && len(l.pend) == 0:
+				return nil // an inline frame with nothing ahead of it
+			case p == nil:
+				q := l.newPending()
+				q.f, q.done, q.inline = *f, true, true
+				l.pend = append(l.pend, q)
+				*f = wire.Frame{}
+			default:
+				l.pend = append(l.pend, p)
+			}
+		case d := <-l.readDone:
+			p := l.readSlots[d.slot]
+			l.readSlots[d.slot] = nil
+			l.freeReads = append(l.freeReads, d.slot)
+			l.readsOut--
+			p.done, p.err = true, d.err
+		case <-l.closed:
+			select {
+			case ev := <-l.rx:
+				if len(l.pend) > 0 {
+					return net.ErrClosed
+				}
+				p, err := l.frameFrom(ev, f)
+				if err == nil && p != nil {
+					return net.ErrClosed // its read cannot finish now
+				}
+				return err
+			default:
+				return net.ErrClosed
+			}
 		}
 	}
+}
+
+// maxReads bounds the rendezvous reads one link has in flight.
+const maxReads = 16
+
+// pendingRead is a received frame waiting for its turn: a rendezvous whose
+// payload is being read, or an inline frame queued behind one.
+type pendingRead struct {
+	f        wire.Frame
+	r        *region
+	frontLen int
+	size     int
+	epi      [wire.EpilogueSize]byte
+	done     bool
+	inline   bool
+	err      error
+}
+
+type readDoneEv struct {
+	slot uint32
+	err  error
+}
+
+// frameFrom turns a receive completion into an inline frame in f, or, for
+// a rendezvous frame, starts the RDMA read of its payload and returns it.
+func (l *link) frameFrom(ev rxEvent, f *wire.Frame) (*pendingRead, error) {
 	if ev.err != nil {
-		return ev.err
+		return nil, ev.err
 	}
 	// held first, then dead: Close sets dead first, then looks at held,
 	// so the region cannot be unmapped under us.
@@ -703,112 +782,146 @@ func (l *link) ReadFrame(f *wire.Frame) error {
 	if l.dead.Load() {
 		l.held.Add(-1)
 		l.maybeFreeRecv()
-		return net.ErrClosed
+		return nil, net.ErrClosed
 	}
 	buf := l.recvBufs[ev.slot]
 	b := buf.B[:ev.n]
 	if err := f.Preamble.Parse(b, l.lim); err != nil {
 		buf.Release()
-		return err
+		return nil, err
 	}
 	l.peerReadsDone(f.LinkWord)
 	if f.Flags&wire.FlagRendezvous != 0 {
-		return l.readRendezvous(f, buf, b)
+		return l.startRendezvous(f, buf, b)
 	}
 	if f.WireSize() != ev.n {
 		buf.Release()
-		return &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("frame says %d bytes, the receive got %d", f.WireSize(), ev.n)}
+		return nil, &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("frame says %d bytes, the receive got %d", f.WireSize(), ev.n)}
 	}
 	if !f.HasSegments() {
 		buf.Release() // posted again now: nothing points into it
 		f.Front, f.Data, f.Buf = nil, nil, nil
-		return nil
+		return nil, nil
 	}
 	front := b[wire.PreambleSize : wire.PreambleSize+int(f.FrontLen)]
 	data := b[wire.PreambleSize+len(front) : ev.n-wire.EpilogueSize]
 	if err := wire.CheckEpilogue(b[ev.n-wire.EpilogueSize:], front, data, f.Flags&wire.FlagNoDataCRC != 0); err != nil {
 		buf.Release()
-		return err
+		return nil, err
 	}
 	f.Front, f.Data, f.Buf = front, data, buf
-	return nil
+	return nil, nil
 }
 
-func (l *link) readRendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) error {
+// startRendezvous posts the RDMA read of a rendezvous frame's payload into
+// a registered buffer; the receive buffer goes back at once.
+func (l *link) startRendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRead, error) {
 	if f.DataLen != rdvDescSize || f.WireSize() != len(b) {
 		buf.Release()
-		return &wire.Error{Kind: wire.ErrKindMalformed, Msg: "bad rendezvous descriptor"}
+		return nil, &wire.Error{Kind: wire.ErrKindMalformed, Msg: "bad rendezvous descriptor"}
 	}
 	front := b[wire.PreambleSize : wire.PreambleSize+int(f.FrontLen)]
 	desc := b[wire.PreambleSize+len(front):]
 	raddr := binary.LittleEndian.Uint64(desc)
 	size := int(binary.LittleEndian.Uint32(desc[8:]))
 	rkey := binary.LittleEndian.Uint64(desc[12:])
-	epi := b[len(b)-wire.EpilogueSize:]
 	if uint32(size) > l.lim.MaxData {
 		buf.Release()
-		return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rendezvous payload of %d bytes exceeds the limit of %d", size, l.lim.MaxData)}
+		return nil, &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rendezvous payload of %d bytes exceeds the limit of %d", size, l.lim.MaxData)}
 	}
 	r, err := l.d.getLarge(len(front) + size)
 	if err != nil {
 		buf.Release()
-		return err
+		return nil, err
 	}
+	p := l.newPending()
+	p.f, p.r, p.frontLen, p.size = *f, r, len(front), size
+	p.epi = [wire.EpilogueSize]byte(b[len(b)-wire.EpilogueSize:])
 	copy(r.mem, front)
-	epiCopy := [wire.EpilogueSize]byte(epi)
-	flags := f.Flags
-	buf.Release() // the receive goes back before we wait on the read
+	buf.Release() // the receive goes back before the read
+	slot := l.freeReads[len(l.freeReads)-1]
 	l.epMu.RLock()
 	defer l.epMu.RUnlock()
 	if l.dead.Load() {
 		l.d.putLarge(r)
-		return net.ErrClosed
+		l.putPending(p)
+		return nil, net.ErrClosed
 	}
 	for {
-		rc := C.osp_read(l.ep, r.ptr(len(front)), C.size_t(size), r.desc, C.uint64_t(raddr), C.uint64_t(rkey), ctxID(l.id, opRead, 0))
+		rc := C.osp_read(l.ep, r.ptr(len(front)), C.size_t(size), r.desc, C.uint64_t(raddr), C.uint64_t(rkey), ctxID(l.id, opRead, slot))
 		if rc == -C.FI_EAGAIN {
 			runtime.Gosched()
 			continue
 		}
 		if err := fiErr("fi_read", rc); err != nil {
 			l.d.putLarge(r)
-			return err
+			l.putPending(p)
+			return nil, err
 		}
 		break
 	}
-	l.epMu.RUnlock()
-	select {
-	case err = <-l.readDone:
-	case <-l.closed:
-		err = net.ErrClosed
+	l.freeReads = l.freeReads[:len(l.freeReads)-1]
+	l.readSlots[slot] = p
+	l.readsOut++
+	return p, nil
+}
+
+// newPending and putPending recycle pendingReads (reader goroutine only),
+// so a rendezvous costs no allocation.
+func (l *link) newPending() *pendingRead {
+	if n := len(l.pendFree); n > 0 {
+		p := l.pendFree[n-1]
+		l.pendFree = l.pendFree[:n-1]
+		return p
 	}
-	l.epMu.RLock() // for the deferred RUnlock
-	if err != nil {
-		// The provider may still write into r: let it go with the domain.
-		return err
+	return new(pendingRead)
+}
+
+func (l *link) putPending(p *pendingRead) {
+	*p = pendingRead{}
+	l.pendFree = append(l.pendFree, p)
+}
+
+// finish hands a pending frame over once its turn has come.
+func (l *link) finish(p *pendingRead, f *wire.Frame) error {
+	defer l.putPending(p)
+	if p.inline {
+		*f = p.f
+		return nil
+	}
+	if p.err != nil {
+		// The provider may still write into the buffer: it goes with
+		// the domain, not back to the cache.
+		return p.err
 	}
 	l.rdvReadCnt.Add(1)
-	frontOut := r.mem[:len(front)]
-	data := r.mem[len(front) : len(front)+size]
-	if err := wire.CheckEpilogue(epiCopy[:], frontOut, data, flags&wire.FlagNoDataCRC != 0); err != nil {
-		l.d.putLarge(r)
+	front := p.r.mem[:p.frontLen]
+	data := p.r.mem[p.frontLen : p.frontLen+p.size]
+	if err := wire.CheckEpilogue(p.epi[:], front, data, p.f.Flags&wire.FlagNoDataCRC != 0); err != nil {
+		l.d.putLarge(p.r)
 		return err
 	}
+	*f = p.f
 	f.Flags &^= wire.FlagRendezvous
-	f.DataLen = uint32(size)
-	f.Front, f.Data = frontOut, data
-	f.Buf = r.buffer(len(front) + size)
+	f.DataLen = uint32(p.size)
+	f.Front, f.Data = front, data
+	f.Buf = p.r.buffer(p.frontLen + p.size)
 	return nil
 }
 
 // peerReadsDone frees our rendezvous source buffers the peer has read.
 func (l *link) peerReadsDone(count uint32) {
 	l.rdvMu.Lock()
-	for l.rdvFreed != count && len(l.rdvOut) > 0 {
-		l.d.putLarge(l.rdvOut[0])
-		l.rdvOut[0] = nil
-		l.rdvOut = l.rdvOut[1:]
+	k := 0
+	for l.rdvFreed != count && k < len(l.rdvOut) {
+		l.d.putLarge(l.rdvOut[k])
+		k++
 		l.rdvFreed++
+	}
+	if k > 0 {
+		n := copy(l.rdvOut, l.rdvOut[k:])
+		clear(l.rdvOut[n:])
+		l.rdvOut = l.rdvOut[:n]
 	}
 	l.rdvMu.Unlock()
 }
