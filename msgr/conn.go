@@ -674,6 +674,12 @@ func (lr *linkRun) writeBatch(maxBytes int) (wrote, stop bool) {
 		c.detachLocked(lr)
 		c.mu.Unlock()
 		return true, true
+	case errors.Is(err, wire.ErrTooLarge):
+		// The link can never carry this message (an RDMA payload over
+		// the registered-memory budget, say): a redial would only fail
+		// again, so the session ends.
+		c.closeWith(fmt.Errorf("%w: %w", ErrMessageTooLarge, err), true, false)
+		return true, true
 	case err != nil:
 		// A write fails when the peer has gone; its last frames (a
 		// CLOSE, say) may still wait to be read. The reader reports the

@@ -87,6 +87,7 @@ type domain struct {
 	nextKey   uint64
 	large     map[int][]*region // cached rendezvous buffers by size class
 	retired   []retiredRegion   // regions of closed endpoints, freed later
+	listeners map[*listener]struct{}
 	closed    bool
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -117,7 +118,8 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 		t: t, info: info, mrMode: uint64(C.osp_info_mr_mode(info)),
 		name:  C.GoString(C.osp_info_domain(info)),
 		links: map[uint32]*link{}, cmOwners: map[uintptr]cmOwner{}, large: map[int][]*region{},
-		done: make(chan struct{}),
+		listeners: map[*listener]struct{}{},
+		done:      make(chan struct{}),
 	}
 	cqSize := C.int(max(4096, 4*t.cfg.SendSlots))
 	if err := fiErrI("open fabric/domain", C.osp_fabric_domain(info, &d.fabric, &d.dom, &d.eq, &d.cq, cqSize)); err != nil {
@@ -164,7 +166,14 @@ func (d *domain) close() {
 	for _, l := range d.links {
 		links = append(links, l)
 	}
+	lns := make([]*listener, 0, len(d.listeners))
+	for ln := range d.listeners {
+		lns = append(lns, ln)
+	}
 	d.mu.Unlock()
+	for _, ln := range lns {
+		ln.Close()
+	}
 	for _, l := range links {
 		l.Close()
 	}
@@ -330,6 +339,18 @@ func (d *domain) addLink(l *link) error {
 	return nil
 }
 
+func (d *domain) addListener(ln *listener) {
+	d.mu.Lock()
+	d.listeners[ln] = struct{}{}
+	d.mu.Unlock()
+}
+
+func (d *domain) removeListener(ln *listener) {
+	d.mu.Lock()
+	delete(d.listeners, ln)
+	d.mu.Unlock()
+}
+
 func (d *domain) removeLink(l *link) {
 	d.mu.Lock()
 	delete(d.links, l.id)
@@ -359,6 +380,12 @@ type region struct {
 
 func (d *domain) register(size int) (*region, error) {
 	size = (size + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
+	if int64(size) > d.t.cfg.MemBudget {
+		// Never satisfiable: a wire error of kind too-large, so the
+		// session ends with ErrMessageTooLarge instead of redialing.
+		return nil, &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf(
+			"rdma: %d bytes of registered memory asked, the budget is %d", size, d.t.cfg.MemBudget)}
+	}
 	if cur := d.registered.Load(); cur+int64(size) > d.t.cfg.MemBudget {
 		d.trimLarge(int64(size))
 		if cur := d.registered.Load(); cur+int64(size) > d.t.cfg.MemBudget {

@@ -239,24 +239,29 @@ func (t *Transport) Listen(ctx context.Context, addr string, opts wire.LinkOptio
 	if err != nil {
 		return nil, err
 	}
-	defer C.fi_freeinfo(info)
-	l := &listener{d: d, opts: opts, host: host, links: make(chan *link, 16), done: make(chan struct{})}
+	// The passive endpoint keeps pointers into info (the sockets provider
+	// reads it on every connection request): it lives until Close.
+	l := &listener{d: d, info: info, opts: opts, host: host, links: make(chan *link, 16), done: make(chan struct{})}
 	if err := fiErrI("listen", C.osp_passive(d.fabric, info, d.eq, &l.pep)); err != nil {
 		C.osp_close(unsafe.Pointer(l.pep))
+		C.fi_freeinfo(info)
 		return nil, err
 	}
 	p := C.osp_port((*C.struct_fid)(unsafe.Pointer(l.pep)))
 	if p < 0 {
 		C.osp_close(unsafe.Pointer(l.pep))
+		C.fi_freeinfo(info)
 		return nil, fiErrI("fi_getname", p)
 	}
 	l.port = int(p)
 	d.setCMOwner(unsafe.Pointer(l.pep), l)
+	d.addListener(l)
 	return l, nil
 }
 
 type listener struct {
 	d     *domain
+	info  *C.struct_fi_info
 	pep   *C.struct_fid_pep
 	opts  wire.LinkOptions
 	host  string
@@ -332,7 +337,9 @@ func (l *listener) Close() error {
 	l.once.Do(func() {
 		close(l.done)
 		l.d.setCMOwner(unsafe.Pointer(l.pep), nil)
+		l.d.removeListener(l)
 		C.osp_close(unsafe.Pointer(l.pep))
+		C.fi_freeinfo(l.info)
 		l.wg.Wait()
 		for {
 			select {
@@ -693,7 +700,12 @@ func (l *link) maybeFreeRecv() {
 // buffer, which is posted again when the frame is released; a rendezvous
 // frame's payload is pulled by RDMA read into a registered buffer of its
 // own first.
-func (l *link) ReadFrame(f *wire.Frame) error {
+func (l *link) ReadFrame(f *wire.Frame) (err error) {
+	defer func() {
+		if err != nil {
+			l.dropPending()
+		}
+	}()
 	for {
 		// Frames leave in the order they arrived: a rendezvous frame
 		// whose read is still running holds back the ones behind it.
@@ -747,6 +759,25 @@ func (l *link) ReadFrame(f *wire.Frame) error {
 			}
 		}
 	}
+}
+
+// dropPending lets go of frames the reader will never deliver, after an
+// error ended the link: inline ones release their receive buffer, reads
+// retire their destination (the provider may still write into it until
+// the endpoint is gone).
+func (l *link) dropPending() {
+	for i, p := range l.pend {
+		switch {
+		case p.inline:
+			p.f.Release()
+		case p.r != nil:
+			l.d.inUse.Add(-1)
+			l.d.retire(p.r)
+		}
+		l.pend[i] = nil
+	}
+	l.pend = l.pend[:0]
+	clear(l.readSlots[:])
 }
 
 // maxReads bounds the rendezvous reads one link has in flight.
@@ -890,8 +921,10 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 		return nil
 	}
 	if p.err != nil {
-		// The provider may still write into the buffer: it goes with
-		// the domain, not back to the cache.
+		// The provider may still write into the buffer: retire it
+		// rather than put it back in the cache.
+		l.d.inUse.Add(-1)
+		l.d.retire(p.r)
 		return p.err
 	}
 	l.rdvReadCnt.Add(1)
@@ -967,7 +1000,7 @@ func (l *link) writeFrame(f *wire.Frame) error {
 		// registered memory until the peer has read it.
 		if wire.PreambleSize+len(f.Front)+rdvDescSize+wire.EpilogueSize > l.bufSize {
 			l.sendFree <- slot
-			return fmt.Errorf("rdma: front of %d bytes does not fit a %d-byte buffer", len(f.Front), l.bufSize)
+			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: front of %d bytes does not fit a %d-byte buffer", len(f.Front), l.bufSize)}
 		}
 		r, err := l.d.getLarge(len(f.Data))
 		if err != nil {

@@ -316,9 +316,6 @@ func waitIdle(t testing.TB, what string, tr *rdma.Transport) {
 // the peer's size limit) rather than fault, reconnect, replay and fault
 // again for ever.
 func TestRDMAPayloadAboveMemBudget(t *testing.T) {
-	t.Skip("BUG: the rendezvous copy fails in writeFrame (getLarge: budget exhausted), WriteFrames returns the " +
-		"error, the session faults, reconnects, replays the message and faults again, several times a second, for ever; " +
-		"nothing reaches the sender (no error, no event); see the report")
 	cfg := rdma.Config{MemBudget: 8 << 20}
 	trS, trC := ownTransport(t, cfg), ownTransport(t, cfg)
 	win := func(o *msgr.Options) { o.RecvWindowMsgs = 16 }
@@ -343,8 +340,6 @@ func TestRDMAPayloadAboveMemBudget(t *testing.T) {
 // close every link and listener, so an Accept waiting on a listener of the
 // transport must return once it closes.
 func TestRDMATransportCloseEndsListeners(t *testing.T) {
-	t.Skip("BUG: domain.close (fabric.go) closes links only; a listener's passive endpoint is not closed, " +
-		"its Accept keeps waiting after Transport.Close, and its fi_close comes after the fabric's; see the report")
 	tr := rdma.NewTransport("tcp", rdma.Config{})
 	ln, err := tr.Listen(context.Background(), "127.0.0.1:0", wire.LinkOptions{
 		RecvWindow: 8, Banner: wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures},
@@ -919,9 +914,6 @@ func TestRDMAPeerKilledMidTransfer(t *testing.T) {
 	}
 	// The survivor gives back everything it registered.
 	t.Run("NoLeakAfterShutdown", func(t *testing.T) {
-		t.Skip("BUG: rendezvous reads cut short by the kill are abandoned with their destination buffers " +
-			"(link.go: finish drops a failed read's region, `it goes with the domain`; ReadFrame returns on close " +
-			"with reads still pending): never freed, BuffersInUse stays above 0; see the report")
 		waitIdle(t, "the survivor after shutdown", tr)
 	})
 }
@@ -993,10 +985,9 @@ func TestRDMAAcceptChurn(t *testing.T) { runChurn(t, "tcp") }
 
 // TestRDMASocketsAcceptChurn is the same over rdma+sockets.
 func TestRDMASocketsAcceptChurn(t *testing.T) {
-	t.Skip("BUG: the child crashes (SIGSEGV in fi_freeinfo or in the sockets CM thread, or glibc " +
-		"`double free or corruption`): osp_eq_read hands out cm_entry.info for every CM event and " +
-		"link.cmEvent frees it (sockets leaves it uninitialised in the passive side's FI_CONNECTED), " +
-		"and Listen frees the fi_info the sockets passive endpoint keeps a shallow copy of; with both " +
-		"fixed, sockets still fails this test (see docs/rdma.md, Known limitations)")
+	if os.Getenv("OSPREY_TEST_SOCKETS") == "" {
+		t.Skip("set OSPREY_TEST_SOCKETS=1: the sockets provider still fails connection churn after the " +
+			"fixes to CM-event info and listener info lifetimes (docs/rdma.md, Known limitations)")
+	}
 	runChurn(t, "sockets")
 }

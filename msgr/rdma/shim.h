@@ -127,7 +127,9 @@ static ssize_t osp_eq_read(struct fid_eq *eq, uint32_t *event, void **fid, struc
 	}
 	if (rc >= (ssize_t)sizeof(struct fi_eq_cm_entry)) {
 		*fid = e->fid;
-		*info = e->info;
+		// info is defined for connection requests only; other events may
+		// leave it uninitialised (the sockets provider does).
+		*info = (*event == FI_CONNREQ) ? e->info : NULL;
 		*datalen = rc - sizeof(struct fi_eq_cm_entry);
 		if (*datalen > len) *datalen = len;
 		memcpy(data, e->data, *datalen);
