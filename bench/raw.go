@@ -257,6 +257,12 @@ func (r *rawRow) writer(c *net.TCPConn) error {
 // streamReader is the stream's receiving end.
 func (r *rawRow) streamReader(c *net.TCPConn) error {
 	defer c.Close()
+	return r.replyReader(c)
+}
+
+// replyReader records every frame that arrives on c: the stream's
+// receiving end, and the pingpong client's at depth > 1.
+func (r *rawRow) replyReader(c *net.TCPConn) error {
 	br := bufio.NewReaderSize(c, rawBufSize)
 	var hdr [rawHeaderSize]byte
 	payload := make([]byte, r.size)
@@ -290,20 +296,6 @@ func (r *rawRow) echoServer(c *net.TCPConn) error {
 				return err
 			}
 		}
-	}
-}
-
-// replyReader is the pingpong client's receiving end at depth > 1.
-func (r *rawRow) replyReader(c *net.TCPConn) error {
-	br := bufio.NewReaderSize(c, rawBufSize)
-	var hdr [rawHeaderSize]byte
-	payload := make([]byte, r.size)
-	for {
-		if _, err := readFrame(br, hdr[:], payload); err != nil {
-			return err
-		}
-		r.record(hdr[:])
-		r.win.complete()
 	}
 }
 

@@ -276,17 +276,8 @@ func (m *Messenger) Conns() iter.Seq[*Conn] {
 // Shutdown closes listeners and sessions (telling peers) and waits for
 // every goroutine of the messenger to end, or for ctx.
 func (m *Messenger) Shutdown(ctx context.Context) error {
-	m.mu.Lock()
-	if m.closing.Swap(true) {
-		m.mu.Unlock()
+	if !m.stopListening() {
 		return m.wait(ctx)
-	}
-	lns := m.listeners
-	m.listeners = nil
-	m.mu.Unlock()
-	close(m.done)
-	for _, ln := range lns {
-		ln.Close()
 	}
 	for c := range m.Conns() {
 		c.Close()
@@ -296,6 +287,25 @@ func (m *Messenger) Shutdown(ctx context.Context) error {
 		m.closeTransports()
 	}
 	return err
+}
+
+// stopListening starts a Shutdown or Kill: no new sessions, listeners
+// closed, background loops told to stop. It reports false when the
+// messenger was already closing.
+func (m *Messenger) stopListening() bool {
+	m.mu.Lock()
+	if m.closing.Swap(true) {
+		m.mu.Unlock()
+		return false
+	}
+	lns := m.listeners
+	m.listeners = nil
+	m.mu.Unlock()
+	close(m.done)
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return true
 }
 
 // closeTransports releases what the built-in transports hold (registered
@@ -310,18 +320,9 @@ func (m *Messenger) closeTransports() {
 // process died: for fault tests and for fencing a daemon. It waits for the
 // messenger's goroutines.
 func (m *Messenger) Kill() {
-	m.mu.Lock()
-	if m.closing.Swap(true) {
-		m.mu.Unlock()
+	if !m.stopListening() {
 		m.wg.Wait()
 		return
-	}
-	lns := m.listeners
-	m.listeners = nil
-	m.mu.Unlock()
-	close(m.done)
-	for _, ln := range lns {
-		ln.Close()
 	}
 	for c := range m.Conns() {
 		c.closeWith(ErrClosed, false, false)
