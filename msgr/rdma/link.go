@@ -212,25 +212,35 @@ func (t *Transport) domainFor(info *C.struct_fi_info) (*domain, error) {
 	return d, nil
 }
 
-// CM data: our banner, then the number of receives we post.
-const cmDataSize = wire.BannerSize + 4
+// CM data: our banner, the number of receives we post (u32) and the size of
+// each (u32): a sender never sends an inline frame larger than the peer's
+// receive buffers, whatever its own BufSize.
+const cmDataSize = wire.BannerSize + 8
 
-func cmData(bn wire.Banner, recvs int) []byte {
+func cmData(bn wire.Banner, recvs, bufSize int) []byte {
 	b := make([]byte, cmDataSize)
 	bn.Put(b)
 	binary.LittleEndian.PutUint32(b[wire.BannerSize:], uint32(recvs))
+	binary.LittleEndian.PutUint32(b[wire.BannerSize+4:], uint32(bufSize))
 	return b
 }
 
-func parseCM(mine wire.Banner, data []byte) (uint64, error) {
+// parseCM checks the peer's connection data and returns the agreed
+// features and the peer's receive buffer size.
+func parseCM(mine wire.Banner, data []byte) (features uint64, peerBuf int, err error) {
 	if len(data) < cmDataSize {
-		return 0, &wire.Error{Kind: wire.ErrKindBanner, Msg: fmt.Sprintf("connection data of %d bytes, want %d", len(data), cmDataSize)}
+		return 0, 0, &wire.Error{Kind: wire.ErrKindBanner, Msg: fmt.Sprintf("connection data of %d bytes, want %d", len(data), cmDataSize)}
 	}
 	peer, err := wire.ParseBanner(data)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return wire.Negotiate(mine, peer)
+	peerBuf = int(binary.LittleEndian.Uint32(data[wire.BannerSize+4:]))
+	if minBuf := wire.PreambleSize + rdvDescSize + wire.EpilogueSize; peerBuf < minBuf {
+		return 0, 0, &wire.Error{Kind: wire.ErrKindBanner, Msg: fmt.Sprintf("peer receive buffers of %d bytes, below %d", peerBuf, minBuf)}
+	}
+	features, err = wire.Negotiate(mine, peer)
+	return features, peerBuf, err
 }
 
 // Listen binds host:port and accepts connections through libfabric's CM.
@@ -295,7 +305,7 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 	go func() {
 		defer l.wg.Done()
 		defer C.fi_freeinfo(info)
-		features, err := parseCM(l.opts.Banner, data)
+		features, peerBuf, err := parseCM(l.opts.Banner, data)
 		if err != nil {
 			C.osp_reject(l.pep, C.osp_info_handle(info))
 			return
@@ -305,7 +315,8 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 			C.osp_reject(l.pep, C.osp_info_handle(info))
 			return
 		}
-		reply := cmData(l.opts.Banner, lk.nrecv)
+		lk.sendLimit = min(lk.bufSize, peerBuf)
+		reply := cmData(l.opts.Banner, lk.nrecv, lk.bufSize)
 		if err := fiErrI("fi_accept", C.osp_accept(lk.ep, unsafe.Pointer(&reply[0]), C.size_t(len(reply)))); err != nil {
 			lk.Close()
 			return
@@ -366,7 +377,7 @@ func (t *Transport) Dial(ctx context.Context, addr string, opts wire.LinkOptions
 		return nil, err
 	}
 	lk.remote = addr
-	req := cmData(opts.Banner, lk.nrecv)
+	req := cmData(opts.Banner, lk.nrecv, lk.bufSize)
 	if err := fiErrI("fi_connect", C.osp_connect(lk.ep, info, unsafe.Pointer(&req[0]), C.size_t(len(req)))); err != nil {
 		lk.Close()
 		return nil, err
@@ -375,12 +386,13 @@ func (t *Transport) Dial(ctx context.Context, addr string, opts wire.LinkOptions
 		lk.Close()
 		return nil, err
 	}
-	features, err := parseCM(opts.Banner, lk.peerCM)
+	features, peerBuf, err := parseCM(opts.Banner, lk.peerCM)
 	if err != nil {
 		lk.Close()
 		return nil, err
 	}
 	lk.features = features
+	lk.sendLimit = min(lk.bufSize, peerBuf)
 	return lk, nil
 }
 
@@ -413,6 +425,9 @@ type link struct {
 	noCRC    bool
 	bufSize  int
 	nrecv    int
+	// sendLimit is the largest frame sent inline: our buffers and the
+	// peer's, from the connection data, whichever is smaller.
+	sendLimit int
 
 	recv     *region // nrecv receive buffers
 	recvBufs []*wire.Buffer
@@ -995,12 +1010,12 @@ func (l *link) writeFrame(f *wire.Frame) error {
 		dcrc = wire.CRC(f.Data)
 	}
 	n := p.WireSize()
-	if n > l.bufSize {
+	if n > l.sendLimit {
 		// Rendezvous: the descriptor goes inline, the payload stays in
 		// registered memory until the peer has read it.
-		if wire.PreambleSize+len(f.Front)+rdvDescSize+wire.EpilogueSize > l.bufSize {
+		if wire.PreambleSize+len(f.Front)+rdvDescSize+wire.EpilogueSize > l.sendLimit {
 			l.sendFree <- slot
-			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: front of %d bytes does not fit a %d-byte buffer", len(f.Front), l.bufSize)}
+			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: front of %d bytes does not fit a %d-byte buffer", len(f.Front), l.sendLimit)}
 		}
 		r, err := l.d.getLarge(len(f.Data))
 		if err != nil {
