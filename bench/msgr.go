@@ -282,22 +282,49 @@ func parsePing(b []byte) (id uint64, sentUnixNano int64, err error) {
 // pool's mutex one of the hotter lines of the profile. So a single sender
 // takes with takeOwned from a list only it touches, refilled by swapping
 // in everything returned meanwhile under one lock acquisition.
+// freeList is a stack of reusable values shared by goroutines.
+type freeList[T any] struct {
+	mu   sync.Mutex
+	free []T
+}
+
+// pop returns a value and true, or the zero value and false when empty.
+func (l *freeList[T]) pop() (T, bool) {
+	var zero T
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(l.free)
+	if n == 0 {
+		return zero, false
+	}
+	v := l.free[n-1]
+	l.free[n-1] = zero
+	l.free = l.free[:n-1]
+	return v, true
+}
+
+func (l *freeList[T]) push(v T) {
+	l.mu.Lock()
+	l.free = append(l.free, v)
+	l.mu.Unlock()
+}
+
 type msgPool struct {
-	mu      sync.Mutex
-	free    []*msgr.Message // returned, under mu
-	owned   []*msgr.Message // takeOwned's; its single caller only
+	list    freeList[*msgr.Message] // returned by the messenger
+	owned   []*msgr.Message         // takeOwned's; its single caller only
 	payload []byte
 	release func(*msgr.Message) // p.put, made once so assigning it does not allocate
 }
 
 func newMsgPool(size, prealloc int) *msgPool {
-	p := &msgPool{payload: make([]byte, size), free: make([]*msgr.Message, 0, 2*prealloc), owned: make([]*msgr.Message, 0, 2*prealloc)}
+	p := &msgPool{payload: make([]byte, size), owned: make([]*msgr.Message, 0, 2*prealloc)}
+	p.list.free = make([]*msgr.Message, 0, 2*prealloc)
 	for i := range p.payload {
 		p.payload[i] = byte(i)
 	}
 	p.release = p.put
 	for range prealloc {
-		p.free = append(p.free, p.newMessage())
+		p.list.free = append(p.list.free, p.newMessage())
 	}
 	return p
 }
@@ -308,15 +335,9 @@ func (p *msgPool) newMessage() *msgr.Message {
 
 // get takes a message; any goroutine may call it.
 func (p *msgPool) get() *msgr.Message {
-	p.mu.Lock()
-	if n := len(p.free); n > 0 {
-		m := p.free[n-1]
-		p.free[n-1] = nil
-		p.free = p.free[:n-1]
-		p.mu.Unlock()
+	if m, ok := p.list.pop(); ok {
 		return m
 	}
-	p.mu.Unlock()
 	return p.newMessage()
 }
 
@@ -324,9 +345,9 @@ func (p *msgPool) get() *msgr.Message {
 // messages it holds are not seen by get.
 func (p *msgPool) takeOwned() *msgr.Message {
 	if len(p.owned) == 0 {
-		p.mu.Lock()
-		p.owned, p.free = p.free, p.owned
-		p.mu.Unlock()
+		p.list.mu.Lock()
+		p.owned, p.list.free = p.list.free, p.owned
+		p.list.mu.Unlock()
 	}
 	if n := len(p.owned); n > 0 {
 		m := p.owned[n-1]
@@ -340,11 +361,7 @@ func (p *msgPool) takeOwned() *msgr.Message {
 // putOwned returns a message takeOwned gave and the messenger refused.
 func (p *msgPool) putOwned(m *msgr.Message) { p.owned = append(p.owned, m) }
 
-func (p *msgPool) put(m *msgr.Message) {
-	p.mu.Lock()
-	p.free = append(p.free, m)
-	p.mu.Unlock()
-}
+func (p *msgPool) put(m *msgr.Message) { p.list.push(m) }
 
 // echo is a server reply that carries the request's own front and payload
 // back, so echoing copies nothing; the request is released (returning its
@@ -364,31 +381,20 @@ func (e *echo) release(*msgr.Message) {
 }
 
 type echoPool struct {
-	mu   sync.Mutex
-	free []*echo
+	list freeList[*echo]
 }
 
 func (p *echoPool) get() *echo {
-	p.mu.Lock()
-	if n := len(p.free); n > 0 {
-		e := p.free[n-1]
-		p.free[n-1] = nil
-		p.free = p.free[:n-1]
-		p.mu.Unlock()
+	if e, ok := p.list.pop(); ok {
 		return e
 	}
-	p.mu.Unlock()
 	e := &echo{pool: p}
 	e.m.Type = typePong
 	e.m.OnRelease = e.release
 	return e
 }
 
-func (p *echoPool) put(e *echo) {
-	p.mu.Lock()
-	p.free = append(p.free, e)
-	p.mu.Unlock()
-}
+func (p *echoPool) put(e *echo) { p.list.push(e) }
 
 // msgrRow is one messenger row in progress.
 type msgrRow struct {
