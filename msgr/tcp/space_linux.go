@@ -23,12 +23,14 @@ func writeSpace(c *net.TCPConn) func() int {
 	}
 	// NB: the fd is used without Control afterwards; the messenger only
 	// asks while the link is open, and a wrong answer after a close only
-	// costs a failed write on a dead link.
+	// costs a failed write on a dead link. The send buffer size is read
+	// once: Linux only grows it by autotuning, so the first value is a
+	// safe lower bound, and the hot path pays one ioctl, not two syscalls.
+	sndbuf, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_SNDBUF)
+	if err != nil {
+		return nil
+	}
 	return func() int {
-		sndbuf, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_SNDBUF)
-		if err != nil {
-			return 0
-		}
 		var outq int32
 		if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCOUTQ, uintptr(unsafe.Pointer(&outq))); e != 0 {
 			return 0
