@@ -77,9 +77,10 @@ type Row struct {
 	Transport string  `json:"transport"`          // msgr address scheme, "raw-tcp" or "raw-fabric"
 	Provider  string  `json:"provider,omitempty"` // libfabric provider, of raw-fabric and rdma+ rows
 	Mode      Mode    `json:"mode"`
-	Size      int     `json:"size"`  // payload bytes per message
-	Depth     int     `json:"depth"` // messages in flight
-	Msgs      uint64  `json:"msgs"`  // messages (round trips for pingpong) measured
+	Size      int     `json:"size"`                // payload bytes per message
+	Depth     int     `json:"depth"`               // messages in flight
+	ZeroCopy  bool    `json:"zero_copy,omitempty"` // payloads from Conn.AllocPayload
+	Msgs      uint64  `json:"msgs"`                // messages (round trips for pingpong) measured
 	Seconds   float64 `json:"seconds"`
 
 	MsgsPerSec  float64 `json:"msgs_per_sec"`

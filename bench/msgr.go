@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/wire"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -36,6 +37,10 @@ type MsgrOptions struct {
 	// DisableDataCRC turns off the messenger's data CRC (the front and
 	// preamble keep theirs). The raw baseline never checksums.
 	DisableDataCRC bool
+	// ZeroCopy takes the client's payload from Conn.AllocPayload, which on
+	// RDMA is registered memory the peer reads with no copy; without it the
+	// payload is ordinary memory, copied once into registered memory.
+	ZeroCopy bool
 	// Logger gets a line per finished row; the messengers get it too, at
 	// Warn and above unless it is enabled for Debug. Default: discard.
 	Logger *slog.Logger
@@ -313,6 +318,7 @@ type msgPool struct {
 	list    freeList[*msgr.Message] // returned by the messenger
 	owned   []*msgr.Message         // takeOwned's; its single caller only
 	payload []byte
+	buf     *wire.Buffer        // payload's buffer with ZeroCopy, else nil
 	release func(*msgr.Message) // p.put, made once so assigning it does not allocate
 }
 
@@ -454,6 +460,12 @@ func (r *msgrRow) record(m *msgr.Message) {
 // stamp prepares a ping for sending now.
 func (r *msgrRow) stamp(m *msgr.Message) {
 	m.Front = appendPing(m.Front[:0], r.nextID.Add(1), r.run.clk.base+r.run.clk.now())
+	if b := r.pool.buf; b != nil {
+		// Each message holds a reference on the shared payload buffer
+		// until the messenger is done with it.
+		b.Ref()
+		m.SetPayload(b)
+	}
 }
 
 // send is a non-blocking send for handlers, which run on the messenger's
@@ -581,6 +593,7 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 			// Every goroutine that recorded has ended: the histogram is ours.
 			row = r.run.row(transport, mode, size, depth, r.hist)
 			row.Provider, _ = fabricProvider(transport)
+			row.ZeroCopy = o.ZeroCopy
 		}
 	}()
 
@@ -597,6 +610,16 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 	cancel()
 	if err != nil {
 		return row, fmt.Errorf("connecting to %s: %w", addr, err)
+	}
+	if o.ZeroCopy {
+		b, err := conn.AllocPayload(size)
+		if err != nil {
+			return row, fmt.Errorf("allocating a %d-byte payload: %w", size, err)
+		}
+		copy(b.B, r.pool.payload)
+		r.pool.payload, r.pool.buf = b.B, b
+		// Messages still with the messenger hold references of their own.
+		defer b.Release()
 	}
 
 	r.run = startRun(r.ctx, o.Warmup, o.Duration)

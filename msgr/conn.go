@@ -205,6 +205,24 @@ func (c *Conn) TrySend(m *Message) error {
 	return c.send(context.Background(), m, false)
 }
 
+// AllocPayload returns a buffer of n bytes for a message's data
+// (Message.SetPayload). On a transport with registered memory (RDMA) a
+// large payload in such a buffer goes to the peer with no copy at all; on
+// others, or while the conn has no link, it is an ordinary pooled buffer and
+// is copied once, like any payload. The caller holds one reference.
+func (c *Conn) AllocPayload(n int) (*wire.Buffer, error) {
+	c.mu.Lock()
+	var pa wire.PayloadAllocator
+	if lr := c.link; lr != nil {
+		pa, _ = lr.link.(wire.PayloadAllocator)
+	}
+	c.mu.Unlock()
+	if pa != nil {
+		return pa.AllocPayload(n)
+	}
+	return wire.GetBuffer(n), nil
+}
+
 func (c *Conn) send(ctx context.Context, m *Message, block bool) error {
 	size := m.Len()
 	if size > int64(c.m.opts.MaxMessageSize) || len(m.Front) > int(c.m.limits.MaxFront) {
@@ -588,7 +606,7 @@ func (c *Conn) collect(lr *linkRun, maxBytes int) []wire.Frame {
 		}
 		fr = append(fr, wire.Frame{
 			Preamble: wire.Preamble{Tag: wire.TagMessage, Type: m.Type, Seq: m.out.seq},
-			Front:    m.Front, Data: m.Data,
+			Front:    m.Front, Data: m.Data, Buf: m.buf,
 		})
 		cw.onSend(size)
 		c.sess.markSent()

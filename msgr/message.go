@@ -63,6 +63,18 @@ func NewProtoMessage(typ uint16, front proto.Message, data []byte) (*Message, er
 	return NewMessage(typ, b, data), nil
 }
 
+// SetPayload makes b's bytes the message's data and hands the caller's
+// reference on b to the message, which releases it when the messenger is
+// done with the message (after OnRelease has been called, if set). With a
+// buffer from Conn.AllocPayload the RDMA transport moves the payload
+// straight from b, without copying it.
+func (m *Message) SetPayload(b *wire.Buffer) {
+	if m.buf != nil {
+		m.buf.Release()
+	}
+	m.buf, m.Data = b, b.B
+}
+
 // DecodeFront unmarshals the front into pb; a malformed front is an error,
 // never a panic.
 func (m *Message) DecodeFront(pb proto.Message) error {
@@ -97,6 +109,11 @@ func (m *Message) Release() {
 
 // recycle returns a pooled message to the pool or calls OnRelease.
 func (m *Message) recycle() {
+	if m.buf != nil {
+		// An outgoing message's payload buffer (SetPayload).
+		m.buf.Release()
+		m.buf = nil
+	}
 	if fn := m.OnRelease; fn != nil {
 		fn(m)
 		return

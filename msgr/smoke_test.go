@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/wire"
 )
 
 func TestSmoke(t *testing.T) {
@@ -54,4 +55,63 @@ func TestSmoke(t *testing.T) {
 	t.Logf("client stats %+v", c.Stats())
 	cli.Shutdown(ctx)
 	srv.Shutdown(ctx)
+}
+
+// TestSetPayloadReleasedAfterAck checks the ownership rule of
+// Message.SetPayload on a transport without registered memory: the payload
+// arrives, and the messenger drops its reference on the buffer exactly once,
+// after the peer has acked the message, not before.
+func TestSetPayloadReleasedAfterAck(t *testing.T) {
+	ctx := context.Background()
+	const N = 200
+	var got atomic.Int64
+	srv, err := msgr.New(msgr.Options{Name: "osd.1", Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) {
+		if len(m.Data) != 3000 || m.Data[0] != byte(m.Seq()) {
+			t.Errorf("message %d: %d bytes starting %d", m.Seq(), len(m.Data), m.Data[0])
+		}
+		got.Add(1)
+		m.Release()
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(ctx)
+	addr, err := srv.Listen(ctx, "tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := msgr.New(msgr.Options{Name: "osd.2", Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) { m.Release() })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Shutdown(ctx)
+	c, err := cli.Connect(ctx, addr, "osd.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var freed atomic.Int64
+	for i := range N {
+		b, err := c.AllocPayload(3000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.B[0] = byte(i + 1)
+		// Wrap in an external buffer to observe the last release.
+		ext := wire.NewExternalBuffer(b.B, func(*wire.Buffer) { freed.Add(1); b.Release() })
+		m := msgr.NewMessage(1, nil, nil)
+		m.SetPayload(ext)
+		if err := c.Send(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for freed.Load() < N && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // polling interval
+	}
+	if f, g := freed.Load(), got.Load(); f != N || g != N {
+		t.Fatalf("%d payloads released, %d delivered; want %d each", f, g, N)
+	}
+	if st := c.Stats(); st.QueuedMsgs != 0 {
+		t.Fatalf("payloads released with %d messages still queued", st.QueuedMsgs)
+	}
 }

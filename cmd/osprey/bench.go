@@ -29,6 +29,7 @@ func newBenchMsgrCmd() *cobra.Command {
 		depths                   []int
 		duration, warmup         time.Duration
 		baseline, asJSON, noCRC  bool
+		zeroCopy                 bool
 		cpuProfile               string
 	)
 	cmd := &cobra.Command{
@@ -56,7 +57,7 @@ compared with those.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := bench.MsgrOptions{
 				Transports: transports, Depths: depths, Duration: duration, Warmup: warmup,
-				Baseline: baseline, DisableDataCRC: noCRC, Logger: slog.Default(),
+				Baseline: baseline, DisableDataCRC: noCRC, ZeroCopy: zeroCopy, Logger: slog.Default(),
 			}
 			if warmup == 0 {
 				o.Warmup = -1 // explicitly none, not the default
@@ -110,6 +111,7 @@ compared with those.`,
 	f.BoolVar(&baseline, "baseline", false, "also run each pattern over a raw TCP socket (and raw libfabric for rdma+ transports) and print messenger/raw ratios")
 	f.BoolVar(&asJSON, "json", false, "print a JSON array, one object per row, instead of a table")
 	f.BoolVar(&noCRC, "no-data-crc", false, "turn off the messenger's data CRC (the raw baseline has none)")
+	f.BoolVar(&zeroCopy, "zero-copy", false, "send payloads from Conn.AllocPayload buffers (registered memory on RDMA: large payloads move with no copy)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	return cmd
 }

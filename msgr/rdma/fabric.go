@@ -100,6 +100,9 @@ type domain struct {
 	highWater  atomic.Int64
 	inUse      atomic.Int64 // registered buffers handed out (receive, send, rendezvous)
 	posted     atomic.Int64 // receives posted
+	// rendezvous sends straight from a caller's registered payload, and
+	// those that copied the payload into a registered buffer first
+	zeroCopy, copied atomic.Uint64
 }
 
 // cmOwner receives CM events for an endpoint.
@@ -436,6 +439,15 @@ func (r *region) remoteAddr(off int) uint64 {
 	return uint64(off)
 }
 
+// holds reports where p's bytes start in r, if they lie in it.
+func (r *region) holds(p []byte) (off int, ok bool) {
+	if len(p) == 0 || len(r.mem) == 0 {
+		return 0, false
+	}
+	o := int(uintptr(unsafe.Pointer(&p[0])) - uintptr(unsafe.Pointer(&r.mem[0])))
+	return o, o >= 0 && o+len(p) <= len(r.mem)
+}
+
 func (r *region) ptr(off int) unsafe.Pointer { return unsafe.Pointer(&r.mem[off]) }
 
 // buffer wraps the first n bytes of a rendezvous region for the frame that
@@ -444,6 +456,7 @@ func (r *region) ptr(off int) unsafe.Pointer { return unsafe.Pointer(&r.mem[off]
 func (r *region) buffer(n int) *wire.Buffer {
 	if r.wb == nil {
 		r.wb = wire.NewExternalBuffer(r.mem, func(*wire.Buffer) { r.d.putLarge(r) })
+		r.wb.Owner = r
 	}
 	r.wb.Reset(n)
 	return r.wb

@@ -127,6 +127,9 @@ type Stats struct {
 	BuffersInUse    int64 // rendezvous buffers handed out
 	RecvsPosted     int64 // receive buffers posted now
 	PollerSleeps    uint64
+	// Rendezvous sends: read by the peer straight from the caller's
+	// registered payload (Conn.AllocPayload), or from a copy.
+	ZeroCopySends, CopiedSends uint64
 }
 
 // Stats sums the counters of the transport's domains.
@@ -140,6 +143,8 @@ func (t *Transport) Stats() Stats {
 		s.BuffersInUse += d.inUse.Load()
 		s.RecvsPosted += d.posted.Load()
 		s.PollerSleeps += d.pollStats.blocked.Load()
+		s.ZeroCopySends += d.zeroCopy.Load()
+		s.CopiedSends += d.copied.Load()
 	}
 	return s
 }
@@ -461,7 +466,7 @@ type link struct {
 	// rendezvous: source buffers we sent, freed in order as the peer's
 	// count of completed reads (the link word) advances
 	rdvMu      sync.Mutex
-	rdvOut     []*region
+	rdvOut     []rdvSource
 	rdvFreed   uint32
 	rdvReadCnt atomic.Uint32 // reads we completed: our link word
 
@@ -678,8 +683,8 @@ func (l *link) Close() error {
 		}
 		l.d.retire(l.send)
 		l.rdvMu.Lock()
-		for _, r := range l.rdvOut {
-			l.d.putLarge(r)
+		for _, src := range l.rdvOut {
+			src.release(l.d)
 		}
 		l.rdvOut = nil
 		l.rdvMu.Unlock()
@@ -962,7 +967,7 @@ func (l *link) peerReadsDone(count uint32) {
 	l.rdvMu.Lock()
 	k := 0
 	for l.rdvFreed != count && k < len(l.rdvOut) {
-		l.d.putLarge(l.rdvOut[k])
+		l.rdvOut[k].release(l.d)
 		k++
 		l.rdvFreed++
 	}
@@ -972,6 +977,59 @@ func (l *link) peerReadsDone(count uint32) {
 		l.rdvOut = l.rdvOut[:n]
 	}
 	l.rdvMu.Unlock()
+}
+
+// rdvSource is what a rendezvous frame's payload is read from until the
+// peer has read it: a registered copy (r), or the caller's own registered
+// buffer (b), on which the link holds a reference.
+type rdvSource struct {
+	r *region
+	b *wire.Buffer
+}
+
+func (s rdvSource) release(d *domain) {
+	if s.b != nil {
+		s.b.Release()
+		return
+	}
+	d.putLarge(s.r)
+}
+
+// rendezvousSource returns where the peer reads f's payload from: straight
+// from the caller's buffer when it is memory this domain registered
+// (AllocPayload), else from a registered copy.
+func (l *link) rendezvousSource(f *wire.Frame) (src rdvSource, addr, key uint64, err error) {
+	if f.Buf != nil {
+		if r, ok := f.Buf.Owner.(*region); ok && r.d == l.d {
+			if off, ok := r.holds(f.Data); ok {
+				f.Buf.Ref()
+				l.d.zeroCopy.Add(1)
+				return rdvSource{b: f.Buf}, r.remoteAddr(off), r.key, nil
+			}
+		}
+	}
+	r, err := l.d.getLarge(len(f.Data))
+	if err != nil {
+		return rdvSource{}, 0, 0, err
+	}
+	copy(r.mem, f.Data)
+	l.d.copied.Add(1)
+	return rdvSource{r: r}, r.remoteAddr(0), r.key, nil
+}
+
+// AllocPayload hands out registered memory for a payload too large to go
+// inline whatever the front, so the rendezvous reads it where the caller
+// wrote it; smaller payloads are copied into a send buffer anyway and get an
+// ordinary pooled buffer. Either way the caller holds one reference.
+func (l *link) AllocPayload(n int) (*wire.Buffer, error) {
+	if n+wire.PreambleSize+wire.EpilogueSize <= l.sendLimit {
+		return wire.GetBuffer(n), nil
+	}
+	r, err := l.d.getLarge(n)
+	if err != nil {
+		return nil, err
+	}
+	return r.buffer(n), nil
 }
 
 // WriteFrames posts one send per frame, inline when it fits a buffer,
@@ -1017,24 +1075,23 @@ func (l *link) writeFrame(f *wire.Frame) error {
 			l.sendFree <- slot
 			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: front of %d bytes does not fit a %d-byte buffer", len(f.Front), l.sendLimit)}
 		}
-		r, err := l.d.getLarge(len(f.Data))
+		src, addr, key, err := l.rendezvousSource(f)
 		if err != nil {
 			l.sendFree <- slot
 			return err
 		}
-		copy(r.mem, f.Data)
 		p.Flags |= wire.FlagRendezvous
 		p.DataLen = rdvDescSize
 		n = p.WireSize()
 		p.Put(sb)
 		copy(sb[wire.PreambleSize:], f.Front)
 		desc := sb[wire.PreambleSize+len(f.Front):]
-		binary.LittleEndian.PutUint64(desc, r.remoteAddr(0))
+		binary.LittleEndian.PutUint64(desc, addr)
 		binary.LittleEndian.PutUint32(desc[8:], uint32(len(f.Data)))
-		binary.LittleEndian.PutUint64(desc[12:], r.key)
+		binary.LittleEndian.PutUint64(desc[12:], key)
 		wire.PutEpilogue(sb[n-wire.EpilogueSize:], wire.CRC(f.Front), dcrc)
 		l.rdvMu.Lock()
-		l.rdvOut = append(l.rdvOut, r)
+		l.rdvOut = append(l.rdvOut, src)
 		l.rdvMu.Unlock()
 	} else {
 		p.Put(sb)

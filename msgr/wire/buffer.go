@@ -15,6 +15,11 @@ type Buffer struct {
 	refs  atomic.Int32
 	class int8
 	free  func(*Buffer) // for buffers this pool does not own
+	// Owner is set by whoever allocated an external buffer (a
+	// transport's registered region, say) so that it can recognise its
+	// own memory when the buffer comes back to it in a frame; everyone
+	// else ignores it.
+	Owner any
 }
 
 // NewExternalBuffer wraps memory the caller owns (registered memory, say)

@@ -9,7 +9,12 @@ type Frame struct {
 	Preamble
 	Front []byte
 	Data  []byte
-	Buf   *Buffer
+	// Buf is the buffer the segments live in: on a received frame, the
+	// reference the frame holds; on a frame to write, the buffer Data
+	// lives in when the sender has one (nil otherwise), so a transport
+	// can recognise memory it registered and take its own reference
+	// instead of copying.
+	Buf *Buffer
 }
 
 // Release drops the frame's hold on its receive buffer.
@@ -42,7 +47,8 @@ type LinkOptions struct {
 // resumes the session above it). One goroutine writes and one reads.
 type Link interface {
 	// WriteFrames writes frames in order. When it returns the frames'
-	// segments are no longer referenced.
+	// segments are no longer referenced, except through a reference the
+	// link took on a frame's Buf.
 	WriteFrames(frames []Frame) error
 	// ReadFrame reads the next frame into f. Malformed input returns a
 	// *Error; the link is then unusable.
@@ -53,6 +59,15 @@ type Link interface {
 	RemoteAddr() string
 	// Close ends the link; blocked reads and writes return errors.
 	Close() error
+}
+
+// PayloadAllocator is implemented by links that can hand out buffers a
+// frame's data moves from without a copy (registered memory on RDMA). A
+// buffer from it works on any link, and without a copy on links of the same
+// transport and device.
+type PayloadAllocator interface {
+	// AllocPayload returns a buffer with len(B) == n and one reference.
+	AllocPayload(n int) (*Buffer, error)
 }
 
 // Listener yields links whose banner exchange has succeeded.
