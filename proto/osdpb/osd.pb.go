@@ -777,6 +777,7 @@ type ReplyHeader struct {
 	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`    // the replier's map epoch
 	Map           *ClusterMap            `protobuf:"bytes,4,opt,name=map,proto3" json:"map,omitempty"`         // set when the replier's map is newer than the request's
 	Version       *Version               `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"` // the PG version a write was applied at
+	Req           *ReqID                 `protobuf:"bytes,6,opt,name=req,proto3" json:"req,omitempty"`         // the request's id, echoed so replies can be matched
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -842,6 +843,13 @@ func (x *ReplyHeader) GetMap() *ClusterMap {
 func (x *ReplyHeader) GetVersion() *Version {
 	if x != nil {
 		return x.Version
+	}
+	return nil
+}
+
+func (x *ReplyHeader) GetReq() *ReqID {
+	if x != nil {
+		return x.Req
 	}
 	return nil
 }
@@ -1693,6 +1701,8 @@ func (x *ObjectRequest) GetKey() string {
 
 // ListObjects lists one bucket's objects in the PGs named, which must be PGs
 // the OSD is primary for; the client merges the replies of all primaries.
+// Between OSDs (cluster network) an empty pgs means every object the OSD
+// holds, which is how a bucket delete checks that the bucket is empty.
 type ListObjects struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -2312,6 +2322,7 @@ type PGQuery struct {
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Pool          uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
 	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // echoed in the reply
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2363,6 +2374,13 @@ func (x *PGQuery) GetPool() uint32 {
 func (x *PGQuery) GetPg() uint32 {
 	if x != nil {
 		return x.Pg
+	}
+	return 0
+}
+
+func (x *PGQuery) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
 	}
 	return 0
 }
@@ -2431,6 +2449,7 @@ type PGQueryReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Info          *PGInfo                `protobuf:"bytes,2,opt,name=info,proto3" json:"info,omitempty"`
+	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2479,6 +2498,13 @@ func (x *PGQueryReply) GetInfo() *PGInfo {
 	return nil
 }
 
+func (x *PGQueryReply) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
 type PGLogPull struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -2486,6 +2512,7 @@ type PGLogPull struct {
 	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
 	After         *Version               `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
 	MaxEntries    uint32                 `protobuf:"varint,5,opt,name=max_entries,json=maxEntries,proto3" json:"max_entries,omitempty"`
+	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // echoed in the reply
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2555,12 +2582,20 @@ func (x *PGLogPull) GetMaxEntries() uint32 {
 	return 0
 }
 
+func (x *PGLogPull) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
 type PGLogPullReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Entries       []*LogEntry            `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
 	Complete      bool                   `protobuf:"varint,3,opt,name=complete,proto3" json:"complete,omitempty"`           // false: pull again after the last entry
 	TooOld        bool                   `protobuf:"varint,4,opt,name=too_old,json=tooOld,proto3" json:"too_old,omitempty"` // `after` is older than the log tail: backfill
+	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2623,16 +2658,27 @@ func (x *PGLogPullReply) GetTooOld() bool {
 	return false
 }
 
+func (x *PGLogPullReply) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
 // PGBackfill pulls a PG's objects in key order, one object per reply so the
 // body rides in the data segment.
 type PGBackfill struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Pool          uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
-	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
-	AfterBucket   string                 `protobuf:"bytes,4,opt,name=after_bucket,json=afterBucket,proto3" json:"after_bucket,omitempty"`
-	AfterKey      string                 `protobuf:"bytes,5,opt,name=after_key,json=afterKey,proto3" json:"after_key,omitempty"`
-	Buckets       bool                   `protobuf:"varint,6,opt,name=buckets,proto3" json:"buckets,omitempty"` // pull the bucket records instead of objects
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Epoch       uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Pool        uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pg          uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	AfterBucket string                 `protobuf:"bytes,4,opt,name=after_bucket,json=afterBucket,proto3" json:"after_bucket,omitempty"`
+	AfterKey    string                 `protobuf:"bytes,5,opt,name=after_key,json=afterKey,proto3" json:"after_key,omitempty"`
+	Buckets     bool                   `protobuf:"varint,6,opt,name=buckets,proto3" json:"buckets,omitempty"` // pull the bucket records instead of objects
+	// exact: the object (or bucket record) at after_bucket/after_key itself,
+	// as an entry of kind OP_DELETE (OP_DELETE_BUCKET) when it is absent.
+	Exact         bool   `protobuf:"varint,7,opt,name=exact,proto3" json:"exact,omitempty"`
+	Tid           uint64 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // echoed in the reply
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2709,12 +2755,27 @@ func (x *PGBackfill) GetBuckets() bool {
 	return false
 }
 
+func (x *PGBackfill) GetExact() bool {
+	if x != nil {
+		return x.Exact
+	}
+	return false
+}
+
+func (x *PGBackfill) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
 type PGBackfillReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Entry         *LogEntry              `protobuf:"bytes,2,opt,name=entry,proto3" json:"entry,omitempty"` // the object (kind OP_PUT) or bucket record
 	Done          bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
 	Last          *Version               `protobuf:"bytes,4,opt,name=last,proto3" json:"last,omitempty"` // the PG version the backfill brings the replica to
+	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2775,6 +2836,13 @@ func (x *PGBackfillReply) GetLast() *Version {
 		return x.Last
 	}
 	return nil
+}
+
+func (x *PGBackfillReply) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
 }
 
 type Heartbeat struct {
@@ -2933,13 +3001,14 @@ const file_osd_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12#\n" +
 	"\x03req\x18\x02 \x01(\v2\x11.osprey.osd.ReqIDR\x03req\x12\x12\n" +
 	"\x04pool\x18\x03 \x01(\rR\x04pool\x12\x0e\n" +
-	"\x02pg\x18\x04 \x01(\rR\x02pg\"\xc2\x01\n" +
+	"\x02pg\x18\x04 \x01(\rR\x02pg\"\xe7\x01\n" +
 	"\vReplyHeader\x12*\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x12.osprey.osd.StatusR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12(\n" +
 	"\x03map\x18\x04 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\x12-\n" +
-	"\aversion\x18\x05 \x01(\v2\x13.osprey.osd.VersionR\aversion\"s\n" +
+	"\aversion\x18\x05 \x01(\v2\x13.osprey.osd.VersionR\aversion\x12#\n" +
+	"\x03req\x18\x06 \x01(\v2\x11.osprey.osd.ReqIDR\x03req\"s\n" +
 	"\aPartRef\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -3053,30 +3122,38 @@ const file_osd_proto_rawDesc = "" +
 	"\n" +
 	"RepOpReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x0e\n" +
-	"\x02pg\x18\x02 \x01(\rR\x02pg\"C\n" +
+	"\x02pg\x18\x02 \x01(\rR\x02pg\"U\n" +
 	"\aPGQuery\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
-	"\x02pg\x18\x03 \x01(\rR\x02pg\"q\n" +
+	"\x02pg\x18\x03 \x01(\rR\x02pg\x12\x10\n" +
+	"\x03tid\x18\n" +
+	" \x01(\x04R\x03tid\"q\n" +
 	"\x06PGInfo\x12\x0e\n" +
 	"\x02pg\x18\x01 \x01(\rR\x02pg\x12'\n" +
 	"\x04last\x18\x02 \x01(\v2\x13.osprey.osd.VersionR\x04last\x12.\n" +
-	"\blog_tail\x18\x03 \x01(\v2\x13.osprey.osd.VersionR\alogTail\"g\n" +
+	"\blog_tail\x18\x03 \x01(\v2\x13.osprey.osd.VersionR\alogTail\"y\n" +
 	"\fPGQueryReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12&\n" +
-	"\x04info\x18\x02 \x01(\v2\x12.osprey.osd.PGInfoR\x04info\"\x91\x01\n" +
+	"\x04info\x18\x02 \x01(\v2\x12.osprey.osd.PGInfoR\x04info\x12\x10\n" +
+	"\x03tid\x18\n" +
+	" \x01(\x04R\x03tid\"\xa3\x01\n" +
 	"\tPGLogPull\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12)\n" +
 	"\x05after\x18\x04 \x01(\v2\x13.osprey.osd.VersionR\x05after\x12\x1f\n" +
 	"\vmax_entries\x18\x05 \x01(\rR\n" +
-	"maxEntries\"\xa6\x01\n" +
+	"maxEntries\x12\x10\n" +
+	"\x03tid\x18\n" +
+	" \x01(\x04R\x03tid\"\xb8\x01\n" +
 	"\x0ePGLogPullReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12.\n" +
 	"\aentries\x18\x02 \x03(\v2\x14.osprey.osd.LogEntryR\aentries\x12\x1a\n" +
 	"\bcomplete\x18\x03 \x01(\bR\bcomplete\x12\x17\n" +
-	"\atoo_old\x18\x04 \x01(\bR\x06tooOld\"\xa0\x01\n" +
+	"\atoo_old\x18\x04 \x01(\bR\x06tooOld\x12\x10\n" +
+	"\x03tid\x18\n" +
+	" \x01(\x04R\x03tid\"\xc8\x01\n" +
 	"\n" +
 	"PGBackfill\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
@@ -3084,12 +3161,17 @@ const file_osd_proto_rawDesc = "" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12!\n" +
 	"\fafter_bucket\x18\x04 \x01(\tR\vafterBucket\x12\x1b\n" +
 	"\tafter_key\x18\x05 \x01(\tR\bafterKey\x12\x18\n" +
-	"\abuckets\x18\x06 \x01(\bR\abuckets\"\xab\x01\n" +
+	"\abuckets\x18\x06 \x01(\bR\abuckets\x12\x14\n" +
+	"\x05exact\x18\a \x01(\bR\x05exact\x12\x10\n" +
+	"\x03tid\x18\n" +
+	" \x01(\x04R\x03tid\"\xbd\x01\n" +
 	"\x0fPGBackfillReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12*\n" +
 	"\x05entry\x18\x02 \x01(\v2\x14.osprey.osd.LogEntryR\x05entry\x12\x12\n" +
 	"\x04done\x18\x03 \x01(\bR\x04done\x12'\n" +
-	"\x04last\x18\x04 \x01(\v2\x13.osprey.osd.VersionR\x04last\"[\n" +
+	"\x04last\x18\x04 \x01(\v2\x13.osprey.osd.VersionR\x04last\x12\x10\n" +
+	"\x03tid\x18\n" +
+	" \x01(\x04R\x03tid\"[\n" +
 	"\tHeartbeat\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
@@ -3240,56 +3322,57 @@ var file_osd_proto_depIdxs = []int32{
 	1,  // 3: osprey.osd.ReplyHeader.status:type_name -> osprey.osd.Status
 	3,  // 4: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	6,  // 5: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
-	41, // 6: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
-	10, // 7: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
-	11, // 8: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
-	9,  // 9: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
-	3,  // 10: osprey.osd.GetMapReply.map:type_name -> osprey.osd.ClusterMap
-	8,  // 11: osprey.osd.BucketRequest.header:type_name -> osprey.osd.Header
-	9,  // 12: osprey.osd.BucketReply.header:type_name -> osprey.osd.ReplyHeader
-	13, // 13: osprey.osd.BucketReply.info:type_name -> osprey.osd.BucketInfo
-	8,  // 14: osprey.osd.ListBuckets.header:type_name -> osprey.osd.Header
-	9,  // 15: osprey.osd.ListBucketsReply.header:type_name -> osprey.osd.ReplyHeader
-	13, // 16: osprey.osd.ListBucketsReply.buckets:type_name -> osprey.osd.BucketInfo
-	8,  // 17: osprey.osd.PutObject.header:type_name -> osprey.osd.Header
-	11, // 18: osprey.osd.PutObject.meta:type_name -> osprey.osd.ObjectMeta
-	8,  // 19: osprey.osd.GetObject.header:type_name -> osprey.osd.Header
-	9,  // 20: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
-	11, // 21: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
-	8,  // 22: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
-	8,  // 23: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
-	9,  // 24: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
-	12, // 25: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
-	8,  // 26: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
-	11, // 27: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
-	10, // 28: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
-	9,  // 29: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 30: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
-	11, // 31: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
-	10, // 32: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
-	28, // 33: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
-	6,  // 34: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
-	7,  // 35: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
-	2,  // 36: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
-	11, // 37: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
-	1,  // 38: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
-	29, // 39: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
-	9,  // 40: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
-	6,  // 41: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
-	6,  // 42: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
-	9,  // 43: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
-	33, // 44: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
-	6,  // 45: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
-	9,  // 46: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
-	29, // 47: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
-	9,  // 48: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
-	29, // 49: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
-	6,  // 50: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
-	51, // [51:51] is the sub-list for method output_type
-	51, // [51:51] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	7,  // 6: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
+	41, // 7: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	10, // 8: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
+	11, // 9: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
+	9,  // 10: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
+	3,  // 11: osprey.osd.GetMapReply.map:type_name -> osprey.osd.ClusterMap
+	8,  // 12: osprey.osd.BucketRequest.header:type_name -> osprey.osd.Header
+	9,  // 13: osprey.osd.BucketReply.header:type_name -> osprey.osd.ReplyHeader
+	13, // 14: osprey.osd.BucketReply.info:type_name -> osprey.osd.BucketInfo
+	8,  // 15: osprey.osd.ListBuckets.header:type_name -> osprey.osd.Header
+	9,  // 16: osprey.osd.ListBucketsReply.header:type_name -> osprey.osd.ReplyHeader
+	13, // 17: osprey.osd.ListBucketsReply.buckets:type_name -> osprey.osd.BucketInfo
+	8,  // 18: osprey.osd.PutObject.header:type_name -> osprey.osd.Header
+	11, // 19: osprey.osd.PutObject.meta:type_name -> osprey.osd.ObjectMeta
+	8,  // 20: osprey.osd.GetObject.header:type_name -> osprey.osd.Header
+	9,  // 21: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
+	11, // 22: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
+	8,  // 23: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
+	8,  // 24: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
+	9,  // 25: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
+	12, // 26: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
+	8,  // 27: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
+	11, // 28: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
+	10, // 29: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
+	9,  // 30: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 31: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
+	11, // 32: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
+	10, // 33: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
+	28, // 34: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
+	6,  // 35: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
+	7,  // 36: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
+	2,  // 37: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
+	11, // 38: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
+	1,  // 39: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
+	29, // 40: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
+	9,  // 41: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
+	6,  // 42: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
+	6,  // 43: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
+	9,  // 44: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
+	33, // 45: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
+	6,  // 46: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
+	9,  // 47: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
+	29, // 48: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
+	9,  // 49: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
+	29, // 50: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
+	6,  // 51: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }

@@ -1,0 +1,69 @@
+package ops
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+func TestBucketNames(t *testing.T) {
+	good := []string{"abc", "my-bucket", "my.bucket.1", "a" + strings.Repeat("b", 61) + "c", "123"}
+	bad := []string{"", "ab", strings.Repeat("a", 64), "My-Bucket", "-abc", "abc-", ".abc", "a..b",
+		"192.168.1.1", "xn--abc", "abc-s3alias", "a_b", "a b", "ab\x00", MultipartBucket}
+	for _, n := range good {
+		if err := CheckBucketName(n); err != nil {
+			t.Errorf("%q: %v", n, err)
+		}
+	}
+	for _, n := range bad {
+		err := CheckBucketName(n)
+		if !errors.Is(err, ErrInvalidBucketName) {
+			t.Errorf("%q: got %v, want InvalidBucketName", n, err)
+		}
+	}
+}
+
+func TestKeys(t *testing.T) {
+	for key, want := range map[string]error{
+		"a": nil, "dir/sub/ü.txt": nil, strings.Repeat("k", MaxKeyLen): nil,
+		"": ErrInvalidKey, strings.Repeat("k", MaxKeyLen+1): ErrKeyTooLong,
+		"bad\xffutf8": ErrInvalidKey, "nul\x00": ErrInvalidKey,
+	} {
+		if err := CheckKey(key); !errors.Is(err, want) && (want != nil || err != nil) {
+			t.Errorf("%.20q: got %v, want %v", key, err, want)
+		}
+	}
+}
+
+func TestErrors(t *testing.T) {
+	err := fmt.Errorf("get: %w", Errorf(osdpb.Status_NO_SUCH_KEY, "b/k"))
+	if !errors.Is(err, ErrNoSuchKey) || errors.Is(err, ErrNoSuchBucket) {
+		t.Fatalf("errors.Is on %v", err)
+	}
+	if s, msg := StatusOf(err); s != osdpb.Status_NO_SUCH_KEY || msg != "b/k" {
+		t.Fatalf("StatusOf: %v %q", s, msg)
+	}
+	if s, _ := StatusOf(errors.New("disk on fire")); s != osdpb.Status_INTERNAL_ERROR {
+		t.Fatalf("plain error maps to %v", s)
+	}
+	if err := FromReply(&osdpb.ReplyHeader{Status: osdpb.Status_SERVICE_UNAVAILABLE}); !errors.Is(err, ErrServiceUnavailable) || !err.(*Error).Retriable() {
+		t.Fatalf("FromReply: %v", err)
+	}
+	if FromReply(&osdpb.ReplyHeader{}) != nil || FromReply(nil) == nil {
+		t.Fatal("FromReply OK/nil")
+	}
+	if got := ErrKeyTooLong.Error(); got != "KeyTooLongError" {
+		t.Fatalf("code %q", got)
+	}
+	for s := range osdpb.Status_name {
+		if strings.HasPrefix(Code(osdpb.Status(s)), "Status(") {
+			t.Errorf("status %v has no code", osdpb.Status(s))
+		}
+	}
+	if ReplyType(osdpb.MsgType_MSG_PUT_OBJECT) != osdpb.MsgType_MSG_PUT_OBJECT_REPLY || !IsRequest(osdpb.MsgType_MSG_REP_OP) {
+		t.Fatal("reply types")
+	}
+}
