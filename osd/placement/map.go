@@ -1,0 +1,282 @@
+package placement
+
+import (
+	"cmp"
+	"fmt"
+	"iter"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// MaxPGCount bounds a pool's pg_count. PG numbers must stay below MetaPG,
+// and a bound keeps a pool's placement table (pg_count x size OSD ids) small.
+const MaxPGCount = 65536
+
+// Map is an immutable, validated cluster map with the indexes placement
+// needs. It is safe for concurrent use, and nothing it returns aliases its
+// state. A change of the cluster (an OSD down, a new pool) is a new Map
+// from With, with a higher epoch. Make one with FromProto, Unmarshal, Load
+// or NewLocal; the zero Map is not usable.
+type Map struct {
+	pb    *osdpb.ClusterMap // private clone; never mutated after FromProto
+	osds  []*osdpb.OSDInfo  // pb's OSDs, sorted by id
+	pools []*poolState      // sorted by id
+	// byName finds a pool by name. It is only ever looked up, never ranged
+	// over, so its iteration order cannot leak into placement.
+	byName map[string]*poolState
+
+	// candidates are the OSDs that take data: up, in, weight > 0, by id.
+	candidates []candidate
+	// zeroWeight are up and in OSDs of weight 0, by id: they hold no PGs but
+	// still hold bucket records (MetaPG), ranked after everyone else.
+	zeroWeight []uint32
+}
+
+type candidate struct {
+	id     uint32
+	weight float64
+}
+
+// poolState is one pool and its placement table, built on first use: most
+// processes (a client, one OSD) touch one or two pools of a map, and a
+// table costs O(pg_count x candidates) draws.
+type poolState struct {
+	pb *osdpb.Pool // read-only
+
+	once   sync.Once
+	stride int      // every PG's acting-set length: min(size, len(candidates))
+	acting []uint32 // pg_count rows of stride OSD ids, primary first
+
+	metaOnce sync.Once
+	meta     []uint32 // MetaPG's acting set
+}
+
+// FromProto validates pb and returns a Map over a private copy of it, so
+// later changes to pb do not affect the Map. Every rule it enforces is listed
+// in the package comment; a violation is a *MapError. It never panics, on
+// any input.
+func FromProto(pb *osdpb.ClusterMap) (*Map, error) {
+	if pb == nil {
+		return nil, &MapError{Reason: "nil ClusterMap"}
+	}
+	return build(proto.CloneOf(pb))
+}
+
+// build validates pb and indexes it; the Map takes ownership of pb.
+func build(pb *osdpb.ClusterMap) (*Map, error) {
+	if pb.Epoch == 0 {
+		return nil, &MapError{Field: "epoch", Reason: "must be at least 1"}
+	}
+	if r := checkText(pb.Fsid, 128); r != "" {
+		return nil, &MapError{Field: "fsid", Reason: r}
+	}
+	if len(pb.Osds) == 0 {
+		return nil, &MapError{Field: "osds", Reason: "no OSDs; a cluster needs at least one"}
+	}
+	m := &Map{pb: pb, byName: make(map[string]*poolState, len(pb.Pools))}
+
+	m.osds = make([]*osdpb.OSDInfo, 0, len(pb.Osds))
+	for i, o := range pb.Osds {
+		f := fmt.Sprintf("osds[%d]", i)
+		if o == nil {
+			return nil, &MapError{Field: f, Reason: "null entry"}
+		}
+		if w := o.Weight; math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+			return nil, &MapError{Field: f + ".weight", Reason: fmt.Sprintf("%v: want a finite number >= 0", w)}
+		}
+		if r := checkAddr(o.PublicAddr); r != "" {
+			return nil, &MapError{Field: f + ".public_addr", Reason: r}
+		}
+		if r := checkAddr(o.ClusterAddr); r != "" {
+			return nil, &MapError{Field: f + ".cluster_addr", Reason: r}
+		}
+		m.osds = append(m.osds, o)
+	}
+	slices.SortStableFunc(m.osds, func(a, b *osdpb.OSDInfo) int { return cmp.Compare(a.Id, b.Id) })
+	for i := 1; i < len(m.osds); i++ {
+		if m.osds[i].Id == m.osds[i-1].Id {
+			return nil, &MapError{Field: "osds", Reason: fmt.Sprintf("OSD id %d appears more than once", m.osds[i].Id)}
+		}
+	}
+	for _, o := range m.osds {
+		switch {
+		case !o.Up || !o.In:
+		case o.Weight > 0:
+			m.candidates = append(m.candidates, candidate{id: o.Id, weight: o.Weight})
+		default:
+			m.zeroWeight = append(m.zeroWeight, o.Id)
+		}
+	}
+
+	m.pools = make([]*poolState, 0, len(pb.Pools))
+	for i, p := range pb.Pools {
+		f := fmt.Sprintf("pools[%d]", i)
+		switch {
+		case p == nil:
+			return nil, &MapError{Field: f, Reason: "null entry"}
+		case checkText(p.Name, 255) != "":
+			return nil, &MapError{Field: f + ".name", Reason: checkText(p.Name, 255)}
+		case p.Size == 0:
+			return nil, &MapError{Field: f + ".size", Reason: "must be at least 1"}
+		case p.PgCount == 0 || p.PgCount > MaxPGCount:
+			return nil, &MapError{Field: f + ".pg_count", Reason: fmt.Sprintf("%d: want 1..%d", p.PgCount, MaxPGCount)}
+		case p.MinSize > p.Size:
+			return nil, &MapError{Field: f + ".min_size", Reason: fmt.Sprintf("%d exceeds size %d", p.MinSize, p.Size)}
+		}
+		if _, dup := m.byName[p.Name]; dup {
+			return nil, &MapError{Field: f + ".name", Reason: fmt.Sprintf("pool name %q appears more than once", p.Name)}
+		}
+		ps := &poolState{pb: p}
+		m.byName[p.Name] = ps
+		m.pools = append(m.pools, ps)
+	}
+	slices.SortStableFunc(m.pools, func(a, b *poolState) int { return cmp.Compare(a.pb.Id, b.pb.Id) })
+	for i := 1; i < len(m.pools); i++ {
+		if m.pools[i].pb.Id == m.pools[i-1].pb.Id {
+			return nil, &MapError{Field: "pools", Reason: fmt.Sprintf("pool id %d appears more than once", m.pools[i].pb.Id)}
+		}
+	}
+	return m, nil
+}
+
+// checkText accepts a non-empty, printable UTF-8 string of at most max
+// bytes (fsids and pool names end up in logs, paths and JSON).
+func checkText(s string, max int) string {
+	switch {
+	case s == "":
+		return "missing"
+	case len(s) > max:
+		return fmt.Sprintf("%d bytes long; at most %d", len(s), max)
+	case !utf8.ValidString(s):
+		return fmt.Sprintf("%q is not valid UTF-8", s)
+	case strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return fmt.Sprintf("%q has a non-printable character", s)
+	}
+	return ""
+}
+
+// With returns a copy of the map changed by edit, at the next epoch, e.g.
+// to mark an OSD down:
+//
+//	next, err := m.With(func(pb *osdpb.ClusterMap) {
+//		for _, o := range pb.Osds {
+//			if o.Id == 3 {
+//				o.Up = false
+//			}
+//		}
+//	})
+//
+// edit gets a private copy of the map's proto; the epoch it leaves is
+// ignored (the result's epoch is always m.Epoch()+1, so the new map
+// supersedes m everywhere), and it must not change the fsid, which would
+// make the result another cluster's map. The result is validated like
+// FromProto's. A nil edit only advances the epoch.
+func (m *Map) With(edit func(pb *osdpb.ClusterMap)) (*Map, error) {
+	if m.pb.Epoch == math.MaxUint64 {
+		return nil, &MapError{Field: "epoch", Reason: "at its maximum; cannot advance"}
+	}
+	pb := m.Proto()
+	if edit != nil {
+		edit(pb)
+	}
+	if pb.GetFsid() != m.pb.Fsid {
+		return nil, &MapError{Field: "fsid", Reason: fmt.Sprintf("With changed it from %q to %q; a new fsid is a new cluster", m.pb.Fsid, pb.GetFsid())}
+	}
+	pb.Epoch = m.pb.Epoch + 1
+	// Clone again: edit may have kept pb and could change it later.
+	return FromProto(pb)
+}
+
+// Epoch is the map's version; a higher epoch supersedes a lower one.
+func (m *Map) Epoch() uint64 { return m.pb.Epoch }
+
+// FSID names the cluster; an OSD refuses ops from another cluster's map.
+func (m *Map) FSID() string { return m.pb.Fsid }
+
+// Proto returns a copy of the map as a proto, e.g. to send in a GetMapReply.
+// The copy is the caller's to change.
+func (m *Map) Proto() *osdpb.ClusterMap { return proto.CloneOf(m.pb) }
+
+// OSD returns a copy of the OSD with the given id.
+func (m *Map) OSD(id uint32) (*osdpb.OSDInfo, bool) {
+	o := m.osd(id)
+	if o == nil {
+		return nil, false
+	}
+	return proto.CloneOf(o), true
+}
+
+// PublicAddr returns where clients reach OSD id, without copying the OSD.
+func (m *Map) PublicAddr(id uint32) (string, bool) {
+	o := m.osd(id)
+	return o.GetPublicAddr(), o != nil
+}
+
+// ClusterAddr returns where other OSDs reach OSD id, without copying the OSD.
+func (m *Map) ClusterAddr(id uint32) (string, bool) {
+	o := m.osd(id)
+	return o.GetClusterAddr(), o != nil
+}
+
+func (m *Map) osd(id uint32) *osdpb.OSDInfo {
+	i, ok := slices.BinarySearchFunc(m.osds, id, func(o *osdpb.OSDInfo, id uint32) int { return cmp.Compare(o.Id, id) })
+	if !ok {
+		return nil
+	}
+	return m.osds[i]
+}
+
+// OSDs yields a copy of every OSD, in ascending id order.
+func (m *Map) OSDs() iter.Seq[*osdpb.OSDInfo] {
+	return func(yield func(*osdpb.OSDInfo) bool) {
+		for _, o := range m.osds {
+			if !yield(proto.CloneOf(o)) {
+				return
+			}
+		}
+	}
+}
+
+// Pool returns a copy of the pool with the given id.
+func (m *Map) Pool(id uint32) (*osdpb.Pool, bool) {
+	ps := m.pool(id)
+	if ps == nil {
+		return nil, false
+	}
+	return proto.CloneOf(ps.pb), true
+}
+
+// PoolByName returns a copy of the pool with the given name.
+func (m *Map) PoolByName(name string) (*osdpb.Pool, bool) {
+	ps, ok := m.byName[name]
+	if !ok {
+		return nil, false
+	}
+	return proto.CloneOf(ps.pb), true
+}
+
+// Pools yields a copy of every pool, in ascending id order.
+func (m *Map) Pools() iter.Seq[*osdpb.Pool] {
+	return func(yield func(*osdpb.Pool) bool) {
+		for _, ps := range m.pools {
+			if !yield(proto.CloneOf(ps.pb)) {
+				return
+			}
+		}
+	}
+}
+
+func (m *Map) pool(id uint32) *poolState {
+	i, ok := slices.BinarySearchFunc(m.pools, id, func(ps *poolState, id uint32) int { return cmp.Compare(ps.pb.Id, id) })
+	if !ok {
+		return nil
+	}
+	return m.pools[i]
+}

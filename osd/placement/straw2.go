@@ -1,0 +1,193 @@
+package placement
+
+import (
+	"cmp"
+	"iter"
+	"math"
+	"slices"
+	"strconv"
+)
+
+// MetaPG is the PG that holds bucket records. Its acting set is every up and
+// in OSD, so every such OSD holds every bucket record and can answer
+// "does this bucket exist" from its own store; the order (and so the
+// primary, which orders bucket creations and deletions) is straw2's.
+// PGOf never returns it: pg_count is at most MaxPGCount.
+const MetaPG = math.MaxUint32
+
+// Role is an OSD's position in a PG's acting set: 0 is the primary, 1 the
+// first replica, and so on.
+type Role int
+
+// RolePrimary is the role of the first OSD of an acting set.
+const RolePrimary Role = 0
+
+// IsPrimary reports whether the role is the primary's.
+func (r Role) IsPrimary() bool { return r == RolePrimary }
+
+func (r Role) String() string {
+	if r == RolePrimary {
+		return "primary"
+	}
+	return "replica " + strconv.Itoa(int(r))
+}
+
+// ActingSet returns the OSDs that hold PG pg of pool, primary first: the
+// top pool.size OSDs by straw2 among those up, in and of weight > 0 (all of
+// them when there are fewer), or for MetaPG every up and in OSD. It returns
+// nil for an unknown pool or a PG out of range.
+//
+// straw2 gives each eligible OSD i the draw ln(u_i)/weight_i, with u_i in
+// (0, 1] a stable hash of (pool id, pg, OSD id), and ranks by draw, highest
+// first; equal draws rank the lower id first. Each OSD's draw depends only
+// on itself, so adding, removing or reweighting one OSD moves data only to
+// or from that OSD. See drawCost for how the draw is computed exactly alike
+// on every platform.
+//
+// The result is a fresh slice the caller may keep and change;
+// AppendActingSet avoids the allocation. The first call for a pool builds
+// the pool's whole placement table (O(pg_count x OSDs) hashes); later calls
+// are lookups.
+func (m *Map) ActingSet(pool, pg uint32) []uint32 {
+	set := m.acting(pool, pg)
+	if set == nil {
+		return nil
+	}
+	return slices.Clone(set)
+}
+
+// AppendActingSet appends ActingSet(pool, pg) to dst and returns it.
+func (m *Map) AppendActingSet(dst []uint32, pool, pg uint32) []uint32 {
+	return append(dst, m.acting(pool, pg)...)
+}
+
+// Primary returns the primary OSD of PG pg of pool; false when the pool or
+// PG does not exist or no OSD is eligible.
+func (m *Map) Primary(pool, pg uint32) (uint32, bool) {
+	set := m.acting(pool, pg)
+	if len(set) == 0 {
+		return 0, false
+	}
+	return set[0], true
+}
+
+// IsPrimary reports whether osd is the primary of PG pg of pool.
+func (m *Map) IsPrimary(pool, pg, osd uint32) bool {
+	p, ok := m.Primary(pool, pg)
+	return ok && p == osd
+}
+
+// RoleOf returns osd's position in the acting set of PG pg of pool; false
+// when osd is not in it.
+func (m *Map) RoleOf(pool, pg, osd uint32) (Role, bool) {
+	i := slices.Index(m.acting(pool, pg), osd)
+	return Role(i), i >= 0
+}
+
+// PGsOf yields, in ascending PG order, each PG of pool whose acting set
+// contains osd, with osd's role in it. MetaPG is not among them: every up
+// and in OSD is in it (see RoleOf(pool, MetaPG, osd)).
+func (m *Map) PGsOf(pool, osd uint32) iter.Seq2[uint32, Role] {
+	return func(yield func(uint32, Role) bool) {
+		ps := m.pool(pool)
+		if ps == nil {
+			return
+		}
+		m.buildTable(ps)
+		if ps.stride == 0 {
+			return
+		}
+		for pg := range ps.pb.PgCount {
+			row := ps.acting[int(pg)*ps.stride : int(pg+1)*ps.stride]
+			if i := slices.Index(row, osd); i >= 0 && !yield(pg, Role(i)) {
+				return
+			}
+		}
+	}
+}
+
+// acting returns the read-only acting set of (pool, pg), or nil.
+func (m *Map) acting(pool, pg uint32) []uint32 {
+	ps := m.pool(pool)
+	if ps == nil {
+		return nil
+	}
+	if pg == MetaPG {
+		ps.metaOnce.Do(func() { ps.meta = m.metaSet(ps.pb.Id) })
+		return ps.meta[:len(ps.meta):len(ps.meta)]
+	}
+	if pg >= ps.pb.PgCount {
+		return nil
+	}
+	m.buildTable(ps)
+	lo, hi := int(pg)*ps.stride, int(pg+1)*ps.stride
+	return ps.acting[lo:hi:hi]
+}
+
+// buildTable computes every acting set of the pool once.
+func (m *Map) buildTable(ps *poolState) {
+	ps.once.Do(func() {
+		n := int(min(uint64(ps.pb.Size), uint64(len(m.candidates))))
+		ps.stride = n
+		if n == 0 {
+			return
+		}
+		ps.acting = make([]uint32, int(ps.pb.PgCount)*n)
+		top := make([]ranked, 0, n)
+		for pg := range ps.pb.PgCount {
+			top = m.straw2(top[:0], ps.pb.Id, pg, n)
+			row := ps.acting[int(pg)*n : int(pg+1)*n]
+			for i, r := range top {
+				row[i] = r.id
+			}
+		}
+	})
+}
+
+// ranked is one OSD's straw2 result for one PG: cost is -draw, scaled, so
+// the lowest cost wins.
+type ranked struct {
+	cost float64
+	id   uint32
+}
+
+// straw2 fills top with the n best candidates for (pool, pg), best first.
+// Candidates come in ascending id order and a newcomer must beat a kept
+// one strictly, so equal costs keep the lower id ahead.
+func (m *Map) straw2(top []ranked, pool, pg uint32, n int) []ranked {
+	for _, c := range m.candidates {
+		// The one float step: an IEEE division, correctly rounded on every
+		// platform. The cost is below 2^53, so the conversion is exact.
+		r := ranked{cost: float64(drawCost(pool, pg, c.id)) / c.weight, id: c.id}
+		if len(top) == n && r.cost >= top[n-1].cost {
+			continue
+		}
+		if len(top) < n {
+			top = append(top, r)
+		} else {
+			top[n-1] = r
+		}
+		// Insertion: n is the replica count, a handful.
+		for i := len(top) - 1; i > 0 && r.cost < top[i-1].cost; i-- {
+			top[i], top[i-1] = top[i-1], top[i]
+		}
+	}
+	return top
+}
+
+// metaSet ranks every up and in OSD for MetaPG: candidates by straw2, then
+// the weight-0 ones by id (their draw would be -Inf for all of them).
+func (m *Map) metaSet(pool uint32) []uint32 {
+	all := make([]ranked, 0, len(m.candidates))
+	for _, c := range m.candidates {
+		all = append(all, ranked{cost: float64(drawCost(pool, MetaPG, c.id)) / c.weight, id: c.id})
+	}
+	slices.SortFunc(all, func(a, b ranked) int {
+		return cmp.Or(cmp.Compare(a.cost, b.cost), cmp.Compare(a.id, b.id))
+	})
+	set := make([]uint32, 0, len(all)+len(m.zeroWeight))
+	for _, r := range all {
+		set = append(set, r.id)
+	}
+	return append(set, m.zeroWeight...)
+}
