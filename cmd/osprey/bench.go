@@ -19,7 +19,7 @@ func newBenchCmd() *cobra.Command {
 The machines they run on are noisy, so compare within one run (--baseline)
 rather than across runs.`,
 	}
-	cmd.AddCommand(newBenchMsgrCmd())
+	cmd.AddCommand(newBenchMsgrCmd(), newBenchObjCmd())
 	return cmd
 }
 
@@ -76,17 +76,11 @@ compared with those.`,
 				}
 				o.Modes = append(o.Modes, mode)
 			}
-			if cpuProfile != "" {
-				f, err := os.Create(cpuProfile)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+			stop, err := startCPUProfile(cpuProfile)
+			if err != nil {
+				return err
 			}
+			defer stop()
 			rows, runErr := bench.RunMsgr(cmd.Context(), o)
 			// Whatever ran is printed, even when a later row failed.
 			out := cmd.OutOrStdout()
@@ -114,4 +108,20 @@ compared with those.`,
 	f.BoolVar(&zeroCopy, "zero-copy", false, "send payloads from Conn.AllocPayload buffers (registered memory on RDMA: large payloads move with no copy)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	return cmd
+}
+
+// startCPUProfile profiles the process into path until stop; no-op for "".
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -46,7 +46,7 @@ TCP and RDMA (libfabric) transports.`,
 		},
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	root.AddCommand(newBenchCmd())
+	root.AddCommand(newBenchCmd(), newOSDCmd())
 	return root
 }
 

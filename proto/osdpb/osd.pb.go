@@ -1712,6 +1712,7 @@ type ListObjects struct {
 	StartAfter    string                 `protobuf:"bytes,5,opt,name=start_after,json=startAfter,proto3" json:"start_after,omitempty"`
 	MaxKeys       uint32                 `protobuf:"varint,6,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
 	Pgs           []uint32               `protobuf:"varint,7,rep,packed,name=pgs,proto3" json:"pgs,omitempty"`
+	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // between OSDs: echoed in the reply
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1795,12 +1796,20 @@ func (x *ListObjects) GetPgs() []uint32 {
 	return nil
 }
 
+func (x *ListObjects) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
 type ListObjectsReply struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Header         *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Objects        []*ObjectEntry         `protobuf:"bytes,2,rep,name=objects,proto3" json:"objects,omitempty"`
 	CommonPrefixes []string               `protobuf:"bytes,3,rep,name=common_prefixes,json=commonPrefixes,proto3" json:"common_prefixes,omitempty"`
 	Truncated      bool                   `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	Tid            uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1861,6 +1870,13 @@ func (x *ListObjectsReply) GetTruncated() bool {
 		return x.Truncated
 	}
 	return false
+}
+
+func (x *ListObjectsReply) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
 }
 
 // Multipart uploads. The upload record lives with the final key's PG; parts are
@@ -2202,7 +2218,8 @@ type RepOp struct {
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Pool          uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
 	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
-	Entry         *LogEntry              `protobuf:"bytes,4,opt,name=entry,proto3" json:"entry,omitempty"`
+	Entry         *LogEntry              `protobuf:"bytes,4,opt,name=entry,proto3" json:"entry,omitempty"` // kind OP_NONE: "catch up to entry.version", no change
+	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`   // echoed in the reply
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2265,10 +2282,18 @@ func (x *RepOp) GetEntry() *LogEntry {
 	return nil
 }
 
+func (x *RepOp) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
 type RepOpReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Pg            uint32                 `protobuf:"varint,2,opt,name=pg,proto3" json:"pg,omitempty"`
+	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2313,6 +2338,13 @@ func (x *RepOpReply) GetHeader() *ReplyHeader {
 func (x *RepOpReply) GetPg() uint32 {
 	if x != nil {
 		return x.Pg
+	}
+	return 0
+}
+
+func (x *RepOpReply) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
 	}
 	return 0
 }
@@ -3070,7 +3102,7 @@ const file_osd_proto_rawDesc = "" +
 	"\rObjectRequest\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
-	"\x03key\x18\x03 \x01(\tR\x03key\"\xd5\x01\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\"\xe7\x01\n" +
 	"\vListObjects\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x16\n" +
@@ -3079,12 +3111,16 @@ const file_osd_proto_rawDesc = "" +
 	"\vstart_after\x18\x05 \x01(\tR\n" +
 	"startAfter\x12\x19\n" +
 	"\bmax_keys\x18\x06 \x01(\rR\amaxKeys\x12\x10\n" +
-	"\x03pgs\x18\a \x03(\rR\x03pgs\"\xbd\x01\n" +
+	"\x03pgs\x18\a \x03(\rR\x03pgs\x12\x10\n" +
+	"\x03tid\x18\n" +
+	" \x01(\x04R\x03tid\"\xcf\x01\n" +
 	"\x10ListObjectsReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x121\n" +
 	"\aobjects\x18\x02 \x03(\v2\x17.osprey.osd.ObjectEntryR\aobjects\x12'\n" +
 	"\x0fcommon_prefixes\x18\x03 \x03(\tR\x0ecommonPrefixes\x12\x1c\n" +
-	"\ttruncated\x18\x04 \x01(\bR\ttruncated\"\xfa\x01\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\x12\x10\n" +
+	"\x03tid\x18\n" +
+	" \x01(\x04R\x03tid\"\xfa\x01\n" +
 	"\rUploadRequest\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
@@ -3113,16 +3149,20 @@ const file_osd_proto_rawDesc = "" +
 	"\x06bucket\x18\x04 \x01(\tR\x06bucket\x12\x10\n" +
 	"\x03key\x18\x05 \x01(\tR\x03key\x12*\n" +
 	"\x04meta\x18\x06 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x12*\n" +
-	"\x06status\x18\a \x01(\x0e2\x12.osprey.osd.StatusR\x06status\"m\n" +
+	"\x06status\x18\a \x01(\x0e2\x12.osprey.osd.StatusR\x06status\"\x7f\n" +
 	"\x05RepOp\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12*\n" +
-	"\x05entry\x18\x04 \x01(\v2\x14.osprey.osd.LogEntryR\x05entry\"M\n" +
+	"\x05entry\x18\x04 \x01(\v2\x14.osprey.osd.LogEntryR\x05entry\x12\x10\n" +
+	"\x03tid\x18\n" +
+	" \x01(\x04R\x03tid\"_\n" +
 	"\n" +
 	"RepOpReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x0e\n" +
-	"\x02pg\x18\x02 \x01(\rR\x02pg\"U\n" +
+	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x10\n" +
+	"\x03tid\x18\n" +
+	" \x01(\x04R\x03tid\"U\n" +
 	"\aPGQuery\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +

@@ -1,0 +1,467 @@
+// Package client is Osprey's Go SDK: an S3-like API (buckets, objects,
+// listings) over the cluster's public messenger. A Client fetches the
+// cluster map from any OSD, computes each object's placement itself and
+// sends every op straight to the primary of the object's PG, as a Ceph
+// client does. Ops carry request ids, so a resend after a fault or a map
+// change is answered from the PG log rather than applied twice.
+//
+// The client must never hide an OSD's answer: errors are typed (*Error,
+// matched with errors.Is against ErrNoSuchKey and friends) and carry the
+// S3 error code.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// Error is an OSD's non-OK answer; errors.Is matches the sentinels below.
+type Error = ops.Error
+
+// Sentinel errors, for errors.Is.
+var (
+	ErrNoSuchBucket        = ops.ErrNoSuchBucket
+	ErrNoSuchKey           = ops.ErrNoSuchKey
+	ErrBucketNotEmpty      = ops.ErrBucketNotEmpty
+	ErrBucketAlreadyExists = ops.ErrBucketAlreadyExists
+	ErrInvalidRange        = ops.ErrInvalidRange
+	ErrInvalidBucketName   = ops.ErrInvalidBucketName
+	ErrInvalidKey          = ops.ErrInvalidKey
+	ErrKeyTooLong          = ops.ErrKeyTooLong
+	ErrEntityTooLarge      = ops.ErrEntityTooLarge
+	ErrBadDigest           = ops.ErrBadDigest
+	ErrServiceUnavailable  = ops.ErrServiceUnavailable
+)
+
+// ErrClosed is returned by ops on a closed Client.
+var ErrClosed = errors.New("client: closed")
+
+// Options configure a Client.
+type Options struct {
+	// Seeds are OSD public addresses ("tcp://10.0.0.1:6800"); the map is
+	// fetched from the first that answers. Required.
+	Seeds []string
+	// Pool is the pool's name; default the pool with the lowest id.
+	Pool string
+	// OpTimeout bounds one attempt of one op. Default 30s.
+	OpTimeout time.Duration
+	// RetryFor bounds the retries of an op that keeps failing with a
+	// retriable error (an OSD down, a map change); ctx bounds it too.
+	// Default 60s.
+	RetryFor time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Transports adds messenger transports (tests); DisableDataCRC turns
+	// off the messenger's payload CRC (objects keep their own CRC32C).
+	Transports     []wire.Transport
+	DisableDataCRC bool
+}
+
+// Client talks to one cluster. It is safe for concurrent use.
+type Client struct {
+	opts  Options
+	log   *slog.Logger
+	m     *msgr.Messenger
+	mapv  atomic.Pointer[placement.Map]
+	nonce uint64
+	tid   atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[uint64]*call
+	closed  bool
+}
+
+type call struct {
+	conn *msgr.Conn
+	ch   chan *msgr.Message // the reply, or nil when the conn failed
+}
+
+// New connects to the cluster: it fetches the map from a seed.
+func New(ctx context.Context, opts Options) (*Client, error) {
+	if len(opts.Seeds) == 0 {
+		return nil, errors.New("client: no seed addresses")
+	}
+	if opts.OpTimeout <= 0 {
+		opts.OpTimeout = 30 * time.Second
+	}
+	if opts.RetryFor <= 0 {
+		opts.RetryFor = 60 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	var nb [8]byte
+	rand.Read(nb[:])
+	c := &Client{opts: opts, log: opts.Logger, nonce: binary.LittleEndian.Uint64(nb[:]) | 1, pending: map[uint64]*call{}}
+	m, err := msgr.New(msgr.Options{
+		Name: msgr.EntityName(fmt.Sprintf("client.%d", c.nonce%1_000_000_000)), Dispatcher: dispatcher{c},
+		DefaultPolicy: msgr.LossyClient, MaxMessageSize: ops.MaxMessageSize, Logger: opts.Logger,
+		Transports: opts.Transports, DisableDataCRC: opts.DisableDataCRC,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.m = m
+	if err := c.fetchMap(ctx, opts.Seeds); err != nil {
+		m.Kill()
+		return nil, err
+	}
+	if opts.Pool != "" {
+		if _, ok := c.Map().PoolByName(opts.Pool); !ok {
+			m.Kill()
+			return nil, fmt.Errorf("client: no pool %q in the map", opts.Pool)
+		}
+	}
+	return c, nil
+}
+
+// Close ends the client's sessions; ops in progress fail.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	for tid, p := range c.pending {
+		close(p.ch)
+		delete(c.pending, tid)
+	}
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.m.Shutdown(ctx)
+}
+
+// Map is the client's current cluster map.
+func (c *Client) Map() *placement.Map { return c.mapv.Load() }
+
+// pool is the pool ops go to.
+func (c *Client) pool(mp *placement.Map) *osdpb.Pool {
+	if c.opts.Pool != "" {
+		p, _ := mp.PoolByName(c.opts.Pool)
+		return p
+	}
+	return lowestPool(mp)
+}
+
+// lowestPool is the pool with the lowest id, whose placement places the
+// meta PG (bucket records).
+func lowestPool(mp *placement.Map) *osdpb.Pool {
+	var first *osdpb.Pool
+	for p := range mp.Pools() {
+		if first == nil || p.Id < first.Id {
+			first = p
+		}
+	}
+	return first
+}
+
+// adopt installs a newer map.
+func (c *Client) adopt(pb *osdpb.ClusterMap) {
+	if pb == nil {
+		return
+	}
+	cur := c.Map()
+	if cur != nil && (pb.Epoch <= cur.Epoch() || pb.Fsid != cur.FSID()) {
+		return
+	}
+	m, err := placement.FromProto(pb)
+	if err != nil {
+		c.log.Warn("client: ignoring an invalid map", "err", err)
+		return
+	}
+	c.mapv.Store(m)
+}
+
+// fetchMap asks the addresses in turn for the map.
+func (c *Client) fetchMap(ctx context.Context, addrs []string) error {
+	var errs []error
+	for _, a := range addrs {
+		conn, err := c.m.Connect(ctx, a, "")
+		if err == nil {
+			var rep osdpb.GetMapReply
+			have := uint64(0)
+			if mp := c.Map(); mp != nil {
+				have = mp.Epoch()
+			}
+			_, err = c.roundTrip(ctx, conn, osdpb.MsgType_MSG_GET_MAP, &osdpb.GetMap{HaveEpoch: have}, 0, nil, &rep, false)
+			if err == nil && rep.Map != nil {
+				c.adopt(rep.Map)
+				return nil
+			}
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", a, err))
+	}
+	return fmt.Errorf("client: no OSD answered with a map: %w", errors.Join(errs...))
+}
+
+// refreshMap fetches the map from any OSD of the current map (seeds first).
+func (c *Client) refreshMap(ctx context.Context) {
+	addrs := append([]string(nil), c.opts.Seeds...)
+	for info := range c.Map().OSDs() {
+		if info.Up {
+			addrs = append(addrs, info.PublicAddr)
+		}
+	}
+	if err := c.fetchMap(ctx, addrs); err != nil {
+		c.log.Debug("client: map refresh", "err", err)
+	}
+}
+
+// target says where an op goes: the pool, the PG and its primary.
+type target struct {
+	bucket, key string
+	meta        bool   // a bucket op: the meta PG
+	pg          uint32 // with hasPG: this PG (listings)
+	hasPG       bool
+}
+
+// reply is any reply message: its header is field 1.
+type reply interface {
+	proto.Message
+	GetHeader() *osdpb.ReplyHeader
+}
+
+// do runs one op with retries: it sends build(header) (and payload) to the
+// primary of tg, waits for the reply, decodes it into rep and returns the
+// reply message when keep is set (the caller releases it: its data is the
+// object's bytes). Retriable failures are retried with backoff, with the
+// same request id, after refreshing the map when the OSD says so.
+func (c *Client) do(ctx context.Context, t osdpb.MsgType, tg target, build func(h *osdpb.Header) proto.Message, payload []byte, rep reply, keep bool) (*msgr.Message, error) {
+	req := &osdpb.ReqID{Client: c.nonce, Tid: c.tid.Add(1)}
+	deadline := time.Now().Add(c.opts.RetryFor)
+	backoff := 10 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		mp := c.Map()
+		pool := c.pool(mp)
+		if tg.meta {
+			pool = lowestPool(mp)
+		}
+		pg := uint32(placement.MetaPG)
+		switch {
+		case tg.hasPG:
+			pg = tg.pg
+		case !tg.meta:
+			pg = placement.PGOf(pool, tg.bucket, tg.key)
+		}
+		hdr := &osdpb.Header{Epoch: mp.Epoch(), Req: req, Pool: pool.Id, Pg: pg}
+		msg, err := c.attempt(ctx, mp, pool.Id, pg, t, build(hdr), payload, rep, keep)
+		if err == nil {
+			err = ops.FromReply(rep.GetHeader())
+			if h := rep.GetHeader(); h != nil {
+				c.adopt(h.Map)
+			}
+		}
+		if err == nil {
+			return msg, nil
+		}
+		if msg != nil {
+			msg.Release()
+		}
+		var oe *ops.Error
+		retriable := !errors.As(err, &oe) || oe.Retriable()
+		if !retriable || ctx.Err() != nil || time.Now().After(deadline) {
+			if ctx.Err() != nil && !errors.As(err, &oe) {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		if oe != nil && (oe.Status == osdpb.Status_WRONG_PRIMARY || oe.Status == osdpb.Status_STALE_EPOCH) || attempt > 2 {
+			c.refreshMap(ctx)
+		}
+		c.log.Debug("client: retrying", "op", t, "attempt", attempt+1, "err", err)
+		sleep := backoff/2 + time.Duration(mrand.Int64N(int64(backoff)))
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(sleep):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// attempt sends one op to the primary of (pool, pg) and waits for its reply.
+func (c *Client) attempt(ctx context.Context, mp *placement.Map, pool, pg uint32, t osdpb.MsgType, front proto.Message, payload []byte, rep reply, keep bool) (*msgr.Message, error) {
+	primary, ok := mp.Primary(pool, pg)
+	if !ok {
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x has no OSD up (epoch %d)", pool, pg, mp.Epoch())
+	}
+	addr, _ := mp.PublicAddr(primary)
+	conn, err := c.m.Connect(ctx, addr, msgr.EntityName(fmt.Sprintf("osd.%d", primary)))
+	if err != nil {
+		return nil, err
+	}
+	return c.roundTrip(ctx, conn, t, front, tidOfFront(front), payload, rep, keep)
+}
+
+// roundTrip sends front (and payload) on conn and waits for the reply
+// whose request id has tid (0 for GetMap, whose reply has none: it is
+// matched by type and conn); keep returns the reply message (see do).
+func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType, front proto.Message, tid uint64, payload []byte, rep proto.Message, keep bool) (*msgr.Message, error) {
+	b, err := proto.Marshal(front)
+	if err != nil {
+		return nil, err
+	}
+	key := tid
+	if key == 0 {
+		key = c.tid.Add(1) | 1<<63 // GetMap: matched by type, see dispatch
+	}
+	p := &call{conn: conn, ch: make(chan *msgr.Message, 1)}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	c.pending[key] = p
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, key)
+		c.mu.Unlock()
+	}()
+	m := msgr.NewMessage(uint16(t), b, payload)
+	actx, cancel := context.WithTimeout(ctx, c.opts.OpTimeout)
+	defer cancel()
+	if err := conn.Send(actx, m); err != nil {
+		m.Release()
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "sending to %s: %v", conn.Peer(), err)
+	}
+	select {
+	case r, ok := <-p.ch:
+		if !ok || r == nil {
+			return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "connection to %s lost", conn.Peer())
+		}
+		if err := r.DecodeFront(rep); err != nil {
+			r.Release()
+			return nil, fmt.Errorf("client: malformed reply from %s: %w", conn.Peer(), err)
+		}
+		if keep {
+			return r, nil
+		}
+		r.Release()
+		return nil, nil
+	case <-actx.Done():
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "no reply from %s within %v", conn.Peer(), c.opts.OpTimeout)
+	}
+}
+
+// tidOfFront is the request id's tid of a request proto with a Header.
+func tidOfFront(front proto.Message) uint64 {
+	type hdr interface{ GetHeader() *osdpb.Header }
+	if h, ok := front.(hdr); ok {
+		return h.GetHeader().GetReq().GetTid()
+	}
+	return 0
+}
+
+// dispatcher hands replies to their waiting calls.
+type dispatcher struct{ c *Client }
+
+func (d dispatcher) Dispatch(m *msgr.Message) {
+	c := d.c
+	key := replyTid(m.Front)
+	c.mu.Lock()
+	p := c.pending[key]
+	if p == nil && osdpb.MsgType(m.Type) == osdpb.MsgType_MSG_GET_MAP_REPLY {
+		// GetMap replies carry no request id: the first waiting GetMap on
+		// this conn takes it.
+		for k, q := range c.pending {
+			if k&(1<<63) != 0 && q.conn == m.Conn() {
+				p, key = q, k
+				break
+			}
+		}
+	}
+	if p != nil {
+		delete(c.pending, key)
+	}
+	c.mu.Unlock()
+	if p == nil {
+		m.Release() // a reply to an attempt that gave up
+		return
+	}
+	p.ch <- m
+}
+
+// HandleEvent fails the calls waiting on a conn that reset.
+func (d dispatcher) HandleEvent(ev msgr.Event) {
+	if ev.Kind != msgr.EventReset && ev.Kind != msgr.EventRemoteReset {
+		return
+	}
+	c := d.c
+	c.mu.Lock()
+	for k, p := range c.pending {
+		if p.conn == ev.Conn {
+			delete(c.pending, k)
+			close(p.ch)
+		}
+	}
+	c.mu.Unlock()
+}
+
+// replyTid reads header (1) -> req (6) -> tid (2) of a reply front.
+func replyTid(b []byte) uint64 {
+	if h := field(b, 1); h != nil {
+		if r := field(h, 6); r != nil {
+			for len(r) > 0 {
+				num, typ, n := protowire.ConsumeTag(r)
+				if n < 0 {
+					return 0
+				}
+				r = r[n:]
+				if num == 2 && typ == protowire.VarintType {
+					v, _ := protowire.ConsumeVarint(r)
+					return v
+				}
+				if n = protowire.ConsumeFieldValue(num, typ, r); n < 0 {
+					return 0
+				}
+				r = r[n:]
+			}
+		}
+	}
+	return 0
+}
+
+// field returns the bytes of length-delimited field num of b, or nil.
+func field(b []byte, num protowire.Number) []byte {
+	for len(b) > 0 {
+		n2, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		if n2 == num && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil
+			}
+			return v
+		}
+		if n = protowire.ConsumeFieldValue(n2, typ, b); n < 0 {
+			return nil
+		}
+		b = b[n:]
+	}
+	return nil
+}

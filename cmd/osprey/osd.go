@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ospreystore/osprey/osd"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/spf13/cobra"
+)
+
+func newOSDCmd() *cobra.Command {
+	var (
+		cfg        osd.Config
+		id         uint32
+		cacheMiB   int64
+		memMiB     uint64
+		stopWithin time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "osd",
+		Short: "Run one object storage daemon",
+		Long: `Runs OSD --id of the cluster described by --map, keeping its objects under
+--data. It listens on its public address (clients) and its cluster address
+(replication between OSDs) from the map; each address names its transport,
+e.g. tcp://10.0.0.1:6800 or rdma+verbs://10.0.1.1:6801, as Ceph's
+ms_public_type and ms_cluster_type. --public and --cluster listen elsewhere
+(a wildcard address, say) while peers still use the map's.
+
+The map is a JSON file (see docs/osd.md); the OSD reads it again when a peer
+or client shows a newer epoch. SIGINT or SIGTERM stops it gracefully.`,
+		Example: `  osprey osd --id 0 --map cluster.json --data /var/lib/osprey/osd.0`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg.ID = id
+			cfg.Store.CacheSize = cacheMiB << 20
+			cfg.Store.MemTableSize = memMiB << 20
+			cfg.Logger = slog.Default()
+			if _, err := placement.Load(cfg.MapPath); err != nil {
+				return err
+			}
+			o, err := osd.Start(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "osd.%d serving: public %s, cluster %s\n", id, o.PublicAddr(), o.ClusterAddr())
+			<-cmd.Context().Done()
+			ctx, cancel := context.WithTimeout(context.Background(), stopWithin)
+			defer cancel()
+			return o.Close(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.Uint32Var(&id, "id", 0, "this OSD's id in the map")
+	f.StringVar(&cfg.MapPath, "map", "", "cluster map file (JSON)")
+	f.StringVar(&cfg.DataDir, "data", "", "data directory")
+	f.StringVar(&cfg.PublicListen, "public", "", "listen address for clients (default: the map's)")
+	f.StringVar(&cfg.ClusterListen, "cluster", "", "listen address for OSDs (default: the map's)")
+	f.Int64Var(&cacheMiB, "cache-mib", 256, "Pebble block cache, MiB")
+	f.Uint64Var(&memMiB, "memtable-mib", 64, "Pebble memtable size, MiB")
+	f.DurationVar(&cfg.RepTimeout, "rep-timeout", 10*time.Second, "how long a write waits for its replicas before failing (retriable)")
+	f.DurationVar(&stopWithin, "stop-timeout", 30*time.Second, "bound on a graceful stop")
+	cmd.MarkFlagRequired("map")
+	cmd.MarkFlagRequired("data")
+	return cmd
+}

@@ -1,0 +1,95 @@
+package osd_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/osdtest"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/proto"
+)
+
+type replies chan *msgr.Message
+
+func (r replies) Dispatch(m *msgr.Message) { r <- m }
+func (replies) HandleEvent(msgr.Event)     {}
+
+// TestBadInput sends an OSD malformed fronts, unknown ops, requests without
+// headers and invalid names: each gets a reply with the right status on the
+// same connection, and the OSD keeps serving a normal client.
+func TestBadInput(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 4})
+	ctx := ctxT(t, time.Minute)
+	got := make(replies, 16)
+	m, err := msgr.New(msgr.Options{Name: "client.evil", Dispatcher: got, DefaultPolicy: msgr.LossyClient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	conn, err := m.Connect(ctx, c.Seeds()[0], "osd.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := &osdpb.Header{Epoch: 1, Pool: 1, Req: &osdpb.ReqID{Client: 7, Tid: 1}}
+	mustFront := func(pb proto.Message) []byte {
+		b, err := proto.Marshal(pb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	cases := []struct {
+		name  string
+		typ   osdpb.MsgType
+		front []byte
+		data  []byte
+		want  osdpb.Status
+	}{
+		{"garbage front", osdpb.MsgType_MSG_PUT_OBJECT, []byte{0xff, 0xff, 0xff, 0x01}, nil, osdpb.Status_INVALID_ARGUMENT},
+		{"unknown op", 999, mustFront(&osdpb.BucketRequest{Header: hdr}), nil, osdpb.Status_INVALID_ARGUMENT},
+		{"no header", osdpb.MsgType_MSG_CREATE_BUCKET, mustFront(&osdpb.BucketRequest{Bucket: "fine"}), nil, osdpb.Status_INVALID_ARGUMENT},
+		{"bad bucket name", osdpb.MsgType_MSG_CREATE_BUCKET, mustFront(&osdpb.BucketRequest{Header: &osdpb.Header{Epoch: 1, Pool: 1, Pg: 0xffffffff}, Bucket: "Bad..Name"}), nil, osdpb.Status_INVALID_BUCKET_NAME},
+		{"bad key", osdpb.MsgType_MSG_GET_OBJECT, mustFront(&osdpb.GetObject{Header: hdr, Bucket: "fine", Key: "nul\x00"}), nil, osdpb.Status_INVALID_KEY},
+		{"size mismatch", osdpb.MsgType_MSG_PUT_OBJECT, mustFront(&osdpb.PutObject{Header: hdr, Bucket: "fine", Key: "k", Meta: &osdpb.ObjectMeta{Size: 10}}), []byte("abc"), osdpb.Status_INVALID_ARGUMENT},
+		{"wrong pg", osdpb.MsgType_MSG_HEAD_OBJECT, mustFront(&osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: 1, Pool: 1, Pg: 3000}, Bucket: "fine", Key: "k"}), nil, osdpb.Status_WRONG_PRIMARY},
+		{"unknown pool", osdpb.MsgType_MSG_HEAD_OBJECT, mustFront(&osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: 1, Pool: 42}, Bucket: "fine", Key: "k"}), nil, osdpb.Status_INVALID_ARGUMENT},
+		{"a reply sent as a request", osdpb.MsgType_MSG_GET_OBJECT_REPLY, []byte{1, 2, 3}, nil, -1},
+	}
+	for _, tc := range cases {
+		if err := conn.Send(ctx, msgr.NewMessage(uint16(tc.typ), tc.front, tc.data)); err != nil {
+			t.Fatalf("%s: send: %v", tc.name, err)
+		}
+		if tc.want < 0 {
+			continue // no reply expected; the next case shows the conn still works
+		}
+		select {
+		case r := <-got:
+			var rep osdpb.BucketReply // every reply has its header as field 1
+			if err := r.DecodeFront(&rep); err != nil {
+				t.Fatalf("%s: reply: %v", tc.name, err)
+			}
+			if osdpb.MsgType(r.Type) != ops.ReplyType(tc.typ) || rep.Header.GetStatus() != tc.want {
+				t.Fatalf("%s: reply type %v status %v (%s), want %v", tc.name, osdpb.MsgType(r.Type), rep.Header.GetStatus(), rep.Header.GetMessage(), tc.want)
+			}
+			r.Release()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no reply", tc.name)
+		}
+	}
+	// The OSD still serves.
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "fine"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.PutObject(ctx, "fine", "k", []byte("v"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.PutObject(ctx, "fine", "k", make([]byte, ops.MaxPutSize+1), client.PutOptions{}); !errors.Is(err, client.ErrEntityTooLarge) {
+		t.Fatalf("oversized put: %v", err)
+	}
+}

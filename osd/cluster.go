@@ -1,0 +1,670 @@
+package osd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// clusterDispatcher serves the other OSDs: replication, recovery,
+// heartbeats, and the replies to our own requests to them.
+type clusterDispatcher struct{ o *OSD }
+
+func (d clusterDispatcher) HandleEvent(ev msgr.Event) {
+	o := d.o
+	id, ok := osdID(ev.Conn)
+	o.log.Debug("cluster conn event", "event", ev.Kind, "peer", ev.Conn, "err", ev.Err)
+	if ok && (ev.Kind == msgr.EventRemoteReset || ev.Kind == msgr.EventAccept) {
+		// The peer restarted, or dialed us anew: what it missed while
+		// away reaches it through a sync of every PG we share.
+		o.wg.Go(func() { o.peerWith(id, ev.Kind.String()) })
+	}
+}
+
+// osdID is the id of the OSD at the other end of c.
+func osdID(c *msgr.Conn) (uint32, bool) {
+	name := string(c.Peer())
+	s, ok := strings.CutPrefix(name, "osd.")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(s, 10, 32)
+	return uint32(id), err == nil
+}
+
+func (d clusterDispatcher) Dispatch(m *msgr.Message) {
+	o := d.o
+	from, isOSD := osdID(m.Conn())
+	t := osdpb.MsgType(m.Type)
+	if !isOSD {
+		o.badRequest(m, fmt.Errorf("cluster message from %s, which is not an OSD", m.Conn().Peer()))
+		return
+	}
+	switch t {
+	case osdpb.MsgType_MSG_REP_OP:
+		var r osdpb.RepOp
+		if err := m.DecodeFront(&r); err != nil || r.Entry == nil {
+			o.log.Warn("malformed rep op", "from", from, "err", err)
+			m.Release()
+			return
+		}
+		o.onShard(m, storePG(r.Pool, r.Pg), func() { o.repOp(m, &r, from) })
+
+	case osdpb.MsgType_MSG_REP_OP_REPLY:
+		var r osdpb.RepOpReply
+		err := m.DecodeFront(&r)
+		m.Release()
+		if err != nil {
+			o.log.Warn("malformed rep op reply", "from", from, "err", err)
+			return
+		}
+		o.learnEpoch(r.Header.GetEpoch(), from)
+		o.repReply(&r)
+
+	case osdpb.MsgType_MSG_HEARTBEAT:
+		var h osdpb.Heartbeat
+		err := m.DecodeFront(&h)
+		c := m.Conn()
+		m.Release()
+		if err != nil {
+			return
+		}
+		o.learnEpoch(h.Epoch, from)
+		o.sawPeer(from)
+		rep, _ := proto.Marshal(&osdpb.HeartbeatReply{From: o.id, Epoch: o.Map().Epoch(), SentUnixNano: h.SentUnixNano})
+		c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_HEARTBEAT_REPLY), rep, nil))
+
+	case osdpb.MsgType_MSG_HEARTBEAT_REPLY:
+		var h osdpb.HeartbeatReply
+		err := m.DecodeFront(&h)
+		m.Release()
+		if err == nil {
+			o.learnEpoch(h.Epoch, from)
+			o.sawPeer(from)
+		}
+
+	case osdpb.MsgType_MSG_PG_QUERY, osdpb.MsgType_MSG_PG_LOG_PULL, osdpb.MsgType_MSG_PG_BACKFILL:
+		o.onReaders(m, func() { o.serveRecovery(m) })
+
+	case osdpb.MsgType_MSG_GET_MAP, osdpb.MsgType_MSG_LIST_OBJECTS:
+		o.dispatchClient(m, true)
+
+	case osdpb.MsgType_MSG_GET_MAP_REPLY, osdpb.MsgType_MSG_LIST_OBJECTS_REPLY, osdpb.MsgType_MSG_PG_QUERY_REPLY,
+		osdpb.MsgType_MSG_PG_LOG_PULL_REPLY, osdpb.MsgType_MSG_PG_BACKFILL_REPLY:
+		if ch, ok := o.calls.take(tidOf(m.Front)); ok {
+			ch <- m
+			return
+		}
+		m.Release() // its caller gave up
+
+	default:
+		o.badRequest(m, errors.New("unknown cluster op"))
+	}
+}
+
+// peerConn is the lossless session to OSD id's cluster address.
+func (o *OSD) peerConn(id uint32) (*msgr.Conn, error) {
+	addr, ok := o.Map().ClusterAddr(id)
+	if !ok {
+		return nil, fmt.Errorf("osd.%d is not in the map", id)
+	}
+	return o.clu.Connect(o.ctx, addr, msgr.EntityName(fmt.Sprintf("osd.%d", id)))
+}
+
+// call sends the request build(tid) to OSD id and decodes the reply into
+// rep; with data non-nil, the reply's message is handed to it (it must
+// Release it) instead of being released.
+func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, build func(tid uint64) proto.Message, rep proto.Message, data func(*msgr.Message)) error {
+	c, err := o.peerConn(id)
+	if err != nil {
+		return err
+	}
+	ch := make(chan *msgr.Message, 1)
+	tid := o.calls.add(ch)
+	defer o.calls.take(tid)
+	m, err := msgr.NewProtoMessage(uint16(t), build(tid), nil)
+	if err != nil {
+		return err
+	}
+	if err := c.Send(ctx, m); err != nil {
+		m.Release()
+		return fmt.Errorf("osd.%d: %w", id, err)
+	}
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is shutting down", o.id)
+		}
+		err := r.DecodeFront(rep)
+		if err != nil || data == nil {
+			r.Release()
+		} else {
+			data(r)
+		}
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("osd.%d: no reply to %v: %w", id, t, ctx.Err())
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Heartbeats and peer liveness.
+
+type peerState struct {
+	lastSeen time.Time
+	down     bool
+}
+
+func (o *OSD) heartbeatLoop() {
+	t := time.NewTicker(o.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-o.ctx.Done():
+			return
+		case <-t.C:
+		}
+		mp := o.Map()
+		front, _ := proto.Marshal(&osdpb.Heartbeat{From: o.id, Epoch: mp.Epoch(), SentUnixNano: time.Now().UnixNano()})
+		for info := range mp.OSDs() {
+			if info.Id == o.id {
+				continue
+			}
+			if c, err := o.peerConn(info.Id); err == nil {
+				c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_HEARTBEAT), front, nil))
+			}
+			o.checkPeer(info.Id)
+		}
+	}
+}
+
+// sawPeer records a sign of life from OSD id; one that was down and is
+// back gets a sync of every PG we share.
+func (o *OSD) sawPeer(id uint32) {
+	o.peerMu.Lock()
+	ps := o.peers[id]
+	if ps == nil {
+		ps = &peerState{}
+		o.peers[id] = ps
+	}
+	ps.lastSeen = time.Now()
+	back := ps.down
+	ps.down = false
+	o.peerMu.Unlock()
+	if back {
+		o.log.Info("peer is up again", "peer", id)
+		o.wg.Go(func() { o.peerWith(id, "heartbeat") })
+	}
+}
+
+// checkPeer marks OSD id down when it has been silent for the grace time.
+func (o *OSD) checkPeer(id uint32) {
+	o.peerMu.Lock()
+	defer o.peerMu.Unlock()
+	ps := o.peers[id]
+	if ps == nil {
+		ps = &peerState{lastSeen: o.started}
+		o.peers[id] = ps
+	}
+	if !ps.down && time.Since(ps.lastSeen) > o.cfg.HeartbeatGrace {
+		ps.down = true
+		o.log.Warn("peer is down: no heartbeat", "peer", id, "silent", time.Since(ps.lastSeen).Round(time.Millisecond))
+	}
+}
+
+// peerDown reports whether OSD id missed its heartbeats.
+func (o *OSD) peerDown(id uint32) bool {
+	o.peerMu.Lock()
+	defer o.peerMu.Unlock()
+	ps := o.peers[id]
+	return ps != nil && ps.down
+}
+
+// peerAll syncs every peer (at start: a replica may have missed writes
+// before we went down).
+func (o *OSD) peerAll(why string) {
+	for info := range o.Map().OSDs() {
+		if info.Id != o.id {
+			o.peerWith(info.Id, why)
+		}
+	}
+}
+
+// peerWith sends OSD id a sync RepOp ("be at least at version v") for every
+// PG we are primary of and it serves, so it recovers what it missed. The
+// replies are not waited for.
+func (o *OSD) peerWith(id uint32, why string) {
+	mp := o.Map()
+	n := 0
+	sync := func(pool, pg uint32) {
+		sid := storePG(pool, pg)
+		last, _, err := o.st.PGInfo(o.ctx, sid)
+		if err != nil || last.GetSeq() == 0 {
+			return
+		}
+		front, _ := proto.Marshal(&osdpb.RepOp{Epoch: mp.Epoch(), Pool: pool, Pg: pg,
+			Entry: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: last}})
+		if c, err := o.peerConn(id); err == nil {
+			c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_REP_OP), front, nil))
+			n++
+		}
+	}
+	meta := metaPool(mp)
+	if set := mp.ActingSet(meta, placement.MetaPG); len(set) > 0 && set[0] == o.id {
+		sync(meta, placement.MetaPG)
+	}
+	for p := range mp.Pools() {
+		for pg, role := range mp.PGsOf(p.Id, o.id) {
+			if role.IsPrimary() {
+				if r, ok := mp.RoleOf(p.Id, pg, id); ok && !r.IsPrimary() {
+					sync(p.Id, pg)
+				}
+			}
+		}
+	}
+	o.log.Debug("peering", "peer", id, "why", why, "pgs", n)
+}
+
+// ---------------------------------------------------------------------------
+// Maps.
+
+// learnEpoch fetches the map from OSD from when it has a newer epoch.
+func (o *OSD) learnEpoch(epoch uint64, from uint32) {
+	if epoch <= o.Map().Epoch() {
+		return
+	}
+	o.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
+		defer cancel()
+		var rep osdpb.GetMapReply
+		err := o.call(ctx, from, osdpb.MsgType_MSG_GET_MAP, func(tid uint64) proto.Message {
+			return &osdpb.GetMap{HaveEpoch: o.Map().Epoch()}
+		}, &rep, nil)
+		if err == nil {
+			err = o.adoptMap(rep.Map)
+		}
+		if err != nil {
+			o.log.Warn("fetching a newer map", "from", from, "epoch", epoch, "err", err)
+		}
+	})
+}
+
+// refreshMap reads MapPath again, if set, and adopts a newer map.
+func (o *OSD) refreshMap() *placement.Map {
+	if o.cfg.MapPath != "" {
+		if m, err := placement.Load(o.cfg.MapPath); err == nil {
+			o.adoptMap(m.Proto())
+		} else {
+			o.log.Warn("reloading the map", "path", o.cfg.MapPath, "err", err)
+		}
+	}
+	return o.Map()
+}
+
+// adoptMap installs pb if it is newer and of our cluster, then syncs every
+// peer, since primaries may have moved.
+func (o *OSD) adoptMap(pb *osdpb.ClusterMap) error {
+	m, err := placement.FromProto(pb)
+	if err != nil {
+		return err
+	}
+	o.mapMu.Lock()
+	cur := o.Map()
+	if m.FSID() != cur.FSID() {
+		o.mapMu.Unlock()
+		return fmt.Errorf("map of cluster %s, we are %s", m.FSID(), cur.FSID())
+	}
+	if m.Epoch() <= cur.Epoch() {
+		o.mapMu.Unlock()
+		return nil
+	}
+	o.mapv.Store(m)
+	o.mapMu.Unlock()
+	o.log.Info("new map", "epoch", m.Epoch(), "was", cur.Epoch())
+	o.wg.Go(func() { o.peerAll("new map") })
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Recovery: a replica that is behind pulls from the primary.
+
+// serveRecovery answers a peer's PG query, log pull or backfill step.
+func (o *OSD) serveRecovery(m *msgr.Message) {
+	defer m.Release()
+	c := m.Conn()
+	t := osdpb.MsgType(m.Type)
+	hdr := func(err error) *osdpb.ReplyHeader { return o.header(nil, err) }
+	switch t {
+	case osdpb.MsgType_MSG_PG_QUERY:
+		var q osdpb.PGQuery
+		if err := m.DecodeFront(&q); err != nil {
+			return
+		}
+		last, tail, err := o.st.PGInfo(o.ctx, storePG(q.Pool, q.Pg))
+		o.send(c, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Tid: q.Tid,
+			Info: &osdpb.PGInfo{Pg: q.Pg, Last: last, LogTail: tail}}, nil)
+
+	case osdpb.MsgType_MSG_PG_LOG_PULL:
+		var q osdpb.PGLogPull
+		if err := m.DecodeFront(&q); err != nil {
+			return
+		}
+		max := int(q.MaxEntries)
+		if max <= 0 || max > 1000 {
+			max = 1000
+		}
+		entries, tooOld, err := o.st.LogAfter(o.ctx, storePG(q.Pool, q.Pg), q.After, max)
+		o.send(c, ops.ReplyType(t), &osdpb.PGLogPullReply{Header: hdr(err), Tid: q.Tid,
+			Entries: entries, TooOld: tooOld, Complete: len(entries) < max}, nil)
+
+	case osdpb.MsgType_MSG_PG_BACKFILL:
+		var q osdpb.PGBackfill
+		if err := m.DecodeFront(&q); err != nil {
+			return
+		}
+		rep, body, err := o.backfillStep(c, &q)
+		rep.Header, rep.Tid = hdr(err), q.Tid
+		o.send(c, ops.ReplyType(t), rep, body)
+	}
+}
+
+// backfillStep finds the object (or bucket record) a backfill asks for:
+// the one at the position with exact, else the next after it.
+func (o *OSD) backfillStep(c *msgr.Conn, q *osdpb.PGBackfill) (*osdpb.PGBackfillReply, *wire.Buffer, error) {
+	sid := storePG(q.Pool, q.Pg)
+	rep := &osdpb.PGBackfillReply{}
+	last, _, err := o.st.PGInfo(o.ctx, sid)
+	if err != nil {
+		return rep, nil, err
+	}
+	rep.Last = last
+	if q.Buckets {
+		if q.Exact {
+			info, err := o.st.HeadBucket(o.ctx, q.AfterBucket)
+			if err != nil {
+				rep.Entry = &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE_BUCKET, Bucket: q.AfterBucket}
+				return rep, nil, nil
+			}
+			rep.Entry = bucketEntry(info)
+			return rep, nil, nil
+		}
+		for b, err := range o.st.Buckets(o.ctx) {
+			if err != nil {
+				return rep, nil, err
+			}
+			if b.Name > q.AfterBucket {
+				rep.Entry = bucketEntry(b)
+				return rep, nil, nil
+			}
+		}
+		rep.Done = true
+		return rep, nil, nil
+	}
+	bucket, key := q.AfterBucket, q.AfterKey
+	if !q.Exact {
+		found := false
+		for e, err := range o.st.PGObjects(o.ctx, sid, q.AfterBucket, q.AfterKey) {
+			if err != nil {
+				return rep, nil, err
+			}
+			bucket, key, found = e.Bucket, e.Key, true
+			break
+		}
+		if !found {
+			rep.Done = true
+			return rep, nil, nil
+		}
+	}
+	meta, err := o.st.Head(o.ctx, bucket, key)
+	if err != nil {
+		rep.Entry = &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: bucket, Key: key}
+		return rep, nil, nil
+	}
+	var buf *wire.Buffer
+	var dst []byte
+	if meta.Size > 0 && len(meta.Parts) == 0 {
+		if buf, err = c.AllocPayload(int(meta.Size)); err != nil {
+			return rep, nil, err
+		}
+		dst = buf.B[:0]
+	}
+	meta, data, err := o.st.ReadRange(o.ctx, bucket, key, 0, -1, dst)
+	if err != nil {
+		if buf != nil {
+			buf.Release()
+		}
+		if errors.Is(opError(err), ops.ErrNoSuchKey) {
+			rep.Entry = &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: bucket, Key: key}
+			return rep, nil, nil
+		}
+		return rep, nil, err
+	}
+	rep.Entry = &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: bucket, Key: key, Meta: meta}
+	if buf == nil || len(data) > len(buf.B) || (len(data) > 0 && &data[0] != &buf.B[0]) {
+		// Overwritten with a larger object meanwhile: plain memory.
+		if buf != nil {
+			buf.Release()
+		}
+		return rep, wire.NewExternalBuffer(data, func(*wire.Buffer) {}), nil
+	}
+	buf.B = data
+	return rep, buf, nil
+}
+
+func bucketEntry(b *osdpb.BucketInfo) *osdpb.LogEntry {
+	return &osdpb.LogEntry{Kind: osdpb.OpKind_OP_CREATE_BUCKET, Bucket: b.Name,
+		Meta: &osdpb.ObjectMeta{MtimeUnixNano: b.CreatedUnixNano}}
+}
+
+// startRecovery marks p recovering and pulls what it lacks from OSD from
+// (its primary) in the background; the queued RepOps run when it is done.
+// Runs on p's shard.
+func (o *OSD) startRecovery(p *pgState, from uint32) {
+	if p.recovering {
+		return
+	}
+	p.recovering = true
+	have := p.last
+	o.wg.Go(func() {
+		last, err := o.recover(p, from, have)
+		if !o.enqueue(o.shardOf(p.sid), func() { o.endRecovery(p, from, last, err) }) {
+			return
+		}
+	})
+}
+
+// endRecovery, on p's shard, applies the RepOps that waited.
+func (o *OSD) endRecovery(p *pgState, from uint32, last *osdpb.Version, err error) {
+	p.recovering = false
+	queued := p.queued
+	p.queued = nil
+	if err != nil {
+		o.log.Warn("recovery failed", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from, "err", err)
+		for _, q := range queued {
+			o.ackRepOp(q.m, q.op, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "recovering: %v", err))
+		}
+		return
+	}
+	p.last = last
+	o.log.Info("pg recovered", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from, "version", last)
+	for i, q := range queued {
+		if p.recovering {
+			p.queued = append(p.queued, queued[i:]...)
+			return
+		}
+		o.applyRepOp(p, q.m, q.op, from)
+	}
+}
+
+// recover brings store PG p up to date with OSD from: the objects named by
+// the log entries after our version, or every object when the log no longer
+// reaches back that far (backfill). Each object is copied in its current
+// state, so replaying an older RepOp afterwards is harmless: the version
+// check skips it.
+func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Version, error) {
+	ctx, cancel := context.WithTimeout(o.ctx, 10*time.Minute)
+	defer cancel()
+	for {
+		var rep osdpb.PGLogPullReply
+		err := o.call(ctx, from, osdpb.MsgType_MSG_PG_LOG_PULL, func(tid uint64) proto.Message {
+			return &osdpb.PGLogPull{Epoch: o.Map().Epoch(), Pool: p.pool, Pg: p.pg, After: have, MaxEntries: 500, Tid: tid}
+		}, &rep, nil)
+		if err == nil {
+			err = ops.FromReply(rep.Header)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if rep.TooOld {
+			return o.backfill(ctx, p, from)
+		}
+		if len(rep.Entries) == 0 {
+			return have, nil
+		}
+		seen := map[[2]string]bool{}
+		for _, e := range rep.Entries {
+			k := [2]string{e.Bucket, e.Key}
+			if e.Kind == osdpb.OpKind_OP_NONE || seen[k] {
+				continue
+			}
+			seen[k] = true
+			if err := o.copyOne(ctx, p, from, e.Bucket, e.Key, e.Kind == osdpb.OpKind_OP_CREATE_BUCKET || e.Kind == osdpb.OpKind_OP_DELETE_BUCKET); err != nil {
+				return nil, err
+			}
+		}
+		have = rep.Entries[len(rep.Entries)-1].Version
+		if err := o.st.SetPGLast(ctx, p.sid, have); err != nil {
+			return nil, err
+		}
+		if rep.Complete {
+			return have, nil
+		}
+	}
+}
+
+// copyOne copies one object (or bucket record) from OSD from as it is now.
+func (o *OSD) copyOne(ctx context.Context, p *pgState, from uint32, bucket, key string, isBucket bool) error {
+	e, body, err := o.fetch(ctx, p, from, &osdpb.PGBackfill{AfterBucket: bucket, AfterKey: key, Buckets: isBucket, Exact: true})
+	if err != nil {
+		return err
+	}
+	defer body()
+	return o.install(ctx, p, e.Entry, e.data)
+}
+
+type fetched struct {
+	*osdpb.PGBackfillReply
+	data []byte
+}
+
+// fetch runs one backfill step against OSD from; release frees the data.
+func (o *OSD) fetch(ctx context.Context, p *pgState, from uint32, q *osdpb.PGBackfill) (fetched, func(), error) {
+	q.Epoch, q.Pool, q.Pg = o.Map().Epoch(), p.pool, p.pg
+	var rep osdpb.PGBackfillReply
+	var msg *msgr.Message
+	err := o.call(ctx, from, osdpb.MsgType_MSG_PG_BACKFILL, func(tid uint64) proto.Message {
+		q.Tid = tid
+		return q
+	}, &rep, func(m *msgr.Message) { msg = m })
+	release := func() {
+		if msg != nil {
+			msg.Release()
+		}
+	}
+	if err == nil {
+		err = ops.FromReply(rep.Header)
+	}
+	if err != nil {
+		release()
+		return fetched{}, func() {}, err
+	}
+	f := fetched{PGBackfillReply: &rep}
+	if msg != nil {
+		f.data = msg.Data
+	}
+	return f, release, nil
+}
+
+// install applies one copied entry to our store, outside the PG log.
+func (o *OSD) install(ctx context.Context, p *pgState, e *osdpb.LogEntry, data []byte) error {
+	if e == nil {
+		return nil
+	}
+	if e.Kind == osdpb.OpKind_OP_DELETE {
+		return o.st.RemoveObject(ctx, p.sid, e.Bucket, e.Key)
+	}
+	return o.st.InstallObject(ctx, p.sid, e, data)
+}
+
+// backfill copies every object of the PG from OSD from and removes the
+// local ones it no longer has.
+func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32) (*osdpb.Version, error) {
+	o.log.Info("backfilling pg", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from)
+	isMeta := p.pg == placement.MetaPG
+	local := map[[2]string]bool{}
+	if isMeta {
+		for b, err := range o.st.Buckets(ctx) {
+			if err != nil {
+				return nil, err
+			}
+			local[[2]string{b.Name, ""}] = true
+		}
+	} else {
+		for e, err := range o.st.PGObjects(ctx, p.sid, "", "") {
+			if err != nil {
+				return nil, err
+			}
+			local[[2]string{e.Bucket, e.Key}] = true
+		}
+	}
+	var last *osdpb.Version
+	after := [2]string{}
+	for {
+		f, release, err := o.fetch(ctx, p, from, &osdpb.PGBackfill{AfterBucket: after[0], AfterKey: after[1], Buckets: isMeta})
+		if err != nil {
+			return nil, err
+		}
+		if last == nil {
+			last = f.Last
+		}
+		if f.Done || f.Entry == nil {
+			release()
+			break
+		}
+		err = o.install(ctx, p, f.Entry, f.data)
+		release()
+		if err != nil {
+			return nil, err
+		}
+		after = [2]string{f.Entry.Bucket, f.Entry.Key}
+		delete(local, after)
+	}
+	for k := range local {
+		var err error
+		if isMeta {
+			err = o.st.InstallObject(ctx, p.sid, &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE_BUCKET, Bucket: k[0]}, nil)
+		} else {
+			err = o.st.RemoveObject(ctx, p.sid, k[0], k[1])
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if last == nil {
+		last = &osdpb.Version{}
+	}
+	if err := o.st.SetPGLast(ctx, p.sid, last); err != nil {
+		return nil, err
+	}
+	return last, nil
+}

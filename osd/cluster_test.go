@@ -1,0 +1,296 @@
+package osd_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/osd"
+	"github.com/ospreystore/osprey/osd/osdtest"
+	"github.com/ospreystore/osprey/osd/placement"
+)
+
+func payload(n int, seed uint64) []byte {
+	b := make([]byte, n)
+	rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16), 1}).Read(b)
+	return b
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// replicasHave checks that every OSD of the object's acting set holds the
+// object with exactly want's bytes.
+func replicasHave(t testing.TB, c *osdtest.Cluster, bucket, key string, want []byte) {
+	t.Helper()
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	pg := placement.PGOf(pool, bucket, key)
+	for _, id := range c.Map.ActingSet(pool.Id, pg) {
+		o := c.OSDs[id]
+		if o == nil {
+			continue
+		}
+		_, got, err := o.Store().ReadRange(context.Background(), bucket, key, 0, -1, nil)
+		if want == nil {
+			if err == nil {
+				t.Fatalf("osd.%d still has %s/%s", id, bucket, key)
+			}
+			continue
+		}
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("osd.%d: %s/%s: %d bytes, err %v; want %d bytes", id, bucket, key, len(got), err, len(want))
+		}
+	}
+}
+
+func TestClusterBasics(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{})
+	cl := c.Client(t, nil)
+	ctx := ctxT(t, 60*time.Second)
+
+	if err := cl.MakeBucket(ctx, "photos"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.MakeBucket(ctx, "photos"); !errors.Is(err, client.ErrBucketAlreadyExists) {
+		t.Fatalf("second create: %v", err)
+	}
+	if err := cl.MakeBucket(ctx, "Bad_Name"); !errors.Is(err, client.ErrInvalidBucketName) {
+		t.Fatalf("bad name: %v", err)
+	}
+	if _, err := cl.PutObject(ctx, "nobucket", "k", []byte("x"), client.PutOptions{}); !errors.Is(err, client.ErrNoSuchBucket) {
+		t.Fatalf("put to a missing bucket: %v", err)
+	}
+	// Every OSD has the bucket record.
+	for i, o := range c.OSDs {
+		if _, err := o.Store().HeadBucket(ctx, "photos"); err != nil {
+			t.Fatalf("osd.%d: bucket record: %v", i, err)
+		}
+	}
+
+	sizes := []int{0, 1, 4 << 10, 1<<20 + 7, 5 << 20}
+	for i, n := range sizes {
+		key := fmt.Sprintf("dir/obj-%d", i)
+		data := payload(n, uint64(i))
+		info, err := cl.PutObject(ctx, "photos", key, data, client.PutOptions{ContentType: "image/png", UserMetadata: map[string]string{"a": "b"}})
+		if err != nil {
+			t.Fatalf("put %s: %v", key, err)
+		}
+		if info.Size != int64(n) {
+			t.Fatalf("put %s: info %+v", key, info)
+		}
+		got, ginfo, err := cl.GetObject(ctx, "photos", key, client.GetOptions{})
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("get %s: %d bytes, %v", key, len(got), err)
+		}
+		if ginfo.ContentType != "image/png" || ginfo.UserMetadata["a"] != "b" {
+			t.Fatalf("get %s: info %+v", key, ginfo)
+		}
+		replicasHave(t, c, "photos", key, data)
+	}
+	// Ranges.
+	data := payload(5<<20, 4)
+	got, _, err := cl.GetObject(ctx, "photos", "dir/obj-4", client.GetOptions{Range: true, Offset: 1<<20 - 3, Length: 10})
+	if err != nil || !bytes.Equal(got, data[1<<20-3:1<<20+7]) {
+		t.Fatalf("range: %v", err)
+	}
+	if _, _, err := cl.GetObject(ctx, "photos", "dir/obj-1", client.GetOptions{Range: true, Offset: 5, Length: 1}); !errors.Is(err, client.ErrInvalidRange) {
+		t.Fatalf("range past the end: %v", err)
+	}
+	if _, _, err := cl.GetObject(ctx, "photos", "nope", client.GetOptions{}); !errors.Is(err, client.ErrNoSuchKey) {
+		t.Fatalf("missing key: %v", err)
+	}
+	// Overwrite, then delete.
+	if _, err := cl.PutObject(ctx, "photos", "dir/obj-2", []byte("short"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replicasHave(t, c, "photos", "dir/obj-2", []byte("short"))
+	if err := cl.RemoveObject(ctx, "photos", "dir/obj-3"); err != nil {
+		t.Fatal(err)
+	}
+	replicasHave(t, c, "photos", "dir/obj-3", nil)
+	if err := cl.RemoveObject(ctx, "photos", "dir/obj-3"); err != nil {
+		t.Fatalf("deleting a missing key: %v", err)
+	}
+
+	// Listing across every primary, in order, with a delimiter.
+	var keys []string
+	for o, err := range cl.ListObjects(ctx, "photos", client.ListOptions{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, o.Key)
+	}
+	want := []string{"dir/obj-0", "dir/obj-1", "dir/obj-2", "dir/obj-4"}
+	if fmt.Sprint(keys) != fmt.Sprint(want) {
+		t.Fatalf("list: %v, want %v", keys, want)
+	}
+	keys = nil
+	for o, err := range cl.ListObjects(ctx, "photos", client.ListOptions{Delimiter: "/"}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, fmt.Sprintf("%s:%v", o.Key, o.IsPrefix))
+	}
+	if fmt.Sprint(keys) != "[dir/:true]" {
+		t.Fatalf("list with delimiter: %v", keys)
+	}
+
+	if err := cl.RemoveBucket(ctx, "photos"); !errors.Is(err, client.ErrBucketNotEmpty) {
+		t.Fatalf("removing a full bucket: %v", err)
+	}
+	for _, k := range want {
+		if err := cl.RemoveObject(ctx, "photos", k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.RemoveBucket(ctx, "photos"); err != nil {
+		t.Fatalf("removing an empty bucket: %v", err)
+	}
+	if ok, err := cl.BucketExists(ctx, "photos"); ok || err != nil {
+		t.Fatalf("bucket exists after removal: %v %v", ok, err)
+	}
+}
+
+// TestReplicaDownFailsFastThenCatchesUp stops a replica: writes to its PGs
+// must fail with a retriable error within a bounded time (not hang); after
+// it restarts, it catches up from the primaries, and writes succeed again.
+func TestReplicaDownFailsFastThenCatchesUp(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
+	ctx := ctxT(t, 2*time.Minute)
+	cl := c.Client(t, func(o *client.Options) { o.RetryFor = 300 * time.Millisecond })
+	if err := cl.MakeBucket(ctx, "data"); err != nil {
+		t.Fatal(err)
+	}
+	put := func(key string, gen int) error {
+		_, err := cl.PutObject(ctx, "data", key, payload(3000, uint64(gen)), client.PutOptions{})
+		return err
+	}
+	for i := range 20 {
+		if err := put(fmt.Sprintf("k%d", i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.StopOSD(2)
+	start := time.Now()
+	err := put("k0", 100)
+	if !errors.Is(err, client.ErrServiceUnavailable) {
+		t.Fatalf("write with a replica down: %v, want ServiceUnavailable", err)
+	}
+	var ce *client.Error
+	if !errors.As(err, &ce) || !ce.Retriable() {
+		t.Fatalf("error %v is not retriable", err)
+	}
+	// RepTimeout is 3s in osdtest; the client gives up after its own
+	// 300ms of retries plus one attempt.
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("the failing write took %v", d)
+	}
+	// Once the heartbeats marked the replica down, writes fail at once.
+	osdtest.Eventually(t, 10*time.Second, "writes fail fast", func() bool {
+		s := time.Now()
+		return put("k1", 101) != nil && time.Since(s) < time.Second
+	})
+	c.StartOSD(2)
+	// Writes succeed again once osd.2 is back and caught up.
+	for i := range 20 {
+		key := fmt.Sprintf("k%d", i)
+		osdtest.Eventually(t, 30*time.Second, "write after restart", func() bool { return put(key, 200+i) == nil })
+	}
+	for i := range 20 {
+		replicasHave(t, c, "data", fmt.Sprintf("k%d", i), payload(3000, uint64(200+i)))
+	}
+}
+
+// TestReplicaBackfill brings back a replica whose store is older than
+// what the primaries' trimmed PG logs reach (an old copy of its data
+// directory): it must backfill, fetching what changed and removing the
+// objects deleted meanwhile, before it applies new writes.
+func TestReplicaBackfill(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 4, Tweak: func(cfg *osd.Config) { cfg.Store.LogKeep = 8 }})
+	ctx := ctxT(t, 2*time.Minute)
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "data"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := cl.PutObject(ctx, "data", fmt.Sprintf("old%d", i), payload(100, uint64(i)), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Keep a copy of osd.1's store as it is now.
+	c.StopOSD(1)
+	dir := c.Config(1).DataDir
+	if err := os.CopyFS(dir+".old", os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	c.StartOSD(1)
+	for i := range 10 {
+		if err := cl.RemoveObject(ctx, "data", fmt.Sprintf("old%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 200 {
+		if _, err := cl.PutObject(ctx, "data", fmt.Sprintf("new%d", i%30), payload(50, uint64(i)), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Back to the old copy: osd.1 now misses more than any log holds.
+	c.StopOSD(1)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dir+".old", dir); err != nil {
+		t.Fatal(err)
+	}
+	c.StartOSD(1)
+	// A write to every PG succeeds only once osd.1 has caught up there.
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	covered := map[uint32]bool{}
+	for i := 0; len(covered) < int(pool.PgCount); i++ {
+		key := fmt.Sprintf("marker%d", i)
+		if pg := placement.PGOf(pool, "data", key); !covered[pg] {
+			covered[pg] = true
+			osdtest.Eventually(t, 30*time.Second, "marker write", func() bool {
+				_, err := cl.PutObject(ctx, "data", key, []byte("m"), client.PutOptions{})
+				return err == nil
+			})
+		}
+	}
+	for i := range 10 {
+		replicasHave(t, c, "data", fmt.Sprintf("old%d", i), nil)
+	}
+	for i := 10; i < 20; i++ {
+		replicasHave(t, c, "data", fmt.Sprintf("old%d", i), payload(100, uint64(i)))
+	}
+	for i := 170; i < 200; i++ {
+		replicasHave(t, c, "data", fmt.Sprintf("new%d", i%30), payload(50, uint64(i)))
+	}
+}
+
+// TestHeartbeatsKeepPeersUp: an idle cluster's OSDs see each other up
+// well past the grace time, and see a stopped one go down.
+func TestHeartbeatsKeepPeersUp(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 4})
+	deadline := time.Now().Add(2500 * time.Millisecond) // 2.5 x the grace
+	for time.Now().Before(deadline) {
+		for i, o := range c.OSDs {
+			for j := range c.OSDs {
+				if i != j && o.PeerDown(uint32(j)) {
+					t.Fatalf("osd.%d thinks osd.%d is down", i, j)
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // sampling the liveness view
+	}
+	c.StopOSD(2)
+	osdtest.Eventually(t, 5*time.Second, "osd.2 seen down", func() bool { return c.OSDs[0].PeerDown(2) && c.OSDs[1].PeerDown(2) })
+}

@@ -1,0 +1,446 @@
+package osd
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/osd/store"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// replyTimeout bounds sending one reply: a client that stops reading
+// loses its replies, not the OSD's goroutines.
+const replyTimeout = 30 * time.Second
+
+// publicDispatcher serves clients.
+type publicDispatcher struct{ o *OSD }
+
+func (d publicDispatcher) Dispatch(m *msgr.Message) { d.o.dispatchClient(m, false) }
+
+func (d publicDispatcher) HandleEvent(ev msgr.Event) {
+	d.o.log.Debug("public conn event", "event", ev.Kind, "conn", ev.Conn, "err", ev.Err)
+}
+
+// send sends pb (and payload, whose reference it takes over) as a message
+// of type t on c. Errors are the peer's problem: it is gone or not reading.
+func (o *OSD) send(c *msgr.Conn, t osdpb.MsgType, pb proto.Message, payload *wire.Buffer) {
+	front, err := proto.Marshal(pb)
+	if err != nil {
+		o.log.Error("marshal reply", "type", t, "err", err)
+		if payload != nil {
+			payload.Release()
+		}
+		return
+	}
+	m := msgr.NewMessage(uint16(t), front, nil)
+	if payload != nil {
+		m.SetPayload(payload)
+	}
+	ctx, cancel := context.WithTimeout(o.ctx, replyTimeout)
+	defer cancel()
+	if err := c.Send(ctx, m); err != nil {
+		m.Release()
+		o.log.Debug("send failed", "type", t, "conn", c, "err", err)
+	}
+}
+
+// header builds a reply header for a request with header req: the status
+// of err, our epoch, the request id, and our map when the sender's is older.
+func (o *OSD) header(req *osdpb.Header, err error) *osdpb.ReplyHeader {
+	mp := o.Map()
+	st, msg := ops.StatusOf(opError(err))
+	h := &osdpb.ReplyHeader{Status: st, Message: msg, Epoch: mp.Epoch(), Req: req.GetReq()}
+	if req.GetEpoch() < mp.Epoch() {
+		h.Map = mp.Proto()
+	}
+	if st == osdpb.Status_INTERNAL_ERROR {
+		o.log.Warn("op failed", "req", req.GetReq(), "err", err)
+	}
+	return h
+}
+
+// opError maps store errors to the op statuses clients see.
+func opError(err error) error {
+	var oe *ops.Error
+	switch {
+	case err == nil, errors.As(err, &oe):
+		return err
+	case errors.Is(err, store.ErrNoSuchBucket):
+		return ops.Errorf(osdpb.Status_NO_SUCH_BUCKET, "%v", err)
+	case errors.Is(err, store.ErrNoSuchKey):
+		return ops.Errorf(osdpb.Status_NO_SUCH_KEY, "%v", err)
+	case errors.Is(err, store.ErrBucketExists):
+		return ops.Errorf(osdpb.Status_BUCKET_ALREADY_EXISTS, "%v", err)
+	case errors.Is(err, store.ErrInvalidKey):
+		return ops.Errorf(osdpb.Status_INVALID_KEY, "%v", err)
+	case errors.Is(err, store.ErrInvalidRange):
+		return ops.Errorf(osdpb.Status_INVALID_RANGE, "%v", err)
+	case errors.Is(err, store.ErrBadDigest):
+		return ops.Errorf(osdpb.Status_BAD_DIGEST, "%v", err)
+	case errors.Is(err, store.ErrInvalidArgument):
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%v", err)
+	case errors.Is(err, store.ErrClosed), errors.Is(err, context.Canceled):
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "%v", err)
+	}
+	return err
+}
+
+// badRequest answers a request that could not be decoded or is of an
+// unknown type. Every reply has its ReplyHeader as field 1, so one shape
+// serves; a type that is not a request gets no reply.
+func (o *OSD) badRequest(m *msgr.Message, err error) {
+	t := osdpb.MsgType(m.Type)
+	o.log.Info("bad request", "type", t, "conn", m.Conn(), "err", err)
+	if ops.IsRequest(t) {
+		var req osdpb.BucketRequest
+		_ = proto.Unmarshal(m.Front, &req) // best effort, for the request id
+		o.send(m.Conn(), ops.ReplyType(t), &osdpb.BucketReply{
+			Header: o.header(req.Header, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%v", err)),
+		}, nil)
+	}
+	m.Release()
+}
+
+// target checks that the op of hdr on (bucket, key) belongs here: epochs,
+// pool, PG and primary. key "" with meta set means the bucket's meta PG.
+func (o *OSD) target(hdr *osdpb.Header, bucket, key string, meta bool) (*placement.Map, *osdpb.Pool, uint32, error) {
+	mp := o.Map()
+	if hdr == nil {
+		return nil, nil, 0, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "request without a header")
+	}
+	if hdr.Epoch > mp.Epoch() {
+		mp = o.refreshMap()
+		if hdr.Epoch > mp.Epoch() {
+			return nil, nil, 0, ops.Errorf(osdpb.Status_STALE_EPOCH, "osd.%d has epoch %d, the request %d", o.id, mp.Epoch(), hdr.Epoch)
+		}
+	}
+	pool, ok := mp.Pool(hdr.Pool)
+	if !ok {
+		return nil, nil, 0, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "no pool %d in epoch %d", hdr.Pool, mp.Epoch())
+	}
+	pg := uint32(placement.MetaPG)
+	if !meta {
+		pg = placement.PGOf(pool, bucket, key)
+	}
+	if hdr.Pg != pg {
+		return nil, nil, 0, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "%s/%s is in pg %d, not %d (epoch %d)", bucket, key, pg, hdr.Pg, mp.Epoch())
+	}
+	if p, _ := mp.Primary(pool.Id, pg); p != o.id {
+		return nil, nil, 0, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "pg %d.%x: primary is osd.%d, not osd.%d (epoch %d)", pool.Id, pg, p, o.id, mp.Epoch())
+	}
+	return mp, pool, pg, nil
+}
+
+// dispatchClient routes one client op: writes to their PG's shard, reads
+// to the reader pool. fromPeer marks ops that came over the cluster
+// network (a bucket-emptiness check).
+func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
+	t := osdpb.MsgType(m.Type)
+	switch t {
+	case osdpb.MsgType_MSG_GET_MAP:
+		var req osdpb.GetMap
+		if err := m.DecodeFront(&req); err != nil {
+			o.badRequest(m, err)
+			return
+		}
+		o.send(m.Conn(), ops.ReplyType(t), &osdpb.GetMapReply{
+			Header: &osdpb.ReplyHeader{Epoch: o.Map().Epoch()}, Map: o.Map().Proto()}, nil)
+		m.Release()
+
+	case osdpb.MsgType_MSG_CREATE_BUCKET, osdpb.MsgType_MSG_DELETE_BUCKET:
+		var req osdpb.BucketRequest
+		if err := m.DecodeFront(&req); err != nil {
+			o.badRequest(m, err)
+			return
+		}
+		o.onShard(m, storePG(0, placement.MetaPG), func() { o.bucketWrite(m, &req) })
+
+	case osdpb.MsgType_MSG_HEAD_BUCKET, osdpb.MsgType_MSG_LIST_BUCKETS:
+		var req osdpb.BucketRequest
+		if err := m.DecodeFront(&req); err != nil {
+			o.badRequest(m, err)
+			return
+		}
+		o.onReaders(m, func() { o.bucketRead(m, &req) })
+
+	case osdpb.MsgType_MSG_PUT_OBJECT:
+		var req osdpb.PutObject
+		if err := m.DecodeFront(&req); err != nil {
+			o.badRequest(m, err)
+			return
+		}
+		o.objectWrite(m, req.Header, req.Bucket, req.Key, func(e *osdpb.LogEntry) error {
+			meta := req.Meta
+			if meta == nil {
+				meta = &osdpb.ObjectMeta{}
+			}
+			if len(meta.Parts) == 0 && meta.Size != uint64(len(m.Data)) {
+				return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "meta says %d bytes, the body has %d", meta.Size, len(m.Data))
+			}
+			if len(m.Data) > ops.MaxPutSize {
+				return ops.Errorf(osdpb.Status_ENTITY_TOO_LARGE, "%d bytes; a single put takes at most %d", len(m.Data), ops.MaxPutSize)
+			}
+			meta.MtimeUnixNano = time.Now().UnixNano()
+			e.Kind, e.Meta = osdpb.OpKind_OP_PUT, meta
+			return nil
+		})
+
+	case osdpb.MsgType_MSG_DELETE_OBJECT:
+		var req osdpb.ObjectRequest
+		if err := m.DecodeFront(&req); err != nil {
+			o.badRequest(m, err)
+			return
+		}
+		o.objectWrite(m, req.Header, req.Bucket, req.Key, func(e *osdpb.LogEntry) error {
+			e.Kind = osdpb.OpKind_OP_DELETE
+			return nil
+		})
+
+	case osdpb.MsgType_MSG_GET_OBJECT:
+		var req osdpb.GetObject
+		if err := m.DecodeFront(&req); err != nil {
+			o.badRequest(m, err)
+			return
+		}
+		o.onReaders(m, func() { o.getObject(m, &req) })
+
+	case osdpb.MsgType_MSG_HEAD_OBJECT:
+		var req osdpb.ObjectRequest
+		if err := m.DecodeFront(&req); err != nil {
+			o.badRequest(m, err)
+			return
+		}
+		o.onReaders(m, func() {
+			o.getObject(m, &osdpb.GetObject{Header: req.Header, Bucket: req.Bucket, Key: req.Key, HasRange: true, Length: 0})
+		})
+
+	case osdpb.MsgType_MSG_LIST_OBJECTS:
+		var req osdpb.ListObjects
+		if err := m.DecodeFront(&req); err != nil {
+			o.badRequest(m, err)
+			return
+		}
+		o.onReaders(m, func() { o.listObjects(m, &req, fromPeer) })
+
+	default:
+		o.badRequest(m, errors.New("unknown op"))
+	}
+}
+
+// onShard runs f on the shard of store PG sid; f owns m.
+func (o *OSD) onShard(m *msgr.Message, sid uint32, f func()) {
+	if !o.enqueue(o.shardOf(sid), f) {
+		m.Release()
+	}
+}
+
+// onReaders runs f on the reader pool; f owns m.
+func (o *OSD) onReaders(m *msgr.Message, f func()) {
+	if !o.enqueue(o.readers, f) {
+		m.Release()
+	}
+}
+
+// bucketRead serves HEAD_BUCKET and LIST_BUCKETS from the bucket records,
+// at the meta PG's primary.
+func (o *OSD) bucketRead(m *msgr.Message, req *osdpb.BucketRequest) {
+	defer m.Release()
+	t := osdpb.MsgType(m.Type)
+	isList := t == osdpb.MsgType_MSG_LIST_BUCKETS
+	_, _, _, err := o.target(req.Header, req.Bucket, "", true)
+	if err == nil && !isList {
+		err = ops.CheckBucketName(req.Bucket)
+	}
+	if err != nil {
+		if isList {
+			o.send(m.Conn(), ops.ReplyType(t), &osdpb.ListBucketsReply{Header: o.header(req.Header, err)}, nil)
+		} else {
+			o.send(m.Conn(), ops.ReplyType(t), &osdpb.BucketReply{Header: o.header(req.Header, err)}, nil)
+		}
+		return
+	}
+	if isList {
+		var rep osdpb.ListBucketsReply
+		for b, err2 := range o.st.Buckets(o.ctx) {
+			if err2 != nil {
+				err = err2
+				break
+			}
+			if b.Name != ops.MultipartBucket {
+				rep.Buckets = append(rep.Buckets, b)
+			}
+		}
+		if err != nil {
+			rep.Buckets = nil
+		}
+		rep.Header = o.header(req.Header, err)
+		o.send(m.Conn(), ops.ReplyType(t), &rep, nil)
+		return
+	}
+	info, err := o.st.HeadBucket(o.ctx, req.Bucket)
+	o.send(m.Conn(), ops.ReplyType(t), &osdpb.BucketReply{Header: o.header(req.Header, err), Info: info}, nil)
+}
+
+// getObject serves GET_OBJECT and HEAD_OBJECT (a zero-length range) at the
+// PG's primary. The bytes go into a buffer from the client's conn, which on
+// RDMA is registered memory the client reads without a copy.
+func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
+	defer m.Release()
+	t := osdpb.MsgType(m.Type)
+	fail := func(err error) {
+		o.send(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, err)}, nil)
+	}
+	if err := checkNames(req.Bucket, req.Key); err != nil {
+		fail(err)
+		return
+	}
+	if _, _, _, err := o.target(req.Header, req.Bucket, req.Key, false); err != nil {
+		fail(err)
+		return
+	}
+	meta, err := o.st.Head(o.ctx, req.Bucket, req.Key)
+	if err != nil {
+		fail(err)
+		return
+	}
+	off, length := uint64(0), int64(-1)
+	if req.HasRange {
+		off, length = req.Offset, req.Length
+	}
+	if t == osdpb.MsgType_MSG_HEAD_OBJECT {
+		o.send(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta}, nil)
+		return
+	}
+	n := int64(meta.Size) - int64(off)
+	if length >= 0 && length < n {
+		n = length
+	}
+	var buf *wire.Buffer
+	if n > 0 && len(meta.Parts) == 0 {
+		if buf, err = m.Conn().AllocPayload(int(n)); err != nil {
+			fail(err)
+			return
+		}
+	}
+	var dst []byte
+	if buf != nil {
+		dst = buf.B[:0]
+	}
+	meta, data, err := o.st.ReadRange(o.ctx, req.Bucket, req.Key, int64(off), length, dst)
+	if err != nil {
+		if buf != nil {
+			buf.Release()
+		}
+		fail(err)
+		return
+	}
+	rep := &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}
+	if buf != nil && len(data) <= cap(buf.B) && (len(data) == 0 || &data[0] == &buf.B[:1][0]) {
+		// The object did not grow between Head and ReadRange: the bytes
+		// are in buf.
+		buf.B = data
+		o.send(m.Conn(), ops.ReplyType(t), rep, buf)
+		return
+	}
+	if buf != nil {
+		buf.Release()
+	}
+	o.sendData(m.Conn(), ops.ReplyType(t), rep, data)
+}
+
+// sendData sends pb with data as an ordinary payload.
+func (o *OSD) sendData(c *msgr.Conn, t osdpb.MsgType, pb proto.Message, data []byte) {
+	b := wire.NewExternalBuffer(data, func(*wire.Buffer) {})
+	o.send(c, t, pb, b)
+}
+
+// listObjects serves LIST_OBJECTS for the PGs named, which must all be
+// ours as primary; between OSDs with no PGs named it checks every local
+// object (bucket deletes use it to see that a bucket is empty).
+func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer bool) {
+	defer m.Release()
+	t := osdpb.MsgType(m.Type)
+	rep := &osdpb.ListObjectsReply{Tid: req.Tid}
+	err := ops.CheckBucketName(req.Bucket)
+	var opts store.ListOptions
+	if err == nil {
+		opts, err = o.listOptions(req, fromPeer)
+	}
+	if err == nil {
+		var res store.ListResult
+		if res, err = o.st.List(o.ctx, req.Bucket, opts); err == nil {
+			rep.Objects, rep.CommonPrefixes, rep.Truncated = res.Objects, res.CommonPrefixes, res.Truncated
+		}
+	}
+	rep.Header = o.header(req.Header, err)
+	o.send(m.Conn(), ops.ReplyType(t), rep, nil)
+}
+
+func (o *OSD) listOptions(req *osdpb.ListObjects, fromPeer bool) (store.ListOptions, error) {
+	opts := store.ListOptions{Prefix: req.Prefix, Delimiter: req.Delimiter, StartAfter: req.StartAfter, MaxKeys: int(req.MaxKeys)}
+	if opts.MaxKeys <= 0 || opts.MaxKeys > ops.MaxListKeys {
+		opts.MaxKeys = ops.MaxListKeys
+	}
+	if fromPeer && len(req.Pgs) == 0 {
+		return opts, nil
+	}
+	if len(req.Pgs) == 0 {
+		return opts, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "list without PGs")
+	}
+	mp := o.Map()
+	if req.Header.GetEpoch() > mp.Epoch() {
+		mp = o.refreshMap()
+	}
+	pool, ok := mp.Pool(req.Header.GetPool())
+	if !ok {
+		return opts, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "no pool %d", req.Header.GetPool())
+	}
+	want := make(map[uint32]bool, len(req.Pgs))
+	for _, pg := range req.Pgs {
+		if !mp.IsPrimary(pool.Id, pg, o.id) {
+			return opts, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "osd.%d is not the primary of pg %d.%x (epoch %d)", o.id, pool.Id, pg, mp.Epoch())
+		}
+		want[pg] = true
+	}
+	opts.Include = func(key string) bool { return want[placement.PGOf(pool, req.Bucket, key)] }
+	return opts, nil
+}
+
+func checkNames(bucket, key string) error {
+	if err := ops.CheckBucketName(bucket); err != nil {
+		return err
+	}
+	return ops.CheckKey(key)
+}
+
+// tidOf reads field 10 (tid) of an OSD-to-OSD message without decoding the
+// rest; 0 when absent or malformed.
+func tidOf(b []byte) uint64 {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0
+		}
+		b = b[n:]
+		if num == 10 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return 0
+			}
+			return v
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0
+		}
+		b = b[n:]
+	}
+	return 0
+}

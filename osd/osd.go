@@ -1,0 +1,345 @@
+// Package osd is the object storage daemon: it serves client ops on a
+// public messenger, replicates writes to its peers on a cluster messenger,
+// keeps objects in osd/store, and brings peers that fell behind up to date.
+//
+// The model is Ceph's primary-copy replication. Objects live in placement
+// groups; the first OSD of a PG's acting set (osd/placement) is its primary.
+// The primary orders a PG's writes in a PG log with (epoch, seq) versions,
+// applies each one to its store with a synced commit, forwards it to the
+// replicas in parallel, and answers the client only when every replica has
+// acknowledged its own synced commit. Ops of one PG run in order on one shard
+// goroutine; PGs run in parallel on different shards.
+//
+// Invariants the recovery relies on (docs/osd.md):
+//   - a primary applies a write before any replica sees it, so a primary is
+//     never behind its replicas;
+//   - a replica applies RepOps only in version order; a gap, or a RepOp of
+//     kind OP_NONE ("be at least at this version"), makes it pull the objects
+//     it lacks from the primary before it applies anything else of that PG.
+//
+// A daemon must never panic on what arrives: malformed or unknown ops get an
+// INVALID_ARGUMENT reply and the connection goes on serving.
+package osd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/osd/store"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// Config configures one OSD.
+type Config struct {
+	// ID is the OSD's id in the map. Required.
+	ID uint32
+	// Map is the cluster map to start with; MapPath, if Map is nil, is a
+	// file to load it from. With MapPath set the OSD reads the file again
+	// when a peer or client shows a newer epoch.
+	Map     *placement.Map
+	MapPath string
+	// DataDir holds the store. Required.
+	DataDir string
+	// PublicListen and ClusterListen are the addresses to listen on;
+	// default the OSD's public and cluster addresses in the map. Set them
+	// to listen on a wildcard address the map does not name.
+	PublicListen, ClusterListen string
+	// Store tunes the Pebble layer; its Dir is DataDir/store.
+	Store store.Options
+	// Shards is the number of op queues (PGs are spread over them by id).
+	// Default 32.
+	Shards int
+	// ShardQueue bounds each shard's queue; a full queue stops the
+	// dispatcher, which stops granting the client credit. Default 256.
+	ShardQueue int
+	// RepTimeout bounds how long a write waits for its replicas before it
+	// fails with SERVICE_UNAVAILABLE (retriable). Default 10s.
+	RepTimeout time.Duration
+	// HeartbeatInterval and HeartbeatGrace: peers are pinged every
+	// interval; one silent for grace is down, and writes to PGs it serves
+	// fail at once rather than after RepTimeout. Defaults 500ms and 4s.
+	HeartbeatInterval, HeartbeatGrace time.Duration
+	// Readers is the number of goroutines serving reads. Default 8.
+	Readers int
+	// Logger defaults to slog.Default(), with osd=ID.
+	Logger *slog.Logger
+	// Transports and Faults are passed to both messengers (tests).
+	Transports []wire.Transport
+	Faults     msgr.FaultInjection
+	// DisableDataCRC turns off the messengers' data CRCs; the store keeps
+	// its own per chunk.
+	DisableDataCRC bool
+}
+
+func (c *Config) setDefaults() error {
+	if c.DataDir == "" {
+		return errors.New("osd: DataDir is required")
+	}
+	if c.Map == nil {
+		if c.MapPath == "" {
+			return errors.New("osd: a Map or a MapPath is required")
+		}
+		m, err := placement.Load(c.MapPath)
+		if err != nil {
+			return err
+		}
+		c.Map = m
+	}
+	if _, ok := c.Map.OSD(c.ID); !ok {
+		return fmt.Errorf("osd: osd.%d is not in the map (epoch %d)", c.ID, c.Map.Epoch())
+	}
+	if c.Shards <= 0 {
+		c.Shards = 32
+	}
+	if c.ShardQueue <= 0 {
+		c.ShardQueue = 256
+	}
+	if c.RepTimeout <= 0 {
+		c.RepTimeout = 10 * time.Second
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 500 * time.Millisecond
+	}
+	if c.HeartbeatGrace <= 0 {
+		c.HeartbeatGrace = 4 * time.Second
+	}
+	if c.Readers <= 0 {
+		c.Readers = 8
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Logger = c.Logger.With("osd", c.ID)
+	return nil
+}
+
+// OSD is a running object storage daemon.
+type OSD struct {
+	cfg   Config
+	id    uint32
+	log   *slog.Logger
+	st    *store.Store
+	pub   *msgr.Messenger // clients
+	clu   *msgr.Messenger // other OSDs
+	mapv  atomic.Pointer[placement.Map]
+	mapMu sync.Mutex // serialises map changes
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	shards  []chan func()
+	readers chan func()
+	quit    chan struct{} // closed when the queues stop
+
+	pgMu sync.Mutex
+	pgs  map[uint32]*pgState // by store PG id
+
+	reps  pendingTable[*pendingRep]        // RepOps waiting for replicas
+	calls pendingTable[chan *msgr.Message] // OSD-to-OSD requests waiting for replies
+
+	peerMu  sync.Mutex
+	peers   map[uint32]*peerState
+	started time.Time
+
+	trimEvery uint64 // trim a PG's log every this many versions
+
+	pubAddr, cluAddr string
+	closeOnce        sync.Once
+	closeErr         error
+}
+
+// Start opens the store, starts both messengers and begins serving.
+func Start(ctx context.Context, cfg Config) (*OSD, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	o := &OSD{cfg: cfg, id: cfg.ID, log: cfg.Logger, pgs: map[uint32]*pgState{}, peers: map[uint32]*peerState{}, started: time.Now()}
+	o.reps.init()
+	keep := cfg.Store.LogKeep
+	if keep <= 0 {
+		keep = 2000
+	}
+	o.trimEvery = uint64(max(1, keep/8))
+	o.calls.init()
+	o.mapv.Store(cfg.Map)
+	o.ctx, o.cancel = context.WithCancel(context.Background())
+	o.quit = make(chan struct{})
+
+	sopts := cfg.Store
+	sopts.Dir = filepath.Join(cfg.DataDir, "store")
+	if sopts.Logger == nil {
+		sopts.Logger = o.log
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("osd: data directory: %w", err)
+	}
+	st, err := store.Open(ctx, sopts)
+	if err != nil {
+		return nil, err
+	}
+	o.st = st
+
+	name := msgr.EntityName(fmt.Sprintf("osd.%d", cfg.ID))
+	o.pub, err = msgr.New(msgr.Options{
+		Name: name, Dispatcher: publicDispatcher{o}, DefaultPolicy: msgr.StatelessServer,
+		Logger: o.log.With("net", "public"), MaxMessageSize: ops.MaxMessageSize,
+		Transports: cfg.Transports, Faults: cfg.Faults, DisableDataCRC: cfg.DisableDataCRC,
+	})
+	if err == nil {
+		o.clu, err = msgr.New(msgr.Options{
+			Name: name, Dispatcher: clusterDispatcher{o}, DefaultPolicy: msgr.LosslessPeer,
+			Logger: o.log.With("net", "cluster"), MaxMessageSize: ops.MaxMessageSize,
+			Transports: cfg.Transports, Faults: cfg.Faults, DisableDataCRC: cfg.DisableDataCRC,
+			Reconnect: msgr.Backoff{Min: 10 * time.Millisecond, Max: time.Second},
+		})
+	}
+	if err != nil {
+		o.abort()
+		return nil, err
+	}
+
+	o.shards = make([]chan func(), cfg.Shards)
+	for i := range o.shards {
+		o.shards[i] = make(chan func(), cfg.ShardQueue)
+		o.wg.Go(func() { o.runQueue(o.shards[i]) })
+	}
+	o.readers = make(chan func(), cfg.ShardQueue)
+	for range cfg.Readers {
+		o.wg.Go(func() { o.runQueue(o.readers) })
+	}
+
+	info, _ := cfg.Map.OSD(cfg.ID)
+	pl, cl := cfg.PublicListen, cfg.ClusterListen
+	if pl == "" {
+		pl = info.PublicAddr
+	}
+	if cl == "" {
+		cl = info.ClusterAddr
+	}
+	if o.pubAddr, err = o.pub.Listen(ctx, pl); err == nil {
+		o.cluAddr, err = o.clu.Listen(ctx, cl)
+	}
+	if err != nil {
+		o.abort()
+		return nil, fmt.Errorf("osd.%d: %w", cfg.ID, err)
+	}
+	o.wg.Go(o.heartbeatLoop)
+	o.wg.Go(func() { o.peerAll("start") })
+	o.log.Info("osd started", "public", o.pubAddr, "cluster", o.cluAddr, "epoch", cfg.Map.Epoch(), "data", cfg.DataDir)
+	return o, nil
+}
+
+// abort undoes a failed Start.
+func (o *OSD) abort() {
+	o.cancel()
+	for _, m := range []*msgr.Messenger{o.pub, o.clu} {
+		if m != nil {
+			m.Kill()
+		}
+	}
+	close(o.quit)
+	o.wg.Wait()
+	o.st.Close()
+}
+
+// ID is the OSD's id.
+func (o *OSD) ID() uint32 { return o.id }
+
+// PublicAddr and ClusterAddr are the bound addresses.
+func (o *OSD) PublicAddr() string  { return o.pubAddr }
+func (o *OSD) ClusterAddr() string { return o.cluAddr }
+
+// Map is the OSD's current cluster map.
+func (o *OSD) Map() *placement.Map { return o.mapv.Load() }
+
+// Store is the OSD's store, for tests and tools that inspect it.
+func (o *OSD) Store() *store.Store { return o.st }
+
+// Close stops serving: listeners and sessions first, so nothing new
+// arrives, then the queues drain, writes still waiting for replicas fail,
+// and the store closes.
+func (o *OSD) Close(ctx context.Context) error {
+	o.closeOnce.Do(func() {
+		o.log.Info("osd stopping")
+		o.cancel()
+		errs := []error{o.pub.Shutdown(ctx), o.clu.Shutdown(ctx)}
+		close(o.quit)
+		o.wg.Wait()
+		o.reps.failAll(func(p *pendingRep) {
+			p.finish(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is shutting down", o.id))
+		})
+		o.calls.failAll(func(ch chan *msgr.Message) { close(ch) })
+		errs = append(errs, o.st.Close())
+		o.closeErr = errors.Join(errs...)
+		o.log.Info("osd stopped")
+	})
+	return o.closeErr
+}
+
+// runQueue runs a queue's work items until the OSD stops. Items still
+// queued then are dropped: the messengers are gone, nobody waits for them.
+func (o *OSD) runQueue(q chan func()) {
+	for {
+		select {
+		case f := <-q:
+			f()
+		case <-o.quit:
+			return
+		}
+	}
+}
+
+// enqueue puts f on q, waiting while q is full (that wait is the
+// back-pressure on the sender); false once the OSD is closing.
+func (o *OSD) enqueue(q chan func(), f func()) bool {
+	select {
+	case q <- f:
+		return true
+	case <-o.ctx.Done():
+		return false
+	}
+}
+
+// shardOf is the queue of a store PG: all its ops run there, in order.
+func (o *OSD) shardOf(sid uint32) chan func() {
+	return o.shards[mix32(sid)%uint32(len(o.shards))]
+}
+
+func mix32(x uint32) uint32 {
+	x ^= x >> 16
+	x *= 0x45d9f3b
+	x ^= x >> 16
+	return x
+}
+
+// storePG is the store's id for (pool, pg): pool in the high 16 bits. The
+// meta PG (bucket records) is one for the whole cluster.
+func storePG(pool, pg uint32) uint32 {
+	if pg == placement.MetaPG {
+		return placement.MetaPG
+	}
+	return pool<<16 | pg
+}
+
+func splitStorePG(sid uint32) (pool, pg uint32) {
+	if sid == placement.MetaPG {
+		return 0, placement.MetaPG
+	}
+	return sid >> 16, sid & 0xffff
+}
+
+// PeerDown reports whether this OSD considers OSD id down (it missed its
+// heartbeats for HeartbeatGrace).
+func (o *OSD) PeerDown(id uint32) bool { return o.peerDown(id) }

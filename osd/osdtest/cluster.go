@@ -1,0 +1,194 @@
+// Package osdtest starts real OSD clusters for tests: in this process
+// (Start) with fast failure detection, on loopback ports of their own. It
+// must never be imported by non-test code.
+package osdtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/osd"
+	"github.com/ospreystore/osprey/osd/placement"
+)
+
+// Options shape a test cluster.
+type Options struct {
+	OSDs     int    // default 3
+	Size     uint32 // replicas; default min(3, OSDs)
+	PGs      uint32 // default 32
+	Public   string // scheme of the public network; default "tcp"
+	Cluster  string // scheme of the cluster network; default "tcp"
+	Tweak    func(*osd.Config)
+	LogLevel slog.Level // default: warnings and above, to stderr when -v
+}
+
+// Cluster is a running test cluster.
+type Cluster struct {
+	t    testing.TB
+	Map  *placement.Map
+	Dir  string
+	OSDs []*osd.OSD // nil while stopped
+	opts Options
+}
+
+// FreePort returns a loopback port nobody listens on now.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// NewMap returns a map for n OSDs on fresh loopback ports.
+func NewMap(t testing.TB, opts Options) *placement.Map {
+	t.Helper()
+	opts.defaults()
+	var pub, clu []string
+	for range opts.OSDs {
+		pub = append(pub, fmt.Sprintf("%s://127.0.0.1:%d", opts.Public, FreePort(t)))
+		clu = append(clu, fmt.Sprintf("%s://127.0.0.1:%d", opts.Cluster, FreePort(t)))
+	}
+	m, err := placement.NewLocal(placement.LocalOptions{PublicAddrs: pub, ClusterAddrs: clu, PGCount: opts.PGs, Size: opts.Size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (o *Options) defaults() {
+	if o.OSDs == 0 {
+		o.OSDs = 3
+	}
+	if o.PGs == 0 {
+		o.PGs = 32
+	}
+	if o.Public == "" {
+		o.Public = "tcp"
+	}
+	if o.Cluster == "" {
+		o.Cluster = "tcp"
+	}
+	if o.LogLevel == 0 {
+		o.LogLevel = slog.LevelWarn
+	}
+}
+
+// Start starts a cluster in this process; t.Cleanup stops it.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	opts.defaults()
+	c := &Cluster{t: t, Map: NewMap(t, opts), Dir: t.TempDir(), opts: opts}
+	c.OSDs = make([]*osd.OSD, opts.OSDs)
+	for i := range opts.OSDs {
+		c.StartOSD(uint32(i))
+	}
+	t.Cleanup(func() {
+		for i := range c.OSDs {
+			c.StopOSD(uint32(i))
+		}
+	})
+	return c
+}
+
+// Config is the configuration OSD id starts with.
+func (c *Cluster) Config(id uint32) osd.Config {
+	var w io.Writer = io.Discard
+	if testing.Verbose() {
+		w = os.Stderr
+	}
+	cfg := osd.Config{
+		ID: id, Map: c.Map, DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", id)),
+		RepTimeout: 3 * time.Second, HeartbeatInterval: 100 * time.Millisecond, HeartbeatGrace: time.Second,
+		Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: c.opts.LogLevel})),
+	}
+	cfg.Store.CacheSize = 8 << 20
+	cfg.Store.MemTableSize = 4 << 20
+	if c.opts.Tweak != nil {
+		c.opts.Tweak(&cfg)
+	}
+	return cfg
+}
+
+// StartOSD starts (or restarts, on its old data) OSD id.
+func (c *Cluster) StartOSD(id uint32) *osd.OSD {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var o *osd.OSD
+	var err error
+	// The port may still be held by the previous incarnation's sockets
+	// for a moment; retry a bounded number of times.
+	for range 50 {
+		if o, err = osd.Start(ctx, c.Config(id)); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for the port, not for state
+	}
+	if err != nil {
+		c.t.Fatalf("start osd.%d: %v", id, err)
+	}
+	c.OSDs[id] = o
+	return o
+}
+
+// StopOSD stops OSD id gracefully (nothing if stopped).
+func (c *Cluster) StopOSD(id uint32) {
+	if o := c.OSDs[id]; o != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := o.Close(ctx); err != nil {
+			c.t.Logf("stop osd.%d: %v", id, err)
+		}
+		c.OSDs[id] = nil
+	}
+}
+
+// Seeds are the public addresses of all OSDs.
+func (c *Cluster) Seeds() []string {
+	var s []string
+	for info := range c.Map.OSDs() {
+		s = append(s, info.PublicAddr)
+	}
+	return s
+}
+
+// Client returns a client of the cluster, closed by t.Cleanup.
+func (c *Cluster) Client(t testing.TB, tweak func(*client.Options)) *client.Client {
+	t.Helper()
+	opts := client.Options{Seeds: c.Seeds(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RetryFor: 20 * time.Second}
+	if tweak != nil {
+		tweak(&opts)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cl, err := client.New(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// Eventually polls cond every few milliseconds until it holds, failing the
+// test after timeout.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after %v", what, timeout)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval
+	}
+}

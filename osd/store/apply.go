@@ -1,0 +1,622 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// recordFn adds an op's PG-log bookkeeping (log entry, reqid index, PG
+// record) to the op's batch; nil for backfill installs, which bypass the log.
+type recordFn func(b *pebble.Batch) error
+
+// Apply applies one PG log entry to PG pg atomically with appending it to
+// the PG log, indexing its request id and advancing the PG's last version to
+// e.Version; the commit is synced before Apply returns.
+//
+// Versions are per PG and strictly increasing: an entry at or below the
+// PG's last version returns ErrStaleVersion (callers answer resends from
+// FindRequest). Errors that are the op's answer (ErrNoSuchBucket,
+// ErrBucketExists, ErrBadDigest) leave the PG log unchanged.
+//
+// Kinds:
+//   - OP_PUT: body holds exactly e.Meta.Size bytes whose CRC32C is
+//     e.Meta.Crc32C, else ErrBadDigest and nothing is written; a multipart
+//     manifest (e.Meta.Parts non-empty) has an empty body. The bucket must
+//     exist. Chunks go under a fresh data id; one synced batch then swaps
+//     the head, deletes the old chunks and records the entry, so a crash
+//     leaves the old or the new object, never a mix.
+//   - OP_DELETE: removes the object; a missing key is not an error (S3), the
+//     entry is logged with e.Status as given. The bucket must exist.
+//   - OP_CREATE_BUCKET: creates the bucket record, created at
+//     e.Meta.MtimeUnixNano (the primary sets it so replicas agree; the local
+//     clock if zero). ErrBucketExists if present.
+//   - OP_DELETE_BUCKET: ErrNoSuchBucket if missing; removes the record and
+//     every local object of the bucket in any PG (the caller checked
+//     emptiness cluster-wide; puts that raced it are purged).
+//
+// REQUIRES: the caller serialises Applies per PG (the OSD's op queue). A
+// violation cannot corrupt the store (a per-PG lock orders them) but one of
+// two racing entries for the same version gets ErrStaleVersion.
+func (s *Store) Apply(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	if e == nil || e.Version == nil {
+		return fmt.Errorf("store: apply pg %d: %w: log entry without a version", pg, ErrInvalidArgument)
+	}
+	if err := checkEntry(e); err != nil {
+		return fmt.Errorf("store: apply pg %d: %w", pg, err)
+	}
+	ver := versionOf(e.Version)
+	unlock := s.lockPG(pg)
+	defer unlock()
+
+	var info pgInfo
+	err := s.withView(func(v *view) (err error) {
+		info, err = s.pgInfoOf(v, pg)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !info.last.less(ver) {
+		return fmt.Errorf("store: apply pg %d: entry %v at or below last %v: %w", pg, ver, info.last, ErrStaleVersion)
+	}
+	logged, err := appendProto(nil, e)
+	if err != nil {
+		return err
+	}
+	record := func(b *pebble.Batch) error {
+		if err := b.Set(logKey(pg, e.Version), logged, nil); err != nil {
+			return err
+		}
+		if e.Req != nil {
+			if err := b.Set(reqKey(pg, e.Req), appendReqVersion(nil, ver), nil); err != nil {
+				return err
+			}
+		}
+		next := info
+		next.last = ver
+		return b.Set(pgKey(pg), appendPGInfo(nil, next), nil)
+	}
+	return s.applyKind(ctx, pg, e, body, record)
+}
+
+// checkEntry validates an entry's kind and names before anything is
+// encoded or locked.
+func checkEntry(e *osdpb.LogEntry) error {
+	switch e.Kind {
+	case osdpb.OpKind_OP_PUT, osdpb.OpKind_OP_DELETE:
+		return checkName(e.Bucket, e.Key, true)
+	case osdpb.OpKind_OP_CREATE_BUCKET, osdpb.OpKind_OP_DELETE_BUCKET:
+		return checkName(e.Bucket, "", false)
+	default:
+		return fmt.Errorf("%w: op kind %v", ErrInvalidArgument, e.Kind)
+	}
+}
+
+// applyKind dispatches one entry for Apply (record != nil) or InstallObject.
+func (s *Store) applyKind(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, record recordFn) error {
+	switch e.Kind {
+	case osdpb.OpKind_OP_PUT:
+		return s.putObject(ctx, pg, e, body, record)
+	case osdpb.OpKind_OP_DELETE:
+		if len(body) != 0 {
+			return fmt.Errorf("store: delete %q/%q: %w: body on a delete", e.Bucket, e.Key, ErrInvalidArgument)
+		}
+		return s.deleteObject(ctx, pg, e.Bucket, e.Key, record != nil, record)
+	case osdpb.OpKind_OP_CREATE_BUCKET:
+		return s.createBucket(e, record)
+	case osdpb.OpKind_OP_DELETE_BUCKET:
+		return s.deleteBucket(ctx, e.Bucket, record)
+	default:
+		return fmt.Errorf("store: pg %d: %w: op kind %v", pg, ErrInvalidArgument, e.Kind)
+	}
+}
+
+// InstallObject installs one entry pulled by backfill on a replica, without
+// touching the PG log (SetPGLast sets the version afterwards). OP_PUT
+// stores the object (checked like Apply's put; the bucket must exist, so
+// backfill pulls bucket records first), OP_DELETE removes it,
+// OP_CREATE_BUCKET writes the bucket record (replacing one present; created
+// time from e.Meta.MtimeUnixNano), OP_DELETE_BUCKET removes the record and
+// the bucket's local objects (a missing bucket is not an error).
+func (s *Store) InstallObject(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	if e == nil {
+		return fmt.Errorf("store: install pg %d: %w: nil entry", pg, ErrInvalidArgument)
+	}
+	unlock := s.lockPG(pg)
+	defer unlock()
+	return s.applyKind(ctx, pg, e, body, nil)
+}
+
+// RemoveObject deletes one object of PG pg without touching the PG log
+// (backfill found it gone on the primary). A missing object is not an error.
+func (s *Store) RemoveObject(ctx context.Context, pg uint32, bucket, key string) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	unlock := s.lockPG(pg)
+	defer unlock()
+	return s.deleteObject(ctx, pg, bucket, key, false, nil)
+}
+
+func objErr(op, bucket, key string, err error) error {
+	return fmt.Errorf("store: %s %q/%q: %w", op, bucket, key, err)
+}
+
+// putObject writes an object. Small objects (up to inlineMax) go in the
+// head's own synced batch. Larger ones are written first, unsynced, in
+// batches of chunkBatchBytes under a fresh data id with a pending record
+// ('W' id) in the first batch; the synced head batch then deletes that
+// record. Pebble's WAL is one sequential log, and a WAL rotation syncs the
+// old file before the new one takes writes, so syncing the head batch also
+// makes every earlier (unsynced) chunk batch durable: the head can
+// never be durable without its chunks. A crash before the head commit
+// leaves the pending record, and Open deletes those chunks.
+func (s *Store) putObject(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, record recordFn) error {
+	bucket, key, meta := e.Bucket, e.Key, e.Meta
+	if err := checkName(bucket, key, true); err != nil {
+		return objErr("put", bucket, key, err)
+	}
+	if meta == nil {
+		return objErr("put", bucket, key, fmt.Errorf("%w: no object meta", ErrInvalidArgument))
+	}
+	if isManifest(meta) {
+		if len(body) != 0 {
+			return objErr("put", bucket, key, fmt.Errorf("%w: multipart manifest with a %d-byte body", ErrInvalidArgument, len(body)))
+		}
+	} else {
+		if uint64(len(body)) != meta.Size {
+			return objErr("put", bucket, key, fmt.Errorf("%w: body has %d bytes, meta says %d", ErrBadDigest, len(body), meta.Size))
+		}
+		if sum := crc32c(body); sum != meta.Crc32C {
+			return objErr("put", bucket, key, fmt.Errorf("%w: body crc32c %08x, meta says %08x", ErrBadDigest, sum, meta.Crc32C))
+		}
+	}
+	// Fail fast, before writing any chunk; commitObject checks again under
+	// bucketMu, where it counts.
+	var exists bool
+	if err := s.withView(func(v *view) (err error) { exists, err = s.bucketExists(v, bucket); return err }); err != nil {
+		return err
+	}
+	if !exists {
+		return objErr("put", bucket, key, ErrNoSuchBucket)
+	}
+
+	h := &head{pg: pg, version: versionOf(e.Version), meta: meta}
+	var inline []byte
+	pending := false
+	if !isManifest(meta) && len(body) > 0 {
+		h.chunkSize = uint32(s.opts.ChunkSize)
+		n := chunkCount(uint64(len(body)), h.chunkSize)
+		if n > math.MaxUint32 {
+			return objErr("put", bucket, key, fmt.Errorf("%w: %d chunks", ErrInvalidArgument, n))
+		}
+		h.chunks = uint32(n)
+		id, err := s.newDataID()
+		if err != nil {
+			return err
+		}
+		h.dataID = id
+		if len(body) <= s.inlineMax {
+			inline = body
+		} else {
+			pending = true
+			if err := s.writeChunks(ctx, h, body); err != nil {
+				s.discardData(h.dataID)
+				return objErr("put", bucket, key, err)
+			}
+		}
+	}
+	committed, err := s.commitObject(ctx, pg, bucket, key, h, inline, pending, record)
+	if err != nil {
+		if pending && !committed {
+			s.discardData(h.dataID)
+		}
+		return objErr("put", bucket, key, err)
+	}
+	s.counters.puts.Add(1)
+	s.counters.writtenBytes.Add(int64(len(body)))
+	return nil
+}
+
+// addChunks adds chunks [from, to) of body to b.
+func addChunks(b *pebble.Batch, h *head, body []byte, from, to uint32) error {
+	cs := int(h.chunkSize)
+	for n := from; n < to; n++ {
+		start := int(n) * cs
+		chunk := body[start:min(start+cs, len(body))]
+		op := b.SetDeferred(dataKeyLen, chunkValueLen(len(chunk)))
+		putChunkKey(op.Key, h.dataID, n)
+		putChunk(op.Value, chunk)
+		if err := op.Finish(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeChunks writes a large object's chunks unsynced (see putObject).
+func (s *Store) writeChunks(ctx context.Context, h *head, body []byte) error {
+	per := uint32(max(1, s.chunkBatchBytes/int(h.chunkSize)))
+	for from := uint32(0); from < h.chunks; from += per {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		to := min(from+per, h.chunks)
+		b := s.newDataBatch(int(to-from)*(int(h.chunkSize)+dataKeyLen+16) + 64)
+		err := func() error {
+			defer b.Close()
+			if from == 0 {
+				if err := b.Set(pendingKey(h.dataID), nil, nil); err != nil {
+					return err
+				}
+			}
+			if err := addChunks(b, h, body, from, to); err != nil {
+				return err
+			}
+			return b.Commit(pebble.NoSync)
+		}()
+		if err != nil {
+			return fmt.Errorf("write chunks %d-%d of data %d: %w", from, to, h.dataID, err)
+		}
+	}
+	return nil
+}
+
+// newDataBatch returns a batch sized for size bytes of chunks. Pebble pools
+// closed batches but drops buffers over 1 MiB by default, which would make
+// every multi-MiB put allocate its batch afresh; retaining up to one chunk
+// batch (4 MiB) lets the pool recycle them.
+func (s *Store) newDataBatch(size int) *pebble.Batch {
+	return s.db.NewBatchWithSize(size, pebble.WithMaxRetainedSizeBytes(s.chunkBatchBytes+MaxChunkSize/4))
+}
+
+// discardData removes the chunks and pending record of a put that will not
+// commit. Best effort: if it fails, Open collects them.
+func (s *Store) discardData(id uint64) {
+	b := s.db.NewBatch()
+	defer b.Close()
+	lo, hi := dataSpan(id)
+	err := b.DeleteRange(lo, hi, nil)
+	if err == nil {
+		err = b.Delete(pendingKey(id), nil)
+	}
+	if err == nil {
+		err = b.Commit(pebble.NoSync)
+	}
+	if err != nil {
+		s.opts.Logger.Warn("store: discard chunks of failed put; Open will retry", "data_id", id, "err", err)
+	}
+}
+
+// deleteData deletes a head's chunks in b. Point deletes carry the deleted
+// size, which lets Pebble's compaction picker see how much space they free;
+// an object of many chunks gets one range tombstone instead of thousands of
+// point tombstones.
+func deleteData(b *pebble.Batch, h *head) error {
+	if h == nil || h.chunks == 0 {
+		return nil
+	}
+	if h.chunks > 64 {
+		lo, hi := dataSpan(h.dataID)
+		return b.DeleteRange(lo, hi, nil)
+	}
+	for n := range h.chunks {
+		if err := b.DeleteSized(chunkKey(h.dataID, n), uint32(chunkValueLen(h.chunkLen(n))), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dataBytes is what an object adds to Stats.Bytes.
+func dataBytes(h *head) int64 {
+	if h == nil || isManifest(h.meta) {
+		return 0
+	}
+	return int64(h.meta.GetSize())
+}
+
+// oldHead reads the head an op replaces. A corrupt head is replaced anyway
+// (the op makes the key whole again); its chunks cannot be found and leak,
+// which is logged.
+func (s *Store) oldHead(v *view, bucket, key string) (old *head, present bool, err error) {
+	old, present, err = s.headOf(v, bucket, key)
+	if errors.Is(err, ErrCorrupt) {
+		s.opts.Logger.Warn("store: replacing a corrupt head; its chunks are leaked", "bucket", bucket, "key", key, "err", err)
+		return nil, true, nil
+	}
+	return old, present, err
+}
+
+// commitObject commits a put's head batch under bucketMu (shared). It
+// reports whether the commit was attempted: after a failed commit the
+// pending record must stay, since Pebble may have applied the batch.
+func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string, h *head, inline []byte, pending bool, record recordFn) (attempted bool, err error) {
+	s.bucketMu.RLock()
+	defer s.bucketMu.RUnlock()
+	var old *head
+	var present bool
+	err = s.withView(func(v *view) error {
+		exists, err := s.bucketExists(v, bucket)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			return ErrNoSuchBucket
+		}
+		old, present, err = s.oldHead(v, bucket, key)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	hv, err := appendHead(nil, h)
+	if err != nil {
+		return false, err
+	}
+	b := s.newDataBatch(len(inline) + len(hv) + 256)
+	defer b.Close()
+	err = func() error {
+		if len(inline) > 0 {
+			if err := addChunks(b, h, inline, 0, h.chunks); err != nil {
+				return err
+			}
+		}
+		if err := b.Set(headKey(bucket, key), hv, nil); err != nil {
+			return err
+		}
+		if err := b.Set(pgIndexKey(pg, bucket, key), nil, nil); err != nil {
+			return err
+		}
+		if err := deleteData(b, old); err != nil {
+			return err
+		}
+		if old != nil && old.pg != pg {
+			if err := b.Delete(pgIndexKey(old.pg, bucket, key), nil); err != nil {
+				return err
+			}
+		}
+		if pending {
+			if err := b.Delete(pendingKey(h.dataID), nil); err != nil {
+				return err
+			}
+		}
+		d := counters{bytes: dataBytes(h) - dataBytes(old)}
+		if !present {
+			d.objects = 1
+		}
+		if err := b.Merge(keyCounters, appendCounters(nil, d), nil); err != nil {
+			return err
+		}
+		if record != nil {
+			return record(b)
+		}
+		return nil
+	}()
+	if err != nil {
+		return false, err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return true, fmt.Errorf("commit: %w", err)
+	}
+	return true, nil
+}
+
+// deleteObject removes an object. requireBucket: Apply answers
+// ErrNoSuchBucket for a missing bucket (S3); backfill removals do not care.
+func (s *Store) deleteObject(ctx context.Context, pg uint32, bucket, key string, requireBucket bool, record recordFn) error {
+	if err := checkName(bucket, key, true); err != nil {
+		return objErr("delete", bucket, key, err)
+	}
+	s.bucketMu.RLock()
+	defer s.bucketMu.RUnlock()
+	var old *head
+	var present bool
+	err := s.withView(func(v *view) error {
+		if requireBucket {
+			exists, err := s.bucketExists(v, bucket)
+			if err != nil {
+				return err
+			}
+			if !exists {
+				return ErrNoSuchBucket
+			}
+		}
+		var err error
+		old, present, err = s.oldHead(v, bucket, key)
+		return err
+	})
+	if err != nil {
+		return objErr("delete", bucket, key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !present && record == nil {
+		return nil // nothing to remove, nothing to log
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	err = func() error {
+		if present {
+			if err := b.Delete(headKey(bucket, key), nil); err != nil {
+				return err
+			}
+			if err := b.Delete(pgIndexKey(pg, bucket, key), nil); err != nil {
+				return err
+			}
+			if old != nil && old.pg != pg {
+				if err := b.Delete(pgIndexKey(old.pg, bucket, key), nil); err != nil {
+					return err
+				}
+			}
+			if err := deleteData(b, old); err != nil {
+				return err
+			}
+			d := counters{objects: -1, bytes: -dataBytes(old)}
+			if err := b.Merge(keyCounters, appendCounters(nil, d), nil); err != nil {
+				return err
+			}
+		}
+		if record != nil {
+			return record(b)
+		}
+		return nil
+	}()
+	if err == nil {
+		err = b.Commit(pebble.Sync)
+	}
+	if err != nil {
+		return objErr("delete", bucket, key, err)
+	}
+	s.counters.deletes.Add(1)
+	return nil
+}
+
+// createBucket writes a bucket record; install replaces an existing one.
+func (s *Store) createBucket(e *osdpb.LogEntry, record recordFn) error {
+	if err := checkName(e.Bucket, "", false); err != nil {
+		return fmt.Errorf("store: create bucket: %w", err)
+	}
+	s.bucketMu.Lock()
+	defer s.bucketMu.Unlock()
+	if record != nil {
+		var exists bool
+		if err := s.withView(func(v *view) (err error) { exists, err = s.bucketExists(v, e.Bucket); return err }); err != nil {
+			return err
+		}
+		if exists {
+			return fmt.Errorf("store: create bucket %q: %w", e.Bucket, ErrBucketExists)
+		}
+	}
+	created := e.GetMeta().GetMtimeUnixNano()
+	if created == 0 {
+		created = time.Now().UnixNano()
+	}
+	val, err := appendProto(nil, &osdpb.BucketInfo{Name: e.Bucket, CreatedUnixNano: created})
+	if err != nil {
+		return err
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	err = b.Set(bucketKey(e.Bucket), val, nil)
+	if err == nil && record != nil {
+		err = record(b)
+	}
+	if err == nil {
+		err = b.Commit(pebble.Sync)
+	}
+	if err != nil {
+		return fmt.Errorf("store: create bucket %q: %w", e.Bucket, err)
+	}
+	return nil
+}
+
+// purgePage bounds the objects one purge batch deletes, so deleting a
+// bucket that still holds many local objects does not build one huge batch.
+var purgePage = 1024
+
+// deleteBucket removes a bucket record and every local object of the
+// bucket. Full pages of objects are deleted in unsynced batches; the last
+// batch, with the record and the log entry, is synced. A crash part-way
+// leaves the bucket with fewer objects, and the unacknowledged delete is
+// retried. Apply (record != nil) requires the bucket; install does not.
+func (s *Store) deleteBucket(ctx context.Context, bucket string, record recordFn) error {
+	if err := checkName(bucket, "", false); err != nil {
+		return fmt.Errorf("store: delete bucket: %w", err)
+	}
+	s.bucketMu.Lock()
+	defer s.bucketMu.Unlock()
+	var exists bool
+	if err := s.withView(func(v *view) (err error) { exists, err = s.bucketExists(v, bucket); return err }); err != nil {
+		return err
+	}
+	if !exists && record != nil {
+		return fmt.Errorf("store: delete bucket %q: %w", bucket, ErrNoSuchBucket)
+	}
+	lo := headPrefix(bucket)
+	hi := prefixEnd(lo)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		b := s.db.NewBatch()
+		more := false
+		err := s.withView(func(v *view) error {
+			var d counters
+			n := 0
+			ok := v.scan(lo, hi)
+			for ; ok && n < purgePage; ok = v.it.Next() {
+				k := v.it.Key()
+				key := string(k[len(lo):])
+				val, err := v.it.ValueAndErr()
+				if err != nil {
+					return err
+				}
+				h, err := decodeHead(val)
+				if err != nil {
+					s.opts.Logger.Warn("store: purging a corrupt head; its chunks are leaked", "bucket", bucket, "key", key, "err", err)
+				} else {
+					if err := deleteData(b, h); err != nil {
+						return err
+					}
+					if err := b.Delete(pgIndexKey(h.pg, bucket, key), nil); err != nil {
+						return err
+					}
+				}
+				if err := b.Delete(k, nil); err != nil {
+					return err
+				}
+				d.objects--
+				d.bytes -= dataBytes(h)
+				n++
+			}
+			if err := v.it.Error(); err != nil {
+				return err
+			}
+			more = ok
+			if n > 0 {
+				return b.Merge(keyCounters, appendCounters(nil, d), nil)
+			}
+			return nil
+		})
+		if err == nil {
+			if more {
+				err = b.Commit(pebble.NoSync)
+			} else {
+				err = b.Delete(bucketKey(bucket), nil)
+				if err == nil && record != nil {
+					err = record(b)
+				}
+				if err == nil {
+					err = b.Commit(pebble.Sync)
+				}
+			}
+		}
+		b.Close()
+		if err != nil {
+			return fmt.Errorf("store: delete bucket %q: %w", bucket, err)
+		}
+		if !more {
+			return nil
+		}
+	}
+}

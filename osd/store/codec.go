@@ -1,0 +1,307 @@
+package store
+
+// Value encodings. Every record except a chunk is "sealed": a format byte,
+// the payload, and a CRC32C of both, so a flipped bit anywhere in a head, a
+// log entry or a PG record is reported as corruption instead of being
+// decoded into a plausible wrong value. Chunks carry their CRC32C in front
+// (crc, bytes) and are checked against it on every read. Decoders never
+// panic on any input (see the fuzz targets) and return plain errors that
+// the caller wraps into a *CorruptError naming the record.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// castagnoli is the CRC32C table; hash/crc32 uses the SSE4.2/ARMv8 CRC
+// instructions for it, so checking every chunk on every read is cheap.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// formatV1 is the first byte of every sealed value. A new layout gets a new
+// byte, so old and new records can coexist during an upgrade.
+const formatV1 = 1
+
+// MaxChunkSize is the largest chunk the Store writes. It bounds a single
+// Pebble value (and so the memory one chunk read pins) and is the unit of
+// CRC checking: a 4 KiB range read verifies at most two chunks.
+const MaxChunkSize = 1 << 20
+
+// beginSeal starts a sealed value in dst; finishSeal appends the CRC32C.
+func beginSeal(dst []byte) ([]byte, int) {
+	start := len(dst)
+	return append(dst, formatV1), start
+}
+
+func finishSeal(dst []byte, start int) []byte {
+	return binary.BigEndian.AppendUint32(dst, crc32c(dst[start:]))
+}
+
+// unseal checks the format byte and CRC and returns the payload.
+func unseal(v []byte) ([]byte, error) {
+	if len(v) < 5 {
+		return nil, fmt.Errorf("sealed value of %d bytes is too short", len(v))
+	}
+	if v[0] != formatV1 {
+		return nil, fmt.Errorf("unknown record format %d", v[0])
+	}
+	body, sum := v[:len(v)-4], binary.BigEndian.Uint32(v[len(v)-4:])
+	if got := crc32c(body); got != sum {
+		return nil, fmt.Errorf("record crc32c %08x, stored %08x", got, sum)
+	}
+	return v[1 : len(v)-4], nil
+}
+
+// version is a PG log version as a comparable value.
+type version struct{ epoch, seq uint64 }
+
+func versionOf(v *osdpb.Version) version { return version{v.GetEpoch(), v.GetSeq()} }
+
+func (v version) proto() *osdpb.Version { return &osdpb.Version{Epoch: v.epoch, Seq: v.seq} }
+
+func (v version) less(w version) bool {
+	return v.epoch < w.epoch || (v.epoch == w.epoch && v.seq < w.seq)
+}
+
+func (v version) String() string { return fmt.Sprintf("%d.%d", v.epoch, v.seq) }
+
+func appendVersion(dst []byte, v version) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, v.epoch)
+	return binary.BigEndian.AppendUint64(dst, v.seq)
+}
+
+func readVersion(b []byte) version {
+	return version{binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:])}
+}
+
+// head is the decoded value of an 'O' key: where the object's bytes are and
+// what they are. The chunk size is recorded per object so that changing
+// Options.ChunkSize never misreads objects written before.
+type head struct {
+	dataID    uint64 // 0: no chunks (empty object or manifest)
+	chunks    uint32
+	chunkSize uint32
+	pg        uint32
+	version   version // the PG version that wrote the object
+	meta      *osdpb.ObjectMeta
+}
+
+const headFixedLen = 8 + 4 + 4 + 4 + 16
+
+func isManifest(m *osdpb.ObjectMeta) bool { return len(m.GetParts()) > 0 }
+
+// chunkCount is how many chunks of chunkSize hold size bytes.
+func chunkCount(size uint64, chunkSize uint32) uint64 {
+	if size == 0 {
+		return 0
+	}
+	return (size-1)/uint64(chunkSize) + 1
+}
+
+// chunkLen is the length of chunk n of the object.
+func (h *head) chunkLen(n uint32) int {
+	if n+1 < h.chunks {
+		return int(h.chunkSize)
+	}
+	return int(h.meta.GetSize() - uint64(n)*uint64(h.chunkSize))
+}
+
+func appendHead(dst []byte, h *head) ([]byte, error) {
+	dst, start := beginSeal(dst)
+	dst = binary.BigEndian.AppendUint64(dst, h.dataID)
+	dst = binary.BigEndian.AppendUint32(dst, h.chunks)
+	dst = binary.BigEndian.AppendUint32(dst, h.chunkSize)
+	dst = binary.BigEndian.AppendUint32(dst, h.pg)
+	dst = appendVersion(dst, h.version)
+	dst, err := proto.MarshalOptions{}.MarshalAppend(dst, h.meta)
+	if err != nil {
+		return nil, fmt.Errorf("store: encode object meta: %w", err)
+	}
+	return finishSeal(dst, start), nil
+}
+
+// decodeHead decodes and cross-checks a head: a head whose chunk count does
+// not match its size would otherwise make a read slice out of range.
+func decodeHead(v []byte) (*head, error) {
+	p, err := unseal(v)
+	if err != nil {
+		return nil, err
+	}
+	if len(p) < headFixedLen {
+		return nil, fmt.Errorf("head payload of %d bytes is too short", len(p))
+	}
+	h := &head{
+		dataID:    binary.BigEndian.Uint64(p),
+		chunks:    binary.BigEndian.Uint32(p[8:]),
+		chunkSize: binary.BigEndian.Uint32(p[12:]),
+		pg:        binary.BigEndian.Uint32(p[16:]),
+		version:   readVersion(p[20:]),
+		meta:      new(osdpb.ObjectMeta),
+	}
+	if err := proto.Unmarshal(p[headFixedLen:], h.meta); err != nil {
+		return nil, fmt.Errorf("head meta: %w", err)
+	}
+	switch {
+	case isManifest(h.meta) || h.meta.GetSize() == 0:
+		if h.dataID != 0 || h.chunks != 0 {
+			return nil, fmt.Errorf("head without data names data id %d with %d chunks", h.dataID, h.chunks)
+		}
+	default:
+		if h.chunkSize == 0 || h.chunkSize > MaxChunkSize {
+			return nil, fmt.Errorf("head chunk size %d out of range", h.chunkSize)
+		}
+		if h.dataID == 0 {
+			return nil, errors.New("head with data has data id 0")
+		}
+		if want := chunkCount(h.meta.GetSize(), h.chunkSize); uint64(h.chunks) != want {
+			return nil, fmt.Errorf("head has %d chunks, size %d needs %d", h.chunks, h.meta.GetSize(), want)
+		}
+	}
+	return h, nil
+}
+
+// chunkValueLen is the stored length of a chunk of n bytes.
+func chunkValueLen(n int) int { return 4 + n }
+
+// putChunk encodes a chunk value into dst, which has chunkValueLen(len(b)) bytes.
+func putChunk(dst, b []byte) {
+	binary.BigEndian.PutUint32(dst, crc32c(b))
+	copy(dst[4:], b)
+}
+
+// decodeChunk checks a chunk's CRC32C and returns its bytes (aliasing v).
+func decodeChunk(v []byte) ([]byte, error) {
+	if len(v) < 4 {
+		return nil, fmt.Errorf("chunk value of %d bytes is too short", len(v))
+	}
+	b := v[4:]
+	if got, want := crc32c(b), binary.BigEndian.Uint32(v); got != want {
+		return nil, fmt.Errorf("chunk crc32c %08x, stored %08x", got, want)
+	}
+	return b, nil
+}
+
+// pgInfo is the value of a 'G' key. The log holds every entry with a
+// version in (tail, last]; tail is exclusive, as Ceph's log_tail: entries
+// at or below it were trimmed or never logged here (backfill).
+type pgInfo struct {
+	last, tail version
+}
+
+func appendPGInfo(dst []byte, g pgInfo) []byte {
+	dst, start := beginSeal(dst)
+	dst = appendVersion(dst, g.last)
+	dst = appendVersion(dst, g.tail)
+	return finishSeal(dst, start)
+}
+
+func decodePGInfo(v []byte) (pgInfo, error) {
+	p, err := unseal(v)
+	if err != nil {
+		return pgInfo{}, err
+	}
+	if len(p) != 32 {
+		return pgInfo{}, fmt.Errorf("pg info payload of %d bytes, want 32", len(p))
+	}
+	g := pgInfo{last: readVersion(p), tail: readVersion(p[16:])}
+	if g.last.less(g.tail) {
+		return pgInfo{}, fmt.Errorf("pg info tail %v beyond last %v", g.tail, g.last)
+	}
+	return g, nil
+}
+
+// appendReqVersion encodes the value of an 'R' key: the version of the log
+// entry that answered the request.
+func appendReqVersion(dst []byte, v version) []byte {
+	dst, start := beginSeal(dst)
+	dst = appendVersion(dst, v)
+	return finishSeal(dst, start)
+}
+
+func decodeReqVersion(v []byte) (version, error) {
+	p, err := unseal(v)
+	if err != nil {
+		return version{}, err
+	}
+	if len(p) != 16 {
+		return version{}, fmt.Errorf("request index payload of %d bytes, want 16", len(p))
+	}
+	return readVersion(p), nil
+}
+
+// appendIDMark encodes the data-id high-water mark.
+func appendIDMark(dst []byte, id uint64) []byte {
+	dst, start := beginSeal(dst)
+	dst = binary.BigEndian.AppendUint64(dst, id)
+	return finishSeal(dst, start)
+}
+
+func decodeIDMark(v []byte) (uint64, error) {
+	p, err := unseal(v)
+	if err != nil {
+		return 0, err
+	}
+	if len(p) != 8 {
+		return 0, fmt.Errorf("data id mark payload of %d bytes, want 8", len(p))
+	}
+	return binary.BigEndian.Uint64(p), nil
+}
+
+// appendProto seals a protobuf message (log entries, bucket records).
+func appendProto(dst []byte, m proto.Message) ([]byte, error) {
+	dst, start := beginSeal(dst)
+	dst, err := proto.MarshalOptions{}.MarshalAppend(dst, m)
+	if err != nil {
+		return nil, fmt.Errorf("store: encode %T: %w", m, err)
+	}
+	return finishSeal(dst, start), nil
+}
+
+func decodeLogEntry(v []byte) (*osdpb.LogEntry, error) {
+	p, err := unseal(v)
+	if err != nil {
+		return nil, err
+	}
+	e := new(osdpb.LogEntry)
+	if err := proto.Unmarshal(p, e); err != nil {
+		return nil, fmt.Errorf("log entry: %w", err)
+	}
+	return e, nil
+}
+
+func decodeBucket(v []byte) (*osdpb.BucketInfo, error) {
+	p, err := unseal(v)
+	if err != nil {
+		return nil, err
+	}
+	b := new(osdpb.BucketInfo)
+	if err := proto.Unmarshal(p, b); err != nil {
+		return nil, fmt.Errorf("bucket record: %w", err)
+	}
+	return b, nil
+}
+
+// counters are the Store-wide object and byte totals. They live under one
+// key updated with Pebble merge operands (deltas), so concurrent Applies on
+// different PGs never read-modify-write the same value.
+type counters struct{ objects, bytes int64 }
+
+const countersLen = 16
+
+func appendCounters(dst []byte, c counters) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(c.objects))
+	return binary.BigEndian.AppendUint64(dst, uint64(c.bytes))
+}
+
+func decodeCounters(v []byte) (counters, error) {
+	if len(v) != countersLen {
+		return counters{}, fmt.Errorf("counters value of %d bytes, want %d", len(v), countersLen)
+	}
+	return counters{int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:]))}, nil
+}

@@ -1,0 +1,221 @@
+package store
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Options configures a Store. The zero value of every field but Dir picks
+// the default.
+type Options struct {
+	// Dir is the Pebble data directory; created if missing.
+	Dir string
+	// CacheSize is the block cache, default 256 MiB. One cache is created per
+	// Store and shared by its tables; object chunks are mostly read once per
+	// GET, so the cache mainly keeps heads, index blocks and PG logs hot.
+	CacheSize int64
+	// MemTableSize is the steady-state memtable, default 64 MiB. Pebble's
+	// 4 MiB default would hold only three 1 MiB chunks, so puts would force a
+	// flush every few objects and pile tiny L0 tables up to the write-stall
+	// limit. 64 MiB holds dozens of chunks, and since a batch larger than
+	// half a memtable bypasses it as a "flushable batch", it also keeps the
+	// 4 MiB chunk batches of a put on the ordinary memtable path.
+	MemTableSize uint64
+	// ChunkSize is the largest chunk an object is split into, default and
+	// maximum 1 MiB (MaxChunkSize). Smaller chunks make range reads touch
+	// fewer bytes; tests use small chunks to exercise multi-chunk objects.
+	ChunkSize int
+	// LogKeep is how many PG log entries per PG TrimLog keeps, default 2000.
+	// A replica that falls further behind than this is backfilled.
+	LogKeep int
+	// Logger receives Pebble's events and the Store's own warnings;
+	// default slog.Default().
+	Logger *slog.Logger
+
+	// fs replaces the OS filesystem; tests set it to Pebble's crashable
+	// in-memory filesystem to simulate power loss.
+	fs vfs.FS
+}
+
+const (
+	defaultCacheSize    = 256 << 20
+	defaultMemTableSize = 64 << 20
+	defaultLogKeep      = 2000
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Dir == "" {
+		return o, fmt.Errorf("%w: Options.Dir is empty", ErrInvalidArgument)
+	}
+	if o.CacheSize <= 0 {
+		o.CacheSize = defaultCacheSize
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = defaultMemTableSize
+	}
+	switch {
+	case o.ChunkSize == 0:
+		o.ChunkSize = MaxChunkSize
+	case o.ChunkSize < 0 || o.ChunkSize > MaxChunkSize:
+		return o, fmt.Errorf("%w: ChunkSize %d not in [1, %d]", ErrInvalidArgument, o.ChunkSize, MaxChunkSize)
+	}
+	if o.LogKeep <= 0 {
+		o.LogKeep = defaultLogKeep
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
+}
+
+// pebbleOptions is where the LSM is tuned for an object store: values of up
+// to 1 MiB that are written once, read whole or in ranges, and deleted by
+// overwrite, next to small heads, log entries and index keys.
+func pebbleOptions(o Options, cache *pebble.Cache) *pebble.Options {
+	po := &pebble.Options{
+		FS:           o.fs,
+		Cache:        cache,
+		MemTableSize: o.MemTableSize,
+		// Four queued memtables (256 MiB at the default size) absorb a burst of
+		// multi-MiB puts while one memtable is flushing, instead of stalling
+		// writers at the default of two.
+		MemTableStopWritesThreshold: 4,
+		// Compact L0 after four tables or sublevels, as Pebble does by default,
+		// but stop writes only at 24 sublevels rather than 12: large values make
+		// flushes long, and an OSD that stalls stalls its whole PG and every
+		// replica waiting on it. Read amplification from a deep L0 costs one
+		// extra seek per sublevel on head lookups, which bloom filters mostly
+		// absorb.
+		L0CompactionThreshold: 4,
+		L0StopWritesThreshold: 24,
+		// With 64 MiB memtables a 64 MiB Lbase (the default) would be refilled
+		// by every flush, adding a level and its rewrite; 512 MiB keeps the
+		// tree shallow.
+		LBaseMaxBytes: 512 << 20,
+		// Sync sstables every 1 MiB while writing them so a flush of a 64 MiB
+		// memtable does not end in one long fsync that delays WAL syncs.
+		BytesPerSync: 1 << 20,
+		// No background WAL syncing: every Apply ends in a synced commit, so a
+		// sync_file_range every N bytes only adds I/O to the commit path.
+		WALBytesPerSync: 0,
+		// Pin the format instead of inheriting Pebble's default, which may
+		// change between releases; FormatValueSeparation enables blob files.
+		FormatMajorVersion: pebble.FormatValueSeparation,
+		Merger:             countersMergerDef,
+		Logger:             pebbleLogger{o.Logger},
+		EventListener:      eventListener(o.Logger),
+		// One compaction normally, up to half the cores when L0 or compaction
+		// debt builds up; the other half serves the network and checksums.
+		CompactionConcurrencyRange: func() (int, int) {
+			return 1, max(2, runtime.GOMAXPROCS(0)/2)
+		},
+	}
+	// Flushes of a 64 MiB memtable are split into 32 MiB L0 tables rather
+	// than 2 MiB ones, so L0 holds a handful of files per flush.
+	po.TargetFileSizes[0] = 32 << 20
+	for i := range po.Levels {
+		// Heads, bucket records, reqid and PG records are looked up by exact
+		// key (SeekPrefixGE with the default whole-key Split); a 10-bit bloom
+		// filter skips tables that cannot hold the key.
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	// Object bytes are often already compressed (media, archives, encrypted
+	// data). The "fastest" profile gives up quickly on incompressible blocks
+	// and still shrinks heads and logs.
+	po.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionFastest })
+	// Value separation (WiscKey-style blob files): at flush, values of 16 KiB
+	// and more (object chunks) go to blob files and the sstables keep only a
+	// handle, so compactions rewrite keys instead of re-copying every chunk
+	// once per level. Overwrites leave garbage in blob files; a file is
+	// rewritten once 20% of it is garbage and it is older than 5 minutes.
+	po.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
+		return pebble.ValueSeparationPolicy{
+			Enabled:               true,
+			MinimumSize:           16 << 10,
+			MaxBlobReferenceDepth: 10,
+			RewriteMinimumAge:     5 * time.Minute,
+			TargetGarbageRatio:    0.20,
+		}
+	}
+	return po
+}
+
+// pebbleLogger sends Pebble's log lines to slog.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Info(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+// Fatalf must not return (Pebble's contract: it reports a broken invariant
+// and continuing could write bad data). Pebble's default logger exits; a
+// panic keeps the stack, which is what an operator needs.
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error(msg, "component", "pebble", "fatal", true)
+	panic("pebble: " + msg)
+}
+
+// eventListener logs only what an operator acts on: background errors,
+// detected corruption, stalls and slow or full disks. Flush and compaction
+// events are counted in Stats instead of logged.
+func eventListener(l *slog.Logger) *pebble.EventListener {
+	return &pebble.EventListener{
+		BackgroundError: func(err error) {
+			l.Error("pebble background error", "err", err)
+		},
+		DataCorruption: func(info pebble.DataCorruptionInfo) {
+			l.Error("pebble detected corruption", "path", info.Path, "err", info.Details)
+		},
+		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+			l.Warn("pebble write stall", "reason", info.Reason)
+		},
+		WriteStallEnd: func() { l.Info("pebble write stall ended") },
+		DiskSlow: func(info pebble.DiskSlowInfo) {
+			l.Warn("slow disk", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
+		},
+		LowDiskSpace: func(info pebble.LowDiskSpaceInfo) {
+			l.Warn("low disk space", "avail_bytes", info.AvailBytes, "total_bytes", info.TotalBytes)
+		},
+	}
+}
+
+// countersMergerDef sums counters merge operands. Its name is recorded in
+// the store's OPTIONS file, so it must never change.
+var countersMergerDef = &pebble.Merger{
+	Name: "osprey.counters.v1",
+	Merge: func(_, value []byte) (pebble.ValueMerger, error) {
+		m := &countersMerger{}
+		m.add(value)
+		return m, nil
+	},
+}
+
+// countersMerger adds deltas. A malformed operand counts as zero rather than
+// failing: a merge error would fail every compaction touching the key.
+type countersMerger struct{ c counters }
+
+func (m *countersMerger) add(v []byte) {
+	if d, err := decodeCounters(v); err == nil {
+		m.c.objects += d.objects
+		m.c.bytes += d.bytes
+	}
+}
+
+func (m *countersMerger) MergeNewer(v []byte) error { m.add(v); return nil }
+func (m *countersMerger) MergeOlder(v []byte) error { m.add(v); return nil }
+
+func (m *countersMerger) Finish(bool) ([]byte, io.Closer, error) {
+	return appendCounters(nil, m.c), nil, nil
+}

@@ -1,0 +1,313 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"iter"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// PGInfo returns a PG's last applied version and its log tail. The log
+// holds every entry with a version in (tail, last]: tail is exclusive, like
+// Ceph's log_tail, and is zero until the log is first trimmed or reset, so
+// LogAfter(after) can serve any after >= tail. An unknown PG has zero
+// versions.
+func (s *Store) PGInfo(ctx context.Context, pg uint32) (last, tail *osdpb.Version, err error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer s.leave()
+	var g pgInfo
+	err = s.withView(func(v *view) (err error) {
+		g, err = s.pgInfoOf(v, pg)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return g.last.proto(), g.tail.proto(), nil
+}
+
+// LogAfter returns up to max (<= 0: all) log entries of PG pg with versions
+// greater than after, in version order. tooOld reports that entries after
+// `after` were trimmed (after < tail): the peer must be backfilled, and no
+// entries are returned.
+func (s *Store) LogAfter(ctx context.Context, pg uint32, after *osdpb.Version, max int) (entries []*osdpb.LogEntry, tooOld bool, err error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, false, err
+	}
+	defer s.leave()
+	from := versionOf(after)
+	err = s.withView(func(v *view) error {
+		g, err := s.pgInfoOf(v, pg)
+		if err != nil {
+			return err
+		}
+		if from.less(g.tail) {
+			tooOld = true
+			return nil
+		}
+		prefix := logPrefix(pg)
+		for ok := v.scan(keyAfter(logKey(pg, after)), prefixEnd(prefix)); ok; ok = v.it.Next() {
+			if max > 0 && len(entries) == max {
+				return nil
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			e, err := s.logEntryAt(v, pg)
+			if err != nil {
+				return err
+			}
+			entries = append(entries, e)
+		}
+		return v.it.Error()
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("store: log of pg %d after %v: %w", pg, from, err)
+	}
+	return entries, tooOld, nil
+}
+
+// logEntryAt decodes the log entry under the view's iterator.
+func (s *Store) logEntryAt(v *view, pg uint32) (*osdpb.LogEntry, error) {
+	val, err := v.it.ValueAndErr()
+	if err != nil {
+		return nil, err
+	}
+	e, err := decodeLogEntry(val)
+	if err != nil {
+		s.counters.corruptions.Add(1)
+		return nil, corrupt("", "", "pg %d log entry %x: %v", pg, v.it.Key(), err)
+	}
+	return e, nil
+}
+
+// FindRequest returns the log entry that answered request req in PG pg, if
+// it is still in the log: a resent op is answered from it instead of being
+// applied twice.
+func (s *Store) FindRequest(ctx context.Context, pg uint32, req *osdpb.ReqID) (*osdpb.LogEntry, bool, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, false, err
+	}
+	defer s.leave()
+	if req == nil {
+		return nil, false, fmt.Errorf("store: find request: %w: nil request id", ErrInvalidArgument)
+	}
+	var e *osdpb.LogEntry
+	err := s.withView(func(v *view) error {
+		val, ok, err := v.get(reqKey(pg, req))
+		if err != nil || !ok {
+			return err
+		}
+		ver, err := decodeReqVersion(val)
+		if err != nil {
+			s.counters.corruptions.Add(1)
+			return corrupt("", "", "pg %d request index %d/%d: %v", pg, req.GetClient(), req.GetTid(), err)
+		}
+		val, ok, err = v.get(logKey(pg, ver.proto()))
+		if err != nil || !ok {
+			// The index outlived its entry only if a trim raced; treat as gone.
+			return err
+		}
+		e, err = decodeLogEntry(val)
+		if err != nil {
+			s.counters.corruptions.Add(1)
+			return corrupt("", "", "pg %d log entry %v: %v", pg, ver, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("store: find request %d/%d in pg %d: %w", req.GetClient(), req.GetTid(), pg, err)
+	}
+	return e, e != nil, nil
+}
+
+// TrimLog drops all but the newest Options.LogKeep entries of PG pg, with
+// their request index, and moves the tail to the newest dropped version.
+// The batch is not synced: losing a trim in a crash only keeps more log.
+func (s *Store) TrimLog(ctx context.Context, pg uint32) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	unlock := s.lockPG(pg)
+	defer unlock()
+	b := s.db.NewBatch()
+	defer b.Close()
+	trimmed := 0
+	err := s.withView(func(v *view) error {
+		g, err := s.pgInfoOf(v, pg)
+		if err != nil {
+			return err
+		}
+		prefix := logPrefix(pg)
+		lo, hi := prefix, prefixEnd(prefix)
+		// Walk back LogKeep entries from the newest; everything older goes.
+		v.it.SetBounds(lo, hi)
+		ok := v.it.Last()
+		for kept := 0; ok && kept < s.opts.LogKeep; kept++ {
+			ok = v.it.Prev()
+		}
+		if err := v.it.Error(); err != nil {
+			return err
+		}
+		if !ok {
+			return nil // LogKeep or fewer entries
+		}
+		newest, err := logKeyVersion(v.it.Key())
+		if err != nil {
+			return err
+		}
+		end := keyAfter(bytes.Clone(v.it.Key()))
+		for ok := v.scan(lo, end); ok; ok = v.it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			e, err := s.logEntryAt(v, pg)
+			if err != nil {
+				return err
+			}
+			if e.Req != nil {
+				if err := b.Delete(reqKey(pg, e.Req), nil); err != nil {
+					return err
+				}
+			}
+			trimmed++
+		}
+		if err := v.it.Error(); err != nil {
+			return err
+		}
+		if err := b.DeleteRange(lo, end, nil); err != nil {
+			return err
+		}
+		g.tail = versionOf(newest)
+		return b.Set(pgKey(pg), appendPGInfo(nil, g), nil)
+	})
+	if err == nil && trimmed > 0 {
+		err = b.Commit(pebble.NoSync)
+	}
+	if err != nil {
+		return fmt.Errorf("store: trim log of pg %d: %w", pg, err)
+	}
+	return nil
+}
+
+// SetPGLast sets PG pg's last version after a backfill and resets its log
+// to start there (tail = last): LogAfter from any older version then says
+// tooOld. The request index of the dropped log goes with it.
+func (s *Store) SetPGLast(ctx context.Context, pg uint32, last *osdpb.Version) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	unlock := s.lockPG(pg)
+	defer unlock()
+	ver := versionOf(last)
+	b := s.db.NewBatch()
+	defer b.Close()
+	lp, rp := logPrefix(pg), reqPrefix(pg)
+	err := b.DeleteRange(lp, prefixEnd(lp), nil)
+	if err == nil {
+		err = b.DeleteRange(rp, prefixEnd(rp), nil)
+	}
+	if err == nil {
+		err = b.Set(pgKey(pg), appendPGInfo(nil, pgInfo{last: ver, tail: ver}), nil)
+	}
+	if err == nil {
+		err = b.Commit(pebble.Sync)
+	}
+	if err != nil {
+		return fmt.Errorf("store: set pg %d last to %v: %w", pg, ver, err)
+	}
+	return nil
+}
+
+// PGObjects reads a page of objects per view and yields it with the store
+// released, since backfill sends each object over the network between
+// steps. Pages grow from 1 to pgObjectsPage: a caller that takes only the
+// next object (a backfill step) pays for one head lookup, a full scan for
+// few views.
+const pgObjectsPage = 64
+
+// PGObjects yields the objects of PG pg in (bucket, key) order, starting
+// after (afterBucket, afterKey) (both empty: from the start), as log
+// entries of kind OP_PUT with Bucket, Key, Meta and the Version that wrote
+// the object. An error is yielded once, last. Each page is one consistent
+// view; objects changed between pages are seen as of the later page.
+func (s *Store) PGObjects(ctx context.Context, pg uint32, afterBucket, afterKey string) iter.Seq2[*osdpb.LogEntry, error] {
+	return func(yield func(*osdpb.LogEntry, error) bool) {
+		prefix := pgIndexPrefix(pg)
+		hi := prefixEnd(prefix)
+		lo := prefix
+		if afterBucket != "" || afterKey != "" {
+			lo = keyAfter(pgIndexKey(pg, afterBucket, afterKey))
+		}
+		for size := 1; ; size = min(size*8, pgObjectsPage) {
+			page, next, err := s.pgObjectsPage(ctx, pg, lo, hi, size)
+			for _, e := range page {
+				if !yield(e, nil) {
+					return
+				}
+			}
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if next == nil {
+				return
+			}
+			lo = next
+		}
+	}
+}
+
+func (s *Store) pgObjectsPage(ctx context.Context, pg uint32, lo, hi []byte, size int) (page []*osdpb.LogEntry, next []byte, err error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer s.leave()
+	err = s.withView(func(v *view) error {
+		// Collect the index keys first: looking heads up moves the iterator.
+		var keys [][2]string
+		ok := v.scan(lo, hi)
+		for ; ok && len(keys) < size; ok = v.it.Next() {
+			bucket, key, valid := splitPGIndexKey(v.it.Key())
+			if !valid {
+				s.counters.corruptions.Add(1)
+				return corrupt("", "", "pg %d index key %x: no separator", pg, v.it.Key())
+			}
+			keys = append(keys, [2]string{bucket, key})
+		}
+		if err := v.it.Error(); err != nil {
+			return err
+		}
+		if ok {
+			next = bytes.Clone(v.it.Key())
+		}
+		for _, bk := range keys {
+			h, found, err := s.headOf(v, bk[0], bk[1])
+			if err != nil {
+				return err
+			}
+			if !found || h.pg != pg {
+				continue // index and head are written together; skip a stray entry
+			}
+			page = append(page, &osdpb.LogEntry{
+				Version: h.version.proto(),
+				Kind:    osdpb.OpKind_OP_PUT,
+				Bucket:  bk[0],
+				Key:     bk[1],
+				Meta:    h.meta,
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return page, nil, fmt.Errorf("store: objects of pg %d: %w", pg, err)
+	}
+	return page, next, nil
+}

@@ -1,0 +1,284 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"slices"
+
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// Head returns an object's metadata: ErrNoSuchBucket when the bucket record
+// is missing, ErrNoSuchKey when the object is.
+func (s *Store) Head(ctx context.Context, bucket, key string) (*osdpb.ObjectMeta, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	if err := checkName(bucket, key, true); err != nil {
+		return nil, objErr("head", bucket, key, err)
+	}
+	var meta *osdpb.ObjectMeta
+	err := s.withView(func(v *view) error {
+		h, err := s.lookup(v, bucket, key)
+		if err == nil {
+			meta = h.meta
+		}
+		return err
+	})
+	if err != nil {
+		return nil, objErr("head", bucket, key, err)
+	}
+	return meta, nil
+}
+
+// lookup finds an object's head, answering ErrNoSuchBucket/ErrNoSuchKey.
+func (s *Store) lookup(v *view, bucket, key string) (*head, error) {
+	h, ok, err := s.headOf(v, bucket, key)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		// A head implies its bucket: DeleteBucket purges heads in the batch
+		// that removes the record, so the bucket lookup is needed only to
+		// tell the two "not found" answers apart.
+		return h, nil
+	}
+	exists, err := s.bucketExists(v, bucket)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, ErrNoSuchBucket
+	}
+	return nil, ErrNoSuchKey
+}
+
+// ReadRange returns an object's metadata and appends its bytes
+// [off, off+length) to dst (length -1: to the end; a range past the end is
+// cut at the end, as S3 does). Head and chunks come from one point-in-time
+// view, so a concurrent overwrite is seen wholly or not at all. Every chunk
+// the range touches is checked against its CRC32C, and a whole-object read
+// also against the object's CRC32C: a mismatch returns a *CorruptError
+// (errors.Is(err, ErrCorrupt)) and never the bytes. An offset beyond the
+// object (other than 0 on an empty object) is ErrInvalidRange. A multipart
+// manifest returns its metadata only; its bytes live in its part objects.
+func (s *Store) ReadRange(ctx context.Context, bucket, key string, off, length int64, dst []byte) (*osdpb.ObjectMeta, []byte, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, dst, err
+	}
+	defer s.leave()
+	if err := checkName(bucket, key, true); err != nil {
+		return nil, dst, objErr("read", bucket, key, err)
+	}
+	if off < 0 || length < -1 {
+		return nil, dst, objErr("read", bucket, key, fmt.Errorf("%w: offset %d, length %d", ErrInvalidRange, off, length))
+	}
+	var meta *osdpb.ObjectMeta
+	out := dst
+	err := s.withView(func(v *view) error {
+		h, err := s.lookup(v, bucket, key)
+		if err != nil {
+			return err
+		}
+		meta = h.meta
+		if isManifest(h.meta) {
+			return nil
+		}
+		size := h.meta.GetSize()
+		if uint64(off) > size || (uint64(off) == size && size > 0) {
+			return fmt.Errorf("%w: offset %d, object size %d", ErrInvalidRange, off, size)
+		}
+		end := size
+		if length >= 0 && uint64(length) < size-uint64(off) {
+			end = uint64(off) + uint64(length)
+		}
+		out, err = s.readChunks(v, bucket, key, h, uint64(off), end, dst)
+		return err
+	})
+	if err != nil {
+		return nil, dst, objErr("read", bucket, key, err)
+	}
+	s.counters.readBytes.Add(int64(len(out) - len(dst)))
+	return meta, out, nil
+}
+
+// readChunks appends bytes [off, end) of the object to dst.
+func (s *Store) readChunks(v *view, bucket, key string, h *head, off, end uint64, dst []byte) ([]byte, error) {
+	if off == end {
+		return dst, nil
+	}
+	cs := uint64(h.chunkSize)
+	first, last := uint32(off/cs), uint32((end-1)/cs)
+	start := len(dst)
+	dst = slices.Grow(dst, int(end-off))
+	bad := func(n uint32, format string, args ...any) error {
+		s.counters.corruptions.Add(1)
+		return &CorruptError{Bucket: bucket, Key: key, Chunk: int64(n), Detail: fmt.Sprintf(format, args...)}
+	}
+	ok := v.scan(chunkKey(h.dataID, first), chunkKey(h.dataID, last+1))
+	for n := first; n <= last; n++ {
+		want := chunkKey(h.dataID, n)
+		if !ok || string(v.it.Key()) != string(want) {
+			if err := v.it.Error(); err != nil {
+				return nil, fmt.Errorf("read chunk %d: %w", n, err)
+			}
+			return nil, bad(n, "chunk missing (data id %d)", h.dataID)
+		}
+		val, err := v.it.ValueAndErr()
+		if err != nil {
+			return nil, fmt.Errorf("read chunk %d: %w", n, err)
+		}
+		b, err := decodeChunk(val)
+		if err != nil {
+			return nil, bad(n, "%v", err)
+		}
+		if len(b) != h.chunkLen(n) {
+			return nil, bad(n, "chunk of %d bytes, want %d", len(b), h.chunkLen(n))
+		}
+		lo, hi := uint64(0), uint64(len(b))
+		if n == first {
+			lo = off - uint64(n)*cs
+		}
+		if n == last {
+			hi = end - uint64(n)*cs
+		}
+		dst = append(dst, b[lo:hi]...)
+		ok = v.it.Next()
+	}
+	if err := v.it.Error(); err != nil {
+		return nil, fmt.Errorf("read chunks: %w", err)
+	}
+	// A whole-object read also checks the client's CRC32C: it catches what
+	// per-chunk CRCs cannot, a chunking bug that stored the wrong bytes.
+	if off == 0 && end == h.meta.GetSize() {
+		if got := crc32c(dst[start:]); got != h.meta.GetCrc32C() {
+			s.counters.corruptions.Add(1)
+			return nil, &CorruptError{Bucket: bucket, Key: key, Chunk: -1,
+				Detail: fmt.Sprintf("object crc32c %08x, meta says %08x", got, h.meta.GetCrc32C())}
+		}
+	}
+	return dst, nil
+}
+
+// HeadBucket returns a bucket's record, or ErrNoSuchBucket.
+func (s *Store) HeadBucket(ctx context.Context, name string) (*osdpb.BucketInfo, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	if err := checkName(name, "", false); err != nil {
+		return nil, fmt.Errorf("store: head bucket: %w", err)
+	}
+	var info *osdpb.BucketInfo
+	err := s.withView(func(v *view) error {
+		val, ok, err := v.get(bucketKey(name))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return ErrNoSuchBucket
+		}
+		info, err = decodeBucket(val)
+		if err != nil {
+			s.counters.corruptions.Add(1)
+			return corrupt(name, "", "bucket record: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: head bucket %q: %w", name, err)
+	}
+	return info, nil
+}
+
+// bucketPage is how many records Buckets reads per view. The Store is not
+// held between pages, so a slow consumer pins no Pebble state.
+const bucketPage = 256
+
+// Buckets yields every bucket record in ascending name order. An error is
+// yielded once, last.
+func (s *Store) Buckets(ctx context.Context) iter.Seq2[*osdpb.BucketInfo, error] {
+	return func(yield func(*osdpb.BucketInfo, error) bool) {
+		lo := []byte{nsBucket}
+		hi := prefixEnd(lo)
+		for {
+			page, next, err := s.bucketPage(ctx, lo, hi)
+			for _, b := range page {
+				if !yield(b, nil) {
+					return
+				}
+			}
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if next == nil {
+				return
+			}
+			lo = next
+		}
+	}
+}
+
+// bucketPage reads up to bucketPage records from lo; next is where the
+// following page starts, nil at the end.
+func (s *Store) bucketPage(ctx context.Context, lo, hi []byte) (page []*osdpb.BucketInfo, next []byte, err error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer s.leave()
+	err = s.withView(func(v *view) error {
+		for ok := v.scan(lo, hi); ok; ok = v.it.Next() {
+			if len(page) == bucketPage {
+				next = slices.Clone(v.it.Key())
+				return nil
+			}
+			val, err := v.it.ValueAndErr()
+			if err != nil {
+				return err
+			}
+			b, err := decodeBucket(val)
+			if err != nil {
+				s.counters.corruptions.Add(1)
+				return corrupt(string(v.it.Key()[1:]), "", "bucket record: %v", err)
+			}
+			page = append(page, b)
+		}
+		return v.it.Error()
+	})
+	if err != nil {
+		return page, nil, fmt.Errorf("store: list buckets: %w", err)
+	}
+	return page, next, nil
+}
+
+// BucketEmpty reports whether the bucket holds no local object (in any PG).
+// ErrNoSuchBucket if the record is missing.
+func (s *Store) BucketEmpty(ctx context.Context, bucket string) (bool, error) {
+	if err := s.enter(ctx); err != nil {
+		return false, err
+	}
+	defer s.leave()
+	if err := checkName(bucket, "", false); err != nil {
+		return false, fmt.Errorf("store: bucket empty: %w", err)
+	}
+	empty := false
+	err := s.withView(func(v *view) error {
+		exists, err := s.bucketExists(v, bucket)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			return ErrNoSuchBucket
+		}
+		lo := headPrefix(bucket)
+		empty = !v.scan(lo, prefixEnd(lo))
+		return v.it.Error()
+	})
+	if err != nil {
+		return false, fmt.Errorf("store: bucket empty %q: %w", bucket, err)
+	}
+	return empty, nil
+}

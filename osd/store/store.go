@@ -1,0 +1,317 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Store is one OSD's Pebble database. It is safe for concurrent use; see
+// the package comment for the locking rules.
+type Store struct {
+	opts Options
+	db   *pebble.DB
+
+	// closeMu is held shared by every operation while it touches db and
+	// exclusively by Close, so Close waits for in-flight operations and none
+	// starts on a closed db.
+	closeMu sync.RWMutex
+	closed  bool
+
+	// pgLocks serialises the writers of one PG (Apply, TrimLog, SetPGLast,
+	// InstallObject, RemoveObject): they read-modify-write the PG record, and
+	// an object's key maps to exactly one PG, so the lock also orders writes
+	// to one object.
+	pgLocks struct {
+		sync.Mutex
+		m map[uint32]*sync.Mutex
+	}
+
+	// bucketMu is held shared around every commit that adds or removes an
+	// object, and exclusively by bucket creation and deletion. That makes
+	// "the bucket exists" stable across an object commit, so a put racing a
+	// bucket deletion either commits before the purge (and is purged) or
+	// sees the bucket gone. Order: a PG lock, then bucketMu.
+	bucketMu sync.RWMutex
+
+	// ids hands out data ids. Ids below mark were made durable before use,
+	// so a reopened store never hands out an id a head may reference.
+	ids struct {
+		sync.Mutex
+		next, mark uint64
+	}
+
+	// inlineMax: objects up to this size are written in the head's batch
+	// (one synced commit, no pending record); larger ones take the two-phase
+	// path. chunkBatchBytes bounds one unsynced chunk batch.
+	inlineMax       int
+	chunkBatchBytes int
+
+	counters struct {
+		puts, deletes, readBytes, writtenBytes, corruptions, garbageCollected atomic.Int64
+	}
+}
+
+// idReserve is how many data ids one synced write of the high-water mark
+// reserves.
+const idReserve = 1 << 12
+
+// Open opens (creating if needed) the store in opts.Dir, and removes the
+// chunks of puts that a crash interrupted before their head was committed.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	mkdir := os.MkdirAll
+	if opts.fs != nil {
+		mkdir = opts.fs.MkdirAll
+	}
+	if err := mkdir(opts.Dir, 0o750); err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", opts.Dir, err)
+	}
+	cache := pebble.NewCache(opts.CacheSize)
+	// The DB takes its own reference; dropping ours means Close frees it.
+	defer cache.Unref()
+	db, err := pebble.Open(opts.Dir, pebbleOptions(opts, cache))
+	if err != nil {
+		return nil, fmt.Errorf("store: open pebble in %s: %w", opts.Dir, err)
+	}
+	s := &Store{
+		opts:            opts,
+		db:              db,
+		inlineMax:       opts.ChunkSize,
+		chunkBatchBytes: 4 << 20,
+	}
+	s.pgLocks.m = make(map[uint32]*sync.Mutex)
+	if err := s.recover(ctx); err != nil {
+		return nil, errors.Join(err, db.Close())
+	}
+	return s, nil
+}
+
+// recover loads the data-id mark and collects the garbage of interrupted
+// puts: every 'W' (pending) record names a data id whose chunks were written
+// but whose head batch (which deletes the record) never committed.
+func (s *Store) recover(ctx context.Context) error {
+	v, closer, err := s.db.Get(keyIDs)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		s.ids.next, s.ids.mark = 1, 1
+	case err != nil:
+		return fmt.Errorf("store: read data id mark: %w", err)
+	default:
+		mark, derr := decodeIDMark(v)
+		closer.Close()
+		if derr != nil {
+			return corrupt("", "", "data id mark: %v", derr)
+		}
+		s.ids.next, s.ids.mark = mark, mark
+	}
+
+	lo := []byte{nsPending}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	if err != nil {
+		return fmt.Errorf("store: scan pending puts: %w", err)
+	}
+	defer it.Close()
+	b := s.db.NewBatch()
+	defer b.Close()
+	n := 0
+	for it.First(); it.Valid(); it.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k := it.Key()
+		if len(k) != 9 {
+			s.opts.Logger.Warn("store: dropping malformed pending record", "key", fmt.Sprintf("%x", k))
+		} else {
+			id := binary.BigEndian.Uint64(k[1:])
+			lo, hi := dataSpan(id)
+			if err := b.DeleteRange(lo, hi, nil); err != nil {
+				return fmt.Errorf("store: collect data %d: %w", id, err)
+			}
+		}
+		if err := b.Delete(k, nil); err != nil {
+			return fmt.Errorf("store: collect pending record: %w", err)
+		}
+		n++
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("store: scan pending puts: %w", err)
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("store: collect %d interrupted puts: %w", n, err)
+	}
+	s.counters.garbageCollected.Add(int64(n))
+	s.opts.Logger.Info("store: removed chunks of interrupted puts", "count", n)
+	return nil
+}
+
+// Close closes the store, waiting for in-flight operations. The first call
+// returns Pebble's close error; later calls return ErrClosed.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.closed = true
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("store: close: %w", err)
+	}
+	return nil
+}
+
+// enter admits an operation; leave must follow. Operations that yield to
+// the caller (the iterator methods) leave before each yield, so a consumer
+// that calls Close from inside a loop cannot deadlock.
+func (s *Store) enter(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) leave() { s.closeMu.RUnlock() }
+
+// lockPG locks one PG's writers and returns the unlock.
+func (s *Store) lockPG(pg uint32) func() {
+	s.pgLocks.Lock()
+	mu := s.pgLocks.m[pg]
+	if mu == nil {
+		mu = new(sync.Mutex)
+		s.pgLocks.m[pg] = mu
+	}
+	s.pgLocks.Unlock()
+	mu.Lock()
+	return mu.Unlock
+}
+
+// newDataID returns a data id never handed out before, in this process or
+// any earlier one. Every idReserve ids it makes a new mark durable first.
+func (s *Store) newDataID() (uint64, error) {
+	s.ids.Lock()
+	defer s.ids.Unlock()
+	if s.ids.next >= s.ids.mark {
+		mark := s.ids.next + idReserve
+		if err := s.db.Set(keyIDs, appendIDMark(nil, mark), pebble.Sync); err != nil {
+			return 0, fmt.Errorf("store: reserve data ids: %w", err)
+		}
+		s.ids.mark = mark
+	}
+	id := s.ids.next
+	s.ids.next++
+	return id, nil
+}
+
+// view is one consistent, point-in-time read of the whole store: a Pebble
+// iterator whose bounds move between namespaces (SetBounds keeps the
+// iterator's view), so a head and its chunks, or a PG record and its log,
+// are always read from the same state.
+type view struct {
+	it *pebble.Iterator
+}
+
+func (s *Store) newView() (*view, error) {
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return nil, fmt.Errorf("store: new iterator: %w", err)
+	}
+	return &view{it: it}, nil
+}
+
+func (v *view) close() error { return v.it.Close() }
+
+// get returns the value of key, valid until the view moves again. It seeks
+// with SeekPrefixGE, which (the default Split being the whole key) matches
+// only key itself and consults the bloom filters.
+func (v *view) get(key []byte) ([]byte, bool, error) {
+	v.it.SetBounds(nil, nil)
+	if !v.it.SeekPrefixGE(key) || !bytes.Equal(v.it.Key(), key) {
+		return nil, false, v.it.Error()
+	}
+	val, err := v.it.ValueAndErr()
+	if err != nil {
+		return nil, false, err
+	}
+	return val, true, nil
+}
+
+// scan positions the view on the first key of [lo, hi) and returns whether
+// there is one; walk on with v.it.Next.
+func (v *view) scan(lo, hi []byte) bool {
+	v.it.SetBounds(lo, hi)
+	return v.it.First()
+}
+
+// headOf reads and decodes one object's head through v.
+func (s *Store) headOf(v *view, bucket, key string) (*head, bool, error) {
+	val, ok, err := v.get(headKey(bucket, key))
+	if err != nil || !ok {
+		if err != nil {
+			err = fmt.Errorf("store: read head %q/%q: %w", bucket, key, err)
+		}
+		return nil, false, err
+	}
+	h, err := decodeHead(val)
+	if err != nil {
+		s.counters.corruptions.Add(1)
+		return nil, false, corrupt(bucket, key, "head: %v", err)
+	}
+	return h, true, nil
+}
+
+// bucketExists reports whether the bucket record is present.
+func (s *Store) bucketExists(v *view, bucket string) (bool, error) {
+	_, ok, err := v.get(bucketKey(bucket))
+	if err != nil {
+		return false, fmt.Errorf("store: read bucket %q: %w", bucket, err)
+	}
+	return ok, nil
+}
+
+// pgInfoOf reads a PG record; an unknown PG has zero versions.
+func (s *Store) pgInfoOf(v *view, pg uint32) (pgInfo, error) {
+	val, ok, err := v.get(pgKey(pg))
+	if err != nil {
+		return pgInfo{}, fmt.Errorf("store: read pg %d: %w", pg, err)
+	}
+	if !ok {
+		return pgInfo{}, nil
+	}
+	g, err := decodePGInfo(val)
+	if err != nil {
+		s.counters.corruptions.Add(1)
+		return pgInfo{}, corrupt("", "", "pg %d record: %v", pg, err)
+	}
+	return g, nil
+}
+
+// withView runs fn on a fresh view and closes it.
+func (s *Store) withView(fn func(v *view) error) error {
+	v, err := s.newView()
+	if err != nil {
+		return err
+	}
+	err = fn(v)
+	if cerr := v.close(); err == nil && cerr != nil {
+		err = fmt.Errorf("store: iterator: %w", cerr)
+	}
+	return err
+}

@@ -1,0 +1,388 @@
+package osd
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// pgState is what an OSD keeps in memory about one PG. Only the PG's shard
+// goroutine touches it, except while recovering, when the recovery
+// goroutine owns the store side and the shard only queues.
+type pgState struct {
+	sid        uint32
+	pool, pg   uint32
+	loaded     bool
+	last       *osdpb.Version // newest applied version
+	recovering bool
+	queued     []queuedRepOp // RepOps that wait for the recovery
+}
+
+type queuedRepOp struct {
+	m  *msgr.Message
+	op *osdpb.RepOp
+}
+
+// pgOf returns the state of store PG sid, loading its version on first use.
+func (o *OSD) pgOf(sid uint32) (*pgState, error) {
+	o.pgMu.Lock()
+	p := o.pgs[sid]
+	if p == nil {
+		pool, pg := splitStorePG(sid)
+		if pg == placement.MetaPG {
+			pool = metaPool(o.Map())
+		}
+		p = &pgState{sid: sid, pool: pool, pg: pg}
+		o.pgs[sid] = p
+	}
+	o.pgMu.Unlock()
+	if !p.loaded {
+		last, _, err := o.st.PGInfo(o.ctx, sid)
+		if err != nil {
+			return nil, err
+		}
+		p.last, p.loaded = last, true
+	}
+	return p, nil
+}
+
+func versionLE(a, b *osdpb.Version) bool {
+	if a.GetEpoch() != b.GetEpoch() {
+		return a.GetEpoch() < b.GetEpoch()
+	}
+	return a.GetSeq() <= b.GetSeq()
+}
+
+// objectWrite checks a put or delete and queues it on its PG's shard;
+// fill completes the log entry from the request.
+func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string, fill func(*osdpb.LogEntry) error) {
+	t, conn := osdpb.MsgType(m.Type), m.Conn() // m is released before the reply goes
+	fail := func(err error) {
+		o.send(conn, ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(hdr, err)}, nil)
+		m.Release()
+	}
+	e := &osdpb.LogEntry{Req: hdr.GetReq(), Bucket: bucket, Key: key}
+	err := checkNames(bucket, key)
+	if err == nil {
+		err = fill(e)
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	mp, pool, pg, err := o.target(hdr, bucket, key, false)
+	if err != nil {
+		fail(err)
+		return
+	}
+	sid := storePG(pool.Id, pg)
+	o.onShard(m, sid, func() {
+		o.write(mp, sid, e, m.Data, func(applied *osdpb.LogEntry, err error) {
+			rep := &osdpb.ObjectReply{Header: o.header(hdr, err)}
+			if err == nil {
+				rep.Header.Version = applied.Version
+				rep.Meta = applied.Meta
+			}
+			o.send(conn, ops.ReplyType(t), rep, nil)
+		}, m.Release)
+	})
+}
+
+// bucketWrite creates or deletes a bucket, on the meta PG's shard at its
+// primary. The meta PG's acting set is every OSD that is up, so every OSD
+// holds every bucket record and checks bucket existence locally.
+func (o *OSD) bucketWrite(m *msgr.Message, req *osdpb.BucketRequest) {
+	t, conn := osdpb.MsgType(m.Type), m.Conn() // m is released before the reply goes
+	done := func(err error) {
+		o.send(conn, ops.ReplyType(t), &osdpb.BucketReply{Header: o.header(req.Header, err)}, nil)
+	}
+	mp, _, _, err := o.target(req.Header, req.Bucket, "", true)
+	if err == nil {
+		err = ops.CheckBucketName(req.Bucket)
+	}
+	if err != nil {
+		done(err)
+		m.Release()
+		return
+	}
+	e := &osdpb.LogEntry{Req: req.Header.GetReq(), Bucket: req.Bucket}
+	if t == osdpb.MsgType_MSG_CREATE_BUCKET {
+		e.Kind = osdpb.OpKind_OP_CREATE_BUCKET
+		e.Meta = &osdpb.ObjectMeta{MtimeUnixNano: time.Now().UnixNano()}
+	} else {
+		e.Kind = osdpb.OpKind_OP_DELETE_BUCKET
+		if err := o.checkBucketEmpty(mp, req.Bucket); err != nil {
+			done(err)
+			m.Release()
+			return
+		}
+	}
+	o.write(mp, placement.MetaPG, e, nil, func(_ *osdpb.LogEntry, err error) { done(err) }, m.Release)
+}
+
+// checkBucketEmpty asks every OSD (ourselves included) whether it holds an
+// object of bucket. Objects a racing put adds after the check are removed
+// with the bucket (store: OP_DELETE_BUCKET purges the bucket's objects).
+func (o *OSD) checkBucketEmpty(mp *placement.Map, bucket string) error {
+	if _, err := o.st.HeadBucket(o.ctx, bucket); err != nil {
+		return err
+	}
+	if empty, err := o.st.BucketEmpty(o.ctx, bucket); err != nil || !empty {
+		if err == nil {
+			err = ops.Errorf(osdpb.Status_BUCKET_NOT_EMPTY, "bucket %s is not empty", bucket)
+		}
+		return err
+	}
+	for id := range o.upPeers(mp, placement.MetaPG) {
+		ctx, cancel := context.WithTimeout(o.ctx, o.cfg.RepTimeout)
+		var rep osdpb.ListObjectsReply
+		err := o.call(ctx, id, osdpb.MsgType_MSG_LIST_OBJECTS, func(tid uint64) proto.Message {
+			return &osdpb.ListObjects{Header: &osdpb.Header{Epoch: mp.Epoch()}, Bucket: bucket, MaxKeys: 1, Tid: tid}
+		}, &rep, nil)
+		cancel()
+		if err == nil {
+			err = ops.FromReply(rep.Header)
+		}
+		if err != nil {
+			return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "checking osd.%d for objects of %s: %v", id, bucket, err)
+		}
+		if len(rep.Objects) > 0 || len(rep.CommonPrefixes) > 0 {
+			return ops.Errorf(osdpb.Status_BUCKET_NOT_EMPTY, "bucket %s is not empty", bucket)
+		}
+	}
+	return nil
+}
+
+// metaPool is the pool whose placement places the meta PG: the one with
+// the lowest id. Clients send bucket ops with it.
+func metaPool(mp *placement.Map) uint32 {
+	first := true
+	var id uint32
+	for p := range mp.Pools() {
+		if first || p.Id < id {
+			id, first = p.Id, false
+		}
+	}
+	return id
+}
+
+// upPeers yields the other members of the meta PG's acting set: every
+// other OSD that is up and in.
+func (o *OSD) upPeers(mp *placement.Map, pg uint32) func(func(uint32) bool) {
+	return func(yield func(uint32) bool) {
+		for _, id := range mp.ActingSet(metaPool(mp), pg) {
+			if id != o.id && !yield(id) {
+				return
+			}
+		}
+	}
+}
+
+// write runs on the shard of store PG sid at its primary: a resent request
+// is answered from the PG log once the replicas have it too; otherwise the
+// entry gets the next version, is applied with a synced commit, and is
+// forwarded to the replicas; done runs when all of them acked (or it
+// failed). release runs once body is no longer needed.
+func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byte, done func(*osdpb.LogEntry, error), release func()) {
+	p, err := o.pgOf(sid)
+	if err != nil {
+		release()
+		done(nil, err)
+		return
+	}
+	acting := mp.ActingSet(p.pool, p.pg)
+	if len(acting) == 0 || acting[0] != o.id {
+		release()
+		done(nil, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "osd.%d is not the primary of pg %d.%x (epoch %d)", o.id, p.pool, p.pg, mp.Epoch()))
+		return
+	}
+	replicas := acting[1:]
+	if e.Req != nil {
+		prev, found, err := o.st.FindRequest(o.ctx, sid, e.Req)
+		if err != nil {
+			release()
+			done(nil, err)
+			return
+		}
+		if found {
+			// A resend: make sure the replicas are at least at its
+			// version before answering as the first time.
+			release()
+			sync := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: prev.Version}
+			o.replicate(mp, p, replicas, sync, nil, func(err error) { done(prev, err) })
+			return
+		}
+	}
+	for _, id := range replicas {
+		if o.peerDown(id) {
+			release()
+			done(nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x: replica osd.%d is down", p.pool, p.pg, id))
+			return
+		}
+	}
+	e.Version = &osdpb.Version{Epoch: mp.Epoch(), Seq: p.last.GetSeq() + 1}
+	if err := o.st.Apply(o.ctx, sid, e, body); err != nil {
+		release()
+		done(nil, err)
+		return
+	}
+	p.last = e.Version
+	o.replicate(mp, p, replicas, e, body, func(err error) { done(e, err) })
+	release()
+	if e.Version.Seq%o.trimEvery == 0 {
+		if err := o.st.TrimLog(o.ctx, sid); err != nil {
+			o.log.Warn("trim pg log", "pg", sid, "err", err)
+		}
+	}
+}
+
+// pendingRep is one entry on its way to the replicas.
+type pendingRep struct {
+	need  atomic.Int32
+	once  sync.Once
+	timer *time.Timer
+	done  func(error)
+}
+
+func (p *pendingRep) finish(err error) {
+	p.once.Do(func() {
+		if p.timer != nil {
+			p.timer.Stop()
+		}
+		p.done(err)
+	})
+}
+
+// replicate sends e (with body) to the replicas and calls done when every
+// one acked its synced commit, or with SERVICE_UNAVAILABLE after
+// RepTimeout. The body is copied once, into a buffer from the cluster
+// network (registered memory on RDMA), which all the RepOps share.
+func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osdpb.LogEntry, body []byte, done func(error)) {
+	if len(replicas) == 0 {
+		done(nil)
+		return
+	}
+	pr := &pendingRep{done: done}
+	pr.need.Store(int32(len(replicas)))
+	tid := o.reps.add(pr)
+	pr.timer = time.AfterFunc(o.cfg.RepTimeout, func() {
+		if pr, ok := o.reps.take(tid); ok {
+			pr.finish(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x: replicas did not ack version %d.%d within %v",
+				p.pool, p.pg, e.Version.GetEpoch(), e.Version.GetSeq(), o.cfg.RepTimeout))
+		}
+	})
+	front, err := proto.Marshal(&osdpb.RepOp{Epoch: mp.Epoch(), Pool: p.pool, Pg: p.pg, Entry: e, Tid: tid})
+	if err != nil {
+		o.failRep(tid, err)
+		return
+	}
+	var buf *wire.Buffer
+	for _, id := range replicas {
+		c, err := o.peerConn(id)
+		if err != nil {
+			o.failRep(tid, err)
+			break
+		}
+		if buf == nil && len(body) > 0 {
+			if buf, err = c.AllocPayload(len(body)); err != nil {
+				o.failRep(tid, err)
+				break
+			}
+			copy(buf.B, body)
+		}
+		m := msgr.NewMessage(uint16(osdpb.MsgType_MSG_REP_OP), front, nil)
+		if buf != nil {
+			buf.Ref()
+			m.SetPayload(buf)
+		}
+		ctx, cancel := context.WithTimeout(o.ctx, o.cfg.RepTimeout)
+		err = c.Send(ctx, m)
+		cancel()
+		if err != nil {
+			m.Release()
+			o.failRep(tid, fmt.Errorf("pg %d.%x: sending to osd.%d: %w", p.pool, p.pg, id, err))
+			break
+		}
+	}
+	if buf != nil {
+		buf.Release()
+	}
+}
+
+func (o *OSD) failRep(tid uint64, err error) {
+	if pr, ok := o.reps.take(tid); ok {
+		pr.finish(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "%v", err))
+	}
+}
+
+// repReply counts one replica's answer to a RepOp.
+func (o *OSD) repReply(r *osdpb.RepOpReply) {
+	if err := ops.FromReply(r.Header); err != nil {
+		if pr, ok := o.reps.take(r.Tid); ok {
+			pr.finish(err)
+		}
+		return
+	}
+	pr, ok := o.reps.get(r.Tid)
+	if ok && pr.need.Add(-1) == 0 {
+		if pr, ok := o.reps.take(r.Tid); ok {
+			pr.finish(nil)
+		}
+	}
+}
+
+// repOp applies a RepOp at a replica, on the PG's shard: in version order;
+// a duplicate is acked again; a gap (or a sync entry ahead of us) starts a
+// recovery from the sender, and the op waits for it.
+func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, from uint32) {
+	sid := storePG(r.Pool, r.Pg)
+	p, err := o.pgOf(sid)
+	if err != nil {
+		o.ackRepOp(m, r, err)
+		return
+	}
+	if p.recovering {
+		p.queued = append(p.queued, queuedRepOp{m, r})
+		return
+	}
+	o.applyRepOp(p, m, r, from)
+}
+
+func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint32) {
+	v := r.Entry.GetVersion()
+	if v == nil {
+		o.ackRepOp(m, r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "rep op without a version"))
+		return
+	}
+	if versionLE(v, p.last) {
+		o.ackRepOp(m, r, nil)
+		return
+	}
+	if r.Entry.Kind != osdpb.OpKind_OP_NONE && v.Seq == p.last.GetSeq()+1 {
+		err := o.st.Apply(o.ctx, p.sid, r.Entry, m.Data)
+		if err == nil {
+			p.last = v
+			o.ackRepOp(m, r, nil)
+			return
+		}
+		o.log.Warn("replica apply failed; recovering the pg from its primary", "pg", p.sid, "version", v, "err", err)
+	}
+	p.queued = append(p.queued, queuedRepOp{m, r})
+	o.startRecovery(p, from)
+}
+
+func (o *OSD) ackRepOp(m *msgr.Message, r *osdpb.RepOp, err error) {
+	c := m.Conn()
+	m.Release()
+	o.send(c, osdpb.MsgType_MSG_REP_OP_REPLY, &osdpb.RepOpReply{
+		Header: o.header(&osdpb.Header{Epoch: r.Epoch}, err), Pg: r.Pg, Tid: r.Tid}, nil)
+}
