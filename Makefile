@@ -45,10 +45,20 @@ lint:
 
 # A short run of every fuzz target (FUZZTIME=1m for longer).
 FUZZTIME ?= 10s
+# Every parser's fuzz target, FUZZTIME each: "target package" pairs.
+FUZZ_TARGETS = \
+	"FuzzReadFrame ./msgr/wire" "FuzzBanner ./msgr/wire" "FuzzHandshake ./msgr" \
+	"FuzzUnmarshal ./osd/placement" "FuzzLoad ./osd/placement" "FuzzFromProto ./osd/placement" \
+	"FuzzDecodeHead ./osd/store" "FuzzDecodeChunk ./osd/store" "FuzzDecodePGInfo ./osd/store" \
+	"FuzzDecodeReqVersion ./osd/store" "FuzzDecodeIDMark ./osd/store" "FuzzDecodeLogEntry ./osd/store" \
+	"FuzzDecodeBucket ./osd/store" "FuzzDecodeCounters ./osd/store" "FuzzKeys ./osd/store" \
+	"FuzzTidOf ./osd" "FuzzReplyTid ./client"
+
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzReadFrame -fuzztime $(FUZZTIME) ./msgr/wire
-	$(GO) test -run '^$$' -fuzz FuzzBanner -fuzztime $(FUZZTIME) ./msgr/wire
-	$(GO) test -run '^$$' -fuzz FuzzHandshake -fuzztime $(FUZZTIME) ./msgr
+	@for t in $(FUZZ_TARGETS); do set -- $$t; \
+		echo "== $$1 ($$2)"; \
+		$(GO) test -run '^$$$$' -fuzz "^$$1\$$" -fuzztime $(FUZZTIME) $$2 || exit 1; \
+	done
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

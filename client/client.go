@@ -419,49 +419,48 @@ func (d dispatcher) HandleEvent(ev msgr.Event) {
 	c.mu.Unlock()
 }
 
-// replyTid reads header (1) -> req (6) -> tid (2) of a reply front.
+// replyTid reads header (1) -> req (6) -> tid (2) of a reply front
+// without decoding the rest. As protobuf merges repeated occurrences of a
+// message field and keeps the last of a scalar, so does this.
 func replyTid(b []byte) uint64 {
-	if h := field(b, 1); h != nil {
-		if r := field(h, 6); r != nil {
-			for len(r) > 0 {
-				num, typ, n := protowire.ConsumeTag(r)
-				if n < 0 {
-					return 0
-				}
-				r = r[n:]
-				if num == 2 && typ == protowire.VarintType {
-					v, _ := protowire.ConsumeVarint(r)
-					return v
-				}
-				if n = protowire.ConsumeFieldValue(num, typ, r); n < 0 {
-					return 0
-				}
-				r = r[n:]
-			}
+	var tid uint64
+	eachField(b, func(num protowire.Number, typ protowire.Type, hdr []byte) {
+		if num != 1 || typ != protowire.BytesType {
+			return
 		}
-	}
-	return 0
+		eachField(hdr, func(num protowire.Number, typ protowire.Type, req []byte) {
+			if num != 6 || typ != protowire.BytesType {
+				return
+			}
+			eachField(req, func(num protowire.Number, typ protowire.Type, v []byte) {
+				if num == 2 && typ == protowire.VarintType {
+					tid, _ = protowire.ConsumeVarint(v)
+				}
+			})
+		})
+	})
+	return tid
 }
 
-// field returns the bytes of length-delimited field num of b, or nil.
-func field(b []byte, num protowire.Number) []byte {
+// eachField calls fn with each top-level field of b: for a bytes field its
+// contents, for a varint its encoding. It stops at the first malformed
+// field.
+func eachField(b []byte, fn func(protowire.Number, protowire.Type, []byte)) {
 	for len(b) > 0 {
-		n2, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return nil
+			return
 		}
 		b = b[n:]
-		if n2 == num && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return nil
-			}
-			return v
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return
 		}
-		if n = protowire.ConsumeFieldValue(n2, typ, b); n < 0 {
-			return nil
+		v := b[:n]
+		if typ == protowire.BytesType {
+			v, _ = protowire.ConsumeBytes(v)
 		}
+		fn(num, typ, v)
 		b = b[n:]
 	}
-	return nil
 }

@@ -420,27 +420,27 @@ func checkNames(bucket, key string) error {
 	return ops.CheckKey(key)
 }
 
-// tidOf reads field 10 (tid) of an OSD-to-OSD message without decoding the
-// rest; 0 when absent or malformed.
+// tidOf reads field 10 (tid) of an OSD-to-OSD message without decoding
+// the rest: the last occurrence, as protobuf does; 0 when absent. It stops
+// at the first malformed field.
 func tidOf(b []byte) uint64 {
+	var tid uint64
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return 0
+			return tid
 		}
 		b = b[n:]
 		if num == 10 && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return 0
+			if v, n := protowire.ConsumeVarint(b); n >= 0 {
+				tid = v
 			}
-			return v
 		}
 		n = protowire.ConsumeFieldValue(num, typ, b)
 		if n < 0 {
-			return 0
+			return tid
 		}
 		b = b[n:]
 	}
-	return 0
+	return tid
 }

@@ -72,6 +72,11 @@ func Negotiate(mine, peer Banner) (uint64, error) {
 	if bad := peer.Required &^ peer.Supported; bad != 0 {
 		return 0, &Error{Kind: ErrKindBanner, Msg: fmt.Sprintf("peer requires features %#x it does not support", bad)}
 	}
+	// The same check on our side keeps the outcome symmetric: both ends
+	// of a link agree on whether it may exist.
+	if bad := mine.Required &^ mine.Supported; bad != 0 {
+		return 0, &Error{Kind: ErrKindBanner, Msg: fmt.Sprintf("this side requires features %#x it does not support", bad)}
+	}
 	if missing := peer.Required &^ mine.Supported; missing != 0 {
 		return 0, &Error{Kind: ErrKindBanner, Msg: fmt.Sprintf("peer requires features %#x this side lacks", missing)}
 	}

@@ -2421,7 +2421,7 @@ type PGInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pg            uint32                 `protobuf:"varint,1,opt,name=pg,proto3" json:"pg,omitempty"`
 	Last          *Version               `protobuf:"bytes,2,opt,name=last,proto3" json:"last,omitempty"`                      // newest applied version
-	LogTail       *Version               `protobuf:"bytes,3,opt,name=log_tail,json=logTail,proto3" json:"log_tail,omitempty"` // oldest version still in the log
+	LogTail       *Version               `protobuf:"bytes,3,opt,name=log_tail,json=logTail,proto3" json:"log_tail,omitempty"` // the log holds (log_tail, last]: tail exclusive, as in Ceph
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
