@@ -213,11 +213,13 @@ type keyState struct {
 // a primary while the writes run, restarts each, and then checks that every
 // acknowledged write reads back with the right bytes and that every
 // replica of every object holds the same bytes as its primary.
-func TestClusterProcessesSurviveKills(t *testing.T) {
+func TestClusterProcessesSurviveKills(t *testing.T) { survivesKills(t, "tcp") }
+
+func survivesKills(t *testing.T, clusterNet string) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	pc := startProcCluster(t, osdtest.Options{OSDs: 3, PGs: 16})
+	pc := startProcCluster(t, osdtest.Options{OSDs: 3, PGs: 16, Cluster: clusterNet})
 	seeds := []string{}
 	for info := range pc.m.OSDs() {
 		seeds = append(seeds, info.PublicAddr)

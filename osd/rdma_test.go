@@ -51,3 +51,7 @@ func TestClusterRDMA(t *testing.T) {
 		replicasHave(t, c, "rdma", key, data)
 	}
 }
+
+// TestClusterProcessesSurviveKillsRDMA is TestClusterProcessesSurviveKills
+// with the replication network on rdma+tcp.
+func TestClusterProcessesSurviveKillsRDMA(t *testing.T) { survivesKills(t, "rdma+tcp") }
