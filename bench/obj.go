@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -260,7 +261,7 @@ func runObjRow(ctx context.Context, cl *client.Client, o *ObjOptions, op ObjOp, 
 	if op == OpGet && written.Load() == 0 {
 		// Nothing to read yet: write a working set first.
 		for i := range int64(4 * o.Concurrency) {
-			if _, err := cl.PutObject(ctx, o.Bucket, objKey(size, i), make([]byte, size), client.PutOptions{}); err != nil {
+			if _, err := cl.PutObject(ctx, o.Bucket, objKey(size, i), bytes.NewReader(make([]byte, size)), int64(size), client.PutOptions{}); err != nil {
 				return row, err
 			}
 		}
@@ -289,10 +290,9 @@ func runObjRow(ctx context.Context, cl *client.Client, o *ObjOptions, op ObjOp, 
 				var err error
 				switch op {
 				case OpPut:
-					_, err = cl.PutObject(ctx, o.Bucket, objKey(size, written.Add(1)-1), body, client.PutOptions{})
+					_, err = cl.PutObject(ctx, o.Bucket, objKey(size, written.Add(1)-1), bytes.NewReader(body), int64(size), client.PutOptions{})
 				case OpGet:
-					n := written.Load()
-					_, _, err = cl.GetObject(ctx, o.Bucket, objKey(size, rng.Int64N(n)), client.GetOptions{})
+					err = readObject(ctx, cl, o.Bucket, objKey(size, rng.Int64N(written.Load())))
 				}
 				if err != nil {
 					errs.Add(1)
@@ -348,4 +348,15 @@ func WriteObjTable(w io.Writer, rows []ObjRow) {
 			r.Op, FormatSize(int64(r.Size)), r.Concurrency, r.Replicas, r.Transport, r.OpsPerSec, r.BytesPerSec/1e6,
 			r.P50Us/1e3, r.P99Us/1e3, r.MaxUs/1e3, r.CPUSeconds, r.Errors)
 	}
+}
+
+// readObject reads an object whole, as a user of the SDK would.
+func readObject(ctx context.Context, cl *client.Client, bucket, key string) error {
+	obj, err := cl.GetObject(ctx, bucket, key, client.GetOptions{})
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	_, err = io.Copy(io.Discard, obj)
+	return err
 }

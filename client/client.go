@@ -47,6 +47,10 @@ var (
 	ErrEntityTooLarge      = ops.ErrEntityTooLarge
 	ErrBadDigest           = ops.ErrBadDigest
 	ErrServiceUnavailable  = ops.ErrServiceUnavailable
+	ErrEntityTooSmall      = ops.ErrEntityTooSmall
+	ErrInvalidPart         = ops.ErrInvalidPart
+	ErrInvalidPartOrder    = ops.ErrInvalidPartOrder
+	ErrNoSuchUpload        = ops.ErrNoSuchUpload
 )
 
 // ErrClosed is returned by ops on a closed Client.
@@ -259,7 +263,7 @@ func (c *Client) do(ctx context.Context, t osdpb.MsgType, tg target, build func(
 		case tg.hasPG:
 			pg = tg.pg
 		case !tg.meta:
-			pg = placement.PGOf(pool, tg.bucket, tg.key)
+			pg = ops.StoredPG(pool, tg.bucket, tg.key)
 		}
 		hdr := &osdpb.Header{Epoch: mp.Epoch(), Req: req, Pool: pool.Id, Pg: pg}
 		msg, err := c.attempt(ctx, mp, pool.Id, pg, t, build(hdr), payload, rep, keep)

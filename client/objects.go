@@ -1,12 +1,18 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"hash/crc32"
+	"io"
 	"iter"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ospreystore/osprey/osd/ops"
@@ -107,27 +113,67 @@ func (c *Client) ListBuckets(ctx context.Context) ([]BucketInfo, error) {
 	return out, nil
 }
 
-// PutOptions are an object's metadata.
+// PutOptions are an object's metadata and how it is uploaded.
 type PutOptions struct {
 	ContentType  string
 	UserMetadata map[string]string
-	// ETag is stored as given (the SDK's multipart code sets S3's); empty
-	// leaves it empty.
-	ETag string
+	// PartSize: objects larger than this (or of unknown size) go by
+	// multipart upload in parts of this size. Default 16 MiB; at least
+	// 5 MiB (S3's smallest part) and at most 64 MiB (one message).
+	PartSize int64
+	// Concurrency is the number of parts in flight. Default 4.
+	Concurrency int
 }
 
-// PutObject stores data as bucket/key, replacing any object there. The
-// CRC32C of data travels with it and the primary checks it before it
-// commits. At most ops.MaxPutSize bytes.
-func (c *Client) PutObject(ctx context.Context, bucket, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
+func (o *PutOptions) defaults() error {
+	if o.PartSize == 0 {
+		o.PartSize = 16 << 20
+	}
+	if o.PartSize < ops.MinPartSize || o.PartSize > ops.MaxPutSize {
+		return fmt.Errorf("client: PartSize %d: must be %d to %d", o.PartSize, ops.MinPartSize, ops.MaxPutSize)
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 4
+	}
+	return nil
+}
+
+// PutObject stores size bytes from r as bucket/key, replacing any object
+// there; size -1 reads r to its end. Objects up to PartSize go in one op,
+// larger ones by multipart upload with Concurrency parts in flight (their
+// ETag is S3's multipart one, "MD5-of-MD5s-N"). The CRC32C of every body
+// travels with it and the primary checks it before it commits.
+func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader, size int64, opts PutOptions) (ObjectInfo, error) {
 	if err := checkNames(bucket, key); err != nil {
 		return ObjectInfo{}, err
 	}
-	if len(data) > ops.MaxPutSize {
-		return ObjectInfo{}, ops.Errorf(ErrEntityTooLarge.Status, "%d bytes; one put takes at most %d", len(data), ops.MaxPutSize)
+	if err := opts.defaults(); err != nil {
+		return ObjectInfo{}, err
 	}
+	if size > int64(ops.MaxParts)*opts.PartSize {
+		return ObjectInfo{}, ops.Errorf(ErrEntityTooLarge.Status, "%d bytes: more than %d parts of %d", size, ops.MaxParts, opts.PartSize)
+	}
+	// Read the first part: if it is all there is, one put does.
+	first := make([]byte, opts.PartSize+1)
+	if size >= 0 && size <= opts.PartSize {
+		first = first[:size]
+	}
+	n, err := io.ReadFull(r, first)
+	switch {
+	case size >= 0 && size <= opts.PartSize && err != nil:
+		return ObjectInfo{}, fmt.Errorf("client: reading %d bytes of %s/%s: %w", size, bucket, key, err)
+	case size >= 0 && size <= opts.PartSize, errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return c.putSingle(ctx, bucket, key, first[:n], opts)
+	case err != nil:
+		return ObjectInfo{}, err
+	}
+	return c.putMultipart(ctx, bucket, key, io.MultiReader(bytes.NewReader(first[:n]), r), size, opts)
+}
+
+func (c *Client) putSingle(ctx context.Context, bucket, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
+	sum := md5.Sum(data)
 	meta := &osdpb.ObjectMeta{Size: uint64(len(data)), Crc32C: crc32.Checksum(data, castagnoli),
-		ContentType: opts.ContentType, UserMeta: opts.UserMetadata, Etag: opts.ETag}
+		ContentType: opts.ContentType, UserMeta: opts.UserMetadata, Etag: hex.EncodeToString(sum[:])}
 	var rep osdpb.ObjectReply
 	_, err := c.do(ctx, osdpb.MsgType_MSG_PUT_OBJECT, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
 		return &osdpb.PutObject{Header: h, Bucket: bucket, Key: key, Meta: meta}
@@ -138,41 +184,80 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, data []byte,
 	return objectInfo(key, rep.Meta), nil
 }
 
-// GetOptions select a byte range: Length -1 (or Range false) means to the
-// end.
-type GetOptions struct {
-	Range          bool
-	Offset, Length int64
-}
-
-// GetObject returns the object's bytes (the range asked for) and its info,
-// after checking the whole object's CRC32C when the whole object was read.
-func (c *Client) GetObject(ctx context.Context, bucket, key string, opts GetOptions) ([]byte, ObjectInfo, error) {
-	if err := checkNames(bucket, key); err != nil {
-		return nil, ObjectInfo{}, err
-	}
-	req := func(h *osdpb.Header) proto.Message {
-		g := &osdpb.GetObject{Header: h, Bucket: bucket, Key: key}
-		if opts.Range {
-			g.HasRange, g.Offset, g.Length = true, uint64(opts.Offset), opts.Length
-		}
-		return g
-	}
-	var rep osdpb.ObjectReply
-	msg, err := c.do(ctx, osdpb.MsgType_MSG_GET_OBJECT, target{bucket: bucket, key: key}, req, nil, &rep, true)
+// putMultipart uploads r in parts of opts.PartSize, Concurrency at a time,
+// and completes the upload; on failure it aborts it.
+func (c *Client) putMultipart(ctx context.Context, bucket, key string, r io.Reader, size int64, opts PutOptions) (ObjectInfo, error) {
+	id, err := c.NewMultipartUpload(ctx, bucket, key, opts)
 	if err != nil {
-		return nil, ObjectInfo{}, err
+		return ObjectInfo{}, err
 	}
-	data := slices.Clone(msg.Data)
-	msg.Release()
-	info := objectInfo(key, rep.Meta)
-	if !opts.Range && len(rep.Meta.GetParts()) == 0 {
-		if got := crc32.Checksum(data, castagnoli); got != rep.Meta.GetCrc32C() || int64(len(data)) != info.Size {
-			return nil, info, ops.Errorf(ErrBadDigest.Status, "%s/%s: read %d bytes with CRC32C %08x, the object has %d bytes and %08x",
-				bucket, key, len(data), got, info.Size, rep.Meta.GetCrc32C())
+	ctx2, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		parts    []CompletePart
+		firstErr error
+		wg       sync.WaitGroup
+		sem      = make(chan struct{}, opts.Concurrency)
+		total    int64
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+			cancel()
+		}
+		mu.Unlock()
+	}
+	for n := 1; ; n++ {
+		if n > ops.MaxParts {
+			fail(ops.Errorf(ErrEntityTooLarge.Status, "more than %d parts of %d bytes", ops.MaxParts, opts.PartSize))
+			break
+		}
+		buf := make([]byte, opts.PartSize)
+		k, rerr := io.ReadFull(r, buf)
+		if k == 0 && n > 1 {
+			break
+		}
+		total += int64(k)
+		select {
+		case sem <- struct{}{}:
+		case <-ctx2.Done():
+		}
+		if ctx2.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			p, err := c.PutObjectPart(ctx2, bucket, key, id, n, bytes.NewReader(buf[:k]), int64(k))
+			if err != nil {
+				fail(fmt.Errorf("part %d: %w", n, err))
+				return
+			}
+			mu.Lock()
+			parts = append(parts, CompletePart{PartNumber: n, ETag: p.ETag})
+			mu.Unlock()
+		})
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			fail(rerr)
+			break
 		}
 	}
-	return data, info, nil
+	wg.Wait()
+	if firstErr == nil && size >= 0 && total != size {
+		firstErr = fmt.Errorf("client: %s/%s: read %d bytes, expected %d", bucket, key, total, size)
+	}
+	if firstErr != nil {
+		if err := c.AbortMultipartUpload(context.WithoutCancel(ctx), bucket, key, id); err != nil {
+			c.log.Warn("client: aborting a failed upload", "upload", id, "err", err)
+		}
+		return ObjectInfo{}, firstErr
+	}
+	slices.SortFunc(parts, func(a, b CompletePart) int { return a.PartNumber - b.PartNumber })
+	return c.CompleteMultipartUpload(ctx, bucket, key, id, parts)
 }
 
 // StatObject returns an object's info.
@@ -180,14 +265,11 @@ func (c *Client) StatObject(ctx context.Context, bucket, key string) (ObjectInfo
 	if err := checkNames(bucket, key); err != nil {
 		return ObjectInfo{}, err
 	}
-	var rep osdpb.ObjectReply
-	_, err := c.do(ctx, osdpb.MsgType_MSG_HEAD_OBJECT, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
-		return &osdpb.ObjectRequest{Header: h, Bucket: bucket, Key: key}
-	}, nil, &rep, false)
+	meta, err := c.head(ctx, bucket, key)
 	if err != nil {
 		return ObjectInfo{}, err
 	}
-	return objectInfo(key, rep.Meta), nil
+	return objectInfo(key, meta), nil
 }
 
 // RemoveObject deletes an object; deleting a missing key succeeds, as in S3.
@@ -226,6 +308,18 @@ func (c *Client) ListObjects(ctx context.Context, bucket string, opts ListOption
 			yield(ObjectInfo{}, err)
 			return
 		}
+		for o, err := range c.list(ctx, bucket, opts) {
+			if !yield(o, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// list is ListObjects without the checks: the multipart bucket is listed
+// through it too.
+func (c *Client) list(ctx context.Context, bucket string, opts ListOptions) iter.Seq2[ObjectInfo, error] {
+	return func(yield func(ObjectInfo, error) bool) {
 		after := opts.StartAfter
 		sent := 0
 		for {
@@ -336,9 +430,35 @@ func lastKey(r *osdpb.ListObjectsReply) string {
 	return last
 }
 
+// checkNames checks a user's bucket and key (the multipart bucket is not
+// one).
 func checkNames(bucket, key string) error {
 	if err := ops.CheckBucketName(bucket); err != nil {
 		return err
 	}
 	return ops.CheckKey(key)
+}
+
+// RemoveObjects deletes keys of bucket, Concurrency at a time; the error
+// joins every key's failure.
+func (c *Client) RemoveObjects(ctx context.Context, bucket string, keys []string) error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, 8)
+	)
+	for _, k := range keys {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := c.RemoveObject(ctx, bucket, k); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", k, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

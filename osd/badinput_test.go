@@ -1,6 +1,7 @@
 package osd_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -86,10 +87,14 @@ func TestBadInput(t *testing.T) {
 	if err := cl.MakeBucket(ctx, "fine"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.PutObject(ctx, "fine", "k", []byte("v"), client.PutOptions{}); err != nil {
+	if _, err := osdtest.Put(ctx, cl, "fine", "k", []byte("v"), client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.PutObject(ctx, "fine", "k", make([]byte, ops.MaxPutSize+1), client.PutOptions{}); !errors.Is(err, client.ErrEntityTooLarge) {
-		t.Fatalf("oversized put: %v", err)
+	id, err := cl.NewMultipartUpload(ctx, "fine", "big", client.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.PutObjectPart(ctx, "fine", "big", id, 1, bytes.NewReader(nil), ops.MaxPutSize+1); !errors.Is(err, client.ErrEntityTooLarge) {
+		t.Fatalf("oversized part: %v", err)
 	}
 }

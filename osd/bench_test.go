@@ -27,7 +27,7 @@ func BenchmarkClusterPut4KiB(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := cl.PutObject(ctx, "bench", fmt.Sprintf("k%d", n.Add(1)), body, client.PutOptions{}); err != nil {
+			if _, err := osdtest.Put(ctx, cl, "bench", fmt.Sprintf("k%d", n.Add(1)), body, client.PutOptions{}); err != nil {
 				b.Error(err)
 				return
 			}

@@ -66,7 +66,7 @@ func TestClusterBasics(t *testing.T) {
 	if err := cl.MakeBucket(ctx, "Bad_Name"); !errors.Is(err, client.ErrInvalidBucketName) {
 		t.Fatalf("bad name: %v", err)
 	}
-	if _, err := cl.PutObject(ctx, "nobucket", "k", []byte("x"), client.PutOptions{}); !errors.Is(err, client.ErrNoSuchBucket) {
+	if _, err := osdtest.Put(ctx, cl, "nobucket", "k", []byte("x"), client.PutOptions{}); !errors.Is(err, client.ErrNoSuchBucket) {
 		t.Fatalf("put to a missing bucket: %v", err)
 	}
 	// Every OSD has the bucket record.
@@ -80,14 +80,14 @@ func TestClusterBasics(t *testing.T) {
 	for i, n := range sizes {
 		key := fmt.Sprintf("dir/obj-%d", i)
 		data := payload(n, uint64(i))
-		info, err := cl.PutObject(ctx, "photos", key, data, client.PutOptions{ContentType: "image/png", UserMetadata: map[string]string{"a": "b"}})
+		info, err := osdtest.Put(ctx, cl, "photos", key, data, client.PutOptions{ContentType: "image/png", UserMetadata: map[string]string{"a": "b"}})
 		if err != nil {
 			t.Fatalf("put %s: %v", key, err)
 		}
 		if info.Size != int64(n) {
 			t.Fatalf("put %s: info %+v", key, info)
 		}
-		got, ginfo, err := cl.GetObject(ctx, "photos", key, client.GetOptions{})
+		got, ginfo, err := osdtest.Get(ctx, cl, "photos", key, client.GetOptions{})
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("get %s: %d bytes, %v", key, len(got), err)
 		}
@@ -98,18 +98,18 @@ func TestClusterBasics(t *testing.T) {
 	}
 	// Ranges.
 	data := payload(5<<20, 4)
-	got, _, err := cl.GetObject(ctx, "photos", "dir/obj-4", client.GetOptions{Range: true, Offset: 1<<20 - 3, Length: 10})
+	got, _, err := osdtest.Get(ctx, cl, "photos", "dir/obj-4", client.GetOptions{Range: true, Offset: 1<<20 - 3, Length: 10})
 	if err != nil || !bytes.Equal(got, data[1<<20-3:1<<20+7]) {
 		t.Fatalf("range: %v", err)
 	}
-	if _, _, err := cl.GetObject(ctx, "photos", "dir/obj-1", client.GetOptions{Range: true, Offset: 5, Length: 1}); !errors.Is(err, client.ErrInvalidRange) {
+	if _, _, err := osdtest.Get(ctx, cl, "photos", "dir/obj-1", client.GetOptions{Range: true, Offset: 5, Length: 1}); !errors.Is(err, client.ErrInvalidRange) {
 		t.Fatalf("range past the end: %v", err)
 	}
-	if _, _, err := cl.GetObject(ctx, "photos", "nope", client.GetOptions{}); !errors.Is(err, client.ErrNoSuchKey) {
+	if _, _, err := osdtest.Get(ctx, cl, "photos", "nope", client.GetOptions{}); !errors.Is(err, client.ErrNoSuchKey) {
 		t.Fatalf("missing key: %v", err)
 	}
 	// Overwrite, then delete.
-	if _, err := cl.PutObject(ctx, "photos", "dir/obj-2", []byte("short"), client.PutOptions{}); err != nil {
+	if _, err := osdtest.Put(ctx, cl, "photos", "dir/obj-2", []byte("short"), client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	replicasHave(t, c, "photos", "dir/obj-2", []byte("short"))
@@ -171,7 +171,7 @@ func TestReplicaDownFailsFastThenCatchesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	put := func(key string, gen int) error {
-		_, err := cl.PutObject(ctx, "data", key, payload(3000, uint64(gen)), client.PutOptions{})
+		_, err := osdtest.Put(ctx, cl, "data", key, payload(3000, uint64(gen)), client.PutOptions{})
 		return err
 	}
 	for i := range 20 {
@@ -222,7 +222,7 @@ func TestReplicaBackfill(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		if _, err := cl.PutObject(ctx, "data", fmt.Sprintf("old%d", i), payload(100, uint64(i)), client.PutOptions{}); err != nil {
+		if _, err := osdtest.Put(ctx, cl, "data", fmt.Sprintf("old%d", i), payload(100, uint64(i)), client.PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -239,7 +239,7 @@ func TestReplicaBackfill(t *testing.T) {
 		}
 	}
 	for i := range 200 {
-		if _, err := cl.PutObject(ctx, "data", fmt.Sprintf("new%d", i%30), payload(50, uint64(i)), client.PutOptions{}); err != nil {
+		if _, err := osdtest.Put(ctx, cl, "data", fmt.Sprintf("new%d", i%30), payload(50, uint64(i)), client.PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -260,7 +260,7 @@ func TestReplicaBackfill(t *testing.T) {
 		if pg := placement.PGOf(pool, "data", key); !covered[pg] {
 			covered[pg] = true
 			osdtest.Eventually(t, 30*time.Second, "marker write", func() bool {
-				_, err := cl.PutObject(ctx, "data", key, []byte("m"), client.PutOptions{})
+				_, err := osdtest.Put(ctx, cl, "data", key, []byte("m"), client.PutOptions{})
 				return err == nil
 			})
 		}

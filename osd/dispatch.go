@@ -127,7 +127,7 @@ func (o *OSD) target(hdr *osdpb.Header, bucket, key string, meta bool) (*placeme
 	}
 	pg := uint32(placement.MetaPG)
 	if !meta {
-		pg = placement.PGOf(pool, bucket, key)
+		pg = ops.StoredPG(pool, bucket, key)
 	}
 	if hdr.Pg != pg {
 		return nil, nil, 0, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "%s/%s is in pg %d, not %d (epoch %d)", bucket, key, pg, hdr.Pg, mp.Epoch())
@@ -176,7 +176,7 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			o.badRequest(m, err)
 			return
 		}
-		o.objectWrite(m, req.Header, req.Bucket, req.Key, func(e *osdpb.LogEntry) error {
+		o.objectWrite(m, req.Header, req.Bucket, req.Key, objectReply, func(e *osdpb.LogEntry) error {
 			meta := req.Meta
 			if meta == nil {
 				meta = &osdpb.ObjectMeta{}
@@ -198,7 +198,7 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			o.badRequest(m, err)
 			return
 		}
-		o.objectWrite(m, req.Header, req.Bucket, req.Key, func(e *osdpb.LogEntry) error {
+		o.objectWrite(m, req.Header, req.Bucket, req.Key, objectReply, func(e *osdpb.LogEntry) error {
 			e.Kind = osdpb.OpKind_OP_DELETE
 			return nil
 		})
@@ -209,7 +209,7 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			o.badRequest(m, err)
 			return
 		}
-		o.onReaders(m, func() { o.getObject(m, &req) })
+		o.onReaders(m, func() { o.getObject(m, &req, 0) })
 
 	case osdpb.MsgType_MSG_HEAD_OBJECT:
 		var req osdpb.ObjectRequest
@@ -218,7 +218,7 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			return
 		}
 		o.onReaders(m, func() {
-			o.getObject(m, &osdpb.GetObject{Header: req.Header, Bucket: req.Bucket, Key: req.Key, HasRange: true, Length: 0})
+			o.getObject(m, &osdpb.GetObject{Header: req.Header, Bucket: req.Bucket, Key: req.Key, HasRange: true, Length: 0}, req.Tid)
 		})
 
 	case osdpb.MsgType_MSG_LIST_OBJECTS:
@@ -228,6 +228,14 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			return
 		}
 		o.onReaders(m, func() { o.listObjects(m, &req, fromPeer) })
+
+	case osdpb.MsgType_MSG_CREATE_UPLOAD, osdpb.MsgType_MSG_UPLOAD_PART, osdpb.MsgType_MSG_COMPLETE_UPLOAD, osdpb.MsgType_MSG_ABORT_UPLOAD:
+		var req osdpb.UploadRequest
+		if err := m.DecodeFront(&req); err != nil {
+			o.badRequest(m, err)
+			return
+		}
+		o.upload(m, &req)
 
 	default:
 		o.badRequest(m, errors.New("unknown op"))
@@ -291,11 +299,11 @@ func (o *OSD) bucketRead(m *msgr.Message, req *osdpb.BucketRequest) {
 // getObject serves GET_OBJECT and HEAD_OBJECT (a zero-length range) at the
 // PG's primary. The bytes go into a buffer from the client's conn, which on
 // RDMA is registered memory the client reads without a copy.
-func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
+func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, tid uint64) {
 	defer m.Release()
 	t := osdpb.MsgType(m.Type)
 	fail := func(err error) {
-		o.send(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, err)}, nil)
+		o.send(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, err), Tid: tid}, nil)
 	}
 	if err := checkNames(req.Bucket, req.Key); err != nil {
 		fail(err)
@@ -315,7 +323,7 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 		off, length = req.Offset, req.Length
 	}
 	if t == osdpb.MsgType_MSG_HEAD_OBJECT {
-		o.send(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta}, nil)
+		o.send(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Tid: tid}, nil)
 		return
 	}
 	n := int64(meta.Size) - int64(off)
@@ -368,7 +376,10 @@ func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer bool
 	defer m.Release()
 	t := osdpb.MsgType(m.Type)
 	rep := &osdpb.ListObjectsReply{Tid: req.Tid}
-	err := ops.CheckBucketName(req.Bucket)
+	var err error
+	if req.Bucket != ops.MultipartBucket {
+		err = ops.CheckBucketName(req.Bucket)
+	}
 	var opts store.ListOptions
 	if err == nil {
 		opts, err = o.listOptions(req, fromPeer)
@@ -409,16 +420,13 @@ func (o *OSD) listOptions(req *osdpb.ListObjects, fromPeer bool) (store.ListOpti
 		}
 		want[pg] = true
 	}
-	opts.Include = func(key string) bool { return want[placement.PGOf(pool, req.Bucket, key)] }
+	opts.Include = func(key string) bool { return want[ops.StoredPG(pool, req.Bucket, key)] }
 	return opts, nil
 }
 
-func checkNames(bucket, key string) error {
-	if err := ops.CheckBucketName(bucket); err != nil {
-		return err
-	}
-	return ops.CheckKey(key)
-}
+// checkNames checks the names of an object op; parts and upload records of
+// the multipart bucket are objects too.
+func checkNames(bucket, key string) error { return ops.CheckObjectNames(bucket, key) }
 
 // tidOf reads field 10 (tid) of an OSD-to-OSD message without decoding
 // the rest: the last occurrence, as protobuf does; 0 when absent. It stops

@@ -190,6 +190,15 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		return nil, err
 	}
 	o.st = st
+	// Every OSD holds the multipart bucket's record itself: it is not a
+	// user bucket and is never created or deleted through the meta PG.
+	if _, err := st.HeadBucket(ctx, ops.MultipartBucket); err != nil {
+		err = st.InstallObject(ctx, placement.MetaPG, &osdpb.LogEntry{Kind: osdpb.OpKind_OP_CREATE_BUCKET, Bucket: ops.MultipartBucket}, nil)
+		if err != nil {
+			st.Close()
+			return nil, fmt.Errorf("osd: creating the multipart bucket: %w", err)
+		}
+	}
 
 	name := msgr.EntityName(fmt.Sprintf("osd.%d", cfg.ID))
 	o.pub, err = msgr.New(msgr.Options{

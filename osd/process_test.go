@@ -252,7 +252,7 @@ func survivesKills(t *testing.T, clusterNet string) {
 					states[w][key] = st
 				}
 				st.tried = append(st.tried, gen)
-				if _, err := cl.PutObject(ctx, "bkt", key, content(key, gen), client.PutOptions{}); err == nil {
+				if _, err := osdtest.Put(ctx, cl, "bkt", key, content(key, gen), client.PutOptions{}); err == nil {
 					st.acked, st.tried = gen, st.tried[:0]
 					acked.Add(1)
 				} else {
@@ -298,7 +298,7 @@ func survivesKills(t *testing.T, clusterNet string) {
 		key := fmt.Sprintf("marker-%d", i)
 		if pg := placement.PGOf(pool, "bkt", key); !covered[pg] {
 			covered[pg] = true
-			if _, err := cl.PutObject(ctx, "bkt", key, []byte("m"), client.PutOptions{}); err != nil {
+			if _, err := osdtest.Put(ctx, cl, "bkt", key, []byte("m"), client.PutOptions{}); err != nil {
 				t.Fatalf("marker write to pg %d: %v", pg, err)
 			}
 		}
@@ -315,7 +315,7 @@ func survivesKills(t *testing.T, clusterNet string) {
 	}
 	for _, m := range states {
 		for key, st := range m {
-			got, _, err := cl.GetObject(ctx, "bkt", key, client.GetOptions{})
+			got, _, err := osdtest.Get(ctx, cl, "bkt", key, client.GetOptions{})
 			if st.acked < 0 && err != nil {
 				continue
 			}
@@ -334,7 +334,7 @@ func survivesKills(t *testing.T, clusterNet string) {
 	}
 	stores := map[uint32]*store.Store{}
 	for info := range pc.m.OSDs() {
-		s, err := store.Open(ctx, store.Options{Dir: filepath.Join(pc.dataDir(info.Id), "store")})
+		s, err := store.Open(ctx, store.Options{Dir: filepath.Join(pc.dataDir(info.Id), "store"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,10 +28,10 @@ func TestClusterRDMA(t *testing.T) {
 	for i, n := range sizes {
 		key := fmt.Sprintf("obj%d", i)
 		data := payload(n, uint64(i))
-		if _, err := cl.PutObject(ctx, "rdma", key, data, client.PutOptions{}); err != nil {
+		if _, err := osdtest.Put(ctx, cl, "rdma", key, data, client.PutOptions{}); err != nil {
 			t.Fatalf("put %d bytes: %v", n, err)
 		}
-		got, _, err := cl.GetObject(ctx, "rdma", key, client.GetOptions{})
+		got, _, err := osdtest.Get(ctx, cl, "rdma", key, client.GetOptions{})
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("get %d bytes: %v", n, err)
 		}
@@ -45,7 +45,7 @@ func TestClusterRDMA(t *testing.T) {
 		key := fmt.Sprintf("after%d", i)
 		data := payload(200<<10, uint64(100+i))
 		osdtest.Eventually(t, 30*time.Second, "write after restart", func() bool {
-			_, err := cl.PutObject(ctx, "rdma", key, data, client.PutOptions{})
+			_, err := osdtest.Put(ctx, cl, "rdma", key, data, client.PutOptions{})
 			return err == nil
 		})
 		replicasHave(t, c, "rdma", key, data)

@@ -62,12 +62,20 @@ func versionLE(a, b *osdpb.Version) bool {
 	return a.GetSeq() <= b.GetSeq()
 }
 
+// replyFunc builds a write's reply from its header and the entry applied
+// (nil on failure).
+type replyFunc func(h *osdpb.ReplyHeader, applied *osdpb.LogEntry) proto.Message
+
+func objectReply(h *osdpb.ReplyHeader, applied *osdpb.LogEntry) proto.Message {
+	return &osdpb.ObjectReply{Header: h, Meta: applied.GetMeta()}
+}
+
 // objectWrite checks a put or delete and queues it on its PG's shard;
 // fill completes the log entry from the request.
-func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string, fill func(*osdpb.LogEntry) error) {
+func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string, reply replyFunc, fill func(*osdpb.LogEntry) error) {
 	t, conn := osdpb.MsgType(m.Type), m.Conn() // m is released before the reply goes
 	fail := func(err error) {
-		o.send(conn, ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(hdr, err)}, nil)
+		o.send(conn, ops.ReplyType(t), reply(o.header(hdr, err), nil), nil)
 		m.Release()
 	}
 	e := &osdpb.LogEntry{Req: hdr.GetReq(), Bucket: bucket, Key: key}
@@ -87,12 +95,13 @@ func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string
 	sid := storePG(pool.Id, pg)
 	o.onShard(m, sid, func() {
 		o.write(mp, sid, e, m.Data, func(applied *osdpb.LogEntry, err error) {
-			rep := &osdpb.ObjectReply{Header: o.header(hdr, err)}
-			if err == nil {
-				rep.Header.Version = applied.Version
-				rep.Meta = applied.Meta
+			h := o.header(hdr, err)
+			if err != nil {
+				applied = nil
+			} else {
+				h.Version = applied.Version
 			}
-			o.send(conn, ops.ReplyType(t), rep, nil)
+			o.send(conn, ops.ReplyType(t), reply(h, applied), nil)
 		}, m.Release)
 	})
 }

@@ -1,9 +1,16 @@
 package ops
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // MultipartBucket holds the parts and upload records of multipart uploads.
@@ -57,4 +64,88 @@ func CheckKey(key string) error {
 		return Errorf(ErrInvalidKey.Status, "key contains NUL")
 	}
 	return nil
+}
+
+// Multipart keys. An upload record is the hidden object
+// "BUCKET/KEY/UPLOADID" of MultipartBucket, kept in the PG of BUCKET/KEY so
+// that the final key's primary owns it; part N of an upload is the hidden
+// object "UPLOADID/NNNNN", placed by its own key so parts spread over PGs.
+const uploadIDLen = 32
+
+// NewUploadID returns a fresh random upload id (32 hex digits).
+func NewUploadID() string {
+	var b [uploadIDLen / 2]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// CheckUploadID checks an upload id's form.
+func CheckUploadID(id string) error {
+	if len(id) != uploadIDLen {
+		return Errorf(ErrNoSuchUpload.Status, "upload id %q is malformed", id)
+	}
+	if _, err := hex.DecodeString(id); err != nil {
+		return Errorf(ErrNoSuchUpload.Status, "upload id %q is malformed", id)
+	}
+	return nil
+}
+
+// UploadKey is the hidden key of an upload's record.
+func UploadKey(bucket, key, uploadID string) string { return bucket + "/" + key + "/" + uploadID }
+
+// ParseUploadKey splits an upload record's hidden key.
+func ParseUploadKey(k string) (bucket, key, uploadID string, ok bool) {
+	i := strings.IndexByte(k, '/')
+	if i < 0 || len(k) < i+2+uploadIDLen || k[len(k)-uploadIDLen-1] != '/' {
+		return "", "", "", false
+	}
+	bucket, key, uploadID = k[:i], k[i+1:len(k)-uploadIDLen-1], k[len(k)-uploadIDLen:]
+	if CheckBucketName(bucket) != nil || CheckKey(key) != nil || CheckUploadID(uploadID) != nil {
+		return "", "", "", false
+	}
+	return bucket, key, uploadID, true
+}
+
+// PartKey is the hidden key of part n of an upload.
+func PartKey(uploadID string, n uint32) string { return fmt.Sprintf("%s/%05d", uploadID, n) }
+
+// ParsePartKey splits a part's hidden key.
+func ParsePartKey(k string) (uploadID string, n uint32, ok bool) {
+	if len(k) != uploadIDLen+6 || k[uploadIDLen] != '/' || CheckUploadID(k[:uploadIDLen]) != nil {
+		return "", 0, false
+	}
+	v, err := strconv.ParseUint(k[uploadIDLen+1:], 10, 32)
+	if err != nil || v < 1 || v > MaxParts {
+		return "", 0, false
+	}
+	return k[:uploadIDLen], uint32(v), true
+}
+
+// CheckObjectNames checks a (bucket, key) an object op names: a valid
+// bucket and key, or a part or upload record of the multipart bucket.
+func CheckObjectNames(bucket, key string) error {
+	if bucket == MultipartBucket {
+		if _, _, ok := ParsePartKey(key); ok {
+			return nil
+		}
+		if _, _, _, ok := ParseUploadKey(key); ok {
+			return nil
+		}
+		return Errorf(ErrInvalidKey.Status, "%q is neither a part nor an upload of %s", key, MultipartBucket)
+	}
+	if err := CheckBucketName(bucket); err != nil {
+		return err
+	}
+	return CheckKey(key)
+}
+
+// StoredPG is the PG an object is stored in: its own (placement.PGOf),
+// except an upload record, which lives in the PG of the upload's final key.
+func StoredPG(pool *osdpb.Pool, bucket, key string) uint32 {
+	if bucket == MultipartBucket {
+		if b, k, _, ok := ParseUploadKey(key); ok {
+			return placement.PGOf(pool, b, k)
+		}
+	}
+	return placement.PGOf(pool, bucket, key)
 }

@@ -67,3 +67,35 @@ func TestErrors(t *testing.T) {
 		t.Fatal("reply types")
 	}
 }
+
+func TestMultipartKeys(t *testing.T) {
+	id := NewUploadID()
+	if err := CheckUploadID(id); err != nil {
+		t.Fatal(err)
+	}
+	b, k, u, ok := ParseUploadKey(UploadKey("bkt", "a/b/c", id))
+	if !ok || b != "bkt" || k != "a/b/c" || u != id {
+		t.Fatalf("ParseUploadKey: %q %q %q %v", b, k, u, ok)
+	}
+	u, n, ok := ParsePartKey(PartKey(id, 42))
+	if !ok || u != id || n != 42 {
+		t.Fatalf("ParsePartKey: %q %d %v", u, n, ok)
+	}
+	for _, bad := range []string{"", id, id + "/00000", id + "/10001", id + "/0001x", "zz" + id[2:] + "/00001"} {
+		if _, _, ok := ParsePartKey(bad); ok {
+			t.Errorf("ParsePartKey(%q) ok", bad)
+		}
+	}
+	for _, bad := range []string{"", "bkt/" + id, "BKT/k/" + id, "bkt/k/" + id[1:]} {
+		if _, _, _, ok := ParseUploadKey(bad); ok {
+			t.Errorf("ParseUploadKey(%q) ok", bad)
+		}
+	}
+	if CheckObjectNames(MultipartBucket, PartKey(id, 1)) != nil || CheckObjectNames(MultipartBucket, "x") == nil ||
+		CheckObjectNames("bkt", "k") != nil || CheckObjectNames("b", "k") == nil {
+		t.Fatal("CheckObjectNames")
+	}
+	if CheckUploadID("not-hex-not-hex-not-hex-not-hex!") == nil {
+		t.Fatal("CheckUploadID accepts garbage")
+	}
+}

@@ -4,6 +4,7 @@
 package osdtest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -191,4 +192,21 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		}
 		time.Sleep(5 * time.Millisecond) // polling interval
 	}
+}
+
+// Put stores data as bucket/key through cl.
+func Put(ctx context.Context, cl *client.Client, bucket, key string, data []byte, opts client.PutOptions) (client.ObjectInfo, error) {
+	return cl.PutObject(ctx, bucket, key, bytes.NewReader(data), int64(len(data)), opts)
+}
+
+// Get reads bucket/key (or the range opts names) whole through cl.
+func Get(ctx context.Context, cl *client.Client, bucket, key string, opts client.GetOptions) ([]byte, client.ObjectInfo, error) {
+	o, err := cl.GetObject(ctx, bucket, key, opts)
+	if err != nil {
+		return nil, client.ObjectInfo{}, err
+	}
+	defer o.Close()
+	info, _ := o.Stat()
+	b, err := io.ReadAll(o)
+	return b, info, err
 }

@@ -62,10 +62,6 @@ const (
 	MsgType_MSG_COMPLETE_UPLOAD_REPLY MsgType = 26
 	MsgType_MSG_ABORT_UPLOAD          MsgType = 27
 	MsgType_MSG_ABORT_UPLOAD_REPLY    MsgType = 28
-	MsgType_MSG_LIST_PARTS            MsgType = 29
-	MsgType_MSG_LIST_PARTS_REPLY      MsgType = 30
-	MsgType_MSG_LIST_UPLOADS          MsgType = 31
-	MsgType_MSG_LIST_UPLOADS_REPLY    MsgType = 32
 	// Between OSDs, on the cluster network.
 	MsgType_MSG_REP_OP            MsgType = 101
 	MsgType_MSG_REP_OP_REPLY      MsgType = 102
@@ -111,10 +107,6 @@ var (
 		26:  "MSG_COMPLETE_UPLOAD_REPLY",
 		27:  "MSG_ABORT_UPLOAD",
 		28:  "MSG_ABORT_UPLOAD_REPLY",
-		29:  "MSG_LIST_PARTS",
-		30:  "MSG_LIST_PARTS_REPLY",
-		31:  "MSG_LIST_UPLOADS",
-		32:  "MSG_LIST_UPLOADS_REPLY",
 		101: "MSG_REP_OP",
 		102: "MSG_REP_OP_REPLY",
 		103: "MSG_PG_QUERY",
@@ -156,10 +148,6 @@ var (
 		"MSG_COMPLETE_UPLOAD_REPLY": 26,
 		"MSG_ABORT_UPLOAD":          27,
 		"MSG_ABORT_UPLOAD_REPLY":    28,
-		"MSG_LIST_PARTS":            29,
-		"MSG_LIST_PARTS_REPLY":      30,
-		"MSG_LIST_UPLOADS":          31,
-		"MSG_LIST_UPLOADS_REPLY":    32,
 		"MSG_REP_OP":                101,
 		"MSG_REP_OP_REPLY":          102,
 		"MSG_PG_QUERY":              103,
@@ -1584,6 +1572,7 @@ type ObjectReply struct {
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Meta          *ObjectMeta            `protobuf:"bytes,2,opt,name=meta,proto3" json:"meta,omitempty"`
 	Offset        uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"` // of the data segment within the object
+	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`      // between OSDs: echoed from the request
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1639,11 +1628,19 @@ func (x *ObjectReply) GetOffset() uint64 {
 	return 0
 }
 
+func (x *ObjectReply) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
 type ObjectRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Bucket        string                 `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
 	Key           string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // between OSDs: echoed in the reply
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1697,6 +1694,13 @@ func (x *ObjectRequest) GetKey() string {
 		return x.Key
 	}
 	return ""
+}
+
+func (x *ObjectRequest) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
 }
 
 // ListObjects lists one bucket's objects in the PGs named, which must be PGs
@@ -1879,8 +1883,9 @@ func (x *ListObjectsReply) GetTid() uint64 {
 	return 0
 }
 
-// Multipart uploads. The upload record lives with the final key's PG; parts are
-// hidden objects whose keys the upload names.
+// Multipart uploads (docs/osd.md). The upload record is a hidden object of the
+// multipart bucket kept in the final key's PG; parts are hidden objects of
+// that bucket, each placed by its own key, so they spread over the PGs.
 type UploadRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -3094,15 +3099,19 @@ const file_osd_proto_rawDesc = "" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12\x1b\n" +
 	"\thas_range\x18\x04 \x01(\bR\bhasRange\x12\x16\n" +
 	"\x06offset\x18\x05 \x01(\x04R\x06offset\x12\x16\n" +
-	"\x06length\x18\x06 \x01(\x03R\x06length\"\x82\x01\n" +
+	"\x06length\x18\x06 \x01(\x03R\x06length\"\x94\x01\n" +
 	"\vObjectReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12*\n" +
 	"\x04meta\x18\x02 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x12\x16\n" +
-	"\x06offset\x18\x03 \x01(\x04R\x06offset\"e\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x10\n" +
+	"\x03tid\x18\n" +
+	" \x01(\x04R\x03tid\"w\n" +
 	"\rObjectRequest\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
-	"\x03key\x18\x03 \x01(\tR\x03key\"\xe7\x01\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x10\n" +
+	"\x03tid\x18\n" +
+	" \x01(\x04R\x03tid\"\xe7\x01\n" +
 	"\vListObjects\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x16\n" +
@@ -3219,7 +3228,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x0eHeartbeatReply\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
-	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano*\x88\b\n" +
+	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano*\xa8\a\n" +
 	"\aMsgType\x12\x0f\n" +
 	"\vMSG_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vMSG_GET_MAP\x10\x01\x12\x15\n" +
@@ -3250,11 +3259,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x13MSG_COMPLETE_UPLOAD\x10\x19\x12\x1d\n" +
 	"\x19MSG_COMPLETE_UPLOAD_REPLY\x10\x1a\x12\x14\n" +
 	"\x10MSG_ABORT_UPLOAD\x10\x1b\x12\x1a\n" +
-	"\x16MSG_ABORT_UPLOAD_REPLY\x10\x1c\x12\x12\n" +
-	"\x0eMSG_LIST_PARTS\x10\x1d\x12\x18\n" +
-	"\x14MSG_LIST_PARTS_REPLY\x10\x1e\x12\x14\n" +
-	"\x10MSG_LIST_UPLOADS\x10\x1f\x12\x1a\n" +
-	"\x16MSG_LIST_UPLOADS_REPLY\x10 \x12\x0e\n" +
+	"\x16MSG_ABORT_UPLOAD_REPLY\x10\x1c\x12\x0e\n" +
 	"\n" +
 	"MSG_REP_OP\x10e\x12\x14\n" +
 	"\x10MSG_REP_OP_REPLY\x10f\x12\x10\n" +

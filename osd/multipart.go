@@ -1,0 +1,241 @@
+package osd
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Multipart uploads, as S3 has them. An upload's record is a hidden
+// object of ops.MultipartBucket stored in the PG of the final key, so the
+// final key's primary creates, completes and aborts it; each part is a
+// hidden object placed by its own key, so parts go to different PGs and
+// move in parallel. Completing writes the final key as a manifest: its
+// metadata lists the parts, and readers fetch them from their PGs.
+
+// upload routes the four upload ops.
+func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
+	t, conn := osdpb.MsgType(m.Type), m.Conn()
+	uploadReply := func(h *osdpb.ReplyHeader, applied *osdpb.LogEntry) proto.Message {
+		rep := &osdpb.UploadReply{Header: h}
+		if applied == nil {
+			return rep
+		}
+		switch t {
+		case osdpb.MsgType_MSG_CREATE_UPLOAD:
+			_, _, rep.UploadId, _ = ops.ParseUploadKey(applied.Key)
+		case osdpb.MsgType_MSG_UPLOAD_PART:
+			_, n, _ := ops.ParsePartKey(applied.Key)
+			mt := applied.Meta
+			rep.Part = &osdpb.PartRef{Number: n, Key: applied.Key, Size: mt.GetSize(), Etag: mt.GetEtag(), Crc32C: mt.GetCrc32C()}
+		case osdpb.MsgType_MSG_COMPLETE_UPLOAD:
+			rep.Meta = applied.Meta
+		}
+		return rep
+	}
+	fail := func(err error) {
+		o.send(conn, ops.ReplyType(t), uploadReply(o.header(req.Header, err), nil), nil)
+		m.Release()
+	}
+	if err := ops.CheckBucketName(req.Bucket); err != nil {
+		fail(err)
+		return
+	}
+	if err := ops.CheckKey(req.Key); err != nil {
+		fail(err)
+		return
+	}
+	if t != osdpb.MsgType_MSG_CREATE_UPLOAD {
+		if err := ops.CheckUploadID(req.UploadId); err != nil {
+			fail(err)
+			return
+		}
+	}
+	switch t {
+	case osdpb.MsgType_MSG_CREATE_UPLOAD:
+		o.objectWrite(m, req.Header, req.Bucket, req.Key, uploadReply, func(e *osdpb.LogEntry) error {
+			if _, err := o.st.HeadBucket(o.ctx, req.Bucket); err != nil {
+				return err
+			}
+			meta := &osdpb.ObjectMeta{MtimeUnixNano: time.Now().UnixNano(),
+				ContentType: req.Meta.GetContentType(), UserMeta: req.Meta.GetUserMeta()}
+			e.Kind, e.Bucket, e.Key, e.Meta = osdpb.OpKind_OP_PUT, ops.MultipartBucket, ops.UploadKey(req.Bucket, req.Key, ops.NewUploadID()), meta
+			return nil
+		})
+
+	case osdpb.MsgType_MSG_UPLOAD_PART:
+		if req.PartNumber < 1 || req.PartNumber > ops.MaxParts {
+			fail(ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "part number %d: must be 1 to %d", req.PartNumber, ops.MaxParts))
+			return
+		}
+		// The part is an object of its own PG: the header names that PG.
+		key := ops.PartKey(req.UploadId, req.PartNumber)
+		o.objectWrite(m, req.Header, ops.MultipartBucket, key, uploadReply, func(e *osdpb.LogEntry) error {
+			meta := req.Meta
+			if meta == nil || meta.Size != uint64(len(m.Data)) {
+				return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "part meta says %d bytes, the body has %d", meta.GetSize(), len(m.Data))
+			}
+			if len(m.Data) > ops.MaxPutSize {
+				return ops.Errorf(osdpb.Status_ENTITY_TOO_LARGE, "part of %d bytes; at most %d", len(m.Data), ops.MaxPutSize)
+			}
+			sum := md5.Sum(m.Data)
+			meta = &osdpb.ObjectMeta{Size: meta.Size, Crc32C: meta.Crc32C, Etag: hex.EncodeToString(sum[:]), MtimeUnixNano: time.Now().UnixNano()}
+			e.Kind, e.Meta = osdpb.OpKind_OP_PUT, meta
+			return nil
+		})
+
+	case osdpb.MsgType_MSG_ABORT_UPLOAD:
+		rec := ops.UploadKey(req.Bucket, req.Key, req.UploadId)
+		o.recordWrite(m, req, uploadReply, func(mp *placement.Map, e *osdpb.LogEntry) error {
+			if _, err := o.st.Head(o.ctx, ops.MultipartBucket, rec); err != nil {
+				return ops.Errorf(osdpb.Status_NO_SUCH_UPLOAD, "no upload %s of %s/%s", req.UploadId, req.Bucket, req.Key)
+			}
+			e.Kind, e.Bucket, e.Key = osdpb.OpKind_OP_DELETE, ops.MultipartBucket, rec
+			return nil
+		}, nil)
+
+	case osdpb.MsgType_MSG_COMPLETE_UPLOAD:
+		rec := ops.UploadKey(req.Bucket, req.Key, req.UploadId)
+		o.recordWrite(m, req, uploadReply, func(mp *placement.Map, e *osdpb.LogEntry) error {
+			upl, err := o.st.Head(o.ctx, ops.MultipartBucket, rec)
+			if err != nil {
+				return ops.Errorf(osdpb.Status_NO_SUCH_UPLOAD, "no upload %s of %s/%s", req.UploadId, req.Bucket, req.Key)
+			}
+			meta, err := o.manifest(mp, req, upl)
+			if err != nil {
+				return err
+			}
+			e.Kind, e.Bucket, e.Key, e.Meta = osdpb.OpKind_OP_PUT, req.Bucket, req.Key, meta
+			return nil
+		}, func(mp *placement.Map, sid uint32) {
+			// The upload is complete: its record goes (its parts stay,
+			// as the object's data).
+			e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: rec}
+			o.write(mp, sid, e, nil, func(_ *osdpb.LogEntry, err error) {
+				if err != nil {
+					o.log.Warn("removing a completed upload's record", "upload", req.UploadId, "err", err)
+				}
+			}, func() {})
+		})
+	}
+}
+
+// recordWrite runs an op on an upload record at the final key's primary:
+// on the PG's shard, a resend is answered from the PG log; otherwise fill
+// checks the record and builds the entry to write; after runs (on the
+// shard) once that entry is written everywhere.
+func (o *OSD) recordWrite(m *msgr.Message, req *osdpb.UploadRequest, reply replyFunc,
+	fill func(*placement.Map, *osdpb.LogEntry) error, after func(*placement.Map, uint32)) {
+	t, conn := osdpb.MsgType(m.Type), m.Conn()
+	send := func(err error, applied *osdpb.LogEntry) {
+		h := o.header(req.Header, err)
+		if err != nil {
+			applied = nil
+		} else {
+			h.Version = applied.Version
+		}
+		o.send(conn, ops.ReplyType(t), reply(h, applied), nil)
+	}
+	mp, pool, pg, err := o.target(req.Header, req.Bucket, req.Key, false)
+	if err != nil {
+		send(err, nil)
+		m.Release()
+		return
+	}
+	sid := storePG(pool.Id, pg)
+	o.onShard(m, sid, func() {
+		defer m.Release()
+		e := &osdpb.LogEntry{Req: req.Header.GetReq()}
+		if e.Req != nil {
+			if _, found, err := o.st.FindRequest(o.ctx, sid, e.Req); err == nil && found {
+				// A resend: write answers it from the log.
+				o.write(mp, sid, e, nil, func(applied *osdpb.LogEntry, err error) { send(err, applied) }, func() {})
+				return
+			}
+		}
+		if err := fill(mp, e); err != nil {
+			send(err, nil)
+			return
+		}
+		o.write(mp, sid, e, nil, func(applied *osdpb.LogEntry, err error) {
+			send(err, applied)
+			if err == nil && after != nil {
+				o.enqueue(o.shardOf(sid), func() { after(mp, sid) })
+			}
+		}, func() {})
+	})
+}
+
+// manifest checks the parts a completion lists against the parts stored
+// (each at its own PG's primary) and returns the final object's metadata:
+// S3's rules (ascending part numbers, every part but the last at least
+// 5 MiB, ETags that match) and S3's multipart ETag.
+func (o *OSD) manifest(mp *placement.Map, req *osdpb.UploadRequest, upl *osdpb.ObjectMeta) (*osdpb.ObjectMeta, error) {
+	if len(req.Parts) == 0 {
+		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "a completion needs at least one part")
+	}
+	pool, _ := mp.Pool(req.Header.GetPool())
+	meta := &osdpb.ObjectMeta{ContentType: upl.GetContentType(), UserMeta: upl.GetUserMeta(), MtimeUnixNano: time.Now().UnixNano()}
+	etags := md5.New()
+	for i, want := range req.Parts {
+		if i > 0 && want.Number <= req.Parts[i-1].Number {
+			return nil, ops.Errorf(osdpb.Status_INVALID_PART_ORDER, "part %d after part %d", want.Number, req.Parts[i-1].Number)
+		}
+		key := ops.PartKey(req.UploadId, want.Number)
+		got, err := o.headAnywhere(mp, pool, ops.MultipartBucket, key)
+		if err != nil {
+			if errors.Is(opError(err), ops.ErrNoSuchKey) {
+				return nil, ops.Errorf(osdpb.Status_INVALID_PART, "part %d was not uploaded", want.Number)
+			}
+			return nil, err
+		}
+		if strings.Trim(want.Etag, `"`) != got.Etag {
+			return nil, ops.Errorf(osdpb.Status_INVALID_PART, "part %d: ETag %s, the part has %s", want.Number, want.Etag, got.Etag)
+		}
+		if i < len(req.Parts)-1 && got.Size < ops.MinPartSize {
+			return nil, ops.Errorf(osdpb.Status_ENTITY_TOO_SMALL, "part %d has %d bytes; all but the last need at least %d", want.Number, got.Size, ops.MinPartSize)
+		}
+		sum, _ := hex.DecodeString(got.Etag)
+		etags.Write(sum)
+		meta.Size += got.Size
+		meta.Parts = append(meta.Parts, &osdpb.PartRef{Number: want.Number, Key: key, Size: got.Size, Etag: got.Etag, Crc32C: got.Crc32C})
+	}
+	meta.Etag = fmt.Sprintf("%s-%d", hex.EncodeToString(etags.Sum(nil)), len(req.Parts))
+	return meta, nil
+}
+
+// headAnywhere reads an object's metadata from its PG's primary: here, or
+// over the cluster network.
+func (o *OSD) headAnywhere(mp *placement.Map, pool *osdpb.Pool, bucket, key string) (*osdpb.ObjectMeta, error) {
+	pg := placement.PGOf(pool, bucket, key)
+	primary, ok := mp.Primary(pool.Id, pg)
+	if !ok {
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x has no OSD", pool.Id, pg)
+	}
+	if primary == o.id {
+		return o.st.Head(o.ctx, bucket, key)
+	}
+	ctx, cancel := context.WithTimeout(o.ctx, o.cfg.RepTimeout)
+	defer cancel()
+	var rep osdpb.ObjectReply
+	err := o.call(ctx, primary, osdpb.MsgType_MSG_HEAD_OBJECT, func(tid uint64) proto.Message {
+		return &osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: pool.Id, Pg: pg}, Bucket: bucket, Key: key, Tid: tid}
+	}, &rep, nil)
+	if err == nil {
+		err = ops.FromReply(rep.Header)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rep.Meta, nil
+}
