@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ospreystore/osprey/client"
@@ -128,7 +129,18 @@ type LocalClusterOptions struct {
 }
 
 // StartLocalCluster starts opts.OSDs OSDs in this process on loopback.
+// With free ports (BasePort 0) a port taken between choosing and binding it
+// makes it choose again, a few times.
 func StartLocalCluster(ctx context.Context, opts LocalClusterOptions) (*LocalCluster, error) {
+	for attempt := 0; ; attempt++ {
+		lc, err := startLocalCluster(ctx, opts)
+		if err == nil || opts.BasePort != 0 || attempt == 4 || !errors.Is(err, syscall.EADDRINUSE) {
+			return lc, err
+		}
+	}
+}
+
+func startLocalCluster(ctx context.Context, opts LocalClusterOptions) (*LocalCluster, error) {
 	if opts.Public == "" {
 		opts.Public = "tcp"
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"sync"
 
-	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
@@ -47,27 +46,36 @@ type Object struct {
 	closed bool
 }
 
-// GetObject opens bucket/key for reading: its metadata now (NoSuchKey
-// here), its bytes as they are read.
+// GetObject opens bucket/key for reading. It fetches the metadata and the
+// first window of bytes in one op (NoSuchKey and InvalidRange come here),
+// so an object up to the window size is read from one consistent state;
+// later windows come as they are read.
 func (c *Client) GetObject(ctx context.Context, bucket, key string, opts GetOptions) (*Object, error) {
 	if err := checkNames(bucket, key); err != nil {
 		return nil, err
 	}
-	meta, err := c.head(ctx, bucket, key)
+	if opts.Range && opts.Offset < 0 {
+		return nil, ops.Errorf(ErrInvalidRange.Status, "negative offset %d", opts.Offset)
+	}
+	if !opts.Range {
+		opts.Offset, opts.Length = 0, -1
+	}
+	first := int64(readWindow)
+	if opts.Length >= 0 {
+		first = min(first, opts.Length)
+	}
+	meta, data, err := c.getRange(ctx, bucket, key, opts.Offset, first, nil)
 	if err != nil {
 		return nil, err
 	}
-	o := &Object{c: c, ctx: ctx, bucket: bucket, key: key, meta: meta, info: objectInfo(key, meta), size: int64(meta.Size), crcOK: true}
-	if opts.Range {
-		if opts.Offset < 0 || (opts.Offset >= o.size && !(opts.Offset == 0 && o.size == 0)) {
-			return nil, ops.Errorf(ErrInvalidRange.Status, "offset %d of a %d-byte object", opts.Offset, o.size)
-		}
-		o.start = opts.Offset
-		o.size -= opts.Offset
-		if opts.Length >= 0 && opts.Length < o.size {
-			o.size = opts.Length
-		}
-		o.crcOK = o.start == 0 && o.size == int64(meta.Size)
+	o := &Object{c: c, ctx: ctx, bucket: bucket, key: key, meta: meta, info: objectInfo(key, meta), start: opts.Offset, crcOK: true}
+	o.size = int64(meta.Size) - opts.Offset
+	if opts.Length >= 0 && opts.Length < o.size {
+		o.size = opts.Length
+	}
+	o.crcOK = o.start == 0 && o.size == int64(meta.Size)
+	if len(meta.Parts) == 0 {
+		o.buf = data
 	}
 	return o, nil
 }
@@ -161,7 +169,8 @@ func (o *Object) ReadAt(p []byte, off int64) (int, error) {
 func (o *Object) fetch(off, n int64) ([]byte, error) {
 	abs := o.start + off
 	if len(o.meta.Parts) == 0 {
-		return o.c.getRange(o.ctx, o.bucket, o.key, abs, n)
+		_, b, err := o.c.getRange(o.ctx, o.bucket, o.key, abs, n, o.meta)
+		return b, err
 	}
 	// A multipart object: the parts covering [abs, abs+n).
 	out := make([]byte, 0, n)
@@ -174,7 +183,7 @@ func (o *Object) fetch(off, n int64) ([]byte, error) {
 		}
 		from := abs + int64(len(out)) - pos
 		want := min(ps-from, n-int64(len(out)))
-		b, err := o.c.getRange(o.ctx, ops.MultipartBucket, p.Key, from, want)
+		_, b, err := o.c.getRange(o.ctx, ops.MultipartBucket, p.Key, from, want, nil)
 		if err != nil {
 			return nil, fmt.Errorf("%s/%s part %d: %w", o.bucket, o.key, p.Number, err)
 		}
@@ -202,20 +211,31 @@ func (c *Client) head(ctx context.Context, bucket, key string) (*osdpb.ObjectMet
 	return rep.Meta, nil
 }
 
-// getRange reads n bytes at off of one stored object.
-func (c *Client) getRange(ctx context.Context, bucket, key string, off, n int64) ([]byte, error) {
+// getRange reads up to n bytes at off of one stored object (n -1: to the
+// end) and its metadata. With want set, the object must still be that
+// version: a read in windows never mixes two versions of an object.
+func (c *Client) getRange(ctx context.Context, bucket, key string, off, n int64, want *osdpb.ObjectMeta) (*osdpb.ObjectMeta, []byte, error) {
 	var rep osdpb.ObjectReply
-	var msg *msgr.Message
 	msg, err := c.do(ctx, osdpb.MsgType_MSG_GET_OBJECT, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
 		return &osdpb.GetObject{Header: h, Bucket: bucket, Key: key, HasRange: true, Offset: uint64(off), Length: n}
 	}, nil, &rep, true)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer msg.Release()
-	if int64(len(msg.Data)) != n {
-		return nil, fmt.Errorf("client: %s/%s: %d bytes at %d asked, %d came (the object changed?)", bucket, key, n, off, len(msg.Data))
+	meta := rep.Meta
+	if want != nil && (meta.GetMtimeUnixNano() != want.MtimeUnixNano || meta.GetSize() != want.Size || meta.GetCrc32C() != want.Crc32C) {
+		return nil, nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "%s/%s was overwritten while being read; read it again", bucket, key)
+	}
+	if len(meta.GetParts()) == 0 {
+		avail := int64(meta.GetSize()) - off
+		if n >= 0 {
+			avail = min(avail, n)
+		}
+		if int64(len(msg.Data)) != avail {
+			return nil, nil, fmt.Errorf("client: %s/%s: %d bytes at %d expected, %d came", bucket, key, avail, off, len(msg.Data))
+		}
 	}
 	// The message's data lives in the messenger's receive buffer.
-	return append([]byte(nil), msg.Data...), nil
+	return meta, append([]byte(nil), msg.Data...), nil
 }
