@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -23,11 +22,6 @@ import (
 	"github.com/ospreystore/osprey/osd/osdtest"
 )
 
-func payload(n int, seed uint64) []byte {
-	b := make([]byte, n)
-	rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), 3}).Read(b)
-	return b
-}
 
 func setup(t *testing.T) (*client.Client, context.Context) {
 	t.Helper()
@@ -45,7 +39,7 @@ func md5hex(b []byte) string { s := md5.Sum(b); return hex.EncodeToString(s[:]) 
 
 func TestMultipartExplicit(t *testing.T) {
 	cl, ctx := setup(t)
-	parts := [][]byte{payload(5<<20, 1), payload(5<<20, 2), payload(1000, 3)}
+	parts := [][]byte{osdtest.Payload(5<<20, 1), osdtest.Payload(5<<20, 2), osdtest.Payload(1000, 3)}
 	id, err := cl.NewMultipartUpload(ctx, "s3tests", "mp/obj", client.PutOptions{ContentType: "text/x-test", UserMetadata: map[string]string{"k": "v"}})
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +120,7 @@ func TestMultipartSmallPartAndAbort(t *testing.T) {
 	}
 	var done []client.CompletePart
 	for i := 1; i <= 2; i++ {
-		p, err := cl.PutObjectPart(ctx, "s3tests", "small", id, i, bytes.NewReader(payload(1<<20, uint64(i))), 1<<20)
+		p, err := cl.PutObjectPart(ctx, "s3tests", "small", id, i, bytes.NewReader(osdtest.Payload(1<<20, uint64(i))), 1<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +148,7 @@ func TestMultipartSmallPartAndAbort(t *testing.T) {
 
 func TestAutomaticMultipartAndStreaming(t *testing.T) {
 	cl, ctx := setup(t)
-	data := payload(23<<20+5, 9)
+	data := osdtest.Payload(23<<20+5, 9)
 	for _, size := range []int64{int64(len(data)), -1} {
 		info, err := cl.PutObject(ctx, "s3tests", "auto", bytes.NewReader(data), size, client.PutOptions{PartSize: 5 << 20, Concurrency: 3})
 		if err != nil {
@@ -179,7 +173,7 @@ func TestAutomaticMultipartAndStreaming(t *testing.T) {
 
 func TestRanges(t *testing.T) {
 	cl, ctx := setup(t)
-	data := payload(3<<20+17, 4)
+	data := osdtest.Payload(3<<20+17, 4)
 	if _, err := osdtest.Put(ctx, cl, "s3tests", "r", data, client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +254,7 @@ func TestListingV2(t *testing.T) {
 // contents, readers only ever see one of the two, whole.
 func TestOverwriteAtomicity(t *testing.T) {
 	cl, ctx := setup(t)
-	a, b := payload(2<<20+3, 1), payload(3<<20+5, 2)
+	a, b := osdtest.Payload(2<<20+3, 1), osdtest.Payload(3<<20+5, 2)
 	if _, err := osdtest.Put(ctx, cl, "s3tests", "flip", a, client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func BenchmarkClusterPut4KiB(b *testing.B) {
 	if err := cl.MakeBucket(ctx, "bench"); err != nil {
 		b.Fatal(err)
 	}
-	body := payload(4<<10, 1)
+	body := osdtest.Payload(4<<10, 1)
 	var n atomic.Int64
 	b.SetBytes(int64(len(body)))
 	b.SetParallelism(8)

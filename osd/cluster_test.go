@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -16,11 +15,6 @@ import (
 	"github.com/ospreystore/osprey/osd/placement"
 )
 
-func payload(n int, seed uint64) []byte {
-	b := make([]byte, n)
-	rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16), 1}).Read(b)
-	return b
-}
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -79,7 +73,7 @@ func TestClusterBasics(t *testing.T) {
 	sizes := []int{0, 1, 4 << 10, 1<<20 + 7, 5 << 20}
 	for i, n := range sizes {
 		key := fmt.Sprintf("dir/obj-%d", i)
-		data := payload(n, uint64(i))
+		data := osdtest.Payload(n, uint64(i))
 		info, err := osdtest.Put(ctx, cl, "photos", key, data, client.PutOptions{ContentType: "image/png", UserMetadata: map[string]string{"a": "b"}})
 		if err != nil {
 			t.Fatalf("put %s: %v", key, err)
@@ -97,7 +91,7 @@ func TestClusterBasics(t *testing.T) {
 		replicasHave(t, c, "photos", key, data)
 	}
 	// Ranges.
-	data := payload(5<<20, 4)
+	data := osdtest.Payload(5<<20, 4)
 	got, _, err := osdtest.Get(ctx, cl, "photos", "dir/obj-4", client.GetOptions{Range: true, Offset: 1<<20 - 3, Length: 10})
 	if err != nil || !bytes.Equal(got, data[1<<20-3:1<<20+7]) {
 		t.Fatalf("range: %v", err)
@@ -171,7 +165,7 @@ func TestReplicaDownFailsFastThenCatchesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	put := func(key string, gen int) error {
-		_, err := osdtest.Put(ctx, cl, "data", key, payload(3000, uint64(gen)), client.PutOptions{})
+		_, err := osdtest.Put(ctx, cl, "data", key, osdtest.Payload(3000, uint64(gen)), client.PutOptions{})
 		return err
 	}
 	for i := range 20 {
@@ -206,7 +200,7 @@ func TestReplicaDownFailsFastThenCatchesUp(t *testing.T) {
 		osdtest.Eventually(t, 30*time.Second, "write after restart", func() bool { return put(key, 200+i) == nil })
 	}
 	for i := range 20 {
-		replicasHave(t, c, "data", fmt.Sprintf("k%d", i), payload(3000, uint64(200+i)))
+		replicasHave(t, c, "data", fmt.Sprintf("k%d", i), osdtest.Payload(3000, uint64(200+i)))
 	}
 }
 
@@ -222,7 +216,7 @@ func TestReplicaBackfill(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		if _, err := osdtest.Put(ctx, cl, "data", fmt.Sprintf("old%d", i), payload(100, uint64(i)), client.PutOptions{}); err != nil {
+		if _, err := osdtest.Put(ctx, cl, "data", fmt.Sprintf("old%d", i), osdtest.Payload(100, uint64(i)), client.PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -239,7 +233,7 @@ func TestReplicaBackfill(t *testing.T) {
 		}
 	}
 	for i := range 200 {
-		if _, err := osdtest.Put(ctx, cl, "data", fmt.Sprintf("new%d", i%30), payload(50, uint64(i)), client.PutOptions{}); err != nil {
+		if _, err := osdtest.Put(ctx, cl, "data", fmt.Sprintf("new%d", i%30), osdtest.Payload(50, uint64(i)), client.PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -269,10 +263,10 @@ func TestReplicaBackfill(t *testing.T) {
 		replicasHave(t, c, "data", fmt.Sprintf("old%d", i), nil)
 	}
 	for i := 10; i < 20; i++ {
-		replicasHave(t, c, "data", fmt.Sprintf("old%d", i), payload(100, uint64(i)))
+		replicasHave(t, c, "data", fmt.Sprintf("old%d", i), osdtest.Payload(100, uint64(i)))
 	}
 	for i := 170; i < 200; i++ {
-		replicasHave(t, c, "data", fmt.Sprintf("new%d", i%30), payload(50, uint64(i)))
+		replicasHave(t, c, "data", fmt.Sprintf("new%d", i%30), osdtest.Payload(50, uint64(i)))
 	}
 }
 

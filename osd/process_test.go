@@ -197,7 +197,7 @@ func content(key string, gen int) []byte {
 	fmt.Fprintf(h, "%s/%d", key, gen)
 	s := h.Sum64()
 	n := []int{1, 100, 4 << 10, 70 << 10, 1 << 20}[s%5]
-	return payload(n, s)
+	return osdtest.Payload(n, s)
 }
 
 // keyState is what a writer knows of one key: the last generation the

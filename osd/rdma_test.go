@@ -27,7 +27,7 @@ func TestClusterRDMA(t *testing.T) {
 	sizes := []int{0, 100, 16 << 10, 64 << 10, 1 << 20, 4<<20 + 1}
 	for i, n := range sizes {
 		key := fmt.Sprintf("obj%d", i)
-		data := payload(n, uint64(i))
+		data := osdtest.Payload(n, uint64(i))
 		if _, err := osdtest.Put(ctx, cl, "rdma", key, data, client.PutOptions{}); err != nil {
 			t.Fatalf("put %d bytes: %v", n, err)
 		}
@@ -43,7 +43,7 @@ func TestClusterRDMA(t *testing.T) {
 	c.StartOSD(1)
 	for i := range 8 {
 		key := fmt.Sprintf("after%d", i)
-		data := payload(200<<10, uint64(100+i))
+		data := osdtest.Payload(200<<10, uint64(100+i))
 		osdtest.Eventually(t, 30*time.Second, "write after restart", func() bool {
 			_, err := osdtest.Put(ctx, cl, "rdma", key, data, client.PutOptions{})
 			return err == nil

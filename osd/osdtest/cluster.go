@@ -6,6 +6,7 @@ package osdtest
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/placement"
 )
@@ -181,17 +183,15 @@ func (c *Cluster) Client(t testing.TB, tweak func(*client.Options)) *client.Clie
 	return cl
 }
 
-// Eventually polls cond every few milliseconds until it holds, failing the
-// test after timeout.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v", what, timeout)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
+// Eventually is msgrtest.Eventually: poll cond until it holds, failing
+// the test after timeout.
+var Eventually = msgrtest.Eventually
+
+// Payload returns n bytes of pseudo-random data that seed determines.
+func Payload(n int, seed uint64) []byte {
+	b := make([]byte, n)
+	rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16), 1}).Read(b)
+	return b
 }
 
 // Put stores data as bucket/key through cl.
