@@ -22,7 +22,6 @@ import (
 	"github.com/ospreystore/osprey/osd/osdtest"
 )
 
-
 func setup(t *testing.T) (*client.Client, context.Context) {
 	t.Helper()
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 16})

@@ -15,7 +15,6 @@ import (
 	"github.com/ospreystore/osprey/osd/placement"
 )
 
-
 func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)

@@ -6,10 +6,10 @@ package osdtest
 import (
 	"bytes"
 	"context"
-	"math/rand/v2"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
