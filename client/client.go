@@ -51,6 +51,7 @@ var (
 	ErrInvalidPart         = ops.ErrInvalidPart
 	ErrInvalidPartOrder    = ops.ErrInvalidPartOrder
 	ErrNoSuchUpload        = ops.ErrNoSuchUpload
+	ErrInvalidArgument     = ops.ErrInvalidArgument
 )
 
 // ErrClosed is returned by ops on a closed Client.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -289,9 +290,75 @@ type ListOptions struct {
 	Prefix     string
 	Delimiter  string
 	StartAfter string
-	// MaxKeys bounds the whole listing (0: no bound); pages are fetched
-	// as needed.
+	// ContinuationToken resumes a listing where a ListObjectsPage with
+	// IsTruncated stopped (its NextContinuationToken); it takes precedence
+	// over StartAfter, as in S3.
+	ContinuationToken string
+	// MaxKeys bounds the listing: the whole of ListObjects (0: no bound),
+	// or one ListObjectsPage (0: 1000), objects and common prefixes
+	// together.
 	MaxKeys int
+}
+
+// ListPage is one page of a listing, as S3 ListObjectsV2 returns it.
+type ListPage struct {
+	Objects               []ObjectInfo // keys and, with a delimiter, common prefixes (IsPrefix), in order
+	IsTruncated           bool
+	NextContinuationToken string // set when IsTruncated
+}
+
+// ListObjectsPage returns up to MaxKeys entries (1000 by default) of a
+// listing and, when more remain, the token that continues it.
+func (c *Client) ListObjectsPage(ctx context.Context, bucket string, opts ListOptions) (ListPage, error) {
+	if err := ops.CheckBucketName(bucket); err != nil {
+		return ListPage{}, err
+	}
+	if _, err := c.StatBucket(ctx, bucket); err != nil {
+		return ListPage{}, err
+	}
+	max := opts.MaxKeys
+	if max <= 0 {
+		max = ops.MaxListKeys
+	}
+	opts.MaxKeys = max + 1 // one more tells whether the page is truncated
+	var page ListPage
+	for o, err := range c.list(ctx, bucket, opts) {
+		if err != nil {
+			return ListPage{}, err
+		}
+		if len(page.Objects) == max {
+			page.IsTruncated = true
+			page.NextContinuationToken = continuationToken(resumeAfter(page.Objects[max-1]))
+			break
+		}
+		page.Objects = append(page.Objects, o)
+	}
+	return page, nil
+}
+
+// A continuation token is the position after which the listing resumes,
+// versioned and encoded so callers treat it as opaque.
+const tokenPrefix = "v1:"
+
+func continuationToken(after string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(tokenPrefix + after))
+}
+
+func parseToken(tok string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil || !strings.HasPrefix(string(b), tokenPrefix) {
+		return "", ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "the continuation token is not valid")
+	}
+	return string(b[len(tokenPrefix):]), nil
+}
+
+// resumeAfter is where a listing goes on after entry o: after the key, or
+// after everything a common prefix rolled up.
+func resumeAfter(o ObjectInfo) string {
+	if o.IsPrefix {
+		return o.Key + "\U0010FFFF"
+	}
+	return o.Key
 }
 
 // ListObjects yields the bucket's objects (and common prefixes, with a
@@ -321,6 +388,13 @@ func (c *Client) ListObjects(ctx context.Context, bucket string, opts ListOption
 func (c *Client) list(ctx context.Context, bucket string, opts ListOptions) iter.Seq2[ObjectInfo, error] {
 	return func(yield func(ObjectInfo, error) bool) {
 		after := opts.StartAfter
+		if opts.ContinuationToken != "" {
+			var err error
+			if after, err = parseToken(opts.ContinuationToken); err != nil {
+				yield(ObjectInfo{}, err)
+				return
+			}
+		}
 		sent := 0
 		for {
 			page, truncated, err := c.listPage(ctx, bucket, opts.Prefix, opts.Delimiter, after)
@@ -336,11 +410,7 @@ func (c *Client) list(ctx context.Context, bucket string, opts ListOptions) iter
 				if opts.MaxKeys > 0 && sent >= opts.MaxKeys {
 					return
 				}
-				after = o.Key
-				if o.IsPrefix {
-					// Everything under the prefix rolled up into it.
-					after = o.Key + "\U0010FFFF"
-				}
+				after = resumeAfter(o)
 			}
 			if !truncated || len(page) == 0 {
 				return

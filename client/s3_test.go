@@ -281,3 +281,52 @@ func TestOverwriteAtomicity(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 }
+
+// TestListingPages walks a listing page by page with continuation tokens,
+// with and without a delimiter, and checks it equals the one-shot listing.
+func TestListingPages(t *testing.T) {
+	cl, ctx := setup(t)
+	var keys []string
+	for i := range 23 {
+		k := fmt.Sprintf("d%d/k%02d", i%3, i)
+		keys = append(keys, k)
+		if _, err := osdtest.Put(ctx, cl, "s3tests", k, []byte("x"), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(keys)
+	walk := func(opts client.ListOptions) []string {
+		var out []string
+		for pages := 0; ; pages++ {
+			p, err := cl.ListObjectsPage(ctx, "s3tests", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Objects) > opts.MaxKeys {
+				t.Fatalf("page of %d with max-keys %d", len(p.Objects), opts.MaxKeys)
+			}
+			for _, o := range p.Objects {
+				out = append(out, o.Key)
+			}
+			if !p.IsTruncated {
+				return out
+			}
+			if p.NextContinuationToken == "" || pages > 100 {
+				t.Fatalf("truncated page without a token (page %d)", pages)
+			}
+			opts.ContinuationToken = p.NextContinuationToken
+		}
+	}
+	if got := walk(client.ListOptions{MaxKeys: 5}); fmt.Sprint(got) != fmt.Sprint(keys) {
+		t.Fatalf("paged listing %v, want %v", got, keys)
+	}
+	if got := walk(client.ListOptions{MaxKeys: 1, Delimiter: "/"}); fmt.Sprint(got) != "[d0/ d1/ d2/]" {
+		t.Fatalf("paged listing with a delimiter: %v", got)
+	}
+	if got := walk(client.ListOptions{MaxKeys: 4, StartAfter: "d1/", Prefix: "d1/"}); len(got) != 8 {
+		t.Fatalf("paged listing of d1/: %v", got)
+	}
+	if _, err := cl.ListObjectsPage(ctx, "s3tests", client.ListOptions{ContinuationToken: "garbage!"}); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("a bad token: %v", err)
+	}
+}
