@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"hash/crc32"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/osdtest"
+	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -96,5 +99,62 @@ func TestBadInput(t *testing.T) {
 	}
 	if _, err := cl.PutObjectPart(ctx, "fine", "big", id, 1, bytes.NewReader(nil), ops.MaxPutSize+1); !errors.Is(err, client.ErrEntityTooLarge) {
 		t.Fatalf("oversized part: %v", err)
+	}
+}
+
+// TestResendAnsweredFromLog sends one put twice with the same request id
+// (as a client does after a fault): the second is answered from the PG log
+// with the first one's version, and applied no second time, even though
+// its body differs.
+func TestResendAnsweredFromLog(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
+	ctx := ctxT(t, time.Minute)
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "idem"); err != nil {
+		t.Fatal(err)
+	}
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	pg := placement.PGOf(pool, "idem", "k")
+	primary, _ := c.Map.Primary(pool.Id, pg)
+	got := make(replies, 4)
+	m, err := msgr.New(msgr.Options{Name: "client.resend", Dispatcher: got, DefaultPolicy: msgr.LossyClient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	addr, _ := c.Map.PublicAddr(primary)
+	conn, err := m.Connect(ctx, addr, msgr.EntityName(fmt.Sprintf("osd.%d", primary)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(body []byte) *osdpb.ObjectReply {
+		front, _ := proto.Marshal(&osdpb.PutObject{
+			Header: &osdpb.Header{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: pg, Req: &osdpb.ReqID{Client: 42, Tid: 7}},
+			Bucket: "idem", Key: "k", Meta: &osdpb.ObjectMeta{Size: uint64(len(body)), Crc32C: crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))}})
+		if err := conn.Send(ctx, msgr.NewMessage(uint16(osdpb.MsgType_MSG_PUT_OBJECT), front, body)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			defer r.Release()
+			var rep osdpb.ObjectReply
+			if err := r.DecodeFront(&rep); err != nil || rep.Header.GetStatus() != osdpb.Status_OK {
+				t.Fatalf("put: %v %v", err, rep.Header)
+			}
+			return &rep
+		case <-time.After(10 * time.Second):
+			t.Fatal("no reply")
+			return nil
+		}
+	}
+	first := put([]byte("first body"))
+	again := put([]byte("another body entirely"))
+	if first.Header.Version.GetSeq() == 0 || !proto.Equal(first.Header.Version, again.Header.Version) {
+		t.Fatalf("versions %v then %v: the resend was not answered from the log", first.Header.Version, again.Header.Version)
+	}
+	replicasHave(t, c, "idem", "k", []byte("first body"))
+	last, _, err := c.OSDs[primary].Store().PGInfo(ctx, uint32(pool.Id)<<16|pg)
+	if err != nil || !proto.Equal(last, first.Header.Version) {
+		t.Fatalf("pg version %v after the resend, want %v (%v)", last, first.Header.Version, err)
 	}
 }
