@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ospreystore/osprey/msgr"
@@ -230,13 +231,96 @@ func (o *OSD) peerDown(id uint32) bool {
 	return ps != nil && ps.down
 }
 
-// peerAll syncs every peer (at start: a replica may have missed writes
-// before we went down).
+// peerAll syncs every peer: each replica that missed writes (at start:
+// before we went down; after a map change: a new member) recovers.
 func (o *OSD) peerAll(why string) {
 	for info := range o.Map().OSDs() {
 		if info.Id != o.id {
 			o.peerWith(info.Id, why)
 		}
+	}
+}
+
+type pgRef struct{ pool, pg uint32 }
+
+// newlyLed lists the PGs we are primary of in mp but were not in prev.
+func (o *OSD) newlyLed(prev, mp *placement.Map) []pgRef {
+	var led []pgRef
+	if meta := metaPool(mp); mp.IsPrimary(meta, placement.MetaPG, o.id) && !prev.IsPrimary(metaPool(prev), placement.MetaPG, o.id) {
+		led = append(led, pgRef{meta, placement.MetaPG})
+	}
+	for p := range mp.Pools() {
+		for pg, role := range mp.PGsOf(p.Id, o.id) {
+			if role.IsPrimary() && !prev.IsPrimary(p.Id, pg, o.id) {
+				led = append(led, pgRef{p.Id, pg})
+			}
+		}
+	}
+	return led
+}
+
+// catchUp runs after a map change made us primary of the PGs in led (each
+// already marked peering): it asks their members in both maps for their
+// versions, and a PG where one is ahead of us recovers from it before the
+// peering mark clears and the PG takes reads and writes again. A member
+// that does not answer is skipped: while it was unreachable it took no
+// writes we do not have.
+func (o *OSD) catchUp(prev, mp *placement.Map, led []pgRef) {
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for _, r := range led {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			o.catchUpPG(prev, mp, r)
+		})
+	}
+	wg.Wait()
+}
+
+func (o *OSD) catchUpPG(prev, mp *placement.Map, r pgRef) {
+	sid := storePG(r.pool, r.pg)
+	p, err := o.pgOf(sid)
+	if err != nil {
+		return
+	}
+	members := map[uint32]bool{}
+	for _, m := range []*placement.Map{mp, prev} {
+		for _, id := range m.ActingSet(r.pool, r.pg) {
+			members[id] = id != o.id
+		}
+	}
+	mine, _, err := o.st.PGInfo(o.ctx, sid)
+	if err != nil {
+		p.peering.Store(false)
+		return
+	}
+	best, from := mine, uint32(0)
+	for id, other := range members {
+		if !other || o.peerDown(id) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(o.ctx, 2*time.Second)
+		var rep osdpb.PGQueryReply
+		err := o.call(ctx, id, osdpb.MsgType_MSG_PG_QUERY, func(tid uint64) proto.Message {
+			return &osdpb.PGQuery{Epoch: mp.Epoch(), Pool: r.pool, Pg: r.pg, Tid: tid}
+		}, &rep, nil)
+		cancel()
+		if err != nil || ops.FromReply(rep.Header) != nil {
+			continue
+		}
+		if last := rep.Info.GetLast(); !versionLE(last, best) {
+			best, from = last, id
+		}
+	}
+	if best == mine {
+		p.peering.Store(false)
+		return
+	}
+	o.log.Info("new primary is behind a peer; recovering before serving", "pg", fmt.Sprintf("%d.%x", r.pool, r.pg),
+		"peer", from, "ours", mine, "theirs", best)
+	if !o.enqueue(o.shardOf(sid), func() { o.startRecovery(p, from) }) {
+		return
 	}
 }
 
@@ -328,12 +412,28 @@ func (o *OSD) adoptMap(pb *osdpb.ClusterMap) error {
 		o.mapMu.Unlock()
 		return nil
 	}
+	// PGs we now lead wait, before anyone can send us their ops under the
+	// new map, until we know no peer is ahead of us in them.
+	led := o.newlyLed(cur, m)
+	for _, r := range led {
+		if p, err := o.pgOf(storePG(r.pool, r.pg)); err == nil {
+			p.peering.Store(true)
+		}
+	}
 	o.mapv.Store(m)
 	o.mapMu.Unlock()
-	o.log.Info("new map", "epoch", m.Epoch(), "was", cur.Epoch())
-	o.wg.Go(func() { o.peerAll("new map") })
+	o.log.Info("new map", "epoch", m.Epoch(), "was", cur.Epoch(), "newly led pgs", len(led))
+	o.wg.Go(func() {
+		o.catchUp(cur, m, led)
+		o.peerAll("new map")
+	})
 	return nil
 }
+
+// AdoptMap installs m if it is newer than the OSD's map and of the same
+// cluster (tools and tests; OSDs also learn maps from each other and from
+// their map file).
+func (o *OSD) AdoptMap(m *placement.Map) error { return o.adoptMap(m.Proto()) }
 
 // ---------------------------------------------------------------------------
 // Recovery: a replica that is behind pulls from the primary.
@@ -493,10 +593,22 @@ func (o *OSD) endRecovery(p *pgState, from uint32, last *osdpb.Version, err erro
 		for _, q := range queued {
 			o.ackRepOp(q.m, q.op, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "recovering: %v", err))
 		}
+		if p.peering.Load() {
+			// A new primary that is behind must not serve: try again.
+			time.AfterFunc(time.Second, func() {
+				o.enqueue(o.shardOf(p.sid), func() { o.startRecovery(p, from) })
+			})
+		}
 		return
 	}
+	p.peering.Store(false)
 	p.last = last
 	o.log.Info("pg recovered", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from, "version", last)
+	if mp := o.Map(); mp.IsPrimary(p.pool, p.pg, o.id) {
+		// We lead this PG: bring its replicas to where we are now.
+		sync := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: last}
+		o.replicate(mp, p, mp.ActingSet(p.pool, p.pg)[1:], sync, nil, func(error) {})
+	}
 	for i, q := range queued {
 		if p.recovering {
 			p.queued = append(p.queued, queued[i:]...)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/osdtest"
 	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 func ctxT(t testing.TB, d time.Duration) context.Context {
@@ -286,4 +288,86 @@ func TestHeartbeatsKeepPeersUp(t *testing.T) {
 	}
 	c.StopOSD(2)
 	osdtest.Eventually(t, 5*time.Second, "osd.2 seen down", func() bool { return c.OSDs[0].PeerDown(2) && c.OSDs[1].PeerDown(2) })
+}
+
+// TestMapChangeNewPrimaryCatchesUp brings an OSD into the cluster with a
+// new map epoch: straw2 makes it the primary of some PGs whose objects it
+// does not hold. It must recover each such PG from the old members before
+// it serves it, and every object must read back.
+func TestMapChangeNewPrimaryCatchesUp(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 16})
+	ctx := ctxT(t, 2*time.Minute)
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	const newcomer = 3
+	without, err := c.Map.With(func(pb *osdpb.ClusterMap) { pb.Osds[newcomer].In = false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err := without.With(func(pb *osdpb.ClusterMap) { pb.Osds[newcomer].In = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var led []uint32
+	for pg := range pool.PgCount {
+		if p, _ := with.Primary(pool.Id, pg); p == newcomer {
+			led = append(led, pg)
+		}
+	}
+	if len(led) == 0 {
+		t.Skip("the newcomer leads no PG in this placement")
+	}
+	for _, o := range c.OSDs {
+		if err := o.AdoptMap(without); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl := c.Client(t, nil)
+	if cl.Map().Epoch() != without.Epoch() {
+		t.Fatalf("client at epoch %d, want %d", cl.Map().Epoch(), without.Epoch())
+	}
+	if err := cl.MakeBucket(ctx, "moving"); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{}
+	for i := 0; len(want) < 30; i++ {
+		key := fmt.Sprintf("obj%d", i)
+		if slices.Contains(led, placement.PGOf(pool, "moving", key)) || i%5 == 0 {
+			want[key] = osdtest.Payload(1000+i, uint64(i))
+			if _, err := osdtest.Put(ctx, cl, "moving", key, want[key], client.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := c.OSDs[newcomer].Store().Head(ctx, "moving", "obj0"); err == nil {
+		t.Log("note: the newcomer already holds obj0 as a replica")
+	}
+	t.Logf("osd.%d comes in and leads pgs %v", newcomer, led)
+	for _, o := range c.OSDs {
+		if err := o.AdoptMap(with); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for key, data := range want {
+		osdtest.Eventually(t, 30*time.Second, "read "+key+" under the new map", func() bool {
+			got, _, err := osdtest.Get(ctx, cl, "moving", key, client.GetOptions{})
+			if err != nil && !errors.Is(err, client.ErrServiceUnavailable) {
+				t.Fatalf("%s: %v", key, err)
+			}
+			return err == nil && bytes.Equal(got, data)
+		})
+	}
+	if cl.Map().Epoch() != with.Epoch() {
+		t.Fatalf("client at epoch %d, want %d", cl.Map().Epoch(), with.Epoch())
+	}
+	// The newcomer holds the objects of the PGs it leads, and writes go on.
+	for key, data := range want {
+		if slices.Contains(led, placement.PGOf(pool, "moving", key)) {
+			if _, got, err := c.OSDs[newcomer].Store().ReadRange(ctx, "moving", key, 0, -1, nil); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("newcomer: %s: %v", key, err)
+			}
+		}
+	}
+	if _, err := osdtest.Put(ctx, cl, "moving", "after", []byte("new map"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

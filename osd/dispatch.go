@@ -309,7 +309,11 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, tid uint64) {
 		fail(err)
 		return
 	}
-	if _, _, _, err := o.target(req.Header, req.Bucket, req.Key, false); err != nil {
+	_, pool, pg, err := o.target(req.Header, req.Bucket, req.Key, false)
+	if err == nil {
+		err = o.peeringErr(storePG(pool.Id, pg))
+	}
+	if err != nil {
 		fail(err)
 		return
 	}
@@ -417,6 +421,9 @@ func (o *OSD) listOptions(req *osdpb.ListObjects, fromPeer bool) (store.ListOpti
 	for _, pg := range req.Pgs {
 		if !mp.IsPrimary(pool.Id, pg, o.id) {
 			return opts, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "osd.%d is not the primary of pg %d.%x (epoch %d)", o.id, pool.Id, pg, mp.Epoch())
+		}
+		if err := o.peeringErr(storePG(pool.Id, pg)); err != nil {
+			return opts, err
 		}
 		want[pg] = true
 	}

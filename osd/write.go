@@ -25,6 +25,10 @@ type pgState struct {
 	last       *osdpb.Version // newest applied version
 	recovering bool
 	queued     []queuedRepOp // RepOps that wait for the recovery
+	// peering: we just became this PG's primary (a map change) and have
+	// not yet made sure no peer is ahead of us. Reads and writes wait
+	// (SERVICE_UNAVAILABLE) until it clears. Any goroutine may read it.
+	peering atomic.Bool
 }
 
 type queuedRepOp struct {
@@ -35,6 +39,7 @@ type queuedRepOp struct {
 // pgOf returns the state of store PG sid, loading its version on first use.
 func (o *OSD) pgOf(sid uint32) (*pgState, error) {
 	o.pgMu.Lock()
+	defer o.pgMu.Unlock()
 	p := o.pgs[sid]
 	if p == nil {
 		pool, pg := splitStorePG(sid)
@@ -44,7 +49,6 @@ func (o *OSD) pgOf(sid uint32) (*pgState, error) {
 		p = &pgState{sid: sid, pool: pool, pg: pg}
 		o.pgs[sid] = p
 	}
-	o.pgMu.Unlock()
 	if !p.loaded {
 		last, _, err := o.st.PGInfo(o.ctx, sid)
 		if err != nil {
@@ -171,6 +175,19 @@ func (o *OSD) checkBucketEmpty(mp *placement.Map, bucket string) error {
 	return nil
 }
 
+// peeringErr is non-nil while store PG sid waits for its new primary to
+// catch up: reads must not see its older state.
+func (o *OSD) peeringErr(sid uint32) error {
+	o.pgMu.Lock()
+	p := o.pgs[sid]
+	o.pgMu.Unlock()
+	if p != nil && p.peering.Load() {
+		pool, pg := splitStorePG(sid)
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x is peering", pool, pg)
+	}
+	return nil
+}
+
 // metaPool is the pool whose placement places the meta PG: the one with
 // the lowest id. Clients send bucket ops with it.
 func metaPool(mp *placement.Map) uint32 {
@@ -215,6 +232,11 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		return
 	}
 	replicas := acting[1:]
+	if p.recovering || p.peering.Load() {
+		release()
+		done(nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x is peering: its new primary checks that no peer is ahead", p.pool, p.pg))
+		return
+	}
 	if e.Req != nil {
 		prev, found, err := o.st.FindRequest(o.ctx, sid, e.Req)
 		if err != nil {
