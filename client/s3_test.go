@@ -330,3 +330,40 @@ func TestListingPages(t *testing.T) {
 		t.Fatalf("a bad token: %v", err)
 	}
 }
+
+// TestMultipartPartsCollected: overwriting or deleting a multipart object
+// deletes its parts (they are hidden objects of their own PGs).
+func TestMultipartPartsCollected(t *testing.T) {
+	cl, ctx := setup(t)
+	data := osdtest.Payload(11<<20, 5)
+	for round, finish := range []func() error{
+		func() error { _, err := osdtest.Put(ctx, cl, "s3tests", "big", []byte("small now"), client.PutOptions{}); return err },
+		func() error { return cl.RemoveObject(ctx, "s3tests", "big") },
+	} {
+		if _, err := cl.PutObject(ctx, "s3tests", "big", bytes.NewReader(data), int64(len(data)), client.PutOptions{PartSize: 5 << 20}); err != nil {
+			t.Fatal(err)
+		}
+		if n := hiddenParts(t, cl, ctx); n != 3 {
+			t.Fatalf("round %d: %d parts stored, want 3", round, n)
+		}
+		if err := finish(); err != nil {
+			t.Fatal(err)
+		}
+		osdtest.Eventually(t, 10*time.Second, "parts deleted", func() bool { return hiddenParts(t, cl, ctx) == 0 })
+	}
+}
+
+// hiddenParts counts the parts stored in the multipart bucket.
+func hiddenParts(t *testing.T, cl *client.Client, ctx context.Context) int {
+	t.Helper()
+	n := 0
+	for o, err := range client.ListHidden(ctx, cl) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(o.Key) == 38 { // UPLOADID/NNNNN
+			n++
+		}
+	}
+	return n
+}

@@ -97,10 +97,11 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 	case osdpb.MsgType_MSG_PG_QUERY, osdpb.MsgType_MSG_PG_LOG_PULL, osdpb.MsgType_MSG_PG_BACKFILL:
 		o.onReaders(m, func() { o.serveRecovery(m) })
 
-	case osdpb.MsgType_MSG_GET_MAP, osdpb.MsgType_MSG_LIST_OBJECTS, osdpb.MsgType_MSG_HEAD_OBJECT:
+	case osdpb.MsgType_MSG_GET_MAP, osdpb.MsgType_MSG_LIST_OBJECTS, osdpb.MsgType_MSG_HEAD_OBJECT, osdpb.MsgType_MSG_DELETE_OBJECT:
 		o.dispatchClient(m, true)
 
-	case osdpb.MsgType_MSG_GET_MAP_REPLY, osdpb.MsgType_MSG_LIST_OBJECTS_REPLY, osdpb.MsgType_MSG_HEAD_OBJECT_REPLY, osdpb.MsgType_MSG_PG_QUERY_REPLY,
+	case osdpb.MsgType_MSG_GET_MAP_REPLY, osdpb.MsgType_MSG_LIST_OBJECTS_REPLY, osdpb.MsgType_MSG_HEAD_OBJECT_REPLY,
+		osdpb.MsgType_MSG_DELETE_OBJECT_REPLY, osdpb.MsgType_MSG_PG_QUERY_REPLY,
 		osdpb.MsgType_MSG_PG_LOG_PULL_REPLY, osdpb.MsgType_MSG_PG_BACKFILL_REPLY:
 		if ch, ok := o.calls.take(tidOf(m.Front)); ok {
 			ch <- m

@@ -261,17 +261,82 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		}
 	}
 	e.Version = &osdpb.Version{Epoch: mp.Epoch(), Seq: p.last.GetSeq() + 1}
+	oldParts := o.replacedParts(e)
 	if err := o.st.Apply(o.ctx, sid, e, body); err != nil {
 		release()
 		done(nil, err)
 		return
 	}
 	p.last = e.Version
-	o.replicate(mp, p, replicas, e, body, func(err error) { done(e, err) })
+	o.replicate(mp, p, replicas, e, body, func(err error) {
+		done(e, err)
+		if err == nil && len(oldParts) > 0 {
+			o.wg.Go(func() { o.dropParts(mp, p.pool, oldParts) })
+		}
+	})
 	release()
 	if e.Version.Seq%o.trimEvery == 0 {
 		if err := o.st.TrimLog(o.ctx, sid); err != nil {
 			o.log.Warn("trim pg log", "pg", sid, "err", err)
+		}
+	}
+}
+
+// replacedParts returns the parts of the multipart object that e is about
+// to overwrite or delete: they are garbage once e is applied.
+func (o *OSD) replacedParts(e *osdpb.LogEntry) []*osdpb.PartRef {
+	if e.Bucket == ops.MultipartBucket || (e.Kind != osdpb.OpKind_OP_PUT && e.Kind != osdpb.OpKind_OP_DELETE) {
+		return nil
+	}
+	old, err := o.st.Head(o.ctx, e.Bucket, e.Key)
+	if err != nil {
+		return nil
+	}
+	return old.GetParts()
+}
+
+// dropParts deletes the parts of a multipart object that was overwritten or
+// deleted, each at its PG's primary (here, or over the cluster network). A
+// part that cannot be deleted now stays behind (logged), taking space but
+// never visible.
+func (o *OSD) dropParts(mp *placement.Map, poolID uint32, parts []*osdpb.PartRef) {
+	pool, ok := mp.Pool(poolID)
+	if !ok {
+		return
+	}
+	for _, part := range parts {
+		pg := placement.PGOf(pool, ops.MultipartBucket, part.Key)
+		primary, ok := mp.Primary(pool.Id, pg)
+		if !ok {
+			continue
+		}
+		if primary == o.id {
+			// Our own PG: a delete on its shard, like any other.
+			sid := storePG(pool.Id, pg)
+			e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: part.Key}
+			o.enqueue(o.shardOf(sid), func() {
+				o.write(o.Map(), sid, e, nil, func(_ *osdpb.LogEntry, err error) {
+					if err != nil {
+						o.log.Warn("deleting a replaced object's part", "part", part.Key, "err", err)
+					}
+				}, func() {})
+			})
+			continue
+		}
+		front, err := proto.Marshal(&osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: pool.Id, Pg: pg},
+			Bucket: ops.MultipartBucket, Key: part.Key})
+		if err != nil {
+			continue
+		}
+		// Its reply comes back to the cluster dispatcher, which drops it.
+		m := msgr.NewMessage(uint16(osdpb.MsgType_MSG_DELETE_OBJECT), front, nil)
+		c, err := o.peerConn(primary)
+		if err == nil {
+			err = c.TrySend(m)
+		}
+		if err != nil {
+			m.Release()
+			o.log.Warn("deleting a replaced object's part", "part", part.Key, "osd", primary, "err", err)
 		}
 	}
 }
