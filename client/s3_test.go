@@ -337,7 +337,10 @@ func TestMultipartPartsCollected(t *testing.T) {
 	cl, ctx := setup(t)
 	data := osdtest.Payload(11<<20, 5)
 	for round, finish := range []func() error{
-		func() error { _, err := osdtest.Put(ctx, cl, "s3tests", "big", []byte("small now"), client.PutOptions{}); return err },
+		func() error {
+			_, err := osdtest.Put(ctx, cl, "s3tests", "big", []byte("small now"), client.PutOptions{})
+			return err
+		},
 		func() error { return cl.RemoveObject(ctx, "s3tests", "big") },
 	} {
 		if _, err := cl.PutObject(ctx, "s3tests", "big", bytes.NewReader(data), int64(len(data)), client.PutOptions{PartSize: 5 << 20}); err != nil {
