@@ -384,6 +384,20 @@ func (o *OSD) learnEpoch(epoch uint64, from uint32) {
 	})
 }
 
+// ReloadMap reads the map file (Config.MapPath) again and adopts it if it
+// is newer: `osprey osd` does this on SIGHUP, after an operator edited the
+// file.
+func (o *OSD) ReloadMap() (*placement.Map, error) {
+	if o.cfg.MapPath == "" {
+		return o.Map(), errors.New("osd: no map file to reload")
+	}
+	m, err := placement.Load(o.cfg.MapPath)
+	if err == nil {
+		err = o.adoptMap(m.Proto())
+	}
+	return o.Map(), err
+}
+
 // refreshMap reads MapPath again, if set, and adopts a newer map.
 func (o *OSD) refreshMap() *placement.Map {
 	if o.cfg.MapPath != "" {

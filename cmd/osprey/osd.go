@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/ospreystore/osprey/osd"
@@ -29,8 +32,9 @@ e.g. tcp://10.0.0.1:6800 or rdma+verbs://10.0.1.1:6801, as Ceph's
 ms_public_type and ms_cluster_type. --public and --cluster listen elsewhere
 (a wildcard address, say) while peers still use the map's.
 
-The map is a JSON file (see docs/osd.md); the OSD reads it again when a peer
-or client shows a newer epoch. SIGINT or SIGTERM stops it gracefully.`,
+The map is a JSON file (see docs/osd.md); the OSD reads it again on SIGHUP and
+when a peer or client shows a newer epoch. SIGINT or SIGTERM stops it
+gracefully.`,
 		Example: `  osprey osd --id 0 --map cluster.json --data /var/lib/osprey/osd.0`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -46,7 +50,22 @@ or client shows a newer epoch. SIGINT or SIGTERM stops it gracefully.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "osd.%d serving: public %s, cluster %s\n", id, o.PublicAddr(), o.ClusterAddr())
-			<-cmd.Context().Done()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			for reloading := true; reloading; {
+				select {
+				case <-hup:
+					m, err := o.ReloadMap()
+					if err != nil {
+						slog.Error("reloading the map", "path", cfg.MapPath, "err", err)
+					} else {
+						slog.Info("map reloaded", "epoch", m.Epoch())
+					}
+				case <-cmd.Context().Done():
+					reloading = false
+				}
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), stopWithin)
 			defer cancel()
 			return o.Close(ctx)
