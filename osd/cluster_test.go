@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"testing"
@@ -369,5 +371,40 @@ func TestMapChangeNewPrimaryCatchesUp(t *testing.T) {
 	}
 	if _, err := osdtest.Put(ctx, cl, "moving", "after", []byte("new map"), client.PutOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReloadMap: an OSD started from a map file adopts a newer one written
+// over it when told to (SIGHUP in `osprey osd`), and refuses a map of
+// another cluster.
+func TestReloadMap(t *testing.T) {
+	m := osdtest.NewMap(t, osdtest.Options{OSDs: 1, PGs: 4})
+	path := t.TempDir() + "/map.json"
+	if err := m.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	o, err := osd.Start(context.Background(), osd.Config{ID: 0, MapPath: path, DataDir: t.TempDir(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close(context.Background())
+	next, err := m.With(func(pb *osdpb.ClusterMap) { pb.Osds[0].Weight = 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := o.ReloadMap(); err != nil || got.Epoch() != next.Epoch() {
+		t.Fatalf("reload: epoch %d, %v; want %d", got.Epoch(), err, next.Epoch())
+	}
+	other := osdtest.NewMap(t, osdtest.Options{OSDs: 1, PGs: 4}) // another fsid
+	other, _ = other.With(func(pb *osdpb.ClusterMap) { pb.Epoch = 10 })
+	if err := other.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.ReloadMap(); err == nil || o.Map().Epoch() != next.Epoch() {
+		t.Fatalf("a foreign map was adopted (epoch %d, err %v)", o.Map().Epoch(), err)
 	}
 }
