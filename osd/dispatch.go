@@ -29,7 +29,11 @@ func (d publicDispatcher) HandleEvent(ev msgr.Event) {
 }
 
 // send sends pb (and payload, whose reference it takes over) as a message
-// of type t on c. Errors are the peer's problem: it is gone or not reading.
+// of type t on c, without ever blocking the caller: replies go out from
+// shard goroutines and from the dispatchers of peer sessions, which must
+// not stall because one client stopped reading. A full send queue hands
+// the message to a goroutine that waits up to replyTimeout. Errors are
+// the peer's problem: it is gone or not reading.
 func (o *OSD) send(c *msgr.Conn, t osdpb.MsgType, pb proto.Message, payload *wire.Buffer) {
 	front, err := proto.Marshal(pb)
 	if err != nil {
@@ -43,9 +47,19 @@ func (o *OSD) send(c *msgr.Conn, t osdpb.MsgType, pb proto.Message, payload *wir
 	if payload != nil {
 		m.SetPayload(payload)
 	}
-	ctx, cancel := context.WithTimeout(o.ctx, replyTimeout)
-	defer cancel()
-	if err := c.Send(ctx, m); err != nil {
+	err = c.TrySend(m)
+	if errors.Is(err, msgr.ErrWouldBlock) {
+		o.wg.Go(func() {
+			ctx, cancel := context.WithTimeout(o.ctx, replyTimeout)
+			defer cancel()
+			if err := c.Send(ctx, m); err != nil {
+				m.Release()
+				o.log.Debug("send failed", "type", t, "conn", c, "err", err)
+			}
+		})
+		return
+	}
+	if err != nil {
 		m.Release()
 		o.log.Debug("send failed", "type", t, "conn", c, "err", err)
 	}
