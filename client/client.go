@@ -266,7 +266,7 @@ func (c *Client) do(ctx context.Context, t osdpb.MsgType, tg target, build func(
 		case !tg.meta:
 			pg = ops.StoredPG(pool, tg.bucket, tg.key)
 		}
-		hdr := &osdpb.Header{Epoch: mp.Epoch(), Req: req, Pool: pool.Id, Pg: pg}
+		hdr := &osdpb.Header{Epoch: mp.Epoch(), Req: req, Pool: pool.Id, Pg: pg, Attempt: uint32(attempt)}
 		msg, err := c.attempt(ctx, mp, pool.Id, pg, t, build(hdr), payload, rep, keep)
 		if err == nil {
 			err = ops.FromReply(rep.GetHeader())

@@ -127,9 +127,11 @@ func TestResendAnsweredFromLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	attempt := uint32(0)
 	put := func(body []byte) *osdpb.ObjectReply {
+		defer func() { attempt++ }()
 		front, _ := proto.Marshal(&osdpb.PutObject{
-			Header: &osdpb.Header{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: pg, Req: &osdpb.ReqID{Client: 42, Tid: 7}},
+			Header: &osdpb.Header{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: pg, Req: &osdpb.ReqID{Client: 42, Tid: 7}, Attempt: attempt},
 			Bucket: "idem", Key: "k", Meta: &osdpb.ObjectMeta{Size: uint64(len(body)), Crc32C: crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))}})
 		if err := conn.Send(ctx, msgr.NewMessage(uint16(osdpb.MsgType_MSG_PUT_OBJECT), front, body)); err != nil {
 			t.Fatal(err)

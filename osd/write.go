@@ -98,7 +98,7 @@ func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string
 	}
 	sid := storePG(pool.Id, pg)
 	o.onShard(m, sid, func() {
-		o.write(mp, sid, e, m.Data, func(applied *osdpb.LogEntry, err error) {
+		o.write(mp, sid, e, m.Data, hdr.GetAttempt() > 0, func(applied *osdpb.LogEntry, err error) {
 			h := o.header(hdr, err)
 			if err != nil {
 				applied = nil
@@ -139,7 +139,7 @@ func (o *OSD) bucketWrite(m *msgr.Message, req *osdpb.BucketRequest) {
 			return
 		}
 	}
-	o.write(mp, placement.MetaPG, e, nil, func(_ *osdpb.LogEntry, err error) { done(err) }, m.Release)
+	o.write(mp, placement.MetaPG, e, nil, req.Header.GetAttempt() > 0, func(_ *osdpb.LogEntry, err error) { done(err) }, m.Release)
 }
 
 // checkBucketEmpty asks every OSD (ourselves included) whether it holds an
@@ -214,11 +214,13 @@ func (o *OSD) upPeers(mp *placement.Map, pg uint32) func(func(uint32) bool) {
 }
 
 // write runs on the shard of store PG sid at its primary: a resent request
-// is answered from the PG log once the replicas have it too; otherwise the
+// (resend: the client's attempt > 0; a first send cannot have been applied,
+// which saves a log lookup per write) is answered from the PG log once the
+// replicas have it too; otherwise the
 // entry gets the next version, is applied with a synced commit, and is
 // forwarded to the replicas; done runs when all of them acked (or it
 // failed). release runs once body is no longer needed.
-func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byte, done func(*osdpb.LogEntry, error), release func()) {
+func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byte, resend bool, done func(*osdpb.LogEntry, error), release func()) {
 	p, err := o.pgOf(sid)
 	if err != nil {
 		release()
@@ -237,7 +239,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		done(nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x is peering: its new primary checks that no peer is ahead", p.pool, p.pg))
 		return
 	}
-	if e.Req != nil {
+	if e.Req != nil && resend {
 		prev, found, err := o.st.FindRequest(o.ctx, sid, e.Req)
 		if err != nil {
 			release()
@@ -315,7 +317,7 @@ func (o *OSD) dropParts(mp *placement.Map, poolID uint32, parts []*osdpb.PartRef
 			sid := storePG(pool.Id, pg)
 			e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: part.Key}
 			o.enqueue(o.shardOf(sid), func() {
-				o.write(o.Map(), sid, e, nil, func(_ *osdpb.LogEntry, err error) {
+				o.write(o.Map(), sid, e, nil, false, func(_ *osdpb.LogEntry, err error) {
 					if err != nil {
 						o.log.Warn("deleting a replaced object's part", "part", part.Key, "err", err)
 					}

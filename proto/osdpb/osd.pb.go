@@ -690,11 +690,14 @@ func (x *ReqID) GetTid() uint64 {
 
 // Header rides in every client request.
 type Header struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"` // the sender's map epoch
-	Req           *ReqID                 `protobuf:"bytes,2,opt,name=req,proto3" json:"req,omitempty"`
-	Pool          uint32                 `protobuf:"varint,3,opt,name=pool,proto3" json:"pool,omitempty"`
-	Pg            uint32                 `protobuf:"varint,4,opt,name=pg,proto3" json:"pg,omitempty"` // the PG the client computed; the OSD checks it
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"` // the sender's map epoch
+	Req   *ReqID                 `protobuf:"bytes,2,opt,name=req,proto3" json:"req,omitempty"`
+	Pool  uint32                 `protobuf:"varint,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pg    uint32                 `protobuf:"varint,4,opt,name=pg,proto3" json:"pg,omitempty"` // the PG the client computed; the OSD checks it
+	// 0 on the first send of a request; more on a resend, which the OSD
+	// looks up in the PG log (a first send cannot have been applied).
+	Attempt       uint32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -753,6 +756,13 @@ func (x *Header) GetPool() uint32 {
 func (x *Header) GetPg() uint32 {
 	if x != nil {
 		return x.Pg
+	}
+	return 0
+}
+
+func (x *Header) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
 	}
 	return 0
 }
@@ -3033,12 +3043,13 @@ const file_osd_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\"1\n" +
 	"\x05ReqID\x12\x16\n" +
 	"\x06client\x18\x01 \x01(\x04R\x06client\x12\x10\n" +
-	"\x03tid\x18\x02 \x01(\x04R\x03tid\"g\n" +
+	"\x03tid\x18\x02 \x01(\x04R\x03tid\"\x81\x01\n" +
 	"\x06Header\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12#\n" +
 	"\x03req\x18\x02 \x01(\v2\x11.osprey.osd.ReqIDR\x03req\x12\x12\n" +
 	"\x04pool\x18\x03 \x01(\rR\x04pool\x12\x0e\n" +
-	"\x02pg\x18\x04 \x01(\rR\x02pg\"\xe7\x01\n" +
+	"\x02pg\x18\x04 \x01(\rR\x02pg\x12\x18\n" +
+	"\aattempt\x18\x05 \x01(\rR\aattempt\"\xe7\x01\n" +
 	"\vReplyHeader\x12*\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x12.osprey.osd.StatusR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
