@@ -19,9 +19,12 @@ deps:
 	fi
 	$(GO) mod download
 
-# The embedded default: for now the messenger benchmark on loopback.
-run:
-	$(GO) run ./cmd/osprey bench msgr
+# The embedded default: a 3-OSD cluster in this process on free loopback
+# ports, a demo workload through the SDK (every byte read back and
+# verified), then a clean stop; its data lives in a temporary directory
+# that is removed. `go run ./cmd/osprey up` keeps a cluster running instead.
+run: deps
+	$(GO) run ./cmd/osprey up --demo --temp
 
 build:
 	$(GO) build $(if $(TAGS),-tags $(TAGS)) ./...

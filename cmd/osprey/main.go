@@ -1,8 +1,12 @@
 // Command osprey is the Osprey command-line tool. Osprey is an object store
 // whose daemons (OSDs) keep objects in Pebble and replicate them to each
 // other, talking through msgr, a Ceph-style asynchronous messenger that runs
-// over TCP or RDMA. This one binary will carry every subcommand; today that
-// is `osprey bench`, which measures the messenger.
+// over TCP or RDMA. This one binary carries every subcommand: `osprey up`
+// starts a local cluster in process, `osprey osd` runs one daemon of a real
+// one, the object commands (mb, rb, ls, put, get, cp, rm, stat, status) use
+// a cluster through the SDK in the style of aws s3 and mc, and `osprey
+// bench` measures the messenger and the object store. docs/cli.md is the
+// user's guide, with the exit codes (target.go) scripts rely on.
 package main
 
 import (
@@ -22,7 +26,8 @@ func main() {
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		os.Exit(1)
+		fmt.Fprintln(os.Stderr, errorLine(err))
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -35,7 +40,8 @@ func newRootCmd() *cobra.Command {
 them to each other, clients reach them through an S3-like SDK, and every byte
 between any two of them travels through msgr, an asynchronous messenger with
 TCP and RDMA (libfabric) transports.`,
-		SilenceUsage: true, // a failed run is not a usage mistake
+		SilenceUsage:  true, // a failed run is not a usage mistake
+		SilenceErrors: true, // main prints them, as "osprey: CODE: message"
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			level, err := parseLevel(logLevel)
 			if err != nil {
@@ -46,7 +52,20 @@ TCP and RDMA (libfabric) transports.`,
 		},
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	root.AddCommand(newBenchCmd(), newOSDCmd())
+	// Help lists commands by what they are for, as kubectl's does.
+	root.AddGroup(&cobra.Group{ID: "objects", Title: "Buckets and objects:"},
+		&cobra.Group{ID: "cluster", Title: "Clusters:"})
+	for _, c := range []*cobra.Command{newMbCmd(), newRbCmd(), newLsCmd(), newPutCmd(), newGetCmd(), newCpCmd(), newRmCmd(), newStatCmd()} {
+		c.GroupID = "objects"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{newUpCmd(), newStatusCmd(), newOSDCmd(), newBenchCmd()} {
+		c.GroupID = "cluster"
+		root.AddCommand(c)
+	}
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageErrorf("%v (see %s --help)", err, cmd.CommandPath())
+	})
 	return root
 }
 

@@ -1,0 +1,442 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/bench"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+func TestParseRemote(t *testing.T) {
+	for _, c := range []struct {
+		in          string
+		bucket, key string
+		bad         bool
+	}{
+		{in: "photos", bucket: "photos"},
+		{in: "photos/", bucket: "photos"},
+		{in: "photos/a.jpg", bucket: "photos", key: "a.jpg"},
+		{in: "photos/2024/06/a.jpg", bucket: "photos", key: "2024/06/a.jpg"},
+		{in: "photos/dir/", bucket: "photos", key: "dir/"},
+		{in: "osprey://photos/2024/a.jpg", bucket: "photos", key: "2024/a.jpg"},
+		{in: "osprey://photos", bucket: "photos"},
+		{in: "photos//double", bucket: "photos", key: "/double"},
+		{in: "", bad: true},
+		{in: "/key", bad: true},
+		{in: "osprey://", bad: true},
+		{in: "osprey:///key", bad: true},
+	} {
+		got, err := parseRemote(c.in)
+		if c.bad {
+			var ue *usageError
+			if !errors.As(err, &ue) {
+				t.Errorf("parseRemote(%q) = %v, %v; want a usage error", c.in, got, err)
+			}
+			continue
+		}
+		if err != nil || got.Bucket != c.bucket || got.Key != c.key {
+			t.Errorf("parseRemote(%q) = %+v, %v; want bucket %q key %q", c.in, got, err, c.bucket, c.key)
+		}
+	}
+	if _, err := parseObject("photos/"); exitCode(err) != exitUsage {
+		t.Errorf("parseObject of a bucket: %v, want a usage error", err)
+	}
+	if p, _ := parseObject("b/k/x"); p.String() != "osprey://b/k/x" {
+		t.Errorf("String() = %q", p.String())
+	}
+	for s, want := range map[string]bool{"osprey://b/k": true, "b/k": false, "./osprey://x": false, "-": false} {
+		if isRemote(s) != want {
+			t.Errorf("isRemote(%q) = %v", s, !want)
+		}
+	}
+}
+
+func TestParseSeeds(t *testing.T) {
+	got, err := parseSeeds([]string{"10.0.0.1:6800, tcp://10.0.0.2:6800", "rdma+verbs://10.0.1.1:6800"})
+	want := []string{"tcp://10.0.0.1:6800", "tcp://10.0.0.2:6800", "rdma+verbs://10.0.1.1:6800"}
+	if err != nil || strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("parseSeeds = %v, %v; want %v", got, err, want)
+	}
+	if _, err := parseSeeds([]string{" , "}); exitCode(err) != exitUsage {
+		t.Errorf("empty seeds: %v, want a usage error", err)
+	}
+}
+
+// writeMap saves a local map with OSDs from port and returns its path.
+func writeMap(t *testing.T, dir string, port, osds int) string {
+	t.Helper()
+	var pub []string
+	for i := range osds {
+		pub = append(pub, fmt.Sprintf("tcp://127.0.0.1:%d", port+2*i))
+	}
+	m, err := placement.NewLocal(placement.LocalOptions{PublicAddrs: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "map.json")
+	if err := m.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestResolveTarget(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	flagMap := writeMap(t, filepath.Join(dir, "a"), 7000, 2)
+	envMapPath := writeMap(t, filepath.Join(dir, "b"), 8000, 1)
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+
+	// Nothing given, no ./osprey-data: a clear error, exit code 4.
+	_, err := resolveTarget(targetFlags{}, getenv)
+	if !errors.Is(err, errNoCluster) || exitCode(err) != exitUnavailable || !strings.Contains(err.Error(), "osprey up") {
+		t.Fatalf("no target: %v (exit %d)", err, exitCode(err))
+	}
+
+	// Each source in turn, lowest precedence first; each later one wins.
+	writeMap(t, defaultDataDir, 6800, 3)
+	steps := []struct {
+		apply  func(*targetFlags)
+		source string
+		first  string
+		n      int
+	}{
+		{func(*targetFlags) {}, "./osprey-data/map.json", "tcp://127.0.0.1:6800", 3},
+		{func(*targetFlags) { env[envMap] = envMapPath }, envMap + "=" + envMapPath, "tcp://127.0.0.1:8000", 1},
+		{func(f *targetFlags) { f.mapPath = flagMap }, "--map " + flagMap, "tcp://127.0.0.1:7000", 2},
+		{func(*targetFlags) { env[envSeeds] = "127.0.0.1:9000,127.0.0.1:9002" }, envSeeds, "tcp://127.0.0.1:9000", 2},
+		{func(f *targetFlags) { f.seeds = []string{"tcp://10.1.1.1:6800"} }, "--seeds", "tcp://10.1.1.1:6800", 1},
+	}
+	var f targetFlags
+	for _, s := range steps {
+		s.apply(&f)
+		tg, err := resolveTarget(f, getenv)
+		if err != nil || tg.Source != s.source || len(tg.Seeds) != s.n || tg.Seeds[0] != s.first {
+			t.Errorf("after setting %s: %+v, %v; want %d seeds from %s starting %s", s.source, tg, err, s.n, s.source, s.first)
+		}
+	}
+
+	// A map that does not parse is an error naming the file, not a
+	// fallback to the next source.
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"epoch": 0}`), 0o644)
+	if _, err := resolveTarget(targetFlags{mapPath: bad}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("bad map: %v", err)
+	}
+}
+
+func TestExitCodeAndErrorLine(t *testing.T) {
+	noKey := fmt.Errorf("%s: %w", remotePath{"b", "k"}, ops.Errorf(osdpb.Status_NO_SUCH_KEY, "store: no such key"))
+	for _, c := range []struct {
+		err  error
+		code int
+		line string
+	}{
+		{noKey, exitNotFound, "osprey: NoSuchKey: osprey://b/k: store: no such key"},
+		{ops.ErrNoSuchBucket, exitNotFound, "osprey: NoSuchBucket"},
+		{ops.Errorf(osdpb.Status_NO_SUCH_UPLOAD, "x"), exitNotFound, "osprey: NoSuchUpload: x"},
+		{ops.Errorf(osdpb.Status_BUCKET_NOT_EMPTY, "bucket b is not empty"), exitError, "osprey: BucketNotEmpty: bucket b is not empty"},
+		{ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "no reply"), exitUnavailable, "osprey: ServiceUnavailable: no reply"},
+		{&unreachableError{target: clusterTarget{Seeds: []string{"tcp://h:1"}, Source: "--seeds"}, err: errors.New("a\nb")},
+			exitUnavailable, "osprey: cannot reach the cluster at tcp://h:1 (from --seeds): a; b"},
+		{errNoCluster, exitUnavailable, "osprey: no cluster given"},
+		{usageErrorf("bad"), exitUsage, "osprey: bad"},
+		{errors.New(`unknown command "x" for "osprey"`), exitUsage, `osprey: unknown command "x" for "osprey"`},
+		{fmt.Errorf("put: %w", context.Canceled), exitInterrupted, "osprey: interrupted"},
+		{errors.New("disk full"), exitError, "osprey: disk full"},
+	} {
+		if got := exitCode(c.err); got != c.code {
+			t.Errorf("exitCode(%v) = %d, want %d", c.err, got, c.code)
+		}
+		if got := errorLine(c.err); !strings.HasPrefix(got, c.line) {
+			t.Errorf("errorLine(%v) = %q, want it to start %q", c.err, got, c.line)
+		}
+	}
+}
+
+// TestUsageExitCodes runs the command tree in process: argument mistakes
+// must be usage errors (exit 2) before anything touches the network.
+func TestUsageExitCodes(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv(envSeeds, "")
+	t.Setenv(envMap, "")
+	for _, args := range [][]string{
+		{"get"},
+		{"put", "onlyone"},
+		{"ls", "a", "b"},
+		{"ls", "--no-such-flag"},
+		{"cp", "local", "alsolocal"},
+		{"rm", "bucketonly"},
+		{"mb", "b/k"},
+		{"status", "extra"},
+		{"up", "--osds", "0"},
+		{"up", "--osds", "2", "--replicas", "3"},
+		{"nosuchcommand"},
+	} {
+		_, _, err := run(t, args...)
+		if exitCode(err) != exitUsage {
+			t.Errorf("osprey %s: %v (exit %d), want exit %d", strings.Join(args, " "), err, exitCode(err), exitUsage)
+		}
+	}
+	// No cluster anywhere: exit 4 with advice.
+	_, _, err := run(t, "ls")
+	if exitCode(err) != exitUnavailable || !strings.Contains(errorLine(err), "--seeds") {
+		t.Errorf("ls with no cluster: %v (exit %d)", err, exitCode(err))
+	}
+}
+
+func TestUpRefusesConflictingFlags(t *testing.T) {
+	dir := t.TempDir()
+	writeMap(t, dir, 7000, 3)
+	_, _, err := run(t, "up", "--dir", dir, "--osds", "2", "--port", "7100")
+	if exitCode(err) != exitUsage {
+		t.Fatalf("up with flags against the map: %v, want a usage error", err)
+	}
+	for _, want := range []string{"--osds 2 (the map has 3)", "tcp://127.0.0.1:7100", "another --dir"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+// TestUpDemo runs `osprey up --demo` in process on a one-OSD cluster with
+// small objects: the demo must pass and say what it did.
+func TestUpDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	out, _, err := run(t, "up", "--demo", "--temp", "--osds", "1", "--demo-sizes", "0,1KiB,3MiB", "--log-level", "warn")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"serving 1 OSDs", "make-bucket", "put ", "read-at", "bytes verified", "remove-bucket", "demo passed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestPattern(t *testing.T) {
+	const seed = 42
+	all, err := io.ReadAll(&patternReader{seed: seed, size: 1000})
+	if err != nil || len(all) != 1000 {
+		t.Fatalf("ReadAll: %d bytes, %v", len(all), err)
+	}
+	// Any range filled on its own equals the same range read in sequence.
+	for _, r := range [][2]int{{0, 1}, {3, 17}, {7, 8}, {8, 16}, {500, 1000}, {999, 1000}} {
+		b := make([]byte, r[1]-r[0])
+		fillPattern(b, seed, int64(r[0]))
+		if !bytes.Equal(b, all[r[0]:r[1]]) {
+			t.Errorf("range %v differs from the sequential read", r)
+		}
+	}
+	chk := &patternChecker{seed: seed, bad: -1}
+	chk.Write(all[:333])
+	bad := bytes.Clone(all[333:])
+	bad[100] ^= 1
+	chk.Write(bad)
+	if chk.bad != 433 {
+		t.Errorf("checker found the flipped byte at %d, want 433", chk.bad)
+	}
+	var other [16]byte
+	fillPattern(other[:], seed+1, 0)
+	if bytes.Equal(other[:], all[:16]) {
+		t.Error("two seeds give the same bytes")
+	}
+}
+
+func TestPGState(t *testing.T) {
+	up := map[uint32]bool{0: true, 1: true, 2: false}
+	for _, c := range []struct {
+		acting []uint32
+		size   uint32
+		want   string
+	}{
+		{[]uint32{0, 1}, 2, pgActiveClean},
+		{[]uint32{0, 1}, 3, pgUndersized},
+		{[]uint32{0, 2}, 2, pgDegraded},
+		{[]uint32{2, 0}, 2, pgDown},
+		{nil, 3, pgDown},
+	} {
+		if got := pgState(c.acting, c.size, up); got != c.want {
+			t.Errorf("pgState(%v, size %d) = %s, want %s", c.acting, c.size, got, c.want)
+		}
+	}
+}
+
+func TestDownloadPath(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ dst, key, want string }{
+		{"out.bin", "a/b/c.bin", "out.bin"},
+		{dir, "a/b/c.bin", filepath.Join(dir, "c.bin")},
+		{"newdir/", "c.bin", filepath.Join("newdir", "c.bin")},
+		{".", "x/y", "y"},
+	} {
+		if got, err := downloadPath(c.dst, c.key); err != nil || got != c.want {
+			t.Errorf("downloadPath(%q, %q) = %q, %v; want %q", c.dst, c.key, got, err, c.want)
+		}
+	}
+	for _, key := range []string{"dir/", "a/..", "."} {
+		if got, err := downloadPath(".", key); err == nil {
+			t.Errorf("key %q into a directory gave file %q", key, got)
+		}
+	}
+	if got, err := downloadPath("out", "dir/"); err != nil || got != "out" {
+		t.Errorf("key dir/ to a named file: %q, %v", got, err)
+	}
+}
+
+func TestWriteFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	name := filepath.Join(dir, "f")
+	os.WriteFile(name, []byte("old"), 0o644)
+	err := writeFileAtomic(name, func(w io.Writer) error {
+		w.Write([]byte("partial"))
+		return errors.New("connection lost")
+	})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if b, _ := os.ReadFile(name); string(b) != "old" {
+		t.Errorf("a failed write changed the file to %q", b)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("a failed write left %d files", len(ents))
+	}
+	if err := writeFileAtomic(name, func(w io.Writer) error { _, err := w.Write([]byte("new")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(name); string(b) != "new" {
+		t.Errorf("file holds %q, want new", b)
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	p := &progress{label: "put photos/2024/a-rather-long-key-name.bin", total: 100 << 20}
+	for _, width := range []int{40, 80, 200} {
+		l := p.line(42<<20, 2*time.Second, width)
+		if len(l) >= width {
+			t.Errorf("width %d: %d columns: %q", width, len(l), l)
+		}
+		if !strings.Contains(l, "42%") {
+			t.Errorf("width %d: no percentage: %q", width, l)
+		}
+	}
+	if l := p.line(42<<20, 2*time.Second, 120); !strings.Contains(l, "[") || !strings.Contains(l, "42.0 MiB / 100.0 MiB") || !strings.Contains(l, "ETA 0:03") {
+		t.Errorf("wide line: %q", l)
+	}
+	if l := p.line(100<<20, 3*time.Second, 120); !strings.Contains(l, "committing") {
+		t.Errorf("all read: %q", l)
+	}
+	stream := &progress{label: "put b/k", total: -1}
+	if l := stream.line(3<<20, time.Second, 80); !strings.Contains(l, "3.0 MiB") || strings.Contains(l, "%") {
+		t.Errorf("unknown size: %q", l)
+	}
+	// A nil progress counts nothing and passes data through.
+	var np *progress
+	var buf bytes.Buffer
+	io.Copy(np.writer(&buf), np.reader(strings.NewReader("abc")))
+	np.done()
+	if buf.String() != "abc" {
+		t.Errorf("nil progress: %q", buf.String())
+	}
+}
+
+func TestHumanBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB", 100 << 20: "100.0 MiB", 5 << 40: "5.0 TiB"} {
+		if got := humanBytes(n); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestCompletionCommand(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		out, _, err := run(t, "completion", shell)
+		if err != nil || !strings.Contains(out, "osprey") {
+			t.Errorf("completion %s: %v, %d bytes", shell, err, len(out))
+		}
+	}
+}
+
+// TestStatusOSDDown stops one OSD of three and wants status to see it
+// down and derive the PG states from the acting sets.
+func TestStatusOSDDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	ctx := context.Background()
+	lc, err := bench.StartLocalCluster(ctx, bench.LocalClusterOptions{OSDs: 3, Replicas: 2, PGs: 32,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close(ctx)
+	seeds := strings.Join(lc.Seeds(), ",")
+
+	out, _, err := run(t, "status", "--json", "--seeds", seeds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if rep.Health != "HEALTH_OK" || rep.Pools[0].PGStates[pgActiveClean] != 32 || rep.FSID != lc.Map.FSID() {
+		t.Errorf("all up: %+v", rep)
+	}
+
+	if err := lc.OSDs[2].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = run(t, "status", "--json", "--seeds", seeds, "--timeout", "1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep = statusReport{}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if rep.Health != "HEALTH_WARN" || rep.OSDs[2].Up || !rep.OSDs[0].Up || !rep.OSDs[1].Up {
+		t.Errorf("osd.2 stopped: %+v", rep)
+	}
+	// Exactly the PGs whose primary is osd.2 are down, those where it
+	// is a replica degraded, and the rest clean.
+	want := map[string]int{}
+	for pg := range uint32(32) {
+		set := lc.Map.ActingSet(placement.DefaultPoolID, pg)
+		switch {
+		case set[0] == 2:
+			want[pgDown]++
+		case set[1] == 2:
+			want[pgDegraded]++
+		default:
+			want[pgActiveClean]++
+		}
+	}
+	if got := rep.Pools[0].PGStates; !maps.Equal(got, want) {
+		t.Errorf("PG states %v, want %v", got, want)
+	}
+	text, _, err := run(t, "status", "--seeds", seeds, "--timeout", "1s")
+	if err != nil || !strings.Contains(text, "HEALTH_WARN: 1 of 3 OSDs do not answer") || !strings.Contains(text, "down") {
+		t.Errorf("text status: %v\n%s", err, text)
+	}
+}
