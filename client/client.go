@@ -346,16 +346,16 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 	defer cancel()
 	if err := conn.Send(actx, m); err != nil {
 		m.Release()
-		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "sending to %s: %v", conn.Peer(), err)
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "sending to %s: %v", connName(conn), err)
 	}
 	select {
 	case r, ok := <-p.ch:
 		if !ok || r == nil {
-			return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "connection to %s lost", conn.Peer())
+			return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "connection to %s lost", connName(conn))
 		}
 		if err := r.DecodeFront(rep); err != nil {
 			r.Release()
-			return nil, fmt.Errorf("client: malformed reply from %s: %w", conn.Peer(), err)
+			return nil, fmt.Errorf("client: malformed reply from %s: %w", connName(conn), err)
 		}
 		if keep {
 			return r, nil
@@ -366,8 +366,17 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "no reply from %s within %v", conn.Peer(), c.opts.OpTimeout)
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "no reply from %s within %v", connName(conn), c.opts.OpTimeout)
 	}
+}
+
+// connName names the other end of conn in errors: its entity and address
+// (a seed's name is not known before it answers).
+func connName(conn *msgr.Conn) string {
+	if p := conn.Peer(); p != "" {
+		return fmt.Sprintf("%s at %s", p, conn.Addr())
+	}
+	return conn.Addr()
 }
 
 // tidOfFront is the request id's tid of a request proto with a Header.

@@ -12,3 +12,6 @@ import (
 func ListHidden(ctx context.Context, c *Client) iter.Seq2[ObjectInfo, error] {
 	return c.list(ctx, ops.MultipartBucket, ListOptions{})
 }
+
+// WholePartFetches is how many parts o fetched whole (CRC-checked).
+func WholePartFetches(o *Object) int { return int(o.wholeParts.Load()) }
