@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -403,4 +404,76 @@ func TestMultipartReadVerifiesParts(t *testing.T) {
 	if n := client.WholePartFetches(obj); n != 3 {
 		t.Fatalf("%d whole-part fetches, want 3 (one per part, each CRC-checked)", n)
 	}
+}
+
+// TestErrorCodes: each S3 error a user can provoke comes back typed, with
+// its S3 code in the message.
+func TestErrorCodes(t *testing.T) {
+	cl, ctx := setup(t)
+	if _, err := osdtest.Put(ctx, cl, "s3tests", "k", []byte("v"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	long := string(bytes.Repeat([]byte("k"), 1025))
+	cases := []struct {
+		name string
+		err  error
+		want error
+		code string
+	}{
+		{"make an existing bucket", cl.MakeBucket(ctx, "s3tests"), client.ErrBucketAlreadyExists, "BucketAlreadyExists"},
+		{"make a bad name", cl.MakeBucket(ctx, "a_b"), client.ErrInvalidBucketName, "InvalidBucketName"},
+		{"remove a full bucket", cl.RemoveBucket(ctx, "s3tests"), client.ErrBucketNotEmpty, "BucketNotEmpty"},
+		{"remove a missing bucket", cl.RemoveBucket(ctx, "nosuchbucket"), client.ErrNoSuchBucket, "NoSuchBucket"},
+		{"stat a missing key", func() error { _, err := cl.StatObject(ctx, "s3tests", "nope"); return err }(), client.ErrNoSuchKey, "NoSuchKey"},
+		{"put to a missing bucket", func() error { _, err := osdtest.Put(ctx, cl, "nosuchbucket", "k", nil, client.PutOptions{}); return err }(), client.ErrNoSuchBucket, "NoSuchBucket"},
+		{"a key too long", func() error { _, err := osdtest.Put(ctx, cl, "s3tests", long, nil, client.PutOptions{}); return err }(), client.ErrKeyTooLong, "KeyTooLongError"},
+		{"an empty key", func() error { _, err := cl.StatObject(ctx, "s3tests", ""); return err }(), client.ErrInvalidKey, "InvalidKey"},
+		{"an unknown upload", cl.AbortMultipartUpload(ctx, "s3tests", "k", "0123456789abcdef0123456789abcdef"), client.ErrNoSuchUpload, "NoSuchUpload"},
+		{"a range past the end", func() error { _, err := cl.GetObject(ctx, "s3tests", "k", client.GetOptions{Range: true, Offset: 9}); return err }(), client.ErrInvalidRange, "InvalidRange"},
+	}
+	for _, tc := range cases {
+		var ce *client.Error
+		if !errors.Is(tc.err, tc.want) || !errors.As(tc.err, &ce) || !strings.HasPrefix(ce.Error(), tc.code) {
+			t.Errorf("%s: %v, want %s", tc.name, tc.err, tc.code)
+		}
+	}
+}
+
+// TestOverwriteAtomicityLarge: objects larger than one read window are
+// read in several ops; a read that straddles an overwrite fails (retriable)
+// and never returns a mix of the two versions.
+func TestOverwriteAtomicityLarge(t *testing.T) {
+	cl, ctx := setup(t)
+	a, b := osdtest.Payload(12<<20, 1), osdtest.Payload(12<<20, 2)
+	if _, err := osdtest.Put(ctx, cl, "s3tests", "flip", a, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 1; !stop.Load(); i++ {
+			if _, err := osdtest.Put(ctx, cl, "s3tests", "flip", [][]byte{a, b}[i%2], client.PutOptions{}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	whole, torn := 0, 0
+	for range 12 {
+		got, _, err := osdtest.Get(ctx, cl, "s3tests", "flip", client.GetOptions{})
+		if err != nil {
+			if !errors.Is(err, client.ErrServiceUnavailable) {
+				t.Fatal(err)
+			}
+			torn++
+			continue
+		}
+		if !bytes.Equal(got, a) && !bytes.Equal(got, b) {
+			t.Fatalf("read %d bytes that are neither version", len(got))
+		}
+		whole++
+	}
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%d whole reads, %d refused as overwritten mid-read", whole, torn)
 }
