@@ -425,11 +425,17 @@ func TestErrorCodes(t *testing.T) {
 		{"remove a full bucket", cl.RemoveBucket(ctx, "s3tests"), client.ErrBucketNotEmpty, "BucketNotEmpty"},
 		{"remove a missing bucket", cl.RemoveBucket(ctx, "nosuchbucket"), client.ErrNoSuchBucket, "NoSuchBucket"},
 		{"stat a missing key", func() error { _, err := cl.StatObject(ctx, "s3tests", "nope"); return err }(), client.ErrNoSuchKey, "NoSuchKey"},
-		{"put to a missing bucket", func() error { _, err := osdtest.Put(ctx, cl, "nosuchbucket", "k", nil, client.PutOptions{}); return err }(), client.ErrNoSuchBucket, "NoSuchBucket"},
+		{"put to a missing bucket", func() error {
+			_, err := osdtest.Put(ctx, cl, "nosuchbucket", "k", nil, client.PutOptions{})
+			return err
+		}(), client.ErrNoSuchBucket, "NoSuchBucket"},
 		{"a key too long", func() error { _, err := osdtest.Put(ctx, cl, "s3tests", long, nil, client.PutOptions{}); return err }(), client.ErrKeyTooLong, "KeyTooLongError"},
 		{"an empty key", func() error { _, err := cl.StatObject(ctx, "s3tests", ""); return err }(), client.ErrInvalidKey, "InvalidKey"},
 		{"an unknown upload", cl.AbortMultipartUpload(ctx, "s3tests", "k", "0123456789abcdef0123456789abcdef"), client.ErrNoSuchUpload, "NoSuchUpload"},
-		{"a range past the end", func() error { _, err := cl.GetObject(ctx, "s3tests", "k", client.GetOptions{Range: true, Offset: 9}); return err }(), client.ErrInvalidRange, "InvalidRange"},
+		{"a range past the end", func() error {
+			_, err := cl.GetObject(ctx, "s3tests", "k", client.GetOptions{Range: true, Offset: 9})
+			return err
+		}(), client.ErrInvalidRange, "InvalidRange"},
 	}
 	for _, tc := range cases {
 		var ce *client.Error
