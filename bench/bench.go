@@ -35,6 +35,18 @@
 // interval, for both ends together; allocations are the Go heap objects
 // allocated in that interval. Both are divided per message so the
 // "zero allocations per message" target is checkable from the report.
+//
+// A row may run several connections (MsgrOptions.Conns), each from its own
+// client messenger, and its server may be another process (ServeMsgr, the
+// `--serve` end, with MsgrOptions.Remote): then a stream message is
+// acknowledged by the server and its latency runs to the acknowledgement,
+// since two hosts share no clock.
+//
+// Every row, of this benchmark and of the object one (RunObj), also counts
+// its completions per time segment (segments.go) and keeps its whole
+// latency histogram, so reports can show the spread over time, plots can
+// draw CDFs, and two saved runs can be compared against their own noise
+// (compare.go).
 package bench
 
 import (
@@ -78,7 +90,9 @@ type Row struct {
 	Provider  string  `json:"provider,omitempty"` // libfabric provider, of raw-fabric and rdma+ rows
 	Mode      Mode    `json:"mode"`
 	Size      int     `json:"size"`                // payload bytes per message
-	Depth     int     `json:"depth"`               // messages in flight
+	Depth     int     `json:"depth"`               // messages in flight, per connection
+	Conns     int     `json:"conns"`               // connections, each with its own client messenger
+	Remote    string  `json:"remote,omitempty"`    // the --serve server's address in a two-process run
 	ZeroCopy  bool    `json:"zero_copy,omitempty"` // payloads from Conn.AllocPayload
 	Msgs      uint64  `json:"msgs"`                // messages (round trips for pingpong) measured
 	Seconds   float64 `json:"seconds"`
@@ -96,6 +110,14 @@ type Row struct {
 	CPUSeconds   float64 `json:"cpu_s"`
 	CPUUsPerMsg  float64 `json:"cpu_us_per_msg"`
 	AllocsPerMsg float64 `json:"allocs_per_msg"`
+	// CPUSecPerGB is CPU seconds per 10^9 payload bytes counted in
+	// bytes_per_sec (one direction for pingpong); 0 for empty payloads.
+	CPUSecPerGB float64 `json:"cpu_s_per_gb"`
+
+	// Throughput per time segment and the whole latency histogram
+	// (nanoseconds), from which any percentile or a CDF can be redrawn.
+	Segments
+	LatencyHist []HistBucket `json:"latency_hist"`
 
 	// Messenger rows, when a baseline ran: messenger divided by the
 	// baseline for the same size, depth and mode, which is raw-fabric on
@@ -133,9 +155,13 @@ const (
 // measuring, so the counts and the histogram cover exactly the measured
 // interval without any reset racing the hot path. The fields after stopped
 // are written by the timeline goroutine and may be read once stopped is
-// closed.
+// closed (t0 also by a recorder that saw the phase measuring).
 type run struct {
 	clk     clock
+	opts    runOptions
+	seg     int64 // segment width, ns
+	nseg    int   // segment slots a tally holds: the whole ones, a partial one and one for stragglers
+	live    atomic.Uint64
 	phase   atomic.Int32
 	started chan struct{} // closed when measuring starts
 	stopped chan struct{}
@@ -145,31 +171,93 @@ type run struct {
 	allocs0, allocs1 uint64
 }
 
-func startRun(ctx context.Context, warmup, duration time.Duration) *run {
-	r := &run{clk: newClock(), started: make(chan struct{}), stopped: make(chan struct{})}
-	go r.timeline(ctx, warmup, duration)
+// runOptions shape one row's timeline.
+type runOptions struct {
+	warmup, duration time.Duration
+	segment          time.Duration // default DefaultSegment
+	// label and size describe the row to the progress callback, which is
+	// called every progressEvery from the timeline goroutine while the
+	// row runs, and once more with PhaseDone before stopped is closed.
+	label    string
+	size     int
+	progress func(Progress)
+}
+
+// Phase is where a row is in its timeline.
+type Phase string
+
+const (
+	PhaseWarmup  Phase = "warmup"
+	PhaseMeasure Phase = "measure"
+	PhaseDone    Phase = "done"
+)
+
+// Progress is a snapshot of a running row, for a live display.
+type Progress struct {
+	Row      string // e.g. "tcp stream 4KiB depth 16"
+	Phase    Phase
+	Elapsed  time.Duration // in this phase
+	Duration time.Duration // of this phase
+	// Count is what the row has measured so far, up to about 50ms ago
+	// (recorders publish it that often), and PerSec and BytesPerSec the
+	// average rate since measuring began; all zero while warming up.
+	Count       uint64
+	PerSec      float64
+	BytesPerSec float64
+}
+
+// progressEvery is how often a running row reports progress.
+const progressEvery = 250 * time.Millisecond
+
+func startRun(ctx context.Context, o runOptions) *run {
+	if o.segment <= 0 {
+		o.segment = DefaultSegment
+	}
+	r := &run{clk: newClock(), opts: o, seg: int64(o.segment), started: make(chan struct{}), stopped: make(chan struct{})}
+	r.nseg = int(o.duration/o.segment) + 2
+	go r.timeline(ctx)
 	return r
 }
 
-func (r *run) timeline(ctx context.Context, warmup, duration time.Duration) {
+func (r *run) timeline(ctx context.Context) {
 	defer close(r.stopped)
-	t := time.NewTimer(warmup)
+	var tick <-chan time.Time
+	if r.opts.progress != nil {
+		tk := time.NewTicker(progressEvery)
+		defer tk.Stop()
+		tick = tk.C
+		defer r.report(PhaseDone, 0, time.Time{})
+	}
+	begin := time.Now()
+	t := time.NewTimer(r.opts.warmup)
 	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		r.phase.Store(phaseStop)
-		return
+	for waiting := true; waiting; {
+		select {
+		case <-t.C:
+			waiting = false
+		case <-tick:
+			r.report(PhaseWarmup, r.opts.warmup, begin)
+		case <-ctx.Done():
+			r.phase.Store(phaseStop)
+			return
+		}
 	}
 	r.allocs0 = heapAllocs()
 	r.cpu0 = cpuTime()
 	r.t0 = r.clk.now()
 	r.phase.Store(phaseMeasure)
 	close(r.started)
-	t.Reset(duration)
-	select {
-	case <-t.C:
-	case <-ctx.Done():
+	begin = time.Now()
+	t.Reset(r.opts.duration)
+	for waiting := true; waiting; {
+		select {
+		case <-t.C:
+			waiting = false
+		case <-tick:
+			r.report(PhaseMeasure, r.opts.duration, begin)
+		case <-ctx.Done():
+			waiting = false
+		}
 	}
 	r.phase.Store(phaseStop)
 	r.t1 = r.clk.now()
@@ -177,24 +265,50 @@ func (r *run) timeline(ctx context.Context, warmup, duration time.Duration) {
 	r.allocs1 = heapAllocs()
 }
 
+// report calls the progress callback with the live count.
+func (r *run) report(ph Phase, d time.Duration, begin time.Time) {
+	now := time.Now()
+	n := r.live.Load()
+	p := Progress{Row: r.opts.label, Phase: ph, Duration: d, Count: n}
+	if !begin.IsZero() {
+		p.Elapsed = now.Sub(begin)
+		if s := p.Elapsed.Seconds(); s > 0 && ph == PhaseMeasure {
+			p.PerSec = float64(n) / s
+			p.BytesPerSec = p.PerSec * float64(r.opts.size)
+		}
+	}
+	r.opts.progress(p)
+}
+
 // measuring reports whether a message handled now counts.
 func (r *run) measuring() bool { return r.phase.Load() == phaseMeasure }
 
 func (r *run) stopping() bool { return r.phase.Load() == phaseStop }
 
-// row fills the rates of a finished run from its histogram.
-func (r *run) row(transport string, mode Mode, size, depth int, h *Histogram) Row {
-	secs := float64(r.t1-r.t0) / 1e9
+// elapsed is the measured interval in nanoseconds; after stopped.
+func (r *run) elapsed() int64 { return r.t1 - r.t0 }
+
+// row fills the rates of a finished run from its tallies.
+func (r *run) row(transport string, mode Mode, size, depth int, ts ...*tally) Row {
+	h, segs := merged(ts)
+	secs := float64(r.elapsed()) / 1e9
 	row := Row{
-		Transport: transport, Mode: mode, Size: size, Depth: depth,
+		Transport: transport, Mode: mode, Size: size, Depth: depth, Conns: 1,
 		Msgs: h.Count(), Seconds: secs,
-		P50Us:      float64(h.Quantile(0.50)) / 1e3,
-		P99Us:      float64(h.Quantile(0.99)) / 1e3,
-		P999Us:     float64(h.Quantile(0.999)) / 1e3,
-		MaxUs:      float64(h.Max()) / 1e3,
-		MeanUs:     h.Mean() / 1e3,
-		CPUSeconds: (r.cpu1 - r.cpu0).Seconds(),
+		P50Us:       float64(h.Quantile(0.50)) / 1e3,
+		P99Us:       float64(h.Quantile(0.99)) / 1e3,
+		P999Us:      float64(h.Quantile(0.999)) / 1e3,
+		MaxUs:       float64(h.Max()) / 1e3,
+		MeanUs:      h.Mean() / 1e3,
+		CPUSeconds:  (r.cpu1 - r.cpu0).Seconds(),
+		LatencyHist: h.Buckets(),
 	}
+	counts, width := wholeSegments(segs, r.seg, r.elapsed())
+	bytes := make([]float64, len(counts))
+	for i, c := range counts {
+		bytes[i] = float64(c) * float64(size)
+	}
+	row.Segments = segmentStats(width, counts, bytes)
 	if secs > 0 {
 		row.MsgsPerSec = float64(row.Msgs) / secs
 		row.BytesPerSec = row.MsgsPerSec * float64(size)
@@ -203,7 +317,17 @@ func (r *run) row(transport string, mode Mode, size, depth int, h *Histogram) Ro
 		row.CPUUsPerMsg = row.CPUSeconds * 1e6 / float64(row.Msgs)
 		row.AllocsPerMsg = float64(r.allocs1-r.allocs0) / float64(row.Msgs)
 	}
+	row.CPUSecPerGB = cpuPerGB(row.CPUSeconds, float64(row.Msgs)*float64(size))
 	return row
+}
+
+// cpuPerGB is CPU seconds per 10^9 payload bytes moved; 0 when nothing
+// was moved (a ping of empty messages, a stat).
+func cpuPerGB(cpu, bytes float64) float64 {
+	if bytes <= 0 {
+		return 0
+	}
+	return cpu / (bytes / 1e9)
 }
 
 // cpuTime is the process's user plus system CPU time.

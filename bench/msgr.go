@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,22 @@ type MsgrOptions struct {
 	Logger *slog.Logger
 	// OnRow, if set, is called after each row, e.g. to print progress.
 	OnRow func(Row)
+	// Segment is the width of a throughput segment; default 1s.
+	Segment time.Duration
+	// Progress, if set, gets a snapshot of the running row every 250ms
+	// and one with PhaseDone when its timeline ends (a live display).
+	Progress func(Progress)
+	// Conns is the connections of each row, each from its own client
+	// messenger with its own sender and Depth messages in flight; the
+	// row reports their sum. Default 1.
+	Conns int
+	// Remote, if set, is the address (SCHEME://HOST:PORT) of a server
+	// started with ServeMsgr (`osprey bench msgr --serve`), in another
+	// process or on another host, that the rows run against; the
+	// transport is the address's scheme. A remote server acknowledges
+	// each stream message, so stream latency is then the time from send
+	// to acknowledgement, and CPU is this process's only. No baseline.
+	Remote string
 }
 
 // maxFrontBytes is room for a BenchPing front: two one-byte tags and two
@@ -81,6 +98,28 @@ func (o *MsgrOptions) setDefaults() error {
 	if o.Duration < 0 {
 		return fmt.Errorf("bench: duration %v must be positive", o.Duration)
 	}
+	if o.Segment < 0 {
+		return fmt.Errorf("bench: segment %v must be positive", o.Segment)
+	}
+	if o.Conns == 0 {
+		o.Conns = 1
+	}
+	if o.Conns < 1 || o.Conns >= 1<<(64-connShift) {
+		return fmt.Errorf("bench: %d connections: want 1 to %d", o.Conns, 1<<(64-connShift)-1)
+	}
+	if o.Remote != "" {
+		scheme, _, ok := strings.Cut(o.Remote, "://")
+		if !ok || scheme == "" {
+			return fmt.Errorf("bench: remote %q: want SCHEME://HOST:PORT, e.g. tcp://10.0.0.2:7300", o.Remote)
+		}
+		o.Transports = []string{scheme}
+		if o.Baseline {
+			return errors.New("bench: a baseline needs both ends in this process; it cannot run against a remote server")
+		}
+	}
+	if o.Baseline && o.Conns > 1 {
+		return errors.New("bench: the baseline runs one connection; use --conns 1 with it")
+	}
 	for _, s := range o.Sizes {
 		if s < 0 || s > maxBenchSize {
 			return fmt.Errorf("bench: size %d: want 0 to %d bytes (the messenger's 64 MiB message limit)", s, maxBenchSize)
@@ -97,6 +136,15 @@ func (o *MsgrOptions) setDefaults() error {
 		}
 	}
 	return nil
+}
+
+// runOptions describe one row's timeline.
+func (o *MsgrOptions) runOptions(transport string, mode Mode, size, depth int) runOptions {
+	label := fmt.Sprintf("%s %s %s depth %d", transport, mode, FormatSize(int64(size)), depth)
+	if o.Conns > 1 {
+		label += fmt.Sprintf(" x%d conns", o.Conns)
+	}
+	return runOptions{warmup: o.Warmup, duration: o.Duration, segment: o.Segment, size: size, progress: o.Progress, label: label}
 }
 
 // messengerLogger is what the messengers log to: warnings and errors only,
@@ -118,6 +166,9 @@ func RunMsgr(ctx context.Context, o MsgrOptions) ([]Row, error) {
 		return nil, err
 	}
 	for _, tr := range o.Transports {
+		if o.Remote != "" {
+			break // the client's Connect says whether it can reach the server
+		}
 		if err := probeTransport(ctx, &o, tr); err != nil {
 			return nil, err
 		}
@@ -226,11 +277,19 @@ func probeTransport(ctx context.Context, o *MsgrOptions, tr string) error {
 	return nil
 }
 
-// Message types of the benchmark; both are fast-dispatched.
+// Message types of the benchmark; all are fast-dispatched. Every one has
+// a BenchPing front whose id carries, above connShift, the index of the
+// client connection that sent the request, so that a server handling
+// several connections finds the one a message belongs to without a map.
 const (
-	typePing uint16 = 0xbe01
-	typePong uint16 = 0xbe02
+	typePing   uint16 = 0xbe01 // pingpong request, echoed
+	typePong   uint16 = 0xbe02 // pingpong reply
+	typeStream uint16 = 0xbe03 // stream message
+	typeAck    uint16 = 0xbe04 // a --serve server's front-only answer to a stream message
 )
+
+// connShift places the connection index in a BenchPing id.
+const connShift = 48
 
 // appendPing appends a BenchPing front. It writes the protobuf wire format
 // by hand, byte for byte what proto.Marshal produces for non-zero fields,
@@ -315,6 +374,7 @@ func (l *freeList[T]) push(v T) {
 }
 
 type msgPool struct {
+	typ     uint16
 	list    freeList[*msgr.Message] // returned by the messenger
 	owned   []*msgr.Message         // takeOwned's; its single caller only
 	payload []byte
@@ -322,8 +382,8 @@ type msgPool struct {
 	release func(*msgr.Message) // p.put, made once so assigning it does not allocate
 }
 
-func newMsgPool(size, prealloc int) *msgPool {
-	p := &msgPool{payload: make([]byte, size), owned: make([]*msgr.Message, 0, 2*prealloc)}
+func newMsgPool(typ uint16, size, prealloc int) *msgPool {
+	p := &msgPool{typ: typ, payload: make([]byte, size), owned: make([]*msgr.Message, 0, 2*prealloc)}
 	p.list.free = make([]*msgr.Message, 0, 2*prealloc)
 	for i := range p.payload {
 		p.payload[i] = byte(i)
@@ -336,7 +396,7 @@ func newMsgPool(size, prealloc int) *msgPool {
 }
 
 func (p *msgPool) newMessage() *msgr.Message {
-	return &msgr.Message{Type: typePing, Front: make([]byte, 0, maxFrontBytes), Data: p.payload, OnRelease: p.release}
+	return &msgr.Message{Type: p.typ, Front: make([]byte, 0, maxFrontBytes), Data: p.payload, OnRelease: p.release}
 }
 
 // get takes a message; any goroutine may call it.
@@ -369,21 +429,26 @@ func (p *msgPool) putOwned(m *msgr.Message) { p.owned = append(p.owned, m) }
 
 func (p *msgPool) put(m *msgr.Message) { p.list.push(m) }
 
-// echo is a server reply that carries the request's own front and payload
-// back, so echoing copies nothing; the request is released (returning its
-// receive buffer and credit) only when the messenger is done with the
-// reply.
+// echo is a server reply. A pingpong echo carries the request's own front
+// and payload back, so echoing copies nothing, and the request is released
+// (returning its receive buffer and credit) only when the messenger is
+// done with the reply. A stream acknowledgement (typeAck, from a --serve
+// server) copies the front and no payload, and releases the request at
+// once.
 type echo struct {
-	m    msgr.Message
-	req  *msgr.Message
-	pool *echoPool
+	m     msgr.Message
+	req   *msgr.Message
+	front [maxFrontBytes]byte
+	pool  *echoPool
 }
 
 func (e *echo) release(*msgr.Message) {
 	req := e.req
 	e.req, e.m.Front, e.m.Data = nil, nil, nil
 	e.pool.put(e)
-	req.Release()
+	if req != nil {
+		req.Release()
+	}
 }
 
 type echoPool struct {
@@ -395,37 +460,69 @@ func (p *echoPool) get() *echo {
 		return e
 	}
 	e := &echo{pool: p}
-	e.m.Type = typePong
 	e.m.OnRelease = e.release
 	return e
 }
 
 func (p *echoPool) put(e *echo) { p.list.push(e) }
 
-// msgrRow is one messenger row in progress.
+// reply makes the answer to request m: its echo, or for a stream
+// message an acknowledgement. ok is false for a message no server answers.
+func (p *echoPool) reply(m *msgr.Message) (*msgr.Message, bool) {
+	switch m.Type {
+	case typePing:
+		e := p.get()
+		e.m.Type, e.req = typePong, m
+		e.m.Front, e.m.Data = m.Front, m.Data
+		return &e.m, true
+	case typeStream:
+		if len(m.Front) > maxFrontBytes {
+			return nil, false
+		}
+		e := p.get()
+		e.m.Type = typeAck
+		e.m.Front = e.front[:copy(e.front[:], m.Front)]
+		m.Release()
+		return &e.m, true
+	}
+	return nil, false
+}
+
+// msgrRow is one messenger row in progress: one server (in this process,
+// or a --serve one elsewhere) and Conns client connections, each from its
+// own client messenger.
 type msgrRow struct {
 	mode        Mode
 	size, depth int
+	remote      bool // the server is a --serve process: stream messages are acknowledged
 	run         *run
 	ctx         context.Context // cancelled on failure
 	cancel      context.CancelFunc
-
-	// hist is written by the goroutine that completes messages: the
-	// server's receive path for stream, the client's for pingpong. The
-	// messenger calls a Dispatcher for one Conn from one goroutine.
-	hist    *Histogram
-	win     *window // stream
-	pool    *msgPool
-	echoes  echoPool
-	nextID  atomic.Uint64
-	pending atomic.Int64  // pingpong: requests without a reply
-	drained chan struct{} // pingpong: closed when pending reaches 0 after stop
+	conns       []*msgrConn
+	echoes      echoPool
 
 	closing atomic.Bool // shutting down: resets and send errors are expected
 	errOnce sync.Once
 	err     error
 	failed  chan struct{}
 	wg      sync.WaitGroup // fallback senders
+}
+
+// msgrConn is one client connection of a row.
+type msgrConn struct {
+	row  *msgrRow
+	idx  uint64
+	conn *msgr.Conn
+	// tally is written by the goroutine that completes this connection's
+	// messages: the server's receive path for a stream in this process,
+	// the client's otherwise. The messenger calls a Dispatcher for one
+	// Conn from one goroutine.
+	tally   *tally
+	win     *window // stream
+	pool    *msgPool
+	nextID  atomic.Uint64
+	pending atomic.Int64  // pingpong: requests without a reply
+	drained chan struct{} // pingpong: closed when pending reaches 0 after stop
 }
 
 // fail records the first error and stops the row.
@@ -440,27 +537,38 @@ func (r *msgrRow) fail(err error) {
 	})
 }
 
-// record counts a completed message whose front says when it was sent.
-func (r *msgrRow) record(m *msgr.Message) {
-	if len(m.Data) != r.size {
-		r.fail(fmt.Errorf("message with %d payload bytes, want %d", len(m.Data), r.size))
+// connOf returns the connection a message's front names.
+func (r *msgrRow) connOf(m *msgr.Message) (c *msgrConn, sent int64, err error) {
+	id, sent, err := parsePing(m.Front)
+	if err != nil {
+		return nil, 0, err
+	}
+	if i := id >> connShift; i < uint64(len(r.conns)) {
+		return r.conns[i], sent, nil
+	}
+	return nil, 0, fmt.Errorf("message of connection %d of %d", id>>connShift, len(r.conns))
+}
+
+// record counts a completed message that was sent at sent (the front's
+// clock); payload is its payload length, checked against the row's.
+func (c *msgrConn) record(payload int, sent int64) {
+	r := c.row
+	if payload != r.size {
+		r.fail(fmt.Errorf("message with %d payload bytes, want %d", payload, r.size))
 		return
 	}
 	if !r.run.measuring() {
 		return
 	}
-	_, sent, err := parsePing(m.Front)
-	if err != nil {
-		r.fail(err)
-		return
-	}
-	r.hist.Record(r.run.clk.now() - (sent - r.run.clk.base))
+	now := r.run.clk.now()
+	c.tally.record(now, now-(sent-r.run.clk.base))
 }
 
-// stamp prepares a ping for sending now.
-func (r *msgrRow) stamp(m *msgr.Message) {
-	m.Front = appendPing(m.Front[:0], r.nextID.Add(1), r.run.clk.base+r.run.clk.now())
-	if b := r.pool.buf; b != nil {
+// stamp prepares a message for sending now.
+func (c *msgrConn) stamp(m *msgr.Message) {
+	r := c.row
+	m.Front = appendPing(m.Front[:0], c.idx<<connShift|c.nextID.Add(1), r.run.clk.base+r.run.clk.now())
+	if b := c.pool.buf; b != nil {
 		// Each message holds a reference on the shared payload buffer
 		// until the messenger is done with it.
 		b.Ref()
@@ -472,7 +580,7 @@ func (r *msgrRow) stamp(m *msgr.Message) {
 // receive path and must not wait. A full send queue (possible with large
 // messages at depth) is handed to a goroutine that waits instead; that
 // allocates, but only on this rare path.
-func (r *msgrRow) send(c *msgr.Conn, m *msgr.Message) {
+func (r *msgrRow) send(c *msgr.Conn, m *msgr.Message, from *msgrConn) {
 	err := c.TrySend(m)
 	if err == nil {
 		return
@@ -482,28 +590,28 @@ func (r *msgrRow) send(c *msgr.Conn, m *msgr.Message) {
 		go func() {
 			defer r.wg.Done()
 			if err := c.Send(r.ctx, m); err != nil {
-				r.sendFailed(m, err)
+				r.sendFailed(m, err, from)
 			}
 		}()
 		return
 	}
-	r.sendFailed(m, err)
+	r.sendFailed(m, err, from)
 }
 
-// sendFailed recycles a message the messenger refused, which stays ours.
-func (r *msgrRow) sendFailed(m *msgr.Message, err error) {
-	isPing := m.Type == typePing
+// sendFailed recycles a message the messenger refused, which stays ours;
+// from is the client connection of a request, nil for a reply.
+func (r *msgrRow) sendFailed(m *msgr.Message, err error, from *msgrConn) {
 	m.OnRelease(m)
-	if isPing {
-		r.replied()
+	if from != nil {
+		from.replied()
 	}
 	r.fail(fmt.Errorf("send: %w", err))
 }
 
 // replied accounts for a request that will get no further reply.
-func (r *msgrRow) replied() {
-	if r.pending.Add(-1) == 0 {
-		close(r.drained)
+func (c *msgrConn) replied() {
+	if c.pending.Add(-1) == 0 {
+		close(c.drained)
 	}
 }
 
@@ -513,42 +621,66 @@ func (r *msgrRow) HandleEvent(ev msgr.Event) {
 	}
 }
 
-// serverDispatcher is the "osd.0" end.
+// serverDispatcher is the "osd.0" end in this process.
 type serverDispatcher struct{ *msgrRow }
 
 func (serverDispatcher) CanFastDispatch(uint16) bool { return true }
 
 func (d serverDispatcher) Dispatch(m *msgr.Message) {
 	r := d.msgrRow
-	if r.mode == Stream {
-		r.record(m)
-		m.Release()
-		r.win.complete()
+	if m.Type != typeStream {
+		reply, ok := r.echoes.reply(m)
+		if !ok {
+			r.fail(fmt.Errorf("server: message of type %#x", m.Type))
+			m.Release()
+			return
+		}
+		r.send(m.Conn(), reply, nil)
 		return
 	}
-	e := r.echoes.get()
-	e.req = m
-	e.m.Front, e.m.Data = m.Front, m.Data
-	r.send(m.Conn(), &e.m)
+	c, sent, err := r.connOf(m)
+	if err != nil {
+		r.fail(err)
+		m.Release()
+		return
+	}
+	c.record(len(m.Data), sent)
+	m.Release()
+	c.win.complete()
 }
 
-// clientDispatcher is the "client.bench" end; it hears pingpong replies.
-type clientDispatcher struct{ *msgrRow }
+// clientDispatcher is one "client.bench.N" end; it hears pingpong replies
+// and, from a --serve server, stream acknowledgements.
+type clientDispatcher struct{ *msgrConn }
 
 func (clientDispatcher) CanFastDispatch(uint16) bool { return true }
 
+func (d clientDispatcher) HandleEvent(ev msgr.Event) { d.row.HandleEvent(ev) }
+
 func (d clientDispatcher) Dispatch(m *msgr.Message) {
-	r := d.msgrRow
-	c := m.Conn()
-	r.record(m)
-	m.Release()
-	if r.run.stopping() {
-		r.replied()
+	c, r := d.msgrConn, d.row
+	_, sent, err := parsePing(m.Front)
+	if err != nil {
+		r.fail(err)
+		m.Release()
 		return
 	}
-	next := r.pool.get()
-	r.stamp(next)
-	r.send(c, next)
+	if m.Type == typeAck {
+		c.record(r.size, sent) // the acknowledgement carries no payload
+		m.Release()
+		c.win.complete()
+		return
+	}
+	conn := m.Conn()
+	c.record(len(m.Data), sent)
+	m.Release()
+	if r.run.stopping() {
+		c.replied()
+		return
+	}
+	next := c.pool.get()
+	c.stamp(next)
+	r.send(conn, next, c)
 }
 
 // shutdownTimeout bounds tearing a row's messengers down, and drainTimeout
@@ -558,84 +690,143 @@ const (
 	drainTimeout    = 10 * time.Second
 )
 
+// clientName is the entity name of a row's client messenger number i. A
+// remote server keeps a session per name, so the names are the same for
+// every row of this process (a new row's session replaces the last one's)
+// and differ between processes.
+func clientName(remote bool, i int) msgr.EntityName {
+	if !remote {
+		return msgr.EntityName(fmt.Sprintf("client.bench.%d", i))
+	}
+	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, host)
+	return msgr.EntityName(fmt.Sprintf("client.bench-%.40s-%d.%d", host, os.Getpid(), i))
+}
+
 func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode, size, depth int) (row Row, err error) {
-	r := &msgrRow{mode: mode, size: size, depth: depth, hist: NewHistogram(), failed: make(chan struct{}), drained: make(chan struct{})}
+	r := &msgrRow{mode: mode, size: size, depth: depth, remote: o.Remote != "", failed: make(chan struct{})}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
-	// A stream sender wakes when a quarter of the window is free; a pingpong
-	// client needs no window, each reply sends the next request.
-	r.win = newWindow(depth, depth/4)
-	r.pool = newMsgPool(size, depth)
 	log := o.messengerLogger()
+	typ := typePing
+	if mode == Stream {
+		typ = typeStream
+	}
 
-	srv, err := msgr.New(msgr.Options{Name: "osd.0", Dispatcher: serverDispatcher{r}, Logger: log, DisableDataCRC: o.DisableDataCRC})
-	if err != nil {
-		return row, err
-	}
-	cli, err := msgr.New(msgr.Options{Name: "client.bench", Dispatcher: clientDispatcher{r}, Logger: log, DisableDataCRC: o.DisableDataCRC})
-	if err != nil {
-		srv.Shutdown(ctx)
-		return row, err
-	}
+	var srv *msgr.Messenger
+	var clients []*msgr.Messenger
 	defer func() {
 		r.closing.Store(true)
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
-		// Both at once: each side's close waits a little for the other.
-		errc := make(chan error, 1)
-		go func() { errc <- srv.Shutdown(sctx) }()
-		serr := errors.Join(cli.Shutdown(sctx), <-errc)
+		// All at once: each side's close waits a little for the other.
+		errc := make(chan error, len(clients)+1)
+		for _, m := range append(clients, srv) {
+			if m != nil {
+				go func() { errc <- m.Shutdown(sctx) }()
+			} else {
+				errc <- nil
+			}
+		}
+		var errs []error
+		for range len(clients) + 1 {
+			errs = append(errs, <-errc)
+		}
 		r.wg.Wait()
-		if err == nil && serr != nil {
+		if serr := errors.Join(errs...); err == nil && serr != nil {
 			err = serr
 		}
 		if err == nil {
-			// Every goroutine that recorded has ended: the histogram is ours.
-			row = r.run.row(transport, mode, size, depth, r.hist)
+			// Every goroutine that recorded has ended: the tallies are ours.
+			tallies := make([]*tally, len(r.conns))
+			for i, c := range r.conns {
+				tallies[i] = c.tally
+			}
+			row = r.run.row(transport, mode, size, depth, tallies...)
 			row.Provider, _ = fabricProvider(transport)
 			row.ZeroCopy = o.ZeroCopy
+			row.Conns, row.Remote = len(r.conns), o.Remote
 		}
 	}()
 
-	addr, err := srv.Listen(r.ctx, transport+"://127.0.0.1:0")
-	if err != nil {
-		return row, err
-	}
-	conn, err := cli.Connect(r.ctx, addr, "osd.0")
-	if err != nil {
-		return row, err
-	}
-	wctx, cancel := context.WithTimeout(r.ctx, shutdownTimeout)
-	err = conn.WaitReady(wctx)
-	cancel()
-	if err != nil {
-		return row, fmt.Errorf("connecting to %s: %w", addr, err)
-	}
-	if o.ZeroCopy {
-		b, err := conn.AllocPayload(size)
+	addr := o.Remote
+	if addr == "" {
+		srv, err = msgr.New(msgr.Options{Name: "osd.0", Dispatcher: serverDispatcher{r}, Logger: log, DisableDataCRC: o.DisableDataCRC})
 		if err != nil {
-			return row, fmt.Errorf("allocating a %d-byte payload: %w", size, err)
+			return row, err
 		}
-		copy(b.B, r.pool.payload)
-		r.pool.payload, r.pool.buf = b.B, b
-		// Messages still with the messenger hold references of their own.
-		defer b.Release()
+		if addr, err = srv.Listen(r.ctx, transport+"://127.0.0.1:0"); err != nil {
+			return row, err
+		}
+	}
+	for i := range o.Conns {
+		c := &msgrConn{row: r, idx: uint64(i), drained: make(chan struct{})}
+		// A stream sender wakes when a quarter of the window is free; a
+		// pingpong client needs no window, each reply sends the next
+		// request.
+		c.win = newWindow(depth, depth/4)
+		c.pool = newMsgPool(typ, size, depth)
+		cli, err := msgr.New(msgr.Options{Name: clientName(r.remote, i), Dispatcher: clientDispatcher{c}, Logger: log, DisableDataCRC: o.DisableDataCRC})
+		if err != nil {
+			return row, err
+		}
+		clients = append(clients, cli)
+		if c.conn, err = cli.Connect(r.ctx, addr, "osd.0"); err != nil {
+			return row, err
+		}
+		r.conns = append(r.conns, c)
+	}
+	for _, c := range r.conns {
+		wctx, cancel := context.WithTimeout(r.ctx, shutdownTimeout)
+		err = c.conn.WaitReady(wctx)
+		cancel()
+		if err != nil {
+			return row, fmt.Errorf("connecting to %s: %w", addr, err)
+		}
+		if o.ZeroCopy {
+			b, err := c.conn.AllocPayload(size)
+			if err != nil {
+				return row, fmt.Errorf("allocating a %d-byte payload: %w", size, err)
+			}
+			copy(b.B, c.pool.payload)
+			c.pool.payload, c.pool.buf = b.B, b
+			// Messages still with the messenger hold references of their own.
+			defer b.Release()
+		}
 	}
 
-	r.run = startRun(r.ctx, o.Warmup, o.Duration)
-	if mode == Stream {
-		r.stream(conn)
-	} else {
-		r.pingpong(conn)
+	r.run = startRun(r.ctx, o.runOptions(transport, mode, size, depth))
+	for _, c := range r.conns {
+		c.tally = r.run.newTally()
 	}
+	var senders sync.WaitGroup
+	for _, c := range r.conns {
+		senders.Go(func() {
+			if mode == Stream {
+				c.stream()
+			} else {
+				c.pingpong()
+			}
+		})
+	}
+	senders.Wait()
 	<-r.run.stopped
 	if o.Logger.Enabled(ctx, slog.LevelDebug) {
 		// The counters say where a slow row went: stalls, grant frames.
-		o.Logger.Debug("bench: client conn", "transport", transport, "mode", mode, "size", size, "depth", depth,
-			"stats", fmt.Sprintf("%+v", conn.Stats()))
-		for sc := range srv.Conns() {
-			o.Logger.Debug("bench: server conn", "transport", transport, "mode", mode, "size", size, "depth", depth,
-				"stats", fmt.Sprintf("%+v", sc.Stats()))
+		for _, c := range r.conns {
+			o.Logger.Debug("bench: client conn", "transport", transport, "mode", mode, "size", size, "depth", depth,
+				"conn", c.idx, "stats", fmt.Sprintf("%+v", c.conn.Stats()))
+		}
+		if srv != nil {
+			for sc := range srv.Conns() {
+				o.Logger.Debug("bench: server conn", "transport", transport, "mode", mode, "size", size, "depth", depth,
+					"stats", fmt.Sprintf("%+v", sc.Stats()))
+			}
 		}
 	}
 	select {
@@ -647,39 +838,41 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 }
 
 // stream sends until the run stops, then waits for the server to handle
-// everything in flight.
-func (r *msgrRow) stream(conn *msgr.Conn) {
+// (or, remote, acknowledge) everything in flight.
+func (c *msgrConn) stream() {
+	r := c.row
 	for !r.run.stopping() {
-		if !r.win.acquire(r.run.stopped) {
+		if !c.win.acquire(r.run.stopped) {
 			break
 		}
-		m := r.pool.takeOwned()
-		r.stamp(m)
-		if err := conn.Send(r.ctx, m); err != nil {
-			r.pool.putOwned(m)
-			r.win.unacquire()
+		m := c.pool.takeOwned()
+		c.stamp(m)
+		if err := c.conn.Send(r.ctx, m); err != nil {
+			c.pool.putOwned(m)
+			c.win.unacquire()
 			r.fail(fmt.Errorf("send: %w", err))
 			return
 		}
 	}
 	dctx, cancel := context.WithTimeout(r.ctx, drainTimeout)
 	defer cancel()
-	if !r.win.drain(dctx.Done()) {
-		r.fail(fmt.Errorf("%d messages still in flight %v after the end", r.win.sent-r.win.done.Load(), drainTimeout))
+	if !c.win.drain(dctx.Done()) {
+		r.fail(fmt.Errorf("%d messages still in flight %v after the end", c.win.sent-c.win.done.Load(), drainTimeout))
 	}
 }
 
 // pingpong puts depth requests in flight; replies keep them going until the
 // run stops, and then the last replies are waited for.
-func (r *msgrRow) pingpong(conn *msgr.Conn) {
-	r.pending.Store(int64(r.depth))
+func (c *msgrConn) pingpong() {
+	r := c.row
+	c.pending.Store(int64(r.depth))
 	for i := range r.depth {
-		m := r.pool.get()
-		r.stamp(m)
-		if err := conn.Send(r.ctx, m); err != nil {
-			r.pool.put(m)
+		m := c.pool.get()
+		c.stamp(m)
+		if err := c.conn.Send(r.ctx, m); err != nil {
+			c.pool.put(m)
 			for range r.depth - i {
-				r.replied()
+				c.replied()
 			}
 			r.fail(fmt.Errorf("send: %w", err))
 			return
@@ -689,9 +882,83 @@ func (r *msgrRow) pingpong(conn *msgr.Conn) {
 	t := time.NewTimer(drainTimeout)
 	defer t.Stop()
 	select {
-	case <-r.drained:
+	case <-c.drained:
 	case <-r.failed:
 	case <-t.C:
-		r.fail(fmt.Errorf("%d requests without a reply %v after the end", r.pending.Load(), drainTimeout))
+		r.fail(fmt.Errorf("%d requests without a reply %v after the end", c.pending.Load(), drainTimeout))
 	}
+}
+
+// ServeOptions configure ServeMsgr.
+type ServeOptions struct {
+	// Addr is the address to listen on, SCHEME://HOST:PORT, e.g.
+	// tcp://0.0.0.0:7300 or rdma+tcp://10.0.0.1:7300.
+	Addr           string
+	DisableDataCRC bool
+	Logger         *slog.Logger // default: discard
+	// Listening, if set, is called with the address listened on (the port
+	// chosen, for port 0) once clients can connect.
+	Listening func(addr string)
+}
+
+// ServeMsgr is the server end of a two-process `bench msgr`: a messenger
+// named osd.0 on o.Addr that echoes every pingpong request and acknowledges
+// every stream message with a front-only reply, for any number of clients
+// and rows, until ctx is done. It measures nothing; the client does.
+func ServeMsgr(ctx context.Context, o ServeOptions) error {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	mo := MsgrOptions{Logger: o.Logger}
+	d := &serveDispatcher{log: o.Logger}
+	srv, err := msgr.New(msgr.Options{Name: "osd.0", Dispatcher: d, Logger: mo.messengerLogger(), DisableDataCRC: o.DisableDataCRC})
+	if err != nil {
+		return err
+	}
+	addr, err := srv.Listen(ctx, o.Addr)
+	if err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
+	o.Logger.Info("bench: serving the messenger benchmark", "addr", addr)
+	if o.Listening != nil {
+		o.Listening(addr)
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+// serveDispatcher answers clients of ServeMsgr.
+type serveDispatcher struct {
+	echoes echoPool
+	log    *slog.Logger
+}
+
+func (*serveDispatcher) CanFastDispatch(uint16) bool { return true }
+
+func (d *serveDispatcher) Dispatch(m *msgr.Message) {
+	conn := m.Conn()
+	reply, ok := d.echoes.reply(m)
+	if !ok {
+		d.log.Warn("bench: server: dropping a message of an unknown type", "type", m.Type, "peer", conn.Peer())
+		m.Release()
+		return
+	}
+	if err := conn.TrySend(reply); err != nil {
+		if !errors.Is(err, msgr.ErrWouldBlock) {
+			reply.OnRelease(reply)
+			return // the client went away; its next row has a new session
+		}
+		go func() {
+			if err := conn.Send(context.Background(), reply); err != nil {
+				reply.OnRelease(reply)
+			}
+		}()
+	}
+}
+
+func (d *serveDispatcher) HandleEvent(ev msgr.Event) {
+	d.log.Debug("bench: server: connection event", "kind", ev.Kind, "err", ev.Err)
 }

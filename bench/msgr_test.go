@@ -23,7 +23,7 @@ func TestRunMsgr(t *testing.T) {
 	var seen int
 	rows, err := RunMsgr(ctx, MsgrOptions{
 		Sizes: []int{64, 4 << 10}, Depths: []int{1, 8}, Modes: []Mode{Stream, PingPong},
-		Duration: 150 * time.Millisecond, Warmup: 20 * time.Millisecond, Baseline: true,
+		Duration: 150 * time.Millisecond, Warmup: 20 * time.Millisecond, Baseline: true, Segment: 50 * time.Millisecond,
 		OnRow: func(Row) { seen++ },
 	})
 	if err != nil {
@@ -72,9 +72,12 @@ func TestRunMsgr(t *testing.T) {
 	if len(objs) != len(rows) {
 		t.Fatalf("JSON has %d objects, want %d", len(objs), len(rows))
 	}
-	for _, o := range objs {
+	for i, o := range objs {
+		checkJSONKeys(t, o, msgrJSONKeys)
+		checkHistAndSegments(t, o, rows[i].Msgs)
 		for _, k := range []string{"transport", "mode", "size", "depth", "msgs_per_sec", "bytes_per_sec",
-			"p50_us", "p99_us", "p999_us", "max_us", "cpu_s"} {
+			"p50_us", "p99_us", "p999_us", "max_us", "cpu_s", "cpu_s_per_gb",
+			"seg_fastest_per_sec", "seg_fastest_bytes_per_sec"} { // slower segments may be empty on a loaded machine
 			v, ok := o[k]
 			if !ok {
 				t.Errorf("JSON object %v lacks %q", o, k)
@@ -94,12 +97,63 @@ func TestRunMsgr(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	for _, want := range []string{"transport", "raw-tcp", "pingpong", "4KiB", "messenger / raw TCP", "p50", "bytes/s"} {
+	for _, want := range []string{"transport", "raw-tcp", "pingpong", "4KiB", "messenger / raw TCP", "p50", "bytes/s",
+		"seg msgs/s slow/med/fast", "cpu s/GB"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
 	t.Logf("\n%s", out)
+}
+
+// msgrJSONKeys are the keys every msgr row has in --json (the omitempty
+// ones, provider, zero_copy and vs_raw_*, are not always there): the
+// messenger issue's and issue 6's. Tests and docs rely on them.
+var msgrJSONKeys = []string{
+	"transport", "mode", "size", "depth", "msgs", "seconds", "msgs_per_sec", "bytes_per_sec",
+	"p50_us", "p99_us", "p999_us", "max_us", "mean_us", "cpu_s", "cpu_us_per_msg", "allocs_per_msg",
+	"cpu_s_per_gb", "segment_s", "segment_counts",
+	"seg_slowest_per_sec", "seg_median_per_sec", "seg_fastest_per_sec",
+	"seg_slowest_bytes_per_sec", "seg_median_bytes_per_sec", "seg_fastest_bytes_per_sec",
+	"latency_hist",
+}
+
+func checkJSONKeys(t *testing.T, o map[string]any, keys []string) {
+	t.Helper()
+	for _, k := range keys {
+		if _, ok := o[k]; !ok {
+			t.Errorf("JSON row lacks %q: %v", k, o)
+		}
+	}
+}
+
+// checkHistAndSegments checks a JSON row's histogram holds its n
+// completions in ascending, non-overlapping buckets, and that it has
+// segments whose counts add up to at most n.
+func checkHistAndSegments(t *testing.T, o map[string]any, n uint64) {
+	t.Helper()
+	hist, _ := o["latency_hist"].([]any)
+	var total float64
+	prevHi := -1.0
+	for _, b := range hist {
+		m := b.(map[string]any)
+		lo, hi, c := m["lo_ns"].(float64), m["hi_ns"].(float64), m["count"].(float64)
+		if lo > hi || lo <= prevHi || c <= 0 {
+			t.Errorf("histogram bucket %v after hi %v", m, prevHi)
+		}
+		prevHi, total = hi, total+c
+	}
+	if uint64(total) != n {
+		t.Errorf("histogram holds %v values, the row %d", total, n)
+	}
+	segs, _ := o["segment_counts"].([]any)
+	var sum float64
+	for _, c := range segs {
+		sum += c.(float64)
+	}
+	if len(segs) == 0 || uint64(sum) > n || o["segment_s"].(float64) <= 0 {
+		t.Errorf("segments %v (width %v) for %d completions", segs, o["segment_s"], n)
+	}
 }
 
 func TestRunMsgrUnknownTransport(t *testing.T) {
@@ -218,5 +272,61 @@ func TestReportFormats(t *testing.T) {
 	var buf bytes.Buffer
 	if err := WriteJSON(&buf, nil); err != nil || strings.TrimSpace(buf.String()) != "[]" {
 		t.Errorf("WriteJSON(nil) = %q, %v", buf.String(), err)
+	}
+}
+
+// TestRunMsgrConnsAndRemote runs rows with two connections, first with
+// both ends here, then against a ServeMsgr server as a second process
+// would (the server runs in this test's process, but the rows reach it
+// only by its address).
+func TestRunMsgrConnsAndRemote(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	o := MsgrOptions{Sizes: []int{64, 4 << 10}, Depths: []int{4}, Conns: 2,
+		Duration: 100 * time.Millisecond, Warmup: 10 * time.Millisecond}
+	rows, err := RunMsgr(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCtx, stop := context.WithCancel(ctx)
+	addrc := make(chan string, 1)
+	served := make(chan error, 1)
+	go func() {
+		served <- ServeMsgr(srvCtx, ServeOptions{Addr: "tcp://127.0.0.1:0", Listening: func(a string) { addrc <- a }})
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-served:
+		t.Fatal(err)
+	}
+	o.Remote = addr
+	remote, err := RunMsgr(ctx, o)
+	stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("ServeMsgr: %v", err)
+	}
+	rows = append(rows, remote...)
+	if len(rows) != 8 {
+		t.Fatalf("%d rows, want 8", len(rows))
+	}
+	for i, r := range rows {
+		if r.Conns != 2 || r.Msgs == 0 || r.P50Us <= 0 || r.Transport != "tcp" {
+			t.Errorf("%+v", r)
+		}
+		if wantRemote := i >= 4; (r.Remote == addr) != wantRemote {
+			t.Errorf("row %d: remote %q", i, r.Remote)
+		}
+	}
+
+	for _, bad := range []MsgrOptions{
+		{Remote: addr, Baseline: true}, {Conns: 2, Baseline: true}, {Conns: -1}, {Remote: "127.0.0.1:7300"},
+	} {
+		if _, err := RunMsgr(ctx, bad); err == nil {
+			t.Errorf("RunMsgr(%+v) accepted", bad)
+		}
 	}
 }

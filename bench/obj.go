@@ -11,9 +11,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/ospreystore/osprey/client"
@@ -25,12 +29,83 @@ import (
 type ObjOp string
 
 const (
-	OpPut ObjOp = "put"
-	OpGet ObjOp = "get"
+	OpPut    ObjOp = "put"    // write a fresh object
+	OpGet    ObjOp = "get"    // read a random object of the working set, whole
+	OpStat   ObjOp = "stat"   // stat a random object of the working set
+	OpList   ObjOp = "list"   // list ObjOptions.ListKeys keys after a random one
+	OpDelete ObjOp = "delete" // delete an object of the working set
+	// OpMixed names the total row of a mixed workload.
+	OpMixed ObjOp = "mixed"
 )
 
-// ObjOptions configure RunObj, in the spirit of `rados bench`: each size
-// is written for Duration by Concurrency workers, then read back.
+// ObjOps are the operations ParseObjOp accepts, in the order a run does
+// them by default: writes first, the delete last, as it empties the
+// working set.
+var ObjOps = []ObjOp{OpPut, OpGet, OpStat, OpList, OpDelete}
+
+// ParseObjOp parses an operation name.
+func ParseObjOp(s string) (ObjOp, error) {
+	op := ObjOp(strings.ToLower(strings.TrimSpace(s)))
+	if !slices.Contains(ObjOps, op) {
+		return "", fmt.Errorf("operation %q: want put, get, stat, list or delete", s)
+	}
+	return op, nil
+}
+
+// MixWeight is one operation's share of a mixed workload.
+type MixWeight struct {
+	Op     ObjOp
+	Weight int
+}
+
+// ParseMix parses a mixed workload, "get=70,put=20,stat=10": operations
+// and relative weights (they need not add up to 100).
+func ParseMix(s string) ([]MixWeight, error) {
+	var mix []MixWeight
+	for part := range strings.SplitSeq(s, ",") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		name, w, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("mix %q: want op=weight,... as in get=70,put=20,stat=10", s)
+		}
+		op, err := ParseObjOp(name)
+		if err != nil {
+			return nil, fmt.Errorf("mix %q: %w", s, err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(w))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("mix %q: weight %q: want a whole number >= 0", s, w)
+		}
+		if slices.ContainsFunc(mix, func(m MixWeight) bool { return m.Op == op }) {
+			return nil, fmt.Errorf("mix %q: %s twice", s, op)
+		}
+		if n > 0 {
+			mix = append(mix, MixWeight{op, n})
+		}
+	}
+	if len(mix) == 0 {
+		return nil, fmt.Errorf("mix %q: no operation with a weight above 0", s)
+	}
+	return mix, nil
+}
+
+// FormatMix writes a mix as ParseMix reads it.
+func FormatMix(mix []MixWeight) string {
+	var b strings.Builder
+	for i, m := range mix {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%s=%d", m.Op, m.Weight)
+	}
+	return b.String()
+}
+
+// ObjOptions configure RunObj, in the spirit of `rados bench` and warp:
+// for each size, each operation of Ops runs for Duration with Concurrency
+// workers, then, with a Mix, the mixed workload does.
 type ObjOptions struct {
 	// Seeds of a running cluster; empty starts a local one in this
 	// process with OSDs OSDs and Replicas replicas, its data under Dir (a
@@ -44,34 +119,68 @@ type ObjOptions struct {
 	Public, Cluster string
 	Dir             string
 
-	Sizes       []int         // default 4 KiB and 4 MiB
-	Ops         []ObjOp       // default put, get
+	Sizes []int   // default 4 KiB and 4 MiB
+	Ops   []ObjOp // default put, get; none with a Mix
+	// Mix, if set, adds a mixed workload per size: each worker draws
+	// every operation by these weights. Gets, stats and lists read the
+	// working set as it was when the row began; deletes take only
+	// objects this row's puts wrote (one with none left to take is a put
+	// instead), so no read ever races a delete of its object.
+	Mix []MixWeight
+	// Objects is the working set that get, stat, list and delete rows
+	// (and mixes) need: objects of the size are written first, outside
+	// the measurement, until at least this many exist (a put row's
+	// objects count). Default 4 x Concurrency. A delete row stops early
+	// when it has deleted them all.
+	Objects int
+	// ListKeys is the keys one list operation asks for; default 100.
+	ListKeys    int
 	Concurrency int           // ops in flight; default 16
-	Duration    time.Duration // per row; default 10s
+	Duration    time.Duration // measured per row; default 10s
+	Warmup      time.Duration // discarded before each row; default none
+	Segment     time.Duration // throughput segment; default 1s
 	Bucket      string        // default "osprey-bench"
 	Logger      *slog.Logger
 	OnRow       func(ObjRow)
+	// Progress, if set, gets a snapshot of the running row every 250ms
+	// and one with PhaseDone when its timeline ends.
+	Progress func(Progress)
 }
 
-// ObjRow is one measured operation at one size.
+// ObjRow is one measured operation at one size. JSON keys are part of the
+// CLI's output contract (--json); keep them stable.
 type ObjRow struct {
-	Op          ObjOp   `json:"op"`
+	Op ObjOp `json:"op"`
+	// Mix is the mixed workload the row is part of, "" for a row of one
+	// operation. A mix has a row per operation and an OpMixed total.
+	Mix         string  `json:"mix,omitempty"`
 	Size        int     `json:"size"`
 	Concurrency int     `json:"concurrency"`
 	Replicas    int     `json:"replicas"`
 	Transport   string  `json:"transport"` // public/cluster
+	Objects     int     `json:"objects"`   // working set when the row began
 	Ops         uint64  `json:"ops"`
 	Errors      uint64  `json:"errors"`
 	Seconds     float64 `json:"seconds"`
 	OpsPerSec   float64 `json:"ops_per_sec"`
-	BytesPerSec float64 `json:"bytes_per_sec"`
+	BytesPerSec float64 `json:"bytes_per_sec"` // object payload read or written
 	P50Us       float64 `json:"p50_us"`
 	P99Us       float64 `json:"p99_us"`
+	P999Us      float64 `json:"p999_us"`
 	MaxUs       float64 `json:"max_us"`
+	MeanUs      float64 `json:"mean_us"`
+	// CPU of the whole process (client and, without Seeds, the local
+	// cluster's OSDs) over the row. The operations of a mix share it: it
+	// is on the mix's total row only, and 0 on its per-operation rows.
 	CPUSeconds  float64 `json:"cpu_s"`
+	CPUUsPerOp  float64 `json:"cpu_us_per_op"`
+	CPUSecPerGB float64 `json:"cpu_s_per_gb"` // 0 for operations that move no payload
+
+	Segments
+	LatencyHist []HistBucket `json:"latency_hist"`
 }
 
-func (o *ObjOptions) defaults() {
+func (o *ObjOptions) defaults() error {
 	if o.OSDs <= 0 {
 		o.OSDs = 3
 	}
@@ -90,21 +199,44 @@ func (o *ObjOptions) defaults() {
 	if len(o.Sizes) == 0 {
 		o.Sizes = []int{4 << 10, 4 << 20}
 	}
-	if len(o.Ops) == 0 {
+	if len(o.Ops) == 0 && len(o.Mix) == 0 {
 		o.Ops = []ObjOp{OpPut, OpGet}
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 16
 	}
+	if o.Objects <= 0 {
+		o.Objects = 4 * o.Concurrency
+	}
+	if o.ListKeys <= 0 {
+		o.ListKeys = 100
+	}
 	if o.Duration <= 0 {
 		o.Duration = 10 * time.Second
 	}
+	o.Warmup = max(o.Warmup, 0)
 	if o.Bucket == "" {
 		o.Bucket = "osprey-bench"
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	for _, op := range o.Ops {
+		if _, err := ParseObjOp(string(op)); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
+	for _, m := range o.Mix {
+		if _, err := ParseObjOp(string(m.Op)); err != nil || m.Weight < 0 {
+			return fmt.Errorf("bench: mix %s=%d: want an operation and a weight >= 0", m.Op, m.Weight)
+		}
+	}
+	for _, s := range o.Sizes {
+		if s < 0 {
+			return fmt.Errorf("bench: size %d: want at least 0", s)
+		}
+	}
+	return nil
 }
 
 // LocalCluster is a cluster of OSDs in this process, for benchmarks and
@@ -154,7 +286,11 @@ func startLocalCluster(ctx context.Context, opts LocalClusterOptions) (*LocalClu
 		opts.Logger = slog.Default()
 	}
 	lc := &LocalCluster{Dir: opts.Dir}
-	if lc.Dir == "" {
+	if lc.Dir != "" {
+		if err := os.MkdirAll(lc.Dir, 0o755); err != nil {
+			return nil, err
+		}
+	} else {
 		d, err := os.MkdirTemp("", "osprey-")
 		if err != nil {
 			return nil, err
@@ -217,9 +353,14 @@ func (lc *LocalCluster) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// RunObj runs the object benchmark and returns one row per (size, op).
+// RunObj runs the object benchmark and returns, for each size, one row per
+// operation of o.Ops, then with a Mix one row per operation of the mix and
+// its OpMixed total, in the order they ran. Whatever ran is returned with
+// an error too.
 func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
-	o.defaults()
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
 	seeds := o.Seeds
 	if len(seeds) == 0 {
 		lc, err := StartLocalCluster(ctx, LocalClusterOptions{OSDs: o.OSDs, Replicas: o.Replicas, PGs: o.PGs,
@@ -246,17 +387,31 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 		return nil, err
 	}
 	var rows []ObjRow
+	add := func(rs []ObjRow) {
+		for _, r := range rs {
+			r.Replicas, r.Transport = replicas, o.Public+"/"+o.Cluster
+			o.Logger.Info("bench: row done", "op", r.Op, "mix", r.Mix, "size", FormatSize(int64(r.Size)),
+				"ops_per_sec", int64(r.OpsPerSec), "p50_us", r.P50Us)
+			if o.OnRow != nil {
+				o.OnRow(r)
+			}
+			rows = append(rows, r)
+		}
+	}
 	for _, size := range o.Sizes {
-		written := &atomic.Int64{}
+		b := &objBench{o: &o, cl: cl, set: &objSet{}, size: size, body: objBody(size)}
 		for _, op := range o.Ops {
-			row, err := runObjRow(ctx, cl, &o, op, size, written)
+			rs, err := b.run(ctx, []MixWeight{{op, 1}}, "")
+			add(rs)
 			if err != nil {
 				return rows, err
 			}
-			row.Replicas, row.Transport = replicas, o.Public+"/"+o.Cluster
-			rows = append(rows, row)
-			if o.OnRow != nil {
-				o.OnRow(row)
+		}
+		if len(o.Mix) > 0 {
+			rs, err := b.run(ctx, o.Mix, FormatMix(o.Mix))
+			add(rs)
+			if err != nil {
+				return rows, err
 			}
 		}
 	}
@@ -265,80 +420,357 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 
 func objKey(size int, n int64) string { return fmt.Sprintf("bench/%d/%08d", size, n) }
 
-// runObjRow runs one op at one size for o.Duration with o.Concurrency
-// workers. Puts write fresh keys (counted in written); gets read random
-// keys among those written.
-func runObjRow(ctx context.Context, cl *client.Client, o *ObjOptions, op ObjOp, size int, written *atomic.Int64) (ObjRow, error) {
-	row := ObjRow{Op: op, Size: size, Concurrency: o.Concurrency}
-	if op == OpGet && written.Load() == 0 {
-		// Nothing to read yet: write a working set first.
-		for i := range int64(4 * o.Concurrency) {
-			if _, err := cl.PutObject(ctx, o.Bucket, objKey(size, i), bytes.NewReader(make([]byte, size)), int64(size), client.PutOptions{}); err != nil {
-				return row, err
-			}
-		}
-		written.Store(int64(4 * o.Concurrency))
-	}
+func objBody(size int) []byte {
 	body := make([]byte, size)
 	for i := range body {
 		body[i] = byte(i * 7)
 	}
+	return body
+}
+
+// objSet is the working set of one size: the indexes n of the objects
+// objKey(size, n) this run wrote and has not deleted.
+type objSet struct {
+	next atomic.Int64 // the next fresh index
+	mu   sync.Mutex
+	keys []int64
+	// fresh holds what a mixed row's puts wrote: the only objects its
+	// deletes take, so that they never delete what a get is reading.
+	fresh []int64
+}
+
+func (s *objSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys)
+}
+
+func (s *objSet) add(n int64, fresh bool) {
+	s.mu.Lock()
+	if fresh {
+		s.fresh = append(s.fresh, n)
+	} else {
+		s.keys = append(s.keys, n)
+	}
+	s.mu.Unlock()
+}
+
+// random returns a random object of the set (not of fresh).
+func (s *objSet) random(rng *rand.Rand) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.keys) == 0 {
+		return 0, false
+	}
+	return s.keys[rng.IntN(len(s.keys))], true
+}
+
+// take removes the newest object of the set, or of fresh.
+func (s *objSet) take(fresh bool) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := &s.keys
+	if fresh {
+		l = &s.fresh
+	}
+	n := len(*l)
+	if n == 0 {
+		return 0, false
+	}
+	v := (*l)[n-1]
+	*l = (*l)[:n-1]
+	return v, true
+}
+
+// settle adds what a mixed row's puts left to the set.
+func (s *objSet) settle() {
+	s.mu.Lock()
+	s.keys = append(s.keys, s.fresh...)
+	s.fresh = nil
+	s.mu.Unlock()
+}
+
+// objBench runs the rows of one size.
+type objBench struct {
+	o    *ObjOptions
+	cl   *client.Client
+	set  *objSet
+	size int
+	body []byte
+}
+
+// errSetEmpty ends a row that has nothing left to read or delete.
+var errSetEmpty = errors.New("the working set is empty")
+
+// fill writes objects until the working set holds o.Objects, with
+// o.Concurrency writers, outside any measurement.
+func (b *objBench) fill(ctx context.Context) error {
+	need := int64(b.o.Objects - b.set.len())
+	if need <= 0 {
+		return nil
+	}
+	b.o.Logger.Info("bench: writing the working set", "size", FormatSize(int64(b.size)), "objects", need)
 	var (
-		ops, errs atomic.Uint64
-		mu        sync.Mutex
-		hist      = NewHistogram()
-		wg        sync.WaitGroup
-		firstErr  error
+		left     atomic.Int64
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
 	)
-	deadline := time.Now().Add(o.Duration)
-	cpu0 := cpuTime()
-	start := time.Now()
-	for w := range o.Concurrency {
+	left.Store(need)
+	for range min(int64(b.o.Concurrency), need) {
 		wg.Go(func() {
-			h := NewHistogram()
-			rng := rand.New(rand.NewPCG(uint64(w), uint64(size)))
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				t0 := time.Now()
-				var err error
-				switch op {
-				case OpPut:
-					_, err = cl.PutObject(ctx, o.Bucket, objKey(size, written.Add(1)-1), bytes.NewReader(body), int64(size), client.PutOptions{})
-				case OpGet:
-					err = readObject(ctx, cl, o.Bucket, objKey(size, rng.Int64N(written.Load())))
+			for left.Add(-1) >= 0 && ctx.Err() == nil {
+				if _, err := b.do(ctx, OpPut, nil, false); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					left.Store(0)
+					return
 				}
-				if err != nil {
-					errs.Add(1)
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					continue
-				}
-				h.RecordDuration(time.Since(t0))
-				ops.Add(1)
 			}
-			mu.Lock()
-			hist.Merge(h)
-			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	el := time.Since(start).Seconds()
-	row.Ops, row.Errors, row.Seconds = ops.Load(), errs.Load(), el
-	row.OpsPerSec = float64(row.Ops) / el
-	row.BytesPerSec = row.OpsPerSec * float64(size)
-	row.P50Us = float64(hist.Quantile(0.5)) / 1e3
-	row.P99Us = float64(hist.Quantile(0.99)) / 1e3
-	row.MaxUs = float64(hist.Max()) / 1e3
-	row.CPUSeconds = (cpuTime() - cpu0).Seconds()
-	if row.Ops == 0 && firstErr != nil {
-		return row, fmt.Errorf("bench %s %d: %w", op, size, firstErr)
+	if firstErr != nil {
+		return fmt.Errorf("bench: writing the working set of %s objects: %w", FormatSize(int64(b.size)), firstErr)
+	}
+	return ctx.Err()
+}
+
+// do performs one operation and returns the one it performed: in a mix, a
+// delete with no fresh object left to take is a put.
+func (b *objBench) do(ctx context.Context, op ObjOp, rng *rand.Rand, mixed bool) (ObjOp, error) {
+	o, cl := b.o, b.cl
+	switch op {
+	case OpDelete:
+		n, ok := b.set.take(mixed)
+		if !ok {
+			if mixed {
+				return b.do(ctx, OpPut, rng, mixed)
+			}
+			return op, errSetEmpty
+		}
+		return op, cl.RemoveObject(ctx, o.Bucket, objKey(b.size, n))
+	case OpPut:
+		n := b.set.next.Add(1) - 1
+		_, err := cl.PutObject(ctx, o.Bucket, objKey(b.size, n), bytes.NewReader(b.body), int64(b.size), client.PutOptions{})
+		if err == nil {
+			b.set.add(n, mixed)
+		}
+		return op, err
+	}
+	n, ok := b.set.random(rng)
+	if !ok {
+		return op, errSetEmpty
+	}
+	key := objKey(b.size, n)
+	switch op {
+	case OpGet:
+		return op, readObject(ctx, cl, o.Bucket, key)
+	case OpStat:
+		_, err := cl.StatObject(ctx, o.Bucket, key)
+		return op, err
+	case OpList:
+		lo := client.ListOptions{Prefix: fmt.Sprintf("bench/%d/", b.size), StartAfter: key, MaxKeys: o.ListKeys}
+		for _, err := range cl.ListObjects(ctx, o.Bucket, lo) {
+			if err != nil {
+				return op, err
+			}
+		}
+		return op, nil
+	}
+	return op, fmt.Errorf("bench: unknown operation %q", op)
+}
+
+// payloadBytes is what one operation moves of object data.
+func payloadBytes(op ObjOp, size int) float64 {
+	if op == OpPut || op == OpGet {
+		return float64(size)
+	}
+	return 0
+}
+
+// run measures one row: a single operation (mix of one, name "") or a
+// mixed workload, with o.Concurrency workers for o.Duration after
+// o.Warmup. Each worker has a tally per operation.
+func (b *objBench) run(ctx context.Context, mix []MixWeight, name string) ([]ObjRow, error) {
+	o, mixed := b.o, name != ""
+	if slices.ContainsFunc(mix, func(m MixWeight) bool { return m.Op != OpPut }) {
+		if err := b.fill(ctx); err != nil {
+			return nil, err
+		}
+	}
+	objects := b.set.len()
+	var total int
+	for _, m := range mix {
+		total += m.Weight
+	}
+	label := fmt.Sprintf("%s %s conc %d", mix[0].Op, FormatSize(int64(b.size)), o.Concurrency)
+	progSize := int(payloadBytes(mix[0].Op, b.size))
+	if mixed {
+		label, progSize = fmt.Sprintf("mix %s %s conc %d", name, FormatSize(int64(b.size)), o.Concurrency), 0
+	}
+	rctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	r := startRun(rctx, runOptions{warmup: o.Warmup, duration: o.Duration, segment: o.Segment,
+		label: label, size: progSize, progress: o.Progress})
+	// tallies[k][w] is worker w's of operation ObjOps[k].
+	tallies := make([][]*tally, len(ObjOps))
+	for k := range tallies {
+		tallies[k] = make([]*tally, o.Concurrency)
+		for w := range tallies[k] {
+			tallies[k][w] = r.newTally()
+		}
+	}
+	errCounts := make([]atomic.Uint64, len(ObjOps))
+	var (
+		exhausted atomic.Bool
+		errOnce   sync.Once
+		firstErr  error
+		wg        sync.WaitGroup
+	)
+	for w := range o.Concurrency {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(b.size)))
+			for !r.stopping() && ctx.Err() == nil {
+				op := mix[0].Op
+				if len(mix) > 1 {
+					op = pickOp(mix, total, rng)
+				}
+				t0 := r.clk.now()
+				op, err := b.do(ctx, op, rng, mixed)
+				if errors.Is(err, errSetEmpty) {
+					exhausted.Store(true)
+					stopRun()
+					return
+				}
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+				}
+				if !r.measuring() {
+					continue // warming up, or the row ended meanwhile
+				}
+				k := slices.Index(ObjOps, op)
+				if err != nil {
+					errCounts[k].Add(1)
+					continue
+				}
+				now := r.clk.now()
+				tallies[k][w].record(now, now-t0)
+			}
+		})
+	}
+	<-r.stopped
+	wg.Wait()
+	if mixed {
+		b.set.settle()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if r.elapsed() <= 0 {
+		if exhausted.Load() {
+			return nil, fmt.Errorf("bench: %s %s: the working set of %d objects ran out during the warm-up; raise --objects",
+				label, FormatSize(int64(b.size)), objects)
+		}
+		return nil, fmt.Errorf("bench: %s: nothing measured", label)
+	}
+	if exhausted.Load() {
+		o.Logger.Warn("bench: the row ran out of objects and stopped early; raise --objects for a full row",
+			"row", label, "objects", objects, "seconds", float64(r.elapsed())/1e9)
+	}
+
+	var rows []ObjRow
+	var all []*tally
+	var segBytes []float64
+	var ops, errs uint64
+	for k, op := range ObjOps {
+		h, segs := merged(tallies[k])
+		inMix := slices.ContainsFunc(mix, func(m MixWeight) bool { return m.Op == op })
+		if !inMix && h.Count() == 0 && errCounts[k].Load() == 0 {
+			continue
+		}
+		row := b.row(op, name, objects, r, h, segs, payloadBytes(op, b.size), nil)
+		row.Errors = errCounts[k].Load()
+		if !mixed {
+			row.CPUSeconds = (r.cpu1 - r.cpu0).Seconds()
+			row.fillCPU()
+		}
+		rows = append(rows, row)
+		all = append(all, tallies[k]...)
+		ops += row.Ops
+		errs += row.Errors
+		counts, _ := wholeSegments(segs, r.seg, r.elapsed())
+		if segBytes == nil {
+			segBytes = make([]float64, len(counts)) // the same whole segments for every operation
+		}
+		for i, c := range counts {
+			segBytes[i] += float64(c) * payloadBytes(op, b.size)
+		}
+	}
+	if mixed {
+		h, segs := merged(all)
+		row := b.row(OpMixed, name, objects, r, h, segs, 0, segBytes)
+		row.Errors = errs
+		row.CPUSeconds = (r.cpu1 - r.cpu0).Seconds()
+		for _, pr := range rows {
+			row.BytesPerSec += pr.BytesPerSec
+		}
+		row.fillCPU()
+		rows = append(rows, row)
+	}
+	if ops == 0 && firstErr != nil {
+		return rows, fmt.Errorf("bench: %s: %w", label, firstErr)
 	}
 	if firstErr != nil {
-		o.Logger.Warn("bench: some ops failed", "op", op, "size", size, "errors", row.Errors, "first", firstErr)
+		o.Logger.Warn("bench: some ops failed", "row", label, "errors", errs, "first", firstErr)
 	}
-	return row, nil
+	return rows, nil
+}
+
+// row fills a row's rates from its histogram and segments. bytesPerOp
+// gives the payload of each operation, or, when 0, segBytes the payload
+// of each whole segment (a mix's total).
+func (b *objBench) row(op ObjOp, mix string, objects int, r *run, h *Histogram, segs []uint64, bytesPerOp float64, segBytes []float64) ObjRow {
+	el := r.elapsed()
+	secs := float64(el) / 1e9
+	row := ObjRow{Op: op, Mix: mix, Size: b.size, Concurrency: b.o.Concurrency, Objects: objects,
+		Ops: h.Count(), Seconds: secs,
+		P50Us:       float64(h.Quantile(0.5)) / 1e3,
+		P99Us:       float64(h.Quantile(0.99)) / 1e3,
+		P999Us:      float64(h.Quantile(0.999)) / 1e3,
+		MaxUs:       float64(h.Max()) / 1e3,
+		MeanUs:      h.Mean() / 1e3,
+		LatencyHist: h.Buckets(),
+	}
+	row.OpsPerSec = float64(row.Ops) / secs
+	row.BytesPerSec = row.OpsPerSec * bytesPerOp
+	counts, width := wholeSegments(segs, r.seg, el)
+	if segBytes == nil {
+		segBytes = make([]float64, len(counts))
+		for i, c := range counts {
+			segBytes[i] = float64(c) * bytesPerOp
+		}
+	}
+	row.Segments = segmentStats(width, counts, segBytes[:min(len(segBytes), len(counts))])
+	return row
+}
+
+func (r *ObjRow) fillCPU() {
+	if r.Ops > 0 {
+		r.CPUUsPerOp = r.CPUSeconds * 1e6 / float64(r.Ops)
+	}
+	r.CPUSecPerGB = cpuPerGB(r.CPUSeconds, r.BytesPerSec*r.Seconds)
+}
+
+// pickOp draws an operation by weight.
+func pickOp(mix []MixWeight, total int, rng *rand.Rand) ObjOp {
+	x := rng.IntN(total)
+	for _, m := range mix {
+		if x < m.Weight {
+			return m.Op
+		}
+		x -= m.Weight
+	}
+	return mix[len(mix)-1].Op
 }
 
 // freePort returns a TCP port on host nobody listens on now.
@@ -351,15 +783,44 @@ func freePort(host string) (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// WriteObjTable prints rows for people.
-func WriteObjTable(w io.Writer, rows []ObjRow) {
-	fmt.Fprintf(w, "%5s %8s %4s %4s %12s %10s %12s %9s %9s %9s %6s %s\n",
-		"op", "size", "conc", "repl", "transport", "ops/s", "MB/s", "p50 ms", "p99 ms", "max ms", "cpu s", "errors")
+// WriteObjTable prints rows for people: one line per row, then the mixes'
+// weights. "seg ops/s" is the slowest, median and fastest segment.
+func WriteObjTable(w io.Writer, rows []ObjRow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "op\tsize\tconc\trepl\ttransport\tops/s\tMB/s\tseg ops/s slow/med/fast\tp50 ms\tp99 ms\tmax ms\tcpu s\tcpu s/GB\terrors\t")
+	var mixes []string
 	for _, r := range rows {
-		fmt.Fprintf(w, "%5s %8s %4d %4d %12s %10.0f %12.1f %9.2f %9.2f %9.2f %6.2f %d\n",
-			r.Op, FormatSize(int64(r.Size)), r.Concurrency, r.Replicas, r.Transport, r.OpsPerSec, r.BytesPerSec/1e6,
-			r.P50Us/1e3, r.P99Us/1e3, r.MaxUs/1e3, r.CPUSeconds, r.Errors)
+		op := string(r.Op)
+		if r.Mix != "" {
+			if !slices.Contains(mixes, r.Mix) {
+				mixes = append(mixes, r.Mix)
+			}
+			if r.Op != OpMixed {
+				op = fmt.Sprintf("mix%d:%s", slices.Index(mixes, r.Mix)+1, r.Op)
+			} else {
+				op = fmt.Sprintf("mix%d", slices.Index(mixes, r.Mix)+1)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.0f\t%.1f\t%s/%s/%s\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%d\t\n",
+			op, FormatSize(int64(r.Size)), r.Concurrency, r.Replicas, r.Transport, r.OpsPerSec, r.BytesPerSec/1e6,
+			FormatCount(r.SegSlowestPerSec), FormatCount(r.SegMedianPerSec), FormatCount(r.SegFastestPerSec),
+			r.P50Us/1e3, r.P99Us/1e3, r.MaxUs/1e3, r.CPUSeconds, formatCPUPerGB(r.CPUSecPerGB), r.Errors)
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for i, m := range mixes {
+		fmt.Fprintf(w, "mix%d: %s (CPU on the total row only)\n", i+1, m)
+	}
+	return nil
+}
+
+// formatCPUPerGB prints "-" for rows that move no payload.
+func formatCPUPerGB(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
 }
 
 // readObject reads an object whole, as a user of the SDK would.

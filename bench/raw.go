@@ -144,7 +144,7 @@ type rawRow struct {
 	mode        Mode
 	size, depth int
 	run         *run
-	hist        *Histogram // written by the client's completing goroutine only
+	tally       *tally // written by the client's completing goroutine only
 	win         *window
 }
 
@@ -155,7 +155,7 @@ func runRawRow(ctx context.Context, o *MsgrOptions, mode Mode, size, depth int) 
 	}
 	defer cli.Close()
 	defer srv.Close()
-	r := &rawRow{ctx: ctx, mode: mode, size: size, depth: depth, hist: NewHistogram()}
+	r := &rawRow{ctx: ctx, mode: mode, size: size, depth: depth}
 	// Pingpong wakes the writer per reply, as each reply frees a slot; a
 	// stream wakes it per quarter window, as the messenger rows do.
 	batch := depth / 4
@@ -163,6 +163,9 @@ func runRawRow(ctx context.Context, o *MsgrOptions, mode Mode, size, depth int) 
 		batch = 1
 	}
 	r.win = newWindow(depth, batch)
+	// The run exists before the reader that records into it starts.
+	r.run = startRun(ctx, o.runOptions(RawTransport, mode, size, depth))
+	r.tally = r.run.newTally()
 
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -175,7 +178,6 @@ func runRawRow(ctx context.Context, o *MsgrOptions, mode Mode, size, depth int) 
 			errs[0] = r.echoServer(srv)
 		}
 	}()
-	r.run = startRun(ctx, o.Warmup, o.Duration)
 	var werr error
 	switch {
 	case mode == Stream:
@@ -208,14 +210,15 @@ func runRawRow(ctx context.Context, o *MsgrOptions, mode Mode, size, depth int) 
 	if err := errors.Join(werr, errs[0], errs[1], ctx.Err()); err != nil {
 		return Row{}, err
 	}
-	return r.run.row(RawTransport, mode, size, depth, r.hist), nil
+	return r.run.row(RawTransport, mode, size, depth, r.tally), nil
 }
 
 // record counts a completed frame by the send time in its header.
 func (r *rawRow) record(hdr []byte) {
 	if r.run.measuring() {
 		sent := int64(binary.LittleEndian.Uint64(hdr[12:]))
-		r.hist.Record(r.run.clk.now() - sent)
+		now := r.run.clk.now()
+		r.tally.record(now, now-sent)
 	}
 }
 

@@ -72,8 +72,8 @@ func runFabricRow(ctx context.Context, o *MsgrOptions, provider string, mode Mod
 	defer p.Close()
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	hist := NewHistogram()
-	run := startRun(rctx, o.Warmup, o.Duration)
+	run := startRun(rctx, o.runOptions(FabricTransport+"("+provider+")", mode, size, depth))
+	t := run.newTally()
 	// The loops run in C for up to 20ms a call and count a call's messages
 	// if the run measured when it began, so they are kicked at both ends
 	// of the measured interval for its edges to be exact.
@@ -92,8 +92,11 @@ func runFabricRow(ctx context.Context, o *MsgrOptions, provider string, mode Mod
 		Stopping:  run.stopping,
 		Measuring: run.measuring,
 		Record: func(lat []int64) {
+			// A batch is what one call of the C loop (at most 20ms)
+			// completed; it is counted in the segment of its end.
+			now := run.clk.now()
 			for _, v := range lat {
-				hist.Record(v)
+				t.record(now, v)
 			}
 		},
 		DrainTimeout: drainTimeout,
@@ -103,7 +106,7 @@ func runFabricRow(ctx context.Context, o *MsgrOptions, provider string, mode Mod
 	if err != nil {
 		return Row{}, err
 	}
-	row := run.row(FabricTransport, mode, size, depth, hist)
+	row := run.row(FabricTransport, mode, size, depth, t)
 	row.Provider = provider
 	if row.CPUSeconds < starvedCPU*row.Seconds {
 		o.Logger.Warn("bench: the raw libfabric baseline busy-polls with two threads but got less than 1.75 cores: "+

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 )
@@ -18,24 +19,36 @@ func WriteJSON(w io.Writer, rows []Row) error {
 	return enc.Encode(rows)
 }
 
-// WriteTable writes rows as an aligned table, then, for messenger rows
+// WriteTable writes rows as an aligned table ("seg" is the slowest, median
+// and fastest 1 s segment's msgs/s), then, for messenger rows
 // that have a baseline (raw TCP, or raw libfabric for rdma+ rows), one
 // ratio line each: bytes/s for stream (higher is better), p50 and p99 for
 // pingpong (lower is better).
 func WriteTable(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "transport\tmode\tsize\tdepth\tmsgs/s\tbytes/s\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tcpu s\tcpu µs/msg\tallocs/msg\t")
+	// Depth is per connection; with several, the column says "16x4".
+	multi := slices.ContainsFunc(rows, func(r Row) bool { return r.Conns > 1 })
+	depthHead := "depth"
+	if multi {
+		depthHead = "depth x conns"
+	}
+	fmt.Fprintln(tw, "transport\tmode\tsize\t"+depthHead+"\tmsgs/s\tbytes/s\tseg msgs/s slow/med/fast\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tcpu s\tcpu µs/msg\tcpu s/GB\tallocs/msg\t")
 	for i := range rows {
 		r := &rows[i]
 		transport := r.Transport
 		if r.Transport == FabricTransport && r.Provider != "" {
 			transport += "(" + r.Provider + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t\n",
-			transport, r.Mode, FormatSize(int64(r.Size)), r.Depth,
+		depth := strconv.Itoa(r.Depth)
+		if multi {
+			depth += "x" + strconv.Itoa(max(r.Conns, 1))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s/%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%.2f\t\n",
+			transport, r.Mode, FormatSize(int64(r.Size)), depth,
 			FormatCount(r.MsgsPerSec), FormatRate(r.BytesPerSec),
+			FormatCount(r.SegSlowestPerSec), FormatCount(r.SegMedianPerSec), FormatCount(r.SegFastestPerSec),
 			formatUs(r.P50Us), formatUs(r.P99Us), formatUs(r.P999Us), formatUs(r.MaxUs),
-			r.CPUSeconds, r.CPUUsPerMsg, r.AllocsPerMsg)
+			r.CPUSeconds, r.CPUUsPerMsg, formatCPUPerGB(r.CPUSecPerGB), r.AllocsPerMsg)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

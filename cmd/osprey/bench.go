@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -19,18 +20,20 @@ func newBenchCmd() *cobra.Command {
 The machines they run on are noisy, so compare within one run (--baseline)
 rather than across runs.`,
 	}
-	cmd.AddCommand(newBenchMsgrCmd(), newBenchObjCmd())
+	cmd.AddCommand(newBenchMsgrCmd(), newBenchObjCmd(), newBenchCompareCmd(), newBenchPlotCmd())
 	return cmd
 }
 
 func newBenchMsgrCmd() *cobra.Command {
 	var (
-		sizes, modes, transports []string
-		depths                   []int
-		duration, warmup         time.Duration
-		baseline, asJSON, noCRC  bool
-		zeroCopy                 bool
-		cpuProfile               string
+		sizes, modes, transports  []string
+		depths                    []int
+		duration, warmup          time.Duration
+		baseline, noCRC, zeroCopy bool
+		cpuProfile                string
+		out                       benchOutput
+		conns                     int
+		serve, connect            string
 	)
 	cmd := &cobra.Command{
 		Use:   "msgr",
@@ -49,15 +52,43 @@ Every row gets fresh messengers, a --warmup that is discarded, then
 pair right after each messenger row and prints messenger/raw ratios; for an
 rdma+PROVIDER transport it also runs it over raw libfabric send/recv on
 PROVIDER (rows "raw-fabric", JSON "provider"), and the rdma+ rows are
-compared with those.`,
+compared with those.
+
+Every row also reports its throughput per --segment (1s): the slowest,
+median and fastest segment, as warp does; its CPU seconds per GB of payload;
+and, in --json, its whole latency histogram. While a row runs, a progress
+line is drawn on stderr if it is a terminal. --plot DIR writes throughput
+against size per transport and a latency CDF per combination;
+"osprey bench compare" weighs two saved --json runs against each other.
+
+--conns N runs N connections at once, each from its own client messenger
+with --depth in flight. For two processes (or two hosts), start a server
+with --serve ADDR and run the client with --connect ADDR (the transport is
+ADDR's scheme): the server echoes pingpong requests and acknowledges each
+stream message, so a two-process stream row's latency is send to
+acknowledgement, and its CPU is the client's only.`,
 		Example: `  osprey bench msgr --size 64,4KiB,1MiB --depth 1,16,128 --baseline
   osprey bench msgr --transport tcp,rdma+tcp --depth 1,16 --baseline   (needs -tags rdma)
-  osprey bench msgr --mode pingpong --size 64 --depth 1 --duration 10s --json`,
+  osprey bench msgr --mode pingpong --size 64 --depth 1 --duration 10s --json
+  osprey bench msgr --baseline --plot plots/ --json > run.json
+  osprey bench msgr --serve tcp://0.0.0.0:7300                        (on host A)
+  osprey bench msgr --connect tcp://hostA:7300 --conns 4 --depth 16   (on host B)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if serve != "" {
+				return serveMsgr(cmd, serve, noCRC)
+			}
+			if err := out.check(); err != nil {
+				return err
+			}
+			if connect != "" && cmd.Flags().Changed("transport") {
+				return errors.New("--transport and --connect: the transport is --connect's scheme")
+			}
 			o := bench.MsgrOptions{
+				Conns: conns, Remote: connect,
 				Transports: transports, Depths: depths, Duration: duration, Warmup: warmup,
 				Baseline: baseline, DisableDataCRC: noCRC, ZeroCopy: zeroCopy, Logger: slog.Default(),
+				Segment: out.segment, Progress: out.progress(cmd),
 			}
 			if warmup == 0 {
 				o.Warmup = -1 // explicitly none, not the default
@@ -83,11 +114,17 @@ compared with those.`,
 			defer stop()
 			rows, runErr := bench.RunMsgr(cmd.Context(), o)
 			// Whatever ran is printed, even when a later row failed.
-			out := cmd.OutOrStdout()
-			if asJSON {
-				err = bench.WriteJSON(out, rows)
-			} else if len(rows) > 0 {
-				err = bench.WriteTable(out, rows)
+			w := cmd.OutOrStdout()
+			switch {
+			case out.json:
+				err = bench.WriteJSON(w, rows)
+			case out.csv:
+				err = bench.WriteCSV(w, rows)
+			case len(rows) > 0:
+				err = bench.WriteTable(w, rows)
+			}
+			if err == nil && len(rows) > 0 {
+				err = out.writePlots(cmd, func(dir, format string) ([]string, error) { return bench.PlotMsgr(dir, format, rows) })
 			}
 			if runErr != nil {
 				return runErr
@@ -103,11 +140,24 @@ compared with those.`,
 	f.DurationVar(&duration, "duration", 3*time.Second, "measured time per row")
 	f.DurationVar(&warmup, "warmup", 500*time.Millisecond, "discarded time before each row's measurement")
 	f.BoolVar(&baseline, "baseline", false, "also run each pattern over a raw TCP socket (and raw libfabric for rdma+ transports) and print messenger/raw ratios")
-	f.BoolVar(&asJSON, "json", false, "print a JSON array, one object per row, instead of a table")
+	out.register(cmd, "print a JSON array, one object per row, instead of a table")
+	f.IntVar(&conns, "conns", 1, "connections per row, each from its own client messenger with --depth in flight")
+	f.StringVar(&serve, "serve", "", "serve the benchmark on this address (e.g. tcp://0.0.0.0:7300) for --connect clients, until interrupted")
+	f.StringVar(&connect, "connect", "", "run against a --serve server at this address instead of both ends in this process")
+	cmd.MarkFlagsMutuallyExclusive("serve", "connect")
 	f.BoolVar(&noCRC, "no-data-crc", false, "turn off the messenger's data CRC (the raw baseline has none)")
 	f.BoolVar(&zeroCopy, "zero-copy", false, "send payloads from Conn.AllocPayload buffers (registered memory on RDMA: large payloads move with no copy)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	return cmd
+}
+
+// serveMsgr runs the server end of a two-process benchmark until the
+// command's context ends (Ctrl-C).
+func serveMsgr(cmd *cobra.Command, addr string, noCRC bool) error {
+	return bench.ServeMsgr(cmd.Context(), bench.ServeOptions{Addr: addr, DisableDataCRC: noCRC, Logger: slog.Default(),
+		Listening: func(a string) {
+			fmt.Fprintf(cmd.ErrOrStderr(), "serving the messenger benchmark on %s; run: osprey bench msgr --connect %s\n", a, a)
+		}})
 }
 
 // startCPUProfile profiles the process into path until stop; no-op for "".

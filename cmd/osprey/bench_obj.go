@@ -15,66 +15,112 @@ func newBenchObjCmd() *cobra.Command {
 		o       bench.ObjOptions
 		sizes   []string
 		opNames []string
-		asJSON  bool
+		mix     string
 		cpuProf string
+		out     benchOutput
 	)
 	cmd := &cobra.Command{
 		Use:   "obj",
-		Short: "Benchmark the object store, in the spirit of rados bench",
-		Long: `Writes fresh objects of each --size for --duration with --concurrency ops in
-flight, then reads random ones of them back, and reports ops/s, MB/s and
-latency percentiles. Every acknowledged write is synced on every replica.
+		Short: "Benchmark the object store, in the spirit of rados bench and warp",
+		Long: `For each --size, runs each --op for --duration with --concurrency ops in
+flight, and reports ops/s, MB/s, throughput per --segment (slowest, median,
+fastest), latency percentiles and the CPU the process used (per op and per
+GB). Every acknowledged write is synced on every replica.
+
+  put     writes fresh objects
+  get     reads random objects of the working set, whole
+  stat    stats random objects of the working set
+  list    lists --list-keys keys after a random one
+  delete  deletes objects of the working set, newest first; the row stops
+          early when none is left
+
+The working set is what earlier puts wrote, topped up (unmeasured) to
+--objects before a get, stat, list or delete row. --mix runs a mixed
+workload after the --op rows (only it, unless --op is given too): each
+worker draws every operation by weight; reads see the working set as it was
+when the row began, and deletes take only objects the mix's own puts wrote
+(with none left, a delete is a put). A mix reports a row per operation and a
+total.
 
 Without --seeds it starts a local cluster in this process (--osds, --replicas,
 --public and --cluster transports) with its data in a temporary directory on
 disk, and removes it afterwards.`,
 		Example: `  osprey bench obj --size 4KiB,4MiB --concurrency 16 --duration 10s
   osprey bench obj --replicas 1 --osds 1
-  osprey bench obj --seeds tcp://10.0.0.1:6800 --json`,
+  osprey bench obj --op put,get,stat,list,delete --objects 20000 --size 4KiB
+  osprey bench obj --mix get=45,stat=30,put=15,delete=10 --objects 1000
+  osprey bench obj --seeds tcp://10.0.0.1:6800 --json > run.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check(); err != nil {
+				return err
+			}
 			var err error
 			if o.Sizes, err = bench.ParseSizes(sizes); err != nil {
 				return fmt.Errorf("--size: %w", err)
 			}
-			for _, n := range opNames {
-				switch op := bench.ObjOp(n); op {
-				case bench.OpPut, bench.OpGet:
+			if mix != "" {
+				if o.Mix, err = bench.ParseMix(mix); err != nil {
+					return fmt.Errorf("--mix: %w", err)
+				}
+			}
+			if mix == "" || cmd.Flags().Changed("op") {
+				for _, n := range opNames {
+					op, err := bench.ParseObjOp(n)
+					if err != nil {
+						return fmt.Errorf("--op: %w", err)
+					}
 					o.Ops = append(o.Ops, op)
-				default:
-					return fmt.Errorf("--op %q: want put or get", n)
 				}
 			}
 			o.Logger = slog.Default()
+			o.Segment, o.Progress = out.segment, out.progress(cmd)
 			stop, err := startCPUProfile(cpuProf)
 			if err != nil {
 				return err
 			}
 			defer stop()
-			rows, err := bench.RunObj(cmd.Context(), o)
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
+			rows, runErr := bench.RunObj(cmd.Context(), o)
+			// Whatever ran is printed, even when a later row failed.
+			w := cmd.OutOrStdout()
+			switch {
+			case out.json:
+				enc := json.NewEncoder(w)
 				for _, r := range rows {
-					enc.Encode(r)
+					if err = enc.Encode(r); err != nil {
+						break
+					}
 				}
-			} else {
-				bench.WriteObjTable(cmd.OutOrStdout(), rows)
+			case out.csv:
+				err = bench.WriteObjCSV(w, rows)
+			case len(rows) > 0:
+				err = bench.WriteObjTable(w, rows)
+			}
+			if err == nil && len(rows) > 0 {
+				err = out.writePlots(cmd, func(dir, format string) ([]string, error) { return bench.PlotObj(dir, format, rows) })
+			}
+			if runErr != nil {
+				return runErr
 			}
 			return err
 		},
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&sizes, "size", []string{"4KiB", "4MiB"}, "object sizes")
-	f.StringSliceVar(&opNames, "op", []string{"put", "get"}, "operations: put, get")
+	f.StringSliceVar(&opNames, "op", []string{"put", "get"}, "operations, in this order: put, get, stat, list, delete")
+	f.StringVar(&mix, "mix", "", "a mixed workload, op=weight,..., e.g. get=70,put=20,stat=10")
+	f.IntVar(&o.Objects, "objects", 0, "working set for get, stat, list, delete and --mix (default 4 x concurrency)")
+	f.IntVar(&o.ListKeys, "list-keys", 100, "keys one list operation asks for")
 	f.IntVar(&o.Concurrency, "concurrency", 16, "ops in flight")
 	f.DurationVar(&o.Duration, "duration", 10*time.Second, "measured time per size and op")
+	f.DurationVar(&o.Warmup, "warmup", 0, "discarded time before each row's measurement")
 	f.StringSliceVar(&o.Seeds, "seeds", nil, "OSD public addresses of a running cluster (default: start a local one)")
 	f.IntVar(&o.OSDs, "osds", 3, "local cluster: OSDs")
 	f.IntVar(&o.Replicas, "replicas", 0, "local cluster: replicas (default min(3, osds))")
 	f.StringVar(&o.Public, "public", "tcp", "local cluster: client network transport")
 	f.StringVar(&o.Cluster, "cluster", "tcp", "local cluster: replication network transport (e.g. rdma+tcp)")
 	f.StringVar(&o.Dir, "dir", "", "local cluster: data directory (default: a temporary one)")
-	f.BoolVar(&asJSON, "json", false, "one JSON object per row")
+	out.register(cmd, "one JSON object per row (one per line)")
 	f.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (local cluster included) to this file")
 	return cmd
 }

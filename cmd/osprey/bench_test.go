@@ -4,8 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/bench"
 )
 
 // run executes the CLI with args and returns stdout, stderr and the error.
@@ -73,5 +79,137 @@ func TestBenchMsgrErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want one mentioning %s", c.args, err, c.want)
 		}
+	}
+}
+
+// TestBenchMsgrOutputs runs one short benchmark twice, as --json and as
+// --csv with --plot, and compares the runs with bench compare.
+func TestBenchMsgrOutputs(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"bench", "msgr", "--size", "64,4KiB", "--depth", "4", "--mode", "stream",
+		"--duration", "100ms", "--warmup", "10ms", "--segment", "25ms", "--log-level", "warn"}
+	var files []string
+	for i := range 2 {
+		out, _, err := run(t, append(args, "--json")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []map[string]any
+		if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 2 {
+			t.Fatalf("--json: %d rows, %v", len(rows), err)
+		}
+		for _, r := range rows {
+			for _, k := range []string{"msgs_per_sec", "p999_us", "cpu_s_per_gb", "segment_counts", "seg_median_per_sec", "latency_hist"} {
+				if _, ok := r[k]; !ok {
+					t.Errorf("JSON row lacks %q", k)
+				}
+			}
+		}
+		f := filepath.Join(dir, fmt.Sprintf("run%d.json", i))
+		if err := os.WriteFile(f, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	out, errOut, err := run(t, append(args, "--csv", "--plot", dir)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || !strings.HasPrefix(lines[0], "transport,") {
+		t.Errorf("--csv output:\n%s", out)
+	}
+	svg := filepath.Join(dir, "msgr-throughput-stream-d4.svg")
+	if b, err := os.ReadFile(svg); err != nil || !bytes.Contains(b, []byte("<svg")) {
+		t.Errorf("plot %s: %v", svg, err)
+	}
+	if !strings.Contains(errOut, "wrote 3 plots") {
+		t.Errorf("stderr: %q", errOut)
+	}
+
+	out, _, err = run(t, "bench", "compare", files[0], files[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"tcp stream 64 depth 4", "tcp stream 4KiB depth 4", "B vs A", "geomean", "p50 µs A"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("compare output lacks %q:\n%s", want, out)
+		}
+	}
+	pdir := filepath.Join(dir, "png")
+	out, _, err = run(t, "bench", "plot", files[0], pdir, "--format", "png")
+	if err != nil || !strings.Contains(out, "msgr-latency-stream-64-d4.png") {
+		t.Errorf("bench plot: %v\n%s", err, out)
+	}
+}
+
+func TestBenchObjJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local cluster")
+	}
+	dir := t.TempDir()
+	out, _, err := run(t, "bench", "obj", "--osds", "1", "--size", "4KiB", "--op", "put,stat", "--mix", "get=2,put=1",
+		"--concurrency", "2", "--objects", "8", "--duration", "100ms", "--segment", "25ms",
+		"--dir", t.TempDir(), "--json", "--plot", dir, "--log-level", "warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var r map[string]any
+		if err := dec.Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		ops = append(ops, fmt.Sprint(r["op"]))
+		for _, k := range []string{"ops_per_sec", "segment_counts", "latency_hist", "cpu_us_per_op", "objects"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("%v row lacks %q", r["op"], k)
+			}
+		}
+	}
+	if want := "put stat put get mixed"; strings.Join(ops, " ") != want {
+		t.Errorf("rows %v, want %s", ops, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "obj-throughput.svg")); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestBenchOutputErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "msgr", "--json", "--csv"}, "--json and --csv"},
+		{[]string{"bench", "msgr", "--segment", "0s"}, "--segment"},
+		{[]string{"bench", "msgr", "--plot", "x", "--plot-format", "gif"}, "--plot-format"},
+		{[]string{"bench", "obj", "--op", "fly"}, "--op"},
+		{[]string{"bench", "obj", "--mix", "get"}, "--mix"},
+		{[]string{"bench", "compare", "a.json"}, "accepts 2 arg"},
+		{[]string{"bench", "msgr", "--serve", "tcp://127.0.0.1:0", "--connect", "tcp://127.0.0.1:1"}, "none of the others"},
+		{[]string{"bench", "msgr", "--connect", "tcp://127.0.0.1:1", "--transport", "tcp"}, "--transport and --connect"},
+		{[]string{"bench", "msgr", "--connect", "tcp://127.0.0.1:1", "--baseline"}, "baseline"},
+		{[]string{"bench", "msgr", "--conns", "2", "--baseline"}, "--conns 1"},
+		{[]string{"bench", "compare", "/nonexistent/a.json", "/nonexistent/b.json"}, "no such file"},
+	} {
+		_, _, err := run(t, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want one mentioning %s", c.args, err, c.want)
+		}
+	}
+}
+
+func TestBenchProgressLine(t *testing.T) {
+	var buf bytes.Buffer
+	draw := progressLine(&buf, 60)
+	draw(bench.Progress{Row: "tcp stream 4KiB depth 16", Phase: bench.PhaseWarmup, Elapsed: 120 * time.Millisecond, Duration: 500 * time.Millisecond})
+	draw(bench.Progress{Row: "tcp stream 4KiB depth 16", Phase: bench.PhaseMeasure, Elapsed: 1234 * time.Millisecond,
+		Duration: 3 * time.Second, Count: 1000, PerSec: 612345, BytesPerSec: 2.51e9})
+	draw(bench.Progress{Phase: bench.PhaseDone})
+	want := "\rtcp stream 4KiB depth 16  warming up 100ms of 500ms\033[K" +
+		"\rtcp stream 4KiB depth 16  measuring 1.2s of 3s  612.3k/s  2\033[K" + // cut at 59 columns
+		"\r\033[K"
+	if got := buf.String(); got != want {
+		t.Errorf("progress output\n%q\nwant\n%q", got, want)
 	}
 }

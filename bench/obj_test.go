@@ -1,0 +1,114 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// objJSONKeys are the keys every object row has in --json (mix only in a
+// mix's rows).
+var objJSONKeys = []string{
+	"op", "size", "concurrency", "replicas", "transport", "objects", "ops", "errors", "seconds",
+	"ops_per_sec", "bytes_per_sec", "p50_us", "p99_us", "p999_us", "max_us", "mean_us",
+	"cpu_s", "cpu_us_per_op", "cpu_s_per_gb", "segment_s", "segment_counts",
+	"seg_slowest_per_sec", "seg_median_per_sec", "seg_fastest_per_sec",
+	"seg_slowest_bytes_per_sec", "seg_median_bytes_per_sec", "seg_fastest_bytes_per_sec",
+	"latency_hist",
+}
+
+// TestRunObj runs every operation and a mix briefly against a one-OSD
+// local cluster and checks the rows are complete. Speed is not checked.
+func TestRunObj(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	mix, err := ParseMix("get=50,put=30,delete=20")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen int
+	rows, err := RunObj(ctx, ObjOptions{
+		OSDs: 1, PGs: 8, Dir: t.TempDir(), Sizes: []int{4 << 10},
+		Ops: ObjOps, Mix: mix, Objects: 40, Concurrency: 4,
+		Duration: 150 * time.Millisecond, Segment: 50 * time.Millisecond,
+		OnRow: func(ObjRow) { seen++ },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, objRowLabel(&r))
+	}
+	want := []string{"put", "get", "stat", "list", "delete",
+		"mix get=50,put=30,delete=20: put", "mix get=50,put=30,delete=20: get",
+		"mix get=50,put=30,delete=20: delete", "mix get=50,put=30,delete=20"}
+	// A mix's rows come in ObjOps order, then the total.
+	if !slices.Equal(got, want) || seen != len(rows) {
+		t.Fatalf("rows %q (%d reported), want %q", got, seen, want)
+	}
+	for _, r := range rows {
+		if r.Ops == 0 && r.Op != OpDelete || r.Errors != 0 || r.Replicas != 1 || r.Transport != "tcp/tcp" {
+			t.Errorf("%s: %d ops, %d errors, %d replicas, transport %q", objRowLabel(&r), r.Ops, r.Errors, r.Replicas, r.Transport)
+		}
+		if r.Ops > 0 && !(r.P50Us > 0 && r.P50Us <= r.P99Us && r.P99Us <= r.MaxUs) {
+			t.Errorf("%s: percentiles %v %v %v", objRowLabel(&r), r.P50Us, r.P99Us, r.MaxUs)
+		}
+		moves := r.Op == OpPut || r.Op == OpGet || r.Op == OpMixed
+		if moves != (r.BytesPerSec > 0) {
+			t.Errorf("%s: %v bytes/s", objRowLabel(&r), r.BytesPerSec)
+		}
+		// CPU is on the single rows and the mix's total only.
+		if (r.Mix == "" || r.Op == OpMixed) != (r.CPUSeconds > 0) {
+			t.Errorf("%s: cpu %v s", objRowLabel(&r), r.CPUSeconds)
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o map[string]any
+		if err := json.Unmarshal(b, &o); err != nil {
+			t.Fatal(err)
+		}
+		checkJSONKeys(t, o, objJSONKeys)
+		checkHistAndSegments(t, o, r.Ops)
+	}
+	var buf bytes.Buffer
+	if err := WriteObjTable(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"seg ops/s slow/med/fast", "mix1:get", "mix1: get=50,put=30,delete=20", "stat", "list"} {
+		if !strings.Contains(buf.String(), w) {
+			t.Errorf("table lacks %q:\n%s", w, buf.String())
+		}
+	}
+	t.Logf("\n%s", buf.String())
+}
+
+func TestParseMix(t *testing.T) {
+	m, err := ParseMix("get=70, put=20,stat=10,list=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []MixWeight{{OpGet, 70}, {OpPut, 20}, {OpStat, 10}}; !slices.Equal(m, want) {
+		t.Errorf("ParseMix = %v, want %v (a weight of 0 drops the operation)", m, want)
+	}
+	if s := FormatMix(m); s != "get=70,put=20,stat=10" {
+		t.Errorf("FormatMix = %q", s)
+	}
+	for _, bad := range []string{"", "get", "get=x", "get=-1", "fly=3", "get=1,get=2", "get=0"} {
+		if _, err := ParseMix(bad); err == nil {
+			t.Errorf("ParseMix(%q) accepted", bad)
+		}
+	}
+	if _, err := ParseObjOp("Delete"); err != nil {
+		t.Errorf("ParseObjOp is case-insensitive: %v", err)
+	}
+}
