@@ -8,21 +8,16 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/osd"
-	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/osd/local"
 )
 
 // ObjOp is an object benchmark operation.
@@ -239,120 +234,6 @@ func (o *ObjOptions) defaults() error {
 	return nil
 }
 
-// LocalCluster is a cluster of OSDs in this process, for benchmarks and
-// `osprey up`.
-type LocalCluster struct {
-	Map  *placement.Map
-	OSDs []*osd.OSD
-	Dir  string
-	temp bool
-}
-
-// LocalClusterOptions shape StartLocalCluster.
-type LocalClusterOptions struct {
-	OSDs            int
-	Replicas        int
-	PGs             uint32
-	Public, Cluster string // transports; default tcp
-	Host            string // default 127.0.0.1
-	BasePort        int    // 0: free ports
-	Dir             string // default a temporary directory, removed by Close
-	Logger          *slog.Logger
-}
-
-// StartLocalCluster starts opts.OSDs OSDs in this process on loopback.
-// With free ports (BasePort 0) a port taken between choosing and binding it
-// makes it choose again, a few times.
-func StartLocalCluster(ctx context.Context, opts LocalClusterOptions) (*LocalCluster, error) {
-	for attempt := 0; ; attempt++ {
-		lc, err := startLocalCluster(ctx, opts)
-		if err == nil || opts.BasePort != 0 || attempt == 4 || !errors.Is(err, syscall.EADDRINUSE) {
-			return lc, err
-		}
-	}
-}
-
-func startLocalCluster(ctx context.Context, opts LocalClusterOptions) (*LocalCluster, error) {
-	if opts.Public == "" {
-		opts.Public = "tcp"
-	}
-	if opts.Cluster == "" {
-		opts.Cluster = "tcp"
-	}
-	if opts.Host == "" {
-		opts.Host = "127.0.0.1"
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	lc := &LocalCluster{Dir: opts.Dir}
-	if lc.Dir != "" {
-		if err := os.MkdirAll(lc.Dir, 0o755); err != nil {
-			return nil, err
-		}
-	} else {
-		d, err := os.MkdirTemp("", "osprey-")
-		if err != nil {
-			return nil, err
-		}
-		lc.Dir, lc.temp = d, true
-	}
-	var pub, clu []string
-	for i := range opts.OSDs {
-		pp, cp := opts.BasePort+2*i, opts.BasePort+2*i+1
-		if opts.BasePort == 0 {
-			var err error
-			if pp, err = freePort(opts.Host); err == nil {
-				cp, err = freePort(opts.Host)
-			}
-			if err != nil {
-				return nil, err
-			}
-		}
-		pub = append(pub, fmt.Sprintf("%s://%s:%d", opts.Public, opts.Host, pp))
-		clu = append(clu, fmt.Sprintf("%s://%s:%d", opts.Cluster, opts.Host, cp))
-	}
-	m, err := placement.NewLocal(placement.LocalOptions{PublicAddrs: pub, ClusterAddrs: clu, PGCount: opts.PGs, Size: uint32(opts.Replicas)})
-	if err != nil {
-		return nil, err
-	}
-	lc.Map = m
-	if err := m.Save(filepath.Join(lc.Dir, "map.json")); err != nil {
-		return nil, err
-	}
-	for i := range opts.OSDs {
-		o, err := osd.Start(ctx, osd.Config{ID: uint32(i), Map: m, MapPath: filepath.Join(lc.Dir, "map.json"),
-			DataDir: filepath.Join(lc.Dir, fmt.Sprintf("osd.%d", i)), Logger: opts.Logger})
-		if err != nil {
-			lc.Close(context.Background())
-			return nil, err
-		}
-		lc.OSDs = append(lc.OSDs, o)
-	}
-	return lc, nil
-}
-
-// Seeds are the OSDs' public addresses.
-func (lc *LocalCluster) Seeds() []string {
-	var s []string
-	for info := range lc.Map.OSDs() {
-		s = append(s, info.PublicAddr)
-	}
-	return s
-}
-
-// Close stops the OSDs and removes a temporary data directory.
-func (lc *LocalCluster) Close(ctx context.Context) error {
-	var errs []error
-	for _, o := range lc.OSDs {
-		errs = append(errs, o.Close(ctx))
-	}
-	if lc.temp {
-		errs = append(errs, os.RemoveAll(lc.Dir))
-	}
-	return errors.Join(errs...)
-}
-
 // RunObj runs the object benchmark and returns, for each size, one row per
 // operation of o.Ops, then with a Mix one row per operation of the mix and
 // its OpMixed total, in the order they ran. Whatever ran is returned with
@@ -363,7 +244,7 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 	}
 	seeds := o.Seeds
 	if len(seeds) == 0 {
-		lc, err := StartLocalCluster(ctx, LocalClusterOptions{OSDs: o.OSDs, Replicas: o.Replicas, PGs: o.PGs,
+		lc, err := local.Start(ctx, local.Options{OSDs: o.OSDs, Replicas: o.Replicas, PGs: o.PGs,
 			Public: o.Public, Cluster: o.Cluster, Dir: o.Dir, Logger: o.Logger})
 		if err != nil {
 			return nil, err
@@ -771,16 +652,6 @@ func pickOp(mix []MixWeight, total int, rng *rand.Rand) ObjOp {
 		x -= m.Weight
 	}
 	return mix[len(mix)-1].Op
-}
-
-// freePort returns a TCP port on host nobody listens on now.
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // WriteObjTable prints rows for people: one line per row, then the mixes'

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ospreystore/osprey/bench"
+	"github.com/ospreystore/osprey/osd/local"
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -384,7 +384,7 @@ func TestStatusOSDDown(t *testing.T) {
 		t.Skip("starts a cluster")
 	}
 	ctx := context.Background()
-	lc, err := bench.StartLocalCluster(ctx, bench.LocalClusterOptions{OSDs: 3, Replicas: 2, PGs: 32,
+	lc, err := local.Start(ctx, local.Options{OSDs: 3, Replicas: 2, PGs: 32,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -22,7 +21,7 @@ import (
 
 	"github.com/ospreystore/osprey/bench"
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/osd"
+	"github.com/ospreystore/osprey/osd/local"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/spf13/cobra"
 )
@@ -95,28 +94,10 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	return cmd
 }
 
-// localCluster is the cluster `up` runs: the map it serves and its OSDs.
+// localCluster is the cluster `up` runs.
 type localCluster struct {
-	dir, mapPath string
-	m            *placement.Map
-	osds         []*osd.OSD
-	reused       bool // the map was on disk already
-}
-
-func (c *localCluster) seeds() []string {
-	var s []string
-	for info := range c.m.OSDs() {
-		s = append(s, info.PublicAddr)
-	}
-	return s
-}
-
-func (c *localCluster) close(ctx context.Context) error {
-	var errs []error
-	for _, o := range c.osds {
-		errs = append(errs, o.Close(ctx))
-	}
-	return errors.Join(errs...)
+	*local.Cluster
+	reused bool // the map was on disk already
 }
 
 func runUp(cmd *cobra.Command, o upOptions) (err error) {
@@ -176,7 +157,7 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 		stopped = true
 		sctx, cancel := context.WithTimeout(context.Background(), o.stopTimeout)
 		defer cancel()
-		return lc.close(sctx)
+		return lc.Close(sctx)
 	}
 	defer func() {
 		if cerr := stop(); err == nil {
@@ -212,87 +193,43 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 	if err := stop(); err != nil {
 		return err
 	}
-	text := "osprey up: stopped; data kept in " + lc.dir
+	text := "osprey up: stopped; data kept in " + lc.Dir
 	if o.temp {
 		text = "osprey up: stopped; temporary data removed"
 	}
-	emitUp(out, o.asJSON, map[string]any{"event": "stopped", "dir": lc.dir, "kept": !o.temp}, text)
+	emitUp(out, o.asJSON, map[string]any{"event": "stopped", "dir": lc.Dir, "kept": !o.temp}, text)
 	return nil
 }
 
 // startLocal loads the map in dir, or makes one, and starts its OSDs.
 func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string, logger *slog.Logger) (*localCluster, error) {
-	lc := &localCluster{dir: dir, mapPath: filepath.Join(dir, "map.json")}
-	m, err := placement.Load(lc.mapPath)
+	lo := local.Options{OSDs: o.osds, Replicas: o.replicas, PGs: o.pgs, Public: o.public, Cluster: o.cluster,
+		Host: o.host, BasePort: o.port, Dir: dir, Logger: logger}
+	path := filepath.Join(dir, "map.json")
+	m, err := placement.Load(path)
 	switch {
 	case err == nil:
-		if err := checkReuse(cmd, o, m, lc.mapPath); err != nil {
+		if err := checkReuse(cmd, o, m, path); err != nil {
 			return nil, err
 		}
-		lc.reused = true
+		lo.Map = m
 	case errors.Is(err, fs.ErrNotExist):
-		pub, clu, err := upAddresses(o)
-		if err != nil {
-			return nil, err
-		}
-		m, err = placement.NewLocal(placement.LocalOptions{PublicAddrs: pub, ClusterAddrs: clu, PGCount: o.pgs, Size: uint32(o.replicas)})
-		if err != nil {
-			return nil, usageErrorf("%v", err) // only flags go into it
-		}
-		if err := m.Save(lc.mapPath); err != nil {
-			return nil, err
-		}
 	default:
 		return nil, err
 	}
-	lc.m = m
-	for info := range m.OSDs() {
-		od, err := osd.Start(ctx, osd.Config{ID: info.Id, Map: m, MapPath: lc.mapPath,
-			DataDir: filepath.Join(dir, fmt.Sprintf("osd.%d", info.Id)), Logger: logger})
-		if err != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), o.stopTimeout)
-			lc.close(sctx)
-			cancel()
-			if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
-				// Pebble's lock on the store: the usual cause is a second
-				// `osprey up` on the same directory.
-				return nil, fmt.Errorf("starting osd.%d: %s is in use by another process (another `osprey up` on this --dir?): %w", info.Id, dir, err)
-			}
-			return nil, fmt.Errorf("starting osd.%d: %w", info.Id, err)
-		}
-		lc.osds = append(lc.osds, od)
+	c, err := local.Start(ctx, lo)
+	if errors.Is(err, placement.ErrInvalidMap) {
+		return nil, usageErrorf("%v", err) // only flags go into a new map
 	}
-	return lc, nil
-}
-
-// upAddresses are the OSDs' public and cluster addresses for a new map.
-func upAddresses(o upOptions) (pub, clu []string, err error) {
-	for i := range o.osds {
-		pp, cp := o.port+2*i, o.port+2*i+1
-		if o.port == 0 {
-			if pp, err = freePort(o.host); err != nil {
-				return nil, nil, err
-			}
-			if cp, err = freePort(o.host); err != nil {
-				return nil, nil, err
-			}
-		}
-		pub = append(pub, o.public+"://"+net.JoinHostPort(o.host, fmt.Sprint(pp)))
-		clu = append(clu, o.cluster+"://"+net.JoinHostPort(o.host, fmt.Sprint(cp)))
-	}
-	return pub, clu, nil
-}
-
-// freePort asks the kernel for a port no one listens on. Another process
-// may take it before the OSD listens; then the OSD's start fails and says
-// so, which is acceptable for a development cluster.
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return 0, err
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
+			// Pebble's lock on the store: the usual cause is a second
+			// `osprey up` on the same directory.
+			return nil, fmt.Errorf("%s is in use by another process (another `osprey up` on this --dir?): %w", dir, err)
+		}
+		return nil, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return &localCluster{Cluster: c, reused: lo.Map != nil}, nil
 }
 
 // checkReuse refuses flags given on the command line that contradict the
@@ -322,15 +259,16 @@ func checkReuse(cmd *cobra.Command, o upOptions, m *placement.Map, path string) 
 		conflicts = append(conflicts, fmt.Sprintf("--pgs %d (the map has %d)", o.pgs, pool.pgs))
 	}
 	if o.port != 0 && (changed("port") || changed("host") || changed("transport") || changed("public") || changed("cluster")) {
-		pub, clu, _ := upAddresses(o)
-		i := 0
+		want, err := local.NewMap(local.Options{OSDs: n, Public: o.public, Cluster: o.cluster, Host: o.host, BasePort: o.port})
+		if err != nil {
+			return usageErrorf("%v", err)
+		}
 		for info := range m.OSDs() {
-			if i < len(pub) && (info.PublicAddr != pub[i] || info.ClusterAddr != clu[i]) {
+			if w, ok := want.OSD(info.Id); ok && (info.PublicAddr != w.PublicAddr || info.ClusterAddr != w.ClusterAddr) {
 				conflicts = append(conflicts, fmt.Sprintf("osd.%d at %s and %s (the map has %s and %s)",
-					info.Id, pub[i], clu[i], info.PublicAddr, info.ClusterAddr))
+					info.Id, w.PublicAddr, w.ClusterAddr, info.PublicAddr, info.ClusterAddr))
 				break
 			}
-			i++
 		}
 	}
 	if len(conflicts) > 0 {
@@ -347,7 +285,7 @@ func checkReuse(cmd *cobra.Command, o upOptions, m *placement.Map, path string) 
 func waitReady(ctx context.Context, lc *localCluster, within time.Duration, logger *slog.Logger) error {
 	rctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	cl, err := client.New(rctx, client.Options{Seeds: lc.seeds(), Logger: logger})
+	cl, err := client.New(rctx, client.Options{Seeds: lc.Seeds(), Logger: logger})
 	if err != nil {
 		return fmt.Errorf("the OSDs started but do not answer: %w", err)
 	}
@@ -381,42 +319,42 @@ type upOSDEvent struct {
 // printServing tells the user where the cluster is and how to use it,
 // with a command line that works as printed.
 func printServing(w io.Writer, o upOptions, lc *localCluster) {
-	seeds := strings.Join(lc.seeds(), ",")
+	seeds := strings.Join(lc.Seeds(), ",")
 	pool := struct{ size, pgs uint32 }{}
-	for p := range lc.m.Pools() {
+	for p := range lc.Map.Pools() {
 		pool.size, pool.pgs = p.Size, p.PgCount
 		break
 	}
 	var osds []upOSDEvent
-	for _, od := range lc.osds {
-		info, _ := lc.m.OSD(od.ID())
+	for _, od := range lc.OSDs {
+		info, _ := lc.Map.OSD(od.ID())
 		osds = append(osds, upOSDEvent{ID: od.ID(), Public: info.PublicAddr, Cluster: info.ClusterAddr,
-			Data: filepath.Join(lc.dir, fmt.Sprintf("osd.%d", od.ID()))})
+			Data: filepath.Join(lc.Dir, fmt.Sprintf("osd.%d", od.ID()))})
 	}
 	if o.asJSON {
 		json.NewEncoder(w).Encode(map[string]any{
-			"event": "serving", "fsid": lc.m.FSID(), "epoch": lc.m.Epoch(), "dir": lc.dir, "map": lc.mapPath,
-			"seeds": lc.seeds(), "osds": osds, "replicas": pool.size, "pgs": pool.pgs, "reused": lc.reused,
+			"event": "serving", "fsid": lc.Map.FSID(), "epoch": lc.Map.Epoch(), "dir": lc.Dir, "map": lc.MapPath,
+			"seeds": lc.Seeds(), "osds": osds, "replicas": pool.size, "pgs": pool.pgs, "reused": lc.reused,
 		})
 		return
 	}
 	how := "new cluster"
 	if lc.reused {
-		how = "restarted from " + lc.mapPath
+		how = "restarted from " + lc.MapPath
 	}
 	fmt.Fprintf(w, "osprey up: serving %d OSDs, %d replicas, %d PGs (fsid %s, map epoch %d, %s)\n",
-		len(lc.osds), pool.size, pool.pgs, lc.m.FSID(), lc.m.Epoch(), how)
+		len(lc.OSDs), pool.size, pool.pgs, lc.Map.FSID(), lc.Map.Epoch(), how)
 	for _, e := range osds {
 		fmt.Fprintf(w, "  osd.%d  public %s  cluster %s\n", e.ID, e.Public, e.Cluster)
 	}
-	fmt.Fprintf(w, "  map    %s\n  seeds  %s\n", lc.mapPath, seeds)
+	fmt.Fprintf(w, "  map    %s\n  seeds  %s\n", lc.MapPath, seeds)
 	if o.demo {
 		return
 	}
 	name := cliName()
 	wd, _ := os.Getwd()
 	env := ""
-	if def, _ := filepath.Abs(defaultDataDir); def != lc.dir {
+	if def, _ := filepath.Abs(defaultDataDir); def != lc.Dir {
 		// Not where the commands look by default: name it.
 		env = "export " + envSeeds + "=" + seeds + "\n  "
 	}
@@ -428,7 +366,7 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 	if o.temp {
 		fmt.Fprintln(w, "Ctrl-C stops it and removes its data.")
 	} else {
-		fmt.Fprintf(w, "Ctrl-C stops it; the data stays in %s for the next `osprey up`.\n", lc.dir)
+		fmt.Fprintf(w, "Ctrl-C stops it; the data stays in %s for the next `osprey up`.\n", lc.Dir)
 	}
 }
 
@@ -526,7 +464,7 @@ func runDemo(ctx context.Context, w io.Writer, o upOptions, lc *localCluster, lo
 		}
 		sizes = append(sizes, n)
 	}
-	cl, err := client.New(ctx, client.Options{Seeds: lc.seeds(), Logger: logger})
+	cl, err := client.New(ctx, client.Options{Seeds: lc.Seeds(), Logger: logger})
 	if err != nil {
 		return err
 	}

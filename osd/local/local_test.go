@@ -1,0 +1,70 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+	"testing"
+
+	"github.com/ospreystore/osprey/osd"
+	"github.com/ospreystore/osprey/osd/placement"
+)
+
+// TestAddrInUseIsDetectable: Start retries when a port it chose
+// was taken before it bound it, which it recognises with errors.Is through
+// the OSD's and the messenger's wrapping.
+func TestAddrInUseIsDetectable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	free, err := FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := placement.NewLocal(placement.LocalOptions{
+		PublicAddrs:  []string{fmt.Sprintf("tcp://127.0.0.1:%d", port)},
+		ClusterAddrs: []string{fmt.Sprintf("tcp://127.0.0.1:%d", free)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = osd.Start(context.Background(), osd.Config{ID: 0, Map: m, DataDir: t.TempDir()})
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("starting on a taken port: %v, want EADDRINUSE", err)
+	}
+}
+
+// TestStartAndRestart starts a cluster in a directory, stops it, and starts
+// it again from the map it saved there: the same cluster, with its data.
+func TestStartAndRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	c, err := Start(ctx, Options{OSDs: 2, PGs: 8, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Seeds()) != 2 || c.MapPath != dir+"/map.json" {
+		t.Fatalf("seeds %v, map %s", c.Seeds(), c.MapPath)
+	}
+	fsid := c.Map.FSID()
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, err := placement.Load(dir + "/map.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err = Start(ctx, Options{Map: m, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if c.Map.FSID() != fsid || len(c.OSDs) != 2 {
+		t.Fatalf("restart: fsid %s (was %s), %d OSDs", c.Map.FSID(), fsid, len(c.OSDs))
+	}
+}
