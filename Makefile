@@ -55,6 +55,7 @@ FUZZ_TARGETS = \
 	"FuzzDecodeHead ./osd/store" "FuzzDecodeChunk ./osd/store" "FuzzDecodePGInfo ./osd/store" \
 	"FuzzDecodeReqVersion ./osd/store" "FuzzDecodeIDMark ./osd/store" "FuzzDecodeLogEntry ./osd/store" \
 	"FuzzDecodeBucket ./osd/store" "FuzzDecodeCounters ./osd/store" "FuzzKeys ./osd/store" \
+	"FuzzCRC32CCombine ./osd/store" \
 	"FuzzTidOf ./osd" "FuzzReplyTid ./client"
 
 fuzz:

@@ -154,10 +154,14 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 	if size > int64(ops.MaxParts)*opts.PartSize {
 		return ObjectInfo{}, ops.Errorf(ErrEntityTooLarge.Status, "%d bytes: more than %d parts of %d", size, ops.MaxParts, opts.PartSize)
 	}
-	// Read the first part: if it is all there is, one put does.
-	first := make([]byte, opts.PartSize+1)
+	// Read the first part: if it is all there is, one put does. A known
+	// small size allocates just that (zeroing PartSize bytes per put was
+	// most of a 4 KiB put's CPU).
+	var first []byte
 	if size >= 0 && size <= opts.PartSize {
-		first = first[:size]
+		first = make([]byte, size)
+	} else {
+		first = make([]byte, opts.PartSize+1)
 	}
 	n, err := io.ReadFull(r, first)
 	switch {

@@ -28,8 +28,9 @@ type recordFn func(b *pebble.Batch) error
 //   - OP_PUT: body holds exactly e.Meta.Size bytes whose CRC32C is
 //     e.Meta.Crc32C, else ErrBadDigest and nothing is written; a multipart
 //     manifest (e.Meta.Parts non-empty) has an empty body. The bucket must
-//     exist. Chunks go under a fresh data id; one synced batch then swaps
-//     the head, deletes the old chunks and records the entry, so a crash
+//     exist. The bytes go under a fresh data id (chunks in Pebble, or a
+//     synced data file from DataFileThreshold bytes); one synced batch then
+//     swaps the head, drops the old bytes and records the entry, so a crash
 //     leaves the old or the new object, never a mix.
 //   - OP_DELETE: removes the object; a missing key is not an error (S3), the
 //     entry is logged with e.Status as given. The bucket must exist.
@@ -55,14 +56,10 @@ func (s *Store) Apply(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []
 		return fmt.Errorf("store: apply pg %d: %w", pg, err)
 	}
 	ver := versionOf(e.Version)
-	unlock := s.lockPG(pg)
-	defer unlock()
+	st := s.lockPG(pg)
+	defer st.mu.Unlock()
 
-	var info pgInfo
-	err := s.withView(func(v *view) (err error) {
-		info, err = s.pgInfoOf(v, pg)
-		return err
-	})
+	info, err := s.pgRecord(st, pg)
 	if err != nil {
 		return err
 	}
@@ -73,6 +70,8 @@ func (s *Store) Apply(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []
 	if err != nil {
 		return err
 	}
+	next := info
+	next.last = ver
 	record := func(b *pebble.Batch) error {
 		if err := b.Set(logKey(pg, e.Version), logged, nil); err != nil {
 			return err
@@ -82,11 +81,14 @@ func (s *Store) Apply(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []
 				return err
 			}
 		}
-		next := info
-		next.last = ver
 		return b.Set(pgKey(pg), appendPGInfo(nil, next), nil)
 	}
-	return s.applyKind(ctx, pg, e, body, record)
+	err = s.applyKind(ctx, pg, e, body, record)
+	// Answers such as ErrNoSuchBucket leave the record as it was, but a
+	// failed commit may or may not have written it: any error drops the
+	// cache, and the next op reads the record again.
+	st.setPGRecord(next, err == nil)
+	return err
 }
 
 // checkEntry validates an entry's kind and names before anything is
@@ -136,8 +138,8 @@ func (s *Store) InstallObject(ctx context.Context, pg uint32, e *osdpb.LogEntry,
 	if e == nil {
 		return fmt.Errorf("store: install pg %d: %w: nil entry", pg, ErrInvalidArgument)
 	}
-	unlock := s.lockPG(pg)
-	defer unlock()
+	st := s.lockPG(pg)
+	defer st.mu.Unlock()
 	return s.applyKind(ctx, pg, e, body, nil)
 }
 
@@ -148,8 +150,8 @@ func (s *Store) RemoveObject(ctx context.Context, pg uint32, bucket, key string)
 		return err
 	}
 	defer s.leave()
-	unlock := s.lockPG(pg)
-	defer unlock()
+	st := s.lockPG(pg)
+	defer st.mu.Unlock()
 	return s.deleteObject(ctx, pg, bucket, key, false, nil)
 }
 
@@ -157,15 +159,23 @@ func objErr(op, bucket, key string, err error) error {
 	return fmt.Errorf("store: %s %q/%q: %w", op, bucket, key, err)
 }
 
-// putObject writes an object. Small objects (up to inlineMax) go in the
-// head's own synced batch. Larger ones are written first, unsynced, in
-// batches of chunkBatchBytes under a fresh data id with a pending record
-// ('W' id) in the first batch; the synced head batch then deletes that
-// record. Pebble's WAL is one sequential log, and a WAL rotation syncs the
-// old file before the new one takes writes, so syncing the head batch also
-// makes every earlier (unsynced) chunk batch durable: the head can
-// never be durable without its chunks. A crash before the head commit
-// leaves the pending record, and Open deletes those chunks.
+// putObject writes an object, in one of three ways:
+//
+//   - Objects of at least DataFileThreshold bytes go to a data file from
+//     the pool (its 'W' record and directory entry already durable),
+//     written and fdatasync'd before the synced head batch, which names the
+//     file, records its chunk CRCs and deletes the 'W' record. A crash
+//     before that commit leaves the record, and Open removes the file.
+//   - Objects of up to one chunk (inlineMax) go in the head's own synced
+//     batch.
+//   - Others are written first, unsynced, in batches of chunkBatchBytes
+//     under a fresh data id with a pending record ('W' id) in the first
+//     batch; the synced head batch then deletes that record. Pebble's WAL
+//     is one sequential log, and a WAL rotation syncs the old file before
+//     the new one takes writes, so syncing the head batch also makes every
+//     earlier (unsynced) chunk batch durable: the head can never be durable
+//     without its chunks. A crash before the head commit leaves the
+//     pending record, and Open deletes those chunks.
 func (s *Store) putObject(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, record recordFn) error {
 	bucket, key, meta := e.Bucket, e.Key, e.Meta
 	if err := checkName(bucket, key, true); err != nil {
@@ -178,22 +188,37 @@ func (s *Store) putObject(ctx context.Context, pg uint32, e *osdpb.LogEntry, bod
 		if len(body) != 0 {
 			return objErr("put", bucket, key, fmt.Errorf("%w: multipart manifest with a %d-byte body", ErrInvalidArgument, len(body)))
 		}
-	} else {
+	}
+	inFile := !isManifest(meta) && len(body) > 0 && s.opts.DataFileThreshold > 0 && len(body) >= s.opts.DataFileThreshold
+	var crcs []uint32 // a data file's chunk CRC32Cs
+	if !isManifest(meta) {
 		if uint64(len(body)) != meta.Size {
 			return objErr("put", bucket, key, fmt.Errorf("%w: body has %d bytes, meta says %d", ErrBadDigest, len(body), meta.Size))
 		}
-		if sum := crc32c(body); sum != meta.Crc32C {
+		var sum uint32
+		if inFile {
+			// One pass over the body: the object's CRC32C follows from the
+			// chunks' (which the head keeps).
+			crcs = chunkCRCs(body, uint32(s.opts.ChunkSize))
+			sum = crc32cOfChunks(crcs, uint32(s.opts.ChunkSize), uint64(len(body)))
+		} else {
+			sum = crc32c(body)
+		}
+		if sum != meta.Crc32C {
 			return objErr("put", bucket, key, fmt.Errorf("%w: body crc32c %08x, meta says %08x", ErrBadDigest, sum, meta.Crc32C))
 		}
 	}
-	// Fail fast, before writing any chunk; commitObject checks again under
-	// bucketMu, where it counts.
-	var exists bool
-	if err := s.withView(func(v *view) (err error) { exists, err = s.bucketExists(v, bucket); return err }); err != nil {
-		return err
-	}
-	if !exists {
-		return objErr("put", bucket, key, ErrNoSuchBucket)
+	if inFile || len(body) > s.inlineMax {
+		// Fail fast, before writing any byte; commitObject checks again
+		// under bucketMu, where it counts. An inline put writes nothing
+		// before that check, so it skips this one.
+		exists, err := s.bucketExists(s.latest(), bucket)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			return objErr("put", bucket, key, ErrNoSuchBucket)
+		}
 	}
 
 	h := &head{pg: pg, version: versionOf(e.Version), meta: meta}
@@ -206,14 +231,29 @@ func (s *Store) putObject(ctx context.Context, pg uint32, e *osdpb.LogEntry, bod
 			return objErr("put", bucket, key, fmt.Errorf("%w: %d chunks", ErrInvalidArgument, n))
 		}
 		h.chunks = uint32(n)
-		id, err := s.newDataID()
-		if err != nil {
-			return err
-		}
-		h.dataID = id
-		if len(body) <= s.inlineMax {
+		switch {
+		case inFile:
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			id, err := s.writeDataFile(body)
+			if err != nil {
+				return objErr("put", bucket, key, err)
+			}
+			h.dataID, h.inFile, h.crcs, pending = id, true, crcs, true
+		case len(body) <= s.inlineMax:
+			id, err := s.newDataID()
+			if err != nil {
+				return err
+			}
+			h.dataID = id
 			inline = body
-		} else {
+		default:
+			id, err := s.newDataID()
+			if err != nil {
+				return err
+			}
+			h.dataID = id
 			pending = true
 			if err := s.writeChunks(ctx, h, body); err != nil {
 				s.discardData(h.dataID)
@@ -224,7 +264,11 @@ func (s *Store) putObject(ctx context.Context, pg uint32, e *osdpb.LogEntry, bod
 	committed, err := s.commitObject(ctx, pg, bucket, key, h, inline, pending, record)
 	if err != nil {
 		if pending && !committed {
-			s.discardData(h.dataID)
+			if h.inFile {
+				s.killDataFiles(h.dataID)
+			} else {
+				s.discardData(h.dataID)
+			}
 		}
 		return objErr("put", bucket, key, err)
 	}
@@ -261,7 +305,7 @@ func (s *Store) writeChunks(ctx context.Context, h *head, body []byte) error {
 		err := func() error {
 			defer b.Close()
 			if from == 0 {
-				if err := b.Set(pendingKey(h.dataID), nil, nil); err != nil {
+				if err := b.Set(pendingKey(h.dataID), pendingChunks, nil); err != nil {
 					return err
 				}
 			}
@@ -303,13 +347,19 @@ func (s *Store) discardData(id uint64) {
 	}
 }
 
-// deleteData deletes a head's chunks in b. Point deletes carry the deleted
-// size, which lets Pebble's compaction picker see how much space they free;
-// an object of many chunks gets one range tombstone instead of thousands of
-// point tombstones.
-func deleteData(b *pebble.Batch, h *head) error {
+// dropData removes a head's bytes in b. Chunks are deleted: point deletes
+// carry the deleted size, which lets Pebble's compaction picker see how
+// much space they free; an object of many chunks gets one range tombstone
+// instead of thousands of point tombstones. A data file gets a 'W' record
+// in the batch that unlinks it from its head; once that batch commits the
+// caller hands the file to the reaper (killDataFiles), which removes it
+// when no reader can still reach it.
+func dropData(b *pebble.Batch, h *head) error {
 	if h == nil || h.chunks == 0 {
 		return nil
+	}
+	if h.inFile {
+		return b.Set(pendingKey(h.dataID), pendingFile, nil)
 	}
 	if h.chunks > 64 {
 		lo, hi := dataSpan(h.dataID)
@@ -323,6 +373,15 @@ func deleteData(b *pebble.Batch, h *head) error {
 	return nil
 }
 
+// fileOf is the data file a head owns, for killDataFiles after the commit
+// that drops it; nil if its bytes are not in a file.
+func fileOf(h *head) []uint64 {
+	if h == nil || !h.inFile {
+		return nil
+	}
+	return []uint64{h.dataID}
+}
+
 // dataBytes is what an object adds to Stats.Bytes.
 func dataBytes(h *head) int64 {
 	if h == nil || isManifest(h.meta) {
@@ -331,10 +390,24 @@ func dataBytes(h *head) int64 {
 	return int64(h.meta.GetSize())
 }
 
+// headCounters is what one object adds to the counters. A nil head (present
+// but corrupt) counts as an object of unknown, uncounted, size.
+func headCounters(h *head) counters {
+	c := counters{objects: 1, bytes: dataBytes(h)}
+	if h != nil && h.inFile {
+		c.files, c.fileBytes = 1, c.bytes
+	}
+	return c
+}
+
+func (c counters) neg() counters {
+	return counters{-c.objects, -c.bytes, -c.files, -c.fileBytes}
+}
+
 // oldHead reads the head an op replaces. A corrupt head is replaced anyway
 // (the op makes the key whole again); its chunks cannot be found and leak,
 // which is logged.
-func (s *Store) oldHead(v *view, bucket, key string) (old *head, present bool, err error) {
+func (s *Store) oldHead(v getter, bucket, key string) (old *head, present bool, err error) {
 	old, present, err = s.headOf(v, bucket, key)
 	if errors.Is(err, ErrCorrupt) {
 		s.opts.Logger.Warn("store: replacing a corrupt head; its chunks are leaked", "bucket", bucket, "key", key, "err", err)
@@ -349,19 +422,22 @@ func (s *Store) oldHead(v *view, bucket, key string) (old *head, present bool, e
 func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string, h *head, inline []byte, pending bool, record recordFn) (attempted bool, err error) {
 	s.bucketMu.RLock()
 	defer s.bucketMu.RUnlock()
+	// Point reads of the latest state: bucketMu keeps the bucket record and
+	// the PG lock keeps the head from changing until the commit.
 	var old *head
 	var present bool
-	err = s.withView(func(v *view) error {
-		exists, err := s.bucketExists(v, bucket)
+	err = func() error {
+		g := s.latest()
+		exists, err := s.bucketKnown(g, bucket)
 		if err != nil {
 			return err
 		}
 		if !exists {
 			return ErrNoSuchBucket
 		}
-		old, present, err = s.oldHead(v, bucket, key)
+		old, present, err = s.oldHead(g, bucket, key)
 		return err
-	})
+	}()
 	if err != nil {
 		return false, err
 	}
@@ -386,7 +462,7 @@ func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string,
 		if err := b.Set(pgIndexKey(pg, bucket, key), nil, nil); err != nil {
 			return err
 		}
-		if err := deleteData(b, old); err != nil {
+		if err := dropData(b, old); err != nil {
 			return err
 		}
 		if old != nil && old.pg != pg {
@@ -399,9 +475,9 @@ func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string,
 				return err
 			}
 		}
-		d := counters{bytes: dataBytes(h) - dataBytes(old)}
-		if !present {
-			d.objects = 1
+		d := headCounters(h)
+		if present {
+			d.add(headCounters(old).neg())
 		}
 		if err := b.Merge(keyCounters, appendCounters(nil, d), nil); err != nil {
 			return err
@@ -417,6 +493,7 @@ func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string,
 	if err := b.Commit(pebble.Sync); err != nil {
 		return true, fmt.Errorf("commit: %w", err)
 	}
+	s.killDataFiles(fileOf(old)...)
 	return true, nil
 }
 
@@ -428,11 +505,13 @@ func (s *Store) deleteObject(ctx context.Context, pg uint32, bucket, key string,
 	}
 	s.bucketMu.RLock()
 	defer s.bucketMu.RUnlock()
+	// Point reads of the latest state, as in commitObject.
 	var old *head
 	var present bool
-	err := s.withView(func(v *view) error {
+	err := func() error {
+		g := s.latest()
 		if requireBucket {
-			exists, err := s.bucketExists(v, bucket)
+			exists, err := s.bucketKnown(g, bucket)
 			if err != nil {
 				return err
 			}
@@ -441,9 +520,9 @@ func (s *Store) deleteObject(ctx context.Context, pg uint32, bucket, key string,
 			}
 		}
 		var err error
-		old, present, err = s.oldHead(v, bucket, key)
+		old, present, err = s.oldHead(g, bucket, key)
 		return err
-	})
+	}()
 	if err != nil {
 		return objErr("delete", bucket, key, err)
 	}
@@ -468,10 +547,10 @@ func (s *Store) deleteObject(ctx context.Context, pg uint32, bucket, key string,
 					return err
 				}
 			}
-			if err := deleteData(b, old); err != nil {
+			if err := dropData(b, old); err != nil {
 				return err
 			}
-			d := counters{objects: -1, bytes: -dataBytes(old)}
+			d := headCounters(old).neg()
 			if err := b.Merge(keyCounters, appendCounters(nil, d), nil); err != nil {
 				return err
 			}
@@ -487,6 +566,7 @@ func (s *Store) deleteObject(ctx context.Context, pg uint32, bucket, key string,
 	if err != nil {
 		return objErr("delete", bucket, key, err)
 	}
+	s.killDataFiles(fileOf(old)...)
 	s.counters.deletes.Add(1)
 	return nil
 }
@@ -525,8 +605,10 @@ func (s *Store) createBucket(e *osdpb.LogEntry, record recordFn) error {
 		err = b.Commit(pebble.Sync)
 	}
 	if err != nil {
+		s.knownBuckets.Delete(e.Bucket) // the record may or may not be there
 		return fmt.Errorf("store: create bucket %q: %w", e.Bucket, err)
 	}
+	s.knownBuckets.Store(e.Bucket, struct{}{})
 	return nil
 }
 
@@ -545,6 +627,8 @@ func (s *Store) deleteBucket(ctx context.Context, bucket string, record recordFn
 	}
 	s.bucketMu.Lock()
 	defer s.bucketMu.Unlock()
+	// Whatever happens below, the record may be gone.
+	defer s.knownBuckets.Delete(bucket)
 	var exists bool
 	if err := s.withView(func(v *view) (err error) { exists, err = s.bucketExists(v, bucket); return err }); err != nil {
 		return err
@@ -560,6 +644,7 @@ func (s *Store) deleteBucket(ctx context.Context, bucket string, record recordFn
 		}
 		b := s.db.NewBatch()
 		more := false
+		var files []uint64
 		err := s.withView(func(v *view) error {
 			var d counters
 			n := 0
@@ -575,9 +660,10 @@ func (s *Store) deleteBucket(ctx context.Context, bucket string, record recordFn
 				if err != nil {
 					s.opts.Logger.Warn("store: purging a corrupt head; its chunks are leaked", "bucket", bucket, "key", key, "err", err)
 				} else {
-					if err := deleteData(b, h); err != nil {
+					if err := dropData(b, h); err != nil {
 						return err
 					}
+					files = append(files, fileOf(h)...)
 					if err := b.Delete(pgIndexKey(h.pg, bucket, key), nil); err != nil {
 						return err
 					}
@@ -585,8 +671,7 @@ func (s *Store) deleteBucket(ctx context.Context, bucket string, record recordFn
 				if err := b.Delete(k, nil); err != nil {
 					return err
 				}
-				d.objects--
-				d.bytes -= dataBytes(h)
+				d.add(headCounters(h).neg())
 				n++
 			}
 			if err := v.it.Error(); err != nil {
@@ -615,6 +700,7 @@ func (s *Store) deleteBucket(ctx context.Context, bucket string, record recordFn
 		if err != nil {
 			return fmt.Errorf("store: delete bucket %q: %w", bucket, err)
 		}
+		s.killDataFiles(files...)
 		if !more {
 			return nil
 		}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"sync"
 
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
@@ -33,10 +34,20 @@ const formatV1 = 1
 // CRC checking: a 4 KiB range read verifies at most two chunks.
 const MaxChunkSize = 1 << 20
 
+// formatFileHead is the first byte of a head whose object bytes live in a
+// data file rather than in 'D' chunks: the payload is a V1 head's fixed
+// fields, one CRC32C per chunk of the file, then the ObjectMeta. Only heads
+// use it; every other record is formatV1.
+const formatFileHead = 2
+
 // beginSeal starts a sealed value in dst; finishSeal appends the CRC32C.
 func beginSeal(dst []byte) ([]byte, int) {
+	return beginSealFormat(dst, formatV1)
+}
+
+func beginSealFormat(dst []byte, format byte) ([]byte, int) {
 	start := len(dst)
-	return append(dst, formatV1), start
+	return append(dst, format), start
 }
 
 func finishSeal(dst []byte, start int) []byte {
@@ -45,17 +56,23 @@ func finishSeal(dst []byte, start int) []byte {
 
 // unseal checks the format byte and CRC and returns the payload.
 func unseal(v []byte) ([]byte, error) {
-	if len(v) < 5 {
-		return nil, fmt.Errorf("sealed value of %d bytes is too short", len(v))
+	format, p, err := unsealAny(v)
+	if err == nil && format != formatV1 {
+		err = fmt.Errorf("unknown record format %d", format)
 	}
-	if v[0] != formatV1 {
-		return nil, fmt.Errorf("unknown record format %d", v[0])
+	return p, err
+}
+
+// unsealAny checks the CRC and returns the format byte and the payload.
+func unsealAny(v []byte) (byte, []byte, error) {
+	if len(v) < 5 {
+		return 0, nil, fmt.Errorf("sealed value of %d bytes is too short", len(v))
 	}
 	body, sum := v[:len(v)-4], binary.BigEndian.Uint32(v[len(v)-4:])
 	if got := crc32c(body); got != sum {
-		return nil, fmt.Errorf("record crc32c %08x, stored %08x", got, sum)
+		return 0, nil, fmt.Errorf("record crc32c %08x, stored %08x", got, sum)
 	}
-	return v[1 : len(v)-4], nil
+	return v[0], v[1 : len(v)-4], nil
 }
 
 // version is a PG log version as a comparable value.
@@ -90,6 +107,10 @@ type head struct {
 	pg        uint32
 	version   version // the PG version that wrote the object
 	meta      *osdpb.ObjectMeta
+	// inFile: the bytes are in the data file of dataID, and crcs holds the
+	// CRC32C of each of its chunks; otherwise they are 'D' chunks in Pebble.
+	inFile bool
+	crcs   []uint32
 }
 
 const headFixedLen = 8 + 4 + 4 + 4 + 16
@@ -113,12 +134,24 @@ func (h *head) chunkLen(n uint32) int {
 }
 
 func appendHead(dst []byte, h *head) ([]byte, error) {
-	dst, start := beginSeal(dst)
+	format := byte(formatV1)
+	if h.inFile {
+		if len(h.crcs) != int(h.chunks) {
+			return nil, fmt.Errorf("store: encode head: %d chunk crcs for %d chunks", len(h.crcs), h.chunks)
+		}
+		format = formatFileHead
+	}
+	dst, start := beginSealFormat(dst, format)
 	dst = binary.BigEndian.AppendUint64(dst, h.dataID)
 	dst = binary.BigEndian.AppendUint32(dst, h.chunks)
 	dst = binary.BigEndian.AppendUint32(dst, h.chunkSize)
 	dst = binary.BigEndian.AppendUint32(dst, h.pg)
 	dst = appendVersion(dst, h.version)
+	if h.inFile {
+		for _, c := range h.crcs {
+			dst = binary.BigEndian.AppendUint32(dst, c)
+		}
+	}
 	dst, err := proto.MarshalOptions{}.MarshalAppend(dst, h.meta)
 	if err != nil {
 		return nil, fmt.Errorf("store: encode object meta: %w", err)
@@ -129,9 +162,12 @@ func appendHead(dst []byte, h *head) ([]byte, error) {
 // decodeHead decodes and cross-checks a head: a head whose chunk count does
 // not match its size would otherwise make a read slice out of range.
 func decodeHead(v []byte) (*head, error) {
-	p, err := unseal(v)
+	format, p, err := unsealAny(v)
 	if err != nil {
 		return nil, err
+	}
+	if format != formatV1 && format != formatFileHead {
+		return nil, fmt.Errorf("unknown head format %d", format)
 	}
 	if len(p) < headFixedLen {
 		return nil, fmt.Errorf("head payload of %d bytes is too short", len(p))
@@ -143,14 +179,26 @@ func decodeHead(v []byte) (*head, error) {
 		pg:        binary.BigEndian.Uint32(p[16:]),
 		version:   readVersion(p[20:]),
 		meta:      new(osdpb.ObjectMeta),
+		inFile:    format == formatFileHead,
 	}
-	if err := proto.Unmarshal(p[headFixedLen:], h.meta); err != nil {
+	p = p[headFixedLen:]
+	if h.inFile {
+		if uint64(h.chunks) > uint64(len(p)/4) {
+			return nil, fmt.Errorf("file head with %d chunks has %d bytes left", h.chunks, len(p))
+		}
+		h.crcs = make([]uint32, h.chunks)
+		for i := range h.crcs {
+			h.crcs[i] = binary.BigEndian.Uint32(p[4*i:])
+		}
+		p = p[4*len(h.crcs):]
+	}
+	if err := proto.Unmarshal(p, h.meta); err != nil {
 		return nil, fmt.Errorf("head meta: %w", err)
 	}
 	switch {
 	case isManifest(h.meta) || h.meta.GetSize() == 0:
-		if h.dataID != 0 || h.chunks != 0 {
-			return nil, fmt.Errorf("head without data names data id %d with %d chunks", h.dataID, h.chunks)
+		if h.dataID != 0 || h.chunks != 0 || h.inFile {
+			return nil, fmt.Errorf("head without data names data id %d with %d chunks (file %v)", h.dataID, h.chunks, h.inFile)
 		}
 	default:
 		if h.chunkSize == 0 || h.chunkSize > MaxChunkSize {
@@ -289,19 +337,112 @@ func decodeBucket(v []byte) (*osdpb.BucketInfo, error) {
 
 // counters are the Store-wide object and byte totals. They live under one
 // key updated with Pebble merge operands (deltas), so concurrent Applies on
-// different PGs never read-modify-write the same value.
-type counters struct{ objects, bytes int64 }
+// different PGs never read-modify-write the same value. files and fileBytes
+// count the objects whose bytes are in data files (included in objects and
+// bytes too).
+type counters struct{ objects, bytes, files, fileBytes int64 }
 
-const countersLen = 16
+// countersLen is the encoded size; countersLenV1 the size before data files
+// existed (objects and bytes only), still accepted.
+const (
+	countersLen   = 32
+	countersLenV1 = 16
+)
 
 func appendCounters(dst []byte, c counters) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(c.objects))
-	return binary.BigEndian.AppendUint64(dst, uint64(c.bytes))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(c.bytes))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(c.files))
+	return binary.BigEndian.AppendUint64(dst, uint64(c.fileBytes))
 }
 
 func decodeCounters(v []byte) (counters, error) {
-	if len(v) != countersLen {
+	if len(v) != countersLen && len(v) != countersLenV1 {
 		return counters{}, fmt.Errorf("counters value of %d bytes, want %d", len(v), countersLen)
 	}
-	return counters{int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:]))}, nil
+	c := counters{objects: int64(binary.BigEndian.Uint64(v)), bytes: int64(binary.BigEndian.Uint64(v[8:]))}
+	if len(v) == countersLen {
+		c.files, c.fileBytes = int64(binary.BigEndian.Uint64(v[16:])), int64(binary.BigEndian.Uint64(v[24:]))
+	}
+	return c, nil
+}
+
+func (c *counters) add(d counters) {
+	c.objects += d.objects
+	c.bytes += d.bytes
+	c.files += d.files
+	c.fileBytes += d.fileBytes
+}
+
+// crc32cCombine returns the CRC32C of A||B from crcA, crcB and len(B)
+// (zlib's crc32_combine, for the Castagnoli polynomial): a put and a
+// whole-object read of a data file get the object's CRC32C from its
+// chunks' without a second pass over the bytes.
+func crc32cCombine(crcA, crcB uint32, lenB int64) uint32 {
+	return appendZeros(crcA, lenB) ^ crcB
+}
+
+// zeroOps[k] is the GF(2) matrix (column i: the image of bit i) that
+// advances a CRC32C register over 2^k zero bytes.
+var zeroOps = sync.OnceValue(func() *[64][32]uint32 {
+	var ops [64][32]uint32
+	// One zero bit: the reflected polynomial, then the shifts of a reflected
+	// register; squared three times, one zero byte.
+	var bit [32]uint32
+	bit[0] = crc32.Castagnoli
+	for i := 1; i < 32; i++ {
+		bit[i] = 1 << (i - 1)
+	}
+	gf2Square(&ops[0], &bit)
+	gf2Square(&bit, &ops[0])
+	gf2Square(&ops[0], &bit)
+	for k := 1; k < 64; k++ {
+		gf2Square(&ops[k], &ops[k-1])
+	}
+	return &ops
+})
+
+// appendZeros advances a CRC32C register crc over n zero bytes: at most 64
+// matrix-vector products, one per bit of n.
+func appendZeros(crc uint32, n int64) uint32 {
+	ops := zeroOps()
+	for k := 0; n > 0; k, n = k+1, n>>1 {
+		if n&1 != 0 {
+			crc = gf2Times(&ops[k], crc)
+		}
+	}
+	return crc
+}
+
+func gf2Times(mat *[32]uint32, vec uint32) uint32 {
+	var sum uint32
+	for i := 0; vec != 0; i, vec = i+1, vec>>1 {
+		if vec&1 != 0 {
+			sum ^= mat[i]
+		}
+	}
+	return sum
+}
+
+func gf2Square(square, mat *[32]uint32) {
+	for n := range 32 {
+		square[n] = gf2Times(mat, mat[n])
+	}
+}
+
+// crc32cOfChunks is the CRC32C of a body of size bytes from the CRC32Cs of
+// its chunks of chunkSize bytes (the last one the remainder).
+func crc32cOfChunks(crcs []uint32, chunkSize uint32, size uint64) uint32 {
+	if len(crcs) == 0 {
+		return crc32c(nil)
+	}
+	sum := crcs[0]
+	for n := 1; n < len(crcs); n++ {
+		l := int64(chunkSize)
+		if n == len(crcs)-1 {
+			l = int64(size - uint64(n)*uint64(chunkSize))
+		}
+		sum = crc32cCombine(sum, crcs[n], l)
+	}
+	return sum
 }

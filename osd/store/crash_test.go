@@ -43,13 +43,19 @@ const (
 
 var crashKeys = []string{"k0", "k1", "k2", "dir/k3", "dir/k4"}
 
+// crashFileThreshold puts objects of three chunks and more in data files,
+// so the crash tests cover all three ways a put is written: inline, chunks
+// in several unsynced batches, and a data file.
+const crashFileThreshold = 3 * crashChunk
+
 func crashOptions(dir string) store.Options {
-	return store.Options{Dir: dir, ChunkSize: crashChunk, Logger: quietLogger()}
+	return store.Options{Dir: dir, ChunkSize: crashChunk, DataFileThreshold: crashFileThreshold, Logger: quietLogger()}
 }
 
 // crashBody is generation gen of key, with bytes that only (key, gen)
-// produce: from empty and inline (one chunk) up to 48 chunks written in
-// several unsynced batches, so every phase of a put gets crashed.
+// produce: from empty and inline (one chunk), chunks written in several
+// unsynced batches, up to data files of 48 chunks, so every phase of every
+// kind of put gets crashed.
 func crashBody(key string, gen uint64) []byte {
 	h := fnv.New64a()
 	h.Write([]byte(key))
@@ -205,7 +211,7 @@ func TestCrash(t *testing.T) {
 		if e, ok, err := s.FindRequest(context.Background(), crashPG, &osdpb.ReqID{Client: 1, Tid: maxAck}); err != nil || !ok || e.Version.Seq != maxAck {
 			t.Fatalf("round %d: acknowledged request %d not in the log: %v %v", round, maxAck, ok, err)
 		}
-		t.Logf("round %d: killed after %d acks (last %v); open collected %d interrupted puts",
+		t.Logf("round %d: killed after %d acks (last %v); open collected %d data ids (interrupted puts, pooled and dead files)",
 			round, n, last.Seq, s.Stats().GarbageCollected)
 		must(t, s.Close())
 	}

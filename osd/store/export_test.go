@@ -9,6 +9,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"strconv"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -83,18 +85,41 @@ func (s *Store) FlushForTest(ctx context.Context) error {
 }
 
 // CheckIntegrityForTest walks the whole store: every head decodes, its
-// chunks exist and verify, it has its PG index entry; no chunk belongs to a
-// data id no head references; no pending record remains; the counters
-// match the heads.
+// chunks or its data file exist and verify, it has its PG index entry; no
+// chunk or data file belongs to a data id no head references; no pending
+// record remains but those of the data file pool and of dead files readers
+// still hold; the counters match the heads. It first removes the dead files
+// no reader holds, as the reaper would.
 func (s *Store) CheckIntegrityForTest() error {
+	s.files.reapMu.Lock()
+	defer s.files.reapMu.Unlock()
+	var errs []error
+	if _, err := s.reapLocked(pebble.Sync); err != nil {
+		errs = append(errs, err)
+	}
+	// Data ids that may have a 'W' record and a file without a head.
+	unowned := map[uint64]bool{}
+	s.files.pool.Lock()
+	for s.files.pool.refilling {
+		s.files.pool.refilled.Wait()
+	}
+	for _, pf := range s.files.pool.files {
+		unowned[pf.id] = true
+	}
+	s.files.pool.Unlock()
+	s.files.mu.Lock()
+	for _, d := range s.files.dead {
+		unowned[d.id] = true
+	}
+	s.files.mu.Unlock()
+
 	it, err := s.db.NewIter(nil)
 	if err != nil {
 		return err
 	}
 	defer it.Close()
 	referenced := map[uint64]bool{}
-	var objects, size int64
-	var errs []error
+	var cnt counters
 	lo := []byte{nsHead}
 	it.SetBounds(lo, prefixEnd(lo))
 	type obj struct {
@@ -115,10 +140,15 @@ func (s *Store) CheckIntegrityForTest() error {
 			continue
 		}
 		heads = append(heads, obj{string(k[:i]), string(k[i+1:]), h})
-		objects++
-		size += dataBytes(h)
+		cnt.add(headCounters(h))
 		if h.dataID != 0 {
+			if referenced[h.dataID] {
+				errs = append(errs, fmt.Errorf("data id %d referenced twice", h.dataID))
+			}
 			referenced[h.dataID] = true
+		}
+		if h.inFile && unowned[h.dataID] {
+			errs = append(errs, fmt.Errorf("head %q names data file %d, which is pooled or dead", k, h.dataID))
 		}
 	}
 	for _, o := range heads {
@@ -126,6 +156,12 @@ func (s *Store) CheckIntegrityForTest() error {
 			errs = append(errs, fmt.Errorf("%q/%q: pg index: %w", o.bucket, o.key, err))
 		} else {
 			c.Close()
+		}
+		if o.h.inFile {
+			if err := s.checkDataFile(o.h); err != nil {
+				errs = append(errs, fmt.Errorf("%q/%q: %w", o.bucket, o.key, err))
+			}
+			continue
 		}
 		for n := range o.h.chunks {
 			v, c, err := s.db.Get(chunkKey(o.h.dataID, n))
@@ -153,23 +189,202 @@ func (s *Store) CheckIntegrityForTest() error {
 	lo = []byte{nsPending}
 	it.SetBounds(lo, prefixEnd(lo))
 	for ok := it.First(); ok; ok = it.Next() {
-		errs = append(errs, fmt.Errorf("pending record %x remains", it.Key()))
+		id := binary.BigEndian.Uint64(it.Key()[1:])
+		if !unowned[id] || !bytes.Equal(it.Value(), pendingFile) {
+			errs = append(errs, fmt.Errorf("pending record %x (%x) remains", it.Key(), it.Value()))
+		}
+	}
+	// Every file in the data directories is a head's, pooled or dead.
+	for i := range dataFanout {
+		dir := s.files.fs.PathJoin(s.files.dir, fmt.Sprintf("%02x", i))
+		names, err := s.files.fs.List(dir)
+		if isNotExist(err) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list %s: %w", dir, err))
+			continue
+		}
+		for _, name := range names {
+			id, err := strconv.ParseUint(name, 16, 64)
+			if err != nil || len(name) != 16 || s.files.dataPath(id) != s.files.fs.PathJoin(dir, name) {
+				errs = append(errs, fmt.Errorf("stray file %s in %s", name, dir))
+				continue
+			}
+			if !unowned[id] && !referenced[id] {
+				errs = append(errs, fmt.Errorf("orphan data file %s", s.files.dataPath(id)))
+			}
+		}
 	}
 	v, c, err := s.db.Get(keyCounters)
-	var cnt counters
+	var got counters
 	if err == nil {
-		cnt, err = decodeCounters(v)
+		got, err = decodeCounters(v)
 		c.Close()
 	} else if errors.Is(err, pebble.ErrNotFound) {
 		err = nil
 	}
 	if err != nil {
 		errs = append(errs, fmt.Errorf("counters: %w", err))
-	} else if cnt.objects != objects || cnt.bytes != size {
-		errs = append(errs, fmt.Errorf("counters say %d objects, %d bytes; heads say %d, %d", cnt.objects, cnt.bytes, objects, size))
+	} else if got != cnt {
+		errs = append(errs, fmt.Errorf("counters say %+v; heads say %+v", got, cnt))
 	}
 	return errors.Join(append(errs, it.Error())...)
 }
+
+// checkDataFile checks a file-backed head's file: its size and every chunk.
+func (s *Store) checkDataFile(h *head) error {
+	f, err := s.files.fs.Open(s.files.dataPath(h.dataID))
+	if err != nil {
+		return fmt.Errorf("data file %d: %w", h.dataID, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if want := paddedLen(int(h.meta.GetSize())); fi.Size() != int64(want) {
+		return fmt.Errorf("data file %d has %d bytes, want %d (%d padded)", h.dataID, fi.Size(), want, h.meta.GetSize())
+	}
+	buf := make([]byte, h.chunkSize)
+	for n := range h.chunks {
+		b := buf[:h.chunkLen(n)]
+		if _, err := f.ReadAt(b, int64(n)*int64(h.chunkSize)); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		if crc32c(b) != h.crcs[n] {
+			return fmt.Errorf("data file %d chunk %d: crc mismatch", h.dataID, n)
+		}
+	}
+	for n := range h.chunks {
+		if _, c, err := s.db.Get(chunkKey(h.dataID, n)); err == nil {
+			c.Close()
+			return fmt.Errorf("data id %d is in a file and has chunk %d too", h.dataID, n)
+		}
+	}
+	return nil
+}
+
+// CorruptDataFileForTest flips one byte of an object's data file at off.
+func (s *Store) CorruptDataFileForTest(bucket, key string, off int64) error {
+	h, err := s.rawHead(bucket, key)
+	if err != nil {
+		return err
+	}
+	if !h.inFile {
+		return fmt.Errorf("%q/%q is not in a data file", bucket, key)
+	}
+	f, err := s.files.fs.OpenReadWrite(s.files.dataPath(h.dataID), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return err
+	}
+	b[0] ^= 0x5a
+	if _, err := f.WriteAt(b, off); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// TruncateDataFileForTest cuts an object's data file to size bytes.
+func (s *Store) TruncateDataFileForTest(bucket, key string, size int) error {
+	h, err := s.rawHead(bucket, key)
+	if err != nil {
+		return err
+	}
+	path := s.files.dataPath(h.dataID)
+	old, err := s.files.fs.Open(path)
+	if err != nil {
+		return err
+	}
+	b := make([]byte, size)
+	_, err = old.ReadAt(b, 0)
+	old.Close()
+	if err != nil {
+		return err
+	}
+	f, err := s.files.fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, 0); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// RemoveDataFileForTest removes an object's data file.
+func (s *Store) RemoveDataFileForTest(bucket, key string) error {
+	h, err := s.rawHead(bucket, key)
+	if err != nil {
+		return err
+	}
+	return s.files.fs.Remove(s.files.dataPath(h.dataID))
+}
+
+// DataFileIDForTest returns the data id of an object's file, 0 if the
+// object's bytes are not in a file.
+func (s *Store) DataFileIDForTest(bucket, key string) (uint64, error) {
+	h, err := s.rawHead(bucket, key)
+	if err != nil || !h.inFile {
+		return 0, err
+	}
+	return h.dataID, nil
+}
+
+// DataFileExistsForTest reports whether data id's file exists.
+func (s *Store) DataFileExistsForTest(id uint64) bool {
+	_, err := s.files.fs.Stat(s.files.dataPath(id))
+	return err == nil
+}
+
+// DataFileCountForTest counts the files in the data directories, less the
+// pool's.
+func (s *Store) DataFileCountForTest() (int, error) {
+	s.files.pool.Lock()
+	for s.files.pool.refilling {
+		s.files.pool.refilled.Wait()
+	}
+	n := -len(s.files.pool.files)
+	s.files.pool.Unlock()
+	for i := range dataFanout {
+		names, err := s.files.fs.List(s.files.fs.PathJoin(s.files.dir, fmt.Sprintf("%02x", i)))
+		if isNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		n += len(names)
+	}
+	return n, nil
+}
+
+// WritePendingDataFileForTest writes a data file as a put does but no head:
+// the state a crash between the file's sync and the head batch leaves.
+func (s *Store) WritePendingDataFileForTest(size int) (uint64, error) {
+	return s.writeDataFile(bytes.Repeat([]byte{0xcd}, size))
+}
+
+// PauseReaperForTest stops (true) or resumes (false) the removal of dead
+// data files.
+func (s *Store) PauseReaperForTest(paused bool) {
+	s.files.mu.Lock()
+	s.files.paused = paused
+	s.files.mu.Unlock()
+	if !paused {
+		s.wakeReaper()
+	}
+}
+
+// SetBeforeFileReadForTest installs a hook ReadRange runs between taking
+// its view and reading a data file.
+func (s *Store) SetBeforeFileReadForTest(fn func()) { s.files.beforeFileRead = fn }
 
 // SetChunkBatchBytesForTest bounds the unsynced chunk batches of a put, so
 // a test can make a put span many of them.
@@ -180,3 +395,22 @@ func WithFSForTest(o Options, fs vfs.FS) Options {
 	o.fs = fs
 	return o
 }
+
+// SetObjectCRCForTest rewrites an object's head, validly sealed, with a
+// different whole-object CRC32C: what a chunking bug would store.
+func (s *Store) SetObjectCRCForTest(bucket, key string, crc uint32) error {
+	h, err := s.rawHead(bucket, key)
+	if err != nil {
+		return err
+	}
+	h.meta.Crc32C = crc
+	v, err := appendHead(nil, h)
+	if err != nil {
+		return err
+	}
+	return s.db.Set(headKey(bucket, key), v, pebble.Sync)
+}
+
+// DirectIOForTest reports whether data files are written with O_DIRECT
+// (false once the filesystem refused it).
+func (s *Store) DirectIOForTest() bool { return !s.files.buffered.Load() }

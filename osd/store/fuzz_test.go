@@ -153,24 +153,31 @@ func FuzzDecodeBucket(f *testing.F) {
 }
 
 func FuzzDecodeCounters(f *testing.F) {
-	f.Add(appendCounters(nil, counters{3, -7}))
+	f.Add(appendCounters(nil, counters{3, -7, 1, 5}))
+	f.Add(appendCounters(nil, counters{3, -7, 0, 0})[:countersLenV1])
 	f.Add([]byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, v []byte) {
 		c, err := decodeCounters(v)
 		if err != nil {
-			if len(v) == countersLen {
-				t.Fatal("rejected a 16-byte value")
+			if len(v) == countersLen || len(v) == countersLenV1 {
+				t.Fatalf("rejected a %d-byte value", len(v))
 			}
 			return
 		}
-		if again := appendCounters(nil, c); !bytes.Equal(again, v) {
+		// A value from before data files (16 bytes) re-encodes with zero
+		// file counters appended.
+		want := v
+		if len(v) == countersLenV1 {
+			want = append(bytes.Clone(v), make([]byte, countersLen-countersLenV1)...)
+		}
+		if again := appendCounters(nil, c); !bytes.Equal(again, want) {
 			t.Fatalf("counters %x re-encode as %x", v, again)
 		}
 		// The merger must accept anything, counting garbage as zero.
 		m := &countersMerger{}
 		m.add(v)
 		m.MergeOlder([]byte("garbage"))
-		if out, _, _ := m.Finish(true); !bytes.Equal(out, v) {
+		if out, _, _ := m.Finish(true); !bytes.Equal(out, want) {
 			t.Fatalf("merge of %x and garbage gave %x", v, out)
 		}
 	})
@@ -224,5 +231,38 @@ func TestCodecRoundTrip(t *testing.T) {
 	v, _ = appendHead(nil, h)
 	if _, err := decodeHead(v); err == nil {
 		t.Fatal("inconsistent chunk count accepted")
+	}
+}
+
+func FuzzCRC32CCombine(f *testing.F) {
+	f.Add([]byte("hello"), []byte("world"))
+	f.Add([]byte{}, []byte("x"))
+	f.Add(bytes.Repeat([]byte{1}, 1000), bytes.Repeat([]byte{2}, 3000))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		whole := crc32c(append(bytes.Clone(a), b...))
+		if got := crc32cCombine(crc32c(a), crc32c(b), int64(len(b))); got != whole {
+			t.Fatalf("combine %08x, want %08x", got, whole)
+		}
+		for _, cs := range []uint32{1, 7, 64} {
+			body := append(bytes.Clone(a), b...)
+			if got := crc32cOfChunks(chunkCRCs(body, cs), cs, uint64(len(body))); got != whole {
+				t.Fatalf("chunk size %d: %08x, want %08x", cs, got, whole)
+			}
+		}
+	})
+}
+
+func TestCRC32COfChunks(t *testing.T) {
+	body := make([]byte, 3<<20+5)
+	for i := range body {
+		body[i] = byte(i*31 + i>>9)
+	}
+	for _, cs := range []uint32{MaxChunkSize, 4096, 1000} {
+		if got, want := crc32cOfChunks(chunkCRCs(body, cs), cs, uint64(len(body))), crc32c(body); got != want {
+			t.Fatalf("chunk size %d: %08x, want %08x", cs, got, want)
+		}
+	}
+	if got := crc32cOfChunks(nil, MaxChunkSize, 0); got != crc32c(nil) {
+		t.Fatalf("empty: %08x", got)
 	}
 }

@@ -22,7 +22,7 @@ const (
 	nsPGIndex = 'P' // 'P' pg(4) bucket 0x00 key      -> empty
 	nsReq     = 'R' // 'R' pg(4) client(8) tid(8)     -> sealed version
 	nsStats   = 'S' // 'S'                            -> counters (merge operands)
-	nsPending = 'W' // 'W' dataID(8)                  -> empty: chunks written, head not yet
+	nsPending = 'W' // 'W' dataID(8)                  -> "": chunks written, head not yet; "F": unnamed data file
 )
 
 const (

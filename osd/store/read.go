@@ -19,18 +19,19 @@ func (s *Store) Head(ctx context.Context, bucket, key string) (*osdpb.ObjectMeta
 	if err := checkName(bucket, key, true); err != nil {
 		return nil, objErr("head", bucket, key, err)
 	}
-	var meta *osdpb.ObjectMeta
-	err := s.withView(func(v *view) error {
-		h, err := s.lookup(v, bucket, key)
-		if err == nil {
-			meta = h.meta
-		}
-		return err
-	})
+	// A head found by a point read answers alone (cheaper than a view);
+	// only a miss needs the view that tells the two "not found" apart.
+	h, ok, err := s.headOf(s.latest(), bucket, key)
+	if err == nil && !ok {
+		err = s.withView(func(v *view) (err error) {
+			h, err = s.lookup(v, bucket, key)
+			return err
+		})
+	}
 	if err != nil {
 		return nil, objErr("head", bucket, key, err)
 	}
-	return meta, nil
+	return h.meta, nil
 }
 
 // lookup finds an object's head, answering ErrNoSuchBucket/ErrNoSuchKey.
@@ -58,7 +59,8 @@ func (s *Store) lookup(v *view, bucket, key string) (*head, error) {
 // ReadRange returns an object's metadata and appends its bytes
 // [off, off+length) to dst (length -1: to the end; a range past the end is
 // cut at the end, as S3 does). Head and chunks come from one point-in-time
-// view, so a concurrent overwrite is seen wholly or not at all. Every chunk
+// view (a data file is immutable and kept until the read is done), so a
+// concurrent overwrite or delete is seen wholly or not at all. Every chunk
 // the range touches is checked against its CRC32C, and a whole-object read
 // also against the object's CRC32C: a mismatch returns a *CorruptError
 // (errors.Is(err, ErrCorrupt)) and never the bytes. An offset beyond the
@@ -75,7 +77,13 @@ func (s *Store) ReadRange(ctx context.Context, bucket, key string, off, length i
 	if off < 0 || length < -1 {
 		return nil, dst, objErr("read", bucket, key, fmt.Errorf("%w: offset %d, length %d", ErrInvalidRange, off, length))
 	}
+	// The read epoch keeps a data file the view's head names on disk until
+	// this read is done, however soon an overwrite or delete unlinks it.
+	epoch := s.enterRead()
+	defer s.leaveRead(epoch)
 	var meta *osdpb.ObjectMeta
+	var file *head
+	var fileEnd uint64
 	out := dst
 	err := s.withView(func(v *view) error {
 		h, err := s.lookup(v, bucket, key)
@@ -94,9 +102,22 @@ func (s *Store) ReadRange(ctx context.Context, bucket, key string, off, length i
 		if length >= 0 && uint64(length) < size-uint64(off) {
 			end = uint64(off) + uint64(length)
 		}
+		if h.inFile && end > uint64(off) {
+			// Read after the view is closed: the file is immutable and
+			// the epoch protects it, so the view need not pin Pebble's
+			// memtables and tables meanwhile.
+			file, fileEnd = h, end
+			return nil
+		}
 		out, err = s.readChunks(v, bucket, key, h, uint64(off), end, dst)
 		return err
 	})
+	if err == nil && file != nil {
+		if s.files.beforeFileRead != nil {
+			s.files.beforeFileRead()
+		}
+		out, err = s.readFileRange(bucket, key, file, uint64(off), fileEnd, dst)
+	}
 	if err != nil {
 		return nil, dst, objErr("read", bucket, key, err)
 	}
@@ -150,16 +171,25 @@ func (s *Store) readChunks(v *view, bucket, key string, h *head, off, end uint64
 	if err := v.it.Error(); err != nil {
 		return nil, fmt.Errorf("read chunks: %w", err)
 	}
-	// A whole-object read also checks the client's CRC32C: it catches what
-	// per-chunk CRCs cannot, a chunking bug that stored the wrong bytes.
-	if off == 0 && end == h.meta.GetSize() {
-		if got := crc32c(dst[start:]); got != h.meta.GetCrc32C() {
-			s.counters.corruptions.Add(1)
-			return nil, &CorruptError{Bucket: bucket, Key: key, Chunk: -1,
-				Detail: fmt.Sprintf("object crc32c %08x, meta says %08x", got, h.meta.GetCrc32C())}
-		}
+	if err := s.checkWhole(bucket, key, h, off, end, dst[start:]); err != nil {
+		return nil, err
 	}
 	return dst, nil
+}
+
+// checkWhole checks a whole-object read against the client's CRC32C: it
+// catches what per-chunk CRCs cannot, a chunking bug that stored the wrong
+// bytes.
+func (s *Store) checkWhole(bucket, key string, h *head, off, end uint64, b []byte) error {
+	if off != 0 || end != h.meta.GetSize() {
+		return nil
+	}
+	if got := crc32c(b); got != h.meta.GetCrc32C() {
+		s.counters.corruptions.Add(1)
+		return &CorruptError{Bucket: bucket, Key: key, Chunk: -1,
+			Detail: fmt.Sprintf("object crc32c %08x, meta says %08x", got, h.meta.GetCrc32C())}
+	}
+	return nil
 }
 
 // HeadBucket returns a bucket's record, or ErrNoSuchBucket.

@@ -10,17 +10,26 @@ import (
 type Stats struct {
 	// Objects and Bytes count the objects held (every PG) and their logical
 	// size; manifests count as objects of zero bytes, their parts being
-	// objects of their own. Persistent, exact across restarts.
-	Objects, Bytes int64
+	// objects of their own. DataFiles and DataFileBytes count those of them
+	// whose bytes are in data files (included in Objects and Bytes).
+	// Persistent, exact across restarts.
+	Objects, Bytes, DataFiles, DataFileBytes int64
 
 	// Since Open: puts and deletes applied (including backfill), bytes put
-	// and read, corrupt records or chunks detected, and interrupted puts
-	// whose chunks Open removed.
+	// and read, corrupt records, chunks or data files detected, and the data
+	// ids whose chunks or data files Open removed (interrupted puts, and
+	// pooled or dead data files a crash left).
 	Puts, Deletes, WrittenBytes, ReadBytes, Corruptions, GarbageCollected int64
 
-	// Pebble: on-disk size (tables, blob files, WAL), memtable bytes, L0
-	// shape, read amplification, bytes compactions are behind, flush and
-	// compaction counts, block cache size and hits.
+	// Data files overwritten or deleted and not yet removed (waiting for
+	// readers that may still open them, or for the reaper), and data files
+	// removed since Open.
+	DataFilesPending, DataFilesRemoved int64
+
+	// DiskBytes is Pebble's on-disk size (tables, blob files, WAL) plus
+	// DataFileBytes. The rest is Pebble's: memtable bytes, L0 shape, read
+	// amplification, bytes compactions are behind, flush and compaction
+	// counts, block cache size and hits.
 	DiskBytes        uint64
 	MemTableBytes    uint64
 	L0Files          int64
@@ -54,15 +63,18 @@ func (s *Store) Stats() Stats {
 	switch {
 	case err == nil:
 		if c, derr := decodeCounters(v); derr == nil {
-			st.Objects, st.Bytes = c.objects, c.bytes
+			st.Objects, st.Bytes, st.DataFiles, st.DataFileBytes = c.objects, c.bytes, c.files, c.fileBytes
 		}
 		closer.Close()
 	case !errors.Is(err, pebble.ErrNotFound):
 		s.opts.Logger.Warn("store: read counters", "err", err)
 	}
 
+	st.DataFilesPending = int64(s.files.pending())
+	st.DataFilesRemoved = s.files.removed.Load()
+
 	m := s.db.Metrics()
-	st.DiskBytes = m.DiskSpaceUsage()
+	st.DiskBytes = m.DiskSpaceUsage() + uint64(max(0, st.DataFileBytes))
 	st.MemTableBytes = m.MemTable.Size
 	st.L0Files = m.Levels[0].TablesCount
 	st.L0Sublevels = m.Levels[0].Sublevels

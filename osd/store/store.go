@@ -6,11 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Store is one OSD's Pebble database. It is safe for concurrent use; see
@@ -25,13 +25,13 @@ type Store struct {
 	closeMu sync.RWMutex
 	closed  bool
 
-	// pgLocks serialises the writers of one PG (Apply, TrimLog, SetPGLast,
-	// InstallObject, RemoveObject): they read-modify-write the PG record, and
-	// an object's key maps to exactly one PG, so the lock also orders writes
-	// to one object.
-	pgLocks struct {
+	// pgs holds each PG's writer lock, which serialises the writers of one
+	// PG (Apply, TrimLog, SetPGLast, InstallObject, RemoveObject): they
+	// read-modify-write the PG record, and an object's key maps to exactly
+	// one PG, so the lock also orders writes to one object.
+	pgs struct {
 		sync.Mutex
-		m map[uint32]*sync.Mutex
+		m map[uint32]*pgState
 	}
 
 	// bucketMu is held shared around every commit that adds or removes an
@@ -40,6 +40,12 @@ type Store struct {
 	// bucket deletion either commits before the purge (and is purged) or
 	// sees the bucket gone. Order: a PG lock, then bucketMu.
 	bucketMu sync.RWMutex
+	// knownBuckets holds names whose bucket record exists, so an object
+	// commit need not look the record up. Only holders of bucketMu
+	// exclusively create or delete records, so under bucketMu (either
+	// mode) an entry is true; entries are added under it and removed by
+	// the exclusive holders. Missing buckets are not cached.
+	knownBuckets sync.Map
 
 	// ids hands out data ids. Ids below mark were made durable before use,
 	// so a reopened store never hands out an id a head may reference.
@@ -53,6 +59,9 @@ type Store struct {
 	// path. chunkBatchBytes bounds one unsynced chunk batch.
 	inlineMax       int
 	chunkBatchBytes int
+
+	// files holds the data files of large objects (datafile.go).
+	files dataFiles
 
 	counters struct {
 		puts, deletes, readBytes, writtenBytes, corruptions, garbageCollected atomic.Int64
@@ -70,11 +79,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	mkdir := os.MkdirAll
-	if opts.fs != nil {
-		mkdir = opts.fs.MkdirAll
+	fs := opts.fs
+	if fs == nil {
+		fs = vfs.Default
 	}
-	if err := mkdir(opts.Dir, 0o750); err != nil {
+	if err := fs.MkdirAll(opts.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", opts.Dir, err)
 	}
 	cache := pebble.NewCache(opts.CacheSize)
@@ -90,16 +99,22 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		inlineMax:       opts.ChunkSize,
 		chunkBatchBytes: 4 << 20,
 	}
-	s.pgLocks.m = make(map[uint32]*sync.Mutex)
+	s.pgs.m = make(map[uint32]*pgState)
+	if err := s.openDataFiles(fs); err != nil {
+		return nil, errors.Join(err, db.Close())
+	}
 	if err := s.recover(ctx); err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
+	s.startReaper()
 	return s, nil
 }
 
-// recover loads the data-id mark and collects the garbage of interrupted
-// puts: every 'W' (pending) record names a data id whose chunks were written
-// but whose head batch (which deletes the record) never committed.
+// recover loads the data-id mark and collects garbage: every 'W' (pending)
+// record names a data id no head references. An empty value: chunks of a
+// put whose head batch (which deletes the record) never committed.
+// pendingFile: a data file that was pooled, written by such a put, or
+// killed by an overwrite or delete whose reaping the crash cut short.
 func (s *Store) recover(ctx context.Context) error {
 	v, closer, err := s.db.Get(keyIDs)
 	switch {
@@ -125,6 +140,7 @@ func (s *Store) recover(ctx context.Context) error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	n := 0
+	var files []uint64
 	for it.First(); it.Valid(); it.Next() {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -132,29 +148,55 @@ func (s *Store) recover(ctx context.Context) error {
 		k := it.Key()
 		if len(k) != 9 {
 			s.opts.Logger.Warn("store: dropping malformed pending record", "key", fmt.Sprintf("%x", k))
-		} else {
-			id := binary.BigEndian.Uint64(k[1:])
+			if err := b.Delete(k, nil); err != nil {
+				return fmt.Errorf("store: collect pending record: %w", err)
+			}
+			continue
+		}
+		id := binary.BigEndian.Uint64(k[1:])
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("store: scan pending puts: %w", err)
+		}
+		if !bytes.Equal(val, pendingFile) {
+			// Chunks of an interrupted put; an unknown value is treated as both.
 			lo, hi := dataSpan(id)
 			if err := b.DeleteRange(lo, hi, nil); err != nil {
 				return fmt.Errorf("store: collect data %d: %w", id, err)
 			}
+			if bytes.Equal(val, pendingChunks) {
+				if err := b.Delete(k, nil); err != nil {
+					return fmt.Errorf("store: collect pending record: %w", err)
+				}
+				n++
+				continue
+			}
 		}
-		if err := b.Delete(k, nil); err != nil {
-			return fmt.Errorf("store: collect pending record: %w", err)
-		}
-		n++
+		// A data file (pooled, being written or dead): removeDataFiles
+		// deletes the record after the file's removal is durable.
+		files = append(files, id)
 	}
 	if err := it.Error(); err != nil {
 		return fmt.Errorf("store: scan pending puts: %w", err)
 	}
-	if n == 0 {
+	if !b.Empty() {
+		if err := b.Commit(pebble.Sync); err != nil {
+			return fmt.Errorf("store: collect %d interrupted puts: %w", n, err)
+		}
+	}
+	if len(files) > 0 {
+		// A file that cannot be removed keeps its record, for the next Open:
+		// garbage must not keep the OSD from starting.
+		if err := s.removeDataFiles(files, pebble.Sync); err != nil {
+			s.opts.Logger.Warn("store: remove unreferenced data files; the next Open retries", "count", len(files), "err", err)
+		}
+		s.files.removed.Store(0)
+	}
+	if n+len(files) == 0 {
 		return nil
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("store: collect %d interrupted puts: %w", n, err)
-	}
-	s.counters.garbageCollected.Add(int64(n))
-	s.opts.Logger.Info("store: removed chunks of interrupted puts", "count", n)
+	s.counters.garbageCollected.Add(int64(n + len(files)))
+	s.opts.Logger.Info("store: removed the data of interrupted puts and deletes", "chunks", n, "files", len(files))
 	return nil
 }
 
@@ -167,6 +209,9 @@ func (s *Store) Close() error {
 		return ErrClosed
 	}
 	s.closed = true
+	if err := s.closeDataFiles(); err != nil {
+		s.opts.Logger.Warn("store: remove unused data files at close; Open will retry", "err", err)
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("store: close: %w", err)
 	}
@@ -190,17 +235,49 @@ func (s *Store) enter(ctx context.Context) error {
 
 func (s *Store) leave() { s.closeMu.RUnlock() }
 
-// lockPG locks one PG's writers and returns the unlock.
-func (s *Store) lockPG(pg uint32) func() {
-	s.pgLocks.Lock()
-	mu := s.pgLocks.m[pg]
-	if mu == nil {
-		mu = new(sync.Mutex)
-		s.pgLocks.m[pg] = mu
+// pgState is one PG's writer lock and, under it, a cache of the PG
+// record: only the PG's writers change the record, so while the lock is
+// held the cached copy is the stored one, and Apply need not look it up in
+// Pebble on every op. Any failed write drops the cache (the commit may or
+// may not have happened); the next writer reads the record again.
+type pgState struct {
+	mu     sync.Mutex
+	info   pgInfo
+	cached bool
+}
+
+// lockPG locks one PG's writers and returns its state; unlock st.mu.
+func (s *Store) lockPG(pg uint32) *pgState {
+	s.pgs.Lock()
+	st := s.pgs.m[pg]
+	if st == nil {
+		st = new(pgState)
+		s.pgs.m[pg] = st
 	}
-	s.pgLocks.Unlock()
-	mu.Lock()
-	return mu.Unlock
+	s.pgs.Unlock()
+	st.mu.Lock()
+	return st
+}
+
+// pgRecord returns the PG record, from the cache when it holds it.
+// REQUIRES: st.mu held.
+func (s *Store) pgRecord(st *pgState, pg uint32) (pgInfo, error) {
+	if st.cached {
+		return st.info, nil
+	}
+	info, err := s.pgInfoOf(s.latest(), pg)
+	if err != nil {
+		return pgInfo{}, err
+	}
+	st.info, st.cached = info, true
+	return info, nil
+}
+
+// setPGRecord records the outcome of a write of the PG record: the value
+// committed, or (ok false) that the write failed and the cache is unknown.
+// REQUIRES: st.mu held.
+func (st *pgState) setPGRecord(info pgInfo, ok bool) {
+	st.info, st.cached = info, ok
 }
 
 // newDataID returns a data id never handed out before, in this process or
@@ -253,6 +330,37 @@ func (v *view) get(key []byte) ([]byte, bool, error) {
 	return val, true, nil
 }
 
+// getter reads single keys: a view (one point in time for all its reads) or
+// latest.
+type getter interface {
+	get(key []byte) ([]byte, bool, error)
+}
+
+// latest reads each key with db.Get from the latest state, which is cheaper
+// than a view (no merging iterator to build; Get stops at the first level
+// holding the key). Writers use it where their locks keep what they read
+// from changing under them (the PG lock, bucketMu), so a point in time
+// across reads adds nothing.
+type latest struct {
+	db  *pebble.DB
+	buf []byte
+}
+
+// get returns key's value, valid until the next get.
+func (l *latest) get(key []byte) ([]byte, bool, error) {
+	v, closer, err := l.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	l.buf = append(l.buf[:0], v...)
+	return l.buf, true, closer.Close()
+}
+
+func (s *Store) latest() *latest { return &latest{db: s.db} }
+
 // scan positions the view on the first key of [lo, hi) and returns whether
 // there is one; walk on with v.it.Next.
 func (v *view) scan(lo, hi []byte) bool {
@@ -261,7 +369,7 @@ func (v *view) scan(lo, hi []byte) bool {
 }
 
 // headOf reads and decodes one object's head through v.
-func (s *Store) headOf(v *view, bucket, key string) (*head, bool, error) {
+func (s *Store) headOf(v getter, bucket, key string) (*head, bool, error) {
 	val, ok, err := v.get(headKey(bucket, key))
 	if err != nil || !ok {
 		if err != nil {
@@ -277,8 +385,21 @@ func (s *Store) headOf(v *view, bucket, key string) (*head, bool, error) {
 	return h, true, nil
 }
 
+// bucketKnown is bucketExists for object commits, through knownBuckets.
+// REQUIRES: bucketMu held, in either mode.
+func (s *Store) bucketKnown(v getter, bucket string) (bool, error) {
+	if _, ok := s.knownBuckets.Load(bucket); ok {
+		return true, nil
+	}
+	exists, err := s.bucketExists(v, bucket)
+	if exists {
+		s.knownBuckets.Store(bucket, struct{}{})
+	}
+	return exists, err
+}
+
 // bucketExists reports whether the bucket record is present.
-func (s *Store) bucketExists(v *view, bucket string) (bool, error) {
+func (s *Store) bucketExists(v getter, bucket string) (bool, error) {
 	_, ok, err := v.get(bucketKey(bucket))
 	if err != nil {
 		return false, fmt.Errorf("store: read bucket %q: %w", bucket, err)
@@ -287,7 +408,7 @@ func (s *Store) bucketExists(v *view, bucket string) (bool, error) {
 }
 
 // pgInfoOf reads a PG record; an unknown PG has zero versions.
-func (s *Store) pgInfoOf(v *view, pg uint32) (pgInfo, error) {
+func (s *Store) pgInfoOf(v getter, pg uint32) (pgInfo, error) {
 	val, ok, err := v.get(pgKey(pg))
 	if err != nil {
 		return pgInfo{}, fmt.Errorf("store: read pg %d: %w", pg, err)

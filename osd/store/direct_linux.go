@@ -1,0 +1,97 @@
+//go:build linux
+
+package store
+
+import (
+	"errors"
+	"io"
+	"sync"
+	"syscall"
+	"unsafe"
+)
+
+// directPiece is the most one O_DIRECT write takes, and the size of the
+// aligned buffers an unaligned body is copied through.
+const directPiece = 4 << 20
+
+var directBufs = sync.Pool{New: func() any {
+	b := make([]byte, directPiece+dataAlign)
+	off := (dataAlign - int(uintptr(unsafe.Pointer(&b[0]))%dataAlign)) % dataAlign
+	b = b[off : off+directPiece]
+	return &b
+}}
+
+// writeDirect writes body, zero-padded to a multiple of dataAlign, at
+// offset 0 of the open file fd with O_DIRECT: from the caller's memory
+// straight to the device, without filling the page cache. That saves the
+// kernel's copy and, more, the allocation of page-cache pages, which on
+// this project's VMs costs several milliseconds of CPU per 4 MiB once the
+// cache grows into untouched memory (measured with a pwrite+fdatasync
+// probe: 7-14 ms of CPU per 4 MiB buffered, under 1 ms direct). Pieces of
+// body that are aligned in memory are written from it; others are copied
+// through an aligned buffer.
+//
+// supported false means the file or its filesystem refuses O_DIRECT
+// (tmpfs, some FUSE and network filesystems) before anything was written:
+// the caller writes buffered instead.
+func writeDirect(fd int, body []byte) (supported bool, err error) {
+	flags, err := fcntl(fd, syscall.F_GETFL, 0)
+	if err != nil {
+		return false, nil
+	}
+	if _, err := fcntl(fd, syscall.F_SETFL, flags|syscall.O_DIRECT); err != nil {
+		return false, nil
+	}
+	var buf *[]byte
+	defer func() {
+		if buf != nil {
+			directBufs.Put(buf)
+		}
+	}()
+	for off := 0; off < len(body); off += directPiece {
+		piece := body[off:min(off+directPiece, len(body))]
+		out := piece
+		if len(piece)%dataAlign != 0 || uintptr(unsafe.Pointer(&piece[0]))%dataAlign != 0 {
+			if buf == nil {
+				buf = directBufs.Get().(*[]byte)
+			}
+			out = (*buf)[:paddedLen(len(piece))]
+			n := copy(out, piece)
+			clear(out[n:])
+		}
+		if err := pwriteAll(fd, out, int64(off)); err != nil {
+			if off == 0 && errors.Is(err, syscall.EINVAL) {
+				// Alignment or O_DIRECT refused at the first write.
+				_, _ = fcntl(fd, syscall.F_SETFL, flags)
+				return false, nil
+			}
+			return true, err
+		}
+	}
+	return true, nil
+}
+
+func pwriteAll(fd int, b []byte, off int64) error {
+	for len(b) > 0 {
+		n, err := syscall.Pwrite(fd, b, off)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrShortWrite
+		}
+		b, off = b[n:], off+int64(n)
+	}
+	return nil
+}
+
+func fcntl(fd, cmd, arg int) (int, error) {
+	r, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), uintptr(cmd), uintptr(arg))
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(r), nil
+}
