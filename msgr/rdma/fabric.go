@@ -377,7 +377,10 @@ type region struct {
 	wb   *wire.Buffer // handed up with received rendezvous payloads; reused
 	mem  []byte
 	mr   *C.struct_fid_mr
-	desc unsafe.Pointer
+	// desc is the provider's memory descriptor: an opaque handle that need
+	// not be a pointer (sockets returns small integers), so it is kept as an
+	// integer: a Go pointer-typed slot holding 0x1 crashes the stack copier.
+	desc C.uintptr_t
 	key  uint64
 }
 

@@ -145,23 +145,23 @@ static ssize_t osp_eq_read(struct fid_eq *eq, uint32_t *event, void **fid, struc
 }
 
 static int osp_mr_reg(struct fid_domain *dom, void *buf, size_t len, uint64_t key,
-                      struct fid_mr **mr, void **desc, uint64_t *outkey) {
+                      struct fid_mr **mr, uintptr_t *desc, uint64_t *outkey) {
 	int rc = fi_mr_reg(dom, buf, len, FI_SEND | FI_RECV | FI_READ | FI_REMOTE_READ, 0, key, 0, mr, NULL);
 	if (rc) return rc;
-	*desc = fi_mr_desc(*mr);
+	*desc = (uintptr_t)fi_mr_desc(*mr);
 	*outkey = fi_mr_key(*mr);
 	return 0;
 }
 
-static ssize_t osp_recv(struct fid_ep *ep, void *buf, size_t len, void *desc, uint64_t ctx) {
-	return fi_recv(ep, buf, len, desc, 0, (void *)(uintptr_t)ctx);
+static ssize_t osp_recv(struct fid_ep *ep, void *buf, size_t len, uintptr_t desc, uint64_t ctx) {
+	return fi_recv(ep, buf, len, (void *)desc, 0, (void *)(uintptr_t)ctx);
 }
-static ssize_t osp_send(struct fid_ep *ep, void *buf, size_t len, void *desc, uint64_t ctx) {
-	return fi_send(ep, buf, len, desc, 0, (void *)(uintptr_t)ctx);
+static ssize_t osp_send(struct fid_ep *ep, void *buf, size_t len, uintptr_t desc, uint64_t ctx) {
+	return fi_send(ep, buf, len, (void *)desc, 0, (void *)(uintptr_t)ctx);
 }
-static ssize_t osp_read(struct fid_ep *ep, void *buf, size_t len, void *desc, uint64_t raddr, uint64_t rkey,
+static ssize_t osp_read(struct fid_ep *ep, void *buf, size_t len, uintptr_t desc, uint64_t raddr, uint64_t rkey,
                         uint64_t ctx) {
-	return fi_read(ep, buf, len, desc, 0, raddr, rkey, (void *)(uintptr_t)ctx);
+	return fi_read(ep, buf, len, (void *)desc, 0, raddr, rkey, (void *)(uintptr_t)ctx);
 }
 
 // osp_cq_result turns the result of fi_cq_read/fi_cq_sread into what the
