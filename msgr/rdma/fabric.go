@@ -373,10 +373,10 @@ func (d *domain) setCMOwner(fid unsafe.Pointer, o cmOwner) {
 // region is registered memory outside the Go heap: mmap'd, registered
 // once, released with munmap after deregistration.
 type region struct {
-	d    *domain
-	wb   *wire.Buffer // handed up with received rendezvous payloads; reused
-	mem  []byte
-	mr   *C.struct_fid_mr
+	d   *domain
+	wb  *wire.Buffer // handed up with received rendezvous payloads; reused
+	mem []byte
+	mr  *C.struct_fid_mr
 	// desc is the provider's memory descriptor: an opaque handle that need
 	// not be a pointer (sockets returns small integers), so it is kept as an
 	// integer: a Go pointer-typed slot holding 0x1 crashes the stack copier.
