@@ -545,19 +545,8 @@ func (o *OSD) backfillStep(c *msgr.Conn, q *osdpb.PGBackfill) (*osdpb.PGBackfill
 		rep.Entry = &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: bucket, Key: key}
 		return rep, nil, nil
 	}
-	var buf *wire.Buffer
-	var dst []byte
-	if meta.Size > 0 && len(meta.Parts) == 0 {
-		if buf, err = c.AllocPayload(int(meta.Size)); err != nil {
-			return rep, nil, err
-		}
-		dst = buf.B[:0]
-	}
-	meta, data, err := o.st.ReadRange(o.ctx, bucket, key, 0, -1, dst)
+	meta, buf, err := o.readInto(c, bucket, key, meta, 0, -1)
 	if err != nil {
-		if buf != nil {
-			buf.Release()
-		}
 		if errors.Is(opError(err), ops.ErrNoSuchKey) {
 			rep.Entry = &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: bucket, Key: key}
 			return rep, nil, nil
@@ -565,14 +554,6 @@ func (o *OSD) backfillStep(c *msgr.Conn, q *osdpb.PGBackfill) (*osdpb.PGBackfill
 		return rep, nil, err
 	}
 	rep.Entry = &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: bucket, Key: key, Meta: meta}
-	if buf == nil || len(data) > len(buf.B) || (len(data) > 0 && &data[0] != &buf.B[0]) {
-		// Overwritten with a larger object meanwhile: plain memory.
-		if buf != nil {
-			buf.Release()
-		}
-		return rep, wire.NewExternalBuffer(data, func(*wire.Buffer) {}), nil
-	}
-	buf.B = data
 	return rep, buf, nil
 }
 

@@ -344,47 +344,48 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, tid uint64) {
 		o.send(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Tid: tid}, nil)
 		return
 	}
-	n := int64(meta.Size) - int64(off)
+	meta, buf, err := o.readInto(m.Conn(), req.Bucket, req.Key, meta, int64(off), length)
+	if err != nil {
+		fail(err)
+		return
+	}
+	o.send(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}, buf)
+}
+
+// readInto reads [off, off+length) of an object (length -1: to the end)
+// into a buffer from c, which on RDMA is registered memory the peer reads
+// without a copy; meta, from a Head just before, sizes it. If the object
+// grew in between, the bytes come in ordinary memory instead. The caller
+// owns the returned buffer (nil for an empty range or a manifest).
+func (o *OSD) readInto(c *msgr.Conn, bucket, key string, meta *osdpb.ObjectMeta, off, length int64) (*osdpb.ObjectMeta, *wire.Buffer, error) {
+	n := int64(meta.Size) - off
 	if length >= 0 && length < n {
 		n = length
 	}
 	var buf *wire.Buffer
-	if n > 0 && len(meta.Parts) == 0 {
-		if buf, err = m.Conn().AllocPayload(int(n)); err != nil {
-			fail(err)
-			return
-		}
-	}
 	var dst []byte
-	if buf != nil {
+	if n > 0 && len(meta.Parts) == 0 {
+		var err error
+		if buf, err = c.AllocPayload(int(n)); err != nil {
+			return nil, nil, err
+		}
 		dst = buf.B[:0]
 	}
-	meta, data, err := o.st.ReadRange(o.ctx, req.Bucket, req.Key, int64(off), length, dst)
+	meta, data, err := o.st.ReadRange(o.ctx, bucket, key, off, length, dst)
 	if err != nil {
 		if buf != nil {
 			buf.Release()
 		}
-		fail(err)
-		return
+		return nil, nil, err
 	}
-	rep := &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}
 	if buf != nil && len(data) <= cap(buf.B) && (len(data) == 0 || &data[0] == &buf.B[:1][0]) {
-		// The object did not grow between Head and ReadRange: the bytes
-		// are in buf.
 		buf.B = data
-		o.send(m.Conn(), ops.ReplyType(t), rep, buf)
-		return
+		return meta, buf, nil
 	}
 	if buf != nil {
 		buf.Release()
 	}
-	o.sendData(m.Conn(), ops.ReplyType(t), rep, data)
-}
-
-// sendData sends pb with data as an ordinary payload.
-func (o *OSD) sendData(c *msgr.Conn, t osdpb.MsgType, pb proto.Message, data []byte) {
-	b := wire.NewExternalBuffer(data, func(*wire.Buffer) {})
-	o.send(c, t, pb, b)
+	return meta, wire.NewExternalBuffer(data, func(*wire.Buffer) {}), nil
 }
 
 // listObjects serves LIST_OBJECTS for the PGs named, which must all be
