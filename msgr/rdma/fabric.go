@@ -80,6 +80,12 @@ type domain struct {
 	mrMode uint64
 	name   string
 
+	// fiMu is the token for data-path calls into the provider, pq the
+	// operations waiting for it, poster the holder's buffers (post.go).
+	fiMu   sync.Mutex
+	pq     postQueue
+	poster *poster
+
 	mu        sync.Mutex
 	links     map[uint32]*link
 	cmOwners  map[uintptr]cmOwner // endpoint or passive endpoint fid -> owner
@@ -123,6 +129,7 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 		links: map[uint32]*link{}, cmOwners: map[uintptr]cmOwner{}, large: map[int][]*region{},
 		listeners: map[*listener]struct{}{},
 		done:      make(chan struct{}),
+		poster:    newPoster(),
 	}
 	cqSize := C.int(max(4096, 4*t.cfg.SendSlots))
 	if err := fiErrI("open fabric/domain", C.osp_fabric_domain(info, &d.fabric, &d.dom, &d.eq, &d.cq, cqSize)); err != nil {
@@ -155,6 +162,7 @@ func (d *domain) closeFids() {
 	if d.info != nil {
 		C.fi_freeinfo(d.info)
 	}
+	d.poster.free()
 }
 
 // close ends the domain after every link and listener closed.
@@ -264,6 +272,8 @@ func (d *domain) pollLoop() {
 		lens   [64]C.uint64_t
 		errctx C.uint64_t
 		cerr   C.int
+		// declared once: a Go pointer passed to C escapes to the heap
+		nposted C.int
 	)
 	var rawConn syscall.RawConn
 	if d.waitFile != nil {
@@ -277,7 +287,15 @@ func (d *domain) pollLoop() {
 			return
 		default:
 		}
-		n := C.osp_cq_read(d.cq, &ctx[0], &lens[0], 64, &errctx, &cerr)
+		// One cgo call posts what is queued and reads completions.
+		d.fiMu.Lock()
+		nops := d.preparePosts()
+		n := C.osp_poll(d.cq, &d.poster.cops[0], nops, &nposted, &ctx[0], &lens[0], 64, &errctx, &cerr)
+		again := d.settlePosts(nposted)
+		d.fiMu.Unlock()
+		if nposted > 0 {
+			idleSince = time.Now() // completions for them are coming
+		}
 		switch {
 		case n > 0:
 			for i := range int(n) {
@@ -289,13 +307,24 @@ func (d *domain) pollLoop() {
 			d.complete(uint64(errctx), 0, &FabricError{Op: "completion", Code: int(cerr)})
 			continue
 		}
-		if time.Since(idleSince) < d.t.cfg.BusyPoll {
+		if again || d.pq.n.Load() > 0 || time.Since(idleSince) < d.t.cfg.BusyPoll {
 			runtime.Gosched()
 			continue
 		}
 		d.pollStats.blocked.Add(1)
 		d.reapRetired(false)
-		if rawConn != nil && C.osp_trywait(d.fabric, d.cq) == 0 {
+		var armed bool
+		if rawConn != nil {
+			d.fiMu.Lock()
+			armed = C.osp_trywait(d.fabric, d.cq) == 0
+			d.fiMu.Unlock()
+			// Posts queued while we held the token would wait out the
+			// sleep: go round again instead. Later ones post themselves.
+			if d.pq.n.Load() > 0 {
+				continue
+			}
+		}
+		if armed {
 			// A deadline bounds the sleep, so a missed edge or a domain
 			// close can never strand the poller.
 			d.waitFile.SetReadDeadline(time.Now().Add(pollSleepMax))

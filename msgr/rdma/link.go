@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -435,6 +434,7 @@ type link struct {
 	sendLimit int
 
 	recv     *region // nrecv receive buffers
+	recvDesc C.uintptr_t
 	recvBufs []*wire.Buffer
 	send     *region // SendSlots send buffers
 	sendFree chan uint32
@@ -454,8 +454,9 @@ type link struct {
 	closeOnce sync.Once
 	dead      atomic.Bool
 	failed    atomic.Bool
-	// epMu guards the endpoint and the send region against Close: every
-	// post (recv, send, read) holds it shared and checks dead first.
+	// epMu keeps Close from retiring the send region while a writer fills
+	// a send buffer, and rendezvous reads from starting on a closed link.
+	// Posts themselves are queued (post.go) and dropped once dead is set.
 	epMu sync.RWMutex
 
 	held atomic.Int32 // receive buffers held by frames above; the region lives until 0 after close
@@ -488,6 +489,7 @@ func newLink(d *domain, info *C.struct_fi_info, features uint64, opts wire.LinkO
 	if l.recv, err = d.register(nrecv * cfg.BufSize); err != nil {
 		return nil, err
 	}
+	l.recvDesc = l.recv.desc
 	if l.send, err = d.register(cfg.SendSlots * cfg.BufSize); err != nil {
 		l.recv.free()
 		return nil, err
@@ -516,10 +518,14 @@ func newLink(d *domain, info *C.struct_fi_info, features uint64, opts wire.LinkO
 		b := l.recv.mem[i*cfg.BufSize : (i+1)*cfg.BufSize : (i+1)*cfg.BufSize]
 		slot := uint32(i)
 		l.recvBufs[i] = wire.NewExternalBuffer(b, func(*wire.Buffer) { l.repost(slot) })
-		if err := l.postRecv(slot); err != nil {
-			l.Close()
-			return nil, err
-		}
+		l.postRecv(slot)
+	}
+	// Every receive is posted before the connection is requested or
+	// accepted, so the peer's first frame finds a buffer.
+	d.flushPosts()
+	if l.failed.Load() {
+		l.Close()
+		return nil, errors.New("rdma: posting the receive buffers failed")
 	}
 	l.local = d.name
 	return l, nil
@@ -587,33 +593,21 @@ func (l *link) fail(err error) {
 
 func (l *link) failure() error { return net.ErrClosed }
 
-func (l *link) postRecv(slot uint32) error {
-	l.epMu.RLock()
-	defer l.epMu.RUnlock()
+// postRecv queues a receive into buffer slot; a failure to post fails the
+// link (post.go).
+func (l *link) postRecv(slot uint32) {
 	if l.dead.Load() {
-		return nil
+		return
 	}
 	b := l.recvBufs[slot].B
-	for {
-		rc := C.osp_recv(l.ep, unsafe.Pointer(&b[:1][0]), C.size_t(l.bufSize), l.recv.desc, ctxID(l.id, opRecv, slot))
-		if rc == -C.FI_EAGAIN {
-			runtime.Gosched()
-			continue
-		}
-		if rc == 0 {
-			l.countPosted(1)
-		}
-		return fiErr("fi_recv", rc)
-	}
+	l.d.post(postOp{l: l, kind: opRecv, slot: slot, buf: unsafe.Pointer(&b[:1][0]), n: l.bufSize, desc: l.recvDesc})
 }
 
 // repost gives a receive buffer back to the provider once the frame in it
 // is released; after Close it only counts the buffer as returned.
 func (l *link) repost(slot uint32) {
 	l.recvBufs[slot].Reset(l.bufSize)
-	if err := l.postRecv(slot); err != nil {
-		l.fail(err)
-	}
+	l.postRecv(slot)
 	l.held.Add(-1)
 	l.maybeFreeRecv()
 }
@@ -668,6 +662,8 @@ func (l *link) Close() error {
 		l.dead.Store(true)
 		close(l.closed)
 		l.d.removeLink(l)
+		// Whatever is still queued for the endpoint is dropped from now.
+		l.d.passToken()
 		if l.ep != nil {
 			l.d.setCMOwner(unsafe.Pointer(l.ep), nil)
 			C.osp_shutdown(l.ep)
@@ -898,19 +894,8 @@ func (l *link) startRendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pend
 		l.putPending(p)
 		return nil, net.ErrClosed
 	}
-	for {
-		rc := C.osp_read(l.ep, r.ptr(len(front)), C.size_t(size), r.desc, C.uint64_t(raddr), C.uint64_t(rkey), ctxID(l.id, opRead, slot))
-		if rc == -C.FI_EAGAIN {
-			runtime.Gosched()
-			continue
-		}
-		if err := fiErr("fi_read", rc); err != nil {
-			l.d.putLarge(r)
-			l.putPending(p)
-			return nil, err
-		}
-		break
-	}
+	// A read the provider refuses comes back as a failed read (post.go).
+	l.d.post(postOp{l: l, kind: opRead, slot: slot, buf: r.ptr(len(front)), n: size, desc: r.desc, raddr: raddr, rkey: rkey})
 	l.freeReads = l.freeReads[:len(l.freeReads)-1]
 	l.readSlots[slot] = p
 	l.readsOut++
@@ -1101,17 +1086,13 @@ func (l *link) writeFrame(f *wire.Frame) error {
 			wire.PutEpilogue(sb[n-wire.EpilogueSize:], wire.CRC(f.Front), dcrc)
 		}
 	}
-	for {
-		rc := C.osp_send(l.ep, unsafe.Pointer(&sb[0]), C.size_t(n), l.send.desc, ctxID(l.id, opSend, slot))
-		if rc == -C.FI_EAGAIN {
-			select {
-			case <-l.closed:
-				return net.ErrClosed
-			default:
-			}
-			runtime.Gosched()
-			continue
-		}
-		return fiErr("fi_send", rc)
-	}
+	// A send the provider refuses fails the link (post.go).
+	l.d.post(postOp{l: l, kind: opSend, slot: slot, buf: unsafe.Pointer(&sb[0]), n: n, desc: l.send.desc})
+	return nil
 }
+
+// WriteSpace tells the messenger how much a write can take without
+// waiting: the free send buffers. A sender with room writes its message
+// itself (the messenger's writeInline), saving the hand-off to the writer
+// goroutine on each side of a request and its reply.
+func (l *link) WriteSpace() int { return len(l.sendFree) * l.sendLimit }

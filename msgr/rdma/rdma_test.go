@@ -890,6 +890,10 @@ func TestRDMAPeerKilledMidTransfer(t *testing.T) {
 	if !errors.Is(ev.Err, msgr.ErrRemoteReset) || ev.Conn != c {
 		t.Fatalf("remote reset event %+v", ev)
 	}
+	// Messages and events are dispatched in order: whatever the dead
+	// instance sent and we received was dispatched before this event (at
+	// the fault some could still sit in the dispatch queue). None after.
+	got = rec.Next(100)
 	// Fresh session: nothing of the old stream reaches the new instance
 	// (its recorder would see sender 1 start past 0), and it sends us a
 	// fresh stream of its own.

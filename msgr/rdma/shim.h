@@ -153,15 +153,35 @@ static int osp_mr_reg(struct fid_domain *dom, void *buf, size_t len, uint64_t ke
 	return 0;
 }
 
-static ssize_t osp_recv(struct fid_ep *ep, void *buf, size_t len, uintptr_t desc, uint64_t ctx) {
-	return fi_recv(ep, buf, len, (void *)desc, 0, (void *)(uintptr_t)ctx);
-}
-static ssize_t osp_send(struct fid_ep *ep, void *buf, size_t len, uintptr_t desc, uint64_t ctx) {
-	return fi_send(ep, buf, len, (void *)desc, 0, (void *)(uintptr_t)ctx);
-}
-static ssize_t osp_read(struct fid_ep *ep, void *buf, size_t len, uintptr_t desc, uint64_t raddr, uint64_t rkey,
-                        uint64_t ctx) {
-	return fi_read(ep, buf, len, (void *)desc, 0, raddr, rkey, (void *)(uintptr_t)ctx);
+
+// One data-path operation queued on the Go side (msgr/rdma/post.go): kind 1
+// receive, 2 send, 3 RDMA read (the Go op constants); rc is its result.
+struct osp_op {
+	struct fid_ep *ep;
+	void *buf;
+	uint64_t len;
+	uintptr_t desc;
+	uint64_t raddr, rkey, ctx;
+	int32_t kind, rc;
+};
+
+// osp_post posts ops in order and returns how many the provider took; it
+// stops at the first -FI_EAGAIN (that op and those after it stay queued).
+// Any other failure is left in the op's rc and posting goes on.
+static int osp_post(struct osp_op *ops, int n) {
+	for (int i = 0; i < n; i++) {
+		struct osp_op *o = &ops[i];
+		ssize_t rc;
+		switch (o->kind) {
+		case 1: rc = fi_recv(o->ep, o->buf, o->len, (void *)o->desc, 0, (void *)(uintptr_t)o->ctx); break;
+		case 2: rc = fi_send(o->ep, o->buf, o->len, (void *)o->desc, 0, (void *)(uintptr_t)o->ctx); break;
+		case 3: rc = fi_read(o->ep, o->buf, o->len, (void *)o->desc, 0, o->raddr, o->rkey, (void *)(uintptr_t)o->ctx); break;
+		default: rc = -FI_EINVAL;
+		}
+		if (rc == -FI_EAGAIN) return i;
+		o->rc = (int32_t)rc;
+	}
+	return n;
 }
 
 // osp_cq_result turns the result of fi_cq_read/fi_cq_sread into what the
@@ -193,6 +213,14 @@ static ssize_t osp_cq_read(struct fid_cq *cq, uint64_t *ctx, uint64_t *lens, siz
 	struct fi_cq_msg_entry e[64];
 	ssize_t rc = fi_cq_read(cq, e, n > 64 ? 64 : n);
 	return osp_cq_result(cq, rc, e, ctx, lens, errctx, err);
+}
+
+// osp_poll is the poller's one cgo call per turn: post what is queued
+// (*nposted taken), then read up to n completions.
+static ssize_t osp_poll(struct fid_cq *cq, struct osp_op *ops, int nops, int *nposted, uint64_t *ctx,
+                        uint64_t *lens, size_t n, uint64_t *errctx, int *err) {
+	*nposted = nops > 0 ? osp_post(ops, nops) : 0;
+	return osp_cq_read(cq, ctx, lens, n, errctx, err);
 }
 
 static int osp_cq_waitfd(struct fid_cq *cq, int *fd) { return fi_control(&cq->fid, FI_GETWAIT, fd); }

@@ -1,0 +1,228 @@
+//go:build rdma
+
+package rdma
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Data-path calls into the provider (receives, sends, RDMA reads and
+// completion reads) are made by one goroutine at a time, whoever holds the
+// domain's token (domain.fiMu). The providers are opened FI_THREAD_SAFE, so
+// concurrent calls would be correct, but they serialise them on internal
+// mutexes: with a poller spinning in fi_cq_read and the writer and reader
+// posting beside it, most of a round trip went to futex sleeps inside
+// libfabric (perf: __lll_lock_wait behind nine context switches in ten).
+//
+// So a goroutine that wants to post queues the operation and, if the token
+// is free, takes it and posts the whole queue itself, in one cgo call; if the
+// poller (or another poster) holds it, the holder posts the queue before it
+// lets go. The poller posts whatever is queued and reads completions in the
+// same cgo call. One FIFO queue per domain keeps every link's operations in
+// the order they were queued: a receive reposted before a credit grant is
+// queued is posted before the send that carries the grant.
+
+// postBatch is the most operations one cgo call posts.
+const postBatch = 64
+
+// postOp is one queued data-path operation. buf points into registered
+// memory outside the Go heap.
+type postOp struct {
+	l           *link
+	kind        uint8 // opRecv, opSend, opRead
+	slot        uint32
+	buf         unsafe.Pointer
+	n           int
+	desc        C.uintptr_t
+	raddr, rkey uint64
+}
+
+// postQueue is the domain's FIFO of operations not yet posted. Anyone
+// pushes; only the token holder looks at or pops the head.
+type postQueue struct {
+	mu   sync.Mutex
+	ops  []postOp
+	head int
+	n    atomic.Int32 // queued, readable without mu
+}
+
+func (q *postQueue) push(op postOp) {
+	q.mu.Lock()
+	if q.head > 0 && q.head >= len(q.ops)/2 {
+		// Slide down rather than grow: the array is reused.
+		k := copy(q.ops, q.ops[q.head:])
+		clear(q.ops[k:])
+		q.ops, q.head = q.ops[:k], 0
+	}
+	q.ops = append(q.ops, op)
+	q.n.Add(1)
+	q.mu.Unlock()
+}
+
+// poster is the token holder's state: the operations taken from the head
+// of the queue for one cgo call and their C copies.
+type poster struct {
+	cops    *[postBatch]C.struct_osp_op // C memory, so no cgo pointer checks
+	taken   [postBatch]postOp
+	live    [postBatch]bool // taken[i] went into cops (its link was not dead)
+	ntaken  int
+	nlive   int
+	liveIdx [postBatch]int // cops[j] is taken[liveIdx[j]]
+}
+
+func newPoster() *poster {
+	return &poster{cops: (*[postBatch]C.struct_osp_op)(C.calloc(postBatch, C.sizeof_struct_osp_op))}
+}
+
+func (p *poster) free() {
+	if p.cops != nil {
+		C.free(unsafe.Pointer(p.cops))
+		p.cops = nil
+	}
+}
+
+// prepare copies up to postBatch operations from the head of the queue into
+// C memory, leaving out those of links that have been closed (Close marks a
+// link dead, then waits for the token, so none of its operations can be
+// posted after Close has passed the token). It returns the number to post.
+// Caller holds the token.
+func (d *domain) preparePosts() C.int {
+	p, q := d.poster, &d.pq
+	p.ntaken, p.nlive = 0, 0
+	if q.n.Load() == 0 {
+		return 0
+	}
+	q.mu.Lock()
+	p.ntaken = copy(p.taken[:], q.ops[q.head:])
+	q.mu.Unlock()
+	for i := range p.ntaken {
+		op := &p.taken[i]
+		p.live[i] = !op.l.dead.Load()
+		if !p.live[i] {
+			continue
+		}
+		c := &p.cops[p.nlive]
+		c.ep, c.buf, c.len, c.desc = op.l.ep, op.buf, C.uint64_t(op.n), op.desc
+		c.raddr, c.rkey, c.ctx = C.uint64_t(op.raddr), C.uint64_t(op.rkey), ctxID(op.l.id, op.kind, op.slot)
+		c.kind, c.rc = C.int32_t(op.kind), 0
+		p.liveIdx[p.nlive] = i
+		p.nlive++
+	}
+	return C.int(p.nlive)
+}
+
+// settlePosts pops what the provider took (posted, failed, or dropped with a
+// dead link) and tells the links; the rest stays at the head of the queue
+// for the next call. It reports whether the provider refused one with
+// FI_EAGAIN. Caller holds the token.
+func (d *domain) settlePosts(nposted C.int) (again bool) {
+	p, q := d.poster, &d.pq
+	if p.ntaken == 0 {
+		return false
+	}
+	consumed := p.ntaken
+	if int(nposted) < p.nlive {
+		consumed, again = p.liveIdx[nposted], true
+	}
+	q.mu.Lock()
+	clear(q.ops[q.head : q.head+consumed])
+	q.head += consumed
+	q.n.Add(-int32(consumed))
+	q.mu.Unlock()
+	j := 0
+	for i := range consumed {
+		op := &p.taken[i]
+		var err error
+		if p.live[i] {
+			err = fiErr(opName[op.kind], C.ssize_t(p.cops[j].rc))
+			j++
+		} else {
+			err = net.ErrClosed
+		}
+		op.l.posted(op.kind, op.slot, err, p.live[i])
+		*op = postOp{}
+	}
+	return again
+}
+
+var opName = [...]string{opRecv: "fi_recv", opSend: "fi_send", opRead: "fi_read"}
+
+// post queues op and, when no one is calling into the provider, posts the
+// queue from this goroutine.
+func (d *domain) post(op postOp) {
+	d.pq.push(op)
+	d.kickPosts()
+}
+
+// kickPosts posts the queue if the token is free. Whoever holds it looks at
+// the queue again after letting go, so an operation queued meanwhile is
+// never stranded: the poller before it sleeps, a poster here.
+func (d *domain) kickPosts() {
+	for d.pq.n.Load() > 0 && d.fiMu.TryLock() {
+		again := d.settlePosts(C.osp_post(&d.poster.cops[0], d.preparePosts()))
+		d.fiMu.Unlock()
+		if again {
+			return // the provider's queues are full: the poller retries as completions free them
+		}
+	}
+}
+
+// flushPosts posts everything queued so far, waiting for the token and for
+// room in the provider's queues: a new link's receives must be posted
+// before the connection is accepted or requested.
+func (d *domain) flushPosts() {
+	for d.pq.n.Load() > 0 {
+		d.fiMu.Lock()
+		again := d.settlePosts(C.osp_post(&d.poster.cops[0], d.preparePosts()))
+		d.fiMu.Unlock()
+		if again {
+			runtime.Gosched()
+		}
+	}
+}
+
+// passToken waits until no one is inside a post or completion read, so an
+// endpoint marked dead before the call has nothing posted for it after.
+func (d *domain) passToken() {
+	d.fiMu.Lock()
+	d.fiMu.Unlock() //nolint:staticcheck // an empty critical section is the point: a barrier
+}
+
+// posted is the outcome of a queued operation of the link: posted (err nil),
+// refused by the provider, or dropped because the link was closed first.
+func (l *link) posted(kind uint8, slot uint32, err error, tried bool) {
+	switch kind {
+	case opRecv:
+		if err == nil {
+			l.countPosted(1)
+		} else if tried {
+			l.fail(err)
+		}
+	case opSend:
+		if err != nil {
+			select {
+			case l.sendFree <- slot:
+			default:
+			}
+			if tried {
+				l.fail(err)
+			}
+		}
+	case opRead:
+		if err != nil {
+			select {
+			case l.readDone <- readDoneEv{slot: slot, err: err}:
+			default:
+			}
+		}
+	}
+}
