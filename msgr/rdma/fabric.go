@@ -85,9 +85,18 @@ type domain struct {
 	fiMu   sync.Mutex
 	pq     postQueue
 	poster *poster
+	// pollDuty is the link whose reader polls for the domain (pollFor),
+	// nil when the poller does; dutyPolled and active are monotonic
+	// nanoseconds of its last poll and of the last completion.
+	pollDuty   atomic.Pointer[link]
+	dutyPolled atomic.Int64
+	active     atomic.Int64
+	pollResume chan struct{}
+	sleepBuf   *C.struct_osp_pollbuf // the poller's, for sread outside the token
 
 	mu        sync.Mutex
 	links     map[uint32]*link
+	byID      sync.Map            // the same links, for the completion path without mu
 	cmOwners  map[uintptr]cmOwner // endpoint or passive endpoint fid -> owner
 	nextLink  uint32
 	nextKey   uint64
@@ -127,9 +136,11 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 		t: t, info: info, mrMode: uint64(C.osp_info_mr_mode(info)),
 		name:  C.GoString(C.osp_info_domain(info)),
 		links: map[uint32]*link{}, cmOwners: map[uintptr]cmOwner{}, large: map[int][]*region{},
-		listeners: map[*listener]struct{}{},
-		done:      make(chan struct{}),
-		poster:    newPoster(),
+		listeners:  map[*listener]struct{}{},
+		done:       make(chan struct{}),
+		poster:     newPoster(),
+		pollResume: make(chan struct{}, 1),
+		sleepBuf:   (*C.struct_osp_pollbuf)(C.calloc(1, C.sizeof_struct_osp_pollbuf)),
 	}
 	cqSize := C.int(max(4096, 4*t.cfg.SendSlots))
 	if err := fiErrI("open fabric/domain", C.osp_fabric_domain(info, &d.fabric, &d.dom, &d.eq, &d.cq, cqSize)); err != nil {
@@ -163,6 +174,7 @@ func (d *domain) closeFids() {
 		C.fi_freeinfo(d.info)
 	}
 	d.poster.free()
+	C.free(unsafe.Pointer(d.sleepBuf))
 }
 
 // close ends the domain after every link and listener closed.
@@ -261,50 +273,47 @@ func (d *domain) cmLoop() {
 	}
 }
 
-// pollLoop is the domain's one completion poller: it busy-polls for
-// BusyPoll after the last completion, then arms the CQ with fi_trywait and
-// sleeps on its wait fd in the Go netpoller, so an idle transport burns no
-// core. Completions are read in batches of up to 64 per cgo call.
+// pollLoop is the domain's completion poller: it busy-polls for BusyPoll
+// after the last completion, then arms the CQ with fi_trywait and sleeps on
+// its wait fd in the Go netpoller, so an idle transport burns no core. Each
+// turn is one cgo call that posts what is queued and reads up to 64
+// completions. While a link's reader polls for its own frames (pollFor),
+// the poller stays out of its way.
 func (d *domain) pollLoop() {
 	defer d.wg.Done()
-	var (
-		ctx    [64]C.uint64_t
-		lens   [64]C.uint64_t
-		errctx C.uint64_t
-		cerr   C.int
-		// declared once: a Go pointer passed to C escapes to the heap
-		nposted C.int
-	)
 	var rawConn syscall.RawConn
 	if d.waitFile != nil {
 		rawConn, _ = d.waitFile.SyscallConn()
 	}
 	idleSince := time.Now()
 	waitFirst := true
+	duty := time.NewTimer(time.Hour)
+	defer duty.Stop()
 	for {
 		select {
 		case <-d.done:
 			return
 		default:
 		}
-		// One cgo call posts what is queued and reads completions.
-		d.fiMu.Lock()
-		nops := d.preparePosts()
-		n := C.osp_poll(d.cq, &d.poster.cops[0], nops, &nposted, &ctx[0], &lens[0], 64, &errctx, &cerr)
-		again := d.settlePosts(nposted)
-		d.fiMu.Unlock()
-		if nposted > 0 {
-			idleSince = time.Now() // completions for them are coming
-		}
-		switch {
-		case n > 0:
-			for i := range int(n) {
-				d.complete(uint64(ctx[i]), int(lens[i]), nil)
+		if d.readerPolls() {
+			// A reader polls. Wake when it stops, or to take over if it
+			// has not polled for a while (a long handler), so other
+			// links' completions are never stranded behind it.
+			duty.Reset(dutyCheck)
+			select {
+			case <-d.pollResume:
+			case <-duty.C:
+			case <-d.done:
+				return
 			}
-			idleSince = time.Now()
+			idleSince = d.lastActive()
 			continue
-		case n == -C.FI_EAVAIL:
-			d.complete(uint64(errctx), 0, &FabricError{Op: "completion", Code: int(cerr)})
+		}
+		d.fiMu.Lock()
+		n, posted, again := d.pollLocked()
+		d.fiMu.Unlock()
+		if n != 0 || posted {
+			idleSince = time.Now()
 			continue
 		}
 		if again || d.pq.n.Load() > 0 || time.Since(idleSince) < d.t.cfg.BusyPoll {
@@ -335,24 +344,127 @@ func (d *domain) pollLoop() {
 			})
 			waitFirst = true
 		} else if rawConn == nil {
-			n := C.osp_cq_sread(d.cq, &ctx[0], &lens[0], 64, &errctx, &cerr, 10)
-			for i := range max(int(n), 0) {
-				d.complete(uint64(ctx[i]), int(lens[i]), nil)
-			}
-			if n == -C.FI_EAVAIL {
-				d.complete(uint64(errctx), 0, &FabricError{Op: "completion", Code: int(cerr)})
-			}
+			// No fd to sleep on: a blocking read, outside the token (the
+			// provider is thread safe; the token only avoids contention).
+			pb := d.sleepBuf
+			n := C.osp_cq_sread(d.cq, &pb.ctx[0], &pb.lens[0], 64, &pb.errctx, &pb.err, 10)
+			d.deliver(pb, n)
 		}
 		idleSince = time.Now()
+	}
+}
+
+// pollLocked posts what is queued and reads one batch of completions in one
+// cgo call, then hands each completion to its link. It returns the number
+// of completions (negative for an error entry), whether anything was
+// posted, and whether the provider refused a post for now. Caller holds
+// the token.
+func (d *domain) pollLocked() (n int, posted, again bool) {
+	pb := d.poster.pb
+	nops := d.preparePosts()
+	rc := C.osp_poll(d.cq, &d.poster.cops[0], nops, pb)
+	again = d.settlePosts(pb.nposted)
+	if rc != 0 {
+		d.active.Store(int64(time.Since(monoEpoch)))
+	}
+	d.deliver(pb, rc)
+	return int(rc), pb.nposted > 0, again
+}
+
+// deliver hands the completions of a poll to their links.
+func (d *domain) deliver(pb *C.struct_osp_pollbuf, rc C.ssize_t) {
+	switch {
+	case rc > 0:
+		for i := range int(rc) {
+			d.complete(uint64(pb.ctx[i]), int(pb.lens[i]), nil)
+		}
+	case rc == -C.FI_EAVAIL:
+		d.complete(uint64(pb.errctx), 0, &FabricError{Op: "completion", Code: int(pb.err)})
+	}
+}
+
+// dutyCheck is how often the parked poller looks whether the reader that
+// polls for the domain still does: the longest a completion for another
+// link can wait while that reader runs a long handler.
+const dutyCheck = 200 * time.Microsecond
+
+// monoEpoch turns monotonic times into integers for atomics.
+var monoEpoch = time.Now()
+
+// lastActive is when a poll last found work (a completion).
+func (d *domain) lastActive() time.Time {
+	return monoEpoch.Add(time.Duration(d.active.Load()))
+}
+
+// readerPolls reports whether a link's reader is polling for the domain
+// and did so recently.
+func (d *domain) readerPolls() bool {
+	return d.pollDuty.Load() != nil && time.Since(monoEpoch)-time.Duration(d.dutyPolled.Load()) < max(d.t.cfg.BusyPoll, dutyCheck)
+}
+
+// pollFor lets the reader of l, which has nothing to hand up, poll the
+// completion queue itself rather than sleep until the poller hands it a
+// frame: run to completion, as a raw libfabric loop does. The poller's
+// hand-off costs a goroutine wake-up per frame on each side of a round
+// trip. One reader per domain at a time takes the duty (the others sleep
+// as before, woken by whoever polls); it keeps it across frames, and gives
+// it back to the poller after BusyPoll without completions for anyone. It
+// reports whether l has something to read.
+func (d *domain) pollFor(l *link, wantRx bool) bool {
+	if d.pollDuty.Load() != l && !d.pollDuty.CompareAndSwap(nil, l) {
+		return false
+	}
+	ready := func() bool {
+		return (wantRx && len(l.rx) > 0) || len(l.readDone) > 0 || l.dead.Load()
+	}
+	// The clock is read and other goroutines are let in every few turns
+	// only: each turn is a cgo call of about a microsecond, and reading
+	// the clock and yielding on every one cost a third of a round trip.
+	const turns = 8
+	now := time.Since(monoEpoch)
+	deadline := now + d.t.cfg.BusyPoll
+	for i := 1; ; i++ {
+		if ready() {
+			d.dutyPolled.Store(int64(now))
+			return true
+		}
+		if d.fiMu.TryLock() {
+			n, posted, _ := d.pollLocked()
+			d.fiMu.Unlock()
+			if n != 0 || posted {
+				now = time.Since(monoEpoch)
+				deadline = now + d.t.cfg.BusyPoll
+				d.dutyPolled.Store(int64(now))
+				continue
+			}
+		}
+		if i%turns == 0 {
+			now = time.Since(monoEpoch)
+			d.dutyPolled.Store(int64(now))
+			if now > deadline {
+				d.dropDuty(l)
+				return ready()
+			}
+			runtime.Gosched()
+		}
+	}
+}
+
+// dropDuty gives the polling back to the poller if l's reader has it.
+func (d *domain) dropDuty(l *link) {
+	if d.pollDuty.CompareAndSwap(l, nil) {
+		select {
+		case d.pollResume <- struct{}{}:
+		default:
+		}
 	}
 }
 
 // complete routes one completion to its link.
 func (d *domain) complete(ctx uint64, n int, err error) {
 	id, op, slot := splitCtx(ctx)
-	d.mu.Lock()
-	l := d.links[id]
-	d.mu.Unlock()
+	v, _ := d.byID.Load(id)
+	l, _ := v.(*link)
 	if l == nil {
 		return // the link is gone; its buffers were reclaimed with it
 	}
@@ -368,6 +480,7 @@ func (d *domain) addLink(l *link) error {
 	d.nextLink++
 	l.id = d.nextLink
 	d.links[l.id] = l
+	d.byID.Store(l.id, l)
 	return nil
 }
 
@@ -386,6 +499,7 @@ func (d *domain) removeListener(ln *listener) {
 func (d *domain) removeLink(l *link) {
 	d.mu.Lock()
 	delete(d.links, l.id)
+	d.byID.Delete(l.id)
 	d.mu.Unlock()
 }
 

@@ -720,6 +720,7 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 	defer func() {
 		if err != nil {
 			l.dropPending()
+			l.d.dropDuty(l)
 		}
 	}()
 	for {
@@ -737,6 +738,9 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 		if l.readsOut >= maxReads {
 			rx = nil // enough reads in flight: wait for one to finish
 		}
+		// Poll for our own completions rather than sleep, if no other
+		// reader of the domain does; the select below then finds them.
+		l.d.pollFor(l, rx != nil)
 		select {
 		case ev := <-rx:
 			p, err := l.frameFrom(ev, f)

@@ -72,6 +72,7 @@ func (q *postQueue) push(op postOp) {
 // of the queue for one cgo call and their C copies.
 type poster struct {
 	cops    *[postBatch]C.struct_osp_op // C memory, so no cgo pointer checks
+	pb      *C.struct_osp_pollbuf       // completions of the holder's poll
 	taken   [postBatch]postOp
 	live    [postBatch]bool // taken[i] went into cops (its link was not dead)
 	ntaken  int
@@ -80,13 +81,17 @@ type poster struct {
 }
 
 func newPoster() *poster {
-	return &poster{cops: (*[postBatch]C.struct_osp_op)(C.calloc(postBatch, C.sizeof_struct_osp_op))}
+	return &poster{
+		cops: (*[postBatch]C.struct_osp_op)(C.calloc(postBatch, C.sizeof_struct_osp_op)),
+		pb:   (*C.struct_osp_pollbuf)(C.calloc(1, C.sizeof_struct_osp_pollbuf)),
+	}
 }
 
 func (p *poster) free() {
 	if p.cops != nil {
 		C.free(unsafe.Pointer(p.cops))
-		p.cops = nil
+		C.free(unsafe.Pointer(p.pb))
+		p.cops, p.pb = nil, nil
 	}
 }
 

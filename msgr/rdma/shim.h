@@ -215,12 +215,18 @@ static ssize_t osp_cq_read(struct fid_cq *cq, uint64_t *ctx, uint64_t *lens, siz
 	return osp_cq_result(cq, rc, e, ctx, lens, errctx, err);
 }
 
-// osp_poll is the poller's one cgo call per turn: post what is queued
-// (*nposted taken), then read up to n completions.
-static ssize_t osp_poll(struct fid_cq *cq, struct osp_op *ops, int nops, int *nposted, uint64_t *ctx,
-                        uint64_t *lens, size_t n, uint64_t *errctx, int *err) {
-	*nposted = nops > 0 ? osp_post(ops, nops) : 0;
-	return osp_cq_read(cq, ctx, lens, n, errctx, err);
+// The completions one poll read, in C memory so the Go side passes no
+// pointers of its own.
+struct osp_pollbuf {
+	uint64_t ctx[64], lens[64], errctx;
+	int err, nposted;
+};
+
+// osp_poll is a poll's one cgo call: post what is queued (pb->nposted
+// taken), then read up to 64 completions into pb.
+static ssize_t osp_poll(struct fid_cq *cq, struct osp_op *ops, int nops, struct osp_pollbuf *pb) {
+	pb->nposted = nops > 0 ? osp_post(ops, nops) : 0;
+	return osp_cq_read(cq, pb->ctx, pb->lens, 64, &pb->errctx, &pb->err);
 }
 
 static int osp_cq_waitfd(struct fid_cq *cq, int *fd) { return fi_control(&cq->fid, FI_GETWAIT, fd); }
