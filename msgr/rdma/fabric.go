@@ -92,7 +92,13 @@ type domain struct {
 	dutyPolled atomic.Int64
 	active     atomic.Int64
 	pollResume chan struct{}
-	sleepBuf   *C.struct_osp_pollbuf // the poller's, for sread outside the token
+	// transfers counts rendezvous payloads moving: reads we posted and
+	// sources the peer has not finished reading. A software provider
+	// (tcp) moves them only inside our fi_cq_read calls and completes
+	// nothing on the source side, so the poller must not sleep while any
+	// is outstanding.
+	transfers atomic.Int64
+	sleepBuf  *C.struct_osp_pollbuf // the poller's, for sread outside the token
 
 	mu        sync.Mutex
 	links     map[uint32]*link
@@ -316,7 +322,7 @@ func (d *domain) pollLoop() {
 			idleSince = time.Now()
 			continue
 		}
-		if again || d.pq.n.Load() > 0 || time.Since(idleSince) < d.t.cfg.BusyPoll {
+		if again || d.pq.n.Load() > 0 || d.transfers.Load() > 0 || time.Since(idleSince) < d.t.cfg.BusyPoll {
 			runtime.Gosched()
 			continue
 		}
@@ -441,7 +447,7 @@ func (d *domain) pollFor(l *link, wantRx bool) bool {
 		if i%turns == 0 {
 			now = time.Since(monoEpoch)
 			d.dutyPolled.Store(int64(now))
-			if now > deadline {
+			if now > deadline && d.transfers.Load() == 0 {
 				d.dropDuty(l)
 				return ready()
 			}

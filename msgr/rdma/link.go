@@ -762,6 +762,7 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 			l.readSlots[d.slot] = nil
 			l.freeReads = append(l.freeReads, d.slot)
 			l.readsOut--
+			l.d.transfers.Add(-1)
 			p.done, p.err = true, d.err
 		case <-l.closed:
 			select {
@@ -797,6 +798,8 @@ func (l *link) dropPending() {
 		l.pend[i] = nil
 	}
 	l.pend = l.pend[:0]
+	l.d.transfers.Add(-int64(l.readsOut))
+	l.readsOut = 0
 	clear(l.readSlots[:])
 }
 
@@ -903,6 +906,7 @@ func (l *link) startRendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pend
 	l.freeReads = l.freeReads[:len(l.freeReads)-1]
 	l.readSlots[slot] = p
 	l.readsOut++
+	l.d.transfers.Add(1)
 	return p, nil
 }
 
@@ -977,6 +981,7 @@ type rdvSource struct {
 }
 
 func (s rdvSource) release(d *domain) {
+	d.transfers.Add(-1)
 	if s.b != nil {
 		s.b.Release()
 		return
@@ -1081,6 +1086,7 @@ func (l *link) writeFrame(f *wire.Frame) error {
 		wire.PutEpilogue(sb[n-wire.EpilogueSize:], wire.CRC(f.Front), dcrc)
 		l.rdvMu.Lock()
 		l.rdvOut = append(l.rdvOut, src)
+		l.d.transfers.Add(1)
 		l.rdvMu.Unlock()
 	} else {
 		p.Put(sb)
