@@ -27,6 +27,20 @@ const (
 	stateClosed
 )
 
+func (s connState) String() string {
+	switch s {
+	case stateConnecting:
+		return "connecting"
+	case stateOpen:
+		return "open"
+	case stateStandby:
+		return "standby"
+	case stateClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("connState(%d)", uint8(s))
+}
+
 // Conn is one session with one peer. It outlives links: under a lossless
 // policy a fault makes it reconnect (or wait for the peer to) and resume
 // where it was.
@@ -403,6 +417,10 @@ func (c *Conn) startRedialLocked() {
 	go c.connectLoop()
 }
 
+// errLinkLost: a dial succeeded, but its link failed before the connect
+// loop saw it attached.
+var errLinkLost = errors.New("msgr: the new link failed right after its handshake")
+
 // connectLoop dials until a link is attached, backing off exponentially
 // with jitter.
 func (c *Conn) connectLoop() {
@@ -439,14 +457,24 @@ func (c *Conn) connectLoop() {
 		c.mu.Unlock()
 
 		err := c.m.dial(c, addr)
+		if h := c.m.afterDial; h != nil {
+			h(c, err)
+		}
 
 		c.mu.Lock()
 		c.dialing = false
 		c.lastBackoff = backoff
-		if err == nil || c.state == stateClosed || c.link != nil {
+		// A lossless session is done only with a link attached now, not
+		// merely with a dial that succeeded: the new link may already have
+		// failed, and its fault left the redial to this loop, which still
+		// held redialing. (A lossy one ends with the fault of its link.)
+		if c.state == stateClosed || c.link != nil || c.m.closing.Load() || (err == nil && c.lossy) {
 			c.redialing = false
 			c.mu.Unlock()
 			return
+		}
+		if err == nil {
+			err = errLinkLost
 		}
 		c.mu.Unlock()
 		if c.lossy {
@@ -478,6 +506,9 @@ func (c *Conn) attachLocked(lr *linkRun, peerInSeq uint64) ([]*Message, error) {
 		return released, err
 	}
 	c.attachedAt = time.Now()
+	// The idle clock starts now, not when startLink runs after the lock is
+	// dropped: a tick in between must not see a link that never received.
+	lr.lastRecv.Store(c.m.coarseNow.Load())
 	if c.established {
 		c.st.Reconnects++
 	}
@@ -930,6 +961,7 @@ func (c *Conn) dispatchLoop() {
 func (c *Conn) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return fmt.Sprintf("conn{peer %s addr %q state %d dialing %v link %v queued %d inSeq %d ackedSent %d window: %s stats %+v}",
-		c.peer, c.addr, c.state, c.dialing, c.link != nil, c.sess.queued(), c.sess.inSeq, c.sess.ackedSent, c.cw.String(), c.st)
+	return fmt.Sprintf("conn{peer %s addr %q state %s dialing %v redialing %v link %v queued %d (%d sent on this link, seq up to %d) inSeq %d ackedSent %d window: %s stats %+v}",
+		c.peer, c.addr, c.state, c.dialing, c.redialing, c.link != nil, c.sess.queued(), c.sess.sent, c.sess.outSeq,
+		c.sess.inSeq, c.sess.ackedSent, c.cw.String(), c.st)
 }

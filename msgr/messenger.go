@@ -38,6 +38,11 @@ type Messenger struct {
 	wg        sync.WaitGroup
 	coarseNow atomic.Int64 // unix ns, updated by the ticker; cheap clock for the hot path
 	start     time.Time    // base of monotonic()
+
+	// afterDial, if set (by tests, before any Connect), runs in the
+	// connect loop after each dial returns, before the loop looks at the
+	// outcome.
+	afterDial func(c *Conn, err error)
 }
 
 // monotonic is nanoseconds since the messenger started, from the monotonic
@@ -394,8 +399,8 @@ func (c *Conn) tick(now time.Time, sendKA bool) {
 }
 
 // startLink wires a fresh link (after its handshake) into goroutines.
+// Its idle clock was started by attachLocked.
 func (m *Messenger) startLink(lr *linkRun) {
-	lr.lastRecv.Store(m.coarseNow.Load())
 	m.wg.Add(2)
 	go lr.readLoop()
 	go lr.writeLoop()

@@ -8,8 +8,11 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -183,6 +186,20 @@ func (r *Recorder) Next(id uint32) uint64 {
 	return r.next[id]
 }
 
+// progress describes, for failure messages, the next message expected
+// from each sender and how many are held.
+func (r *Recorder) progress() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := slices.Sorted(maps.Keys(r.next))
+	var b strings.Builder
+	for _, id := range ids {
+		fmt.Fprintf(&b, "sender %d: next expected %d; ", id, r.next[id])
+	}
+	fmt.Fprintf(&b, "%d held", len(r.held))
+	return b.String()
+}
+
 // Hold makes the recorder keep messages instead of releasing them.
 func (r *Recorder) Hold(on bool) {
 	r.mu.Lock()
@@ -336,23 +353,38 @@ func sendN(t testing.TB, c *msgr.Conn, id uint32, start, n int, size func(int) i
 			data[j] = byte(i + j)
 		}
 		if err := c.Send(ctx, msgr.NewMessage(uint16(1+i%7), Payload(id, uint64(i), data), data)); err != nil {
-			t.Fatalf("send %d: %v (stats %+v)", i, err, c.Stats())
+			t.Fatalf("send %d: %v (sender's conn: %v)", i, err, c)
 		}
 	}
 }
 
+// waitCount waits until r has received n messages. On a timeout it says
+// what arrived (the next expected message of each sender) and the state of
+// the sender's conn c, if given, as it is at the failure.
 func waitCount(t testing.TB, r *Recorder, n int64, timeout time.Duration, c *msgr.Conn) {
 	t.Helper()
-	what := fmt.Sprintf("%d messages", n)
-	if c != nil {
-		what += fmt.Sprintf(" (sender's conn: %+v)", c)
-	}
-	Eventually(t, timeout, what, func() bool {
-		if got := r.count.Load(); got > n {
+	deadline := time.Now().Add(timeout)
+	for {
+		got := r.count.Load()
+		if got > n {
 			t.Fatalf("got %d messages, want %d", got, n)
 		}
-		return r.count.Load() == n
-	})
+		if got == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			msg := fmt.Sprintf("timed out after %v: got %d of %d messages (%s)", timeout, got, n, r.progress())
+			if err := r.Err(); err != nil {
+				msg += fmt.Sprintf("; check failures: %v", err)
+			}
+			if c != nil {
+				msg += fmt.Sprintf("; sender's conn: %v", c)
+			}
+			t.Fatal(msg)
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond) // polling interval, not synchronization
+	}
 	if err := r.Err(); err != nil {
 		t.Fatal(err)
 	}
