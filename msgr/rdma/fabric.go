@@ -11,6 +11,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"sync"
@@ -92,6 +93,7 @@ type domain struct {
 	dutyPolled atomic.Int64
 	active     atomic.Int64
 	pollResume chan struct{}
+	srx        *srxPool // nil: every link posts its own receives
 	// transfers counts rendezvous payloads moving: reads we posted and
 	// sources the peer has not finished reading. A software provider
 	// (tcp) moves them only inside our fi_cq_read calls and completes
@@ -165,6 +167,7 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 			}
 		}
 	}
+	d.srx = openSRX(d)
 	d.wg.Add(2)
 	go d.cmLoop()
 	go d.pollLoop()
@@ -208,6 +211,9 @@ func (d *domain) close() {
 	}
 	close(d.done)
 	d.wg.Wait()
+	if d.srx != nil {
+		d.srx.close()
+	}
 	d.mu.Lock()
 	for _, rs := range d.large {
 		for _, r := range rs {
@@ -353,8 +359,7 @@ func (d *domain) pollLoop() {
 			// No fd to sleep on: a blocking read, outside the token (the
 			// provider is thread safe; the token only avoids contention).
 			pb := d.sleepBuf
-			n := C.osp_cq_sread(d.cq, &pb.ctx[0], &pb.lens[0], 64, &pb.errctx, &pb.err, 10)
-			d.deliver(pb, n)
+			d.deliver(pb, C.osp_cq_sread(d.cq, pb, 10))
 		}
 		idleSince = time.Now()
 	}
@@ -382,10 +387,10 @@ func (d *domain) deliver(pb *C.struct_osp_pollbuf, rc C.ssize_t) {
 	switch {
 	case rc > 0:
 		for i := range int(rc) {
-			d.complete(uint64(pb.ctx[i]), int(pb.lens[i]), nil)
+			d.complete(uint64(pb.ctx[i]), int(pb.lens[i]), uint64(pb.data[i]), nil)
 		}
 	case rc == -C.FI_EAVAIL:
-		d.complete(uint64(pb.errctx), 0, &FabricError{Op: "completion", Code: int(pb.err)})
+		d.complete(uint64(pb.errctx), 0, 0, &FabricError{Op: "completion", Code: int(pb.err)})
 	}
 }
 
@@ -467,8 +472,14 @@ func (d *domain) dropDuty(l *link) {
 }
 
 // complete routes one completion to its link.
-func (d *domain) complete(ctx uint64, n int, err error) {
+// A receive of the shared pool has link id 0 (links count from 1) and is
+// routed by the link id its sender attached as remote CQ data.
+func (d *domain) complete(ctx uint64, n int, data uint64, err error) {
 	id, op, slot := splitCtx(ctx)
+	if id == 0 && op == opRecv && d.srx != nil {
+		d.srx.complete(slot, n, data, err)
+		return
+	}
 	v, _ := d.byID.Load(id)
 	l, _ := v.(*link)
 	if l == nil {
@@ -485,6 +496,10 @@ func (d *domain) addLink(l *link) error {
 	}
 	d.nextLink++
 	l.id = d.nextLink
+	l.tag = uint64(l.id)
+	if C.osp_info_cq_data(d.info) >= 8 {
+		l.tag |= uint64(rand.Uint32()) << 32
+	}
 	d.links[l.id] = l
 	d.byID.Store(l.id, l)
 	return nil

@@ -41,6 +41,9 @@ type Config struct {
 	// BusyPoll is how long the completion poller spins after the last
 	// completion before it sleeps on the CQ's wait fd. Default 50µs.
 	BusyPoll time.Duration
+	// NoSharedRecv makes every link post its own receives even where the
+	// provider has a shared receive context (srx.go).
+	NoSharedRecv bool
 }
 
 func (c *Config) setDefaults() {
@@ -78,6 +81,9 @@ type Transport struct {
 // NewTransport returns the transport for "rdma+PROVIDER"; FI_PROVIDER, if
 // set, overrides the provider.
 func NewTransport(provider string, cfg Config) *Transport {
+	if os.Getenv("OSP_NOSRX") != "" {
+		cfg.NoSharedRecv = true
+	}
 	cfg.setDefaults()
 	prov := provider
 	if env := os.Getenv("FI_PROVIDER"); env != "" {
@@ -126,6 +132,9 @@ type Stats struct {
 	BuffersInUse    int64 // rendezvous buffers handed out
 	RecvsPosted     int64 // receive buffers posted now
 	PollerSleeps    uint64
+	// SharedRecvBufs is the size of the shared receive pools (0 when the
+	// provider has none or Config.NoSharedRecv).
+	SharedRecvBufs int64
 	// Rendezvous sends: read by the peer straight from the caller's
 	// registered payload (Conn.AllocPayload), or from a copy.
 	ZeroCopySends, CopiedSends uint64
@@ -144,6 +153,11 @@ func (t *Transport) Stats() Stats {
 		s.PollerSleeps += d.pollStats.blocked.Load()
 		s.ZeroCopySends += d.zeroCopy.Load()
 		s.CopiedSends += d.copied.Load()
+		if d.srx != nil {
+			d.srx.mu.Lock()
+			s.SharedRecvBufs += int64(d.srx.n)
+			d.srx.mu.Unlock()
+		}
 	}
 	return s
 }
@@ -216,35 +230,59 @@ func (t *Transport) domainFor(info *C.struct_fi_info) (*domain, error) {
 	return d, nil
 }
 
-// CM data: our banner, the number of receives we post (u32) and the size of
+// CM data: our banner, the number of receives we post (u32), the size of
 // each (u32): a sender never sends an inline frame larger than the peer's
-// receive buffers, whatever its own BufSize.
-const cmDataSize = wire.BannerSize + 8
+// receive buffers, whatever its own BufSize; our link tag (u64: link id and
+// a random token), which the peer attaches to its sends when we receive
+// from a shared pool; and flags (u32; bit 0: we do).
+const cmDataSize = wire.BannerSize + 20
 
-func cmData(bn wire.Banner, recvs, bufSize int) []byte {
+const cmFlagSRX = 1
+
+type cmInfo struct {
+	features uint64
+	peerBuf  int
+	peerTag  uint64
+	peerSRX  bool
+}
+
+func cmData(bn wire.Banner, l *link) []byte {
 	b := make([]byte, cmDataSize)
 	bn.Put(b)
-	binary.LittleEndian.PutUint32(b[wire.BannerSize:], uint32(recvs))
-	binary.LittleEndian.PutUint32(b[wire.BannerSize+4:], uint32(bufSize))
+	binary.LittleEndian.PutUint32(b[wire.BannerSize:], uint32(l.nrecv))
+	binary.LittleEndian.PutUint32(b[wire.BannerSize+4:], uint32(l.bufSize))
+	binary.LittleEndian.PutUint64(b[wire.BannerSize+8:], l.tag)
+	if l.srx {
+		binary.LittleEndian.PutUint32(b[wire.BannerSize+16:], cmFlagSRX)
+	}
 	return b
 }
 
 // parseCM checks the peer's connection data and returns the agreed
-// features and the peer's receive buffer size.
-func parseCM(mine wire.Banner, data []byte) (features uint64, peerBuf int, err error) {
+// features and what the peer says of its receives.
+func parseCM(mine wire.Banner, data []byte) (cm cmInfo, err error) {
 	if len(data) < cmDataSize {
-		return 0, 0, &wire.Error{Kind: wire.ErrKindBanner, Msg: fmt.Sprintf("connection data of %d bytes, want %d", len(data), cmDataSize)}
+		return cm, &wire.Error{Kind: wire.ErrKindBanner, Msg: fmt.Sprintf("connection data of %d bytes, want %d", len(data), cmDataSize)}
 	}
 	peer, err := wire.ParseBanner(data)
 	if err != nil {
-		return 0, 0, err
+		return cm, err
 	}
-	peerBuf = int(binary.LittleEndian.Uint32(data[wire.BannerSize+4:]))
-	if minBuf := wire.PreambleSize + rdvDescSize + wire.EpilogueSize; peerBuf < minBuf {
-		return 0, 0, &wire.Error{Kind: wire.ErrKindBanner, Msg: fmt.Sprintf("peer receive buffers of %d bytes, below %d", peerBuf, minBuf)}
+	cm.peerBuf = int(binary.LittleEndian.Uint32(data[wire.BannerSize+4:]))
+	if minBuf := wire.PreambleSize + rdvDescSize + wire.EpilogueSize; cm.peerBuf < minBuf {
+		return cm, &wire.Error{Kind: wire.ErrKindBanner, Msg: fmt.Sprintf("peer receive buffers of %d bytes, below %d", cm.peerBuf, minBuf)}
 	}
-	features, err = wire.Negotiate(mine, peer)
-	return features, peerBuf, err
+	cm.peerTag = binary.LittleEndian.Uint64(data[wire.BannerSize+8:])
+	cm.peerSRX = binary.LittleEndian.Uint32(data[wire.BannerSize+16:])&cmFlagSRX != 0
+	cm.features, err = wire.Negotiate(mine, peer)
+	return cm, err
+}
+
+// setPeer applies what the peer's connection data says.
+func (l *link) setPeer(cm cmInfo) {
+	l.features = cm.features
+	l.sendLimit = min(l.bufSize, cm.peerBuf)
+	l.peerTag, l.peerSRX = cm.peerTag, cm.peerSRX
 }
 
 // Listen binds host:port and accepts connections through libfabric's CM.
@@ -309,18 +347,18 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 	go func() {
 		defer l.wg.Done()
 		defer C.fi_freeinfo(info)
-		features, peerBuf, err := parseCM(l.opts.Banner, data)
+		cm, err := parseCM(l.opts.Banner, data)
 		if err != nil {
 			C.osp_reject(l.pep, C.osp_info_handle(info))
 			return
 		}
-		lk, err := newLink(l.d, info, features, l.opts)
+		lk, err := newLink(l.d, info, l.opts)
 		if err != nil {
 			C.osp_reject(l.pep, C.osp_info_handle(info))
 			return
 		}
-		lk.sendLimit = min(lk.bufSize, peerBuf)
-		reply := cmData(l.opts.Banner, lk.nrecv, lk.bufSize)
+		lk.setPeer(cm)
+		reply := cmData(l.opts.Banner, lk)
 		if err := fiErrI("fi_accept", C.osp_accept(lk.ep, unsafe.Pointer(&reply[0]), C.size_t(len(reply)))); err != nil {
 			lk.Close()
 			return
@@ -376,12 +414,12 @@ func (t *Transport) Dial(ctx context.Context, addr string, opts wire.LinkOptions
 		return nil, err
 	}
 	defer C.fi_freeinfo(info)
-	lk, err := newLink(d, info, 0, opts)
+	lk, err := newLink(d, info, opts)
 	if err != nil {
 		return nil, err
 	}
 	lk.remote = addr
-	req := cmData(opts.Banner, lk.nrecv, lk.bufSize)
+	req := cmData(opts.Banner, lk)
 	if err := fiErrI("fi_connect", C.osp_connect(lk.ep, info, unsafe.Pointer(&req[0]), C.size_t(len(req)))); err != nil {
 		lk.Close()
 		return nil, err
@@ -390,13 +428,12 @@ func (t *Transport) Dial(ctx context.Context, addr string, opts wire.LinkOptions
 		lk.Close()
 		return nil, err
 	}
-	features, peerBuf, err := parseCM(opts.Banner, lk.peerCM)
+	cm, err := parseCM(opts.Banner, lk.peerCM)
 	if err != nil {
 		lk.Close()
 		return nil, err
 	}
-	lk.features = features
-	lk.sendLimit = min(lk.bufSize, peerBuf)
+	lk.setPeer(cm)
 	return lk, nil
 }
 
@@ -433,6 +470,16 @@ type link struct {
 	// peer's, from the connection data, whichever is smaller.
 	sendLimit int
 
+	// srx: our receives come from the domain's shared pool (srx.go), and
+	// recv/recvBufs are unused; peerSRX: the peer's do, so our sends
+	// carry its link tag as remote CQ data. A tag is the link id and, where
+	// the provider carries 8 bytes of CQ data, a random token the
+	// completion must match: a peer cannot steer frames into another
+	// link's session by naming its id.
+	srx      bool
+	tag      uint64
+	peerSRX  bool
+	peerTag  uint64
 	recv     *region // nrecv receive buffers
 	recvDesc C.uintptr_t
 	recvBufs []*wire.Buffer
@@ -459,6 +506,8 @@ type link struct {
 	// Posts themselves are queued (post.go) and dropped once dead is set.
 	epMu sync.RWMutex
 
+	readMu sync.Mutex // held by ReadFrame: Close cleans up after the reader
+
 	held atomic.Int32 // receive buffers held by frames above; the region lives until 0 after close
 
 	postMu  sync.Mutex
@@ -474,22 +523,27 @@ type link struct {
 	local, remote string
 }
 
-func newLink(d *domain, info *C.struct_fi_info, features uint64, opts wire.LinkOptions) (*link, error) {
+func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, error) {
 	cfg := d.t.cfg
 	nrecv := max(opts.RecvWindow, 4)
 	if rx := int(C.osp_info_rx_size(info)); rx > 0 && nrecv > rx {
 		return nil, fmt.Errorf("rdma: receive window of %d exceeds the provider's receive queue of %d", nrecv, rx)
 	}
 	l := &link{
-		d: d, features: features, lim: opts.Limits, noCRC: opts.NoDataCRC, bufSize: cfg.BufSize, nrecv: nrecv,
+		d: d, lim: opts.Limits, noCRC: opts.NoDataCRC, bufSize: cfg.BufSize, nrecv: nrecv,
 		rx: make(chan rxEvent, nrecv+16), readDone: make(chan readDoneEv, maxReads), connected: make(chan error, 1),
 		closed: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots),
 	}
 	var err error
-	if l.recv, err = d.register(nrecv * cfg.BufSize); err != nil {
-		return nil, err
+	// A full pool (or a provider without one) leaves the link its own
+	// receive queue.
+	l.srx = d.srx != nil && d.srx.reserve(nrecv) == nil
+	if !l.srx {
+		if l.recv, err = d.register(nrecv * cfg.BufSize); err != nil {
+			return nil, err
+		}
+		l.recvDesc = l.recv.desc
 	}
-	l.recvDesc = l.recv.desc
 	if l.send, err = d.register(cfg.SendSlots * cfg.BufSize); err != nil {
 		l.recv.free()
 		return nil, err
@@ -504,7 +558,11 @@ func newLink(d *domain, info *C.struct_fi_info, features uint64, opts wire.LinkO
 		l.freeRegions()
 		return nil, err
 	}
-	if err := fiErrI("fi_endpoint", C.osp_endpoint(d.dom, info, d.eq, d.cq, &l.ep)); err != nil {
+	var srxEP *C.struct_fid_ep
+	if l.srx {
+		srxEP = d.srx.ep
+	}
+	if err := fiErrI("fi_endpoint", C.osp_endpoint(d.dom, info, d.eq, d.cq, srxEP, &l.ep)); err != nil {
 		d.removeLink(l)
 		if l.ep != nil {
 			C.osp_close(unsafe.Pointer(l.ep))
@@ -513,6 +571,10 @@ func newLink(d *domain, info *C.struct_fi_info, features uint64, opts wire.LinkO
 		return nil, err
 	}
 	d.setCMOwner(unsafe.Pointer(l.ep), l)
+	if l.srx {
+		l.local = d.name
+		return l, nil
+	}
 	l.recvBufs = make([]*wire.Buffer, nrecv)
 	for i := range nrecv {
 		b := l.recv.mem[i*cfg.BufSize : (i+1)*cfg.BufSize : (i+1)*cfg.BufSize]
@@ -532,6 +594,9 @@ func newLink(d *domain, info *C.struct_fi_info, features uint64, opts wire.LinkO
 }
 
 func (l *link) freeRegions() {
+	if l.srx {
+		l.d.srx.unreserve(l.nrecv)
+	}
 	if l.recv != nil {
 		l.recv.free()
 	}
@@ -615,7 +680,9 @@ func (l *link) repost(slot uint32) {
 func (l *link) complete(op uint8, slot uint32, n int, err error) {
 	switch op {
 	case opRecv:
-		l.countPosted(-1)
+		if !l.srx {
+			l.countPosted(-1) // the pool counts its own
+		}
 		if err != nil {
 			l.fail(err)
 			return
@@ -625,6 +692,7 @@ func (l *link) complete(op uint8, slot uint32, n int, err error) {
 		default:
 			// More completions than posted receives: impossible unless
 			// the provider misbehaves.
+			l.unread(rxEvent{slot: slot, n: n})
 			l.fail(errors.New("rdma: receive completions overflow"))
 		}
 	case opSend:
@@ -657,6 +725,24 @@ func (l *link) Close() error {
 		for !l.failed.Load() && len(l.sendFree) < cap(l.sendFree) && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Microsecond) // waiting on the poller's completions
 		}
+		l.closeEndpoint()
+		// The reader may have stopped calling ReadFrame (its caller gave
+		// up on the link after a frame) with frames queued behind a
+		// rendezvous read and completions in the channel: let go of
+		// them once it is out of ReadFrame, which the close ends.
+		l.readMu.Lock()
+		l.dropPending()
+		l.drainRx()
+		l.readMu.Unlock()
+		l.maybeFreeRecv()
+	})
+	return nil
+}
+
+// closeEndpoint marks the link dead, closes the endpoint and gives back
+// what the link held of the domain's.
+func (l *link) closeEndpoint() {
+	{
 		l.epMu.Lock()
 		defer l.epMu.Unlock()
 		l.dead.Store(true)
@@ -678,15 +764,16 @@ func (l *link) Close() error {
 			l.postMu.Unlock()
 		}
 		l.d.retire(l.send)
+		if l.srx {
+			l.d.srx.unreserve(l.nrecv)
+		}
 		l.rdvMu.Lock()
 		for _, src := range l.rdvOut {
 			src.release(l.d)
 		}
 		l.rdvOut = nil
 		l.rdvMu.Unlock()
-		l.maybeFreeRecv()
-	})
-	return nil
+	}
 }
 
 // countPosted tracks this link's posted receives in the domain's
@@ -717,6 +804,8 @@ func (l *link) maybeFreeRecv() {
 // frame's payload is pulled by RDMA read into a registered buffer of its
 // own first.
 func (l *link) ReadFrame(f *wire.Frame) (err error) {
+	l.readMu.Lock()
+	defer l.readMu.Unlock()
 	defer func() {
 		if err != nil {
 			l.dropPending()
@@ -768,6 +857,7 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 			select {
 			case ev := <-l.rx:
 				if len(l.pend) > 0 {
+					l.unread(ev)
 					return net.ErrClosed
 				}
 				p, err := l.frameFrom(ev, f)
@@ -779,6 +869,14 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 				return net.ErrClosed
 			}
 		}
+	}
+}
+
+// unread gives back the buffer of a receive the reader will not take: a
+// shared pool's goes back to the pool (a link's own dies with its region).
+func (l *link) unread(ev rxEvent) {
+	if l.srx && ev.err == nil {
+		l.d.srx.repost(ev.slot)
 	}
 }
 
@@ -830,15 +928,24 @@ func (l *link) frameFrom(ev rxEvent, f *wire.Frame) (*pendingRead, error) {
 	if ev.err != nil {
 		return nil, ev.err
 	}
-	// held first, then dead: Close sets dead first, then looks at held,
-	// so the region cannot be unmapped under us.
-	l.held.Add(1)
-	if l.dead.Load() {
-		l.held.Add(-1)
-		l.maybeFreeRecv()
-		return nil, net.ErrClosed
+	var buf *wire.Buffer
+	if l.srx {
+		if l.dead.Load() {
+			l.d.srx.repost(ev.slot)
+			return nil, net.ErrClosed
+		}
+		buf = l.d.srx.bufs[ev.slot]
+	} else {
+		// held first, then dead: Close sets dead first, then looks at
+		// held, so the region cannot be unmapped under us.
+		l.held.Add(1)
+		if l.dead.Load() {
+			l.held.Add(-1)
+			l.maybeFreeRecv()
+			return nil, net.ErrClosed
+		}
+		buf = l.recvBufs[ev.slot]
 	}
-	buf := l.recvBufs[ev.slot]
 	b := buf.B[:ev.n]
 	if err := f.Preamble.Parse(b, l.lim); err != nil {
 		buf.Release()
@@ -1097,7 +1204,8 @@ func (l *link) writeFrame(f *wire.Frame) error {
 		}
 	}
 	// A send the provider refuses fails the link (post.go).
-	l.d.post(postOp{l: l, kind: opSend, slot: slot, buf: unsafe.Pointer(&sb[0]), n: n, desc: l.send.desc})
+	l.d.post(postOp{l: l, kind: opSend, slot: slot, buf: unsafe.Pointer(&sb[0]), n: n, desc: l.send.desc,
+		imm: l.peerSRX, data: l.peerTag})
 	return nil
 }
 

@@ -35,7 +35,8 @@ import (
 const postBatch = 64
 
 // postOp is one queued data-path operation. buf points into registered
-// memory outside the Go heap.
+// memory outside the Go heap. A receive with no link is one of the shared
+// receive pool's (srx.go); a send with imm carries data as remote CQ data.
 type postOp struct {
 	l           *link
 	kind        uint8 // opRecv, opSend, opRead
@@ -44,7 +45,12 @@ type postOp struct {
 	n           int
 	desc        C.uintptr_t
 	raddr, rkey uint64
+	imm         bool
+	data        uint64
 }
+
+// opSendData is the C kind of a send with remote CQ data.
+const opSendData = 4
 
 // postQueue is the domain's FIFO of operations not yet posted. Anyone
 // pushes; only the token holder looks at or pops the head.
@@ -111,14 +117,23 @@ func (d *domain) preparePosts() C.int {
 	q.mu.Unlock()
 	for i := range p.ntaken {
 		op := &p.taken[i]
-		p.live[i] = !op.l.dead.Load()
+		ep, id := d.srx.endpoint(), uint32(0)
+		if op.l != nil {
+			ep, id = op.l.ep, op.l.id
+			p.live[i] = !op.l.dead.Load()
+		} else {
+			p.live[i] = !d.srx.closed.Load()
+		}
 		if !p.live[i] {
 			continue
 		}
 		c := &p.cops[p.nlive]
-		c.ep, c.buf, c.len, c.desc = op.l.ep, op.buf, C.uint64_t(op.n), op.desc
-		c.raddr, c.rkey, c.ctx = C.uint64_t(op.raddr), C.uint64_t(op.rkey), ctxID(op.l.id, op.kind, op.slot)
-		c.kind, c.rc = C.int32_t(op.kind), 0
+		c.ep, c.buf, c.len, c.desc = ep, op.buf, C.uint64_t(op.n), op.desc
+		c.raddr, c.rkey, c.ctx = C.uint64_t(op.raddr), C.uint64_t(op.rkey), ctxID(id, op.kind, op.slot)
+		c.kind, c.rc, c.data = C.int32_t(op.kind), 0, C.uint64_t(op.data)
+		if op.imm {
+			c.kind = opSendData
+		}
 		p.liveIdx[p.nlive] = i
 		p.nlive++
 	}
@@ -153,7 +168,11 @@ func (d *domain) settlePosts(nposted C.int) (again bool) {
 		} else {
 			err = net.ErrClosed
 		}
-		op.l.posted(op.kind, op.slot, err, p.live[i])
+		if op.l != nil {
+			op.l.posted(op.kind, op.slot, err, p.live[i])
+		} else {
+			d.srx.posted(err)
+		}
 		*op = postOp{}
 	}
 	return again

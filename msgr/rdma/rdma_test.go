@@ -161,12 +161,23 @@ func waitDelivered(t testing.TB, rec *msgrtest.Recorder, ids []uint32, per uint6
 // receive is posted (docs/rdma.md, Known limitations), so these counts,
 // not the absence of faults, are what tie credits to posted receives.
 func TestRDMACreditExhaustionTinyWindow(t *testing.T) {
+	forEachRecvMode(t, testCreditExhaustion)
+}
+
+// forEachRecvMode runs a test with receives from the domain's shared pool
+// (the default where the provider has one) and from each link's own queue.
+func forEachRecvMode(t *testing.T, test func(*testing.T, rdma.Config)) {
+	t.Run("SharedPool", func(t *testing.T) { test(t, rdma.Config{}) })
+	t.Run("PerEndpoint", func(t *testing.T) { test(t, rdma.Config{NoSharedRecv: true}) })
+}
+
+func testCreditExhaustion(t *testing.T, cfg rdma.Config) {
 	const (
 		window    = 4
 		senders   = 8
 		perSender = 2500
 	)
-	trS, trC := ownTransport(t, rdma.Config{}), ownTransport(t, rdma.Config{})
+	trS, trC := ownTransport(t, cfg), ownTransport(t, cfg)
 	tiny := func(o *msgr.Options) { o.RecvWindowMsgs = window }
 	srvRec, cliRec := msgrtest.NewRecorder(t), msgrtest.NewRecorder(t)
 	srv := tcpEnv.NewMessenger(t, "osd.0", srvRec, withTransport(trS, tiny))
@@ -298,13 +309,15 @@ func waitIdle(t testing.TB, what string, tr *rdma.Transport) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		// A shared receive pool stays posted for the next link: all of
+		// its buffers must be back in it, none of a link's own.
 		st := tr.Stats()
-		if st.BuffersInUse == 0 && st.RecvsPosted == 0 {
+		if st.BuffersInUse == 0 && st.RecvsPosted == st.SharedRecvBufs {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: still %d rendezvous buffers in use and %d receives posted 10s after its links closed (%+v)",
-				what, st.BuffersInUse, st.RecvsPosted, st)
+			t.Fatalf("%s: still %d rendezvous buffers in use and %d receives posted (shared pool of %d) 10s after its links closed (%+v)",
+				what, st.BuffersInUse, st.RecvsPosted, st.SharedRecvBufs, st)
 		}
 		time.Sleep(time.Millisecond) // polling interval
 	}
@@ -527,6 +540,10 @@ func TestRDMANoRegisteredMemoryLeak(t *testing.T) {
 // rdma+tcp: every message arrives once and in order, across reconnects and
 // replays, with the rendezvous state of each link reset with it.
 func TestRDMAExactlyOnceUnderInjectedFaults(t *testing.T) {
+	forEachRecvMode(t, testExactlyOnceUnderFaults)
+}
+
+func testExactlyOnceUnderFaults(t *testing.T, cfg rdma.Config) {
 	const n = 20000
 	faults := func(seed int64) func(*msgr.Options) {
 		return func(o *msgr.Options) {
@@ -534,7 +551,7 @@ func TestRDMAExactlyOnceUnderInjectedFaults(t *testing.T) {
 			o.RecvWindowMsgs = 64
 		}
 	}
-	trS, trC := ownTransport(t, rdma.Config{}), ownTransport(t, rdma.Config{})
+	trS, trC := ownTransport(t, cfg), ownTransport(t, cfg)
 	srvRec := msgrtest.NewRecorder(t)
 	srv := tcpEnv.NewMessenger(t, "osd.0", srvRec, withTransport(trS, faults(1)))
 	addr := tcpEnv.Listen(t, srv)
@@ -555,6 +572,17 @@ func TestRDMAExactlyOnceUnderInjectedFaults(t *testing.T) {
 	if st.Faults == 0 || st.Reconnects == 0 {
 		t.Fatalf("no faults were injected: %+v", st)
 	}
+	// Every receive buffer comes back: a shared pool that lost one to a
+	// link that died under it would back fewer credits than it promised.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, m := range []*msgr.Messenger{cli, srv} {
+		if err := m.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitIdle(t, "server transport", trS)
+	waitIdle(t, "client transport", trC)
 }
 
 // The peer-kill test runs its server in a child process: this test binary
@@ -1074,5 +1102,74 @@ func TestRDMAZeroCopySend(t *testing.T) {
 	waitDelivered(t, srvRec, []uint32{1}, uint64(len(sizes)+1), 60*time.Second, c)
 	if st := trC.Stats(); st.CopiedSends != 1 {
 		t.Fatalf("a plain 1 MiB payload: %d copied rendezvous sends, want 1", st.CopiedSends)
+	}
+}
+
+// TestRDMASharedReceivePool connects three clients to one server over
+// rdma+tcp, whose provider has a shared receive context: the server's
+// receives come from one pool that holds exactly the sum of the sessions'
+// windows (one credit, one posted buffer), every message arrives once and in
+// order on its own session although all of them land in the same pool, and
+// when the clients go and three new ones come, the pool serves them from the
+// buffers it has: nothing more is registered.
+func TestRDMASharedReceivePool(t *testing.T) {
+	const (
+		window  = 16
+		clients = 3
+		n       = 600
+	)
+	trS := ownTransport(t, rdma.Config{})
+	win := func(o *msgr.Options) { o.RecvWindowMsgs = window }
+	srvRec := msgrtest.NewRecorder(t)
+	srv := tcpEnv.NewMessenger(t, "osd.0", srvRec, withTransport(trS, win))
+	addr := tcpEnv.Listen(t, srv)
+
+	round := func(first uint32) {
+		var clis []*msgr.Messenger
+		var wg sync.WaitGroup
+		ids := make([]uint32, clients)
+		for i := range clients {
+			id := first + uint32(i)
+			ids[i] = id
+			cli := tcpEnv.NewMessenger(t, msgr.EntityName(fmt.Sprintf("osd.%d", id)), msgrtest.NewRecorder(t),
+				withTransport(ownTransport(t, rdma.Config{}), win))
+			clis = append(clis, cli)
+			c := connect(t, cli, addr, "osd.0")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				small, big := fill(700, uint64(id)), fill(40<<10, uint64(id))
+				sendAll(t, c, id, 0, n, func(i int) []byte {
+					if i%50 == 0 {
+						return big // rendezvous
+					}
+					return small[:i%len(small)]
+				})
+			}()
+		}
+		wg.Wait()
+		waitDelivered(t, srvRec, ids, n, 60*time.Second, nil)
+		if st := trS.Stats(); st.SharedRecvBufs != clients*window {
+			t.Fatalf("shared pool of %d buffers for %d sessions of window %d: %+v", st.SharedRecvBufs, clients, window, st)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, cli := range clis {
+			if err := cli.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	round(1)
+	waitIdle(t, "server transport after the first clients", trS)
+	before := trS.Stats()
+	round(1 + clients)
+	waitIdle(t, "server transport after the second clients", trS)
+	after := trS.Stats()
+	if after.SharedRecvBufs != before.SharedRecvBufs || after.HighWaterBytes > before.HighWaterBytes+(8<<20) {
+		t.Fatalf("the pool grew for the second clients: before %+v, after %+v", before, after)
+	}
+	if after.RecvsPosted != after.SharedRecvBufs {
+		t.Fatalf("%d of the pool's %d buffers posted after the sessions ended", after.RecvsPosted, after.SharedRecvBufs)
 	}
 }

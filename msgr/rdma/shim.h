@@ -58,7 +58,9 @@ static int osp_fabric_domain(struct fi_info *info, struct fid_fabric **fab, stru
 	struct fi_eq_attr eqa = { .size = 256, .wait_obj = FI_WAIT_UNSPEC };
 	rc = fi_eq_open(*fab, &eqa, eq, NULL);
 	if (rc) return rc;
-	struct fi_cq_attr cqa = { .size = cq_size, .format = FI_CQ_FORMAT_MSG, .wait_obj = FI_WAIT_FD };
+	// FORMAT_DATA: a receive from a shared receive context names its link
+	// in the remote CQ data the sender attached (fi_senddata).
+	struct fi_cq_attr cqa = { .size = cq_size, .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD };
 	rc = fi_cq_open(*dom, &cqa, cq, NULL);
 	if (rc == -FI_ENOSYS || rc == -FI_EINVAL) {
 		cqa.wait_obj = FI_WAIT_UNSPEC; // no fd to poll: the poller falls back to sread
@@ -86,10 +88,26 @@ static int osp_port(fid_t fid) {
 	return -FI_EINVAL;
 }
 
+// osp_srx opens the domain's shared receive context of size entries; the
+// provider may not have one (-FI_ENOSYS and the like).
+static int osp_srx(struct fid_domain *dom, struct fi_info *info, size_t size, struct fid_ep **srx) {
+	struct fi_rx_attr attr = *info->rx_attr;
+	attr.size = size;
+	return fi_srx_context(dom, &attr, srx, NULL);
+}
+static size_t osp_info_cq_data(struct fi_info *i) { return i->domain_attr->cq_data_size; }
+
+// osp_endpoint opens an endpoint on info; with srx, its receives come from
+// that shared receive context.
 static int osp_endpoint(struct fid_domain *dom, struct fi_info *info, struct fid_eq *eq, struct fid_cq *cq,
-                        struct fid_ep **ep) {
+                        struct fid_ep *srx, struct fid_ep **ep) {
+	if (srx) info->ep_attr->rx_ctx_cnt = FI_SHARED_CONTEXT;
 	int rc = fi_endpoint(dom, info, ep, NULL);
 	if (rc) return rc;
+	if (srx) {
+		rc = fi_ep_bind(*ep, &srx->fid, 0);
+		if (rc) return rc;
+	}
 	rc = fi_ep_bind(*ep, &eq->fid, 0);
 	if (rc) return rc;
 	rc = fi_ep_bind(*ep, &cq->fid, FI_TRANSMIT | FI_RECV);
@@ -155,13 +173,14 @@ static int osp_mr_reg(struct fid_domain *dom, void *buf, size_t len, uint64_t ke
 
 
 // One data-path operation queued on the Go side (msgr/rdma/post.go): kind 1
-// receive, 2 send, 3 RDMA read (the Go op constants); rc is its result.
+// receive (on an endpoint or a shared receive context), 2 send, 3 RDMA
+// read, 4 send with remote CQ data (the Go op constants); rc is its result.
 struct osp_op {
 	struct fid_ep *ep;
 	void *buf;
 	uint64_t len;
 	uintptr_t desc;
-	uint64_t raddr, rkey, ctx;
+	uint64_t raddr, rkey, ctx, data;
 	int32_t kind, rc;
 };
 
@@ -176,6 +195,7 @@ static int osp_post(struct osp_op *ops, int n) {
 		case 1: rc = fi_recv(o->ep, o->buf, o->len, (void *)o->desc, 0, (void *)(uintptr_t)o->ctx); break;
 		case 2: rc = fi_send(o->ep, o->buf, o->len, (void *)o->desc, 0, (void *)(uintptr_t)o->ctx); break;
 		case 3: rc = fi_read(o->ep, o->buf, o->len, (void *)o->desc, 0, o->raddr, o->rkey, (void *)(uintptr_t)o->ctx); break;
+		case 4: rc = fi_senddata(o->ep, o->buf, o->len, (void *)o->desc, o->data, 0, (void *)(uintptr_t)o->ctx); break;
 		default: rc = -FI_EINVAL;
 		}
 		if (rc == -FI_EAGAIN) return i;
@@ -184,49 +204,42 @@ static int osp_post(struct osp_op *ops, int n) {
 	return n;
 }
 
+// The completions one poll read, in C memory so the Go side passes no
+// pointers of its own: contexts, lengths and remote CQ data (0 when the
+// completion has none), or for an error entry its context and error.
+struct osp_pollbuf {
+	uint64_t ctx[64], lens[64], data[64], errctx;
+	int err, nposted;
+};
+
 // osp_cq_result turns the result of fi_cq_read/fi_cq_sread into what the
-// Go side wants: the count (0 when empty) with contexts and lengths copied
-// out, or -FI_EAVAIL with the failed op's context in *errctx and its error
-// in *err.
-static ssize_t osp_cq_result(struct fid_cq *cq, ssize_t rc, struct fi_cq_msg_entry *e,
-                             uint64_t *ctx, uint64_t *lens, uint64_t *errctx, int *err) {
+// Go side wants: the count (0 when empty) with the entries copied into pb,
+// or -FI_EAVAIL with the failed op's context and error in pb.
+static ssize_t osp_cq_result(struct fid_cq *cq, ssize_t rc, struct fi_cq_data_entry *e, struct osp_pollbuf *pb) {
 	if (rc == -FI_EAGAIN) return 0;
 	if (rc == -FI_EAVAIL) {
 		struct fi_cq_err_entry ee;
 		memset(&ee, 0, sizeof(ee));
 		if (fi_cq_readerr(cq, &ee, 0) > 0) {
-			*errctx = (uint64_t)(uintptr_t)ee.op_context;
-			*err = ee.err;
+			pb->errctx = (uint64_t)(uintptr_t)ee.op_context;
+			pb->err = ee.err;
 		}
 		return -FI_EAVAIL;
 	}
 	for (ssize_t i = 0; i < rc; i++) {
-		ctx[i] = (uint64_t)(uintptr_t)e[i].op_context;
-		lens[i] = e[i].len;
+		pb->ctx[i] = (uint64_t)(uintptr_t)e[i].op_context;
+		pb->lens[i] = e[i].len;
+		pb->data[i] = (e[i].flags & FI_REMOTE_CQ_DATA) ? e[i].data : 0;
 	}
 	return rc;
 }
 
-// osp_cq_read reads up to n (at most 64) completions without waiting.
-static ssize_t osp_cq_read(struct fid_cq *cq, uint64_t *ctx, uint64_t *lens, size_t n,
-                           uint64_t *errctx, int *err) {
-	struct fi_cq_msg_entry e[64];
-	ssize_t rc = fi_cq_read(cq, e, n > 64 ? 64 : n);
-	return osp_cq_result(cq, rc, e, ctx, lens, errctx, err);
-}
-
-// The completions one poll read, in C memory so the Go side passes no
-// pointers of its own.
-struct osp_pollbuf {
-	uint64_t ctx[64], lens[64], errctx;
-	int err, nposted;
-};
-
 // osp_poll is a poll's one cgo call: post what is queued (pb->nposted
-// taken), then read up to 64 completions into pb.
+// taken), then read up to 64 completions into pb without waiting.
 static ssize_t osp_poll(struct fid_cq *cq, struct osp_op *ops, int nops, struct osp_pollbuf *pb) {
 	pb->nposted = nops > 0 ? osp_post(ops, nops) : 0;
-	return osp_cq_read(cq, pb->ctx, pb->lens, 64, &pb->errctx, &pb->err);
+	struct fi_cq_data_entry e[64];
+	return osp_cq_result(cq, fi_cq_read(cq, e, 64), e, pb);
 }
 
 static int osp_cq_waitfd(struct fid_cq *cq, int *fd) { return fi_control(&cq->fid, FI_GETWAIT, fd); }
@@ -234,12 +247,10 @@ static int osp_trywait(struct fid_fabric *fab, struct fid_cq *cq) {
 	struct fid *f = &cq->fid;
 	return fi_trywait(fab, &f, 1);
 }
-// osp_cq_sread is osp_cq_read that waits up to timeout_ms, for providers
+// osp_cq_sread reads completions waiting up to timeout_ms, for providers
 // without a pollable wait fd.
-static ssize_t osp_cq_sread(struct fid_cq *cq, uint64_t *ctx, uint64_t *lens, size_t n,
-                            uint64_t *errctx, int *err, int timeout_ms) {
-	struct fi_cq_msg_entry e[64];
-	ssize_t rc = fi_cq_sread(cq, e, n > 64 ? 64 : n, NULL, timeout_ms);
-	return osp_cq_result(cq, rc, e, ctx, lens, errctx, err);
+static ssize_t osp_cq_sread(struct fid_cq *cq, struct osp_pollbuf *pb, int timeout_ms) {
+	struct fi_cq_data_entry e[64];
+	return osp_cq_result(cq, fi_cq_sread(cq, e, 64, NULL, timeout_ms), e, pb);
 }
 #endif
