@@ -102,9 +102,10 @@ type domain struct {
 	transfers atomic.Int64
 	sleepBuf  *C.struct_osp_pollbuf // the poller's, for sread outside the token
 
-	mu        sync.Mutex
-	links     map[uint32]*link
-	byID      sync.Map            // the same links, for the completion path without mu
+	mu sync.Mutex
+	// links by id: stored and deleted under mu (so close sees every link
+	// added before it), read without it on the completion path.
+	links     sync.Map
 	cmOwners  map[uintptr]cmOwner // endpoint or passive endpoint fid -> owner
 	nextLink  uint32
 	nextKey   uint64
@@ -142,8 +143,8 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 	}
 	d := &domain{
 		t: t, info: info, mrMode: uint64(C.osp_info_mr_mode(info)),
-		name:  C.GoString(C.osp_info_domain(info)),
-		links: map[uint32]*link{}, cmOwners: map[uintptr]cmOwner{}, large: map[int][]*region{},
+		name:     C.GoString(C.osp_info_domain(info)),
+		cmOwners: map[uintptr]cmOwner{}, large: map[int][]*region{},
 		listeners:  map[*listener]struct{}{},
 		done:       make(chan struct{}),
 		poster:     newPoster(),
@@ -194,10 +195,11 @@ func (d *domain) close() {
 		return
 	}
 	d.closed = true
-	links := make([]*link, 0, len(d.links))
-	for _, l := range d.links {
-		links = append(links, l)
-	}
+	var links []*link
+	d.links.Range(func(_, v any) bool {
+		links = append(links, v.(*link))
+		return true
+	})
 	lns := make([]*listener, 0, len(d.listeners))
 	for ln := range d.listeners {
 		lns = append(lns, ln)
@@ -480,7 +482,7 @@ func (d *domain) complete(ctx uint64, n int, data uint64, err error) {
 		d.srx.complete(slot, n, data, err)
 		return
 	}
-	v, _ := d.byID.Load(id)
+	v, _ := d.links.Load(id)
 	l, _ := v.(*link)
 	if l == nil {
 		return // the link is gone; its buffers were reclaimed with it
@@ -500,8 +502,7 @@ func (d *domain) addLink(l *link) error {
 	if C.osp_info_cq_data(d.info) >= 8 {
 		l.tag |= uint64(rand.Uint32()) << 32
 	}
-	d.links[l.id] = l
-	d.byID.Store(l.id, l)
+	d.links.Store(l.id, l)
 	return nil
 }
 
@@ -519,8 +520,7 @@ func (d *domain) removeListener(ln *listener) {
 
 func (d *domain) removeLink(l *link) {
 	d.mu.Lock()
-	delete(d.links, l.id)
-	d.byID.Delete(l.id)
+	d.links.Delete(l.id)
 	d.mu.Unlock()
 }
 

@@ -81,9 +81,6 @@ type Transport struct {
 // NewTransport returns the transport for "rdma+PROVIDER"; FI_PROVIDER, if
 // set, overrides the provider.
 func NewTransport(provider string, cfg Config) *Transport {
-	if os.Getenv("OSP_NOSRX") != "" {
-		cfg.NoSharedRecv = true
-	}
 	cfg.setDefaults()
 	prov := provider
 	if env := os.Getenv("FI_PROVIDER"); env != "" {
@@ -133,8 +130,11 @@ type Stats struct {
 	RecvsPosted     int64 // receive buffers posted now
 	PollerSleeps    uint64
 	// SharedRecvBufs is the size of the shared receive pools (0 when the
-	// provider has none or Config.NoSharedRecv).
+	// provider has none or Config.NoSharedRecv); SharedRecvLost counts
+	// their buffers the provider refused to take back (each one a buffer
+	// fewer behind the credits: none is expected).
 	SharedRecvBufs int64
+	SharedRecvLost uint64
 	// Rendezvous sends: read by the peer straight from the caller's
 	// registered payload (Conn.AllocPayload), or from a copy.
 	ZeroCopySends, CopiedSends uint64
@@ -157,6 +157,7 @@ func (t *Transport) Stats() Stats {
 			d.srx.mu.Lock()
 			s.SharedRecvBufs += int64(d.srx.n)
 			d.srx.mu.Unlock()
+			s.SharedRecvLost += d.srx.postErrs.Load()
 		}
 	}
 	return s
@@ -742,38 +743,36 @@ func (l *link) Close() error {
 // closeEndpoint marks the link dead, closes the endpoint and gives back
 // what the link held of the domain's.
 func (l *link) closeEndpoint() {
-	{
-		l.epMu.Lock()
-		defer l.epMu.Unlock()
-		l.dead.Store(true)
-		close(l.closed)
-		l.d.removeLink(l)
-		// Whatever is still queued for the endpoint is dropped from now.
-		l.d.passToken()
-		if l.ep != nil {
-			l.d.setCMOwner(unsafe.Pointer(l.ep), nil)
-			C.osp_shutdown(l.ep)
-			// After fi_close the provider no longer touches our
-			// buffers; pending completions for this link id are dropped
-			// by the poller.
-			C.osp_close(unsafe.Pointer(l.ep))
-			// Receives still posted die with the endpoint.
-			l.postMu.Lock()
-			l.d.posted.Add(-l.postedN)
-			l.postedN = 0
-			l.postMu.Unlock()
-		}
-		l.d.retire(l.send)
-		if l.srx {
-			l.d.srx.unreserve(l.nrecv)
-		}
-		l.rdvMu.Lock()
-		for _, src := range l.rdvOut {
-			src.release(l.d)
-		}
-		l.rdvOut = nil
-		l.rdvMu.Unlock()
+	l.epMu.Lock()
+	defer l.epMu.Unlock()
+	l.dead.Store(true)
+	close(l.closed)
+	l.d.removeLink(l)
+	// Whatever is still queued for the endpoint is dropped from now.
+	l.d.passToken()
+	if l.ep != nil {
+		l.d.setCMOwner(unsafe.Pointer(l.ep), nil)
+		C.osp_shutdown(l.ep)
+		// After fi_close the provider no longer touches our
+		// buffers; pending completions for this link id are dropped
+		// by the poller.
+		C.osp_close(unsafe.Pointer(l.ep))
+		// Receives still posted die with the endpoint.
+		l.postMu.Lock()
+		l.d.posted.Add(-l.postedN)
+		l.postedN = 0
+		l.postMu.Unlock()
 	}
+	l.d.retire(l.send)
+	if l.srx {
+		l.d.srx.unreserve(l.nrecv)
+	}
+	l.rdvMu.Lock()
+	for _, src := range l.rdvOut {
+		src.release(l.d)
+	}
+	l.rdvOut = nil
+	l.rdvMu.Unlock()
 }
 
 // countPosted tracks this link's posted receives in the domain's
@@ -931,7 +930,7 @@ func (l *link) frameFrom(ev rxEvent, f *wire.Frame) (*pendingRead, error) {
 	var buf *wire.Buffer
 	if l.srx {
 		if l.dead.Load() {
-			l.d.srx.repost(ev.slot)
+			l.unread(ev)
 			return nil, net.ErrClosed
 		}
 		buf = l.d.srx.bufs[ev.slot]

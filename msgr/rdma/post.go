@@ -180,6 +180,12 @@ func (d *domain) settlePosts(nposted C.int) (again bool) {
 
 var opName = [...]string{opRecv: "fi_recv", opSend: "fi_send", opRead: "fi_read"}
 
+// postQueued posts up to postBatch queued operations in one cgo call and
+// reports whether the provider refused one for now. Caller holds the token.
+func (d *domain) postQueued() (again bool) {
+	return d.settlePosts(C.osp_post(&d.poster.cops[0], d.preparePosts()))
+}
+
 // post queues op and, when no one is calling into the provider, posts the
 // queue from this goroutine.
 func (d *domain) post(op postOp) {
@@ -192,7 +198,7 @@ func (d *domain) post(op postOp) {
 // never stranded: the poller before it sleeps, a poster here.
 func (d *domain) kickPosts() {
 	for d.pq.n.Load() > 0 && d.fiMu.TryLock() {
-		again := d.settlePosts(C.osp_post(&d.poster.cops[0], d.preparePosts()))
+		again := d.postQueued()
 		d.fiMu.Unlock()
 		if again {
 			return // the provider's queues are full: the poller retries as completions free them
@@ -206,7 +212,7 @@ func (d *domain) kickPosts() {
 func (d *domain) flushPosts() {
 	for d.pq.n.Load() > 0 {
 		d.fiMu.Lock()
-		again := d.settlePosts(C.osp_post(&d.poster.cops[0], d.preparePosts()))
+		again := d.postQueued()
 		d.fiMu.Unlock()
 		if again {
 			runtime.Gosched()

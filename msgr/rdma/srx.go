@@ -134,13 +134,13 @@ func (s *srxPool) post(slot uint32) {
 // after the pool closed, the last one back frees the memory.
 func (s *srxPool) repost(slot uint32) {
 	s.bufs[slot].Reset(s.d.t.cfg.BufSize)
+	out := s.out.Add(-1)
 	if s.closed.Load() {
-		if s.out.Add(-1) == 0 {
+		if out == 0 {
 			s.freeRegions()
 		}
 		return
 	}
-	s.out.Add(-1)
 	s.post(slot)
 }
 
@@ -166,7 +166,7 @@ func (s *srxPool) complete(slot uint32, n int, data uint64, err error) {
 		s.repost(slot)
 		return
 	}
-	v, _ := s.d.byID.Load(uint32(data))
+	v, _ := s.d.links.Load(uint32(data))
 	l, _ := v.(*link)
 	if l == nil || !l.srx || l.tag != data || l.dead.Load() {
 		s.repost(slot)
