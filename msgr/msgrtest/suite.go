@@ -248,10 +248,17 @@ func (r *Recorder) WaitEvent(t testing.TB, k msgr.EventKind, timeout time.Durati
 // Eventually polls cond until it holds or the deadline passes.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	EventuallyDescribed(t, timeout, func() string { return "waiting for " + what }, cond)
+}
+
+// EventuallyDescribed is Eventually whose failure message is made at the
+// timeout, so it can say what the state is then.
+func EventuallyDescribed(t testing.TB, timeout time.Duration, describe func() string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+			t.Fatalf("timed out after %v %s", timeout, describe())
 		}
 		runtime.Gosched()
 		time.Sleep(time.Millisecond) // polling interval, not synchronization
@@ -363,28 +370,22 @@ func sendN(t testing.TB, c *msgr.Conn, id uint32, start, n int, size func(int) i
 // the sender's conn c, if given, as it is at the failure.
 func waitCount(t testing.TB, r *Recorder, n int64, timeout time.Duration, c *msgr.Conn) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		got := r.count.Load()
-		if got > n {
+	describe := func() string {
+		msg := fmt.Sprintf("waiting for %d messages: got %d (%s)", n, r.count.Load(), r.progress())
+		if err := r.Err(); err != nil {
+			msg += fmt.Sprintf("; check failures: %v", err)
+		}
+		if c != nil {
+			msg += fmt.Sprintf("; sender's conn: %v", c)
+		}
+		return msg
+	}
+	EventuallyDescribed(t, timeout, describe, func() bool {
+		if got := r.count.Load(); got > n {
 			t.Fatalf("got %d messages, want %d", got, n)
 		}
-		if got == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			msg := fmt.Sprintf("timed out after %v: got %d of %d messages (%s)", timeout, got, n, r.progress())
-			if err := r.Err(); err != nil {
-				msg += fmt.Sprintf("; check failures: %v", err)
-			}
-			if c != nil {
-				msg += fmt.Sprintf("; sender's conn: %v", c)
-			}
-			t.Fatal(msg)
-		}
-		runtime.Gosched()
-		time.Sleep(time.Millisecond) // polling interval, not synchronization
-	}
+		return r.count.Load() == n
+	})
 	if err := r.Err(); err != nil {
 		t.Fatal(err)
 	}
