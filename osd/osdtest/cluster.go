@@ -6,6 +6,7 @@ package osdtest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,10 +93,23 @@ func (o *Options) defaults() {
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	opts.defaults()
-	c := &Cluster{t: t, Map: NewMap(t, opts), Dir: t.TempDir(), opts: opts}
-	c.OSDs = make([]*osd.OSD, opts.OSDs)
-	for i := range opts.OSDs {
-		c.StartOSD(uint32(i))
+	// The ports were free when chosen, but another test process may bind
+	// one before the OSD does (packages run in parallel): then choose
+	// again, as local.Start does, a few times.
+	var c *Cluster
+	for attempt := 0; ; attempt++ {
+		c = &Cluster{t: t, Map: NewMap(t, opts), Dir: t.TempDir(), opts: opts}
+		c.OSDs = make([]*osd.OSD, opts.OSDs)
+		err := c.startAll()
+		if err == nil {
+			break
+		}
+		for i := range c.OSDs {
+			c.StopOSD(uint32(i))
+		}
+		if attempt == 4 || !errors.Is(err, syscall.EADDRINUSE) {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
 		for i := range c.OSDs {
@@ -121,6 +136,20 @@ func (c *Cluster) Config(id uint32) osd.Config {
 		c.opts.Tweak(&cfg)
 	}
 	return cfg
+}
+
+// startAll starts every OSD of a new cluster once.
+func (c *Cluster) startAll() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range c.OSDs {
+		o, err := osd.Start(ctx, c.Config(uint32(i)))
+		if err != nil {
+			return fmt.Errorf("start osd.%d: %w", i, err)
+		}
+		c.OSDs[i] = o
+	}
+	return nil
 }
 
 // StartOSD starts (or restarts, on its old data) OSD id.
