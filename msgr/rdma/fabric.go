@@ -54,6 +54,11 @@ func fiErrI(op string, rc C.int) error { return fiErr(op, C.ssize_t(rc)) }
 // bound: it caps that latency, at the cost of 500 idle wakeups a second.
 const pollSleepMax = 2 * time.Millisecond
 
+// sreadSleepMax bounds one sleep in fi_cq_sread, which the provider wakes
+// itself on any event and anyone needing the token ends at once, so the
+// bound only caps how long a closing domain waits for its poller.
+const sreadSleepMax = 20 * time.Millisecond
+
 const (
 	opRecv = 1
 	opSend = 2
@@ -100,7 +105,12 @@ type domain struct {
 	// nothing on the source side, so the poller must not sleep while any
 	// is outstanding.
 	transfers atomic.Int64
-	sleepBuf  *C.struct_osp_pollbuf // the poller's, for sread outside the token
+	sleepBuf  *C.struct_osp_pollbuf // the poller's, for fi_cq_sread
+	// sleeping: the poller is in fi_cq_sread holding the token; wakeSent:
+	// fi_cq_signal was called to end that sleep; tokenWanted: goroutines
+	// waiting in lockToken.
+	sleeping, wakeSent atomic.Bool
+	tokenWanted        atomic.Int32
 
 	mu sync.Mutex
 	// links by id: stored and deleted under mu (so close sees every link
@@ -152,12 +162,16 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 		sleepBuf:   (*C.struct_osp_pollbuf)(C.calloc(1, C.sizeof_struct_osp_pollbuf)),
 	}
 	cqSize := C.int(max(4096, 4*t.cfg.SendSlots))
-	if err := fiErrI("open fabric/domain", C.osp_fabric_domain(info, &d.fabric, &d.dom, &d.eq, &d.cq, cqSize)); err != nil {
+	var waitObj C.int
+	if err := fiErrI("open fabric/domain", C.osp_fabric_domain(info, &d.fabric, &d.dom, &d.eq, &d.cq, cqSize, &waitObj)); err != nil {
 		d.closeFids()
 		return nil, err
 	}
+	// A FI_WAIT_POLLFD set (tcp) holds signal fds of the provider's that
+	// only its own wait resets: one left set would wake every sleep at
+	// once. Such a CQ is slept on in fi_cq_sread instead.
 	var fd C.int
-	if C.osp_cq_waitfd(d.cq, &fd) == 0 && fd >= 0 {
+	if waitObj == C.FI_WAIT_FD && C.osp_cq_waitfd(d.cq, &fd) == 0 && fd >= 0 {
 		// Through the Go netpoller, so an idle poller holds no thread.
 		// A dup, so closing our *os.File never closes libfabric's fd.
 		if dup, err := syscall.Dup(int(fd)); err == nil {
@@ -212,6 +226,8 @@ func (d *domain) close() {
 		l.Close()
 	}
 	close(d.done)
+	d.tokenWanted.Add(1) // never to sleep again
+	d.wakeSleeper()
 	d.wg.Wait()
 	if d.srx != nil {
 		d.srx.close()
@@ -289,7 +305,9 @@ func (d *domain) cmLoop() {
 
 // pollLoop is the domain's completion poller: it busy-polls for BusyPoll
 // after the last completion, then arms the CQ with fi_trywait and sleeps on
-// its wait fd in the Go netpoller, so an idle transport burns no core. Each
+// its wait fd in the Go netpoller, so an idle transport burns no core. A CQ
+// whose wait object is not one fd (tcp's FI_WAIT_POLLFD) is slept on in
+// fi_cq_sread instead (sleepInRead). Each
 // turn is one cgo call that posts what is queued and reads up to 64
 // completions. While a link's reader polls for its own frames (pollFor),
 // the poller stays out of its way.
@@ -358,13 +376,49 @@ func (d *domain) pollLoop() {
 			})
 			waitFirst = true
 		} else if rawConn == nil {
-			// No fd to sleep on: a blocking read, outside the token (the
-			// provider is thread safe; the token only avoids contention).
-			pb := d.sleepBuf
-			d.deliver(pb, C.osp_cq_sread(d.cq, pb, 10))
+			d.sleepInRead()
 		}
 		idleSince = time.Now()
 	}
+}
+
+// sleepInRead is the poller's sleep where the CQ has no fd for the Go
+// netpoller: a blocking fi_cq_sread. It holds the token throughout, as
+// every completion read must (two goroutines each delivering a batch they
+// read would hand a link its frames out of order), so whoever needs the
+// token meanwhile ends the sleep with fi_cq_signal (wakeSleeper).
+func (d *domain) sleepInRead() {
+	d.fiMu.Lock()
+	defer d.fiMu.Unlock()
+	d.sleeping.Store(true)
+	// Checked after sleeping is set, as wakeSleeper's callers publish
+	// their want before they look at it: one of the two sees the other.
+	if d.tokenWanted.Load() == 0 && d.pq.n.Load() == 0 && d.pollDuty.Load() == nil {
+		pb := d.sleepBuf
+		d.deliver(pb, C.osp_cq_sread(d.cq, pb, C.int(sreadSleepMax/time.Millisecond)))
+	}
+	d.sleeping.Store(false)
+	d.wakeSent.Store(false)
+}
+
+// wakeSleeper ends the poller's sleep in fi_cq_sread, if it sleeps, for a
+// goroutine that needs the token it holds there. The caller has made its
+// want visible first (a queued post, the poll duty, tokenWanted).
+func (d *domain) wakeSleeper() {
+	if d.sleeping.Load() && d.wakeSent.CompareAndSwap(false, true) {
+		C.osp_cq_signal(d.cq)
+	}
+}
+
+// lockToken takes the token, waking the poller if it sleeps holding it.
+func (d *domain) lockToken() {
+	if d.fiMu.TryLock() {
+		return
+	}
+	d.tokenWanted.Add(1)
+	d.wakeSleeper()
+	d.fiMu.Lock()
+	d.tokenWanted.Add(-1)
 }
 
 // pollLocked posts what is queued and reads one batch of completions in one
@@ -450,6 +504,8 @@ func (d *domain) pollFor(l *link, wantRx bool) bool {
 				d.dutyPolled.Store(int64(now))
 				continue
 			}
+		} else {
+			d.wakeSleeper() // we hold the duty: the poller parks once awake
 		}
 		if i%turns == 0 {
 			now = time.Since(monoEpoch)

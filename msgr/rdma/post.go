@@ -197,7 +197,11 @@ func (d *domain) post(op postOp) {
 // the queue again after letting go, so an operation queued meanwhile is
 // never stranded: the poller before it sleeps, a poster here.
 func (d *domain) kickPosts() {
-	for d.pq.n.Load() > 0 && d.fiMu.TryLock() {
+	for d.pq.n.Load() > 0 {
+		if !d.fiMu.TryLock() {
+			d.wakeSleeper() // the poller posts the queue once awake
+			return
+		}
 		again := d.postQueued()
 		d.fiMu.Unlock()
 		if again {
@@ -211,7 +215,7 @@ func (d *domain) kickPosts() {
 // before the connection is accepted or requested.
 func (d *domain) flushPosts() {
 	for d.pq.n.Load() > 0 {
-		d.fiMu.Lock()
+		d.lockToken()
 		again := d.postQueued()
 		d.fiMu.Unlock()
 		if again {
@@ -223,7 +227,7 @@ func (d *domain) flushPosts() {
 // passToken waits until no one is inside a post or completion read, so an
 // endpoint marked dead before the call has nothing posted for it after.
 func (d *domain) passToken() {
-	d.fiMu.Lock()
+	d.lockToken()
 	d.fiMu.Unlock() //nolint:staticcheck // an empty critical section is the point: a barrier
 }
 

@@ -49,8 +49,14 @@ static size_t osp_info_rx_size(struct fi_info *i) { return i->rx_attr->size; }
 static size_t osp_info_tx_size(struct fi_info *i) { return i->tx_attr->size; }
 static void *osp_info_handle(struct fi_info *i) { return i->handle; }
 
+// osp_fabric_domain opens the fabric, domain, EQ and CQ; *wait_obj says
+// which wait object the CQ got. FI_WAIT_POLLFD comes first: with it tcp
+// drives progress with poll(2), where FI_WAIT_FD puts an epoll round and a
+// wait-fd signal on every completion (2 to 3 us of a 64 B round trip here,
+// docs/benchmarks.md). Providers without it (verbs, sockets) get
+// FI_WAIT_FD, which verbs signals only when armed.
 static int osp_fabric_domain(struct fi_info *info, struct fid_fabric **fab, struct fid_domain **dom,
-                             struct fid_eq **eq, struct fid_cq **cq, int cq_size) {
+                             struct fid_eq **eq, struct fid_cq **cq, int cq_size, int *wait_obj) {
 	int rc = fi_fabric(info->fabric_attr, fab, NULL);
 	if (rc) return rc;
 	rc = fi_domain(*fab, info, dom, NULL);
@@ -60,11 +66,15 @@ static int osp_fabric_domain(struct fi_info *info, struct fid_fabric **fab, stru
 	if (rc) return rc;
 	// FORMAT_DATA: a receive from a shared receive context names its link
 	// in the remote CQ data the sender attached (fi_senddata).
-	struct fi_cq_attr cqa = { .size = cq_size, .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD };
-	rc = fi_cq_open(*dom, &cqa, cq, NULL);
-	if (rc == -FI_ENOSYS || rc == -FI_EINVAL) {
-		cqa.wait_obj = FI_WAIT_UNSPEC; // no fd to poll: the poller falls back to sread
+	static const enum fi_wait_obj waits[] = { FI_WAIT_POLLFD, FI_WAIT_FD, FI_WAIT_UNSPEC };
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++) {
+		// FI_WAIT_UNSPEC last: no fd to poll, the poller falls back to sread.
+		struct fi_cq_attr cqa = { .size = cq_size, .format = FI_CQ_FORMAT_DATA, .wait_obj = waits[i] };
 		rc = fi_cq_open(*dom, &cqa, cq, NULL);
+		*wait_obj = waits[i];
+		// Any refusal moves on: providers differ in the error they give
+		// for a wait object they lack; the last one's error is returned.
+		if (rc == 0) break;
 	}
 	return rc;
 }
@@ -243,6 +253,7 @@ static ssize_t osp_poll(struct fid_cq *cq, struct osp_op *ops, int nops, struct 
 }
 
 static int osp_cq_waitfd(struct fid_cq *cq, int *fd) { return fi_control(&cq->fid, FI_GETWAIT, fd); }
+static int osp_cq_signal(struct fid_cq *cq) { return fi_cq_signal(cq); }
 static int osp_trywait(struct fid_fabric *fab, struct fid_cq *cq) {
 	struct fid *f = &cq->fid;
 	return fi_trywait(fab, &f, 1);
