@@ -54,10 +54,14 @@ func fiErrI(op string, rc C.int) error { return fiErr(op, C.ssize_t(rc)) }
 // bound: it caps that latency, at the cost of 500 idle wakeups a second.
 const pollSleepMax = 2 * time.Millisecond
 
-// sreadSleepMax bounds one sleep in fi_cq_sread, which the provider wakes
-// itself on any event and anyone needing the token ends at once, so the
-// bound only caps how long a closing domain waits for its poller.
-const sreadSleepMax = 20 * time.Millisecond
+// sreadSleepMax bounds one sleep in fi_cq_sread. Anyone needing the token
+// ends the sleep at once (wakeSleeper), and the provider ends it on socket
+// events, but not on all of them: with the bound raised to an hour,
+// sessions of the accept-churn test hung in their handshake, both pollers
+// asleep with a frame sent (tcp appears to take data that comes with a
+// connection's setup off the socket before the sleeping poll can see it).
+// So the bound is the netpoller sleep's, for the same reason.
+const sreadSleepMax = pollSleepMax
 
 const (
 	opRecv = 1
@@ -274,6 +278,11 @@ func (d *domain) cmLoop() {
 		if rc == -C.FI_EAGAIN || rc == -C.FI_ETIMEDOUT || rc == -C.FI_EINTR {
 			continue
 		}
+		// A connection event may change the provider's set of sockets
+		// (done by the time fi_eq_read returns it), and a poller already
+		// asleep in fi_cq_sread polls the old set: tcp does not wake it
+		// for a socket added meanwhile. So it starts its sleep again.
+		d.wakeSleeper()
 		d.mu.Lock()
 		owner := d.cmOwners[uintptr(fid)]
 		d.mu.Unlock()

@@ -364,6 +364,7 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 			lk.Close()
 			return
 		}
+		l.d.wakeSleeper() // a new socket to poll (see cmLoop)
 		if err := lk.waitConnected(l.done, 10*time.Second); err != nil {
 			lk.Close()
 			return
@@ -425,6 +426,7 @@ func (t *Transport) Dial(ctx context.Context, addr string, opts wire.LinkOptions
 		lk.Close()
 		return nil, err
 	}
+	d.wakeSleeper() // a new socket to poll (see cmLoop)
 	if err := lk.waitConnected(ctx.Done(), 10*time.Second); err != nil {
 		lk.Close()
 		return nil, err
