@@ -508,7 +508,11 @@ func (d *domain) pollFor(l *link, wantRx bool) bool {
 			n, posted, _ := d.pollLocked()
 			d.fiMu.Unlock()
 			if n != 0 || posted {
-				now = time.Since(monoEpoch)
+				if n != 0 {
+					now = time.Duration(d.active.Load()) // pollLocked just read the clock
+				} else {
+					now = time.Since(monoEpoch)
+				}
 				deadline = now + d.t.cfg.BusyPoll
 				d.dutyPolled.Store(int64(now))
 				continue

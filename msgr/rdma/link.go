@@ -583,7 +583,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 		b := l.recv.mem[i*cfg.BufSize : (i+1)*cfg.BufSize : (i+1)*cfg.BufSize]
 		slot := uint32(i)
 		l.recvBufs[i] = wire.NewExternalBuffer(b, func(*wire.Buffer) { l.repost(slot) })
-		l.postRecv(slot)
+		l.postRecv(slot, false)
 	}
 	// Every receive is posted before the connection is requested or
 	// accepted, so the peer's first frame finds a buffer.
@@ -663,19 +663,19 @@ func (l *link) failure() error { return net.ErrClosed }
 
 // postRecv queues a receive into buffer slot; a failure to post fails the
 // link (post.go).
-func (l *link) postRecv(slot uint32) {
+func (l *link) postRecv(slot uint32, lazy bool) {
 	if l.dead.Load() {
 		return
 	}
 	b := l.recvBufs[slot].B
-	l.d.post(postOp{l: l, kind: opRecv, slot: slot, buf: unsafe.Pointer(&b[:1][0]), n: l.bufSize, desc: l.recvDesc})
+	l.d.postMaybeLater(postOp{l: l, kind: opRecv, slot: slot, buf: unsafe.Pointer(&b[:1][0]), n: l.bufSize, desc: l.recvDesc}, lazy)
 }
 
 // repost gives a receive buffer back to the provider once the frame in it
 // is released; after Close it only counts the buffer as returned.
 func (l *link) repost(slot uint32) {
 	l.recvBufs[slot].Reset(l.bufSize)
-	l.postRecv(slot)
+	l.postRecv(slot, true)
 	l.held.Add(-1)
 	l.maybeFreeRecv()
 }
@@ -831,21 +831,23 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 		// Poll for our own completions rather than sleep, if no other
 		// reader of the domain does; the select below then finds them.
 		l.d.pollFor(l, rx != nil)
+		if rx != nil && len(l.pend) == 0 {
+			// The common case, a frame with nothing ahead of it, without
+			// the multi-way select below. Only with nothing pending: a
+			// read's completion must not wait behind a stream of frames.
+			select {
+			case ev := <-rx:
+				if done, err := l.received(ev, f); done {
+					return err
+				}
+				continue
+			default:
+			}
+		}
 		select {
 		case ev := <-rx:
-			p, err := l.frameFrom(ev, f)
-			switch {
-			case err != nil:
+			if done, err := l.received(ev, f); done {
 				return err
-			case p == nil && len(l.pend) == 0:
-				return nil // an inline frame with nothing ahead of it
-			case p == nil:
-				q := l.newPending()
-				q.f, q.done, q.inline = *f, true, true
-				l.pend = append(l.pend, q)
-				*f = wire.Frame{}
-			default:
-				l.pend = append(l.pend, p)
 			}
 		case d := <-l.readDone:
 			p := l.readSlots[d.slot]
@@ -871,6 +873,26 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 			}
 		}
 	}
+}
+
+// received takes the receive ev for ReadFrame: done when f is the next
+// frame (or err ends the read); otherwise it joined the pending queue.
+func (l *link) received(ev rxEvent, f *wire.Frame) (done bool, err error) {
+	p, err := l.frameFrom(ev, f)
+	switch {
+	case err != nil:
+		return true, err
+	case p == nil && len(l.pend) == 0:
+		return true, nil // an inline frame with nothing ahead of it
+	case p == nil:
+		q := l.newPending()
+		q.f, q.done, q.inline = *f, true, true
+		l.pend = append(l.pend, q)
+		*f = wire.Frame{}
+	default:
+		l.pend = append(l.pend, p)
+	}
+	return false, nil
 }
 
 // unread gives back the buffer of a receive the reader will not take: a

@@ -193,6 +193,19 @@ func (d *domain) post(op postOp) {
 	d.kickPosts()
 }
 
+// postMaybeLater queues op and, when lazy, leaves it there if a reader
+// polls for the domain: a reposted receive then goes with that reader's
+// next poll or with the send that usually follows the release of a frame,
+// in one cgo call rather than one each. Nothing is stranded: the poller
+// posts the queue before it sleeps, and takes the duty over from a reader
+// that stopped polling.
+func (d *domain) postMaybeLater(op postOp, lazy bool) {
+	d.pq.push(op)
+	if !lazy || d.pollDuty.Load() == nil {
+		d.kickPosts()
+	}
+}
+
 // kickPosts posts the queue if the token is free. Whoever holds it looks at
 // the queue again after letting go, so an operation queued meanwhile is
 // never stranded: the poller before it sleeps, a poster here.

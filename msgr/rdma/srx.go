@@ -99,7 +99,7 @@ func (s *srxPool) reserve(n int) error {
 			slot := uint32(s.n + i)
 			s.bufs[slot] = wire.NewExternalBuffer(r.mem[i*bs:(i+1)*bs:(i+1)*bs], func(*wire.Buffer) { s.repost(slot) })
 			s.descs[slot] = r.desc
-			s.post(slot)
+			s.post(slot, false)
 		}
 		s.n += grow
 	}
@@ -125,9 +125,10 @@ func (s *srxPool) endpoint() *C.struct_fid_ep {
 	return s.ep
 }
 
-func (s *srxPool) post(slot uint32) {
+// post queues a receive of the pool, lazily for a repost (postMaybeLater).
+func (s *srxPool) post(slot uint32, lazy bool) {
 	b := s.bufs[slot].B
-	s.d.post(postOp{kind: opRecv, slot: slot, buf: unsafe.Pointer(&b[:1][0]), n: len(b), desc: s.descs[slot]})
+	s.d.postMaybeLater(postOp{kind: opRecv, slot: slot, buf: unsafe.Pointer(&b[:1][0]), n: len(b), desc: s.descs[slot]}, lazy)
 }
 
 // repost puts a buffer back in the pool when the frame in it is released;
@@ -141,7 +142,7 @@ func (s *srxPool) repost(slot uint32) {
 		}
 		return
 	}
-	s.post(slot)
+	s.post(slot, true)
 }
 
 // posted is the outcome of a queued pool receive.
