@@ -4,7 +4,7 @@
 // raw-fabric row does) or as RMA reads of the sender's registered buffers
 // (what the messenger's rendezvous does for every payload above BufSize).
 //
-//   cc -O2 -o rmabw bench/rawfabric/rmabw.c -lfabric -lpthread
+//   cc -O2 -o rmabw bench/rmabw/rmabw.c -lfabric -lpthread
 //   ./rmabw 0 7811   # send/recv, port 7811 on 127.0.0.1
 //   ./rmabw 1 7812   # RMA read
 //
