@@ -1170,9 +1170,13 @@ func (l *link) WriteFrames(frames []wire.Frame) error {
 func (l *link) writeFrame(f *wire.Frame) error {
 	var slot uint32
 	select {
-	case slot = <-l.sendFree:
-	case <-l.closed:
-		return net.ErrClosed
+	case slot = <-l.sendFree: // the common case, without the two-way select
+	default:
+		select {
+		case slot = <-l.sendFree:
+		case <-l.closed:
+			return net.ErrClosed
+		}
 	}
 	l.epMu.RLock()
 	defer l.epMu.RUnlock()
