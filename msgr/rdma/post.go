@@ -188,10 +188,7 @@ func (d *domain) postQueued() (again bool) {
 
 // post queues op and, when no one is calling into the provider, posts the
 // queue from this goroutine.
-func (d *domain) post(op postOp) {
-	d.pq.push(op)
-	d.kickPosts()
-}
+func (d *domain) post(op postOp) { d.postMaybeLater(op, false) }
 
 // postMaybeLater queues op and, when lazy, leaves it there if a reader
 // polls for the domain: a reposted receive then goes with that reader's
