@@ -17,7 +17,12 @@ import (
 // hardware.
 const provider = "tcp"
 
-// runFor runs a pair for d and returns the latencies it recorded.
+// minRecorded is the fewest latencies a run records before it stops.
+const minRecorded = 10
+
+// runFor runs a pair for at least d and until it has recorded at least
+// minRecorded latencies (or 20 s passed: a loaded machine slows the pair
+// down, and that is not what the tests check), and returns them.
 func runFor(t *testing.T, cfg Config, d time.Duration) []int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -31,7 +36,12 @@ func runFor(t *testing.T, cfg Config, d time.Duration) []int64 {
 	timer := time.AfterFunc(d, func() { stop.Store(true) })
 	defer timer.Stop()
 	var lat []int64
-	err = p.Run(ctx, Hooks{Stopping: stop.Load, Record: func(l []int64) { lat = append(lat, l...) }})
+	var n atomic.Int64
+	start := time.Now()
+	stopping := func() bool {
+		return stop.Load() && n.Load() >= minRecorded || time.Since(start) > 20*time.Second
+	}
+	err = p.Run(ctx, Hooks{Stopping: stopping, Record: func(l []int64) { lat = append(lat, l...); n.Add(int64(len(l))) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +55,7 @@ func TestPatterns(t *testing.T) {
 				t.Run(fmt.Sprintf("%v/%d/%d", pat, size, depth), func(t *testing.T) {
 					const d = 200 * time.Millisecond
 					lat := runFor(t, Config{Provider: provider, Pattern: pat, Size: size, Depth: depth}, d)
-					if len(lat) < 10 {
+					if len(lat) < minRecorded {
 						t.Fatalf("%d messages in %v", len(lat), d)
 					}
 					for _, v := range lat {

@@ -51,7 +51,7 @@ static void open_side(struct side *s, struct fi_info *info) {
 	CHK(fi_cq_open(s->dom, &ca, &s->cq, NULL));
 	s->mem = mmap(NULL, (size_t)SZ * DEPTH, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	memset(s->mem, 1, (size_t)SZ * DEPTH);
-	CHK(fi_mr_reg(s->dom, s->mem, (size_t)SZ * DEPTH, FI_SEND | FI_RECV | FI_READ | FI_REMOTE_READ, 0, 0, 0, &s->mr, NULL));
+	CHK(fi_mr_reg(s->dom, s->mem, (size_t)SZ * DEPTH, FI_SEND | FI_RECV | FI_READ | FI_REMOTE_READ | FI_WRITE | FI_REMOTE_WRITE, 0, 0, 0, &s->mr, NULL));
 	s->desc = fi_mr_desc(s->mr);
 	s->key = fi_mr_key(s->mr);
 }
@@ -136,10 +136,13 @@ int main(int argc, char **argv) {
 		double tn = now();
 		if (tn > tend) break;
 		if (wbytes == 0 && tn > tw) wbytes = bytes + 1;
-		if (mode == 1) {
-			while (out < DEPTH) {
-				uint64_t s = slot % DEPTH;
-				ssize_t rc = fi_read(srv.ep, srv.mem + s * SZ, SZ, srv.desc, 0, (virt ? (uint64_t)(uintptr_t)cli.mem : 0) + s * SZ, cli.key, (void *)(uintptr_t)s);
+		if (mode >= 1) {
+			int chunks = mode == 3 ? 4 : 1; size_t csz = SZ / chunks;
+			while (out < DEPTH * chunks) {
+				uint64_t s = slot % (DEPTH * chunks);
+				uint64_t raddr = (virt ? (uint64_t)(uintptr_t)cli.mem : 0) + s * csz;
+				ssize_t rc = mode == 2 ? fi_write(srv.ep, srv.mem + s * csz, csz, srv.desc, 0, raddr, cli.key, (void *)(uintptr_t)s)
+					: fi_read(srv.ep, srv.mem + s * csz, csz, srv.desc, 0, raddr, cli.key, (void *)(uintptr_t)s);
 				if (rc == -FI_EAGAIN) break;
 				CHK(rc); out++; slot++;
 			}
@@ -147,7 +150,7 @@ int main(int argc, char **argv) {
 		ssize_t n = fi_cq_read(srv.cq, e, 16);
 		if (n == -FI_EAVAIL) { struct fi_cq_err_entry ee = {0}; fi_cq_readerr(srv.cq, &ee, 0); fprintf(stderr, "cq err %d %s\n", ee.err, fi_strerror(ee.err)); exit(1); }
 		for (ssize_t i = 0; i < n; i++) {
-			bytes += SZ;
+			bytes += mode == 3 ? SZ / 4 : SZ;
 			if (mode == 0) CHK(fi_recv(srv.ep, srv.mem + (uintptr_t)e[i].op_context * SZ, SZ, srv.desc, 0, e[i].op_context));
 			else out--;
 		}
@@ -155,6 +158,7 @@ int main(int argc, char **argv) {
 	double el = now() - tw;
 	stop = 1;
 	pthread_join(t, NULL);
-	printf("%s: %.2f GB/s\n", mode ? "rma read" : "send/recv", (double)(bytes - (wbytes - 1)) / el / 1e9);
+	static const char *names[] = {"send/recv", "rma read", "rma write", "rma read 4x256KiB"};
+	printf("%s: %.2f GB/s\n", names[mode], (double)(bytes - (wbytes - 1)) / el / 1e9);
 	return 0;
 }

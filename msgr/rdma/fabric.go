@@ -63,11 +63,22 @@ const pollSleepMax = 2 * time.Millisecond
 // So the bound is the netpoller sleep's, for the same reason.
 const sreadSleepMax = pollSleepMax
 
+// Operation kinds, as completion contexts carry them (4 bits). The C kind
+// posted differs for some (cKind in post.go).
 const (
-	opRecv = 1
-	opSend = 2
-	opRead = 3
+	opRecv  = 1
+	opSend  = 2 // a frame from one of the link's send buffers
+	opRead  = 3 // a rendezvous read
+	opWrite = 5 // a rendezvous write
+	opCtl   = 6 // an RDV_READY or RDV_DONE frame from a control buffer
 )
+
+func cBool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 func ctxID(link uint32, op uint8, slot uint32) C.uint64_t {
 	return C.uint64_t(uint64(link)<<32 | uint64(op)<<28 | uint64(slot&(1<<28-1)))
@@ -103,6 +114,9 @@ type domain struct {
 	active     atomic.Int64
 	pollResume chan struct{}
 	srx        *srxPool // nil: every link posts its own receives
+	// rdvWrite: this domain's links offer the rendezvous by RDMA write
+	// (Config.Rendezvous), so its memory is registered for remote writes.
+	rdvWrite bool
 	// transfers counts rendezvous payloads moving: reads we posted and
 	// sources the peer has not finished reading. A software provider
 	// (tcp) moves them only inside our fi_cq_read calls and completes
@@ -141,6 +155,9 @@ type domain struct {
 	// rendezvous sends straight from a caller's registered payload, and
 	// those that copied the payload into a registered buffer first
 	zeroCopy, copied atomic.Uint64
+	// rendezvous payloads moved by our reads and by our writes
+	reads, writes atomic.Uint64
+	ctlRecvs      atomic.Int64 // receives for control frames, of the links alive
 }
 
 // cmOwner receives CM events for an endpoint.
@@ -157,6 +174,7 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 	}
 	d := &domain{
 		t: t, info: info, mrMode: uint64(C.osp_info_mr_mode(info)),
+		rdvWrite: t.cfg.Rendezvous.writes(C.GoString(C.osp_info_prov(info)), C.osp_info_saw(info) != 0),
 		name:     C.GoString(C.osp_info_domain(info)),
 		cmOwners: map[uintptr]cmOwner{}, large: map[int][]*region{},
 		listeners:  map[*listener]struct{}{},
@@ -642,7 +660,7 @@ func (d *domain) register(size int) (*region, error) {
 	key := d.nextKey
 	d.mu.Unlock()
 	var ckey C.uint64_t
-	if err := fiErrI("fi_mr_reg", C.osp_mr_reg(d.dom, unsafe.Pointer(&mem[0]), C.size_t(size), C.uint64_t(key), &r.mr, &r.desc, &ckey)); err != nil {
+	if err := fiErrI("fi_mr_reg", C.osp_mr_reg(d.dom, unsafe.Pointer(&mem[0]), C.size_t(size), C.uint64_t(key), cBool(d.rdvWrite), &r.mr, &r.desc, &ckey)); err != nil {
 		syscall.Munmap(mem)
 		return nil, fmt.Errorf("%w (check `ulimit -l`: registered memory must be lockable)", err)
 	}

@@ -44,6 +44,54 @@ type Config struct {
 	// NoSharedRecv makes every link post its own receives even where the
 	// provider has a shared receive context (srx.go).
 	NoSharedRecv bool
+	// Rendezvous chooses how a payload above BufSize moves: the receiver
+	// reads it (RDMA read) or has the sender write it (RDMA write).
+	// Default RendezvousAuto.
+	Rendezvous RendezvousMode
+}
+
+// RendezvousMode is how a large payload crosses a link.
+type RendezvousMode int
+
+const (
+	// RendezvousAuto writes on the software providers (tcp, sockets) and
+	// reads on the others (verbs). A software provider emulates RDMA read
+	// with a request and a response over its socket, which moved 0.65 to
+	// 0.77x of what a send or an RDMA write moves on tcp here
+	// (bench/rmabw, docs/benchmarks.md); a NIC reads in hardware, and the
+	// read needs no extra frame.
+	RendezvousAuto RendezvousMode = iota
+	// RendezvousRead: the receiver pulls the payload with fi_read.
+	RendezvousRead
+	// RendezvousWrite: the receiver sends the sender a destination
+	// (RDV_READY); the sender writes the payload there with fi_write and
+	// says so (RDV_DONE). Both ends must offer it, else the link reads.
+	RendezvousWrite
+)
+
+func (m RendezvousMode) String() string {
+	switch m {
+	case RendezvousAuto:
+		return "auto"
+	case RendezvousRead:
+		return "read"
+	case RendezvousWrite:
+		return "write"
+	}
+	return fmt.Sprintf("RendezvousMode(%d)", int(m))
+}
+
+// writes reports whether links of a domain on prov offer the write
+// rendezvous: asked for (or auto on a software provider) and possible,
+// which needs a send to be processed after the write posted before it.
+func (m RendezvousMode) writes(prov string, sendAfterWrite bool) bool {
+	switch m {
+	case RendezvousWrite:
+		return sendAfterWrite
+	case RendezvousAuto:
+		return sendAfterWrite && (prov == "tcp" || prov == "sockets")
+	}
+	return false
 }
 
 func (c *Config) setDefaults() {
@@ -114,6 +162,9 @@ func (t *Transport) MaxRecvWindow() int {
 		t.rxMax = t.cfg.MaxRecvWindow
 		if info, err := t.getinfo("127.0.0.1", "0", true); err == nil {
 			if rx := int(C.osp_info_rx_size(info)); rx > 0 {
+				if t.cfg.Rendezvous.writes(C.GoString(C.osp_info_prov(info)), C.osp_info_saw(info) != 0) {
+					rx -= ctlRecvs // the write rendezvous's control frames need their own
+				}
 				t.rxMax = min(t.rxMax, rx)
 			}
 			C.fi_freeinfo(info)
@@ -138,6 +189,13 @@ type Stats struct {
 	// Rendezvous sends: read by the peer straight from the caller's
 	// registered payload (Conn.AllocPayload), or from a copy.
 	ZeroCopySends, CopiedSends uint64
+	// Rendezvous payloads moved by an RDMA read we posted (we received
+	// them) or by an RDMA write we posted (we sent them): Config.Rendezvous.
+	RendezvousReads, RendezvousWrites uint64
+	// ControlRecvs are the receives posted for the write rendezvous's
+	// RDV_READY and RDV_DONE frames, beside the sessions' credits: part
+	// of RecvsPosted (or of the shared pool's buffers).
+	ControlRecvs int64
 }
 
 // Stats sums the counters of the transport's domains.
@@ -153,6 +211,9 @@ func (t *Transport) Stats() Stats {
 		s.PollerSleeps += d.pollStats.blocked.Load()
 		s.ZeroCopySends += d.zeroCopy.Load()
 		s.CopiedSends += d.copied.Load()
+		s.RendezvousReads += d.reads.Load()
+		s.RendezvousWrites += d.writes.Load()
+		s.ControlRecvs += d.ctlRecvs.Load()
 		if d.srx != nil {
 			d.srx.mu.Lock()
 			s.SharedRecvBufs += int64(d.srx.n)
@@ -235,16 +296,21 @@ func (t *Transport) domainFor(info *C.struct_fi_info) (*domain, error) {
 // each (u32): a sender never sends an inline frame larger than the peer's
 // receive buffers, whatever its own BufSize; our link tag (u64: link id and
 // a random token), which the peer attaches to its sends when we receive
-// from a shared pool; and flags (u32; bit 0: we do).
+// from a shared pool; and flags (u32; bit 0: we do; bit 1: we offer the
+// write rendezvous, with receives posted for its control frames).
 const cmDataSize = wire.BannerSize + 20
 
-const cmFlagSRX = 1
+const (
+	cmFlagSRX   = 1
+	cmFlagWrite = 2
+)
 
 type cmInfo struct {
-	features uint64
-	peerBuf  int
-	peerTag  uint64
-	peerSRX  bool
+	features  uint64
+	peerBuf   int
+	peerTag   uint64
+	peerSRX   bool
+	peerWrite bool
 }
 
 func cmData(bn wire.Banner, l *link) []byte {
@@ -253,9 +319,14 @@ func cmData(bn wire.Banner, l *link) []byte {
 	binary.LittleEndian.PutUint32(b[wire.BannerSize:], uint32(l.nrecv))
 	binary.LittleEndian.PutUint32(b[wire.BannerSize+4:], uint32(l.bufSize))
 	binary.LittleEndian.PutUint64(b[wire.BannerSize+8:], l.tag)
+	var flags uint32
 	if l.srx {
-		binary.LittleEndian.PutUint32(b[wire.BannerSize+16:], cmFlagSRX)
+		flags |= cmFlagSRX
 	}
+	if l.ctlRecv > 0 {
+		flags |= cmFlagWrite
+	}
+	binary.LittleEndian.PutUint32(b[wire.BannerSize+16:], flags)
 	return b
 }
 
@@ -274,7 +345,8 @@ func parseCM(mine wire.Banner, data []byte) (cm cmInfo, err error) {
 		return cm, &wire.Error{Kind: wire.ErrKindBanner, Msg: fmt.Sprintf("peer receive buffers of %d bytes, below %d", cm.peerBuf, minBuf)}
 	}
 	cm.peerTag = binary.LittleEndian.Uint64(data[wire.BannerSize+8:])
-	cm.peerSRX = binary.LittleEndian.Uint32(data[wire.BannerSize+16:])&cmFlagSRX != 0
+	flags := binary.LittleEndian.Uint32(data[wire.BannerSize+16:])
+	cm.peerSRX, cm.peerWrite = flags&cmFlagSRX != 0, flags&cmFlagWrite != 0
 	cm.features, err = wire.Negotiate(mine, peer)
 	return cm, err
 }
@@ -284,6 +356,7 @@ func (l *link) setPeer(cm cmInfo) {
 	l.features = cm.features
 	l.sendLimit = min(l.bufSize, cm.peerBuf)
 	l.peerTag, l.peerSRX = cm.peerTag, cm.peerSRX
+	l.rdvWrite = l.ctlRecv > 0 && cm.peerWrite
 }
 
 // Listen binds host:port and accepts connections through libfabric's CM.
@@ -448,8 +521,38 @@ const shutdownGrace = 100 * time.Millisecond
 const drainTimeout = 500 * time.Millisecond
 
 // rdvDesc is the data segment of a rendezvous frame: where the payload is
-// and the key to read it.
+// and the key to read it; of an RDV_READY frame: where to write it.
 const rdvDescSize = 20 // u64 address, u32 length, u64 key
+
+type rdvDesc struct {
+	addr uint64
+	n    int
+	key  uint64
+}
+
+func (d rdvDesc) put(b []byte) {
+	binary.LittleEndian.PutUint64(b, d.addr)
+	binary.LittleEndian.PutUint32(b[8:], uint32(d.n))
+	binary.LittleEndian.PutUint64(b[12:], d.key)
+}
+
+func parseDesc(b []byte) rdvDesc {
+	return rdvDesc{binary.LittleEndian.Uint64(b), int(binary.LittleEndian.Uint32(b[8:])), binary.LittleEndian.Uint64(b[12:])}
+}
+
+// The write rendezvous's control frames: each link that offers it posts
+// ctlRecvs receives for them beside its window (a peer has at most
+// maxReads RDV_READY or RDV_DONE frames of one link unanswered), and
+// sends them from ctlSlots small buffers after its send buffers.
+const (
+	ctlRecvs   = 2 * maxReads // RDV_READYs for our payloads, RDV_DONEs for the peer's
+	ctlSlots   = 2 * maxReads
+	ctlBufSize = 128 // an RDV_READY is 76 bytes, an RDV_DONE 48
+)
+
+// errConsumed: the receive held a frame of the link's own, which is not
+// handed up.
+var errConsumed = errors.New("rdma: link control frame")
 
 type rxEvent struct {
 	slot uint32
@@ -472,6 +575,11 @@ type link struct {
 	// sendLimit is the largest frame sent inline: our buffers and the
 	// peer's, from the connection data, whichever is smaller.
 	sendLimit int
+	// ctlRecv: receives posted for control frames (ctlRecvs when the
+	// domain offers the write rendezvous); rdvWrite: the peer offers it
+	// too, so our rendezvous payloads are written by the peer.
+	ctlRecv  int
+	rdvWrite bool
 
 	// srx: our receives come from the domain's shared pool (srx.go), and
 	// recv/recvBufs are unused; peerSRX: the peer's do, so our sends
@@ -486,14 +594,17 @@ type link struct {
 	recv     *region // nrecv receive buffers
 	recvDesc C.uintptr_t
 	recvBufs []*wire.Buffer
-	send     *region // SendSlots send buffers
+	send     *region // SendSlots send buffers, then ctlSlots control buffers
 	sendFree chan uint32
+	ctlFree  chan uint32
 
 	rx       chan rxEvent
 	readDone chan readDoneEv
 
-	// reader goroutine only: rendezvous reads in flight, frames in order
+	// reader goroutine only: rendezvous transfers in flight, frames in
+	// order; rdvSeen numbers the rendezvous frames received
 	pend      []*pendingRead
+	rdvSeen   uint32
 	readSlots [maxReads]*pendingRead
 	freeReads []uint32
 	readsOut  int
@@ -534,25 +645,36 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 	}
 	l := &link{
 		d: d, lim: opts.Limits, noCRC: opts.NoDataCRC, bufSize: cfg.BufSize, nrecv: nrecv,
-		rx: make(chan rxEvent, nrecv+16), readDone: make(chan readDoneEv, maxReads), connected: make(chan error, 1),
+		readDone: make(chan readDoneEv, maxReads), connected: make(chan error, 1),
 		closed: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots),
 	}
+	nctl := 0
+	if d.rdvWrite {
+		l.ctlRecv, nctl = ctlRecvs, ctlSlots
+	}
+	d.ctlRecvs.Add(int64(l.ctlRecv)) // freeRegions or Close takes it back
+	l.rx = make(chan rxEvent, l.recvs()+16)
 	var err error
 	// A full pool (or a provider without one) leaves the link its own
 	// receive queue.
-	l.srx = d.srx != nil && d.srx.reserve(nrecv) == nil
+	l.srx = d.srx != nil && d.srx.reserve(l.recvs()) == nil
 	if !l.srx {
-		if l.recv, err = d.register(nrecv * cfg.BufSize); err != nil {
+		if l.recv, err = d.register(l.recvs() * cfg.BufSize); err != nil {
+			l.freeRegions()
 			return nil, err
 		}
 		l.recvDesc = l.recv.desc
 	}
-	if l.send, err = d.register(cfg.SendSlots * cfg.BufSize); err != nil {
-		l.recv.free()
+	if l.send, err = d.register(cfg.SendSlots*cfg.BufSize + nctl*ctlBufSize); err != nil {
+		l.freeRegions()
 		return nil, err
 	}
 	for i := range cfg.SendSlots {
 		l.sendFree <- uint32(i)
+	}
+	l.ctlFree = make(chan uint32, nctl)
+	for i := range nctl {
+		l.ctlFree <- uint32(i)
 	}
 	for i := range maxReads {
 		l.freeReads = append(l.freeReads, uint32(maxReads-1-i))
@@ -578,8 +700,8 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 		l.local = d.name
 		return l, nil
 	}
-	l.recvBufs = make([]*wire.Buffer, nrecv)
-	for i := range nrecv {
+	l.recvBufs = make([]*wire.Buffer, l.recvs())
+	for i := range l.recvs() {
 		b := l.recv.mem[i*cfg.BufSize : (i+1)*cfg.BufSize : (i+1)*cfg.BufSize]
 		slot := uint32(i)
 		l.recvBufs[i] = wire.NewExternalBuffer(b, func(*wire.Buffer) { l.repost(slot) })
@@ -596,9 +718,14 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 	return l, nil
 }
 
+// recvs is the number of receives the link posts: its window and those
+// for control frames.
+func (l *link) recvs() int { return l.nrecv + l.ctlRecv }
+
 func (l *link) freeRegions() {
+	l.d.ctlRecvs.Add(-int64(l.ctlRecv))
 	if l.srx {
-		l.d.srx.unreserve(l.nrecv)
+		l.d.srx.unreserve(l.recvs())
 	}
 	if l.recv != nil {
 		l.recv.free()
@@ -711,6 +838,15 @@ func (l *link) complete(op uint8, slot uint32, n int, err error) {
 		case l.readDone <- readDoneEv{slot: slot, err: err}:
 		default:
 		}
+	case opCtl:
+		l.ctlDone(slot)
+		if err != nil {
+			l.fail(err)
+		}
+	case opWrite:
+		if err != nil {
+			l.fail(err)
+		}
 	}
 }
 
@@ -766,8 +902,9 @@ func (l *link) closeEndpoint() {
 		l.postMu.Unlock()
 	}
 	l.d.retire(l.send)
+	l.d.ctlRecvs.Add(-int64(l.ctlRecv))
 	if l.srx {
-		l.d.srx.unreserve(l.nrecv)
+		l.d.srx.unreserve(l.recvs())
 	}
 	l.rdvMu.Lock()
 	for _, src := range l.rdvOut {
@@ -802,8 +939,8 @@ func (l *link) maybeFreeRecv() {
 
 // ReadFrame returns the next frame. Inline frames point into the receive
 // buffer, which is posted again when the frame is released; a rendezvous
-// frame's payload is pulled by RDMA read into a registered buffer of its
-// own first.
+// frame's payload is first moved into a registered buffer of its own, by
+// our RDMA read or by the peer's RDMA write (Config.Rendezvous).
 func (l *link) ReadFrame(f *wire.Frame) (err error) {
 	l.readMu.Lock()
 	defer l.readMu.Unlock()
@@ -815,7 +952,7 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 	}()
 	for {
 		// Frames leave in the order they arrived: a rendezvous frame
-		// whose read is still running holds back the ones behind it.
+		// whose payload is still moving holds back the ones behind it.
 		if len(l.pend) > 0 && l.pend[0].done {
 			p := l.pend[0]
 			// Shift rather than reslice, so the queue's array is reused.
@@ -824,19 +961,17 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 			l.pend = l.pend[:n]
 			return l.finish(p, f)
 		}
-		rx := l.rx
-		if l.readsOut >= maxReads {
-			rx = nil // enough reads in flight: wait for one to finish
-		}
 		// Poll for our own completions rather than sleep, if no other
 		// reader of the domain does; the select below then finds them.
-		l.d.pollFor(l, rx != nil)
-		if rx != nil && len(l.pend) == 0 {
+		// Receives are taken even with every transfer slot busy: the
+		// RDV_DONE that frees one comes as a receive.
+		l.d.pollFor(l, true)
+		if len(l.pend) == 0 {
 			// The common case, a frame with nothing ahead of it, without
 			// the multi-way select below. Only with nothing pending: a
 			// read's completion must not wait behind a stream of frames.
 			select {
-			case ev := <-rx:
+			case ev := <-l.rx:
 				if done, err := l.received(ev, f); done {
 					return err
 				}
@@ -845,17 +980,12 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 			}
 		}
 		select {
-		case ev := <-rx:
+		case ev := <-l.rx:
 			if done, err := l.received(ev, f); done {
 				return err
 			}
 		case d := <-l.readDone:
-			p := l.readSlots[d.slot]
-			l.readSlots[d.slot] = nil
-			l.freeReads = append(l.freeReads, d.slot)
-			l.readsOut--
-			l.d.transfers.Add(-1)
-			p.done, p.err = true, d.err
+			l.transferDone(d.slot, d.err)
 		case <-l.closed:
 			select {
 			case ev := <-l.rx:
@@ -864,8 +994,11 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 					return net.ErrClosed
 				}
 				p, err := l.frameFrom(ev, f)
-				if err == nil && p != nil {
-					return net.ErrClosed // its read cannot finish now
+				if p != nil {
+					l.pend = append(l.pend, p) // for dropPending
+				}
+				if err == nil && p != nil || err == errConsumed {
+					return net.ErrClosed // its payload cannot come now
 				}
 				return err
 			default:
@@ -876,10 +1009,13 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 }
 
 // received takes the receive ev for ReadFrame: done when f is the next
-// frame (or err ends the read); otherwise it joined the pending queue.
+// frame (or err ends the read); otherwise it was the link's own frame or it
+// joined the pending queue.
 func (l *link) received(ev rxEvent, f *wire.Frame) (done bool, err error) {
 	p, err := l.frameFrom(ev, f)
 	switch {
+	case err == errConsumed:
+		return false, nil
 	case err != nil:
 		return true, err
 	case p == nil && len(l.pend) == 0:
@@ -904,14 +1040,16 @@ func (l *link) unread(ev rxEvent) {
 }
 
 // dropPending lets go of frames the reader will never deliver, after an
-// error ended the link: inline ones release their receive buffer, reads
-// retire their destination (the provider may still write into it until
-// the endpoint is gone).
+// error ended the link: inline ones and those waiting for a transfer slot
+// release their receive buffer, transfers retire their destination (the
+// provider may still write into it until the endpoint is gone).
 func (l *link) dropPending() {
 	for i, p := range l.pend {
 		switch {
 		case p.inline:
 			p.f.Release()
+		case p.waiting:
+			p.buf.Release()
 		case p.r != nil:
 			l.d.inUse.Add(-1)
 			l.d.retire(p.r)
@@ -924,11 +1062,13 @@ func (l *link) dropPending() {
 	clear(l.readSlots[:])
 }
 
-// maxReads bounds the rendezvous reads one link has in flight.
+// maxReads bounds the rendezvous transfers one link has in flight: reads
+// it posted, or destinations it offered the peer's writes.
 const maxReads = 16
 
 // pendingRead is a received frame waiting for its turn: a rendezvous whose
-// payload is being read, or an inline frame queued behind one.
+// payload is moving (or waiting for a transfer slot), or an inline frame
+// queued behind one.
 type pendingRead struct {
 	f        wire.Frame
 	r        *region
@@ -938,6 +1078,13 @@ type pendingRead struct {
 	done     bool
 	inline   bool
 	err      error
+	// id numbers the rendezvous frame on the link (rdvSeen); a waiting
+	// frame keeps its receive buffer (buf) and the descriptor until a
+	// transfer slot is free.
+	id      uint32
+	waiting bool
+	buf     *wire.Buffer
+	src     rdvDesc
 }
 
 type readDoneEv struct {
@@ -946,7 +1093,8 @@ type readDoneEv struct {
 }
 
 // frameFrom turns a receive completion into an inline frame in f, or, for
-// a rendezvous frame, starts the RDMA read of its payload and returns it.
+// a rendezvous frame, starts moving its payload and returns it; a control
+// frame of the link's own is handled here (errConsumed).
 func (l *link) frameFrom(ev rxEvent, f *wire.Frame) (*pendingRead, error) {
 	if ev.err != nil {
 		return nil, ev.err
@@ -975,8 +1123,11 @@ func (l *link) frameFrom(ev rxEvent, f *wire.Frame) (*pendingRead, error) {
 		return nil, err
 	}
 	l.peerReadsDone(f.LinkWord)
+	if f.Tag.LinkOnly() {
+		return nil, l.control(f, buf, b)
+	}
 	if f.Flags&wire.FlagRendezvous != 0 {
-		return l.startRendezvous(f, buf, b)
+		return l.rendezvous(f, buf, b)
 	}
 	if f.WireSize() != ev.n {
 		buf.Release()
@@ -997,47 +1148,225 @@ func (l *link) frameFrom(ev rxEvent, f *wire.Frame) (*pendingRead, error) {
 	return nil, nil
 }
 
-// startRendezvous posts the RDMA read of a rendezvous frame's payload into
-// a registered buffer; the receive buffer goes back at once.
-func (l *link) startRendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRead, error) {
+// rendezvous takes a rendezvous frame: it checks the descriptor and starts
+// moving the payload, or queues the frame until a transfer slot is free.
+func (l *link) rendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRead, error) {
 	if f.DataLen != rdvDescSize || f.WireSize() != len(b) {
 		buf.Release()
 		return nil, &wire.Error{Kind: wire.ErrKindMalformed, Msg: "bad rendezvous descriptor"}
 	}
-	front := b[wire.PreambleSize : wire.PreambleSize+int(f.FrontLen)]
-	desc := b[wire.PreambleSize+len(front):]
-	raddr := binary.LittleEndian.Uint64(desc)
-	size := int(binary.LittleEndian.Uint32(desc[8:]))
-	rkey := binary.LittleEndian.Uint64(desc[12:])
-	if uint32(size) > l.lim.MaxData {
+	src := parseDesc(b[wire.PreambleSize+int(f.FrontLen):])
+	if uint32(src.n) > l.lim.MaxData {
 		buf.Release()
-		return nil, &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rendezvous payload of %d bytes exceeds the limit of %d", size, l.lim.MaxData)}
-	}
-	r, err := l.d.getLarge(len(front) + size)
-	if err != nil {
-		buf.Release()
-		return nil, err
+		return nil, &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rendezvous payload of %d bytes exceeds the limit of %d", src.n, l.lim.MaxData)}
 	}
 	p := l.newPending()
-	p.f, p.r, p.frontLen, p.size = *f, r, len(front), size
+	p.f, p.buf, p.frontLen, p.size, p.src = *f, buf, int(f.FrontLen), src.n, src
+	p.id = l.rdvSeen
+	l.rdvSeen++
 	p.epi = [wire.EpilogueSize]byte(b[len(b)-wire.EpilogueSize:])
-	copy(r.mem, front)
-	buf.Release() // the receive goes back before the read
+	if len(l.freeReads) == 0 {
+		p.waiting = true
+		return p, nil
+	}
+	if err := l.startTransfer(p); err != nil {
+		l.putPending(p)
+		return nil, err
+	}
+	return p, nil
+}
+
+// startTransfer moves p's payload into a registered buffer of its own:
+// it posts the RDMA read, or offers the buffer to the peer's RDMA write
+// (RDV_READY). The frame's receive buffer goes back first.
+func (l *link) startTransfer(p *pendingRead) error {
+	buf := p.buf
+	p.buf, p.waiting = nil, false
+	r, err := l.d.getLarge(p.frontLen + p.size)
+	if err != nil {
+		buf.Release()
+		return err
+	}
+	copy(r.mem, buf.B[wire.PreambleSize:wire.PreambleSize+p.frontLen])
+	buf.Release()
 	slot := l.freeReads[len(l.freeReads)-1]
 	l.epMu.RLock()
-	defer l.epMu.RUnlock()
 	if l.dead.Load() {
+		l.epMu.RUnlock()
 		l.d.putLarge(r)
-		l.putPending(p)
-		return nil, net.ErrClosed
+		return net.ErrClosed
 	}
-	// A read the provider refuses comes back as a failed read (post.go).
-	l.d.post(postOp{l: l, kind: opRead, slot: slot, buf: r.ptr(len(front)), n: size, desc: r.desc, raddr: raddr, rkey: rkey})
+	p.r = r
 	l.freeReads = l.freeReads[:len(l.freeReads)-1]
 	l.readSlots[slot] = p
 	l.readsOut++
 	l.d.transfers.Add(1)
-	return p, nil
+	if !l.rdvWrite {
+		// A read the provider refuses comes back as a failed read (post.go).
+		l.d.post(postOp{l: l, kind: opRead, slot: slot, buf: r.ptr(p.frontLen), n: p.size, desc: r.desc, raddr: p.src.addr, rkey: p.src.key})
+		l.d.reads.Add(1)
+		l.epMu.RUnlock()
+		return nil
+	}
+	l.epMu.RUnlock()
+	l.sendCtl(wire.TagRdvReady, uint64(slot)<<32|uint64(p.id), rdvDesc{r.remoteAddr(p.frontLen), p.size, r.key})
+	return nil
+}
+
+// transferDone marks the transfer in slot finished (its read completed or
+// its RDV_DONE came) and starts those waiting for a slot, in order.
+func (l *link) transferDone(slot uint32, err error) {
+	p := l.readSlots[slot]
+	if p == nil {
+		return // dropped with the link
+	}
+	l.readSlots[slot] = nil
+	l.freeReads = append(l.freeReads, slot)
+	l.readsOut--
+	l.d.transfers.Add(-1)
+	p.done, p.err = true, err
+	for _, q := range l.pend {
+		if len(l.freeReads) == 0 {
+			break
+		}
+		if q.waiting {
+			if err := l.startTransfer(q); err != nil {
+				q.done, q.err = true, err
+			}
+		}
+	}
+}
+
+// control handles the write rendezvous's frames: an RDV_READY asks us to
+// write a payload we sent, an RDV_DONE says the peer wrote one we receive.
+// It returns errConsumed, or the error that ends the link.
+func (l *link) control(f *wire.Frame, buf *wire.Buffer, b []byte) error {
+	dst, err := l.checkControl(f, b)
+	// Posted again before anything is sent: the peer's next control
+	// frame may need it.
+	buf.Release()
+	if err != nil {
+		return err
+	}
+	if f.Tag == wire.TagRdvDone {
+		l.transferDone(uint32(f.Seq>>32), nil)
+		return errConsumed
+	}
+	return l.writePayload(f.Seq, dst)
+}
+
+// checkControl validates a control frame in b and returns an RDV_READY's
+// destination.
+func (l *link) checkControl(f *wire.Frame, b []byte) (rdvDesc, error) {
+	if !l.rdvWrite {
+		return rdvDesc{}, &wire.Error{Kind: wire.ErrKindProtocol, Msg: fmt.Sprintf("%v frame, but the write rendezvous was not agreed", f.Tag)}
+	}
+	if f.WireSize() != len(b) {
+		return rdvDesc{}, &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("%v frame says %d bytes, the receive got %d", f.Tag, f.WireSize(), len(b))}
+	}
+	id, slot := uint32(f.Seq), uint32(f.Seq>>32)
+	if f.Tag == wire.TagRdvDone {
+		if slot >= maxReads || l.readSlots[slot] == nil || l.readSlots[slot].id != id {
+			return rdvDesc{}, &wire.Error{Kind: wire.ErrKindProtocol, Msg: fmt.Sprintf("RDV_DONE for rendezvous %d in slot %d, which is not being written", id, slot)}
+		}
+		return rdvDesc{}, nil
+	}
+	if f.DataLen != rdvDescSize {
+		return rdvDesc{}, &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("RDV_READY with %d bytes of data, want %d", f.DataLen, rdvDescSize)}
+	}
+	d := b[wire.PreambleSize : wire.PreambleSize+rdvDescSize]
+	if err := wire.CheckEpilogue(b[len(b)-wire.EpilogueSize:], nil, d, false); err != nil {
+		return rdvDesc{}, err
+	}
+	return parseDesc(d), nil
+}
+
+// writePayload writes the payload of our rendezvous frame number
+// uint32(seq) where the peer's RDV_READY says, and sends RDV_DONE behind
+// it: the provider processes a send after the writes posted before it
+// (FI_ORDER_SAW, checked when the domain opened), so the payload is in
+// place when RDV_DONE arrives. The source stays ours until the peer's link
+// word says it handed the frame up, as after a read.
+func (l *link) writePayload(seq uint64, dst rdvDesc) error {
+	l.epMu.RLock()
+	if l.dead.Load() {
+		l.epMu.RUnlock()
+		return net.ErrClosed
+	}
+	l.rdvMu.Lock()
+	k := uint32(seq) - l.rdvFreed
+	var src rdvSource
+	ok := k < uint32(len(l.rdvOut))
+	if ok {
+		src = l.rdvOut[k]
+	}
+	l.rdvMu.Unlock()
+	if !ok || src.n != dst.n {
+		l.epMu.RUnlock()
+		return &wire.Error{Kind: wire.ErrKindProtocol, Msg: fmt.Sprintf("RDV_READY for rendezvous %d of %d bytes, which is not outstanding", uint32(seq), dst.n)}
+	}
+	// A write the provider refuses fails the link (post.go).
+	l.d.post(postOp{l: l, kind: opWrite, buf: src.ptr, n: dst.n, desc: src.desc, raddr: dst.addr, rkey: dst.key})
+	l.d.writes.Add(1)
+	l.epMu.RUnlock()
+	l.sendCtl(wire.TagRdvDone, seq, rdvDesc{})
+	return errConsumed
+}
+
+// sendCtl sends a control frame from one of the link's control buffers,
+// with dst as its data when dst.n > 0 (RDV_READY).
+// One is free but for a moment: a peer has at most maxReads of our
+// RDV_READY and maxReads of our RDV_DONE unanswered, and each is
+// answered only after it was delivered.
+func (l *link) sendCtl(tag wire.Tag, seq uint64, dst rdvDesc) {
+	slot, ok := takeSlot(l.ctlFree, l.closed)
+	if !ok {
+		return
+	}
+	l.epMu.RLock()
+	defer l.epMu.RUnlock()
+	if l.dead.Load() {
+		return
+	}
+	off := l.d.t.cfg.SendSlots*l.bufSize + int(slot)*ctlBufSize
+	b := l.send.mem[off : off+ctlBufSize]
+	p := wire.Preamble{Tag: tag, Seq: seq, LinkWord: l.rdvReadCnt.Load()}
+	if dst.n > 0 {
+		p.DataLen = rdvDescSize
+	}
+	n := p.WireSize()
+	p.Put(b)
+	if dst.n > 0 {
+		desc := b[wire.PreambleSize : wire.PreambleSize+rdvDescSize]
+		dst.put(desc)
+		wire.PutEpilogue(b[n-wire.EpilogueSize:], 0, wire.CRC(desc))
+	}
+	l.d.post(postOp{l: l, kind: opCtl, slot: slot, buf: unsafe.Pointer(&b[0]), n: n, desc: l.send.desc,
+		imm: l.peerSRX, data: l.peerTag})
+}
+
+// ctlDone gives a control buffer back once its send is over.
+func (l *link) ctlDone(slot uint32) {
+	select {
+	case l.ctlFree <- slot:
+	default:
+	}
+}
+
+// takeSlot takes a free buffer's index from free, waiting for one unless
+// closed is closed first.
+func takeSlot(free chan uint32, closed chan struct{}) (uint32, bool) {
+	select {
+	case s := <-free: // the common case, without the two-way select
+		return s, true
+	default:
+	}
+	select {
+	case s := <-free:
+		return s, true
+	case <-closed:
+		return 0, false
+	}
 }
 
 // newPending and putPending recycle pendingReads (reader goroutine only),
@@ -1066,8 +1395,10 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 	if p.err != nil {
 		// The provider may still write into the buffer: retire it
 		// rather than put it back in the cache.
-		l.d.inUse.Add(-1)
-		l.d.retire(p.r)
+		if p.r != nil {
+			l.d.inUse.Add(-1)
+			l.d.retire(p.r)
+		}
 		return p.err
 	}
 	l.rdvReadCnt.Add(1)
@@ -1085,15 +1416,20 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 	return nil
 }
 
-// peerReadsDone frees our rendezvous source buffers the peer has read.
+// peerReadsDone frees our rendezvous source buffers the peer has moved,
+// as its link word (count) says. A count behind ours is ignored: control
+// frames, sent by the reader, can pass the writer's frames with an older
+// count.
 func (l *link) peerReadsDone(count uint32) {
 	l.rdvMu.Lock()
 	k := 0
-	for l.rdvFreed != count && k < len(l.rdvOut) {
-		l.rdvOut[k].release(l.d)
-		k++
-		l.rdvFreed++
+	if ahead := count - l.rdvFreed; int32(ahead) > 0 {
+		k = min(int(ahead), len(l.rdvOut))
 	}
+	for i := range k {
+		l.rdvOut[i].release(l.d)
+	}
+	l.rdvFreed += uint32(k)
 	if k > 0 {
 		n := copy(l.rdvOut, l.rdvOut[k:])
 		clear(l.rdvOut[n:])
@@ -1102,12 +1438,16 @@ func (l *link) peerReadsDone(count uint32) {
 	l.rdvMu.Unlock()
 }
 
-// rdvSource is what a rendezvous frame's payload is read from until the
-// peer has read it: a registered copy (r), or the caller's own registered
-// buffer (b), on which the link holds a reference.
+// rdvSource is what a rendezvous frame's payload is moved from until the
+// peer has it: a registered copy (r), or the caller's own registered
+// buffer (b), on which the link holds a reference; ptr, n and desc are the
+// payload for an RDMA write of ours.
 type rdvSource struct {
-	r *region
-	b *wire.Buffer
+	r    *region
+	b    *wire.Buffer
+	ptr  unsafe.Pointer
+	n    int
+	desc C.uintptr_t
 }
 
 func (s rdvSource) release(d *domain) {
@@ -1123,22 +1463,23 @@ func (s rdvSource) release(d *domain) {
 // from the caller's buffer when it is memory this domain registered
 // (AllocPayload), else from a registered copy.
 func (l *link) rendezvousSource(f *wire.Frame) (src rdvSource, addr, key uint64, err error) {
+	n := len(f.Data)
 	if f.Buf != nil {
 		if r, ok := f.Buf.Owner.(*region); ok && r.d == l.d {
 			if off, ok := r.holds(f.Data); ok {
 				f.Buf.Ref()
 				l.d.zeroCopy.Add(1)
-				return rdvSource{b: f.Buf}, r.remoteAddr(off), r.key, nil
+				return rdvSource{b: f.Buf, ptr: r.ptr(off), n: n, desc: r.desc}, r.remoteAddr(off), r.key, nil
 			}
 		}
 	}
-	r, err := l.d.getLarge(len(f.Data))
+	r, err := l.d.getLarge(n)
 	if err != nil {
 		return rdvSource{}, 0, 0, err
 	}
 	copy(r.mem, f.Data)
 	l.d.copied.Add(1)
-	return rdvSource{r: r}, r.remoteAddr(0), r.key, nil
+	return rdvSource{r: r, ptr: r.ptr(0), n: n, desc: r.desc}, r.remoteAddr(0), r.key, nil
 }
 
 // AllocPayload hands out registered memory for a payload too large to go
@@ -1168,15 +1509,9 @@ func (l *link) WriteFrames(frames []wire.Frame) error {
 }
 
 func (l *link) writeFrame(f *wire.Frame) error {
-	var slot uint32
-	select {
-	case slot = <-l.sendFree: // the common case, without the two-way select
-	default:
-		select {
-		case slot = <-l.sendFree:
-		case <-l.closed:
-			return net.ErrClosed
-		}
+	slot, ok := takeSlot(l.sendFree, l.closed)
+	if !ok {
+		return net.ErrClosed
 	}
 	l.epMu.RLock()
 	defer l.epMu.RUnlock()
@@ -1213,10 +1548,7 @@ func (l *link) writeFrame(f *wire.Frame) error {
 		n = p.WireSize()
 		p.Put(sb)
 		copy(sb[wire.PreambleSize:], f.Front)
-		desc := sb[wire.PreambleSize+len(f.Front):]
-		binary.LittleEndian.PutUint64(desc, addr)
-		binary.LittleEndian.PutUint32(desc[8:], uint32(len(f.Data)))
-		binary.LittleEndian.PutUint64(desc[12:], key)
+		rdvDesc{addr, len(f.Data), key}.put(sb[wire.PreambleSize+len(f.Front):])
 		wire.PutEpilogue(sb[n-wire.EpilogueSize:], wire.CRC(f.Front), dcrc)
 		l.rdvMu.Lock()
 		l.rdvOut = append(l.rdvOut, src)

@@ -39,7 +39,7 @@ const postBatch = 64
 // receive pool's (srx.go); a send with imm carries data as remote CQ data.
 type postOp struct {
 	l           *link
-	kind        uint8 // opRecv, opSend, opRead
+	kind        uint8 // opRecv, opSend, opRead, opWrite, opCtl
 	slot        uint32
 	buf         unsafe.Pointer
 	n           int
@@ -49,8 +49,23 @@ type postOp struct {
 	data        uint64
 }
 
-// opSendData is the C kind of a send with remote CQ data.
-const opSendData = 4
+// The C kinds of osp_post (shim.h) that differ from the Go ones.
+const (
+	cSend     = 2
+	cSendData = 4 // a send with remote CQ data
+)
+
+// cKind is what osp_post does for op: a control frame is a send, and a send
+// to a peer that receives from a shared pool carries its link tag.
+func (op *postOp) cKind() C.int32_t {
+	switch {
+	case op.imm:
+		return cSendData
+	case op.kind == opCtl:
+		return cSend
+	}
+	return C.int32_t(op.kind)
+}
 
 // postQueue is the domain's FIFO of operations not yet posted. Anyone
 // pushes; only the token holder looks at or pops the head.
@@ -130,10 +145,7 @@ func (d *domain) preparePosts() C.int {
 		c := &p.cops[p.nlive]
 		c.ep, c.buf, c.len, c.desc = ep, op.buf, C.uint64_t(op.n), op.desc
 		c.raddr, c.rkey, c.ctx = C.uint64_t(op.raddr), C.uint64_t(op.rkey), ctxID(id, op.kind, op.slot)
-		c.kind, c.rc, c.data = C.int32_t(op.kind), 0, C.uint64_t(op.data)
-		if op.imm {
-			c.kind = opSendData
-		}
+		c.kind, c.rc, c.data = op.cKind(), 0, C.uint64_t(op.data)
 		p.liveIdx[p.nlive] = i
 		p.nlive++
 	}
@@ -178,7 +190,7 @@ func (d *domain) settlePosts(nposted C.int) (again bool) {
 	return again
 }
 
-var opName = [...]string{opRecv: "fi_recv", opSend: "fi_send", opRead: "fi_read"}
+var opName = [...]string{opRecv: "fi_recv", opSend: "fi_send", opRead: "fi_read", opWrite: "fi_write", opCtl: "fi_send"}
 
 // postQueued posts up to postBatch queued operations in one cgo call and
 // reports whether the provider refused one for now. Caller holds the token.
@@ -267,6 +279,19 @@ func (l *link) posted(kind uint8, slot uint32, err error, tried bool) {
 			case l.readDone <- readDoneEv{slot: slot, err: err}:
 			default:
 			}
+		}
+	case opCtl:
+		if err != nil {
+			l.ctlDone(slot)
+			if tried {
+				l.fail(err)
+			}
+		}
+	case opWrite:
+		// The peer's transfer waits for the RDV_DONE behind this write:
+		// without the write, the link cannot go on.
+		if err != nil && tried {
+			l.fail(err)
 		}
 	}
 }

@@ -169,6 +169,16 @@ func TestRDMACreditExhaustionTinyWindow(t *testing.T) {
 func forEachRecvMode(t *testing.T, test func(*testing.T, rdma.Config)) {
 	t.Run("SharedPool", func(t *testing.T) { test(t, rdma.Config{}) })
 	t.Run("PerEndpoint", func(t *testing.T) { test(t, rdma.Config{NoSharedRecv: true}) })
+	// Without the write rendezvous's control receives: the receives
+	// posted are then the credits alone.
+	t.Run("ReadRendezvous", func(t *testing.T) { test(t, rdma.Config{Rendezvous: rdma.RendezvousRead}) })
+}
+
+// creditRecvs is the receives of tr posted for the sessions' credits: all
+// but those for the write rendezvous's control frames.
+func creditRecvs(tr *rdma.Transport) int64 {
+	st := tr.Stats()
+	return st.RecvsPosted - st.ControlRecvs
 }
 
 func testCreditExhaustion(t *testing.T, cfg rdma.Config) {
@@ -186,8 +196,8 @@ func testCreditExhaustion(t *testing.T, cfg rdma.Config) {
 	c := connect(t, cli, addr, "osd.0")
 	sc := onlyConn(t, srv)
 
-	// Sample the receives posted while the flood runs: never more than
-	// the window on either side.
+	// Sample the receives posted for credits while the flood runs: never
+	// more than the window on either side.
 	var maxPosted atomic.Int64
 	stopSampling := make(chan struct{})
 	sampled := make(chan struct{})
@@ -195,7 +205,7 @@ func testCreditExhaustion(t *testing.T, cfg rdma.Config) {
 		defer close(sampled)
 		for {
 			for _, tr := range []*rdma.Transport{trS, trC} {
-				if p := tr.Stats().RecvsPosted; p > maxPosted.Load() {
+				if p := creditRecvs(tr); p > maxPosted.Load() {
 					maxPosted.Store(p)
 				}
 			}
@@ -244,8 +254,11 @@ func testCreditExhaustion(t *testing.T, cfg rdma.Config) {
 	}
 	// Quiet again: every receive buffer is posted again, one per credit.
 	msgrtest.Eventually(t, 10*time.Second, "all receive buffers posted again", func() bool {
-		return trS.Stats().RecvsPosted == window && trC.Stats().RecvsPosted == window
+		return creditRecvs(trS) == window && creditRecvs(trC) == window
 	})
+	if cfg.Rendezvous == rdma.RendezvousRead && trS.Stats().ControlRecvs != 0 {
+		t.Fatalf("%d control receives with the read rendezvous", trS.Stats().ControlRecvs)
+	}
 }
 
 // inlineMax is the largest data payload that goes inline with a 16-byte
@@ -257,13 +270,39 @@ func inlineMax(bufSize int) int { return bufSize - wire.PreambleSize - 16 - wire
 // its data and the recorder checks it on arrival, so a short, shifted or
 // stale RDMA read fails the test. The high-water mark of registered memory
 // proves the big ones went by rendezvous (a registered copy on the sender,
-// a registered destination on the receiver), not inline.
+// a registered destination on the receiver), not inline. Both ways of
+// moving them run: RDMA read and RDMA write.
 func TestRDMARendezvousPayloadSizes(t *testing.T) {
+	eachRendezvous(t, testRendezvousPayloadSizes)
+}
+
+// eachRendezvous runs test once per rendezvous mode.
+func eachRendezvous(t *testing.T, test func(t *testing.T, mode rdma.RendezvousMode)) {
+	for _, m := range []rdma.RendezvousMode{rdma.RendezvousRead, rdma.RendezvousWrite} {
+		t.Run(m.String(), func(t *testing.T) { test(t, m) })
+	}
+}
+
+// checkMoved checks that n rendezvous payloads from snd to rcv moved the
+// way mode says: read by the receiver, or written by the sender.
+func checkMoved(t *testing.T, mode rdma.RendezvousMode, snd, rcv *rdma.Transport, n uint64) {
+	t.Helper()
+	s, r := snd.Stats(), rcv.Stats()
+	reads, writes := n, uint64(0)
+	if mode == rdma.RendezvousWrite {
+		reads, writes = 0, n
+	}
+	if r.RendezvousReads != reads || s.RendezvousWrites != writes {
+		t.Fatalf("%v rendezvous of %d payloads: the receiver read %d, the sender wrote %d", mode, n, r.RendezvousReads, s.RendezvousWrites)
+	}
+}
+
+func testRendezvousPayloadSizes(t *testing.T, mode rdma.RendezvousMode) {
 	const (
 		bufSize = 16 << 10
 		maxMsg  = 64 << 20
 	)
-	cfg := rdma.Config{BufSize: bufSize, MemBudget: 512 << 20}
+	cfg := rdma.Config{BufSize: bufSize, MemBudget: 512 << 20, Rendezvous: mode}
 	trS, trC := ownTransport(t, cfg), ownTransport(t, cfg)
 	win := func(o *msgr.Options) { o.RecvWindowMsgs = 16 }
 	srvRec := msgrtest.NewRecorder(t)
@@ -275,9 +314,12 @@ func TestRDMARendezvousPayloadSizes(t *testing.T) {
 
 	im := inlineMax(bufSize)
 	sizes := []int{0, 1, 100, 16<<10 - 100, im, im + 1, 16 << 10, 16<<10 + 1, 64 << 10, 1 << 20, 7<<20 + 3, maxMsg - 16}
-	var want uint64
+	var want, big uint64
 	for _, n := range sizes {
 		want += uint64(16 + n)
+		if n > im {
+			big++
+		}
 	}
 	before := trC.Stats().HighWaterBytes
 	sendAll(t, c, 1, 0, len(sizes), func(i int) []byte { return fill(sizes[i], uint64(i)) })
@@ -297,6 +339,7 @@ func TestRDMARendezvousPayloadSizes(t *testing.T) {
 	if hw := trS.Stats().HighWaterBytes; hw < 64<<20 {
 		t.Fatalf("receiver's registered high water %d bytes: no registered destination for the rendezvous reads", hw)
 	}
+	checkMoved(t, mode, trC, trS, big)
 	// Everything read has been released: no rendezvous buffer in use.
 	msgrtest.Eventually(t, 10*time.Second, "rendezvous buffers returned", func() bool {
 		return trS.Stats().BuffersInUse == 0 && trC.Stats().BuffersInUse == 0
@@ -1145,7 +1188,7 @@ func TestRDMASharedReceivePool(t *testing.T) {
 		}
 		wg.Wait()
 		waitDelivered(t, srvRec, ids, n, 60*time.Second, nil)
-		if st := trS.Stats(); st.SharedRecvBufs != clients*window {
+		if st := trS.Stats(); st.SharedRecvBufs != clients*window+st.ControlRecvs {
 			t.Fatalf("shared pool of %d buffers for %d sessions of window %d: %+v", st.SharedRecvBufs, clients, window, st)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

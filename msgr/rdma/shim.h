@@ -47,6 +47,9 @@ static const char *osp_info_domain(struct fi_info *i) { return i->domain_attr->n
 static size_t osp_info_max_msg(struct fi_info *i) { return i->ep_attr->max_msg_size; }
 static size_t osp_info_rx_size(struct fi_info *i) { return i->rx_attr->size; }
 static size_t osp_info_tx_size(struct fi_info *i) { return i->tx_attr->size; }
+// A send posted after an RDMA write is processed after it (FI_ORDER_SAW):
+// the write rendezvous's RDV_DONE relies on it.
+static int osp_info_saw(struct fi_info *i) { return (i->tx_attr->msg_order & FI_ORDER_SAW) != 0; }
 static void *osp_info_handle(struct fi_info *i) { return i->handle; }
 
 // osp_fabric_domain opens the fabric, domain, EQ and CQ; *wait_obj says
@@ -172,9 +175,14 @@ static ssize_t osp_eq_read(struct fid_eq *eq, uint32_t *event, void **fid, struc
 	return rc;
 }
 
-static int osp_mr_reg(struct fid_domain *dom, void *buf, size_t len, uint64_t key,
+// osp_mr_reg registers buf for sends, receives and RDMA reads both ways;
+// with remote_write also as the target of a peer's RDMA write, which only a
+// domain that does the write rendezvous grants (link.go).
+static int osp_mr_reg(struct fid_domain *dom, void *buf, size_t len, uint64_t key, int remote_write,
                       struct fid_mr **mr, uintptr_t *desc, uint64_t *outkey) {
-	int rc = fi_mr_reg(dom, buf, len, FI_SEND | FI_RECV | FI_READ | FI_REMOTE_READ, 0, key, 0, mr, NULL);
+	uint64_t access = FI_SEND | FI_RECV | FI_READ | FI_REMOTE_READ;
+	if (remote_write) access |= FI_WRITE | FI_REMOTE_WRITE;
+	int rc = fi_mr_reg(dom, buf, len, access, 0, key, 0, mr, NULL);
 	if (rc) return rc;
 	*desc = (uintptr_t)fi_mr_desc(*mr);
 	*outkey = fi_mr_key(*mr);
@@ -184,7 +192,8 @@ static int osp_mr_reg(struct fid_domain *dom, void *buf, size_t len, uint64_t ke
 
 // One data-path operation queued on the Go side (msgr/rdma/post.go): kind 1
 // receive (on an endpoint or a shared receive context), 2 send, 3 RDMA
-// read, 4 send with remote CQ data (the Go op constants); rc is its result.
+// read, 4 send with remote CQ data, 5 RDMA write (the Go op constants and
+// cKind); rc is its result.
 struct osp_op {
 	struct fid_ep *ep;
 	void *buf;
@@ -206,6 +215,7 @@ static int osp_post(struct osp_op *ops, int n) {
 		case 2: rc = fi_send(o->ep, o->buf, o->len, (void *)o->desc, 0, (void *)(uintptr_t)o->ctx); break;
 		case 3: rc = fi_read(o->ep, o->buf, o->len, (void *)o->desc, 0, o->raddr, o->rkey, (void *)(uintptr_t)o->ctx); break;
 		case 4: rc = fi_senddata(o->ep, o->buf, o->len, (void *)o->desc, o->data, 0, (void *)(uintptr_t)o->ctx); break;
+		case 5: rc = fi_write(o->ep, o->buf, o->len, (void *)o->desc, 0, o->raddr, o->rkey, (void *)(uintptr_t)o->ctx); break;
 		default: rc = -FI_EINVAL;
 		}
 		if (rc == -FI_EAGAIN) return i;

@@ -100,7 +100,7 @@ func FuzzReadFrame(f *testing.F) {
 
 func checkFuzzedFrame(t *testing.T, fr *Frame, features uint64, rest []byte) {
 	t.Helper()
-	if !fr.Tag.Valid() || fr.Flags&^knownFlags != 0 || fr.LinkWord != 0 || fr.Flags&FlagRendezvous != 0 {
+	if !fr.Tag.Valid() || fr.Flags&^knownFlags != 0 || fr.LinkWord != 0 || fr.Flags&FlagRendezvous != 0 || fr.Tag.LinkOnly() {
 		t.Fatalf("invalid frame returned: %+v", fr.Preamble)
 	}
 	if fr.Flags&FlagNoDataCRC != 0 && features&FeatureNoDataCRC == 0 {

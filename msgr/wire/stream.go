@@ -172,7 +172,7 @@ func (l *StreamLink) readFrame(f *Frame) error {
 	if f.LinkWord != 0 {
 		return &Error{Kind: ErrKindMalformed, Msg: "link word is not zero on a stream link"}
 	}
-	if f.Flags&FlagRendezvous != 0 {
+	if f.Flags&FlagRendezvous != 0 || f.Tag.LinkOnly() {
 		return &Error{Kind: ErrKindProtocol, Msg: "rendezvous frame on a stream link"}
 	}
 	if f.Flags&FlagNoDataCRC != 0 && l.features&FeatureNoDataCRC == 0 {

@@ -761,6 +761,8 @@ func TestStreamLinkRejects(t *testing.T) {
 		{"link word", encodeFrame(Preamble{Tag: TagAck, LinkWord: 1}, nil, nil), KnownFeatures, ErrMalformed},
 		{"link word on a message", encodeFrame(Preamble{Tag: TagMessage, LinkWord: 1 << 31}, []byte("f"), []byte("d")), KnownFeatures, ErrMalformed},
 		{"rendezvous", encodeFrame(Preamble{Tag: TagMessage, Flags: FlagRendezvous}, []byte("f"), []byte("descriptor")), KnownFeatures, ErrProtocol},
+		{"rdma write-rendezvous ready", encodeFrame(Preamble{Tag: TagRdvReady}, nil, []byte("descriptor")), KnownFeatures, ErrProtocol},
+		{"rdma write-rendezvous done", encodeFrame(Preamble{Tag: TagRdvDone, Seq: 7}, nil, nil), KnownFeatures, ErrProtocol},
 		{"no data crc unagreed", encodeFrame(Preamble{Tag: TagMessage, Flags: FlagNoDataCRC}, []byte("f"), []byte("d")), FeatureRendezvous, ErrProtocol},
 	}
 	for _, tc := range tests {

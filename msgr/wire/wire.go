@@ -40,7 +40,12 @@ const (
 	TagSessionReset Tag = 10 // handshake: unknown session (msgrpb.SessionReset)
 	TagWait         Tag = 11 // handshake: lost a connect race (msgrpb.Wait)
 	TagClose        Tag = 12 // deliberate close: the session ends, no reconnect
-	tagMax          Tag = TagClose
+	// The RDMA link's own frames for a rendezvous by RDMA write
+	// (docs/protocol.md §13.3). They never reach the session; a stream
+	// link rejects them.
+	TagRdvReady Tag = 13 // receiver to sender: a destination to write a payload into
+	TagRdvDone  Tag = 14 // sender to receiver: that payload is written
+	tagMax      Tag = TagRdvDone
 )
 
 var tagNames = [...]string{
@@ -48,6 +53,7 @@ var tagNames = [...]string{
 	TagKeepaliveAck: "KEEPALIVE_ACK", TagHello: "HELLO", TagAuthRequest: "AUTH_REQUEST",
 	TagAuthDone: "AUTH_DONE", TagSessionReq: "SESSION_REQUEST", TagSessionReady: "SESSION_READY",
 	TagSessionReset: "SESSION_RESET", TagWait: "WAIT", TagClose: "CLOSE",
+	TagRdvReady: "RDV_READY", TagRdvDone: "RDV_DONE",
 }
 
 func (t Tag) String() string {
@@ -59,6 +65,10 @@ func (t Tag) String() string {
 
 // Valid reports whether t is a tag this version knows.
 func (t Tag) Valid() bool { return t >= 1 && t <= tagMax }
+
+// LinkOnly reports whether t belongs to the RDMA link rather than the
+// session: such frames are consumed by the link that receives them.
+func (t Tag) LinkOnly() bool { return t == TagRdvReady || t == TagRdvDone }
 
 // Frame flags.
 const (
@@ -176,9 +186,13 @@ func (p *Preamble) Parse(b []byte, lim Limits) error {
 	}
 	switch p.Tag {
 	case TagMessage:
-	case TagAck, TagKeepalive, TagKeepaliveAck, TagClose:
+	case TagAck, TagKeepalive, TagKeepaliveAck, TagClose, TagRdvDone:
 		if p.HasSegments() {
 			return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("%v frame carries segments", p.Tag)}
+		}
+	case TagRdvReady: // a data segment only: the destination's descriptor
+		if p.FrontLen != 0 {
+			return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("%v frame carries a front segment", p.Tag)}
 		}
 	default: // handshake frames carry a front only
 		if p.DataLen != 0 {

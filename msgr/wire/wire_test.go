@@ -68,8 +68,10 @@ func segmentsFor(t Tag) (front, data uint32) {
 	switch t {
 	case TagMessage:
 		return 123, 4567
-	case TagAck, TagKeepalive, TagKeepaliveAck, TagClose:
+	case TagAck, TagKeepalive, TagKeepaliveAck, TagClose, TagRdvDone:
 		return 0, 0
+	case TagRdvReady:
+		return 0, 20
 	default:
 		return 89, 0
 	}
@@ -171,7 +173,7 @@ func TestPreambleParseRejects(t *testing.T) {
 		{"data above limit", rawPreamble(msg, func(b []byte) { le.PutUint32(b[8:], lim.MaxData+1) }), ErrTooLarge},
 		{"data 4 GiB", rawPreamble(msg, func(b []byte) { le.PutUint32(b[8:], ^uint32(0)) }), ErrTooLarge},
 	}
-	for _, tag := range []Tag{TagAck, TagKeepalive, TagKeepaliveAck, TagClose} {
+	for _, tag := range []Tag{TagAck, TagKeepalive, TagKeepaliveAck, TagClose, TagRdvDone} {
 		p := Preamble{Tag: tag}
 		tests = append(tests,
 			struct {
@@ -194,6 +196,11 @@ func TestPreambleParseRejects(t *testing.T) {
 			want error
 		}{fmt.Sprintf("%v with data", tag), rawPreamble(p, func(b []byte) { le.PutUint32(b[8:], 1) }), ErrMalformed})
 	}
+	tests = append(tests, struct {
+		name string
+		b    []byte
+		want error
+	}{"RDV_READY with front", rawPreamble(Preamble{Tag: TagRdvReady, DataLen: 20}, func(b []byte) { le.PutUint32(b[4:], 1) }), ErrMalformed})
 	sentinels := []error{ErrMalformed, ErrCRC, ErrTooLarge, ErrBanner, ErrProtocol}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
