@@ -81,6 +81,17 @@ func (m RendezvousMode) String() string {
 	return fmt.Sprintf("RendezvousMode(%d)", int(m))
 }
 
+// ParseRendezvousMode reads "read" or "write"; anything else is auto.
+func ParseRendezvousMode(s string) RendezvousMode {
+	switch s {
+	case "read":
+		return RendezvousRead
+	case "write":
+		return RendezvousWrite
+	}
+	return RendezvousAuto
+}
+
 // writes reports whether links of a domain on prov offer the write
 // rendezvous: asked for (or auto on a software provider) and possible,
 // which needs a send to be processed after the write posted before it.
@@ -127,12 +138,17 @@ type Transport struct {
 }
 
 // NewTransport returns the transport for "rdma+PROVIDER"; FI_PROVIDER, if
-// set, overrides the provider.
+// set, overrides the provider, and OSPREY_RDMA_RENDEZVOUS (read, write or
+// auto) the rendezvous mode of a Config that leaves it at auto, so that
+// binaries that build their transports from defaults can be switched too.
 func NewTransport(provider string, cfg Config) *Transport {
 	cfg.setDefaults()
 	prov := provider
 	if env := os.Getenv("FI_PROVIDER"); env != "" {
 		prov = env
+	}
+	if cfg.Rendezvous == RendezvousAuto {
+		cfg.Rendezvous = ParseRendezvousMode(os.Getenv("OSPREY_RDMA_RENDEZVOUS"))
 	}
 	return &Transport{scheme: "rdma+" + provider, prov: prov, cfg: cfg, doms: map[string]*domain{}}
 }

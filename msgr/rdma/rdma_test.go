@@ -1094,10 +1094,13 @@ func TestRDMABufSizeMismatch(t *testing.T) {
 // Conn.AllocPayload. The large ones must go by rendezvous from the caller's
 // buffer itself (no registered copy), arrive intact, and the buffers must
 // come back to the transport once the messages are acked; a small one is an
-// ordinary buffer that goes inline.
-func TestRDMAZeroCopySend(t *testing.T) {
+// ordinary buffer that goes inline. The peer reads the payloads, or they are
+// written from the caller's buffers.
+func TestRDMAZeroCopySend(t *testing.T) { eachRendezvous(t, testZeroCopySend) }
+
+func testZeroCopySend(t *testing.T, mode rdma.RendezvousMode) {
 	const bufSize = 16 << 10
-	cfg := rdma.Config{BufSize: bufSize, MemBudget: 256 << 20}
+	cfg := rdma.Config{BufSize: bufSize, MemBudget: 256 << 20, Rendezvous: mode}
 	trS, trC := ownTransport(t, cfg), ownTransport(t, cfg)
 	srvRec := msgrtest.NewRecorder(t)
 	srv := tcpEnv.NewMessenger(t, "osd.0", srvRec, withTransport(trS, nil))
@@ -1132,6 +1135,7 @@ func TestRDMAZeroCopySend(t *testing.T) {
 	if st.ZeroCopySends != uint64(large) || st.CopiedSends != 0 {
 		t.Fatalf("rendezvous sends: %d zero-copy, %d copied; want %d and 0", st.ZeroCopySends, st.CopiedSends, large)
 	}
+	checkMoved(t, mode, trC, trS, uint64(large))
 	// Acked messages release their payloads: every lent buffer is back.
 	msgrtest.Eventually(t, 10*time.Second, "payload buffers returned", func() bool {
 		return trS.Stats().BuffersInUse == 0 && trC.Stats().BuffersInUse == 0
