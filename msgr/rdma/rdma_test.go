@@ -455,10 +455,12 @@ func isMapped(rs [][2]uintptr, p uintptr) bool {
 // buffers and rendezvous destinations, mmap'd outside the Go heap) is
 // unmapped. Stats alone cannot show the last part: a closed transport has
 // no domains left to count. Goroutines return to where they were.
-func TestRDMANoRegisteredMemoryLeak(t *testing.T) {
+func TestRDMANoRegisteredMemoryLeak(t *testing.T) { eachRendezvous(t, testNoRegisteredMemoryLeak) }
+
+func testNoRegisteredMemoryLeak(t *testing.T, mode rdma.RendezvousMode) {
 	before := runtime.NumGoroutine()
-	trS := rdma.NewTransport("tcp", rdma.Config{})
-	trC := rdma.NewTransport("tcp", rdma.Config{})
+	trS := rdma.NewTransport("tcp", rdma.Config{Rendezvous: mode})
+	trC := rdma.NewTransport("tcp", rdma.Config{Rendezvous: mode})
 	closed := false
 	defer func() {
 		if !closed {
@@ -907,11 +909,20 @@ func freePort(t testing.TB) int {
 // fault, reconnect, hear that the peer lost the session
 // (EventRemoteReset), drop what it queued for the dead instance, and go
 // on with a fresh session that delivers exactly what is sent to the new
-// instance. Its registered memory must come back after shutdown.
+// instance. Its registered memory must come back after shutdown. Both
+// rendezvous modes run, set through the environment so that the helper
+// processes use the same one.
 func TestRDMAPeerKilledMidTransfer(t *testing.T) {
 	if os.Getenv(helperEnv) != "" {
 		t.Skip("in the helper process")
 	}
+	eachRendezvous(t, func(t *testing.T, mode rdma.RendezvousMode) {
+		t.Setenv("OSPREY_RDMA_RENDEZVOUS", mode.String())
+		testPeerKilledMidTransfer(t)
+	})
+}
+
+func testPeerKilledMidTransfer(t *testing.T) {
 	const size = 1 << 20
 	port := freePort(t)
 	tr := ownTransport(t, rdma.Config{})
