@@ -297,6 +297,34 @@ func checkMoved(t *testing.T, mode rdma.RendezvousMode, snd, rcv *rdma.Transport
 	}
 }
 
+// TestRDMARendezvousModeAgreement connects a transport that offers the
+// write rendezvous to one that only reads: the link must read both ways,
+// and large payloads must arrive intact.
+func TestRDMARendezvousModeAgreement(t *testing.T) {
+	const n, size = 20, 100 << 10
+	trS := ownTransport(t, rdma.Config{Rendezvous: rdma.RendezvousWrite})
+	trC := ownTransport(t, rdma.Config{Rendezvous: rdma.RendezvousRead})
+	srvRec, cliRec := msgrtest.NewRecorder(t), msgrtest.NewRecorder(t)
+	srv := tcpEnv.NewMessenger(t, "osd.0", srvRec, withTransport(trS, nil))
+	addr := tcpEnv.Listen(t, srv)
+	cli := tcpEnv.NewMessenger(t, "osd.1", cliRec, withTransport(trC, nil))
+	c := connect(t, cli, addr, "osd.0")
+	sc := onlyConn(t, srv)
+	payload := func(i int) []byte { return fill(size, uint64(i)) }
+	sendAll(t, c, 1, 0, n, payload)
+	sendAll(t, sc, 2, 0, n, payload)
+	waitDelivered(t, srvRec, []uint32{1}, n, 30*time.Second, c)
+	waitDelivered(t, cliRec, []uint32{2}, n, 30*time.Second, sc)
+	if s, c := trS.Stats(), trC.Stats(); s.RendezvousWrites != 0 || c.RendezvousWrites != 0 ||
+		s.RendezvousReads != n || c.RendezvousReads != n {
+		t.Fatalf("a write-offering and a read-only end: writes %d/%d, reads %d/%d; want 0/0 and %d/%d",
+			s.RendezvousWrites, c.RendezvousWrites, s.RendezvousReads, c.RendezvousReads, n, n)
+	}
+	if st := trS.Stats(); st.ControlRecvs != 32 {
+		t.Fatalf("the write-offering end has %d control receives, want 32 (posted before the peer said)", st.ControlRecvs)
+	}
+}
+
 func testRendezvousPayloadSizes(t *testing.T, mode rdma.RendezvousMode) {
 	const (
 		bufSize = 16 << 10
