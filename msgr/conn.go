@@ -564,6 +564,12 @@ func (c *Conn) ackTimerFired() {
 	c.ackArmed = false
 	c.ackNow = true
 	lr := c.link
+	// The timer is not stopped when a reply carries the ack (a Stop per
+	// message costs more): then there is nothing to send, and the writer
+	// is left asleep rather than woken 1000 times a second per Conn.
+	if !c.sess.ackOwed() && !c.cw.grantIdle() && !c.cw.grantUrgent() {
+		lr = nil
+	}
 	c.mu.Unlock()
 	if lr != nil {
 		lr.kick()
