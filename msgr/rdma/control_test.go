@@ -142,3 +142,51 @@ func FuzzControlFrame(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseCM feeds arbitrary connection data to the parser every
+// connection request and accept goes through: it may refuse, never panic,
+// and what it accepts names receive buffers a rendezvous frame fits in.
+func FuzzParseCM(f *testing.F) {
+	mine := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
+	for _, flags := range []uint32{0, cmFlagSRX, cmFlagWrite, cmFlagSRX | cmFlagWrite, 0xffffffff} {
+		l := &link{nrecv: 16, bufSize: 16 << 10, tag: 5<<32 | 3, srx: flags&cmFlagSRX != 0}
+		if flags&cmFlagWrite != 0 {
+			l.ctlRecv = ctlRecvs
+		}
+		f.Add(cmData(mine, l))
+	}
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cm, err := parseCM(mine, data)
+		if err != nil {
+			var we *wire.Error
+			if !errors.As(err, &we) {
+				t.Fatalf("refused with an untyped error: %v", err)
+			}
+			return
+		}
+		if minBuf := wire.PreambleSize + rdvDescSize + wire.EpilogueSize; cm.peerBuf < minBuf {
+			t.Fatalf("accepted receive buffers of %d bytes, below %d", cm.peerBuf, minBuf)
+		}
+		if cm.features&^mine.Supported != 0 {
+			t.Fatalf("agreed features %#x we do not support", cm.features)
+		}
+	})
+}
+
+// TestParseCMRoundTrip: what cmData writes, parseCM reads back.
+func TestParseCMRoundTrip(t *testing.T) {
+	mine := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
+	l := &link{nrecv: 16, bufSize: 32 << 10, tag: 7<<32 | 9, srx: true, ctlRecv: ctlRecvs}
+	cm, err := parseCM(mine, cmData(mine, l))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.peerBuf != 32<<10 || cm.peerTag != 7<<32|9 || !cm.peerSRX || !cm.peerWrite {
+		t.Fatalf("round trip: %+v", cm)
+	}
+	l.srx, l.ctlRecv = false, 0
+	if cm, err = parseCM(mine, cmData(mine, l)); err != nil || cm.peerSRX || cm.peerWrite {
+		t.Fatalf("without the flags: %+v, %v", cm, err)
+	}
+}
