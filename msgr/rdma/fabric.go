@@ -504,12 +504,12 @@ func (d *domain) readerPolls() bool {
 // as before, woken by whoever polls); it keeps it across frames, and gives
 // it back to the poller after BusyPoll without completions for anyone. It
 // reports whether l has something to read.
-func (d *domain) pollFor(l *link, wantRx bool) bool {
+func (d *domain) pollFor(l *link) bool {
 	if d.pollDuty.Load() != l && !d.pollDuty.CompareAndSwap(nil, l) {
 		return false
 	}
 	ready := func() bool {
-		return (wantRx && len(l.rx) > 0) || len(l.readDone) > 0 || l.dead.Load()
+		return len(l.rx) > 0 || len(l.readDone) > 0 || l.dead.Load()
 	}
 	// The clock is read and other goroutines are let in every few turns
 	// only: each turn is a cgo call of about a microsecond, and reading

@@ -607,7 +607,7 @@ type link struct {
 	tag      uint64
 	peerSRX  bool
 	peerTag  uint64
-	recv     *region // nrecv receive buffers
+	recv     *region // recvs() receive buffers
 	recvDesc C.uintptr_t
 	recvBufs []*wire.Buffer
 	send     *region // SendSlots send buffers, then ctlSlots control buffers
@@ -981,7 +981,7 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 		// reader of the domain does; the select below then finds them.
 		// Receives are taken even with every transfer slot busy: the
 		// RDV_DONE that frees one comes as a receive.
-		l.d.pollFor(l, true)
+		l.d.pollFor(l)
 		if len(l.pend) == 0 {
 			// The common case, a frame with nothing ahead of it, without
 			// the multi-way select below. Only with nothing pending: a
