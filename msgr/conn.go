@@ -696,7 +696,7 @@ func (lr *linkRun) writeLoop() {
 		}
 		lr.wmu.Lock()
 		for {
-			wrote, stop := lr.writeBatch(maxBatchBytes)
+			wrote, stop, _ := lr.writeBatch(maxBatchBytes)
 			if stop {
 				lr.wmu.Unlock()
 				return
@@ -710,13 +710,15 @@ func (lr *linkRun) writeLoop() {
 }
 
 // writeBatch collects one batch of at most maxBytes of payload and writes
-// it. stop reports that the link is done for (closing, or a write failed).
+// it. stop reports that the link is done for (closing, or a write failed);
+// more that the batch left messages (or a CLOSE) behind.
 // REQUIRES: lr.wmu held, so batches reach the link in the order collected.
-func (lr *linkRun) writeBatch(maxBytes int) (wrote, stop bool) {
+func (lr *linkRun) writeBatch(maxBytes int) (wrote, stop, more bool) {
 	c := lr.c
 	c.mu.Lock()
 	fr := c.collect(lr, maxBytes)
 	closing, oversize := c.closing, c.oversize
+	more = c.sess.nextUnsent() != nil || c.closeFrame
 	c.mu.Unlock()
 	var err error
 	if len(fr) > 0 {
@@ -728,25 +730,25 @@ func (lr *linkRun) writeBatch(maxBytes int) (wrote, stop bool) {
 		c.mu.Lock()
 		c.detachLocked(lr)
 		c.mu.Unlock()
-		return true, true
+		return true, true, false
 	case errors.Is(err, wire.ErrTooLarge):
 		// The link can never carry this message (an RDMA payload over
 		// the registered-memory budget, say): a redial would only fail
 		// again, so the session ends.
 		c.closeWith(fmt.Errorf("%w: %w", ErrMessageTooLarge, err), true, false)
-		return true, true
+		return true, true, false
 	case err != nil:
 		// A write fails when the peer has gone; its last frames (a
 		// CLOSE, say) may still wait to be read. The reader reports the
 		// fault when it reaches the end; this timer covers a reader that
 		// never does.
 		time.AfterFunc(writeFaultGrace, func() { c.fault(lr, err) })
-		return true, true
+		return true, true, false
 	case oversize > 0:
 		c.closeWith(fmt.Errorf("%w: a queued message of %d bytes exceeds the peer's limit of %d",
 			ErrMessageTooLarge, oversize, c.peerMaxMessage()), true, true)
 	}
-	return len(fr) > 0, false
+	return len(fr) > 0, false, more
 }
 
 // writeInline writes what is queued from the caller's goroutine when the
@@ -764,16 +766,11 @@ func (lr *linkRun) writeInline() {
 		lr.kick()
 		return
 	}
-	_, stop := lr.writeBatch(inlineMaxBytes)
+	_, stop, more := lr.writeBatch(inlineMaxBytes)
 	lr.wmu.Unlock()
-	if stop {
-		return
-	}
-	c := lr.c
-	c.mu.Lock()
-	more := c.sess.nextUnsent() != nil || c.closeFrame
-	c.mu.Unlock()
-	if more {
+	// What others queued after the batch was collected is theirs to
+	// write: they found wmu held and kicked the writer.
+	if more && !stop {
 		lr.kick()
 	}
 }

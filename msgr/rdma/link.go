@@ -647,6 +647,7 @@ type link struct {
 	// count of completed reads (the link word) advances
 	rdvMu      sync.Mutex
 	rdvOut     []rdvSource
+	rdvOutN    atomic.Int32 // len(rdvOut), read without rdvMu
 	rdvFreed   uint32
 	rdvReadCnt atomic.Uint32 // reads we completed: our link word
 
@@ -927,6 +928,7 @@ func (l *link) closeEndpoint() {
 		src.release(l.d)
 	}
 	l.rdvOut = nil
+	l.rdvOutN.Store(0)
 	l.rdvMu.Unlock()
 }
 
@@ -1437,6 +1439,12 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 // frames, sent by the reader, can pass the writer's frames with an older
 // count.
 func (l *link) peerReadsDone(count uint32) {
+	if l.rdvOutN.Load() == 0 {
+		// Nothing of ours outstanding, the common case for small
+		// messages: no lock on every frame. A source appended meanwhile
+		// cannot be counted in this frame's word yet.
+		return
+	}
 	l.rdvMu.Lock()
 	k := 0
 	if ahead := count - l.rdvFreed; int32(ahead) > 0 {
@@ -1450,6 +1458,7 @@ func (l *link) peerReadsDone(count uint32) {
 		n := copy(l.rdvOut, l.rdvOut[k:])
 		clear(l.rdvOut[n:])
 		l.rdvOut = l.rdvOut[:n]
+		l.rdvOutN.Store(int32(n))
 	}
 	l.rdvMu.Unlock()
 }
@@ -1568,6 +1577,7 @@ func (l *link) writeFrame(f *wire.Frame) error {
 		wire.PutEpilogue(sb[n-wire.EpilogueSize:], wire.CRC(f.Front), dcrc)
 		l.rdvMu.Lock()
 		l.rdvOut = append(l.rdvOut, src)
+		l.rdvOutN.Store(int32(len(l.rdvOut)))
 		l.d.transfers.Add(1)
 		l.rdvMu.Unlock()
 	} else {
