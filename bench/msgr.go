@@ -38,9 +38,12 @@ type MsgrOptions struct {
 	// DisableDataCRC turns off the messenger's data CRC (the front and
 	// preamble keep theirs). The raw baseline never checksums.
 	DisableDataCRC bool
-	// ZeroCopy takes the client's payload from Conn.AllocPayload, which on
-	// RDMA is registered memory the peer reads with no copy; without it the
-	// payload is ordinary memory, copied once into registered memory.
+	// ZeroCopy takes the client's payloads from Conn.AllocPayload, which on
+	// RDMA is registered memory moved with no copy; without it the payload
+	// is ordinary memory, copied once into registered memory. Messages take
+	// depth such buffers in turn (at most 64 MiB of them), as the raw
+	// baseline sends from depth buffers: one buffer for all would stay in
+	// the CPU cache and flatter the messenger.
 	ZeroCopy bool
 	// Logger gets a line per finished row; the messengers get it too, at
 	// Warn and above unless it is enabled for Debug. Default: discard.
@@ -68,6 +71,9 @@ type MsgrOptions struct {
 // maxFrontBytes is room for a BenchPing front: two one-byte tags and two
 // varints of at most 10 bytes.
 const maxFrontBytes = 2 * (1 + 10)
+
+// zeroCopyBytes bounds the payload buffers a ZeroCopy connection takes.
+const zeroCopyBytes = 64 << 20
 
 // maxBenchSize is the largest payload the messenger's default limit takes.
 const maxBenchSize = 64<<20 - maxFrontBytes
@@ -378,7 +384,8 @@ type msgPool struct {
 	list    freeList[*msgr.Message] // returned by the messenger
 	owned   []*msgr.Message         // takeOwned's; its single caller only
 	payload []byte
-	buf     *wire.Buffer        // payload's buffer with ZeroCopy, else nil
+	bufs    []*wire.Buffer // payload buffers with ZeroCopy, taken in turn; else nil
+	nextBuf atomic.Uint32
 	release func(*msgr.Message) // p.put, made once so assigning it does not allocate
 }
 
@@ -568,9 +575,10 @@ func (c *msgrConn) record(payload int, sent int64) {
 func (c *msgrConn) stamp(m *msgr.Message) {
 	r := c.row
 	m.Front = appendPing(m.Front[:0], c.idx<<connShift|c.nextID.Add(1), r.run.clk.base+r.run.clk.now())
-	if b := c.pool.buf; b != nil {
-		// Each message holds a reference on the shared payload buffer
-		// until the messenger is done with it.
+	if bufs := c.pool.bufs; len(bufs) > 0 {
+		// Each message holds a reference on its payload buffer until the
+		// messenger is done with it; a buffer may be in two messages.
+		b := bufs[int(c.pool.nextBuf.Add(1))%len(bufs)]
 		b.Ref()
 		m.SetPayload(b)
 	}
@@ -789,14 +797,16 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 			return row, fmt.Errorf("connecting to %s: %w", addr, err)
 		}
 		if o.ZeroCopy {
-			b, err := c.conn.AllocPayload(size)
-			if err != nil {
-				return row, fmt.Errorf("allocating a %d-byte payload: %w", size, err)
+			for range min(depth, max(1, zeroCopyBytes/max(size, 1))) {
+				b, err := c.conn.AllocPayload(size)
+				if err != nil {
+					return row, fmt.Errorf("allocating a %d-byte payload: %w", size, err)
+				}
+				copy(b.B, c.pool.payload)
+				c.pool.bufs = append(c.pool.bufs, b)
+				// Messages still with the messenger hold references of their own.
+				defer b.Release()
 			}
-			copy(b.B, c.pool.payload)
-			c.pool.payload, c.pool.buf = b.B, b
-			// Messages still with the messenger hold references of their own.
-			defer b.Release()
 		}
 	}
 
