@@ -1,12 +1,15 @@
-// rmabw: the ceiling of a rendezvous-by-RMA-read design on a libfabric
-// provider. One process, two threads, both busy-polling: a 1 MiB stream
-// with 16 in flight, either as sends into posted receives (what the bench's
-// raw-fabric row does) or as RMA reads of the sender's registered buffers
-// (what the messenger's rendezvous does for every payload above BufSize).
+// rmabw: what each way of moving a rendezvous payload can reach on a
+// libfabric provider. One process, two threads, both busy-polling: a 1 MiB
+// stream with 16 in flight, as sends into posted receives (what the bench's
+// raw-fabric row does), as RMA reads of the sender's registered buffers (the
+// messenger's read rendezvous), as RMA writes into the receiver's (its write
+// rendezvous), or as reads of 256 KiB pieces.
 //
 //   cc -O2 -o rmabw bench/rmabw/rmabw.c -lfabric -lpthread
 //   ./rmabw 0 7811   # send/recv, port 7811 on 127.0.0.1
 //   ./rmabw 1 7812   # RMA read
+//   ./rmabw 2 7813   # RMA write
+//   ./rmabw 3 7814   # RMA read, 4 x 256 KiB per MiB
 //
 // Provider: tcp (edit hints() for another). An experiment, not part of the
 // build or the tests; docs/benchmarks.md has what it measured.
@@ -102,10 +105,14 @@ static void *cli_loop(void *arg) {
 
 int main(int argc, char **argv) {
 	if (argc != 3) {
-		fprintf(stderr, "usage: rmabw 0|1 PORT  (0 send/recv, 1 RMA read)\n");
+		fprintf(stderr, "usage: rmabw 0|1|2|3 PORT  (0 send/recv, 1 RMA read, 2 RMA write, 3 RMA read in 256 KiB pieces)\n");
 		return 2;
 	}
 	mode = atoi(argv[1]);
+	if (mode < 0 || mode > 3) {
+		fprintf(stderr, "rmabw: mode %s is not 0, 1, 2 or 3\n", argv[1]);
+		return 2;
+	}
 	struct fi_info *si = hints(argv[2], 1);
 	open_side(&srv, si);
 	struct fid_pep *pep;
