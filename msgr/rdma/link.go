@@ -649,7 +649,7 @@ type link struct {
 	rdvOut     []rdvSource
 	rdvOutN    atomic.Int32 // len(rdvOut), read without rdvMu
 	rdvFreed   uint32
-	rdvReadCnt atomic.Uint32 // reads we completed: our link word
+	rdvReadCnt atomic.Uint32 // rendezvous frames we handed up: our link word
 
 	local, remote string
 }

@@ -112,7 +112,7 @@ type Preamble struct {
 	GrantMsgs  uint32
 	GrantBytes uint64
 	// LinkWord belongs to the transport, not the session: the RDMA link
-	// carries its count of completed rendezvous reads in it, so the peer
+	// carries its count of rendezvous frames handed up in it, so the peer
 	// can free its registered source buffers without a frame of its own.
 	// Stream links require zero.
 	LinkWord uint32
