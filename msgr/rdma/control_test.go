@@ -29,10 +29,10 @@ func controlLink(agreed bool) *link {
 	return l
 }
 
-// takeControl runs a received frame b through what frameFrom does with a
-// control frame; nil means it was taken. No payload of ours is outstanding,
-// so an RDV_READY that passes the frame checks is refused by writePayload
-// before anything is posted.
+// takeControl hands a received frame b to the link's control path, as
+// frameFrom does; nil means it was taken. No payload of ours is
+// outstanding, so an RDV_READY that passes the frame checks is refused by
+// writePayload before anything is posted.
 func takeControl(l *link, b []byte) error {
 	var f wire.Frame
 	if err := f.Preamble.Parse(b, l.lim); err != nil {
@@ -41,15 +41,11 @@ func takeControl(l *link, b []byte) error {
 	if !f.Tag.LinkOnly() {
 		return errors.New("not a control frame")
 	}
-	dst, err := l.checkControl(&f, b)
-	if err != nil {
+	buf := wire.NewExternalBuffer(b, func(*wire.Buffer) {})
+	if err := l.control(&f, buf, b); err != errConsumed {
 		return err
 	}
-	if f.Tag == wire.TagRdvDone {
-		l.transferDone(uint32(f.Seq>>32), nil)
-		return nil
-	}
-	return l.writePayload(f.Seq, dst)
+	return nil
 }
 
 // inFlight reports whether the link's one transfer is untouched.

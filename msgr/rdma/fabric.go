@@ -174,7 +174,7 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 	}
 	d := &domain{
 		t: t, info: info, mrMode: uint64(C.osp_info_mr_mode(info)),
-		rdvWrite: t.cfg.Rendezvous.writes(C.GoString(C.osp_info_prov(info)), C.osp_info_saw(info) != 0),
+		rdvWrite: t.offersWrite(info),
 		name:     C.GoString(C.osp_info_domain(info)),
 		cmOwners: map[uintptr]cmOwner{}, large: map[int][]*region{},
 		listeners:  map[*listener]struct{}{},

@@ -81,6 +81,12 @@ func (m RendezvousMode) String() string {
 	return fmt.Sprintf("RendezvousMode(%d)", int(m))
 }
 
+// offersWrite reports whether links on info's provider offer the write
+// rendezvous (RendezvousMode.writes).
+func (t *Transport) offersWrite(info *C.struct_fi_info) bool {
+	return t.cfg.Rendezvous.writes(C.GoString(C.osp_info_prov(info)), C.osp_info_saw(info) != 0)
+}
+
 // ParseRendezvousMode reads "read" or "write"; anything else is auto.
 func ParseRendezvousMode(s string) RendezvousMode {
 	switch s {
@@ -178,7 +184,7 @@ func (t *Transport) MaxRecvWindow() int {
 		t.rxMax = t.cfg.MaxRecvWindow
 		if info, err := t.getinfo("127.0.0.1", "0", true); err == nil {
 			if rx := int(C.osp_info_rx_size(info)); rx > 0 {
-				if t.cfg.Rendezvous.writes(C.GoString(C.osp_info_prov(info)), C.osp_info_saw(info) != 0) {
+				if t.offersWrite(info) {
 					rx -= ctlRecvs // the write rendezvous's control frames need their own
 				}
 				t.rxMax = min(t.rxMax, rx)
