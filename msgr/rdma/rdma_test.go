@@ -63,6 +63,26 @@ func withTransport(tr *rdma.Transport, more func(*msgr.Options)) func(*msgr.Opti
 	}
 }
 
+// pair is a server messenger "osd.0" on one transport and a client "osd.1"
+// on another, connected to it, each with a recorder.
+type pair struct {
+	srv, cli       *msgr.Messenger
+	srvRec, cliRec *msgrtest.Recorder
+	c              *msgr.Conn // the client's session with the server
+}
+
+// connectPair starts a pair; srvOpt and cliOpt, when not nil, set more
+// options on each side.
+func connectPair(t testing.TB, trS, trC *rdma.Transport, srvOpt, cliOpt func(*msgr.Options)) pair {
+	t.Helper()
+	p := pair{srvRec: msgrtest.NewRecorder(t), cliRec: msgrtest.NewRecorder(t)}
+	p.srv = tcpEnv.NewMessenger(t, "osd.0", p.srvRec, withTransport(trS, srvOpt))
+	addr := tcpEnv.Listen(t, p.srv)
+	p.cli = tcpEnv.NewMessenger(t, "osd.1", p.cliRec, withTransport(trC, cliOpt))
+	p.c = connect(t, p.cli, addr, "osd.0")
+	return p
+}
+
 func connect(t testing.TB, m *msgr.Messenger, addr string, peer msgr.EntityName) *msgr.Conn {
 	t.Helper()
 	c, err := m.Connect(context.Background(), addr, peer)
@@ -189,12 +209,9 @@ func testCreditExhaustion(t *testing.T, cfg rdma.Config) {
 	)
 	trS, trC := ownTransport(t, cfg), ownTransport(t, cfg)
 	tiny := func(o *msgr.Options) { o.RecvWindowMsgs = window }
-	srvRec, cliRec := msgrtest.NewRecorder(t), msgrtest.NewRecorder(t)
-	srv := tcpEnv.NewMessenger(t, "osd.0", srvRec, withTransport(trS, tiny))
-	addr := tcpEnv.Listen(t, srv)
-	cli := tcpEnv.NewMessenger(t, "osd.1", cliRec, withTransport(trC, tiny))
-	c := connect(t, cli, addr, "osd.0")
-	sc := onlyConn(t, srv)
+	p := connectPair(t, trS, trC, tiny, tiny)
+	srvRec, c := p.srvRec, p.c
+	sc := onlyConn(t, p.srv)
 
 	// Sample the receives posted for credits while the flood runs: never
 	// more than the window on either side.
@@ -304,12 +321,9 @@ func TestRDMARendezvousModeAgreement(t *testing.T) {
 	const n, size = 20, 100 << 10
 	trS := ownTransport(t, rdma.Config{Rendezvous: rdma.RendezvousWrite})
 	trC := ownTransport(t, rdma.Config{Rendezvous: rdma.RendezvousRead})
-	srvRec, cliRec := msgrtest.NewRecorder(t), msgrtest.NewRecorder(t)
-	srv := tcpEnv.NewMessenger(t, "osd.0", srvRec, withTransport(trS, nil))
-	addr := tcpEnv.Listen(t, srv)
-	cli := tcpEnv.NewMessenger(t, "osd.1", cliRec, withTransport(trC, nil))
-	c := connect(t, cli, addr, "osd.0")
-	sc := onlyConn(t, srv)
+	p := connectPair(t, trS, trC, nil, nil)
+	srvRec, cliRec, c := p.srvRec, p.cliRec, p.c
+	sc := onlyConn(t, p.srv)
 	payload := func(i int) []byte { return fill(size, uint64(i)) }
 	sendAll(t, c, 1, 0, n, payload)
 	sendAll(t, sc, 2, 0, n, payload)
@@ -333,12 +347,9 @@ func testRendezvousPayloadSizes(t *testing.T, mode rdma.RendezvousMode) {
 	cfg := rdma.Config{BufSize: bufSize, MemBudget: 512 << 20, Rendezvous: mode}
 	trS, trC := ownTransport(t, cfg), ownTransport(t, cfg)
 	win := func(o *msgr.Options) { o.RecvWindowMsgs = 16 }
-	srvRec := msgrtest.NewRecorder(t)
-	srv := tcpEnv.NewMessenger(t, "osd.0", srvRec, withTransport(trS, win))
-	addr := tcpEnv.Listen(t, srv)
-	cli := tcpEnv.NewMessenger(t, "osd.1", msgrtest.NewRecorder(t), withTransport(trC, win))
-	c := connect(t, cli, addr, "osd.0")
-	sc := onlyConn(t, srv)
+	p := connectPair(t, trS, trC, win, win)
+	srvRec, c := p.srvRec, p.c
+	sc := onlyConn(t, p.srv)
 
 	im := inlineMax(bufSize)
 	sizes := []int{0, 1, 100, 16<<10 - 100, im, im + 1, 16 << 10, 16<<10 + 1, 64 << 10, 1 << 20, 7<<20 + 3, maxMsg - 16}
@@ -399,10 +410,7 @@ func TestRDMAPayloadAboveMemBudget(t *testing.T) {
 	cfg := rdma.Config{MemBudget: 8 << 20}
 	trS, trC := ownTransport(t, cfg), ownTransport(t, cfg)
 	win := func(o *msgr.Options) { o.RecvWindowMsgs = 16 }
-	srv := tcpEnv.NewMessenger(t, "osd.0", msgrtest.NewRecorder(t), withTransport(trS, win))
-	addr := tcpEnv.Listen(t, srv)
-	cli := tcpEnv.NewMessenger(t, "osd.1", msgrtest.NewRecorder(t), withTransport(trC, win))
-	c := connect(t, cli, addr, "osd.0")
+	c := connectPair(t, trS, trC, win, win).c
 	d := fill(16<<20, 1)
 	if err := c.Send(context.Background(), msgr.NewMessage(1, msgrtest.Payload(1, 0, d), d)); err != nil {
 		return // refused up front: fine
@@ -621,11 +629,8 @@ func testExactlyOnceUnderFaults(t *testing.T, cfg rdma.Config) {
 		}
 	}
 	trS, trC := ownTransport(t, cfg), ownTransport(t, cfg)
-	srvRec := msgrtest.NewRecorder(t)
-	srv := tcpEnv.NewMessenger(t, "osd.0", srvRec, withTransport(trS, faults(1)))
-	addr := tcpEnv.Listen(t, srv)
-	cli := tcpEnv.NewMessenger(t, "osd.1", msgrtest.NewRecorder(t), withTransport(trC, faults(2)))
-	c := connect(t, cli, addr, "osd.0")
+	p := connectPair(t, trS, trC, faults(1), faults(2))
+	srvRec, c := p.srvRec, p.c
 
 	small := fill(300, 1)
 	big := fill(40<<10, 2)
@@ -645,7 +650,7 @@ func testExactlyOnceUnderFaults(t *testing.T, cfg rdma.Config) {
 	// link that died under it would back fewer credits than it promised.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, m := range []*msgr.Messenger{cli, srv} {
+	for _, m := range []*msgr.Messenger{p.cli, p.srv} {
 		if err := m.Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -1108,11 +1113,8 @@ func TestRDMASocketsAcceptChurn(t *testing.T) {
 // between 64 KiB and 16 KiB buffers all arrive, both ways, with no fault.
 func TestRDMABufSizeMismatch(t *testing.T) {
 	win := func(o *msgr.Options) { o.RecvWindowMsgs = 16 }
-	srvRec, cliRec := msgrtest.NewRecorder(t), msgrtest.NewRecorder(t)
-	srv := tcpEnv.NewMessenger(t, "osd.0", srvRec, withTransport(ownTransport(t, rdma.Config{BufSize: 16 << 10}), win))
-	addr := tcpEnv.Listen(t, srv)
-	cli := tcpEnv.NewMessenger(t, "osd.1", cliRec, withTransport(ownTransport(t, rdma.Config{BufSize: 64 << 10}), win))
-	c := connect(t, cli, addr, "osd.0")
+	p := connectPair(t, ownTransport(t, rdma.Config{BufSize: 16 << 10}), ownTransport(t, rdma.Config{BufSize: 64 << 10}), win, win)
+	srvRec, c := p.srvRec, p.c
 	const n = 20
 	for i := range n {
 		d := fill(30<<10, uint64(i))
@@ -1141,11 +1143,8 @@ func testZeroCopySend(t *testing.T, mode rdma.RendezvousMode) {
 	const bufSize = 16 << 10
 	cfg := rdma.Config{BufSize: bufSize, MemBudget: 256 << 20, Rendezvous: mode}
 	trS, trC := ownTransport(t, cfg), ownTransport(t, cfg)
-	srvRec := msgrtest.NewRecorder(t)
-	srv := tcpEnv.NewMessenger(t, "osd.0", srvRec, withTransport(trS, nil))
-	addr := tcpEnv.Listen(t, srv)
-	cli := tcpEnv.NewMessenger(t, "osd.1", msgrtest.NewRecorder(t), withTransport(trC, nil))
-	c := connect(t, cli, addr, "osd.0")
+	p := connectPair(t, trS, trC, nil, nil)
+	srvRec, c := p.srvRec, p.c
 
 	sizes := []int{100, 64 << 10, 1 << 20, 5<<20 + 3, 1 << 20, 16 << 20}
 	large := 0
