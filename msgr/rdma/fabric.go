@@ -141,6 +141,12 @@ type domain struct {
 	retired   []retiredRegion   // regions of closed endpoints, freed later
 	listeners map[*listener]struct{}
 	closed    bool
+	// cmCloses: endpoints waiting for the CM loop to close them, and
+	// cmStopped once it no longer does (closeCM). eqWake: the EQ takes
+	// fi_eq_write, so a waiting close can end the loop's read at once.
+	cmCloses  []cmClose
+	cmStopped bool
+	eqWake    bool
 	done      chan struct{}
 	wg        sync.WaitGroup
 	waitFile  *os.File // the CQ's wait fd, through the netpoller
@@ -184,11 +190,12 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 		sleepBuf:   (*C.struct_osp_pollbuf)(C.calloc(1, C.sizeof_struct_osp_pollbuf)),
 	}
 	cqSize := C.int(max(4096, 4*t.cfg.SendSlots))
-	var waitObj C.int
-	if err := fiErrI("open fabric/domain", C.osp_fabric_domain(info, &d.fabric, &d.dom, &d.eq, &d.cq, cqSize, &waitObj)); err != nil {
+	var waitObj, eqWrite C.int
+	if err := fiErrI("open fabric/domain", C.osp_fabric_domain(info, &d.fabric, &d.dom, &d.eq, &eqWrite, &d.cq, cqSize, &waitObj)); err != nil {
 		d.closeFids()
 		return nil, err
 	}
+	d.eqWake = eqWrite != 0
 	// A FI_WAIT_POLLFD set (tcp) holds signal fds of the provider's that
 	// only its own wait resets: one left set would wake every sleep at
 	// once. Such a CQ is slept on in fi_cq_sread instead.
@@ -274,12 +281,14 @@ func (d *domain) close() {
 // timeout so it sees the domain close.
 func (d *domain) cmLoop() {
 	defer d.wg.Done()
+	defer d.runCMCloses(true)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	buf := make([]byte, 256)
 	cbuf := C.malloc(C.size_t(len(buf)))
 	defer C.free(cbuf)
 	for {
+		d.runCMCloses(false)
 		select {
 		case <-d.done:
 			return
@@ -293,7 +302,7 @@ func (d *domain) cmLoop() {
 			cerr    C.int
 		)
 		rc := C.osp_eq_read(d.eq, &event, &fid, &info, cbuf, C.size_t(len(buf)), &datalen, &cerr, 100)
-		if rc == -C.FI_EAGAIN || rc == -C.FI_ETIMEDOUT || rc == -C.FI_EINTR {
+		if rc == -C.FI_EAGAIN || rc == -C.FI_ETIMEDOUT || rc == -C.FI_EINTR || (rc == 0 && event == C.FI_NOTIFY) {
 			continue
 		}
 		// A connection event may change the provider's set of sockets
@@ -327,6 +336,55 @@ func (d *domain) cmLoop() {
 			continue
 		}
 		owner.cmEvent(uint32(event), info, append([]byte(nil), data...), nil)
+	}
+}
+
+// cmClose is an endpoint or passive endpoint for the CM loop to close.
+type cmClose struct {
+	fid  unsafe.Pointer
+	done chan struct{}
+}
+
+// closeCM closes an endpoint or passive endpoint bound to the domain's EQ,
+// on the CM loop between two of its reads. The sockets provider's
+// fi_close purges the endpoint's events from the EQ list under the EQ
+// lock, while its fi_eq_sread finds the list non-empty before taking that
+// lock: a close between the two made the read free the list head (glibc's
+// "free(): invalid pointer" abort, one conformance run in ten). With the
+// EQ's one reader doing the closing, the two never overlap on any
+// provider. The wake event ends a blocking read at once; where the EQ
+// takes no writes the close waits out the read's 100 ms timeout.
+func (d *domain) closeCM(fid unsafe.Pointer) {
+	if fid == nil {
+		return
+	}
+	c := cmClose{fid: fid, done: make(chan struct{})}
+	d.mu.Lock()
+	if d.cmStopped {
+		// No reader any more: nothing to overlap with.
+		d.mu.Unlock()
+		C.osp_close(fid)
+		return
+	}
+	d.cmCloses = append(d.cmCloses, c)
+	d.mu.Unlock()
+	if d.eqWake {
+		C.osp_eq_wake(d.eq)
+	}
+	<-c.done
+}
+
+// runCMCloses closes what closeCM queued; with stop, the CM loop is
+// leaving and later closes happen in place.
+func (d *domain) runCMCloses(stop bool) {
+	d.mu.Lock()
+	cs := d.cmCloses
+	d.cmCloses = nil
+	d.cmStopped = d.cmStopped || stop
+	d.mu.Unlock()
+	for _, c := range cs {
+		C.osp_close(c.fid)
+		close(c.done)
 	}
 }
 

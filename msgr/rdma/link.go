@@ -391,13 +391,13 @@ func (t *Transport) Listen(ctx context.Context, addr string, opts wire.LinkOptio
 	// reads it on every connection request): it lives until Close.
 	l := &listener{d: d, info: info, opts: opts, host: host, links: make(chan *link, 16), done: make(chan struct{})}
 	if err := fiErrI("listen", C.osp_passive(d.fabric, info, d.eq, &l.pep)); err != nil {
-		C.osp_close(unsafe.Pointer(l.pep))
+		d.closeCM(unsafe.Pointer(l.pep))
 		C.fi_freeinfo(info)
 		return nil, err
 	}
 	p := C.osp_port((*C.struct_fid)(unsafe.Pointer(l.pep)))
 	if p < 0 {
-		C.osp_close(unsafe.Pointer(l.pep))
+		d.closeCM(unsafe.Pointer(l.pep))
 		C.fi_freeinfo(info)
 		return nil, fiErrI("fi_getname", p)
 	}
@@ -488,7 +488,7 @@ func (l *listener) Close() error {
 		close(l.done)
 		l.d.setCMOwner(unsafe.Pointer(l.pep), nil)
 		l.d.removeListener(l)
-		C.osp_close(unsafe.Pointer(l.pep))
+		l.d.closeCM(unsafe.Pointer(l.pep))
 		C.fi_freeinfo(l.info)
 		l.wg.Wait()
 		for {
@@ -712,9 +712,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 	}
 	if err := fiErrI("fi_endpoint", C.osp_endpoint(d.dom, info, d.eq, d.cq, srxEP, &l.ep)); err != nil {
 		d.removeLink(l)
-		if l.ep != nil {
-			C.osp_close(unsafe.Pointer(l.ep))
-		}
+		d.closeCM(unsafe.Pointer(l.ep))
 		l.freeRegions()
 		return nil, err
 	}
@@ -917,7 +915,7 @@ func (l *link) closeEndpoint() {
 		// After fi_close the provider no longer touches our
 		// buffers; pending completions for this link id are dropped
 		// by the poller.
-		C.osp_close(unsafe.Pointer(l.ep))
+		l.d.closeCM(unsafe.Pointer(l.ep))
 		// Receives still posted die with the endpoint.
 		l.postMu.Lock()
 		l.d.posted.Add(-l.postedN)

@@ -58,14 +58,23 @@ static void *osp_info_handle(struct fi_info *i) { return i->handle; }
 // wait-fd signal on every completion (2 to 3 us of a 64 B round trip here,
 // docs/benchmarks.md). Providers without it (verbs, sockets) get
 // FI_WAIT_FD, which verbs signals only when armed.
+//
+// The EQ is opened for fi_eq_write where the provider allows it
+// (*eq_write), so osp_eq_wake can end a blocking read of it.
 static int osp_fabric_domain(struct fi_info *info, struct fid_fabric **fab, struct fid_domain **dom,
-                             struct fid_eq **eq, struct fid_cq **cq, int cq_size, int *wait_obj) {
+                             struct fid_eq **eq, int *eq_write, struct fid_cq **cq, int cq_size, int *wait_obj) {
 	int rc = fi_fabric(info->fabric_attr, fab, NULL);
 	if (rc) return rc;
 	rc = fi_domain(*fab, info, dom, NULL);
 	if (rc) return rc;
-	struct fi_eq_attr eqa = { .size = 256, .wait_obj = FI_WAIT_UNSPEC };
+	struct fi_eq_attr eqa = { .size = 256, .flags = FI_WRITE, .wait_obj = FI_WAIT_UNSPEC };
+	*eq_write = 1;
 	rc = fi_eq_open(*fab, &eqa, eq, NULL);
+	if (rc) {
+		eqa.flags = 0;
+		*eq_write = 0;
+		rc = fi_eq_open(*fab, &eqa, eq, NULL);
+	}
 	if (rc) return rc;
 	// FORMAT_DATA: a receive from a shared receive context names its link
 	// in the remote CQ data the sender attached (fi_senddata).
@@ -135,6 +144,15 @@ static int osp_accept(struct fid_ep *ep, const void *data, size_t len) { return 
 static int osp_reject(struct fid_pep *pep, void *handle) { return fi_reject(pep, (fid_t)handle, NULL, 0); }
 static int osp_shutdown(struct fid_ep *ep) { return fi_shutdown(ep, 0); }
 static int osp_close(void *fid) { return fid ? fi_close((fid_t)fid) : 0; }
+
+// osp_eq_wake queues an FI_NOTIFY event, which ends the CM loop's wait in
+// fi_eq_sread (fabric.go, closeCM).
+static int osp_eq_wake(struct fid_eq *eq) {
+	struct fi_eq_entry e;
+	memset(&e, 0, sizeof(e));
+	ssize_t rc = fi_eq_write(eq, FI_NOTIFY, &e, sizeof(e), 0);
+	return rc < 0 ? (int)rc : 0;
+}
 
 // osp_eq_read waits up to timeout_ms for a CM event. On success it returns
 // the event and fills fid, info (for CONNREQ) and up to len bytes of
