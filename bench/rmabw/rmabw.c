@@ -10,6 +10,11 @@
 //   ./rmabw 1 7812   # RMA read
 //   ./rmabw 2 7813   # RMA write
 //   ./rmabw 3 7814   # RMA read, 4 x 256 KiB per MiB
+//   ./rmabw 4 7815   # the messenger's write rendezvous: the sender's small
+//                    # RTS, the receiver's READY naming a destination, the
+//                    # sender's RMA write and its DONE (3 small sends per MiB)
+//   ./rmabw 5 7816   # destinations advertised ahead: write, DONE, and the
+//                    # receiver's FREE giving the slot back (2 small sends)
 //
 // Provider: tcp (edit hints() for another). An experiment, not part of the
 // build or the tests; docs/benchmarks.md has what it measured.
@@ -29,6 +34,9 @@
 
 #define SZ (1 << 20)
 #define DEPTH 16
+#define NSMALL 64
+#define SMALL 64
+#define MEMSZ ((size_t)SZ * DEPTH + 2 * NSMALL * SMALL)
 #define CHK(x) do { int _r = (int)(x); if (_r) { fprintf(stderr, "%s: %d %s\n", #x, _r, fi_strerror(-_r)); exit(1); } } while (0)
 
 struct side {
@@ -52,9 +60,11 @@ static void open_side(struct side *s, struct fi_info *info) {
 	CHK(fi_eq_open(s->fab, &ea, &s->eq, NULL));
 	struct fi_cq_attr ca = {.size = 256, .format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE};
 	CHK(fi_cq_open(s->dom, &ca, &s->cq, NULL));
-	s->mem = mmap(NULL, (size_t)SZ * DEPTH, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	memset(s->mem, 1, (size_t)SZ * DEPTH);
-	CHK(fi_mr_reg(s->dom, s->mem, (size_t)SZ * DEPTH, FI_SEND | FI_RECV | FI_READ | FI_REMOTE_READ | FI_WRITE | FI_REMOTE_WRITE, 0, 0, 0, &s->mr, NULL));
+	// DEPTH payload slots, then NSMALL small buffers for control sends and
+	// NSMALL for control receives (modes 4 and 5).
+	s->mem = mmap(NULL, MEMSZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	memset(s->mem, 1, MEMSZ);
+	CHK(fi_mr_reg(s->dom, s->mem, MEMSZ, FI_SEND | FI_RECV | FI_READ | FI_REMOTE_READ | FI_WRITE | FI_REMOTE_WRITE, 0, 0, 0, &s->mr, NULL));
 	s->desc = fi_mr_desc(s->mr);
 	s->key = fi_mr_key(s->mr);
 }
@@ -85,10 +95,68 @@ static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
 static volatile int stop, mode;
 static int virt; // FI_MR_VIRT_ADDR: remote addresses are virtual, else offsets
 
+// Control messages of modes 4 and 5: 16 bytes, {type, slot, addr}.
+enum { RTS = 1, READY, DONE, FREE };
+struct ctl { uint32_t type, slot; uint64_t addr; };
+static char *small_tx(struct side *s, int i) { return s->mem + (size_t)SZ * DEPTH + (size_t)(i % NSMALL) * SMALL; }
+static char *small_rx(struct side *s, int i) { return s->mem + (size_t)SZ * DEPTH + (size_t)(NSMALL + i) * SMALL; }
+// Contexts: receives carry 1<<32 | buffer, writes 2<<32 | slot, sends 0.
+#define RXCTX(i) ((void *)(uintptr_t)((1ull << 32) | (uint64_t)(i)))
+#define WRCTX(i) ((void *)(uintptr_t)((2ull << 32) | (uint64_t)(i)))
+static void post_small_rx(struct side *s) {
+	for (int i = 0; i < NSMALL; i++) CHK(fi_recv(s->ep, small_rx(s, i), SMALL, s->desc, 0, RXCTX(i)));
+}
+// ctl_send sends a control message from the next small buffer; NSMALL
+// buffers are more than the sends that can be in flight.
+static void ctl_send(struct side *s, int *next, uint32_t type, uint32_t slot, uint64_t addr) {
+	struct ctl *c = (struct ctl *)small_tx(s, (*next)++);
+	c->type = type; c->slot = slot; c->addr = addr;
+	ssize_t rc;
+	// The transmit queue (1024 on tcp) outnumbers what is ever in flight.
+	while ((rc = fi_send(s->ep, c, sizeof *c, s->desc, 0, NULL)) == -FI_EAGAIN) {}
+	CHK(rc);
+}
+static uint64_t slot_addr(struct side *s, uint32_t slot) {
+	return (virt ? (uint64_t)(uintptr_t)s->mem : 0) + (uint64_t)slot * SZ;
+}
+static void write_payload(uint32_t slot, uint64_t raddr, uint64_t key) {
+	ssize_t rc;
+	while ((rc = fi_write(cli.ep, cli.mem + (size_t)slot * SZ, SZ, cli.desc, 0, raddr, key, WRCTX(slot))) == -FI_EAGAIN) {}
+	CHK(rc);
+}
+static int cli_next;
+
+// The sender of modes 4 and 5: keeps DEPTH payloads moving.
+static void cli_proto(void) {
+	struct fi_cq_entry e[16];
+	int out = 0; uint64_t slot = 0;
+	post_small_rx(&cli);
+	while (!stop) {
+		while (out < DEPTH) {
+			uint32_t s = (uint32_t)(slot % DEPTH);
+			if (mode == 4) ctl_send(&cli, &cli_next, RTS, s, 0);
+			else { write_payload(s, slot_addr(&srv, s), srv.key); ctl_send(&cli, &cli_next, DONE, s, 0); }
+			out++; slot++;
+		}
+		ssize_t n = fi_cq_read(cli.cq, e, 16);
+		for (ssize_t i = 0; i < n; i++) {
+			uint64_t c = (uint64_t)(uintptr_t)e[i].op_context;
+			if (c >> 32 == 2 && mode == 4) out--; // the write is done: the source is free
+			if (c >> 32 != 1) continue;
+			int b = (int)(uint32_t)c;
+			struct ctl *m = (struct ctl *)small_rx(&cli, b);
+			if (m->type == READY) { write_payload(m->slot, m->addr, srv.key); ctl_send(&cli, &cli_next, DONE, m->slot, 0); }
+			else if (m->type == FREE) out--;
+			CHK(fi_recv(cli.ep, small_rx(&cli, b), SMALL, cli.desc, 0, RXCTX(b)));
+		}
+	}
+}
+
 // Target / sender thread: the client.
 static void *cli_loop(void *arg) {
 	struct fi_cq_entry e[16];
 	int out = 0; uint64_t slot = 0;
+	if (mode >= 4) { cli_proto(); return NULL; }
 	while (!stop) {
 		if (mode == 0) { // send/recv: keep DEPTH sends in flight
 			while (out < DEPTH) {
@@ -105,12 +173,13 @@ static void *cli_loop(void *arg) {
 
 int main(int argc, char **argv) {
 	if (argc != 3) {
-		fprintf(stderr, "usage: rmabw 0|1|2|3 PORT  (0 send/recv, 1 RMA read, 2 RMA write, 3 RMA read in 256 KiB pieces)\n");
+		fprintf(stderr, "usage: rmabw 0-5 PORT  (0 send/recv, 1 RMA read, 2 RMA write, 3 RMA read in 256 KiB pieces, "
+				"4 write rendezvous, 5 write into advertised slots)\n");
 		return 2;
 	}
 	mode = atoi(argv[1]);
-	if (mode < 0 || mode > 3) {
-		fprintf(stderr, "rmabw: mode %s is not 0, 1, 2 or 3\n", argv[1]);
+	if (mode < 0 || mode > 5) {
+		fprintf(stderr, "rmabw: mode %s is not 0 to 5\n", argv[1]);
 		return 2;
 	}
 	struct fi_info *si = hints(argv[2], 1);
@@ -135,6 +204,8 @@ int main(int argc, char **argv) {
 	int out = 0; uint64_t slot = 0, bytes = 0;
 	if (mode == 0)
 		for (int i = 0; i < DEPTH; i++) CHK(fi_recv(srv.ep, srv.mem + i * SZ, SZ, srv.desc, 0, (void *)(uintptr_t)i));
+	int srv_next = 0;
+	if (mode >= 4) post_small_rx(&srv);
 	pthread_t t;
 	pthread_create(&t, NULL, cli_loop, NULL);
 	double t0 = now(), tw = t0 + 0.3, tend = tw + 2.0;
@@ -143,7 +214,7 @@ int main(int argc, char **argv) {
 		double tn = now();
 		if (tn > tend) break;
 		if (wbytes == 0 && tn > tw) wbytes = bytes + 1;
-		if (mode >= 1) {
+		if (mode >= 1 && mode <= 3) {
 			int chunks = mode == 3 ? 4 : 1; size_t csz = SZ / chunks;
 			while (out < DEPTH * chunks) {
 				uint64_t s = slot % (DEPTH * chunks);
@@ -156,7 +227,19 @@ int main(int argc, char **argv) {
 		}
 		ssize_t n = fi_cq_read(srv.cq, e, 16);
 		if (n == -FI_EAVAIL) { struct fi_cq_err_entry ee = {0}; fi_cq_readerr(srv.cq, &ee, 0); fprintf(stderr, "cq err %d %s\n", ee.err, fi_strerror(ee.err)); exit(1); }
-		for (ssize_t i = 0; i < n; i++) {
+		for (ssize_t i = 0; i < n && mode >= 4; i++) {
+			uint64_t c = (uint64_t)(uintptr_t)e[i].op_context;
+			if (c >> 32 != 1) continue;
+			int b = (int)(uint32_t)c;
+			struct ctl *m = (struct ctl *)small_rx(&srv, b);
+			if (m->type == RTS) ctl_send(&srv, &srv_next, READY, m->slot, slot_addr(&srv, m->slot));
+			else if (m->type == DONE) {
+				bytes += SZ;
+				if (mode == 5) ctl_send(&srv, &srv_next, FREE, m->slot, 0);
+			}
+			CHK(fi_recv(srv.ep, small_rx(&srv, b), SMALL, srv.desc, 0, RXCTX(b)));
+		}
+		for (ssize_t i = 0; i < n && mode < 4; i++) {
 			bytes += mode == 3 ? SZ / 4 : SZ;
 			if (mode == 0) CHK(fi_recv(srv.ep, srv.mem + (uintptr_t)e[i].op_context * SZ, SZ, srv.desc, 0, e[i].op_context));
 			else out--;
@@ -165,7 +248,7 @@ int main(int argc, char **argv) {
 	double el = now() - tw;
 	stop = 1;
 	pthread_join(t, NULL);
-	static const char *names[] = {"send/recv", "rma read", "rma write", "rma read 4x256KiB"};
+	static const char *names[] = {"send/recv", "rma read", "rma write", "rma read 4x256KiB", "write rendezvous", "write into advertised slots"};
 	printf("%s: %.2f GB/s\n", names[mode], (double)(bytes - (wbytes - 1)) / el / 1e9);
 	return 0;
 }
