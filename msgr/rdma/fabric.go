@@ -170,7 +170,8 @@ type domain struct {
 	ctlRecvs      atomic.Int64 // receives for control frames, of the links alive
 }
 
-// cmOwner receives CM events for an endpoint.
+// cmOwner receives CM events for an endpoint. cmEvent runs on the CM
+// loop, which also closes endpoints (closeCM): it must not wait for a close.
 type cmOwner interface {
 	cmEvent(event uint32, info *C.struct_fi_info, data []byte, err error)
 }
@@ -371,10 +372,12 @@ func (d *domain) closeCM(fid unsafe.Pointer) {
 		return
 	}
 	d.cmCloses = append(d.cmCloses, c)
-	d.mu.Unlock()
 	if d.eqWake {
+		// Under mu: the loop cannot have taken c and left yet, so the EQ
+		// is still open.
 		C.osp_eq_wake(d.eq)
 	}
+	d.mu.Unlock()
 	<-c.done
 }
 
