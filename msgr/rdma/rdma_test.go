@@ -681,8 +681,11 @@ func TestRDMAHelperProcess(t *testing.T) {
 	case "churn":
 		churn(t)
 		return
+	case "closerace":
+		closeRace(t)
+		return
 	default:
-		t.Skip("the child process of TestRDMAPeerKilledMidTransfer and TestRDMASocketsAcceptChurn")
+		t.Skip("the child process of TestRDMAPeerKilledMidTransfer, TestRDMASocketsAcceptChurn and TestRDMACloseRace")
 	}
 	out := bufio.NewWriter(os.Stdout)
 	var outMu sync.Mutex
@@ -1078,17 +1081,20 @@ func churn(t *testing.T) {
 	fmt.Printf("CHURN %d\n", n)
 }
 
-// runChurn runs churn over provider in a child process, so that a crash
-// there is a test failure with the child's output, not the end of this
-// test binary.
-func runChurn(t *testing.T, provider string) {
+// runChurn runs churn over provider in a child process.
+func runChurn(t *testing.T, provider string) { runHelper(t, "churn", provider, "CHURN 200") }
+
+// runHelper runs the helper's mode over provider in a child process, so
+// that a crash there is a test failure with the child's output, not the
+// end of this test binary; the child must print want.
+func runHelper(t *testing.T, mode, provider, want string) {
 	if os.Getenv(helperEnv) != "" {
 		t.Skip("in the helper process")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRDMAHelperProcess$", "-test.count=1", "-test.timeout=120s")
-	cmd.Env = append(os.Environ(), helperEnv+"=churn", helperProvEnv+"="+provider)
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode, helperProvEnv+"="+provider)
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "CHURN 200") {
+	if err != nil || !strings.Contains(string(out), want) {
 		t.Fatalf("child over rdma+%s: %v\n%s", provider, err, out)
 	}
 }
@@ -1105,6 +1111,69 @@ func TestRDMASocketsAcceptChurn(t *testing.T) {
 			"fixes to CM-event info and listener info lifetimes (docs/rdma.md, Known limitations)")
 	}
 	runChurn(t, "sockets")
+}
+
+// closeRace is the helper's third mode: links over rdma+PROVIDER
+// (helperProvEnv) dialed, accepted and closed from both ends at once, 1000
+// times, so that every close finds its own FI_SHUTDOWN and the peer's on
+// the way into the event queue. On sockets, whose fi_close purges an
+// endpoint's events from the queue that fi_eq_sread had just found
+// non-empty, this aborted the process ("free(): invalid pointer") until
+// endpoints were closed on the CM loop. It prints "CLOSERACE n".
+func closeRace(t *testing.T) {
+	prov := os.Getenv(helperProvEnv)
+	opts := wire.LinkOptions{RecvWindow: 8, Banner: wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}}
+	// Small buffers: a closed link's memory stays registered for 2 s
+	// (retireDelay), and 1000 links of the default size would exceed the
+	// budget within that.
+	cfg := rdma.Config{BufSize: 4 << 10, SendSlots: 8}
+	srv, cli := rdma.NewTransport(prov, cfg), rdma.NewTransport(prov, cfg)
+	defer srv.Close()
+	defer cli.Close()
+	ln, err := srv.Listen(context.Background(), "127.0.0.1:0", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	const n = 1000
+	for i := range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		accepted := make(chan wire.Link, 1)
+		go func() {
+			l, err := ln.Accept(ctx)
+			if err != nil {
+				t.Errorf("link %d: accept: %v", i, err)
+			}
+			accepted <- l
+		}()
+		c, err := cli.Dial(ctx, ln.Addr(), opts)
+		if err != nil {
+			cancel()
+			<-accepted // the accept goroutine reports before the test ends
+			t.Fatalf("link %d: dial: %v", i, err)
+		}
+		s := <-accepted
+		cancel()
+		if s == nil {
+			c.Close()
+			t.FailNow()
+		}
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); c.Close() }()
+		go func() { defer wg.Done(); s.Close() }()
+		wg.Wait()
+	}
+	fmt.Printf("CLOSERACE %d\n", n)
+}
+
+// TestRDMACloseRace runs closeRace over sockets and tcp, each in a child
+// process, so that an abort inside the provider is a test failure with
+// the child's output.
+func TestRDMACloseRace(t *testing.T) {
+	for _, prov := range []string{"sockets", "tcp"} {
+		t.Run(prov, func(t *testing.T) { runHelper(t, "closerace", prov, "CLOSERACE 1000") })
+	}
 }
 
 // TestRDMABufSizeMismatch: each side tells the other the size of its
