@@ -645,6 +645,9 @@ type link struct {
 	readMu sync.Mutex // held by ReadFrame: Close cleans up after the reader
 
 	held atomic.Int32 // receive buffers held by frames above; the region lives until 0 after close
+	// epClosed: fi_close of the endpoint has returned (dead comes first),
+	// so the provider no longer uses the link's regions.
+	epClosed atomic.Bool
 
 	postMu  sync.Mutex
 	postedN int64 // receives posted and not completed
@@ -922,7 +925,8 @@ func (l *link) closeEndpoint() {
 		l.postedN = 0
 		l.postMu.Unlock()
 	}
-	l.d.retire(l.send)
+	l.epClosed.Store(true)
+	l.d.freeClosed(l.send)
 	l.d.ctlRecvs.Add(-int64(l.ctlRecv))
 	if l.srx {
 		l.d.srx.unreserve(l.recvs())
@@ -947,14 +951,16 @@ func (l *link) countPosted(n int64) {
 	l.postMu.Unlock()
 }
 
+// maybeFreeRecv frees the receive region once the endpoint is closed and
+// no frame above holds a buffer of it; Close and the last release call it.
 func (l *link) maybeFreeRecv() {
-	if l.dead.Load() && l.held.Load() <= 0 {
+	if l.epClosed.Load() && l.held.Load() <= 0 {
 		l.rdvMu.Lock()
 		r := l.recv
 		l.recv = nil
 		l.rdvMu.Unlock()
 		if r != nil {
-			l.d.retire(r)
+			l.d.freeClosed(r)
 		}
 	}
 }
