@@ -618,7 +618,11 @@ type link struct {
 	recvBufs []*wire.Buffer
 	send     *region // SendSlots send buffers, then ctlSlots control buffers
 	sendFree chan uint32
-	ctlFree  chan uint32
+	// draining: Close waits for posted sends; sendsIdle wakes it when the
+	// last send slot comes back or the link fails.
+	draining  atomic.Bool
+	sendsIdle chan struct{}
+	ctlFree   chan uint32
 
 	rx       chan rxEvent
 	readDone chan readDoneEv
@@ -672,7 +676,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 	l := &link{
 		d: d, lim: opts.Limits, noCRC: opts.NoDataCRC, bufSize: cfg.BufSize, nrecv: nrecv,
 		readDone: make(chan readDoneEv, maxReads), connected: make(chan error, 1),
-		closed: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots),
+		closed: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots), sendsIdle: make(chan struct{}, 1),
 	}
 	nctl := 0
 	if d.rdvWrite {
@@ -806,11 +810,31 @@ func (l *link) fail(err error) {
 	default:
 	}
 	l.failed.Store(true)
+	l.pokeDrain()
 	// Not inline: fail runs on the poller, which Close's drain waits on.
 	go l.Close()
 }
 
 func (l *link) failure() error { return net.ErrClosed }
+
+// freeSendSlot gives a send buffer back after its send completed or failed.
+func (l *link) freeSendSlot(slot uint32) {
+	select {
+	case l.sendFree <- slot:
+	default:
+	}
+	if l.draining.Load() && len(l.sendFree) == cap(l.sendFree) {
+		l.pokeDrain()
+	}
+}
+
+// pokeDrain wakes Close's drain, if it waits.
+func (l *link) pokeDrain() {
+	select {
+	case l.sendsIdle <- struct{}{}:
+	default:
+	}
+}
 
 // postRecv queues a receive into buffer slot; a failure to post fails the
 // link (post.go).
@@ -850,10 +874,7 @@ func (l *link) complete(op uint8, slot uint32, n int, err error) {
 			l.fail(errors.New("rdma: receive completions overflow"))
 		}
 	case opSend:
-		select {
-		case l.sendFree <- slot:
-		default:
-		}
+		l.freeSendSlot(slot)
 		if err != nil {
 			l.fail(err)
 		}
@@ -883,11 +904,20 @@ func (l *link) RemoteAddr() string { return l.remote }
 func (l *link) Close() error {
 	l.closeOnce.Do(func() {
 		// Drain: sends already posted (a CLOSE frame, say) complete
-		// before the endpoint goes, unless the link has failed.
-		deadline := time.Now().Add(drainTimeout)
-		for !l.failed.Load() && len(l.sendFree) < cap(l.sendFree) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Microsecond) // waiting on the poller's completions
+		// before the endpoint goes, unless the link has failed. The
+		// completions that free the last send slot, and a failure, signal
+		// sendsIdle once draining is set.
+		l.draining.Store(true)
+		deadline := time.NewTimer(drainTimeout)
+		for !l.failed.Load() && len(l.sendFree) < cap(l.sendFree) {
+			select {
+			case <-l.sendsIdle:
+				continue
+			case <-deadline.C:
+			}
+			break
 		}
+		deadline.Stop()
 		l.closeEndpoint()
 		// The reader may have stopped calling ReadFrame (its caller gave
 		// up on the link after a frame) with frames queued behind a
@@ -1570,12 +1600,12 @@ func (l *link) writeFrame(f *wire.Frame) error {
 		// Rendezvous: the descriptor goes inline, the payload stays in
 		// registered memory until the peer has read it.
 		if wire.PreambleSize+len(f.Front)+rdvDescSize+wire.EpilogueSize > l.sendLimit {
-			l.sendFree <- slot
+			l.freeSendSlot(slot)
 			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: front of %d bytes does not fit a %d-byte buffer", len(f.Front), l.sendLimit)}
 		}
 		src, addr, key, err := l.rendezvousSource(f)
 		if err != nil {
-			l.sendFree <- slot
+			l.freeSendSlot(slot)
 			return err
 		}
 		p.Flags |= wire.FlagRendezvous

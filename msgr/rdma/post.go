@@ -265,10 +265,7 @@ func (l *link) posted(kind uint8, slot uint32, err error, tried bool) {
 		}
 	case opSend:
 		if err != nil {
-			select {
-			case l.sendFree <- slot:
-			default:
-			}
+			l.freeSendSlot(slot)
 			if tried {
 				l.fail(err)
 			}
