@@ -123,10 +123,6 @@ type domain struct {
 	// nothing on the source side, so the poller must not sleep while any
 	// is outstanding.
 	transfers atomic.Int64
-	// bulkUntil: a rendezvous payload moved in the last bulkLinger
-	// (monotonic nanoseconds, see monoEpoch); readers poll with
-	// readerSpins until then.
-	bulkUntil atomic.Int64
 	sleepBuf  *C.struct_osp_pollbuf // the poller's, for fi_cq_sread
 	// sleeping: the poller is in fi_cq_sread holding the token; wakeSent:
 	// fi_cq_signal was called to end that sleep; tokenWanted: goroutines
@@ -434,7 +430,7 @@ func (d *domain) pollLoop() {
 			continue
 		}
 		d.fiMu.Lock()
-		n, posted, again := d.pollLocked(1)
+		n, posted, again := d.pollLocked()
 		d.fiMu.Unlock()
 		if n != 0 || posted {
 			idleSince = time.Now()
@@ -518,10 +514,10 @@ func (d *domain) lockToken() {
 // of completions (negative for an error entry), whether anything was
 // posted, and whether the provider refused a post for now. Caller holds
 // the token.
-func (d *domain) pollLocked(spins int) (n int, posted, again bool) {
+func (d *domain) pollLocked() (n int, posted, again bool) {
 	pb := d.poster.pb
 	nops := d.preparePosts()
-	rc := C.osp_poll(d.cq, &d.poster.cops[0], nops, pb, C.int(spins), (*C.int32_t)(unsafe.Pointer(&d.pq.n)))
+	rc := C.osp_poll(d.cq, &d.poster.cops[0], nops, pb)
 	again = d.settlePosts(pb.nposted)
 	if rc != 0 {
 		d.active.Store(int64(time.Since(monoEpoch)))
@@ -576,9 +572,9 @@ func (d *domain) pollFor(l *link) bool {
 	ready := func() bool {
 		return len(l.rx) > 0 || len(l.readDone) > 0 || l.dead.Load()
 	}
-	// Other goroutines are let in every few turns only: yielding after
-	// every cgo call cost a third of a 64 B round trip, and a tenth of a
-	// 1 MiB stream with readerSpins.
+	// The clock is read and other goroutines are let in every few turns
+	// only: each turn is a cgo call of about a microsecond, and reading
+	// the clock and yielding on every one cost a third of a round trip.
 	const turns = 8
 	now := time.Since(monoEpoch)
 	deadline := now + d.t.cfg.BusyPoll
@@ -588,11 +584,7 @@ func (d *domain) pollFor(l *link) bool {
 			return true
 		}
 		if d.fiMu.TryLock() {
-			spins := 1
-			if d.transfers.Load() > 0 || int64(now) < d.bulkUntil.Load() {
-				spins = readerSpins
-			}
-			n, posted, _ := d.pollLocked(spins)
+			n, posted, _ := d.pollLocked()
 			d.fiMu.Unlock()
 			if n != 0 || posted {
 				if n != 0 {
@@ -607,36 +599,16 @@ func (d *domain) pollFor(l *link) bool {
 		} else {
 			d.wakeSleeper() // we hold the duty: the poller parks once awake
 		}
-		now = time.Since(monoEpoch)
-		d.dutyPolled.Store(int64(now))
-		if now > deadline && d.transfers.Load() == 0 {
-			d.dropDuty(l)
-			return ready()
-		}
 		if i%turns == 0 {
+			now = time.Since(monoEpoch)
+			d.dutyPolled.Store(int64(now))
+			if now > deadline && d.transfers.Load() == 0 {
+				d.dropDuty(l)
+				return ready()
+			}
 			runtime.Gosched()
 		}
 	}
-}
-
-// readerSpins is how many completion reads a reader polling for its
-// domain makes in one cgo call while they come back empty (osp_poll), when
-// rendezvous payloads are moving. Going back to Go after each empty read,
-// a 1 MiB stream on tcp reached 0.73-0.85x of the raw libfabric loop; with
-// 32 reads per call, 0.81-1.12x (docs/benchmarks.md, "Fewer trips into
-// C"). 512 fell to 0.55x. With no payload moving a reader reads once per
-// call: a 64 B ping-pong's p99 grew with 32, from calls long enough that
-// sysmon took their P away.
-const readerSpins = 32
-
-// bulkLinger is how long after a rendezvous began readers keep polling
-// with readerSpins.
-const bulkLinger = time.Millisecond
-
-// startedTransfer counts a rendezvous payload on the move.
-func (d *domain) startedTransfer() {
-	d.transfers.Add(1)
-	d.bulkUntil.Store(int64(time.Since(monoEpoch) + bulkLinger))
 }
 
 // dropDuty gives the polling back to the poller if l's reader has it.

@@ -1258,7 +1258,7 @@ func (l *link) startTransfer(p *pendingRead) error {
 	l.freeReads = l.freeReads[:len(l.freeReads)-1]
 	l.readSlots[slot] = p
 	l.readsOut++
-	l.d.startedTransfer()
+	l.d.transfers.Add(1)
 	if !l.rdvWrite {
 		// A read the provider refuses comes back as a failed read (post.go).
 		l.d.post(postOp{l: l, kind: opRead, slot: slot, buf: r.ptr(p.frontLen), n: p.size, desc: r.desc, raddr: p.src.addr, rkey: p.src.key})
@@ -1618,7 +1618,7 @@ func (l *link) writeFrame(f *wire.Frame) error {
 		l.rdvMu.Lock()
 		l.rdvOut = append(l.rdvOut, src)
 		l.rdvOutN.Store(int32(len(l.rdvOut)))
-		l.d.startedTransfer()
+		l.d.transfers.Add(1)
 		l.rdvMu.Unlock()
 	} else {
 		p.Put(sb)

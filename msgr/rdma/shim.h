@@ -273,19 +273,11 @@ static ssize_t osp_cq_result(struct fid_cq *cq, ssize_t rc, struct fi_cq_data_en
 }
 
 // osp_poll is a poll's one cgo call: post what is queued (pb->nposted
-// taken), then read up to 64 completions into pb without waiting. An empty
-// read is tried again, up to spins reads in all, unless *queued (the Go
-// side's count of operations waiting to be posted) says someone waits.
-static ssize_t osp_poll(struct fid_cq *cq, struct osp_op *ops, int nops, struct osp_pollbuf *pb,
-                        int spins, const int32_t *queued) {
+// taken), then read up to 64 completions into pb without waiting.
+static ssize_t osp_poll(struct fid_cq *cq, struct osp_op *ops, int nops, struct osp_pollbuf *pb) {
 	pb->nposted = nops > 0 ? osp_post(ops, nops) : 0;
 	struct fi_cq_data_entry e[64];
-	ssize_t rc;
-	for (int i = 1;; i++) {
-		rc = fi_cq_read(cq, e, 64);
-		if (rc != -FI_EAGAIN || i >= spins || __atomic_load_n(queued, __ATOMIC_RELAXED) > 0) break;
-	}
-	return osp_cq_result(cq, rc, e, pb);
+	return osp_cq_result(cq, fi_cq_read(cq, e, 64), e, pb);
 }
 
 static int osp_cq_waitfd(struct fid_cq *cq, int *fd) { return fi_control(&cq->fid, FI_GETWAIT, fd); }
