@@ -909,13 +909,13 @@ func (l *link) Close() error {
 		// sendsIdle once draining is set.
 		l.draining.Store(true)
 		deadline := time.NewTimer(drainTimeout)
+	drain:
 		for !l.failed.Load() && len(l.sendFree) < cap(l.sendFree) {
 			select {
 			case <-l.sendsIdle:
-				continue
 			case <-deadline.C:
+				break drain
 			}
-			break
 		}
 		deadline.Stop()
 		l.closeEndpoint()
