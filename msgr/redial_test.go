@@ -54,13 +54,8 @@ func TestRedialWhenNewLinkFailsBeforeConnectLoopReturns(t *testing.T) {
 		// Break the first link and let its reader report the fault before
 		// the connect loop goes on.
 		lr.link.Close()
-		deadline := time.Now().Add(10 * time.Second)
-		for c.Stats().Faults == 0 {
-			if time.Now().After(deadline) {
-				t.Error("the broken link was not reported as a fault")
-				return
-			}
-			time.Sleep(time.Millisecond) // polling interval
+		if !pollUntil(time.Now().Add(10*time.Second), func() bool { return c.Stats().Faults != 0 }) {
+			t.Error("the broken link was not reported as a fault")
 		}
 	}
 	c, err := cli.Connect(ctx, addr, "osd.0")
@@ -71,19 +66,29 @@ func TestRedialWhenNewLinkFailsBeforeConnectLoopReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for got.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("message not delivered: the session was not redialed after its new link failed: %v", c)
-		}
-		time.Sleep(time.Millisecond) // polling interval
+	if !pollUntil(deadline, func() bool { return got.Load() != 0 }) {
+		t.Fatalf("message not delivered: the session was not redialed after its new link failed: %v", c)
 	}
 	// Connect returns once the first link is attached, while the hook may
 	// still be breaking it: the message can go out on that link, before
 	// the redial. So the redial is waited for, not assumed done.
-	for st := c.Stats(); !broke.Load() || st.Faults == 0 || st.Reconnects == 0; st = c.Stats() {
+	redialed := func() bool {
+		st := c.Stats()
+		return broke.Load() && st.Faults != 0 && st.Reconnects != 0
+	}
+	if !pollUntil(deadline, redialed) {
+		t.Fatalf("the first link was not broken and redialed: %+v", c.Stats())
+	}
+}
+
+// pollUntil checks cond every millisecond until it holds or deadline
+// passes, and reports whether it held.
+func pollUntil(deadline time.Time, cond func() bool) bool {
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("the first link was not broken and redialed: %+v", st)
+			return false
 		}
 		time.Sleep(time.Millisecond) // polling interval
 	}
+	return true
 }
