@@ -15,7 +15,11 @@
 //                    # sender's RMA write and its DONE (3 small sends per MiB)
 //   ./rmabw 5 7816   # destinations advertised ahead: write, DONE, and the
 //                    # receiver's FREE giving the slot back (2 small sends)
+//   ./rmabw 6 7817   # mode 4 with fi_writedata: the write's remote CQ data
+//                    # tells the receiver it is done, so no DONE send
 //
+// -DSZ=BYTES changes the payload size (default 1 MiB), e.g. to find where
+// the kernel splits a payload into one more TCP segment (docs/benchmarks.md).
 // Provider: tcp (edit hints() for another). An experiment, not part of the
 // build or the tests; docs/benchmarks.md has what it measured.
 #include <pthread.h>
@@ -32,7 +36,9 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_rma.h>
 
+#ifndef SZ
 #define SZ (1 << 20)
+#endif
 #define DEPTH 16
 #define NSMALL 64
 #define SMALL 64
@@ -58,7 +64,7 @@ static void open_side(struct side *s, struct fi_info *info) {
 	CHK(fi_domain(s->fab, info, &s->dom, NULL));
 	struct fi_eq_attr ea = {.size = 16, .wait_obj = FI_WAIT_UNSPEC};
 	CHK(fi_eq_open(s->fab, &ea, &s->eq, NULL));
-	struct fi_cq_attr ca = {.size = 256, .format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_NONE};
+	struct fi_cq_attr ca = {.size = 256, .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE};
 	CHK(fi_cq_open(s->dom, &ca, &s->cq, NULL));
 	// DEPTH payload slots, then NSMALL small buffers for control sends and
 	// NSMALL for control receives (modes 4 and 5).
@@ -128,7 +134,7 @@ static int cli_next;
 
 // The sender of modes 4 and 5: keeps DEPTH payloads moving.
 static void cli_proto(void) {
-	struct fi_cq_entry e[16];
+	struct fi_cq_data_entry e[16];
 	int out = 0; uint64_t slot = 0;
 	post_small_rx(&cli);
 	while (!stop) {
@@ -141,11 +147,15 @@ static void cli_proto(void) {
 		ssize_t n = fi_cq_read(cli.cq, e, 16);
 		for (ssize_t i = 0; i < n; i++) {
 			uint64_t c = (uint64_t)(uintptr_t)e[i].op_context;
-			if (c >> 32 == 2 && mode == 4) out--; // the write is done: the source is free
+			if (c >> 32 == 2 && (mode == 4 || mode == 6)) out--; // the write is done: the source is free
 			if (c >> 32 != 1) continue;
 			int b = (int)(uint32_t)c;
 			struct ctl *m = (struct ctl *)small_rx(&cli, b);
-			if (m->type == READY) { write_payload(m->slot, m->addr, srv.key); ctl_send(&cli, &cli_next, DONE, m->slot, 0); }
+			if (m->type == READY && mode == 6) {
+				ssize_t rc;
+				while ((rc = fi_writedata(cli.ep, cli.mem + (size_t)m->slot * SZ, SZ, cli.desc, m->slot, 0, m->addr, srv.key, WRCTX(m->slot))) == -FI_EAGAIN) {}
+				CHK(rc);
+			} else if (m->type == READY) { write_payload(m->slot, m->addr, srv.key); ctl_send(&cli, &cli_next, DONE, m->slot, 0); }
 			else if (m->type == FREE) out--;
 			CHK(fi_recv(cli.ep, small_rx(&cli, b), SMALL, cli.desc, 0, RXCTX(b)));
 		}
@@ -154,7 +164,7 @@ static void cli_proto(void) {
 
 // Target / sender thread: the client.
 static void *cli_loop(void *arg) {
-	struct fi_cq_entry e[16];
+	struct fi_cq_data_entry e[16];
 	int out = 0; uint64_t slot = 0;
 	if (mode >= 4) { cli_proto(); return NULL; }
 	while (!stop) {
@@ -173,13 +183,13 @@ static void *cli_loop(void *arg) {
 
 int main(int argc, char **argv) {
 	if (argc != 3) {
-		fprintf(stderr, "usage: rmabw 0-5 PORT  (0 send/recv, 1 RMA read, 2 RMA write, 3 RMA read in 256 KiB pieces, "
-				"4 write rendezvous, 5 write into advertised slots)\n");
+		fprintf(stderr, "usage: rmabw 0-6 PORT  (0 send/recv, 1 RMA read, 2 RMA write, 3 RMA read in 256 KiB pieces, "
+				"4 write rendezvous, 5 write into advertised slots, 6 write rendezvous with fi_writedata)\n");
 		return 2;
 	}
 	mode = atoi(argv[1]);
-	if (mode < 0 || mode > 5) {
-		fprintf(stderr, "rmabw: mode %s is not 0 to 5\n", argv[1]);
+	if (mode < 0 || mode > 6) {
+		fprintf(stderr, "rmabw: mode %s is not 0 to 6\n", argv[1]);
 		return 2;
 	}
 	struct fi_info *si = hints(argv[2], 1);
@@ -200,7 +210,7 @@ int main(int argc, char **argv) {
 	wait_ev(&srv, FI_CONNECTED, NULL);
 	wait_ev(&cli, FI_CONNECTED, NULL);
 
-	struct fi_cq_entry e[16];
+	struct fi_cq_data_entry e[16];
 	int out = 0; uint64_t slot = 0, bytes = 0;
 	if (mode == 0)
 		for (int i = 0; i < DEPTH; i++) CHK(fi_recv(srv.ep, srv.mem + i * SZ, SZ, srv.desc, 0, (void *)(uintptr_t)i));
@@ -229,6 +239,11 @@ int main(int argc, char **argv) {
 		if (n == -FI_EAVAIL) { struct fi_cq_err_entry ee = {0}; fi_cq_readerr(srv.cq, &ee, 0); fprintf(stderr, "cq err %d %s\n", ee.err, fi_strerror(ee.err)); exit(1); }
 		for (ssize_t i = 0; i < n && mode >= 4; i++) {
 			uint64_t c = (uint64_t)(uintptr_t)e[i].op_context;
+			if (e[i].flags & FI_REMOTE_CQ_DATA) {
+				bytes += SZ;
+				if (c >> 32 == 1) { int b = (int)(uint32_t)c; CHK(fi_recv(srv.ep, small_rx(&srv, b), SMALL, srv.desc, 0, RXCTX(b))); }
+				continue;
+			}
 			if (c >> 32 != 1) continue;
 			int b = (int)(uint32_t)c;
 			struct ctl *m = (struct ctl *)small_rx(&srv, b);
@@ -248,7 +263,7 @@ int main(int argc, char **argv) {
 	double el = now() - tw;
 	stop = 1;
 	pthread_join(t, NULL);
-	static const char *names[] = {"send/recv", "rma read", "rma write", "rma read 4x256KiB", "write rendezvous", "write into advertised slots"};
+	static const char *names[] = {"send/recv", "rma read", "rma write", "rma read 4x256KiB", "write rendezvous", "write into advertised slots", "write rendezvous, fi_writedata for DONE"};
 	printf("%s: %.2f GB/s\n", names[mode], (double)(bytes - (wbytes - 1)) / el / 1e9);
 	return 0;
 }
