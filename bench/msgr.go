@@ -186,6 +186,9 @@ func RunMsgr(ctx context.Context, o MsgrOptions) ([]Row, error) {
 	}
 	var rows []Row
 	add := func(r Row) {
+		if overTCP(&r) {
+			r.TCPCongestion = tcpCongestion()
+		}
 		o.Logger.Info("bench: row done", "transport", r.Transport, "mode", r.Mode, "size", FormatSize(int64(r.Size)),
 			"depth", r.Depth, "msgs_per_sec", int64(r.MsgsPerSec), "p50_us", r.P50Us)
 		if o.OnRow != nil {
@@ -223,6 +226,27 @@ func RunMsgr(ctx context.Context, o MsgrOptions) ([]Row, error) {
 	CompareToRaw(rows)
 	return rows, nil
 }
+
+// overTCP reports whether r's bytes cross a kernel TCP socket.
+func overTCP(r *Row) bool {
+	switch {
+	case r.Transport == "tcp" || r.Transport == RawTransport:
+		return true
+	case r.Transport == FabricTransport || strings.HasPrefix(r.Transport, "rdma+"):
+		return r.Provider == "tcp" || r.Provider == "sockets"
+	}
+	return false
+}
+
+// tcpCongestion is this machine's default TCP congestion control, "" where
+// it cannot be read.
+var tcpCongestion = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+})
 
 // CompareToRaw fills the VsRaw fields of messenger rows that have a
 // baseline row for the same mode, size and depth: raw-fabric on the same

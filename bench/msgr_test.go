@@ -38,6 +38,9 @@ func TestRunMsgr(t *testing.T) {
 		if r.Transport != "tcp" && r.Transport != RawTransport {
 			t.Errorf("row transport %q", r.Transport)
 		}
+		if r.TCPCongestion != tcpCongestion() {
+			t.Errorf("%s row: tcp_congestion %q, this machine has %q", r.Transport, r.TCPCongestion, tcpCongestion())
+		}
 		for name, v := range map[string]float64{
 			"msgs": float64(r.Msgs), "seconds": r.Seconds, "msgs_per_sec": r.MsgsPerSec,
 			"bytes_per_sec": r.BytesPerSec, "p50_us": r.P50Us, "p99_us": r.P99Us,
@@ -104,6 +107,48 @@ func TestRunMsgr(t *testing.T) {
 		}
 	}
 	t.Logf("\n%s", out)
+}
+
+// TestCongestionControl checks which rows carry the TCP congestion control
+// and that the table names each value once.
+func TestCongestionControl(t *testing.T) {
+	for _, c := range []struct {
+		r    Row
+		want bool
+	}{
+		{Row{Transport: "tcp"}, true},
+		{Row{Transport: RawTransport}, true},
+		{Row{Transport: "rdma+tcp", Provider: "tcp"}, true},
+		{Row{Transport: "rdma+sockets", Provider: "sockets"}, true},
+		{Row{Transport: FabricTransport, Provider: "sockets"}, true},
+		{Row{Transport: "rdma+verbs", Provider: "verbs"}, false},
+		{Row{Transport: FabricTransport, Provider: "verbs"}, false},
+		{Row{Transport: "rdma+tcp", Provider: "verbs"}, false}, // FI_PROVIDER=verbs
+	} {
+		if got := overTCP(&c.r); got != c.want {
+			t.Errorf("overTCP(%s, provider %q) = %v, want %v", c.r.Transport, c.r.Provider, got, c.want)
+		}
+	}
+	rows := []Row{
+		{Transport: "tcp", Mode: Stream, Size: 64, Depth: 1, TCPCongestion: "bbr"},
+		{Transport: RawTransport, Mode: Stream, Size: 64, Depth: 1, TCPCongestion: "bbr"},
+		{Transport: "rdma+verbs", Provider: "verbs", Mode: Stream, Size: 64, Depth: 1},
+		{Transport: "tcp", Mode: Stream, Size: 64, Depth: 1, TCPCongestion: "cubic"}, // a row from another machine
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	if want := "TCP congestion control: bbr, cubic"; !strings.Contains(buf.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, buf.String())
+	}
+	buf.Reset()
+	if err := WriteTable(&buf, rows[2:3]); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "congestion") {
+		t.Errorf("a verbs-only table names a TCP congestion control:\n%s", buf.String())
+	}
 }
 
 // msgrJSONKeys are the keys every msgr row has in --json (the omitempty

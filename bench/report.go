@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -53,6 +54,9 @@ func WriteTable(w io.Writer, rows []Row) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if ccs := congestionControls(rows); len(ccs) > 0 {
+		fmt.Fprintf(w, "\nTCP congestion control: %s (it sets the ceiling of rows over loopback TCP; bbr paces them)\n", strings.Join(ccs, ", "))
+	}
 	for _, sec := range []struct{ base, title string }{
 		{RawTransport, "messenger / raw TCP, same run:"},
 		{FabricTransport, "messenger / raw libfabric on the same provider, same run:"},
@@ -83,6 +87,17 @@ func WriteTable(w io.Writer, rows []Row) error {
 		}
 	}
 	return nil
+}
+
+// congestionControls lists the distinct TCPCongestion values of rows.
+func congestionControls(rows []Row) []string {
+	var ccs []string
+	for i := range rows {
+		if cc := rows[i].TCPCongestion; cc != "" && !slices.Contains(ccs, cc) {
+			ccs = append(ccs, cc)
+		}
+	}
+	return ccs
 }
 
 // FormatCount writes a rate with a k/M/G suffix: 950, 612.3k, 2.13M.
