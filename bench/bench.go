@@ -86,14 +86,17 @@ const RawTransport = "raw-tcp"
 // Row is the result of one combination. JSON keys are part of the CLI's
 // output contract (--json); keep them stable.
 type Row struct {
-	Transport string `json:"transport"`          // msgr address scheme, "raw-tcp" or "raw-fabric"
-	Provider  string `json:"provider,omitempty"` // libfabric provider, of raw-fabric and rdma+ rows
-	Mode      Mode   `json:"mode"`
-	Size      int    `json:"size"`                // payload bytes per message
-	Depth     int    `json:"depth"`               // messages in flight, per connection
-	Conns     int    `json:"conns"`               // connections, each with its own client messenger
-	Remote    string `json:"remote,omitempty"`    // the --serve server's address in a two-process run
-	ZeroCopy  bool   `json:"zero_copy,omitempty"` // payloads from Conn.AllocPayload
+	Transport string  `json:"transport"`          // msgr address scheme, "raw-tcp" or "raw-fabric"
+	Provider  string  `json:"provider,omitempty"` // libfabric provider, of raw-fabric and rdma+ rows
+	Mode      Mode    `json:"mode"`
+	Size      int     `json:"size"`                // payload bytes per message
+	Depth     int     `json:"depth"`               // messages in flight, per connection
+	Conns     int     `json:"conns"`               // connections, each with its own client messenger
+	Remote    string  `json:"remote,omitempty"`    // the --serve server's address in a two-process run
+	ZeroCopy  bool    `json:"zero_copy,omitempty"` // payloads from Conn.AllocPayload
+	Msgs      uint64  `json:"msgs"`                // messages (round trips for pingpong) measured
+	Seconds   float64 `json:"seconds"`
+
 	// TCPCongestion is the kernel's TCP congestion control on the machine
 	// that ran the bench command, on rows whose bytes cross a TCP socket
 	// (tcp, raw-tcp, and libfabric's tcp and sockets providers). It sets
@@ -101,9 +104,7 @@ type Row struct {
 	// libfabric row moved about 6.3 GB/s under bbr and 10.4 under cubic
 	// (docs/benchmarks.md), and rows from machines that differ in it do
 	// not compare.
-	TCPCongestion string  `json:"tcp_congestion,omitempty"`
-	Msgs          uint64  `json:"msgs"` // messages (round trips for pingpong) measured
-	Seconds       float64 `json:"seconds"`
+	TCPCongestion string `json:"tcp_congestion,omitempty"`
 
 	MsgsPerSec  float64 `json:"msgs_per_sec"`
 	BytesPerSec float64 `json:"bytes_per_sec"`
