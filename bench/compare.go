@@ -191,6 +191,11 @@ func Compare(w io.Writer, nameA string, a Run, nameB string, b Run) error {
 	}
 
 	fmt.Fprintf(w, "A: %s\nB: %s\n\n", nameA, nameB)
+	if ca, cb := strings.Join(congestionControls(a.Msgr), ", "), strings.Join(congestionControls(b.Msgr), ", "); ca != "" && cb != "" && ca != cb {
+		// It sets loopback's ceiling (docs/benchmarks.md): a delta between
+		// such runs says more about the sysctl than about the code.
+		fmt.Fprintf(w, "warning: A ran under TCP congestion control %s, B under %s: rows over TCP do not compare\n\n", ca, cb)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s\tA\tB\tB vs A\n", unit)
 	var logSum float64

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -91,6 +92,33 @@ func TestCompare(t *testing.T) {
 	}
 	if strings.Count(s, "~ (no significant difference)") != 1 {
 		t.Errorf("one row should be within the noise:\n%s", s)
+	}
+	if strings.Contains(s, "congestion") {
+		t.Errorf("runs without tcp_congestion warned about it:\n%s", s)
+	}
+
+	// Runs under different TCP congestion controls are compared with a
+	// warning; under the same one, without.
+	ca, cb := slices.Clone(runs[0].Msgr), slices.Clone(runs[1].Msgr)
+	for i := range ca {
+		ca[i].TCPCongestion = "bbr"
+	}
+	for i := range cb {
+		cb[i].TCPCongestion = "cubic"
+	}
+	out.Reset()
+	if err := Compare(&out, "a", Run{Msgr: ca}, "b", Run{Msgr: cb}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "warning: A ran under TCP congestion control bbr, B under cubic"; !strings.Contains(out.String(), want) {
+		t.Errorf("comparison lacks %q:\n%s", want, out.String())
+	}
+	out.Reset()
+	if err := Compare(&out, "a", Run{Msgr: ca}, "a again", Run{Msgr: ca}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "warning") {
+		t.Errorf("runs under one congestion control warned:\n%s", out.String())
 	}
 
 	// Runs of different benchmarks, or with nothing in common, do not compare.
