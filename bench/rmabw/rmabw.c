@@ -140,7 +140,7 @@ static void cli_proto(void) {
 	while (!stop) {
 		while (out < DEPTH) {
 			uint32_t s = (uint32_t)(slot % DEPTH);
-			if (mode == 4) ctl_send(&cli, &cli_next, RTS, s, 0);
+			if (mode == 4 || mode == 6) ctl_send(&cli, &cli_next, RTS, s, 0);
 			else { write_payload(s, slot_addr(&srv, s), srv.key); ctl_send(&cli, &cli_next, DONE, s, 0); }
 			out++; slot++;
 		}
