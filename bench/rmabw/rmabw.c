@@ -67,7 +67,7 @@ static void open_side(struct side *s, struct fi_info *info) {
 	struct fi_cq_attr ca = {.size = 256, .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE};
 	CHK(fi_cq_open(s->dom, &ca, &s->cq, NULL));
 	// DEPTH payload slots, then NSMALL small buffers for control sends and
-	// NSMALL for control receives (modes 4 and 5).
+	// NSMALL for control receives (modes 4 to 6).
 	s->mem = mmap(NULL, MEMSZ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	memset(s->mem, 1, MEMSZ);
 	CHK(fi_mr_reg(s->dom, s->mem, MEMSZ, FI_SEND | FI_RECV | FI_READ | FI_REMOTE_READ | FI_WRITE | FI_REMOTE_WRITE, 0, 0, 0, &s->mr, NULL));
@@ -101,7 +101,7 @@ static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
 static volatile int stop, mode;
 static int virt; // FI_MR_VIRT_ADDR: remote addresses are virtual, else offsets
 
-// Control messages of modes 4 and 5: 16 bytes, {type, slot, addr}.
+// Control messages of modes 4 to 6: 16 bytes, {type, slot, addr}.
 enum { RTS = 1, READY, DONE, FREE };
 struct ctl { uint32_t type, slot; uint64_t addr; };
 static char *small_tx(struct side *s, int i) { return s->mem + (size_t)SZ * DEPTH + (size_t)(i % NSMALL) * SMALL; }
@@ -125,14 +125,18 @@ static void ctl_send(struct side *s, int *next, uint32_t type, uint32_t slot, ui
 static uint64_t slot_addr(struct side *s, uint32_t slot) {
 	return (virt ? (uint64_t)(uintptr_t)s->mem : 0) + (uint64_t)slot * SZ;
 }
+// write_payload writes slot's payload to raddr; in mode 6 the write carries
+// the slot as remote CQ data, which stands for the DONE send.
 static void write_payload(uint32_t slot, uint64_t raddr, uint64_t key) {
+	char *buf = cli.mem + (size_t)slot * SZ;
 	ssize_t rc;
-	while ((rc = fi_write(cli.ep, cli.mem + (size_t)slot * SZ, SZ, cli.desc, 0, raddr, key, WRCTX(slot))) == -FI_EAGAIN) {}
+	while ((rc = mode == 6 ? fi_writedata(cli.ep, buf, SZ, cli.desc, slot, 0, raddr, key, WRCTX(slot))
+	                       : fi_write(cli.ep, buf, SZ, cli.desc, 0, raddr, key, WRCTX(slot))) == -FI_EAGAIN) {}
 	CHK(rc);
 }
 static int cli_next;
 
-// The sender of modes 4 and 5: keeps DEPTH payloads moving.
+// The sender of modes 4 to 6: keeps DEPTH payloads moving.
 static void cli_proto(void) {
 	struct fi_cq_data_entry e[16];
 	int out = 0; uint64_t slot = 0;
@@ -151,12 +155,10 @@ static void cli_proto(void) {
 			if (c >> 32 != 1) continue;
 			int b = (int)(uint32_t)c;
 			struct ctl *m = (struct ctl *)small_rx(&cli, b);
-			if (m->type == READY && mode == 6) {
-				ssize_t rc;
-				while ((rc = fi_writedata(cli.ep, cli.mem + (size_t)m->slot * SZ, SZ, cli.desc, m->slot, 0, m->addr, srv.key, WRCTX(m->slot))) == -FI_EAGAIN) {}
-				CHK(rc);
-			} else if (m->type == READY) { write_payload(m->slot, m->addr, srv.key); ctl_send(&cli, &cli_next, DONE, m->slot, 0); }
-			else if (m->type == FREE) out--;
+			if (m->type == READY) {
+				write_payload(m->slot, m->addr, srv.key);
+				if (mode != 6) ctl_send(&cli, &cli_next, DONE, m->slot, 0);
+			} else if (m->type == FREE) out--;
 			CHK(fi_recv(cli.ep, small_rx(&cli, b), SMALL, cli.desc, 0, RXCTX(b)));
 		}
 	}
