@@ -20,6 +20,8 @@
 //
 // -DSZ=BYTES changes the payload size (default 1 MiB), e.g. to find where
 // the kernel splits a payload into one more TCP segment (docs/benchmarks.md).
+// -DCHUNK=BYTES makes modes 4 and 5 write each payload in pieces of at most
+// that size, as the messenger does on tcp (Config.WriteChunk).
 // Provider: tcp (edit hints() for another). An experiment, not part of the
 // build or the tests; docs/benchmarks.md has what it measured.
 #include <pthread.h>
@@ -127,11 +129,20 @@ static uint64_t slot_addr(struct side *s, uint32_t slot) {
 }
 // write_payload writes slot's payload to raddr; in mode 6 the write carries
 // the slot as remote CQ data, which stands for the DONE send.
+#ifndef CHUNK
+#define CHUNK SZ
+#endif
 static void write_payload(uint32_t slot, uint64_t raddr, uint64_t key) {
 	char *buf = cli.mem + (size_t)slot * SZ;
 	ssize_t rc;
+	size_t off = 0;
+	for (; mode != 6 && SZ - off > CHUNK; off += CHUNK) {
+		while ((rc = fi_write(cli.ep, buf + off, CHUNK, cli.desc, 0, raddr + off, key, (void *)(uintptr_t)(3ull << 32))) == -FI_EAGAIN) {}
+		CHK(rc);
+	}
+	buf += off; raddr += off;
 	while ((rc = mode == 6 ? fi_writedata(cli.ep, buf, SZ, cli.desc, slot, 0, raddr, key, WRCTX(slot))
-	                       : fi_write(cli.ep, buf, SZ, cli.desc, 0, raddr, key, WRCTX(slot))) == -FI_EAGAIN) {}
+	                       : fi_write(cli.ep, buf, SZ - off, cli.desc, 0, raddr, key, WRCTX(slot))) == -FI_EAGAIN) {}
 	CHK(rc);
 }
 static int cli_next;

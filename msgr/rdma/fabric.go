@@ -117,6 +117,10 @@ type domain struct {
 	// rdvWrite: this domain's links offer the rendezvous by RDMA write
 	// (Config.Rendezvous), so its memory is registered for remote writes.
 	rdvWrite bool
+	// writeChunk is the longest RDMA write posted (Config.WriteChunk);
+	// 0: a payload goes in one. writePieces counts the writes posted.
+	writeChunk  int
+	writePieces atomic.Uint64
 	// transfers counts rendezvous payloads moving: reads we posted and
 	// sources the peer has not finished reading. A software provider
 	// (tcp) moves them only inside our fi_cq_read calls and completes
@@ -181,9 +185,10 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 	}
 	d := &domain{
 		t: t, info: info, mrMode: uint64(C.osp_info_mr_mode(info)),
-		rdvWrite: t.offersWrite(info),
-		name:     C.GoString(C.osp_info_domain(info)),
-		cmOwners: map[uintptr]cmOwner{}, large: map[int][]*region{},
+		rdvWrite:   t.offersWrite(info),
+		writeChunk: t.cfg.writeChunk(C.GoString(C.osp_info_prov(info))),
+		name:       C.GoString(C.osp_info_domain(info)),
+		cmOwners:   map[uintptr]cmOwner{}, large: map[int][]*region{},
 		listeners:  map[*listener]struct{}{},
 		done:       make(chan struct{}),
 		poster:     newPoster(),

@@ -47,6 +47,10 @@ type postOp struct {
 	raddr, rkey uint64
 	imm         bool
 	data        uint64
+	// off is how much of a write the provider has taken: a write longer
+	// than the domain's writeChunk goes as several, and a refusal with
+	// FI_EAGAIN part way leaves the rest at the head of the queue.
+	off int
 }
 
 // The C kinds of osp_post (shim.h) that differ from the Go ones.
@@ -146,6 +150,10 @@ func (d *domain) preparePosts() C.int {
 		c.ep, c.buf, c.len, c.desc = ep, op.buf, C.uint64_t(op.n), op.desc
 		c.raddr, c.rkey, c.ctx = C.uint64_t(op.raddr), C.uint64_t(op.rkey), ctxID(id, op.kind, op.slot)
 		c.kind, c.rc, c.data = op.cKind(), 0, C.uint64_t(op.data)
+		c.chunk, c.off = 0, C.uint64_t(op.off)
+		if op.kind == opWrite {
+			c.chunk = C.uint64_t(d.writeChunk)
+		}
 		p.liveIdx[p.nlive] = i
 		p.nlive++
 	}
@@ -162,13 +170,20 @@ func (d *domain) settlePosts(nposted C.int) (again bool) {
 		return false
 	}
 	consumed := p.ntaken
+	partial := false
 	if int(nposted) < p.nlive {
-		consumed, again = p.liveIdx[nposted], true
+		// Refused for now, or a write with more pieces to post.
+		partial = p.cops[nposted].rc == 1
+		consumed, again = p.liveIdx[nposted], !partial
 	}
 	q.mu.Lock()
 	clear(q.ops[q.head : q.head+consumed])
 	q.head += consumed
 	q.n.Add(-int32(consumed))
+	if partial {
+		q.ops[q.head].off = int(p.cops[nposted].off)
+		d.writePieces.Add(1)
+	}
 	q.mu.Unlock()
 	j := 0
 	for i := range consumed {
@@ -177,6 +192,9 @@ func (d *domain) settlePosts(nposted C.int) (again bool) {
 		if p.live[i] {
 			err = fiErr(opName[op.kind], C.ssize_t(p.cops[j].rc))
 			j++
+			if op.kind == opWrite && err == nil {
+				d.writePieces.Add(1) // its last piece (osp_write posts one a call)
+			}
 		} else {
 			err = net.ErrClosed
 		}

@@ -379,10 +379,56 @@ func testRendezvousPayloadSizes(t *testing.T, mode rdma.RendezvousMode) {
 		t.Fatalf("receiver's registered high water %d bytes: no registered destination for the rendezvous reads", hw)
 	}
 	checkMoved(t, mode, trC, trS, big)
+	if mode == rdma.RendezvousWrite {
+		// tcp splits writes at DefaultWriteChunk.
+		checkPieces(t, trC, sizes, im, rdma.DefaultWriteChunk)
+	}
 	// Everything read has been released: no rendezvous buffer in use.
 	msgrtest.Eventually(t, 10*time.Second, "rendezvous buffers returned", func() bool {
 		return trS.Stats().BuffersInUse == 0 && trC.Stats().BuffersInUse == 0
 	})
+}
+
+// checkPieces checks that tr wrote each of sizes above inline max in
+// pieces of at most chunk bytes (chunk 0: one write each).
+func checkPieces(t *testing.T, tr *rdma.Transport, sizes []int, inlineMax, chunk int) {
+	t.Helper()
+	var want uint64
+	for _, n := range sizes {
+		switch {
+		case n <= inlineMax:
+		case chunk == 0:
+			want++
+		default:
+			want += uint64((n + chunk - 1) / chunk)
+		}
+	}
+	if got := tr.Stats().WritePieces; got != want {
+		t.Fatalf("the sender posted %d RDMA writes for payloads of %v bytes, want %d (pieces of %d)", got, sizes, want, chunk)
+	}
+}
+
+// TestRDMAWriteChunk writes rendezvous payloads in pieces of an odd size
+// (thousands for the largest), and in one piece each with splitting off;
+// every payload must arrive intact, in order, in the number of writes the
+// size says.
+func TestRDMAWriteChunk(t *testing.T) {
+	for _, chunk := range []int{3001, -1} {
+		t.Run(fmt.Sprint(chunk), func(t *testing.T) {
+			cfg := rdma.Config{Rendezvous: rdma.RendezvousWrite, WriteChunk: chunk, MemBudget: 256 << 20}
+			trS, trC := ownTransport(t, cfg), ownTransport(t, cfg)
+			win := func(o *msgr.Options) { o.RecvWindowMsgs = 16 }
+			p := connectPair(t, trS, trC, win, win)
+			im := inlineMax(16 << 10)
+			sizes := []int{im + 1, 3001, 3002, 1<<20 + 7, 7<<20 + 3, 100}
+			sendAll(t, p.c, 1, 0, len(sizes), func(i int) []byte { return fill(sizes[i], uint64(i)) })
+			waitDelivered(t, p.srvRec, []uint32{1}, uint64(len(sizes)), 60*time.Second, p.c)
+			if f := p.c.Stats().Faults; f != 0 {
+				t.Fatalf("%d link faults", f)
+			}
+			checkPieces(t, trC, sizes, im, max(chunk, 0))
+		})
+	}
 }
 
 // waitIdle waits until tr has no rendezvous buffer handed out and no
