@@ -52,16 +52,17 @@ type Config struct {
 	// WriteChunk is the longest RDMA write the write rendezvous posts: a
 	// longer payload is written in pieces of at most this many bytes, one
 	// post each, and RDV_DONE follows the last. 0 takes the provider's
-	// default: DefaultWriteChunk on the providers that carry RDMA over
-	// kernel TCP (tcp, sockets), where a large payload in one write moved
+	// default: DefaultWriteChunk on tcp, which copies a write into its
+	// socket inside fi_write and where a large payload in one write moved
 	// 25-45% less than in pieces (docs/rdma.md, "Writes in pieces"); one
-	// write per payload elsewhere (a NIC moves it in hardware, in one
-	// work request). Negative: one write per payload.
+	// write per payload elsewhere (sockets queues writes for a thread of
+	// its own and gained nothing; a NIC moves a payload in hardware, in
+	// one work request). Negative: one write per payload.
 	// OSPREY_RDMA_WRITE_CHUNK (bytes) sets it where Config leaves it 0.
 	WriteChunk int
 }
 
-// DefaultWriteChunk is Config.WriteChunk's default on tcp and sockets:
+// DefaultWriteChunk is Config.WriteChunk's default on tcp:
 // four of loopback's 65,483-byte TCP segments less 932 bytes, room for the
 // provider's header and some slack, so that every piece but the last fills
 // whole segments on loopback. A piece that spills a few bytes into one
@@ -78,7 +79,7 @@ func (c *Config) writeChunk(prov string) int {
 		return 0
 	case c.WriteChunk > 0:
 		return c.WriteChunk
-	case prov == "tcp" || prov == "sockets":
+	case prov == "tcp":
 		return DefaultWriteChunk
 	}
 	return 0
