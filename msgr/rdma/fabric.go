@@ -523,12 +523,15 @@ func (d *domain) pollLocked() (n int, posted, again bool) {
 	pb := d.poster.pb
 	nops := d.preparePosts()
 	rc := C.osp_poll(d.cq, &d.poster.cops[0], nops, pb)
+	// A piece of a write (osp_write) is progress too, though the write
+	// stays queued.
+	posted = pb.nposted > 0 || pb.nposted < nops && d.poster.cops[pb.nposted].rc == 1
 	again = d.settlePosts(pb.nposted)
 	if rc != 0 {
 		d.active.Store(int64(time.Since(monoEpoch)))
 	}
 	d.deliver(pb, rc)
-	return int(rc), pb.nposted > 0, again
+	return int(rc), posted, again
 }
 
 // deliver hands the completions of a poll to their links.
