@@ -62,14 +62,15 @@ type Config struct {
 	WriteChunk int
 }
 
-// DefaultWriteChunk is Config.WriteChunk's default on tcp:
-// four of loopback's 65,483-byte TCP segments less 932 bytes, room for the
+// DefaultWriteChunk is Config.WriteChunk's default on tcp: eight of
+// loopback's 65,483-byte TCP segments less 864 bytes, room for the
 // provider's header and some slack, so that every piece but the last fills
 // whole segments on loopback. A piece that spills a few bytes into one
-// more segment (128 KiB, 256 KiB) lost most of what splitting gains.
-// Across an Ethernet path, with segments of 1448 or 8948 bytes, the size
-// matters less.
-const DefaultWriteChunk = 261_000
+// more segment (128 KiB, 256 KiB) lost most of what splitting gains, and
+// pieces of four segments made 4 MiB object gets 8% slower than one write
+// (docs/benchmarks.md). Across an Ethernet path, with segments of 1448 or
+// 8948 bytes, the size matters less.
+const DefaultWriteChunk = 523_000
 
 // writeChunk is the write size on a domain of provider prov: 0 for one
 // write per payload.
