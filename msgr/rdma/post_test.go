@@ -17,58 +17,44 @@ func TestWritePiecesQueue(t *testing.T) {
 	d.pq.push(postOp{l: l, kind: opWrite, n: 1000})
 	d.pq.push(postOp{l: l, kind: opSend, n: 10})
 
-	// round plays one call: C posted a piece of the write (off after it;
-	// 0 for none) with rc (1: more to post, 0: all posted or refused),
-	// and posted nposted ops.
-	round := func(wantOff uint64, off uint64, rc int32, nposted int) (again bool) {
-		t.Helper()
+	// Each step plays one call: C got the write at wantOff, posted a piece
+	// up to off (0: none) with rc (1: more to post, 0: all posted or
+	// refused), and posted nposted ops.
+	for i, st := range []struct {
+		wantOff, off uint64
+		rc           int32
+		nposted      int
+		again        bool
+		queued       int
+		pieces       uint64
+	}{
+		{wantOff: 0, off: 300, rc: 1, queued: 2, pieces: 1},
+		{wantOff: 300, off: 600, rc: 1, queued: 2, pieces: 2},
+		{wantOff: 600, again: true, queued: 2, pieces: 2}, // refused: off stays
+		{wantOff: 600, off: 900, rc: 1, queued: 2, pieces: 3},
+		{wantOff: 900, off: 1000, nposted: 2, pieces: 4}, // the last piece, then the send
+	} {
 		n := d.preparePosts() // a C.int, which set can then fill
 		if n != 2 {
-			t.Fatalf("%d ops to post, want the write and the send", n)
+			t.Fatalf("step %d: %d ops to post, want the write and the send", i, n)
 		}
 		c := &d.poster.cops[0]
-		if uint64(c.off) != wantOff || uint64(c.chunk) != 300 || uint64(c.len) != 1000 {
-			t.Fatalf("the write goes to C with off %d, chunk %d, len %d; want off %d, chunk 300, len 1000", c.off, c.chunk, c.len, wantOff)
+		if uint64(c.off) != st.wantOff || uint64(c.chunk) != 300 || uint64(c.len) != 1000 {
+			t.Fatalf("step %d: the write goes to C with off %d, chunk %d, len %d; want off %d, chunk 300, len 1000", i, c.off, c.chunk, c.len, st.wantOff)
 		}
-		if off != 0 {
-			set(&c.off, off)
+		if st.off != 0 {
+			set(&c.off, st.off)
 		}
-		set(&c.rc, rc)
+		set(&c.rc, st.rc)
 		d.poster.cops[1].rc = 0
-		set(&n, int32(nposted))
-		return d.settlePosts(n)
-	}
-	check := func(queued int, pieces uint64) {
-		t.Helper()
-		if n := int(d.pq.n.Load()); n != queued {
-			t.Fatalf("%d ops queued, want %d", n, queued)
+		set(&n, int32(st.nposted))
+		if again := d.settlePosts(n); again != st.again {
+			t.Fatalf("step %d: settlePosts reports a refusal %v, want %v", i, again, st.again)
 		}
-		if p := d.writePieces.Load(); p != pieces {
-			t.Fatalf("%d pieces counted, want %d", p, pieces)
+		if q, p := int(d.pq.n.Load()), d.writePieces.Load(); q != st.queued || p != st.pieces {
+			t.Fatalf("step %d: %d ops queued and %d pieces counted, want %d and %d", i, q, p, st.queued, st.pieces)
 		}
 	}
-	if round(0, 300, 1, 0) {
-		t.Fatal("a piece posted read as a refusal")
-	}
-	check(2, 1)
-	if round(300, 600, 1, 0) {
-		t.Fatal("a piece posted read as a refusal")
-	}
-	check(2, 2)
-	// Refused: nothing posted, off stays.
-	if !round(600, 0, 0, 0) {
-		t.Fatal("a refusal not reported")
-	}
-	check(2, 2)
-	if round(600, 900, 1, 0) {
-		t.Fatal("a piece posted read as a refusal")
-	}
-	check(2, 3)
-	// The last piece, then the send, in one call.
-	if round(900, 1000, 0, 2) {
-		t.Fatal("a call that posted everything reported a refusal")
-	}
-	check(0, 4)
 }
 
 // set stores v in a field of a cgo type (a test file cannot name C types).
