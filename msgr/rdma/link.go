@@ -69,7 +69,7 @@ type Config struct {
 // more segment (128 KiB, 256 KiB) lost most of what splitting gains, and
 // pieces of four segments made 4 MiB object gets 8% slower than one write
 // (docs/benchmarks.md). Across an Ethernet path, with segments of 1448 or
-// 8948 bytes, the size matters less.
+// 8948 bytes, the size should matter less (not measured).
 const DefaultWriteChunk = 523_000
 
 // writeChunk is the write size on a domain of provider prov: 0 for one
