@@ -523,11 +523,10 @@ func (d *domain) pollLocked() (n int, posted, again bool) {
 	pb := d.poster.pb
 	nops := d.preparePosts()
 	rc := C.osp_poll(d.cq, &d.poster.cops[0], nops, pb)
+	again, partial := d.settlePosts(pb.nposted)
 	// A piece of a write (osp_write) is progress too, though the write
 	// stays queued.
-	partial := pb.nposted < nops && d.poster.cops[pb.nposted].rc == 1
 	posted = pb.nposted > 0 || partial
-	again = d.settlePosts(pb.nposted)
 	// The write's other pieces go at once, a call each, as a poster's
 	// would (kickPosts): left for later polls, they trickled out behind
 	// other goroutines' turns, and four streams into one server moved

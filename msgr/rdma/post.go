@@ -163,14 +163,14 @@ func (d *domain) preparePosts() C.int {
 // settlePosts pops what the provider took (posted, failed, or dropped with a
 // dead link) and tells the links; the rest stays at the head of the queue
 // for the next call. It reports whether the provider refused one with
-// FI_EAGAIN. Caller holds the token.
-func (d *domain) settlePosts(nposted C.int) (again bool) {
+// FI_EAGAIN, and whether a write at the head posted a piece and has more
+// (partial). Caller holds the token.
+func (d *domain) settlePosts(nposted C.int) (again, partial bool) {
 	p, q := d.poster, &d.pq
 	if p.ntaken == 0 {
-		return false
+		return false, false
 	}
 	consumed := p.ntaken
-	partial := false
 	if int(nposted) < p.nlive {
 		// Refused for now, or a write with more pieces to post.
 		partial = p.cops[nposted].rc == 1
@@ -205,7 +205,7 @@ func (d *domain) settlePosts(nposted C.int) (again bool) {
 		}
 		*op = postOp{}
 	}
-	return again
+	return again, partial
 }
 
 var opName = [...]string{opRecv: "fi_recv", opSend: "fi_send", opRead: "fi_read", opWrite: "fi_write", opCtl: "fi_send"}
@@ -213,7 +213,8 @@ var opName = [...]string{opRecv: "fi_recv", opSend: "fi_send", opRead: "fi_read"
 // postQueued posts up to postBatch queued operations in one cgo call and
 // reports whether the provider refused one for now. Caller holds the token.
 func (d *domain) postQueued() (again bool) {
-	return d.settlePosts(C.osp_post(&d.poster.cops[0], d.preparePosts()))
+	again, _ = d.settlePosts(C.osp_post(&d.poster.cops[0], d.preparePosts()))
+	return again
 }
 
 // post queues op and, when no one is calling into the provider, posts the

@@ -48,8 +48,8 @@ func TestWritePiecesQueue(t *testing.T) {
 		set(&c.rc, st.rc)
 		d.poster.cops[1].rc = 0
 		set(&n, int32(st.nposted))
-		if again := d.settlePosts(n); again != st.again {
-			t.Fatalf("step %d: settlePosts reports a refusal %v, want %v", i, again, st.again)
+		if again, partial := d.settlePosts(n); again != st.again || partial != (st.rc == 1) {
+			t.Fatalf("step %d: settlePosts reports a refusal %v and more pieces %v, want %v and %v", i, again, partial, st.again, st.rc == 1)
 		}
 		if q, p := int(d.pq.n.Load()), d.writePieces.Load(); q != st.queued || p != st.pieces {
 			t.Fatalf("step %d: %d ops queued and %d pieces counted, want %d and %d", i, q, p, st.queued, st.pieces)
