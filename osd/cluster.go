@@ -59,7 +59,13 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 			m.Release()
 			return
 		}
-		o.onShard(m, storePG(r.Pool, r.Pg), func() { o.repOp(m, &r, from) })
+		sid, err := o.peerPG(r.Pool, r.Pg)
+		if err != nil {
+			o.log.Warn("rep op refused", "from", from, "err", err)
+			o.ackRepOp(m, &r, err)
+			return
+		}
+		o.onShard(m, sid, func() { o.repOp(m, &r, sid, from) })
 
 	case osdpb.MsgType_MSG_REP_OP_REPLY:
 		var r osdpb.RepOpReply
@@ -465,7 +471,11 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 		if err := m.DecodeFront(&q); err != nil {
 			return
 		}
-		last, tail, err := o.st.PGInfo(o.ctx, storePG(q.Pool, q.Pg))
+		var last, tail *osdpb.Version
+		sid, err := o.peerPG(q.Pool, q.Pg)
+		if err == nil {
+			last, tail, err = o.st.PGInfo(o.ctx, sid)
+		}
 		o.send(c, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Tid: q.Tid,
 			Info: &osdpb.PGInfo{Pg: q.Pg, Last: last, LogTail: tail}}, nil)
 
@@ -478,7 +488,12 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 		if max <= 0 || max > 1000 {
 			max = 1000
 		}
-		entries, tooOld, err := o.st.LogAfter(o.ctx, storePG(q.Pool, q.Pg), q.After, max)
+		var entries []*osdpb.LogEntry
+		var tooOld bool
+		sid, err := o.peerPG(q.Pool, q.Pg)
+		if err == nil {
+			entries, tooOld, err = o.st.LogAfter(o.ctx, sid, q.After, max)
+		}
 		o.send(c, ops.ReplyType(t), &osdpb.PGLogPullReply{Header: hdr(err), Tid: q.Tid,
 			Entries: entries, TooOld: tooOld, Complete: len(entries) < max}, nil)
 
@@ -496,8 +511,11 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 // backfillStep finds the object (or bucket record) a backfill asks for:
 // the one at the position with exact, else the next after it.
 func (o *OSD) backfillStep(c *msgr.Conn, q *osdpb.PGBackfill) (*osdpb.PGBackfillReply, *wire.Buffer, error) {
-	sid := storePG(q.Pool, q.Pg)
 	rep := &osdpb.PGBackfillReply{}
+	sid, err := o.peerPG(q.Pool, q.Pg)
+	if err != nil {
+		return rep, nil, err
+	}
 	last, _, err := o.st.PGInfo(o.ctx, sid)
 	if err != nil {
 		return rep, nil, err

@@ -333,20 +333,39 @@ func mix32(x uint32) uint32 {
 	return x
 }
 
-// storePG is the store's id for (pool, pg): pool in the high 16 bits. The
-// meta PG (bucket records) is one for the whole cluster.
+// storePG is the store's id of (pool, pg), a PG of a pool of a validated
+// map, whose ids always fit (placement.MaxPoolID). Ids from the network go
+// through peerPG first.
 func storePG(pool, pg uint32) uint32 {
-	if pg == placement.MetaPG {
-		return placement.MetaPG
+	sid, err := placement.PGID{Pool: pool, Seed: pg}.StoreID()
+	if err != nil {
+		// Only a caller that skipped peerPG gets here: a bug, not input.
+		panic(fmt.Sprintf("osd: storePG(%d, %d) of an unchecked id: %v", pool, pg, err))
 	}
-	return pool<<16 | pg
+	return sid
+}
+
+// peerPG checks a PG id that came over the network: a PG of a pool in
+// our map (or the meta PG), whose store id it returns. Without it, pool
+// 65536's PG 5 would be pool 0's PG 5.
+func (o *OSD) peerPG(pool, pg uint32) (uint32, error) {
+	sid, err := placement.PGID{Pool: pool, Seed: pg}.StoreID()
+	if err != nil {
+		return 0, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg %d.%x: %v", pool, pg, err)
+	}
+	p, ok := o.Map().Pool(pool)
+	if !ok {
+		return 0, ops.Errorf(osdpb.Status_STALE_EPOCH, "pg %d.%x: no pool %d in our map (epoch %d)", pool, pg, pool, o.Map().Epoch())
+	}
+	if pg != placement.MetaPG && pg >= p.PgCount {
+		return 0, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg %d.%x: pool %d has %d PGs", pool, pg, pool, p.PgCount)
+	}
+	return sid, nil
 }
 
 func splitStorePG(sid uint32) (pool, pg uint32) {
-	if sid == placement.MetaPG {
-		return 0, placement.MetaPG
-	}
-	return sid >> 16, sid & 0xffff
+	id := placement.PGIDOf(sid)
+	return id.Pool, id.Seed
 }
 
 // PeerDown reports whether this OSD considers OSD id down (it missed its

@@ -441,8 +441,7 @@ func (o *OSD) repReply(r *osdpb.RepOpReply) {
 // repOp applies a RepOp at a replica, on the PG's shard: in version order;
 // a duplicate is acked again; a gap (or a sync entry ahead of us) starts a
 // recovery from the sender, and the op waits for it.
-func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, from uint32) {
-	sid := storePG(r.Pool, r.Pg)
+func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, sid, from uint32) {
 	p, err := o.pgOf(sid)
 	if err != nil {
 		o.ackRepOp(m, r, err)

@@ -115,7 +115,7 @@ func StatusOf(err error) (osdpb.Status, string) {
 // went to the wrong OSD; sending again (after a map refresh) may succeed.
 func Retriable(s osdpb.Status) bool {
 	switch s {
-	case osdpb.Status_SERVICE_UNAVAILABLE, osdpb.Status_WRONG_PRIMARY, osdpb.Status_STALE_EPOCH:
+	case osdpb.Status_SERVICE_UNAVAILABLE, osdpb.Status_WRONG_PRIMARY, osdpb.Status_STALE_EPOCH, osdpb.Status_NOT_LEADER:
 		return true
 	}
 	return false
@@ -142,6 +142,8 @@ var codes = map[osdpb.Status]string{
 	osdpb.Status_WRONG_PRIMARY:         "WrongPrimary",
 	osdpb.Status_STALE_EPOCH:           "StaleEpoch",
 	osdpb.Status_INVALID_KEY:           "InvalidKey",
+	osdpb.Status_NOT_LEADER:            "NotLeader",
+	osdpb.Status_WRONG_CLUSTER:         "WrongCluster",
 }
 
 // Code is the S3-style error code of s ("NoSuchKey").

@@ -6,9 +6,12 @@
 // # Placement
 //
 // An object (bucket, key) belongs to PG ObjectHash(bucket, key) mod
-// pg_count of its pool (PGOf). A PG's acting set is the top pool.size OSDs
-// by straw2 among the OSDs that are up, in and of weight > 0; the first is
-// the primary (Map.ActingSet, Map.Primary). Bucket records live in the
+// pg_count of its pool (PGOf). straw2 ranks the OSDs that are in and of
+// weight > 0, up or down; a PG's acting set is the up ones among its top
+// pool.size, and the first is the primary (Map.ActingSet, Map.Primary). A
+// down OSD keeps its place, so its PGs run undersized until it is marked
+// out, as with Ceph's CRUSH; writes go on while min_size members are up
+// (MinSize). Bucket records live in the
 // special PG MetaPG, whose acting set is every up and in OSD. DESIGN.md
 // ("OSD contracts") fixes this scheme; docs in this package say how each
 // step is made stable.
@@ -19,12 +22,12 @@
 // Unmarshal and Load accept a map only if
 //
 //   - epoch >= 1, and fsid is non-empty printable UTF-8 (at most 128 bytes);
-//   - there is at least one OSD, OSD ids are unique, weights are finite and
+//   - OSD ids are unique (a new cluster may have none yet), weights are finite and
 //     >= 0, and public_addr and cluster_addr are tcp://HOST:PORT,
 //     rdma+PROVIDER://HOST:PORT or mem://NAME, with a lower-case scheme, an
 //     IP address or host name, and a port of 1..65535 (parsed, never
 //     resolved or dialed);
-//   - pool ids and names are unique, names are non-empty printable UTF-8,
+//   - pool ids are unique and at most MaxPoolID, names are unique, names are non-empty printable UTF-8,
 //     size >= 1, 1 <= pg_count <= MaxPGCount, and min_size <= size
 //     (0 meaning unset).
 //

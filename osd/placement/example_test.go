@@ -34,8 +34,23 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	// A down OSD keeps its place: the PG runs undersized on the other two.
 	fmt.Printf("epoch %d: PG %d, acting set %v\n", next.Epoch(), pg, next.ActingSet(pool.Id, pg))
+
+	// Marked out, it is replaced by the next OSD in straw2's ranking.
+	out, err := next.With(func(pb *osdpb.ClusterMap) {
+		for _, o := range pb.Osds {
+			if o.Id == primary {
+				o.In = false
+			}
+		}
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("epoch %d: PG %d, acting set %v\n", out.Epoch(), pg, out.ActingSet(pool.Id, pg))
 	// Output:
 	// epoch 1: PG 98, acting set [3 2 0], primary at tcp://127.0.0.1:6803
-	// epoch 2: PG 98, acting set [2 0 1]
+	// epoch 2: PG 98, acting set [2 0]
+	// epoch 3: PG 98, acting set [2 0 1]
 }

@@ -86,7 +86,12 @@ func TestFileFormat(t *testing.T) {
       "clusterAddr": "rdma+verbs://192.168.0.1:6900",
       "weight": 1,
       "up": true,
-      "in": true
+      "in": true,
+      "host": "",
+      "uuid": "",
+      "downSinceUnixNano": "0",
+      "autoOut": false,
+      "upFrom": "0"
     }
   ],
   "pools": [
@@ -95,7 +100,7 @@ func TestFileFormat(t *testing.T) {
       "name": "default",
       "size": 1,
       "pgCount": 128,
-      "minSize": 1
+      "minSize": 0
     }
   ]
 }

@@ -38,8 +38,7 @@ type LocalOptions struct {
 
 // NewLocal returns the epoch-1 map of a local cluster, as `osprey up`
 // starts it: the given OSDs, all up and in with weight 1, and one pool,
-// DefaultPoolName, whose min_size equals its size (writes need every
-// replica today).
+// DefaultPoolName, with min_size unset (size - size/2, see MinSize).
 func NewLocal(opts LocalOptions) (*Map, error) {
 	n := len(opts.PublicAddrs)
 	if n == 0 {
@@ -63,7 +62,7 @@ func NewLocal(opts LocalOptions) (*Map, error) {
 	pb := &osdpb.ClusterMap{
 		Epoch: 1,
 		Fsid:  fsid,
-		Pools: []*osdpb.Pool{{Id: DefaultPoolID, Name: DefaultPoolName, Size: size, PgCount: pgs, MinSize: size}},
+		Pools: []*osdpb.Pool{{Id: DefaultPoolID, Name: DefaultPoolName, Size: size, PgCount: pgs}},
 	}
 	for i, pub := range opts.PublicAddrs {
 		cl := pub

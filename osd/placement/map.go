@@ -32,8 +32,11 @@ type Map struct {
 	// over, so its iteration order cannot leak into placement.
 	byName map[string]*poolState
 
-	// candidates are the OSDs that take data: up, in, weight > 0, by id.
+	// candidates are the OSDs that take data: in, weight > 0, by id, up or
+	// not (a down one keeps its place in the ranking; see buildTable).
 	candidates []candidate
+	// down are the candidates that are not up.
+	down map[uint32]bool
 	// zeroWeight are up and in OSDs of weight 0, by id: they hold no PGs but
 	// still hold bucket records (MetaPG), ranked after everyone else.
 	zeroWeight []uint32
@@ -51,8 +54,9 @@ type poolState struct {
 	pb *osdpb.Pool // read-only
 
 	once   sync.Once
-	stride int      // every PG's acting-set length: min(size, len(candidates))
-	acting []uint32 // pg_count rows of stride OSD ids, primary first
+	stride int      // every PG's slot length: min(size, len(candidates))
+	acting []uint32 // pg_count slots of stride OSD ids, up ones first, primary first
+	size   []int32  // how many of each slot's OSDs are up: the acting set's length
 
 	metaOnce sync.Once
 	meta     []uint32 // MetaPG's acting set
@@ -76,9 +80,6 @@ func build(pb *osdpb.ClusterMap) (*Map, error) {
 	}
 	if r := checkText(pb.Fsid, 128); r != "" {
 		return nil, &MapError{Field: "fsid", Reason: r}
-	}
-	if len(pb.Osds) == 0 {
-		return nil, &MapError{Field: "osds", Reason: "no OSDs; a cluster needs at least one"}
 	}
 	m := &Map{pb: pb, byName: make(map[string]*poolState, len(pb.Pools))}
 
@@ -107,10 +108,16 @@ func build(pb *osdpb.ClusterMap) (*Map, error) {
 	}
 	for _, o := range m.osds {
 		switch {
-		case !o.Up || !o.In:
+		case !o.In:
 		case o.Weight > 0:
 			m.candidates = append(m.candidates, candidate{id: o.Id, weight: o.Weight})
-		default:
+			if !o.Up {
+				if m.down == nil {
+					m.down = map[uint32]bool{}
+				}
+				m.down[o.Id] = true
+			}
+		case o.Up:
 			m.zeroWeight = append(m.zeroWeight, o.Id)
 		}
 	}
@@ -127,6 +134,8 @@ func build(pb *osdpb.ClusterMap) (*Map, error) {
 			return nil, &MapError{Field: f + ".size", Reason: "must be at least 1"}
 		case p.PgCount == 0 || p.PgCount > MaxPGCount:
 			return nil, &MapError{Field: f + ".pg_count", Reason: fmt.Sprintf("%d: want 1..%d", p.PgCount, MaxPGCount)}
+		case p.Id > MaxPoolID:
+			return nil, &MapError{Field: f + ".id", Reason: fmt.Sprintf("%d: want 0..%d", p.Id, MaxPoolID)}
 		case p.MinSize > p.Size:
 			return nil, &MapError{Field: f + ".min_size", Reason: fmt.Sprintf("%d exceeds size %d", p.MinSize, p.Size)}
 		}

@@ -58,7 +58,7 @@ func TestFromProtoInvalid(t *testing.T) {
 		{"no fsid", func(pb *osdpb.ClusterMap) { pb.Fsid = "" }, "fsid", "missing"},
 		{"fsid not UTF-8", func(pb *osdpb.ClusterMap) { pb.Fsid = "a\xff" }, "fsid", "UTF-8"},
 		{"fsid control char", func(pb *osdpb.ClusterMap) { pb.Fsid = "a\nb" }, "fsid", "non-printable"},
-		{"no OSDs", func(pb *osdpb.ClusterMap) { pb.Osds = nil }, "osds", "at least one"},
+		{"pool id too high", func(pb *osdpb.ClusterMap) { pb.Pools[0].Id = MaxPoolID + 1 }, "pools[0].id", "want 0..65534"},
 		// A nil entry is copied as an empty message, which fails validation.
 		{"nil OSD", func(pb *osdpb.ClusterMap) { pb.Osds[1] = nil }, "osds[1].public_addr", "missing"},
 		{"duplicate OSD id", func(pb *osdpb.ClusterMap) { pb.Osds[2].Id = 0 }, "osds", "OSD id 0 appears more than once"},
@@ -272,7 +272,7 @@ func TestNewLocal(t *testing.T) {
 			t.Fatal(err)
 		}
 		p, ok := m.PoolByName(DefaultPoolName)
-		if !ok || p.Id != DefaultPoolID || p.PgCount != DefaultPGCount || p.Size != uint32(min(3, n)) || p.MinSize != p.Size {
+		if !ok || p.Id != DefaultPoolID || p.PgCount != DefaultPGCount || p.Size != uint32(min(3, n)) || p.MinSize != 0 || MinSize(p) != int(p.Size)-int(p.Size)/2 {
 			t.Fatalf("%d OSDs: pool %v", n, p)
 		}
 		if m.Epoch() != 1 || len(m.FSID()) != 36 {

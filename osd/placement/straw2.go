@@ -32,10 +32,12 @@ func (r Role) String() string {
 	return "replica " + strconv.Itoa(int(r))
 }
 
-// ActingSet returns the OSDs that hold PG pg of pool, primary first: the
-// top pool.size OSDs by straw2 among those up, in and of weight > 0 (all of
-// them when there are fewer), or for MetaPG every up and in OSD. It returns
-// nil for an unknown pool or a PG out of range.
+// ActingSet returns the OSDs that hold PG pg of pool, primary first: of the
+// top pool.size OSDs by straw2 among those in and of weight > 0 (all of
+// them when there are fewer), the ones that are up; or for MetaPG every up
+// and in OSD. A PG with a member down has fewer than pool.size: it is
+// undersized until that member comes back or is marked out. It returns nil
+// for an unknown pool or a PG out of range.
 //
 // straw2 gives each eligible OSD i the draw ln(u_i)/weight_i, with u_i in
 // (0, 1] a stable hash of (pool id, pg, OSD id), and ranks by draw, highest
@@ -98,8 +100,7 @@ func (m *Map) PGsOf(pool, osd uint32) iter.Seq2[uint32, Role] {
 			return
 		}
 		for pg := range ps.pb.PgCount {
-			row := ps.acting[int(pg)*ps.stride : int(pg+1)*ps.stride]
-			if i := slices.Index(row, osd); i >= 0 && !yield(pg, Role(i)) {
+			if i := slices.Index(ps.row(pg), osd); i >= 0 && !yield(pg, Role(i)) {
 				return
 			}
 		}
@@ -120,11 +121,25 @@ func (m *Map) acting(pool, pg uint32) []uint32 {
 		return nil
 	}
 	m.buildTable(ps)
-	lo, hi := int(pg)*ps.stride, int(pg+1)*ps.stride
+	return ps.row(pg)
+}
+
+// row is PG pg's acting set in the table: its up members, compacted to the
+// front of its stride-long slot.
+func (ps *poolState) row(pg uint32) []uint32 {
+	if ps.stride == 0 {
+		return nil
+	}
+	lo := int(pg) * ps.stride
+	hi := lo + int(ps.size[pg])
 	return ps.acting[lo:hi:hi]
 }
 
-// buildTable computes every acting set of the pool once.
+// buildTable computes every acting set of the pool once. straw2 ranks the
+// OSDs that are in, whether up or not, as Ceph's CRUSH does: a down OSD
+// keeps its slots, so its PGs run undersized (degraded) rather than move,
+// until it is marked out and straw2 picks its replacement. The acting set
+// is then that ranking's up members.
 func (m *Map) buildTable(ps *poolState) {
 	ps.once.Do(func() {
 		n := int(min(uint64(ps.pb.Size), uint64(len(m.candidates))))
@@ -133,13 +148,19 @@ func (m *Map) buildTable(ps *poolState) {
 			return
 		}
 		ps.acting = make([]uint32, int(ps.pb.PgCount)*n)
+		ps.size = make([]int32, ps.pb.PgCount)
 		top := make([]ranked, 0, n)
 		for pg := range ps.pb.PgCount {
 			top = m.straw2(top[:0], ps.pb.Id, pg, n)
 			row := ps.acting[int(pg)*n : int(pg+1)*n]
-			for i, r := range top {
-				row[i] = r.id
+			k := 0
+			for _, r := range top {
+				if !m.down[r.id] {
+					row[k] = r.id
+					k++
+				}
 			}
+			ps.size[pg] = int32(k)
 		}
 	})
 }
@@ -180,6 +201,9 @@ func (m *Map) straw2(top []ranked, pool, pg uint32, n int) []ranked {
 func (m *Map) metaSet(pool uint32) []uint32 {
 	all := make([]ranked, 0, len(m.candidates))
 	for _, c := range m.candidates {
+		if m.down[c.id] {
+			continue
+		}
 		all = append(all, ranked{cost: float64(drawCost(pool, MetaPG, c.id)) / c.weight, id: c.id})
 	}
 	slices.SortFunc(all, func(a, b ranked) int {

@@ -73,6 +73,19 @@ const (
 	MsgType_MSG_PG_BACKFILL_REPLY MsgType = 108
 	MsgType_MSG_HEARTBEAT         MsgType = 109
 	MsgType_MSG_HEARTBEAT_REPLY   MsgType = 110
+	// Between daemons or clients and the mon (docs/osd.md, "The mon").
+	MsgType_MSG_MON_BOOT            MsgType = 201
+	MsgType_MSG_MON_BOOT_REPLY      MsgType = 202
+	MsgType_MSG_MON_BEACON          MsgType = 203
+	MsgType_MSG_MON_BEACON_REPLY    MsgType = 204
+	MsgType_MSG_MON_FAILURE         MsgType = 205
+	MsgType_MSG_MON_FAILURE_REPLY   MsgType = 206
+	MsgType_MSG_MON_SUBSCRIBE       MsgType = 207
+	MsgType_MSG_MON_SUBSCRIBE_REPLY MsgType = 208
+	MsgType_MSG_MON_COMMAND         MsgType = 209
+	MsgType_MSG_MON_COMMAND_REPLY   MsgType = 210
+	// One-way, mon to subscriber: a newer map (MonMap). It has no reply.
+	MsgType_MSG_MON_MAP MsgType = 211
 )
 
 // Enum value maps for MsgType.
@@ -117,6 +130,17 @@ var (
 		108: "MSG_PG_BACKFILL_REPLY",
 		109: "MSG_HEARTBEAT",
 		110: "MSG_HEARTBEAT_REPLY",
+		201: "MSG_MON_BOOT",
+		202: "MSG_MON_BOOT_REPLY",
+		203: "MSG_MON_BEACON",
+		204: "MSG_MON_BEACON_REPLY",
+		205: "MSG_MON_FAILURE",
+		206: "MSG_MON_FAILURE_REPLY",
+		207: "MSG_MON_SUBSCRIBE",
+		208: "MSG_MON_SUBSCRIBE_REPLY",
+		209: "MSG_MON_COMMAND",
+		210: "MSG_MON_COMMAND_REPLY",
+		211: "MSG_MON_MAP",
 	}
 	MsgType_value = map[string]int32{
 		"MSG_UNKNOWN":               0,
@@ -158,6 +182,17 @@ var (
 		"MSG_PG_BACKFILL_REPLY":     108,
 		"MSG_HEARTBEAT":             109,
 		"MSG_HEARTBEAT_REPLY":       110,
+		"MSG_MON_BOOT":              201,
+		"MSG_MON_BOOT_REPLY":        202,
+		"MSG_MON_BEACON":            203,
+		"MSG_MON_BEACON_REPLY":      204,
+		"MSG_MON_FAILURE":           205,
+		"MSG_MON_FAILURE_REPLY":     206,
+		"MSG_MON_SUBSCRIBE":         207,
+		"MSG_MON_SUBSCRIBE_REPLY":   208,
+		"MSG_MON_COMMAND":           209,
+		"MSG_MON_COMMAND_REPLY":     210,
+		"MSG_MON_MAP":               211,
 	}
 )
 
@@ -217,6 +252,12 @@ const (
 	Status_WRONG_PRIMARY Status = 17
 	Status_STALE_EPOCH   Status = 18
 	Status_INVALID_KEY   Status = 19
+	// Retriable: this mon is a standby; ReplyHeader.leader says where the
+	// leader listens, when known.
+	Status_NOT_LEADER Status = 20
+	// The request names another cluster (fsid), or an OSD id that belongs to
+	// another daemon (uuid). Not retriable.
+	Status_WRONG_CLUSTER Status = 21
 )
 
 // Enum value maps for Status.
@@ -242,6 +283,8 @@ var (
 		17: "WRONG_PRIMARY",
 		18: "STALE_EPOCH",
 		19: "INVALID_KEY",
+		20: "NOT_LEADER",
+		21: "WRONG_CLUSTER",
 	}
 	Status_value = map[string]int32{
 		"OK":                    0,
@@ -264,6 +307,8 @@ var (
 		"WRONG_PRIMARY":         17,
 		"STALE_EPOCH":           18,
 		"INVALID_KEY":           19,
+		"NOT_LEADER":            20,
+		"WRONG_CLUSTER":         21,
 	}
 )
 
@@ -424,10 +469,25 @@ type OSDInfo struct {
 	// Where clients reach the OSD, e.g. "tcp://10.0.0.1:6800".
 	PublicAddr string `protobuf:"bytes,2,opt,name=public_addr,json=publicAddr,proto3" json:"public_addr,omitempty"`
 	// Where other OSDs reach it (replication); may use another transport.
-	ClusterAddr   string  `protobuf:"bytes,3,opt,name=cluster_addr,json=clusterAddr,proto3" json:"cluster_addr,omitempty"`
-	Weight        float64 `protobuf:"fixed64,4,opt,name=weight,proto3" json:"weight,omitempty"`
-	Up            bool    `protobuf:"varint,5,opt,name=up,proto3" json:"up,omitempty"`
-	In            bool    `protobuf:"varint,6,opt,name=in,proto3" json:"in,omitempty"`
+	ClusterAddr string  `protobuf:"bytes,3,opt,name=cluster_addr,json=clusterAddr,proto3" json:"cluster_addr,omitempty"`
+	Weight      float64 `protobuf:"fixed64,4,opt,name=weight,proto3" json:"weight,omitempty"`
+	Up          bool    `protobuf:"varint,5,opt,name=up,proto3" json:"up,omitempty"`
+	In          bool    `protobuf:"varint,6,opt,name=in,proto3" json:"in,omitempty"`
+	// The host the OSD runs on (a label; failure reports from OSDs of one
+	// host count once).
+	Host string `protobuf:"bytes,7,opt,name=host,proto3" json:"host,omitempty"`
+	// Made by the OSD at its first start and kept in its data directory: a
+	// boot that shows a known uuid gets its old id back, and one that claims
+	// an id with another uuid is refused.
+	Uuid string `protobuf:"bytes,8,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	// When the mon marked it down (0 while up): the down-out clock.
+	DownSinceUnixNano int64 `protobuf:"varint,9,opt,name=down_since_unix_nano,json=downSinceUnixNano,proto3" json:"down_since_unix_nano,omitempty"`
+	// Marked out by the mon after the down-out interval, not by an operator:
+	// its next boot marks it in again.
+	AutoOut bool `protobuf:"varint,10,opt,name=auto_out,json=autoOut,proto3" json:"auto_out,omitempty"`
+	// The epoch it was last marked up: a peer that saw an older up_from is
+	// talking to a previous incarnation.
+	UpFrom        uint64 `protobuf:"varint,11,opt,name=up_from,json=upFrom,proto3" json:"up_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -504,13 +564,50 @@ func (x *OSDInfo) GetIn() bool {
 	return false
 }
 
+func (x *OSDInfo) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *OSDInfo) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *OSDInfo) GetDownSinceUnixNano() int64 {
+	if x != nil {
+		return x.DownSinceUnixNano
+	}
+	return 0
+}
+
+func (x *OSDInfo) GetAutoOut() bool {
+	if x != nil {
+		return x.AutoOut
+	}
+	return false
+}
+
+func (x *OSDInfo) GetUpFrom() uint64 {
+	if x != nil {
+		return x.UpFrom
+	}
+	return 0
+}
+
 type Pool struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Size          uint32                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"` // replicas
-	PgCount       uint32                 `protobuf:"varint,4,opt,name=pg_count,json=pgCount,proto3" json:"pg_count,omitempty"`
-	MinSize       uint32                 `protobuf:"varint,5,opt,name=min_size,json=minSize,proto3" json:"min_size,omitempty"` // reserved: writes need every acting replica today
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Size    uint32                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"` // replicas
+	PgCount uint32                 `protobuf:"varint,4,opt,name=pg_count,json=pgCount,proto3" json:"pg_count,omitempty"`
+	// Writes go on, degraded, while at least min_size members of a PG's
+	// acting set are up; below it they wait (retriable). 0: size - size/2.
+	MinSize       uint32 `protobuf:"varint,5,opt,name=min_size,json=minSize,proto3" json:"min_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -776,6 +873,7 @@ type ReplyHeader struct {
 	Map           *ClusterMap            `protobuf:"bytes,4,opt,name=map,proto3" json:"map,omitempty"`         // set when the replier's map is newer than the request's
 	Version       *Version               `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"` // the PG version a write was applied at
 	Req           *ReqID                 `protobuf:"bytes,6,opt,name=req,proto3" json:"req,omitempty"`         // the request's id, echoed so replies can be matched
+	Leader        string                 `protobuf:"bytes,7,opt,name=leader,proto3" json:"leader,omitempty"`   // NOT_LEADER: the leading mon's address, when known
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -850,6 +948,13 @@ func (x *ReplyHeader) GetReq() *ReqID {
 		return x.Req
 	}
 	return nil
+}
+
+func (x *ReplyHeader) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
 }
 
 type PartRef struct {
@@ -3012,6 +3117,928 @@ func (x *HeartbeatReply) GetSentUnixNano() int64 {
 	return 0
 }
 
+// MonBoot: an OSD starts. A first boot (no id yet) gets a new id; a later
+// one shows the id and uuid kept in its data directory.
+type MonBoot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tid           uint64                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
+	Fsid          string                 `protobuf:"bytes,2,opt,name=fsid,proto3" json:"fsid,omitempty"` // empty on the very first boot
+	HasId         bool                   `protobuf:"varint,3,opt,name=has_id,json=hasId,proto3" json:"has_id,omitempty"`
+	Id            uint32                 `protobuf:"varint,4,opt,name=id,proto3" json:"id,omitempty"`
+	Uuid          string                 `protobuf:"bytes,5,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	PublicAddr    string                 `protobuf:"bytes,6,opt,name=public_addr,json=publicAddr,proto3" json:"public_addr,omitempty"`
+	ClusterAddr   string                 `protobuf:"bytes,7,opt,name=cluster_addr,json=clusterAddr,proto3" json:"cluster_addr,omitempty"`
+	Weight        float64                `protobuf:"fixed64,8,opt,name=weight,proto3" json:"weight,omitempty"` // first boot only; 0 means 1
+	Host          string                 `protobuf:"bytes,9,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonBoot) Reset() {
+	*x = MonBoot{}
+	mi := &file_osd_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonBoot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonBoot) ProtoMessage() {}
+
+func (x *MonBoot) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonBoot.ProtoReflect.Descriptor instead.
+func (*MonBoot) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *MonBoot) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
+func (x *MonBoot) GetFsid() string {
+	if x != nil {
+		return x.Fsid
+	}
+	return ""
+}
+
+func (x *MonBoot) GetHasId() bool {
+	if x != nil {
+		return x.HasId
+	}
+	return false
+}
+
+func (x *MonBoot) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *MonBoot) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *MonBoot) GetPublicAddr() string {
+	if x != nil {
+		return x.PublicAddr
+	}
+	return ""
+}
+
+func (x *MonBoot) GetClusterAddr() string {
+	if x != nil {
+		return x.ClusterAddr
+	}
+	return ""
+}
+
+func (x *MonBoot) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *MonBoot) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+type MonBootReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Tid           uint64                 `protobuf:"varint,2,opt,name=tid,proto3" json:"tid,omitempty"`
+	Id            uint32                 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	Fsid          string                 `protobuf:"bytes,4,opt,name=fsid,proto3" json:"fsid,omitempty"`
+	Map           *ClusterMap            `protobuf:"bytes,5,opt,name=map,proto3" json:"map,omitempty"` // the map that marks the OSD up
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonBootReply) Reset() {
+	*x = MonBootReply{}
+	mi := &file_osd_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonBootReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonBootReply) ProtoMessage() {}
+
+func (x *MonBootReply) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonBootReply.ProtoReflect.Descriptor instead.
+func (*MonBootReply) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *MonBootReply) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *MonBootReply) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
+func (x *MonBootReply) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *MonBootReply) GetFsid() string {
+	if x != nil {
+		return x.Fsid
+	}
+	return ""
+}
+
+func (x *MonBootReply) GetMap() *ClusterMap {
+	if x != nil {
+		return x.Map
+	}
+	return nil
+}
+
+// PGStat is what a PG's primary reports of it in its beacons.
+type PGStat struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pg            uint32                 `protobuf:"varint,2,opt,name=pg,proto3" json:"pg,omitempty"`
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // Ceph's words: "active+clean", "peering", ...
+	Objects       uint64                 `protobuf:"varint,4,opt,name=objects,proto3" json:"objects,omitempty"`
+	Degraded      uint64                 `protobuf:"varint,5,opt,name=degraded,proto3" json:"degraded,omitempty"`   // object copies missing on acting members
+	Misplaced     uint64                 `protobuf:"varint,6,opt,name=misplaced,proto3" json:"misplaced,omitempty"` // objects still to move to a new member
+	Last          *Version               `protobuf:"bytes,7,opt,name=last,proto3" json:"last,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,8,opt,name=epoch,proto3" json:"epoch,omitempty"` // the map epoch the state was seen at
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGStat) Reset() {
+	*x = PGStat{}
+	mi := &file_osd_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGStat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGStat) ProtoMessage() {}
+
+func (x *PGStat) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGStat.ProtoReflect.Descriptor instead.
+func (*PGStat) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *PGStat) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *PGStat) GetPg() uint32 {
+	if x != nil {
+		return x.Pg
+	}
+	return 0
+}
+
+func (x *PGStat) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *PGStat) GetObjects() uint64 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
+
+func (x *PGStat) GetDegraded() uint64 {
+	if x != nil {
+		return x.Degraded
+	}
+	return 0
+}
+
+func (x *PGStat) GetMisplaced() uint64 {
+	if x != nil {
+		return x.Misplaced
+	}
+	return 0
+}
+
+func (x *PGStat) GetLast() *Version {
+	if x != nil {
+		return x.Last
+	}
+	return nil
+}
+
+func (x *PGStat) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// MonBeacon: an OSD is alive (it keeps the OSD's lease in etcd) and what
+// its PGs are doing.
+type MonBeacon struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tid           uint64                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
+	Fsid          string                 `protobuf:"bytes,2,opt,name=fsid,proto3" json:"fsid,omitempty"`
+	Id            uint32                 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	Uuid          string                 `protobuf:"bytes,4,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Pgs           []*PGStat              `protobuf:"bytes,6,rep,name=pgs,proto3" json:"pgs,omitempty"`
+	UsedBytes     uint64                 `protobuf:"varint,7,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	AvailBytes    uint64                 `protobuf:"varint,8,opt,name=avail_bytes,json=availBytes,proto3" json:"avail_bytes,omitempty"`
+	RecoveryBytes uint64                 `protobuf:"varint,9,opt,name=recovery_bytes,json=recoveryBytes,proto3" json:"recovery_bytes,omitempty"` // bytes recovered since the OSD started
+	Ops           uint64                 `protobuf:"varint,10,opt,name=ops,proto3" json:"ops,omitempty"`                                         // client ops served since the OSD started
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonBeacon) Reset() {
+	*x = MonBeacon{}
+	mi := &file_osd_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonBeacon) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonBeacon) ProtoMessage() {}
+
+func (x *MonBeacon) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonBeacon.ProtoReflect.Descriptor instead.
+func (*MonBeacon) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *MonBeacon) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
+func (x *MonBeacon) GetFsid() string {
+	if x != nil {
+		return x.Fsid
+	}
+	return ""
+}
+
+func (x *MonBeacon) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *MonBeacon) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *MonBeacon) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *MonBeacon) GetPgs() []*PGStat {
+	if x != nil {
+		return x.Pgs
+	}
+	return nil
+}
+
+func (x *MonBeacon) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *MonBeacon) GetAvailBytes() uint64 {
+	if x != nil {
+		return x.AvailBytes
+	}
+	return 0
+}
+
+func (x *MonBeacon) GetRecoveryBytes() uint64 {
+	if x != nil {
+		return x.RecoveryBytes
+	}
+	return 0
+}
+
+func (x *MonBeacon) GetOps() uint64 {
+	if x != nil {
+		return x.Ops
+	}
+	return 0
+}
+
+type MonBeaconReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Tid           uint64                 `protobuf:"varint,2,opt,name=tid,proto3" json:"tid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonBeaconReply) Reset() {
+	*x = MonBeaconReply{}
+	mi := &file_osd_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonBeaconReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonBeaconReply) ProtoMessage() {}
+
+func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonBeaconReply.ProtoReflect.Descriptor instead.
+func (*MonBeaconReply) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *MonBeaconReply) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *MonBeaconReply) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
+// MonFailure: reporter cannot reach target. immediate: the connection was
+// refused (the process is gone), which marks it down at once.
+type MonFailure struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Tid            uint64                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
+	Fsid           string                 `protobuf:"bytes,2,opt,name=fsid,proto3" json:"fsid,omitempty"`
+	Reporter       uint32                 `protobuf:"varint,3,opt,name=reporter,proto3" json:"reporter,omitempty"`
+	Target         uint32                 `protobuf:"varint,4,opt,name=target,proto3" json:"target,omitempty"`
+	Epoch          uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	FailedForNanos int64                  `protobuf:"varint,6,opt,name=failed_for_nanos,json=failedForNanos,proto3" json:"failed_for_nanos,omitempty"`
+	Immediate      bool                   `protobuf:"varint,7,opt,name=immediate,proto3" json:"immediate,omitempty"`
+	Alive          bool                   `protobuf:"varint,8,opt,name=alive,proto3" json:"alive,omitempty"` // the target answers again: cancel the report
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *MonFailure) Reset() {
+	*x = MonFailure{}
+	mi := &file_osd_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonFailure) ProtoMessage() {}
+
+func (x *MonFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonFailure.ProtoReflect.Descriptor instead.
+func (*MonFailure) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *MonFailure) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
+func (x *MonFailure) GetFsid() string {
+	if x != nil {
+		return x.Fsid
+	}
+	return ""
+}
+
+func (x *MonFailure) GetReporter() uint32 {
+	if x != nil {
+		return x.Reporter
+	}
+	return 0
+}
+
+func (x *MonFailure) GetTarget() uint32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *MonFailure) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *MonFailure) GetFailedForNanos() int64 {
+	if x != nil {
+		return x.FailedForNanos
+	}
+	return 0
+}
+
+func (x *MonFailure) GetImmediate() bool {
+	if x != nil {
+		return x.Immediate
+	}
+	return false
+}
+
+func (x *MonFailure) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+type MonFailureReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Tid           uint64                 `protobuf:"varint,2,opt,name=tid,proto3" json:"tid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonFailureReply) Reset() {
+	*x = MonFailureReply{}
+	mi := &file_osd_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonFailureReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonFailureReply) ProtoMessage() {}
+
+func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonFailureReply.ProtoReflect.Descriptor instead.
+func (*MonFailureReply) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *MonFailureReply) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *MonFailureReply) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
+// MonSubscribe asks for the map now and every newer one as MSG_MON_MAP.
+type MonSubscribe struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tid           uint64                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
+	HaveEpoch     uint64                 `protobuf:"varint,2,opt,name=have_epoch,json=haveEpoch,proto3" json:"have_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonSubscribe) Reset() {
+	*x = MonSubscribe{}
+	mi := &file_osd_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonSubscribe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonSubscribe) ProtoMessage() {}
+
+func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
+func (*MonSubscribe) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *MonSubscribe) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
+func (x *MonSubscribe) GetHaveEpoch() uint64 {
+	if x != nil {
+		return x.HaveEpoch
+	}
+	return 0
+}
+
+type MonSubscribeReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Tid           uint64                 `protobuf:"varint,2,opt,name=tid,proto3" json:"tid,omitempty"`
+	Map           *ClusterMap            `protobuf:"bytes,3,opt,name=map,proto3" json:"map,omitempty"` // set when newer than have_epoch
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonSubscribeReply) Reset() {
+	*x = MonSubscribeReply{}
+	mi := &file_osd_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonSubscribeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonSubscribeReply) ProtoMessage() {}
+
+func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
+func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *MonSubscribeReply) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
+func (x *MonSubscribeReply) GetMap() *ClusterMap {
+	if x != nil {
+		return x.Map
+	}
+	return nil
+}
+
+type MonMap struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Map           *ClusterMap            `protobuf:"bytes,1,opt,name=map,proto3" json:"map,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonMap) Reset() {
+	*x = MonMap{}
+	mi := &file_osd_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonMap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonMap) ProtoMessage() {}
+
+func (x *MonMap) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
+func (*MonMap) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *MonMap) GetMap() *ClusterMap {
+	if x != nil {
+		return x.Map
+	}
+	return nil
+}
+
+// MonCommand is an operator's command: "status", "osd tree", "osd out",
+// "osd in", "osd down", "osd rm", "osd reweight", "get map".
+type MonCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tid           uint64                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
+	Prefix        string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Ids           []uint32               `protobuf:"varint,3,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	Weight        float64                `protobuf:"fixed64,4,opt,name=weight,proto3" json:"weight,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"` // "get map": that epoch (0: the newest)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonCommand) Reset() {
+	*x = MonCommand{}
+	mi := &file_osd_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonCommand) ProtoMessage() {}
+
+func (x *MonCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
+func (*MonCommand) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *MonCommand) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
+func (x *MonCommand) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *MonCommand) GetIds() []uint32 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *MonCommand) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *MonCommand) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type MonCommandReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Tid           uint64                 `protobuf:"varint,2,opt,name=tid,proto3" json:"tid,omitempty"`
+	Output        string                 `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"` // JSON
+	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`  // the map epoch after the command
+	Map           *ClusterMap            `protobuf:"bytes,5,opt,name=map,proto3" json:"map,omitempty"`       // "get map"
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonCommandReply) Reset() {
+	*x = MonCommandReply{}
+	mi := &file_osd_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonCommandReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonCommandReply) ProtoMessage() {}
+
+func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
+func (*MonCommandReply) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *MonCommandReply) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *MonCommandReply) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
+func (x *MonCommandReply) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *MonCommandReply) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *MonCommandReply) GetMap() *ClusterMap {
+	if x != nil {
+		return x.Map
+	}
+	return nil
+}
+
 var File_osd_proto protoreflect.FileDescriptor
 
 const file_osd_proto_rawDesc = "" +
@@ -3023,7 +4050,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12'\n" +
 	"\x04osds\x18\x03 \x03(\v2\x13.osprey.osd.OSDInfoR\x04osds\x12&\n" +
-	"\x05pools\x18\x04 \x03(\v2\x10.osprey.osd.PoolR\x05pools\"\x95\x01\n" +
+	"\x05pools\x18\x04 \x03(\v2\x10.osprey.osd.PoolR\x05pools\"\xa2\x02\n" +
 	"\aOSDInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1f\n" +
 	"\vpublic_addr\x18\x02 \x01(\tR\n" +
@@ -3031,7 +4058,13 @@ const file_osd_proto_rawDesc = "" +
 	"\fcluster_addr\x18\x03 \x01(\tR\vclusterAddr\x12\x16\n" +
 	"\x06weight\x18\x04 \x01(\x01R\x06weight\x12\x0e\n" +
 	"\x02up\x18\x05 \x01(\bR\x02up\x12\x0e\n" +
-	"\x02in\x18\x06 \x01(\bR\x02in\"t\n" +
+	"\x02in\x18\x06 \x01(\bR\x02in\x12\x12\n" +
+	"\x04host\x18\a \x01(\tR\x04host\x12\x12\n" +
+	"\x04uuid\x18\b \x01(\tR\x04uuid\x12/\n" +
+	"\x14down_since_unix_nano\x18\t \x01(\x03R\x11downSinceUnixNano\x12\x19\n" +
+	"\bauto_out\x18\n" +
+	" \x01(\bR\aautoOut\x12\x17\n" +
+	"\aup_from\x18\v \x01(\x04R\x06upFrom\"t\n" +
 	"\x04Pool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -3049,14 +4082,15 @@ const file_osd_proto_rawDesc = "" +
 	"\x03req\x18\x02 \x01(\v2\x11.osprey.osd.ReqIDR\x03req\x12\x12\n" +
 	"\x04pool\x18\x03 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x04 \x01(\rR\x02pg\x12\x18\n" +
-	"\aattempt\x18\x05 \x01(\rR\aattempt\"\xe7\x01\n" +
+	"\aattempt\x18\x05 \x01(\rR\aattempt\"\xff\x01\n" +
 	"\vReplyHeader\x12*\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x12.osprey.osd.StatusR\x06status\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12(\n" +
 	"\x03map\x18\x04 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\x12-\n" +
 	"\aversion\x18\x05 \x01(\v2\x13.osprey.osd.VersionR\aversion\x12#\n" +
-	"\x03req\x18\x06 \x01(\v2\x11.osprey.osd.ReqIDR\x03req\"s\n" +
+	"\x03req\x18\x06 \x01(\v2\x11.osprey.osd.ReqIDR\x03req\x12\x16\n" +
+	"\x06leader\x18\a \x01(\tR\x06leader\"s\n" +
 	"\aPartRef\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -3239,7 +4273,86 @@ const file_osd_proto_rawDesc = "" +
 	"\x0eHeartbeatReply\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
-	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano*\xa8\a\n" +
+	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\"\xda\x01\n" +
+	"\aMonBoot\x12\x10\n" +
+	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x12\n" +
+	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x15\n" +
+	"\x06has_id\x18\x03 \x01(\bR\x05hasId\x12\x0e\n" +
+	"\x02id\x18\x04 \x01(\rR\x02id\x12\x12\n" +
+	"\x04uuid\x18\x05 \x01(\tR\x04uuid\x12\x1f\n" +
+	"\vpublic_addr\x18\x06 \x01(\tR\n" +
+	"publicAddr\x12!\n" +
+	"\fcluster_addr\x18\a \x01(\tR\vclusterAddr\x12\x16\n" +
+	"\x06weight\x18\b \x01(\x01R\x06weight\x12\x12\n" +
+	"\x04host\x18\t \x01(\tR\x04host\"\x9f\x01\n" +
+	"\fMonBootReply\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
+	"\x03tid\x18\x02 \x01(\x04R\x03tid\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
+	"\x04fsid\x18\x04 \x01(\tR\x04fsid\x12(\n" +
+	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xd5\x01\n" +
+	"\x06PGStat\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x0e\n" +
+	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x18\n" +
+	"\aobjects\x18\x04 \x01(\x04R\aobjects\x12\x1a\n" +
+	"\bdegraded\x18\x05 \x01(\x04R\bdegraded\x12\x1c\n" +
+	"\tmisplaced\x18\x06 \x01(\x04R\tmisplaced\x12'\n" +
+	"\x04last\x18\a \x01(\v2\x13.osprey.osd.VersionR\x04last\x12\x14\n" +
+	"\x05epoch\x18\b \x01(\x04R\x05epoch\"\x8a\x02\n" +
+	"\tMonBeacon\x12\x10\n" +
+	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x12\n" +
+	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
+	"\x04uuid\x18\x04 \x01(\tR\x04uuid\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12$\n" +
+	"\x03pgs\x18\x06 \x03(\v2\x12.osprey.osd.PGStatR\x03pgs\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\a \x01(\x04R\tusedBytes\x12\x1f\n" +
+	"\vavail_bytes\x18\b \x01(\x04R\n" +
+	"availBytes\x12%\n" +
+	"\x0erecovery_bytes\x18\t \x01(\x04R\rrecoveryBytes\x12\x10\n" +
+	"\x03ops\x18\n" +
+	" \x01(\x04R\x03ops\"S\n" +
+	"\x0eMonBeaconReply\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
+	"\x03tid\x18\x02 \x01(\x04R\x03tid\"\xda\x01\n" +
+	"\n" +
+	"MonFailure\x12\x10\n" +
+	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x12\n" +
+	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x1a\n" +
+	"\breporter\x18\x03 \x01(\rR\breporter\x12\x16\n" +
+	"\x06target\x18\x04 \x01(\rR\x06target\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12(\n" +
+	"\x10failed_for_nanos\x18\x06 \x01(\x03R\x0efailedForNanos\x12\x1c\n" +
+	"\timmediate\x18\a \x01(\bR\timmediate\x12\x14\n" +
+	"\x05alive\x18\b \x01(\bR\x05alive\"T\n" +
+	"\x0fMonFailureReply\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
+	"\x03tid\x18\x02 \x01(\x04R\x03tid\"?\n" +
+	"\fMonSubscribe\x12\x10\n" +
+	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x1d\n" +
+	"\n" +
+	"have_epoch\x18\x02 \x01(\x04R\thaveEpoch\"\x80\x01\n" +
+	"\x11MonSubscribeReply\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
+	"\x03tid\x18\x02 \x01(\x04R\x03tid\x12(\n" +
+	"\x03map\x18\x03 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"2\n" +
+	"\x06MonMap\x12(\n" +
+	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"v\n" +
+	"\n" +
+	"MonCommand\x12\x10\n" +
+	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x10\n" +
+	"\x03ids\x18\x03 \x03(\rR\x03ids\x12\x16\n" +
+	"\x06weight\x18\x04 \x01(\x01R\x06weight\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\"\xac\x01\n" +
+	"\x0fMonCommandReply\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
+	"\x03tid\x18\x02 \x01(\x04R\x03tid\x12\x16\n" +
+	"\x06output\x18\x03 \x01(\tR\x06output\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12(\n" +
+	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map*\xb0\t\n" +
 	"\aMsgType\x12\x0f\n" +
 	"\vMSG_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vMSG_GET_MAP\x10\x01\x12\x15\n" +
@@ -3281,7 +4394,18 @@ const file_osd_proto_rawDesc = "" +
 	"\x0fMSG_PG_BACKFILL\x10k\x12\x19\n" +
 	"\x15MSG_PG_BACKFILL_REPLY\x10l\x12\x11\n" +
 	"\rMSG_HEARTBEAT\x10m\x12\x17\n" +
-	"\x13MSG_HEARTBEAT_REPLY\x10n*\x96\x03\n" +
+	"\x13MSG_HEARTBEAT_REPLY\x10n\x12\x11\n" +
+	"\fMSG_MON_BOOT\x10\xc9\x01\x12\x17\n" +
+	"\x12MSG_MON_BOOT_REPLY\x10\xca\x01\x12\x13\n" +
+	"\x0eMSG_MON_BEACON\x10\xcb\x01\x12\x19\n" +
+	"\x14MSG_MON_BEACON_REPLY\x10\xcc\x01\x12\x14\n" +
+	"\x0fMSG_MON_FAILURE\x10\xcd\x01\x12\x1a\n" +
+	"\x15MSG_MON_FAILURE_REPLY\x10\xce\x01\x12\x16\n" +
+	"\x11MSG_MON_SUBSCRIBE\x10\xcf\x01\x12\x1c\n" +
+	"\x17MSG_MON_SUBSCRIBE_REPLY\x10\xd0\x01\x12\x14\n" +
+	"\x0fMSG_MON_COMMAND\x10\xd1\x01\x12\x1a\n" +
+	"\x15MSG_MON_COMMAND_REPLY\x10\xd2\x01\x12\x10\n" +
+	"\vMSG_MON_MAP\x10\xd3\x01*\xb9\x03\n" +
 	"\x06Status\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eNO_SUCH_BUCKET\x10\x01\x12\x0f\n" +
@@ -3304,7 +4428,10 @@ const file_osd_proto_rawDesc = "" +
 	"\x13SERVICE_UNAVAILABLE\x10\x10\x12\x11\n" +
 	"\rWRONG_PRIMARY\x10\x11\x12\x0f\n" +
 	"\vSTALE_EPOCH\x10\x12\x12\x0f\n" +
-	"\vINVALID_KEY\x10\x13*\\\n" +
+	"\vINVALID_KEY\x10\x13\x12\x0e\n" +
+	"\n" +
+	"NOT_LEADER\x10\x14\x12\x11\n" +
+	"\rWRONG_CLUSTER\x10\x15*\\\n" +
 	"\x06OpKind\x12\v\n" +
 	"\aOP_NONE\x10\x00\x12\n" +
 	"\n" +
@@ -3326,50 +4453,62 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_osd_proto_goTypes = []any{
-	(MsgType)(0),             // 0: osprey.osd.MsgType
-	(Status)(0),              // 1: osprey.osd.Status
-	(OpKind)(0),              // 2: osprey.osd.OpKind
-	(*ClusterMap)(nil),       // 3: osprey.osd.ClusterMap
-	(*OSDInfo)(nil),          // 4: osprey.osd.OSDInfo
-	(*Pool)(nil),             // 5: osprey.osd.Pool
-	(*Version)(nil),          // 6: osprey.osd.Version
-	(*ReqID)(nil),            // 7: osprey.osd.ReqID
-	(*Header)(nil),           // 8: osprey.osd.Header
-	(*ReplyHeader)(nil),      // 9: osprey.osd.ReplyHeader
-	(*PartRef)(nil),          // 10: osprey.osd.PartRef
-	(*ObjectMeta)(nil),       // 11: osprey.osd.ObjectMeta
-	(*ObjectEntry)(nil),      // 12: osprey.osd.ObjectEntry
-	(*BucketInfo)(nil),       // 13: osprey.osd.BucketInfo
-	(*GetMap)(nil),           // 14: osprey.osd.GetMap
-	(*GetMapReply)(nil),      // 15: osprey.osd.GetMapReply
-	(*BucketRequest)(nil),    // 16: osprey.osd.BucketRequest
-	(*BucketReply)(nil),      // 17: osprey.osd.BucketReply
-	(*ListBuckets)(nil),      // 18: osprey.osd.ListBuckets
-	(*ListBucketsReply)(nil), // 19: osprey.osd.ListBucketsReply
-	(*PutObject)(nil),        // 20: osprey.osd.PutObject
-	(*GetObject)(nil),        // 21: osprey.osd.GetObject
-	(*ObjectReply)(nil),      // 22: osprey.osd.ObjectReply
-	(*ObjectRequest)(nil),    // 23: osprey.osd.ObjectRequest
-	(*ListObjects)(nil),      // 24: osprey.osd.ListObjects
-	(*ListObjectsReply)(nil), // 25: osprey.osd.ListObjectsReply
-	(*UploadRequest)(nil),    // 26: osprey.osd.UploadRequest
-	(*UploadReply)(nil),      // 27: osprey.osd.UploadReply
-	(*UploadInfo)(nil),       // 28: osprey.osd.UploadInfo
-	(*LogEntry)(nil),         // 29: osprey.osd.LogEntry
-	(*RepOp)(nil),            // 30: osprey.osd.RepOp
-	(*RepOpReply)(nil),       // 31: osprey.osd.RepOpReply
-	(*PGQuery)(nil),          // 32: osprey.osd.PGQuery
-	(*PGInfo)(nil),           // 33: osprey.osd.PGInfo
-	(*PGQueryReply)(nil),     // 34: osprey.osd.PGQueryReply
-	(*PGLogPull)(nil),        // 35: osprey.osd.PGLogPull
-	(*PGLogPullReply)(nil),   // 36: osprey.osd.PGLogPullReply
-	(*PGBackfill)(nil),       // 37: osprey.osd.PGBackfill
-	(*PGBackfillReply)(nil),  // 38: osprey.osd.PGBackfillReply
-	(*Heartbeat)(nil),        // 39: osprey.osd.Heartbeat
-	(*HeartbeatReply)(nil),   // 40: osprey.osd.HeartbeatReply
-	nil,                      // 41: osprey.osd.ObjectMeta.UserMetaEntry
+	(MsgType)(0),              // 0: osprey.osd.MsgType
+	(Status)(0),               // 1: osprey.osd.Status
+	(OpKind)(0),               // 2: osprey.osd.OpKind
+	(*ClusterMap)(nil),        // 3: osprey.osd.ClusterMap
+	(*OSDInfo)(nil),           // 4: osprey.osd.OSDInfo
+	(*Pool)(nil),              // 5: osprey.osd.Pool
+	(*Version)(nil),           // 6: osprey.osd.Version
+	(*ReqID)(nil),             // 7: osprey.osd.ReqID
+	(*Header)(nil),            // 8: osprey.osd.Header
+	(*ReplyHeader)(nil),       // 9: osprey.osd.ReplyHeader
+	(*PartRef)(nil),           // 10: osprey.osd.PartRef
+	(*ObjectMeta)(nil),        // 11: osprey.osd.ObjectMeta
+	(*ObjectEntry)(nil),       // 12: osprey.osd.ObjectEntry
+	(*BucketInfo)(nil),        // 13: osprey.osd.BucketInfo
+	(*GetMap)(nil),            // 14: osprey.osd.GetMap
+	(*GetMapReply)(nil),       // 15: osprey.osd.GetMapReply
+	(*BucketRequest)(nil),     // 16: osprey.osd.BucketRequest
+	(*BucketReply)(nil),       // 17: osprey.osd.BucketReply
+	(*ListBuckets)(nil),       // 18: osprey.osd.ListBuckets
+	(*ListBucketsReply)(nil),  // 19: osprey.osd.ListBucketsReply
+	(*PutObject)(nil),         // 20: osprey.osd.PutObject
+	(*GetObject)(nil),         // 21: osprey.osd.GetObject
+	(*ObjectReply)(nil),       // 22: osprey.osd.ObjectReply
+	(*ObjectRequest)(nil),     // 23: osprey.osd.ObjectRequest
+	(*ListObjects)(nil),       // 24: osprey.osd.ListObjects
+	(*ListObjectsReply)(nil),  // 25: osprey.osd.ListObjectsReply
+	(*UploadRequest)(nil),     // 26: osprey.osd.UploadRequest
+	(*UploadReply)(nil),       // 27: osprey.osd.UploadReply
+	(*UploadInfo)(nil),        // 28: osprey.osd.UploadInfo
+	(*LogEntry)(nil),          // 29: osprey.osd.LogEntry
+	(*RepOp)(nil),             // 30: osprey.osd.RepOp
+	(*RepOpReply)(nil),        // 31: osprey.osd.RepOpReply
+	(*PGQuery)(nil),           // 32: osprey.osd.PGQuery
+	(*PGInfo)(nil),            // 33: osprey.osd.PGInfo
+	(*PGQueryReply)(nil),      // 34: osprey.osd.PGQueryReply
+	(*PGLogPull)(nil),         // 35: osprey.osd.PGLogPull
+	(*PGLogPullReply)(nil),    // 36: osprey.osd.PGLogPullReply
+	(*PGBackfill)(nil),        // 37: osprey.osd.PGBackfill
+	(*PGBackfillReply)(nil),   // 38: osprey.osd.PGBackfillReply
+	(*Heartbeat)(nil),         // 39: osprey.osd.Heartbeat
+	(*HeartbeatReply)(nil),    // 40: osprey.osd.HeartbeatReply
+	(*MonBoot)(nil),           // 41: osprey.osd.MonBoot
+	(*MonBootReply)(nil),      // 42: osprey.osd.MonBootReply
+	(*PGStat)(nil),            // 43: osprey.osd.PGStat
+	(*MonBeacon)(nil),         // 44: osprey.osd.MonBeacon
+	(*MonBeaconReply)(nil),    // 45: osprey.osd.MonBeaconReply
+	(*MonFailure)(nil),        // 46: osprey.osd.MonFailure
+	(*MonFailureReply)(nil),   // 47: osprey.osd.MonFailureReply
+	(*MonSubscribe)(nil),      // 48: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil), // 49: osprey.osd.MonSubscribeReply
+	(*MonMap)(nil),            // 50: osprey.osd.MonMap
+	(*MonCommand)(nil),        // 51: osprey.osd.MonCommand
+	(*MonCommandReply)(nil),   // 52: osprey.osd.MonCommandReply
+	nil,                       // 53: osprey.osd.ObjectMeta.UserMetaEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	4,  // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -3379,7 +4518,7 @@ var file_osd_proto_depIdxs = []int32{
 	3,  // 4: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	6,  // 5: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	7,  // 6: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	41, // 7: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	53, // 7: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	10, // 8: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	11, // 9: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	9,  // 10: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -3424,11 +4563,22 @@ var file_osd_proto_depIdxs = []int32{
 	9,  // 49: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
 	29, // 50: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
 	6,  // 51: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	9,  // 52: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
+	3,  // 53: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
+	6,  // 54: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
+	43, // 55: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	9,  // 56: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	9,  // 57: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	9,  // 58: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	3,  // 59: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	3,  // 60: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	9,  // 61: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	3,  // 62: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	63, // [63:63] is the sub-list for method output_type
+	63, // [63:63] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -3442,7 +4592,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   39,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
