@@ -483,6 +483,9 @@ func (c *Conn) connectLoop() {
 		}
 		if !errors.Is(err, errWait) {
 			c.m.log.Debug("msgr: dial failed", "addr", addr, "err", err, "retry_in", backoff)
+			if h := c.m.opts.OnDialError; h != nil {
+				h(c, err)
+			}
 		}
 		jitter := time.Duration(rand.Int64N(int64(backoff)/2 + 1))
 		timer.Reset(backoff + jitter)

@@ -118,6 +118,12 @@ type Options struct {
 	// Transports adds transports beyond the built-in tcp (and rdma when
 	// built with -tags rdma), e.g. msgrtest's in-memory one.
 	Transports []wire.Transport
+	// OnDialError, if set, hears of every failed dial of a session we
+	// initiated, before its reconnect backoff. An OSD uses it to report
+	// a peer whose connections are refused (the process is gone) at once,
+	// as Ceph's osd_fast_fail_on_connection_refused. It runs on the
+	// connect loop's goroutine and must not block.
+	OnDialError func(c *Conn, err error)
 }
 
 const (

@@ -3886,7 +3886,9 @@ func (x *MonMap) GetMap() *ClusterMap {
 }
 
 // MonCommand is an operator's command: "status", "osd tree", "osd out",
-// "osd in", "osd down", "osd rm", "osd reweight", "get map".
+// "osd in", "osd down", "osd rm", "osd reweight", "get map"; and "osd
+// create", with which a new OSD gets its id (by uuid) before it listens
+// under its name and boots.
 type MonCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tid           uint64                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
@@ -3894,6 +3896,7 @@ type MonCommand struct {
 	Ids           []uint32               `protobuf:"varint,3,rep,packed,name=ids,proto3" json:"ids,omitempty"`
 	Weight        float64                `protobuf:"fixed64,4,opt,name=weight,proto3" json:"weight,omitempty"`
 	Epoch         uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"` // "get map": that epoch (0: the newest)
+	Uuid          string                 `protobuf:"bytes,6,opt,name=uuid,proto3" json:"uuid,omitempty"`    // "osd create": the new OSD's uuid
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3963,13 +3966,21 @@ func (x *MonCommand) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *MonCommand) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
 type MonCommandReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Tid           uint64                 `protobuf:"varint,2,opt,name=tid,proto3" json:"tid,omitempty"`
-	Output        string                 `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"` // JSON
-	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`  // the map epoch after the command
-	Map           *ClusterMap            `protobuf:"bytes,5,opt,name=map,proto3" json:"map,omitempty"`       // "get map"
+	Output        string                 `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`   // JSON
+	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`    // the map epoch after the command
+	Map           *ClusterMap            `protobuf:"bytes,5,opt,name=map,proto3" json:"map,omitempty"`         // "get map"
+	Ids           []uint32               `protobuf:"varint,6,rep,packed,name=ids,proto3" json:"ids,omitempty"` // "osd create": the id given
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4035,6 +4046,13 @@ func (x *MonCommandReply) GetEpoch() uint64 {
 func (x *MonCommandReply) GetMap() *ClusterMap {
 	if x != nil {
 		return x.Map
+	}
+	return nil
+}
+
+func (x *MonCommandReply) GetIds() []uint32 {
+	if x != nil {
+		return x.Ids
 	}
 	return nil
 }
@@ -4339,20 +4357,22 @@ const file_osd_proto_rawDesc = "" +
 	"\x03tid\x18\x02 \x01(\x04R\x03tid\x12(\n" +
 	"\x03map\x18\x03 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"2\n" +
 	"\x06MonMap\x12(\n" +
-	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"v\n" +
+	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\x8a\x01\n" +
 	"\n" +
 	"MonCommand\x12\x10\n" +
 	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x10\n" +
 	"\x03ids\x18\x03 \x03(\rR\x03ids\x12\x16\n" +
 	"\x06weight\x18\x04 \x01(\x01R\x06weight\x12\x14\n" +
-	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\"\xac\x01\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04uuid\x18\x06 \x01(\tR\x04uuid\"\xbe\x01\n" +
 	"\x0fMonCommandReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
 	"\x03tid\x18\x02 \x01(\x04R\x03tid\x12\x16\n" +
 	"\x06output\x18\x03 \x01(\tR\x06output\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12(\n" +
-	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map*\xb0\t\n" +
+	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\x12\x10\n" +
+	"\x03ids\x18\x06 \x03(\rR\x03ids*\xb0\t\n" +
 	"\aMsgType\x12\x0f\n" +
 	"\vMSG_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vMSG_GET_MAP\x10\x01\x12\x15\n" +
