@@ -1,0 +1,72 @@
+package pg
+
+// Event is an input to [PG.Step]: one of AdvanceMap, Info, Unreachable,
+// Recovered, PeerRecovered and Applied.
+type Event interface{ event() }
+
+// AdvanceMap gives the machine map epoch Epoch. The daemon feeds every
+// epoch, in order, from the local LastEpochStarted (or, when that is zero,
+// from the pool's creation epoch) on: the machine builds the PG's past
+// intervals from them, and an interval it never saw is one it cannot ask
+// about. An epoch not newer than the current one is ignored; one that
+// skips an epoch is refused with ErrMapGap.
+//
+// A new acting set (or primary, or pool size) starts a new interval: the
+// machine stops serving at once and, if it is the new primary, peers
+// again. A map that leaves the interval as it is re-sends what failed and
+// may now succeed: queries to the unreachable OSDs a down PG waits for,
+// pushes that failed.
+type AdvanceMap struct {
+	Epoch Epoch
+	// Acting is the PG's acting set in the map, primary first, OSDs the map
+	// marks down already removed.
+	Acting []OSDID
+	// Size and MinSize are the pool's: below Size the PG is undersized,
+	// below MinSize it does not serve.
+	Size, MinSize int
+}
+
+// Info is a peer's answer to a Query the machine asked for at Epoch. The
+// daemon may also step an Info nobody asked for (a peer that came back
+// announcing itself): it counts the same.
+type Info struct {
+	From  OSDID
+	Epoch Epoch
+	Info  PeerInfo
+}
+
+// Unreachable says a request to From made at Epoch (a Query, a Recover or
+// a PushTarget) failed: refused, connection reset, or timed out.
+type Unreachable struct {
+	From  OSDID
+	Epoch Epoch
+}
+
+// Recovered says the outstanding Recover from From is done: the local log
+// now ends at Last. One that answers no outstanding Recover is ignored.
+type Recovered struct {
+	From OSDID
+	Last Version
+}
+
+// PeerRecovered says replica OSD, pushed to by this primary, now has its
+// log up to Last.
+type PeerRecovered struct {
+	OSD  OSDID
+	Last Version
+}
+
+// Applied says the local log now ends at Version: a write the primary
+// applied, a RepOp a replica applied, a pull or push a replica finished.
+// On a replica it may go back, when a push dropped entries the PG never
+// acknowledged.
+type Applied struct {
+	Version Version
+}
+
+func (AdvanceMap) event()    {}
+func (Info) event()          {}
+func (Unreachable) event()   {}
+func (Recovered) event()     {}
+func (PeerRecovered) event() {}
+func (Applied) event()       {}

@@ -1,0 +1,379 @@
+package pg
+
+import (
+	"fmt"
+	"slices"
+)
+
+// interval is a run of map epochs with one acting set, primary first.
+type interval struct {
+	first, last   Epoch // last is set when the interval closes
+	acting        []OSDID
+	size, minSize int
+}
+
+func (iv *interval) primary() (OSDID, bool) {
+	if len(iv.acting) == 0 {
+		return 0, false
+	}
+	return iv.acting[0], true
+}
+
+func (iv *interval) has(id OSDID) bool { return slices.Contains(iv.acting, id) }
+
+// maybeRW reports whether the interval could have taken writes: only a PG
+// with MinSize members serves. Intervals that could not need no witness.
+func (iv *interval) maybeRW() bool { return len(iv.acting) > 0 && len(iv.acting) >= iv.minSize }
+
+// phase is where the primary is in peering.
+type phase uint8
+
+const (
+	phaseNone       phase = iota // not the primary, or no map yet
+	phaseGetInfo                 // waiting for answers to the queries
+	phaseDown                    // an interval has no reachable witness
+	phaseIncomplete              // maps we need are missing
+	phaseRecover                 // pulling the authoritative log
+	phaseActive                  // peered; serving if MinSize members
+)
+
+type probe uint8
+
+const (
+	probeSent probe = iota
+	probeAnswered
+	probeUnreachable
+)
+
+type pushState uint8
+
+const (
+	pushNone     pushState = iota // not behind, or not a replica
+	pushInFlight                  // handed out, no outcome yet
+	pushFailed                    // to hand out again at the next epoch
+)
+
+// peer is what the primary knows of one other OSD in this interval.
+type peer struct {
+	probe probe
+	info  PeerInfo // valid once answered
+	push  pushState
+	want  Version // what the push brings it to
+}
+
+func (p *PG) advanceMap(m AdvanceMap) error {
+	if m.Epoch <= p.epoch {
+		return nil
+	}
+	if m.Size < 1 || m.MinSize < 1 || m.MinSize > m.Size || len(m.Acting) > m.Size {
+		return fmt.Errorf("pg %s: %w: epoch %d has size %d, min_size %d, acting %v", p.id, ErrInvalidEvent, m.Epoch, m.Size, m.MinSize, m.Acting)
+	}
+	for i, id := range m.Acting {
+		if slices.Contains(m.Acting[:i], id) {
+			return fmt.Errorf("pg %s: %w: epoch %d lists osd.%d twice in %v", p.id, ErrInvalidEvent, m.Epoch, id, m.Acting)
+		}
+	}
+	if p.epoch != 0 && m.Epoch != p.epoch+1 {
+		return fmt.Errorf("pg %s: %w: epoch %d after %d", p.id, ErrMapGap, m.Epoch, p.epoch)
+	}
+	prev := p.epoch
+	p.epoch = m.Epoch
+	if prev != 0 && slices.Equal(m.Acting, p.cur.acting) && m.Size == p.cur.size && m.MinSize == p.cur.minSize {
+		p.retry()
+		return nil
+	}
+	if prev == 0 {
+		p.firstEpoch = m.Epoch
+	} else {
+		p.cur.last = prev
+		p.past = append(p.past, p.cur)
+		p.trimPast()
+	}
+	p.cur = interval{first: m.Epoch, acting: slices.Clone(m.Acting), size: m.Size, minSize: m.MinSize}
+	p.phase, p.peers, p.recovering, p.authLast, p.blocked = phaseNone, nil, nil, Version{}, nil
+	// Work for the old interval is no longer wanted.
+	p.out.queries, p.out.recover, p.out.push = nil, nil, nil
+	if p.isPrimary() {
+		p.startPeering()
+	}
+	return nil
+}
+
+// trimPast forgets intervals that ended before the local LastEpochStarted:
+// the local log holds every write they acknowledged.
+func (p *PG) trimPast() {
+	p.past = slices.DeleteFunc(p.past, func(iv interval) bool { return iv.last < p.local.LastEpochStarted })
+}
+
+// startPeering queries the current acting set and the prior set: the
+// members of every interval since the local LastEpochStarted that may have
+// gone rw.
+func (p *PG) startPeering() {
+	p.phase = phaseGetInfo
+	p.peers = map[OSDID]*peer{}
+	for _, id := range p.probeTargets(p.local.LastEpochStarted) {
+		p.query(id)
+	}
+	p.tryPeer()
+}
+
+func (p *PG) query(id OSDID) {
+	pr := p.peerOf(id)
+	pr.probe = probeSent
+	p.out.queries = append(p.out.queries, Query{To: id, Epoch: p.epoch})
+}
+
+func (p *PG) peerOf(id OSDID) *peer {
+	pr := p.peers[id]
+	if pr == nil {
+		pr = &peer{probe: probeUnreachable}
+		p.peers[id] = pr
+	}
+	return pr
+}
+
+// probeTargets lists, sorted, the OSDs peering waits for: the current
+// acting set, and every member of the intervals that may have gone rw and
+// did not end before start.
+func (p *PG) probeTargets(start Epoch) []OSDID {
+	var ids []OSDID
+	add := func(acting []OSDID) {
+		for _, id := range acting {
+			if id != p.self && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	add(p.cur.acting)
+	for _, iv := range p.past {
+		if iv.maybeRW() && iv.last >= start {
+			add(iv.acting)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// historyStart is the epoch from which intervals must be accounted for:
+// the newest LastEpochStarted among ourselves and the peers that answered.
+// A copy with LastEpochStarted e holds every write acknowledged before e,
+// and it is one of the candidates for the authoritative log, so earlier
+// intervals need no witness (Ceph's history.last_epoch_started).
+func (p *PG) historyStart() Epoch {
+	start := p.local.LastEpochStarted
+	for _, pr := range p.peers {
+		if pr.probe == probeAnswered {
+			start = max(start, pr.info.LastEpochStarted)
+		}
+	}
+	return start
+}
+
+// tryPeer moves the primary's peering as far as what it knows allows:
+// wait for answers, then either down, incomplete, a pull, or active.
+func (p *PG) tryPeer() {
+	if p.phase == phaseNone || p.phase == phaseActive {
+		return
+	}
+	start := p.historyStart()
+	for _, id := range p.probeTargets(start) {
+		if p.peers[id] == nil {
+			p.query(id)
+		}
+		if p.peers[id].probe == probeSent {
+			p.phase = phaseGetInfo
+			return
+		}
+	}
+	if start > 0 && start < p.firstEpoch {
+		p.phase = phaseIncomplete
+		return
+	}
+	if p.blocked = p.unwitnessed(start); len(p.blocked) > 0 {
+		p.phase = phaseDown
+		p.recovering = nil
+		return
+	}
+	from, auth := p.authoritative()
+	p.authLast = auth.Last
+	if p.local.Last.Less(auth.Last) {
+		p.phase = phaseRecover
+		if r := p.recovering; r == nil || r.From != from || r.Want != auth.Last {
+			p.recovering = &Recover{From: from, Epoch: p.epoch, Have: p.local.Last, Want: auth.Last}
+			p.out.recover = p.recovering
+		}
+		return
+	}
+	p.activate()
+}
+
+// unwitnessed returns, sorted, the members of each interval since start
+// that may have gone rw and of which no member answered (we ourselves
+// count: our log is on hand). Empty means every such interval has a
+// witness.
+func (p *PG) unwitnessed(start Epoch) []OSDID {
+	var blocked []OSDID
+	for _, iv := range p.past {
+		if !iv.maybeRW() || iv.last < start || iv.has(p.self) {
+			continue
+		}
+		if slices.ContainsFunc(iv.acting, p.answered) {
+			continue
+		}
+		for _, id := range iv.acting {
+			if !slices.Contains(blocked, id) {
+				blocked = append(blocked, id)
+			}
+		}
+	}
+	slices.Sort(blocked)
+	return blocked
+}
+
+func (p *PG) answered(id OSDID) bool {
+	pr := p.peers[id]
+	return pr != nil && pr.probe == probeAnswered
+}
+
+// authoritative picks the copy with the highest Last; on a tie ourselves
+// (nothing to pull), then the longest log (the fewest backfills), then the
+// lowest id.
+func (p *PG) authoritative() (OSDID, PeerInfo) {
+	from, best := p.self, p.local
+	ids := make([]OSDID, 0, len(p.peers))
+	for id, pr := range p.peers {
+		if pr.probe == probeAnswered {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		info := p.peers[id].info
+		if best.Last.Less(info.Last) || (best.Last == info.Last && from != p.self && info.LogTail.Less(best.LogTail)) {
+			from, best = id, info
+		}
+	}
+	return from, best
+}
+
+// activate makes the primary active: it records LastEpochStarted (when the
+// interval can take writes) and pushes to every acting member not known to
+// be at our Last.
+func (p *PG) activate() {
+	p.phase, p.recovering, p.blocked = phaseActive, nil, nil
+	if p.cur.maybeRW() && p.local.LastEpochStarted < p.cur.first {
+		p.setLastEpochStarted(p.cur.first)
+	}
+	for _, id := range p.cur.acting[1:] {
+		pr := p.peerOf(id)
+		if pr.probe == probeAnswered && pr.info.Last == p.local.Last {
+			continue
+		}
+		var have Version
+		if pr.probe == probeAnswered {
+			have = pr.info.Last
+		}
+		p.push(id, pr, have)
+	}
+}
+
+func (p *PG) push(id OSDID, pr *peer, have Version) {
+	pr.push, pr.want = pushInFlight, p.local.Last
+	p.out.push = append(p.out.push, PushTarget{To: id, Epoch: p.epoch, Have: have, Want: pr.want})
+}
+
+func (p *PG) setLastEpochStarted(e Epoch) {
+	p.local.LastEpochStarted = e
+	p.out.les = true
+	p.trimPast()
+}
+
+// retry re-sends, at a map that keeps the interval, what failed and that
+// the new map may have made possible.
+func (p *PG) retry() {
+	switch p.phase {
+	case phaseDown:
+		for _, id := range p.blocked {
+			p.query(id)
+		}
+		p.tryPeer()
+	case phaseActive:
+		for _, id := range p.cur.acting[1:] {
+			if pr := p.peers[id]; pr != nil && pr.push == pushFailed {
+				p.push(id, pr, pr.info.Last)
+			}
+		}
+	}
+}
+
+func (p *PG) onInfo(ev Info) {
+	if !p.isPrimary() || ev.From == p.self || ev.Epoch < p.cur.first || ev.Epoch > p.epoch {
+		return
+	}
+	pr := p.peerOf(ev.From)
+	pr.probe, pr.info = probeAnswered, ev.Info
+	if p.phase == phaseActive {
+		if pr.push != pushNone && pr.want.LE(ev.Info.Last) {
+			pr.push = pushNone
+		}
+		return
+	}
+	p.tryPeer()
+}
+
+func (p *PG) onUnreachable(ev Unreachable) {
+	if !p.isPrimary() || ev.From == p.self || ev.Epoch < p.cur.first || ev.Epoch > p.epoch {
+		return
+	}
+	if p.phase == phaseActive {
+		if pr := p.peers[ev.From]; pr != nil && pr.push == pushInFlight {
+			pr.push = pushFailed
+		}
+		return
+	}
+	// A peer we cannot reach, even one that answered, cannot witness its
+	// intervals: we could not get its log.
+	p.peerOf(ev.From).probe = probeUnreachable
+	if p.recovering != nil && p.recovering.From == ev.From {
+		p.recovering = nil
+	}
+	p.tryPeer()
+}
+
+func (p *PG) onRecovered(ev Recovered) {
+	if p.phase != phaseRecover || p.recovering == nil || p.recovering.From != ev.From {
+		return
+	}
+	p.recovering = nil
+	p.setLast(ev.Last)
+	p.tryPeer()
+}
+
+func (p *PG) onPeerRecovered(ev PeerRecovered) {
+	if !p.isPrimary() || p.phase != phaseActive || !p.cur.has(ev.OSD) || ev.OSD == p.self {
+		return
+	}
+	pr := p.peerOf(ev.OSD)
+	pr.info.Last = ev.Last
+	switch {
+	case pr.push == pushNone:
+	case pr.want.LE(ev.Last):
+		pr.push = pushNone
+	default:
+		p.push(ev.OSD, pr, ev.Last)
+	}
+}
+
+func (p *PG) onApplied(ev Applied) { p.setLast(ev.Version) }
+
+// setLast records the local log's new end. A copy that holds a write of
+// the current interval holds the log the interval's primary went active
+// with (writes apply in order, and a gap is filled from the primary first),
+// so it can raise its LastEpochStarted like the primary did.
+func (p *PG) setLast(v Version) {
+	p.local.Last = v
+	if p.epoch != 0 && v.Epoch >= p.cur.first && p.cur.has(p.self) && p.cur.maybeRW() &&
+		p.local.LastEpochStarted < p.cur.first {
+		p.setLastEpochStarted(p.cur.first)
+	}
+}

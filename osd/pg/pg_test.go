@@ -1,0 +1,458 @@
+package pg_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/ospreystore/osprey/osd/pg"
+)
+
+// machine wraps a *pg.PG for scripted tests: every Step must succeed.
+type machine struct {
+	t *testing.T
+	*pg.PG
+}
+
+func newMachine(t *testing.T, self pg.OSDID, local pg.PeerInfo) *machine {
+	t.Helper()
+	return &machine{t, pg.New(pg.Config{Self: self, ID: pg.ID{Pool: 1, Seed: 0x1f}, Local: local})}
+}
+
+func (m *machine) step(evs ...pg.Event) *machine {
+	m.t.Helper()
+	for _, ev := range evs {
+		if err := m.Step(ev); err != nil {
+			m.t.Fatalf("Step(%#v): %v", ev, err)
+		}
+	}
+	return m
+}
+
+// maps feeds epochs first, first+1, ... with the given acting sets, pool
+// size 3 and min_size 2.
+func (m *machine) maps(first pg.Epoch, acting ...[]pg.OSDID) *machine {
+	m.t.Helper()
+	for i, a := range acting {
+		m.step(pg.AdvanceMap{Epoch: first + pg.Epoch(i), Acting: a, Size: 3, MinSize: 2})
+	}
+	return m
+}
+
+// expect checks the machine's state and serving, through Ready and the
+// accessors both.
+func (m *machine) expect(state string, serving bool) pg.Ready {
+	m.t.Helper()
+	rd := m.Ready()
+	if rd.State.String() != state || rd.Serving != serving {
+		m.t.Fatalf("state %s serving %v, want %s serving %v", rd.State, rd.Serving, state, serving)
+	}
+	if m.State() != rd.State || m.Serving() != serving || (m.CanServe() == nil) != serving {
+		m.t.Fatalf("accessors disagree with Ready: %s %v %v", m.State(), m.Serving(), m.CanServe())
+	}
+	return rd
+}
+
+func osds(ids ...pg.OSDID) []pg.OSDID { return ids }
+
+func v(e pg.Epoch, s uint64) pg.Version { return pg.Version{Epoch: e, Seq: s} }
+
+func queried(rd pg.Ready) []pg.OSDID {
+	var ids []pg.OSDID
+	for _, q := range rd.Queries {
+		ids = append(ids, q.To)
+	}
+	return ids
+}
+
+func wantQueries(t *testing.T, rd pg.Ready, epoch pg.Epoch, ids ...pg.OSDID) {
+	t.Helper()
+	if got := queried(rd); !slices.Equal(got, ids) {
+		t.Fatalf("queried %v, want %v", got, ids)
+	}
+	for _, q := range rd.Queries {
+		if q.Epoch != epoch {
+			t.Fatalf("query %+v, want epoch %d", q, epoch)
+		}
+	}
+}
+
+func TestFreshSingleMember(t *testing.T) {
+	m := newMachine(t, 1, pg.PeerInfo{})
+	m.expect("unknown", false)
+	m.step(pg.AdvanceMap{Epoch: 1, Acting: osds(1), Size: 1, MinSize: 1})
+	rd := m.expect("active+clean", true)
+	if len(rd.Queries) != 0 || rd.Recover != nil || len(rd.Push) != 0 {
+		t.Fatalf("a lone fresh PG asked for work: %+v", rd)
+	}
+	if rd.LastEpochStarted != 1 || m.LastEpochStarted() != 1 {
+		t.Fatalf("LastEpochStarted %d (%d), want 1", rd.LastEpochStarted, m.LastEpochStarted())
+	}
+	if got := m.NextVersion(); got != v(1, 1) {
+		t.Fatalf("NextVersion %v, want 1'1", got)
+	}
+	m.step(pg.Applied{Version: v(1, 1)})
+	if m.HasReady() {
+		t.Fatal("a write made Ready news")
+	}
+	if got := m.NextVersion(); got != v(1, 2) {
+		t.Fatalf("NextVersion %v, want 1'2", got)
+	}
+}
+
+func TestFreshPGPeersWithReplicas(t *testing.T) {
+	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(1, 2, 3))
+	rd := m.expect("peering", false)
+	wantQueries(t, rd, 1, 2, 3)
+	if err := m.CanServe(); !errors.Is(err, pg.ErrPeering) {
+		t.Fatalf("CanServe while peering: %v", err)
+	}
+	m.step(pg.Info{From: 2, Epoch: 1})
+	m.expect("peering", false)
+	m.step(pg.Info{From: 3, Epoch: 1})
+	rd = m.expect("active+clean", true)
+	if rd.LastEpochStarted != 1 || len(rd.Push) != 0 || rd.Recover != nil {
+		t.Fatalf("activation: %+v", rd)
+	}
+	if m.HasReady() {
+		t.Fatal("HasReady after Ready with nothing new")
+	}
+}
+
+// The bug this package exists for: a newly added, empty OSD became the
+// primary of a PG with data and served it empty (NoSuchKey).
+func TestNewEmptyPrimaryRecoversBeforeServing(t *testing.T) {
+	// Epoch 1: [2 3 4] took writes up to 1'5. Epoch 2: osd.1 joins and
+	// ranks first. Its PG is new (LastEpochStarted 0), so the daemon feeds
+	// it maps from the pool's creation.
+	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(2, 3, 4), osds(1, 2, 3))
+	rd := m.expect("peering", false)
+	wantQueries(t, rd, 2, 2, 3, 4) // 4 is asked too: it witnessed epoch 1
+	full := pg.PeerInfo{Last: v(1, 5), LogTail: v(1, 1), LastEpochStarted: 1}
+	m.step(pg.Info{From: 2, Epoch: 2, Info: full}, pg.Info{From: 3, Epoch: 2, Info: full}, pg.Unreachable{From: 4, Epoch: 2})
+	rd = m.expect("peering", false)
+	if want := (pg.Recover{From: 2, Epoch: 2, Want: v(1, 5)}); rd.Recover == nil || *rd.Recover != want {
+		t.Fatalf("Recover %+v, want %+v", rd.Recover, want)
+	}
+	if r, ok := m.Recovering(); !ok || r.From != 2 {
+		t.Fatalf("Recovering() = %+v, %v", r, ok)
+	}
+	// A pull it did not ask for, and writes elsewhere, change nothing.
+	m.step(pg.Recovered{From: 3, Last: v(1, 5)})
+	m.expect("peering", false)
+	m.step(pg.Recovered{From: 2, Last: v(1, 5)})
+	rd = m.expect("active+clean", true)
+	if rd.LastEpochStarted != 2 || len(rd.Push) != 0 {
+		t.Fatalf("after recovery: %+v", rd)
+	}
+	if got := m.Local(); got.Last != v(1, 5) {
+		t.Fatalf("Local %+v", got)
+	}
+}
+
+func TestRecoveryCompletesInSteps(t *testing.T) {
+	m := newMachine(t, 1, pg.PeerInfo{Last: v(1, 2), LastEpochStarted: 1}).maps(1, osds(1, 2, 3))
+	m.Ready()
+	m.step(pg.Info{From: 2, Epoch: 1, Info: pg.PeerInfo{Last: v(1, 9)}}, pg.Info{From: 3, Epoch: 1, Info: pg.PeerInfo{Last: v(1, 2)}})
+	rd := m.expect("peering", false)
+	if rd.Recover == nil || rd.Recover.Have != v(1, 2) || rd.Recover.Want != v(1, 9) {
+		t.Fatalf("Recover %+v", rd.Recover)
+	}
+	// The pull stopped short (the daemon's batch): pull the rest.
+	m.step(pg.Recovered{From: 2, Last: v(1, 6)})
+	rd = m.expect("peering", false)
+	if rd.Recover == nil || rd.Recover.Have != v(1, 6) || rd.Recover.Want != v(1, 9) {
+		t.Fatalf("second Recover %+v", rd.Recover)
+	}
+	m.step(pg.Recovered{From: 2, Last: v(1, 9)})
+	rd = m.expect("active+recovering+degraded", true)
+	if want := []pg.PushTarget{{To: 3, Epoch: 1, Have: v(1, 2), Want: v(1, 9)}}; !slices.Equal(rd.Push, want) {
+		t.Fatalf("Push %+v, want %+v", rd.Push, want)
+	}
+}
+
+func TestTieKeepsOwnLog(t *testing.T) {
+	same := pg.PeerInfo{Last: v(1, 4), LastEpochStarted: 1}
+	m := newMachine(t, 1, same).maps(1, osds(1, 2, 3))
+	m.step(pg.Info{From: 2, Epoch: 1, Info: same}, pg.Info{From: 3, Epoch: 1, Info: same})
+	if rd := m.expect("active+clean", true); rd.Recover != nil {
+		t.Fatalf("pulled an equal log: %+v", rd.Recover)
+	}
+}
+
+func TestPriorIntervalUnreachableIsDown(t *testing.T) {
+	// Epoch 1: [2 3 4] may have taken writes. Epoch 2: all three are gone
+	// and [1 5 6] is the acting set; nobody there can stand for epoch 1.
+	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(2, 3, 4), osds(1, 5, 6))
+	wantQueries(t, m.Ready(), 2, 2, 3, 4, 5, 6)
+	m.step(pg.Info{From: 5, Epoch: 2}, pg.Info{From: 6, Epoch: 2})
+	m.step(pg.Unreachable{From: 2, Epoch: 2}, pg.Unreachable{From: 3, Epoch: 2}, pg.Unreachable{From: 4, Epoch: 2})
+	m.expect("down", false)
+	if err := m.CanServe(); !errors.Is(err, pg.ErrDown) {
+		t.Fatalf("CanServe when down: %v", err)
+	}
+	if got := m.Blocked(); !slices.Equal(got, osds(2, 3, 4)) {
+		t.Fatalf("Blocked %v", got)
+	}
+	// A map that keeps the interval (osd.3 came back up elsewhere) asks
+	// the blockers again.
+	m.maps(3, osds(1, 5, 6))
+	rd := m.expect("peering", false)
+	wantQueries(t, rd, 3, 2, 3, 4)
+	m.step(pg.Info{From: 3, Epoch: 3, Info: pg.PeerInfo{Last: v(1, 7), LastEpochStarted: 1}})
+	m.step(pg.Unreachable{From: 2, Epoch: 3}, pg.Unreachable{From: 4, Epoch: 3})
+	rd = m.expect("peering", false)
+	if rd.Recover == nil || rd.Recover.From != 3 {
+		t.Fatalf("Recover %+v, want from osd.3", rd.Recover)
+	}
+	// The witness goes away before the pull is done: down again.
+	m.step(pg.Unreachable{From: 3, Epoch: 3})
+	m.expect("down", false)
+	if _, ok := m.Recovering(); ok {
+		t.Fatal("still recovering from an unreachable peer")
+	}
+}
+
+func TestPriorIntervalWithoutWritesNeedsNoWitness(t *testing.T) {
+	// Epoch 1: only osd.2 (below min_size 2): it cannot have served.
+	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(2), osds(1, 5, 6))
+	wantQueries(t, m.Ready(), 2, 5, 6)
+	m.step(pg.Info{From: 5, Epoch: 2}, pg.Info{From: 6, Epoch: 2})
+	m.expect("active+clean", true)
+}
+
+func TestNewerStartSupersedesOldIntervals(t *testing.T) {
+	// Epoch 1: [2 3 4]. Epoch 2: [5 6 7], which went active (its members
+	// say LastEpochStarted 2). Epoch 3: [1 5 6]. The epoch 1 members are
+	// all gone, but epoch 2's hold everything epoch 1 acknowledged.
+	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(2, 3, 4), osds(5, 6, 7), osds(1, 5, 6))
+	wantQueries(t, m.Ready(), 3, 2, 3, 4, 5, 6, 7)
+	info := pg.PeerInfo{Last: v(2, 3), LastEpochStarted: 2}
+	m.step(pg.Unreachable{From: 2, Epoch: 3}, pg.Unreachable{From: 3, Epoch: 3}, pg.Info{From: 5, Epoch: 3, Info: info})
+	// 4 has not answered, but epoch 1 no longer needs a witness; 6 and 7
+	// still do (6 is acting, 7 witnesses epoch 2 with 5).
+	m.expect("peering", false)
+	m.step(pg.Info{From: 6, Epoch: 3, Info: info}, pg.Unreachable{From: 7, Epoch: 3})
+	rd := m.expect("peering", false)
+	if rd.Recover == nil || rd.Recover.From != 5 || rd.Recover.Want != v(2, 3) {
+		t.Fatalf("Recover %+v", rd.Recover)
+	}
+}
+
+func TestIncompleteWhenMapsAreMissing(t *testing.T) {
+	// The daemon fed a new PG from epoch 5 only, but a peer went active at
+	// epoch 3: intervals 3 and 4 are unknown.
+	m := newMachine(t, 1, pg.PeerInfo{}).maps(5, osds(1, 2, 3))
+	m.step(pg.Info{From: 2, Epoch: 5, Info: pg.PeerInfo{Last: v(4, 1), LastEpochStarted: 3}}, pg.Info{From: 3, Epoch: 5})
+	m.expect("incomplete", false)
+	if err := m.CanServe(); !errors.Is(err, pg.ErrIncomplete) {
+		t.Fatalf("CanServe: %v", err)
+	}
+}
+
+func TestBelowMinSize(t *testing.T) {
+	m := newMachine(t, 1, pg.PeerInfo{Last: v(1, 3), LastEpochStarted: 1}).maps(1, osds(1, 2, 3), osds(1))
+	wantQueries(t, m.Ready(), 2, 2, 3) // members of epoch 1
+	m.step(pg.Unreachable{From: 2, Epoch: 2}, pg.Unreachable{From: 3, Epoch: 2})
+	rd := m.expect("undersized+degraded+peered", false)
+	if err := m.CanServe(); !errors.Is(err, pg.ErrBelowMinSize) {
+		t.Fatalf("CanServe below min_size: %v", err)
+	}
+	if rd.LastEpochStarted != 0 || m.LastEpochStarted() != 1 {
+		t.Fatalf("a peered PG moved LastEpochStarted: %d %d", rd.LastEpochStarted, m.LastEpochStarted())
+	}
+	// Back to min_size: active, undersized.
+	m.maps(3, osds(1, 2))
+	m.step(pg.Info{From: 2, Epoch: 3, Info: pg.PeerInfo{Last: v(1, 3), LastEpochStarted: 1}}, pg.Unreachable{From: 3, Epoch: 3})
+	m.expect("active+undersized+degraded", true)
+}
+
+func TestPushesToReplicasBehind(t *testing.T) {
+	m := newMachine(t, 1, pg.PeerInfo{Last: v(1, 5), LastEpochStarted: 1}).maps(1, osds(1, 2, 3))
+	m.Ready()
+	m.step(pg.Info{From: 2, Epoch: 1, Info: pg.PeerInfo{Last: v(1, 3)}}, pg.Unreachable{From: 3, Epoch: 1})
+	rd := m.expect("active+recovering+degraded", true)
+	want := []pg.PushTarget{{To: 2, Epoch: 1, Have: v(1, 3), Want: v(1, 5)}, {To: 3, Epoch: 1, Want: v(1, 5)}}
+	if !slices.Equal(rd.Push, want) {
+		t.Fatalf("Push %+v, want %+v", rd.Push, want)
+	}
+	m.step(pg.Applied{Version: v(1, 6)}) // writes go on while replicas recover
+	m.step(pg.PeerRecovered{OSD: 2, Last: v(1, 6)})
+	m.expect("active+recovering+degraded", true)
+	m.step(pg.Unreachable{From: 3, Epoch: 1})
+	m.expect("active+degraded", true)
+	m.maps(2, osds(1, 2, 3))
+	rd = m.expect("active+recovering+degraded", true)
+	if want := []pg.PushTarget{{To: 3, Epoch: 2, Want: v(1, 6)}}; !slices.Equal(rd.Push, want) {
+		t.Fatalf("retried Push %+v, want %+v", rd.Push, want)
+	}
+	m.step(pg.PeerRecovered{OSD: 3, Last: v(1, 4)}) // short: push the rest
+	rd = m.expect("active+recovering+degraded", true)
+	if len(rd.Push) != 1 || rd.Push[0].Have != v(1, 4) {
+		t.Fatalf("Push after a short recovery %+v", rd.Push)
+	}
+	m.step(pg.PeerRecovered{OSD: 3, Last: v(1, 6)})
+	m.expect("active+clean", true)
+}
+
+func TestIntervalChangeStopsServingAtOnce(t *testing.T) {
+	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(1, 2, 3))
+	m.step(pg.Info{From: 2, Epoch: 1}, pg.Info{From: 3, Epoch: 1})
+	m.expect("active+clean", true)
+
+	m.maps(2, osds(2, 1, 3)) // osd.2 is primary now
+	m.expect("replica", false)
+	if m.Role() != pg.RoleReplica {
+		t.Fatalf("role %v", m.Role())
+	}
+	if err := m.CanServe(); !errors.Is(err, pg.ErrNotPrimary) {
+		t.Fatalf("CanServe as a replica: %v", err)
+	}
+	m.maps(3, osds(1, 2)) // primary again, another set: peer again
+	rd := m.expect("peering", false)
+	wantQueries(t, rd, 3, 2, 3) // 3 witnessed epochs 1 and 2
+	m.maps(4, osds(2, 3))
+	if m.expect("stray", false); m.Role() != pg.RoleStray {
+		t.Fatalf("role %v", m.Role())
+	}
+}
+
+func TestStaleAnswersIgnored(t *testing.T) {
+	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(1, 2, 3), osds(1, 2, 4))
+	m.Ready()
+	// Answers to the epoch 1 queries are for another interval.
+	m.step(pg.Info{From: 2, Epoch: 1}, pg.Info{From: 4, Epoch: 1})
+	m.step(pg.Unreachable{From: 3, Epoch: 1})
+	m.expect("peering", false)
+	m.step(pg.Info{From: 2, Epoch: 2}, pg.Info{From: 3, Epoch: 2}, pg.Info{From: 4, Epoch: 2})
+	m.expect("active+clean", true)
+	// An old map changes nothing.
+	m.step(pg.AdvanceMap{Epoch: 1, Acting: osds(3), Size: 3, MinSize: 2})
+	m.expect("active+clean", true)
+}
+
+func TestStepRejectsBrokenContract(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ev   pg.AdvanceMap
+		want error
+	}{
+		{"gap", pg.AdvanceMap{Epoch: 3, Acting: osds(1), Size: 3, MinSize: 2}, pg.ErrMapGap},
+		{"min_size 0", pg.AdvanceMap{Epoch: 2, Acting: osds(1), Size: 3}, pg.ErrInvalidEvent},
+		{"min_size above size", pg.AdvanceMap{Epoch: 2, Acting: osds(1), Size: 1, MinSize: 2}, pg.ErrInvalidEvent},
+		{"too many", pg.AdvanceMap{Epoch: 2, Acting: osds(1, 2), Size: 1, MinSize: 1}, pg.ErrInvalidEvent},
+		{"repeated osd", pg.AdvanceMap{Epoch: 2, Acting: osds(1, 2, 1), Size: 3, MinSize: 2}, pg.ErrInvalidEvent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(1, 2, 3))
+			if err := m.Step(tc.ev); !errors.Is(err, tc.want) {
+				t.Fatalf("Step: %v, want %v", err, tc.want)
+			}
+			if m.Epoch() != 1 {
+				t.Fatalf("a refused map moved the epoch to %d", m.Epoch())
+			}
+		})
+	}
+}
+
+func TestAcceptRepOp(t *testing.T) {
+	// Epochs 5-6: [1 2 3]; epoch 7: [3 2 1]. osd.2 is a replica in both.
+	history := [][]pg.OSDID{osds(1, 2, 3), osds(1, 2, 3), osds(3, 2, 1)}
+	for _, tc := range []struct {
+		name  string
+		self  pg.OSDID
+		from  pg.OSDID
+		epoch pg.Epoch
+		want  error // nil: accepted
+	}{
+		{"primary of the interval", 2, 3, 7, nil},
+		{"old primary", 2, 1, 7, pg.ErrNotPrimary},
+		{"old interval", 2, 3, 6, pg.ErrStaleEpoch},
+		{"old primary, old epoch", 2, 1, 6, pg.ErrStaleEpoch},
+		{"future epoch", 2, 3, 8, pg.ErrFutureEpoch},
+		{"stray", 4, 3, 7, pg.ErrNotReplica},
+		{"the primary itself", 3, 3, 7, pg.ErrNotReplica},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t, tc.self, pg.PeerInfo{}).maps(5, history...)
+			err := m.AcceptRepOp(tc.from, tc.epoch)
+			if !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
+				t.Fatalf("AcceptRepOp(osd.%d, %d) = %v, want %v", tc.from, tc.epoch, err, tc.want)
+			}
+			if err == nil {
+				return
+			}
+			var re *pg.RefusedError
+			if !errors.As(err, &re) || re.From != tc.from || re.Epoch != tc.epoch || re.Known != 7 || re.PG != (pg.ID{Pool: 1, Seed: 0x1f}) {
+				t.Fatalf("refusal %#v", err)
+			}
+		})
+	}
+	if err := newMachine(t, 2, pg.PeerInfo{}).AcceptRepOp(1, 1); !errors.Is(err, pg.ErrFutureEpoch) {
+		t.Fatalf("a machine with no map accepted: %v", err)
+	}
+}
+
+func TestAnswerQuery(t *testing.T) {
+	local := pg.PeerInfo{Last: v(3, 4), LogTail: v(1, 1), LastEpochStarted: 3}
+	stray := newMachine(t, 4, local).maps(5, osds(1, 2, 3))
+	if info, err := stray.AnswerQuery(1, 5); err != nil || info != local {
+		t.Fatalf("stray's answer %+v, %v", info, err)
+	}
+	for _, tc := range []struct {
+		from  pg.OSDID
+		epoch pg.Epoch
+		want  error
+	}{{1, 6, pg.ErrFutureEpoch}, {2, 5, pg.ErrNotPrimary}} {
+		if _, err := stray.AnswerQuery(tc.from, tc.epoch); !errors.Is(err, tc.want) {
+			t.Fatalf("AnswerQuery(osd.%d, %d) = %v, want %v", tc.from, tc.epoch, err, tc.want)
+		}
+	}
+	stray.maps(6, osds(2, 1, 3))
+	if _, err := stray.AnswerQuery(1, 5); !errors.Is(err, pg.ErrStaleEpoch) {
+		t.Fatalf("answered the old primary: %v", err)
+	}
+}
+
+func TestReplicaRaisesLastEpochStarted(t *testing.T) {
+	m := newMachine(t, 2, pg.PeerInfo{Last: v(1, 3), LastEpochStarted: 1}).maps(1, osds(1, 2, 3), osds(3, 2, 1))
+	m.Ready()
+	m.step(pg.Applied{Version: v(1, 5)}) // a pull of older writes: not enough
+	if rd := m.Ready(); rd.LastEpochStarted != 0 {
+		t.Fatalf("raised on a pull: %d", rd.LastEpochStarted)
+	}
+	m.step(pg.Applied{Version: v(2, 6)}) // a write of this interval
+	if rd := m.Ready(); rd.LastEpochStarted != 2 {
+		t.Fatalf("LastEpochStarted %d, want 2", rd.LastEpochStarted)
+	}
+}
+
+func TestStrings(t *testing.T) {
+	for _, tc := range []struct {
+		s    pg.State
+		want string
+	}{
+		{0, "unknown"},
+		{pg.StateActive | pg.StateClean, "active+clean"},
+		{pg.StateDegraded | pg.StateActive | pg.StateUndersized, "active+undersized+degraded"},
+		{pg.StateRecovering | pg.StateDegraded | pg.StateActive, "active+recovering+degraded"},
+		{pg.StatePeered | pg.StateUndersized | pg.StateDegraded, "undersized+degraded+peered"},
+		{pg.StateDown, "down"},
+	} {
+		if got := tc.s.String(); got != tc.want {
+			t.Errorf("%#x: %q, want %q", uint16(tc.s), got, tc.want)
+		}
+	}
+	if got := (pg.ID{Pool: 1, Seed: 31}).String(); got != "1.1f" {
+		t.Errorf("ID %q", got)
+	}
+	if got := v(7, 42).String(); got != "7'42" {
+		t.Errorf("Version %q", got)
+	}
+	if !v(1, 9).Less(v(2, 1)) || v(2, 1).Less(v(2, 1)) || !v(2, 1).LE(v(2, 1)) || v(2, 2).LE(v(2, 1)) {
+		t.Error("Version order")
+	}
+	if got := pg.RolePrimary.String(); got != "primary" {
+		t.Errorf("Role %q", got)
+	}
+}
