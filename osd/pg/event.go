@@ -35,8 +35,11 @@ type Info struct {
 	Info  PeerInfo
 }
 
-// Unreachable says a request to From made at Epoch (a Query, a Recover or
-// a PushTarget) failed: refused, connection reset, or timed out.
+// Unreachable says a request to From made at Epoch failed: refused,
+// connection reset, or timed out. The request is a Query, a Recover, a
+// PushTarget, or, once the PG is active, a RepOp: a replica that missed one
+// is pushed to at the next map epoch (sooner if its gap-filling pull is
+// reported with PeerRecovered).
 type Unreachable struct {
 	From  OSDID
 	Epoch Epoch
@@ -49,8 +52,9 @@ type Recovered struct {
 	Last Version
 }
 
-// PeerRecovered says replica OSD, pushed to by this primary, now has its
-// log up to Last.
+// PeerRecovered says replica OSD now has its log up to Last: a push
+// finished, or the replica pulled from this primary to fill a gap before a
+// RepOp.
 type PeerRecovered struct {
 	OSD  OSDID
 	Last Version

@@ -326,8 +326,10 @@ func (p *PG) onUnreachable(ev Unreachable) {
 		return
 	}
 	if p.phase == phaseActive {
-		if pr := p.peers[ev.From]; pr != nil && pr.push == pushInFlight {
-			pr.push = pushFailed
+		// A replica that missed a push or a RepOp is behind by an unknown
+		// amount: push to it at the next map.
+		if p.cur.has(ev.From) {
+			p.peerOf(ev.From).push = pushFailed
 		}
 		return
 	}
