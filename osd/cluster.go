@@ -25,6 +25,10 @@ func (d clusterDispatcher) HandleEvent(ev msgr.Event) {
 	o := d.o
 	id, ok := osdID(ev.Conn)
 	o.log.Debug("cluster conn event", "event", ev.Kind, "peer", ev.Conn, "err", ev.Err)
+	if ok && ev.Kind == msgr.EventRemoteReset {
+		// What we sent its previous incarnation is gone with it.
+		o.failPeer(id, "restarted")
+	}
 	if ok && (ev.Kind == msgr.EventRemoteReset || ev.Kind == msgr.EventAccept) {
 		// The peer restarted, or dialed us anew: what it missed while
 		// away reaches it through a sync of every PG we share.
@@ -76,7 +80,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 			return
 		}
 		o.learnEpoch(r.Header.GetEpoch(), from)
-		o.repReply(&r)
+		o.repReply(&r, from)
 
 	case osdpb.MsgType_MSG_HEARTBEAT:
 		var h osdpb.Heartbeat
@@ -441,6 +445,7 @@ func (o *OSD) adoptMap(pb *osdpb.ClusterMap) error {
 			p.peering.Store(true)
 		}
 	}
+	o.noteIntervals(cur, m)
 	o.mapv.Store(m)
 	o.mapMu.Unlock()
 	o.log.Info("new map", "epoch", m.Epoch(), "was", cur.Epoch(), "newly led pgs", len(led))

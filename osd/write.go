@@ -3,6 +3,7 @@ package osd
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -234,6 +235,12 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		return
 	}
 	replicas := acting[1:]
+	if pool, ok := mp.Pool(p.pool); ok && len(acting) < placement.MinSize(pool) {
+		release()
+		done(nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x has %d of %d members up, below min_size %d (epoch %d)",
+			p.pool, p.pg, len(acting), pool.Size, placement.MinSize(pool), mp.Epoch()))
+		return
+	}
 	if p.recovering || p.peering.Load() {
 		release()
 		done(nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x is peering: its new primary checks that no peer is ahead", p.pool, p.pg))
@@ -345,10 +352,11 @@ func (o *OSD) dropParts(mp *placement.Map, poolID uint32, parts []*osdpb.PartRef
 
 // pendingRep is one entry on its way to the replicas.
 type pendingRep struct {
-	need  atomic.Int32
-	once  sync.Once
-	timer *time.Timer
-	done  func(error)
+	mu      sync.Mutex
+	waiting []uint32 // replicas that have not acked yet
+	once    sync.Once
+	timer   *time.Timer
+	done    func(error)
 }
 
 func (p *pendingRep) finish(err error) {
@@ -360,6 +368,43 @@ func (p *pendingRep) finish(err error) {
 	})
 }
 
+// acked removes id from the replicas waited for and reports whether none
+// is left.
+func (p *pendingRep) acked(id uint32) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.waiting = slices.DeleteFunc(p.waiting, func(w uint32) bool { return w == id })
+	return len(p.waiting) == 0
+}
+
+func (p *pendingRep) waitsFor(id uint32) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Contains(p.waiting, id)
+}
+
+// failPeer fails at once every write still waiting for OSD id, which
+// restarted (its session was reset, so what we sent it is gone) or whose
+// connections are refused. Without this each such write waited out
+// RepTimeout (10 s); now the client retries after its backoff, and the
+// retry finds the entry in the PG log and only syncs the replicas.
+func (o *OSD) failPeer(id uint32, why string) {
+	var tids []uint64
+	o.reps.mu.Lock()
+	for tid, pr := range o.reps.m {
+		if pr.waitsFor(id) {
+			tids = append(tids, tid)
+		}
+	}
+	o.reps.mu.Unlock()
+	for _, tid := range tids {
+		o.failRep(tid, fmt.Errorf("replica osd.%d %s", id, why))
+	}
+	if len(tids) > 0 {
+		o.log.Info("writes waiting for a replica failed at once (retriable)", "peer", id, "why", why, "writes", len(tids))
+	}
+}
+
 // replicate sends e (with body) to the replicas and calls done when every
 // one acked its synced commit, or with SERVICE_UNAVAILABLE after
 // RepTimeout. The body is copied once, into a buffer from the cluster
@@ -369,8 +414,7 @@ func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osd
 		done(nil)
 		return
 	}
-	pr := &pendingRep{done: done}
-	pr.need.Store(int32(len(replicas)))
+	pr := &pendingRep{done: done, waiting: slices.Clone(replicas)}
 	tid := o.reps.add(pr)
 	pr.timer = time.AfterFunc(o.cfg.RepTimeout, func() {
 		if pr, ok := o.reps.take(tid); ok {
@@ -422,8 +466,8 @@ func (o *OSD) failRep(tid uint64, err error) {
 	}
 }
 
-// repReply counts one replica's answer to a RepOp.
-func (o *OSD) repReply(r *osdpb.RepOpReply) {
+// repReply counts replica from's answer to a RepOp.
+func (o *OSD) repReply(r *osdpb.RepOpReply, from uint32) {
 	if err := ops.FromReply(r.Header); err != nil {
 		if pr, ok := o.reps.take(r.Tid); ok {
 			pr.finish(err)
@@ -431,7 +475,7 @@ func (o *OSD) repReply(r *osdpb.RepOpReply) {
 		return
 	}
 	pr, ok := o.reps.get(r.Tid)
-	if ok && pr.need.Add(-1) == 0 {
+	if ok && pr.acked(from) {
 		if pr, ok := o.reps.take(r.Tid); ok {
 			pr.finish(nil)
 		}
@@ -442,6 +486,11 @@ func (o *OSD) repReply(r *osdpb.RepOpReply) {
 // a duplicate is acked again; a gap (or a sync entry ahead of us) starts a
 // recovery from the sender, and the op waits for it.
 func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, sid, from uint32) {
+	if err := o.checkRepOpSender(r, sid, from); err != nil {
+		o.log.Warn("rep op refused", "pg", placement.PGIDOf(sid), "from", from, "epoch", r.Epoch, "err", err)
+		o.ackRepOp(m, r, err)
+		return
+	}
 	p, err := o.pgOf(sid)
 	if err != nil {
 		o.ackRepOp(m, r, err)
@@ -482,4 +531,25 @@ func (o *OSD) ackRepOp(m *msgr.Message, r *osdpb.RepOp, err error) {
 	m.Release()
 	o.send(c, osdpb.MsgType_MSG_REP_OP_REPLY, &osdpb.RepOpReply{
 		Header: o.header(&osdpb.Header{Epoch: r.Epoch}, err), Pg: r.Pg, Tid: r.Tid}, nil)
+}
+
+// checkRepOpSender accepts a RepOp only from the PG's primary of the
+// current interval, as Ceph does: before this, a replica applied ops from
+// any peer that named itself osd.N, and one injected entry made it skip the
+// next real write. A sender ahead of us makes us fetch its map first (the
+// op is refused, retriably, meanwhile); one behind our interval's start has
+// not seen the map that changed the PG's members.
+func (o *OSD) checkRepOpSender(r *osdpb.RepOp, sid, from uint32) error {
+	mp := o.Map()
+	if r.Epoch > mp.Epoch() {
+		o.learnEpoch(r.Epoch, from)
+		return ops.Errorf(osdpb.Status_STALE_EPOCH, "pg %d.%x: rep op at epoch %d, osd.%d has %d", r.Pool, r.Pg, r.Epoch, o.id, mp.Epoch())
+	}
+	if since := o.intervalSince(sid); r.Epoch < since {
+		return ops.Errorf(osdpb.Status_STALE_EPOCH, "pg %d.%x: rep op at epoch %d, before the current interval (since %d)", r.Pool, r.Pg, r.Epoch, since)
+	}
+	if primary, ok := mp.Primary(r.Pool, r.Pg); !ok || primary != from {
+		return ops.Errorf(osdpb.Status_WRONG_PRIMARY, "pg %d.%x: osd.%d is not its primary at epoch %d (osd.%d is)", r.Pool, r.Pg, from, mp.Epoch(), primary)
+	}
+	return nil
 }

@@ -1,0 +1,111 @@
+package osd_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/osd/osdtest"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/osd/store"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// TestReplicaRefusesForeignRepOps: a replica applies a PG's RepOps only
+// from that PG's primary at the current epoch. A peer that names itself
+// another OSD, an epoch from the future, and a PG id out of range (pool
+// 65536, which once shared pool 0's PG logs) are each refused with a clear
+// status, and nothing reaches the store.
+func TestReplicaRefusesForeignRepOps(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
+	ctx := ctxT(t, time.Minute)
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	pg := placement.PGOf(pool, "bkt", "injected")
+	acting := c.Map.ActingSet(pool.Id, pg)
+	if len(acting) != 3 {
+		t.Fatalf("acting set %v", acting)
+	}
+	// Impostors use ids no OSD runs under: a second session under a live
+	// OSD's name would collide with its real one (identities are issue
+	// 20's). osd.7 is not in the map. The checks of epoch and PG id come
+	// before the sender's, so a stranger exercises them too.
+	replica := acting[1]
+	const stranger = 7
+	sid := uint32(pool.Id)<<16 | pg
+	last, _, err := c.OSDs[replica].Store().PGInfo(ctx, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	send := func(as uint32, op *osdpb.RepOp) osdpb.Status {
+		t.Helper()
+		got := make(replies, 4)
+		m, err := msgr.New(msgr.Options{Name: msgr.EntityName(fmt.Sprintf("osd.%d", as)), Dispatcher: got, DefaultPolicy: msgr.LosslessPeer})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Shutdown(context.Background())
+		addr, _ := c.Map.ClusterAddr(replica)
+		conn, err := m.Connect(ctx, addr, msgr.EntityName(fmt.Sprintf("osd.%d", replica)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		front, _ := proto.Marshal(op)
+		if err := conn.Send(ctx, msgr.NewMessage(uint16(osdpb.MsgType_MSG_REP_OP), front, []byte("evil"))); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			defer r.Release()
+			var rep osdpb.RepOpReply
+			if err := r.DecodeFront(&rep); err != nil {
+				t.Fatal(err)
+			}
+			return rep.Header.GetStatus()
+		case <-time.After(10 * time.Second):
+			t.Fatal("no reply")
+			return 0
+		}
+	}
+	entry := func() *osdpb.LogEntry {
+		return &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: "bkt", Key: "injected",
+			Version: &osdpb.Version{Epoch: c.Map.Epoch(), Seq: last.GetSeq() + 1},
+			Meta:    &osdpb.ObjectMeta{Size: 4}}
+	}
+	for _, tc := range []struct {
+		name string
+		as   uint32
+		op   *osdpb.RepOp
+		want osdpb.Status
+	}{
+		{"not the primary", stranger, &osdpb.RepOp{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: pg, Entry: entry(), Tid: 1}, osdpb.Status_WRONG_PRIMARY},
+		{"future epoch", stranger, &osdpb.RepOp{Epoch: c.Map.Epoch() + 5, Pool: pool.Id, Pg: pg, Entry: entry(), Tid: 2}, osdpb.Status_STALE_EPOCH},
+		{"pool 65536", stranger, &osdpb.RepOp{Epoch: c.Map.Epoch(), Pool: 65536 + pool.Id, Pg: pg, Entry: entry(), Tid: 3}, osdpb.Status_INVALID_ARGUMENT},
+		{"pg out of range", stranger, &osdpb.RepOp{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: 9999, Entry: entry(), Tid: 4}, osdpb.Status_INVALID_ARGUMENT},
+	} {
+		if got := send(tc.as, tc.op); got != tc.want {
+			t.Errorf("%s: status %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if _, err := c.OSDs[replica].Store().Head(ctx, "bkt", "injected"); !errors.Is(err, store.ErrNoSuchKey) {
+		t.Fatalf("the injected object reached the replica's store: %v", err)
+	}
+	now, _, _ := c.OSDs[replica].Store().PGInfo(ctx, sid)
+	if !proto.Equal(now, last) {
+		t.Fatalf("pg version moved from %v to %v", last, now)
+	}
+	// The real primary's writes still go through.
+	if _, err := osdtest.Put(ctx, cl, "bkt", "injected", []byte("real"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	replicasHave(t, c, "bkt", "injected", []byte("real"))
+}
