@@ -201,7 +201,7 @@ func (o *OSD) heartbeatLoop() {
 }
 
 // sawPeer records a sign of life from OSD id; one that was down and is
-// back gets a sync of every PG we share.
+// back gets a sync of every PG we share, and the mon hears it answers.
 func (o *OSD) sawPeer(id uint32) {
 	o.peerMu.Lock()
 	ps := o.peers[id]
@@ -215,22 +215,49 @@ func (o *OSD) sawPeer(id uint32) {
 	o.peerMu.Unlock()
 	if back {
 		o.log.Info("peer is up again", "peer", id)
+		o.reportFailure(id, 0, false, true)
 		o.wg.Go(func() { o.peerWith(id, "heartbeat") })
 	}
 }
 
-// checkPeer marks OSD id down when it has been silent for the grace time.
+// checkPeer marks OSD id down when it has been silent for the grace time,
+// and while it stays silent, reports it to the mon on every check (the mon
+// wants reports from several OSDs, each silent for its own grace).
 func (o *OSD) checkPeer(id uint32) {
 	o.peerMu.Lock()
-	defer o.peerMu.Unlock()
 	ps := o.peers[id]
 	if ps == nil {
 		ps = &peerState{lastSeen: o.started}
 		o.peers[id] = ps
 	}
-	if !ps.down && time.Since(ps.lastSeen) > o.cfg.HeartbeatGrace {
+	silent := time.Since(ps.lastSeen)
+	if !ps.down && silent > o.cfg.HeartbeatGrace {
 		ps.down = true
-		o.log.Warn("peer is down: no heartbeat", "peer", id, "silent", time.Since(ps.lastSeen).Round(time.Millisecond))
+		o.log.Warn("peer is down: no heartbeat", "peer", id, "silent", silent.Round(time.Millisecond))
+	}
+	down := ps.down
+	o.peerMu.Unlock()
+	if down {
+		if info, ok := o.Map().OSD(id); ok && info.Up {
+			o.reportFailure(id, silent, false, false)
+		}
+	}
+}
+
+// markPeerDown marks OSD id down here at once (its connections are
+// refused), until a heartbeat shows it again.
+func (o *OSD) markPeerDown(id uint32, why string) {
+	o.peerMu.Lock()
+	ps := o.peers[id]
+	if ps == nil {
+		ps = &peerState{lastSeen: o.started}
+		o.peers[id] = ps
+	}
+	was := ps.down
+	ps.down = true
+	o.peerMu.Unlock()
+	if !was {
+		o.log.Warn("peer is down", "peer", id, "why", why)
 	}
 }
 

@@ -22,6 +22,7 @@
 package osd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/ops"
@@ -44,11 +46,29 @@ import (
 
 // Config configures one OSD.
 type Config struct {
-	// ID is the OSD's id in the map. Required.
+	// Mon lists the mons' addresses. With them the OSD needs no map: it
+	// gets its id from the mon on its first start (kept in DataDir), boots
+	// (registers its addresses, is marked up and in), receives every map,
+	// beacons, and reports peers it cannot reach. ID, Map and MapPath are
+	// then ignored.
+	Mon []string
+	// Host labels the OSD in the map ("osprey osd tree"); default the
+	// machine's host name. Weight is its straw2 weight at first boot
+	// (default 1). With Mon only.
+	Host   string
+	Weight float64
+	// PublicAddr and ClusterAddr are the addresses to register with the
+	// mon when they differ from the bound ones (a wildcard bind).
+	PublicAddr, ClusterAddr string
+	// BeaconInterval is how often the OSD beacons to the mon. Default 1s.
+	BeaconInterval time.Duration
+
+	// ID is the OSD's id in the map. Required without Mon.
 	ID uint32
 	// Map is the cluster map to start with; MapPath, if Map is nil, is a
-	// file to load it from. With MapPath set the OSD reads the file again
-	// when a peer or client shows a newer epoch.
+	// file to load it from (the offline bootstrap, without a mon). With
+	// MapPath set the OSD reads the file again when a peer or client shows
+	// a newer epoch.
 	Map     *placement.Map
 	MapPath string
 	// DataDir holds the store. Required.
@@ -88,7 +108,15 @@ func (c *Config) setDefaults() error {
 	if c.DataDir == "" {
 		return errors.New("osd: DataDir is required")
 	}
-	if c.Map == nil {
+	if c.BeaconInterval <= 0 {
+		c.BeaconInterval = time.Second
+	}
+	if c.Host == "" {
+		c.Host, _ = os.Hostname()
+	}
+	if len(c.Mon) > 0 {
+		// The map comes from the mon, in Start.
+	} else if c.Map == nil {
 		if c.MapPath == "" {
 			return errors.New("osd: a Map or a MapPath is required")
 		}
@@ -98,8 +126,10 @@ func (c *Config) setDefaults() error {
 		}
 		c.Map = m
 	}
-	if _, ok := c.Map.OSD(c.ID); !ok {
-		return fmt.Errorf("osd: osd.%d is not in the map (epoch %d)", c.ID, c.Map.Epoch())
+	if len(c.Mon) == 0 {
+		if _, ok := c.Map.OSD(c.ID); !ok {
+			return fmt.Errorf("osd: osd.%d is not in the map (epoch %d)", c.ID, c.Map.Epoch())
+		}
 	}
 	if c.Shards <= 0 {
 		c.Shards = 32
@@ -122,7 +152,6 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	c.Logger = c.Logger.With("osd", c.ID)
 	return nil
 }
 
@@ -162,6 +191,14 @@ type OSD struct {
 
 	trimEvery uint64 // trim a PG's log every this many versions
 
+	// With a mon (Config.Mon).
+	mon            *monclient.Client
+	ident          identity
+	rebootCh       chan struct{}
+	refused        refusedPeers
+	recoveredBytes atomic.Uint64
+	opsServed      atomic.Uint64
+
 	pubAddr, cluAddr string
 	closeOnce        sync.Once
 	closeErr         error
@@ -172,7 +209,37 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	o := &OSD{cfg: cfg, id: cfg.ID, log: cfg.Logger, pgs: map[uint32]*pgState{}, peers: map[uint32]*peerState{}, started: time.Now()}
+	var (
+		mc    *monclient.Client
+		ident identity
+		osdp  atomic.Pointer[OSD] // for the mon's map pushes, which may come before Start returns
+	)
+	if len(cfg.Mon) > 0 {
+		var err error
+		if mc, ident, err = joinCluster(ctx, &cfg, func(m *placement.Map) {
+			if o := osdp.Load(); o != nil {
+				o.onMonMap(m)
+			}
+		}); err != nil {
+			return nil, err
+		}
+		if cfg.Map, err = mc.Subscribe(ctx); err != nil {
+			mc.Close()
+			return nil, fmt.Errorf("osd.%d: the map from the mon: %w", cfg.ID, err)
+		}
+		if info, ok := cfg.Map.OSD(cfg.ID); ok {
+			// A restart listens where it did before, unless told otherwise.
+			cfg.PublicListen = cmp.Or(cfg.PublicListen, info.PublicAddr)
+			cfg.ClusterListen = cmp.Or(cfg.ClusterListen, info.ClusterAddr)
+		}
+		if cfg.PublicListen == "" || cfg.ClusterListen == "" {
+			mc.Close()
+			return nil, fmt.Errorf("osd.%d: a new OSD needs addresses to listen on (public and cluster)", cfg.ID)
+		}
+	}
+	cfg.Logger = cfg.Logger.With("osd", cfg.ID)
+	o := &OSD{cfg: cfg, id: cfg.ID, log: cfg.Logger, pgs: map[uint32]*pgState{}, peers: map[uint32]*peerState{}, started: time.Now(),
+		mon: mc, ident: ident, rebootCh: make(chan struct{}, 1)}
 	o.reps.init()
 	keep := cfg.Store.LogKeep
 	if keep <= 0 {
@@ -196,6 +263,9 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	}
 	st, err := store.Open(ctx, sopts)
 	if err != nil {
+		if mc != nil {
+			mc.Close()
+		}
 		return nil, err
 	}
 	o.st = st
@@ -220,7 +290,8 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 			Name: name, Dispatcher: clusterDispatcher{o}, DefaultPolicy: msgr.LosslessPeer,
 			Logger: o.log.With("net", "cluster"), MaxMessageSize: ops.MaxMessageSize,
 			Transports: cfg.Transports, Faults: cfg.Faults, DisableDataCRC: cfg.DisableDataCRC,
-			Reconnect: msgr.Backoff{Min: 10 * time.Millisecond, Max: time.Second},
+			Reconnect:   msgr.Backoff{Min: 10 * time.Millisecond, Max: time.Second},
+			OnDialError: o.onDialError,
 		})
 	}
 	if err != nil {
@@ -239,19 +310,22 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	}
 
 	info, _ := cfg.Map.OSD(cfg.ID)
-	pl, cl := cfg.PublicListen, cfg.ClusterListen
-	if pl == "" {
-		pl = info.PublicAddr
-	}
-	if cl == "" {
-		cl = info.ClusterAddr
-	}
+	pl := cmp.Or(cfg.PublicListen, info.GetPublicAddr())
+	cl := cmp.Or(cfg.ClusterListen, info.GetClusterAddr())
 	if o.pubAddr, err = o.pub.Listen(ctx, pl); err == nil {
 		o.cluAddr, err = o.clu.Listen(ctx, cl)
 	}
 	if err != nil {
 		o.abort()
 		return nil, fmt.Errorf("osd.%d: %w", cfg.ID, err)
+	}
+	if mc != nil {
+		osdp.Store(o)
+		if err := o.boot(ctx); err != nil {
+			o.abort()
+			return nil, err
+		}
+		o.wg.Go(o.monLoop)
 	}
 	o.wg.Go(o.heartbeatLoop)
 	o.wg.Go(func() { o.peerAll("start") })
@@ -262,6 +336,9 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 // abort undoes a failed Start.
 func (o *OSD) abort() {
 	o.cancel()
+	if o.mon != nil {
+		o.mon.Close()
+	}
 	for _, m := range []*msgr.Messenger{o.pub, o.clu} {
 		if m != nil {
 			m.Kill()
@@ -300,6 +377,9 @@ func (o *OSD) Close(ctx context.Context) error {
 		})
 		o.calls.failAll(func(ch chan *msgr.Message) { close(ch) })
 		errs = append(errs, o.st.Close())
+		if o.mon != nil {
+			o.mon.Close()
+		}
 		o.closeErr = errors.Join(errs...)
 		o.log.Info("osd stopped")
 	})

@@ -35,6 +35,10 @@ func TestOSDProcess(t *testing.T) {
 	if spec == "" {
 		t.Skip("helper process for the OSD process tests")
 	}
+	if rest, ok := strings.CutPrefix(spec, "mon:"); ok {
+		monOSDProcess(rest)
+		return
+	}
 	parts := strings.Split(spec, ",") // id,map path,data dir
 	id, _ := strconv.Atoi(parts[0])
 	m, err := placement.Load(parts[1])
@@ -128,13 +132,20 @@ func (pc *procCluster) start(id uint32) {
 		pc.logs[id] = logs
 	}
 	pc.mu.Unlock()
-	cmd.Stderr = &lockedWriter{w: logs, mu: &pc.mu}
+	pc.procs[id] = runChild(pc.t, cmd, logs, &pc.mu, fmt.Sprintf("osd.%d", id))
+}
+
+// runChild starts cmd, its stderr into logs, and waits until it prints
+// READY.
+func runChild(t *testing.T, cmd *exec.Cmd, logs *bytes.Buffer, mu *sync.Mutex, name string) *osdProc {
+	t.Helper()
+	cmd.Stderr = &lockedWriter{w: logs, mu: mu}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		pc.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		pc.t.Fatal(err)
+		t.Fatal(err)
 	}
 	p := &osdProc{cmd: cmd, done: make(chan struct{}), logs: logs}
 	ready := make(chan bool, 1)
@@ -156,20 +167,26 @@ func (pc *procCluster) start(id uint32) {
 	select {
 	case ok := <-ready:
 		if !ok {
-			pc.t.Fatalf("osd.%d exited before serving:\n%s", id, logs.String())
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("%s exited before serving:\n%s", name, logs.String())
 		}
 	case <-time.After(30 * time.Second):
-		pc.t.Fatalf("osd.%d not serving after 30s", id)
+		t.Fatalf("%s not serving after 30s", name)
 	}
-	pc.procs[id] = p
+	return p
 }
 
 // kill sends sig to OSD id and waits for it to exit.
 func (pc *procCluster) kill(id uint32, sig syscall.Signal) {
-	p := pc.procs[id]
-	if p == nil {
-		return
+	if p := pc.procs[id]; p != nil {
+		stopChild(p, sig)
+		delete(pc.procs, id)
 	}
+}
+
+// stopChild sends sig to p and waits for it to exit (SIGKILL after 20 s).
+func stopChild(p *osdProc, sig syscall.Signal) {
 	p.cmd.Process.Signal(sig)
 	select {
 	case <-p.done:
@@ -177,7 +194,6 @@ func (pc *procCluster) kill(id uint32, sig syscall.Signal) {
 		p.cmd.Process.Kill()
 		<-p.done
 	}
-	delete(pc.procs, id)
 }
 
 type lockedWriter struct {

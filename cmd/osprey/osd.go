@@ -25,8 +25,17 @@ func newOSDCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "osd",
 		Short: "Run one object storage daemon",
-		Long: `Runs OSD --id of the cluster described by --map, keeping its objects under
---data. It listens on its public address (clients) and its cluster address
+		Long: `Runs one OSD, keeping its objects under --data.
+
+With --mon (the usual way) the OSD needs no map: on its first start it gets
+an id from the mon and keeps it in --data; it then registers its addresses
+(--public and --cluster, required on the first start), is marked up and in,
+receives every map change from the mon, beacons to it, and reports peers it
+cannot reach. Subcommands (out, in, down, rm, reweight, tree) administer OSDs
+through the mon, as ` + "`ceph osd ...`" + `.
+
+Without a mon (offline bootstrap) it runs OSD --id of the cluster described
+by --map. It listens on its public address (clients) and its cluster address
 (replication between OSDs) from the map; each address names its transport,
 e.g. tcp://10.0.0.1:6800 or rdma+verbs://10.0.1.1:6801, as Ceph's
 ms_public_type and ms_cluster_type. --public and --cluster listen elsewhere
@@ -35,21 +44,33 @@ ms_public_type and ms_cluster_type. --public and --cluster listen elsewhere
 The map is a JSON file (see docs/osd.md); the OSD reads it again on SIGHUP and
 when a peer or client shows a newer epoch. SIGINT or SIGTERM stops it
 gracefully.`,
-		Example: `  osprey osd --id 0 --map cluster.json --data /var/lib/osprey/osd.0`,
-		Args:    cobra.NoArgs,
+		Example: `  osprey osd --mon tcp://10.0.0.1:3300 --data /var/lib/osprey/osd.0 \
+      --public tcp://10.0.0.2:6800 --cluster tcp://10.0.1.2:6801
+  osprey osd tree --mon tcp://10.0.0.1:3300
+  osprey osd out 3
+  osprey osd --id 0 --map cluster.json --data /var/lib/osprey/osd.0`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.ID = id
 			cfg.Store.CacheSize = cacheMiB << 20
 			cfg.Store.MemTableSize = memMiB << 20
 			cfg.Logger = slog.Default()
-			if _, err := placement.Load(cfg.MapPath); err != nil {
-				return err
+			if cfg.DataDir == "" {
+				return usageErrorf("--data is required")
+			}
+			if len(cfg.Mon) == 0 {
+				if cfg.MapPath == "" {
+					return usageErrorf("give --mon ADDR (or --map FILE for a cluster without a mon)")
+				}
+				if _, err := placement.Load(cfg.MapPath); err != nil {
+					return err
+				}
 			}
 			o, err := osd.Start(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "osd.%d serving: public %s, cluster %s\n", id, o.PublicAddr(), o.ClusterAddr())
+			fmt.Fprintf(cmd.OutOrStdout(), "osd.%d serving: public %s, cluster %s\n", o.ID(), o.PublicAddr(), o.ClusterAddr())
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
@@ -72,7 +93,12 @@ gracefully.`,
 		},
 	}
 	f := cmd.Flags()
-	f.Uint32Var(&id, "id", 0, "this OSD's id in the map")
+	f.StringSliceVar(&cfg.Mon, "mon", nil, "mon addresses (tcp://HOST:PORT,...); the OSD gets its id and maps from them")
+	f.StringVar(&cfg.Host, "host", "", "host label in the map (default the host name)")
+	f.Float64Var(&cfg.Weight, "weight", 0, "straw2 weight at the first boot (default 1)")
+	f.StringVar(&cfg.PublicAddr, "public-addr", "", "public address to register when it differs from --public (a wildcard bind)")
+	f.StringVar(&cfg.ClusterAddr, "cluster-addr", "", "cluster address to register when it differs from --cluster")
+	f.Uint32Var(&id, "id", 0, "this OSD's id in the map (with --map)")
 	f.StringVar(&cfg.MapPath, "map", "", "cluster map file (JSON)")
 	f.StringVar(&cfg.DataDir, "data", "", "data directory")
 	f.StringVar(&cfg.PublicListen, "public", "", "listen address for clients (default: the map's)")
@@ -81,7 +107,6 @@ gracefully.`,
 	f.Uint64Var(&memMiB, "memtable-mib", 64, "Pebble memtable size, MiB")
 	f.DurationVar(&cfg.RepTimeout, "rep-timeout", 10*time.Second, "how long a write waits for its replicas before failing (retriable)")
 	f.DurationVar(&stopWithin, "stop-timeout", 30*time.Second, "bound on a graceful stop")
-	cmd.MarkFlagRequired("map")
-	cmd.MarkFlagRequired("data")
+	cmd.AddCommand(newOSDAdminCmds()...)
 	return cmd
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -64,13 +65,21 @@ type statusReport struct {
 func newStatusCmd() *cobra.Command {
 	var (
 		t       targetFlags
+		mf      monFlags
 		asJSON  bool
 		timeout time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster map, which OSDs answer, and PG states",
-		Long: `Fetches the cluster map, asks every OSD in it for the map on its public
+		Long: `With a mon (--mon, $OSPREY_MON, or the one ` + "`osprey up`" + ` runs in this
+directory), prints the mon's view as ` + "`ceph -s`" + ` does: HEALTH_OK, HEALTH_WARN or
+HEALTH_ERR with reasons, the mons and their leader, OSDs up and in, PGs by
+state (active+clean, peering, active+undersized+degraded, recovering,
+undersized+peered, down, unknown), degraded and misplaced objects and
+recovery throughput.
+
+Without a mon (a cluster run from a map file) it fetches the cluster map, asks every OSD in it for the map on its public
 address (an OSD is up when it answers within --timeout), and derives each
 PG's state from its acting set:
 
@@ -87,6 +96,9 @@ status reports, it does not judge; scripts read "health" from --json.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if _, ok := resolveMons(mf, os.Getenv); ok {
+				return monStatus(cmd, mf, asJSON)
+			}
 			cl, err := connect(ctx, cmd, t)
 			if err != nil {
 				return err
@@ -100,6 +112,7 @@ status reports, it does not judge; scripts read "health" from --json.`,
 		},
 	}
 	addTargetFlags(cmd.Flags(), &t)
+	addMonFlags(cmd.Flags(), &mf)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "how long each OSD has to answer")
 	return cmd

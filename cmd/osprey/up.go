@@ -41,6 +41,7 @@ type upOptions struct {
 	asJSON          bool
 	readyTimeout    time.Duration
 	stopTimeout     time.Duration
+	grace, downOut  time.Duration
 }
 
 func newUpCmd() *cobra.Command {
@@ -91,6 +92,8 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	f.BoolVar(&o.asJSON, "json", false, "print events (serving, demo steps, stopped) as JSON lines")
 	f.DurationVar(&o.readyTimeout, "ready-timeout", 30*time.Second, "how long the OSDs may take to serve a first request")
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "bound on a graceful stop")
+	f.DurationVar(&o.grace, "heartbeat-grace", 20*time.Second, "the mon marks an OSD down after this long without heartbeats (at once when its connections are refused)")
+	f.DurationVar(&o.downOut, "down-out-interval", 10*time.Minute, "the mon marks a down OSD out (its data is re-replicated) after this long")
 	return cmd
 }
 
@@ -204,7 +207,8 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 // startLocal loads the map in dir, or makes one, and starts its OSDs.
 func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string, logger *slog.Logger) (*localCluster, error) {
 	lo := local.Options{OSDs: o.osds, Replicas: o.replicas, PGs: o.pgs, Public: o.public, Cluster: o.cluster,
-		Host: o.host, BasePort: o.port, Dir: dir, Logger: logger}
+		Host: o.host, BasePort: o.port, Dir: dir, Logger: logger, WithMon: true,
+		HeartbeatGrace: o.grace, DownOutInterval: o.downOut}
 	path := filepath.Join(dir, "map.json")
 	m, err := placement.Load(path)
 	switch {
@@ -335,6 +339,7 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 		json.NewEncoder(w).Encode(map[string]any{
 			"event": "serving", "fsid": lc.Map.FSID(), "epoch": lc.Map.Epoch(), "dir": lc.Dir, "map": lc.MapPath,
 			"seeds": lc.Seeds(), "osds": osds, "replicas": pool.size, "pgs": pool.pgs, "reused": lc.reused,
+			"mon": lc.monAddr(),
 		})
 		return
 	}
@@ -346,6 +351,9 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 		len(lc.OSDs), pool.size, pool.pgs, lc.Map.FSID(), lc.Map.Epoch(), how)
 	for _, e := range osds {
 		fmt.Fprintf(w, "  osd.%d  public %s  cluster %s\n", e.ID, e.Public, e.Cluster)
+	}
+	if lc.Mon != nil {
+		fmt.Fprintf(w, "  mon.a  %s (etcd embedded, data in %s)\n", lc.Mon.Addr(), filepath.Join(lc.Dir, "mon"))
 	}
 	fmt.Fprintf(w, "  map    %s\n  seeds  %s\n", lc.MapPath, seeds)
 	if o.demo {
@@ -657,4 +665,11 @@ func roundDur(d time.Duration) time.Duration {
 		return d.Round(10 * time.Microsecond)
 	}
 	return d.Round(time.Microsecond)
+}
+
+func (lc *localCluster) monAddr() string {
+	if lc.Mon == nil {
+		return ""
+	}
+	return lc.Mon.Addr()
 }

@@ -6,6 +6,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,10 +14,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
+	"time"
 
+	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // Options shape a local cluster.
@@ -39,6 +44,16 @@ type Options struct {
 	// missing. Empty: a temporary directory that Close removes.
 	Dir    string
 	Logger *slog.Logger // default slog.Default()
+
+	// WithMon runs a mon, on an etcd embedded in this process (data in
+	// DIR/mon), and the OSDs boot through it instead of reading the map
+	// file: failure detection, down/out and health then work as on a real
+	// cluster. MonPort is its port (BasePort-1 by default, a free one when
+	// BasePort is 0); HeartbeatGrace and DownOutInterval tune it (the
+	// mon's defaults, 20 s and 10 min, when zero).
+	WithMon                         bool
+	MonPort                         int
+	HeartbeatGrace, DownOutInterval time.Duration
 }
 
 // Cluster is a running local cluster.
@@ -47,7 +62,10 @@ type Cluster struct {
 	MapPath string
 	Dir     string
 	OSDs    []*osd.OSD
-	temp    bool
+	// With Options.WithMon: the mon and its embedded etcd.
+	Mon  *mon.Mon
+	Etcd *mon.Etcd
+	temp bool
 }
 
 // Start starts the cluster. With free ports, a port another process takes
@@ -90,6 +108,13 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		c.Map = m
 	}
+	if opts.WithMon {
+		if err := c.startWithMon(ctx, opts); err != nil {
+			c.Close(context.Background())
+			return nil, err
+		}
+		return c, nil
+	}
 	for info := range c.Map.OSDs() {
 		o, err := osd.Start(ctx, osd.Config{ID: info.Id, Map: c.Map, MapPath: c.MapPath,
 			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger})
@@ -100,6 +125,63 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 		c.OSDs = append(c.OSDs, o)
 	}
 	return c, nil
+}
+
+// startWithMon starts etcd and the mon, then each OSD of c.Map at its
+// addresses there: the OSDs get their ids from the mon (in map order, so
+// osd.N lands in DIR/osd.N) and boot through it. The map file is written
+// again from the mon's map once all are up, for the CLI to find seeds.
+func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
+	host := cmp.Or(opts.Host, "127.0.0.1")
+	port := opts.MonPort
+	if port == 0 && opts.BasePort > 0 {
+		port = opts.BasePort - 1
+	}
+	if port == 0 {
+		var err error
+		if port, err = FreePort(host); err != nil {
+			return err
+		}
+	}
+	var err error
+	if c.Etcd, err = mon.StartEtcd(ctx, filepath.Join(c.Dir, "mon", "etcd"), opts.Logger); err != nil {
+		return fmt.Errorf("starting etcd: %w", err)
+	}
+	var pool *osdpb.Pool
+	for p := range c.Map.Pools() {
+		pool = p
+		break
+	}
+	pub := cmp.Or(opts.Public, "tcp")
+	if info, ok := c.Map.OSD(0); ok {
+		pub, _, _ = strings.Cut(info.PublicAddr, "://")
+	}
+	c.Mon, err = mon.Start(ctx, mon.Config{Name: "a", Listen: pub + "://" + net.JoinHostPort(host, fmt.Sprint(port)),
+		Etcd: c.Etcd.Endpoints(), HeartbeatGrace: opts.HeartbeatGrace, DownOutInterval: opts.DownOutInterval,
+		Pool: pool, Logger: opts.Logger})
+	if err != nil {
+		return fmt.Errorf("starting the mon: %w", err)
+	}
+	for info := range c.Map.OSDs() {
+		o, err := osd.Start(ctx, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr,
+			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger})
+		if err != nil {
+			return fmt.Errorf("starting osd.%d: %w", info.Id, err)
+		}
+		c.OSDs = append(c.OSDs, o)
+	}
+	// The OSDs' boots are map changes; the last one's map names them all.
+	m := c.Mon.Map()
+	for _, o := range c.OSDs {
+		if o.Map().Epoch() > m.Epoch() {
+			m = o.Map()
+		}
+	}
+	c.Map = m
+	if err := os.WriteFile(filepath.Join(c.Dir, "mon.addr"), []byte(c.Mon.Addr()+"\n"), 0o644); err != nil {
+		return err
+	}
+	return m.Save(c.MapPath)
 }
 
 // NewMap makes the epoch-1 map of a new local cluster from opts.
@@ -159,6 +241,12 @@ func (c *Cluster) Close(ctx context.Context) error {
 	var errs []error
 	for _, o := range c.OSDs {
 		errs = append(errs, o.Close(ctx))
+	}
+	if c.Mon != nil {
+		errs = append(errs, c.Mon.Close(ctx))
+	}
+	if c.Etcd != nil {
+		c.Etcd.Close()
 	}
 	if c.temp {
 		errs = append(errs, os.RemoveAll(c.Dir))

@@ -329,7 +329,8 @@ func (p *PG) onUnreachable(ev Unreachable) {
 		// A replica that missed a push or a RepOp is behind by an unknown
 		// amount: push to it at the next map.
 		if p.cur.has(ev.From) {
-			p.peerOf(ev.From).push = pushFailed
+			pr := p.peerOf(ev.From)
+			pr.push, pr.want = pushFailed, p.local.Last
 		}
 		return
 	}

@@ -317,14 +317,84 @@ func TestIntervalChangeStopsServingAtOnce(t *testing.T) {
 	}
 }
 
+func TestNewReplicaSetRestartsPeering(t *testing.T) {
+	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(1, 2, 3))
+	m.step(pg.Info{From: 2, Epoch: 1}, pg.Info{From: 3, Epoch: 1})
+	m.expect("active+clean", true)
+	m.maps(2, osds(1, 2, 4)) // same primary, osd.4 replaces osd.3
+	wantQueries(t, m.expect("peering", false), 2, 2, 3, 4)
+}
+
+// A witness that answered, then failed the pull, no longer vouches for the
+// intervals before its LastEpochStarted: they need witnesses again.
+func TestWitnessLostDuringRecovery(t *testing.T) {
+	// Epoch 1: [2 3 4] took writes up to 1'5. Epoch 2: [5 6 7]; osd.5
+	// pulled them and went active, but 6 and 7 were never pushed to.
+	// Epoch 3: [1 6 7].
+	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(2, 3, 4), osds(5, 6, 7), osds(1, 6, 7))
+	m.Ready()
+	m.step(pg.Unreachable{From: 2, Epoch: 3}, pg.Unreachable{From: 3, Epoch: 3}, pg.Unreachable{From: 4, Epoch: 3})
+	m.step(pg.Info{From: 5, Epoch: 3, Info: pg.PeerInfo{Last: v(1, 5), LastEpochStarted: 2}})
+	m.step(pg.Info{From: 6, Epoch: 3}, pg.Info{From: 7, Epoch: 3})
+	rd := m.expect("peering", false)
+	if rd.Recover == nil || rd.Recover.From != 5 {
+		t.Fatalf("Recover %+v, want from osd.5", rd.Recover)
+	}
+	m.step(pg.Unreachable{From: 5, Epoch: 3})
+	m.expect("down", false)
+	if got := m.Blocked(); !slices.Equal(got, osds(2, 3, 4)) {
+		t.Fatalf("Blocked %v", got)
+	}
+}
+
+func TestNotifyUnblocksDown(t *testing.T) {
+	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(2, 3, 4), osds(1, 5, 6))
+	m.Ready()
+	m.step(pg.Info{From: 5, Epoch: 2}, pg.Info{From: 6, Epoch: 2})
+	m.step(pg.Unreachable{From: 2, Epoch: 2}, pg.Unreachable{From: 3, Epoch: 2}, pg.Unreachable{From: 4, Epoch: 2})
+	m.expect("down", false)
+	// osd.4 restarted and announced itself, unasked.
+	m.step(pg.Info{From: 4, Epoch: 2, Info: pg.PeerInfo{Last: v(1, 2), LastEpochStarted: 1}})
+	rd := m.expect("peering", false)
+	if rd.Recover == nil || rd.Recover.From != 4 {
+		t.Fatalf("Recover %+v, want from osd.4", rd.Recover)
+	}
+	m.step(pg.Recovered{From: 4, Last: v(1, 2)})
+	rd = m.expect("active+recovering+degraded", true)
+	if len(rd.Push) != 2 {
+		t.Fatalf("Push %+v, want osd.5 and osd.6", rd.Push)
+	}
+}
+
+// A replica that missed RepOps is pushed to; a pull that stops short of
+// what the primary had then is not the end of it.
+func TestMissedRepOpNeedsPush(t *testing.T) {
+	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(1, 2, 3))
+	m.step(pg.Info{From: 2, Epoch: 1}, pg.Info{From: 3, Epoch: 1})
+	m.step(pg.Applied{Version: v(1, 1)}, pg.Applied{Version: v(1, 2)})
+	m.expect("active+clean", true)
+	m.step(pg.Unreachable{From: 3, Epoch: 1}) // RepOp 1'2 timed out
+	m.expect("active+degraded", true)
+	m.step(pg.PeerRecovered{OSD: 3, Last: v(1, 1)}) // a late pull, short
+	rd := m.expect("active+recovering+degraded", true)
+	if want := []pg.PushTarget{{To: 3, Epoch: 1, Have: v(1, 1), Want: v(1, 2)}}; !slices.Equal(rd.Push, want) {
+		t.Fatalf("Push %+v, want %+v", rd.Push, want)
+	}
+	m.step(pg.PeerRecovered{OSD: 3, Last: v(1, 2)})
+	m.expect("active+clean", true)
+}
+
 func TestStaleAnswersIgnored(t *testing.T) {
 	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(1, 2, 3), osds(1, 2, 4))
 	m.Ready()
-	// Answers to the epoch 1 queries are for another interval.
-	m.step(pg.Info{From: 2, Epoch: 1}, pg.Info{From: 4, Epoch: 1})
-	m.step(pg.Unreachable{From: 3, Epoch: 1})
+	// Answers to the epoch 1 queries are for another interval: given
+	// before epoch 2, they cannot witness it.
+	m.step(pg.Info{From: 2, Epoch: 1}, pg.Info{From: 3, Epoch: 1}, pg.Info{From: 4, Epoch: 1})
 	m.expect("peering", false)
-	m.step(pg.Info{From: 2, Epoch: 2}, pg.Info{From: 3, Epoch: 2}, pg.Info{From: 4, Epoch: 2})
+	m.step(pg.Unreachable{From: 3, Epoch: 1})
+	m.step(pg.Info{From: 2, Epoch: 2}, pg.Info{From: 3, Epoch: 2})
+	m.expect("peering", false)
+	m.step(pg.Info{From: 4, Epoch: 2})
 	m.expect("active+clean", true)
 	// An old map changes nothing.
 	m.step(pg.AdvanceMap{Epoch: 1, Acting: osds(3), Size: 3, MinSize: 2})

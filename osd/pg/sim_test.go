@@ -318,7 +318,7 @@ func (s *sim) deliver(i int) {
 			return // the interval moved on: the daemon cancelled this pull
 		}
 		if len(msg.snap) > 0 && p.last().Less(msg.snap[len(msg.snap)-1]) {
-			p.log = msg.snap
+			p.log = s.part(msg.snap, p.last())
 		}
 		s.stats.recovered++
 		if msg.rec.Have == (pg.Version{}) {
@@ -339,7 +339,7 @@ func (s *sim) deliver(i int) {
 			// Behind, or ahead with entries the primary never had (written
 			// by a primary that failed before it replicated them): either
 			// way the replica takes the primary's log.
-			r.log = slices.Clone(p.log)
+			r.log = s.part(p.log, r.last())
 		}
 		s.step(r, pg.Applied{Version: r.last()})
 		s.send(simMsg{kind: mPushDone, from: r.id, to: p.id, inc: msg.inc, epoch: msg.epoch, last: r.last()})
@@ -372,6 +372,21 @@ func (s *sim) deliver(i int) {
 		w.applied = append(w.applied, r.id)
 		s.step(r, pg.Applied{Version: r.last()})
 	}
+}
+
+// part returns a copy of log, or sometimes of a prefix of it that still
+// ends after have: a pull or push that the daemon ran in several batches,
+// of which only the first finished.
+func (s *sim) part(log []pg.Version, have pg.Version) []pg.Version {
+	from, _ := slices.BinarySearchFunc(log, have, cmpVersion)
+	if from < len(log) && log[from] == have {
+		from++
+	}
+	n := len(log)
+	if from < n-1 && s.rng.IntN(3) == 0 {
+		n = from + 1 + s.rng.IntN(n-from-1)
+	}
+	return slices.Clone(log[:n])
 }
 
 // write is a client write sent to o: taken only where the machine serves.

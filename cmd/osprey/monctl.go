@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/mon/monclient"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+const envMon = "OSPREY_MON"
+
+// monAddrFile is where `osprey up` writes its mon's address, beside the map.
+var monAddrFile = filepath.Join(defaultDataDir, "mon.addr")
+
+// monFlags find the mons: --mon, $OSPREY_MON, then the file `osprey up`
+// leaves in ./osprey-data.
+type monFlags struct {
+	addrs   []string
+	timeout time.Duration
+}
+
+func addMonFlags(f *pflag.FlagSet, m *monFlags) {
+	f.StringSliceVar(&m.addrs, "mon", nil, "mon addresses, e.g. tcp://10.0.0.1:3300,tcp://10.0.0.2:3300 (env "+envMon+"; default the one in ./"+monAddrFile+")")
+	f.DurationVar(&m.timeout, "mon-timeout", 10*time.Second, "how long to try to reach a mon")
+}
+
+// resolveMons returns the mon addresses, and false when nothing names one.
+func resolveMons(m monFlags, getenv func(string) string) ([]string, bool) {
+	if len(m.addrs) > 0 {
+		return m.addrs, true
+	}
+	if v := getenv(envMon); v != "" {
+		return strings.Split(v, ","), true
+	}
+	if b, err := os.ReadFile(monAddrFile); err == nil {
+		if a := strings.TrimSpace(string(b)); a != "" {
+			return strings.Split(a, ","), true
+		}
+	}
+	return nil, false
+}
+
+// monCommand sends one command to the mons and returns its reply.
+func monCommand(cmd *cobra.Command, m monFlags, req *osdpb.MonCommand) (*osdpb.MonCommandReply, error) {
+	addrs, ok := resolveMons(m, os.Getenv)
+	if !ok {
+		return nil, usageErrorf("no mon given: use --mon tcp://HOST:PORT or set %s (or run in the directory of `osprey up`)", envMon)
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), m.timeout)
+	defer cancel()
+	mc, err := monclient.New(ctx, monclient.Options{Addrs: addrs, Name: "client.admin", Logger: cliLogger(cmd)})
+	if err != nil {
+		return nil, err
+	}
+	defer mc.Close()
+	rep, err := mc.Command(ctx, req)
+	if err != nil && ctx.Err() != nil {
+		return nil, &unreachableError{target: clusterTarget{Seeds: addrs, Source: "the mon addresses"}, err: err}
+	}
+	return rep, err
+}
+
+// newOSDAdminCmds are `osprey osd out|in|down|rm|reweight|tree`, Ceph's
+// `ceph osd ...`.
+func newOSDAdminCmds() []*cobra.Command {
+	var mf monFlags
+	ids := func(args []string) ([]uint32, error) {
+		var out []uint32
+		for _, a := range args {
+			n, err := strconv.ParseUint(strings.TrimPrefix(a, "osd."), 10, 32)
+			if err != nil {
+				return nil, usageErrorf("%q is not an OSD id", a)
+			}
+			out = append(out, uint32(n))
+		}
+		return out, nil
+	}
+	simple := func(verb, short string) *cobra.Command {
+		c := &cobra.Command{
+			Use:   verb + " ID...",
+			Short: short,
+			Args:  cobra.MinimumNArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				list, err := ids(args)
+				if err != nil {
+					return err
+				}
+				rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "osd " + verb, Ids: list})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "osd %s %v: done, map epoch %d\n", verb, args, rep.Epoch)
+				return nil
+			},
+		}
+		addMonFlags(c.Flags(), &mf)
+		return c
+	}
+	reweight := &cobra.Command{
+		Use:   "reweight ID WEIGHT",
+		Short: "Set an OSD's straw2 weight (0 drains it)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			list, err := ids(args[:1])
+			if err != nil {
+				return err
+			}
+			w, err := strconv.ParseFloat(args[1], 64)
+			if err != nil || w < 0 {
+				return usageErrorf("weight %q: want a number >= 0", args[1])
+			}
+			rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "osd reweight", Ids: list, Weight: w})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "osd.%d weight %g, map epoch %d\n", list[0], w, rep.Epoch)
+			return nil
+		},
+	}
+	addMonFlags(reweight.Flags(), &mf)
+	var treeJSON bool
+	tree := &cobra.Command{
+		Use:   "tree",
+		Short: "List the OSDs: host, up/in, weight, addresses, PGs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "osd tree"})
+			if err != nil {
+				return err
+			}
+			if treeJSON {
+				fmt.Fprintln(cmd.OutOrStdout(), rep.Output)
+				return nil
+			}
+			var osds []mon.OSDTreeEntry
+			if err := json.Unmarshal([]byte(rep.Output), &osds); err != nil {
+				return fmt.Errorf("osd tree: %w", err)
+			}
+			printTree(cmd.OutOrStdout(), osds)
+			return nil
+		},
+	}
+	addMonFlags(tree.Flags(), &mf)
+	tree.Flags().BoolVar(&treeJSON, "json", false, "print JSON")
+	return []*cobra.Command{
+		simple("out", "Mark OSDs out: their PGs move to others (recovery)"),
+		simple("in", "Mark OSDs in again"),
+		simple("down", "Mark OSDs down (a running OSD boots again at once)"),
+		simple("rm", "Remove down OSDs from the map"),
+		reweight, tree,
+	}
+}
+
+func printTree(w io.Writer, osds []mon.OSDTreeEntry) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tHOST\tSTATUS\tIN\tWEIGHT\tPGS\tPRIMARY\tPUBLIC\tCLUSTER")
+	for _, o := range osds {
+		st, in := "down", "out"
+		if o.Up {
+			st = "up"
+		}
+		if o.In {
+			in = "in"
+		}
+		fmt.Fprintf(tw, "osd.%d\t%s\t%s\t%s\t%g\t%d\t%d\t%s\t%s\n", o.ID, o.Host, st, in, o.Weight, o.PGs, o.PrimaryPGs, o.PublicAddr, o.ClusterAddr)
+	}
+	tw.Flush()
+}
+
+// printMonStatus prints the mon's status as `ceph -s` does.
+func printMonStatus(w io.Writer, s *mon.Status) {
+	fmt.Fprintf(w, "  cluster:\n    id:     %s\n    health: %s\n", s.FSID, s.Health.Status)
+	for _, c := range s.Health.Checks {
+		fmt.Fprintf(w, "            %s\n", c)
+	}
+	fmt.Fprintf(w, "\n  services:\n    mon: %d daemons", len(s.Mons))
+	for _, m := range s.Mons {
+		if m.Leader {
+			fmt.Fprintf(w, ", leader %s (%s)", m.Name, m.Addr)
+		}
+	}
+	fmt.Fprintf(w, "\n    osd: %d osds: %d up, %d in; epoch %d\n", s.OSDs.Total, s.OSDs.Up, s.OSDs.In, s.Epoch)
+	fmt.Fprintf(w, "\n  data:\n    pools:   %d pools, %d pgs\n    objects: %d objects\n", len(s.Pools), s.PGTotal, s.Objects)
+	if s.UsedBytes+s.AvailBytes > 0 {
+		fmt.Fprintf(w, "    usage:   %s used, %s avail\n", humanBytes(int64(s.UsedBytes)), humanBytes(int64(s.AvailBytes)))
+	}
+	states := make([]string, 0, len(s.PGs))
+	for k := range s.PGs {
+		states = append(states, k)
+	}
+	slices.Sort(states)
+	fmt.Fprintf(w, "    pgs:    ")
+	for i, k := range states {
+		if i > 0 {
+			fmt.Fprintf(w, "\n            ")
+		}
+		fmt.Fprintf(w, "%d %s", s.PGs[k], k)
+	}
+	fmt.Fprintln(w)
+	if s.DegradedObjects+s.MisplacedObjects > 0 || s.RecoveryBytesPerSec > 0 {
+		fmt.Fprintf(w, "\n  io:\n    degraded: %d objects, misplaced: %d objects, recovery: %s/s\n",
+			s.DegradedObjects, s.MisplacedObjects, humanBytes(int64(s.RecoveryBytesPerSec)))
+	}
+}
+
+// monStatus is `osprey status` with a mon: its health, as `ceph -s`.
+func monStatus(cmd *cobra.Command, mf monFlags, asJSON bool) error {
+	rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "status"})
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		fmt.Fprintln(cmd.OutOrStdout(), rep.Output)
+		return nil
+	}
+	var s mon.Status
+	if err := json.Unmarshal([]byte(rep.Output), &s); err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	printMonStatus(cmd.OutOrStdout(), &s)
+	return nil
+}

@@ -1,0 +1,144 @@
+package mon
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+func TestBootAssignsIDs(t *testing.T) {
+	e := startTestEtcd(t)
+	m := startTestMon(t, testConfig(e, "a"))
+	if !m.IsLeader() {
+		t.Fatal("a lone mon does not lead")
+	}
+	if mp := m.Map(); mp.Epoch() != 1 || len(mp.Proto().Osds) != 0 || m.FSID() == "" {
+		t.Fatalf("first map: epoch %d, %d OSDs, fsid %q", mp.Epoch(), len(mp.Proto().Osds), m.FSID())
+	}
+	c := newTestClient(t, nil, m.Addr())
+
+	for n := range 3 {
+		rep := mustBoot(t, c, bootOf(n))
+		if rep.Id != uint32(n) || rep.Fsid != m.FSID() || rep.Map.GetEpoch() != uint64(2+n) {
+			t.Fatalf("boot %d: id %d fsid %s epoch %d", n, rep.Id, rep.Fsid, rep.Map.GetEpoch())
+		}
+		o := osdOf(t, m.Map(), rep.Id)
+		if !o.Up || !o.In || o.Weight != 1 || o.UpFrom != rep.Map.Epoch || o.Host != bootOf(n).Host || o.Uuid != bootOf(n).Uuid {
+			t.Fatalf("osd.%d after boot: %v", rep.Id, o)
+		}
+	}
+
+	// The same uuid again, with or without its id: the same id, a new
+	// incarnation (up_from).
+	b := bootOf(1)
+	b.PublicAddr = "tcp://127.0.0.1:9901"
+	rep := mustBoot(t, c, b)
+	if rep.Id != 1 {
+		t.Fatalf("re-boot of uuid-1 got id %d", rep.Id)
+	}
+	if o := osdOf(t, m.Map(), 1); o.PublicAddr != b.PublicAddr || o.UpFrom != rep.Map.Epoch {
+		t.Fatalf("re-boot did not update osd.1: %v", o)
+	}
+	b.HasId, b.Id, b.Fsid = true, 1, m.FSID()
+	if rep := mustBoot(t, c, b); rep.Id != 1 {
+		t.Fatalf("re-boot with id 1 got %d", rep.Id)
+	}
+
+	// Another daemon claiming osd.1, an id that does not exist, another
+	// cluster: WRONG_CLUSTER, not retried.
+	thief := bootOf(7)
+	thief.HasId, thief.Id = true, 1
+	_, err := c.Boot(ctxFor(t, 10*time.Second), thief)
+	if statusOf(err) != osdpb.Status_WRONG_CLUSTER {
+		t.Fatalf("uuid-7 claiming osd.1: %v", err)
+	}
+	t.Logf("claim refused: %v", err)
+	ghost := bootOf(8)
+	ghost.HasId, ghost.Id = true, 42
+	if _, err := c.Boot(ctxFor(t, 10*time.Second), ghost); statusOf(err) != osdpb.Status_WRONG_CLUSTER {
+		t.Fatalf("boot as missing osd.42: %v", err)
+	}
+	alien := bootOf(9)
+	alien.Fsid = "another-cluster"
+	if _, err := c.Boot(ctxFor(t, 10*time.Second), alien); statusOf(err) != osdpb.Status_WRONG_CLUSTER {
+		t.Fatalf("boot with another fsid: %v", err)
+	}
+	// A refused boot writes no map.
+	before := m.Map().Epoch()
+	if _, err := c.Boot(ctxFor(t, 10*time.Second), &osdpb.MonBoot{PublicAddr: "tcp://127.0.0.1:1"}); statusOf(err) != osdpb.Status_INVALID_ARGUMENT {
+		t.Fatalf("boot without a uuid: %v", err)
+	}
+	if _, err := c.Boot(ctxFor(t, 10*time.Second), &osdpb.MonBoot{Uuid: "u", PublicAddr: "nonsense"}); statusOf(err) != osdpb.Status_INVALID_ARGUMENT {
+		t.Fatalf("boot with a bad address: %v", err)
+	}
+	if got := m.Map().Epoch(); got != before {
+		t.Fatalf("refused boots moved the epoch from %d to %d", before, got)
+	}
+
+	// Lowest free id: after osd.1 is removed, a new OSD gets 1.
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd down", Ids: []uint32{1}})
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd rm", Ids: []uint32{1}})
+	if rep := mustBoot(t, c, bootOf(5)); rep.Id != 1 {
+		t.Fatalf("new OSD after osd rm 1 got id %d, want 1", rep.Id)
+	}
+}
+
+func TestOperatorOutSurvivesReboot(t *testing.T) {
+	e := startTestEtcd(t)
+	cfg := testConfig(e, "a")
+	cfg.DownOutInterval = 300 * time.Millisecond
+	m := startTestMon(t, cfg)
+	c := newTestClient(t, nil, m.Addr())
+	for n := range 2 {
+		mustBoot(t, c, bootOf(n))
+	}
+
+	// osd.0: the operator marks it out; a reboot keeps it out.
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd out", Ids: []uint32{0}})
+	if o := osdOf(t, m.Map(), 0); o.In || o.AutoOut {
+		t.Fatalf("after osd out: %v", o)
+	}
+	mustBoot(t, c, bootOf(0))
+	if o := osdOf(t, m.Map(), 0); o.In || !o.Up {
+		t.Fatalf("operator's out did not survive a reboot: %v", o)
+	}
+
+	// osd.1: down, then out by the mon after the interval; a reboot
+	// brings it back in.
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd down", Ids: []uint32{1}})
+	if o := osdOf(t, m.Map(), 1); o.Up || o.DownSinceUnixNano == 0 {
+		t.Fatalf("after osd down: %v", o)
+	}
+	eventually(t, 10*time.Second, "osd.1 auto-out", func() bool {
+		o := osdOf(t, m.Map(), 1)
+		return !o.In && o.AutoOut
+	})
+	mustBoot(t, c, bootOf(1))
+	if o := osdOf(t, m.Map(), 1); !o.In || o.AutoOut || !o.Up || o.DownSinceUnixNano != 0 {
+		t.Fatalf("auto-out OSD after reboot: %v", o)
+	}
+	// osd.0 is up and out: no down-out business. An operator "osd in".
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd in", Ids: []uint32{0}})
+	if o := osdOf(t, m.Map(), 0); !o.In {
+		t.Fatalf("after osd in: %v", o)
+	}
+	// Commands that change nothing write no map.
+	before := m.Map().Epoch()
+	if rep := mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd in", Ids: []uint32{0, 1}}); rep.Epoch != before {
+		t.Fatalf("a no-op osd in moved the epoch to %d", rep.Epoch)
+	}
+	if _, err := c.Command(ctxFor(t, 10*time.Second), &osdpb.MonCommand{Prefix: "osd out", Ids: []uint32{0, 77}}); statusOf(err) != osdpb.Status_INVALID_ARGUMENT {
+		t.Fatalf("osd out of an unknown id: %v", err)
+	}
+	if _, err := c.Command(ctxFor(t, 10*time.Second), &osdpb.MonCommand{Prefix: "osd rm", Ids: []uint32{0}}); statusOf(err) != osdpb.Status_INVALID_ARGUMENT {
+		t.Fatalf("osd rm of an up OSD: %v", err)
+	}
+	if got := m.Map().Epoch(); got != before {
+		t.Fatalf("refused commands moved the epoch from %d to %d", before, got)
+	}
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd reweight", Ids: []uint32{0}, Weight: 2.5})
+	if o := osdOf(t, m.Map(), 0); o.Weight != 2.5 {
+		t.Fatalf("after reweight: %v", o)
+	}
+}

@@ -1,0 +1,312 @@
+package mon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// requestTimeout bounds the work of one request, etcd transactions and
+// their retries included; clients retry after their own timeout.
+const requestTimeout = 10 * time.Second
+
+// replyTimeout bounds sending one reply or push to a slow peer.
+const replyTimeout = 10 * time.Second
+
+// dispatcher serves the mon's messenger: each request is handled on its
+// own goroutine, so a slow etcd transaction holds up nobody else.
+type dispatcher struct{ m *Mon }
+
+func (d dispatcher) Dispatch(msg *msgr.Message) {
+	m := d.m
+	t := osdpb.MsgType(msg.Type)
+	conn := msg.Conn()
+	front := bytes.Clone(msg.Front)
+	msg.Release()
+	m.hmu.Lock()
+	defer m.hmu.Unlock()
+	if m.closing {
+		return
+	}
+	m.handlers.Go(func() {
+		ctx, cancel := context.WithTimeout(m.ctx, requestTimeout)
+		defer cancel()
+		rt, rep := m.handle(ctx, conn, t, front)
+		if rep != nil {
+			m.send(conn, rt, rep)
+		}
+	})
+}
+
+func (d dispatcher) HandleEvent(ev msgr.Event) {
+	if ev.Kind == msgr.EventReset || ev.Kind == msgr.EventRemoteReset {
+		d.m.unsubscribe(ev.Conn)
+	}
+}
+
+// handle serves one request and returns the reply and its type; a nil
+// reply means none is sent (a message that is not a request). It never
+// panics on what arrives.
+func (m *Mon) handle(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType, front []byte) (osdpb.MsgType, proto.Message) {
+	if t == osdpb.MsgType_MSG_GET_MAP {
+		// What an OSD answers, so a client can use the mons as seeds.
+		var req osdpb.GetMap
+		if err := proto.Unmarshal(front, &req); err != nil {
+			return ops.ReplyType(t), &osdpb.GetMapReply{Header: m.header(ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "malformed %v: %v", t, err))}
+		}
+		mp := m.Map()
+		return ops.ReplyType(t), &osdpb.GetMapReply{Header: &osdpb.ReplyHeader{Epoch: mp.Epoch()}, Map: mp.Proto()}
+	}
+	if !isMonRequest(t) {
+		if !ops.IsRequest(t) || t == osdpb.MsgType_MSG_MON_MAP || t >= 1<<16-1 {
+			m.log.Info("dropping a message that is not a mon request", "type", t, "conn", conn)
+			return 0, nil
+		}
+		m.log.Info("bad request", "type", t, "conn", conn)
+		return ops.ReplyType(t), replyTo(t, requestTid(nil, front),
+			m.header(ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "message type %v is not a mon request", t)))
+	}
+	req, err := decodeRequest(t, front)
+	tid := requestTid(req, front)
+	if err != nil {
+		m.log.Info("bad request", "type", t, "conn", conn, "err", err)
+		return ops.ReplyType(t), replyTo(t, tid, m.header(err))
+	}
+	rep, err := m.serve(ctx, conn, req)
+	if err != nil {
+		if st, _ := ops.StatusOf(monError(err)); st == osdpb.Status_INTERNAL_ERROR || st == osdpb.Status_SERVICE_UNAVAILABLE {
+			m.log.Warn("request failed", "type", t, "conn", conn, "err", err)
+		} else {
+			m.log.Debug("request refused", "type", t, "conn", conn, "err", err)
+		}
+		return ops.ReplyType(t), replyTo(t, tid, m.header(err))
+	}
+	return ops.ReplyType(t), rep
+}
+
+// serve routes a decoded, validated request.
+func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (proto.Message, error) {
+	switch r := req.(type) {
+	case *osdpb.MonSubscribe:
+		m.subscribe(conn)
+		rep := &osdpb.MonSubscribeReply{Header: m.header(nil), Tid: r.Tid}
+		if mp := m.Map(); mp.Epoch() > r.HaveEpoch {
+			rep.Map = mp.Proto()
+		}
+		return rep, nil
+	case *osdpb.MonCommand:
+		return m.command(ctx, r)
+	}
+	fsid := ""
+	switch r := req.(type) {
+	case *osdpb.MonBoot:
+		fsid = r.Fsid
+	case *osdpb.MonBeacon:
+		fsid = r.Fsid
+	case *osdpb.MonFailure:
+		fsid = r.Fsid
+	}
+	if fsid != "" && fsid != m.fsid {
+		return nil, ops.Errorf(osdpb.Status_WRONG_CLUSTER, "fsid %s is not this cluster's (%s)", fsid, m.fsid)
+	}
+	l := m.lead.Load()
+	if l == nil {
+		return nil, m.notLeader()
+	}
+	switch r := req.(type) {
+	case *osdpb.MonBoot:
+		return l.boot(ctx, r)
+	case *osdpb.MonBeacon:
+		return l.beacon(ctx, r)
+	case *osdpb.MonFailure:
+		if err := l.failure(ctx, r); err != nil {
+			return nil, err
+		}
+		return &osdpb.MonFailureReply{Header: m.header(nil), Tid: r.Tid}, nil
+	}
+	return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "unhandled request %T", req)
+}
+
+func (m *Mon) notLeader() error {
+	if lead := m.Leader(); lead != "" {
+		return ops.Errorf(osdpb.Status_NOT_LEADER, "mon.%s is a standby; the leader is at %s", m.cfg.Name, lead)
+	}
+	return ops.Errorf(osdpb.Status_NOT_LEADER, "mon.%s is a standby and knows no leader yet", m.cfg.Name)
+}
+
+// command serves a MonCommand: the read-only ones on any mon, the ones
+// that change the map on the leader.
+func (m *Mon) command(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonCommandReply, error) {
+	rep := &osdpb.MonCommandReply{Tid: c.Tid}
+	var out any
+	switch c.Prefix {
+	case "status":
+		st, err := m.Status(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = st
+	case "osd tree":
+		out = osdTree(m.Map())
+	case "osd create":
+		l := m.lead.Load()
+		if l == nil {
+			return nil, m.notLeader()
+		}
+		id, err := l.create(ctx, c.Uuid)
+		if err != nil {
+			return nil, err
+		}
+		rep.Ids = []uint32{id}
+		out = map[string]any{"id": id}
+	case "get map":
+		mp, err := m.store.get(ctx, c.Epoch)
+		if err != nil {
+			return nil, err
+		}
+		rep.Map = mp.Proto()
+		out = map[string]any{"epoch": mp.Epoch(), "fsid": mp.FSID()}
+	default:
+		l := m.lead.Load()
+		if l == nil {
+			return nil, m.notLeader()
+		}
+		res, err := l.command(ctx, osdCommand{prefix: c.Prefix, ids: c.Ids, weight: c.Weight})
+		if err != nil {
+			return nil, err
+		}
+		out = res
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, err
+	}
+	rep.Output = string(b)
+	rep.Header = m.header(nil)
+	rep.Epoch = m.Map().Epoch()
+	return rep, nil
+}
+
+// header is a reply header with err's status and our epoch; NOT_LEADER
+// says where the leader is.
+func (m *Mon) header(err error) *osdpb.ReplyHeader {
+	st, msg := ops.StatusOf(monError(err))
+	h := &osdpb.ReplyHeader{Status: st, Message: msg, Epoch: m.Map().Epoch()}
+	if st == osdpb.Status_NOT_LEADER {
+		h.Leader = m.Leader()
+	}
+	return h
+}
+
+// monError maps errors that are not *ops.Error to statuses: etcd and
+// context trouble is SERVICE_UNAVAILABLE (retry later), an invalid map
+// INVALID_ARGUMENT.
+func monError(err error) error {
+	var oe *ops.Error
+	switch {
+	case err == nil, errors.As(err, &oe):
+		return err
+	case errors.Is(err, placement.ErrInvalidMap):
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%v", err)
+	case errors.Is(err, errConflict):
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "%v; try again", err)
+	}
+	return unavailable("etcd", err)
+}
+
+// unavailable wraps err, a failure to reach etcd, as SERVICE_UNAVAILABLE.
+func unavailable(what string, err error) error {
+	var oe *ops.Error
+	if errors.As(err, &oe) {
+		return err
+	}
+	return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "%s: %v", what, err)
+}
+
+// send sends pb as a message of type t on c without blocking the caller
+// for long: a full send queue hands it to a goroutine that waits up to
+// replyTimeout. Errors are the peer's problem: it is gone or not reading.
+func (m *Mon) send(c *msgr.Conn, t osdpb.MsgType, pb proto.Message) {
+	front, err := proto.Marshal(pb)
+	if err != nil {
+		m.log.Error("marshal reply", "type", t, "err", err)
+		return
+	}
+	m.sendFront(c, t, front)
+}
+
+func (m *Mon) sendFront(c *msgr.Conn, t osdpb.MsgType, front []byte) {
+	if c == nil {
+		return
+	}
+	msg := msgr.NewMessage(uint16(t), front, nil)
+	err := c.TrySend(msg)
+	if errors.Is(err, msgr.ErrWouldBlock) {
+		go func() {
+			ctx, cancel := context.WithTimeout(m.ctx, replyTimeout)
+			defer cancel()
+			if err := c.Send(ctx, msg); err != nil {
+				msg.Release()
+				m.log.Debug("send failed", "type", t, "conn", c, "err", err)
+			}
+		}()
+		return
+	}
+	if err != nil {
+		msg.Release()
+		m.log.Debug("send failed", "type", t, "conn", c, "err", err)
+	}
+}
+
+// subscribe adds c to the conns that get every new map.
+func (m *Mon) subscribe(c *msgr.Conn) {
+	if c == nil {
+		return
+	}
+	m.subMu.Lock()
+	m.subs[c] = struct{}{}
+	m.subMu.Unlock()
+}
+
+func (m *Mon) unsubscribe(c *msgr.Conn) {
+	m.subMu.Lock()
+	delete(m.subs, c)
+	m.subMu.Unlock()
+}
+
+// push sends mp to every subscriber as MSG_MON_MAP. REQUIRES: m.mapMu,
+// so pushes leave in epoch order.
+func (m *Mon) push(mp *placement.Map) {
+	m.subMu.Lock()
+	conns := make([]*msgr.Conn, 0, len(m.subs))
+	for c := range m.subs {
+		conns = append(conns, c)
+	}
+	m.subMu.Unlock()
+	if len(conns) == 0 {
+		return
+	}
+	front, err := proto.Marshal(&osdpb.MonMap{Map: mp.Proto()})
+	if err != nil {
+		m.log.Error("marshal map push", "err", err)
+		return
+	}
+	for _, c := range conns {
+		select {
+		case <-c.Done():
+			m.unsubscribe(c)
+			continue
+		default:
+		}
+		// The messenger only reads a front, so all pushes share one.
+		m.sendFront(c, osdpb.MsgType_MSG_MON_MAP, front)
+	}
+}

@@ -1,0 +1,260 @@
+package mon
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// The map edits: pure functions of the current map's proto (at the epoch
+// it was read at; the map they make is that epoch + 1) and a request. They
+// do no I/O and keep no state, so the transaction loop can run them again
+// after a conflict, and tests and the fuzz target can drive them directly.
+
+// applyBoot marks the booting OSD up in pb and returns its id. It
+// assumes validateBoot passed and the fsid was checked.
+func applyBoot(pb *osdpb.ClusterMap, b *osdpb.MonBoot) (uint32, error) {
+	newEpoch := pb.Epoch + 1
+	var o *osdpb.OSDInfo
+	if b.HasId {
+		o = osdByID(pb, b.Id)
+		switch {
+		case o == nil:
+			return 0, ops.Errorf(osdpb.Status_WRONG_CLUSTER, "osd.%d does not exist in cluster %s (removed with \"osd rm\"?); boot without an id to get a new one", b.Id, pb.Fsid)
+		case o.Uuid != "" && o.Uuid != b.Uuid:
+			return 0, ops.Errorf(osdpb.Status_WRONG_CLUSTER, "osd.%d belongs to another daemon (uuid %s, not %s)", b.Id, o.Uuid, b.Uuid)
+		}
+		if other := osdByUUID(pb, b.Uuid); other != nil && other.Id != b.Id {
+			return 0, ops.Errorf(osdpb.Status_WRONG_CLUSTER, "uuid %s is osd.%d's, not osd.%d's", b.Uuid, other.Id, b.Id)
+		}
+	} else {
+		o = osdByUUID(pb, b.Uuid)
+	}
+	if o == nil {
+		// A new OSD: the lowest free id, weight as given (0 means 1), in.
+		o = &osdpb.OSDInfo{Id: lowestFreeID(pb), Weight: b.Weight, In: true}
+		if o.Weight == 0 {
+			o.Weight = 1
+		}
+		pb.Osds = append(pb.Osds, o)
+		slices.SortFunc(pb.Osds, func(a, b *osdpb.OSDInfo) int { return cmp.Compare(a.Id, b.Id) })
+	}
+	o.Uuid = b.Uuid
+	o.PublicAddr = b.PublicAddr
+	o.ClusterAddr = b.ClusterAddr
+	if o.ClusterAddr == "" {
+		o.ClusterAddr = b.PublicAddr
+	}
+	o.Host = b.Host
+	o.Up = true
+	o.UpFrom = newEpoch
+	o.DownSinceUnixNano = 0
+	if o.AutoOut {
+		// The mon marked it out for being down; an operator's out stays.
+		o.In, o.AutoOut = true, false
+	}
+	return o.Id, nil
+}
+
+// markDown marks the up OSDs among ids down at now and returns those it
+// changed. upFromAtMost, when not 0, spares an OSD that booted after the
+// report was made (its up_from is newer): that is another incarnation.
+func markDown(pb *osdpb.ClusterMap, ids []uint32, now time.Time, upFromAtMost uint64) []uint32 {
+	var changed []uint32
+	for _, id := range ids {
+		o := osdByID(pb, id)
+		if o == nil || !o.Up || (upFromAtMost != 0 && o.UpFrom > upFromAtMost) {
+			continue
+		}
+		o.Up = false
+		o.DownSinceUnixNano = now.UnixNano()
+		changed = append(changed, id)
+	}
+	return changed
+}
+
+// downOut marks out, automatically, every in OSD that has been down for
+// longer than interval, and returns them.
+func downOut(pb *osdpb.ClusterMap, now time.Time, interval time.Duration) []uint32 {
+	var changed []uint32
+	for _, o := range pb.Osds {
+		if o.Up || !o.In || o.DownSinceUnixNano == 0 || now.Sub(time.Unix(0, o.DownSinceUnixNano)) <= interval {
+			continue
+		}
+		o.In, o.AutoOut = false, true
+		changed = append(changed, o.Id)
+	}
+	return changed
+}
+
+// osdCommand is a map-changing operator command.
+type osdCommand struct {
+	prefix string // "osd out", "osd in", "osd down", "osd rm", "osd reweight"
+	ids    []uint32
+	weight float64
+}
+
+// mutatingCommands are the commands that change the map (leader only).
+var mutatingCommands = []string{"osd out", "osd in", "osd down", "osd rm", "osd reweight"}
+
+// readCommands are answered by any mon.
+var readCommands = []string{"status", "osd tree", "get map"}
+
+// validate checks what does not depend on the map.
+func (c osdCommand) validate() error {
+	if len(c.ids) == 0 {
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%q needs at least one OSD id", c.prefix)
+	}
+	if c.prefix == "osd reweight" {
+		if w := c.weight; math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+			return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd reweight: weight %v: want a finite number >= 0", w)
+		}
+	}
+	return nil
+}
+
+// apply runs the command on pb and returns the OSDs it changed; none
+// changed is errNoChange. Unknown ids fail the whole command.
+func (c osdCommand) apply(pb *osdpb.ClusterMap, now time.Time) ([]uint32, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	var unknown []string
+	for _, id := range c.ids {
+		if osdByID(pb, id) == nil {
+			unknown = append(unknown, fmt.Sprintf("osd.%d", id))
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%s: no such OSD in epoch %d: %s", c.prefix, pb.Epoch, strings.Join(unknown, ", "))
+	}
+	var changed []uint32
+	switch c.prefix {
+	case "osd down":
+		changed = markDown(pb, c.ids, now, 0)
+	case "osd rm":
+		for _, id := range c.ids {
+			if o := osdByID(pb, id); o.Up {
+				return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd rm: osd.%d is up; mark it down (and stop it) first", id)
+			}
+		}
+		for _, id := range dedup(c.ids) {
+			pb.Osds = slices.DeleteFunc(pb.Osds, func(o *osdpb.OSDInfo) bool { return o.Id == id })
+			changed = append(changed, id)
+		}
+	default:
+		for _, id := range dedup(c.ids) {
+			o := osdByID(pb, id)
+			switch c.prefix {
+			case "osd out":
+				if !o.In && !o.AutoOut {
+					continue
+				}
+				// Out by the operator now, even if the mon had marked it
+				// out: the next boot keeps it out.
+				o.In, o.AutoOut = false, false
+			case "osd in":
+				if o.In {
+					continue
+				}
+				o.In, o.AutoOut = true, false
+			case "osd reweight":
+				if o.Weight == c.weight {
+					continue
+				}
+				o.Weight = c.weight
+			default:
+				return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "unknown command %q", c.prefix)
+			}
+			changed = append(changed, id)
+		}
+	}
+	if len(changed) == 0 {
+		return nil, errNoChange
+	}
+	return changed, nil
+}
+
+// validateBoot checks a boot request on its own.
+func validateBoot(b *osdpb.MonBoot) error {
+	if r := checkLabel(b.Uuid, 128); r != "" {
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "boot: uuid %s", r)
+	}
+	if b.PublicAddr == "" {
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "boot: public_addr is missing")
+	}
+	if b.Host != "" {
+		if r := checkLabel(b.Host, 255); r != "" {
+			return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "boot: host %s", r)
+		}
+	}
+	if w := b.Weight; math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "boot: weight %v: want a finite number >= 0", w)
+	}
+	return nil
+}
+
+// checkLabel accepts non-empty printable UTF-8 of at most max bytes: what
+// ends up in the map, logs and JSON.
+func checkLabel(s string, max int) string {
+	switch {
+	case s == "":
+		return "is missing"
+	case len(s) > max:
+		return fmt.Sprintf("is %d bytes long; at most %d", len(s), max)
+	case !utf8.ValidString(s) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return fmt.Sprintf("%q is not printable UTF-8", s)
+	}
+	return ""
+}
+
+func osdByID(pb *osdpb.ClusterMap, id uint32) *osdpb.OSDInfo {
+	for _, o := range pb.Osds {
+		if o.Id == id {
+			return o
+		}
+	}
+	return nil
+}
+
+func osdByUUID(pb *osdpb.ClusterMap, uuid string) *osdpb.OSDInfo {
+	for _, o := range pb.Osds {
+		if o.Uuid == uuid {
+			return o
+		}
+	}
+	return nil
+}
+
+// lowestFreeID is the smallest id no OSD of pb has, as Ceph's "osd new"
+// allocates.
+func lowestFreeID(pb *osdpb.ClusterMap) uint32 {
+	used := make([]uint32, 0, len(pb.Osds))
+	for _, o := range pb.Osds {
+		used = append(used, o.Id)
+	}
+	slices.Sort(used)
+	var id uint32
+	for _, u := range used {
+		if u == id {
+			id++
+		} else if u > id {
+			break
+		}
+	}
+	return id
+}
+
+func dedup(ids []uint32) []uint32 {
+	s := slices.Clone(ids)
+	slices.Sort(s)
+	return slices.Compact(s)
+}

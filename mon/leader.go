@@ -1,0 +1,420 @@
+package mon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// leadership is what the leading mon does and knows while it leads: the
+// failure reports, the OSD leases it keeps alive for beacons, and the
+// loops that mark OSDs down (lease expiry, aged reports) and out. It ends
+// with the etcd session that won the election; a new leader starts a new
+// one, rebuilding what it needs from etcd.
+type leadership struct {
+	ctx context.Context // ends when the leadership does
+	m   *Mon
+	// fence holds while this mon's election key is the one that won: every
+	// map write compares it, so a mon that lost the election without
+	// noticing yet cannot write.
+	fence clientv3.Cmp
+
+	mu       sync.Mutex
+	failures *failureTracker
+	leases   map[uint32]clientv3.LeaseID // OSD id -> its liveness lease
+	last     map[uint32]*beaconRecord    // the previous beacon, for rates
+}
+
+func newLeadership(ctx context.Context, m *Mon, el *concurrency.Election) *leadership {
+	return &leadership{
+		ctx: ctx, m: m,
+		fence:    clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev()),
+		failures: newFailureTracker(m.cfg.HeartbeatGrace, m.cfg.MinDownReporters),
+		leases:   map[uint32]clientv3.LeaseID{},
+		last:     map[uint32]*beaconRecord{},
+	}
+}
+
+// run watches the OSDs' liveness keys and ticks until the leadership ends.
+func (l *leadership) run() {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(l.watchLiveness)
+	t := time.NewTicker(l.m.cfg.tick())
+	defer t.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-t.C:
+			l.tick()
+		}
+	}
+}
+
+// update writes the next map, fenced, and adopts it at once.
+func (l *leadership) update(ctx context.Context, e edit) (*placement.Map, error) {
+	next, err := l.m.store.update(ctx, &l.fence, e)
+	if err == nil {
+		l.m.adopt(next)
+	}
+	return next, err
+}
+
+// boot serves MSG_MON_BOOT: a fresh lease for the OSD, then one
+// transaction that marks it up and puts its liveness key on the lease.
+func (l *leadership) boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBootReply, error) {
+	m := l.m
+	lease, err := m.cli.Grant(ctx, m.cfg.leaseTTL())
+	if err != nil {
+		return nil, unavailable("granting the OSD's lease", err)
+	}
+	var id uint32
+	next, err := l.update(ctx, func(pb *osdpb.ClusterMap) (txnExtra, error) {
+		var err error
+		if id, err = applyBoot(pb, b); err != nil {
+			return txnExtra{}, err
+		}
+		return txnExtra{ops: []clientv3.Op{clientv3.OpPut(m.k.alive(id), b.Uuid, clientv3.WithLease(lease.ID))}}, nil
+	})
+	if err != nil {
+		l.revoke(lease.ID)
+		return nil, err
+	}
+	l.mu.Lock()
+	old, hadOld := l.leases[id]
+	l.leases[id] = lease.ID
+	delete(l.last, id)
+	l.failures.forget(id)
+	l.mu.Unlock()
+	if hadOld && old != lease.ID {
+		l.revoke(old) // it holds nothing now but the old stats
+	}
+	info, _ := next.OSD(id)
+	m.log.Info("osd booted", "osd", id, "uuid", b.Uuid, "public", info.PublicAddr, "host", info.Host, "epoch", next.Epoch(), "in", info.In)
+	return &osdpb.MonBootReply{Header: m.header(nil), Tid: b.Tid, Id: id, Fsid: m.fsid, Map: next.Proto()}, nil
+}
+
+// beacon serves MSG_MON_BEACON: it keeps the OSD's lease alive and stores
+// what it reports for "status".
+func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.MonBeaconReply, error) {
+	m := l.m
+	mp := m.Map()
+	o, ok := mp.OSD(b.Id)
+	if !ok || !o.Up {
+		// The map we hold may be behind a boot another mon just wrote.
+		if cur, _, err := m.store.current(ctx); err == nil {
+			m.adopt(cur)
+			mp = m.Map()
+			o, ok = mp.OSD(b.Id)
+		}
+	}
+	switch {
+	case !ok:
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is not in the map (epoch %d); boot again", b.Id, mp.Epoch())
+	case b.Uuid != "" && o.Uuid != "" && b.Uuid != o.Uuid:
+		return nil, ops.Errorf(osdpb.Status_WRONG_CLUSTER, "osd.%d belongs to another daemon (uuid %s, not %s)", b.Id, o.Uuid, b.Uuid)
+	case !o.Up:
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is marked down (epoch %d); boot again", b.Id, mp.Epoch())
+	}
+	lease, err := l.renew(ctx, b.Id)
+	if err != nil {
+		return nil, unavailable("renewing the OSD's lease", err)
+	}
+	if lease == clientv3.NoLease {
+		// The lease expired: the OSD was silent for the grace. It is
+		// down (the liveness watch may be marking it so now).
+		l.mu.Lock()
+		delete(l.leases, b.Id)
+		l.mu.Unlock()
+		l.markDown(ctx, []uint32{b.Id}, "its lease expired before this beacon", o.UpFrom, true)
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d was silent for longer than %v and is marked down; boot again", b.Id, m.cfg.HeartbeatGrace)
+	}
+	now := time.Now()
+	l.mu.Lock()
+	rec := newBeaconRecord(b, now, l.last[b.Id])
+	l.last[b.Id] = rec
+	l.mu.Unlock()
+	js, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.cli.Put(ctx, m.k.stats(b.Id), string(js), clientv3.WithLease(lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil, unavailable("storing the OSD's stats", err)
+	}
+	h := m.header(nil)
+	if b.Epoch < mp.Epoch() {
+		h.Map = mp.Proto()
+	}
+	return &osdpb.MonBeaconReply{Header: h, Tid: b.Tid}, nil
+}
+
+// renew keeps OSD id's liveness lease alive and returns it; NoLease when
+// it expired.
+func (l *leadership) renew(ctx context.Context, id uint32) (clientv3.LeaseID, error) {
+	for range 2 {
+		lease, err := l.leaseOf(ctx, id)
+		if err != nil || lease == clientv3.NoLease {
+			return lease, err
+		}
+		_, err = l.m.cli.KeepAliveOnce(ctx, lease)
+		if err == nil {
+			return lease, nil
+		}
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return clientv3.NoLease, err
+		}
+		// Ours is gone; the key may be on a newer lease (a boot through
+		// another leader). Look again, in etcd.
+		l.mu.Lock()
+		if l.leases[id] == lease {
+			delete(l.leases, id)
+		}
+		l.mu.Unlock()
+	}
+	return clientv3.NoLease, nil
+}
+
+// leaseOf finds OSD id's liveness lease: ours from its boot, or, after a
+// failover, the one its liveness key in etcd is on. NoLease when the key
+// is gone.
+func (l *leadership) leaseOf(ctx context.Context, id uint32) (clientv3.LeaseID, error) {
+	l.mu.Lock()
+	lease, ok := l.leases[id]
+	l.mu.Unlock()
+	if ok {
+		return lease, nil
+	}
+	resp, err := l.m.cli.Get(ctx, l.m.k.alive(id))
+	if err != nil {
+		return clientv3.NoLease, err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease == 0 {
+		return clientv3.NoLease, nil
+	}
+	lease = clientv3.LeaseID(resp.Kvs[0].Lease)
+	l.mu.Lock()
+	l.leases[id] = lease
+	l.mu.Unlock()
+	return lease, nil
+}
+
+// failure serves MSG_MON_FAILURE.
+func (l *leadership) failure(ctx context.Context, f *osdpb.MonFailure) error {
+	mp := l.m.Map()
+	l.mu.Lock()
+	down, why := l.failures.report(mp, f, time.Now())
+	l.mu.Unlock()
+	if !down {
+		return nil
+	}
+	// f.Epoch >= the target's up_from (the tracker checked): a boot since
+	// then is another incarnation, which the report is not about.
+	target, _ := mp.OSD(f.Target)
+	_, err := l.markDown(ctx, []uint32{f.Target}, why, target.UpFrom, false)
+	return err
+}
+
+// markDown marks ids down in one map change. upFromAtMost (when not 0)
+// spares an OSD that booted again since the evidence; onlyIfDead also
+// requires its liveness key to be gone (lease expiry), so a boot that
+// raced us wins.
+func (l *leadership) markDown(ctx context.Context, ids []uint32, why string, upFromAtMost uint64, onlyIfDead bool) ([]uint32, error) {
+	m := l.m
+	now := time.Now()
+	var changed []uint32
+	next, err := l.update(ctx, func(pb *osdpb.ClusterMap) (txnExtra, error) {
+		changed = markDown(pb, ids, now, upFromAtMost)
+		if len(changed) == 0 {
+			return txnExtra{}, errNoChange
+		}
+		var x txnExtra
+		for _, id := range changed {
+			if onlyIfDead {
+				x.cmps = append(x.cmps, clientv3.Compare(clientv3.Version(m.k.alive(id)), "=", 0))
+			}
+			x.ops = append(x.ops, clientv3.OpDelete(m.k.alive(id)))
+		}
+		return x, nil
+	})
+	if errors.Is(err, errConflict) {
+		return nil, nil // it booted again meanwhile
+	}
+	if err != nil {
+		if l.ctx.Err() == nil {
+			m.log.Warn("marking down failed", "osds", ids, "why", why, "err", err)
+		}
+		return nil, err
+	}
+	if len(changed) > 0 {
+		m.log.Info("osds marked down", "osds", changed, "why", why, "epoch", next.Epoch())
+	}
+	l.dropOSDs(changed)
+	return changed, nil
+}
+
+// dropOSDs forgets what the leader keeps for OSDs that went down and
+// revokes their leases, which drops their stats.
+func (l *leadership) dropOSDs(ids []uint32) {
+	var leases []clientv3.LeaseID
+	l.mu.Lock()
+	for _, id := range ids {
+		if lease, ok := l.leases[id]; ok {
+			leases = append(leases, lease)
+		}
+		delete(l.leases, id)
+		delete(l.last, id)
+		l.failures.forget(id)
+	}
+	l.mu.Unlock()
+	for _, lease := range leases {
+		l.revoke(lease)
+	}
+}
+
+// revoke drops a lease, best effort: one we fail to revoke expires.
+func (l *leadership) revoke(lease clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(l.m.ctx, 2*time.Second)
+	defer cancel()
+	l.m.cli.Revoke(ctx, lease)
+}
+
+// commandResult is the JSON output of a map-changing command.
+type commandResult struct {
+	Command string   `json:"command"`
+	IDs     []uint32 `json:"ids"`
+	Changed []uint32 `json:"changed"`
+	Epoch   uint64   `json:"epoch"`
+	Message string   `json:"message"`
+}
+
+// command runs a map-changing command as one map change.
+func (l *leadership) command(ctx context.Context, c osdCommand) (*commandResult, error) {
+	m := l.m
+	now := time.Now()
+	var changed []uint32
+	next, err := l.update(ctx, func(pb *osdpb.ClusterMap) (txnExtra, error) {
+		var err error
+		changed = nil
+		if changed, err = c.apply(pb, now); err != nil {
+			return txnExtra{}, err
+		}
+		var x txnExtra
+		switch c.prefix {
+		case "osd down":
+			for _, id := range changed {
+				x.ops = append(x.ops, clientv3.OpDelete(m.k.alive(id)))
+			}
+		case "osd rm":
+			for _, id := range changed {
+				x.ops = append(x.ops, clientv3.OpDelete(m.k.alive(id)), clientv3.OpDelete(m.k.stats(id)))
+			}
+		}
+		return x, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res := &commandResult{Command: c.prefix, IDs: c.ids, Changed: changed, Epoch: next.Epoch()}
+	if res.Changed == nil {
+		res.Changed = []uint32{}
+		res.Message = "nothing to change"
+	} else {
+		res.Message = fmt.Sprintf("%s: %v at epoch %d", c.prefix, changed, next.Epoch())
+		m.log.Info("command", "command", c.prefix, "osds", changed, "epoch", next.Epoch())
+	}
+	if c.prefix == "osd down" || c.prefix == "osd rm" {
+		l.dropOSDs(changed)
+	}
+	return res, nil
+}
+
+// watchLiveness marks down the OSDs whose liveness keys vanish (their
+// leases expired: no beacon for the grace). On start, and whenever the
+// watch breaks, it first checks every up OSD for its key, so an expiry
+// while no mon led is noticed too.
+func (l *leadership) watchLiveness() {
+	m := l.m
+	backoff := newBackoff()
+	for l.ctx.Err() == nil {
+		resp, err := m.cli.Get(l.ctx, m.k.alivePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			backoff.wait(l.ctx)
+			continue
+		}
+		alive := map[uint32]bool{}
+		for _, kv := range resp.Kvs {
+			if id, ok := idOf(string(kv.Key), m.k.alivePrefix()); ok {
+				alive[id] = true
+			}
+		}
+		for o := range m.Map().OSDs() {
+			if o.Up && !alive[o.Id] {
+				l.markDown(l.ctx, []uint32{o.Id}, "it has no liveness lease (expired)", 0, true)
+			}
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.ctx))
+		wch := m.cli.Watch(wctx, m.k.alivePrefix(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut())
+		for wr := range wch {
+			if wr.Err() != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				if ev.Type != clientv3.EventTypeDelete {
+					continue
+				}
+				if id, ok := idOf(string(ev.Kv.Key), m.k.alivePrefix()); ok {
+					l.markDown(l.ctx, []uint32{id}, fmt.Sprintf("no beacon for %v: its lease expired", m.cfg.HeartbeatGrace), 0, true)
+				}
+			}
+			backoff.reset()
+		}
+		cancel()
+		backoff.wait(l.ctx)
+	}
+}
+
+// tick marks down the OSDs whose failure reports have aged enough, and
+// out the ones down for longer than the down-out interval.
+func (l *leadership) tick() {
+	m := l.m
+	now := time.Now()
+	mp := m.Map()
+	l.mu.Lock()
+	ids, whys := l.failures.due(mp, now)
+	l.mu.Unlock()
+	for i, id := range ids {
+		o, _ := mp.OSD(id)
+		l.markDown(l.ctx, []uint32{id}, whys[i], o.UpFrom, false)
+	}
+	// Only write when something is due; the edit checks again.
+	if len(downOut(mp.Proto(), now, m.cfg.DownOutInterval)) == 0 {
+		return
+	}
+	var out []uint32
+	next, err := l.update(l.ctx, func(pb *osdpb.ClusterMap) (txnExtra, error) {
+		if out = downOut(pb, now, m.cfg.DownOutInterval); len(out) == 0 {
+			return txnExtra{}, errNoChange
+		}
+		return txnExtra{}, nil
+	})
+	if err != nil {
+		if l.ctx.Err() == nil {
+			m.log.Warn("marking out failed", "err", err)
+		}
+		return
+	}
+	if len(out) > 0 {
+		m.log.Info("osds marked out: down for longer than the down-out interval", "osds", out, "interval", m.cfg.DownOutInterval, "epoch", next.Epoch())
+	}
+}

@@ -1,0 +1,494 @@
+package mon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// Config configures one mon.
+type Config struct {
+	// Name is the mon's name ("a"); its messenger is "mon.NAME". Default "a".
+	Name string
+	// Listen is the msgr address to serve on, e.g. "tcp://0.0.0.0:3300".
+	// Default "tcp://127.0.0.1:0".
+	Listen string
+	// Etcd lists the endpoints of an etcd cluster; EmbedEtcdDir instead
+	// runs a single-node etcd in this process with its data there.
+	// Exactly one of the two.
+	Etcd         []string
+	EmbedEtcdDir string
+	// HeartbeatGrace is how long an OSD may go without a beacon (its
+	// lease's TTL, rounded up to seconds) or be reported unreachable
+	// before it is marked down. Default 20s, Ceph's osd_heartbeat_grace.
+	HeartbeatGrace time.Duration
+	// DownOutInterval is how long an OSD stays down before the mon marks
+	// it out, so its PGs move elsewhere. Default 10m, Ceph's
+	// mon_osd_down_out_interval.
+	DownOutInterval time.Duration
+	// MinDownReporters is how many reporters (hosts) must report an OSD
+	// before it is marked down. Default 2.
+	MinDownReporters int
+	// Pool is the pool of the first map, when this mon creates the
+	// cluster. Default {Id: 1, Name: "default", Size: 3, PgCount: 128}.
+	Pool *osdpb.Pool
+	// Transports are passed to the messenger (tests).
+	Transports []wire.Transport
+	// Logger defaults to slog.Default(), with mon=NAME.
+	Logger *slog.Logger
+
+	// sessionTTL is the etcd session's TTL in seconds: how long a dead
+	// leader holds the election. Default 3; etcd's minimum is 2.
+	sessionTTL int
+	// prefix is the etcd key prefix. Default "/osprey/".
+	prefix string
+}
+
+func (c *Config) setDefaults() error {
+	if c.Name == "" {
+		c.Name = "a"
+	}
+	if err := msgr.EntityName("mon." + c.Name).Validate(); err != nil {
+		return fmt.Errorf("mon: name %q: %w", c.Name, err)
+	}
+	if c.Listen == "" {
+		c.Listen = "tcp://127.0.0.1:0"
+	}
+	if (len(c.Etcd) == 0) == (c.EmbedEtcdDir == "") {
+		return errors.New("mon: give either etcd endpoints (Etcd) or a directory for an embedded etcd (EmbedEtcdDir), not both or neither")
+	}
+	if c.HeartbeatGrace <= 0 {
+		c.HeartbeatGrace = 20 * time.Second
+	}
+	if c.DownOutInterval <= 0 {
+		c.DownOutInterval = 10 * time.Minute
+	}
+	if c.MinDownReporters <= 0 {
+		c.MinDownReporters = 2
+	}
+	if c.Pool == nil {
+		c.Pool = &osdpb.Pool{Id: placement.DefaultPoolID, Name: placement.DefaultPoolName, Size: 3, PgCount: placement.DefaultPGCount}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Logger = c.Logger.With("mon", c.Name)
+	if c.sessionTTL <= 0 {
+		c.sessionTTL = 3
+	}
+	if c.prefix == "" {
+		c.prefix = defaultPrefix
+	}
+	return nil
+}
+
+// tick is how often the leader looks for OSDs to mark out and for failure
+// reports that have aged enough: every second, or DownOutInterval/10 when
+// that is shorter, but not more often than every 100ms.
+func (c *Config) tick() time.Duration {
+	return max(100*time.Millisecond, min(time.Second, c.DownOutInterval/10))
+}
+
+// leaseTTL is an OSD lease's TTL in seconds: the grace, rounded up.
+func (c *Config) leaseTTL() int64 {
+	return max(1, int64((c.HeartbeatGrace+time.Second-1)/time.Second))
+}
+
+// Mon is a running monitor.
+type Mon struct {
+	cfg   Config
+	log   *slog.Logger
+	k     keys
+	cli   *clientv3.Client
+	etcd  *Etcd // the embedded etcd, if this mon runs one
+	store *mapStore
+	ms    *msgr.Messenger
+	addr  string
+	fsid  string
+
+	mapMu sync.Mutex // orders adopt: maps are stored and pushed in epoch order
+	mapv  atomic.Pointer[placement.Map]
+
+	subMu sync.Mutex
+	subs  map[*msgr.Conn]struct{} // MON_SUBSCRIBE'd conns
+
+	lead    atomic.Pointer[leadership] // nil while a standby
+	hint    atomic.Pointer[string]     // the leader's address, as last seen
+	settled chan struct{}              // closed once a leader is known
+	settle  sync.Once
+
+	ctx    context.Context // ends at Close: loops and handlers stop
+	cancel context.CancelFunc
+	// etcdCtx outlives ctx for the clean-up that needs etcd at Close:
+	// resigning and revoking the session, so a standby leads at once.
+	etcdCtx    context.Context
+	etcdCancel context.CancelFunc
+	wg         sync.WaitGroup // loops
+	hmu        sync.Mutex     // guards closing; handlers.Go under it
+	closing    bool
+	handlers   sync.WaitGroup // requests in progress
+	closeOnce  sync.Once
+	closeErr   error
+}
+
+// settleTimeout bounds how long Start waits to learn who leads.
+const settleTimeout = 10 * time.Second
+
+// Start connects to etcd (or starts the embedded one), creates the cluster
+// if etcd holds none yet, listens, and joins the election. It returns once
+// it knows who leads (itself or another mon), or after settleTimeout.
+// ctx bounds the start only; Close stops the mon.
+func Start(ctx context.Context, cfg Config) (*Mon, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	m := &Mon{cfg: cfg, log: cfg.Logger, k: keys{cfg.prefix}, subs: map[*msgr.Conn]struct{}{}, settled: make(chan struct{})}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.etcdCtx, m.etcdCancel = context.WithCancel(context.Background())
+	ok := false
+	defer func() {
+		if !ok {
+			m.abort()
+		}
+	}()
+
+	endpoints := cfg.Etcd
+	if cfg.EmbedEtcdDir != "" {
+		e, err := StartEtcd(ctx, cfg.EmbedEtcdDir, m.log)
+		if err != nil {
+			return nil, err
+		}
+		m.etcd = e
+		endpoints = e.Endpoints()
+	}
+	cli, err := newEtcdClient(endpoints)
+	if err != nil {
+		return nil, fmt.Errorf("mon: etcd client for %v: %w", endpoints, err)
+	}
+	m.cli = cli
+	m.store = &mapStore{cli: cli, k: m.k}
+	first, _, err := m.store.create(ctx, newUUID(), cfg.Pool)
+	if err != nil {
+		return nil, err
+	}
+	m.fsid = first.FSID()
+	m.adopt(first)
+
+	m.ms, err = msgr.New(msgr.Options{
+		Name: msgr.EntityName("mon." + cfg.Name), Dispatcher: dispatcher{m},
+		// Everyone talks to the mon as a lossy client and retries.
+		DefaultPolicy: msgr.StatelessServer,
+		Logger:        m.log.With("net", "msgr"),
+		Keepalive:     time.Second,
+		Transports:    cfg.Transports,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if m.addr, err = m.ms.Listen(ctx, cfg.Listen); err != nil {
+		return nil, fmt.Errorf("mon: listen on %s: %w", cfg.Listen, err)
+	}
+	m.wg.Go(m.watchMap)
+	m.wg.Go(m.runElection)
+	t := time.NewTimer(settleTimeout)
+	defer t.Stop()
+	select {
+	case <-m.settled:
+	case <-t.C:
+		m.log.Warn("no leader known yet; serving as a standby")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	ok = true
+	m.log.Info("mon started", "addr", m.addr, "fsid", m.fsid, "leader", m.IsLeader(), "epoch", m.Map().Epoch())
+	return m, nil
+}
+
+// abort undoes a failed Start.
+func (m *Mon) abort() {
+	m.cancel()
+	m.hmu.Lock()
+	m.closing = true
+	m.hmu.Unlock()
+	if m.ms != nil {
+		m.ms.Kill()
+	}
+	m.wg.Wait()
+	m.handlers.Wait()
+	m.etcdCancel()
+	if m.cli != nil {
+		m.cli.Close()
+	}
+	if m.etcd != nil {
+		m.etcd.Close()
+	}
+}
+
+// Addr is the msgr address the mon serves on.
+func (m *Mon) Addr() string { return m.addr }
+
+// IsLeader reports whether this mon leads now.
+func (m *Mon) IsLeader() bool { return m.lead.Load() != nil }
+
+// Map is the newest map this mon has seen in etcd.
+func (m *Mon) Map() *placement.Map { return m.mapv.Load() }
+
+// FSID is the cluster's id.
+func (m *Mon) FSID() string { return m.fsid }
+
+// Leader is the leading mon's address as this mon last saw it; "" if none.
+func (m *Mon) Leader() string {
+	if m.IsLeader() {
+		return m.addr
+	}
+	if p := m.hint.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// Close leaves the election (a standby leads at once), stops serving and
+// disconnects from etcd; an embedded etcd stops too.
+func (m *Mon) Close(ctx context.Context) error {
+	m.closeOnce.Do(func() {
+		m.cancel()
+		m.hmu.Lock()
+		m.closing = true
+		m.hmu.Unlock()
+		done := make(chan struct{})
+		go func() { m.wg.Wait(); m.handlers.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			m.closeErr = fmt.Errorf("mon: close: %w", ctx.Err())
+		}
+		if err := m.ms.Shutdown(ctx); err != nil && m.closeErr == nil {
+			m.closeErr = err
+		}
+		m.etcdCancel()
+		m.cli.Close()
+		if m.etcd != nil {
+			m.etcd.Close()
+		}
+		m.log.Info("mon stopped")
+	})
+	return m.closeErr
+}
+
+// adopt makes mp the mon's map if it is newer, and pushes it to the
+// subscribers.
+func (m *Mon) adopt(mp *placement.Map) {
+	m.mapMu.Lock()
+	defer m.mapMu.Unlock()
+	if cur := m.mapv.Load(); mp.FSID() != m.fsid || (cur != nil && mp.Epoch() <= cur.Epoch()) {
+		return
+	}
+	m.mapv.Store(mp)
+	m.push(mp)
+}
+
+// watchMap follows the map key in etcd: every mon serves the newest map,
+// whoever wrote it.
+func (m *Mon) watchMap() {
+	backoff := newBackoff()
+	for m.ctx.Err() == nil {
+		resp, err := m.cli.Get(m.ctx, m.k.current())
+		if err != nil {
+			m.log.Warn("reading the map from etcd", "err", err)
+			backoff.wait(m.ctx)
+			continue
+		}
+		if len(resp.Kvs) > 0 {
+			m.adoptBytes(resp.Kvs[0].Value)
+		}
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(m.ctx))
+		wch := m.cli.Watch(wctx, m.k.current(), clientv3.WithRev(resp.Header.Revision+1))
+		for wr := range wch {
+			if err := wr.Err(); err != nil {
+				m.log.Debug("map watch ended", "err", err)
+				break
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypePut {
+					m.adoptBytes(ev.Kv.Value)
+				}
+			}
+			backoff.reset()
+		}
+		wcancel()
+		backoff.wait(m.ctx)
+	}
+}
+
+func (m *Mon) adoptBytes(b []byte) {
+	mp, err := unmarshalMap(b)
+	if err != nil {
+		m.log.Error("etcd holds an invalid map", "err", err)
+		return
+	}
+	m.adopt(mp)
+}
+
+// runElection campaigns for leadership, leads while it holds it, and
+// campaigns again after losing it, until Close.
+func (m *Mon) runElection() {
+	backoff := newBackoff()
+	for m.ctx.Err() == nil {
+		sess, err := concurrency.NewSession(m.cli, concurrency.WithTTL(m.cfg.sessionTTL), concurrency.WithContext(m.etcdCtx))
+		if err != nil {
+			m.log.Warn("etcd session", "err", err)
+			backoff.wait(m.ctx)
+			continue
+		}
+		m.serveSession(sess)
+		backoff.wait(m.ctx)
+	}
+}
+
+// serveSession registers the mon and campaigns on one etcd session, and
+// leads if elected, until the session ends or the mon closes.
+func (m *Mon) serveSession(sess *concurrency.Session) {
+	sctx, cancel := context.WithCancel(m.ctx)
+	var observers sync.WaitGroup
+	defer func() {
+		cancel()
+		observers.Wait()
+		// Revoking the lease drops our registration and election key now,
+		// rather than after the TTL: a standby takes over at once.
+		if err := sess.Close(); err != nil && m.ctx.Err() == nil {
+			m.log.Debug("closing the etcd session", "err", err)
+		}
+	}()
+	observers.Go(func() {
+		select {
+		case <-sess.Done():
+			cancel()
+		case <-sctx.Done():
+		}
+	})
+	if _, err := m.cli.Put(sctx, m.k.mon(m.cfg.Name), m.addr, clientv3.WithLease(sess.Lease())); err != nil {
+		m.log.Warn("registering in etcd", "err", err)
+		return
+	}
+	el := concurrency.NewElection(sess, m.k.election())
+	observers.Go(func() {
+		for resp := range el.Observe(sctx) {
+			if len(resp.Kvs) > 0 {
+				addr := string(resp.Kvs[0].Value)
+				m.hint.Store(&addr)
+				m.settle.Do(func() { close(m.settled) })
+			}
+		}
+	})
+	if err := el.Campaign(sctx, m.addr); err != nil {
+		if sctx.Err() == nil {
+			m.log.Warn("campaign", "err", err)
+		}
+		return
+	}
+	l := newLeadership(sctx, m, el)
+	m.lead.Store(l)
+	m.settle.Do(func() { close(m.settled) })
+	m.log.Info("leading", "addr", m.addr, "epoch", m.Map().Epoch())
+	l.run()
+	m.lead.Store(nil)
+	if m.ctx.Err() == nil {
+		m.log.Warn("lost the leadership (etcd session ended)")
+	}
+}
+
+// Status gathers what "status" returns: the map, the OSDs' last beacons
+// and the registered mons, from etcd.
+func (m *Mon) Status(ctx context.Context) (*Status, error) {
+	mp := m.Map()
+	beacons, err := m.beacons(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mons, err := m.mons(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return computeStatus(statusInput{mp: mp, beacons: beacons, mons: mons, now: time.Now(), fresh: 2 * m.cfg.HeartbeatGrace}), nil
+}
+
+// beacons reads every OSD's last beacon record.
+func (m *Mon) beacons(ctx context.Context) (map[uint32]*beaconRecord, error) {
+	resp, err := m.cli.Get(ctx, m.k.statsPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, unavailable("reading OSD stats from etcd", err)
+	}
+	out := map[uint32]*beaconRecord{}
+	for _, kv := range resp.Kvs {
+		id, ok := idOf(string(kv.Key), m.k.statsPrefix())
+		if !ok {
+			continue
+		}
+		var r beaconRecord
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			m.log.Warn("bad stats record in etcd", "key", string(kv.Key), "err", err)
+			continue
+		}
+		out[id] = &r
+	}
+	return out, nil
+}
+
+// mons lists the registered mons, the leader marked.
+func (m *Mon) mons(ctx context.Context) ([]MonStatus, error) {
+	resp, err := m.cli.Get(ctx, m.k.monsPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, unavailable("reading the mons from etcd", err)
+	}
+	leader := m.Leader()
+	var out []MonStatus
+	for _, kv := range resp.Kvs {
+		name := strings.TrimPrefix(string(kv.Key), m.k.monsPrefix())
+		out = append(out, MonStatus{Name: name, Addr: string(kv.Value), Leader: string(kv.Value) == leader})
+	}
+	slices.SortFunc(out, func(a, b MonStatus) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// backoff is a capped exponential delay for retry loops.
+type backoff struct{ d time.Duration }
+
+func newBackoff() *backoff { return &backoff{d: 50 * time.Millisecond} }
+
+func (b *backoff) reset() { b.d = 50 * time.Millisecond }
+
+// wait sleeps the current delay (or until ctx ends) and doubles it, up to
+// 2s.
+func (b *backoff) wait(ctx context.Context) {
+	t := time.NewTimer(b.d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	b.d = min(2*b.d, 2*time.Second)
+}
+
+// newUUID returns a random (version 4) UUID: a new cluster's fsid.
+func newUUID() string {
+	var u [16]byte
+	rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}

@@ -1,0 +1,554 @@
+// Package monclient is how OSDs, clients and the CLI talk to the mons: boot
+// and beacon (OSDs), failure reports, operator commands, and a subscription
+// that keeps the newest cluster map flowing.
+//
+// A Client holds a list of mon addresses. Every request goes to the mon it
+// believes leads; a standby answers NOT_LEADER with the leader's address,
+// and the client follows it. A mon that does not answer (within
+// Options.Timeout) or drops the connection is skipped for the next. The
+// client retries like this until the request's context ends; every other
+// reply status comes back as an *ops.Error (WRONG_CLUSTER, or
+// SERVICE_UNAVAILABLE "marked down; boot again" to a beacon, ...), which the
+// caller acts on.
+//
+// It must never deliver an older map after a newer one, nor another
+// cluster's map after the first one it saw.
+package monclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// Options configure a Client.
+type Options struct {
+	// Addrs are the mons' msgr addresses, e.g. "tcp://10.0.0.1:3300".
+	// Required.
+	Addrs []string
+	// Name is the client's entity name, e.g. "client.osd3". Default
+	// "client.admin".
+	Name msgr.EntityName
+	// Transports are passed to the client's messenger.
+	Transports []wire.Transport
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// OnMap is called, one call at a time and in increasing epoch order,
+	// with every newer map the client sees (pushed, or in a reply); never
+	// with an older or equal epoch, nor with another cluster's map. It
+	// runs on a goroutine of its own, so it may call the client.
+	OnMap func(*placement.Map)
+	// Timeout bounds one attempt of a request at one mon. Default 5s.
+	Timeout time.Duration
+}
+
+// ErrClosed is returned by requests after Close.
+var ErrClosed = errors.New("monclient: closed")
+
+// resubscribeEvery renews the subscription even when nothing failed: a
+// mon that hangs without dropping the connection is left within this.
+const resubscribeEvery = 10 * time.Second
+
+// readCommands are the commands any mon answers; the rest go to the leader.
+var readCommands = []string{"status", "osd tree", "get map"}
+
+// Client talks to a cluster's mons. It is safe for concurrent use.
+type Client struct {
+	o   Options
+	log *slog.Logger
+	ms  *msgr.Messenger
+	tid atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[uint64]*call
+	leader  string // the address to try first; "" when unknown
+	next    int    // the next of o.Addrs to try when no leader is known
+	closed  bool
+
+	mapMu sync.Mutex // orders map adoption and the OnMap queue
+	mapv  atomic.Pointer[placement.Map]
+	queue []*placement.Map // for OnMap, in epoch order
+	wake  chan struct{}    // the OnMap goroutine has work
+
+	subOnce    sync.Once
+	subscribed chan struct{} // closed at the first subscription reply
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type call struct {
+	conn *msgr.Conn
+	ch   chan *msgr.Message // the reply; closed when the conn failed
+}
+
+// New makes a client with a messenger of its own. It does not contact the
+// mons: the first request does.
+func New(ctx context.Context, o Options) (*Client, error) {
+	if len(o.Addrs) == 0 {
+		return nil, errors.New("monclient: no mon addresses")
+	}
+	if o.Name == "" {
+		o.Name = "client.admin"
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	o.Addrs = slices.Clone(o.Addrs)
+	c := &Client{
+		o: o, log: o.Logger, pending: map[uint64]*call{},
+		wake: make(chan struct{}, 1), subscribed: make(chan struct{}),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	ms, err := msgr.New(msgr.Options{
+		Name: o.Name, Dispatcher: dispatcher{c}, DefaultPolicy: msgr.LossyClient,
+		Logger: o.Logger.With("net", "monclient"), Transports: o.Transports,
+		// A mon that stops answering is noticed within seconds.
+		Keepalive: time.Second, IdleTimeout: 10 * time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.ms = ms
+	if o.OnMap != nil {
+		c.wg.Go(c.deliverMaps)
+	}
+	return c, nil
+}
+
+// Close ends the client: requests in progress fail with ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	for tid, p := range c.pending {
+		close(p.ch)
+		delete(c.pending, tid)
+	}
+	c.mu.Unlock()
+	c.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := c.ms.Shutdown(ctx)
+	c.wg.Wait()
+	return err
+}
+
+// Map is the newest map the client has seen; nil before any.
+func (c *Client) Map() *placement.Map { return c.mapv.Load() }
+
+// Subscribe returns the mons' current map, waiting for it, and keeps newer
+// maps coming (to OnMap and Map) until Close: it subscribes again after a
+// mon fails or the connection drops.
+func (c *Client) Subscribe(ctx context.Context) (*placement.Map, error) {
+	c.subOnce.Do(func() { c.wg.Go(c.subscribeLoop) })
+	select {
+	case <-c.subscribed:
+		return c.Map(), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("monclient: waiting for a map: %w", ctx.Err())
+	case <-c.ctx.Done():
+		return nil, ErrClosed
+	}
+}
+
+func (c *Client) subscribeLoop() {
+	for c.ctx.Err() == nil {
+		var rep osdpb.MonSubscribeReply
+		conn, err := c.call(c.ctx, osdpb.MsgType_MSG_MON_SUBSCRIBE, func(tid uint64) proto.Message {
+			have := uint64(0)
+			if mp := c.Map(); mp != nil {
+				have = mp.Epoch()
+			}
+			return &osdpb.MonSubscribe{Tid: tid, HaveEpoch: have}
+		}, &rep, true)
+		if err != nil {
+			if c.ctx.Err() == nil {
+				c.log.Warn("monclient: subscribing", "err", err)
+				sleep(c.ctx, time.Second)
+			}
+			continue
+		}
+		c.noteMap(rep.Map)
+		select {
+		case <-c.subscribed:
+		default:
+			close(c.subscribed)
+		}
+		t := time.NewTimer(resubscribeEvery)
+		select {
+		case <-c.ctx.Done():
+		case <-conn.Done():
+			c.log.Debug("monclient: subscription connection closed; subscribing again", "mon", conn.Addr())
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// Boot announces an OSD (MSG_MON_BOOT) and returns its id, the fsid and
+// the map that marks it up.
+func (c *Client) Boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBootReply, error) {
+	var rep osdpb.MonBootReply
+	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_BOOT, func(tid uint64) proto.Message {
+		r := proto.CloneOf(b)
+		r.Tid = tid
+		return r
+	}, &rep, false)
+	if err != nil {
+		return nil, err
+	}
+	c.noteMap(rep.Map)
+	return &rep, nil
+}
+
+// Beacon tells the leader the OSD is alive and what its PGs do. An
+// *ops.Error with SERVICE_UNAVAILABLE means the OSD is marked down: it
+// must boot again.
+func (c *Client) Beacon(ctx context.Context, b *osdpb.MonBeacon) error {
+	var rep osdpb.MonBeaconReply
+	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_BEACON, func(tid uint64) proto.Message {
+		r := proto.CloneOf(b)
+		r.Tid = tid
+		return r
+	}, &rep, false)
+	return err
+}
+
+// ReportFailure reports that one OSD cannot reach another (or, with
+// Alive, that it can again).
+func (c *Client) ReportFailure(ctx context.Context, f *osdpb.MonFailure) error {
+	var rep osdpb.MonFailureReply
+	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_FAILURE, func(tid uint64) proto.Message {
+		r := proto.CloneOf(f)
+		r.Tid = tid
+		return r
+	}, &rep, false)
+	return err
+}
+
+// Command runs an operator command. "status", "osd tree" and "get map"
+// go to any mon; the others to the leader.
+func (c *Client) Command(ctx context.Context, cmd *osdpb.MonCommand) (*osdpb.MonCommandReply, error) {
+	var rep osdpb.MonCommandReply
+	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_COMMAND, func(tid uint64) proto.Message {
+		r := proto.CloneOf(cmd)
+		r.Tid = tid
+		return r
+	}, &rep, slices.Contains(readCommands, cmd.GetPrefix()))
+	if err != nil {
+		return nil, err
+	}
+	if cmd.GetPrefix() != "get map" || cmd.GetEpoch() == 0 {
+		c.noteMap(rep.Map)
+	}
+	return &rep, nil
+}
+
+// reply is any mon reply: header first.
+type reply interface {
+	proto.Message
+	GetHeader() *osdpb.ReplyHeader
+}
+
+// call sends build(tid) to a mon and decodes its reply into rep, moving
+// over the mons (and following NOT_LEADER) until ctx ends. anyMon: a
+// standby's answer will do. It returns the conn that answered.
+func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func(tid uint64) proto.Message, rep reply, anyMon bool) (*msgr.Conn, error) {
+	var lastErr error
+	delay := 20 * time.Millisecond
+	misses := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			if lastErr != nil {
+				return nil, fmt.Errorf("monclient: %v: no mon answered (last: %v): %w", t, lastErr, err)
+			}
+			return nil, err
+		}
+		addr := c.pick()
+		tid := c.tid.Add(1)
+		conn, err := c.roundTrip(ctx, addr, t, tid, build(tid), rep)
+		if errors.Is(err, ErrClosed) {
+			return nil, err
+		}
+		if err == nil {
+			h := rep.GetHeader()
+			c.noteMap(h.GetMap())
+			switch st := h.GetStatus(); {
+			case h == nil:
+				err = fmt.Errorf("monclient: %s answered %v without a header", addr, t)
+			case st == osdpb.Status_OK:
+				if !anyMon {
+					c.setLeader(addr)
+				}
+				return conn, nil
+			case st == osdpb.Status_NOT_LEADER:
+				err = ops.FromReply(h)
+				if h.Leader != "" && h.Leader != addr {
+					c.setLeader(h.Leader)
+					lastErr = err
+					misses++
+					if misses <= 2*len(c.o.Addrs) {
+						continue // follow the redirect at once
+					}
+				}
+			default:
+				return conn, ops.FromReply(h)
+			}
+		}
+		lastErr = err
+		c.skip(addr)
+		c.log.Debug("monclient: mon did not serve the request", "mon", addr, "type", t, "err", err)
+		misses++
+		if misses >= len(c.o.Addrs) {
+			// Every mon failed once: wait before the next round (an
+			// election takes a few seconds).
+			misses = 0
+			if !sleep(ctx, delay) {
+				continue
+			}
+			delay = min(2*delay, time.Second)
+		}
+	}
+}
+
+// pick is the mon to try: the leader if known, else the next in turn.
+func (c *Client) pick() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leader != "" {
+		return c.leader
+	}
+	return c.o.Addrs[c.next%len(c.o.Addrs)]
+}
+
+func (c *Client) setLeader(addr string) {
+	c.mu.Lock()
+	c.leader = addr
+	c.mu.Unlock()
+}
+
+// skip moves on from a mon that failed a request.
+func (c *Client) skip(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leader == addr {
+		c.leader = ""
+	}
+	if c.o.Addrs[c.next%len(c.o.Addrs)] == addr {
+		c.next++
+	}
+}
+
+// roundTrip sends one request to addr and waits (up to Timeout) for the
+// reply with its tid.
+func (c *Client) roundTrip(ctx context.Context, addr string, t osdpb.MsgType, tid uint64, req proto.Message, rep reply) (*msgr.Conn, error) {
+	front, err := proto.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := c.ms.Connect(ctx, addr, "")
+	if err != nil {
+		if errors.Is(err, msgr.ErrClosed) {
+			return nil, ErrClosed
+		}
+		return nil, err
+	}
+	p := &call{conn: conn, ch: make(chan *msgr.Message, 1)}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	c.pending[tid] = p
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, tid)
+		c.mu.Unlock()
+	}()
+	actx, cancel := context.WithTimeout(ctx, c.o.Timeout)
+	defer cancel()
+	m := msgr.NewMessage(uint16(t), front, nil)
+	if err := conn.Send(actx, m); err != nil {
+		m.Release()
+		return nil, fmt.Errorf("sending to %s: %w", addr, err)
+	}
+	select {
+	case r, ok := <-p.ch:
+		if !ok {
+			if c.ctx.Err() != nil {
+				return nil, ErrClosed
+			}
+			return nil, fmt.Errorf("connection to %s lost", addr)
+		}
+		err := r.DecodeFront(rep)
+		r.Release()
+		if err != nil {
+			return nil, fmt.Errorf("malformed %v from %s: %w", ops.ReplyType(t), addr, err)
+		}
+		return conn, nil
+	case <-actx.Done():
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("no reply from %s within %v", addr, c.o.Timeout)
+	}
+}
+
+// noteMap adopts pb if it is a newer map of our cluster, and queues it for
+// OnMap.
+func (c *Client) noteMap(pb *osdpb.ClusterMap) {
+	if pb == nil {
+		return
+	}
+	c.mapMu.Lock()
+	defer c.mapMu.Unlock()
+	cur := c.mapv.Load()
+	if cur != nil && (pb.Epoch <= cur.Epoch() || pb.Fsid != cur.FSID()) {
+		return
+	}
+	mp, err := placement.FromProto(pb)
+	if err != nil {
+		c.log.Warn("monclient: ignoring an invalid map", "epoch", pb.Epoch, "err", err)
+		return
+	}
+	c.mapv.Store(mp)
+	if c.o.OnMap != nil {
+		c.queue = append(c.queue, mp)
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// deliverMaps calls OnMap with the queued maps, in order, one at a time.
+func (c *Client) deliverMaps() {
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.wake:
+		}
+		for {
+			c.mapMu.Lock()
+			if len(c.queue) == 0 {
+				c.mapMu.Unlock()
+				break
+			}
+			mp := c.queue[0]
+			c.queue[0] = nil
+			c.queue = c.queue[1:]
+			c.mapMu.Unlock()
+			c.o.OnMap(mp)
+		}
+	}
+}
+
+// dispatcher takes replies to their waiting calls and map pushes to
+// noteMap.
+type dispatcher struct{ c *Client }
+
+func (d dispatcher) Dispatch(m *msgr.Message) {
+	c := d.c
+	if osdpb.MsgType(m.Type) == osdpb.MsgType_MSG_MON_MAP {
+		var mm osdpb.MonMap
+		err := m.DecodeFront(&mm)
+		m.Release()
+		if err != nil {
+			c.log.Warn("monclient: malformed map push", "err", err)
+			return
+		}
+		c.noteMap(mm.Map)
+		return
+	}
+	tid := replyTid(m.Front)
+	c.mu.Lock()
+	p := c.pending[tid]
+	if p != nil && p.conn == m.Conn() {
+		delete(c.pending, tid)
+	} else {
+		p = nil
+	}
+	c.mu.Unlock()
+	if p == nil {
+		m.Release() // a reply to an attempt that gave up
+		return
+	}
+	p.ch <- m
+}
+
+// HandleEvent fails the calls waiting on a conn that closed.
+func (d dispatcher) HandleEvent(ev msgr.Event) {
+	if ev.Kind != msgr.EventReset && ev.Kind != msgr.EventRemoteReset {
+		return
+	}
+	c := d.c
+	c.mu.Lock()
+	for k, p := range c.pending {
+		if p.conn == ev.Conn {
+			delete(c.pending, k)
+			close(p.ch)
+		}
+	}
+	c.mu.Unlock()
+}
+
+// replyTid reads field 2 (the tid) of a mon reply without decoding the
+// rest; 0 if absent or malformed.
+func replyTid(b []byte) uint64 {
+	var tid uint64
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0
+		}
+		b = b[n:]
+		if num == 2 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return 0
+			}
+			tid = v
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0
+		}
+		b = b[n:]
+	}
+	return tid
+}
+
+// sleep waits d or until ctx ends; false if ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

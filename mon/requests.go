@@ -1,0 +1,142 @@
+package mon
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// maxCommandIDs bounds the ids of one command: a command names OSDs, and
+// a request with millions of them is not one.
+const maxCommandIDs = 1 << 16
+
+// decodeRequest parses the front of a mon request of type t and checks
+// what can be checked without the map. The error is an *ops.Error
+// (INVALID_ARGUMENT) whose message says what is wrong; the request comes
+// back even then, for its tid. It never panics, on any input.
+func decodeRequest(t osdpb.MsgType, front []byte) (proto.Message, error) {
+	var req proto.Message
+	switch t {
+	case osdpb.MsgType_MSG_MON_BOOT:
+		req = &osdpb.MonBoot{}
+	case osdpb.MsgType_MSG_MON_BEACON:
+		req = &osdpb.MonBeacon{}
+	case osdpb.MsgType_MSG_MON_FAILURE:
+		req = &osdpb.MonFailure{}
+	case osdpb.MsgType_MSG_MON_SUBSCRIBE:
+		req = &osdpb.MonSubscribe{}
+	case osdpb.MsgType_MSG_MON_COMMAND:
+		req = &osdpb.MonCommand{}
+	default:
+		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "message type %v is not a mon request", t)
+	}
+	if err := proto.Unmarshal(front, req); err != nil {
+		return req, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "malformed %v: %v", t, err)
+	}
+	switch r := req.(type) {
+	case *osdpb.MonBoot:
+		return r, validateBoot(r)
+	case *osdpb.MonFailure:
+		if r.FailedForNanos < 0 {
+			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "failure report: failed_for %dns is negative", r.FailedForNanos)
+		}
+	case *osdpb.MonCommand:
+		if len(r.Ids) > maxCommandIDs {
+			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "command names %d OSDs; at most %d", len(r.Ids), maxCommandIDs)
+		}
+		if r.Prefix == "osd create" {
+			break // checked by create
+		}
+		if r.Prefix == "osd create" {
+			if msg := checkLabel(r.Uuid, 128); msg != "" {
+				return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd create: uuid %s", msg)
+			}
+			return r, nil
+		}
+		if !slices.Contains(mutatingCommands, r.Prefix) && !slices.Contains(readCommands, r.Prefix) {
+			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "unknown command %q; known: %v", r.Prefix, append(append(slices.Clone(readCommands), mutatingCommands...), "osd create"))
+		}
+		if slices.Contains(mutatingCommands, r.Prefix) {
+			return r, osdCommand{prefix: r.Prefix, ids: r.Ids, weight: r.Weight}.validate()
+		}
+	}
+	return req, nil
+}
+
+// requestTid is the tid of a decoded request, or, when decoding failed
+// before it, field 1 of the raw front (every mon request has its tid
+// there) read without decoding the rest.
+func requestTid(req proto.Message, front []byte) uint64 {
+	type tidder interface{ GetTid() uint64 }
+	if r, ok := req.(tidder); ok && r.GetTid() != 0 {
+		return r.GetTid()
+	}
+	var tid uint64
+	for b := front; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			break
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				break
+			}
+			tid = v
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			break
+		}
+		b = b[n:]
+	}
+	return tid
+}
+
+// replyTo builds the reply of a request of type t carrying only a header
+// and the tid: the answer to a request that failed. Every mon reply has
+// the header as field 1 and the tid as field 2, so a request type the mon
+// does not know gets that shape too.
+func replyTo(t osdpb.MsgType, tid uint64, h *osdpb.ReplyHeader) proto.Message {
+	switch t {
+	case osdpb.MsgType_MSG_MON_BOOT:
+		return &osdpb.MonBootReply{Header: h, Tid: tid}
+	case osdpb.MsgType_MSG_MON_FAILURE:
+		return &osdpb.MonFailureReply{Header: h, Tid: tid}
+	case osdpb.MsgType_MSG_MON_SUBSCRIBE:
+		return &osdpb.MonSubscribeReply{Header: h, Tid: tid}
+	case osdpb.MsgType_MSG_MON_COMMAND:
+		return &osdpb.MonCommandReply{Header: h, Tid: tid}
+	case osdpb.MsgType_MSG_GET_MAP:
+		return &osdpb.GetMapReply{Header: h}
+	}
+	return &osdpb.MonBeaconReply{Header: h, Tid: tid}
+}
+
+// isMonRequest reports whether t is a request the mon serves.
+func isMonRequest(t osdpb.MsgType) bool {
+	switch t {
+	case osdpb.MsgType_MSG_MON_BOOT, osdpb.MsgType_MSG_MON_BEACON, osdpb.MsgType_MSG_MON_FAILURE,
+		osdpb.MsgType_MSG_MON_SUBSCRIBE, osdpb.MsgType_MSG_MON_COMMAND:
+		return true
+	}
+	return false
+}
+
+func describe(req proto.Message) string {
+	switch r := req.(type) {
+	case *osdpb.MonBoot:
+		if r.HasId {
+			return fmt.Sprintf("boot of osd.%d", r.Id)
+		}
+		return "boot of a new OSD"
+	case *osdpb.MonCommand:
+		return fmt.Sprintf("command %q", r.Prefix)
+	}
+	return fmt.Sprintf("%T", req)
+}

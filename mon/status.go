@@ -1,0 +1,353 @@
+package mon
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// Health levels, Ceph's.
+const (
+	HealthOK   = "HEALTH_OK"
+	HealthWarn = "HEALTH_WARN"
+	HealthErr  = "HEALTH_ERR"
+)
+
+// Status is what the "status" command returns (as JSON), like `ceph
+// status`: the cluster's health, its mons, OSD and PG counts and what
+// recovery is doing.
+type Status struct {
+	FSID   string      `json:"fsid"`
+	Health Health      `json:"health"`
+	Mons   []MonStatus `json:"mons"`
+	Epoch  uint64      `json:"epoch"`
+	OSDs   OSDCounts   `json:"osds"`
+	Pools  []PoolInfo  `json:"pools"`
+	// PGs counts the PGs of every pool by state ("active+clean",
+	// "undersized+peered", "unknown", ...); PGTotal is their sum.
+	PGs                 map[string]int `json:"pgs"`
+	PGTotal             int            `json:"pg_total"`
+	Objects             uint64         `json:"objects"`
+	DegradedObjects     uint64         `json:"degraded_objects"`
+	MisplacedObjects    uint64         `json:"misplaced_objects"`
+	RecoveryBytesPerSec float64        `json:"recovery_bytes_per_sec"`
+	OpsPerSec           float64        `json:"ops_per_sec"`
+	UsedBytes           uint64         `json:"used_bytes"`
+	AvailBytes          uint64         `json:"avail_bytes"`
+}
+
+// Health is the overall level and one human line per problem.
+type Health struct {
+	Status string   `json:"status"` // HEALTH_OK, HEALTH_WARN or HEALTH_ERR
+	Checks []string `json:"checks"`
+}
+
+// MonStatus is one registered mon.
+type MonStatus struct {
+	Name   string `json:"name"`
+	Addr   string `json:"addr"`
+	Leader bool   `json:"leader"`
+}
+
+// OSDCounts counts the map's OSDs.
+type OSDCounts struct {
+	Total int `json:"total"`
+	Up    int `json:"up"`
+	In    int `json:"in"`
+}
+
+// PoolInfo is one pool of the map.
+type PoolInfo struct {
+	ID      uint32 `json:"id"`
+	Name    string `json:"name"`
+	Size    uint32 `json:"size"`
+	MinSize int    `json:"min_size"`
+	PGCount uint32 `json:"pg_count"`
+}
+
+// OSDTreeEntry is one OSD of "osd tree".
+type OSDTreeEntry struct {
+	ID          uint32  `json:"id"`
+	Host        string  `json:"host"`
+	Up          bool    `json:"up"`
+	In          bool    `json:"in"`
+	Weight      float64 `json:"weight"`
+	PublicAddr  string  `json:"public_addr"`
+	ClusterAddr string  `json:"cluster_addr"`
+	UpFrom      uint64  `json:"up_from"`
+	AutoOut     bool    `json:"auto_out,omitempty"`
+	// PGs counts the PGs (of every pool) whose acting set holds the OSD;
+	// PrimaryPGs those it is primary of.
+	PGs        int `json:"pgs"`
+	PrimaryPGs int `json:"primary_pgs"`
+}
+
+// beaconRecord is an OSD's last beacon as the leader stores it in etcd
+// (stats/<id>, JSON), so that every mon can answer "status".
+type beaconRecord struct {
+	ID                  uint32     `json:"id"`
+	AtUnixNano          int64      `json:"at_unix_nano"`
+	Epoch               uint64     `json:"epoch"`
+	PGs                 []pgRecord `json:"pgs"`
+	UsedBytes           uint64     `json:"used_bytes"`
+	AvailBytes          uint64     `json:"avail_bytes"`
+	RecoveryBytes       uint64     `json:"recovery_bytes"`
+	Ops                 uint64     `json:"ops"`
+	RecoveryBytesPerSec float64    `json:"recovery_bytes_per_sec"`
+	OpsPerSec           float64    `json:"ops_per_sec"`
+}
+
+type pgRecord struct {
+	Pool      uint32 `json:"pool"`
+	PG        uint32 `json:"pg"`
+	State     string `json:"state"`
+	Objects   uint64 `json:"objects"`
+	Degraded  uint64 `json:"degraded"`
+	Misplaced uint64 `json:"misplaced"`
+	Epoch     uint64 `json:"epoch"`
+}
+
+// newBeaconRecord makes the record of beacon b received at now; prev, if
+// not nil, is the OSD's previous record, for the rates.
+func newBeaconRecord(b *osdpb.MonBeacon, now time.Time, prev *beaconRecord) *beaconRecord {
+	r := &beaconRecord{
+		ID: b.Id, AtUnixNano: now.UnixNano(), Epoch: b.Epoch,
+		UsedBytes: b.UsedBytes, AvailBytes: b.AvailBytes, RecoveryBytes: b.RecoveryBytes, Ops: b.Ops,
+	}
+	for _, s := range b.Pgs {
+		if s == nil {
+			continue
+		}
+		r.PGs = append(r.PGs, pgRecord{Pool: s.Pool, PG: s.Pg, State: s.State, Objects: s.Objects, Degraded: s.Degraded, Misplaced: s.Misplaced, Epoch: s.Epoch})
+	}
+	if prev != nil {
+		dt := time.Duration(r.AtUnixNano - prev.AtUnixNano).Seconds()
+		// Counters restart with the OSD: a drop is a restart, not a
+		// negative rate.
+		if dt > 0 && r.RecoveryBytes >= prev.RecoveryBytes {
+			r.RecoveryBytesPerSec = float64(r.RecoveryBytes-prev.RecoveryBytes) / dt
+		}
+		if dt > 0 && r.Ops >= prev.Ops {
+			r.OpsPerSec = float64(r.Ops-prev.Ops) / dt
+		}
+	}
+	return r
+}
+
+// statusInput is everything computeStatus looks at.
+type statusInput struct {
+	mp      *placement.Map
+	beacons map[uint32]*beaconRecord // by OSD id
+	mons    []MonStatus
+	now     time.Time
+	// fresh is how recent a beacon must be for its rates to count.
+	fresh time.Duration
+}
+
+// pgKey names one PG of one pool.
+type pgKey struct{ pool, pg uint32 }
+
+// computeStatus derives the cluster status from the map and the primaries'
+// reports. From the map alone it knows which PGs have no OSD up ("down")
+// and which have fewer than size ("undersized") or min_size
+// ("undersized+peered": they take no writes); the rest is what each PG's
+// current primary reported at the current epoch, or "unknown".
+func computeStatus(in statusInput) *Status {
+	mp := in.mp
+	st := &Status{FSID: mp.FSID(), Epoch: mp.Epoch(), Mons: in.mons, PGs: map[string]int{}}
+	if st.Mons == nil {
+		st.Mons = []MonStatus{}
+	}
+	for o := range mp.OSDs() {
+		st.OSDs.Total++
+		if o.Up {
+			st.OSDs.Up++
+		}
+		if o.In {
+			st.OSDs.In++
+		}
+	}
+	reports := map[pgKey]pgRecord{} // by PG, from whichever OSD sent it
+	from := map[pgKey]uint32{}
+	ids := make([]uint32, 0, len(in.beacons))
+	for id := range in.beacons {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		b := in.beacons[id]
+		if o, ok := mp.OSD(id); !ok || !o.Up {
+			continue // a down OSD's space and rates are not current
+		}
+		st.UsedBytes += b.UsedBytes
+		st.AvailBytes += b.AvailBytes
+		if in.now.Sub(time.Unix(0, b.AtUnixNano)) <= in.fresh {
+			st.RecoveryBytesPerSec += b.RecoveryBytesPerSec
+			st.OpsPerSec += b.OpsPerSec
+		}
+		for _, p := range b.PGs {
+			k := pgKey{p.Pool, p.PG}
+			reports[k] = p
+			from[k] = id
+		}
+	}
+
+	var (
+		errs, warns []string
+		down        int // no OSD up
+		belowMin    int // fewer than min_size up
+		undersized  int // fewer than size up (belowMin included)
+		unknown     int // no current report from the primary
+		broken      = map[string]int{}
+		tokens      = map[string]int{}
+	)
+	noOSDs := st.OSDs.Total == 0
+	for pool := range mp.Pools() {
+		minSize := placement.MinSize(pool)
+		st.Pools = append(st.Pools, PoolInfo{ID: pool.Id, Name: pool.Name, Size: pool.Size, MinSize: minSize, PGCount: pool.PgCount})
+		for pg := range pool.PgCount {
+			st.PGTotal++
+			acting := mp.ActingSet(pool.Id, pg)
+			k := pgKey{pool.Id, pg}
+			r, reported := reports[k]
+			if reported && len(acting) > 0 && from[k] == acting[0] {
+				st.Objects += r.Objects
+				st.DegradedObjects += r.Degraded
+				st.MisplacedObjects += r.Misplaced
+			}
+			fresh := reported && len(acting) > 0 && from[k] == acting[0] && r.Epoch >= mp.Epoch()
+			var state string
+			switch {
+			case noOSDs:
+				state = "unknown"
+				unknown++
+			case len(acting) == 0:
+				state = "down"
+				down++
+			case len(acting) < minSize:
+				undersized++
+				if fresh && hasToken(r.State, "down", "incomplete") {
+					state = r.State
+					broken[r.State]++
+				} else {
+					state = "undersized+peered"
+					belowMin++
+				}
+			default:
+				if fresh {
+					state = r.State
+				} else {
+					state = "unknown"
+					unknown++
+				}
+				if len(acting) < int(pool.Size) {
+					undersized++
+					if !hasToken(state, "undersized") {
+						state += "+undersized"
+					}
+				}
+				if fresh && hasToken(r.State, "down", "incomplete") {
+					broken[r.State]++
+				} else if fresh && r.State != "active+clean" {
+					for _, t := range strings.Split(r.State, "+") {
+						if t != "active" && t != "clean" && t != "undersized" && t != "" {
+							tokens[t]++
+						}
+					}
+				}
+			}
+			st.PGs[state]++
+		}
+	}
+
+	if down > 0 {
+		errs = append(errs, fmt.Sprintf("%d pgs down (no OSD of their acting set is up)", down))
+	}
+	if belowMin > 0 {
+		errs = append(errs, fmt.Sprintf("%d pgs inactive: fewer than min_size OSDs up (undersized+peered)", belowMin))
+	}
+	for _, s := range sortedKeys(broken) {
+		errs = append(errs, fmt.Sprintf("%d pgs %s", broken[s], s))
+	}
+	if noOSDs {
+		warns = append(warns, "no osds")
+	}
+	if n := st.OSDs.Total - st.OSDs.Up; n > 0 {
+		warns = append(warns, fmt.Sprintf("%d osds down", n))
+	}
+	if undersized > 0 {
+		warns = append(warns, fmt.Sprintf("%d pgs undersized", undersized))
+	}
+	if unknown > 0 && !noOSDs {
+		warns = append(warns, fmt.Sprintf("%d pgs unknown (no report from their primary at epoch %d yet)", unknown, mp.Epoch()))
+	}
+	for _, t := range sortedKeys(tokens) {
+		warns = append(warns, fmt.Sprintf("%d pgs %s", tokens[t], t))
+	}
+	if st.DegradedObjects > 0 {
+		warns = append(warns, fmt.Sprintf("%d objects degraded", st.DegradedObjects))
+	}
+	switch {
+	case len(errs) > 0:
+		st.Health.Status = HealthErr
+	case len(warns) > 0:
+		st.Health.Status = HealthWarn
+	default:
+		st.Health.Status = HealthOK
+	}
+	st.Health.Checks = append(append([]string{}, errs...), warns...)
+	return st
+}
+
+// hasToken reports whether the "+"-joined state has one of the words.
+func hasToken(state string, words ...string) bool {
+	for _, t := range strings.Split(state, "+") {
+		if slices.Contains(words, t) {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys(m map[string]int) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// osdTree lists the OSDs of mp with their PG counts.
+func osdTree(mp *placement.Map) []OSDTreeEntry {
+	var out []OSDTreeEntry
+	idx := map[uint32]int{}
+	for o := range mp.OSDs() {
+		idx[o.Id] = len(out)
+		out = append(out, OSDTreeEntry{
+			ID: o.Id, Host: o.Host, Up: o.Up, In: o.In, Weight: o.Weight,
+			PublicAddr: o.PublicAddr, ClusterAddr: o.ClusterAddr, UpFrom: o.UpFrom, AutoOut: o.AutoOut,
+		})
+	}
+	for pool := range mp.Pools() {
+		for pg := range pool.PgCount {
+			for i, id := range mp.ActingSet(pool.Id, pg) {
+				e := &out[idx[id]]
+				e.PGs++
+				if i == 0 {
+					e.PrimaryPGs++
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b OSDTreeEntry) int { return cmp.Compare(a.ID, b.ID) })
+	if out == nil {
+		out = []OSDTreeEntry{}
+	}
+	return out
+}

@@ -1,0 +1,289 @@
+package osd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ospreystore/osprey/mon/monclient"
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// identity is what an OSD keeps in its data directory across restarts, as
+// Ceph's OSD keeps whoami, fsid and its uuid: the mon gives the id once, by
+// uuid, and refuses a boot that claims it with another uuid.
+type identity struct {
+	UUID string `json:"uuid"`
+	ID   *int64 `json:"id,omitempty"`
+	FSID string `json:"fsid,omitempty"`
+}
+
+const identityFile = "identity.json"
+
+func loadIdentity(dir string) (identity, error) {
+	var id identity
+	b, err := os.ReadFile(filepath.Join(dir, identityFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return id, err
+	default:
+		if err := json.Unmarshal(b, &id); err != nil || id.UUID == "" {
+			return id, fmt.Errorf("osd: %s: not an OSD identity (%v)", filepath.Join(dir, identityFile), err)
+		}
+		return id, nil
+	}
+	var u [16]byte
+	rand.Read(u[:])
+	u[6], u[8] = u[6]&0x0f|0x40, u[8]&0x3f|0x80
+	id.UUID = fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
+	return id, saveIdentity(dir, id)
+}
+
+// saveIdentity writes the file atomically: a crash leaves the old or the
+// new one, never half of it.
+func saveIdentity(dir string, id identity) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(id, "", "  ")
+	tmp := filepath.Join(dir, identityFile+".tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, identityFile))
+}
+
+// joinCluster runs before Start builds anything with the OSD's name: it
+// finds (or gets from the mon) the OSD's id.
+func joinCluster(ctx context.Context, cfg *Config, onMap func(*placement.Map)) (*monclient.Client, identity, error) {
+	ident, err := loadIdentity(cfg.DataDir)
+	if err != nil {
+		return nil, ident, err
+	}
+	mc, err := monclient.New(ctx, monclient.Options{Addrs: cfg.Mon, Name: msgr.EntityName("client.osd-" + ident.UUID[:8]),
+		Transports: cfg.Transports, Logger: cfg.Logger, OnMap: onMap})
+	if err != nil {
+		return nil, ident, err
+	}
+	if ident.ID == nil {
+		rep, err := mc.Command(ctx, &osdpb.MonCommand{Prefix: "osd create", Uuid: ident.UUID})
+		if err == nil && len(rep.Ids) != 1 {
+			err = fmt.Errorf("osd create: the mon gave %d ids", len(rep.Ids))
+		}
+		if err != nil {
+			mc.Close()
+			return nil, ident, fmt.Errorf("osd: getting an id from the mon: %w", err)
+		}
+		n := int64(rep.Ids[0])
+		ident.ID = &n
+		if err := saveIdentity(cfg.DataDir, ident); err != nil {
+			mc.Close()
+			return nil, ident, err
+		}
+	}
+	cfg.ID = uint32(*ident.ID)
+	return mc, ident, nil
+}
+
+// boot tells the mon we are up, at the addresses we listen on, and adopts
+// the map that says so.
+func (o *OSD) boot(ctx context.Context) error {
+	pub, clu := o.advertised()
+	rep, err := o.mon.Boot(ctx, &osdpb.MonBoot{Fsid: o.ident.FSID, HasId: true, Id: o.id, Uuid: o.ident.UUID,
+		PublicAddr: pub, ClusterAddr: clu, Weight: o.cfg.Weight, Host: o.cfg.Host})
+	if err != nil {
+		return fmt.Errorf("osd.%d: boot: %w", o.id, err)
+	}
+	if o.ident.FSID == "" {
+		o.ident.FSID = rep.Fsid
+		if err := saveIdentity(o.cfg.DataDir, o.ident); err != nil {
+			return err
+		}
+	}
+	if rep.Map != nil {
+		if err := o.adoptMap(rep.Map); err != nil {
+			return err
+		}
+	}
+	o.log.Info("booted", "epoch", o.Map().Epoch(), "fsid", o.ident.FSID)
+	return nil
+}
+
+// advertised are the addresses peers and clients reach us at: the bound
+// ones, unless Config gives others (a wildcard bind).
+func (o *OSD) advertised() (pub, clu string) {
+	pub, clu = o.pubAddr, o.cluAddr
+	if o.cfg.PublicAddr != "" {
+		pub = o.cfg.PublicAddr
+	}
+	if o.cfg.ClusterAddr != "" {
+		clu = o.cfg.ClusterAddr
+	}
+	return pub, clu
+}
+
+// monLoop beacons to the mon (which keeps our lease in etcd alive) and
+// boots again when a map says we are down while we are not, as Ceph's
+// "wrongly marked me down".
+func (o *OSD) monLoop() {
+	t := time.NewTicker(o.cfg.BeaconInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-o.ctx.Done():
+			return
+		case <-o.rebootCh:
+			o.rebootIfDown()
+			continue
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(o.ctx, o.cfg.BeaconInterval*2)
+		err := o.mon.Beacon(ctx, o.beacon())
+		cancel()
+		var oe *ops.Error
+		if errors.As(err, &oe) && oe.Status == osdpb.Status_SERVICE_UNAVAILABLE {
+			o.rebootIfDown()
+		} else if err != nil && o.ctx.Err() == nil {
+			o.log.Warn("beacon to the mon", "err", err)
+		}
+	}
+}
+
+func (o *OSD) rebootIfDown() {
+	if info, ok := o.Map().OSD(o.id); ok && info.Up {
+		return
+	}
+	o.log.Warn("the map has us down; booting again", "epoch", o.Map().Epoch())
+	ctx, cancel := context.WithTimeout(o.ctx, 30*time.Second)
+	defer cancel()
+	if err := o.boot(ctx); err != nil && o.ctx.Err() == nil {
+		o.log.Warn("boot", "err", err)
+	}
+}
+
+// onMonMap adopts a map the mon pushed.
+func (o *OSD) onMonMap(m *placement.Map) {
+	if err := o.adoptMap(m.Proto()); err != nil {
+		o.log.Warn("map from the mon", "epoch", m.Epoch(), "err", err)
+		return
+	}
+	if info, ok := m.OSD(o.id); ok && !info.Up {
+		select {
+		case o.rebootCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// beacon says what our PGs are doing: one PGStat per PG we lead.
+func (o *OSD) beacon() *osdpb.MonBeacon {
+	mp := o.Map()
+	b := &osdpb.MonBeacon{Fsid: o.ident.FSID, Id: o.id, Uuid: o.ident.UUID, Epoch: mp.Epoch(),
+		RecoveryBytes: o.recoveredBytes.Load(), Ops: o.opsServed.Load()}
+	for p := range mp.Pools() {
+		size := int(p.Size)
+		for pg, role := range mp.PGsOf(p.Id, o.id) {
+			if !role.IsPrimary() {
+				continue
+			}
+			st := &osdpb.PGStat{Pool: p.Id, Pg: pg, Epoch: mp.Epoch()}
+			acting := mp.ActingSet(p.Id, pg)
+			sid := storePG(p.Id, pg)
+			o.pgMu.Lock()
+			ps := o.pgs[sid]
+			o.pgMu.Unlock()
+			switch {
+			case ps != nil && ps.peering.Load():
+				st.State = "peering"
+			case len(acting) < placement.MinSize(p):
+				st.State = "undersized+peered"
+			case len(acting) < size:
+				st.State = "active+undersized+degraded"
+			default:
+				st.State = "active+clean"
+			}
+			if ps != nil && ps.recovering {
+				st.State = "active+recovering"
+			}
+			b.Pgs = append(b.Pgs, st)
+		}
+	}
+	return b
+}
+
+// reportFailure tells the mon we cannot reach OSD id; immediate when its
+// connections are refused.
+func (o *OSD) reportFailure(id uint32, silent time.Duration, immediate, alive bool) {
+	if o.mon == nil {
+		return
+	}
+	o.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
+		defer cancel()
+		err := o.mon.ReportFailure(ctx, &osdpb.MonFailure{Fsid: o.ident.FSID, Reporter: o.id, Target: id,
+			Epoch: o.Map().Epoch(), FailedForNanos: int64(silent), Immediate: immediate, Alive: alive})
+		if err != nil && o.ctx.Err() == nil {
+			o.log.Warn("reporting a failure to the mon", "peer", id, "err", err)
+		}
+	})
+}
+
+// refusedPeers rate-limits the fast-fail reports: one per peer per second.
+type refusedPeers struct {
+	mu   sync.Mutex
+	last map[uint32]time.Time
+}
+
+// onDialError is the cluster messenger's hook: a peer whose connections
+// are refused is gone (its process died; a hung one would time out
+// instead), so the writes waiting for it fail at once and the mon hears
+// of it now, as with Ceph's osd_fast_fail_on_connection_refused.
+func (o *OSD) onDialError(c *msgr.Conn, err error) {
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return
+	}
+	id, ok := osdIDOf(c.Peer())
+	if !ok {
+		return
+	}
+	o.refused.mu.Lock()
+	if o.refused.last == nil {
+		o.refused.last = map[uint32]time.Time{}
+	}
+	recent := time.Since(o.refused.last[id]) < time.Second
+	if !recent {
+		o.refused.last[id] = time.Now()
+	}
+	o.refused.mu.Unlock()
+	if recent {
+		return
+	}
+	o.markPeerDown(id, "connection refused")
+	o.failPeer(id, "refuses connections")
+	if info, ok := o.Map().OSD(id); ok && info.Up {
+		o.reportFailure(id, 0, true, false)
+	}
+}
+
+func osdIDOf(name msgr.EntityName) (uint32, bool) {
+	s, ok := strings.CutPrefix(string(name), "osd.")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(s, 10, 32)
+	return uint32(id), err == nil
+}
