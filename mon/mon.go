@@ -143,6 +143,9 @@ type Mon struct {
 	closing    bool
 	handlers   sync.WaitGroup // requests in progress
 	closeOnce  sync.Once
+	// abandon makes Close leave the etcd session to expire instead of
+	// revoking it, as a crash would (tests).
+	abandon atomic.Bool
 	closeErr   error
 }
 
@@ -368,6 +371,10 @@ func (m *Mon) serveSession(sess *concurrency.Session) {
 	defer func() {
 		cancel()
 		observers.Wait()
+		if m.abandon.Load() {
+			sess.Orphan() // as if the process died: the lease runs out
+			return
+		}
 		// Revoking the lease drops our registration and election key now,
 		// rather than after the TTL: a standby takes over at once.
 		if err := sess.Close(); err != nil && m.ctx.Err() == nil {

@@ -1,0 +1,146 @@
+package mon
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// TestFailover: two mons on one etcd. The standby refuses leader work
+// with NOT_LEADER and the leader's address; a client given both follows
+// it. When the leader closes, the standby leads within seconds and the
+// client's requests and subscription go on.
+func TestFailover(t *testing.T) {
+	e := startTestEtcd(t)
+	a := startTestMon(t, testConfig(e, "a"))
+	b := startTestMon(t, testConfig(e, "b"))
+	if a.FSID() != b.FSID() {
+		t.Fatalf("two mons, two fsids: %s %s", a.FSID(), b.FSID())
+	}
+	eventually(t, 5*time.Second, "exactly one leader", func() bool { return a.IsLeader() != b.IsLeader() })
+	leader, standby := a, b
+	if b.IsLeader() {
+		leader, standby = b, a
+	}
+	eventually(t, 5*time.Second, "the standby knows the leader", func() bool { return standby.Leader() == leader.Addr() })
+
+	// A client that knows only the standby is redirected.
+	only := newTestClient(t, nil, standby.Addr())
+	if rep := mustBoot(t, only, bootOf(0)); rep.Id != 0 {
+		t.Fatalf("boot via the standby: id %d", rep.Id)
+	}
+	st, err := standby.Status(ctxFor(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leaders []string
+	for _, ms := range st.Mons {
+		if ms.Leader {
+			leaders = append(leaders, ms.Name)
+		}
+	}
+	if len(st.Mons) != 2 || len(leaders) != 1 {
+		t.Fatalf("status mons: %+v", st.Mons)
+	}
+
+	rec := &mapRecorder{}
+	c := newTestClient(t, rec, a.Addr(), b.Addr())
+	mp, err := c.Subscribe(ctxFor(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mp.Epoch() != leader.Map().Epoch() {
+		t.Fatalf("subscribed at epoch %d, the leader has %d", mp.Epoch(), leader.Map().Epoch())
+	}
+
+	closedAt := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := leader.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	eventually(t, 5*time.Second, "the standby leads", standby.IsLeader)
+	t.Logf("standby leads %v after the leader closed", time.Since(closedAt))
+
+	rep := mustBoot(t, c, bootOf(1))
+	if rep.Id != 1 {
+		t.Fatalf("boot after failover: id %d", rep.Id)
+	}
+	// The push of the new map reaches the subscriber (which moved to the
+	// remaining mon) soon.
+	eventually(t, 5*time.Second, "the subscriber sees the boot's map", func() bool {
+		return c.Map() != nil && c.Map().Epoch() >= rep.Map.Epoch
+	})
+}
+
+// TestSubscriptionPushes: a change reaches a subscribed client within a
+// second, through OnMap, in increasing epochs, whichever mon it is
+// subscribed to.
+func TestSubscriptionPushes(t *testing.T) {
+	e := startTestEtcd(t)
+	a := startTestMon(t, testConfig(e, "a"))
+	b := startTestMon(t, testConfig(e, "b"))
+	admin := newTestClient(t, nil, a.Addr(), b.Addr())
+	mustBoot(t, admin, bootOf(0))
+
+	for _, mon := range []*Mon{a, b} {
+		rec := &mapRecorder{}
+		sub := newTestClient(t, rec, mon.Addr())
+		mp, err := sub.Subscribe(ctxFor(t, 10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			start := time.Now()
+			rep := mustCommand(t, admin, &osdpb.MonCommand{Prefix: "osd reweight", Ids: []uint32{0}, Weight: float64(i + 2)})
+			eventually(t, 5*time.Second, "the push arrives", func() bool { return sub.Map().Epoch() >= rep.Epoch })
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("mon.%s: the push of epoch %d took %v", mon.cfg.Name, rep.Epoch, d)
+			}
+		}
+		eventually(t, 5*time.Second, "OnMap has every map", func() bool {
+			ep := rec.epochs()
+			return len(ep) > 0 && ep[len(ep)-1] == sub.Map().Epoch()
+		})
+		ep := rec.epochs()
+		if !slices.IsSorted(ep) || slices.Compact(slices.Clone(ep)) == nil || len(slices.Compact(slices.Clone(ep))) != len(ep) {
+			t.Fatalf("OnMap epochs not strictly increasing: %v", ep)
+		}
+		if ep[0] != mp.Epoch() {
+			t.Fatalf("OnMap began at %d, Subscribe returned %d", ep[0], mp.Epoch())
+		}
+	}
+}
+
+// TestFailoverAfterCrash: a leader that dies without resigning holds the
+// election until its etcd session expires (2s here); then the standby
+// leads, and a boot a client started meanwhile goes through.
+func TestFailoverAfterCrash(t *testing.T) {
+	e := startTestEtcd(t)
+	a := startTestMon(t, testConfig(e, "a"))
+	b := startTestMon(t, testConfig(e, "b"))
+	eventually(t, 5*time.Second, "exactly one leader", func() bool { return a.IsLeader() != b.IsLeader() })
+	leader, standby := a, b
+	if b.IsLeader() {
+		leader, standby = b, a
+	}
+	c := newTestClient(t, nil, a.Addr(), b.Addr())
+	mustBoot(t, c, bootOf(0))
+
+	leader.abandon.Store(true)
+	crashed := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	leader.Close(ctx)
+	cancel()
+	rep := mustBoot(t, c, bootOf(1))
+	t.Logf("boot answered %v after the crash; standby leads: %v", time.Since(crashed), standby.IsLeader())
+	if rep.Id != 1 || !standby.IsLeader() {
+		t.Fatalf("after the crash: id %d, standby leads %v", rep.Id, standby.IsLeader())
+	}
+	if d := time.Since(crashed); d > 8*time.Second {
+		t.Fatalf("failover took %v", d)
+	}
+}
