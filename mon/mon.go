@@ -145,8 +145,8 @@ type Mon struct {
 	closeOnce  sync.Once
 	// abandon makes Close leave the etcd session to expire instead of
 	// revoking it, as a crash would (tests).
-	abandon atomic.Bool
-	closeErr   error
+	abandon  atomic.Bool
+	closeErr error
 }
 
 // settleTimeout bounds how long Start waits to learn who leads.
