@@ -163,6 +163,7 @@ func computeStatus(in statusInput) *Status {
 	if st.Mons == nil {
 		st.Mons = []MonStatus{}
 	}
+	downIn := 0 // Ceph's OSD_DOWN counts OSDs down and still in: one marked out is handled
 	for o := range mp.OSDs() {
 		st.OSDs.Total++
 		if o.Up {
@@ -170,6 +171,9 @@ func computeStatus(in statusInput) *Status {
 		}
 		if o.In {
 			st.OSDs.In++
+			if !o.Up {
+				downIn++
+			}
 		}
 	}
 	reports := map[pgKey]pgRecord{} // by PG, from whichever OSD sent it
@@ -277,7 +281,7 @@ func computeStatus(in statusInput) *Status {
 	if noOSDs {
 		warns = append(warns, "no osds")
 	}
-	if n := st.OSDs.Total - st.OSDs.Up; n > 0 {
+	if n := downIn; n > 0 {
 		warns = append(warns, fmt.Sprintf("%d osds down", n))
 	}
 	if undersized > 0 {
