@@ -214,7 +214,12 @@ func TestMonKillOSD(t *testing.T) {
 		defer mu.Unlock()
 		return len(puts) > 0 && puts[len(puts)-1].After(t0)
 	}
-	for !ackedSince(time.Now().Add(-time.Second)) || len(acked) < 20 {
+	enough := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked) >= 20
+	}
+	for !ackedSince(time.Now().Add(-time.Second)) || !enough() {
 		time.Sleep(50 * time.Millisecond) // polling interval: the writer's progress
 		if ctx.Err() != nil {
 			t.Fatal("the writer made no progress")
