@@ -59,7 +59,7 @@ TCP and RDMA (libfabric) transports.`,
 		c.GroupID = "objects"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newUpCmd(), newStatusCmd(), newOSDCmd(), newBenchCmd()} {
+	for _, c := range []*cobra.Command{newUpCmd(), newStatusCmd(), newMonCmd(), newOSDCmd(), newBenchCmd()} {
 		c.GroupID = "cluster"
 		root.AddCommand(c)
 	}

@@ -115,10 +115,11 @@ type sim struct {
 	t      *testing.T
 	rng    *rand.Rand
 	osds   []*simOSD
-	rank   []pg.OSDID   // the mon's fixed ranking
+	rank   []pg.OSDID   // the mon's ranking of OSDs (CRUSH)
 	up     []bool       // the mon's view
 	maps   [][]pg.OSDID // acting set by epoch; maps[0] unused
 	net    []simMsg
+	cut    [simOSDs][simOSDs]bool // links down: messages over them are lost
 	writes []*simWrite
 	trace  []string
 	stats  simStats
@@ -280,6 +281,11 @@ func (s *sim) admit(o *simOSD, check func() error) error {
 func (s *sim) deliver(i int) {
 	msg := s.net[i]
 	s.net = slices.Delete(s.net, i, i+1)
+	if msg.kind != mFail && s.cut[msg.from][msg.to] {
+		s.logf("lost %s osd.%d→osd.%d e%d: link down", kindNames[msg.kind], msg.from, msg.to, msg.epoch)
+		s.fail(msg)
+		return
+	}
 	s.logf("deliver %s osd.%d→osd.%d e%d", kindNames[msg.kind], msg.from, msg.to, msg.epoch)
 	switch msg.kind {
 	case mQuery:
@@ -367,7 +373,12 @@ func (s *sim) deliver(i int) {
 			s.send(simMsg{kind: mPushDone, from: r.id, to: msg.from, inc: msg.inc, epoch: msg.epoch, last: r.last()})
 		}
 		if !r.has(w.v) {
-			s.fatalf("osd.%d accepted repop %v but its log ends at %v without it", r.id, w.v, r.last())
+			// The log moved past it without it: it pulled a newer log (a
+			// push of this interval can reach a primary that has since
+			// moved on). The write is not applied here, so not acked.
+			s.logf("osd.%d skips repop %v: its log is at %v", r.id, w.v, r.last())
+			s.fail(msg)
+			return
 		}
 		w.applied = append(w.applied, r.id)
 		s.step(r, pg.Applied{Version: r.last()})
@@ -487,8 +498,8 @@ func (s *sim) randomStep() {
 			s.logf("drop %s osd.%d→osd.%d e%d", kindNames[msg.kind], msg.from, msg.to, msg.epoch)
 			s.fail(msg)
 		}
-	case n < 68: // a client write, mostly to the primary of the newest map
-		if acting := s.maps[s.latest()]; len(acting) > 0 && s.rng.IntN(4) > 0 {
+	case n < 68: // a client write, mostly to the primary of a recent map: clients lag too
+		if acting := s.maps[max(1, len(s.maps)-1-s.rng.IntN(3))]; len(acting) > 0 && s.rng.IntN(4) > 0 {
 			s.write(s.osds[acting[0]])
 		} else if o := pick(alive); o != nil {
 			s.write(o)
@@ -499,14 +510,23 @@ func (s *sim) randomStep() {
 		}
 	case n < 84:
 		s.monTick()
-	case n < 86: // a map that changes nothing for this PG
+	case n < 85: // a map that changes nothing for this PG
 		s.newEpoch(s.maps[s.latest()])
-	case n < 91:
+	case n < 86: // a reweight: the ranking changes, primaries move between live OSDs
+		i, j := s.rng.IntN(simOSDs), s.rng.IntN(simOSDs)
+		s.rank[i], s.rank[j] = s.rank[j], s.rank[i]
+		s.monTick()
+	case n < 89: // a link goes down, or comes back
+		a, b := s.rng.IntN(simOSDs), s.rng.IntN(simOSDs)
+		s.cut[a][b] = !s.cut[a][b] && a != b
+		s.cut[b][a] = s.cut[a][b]
+		s.logf("link osd.%d-osd.%d down=%v", a, b, s.cut[a][b])
+	case n < 92:
 		if o := pick(alive); o != nil {
 			s.logf("osd.%d: killed", o.id)
 			o.alive, o.m = false, nil
 		}
-	case n < 96:
+	case n < 97:
 		if o := pick(func(o *simOSD) bool { return o.in && !o.alive }); o != nil {
 			s.boot(o)
 		}
@@ -524,6 +544,7 @@ func (s *sim) randomStep() {
 // peering with every OSD back is stuck.
 func (s *sim) stabilize() {
 	s.logf("--- stabilize")
+	s.cut = [simOSDs][simOSDs]bool{}
 	for range 5 {
 		for _, o := range s.osds {
 			if o.in && !o.alive {

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"github.com/spf13/cobra"
+)
+
+func newMonCmd() *cobra.Command {
+	var (
+		cfg        mon.Config
+		pgs        uint32
+		replicas   uint32
+		minSize    uint32
+		stopWithin time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "mon",
+		Short: "Run a monitor: the cluster map's authority",
+		Long: `Runs mon --name, which keeps the cluster map in etcd and is its only writer,
+as Ceph's mons are: OSDs boot and beacon to it, report peers they cannot
+reach, and get every new map from it; operators run "osprey osd out|in|down|
+rm|reweight|tree" and "osprey status" against it.
+
+The map lives in an etcd cluster (--etcd ENDPOINTS), or, for a one-mon
+cluster, in an etcd this process runs itself with its data in --embed-etcd
+DIR. Several mons may share one etcd: they elect a leader, which does the
+writing; the others answer reads and point writers to the leader, and one of
+them takes over within seconds when the leader dies.
+
+The first mon to start on an empty etcd creates the cluster: a new fsid and
+the epoch-1 map, with the pool of --pgs, --replicas and --min-size and no
+OSDs yet. Those flags do nothing once the cluster exists.
+
+An OSD that sends no beacon for --heartbeat-grace, or that two OSDs on other
+hosts report unreachable for that long, is marked down (at once when its
+peers' connections are refused); one down for --down-out-interval is marked
+out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
+		Example: `  # one mon with its own etcd
+  osprey mon --listen tcp://10.0.0.1:3300 --embed-etcd /var/lib/osprey/mon.a
+
+  # three mons on an etcd cluster
+  osprey mon --name a --listen tcp://10.0.0.1:3300 --etcd http://10.0.0.1:2379,http://10.0.0.2:2379,http://10.0.0.3:2379`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (len(cfg.Etcd) == 0) == (cfg.EmbedEtcdDir == "") {
+				return usageErrorf("give either --etcd ENDPOINTS or --embed-etcd DIR")
+			}
+			if minSize > replicas {
+				return usageErrorf("--min-size %d exceeds --replicas %d", minSize, replicas)
+			}
+			if pgs == 0 || pgs > placement.MaxPGCount || replicas == 0 {
+				return usageErrorf("--pgs must be 1..%d and --replicas at least 1", placement.MaxPGCount)
+			}
+			cfg.Pool = &osdpb.Pool{Id: placement.DefaultPoolID, Name: placement.DefaultPoolName, Size: replicas, PgCount: pgs, MinSize: minSize}
+			cfg.Logger = slog.Default()
+			m, err := mon.Start(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			role := "standby"
+			if m.IsLeader() {
+				role = "leader"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "mon.%s serving on %s (%s), fsid %s, map epoch %d\n", cfg.Name, m.Addr(), role, m.FSID(), m.Map().Epoch())
+			<-cmd.Context().Done()
+			ctx, cancel := context.WithTimeout(context.Background(), stopWithin)
+			defer cancel()
+			return m.Close(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Name, "name", "a", "this mon's name (its entity is mon.NAME)")
+	f.StringVar(&cfg.Listen, "listen", "tcp://127.0.0.1:3300", "msgr address to serve on")
+	f.StringSliceVar(&cfg.Etcd, "etcd", nil, "etcd endpoints, e.g. http://10.0.0.1:2379,http://10.0.0.2:2379")
+	f.StringVar(&cfg.EmbedEtcdDir, "embed-etcd", "", "run a single-node etcd in this process, with its data in this directory")
+	f.DurationVar(&cfg.HeartbeatGrace, "heartbeat-grace", 20*time.Second, "an OSD silent (or reported unreachable) this long is marked down")
+	f.DurationVar(&cfg.DownOutInterval, "down-out-interval", 10*time.Minute, "an OSD down this long is marked out")
+	f.IntVar(&cfg.MinDownReporters, "min-down-reporters", 2, "reporters (hosts) needed to mark an OSD down")
+	f.Uint32Var(&pgs, "pgs", placement.DefaultPGCount, "PGs of the default pool (new cluster only)")
+	f.Uint32Var(&replicas, "replicas", 3, "replicas of the default pool (new cluster only)")
+	f.Uint32Var(&minSize, "min-size", 0, "min_size of the default pool; 0: replicas - replicas/2 (new cluster only)")
+	f.DurationVar(&stopWithin, "stop-timeout", 10*time.Second, "bound on a graceful stop")
+	return cmd
+}

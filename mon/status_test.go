@@ -1,0 +1,158 @@
+package mon
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/mon/monclient"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// beaconAll sends each up OSD's beacon with state for the PGs it is
+// primary of in mp, at mp's epoch.
+func beaconAll(t *testing.T, c *monclient.Client, mp *placement.Map, state string) {
+	t.Helper()
+	for o := range mp.OSDs() {
+		if !o.Up {
+			continue
+		}
+		b := &osdpb.MonBeacon{Fsid: mp.FSID(), Id: o.Id, Uuid: o.Uuid, Epoch: mp.Epoch(), UsedBytes: 100, AvailBytes: 900}
+		for pool := range mp.Pools() {
+			for pg, role := range mp.PGsOf(pool.Id, o.Id) {
+				if role.IsPrimary() {
+					b.Pgs = append(b.Pgs, &osdpb.PGStat{Pool: pool.Id, Pg: pg, State: state, Objects: 1, Epoch: mp.Epoch()})
+				}
+			}
+		}
+		if err := c.Beacon(ctxFor(t, 10*time.Second), b); err != nil {
+			t.Fatalf("beacon of osd.%d: %v", o.Id, err)
+		}
+	}
+}
+
+func statusCmd(t *testing.T, c *monclient.Client) *Status {
+	t.Helper()
+	rep := mustCommand(t, c, &osdpb.MonCommand{Prefix: "status"})
+	var st Status
+	if err := json.Unmarshal([]byte(rep.Output), &st); err != nil {
+		t.Fatalf("status output %q: %v", rep.Output, err)
+	}
+	return &st
+}
+
+func hasCheck(st *Status, words string) bool {
+	return slices.ContainsFunc(st.Health.Checks, func(c string) bool { return strings.Contains(c, words) })
+}
+
+func TestStatusHealth(t *testing.T) {
+	e := startTestEtcd(t)
+	m := startTestMon(t, testConfig(e, "a")) // size 3, min_size 2, 16 PGs
+	c := newTestClient(t, nil, m.Addr())
+
+	st := statusCmd(t, c)
+	if st.Health.Status != HealthWarn || !hasCheck(st, "no osds") || st.PGTotal != 16 || st.FSID != m.FSID() {
+		t.Fatalf("empty cluster: %+v", st)
+	}
+	if len(st.Mons) != 1 || !st.Mons[0].Leader || st.Mons[0].Addr != m.Addr() {
+		t.Fatalf("mons: %+v", st.Mons)
+	}
+	for n := range 3 {
+		mustBoot(t, c, bootOf(n))
+	}
+	// Up, but nobody has reported: unknown.
+	st = statusCmd(t, c)
+	if st.Health.Status != HealthWarn || st.PGs["unknown"] != 16 || !hasCheck(st, "16 pgs unknown") {
+		t.Fatalf("before reports: %+v", st)
+	}
+	beaconAll(t, c, m.Map(), "active+clean")
+	st = statusCmd(t, c)
+	if st.Health.Status != HealthOK || st.PGs["active+clean"] != 16 || st.OSDs != (OSDCounts{3, 3, 3}) || st.Objects != 16 || st.UsedBytes != 300 {
+		t.Fatalf("all reported clean: %+v", st)
+	}
+
+	// A report of PGs recovering: WARN, by state.
+	beaconAll(t, c, m.Map(), "active+recovering+degraded")
+	st = statusCmd(t, c)
+	if st.Health.Status != HealthWarn || !hasCheck(st, "16 pgs recovering") || !hasCheck(st, "16 pgs degraded") {
+		t.Fatalf("recovering: %+v", st)
+	}
+
+	// One OSD down: WARN (down, undersized), not ERR.
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd down", Ids: []uint32{2}})
+	beaconAll(t, c, m.Map(), "active+undersized+degraded")
+	st = statusCmd(t, c)
+	if st.Health.Status != HealthWarn || !hasCheck(st, "1 osds down") || !hasCheck(st, "16 pgs undersized") {
+		t.Fatalf("one OSD down: %+v", st)
+	}
+
+	// Two down: every PG has one member, below min_size 2: ERR.
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd down", Ids: []uint32{1}})
+	st = statusCmd(t, c)
+	if st.Health.Status != HealthErr || !hasCheck(st, "2 osds down") || !hasCheck(st, "min_size") || st.PGs["undersized+peered"] != 16 {
+		t.Fatalf("two OSDs down: %+v", st)
+	}
+	t.Logf("checks: %q", st.Health.Checks)
+
+	// osd tree: every PG counted once as primary.
+	rep := mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd tree"})
+	var tree []OSDTreeEntry
+	if err := json.Unmarshal([]byte(rep.Output), &tree); err != nil {
+		t.Fatal(err)
+	}
+	primaries := 0
+	for _, o := range tree {
+		primaries += o.PrimaryPGs
+	}
+	if len(tree) != 3 || primaries != 16 || !tree[0].Up || tree[1].Up || tree[0].Host != "host-0" {
+		t.Fatalf("osd tree: %+v", tree)
+	}
+}
+
+// TestComputeStatus covers what the mon derives without etcd: a PG with no
+// OSD up is down (ERR); a primary's report of an older epoch does not
+// count; a reported "incomplete" is ERR.
+func TestComputeStatus(t *testing.T) {
+	mp := trackerMap(t, "a", "b", "c") // pool 1: size 3, 8 PGs; epoch 10
+	now := time.Unix(1000, 0)
+	reportAll := func(mp *placement.Map, state string, epoch uint64) map[uint32]*beaconRecord {
+		out := map[uint32]*beaconRecord{}
+		for o := range mp.OSDs() {
+			r := &beaconRecord{ID: o.Id, AtUnixNano: now.UnixNano()}
+			for pg, role := range mp.PGsOf(1, o.Id) {
+				if role.IsPrimary() {
+					r.PGs = append(r.PGs, pgRecord{Pool: 1, PG: pg, State: state, Epoch: epoch})
+				}
+			}
+			out[o.Id] = r
+		}
+		return out
+	}
+	st := computeStatus(statusInput{mp: mp, beacons: reportAll(mp, "active+clean", 10), now: now, fresh: time.Minute})
+	if st.Health.Status != HealthOK {
+		t.Fatalf("clean: %+v", st.Health)
+	}
+	st = computeStatus(statusInput{mp: mp, beacons: reportAll(mp, "active+clean", 9), now: now, fresh: time.Minute})
+	if st.Health.Status != HealthWarn || st.PGs["unknown"] != 8 {
+		t.Fatalf("stale reports: %+v %v", st.Health, st.PGs)
+	}
+	st = computeStatus(statusInput{mp: mp, beacons: reportAll(mp, "incomplete", 10), now: now, fresh: time.Minute})
+	if st.Health.Status != HealthErr || !hasCheck(st, "8 pgs incomplete") {
+		t.Fatalf("incomplete: %+v", st.Health)
+	}
+	pb := mp.Proto()
+	for _, o := range pb.Osds {
+		o.Up = false
+	}
+	allDown, err := placement.FromProto(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = computeStatus(statusInput{mp: allDown, now: now})
+	if st.Health.Status != HealthErr || st.PGs["down"] != 8 || !hasCheck(st, "3 osds down") {
+		t.Fatalf("all down: %+v %v", st.Health, st.PGs)
+	}
+}
