@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/proto/osdpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestFailover: two mons on one etcd. The standby refuses leader work
@@ -143,4 +144,35 @@ func TestFailoverAfterCrash(t *testing.T) {
 	if d := time.Since(crashed); d > 8*time.Second {
 		t.Fatalf("failover took %v", d)
 	}
+}
+
+// TestLostElectionKeyStepsDown: a leader whose election key vanished
+// while its session lives (so it was not told) cannot write, because every
+// write is fenced by that key; it steps down and campaigns again.
+func TestLostElectionKeyStepsDown(t *testing.T) {
+	e := startTestEtcd(t)
+	m := startTestMon(t, testConfig(e, "a"))
+	c := newTestClient(t, nil, m.Addr())
+	mustBoot(t, c, bootOf(0))
+	l := m.lead.Load()
+	if l == nil {
+		t.Fatal("not leading")
+	}
+	ctx := ctxFor(t, 20*time.Second)
+	if _, err := m.cli.Delete(ctx, m.k.election(), clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	before := m.Map().Epoch()
+	_, err := l.command(ctx, osdCommand{prefix: "osd reweight", ids: []uint32{0}, weight: 3})
+	if statusOf(err) != osdpb.Status_NOT_LEADER {
+		t.Fatalf("write without the election key: %v", err)
+	}
+	if m.Map().Epoch() != before {
+		t.Fatal("the unfenced write went through")
+	}
+	eventually(t, 10*time.Second, "leading again, on a new key", func() bool {
+		nl := m.lead.Load()
+		return nl != nil && nl != l
+	})
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd reweight", Ids: []uint32{0}, Weight: 3})
 }

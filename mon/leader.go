@@ -22,8 +22,9 @@ import (
 // with the etcd session that won the election; a new leader starts a new
 // one, rebuilding what it needs from etcd.
 type leadership struct {
-	ctx context.Context // ends when the leadership does
-	m   *Mon
+	ctx    context.Context // ends when the leadership does
+	cancel context.CancelFunc
+	m      *Mon
 	// fence holds while this mon's election key is the one that won: every
 	// map write compares it, so a mon that lost the election without
 	// noticing yet cannot write.
@@ -36,8 +37,9 @@ type leadership struct {
 }
 
 func newLeadership(ctx context.Context, m *Mon, el *concurrency.Election) *leadership {
+	ctx, cancel := context.WithCancel(ctx)
 	return &leadership{
-		ctx: ctx, m: m,
+		ctx: ctx, cancel: cancel, m: m,
 		fence:    clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev()),
 		failures: newFailureTracker(m.cfg.HeartbeatGrace, m.cfg.MinDownReporters),
 		leases:   map[uint32]clientv3.LeaseID{},
@@ -47,6 +49,7 @@ func newLeadership(ctx context.Context, m *Mon, el *concurrency.Election) *leade
 
 // run watches the OSDs' liveness keys and ticks until the leadership ends.
 func (l *leadership) run() {
+	defer l.cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(l.watchLiveness)
@@ -67,6 +70,13 @@ func (l *leadership) update(ctx context.Context, e edit) (*placement.Map, error)
 	next, err := l.m.store.update(ctx, &l.fence, e)
 	if err == nil {
 		l.m.adopt(next)
+	}
+	if errors.Is(err, errNotLeader) && l.ctx.Err() == nil {
+		// Our election key is gone though our session lives (deleted
+		// by hand, or a partition healed oddly): step down and campaign
+		// again, rather than lead without the right to write.
+		l.m.log.Warn("a fenced map write failed: this mon no longer leads; stepping down")
+		l.cancel()
 	}
 	return next, err
 }

@@ -415,7 +415,7 @@ func (m *Mon) serveSession(sess *concurrency.Session) {
 	l.run()
 	m.lead.Store(nil)
 	if m.ctx.Err() == nil {
-		m.log.Warn("lost the leadership (etcd session ended)")
+		m.log.Warn("no longer leading; campaigning again")
 	}
 }
 
