@@ -109,6 +109,7 @@ type simWrite struct {
 
 type simStats struct {
 	acked, down, recovered, emptyPrimaryRecovered, refusedRepOps, servingSteps int
+	staleServing                                                               int // steps a primary served an interval the mon had ended
 }
 
 type sim struct {
@@ -454,10 +455,17 @@ func (s *sim) check() {
 		if acting := s.maps[e]; len(acting) == 0 || acting[0] != o.id {
 			s.fatalf("osd.%d serves at epoch %d, whose acting set is %v", o.id, e, acting)
 		}
+		// A primary that has not yet heard of a newer map still serves its
+		// epoch; writes of later epochs cannot be in its log, and it cannot
+		// get one acknowledged (the replicas refuse it). Everything
+		// acknowledged up to its epoch must be there.
 		for _, w := range s.writes {
-			if w.acked && !o.has(w.v) {
+			if w.acked && w.v.Epoch <= e && !o.has(w.v) {
 				s.fatalf("osd.%d serves at epoch %d without acked write %v (its log ends at %v)", o.id, e, w.v, o.last())
 			}
+		}
+		if slices.ContainsFunc(s.maps[e+1:], func(a []pg.OSDID) bool { return !slices.Equal(a, s.maps[e]) }) {
+			s.stats.staleServing++
 		}
 	}
 	for _, o := range s.osds {
@@ -613,6 +621,7 @@ func TestSimulation(t *testing.T) {
 				total.emptyPrimaryRecovered += s.stats.emptyPrimaryRecovered
 				total.refusedRepOps += s.stats.refusedRepOps
 				total.servingSteps += s.stats.servingSteps
+				total.staleServing += s.stats.staleServing
 			})
 		}
 	})
