@@ -36,6 +36,13 @@
 // derives the same intervals from the same maps, so one epoch has one
 // primary.
 //
+// What it cannot do without a clock: an old primary cut off from the new
+// map still reports Serving for its own, older epoch. It cannot get a write
+// acknowledged (its replicas have moved on and refuse its RepOps), but its
+// reads go stale. Bounding that window is the daemon's: stop serving reads
+// when the replicas stop answering heartbeats, and report a previous
+// primary Unreachable only after that grace (Ceph's read lease).
+//
 // # Driving it
 //
 // The daemon owns one *PG per placement group it holds, on the goroutine
@@ -43,16 +50,22 @@
 //
 //  1. New with the persisted PeerInfo, then Step(AdvanceMap) for every map
 //     epoch from Local.LastEpochStarted (or from the pool's creation epoch
-//     when it is zero) to the newest, in order.
+//     when it is zero: a new OSD must learn who held the PG before it) to
+//     the newest, in order; then each new epoch as it comes.
 //  2. After each Step (or a batch of them), Ready: send the queries, start
 //     the pull and the pushes, persist LastEpochStarted when set, publish
 //     State and Serving. Ready drains what it returns.
 //  3. Feed back the outcome of each request: Info or Unreachable for a
-//     query, Recovered or Unreachable for the pull, PeerRecovered or
-//     Unreachable for a push; Applied for every change of the local log.
+//     query (at once for an OSD the map marks down), Recovered or
+//     Unreachable for the pull, PeerRecovered or Unreachable for a push,
+//     Unreachable for a RepOp that failed; Applied for every change of the
+//     local log, on the primary and on replicas alike.
 //  4. On the cluster messenger, answer peers' queries with AnswerQuery and
-//     gate RepOps and pushes with AcceptRepOp; before a client op, check
-//     CanServe.
+//     gate RepOps and pushes with AcceptRepOp, on the PG's shard, so that a
+//     RepOp accepted before an answer is applied before it. A replica acks
+//     a RepOp only if its log then holds it (one that pulled a newer log
+//     past it must not). Before a client op, check CanServe; stamp writes
+//     with NextVersion.
 package pg
 
 import (
@@ -129,8 +142,9 @@ type Query struct {
 
 // Recover asks the daemon to pull, from OSD From, the entries (or, when
 // the peer's log no longer reaches back to Have, all objects) it lacks to
-// bring the local log from Have to Want. Report the end with Recovered, a
-// failure with Unreachable{From, Epoch}.
+// bring the local log from Have to Want; local entries the peer's log does
+// not have were never acknowledged and are dropped. Report the end with
+// Recovered, a failure with Unreachable{From, Epoch}.
 type Recover struct {
 	From       OSDID
 	Epoch      Epoch
@@ -335,7 +349,7 @@ func (p *PG) CanServe() error {
 		why = ErrDown
 	case p.phase == phaseIncomplete:
 		why = ErrIncomplete
-	case p.phase == phaseActive:
+	case p.phase == phaseActive && len(p.cur.acting) < p.cur.minSize:
 		why = ErrBelowMinSize
 	default:
 		why = ErrPeering

@@ -108,8 +108,13 @@ type simWrite struct {
 }
 
 type simStats struct {
-	acked, down, recovered, emptyPrimaryRecovered, refusedRepOps, servingSteps int
-	staleServing                                                               int // steps a primary served an interval the mon had ended
+	acked                 int // writes every acting member applied
+	down                  int // steps some machine was down
+	recovered             int // pulls a primary finished before serving
+	emptyPrimaryRecovered int // of which by a primary with an empty log
+	refusedRepOps         int
+	servingSteps          int
+	staleServing          int // steps a primary served an interval the mon had ended
 }
 
 type sim struct {
