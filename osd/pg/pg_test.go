@@ -458,6 +458,14 @@ func TestAcceptRepOp(t *testing.T) {
 			}
 		})
 	}
+	m := newMachine(t, 2, pg.PeerInfo{}).maps(5, history...)
+	if p, ok := m.Primary(); !ok || p != 3 || m.IntervalStart() != 7 || m.ID().String() != "1.1f" {
+		t.Fatalf("Primary %v %v, IntervalStart %d, ID %v", p, ok, m.IntervalStart(), m.ID())
+	}
+	want := "pg 1.1f: refused osd.1 at epoch 6 (ours 7): pg: stale epoch"
+	if err := m.AcceptRepOp(1, 6); err == nil || err.Error() != want {
+		t.Fatalf("refusal reads %q, want %q", err, want)
+	}
 	if err := newMachine(t, 2, pg.PeerInfo{}).AcceptRepOp(1, 1); !errors.Is(err, pg.ErrFutureEpoch) {
 		t.Fatalf("a machine with no map accepted: %v", err)
 	}
