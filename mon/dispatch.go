@@ -18,6 +18,9 @@ import (
 // their retries included; clients retry after their own timeout.
 const requestTimeout = 10 * time.Second
 
+// maxHandlers bounds the requests the mon works on at once.
+const maxHandlers = 512
+
 // replyTimeout bounds sending one reply or push to a slow peer.
 const replyTimeout = 10 * time.Second
 
@@ -31,12 +34,21 @@ func (d dispatcher) Dispatch(msg *msgr.Message) {
 	conn := msg.Conn()
 	front := bytes.Clone(msg.Front)
 	msg.Release()
+	// Back-pressure: with maxHandlers requests in progress the conn's
+	// dispatch waits, and its peer runs out of credit.
+	select {
+	case m.slots <- struct{}{}:
+	case <-m.ctx.Done():
+		return
+	}
 	m.hmu.Lock()
 	defer m.hmu.Unlock()
 	if m.closing {
+		<-m.slots
 		return
 	}
 	m.handlers.Go(func() {
+		defer func() { <-m.slots }()
 		ctx, cancel := context.WithTimeout(m.ctx, requestTimeout)
 		defer cancel()
 		rt, rep := m.handle(ctx, conn, t, front)

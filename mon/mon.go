@@ -142,6 +142,7 @@ type Mon struct {
 	hmu        sync.Mutex     // guards closing; handlers.Go under it
 	closing    bool
 	handlers   sync.WaitGroup // requests in progress
+	slots      chan struct{}  // one per request in progress, maxHandlers
 	closeOnce  sync.Once
 	// abandon makes Close leave the etcd session to expire instead of
 	// revoking it, as a crash would (tests).
@@ -160,7 +161,7 @@ func Start(ctx context.Context, cfg Config) (*Mon, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	m := &Mon{cfg: cfg, log: cfg.Logger, k: keys{cfg.prefix}, subs: map[*msgr.Conn]struct{}{}, settled: make(chan struct{})}
+	m := &Mon{cfg: cfg, log: cfg.Logger, k: keys{cfg.prefix}, subs: map[*msgr.Conn]struct{}{}, settled: make(chan struct{}), slots: make(chan struct{}, maxHandlers)}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.etcdCtx, m.etcdCancel = context.WithCancel(context.Background())
 	ok := false
