@@ -25,9 +25,9 @@ type Etcd struct {
 const etcdStartTimeout = 30 * time.Second
 
 // StartEtcd starts a single-node etcd with its data in dir, serving clients
-// and its (unused) peer port on free loopback ports. Its own logs are
-// dropped but for errors, which go to logger; the mon logs what matters
-// through slog.
+// and its (unused) peer port on free loopback ports. etcd's own (zap) logs
+// are dropped; a fatal server error after the start goes to logger, and
+// the mon logs what matters through slog.
 func StartEtcd(ctx context.Context, dir string, logger *slog.Logger) (*Etcd, error) {
 	if logger == nil {
 		logger = slog.Default()
