@@ -272,8 +272,17 @@ func (o *OSD) onDialError(c *msgr.Conn, err error) {
 	if recent {
 		return
 	}
-	o.markPeerDown(id, "connection refused")
 	o.failPeer(id, "refuses connections")
+	// A peer we never heard from may simply not listen yet (the cluster
+	// is starting): only one that was alive and now refuses is gone.
+	o.peerMu.Lock()
+	ps := o.peers[id]
+	seen := ps != nil && ps.lastSeen.After(o.started)
+	o.peerMu.Unlock()
+	if !seen {
+		return
+	}
+	o.markPeerDown(id, "connection refused")
 	if info, ok := o.Map().OSD(id); ok && info.Up {
 		o.reportFailure(id, 0, true, false)
 	}
