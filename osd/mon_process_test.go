@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -36,16 +35,7 @@ func monOSDProcess(spec string) {
 	cfg.Store.CacheSize, cfg.Store.MemTableSize = 16<<20, 8<<20
 	ctx := context.Background()
 	o, err := osd.Start(ctx, cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	fmt.Println("READY")
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
-	o.Close(ctx)
-	os.Exit(0)
+	serveChild(ctx, o, err)
 }
 
 // monCluster is a mon (on an embedded etcd) in the test process and OSD

@@ -58,6 +58,12 @@ func TestOSDProcess(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // waiting for the port
 	}
+	serveChild(ctx, o, err)
+}
+
+// serveChild ends an OSD child process's body: it exits 2 if the OSD did
+// not start, else prints READY and serves until SIGTERM or SIGINT.
+func serveChild(ctx context.Context, o *osd.OSD, err error) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
