@@ -20,7 +20,8 @@ import (
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/local"
-	"github.com/ospreystore/osprey/osd/osdtest"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -154,11 +155,71 @@ func (mc *monCluster) client(t *testing.T) *client.Client {
 	return cl
 }
 
+// idOf is the OSD id process i got from the mon at its first boot.
+func (mc *monCluster) idOf(i int) uint32 {
+	mc.t.Helper()
+	b, err := os.ReadFile(filepath.Join(mc.dir, fmt.Sprintf("osd-%d", i), "identity.json"))
+	if err != nil {
+		mc.t.Fatal(err)
+	}
+	var ident struct{ ID *uint32 }
+	if err := json.Unmarshal(b, &ident); err != nil || ident.ID == nil {
+		mc.t.Fatalf("osd process %d identity %s: %v", i, b, err)
+	}
+	return *ident.ID
+}
+
+// verifyStores stops every OSD process and checks, in the stores
+// themselves, that every member of each object's acting set in the
+// mon's final map holds its acknowledged bytes.
+func (mc *monCluster) verifyStores(ctx context.Context, w *workload, procs []int) {
+	t := mc.t
+	t.Helper()
+	mp := mc.mon.Map()
+	pool, ok := mp.PoolByName("default")
+	if !ok {
+		t.Fatal("no default pool")
+	}
+	stores := map[uint32]*store.Store{}
+	for _, i := range procs {
+		mc.kill(i, syscall.SIGTERM)
+		s, err := store.Open(ctx, store.Options{Dir: filepath.Join(mc.dir, fmt.Sprintf("osd-%d", i), "store"),
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		stores[mc.idOf(i)] = s
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	copies := map[uint32]int{}
+	for key, want := range w.acked {
+		set := mp.ActingSet(pool.Id, placement.PGOf(pool, w.bucket, key))
+		if len(set) != int(pool.Size) {
+			t.Fatalf("%s: acting set %v in the final map", key, set)
+		}
+		for _, id := range set {
+			s := stores[id]
+			if s == nil {
+				t.Fatalf("%s: acting set %v names osd.%d, not running", key, set, id)
+			}
+			_, got, err := s.ReadRange(ctx, w.bucket, key, 0, -1, nil)
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("osd.%d's copy of %s: %v (%d bytes, want %d)", id, key, err, len(got), len(want))
+			}
+			copies[id]++
+		}
+	}
+	t.Logf("copies per OSD in the stores: %v", copies)
+}
+
 // TestMonKillOSD: 4 OSD processes, 3 replicas, min_size 2, booted through a
-// mon; a writer runs. One OSD is SIGKILLed and left down: its peers' refused
-// connections mark it down at once, puts resume (degraded), and after the
-// down-out interval every PG is active+clean again on the 3 survivors.
-// Every acknowledged write reads back intact.
+// mon; a writer and readers run. One OSD is SIGKILLed and left down: its
+// peers' refused connections mark it down at once, puts resume (degraded),
+// and after the down-out interval every PG is active+clean again with 3
+// copies on the 3 survivors, checked in their stores. Every acknowledged
+// write reads back intact, and no read of one ever answers NoSuchKey.
 func TestMonKillOSD(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
@@ -171,71 +232,15 @@ func TestMonKillOSD(t *testing.T) {
 	if err := cl.MakeBucket(ctx, "killtest"); err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu    sync.Mutex
-		acked = map[string][]byte{}
-		puts  []time.Time // when each put was acknowledged
-	)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for n := 0; ; n++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			key := fmt.Sprintf("k%05d", n)
-			body := content(key, 0)
-			if _, err := osdtest.Put(ctx, cl, "killtest", key, body, client.PutOptions{}); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				continue
-			}
-			mu.Lock()
-			acked[key] = body
-			puts = append(puts, time.Now())
-			mu.Unlock()
-		}
-	})
-	ackedSince := func(t0 time.Time) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(puts) > 0 && puts[len(puts)-1].After(t0)
-	}
-	enough := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(acked) >= 20
-	}
-	for !ackedSince(time.Now().Add(-time.Second)) || !enough() {
-		time.Sleep(50 * time.Millisecond) // polling interval: the writer's progress
-		if ctx.Err() != nil {
-			t.Fatal("the writer made no progress")
-		}
-	}
+	w := newWorkload(cl, "killtest")
+	w.write(ctx)
+	w.read(ctx, 1)
+	w.waitFlowing(ctx, t, 20, time.Now().Add(-time.Second))
 	victim := 1
 	killed := time.Now()
 	mc.kill(victim, syscall.SIGKILL)
-	for !ackedSince(killed.Add(100 * time.Millisecond)) {
-		time.Sleep(10 * time.Millisecond) // polling interval: the writer's progress
-		if ctx.Err() != nil {
-			t.Fatal("puts never resumed after the kill")
-		}
-	}
-	// The first put acknowledged after the kill (one in flight at the
-	// kill may have finished just after it).
-	mu.Lock()
-	var resumed time.Duration
-	for _, at := range puts {
-		if at.After(killed.Add(100 * time.Millisecond)) {
-			resumed = at.Sub(killed)
-			break
-		}
-	}
-	mu.Unlock()
-	t.Logf("puts resumed %v after the SIGKILL", resumed.Round(time.Millisecond))
+	w.waitFlowing(ctx, t, 0, killed.Add(100*time.Millisecond))
+	t.Logf("puts resumed %v after the SIGKILL", w.resumed(killed, 100*time.Millisecond).Round(time.Millisecond))
 	st := mc.waitStatus(ctx, "the victim down", func(s *mon.Status) bool { return s.OSDs.Up == 3 })
 	if st.Health.Status == "HEALTH_OK" {
 		t.Errorf("HEALTH_OK with an OSD down: %+v", st.Health)
@@ -243,15 +248,55 @@ func TestMonKillOSD(t *testing.T) {
 	mc.waitStatus(ctx, "out, then every PG active+clean", func(s *mon.Status) bool {
 		return s.OSDs.In == 3 && s.PGs["active+clean"] == s.PGTotal && s.Health.Status == "HEALTH_OK"
 	})
-	close(stop)
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	for key, want := range acked {
-		got, _, err := osdtest.Get(ctx, cl, "killtest", key, client.GetOptions{})
-		if err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("acknowledged %s lost: %v (%d bytes, want %d)", key, err, len(got), len(want))
+	w.halt()
+	w.verify(ctx, t)
+	mc.verifyStores(ctx, w, []int{0, 2, 3})
+}
+
+// TestMonAddOSD: a fifth OSD boots into a loaded 4-OSD cluster while a
+// writer and readers run. It becomes the primary of PGs whose objects it
+// does not have yet; no read of an acknowledged object may answer
+// NoSuchKey or wrong bytes meanwhile. The cluster ends active+clean with
+// the new OSD holding its share, checked in the stores.
+func TestMonAddOSD(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	mc := startMonCluster(t, 4, mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: time.Minute,
+		Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}})
+	ctx := ctxT(t, 3*time.Minute)
+	mc.waitStatus(ctx, "4 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 4 && s.Health.Status == "HEALTH_OK" })
+	cl := mc.client(t)
+	if err := cl.MakeBucket(ctx, "addtest"); err != nil {
+		t.Fatal(err)
+	}
+	w := newWorkload(cl, "addtest")
+	w.write(ctx)
+	w.read(ctx, 1)
+	w.read(ctx, 2)
+	// Enough data that the newcomer's backfill overlaps the readers.
+	w.waitFlowing(ctx, t, 150, time.Now().Add(-time.Second))
+	before := mc.status(ctx).Epoch
+	mc.start(4)
+	added := mc.idOf(4)
+	mc.waitStatus(ctx, "the fifth OSD up and in", func(s *mon.Status) bool { return s.OSDs.Up == 5 && s.OSDs.In == 5 })
+	if mp := mc.mon.Map(); mp.Epoch() <= before {
+		t.Fatalf("map epoch %d after the add, %d before", mp.Epoch(), before)
+	}
+	led := 0
+	mp := mc.mon.Map()
+	for _, role := range mp.PGsOf(1, added) {
+		if role.IsPrimary() {
+			led++
 		}
 	}
-	t.Logf("%d acknowledged writes, all read back", len(acked))
+	t.Logf("osd.%d joined at epoch %d and leads %d PGs", added, mp.Epoch(), led)
+	// Writes go on during the backfill.
+	w.waitFlowing(ctx, t, 0, time.Now())
+	mc.waitStatus(ctx, "every PG active+clean with five OSDs", func(s *mon.Status) bool {
+		return s.OSDs.Up == 5 && s.PGs["active+clean"] == s.PGTotal && s.Health.Status == "HEALTH_OK"
+	})
+	w.halt()
+	w.verify(ctx, t)
+	mc.verifyStores(ctx, w, []int{0, 1, 2, 3, 4})
 }
