@@ -399,7 +399,12 @@ func (m *Mon) serveSession(sess *concurrency.Session) {
 			if len(resp.Kvs) > 0 {
 				addr := string(resp.Kvs[0].Value)
 				m.hint.Store(&addr)
-				m.settle.Do(func() { close(m.settled) })
+				// Our own key settles Start only once m.lead is set
+				// below; settling here let Start return a leader whose
+				// IsLeader was still false.
+				if addr != m.addr {
+					m.settle.Do(func() { close(m.settled) })
+				}
 			}
 		}
 	})

@@ -100,7 +100,17 @@ type beaconRecord struct {
 	Ops                 uint64     `json:"ops"`
 	RecoveryBytesPerSec float64    `json:"recovery_bytes_per_sec"`
 	OpsPerSec           float64    `json:"ops_per_sec"`
+	// The rates are measured from this earlier beacon's counters, at
+	// least rateWindow back.
+	BaseAtUnixNano    int64  `json:"base_at_unix_nano"`
+	BaseRecoveryBytes uint64 `json:"base_recovery_bytes"`
+	BaseOps           uint64 `json:"base_ops"`
 }
+
+// rateWindow is the shortest span a rate is measured over: beacons come
+// early now and then (a map change, a re-boot), and a burst divided by a
+// few milliseconds is no rate anyone can use.
+const rateWindow = time.Second
 
 type pgRecord struct {
 	Pool      uint32 `json:"pool"`
@@ -125,17 +135,28 @@ func newBeaconRecord(b *osdpb.MonBeacon, now time.Time, prev *beaconRecord) *bea
 		}
 		r.PGs = append(r.PGs, pgRecord{Pool: s.Pool, PG: s.Pg, State: s.State, Objects: s.Objects, Degraded: s.Degraded, Misplaced: s.Misplaced, Epoch: s.Epoch})
 	}
-	if prev != nil {
-		dt := time.Duration(r.AtUnixNano - prev.AtUnixNano).Seconds()
-		// Counters restart with the OSD: a drop is a restart, not a
-		// negative rate.
-		if dt > 0 && r.RecoveryBytes >= prev.RecoveryBytes {
-			r.RecoveryBytesPerSec = float64(r.RecoveryBytes-prev.RecoveryBytes) / dt
-		}
-		if dt > 0 && r.Ops >= prev.Ops {
-			r.OpsPerSec = float64(r.Ops-prev.Ops) / dt
-		}
+	r.BaseAtUnixNano, r.BaseRecoveryBytes, r.BaseOps = r.AtUnixNano, r.RecoveryBytes, r.Ops
+	if prev == nil {
+		return r
 	}
+	base := *prev
+	if prev.BaseAtUnixNano != 0 {
+		base.AtUnixNano, base.RecoveryBytes, base.Ops = prev.BaseAtUnixNano, prev.BaseRecoveryBytes, prev.BaseOps
+	}
+	// Counters restart with the OSD: a drop is a restart, not a negative
+	// rate; the rates start again from this beacon.
+	if r.RecoveryBytes < base.RecoveryBytes || r.Ops < base.Ops {
+		return r
+	}
+	elapsed := time.Duration(r.AtUnixNano - base.AtUnixNano)
+	if elapsed < rateWindow {
+		r.RecoveryBytesPerSec, r.OpsPerSec = prev.RecoveryBytesPerSec, prev.OpsPerSec
+		r.BaseAtUnixNano, r.BaseRecoveryBytes, r.BaseOps = base.AtUnixNano, base.RecoveryBytes, base.Ops
+		return r
+	}
+	dt := elapsed.Seconds()
+	r.RecoveryBytesPerSec = float64(r.RecoveryBytes-base.RecoveryBytes) / dt
+	r.OpsPerSec = float64(r.Ops-base.Ops) / dt
 	return r
 }
 

@@ -156,3 +156,25 @@ func TestComputeStatus(t *testing.T) {
 		t.Fatalf("all down: %+v %v", st.Health, st.PGs)
 	}
 }
+
+// TestBeaconRates: recovery and op rates are measured over at least
+// rateWindow, so an early beacon does not turn a burst into a spike, and a
+// restarted OSD's counters start the rates again.
+func TestBeaconRates(t *testing.T) {
+	t0 := time.Unix(1700000000, 0)
+	var prev *beaconRecord
+	step := func(after time.Duration, recovered, ops uint64, wantRate, wantOps float64) {
+		t.Helper()
+		prev = newBeaconRecord(&osdpb.MonBeacon{Id: 1, RecoveryBytes: recovered, Ops: ops}, t0.Add(after), prev)
+		if prev.RecoveryBytesPerSec != wantRate || prev.OpsPerSec != wantOps {
+			t.Fatalf("at %v: %.0f B/s %.0f ops/s, want %.0f and %.0f", after, prev.RecoveryBytesPerSec, prev.OpsPerSec, wantRate, wantOps)
+		}
+	}
+	step(0, 0, 0, 0, 0)
+	step(500*time.Millisecond, 2<<20, 50, 0, 0)         // too early: no rate yet
+	step(time.Second, 4<<20, 100, 4<<20, 100)           // over [0, 1s]
+	step(1050*time.Millisecond, 8<<20, 100, 4<<20, 100) // 50 ms later: kept, not 80 MiB/s
+	step(2*time.Second, 8<<20, 300, 4<<20, 200)         // over [1s, 2s]
+	step(3*time.Second, 1<<20, 10, 0, 0)                // restarted: counters dropped
+	step(4*time.Second, 3<<20, 110, 2<<20, 100)         // from the restart
+}

@@ -66,7 +66,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 		sid, err := o.peerPG(r.Pool, r.Pg)
 		if err != nil {
 			o.log.Warn("rep op refused", "from", from, "err", err)
-			o.ackRepOp(m, &r, err)
+			o.ackRepOp(m, &r, nil, err)
 			return
 		}
 		o.onShard(m, sid, func() { o.repOp(m, &r, sid, from) })
@@ -227,7 +227,9 @@ func (o *OSD) checkPeer(id uint32) {
 	o.peerMu.Lock()
 	ps := o.peers[id]
 	if ps == nil {
-		ps = &peerState{lastSeen: o.started}
+		// Its grace starts when we first look for it: a peer that joined
+		// the map a minute after we started is not a minute silent.
+		ps = &peerState{lastSeen: time.Now()}
 		o.peers[id] = ps
 	}
 	silent := time.Since(ps.lastSeen)
@@ -622,11 +624,47 @@ func (o *OSD) startRecovery(p *pgState, from uint32) {
 	p.recovering = true
 	have := p.last
 	o.wg.Go(func() {
+		release, err := o.recoverySlot(p)
+		if err != nil {
+			return // closing
+		}
 		last, err := o.recover(p, from, have)
+		release()
 		if !o.enqueue(o.shardOf(p.sid), func() { o.endRecovery(p, from, last, err) }) {
 			return
 		}
 	})
+}
+
+// recoverySlot waits for one of the RecoveryMaxActive recovery slots,
+// except for a new primary that must catch up before it serves: throttling
+// it would stall its PG's client I/O, which the throttle is there to
+// protect.
+func (o *OSD) recoverySlot(p *pgState) (release func(), err error) {
+	if p.peering.Load() {
+		return func() {}, nil
+	}
+	select {
+	case o.recoverySlots <- struct{}{}:
+		return func() { <-o.recoverySlots }, nil
+	case <-o.ctx.Done():
+		return nil, o.ctx.Err()
+	}
+}
+
+// recovered counts n bytes copied for p's recovery, and waits as
+// RecoveryBytesPerSec asks (not for a new primary catching up).
+func (o *OSD) recovered(ctx context.Context, p *pgState, n int) error {
+	o.recoveredBytes.Add(uint64(n))
+	if o.recoveryRate == nil || p.peering.Load() {
+		return nil
+	}
+	for burst := o.recoveryRate.Burst(); n > 0; n -= burst {
+		if err := o.recoveryRate.WaitN(ctx, min(n, burst)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // endRecovery, on p's shard, applies the RepOps that waited.
@@ -637,7 +675,7 @@ func (o *OSD) endRecovery(p *pgState, from uint32, last *osdpb.Version, err erro
 	if err != nil {
 		o.log.Warn("recovery failed", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from, "err", err)
 		for _, q := range queued {
-			o.ackRepOp(q.m, q.op, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "recovering: %v", err))
+			o.ackRepOp(q.m, q.op, nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "recovering: %v", err))
 		}
 		if p.peering.Load() {
 			// A new primary that is behind must not serve: try again.
@@ -749,6 +787,10 @@ func (o *OSD) fetch(ctx context.Context, p *pgState, from uint32, q *osdpb.PGBac
 	f := fetched{PGBackfillReply: &rep}
 	if msg != nil {
 		f.data = msg.Data
+	}
+	if err := o.recovered(ctx, p, len(f.data)); err != nil {
+		release()
+		return fetched{}, func() {}, err
 	}
 	return f, release, nil
 }

@@ -292,6 +292,26 @@ func TestHeartbeatsKeepPeersUp(t *testing.T) {
 	osdtest.Eventually(t, 5*time.Second, "osd.2 seen down", func() bool { return c.OSDs[0].PeerDown(2) && c.OSDs[1].PeerDown(2) })
 }
 
+// newcomerMaps marks OSD newcomer out in a new map that every OSD adopts,
+// and returns it with the map after it that brings newcomer in.
+func newcomerMaps(t *testing.T, c *osdtest.Cluster, newcomer uint32) (without, with *placement.Map) {
+	t.Helper()
+	without, err := c.Map.With(func(pb *osdpb.ClusterMap) { pb.Osds[newcomer].In = false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err = without.With(func(pb *osdpb.ClusterMap) { pb.Osds[newcomer].In = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range c.OSDs {
+		if err := o.AdoptMap(without); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return without, with
+}
+
 // TestMapChangeNewPrimaryCatchesUp brings an OSD into the cluster with a
 // new map epoch: straw2 makes it the primary of some PGs whose objects it
 // does not hold. It must recover each such PG from the old members before
@@ -301,14 +321,7 @@ func TestMapChangeNewPrimaryCatchesUp(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
 	const newcomer = 3
-	without, err := c.Map.With(func(pb *osdpb.ClusterMap) { pb.Osds[newcomer].In = false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	with, err := without.With(func(pb *osdpb.ClusterMap) { pb.Osds[newcomer].In = true })
-	if err != nil {
-		t.Fatal(err)
-	}
+	without, with := newcomerMaps(t, c, newcomer)
 	var led []uint32
 	for pg := range pool.PgCount {
 		if p, _ := with.Primary(pool.Id, pg); p == newcomer {
@@ -317,11 +330,6 @@ func TestMapChangeNewPrimaryCatchesUp(t *testing.T) {
 	}
 	if len(led) == 0 {
 		t.Skip("the newcomer leads no PG in this placement")
-	}
-	for _, o := range c.OSDs {
-		if err := o.AdoptMap(without); err != nil {
-			t.Fatal(err)
-		}
 	}
 	cl := c.Client(t, nil)
 	if cl.Map().Epoch() != without.Epoch() {

@@ -195,34 +195,83 @@ func (o *OSD) beacon() *osdpb.MonBeacon {
 	b := &osdpb.MonBeacon{Fsid: o.ident.FSID, Id: o.id, Uuid: o.ident.UUID, Epoch: mp.Epoch(),
 		RecoveryBytes: o.recoveredBytes.Load(), Ops: o.opsServed.Load()}
 	for p := range mp.Pools() {
-		size := int(p.Size)
 		for pg, role := range mp.PGsOf(p.Id, o.id) {
-			if !role.IsPrimary() {
-				continue
+			if role.IsPrimary() {
+				b.Pgs = append(b.Pgs, o.pgStat(mp, p, pg))
 			}
-			st := &osdpb.PGStat{Pool: p.Id, Pg: pg, Epoch: mp.Epoch()}
-			acting := mp.ActingSet(p.Id, pg)
-			sid := storePG(p.Id, pg)
-			o.pgMu.Lock()
-			ps := o.pgs[sid]
-			o.pgMu.Unlock()
-			switch {
-			case ps != nil && ps.peering.Load():
-				st.State = "peering"
-			case len(acting) < placement.MinSize(p):
-				st.State = "undersized+peered"
-			case len(acting) < size:
-				st.State = "active+undersized+degraded"
-			default:
-				st.State = "active+clean"
-			}
-			if ps != nil && ps.recovering {
-				st.State = "active+recovering"
-			}
-			b.Pgs = append(b.Pgs, st)
 		}
 	}
 	return b
+}
+
+// pgStat is the state of a PG we lead, in Ceph's words, from what we know
+// of it: our own log and objects, and where each replica said its log
+// ends. A replica we have not heard from since we started, or that is
+// behind us, is recovering (backfilling when it has nothing yet); its
+// missing copies count as degraded objects, as do the copies of members
+// the map lacks (undersized).
+func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGStat {
+	st := &osdpb.PGStat{Pool: pool.Id, Pg: pg, Epoch: mp.Epoch()}
+	acting := mp.ActingSet(pool.Id, pg)
+	sid := storePG(pool.Id, pg)
+	ps, err := o.pgOf(sid)
+	if err != nil {
+		st.State = "unknown"
+		return st
+	}
+	last, _, err := o.st.PGInfo(o.ctx, sid)
+	if err != nil {
+		st.State = "unknown"
+		return st
+	}
+	st.Last = last
+	objects := uint64(0)
+	if c, err := o.st.PGStats(o.ctx, sid); err == nil && c.Objects > 0 {
+		objects = uint64(c.Objects)
+	}
+	st.Objects = objects
+	if ps.peering.Load() {
+		st.State = "peering"
+		return st
+	}
+	if len(acting) < placement.MinSize(pool) {
+		st.State = "undersized+peered"
+		return st
+	}
+	tokens := []string{"active"}
+	missing := int(pool.Size) - len(acting)
+	st.Degraded = uint64(max(missing, 0)) * objects
+	recovering, backfilling := false, false
+	for _, id := range acting[1:] {
+		at, known := ps.peerAt(id)
+		if last.GetSeq() == 0 || (known && versionLE(last, at)) {
+			continue
+		}
+		behind := objects
+		if known && at.GetSeq() > 0 {
+			recovering = true
+			behind = min(objects, last.GetSeq()-min(at.GetSeq(), last.GetSeq()))
+		} else {
+			backfilling = true
+		}
+		st.Degraded += behind
+	}
+	switch {
+	case backfilling:
+		tokens = append(tokens, "backfilling")
+	case recovering:
+		tokens = append(tokens, "recovering")
+	}
+	if missing > 0 {
+		tokens = append(tokens, "undersized")
+	}
+	if st.Degraded > 0 || missing > 0 || recovering || backfilling {
+		tokens = append(tokens, "degraded")
+	} else {
+		tokens = append(tokens, "clean")
+	}
+	st.State = strings.Join(tokens, "+")
+	return st
 }
 
 // reportFailure tells the mon we cannot reach OSD id; immediate when its

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,13 +27,18 @@ import (
 )
 
 // monOSDProcess is the body of an OSD child that boots through a mon:
-// spec is "MONADDR,DATADIR,PUBLIC,CLUSTER".
+// spec is "MONADDR,DATADIR,PUBLIC,CLUSTER,RECOVERY_BYTES_PER_SEC".
 func monOSDProcess(spec string) {
 	parts := strings.Split(spec, ",")
+	if len(parts) != 5 {
+		fmt.Fprintf(os.Stderr, "bad spec %q\n", spec)
+		os.Exit(2)
+	}
+	recovery, _ := strconv.ParseInt(parts[4], 10, 64)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := osd.Config{Mon: []string{parts[0]}, DataDir: parts[1], PublicListen: parts[2], ClusterListen: parts[3],
 		RepTimeout: 10 * time.Second, HeartbeatInterval: 200 * time.Millisecond, HeartbeatGrace: 2 * time.Second,
-		BeaconInterval: 500 * time.Millisecond, Logger: log}
+		BeaconInterval: 500 * time.Millisecond, RecoveryBytesPerSec: recovery, Logger: log}
 	cfg.Store.CacheSize, cfg.Store.MemTableSize = 16<<20, 8<<20
 	ctx := context.Background()
 	o, err := osd.Start(ctx, cfg)
@@ -49,11 +55,23 @@ type monCluster struct {
 	mu    sync.Mutex
 	procs map[int]*osdProc
 	logs  map[int]*bytes.Buffer
+	// recoveryRate is the OSDs' RecoveryBytesPerSec (0: unthrottled).
+	recoveryRate int64
 }
 
-func startMonCluster(t *testing.T, osds int, cfg mon.Config) *monCluster {
+// monClusterOptions shape a monCluster.
+type monClusterOptions struct {
+	OSDs int
+	Mon  mon.Config
+	// RecoveryBytesPerSec throttles every OSD's recovery (0: unthrottled).
+	RecoveryBytesPerSec int64
+}
+
+func startMonCluster(t *testing.T, opts monClusterOptions) *monCluster {
 	ctx := ctxT(t, time.Minute)
-	mc := &monCluster{t: t, dir: t.TempDir(), procs: map[int]*osdProc{}, logs: map[int]*bytes.Buffer{}}
+	cfg := opts.Mon
+	mc := &monCluster{t: t, dir: t.TempDir(), procs: map[int]*osdProc{}, logs: map[int]*bytes.Buffer{},
+		recoveryRate: opts.RecoveryBytesPerSec}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var err error
 	if mc.etcd, err = mon.StartEtcd(ctx, filepath.Join(mc.dir, "etcd"), quiet); err != nil {
@@ -75,7 +93,7 @@ func startMonCluster(t *testing.T, osds int, cfg mon.Config) *monCluster {
 			}
 		}
 	})
-	for i := range osds {
+	for i := range opts.OSDs {
 		mc.start(i)
 	}
 	return mc
@@ -95,7 +113,7 @@ func (mc *monCluster) start(i int) {
 		pub, clu = "", "" // the map's
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOSDProcess$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("OSPREY_TEST_OSD=mon:%s,%s,%s,%s", mc.mon.Addr(), data, pub, clu))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("OSPREY_TEST_OSD=mon:%s,%s,%s,%s,%d", mc.mon.Addr(), data, pub, clu, mc.recoveryRate))
 	mc.mu.Lock()
 	logs := mc.logs[i]
 	if logs == nil {
@@ -224,8 +242,8 @@ func TestMonKillOSD(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
 	}
-	mc := startMonCluster(t, 4, mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: 4 * time.Second,
-		Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}})
+	mc := startMonCluster(t, monClusterOptions{OSDs: 4, Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: 4 * time.Second,
+		Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}}})
 	ctx := ctxT(t, 3*time.Minute)
 	mc.waitStatus(ctx, "4 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 4 && s.Health.Status == "HEALTH_OK" })
 	cl := mc.client(t)
@@ -262,8 +280,11 @@ func TestMonAddOSD(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
 	}
-	mc := startMonCluster(t, 4, mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: time.Minute,
-		Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}})
+	// Recovery throttled to 4 MiB/s per OSD, so that the backfill takes
+	// seconds and the health must show it.
+	mc := startMonCluster(t, monClusterOptions{OSDs: 4, RecoveryBytesPerSec: 4 << 20,
+		Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: time.Minute,
+			Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}}})
 	ctx := ctxT(t, 3*time.Minute)
 	mc.waitStatus(ctx, "4 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 4 && s.Health.Status == "HEALTH_OK" })
 	cl := mc.client(t)
@@ -291,11 +312,30 @@ func TestMonAddOSD(t *testing.T) {
 		}
 	}
 	t.Logf("osd.%d joined at epoch %d and leads %d PGs", added, mp.Epoch(), led)
-	// Writes go on during the backfill.
-	w.waitFlowing(ctx, t, 0, time.Now())
-	mc.waitStatus(ctx, "every PG active+clean with five OSDs", func(s *mon.Status) bool {
-		return s.OSDs.Up == 5 && s.PGs["active+clean"] == s.PGTotal && s.Health.Status == "HEALTH_OK"
+	// The health shows the backfill (the new OSD holds nothing yet), and
+	// writes go on meanwhile.
+	st := mc.waitStatus(ctx, "the backfill in the health", func(s *mon.Status) bool {
+		backfilling := 0
+		for state, n := range s.PGs {
+			if strings.Contains(state, "backfilling") {
+				backfilling += n
+			}
+		}
+		return backfilling > 0 && s.DegradedObjects > 0 && s.Health.Status != "HEALTH_OK"
 	})
+	t.Logf("during the backfill: %s %q, %d objects degraded, pgs %v", st.Health.Status, st.Health.Checks, st.DegradedObjects, st.PGs)
+	w.waitFlowing(ctx, t, 0, time.Now())
+	var peak float64
+	mc.waitStatus(ctx, "every PG active+clean with five OSDs", func(s *mon.Status) bool {
+		peak = max(peak, s.RecoveryBytesPerSec)
+		return s.OSDs.Up == 5 && s.PGs["active+clean"] == s.PGTotal && s.Health.Status == "HEALTH_OK" && s.DegradedObjects == 0
+	})
+	// The cluster's sum: each OSD's backfills are capped, a new
+	// primary's catch-up is not (TestRecoveryThrottle checks the cap).
+	t.Logf("recovery peaked at %.1f MiB/s in the status (each OSD's backfill capped at 4 MiB/s)", peak/(1<<20))
+	if peak == 0 {
+		t.Error("the status never showed recovery bytes/s")
+	}
 	w.halt()
 	w.verify(ctx, t)
 	mc.verifyStores(ctx, w, []int{0, 1, 2, 3, 4})

@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/time/rate"
 	"log/slog"
 	"maps"
 	"os"
@@ -92,6 +93,13 @@ type Config struct {
 	// interval; one silent for grace is down, and writes to PGs it serves
 	// fail at once rather than after RepTimeout. Defaults 500ms and 4s.
 	HeartbeatInterval, HeartbeatGrace time.Duration
+	// RecoveryMaxActive bounds how many PGs this OSD recovers or backfills
+	// at once (Ceph's osd_recovery_max_active); default 3.
+	// RecoveryBytesPerSec caps the bytes/s they copy together; 0, the
+	// default, leaves them unthrottled. A new primary catching up before
+	// it may serve is exempt from both: its PG's client I/O waits for it.
+	RecoveryMaxActive   int
+	RecoveryBytesPerSec int64
 	// Readers is the number of goroutines serving reads. Default 8.
 	Readers int
 	// Logger defaults to slog.Default(), with osd=ID.
@@ -149,6 +157,12 @@ func (c *Config) setDefaults() error {
 	if c.Readers <= 0 {
 		c.Readers = 8
 	}
+	if c.RecoveryMaxActive <= 0 {
+		c.RecoveryMaxActive = 3
+	}
+	if c.RecoveryBytesPerSec < 0 {
+		return fmt.Errorf("osd: RecoveryBytesPerSec %d is negative", c.RecoveryBytesPerSec)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -197,7 +211,11 @@ type OSD struct {
 	rebootCh       chan struct{}
 	refused        refusedPeers
 	recoveredBytes atomic.Uint64
-	opsServed      atomic.Uint64
+	// recoverySlots and recoveryRate throttle recovery (Config); rate is
+	// nil when unlimited.
+	recoverySlots chan struct{}
+	recoveryRate  *rate.Limiter
+	opsServed     atomic.Uint64
 
 	pubAddr, cluAddr string
 	closeOnce        sync.Once
@@ -241,6 +259,12 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	o := &OSD{cfg: cfg, id: cfg.ID, log: cfg.Logger, pgs: map[uint32]*pgState{}, peers: map[uint32]*peerState{}, started: time.Now(),
 		mon: mc, ident: ident, rebootCh: make(chan struct{}, 1)}
 	o.reps.init()
+	o.recoverySlots = make(chan struct{}, cfg.RecoveryMaxActive)
+	if cfg.RecoveryBytesPerSec > 0 {
+		// A burst of a tenth of a second (at least 1 MiB): big objects go
+		// in steps of it, and no second copies much more than the cap.
+		o.recoveryRate = rate.NewLimiter(rate.Limit(cfg.RecoveryBytesPerSec), int(max(cfg.RecoveryBytesPerSec/10, 1<<20)))
+	}
 	keep := cfg.Store.LogKeep
 	if keep <= 0 {
 		keep = 2000

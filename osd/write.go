@@ -30,6 +30,31 @@ type pgState struct {
 	// not yet made sure no peer is ahead of us. Reads and writes wait
 	// (SERVICE_UNAVAILABLE) until it clears. Any goroutine may read it.
 	peering atomic.Bool
+
+	// peerMu guards peerLast: where each replica said its log ends, in its
+	// last RepOp reply (the cluster dispatcher's goroutine writes it, the
+	// beacon reads it). A replica missing here or behind our last is
+	// recovering: the PG is degraded, not clean.
+	peerMu   sync.Mutex
+	peerLast map[uint32]*osdpb.Version
+}
+
+// notePeer records that replica id's log ends at last.
+func (p *pgState) notePeer(id uint32, last *osdpb.Version) {
+	p.peerMu.Lock()
+	defer p.peerMu.Unlock()
+	if p.peerLast == nil {
+		p.peerLast = map[uint32]*osdpb.Version{}
+	}
+	p.peerLast[id] = last
+}
+
+// peerAt is where replica id's log ends, as far as we know.
+func (p *pgState) peerAt(id uint32) (*osdpb.Version, bool) {
+	p.peerMu.Lock()
+	defer p.peerMu.Unlock()
+	v, ok := p.peerLast[id]
+	return v, ok
 }
 
 type queuedRepOp struct {
@@ -468,6 +493,13 @@ func (o *OSD) failRep(tid uint64, err error) {
 
 // repReply counts replica from's answer to a RepOp.
 func (o *OSD) repReply(r *osdpb.RepOpReply, from uint32) {
+	if r.Last != nil {
+		if sid, err := o.peerPG(r.Pool, r.Pg); err == nil {
+			if p, err := o.pgOf(sid); err == nil {
+				p.notePeer(from, r.Last)
+			}
+		}
+	}
 	if err := ops.FromReply(r.Header); err != nil {
 		if pr, ok := o.reps.take(r.Tid); ok {
 			pr.finish(err)
@@ -488,12 +520,12 @@ func (o *OSD) repReply(r *osdpb.RepOpReply, from uint32) {
 func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, sid, from uint32) {
 	if err := o.checkRepOpSender(r, sid, from); err != nil {
 		o.log.Warn("rep op refused", "pg", placement.PGIDOf(sid), "from", from, "epoch", r.Epoch, "err", err)
-		o.ackRepOp(m, r, err)
+		o.ackRepOp(m, r, nil, err)
 		return
 	}
 	p, err := o.pgOf(sid)
 	if err != nil {
-		o.ackRepOp(m, r, err)
+		o.ackRepOp(m, r, nil, err)
 		return
 	}
 	if p.recovering {
@@ -506,18 +538,18 @@ func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, sid, from uint32) {
 func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint32) {
 	v := r.Entry.GetVersion()
 	if v == nil {
-		o.ackRepOp(m, r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "rep op without a version"))
+		o.ackRepOp(m, r, nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "rep op without a version"))
 		return
 	}
 	if versionLE(v, p.last) {
-		o.ackRepOp(m, r, nil)
+		o.ackRepOp(m, r, p.last, nil)
 		return
 	}
 	if r.Entry.Kind != osdpb.OpKind_OP_NONE && v.Seq == p.last.GetSeq()+1 {
 		err := o.st.Apply(o.ctx, p.sid, r.Entry, m.Data)
 		if err == nil {
 			p.last = v
-			o.ackRepOp(m, r, nil)
+			o.ackRepOp(m, r, p.last, nil)
 			return
 		}
 		o.log.Warn("replica apply failed; recovering the pg from its primary", "pg", p.sid, "version", v, "err", err)
@@ -526,11 +558,13 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 	o.startRecovery(p, from)
 }
 
-func (o *OSD) ackRepOp(m *msgr.Message, r *osdpb.RepOp, err error) {
+// ackRepOp answers a RepOp; last is where our log of its PG now ends (nil
+// when the op was refused before we looked).
+func (o *OSD) ackRepOp(m *msgr.Message, r *osdpb.RepOp, last *osdpb.Version, err error) {
 	c := m.Conn()
 	m.Release()
 	o.send(c, osdpb.MsgType_MSG_REP_OP_REPLY, &osdpb.RepOpReply{
-		Header: o.header(&osdpb.Header{Epoch: r.Epoch}, err), Pg: r.Pg, Tid: r.Tid}, nil)
+		Header: o.header(&osdpb.Header{Epoch: r.Epoch}, err), Pool: r.Pool, Pg: r.Pg, Last: last, Tid: r.Tid}, nil)
 }
 
 // checkRepOpSender accepts a RepOp only from the PG's primary of the

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/dustin/go-humanize"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -107,6 +109,26 @@ gracefully.`,
 	f.Uint64Var(&memMiB, "memtable-mib", 64, "Pebble memtable size, MiB")
 	f.DurationVar(&cfg.RepTimeout, "rep-timeout", 10*time.Second, "how long a write waits for its replicas before failing (retriable)")
 	f.DurationVar(&stopWithin, "stop-timeout", 30*time.Second, "bound on a graceful stop")
+	f.IntVar(&cfg.RecoveryMaxActive, "recovery-max-active", 3, "PGs recovered or backfilled at once (Ceph's osd_recovery_max_active)")
+	f.Var((*byteSize)(&cfg.RecoveryBytesPerSec), "recovery-bytes-per-sec", "cap on recovery and backfill copying, e.g. 100MiB (0: none)")
 	cmd.AddCommand(newOSDAdminCmds()...)
 	return cmd
+}
+
+// byteSize is a flag of bytes written with units ("64MiB", "1.5GB", "0"),
+// parsed by go-humanize, the parser etcd and many Go CLIs already use.
+type byteSize int64
+
+func (b *byteSize) String() string { return humanize.IBytes(uint64(*b)) }
+func (b *byteSize) Type() string   { return "bytes" }
+func (b *byteSize) Set(s string) error {
+	n, err := humanize.ParseBytes(s)
+	if err != nil {
+		return err
+	}
+	if n > math.MaxInt64 {
+		return fmt.Errorf("%s is too large", s)
+	}
+	*b = byteSize(n)
+	return nil
 }

@@ -400,6 +400,24 @@ func headCounters(h *head) counters {
 	return c
 }
 
+// addCounters adds d to the store's counters and to PG pg's, in b.
+func addCounters(b *pebble.Batch, pg uint32, d counters) error {
+	v := appendCounters(nil, d)
+	if err := b.Merge(keyCounters, v, nil); err != nil {
+		return err
+	}
+	return b.Merge(pgCountersKey(pg), v, nil)
+}
+
+// pgOfHead is the PG an existing object is counted in: its head's, or
+// (corrupt head) the PG the op names.
+func pgOfHead(h *head, pg uint32) uint32 {
+	if h == nil {
+		return pg
+	}
+	return h.pg
+}
+
 func (c counters) neg() counters {
 	return counters{-c.objects, -c.bytes, -c.files, -c.fileBytes}
 }
@@ -475,12 +493,13 @@ func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string,
 				return err
 			}
 		}
-		d := headCounters(h)
-		if present {
-			d.add(headCounters(old).neg())
-		}
-		if err := b.Merge(keyCounters, appendCounters(nil, d), nil); err != nil {
+		if err := addCounters(b, pg, headCounters(h)); err != nil {
 			return err
+		}
+		if present {
+			if err := addCounters(b, pgOfHead(old, pg), headCounters(old).neg()); err != nil {
+				return err
+			}
 		}
 		if record != nil {
 			return record(b)
@@ -550,8 +569,7 @@ func (s *Store) deleteObject(ctx context.Context, pg uint32, bucket, key string,
 			if err := dropData(b, old); err != nil {
 				return err
 			}
-			d := headCounters(old).neg()
-			if err := b.Merge(keyCounters, appendCounters(nil, d), nil); err != nil {
+			if err := addCounters(b, pgOfHead(old, pg), headCounters(old).neg()); err != nil {
 				return err
 			}
 		}
@@ -647,6 +665,7 @@ func (s *Store) deleteBucket(ctx context.Context, bucket string, record recordFn
 		var files []uint64
 		err := s.withView(func(v *view) error {
 			var d counters
+			pgd := map[uint32]counters{} // a corrupt head's PG is unknown: store total only
 			n := 0
 			ok := v.scan(lo, hi)
 			for ; ok && n < purgePage; ok = v.it.Next() {
@@ -672,12 +691,22 @@ func (s *Store) deleteBucket(ctx context.Context, bucket string, record recordFn
 					return err
 				}
 				d.add(headCounters(h).neg())
+				if h != nil {
+					c := pgd[h.pg]
+					c.add(headCounters(h).neg())
+					pgd[h.pg] = c
+				}
 				n++
 			}
 			if err := v.it.Error(); err != nil {
 				return err
 			}
 			more = ok
+			for pg, c := range pgd {
+				if err := b.Merge(pgCountersKey(pg), appendCounters(nil, c), nil); err != nil {
+					return err
+				}
+			}
 			if n > 0 {
 				return b.Merge(keyCounters, appendCounters(nil, d), nil)
 			}

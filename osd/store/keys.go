@@ -21,7 +21,7 @@ const (
 	nsHead    = 'O' // 'O' bucket 0x00 key            -> sealed head
 	nsPGIndex = 'P' // 'P' pg(4) bucket 0x00 key      -> empty
 	nsReq     = 'R' // 'R' pg(4) client(8) tid(8)     -> sealed version
-	nsStats   = 'S' // 'S'                            -> counters (merge operands)
+	nsStats   = 'S' // 'S' [pg(4)]                    -> counters (merge operands): the store's, a PG's
 	nsPending = 'W' // 'W' dataID(8)                  -> "": chunks written, head not yet; "F": unnamed data file
 )
 
@@ -92,6 +92,11 @@ func chunkKey(id uint64, chunk uint32) []byte {
 func dataSpan(id uint64) (lo, hi []byte) {
 	lo = append([]byte{nsData}, binary.BigEndian.AppendUint64(nil, id)...)
 	return lo, prefixEnd(lo)
+}
+
+// pgCountersKey holds PG pg's share of the counters.
+func pgCountersKey(pg uint32) []byte {
+	return binary.BigEndian.AppendUint32([]byte{nsStats}, pg)
 }
 
 func pgKey(pg uint32) []byte {

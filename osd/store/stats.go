@@ -1,7 +1,9 @@
 package store
 
 import (
+	"context"
 	"errors"
+	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -87,4 +89,31 @@ func (s *Store) Stats() Stats {
 	st.BlockCacheHits = m.BlockCache.Hits
 	st.BlockCacheMisses = m.BlockCache.Misses
 	return st
+}
+
+// PGStats is one PG's share of the store's objects and bytes.
+type PGStats struct {
+	Objects, Bytes int64
+}
+
+// PGStats counts PG pg's objects and their bytes (what a primary reports
+// to the mon, and the denominator of its degraded counts).
+func (s *Store) PGStats(ctx context.Context, pg uint32) (PGStats, error) {
+	if err := s.enter(ctx); err != nil {
+		return PGStats{}, err
+	}
+	defer s.leave()
+	v, closer, err := s.db.Get(pgCountersKey(pg))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return PGStats{}, nil
+	}
+	if err != nil {
+		return PGStats{}, err
+	}
+	defer closer.Close()
+	c, err := decodeCounters(v)
+	if err != nil {
+		return PGStats{}, fmt.Errorf("store: pg %#x counters: %w", pg, err)
+	}
+	return PGStats{Objects: c.objects, Bytes: c.bytes}, nil
 }

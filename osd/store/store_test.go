@@ -518,3 +518,41 @@ func TestConcurrentApplies(t *testing.T) {
 	}
 	e.checkIntegrity()
 }
+
+// TestPGStats: each PG counts its own objects and bytes through puts,
+// overwrites, a key that moves to another PG, deletes, a bucket purge and
+// a reopen; the PGs add up to the store's total.
+func TestPGStats(t *testing.T) {
+	e := newEnv(t, store.Options{})
+	e.createBucket(1, "b")
+	want := func(pg uint32, objects, bytes int64) {
+		t.Helper()
+		st, err := e.s.PGStats(e.ctx, pg)
+		must(t, err)
+		if st.Objects != objects || st.Bytes != bytes {
+			t.Fatalf("pg %d: %+v, want %d objects %d bytes", pg, st, objects, bytes)
+		}
+	}
+	e.put(7, "b", "a", make([]byte, 100))
+	e.put(7, "b", "b", make([]byte, 10))
+	e.put(8, "b", "c", make([]byte, 1))
+	want(7, 2, 110)
+	want(8, 1, 1)
+	e.put(7, "b", "a", make([]byte, 50)) // overwrite
+	want(7, 2, 60)
+	e.put(8, "b", "b", make([]byte, 20)) // the key now maps to pg 8
+	want(7, 1, 50)
+	want(8, 2, 21)
+	e.del(8, "b", "c")
+	want(8, 1, 20)
+	want(9, 0, 0)
+	e.reopen()
+	want(7, 1, 50)
+	want(8, 1, 20)
+	if st := e.s.Stats(); st.Objects != 2 || st.Bytes != 70 {
+		t.Fatalf("store stats %+v, want the PGs' sum", st)
+	}
+	e.mustApply(1, e.entry(1, osdpb.OpKind_OP_DELETE_BUCKET, "b", ""), nil)
+	want(7, 0, 0)
+	want(8, 0, 0)
+}

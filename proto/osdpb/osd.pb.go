@@ -2410,10 +2410,14 @@ func (x *RepOp) GetTid() uint64 {
 }
 
 type RepOpReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Pg            uint32                 `protobuf:"varint,2,opt,name=pg,proto3" json:"pg,omitempty"`
-	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Pg     uint32                 `protobuf:"varint,2,opt,name=pg,proto3" json:"pg,omitempty"`
+	Pool   uint32                 `protobuf:"varint,3,opt,name=pool,proto3" json:"pool,omitempty"`
+	// The replica's PG log ends here after the op: how the primary knows
+	// which replicas are behind (degraded objects, recovering, clean).
+	Last          *Version `protobuf:"bytes,4,opt,name=last,proto3" json:"last,omitempty"`
+	Tid           uint64   `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2460,6 +2464,20 @@ func (x *RepOpReply) GetPg() uint32 {
 		return x.Pg
 	}
 	return 0
+}
+
+func (x *RepOpReply) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *RepOpReply) GetLast() *Version {
+	if x != nil {
+		return x.Last
+	}
+	return nil
 }
 
 func (x *RepOpReply) GetTid() uint64 {
@@ -4228,11 +4246,13 @@ const file_osd_proto_rawDesc = "" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12*\n" +
 	"\x05entry\x18\x04 \x01(\v2\x14.osprey.osd.LogEntryR\x05entry\x12\x10\n" +
 	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"_\n" +
+	" \x01(\x04R\x03tid\"\x9c\x01\n" +
 	"\n" +
 	"RepOpReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x0e\n" +
-	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x10\n" +
+	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x12\n" +
+	"\x04pool\x18\x03 \x01(\rR\x04pool\x12'\n" +
+	"\x04last\x18\x04 \x01(\v2\x13.osprey.osd.VersionR\x04last\x12\x10\n" +
 	"\x03tid\x18\n" +
 	" \x01(\x04R\x03tid\"U\n" +
 	"\aPGQuery\x12\x14\n" +
@@ -4573,32 +4593,33 @@ var file_osd_proto_depIdxs = []int32{
 	1,  // 39: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
 	29, // 40: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
 	9,  // 41: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
-	6,  // 42: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
-	6,  // 43: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
-	9,  // 44: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
-	33, // 45: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
-	6,  // 46: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
-	9,  // 47: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
-	29, // 48: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
-	9,  // 49: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
-	29, // 50: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
-	6,  // 51: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
-	9,  // 52: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
-	3,  // 53: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
-	6,  // 54: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
-	43, // 55: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	9,  // 56: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	9,  // 57: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	9,  // 58: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	3,  // 59: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	3,  // 60: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	9,  // 61: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	3,  // 62: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	63, // [63:63] is the sub-list for method output_type
-	63, // [63:63] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	6,  // 42: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
+	6,  // 43: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
+	6,  // 44: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
+	9,  // 45: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
+	33, // 46: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
+	6,  // 47: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
+	9,  // 48: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
+	29, // 49: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
+	9,  // 50: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
+	29, // 51: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
+	6,  // 52: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
+	9,  // 53: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
+	3,  // 54: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
+	6,  // 55: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
+	43, // 56: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	9,  // 57: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	9,  // 58: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	9,  // 59: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	3,  // 60: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	3,  // 61: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	9,  // 62: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	3,  // 63: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	64, // [64:64] is the sub-list for method output_type
+	64, // [64:64] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
