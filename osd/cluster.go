@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -302,9 +303,7 @@ func (o *OSD) newlyLed(prev, mp *placement.Map) []pgRef {
 // catchUp runs after a map change made us primary of the PGs in led (each
 // already marked peering): it asks their members in both maps for their
 // versions, and a PG where one is ahead of us recovers from it before the
-// peering mark clears and the PG takes reads and writes again. A member
-// that does not answer is skipped: while it was unreachable it took no
-// writes we do not have.
+// peering mark clears and the PG takes reads and writes again.
 func (o *OSD) catchUp(prev, mp *placement.Map, led []pgRef) {
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
@@ -312,32 +311,84 @@ func (o *OSD) catchUp(prev, mp *placement.Map, led []pgRef) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			o.catchUpPG(prev, mp, r)
+			o.catchUpPG(prev, r)
 		})
 	}
 	wg.Wait()
 }
 
-func (o *OSD) catchUpPG(prev, mp *placement.Map, r pgRef) {
+// catchUpPG peers one PG we now lead. A write acknowledged in the previous
+// interval is on every member of its acting set, so hearing from one of
+// them is enough; hearing from none is not: a member that does not answer
+// may hold writes we lack, and serving without them answers NoSuchKey for
+// acknowledged objects (a new primary whose queries timed out did, once).
+// So unless we were in that set ourselves, or it was below min_size (it
+// acknowledged nothing), the PG stays peering and asks again until one
+// answers, as Ceph's PG stays down. A newer map we are not primary in
+// ends the wait.
+func (o *OSD) catchUpPG(prev *placement.Map, r pgRef) {
 	sid := storePG(r.pool, r.pg)
 	p, err := o.pgOf(sid)
 	if err != nil {
 		return
 	}
+	var mustHear []uint32
+	if before := prev.ActingSet(r.pool, r.pg); !slices.Contains(before, o.id) {
+		if pool, ok := prev.Pool(r.pool); !ok || len(before) >= placement.MinSize(pool) || r.pg == placement.MetaPG {
+			mustHear = before
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		mp := o.Map()
+		if !mp.IsPrimary(r.pool, r.pg, o.id) {
+			p.peering.Store(false) // not ours to serve; the next primary peers
+			return
+		}
+		from, best, heard, err := o.queryMembers(prev, mp, r, mustHear)
+		if err != nil {
+			p.peering.Store(false)
+			return
+		}
+		if len(mustHear) > 0 && !heard {
+			if attempt == 0 || attempt%10 == 0 {
+				o.log.Warn("pg down: no member of its previous interval answers; waiting for one before serving",
+					"pg", fmt.Sprintf("%d.%x", r.pool, r.pg), "previous", mustHear, "epoch", prev.Epoch())
+			}
+			select {
+			case <-o.ctx.Done():
+				return
+			case <-time.After(time.Second): // retry pacing; the members may be restarting
+			}
+			continue
+		}
+		if from == o.id {
+			p.peering.Store(false)
+			return
+		}
+		o.log.Info("new primary is behind a peer; recovering before serving", "pg", fmt.Sprintf("%d.%x", r.pool, r.pg),
+			"peer", from, "theirs", best)
+		o.enqueue(o.shardOf(sid), func() { o.startRecovery(p, from) })
+		return
+	}
+}
+
+// queryMembers asks the members of PG r in prev and mp (but us) for their
+// versions: from is the one with the newest (us when none is ahead), and
+// heard says whether one of mustHear answered.
+func (o *OSD) queryMembers(prev, mp *placement.Map, r pgRef, mustHear []uint32) (from uint32, best *osdpb.Version, heard bool, err error) {
+	best, _, err = o.st.PGInfo(o.ctx, storePG(r.pool, r.pg))
+	if err != nil {
+		return 0, nil, false, err
+	}
+	from = o.id
 	members := map[uint32]bool{}
 	for _, m := range []*placement.Map{mp, prev} {
 		for _, id := range m.ActingSet(r.pool, r.pg) {
 			members[id] = id != o.id
 		}
 	}
-	mine, _, err := o.st.PGInfo(o.ctx, sid)
-	if err != nil {
-		p.peering.Store(false)
-		return
-	}
-	best, from := mine, uint32(0)
 	for id, other := range members {
-		if !other || o.peerDown(id) {
+		if !other || (o.peerDown(id) && !slices.Contains(mustHear, id)) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(o.ctx, 2*time.Second)
@@ -349,19 +400,12 @@ func (o *OSD) catchUpPG(prev, mp *placement.Map, r pgRef) {
 		if err != nil || ops.FromReply(rep.Header) != nil {
 			continue
 		}
+		heard = heard || slices.Contains(mustHear, id)
 		if last := rep.Info.GetLast(); !versionLE(last, best) {
 			best, from = last, id
 		}
 	}
-	if best == mine {
-		p.peering.Store(false)
-		return
-	}
-	o.log.Info("new primary is behind a peer; recovering before serving", "pg", fmt.Sprintf("%d.%x", r.pool, r.pg),
-		"peer", from, "ours", mine, "theirs", best)
-	if !o.enqueue(o.shardOf(sid), func() { o.startRecovery(p, from) }) {
-		return
-	}
+	return from, best, heard, nil
 }
 
 // peerWith sends OSD id a sync RepOp ("be at least at version v") for every
@@ -371,15 +415,8 @@ func (o *OSD) peerWith(id uint32, why string) {
 	mp := o.Map()
 	n := 0
 	sync := func(pool, pg uint32) {
-		sid := storePG(pool, pg)
-		last, _, err := o.st.PGInfo(o.ctx, sid)
-		if err != nil || last.GetSeq() == 0 {
-			return
-		}
-		front, _ := proto.Marshal(&osdpb.RepOp{Epoch: mp.Epoch(), Pool: pool, Pg: pg,
-			Entry: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: last}})
-		if c, err := o.peerConn(id); err == nil {
-			c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_REP_OP), front, nil))
+		last, _, err := o.st.PGInfo(o.ctx, storePG(pool, pg))
+		if err == nil && last.GetSeq() > 0 && o.sendSync(mp, id, pool, pg, last) {
 			n++
 		}
 	}
@@ -399,6 +436,15 @@ func (o *OSD) peerWith(id uint32, why string) {
 	o.log.Debug("peering", "peer", id, "why", why, "pgs", n)
 }
 
+// sendSync sends replica id a sync RepOp of PG (pool, pg): "be at least at
+// last". It recovers what it lacks, then answers with where its log ends.
+func (o *OSD) sendSync(mp *placement.Map, id, pool, pg uint32, last *osdpb.Version) bool {
+	front, _ := proto.Marshal(&osdpb.RepOp{Epoch: mp.Epoch(), Pool: pool, Pg: pg,
+		Entry: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: last}})
+	c, err := o.peerConn(id)
+	return err == nil && c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_REP_OP), front, nil)) == nil
+}
+
 // ---------------------------------------------------------------------------
 // Maps.
 
@@ -407,12 +453,18 @@ func (o *OSD) learnEpoch(epoch uint64, from uint32) {
 	if epoch <= o.Map().Epoch() {
 		return
 	}
+	// One fetch at a time: every op of a newer peer says so, and a burst
+	// of them must not become a burst of fetches.
+	if !o.fetchingMap.CompareAndSwap(false, true) {
+		return
+	}
 	o.wg.Go(func() {
+		defer o.fetchingMap.Store(false)
 		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
 		defer cancel()
 		var rep osdpb.GetMapReply
 		err := o.call(ctx, from, osdpb.MsgType_MSG_GET_MAP, func(tid uint64) proto.Message {
-			return &osdpb.GetMap{HaveEpoch: o.Map().Epoch()}
+			return &osdpb.GetMap{HaveEpoch: o.Map().Epoch(), Tid: tid}
 		}, &rep, nil)
 		if err == nil {
 			err = o.adoptMap(rep.Map)

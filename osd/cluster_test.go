@@ -416,3 +416,54 @@ func TestReloadMap(t *testing.T) {
 		t.Fatalf("a foreign map was adopted (epoch %d, err %v)", o.Map().Epoch(), err)
 	}
 }
+
+// TestNewPrimaryWaitsForPreviousInterval: an OSD comes in as the primary of
+// a PG while every member of the PG's previous acting set is unreachable.
+// It must not serve the PG from its empty store (that answered NoSuchKey
+// for acknowledged objects): reads fail retriably until a previous member
+// answers, and then return the object.
+func TestNewPrimaryWaitsForPreviousInterval(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 16})
+	ctx := ctxT(t, 2*time.Minute)
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	const newcomer = 3
+	without, with := newcomerMaps(t, c, newcomer)
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "waits"); err != nil {
+		t.Fatal(err)
+	}
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("obj%d", i)
+		if with.IsPrimary(pool.Id, placement.PGOf(pool, "waits", k), newcomer) {
+			key = k
+		}
+	}
+	data := osdtest.Payload(5000, 7)
+	if _, err := osdtest.Put(ctx, cl, "waits", key, data, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := without.ActingSet(pool.Id, placement.PGOf(pool, "waits", key))
+	for _, id := range before {
+		c.StopOSD(id)
+	}
+	if err := c.OSDs[newcomer].AdoptMap(with); err != nil {
+		t.Fatal(err)
+	}
+	impatient := c.Client(t, func(o *client.Options) { o.RetryFor = 2 * time.Second })
+	if _, _, err := osdtest.Get(ctx, impatient, "waits", key, client.GetOptions{}); err == nil || errors.Is(err, client.ErrNoSuchKey) {
+		t.Fatalf("get %s while the previous members %v are down: %v; want a retriable failure", key, before, err)
+	} else {
+		t.Logf("while %v are down: %v", before, err)
+	}
+	for _, id := range before {
+		c.StartOSD(id)
+	}
+	osdtest.Eventually(t, 30*time.Second, "read "+key+" once a previous member is back", func() bool {
+		got, _, err := osdtest.Get(ctx, cl, "waits", key, client.GetOptions{})
+		if errors.Is(err, client.ErrNoSuchKey) {
+			t.Fatalf("%s: %v", key, err)
+		}
+		return err == nil && bytes.Equal(got, data)
+	})
+}

@@ -165,7 +165,7 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			return
 		}
 		o.send(m.Conn(), ops.ReplyType(t), &osdpb.GetMapReply{
-			Header: &osdpb.ReplyHeader{Epoch: o.Map().Epoch()}, Map: o.Map().Proto()}, nil)
+			Header: &osdpb.ReplyHeader{Epoch: o.Map().Epoch()}, Map: o.Map().Proto(), Tid: req.Tid}, nil)
 		m.Release()
 
 	case osdpb.MsgType_MSG_CREATE_BUCKET, osdpb.MsgType_MSG_DELETE_BUCKET:

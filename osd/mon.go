@@ -234,19 +234,23 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 		st.State = "peering"
 		return st
 	}
+	missing := int(pool.Size) - len(acting)
+	st.Degraded = uint64(max(missing, 0)) * objects
 	if len(acting) < placement.MinSize(pool) {
 		st.State = "undersized+peered"
 		return st
 	}
 	tokens := []string{"active"}
-	missing := int(pool.Size) - len(acting)
-	st.Degraded = uint64(max(missing, 0)) * objects
 	recovering, backfilling := false, false
 	for _, id := range acting[1:] {
 		at, known := ps.peerAt(id)
 		if last.GetSeq() == 0 || (known && versionLE(last, at)) {
 			continue
 		}
+		// Ask it where it is (and make it catch up): its answer is what
+		// turns this PG clean. A replica that came back while we were
+		// not looking would otherwise stay "behind" until the next write.
+		o.sendSync(mp, id, pool.Id, pg, last)
 		behind := objects
 		if known && at.GetSeq() > 0 {
 			recovering = true

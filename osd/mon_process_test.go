@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +22,8 @@ import (
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/local"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/osdtest"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -157,7 +160,9 @@ func (mc *monCluster) waitStatus(ctx context.Context, what string, ok func(*mon.
 	}
 }
 
-func (mc *monCluster) client(t *testing.T) *client.Client {
+// client is a client of the cluster that retries a failing op for
+// retryFor.
+func (mc *monCluster) client(t *testing.T, retryFor time.Duration) *client.Client {
 	var seeds []string
 	for info := range mc.mon.Map().OSDs() {
 		if info.Up {
@@ -165,7 +170,7 @@ func (mc *monCluster) client(t *testing.T) *client.Client {
 		}
 	}
 	cl, err := client.New(context.Background(), client.Options{Seeds: seeds, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		RetryFor: 60 * time.Second, OpTimeout: 5 * time.Second})
+		RetryFor: retryFor, OpTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +251,7 @@ func TestMonKillOSD(t *testing.T) {
 		Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}}})
 	ctx := ctxT(t, 3*time.Minute)
 	mc.waitStatus(ctx, "4 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 4 && s.Health.Status == "HEALTH_OK" })
-	cl := mc.client(t)
+	cl := mc.client(t, time.Minute)
 	if err := cl.MakeBucket(ctx, "killtest"); err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +292,7 @@ func TestMonAddOSD(t *testing.T) {
 			Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}}})
 	ctx := ctxT(t, 3*time.Minute)
 	mc.waitStatus(ctx, "4 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 4 && s.Health.Status == "HEALTH_OK" })
-	cl := mc.client(t)
+	cl := mc.client(t, time.Minute)
 	if err := cl.MakeBucket(ctx, "addtest"); err != nil {
 		t.Fatal(err)
 	}
@@ -339,4 +344,63 @@ func TestMonAddOSD(t *testing.T) {
 	w.halt()
 	w.verify(ctx, t)
 	mc.verifyStores(ctx, w, []int{0, 1, 2, 3, 4})
+}
+
+// TestMonBelowMinSize: 3 OSDs, 3 replicas, min_size 2. Two are SIGKILLed
+// and stay down (not out): every PG is left with one member. Writes fail
+// with a retriable error that names min_size, the health is an error,
+// reads of the survivor go on, and once the two return every PG is
+// active+clean again, writes succeed, and nothing acknowledged is lost.
+func TestMonBelowMinSize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	mc := startMonCluster(t, monClusterOptions{OSDs: 3, Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: 10 * time.Minute,
+		Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}}})
+	ctx := ctxT(t, 3*time.Minute)
+	mc.waitStatus(ctx, "3 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 3 && s.Health.Status == "HEALTH_OK" })
+	cl := mc.client(t, time.Minute)
+	if err := cl.MakeBucket(ctx, "minsize"); err != nil {
+		t.Fatal(err)
+	}
+	w := newWorkload(cl, "minsize")
+	w.write(ctx)
+	w.waitFlowing(ctx, t, 30, time.Now().Add(-time.Second))
+	w.halt()
+
+	mc.kill(1, syscall.SIGKILL)
+	mc.kill(2, syscall.SIGKILL)
+	st := mc.waitStatus(ctx, "two OSDs down", func(s *mon.Status) bool { return s.OSDs.Up == 1 && s.OSDs.In == 3 })
+	st = mc.waitStatus(ctx, "every PG below min_size", func(s *mon.Status) bool { return s.PGs["undersized+peered"] == s.PGTotal })
+	if st.Health.Status != mon.HealthErr {
+		t.Errorf("health %s with every PG below min_size: %q", st.Health.Status, st.Health.Checks)
+	}
+	t.Logf("two down: %s %q", st.Health.Status, st.Health.Checks)
+
+	impatient := mc.client(t, 2*time.Second)
+	_, err := osdtest.Put(ctx, impatient, "minsize", "refused", []byte("below min_size"), client.PutOptions{})
+	var oe *ops.Error
+	if !errors.As(err, &oe) || !oe.Retriable() || !strings.Contains(err.Error(), "min_size") {
+		t.Fatalf("put below min_size: %v, want a retriable error naming min_size", err)
+	}
+	t.Logf("put below min_size: %v", err)
+	w.mu.Lock()
+	for key, want := range w.acked {
+		got, _, err := osdtest.Get(ctx, impatient, "minsize", key, client.GetOptions{})
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("read of %s from the survivor: %v", key, err)
+		}
+	}
+	w.mu.Unlock()
+
+	mc.start(1)
+	mc.start(2)
+	mc.waitStatus(ctx, "all back, every PG active+clean", func(s *mon.Status) bool {
+		return s.OSDs.Up == 3 && s.PGs["active+clean"] == s.PGTotal && s.Health.Status == "HEALTH_OK"
+	})
+	if _, err := osdtest.Put(ctx, cl, "minsize", "after", []byte("back"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.verify(ctx, t)
+	mc.verifyStores(ctx, w, []int{0, 1, 2})
 }

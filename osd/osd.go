@@ -211,6 +211,7 @@ type OSD struct {
 	rebootCh       chan struct{}
 	refused        refusedPeers
 	recoveredBytes atomic.Uint64
+	fetchingMap    atomic.Bool // learnEpoch has a fetch in flight
 	// recoverySlots and recoveryRate throttle recovery (Config); rate is
 	// nil when unlimited.
 	recoverySlots chan struct{}

@@ -1234,6 +1234,7 @@ func (x *BucketInfo) GetCreatedUnixNano() int64 {
 type GetMap struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	HaveEpoch     uint64                 `protobuf:"varint,1,opt,name=have_epoch,json=haveEpoch,proto3" json:"have_epoch,omitempty"`
+	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // echoed in the reply (OSDs asking each other); clients send 0
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1275,10 +1276,18 @@ func (x *GetMap) GetHaveEpoch() uint64 {
 	return 0
 }
 
+func (x *GetMap) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
+}
+
 type GetMapReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Map           *ClusterMap            `protobuf:"bytes,2,opt,name=map,proto3" json:"map,omitempty"`
+	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1325,6 +1334,13 @@ func (x *GetMapReply) GetMap() *ClusterMap {
 		return x.Map
 	}
 	return nil
+}
+
+func (x *GetMapReply) GetTid() uint64 {
+	if x != nil {
+		return x.Tid
+	}
+	return 0
 }
 
 type BucketRequest struct {
@@ -4151,13 +4167,17 @@ const file_osd_proto_rawDesc = "" +
 	"\n" +
 	"BucketInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
-	"\x11created_unix_nano\x18\x02 \x01(\x03R\x0fcreatedUnixNano\"'\n" +
+	"\x11created_unix_nano\x18\x02 \x01(\x03R\x0fcreatedUnixNano\"9\n" +
 	"\x06GetMap\x12\x1d\n" +
 	"\n" +
-	"have_epoch\x18\x01 \x01(\x04R\thaveEpoch\"h\n" +
+	"have_epoch\x18\x01 \x01(\x04R\thaveEpoch\x12\x10\n" +
+	"\x03tid\x18\n" +
+	" \x01(\x04R\x03tid\"z\n" +
 	"\vGetMapReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12(\n" +
-	"\x03map\x18\x02 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"S\n" +
+	"\x03map\x18\x02 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\x12\x10\n" +
+	"\x03tid\x18\n" +
+	" \x01(\x04R\x03tid\"S\n" +
 	"\rBucketRequest\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\"j\n" +
