@@ -16,6 +16,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/ospreystore/osprey/mon/monclient"
 	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
@@ -60,8 +61,13 @@ var ErrClosed = errors.New("client: closed")
 // Options configure a Client.
 type Options struct {
 	// Seeds are OSD public addresses ("tcp://10.0.0.1:6800"); the map is
-	// fetched from the first that answers. Required.
+	// fetched from the first that answers. Required without Mon.
 	Seeds []string
+	// Mon lists the mons' addresses ("tcp://10.0.0.1:3300"). With them the
+	// client takes its map from the mons and subscribes: every map change
+	// (an OSD down, out, added) reaches it at once, rather than when an
+	// OSD's reply or a failed op shows it a newer epoch.
+	Mon []string
 	// Pool is the pool's name; default the pool with the lowest id.
 	Pool string
 	// OpTimeout bounds one attempt of one op. Default 30s.
@@ -90,6 +96,8 @@ type Client struct {
 	mu      sync.Mutex
 	pending map[uint64]*call
 	closed  bool
+
+	mon *monclient.Client // nil without Options.Mon
 }
 
 type call struct {
@@ -99,8 +107,8 @@ type call struct {
 
 // New connects to the cluster: it fetches the map from a seed.
 func New(ctx context.Context, opts Options) (*Client, error) {
-	if len(opts.Seeds) == 0 {
-		return nil, errors.New("client: no seed addresses")
+	if len(opts.Seeds) == 0 && len(opts.Mon) == 0 {
+		return nil, errors.New("client: no seed or mon addresses")
 	}
 	if opts.OpTimeout <= 0 {
 		opts.OpTimeout = 30 * time.Second
@@ -123,17 +131,39 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 		return nil, err
 	}
 	c.m = m
-	if err := c.fetchMap(ctx, opts.Seeds); err != nil {
+	if len(opts.Mon) > 0 {
+		err = c.subscribe(ctx)
+	} else {
+		err = c.fetchMap(ctx, opts.Seeds)
+	}
+	if err != nil {
 		m.Kill()
 		return nil, err
 	}
 	if opts.Pool != "" {
 		if _, ok := c.Map().PoolByName(opts.Pool); !ok {
-			m.Kill()
+			c.Close()
 			return nil, fmt.Errorf("client: no pool %q in the map", opts.Pool)
 		}
 	}
 	return c, nil
+}
+
+// subscribe gets the map from the mons and keeps their newer maps coming.
+func (c *Client) subscribe(ctx context.Context) error {
+	mc, err := monclient.New(ctx, monclient.Options{Addrs: c.opts.Mon, Name: msgr.EntityName(fmt.Sprintf("client.%d.mon", c.nonce%1_000_000_000)),
+		Transports: c.opts.Transports, Logger: c.log, OnMap: func(mp *placement.Map) { c.adoptMap(mp) }})
+	if err != nil {
+		return err
+	}
+	mp, err := mc.Subscribe(ctx)
+	if err != nil {
+		mc.Close()
+		return fmt.Errorf("client: map from the mons %v: %w", c.opts.Mon, err)
+	}
+	c.mon = mc
+	c.adoptMap(mp)
+	return nil
 }
 
 // Close ends the client's sessions; ops in progress fail.
@@ -149,6 +179,9 @@ func (c *Client) Close() error {
 		delete(c.pending, tid)
 	}
 	c.mu.Unlock()
+	if c.mon != nil {
+		c.mon.Close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return c.m.Shutdown(ctx)
@@ -183,8 +216,7 @@ func (c *Client) adopt(pb *osdpb.ClusterMap) {
 	if pb == nil {
 		return
 	}
-	cur := c.Map()
-	if cur != nil && (pb.Epoch <= cur.Epoch() || pb.Fsid != cur.FSID()) {
+	if cur := c.Map(); cur != nil && (pb.Epoch <= cur.Epoch() || pb.Fsid != cur.FSID()) {
 		return
 	}
 	m, err := placement.FromProto(pb)
@@ -192,7 +224,21 @@ func (c *Client) adopt(pb *osdpb.ClusterMap) {
 		c.log.Warn("client: ignoring an invalid map", "err", err)
 		return
 	}
-	c.mapv.Store(m)
+	c.adoptMap(m)
+}
+
+// adoptMap installs m if it is newer and of our cluster; maps arrive from
+// OSD replies and the mons concurrently.
+func (c *Client) adoptMap(m *placement.Map) {
+	for {
+		cur := c.Map()
+		if cur != nil && (m.Epoch() <= cur.Epoch() || m.FSID() != cur.FSID()) {
+			return
+		}
+		if c.mapv.CompareAndSwap(cur, m) {
+			return
+		}
+	}
 }
 
 // fetchMap asks the addresses in turn for the map.

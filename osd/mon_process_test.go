@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,19 +28,29 @@ import (
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
-// monOSDProcess is the body of an OSD child that boots through a mon:
-// spec is "MONADDR,DATADIR,PUBLIC,CLUSTER,RECOVERY_BYTES_PER_SEC".
+// monChildSpec is what an OSD child that boots through a mon is told
+// (OSPREY_TEST_OSD=mon:JSON).
+type monChildSpec struct {
+	Mon, Data, Public, Cluster string
+	RecoveryBytesPerSec        int64
+	// Defaults runs the OSD at its default heartbeat settings (the
+	// failover figures) instead of the tests' fast ones.
+	Defaults bool
+}
+
+// monOSDProcess is the body of an OSD child that boots through a mon.
 func monOSDProcess(spec string) {
-	parts := strings.Split(spec, ",")
-	if len(parts) != 5 {
-		fmt.Fprintf(os.Stderr, "bad spec %q\n", spec)
+	var sp monChildSpec
+	if err := json.Unmarshal([]byte(spec), &sp); err != nil {
+		fmt.Fprintf(os.Stderr, "bad spec %q: %v\n", spec, err)
 		os.Exit(2)
 	}
-	recovery, _ := strconv.ParseInt(parts[4], 10, 64)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg := osd.Config{Mon: []string{parts[0]}, DataDir: parts[1], PublicListen: parts[2], ClusterListen: parts[3],
-		RepTimeout: 10 * time.Second, HeartbeatInterval: 200 * time.Millisecond, HeartbeatGrace: 2 * time.Second,
-		BeaconInterval: 500 * time.Millisecond, RecoveryBytesPerSec: recovery, Logger: log}
+	cfg := osd.Config{Mon: []string{sp.Mon}, DataDir: sp.Data, PublicListen: sp.Public, ClusterListen: sp.Cluster,
+		RecoveryBytesPerSec: sp.RecoveryBytesPerSec, Logger: log}
+	if !sp.Defaults {
+		cfg.HeartbeatInterval, cfg.HeartbeatGrace, cfg.BeaconInterval = 200*time.Millisecond, 2*time.Second, 500*time.Millisecond
+	}
 	cfg.Store.CacheSize, cfg.Store.MemTableSize = 16<<20, 8<<20
 	ctx := context.Background()
 	o, err := osd.Start(ctx, cfg)
@@ -58,8 +67,7 @@ type monCluster struct {
 	mu    sync.Mutex
 	procs map[int]*osdProc
 	logs  map[int]*bytes.Buffer
-	// recoveryRate is the OSDs' RecoveryBytesPerSec (0: unthrottled).
-	recoveryRate int64
+	opts  monClusterOptions
 }
 
 // monClusterOptions shape a monCluster.
@@ -68,13 +76,14 @@ type monClusterOptions struct {
 	Mon  mon.Config
 	// RecoveryBytesPerSec throttles every OSD's recovery (0: unthrottled).
 	RecoveryBytesPerSec int64
+	// Defaults runs the OSDs at their default heartbeat settings.
+	Defaults bool
 }
 
 func startMonCluster(t *testing.T, opts monClusterOptions) *monCluster {
 	ctx := ctxT(t, time.Minute)
 	cfg := opts.Mon
-	mc := &monCluster{t: t, dir: t.TempDir(), procs: map[int]*osdProc{}, logs: map[int]*bytes.Buffer{},
-		recoveryRate: opts.RecoveryBytesPerSec}
+	mc := &monCluster{t: t, dir: t.TempDir(), procs: map[int]*osdProc{}, logs: map[int]*bytes.Buffer{}, opts: opts}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var err error
 	if mc.etcd, err = mon.StartEtcd(ctx, filepath.Join(mc.dir, "etcd"), quiet); err != nil {
@@ -116,7 +125,9 @@ func (mc *monCluster) start(i int) {
 		pub, clu = "", "" // the map's
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOSDProcess$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("OSPREY_TEST_OSD=mon:%s,%s,%s,%s,%d", mc.mon.Addr(), data, pub, clu, mc.recoveryRate))
+	spec, _ := json.Marshal(monChildSpec{Mon: mc.mon.Addr(), Data: data, Public: pub, Cluster: clu,
+		RecoveryBytesPerSec: mc.opts.RecoveryBytesPerSec, Defaults: mc.opts.Defaults})
+	cmd.Env = append(os.Environ(), "OSPREY_TEST_OSD=mon:"+string(spec))
 	mc.mu.Lock()
 	logs := mc.logs[i]
 	if logs == nil {
@@ -163,13 +174,7 @@ func (mc *monCluster) waitStatus(ctx context.Context, what string, ok func(*mon.
 // client is a client of the cluster that retries a failing op for
 // retryFor.
 func (mc *monCluster) client(t *testing.T, retryFor time.Duration) *client.Client {
-	var seeds []string
-	for info := range mc.mon.Map().OSDs() {
-		if info.Up {
-			seeds = append(seeds, info.PublicAddr)
-		}
-	}
-	cl, err := client.New(context.Background(), client.Options{Seeds: seeds, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	cl, err := client.New(context.Background(), client.Options{Mon: []string{mc.mon.Addr()}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		RetryFor: retryFor, OpTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -259,12 +264,22 @@ func TestMonKillOSD(t *testing.T) {
 	w.write(ctx)
 	w.read(ctx, 1)
 	w.waitFlowing(ctx, t, 20, time.Now().Add(-time.Second))
+	idle := mc.client(t, time.Minute)
 	victim := 1
 	killed := time.Now()
 	mc.kill(victim, syscall.SIGKILL)
 	w.waitFlowing(ctx, t, 0, killed.Add(100*time.Millisecond))
 	t.Logf("puts resumed %v after the SIGKILL", w.resumed(killed, 100*time.Millisecond).Round(time.Millisecond))
 	st := mc.waitStatus(ctx, "the victim down", func(s *mon.Status) bool { return s.OSDs.Up == 3 })
+	// A client that sent nothing since before the kill hears of the new
+	// map from the mon within a second.
+	down := mc.mon.Map().Epoch()
+	for deadline := time.Now().Add(time.Second); idle.Map().Epoch() < down; {
+		if time.Now().After(deadline) {
+			t.Fatalf("an idle client is at epoch %d a second after the mon's %d", idle.Map().Epoch(), down)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
+	}
 	if st.Health.Status == "HEALTH_OK" {
 		t.Errorf("HEALTH_OK with an OSD down: %+v", st.Health)
 	}

@@ -138,10 +138,16 @@ func (w *workload) waitFlowing(ctx context.Context, t *testing.T, n int, since t
 // resumed is how long after t0 the first put acknowledged after t0+slack
 // was (a put in flight at t0 may finish just after it).
 func (w *workload) resumed(t0 time.Time, slack time.Duration) time.Duration {
+	return w.resumedFor(t0, slack, func(string) bool { return true })
+}
+
+// resumedFor is resumed for the keys match accepts (those of the PGs an
+// OSD served, say).
+func (w *workload) resumedFor(t0 time.Time, slack time.Duration, match func(key string) bool) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, at := range w.puts {
-		if at.After(t0.Add(slack)) {
+	for i, at := range w.puts {
+		if at.After(t0.Add(slack)) && match(w.keys[i]) {
 			return at.Sub(t0)
 		}
 	}
