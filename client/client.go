@@ -19,6 +19,8 @@ import (
 	"github.com/ospreystore/osprey/mon/monclient"
 	"log/slog"
 	mrand "math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -236,7 +238,31 @@ func (c *Client) adoptMap(m *placement.Map) {
 			return
 		}
 		if c.mapv.CompareAndSwap(cur, m) {
+			c.abandonDown(m)
 			return
+		}
+	}
+}
+
+// abandonDown fails, as if their connections were lost, the ops waiting
+// for a reply from an OSD that m marks down: they retry at once on the new
+// acting set instead of waiting out OpTimeout for a hung OSD, whose
+// connections stay open.
+func (c *Client) abandonDown(m *placement.Map) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, p := range c.pending {
+		s, ok := strings.CutPrefix(string(p.conn.Peer()), "osd.")
+		if !ok {
+			continue
+		}
+		id, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			continue
+		}
+		if info, ok := m.OSD(uint32(id)); !ok || !info.Up {
+			delete(c.pending, k)
+			close(p.ch)
 		}
 	}
 }

@@ -388,7 +388,13 @@ func (o *OSD) queryMembers(prev, mp *placement.Map, r pgRef, mustHear []uint32) 
 		}
 	}
 	for id, other := range members {
-		if !other || (o.peerDown(id) && !slices.Contains(mustHear, id)) {
+		// One the map or our heartbeats say is down is not asked (a query
+		// to a dead OSD waits out its 2 s), unless only it can tell.
+		gone := o.peerDown(id)
+		if info, ok := mp.OSD(id); !ok || !info.Up {
+			gone = true
+		}
+		if !other || (gone && !slices.Contains(mustHear, id)) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(o.ctx, 2*time.Second)
@@ -530,6 +536,15 @@ func (o *OSD) adoptMap(pb *osdpb.ClusterMap) error {
 	o.mapv.Store(m)
 	o.mapMu.Unlock()
 	o.log.Info("new map", "epoch", m.Epoch(), "was", cur.Epoch(), "newly led pgs", len(led))
+	// Writes waiting for an OSD the map now marks down fail at once (the
+	// client's retry goes to the new acting set) instead of waiting out
+	// RepTimeout: a hung OSD's connections stay open, so nothing else
+	// tells them.
+	for info := range cur.OSDs() {
+		if now, ok := m.OSD(info.Id); info.Up && (!ok || !now.Up) {
+			o.failPeer(info.Id, "is marked down in the map")
+		}
+	}
 	o.wg.Go(func() {
 		o.catchUp(cur, m, led)
 		o.peerAll("new map")
