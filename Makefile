@@ -56,7 +56,7 @@ FUZZ_TARGETS = \
 	"FuzzDecodeReqVersion ./osd/store" "FuzzDecodeIDMark ./osd/store" "FuzzDecodeLogEntry ./osd/store" \
 	"FuzzDecodeBucket ./osd/store" "FuzzDecodeCounters ./osd/store" "FuzzKeys ./osd/store" \
 	"FuzzCRC32CCombine ./osd/store" \
-	"FuzzTidOf ./osd" "FuzzReplyTid ./client"
+	"FuzzVarintField ./osd/ops" "FuzzReplyTid ./client" "FuzzMonRequest ./mon"
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do set -- $$t; \

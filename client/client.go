@@ -16,15 +16,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/ospreystore/osprey/mon/monclient"
 	"log/slog"
 	mrand "math/rand/v2"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/ops"
@@ -252,15 +250,11 @@ func (c *Client) abandonDown(m *placement.Map) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, p := range c.pending {
-		s, ok := strings.CutPrefix(string(p.conn.Peer()), "osd.")
+		id, ok := ops.ParseOSDName(string(p.conn.Peer()))
 		if !ok {
 			continue
 		}
-		id, err := strconv.ParseUint(s, 10, 32)
-		if err != nil {
-			continue
-		}
-		if info, ok := m.OSD(uint32(id)); !ok || !info.Up {
+		if info, ok := m.OSD(id); !ok || !info.Up {
 			delete(c.pending, k)
 			close(p.ch)
 		}
@@ -381,7 +375,7 @@ func (c *Client) attempt(ctx context.Context, mp *placement.Map, pool, pg uint32
 		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x has no OSD up (epoch %d)", pool, pg, mp.Epoch())
 	}
 	addr, _ := mp.PublicAddr(primary)
-	conn, err := c.m.Connect(ctx, addr, msgr.EntityName(fmt.Sprintf("osd.%d", primary)))
+	conn, err := c.m.Connect(ctx, addr, msgr.EntityName(ops.OSDName(primary)))
 	if err != nil {
 		return nil, err
 	}
@@ -510,15 +504,15 @@ func (d dispatcher) HandleEvent(ev msgr.Event) {
 // message field and keeps the last of a scalar, so does this.
 func replyTid(b []byte) uint64 {
 	var tid uint64
-	eachField(b, func(num protowire.Number, typ protowire.Type, hdr []byte) {
+	ops.EachField(b, func(num protowire.Number, typ protowire.Type, hdr []byte) {
 		if num != 1 || typ != protowire.BytesType {
 			return
 		}
-		eachField(hdr, func(num protowire.Number, typ protowire.Type, req []byte) {
+		ops.EachField(hdr, func(num protowire.Number, typ protowire.Type, req []byte) {
 			if num != 6 || typ != protowire.BytesType {
 				return
 			}
-			eachField(req, func(num protowire.Number, typ protowire.Type, v []byte) {
+			ops.EachField(req, func(num protowire.Number, typ protowire.Type, v []byte) {
 				if num == 2 && typ == protowire.VarintType {
 					tid, _ = protowire.ConsumeVarint(v)
 				}
@@ -526,27 +520,4 @@ func replyTid(b []byte) uint64 {
 		})
 	})
 	return tid
-}
-
-// eachField calls fn with each top-level field of b: for a bytes field its
-// contents, for a varint its encoding. It stops at the first malformed
-// field.
-func eachField(b []byte, fn func(protowire.Number, protowire.Type, []byte)) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return
-		}
-		b = b[n:]
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return
-		}
-		v := b[:n]
-		if typ == protowire.BytesType {
-			v, _ = protowire.ConsumeBytes(v)
-		}
-		fn(num, typ, v)
-		b = b[n:]
-	}
 }

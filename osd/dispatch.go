@@ -11,7 +11,6 @@ import (
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -454,23 +453,6 @@ func checkNames(bucket, key string) error { return ops.CheckObjectNames(bucket, 
 // the rest: the last occurrence, as protobuf does; 0 when absent. It stops
 // at the first malformed field.
 func tidOf(b []byte) uint64 {
-	var tid uint64
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return tid
-		}
-		b = b[n:]
-		if num == 10 && typ == protowire.VarintType {
-			if v, n := protowire.ConsumeVarint(b); n >= 0 {
-				tid = v
-			}
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return tid
-		}
-		b = b[n:]
-	}
+	tid, _ := ops.VarintField(b, 10)
 	return tid
 }

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -309,7 +308,7 @@ func (o *OSD) onDialError(c *msgr.Conn, err error) {
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		return
 	}
-	id, ok := osdIDOf(c.Peer())
+	id, ok := osdID(c)
 	if !ok {
 		return
 	}
@@ -339,13 +338,4 @@ func (o *OSD) onDialError(c *msgr.Conn, err error) {
 	if info, ok := o.Map().OSD(id); ok && info.Up {
 		o.reportFailure(id, 0, true, false)
 	}
-}
-
-func osdIDOf(name msgr.EntityName) (uint32, bool) {
-	s, ok := strings.CutPrefix(string(name), "osd.")
-	if !ok {
-		return 0, false
-	}
-	id, err := strconv.ParseUint(s, 10, 32)
-	return uint32(id), err == nil
 }

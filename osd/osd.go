@@ -26,7 +26,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"golang.org/x/time/rate"
 	"log/slog"
 	"maps"
 	"os"
@@ -43,6 +42,8 @@ import (
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
+
+	"golang.org/x/time/rate"
 )
 
 // Config configures one OSD.
@@ -304,7 +305,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		}
 	}
 
-	name := msgr.EntityName(fmt.Sprintf("osd.%d", cfg.ID))
+	name := msgr.EntityName(ops.OSDName(cfg.ID))
 	o.pub, err = msgr.New(msgr.Options{
 		Name: name, Dispatcher: publicDispatcher{o}, DefaultPolicy: msgr.StatelessServer,
 		Logger: o.log.With("net", "public"), MaxMessageSize: ops.MaxMessageSize,

@@ -30,7 +30,6 @@ import (
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -518,25 +517,9 @@ func (d dispatcher) HandleEvent(ev msgr.Event) {
 // replyTid reads field 2 (the tid) of a mon reply without decoding the
 // rest; 0 if absent or malformed.
 func replyTid(b []byte) uint64 {
-	var tid uint64
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0
-		}
-		b = b[n:]
-		if num == 2 && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return 0
-			}
-			tid = v
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return 0
-		}
-		b = b[n:]
+	tid, ok := ops.VarintField(b, 2)
+	if !ok {
+		return 0
 	}
 	return tid
 }
