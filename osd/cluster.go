@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -38,15 +37,7 @@ func (d clusterDispatcher) HandleEvent(ev msgr.Event) {
 }
 
 // osdID is the id of the OSD at the other end of c.
-func osdID(c *msgr.Conn) (uint32, bool) {
-	name := string(c.Peer())
-	s, ok := strings.CutPrefix(name, "osd.")
-	if !ok {
-		return 0, false
-	}
-	id, err := strconv.ParseUint(s, 10, 32)
-	return uint32(id), err == nil
-}
+func osdID(c *msgr.Conn) (uint32, bool) { return ops.ParseOSDName(string(c.Peer())) }
 
 func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 	o := d.o
@@ -131,7 +122,7 @@ func (o *OSD) peerConn(id uint32) (*msgr.Conn, error) {
 	if !ok {
 		return nil, fmt.Errorf("osd.%d is not in the map", id)
 	}
-	return o.clu.Connect(o.ctx, addr, msgr.EntityName(fmt.Sprintf("osd.%d", id)))
+	return o.clu.Connect(o.ctx, addr, msgr.EntityName(ops.OSDName(id)))
 }
 
 // call sends the request build(tid) to OSD id and decodes the reply into
@@ -822,7 +813,7 @@ func (o *OSD) copyOne(ctx context.Context, p *pgState, from uint32, bucket, key 
 		return err
 	}
 	defer body()
-	return o.install(ctx, p, e.Entry, e.data)
+	return o.install(ctx, p, from, e.Entry, e.data)
 }
 
 type fetched struct {
@@ -862,15 +853,26 @@ func (o *OSD) fetch(ctx context.Context, p *pgState, from uint32, q *osdpb.PGBac
 	return f, release, nil
 }
 
-// install applies one copied entry to our store, outside the PG log.
-func (o *OSD) install(ctx context.Context, p *pgState, e *osdpb.LogEntry, data []byte) error {
+// install applies one entry copied from OSD from to our store, outside the
+// PG log. An object whose bucket record has not reached us yet (the meta
+// PG recovers on its own, maybe later: an OSD that just came in has none)
+// gets the record from the same peer first, rather than failing the whole
+// recovery until the meta PG happens to finish first.
+func (o *OSD) install(ctx context.Context, p *pgState, from uint32, e *osdpb.LogEntry, data []byte) error {
 	if e == nil {
 		return nil
 	}
 	if e.Kind == osdpb.OpKind_OP_DELETE {
 		return o.st.RemoveObject(ctx, p.sid, e.Bucket, e.Key)
 	}
-	return o.st.InstallObject(ctx, p.sid, e, data)
+	err := o.st.InstallObject(ctx, p.sid, e, data)
+	if errors.Is(err, store.ErrNoSuchBucket) && e.Key != "" {
+		if err := o.copyOne(ctx, p, from, e.Bucket, "", true); err != nil {
+			return err
+		}
+		err = o.st.InstallObject(ctx, p.sid, e, data)
+	}
+	return err
 }
 
 // backfill copies every object of the PG from OSD from and removes the
@@ -908,7 +910,7 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32) (*osdpb.Ver
 			release()
 			break
 		}
-		err = o.install(ctx, p, f.Entry, f.data)
+		err = o.install(ctx, p, from, f.Entry, f.data)
 		release()
 		if err != nil {
 			return nil, err

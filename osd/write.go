@@ -2,6 +2,7 @@ package osd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -501,6 +502,9 @@ func (o *OSD) repReply(r *osdpb.RepOpReply, from uint32) {
 		}
 	}
 	if err := ops.FromReply(r.Header); err != nil {
+		if r.Tid == 0 && errors.Is(err, ops.ErrStaleEpoch) {
+			o.resync(r.Pool, r.Pg, from)
+		}
 		if pr, ok := o.reps.take(r.Tid); ok {
 			pr.finish(err)
 		}
@@ -512,6 +516,23 @@ func (o *OSD) repReply(r *osdpb.RepOpReply, from uint32) {
 			pr.finish(nil)
 		}
 	}
+}
+
+// resync sends replica id the sync of PG (pool, pg) again, a second after
+// it refused one for its epoch: a replica that had not yet adopted the map
+// the sync came with fetches it meanwhile, and without a second sync it
+// would stay behind until the next write to the PG.
+func (o *OSD) resync(pool, pg, id uint32) {
+	time.AfterFunc(time.Second, func() {
+		mp := o.Map()
+		sid, err := o.peerPG(pool, pg)
+		if err != nil || o.ctx.Err() != nil || slices.Index(mp.ActingSet(pool, pg), id) <= 0 || !mp.IsPrimary(pool, pg, o.id) {
+			return // not ours to sync, or no longer a replica
+		}
+		if last, _, err := o.st.PGInfo(o.ctx, sid); err == nil && last.GetSeq() > 0 {
+			o.sendSync(mp, id, pool, pg, last)
+		}
+	})
 }
 
 // repOp applies a RepOp at a replica, on the PG's shard: in version order;
