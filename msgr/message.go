@@ -65,7 +65,7 @@ func NewProtoMessage(typ uint16, front proto.Message, data []byte) (*Message, er
 
 // SetPayload makes b's bytes the message's data and hands the caller's
 // reference on b to the message, which releases it when the messenger is
-// done with the message (after OnRelease has been called, if set). With a
+// done with the message (just before OnRelease is called, if set). With a
 // buffer from Conn.AllocPayload the RDMA transport moves the payload
 // straight from b, without copying it.
 func (m *Message) SetPayload(b *wire.Buffer) {
