@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/pg"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -169,26 +169,33 @@ type peerState struct {
 	down     bool
 }
 
-func (o *OSD) heartbeatLoop() {
-	t := time.NewTicker(o.cfg.HeartbeatInterval)
+// every runs f every d until the OSD closes.
+func (o *OSD) every(d time.Duration, f func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-o.ctx.Done():
 			return
 		case <-t.C:
+			f()
 		}
-		mp := o.Map()
-		front, _ := proto.Marshal(&osdpb.Heartbeat{From: o.id, Epoch: mp.Epoch(), SentUnixNano: time.Now().UnixNano()})
-		for info := range mp.OSDs() {
-			if info.Id == o.id {
-				continue
-			}
-			if c, err := o.peerConn(info.Id); err == nil {
-				c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_HEARTBEAT), front, nil))
-			}
-			o.checkPeer(info.Id)
+	}
+}
+
+func (o *OSD) heartbeatLoop() { o.every(o.cfg.HeartbeatInterval, o.heartbeat) }
+
+func (o *OSD) heartbeat() {
+	mp := o.Map()
+	front, _ := proto.Marshal(&osdpb.Heartbeat{From: o.id, Epoch: mp.Epoch(), SentUnixNano: time.Now().UnixNano()})
+	for info := range mp.OSDs() {
+		if info.Id == o.id {
+			continue
 		}
+		if c, err := o.peerConn(info.Id); err == nil {
+			c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_HEARTBEAT), front, nil))
+		}
+		o.checkPeer(info.Id)
 	}
 }
 
@@ -273,138 +280,6 @@ func (o *OSD) peerAll(why string) {
 	}
 }
 
-type pgRef struct{ pool, pg uint32 }
-
-// newlyLed lists the PGs we are primary of in mp but were not in prev.
-func (o *OSD) newlyLed(prev, mp *placement.Map) []pgRef {
-	var led []pgRef
-	if meta := metaPool(mp); mp.IsPrimary(meta, placement.MetaPG, o.id) && !prev.IsPrimary(metaPool(prev), placement.MetaPG, o.id) {
-		led = append(led, pgRef{meta, placement.MetaPG})
-	}
-	for p := range mp.Pools() {
-		for pg, role := range mp.PGsOf(p.Id, o.id) {
-			if role.IsPrimary() && !prev.IsPrimary(p.Id, pg, o.id) {
-				led = append(led, pgRef{p.Id, pg})
-			}
-		}
-	}
-	return led
-}
-
-// catchUp runs after a map change made us primary of the PGs in led (each
-// already marked peering): it asks their members in both maps for their
-// versions, and a PG where one is ahead of us recovers from it before the
-// peering mark clears and the PG takes reads and writes again.
-func (o *OSD) catchUp(prev, mp *placement.Map, led []pgRef) {
-	sem := make(chan struct{}, 16)
-	var wg sync.WaitGroup
-	for _, r := range led {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			o.catchUpPG(prev, r)
-		})
-	}
-	wg.Wait()
-}
-
-// catchUpPG peers one PG we now lead. A write acknowledged in the previous
-// interval is on every member of its acting set, so hearing from one of
-// them is enough; hearing from none is not: a member that does not answer
-// may hold writes we lack, and serving without them answers NoSuchKey for
-// acknowledged objects (a new primary whose queries timed out did, once).
-// So unless we were in that set ourselves, or it was below min_size (it
-// acknowledged nothing), the PG stays peering and asks again until one
-// answers, as Ceph's PG stays down. A newer map we are not primary in
-// ends the wait.
-func (o *OSD) catchUpPG(prev *placement.Map, r pgRef) {
-	sid := storePG(r.pool, r.pg)
-	p, err := o.pgOf(sid)
-	if err != nil {
-		return
-	}
-	var mustHear []uint32
-	if before := prev.ActingSet(r.pool, r.pg); !slices.Contains(before, o.id) {
-		if pool, ok := prev.Pool(r.pool); !ok || len(before) >= placement.MinSize(pool) || r.pg == placement.MetaPG {
-			mustHear = before
-		}
-	}
-	for attempt := 0; ; attempt++ {
-		mp := o.Map()
-		if !mp.IsPrimary(r.pool, r.pg, o.id) {
-			p.peering.Store(false) // not ours to serve; the next primary peers
-			return
-		}
-		from, best, heard, err := o.queryMembers(prev, mp, r, mustHear)
-		if err != nil {
-			p.peering.Store(false)
-			return
-		}
-		if len(mustHear) > 0 && !heard {
-			if attempt == 0 || attempt%10 == 0 {
-				o.log.Warn("pg down: no member of its previous interval answers; waiting for one before serving",
-					"pg", fmt.Sprintf("%d.%x", r.pool, r.pg), "previous", mustHear, "epoch", prev.Epoch())
-			}
-			select {
-			case <-o.ctx.Done():
-				return
-			case <-time.After(time.Second): // retry pacing; the members may be restarting
-			}
-			continue
-		}
-		if from == o.id {
-			p.peering.Store(false)
-			return
-		}
-		o.log.Info("new primary is behind a peer; recovering before serving", "pg", fmt.Sprintf("%d.%x", r.pool, r.pg),
-			"peer", from, "theirs", best)
-		o.enqueue(o.shardOf(sid), func() { o.startRecovery(p, from) })
-		return
-	}
-}
-
-// queryMembers asks the members of PG r in prev and mp (but us) for their
-// versions: from is the one with the newest (us when none is ahead), and
-// heard says whether one of mustHear answered.
-func (o *OSD) queryMembers(prev, mp *placement.Map, r pgRef, mustHear []uint32) (from uint32, best *osdpb.Version, heard bool, err error) {
-	best, _, err = o.st.PGInfo(o.ctx, storePG(r.pool, r.pg))
-	if err != nil {
-		return 0, nil, false, err
-	}
-	from = o.id
-	members := map[uint32]bool{}
-	for _, m := range []*placement.Map{mp, prev} {
-		for _, id := range m.ActingSet(r.pool, r.pg) {
-			members[id] = id != o.id
-		}
-	}
-	for id, other := range members {
-		// One the map or our heartbeats say is down is not asked (a query
-		// to a dead OSD waits out its 2 s), unless only it can tell.
-		gone := o.peerDown(id)
-		if info, ok := mp.OSD(id); !ok || !info.Up {
-			gone = true
-		}
-		if !other || (gone && !slices.Contains(mustHear, id)) {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(o.ctx, 2*time.Second)
-		var rep osdpb.PGQueryReply
-		err := o.call(ctx, id, osdpb.MsgType_MSG_PG_QUERY, func(tid uint64) proto.Message {
-			return &osdpb.PGQuery{Epoch: mp.Epoch(), Pool: r.pool, Pg: r.pg, Tid: tid}
-		}, &rep, nil)
-		cancel()
-		if err != nil || ops.FromReply(rep.Header) != nil {
-			continue
-		}
-		heard = heard || slices.Contains(mustHear, id)
-		if last := rep.Info.GetLast(); !versionLE(last, best) {
-			best, from = last, id
-		}
-	}
-	return from, best, heard, nil
-}
-
 // peerWith sends OSD id a sync RepOp ("be at least at version v") for every
 // PG we are primary of and it serves, so it recovers what it missed. The
 // replies are not waited for.
@@ -413,7 +288,7 @@ func (o *OSD) peerWith(id uint32, why string) {
 	n := 0
 	sync := func(pool, pg uint32) {
 		last, _, err := o.st.PGInfo(o.ctx, storePG(pool, pg))
-		if err == nil && last.GetSeq() > 0 && o.sendSync(mp, id, pool, pg, last) {
+		if err == nil && last.GetSeq() > 0 && o.sendSync(mp.Epoch(), id, pool, pg, last) {
 			n++
 		}
 	}
@@ -435,8 +310,8 @@ func (o *OSD) peerWith(id uint32, why string) {
 
 // sendSync sends replica id a sync RepOp of PG (pool, pg): "be at least at
 // last". It recovers what it lacks, then answers with where its log ends.
-func (o *OSD) sendSync(mp *placement.Map, id, pool, pg uint32, last *osdpb.Version) bool {
-	front, _ := proto.Marshal(&osdpb.RepOp{Epoch: mp.Epoch(), Pool: pool, Pg: pg,
+func (o *OSD) sendSync(epoch uint64, id, pool, pg uint32, last *osdpb.Version) bool {
+	front, _ := proto.Marshal(&osdpb.RepOp{Epoch: epoch, Pool: pool, Pg: pg,
 		Entry: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: last}})
 	c, err := o.peerConn(id)
 	return err == nil && c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_REP_OP), front, nil)) == nil
@@ -498,35 +373,36 @@ func (o *OSD) refreshMap() *placement.Map {
 	return o.Map()
 }
 
-// adoptMap installs pb if it is newer and of our cluster, then syncs every
+// adoptMap installs pb if it is newer and of our cluster, fills the map
+// history up to it, brings every PG's machine to it, then syncs every
 // peer, since primaries may have moved.
 func (o *OSD) adoptMap(pb *osdpb.ClusterMap) error {
 	m, err := placement.FromProto(pb)
 	if err != nil {
 		return err
 	}
+	if cur := o.Map(); m.FSID() != cur.FSID() {
+		return fmt.Errorf("map of cluster %s, we are %s", m.FSID(), cur.FSID())
+	} else if m.Epoch() > cur.Epoch()+1 {
+		// Peering replays every epoch: get the ones we skipped first.
+		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
+		o.fillHistory(ctx, cur.Epoch()+1, m.Epoch(), m)
+		cancel()
+	}
 	o.mapMu.Lock()
 	cur := o.Map()
-	if m.FSID() != cur.FSID() {
-		o.mapMu.Unlock()
-		return fmt.Errorf("map of cluster %s, we are %s", m.FSID(), cur.FSID())
-	}
 	if m.Epoch() <= cur.Epoch() {
 		o.mapMu.Unlock()
 		return nil
 	}
-	// PGs we now lead wait, before anyone can send us their ops under the
-	// new map, until we know no peer is ahead of us in them.
-	led := o.newlyLed(cur, m)
-	for _, r := range led {
-		if p, err := o.pgOf(storePG(r.pool, r.pg)); err == nil {
-			p.peering.Store(true)
-		}
-	}
-	o.noteIntervals(cur, m)
+	o.remember(m)
+	// PGs whose primary we become, or whose members change, wait before
+	// anyone can send us their ops under the new map, until their machine
+	// has peered.
+	o.markPeering(cur, m)
 	o.mapv.Store(m)
 	o.mapMu.Unlock()
-	o.log.Info("new map", "epoch", m.Epoch(), "was", cur.Epoch(), "newly led pgs", len(led))
+	o.log.Info("new map", "epoch", m.Epoch(), "was", cur.Epoch())
 	// Writes waiting for an OSD the map now marks down fail at once (the
 	// client's retry goes to the new acting set) instead of waiting out
 	// RepTimeout: a hung OSD's connections stay open, so nothing else
@@ -536,11 +412,39 @@ func (o *OSD) adoptMap(pb *osdpb.ClusterMap) error {
 			o.failPeer(info.Id, "is marked down in the map")
 		}
 	}
-	o.wg.Go(func() {
-		o.catchUp(cur, m, led)
-		o.peerAll("new map")
-	})
+	o.advanceAll(m)
+	o.wg.Go(func() { o.peerAll("new map") })
 	return nil
+}
+
+// markPeering marks the PGs we lead in m whose acting set differs from
+// cur's (all of them when cur is nil) as peering; their machine clears
+// the mark once they may serve.
+func (o *OSD) markPeering(cur, m *placement.Map) {
+	mark := func(pool, pgn uint32) {
+		if p, err := o.pgOf(storePG(pool, pgn)); err == nil {
+			p.peering.Store(true)
+		}
+	}
+	var a, b []uint32
+	for pool := range m.Pools() {
+		for pgn, role := range m.PGsOf(pool.Id, o.id) {
+			if !role.IsPrimary() {
+				continue
+			}
+			if cur != nil {
+				a, b = cur.AppendActingSet(a[:0], pool.Id, pgn), m.AppendActingSet(b[:0], pool.Id, pgn)
+				if slices.Equal(a, b) {
+					continue
+				}
+			}
+			mark(pool.Id, pgn)
+		}
+	}
+	if meta := metaPool(m); m.IsPrimary(meta, placement.MetaPG, o.id) &&
+		(cur == nil || !slices.Equal(cur.ActingSet(metaPool(cur), placement.MetaPG), m.ActingSet(meta, placement.MetaPG))) {
+		mark(meta, placement.MetaPG)
+	}
 }
 
 // AdoptMap installs m if it is newer than the OSD's map and of the same
@@ -563,13 +467,19 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 		if err := m.DecodeFront(&q); err != nil {
 			return
 		}
-		var last, tail *osdpb.Version
 		sid, err := o.peerPG(q.Pool, q.Pg)
-		if err == nil {
-			last, tail, err = o.st.PGInfo(o.ctx, sid)
+		from, ok := osdID(c)
+		if err == nil && !ok {
+			err = ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg query from %s, not an OSD", c.Peer())
 		}
-		o.send(c, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Tid: q.Tid,
-			Info: &osdpb.PGInfo{Pg: q.Pg, Last: last, LogTail: tail}}, nil)
+		if err != nil {
+			o.send(c, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Tid: q.Tid}, nil)
+			return
+		}
+		o.enqueue(o.shardOf(sid), func() {
+			info, err := o.answerQuery(&q, sid, from)
+			o.send(c, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Tid: q.Tid, Info: info}, nil)
+		})
 
 	case osdpb.MsgType_MSG_PG_LOG_PULL:
 		var q osdpb.PGLogPull
@@ -725,39 +635,56 @@ func (o *OSD) recovered(ctx context.Context, p *pgState, n int) error {
 	return nil
 }
 
-// endRecovery, on p's shard, applies the RepOps that waited.
+// endRecovery, on p's shard, applies the RepOps that waited and tells the
+// PG's machine: a new primary's pull of the authoritative log is done (or
+// failed, and the machine looks elsewhere or waits, down).
 func (o *OSD) endRecovery(p *pgState, from uint32, last *osdpb.Version, err error) {
 	p.recovering = false
 	queued := p.queued
 	p.queued = nil
+	var pull *pg.Recover
+	if p.m != nil {
+		if r, ok := p.m.Recovering(); ok && r.From == pg.OSDID(from) {
+			pull = &r
+		}
+	}
 	if err != nil {
 		o.log.Warn("recovery failed", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from, "err", err)
 		for _, q := range queued {
 			o.ackRepOp(q.m, q.op, nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "recovering: %v", err))
 		}
-		if p.peering.Load() {
-			// A new primary that is behind must not serve: try again.
-			time.AfterFunc(time.Second, func() {
-				o.enqueue(o.shardOf(p.sid), func() { o.startRecovery(p, from) })
-			})
+		if pull != nil {
+			p.m.Step(pg.Unreachable{From: pull.From, Epoch: pull.Epoch})
 		}
+		o.resumePull(p)
 		return
 	}
-	p.peering.Store(false)
-	p.last = last
+	o.setLast(p, last)
 	o.log.Info("pg recovered", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from, "version", last)
-	if mp := o.Map(); mp.IsPrimary(p.pool, p.pg, o.id) {
-		// We lead this PG: bring its replicas to where we are now.
-		sync := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: last}
-		o.replicate(mp, p, mp.ActingSet(p.pool, p.pg)[1:], sync, nil, func(error) {})
+	if pull != nil {
+		p.m.Step(pg.Recovered{From: pull.From, Last: pgVersion(last)})
 	}
 	for i, q := range queued {
 		if p.recovering {
 			p.queued = append(p.queued, queued[i:]...)
-			return
+			break
 		}
 		o.applyRepOp(p, q.m, q.op, from)
 	}
+	o.resumePull(p)
+}
+
+// resumePull starts the machine's pull when another recovery held the PG
+// when the machine asked for it, and carries out what the machine wants
+// now. On p's shard.
+func (o *OSD) resumePull(p *pgState) {
+	if p.m == nil {
+		return
+	}
+	if r, ok := p.m.Recovering(); ok && !p.recovering {
+		o.startRecovery(p, uint32(r.From))
+	}
+	o.drive(p)
 }
 
 // recover brings store PG p up to date with OSD from: the objects named by

@@ -467,3 +467,91 @@ func TestNewPrimaryWaitsForPreviousInterval(t *testing.T) {
 		return err == nil && bytes.Equal(got, data)
 	})
 }
+
+// TestPrimaryWitnessesSkippedInterval: an OSD that missed a whole interval
+// (stopped while the map moved its PG elsewhere and back) comes back as
+// the PG's primary with a map that skips that interval. It must fetch the
+// epochs it missed, see that the interval took writes on OSDs it never
+// heard of, and recover from them before it serves: comparing only the
+// map it had with the new one finds every member of both empty-handed,
+// and the PG answered NoSuchKey for an acknowledged object.
+func TestPrimaryWitnessesSkippedInterval(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 6, PGs: 64})
+	ctx := ctxT(t, 2*time.Minute)
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	// A PG whose first acting set S is the same under both maps that
+	// follow: everyone else out (interval 3), and S out (interval 2).
+	var set []uint32
+	var seed uint32
+	for pg := range pool.PgCount {
+		if s := c.Map.ActingSet(pool.Id, pg); len(s) == 3 {
+			set, seed = s, pg
+			break
+		}
+	}
+	elsewhere, err := c.Map.With(func(pb *osdpb.ClusterMap) {
+		for _, o := range pb.Osds {
+			o.In = !slices.Contains(set, o.Id)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := elsewhere.With(func(pb *osdpb.ClusterMap) {
+		for _, o := range pb.Osds {
+			o.In = slices.Contains(set, o.Id)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := back.ActingSet(pool.Id, seed); !slices.Equal(got, set) {
+		t.Skipf("placement: pg %x is %v under the last map, not %v", seed, got, set)
+	}
+	primary := set[0]
+	c.StopOSD(primary)
+	for id, o := range c.OSDs {
+		if o != nil {
+			if err := o.AdoptMap(elsewhere); err != nil {
+				t.Fatalf("osd.%d: %v", id, err)
+			}
+		}
+	}
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "skipped"); err != nil {
+		t.Fatal(err)
+	}
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("obj%d", i); placement.PGOf(pool, "skipped", k) == seed {
+			key = k
+		}
+	}
+	data := osdtest.Payload(3000, 11)
+	if _, err := osdtest.Put(ctx, cl, "skipped", key, data, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for id, o := range c.OSDs {
+		if o != nil {
+			if err := o.AdoptMap(back); err != nil {
+				t.Fatalf("osd.%d: %v", id, err)
+			}
+		}
+	}
+	// The old primary returns with the map it had before it stopped, and
+	// then gets the last one, skipping the interval that took the write.
+	p := c.StartOSD(primary)
+	if err := p.AdoptMap(back); err != nil {
+		t.Fatal(err)
+	}
+	osdtest.Eventually(t, 30*time.Second, "read "+key+" from the returned primary", func() bool {
+		got, _, err := osdtest.Get(ctx, cl, "skipped", key, client.GetOptions{})
+		if errors.Is(err, client.ErrNoSuchKey) {
+			t.Fatalf("%s answered NoSuchKey: the primary served without the interval it missed", key)
+		}
+		return err == nil && bytes.Equal(got, data)
+	})
+	if _, got, err := p.Store().ReadRange(ctx, "skipped", key, 0, -1, nil); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("osd.%d does not hold %s after peering: %v", primary, key, err)
+	}
+}

@@ -163,8 +163,17 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			o.badRequest(m, err)
 			return
 		}
-		o.send(m.Conn(), ops.ReplyType(t), &osdpb.GetMapReply{
-			Header: &osdpb.ReplyHeader{Epoch: o.Map().Epoch()}, Map: o.Map().Proto(), Tid: req.Tid}, nil)
+		rep := &osdpb.GetMapReply{Header: &osdpb.ReplyHeader{Epoch: o.Map().Epoch()}, Map: o.Map().Proto(), Tid: req.Tid}
+		if req.Epoch != 0 {
+			// A past epoch, for a peer filling its history.
+			if past, ok := o.mapAt(req.Epoch); ok {
+				rep.Map = past.Proto()
+			} else {
+				rep.Map = nil
+				rep.Header = o.header(nil, ops.Errorf(osdpb.Status_NO_SUCH_KEY, "map epoch %d is not in osd.%d's history", req.Epoch, o.id))
+			}
+		}
+		o.send(m.Conn(), ops.ReplyType(t), rep, nil)
 		m.Release()
 
 	case osdpb.MsgType_MSG_CREATE_BUCKET, osdpb.MsgType_MSG_DELETE_BUCKET:

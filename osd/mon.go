@@ -229,6 +229,12 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 		objects = uint64(c.Objects)
 	}
 	st.Objects = objects
+	if name := pgStateName(ps); name != "" {
+		// Peering, down or incomplete, as its machine says; or peering
+		// while the machine is still being brought to the new map.
+		st.State = name
+		return st
+	}
 	if ps.peering.Load() {
 		st.State = "peering"
 		return st
@@ -249,7 +255,7 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 		// Ask it where it is (and make it catch up): its answer is what
 		// turns this PG clean. A replica that came back while we were
 		// not looking would otherwise stay "behind" until the next write.
-		o.sendSync(mp, id, pool.Id, pg, last)
+		o.sendSync(mp.Epoch(), id, pool.Id, pg, last)
 		behind := objects
 		if known && at.GetSeq() > 0 {
 			recovering = true

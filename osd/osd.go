@@ -27,10 +27,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -180,11 +178,7 @@ type OSD struct {
 	clu   *msgr.Messenger // other OSDs
 	mapv  atomic.Pointer[placement.Map]
 	mapMu sync.Mutex // serialises map changes
-	// intervals: the epoch each PG's current interval (acting set) began
-	// at, for PGs whose set changed since we started; the rest began at
-	// or before startEpoch. Replaced whole under mapMu, read lock-free.
-	intervals  atomic.Pointer[map[uint32]uint64]
-	startEpoch uint64
+	hist  history    // past maps, for peering
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -274,8 +268,6 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	o.trimEvery = uint64(max(1, keep/8))
 	o.calls.init()
 	o.mapv.Store(cfg.Map)
-	o.startEpoch = cfg.Map.Epoch()
-	o.intervals.Store(&map[uint32]uint64{})
 	o.ctx, o.cancel = context.WithCancel(context.Background())
 	o.quit = make(chan struct{})
 
@@ -295,6 +287,17 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		return nil, err
 	}
 	o.st = st
+	newest, err := o.loadHistory(ctx)
+	if err != nil {
+		o.abort()
+		return nil, err
+	}
+	if newest != nil && newest.Epoch() > cfg.Map.Epoch() {
+		// A restart resumes from the newest map it adopted, as a Ceph OSD
+		// does from its superblock, not from an older map file.
+		o.mapv.Store(newest)
+	}
+	o.remember(o.Map())
 	// Every OSD holds the multipart bucket's record itself: it is not a
 	// user bucket and is never created or deleted through the meta PG.
 	if _, err := st.HeadBucket(ctx, ops.MultipartBucket); err != nil {
@@ -346,6 +349,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		return nil, fmt.Errorf("osd.%d: %w", cfg.ID, err)
 	}
 	if mc != nil {
+		o.fillHistoryFromMon()
 		osdp.Store(o)
 		if err := o.boot(ctx); err != nil {
 			o.abort()
@@ -353,6 +357,12 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		}
 		o.wg.Go(o.monLoop)
 	}
+	// Every PG we lead peers before it serves, a restart included: our
+	// store may be behind what the others acknowledged while we were
+	// away.
+	o.markPeering(nil, o.Map())
+	o.advanceAll(o.Map())
+	o.wg.Go(o.probeLoop)
 	o.wg.Go(o.heartbeatLoop)
 	o.wg.Go(func() { o.peerAll("start") })
 	o.log.Info("osd started", "public", o.pubAddr, "cluster", o.cluAddr, "epoch", cfg.Map.Epoch(), "data", cfg.DataDir)
@@ -486,32 +496,3 @@ func splitStorePG(sid uint32) (pool, pg uint32) {
 // PeerDown reports whether this OSD considers OSD id down (it missed its
 // heartbeats for HeartbeatGrace).
 func (o *OSD) PeerDown(id uint32) bool { return o.peerDown(id) }
-
-// intervalSince is the epoch store PG sid's current interval began at, as
-// far as this OSD knows.
-func (o *OSD) intervalSince(sid uint32) uint64 {
-	if e, ok := (*o.intervals.Load())[sid]; ok {
-		return e
-	}
-	return o.startEpoch
-}
-
-// noteIntervals records, for m about to replace cur, the PGs whose acting
-// set changes: their new interval begins at m's epoch. Caller holds mapMu.
-func (o *OSD) noteIntervals(cur, m *placement.Map) {
-	next := maps.Clone(*o.intervals.Load())
-	var a, b []uint32
-	for p := range m.Pools() {
-		for pg := range p.PgCount {
-			a, b = cur.AppendActingSet(a[:0], p.Id, pg), m.AppendActingSet(b[:0], p.Id, pg)
-			if !slices.Equal(a, b) {
-				next[storePG(p.Id, pg)] = m.Epoch()
-			}
-		}
-	}
-	meta := metaPool(m)
-	if !slices.Equal(cur.ActingSet(metaPool(cur), placement.MetaPG), m.ActingSet(meta, placement.MetaPG)) {
-		next[placement.MetaPG] = m.Epoch()
-	}
-	o.intervals.Store(&next)
-}

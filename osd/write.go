@@ -12,6 +12,7 @@ import (
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/pg"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
@@ -27,10 +28,18 @@ type pgState struct {
 	last       *osdpb.Version // newest applied version
 	recovering bool
 	queued     []queuedRepOp // RepOps that wait for the recovery
-	// peering: we just became this PG's primary (a map change) and have
-	// not yet made sure no peer is ahead of us. Reads and writes wait
-	// (SERVICE_UNAVAILABLE) until it clears. Any goroutine may read it.
+	// m is the PG's peering machine (osd/pg), built on first use; the
+	// shard drives it (peering.go).
+	m *pg.PG
+	// peering: we are (or are about to be, under a map being installed)
+	// the PG's primary and its machine does not let it serve yet. Reads
+	// and writes wait (SERVICE_UNAVAILABLE) until it clears; a PG that
+	// went active below min_size still serves reads. Any goroutine may
+	// read it; drive publishes it.
 	peering atomic.Bool
+	// state is the machine's pg.State as its last Ready said (the beacon
+	// reads it).
+	state atomic.Uint32
 
 	// peerMu guards peerLast: where each replica said its log ends, in its
 	// last RepOp reply (the cluster dispatcher's goroutine writes it, the
@@ -209,8 +218,11 @@ func (o *OSD) peeringErr(sid uint32) error {
 	p := o.pgs[sid]
 	o.pgMu.Unlock()
 	if p != nil && p.peering.Load() {
-		pool, pg := splitStorePG(sid)
-		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x is peering", pool, pg)
+		state := pgStateName(p)
+		if state == "" || state == "unknown" {
+			state = "peering" // its machine is being brought to the newest map
+		}
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s is %s", placement.PGIDOf(sid), state)
 	}
 	return nil
 }
@@ -254,6 +266,12 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		done(nil, err)
 		return
 	}
+	if cur := o.Map(); cur.Epoch() > mp.Epoch() {
+		// A map came since the op was checked: write under the newest,
+		// which the PG's machine is brought to, or the replicas would
+		// refuse the RepOp as one of a past interval.
+		mp = cur
+	}
 	acting := mp.ActingSet(p.pool, p.pg)
 	if len(acting) == 0 || acting[0] != o.id {
 		release()
@@ -267,9 +285,9 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 			p.pool, p.pg, len(acting), pool.Size, placement.MinSize(pool), mp.Epoch()))
 		return
 	}
-	if p.recovering || p.peering.Load() {
+	if err := o.canServe(p, mp); err != nil {
 		release()
-		done(nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x is peering: its new primary checks that no peer is ahead", p.pool, p.pg))
+		done(nil, err)
 		return
 	}
 	if e.Req != nil && resend {
@@ -302,7 +320,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		done(nil, err)
 		return
 	}
-	p.last = e.Version
+	o.setLast(p, e.Version)
 	o.replicate(mp, p, replicas, e, body, func(err error) {
 		done(e, err)
 		if err == nil && len(oldParts) > 0 {
@@ -498,6 +516,16 @@ func (o *OSD) repReply(r *osdpb.RepOpReply, from uint32) {
 		if sid, err := o.peerPG(r.Pool, r.Pg); err == nil {
 			if p, err := o.pgOf(sid); err == nil {
 				p.notePeer(from, r.Last)
+				if r.Tid == 0 && ops.FromReply(r.Header) == nil {
+					// The answer to a sync (a push): the replica caught up.
+					ev := pg.PeerRecovered{OSD: pg.OSDID(from), Last: pgVersion(r.Last)}
+					o.enqueue(o.shardOf(sid), func() {
+						if p.m != nil {
+							p.m.Step(ev)
+							o.drive(p)
+						}
+					})
+				}
 			}
 		}
 	}
@@ -530,7 +558,7 @@ func (o *OSD) resync(pool, pg, id uint32) {
 			return // not ours to sync, or no longer a replica
 		}
 		if last, _, err := o.st.PGInfo(o.ctx, sid); err == nil && last.GetSeq() > 0 {
-			o.sendSync(mp, id, pool, pg, last)
+			o.sendSync(mp.Epoch(), id, pool, pg, last)
 		}
 	})
 }
@@ -539,13 +567,13 @@ func (o *OSD) resync(pool, pg, id uint32) {
 // a duplicate is acked again; a gap (or a sync entry ahead of us) starts a
 // recovery from the sender, and the op waits for it.
 func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, sid, from uint32) {
-	if err := o.checkRepOpSender(r, sid, from); err != nil {
-		o.log.Warn("rep op refused", "pg", placement.PGIDOf(sid), "from", from, "epoch", r.Epoch, "err", err)
+	p, err := o.pgOf(sid)
+	if err != nil {
 		o.ackRepOp(m, r, nil, err)
 		return
 	}
-	p, err := o.pgOf(sid)
-	if err != nil {
+	if err := o.acceptRepOp(p, r, from); err != nil {
+		o.log.Warn("rep op refused", "pg", placement.PGIDOf(sid), "from", from, "epoch", r.Epoch, "err", err)
 		o.ackRepOp(m, r, nil, err)
 		return
 	}
@@ -569,7 +597,7 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 	if r.Entry.Kind != osdpb.OpKind_OP_NONE && v.Seq == p.last.GetSeq()+1 {
 		err := o.st.Apply(o.ctx, p.sid, r.Entry, m.Data)
 		if err == nil {
-			p.last = v
+			o.setLast(p, v)
 			o.ackRepOp(m, r, p.last, nil)
 			return
 		}
@@ -588,23 +616,24 @@ func (o *OSD) ackRepOp(m *msgr.Message, r *osdpb.RepOp, last *osdpb.Version, err
 		Header: o.header(&osdpb.Header{Epoch: r.Epoch}, err), Pool: r.Pool, Pg: r.Pg, Last: last, Tid: r.Tid}, nil)
 }
 
-// checkRepOpSender accepts a RepOp only from the PG's primary of the
-// current interval, as Ceph does: before this, a replica applied ops from
-// any peer that named itself osd.N, and one injected entry made it skip the
-// next real write. A sender ahead of us makes us fetch its map first (the
-// op is refused, retriably, meanwhile); one behind our interval's start has
-// not seen the map that changed the PG's members.
-func (o *OSD) checkRepOpSender(r *osdpb.RepOp, sid, from uint32) error {
-	mp := o.Map()
-	if r.Epoch > mp.Epoch() {
+// acceptRepOp accepts a RepOp only from the PG's primary of the current
+// interval, as Ceph does (the machine's AcceptRepOp): before this, a
+// replica applied ops from any peer that named itself osd.N, and one
+// injected entry made it skip the next real write. A sender ahead of us
+// makes us fetch its map first (the op is refused, retriably, meanwhile);
+// one behind our interval's start has not seen the map that changed the
+// PG's members. On p's shard.
+func (o *OSD) acceptRepOp(p *pgState, r *osdpb.RepOp, from uint32) error {
+	o.advance(p, o.Map())
+	if p.m == nil {
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x: no state yet", r.Pool, r.Pg)
+	}
+	err := p.m.AcceptRepOp(pg.OSDID(from), pg.Epoch(r.Epoch))
+	if errors.Is(err, pg.ErrFutureEpoch) {
 		o.learnEpoch(r.Epoch, from)
-		return ops.Errorf(osdpb.Status_STALE_EPOCH, "pg %d.%x: rep op at epoch %d, osd.%d has %d", r.Pool, r.Pg, r.Epoch, o.id, mp.Epoch())
 	}
-	if since := o.intervalSince(sid); r.Epoch < since {
-		return ops.Errorf(osdpb.Status_STALE_EPOCH, "pg %d.%x: rep op at epoch %d, before the current interval (since %d)", r.Pool, r.Pg, r.Epoch, since)
-	}
-	if primary, ok := mp.Primary(r.Pool, r.Pg); !ok || primary != from {
-		return ops.Errorf(osdpb.Status_WRONG_PRIMARY, "pg %d.%x: osd.%d is not its primary at epoch %d (osd.%d is)", r.Pool, r.Pg, from, mp.Epoch(), primary)
+	if err != nil {
+		return refusal(err)
 	}
 	return nil
 }

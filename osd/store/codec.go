@@ -283,20 +283,21 @@ func decodeReqVersion(v []byte) (version, error) {
 	return readVersion(p), nil
 }
 
-// appendIDMark encodes the data-id high-water mark.
-func appendIDMark(dst []byte, id uint64) []byte {
+// appendSealedUint64 encodes one number: the data-id high-water mark, a
+// PG's last_epoch_started.
+func appendSealedUint64(dst []byte, id uint64) []byte {
 	dst, start := beginSeal(dst)
 	dst = binary.BigEndian.AppendUint64(dst, id)
 	return finishSeal(dst, start)
 }
 
-func decodeIDMark(v []byte) (uint64, error) {
+func decodeSealedUint64(v []byte) (uint64, error) {
 	p, err := unseal(v)
 	if err != nil {
 		return 0, err
 	}
 	if len(p) != 8 {
-		return 0, fmt.Errorf("data id mark payload of %d bytes, want 8", len(p))
+		return 0, fmt.Errorf("sealed uint64 of %d bytes, want 8", len(p))
 	}
 	return binary.BigEndian.Uint64(p), nil
 }

@@ -115,13 +115,13 @@ func FuzzDecodeReqVersion(f *testing.F) {
 }
 
 func FuzzDecodeIDMark(f *testing.F) {
-	addMutations(f, appendIDMark(nil, 4096))
+	addMutations(f, appendSealedUint64(nil, 4096))
 	f.Fuzz(func(t *testing.T, v []byte) {
-		id, err := decodeIDMark(v)
+		id, err := decodeSealedUint64(v)
 		if err != nil {
 			return
 		}
-		if again := appendIDMark(nil, id); !bytes.Equal(again, v) {
+		if again := appendSealedUint64(nil, id); !bytes.Equal(again, v) {
 			t.Fatalf("id mark %x re-encodes as %x", v, again)
 		}
 	})

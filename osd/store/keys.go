@@ -15,8 +15,10 @@ import (
 const (
 	nsBucket  = 'B' // 'B' bucket                     -> sealed BucketInfo
 	nsData    = 'D' // 'D' dataID(8) chunk(4)         -> crc32c(4) bytes
+	nsLES     = 'E' // 'E' pg(4)                      -> sealed last_epoch_started
 	nsPG      = 'G' // 'G' pg(4)                      -> sealed pgInfo
 	nsLog     = 'L' // 'L' pg(4) epoch(8) seq(8)      -> sealed LogEntry
+	nsMap     = 'M' // 'M' epoch(8)                   -> sealed ClusterMap
 	nsIDs     = 'N' // 'N'                            -> sealed data-id high-water mark
 	nsHead    = 'O' // 'O' bucket 0x00 key            -> sealed head
 	nsPGIndex = 'P' // 'P' pg(4) bucket 0x00 key      -> empty

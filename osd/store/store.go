@@ -123,7 +123,7 @@ func (s *Store) recover(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("store: read data id mark: %w", err)
 	default:
-		mark, derr := decodeIDMark(v)
+		mark, derr := decodeSealedUint64(v)
 		closer.Close()
 		if derr != nil {
 			return corrupt("", "", "data id mark: %v", derr)
@@ -287,7 +287,7 @@ func (s *Store) newDataID() (uint64, error) {
 	defer s.ids.Unlock()
 	if s.ids.next >= s.ids.mark {
 		mark := s.ids.next + idReserve
-		if err := s.db.Set(keyIDs, appendIDMark(nil, mark), pebble.Sync); err != nil {
+		if err := s.db.Set(keyIDs, appendSealedUint64(nil, mark), pebble.Sync); err != nil {
 			return 0, fmt.Errorf("store: reserve data ids: %w", err)
 		}
 		s.ids.mark = mark

@@ -1232,9 +1232,13 @@ func (x *BucketInfo) GetCreatedUnixNano() int64 {
 }
 
 type GetMap struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	HaveEpoch     uint64                 `protobuf:"varint,1,opt,name=have_epoch,json=haveEpoch,proto3" json:"have_epoch,omitempty"`
-	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // echoed in the reply (OSDs asking each other); clients send 0
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	HaveEpoch uint64                 `protobuf:"varint,1,opt,name=have_epoch,json=haveEpoch,proto3" json:"have_epoch,omitempty"`
+	// epoch, when set, asks for that past epoch from the answering OSD's map
+	// history (a peer filling a gap in its own); NO_SUCH_KEY when it has
+	// none.
+	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Tid           uint64 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // echoed in the reply (OSDs asking each other); clients send 0
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1272,6 +1276,13 @@ func (*GetMap) Descriptor() ([]byte, []int) {
 func (x *GetMap) GetHaveEpoch() uint64 {
 	if x != nil {
 		return x.HaveEpoch
+	}
+	return 0
+}
+
+func (x *GetMap) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
 	}
 	return 0
 }
@@ -2572,12 +2583,15 @@ func (x *PGQuery) GetTid() uint64 {
 }
 
 type PGInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pg            uint32                 `protobuf:"varint,1,opt,name=pg,proto3" json:"pg,omitempty"`
-	Last          *Version               `protobuf:"bytes,2,opt,name=last,proto3" json:"last,omitempty"`                      // newest applied version
-	LogTail       *Version               `protobuf:"bytes,3,opt,name=log_tail,json=logTail,proto3" json:"log_tail,omitempty"` // the log holds (log_tail, last]: tail exclusive, as in Ceph
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Pg      uint32                 `protobuf:"varint,1,opt,name=pg,proto3" json:"pg,omitempty"`
+	Last    *Version               `protobuf:"bytes,2,opt,name=last,proto3" json:"last,omitempty"`                      // newest applied version
+	LogTail *Version               `protobuf:"bytes,3,opt,name=log_tail,json=logTail,proto3" json:"log_tail,omitempty"` // the log holds (log_tail, last]: tail exclusive, as in Ceph
+	// last_epoch_started: the first epoch of the newest interval in which
+	// this copy is known to hold the whole log the PG went active with.
+	LastEpochStarted uint64 `protobuf:"varint,4,opt,name=last_epoch_started,json=lastEpochStarted,proto3" json:"last_epoch_started,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PGInfo) Reset() {
@@ -2629,6 +2643,13 @@ func (x *PGInfo) GetLogTail() *Version {
 		return x.LogTail
 	}
 	return nil
+}
+
+func (x *PGInfo) GetLastEpochStarted() uint64 {
+	if x != nil {
+		return x.LastEpochStarted
+	}
+	return 0
 }
 
 type PGQueryReply struct {
@@ -4167,10 +4188,11 @@ const file_osd_proto_rawDesc = "" +
 	"\n" +
 	"BucketInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
-	"\x11created_unix_nano\x18\x02 \x01(\x03R\x0fcreatedUnixNano\"9\n" +
+	"\x11created_unix_nano\x18\x02 \x01(\x03R\x0fcreatedUnixNano\"O\n" +
 	"\x06GetMap\x12\x1d\n" +
 	"\n" +
-	"have_epoch\x18\x01 \x01(\x04R\thaveEpoch\x12\x10\n" +
+	"have_epoch\x18\x01 \x01(\x04R\thaveEpoch\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03tid\x18\n" +
 	" \x01(\x04R\x03tid\"z\n" +
 	"\vGetMapReply\x12/\n" +
@@ -4280,11 +4302,12 @@ const file_osd_proto_rawDesc = "" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12\x10\n" +
 	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"q\n" +
+	" \x01(\x04R\x03tid\"\x9f\x01\n" +
 	"\x06PGInfo\x12\x0e\n" +
 	"\x02pg\x18\x01 \x01(\rR\x02pg\x12'\n" +
 	"\x04last\x18\x02 \x01(\v2\x13.osprey.osd.VersionR\x04last\x12.\n" +
-	"\blog_tail\x18\x03 \x01(\v2\x13.osprey.osd.VersionR\alogTail\"y\n" +
+	"\blog_tail\x18\x03 \x01(\v2\x13.osprey.osd.VersionR\alogTail\x12,\n" +
+	"\x12last_epoch_started\x18\x04 \x01(\x04R\x10lastEpochStarted\"y\n" +
 	"\fPGQueryReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12&\n" +
 	"\x04info\x18\x02 \x01(\v2\x12.osprey.osd.PGInfoR\x04info\x12\x10\n" +

@@ -1,0 +1,363 @@
+package osd
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/pg"
+	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// The daemon is the I/O shell around each PG's peering machine (osd/pg):
+// it feeds the machine every map epoch and the outcome of every request,
+// and carries out what the machine's Ready asks for — queries, the pull of
+// the authoritative log, pushes to replicas — and publishes whether the PG
+// serves. All of it runs on the PG's shard, like the PG's ops, so a RepOp
+// accepted before a query's answer is applied before it.
+
+// queryTimeout bounds one PG query; an OSD that does not answer in time
+// is Unreachable to the machine, which then decides without it (or waits,
+// down, for one that can witness an interval).
+const queryTimeout = 2 * time.Second
+
+// probeInterval is how often a down PG asks the OSDs that could unblock it
+// again: the machine asks only at a new map, and they may come back
+// without one.
+const probeInterval = time.Second
+
+func pgVersion(v *osdpb.Version) pg.Version {
+	return pg.Version{Epoch: pg.Epoch(v.GetEpoch()), Seq: v.GetSeq()}
+}
+
+func protoVersion(v pg.Version) *osdpb.Version {
+	return &osdpb.Version{Epoch: uint64(v.Epoch), Seq: v.Seq}
+}
+
+// advanceOf is PG p's AdvanceMap at map m; false when its pool is not in
+// m (not created yet, or deleted).
+func (o *OSD) advanceOf(p *pgState, m *placement.Map) (pg.AdvanceMap, bool) {
+	ev := pg.AdvanceMap{Epoch: pg.Epoch(m.Epoch())}
+	var acting []uint32
+	if p.pg == placement.MetaPG {
+		// Every OSD that is up and in holds the meta PG; any one of them
+		// may have taken bucket writes, so every interval counts.
+		acting = m.ActingSet(metaPool(m), placement.MetaPG)
+		ev.Size, ev.MinSize = max(len(acting), 1), 1
+	} else {
+		pool, ok := m.Pool(p.pool)
+		if !ok {
+			return ev, false
+		}
+		acting = m.ActingSet(p.pool, p.pg)
+		ev.Size, ev.MinSize = int(pool.Size), placement.MinSize(pool)
+	}
+	ev.Acting = make([]pg.OSDID, len(acting))
+	for i, id := range acting {
+		ev.Acting[i] = pg.OSDID(id)
+	}
+	return ev, true
+}
+
+// advance brings PG p's machine to map mp, building it on first use from
+// the persisted info and the map history, then carries out what it asks.
+// On p's shard.
+func (o *OSD) advance(p *pgState, mp *placement.Map) {
+	if p.m != nil && uint64(p.m.Epoch()) >= mp.Epoch() {
+		o.publish(p) // a peering mark set since may be cleared
+		return
+	}
+	start := uint64(0)
+	if p.m == nil {
+		les, err := o.st.PGLastEpochStarted(o.ctx, p.sid)
+		if err != nil {
+			o.log.Warn("pg last_epoch_started", "pg", placement.PGIDOf(p.sid), "err", err)
+		}
+		last, tail, err := o.st.PGInfo(o.ctx, p.sid)
+		if err != nil {
+			o.log.Warn("pg info", "pg", placement.PGIDOf(p.sid), "err", err)
+			return
+		}
+		p.m = pg.New(pg.Config{Self: pg.OSDID(o.id), ID: pg.ID{Pool: p.pool, Seed: p.pg},
+			Local: pg.PeerInfo{Last: pgVersion(last), LogTail: pgVersion(tail), LastEpochStarted: pg.Epoch(les)}})
+		// From LastEpochStarted on (earlier intervals are covered by it),
+		// or from the oldest map holding the pool.
+		start = o.oldestWith(les, p.pool, p.pg == placement.MetaPG)
+		if start == 0 || start > mp.Epoch() {
+			start = mp.Epoch()
+		}
+	} else {
+		start = uint64(p.m.Epoch()) + 1
+	}
+	var prev *placement.Map
+	for e := start; e <= mp.Epoch(); e++ {
+		m, ok := o.mapAt(e)
+		switch {
+		case e == mp.Epoch():
+			m, ok = mp, true
+		case !ok && prev != nil:
+			// An epoch nobody could give us: take it as one that changed
+			// nothing for this PG. (With a mon or peers that keep their
+			// maps this does not happen.)
+			m, ok = prev, true
+		}
+		if !ok {
+			continue
+		}
+		prev = m
+		ev, ok := o.advanceOf(p, m)
+		if !ok {
+			continue
+		}
+		ev.Epoch = pg.Epoch(e)
+		if p.m.Epoch() != 0 && ev.Epoch != p.m.Epoch()+1 {
+			// A pool that disappeared and came back, or a gap before the
+			// first map we hold: start a fresh machine at this epoch.
+			p.m = pg.New(pg.Config{Self: pg.OSDID(o.id), ID: p.m.ID(), Local: p.m.Local()})
+		}
+		if err := p.m.Step(ev); err != nil {
+			o.log.Warn("pg machine refused a map", "pg", p.m.ID(), "epoch", e, "err", err)
+		}
+	}
+	o.drive(p)
+}
+
+// drive carries out what PG p's machine wants done. On p's shard.
+func (o *OSD) drive(p *pgState) {
+	for p.m != nil && p.m.HasReady() {
+		rd := p.m.Ready()
+		if rd.LastEpochStarted != 0 {
+			if err := o.st.SetPGLastEpochStarted(o.ctx, p.sid, uint64(rd.LastEpochStarted)); err != nil && o.ctx.Err() == nil {
+				o.log.Warn("persisting last_epoch_started", "pg", p.m.ID(), "err", err)
+			}
+		}
+		for _, q := range rd.Queries {
+			o.query(p, q.To, q.Epoch, true)
+		}
+		if rd.Recover != nil {
+			o.log.Info("new primary is behind a peer; recovering before serving", "pg", p.m.ID(),
+				"peer", rd.Recover.From, "have", rd.Recover.Have, "want", rd.Recover.Want)
+			o.startRecovery(p, uint32(rd.Recover.From))
+		}
+		for _, t := range rd.Push {
+			o.push(p, t)
+		}
+		was := pg.State(p.state.Swap(uint32(rd.State)))
+		o.publish(p)
+		if was != rd.State {
+			lvl := o.log.Debug
+			if rd.State&(pg.StateDown|pg.StateIncomplete) != 0 {
+				lvl = o.log.Warn
+			}
+			lvl("pg state", "pg", p.m.ID(), "epoch", p.m.Epoch(), "state", rd.State, "was", was, "blocked_by", p.m.Blocked())
+		}
+	}
+}
+
+// publish sets PG p's peering mark from its machine. Reads go on below
+// min_size once peered (the survivor has every acknowledged write);
+// writes ask the machine itself (canServe). A mark for a map the machine
+// has not reached yet stays. On p's shard.
+func (o *OSD) publish(p *pgState) {
+	if p.m == nil {
+		return
+	}
+	reads := p.m.Serving() || errors.Is(p.m.CanServe(), pg.ErrBelowMinSize)
+	lagging := uint64(p.m.Epoch()) < o.Map().Epoch()
+	p.peering.Store((p.m.Role() == pg.RolePrimary && !reads) || (lagging && p.peering.Load()))
+}
+
+// query asks OSD to for its info of PG p, as the machine's Query of epoch
+// e; the answer (or the failure) is stepped on p's shard. asked is false
+// for a down PG's periodic probe, which the machine did not ask for.
+func (o *OSD) query(p *pgState, to pg.OSDID, e pg.Epoch, asked bool) {
+	id := uint32(to)
+	step := func(ev pg.Event) {
+		o.enqueue(o.shardOf(p.sid), func() {
+			if p.m != nil {
+				p.m.Step(ev)
+				o.drive(p)
+			}
+		})
+	}
+	if info, ok := o.Map().OSD(id); asked && (!ok || !info.Up) {
+		// The map says it is down: no need to wait out a timeout.
+		step(pg.Unreachable{From: to, Epoch: e})
+		return
+	}
+	o.wg.Go(func() {
+		for attempt := 0; ; attempt++ {
+			ctx, cancel := context.WithTimeout(o.ctx, queryTimeout)
+			var rep osdpb.PGQueryReply
+			err := o.call(ctx, id, osdpb.MsgType_MSG_PG_QUERY, func(tid uint64) proto.Message {
+				return &osdpb.PGQuery{Epoch: uint64(e), Pool: p.pool, Pg: p.pg, Tid: tid}
+			}, &rep, nil)
+			cancel()
+			if err == nil {
+				err = ops.FromReply(rep.Header)
+			}
+			if err == nil {
+				i := rep.GetInfo()
+				step(pg.Info{From: to, Epoch: e, Info: pg.PeerInfo{Last: pgVersion(i.GetLast()),
+					LogTail: pgVersion(i.GetLogTail()), LastEpochStarted: pg.Epoch(i.GetLastEpochStarted())}})
+				return
+			}
+			// A peer still fetching our map says so: ask again shortly,
+			// rather than count it unreachable for the whole interval.
+			if errors.Is(err, ops.ErrStaleEpoch) && attempt < 20 && o.ctx.Err() == nil {
+				select {
+				case <-o.ctx.Done():
+				case <-time.After(50 * time.Millisecond):
+				}
+				continue
+			}
+			if asked {
+				o.log.Debug("pg query failed", "pg", placement.PGIDOf(p.sid), "to", id, "epoch", e, "err", err)
+				step(pg.Unreachable{From: to, Epoch: e})
+			}
+			return
+		}
+	})
+}
+
+// push brings replica t.To of PG p up to t.Want: a sync RepOp, which it
+// answers once it has pulled what it lacks (repReply steps PeerRecovered).
+func (o *OSD) push(p *pgState, t pg.PushTarget) {
+	if !o.sendSync(uint64(t.Epoch), uint32(t.To), p.pool, p.pg, protoVersion(t.Want)) {
+		p.m.Step(pg.Unreachable{From: t.To, Epoch: t.Epoch})
+	}
+}
+
+// answerQuery answers a peer's PG query on the PG's shard: only the
+// primary of the PG's current interval, and only once we have its map
+// (until then STALE_EPOCH, and we fetch it).
+func (o *OSD) answerQuery(q *osdpb.PGQuery, sid, from uint32) (*osdpb.PGInfo, error) {
+	p, err := o.pgOf(sid)
+	if err != nil {
+		return nil, err
+	}
+	o.advance(p, o.Map())
+	if p.m == nil {
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x: no state yet", q.Pool, q.Pg)
+	}
+	info, err := p.m.AnswerQuery(pg.OSDID(from), pg.Epoch(q.Epoch))
+	if err != nil {
+		if errors.Is(err, pg.ErrFutureEpoch) {
+			o.learnEpoch(q.Epoch, from)
+		}
+		return nil, refusal(err)
+	}
+	// The log itself, not the machine's copy of its ends: an answer is
+	// what the primary trusts to pick the authoritative log.
+	last, tail, err := o.st.PGInfo(o.ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	return &osdpb.PGInfo{Pg: q.Pg, Last: last, LogTail: tail, LastEpochStarted: uint64(info.LastEpochStarted)}, nil
+}
+
+// refusal maps a machine's refusal or CanServe error to the wire status a
+// peer or client retries on.
+func refusal(err error) error {
+	switch {
+	case errors.Is(err, pg.ErrFutureEpoch), errors.Is(err, pg.ErrStaleEpoch):
+		return ops.Errorf(osdpb.Status_STALE_EPOCH, "%v", err)
+	case errors.Is(err, pg.ErrNotPrimary), errors.Is(err, pg.ErrNotReplica):
+		return ops.Errorf(osdpb.Status_WRONG_PRIMARY, "%v", err)
+	}
+	return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "%v", err)
+}
+
+// canServe says whether the primary may run a client op on PG p at map
+// mp, bringing the machine to mp first. On p's shard.
+func (o *OSD) canServe(p *pgState, mp *placement.Map) error {
+	o.advance(p, mp)
+	if p.m == nil {
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x: no state yet", p.pool, p.pg)
+	}
+	if err := p.m.CanServe(); err != nil {
+		return refusal(err)
+	}
+	if p.recovering {
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s is recovering", p.m.ID())
+	}
+	return nil
+}
+
+// setLast records that PG p's log now ends at v. On p's shard.
+func (o *OSD) setLast(p *pgState, v *osdpb.Version) {
+	p.last = v
+	if p.m != nil {
+		p.m.Step(pg.Applied{Version: pgVersion(v)})
+	}
+}
+
+// advanceAll brings the machine of every PG we hold to map mp (and builds
+// one for each PG we are a member of), each on its shard.
+func (o *OSD) advanceAll(mp *placement.Map) {
+	sids := map[uint32]bool{}
+	o.pgMu.Lock()
+	for sid, p := range o.pgs {
+		if p.loaded { // every PG we touched: members, and strays that answered queries
+			sids[sid] = true
+		}
+	}
+	o.pgMu.Unlock()
+	if _, ok := mp.RoleOf(metaPool(mp), placement.MetaPG, o.id); ok {
+		sids[placement.MetaPG] = true
+	}
+	for pool := range mp.Pools() {
+		for pgn := range mp.PGsOf(pool.Id, o.id) {
+			sids[storePG(pool.Id, pgn)] = true
+		}
+	}
+	for sid := range sids {
+		p, err := o.pgOf(sid)
+		if err != nil {
+			continue
+		}
+		o.enqueue(o.shardOf(sid), func() { o.advance(p, mp) })
+	}
+}
+
+// probeLoop asks, every probeInterval, the OSDs that block each down PG
+// we lead: one that answers lets it peer.
+func (o *OSD) probeLoop() { o.every(probeInterval, o.probeDown) }
+
+func (o *OSD) probeDown() {
+	o.pgMu.Lock()
+	var down []*pgState
+	for _, p := range o.pgs {
+		if pg.State(p.state.Load())&pg.StateDown != 0 {
+			down = append(down, p)
+		}
+	}
+	o.pgMu.Unlock()
+	for _, p := range down {
+		o.enqueue(o.shardOf(p.sid), func() {
+			if p.m == nil || p.m.State()&pg.StateDown == 0 {
+				return
+			}
+			for _, id := range p.m.Blocked() {
+				o.query(p, id, p.m.Epoch(), false)
+			}
+		})
+	}
+}
+
+// pgStateName is PG p's state as its machine last reported it, for the
+// states the machine alone knows (peering, down, incomplete); "" when it
+// is active and the beacon's own counts say the rest.
+func pgStateName(p *pgState) string {
+	s := pg.State(p.state.Load())
+	switch {
+	case s == 0:
+		return "unknown"
+	case s&(pg.StateDown|pg.StateIncomplete|pg.StatePeering) != 0:
+		return s.String()
+	}
+	return ""
+}

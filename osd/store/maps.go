@@ -1,0 +1,112 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The OSD keeps the cluster maps it adopted, as Ceph's OSDs do: peering
+// replays every epoch since a PG last went active to find the intervals
+// that may hold writes, and a restarted OSD must not depend on the mon
+// still having them. A PG's last_epoch_started is kept beside its record.
+
+func mapKey(epoch uint64) []byte { return binary.BigEndian.AppendUint64([]byte{nsMap}, epoch) }
+
+func lesKey(pg uint32) []byte { return binary.BigEndian.AppendUint32([]byte{nsLES}, pg) }
+
+// PutMap stores the encoded cluster map of one epoch. It is not synced:
+// a map lost in a crash is fetched again from the mon or a peer.
+func (s *Store) PutMap(ctx context.Context, epoch uint64, encoded []byte) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	v, start := beginSeal(make([]byte, 0, len(encoded)+5))
+	v = finishSeal(append(v, encoded...), start)
+	if err := s.db.Set(mapKey(epoch), v, pebble.NoSync); err != nil {
+		return fmt.Errorf("store: put map epoch %d: %w", epoch, err)
+	}
+	return nil
+}
+
+// Maps returns the stored maps' encodings by epoch. A record that fails
+// its checksum is skipped: the map is fetched again like a missing one.
+func (s *Store) Maps(ctx context.Context) (map[uint64][]byte, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	out := map[uint64][]byte{}
+	lo := []byte{nsMap}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	if err != nil {
+		return nil, fmt.Errorf("store: read maps: %w", err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != 9 {
+			continue
+		}
+		p, err := unseal(it.Value())
+		if err != nil {
+			s.opts.Logger.Warn("store: skipping a damaged map record", "epoch", binary.BigEndian.Uint64(k[1:]), "err", err)
+			continue
+		}
+		out[binary.BigEndian.Uint64(k[1:])] = append([]byte(nil), p...)
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return nil, fmt.Errorf("store: read maps: %w", err)
+	}
+	return out, nil
+}
+
+// TrimMaps drops the stored maps older than epoch.
+func (s *Store) TrimMaps(ctx context.Context, epoch uint64) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	if err := s.db.DeleteRange(mapKey(0), mapKey(epoch), pebble.NoSync); err != nil {
+		return fmt.Errorf("store: trim maps before %d: %w", epoch, err)
+	}
+	return nil
+}
+
+// PGLastEpochStarted returns PG pg's last_epoch_started (0: never set).
+func (s *Store) PGLastEpochStarted(ctx context.Context, pg uint32) (uint64, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	v, closer, err := s.db.Get(lesKey(pg))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store: pg %d last_epoch_started: %w", pg, err)
+	}
+	defer closer.Close()
+	e, err := decodeSealedUint64(v)
+	if err != nil {
+		return 0, corrupt("", "", "pg %d last_epoch_started: %v", pg, err)
+	}
+	return e, nil
+}
+
+// SetPGLastEpochStarted records PG pg's last_epoch_started. Not synced:
+// losing it makes peering ask about more intervals than it needs to,
+// never fewer.
+func (s *Store) SetPGLastEpochStarted(ctx context.Context, pg uint32, epoch uint64) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	if err := s.db.Set(lesKey(pg), appendSealedUint64(nil, epoch), pebble.NoSync); err != nil {
+		return fmt.Errorf("store: set pg %d last_epoch_started: %w", pg, err)
+	}
+	return nil
+}
