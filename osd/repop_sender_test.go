@@ -16,11 +16,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// TestReplicaRefusesForeignRepOps: a replica applies a PG's RepOps only
-// from that PG's primary at the current epoch. A peer that names itself
-// another OSD, an epoch from the future, and a PG id out of range (pool
-// 65536, which once shared pool 0's PG logs) are each refused with a clear
-// status, and nothing reaches the store.
+// TestReplicaRefusesForeignRepOps: a replica applies a PG's RepOps, and
+// answers its PG queries, only from that PG's primary at the current
+// epoch. A peer that names itself another OSD, an epoch from the future,
+// and a PG id out of range (pool 65536, which once shared pool 0's PG
+// logs) are each refused with a clear status, and nothing reaches the
+// store.
 func TestReplicaRefusesForeignRepOps(t *testing.T) {
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
 	ctx := ctxT(t, time.Minute)
@@ -46,7 +47,12 @@ func TestReplicaRefusesForeignRepOps(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	send := func(as uint32, op *osdpb.RepOp) osdpb.Status {
+	// ask sends req to the replica as osd.<as> and returns the status of
+	// its reply.
+	ask := func(as uint32, mt osdpb.MsgType, req proto.Message, rep interface {
+		proto.Message
+		GetHeader() *osdpb.ReplyHeader
+	}) osdpb.Status {
 		t.Helper()
 		got := make(replies, 4)
 		m, err := msgr.New(msgr.Options{Name: msgr.EntityName(fmt.Sprintf("osd.%d", as)), Dispatcher: got, DefaultPolicy: msgr.LosslessPeer})
@@ -59,22 +65,24 @@ func TestReplicaRefusesForeignRepOps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		front, _ := proto.Marshal(op)
-		if err := conn.Send(ctx, msgr.NewMessage(uint16(osdpb.MsgType_MSG_REP_OP), front, []byte("evil"))); err != nil {
+		front, _ := proto.Marshal(req)
+		if err := conn.Send(ctx, msgr.NewMessage(uint16(mt), front, []byte("evil"))); err != nil {
 			t.Fatal(err)
 		}
 		select {
 		case r := <-got:
 			defer r.Release()
-			var rep osdpb.RepOpReply
-			if err := r.DecodeFront(&rep); err != nil {
+			if err := r.DecodeFront(rep); err != nil {
 				t.Fatal(err)
 			}
-			return rep.Header.GetStatus()
+			return rep.GetHeader().GetStatus()
 		case <-time.After(10 * time.Second):
 			t.Fatal("no reply")
 			return 0
 		}
+	}
+	send := func(as uint32, op *osdpb.RepOp) osdpb.Status {
+		return ask(as, osdpb.MsgType_MSG_REP_OP, op, &osdpb.RepOpReply{})
 	}
 	entry := func() *osdpb.LogEntry {
 		return &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: "bkt", Key: "injected",
@@ -93,6 +101,26 @@ func TestReplicaRefusesForeignRepOps(t *testing.T) {
 		{"pg out of range", stranger, &osdpb.RepOp{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: 9999, Entry: entry(), Tid: 4}, osdpb.Status_INVALID_ARGUMENT},
 	} {
 		if got := send(tc.as, tc.op); got != tc.want {
+			t.Errorf("%s: status %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// PG queries: a member answers only the PG's primary of its current
+	// interval, once it has the querying map; an answer to anyone else
+	// would let a stale primary pick an authoritative log it has no right
+	// to, or count an answer the old interval's RepOps can still overtake.
+	query := func(as uint32, q *osdpb.PGQuery) osdpb.Status {
+		return ask(as, osdpb.MsgType_MSG_PG_QUERY, q, &osdpb.PGQueryReply{})
+	}
+	for _, tc := range []struct {
+		name string
+		q    *osdpb.PGQuery
+		want osdpb.Status
+	}{
+		{"query from a non-primary", &osdpb.PGQuery{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: pg, Tid: 5}, osdpb.Status_WRONG_PRIMARY},
+		{"query from a future epoch", &osdpb.PGQuery{Epoch: c.Map.Epoch() + 5, Pool: pool.Id, Pg: pg, Tid: 6}, osdpb.Status_STALE_EPOCH},
+		{"query of pool 65536", &osdpb.PGQuery{Epoch: c.Map.Epoch(), Pool: 65536 + pool.Id, Pg: pg, Tid: 7}, osdpb.Status_INVALID_ARGUMENT},
+	} {
+		if got := query(stranger, tc.q); got != tc.want {
 			t.Errorf("%s: status %v, want %v", tc.name, got, tc.want)
 		}
 	}
