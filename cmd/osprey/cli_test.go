@@ -112,25 +112,33 @@ func TestResolveTarget(t *testing.T) {
 	}
 
 	// Each source in turn, lowest precedence first; each later one wins.
+	// Mons (the current map) come before seeds and maps in each tier.
 	writeMap(t, defaultDataDir, 6800, 3)
 	steps := []struct {
 		apply  func(*targetFlags)
 		source string
 		first  string
 		n      int
+		mons   bool
 	}{
-		{func(*targetFlags) {}, "./osprey-data/map.json", "tcp://127.0.0.1:6800", 3},
-		{func(*targetFlags) { env[envMap] = envMapPath }, envMap + "=" + envMapPath, "tcp://127.0.0.1:8000", 1},
-		{func(f *targetFlags) { f.mapPath = flagMap }, "--map " + flagMap, "tcp://127.0.0.1:7000", 2},
-		{func(*targetFlags) { env[envSeeds] = "127.0.0.1:9000,127.0.0.1:9002" }, envSeeds, "tcp://127.0.0.1:9000", 2},
-		{func(f *targetFlags) { f.seeds = []string{"tcp://10.1.1.1:6800"} }, "--seeds", "tcp://10.1.1.1:6800", 1},
+		{func(*targetFlags) {}, "./osprey-data/map.json", "tcp://127.0.0.1:6800", 3, false},
+		{func(*targetFlags) {
+			os.WriteFile(monAddrFile, []byte("tcp://127.0.0.1:3300\n"), 0o644)
+		}, "./" + monAddrFile, "tcp://127.0.0.1:3300", 1, true},
+		{func(*targetFlags) { env[envMap] = envMapPath }, envMap + "=" + envMapPath, "tcp://127.0.0.1:8000", 1, false},
+		{func(f *targetFlags) { f.mapPath = flagMap }, "--map " + flagMap, "tcp://127.0.0.1:7000", 2, false},
+		{func(*targetFlags) { env[envSeeds] = "127.0.0.1:9000,127.0.0.1:9002" }, envSeeds, "tcp://127.0.0.1:9000", 2, false},
+		{func(*targetFlags) { env[envMon] = "127.0.0.1:3301,127.0.0.1:3302" }, envMon, "tcp://127.0.0.1:3301", 2, true},
+		{func(f *targetFlags) { f.seeds = []string{"tcp://10.1.1.1:6800"} }, "--seeds", "tcp://10.1.1.1:6800", 1, false},
+		{func(f *targetFlags) { f.mon.addrs = []string{"tcp://10.1.1.2:3300"} }, "--mon", "tcp://10.1.1.2:3300", 1, true},
 	}
 	var f targetFlags
 	for _, s := range steps {
 		s.apply(&f)
 		tg, err := resolveTarget(f, getenv)
-		if err != nil || tg.Source != s.source || len(tg.Seeds) != s.n || tg.Seeds[0] != s.first {
-			t.Errorf("after setting %s: %+v, %v; want %d seeds from %s starting %s", s.source, tg, err, s.n, s.source, s.first)
+		got := tg.addrs()
+		if err != nil || tg.Source != s.source || len(got) != s.n || got[0] != s.first || (len(tg.Mons) > 0) != s.mons {
+			t.Errorf("after setting %s: %+v, %v; want %d addresses (mons: %v) from %s starting %s", s.source, tg, err, s.n, s.mons, s.source, s.first)
 		}
 	}
 
@@ -176,6 +184,7 @@ func TestExitCodeAndErrorLine(t *testing.T) {
 // must be usage errors (exit 2) before anything touches the network.
 func TestUsageExitCodes(t *testing.T) {
 	t.Chdir(t.TempDir())
+	t.Setenv(envMon, "")
 	t.Setenv(envSeeds, "")
 	t.Setenv(envMap, "")
 	for _, args := range [][]string{

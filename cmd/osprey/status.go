@@ -65,7 +65,6 @@ type statusReport struct {
 func newStatusCmd() *cobra.Command {
 	var (
 		t       targetFlags
-		mf      monFlags
 		asJSON  bool
 		timeout time.Duration
 	)
@@ -96,8 +95,10 @@ status reports, it does not judge; scripts read "health" from --json.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			if _, ok := resolveMons(mf, os.Getenv); ok {
-				return monStatus(cmd, mf, asJSON)
+			// The same precedence as every command: a mon, when one is
+			// named before any seeds or map, answers with its own view.
+			if tg, err := resolveTarget(t, os.Getenv); err == nil && len(tg.Mons) > 0 {
+				return monStatus(cmd, monFlags{addrs: tg.Mons, timeout: t.mon.timeout}, asJSON)
 			}
 			cl, err := connect(ctx, cmd, t)
 			if err != nil {
@@ -112,7 +113,6 @@ status reports, it does not judge; scripts read "health" from --json.`,
 		},
 	}
 	addTargetFlags(cmd.Flags(), &t)
-	addMonFlags(cmd.Flags(), &mf)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "how long each OSD has to answer")
 	return cmd

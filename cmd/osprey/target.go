@@ -39,6 +39,7 @@ var defaultMapPath = filepath.Join(defaultDataDir, "map.json")
 
 // targetFlags are the flags every command that talks to a cluster has.
 type targetFlags struct {
+	mon     monFlags
 	seeds   []string
 	mapPath string
 	timeout time.Duration // to reach the cluster (fetch the map)
@@ -46,6 +47,7 @@ type targetFlags struct {
 }
 
 func addTargetFlags(f *pflag.FlagSet, t *targetFlags) {
+	addMonFlags(f, &t.mon)
 	f.StringSliceVar(&t.seeds, "seeds", nil, "OSD public addresses, e.g. tcp://10.0.0.1:6800,tcp://10.0.0.2:6800 (env "+envSeeds+")")
 	f.StringVar(&t.mapPath, "map", "", "cluster map file; its OSDs' public addresses are the seeds (env "+envMap+"; default ./"+defaultMapPath+" when it exists)")
 	f.DurationVar(&t.timeout, "connect-timeout", 10*time.Second, "how long to try to reach the cluster")
@@ -57,21 +59,48 @@ func addTargetFlags(f *pflag.FlagSet, t *targetFlags) {
 // reach tcp://127.0.0.1:6800" is only actionable when the user knows where
 // that address came from.
 type clusterTarget struct {
+	// Mons, when set, are the mons' addresses: the client takes its map
+	// from them and subscribes. Otherwise Seeds are OSD public addresses.
+	Mons   []string
 	Seeds  []string
-	Source string // "--seeds", "OSPREY_SEEDS", "--map FILE", "OSPREY_MAP=FILE", "FILE"
+	Source string // "--mon", "--seeds", "OSPREY_MON", "OSPREY_SEEDS", "--map FILE", "OSPREY_MAP=FILE", "FILE"
+}
+
+// addrs are the addresses the target names, mons or seeds.
+func (t clusterTarget) addrs() []string {
+	if len(t.Mons) > 0 {
+		return t.Mons
+	}
+	return t.Seeds
 }
 
 // errNoCluster says that nothing named a cluster.
-var errNoCluster = errors.New("no cluster given: use --seeds tcp://HOST:PORT[,...] or --map FILE " +
-	"(or set " + envSeeds + " or " + envMap + "), or start a local one in this directory with `osprey up`")
+var errNoCluster = errors.New("no cluster given: use --mon tcp://HOST:PORT[,...], --seeds tcp://HOST:PORT[,...] or --map FILE " +
+	"(or set " + envMon + ", " + envSeeds + " or " + envMap + "), or start a local one in this directory with `osprey up`")
 
 // resolveTarget applies the precedence documented in docs/cli.md: the
-// --seeds flag, $OSPREY_SEEDS, the --map flag, $OSPREY_MAP, then the map of
-// `osprey up` in the current directory. getenv is os.Getenv outside tests.
+// --mon and --seeds flags, $OSPREY_MON, $OSPREY_SEEDS, the --map flag,
+// $OSPREY_MAP, then what `osprey up` left in the current directory: its
+// mon's address, else its map. The mons come first in each tier: they
+// always have the current map, a map file may be stale. getenv is
+// os.Getenv outside tests.
 func resolveTarget(t targetFlags, getenv func(string) string) (clusterTarget, error) {
+	mons := func(in []string, source string) (clusterTarget, error) {
+		addrs, err := parseSeeds(in)
+		if err != nil {
+			err = fmt.Errorf("%s: %w", source, err)
+		}
+		return clusterTarget{Mons: addrs, Source: source}, err
+	}
+	if len(t.mon.addrs) > 0 {
+		return mons(t.mon.addrs, "--mon")
+	}
 	if len(t.seeds) > 0 {
 		seeds, err := parseSeeds(t.seeds)
 		return clusterTarget{Seeds: seeds, Source: "--seeds"}, err
+	}
+	if v := getenv(envMon); strings.TrimSpace(v) != "" {
+		return mons([]string{v}, envMon)
 	}
 	if v := getenv(envSeeds); strings.TrimSpace(v) != "" {
 		seeds, err := parseSeeds([]string{v})
@@ -85,6 +114,9 @@ func resolveTarget(t targetFlags, getenv func(string) string) (clusterTarget, er
 	}
 	if v := getenv(envMap); v != "" {
 		return targetFromMap(v, envMap+"="+v)
+	}
+	if b, err := os.ReadFile(monAddrFile); err == nil && strings.TrimSpace(string(b)) != "" {
+		return mons([]string{string(b)}, "./"+monAddrFile)
 	}
 	if _, err := os.Stat(defaultMapPath); err == nil {
 		return targetFromMap(defaultMapPath, "./"+defaultMapPath)
@@ -141,7 +173,7 @@ func connect(ctx context.Context, cmd *cobra.Command, t targetFlags) (*client.Cl
 	}
 	cctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	cl, err := client.New(cctx, client.Options{Seeds: tg.Seeds, Logger: cliLogger(cmd), RetryFor: t.retry})
+	cl, err := client.New(cctx, client.Options{Seeds: tg.Seeds, Mon: tg.Mons, Logger: cliLogger(cmd), RetryFor: t.retry})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -172,10 +204,10 @@ func (e *unreachableError) Error() string {
 	// one line.
 	msg := strings.ReplaceAll(e.err.Error(), "\n", "; ")
 	hint := ""
-	if e.target.Source == "./"+defaultMapPath {
+	if e.target.Source == "./"+defaultMapPath || e.target.Source == "./"+monAddrFile {
 		hint = " (is `osprey up` running in this directory?)"
 	}
-	return fmt.Sprintf("cannot reach the cluster at %s (from %s): %s%s", strings.Join(e.target.Seeds, ","), e.target.Source, msg, hint)
+	return fmt.Sprintf("cannot reach the cluster at %s (from %s): %s%s", strings.Join(e.target.addrs(), ","), e.target.Source, msg, hint)
 }
 
 func (e *unreachableError) Unwrap() error { return e.err }

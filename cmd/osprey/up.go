@@ -361,15 +361,20 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 	}
 	name := cliName()
 	wd, _ := os.Getwd()
+	// The mon is where commands should look: it has every map change.
+	envName, addrs := envSeeds, seeds
+	if lc.Mon != nil {
+		envName, addrs = envMon, lc.Mon.Addr()
+	}
 	env := ""
 	if def, _ := filepath.Abs(defaultDataDir); def != lc.Dir {
 		// Not where the commands look by default: name it.
-		env = "export " + envSeeds + "=" + seeds + "\n  "
+		env = "export " + envName + "=" + addrs + "\n  "
 	}
 	fmt.Fprintf(w, "\nTry, from another shell in %s:\n  %s%s mb mybucket\n  %s put FILE mybucket/KEY\n  %s ls mybucket\n",
 		wd, env, name, name, name)
 	if env == "" {
-		fmt.Fprintf(w, "(from elsewhere: export %s=%s)\n", envSeeds, seeds)
+		fmt.Fprintf(w, "(from elsewhere: export %s=%s)\n", envName, addrs)
 	}
 	if o.temp {
 		fmt.Fprintln(w, "Ctrl-C stops it and removes its data.")
