@@ -176,3 +176,48 @@ func TestLostElectionKeyStepsDown(t *testing.T) {
 	})
 	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd reweight", Ids: []uint32{0}, Weight: 3})
 }
+
+// TestTakeoverRenewsOSDLeases: while no mon leads, nobody renews the OSDs'
+// liveness leases, and with a short grace they expire during a failover.
+// The new leader must not take that for dead OSDs (with a 3 s grace a
+// leader's crash marked every OSD down): it grants each up OSD a fresh
+// lease, one grace to beacon to it. An OSD that then stays silent is
+// still marked down when that lease runs out.
+func TestTakeoverRenewsOSDLeases(t *testing.T) {
+	e := startTestEtcd(t)
+	cfg := func(name string) Config {
+		c := testConfig(e, name)
+		c.HeartbeatGrace = 2 * time.Second
+		return c
+	}
+	a := startTestMon(t, cfg("a"))
+	eventually(t, 5*time.Second, "mon.a leads", a.IsLeader)
+	c := newTestClient(t, nil, a.Addr())
+	mustBoot(t, c, bootOf(0))
+	a.abandon.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	a.Close(ctx)
+	cancel()
+
+	// Wait until the OSD's lease has expired, with no mon leading.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	alive := keys{"/osprey/"}.alive(0)
+	hasKey := func() bool {
+		resp, err := cli.Get(ctxFor(t, 5*time.Second), alive)
+		return err == nil && len(resp.Kvs) == 1
+	}
+	eventually(t, 10*time.Second, "the OSD's lease expires while no mon leads", func() bool { return !hasKey() })
+
+	b := startTestMon(t, cfg("b"))
+	eventually(t, 10*time.Second, "mon.b leads", b.IsLeader)
+	eventually(t, 5*time.Second, "mon.b decides about osd.0", func() bool { return hasKey() || !osdOf(t, b.Map(), 0).Up })
+	if o := osdOf(t, b.Map(), 0); !o.Up {
+		t.Fatalf("the new leader marked osd.0 down for a lease that expired while no mon led (epoch %d)", b.Map().Epoch())
+	}
+	// Silent for the fresh grace too: down.
+	eventually(t, 10*time.Second, "osd.0 down once its fresh lease expires", func() bool { return !osdOf(t, b.Map(), 0).Up })
+}

@@ -30,6 +30,11 @@ type leadership struct {
 	// noticing yet cannot write.
 	fence clientv3.Cmp
 
+	// since is when this mon took over: for one grace after it, an OSD
+	// whose lease expired gets a fresh one (regrant) instead of being
+	// marked down, since nobody led to renew it.
+	since time.Time
+
 	mu       sync.Mutex
 	failures *failureTracker
 	leases   map[uint32]clientv3.LeaseID // OSD id -> its liveness lease
@@ -39,7 +44,7 @@ type leadership struct {
 func newLeadership(ctx context.Context, m *Mon, el *concurrency.Election) *leadership {
 	ctx, cancel := context.WithCancel(ctx)
 	return &leadership{
-		ctx: ctx, cancel: cancel, m: m,
+		ctx: ctx, cancel: cancel, m: m, since: time.Now(),
 		fence:    clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev()),
 		failures: newFailureTracker(m.cfg.HeartbeatGrace, m.cfg.MinDownReporters),
 		leases:   map[uint32]clientv3.LeaseID{},
@@ -140,6 +145,14 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.Mon
 	lease, err := l.renew(ctx, b.Id)
 	if err != nil {
 		return nil, unavailable("renewing the OSD's lease", err)
+	}
+	if lease == clientv3.NoLease && l.inTakeoverGrace() && l.regrant(ctx, o) == nil {
+		// It expired while no mon led (see watchLiveness); this beacon
+		// came before the takeover's own check.
+		lease, err = l.leaseOf(ctx, b.Id)
+		if err != nil {
+			return nil, unavailable("renewing the OSD's lease", err)
+		}
 	}
 	if lease == clientv3.NoLease {
 		// The lease expired: the OSD was silent for the grace. It is
@@ -293,6 +306,45 @@ func (l *leadership) dropOSDs(ids []uint32) {
 }
 
 // revoke drops a lease, best effort: one we fail to revoke expires.
+// expired handles OSD id's liveness lease running out: it is marked down,
+// unless we took over less than a grace ago. Then the lease ran out (or
+// was last renewed) while no mon led, and its beacons had no leader to go
+// to: it gets a fresh lease and one grace to beacon to us, as Ceph's new
+// leader restarts its OSD report timers. A dead one is still marked down
+// by its peers' reports, or when that lease expires.
+func (l *leadership) expired(id uint32, why string) {
+	if o, ok := l.m.Map().OSD(id); ok && o.Up && l.inTakeoverGrace() && l.regrant(l.ctx, o) == nil {
+		return
+	}
+	l.markDown(l.ctx, []uint32{id}, why, 0, true)
+}
+
+func (l *leadership) inTakeoverGrace() bool { return time.Since(l.since) < l.m.cfg.HeartbeatGrace }
+
+// regrant gives up OSD o, whose liveness key is gone, a fresh lease and
+// key, unless its key came back meanwhile (a boot) or it is no longer up.
+func (l *leadership) regrant(ctx context.Context, o *osdpb.OSDInfo) error {
+	m := l.m
+	lease, err := m.cli.Grant(ctx, m.cfg.leaseTTL())
+	if err != nil {
+		return err
+	}
+	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(m.k.alive(o.Id)), "=", 0)).
+		Then(clientv3.OpPut(m.k.alive(o.Id), o.Uuid, clientv3.WithLease(lease.ID))).Commit()
+	if err == nil && !resp.Succeeded {
+		err = errors.New("its liveness key came back")
+	}
+	if err != nil {
+		l.revoke(lease.ID)
+		return err
+	}
+	l.mu.Lock()
+	l.leases[o.Id] = lease.ID
+	l.mu.Unlock()
+	m.log.Info("osd lease renewed at takeover: it gets one grace to beacon", "osd", o.Id, "grace", m.cfg.HeartbeatGrace)
+	return nil
+}
+
 func (l *leadership) revoke(lease clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(l.m.ctx, 2*time.Second)
 	defer cancel()
@@ -350,9 +402,10 @@ func (l *leadership) command(ctx context.Context, c osdCommand) (*commandResult,
 }
 
 // watchLiveness marks down the OSDs whose liveness keys vanish (their
-// leases expired: no beacon for the grace). On start, and whenever the
-// watch breaks, it first checks every up OSD for its key, so an expiry
-// while no mon led is noticed too.
+// leases expired: no beacon for the grace; see expired for the grace
+// after a takeover). On start, and whenever the watch breaks, it first
+// checks every up OSD for its key, so an expiry while no mon led, or that
+// the watch did not see, is noticed too.
 func (l *leadership) watchLiveness() {
 	m := l.m
 	backoff := newBackoff()
@@ -370,7 +423,7 @@ func (l *leadership) watchLiveness() {
 		}
 		for o := range m.Map().OSDs() {
 			if o.Up && !alive[o.Id] {
-				l.markDown(l.ctx, []uint32{o.Id}, "it has no liveness lease (expired)", 0, true)
+				l.expired(o.Id, "it has no liveness lease (expired)")
 			}
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.ctx))
@@ -384,7 +437,7 @@ func (l *leadership) watchLiveness() {
 					continue
 				}
 				if id, ok := idOf(string(ev.Kv.Key), m.k.alivePrefix()); ok {
-					l.markDown(l.ctx, []uint32{id}, fmt.Sprintf("no beacon for %v: its lease expired", m.cfg.HeartbeatGrace), 0, true)
+					l.expired(id, fmt.Sprintf("no beacon for %v: its lease expired", m.cfg.HeartbeatGrace))
 				}
 			}
 			backoff.reset()

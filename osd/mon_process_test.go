@@ -31,8 +31,10 @@ import (
 // monChildSpec is what an OSD child that boots through a mon is told
 // (OSPREY_TEST_OSD=mon:JSON).
 type monChildSpec struct {
-	Mon, Data, Public, Cluster string
-	RecoveryBytesPerSec        int64
+	// Mons are every mon's address: the OSD's mon client moves over them.
+	Mons                  []string
+	Data, Public, Cluster string
+	RecoveryBytesPerSec   int64
 	// Defaults runs the OSD at its default heartbeat settings (the
 	// failover figures) instead of the tests' fast ones.
 	Defaults bool
@@ -46,7 +48,7 @@ func monOSDProcess(spec string) {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg := osd.Config{Mon: []string{sp.Mon}, DataDir: sp.Data, PublicListen: sp.Public, ClusterListen: sp.Cluster,
+	cfg := osd.Config{Mon: sp.Mons, DataDir: sp.Data, PublicListen: sp.Public, ClusterListen: sp.Cluster,
 		RecoveryBytesPerSec: sp.RecoveryBytesPerSec, Logger: log}
 	if !sp.Defaults {
 		cfg.HeartbeatInterval, cfg.HeartbeatGrace, cfg.BeaconInterval = 200*time.Millisecond, 2*time.Second, 500*time.Millisecond
@@ -58,21 +60,34 @@ func monOSDProcess(spec string) {
 }
 
 // monCluster is a mon (on an embedded etcd) in the test process and OSD
-// child processes that boot through it.
+// child processes that boot through it; with Mons: 2, a second mon runs as
+// a child process too and leads, the in-process one its standby.
 type monCluster struct {
 	t     *testing.T
 	etcd  *mon.Etcd
-	mon   *mon.Mon
+	mon   *mon.Mon // mon "a", in the test process
 	dir   string
 	mu    sync.Mutex
 	procs map[int]*osdProc
 	logs  map[int]*bytes.Buffer
 	opts  monClusterOptions
+	// monAddrs are every mon's address, mon "a" first: what the OSDs and
+	// clients are given.
+	monAddrs []string
+	// monProc is mon "b", a child process (Mons: 2); nil once stopped.
+	monProc *osdProc
+	// monLogs hold the mons' logs (Mons: 2): mon.b's stderr, mon.a's
+	// slog output.
+	monLogs map[string]*bytes.Buffer
 }
 
 // monClusterOptions shape a monCluster.
 type monClusterOptions struct {
 	OSDs int
+	// Mons is how many mons run: 0 or 1, mon "a" in the test process; 2
+	// adds mon "b" as a child process, started first so that it leads,
+	// with mon "a" its standby.
+	Mons int
 	Mon  mon.Config
 	// RecoveryBytesPerSec throttles every OSD's recovery (0: unthrottled).
 	RecoveryBytesPerSec int64
@@ -85,24 +100,41 @@ func startMonCluster(t *testing.T, opts monClusterOptions) *monCluster {
 	cfg := opts.Mon
 	mc := &monCluster{t: t, dir: t.TempDir(), procs: map[int]*osdProc{}, logs: map[int]*bytes.Buffer{}, opts: opts}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if opts.Mons > 2 {
+		t.Fatalf("%d mons: at most 2", opts.Mons)
+	}
 	var err error
 	if mc.etcd, err = mon.StartEtcd(ctx, filepath.Join(mc.dir, "etcd"), quiet); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Etcd, cfg.Listen, cfg.Logger = mc.etcd.Endpoints(), "tcp://127.0.0.1:0", quiet
+	if opts.Mons == 2 {
+		t.Cleanup(func() { mc.stopMon(syscall.SIGKILL) }) // if mon "a" does not start
+		mc.monLogs = map[string]*bytes.Buffer{"a": {}, "b": {}}
+		mc.startMonB(ctx, cfg)
+		cfg.Name = "a"
+		cfg.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: mc.monLogs["a"], mu: &mc.mu}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
 	if mc.mon, err = mon.Start(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
+	mc.monAddrs = append([]string{mc.mon.Addr()}, mc.monAddrs...)
 	t.Cleanup(func() {
 		for i := range mc.procs {
 			mc.kill(i, syscall.SIGKILL)
 		}
+		mc.stopMon(syscall.SIGKILL)
 		mc.mon.Close(context.Background())
 		mc.etcd.Close()
 		if t.Failed() {
 			for i, b := range mc.logs {
 				t.Logf("osd process %d log (tail):\n%s", i, tail(b.String(), 4000))
 			}
+			mc.mu.Lock()
+			for name, b := range mc.monLogs {
+				t.Logf("mon.%s log (tail):\n%s", name, tail(b.String(), 4000))
+			}
+			mc.mu.Unlock()
 		}
 	})
 	for i := range opts.OSDs {
@@ -125,7 +157,7 @@ func (mc *monCluster) start(i int) {
 		pub, clu = "", "" // the map's
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOSDProcess$")
-	spec, _ := json.Marshal(monChildSpec{Mon: mc.mon.Addr(), Data: data, Public: pub, Cluster: clu,
+	spec, _ := json.Marshal(monChildSpec{Mons: mc.monAddrs, Data: data, Public: pub, Cluster: clu,
 		RecoveryBytesPerSec: mc.opts.RecoveryBytesPerSec, Defaults: mc.opts.Defaults})
 	cmd.Env = append(os.Environ(), "OSPREY_TEST_OSD=mon:"+string(spec))
 	mc.mu.Lock()
@@ -174,7 +206,7 @@ func (mc *monCluster) waitStatus(ctx context.Context, what string, ok func(*mon.
 // client is a client of the cluster that retries a failing op for
 // retryFor.
 func (mc *monCluster) client(t *testing.T, retryFor time.Duration) *client.Client {
-	cl, err := client.New(context.Background(), client.Options{Mon: []string{mc.mon.Addr()}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	cl, err := client.New(context.Background(), client.Options{Mon: mc.monAddrs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		RetryFor: retryFor, OpTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

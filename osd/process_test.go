@@ -64,6 +64,13 @@ func TestOSDProcess(t *testing.T) {
 // serveChild ends an OSD child process's body: it exits 2 if the OSD did
 // not start, else prints READY and serves until SIGTERM or SIGINT.
 func serveChild(ctx context.Context, o *osd.OSD, err error) {
+	serveUntilSignal(err, func() { o.Close(ctx) })
+}
+
+// serveUntilSignal ends a child process's body (an OSD, a mon): it exits
+// 2 if the daemon did not start (err), else prints READY, waits for
+// SIGTERM or SIGINT, stops the daemon and exits 0.
+func serveUntilSignal(err error, stop func()) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -72,7 +79,7 @@ func serveChild(ctx context.Context, o *osd.OSD, err error) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig
-	o.Close(ctx)
+	stop()
 	os.Exit(0)
 }
 
