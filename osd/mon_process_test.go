@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -233,45 +235,59 @@ func (mc *monCluster) idOf(i int) uint32 {
 // themselves, that every member of each object's acting set in the
 // mon's final map holds its acknowledged bytes.
 func (mc *monCluster) verifyStores(ctx context.Context, w *workload, procs []int) {
+	mc.t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	copies := mc.checkStoredCopies(ctx, procs, w.bucket, slices.Collect(maps.Keys(w.acked)), func(key string, got []byte) bool {
+		return bytes.Equal(got, w.acked[key])
+	})
+	mc.t.Logf("copies per OSD in the stores: %v", copies)
+}
+
+// checkStoredCopies stops the OSD processes procs and checks, in their
+// stores, every member of each key's acting set in the mon's final map:
+// the set is full and ok accepts each copy. It returns the copies per OSD.
+func (mc *monCluster) checkStoredCopies(ctx context.Context, procs []int, bucket string, keys []string, ok func(key string, got []byte) bool) map[uint32]int {
 	t := mc.t
 	t.Helper()
 	mp := mc.mon.Map()
-	pool, ok := mp.PoolByName("default")
-	if !ok {
+	pool, found := mp.PoolByName("default")
+	if !found {
 		t.Fatal("no default pool")
 	}
 	stores := map[uint32]*store.Store{}
 	for _, i := range procs {
+		id := mc.idOf(i)
 		mc.kill(i, syscall.SIGTERM)
 		s, err := store.Open(ctx, store.Options{Dir: filepath.Join(mc.dir, fmt.Sprintf("osd-%d", i), "store"),
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			CacheSize: 16 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		stores[mc.idOf(i)] = s
+		stores[id] = s
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	copies := map[uint32]int{}
-	for key, want := range w.acked {
-		set := mp.ActingSet(pool.Id, placement.PGOf(pool, w.bucket, key))
+	var buf []byte
+	for _, key := range keys {
+		set := mp.ActingSet(pool.Id, placement.PGOf(pool, bucket, key))
 		if len(set) != int(pool.Size) {
 			t.Fatalf("%s: acting set %v in the final map", key, set)
 		}
 		for _, id := range set {
 			s := stores[id]
 			if s == nil {
-				t.Fatalf("%s: acting set %v names osd.%d, not running", key, set, id)
+				t.Fatalf("%s: acting set %v names osd.%d, not checked", key, set, id)
 			}
-			_, got, err := s.ReadRange(ctx, w.bucket, key, 0, -1, nil)
-			if err != nil || !bytes.Equal(got, want) {
-				t.Fatalf("osd.%d's copy of %s: %v (%d bytes, want %d)", id, key, err, len(got), len(want))
+			var err error
+			_, buf, err = s.ReadRange(ctx, bucket, key, 0, -1, buf[:0])
+			if err != nil || !ok(key, buf) {
+				t.Fatalf("osd.%d's copy of %s: %v (%d bytes)", id, key, err, len(buf))
 			}
 			copies[id]++
 		}
 	}
-	t.Logf("copies per OSD in the stores: %v", copies)
+	return copies
 }
 
 // TestMonKillOSD: 4 OSD processes, 3 replicas, min_size 2, booted through a
