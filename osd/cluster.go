@@ -1,6 +1,7 @@
 package osd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -592,15 +593,11 @@ func (o *OSD) startRecovery(p *pgState, from uint32) {
 	p.recovering = true
 	have := p.last
 	o.wg.Go(func() {
-		release, err := o.recoverySlot(p)
-		if err != nil {
+		last, err := o.recover(p, from, have)
+		if o.ctx.Err() != nil {
 			return // closing
 		}
-		last, err := o.recover(p, from, have)
-		release()
-		if !o.enqueue(o.shardOf(p.sid), func() { o.endRecovery(p, from, last, err) }) {
-			return
-		}
+		o.enqueue(o.shardOf(p.sid), func() { o.endRecovery(p, from, last, err) })
 	})
 }
 
@@ -692,9 +689,25 @@ func (o *OSD) resumePull(p *pgState) {
 // reaches back that far (backfill). Each object is copied in its current
 // state, so replaying an older RepOp afterwards is harmless: the version
 // check skips it.
+//
+// It holds one of the RecoveryMaxActive slots while it copies; a backfill
+// takes it once its RepOps flow again (backfill.go), so that a PG waiting
+// for a slot does not hold its writes.
 func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Version, error) {
 	ctx, cancel := context.WithTimeout(o.ctx, 10*time.Minute)
 	defer cancel()
+	var release func()
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	slot := func() (err error) {
+		if release == nil {
+			release, err = o.recoverySlot(p)
+		}
+		return err
+	}
 	for {
 		var rep osdpb.PGLogPullReply
 		err := o.call(ctx, from, osdpb.MsgType_MSG_PG_LOG_PULL, func(tid uint64) proto.Message {
@@ -707,10 +720,13 @@ func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Vers
 			return nil, err
 		}
 		if rep.TooOld {
-			return o.backfill(ctx, p, from)
+			return o.backfill(ctx, p, from, slot)
 		}
 		if len(rep.Entries) == 0 {
 			return have, nil
+		}
+		if err := slot(); err != nil {
+			return nil, err
 		}
 		seen := map[[2]string]bool{}
 		for _, e := range rep.Entries {
@@ -803,10 +819,26 @@ func (o *OSD) install(ctx context.Context, p *pgState, from uint32, e *osdpb.Log
 }
 
 // backfill copies every object of the PG from OSD from and removes the
-// local ones it no longer has.
-func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32) (*osdpb.Version, error) {
+// local ones it no longer has. Writes to the PG go on meanwhile
+// (backfill.go), except to the meta PG, whose records are few. slot takes
+// a recovery slot.
+func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func() error) (*osdpb.Version, error) {
 	o.log.Info("backfilling pg", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from)
 	isMeta := p.pg == placement.MetaPG
+	var bf *backfillState
+	if !isMeta {
+		if err := o.st.SetPGBackfilling(ctx, p.sid); err != nil {
+			return nil, err
+		}
+		bf = newBackfillState()
+		if !o.startBackfill(ctx, p, bf) {
+			return nil, cmp.Or(ctx.Err(), errors.New("osd: closing"))
+		}
+		defer p.bf.Store(nil)
+	}
+	if err := slot(); err != nil {
+		return nil, err
+	}
 	local := map[[2]string]bool{}
 	if isMeta {
 		for b, err := range o.st.Buckets(ctx) {
@@ -822,6 +854,16 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32) (*osdpb.Ver
 			}
 			local[[2]string{e.Bucket, e.Key}] = true
 		}
+	}
+	settle := func(upTo *bfKey) error {
+		if bf == nil {
+			return nil
+		}
+		copied, err := o.settle(ctx, p, from, bf, upTo)
+		for _, k := range copied {
+			delete(local, k)
+		}
+		return err
 	}
 	var last *osdpb.Version
 	after := [2]string{}
@@ -844,8 +886,28 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32) (*osdpb.Ver
 		}
 		after = [2]string{f.Entry.Bucket, f.Entry.Key}
 		delete(local, after)
+		if bf != nil {
+			k := bfKey(after)
+			bf.mu.Lock()
+			bf.copied[k] = f.Last
+			bf.mu.Unlock()
+			if err := settle(&k); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := settle(nil); err != nil {
+		return nil, err
 	}
 	for k := range local {
+		if bf != nil {
+			bf.mu.Lock()
+			keep := bf.applied[k]
+			bf.mu.Unlock()
+			if keep {
+				continue // a write behind the walk put it there
+			}
+		}
 		var err error
 		if isMeta {
 			err = o.st.InstallObject(ctx, p.sid, &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE_BUCKET, Bucket: k[0]}, nil)
@@ -858,6 +920,9 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32) (*osdpb.Ver
 	}
 	if last == nil {
 		last = &osdpb.Version{}
+	}
+	if bf != nil && bf.max != nil && versionLE(last, bf.max) {
+		last = bf.max // every write acked during the walk is in
 	}
 	if err := o.st.SetPGLast(ctx, p.sid, last); err != nil {
 		return nil, err

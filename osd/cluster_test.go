@@ -249,7 +249,8 @@ func TestReplicaBackfill(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.StartOSD(1)
-	// A write to every PG succeeds only once osd.1 has caught up there.
+	// A write to every PG makes osd.1 catch up there (a gap in its log);
+	// writes go on while it backfills, so wait for its backfills to end.
 	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
 	covered := map[uint32]bool{}
 	for i := 0; len(covered) < int(pool.PgCount); i++ {
@@ -262,6 +263,19 @@ func TestReplicaBackfill(t *testing.T) {
 			})
 		}
 	}
+	osdtest.Eventually(t, 30*time.Second, "osd.1 caught up in every PG", func() bool {
+		for pg := range pool.PgCount {
+			sid, _ := placement.PGID{Pool: pool.Id, Seed: pg}.StoreID()
+			b, err := c.OSDs[1].Store().PGBackfilling(ctx, sid)
+			mine, _, err2 := c.OSDs[1].Store().PGInfo(ctx, sid)
+			primary, _ := c.Map.Primary(pool.Id, pg)
+			theirs, _, err3 := c.OSDs[primary].Store().PGInfo(ctx, sid)
+			if err != nil || err2 != nil || err3 != nil || b || mine.GetSeq() != theirs.GetSeq() {
+				return false
+			}
+		}
+		return true
+	})
 	for i := range 10 {
 		replicasHave(t, c, "data", fmt.Sprintf("old%d", i), nil)
 	}

@@ -77,12 +77,16 @@ func (o *OSD) advance(p *pgState, mp *placement.Map) {
 			o.log.Warn("pg last_epoch_started", "pg", placement.PGIDOf(p.sid), "err", err)
 		}
 		last, tail, err := o.st.PGInfo(o.ctx, p.sid)
+		var incomplete bool
+		if err == nil {
+			incomplete, err = o.st.PGBackfilling(o.ctx, p.sid)
+		}
 		if err != nil {
 			o.log.Warn("pg info", "pg", placement.PGIDOf(p.sid), "err", err)
 			return
 		}
 		p.m = pg.New(pg.Config{Self: pg.OSDID(o.id), ID: pg.ID{Pool: p.pool, Seed: p.pg},
-			Local: pg.PeerInfo{Last: pgVersion(last), LogTail: pgVersion(tail), LastEpochStarted: pg.Epoch(les)}})
+			Local: pg.PeerInfo{Last: pgVersion(last), LogTail: pgVersion(tail), LastEpochStarted: pg.Epoch(les), Incomplete: incomplete}})
 		// From LastEpochStarted on (earlier intervals are covered by it),
 		// or from the oldest map holding the pool.
 		start = o.oldestWith(les, p.pool, p.pg == placement.MetaPG)
@@ -202,7 +206,7 @@ func (o *OSD) query(p *pgState, to pg.OSDID, e pg.Epoch, asked bool) {
 			if err == nil {
 				i := rep.GetInfo()
 				step(pg.Info{From: to, Epoch: e, Info: pg.PeerInfo{Last: pgVersion(i.GetLast()),
-					LogTail: pgVersion(i.GetLogTail()), LastEpochStarted: pg.Epoch(i.GetLastEpochStarted())}})
+					LogTail: pgVersion(i.GetLogTail()), LastEpochStarted: pg.Epoch(i.GetLastEpochStarted()), Incomplete: i.GetIncomplete()}})
 				return
 			}
 			// A peer still fetching our map says so: ask again shortly,
@@ -253,10 +257,14 @@ func (o *OSD) answerQuery(q *osdpb.PGQuery, sid, from uint32) (*osdpb.PGInfo, er
 	// The log itself, not the machine's copy of its ends: an answer is
 	// what the primary trusts to pick the authoritative log.
 	last, tail, err := o.st.PGInfo(o.ctx, sid)
+	var incomplete bool
+	if err == nil {
+		incomplete, err = o.st.PGBackfilling(o.ctx, sid)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return &osdpb.PGInfo{Pg: q.Pg, Last: last, LogTail: tail, LastEpochStarted: uint64(info.LastEpochStarted)}, nil
+	return &osdpb.PGInfo{Pg: q.Pg, Last: last, LogTail: tail, LastEpochStarted: uint64(info.LastEpochStarted), Incomplete: incomplete}, nil
 }
 
 // refusal maps a machine's refusal or CanServe error to the wire status a

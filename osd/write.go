@@ -40,6 +40,9 @@ type pgState struct {
 	// state is the machine's pg.State as its last Ready said (the beacon
 	// reads it).
 	state atomic.Uint32
+	// bf is set while a backfill of this replica's copy runs: RepOps go
+	// on during it (backfill.go).
+	bf atomic.Pointer[backfillState]
 
 	// peerMu guards peerLast: where each replica said its log ends, in its
 	// last RepOp reply (the cluster dispatcher's goroutine writes it, the
@@ -578,6 +581,9 @@ func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, sid, from uint32) {
 		return
 	}
 	if p.recovering {
+		if o.backfillRepOp(p, m, r) {
+			return
+		}
 		p.queued = append(p.queued, queuedRepOp{m, r})
 		return
 	}

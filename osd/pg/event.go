@@ -1,7 +1,7 @@
 package pg
 
 // Event is an input to [PG.Step]: one of AdvanceMap, Info, Unreachable,
-// Recovered, PeerRecovered and Applied.
+// Recovered, PeerRecovered, Applied and BackfillStarted.
 type Event interface{ event() }
 
 // AdvanceMap gives the machine map epoch Epoch. The daemon feeds every
@@ -60,17 +60,26 @@ type PeerRecovered struct {
 	Last Version
 }
 
-// Applied says the local log now ends at Version: a write the primary
-// applied, a RepOp a replica applied, a pull or push a replica finished.
+// Applied says the local log now ends at Version, and the local copy is
+// complete (no backfill under way: the daemon does not step Applied while
+// one runs): a write the primary applied, a RepOp a replica applied, a
+// pull or push a replica finished.
 // On a replica it may go back, when a push dropped entries the PG never
 // acknowledged.
 type Applied struct {
 	Version Version
 }
 
-func (AdvanceMap) event()    {}
-func (Info) event()          {}
-func (Unreachable) event()   {}
-func (Recovered) event()     {}
-func (PeerRecovered) event() {}
-func (Applied) event()       {}
+// BackfillStarted says a backfill of the local copy began: until the next
+// Applied or Recovered it may lack writes it acknowledged (a replica acks
+// writes to objects its walk has not reached), so it witnesses no
+// interval (PeerInfo.Incomplete).
+type BackfillStarted struct{}
+
+func (BackfillStarted) event() {}
+func (AdvanceMap) event()      {}
+func (Info) event()            {}
+func (Unreachable) event()     {}
+func (Recovered) event()       {}
+func (PeerRecovered) event()   {}
+func (Applied) event()         {}

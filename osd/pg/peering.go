@@ -160,10 +160,13 @@ func (p *PG) probeTargets(start Epoch) []OSDID {
 // and it is one of the candidates for the authoritative log, so earlier
 // intervals need no witness (Ceph's history.last_epoch_started).
 func (p *PG) historyStart() Epoch {
-	start := p.local.LastEpochStarted
-	for _, pr := range p.peers {
-		if pr.probe == probeAnswered {
-			start = max(start, pr.info.LastEpochStarted)
+	var start Epoch
+	if !p.local.Incomplete {
+		start = p.local.LastEpochStarted
+	}
+	for id := range p.peers {
+		if p.answered(id) {
+			start = max(start, p.peers[id].info.LastEpochStarted)
 		}
 	}
 	return start
@@ -214,7 +217,7 @@ func (p *PG) tryPeer() {
 func (p *PG) unwitnessed(start Epoch) []OSDID {
 	var blocked []OSDID
 	for _, iv := range p.past {
-		if !iv.maybeRW() || iv.last < start || iv.has(p.self) {
+		if !iv.maybeRW() || iv.last < start || (iv.has(p.self) && !p.local.Incomplete) {
 			continue
 		}
 		if slices.ContainsFunc(iv.acting, p.answered) {
@@ -230,9 +233,11 @@ func (p *PG) unwitnessed(start Epoch) []OSDID {
 	return blocked
 }
 
+// answered reports whether id answered with a complete copy: one that
+// can witness its intervals and be the authoritative log.
 func (p *PG) answered(id OSDID) bool {
 	pr := p.peers[id]
-	return pr != nil && pr.probe == probeAnswered
+	return pr != nil && pr.probe == probeAnswered && !pr.info.Incomplete
 }
 
 // authoritative picks the copy with the highest Last; on a tie ourselves
@@ -241,8 +246,8 @@ func (p *PG) answered(id OSDID) bool {
 func (p *PG) authoritative() (OSDID, PeerInfo) {
 	from, best := p.self, p.local
 	ids := make([]OSDID, 0, len(p.peers))
-	for id, pr := range p.peers {
-		if pr.probe == probeAnswered {
+	for id := range p.peers {
+		if p.answered(id) {
 			ids = append(ids, id)
 		}
 	}
@@ -375,6 +380,7 @@ func (p *PG) onApplied(ev Applied) { p.setLast(ev.Version) }
 // so it can raise its LastEpochStarted like the primary did.
 func (p *PG) setLast(v Version) {
 	p.local.Last = v
+	p.local.Incomplete = false // a pull or apply leaves a whole copy
 	if p.epoch != 0 && v.Epoch >= p.cur.first && p.cur.has(p.self) && p.cur.maybeRW() &&
 		p.local.LastEpochStarted < p.cur.first {
 		p.setLastEpochStarted(p.cur.first)

@@ -120,6 +120,12 @@ type PeerInfo struct {
 	// this copy is known to hold the whole log the PG went active with.
 	// Intervals before it need not be asked about again.
 	LastEpochStarted Epoch
+	// Incomplete: a backfill of this copy is under way. A replica being
+	// backfilled acknowledges writes to objects its walk has not reached
+	// (it copies them later), so it holds neither its interval's writes
+	// nor a log to trust: it witnesses no interval and is never the
+	// authoritative copy (Ceph's last_backfill short of the end).
+	Incomplete bool
 }
 
 // Config is the starting point of a PG's machine.
@@ -241,6 +247,8 @@ func (p *PG) Step(ev Event) error {
 		p.onPeerRecovered(ev)
 	case Applied:
 		p.onApplied(ev)
+	case BackfillStarted:
+		p.local.Incomplete = true
 	default:
 		return fmt.Errorf("pg %s: %w: %T", p.id, ErrInvalidEvent, ev)
 	}

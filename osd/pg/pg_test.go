@@ -534,3 +534,38 @@ func TestStrings(t *testing.T) {
 		t.Errorf("Role %q", got)
 	}
 }
+
+// TestIncompleteCopyWitnessesNothing: a member being backfilled acked
+// writes to objects its walk had not reached, so its answer cannot stand
+// for its interval, nor be the log to pull, however high its Last.
+func TestIncompleteCopyWitnessesNothing(t *testing.T) {
+	// Epoch 1: [2 3 4] took writes; osd.4 was being backfilled. Epoch 2:
+	// [1 5 6].
+	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(2, 3, 4), osds(1, 5, 6))
+	m.Ready()
+	m.step(pg.Info{From: 5, Epoch: 2}, pg.Info{From: 6, Epoch: 2})
+	m.step(pg.Info{From: 4, Epoch: 2, Info: pg.PeerInfo{Last: v(1, 9), LastEpochStarted: 1, Incomplete: true}})
+	m.step(pg.Unreachable{From: 2, Epoch: 2}, pg.Unreachable{From: 3, Epoch: 2})
+	m.expect("down", false)
+	// A complete member of epoch 1 answers, behind the incomplete one:
+	// it is the log to pull.
+	m.step(pg.Info{From: 3, Epoch: 2, Info: pg.PeerInfo{Last: v(1, 7), LastEpochStarted: 1}})
+	rd := m.expect("peering", false)
+	if rd.Recover == nil || rd.Recover.From != 3 || rd.Recover.Want != v(1, 7) {
+		t.Fatalf("Recover %+v, want from osd.3 up to 1'7", rd.Recover)
+	}
+	// Our own copy, mid-backfill when we restarted, does not witness
+	// epoch 1's interval either, though we were in it.
+	own := newMachine(t, 2, pg.PeerInfo{Last: v(1, 3), LastEpochStarted: 1, Incomplete: true}).maps(1, osds(2, 3, 4), osds(2, 5, 6))
+	own.Ready()
+	own.step(pg.Info{From: 5, Epoch: 2}, pg.Info{From: 6, Epoch: 2})
+	own.step(pg.Unreachable{From: 3, Epoch: 2}, pg.Unreachable{From: 4, Epoch: 2})
+	own.expect("down", false)
+	// The same when the backfill began in this process.
+	live := newMachine(t, 2, pg.PeerInfo{Last: v(1, 3), LastEpochStarted: 1}).maps(1, osds(2, 3, 4))
+	live.step(pg.BackfillStarted{}).maps(2, osds(2, 5, 6))
+	live.Ready()
+	live.step(pg.Info{From: 5, Epoch: 2}, pg.Info{From: 6, Epoch: 2})
+	live.step(pg.Unreachable{From: 3, Epoch: 2}, pg.Unreachable{From: 4, Epoch: 2})
+	live.expect("down", false)
+}

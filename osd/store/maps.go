@@ -18,6 +18,8 @@ func mapKey(epoch uint64) []byte { return binary.BigEndian.AppendUint64([]byte{n
 
 func lesKey(pg uint32) []byte { return binary.BigEndian.AppendUint32([]byte{nsLES}, pg) }
 
+func backfillKey(pg uint32) []byte { return binary.BigEndian.AppendUint32([]byte{nsBackfil}, pg) }
+
 // PutMap stores the encoded cluster map of one epoch. It is not synced:
 // a map lost in a crash is fetched again from the mon or a peer.
 func (s *Store) PutMap(ctx context.Context, epoch uint64, encoded []byte) error {
@@ -109,4 +111,38 @@ func (s *Store) SetPGLastEpochStarted(ctx context.Context, pg uint32, epoch uint
 		return fmt.Errorf("store: set pg %d last_epoch_started: %w", pg, err)
 	}
 	return nil
+}
+
+// SetPGBackfilling records, synced, that a backfill of PG pg is under way:
+// until SetPGLast ends it, the local copy may lack writes it acknowledged
+// (a replica being backfilled acks writes to objects the walk has not
+// reached yet, which it copies later), so peering must not take it as a
+// witness of its intervals. A restart keeps the mark.
+func (s *Store) SetPGBackfilling(ctx context.Context, pg uint32) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	if err := s.db.Set(backfillKey(pg), nil, pebble.Sync); err != nil {
+		return fmt.Errorf("store: mark pg %d backfilling: %w", pg, err)
+	}
+	return nil
+}
+
+// PGBackfilling reports whether a backfill of PG pg began and has not
+// ended (SetPGLast).
+func (s *Store) PGBackfilling(ctx context.Context, pg uint32) (bool, error) {
+	if err := s.enter(ctx); err != nil {
+		return false, err
+	}
+	defer s.leave()
+	_, closer, err := s.db.Get(backfillKey(pg))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("store: pg %d backfill mark: %w", pg, err)
+	}
+	closer.Close()
+	return true, nil
 }

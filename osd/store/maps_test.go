@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // TestMapsAndLastEpochStarted: maps and a PG's last_epoch_started survive
@@ -67,4 +68,28 @@ func openAt(t *testing.T, dir string) *Store {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestBackfillMark: the mark survives a reopen and SetPGLast clears it.
+func TestBackfillMark(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openAt(t, dir)
+	if err := s.SetPGBackfilling(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = openAt(t, dir)
+	defer s.Close()
+	for pg, want := range map[uint32]bool{3: true, 4: false} {
+		if got, err := s.PGBackfilling(ctx, pg); err != nil || got != want {
+			t.Fatalf("pg %d backfilling = %v, %v; want %v", pg, got, err, want)
+		}
+	}
+	if err := s.SetPGLast(ctx, 3, &osdpb.Version{Epoch: 2, Seq: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.PGBackfilling(ctx, 3); err != nil || got {
+		t.Fatalf("after SetPGLast: backfilling = %v, %v", got, err)
+	}
 }

@@ -209,7 +209,8 @@ func (s *Store) TrimLog(ctx context.Context, pg uint32) error {
 
 // SetPGLast sets PG pg's last version after a backfill and resets its log
 // to start there (tail = last): LogAfter from any older version then says
-// tooOld. The request index of the dropped log goes with it.
+// tooOld. The request index of the dropped log goes with it, and the
+// backfill mark (SetPGBackfilling).
 func (s *Store) SetPGLast(ctx context.Context, pg uint32, last *osdpb.Version) error {
 	if err := s.enter(ctx); err != nil {
 		return err
@@ -227,6 +228,9 @@ func (s *Store) SetPGLast(ctx context.Context, pg uint32, last *osdpb.Version) e
 	}
 	if err == nil {
 		err = b.Set(pgKey(pg), appendPGInfo(nil, pgInfo{last: ver, tail: ver}), nil)
+	}
+	if err == nil {
+		err = b.Delete(backfillKey(pg), nil) // the backfill, if any, is complete
 	}
 	if err == nil {
 		err = b.Commit(pebble.Sync)

@@ -2590,8 +2590,12 @@ type PGInfo struct {
 	// last_epoch_started: the first epoch of the newest interval in which
 	// this copy is known to hold the whole log the PG went active with.
 	LastEpochStarted uint64 `protobuf:"varint,4,opt,name=last_epoch_started,json=lastEpochStarted,proto3" json:"last_epoch_started,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// incomplete: a backfill of this copy is under way; it may lack writes
+	// it acknowledged (to objects its walk had not reached) and witnesses
+	// no interval.
+	Incomplete    bool `protobuf:"varint,5,opt,name=incomplete,proto3" json:"incomplete,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PGInfo) Reset() {
@@ -2650,6 +2654,13 @@ func (x *PGInfo) GetLastEpochStarted() uint64 {
 		return x.LastEpochStarted
 	}
 	return 0
+}
+
+func (x *PGInfo) GetIncomplete() bool {
+	if x != nil {
+		return x.Incomplete
+	}
+	return false
 }
 
 type PGQueryReply struct {
@@ -4302,12 +4313,15 @@ const file_osd_proto_rawDesc = "" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12\x10\n" +
 	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"\x9f\x01\n" +
+	" \x01(\x04R\x03tid\"\xbf\x01\n" +
 	"\x06PGInfo\x12\x0e\n" +
 	"\x02pg\x18\x01 \x01(\rR\x02pg\x12'\n" +
 	"\x04last\x18\x02 \x01(\v2\x13.osprey.osd.VersionR\x04last\x12.\n" +
 	"\blog_tail\x18\x03 \x01(\v2\x13.osprey.osd.VersionR\alogTail\x12,\n" +
-	"\x12last_epoch_started\x18\x04 \x01(\x04R\x10lastEpochStarted\"y\n" +
+	"\x12last_epoch_started\x18\x04 \x01(\x04R\x10lastEpochStarted\x12\x1e\n" +
+	"\n" +
+	"incomplete\x18\x05 \x01(\bR\n" +
+	"incomplete\"y\n" +
 	"\fPGQueryReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12&\n" +
 	"\x04info\x18\x02 \x01(\v2\x12.osprey.osd.PGInfoR\x04info\x12\x10\n" +
