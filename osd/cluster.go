@@ -618,10 +618,13 @@ func (o *OSD) recoverySlot(p *pgState) (release func(), err error) {
 }
 
 // recovered counts n bytes copied for p's recovery, and waits as
-// RecoveryBytesPerSec asks (not for a new primary catching up).
+// RecoveryBytesPerSec asks. Only a replica's backfill is throttled: the
+// PG's writes go on during it. A log catch-up holds them, and a new
+// primary's catch-up holds all of the PG's I/O; slowing either would stall
+// the client I/O the throttle is there to protect.
 func (o *OSD) recovered(ctx context.Context, p *pgState, n int) error {
 	o.recoveredBytes.Add(uint64(n))
-	if o.recoveryRate == nil || p.peering.Load() {
+	if o.recoveryRate == nil || p.peering.Load() || p.bf.Load() == nil {
 		return nil
 	}
 	for burst := o.recoveryRate.Burst(); n > 0; n -= burst {
@@ -690,9 +693,9 @@ func (o *OSD) resumePull(p *pgState) {
 // state, so replaying an older RepOp afterwards is harmless: the version
 // check skips it.
 //
-// It holds one of the RecoveryMaxActive slots while it copies; a backfill
-// takes it once its RepOps flow again (backfill.go), so that a PG waiting
-// for a slot does not hold its writes.
+// A backfill holds one of the RecoveryMaxActive slots while it copies,
+// taken once its RepOps flow again (backfill.go), so that a PG waiting for
+// a slot does not hold its writes.
 func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Version, error) {
 	ctx, cancel := context.WithTimeout(o.ctx, 10*time.Minute)
 	defer cancel()
@@ -707,6 +710,13 @@ func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Vers
 			release, err = o.recoverySlot(p)
 		}
 		return err
+	}
+	if have.GetEpoch() == 0 && have.GetSeq() == 0 {
+		// A copy with nothing (an OSD that just came into the acting
+		// set) backfills, as in Ceph, even while the primary's log still
+		// reaches back to the start: the walk lets the PG's writes go on,
+		// a log catch-up of every object would hold them all along.
+		return o.backfill(ctx, p, from, slot)
 	}
 	for {
 		var rep osdpb.PGLogPullReply
@@ -725,9 +735,8 @@ func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Vers
 		if len(rep.Entries) == 0 {
 			return have, nil
 		}
-		if err := slot(); err != nil {
-			return nil, err
-		}
+		// No slot for a log catch-up: it holds the PG's writes (see
+		// recovered).
 		seen := map[[2]string]bool{}
 		for _, e := range rep.Entries {
 			k := [2]string{e.Bucket, e.Key}
