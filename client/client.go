@@ -60,13 +60,15 @@ var ErrClosed = errors.New("client: closed")
 
 // Options configure a Client.
 type Options struct {
-	// Seeds are OSD public addresses ("tcp://10.0.0.1:6800"); the map is
-	// fetched from the first that answers. Required without Mon.
+	// Seeds are OSD public addresses ("tcp://10.0.0.1:6800", or a bare
+	// "10.0.0.1:6800" for tcp; see ParseAddrs); the map is fetched from the
+	// first that answers. Required without Mon.
 	Seeds []string
-	// Mon lists the mons' addresses ("tcp://10.0.0.1:3300"). With them the
-	// client takes its map from the mons and subscribes: every map change
-	// (an OSD down, out, added) reaches it at once, rather than when an
-	// OSD's reply or a failed op shows it a newer epoch.
+	// Mon lists the mons' addresses ("tcp://10.0.0.1:3300", or a bare
+	// HOST:PORT as in Seeds). With them the client takes its map from the
+	// mons and subscribes: every map change (an OSD down, out, added)
+	// reaches it at once, rather than when an OSD's reply or a failed op
+	// shows it a newer epoch.
 	Mon []string
 	// Pool is the pool's name; default the pool with the lowest id.
 	Pool string
@@ -107,6 +109,7 @@ type call struct {
 
 // New connects to the cluster: it fetches the map from a seed.
 func New(ctx context.Context, opts Options) (*Client, error) {
+	opts.Seeds, opts.Mon = ParseAddrs(opts.Seeds...), ParseAddrs(opts.Mon...)
 	if len(opts.Seeds) == 0 && len(opts.Mon) == 0 {
 		return nil, errors.New("client: no seed or mon addresses")
 	}

@@ -35,7 +35,7 @@ type ObjectInfo struct {
 	Key          string
 	Size         int64
 	ETag         string
-	CRC32C       uint32
+	CRC32C       uint32 // of the whole object, a multipart one's too (combined from its parts')
 	LastModified time.Time
 	ContentType  string
 	UserMetadata map[string]string
@@ -43,7 +43,7 @@ type ObjectInfo struct {
 }
 
 func objectInfo(key string, m *osdpb.ObjectMeta) ObjectInfo {
-	return ObjectInfo{Key: key, Size: int64(m.GetSize()), ETag: m.GetEtag(), CRC32C: m.GetCrc32C(),
+	return ObjectInfo{Key: key, Size: int64(m.GetSize()), ETag: m.GetEtag(), CRC32C: wholeCRC32C(m),
 		LastModified: time.Unix(0, m.GetMtimeUnixNano()), ContentType: m.GetContentType(), UserMetadata: m.GetUserMeta()}
 }
 

@@ -86,9 +86,11 @@ func opError(err error) error {
 	case err == nil, errors.As(err, &oe):
 		return err
 	case errors.Is(err, store.ErrNoSuchBucket):
-		return ops.Errorf(osdpb.Status_NO_SUCH_BUCKET, "%v", err)
+		// Not found needs no message: the requester knows what it asked
+		// for, and the store's wording ("store: head ...") is ours.
+		return &ops.Error{Status: osdpb.Status_NO_SUCH_BUCKET}
 	case errors.Is(err, store.ErrNoSuchKey):
-		return ops.Errorf(osdpb.Status_NO_SUCH_KEY, "%v", err)
+		return &ops.Error{Status: osdpb.Status_NO_SUCH_KEY}
 	case errors.Is(err, store.ErrBucketExists):
 		return ops.Errorf(osdpb.Status_BUCKET_ALREADY_EXISTS, "%v", err)
 	case errors.Is(err, store.ErrInvalidKey):

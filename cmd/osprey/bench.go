@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,9 +15,9 @@ func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure Osprey's components",
-		Long: `Benchmarks that reproduce the figures in docs/ and the targets in TARGETS.md.
-The machines they run on are noisy, so compare within one run (--baseline)
-rather than across runs.`,
+		Long: `Benchmarks that reproduce the figures in docs/benchmarks.md. The machines
+they run on are noisy, so compare within one run (--baseline) rather than
+across runs.`,
 	}
 	cmd.AddCommand(newBenchMsgrCmd(), newBenchObjCmd(), newBenchCompareCmd(), newBenchPlotCmd())
 	return cmd
@@ -82,28 +81,28 @@ acknowledgement, and its CPU is the client's only.`,
 				return err
 			}
 			if connect != "" && cmd.Flags().Changed("transport") {
-				return errors.New("--transport and --connect: the transport is --connect's scheme")
+				return usageErrorf("--transport and --connect: the transport is --connect's scheme")
 			}
 			o := bench.MsgrOptions{
 				Conns: conns, Remote: connect,
 				Transports: transports, Depths: depths, Duration: duration, Warmup: warmup,
-				Baseline: baseline, DisableDataCRC: noCRC, ZeroCopy: zeroCopy, Logger: slog.Default(),
+				Baseline: baseline, DisableDataCRC: noCRC, ZeroCopy: zeroCopy, Logger: cliLogger(cmd),
 				Segment: out.segment, Progress: out.progress(cmd),
 			}
 			if warmup == 0 {
 				o.Warmup = -1 // explicitly none, not the default
 			}
 			if duration <= 0 {
-				return fmt.Errorf("--duration %v: must be positive", duration)
+				return usageErrorf("--duration %v: must be positive", duration)
 			}
 			var err error
 			if o.Sizes, err = bench.ParseSizes(sizes); err != nil {
-				return fmt.Errorf("--size: %w", err)
+				return usageErrorf("--size: %v", err)
 			}
 			for _, m := range modes {
 				mode, err := bench.ParseMode(m)
 				if err != nil {
-					return fmt.Errorf("--mode: %w", err)
+					return usageErrorf("--mode: %v", err)
 				}
 				o.Modes = append(o.Modes, mode)
 			}
@@ -117,7 +116,7 @@ acknowledgement, and its CPU is the client's only.`,
 			w := cmd.OutOrStdout()
 			switch {
 			case out.json:
-				err = bench.WriteJSON(w, rows)
+				err = writeJSONLines(w, rows)
 			case out.csv:
 				err = bench.WriteCSV(w, rows)
 			case len(rows) > 0:
@@ -140,7 +139,7 @@ acknowledgement, and its CPU is the client's only.`,
 	f.DurationVar(&duration, "duration", 3*time.Second, "measured time per row")
 	f.DurationVar(&warmup, "warmup", 500*time.Millisecond, "discarded time before each row's measurement")
 	f.BoolVar(&baseline, "baseline", false, "also run each pattern over a raw TCP socket (and raw libfabric for rdma+ transports) and print messenger/raw ratios")
-	out.register(cmd, "print a JSON array, one object per row, instead of a table")
+	out.register(cmd)
 	f.IntVar(&conns, "conns", 1, "connections per row, each from its own client messenger with --depth in flight")
 	f.StringVar(&serve, "serve", "", "serve the benchmark on this address (e.g. tcp://0.0.0.0:7300) for --connect clients, until interrupted")
 	f.StringVar(&connect, "connect", "", "run against a --serve server at this address instead of both ends in this process")

@@ -1,9 +1,8 @@
 package main
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/ospreystore/osprey/bench"
@@ -12,12 +11,13 @@ import (
 
 func newBenchObjCmd() *cobra.Command {
 	var (
-		o       bench.ObjOptions
-		sizes   []string
-		opNames []string
-		mix     string
-		cpuProf string
-		out     benchOutput
+		o         bench.ObjOptions
+		sizes     []string
+		opNames   []string
+		mix       string
+		cpuProf   string
+		out       benchOutput
+		noCleanup bool
 	)
 	cmd := &cobra.Command{
 		Use:   "obj",
@@ -44,12 +44,18 @@ total.
 
 Without --seeds it starts a local cluster in this process (--osds, --replicas,
 --public and --cluster transports) with its data in a temporary directory on
-disk, and removes it afterwards.`,
+disk, and removes it afterwards.
+
+With --seeds, the objects go to --bucket on that cluster, and are deleted
+at the end, as rados bench and warp do: the bucket too when the run made
+it; in a bucket that existed, only the keys the run added. --no-cleanup
+keeps them.`,
 		Example: `  osprey bench obj --size 4KiB,4MiB --concurrency 16 --duration 10s
   osprey bench obj --replicas 1 --osds 1
   osprey bench obj --op put,get,stat,list,delete --objects 20000 --size 4KiB
   osprey bench obj --mix get=45,stat=30,put=15,delete=10 --objects 1000
-  osprey bench obj --seeds tcp://10.0.0.1:6800 --json > run.json`,
+  osprey bench obj --seeds tcp://10.0.0.1:6800 --json > run.json
+  osprey bench obj --seeds 10.0.0.1:6800 --op put --no-cleanup   (then --op get,stat on the same objects)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(); err != nil {
@@ -57,24 +63,32 @@ disk, and removes it afterwards.`,
 			}
 			var err error
 			if o.Sizes, err = bench.ParseSizes(sizes); err != nil {
-				return fmt.Errorf("--size: %w", err)
+				return usageErrorf("--size: %v", err)
 			}
 			if mix != "" {
 				if o.Mix, err = bench.ParseMix(mix); err != nil {
-					return fmt.Errorf("--mix: %w", err)
+					return usageErrorf("--mix: %v", err)
 				}
 			}
 			if mix == "" || cmd.Flags().Changed("op") {
 				for _, n := range opNames {
 					op, err := bench.ParseObjOp(n)
 					if err != nil {
-						return fmt.Errorf("--op: %w", err)
+						return usageErrorf("--op: %v", err)
 					}
 					o.Ops = append(o.Ops, op)
 				}
 			}
-			o.Logger = slog.Default()
+			// The local cluster's and the rows' info lines would drown the
+			// table: warnings only, unless --log-level says otherwise.
+			o.Logger = cliLogger(cmd)
 			o.Segment, o.Progress = out.segment, out.progress(cmd)
+			var cleanup *benchCleanup
+			if len(o.Seeds) > 0 && !noCleanup {
+				if cleanup, err = prepareBenchCleanup(cmd.Context(), cmd, o.Seeds, o.Bucket); err != nil {
+					return err
+				}
+			}
 			stop, err := startCPUProfile(cpuProf)
 			if err != nil {
 				return err
@@ -85,12 +99,7 @@ disk, and removes it afterwards.`,
 			w := cmd.OutOrStdout()
 			switch {
 			case out.json:
-				enc := json.NewEncoder(w)
-				for _, r := range rows {
-					if err = enc.Encode(r); err != nil {
-						break
-					}
-				}
+				err = writeJSONLines(w, rows)
 			case out.csv:
 				err = bench.WriteObjCSV(w, rows)
 			case len(rows) > 0:
@@ -98,6 +107,13 @@ disk, and removes it afterwards.`,
 			}
 			if err == nil && len(rows) > 0 {
 				err = out.writePlots(cmd, func(dir, format string) ([]string, error) { return bench.PlotObj(dir, format, rows) })
+			}
+			if cleanup != nil {
+				if cerr := cleanup.run(cmd.Context()); cerr != nil {
+					runErr = errors.Join(runErr, fmt.Errorf("deleting the benchmark's objects: %w", cerr))
+				}
+			} else if len(o.Seeds) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "kept the benchmark's objects in %s%s (--no-cleanup)\n", remoteScheme, o.Bucket)
 			}
 			if runErr != nil {
 				return runErr
@@ -120,7 +136,9 @@ disk, and removes it afterwards.`,
 	f.StringVar(&o.Public, "public", "tcp", "local cluster: client network transport")
 	f.StringVar(&o.Cluster, "cluster", "tcp", "local cluster: replication network transport (e.g. rdma+tcp)")
 	f.StringVar(&o.Dir, "dir", "", "local cluster: data directory (default: a temporary one)")
-	out.register(cmd, "one JSON object per row (one per line)")
+	f.StringVar(&o.Bucket, "bucket", "osprey-bench", "bucket the objects go to (made if missing)")
+	f.BoolVar(&noCleanup, "no-cleanup", false, "with --seeds: keep the objects (and the bucket) the run wrote")
+	out.register(cmd)
 	f.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (local cluster included) to this file")
 	return cmd
 }

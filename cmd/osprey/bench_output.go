@@ -1,7 +1,7 @@
 package main
 
 import (
-	"errors"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -23,25 +23,49 @@ type benchOutput struct {
 	noProgress bool
 }
 
-func (b *benchOutput) register(cmd *cobra.Command, jsonHelp string) {
+func (b *benchOutput) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.BoolVar(&b.json, "json", false, jsonHelp)
+	f.BoolVar(&b.json, "json", false, "print one JSON object per row, one per line (JSON Lines), instead of a table")
 	f.BoolVar(&b.csv, "csv", false, "print CSV, a header of the JSON keys then a line per row (the latency histogram only in --json)")
 	f.StringVar(&b.plotDir, "plot", "", "also write plots into this directory (created if missing)")
-	f.StringVar(&b.plotFormat, "plot-format", "svg", "plot file format: svg or png")
+	addPlotFormat(cmd, &b.plotFormat)
 	f.DurationVar(&b.segment, "segment", bench.DefaultSegment, "width of a throughput segment (rows report their slowest, median and fastest)")
 	f.BoolVar(&b.noProgress, "no-progress", false, "no live progress line on stderr (there is none unless stderr is a terminal)")
 }
 
 func (b *benchOutput) check() error {
 	if b.json && b.csv {
-		return errors.New("--json and --csv: choose one")
+		return usageErrorf("--json and --csv: choose one")
 	}
 	if b.segment <= 0 {
-		return fmt.Errorf("--segment %v: must be positive", b.segment)
+		return usageErrorf("--segment %v: must be positive", b.segment)
 	}
-	if b.plotDir != "" && b.plotFormat != "svg" && b.plotFormat != "png" {
-		return fmt.Errorf("--plot-format %q: want svg or png", b.plotFormat)
+	if b.plotDir != "" {
+		return checkPlotFormat(b.plotFormat)
+	}
+	return nil
+}
+
+func checkPlotFormat(format string) error {
+	if format != "svg" && format != "png" {
+		return usageErrorf("--plot-format %q: want svg or png", format)
+	}
+	return nil
+}
+
+// addPlotFormat adds --plot-format, one name in bench msgr, obj and plot.
+func addPlotFormat(cmd *cobra.Command, format *string) {
+	cmd.Flags().StringVar(format, "plot-format", "svg", "plot file format: svg or png")
+}
+
+// writeJSONLines writes rows as JSON Lines: one object per row and line,
+// the --json output of both benchmarks (bench.ReadRun reads it back).
+func writeJSONLines[R any](w io.Writer, rows []R) error {
+	enc := json.NewEncoder(w)
+	for _, r := range rows {
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -134,8 +158,13 @@ func newBenchPlotCmd() *cobra.Command {
 		Short: "Draw the plots of a saved run",
 		Long: `Writes the plots --plot would have written for a run saved with --json, so
 that a run on a machine without a browser can be looked at elsewhere.`,
+		Example: `  osprey bench plot run.json plots/
+  osprey bench plot run.json plots/ --plot-format png`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkPlotFormat(format); err != nil {
+				return err
+			}
 			r, err := readRunFile(args[0])
 			if err != nil {
 				return err
@@ -153,7 +182,10 @@ that a run on a machine without a browser can be looked at elsewhere.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "svg", "file format: svg or png")
+	addPlotFormat(cmd, &format)
+	// Its old name, hidden; using it says to use --plot-format.
+	cmd.Flags().StringVar(&format, "format", "svg", "plot file format")
+	cmd.Flags().MarkDeprecated("format", "use --plot-format")
 	return cmd
 }
 

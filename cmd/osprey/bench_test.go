@@ -32,10 +32,7 @@ func TestBenchMsgrJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []map[string]any
-	if err := json.Unmarshal([]byte(out), &rows); err != nil {
-		t.Fatalf("output is not a JSON array: %v\n%s", err, out)
-	}
+	rows := parseJSONLines(t, out)
 	if len(rows) != 8 {
 		t.Fatalf("%d rows, want 8 (2 sizes x 2 modes x msgr+raw)", len(rows))
 	}
@@ -94,9 +91,9 @@ func TestBenchMsgrOutputs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rows []map[string]any
-		if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 2 {
-			t.Fatalf("--json: %d rows, %v", len(rows), err)
+		rows := parseJSONLines(t, out)
+		if len(rows) != 2 {
+			t.Fatalf("--json: %d rows, want 2", len(rows))
 		}
 		for _, r := range rows {
 			for _, k := range []string{"msgs_per_sec", "p999_us", "cpu_s_per_gb", "segment_counts", "seg_median_per_sec", "latency_hist"} {
@@ -136,10 +133,29 @@ func TestBenchMsgrOutputs(t *testing.T) {
 		}
 	}
 	pdir := filepath.Join(dir, "png")
-	out, _, err = run(t, "bench", "plot", files[0], pdir, "--format", "png")
+	out, _, err = run(t, "bench", "plot", files[0], pdir, "--plot-format", "png")
 	if err != nil || !strings.Contains(out, "msgr-latency-stream-64-d4.png") {
 		t.Errorf("bench plot: %v\n%s", err, out)
 	}
+	// --format, bench plot's old name for it, still works, with a warning.
+	out, errOut, err = run(t, "bench", "plot", files[0], filepath.Join(dir, "old"), "--format", "png")
+	if err != nil || !strings.Contains(out, ".png") || !strings.Contains(out+errOut, "--format has been deprecated, use --plot-format") {
+		t.Errorf("bench plot --format: %v\n%s%s", err, out, errOut)
+	}
+}
+
+// parseJSONLines parses a --json output: one JSON object per line.
+func parseJSONLines(t *testing.T, out string) []map[string]any {
+	t.Helper()
+	var rows []map[string]any
+	for l := range strings.Lines(out) {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("line %q is not a JSON object: %v", l, err)
+		}
+		rows = append(rows, r)
+	}
+	return rows
 }
 
 func TestBenchObjJSON(t *testing.T) {

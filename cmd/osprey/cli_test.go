@@ -74,6 +74,14 @@ func TestParseSeeds(t *testing.T) {
 	if _, err := parseSeeds([]string{" , "}); exitCode(err) != exitUsage {
 		t.Errorf("empty seeds: %v, want a usage error", err)
 	}
+	// The mon commands (osprey osd out, ...) take bare addresses too.
+	env := func(string) string { return "10.0.0.3:3300, 10.0.0.4:3300" }
+	if got, ok := resolveMons(monFlags{addrs: []string{"10.0.0.1:3300"}}, env); !ok || strings.Join(got, " ") != "tcp://10.0.0.1:3300" {
+		t.Errorf("resolveMons(--mon) = %v, %v", got, ok)
+	}
+	if got, ok := resolveMons(monFlags{}, env); !ok || strings.Join(got, " ") != "tcp://10.0.0.3:3300 tcp://10.0.0.4:3300" {
+		t.Errorf("resolveMons($%s) = %v, %v", envMon, got, ok)
+	}
 }
 
 // writeMap saves a local map with OSDs from port and returns its path.
@@ -152,13 +160,18 @@ func TestResolveTarget(t *testing.T) {
 }
 
 func TestExitCodeAndErrorLine(t *testing.T) {
-	noKey := fmt.Errorf("%s: %w", remotePath{"b", "k"}, ops.Errorf(osdpb.Status_NO_SUCH_KEY, "store: no such key"))
+	// An OSD answers not found with the status alone; the command names
+	// the object.
+	noKey := fmt.Errorf("%s: %w", remotePath{"b", "k"}, &ops.Error{Status: osdpb.Status_NO_SUCH_KEY})
+	if got := errorLine(noKey); got != "osprey: NoSuchKey: osprey://b/k" || !errors.Is(noKey, ops.ErrNoSuchKey) {
+		t.Errorf("errorLine(%v) = %q", noKey, got)
+	}
 	for _, c := range []struct {
 		err  error
 		code int
 		line string
 	}{
-		{noKey, exitNotFound, "osprey: NoSuchKey: osprey://b/k: store: no such key"},
+		{noKey, exitNotFound, "osprey: NoSuchKey: osprey://b/k"},
 		{ops.ErrNoSuchBucket, exitNotFound, "osprey: NoSuchBucket"},
 		{ops.Errorf(osdpb.Status_NO_SUCH_UPLOAD, "x"), exitNotFound, "osprey: NoSuchUpload: x"},
 		{ops.Errorf(osdpb.Status_BUCKET_NOT_EMPTY, "bucket b is not empty"), exitError, "osprey: BucketNotEmpty: bucket b is not empty"},
@@ -166,6 +179,7 @@ func TestExitCodeAndErrorLine(t *testing.T) {
 		{&unreachableError{target: clusterTarget{Seeds: []string{"tcp://h:1"}, Source: "--seeds"}, err: errors.New("a\nb")},
 			exitUnavailable, "osprey: cannot reach the cluster at tcp://h:1 (from --seeds): a; b"},
 		{errNoCluster, exitUnavailable, "osprey: no cluster given"},
+		{&noMapError{source: "--map /x", err: os.ErrNotExist}, exitUnavailable, "osprey: --map /x: the cluster map file does not exist"},
 		{usageErrorf("bad"), exitUsage, "osprey: bad"},
 		{errors.New(`unknown command "x" for "osprey"`), exitUsage, `osprey: unknown command "x" for "osprey"`},
 		{fmt.Errorf("put: %w", context.Canceled), exitInterrupted, "osprey: interrupted"},
@@ -199,6 +213,13 @@ func TestUsageExitCodes(t *testing.T) {
 		{"up", "--osds", "0"},
 		{"up", "--osds", "2", "--replicas", "3"},
 		{"nosuchcommand"},
+		{"bench", "msgr", "--mode", "bogus"},
+		{"bench", "obj", "--op", "fly"},
+		{"bench", "msgr", "--json", "--csv"},
+		{"bench", "plot", "run.json", "dir", "--plot-format", "gif"},
+		{"put", "file", "b/k", "--part-size", "1MiB"},
+		{"cp", "file", "osprey://b/k", "--part-size", "65MiB"},
+		{"put", "file", "b/k", "--part-size", "lots"},
 	} {
 		_, _, err := run(t, args...)
 		if exitCode(err) != exitUsage {
@@ -209,6 +230,16 @@ func TestUsageExitCodes(t *testing.T) {
 	_, _, err := run(t, "ls")
 	if exitCode(err) != exitUnavailable || !strings.Contains(errorLine(err), "--seeds") {
 		t.Errorf("ls with no cluster: %v (exit %d)", err, exitCode(err))
+	}
+	// A map file that does not exist names no cluster either.
+	_, _, err = run(t, "ls", "--map", "/nonexistent")
+	if exitCode(err) != exitUnavailable || !strings.Contains(errorLine(err), "/nonexistent") {
+		t.Errorf("ls --map /nonexistent: %v (exit %d)", err, exitCode(err))
+	}
+	t.Setenv(envMap, "/nonexistent/map.json")
+	_, _, err = run(t, "stat", "b/k")
+	if exitCode(err) != exitUnavailable || !strings.Contains(errorLine(err), envMap+"=/nonexistent/map.json") {
+		t.Errorf("stat with %s naming no file: %v (exit %d)", envMap, err, exitCode(err))
 	}
 }
 

@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -123,9 +125,11 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("stat lacks %q:\n%s", want, out)
 		}
 	}
+	// A multipart object's CRC32C is its bytes', combined from its parts'.
 	st := cli.jsonLines("stat", "--json", "e2e/files/100m")
-	if len(st) != 1 || st[0]["size"] != float64(100<<20) {
-		t.Errorf("stat --json: %v", st)
+	crc := fmt.Sprintf("%08x", crc32.Checksum(files["100m"], crc32.MakeTable(crc32.Castagnoli)))
+	if len(st) != 1 || st[0]["size"] != float64(100<<20) || st[0]["crc32c"] != crc {
+		t.Errorf("stat --json: %v, want size %d and crc32c %s", st, 100<<20, crc)
 	}
 	// Through the mon, status is its `ceph -s` view.
 	status := cli.jsonLines("status", "--json")
@@ -139,7 +143,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// Exit codes and error lines.
-	cli.expect(3, "osprey: NoSuchKey: ", "get", "e2e/nope", filepath.Join(work, "nope"))
+	cli.expect(3, "osprey: NoSuchKey: osprey://e2e/nope\n", "get", "e2e/nope", filepath.Join(work, "nope"))
 	if _, err := os.Stat(filepath.Join(work, "nope")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a failed get left a file behind: %v", err)
 	}
@@ -150,6 +154,11 @@ func TestEndToEnd(t *testing.T) {
 	cli.expect(2, "osprey: ", "get")
 	cli.expect(2, "osprey: unknown flag", "ls", "--nope")
 	cli.expect(2, "neither is an object", "cp", "a", "b")
+	cli.expect(2, "--part-size", "put", "one", "e2e/x", "--part-size", "1MiB")
+	cli.expect(2, "--mode", "bench", "msgr", "--mode", "bogus")
+	if v := cli.ok("--version"); !strings.HasPrefix(v, "osprey ") || !strings.Contains(v, runtime.Version()) {
+		t.Errorf("osprey --version: %q", v)
+	}
 	cli.expect(1, "no such file", "put", filepath.Join(work, "missing"), "e2e/x")
 	dead := freePortRange(t, 1)
 	cli.expect(4, "cannot reach the cluster", "ls", "--seeds", fmt.Sprintf("127.0.0.1:%d", dead))

@@ -52,10 +52,13 @@ TCP and RDMA (libfabric) transports.`,
 		},
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.Version = version()
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.AddCommand(newVersionCmd())
 	// Help lists commands by what they are for, as kubectl's does.
 	root.AddGroup(&cobra.Group{ID: "objects", Title: "Buckets and objects:"},
 		&cobra.Group{ID: "cluster", Title: "Clusters:"})
-	for _, c := range []*cobra.Command{newMbCmd(), newRbCmd(), newLsCmd(), newPutCmd(), newGetCmd(), newCpCmd(), newRmCmd(), newStatCmd()} {
+	for _, c := range []*cobra.Command{newMbCmd(), newRbCmd(), newLsCmd(), newPutCmd(), newGetCmd(), newCpCmd(), newSyncCmd(), newRmCmd(), newStatCmd()} {
 		c.GroupID = "objects"
 		root.AddCommand(c)
 	}

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -40,14 +41,14 @@ func addMonFlags(f *pflag.FlagSet, m *monFlags) {
 // resolveMons returns the mon addresses, and false when nothing names one.
 func resolveMons(m monFlags, getenv func(string) string) ([]string, bool) {
 	if len(m.addrs) > 0 {
-		return m.addrs, true
+		return client.ParseAddrs(m.addrs...), true
 	}
-	if v := getenv(envMon); v != "" {
-		return strings.Split(v, ","), true
+	if v := getenv(envMon); strings.TrimSpace(v) != "" {
+		return client.ParseAddrs(v), true
 	}
 	if b, err := os.ReadFile(monAddrFile); err == nil {
 		if a := strings.TrimSpace(string(b)); a != "" {
-			return strings.Split(a, ","), true
+			return client.ParseAddrs(a), true
 		}
 	}
 	return nil, false

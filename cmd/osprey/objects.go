@@ -24,6 +24,7 @@ import (
 
 	"github.com/ospreystore/osprey/bench"
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/spf13/cobra"
 )
 
@@ -191,27 +192,9 @@ in progress, as aws s3 rb --force does.`,
 			defer cl.Close()
 			p := c.printer(cmd)
 			for _, b := range buckets {
-				rp := remotePath{Bucket: b}
-				if force {
-					if _, err := removePrefix(ctx, cl, p, rp.Bucket, "", jobs, false); err != nil {
-						return err
-					}
-					ups, err := cl.ListMultipartUploads(ctx, rp.Bucket, "")
-					if err != nil {
-						return fmt.Errorf("%s: %w", remoteScheme+rp.Bucket, err)
-					}
-					for _, u := range ups {
-						if err := cl.AbortMultipartUpload(ctx, rp.Bucket, u.Key, u.UploadID); err != nil && !errors.Is(err, client.ErrNoSuchUpload) {
-							return fmt.Errorf("%s: abort upload %s: %w", remotePath{rp.Bucket, u.Key}, u.UploadID, err)
-						}
-						p.result("abort_upload: "+remotePath{rp.Bucket, u.Key}.String()+" "+u.UploadID,
-							map[string]any{"op": "abort_upload", "bucket": rp.Bucket, "key": u.Key, "upload_id": u.UploadID})
-					}
+				if err := removeBucket(ctx, cl, p, b, force, jobs); err != nil {
+					return err
 				}
-				if err := cl.RemoveBucket(ctx, rp.Bucket); err != nil {
-					return fmt.Errorf("%s: %w", remoteScheme+rp.Bucket, err)
-				}
-				p.result("remove_bucket: "+rp.Bucket, map[string]any{"op": "remove_bucket", "bucket": rp.Bucket})
 			}
 			return nil
 		},
@@ -221,6 +204,33 @@ in progress, as aws s3 rb --force does.`,
 	cmd.Flags().BoolVar(&force, "force", false, "delete the bucket's objects and uploads first")
 	cmd.Flags().IntVar(&jobs, "jobs", 16, "deletes in flight with --force")
 	return cmd
+}
+
+// removeBucket removes bucket; with force it first deletes its objects
+// (jobs at a time) and aborts its multipart uploads, as aws s3 rb --force
+// does.
+func removeBucket(ctx context.Context, cl *client.Client, p *printer, bucket string, force bool, jobs int) error {
+	if force {
+		if _, err := removePrefix(ctx, cl, p, bucket, "", jobs, false); err != nil {
+			return err
+		}
+		ups, err := cl.ListMultipartUploads(ctx, bucket, "")
+		if err != nil {
+			return fmt.Errorf("%s: %w", remoteScheme+bucket, err)
+		}
+		for _, u := range ups {
+			if err := cl.AbortMultipartUpload(ctx, bucket, u.Key, u.UploadID); err != nil && !errors.Is(err, client.ErrNoSuchUpload) {
+				return fmt.Errorf("%s: abort upload %s: %w", remotePath{bucket, u.Key}, u.UploadID, err)
+			}
+			p.result("abort_upload: "+remotePath{bucket, u.Key}.String()+" "+u.UploadID,
+				map[string]any{"op": "abort_upload", "bucket": bucket, "key": u.Key, "upload_id": u.UploadID})
+		}
+	}
+	if err := cl.RemoveBucket(ctx, bucket); err != nil {
+		return fmt.Errorf("%s: %w", remoteScheme+bucket, err)
+	}
+	p.result("remove_bucket: "+bucket, map[string]any{"op": "remove_bucket", "bucket": bucket})
+	return nil
 }
 
 func newLsCmd() *cobra.Command {
@@ -348,7 +358,7 @@ type transferFlags struct {
 	noProgress  bool
 	contentType string
 	meta        map[string]string
-	partSize    string
+	partSize    partSizeValue
 	concurrency int
 }
 
@@ -360,7 +370,8 @@ func (t *transferFlags) add(cmd *cobra.Command, upload bool) {
 	if upload {
 		f.StringVar(&t.contentType, "content-type", "", "Content-Type to store (default: from the key's extension)")
 		f.StringToStringVar(&t.meta, "meta", nil, "user metadata, KEY=VALUE[,KEY=VALUE]")
-		f.StringVar(&t.partSize, "part-size", "16MiB", "objects larger than this, or of unknown size, go by multipart upload in parts of this size (5MiB..64MiB)")
+		t.partSize = partSizeValue{16 << 20}
+		f.Var(&t.partSize, "part-size", "objects larger than this, or of unknown size, go by multipart upload in parts of this size (5MiB..64MiB)")
 		f.IntVar(&t.concurrency, "concurrency", 4, "parts in flight in a multipart upload")
 	}
 }
@@ -376,15 +387,28 @@ func (t *transferFlags) showProgress(cmd *cobra.Command) bool {
 }
 
 func (t *transferFlags) putOptions(key string) (client.PutOptions, error) {
-	ps, err := bench.ParseSize(t.partSize)
-	if err != nil {
-		return client.PutOptions{}, usageErrorf("--part-size: %v", err)
-	}
 	ct := t.contentType
 	if ct == "" {
 		ct = mime.TypeByExtension(path.Ext(key))
 	}
-	return client.PutOptions{ContentType: ct, UserMetadata: t.meta, PartSize: ps, Concurrency: t.concurrency}, nil
+	return client.PutOptions{ContentType: ct, UserMetadata: t.meta, PartSize: int64(t.partSize.byteSize), Concurrency: t.concurrency}, nil
+}
+
+// partSizeValue is --part-size: a byteSize within the multipart limits,
+// checked as the flag is parsed so that a bad one is a usage error (exit
+// 2) before anything runs.
+type partSizeValue struct{ byteSize }
+
+func (v *partSizeValue) Set(s string) error {
+	var n byteSize
+	if err := n.Set(s); err != nil {
+		return err
+	}
+	if lo, hi := byteSize(ops.MinPartSize), byteSize(ops.MaxPutSize); n < lo || n > hi {
+		return fmt.Errorf("want %s to %s", &lo, &hi)
+	}
+	v.byteSize = n
+	return nil
 }
 
 // transferJSON is put's, get's and cp's --json result.
@@ -444,10 +468,13 @@ func newGetCmd() *cobra.Command {
 		Short: "Download an object to a file (or stdout)",
 		Long: `Downloads BUCKET/KEY into FILE ("-": stdout). Without FILE, or when FILE
 is a directory or ends in '/', the file is named after the key's base
-name. The bytes go to a temporary file next to FILE that is renamed
-into place once they all arrived without error (the SDK checks the
-object's CRC32C at the end of a whole read), so a failed get never
-leaves a partial file under FILE's name.`,
+name. FILE is written as cp writes its target: a new or regular file
+through a temporary file next to it, renamed into place once all the
+bytes arrived without error (the SDK checks the object's CRC32C at the
+end of a whole read), so a failed get never leaves a partial file under
+FILE's name; a new file gets 0666 less the umask, an existing one keeps
+its mode. A device or FIFO is written into, never replaced, and a
+symbolic link is followed. A write error (ENOSPC) fails the get.`,
 		Example: `  osprey get photos/2024/photo.jpg
   osprey get photos/2024/photo.jpg /tmp/
   osprey get backups/dir.tar - | tar x`,
@@ -475,7 +502,10 @@ leaves a partial file under FILE's name.`,
 }
 
 func newCpCmd() *cobra.Command {
-	var t transferFlags
+	var (
+		t transferFlags
+		r recursiveFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "cp SRC DST",
 		Short: "Copy between local files and objects, or between objects",
@@ -489,19 +519,35 @@ could be either). At least one side must be an object:
                                     client, metadata and content type kept
 
 "-" is stdin or stdout. A destination key that is empty or ends in '/'
-gets the source's base name, and so does a destination directory.`,
+gets the source's base name, and so does a destination directory.
+
+With --recursive (-r), SRC and DST are a local directory and a prefix
+osprey://BUCKET[/PREFIX], or two prefixes: every file or object under
+SRC goes to the same relative path under DST (DIR/a/b.txt is PREFIX/a/b.txt
+and the reverse; directories are made as needed), --parallel at a time
+under one progress bar. Symbolic links are followed; link loops and
+files that are not regular are skipped with a warning. A transfer that
+fails prints one error line and the others go on; the command then
+exits 1.`,
 		Example: `  osprey cp report.pdf osprey://docs/2024/
   osprey cp osprey://docs/2024/report.pdf .
-  osprey cp osprey://docs/2024/report.pdf osprey://archive/report.pdf`,
+  osprey cp osprey://docs/2024/report.pdf osprey://archive/report.pdf
+  osprey cp -r ./photos osprey://photos/2024/
+  osprey cp -r osprey://photos/2024/ ./photos --parallel 16`,
 		Args: argsBetween(2, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !isRemote(args[0]) && !isRemote(args[1]) {
 				return usageErrorf("cp %s %s: neither is an object; name objects %sBUCKET/KEY", args[0], args[1], remoteScheme)
 			}
+			if r.recursive {
+				return runJob(cmd, &t, &r, args[0], args[1], nil)
+			}
 			return runTransfer(cmd, &t, args[0], args[1])
 		},
 	}
 	t.add(cmd, true)
+	cmd.Flags().BoolVarP(&r.recursive, "recursive", "r", false, "copy every file or object under SRC (a directory or a prefix) to DST")
+	r.addParallel(cmd)
 	cmd.ValidArgsFunction = completeRemote(&t.target, true, false)
 	return cmd
 }
@@ -568,81 +614,53 @@ func runTransfer(cmd *cobra.Command, t *transferFlags, src, dst string) error {
 	p := t.printer(cmd)
 	start := time.Now()
 
+	// Each case starts its bar once the object's size is known
+	// (recursive.go has the steps, shared with cp --recursive and sync).
+	var bar *progress
+	barFor := func(label string) func(int64) *progress {
+		return func(size int64) *progress {
+			bar = newProgress(cmd.ErrOrStderr(), t.showProgress(cmd), label, size)
+			return bar
+		}
+	}
 	switch {
 	case !srcRemote: // upload
-		opts, err := t.putOptions(dp.Key)
-		if err != nil {
-			return err
-		}
-		bar := newProgress(cmd.ErrOrStderr(), t.showProgress(cmd), "put "+dp.Bucket+"/"+dp.Key, size)
-		info, err := cl.PutObject(ctx, dp.Bucket, dp.Key, bar.reader(in), size, opts)
+		info, err := t.upload(ctx, cl, in, size, dp, barFor("put "+dp.Bucket+"/"+dp.Key)(size))
 		bar.done()
 		if err != nil {
-			return fmt.Errorf("%s: %w", dp, err)
+			return err
 		}
 		t.report(p, "upload", src, dp.String(), info.Size, info.ETag, time.Since(start))
 		return nil
 
-	case !dstRemote: // download
-		obj, err := cl.GetObject(ctx, sp.Bucket, sp.Key, client.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("%s: %w", sp, err)
-		}
-		defer obj.Close()
-		info, err := obj.Stat()
-		if err != nil {
-			return fmt.Errorf("%s: %w", sp, err)
-		}
-		bar := newProgress(cmd.ErrOrStderr(), t.showProgress(cmd), "get "+sp.Bucket+"/"+sp.Key, info.Size)
-		if dst == "-" {
-			_, err = io.Copy(bar.writer(cmd.OutOrStdout()), obj)
-			bar.done()
-			if err != nil {
+	case dst == "-": // download to stdout, which carries the bytes: no report line there
+		_, err := readObject(ctx, cl, sp, barFor("get "+sp.Bucket+"/"+sp.Key), func(r io.Reader, _ client.ObjectInfo) error {
+			if _, err := io.Copy(cmd.OutOrStdout(), r); err != nil {
 				return fmt.Errorf("%s: %w", sp, err)
 			}
-			return nil // stdout carries the bytes: no report line there
-		}
+			return nil
+		})
+		bar.done()
+		return err
+
+	case !dstRemote: // download
 		name, err := downloadPath(dst, sp.Key)
 		if err != nil {
 			return err
 		}
-		err = writeFileAtomic(name, func(w io.Writer) error {
-			_, err := io.Copy(bar.writer(w), obj)
-			return err
-		})
+		info, err := downloadTo(ctx, cl, sp, name, barFor("get "+sp.Bucket+"/"+sp.Key))
 		bar.done()
 		if err != nil {
-			return fmt.Errorf("%s: %w", sp, err)
+			return err
 		}
 		t.report(p, "download", sp.String(), name, info.Size, info.ETag, time.Since(start))
 		return nil
 
 	default: // copy: stream through this client
-		obj, err := cl.GetObject(ctx, sp.Bucket, sp.Key, client.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("%s: %w", sp, err)
-		}
-		defer obj.Close()
-		info, err := obj.Stat()
-		if err != nil {
-			return fmt.Errorf("%s: %w", sp, err)
-		}
-		opts, err := t.putOptions(dp.Key)
-		if err != nil {
-			return err
-		}
-		// A copy keeps what describes the object unless told otherwise.
-		if t.contentType == "" {
-			opts.ContentType = info.ContentType
-		}
-		if t.meta == nil {
-			opts.UserMetadata = info.UserMetadata
-		}
-		bar := newProgress(cmd.ErrOrStderr(), t.showProgress(cmd), "copy "+dp.Bucket+"/"+dp.Key, info.Size)
-		out, err := cl.PutObject(ctx, dp.Bucket, dp.Key, bar.reader(obj), info.Size, opts)
+		out, err := t.copyObject(ctx, cl, sp, dp, barFor("copy "+dp.Bucket+"/"+dp.Key))
 		bar.done()
 		if err != nil {
-			return fmt.Errorf("%s: %w", dp, err)
+			return err
 		}
 		t.report(p, "copy", sp.String(), dp.String(), out.Size, out.ETag, time.Since(start))
 		return nil
@@ -666,33 +684,6 @@ func downloadPath(dst, key string) (string, error) {
 		return "", usageErrorf("key %q has no file name; give the file to write", key)
 	}
 	return filepath.Join(dst, base), nil
-}
-
-// writeFileAtomic writes name through write into a temporary file in the
-// same directory and renames it over name only when write succeeded, so
-// readers of name see the old file or the whole new one.
-func writeFileAtomic(name string, write func(io.Writer) error) (err error) {
-	dir := filepath.Dir(name)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(name)+".osprey-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = write(f); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), name)
 }
 
 func newRmCmd() *cobra.Command {

@@ -34,7 +34,8 @@ type progress struct {
 
 	stop  chan struct{}
 	wg    sync.WaitGroup
-	drawn bool // touched only by the drawing goroutine, then by Done after it ended
+	mu    sync.Mutex // held while drawing, and by above
+	drawn bool       // under mu: the bar is on the screen
 }
 
 // newProgress starts a bar on w if show, else returns nil.
@@ -76,14 +77,42 @@ func (p *progress) done() {
 	}
 	close(p.stop)
 	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.drawn {
 		fmt.Fprint(p.w, "\r\033[K")
+		p.drawn = false
 	}
 }
 
 func (p *progress) draw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drawLocked()
+}
+
+func (p *progress) drawLocked() {
 	p.drawn = true
 	fmt.Fprint(p.w, "\r"+p.line(p.n.Load(), time.Since(p.start), termWidth())+"\033[K")
+}
+
+// above runs print, which writes whole lines to the terminal the bar is
+// on, with the bar erased first and drawn again below them (a recursive
+// job's result and error lines).
+func (p *progress) above(print func()) {
+	if p == nil {
+		print()
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.drawn {
+		print()
+		return
+	}
+	fmt.Fprint(p.w, "\r\033[K")
+	print()
+	p.drawLocked()
 }
 
 // line renders the bar for n bytes after elapsed in at most width columns:

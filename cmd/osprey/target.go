@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -125,18 +126,10 @@ func resolveTarget(t targetFlags, getenv func(string) string) (clusterTarget, er
 }
 
 // parseSeeds splits comma- or space-separated addresses and gives a bare
-// HOST:PORT the tcp:// scheme, the one every cluster has unless its
-// operator chose otherwise.
+// HOST:PORT the tcp:// scheme, as the SDK does (client.ParseAddrs); none
+// at all is a usage error.
 func parseSeeds(in []string) ([]string, error) {
-	var out []string
-	for _, s := range in {
-		for _, a := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }) {
-			if !strings.Contains(a, "://") {
-				a = "tcp://" + a
-			}
-			out = append(out, a)
-		}
-	}
+	out := client.ParseAddrs(in...)
 	if len(out) == 0 {
 		return nil, usageErrorf("no seed addresses given")
 	}
@@ -149,6 +142,9 @@ func parseSeeds(in []string) ([]string, error) {
 // current map from whichever answers).
 func targetFromMap(path, source string) (clusterTarget, error) {
 	m, err := placement.Load(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return clusterTarget{}, &noMapError{source: source, err: err}
+	}
 	if err != nil {
 		return clusterTarget{}, err
 	}
@@ -164,6 +160,19 @@ func targetFromMap(path, source string) (clusterTarget, error) {
 	}
 	return clusterTarget{Seeds: up, Source: source}, nil
 }
+
+// noMapError: the map file that names the cluster does not exist, so
+// nothing names one (exit 4, as with no flag at all).
+type noMapError struct {
+	source string // "--map FILE", "OSPREY_MAP=FILE"
+	err    error
+}
+
+func (e *noMapError) Error() string {
+	return e.source + ": the cluster map file does not exist (name the cluster with --mon or --seeds, or start one with `osprey up`)"
+}
+
+func (e *noMapError) Unwrap() error { return e.err }
 
 // connect resolves the target and opens a client on it.
 func connect(ctx context.Context, cmd *cobra.Command, t targetFlags) (*client.Client, error) {
@@ -275,6 +284,7 @@ func exitCode(err error) int {
 		oe *ops.Error
 		ue *usageError
 		re *unreachableError
+		me *noMapError
 	)
 	switch {
 	case err == nil:
@@ -291,7 +301,7 @@ func exitCode(err error) int {
 			return exitUnavailable
 		}
 		return exitError
-	case errors.As(err, &re) || errors.Is(err, errNoCluster):
+	case errors.As(err, &re) || errors.As(err, &me) || errors.Is(err, errNoCluster):
 		return exitUnavailable
 	}
 	return exitError

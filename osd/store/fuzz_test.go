@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -240,7 +241,7 @@ func FuzzCRC32CCombine(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{1}, 1000), bytes.Repeat([]byte{2}, 3000))
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		whole := crc32c(append(bytes.Clone(a), b...))
-		if got := crc32cCombine(crc32c(a), crc32c(b), int64(len(b))); got != whole {
+		if got := ops.CRC32CCombine(crc32c(a), crc32c(b), int64(len(b))); got != whole {
 			t.Fatalf("combine %08x, want %08x", got, whole)
 		}
 		for _, cs := range []uint32{1, 7, 64} {

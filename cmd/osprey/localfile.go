@@ -1,0 +1,105 @@
+package main
+
+// Local files a download writes: as cp does, a download never replaces
+// what is not a regular file, follows symbolic links, respects the umask
+// and keeps an existing file's mode.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// writeFileAtomic writes a download into name through write:
+//
+//   - A new file, or an existing regular file, gets the bytes through a
+//     temporary file in the same directory that is renamed over name only
+//     when write (and the close) succeeded: readers of name see the old
+//     file or the whole new one, and a failed download leaves name as it
+//     was. A new file is created 0666 less the umask, as cp creates one;
+//     an existing file keeps its mode.
+//   - Anything else that exists (a device such as /dev/null, a FIFO) is
+//     opened and written into, never replaced; what it got of a failed
+//     download stays there.
+//   - A symbolic link is followed, and its target written as above: the
+//     link stays. One that points at nothing is an error, as in cp.
+//
+// Every error of a write, and of the close, is returned: ENOSPC from
+// /dev/full fails the download.
+func writeFileAtomic(name string, write func(io.Writer) error) error {
+	fi, err := os.Lstat(name)
+	if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		target, lerr := filepath.EvalSymlinks(name)
+		if errors.Is(lerr, fs.ErrNotExist) {
+			return fmt.Errorf("not writing through the dangling symbolic link %s", name)
+		} else if lerr != nil {
+			return lerr
+		}
+		name = target
+		fi, err = os.Lstat(name)
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return writeViaTemp(name, nil, write)
+	case err != nil:
+		return err
+	case fi.Mode().IsRegular():
+		return writeViaTemp(name, fi, write)
+	case fi.IsDir():
+		return fmt.Errorf("%s is a directory", name)
+	}
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writeViaTemp writes a temporary file beside name and renames it over
+// name. It gets the mode of old, the file it replaces, or without one
+// keeps 0666 less the umask.
+func writeViaTemp(name string, old fs.FileInfo, write func(io.Writer) error) (err error) {
+	f, err := createTemp(filepath.Dir(name), "."+filepath.Base(name)+".osprey-")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err = write(f); err != nil {
+		return err
+	}
+	if old != nil {
+		if err = f.Chmod(old.Mode().Perm()); err != nil {
+			return err
+		}
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), name)
+}
+
+// createTemp is os.CreateTemp with mode 0666, so that the umask decides
+// the new file's mode (CreateTemp's 0600 would hide it).
+func createTemp(dir, prefix string) (*os.File, error) {
+	for range 100 {
+		f, err := os.OpenFile(filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
+	return nil, fmt.Errorf("cannot create a temporary file in %s", dir)
+}
