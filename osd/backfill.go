@@ -3,6 +3,7 @@ package osd
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/osd/ops"
@@ -23,6 +24,11 @@ import (
 // copied again. Until the walk ends, the copy may lack acknowledged
 // writes, so the store marks it backfilling and peering counts it as no
 // witness of its intervals (pg.PeerInfo.Incomplete).
+
+// backfillFetched, when set (tests, through export_test.go), runs after
+// the walk fetched an object and before it installs it: the window where a
+// write can overtake the copy.
+var backfillFetched atomic.Pointer[func(bucket, key string)]
 
 // bfKey is an object's place in the walk's order.
 type bfKey [2]string // bucket, key

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,11 +87,19 @@ func TestWritesGoOnDuringBackfill(t *testing.T) {
 		return b
 	}
 	osdtest.Eventually(t, 30*time.Second, "the newcomer's backfill of the PG begins", backfilling)
+	// The walk goes in key order: once it holds middle[1], it has passed
+	// middle[0] and every "a" key.
+	osdtest.Eventually(t, 30*time.Second, "the walk passes the first objects", func() bool {
+		_, err := st.Head(ctx, "bfill", middle[1])
+		return err == nil
+	})
 
-	// Writes behind the walk, ahead of it, an overwrite and a delete.
+	// Writes behind the walk (applied at once) and ahead of it (copied
+	// later): new objects, overwrites, a delete.
 	for i, k := range keysOf("a", 3) {
 		put(k, 1000+i, 100+uint64(i))
 	}
+	put(middle[0], 4000, 400)
 	for i, k := range keysOf("z", 3) {
 		put(k, 2000+i, 200+uint64(i))
 	}
@@ -102,7 +111,7 @@ func TestWritesGoOnDuringBackfill(t *testing.T) {
 	if !backfilling() {
 		t.Fatal("the writes were acknowledged only after the backfill ended: they waited for it")
 	}
-	t.Log("8 writes acknowledged while the newcomer was backfilling")
+	t.Log("9 writes acknowledged while the newcomer was backfilling")
 
 	osdtest.Eventually(t, time.Minute, "the backfill ends", func() bool { return !backfilling() })
 	// The newcomer's copy is the primary's: every object, and nothing
@@ -132,4 +141,102 @@ func TestWritesGoOnDuringBackfill(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestBackfillRecopiesOvertakenObjects: the two races of a write with the
+// walk. (1) The walk fetched an object and a write to it is acked before
+// the walk installs the older copy; (2) an object is created between the
+// walk's position and the next object it fetched (so the walk skips it).
+// Both writes are acked unapplied, as ahead of the walk; the walk must copy
+// both objects again before it moves past them, or the replica ends with a
+// stale object and a missing one while claiming the PG's version.
+func TestBackfillRecopiesOvertakenObjects(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 8, Tweak: func(cfg *osd.Config) {
+		cfg.Store.LogKeep = 4 // the newcomer backfills
+	}})
+	ctx := ctxT(t, 2*time.Minute)
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	const newcomer = 3
+	_, with := newcomerMaps(t, c, newcomer)
+	seed := uint32(0)
+	for ; seed < pool.PgCount; seed++ {
+		if role, ok := with.RoleOf(pool.Id, seed, newcomer); ok && !role.IsPrimary() {
+			break
+		}
+	}
+	if seed == pool.PgCount {
+		t.Skip("the newcomer joins no PG as a replica in this placement")
+	}
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "race"); err != nil {
+		t.Fatal(err)
+	}
+	inPG := func(k string) bool { return placement.PGOf(pool, "race", k) == seed }
+	var keys []string
+	for i := 0; len(keys) < 6; i += 10 {
+		if k := fmt.Sprintf("k%04d", i); inPG(k) {
+			keys = append(keys, k)
+		}
+	}
+	// A key of the PG between keys[2] and keys[3], not there yet.
+	between := ""
+	for i := 0; between == ""; i++ {
+		if k := fmt.Sprintf("%s-%d", keys[2], i); inPG(k) && k < keys[3] {
+			between = k
+		}
+	}
+	want := map[string][]byte{}
+	put := func(key string, gen uint64) {
+		want[key] = osdtest.Payload(3000+int(gen), gen)
+		if _, err := osdtest.Put(ctx, cl, "race", key, want[key], client.PutOptions{}); err != nil {
+			t.Error(err) // in the hook: no FailNow off the test goroutine
+		}
+	}
+	for i, k := range keys {
+		put(k, uint64(i))
+	}
+	var fired atomic.Int32
+	osd.SetBackfillFetched(func(bucket, key string) {
+		if bucket != "race" {
+			return
+		}
+		switch key {
+		case keys[2]: // (1): overtake the copy in flight
+			put(keys[2], 100)
+			fired.Add(1)
+		case keys[3]: // (2): create an object the walk has just skipped
+			put(between, 200)
+			fired.Add(1)
+		}
+	})
+	t.Cleanup(func() { osd.SetBackfillFetched(nil) })
+	for _, o := range c.OSDs {
+		if err := o.AdoptMap(with); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sid, err := placement.PGID{Pool: pool.Id, Seed: seed}.StoreID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := c.OSDs[newcomer].Store()
+	osdtest.Eventually(t, time.Minute, "the newcomer's backfill ends with the primary's objects", func() bool {
+		if b, err := st.PGBackfilling(ctx, sid); err != nil || b || fired.Load() < 2 {
+			return false
+		}
+		for key, data := range want {
+			if _, got, err := st.ReadRange(ctx, "race", key, 0, -1, nil); err != nil || !bytes.Equal(got, data) {
+				return false
+			}
+		}
+		return true
+	})
+	if t.Failed() {
+		return
+	}
+	for key, data := range want {
+		if _, got, err := st.ReadRange(ctx, "race", key, 0, -1, nil); err != nil || !bytes.Equal(got, data) {
+			t.Errorf("newcomer's %s: %v (%d bytes, want %d)", key, err, len(got), len(data))
+		}
+	}
 }

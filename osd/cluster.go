@@ -888,6 +888,9 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func()
 			release()
 			break
 		}
+		if hook := backfillFetched.Load(); hook != nil && bf != nil {
+			(*hook)(f.Entry.Bucket, f.Entry.Key)
+		}
 		err = o.install(ctx, p, from, f.Entry, f.data)
 		release()
 		if err != nil {
