@@ -3,7 +3,6 @@
 package main
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -17,10 +16,7 @@ func TestBenchMsgrJSONFabric(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []map[string]any
-	if err := json.Unmarshal([]byte(out), &rows); err != nil {
-		t.Fatalf("output is not a JSON array: %v\n%s", err, out)
-	}
+	rows := parseJSONLines(t, out)
 	if len(rows) != 12 {
 		t.Fatalf("%d rows, want 12 (2 sizes x 2 modes x msgr+raw-tcp+raw-fabric)", len(rows))
 	}
