@@ -264,29 +264,95 @@ func (c *Client) abandonDown(m *placement.Map) {
 	}
 }
 
-// fetchMap asks the addresses in turn for the map.
+// fetchMap asks the addresses for the map, the next one whenever the last
+// has failed or has not answered within seedStagger (see firstOf), and
+// adopts the first map that arrives. The connections it opened and does
+// not keep (a seed that never answered, or answered second) are closed.
 func (c *Client) fetchMap(ctx context.Context, addrs []string) error {
-	var errs []error
-	for _, a := range addrs {
-		conn, err := c.m.Connect(ctx, a, "")
-		if err == nil {
-			var rep osdpb.GetMapReply
-			have := uint64(0)
-			if mp := c.Map(); mp != nil {
-				have = mp.Epoch()
-			}
-			_, err = c.roundTrip(ctx, conn, osdpb.MsgType_MSG_GET_MAP, &osdpb.GetMap{HaveEpoch: have}, 0, nil, &rep, false)
-			if err == nil && rep.Map != nil {
-				c.adopt(rep.Map)
-				return nil
-			}
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", a, err))
+	addrs = uniqueAddrs(addrs)
+	had := map[*msgr.Conn]bool{} // in use already (refreshMap): never closed here
+	for conn := range c.m.Conns() {
+		had[conn] = true
 	}
-	return fmt.Errorf("client: no OSD answered with a map: %w", errors.Join(errs...))
+	have := uint64(0)
+	if mp := c.Map(); mp != nil {
+		have = mp.Epoch()
+	}
+	type answer struct {
+		conn *msgr.Conn
+		mp   *osdpb.ClusterMap
+	}
+	win, others, err := firstOf(ctx, len(addrs), seedStagger, func(ctx context.Context, i int) (answer, error) {
+		conn, err := c.m.Connect(ctx, addrs[i], "")
+		if err != nil {
+			return answer{}, fmt.Errorf("%s: %w", addrs[i], err)
+		}
+		var rep osdpb.GetMapReply
+		_, err = c.roundTrip(ctx, conn, osdpb.MsgType_MSG_GET_MAP, &osdpb.GetMap{HaveEpoch: have}, 0, nil, &rep, false)
+		if err == nil && rep.Map == nil {
+			err = errors.New("the reply has no map")
+		}
+		if err != nil {
+			if !had[conn] {
+				c.dropConn(conn)
+			}
+			return answer{}, fmt.Errorf("%s: %w", addrs[i], err)
+		}
+		return answer{conn, rep.Map}, nil
+	})
+	for _, o := range others {
+		c.adopt(o.mp)
+		if !had[o.conn] && o.conn != win.conn {
+			c.dropConn(o.conn)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("client: no OSD answered with a map: %w", err)
+	}
+	c.adopt(win.mp)
+	return nil
 }
 
-// refreshMap fetches the map from any OSD of the current map (seeds first).
+// uniqueAddrs drops repeated addresses (a seed that is also an OSD of the
+// map), in the form the messenger keys its sessions by.
+func uniqueAddrs(addrs []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, a := range addrs {
+		k := a
+		if pa, err := msgr.ParseAddr(a); err == nil {
+			k = pa.String()
+		}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// dropConn closes a connection the client does not keep, and fails the
+// calls waiting on it (a local close raises no event), so an op that took
+// the same session meanwhile retries at once.
+func (c *Client) dropConn(conn *msgr.Conn) {
+	conn.Close()
+	c.failCalls(conn)
+}
+
+// failCalls fails the calls waiting for a reply on conn.
+func (c *Client) failCalls(conn *msgr.Conn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, p := range c.pending {
+		if p.conn == conn {
+			delete(c.pending, k)
+			close(p.ch)
+		}
+	}
+}
+
+// refreshMap fetches the map from any OSD of the current map (seeds first,
+// staggered as in fetchMap).
 func (c *Client) refreshMap(ctx context.Context) {
 	addrs := append([]string(nil), c.opts.Seeds...)
 	for info := range c.Map().OSDs() {
@@ -491,15 +557,7 @@ func (d dispatcher) HandleEvent(ev msgr.Event) {
 	if ev.Kind != msgr.EventReset && ev.Kind != msgr.EventRemoteReset {
 		return
 	}
-	c := d.c
-	c.mu.Lock()
-	for k, p := range c.pending {
-		if p.conn == ev.Conn {
-			delete(c.pending, k)
-			close(p.ch)
-		}
-	}
-	c.mu.Unlock()
+	d.c.failCalls(ev.Conn)
 }
 
 // replyTid reads header (1) -> req (6) -> tid (2) of a reply front

@@ -7,10 +7,12 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/dustin/go-humanize"
+	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/spf13/cobra"
@@ -68,7 +70,7 @@ gracefully.`,
 					return err
 				}
 			}
-			o, err := osd.Start(cmd.Context(), cfg)
+			o, err := startOSD(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
@@ -111,9 +113,13 @@ gracefully.`,
 	f.DurationVar(&stopWithin, "stop-timeout", 30*time.Second, "bound on a graceful stop")
 	f.IntVar(&cfg.RecoveryMaxActive, "recovery-max-active", 3, "PGs recovered or backfilled at once (Ceph's osd_recovery_max_active)")
 	f.Var((*byteSize)(&cfg.RecoveryBytesPerSec), "recovery-bytes-per-sec", "cap on recovery and backfill copying, e.g. 100MiB (0: none)")
+	f.Var((*socketFailures)(&cfg.Faults), "inject-socket-failures", socketFailuresUsage)
 	cmd.AddCommand(newOSDAdminCmds()...)
 	return cmd
 }
+
+// startOSD is osd.Start; tests see the configuration the flags made.
+var startOSD = osd.Start
 
 // byteSize is a flag of bytes written with units ("64MiB", "1.5GB", "0"),
 // parsed by go-humanize, the parser etcd and many Go CLIs already use.
@@ -132,3 +138,24 @@ func (b *byteSize) Set(s string) error {
 	*b = byteSize(n)
 	return nil
 }
+
+// socketFailures is --inject-socket-failures N, as Ceph's
+// ms_inject_socket_failures: the messenger drops a connection after about
+// N frames on it (jittered between N/2 and 3N/2), through its fault
+// injection (msgr.FaultInjection.EveryNFrames); 0 is off. Lossless
+// sessions (between OSDs) reconnect and resend, so nothing is lost; a
+// client's lossy session fails its op, which the client retries.
+type socketFailures msgr.FaultInjection
+
+func (s *socketFailures) String() string { return strconv.Itoa(s.EveryNFrames) }
+func (s *socketFailures) Type() string   { return "N" }
+func (s *socketFailures) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q: want a count of messages, 0 (off) or more", v)
+	}
+	s.EveryNFrames = n
+	return nil
+}
+
+const socketFailuresUsage = "fail a socket about once per N messages on it, to rehearse faults (Ceph's ms_inject_socket_failures); 0: off"

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/osd"
+	"github.com/ospreystore/osprey/osd/osdtest"
+	"github.com/ospreystore/osprey/osd/placement"
+)
+
+// hookStartOSD replaces startOSD for one test.
+func hookStartOSD(t *testing.T, f func(context.Context, osd.Config) (*osd.OSD, error)) {
+	t.Helper()
+	prev := startOSD
+	startOSD = f
+	t.Cleanup(func() { startOSD = prev })
+}
+
+// TestInjectSocketFailuresFlag: `osprey osd --inject-socket-failures N`
+// reaches the OSD's messenger fault injection; 0 and no flag are off; a
+// negative count is a usage error.
+func TestInjectSocketFailuresFlag(t *testing.T) {
+	dir := t.TempDir()
+	mapPath := writeMap(t, dir, 7000, 1)
+	var got osd.Config
+	stopHere := errors.New("stop here")
+	hookStartOSD(t, func(_ context.Context, cfg osd.Config) (*osd.OSD, error) {
+		got = cfg
+		return nil, stopHere
+	})
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{{nil, 0}, {[]string{"--inject-socket-failures", "0"}, 0}, {[]string{"--inject-socket-failures", "50"}, 50}, {[]string{"--inject-socket-failures=7"}, 7}} {
+		got = osd.Config{}
+		args := append([]string{"osd", "--map", mapPath, "--data", filepath.Join(dir, "osd.0")}, tc.args...)
+		if _, _, err := run(t, args...); !errors.Is(err, stopHere) {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if got.Faults.EveryNFrames != tc.want || got.Faults.Probability != 0 {
+			t.Errorf("%v: Faults %+v, want EveryNFrames %d", tc.args, got.Faults, tc.want)
+		}
+	}
+	for _, bad := range []string{"-1", "many", "1.5"} {
+		_, _, err := run(t, "osd", "--map", mapPath, "--data", dir, "--inject-socket-failures", bad)
+		if exitCode(err) != exitUsage || !strings.Contains(fmt.Sprint(err), "inject-socket-failures") {
+			t.Errorf("--inject-socket-failures %s: %v (exit %d), want a usage error", bad, err, exitCode(err))
+		}
+	}
+}
+
+// faultCounter is a slog handler that counts the messenger's injected
+// link faults, by network ("public", "cluster").
+type faultCounter struct {
+	net    string
+	counts *sync.Map // net -> *atomic.Int64
+}
+
+func (h faultCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h faultCounter) WithGroup(string) slog.Handler            { return h }
+func (h faultCounter) WithAttrs(as []slog.Attr) slog.Handler {
+	for _, a := range as {
+		if a.Key == "net" {
+			h.net = a.Value.String()
+		}
+	}
+	return h
+}
+func (h faultCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "msgr: link fault" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "err" && strings.Contains(a.Value.String(), "injected fault") {
+			n, _ := h.counts.LoadOrStore(h.net, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
+			return false
+		}
+		return true
+	})
+	return nil
+}
+
+func (h faultCounter) count(net string) int64 {
+	if n, ok := h.counts.Load(net); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// TestInjectSocketFailuresEndToEnd runs three `osprey osd
+// --inject-socket-failures 50` in process and a put/get workload through
+// the SDK: every object must come back intact although sockets fail all
+// the time, on the replication network (lossless sessions reconnect and
+// resend) and on the client one (the client retries its op).
+func TestInjectSocketFailuresEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	const osds = 3
+	dir := t.TempDir()
+	var pub, clu []string
+	for range osds {
+		pub = append(pub, fmt.Sprintf("tcp://127.0.0.1:%d", osdtest.FreePort(t)))
+		clu = append(clu, fmt.Sprintf("tcp://127.0.0.1:%d", osdtest.FreePort(t)))
+	}
+	m, err := placement.NewLocal(placement.LocalOptions{PublicAddrs: pub, ClusterAddrs: clu, PGCount: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapPath := filepath.Join(dir, "map.json")
+	if err := m.Save(mapPath); err != nil {
+		t.Fatal(err)
+	}
+
+	faults := faultCounter{counts: &sync.Map{}}
+	started := make(chan error, osds)
+	hookStartOSD(t, func(ctx context.Context, cfg osd.Config) (*osd.OSD, error) {
+		if cfg.Faults.EveryNFrames != 50 {
+			t.Errorf("osd.%d: Faults %+v, want EveryNFrames 50", cfg.ID, cfg.Faults)
+		}
+		cfg.Logger = slog.New(faults) // observe the faults; the flag set the rest
+		o, err := osd.Start(ctx, cfg)
+		started <- err
+		return o, err
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	errs := make([]error, osds)
+	for i := range osds {
+		wg.Go(func() {
+			cmd := newRootCmd()
+			cmd.SetOut(io.Discard)
+			cmd.SetErr(io.Discard)
+			cmd.SetArgs([]string{"osd", "--id", fmt.Sprint(i), "--map", mapPath, "--data", filepath.Join(dir, fmt.Sprintf("osd.%d", i)),
+				"--inject-socket-failures", "50", "--stop-timeout", "20s", "--log-level", "error"})
+			errs[i] = cmd.ExecuteContext(ctx)
+		})
+	}
+	defer func() {
+		stop()
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("osd.%d: %v", i, err)
+			}
+		}
+	}()
+	for range osds {
+		select {
+		case err := <-started:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the OSDs did not start within 30s")
+		}
+	}
+
+	wctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl, err := client.New(wctx, client.Options{Seeds: pub, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RetryFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.MakeBucket(wctx, "faults"); err != nil {
+		t.Fatal(err)
+	}
+	sizes := []int{0, 1, 4 << 10, 64 << 10, 1 << 20}
+	var objs [][]byte
+	for i := range 40 {
+		data := osdtest.Payload(sizes[i%len(sizes)], uint64(i))
+		objs = append(objs, data)
+		if _, err := osdtest.Put(wctx, cl, "faults", fmt.Sprintf("k%02d", i), data, client.PutOptions{}); err != nil {
+			t.Fatalf("put k%02d: %v", i, err)
+		}
+	}
+	for i, want := range objs {
+		got, _, err := osdtest.Get(wctx, cl, "faults", fmt.Sprintf("k%02d", i), client.GetOptions{})
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("get k%02d: %d bytes (want %d), %v", i, len(got), len(want), err)
+		}
+	}
+	// The workload ran through faults, on both networks.
+	if faults.count("cluster") == 0 || faults.count("public") == 0 {
+		t.Errorf("injected faults: cluster %d, public %d; want some on both", faults.count("cluster"), faults.count("public"))
+	}
+	t.Logf("injected faults survived: cluster network %d, public network %d", faults.count("cluster"), faults.count("public"))
+}
