@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/osd/local"
 )
 
@@ -113,6 +114,9 @@ type ObjOptions struct {
 	// default) or "rdma+tcp", ...
 	Public, Cluster string
 	Dir             string
+	// Faults are injected into the local cluster's OSDs
+	// (--inject-socket-failures).
+	Faults msgr.FaultInjection
 
 	Sizes []int   // default 4 KiB and 4 MiB
 	Ops   []ObjOp // default put, get; none with a Mix
@@ -245,7 +249,7 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 	seeds := o.Seeds
 	if len(seeds) == 0 {
 		lc, err := local.Start(ctx, local.Options{OSDs: o.OSDs, Replicas: o.Replicas, PGs: o.PGs,
-			Public: o.Public, Cluster: o.Cluster, Dir: o.Dir, Logger: o.Logger})
+			Public: o.Public, Cluster: o.Cluster, Dir: o.Dir, Logger: o.Logger, Faults: o.Faults})
 		if err != nil {
 			return nil, err
 		}

@@ -136,6 +136,7 @@ keeps them.`,
 	f.StringVar(&o.Public, "public", "tcp", "local cluster: client network transport")
 	f.StringVar(&o.Cluster, "cluster", "tcp", "local cluster: replication network transport (e.g. rdma+tcp)")
 	f.StringVar(&o.Dir, "dir", "", "local cluster: data directory (default: a temporary one)")
+	f.Var((*socketFailures)(&o.Faults), "inject-socket-failures", "local cluster: "+socketFailuresUsage)
 	f.StringVar(&o.Bucket, "bucket", "osprey-bench", "bucket the objects go to (made if missing)")
 	f.BoolVar(&noCleanup, "no-cleanup", false, "with --seeds: keep the objects (and the bucket) the run wrote")
 	out.register(cmd)

@@ -200,3 +200,20 @@ func TestInjectSocketFailuresEndToEnd(t *testing.T) {
 	}
 	t.Logf("injected faults survived: cluster network %d, public network %d", faults.count("cluster"), faults.count("public"))
 }
+
+// TestUpDemoWithSocketFailures: `osprey up --demo` with a socket failure
+// injected about every 50 messages on every OSD messenger still passes
+// its demo: every byte read back and verified.
+func TestUpDemoWithSocketFailures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	out, _, err := run(t, "up", "--demo", "--temp", "--osds", "3", "--demo-sizes", "0,1KiB,1MiB",
+		"--inject-socket-failures", "50", "--log-level", "warn")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "demo passed") {
+		t.Fatalf("demo output:\n%s", out)
+	}
+}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ospreystore/osprey/bench"
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/osd/local"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/spf13/cobra"
@@ -42,6 +43,7 @@ type upOptions struct {
 	readyTimeout    time.Duration
 	stopTimeout     time.Duration
 	grace, downOut  time.Duration
+	faults          msgr.FaultInjection
 }
 
 func newUpCmd() *cobra.Command {
@@ -94,6 +96,7 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "bound on a graceful stop")
 	f.DurationVar(&o.grace, "heartbeat-grace", 20*time.Second, "the mon marks an OSD down after this long without heartbeats (at once when its connections are refused)")
 	f.DurationVar(&o.downOut, "down-out-interval", 10*time.Minute, "the mon marks a down OSD out (its data is re-replicated) after this long")
+	f.Var((*socketFailures)(&o.faults), "inject-socket-failures", socketFailuresUsage)
 	return cmd
 }
 
@@ -208,7 +211,7 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string, logger *slog.Logger) (*localCluster, error) {
 	lo := local.Options{OSDs: o.osds, Replicas: o.replicas, PGs: o.pgs, Public: o.public, Cluster: o.cluster,
 		Host: o.host, BasePort: o.port, Dir: dir, Logger: logger, WithMon: true,
-		HeartbeatGrace: o.grace, DownOutInterval: o.downOut}
+		HeartbeatGrace: o.grace, DownOutInterval: o.downOut, Faults: o.faults}
 	path := filepath.Join(dir, "map.json")
 	m, err := placement.Load(path)
 	switch {

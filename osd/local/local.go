@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -54,6 +55,10 @@ type Options struct {
 	WithMon                         bool
 	MonPort                         int
 	HeartbeatGrace, DownOutInterval time.Duration
+
+	// Faults are injected into every OSD's messengers (osprey up
+	// --inject-socket-failures).
+	Faults msgr.FaultInjection
 }
 
 // Cluster is a running local cluster.
@@ -117,7 +122,7 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	for info := range c.Map.OSDs() {
 		o, err := osd.Start(ctx, osd.Config{ID: info.Id, Map: c.Map, MapPath: c.MapPath,
-			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger})
+			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults})
 		if err != nil {
 			c.Close(context.Background())
 			return nil, fmt.Errorf("starting osd.%d: %w", info.Id, err)
@@ -164,7 +169,7 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 	}
 	for info := range c.Map.OSDs() {
 		o, err := osd.Start(ctx, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr,
-			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger})
+			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults})
 		if err != nil {
 			return fmt.Errorf("starting osd.%d: %w", info.Id, err)
 		}
