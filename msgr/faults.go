@@ -88,6 +88,13 @@ func (f *faultyLink) ReadFrame(fr *wire.Frame) error {
 	return nil
 }
 
+// EndHandshake passes through to a link that starts in a handshake phase.
+func (f *faultyLink) EndHandshake() {
+	if h, ok := f.Link.(wire.HandshakeEnder); ok {
+		h.EndHandshake()
+	}
+}
+
 // Buffered passes through the stream link's hint.
 func (f *faultyLink) Buffered() bool {
 	b, ok := f.Link.(interface{ Buffered() bool })

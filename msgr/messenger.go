@@ -8,10 +8,12 @@ import (
 	"iter"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/msgr/internal/guard"
 	"github.com/ospreystore/osprey/msgr/rdma"
 	"github.com/ospreystore/osprey/msgr/tcp"
 	"github.com/ospreystore/osprey/msgr/wire"
@@ -25,6 +27,8 @@ type Messenger struct {
 	nonce      uint64
 	limits     wire.Limits
 	transports map[string]wire.Transport
+	inbound    *wire.Inbound // accepted connections: the MaxConns limit, refusals, accept errors
+	ratelog    guard.RateLog // lines a peer can make us repeat
 
 	mu        sync.Mutex
 	listeners []wire.Listener
@@ -60,6 +64,7 @@ func New(opts Options) (*Messenger, error) {
 		log:        opts.Logger.With("entity", string(opts.Name)),
 		nonce:      rand.Uint64() | 1,
 		limits:     opts.limits(),
+		inbound:    wire.NewInbound(opts.MaxConns, opts.Logger.With("entity", string(opts.Name))),
 		transports: map[string]wire.Transport{"tcp": tcp.Transport{}},
 		byPeer:     map[EntityName]*Conn{},
 		byAddr:     map[string]*Conn{},
@@ -93,7 +98,8 @@ func (m *Messenger) Nonce() uint64 { return m.nonce }
 
 func (m *Messenger) linkOptions(t wire.Transport) wire.LinkOptions {
 	bn := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
-	return wire.LinkOptions{Banner: bn, Limits: m.limits, NoDataCRC: m.opts.DisableDataCRC, RecvWindow: m.windowFor(t)}
+	return wire.LinkOptions{Banner: bn, Limits: m.limits, NoDataCRC: m.opts.DisableDataCRC, RecvWindow: m.windowFor(t),
+		Handshake: true, Inbound: m.inbound}
 }
 
 // windowFor is the receive window of sessions over t: RecvWindowMsgs,
@@ -158,23 +164,45 @@ func (m *Messenger) Listen(ctx context.Context, addr string) (string, error) {
 
 func (m *Messenger) acceptLoop(ln wire.Listener, t wire.Transport) {
 	defer m.wg.Done()
+	retry := wire.AcceptRetry{In: m.inbound, Listener: t.Scheme() + "://" + ln.Addr()}
 	for {
 		link, err := ln.Accept(context.Background())
 		if err != nil {
-			return // listener closed
+			// Only a closed listener ends the loop; anything else is
+			// retried after a backoff.
+			if errors.Is(err, net.ErrClosed) || m.closing.Load() || !retry.Failed(err, m.done) {
+				return
+			}
+			continue
 		}
+		retry.OK()
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
 			if err := m.accept(link, m.windowFor(t)); err != nil {
 				link.Close()
 				if !errors.Is(err, errWait) {
-					m.log.Info("msgr: handshake refused", "remote", link.RemoteAddr(), "err", err)
+					m.ratelog.Log(m.log, slog.LevelInfo, refusalKey(err), "msgr: handshake refused", "remote", link.RemoteAddr(), "err", err)
 				}
 			}
 		}()
 	}
 }
+
+// refusalKey rate-limits refused handshakes by kind of error, so that a
+// flood of one kind does not hide another.
+func refusalKey(err error) string {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return fmt.Sprintf("handshake refused: wire %d", we.Kind)
+	}
+	return "handshake refused"
+}
+
+// InboundStats returns the counters of accepted connections, over all
+// listeners: open now (handshaking or not), refused over MaxConns, and
+// failed accepts.
+func (m *Messenger) InboundStats() wire.InboundStats { return m.inbound.Stats() }
 
 // Connect returns the session with the peer at addr, creating it if there
 // is none. It does not wait for the network: the session is established in
@@ -401,6 +429,11 @@ func (c *Conn) tick(now time.Time, sendKA bool) {
 // startLink wires a fresh link (after its handshake) into goroutines.
 // Its idle clock was started by attachLocked.
 func (m *Messenger) startLink(lr *linkRun) {
+	// The session is established: the link may read frames of any kind
+	// and size now (wire.HandshakeLimits until here).
+	if h, ok := lr.link.(wire.HandshakeEnder); ok {
+		h.EndHandshake()
+	}
 	m.wg.Add(2)
 	go lr.readLoop()
 	go lr.writeLoop()

@@ -118,6 +118,12 @@ type Options struct {
 	// Transports adds transports beyond the built-in tcp (and rdma when
 	// built with -tags rdma), e.g. msgrtest's in-memory one.
 	Transports []wire.Transport
+	// MaxConns bounds the connections this messenger's listeners have
+	// accepted and not yet closed, over all its listeners, counting those
+	// still in their banner or handshake. A connection over it is closed at
+	// accept, counted (InboundStats) and logged, rate-limited. Outgoing
+	// connections do not count. Default 4096; negative means no bound.
+	MaxConns int
 	// OnDialError, if set, hears of every failed dial of a session we
 	// initiated, before its reconnect backoff. An OSD uses it to report
 	// a peer whose connections are refused (the process is gone) at once,
@@ -131,6 +137,8 @@ const (
 	// maxFront bounds the front segment separately: ops are small and a
 	// peer should not make us buffer a huge protobuf.
 	defaultMaxFront = 16 << 20
+	// defaultMaxConns bounds accepted connections, as NATS's max_connections.
+	defaultMaxConns = 4096
 )
 
 func (o *Options) setDefaults() error {
@@ -172,6 +180,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.IdleTimeout <= o.Keepalive {
 		return fmt.Errorf("msgr: IdleTimeout %v must exceed Keepalive %v", o.IdleTimeout, o.Keepalive)
+	}
+	if o.MaxConns == 0 {
+		o.MaxConns = defaultMaxConns
 	}
 	if o.HandshakeTimeout <= 0 {
 		o.HandshakeTimeout = 10 * time.Second

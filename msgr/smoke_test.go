@@ -105,7 +105,9 @@ func TestSetPayloadReleasedAfterAck(t *testing.T) {
 		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for freed.Load() < N && time.Now().Before(deadline) {
+	// The peer acks a message once it has it, which may be before its
+	// dispatcher ran: wait for both counts.
+	for (freed.Load() < N || got.Load() < N) && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond) // polling interval
 	}
 	if f, g := freed.Load(), got.Load(); f != N || g != N {

@@ -61,10 +61,12 @@ func (t *MemTransport) Dial(ctx context.Context, addr string, opts wire.LinkOpti
 	closed := make(chan struct{})
 	var once sync.Once
 	shut := func() { once.Do(func() { close(closed) }) }
-	client := &memLink{in: b2a, out: a2b, closed: closed, shut: shut, features: features, lim: opts.Limits,
+	client := &memLink{in: b2a, out: a2b, closed: closed, shut: shut, features: features,
 		local: fmt.Sprintf("client-%d", id), remote: addr}
-	server := &memLink{in: a2b, out: b2a, closed: closed, shut: shut, features: features, lim: l.opts.Limits,
+	client.setLimits(opts)
+	server := &memLink{in: a2b, out: b2a, closed: closed, shut: shut, features: features,
 		local: addr, remote: fmt.Sprintf("client-%d", id)}
+	server.setLimits(l.opts)
 	select {
 	case l.links <- server:
 		return client, nil
@@ -117,9 +119,21 @@ type memLink struct {
 	closed        chan struct{}
 	shut          func()
 	features      uint64
-	lim           wire.Limits
+	lim, steady   wire.Limits // in force; after EndHandshake
 	local, remote string
 }
+
+// setLimits applies opts' limits, starting in the handshake phase if asked
+// to, as a stream link does.
+func (l *memLink) setLimits(opts wire.LinkOptions) {
+	l.lim, l.steady = opts.Limits, opts.Limits
+	if opts.Handshake {
+		l.lim = wire.HandshakeLimits
+	}
+}
+
+// EndHandshake lifts the handshake limits.
+func (l *memLink) EndHandshake() { l.lim = l.steady }
 
 func (l *memLink) WriteFrames(frames []wire.Frame) error {
 	for i := range frames {

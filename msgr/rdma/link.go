@@ -465,6 +465,9 @@ type listener struct {
 
 func (l *listener) Addr() string { return net.JoinHostPort(l.host, fmt.Sprint(l.port)) }
 
+// name is the listener's address for logs.
+func (l *listener) name() string { return "rdma://" + l.Addr() }
+
 // cmEvent handles a connection request: the endpoint is built, its
 // receives posted and the request accepted on a goroutine of its own, so
 // the CM loop never waits on one peer.
@@ -482,6 +485,11 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 		return
 	default:
 	}
+	if !l.opts.Inbound.Admit(l.name(), "") {
+		C.osp_reject(l.pep, C.osp_info_handle(info))
+		C.fi_freeinfo(info)
+		return
+	}
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
@@ -489,13 +497,16 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 		cm, err := parseCM(l.opts.Banner, data)
 		if err != nil {
 			C.osp_reject(l.pep, C.osp_info_handle(info))
+			l.opts.Inbound.Done()
 			return
 		}
 		lk, err := newLink(l.d, info, l.opts)
 		if err != nil {
 			C.osp_reject(l.pep, C.osp_info_handle(info))
+			l.opts.Inbound.Done()
 			return
 		}
+		lk.onClose = l.opts.Inbound.Done // from here Close releases the count
 		lk.setPeer(cm)
 		reply := cmData(l.opts.Banner, lk)
 		if err := fiErrI("fi_accept", C.osp_accept(lk.ep, unsafe.Pointer(&reply[0]), C.size_t(len(reply)))); err != nil {
@@ -633,9 +644,11 @@ type link struct {
 	id       uint32
 	ep       *C.struct_fid_ep
 	features uint64
-	lim      wire.Limits
+	lim      wire.Limits // in force: wire.HandshakeLimits until EndHandshake
+	steady   wire.Limits
 	noCRC    bool
 	bufSize  int
+	onClose  func() // the listener's accounting of open connections
 	nrecv    int
 	// sendLimit is the largest frame sent inline: our buffers and the
 	// peer's, from the connection data, whichever is smaller.
@@ -717,9 +730,12 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 		return nil, fmt.Errorf("rdma: receive window of %d exceeds the provider's receive queue of %d", nrecv, rx)
 	}
 	l := &link{
-		d: d, lim: opts.Limits, noCRC: opts.NoDataCRC, bufSize: cfg.BufSize, nrecv: nrecv,
+		d: d, lim: opts.Limits, steady: opts.Limits, noCRC: opts.NoDataCRC, bufSize: cfg.BufSize, nrecv: nrecv,
 		readDone: make(chan readDoneEv, maxReads), connected: make(chan error, 1),
 		closed: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots), sendsIdle: make(chan struct{}, 1),
+	}
+	if opts.Handshake {
+		l.lim = wire.HandshakeLimits
 	}
 	nctl := 0
 	if d.rdvWrite {
@@ -938,6 +954,9 @@ func (l *link) complete(op uint8, slot uint32, n int, err error) {
 	}
 }
 
+// EndHandshake lifts the handshake limits (wire.LinkOptions.Handshake).
+func (l *link) EndHandshake() { l.lim = l.steady }
+
 func (l *link) Features() uint64   { return l.features }
 func (l *link) LocalAddr() string  { return l.local }
 func (l *link) RemoteAddr() string { return l.remote }
@@ -946,6 +965,9 @@ func (l *link) RemoteAddr() string { return l.remote }
 // still held by frames above are unmapped when the last is released.
 func (l *link) Close() error {
 	l.closeOnce.Do(func() {
+		if l.onClose != nil {
+			defer l.onClose()
+		}
 		// Drain: sends already posted (a CLOSE frame, say) complete
 		// before the endpoint goes, unless the link has failed. The
 		// completions that free the last send slot, and a failure, signal

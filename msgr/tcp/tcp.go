@@ -88,17 +88,25 @@ type listener struct {
 
 func (l *listener) Addr() string { return l.ln.Addr().String() }
 
+// acceptLoop accepts until the listener is closed. A failed accept
+// (EMFILE, ENFILE, ECONNABORTED…) is retried after a backoff, never the end
+// of the loop; a connection over the messenger's limit is closed at once.
 func (l *listener) acceptLoop() {
 	defer l.wg.Done()
+	retry := wire.AcceptRetry{In: l.opts.Inbound, Listener: "tcp://" + l.Addr()}
 	for {
 		c, err := l.ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) || l.ctx.Err() != nil || !retry.Failed(err, l.ctx.Done()) {
+				l.cancel()
+				return
 			}
-			l.cancel()
-			return
+			continue
+		}
+		retry.OK()
+		if !l.opts.Inbound.Admit(retry.Listener, c.RemoteAddr().String()) {
+			c.Close()
+			continue
 		}
 		l.wg.Add(1)
 		go func() {
@@ -108,8 +116,10 @@ func (l *listener) acceptLoop() {
 				// A peer that fails the banner never became a link; it
 				// is not the messenger's to hear about.
 				c.Close()
+				l.opts.Inbound.Done()
 				return
 			}
+			link.SetOnClose(l.opts.Inbound.Done)
 			select {
 			case l.links <- link:
 			case <-l.ctx.Done():

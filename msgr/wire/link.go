@@ -40,6 +40,23 @@ type LinkOptions struct {
 	// NoDataCRC asks the link to skip the data CRC on frames it writes,
 	// when the peer agreed to FeatureNoDataCRC.
 	NoDataCRC bool
+	// Handshake starts the link in its handshake phase: until
+	// EndHandshake it reads only handshake frames of at most
+	// HandshakeLimits, and refuses anything else before allocating for it.
+	// Links that cannot (none of the built-in ones) apply Limits.
+	Handshake bool
+	// Inbound, on a Listen, accounts for the connections accepted: each
+	// is admitted before anything is spent on it (the connection limit)
+	// and released when it closes. Nil admits everything.
+	Inbound *Inbound
+}
+
+// HandshakeEnder is implemented by links that honour
+// LinkOptions.Handshake. The messenger calls EndHandshake once the session
+// is established, before its reader starts; from then on the link applies
+// LinkOptions.Limits. Only the reader side may call it.
+type HandshakeEnder interface {
+	EndHandshake()
 }
 
 // Link moves whole frames between two endpoints, in order, reliably, until

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 )
 
 // Stream framing: how frames travel on a byte stream (TCP, or any
@@ -18,6 +19,12 @@ const (
 	bigFrameBytes  = 64 << 10 // frames above this get their own buffer
 	writeBufSize   = 256 << 10
 	copySegmentMax = 16 << 10 // segments up to this are copied into the write buffer
+	// growFrom: a frame whose body is larger is read into a buffer that
+	// grows with the bytes that arrive, doubling from growFrom, instead of
+	// one of the size its preamble claims, so a peer that claims 64 MiB and
+	// sends little costs little. An ordinary message (a 4 MiB object and
+	// its front) is read with no copy.
+	growFrom = 8 << 20
 )
 
 // StreamLink is a Link over a byte stream.
@@ -28,8 +35,12 @@ type StreamLink struct {
 	local    string
 	remote   string
 	features uint64
-	lim      Limits
+	lim      Limits // in force: HandshakeLimits until EndHandshake, then steady
+	steady   Limits
 	noCRC    bool // write frames without data CRC
+
+	onClose func()      // runs once, at the first Close
+	closed  atomic.Bool // onClose ran
 
 	space func() int // free send-buffer bytes, when the transport knows
 
@@ -52,12 +63,24 @@ func NewStreamLink(c net.Conn, features uint64, opts LinkOptions) *StreamLink {
 }
 
 func newStreamLink(r io.Reader, w io.Writer, closer io.Closer, features uint64, opts LinkOptions) *StreamLink {
-	return &StreamLink{
-		r: r, w: w, closer: closer, features: features, lim: opts.Limits,
+	l := &StreamLink{
+		r: r, w: w, closer: closer, features: features, lim: opts.Limits, steady: opts.Limits,
 		noCRC: opts.NoDataCRC && features&FeatureNoDataCRC != 0,
 		wbuf:  make([]byte, 0, writeBufSize),
 	}
+	if opts.Handshake {
+		l.lim = HandshakeLimits
+	}
+	return l
 }
+
+// EndHandshake lifts the handshake limits (LinkOptions.Handshake): from
+// now on frames are bounded by LinkOptions.Limits. Reader side only.
+func (l *StreamLink) EndHandshake() { l.lim = l.steady }
+
+// SetOnClose sets fn to run once, at the first Close (a transport's
+// accounting of open connections). Call it before the link is shared.
+func (l *StreamLink) SetOnClose(fn func()) { l.onClose = fn }
 
 // NewReaderLink returns a read-only StreamLink over r, for tests and fuzzing
 // of the frame decoder.
@@ -71,7 +94,13 @@ func (l *StreamLink) RemoteAddr() string { return l.remote }
 
 // Close closes the stream. The read chunk is released by the reader when
 // it sees the error, never here, since the reader may still be using it.
-func (l *StreamLink) Close() error { return l.closer.Close() }
+func (l *StreamLink) Close() error {
+	err := l.closer.Close()
+	if l.onClose != nil && l.closed.CompareAndSwap(false, true) {
+		l.onClose()
+	}
+	return err
+}
 
 // WriteFrames encodes the frames and writes them with as few syscalls as the
 // write buffer allows.
@@ -201,11 +230,8 @@ func (l *StreamLink) readFrame(f *Frame) error {
 	// A large frame: its segments and epilogue go into a buffer of their own.
 	l.rpos += PreambleSize
 	body := total - PreambleSize
-	buf := GetBuffer(body)
-	n := copy(buf.B, l.chunk.B[l.rpos:l.rend])
-	l.rpos += n
-	if _, err := io.ReadFull(l.r, buf.B[n:]); err != nil {
-		buf.Release()
+	buf, err := l.readBody(body)
+	if err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF // the preamble was read: this is mid-frame
 		}
@@ -219,6 +245,29 @@ func (l *StreamLink) readFrame(f *Frame) error {
 	}
 	f.Front, f.Data, f.Buf = front, data, buf
 	return nil
+}
+
+// readBody reads a large frame's body (segments and epilogue) into a
+// buffer of its own, starting with what the read chunk already holds. A
+// body above growFrom is read into a buffer that doubles as bytes arrive,
+// so memory follows what the peer sent, not what it claimed.
+func (l *StreamLink) readBody(body int) (*Buffer, error) {
+	buf := GetBuffer(min(body, growFrom))
+	n := copy(buf.B, l.chunk.B[l.rpos:l.rend])
+	l.rpos += n
+	for {
+		if _, err := io.ReadFull(l.r, buf.B[n:]); err != nil {
+			buf.Release()
+			return nil, err
+		}
+		if n = len(buf.B); n == body {
+			return buf, nil
+		}
+		next := GetBuffer(min(2*n, body))
+		copy(next.B, buf.B)
+		buf.Release()
+		buf = next
+	}
 }
 
 // fill makes at least n bytes available at chunk.B[rpos:rend], moving a

@@ -150,7 +150,23 @@ func (p *Preamble) WireSize() int {
 type Limits struct {
 	MaxFront uint32 // largest front segment
 	MaxData  uint32 // largest data segment (the maximum message payload)
+	// HandshakeOnly refuses every frame but the handshake's (HELLO to
+	// WAIT), as a link does before its session is established.
+	HandshakeOnly bool
 }
+
+// MaxHandshakeFront bounds the front of a handshake frame. The largest,
+// HELLO, carries an entity name (at most 128 bytes) and an address; a
+// SESSION_RESET a one-line reason. 4 KiB is ample.
+const MaxHandshakeFront = 4 << 10
+
+// HandshakeLimits are a link's limits before its session is established:
+// handshake frames only, with a small front and no data, so a peer that
+// has not finished the handshake can make us allocate a few KiB at most.
+var HandshakeLimits = Limits{MaxFront: MaxHandshakeFront, HandshakeOnly: true}
+
+// Handshake reports whether t is a handshake frame's tag.
+func (t Tag) Handshake() bool { return t >= TagHello && t <= TagWait }
 
 // Parse decodes and validates a preamble. It checks the CRC, the tag, the
 // flags and the segment sizes against lim, so the caller may size buffers
@@ -177,6 +193,9 @@ func (p *Preamble) Parse(b []byte, lim Limits) error {
 	}
 	if p.Flags&^knownFlags != 0 {
 		return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("unknown frame flags %#x", p.Flags)}
+	}
+	if lim.HandshakeOnly && !p.Tag.Handshake() {
+		return &Error{Kind: ErrKindProtocol, Msg: fmt.Sprintf("%v frame before the handshake completed", p.Tag)}
 	}
 	if p.FrontLen > lim.MaxFront {
 		return &Error{Kind: ErrKindTooLarge, Msg: fmt.Sprintf("front segment of %d bytes exceeds the limit of %d", p.FrontLen, lim.MaxFront)}
