@@ -325,6 +325,9 @@ func (l *leadership) inTakeoverGrace() bool { return time.Since(l.since) < l.m.c
 // key, unless its key came back meanwhile (a boot) or it is no longer up.
 func (l *leadership) regrant(ctx context.Context, o *osdpb.OSDInfo) error {
 	m := l.m
+	l.mu.Lock()
+	before := l.leases[o.Id]
+	l.mu.Unlock()
 	lease, err := m.cli.Grant(ctx, m.cfg.leaseTTL())
 	if err != nil {
 		return err
@@ -339,8 +342,16 @@ func (l *leadership) regrant(ctx context.Context, o *osdpb.OSDInfo) error {
 		return err
 	}
 	l.mu.Lock()
-	l.leases[o.Id] = lease.ID
+	raced := l.leases[o.Id] != before
+	if !raced {
+		l.leases[o.Id] = lease.ID
+	}
 	l.mu.Unlock()
+	if raced {
+		// A boot put the key on its own lease meanwhile: ours holds nothing.
+		l.revoke(lease.ID)
+		return nil
+	}
 	m.log.Info("osd lease renewed at takeover: it gets one grace to beacon", "osd", o.Id, "grace", m.cfg.HeartbeatGrace)
 	return nil
 }

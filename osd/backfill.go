@@ -2,12 +2,13 @@ package osd
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
 	"github.com/ospreystore/osprey/msgr"
-	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/pg"
+	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -51,16 +52,21 @@ type backfillState struct {
 	// applied lists the objects RepOps changed behind pos: the walk's
 	// final sweep of local leftovers must not remove them.
 	applied map[bfKey]bool
-	// max is the newest RepOp version taken during the walk: the PG is at
-	// least there when it ends.
-	max *osdpb.Version
+	// max is the newest RepOp version taken during the walk; seen has
+	// every one by sequence number. The PG ends at the newest version
+	// with no missing sequence number before it (contiguous): a RepOp
+	// refused meanwhile (an epoch we did not have yet) left a hole the
+	// walk may not cover, which the log catch-up after the walk fills.
+	max  *osdpb.Version
+	seen map[uint64]*osdpb.Version
 	// done: the walk has settled every pending write; RepOps from here on
 	// wait for the end of the recovery, in order, as before.
 	done bool
 }
 
 func newBackfillState() *backfillState {
-	return &backfillState{pending: map[bfKey]*osdpb.Version{}, copied: map[bfKey]*osdpb.Version{}, applied: map[bfKey]bool{}}
+	return &backfillState{pending: map[bfKey]*osdpb.Version{}, copied: map[bfKey]*osdpb.Version{}, applied: map[bfKey]bool{},
+		seen: map[uint64]*osdpb.Version{}}
 }
 
 func (bf *backfillState) reached(k bfKey) bool { return bf.started && k.le(bf.pos) }
@@ -68,6 +74,22 @@ func (bf *backfillState) reached(k bfKey) bool { return bf.started && k.le(bf.po
 func (bf *backfillState) noteMax(v *osdpb.Version) {
 	if bf.max == nil || versionLE(bf.max, v) {
 		bf.max = v
+	}
+	bf.seen[v.GetSeq()] = v
+}
+
+// end is the version the walk brings the copy to: from first (the
+// primary's version when the walk began, which every copy reflects), on
+// through the RepOps taken during the walk while their sequence numbers
+// have no hole. Under bf.mu, after settle(nil).
+func (bf *backfillState) end(first *osdpb.Version) *osdpb.Version {
+	last := first
+	for {
+		v := bf.seen[last.GetSeq()+1]
+		if v == nil {
+			return last
+		}
+		last = v
 	}
 }
 
@@ -104,11 +126,19 @@ func (o *OSD) backfillRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp) bool {
 	bf.mu.Unlock()
 	// Behind the walk nothing else writes this object: apply it outside
 	// the lock (the walk goes on meanwhile).
-	err := o.st.InstallObject(o.ctx, p.sid, e, m.Data)
-	if err != nil {
-		err = ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "backfilling pg %d.%x: applying %s/%s: %v", r.Pool, r.Pg, e.Bucket, e.Key, err)
+	if err := o.st.InstallObject(o.ctx, p.sid, e, m.Data); err != nil {
+		// Its bucket record may not be here yet (the meta PG recovers on
+		// its own). Copy it again instead, as a write ahead of the walk:
+		// the walk settles every pending object before it ends.
+		o.log.Debug("backfill: a write behind the walk failed; copying the object again", "pg", placement.PGIDOf(p.sid), "key", k, "err", err)
+		bf.mu.Lock()
+		delete(bf.applied, k)
+		if pv := bf.pending[k]; pv == nil || versionLE(pv, e.Version) {
+			bf.pending[k] = e.Version
+		}
+		bf.mu.Unlock()
 	}
-	o.ackRepOp(m, r, p.last, err)
+	o.ackRepOp(m, r, p.last, nil)
 	return true
 }
 
@@ -119,7 +149,13 @@ func (o *OSD) backfillRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp) bool {
 // returns the keys it copied.
 func (o *OSD) settle(ctx context.Context, p *pgState, from uint32, bf *backfillState, upTo *bfKey) ([]bfKey, error) {
 	var copied []bfKey
-	for {
+	for round := 0; ; round++ {
+		if round == 10 {
+			// The source does not have writes we acked: it is no longer
+			// the primary. The recovery fails; the new primary's sync
+			// starts another.
+			return copied, fmt.Errorf("backfill of pg %s: osd.%d does not have the writes acked meanwhile (no longer the primary?)", placement.PGIDOf(p.sid), from)
+		}
 		bf.mu.Lock()
 		var todo []bfKey
 		for k, pv := range bf.pending {
@@ -170,6 +206,9 @@ func (o *OSD) startBackfill(ctx context.Context, p *pgState, bf *backfillState) 
 	done := make(chan struct{})
 	if !o.enqueue(o.shardOf(p.sid), func() {
 		defer close(done)
+		if ctx.Err() != nil {
+			return // the backfill gave up waiting for us
+		}
 		if p.m != nil {
 			p.m.Step(pg.BackfillStarted{})
 		}

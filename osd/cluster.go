@@ -424,6 +424,7 @@ func (o *OSD) adoptMap(pb *osdpb.ClusterMap) error {
 func (o *OSD) markPeering(cur, m *placement.Map) {
 	mark := func(pool, pgn uint32) {
 		if p, err := o.pgOf(storePG(pool, pgn)); err == nil {
+			p.peeringUntil.Store(m.Epoch()) // first: publish keeps the mark while its machine is behind it
 			p.peering.Store(true)
 		}
 	}
@@ -669,7 +670,7 @@ func (o *OSD) endRecovery(p *pgState, from uint32, last *osdpb.Version, err erro
 			p.queued = append(p.queued, queued[i:]...)
 			break
 		}
-		o.applyRepOp(p, q.m, q.op, from)
+		o.applyRepOp(p, q.m, q.op, q.from) // the primary may have changed since we pulled from `from`
 	}
 	o.resumePull(p)
 }
@@ -840,10 +841,10 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func()
 			return nil, err
 		}
 		bf = newBackfillState()
+		defer p.bf.Store(nil) // also when startBackfill's task runs late
 		if !o.startBackfill(ctx, p, bf) {
 			return nil, cmp.Or(ctx.Err(), errors.New("osd: closing"))
 		}
-		defer p.bf.Store(nil)
 	}
 	if err := slot(); err != nil {
 		return nil, err
@@ -933,8 +934,10 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func()
 	if last == nil {
 		last = &osdpb.Version{}
 	}
-	if bf != nil && bf.max != nil && versionLE(last, bf.max) {
-		last = bf.max // every write acked during the walk is in
+	if bf != nil {
+		bf.mu.Lock()
+		last = bf.end(last) // the writes acked during the walk, up to a hole
+		bf.mu.Unlock()
 	}
 	if err := o.st.SetPGLast(ctx, p.sid, last); err != nil {
 		return nil, err

@@ -96,7 +96,12 @@ func (o *OSD) advance(p *pgState, mp *placement.Map) {
 	} else {
 		start = uint64(p.m.Epoch()) + 1
 	}
+	// A missing epoch right after the machine's is one that changed
+	// nothing, like one further on: the machine keeps its past intervals.
 	var prev *placement.Map
+	if p.m.Epoch() != 0 {
+		prev, _ = o.mapAt(uint64(p.m.Epoch()))
+	}
 	for e := start; e <= mp.Epoch(); e++ {
 		m, ok := o.mapAt(e)
 		switch {
@@ -163,15 +168,16 @@ func (o *OSD) drive(p *pgState) {
 
 // publish sets PG p's peering mark from its machine. Reads go on below
 // min_size once peered (the survivor has every acknowledged write);
-// writes ask the machine itself (canServe). A mark for a map the machine
-// has not reached yet stays. On p's shard.
+// writes ask the machine itself (canServe). A mark set for a map the
+// machine has not reached yet (markPeering, before the map is installed)
+// stays. On p's shard.
 func (o *OSD) publish(p *pgState) {
 	if p.m == nil {
 		return
 	}
 	reads := p.m.Serving() || errors.Is(p.m.CanServe(), pg.ErrBelowMinSize)
-	lagging := uint64(p.m.Epoch()) < o.Map().Epoch()
-	p.peering.Store((p.m.Role() == pg.RolePrimary && !reads) || (lagging && p.peering.Load()))
+	lagging := uint64(p.m.Epoch()) < p.peeringUntil.Load()
+	p.peering.Store((p.m.Role() == pg.RolePrimary && !reads) || lagging)
 }
 
 // query asks OSD to for its info of PG p, as the machine's Query of epoch

@@ -37,6 +37,9 @@ type pgState struct {
 	// went active below min_size still serves reads. Any goroutine may
 	// read it; drive publishes it.
 	peering atomic.Bool
+	// peeringUntil is the epoch of the newest map that marked the PG
+	// peering (markPeering): the mark stays until its machine reaches it.
+	peeringUntil atomic.Uint64
 	// state is the machine's pg.State as its last Ready said (the beacon
 	// reads it).
 	state atomic.Uint32
@@ -71,8 +74,9 @@ func (p *pgState) peerAt(id uint32) (*osdpb.Version, bool) {
 }
 
 type queuedRepOp struct {
-	m  *msgr.Message
-	op *osdpb.RepOp
+	m    *msgr.Message
+	op   *osdpb.RepOp
+	from uint32 // its sender: the primary that sent it, which a gap is pulled from
 }
 
 // pgOf returns the state of store PG sid, loading its version on first use.
@@ -584,7 +588,7 @@ func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, sid, from uint32) {
 		if o.backfillRepOp(p, m, r) {
 			return
 		}
-		p.queued = append(p.queued, queuedRepOp{m, r})
+		p.queued = append(p.queued, queuedRepOp{m, r, from})
 		return
 	}
 	o.applyRepOp(p, m, r, from)
@@ -609,7 +613,7 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 		}
 		o.log.Warn("replica apply failed; recovering the pg from its primary", "pg", p.sid, "version", v, "err", err)
 	}
-	p.queued = append(p.queued, queuedRepOp{m, r})
+	p.queued = append(p.queued, queuedRepOp{m, r, from})
 	o.startRecovery(p, from)
 }
 
