@@ -2,10 +2,13 @@ package mon
 
 import (
 	"context"
+	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -220,4 +223,57 @@ func TestTakeoverRenewsOSDLeases(t *testing.T) {
 	}
 	// Silent for the fresh grace too: down.
 	eventually(t, 10*time.Second, "osd.0 down once its fresh lease expires", func() bool { return !osdOf(t, b.Map(), 0).Up })
+}
+
+// TestDeadFirstMon: a client whose first mon address accepts connections
+// and never answers reaches the live mon after a short first try, not
+// after its whole per-mon Timeout.
+func TestDeadFirstMon(t *testing.T) {
+	e := startTestEtcd(t)
+	a := startTestMon(t, testConfig(e, "a"))
+	eventually(t, 5*time.Second, "mon.a leads", a.IsLeader)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := dead.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // accepted, never answered
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	c, err := monclient.New(context.Background(), monclient.Options{Addrs: []string{"tcp://" + dead.Addr().String(), a.Addr()},
+		Name: "client.test", Logger: testLogger(), Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	rep := mustBoot(t, c, bootOf(0))
+	took := time.Since(start)
+	t.Logf("booted osd.%d through the live mon %v after trying the dead one", rep.Id, took.Round(time.Millisecond))
+	if took >= 10*time.Second {
+		t.Fatalf("the boot took %v: the dead mon cost the whole per-mon timeout (20s)", took)
+	}
+	mu.Lock()
+	n := len(held)
+	mu.Unlock()
+	if n == 0 {
+		t.Fatal("the dead mon was never tried")
+	}
 }

@@ -5,7 +5,9 @@
 // A Client holds a list of mon addresses. Every request goes to the mon it
 // believes leads; a standby answers NOT_LEADER with the leader's address,
 // and the client follows it. A mon that does not answer (within
-// Options.Timeout) or drops the connection is skipped for the next. The
+// Options.Timeout; within firstTry while no mon has answered yet and
+// there are others to try) or drops the connection is skipped for the
+// next. The
 // client retries like this until the request's context ends; every other
 // reply status comes back as an *ops.Error (WRONG_CLUSTER, or
 // SERVICE_UNAVAILABLE "marked down; boot again" to a beacon, ...), which the
@@ -277,6 +279,11 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func(tid uint6
 	var lastErr error
 	delay := 20 * time.Millisecond
 	misses := 0
+	// The first round, with no leader known yet, gives each mon only
+	// firstTry: a dead mon first in the list (one that accepts and never
+	// answers) must not cost a new client the whole Timeout while the
+	// others are fine. Later rounds wait the full Timeout.
+	round := 0
 	for {
 		if err := ctx.Err(); err != nil {
 			if lastErr != nil {
@@ -286,7 +293,11 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func(tid uint6
 		}
 		addr := c.pick()
 		tid := c.tid.Add(1)
-		conn, err := c.roundTrip(ctx, addr, t, tid, build(tid), rep)
+		wait := c.o.Timeout
+		if round == 0 && len(c.o.Addrs) > 1 && !c.knowsLeader() {
+			wait = min(wait, firstTry)
+		}
+		conn, err := c.roundTrip(ctx, addr, t, tid, build(tid), rep, wait)
 		if errors.Is(err, ErrClosed) {
 			return nil, err
 		}
@@ -323,12 +334,25 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func(tid uint6
 			// Every mon failed once: wait before the next round (an
 			// election takes a few seconds).
 			misses = 0
+			round++
 			if !sleep(ctx, delay) {
 				continue
 			}
 			delay = min(2*delay, time.Second)
 		}
 	}
+}
+
+// firstTry bounds an attempt at one mon in a request's first round while
+// no mon has answered this client yet (see call).
+const firstTry = time.Second
+
+// knowsLeader reports whether a mon has answered as the leader (or named
+// one).
+func (c *Client) knowsLeader() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leader != ""
 }
 
 // pick is the mon to try: the leader if known, else the next in turn.
@@ -359,9 +383,9 @@ func (c *Client) skip(addr string) {
 	}
 }
 
-// roundTrip sends one request to addr and waits (up to Timeout) for the
+// roundTrip sends one request to addr and waits (up to wait) for the
 // reply with its tid.
-func (c *Client) roundTrip(ctx context.Context, addr string, t osdpb.MsgType, tid uint64, req proto.Message, rep reply) (*msgr.Conn, error) {
+func (c *Client) roundTrip(ctx context.Context, addr string, t osdpb.MsgType, tid uint64, req proto.Message, rep reply, wait time.Duration) (*msgr.Conn, error) {
 	front, err := proto.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -386,7 +410,7 @@ func (c *Client) roundTrip(ctx context.Context, addr string, t osdpb.MsgType, ti
 		delete(c.pending, tid)
 		c.mu.Unlock()
 	}()
-	actx, cancel := context.WithTimeout(ctx, c.o.Timeout)
+	actx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	m := msgr.NewMessage(uint16(t), front, nil)
 	if err := conn.Send(actx, m); err != nil {
@@ -411,7 +435,7 @@ func (c *Client) roundTrip(ctx context.Context, addr string, t osdpb.MsgType, ti
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("no reply from %s within %v", addr, c.o.Timeout)
+		return nil, fmt.Errorf("no reply from %s within %v", addr, wait)
 	}
 }
 
