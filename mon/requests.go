@@ -49,13 +49,7 @@ func decodeRequest(t osdpb.MsgType, front []byte) (proto.Message, error) {
 			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "command names %d OSDs; at most %d", len(r.Ids), maxCommandIDs)
 		}
 		if r.Prefix == "osd create" {
-			break // checked by create
-		}
-		if r.Prefix == "osd create" {
-			if msg := checkLabel(r.Uuid, 128); msg != "" {
-				return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd create: uuid %s", msg)
-			}
-			return r, nil
+			break // create checks the uuid
 		}
 		if !slices.Contains(mutatingCommands, r.Prefix) && !slices.Contains(readCommands, r.Prefix) {
 			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "unknown command %q; known: %v", r.Prefix, append(append(slices.Clone(readCommands), mutatingCommands...), "osd create"))

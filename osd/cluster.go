@@ -712,11 +712,17 @@ func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Vers
 		}
 		return err
 	}
-	if have.GetEpoch() == 0 && have.GetSeq() == 0 {
+	incomplete, err := o.st.PGBackfilling(ctx, p.sid)
+	if err != nil {
+		return nil, err
+	}
+	if (have.GetEpoch() == 0 && have.GetSeq() == 0) || incomplete {
 		// A copy with nothing (an OSD that just came into the acting
 		// set) backfills, as in Ceph, even while the primary's log still
 		// reaches back to the start: the walk lets the PG's writes go on,
-		// a log catch-up of every object would hold them all along.
+		// a log catch-up of every object would hold them all along. A copy
+		// whose backfill was cut short (a restart) lacks objects its
+		// version does not show: it walks again.
 		return o.backfill(ctx, p, from, slot)
 	}
 	for {

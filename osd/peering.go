@@ -88,7 +88,11 @@ func (o *OSD) advance(p *pgState, mp *placement.Map) {
 		p.m = pg.New(pg.Config{Self: pg.OSDID(o.id), ID: pg.ID{Pool: p.pool, Seed: p.pg},
 			Local: pg.PeerInfo{Last: pgVersion(last), LogTail: pgVersion(tail), LastEpochStarted: pg.Epoch(les), Incomplete: incomplete}})
 		// From LastEpochStarted on (earlier intervals are covered by it),
-		// or from the oldest map holding the pool.
+		// or from the oldest map holding the pool: also for a copy
+		// mid-backfill, whose LastEpochStarted peering ignores.
+		if incomplete {
+			les = 0
+		}
 		start = o.oldestWith(les, p.pool, p.pg == placement.MetaPG)
 		if start == 0 || start > mp.Epoch() {
 			start = mp.Epoch()

@@ -199,7 +199,9 @@ func (p *PG) tryPeer() {
 	}
 	from, auth := p.authoritative()
 	p.authLast = auth.Last
-	if p.local.Last.Less(auth.Last) {
+	// A copy mid-backfill pulls from a complete one even at the same Last:
+	// it lacks objects its Last does not show.
+	if p.local.Last.Less(auth.Last) || (p.local.Incomplete && from != p.self) {
 		p.phase = phaseRecover
 		if r := p.recovering; r == nil || r.From != from || r.Want != auth.Last {
 			p.recovering = &Recover{From: from, Epoch: p.epoch, Have: p.local.Last, Want: auth.Last}
@@ -252,9 +254,12 @@ func (p *PG) authoritative() (OSDID, PeerInfo) {
 		}
 	}
 	slices.Sort(ids)
-	for _, id := range ids {
+	for i, id := range ids {
 		info := p.peers[id].info
-		if best.Last.Less(info.Last) || (best.Last == info.Last && from != p.self && info.LogTail.Less(best.LogTail)) {
+		// Our own copy, mid-backfill, is no candidate while a complete
+		// one answered.
+		if (i == 0 && p.local.Incomplete) || best.Last.Less(info.Last) ||
+			(best.Last == info.Last && from != p.self && info.LogTail.Less(best.LogTail)) {
 			from, best = id, info
 		}
 	}

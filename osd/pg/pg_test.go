@@ -569,3 +569,15 @@ func TestIncompleteCopyWitnessesNothing(t *testing.T) {
 	live.step(pg.Unreachable{From: 3, Epoch: 2}, pg.Unreachable{From: 4, Epoch: 2})
 	live.expect("down", false)
 }
+
+// TestIncompleteSelfIsNoCandidate: a primary whose own copy is mid-backfill
+// pulls from a complete peer even when its Last is not behind.
+func TestIncompleteSelfIsNoCandidate(t *testing.T) {
+	m := newMachine(t, 1, pg.PeerInfo{Last: v(1, 9), LastEpochStarted: 1, Incomplete: true}).maps(1, osds(1, 2, 3))
+	m.Ready()
+	m.step(pg.Info{From: 2, Epoch: 1, Info: pg.PeerInfo{Last: v(1, 9), LastEpochStarted: 1}}, pg.Info{From: 3, Epoch: 1, Info: pg.PeerInfo{Last: v(1, 8), LastEpochStarted: 1}})
+	rd := m.expect("peering", false)
+	if rd.Recover == nil || rd.Recover.From != 2 {
+		t.Fatalf("Recover %+v, want a pull from osd.2, the complete copy", rd.Recover)
+	}
+}
