@@ -13,6 +13,7 @@ import (
 	"github.com/ospreystore/osprey/osd/osdtest"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/osd/store"
+	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // TestWritesGoOnDuringBackfill: an OSD comes in as a replica of a PG full
@@ -33,15 +34,7 @@ func TestWritesGoOnDuringBackfill(t *testing.T) {
 	_, with := newcomerMaps(t, c, newcomer)
 	// One PG the newcomer joins as a replica (the only one with data, so
 	// the throttle is all its).
-	seed := uint32(0)
-	for ; seed < pool.PgCount; seed++ {
-		if role, ok := with.RoleOf(pool.Id, seed, newcomer); ok && !role.IsPrimary() {
-			break
-		}
-	}
-	if seed == pool.PgCount {
-		t.Skip("the newcomer joins no PG as a replica in this placement")
-	}
+	seed, sid := replicaPG(t, pool, with, newcomer)
 	cl := c.Client(t, nil)
 	if err := cl.MakeBucket(ctx, "bfill"); err != nil {
 		t.Fatal(err)
@@ -69,10 +62,6 @@ func TestWritesGoOnDuringBackfill(t *testing.T) {
 		put(k, 256<<10, uint64(i))
 	}
 	primary, _ := with.Primary(pool.Id, seed)
-	sid, err := placement.PGID{Pool: pool.Id, Seed: seed}.StoreID()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, o := range c.OSDs {
 		if err := o.AdoptMap(with); err != nil {
 			t.Fatal(err)
@@ -158,15 +147,7 @@ func TestBackfillRecopiesOvertakenObjects(t *testing.T) {
 	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
 	const newcomer = 3
 	_, with := newcomerMaps(t, c, newcomer)
-	seed := uint32(0)
-	for ; seed < pool.PgCount; seed++ {
-		if role, ok := with.RoleOf(pool.Id, seed, newcomer); ok && !role.IsPrimary() {
-			break
-		}
-	}
-	if seed == pool.PgCount {
-		t.Skip("the newcomer joins no PG as a replica in this placement")
-	}
+	seed, sid := replicaPG(t, pool, with, newcomer)
 	cl := c.Client(t, nil)
 	if err := cl.MakeBucket(ctx, "race"); err != nil {
 		t.Fatal(err)
@@ -215,10 +196,6 @@ func TestBackfillRecopiesOvertakenObjects(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sid, err := placement.PGID{Pool: pool.Id, Seed: seed}.StoreID()
-	if err != nil {
-		t.Fatal(err)
-	}
 	st := c.OSDs[newcomer].Store()
 	osdtest.Eventually(t, time.Minute, "the newcomer's backfill ends with the primary's objects", func() bool {
 		if b, err := st.PGBackfilling(ctx, sid); err != nil || b || fired.Load() < 2 {
@@ -239,4 +216,21 @@ func TestBackfillRecopiesOvertakenObjects(t *testing.T) {
 			t.Errorf("newcomer's %s: %v (%d bytes, want %d)", key, err, len(got), len(data))
 		}
 	}
+}
+
+// replicaPG is a PG that newcomer joins as a replica (not its primary) in
+// map with, and its store id; the test is skipped when there is none.
+func replicaPG(t *testing.T, pool *osdpb.Pool, with *placement.Map, newcomer uint32) (seed, sid uint32) {
+	t.Helper()
+	for ; seed < pool.PgCount; seed++ {
+		if role, ok := with.RoleOf(pool.Id, seed, newcomer); ok && !role.IsPrimary() {
+			sid, err := placement.PGID{Pool: pool.Id, Seed: seed}.StoreID()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return seed, sid
+		}
+	}
+	t.Skip("the newcomer joins no PG as a replica in this placement")
+	return 0, 0
 }
