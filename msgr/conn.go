@@ -81,6 +81,9 @@ type Conn struct {
 	closedCh    chan struct{}
 	established bool
 	st          ConnStats
+	// retired (under mu) is the last link detached; its writer may still
+	// be in a write (takeRetiredLocked).
+	retired *linkRun
 
 	dq           chan dispatchItem
 	dispatchDone chan struct{} // closed when the dispatch loop ends
@@ -375,6 +378,31 @@ func (c *Conn) detachLocked(lr *linkRun) {
 	default:
 		close(lr.done)
 		lr.link.Close()
+		c.retired = lr
+	}
+}
+
+// takeRetiredLocked returns the link detached last, if any, for the caller
+// to drainWriter once it has dropped the lock and before it recycles
+// messages or starts the next link. A batch collected before the link was
+// detached is written outside the lock and points into its messages'
+// fronts and payloads, and once the next link is attached the session
+// releases those messages (the peer had them, or acks them on the new
+// link): their owner may reuse them at once (OnRelease).
+func (c *Conn) takeRetiredLocked() *linkRun {
+	lr := c.retired
+	c.retired = nil
+	return lr
+}
+
+// drainWriter waits until no one writes on a detached link: whoever holds
+// wmu finishes its batch, and a later one collects nothing (collect checks
+// c.link). The link is closed, so the write ends soon. No-op on nil.
+// REQUIRES: c.mu not held (a writer takes it under wmu).
+func (lr *linkRun) drainWriter() {
+	if lr != nil {
+		lr.wmu.Lock()
+		lr.wmu.Unlock() // an empty critical section: waiting is the point
 	}
 }
 

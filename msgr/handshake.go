@@ -196,7 +196,9 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 		c.cw.reset(req.GrantMsgs, req.GrantBytes)
 		c.cw.peerWindow(ready.WindowBytes, ready.GrantMsgs, ready.GrantBytes)
 		released, err := c.attachLocked(lr, ready.InSeq)
+		retired := c.takeRetiredLocked()
 		c.mu.Unlock()
+		retired.drainWriter()
 		c.recycle(released)
 		if err != nil {
 			return nil, err
@@ -338,7 +340,9 @@ func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64,
 	// starts below, and wmu keeps inline senders off until then.
 	lr.wmu.Lock()
 	released, err := c.attachLocked(lr, req.InSeq)
+	retired := c.takeRetiredLocked()
 	c.mu.Unlock()
+	retired.drainWriter()
 	c.recycle(dropped)
 	c.recycle(released)
 	if remoteReset {
