@@ -53,6 +53,9 @@ var (
 	ErrInvalidPartOrder    = ops.ErrInvalidPartOrder
 	ErrNoSuchUpload        = ops.ErrNoSuchUpload
 	ErrInvalidArgument     = ops.ErrInvalidArgument
+	// ErrStorageFull: an OSD the object maps to is full; reads and deletes
+	// still work, and writes do once space is freed.
+	ErrStorageFull = ops.ErrStorageFull
 )
 
 // ErrClosed is returned by ops on a closed Client.

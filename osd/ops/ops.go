@@ -80,6 +80,10 @@ var (
 	ErrServiceUnavailable  = &Error{Status: osdpb.Status_SERVICE_UNAVAILABLE}
 	ErrWrongPrimary        = &Error{Status: osdpb.Status_WRONG_PRIMARY}
 	ErrStaleEpoch          = &Error{Status: osdpb.Status_STALE_EPOCH}
+	// ErrStorageFull: a write to a PG one of whose OSDs is full. Not
+	// Retriable: space comes back only when something is deleted or added,
+	// so resending at once would only repeat the answer.
+	ErrStorageFull = &Error{Status: osdpb.Status_STORAGE_FULL}
 )
 
 // Errorf returns an *Error with status s.
@@ -144,6 +148,7 @@ var codes = map[osdpb.Status]string{
 	osdpb.Status_INVALID_KEY:           "InvalidKey",
 	osdpb.Status_NOT_LEADER:            "NotLeader",
 	osdpb.Status_WRONG_CLUSTER:         "WrongCluster",
+	osdpb.Status_STORAGE_FULL:          "StorageFull", // MinIO's XMinioStorageFull
 }
 
 // Code is the S3-style error code of s ("NoSuchKey").

@@ -108,6 +108,9 @@ func checkEntry(e *osdpb.LogEntry) error {
 func (s *Store) applyKind(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, record recordFn) error {
 	switch e.Kind {
 	case osdpb.OpKind_OP_PUT:
+		if err := s.room(len(body)); err != nil {
+			return objErr("put", e.Bucket, e.Key, err)
+		}
 		return s.putObject(ctx, pg, e, body, record)
 	case osdpb.OpKind_OP_DELETE:
 		if len(body) != 0 {
@@ -115,6 +118,9 @@ func (s *Store) applyKind(ctx context.Context, pg uint32, e *osdpb.LogEntry, bod
 		}
 		return s.deleteObject(ctx, pg, e.Bucket, e.Key, record != nil, record)
 	case osdpb.OpKind_OP_CREATE_BUCKET:
+		if err := s.room(0); err != nil {
+			return fmt.Errorf("store: create bucket %q: %w", e.Bucket, err)
+		}
 		return s.createBucket(e, record)
 	case osdpb.OpKind_OP_DELETE_BUCKET:
 		return s.deleteBucket(ctx, e.Bucket, record)

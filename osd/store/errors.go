@@ -32,6 +32,9 @@ var (
 	// ErrCorrupt: stored bytes failed a checksum or could not be decoded.
 	// The concrete error is a *CorruptError.
 	ErrCorrupt = errors.New("store: corrupt data")
+	// ErrNoSpace: the data disk has no room for the write (see
+	// Store.room); deletes still work. IsNoSpace also matches ENOSPC.
+	ErrNoSpace = errors.New("store: no space left on the data disk")
 	// ErrClosed: the Store was closed.
 	ErrClosed = errors.New("store: closed")
 )

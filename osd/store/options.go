@@ -21,7 +21,11 @@ type Options struct {
 	// Store and shared by its tables; object chunks are mostly read once per
 	// GET, so the cache mainly keeps heads, index blocks and PG logs hot.
 	CacheSize int64
-	// MemTableSize is the steady-state memtable, default 64 MiB. Pebble's
+	// MemTableSize is the steady-state memtable, default 64 MiB or 1/256
+	// of the data filesystem, whichever is smaller (at least 256 KiB): the
+	// WAL grows to a memtable's size and up to four memtables queue for
+	// their flush, so on a small disk a 64 MiB memtable alone would fill the
+	// headroom the full ratio leaves. Pebble's
 	// 4 MiB default would hold only three 1 MiB chunks, so puts would force a
 	// flush every few objects and pile tiny L0 tables up to the write-stall
 	// limit. 64 MiB holds dozens of chunks, and since a batch larger than
@@ -47,13 +51,32 @@ type Options struct {
 	// Logger receives Pebble's events and the Store's own warnings;
 	// default slog.Default().
 	Logger *slog.Logger
+	// ReserveBytes is the reserve kept for the store's own metadata, so
+	// that deletes and a restart work on a full disk (space.go); default 1%
+	// of the data filesystem within [1 MiB, 1 GiB], negative for none.
+	ReserveBytes int64
+	// OnFatal, if set, is called with Pebble's message when Pebble meets an
+	// error it cannot continue from (a failed WAL write, say); it must not
+	// return. The daemon exits cleanly there; the default panics, which keeps
+	// the stack for a library user.
+	OnFatal func(msg string)
 
 	// fs replaces the OS filesystem; tests set it to Pebble's crashable
 	// in-memory filesystem to simulate power loss.
 	fs vfs.FS
 }
 
+// memTableFor is the default memtable for a filesystem of total bytes (0:
+// unknown); see Options.MemTableSize.
+func memTableFor(total uint64) uint64 {
+	if total == 0 {
+		return defaultMemTableSize
+	}
+	return min(max(total/256, minMemTableSize), defaultMemTableSize)
+}
+
 const (
+	minMemTableSize          = 256 << 10
 	defaultDataFileThreshold = 256 << 10
 	defaultCacheSize         = 256 << 20
 	defaultMemTableSize      = 64 << 20
@@ -66,9 +89,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.CacheSize <= 0 {
 		o.CacheSize = defaultCacheSize
-	}
-	if o.MemTableSize == 0 {
-		o.MemTableSize = defaultMemTableSize
 	}
 	switch {
 	case o.ChunkSize == 0:
@@ -122,7 +142,7 @@ func pebbleOptions(o Options, cache *pebble.Cache) *pebble.Options {
 		// change between releases; FormatValueSeparation enables blob files.
 		FormatMajorVersion: pebble.FormatValueSeparation,
 		Merger:             countersMergerDef,
-		Logger:             pebbleLogger{o.Logger},
+		Logger:             pebbleLogger{o.Logger, o.OnFatal},
 		EventListener:      eventListener(o.Logger),
 		// One compaction normally, up to half the cores when L0 or compaction
 		// debt builds up; the other half serves the network and checksums.
@@ -161,7 +181,10 @@ func pebbleOptions(o Options, cache *pebble.Cache) *pebble.Options {
 }
 
 // pebbleLogger sends Pebble's log lines to slog.
-type pebbleLogger struct{ l *slog.Logger }
+type pebbleLogger struct {
+	l       *slog.Logger
+	onFatal func(string)
+}
 
 func (p pebbleLogger) Infof(format string, args ...any) {
 	p.l.Info(fmt.Sprintf(format, args...), "component", "pebble")
@@ -172,11 +195,14 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 }
 
 // Fatalf must not return (Pebble's contract: it reports a broken invariant
-// and continuing could write bad data). Pebble's default logger exits; a
-// panic keeps the stack, which is what an operator needs.
+// or a write it cannot take back, and continuing could write bad data).
+// Options.OnFatal decides how to stop; without it a panic keeps the stack.
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	p.l.Error(msg, "component", "pebble", "fatal", true)
+	if p.onFatal != nil {
+		p.onFatal(msg)
+	}
 	panic("pebble: " + msg)
 }
 

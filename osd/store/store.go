@@ -62,6 +62,8 @@ type Store struct {
 
 	// files holds the data files of large objects (datafile.go).
 	files dataFiles
+	// res is the reserve kept for a full disk (space.go).
+	res *reserve
 
 	counters struct {
 		puts, deletes, readBytes, writtenBytes, corruptions, garbageCollected atomic.Int64
@@ -86,16 +88,44 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err := fs.MkdirAll(opts.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", opts.Dir, err)
 	}
+	res := &reserve{fs: fs, path: fs.PathJoin(opts.Dir, reserveName)}
+	sp := res.space(opts.Dir)
+	res.size = reserveSize(opts.ReserveBytes, sp.Total)
+	if opts.MemTableSize == 0 {
+		opts.MemTableSize = memTableFor(sp.Total)
+	}
+	log := opts.Logger
+	res.onChange = func(held bool) {
+		if held {
+			log.Info("store: the reserve is made again", "bytes", res.size)
+		} else {
+			log.Warn("store: the data disk is full: released the reserve so that deletes and restarts work", "bytes", res.size)
+		}
+	}
+	if err := res.open(sp); err != nil {
+		return nil, err
+	}
 	cache := pebble.NewCache(opts.CacheSize)
 	// The DB takes its own reference; dropping ours means Close frees it.
 	defer cache.Unref()
-	db, err := pebble.Open(opts.Dir, pebbleOptions(opts, cache))
+	po := pebbleOptions(opts, cache)
+	// Pebble's first ENOSPC releases the reserve and Pebble retries the
+	// write, instead of failing a WAL write, which it cannot survive. Data
+	// files use fs itself: a large put that does not fit fails on its own,
+	// and must not eat the reserve meant for metadata.
+	po.FS = vfs.OnDiskFull(fs, func() {
+		if err := res.release(); err != nil {
+			log.Error("store: release the reserve", "err", err)
+		}
+	})
+	db, err := pebble.Open(opts.Dir, po)
 	if err != nil {
 		return nil, fmt.Errorf("store: open pebble in %s: %w", opts.Dir, err)
 	}
 	s := &Store{
 		opts:            opts,
 		db:              db,
+		res:             res,
 		inlineMax:       opts.ChunkSize,
 		chunkBatchBytes: 4 << 20,
 	}

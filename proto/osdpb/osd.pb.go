@@ -258,6 +258,10 @@ const (
 	// The request names another cluster (fsid), or an OSD id that belongs to
 	// another daemon (uuid). Not retriable.
 	Status_WRONG_CLUSTER Status = 21
+	// A write to a PG with a member over the full ratio, or at an OSD over its
+	// failsafe ratio (Ceph's ENOSPC). Reads and deletes go on. Retriable once
+	// space is freed, but not by an immediate resend.
+	Status_STORAGE_FULL Status = 22
 )
 
 // Enum value maps for Status.
@@ -285,6 +289,7 @@ var (
 		19: "INVALID_KEY",
 		20: "NOT_LEADER",
 		21: "WRONG_CLUSTER",
+		22: "STORAGE_FULL",
 	}
 	Status_value = map[string]int32{
 		"OK":                    0,
@@ -309,6 +314,7 @@ var (
 		"INVALID_KEY":           19,
 		"NOT_LEADER":            20,
 		"WRONG_CLUSTER":         21,
+		"STORAGE_FULL":          22,
 	}
 )
 
@@ -337,6 +343,63 @@ func (x Status) Number() protoreflect.EnumNumber {
 // Deprecated: Use Status.Descriptor instead.
 func (Status) EnumDescriptor() ([]byte, []int) {
 	return file_osd_proto_rawDescGZIP(), []int{1}
+}
+
+// How full an OSD's data filesystem is, against the map's ratios: Ceph's
+// nearfull, backfillfull and full OSD states, and its failsafe.
+type Fullness int32
+
+const (
+	Fullness_FULLNESS_NONE         Fullness = 0
+	Fullness_FULLNESS_NEARFULL     Fullness = 1 // over nearfull_ratio: a health warning
+	Fullness_FULLNESS_BACKFILLFULL Fullness = 2 // over backfillfull_ratio: nothing backfills into it
+	Fullness_FULLNESS_FULL         Fullness = 3 // over full_ratio: writes to its PGs fail STORAGE_FULL
+	Fullness_FULLNESS_FAILSAFE     Fullness = 4 // over its failsafe ratio: it applies no write but deletes
+)
+
+// Enum value maps for Fullness.
+var (
+	Fullness_name = map[int32]string{
+		0: "FULLNESS_NONE",
+		1: "FULLNESS_NEARFULL",
+		2: "FULLNESS_BACKFILLFULL",
+		3: "FULLNESS_FULL",
+		4: "FULLNESS_FAILSAFE",
+	}
+	Fullness_value = map[string]int32{
+		"FULLNESS_NONE":         0,
+		"FULLNESS_NEARFULL":     1,
+		"FULLNESS_BACKFILLFULL": 2,
+		"FULLNESS_FULL":         3,
+		"FULLNESS_FAILSAFE":     4,
+	}
+)
+
+func (x Fullness) Enum() *Fullness {
+	p := new(Fullness)
+	*p = x
+	return p
+}
+
+func (x Fullness) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Fullness) Descriptor() protoreflect.EnumDescriptor {
+	return file_osd_proto_enumTypes[2].Descriptor()
+}
+
+func (Fullness) Type() protoreflect.EnumType {
+	return &file_osd_proto_enumTypes[2]
+}
+
+func (x Fullness) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Fullness.Descriptor instead.
+func (Fullness) EnumDescriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{2}
 }
 
 type OpKind int32
@@ -378,11 +441,11 @@ func (x OpKind) String() string {
 }
 
 func (OpKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_osd_proto_enumTypes[2].Descriptor()
+	return file_osd_proto_enumTypes[3].Descriptor()
 }
 
 func (OpKind) Type() protoreflect.EnumType {
-	return &file_osd_proto_enumTypes[2]
+	return &file_osd_proto_enumTypes[3]
 }
 
 func (x OpKind) Number() protoreflect.EnumNumber {
@@ -391,18 +454,23 @@ func (x OpKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OpKind.Descriptor instead.
 func (OpKind) EnumDescriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{2}
+	return file_osd_proto_rawDescGZIP(), []int{3}
 }
 
 type ClusterMap struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// Random per cluster; an OSD refuses ops from another cluster's map.
-	Fsid          string     `protobuf:"bytes,2,opt,name=fsid,proto3" json:"fsid,omitempty"`
-	Osds          []*OSDInfo `protobuf:"bytes,3,rep,name=osds,proto3" json:"osds,omitempty"`
-	Pools         []*Pool    `protobuf:"bytes,4,rep,name=pools,proto3" json:"pools,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Fsid  string     `protobuf:"bytes,2,opt,name=fsid,proto3" json:"fsid,omitempty"`
+	Osds  []*OSDInfo `protobuf:"bytes,3,rep,name=osds,proto3" json:"osds,omitempty"`
+	Pools []*Pool    `protobuf:"bytes,4,rep,name=pools,proto3" json:"pools,omitempty"`
+	// Fractions of an OSD's data filesystem in use at which it is nearfull,
+	// backfillfull and full (Ceph's ratios); 0: 0.85, 0.90 and 0.95.
+	NearfullRatio     float64 `protobuf:"fixed64,5,opt,name=nearfull_ratio,json=nearfullRatio,proto3" json:"nearfull_ratio,omitempty"`
+	BackfillfullRatio float64 `protobuf:"fixed64,6,opt,name=backfillfull_ratio,json=backfillfullRatio,proto3" json:"backfillfull_ratio,omitempty"`
+	FullRatio         float64 `protobuf:"fixed64,7,opt,name=full_ratio,json=fullRatio,proto3" json:"full_ratio,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ClusterMap) Reset() {
@@ -463,6 +531,27 @@ func (x *ClusterMap) GetPools() []*Pool {
 	return nil
 }
 
+func (x *ClusterMap) GetNearfullRatio() float64 {
+	if x != nil {
+		return x.NearfullRatio
+	}
+	return 0
+}
+
+func (x *ClusterMap) GetBackfillfullRatio() float64 {
+	if x != nil {
+		return x.BackfillfullRatio
+	}
+	return 0
+}
+
+func (x *ClusterMap) GetFullRatio() float64 {
+	if x != nil {
+		return x.FullRatio
+	}
+	return 0
+}
+
 type OSDInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -487,7 +576,9 @@ type OSDInfo struct {
 	AutoOut bool `protobuf:"varint,10,opt,name=auto_out,json=autoOut,proto3" json:"auto_out,omitempty"`
 	// The epoch it was last marked up: a peer that saw an older up_from is
 	// talking to a previous incarnation.
-	UpFrom        uint64 `protobuf:"varint,11,opt,name=up_from,json=upFrom,proto3" json:"up_from,omitempty"`
+	UpFrom uint64 `protobuf:"varint,11,opt,name=up_from,json=upFrom,proto3" json:"up_from,omitempty"`
+	// How full its data filesystem is, as its beacons said.
+	Fullness      Fullness `protobuf:"varint,12,opt,name=fullness,proto3,enum=osprey.osd.Fullness" json:"fullness,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -597,6 +688,13 @@ func (x *OSDInfo) GetUpFrom() uint64 {
 		return x.UpFrom
 	}
 	return 0
+}
+
+func (x *OSDInfo) GetFullness() Fullness {
+	if x != nil {
+		return x.Fullness
+	}
+	return Fullness_FULLNESS_NONE
 }
 
 type Pool struct {
@@ -3124,10 +3222,13 @@ func (x *Heartbeat) GetSentUnixNano() int64 {
 }
 
 type HeartbeatReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	SentUnixNano  int64                  `protobuf:"varint,3,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"` // echoed
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	From         uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	Epoch        uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	SentUnixNano int64                  `protobuf:"varint,3,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"` // echoed
+	// How full the answering OSD is now: a primary refuses writes to a PG
+	// with a full member without waiting for the map to say so.
+	Fullness      Fullness `protobuf:"varint,4,opt,name=fullness,proto3,enum=osprey.osd.Fullness" json:"fullness,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3181,6 +3282,13 @@ func (x *HeartbeatReply) GetSentUnixNano() int64 {
 		return x.SentUnixNano
 	}
 	return 0
+}
+
+func (x *HeartbeatReply) GetFullness() Fullness {
+	if x != nil {
+		return x.Fullness
+	}
+	return Fullness_FULLNESS_NONE
 }
 
 // MonBoot: an OSD starts. A first boot (no id yet) gets a new id; a later
@@ -3484,6 +3592,7 @@ type MonBeacon struct {
 	AvailBytes    uint64                 `protobuf:"varint,8,opt,name=avail_bytes,json=availBytes,proto3" json:"avail_bytes,omitempty"`
 	RecoveryBytes uint64                 `protobuf:"varint,9,opt,name=recovery_bytes,json=recoveryBytes,proto3" json:"recovery_bytes,omitempty"` // bytes recovered since the OSD started
 	Ops           uint64                 `protobuf:"varint,10,opt,name=ops,proto3" json:"ops,omitempty"`                                         // client ops served since the OSD started
+	Fullness      Fullness               `protobuf:"varint,11,opt,name=fullness,proto3,enum=osprey.osd.Fullness" json:"fullness,omitempty"`      // against the map's ratios and its failsafe
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3586,6 +3695,13 @@ func (x *MonBeacon) GetOps() uint64 {
 		return x.Ops
 	}
 	return 0
+}
+
+func (x *MonBeacon) GetFullness() Fullness {
+	if x != nil {
+		return x.Fullness
+	}
+	return Fullness_FULLNESS_NONE
 }
 
 type MonBeaconReply struct {
@@ -3961,8 +4077,9 @@ type MonCommand struct {
 	Prefix        string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	Ids           []uint32               `protobuf:"varint,3,rep,packed,name=ids,proto3" json:"ids,omitempty"`
 	Weight        float64                `protobuf:"fixed64,4,opt,name=weight,proto3" json:"weight,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"` // "get map": that epoch (0: the newest)
-	Uuid          string                 `protobuf:"bytes,6,opt,name=uuid,proto3" json:"uuid,omitempty"`    // "osd create": the new OSD's uuid
+	Epoch         uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`  // "get map": that epoch (0: the newest)
+	Uuid          string                 `protobuf:"bytes,6,opt,name=uuid,proto3" json:"uuid,omitempty"`     // "osd create": the new OSD's uuid
+	Ratio         float64                `protobuf:"fixed64,7,opt,name=ratio,proto3" json:"ratio,omitempty"` // "osd set-nearfull-ratio", "osd set-backfillfull-ratio", "osd set-full-ratio"
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4037,6 +4154,13 @@ func (x *MonCommand) GetUuid() string {
 		return x.Uuid
 	}
 	return ""
+}
+
+func (x *MonCommand) GetRatio() float64 {
+	if x != nil {
+		return x.Ratio
+	}
+	return 0
 }
 
 type MonCommandReply struct {
@@ -4128,13 +4252,17 @@ var File_osd_proto protoreflect.FileDescriptor
 const file_osd_proto_rawDesc = "" +
 	"\n" +
 	"\tosd.proto\x12\n" +
-	"osprey.osd\"\x87\x01\n" +
+	"osprey.osd\"\xfc\x01\n" +
 	"\n" +
 	"ClusterMap\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12'\n" +
 	"\x04osds\x18\x03 \x03(\v2\x13.osprey.osd.OSDInfoR\x04osds\x12&\n" +
-	"\x05pools\x18\x04 \x03(\v2\x10.osprey.osd.PoolR\x05pools\"\xa2\x02\n" +
+	"\x05pools\x18\x04 \x03(\v2\x10.osprey.osd.PoolR\x05pools\x12%\n" +
+	"\x0enearfull_ratio\x18\x05 \x01(\x01R\rnearfullRatio\x12-\n" +
+	"\x12backfillfull_ratio\x18\x06 \x01(\x01R\x11backfillfullRatio\x12\x1d\n" +
+	"\n" +
+	"full_ratio\x18\a \x01(\x01R\tfullRatio\"\xd4\x02\n" +
 	"\aOSDInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1f\n" +
 	"\vpublic_addr\x18\x02 \x01(\tR\n" +
@@ -4148,7 +4276,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x14down_since_unix_nano\x18\t \x01(\x03R\x11downSinceUnixNano\x12\x19\n" +
 	"\bauto_out\x18\n" +
 	" \x01(\bR\aautoOut\x12\x17\n" +
-	"\aup_from\x18\v \x01(\x04R\x06upFrom\"t\n" +
+	"\aup_from\x18\v \x01(\x04R\x06upFrom\x120\n" +
+	"\bfullness\x18\f \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"t\n" +
 	"\x04Pool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -4364,11 +4493,12 @@ const file_osd_proto_rawDesc = "" +
 	"\tHeartbeat\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
-	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\"`\n" +
+	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\"\x92\x01\n" +
 	"\x0eHeartbeatReply\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
-	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\"\xda\x01\n" +
+	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\x120\n" +
+	"\bfullness\x18\x04 \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"\xda\x01\n" +
 	"\aMonBoot\x12\x10\n" +
 	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x15\n" +
@@ -4394,7 +4524,7 @@ const file_osd_proto_rawDesc = "" +
 	"\bdegraded\x18\x05 \x01(\x04R\bdegraded\x12\x1c\n" +
 	"\tmisplaced\x18\x06 \x01(\x04R\tmisplaced\x12'\n" +
 	"\x04last\x18\a \x01(\v2\x13.osprey.osd.VersionR\x04last\x12\x14\n" +
-	"\x05epoch\x18\b \x01(\x04R\x05epoch\"\x8a\x02\n" +
+	"\x05epoch\x18\b \x01(\x04R\x05epoch\"\xbc\x02\n" +
 	"\tMonBeacon\x12\x10\n" +
 	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x0e\n" +
@@ -4408,7 +4538,8 @@ const file_osd_proto_rawDesc = "" +
 	"availBytes\x12%\n" +
 	"\x0erecovery_bytes\x18\t \x01(\x04R\rrecoveryBytes\x12\x10\n" +
 	"\x03ops\x18\n" +
-	" \x01(\x04R\x03ops\"S\n" +
+	" \x01(\x04R\x03ops\x120\n" +
+	"\bfullness\x18\v \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"S\n" +
 	"\x0eMonBeaconReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
 	"\x03tid\x18\x02 \x01(\x04R\x03tid\"\xda\x01\n" +
@@ -4434,7 +4565,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x03tid\x18\x02 \x01(\x04R\x03tid\x12(\n" +
 	"\x03map\x18\x03 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"2\n" +
 	"\x06MonMap\x12(\n" +
-	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\x8a\x01\n" +
+	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xa0\x01\n" +
 	"\n" +
 	"MonCommand\x12\x10\n" +
 	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x16\n" +
@@ -4442,7 +4573,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x03ids\x18\x03 \x03(\rR\x03ids\x12\x16\n" +
 	"\x06weight\x18\x04 \x01(\x01R\x06weight\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12\x12\n" +
-	"\x04uuid\x18\x06 \x01(\tR\x04uuid\"\xbe\x01\n" +
+	"\x04uuid\x18\x06 \x01(\tR\x04uuid\x12\x14\n" +
+	"\x05ratio\x18\a \x01(\x01R\x05ratio\"\xbe\x01\n" +
 	"\x0fMonCommandReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
 	"\x03tid\x18\x02 \x01(\x04R\x03tid\x12\x16\n" +
@@ -4502,7 +4634,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x17MSG_MON_SUBSCRIBE_REPLY\x10\xd0\x01\x12\x14\n" +
 	"\x0fMSG_MON_COMMAND\x10\xd1\x01\x12\x1a\n" +
 	"\x15MSG_MON_COMMAND_REPLY\x10\xd2\x01\x12\x10\n" +
-	"\vMSG_MON_MAP\x10\xd3\x01*\xb9\x03\n" +
+	"\vMSG_MON_MAP\x10\xd3\x01*\xcb\x03\n" +
 	"\x06Status\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eNO_SUCH_BUCKET\x10\x01\x12\x0f\n" +
@@ -4528,7 +4660,14 @@ const file_osd_proto_rawDesc = "" +
 	"\vINVALID_KEY\x10\x13\x12\x0e\n" +
 	"\n" +
 	"NOT_LEADER\x10\x14\x12\x11\n" +
-	"\rWRONG_CLUSTER\x10\x15*\\\n" +
+	"\rWRONG_CLUSTER\x10\x15\x12\x10\n" +
+	"\fSTORAGE_FULL\x10\x16*y\n" +
+	"\bFullness\x12\x11\n" +
+	"\rFULLNESS_NONE\x10\x00\x12\x15\n" +
+	"\x11FULLNESS_NEARFULL\x10\x01\x12\x19\n" +
+	"\x15FULLNESS_BACKFILLFULL\x10\x02\x12\x11\n" +
+	"\rFULLNESS_FULL\x10\x03\x12\x15\n" +
+	"\x11FULLNESS_FAILSAFE\x10\x04*\\\n" +
 	"\x06OpKind\x12\v\n" +
 	"\aOP_NONE\x10\x00\x12\n" +
 	"\n" +
@@ -4549,134 +4688,138 @@ func file_osd_proto_rawDescGZIP() []byte {
 	return file_osd_proto_rawDescData
 }
 
-var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),              // 0: osprey.osd.MsgType
 	(Status)(0),               // 1: osprey.osd.Status
-	(OpKind)(0),               // 2: osprey.osd.OpKind
-	(*ClusterMap)(nil),        // 3: osprey.osd.ClusterMap
-	(*OSDInfo)(nil),           // 4: osprey.osd.OSDInfo
-	(*Pool)(nil),              // 5: osprey.osd.Pool
-	(*Version)(nil),           // 6: osprey.osd.Version
-	(*ReqID)(nil),             // 7: osprey.osd.ReqID
-	(*Header)(nil),            // 8: osprey.osd.Header
-	(*ReplyHeader)(nil),       // 9: osprey.osd.ReplyHeader
-	(*PartRef)(nil),           // 10: osprey.osd.PartRef
-	(*ObjectMeta)(nil),        // 11: osprey.osd.ObjectMeta
-	(*ObjectEntry)(nil),       // 12: osprey.osd.ObjectEntry
-	(*BucketInfo)(nil),        // 13: osprey.osd.BucketInfo
-	(*GetMap)(nil),            // 14: osprey.osd.GetMap
-	(*GetMapReply)(nil),       // 15: osprey.osd.GetMapReply
-	(*BucketRequest)(nil),     // 16: osprey.osd.BucketRequest
-	(*BucketReply)(nil),       // 17: osprey.osd.BucketReply
-	(*ListBuckets)(nil),       // 18: osprey.osd.ListBuckets
-	(*ListBucketsReply)(nil),  // 19: osprey.osd.ListBucketsReply
-	(*PutObject)(nil),         // 20: osprey.osd.PutObject
-	(*GetObject)(nil),         // 21: osprey.osd.GetObject
-	(*ObjectReply)(nil),       // 22: osprey.osd.ObjectReply
-	(*ObjectRequest)(nil),     // 23: osprey.osd.ObjectRequest
-	(*ListObjects)(nil),       // 24: osprey.osd.ListObjects
-	(*ListObjectsReply)(nil),  // 25: osprey.osd.ListObjectsReply
-	(*UploadRequest)(nil),     // 26: osprey.osd.UploadRequest
-	(*UploadReply)(nil),       // 27: osprey.osd.UploadReply
-	(*UploadInfo)(nil),        // 28: osprey.osd.UploadInfo
-	(*LogEntry)(nil),          // 29: osprey.osd.LogEntry
-	(*RepOp)(nil),             // 30: osprey.osd.RepOp
-	(*RepOpReply)(nil),        // 31: osprey.osd.RepOpReply
-	(*PGQuery)(nil),           // 32: osprey.osd.PGQuery
-	(*PGInfo)(nil),            // 33: osprey.osd.PGInfo
-	(*PGQueryReply)(nil),      // 34: osprey.osd.PGQueryReply
-	(*PGLogPull)(nil),         // 35: osprey.osd.PGLogPull
-	(*PGLogPullReply)(nil),    // 36: osprey.osd.PGLogPullReply
-	(*PGBackfill)(nil),        // 37: osprey.osd.PGBackfill
-	(*PGBackfillReply)(nil),   // 38: osprey.osd.PGBackfillReply
-	(*Heartbeat)(nil),         // 39: osprey.osd.Heartbeat
-	(*HeartbeatReply)(nil),    // 40: osprey.osd.HeartbeatReply
-	(*MonBoot)(nil),           // 41: osprey.osd.MonBoot
-	(*MonBootReply)(nil),      // 42: osprey.osd.MonBootReply
-	(*PGStat)(nil),            // 43: osprey.osd.PGStat
-	(*MonBeacon)(nil),         // 44: osprey.osd.MonBeacon
-	(*MonBeaconReply)(nil),    // 45: osprey.osd.MonBeaconReply
-	(*MonFailure)(nil),        // 46: osprey.osd.MonFailure
-	(*MonFailureReply)(nil),   // 47: osprey.osd.MonFailureReply
-	(*MonSubscribe)(nil),      // 48: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil), // 49: osprey.osd.MonSubscribeReply
-	(*MonMap)(nil),            // 50: osprey.osd.MonMap
-	(*MonCommand)(nil),        // 51: osprey.osd.MonCommand
-	(*MonCommandReply)(nil),   // 52: osprey.osd.MonCommandReply
-	nil,                       // 53: osprey.osd.ObjectMeta.UserMetaEntry
+	(Fullness)(0),             // 2: osprey.osd.Fullness
+	(OpKind)(0),               // 3: osprey.osd.OpKind
+	(*ClusterMap)(nil),        // 4: osprey.osd.ClusterMap
+	(*OSDInfo)(nil),           // 5: osprey.osd.OSDInfo
+	(*Pool)(nil),              // 6: osprey.osd.Pool
+	(*Version)(nil),           // 7: osprey.osd.Version
+	(*ReqID)(nil),             // 8: osprey.osd.ReqID
+	(*Header)(nil),            // 9: osprey.osd.Header
+	(*ReplyHeader)(nil),       // 10: osprey.osd.ReplyHeader
+	(*PartRef)(nil),           // 11: osprey.osd.PartRef
+	(*ObjectMeta)(nil),        // 12: osprey.osd.ObjectMeta
+	(*ObjectEntry)(nil),       // 13: osprey.osd.ObjectEntry
+	(*BucketInfo)(nil),        // 14: osprey.osd.BucketInfo
+	(*GetMap)(nil),            // 15: osprey.osd.GetMap
+	(*GetMapReply)(nil),       // 16: osprey.osd.GetMapReply
+	(*BucketRequest)(nil),     // 17: osprey.osd.BucketRequest
+	(*BucketReply)(nil),       // 18: osprey.osd.BucketReply
+	(*ListBuckets)(nil),       // 19: osprey.osd.ListBuckets
+	(*ListBucketsReply)(nil),  // 20: osprey.osd.ListBucketsReply
+	(*PutObject)(nil),         // 21: osprey.osd.PutObject
+	(*GetObject)(nil),         // 22: osprey.osd.GetObject
+	(*ObjectReply)(nil),       // 23: osprey.osd.ObjectReply
+	(*ObjectRequest)(nil),     // 24: osprey.osd.ObjectRequest
+	(*ListObjects)(nil),       // 25: osprey.osd.ListObjects
+	(*ListObjectsReply)(nil),  // 26: osprey.osd.ListObjectsReply
+	(*UploadRequest)(nil),     // 27: osprey.osd.UploadRequest
+	(*UploadReply)(nil),       // 28: osprey.osd.UploadReply
+	(*UploadInfo)(nil),        // 29: osprey.osd.UploadInfo
+	(*LogEntry)(nil),          // 30: osprey.osd.LogEntry
+	(*RepOp)(nil),             // 31: osprey.osd.RepOp
+	(*RepOpReply)(nil),        // 32: osprey.osd.RepOpReply
+	(*PGQuery)(nil),           // 33: osprey.osd.PGQuery
+	(*PGInfo)(nil),            // 34: osprey.osd.PGInfo
+	(*PGQueryReply)(nil),      // 35: osprey.osd.PGQueryReply
+	(*PGLogPull)(nil),         // 36: osprey.osd.PGLogPull
+	(*PGLogPullReply)(nil),    // 37: osprey.osd.PGLogPullReply
+	(*PGBackfill)(nil),        // 38: osprey.osd.PGBackfill
+	(*PGBackfillReply)(nil),   // 39: osprey.osd.PGBackfillReply
+	(*Heartbeat)(nil),         // 40: osprey.osd.Heartbeat
+	(*HeartbeatReply)(nil),    // 41: osprey.osd.HeartbeatReply
+	(*MonBoot)(nil),           // 42: osprey.osd.MonBoot
+	(*MonBootReply)(nil),      // 43: osprey.osd.MonBootReply
+	(*PGStat)(nil),            // 44: osprey.osd.PGStat
+	(*MonBeacon)(nil),         // 45: osprey.osd.MonBeacon
+	(*MonBeaconReply)(nil),    // 46: osprey.osd.MonBeaconReply
+	(*MonFailure)(nil),        // 47: osprey.osd.MonFailure
+	(*MonFailureReply)(nil),   // 48: osprey.osd.MonFailureReply
+	(*MonSubscribe)(nil),      // 49: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil), // 50: osprey.osd.MonSubscribeReply
+	(*MonMap)(nil),            // 51: osprey.osd.MonMap
+	(*MonCommand)(nil),        // 52: osprey.osd.MonCommand
+	(*MonCommandReply)(nil),   // 53: osprey.osd.MonCommandReply
+	nil,                       // 54: osprey.osd.ObjectMeta.UserMetaEntry
 }
 var file_osd_proto_depIdxs = []int32{
-	4,  // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
-	5,  // 1: osprey.osd.ClusterMap.pools:type_name -> osprey.osd.Pool
-	7,  // 2: osprey.osd.Header.req:type_name -> osprey.osd.ReqID
-	1,  // 3: osprey.osd.ReplyHeader.status:type_name -> osprey.osd.Status
-	3,  // 4: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
-	6,  // 5: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
-	7,  // 6: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	53, // 7: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
-	10, // 8: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
-	11, // 9: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
-	9,  // 10: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
-	3,  // 11: osprey.osd.GetMapReply.map:type_name -> osprey.osd.ClusterMap
-	8,  // 12: osprey.osd.BucketRequest.header:type_name -> osprey.osd.Header
-	9,  // 13: osprey.osd.BucketReply.header:type_name -> osprey.osd.ReplyHeader
-	13, // 14: osprey.osd.BucketReply.info:type_name -> osprey.osd.BucketInfo
-	8,  // 15: osprey.osd.ListBuckets.header:type_name -> osprey.osd.Header
-	9,  // 16: osprey.osd.ListBucketsReply.header:type_name -> osprey.osd.ReplyHeader
-	13, // 17: osprey.osd.ListBucketsReply.buckets:type_name -> osprey.osd.BucketInfo
-	8,  // 18: osprey.osd.PutObject.header:type_name -> osprey.osd.Header
-	11, // 19: osprey.osd.PutObject.meta:type_name -> osprey.osd.ObjectMeta
-	8,  // 20: osprey.osd.GetObject.header:type_name -> osprey.osd.Header
-	9,  // 21: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
-	11, // 22: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
-	8,  // 23: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
-	8,  // 24: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
-	9,  // 25: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
-	12, // 26: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
-	8,  // 27: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
-	11, // 28: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
-	10, // 29: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
-	9,  // 30: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 31: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
-	11, // 32: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
-	10, // 33: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
-	28, // 34: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
-	6,  // 35: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
-	7,  // 36: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
-	2,  // 37: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
-	11, // 38: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
-	1,  // 39: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
-	29, // 40: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
-	9,  // 41: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
-	6,  // 42: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
-	6,  // 43: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
-	6,  // 44: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
-	9,  // 45: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
-	33, // 46: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
-	6,  // 47: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
-	9,  // 48: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
-	29, // 49: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
-	9,  // 50: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
-	29, // 51: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
-	6,  // 52: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
-	9,  // 53: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
-	3,  // 54: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
-	6,  // 55: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
-	43, // 56: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	9,  // 57: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	9,  // 58: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	9,  // 59: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	3,  // 60: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	3,  // 61: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	9,  // 62: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	3,  // 63: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	64, // [64:64] is the sub-list for method output_type
-	64, // [64:64] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	5,  // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
+	6,  // 1: osprey.osd.ClusterMap.pools:type_name -> osprey.osd.Pool
+	2,  // 2: osprey.osd.OSDInfo.fullness:type_name -> osprey.osd.Fullness
+	8,  // 3: osprey.osd.Header.req:type_name -> osprey.osd.ReqID
+	1,  // 4: osprey.osd.ReplyHeader.status:type_name -> osprey.osd.Status
+	4,  // 5: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
+	7,  // 6: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
+	8,  // 7: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
+	54, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	11, // 9: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
+	12, // 10: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
+	10, // 11: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 12: osprey.osd.GetMapReply.map:type_name -> osprey.osd.ClusterMap
+	9,  // 13: osprey.osd.BucketRequest.header:type_name -> osprey.osd.Header
+	10, // 14: osprey.osd.BucketReply.header:type_name -> osprey.osd.ReplyHeader
+	14, // 15: osprey.osd.BucketReply.info:type_name -> osprey.osd.BucketInfo
+	9,  // 16: osprey.osd.ListBuckets.header:type_name -> osprey.osd.Header
+	10, // 17: osprey.osd.ListBucketsReply.header:type_name -> osprey.osd.ReplyHeader
+	14, // 18: osprey.osd.ListBucketsReply.buckets:type_name -> osprey.osd.BucketInfo
+	9,  // 19: osprey.osd.PutObject.header:type_name -> osprey.osd.Header
+	12, // 20: osprey.osd.PutObject.meta:type_name -> osprey.osd.ObjectMeta
+	9,  // 21: osprey.osd.GetObject.header:type_name -> osprey.osd.Header
+	10, // 22: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
+	12, // 23: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
+	9,  // 24: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
+	9,  // 25: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
+	10, // 26: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
+	13, // 27: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
+	9,  // 28: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
+	12, // 29: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
+	11, // 30: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
+	10, // 31: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
+	11, // 32: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
+	12, // 33: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
+	11, // 34: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
+	29, // 35: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
+	7,  // 36: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
+	8,  // 37: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
+	3,  // 38: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
+	12, // 39: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
+	1,  // 40: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
+	30, // 41: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
+	10, // 42: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
+	7,  // 43: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
+	7,  // 44: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
+	7,  // 45: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
+	10, // 46: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
+	34, // 47: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
+	7,  // 48: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
+	10, // 49: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
+	30, // 50: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
+	10, // 51: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
+	30, // 52: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
+	7,  // 53: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
+	2,  // 54: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
+	10, // 55: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 56: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
+	7,  // 57: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
+	44, // 58: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	2,  // 59: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
+	10, // 60: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 61: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 62: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 63: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	4,  // 64: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	10, // 65: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 66: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	67, // [67:67] is the sub-list for method output_type
+	67, // [67:67] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -4689,7 +4832,7 @@ func file_osd_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   0,

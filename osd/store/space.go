@@ -1,0 +1,212 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/sys/unix"
+)
+
+// reserveName is the reserve file in the store's directory. Pebble ignores
+// files whose names it does not know.
+const reserveName = "RESERVE"
+
+// Reserve bounds: the default reserve is 1% of the data filesystem within
+// them.
+const (
+	minReserve = 1 << 20
+	maxReserve = 1 << 30
+)
+
+// Space is how much of the store's filesystem is in use.
+type Space struct {
+	// Total and Avail are the filesystem's size and the bytes an
+	// unprivileged writer may still use (statfs f_blocks and f_bavail), as
+	// df shows them.
+	Total, Avail uint64
+	// Reserve is the size of the reserve file now: 0 once a full disk made
+	// the store release it. Its bytes count as used.
+	Reserve uint64
+}
+
+// Used is Total less Avail: everything that is not available, the reserve
+// and the filesystem's own reserved blocks included.
+func (s Space) Used() uint64 { return s.Total - min(s.Avail, s.Total) }
+
+// Ratio is Used over Total, the figure the full ratios are compared with;
+// 0 for an unknown filesystem.
+func (s Space) Ratio() float64 {
+	if s.Total == 0 {
+		return 0
+	}
+	return float64(s.Used()) / float64(s.Total)
+}
+
+// reserve is a file of preallocated blocks kept in the store's directory so
+// that a store whose disk filled up can still commit deletes and open: Pebble
+// writes to its WAL, manifest and a new memtable's flush even to delete. It
+// is CockroachDB's "emergency ballast": Pebble's vfs.OnDiskFull calls
+// release on the first ENOSPC any Pebble write meets, and retries that write
+// once the bytes are back. A released reserve is made again by Maintain once the
+// filesystem has room for it twice over.
+type reserve struct {
+	fs   vfs.FS // unwrapped: the reserve must not release itself
+	path string
+	size uint64 // wanted size; 0: no reserve (an unknown filesystem)
+
+	mu       sync.Mutex
+	have     atomic.Uint64 // bytes held now
+	released atomic.Int64  // times released
+	onChange func(held bool)
+}
+
+// reserveSize is the wanted reserve for a filesystem of total bytes: opt if
+// set (negative: none), else 1% within [minReserve, maxReserve].
+func reserveSize(opt int64, total uint64) uint64 {
+	switch {
+	case opt < 0 || total == 0:
+		return 0
+	case opt > 0:
+		return uint64(opt)
+	}
+	return min(max(total/100, minReserve), maxReserve)
+}
+
+// space reads the filesystem's usage; Total is 0 when the filesystem cannot
+// say (an in-memory one).
+func (r *reserve) space(dir string) Space {
+	du, err := r.fs.GetDiskUsage(dir)
+	if err != nil {
+		return Space{}
+	}
+	return Space{Total: du.TotalBytes, Avail: du.AvailBytes, Reserve: r.have.Load()}
+}
+
+// open keeps the reserve a previous run left, or makes one. On a full disk
+// Pebble's first write as it opens (a manifest, OPTIONS, a WAL) releases
+// it.
+func (r *reserve) open(sp Space) error {
+	fi, err := r.fs.Stat(r.path)
+	switch {
+	case err == nil:
+		r.have.Store(uint64(fi.Size()))
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("store: reserve: %w", err)
+	}
+	_, err = r.maintain(sp)
+	return err
+}
+
+// maintain makes (or grows) the reserve when the filesystem can spare it
+// twice over, and reports whether it did.
+func (r *reserve) maintain(sp Space) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	have := r.have.Load()
+	if r.size == 0 || have >= r.size || sp.Avail < 2*(r.size-have) {
+		return false, nil
+	}
+	f, err := r.fs.OpenReadWrite(r.path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return false, fmt.Errorf("store: make reserve: %w", err)
+	}
+	err = allocate(f, int64(r.size))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = r.fs.Remove(r.path)
+		r.have.Store(0)
+		return false, fmt.Errorf("store: make reserve: %w", err)
+	}
+	r.have.Store(r.size)
+	if have == 0 && r.onChange != nil {
+		r.onChange(true)
+	}
+	return true, nil
+}
+
+// allocate gives f size bytes of real blocks: fallocate where the
+// filesystem has it, else zeros written out.
+func allocate(f vfs.File, size int64) error {
+	if fd := f.Fd(); fd != vfs.InvalidFd {
+		err := unix.Fallocate(int(fd), 0, 0, size)
+		if err == nil || !errors.Is(err, syscall.EOPNOTSUPP) {
+			return err
+		}
+	}
+	zero := make([]byte, 1<<20)
+	for off := int64(0); off < size; off += int64(len(zero)) {
+		n := min(int64(len(zero)), size-off)
+		if _, err := f.WriteAt(zero[:n], off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release removes the reserve. It runs inside Pebble's disk-full handler,
+// where every Pebble write waits for it: it must be quick and must not
+// write through Pebble.
+func (r *reserve) release() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.have.Load() == 0 {
+		return nil
+	}
+	if err := r.fs.Remove(r.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("store: release reserve: %w", err)
+	}
+	r.have.Store(0)
+	r.released.Add(1)
+	if r.onChange != nil {
+		r.onChange(false)
+	}
+	return nil
+}
+
+// Space reports the store's filesystem usage now (one statfs).
+func (s *Store) Space() Space { return s.res.space(s.opts.Dir) }
+
+// MaintainReserve makes the reserve again after a full disk released it,
+// once the filesystem has room for it twice over; the OSD calls it as it
+// polls Space. It reports whether the reserve was made.
+func (s *Store) MaintainReserve() (bool, error) { return s.res.maintain(s.Space()) }
+
+// ReserveReleased reports how many times the reserve was released since
+// Open.
+func (s *Store) ReserveReleased() int64 { return s.res.released.Load() }
+
+// IsNoSpace reports whether err is ErrNoSpace or the filesystem's ENOSPC
+// (or EDQUOT, a quota's), which the OSD answers as STORAGE_FULL.
+func IsNoSpace(err error) bool {
+	return errors.Is(err, ErrNoSpace) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// room refuses a write of n bytes that would leave the filesystem less than
+// two memtables (what Pebble needs to flush one while the next fills), or
+// any write once a full disk released the reserve: such writes could only
+// end in a WAL write that fails, which Pebble cannot survive. Deletes do
+// not ask. The OSD's full ratios refuse client writes long before this;
+// room is the store's own floor, for replicas, recovery and library users.
+func (s *Store) room(n int) error {
+	if s.res.size == 0 {
+		return nil // a filesystem that cannot say (in-memory)
+	}
+	if s.res.have.Load() == 0 {
+		return fmt.Errorf("%w: the reserve was released", ErrNoSpace)
+	}
+	sp := s.Space()
+	if need := uint64(n) + 2*s.opts.MemTableSize; sp.Avail < need {
+		return fmt.Errorf("%w: %d bytes available, a %d-byte write needs %d", ErrNoSpace, sp.Avail, n, need)
+	}
+	return nil
+}

@@ -1,0 +1,133 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ospreystore/osprey/internal/smallfs"
+	"github.com/ospreystore/osprey/osd/store"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// TestFillingTheDisk puts small objects (Pebble's WAL) and large ones (data
+// files) until the disk refuses them: each refusal is ErrNoSpace, never a
+// Pebble fatal error (which panics), and what was stored reads back,
+// deletes work, and the store reopens.
+func TestFillingTheDisk(t *testing.T) {
+	for _, size := range []int{4 << 10, 600 << 10} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			dir := smallfs.Mount(t, 48<<20)
+			e := newEnv(t, store.Options{Dir: filepath.Join(dir, "store")})
+			if sp := e.s.Space(); sp.Total == 0 || sp.Reserve != 1<<20 {
+				t.Fatalf("space %+v: want a 1 MiB reserve (the minimum) on a 48 MiB filesystem", sp)
+			}
+			e.createBucket(1, "b")
+			r := rand.New(rand.NewPCG(3, 4))
+			var stored []string
+			bodies := map[string][]byte{}
+			for i := 0; ; i++ {
+				if i > 100<<20/size {
+					t.Fatalf("%d puts of %d bytes fit a 48 MiB disk", i, size)
+				}
+				key := fmt.Sprintf("k%05d", i)
+				body := randBytes(r, size)
+				le := putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "b", key), body)
+				err := e.s.Apply(e.ctx, 1, le, body)
+				if err != nil {
+					if !store.IsNoSpace(err) {
+						t.Fatalf("put %d: %v, want ErrNoSpace", i, err)
+					}
+					e.seq[1]-- // not applied
+					break
+				}
+				stored = append(stored, key)
+				bodies[key] = body
+			}
+			if len(stored) < 10 {
+				t.Fatalf("only %d puts before the disk was full", len(stored))
+			}
+			for _, k := range stored[:5] {
+				e.mustRead("b", k, bodies[k])
+			}
+			for _, k := range stored[:len(stored)/2] {
+				e.del(1, "b", k)
+			}
+			e.reopen()
+			e.mustRead("b", stored[len(stored)-1], bodies[stored[len(stored)-1]])
+			if size >= 256<<10 {
+				// Data files go with their delete (chunks in Pebble wait
+				// for a compaction): the room is back at once.
+				e.put(1, "b", "again", randBytes(r, size))
+			}
+			e.checkIntegrity()
+		})
+	}
+}
+
+// TestOpenOnAFullDisk: a disk filled by someone else while the store was
+// down. Open releases the reserve so Pebble can open; reads and deletes
+// work, puts get ErrNoSpace; once space is freed the reserve is made again
+// and puts work.
+func TestOpenOnAFullDisk(t *testing.T) {
+	dir := smallfs.Mount(t, 32<<20)
+	e := newEnv(t, store.Options{Dir: filepath.Join(dir, "store")})
+	e.createBucket(1, "b")
+	body := randBytes(rand.New(rand.NewPCG(5, 6)), 8<<10)
+	e.put(1, "b", "k1", body)
+	e.put(1, "b", "k2", body)
+	must(t, e.s.Close())
+	filler := smallfs.Fill(t, dir, 0)
+
+	e.open()
+	if sp := e.s.Space(); sp.Reserve != 0 || e.s.ReserveReleased() != 1 {
+		t.Fatalf("space %+v, released %d times: Open on a full disk must release the reserve", sp, e.s.ReserveReleased())
+	}
+	e.mustRead("b", "k1", body)
+	le := putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "b", "k3"), body)
+	if err := e.s.Apply(e.ctx, 1, le, body); !store.IsNoSpace(err) {
+		t.Fatalf("put on a full disk: %v, want ErrNoSpace", err)
+	}
+	e.seq[1]--
+	e.del(1, "b", "k2")
+
+	must(t, os.Remove(filler))
+	if made, err := e.s.MaintainReserve(); !made || err != nil {
+		t.Fatalf("MaintainReserve after freeing space: %v %v", made, err)
+	}
+	if sp := e.s.Space(); sp.Reserve == 0 {
+		t.Fatalf("space %+v: no reserve after MaintainReserve", sp)
+	}
+	e.put(1, "b", "k3", body)
+	e.mustRead("b", "k3", body)
+}
+
+// TestPebbleENOSPCReleasesTheReserve: the disk fills while the store runs
+// (another process's file). A delete must still commit: its WAL write meets
+// ENOSPC, Pebble's disk-full handler releases the reserve, and the write is
+// retried, where without the reserve Pebble would fail the WAL write and
+// stop the process.
+func TestPebbleENOSPCReleasesTheReserve(t *testing.T) {
+	dir := smallfs.Mount(t, 32<<20)
+	e := newEnv(t, store.Options{Dir: filepath.Join(dir, "store")})
+	e.createBucket(1, "b")
+	body := randBytes(rand.New(rand.NewPCG(7, 8)), 1<<10)
+	const n = 2000 // their deletes' log entries fill more than the WAL's last page
+	for i := range n {
+		e.put(1, "b", fmt.Sprint("k", i), body)
+	}
+	smallfs.Fill(t, dir, 0)
+	for i := range n {
+		e.del(1, "b", fmt.Sprint("k", i))
+	}
+	if e.s.ReserveReleased() != 1 {
+		t.Fatalf("reserve released %d times, want once", e.s.ReserveReleased())
+	}
+	e.reopen()
+	if _, _, err := e.read("b", "k0"); !errors.Is(err, store.ErrNoSuchKey) {
+		t.Fatalf("read a deleted object after reopen: %v", err)
+	}
+}
