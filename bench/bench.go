@@ -97,6 +97,17 @@ type Row struct {
 	Msgs      uint64  `json:"msgs"`                // messages (round trips for pingpong) measured
 	Seconds   float64 `json:"seconds"`
 
+	// InjectSocketFailures is the messengers' fault injection, about one
+	// link fault per N frames (msgr.FaultInjection.EveryNFrames, `bench
+	// msgr --inject-socket-failures N`); 0 when off. Faults and Reconnects
+	// are the link faults and reconnects of the row's client sessions,
+	// summed over its connections, over the whole row (warmup and the
+	// drain after the measured interval included): with injection on,
+	// what the figures paid for. Raw rows have none.
+	InjectSocketFailures int    `json:"inject_socket_failures,omitempty"`
+	Faults               uint64 `json:"faults"`
+	Reconnects           uint64 `json:"reconnects"`
+
 	// TCPCongestion is the kernel's TCP congestion control on the machine
 	// that ran the bench command, on rows whose bytes cross a TCP socket
 	// (tcp, raw-tcp, and libfabric's tcp and sockets providers). It sets

@@ -66,6 +66,14 @@ type MsgrOptions struct {
 	// each stream message, so stream latency is then the time from send
 	// to acknowledgement, and CPU is this process's only. No baseline.
 	Remote string
+	// Faults are injected into every messenger of the rows, server and
+	// clients (only the clients against a Remote server), as `osprey osd
+	// --inject-socket-failures` does into an OSD's. The sessions are
+	// lossless, so they reconnect and replay; a row still fails if any
+	// message is lost or delivered twice. Rows report the faults and
+	// reconnects. With faults on, Conn.AllocPayload hands out ordinary
+	// buffers, so ZeroCopy copies like any payload.
+	Faults msgr.FaultInjection
 }
 
 // maxFrontBytes is room for a BenchPing front: two one-byte tags and two
@@ -125,6 +133,9 @@ func (o *MsgrOptions) setDefaults() error {
 	}
 	if o.Baseline && o.Conns > 1 {
 		return errors.New("bench: the baseline runs one connection; use --conns 1 with it")
+	}
+	if o.Faults.EveryNFrames < 0 || o.Faults.Probability < 0 || o.Faults.Probability > 1 {
+		return fmt.Errorf("bench: fault injection %+v: want a count of frames of 0 or more and a probability in [0, 1]", o.Faults)
 	}
 	for _, s := range o.Sizes {
 		if s < 0 || s > maxBenchSize {
@@ -532,6 +543,12 @@ type msgrRow struct {
 	conns       []*msgrConn
 	echoes      echoPool
 
+	// started is set once conns, run and the tallies are in place and
+	// before the first message is sent. The server's handlers load it
+	// first: messages reach them through the kernel, which gives the race
+	// detector no happens-before edge from the setup to a link's reader
+	// goroutine (a new one after every reconnect).
+	started atomic.Bool
 	closing atomic.Bool // shutting down: resets and send errors are expected
 	errOnce sync.Once
 	err     error
@@ -551,7 +568,8 @@ type msgrConn struct {
 	tally   *tally
 	win     *window // stream
 	pool    *msgPool
-	nextID  atomic.Uint64
+	nextID  atomic.Uint64 // messages sent: every one is stamped with the next id
+	replies atomic.Uint64 // pingpong: replies received
 	pending atomic.Int64  // pingpong: requests without a reply
 	drained chan struct{} // pingpong: closed when pending reaches 0 after stop
 }
@@ -660,6 +678,11 @@ func (serverDispatcher) CanFastDispatch(uint16) bool { return true }
 
 func (d serverDispatcher) Dispatch(m *msgr.Message) {
 	r := d.msgrRow
+	if !r.started.Load() {
+		r.fail(fmt.Errorf("server: message of type %#x before the row started", m.Type))
+		m.Release()
+		return
+	}
 	if m.Type != typeStream {
 		reply, ok := r.echoes.reply(m)
 		if !ok {
@@ -704,6 +727,7 @@ func (d clientDispatcher) Dispatch(m *msgr.Message) {
 		return
 	}
 	conn := m.Conn()
+	c.replies.Add(1)
 	c.record(len(m.Data), sent)
 	m.Release()
 	if r.run.stopping() {
@@ -774,7 +798,11 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 			err = serr
 		}
 		if err == nil {
-			// Every goroutine that recorded has ended: the tallies are ours.
+			// Every goroutine that recorded has ended: the tallies and
+			// the delivery counts are ours.
+			err = r.checkDelivered()
+		}
+		if err == nil {
 			tallies := make([]*tally, len(r.conns))
 			for i, c := range r.conns {
 				tallies[i] = c.tally
@@ -783,12 +811,19 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 			row.Provider, _ = fabricProvider(transport)
 			row.ZeroCopy = o.ZeroCopy
 			row.Conns, row.Remote = len(r.conns), o.Remote
+			row.InjectSocketFailures = o.Faults.EveryNFrames
+			for _, c := range r.conns {
+				st := c.conn.Stats()
+				row.Faults += st.Faults
+				row.Reconnects += st.Reconnects
+			}
 		}
 	}()
 
 	addr := o.Remote
 	if addr == "" {
-		srv, err = msgr.New(msgr.Options{Name: "osd.0", Dispatcher: serverDispatcher{r}, Logger: log, DisableDataCRC: o.DisableDataCRC})
+		srv, err = msgr.New(msgr.Options{Name: "osd.0", Dispatcher: serverDispatcher{r}, Logger: log, DisableDataCRC: o.DisableDataCRC,
+			Faults: o.Faults})
 		if err != nil {
 			return row, err
 		}
@@ -803,7 +838,8 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 		// request.
 		c.win = newWindow(depth, depth/4)
 		c.pool = newMsgPool(typ, size, depth)
-		cli, err := msgr.New(msgr.Options{Name: clientName(r.remote, i), Dispatcher: clientDispatcher{c}, Logger: log, DisableDataCRC: o.DisableDataCRC})
+		cli, err := msgr.New(msgr.Options{Name: clientName(r.remote, i), Dispatcher: clientDispatcher{c}, Logger: log,
+			DisableDataCRC: o.DisableDataCRC, Faults: o.Faults})
 		if err != nil {
 			return row, err
 		}
@@ -838,6 +874,7 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 	for _, c := range r.conns {
 		c.tally = r.run.newTally()
 	}
+	r.started.Store(true)
 	var senders sync.WaitGroup
 	for _, c := range r.conns {
 		senders.Go(func() {
@@ -869,6 +906,29 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 	default:
 	}
 	return row, ctx.Err()
+}
+
+// checkDelivered fails a finished row whose sessions lost or duplicated a
+// message: every message sent must have been handled by the server (or,
+// remote, acknowledged) exactly once, and every pingpong request answered
+// exactly once. A loss usually shows earlier, as a drain that times out;
+// this catches duplicates, and losses the drain missed. REQUIRES: every
+// messenger of the row has shut down.
+func (r *msgrRow) checkDelivered() error {
+	for _, c := range r.conns {
+		sent := c.nextID.Load()
+		got, what := uint64(c.win.done.Load()), "handled by the server"
+		switch {
+		case r.mode == PingPong:
+			got, what = c.replies.Load(), "answered"
+		case r.remote:
+			what = "acknowledged"
+		}
+		if got != sent {
+			return fmt.Errorf("connection %d: %d messages sent, %d %s: the session lost or duplicated messages", c.idx, sent, got, what)
+		}
+	}
+	return nil
 }
 
 // stream sends until the run stops, then waits for the server to handle
@@ -929,7 +989,9 @@ type ServeOptions struct {
 	// tcp://0.0.0.0:7300 or rdma+tcp://10.0.0.1:7300.
 	Addr           string
 	DisableDataCRC bool
-	Logger         *slog.Logger // default: discard
+	// Faults are injected into the server's messenger (MsgrOptions.Faults).
+	Faults msgr.FaultInjection
+	Logger *slog.Logger // default: discard
 	// Listening, if set, is called with the address listened on (the port
 	// chosen, for port 0) once clients can connect.
 	Listening func(addr string)
@@ -945,7 +1007,8 @@ func ServeMsgr(ctx context.Context, o ServeOptions) error {
 	}
 	mo := MsgrOptions{Logger: o.Logger}
 	d := &serveDispatcher{log: o.Logger}
-	srv, err := msgr.New(msgr.Options{Name: "osd.0", Dispatcher: d, Logger: mo.messengerLogger(), DisableDataCRC: o.DisableDataCRC})
+	srv, err := msgr.New(msgr.Options{Name: "osd.0", Dispatcher: d, Logger: mo.messengerLogger(), DisableDataCRC: o.DisableDataCRC,
+		Faults: o.Faults})
 	if err != nil {
 		return err
 	}

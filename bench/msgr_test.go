@@ -160,7 +160,7 @@ var msgrJSONKeys = []string{
 	"cpu_s_per_gb", "segment_s", "segment_counts",
 	"seg_slowest_per_sec", "seg_median_per_sec", "seg_fastest_per_sec",
 	"seg_slowest_bytes_per_sec", "seg_median_bytes_per_sec", "seg_fastest_bytes_per_sec",
-	"latency_hist",
+	"latency_hist", "faults", "reconnects",
 }
 
 func checkJSONKeys(t *testing.T, o map[string]any, keys []string) {
@@ -333,26 +333,12 @@ func TestRunMsgrConnsAndRemote(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srvCtx, stop := context.WithCancel(ctx)
-	addrc := make(chan string, 1)
-	served := make(chan error, 1)
-	go func() {
-		served <- ServeMsgr(srvCtx, ServeOptions{Addr: "tcp://127.0.0.1:0", Listening: func(a string) { addrc <- a }})
-	}()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-served:
-		t.Fatal(err)
-	}
+	addr, stop := startServeMsgr(ctx, t, ServeOptions{})
 	o.Remote = addr
 	remote, err := RunMsgr(ctx, o)
 	stop()
 	if err != nil {
 		t.Fatal(err)
-	}
-	if err := <-served; err != nil {
-		t.Errorf("ServeMsgr: %v", err)
 	}
 	rows = append(rows, remote...)
 	if len(rows) != 8 {
@@ -372,6 +358,98 @@ func TestRunMsgrConnsAndRemote(t *testing.T) {
 	} {
 		if _, err := RunMsgr(ctx, bad); err == nil {
 			t.Errorf("RunMsgr(%+v) accepted", bad)
+		}
+	}
+}
+
+// startServeMsgr runs ServeMsgr with o on a free tcp port of 127.0.0.1,
+// as a second process would, until stop, which reports its error.
+func startServeMsgr(ctx context.Context, t *testing.T, o ServeOptions) (addr string, stop func()) {
+	t.Helper()
+	srvCtx, cancel := context.WithCancel(ctx)
+	addrc := make(chan string, 1)
+	served := make(chan error, 1)
+	o.Addr, o.Listening = "tcp://127.0.0.1:0", func(a string) { addrc <- a }
+	go func() { served <- ServeMsgr(srvCtx, o) }()
+	select {
+	case addr = <-addrc:
+	case err := <-served:
+		cancel()
+		t.Fatal(err)
+	}
+	return addr, func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("ServeMsgr: %v", err)
+		}
+	}
+}
+
+// TestRunMsgrFaults runs rows with faults injected into every messenger,
+// with both ends here and against a ServeMsgr server that injects too:
+// the rows complete, every message delivered exactly once (RunMsgr checks
+// it), and report their faults and reconnects.
+func TestRunMsgrFaults(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	faults := msgr.FaultInjection{EveryNFrames: 40}
+	o := MsgrOptions{Sizes: []int{64}, Depths: []int{8}, Conns: 2, Modes: []Mode{Stream, PingPong},
+		Duration: 200 * time.Millisecond, Warmup: 20 * time.Millisecond, Faults: faults}
+	rows, err := RunMsgr(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop func()
+	o.Remote, stop = startServeMsgr(ctx, t, ServeOptions{Faults: faults})
+	remote, err := RunMsgr(ctx, o)
+	stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range append(rows, remote...) {
+		if r.InjectSocketFailures != 40 || r.Faults < 2 || r.Reconnects < 2 || r.Reconnects > r.Faults || r.Msgs == 0 {
+			t.Errorf("%s %s remote %q: inject %d, faults %d, reconnects %d, msgs %d", r.Transport, r.Mode, r.Remote,
+				r.InjectSocketFailures, r.Faults, r.Reconnects, r.Msgs)
+		}
+	}
+	var buf bytes.Buffer
+	if err := WriteTable(&buf, rows); err != nil || !strings.Contains(buf.String(), "reconnects") {
+		t.Errorf("table without faults and reconnects (%v):\n%s", err, buf.String())
+	}
+	for _, bad := range []msgr.FaultInjection{{EveryNFrames: -1}, {Probability: 2}} {
+		if _, err := RunMsgr(ctx, MsgrOptions{Faults: bad}); err == nil {
+			t.Errorf("RunMsgr with faults %+v accepted", bad)
+		}
+	}
+}
+
+// TestCheckDelivered: a row whose counts show a lost or a duplicated
+// message fails, in each mode; equal counts pass.
+func TestCheckDelivered(t *testing.T) {
+	for _, c := range []struct {
+		mode           Mode
+		remote         bool
+		sent, got      uint64
+		wantErr, cause string
+	}{
+		{Stream, false, 100, 100, "", ""},
+		{Stream, false, 100, 99, "99 handled by the server", "lost"},
+		{Stream, true, 100, 101, "101 acknowledged", "duplicated"},
+		{PingPong, false, 100, 100, "", ""},
+		{PingPong, false, 100, 101, "101 answered", "duplicated"},
+	} {
+		r := &msgrRow{mode: c.mode, remote: c.remote}
+		conn := &msgrConn{row: r, win: newWindow(8, 2)}
+		conn.nextID.Store(c.sent)
+		if c.mode == PingPong {
+			conn.replies.Store(c.got)
+		} else {
+			conn.win.done.Store(int64(c.got))
+		}
+		r.conns = []*msgrConn{conn}
+		err := r.checkDelivered()
+		if (err == nil) != (c.wantErr == "") || err != nil && !strings.Contains(err.Error(), c.wantErr) {
+			t.Errorf("%s remote %v, %d sent, %d %s: %v", c.mode, c.remote, c.sent, c.got, c.cause, err)
 		}
 	}
 }

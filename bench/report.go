@@ -33,7 +33,13 @@ func WriteTable(w io.Writer, rows []Row) error {
 	if multi {
 		depthHead = "depth x conns"
 	}
-	fmt.Fprintln(tw, "transport\tmode\tsize\t"+depthHead+"\tmsgs/s\tbytes/s\tseg msgs/s slow/med/fast\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tcpu s\tcpu µs/msg\tcpu s/GB\tallocs/msg\t")
+	// Faults and reconnects get columns when any row injected or had some.
+	faults := slices.ContainsFunc(rows, func(r Row) bool { return r.InjectSocketFailures > 0 || r.Faults > 0 })
+	faultHead := ""
+	if faults {
+		faultHead = "faults\treconnects\t"
+	}
+	fmt.Fprintln(tw, "transport\tmode\tsize\t"+depthHead+"\tmsgs/s\tbytes/s\tseg msgs/s slow/med/fast\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tcpu s\tcpu µs/msg\tcpu s/GB\tallocs/msg\t"+faultHead)
 	for i := range rows {
 		r := &rows[i]
 		transport := r.Transport
@@ -44,12 +50,16 @@ func WriteTable(w io.Writer, rows []Row) error {
 		if multi {
 			depth += "x" + strconv.Itoa(max(r.Conns, 1))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s/%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%.2f\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s/%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%.2f\t",
 			transport, r.Mode, FormatSize(int64(r.Size)), depth,
 			FormatCount(r.MsgsPerSec), FormatRate(r.BytesPerSec),
 			FormatCount(r.SegSlowestPerSec), FormatCount(r.SegMedianPerSec), FormatCount(r.SegFastestPerSec),
 			formatUs(r.P50Us), formatUs(r.P99Us), formatUs(r.P999Us), formatUs(r.MaxUs),
 			r.CPUSeconds, r.CPUUsPerMsg, formatCPUPerGB(r.CPUSecPerGB), r.AllocsPerMsg)
+		if faults {
+			fmt.Fprintf(tw, "%d\t%d\t", r.Faults, r.Reconnects)
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/bench"
+	"github.com/ospreystore/osprey/msgr"
 	"github.com/spf13/cobra"
 )
 
@@ -33,6 +34,7 @@ func newBenchMsgrCmd() *cobra.Command {
 		out                       benchOutput
 		conns                     int
 		serve, connect            string
+		faults                    msgr.FaultInjection
 	)
 	cmd := &cobra.Command{
 		Use:   "msgr",
@@ -65,17 +67,24 @@ with --depth in flight. For two processes (or two hosts), start a server
 with --serve ADDR and run the client with --connect ADDR (the transport is
 ADDR's scheme): the server echoes pingpong requests and acknowledges each
 stream message, so a two-process stream row's latency is send to
-acknowledgement, and its CPU is the client's only.`,
+acknowledgement, and its CPU is the client's only.
+
+--inject-socket-failures N makes every messenger of the run (server and
+clients; with --serve or --connect, this process's) drop a connection about
+once per N messages on it, as "osprey osd" does. The sessions reconnect and
+resend, and a row fails if any message was lost or delivered twice; each
+row reports its faults and reconnects.`,
 		Example: `  osprey bench msgr --size 64,4KiB,1MiB --depth 1,16,128 --baseline
   osprey bench msgr --transport tcp,rdma+tcp --depth 1,16 --baseline   (needs -tags rdma)
   osprey bench msgr --mode pingpong --size 64 --depth 1 --duration 10s --json
   osprey bench msgr --baseline --plot plots/ --json > run.json
   osprey bench msgr --serve tcp://0.0.0.0:7300                        (on host A)
-  osprey bench msgr --connect tcp://hostA:7300 --conns 4 --depth 16   (on host B)`,
+  osprey bench msgr --connect tcp://hostA:7300 --conns 4 --depth 16   (on host B)
+  osprey bench msgr --size 4KiB --depth 16 --mode stream --inject-socket-failures 500`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if serve != "" {
-				return serveMsgr(cmd, serve, noCRC)
+				return serveMsgr(cmd, serve, noCRC, faults)
 			}
 			if err := out.check(); err != nil {
 				return err
@@ -87,7 +96,7 @@ acknowledgement, and its CPU is the client's only.`,
 				Conns: conns, Remote: connect,
 				Transports: transports, Depths: depths, Duration: duration, Warmup: warmup,
 				Baseline: baseline, DisableDataCRC: noCRC, ZeroCopy: zeroCopy, Logger: cliLogger(cmd),
-				Segment: out.segment, Progress: out.progress(cmd),
+				Segment: out.segment, Progress: out.progress(cmd), Faults: faults,
 			}
 			if warmup == 0 {
 				o.Warmup = -1 // explicitly none, not the default
@@ -147,13 +156,14 @@ acknowledgement, and its CPU is the client's only.`,
 	f.BoolVar(&noCRC, "no-data-crc", false, "turn off the messenger's data CRC (the raw baseline has none)")
 	f.BoolVar(&zeroCopy, "zero-copy", false, "send payloads from Conn.AllocPayload buffers (registered memory on RDMA: large payloads move with no copy)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	f.Var((*socketFailures)(&faults), "inject-socket-failures", "every messenger of the run: "+socketFailuresUsage)
 	return cmd
 }
 
 // serveMsgr runs the server end of a two-process benchmark until the
 // command's context ends (Ctrl-C).
-func serveMsgr(cmd *cobra.Command, addr string, noCRC bool) error {
-	return bench.ServeMsgr(cmd.Context(), bench.ServeOptions{Addr: addr, DisableDataCRC: noCRC, Logger: slog.Default(),
+func serveMsgr(cmd *cobra.Command, addr string, noCRC bool, faults msgr.FaultInjection) error {
+	return bench.ServeMsgr(cmd.Context(), bench.ServeOptions{Addr: addr, DisableDataCRC: noCRC, Faults: faults, Logger: slog.Default(),
 		Listening: func(a string) {
 			fmt.Fprintf(cmd.ErrOrStderr(), "serving the messenger benchmark on %s; run: osprey bench msgr --connect %s\n", a, a)
 		}})

@@ -67,3 +67,5 @@ func TestBenchMsgrTableFabric(t *testing.T) {
 		}
 	}
 }
+
+func init() { benchFaultTransports = append(benchFaultTransports, "rdma+tcp") }
