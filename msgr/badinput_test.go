@@ -97,11 +97,7 @@ func (r *rawPeer) handshake(id uint64) *msgrpb.SessionReady {
 	}
 	lim := wire.Limits{MaxFront: 16 << 20, MaxData: 64 << 20}
 	r.link = wire.NewStreamLink(r.c, features, wire.LinkOptions{Banner: bn, Limits: lim})
-	r.write(hsFrame(r.t, wire.TagHello, &msgrpb.Hello{EntityName: "osd.9", InstanceNonce: id}))
-	r.write(hsFrame(r.t, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"none"}}))
-	r.write(hsFrame(r.t, wire.TagSessionReq, &msgrpb.SessionRequest{
-		Cookie: id, WindowMsgs: 64, WindowBytes: 1 << 20, GrantMsgs: 64, GrantBytes: 1 << 20,
-	}))
+	r.write(handshakeFrames(r.t, "osd.9", id))
 	var ready msgrpb.SessionReady
 	for _, want := range []wire.Tag{wire.TagHello, wire.TagAuthDone, wire.TagSessionReady} {
 		var f wire.Frame
@@ -119,6 +115,17 @@ func (r *rawPeer) handshake(id uint64) *msgrpb.SessionReady {
 		f.Release()
 	}
 	return &ready
+}
+
+// handshakeFrames is a dialer's side of the handshake as peer name, with
+// cookie and nonce id: HELLO, AUTH_REQUEST and SESSION_REQUEST.
+func handshakeFrames(t testing.TB, name string, id uint64) []byte {
+	var b []byte
+	b = append(b, hsFrame(t, wire.TagHello, &msgrpb.Hello{EntityName: name, InstanceNonce: id})...)
+	b = append(b, hsFrame(t, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"none"}})...)
+	return append(b, hsFrame(t, wire.TagSessionReq, &msgrpb.SessionRequest{
+		Cookie: id, WindowMsgs: 64, WindowBytes: 1 << 20, GrantMsgs: 64, GrantBytes: 1 << 20,
+	})...)
 }
 
 // waitClosed reads until the server closes the connection.
@@ -198,6 +205,9 @@ func TestBadInputClosesOnlyThatConnection(t *testing.T) {
 		return encodeFrame(wire.Preamble{Tag: wire.TagMessage, Type: 1, Seq: seq, GrantMsgs: 64, GrantBytes: 1 << 20}, front, data)
 	}
 	corrupt := func(b []byte, at int) []byte { b[at] ^= 0x40; return b }
+	// Lines a peer can make us repeat are rate-limited, one per kind of
+	// error per 10 s: logged is "" where an earlier case of the same kind
+	// took the line.
 	cases := []struct {
 		name      string
 		handshake bool
@@ -214,7 +224,7 @@ func TestBadInputClosesOnlyThatConnection(t *testing.T) {
 		{"data crc", true, func() []byte {
 			b := msg(1, []byte("front"), []byte("data"))
 			return corrupt(b, wire.PreambleSize+6)
-		}, "data segment crc"},
+		}, ""},
 		{"oversized front", true, func() []byte {
 			p := wire.Preamble{Tag: wire.TagMessage, Seq: 1}
 			p.FrontLen = 1 << 30
@@ -226,17 +236,17 @@ func TestBadInputClosesOnlyThatConnection(t *testing.T) {
 		{"seq gap", true, func() []byte { return append(msg(1, nil, nil), msg(3, nil, nil)...) }, "a message is missing"},
 		{"handshake frame after handshake", true, func() []byte {
 			return hsFrame(t, wire.TagHello, &msgrpb.Hello{EntityName: "osd.9"})
-		}, "after the handshake"},
+		}, ""},
 		{"ack of never sent", true, func() []byte {
 			return encodeFrame(wire.Preamble{Tag: wire.TagAck, Ack: 5, GrantMsgs: 64, GrantBytes: 1 << 20}, nil, nil)
-		}, "beyond the last sent"},
+		}, ""},
 		{"credit overrun", true, func() []byte {
 			var b []byte
 			for i := range 2000 {
 				b = append(b, msg(uint64(i+1), []byte("x"), nil)...)
 			}
 			return b
-		}, "beyond its credit limit"},
+		}, ""},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -257,6 +267,9 @@ func TestBadInputClosesOnlyThatConnection(t *testing.T) {
 	}
 	if err := rec.Err(); err != nil {
 		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "closing connection on protocol error"); n != 1 {
+		t.Fatalf("%d protocol error lines for 4 offending peers, want 1 (rate-limited):\n%s", n, logs.String())
 	}
 	_ = srv
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -85,8 +86,10 @@ type Conn struct {
 	// be in a write (takeRetiredLocked).
 	retired *linkRun
 
-	dq           chan dispatchItem
-	dispatchDone chan struct{} // closed when the dispatch loop ends
+	standbySince time.Time // when tick first saw the conn in standby; zero otherwise
+
+	dq      dispatchQueue
+	drainFn func() // c.drain, bound once so that starting it allocates nothing
 }
 
 // ConnStats are a Conn's counters.
@@ -134,15 +137,12 @@ func (m *Messenger) newConn(policy Policy, addr string, peer EntityName, window 
 		cookie:   newCookie(),
 		readyCh:  make(chan struct{}),
 		closedCh: make(chan struct{}),
-		dq:       make(chan dispatchItem, window+64),
-
-		dispatchDone: make(chan struct{}),
 	}
+	c.drainFn = c.drain
 	c.cw.windowMsgs, c.cw.windowBytes = uint64(window), uint64(m.opts.RecvWindowBytes)
 	c.ackTimer = time.AfterFunc(time.Hour, c.ackTimerFired)
 	c.ackTimer.Stop()
-	m.wg.Add(1)
-	go c.dispatchLoop()
+	m.wg.Add(1) // until the dispatch queue's end (dispatchQueue)
 	return c
 }
 
@@ -322,6 +322,12 @@ func (c *Conn) closeWith(err error, notify, tell bool) {
 		c.mu.Unlock()
 		return
 	}
+	c.closeLocked(err, notify, tell)
+}
+
+// closeLocked is closeWith once the caller has checked, under c.mu, that
+// the conn is to close. It drops c.mu.
+func (c *Conn) closeLocked(err error, notify, tell bool) {
 	c.state = stateClosed
 	c.closeErr = err
 	released := c.sess.reset(nil)
@@ -816,10 +822,14 @@ func (lr *linkRun) readLoop() {
 		*f = wire.Frame{}
 		if err := lr.link.ReadFrame(f); err != nil {
 			if we := (*wire.Error)(nil); errors.As(err, &we) {
-				c.m.log.Warn("msgr: closing connection on bad input", "peer", c.Peer(),
-					"remote", lr.link.RemoteAddr(), "err", err)
+				c.m.ratelog.Log(c.m.log, slog.LevelWarn, fmt.Sprintf("bad input: wire %d", we.Kind),
+					"msgr: closing connection on bad input", "peer", c.Peer(), "remote", lr.link.RemoteAddr(), "err", err)
 			}
 			c.fault(lr, err)
+			return
+		}
+		if !lr.charge(f) {
+			c.fault(lr, ErrClosed)
 			return
 		}
 		lr.lastRecv.Store(c.m.coarseNow.Load())
@@ -835,16 +845,38 @@ func (lr *linkRun) readLoop() {
 				c.pushItem(dispatchItem{m: m})
 			}
 		}
+		f.Release() // what handleFrame did not hand to a message
 		c.recycle(lr.released)
 		lr.released = lr.released[:0]
 		c.deliverMu.Unlock()
 		if err != nil {
-			c.m.log.Warn("msgr: closing connection on protocol error", "peer", c.Peer(),
-				"remote", lr.link.RemoteAddr(), "err", err)
+			c.m.ratelog.Log(c.m.log, slog.LevelWarn, "protocol error", "msgr: closing connection on protocol error",
+				"peer", c.Peer(), "remote", lr.link.RemoteAddr(), "err", err)
 			c.fault(lr, err)
 			return
 		}
 	}
+}
+
+// charge takes a received message's bytes from the messenger's budget
+// when its link did not (a link that honours LinkOptions.Budget charged
+// them before reading the message; others, such as RDMA's, whose receive
+// buffers are posted ahead, hand over frames already read). Over the
+// budget the reader waits here before it hands the message on or reads
+// the next frame. It reports false if the link ended meanwhile.
+func (lr *linkRun) charge(f *wire.Frame) bool {
+	b := lr.c.m.budget
+	size := int64(len(f.Front) + len(f.Data))
+	if b == nil || f.Tag != wire.TagMessage || size == 0 || f.Charge.Bytes() != 0 {
+		return true
+	}
+	ch, ok := b.Acquire(size, lr.done)
+	if !ok {
+		f.Release()
+		return false
+	}
+	f.Charge = ch
+	return true
 }
 
 // handleFrame applies a received frame to the session and window and
@@ -892,8 +924,9 @@ func (c *Conn) handleFrame(lr *linkRun, f *wire.Frame) (*Message, error) {
 			c.cw.consume(int64(size))
 		} else {
 			m = messagePool.Get().(*Message)
-			m.Type, m.Front, m.Data, m.buf = f.Type, f.Front, f.Data, f.Buf
+			m.Type, m.Front, m.Data, m.buf, m.charge = f.Type, f.Front, f.Data, f.Buf, f.Charge
 			m.seq, m.conn, m.credit, m.size = f.Seq, c, true, int64(size)
+			f.Buf, f.Charge = nil, wire.Charge{} // the message's now
 		}
 		// Ack once the reader has drained what is buffered, so a burst
 		// costs one ack frame: now if a quarter window is unacked, else
@@ -950,49 +983,6 @@ func (c *Conn) recycle(released []*Message) {
 	for i, m := range released {
 		m.recycle()
 		released[i] = nil
-	}
-}
-
-// pushItem queues an item for the dispatch loop; after the loop ended,
-// messages are released instead.
-func (c *Conn) pushItem(it dispatchItem) {
-	select {
-	case c.dq <- it:
-	case <-c.dispatchDone:
-		if it.m != nil {
-			it.m.Release()
-		}
-	}
-}
-
-func (c *Conn) pushEvent(ev Event) { c.pushItem(dispatchItem{ev: &ev}) }
-
-// dispatchLoop delivers queued messages and events in order. It ends after
-// the conn is closed and the queue drained (a zero item marks the end).
-func (c *Conn) dispatchLoop() {
-	defer c.m.wg.Done()
-	d := c.m.opts.Dispatcher
-	for it := range c.dq {
-		switch {
-		case it.m != nil:
-			d.Dispatch(it.m)
-		case it.ev != nil:
-			d.HandleEvent(*it.ev)
-		default:
-			// Closed. Readers that lost the race with the end marker
-			// may have queued more: give their buffers back.
-			close(c.dispatchDone)
-			for {
-				select {
-				case it := <-c.dq:
-					if it.m != nil {
-						it.m.Release()
-					}
-				default:
-					return
-				}
-			}
-		}
 	}
 }
 

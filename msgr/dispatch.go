@@ -40,9 +40,10 @@ type Event struct {
 	Dropped int
 }
 
-// Dispatcher receives what arrives. Calls for one Conn come from one
-// goroutine, in order, so a Dispatcher sees each session's messages in
-// sequence; different Conns dispatch in parallel.
+// Dispatcher receives what arrives. Calls for one Conn are never
+// concurrent and come in order, so a Dispatcher sees each session's
+// messages in sequence; different Conns dispatch in parallel. (They need
+// not come from the same goroutine: an idle Conn keeps none.)
 type Dispatcher interface {
 	// Dispatch hands over a received message. The dispatcher owns it and
 	// must call m.Release when done (see Message).

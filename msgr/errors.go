@@ -27,6 +27,9 @@ var (
 	ErrInjectedFault = errors.New("msgr: injected fault")
 	// ErrIdleTimeout: nothing arrived on the link for IdleTimeout.
 	ErrIdleTimeout = errors.New("msgr: idle timeout")
+	// ErrSessionExpired: a lossless session waited StandbyTimeout for a
+	// peer that did not come back, and was closed.
+	ErrSessionExpired = errors.New("msgr: session expired waiting for its peer")
 )
 
 // Re-exported so users need not import msgr/wire to classify errors.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"github.com/ospreystore/osprey/msgr/wire"
@@ -180,7 +181,8 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 			dropped := c.resetSessionLocked()
 			c.mu.Unlock()
 			c.recycle(dropped)
-			m.log.Info("msgr: peer lost the session", "peer", peer, "reason", reset.Reason, "dropped", len(dropped))
+			m.ratelog.Log(m.log, slog.LevelInfo, "peer lost the session", "msgr: peer lost the session",
+				"peer", peer, "reason", reset.Reason, "dropped", len(dropped))
 			c.pushEvent(Event{Kind: EventRemoteReset, Conn: c, Err: ErrRemoteReset, Dropped: len(dropped)})
 			continue
 		}
@@ -346,7 +348,8 @@ func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64,
 	c.recycle(dropped)
 	c.recycle(released)
 	if remoteReset {
-		m.log.Info("msgr: peer restarted; its session was reset", "peer", peer, "dropped", len(dropped))
+		m.ratelog.Log(m.log, slog.LevelInfo, "peer restarted", "msgr: peer restarted; its session was reset",
+			"peer", peer, "dropped", len(dropped))
 		c.pushEvent(Event{Kind: EventRemoteReset, Conn: c, Err: ErrRemoteReset, Dropped: len(dropped)})
 	}
 	if err == nil {

@@ -34,7 +34,8 @@ type Message struct {
 	conn   *Conn
 	buf    *wire.Buffer
 	pooled bool
-	credit bool // holds a receive credit to return
+	credit bool        // holds a receive credit to return
+	charge wire.Charge // holds bytes of the messenger's receive budget
 	size   int64
 
 	// send-side session bookkeeping
@@ -91,8 +92,9 @@ func (m *Message) Conn() *Conn { return m.conn }
 func (m *Message) Len() int64 { return int64(len(m.Front) + len(m.Data)) }
 
 // Release ends the dispatcher's ownership of a received message: it returns
-// the receive credit and the buffer. For a message that was never sent nor
-// received, it just recycles it.
+// the receive credit, the bytes of the receive budget (Options.MaxRecvBytes)
+// and the buffer. For a message that was never sent nor received, it just
+// recycles it.
 func (m *Message) Release() {
 	// The buffer goes first: on RDMA it is a receive buffer that must be
 	// posted again before the credit for it is granted.
@@ -100,6 +102,7 @@ func (m *Message) Release() {
 		m.buf.Release()
 		m.buf = nil
 	}
+	m.charge.Release()
 	if m.credit {
 		m.conn.consumed(m.size)
 		m.credit = false
@@ -114,6 +117,7 @@ func (m *Message) recycle() {
 		m.buf.Release()
 		m.buf = nil
 	}
+	m.charge.Release() // a received message sent on without Release
 	if fn := m.OnRelease; fn != nil {
 		fn(m)
 		return

@@ -28,7 +28,9 @@ type Messenger struct {
 	limits     wire.Limits
 	transports map[string]wire.Transport
 	inbound    *wire.Inbound // accepted connections: the MaxConns limit, refusals, accept errors
+	budget     *wire.Budget  // MaxRecvBytes over all links; nil: no bound
 	ratelog    guard.RateLog // lines a peer can make us repeat
+	reaped     atomic.Uint64 // sessions closed after StandbyTimeout
 
 	mu        sync.Mutex
 	listeners []wire.Listener
@@ -65,6 +67,7 @@ func New(opts Options) (*Messenger, error) {
 		nonce:      rand.Uint64() | 1,
 		limits:     opts.limits(),
 		inbound:    wire.NewInbound(opts.MaxConns, opts.Logger.With("entity", string(opts.Name))),
+		budget:     wire.NewBudget(opts.MaxRecvBytes),
 		transports: map[string]wire.Transport{"tcp": tcp.Transport{}},
 		byPeer:     map[EntityName]*Conn{},
 		byAddr:     map[string]*Conn{},
@@ -99,7 +102,7 @@ func (m *Messenger) Nonce() uint64 { return m.nonce }
 func (m *Messenger) linkOptions(t wire.Transport) wire.LinkOptions {
 	bn := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
 	return wire.LinkOptions{Banner: bn, Limits: m.limits, NoDataCRC: m.opts.DisableDataCRC, RecvWindow: m.windowFor(t),
-		Handshake: true, Inbound: m.inbound}
+		Handshake: true, Inbound: m.inbound, Budget: m.budget}
 }
 
 // windowFor is the receive window of sessions over t: RecvWindowMsgs,
@@ -203,6 +206,27 @@ func refusalKey(err error) string {
 // listeners: open now (handshaking or not), refused over MaxConns, and
 // failed accepts.
 func (m *Messenger) InboundStats() wire.InboundStats { return m.inbound.Stats() }
+
+// Stats are a messenger's counters, over all its sessions and listeners.
+type Stats struct {
+	Inbound wire.InboundStats // accepted connections (InboundStats)
+	// Recv is the receive budget (Options.MaxRecvBytes): bytes of
+	// received messages held now and at most, and how often a link
+	// stopped reading to wait for it.
+	Recv wire.BudgetStats
+	// Sessions is how many sessions are open (Conns), and SessionsReaped
+	// how many were closed after StandbyTimeout without their peer.
+	Sessions       int
+	SessionsReaped uint64
+}
+
+// Stats returns a snapshot of the messenger's counters.
+func (m *Messenger) Stats() Stats {
+	m.mu.Lock()
+	sessions := len(m.byPeer) + len(m.byAddr) + len(m.lossyIn)
+	m.mu.Unlock()
+	return Stats{Inbound: m.inbound.Stats(), Recv: m.budget.Stats(), Sessions: sessions, SessionsReaped: m.reaped.Load()}
+}
 
 // Connect returns the session with the peer at addr, creating it if there
 // is none. It does not wait for the network: the session is established in
@@ -395,24 +419,28 @@ func (m *Messenger) tick() {
 			if sendKA {
 				lastKeepalive = now
 			}
+			// A reader waiting for the receive budget does not read: its
+			// link is silent by our choice, not dead.
+			budgetWait := m.budget.Stats().Waiting > 0
 			for c := range m.Conns() {
-				c.tick(now, sendKA)
+				c.tick(now, sendKA, budgetWait)
 			}
 		}
 	}
 }
 
-func (c *Conn) tick(now time.Time, sendKA bool) {
+func (c *Conn) tick(now time.Time, sendKA, budgetWait bool) {
 	c.mu.Lock()
 	lr := c.link
 	if lr == nil {
-		c.mu.Unlock()
+		c.reapLocked(now)
 		return
 	}
+	c.standbySince = time.Time{}
 	// A peer we left with at most its reserved credit may only send
 	// grants and keepalive answers: its silence is our back-pressure, not
 	// a dead link.
-	starved := c.cw.advertisedMsgs.Load()-c.cw.recvMsgs.Load() <= 1
+	starved := c.cw.advertisedMsgs.Load()-c.cw.recvMsgs.Load() <= 1 || budgetWait
 	if idle := now.UnixNano() - lr.lastRecv.Load(); idle > int64(c.m.opts.IdleTimeout) && !starved {
 		c.mu.Unlock()
 		c.fault(lr, ErrIdleTimeout)
@@ -424,6 +452,31 @@ func (c *Conn) tick(now time.Time, sendKA bool) {
 	c.ackNow = true // a lagging ack goes out at least once a tick
 	c.mu.Unlock()
 	lr.kick()
+}
+
+// reapLocked closes a session that has waited in standby (no link, and
+// this side will not dial) for StandbyTimeout, as of the first tick that
+// saw it there: its peer is not coming back, and an attacker that dials
+// with ever new names must not grow our memory for good. It drops c.mu.
+func (c *Conn) reapLocked(now time.Time) {
+	timeout := c.m.opts.StandbyTimeout
+	if c.state != stateStandby || timeout < 0 {
+		c.standbySince = time.Time{}
+		c.mu.Unlock()
+		return
+	}
+	if c.standbySince.IsZero() {
+		c.standbySince = now
+	}
+	if now.Sub(c.standbySince) < timeout {
+		c.mu.Unlock()
+		return
+	}
+	peer := c.peer
+	c.closeLocked(ErrSessionExpired, true, false)
+	c.m.reaped.Add(1)
+	c.m.ratelog.Log(c.m.log, slog.LevelInfo, "session expired", "msgr: session expired waiting for its peer",
+		"peer", peer, "standby_timeout", timeout, "reaped_total", c.m.reaped.Load())
 }
 
 // startLink wires a fresh link (after its handshake) into goroutines.

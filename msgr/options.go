@@ -124,6 +124,23 @@ type Options struct {
 	// accept, counted (InboundStats) and logged, rate-limited. Outgoing
 	// connections do not count. Default 4096; negative means no bound.
 	MaxConns int
+	// MaxRecvBytes bounds the bytes (front plus data) of received messages
+	// held at once over all sessions, as Ceph's
+	// osd_client_message_size_cap: from when a link starts reading a
+	// message until the dispatcher releases it. Over it, links stop reading
+	// their sockets until messages are released (back-pressure on every
+	// sender) instead of allocating; a message larger than the whole budget
+	// is read when nothing else is held. Default 512 MiB; negative means no
+	// bound.
+	MaxRecvBytes int64
+	// StandbyTimeout bounds how long a lossless session without a link
+	// waits for its peer to come back when this side will not dial it (a
+	// session the peer dialed, or a Server policy): after it, the session
+	// is closed (EventReset with ErrSessionExpired) and counted in
+	// Stats().SessionsReaped, so peers that never return do not pile up.
+	// A peer that returns later gets a fresh session (EventRemoteReset on
+	// its side). Default 5 minutes; negative means for ever.
+	StandbyTimeout time.Duration
 	// OnDialError, if set, hears of every failed dial of a session we
 	// initiated, before its reconnect backoff. An OSD uses it to report
 	// a peer whose connections are refused (the process is gone) at once,
@@ -139,6 +156,13 @@ const (
 	defaultMaxFront = 16 << 20
 	// defaultMaxConns bounds accepted connections, as NATS's max_connections.
 	defaultMaxConns = 4096
+	// defaultMaxRecvBytes is the receive budget, as Ceph's
+	// osd_client_message_size_cap (500 MiB).
+	defaultMaxRecvBytes = 512 << 20
+	// defaultStandbyTimeout: Ceph closes idle connections after 15
+	// minutes (ms_connection_idle_timeout); a session whose peer has been
+	// gone this long is as good as lost.
+	defaultStandbyTimeout = 5 * time.Minute
 )
 
 func (o *Options) setDefaults() error {
@@ -183,6 +207,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.MaxConns == 0 {
 		o.MaxConns = defaultMaxConns
+	}
+	if o.MaxRecvBytes == 0 {
+		o.MaxRecvBytes = defaultMaxRecvBytes
+	}
+	if o.StandbyTimeout == 0 {
+		o.StandbyTimeout = defaultStandbyTimeout
 	}
 	if o.HandshakeTimeout <= 0 {
 		o.HandshakeTimeout = 10 * time.Second

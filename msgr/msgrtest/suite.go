@@ -229,6 +229,13 @@ func (r *Recorder) Held() (n int, bytes int64) {
 	return len(r.held), bytes
 }
 
+// Events returns the events received so far, in order.
+func (r *Recorder) Events() []msgr.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
 // WaitEvent waits for an event of kind k.
 func (r *Recorder) WaitEvent(t testing.TB, k msgr.EventKind, timeout time.Duration) msgr.Event {
 	t.Helper()

@@ -60,6 +60,9 @@ func start(ctx context.Context, c *net.TCPConn, opts wire.LinkOptions) (*wire.St
 	c.SetDeadline(time.Time{})
 	l := wire.NewStreamLink(c, features, opts)
 	l.SetWriteSpace(writeSpace(c))
+	if p := newPollConn(c); p != nil {
+		l.SetPollReader(p)
+	}
 	return l, nil
 }
 

@@ -15,14 +15,18 @@ type Frame struct {
 	// can recognise memory it registered and take its own reference
 	// instead of copying.
 	Buf *Buffer
+	// Charge, on a received MESSAGE frame, is what its segments hold of
+	// LinkOptions.Budget (zero if the link does not charge).
+	Charge Charge
 }
 
-// Release drops the frame's hold on its receive buffer.
+// Release drops the frame's hold on its receive buffer and budget.
 func (f *Frame) Release() {
 	if f.Buf != nil {
 		f.Buf.Release()
 		f.Buf = nil
 	}
+	f.Charge.Release()
 	f.Front, f.Data = nil, nil
 }
 
@@ -49,6 +53,12 @@ type LinkOptions struct {
 	// is admitted before anything is spent on it (the connection limit)
 	// and released when it closes. Nil admits everything.
 	Inbound *Inbound
+	// Budget bounds the bytes of received messages held over all the
+	// messenger's links. A link that honours it charges each MESSAGE
+	// frame's segments (Frame.Charge) before reading them, waiting while
+	// the budget is spent; the messenger charges frames from links that
+	// do not, once read. Nil: no bound.
+	Budget *Budget
 }
 
 // HandshakeEnder is implemented by links that honour

@@ -8,17 +8,29 @@ import (
 )
 
 // Stream framing: how frames travel on a byte stream (TCP, or any
-// net.Conn). The reader reads into large pooled chunks and hands out frames
-// that point into them, so small frames cost one read syscall per chunk, no
-// copy and no allocation; frames too large for a chunk get a buffer of their
-// own that the payload is read into directly. The writer coalesces small
-// frames into one buffer and passes large segments as their own iovecs, so a
-// batch of frames is one writev with no copy of large payloads.
+// net.Conn). The reader reads into pooled chunks and hands out frames that
+// point into them, so small frames cost one read syscall per chunk, no copy
+// and no allocation; frames too large for a chunk get a buffer of their own
+// that the payload is read into directly. The writer coalesces small frames
+// into one buffer and passes large segments as their own iovecs, so a batch
+// of frames is one writev with no copy of large payloads.
+//
+// An idle link holds no buffer: the write buffer is borrowed from the pool
+// for one batch, and over a PollReader (a socket) the reader lets its chunk
+// go when the peer falls silent at a frame boundary and takes one again when
+// bytes arrive. Chunks follow the traffic: the next one is sized by the last
+// burst (4 KiB for a request, up to 256 KiB for a stream), so a silent
+// connection costs a few KiB and a held small message pins a small chunk.
 const (
-	readChunkSize  = 256 << 10
-	bigFrameBytes  = 64 << 10 // frames above this get their own buffer
-	writeBufSize   = 256 << 10
-	copySegmentMax = 16 << 10 // segments up to this are copied into the write buffer
+	readChunkSize  = 256 << 10 // the largest read chunk
+	minReadChunk   = 4 << 10   // the smallest, for a link that just woke up
+	bigFrameBytes  = 64 << 10  // frames above this get their own buffer
+	writeBufSize   = 256 << 10 // the largest write buffer a batch borrows
+	copySegmentMax = 16 << 10  // segments up to this are copied into the write buffer
+	// smallWriteBuf: a batch that copies at most this many bytes (an ack,
+	// a keepalive, a small request) is encoded in the link's own array,
+	// without a trip to the pool.
+	smallWriteBuf = 512
 	// growFrom: a frame whose body is larger is read into a buffer that
 	// grows with the bytes that arrive, doubling from growFrom, instead of
 	// one of the size its preamble claims, so a peer that claims 64 MiB and
@@ -44,14 +56,34 @@ type StreamLink struct {
 
 	space func() int // free send-buffer bytes, when the transport knows
 
+	budget *Budget       // charged for MESSAGE frames before their segments are read
+	done   chan struct{} // closed by the first Close: ends a wait for the budget
+
 	// write side (writer goroutine only)
-	wbuf []byte
-	iov  net.Buffers
-	tmp  net.Buffers // what writev consumes; a field so it does not escape per call
+	wb     *Buffer // borrowed for one WriteFrames call
+	wbuf   []byte  // wb's bytes (or wsmall's) in use
+	wsmall [smallWriteBuf]byte
+	iov    net.Buffers
+	tmp    net.Buffers // what writev consumes; a field so it does not escape per call
 
 	// read side (reader goroutine only)
 	chunk      *Buffer
 	rpos, rend int
+	poll       PollReader    // nil: reads block holding the chunk
+	pollBuf    func() []byte // l.readBuf and l.readIdle, bound once so that
+	pollIdle   func()        // a read allocates nothing
+	need       int           // bytes fill wants at rpos
+	chunkSize  int           // size of the next chunk
+	burst      int           // bytes read since the peer last fell silent
+}
+
+// PollReader is a byte stream that can wait for bytes without holding a
+// buffer, as a socket under the Go runtime's poller can. ReadPoll reads like
+// io.Reader's Read into the slice buf returns, asking for it only when it is
+// about to read; before it waits for bytes it calls idle, and asks for a
+// buffer again when they come.
+type PollReader interface {
+	ReadPoll(buf func() []byte, idle func()) (int, error)
 }
 
 // NewStreamLink wraps a connection whose banner exchange succeeded with the
@@ -65,8 +97,8 @@ func NewStreamLink(c net.Conn, features uint64, opts LinkOptions) *StreamLink {
 func newStreamLink(r io.Reader, w io.Writer, closer io.Closer, features uint64, opts LinkOptions) *StreamLink {
 	l := &StreamLink{
 		r: r, w: w, closer: closer, features: features, lim: opts.Limits, steady: opts.Limits,
-		noCRC: opts.NoDataCRC && features&FeatureNoDataCRC != 0,
-		wbuf:  make([]byte, 0, writeBufSize),
+		noCRC:  opts.NoDataCRC && features&FeatureNoDataCRC != 0,
+		budget: opts.Budget, done: make(chan struct{}), chunkSize: minReadChunk,
 	}
 	if opts.Handshake {
 		l.lim = HandshakeLimits
@@ -82,6 +114,13 @@ func (l *StreamLink) EndHandshake() { l.lim = l.steady }
 // accounting of open connections). Call it before the link is shared.
 func (l *StreamLink) SetOnClose(fn func()) { l.onClose = fn }
 
+// SetPollReader makes the link read through p, so that it holds no read
+// buffer while the peer is silent. Call it before the link is shared.
+func (l *StreamLink) SetPollReader(p PollReader) {
+	l.poll = p
+	l.pollBuf, l.pollIdle = l.readBuf, l.readIdle
+}
+
 // NewReaderLink returns a read-only StreamLink over r, for tests and fuzzing
 // of the frame decoder.
 func NewReaderLink(r io.Reader, features uint64, lim Limits) *StreamLink {
@@ -96,8 +135,11 @@ func (l *StreamLink) RemoteAddr() string { return l.remote }
 // it sees the error, never here, since the reader may still be using it.
 func (l *StreamLink) Close() error {
 	err := l.closer.Close()
-	if l.onClose != nil && l.closed.CompareAndSwap(false, true) {
-		l.onClose()
+	if l.closed.CompareAndSwap(false, true) {
+		close(l.done)
+		if l.onClose != nil {
+			l.onClose()
+		}
 	}
 	return err
 }
@@ -105,7 +147,22 @@ func (l *StreamLink) Close() error {
 // WriteFrames encodes the frames and writes them with as few syscalls as the
 // write buffer allows.
 func (l *StreamLink) WriteFrames(frames []Frame) error {
-	l.wbuf = l.wbuf[:0]
+	// Borrow a write buffer the size of what the batch copies, so a
+	// handshake frame or an ack takes 4 KiB for a moment and an idle link
+	// holds none.
+	need := 0
+	for i := range frames {
+		if need += inlineBytes(&frames[i]); need >= writeBufSize {
+			break
+		}
+	}
+	if need <= smallWriteBuf {
+		l.wbuf = l.wsmall[:0]
+	} else {
+		l.wb = GetBuffer(min(need, writeBufSize))
+		l.wbuf = l.wb.B[:0]
+	}
+	defer l.putWriteBuf()
 	l.iov = l.iov[:0]
 	mark := 0 // start of wbuf bytes not yet in iov
 	for i := range frames {
@@ -116,13 +173,7 @@ func (l *StreamLink) WriteFrames(frames []Frame) error {
 		if l.noCRC && len(f.Data) > 0 {
 			p.Flags |= FlagNoDataCRC
 		}
-		inline := PreambleSize + EpilogueSize
-		if len(f.Front) <= copySegmentMax {
-			inline += len(f.Front)
-		}
-		if len(f.Data) <= copySegmentMax {
-			inline += len(f.Data)
-		}
+		inline := inlineBytes(f)
 		if len(l.wbuf)+inline > cap(l.wbuf) {
 			if err := l.flush(mark); err != nil {
 				return err
@@ -146,6 +197,26 @@ func (l *StreamLink) WriteFrames(frames []Frame) error {
 		PutEpilogue(l.wbuf[n:], CRC(f.Front), dcrc)
 	}
 	return l.flush(mark)
+}
+
+// inlineBytes is what writing f copies into the write buffer: the
+// preamble, the epilogue and the segments small enough to copy.
+func inlineBytes(f *Frame) int {
+	n := PreambleSize + EpilogueSize
+	if len(f.Front) <= copySegmentMax {
+		n += len(f.Front)
+	}
+	if len(f.Data) <= copySegmentMax {
+		n += len(f.Data)
+	}
+	return n
+}
+
+func (l *StreamLink) putWriteBuf() {
+	if l.wb != nil {
+		l.wb.Release()
+	}
+	l.wb, l.wbuf = nil, nil
 }
 
 // addSegment copies a small segment into wbuf, or ends the current wbuf
@@ -182,11 +253,14 @@ func (l *StreamLink) flush(mark int) error {
 // ReadFrame reads and verifies the next frame.
 func (l *StreamLink) ReadFrame(f *Frame) error {
 	err := l.readFrame(f)
-	if err != nil && l.chunk != nil {
-		// The link is dead after any error; give the chunk back.
-		l.chunk.Release()
-		l.chunk = nil
-		l.rpos, l.rend = 0, 0
+	if err != nil {
+		f.Charge.Release()
+		if l.chunk != nil {
+			// The link is dead after any error; give the chunk back.
+			l.chunk.Release()
+			l.chunk = nil
+			l.rpos, l.rend = 0, 0
+		}
 	}
 	return err
 }
@@ -206,6 +280,15 @@ func (l *StreamLink) readFrame(f *Frame) error {
 	}
 	if f.Flags&FlagNoDataCRC != 0 && l.features&FeatureNoDataCRC == 0 {
 		return &Error{Kind: ErrKindProtocol, Msg: "frame without data crc, but that feature was not agreed"}
+	}
+	if l.budget != nil && f.Tag == TagMessage && f.HasSegments() {
+		// The message's bytes are charged before any are read: over the
+		// budget this is where the reader stops reading the socket.
+		c, ok := l.budget.Acquire(int64(f.FrontLen)+int64(f.DataLen), l.done)
+		if !ok {
+			return net.ErrClosed
+		}
+		f.Charge = c
 	}
 	total := f.WireSize()
 	if total <= bigFrameBytes {
@@ -277,19 +360,25 @@ func (l *StreamLink) fill(n int) error {
 	if l.rend-l.rpos >= n {
 		return nil
 	}
+	l.need = n
 	if l.chunk == nil || l.rpos+n > len(l.chunk.B) {
-		c := GetBuffer(readChunkSize)
-		if l.chunk != nil {
-			copy(c.B, l.chunk.B[l.rpos:l.rend])
-			l.chunk.Release()
-		}
-		l.rend -= l.rpos
-		l.rpos = 0
-		l.chunk = c
+		l.newChunk()
 	}
 	for l.rend-l.rpos < n {
-		m, err := l.r.Read(l.chunk.B[l.rend:])
+		var m int
+		var err error
+		if l.poll != nil {
+			m, err = l.poll.ReadPoll(l.pollBuf, l.pollIdle)
+		} else {
+			m, err = l.r.Read(l.chunk.B[l.rend:])
+		}
 		l.rend += m
+		l.burst += m
+		if l.chunk != nil && l.rend == len(l.chunk.B) {
+			// The read filled the chunk: more comes than it holds. (A
+			// PollReader that failed may have let the chunk go.)
+			l.chunkSize = min(2*l.chunkSize, readChunkSize)
+		}
 		if err != nil {
 			if l.rend-l.rpos >= n {
 				return nil
@@ -301,6 +390,47 @@ func (l *StreamLink) fill(n int) error {
 		}
 	}
 	return nil
+}
+
+// newChunk starts a chunk that holds need bytes from rpos, moving the
+// partial frame of the current one, if any, into it.
+func (l *StreamLink) newChunk() {
+	c := GetBuffer(max(l.chunkSize, l.need))
+	c.B = c.B[:cap(c.B)] // the whole size class
+	if l.chunk != nil {
+		copy(c.B, l.chunk.B[l.rpos:l.rend])
+		l.chunk.Release()
+	}
+	l.rend -= l.rpos
+	l.rpos = 0
+	l.chunk = c
+}
+
+// readBuf is where a PollReader reads: the free end of the chunk, taking
+// a new chunk if readIdle let the last one go.
+func (l *StreamLink) readBuf() []byte {
+	if l.chunk == nil {
+		l.newChunk()
+	}
+	return l.chunk.B[l.rend:]
+}
+
+// readIdle runs when a PollReader is about to wait for bytes. At a frame
+// boundary the chunk goes back (frames handed out keep it alive as long as
+// they need it) and the next one is sized by the burst that just ended;
+// in the middle of a frame the chunk is kept.
+func (l *StreamLink) readIdle() {
+	if l.chunk == nil || l.rpos != l.rend {
+		return
+	}
+	l.chunkSize = minReadChunk
+	for l.chunkSize < l.burst && l.chunkSize < readChunkSize {
+		l.chunkSize *= 2
+	}
+	l.burst = 0
+	l.chunk.Release()
+	l.chunk = nil
+	l.rpos, l.rend = 0, 0
 }
 
 // ExchangeBanner writes our banner to rw, reads the peer's and negotiates.

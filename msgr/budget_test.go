@@ -1,0 +1,133 @@
+package msgr_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/msgrtest"
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// TestRecvBudget: many lossless senders, faults on their links, and a slow
+// dispatcher that holds what it gets and lets it go in bursts. The bytes
+// of received messages held at once never exceed Options.MaxRecvBytes plus
+// one message (the links stop reading instead), one message larger than
+// the whole budget still gets through, and every message arrives exactly
+// once, in order. Over TCP the link charges before it reads a message;
+// over the in-memory transport the messenger charges what the link read.
+func TestRecvBudget(t *testing.T) {
+	for _, env := range []msgrtest.Env{tcpEnv, {Scheme: "mem", Transports: memTransports()}} {
+		t.Run(env.Scheme, func(t *testing.T) { testRecvBudget(t, env) })
+	}
+}
+
+func memTransports() func() []wire.Transport {
+	mem := msgrtest.NewMemTransport()
+	return func() []wire.Transport { return []wire.Transport{mem} }
+}
+
+func testRecvBudget(t *testing.T, env msgrtest.Env) {
+	const (
+		budget  = 1 << 20
+		senders = 6
+		perConn = 120
+		maxMsg  = 96 << 10
+		huge    = budget + budget/2 // one message above the whole budget
+	)
+	rec := msgrtest.NewRecorder(t)
+	rec.Hold(true)
+	// The most the dispatcher held at once, measured where it holds.
+	var maxHeld atomic.Int64
+	var srv *msgr.Messenger
+	srv = env.NewMessenger(t, "osd.0", rec, func(o *msgr.Options) { o.MaxRecvBytes = budget })
+	addr := env.Listen(t, srv)
+	stop := make(chan struct{})
+	released := make(chan struct{})
+	go func() {
+		// The slow dispatcher: every 2 ms it lets go of all it holds.
+		defer close(released)
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				rec.Hold(false)
+				rec.ReleaseHeld()
+				return
+			case <-tick.C:
+				if _, bytes := rec.Held(); bytes > maxHeld.Load() {
+					maxHeld.Store(bytes)
+				}
+				rec.ReleaseHeld()
+			}
+		}
+	}()
+	var once sync.Once
+	stopDispatcher := func() { once.Do(func() { close(stop); <-released }) }
+	defer stopDispatcher()
+
+	rng := rand.New(rand.NewPCG(7, 7))
+	conns := make([]*msgr.Conn, senders)
+	for i := range conns {
+		cli := env.NewMessenger(t, msgr.EntityName(fmt.Sprintf("osd.%d", i+1)), msgrtest.NewRecorder(t), func(o *msgr.Options) {
+			o.Faults = msgr.FaultInjection{EveryNFrames: 150, Seed: int64(i + 1)}
+		})
+		c, err := cli.Connect(context.Background(), addr, "osd.0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	for n := range perConn {
+		for i, c := range conns {
+			size := rng.IntN(maxMsg)
+			if i == 0 && n == perConn/2 {
+				size = huge
+			}
+			data := make([]byte, size)
+			for j := range data {
+				data[j] = byte(n + j)
+			}
+			if err := c.Send(context.Background(), msgr.NewMessage(1, msgrtest.Payload(uint32(i+1), uint64(n), data), data)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	msgrtest.EventuallyDescribed(t, 60*time.Second, func() string {
+		return fmt.Sprintf("every message delivered: %+v", srv.Stats().Recv)
+	}, func() bool {
+		for i := range senders {
+			if rec.Next(uint32(i+1)) != perConn {
+				return false
+			}
+		}
+		return true
+	})
+	if err := rec.Err(); err != nil {
+		t.Fatal(err)
+	}
+	st := srv.Stats().Recv
+	t.Logf("budget %d: peak %d bytes held, %d stalls, the dispatcher held at most %d bytes", budget, st.Peak, st.Stalls, maxHeld.Load())
+	// One message may exceed what is left only when nothing else is held,
+	// so the peak is the budget or that one message (its data and front).
+	if st.Limit != budget || st.Peak > budget+huge+16 || st.Peak > max(budget, huge+16) {
+		t.Errorf("held %d bytes at once, over the budget %d plus one message", st.Peak, budget)
+	}
+	if held := maxHeld.Load(); held > budget+huge {
+		t.Errorf("the dispatcher held %d bytes at once, over the budget %d plus one message", held, budget)
+	}
+	if st.Stalls == 0 {
+		t.Errorf("the links never waited for the budget: %+v", st)
+	}
+	stopDispatcher()
+	msgrtest.Eventually(t, 10*time.Second, "every byte released", func() bool {
+		st := srv.Stats().Recv
+		return st.InFlight == 0 && st.Waiting == 0
+	})
+}

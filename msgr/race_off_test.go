@@ -1,0 +1,5 @@
+//go:build !race
+
+package msgr_test
+
+const raceEnabled = false

@@ -1,0 +1,6 @@
+//go:build race
+
+package msgr_test
+
+// raceEnabled: the race detector is on; goroutine stacks are larger.
+const raceEnabled = true
