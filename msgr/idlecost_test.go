@@ -179,6 +179,15 @@ func TestIdleConnectionCost(t *testing.T) {
 				msgrtest.Eventually(t, 20*time.Second, "every link down", func() bool {
 					return srv.InboundStats().Open == 0
 				})
+				// What a session waiting for its peer (standby) costs.
+				standby := measureMem()
+				per := (float64(standby.bytes()) - float64(base.bytes())) / float64(n)
+				t.Logf("%d sessions in standby: %.0f bytes each (heap %.0f), %d goroutines more in all",
+					n, per, (float64(standby.heap)-float64(base.heap))/float64(n), standby.goroutines-base.goroutines)
+				if per > 4<<10 || standby.goroutines > base.goroutines+2 {
+					t.Errorf("a standby session costs %.0f bytes (want at most 4 KiB), goroutines %d, baseline %d",
+						per, standby.goroutines, base.goroutines)
+				}
 				for c := range srv.Conns() {
 					c.Close()
 				}
