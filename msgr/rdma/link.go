@@ -578,6 +578,11 @@ func (t *Transport) Dial(ctx context.Context, addr string, opts wire.LinkOptions
 	d.wakeSleeper() // a new socket to poll (see cmLoop)
 	if err := lk.waitConnected(ctx.Done(), 10*time.Second); err != nil {
 		lk.Close()
+		if fe := (*FabricError)(nil); errors.As(err, &fe) && fe.Code == C.FI_ECONNREFUSED {
+			// A reject carries no reason that every provider passes on,
+			// so name both of ours (listener.cmEvent).
+			err = fmt.Errorf("rdma: %s refused the connection (nothing listens there, or its listener is at its connection limit): %w", addr, err)
+		}
 		return nil, err
 	}
 	cm, err := parseCM(opts.Banner, lk.peerCM)

@@ -730,8 +730,11 @@ func TestRDMAHelperProcess(t *testing.T) {
 	case "closerace":
 		closeRace(t)
 		return
+	case "connlimit":
+		connLimit(t)
+		return
 	default:
-		t.Skip("the child process of TestRDMAPeerKilledMidTransfer, TestRDMASocketsAcceptChurn and TestRDMACloseRace")
+		t.Skip("the child process of TestRDMAPeerKilledMidTransfer, TestRDMASocketsAcceptChurn, TestRDMACloseRace and TestRDMAConnectionLimit")
 	}
 	out := bufio.NewWriter(os.Stdout)
 	var outMu sync.Mutex
