@@ -131,3 +131,46 @@ func testRecvBudget(t *testing.T, env msgrtest.Env) {
 		return st.InFlight == 0 && st.Waiting == 0
 	})
 }
+
+// TestRecvBudgetWaitIsNotIdle: a link whose reader waits for the budget
+// longer than IdleTimeout is silent by our choice; it is not dropped.
+func TestRecvBudgetWaitIsNotIdle(t *testing.T) {
+	rec := msgrtest.NewRecorder(t)
+	rec.Hold(true)
+	srv := tcpEnv.NewMessenger(t, "osd.0", rec, func(o *msgr.Options) {
+		o.MaxRecvBytes = 64 << 10
+		o.Keepalive, o.IdleTimeout = 20*time.Millisecond, 200*time.Millisecond
+	})
+	addr := tcpEnv.Listen(t, srv)
+	cli := tcpEnv.NewMessenger(t, "osd.1", msgrtest.NewRecorder(t), func(o *msgr.Options) {
+		o.Keepalive, o.IdleTimeout = 20*time.Millisecond, 200*time.Millisecond
+	})
+	c, err := cli.Connect(context.Background(), addr, "osd.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		data := make([]byte, 40<<10)
+		if err := c.Send(context.Background(), msgr.NewMessage(1, msgrtest.Payload(1, uint64(i), data), data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgrtest.Eventually(t, 10*time.Second, "the second message waiting for the budget", func() bool {
+		n, _ := rec.Held()
+		return n == 1 && srv.Stats().Recv.Waiting == 1
+	})
+	// Hold the first for several idle timeouts.
+	held := time.NewTimer(5 * 200 * time.Millisecond)
+	<-held.C
+	rec.Hold(false)
+	rec.ReleaseHeld()
+	msgrtest.Eventually(t, 10*time.Second, "both delivered", func() bool { return rec.Next(1) == 2 })
+	for sc := range srv.Conns() {
+		if st := sc.Stats(); st.Faults != 0 {
+			t.Fatalf("the waiting link was dropped: %+v", st)
+		}
+	}
+	if st := c.Stats(); st.Faults != 0 {
+		t.Fatalf("the sender's link was dropped: %+v", st)
+	}
+}
