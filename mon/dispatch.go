@@ -191,7 +191,7 @@ func (m *Mon) command(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonComma
 		if l == nil {
 			return nil, m.notLeader()
 		}
-		res, err := l.command(ctx, osdCommand{prefix: c.Prefix, ids: c.Ids, weight: c.Weight})
+		res, err := l.command(ctx, commandOf(c))
 		if err != nil {
 			return nil, err
 		}

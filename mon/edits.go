@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -97,19 +98,48 @@ func downOut(pb *osdpb.ClusterMap, now time.Time, interval time.Duration) []uint
 
 // osdCommand is a map-changing operator command.
 type osdCommand struct {
-	prefix string // "osd out", "osd in", "osd down", "osd rm", "osd reweight"
+	prefix string // "osd out", "osd in", "osd down", "osd rm", "osd reweight", a ratioCommands
 	ids    []uint32
 	weight float64
+	ratio  float64 // ratioCommands
 }
 
+// commandOf is the map-changing command a MonCommand asks for.
+func commandOf(c *osdpb.MonCommand) osdCommand {
+	return osdCommand{prefix: c.Prefix, ids: c.Ids, weight: c.Weight, ratio: c.Ratio}
+}
+
+// ratioCommands set the map's full ratios, as Ceph's `ceph osd
+// set-full-ratio` and its siblings; they name no OSD.
+var ratioCommands = []string{"osd set-nearfull-ratio", "osd set-backfillfull-ratio", "osd set-full-ratio"}
+
 // mutatingCommands are the commands that change the map (leader only).
-var mutatingCommands = []string{"osd out", "osd in", "osd down", "osd rm", "osd reweight"}
+var mutatingCommands = append([]string{"osd out", "osd in", "osd down", "osd rm", "osd reweight"}, ratioCommands...)
+
+// ratioField is the map field a ratio command sets.
+func ratioField(pb *osdpb.ClusterMap, prefix string) *float64 {
+	switch prefix {
+	case "osd set-nearfull-ratio":
+		return &pb.NearfullRatio
+	case "osd set-backfillfull-ratio":
+		return &pb.BackfillfullRatio
+	case "osd set-full-ratio":
+		return &pb.FullRatio
+	}
+	return nil
+}
 
 // readCommands are answered by any mon.
 var readCommands = []string{"status", "osd tree", "get map"}
 
 // validate checks what does not depend on the map.
 func (c osdCommand) validate() error {
+	if slices.Contains(ratioCommands, c.prefix) {
+		if r := c.ratio; math.IsNaN(r) || r <= 0 || r > 1 {
+			return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%s: %v: want a fraction in (0, 1]", c.prefix, r)
+		}
+		return nil
+	}
 	if len(c.ids) == 0 {
 		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%q needs at least one OSD id", c.prefix)
 	}
@@ -126,6 +156,16 @@ func (c osdCommand) validate() error {
 func (c osdCommand) apply(pb *osdpb.ClusterMap, now time.Time) ([]uint32, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	if f := ratioField(pb, c.prefix); f != nil {
+		if *f == c.ratio {
+			return nil, errNoChange
+		}
+		*f = c.ratio
+		if err := placement.CheckRatios(pb); err != nil {
+			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%s %v: %v", c.prefix, c.ratio, err)
+		}
+		return []uint32{}, nil
 	}
 	var unknown []string
 	for _, id := range c.ids {
@@ -181,6 +221,16 @@ func (c osdCommand) apply(pb *osdpb.ClusterMap, now time.Time) ([]uint32, error)
 		return nil, errNoChange
 	}
 	return changed, nil
+}
+
+// applyFullness records in pb how full OSD id said it is.
+func applyFullness(pb *osdpb.ClusterMap, id uint32, f osdpb.Fullness) error {
+	o := osdByID(pb, id)
+	if o == nil || o.Fullness == f {
+		return errNoChange
+	}
+	o.Fullness = f
+	return nil
 }
 
 // validateBoot checks a boot request on its own.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -174,6 +175,23 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.Mon
 	}
 	if _, err := m.cli.Put(ctx, m.k.stats(b.Id), string(js), clientv3.WithLease(lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return nil, unavailable("storing the OSD's stats", err)
+	}
+	if b.Fullness != o.Fullness {
+		if _, ok := osdpb.Fullness_name[int32(b.Fullness)]; !ok {
+			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "beacon: fullness %d is unknown", b.Fullness)
+		}
+		// In the map, so every OSD and client sees it (Ceph's full flags);
+		// an OSD's heartbeats tell its peers sooner.
+		next, err := l.update(ctx, func(pb *osdpb.ClusterMap) (txnExtra, error) {
+			return txnExtra{}, applyFullness(pb, b.Id, b.Fullness)
+		})
+		if err != nil {
+			return nil, unavailable("recording the OSD's fullness", err)
+		}
+		if next.Epoch() > mp.Epoch() {
+			m.log.Warn("osd fullness", "osd", b.Id, "fullness", ops.FullnessWord(b.Fullness), "epoch", next.Epoch())
+		}
+		mp = next
 	}
 	h := m.header(nil)
 	if b.Epoch < mp.Epoch() {
@@ -399,6 +417,16 @@ func (l *leadership) command(ctx context.Context, c osdCommand) (*commandResult,
 		return nil, err
 	}
 	res := &commandResult{Command: c.prefix, IDs: c.ids, Changed: changed, Epoch: next.Epoch()}
+	if slices.Contains(ratioCommands, c.prefix) {
+		res.IDs = []uint32{}
+		if changed == nil {
+			res.Changed, res.Message = []uint32{}, "nothing to change"
+		} else {
+			res.Message = fmt.Sprintf("%s %g at epoch %d", c.prefix, c.ratio, next.Epoch())
+			m.log.Info("command", "command", c.prefix, "ratio", c.ratio, "epoch", next.Epoch())
+		}
+		return res, nil
+	}
 	if res.Changed == nil {
 		res.Changed = []uint32{}
 		res.Message = "nothing to change"

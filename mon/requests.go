@@ -55,7 +55,7 @@ func decodeRequest(t osdpb.MsgType, front []byte) (proto.Message, error) {
 			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "unknown command %q; known: %v", r.Prefix, append(append(slices.Clone(readCommands), mutatingCommands...), "osd create"))
 		}
 		if slices.Contains(mutatingCommands, r.Prefix) {
-			return r, osdCommand{prefix: r.Prefix, ids: r.Ids, weight: r.Weight}.validate()
+			return r, commandOf(r).validate()
 		}
 	}
 	return req, nil

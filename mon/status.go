@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
@@ -85,6 +86,10 @@ type OSDTreeEntry struct {
 	// PrimaryPGs those it is primary of.
 	PGs        int `json:"pgs"`
 	PrimaryPGs int `json:"primary_pgs"`
+	// Fullness is how full its data disk is against the map's ratios, as
+	// its beacons said: "ok", "nearfull", "backfillfull", "full" or
+	// "failsafe".
+	Fullness string `json:"fullness"`
 }
 
 // beaconRecord is an OSD's last beacon as the leader stores it in etcd
@@ -317,6 +322,8 @@ func computeStatus(in statusInput) *Status {
 	if st.DegradedObjects > 0 {
 		warns = append(warns, fmt.Sprintf("%d objects degraded", st.DegradedObjects))
 	}
+	e, w := fullnessChecks(mp, in.beacons)
+	errs, warns = append(errs, e...), append(warns, w...)
 	switch {
 	case len(errs) > 0:
 		st.Health.Status = HealthErr
@@ -327,6 +334,39 @@ func computeStatus(in statusInput) *Status {
 	}
 	st.Health.Checks = append(append([]string{}, errs...), warns...)
 	return st
+}
+
+// fullnessChecks are Ceph's OSD_FULL (an error: writes to the OSD's PGs
+// fail), OSD_BACKFILLFULL and OSD_NEARFULL (warnings), one line each
+// naming the up OSDs and how full their disks are.
+func fullnessChecks(mp *placement.Map, beacons map[uint32]*beaconRecord) (errs, warns []string) {
+	byLevel := map[osdpb.Fullness][]string{}
+	for o := range mp.OSDs() {
+		if !o.Up || o.Fullness == osdpb.Fullness_FULLNESS_NONE {
+			continue
+		}
+		name := fmt.Sprintf("osd.%d", o.Id)
+		if b := beacons[o.Id]; b != nil && b.UsedBytes+b.AvailBytes > 0 {
+			name += fmt.Sprintf(" (%.1f%% used)", 100*float64(b.UsedBytes)/float64(b.UsedBytes+b.AvailBytes))
+		}
+		lvl := min(o.Fullness, osdpb.Fullness_FULLNESS_FULL) // failsafe is full, and worse
+		byLevel[lvl] = append(byLevel[lvl], name)
+	}
+	near, back, full := mp.FullRatios()
+	line := func(lvl osdpb.Fullness, ratio float64) string {
+		names := byLevel[lvl]
+		return fmt.Sprintf("%d %s osd(s) (over %s_ratio %g): %s", len(names), ops.FullnessWord(lvl), ops.FullnessWord(lvl), ratio, strings.Join(names, ", "))
+	}
+	if len(byLevel[osdpb.Fullness_FULLNESS_FULL]) > 0 {
+		errs = append(errs, line(osdpb.Fullness_FULLNESS_FULL, full)+"; writes to their PGs fail")
+	}
+	if len(byLevel[osdpb.Fullness_FULLNESS_BACKFILLFULL]) > 0 {
+		warns = append(warns, line(osdpb.Fullness_FULLNESS_BACKFILLFULL, back))
+	}
+	if len(byLevel[osdpb.Fullness_FULLNESS_NEARFULL]) > 0 {
+		warns = append(warns, line(osdpb.Fullness_FULLNESS_NEARFULL, near))
+	}
+	return errs, warns
 }
 
 // hasToken reports whether the "+"-joined state has one of the words.
@@ -357,6 +397,7 @@ func osdTree(mp *placement.Map) []OSDTreeEntry {
 		out = append(out, OSDTreeEntry{
 			ID: o.Id, Host: o.Host, Up: o.Up, In: o.In, Weight: o.Weight,
 			PublicAddr: o.PublicAddr, ClusterAddr: o.ClusterAddr, UpFrom: o.UpFrom, AutoOut: o.AutoOut,
+			Fullness: ops.FullnessWord(o.Fullness),
 		})
 	}
 	for pool := range mp.Pools() {

@@ -85,7 +85,8 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 		}
 		o.learnEpoch(h.Epoch, from)
 		o.sawPeer(from)
-		rep, _ := proto.Marshal(&osdpb.HeartbeatReply{From: o.id, Epoch: o.Map().Epoch(), SentUnixNano: h.SentUnixNano})
+		rep, _ := proto.Marshal(&osdpb.HeartbeatReply{From: o.id, Epoch: o.Map().Epoch(), SentUnixNano: h.SentUnixNano,
+			Fullness: osdpb.Fullness(o.fullness.Load())})
 		c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_HEARTBEAT_REPLY), rep, nil))
 
 	case osdpb.MsgType_MSG_HEARTBEAT_REPLY:
@@ -95,6 +96,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 		if err == nil {
 			o.learnEpoch(h.Epoch, from)
 			o.sawPeer(from)
+			o.notePeerFullness(from, h.Fullness)
 		}
 
 	case osdpb.MsgType_MSG_PG_QUERY, osdpb.MsgType_MSG_PG_LOG_PULL, osdpb.MsgType_MSG_PG_BACKFILL:
@@ -168,6 +170,7 @@ func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, build func(t
 type peerState struct {
 	lastSeen time.Time
 	down     bool
+	fullness osdpb.Fullness // as its last heartbeat reply said
 }
 
 // every runs f every d until the OSD closes.
@@ -650,7 +653,7 @@ func (o *OSD) endRecovery(p *pgState, from uint32, last *osdpb.Version, err erro
 		}
 	}
 	if err != nil {
-		o.log.Warn("recovery failed", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from, "err", err)
+		o.recoveryFailed(p, fmt.Errorf("from osd.%d: %w", from, err))
 		for _, q := range queued {
 			o.ackRepOp(q.m, q.op, nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "recovering: %v", err))
 		}
@@ -661,6 +664,7 @@ func (o *OSD) endRecovery(p *pgState, from uint32, last *osdpb.Version, err erro
 		return
 	}
 	o.setLast(p, last)
+	p.recoveryFailures, p.retryAt = 0, time.Time{}
 	o.log.Info("pg recovered", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from, "version", last)
 	if pull != nil {
 		p.m.Step(pg.Recovered{From: pull.From, Last: pgVersion(last)})
@@ -839,8 +843,15 @@ func (o *OSD) install(ctx context.Context, p *pgState, from uint32, e *osdpb.Log
 // (backfill.go), except to the meta PG, whose records are few. slot takes
 // a recovery slot.
 func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func() error) (*osdpb.Version, error) {
-	o.log.Info("backfilling pg", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from)
 	isMeta := p.pg == placement.MetaPG
+	if !isMeta {
+		// A whole copy needs room a log catch-up does not (Ceph's
+		// backfill_toofull); the bucket records of the meta PG are tiny.
+		if err := o.backfillRoom(); err != nil {
+			return nil, err
+		}
+	}
+	o.log.Info("backfilling pg", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from)
 	var bf *backfillState
 	if !isMeta {
 		if err := o.st.SetPGBackfilling(ctx, p.sid); err != nil {

@@ -101,6 +101,8 @@ func opError(err error) error {
 		return ops.Errorf(osdpb.Status_BAD_DIGEST, "%v", err)
 	case errors.Is(err, store.ErrInvalidArgument):
 		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%v", err)
+	case store.IsNoSpace(err):
+		return ops.Errorf(osdpb.Status_STORAGE_FULL, "%v", err)
 	case errors.Is(err, store.ErrClosed), errors.Is(err, context.Canceled):
 		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "%v", err)
 	}

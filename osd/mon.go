@@ -192,7 +192,10 @@ func (o *OSD) onMonMap(m *placement.Map) {
 func (o *OSD) beacon() *osdpb.MonBeacon {
 	mp := o.Map()
 	b := &osdpb.MonBeacon{Fsid: o.ident.FSID, Id: o.id, Uuid: o.ident.UUID, Epoch: mp.Epoch(),
-		RecoveryBytes: o.recoveredBytes.Load(), Ops: o.opsServed.Load()}
+		RecoveryBytes: o.recoveredBytes.Load(), Ops: o.opsServed.Load(), Fullness: o.checkSpace()}
+	if sp := o.space.Load(); sp != nil {
+		b.UsedBytes, b.AvailBytes = sp.Used(), sp.Avail
+	}
 	for p := range mp.Pools() {
 		for pg, role := range mp.PGsOf(p.Id, o.id) {
 			if role.IsPrimary() {
@@ -246,7 +249,7 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 		return st
 	}
 	tokens := []string{"active"}
-	recovering, backfilling := false, false
+	recovering, backfilling, recoveryFull, backfillFull := false, false, false, false
 	for _, id := range acting[1:] {
 		at, known := ps.peerAt(id)
 		if last.GetSeq() == 0 || (known && versionLE(last, at)) {
@@ -257,17 +260,26 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 		// not looking would otherwise stay "behind" until the next write.
 		o.sendSync(mp.Epoch(), id, pool.Id, pg, last)
 		behind := objects
+		lvl := o.peerFullness(mp, id)
 		if known && at.GetSeq() > 0 {
 			recovering = true
+			recoveryFull = recoveryFull || lvl >= osdpb.Fullness_FULLNESS_FULL
 			behind = min(objects, last.GetSeq()-min(at.GetSeq(), last.GetSeq()))
 		} else {
 			backfilling = true
+			backfillFull = backfillFull || lvl >= osdpb.Fullness_FULLNESS_BACKFILLFULL
 		}
 		st.Degraded += behind
 	}
+	// Ceph's words: a copy that waits for room on a full replica is
+	// backfill_toofull or recovery_toofull, not backfilling or recovering.
 	switch {
+	case backfillFull:
+		tokens = append(tokens, "backfill_toofull")
 	case backfilling:
 		tokens = append(tokens, "backfilling")
+	case recoveryFull:
+		tokens = append(tokens, "recovery_toofull")
 	case recovering:
 		tokens = append(tokens, "recovering")
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/smallfs"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/local"
@@ -40,6 +41,9 @@ type monChildSpec struct {
 	// Defaults runs the OSD at its default heartbeat settings (the
 	// failover figures) instead of the tests' fast ones.
 	Defaults bool
+	// SmallDisk: the data directory is a small filesystem; the store
+	// sizes its memtable to it.
+	SmallDisk bool
 }
 
 // monOSDProcess is the body of an OSD child that boots through a mon.
@@ -55,7 +59,10 @@ func monOSDProcess(spec string) {
 	if !sp.Defaults {
 		cfg.HeartbeatInterval, cfg.HeartbeatGrace, cfg.BeaconInterval = 200*time.Millisecond, 2*time.Second, 500*time.Millisecond
 	}
-	cfg.Store.CacheSize, cfg.Store.MemTableSize = 16<<20, 8<<20
+	cfg.Store.CacheSize = 16 << 20
+	if !sp.SmallDisk {
+		cfg.Store.MemTableSize = 8 << 20
+	}
 	ctx := context.Background()
 	o, err := osd.Start(ctx, cfg)
 	serveChild(ctx, o, err)
@@ -95,6 +102,9 @@ type monClusterOptions struct {
 	RecoveryBytesPerSec int64
 	// Defaults runs the OSDs at their default heartbeat settings.
 	Defaults bool
+	// SmallDisks gives OSD process i a data directory on a tmpfs of
+	// SmallDisks[i] bytes, to fill up.
+	SmallDisks map[int]int64
 }
 
 func startMonCluster(t *testing.T, opts monClusterOptions) *monCluster {
@@ -151,7 +161,11 @@ func (mc *monCluster) start(i int) {
 	mc.t.Helper()
 	data := filepath.Join(mc.dir, fmt.Sprintf("osd-%d", i))
 	pub, clu := "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
-	if _, err := os.Stat(data); err != nil {
+	small := mc.opts.SmallDisks[i]
+	if _, err := os.Stat(filepath.Join(data, "identity.json")); err != nil {
+		if small > 0 {
+			smallfs.MountAt(mc.t, data, small)
+		}
 		p1, _ := local.FreePort("127.0.0.1")
 		p2, _ := local.FreePort("127.0.0.1")
 		pub, clu = fmt.Sprintf("tcp://127.0.0.1:%d", p1), fmt.Sprintf("tcp://127.0.0.1:%d", p2)
@@ -160,7 +174,7 @@ func (mc *monCluster) start(i int) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOSDProcess$")
 	spec, _ := json.Marshal(monChildSpec{Mons: mc.monAddrs, Data: data, Public: pub, Cluster: clu,
-		RecoveryBytesPerSec: mc.opts.RecoveryBytesPerSec, Defaults: mc.opts.Defaults})
+		RecoveryBytesPerSec: mc.opts.RecoveryBytesPerSec, Defaults: mc.opts.Defaults, SmallDisk: small > 0})
 	cmd.Env = append(os.Environ(), "OSPREY_TEST_OSD=mon:"+string(spec))
 	mc.mu.Lock()
 	logs := mc.logs[i]

@@ -99,6 +99,11 @@ type Config struct {
 	// it may serve is exempt from both: its PG's client I/O waits for it.
 	RecoveryMaxActive   int
 	RecoveryBytesPerSec int64
+	// FailsafeFullRatio is the fraction of the data disk in use over which
+	// this OSD applies no write that adds data, even a replica's (Ceph's
+	// osd_failsafe_full_ratio); default 0.97. The map's full ratios stop
+	// client writes before it (fullness.go).
+	FailsafeFullRatio float64
 	// Readers is the number of goroutines serving reads. Default 8.
 	Readers int
 	// Logger defaults to slog.Default(), with osd=ID.
@@ -159,6 +164,12 @@ func (c *Config) setDefaults() error {
 	if c.RecoveryMaxActive <= 0 {
 		c.RecoveryMaxActive = 3
 	}
+	switch r := c.FailsafeFullRatio; {
+	case r == 0:
+		c.FailsafeFullRatio = 0.97
+	case !(r > 0 && r <= 1):
+		return fmt.Errorf("osd: FailsafeFullRatio %v: want a fraction in (0, 1]", r)
+	}
 	if c.RecoveryBytesPerSec < 0 {
 		return fmt.Errorf("osd: RecoveryBytesPerSec %d is negative", c.RecoveryBytesPerSec)
 	}
@@ -212,6 +223,10 @@ type OSD struct {
 	recoverySlots chan struct{}
 	recoveryRate  *rate.Limiter
 	opsServed     atomic.Uint64
+	// space and fullness are the data disk's last measure and what it
+	// makes us (fullness.go).
+	space    atomic.Pointer[store.Space]
+	fullness atomic.Int32 // an osdpb.Fullness
 
 	pubAddr, cluAddr string
 	closeOnce        sync.Once
@@ -364,6 +379,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	o.advanceAll(o.Map())
 	o.wg.Go(o.probeLoop)
 	o.wg.Go(o.heartbeatLoop)
+	o.wg.Go(o.spaceLoop)
 	o.wg.Go(func() { o.peerAll("start") })
 	o.log.Info("osd started", "public", o.pubAddr, "cluster", o.cluAddr, "epoch", cfg.Map.Epoch(), "data", cfg.DataDir)
 	return o, nil

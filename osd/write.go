@@ -28,6 +28,10 @@ type pgState struct {
 	last       *osdpb.Version // newest applied version
 	recovering bool
 	queued     []queuedRepOp // RepOps that wait for the recovery
+	// recoveryFailures counts failed recoveries in a row; none starts
+	// before retryAt (fullness.go).
+	recoveryFailures int
+	retryAt          time.Time
 	// m is the PG's peering machine (osd/pg), built on first use; the
 	// shard drives it (peering.go).
 	m *pg.PG
@@ -310,6 +314,13 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 			release()
 			sync := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: prev.Version}
 			o.replicate(mp, p, replicas, sync, nil, func(err error) { done(prev, err) })
+			return
+		}
+	}
+	if adds(e) {
+		if err := o.fullCheck(mp, p.pool, p.pg, acting); err != nil {
+			release()
+			done(nil, err)
 			return
 		}
 	}
@@ -604,6 +615,14 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 		o.ackRepOp(m, r, p.last, nil)
 		return
 	}
+	if adds(r.Entry) {
+		// A write that raced our heartbeat to a primary that thought us
+		// not yet full.
+		if lvl := o.checkSpace(); lvl >= osdpb.Fullness_FULLNESS_FAILSAFE {
+			o.ackRepOp(m, r, p.last, o.fullError(lvl))
+			return
+		}
+	}
 	if r.Entry.Kind != osdpb.OpKind_OP_NONE && v.Seq == p.last.GetSeq()+1 {
 		err := o.st.Apply(o.ctx, p.sid, r.Entry, m.Data)
 		if err == nil {
@@ -612,6 +631,12 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 			return
 		}
 		o.log.Warn("replica apply failed; recovering the pg from its primary", "pg", p.sid, "version", v, "err", err)
+	}
+	if !p.recovering {
+		if err := o.recoveryWait(p); err != nil {
+			o.ackRepOp(m, r, p.last, err)
+			return
+		}
 	}
 	p.queued = append(p.queued, queuedRepOp{m, r, from})
 	o.startRecovery(p, from)

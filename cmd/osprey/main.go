@@ -23,6 +23,13 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// The first signal starts a graceful stop; a second one takes the
+		// default action and ends the process at once, whatever the stop
+		// is waiting for.
+		<-ctx.Done()
+		stop()
+	}()
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -132,6 +133,27 @@ func newOSDAdminCmds() []*cobra.Command {
 		},
 	}
 	addMonFlags(reweight.Flags(), &mf)
+	ratio := func(which, short string) *cobra.Command {
+		c := &cobra.Command{
+			Use:   "set-" + which + "-ratio RATIO",
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				r, err := strconv.ParseFloat(args[0], 64)
+				if err != nil || !(r > 0 && r <= 1) {
+					return usageErrorf("ratio %q: want a fraction in (0, 1], such as 0.95", args[0])
+				}
+				rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "osd set-" + which + "-ratio", Ratio: r})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s_ratio %g, map epoch %d\n", which, r, rep.Epoch)
+				return nil
+			},
+		}
+		addMonFlags(c.Flags(), &mf)
+		return c
+	}
 	var treeJSON bool
 	tree := &cobra.Command{
 		Use:   "tree",
@@ -162,12 +184,15 @@ func newOSDAdminCmds() []*cobra.Command {
 		simple("down", "Mark OSDs down (a running OSD boots again at once)"),
 		simple("rm", "Remove down OSDs from the map"),
 		reweight, tree,
+		ratio("nearfull", "Set the fraction of an OSD's data disk over which health warns (default 0.85)"),
+		ratio("backfillfull", "Set the fraction over which nothing backfills into an OSD (default 0.90)"),
+		ratio("full", "Set the fraction over which writes to an OSD's PGs fail with StorageFull (default 0.95)"),
 	}
 }
 
 func printTree(w io.Writer, osds []mon.OSDTreeEntry) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tHOST\tSTATUS\tIN\tWEIGHT\tPGS\tPRIMARY\tPUBLIC\tCLUSTER")
+	fmt.Fprintln(tw, "ID\tHOST\tSTATUS\tIN\tWEIGHT\tPGS\tPRIMARY\tDISK\tPUBLIC\tCLUSTER")
 	for _, o := range osds {
 		st, in := "down", "out"
 		if o.Up {
@@ -176,7 +201,7 @@ func printTree(w io.Writer, osds []mon.OSDTreeEntry) {
 		if o.In {
 			in = "in"
 		}
-		fmt.Fprintf(tw, "osd.%d\t%s\t%s\t%s\t%g\t%d\t%d\t%s\t%s\n", o.ID, o.Host, st, in, o.Weight, o.PGs, o.PrimaryPGs, o.PublicAddr, o.ClusterAddr)
+		fmt.Fprintf(tw, "osd.%d\t%s\t%s\t%s\t%g\t%d\t%d\t%s\t%s\t%s\n", o.ID, o.Host, st, in, o.Weight, o.PGs, o.PrimaryPGs, cmp.Or(o.Fullness, "ok"), o.PublicAddr, o.ClusterAddr)
 	}
 	tw.Flush()
 }

@@ -59,6 +59,12 @@ gracefully.`,
 			cfg.Store.CacheSize = cacheMiB << 20
 			cfg.Store.MemTableSize = memMiB << 20
 			cfg.Logger = slog.Default()
+			cfg.Store.OnFatal = func(msg string) {
+				// Pebble cannot go on (a WAL write failed, say): stop
+				// with a line an operator can act on, not a panic's stack.
+				slog.Error("the store cannot go on; the OSD stops (its data is safe up to the last acknowledged write)", "err", msg)
+				os.Exit(exitError)
+			}
 			if cfg.DataDir == "" {
 				return usageErrorf("--data is required")
 			}
@@ -108,7 +114,8 @@ gracefully.`,
 	f.StringVar(&cfg.PublicListen, "public", "", "listen address for clients (default: the map's)")
 	f.StringVar(&cfg.ClusterListen, "cluster", "", "listen address for OSDs (default: the map's)")
 	f.Int64Var(&cacheMiB, "cache-mib", 256, "Pebble block cache, MiB")
-	f.Uint64Var(&memMiB, "memtable-mib", 64, "Pebble memtable size, MiB")
+	f.Uint64Var(&memMiB, "memtable-mib", 0, "Pebble memtable size, MiB (0: 64, or 1/256 of a smaller data disk)")
+	f.Float64Var(&cfg.FailsafeFullRatio, "failsafe-full-ratio", 0.97, "fraction of the data disk in use over which the OSD takes no write but deletes, even a replica's (Ceph's osd_failsafe_full_ratio)")
 	f.DurationVar(&cfg.RepTimeout, "rep-timeout", 10*time.Second, "how long a write waits for its replicas before failing (retriable)")
 	f.DurationVar(&stopWithin, "stop-timeout", 30*time.Second, "bound on a graceful stop")
 	f.IntVar(&cfg.RecoveryMaxActive, "recovery-max-active", 3, "PGs recovered or backfilled at once (Ceph's osd_recovery_max_active)")

@@ -17,6 +17,18 @@ import (
 func Mount(t testing.TB, size int64) string {
 	t.Helper()
 	dir := t.TempDir()
+	MountAt(t, dir, size)
+	return dir
+}
+
+// MountAt mounts a tmpfs of size bytes on dir, creating it; the test's
+// cleanup unmounts it, before the removal of a t.TempDir that holds it
+// (cleanups run last registered first).
+func MountAt(t testing.TB, dir string, size int64) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	err := unix.Mount("osprey-smallfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0700", size))
 	if err != nil {
 		if os.Getenv("OSPREY_REQUIRE_SMALLFS") == "1" {
@@ -31,7 +43,6 @@ func Mount(t testing.TB, size int64) string {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 	})
-	return dir
 }
 
 // Fill writes a file in dir until the filesystem has at most leave bytes

@@ -8,6 +8,7 @@ package ops
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
@@ -149,6 +150,15 @@ var codes = map[osdpb.Status]string{
 	osdpb.Status_NOT_LEADER:            "NotLeader",
 	osdpb.Status_WRONG_CLUSTER:         "WrongCluster",
 	osdpb.Status_STORAGE_FULL:          "StorageFull", // MinIO's XMinioStorageFull
+}
+
+// FullnessWord is an OSD's fullness in Ceph's words ("nearfull",
+// "backfillfull", "full", "failsafe"), "ok" for none.
+func FullnessWord(f osdpb.Fullness) string {
+	if f == osdpb.Fullness_FULLNESS_NONE {
+		return "ok"
+	}
+	return strings.ToLower(strings.TrimPrefix(f.String(), "FULLNESS_"))
 }
 
 // Code is the S3-style error code of s ("NoSuchKey").

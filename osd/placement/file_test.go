@@ -91,7 +91,8 @@ func TestFileFormat(t *testing.T) {
       "uuid": "",
       "downSinceUnixNano": "0",
       "autoOut": false,
-      "upFrom": "0"
+      "upFrom": "0",
+      "fullness": "FULLNESS_NONE"
     }
   ],
   "pools": [
@@ -102,7 +103,10 @@ func TestFileFormat(t *testing.T) {
       "pgCount": 128,
       "minSize": 0
     }
-  ]
+  ],
+  "nearfullRatio": 0,
+  "backfillfullRatio": 0,
+  "fullRatio": 0
 }
 `
 	if got := string(must(m.Marshal())); got != want {

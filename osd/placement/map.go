@@ -82,6 +82,9 @@ func build(pb *osdpb.ClusterMap) (*Map, error) {
 		return nil, &MapError{Field: "fsid", Reason: r}
 	}
 	m := &Map{pb: pb, byName: make(map[string]*poolState, len(pb.Pools))}
+	if err := CheckRatios(pb); err != nil {
+		return nil, err
+	}
 
 	m.osds = make([]*osdpb.OSDInfo, 0, len(pb.Osds))
 	for i, o := range pb.Osds {
@@ -153,6 +156,64 @@ func build(pb *osdpb.ClusterMap) (*Map, error) {
 		}
 	}
 	return m, nil
+}
+
+// Ceph's default full ratios, for a map that sets none.
+const (
+	DefaultNearfullRatio     = 0.85
+	DefaultBackfillfullRatio = 0.90
+	DefaultFullRatio         = 0.95
+)
+
+func ratioOr(r, def float64) float64 {
+	if r == 0 {
+		return def
+	}
+	return r
+}
+
+// CheckRatios accepts full ratios in (0, 1] (0: the default) that do not
+// decrease from nearfull to full.
+func CheckRatios(pb *osdpb.ClusterMap) error {
+	for _, f := range []struct {
+		name string
+		r    float64
+	}{{"nearfull_ratio", pb.NearfullRatio}, {"backfillfull_ratio", pb.BackfillfullRatio}, {"full_ratio", pb.FullRatio}} {
+		if math.IsNaN(f.r) || f.r < 0 || f.r > 1 {
+			return &MapError{Field: f.name, Reason: fmt.Sprintf("%v: want a fraction in (0, 1]", f.r)}
+		}
+	}
+	near := ratioOr(pb.NearfullRatio, DefaultNearfullRatio)
+	back := ratioOr(pb.BackfillfullRatio, DefaultBackfillfullRatio)
+	full := ratioOr(pb.FullRatio, DefaultFullRatio)
+	if near > back || back > full {
+		return &MapError{Field: "full ratios", Reason: fmt.Sprintf("nearfull %v, backfillfull %v, full %v: want nearfull <= backfillfull <= full", near, back, full)}
+	}
+	return nil
+}
+
+// FullRatios returns the map's nearfull, backfillfull and full ratios,
+// Ceph's defaults for those it does not set.
+func (m *Map) FullRatios() (nearfull, backfillfull, full float64) {
+	return ratioOr(m.pb.NearfullRatio, DefaultNearfullRatio),
+		ratioOr(m.pb.BackfillfullRatio, DefaultBackfillfullRatio),
+		ratioOr(m.pb.FullRatio, DefaultFullRatio)
+}
+
+// Fullness is the state of an OSD whose data filesystem is this fraction
+// used, against the map's ratios (FULLNESS_FAILSAFE is the OSD's own
+// judgement, never the map's).
+func (m *Map) Fullness(used float64) osdpb.Fullness {
+	near, back, full := m.FullRatios()
+	switch {
+	case used >= full:
+		return osdpb.Fullness_FULLNESS_FULL
+	case used >= back:
+		return osdpb.Fullness_FULLNESS_BACKFILLFULL
+	case used >= near:
+		return osdpb.Fullness_FULLNESS_NEARFULL
+	}
+	return osdpb.Fullness_FULLNESS_NONE
 }
 
 // checkText accepts a non-empty, printable UTF-8 string of at most max

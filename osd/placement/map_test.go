@@ -89,6 +89,11 @@ func TestFromProtoInvalid(t *testing.T) {
 		{"pg_count 0", func(pb *osdpb.ClusterMap) { pb.Pools[0].PgCount = 0 }, "pools[0].pg_count", "1..65536"},
 		{"pg_count too big", func(pb *osdpb.ClusterMap) { pb.Pools[0].PgCount = MaxPGCount + 1 }, "pools[0].pg_count", "1..65536"},
 		{"min_size > size", func(pb *osdpb.ClusterMap) { pb.Pools[0].MinSize = 4 }, "pools[0].min_size", "exceeds size 3"},
+		{"NaN full ratio", func(pb *osdpb.ClusterMap) { pb.FullRatio = math.NaN() }, "full_ratio", "fraction"},
+		{"full ratio over 1", func(pb *osdpb.ClusterMap) { pb.FullRatio = 1.01 }, "full_ratio", "fraction"},
+		{"negative nearfull ratio", func(pb *osdpb.ClusterMap) { pb.NearfullRatio = -0.5 }, "nearfull_ratio", "fraction"},
+		{"full below the default backfillfull", func(pb *osdpb.ClusterMap) { pb.FullRatio = 0.8 }, "full ratios", "nearfull <= backfillfull <= full"},
+		{"nearfull over backfillfull", func(pb *osdpb.ClusterMap) { pb.NearfullRatio, pb.BackfillfullRatio = 0.9, 0.88 }, "full ratios", "nearfull <= backfillfull <= full"},
 		{"duplicate pool id", func(pb *osdpb.ClusterMap) {
 			pb.Pools = append(pb.Pools, &osdpb.Pool{Id: 1, Name: "q", Size: 1, PgCount: 1})
 		}, "pools", "pool id 1 appears more than once"},
@@ -320,5 +325,33 @@ func TestNewLocal(t *testing.T) {
 		if _, err := NewLocal(opts); !errors.Is(err, ErrInvalidMap) {
 			t.Errorf("NewLocal(%+v) = %v, want ErrInvalidMap", opts, err)
 		}
+	}
+}
+
+// TestFullness: the map's ratios (Ceph's defaults when unset) turn a disk's
+// used fraction into its state.
+func TestFullness(t *testing.T) {
+	m := mustMap(t, testProto(equalWeights(3), &osdpb.Pool{Id: 1, Name: "p", Size: 3, PgCount: 16}))
+	for _, tc := range []struct {
+		used float64
+		want osdpb.Fullness
+	}{
+		{0, osdpb.Fullness_FULLNESS_NONE}, {0.8499, osdpb.Fullness_FULLNESS_NONE},
+		{0.85, osdpb.Fullness_FULLNESS_NEARFULL}, {0.9, osdpb.Fullness_FULLNESS_BACKFILLFULL},
+		{0.95, osdpb.Fullness_FULLNESS_FULL}, {1, osdpb.Fullness_FULLNESS_FULL},
+	} {
+		if got := m.Fullness(tc.used); got != tc.want {
+			t.Errorf("default ratios: %v used is %v, want %v", tc.used, got, tc.want)
+		}
+	}
+	m, err := m.With(func(pb *osdpb.ClusterMap) { pb.NearfullRatio, pb.BackfillfullRatio, pb.FullRatio = 0.5, 0.6, 0.7 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if near, back, full := m.FullRatios(); near != 0.5 || back != 0.6 || full != 0.7 {
+		t.Fatalf("ratios %v %v %v", near, back, full)
+	}
+	if got := m.Fullness(0.65); got != osdpb.Fullness_FULLNESS_BACKFILLFULL {
+		t.Fatalf("0.65 used at 0.5/0.6/0.7: %v", got)
 	}
 }

@@ -17,10 +17,11 @@ import (
 const reserveName = "RESERVE"
 
 // Reserve bounds: the default reserve is 1% of the data filesystem within
-// them.
+// them. The most it must hold is a flush of the largest memtable (64 MiB)
+// and the WAL of the deletes that free the disk.
 const (
 	minReserve = 1 << 20
-	maxReserve = 1 << 30
+	maxReserve = 64 << 20
 )
 
 // Space is how much of the store's filesystem is in use.
@@ -128,7 +129,7 @@ func (r *reserve) maintain(sp Space) (bool, error) {
 		return false, fmt.Errorf("store: make reserve: %w", err)
 	}
 	r.have.Store(r.size)
-	if have == 0 && r.onChange != nil {
+	if have == 0 && r.released.Load() > 0 && r.onChange != nil {
 		r.onChange(true)
 	}
 	return true, nil

@@ -1,0 +1,91 @@
+package mon
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// TestFullness: an OSD's beacon saying how full its disk is goes into the
+// map (one new epoch per change, none when unchanged), health says it
+// (full is an error, nearfull and backfillfull warnings, each naming the
+// OSD and its usage), osd tree shows it; the ratio commands set the map's
+// ratios and refuse ones out of order or out of range.
+func TestFullness(t *testing.T) {
+	e := startTestEtcd(t)
+	m := startTestMon(t, testConfig(e, "a"))
+	c := newTestClient(t, nil, m.Addr())
+	for n := range 3 {
+		mustBoot(t, c, bootOf(n))
+	}
+	beaconAll(t, c, m.Map(), "active+clean")
+	beacon := func(id uint32, f osdpb.Fullness, used, avail uint64) error {
+		mp := m.Map()
+		o, _ := mp.OSD(id)
+		return c.Beacon(ctxFor(t, 10*time.Second), &osdpb.MonBeacon{Fsid: mp.FSID(), Id: id, Uuid: o.Uuid, Epoch: mp.Epoch(),
+			UsedBytes: used, AvailBytes: avail, Fullness: f})
+	}
+
+	before := m.Map().Epoch()
+	if err := beacon(1, osdpb.Fullness_FULLNESS_FULL, 960, 40); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := m.Map().OSD(1); o.Fullness != osdpb.Fullness_FULLNESS_FULL || m.Map().Epoch() != before+1 {
+		t.Fatalf("after a full beacon: osd.1 %v at epoch %d (was %d)", o.Fullness, m.Map().Epoch(), before)
+	}
+	if err := beacon(1, osdpb.Fullness_FULLNESS_FULL, 961, 39); err != nil || m.Map().Epoch() != before+1 {
+		t.Fatalf("the same fullness again made epoch %d: %v", m.Map().Epoch(), err)
+	}
+	if err := beacon(2, osdpb.Fullness_FULLNESS_NEARFULL, 870, 130); err != nil {
+		t.Fatal(err)
+	}
+	st := statusCmd(t, c)
+	if st.Health.Status != HealthErr || !hasCheck(st, "1 full osd(s) (over full_ratio 0.95): osd.1 (96.1% used)") ||
+		!hasCheck(st, "1 nearfull osd(s) (over nearfull_ratio 0.85): osd.2 (87.0% used)") {
+		t.Fatalf("one full, one nearfull: %q", st.Health.Checks)
+	}
+	rep := mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd tree"})
+	var tree []OSDTreeEntry
+	if err := json.Unmarshal([]byte(rep.Output), &tree); err != nil {
+		t.Fatal(err)
+	}
+	if tree[0].Fullness != "ok" || tree[1].Fullness != "full" || tree[2].Fullness != "nearfull" {
+		t.Fatalf("osd tree: %+v", tree)
+	}
+
+	// Space back: the map and health follow.
+	if err := beacon(1, osdpb.Fullness_FULLNESS_NONE, 500, 500); err != nil {
+		t.Fatal(err)
+	}
+	if st := statusCmd(t, c); st.Health.Status != HealthWarn || hasCheck(st, "full osd(s) (over full_ratio") {
+		t.Fatalf("after osd.1 freed space: %q", st.Health.Checks)
+	}
+	// A hostile beacon's unknown level is refused, and changes nothing.
+	if err := beacon(0, osdpb.Fullness(42), 1, 1); !errors.Is(err, ops.ErrInvalidArgument) {
+		t.Fatalf("beacon with fullness 42: %v, want InvalidArgument", err)
+	}
+
+	// Ratios.
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd set-nearfull-ratio", Ratio: 0.8})
+	if near, back, full := m.Map().FullRatios(); near != 0.8 || back != 0.9 || full != 0.95 {
+		t.Fatalf("ratios %v %v %v after set-nearfull-ratio 0.8", near, back, full)
+	}
+	for _, bad := range []*osdpb.MonCommand{
+		{Prefix: "osd set-full-ratio", Ratio: 0.85},        // below backfillfull
+		{Prefix: "osd set-backfillfull-ratio", Ratio: 0.7}, // below nearfull
+		{Prefix: "osd set-full-ratio", Ratio: 1.5},
+		{Prefix: "osd set-full-ratio", Ratio: 0},
+	} {
+		if _, err := c.Command(ctxFor(t, 10*time.Second), bad); !errors.Is(err, ops.ErrInvalidArgument) {
+			t.Errorf("%s %v: %v, want InvalidArgument", bad.Prefix, bad.Ratio, err)
+		}
+	}
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd set-full-ratio", Ratio: 0.97})
+	if _, _, full := m.Map().FullRatios(); full != 0.97 {
+		t.Fatalf("full ratio %v after set-full-ratio 0.97", full)
+	}
+}

@@ -1,0 +1,158 @@
+package osd_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/smallfs"
+	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/osd/osdtest"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// TestFullDisk fills one replica's data disk (a 96 MiB tmpfs under OSD
+// process 2; every PG of the 3-OSD, size-3 pool has it). Writes must then
+// fail with StorageFull, never an internal error or a panic; health says
+// which OSD is full; reads and deletes go on; deleting makes room and
+// writes work again. Then the OSD is stopped (SIGTERM), its disk filled to
+// the last byte by another file, and started again: it comes up
+// (read-only: reads and deletes work, puts get StorageFull) and takes
+// writes again once the file is removed. Every acknowledged object is on
+// every replica at the end.
+func TestFullDisk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	const disk = 96 << 20
+	mc := startMonCluster(t, monClusterOptions{OSDs: 3, SmallDisks: map[int]int64{2: disk},
+		Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: 10 * time.Minute,
+			Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 8}}})
+	ctx := ctxT(t, 3*time.Minute)
+	mc.waitStatus(ctx, "3 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 3 && s.Health.Status == mon.HealthOK })
+	full := fmt.Sprintf("osd.%d", mc.idOf(2))
+	cl := mc.client(t, 20*time.Second)
+	if err := cl.MakeBucket(ctx, "full"); err != nil {
+		t.Fatal(err)
+	}
+	acked := map[string][]byte{}
+	put := func(key string, size int) error {
+		body := osdtest.Payload(size, uint64(len(acked)+1))
+		_, err := osdtest.Put(ctx, cl, "full", key, body, client.PutOptions{})
+		if err == nil {
+			acked[key] = body
+		}
+		return err
+	}
+	// putOnceRoom: the primaries hear of the room from the map and from
+	// the full OSD's heartbeats, which may lag one another; until then
+	// the answer is StorageFull and nothing else.
+	putOnceRoom := func(key string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			err := put(key, 1<<20)
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, client.ErrStorageFull) || time.Now().After(deadline) {
+				t.Fatalf("put %s once there is room: %v", key, err)
+			}
+			time.Sleep(100 * time.Millisecond) // polling interval: heartbeats come every 200 ms
+		}
+	}
+	wantFull := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, client.ErrStorageFull) {
+			t.Fatalf("%s: %v, want StorageFull", what, err)
+		}
+	}
+
+	// Fill: 1 MiB puts (data files) until the full replica refuses.
+	var i int
+	for i = 0; ; i++ {
+		if i > 2*disk>>20 {
+			t.Fatalf("%d MiB stored on a %d MiB disk without StorageFull", i, disk>>20)
+		}
+		err := put(fmt.Sprintf("big-%03d", i), 1<<20)
+		if err != nil {
+			wantFull(fmt.Sprintf("put %d", i), err)
+			t.Logf("put %d: %v", i, err)
+			break
+		}
+	}
+	if len(acked) < 50 {
+		t.Fatalf("only %d MiB stored on a %d MiB disk before StorageFull", len(acked), disk>>20)
+	}
+	// Small puts (Pebble's WAL) are refused too, with the same error, until
+	// space is freed: this is what killed the OSD before.
+	for j := range 50 {
+		wantFull(fmt.Sprintf("small put %d", j), put(fmt.Sprintf("small-%03d", j), 4<<10))
+	}
+	st := mc.waitStatus(ctx, "HEALTH_ERR naming the full OSD", func(s *mon.Status) bool {
+		return s.Health.Status == mon.HealthErr && slices.ContainsFunc(s.Health.Checks, func(c string) bool {
+			return strings.Contains(c, "full osd(s)") && strings.Contains(c, full)
+		})
+	})
+	t.Logf("health: %q", st.Health.Checks)
+	checkReads := func(what string) {
+		t.Helper()
+		for key, want := range acked {
+			got, _, err := osdtest.Get(ctx, cl, "full", key, client.GetOptions{})
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("%s: get %s: %v", what, key, err)
+			}
+		}
+	}
+	checkReads("disk full")
+
+	// Deletes go on, and free the room: writes work again.
+	del := func(keys []string) {
+		t.Helper()
+		for _, key := range keys {
+			if err := cl.RemoveObject(ctx, "full", key); err != nil {
+				t.Fatalf("delete %s on a full disk: %v", key, err)
+			}
+			delete(acked, key)
+		}
+	}
+	keys := slices.Sorted(maps.Keys(acked))
+	del(keys[:len(keys)/2])
+	mc.waitStatus(ctx, "no full OSD", func(s *mon.Status) bool {
+		return !slices.ContainsFunc(s.Health.Checks, func(c string) bool { return strings.Contains(c, "full osd(s)") })
+	})
+	putOnceRoom("after-delete")
+
+	// Restart on a disk someone else filled to the last byte.
+	data := filepath.Join(mc.dir, "osd-2")
+	stopped := time.Now()
+	mc.kill(2, syscall.SIGTERM)
+	t.Logf("SIGTERM stopped the OSD in %v", time.Since(stopped).Round(time.Millisecond))
+	filler := smallfs.Fill(t, data, 0)
+	mc.start(2)
+	mc.waitStatus(ctx, "the OSD on a full disk up again", func(s *mon.Status) bool { return s.OSDs.Up == 3 })
+	checkReads("restarted on a full disk")
+	wantFull("put to a restarted full OSD", put("refused", 4<<10))
+	keys = slices.Sorted(maps.Keys(acked))
+	del(keys[:4])
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	// The OSD makes its reserve again and measures its disk every second.
+	putOnceRoom("after-restart")
+	mc.waitStatus(ctx, "every PG active+clean", func(s *mon.Status) bool {
+		return s.PGs["active+clean"] == s.PGTotal && s.OSDs.Up == 3
+	})
+	checkReads("space back")
+	mc.checkStoredCopies(ctx, []int{0, 1, 2}, "full", slices.Sorted(maps.Keys(acked)), func(key string, got []byte) bool {
+		return bytes.Equal(got, acked[key])
+	})
+}
