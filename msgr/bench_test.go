@@ -95,9 +95,32 @@ func BenchmarkStream(b *testing.B) {
 	}
 }
 
+// queued hides a sink's CanFastDispatch: its messages go through the
+// Conn's dispatch queue and goroutine.
+type queued struct{ s *benchSink }
+
+func (q queued) Dispatch(m *msgr.Message)  { q.s.Dispatch(m) }
+func (q queued) HandleEvent(ev msgr.Event) { q.s.HandleEvent(ev) }
+func wrapSink(s *benchSink, fast bool) msgr.Dispatcher {
+	if fast {
+		return s
+	}
+	return queued{s}
+}
+
+// BenchmarkPingPong: request and reply, fast-dispatched inline by the
+// reader, or queued (the dispatch goroutine starts and ends with each).
 func BenchmarkPingPong(b *testing.B) {
-	for _, size := range []int{64, 4096} {
-		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+	for _, tc := range []struct {
+		size int
+		fast bool
+	}{{64, true}, {4096, true}, {64, false}} {
+		size := tc.size
+		name := fmt.Sprintf("size=%d", size)
+		if !tc.fast {
+			name += "/queued"
+		}
+		b.Run(name, func(b *testing.B) {
 			pongs := newMsgPool(64, size)
 			srvSink := &benchSink{}
 			srvSink.reply = func(m *msgr.Message) {
@@ -107,7 +130,7 @@ func BenchmarkPingPong(b *testing.B) {
 			}
 			got := make(chan struct{}, 1)
 			cliSink := &benchSink{reply: func(*msgr.Message) { got <- struct{}{} }}
-			_, _, c := benchPair(b, srvSink, cliSink)
+			_, _, c := benchPair(b, wrapSink(srvSink, tc.fast), wrapSink(cliSink, tc.fast))
 			pings := newMsgPool(64, size)
 			ctx := context.Background()
 			b.SetBytes(int64(size))

@@ -147,9 +147,9 @@ func (l *StreamLink) Close() error {
 // WriteFrames encodes the frames and writes them with as few syscalls as the
 // write buffer allows.
 func (l *StreamLink) WriteFrames(frames []Frame) error {
-	// Borrow a write buffer the size of what the batch copies, so a
-	// handshake frame or an ack takes 4 KiB for a moment and an idle link
-	// holds none.
+	// An idle link holds no write buffer: a small batch (an ack, a
+	// handshake frame) is encoded in the link's own 512 bytes, a larger
+	// one borrows from the pool what it copies, up to writeBufSize.
 	need := 0
 	for i := range frames {
 		if need += inlineBytes(&frames[i]); need >= writeBufSize {
