@@ -72,8 +72,8 @@ func (in *Inbound) Done() {
 
 // AcceptRetry keeps one accept loop alive through temporary errors
 // (EMFILE, ENFILE, ECONNABORTED…): it backs off from 5 ms doubling to 1 s,
-// as net/http's Server, logs the first failure of a streak at once and the
-// rest rate-limited, and logs the recovery. Only the loop's goroutine uses it.
+// as net/http's Server, and logs failures and recoveries rate-limited (at
+// most one line of each per listener per guard.DefaultEvery). Only the loop's goroutine uses it.
 type AcceptRetry struct {
 	In       *Inbound // may be nil: nothing logged or counted
 	Listener string   // the listening address, for the log
@@ -106,14 +106,18 @@ func (a *AcceptRetry) Failed(err error, done <-chan struct{}) bool {
 	}
 }
 
-// OK records a successful accept, ending a streak of failures.
+// OK records a successful accept, ending a streak of failures. The
+// recovery is logged rate-limited too, and the next streak's first failure
+// does not skip the limit: a peer that can make descriptors run out again
+// and again (opening and closing connections) must not be able to make us
+// log two lines a streak.
 func (a *AcceptRetry) OK() {
 	if a.failures == 0 {
 		return
 	}
-	if in := a.In; in != nil && in.log != nil {
-		in.rl.Forget("accept " + a.Listener)
-		in.log.Info("msgr: accepting again", "listener", a.Listener, "failures", a.failures, "after", time.Since(a.since).Round(time.Millisecond))
+	if in := a.In; in != nil {
+		in.rl.Log(in.log, slog.LevelInfo, "accepting "+a.Listener, "msgr: accepting again",
+			"listener", a.Listener, "failures", a.failures, "after", time.Since(a.since).Round(time.Millisecond))
 	}
 	a.failures = 0
 	a.bo.Reset()
