@@ -55,6 +55,7 @@ func applyBoot(pb *osdpb.ClusterMap, b *osdpb.MonBoot) (uint32, error) {
 		o.ClusterAddr = b.PublicAddr
 	}
 	o.Host = b.Host
+	o.Fullness = b.Fullness
 	o.Up = true
 	o.UpFrom = newEpoch
 	o.DownSinceUnixNano = 0
@@ -223,6 +224,15 @@ func (c osdCommand) apply(pb *osdpb.ClusterMap, now time.Time) ([]uint32, error)
 	return changed, nil
 }
 
+// checkFullness refuses a level this mon does not know (a hostile or newer
+// OSD's).
+func checkFullness(f osdpb.Fullness) error {
+	if _, ok := osdpb.Fullness_name[int32(f)]; !ok {
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "fullness %d is unknown", f)
+	}
+	return nil
+}
+
 // applyFullness records in pb how full OSD id said it is.
 func applyFullness(pb *osdpb.ClusterMap, id uint32, f osdpb.Fullness) error {
 	o := osdByID(pb, id)
@@ -237,6 +247,9 @@ func applyFullness(pb *osdpb.ClusterMap, id uint32, f osdpb.Fullness) error {
 func validateBoot(b *osdpb.MonBoot) error {
 	if r := checkLabel(b.Uuid, 128); r != "" {
 		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "boot: uuid %s", r)
+	}
+	if err := checkFullness(b.Fullness); err != nil {
+		return err
 	}
 	if b.PublicAddr == "" {
 		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "boot: public_addr is missing")

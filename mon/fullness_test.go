@@ -69,6 +69,21 @@ func TestFullness(t *testing.T) {
 		t.Fatalf("beacon with fullness 42: %v, want InvalidArgument", err)
 	}
 
+	// An OSD that boots on a full disk is full in the map that marks it up.
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd down", Ids: []uint32{2}})
+	b := bootOf(2)
+	b.Fullness = osdpb.Fullness_FULLNESS_FAILSAFE
+	if rep := mustBoot(t, c, b); rep.Id != 2 {
+		t.Fatalf("boot got id %d", rep.Id)
+	}
+	if o, _ := m.Map().OSD(2); !o.Up || o.Fullness != osdpb.Fullness_FULLNESS_FAILSAFE {
+		t.Fatalf("osd.2 after a boot on a full disk: up %v, %v", o.Up, o.Fullness)
+	}
+	b.Fullness = 7
+	if _, err := c.Boot(ctxFor(t, 10*time.Second), b); !errors.Is(err, ops.ErrInvalidArgument) {
+		t.Fatalf("boot with fullness 7: %v, want InvalidArgument", err)
+	}
+
 	// Ratios.
 	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd set-nearfull-ratio", Ratio: 0.8})
 	if near, back, full := m.Map().FullRatios(); near != 0.8 || back != 0.9 || full != 0.95 {

@@ -177,8 +177,8 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.Mon
 		return nil, unavailable("storing the OSD's stats", err)
 	}
 	if b.Fullness != o.Fullness {
-		if _, ok := osdpb.Fullness_name[int32(b.Fullness)]; !ok {
-			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "beacon: fullness %d is unknown", b.Fullness)
+		if err := checkFullness(b.Fullness); err != nil {
+			return nil, err
 		}
 		// In the map, so every OSD and client sees it (Ceph's full flags);
 		// an OSD's heartbeats tell its peers sooner.

@@ -75,7 +75,7 @@ func (o *OSD) fullnessOf(sp store.Space) osdpb.Fullness {
 	if r >= o.cfg.FailsafeFullRatio || (sp.Reserve == 0 && o.st.ReserveReleased() > 0) {
 		return osdpb.Fullness_FULLNESS_FAILSAFE
 	}
-	return o.Map().Fullness(r)
+	return o.Map().Fullness(r) // nil before a first boot's map: the defaults
 }
 
 // peerFullness is how full OSD id is: the worse of what the map and its

@@ -92,17 +92,22 @@ func TestFullDisk(t *testing.T) {
 	if len(acked) < 50 {
 		t.Fatalf("only %d MiB stored on a %d MiB disk before StorageFull", len(acked), disk>>20)
 	}
-	// Small puts (Pebble's WAL) are refused too, with the same error, until
-	// space is freed: this is what killed the OSD before.
-	for j := range 50 {
-		wantFull(fmt.Sprintf("small put %d", j), put(fmt.Sprintf("small-%03d", j), 4<<10))
-	}
 	st := mc.waitStatus(ctx, "HEALTH_ERR naming the full OSD", func(s *mon.Status) bool {
 		return s.Health.Status == mon.HealthErr && slices.ContainsFunc(s.Health.Checks, func(c string) bool {
 			return strings.Contains(c, "full osd(s)") && strings.Contains(c, full)
 		})
 	})
 	t.Logf("health: %q", st.Health.Checks)
+	// Small puts (Pebble's WAL: this is what killed the OSD before) are
+	// refused with the same error. The map says the OSD is full now, so
+	// every primary refuses before it applies anything: no object appears.
+	for j := range 50 {
+		key := fmt.Sprintf("small-%03d", j)
+		wantFull("small put "+key, put(key, 4<<10))
+		if _, _, err := osdtest.Get(ctx, cl, "full", key, client.GetOptions{}); !errors.Is(err, client.ErrNoSuchKey) {
+			t.Fatalf("get %s after its put was refused: %v, want NoSuchKey (the primary applied it)", key, err)
+		}
+	}
 	checkReads := func(what string) {
 		t.Helper()
 		for key, want := range acked {
@@ -139,6 +144,17 @@ func TestFullDisk(t *testing.T) {
 	filler := smallfs.Fill(t, data, 0)
 	mc.start(2)
 	mc.waitStatus(ctx, "the OSD on a full disk up again", func(s *mon.Status) bool { return s.OSDs.Up == 3 })
+	// The map that marks it up says it is full (its boot said so); the
+	// client's ops carry that epoch to the primaries.
+	for up := mc.mon.Map().Epoch(); cl.Map().Epoch() < up; {
+		if ctx.Err() != nil {
+			t.Fatalf("the client is at epoch %d, the mon at %d", cl.Map().Epoch(), up)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
+	}
+	if o, _ := mc.mon.Map().OSD(mc.idOf(2)); o.Fullness < osdpb.Fullness_FULLNESS_FULL {
+		t.Fatalf("the map marks the restarted OSD up as %v", o.Fullness)
+	}
 	checkReads("restarted on a full disk")
 	wantFull("put to a restarted full OSD", put("refused", 4<<10))
 	keys = slices.Sorted(maps.Keys(acked))

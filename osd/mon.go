@@ -103,7 +103,7 @@ func joinCluster(ctx context.Context, cfg *Config, onMap func(*placement.Map)) (
 func (o *OSD) boot(ctx context.Context) error {
 	pub, clu := o.advertised()
 	rep, err := o.mon.Boot(ctx, &osdpb.MonBoot{Fsid: o.ident.FSID, HasId: true, Id: o.id, Uuid: o.ident.UUID,
-		PublicAddr: pub, ClusterAddr: clu, Weight: o.cfg.Weight, Host: o.cfg.Host})
+		PublicAddr: pub, ClusterAddr: clu, Weight: o.cfg.Weight, Host: o.cfg.Host, Fullness: o.checkSpace()})
 	if err != nil {
 		return fmt.Errorf("osd.%d: boot: %w", o.id, err)
 	}

@@ -193,8 +193,11 @@ func CheckRatios(pb *osdpb.ClusterMap) error {
 }
 
 // FullRatios returns the map's nearfull, backfillfull and full ratios,
-// Ceph's defaults for those it does not set.
+// Ceph's defaults for those it does not set (all of them on a nil map).
 func (m *Map) FullRatios() (nearfull, backfillfull, full float64) {
+	if m == nil {
+		return DefaultNearfullRatio, DefaultBackfillfullRatio, DefaultFullRatio
+	}
 	return ratioOr(m.pb.NearfullRatio, DefaultNearfullRatio),
 		ratioOr(m.pb.BackfillfullRatio, DefaultBackfillfullRatio),
 		ratioOr(m.pb.FullRatio, DefaultFullRatio)

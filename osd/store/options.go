@@ -53,7 +53,7 @@ type Options struct {
 	Logger *slog.Logger
 	// ReserveBytes is the reserve kept for the store's own metadata, so
 	// that deletes and a restart work on a full disk (space.go); default 1%
-	// of the data filesystem within [1 MiB, 64 MiB], negative for none.
+	// of the data filesystem within [8 MiB, 64 MiB], negative for none.
 	ReserveBytes int64
 	// OnFatal, if set, is called with Pebble's message when Pebble meets an
 	// error it cannot continue from (a failed WAL write, say); it must not

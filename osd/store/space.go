@@ -18,9 +18,11 @@ const reserveName = "RESERVE"
 
 // Reserve bounds: the default reserve is 1% of the data filesystem within
 // them. The most it must hold is a flush of the largest memtable (64 MiB)
-// and the WAL of the deletes that free the disk.
+// and the WAL of the deletes that free the disk; the least, what an OSD
+// writes as it starts (maps, PG records, a new WAL and manifest) and a
+// few deletes.
 const (
-	minReserve = 1 << 20
+	minReserve = 8 << 20
 	maxReserve = 64 << 20
 )
 

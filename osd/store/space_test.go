@@ -22,8 +22,8 @@ func TestFillingTheDisk(t *testing.T) {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			dir := smallfs.Mount(t, 48<<20)
 			e := newEnv(t, store.Options{Dir: filepath.Join(dir, "store")})
-			if sp := e.s.Space(); sp.Total == 0 || sp.Reserve != 1<<20 {
-				t.Fatalf("space %+v: want a 1 MiB reserve (the minimum) on a 48 MiB filesystem", sp)
+			if sp := e.s.Space(); sp.Total == 0 || sp.Reserve != 8<<20 {
+				t.Fatalf("space %+v: want an 8 MiB reserve (the minimum) on a 48 MiB filesystem", sp)
 			}
 			e.createBucket(1, "b")
 			r := rand.New(rand.NewPCG(3, 4))

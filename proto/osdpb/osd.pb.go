@@ -3294,16 +3294,19 @@ func (x *HeartbeatReply) GetFullness() Fullness {
 // MonBoot: an OSD starts. A first boot (no id yet) gets a new id; a later
 // one shows the id and uuid kept in its data directory.
 type MonBoot struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tid           uint64                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
-	Fsid          string                 `protobuf:"bytes,2,opt,name=fsid,proto3" json:"fsid,omitempty"` // empty on the very first boot
-	HasId         bool                   `protobuf:"varint,3,opt,name=has_id,json=hasId,proto3" json:"has_id,omitempty"`
-	Id            uint32                 `protobuf:"varint,4,opt,name=id,proto3" json:"id,omitempty"`
-	Uuid          string                 `protobuf:"bytes,5,opt,name=uuid,proto3" json:"uuid,omitempty"`
-	PublicAddr    string                 `protobuf:"bytes,6,opt,name=public_addr,json=publicAddr,proto3" json:"public_addr,omitempty"`
-	ClusterAddr   string                 `protobuf:"bytes,7,opt,name=cluster_addr,json=clusterAddr,proto3" json:"cluster_addr,omitempty"`
-	Weight        float64                `protobuf:"fixed64,8,opt,name=weight,proto3" json:"weight,omitempty"` // first boot only; 0 means 1
-	Host          string                 `protobuf:"bytes,9,opt,name=host,proto3" json:"host,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Tid         uint64                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
+	Fsid        string                 `protobuf:"bytes,2,opt,name=fsid,proto3" json:"fsid,omitempty"` // empty on the very first boot
+	HasId       bool                   `protobuf:"varint,3,opt,name=has_id,json=hasId,proto3" json:"has_id,omitempty"`
+	Id          uint32                 `protobuf:"varint,4,opt,name=id,proto3" json:"id,omitempty"`
+	Uuid        string                 `protobuf:"bytes,5,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	PublicAddr  string                 `protobuf:"bytes,6,opt,name=public_addr,json=publicAddr,proto3" json:"public_addr,omitempty"`
+	ClusterAddr string                 `protobuf:"bytes,7,opt,name=cluster_addr,json=clusterAddr,proto3" json:"cluster_addr,omitempty"`
+	Weight      float64                `protobuf:"fixed64,8,opt,name=weight,proto3" json:"weight,omitempty"` // first boot only; 0 means 1
+	Host        string                 `protobuf:"bytes,9,opt,name=host,proto3" json:"host,omitempty"`
+	// How full its disk is as it boots: an OSD restarted on a full disk is
+	// full in the very map that marks it up, before any write reaches it.
+	Fullness      Fullness `protobuf:"varint,10,opt,name=fullness,proto3,enum=osprey.osd.Fullness" json:"fullness,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3399,6 +3402,13 @@ func (x *MonBoot) GetHost() string {
 		return x.Host
 	}
 	return ""
+}
+
+func (x *MonBoot) GetFullness() Fullness {
+	if x != nil {
+		return x.Fullness
+	}
+	return Fullness_FULLNESS_NONE
 }
 
 type MonBootReply struct {
@@ -4498,7 +4508,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
 	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\x120\n" +
-	"\bfullness\x18\x04 \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"\xda\x01\n" +
+	"\bfullness\x18\x04 \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"\x8c\x02\n" +
 	"\aMonBoot\x12\x10\n" +
 	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x15\n" +
@@ -4509,7 +4519,9 @@ const file_osd_proto_rawDesc = "" +
 	"publicAddr\x12!\n" +
 	"\fcluster_addr\x18\a \x01(\tR\vclusterAddr\x12\x16\n" +
 	"\x06weight\x18\b \x01(\x01R\x06weight\x12\x12\n" +
-	"\x04host\x18\t \x01(\tR\x04host\"\x9f\x01\n" +
+	"\x04host\x18\t \x01(\tR\x04host\x120\n" +
+	"\bfullness\x18\n" +
+	" \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"\x9f\x01\n" +
 	"\fMonBootReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
 	"\x03tid\x18\x02 \x01(\x04R\x03tid\x12\x0e\n" +
@@ -4803,23 +4815,24 @@ var file_osd_proto_depIdxs = []int32{
 	30, // 52: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
 	7,  // 53: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
 	2,  // 54: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
-	10, // 55: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 56: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
-	7,  // 57: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
-	44, // 58: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	2,  // 59: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
-	10, // 60: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 61: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 62: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 63: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	4,  // 64: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	10, // 65: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 66: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	67, // [67:67] is the sub-list for method output_type
-	67, // [67:67] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	2,  // 55: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
+	10, // 56: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 57: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
+	7,  // 58: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
+	44, // 59: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	2,  // 60: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
+	10, // 61: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 62: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 63: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 64: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	4,  // 65: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	10, // 66: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 67: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	68, // [68:68] is the sub-list for method output_type
+	68, // [68:68] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
