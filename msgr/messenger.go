@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ospreystore/osprey/msgr/internal/guard"
+	"github.com/ospreystore/osprey/internal/guard"
 	"github.com/ospreystore/osprey/msgr/rdma"
 	"github.com/ospreystore/osprey/msgr/tcp"
 	"github.com/ospreystore/osprey/msgr/wire"

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ospreystore/osprey/msgr/internal/guard"
+	"github.com/ospreystore/osprey/internal/guard"
 )
 
 // Inbound is a messenger's account of the connections its listeners

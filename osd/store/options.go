@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/ospreystore/osprey/internal/guard"
 )
 
 // Options configures a Store. The zero value of every field but Dir picks
@@ -208,11 +209,15 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 
 // eventListener logs only what an operator acts on: background errors,
 // detected corruption, stalls and slow or full disks. Flush and compaction
-// events are counted in Stats instead of logged.
+// events are counted in Stats instead of logged. Background errors and
+// low-space warnings repeat for as long as their cause lasts (a flush that
+// fails on a full disk is retried at once, again and again): at most one
+// line of each per 10 s, with the count of those suppressed.
 func eventListener(l *slog.Logger) *pebble.EventListener {
+	rl := &guard.RateLog{}
 	return &pebble.EventListener{
 		BackgroundError: func(err error) {
-			l.Error("pebble background error", "err", err)
+			rl.Log(l, slog.LevelError, "background", "pebble background error", "err", err)
 		},
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
 			l.Error("pebble detected corruption", "path", info.Path, "err", info.Details)
@@ -225,7 +230,7 @@ func eventListener(l *slog.Logger) *pebble.EventListener {
 			l.Warn("slow disk", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
 		},
 		LowDiskSpace: func(info pebble.LowDiskSpaceInfo) {
-			l.Warn("low disk space", "avail_bytes", info.AvailBytes, "total_bytes", info.TotalBytes)
+			rl.Log(l, slog.LevelWarn, "lowspace", "low disk space", "avail_bytes", info.AvailBytes, "total_bytes", info.TotalBytes)
 		},
 	}
 }

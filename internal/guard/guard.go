@@ -1,7 +1,8 @@
-// Package guard keeps a messenger's network edge alive under pressure: the
-// backoff of an accept loop that hits a temporary error (EMFILE, ENFILE,
-// ECONNABORTED…) and rate-limited logging of lines a peer can make us
-// repeat (refused connections, failed handshakes).
+// Package guard keeps a daemon alive under pressure: the backoff of an
+// accept loop that hits a temporary error (EMFILE, ENFILE, ECONNABORTED…)
+// and rate-limited logging of lines a peer or a failing disk can make us
+// repeat (refused connections, failed handshakes, Pebble's background
+// errors on a full disk).
 package guard
 
 import (
