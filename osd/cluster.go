@@ -594,6 +594,21 @@ func (o *OSD) startRecovery(p *pgState, from uint32) {
 	if p.recovering {
 		return
 	}
+	if wait := time.Until(p.retryAt); wait > 0 {
+		// A recovery failed (a full disk, an unreachable source): the
+		// next waits out its backoff, then resumes what the machine wants.
+		// (A RepOp that would start one is refused meanwhile: applyRepOp.)
+		if !p.retryPending {
+			p.retryPending = true
+			time.AfterFunc(wait, func() {
+				o.enqueue(o.shardOf(p.sid), func() {
+					p.retryPending = false
+					o.resumePull(p)
+				})
+			})
+		}
+		return
+	}
 	p.recovering = true
 	have := p.last
 	o.wg.Go(func() {
@@ -844,9 +859,12 @@ func (o *OSD) install(ctx context.Context, p *pgState, from uint32, e *osdpb.Log
 // a recovery slot.
 func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func() error) (*osdpb.Version, error) {
 	isMeta := p.pg == placement.MetaPG
-	if !isMeta {
-		// A whole copy needs room a log catch-up does not (Ceph's
-		// backfill_toofull); the bucket records of the meta PG are tiny.
+	if !isMeta && !p.peering.Load() {
+		// A replica's whole copy needs room a log catch-up does not
+		// (Ceph's backfill_toofull); the bucket records of the meta PG
+		// are tiny. A new primary's copy is not refused: its PG serves
+		// nothing until it has one (there is no pg_temp to keep the old
+		// primary serving meanwhile); the store's floor still holds.
 		if err := o.backfillRoom(); err != nil {
 			return nil, err
 		}

@@ -130,8 +130,8 @@ func (o *OSD) fullError(lvl osdpb.Fullness) error {
 		o.id, ops.FullnessWord(lvl), 100*sp.Ratio(), full, o.cfg.FailsafeFullRatio)
 }
 
-// backfillRoom refuses to backfill (copy a whole PG) into a disk over
-// backfillfull. A log catch-up is not refused by ratio: it brings in the
+// backfillRoom refuses to backfill a replica (copy a whole PG) into a disk
+// over backfillfull. A log catch-up is not refused by ratio: it brings in the
 // writes a replica missed, some refused at its failsafe, and until it has
 // them the PG's deletes wait too; only the store's own floor stops it.
 func (o *OSD) backfillRoom() error {

@@ -172,3 +172,78 @@ func TestFullDisk(t *testing.T) {
 		return bytes.Equal(got, acked[key])
 	})
 }
+
+// TestBackfillWaitsForRoom: an OSD joins with its disk over backfillfull
+// (a 192 MiB tmpfs 92% filled by another file). The PGs that move to it do
+// not backfill into it: they show backfill_toofull and health warns, while
+// their writes go on at the old members. Once the file is gone the
+// backfill runs and every PG ends active+clean with the newcomer holding
+// its copies.
+func TestBackfillWaitsForRoom(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	// Big enough that the 8 MiB reserve (kept free while it cannot be
+	// made) is well under the 8% left: the PGs it becomes primary of must
+	// still copy what they serve.
+	const disk = 192 << 20
+	mc := startMonCluster(t, monClusterOptions{OSDs: 2, SmallDisks: map[int]int64{2: disk},
+		Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: 10 * time.Minute,
+			Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 2, MinSize: 1, PgCount: 8}}})
+	ctx := ctxT(t, 3*time.Minute)
+	mc.waitStatus(ctx, "2 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 2 && s.Health.Status == mon.HealthOK })
+	cl := mc.client(t, 20*time.Second)
+	if err := cl.MakeBucket(ctx, "room"); err != nil {
+		t.Fatal(err)
+	}
+	acked := map[string][]byte{}
+	for i := range 40 {
+		key := fmt.Sprintf("k%02d", i)
+		body := osdtest.Payload(64<<10, uint64(i+1))
+		if _, err := osdtest.Put(ctx, cl, "room", key, body, client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		acked[key] = body
+	}
+
+	data := filepath.Join(mc.dir, "osd-2")
+	smallfs.MountAt(t, data, disk)
+	filler := smallfs.Fill(t, data, disk*8/100)
+	mc.start(2)
+	st := mc.waitStatus(ctx, "PGs backfill_toofull", func(s *mon.Status) bool {
+		for state, n := range s.PGs {
+			if n > 0 && strings.Contains(state, "backfill_toofull") {
+				return s.OSDs.Up == 3 && slices.ContainsFunc(s.Health.Checks, func(c string) bool { return strings.Contains(c, "backfillfull osd(s)") })
+			}
+		}
+		return false
+	})
+	t.Logf("newcomer over backfillfull: %v %q", st.PGs, st.Health.Checks)
+	// Nothing backfills into it: for three seconds (three beacons, and
+	// retries after 1 and 2 s) no PG it holds a copy of gets clean.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		if s := mc.status(ctx); s.PGs["active+clean"] == s.PGTotal {
+			t.Fatalf("every PG clean while the newcomer is over backfillfull: it was backfilled (%v)", s.PGs)
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval of a bounded watch
+	}
+	// Writes go on meanwhile (the newcomer is below full).
+	body := osdtest.Payload(64<<10, 99)
+	if _, err := osdtest.Put(ctx, cl, "room", "during", body, client.PutOptions{}); err != nil {
+		t.Fatalf("put while a member waits for room to backfill: %v", err)
+	}
+	acked["during"] = body
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	mc.waitStatus(ctx, "every PG active+clean", func(s *mon.Status) bool {
+		return s.OSDs.Up == 3 && s.PGs["active+clean"] == s.PGTotal && s.Health.Status == mon.HealthOK
+	})
+	copies := mc.checkStoredCopies(ctx, []int{0, 1, 2}, "room", slices.Sorted(maps.Keys(acked)), func(key string, got []byte) bool {
+		return bytes.Equal(got, acked[key])
+	})
+	if copies[mc.idOf(2)] == 0 {
+		t.Fatalf("the newcomer holds no copies: %v", copies)
+	}
+}

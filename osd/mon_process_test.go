@@ -103,7 +103,8 @@ type monClusterOptions struct {
 	// Defaults runs the OSDs at their default heartbeat settings.
 	Defaults bool
 	// SmallDisks gives OSD process i a data directory on a tmpfs of
-	// SmallDisks[i] bytes, to fill up.
+	// SmallDisks[i] bytes, to fill up (unless the test mounted one there
+	// already).
 	SmallDisks map[int]int64
 }
 
@@ -163,7 +164,7 @@ func (mc *monCluster) start(i int) {
 	pub, clu := "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
 	small := mc.opts.SmallDisks[i]
 	if _, err := os.Stat(filepath.Join(data, "identity.json")); err != nil {
-		if small > 0 {
+		if _, err := os.Stat(data); err != nil && small > 0 {
 			smallfs.MountAt(mc.t, data, small)
 		}
 		p1, _ := local.FreePort("127.0.0.1")

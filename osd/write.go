@@ -32,6 +32,7 @@ type pgState struct {
 	// before retryAt (fullness.go).
 	recoveryFailures int
 	retryAt          time.Time
+	retryPending     bool // a resumePull is scheduled for retryAt
 	// m is the PG's peering machine (osd/pg), built on first use; the
 	// shard drives it (peering.go).
 	m *pg.PG

@@ -118,9 +118,8 @@ func (s *Store) applyKind(ctx context.Context, pg uint32, e *osdpb.LogEntry, bod
 		}
 		return s.deleteObject(ctx, pg, e.Bucket, e.Key, record != nil, record)
 	case osdpb.OpKind_OP_CREATE_BUCKET:
-		if err := s.room(0); err != nil {
-			return fmt.Errorf("store: create bucket %q: %w", e.Bucket, err)
-		}
+		// A bucket record is metadata, which the reserve is for; the OSD
+		// refuses clients' new buckets by its full ratios.
 		return s.createBucket(e, record)
 	case osdpb.OpKind_OP_DELETE_BUCKET:
 		return s.deleteBucket(ctx, e.Bucket, record)

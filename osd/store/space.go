@@ -194,22 +194,25 @@ func IsNoSpace(err error) bool {
 	return errors.Is(err, ErrNoSpace) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
-// room refuses a write of n bytes that would leave the filesystem less than
-// two memtables (what Pebble needs to flush one while the next fills), or
-// any write once a full disk released the reserve: such writes could only
-// end in a WAL write that fails, which Pebble cannot survive. Deletes do
-// not ask. The OSD's full ratios refuse client writes long before this;
-// room is the store's own floor, for replicas, recovery and library users.
+// room refuses a put of n bytes that would leave the filesystem less than
+// two memtables (what Pebble needs to flush one while the next fills) on
+// top of the reserve (the part of it not yet made must stay free), or any
+// put once a full disk released the reserve: such writes could only end in
+// a WAL write that fails, which Pebble cannot survive. Deletes and
+// metadata do not ask. The OSD's full ratios refuse client writes long
+// before this; room is the store's own floor, for replicas, recovery and
+// library users.
 func (s *Store) room(n int) error {
 	if s.res.size == 0 {
 		return nil // a filesystem that cannot say (in-memory)
 	}
-	if s.res.have.Load() == 0 {
+	have := s.res.have.Load()
+	if have == 0 && s.res.released.Load() > 0 {
 		return fmt.Errorf("%w: the reserve was released", ErrNoSpace)
 	}
 	sp := s.Space()
-	if need := uint64(n) + 2*s.opts.MemTableSize; sp.Avail < need {
-		return fmt.Errorf("%w: %d bytes available, a %d-byte write needs %d", ErrNoSpace, sp.Avail, n, need)
+	if need := uint64(n) + 2*s.opts.MemTableSize + (s.res.size - min(have, s.res.size)); sp.Avail < need {
+		return fmt.Errorf("%w: %d bytes available, a %d-byte put needs %d", ErrNoSpace, sp.Avail, n, need)
 	}
 	return nil
 }
