@@ -870,12 +870,10 @@ func (lr *linkRun) charge(f *wire.Frame) bool {
 	if b == nil || f.Tag != wire.TagMessage || size == 0 || f.Charge.Bytes() != 0 {
 		return true
 	}
-	ch, ok := b.Acquire(size, lr.done)
-	if !ok {
+	if !b.Grow(&f.Charge, size, lr.done) {
 		f.Release()
 		return false
 	}
-	f.Charge = ch
 	return true
 }
 

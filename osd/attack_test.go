@@ -160,9 +160,11 @@ func (d *daemon) settle(base usage, slack int) usage {
 }
 
 // honestClient puts and gets small objects in a loop until stopped, which
-// reports how many round trips succeeded and the first failure.
-func honestClient(ctx context.Context, t *testing.T, cl *client.Client, name string) (stop func() (int, error)) {
+// reports how many round trips succeeded, the slowest, and the first
+// failure.
+func honestClient(ctx context.Context, t *testing.T, cl *client.Client, name string) (stop func() (int, time.Duration, error)) {
 	var ok atomic.Int64
+	var slowest time.Duration
 	var firstErr error
 	done := make(chan struct{})
 	finished := make(chan struct{})
@@ -176,6 +178,7 @@ func honestClient(ctx context.Context, t *testing.T, cl *client.Client, name str
 			}
 			key := fmt.Sprintf("%s/%d", name, i)
 			data := osdtest.Payload(4<<10, uint64(i))
+			start := time.Now()
 			if _, err := osdtest.Put(ctx, cl, "honest", key, data, client.PutOptions{}); err != nil {
 				firstErr = fmt.Errorf("put %s: %w", key, err)
 				return
@@ -188,13 +191,14 @@ func honestClient(ctx context.Context, t *testing.T, cl *client.Client, name str
 				firstErr = fmt.Errorf("get %s: %w", key, err)
 				return
 			}
+			slowest = max(slowest, time.Since(start))
 			ok.Add(1)
 		}
 	}()
-	return func() (int, error) {
+	return func() (int, time.Duration, error) {
 		close(done)
 		<-finished
-		return int(ok.Load()), firstErr
+		return int(ok.Load()), slowest, firstErr
 	}
 }
 
@@ -282,7 +286,7 @@ func TestDaemonUnderAttack(t *testing.T) {
 	}
 	warm := honestClient(ctx, t, cl, "warm-up")
 	for {
-		if n, err := warm(); err != nil {
+		if n, _, err := warm(); err != nil {
 			t.Fatal(err)
 		} else if n > 0 {
 			break
@@ -300,11 +304,15 @@ func TestDaemonUnderAttack(t *testing.T) {
 			stopWatch := d.watch()
 			peers := attack()
 			peak := stopWatch()
-			ok, err := stopHonest()
+			ok, slowest, err := stopHonest()
 			after := d.settle(base, 10)
-			t.Logf("%d peers: before %v, peak %v, after %v; %d honest round trips", peers, base, peak, after, ok)
+			t.Logf("%d peers: before %v, peak %v, after %v; %d honest round trips, the slowest %v",
+				peers, base, peak, after, ok, slowest.Round(time.Millisecond))
 			if err != nil || ok == 0 {
 				t.Errorf("the honest client failed during the attack (%d round trips): %v", ok, err)
+			}
+			if slowest > 2*time.Second {
+				t.Errorf("an honest put and get took %v during the attack", slowest)
 			}
 			if grew := peak.rss - base.rss; grew > 32<<20+int64(peers)*perPeer {
 				t.Errorf("RSS grew by %.1f MiB for %d peers, over %d KiB each", float64(grew)/(1<<20), peers, perPeer>>10)
@@ -350,6 +358,42 @@ func TestDaemonUnderAttack(t *testing.T) {
 		}
 		return peers
 	}, 64<<10, 0.5)
+
+	// (a') 20 peers complete a handshake, claim a 60 MiB message and
+	// trickle it (4 KiB every 10 ms, for 3 s). Their buffers grow with what
+	// they send, and the receive budget, charged as the buffers grow, is
+	// not spent on what they only claimed: honest clients go on.
+	const trickled = 300 * 4 << 10
+	run("large messages claimed and trickled", func() int {
+		const peers = 20
+		var wg sync.WaitGroup
+		for i := range peers {
+			c := dialBanner(t, d.pub)
+			handshakeAs(t, c, fmt.Sprintf("client.trickle-%d", i), uint64(i+1), true)
+			wg.Go(func() {
+				defer c.Close()
+				p := wire.Preamble{Tag: wire.TagMessage, Seq: 1, FrontLen: 100, DataLen: 60 << 20, GrantMsgs: 64, GrantBytes: 1 << 20}
+				b := make([]byte, wire.PreambleSize)
+				p.Put(b)
+				if _, err := c.Write(b); err != nil {
+					t.Error(err)
+					return
+				}
+				chunk := bytes.Repeat([]byte{byte(i)}, trickled/300)
+				tick := time.NewTicker(10 * time.Millisecond)
+				defer tick.Stop()
+				for range 300 {
+					if _, err := c.Write(chunk); err != nil {
+						t.Errorf("the daemon cut a peer that was sending: %v", err)
+						return
+					}
+					<-tick.C
+				}
+			})
+		}
+		wg.Wait()
+		return peers
+	}, trickled+64<<10, 2.2) // a session: its reader and writer
 
 	// (b) Peers that send a banner and wait.
 	run("idle banner-only connections", func() int {

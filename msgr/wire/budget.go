@@ -4,17 +4,24 @@ import "sync"
 
 // Budget bounds the bytes of received messages a messenger holds at once,
 // over all its links, as Ceph's osd_client_message_size_cap does for an
-// OSD's clients. A link charges a message's bytes after reading its
-// preamble and before reading (or allocating for) its segments; the charge
-// is returned when the dispatcher releases the message. Over the budget the
+// OSD's clients. A link charges a message's buffer before it takes it: a
+// small message whole once its preamble is read, a large one as its buffer
+// grows with the bytes that arrive (StreamLink.readBody), so a peer that
+// claims a large message and sends little holds little. The charge is
+// returned when the dispatcher releases the message. Over the budget the
 // link's reader waits: it stops reading its socket, so the peer's sends
 // back up into TCP, instead of allocating.
 //
-// It never deadlocks on its own: a message larger than the whole budget is
-// admitted once nothing else is charged, and waiters are served in arrival
-// order, so a large message is not overtaken for ever by small ones. (A
-// dispatcher that holds messages while it waits for something only another
-// message can bring can still deadlock a full budget: docs/messenger.md.)
+// It never deadlocks on its own. Waiters are served in arrival order, so a
+// large message is not overtaken for ever by small ones. When every charged
+// byte belongs to a frame whose reader waits for more (no release can come),
+// the first waiter is admitted over the budget and then leads: its frame
+// grows to the end without waiting, and no other goes over until it is
+// released. So at most one message is over the budget at a time: a message
+// larger than the whole budget goes once nothing else is held, as in Ceph.
+// (A dispatcher that holds messages while it waits for something only
+// another message can bring can still deadlock a full budget:
+// docs/messenger.md.)
 //
 // A nil *Budget admits everything. Safe for concurrent use.
 type Budget struct {
@@ -25,11 +32,14 @@ type Budget struct {
 	peak    int64
 	stalls  uint64
 	waiters []*budgetWaiter // first come, first served
+	stalled int64           // bytes the waiters already hold
+	leading bool            // a charge went over the budget and is not released
 }
 
 type budgetWaiter struct {
-	n     int64
-	ready chan struct{} // closed when the bytes were charged
+	c     *Charge // what the waiter already holds (its frame so far)
+	n     int64   // what it asks for more
+	ready chan struct{}
 }
 
 // NewBudget returns a budget of limit bytes; limit <= 0 means none (nil).
@@ -62,8 +72,21 @@ func (b *Budget) Stats() BudgetStats {
 // Charge is the bytes one received frame holds of a Budget. The zero
 // Charge holds nothing. Release returns it, once.
 type Charge struct {
-	b *Budget
-	n int64
+	b    *Budget
+	n    int64
+	lead bool // admitted over the budget: grows without waiting
+}
+
+// Calm reports whether n more bytes would leave at least half the budget
+// free: a link may then take a large frame's first buffer at the size the
+// frame claims (up to growFrom) rather than a small one that grows.
+func (b *Budget) Calm(n int64) bool {
+	if b == nil {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used+n <= b.limit/2
 }
 
 // Bytes is what the charge holds.
@@ -73,31 +96,37 @@ func (c Charge) Bytes() int64 { return c.n }
 // nothing.
 func (c *Charge) Release() {
 	if c.b != nil {
-		c.b.release(c.n)
+		c.b.release(c)
 	}
 	*c = Charge{}
 }
 
-// Acquire charges n bytes, waiting while they do not fit (more than the
-// budget would be charged) or others wait before them. It returns ok false,
-// charging nothing, if cancel is closed first.
-func (b *Budget) Acquire(n int64, cancel <-chan struct{}) (c Charge, ok bool) {
+// Grow adds n bytes to c, a frame's charge so far (the zero Charge for a
+// new frame), waiting while they do not fit (more than the budget would be
+// charged) or others wait before them. It returns false, adding nothing,
+// if cancel is closed first; c keeps what it held.
+func (b *Budget) Grow(c *Charge, n int64, cancel <-chan struct{}) bool {
 	if b == nil {
-		return Charge{}, true
+		return true
 	}
+	c.b = b
 	b.mu.Lock()
-	if len(b.waiters) == 0 && b.fitsLocked(n) {
-		b.takeLocked(n)
+	if c.lead || (len(b.waiters) == 0 && b.admitLocked(c, n, 0)) {
+		b.takeLocked(c, n)
 		b.mu.Unlock()
-		return Charge{b: b, n: n}, true
+		return true
 	}
-	w := &budgetWaiter{n: n, ready: make(chan struct{})}
+	w := &budgetWaiter{c: c, n: n, ready: make(chan struct{})}
 	b.waiters = append(b.waiters, w)
+	b.stalled += c.n
 	b.stalls++
+	// With this waiter every charged byte may now belong to a waiting
+	// frame: then the first leads.
+	b.grantLocked()
 	b.mu.Unlock()
 	select {
 	case <-w.ready:
-		return Charge{b: b, n: n}, true
+		return true
 	case <-cancel:
 	}
 	b.mu.Lock()
@@ -106,46 +135,66 @@ func (b *Budget) Acquire(n int64, cancel <-chan struct{}) (c Charge, ok bool) {
 	case <-w.ready:
 		// Granted as cancel closed: give the bytes back.
 		b.used -= n
+		c.n -= n
 	default:
 		for i, x := range b.waiters {
 			if x == w {
 				b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+				b.stalled -= c.n
 				break
 			}
 		}
 	}
-	// Whoever waited behind us may fit now.
+	// Whoever waited behind us may go now.
 	b.grantLocked()
-	return Charge{}, false
+	return false
 }
 
-// fitsLocked: n bytes may be charged now. One message larger than the
-// whole budget goes when nothing else is charged.
-func (b *Budget) fitsLocked(n int64) bool { return b.used == 0 || b.used+n <= b.limit }
+// admitLocked reports whether c may grow by n now: it fits, or every byte
+// charged belongs to c or to a waiting frame (others: the bytes the waiters
+// other than c hold) and no frame leads yet, so c leads.
+func (b *Budget) admitLocked(c *Charge, n, others int64) bool {
+	if b.used+n <= b.limit {
+		return true
+	}
+	if !b.leading && b.used == others+c.n {
+		b.leading, c.lead = true, true
+		return true
+	}
+	return false
+}
 
-func (b *Budget) takeLocked(n int64) {
+func (b *Budget) takeLocked(c *Charge, n int64) {
 	b.used += n
+	c.n += n
 	b.peak = max(b.peak, b.used)
 }
 
-func (b *Budget) release(n int64) {
+func (b *Budget) release(c *Charge) {
 	b.mu.Lock()
-	b.used -= n
+	b.used -= c.n
 	if b.used < 0 {
 		b.mu.Unlock()
 		panic("wire: Budget released more than was charged")
+	}
+	if c.lead {
+		b.leading = false
 	}
 	b.grantLocked()
 	b.mu.Unlock()
 }
 
-// grantLocked admits waiters from the front while they fit.
+// grantLocked admits waiters from the front while they may go.
 func (b *Budget) grantLocked() {
-	for len(b.waiters) > 0 && b.fitsLocked(b.waiters[0].n) {
+	for len(b.waiters) > 0 {
 		w := b.waiters[0]
+		if !b.admitLocked(w.c, w.n, b.stalled-w.c.n) {
+			break
+		}
 		b.waiters[0] = nil
 		b.waiters = b.waiters[1:]
-		b.takeLocked(w.n)
+		b.stalled -= w.c.n
+		b.takeLocked(w.c, w.n)
 		close(w.ready)
 	}
 	if len(b.waiters) == 0 {

@@ -14,8 +14,8 @@ import (
 func acquireAsync(b *Budget, n int64, cancel <-chan struct{}) <-chan Charge {
 	ch := make(chan Charge, 1)
 	go func() {
-		c, ok := b.Acquire(n, cancel)
-		if ok {
+		var c Charge
+		if b.Grow(&c, n, cancel) {
 			ch <- c
 		} else {
 			close(ch)
@@ -47,8 +47,8 @@ func granted(ch <-chan Charge) bool {
 // bytes are released; a message larger than the whole budget goes alone.
 func TestBudgetWaitsFIFO(t *testing.T) {
 	b := NewBudget(100)
-	a, ok := b.Acquire(60, nil)
-	if !ok {
+	var a Charge
+	if !b.Grow(&a, 60, nil) {
 		t.Fatal("first charge refused")
 	}
 	big := acquireAsync(b, 250, nil) // larger than the budget: waits for 0
@@ -77,7 +77,8 @@ func TestBudgetWaitsFIFO(t *testing.T) {
 // the ones behind it go.
 func TestBudgetCancel(t *testing.T) {
 	b := NewBudget(100)
-	a, _ := b.Acquire(90, nil)
+	var a Charge
+	b.Grow(&a, 90, nil)
 	cancel := make(chan struct{})
 	first := acquireAsync(b, 50, cancel)
 	waitWaiting(t, b, 1)
@@ -94,7 +95,8 @@ func TestBudgetCancel(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 	var none *Budget
-	if c, ok := none.Acquire(1<<40, nil); !ok || c.Bytes() != 0 {
+	var c Charge
+	if ok := none.Grow(&c, 1<<40, nil); !ok || c.Bytes() != 0 {
 		t.Fatal("a nil budget must admit everything and charge nothing")
 	}
 }
@@ -145,5 +147,95 @@ func TestStreamLinkChargesBeforeReading(t *testing.T) {
 	f2.Release()
 	if st := b.Stats(); st.InFlight != 0 || st.Waiting != 0 || st.Stalls != 2 {
 		t.Fatalf("%+v", st)
+	}
+}
+
+// TestStreamLinkGrowsUnderPressure: while the budget is more than half
+// spent, a large frame is read into a buffer that starts small and grows,
+// charged as it grows, even when the read chunk already holds more of it
+// than the first buffer; and a frame that cannot grow because everything
+// else charged waits too goes over the budget alone.
+func TestStreamLinkGrowsUnderPressure(t *testing.T) {
+	b := NewBudget(1 << 20)
+	var held Charge
+	b.Grow(&held, 900<<10, nil) // more than half spent
+	var out bytes.Buffer
+	w := newStreamLink(nil, &out, nil, 0, LinkOptions{Limits: testLimits})
+	data := make([]byte, 200<<10)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	if err := w.WriteFrames([]Frame{{Preamble: Preamble{Tag: TagMessage, Seq: 1}, Front: []byte("front"), Data: data}}); err != nil {
+		t.Fatal(err)
+	}
+	// The whole frame is there at once: the first read takes a chunk's
+	// worth, more than the 64 KiB the body starts with.
+	l := newStreamLink(bytes.NewReader(out.Bytes()), io.Discard, io.NopCloser(nil), 0, LinkOptions{Limits: testLimits, Budget: b})
+	got := make(chan error, 1)
+	var f Frame
+	go func() { got <- l.ReadFrame(&f) }()
+	// 124 KiB fit; the growth beyond waits until nothing but this frame
+	// is held, then goes over the budget.
+	waitWaiting(t, b, 1)
+	held.Release()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if string(f.Front) != "front" || !bytes.Equal(f.Data, data) {
+		t.Fatal("the frame read in growing buffers is corrupted")
+	}
+	if f.Charge.Bytes() != int64(len(data)+5) || b.Stats().InFlight != f.Charge.Bytes() {
+		t.Fatalf("charge %d for %d bytes of segments, budget %+v", f.Charge.Bytes(), len(data)+5, b.Stats())
+	}
+	f.Release()
+	if st := b.Stats(); st.InFlight != 0 {
+		t.Fatalf("%+v", st)
+	}
+}
+
+// TestBudgetLeaderGoesOverAlone: two large frames grow while the budget
+// runs out under them; once every charged byte belongs to a frame that
+// waits, the first goes over the budget and completes, and the other waits
+// until that message is released: never two over at once.
+func TestBudgetLeaderGoesOverAlone(t *testing.T) {
+	const limit, size = 300 << 10, 400 << 10
+	b := NewBudget(limit)
+	type result struct {
+		f   *Frame
+		err error
+	}
+	done := make(chan result, 2)
+	for i := range 2 {
+		var out bytes.Buffer
+		w := newStreamLink(nil, &out, nil, 0, LinkOptions{Limits: testLimits})
+		data := bytes.Repeat([]byte{byte(i + 1)}, size)
+		if err := w.WriteFrames([]Frame{{Preamble: Preamble{Tag: TagMessage, Seq: 1}, Data: data}}); err != nil {
+			t.Fatal(err)
+		}
+		l := newStreamLink(bytes.NewReader(out.Bytes()), io.Discard, io.NopCloser(nil), 0, LinkOptions{Limits: testLimits, Budget: b})
+		go func() {
+			f := new(Frame)
+			done <- result{f, l.ReadFrame(f)}
+		}()
+	}
+	first := <-done
+	if first.err != nil || len(first.f.Data) != size {
+		t.Fatalf("first frame: %v", first.err)
+	}
+	waitWaiting(t, b, 1) // the other cannot go over while the first is held
+	select {
+	case r := <-done:
+		t.Fatalf("a second frame went over the budget while the first was held: %v", r.err)
+	default:
+	}
+	firstByte := first.f.Data[0]
+	first.f.Release()
+	second := <-done
+	if second.err != nil || len(second.f.Data) != size || second.f.Data[0] == firstByte {
+		t.Fatalf("second frame: %v", second.err)
+	}
+	second.f.Release()
+	if st := b.Stats(); st.InFlight != 0 || st.Peak > limit+size {
+		t.Fatalf("%+v: over the budget plus one message", st)
 	}
 }

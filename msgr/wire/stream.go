@@ -31,6 +31,9 @@ const (
 	// a keepalive, a small request) is encoded in the link's own array,
 	// without a trip to the pool.
 	smallWriteBuf = 512
+	// growSlow: where a large frame's buffer starts while the receive
+	// budget is more than half spent.
+	growSlow = bigFrameBytes
 	// growFrom: a frame whose body is larger is read into a buffer that
 	// grows with the bytes that arrive, doubling from growFrom, instead of
 	// one of the size its preamble claims, so a peer that claims 64 MiB and
@@ -281,17 +284,12 @@ func (l *StreamLink) readFrame(f *Frame) error {
 	if f.Flags&FlagNoDataCRC != 0 && l.features&FeatureNoDataCRC == 0 {
 		return &Error{Kind: ErrKindProtocol, Msg: "frame without data crc, but that feature was not agreed"}
 	}
-	if l.budget != nil && f.Tag == TagMessage && f.HasSegments() {
-		// The message's bytes are charged before any are read: over the
-		// budget this is where the reader stops reading the socket.
-		c, ok := l.budget.Acquire(int64(f.FrontLen)+int64(f.DataLen), l.done)
-		if !ok {
-			return net.ErrClosed
-		}
-		f.Charge = c
-	}
 	total := f.WireSize()
 	if total <= bigFrameBytes {
+		// A small message is charged whole before the rest of it is read.
+		if err := l.charge(f, total-PreambleSize); err != nil {
+			return err
+		}
 		if err := l.fill(total); err != nil {
 			return err
 		}
@@ -313,7 +311,7 @@ func (l *StreamLink) readFrame(f *Frame) error {
 	// A large frame: its segments and epilogue go into a buffer of their own.
 	l.rpos += PreambleSize
 	body := total - PreambleSize
-	buf, err := l.readBody(body)
+	buf, err := l.readBody(f, body)
 	if err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF // the preamble was read: this is mid-frame
@@ -333,24 +331,55 @@ func (l *StreamLink) readFrame(f *Frame) error {
 // readBody reads a large frame's body (segments and epilogue) into a
 // buffer of its own, starting with what the read chunk already holds. A
 // body above growFrom is read into a buffer that doubles as bytes arrive,
-// so memory follows what the peer sent, not what it claimed.
-func (l *StreamLink) readBody(body int) (*Buffer, error) {
-	buf := GetBuffer(min(body, growFrom))
-	n := copy(buf.B, l.chunk.B[l.rpos:l.rend])
-	l.rpos += n
+// so memory follows what the peer sent, not what it claimed. So does it
+// from growSlow while the budget is more than half spent, so that peers
+// that claim large messages and send little cannot spend it; each buffer is
+// charged before it is taken.
+func (l *StreamLink) readBody(f *Frame, body int) (*Buffer, error) {
+	first := min(body, growFrom)
+	if !l.budget.Calm(int64(first)) {
+		first = min(body, growSlow)
+	}
+	if err := l.charge(f, first); err != nil {
+		return nil, err
+	}
+	buf := GetBuffer(first)
+	n := 0
 	for {
-		if _, err := io.ReadFull(l.r, buf.B[n:]); err != nil {
+		// What the chunk read ahead comes first: it may hold more than a
+		// small first buffer.
+		m := copy(buf.B[n:], l.chunk.B[l.rpos:l.rend])
+		l.rpos += m
+		if _, err := io.ReadFull(l.r, buf.B[n+m:]); err != nil {
 			buf.Release()
 			return nil, err
 		}
 		if n = len(buf.B); n == body {
 			return buf, nil
 		}
+		if err := l.charge(f, min(2*n, body)); err != nil {
+			buf.Release()
+			return nil, err
+		}
 		next := GetBuffer(min(2*n, body))
 		copy(next.B, buf.B)
 		buf.Release()
 		buf = next
 	}
+}
+
+// charge brings a MESSAGE frame's charge of the budget up to upTo bytes of
+// its body, counted as its segments (the epilogue is not charged), waiting
+// while the budget is spent.
+func (l *StreamLink) charge(f *Frame, upTo int) error {
+	if l.budget == nil || f.Tag != TagMessage || !f.HasSegments() {
+		return nil
+	}
+	want := min(int64(upTo), int64(f.FrontLen)+int64(f.DataLen))
+	if more := want - f.Charge.Bytes(); more > 0 && !l.budget.Grow(&f.Charge, more, l.done) {
+		return net.ErrClosed
+	}
+	return nil
 }
 
 // fill makes at least n bytes available at chunk.B[rpos:rend], moving a
