@@ -33,7 +33,6 @@ type Budget struct {
 	stalls  uint64
 	waiters []*budgetWaiter // first come, first served
 	stalled int64           // bytes the waiters already hold
-	leading bool            // a charge went over the budget and is not released
 }
 
 type budgetWaiter struct {
@@ -152,13 +151,14 @@ func (b *Budget) Grow(c *Charge, n int64, cancel <-chan struct{}) bool {
 
 // admitLocked reports whether c may grow by n now: it fits, or every byte
 // charged belongs to c or to a waiting frame (others: the bytes the waiters
-// other than c hold) and no frame leads yet, so c leads.
+// other than c hold), so c leads. NB: a leader never waits, so while it
+// holds bytes no other frame can lead; nor while its message is held.
 func (b *Budget) admitLocked(c *Charge, n, others int64) bool {
 	if b.used+n <= b.limit {
 		return true
 	}
-	if !b.leading && b.used == others+c.n {
-		b.leading, c.lead = true, true
+	if b.used == others+c.n {
+		c.lead = true
 		return true
 	}
 	return false
@@ -176,9 +176,6 @@ func (b *Budget) release(c *Charge) {
 	if b.used < 0 {
 		b.mu.Unlock()
 		panic("wire: Budget released more than was charged")
-	}
-	if c.lead {
-		b.leading = false
 	}
 	b.grantLocked()
 	b.mu.Unlock()
