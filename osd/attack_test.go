@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -202,6 +203,20 @@ func honestClient(ctx context.Context, t *testing.T, cl *client.Client, name str
 	}
 }
 
+// raceDetector reports whether this binary was built with -race.
+func raceDetector() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}
+
 // attackConns is how many idle connections and new peer names the tests
 // use: OSPREY_ATTACK_CONNS, default 500 (the issue measured 5,000).
 func attackConns() int {
@@ -314,13 +329,18 @@ func TestDaemonUnderAttack(t *testing.T) {
 			if slowest > 2*time.Second {
 				t.Errorf("an honest put and get took %v during the attack", slowest)
 			}
+			if raceDetector() {
+				// Shadow memory, and a sync.Pool that drops what it is
+				// given at random, make RSS say little under -race.
+				perPeer *= 8
+			}
 			if grew := peak.rss - base.rss; grew > 32<<20+int64(peers)*perPeer {
 				t.Errorf("RSS grew by %.1f MiB for %d peers, over %d KiB each", float64(grew)/(1<<20), peers, perPeer>>10)
 			}
 			if grew := float64(peak.goroutines - base.goroutines); grew > 20+goroutinesPerPeer*float64(peers) {
 				t.Errorf("%v goroutines more for %d peers", grew, peers)
 			}
-			if after.rss > max(peak.rss, base.rss+64<<20) {
+			if after.rss > max(peak.rss, base.rss+64<<20) && !raceDetector() {
 				t.Errorf("RSS did not come back: %v after, %v before", after, base)
 			}
 		})
