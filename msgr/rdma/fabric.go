@@ -138,6 +138,7 @@ type domain struct {
 	// links by id: stored and deleted under mu (so close sees every link
 	// added before it), read without it on the completion path.
 	links     sync.Map
+	closing   map[*link]struct{}  // links whose Close began and has not ended (under mu): close waits for them
 	cmOwners  map[uintptr]cmOwner // endpoint or passive endpoint fid -> owner
 	nextLink  uint32
 	nextKey   uint64
@@ -249,6 +250,12 @@ func (d *domain) close() {
 		links = append(links, v.(*link))
 		return true
 	})
+	// A link out of links may still be closing (Close returns to a
+	// second caller at once): its endpoint must be closed before the
+	// domain's.
+	for l := range d.closing {
+		links = append(links, l)
+	}
 	lns := make([]*listener, 0, len(d.listeners))
 	for ln := range d.listeners {
 		lns = append(lns, ln)
@@ -258,7 +265,7 @@ func (d *domain) close() {
 		ln.Close()
 	}
 	for _, l := range links {
-		l.Close()
+		l.waitClosed()
 	}
 	close(d.done)
 	d.tokenWanted.Add(1) // never to sleep again
@@ -678,6 +685,22 @@ func (d *domain) addListener(ln *listener) {
 func (d *domain) removeListener(ln *listener) {
 	d.mu.Lock()
 	delete(d.listeners, ln)
+	d.mu.Unlock()
+}
+
+// closeBegun and closeEnded bracket a link's Close for the domain's close.
+func (d *domain) closeBegun(l *link) {
+	d.mu.Lock()
+	if d.closing == nil {
+		d.closing = map[*link]struct{}{}
+	}
+	d.closing[l] = struct{}{}
+	d.mu.Unlock()
+}
+
+func (d *domain) closeEnded(l *link) {
+	d.mu.Lock()
+	delete(d.closing, l)
 	d.mu.Unlock()
 }
 

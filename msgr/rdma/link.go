@@ -577,7 +577,10 @@ func (t *Transport) Dial(ctx context.Context, addr string, opts wire.LinkOptions
 	}
 	d.wakeSleeper() // a new socket to poll (see cmLoop)
 	if err := lk.waitConnected(ctx.Done(), 10*time.Second); err != nil {
-		lk.Close()
+		// The connection may be half open (no event answered the
+		// request): its teardown is the provider's to finish, and the
+		// caller's deadline is now (see Close).
+		go lk.Close()
 		if fe := (*FabricError)(nil); errors.As(err, &fe) && fe.Code == C.FI_ECONNREFUSED {
 			// A reject carries no reason that every provider passes on,
 			// so name both of ours (listener.cmEvent).
@@ -699,7 +702,10 @@ type link struct {
 	connected chan error
 	peerCM    []byte
 	closed    chan struct{}
-	closeOnce sync.Once
+	// closing is set by the first Close, which closes closeDone once the
+	// endpoint is closed and the link's memory given back.
+	closing   atomic.Bool
+	closeDone chan struct{}
 	dead      atomic.Bool
 	failed    atomic.Bool
 	// epMu keeps Close from retiring the send region while a writer fills
@@ -737,7 +743,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 	l := &link{
 		d: d, lim: opts.Limits, steady: opts.Limits, noCRC: opts.NoDataCRC, bufSize: cfg.BufSize, nrecv: nrecv,
 		readDone: make(chan readDoneEv, maxReads), connected: make(chan error, 1),
-		closed: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots), sendsIdle: make(chan struct{}, 1),
+		closed: make(chan struct{}), closeDone: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots), sendsIdle: make(chan struct{}, 1),
 	}
 	if opts.Handshake {
 		l.lim = wire.HandshakeLimits
@@ -968,8 +974,25 @@ func (l *link) RemoteAddr() string { return l.remote }
 
 // Close shuts the endpoint down and reclaims its memory. Receive buffers
 // still held by frames above are unmapped when the last is released.
+//
+// Only the first call tears the link down; a later or concurrent one
+// returns at once. The teardown waits on the provider (fi_shutdown, and
+// fi_close on the CM loop), which may take its time with an endpoint
+// whose connection never completed (the sockets provider's fi_close waits
+// for its own connection thread; verbs' rdma_destroy_id for the CM events
+// of the id): a dial or handshake given up at its deadline closes its link
+// and must return then, not when the provider is done. closeDone says
+// when it is (waitClosed).
 func (l *link) Close() error {
-	l.closeOnce.Do(func() {
+	if !l.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	l.d.closeBegun(l)
+	defer func() {
+		l.d.closeEnded(l)
+		close(l.closeDone)
+	}()
+	func() {
 		if l.onClose != nil {
 			defer l.onClose()
 		}
@@ -998,8 +1021,19 @@ func (l *link) Close() error {
 		l.drainRx()
 		l.readMu.Unlock()
 		l.maybeFreeRecv()
-	})
+	}()
 	return nil
+}
+
+// testHookProviderClose, when set (tests), runs where Close hands the
+// endpoint to the provider's teardown, to make that teardown slow.
+var testHookProviderClose func()
+
+// waitClosed closes the link and waits until its teardown, whoever began
+// it, is over.
+func (l *link) waitClosed() {
+	l.Close()
+	<-l.closeDone
 }
 
 // closeEndpoint marks the link dead, closes the endpoint and gives back
@@ -1014,6 +1048,9 @@ func (l *link) closeEndpoint() {
 	l.d.passToken()
 	if l.ep != nil {
 		l.d.setCMOwner(unsafe.Pointer(l.ep), nil)
+		if testHookProviderClose != nil {
+			testHookProviderClose()
+		}
 		C.osp_shutdown(l.ep)
 		// After fi_close the provider no longer touches our
 		// buffers; pending completions for this link id are dropped
