@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -117,6 +118,13 @@ type ObjOptions struct {
 	// Faults are injected into the local cluster's OSDs
 	// (--inject-socket-failures).
 	Faults msgr.FaultInjection
+	// CompressibleBody writes a patterned body (it compresses about
+	// 1,000:1) instead of random bytes, to see what a compressing layer
+	// makes of it.
+	CompressibleBody bool
+	// NoCeiling skips the measure of the local cluster's disk (MeasureDisk)
+	// that the rows are put beside.
+	NoCeiling bool
 
 	Sizes []int   // default 4 KiB and 4 MiB
 	Ops   []ObjOp // default put, get; none with a Mix
@@ -174,6 +182,14 @@ type ObjRow struct {
 	CPUSeconds  float64 `json:"cpu_s"`
 	CPUUsPerOp  float64 `json:"cpu_us_per_op"`
 	CPUSecPerGB float64 `json:"cpu_s_per_gb"` // 0 for operations that move no payload
+	// The disk under the local cluster's data, measured before the rows
+	// (MeasureDisk), and the row's share of it: a put's bytes times its
+	// replicas (on one host every replica writes every byte to that disk)
+	// over the write ceiling, a get's bytes over the read ceiling. 0 with
+	// Seeds or NoCeiling.
+	DiskWriteBytesPerSec float64 `json:"disk_write_bytes_per_sec"`
+	DiskReadBytesPerSec  float64 `json:"disk_read_bytes_per_sec"`
+	DiskShare            float64 `json:"disk_share"`
 
 	Segments
 	LatencyHist []HistBucket `json:"latency_hist"`
@@ -247,6 +263,7 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 		return nil, err
 	}
 	seeds := o.Seeds
+	var ceiling DiskCeiling
 	if len(seeds) == 0 {
 		lc, err := local.Start(ctx, local.Options{OSDs: o.OSDs, Replicas: o.Replicas, PGs: o.PGs,
 			Public: o.Public, Cluster: o.Cluster, Dir: o.Dir, Logger: o.Logger, Faults: o.Faults})
@@ -255,6 +272,11 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 		}
 		defer lc.Close(context.Background())
 		seeds = lc.Seeds()
+		if !o.NoCeiling {
+			if ceiling, err = MeasureDisk(ctx, lc.Dir); err != nil {
+				return nil, err
+			}
+		}
 	}
 	cl, err := client.New(ctx, client.Options{Seeds: seeds, Logger: o.Logger})
 	if err != nil {
@@ -275,6 +297,7 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 	add := func(rs []ObjRow) {
 		for _, r := range rs {
 			r.Replicas, r.Transport = replicas, o.Public+"/"+o.Cluster
+			r.setDiskShare(ceiling)
 			o.Logger.Info("bench: row done", "op", r.Op, "mix", r.Mix, "size", FormatSize(int64(r.Size)),
 				"ops_per_sec", int64(r.OpsPerSec), "p50_us", r.P50Us)
 			if o.OnRow != nil {
@@ -284,7 +307,7 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 		}
 	}
 	for _, size := range o.Sizes {
-		b := &objBench{o: &o, cl: cl, set: &objSet{}, size: size, body: objBody(size)}
+		b := &objBench{o: &o, cl: cl, set: &objSet{}, size: size, body: objBody(size, o.CompressibleBody)}
 		for _, op := range o.Ops {
 			rs, err := b.run(ctx, []MixWeight{{op, 1}}, "")
 			add(rs)
@@ -305,12 +328,41 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 
 func objKey(size int, n int64) string { return fmt.Sprintf("bench/%d/%08d", size, n) }
 
-func objBody(size int) []byte {
+// objBody is what every put of a size writes: random bytes by default,
+// which no compressing layer shrinks, as real media, archives and
+// encrypted data (a patterned body compresses about 1,000:1 and flatters
+// any layer that compresses).
+func objBody(size int, compressible bool) []byte {
 	body := make([]byte, size)
+	if !compressible {
+		fillRandom(body, uint64(size))
+		return body
+	}
 	for i := range body {
 		body[i] = byte(i * 7)
 	}
 	return body
+}
+
+// fillRandom fills b with random bytes from seed (ChaCha8: fast, and the
+// same bytes each run).
+func fillRandom(b []byte, seed uint64) {
+	var s [32]byte
+	binary.LittleEndian.PutUint64(s[:], seed)
+	rand.NewChaCha8(s).Read(b)
+}
+
+// setDiskShare puts the row beside the disk's ceiling c. A mix's rows
+// share the disk with each other: they get the ceiling, not a share.
+func (r *ObjRow) setDiskShare(c DiskCeiling) {
+	r.DiskWriteBytesPerSec, r.DiskReadBytesPerSec = c.WriteBytesPerSec, c.ReadBytesPerSec
+	switch {
+	case r.Mix != "":
+	case r.Op == OpPut && c.WriteBytesPerSec > 0:
+		r.DiskShare = r.BytesPerSec * float64(r.Replicas) / c.WriteBytesPerSec
+	case r.Op == OpGet && c.ReadBytesPerSec > 0:
+		r.DiskShare = r.BytesPerSec / c.ReadBytesPerSec
+	}
 }
 
 // objSet is the working set of one size: the indexes n of the objects
@@ -662,7 +714,7 @@ func pickOp(mix []MixWeight, total int, rng *rand.Rand) ObjOp {
 // weights. "seg ops/s" is the slowest, median and fastest segment.
 func WriteObjTable(w io.Writer, rows []ObjRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "op\tsize\tconc\trepl\ttransport\tops/s\tMB/s\tseg ops/s slow/med/fast\tp50 ms\tp99 ms\tmax ms\tcpu s\tcpu s/GB\terrors\t")
+	fmt.Fprintln(tw, "op\tsize\tconc\trepl\ttransport\tops/s\tMB/s\tdisk%\tseg ops/s slow/med/fast\tp50 ms\tp99 ms\tmax ms\tcpu s\tcpu s/GB\terrors\t")
 	var mixes []string
 	for _, r := range rows {
 		op := string(r.Op)
@@ -676,8 +728,12 @@ func WriteObjTable(w io.Writer, rows []ObjRow) error {
 				op = fmt.Sprintf("mix%d", slices.Index(mixes, r.Mix)+1)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.0f\t%.1f\t%s/%s/%s\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%d\t\n",
-			op, FormatSize(int64(r.Size)), r.Concurrency, r.Replicas, r.Transport, r.OpsPerSec, r.BytesPerSec/1e6,
+		disk := "-"
+		if r.DiskShare > 0 {
+			disk = fmt.Sprintf("%.0f%%", 100*r.DiskShare)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.0f\t%.1f\t%s\t%s/%s/%s\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%d\t\n",
+			op, FormatSize(int64(r.Size)), r.Concurrency, r.Replicas, r.Transport, r.OpsPerSec, r.BytesPerSec/1e6, disk,
 			FormatCount(r.SegSlowestPerSec), FormatCount(r.SegMedianPerSec), FormatCount(r.SegFastestPerSec),
 			r.P50Us/1e3, r.P99Us/1e3, r.MaxUs/1e3, r.CPUSeconds, formatCPUPerGB(r.CPUSecPerGB), r.Errors)
 	}
@@ -686,6 +742,10 @@ func WriteObjTable(w io.Writer, rows []ObjRow) error {
 	}
 	for i, m := range mixes {
 		fmt.Fprintf(w, "mix%d: %s (CPU on the total row only)\n", i+1, m)
+	}
+	if r := rows[0]; r.DiskWriteBytesPerSec > 0 {
+		fmt.Fprintf(w, "disk: %.0f MB/s synced 4 MiB writes, %.0f MB/s reads; disk%% = a put's MB/s x replicas, or a get's MB/s, over them\n",
+			r.DiskWriteBytesPerSec/1e6, r.DiskReadBytesPerSec/1e6)
 	}
 	return nil
 }

@@ -2,8 +2,10 @@ package bench
 
 import (
 	"bytes"
+	"compress/flate"
 	"context"
 	"encoding/json"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +17,8 @@ import (
 var objJSONKeys = []string{
 	"op", "size", "concurrency", "replicas", "transport", "objects", "ops", "errors", "seconds",
 	"ops_per_sec", "bytes_per_sec", "p50_us", "p99_us", "p999_us", "max_us", "mean_us",
-	"cpu_s", "cpu_us_per_op", "cpu_s_per_gb", "segment_s", "segment_counts",
+	"cpu_s", "cpu_us_per_op", "cpu_s_per_gb", "disk_write_bytes_per_sec", "disk_read_bytes_per_sec", "disk_share",
+	"segment_s", "segment_counts",
 	"seg_slowest_per_sec", "seg_median_per_sec", "seg_fastest_per_sec",
 	"seg_slowest_bytes_per_sec", "seg_median_bytes_per_sec", "seg_fastest_bytes_per_sec",
 	"latency_hist",
@@ -65,6 +68,11 @@ func TestRunObj(t *testing.T) {
 		if moves != (r.BytesPerSec > 0) {
 			t.Errorf("%s: %v bytes/s", objRowLabel(&r), r.BytesPerSec)
 		}
+		// Beside the disk: every row has the ceiling, puts and gets
+		// their share of it.
+		if r.DiskWriteBytesPerSec <= 0 || r.DiskReadBytesPerSec <= 0 || (r.Mix == "" && (r.Op == OpPut || r.Op == OpGet)) != (r.DiskShare > 0) {
+			t.Errorf("%s: disk %v/%v B/s, share %v", objRowLabel(&r), r.DiskWriteBytesPerSec, r.DiskReadBytesPerSec, r.DiskShare)
+		}
 		// CPU is on the single rows and the mix's total only.
 		if (r.Mix == "" || r.Op == OpMixed) != (r.CPUSeconds > 0) {
 			t.Errorf("%s: cpu %v s", objRowLabel(&r), r.CPUSeconds)
@@ -84,7 +92,7 @@ func TestRunObj(t *testing.T) {
 	if err := WriteObjTable(&buf, rows); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"seg ops/s slow/med/fast", "mix1:get", "mix1: get=50,put=30,delete=20", "stat", "list"} {
+	for _, w := range []string{"seg ops/s slow/med/fast", "mix1:get", "mix1: get=50,put=30,delete=20", "stat", "list", "disk%", "disk: "} {
 		if !strings.Contains(buf.String(), w) {
 			t.Errorf("table lacks %q:\n%s", w, buf.String())
 		}
@@ -111,4 +119,43 @@ func TestParseMix(t *testing.T) {
 	if _, err := ParseObjOp("Delete"); err != nil {
 		t.Errorf("ParseObjOp is case-insensitive: %v", err)
 	}
+}
+
+// TestObjBodyIncompressible: the default body is random (deflate cannot
+// shrink it), the same each run, and --compressible's pattern is not.
+func TestObjBodyIncompressible(t *testing.T) {
+	ratio := func(b []byte) float64 {
+		var out bytes.Buffer
+		w, _ := flate.NewWriter(&out, flate.BestSpeed)
+		w.Write(b)
+		w.Close()
+		return float64(out.Len()) / float64(len(b))
+	}
+	body := objBody(1<<20, false)
+	if r := ratio(body); r < 0.99 {
+		t.Errorf("the default body compresses to %.3f of its size", r)
+	}
+	if !bytes.Equal(body, objBody(1<<20, false)) {
+		t.Error("the default body differs between runs")
+	}
+	if r := ratio(objBody(1<<20, true)); r > 0.05 {
+		t.Errorf("the compressible body compresses only to %.3f", r)
+	}
+}
+
+// TestMeasureDisk measures a temporary directory's disk and leaves nothing
+// behind.
+func TestMeasureDisk(t *testing.T) {
+	dir := t.TempDir()
+	c, err := MeasureDisk(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.WriteBytesPerSec <= 0 || c.ReadBytesPerSec <= 0 || c.Dir != dir {
+		t.Fatalf("ceiling %+v", c)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("left %v behind", left)
+	}
+	t.Logf("%s: write %.0f MB/s, read %.0f MB/s, O_DIRECT %v", dir, c.WriteBytesPerSec/1e6, c.ReadBytesPerSec/1e6, c.Direct)
 }
