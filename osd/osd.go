@@ -336,6 +336,11 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 			Transports: cfg.Transports, Faults: cfg.Faults, DisableDataCRC: cfg.DisableDataCRC,
 			Reconnect:   msgr.Backoff{Min: 10 * time.Millisecond, Max: time.Second},
 			OnDialError: o.onDialError,
+			// No receive budget between OSDs, as Ceph caps only client
+			// messages (osd_client_message_size_cap): a replica holds
+			// RepOps while it pulls a gap over this same messenger, and a
+			// spent budget would keep the pull's replies from being read.
+			MaxRecvBytes: -1,
 		})
 	}
 	if err != nil {
