@@ -625,7 +625,12 @@ func testConcurrentSenders(t *testing.T, env Env) {
 
 func testManyConnections(t *testing.T, env Env) {
 	srvRec := NewRecorder(t)
-	srv := env.NewMessenger(t, "osd.0", srvRec, nil)
+	// A thousand handshakes at once on two loaded cores (CI runs packages
+	// in parallel, under -race) can outlast the 10 s default, and a lossy
+	// client whose handshake is cut loses its messages by design: this
+	// test is about many sessions, not handshake speed.
+	slow := func(o *msgr.Options) { o.HandshakeTimeout = 2 * time.Minute }
+	srv := env.NewMessenger(t, "osd.0", srvRec, slow)
 	addr := env.Listen(t, srv)
 	conns := env.n(1000)
 	const perConn = 5
@@ -636,6 +641,7 @@ func testManyConnections(t *testing.T, env Env) {
 		go func() {
 			defer wg.Done()
 			cli := env.NewMessenger(t, msgr.EntityName(fmt.Sprintf("client.%d", i)), NewRecorder(t), func(o *msgr.Options) {
+				slow(o)
 				o.DefaultPolicy = msgr.LossyClient
 			})
 			c, err := cli.Connect(context.Background(), addr, "osd.0")
