@@ -4,6 +4,7 @@ import (
 	"context"
 	"iter"
 
+	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/osd/ops"
 )
 
@@ -15,3 +16,16 @@ func ListHidden(ctx context.Context, c *Client) iter.Seq2[ObjectInfo, error] {
 
 // WholePartFetches is how many parts o fetched whole (CRC-checked).
 func WholePartFetches(o *Object) int { return int(o.wholeParts.Load()) }
+
+// HeldBytes is how many bytes of get replies c's Objects hold.
+func HeldBytes(c *Client) int64 {
+	c.held.mu.Lock()
+	defer c.held.mu.Unlock()
+	return c.held.total
+}
+
+// HoldPerConn is the most HeldBytes holds from one session.
+const HoldPerConn = holdPerConn
+
+// MessengerStats are the counters of c's messenger.
+func MessengerStats(c *Client) msgr.Stats { return c.m.Stats() }

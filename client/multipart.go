@@ -2,11 +2,8 @@ package client
 
 import (
 	"context"
-	"crypto/md5"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"strings"
 	"time"
@@ -68,24 +65,34 @@ func (c *Client) PutObjectPart(ctx context.Context, bucket, key, uploadID string
 	if size < 0 || size > ops.MaxPutSize {
 		return ObjectPart{}, ops.Errorf(ErrEntityTooLarge.Status, "part of %d bytes: at most %d", size, ops.MaxPutSize)
 	}
-	data := make([]byte, size)
-	if _, err := io.ReadFull(r, data); err != nil {
+	tg := target{bucket: ops.MultipartBucket, key: ops.PartKey(uploadID, uint32(partNumber))}
+	bd, err := c.readBody(r, c.payloadBuffer(ctx, tg, int(size)))
+	if err != nil {
+		bd.release()
 		return ObjectPart{}, fmt.Errorf("client: reading part %d: %w", partNumber, err)
 	}
+	return c.putPart(ctx, bucket, key, uploadID, partNumber, bd)
+}
+
+// putPart uploads bd (and releases it) as part partNumber. With
+// Options.MD5 the OSD's ETag for it, the part's MD5, is checked against
+// the client's; without, the OSD's is taken: it is of bytes whose CRC32C
+// the OSD checked.
+func (c *Client) putPart(ctx context.Context, bucket, key, uploadID string, partNumber int, bd body) (ObjectPart, error) {
+	defer bd.release()
 	partKey := ops.PartKey(uploadID, uint32(partNumber))
-	meta := &osdpb.ObjectMeta{Size: uint64(size), Crc32C: crc32.Checksum(data, castagnoli)}
+	meta := &osdpb.ObjectMeta{Size: uint64(bd.n), Crc32C: bd.crc}
 	var rep osdpb.UploadReply
 	_, err := c.do(ctx, osdpb.MsgType_MSG_UPLOAD_PART, target{bucket: ops.MultipartBucket, key: partKey}, func(h *osdpb.Header) proto.Message {
 		return &osdpb.UploadRequest{Header: h, Bucket: bucket, Key: key, UploadId: uploadID, PartNumber: uint32(partNumber), Meta: meta}
-	}, data, &rep, false)
+	}, bd.buf, &rep, false)
 	if err != nil {
 		return ObjectPart{}, err
 	}
-	sum := md5.Sum(data)
-	if got := rep.Part.GetEtag(); got != hex.EncodeToString(sum[:]) {
-		return ObjectPart{}, ops.Errorf(ErrBadDigest.Status, "part %d: the OSD computed ETag %s, we %x", partNumber, got, sum)
+	if got := rep.Part.GetEtag(); bd.md5 != nil && got != bd.etag() {
+		return ObjectPart{}, ops.Errorf(ErrBadDigest.Status, "part %d: the OSD computed ETag %s, we %s", partNumber, got, bd.etag())
 	}
-	return ObjectPart{PartNumber: partNumber, ETag: rep.Part.GetEtag(), Size: size, CRC32C: meta.Crc32C}, nil
+	return ObjectPart{PartNumber: partNumber, ETag: rep.Part.GetEtag(), Size: int64(bd.n), CRC32C: bd.crc}, nil
 }
 
 // CompleteMultipartUpload makes the object from the parts listed, which

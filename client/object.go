@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
@@ -22,14 +24,23 @@ type GetOptions struct {
 	Offset, Length int64
 }
 
-// readWindow is how much a sequential Read fetches at once.
+// readWindow is the most a get asks for at once: a sequential Read's
+// window, a piece of a ReadAt. It bounds every reply, so a reply always
+// fits the room held windows leave in a session's receive window (see
+// holdPerConn).
 const readWindow = 8 << 20
 
 // Object is an object being read: an io.ReadSeekCloser that is also an
-// io.ReaderAt. Reads fetch ranges from the primary as needed (a multipart
-// object's from each part's primary). A sequential read of a whole object
-// checks its CRC32C at the end (each part's, for a multipart object) and
-// fails with BadDigest rather than return wrong bytes.
+// io.ReaderAt and an io.WriterTo. Reads fetch ranges from the primary as
+// needed (a multipart object's from each part's primary), a window at a
+// time. A window is the reply message itself, held until the next window
+// or Close, so the bytes are not copied before Read copies them out (and
+// WriteTo, which io.Copy uses, not even then); Close must be called.
+//
+// A read that fetches an object (each part, for a multipart object) from
+// its start to its end, as a sequential read of the whole does, checks its
+// CRC32C and fails with BadDigest rather than return the window that does
+// not match.
 type Object struct {
 	c           *Client
 	ctx         context.Context
@@ -40,13 +51,11 @@ type Object struct {
 
 	mu     sync.Mutex
 	off    int64  // Read's position, relative to start
-	buf    []byte // bytes from bufOff on
-	bufOff int64
-	crc    uint32 // of the bytes Read returned from 0, while sequential
-	crcOK  bool
+	win    window // the last window fetched
+	ck     crcCheck
 	closed bool
-	// wholeParts counts parts fetched whole, so checked against their
-	// CRC32C (tests).
+	// wholeParts counts the spans (parts, or a plain object) checked
+	// whole against their CRC32C (tests).
 	wholeParts atomic.Int32
 }
 
@@ -68,29 +77,35 @@ func (c *Client) GetObject(ctx context.Context, bucket, key string, opts GetOpti
 	if opts.Length >= 0 {
 		first = min(first, opts.Length)
 	}
-	meta, data, err := c.getRange(ctx, bucket, key, opts.Offset, first, nil)
+	meta, msg, err := c.getRange(ctx, bucket, key, opts.Offset, first, nil)
 	if err != nil {
 		return nil, err
 	}
-	o := &Object{c: c, ctx: ctx, bucket: bucket, key: key, meta: meta, info: objectInfo(key, meta), start: opts.Offset, crcOK: true}
+	o := &Object{c: c, ctx: ctx, bucket: bucket, key: key, meta: meta, info: objectInfo(key, meta), start: opts.Offset}
 	o.size = int64(meta.Size) - opts.Offset
 	if opts.Length >= 0 && opts.Length < o.size {
 		o.size = opts.Length
 	}
-	o.crcOK = o.start == 0 && o.size == int64(meta.Size)
-	if len(meta.Parts) == 0 {
-		o.buf = data
+	if len(meta.Parts) > 0 {
+		msg.Release() // a manifest: the bytes come from the parts
+		return o, nil
 	}
+	if err := o.ck.add(o, o.spanAt(o.start), o.start, msg.Data); err != nil {
+		msg.Release()
+		return nil, err
+	}
+	o.win = c.keep(0, msg)
 	return o, nil
 }
 
 // Stat is the object's info (of the whole object, not the range).
 func (o *Object) Stat() (ObjectInfo, error) { return o.info, nil }
 
-// Close ends reading.
+// Close ends reading and releases the window.
 func (o *Object) Close() error {
 	o.mu.Lock()
-	o.closed, o.buf = true, nil
+	o.closed = true
+	o.c.drop(&o.win)
 	o.mu.Unlock()
 	return nil
 }
@@ -99,35 +114,64 @@ func (o *Object) Close() error {
 func (o *Object) Read(p []byte) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	b, err := o.next(len(p))
+	return copy(p, b), err
+}
+
+// WriteTo writes the object from the position to its end to w straight
+// from the windows, with no copy in between (io.WriterTo: io.Copy uses it).
+func (o *Object) WriteTo(w io.Writer) (int64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var total int64
+	for {
+		b, err := o.next(readWindow)
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+		k, err := w.Write(b)
+		total += int64(k)
+		if err == nil && k < len(b) {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			o.off -= int64(len(b) - k)
+			return total, err
+		}
+	}
+}
+
+// next returns up to max bytes from the position, fetching the window
+// that holds it if need be, and moves the position past them. The bytes
+// live in the window: valid until the next fetch or Close. REQUIRES: o.mu.
+func (o *Object) next(max int) ([]byte, error) {
 	if o.closed {
-		return 0, errors.New("client: read of a closed object")
+		return nil, errors.New("client: read of a closed object")
 	}
 	if o.off >= o.size {
-		return 0, io.EOF
+		return nil, io.EOF
 	}
-	if o.off < o.bufOff || o.off >= o.bufOff+int64(len(o.buf)) {
-		w := min(o.size-o.off, max(int64(len(p)), readWindow))
-		if len(o.meta.Parts) > 0 {
-			// A multipart object is read a part at a time (parts are at
-			// most 64 MiB), so each part read from its start is checked
-			// against its CRC32C as a whole.
-			w = o.partRest(o.off)
-		}
-		buf, err := o.fetch(o.off, w)
+	if o.off < o.win.off || o.off >= o.win.off+int64(len(o.win.data)) {
+		o.c.drop(&o.win)
+		abs := o.start + o.off
+		sp := o.spanAt(abs)
+		msg, err := o.fetch(sp, abs, min(sp.start+sp.size-abs, readWindow, o.size-o.off))
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		o.buf, o.bufOff = buf, o.off
+		if err := o.ck.add(o, sp, abs, msg.Data); err != nil {
+			msg.Release()
+			return nil, err
+		}
+		o.win = o.c.keep(o.off, msg)
 	}
-	n := copy(p, o.buf[o.off-o.bufOff:])
-	if o.crcOK {
-		o.crc = crc32.Update(o.crc, castagnoli, p[:n])
-	}
-	o.off += int64(n)
-	if o.off == o.size && o.crcOK && len(o.meta.Parts) == 0 && o.crc != o.meta.Crc32C {
-		return n, ops.Errorf(ErrBadDigest.Status, "%s/%s: read bytes have CRC32C %08x, the object %08x", o.bucket, o.key, o.crc, o.meta.Crc32C)
-	}
-	return n, nil
+	b := o.win.data[o.off-o.win.off:]
+	b = b[:min(len(b), max)]
+	o.off += int64(len(b))
+	return b, nil
 }
 
 // Seek sets Read's position (io.Seeker).
@@ -148,27 +192,12 @@ func (o *Object) Seek(offset int64, whence int) (int64, error) {
 	if abs < 0 {
 		return 0, fmt.Errorf("client: seek to %d: negative position", abs)
 	}
-	if abs != o.off {
-		o.crcOK = false // the whole-object check needs one sequential pass
-	}
 	o.off = abs
 	return abs, nil
 }
 
-// partRest is how many bytes from off (relative to the range start) to the
-// end of the part that holds it, within the range.
-func (o *Object) partRest(off int64) int64 {
-	abs, end := o.start+off, int64(0)
-	for _, p := range o.meta.Parts {
-		end += int64(p.Size)
-		if abs < end {
-			break
-		}
-	}
-	return min(end-abs, o.size-off)
-}
-
-// ReadAt reads len(p) bytes at off (io.ReaderAt).
+// ReadAt reads len(p) bytes at off (io.ReaderAt), straight from the
+// replies into p, a window at a time.
 func (o *Object) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("client: read at %d: negative offset", off)
@@ -176,53 +205,182 @@ func (o *Object) ReadAt(p []byte, off int64) (int, error) {
 	if off >= o.size {
 		return 0, io.EOF
 	}
-	n := min(int64(len(p)), o.size-off)
-	b, err := o.fetch(off, n)
-	if err != nil {
-		return 0, err
+	n := int(min(int64(len(p)), o.size-off))
+	var ck crcCheck // the pieces of one ReadAt are sequential
+	for done := 0; done < n; {
+		abs := o.start + off + int64(done)
+		sp := o.spanAt(abs)
+		msg, err := o.fetch(sp, abs, min(sp.start+sp.size-abs, readWindow, int64(n-done)))
+		if err != nil {
+			return done, err
+		}
+		err = ck.add(o, sp, abs, msg.Data)
+		if err == nil {
+			done += copy(p[done:], msg.Data)
+		}
+		msg.Release()
+		if err != nil {
+			return done, err
+		}
 	}
-	copy(p, b)
-	if n < int64(len(p)) {
-		return int(n), io.EOF
+	if n < len(p) {
+		return n, io.EOF
 	}
-	return int(n), nil
+	return n, nil
 }
 
-// fetch reads n bytes at off (relative to the range start).
-func (o *Object) fetch(off, n int64) ([]byte, error) {
-	abs := o.start + off
+// span is what one get reads from: a plain object, or the part of a
+// multipart object that holds a position. Its bytes are [start,
+// start+size) of the object and have CRC32C crc.
+type span struct {
+	bucket, key string
+	start, size int64
+	crc         uint32
+	part        int               // the part's index; 0 for a plain object
+	want        *osdpb.ObjectMeta // the version a plain object must still be
+}
+
+// spanAt is the span that holds abs (a position in the object).
+func (o *Object) spanAt(abs int64) span {
 	if len(o.meta.Parts) == 0 {
-		_, b, err := o.c.getRange(o.ctx, o.bucket, o.key, abs, n, o.meta)
-		return b, err
+		return span{bucket: o.bucket, key: o.key, size: int64(o.meta.Size), crc: o.meta.Crc32C, want: o.meta}
 	}
-	// A multipart object: the parts covering [abs, abs+n).
-	out := make([]byte, 0, n)
 	pos := int64(0)
-	for _, p := range o.meta.Parts {
-		ps := int64(p.Size)
-		if abs+int64(len(out)) >= pos+ps || len(out) == int(n) {
-			pos += ps
-			continue
+	for i, p := range o.meta.Parts {
+		if abs < pos+int64(p.Size) || i == len(o.meta.Parts)-1 {
+			return span{bucket: ops.MultipartBucket, key: p.Key, start: pos, size: int64(p.Size), crc: p.Crc32C, part: i}
 		}
-		from := abs + int64(len(out)) - pos
-		want := min(ps-from, n-int64(len(out)))
-		_, b, err := o.c.getRange(o.ctx, ops.MultipartBucket, p.Key, from, want, nil)
-		if err != nil {
-			return nil, fmt.Errorf("%s/%s part %d: %w", o.bucket, o.key, p.Number, err)
-		}
-		if from == 0 && want == ps {
-			if crc32.Checksum(b, castagnoli) != p.Crc32C {
-				return nil, ops.Errorf(ErrBadDigest.Status, "%s/%s: part %d does not match its CRC32C", o.bucket, o.key, p.Number)
-			}
-			o.wholeParts.Add(1)
-		}
-		out = append(out, b...)
-		pos += ps
+		pos += int64(p.Size)
 	}
-	if int64(len(out)) != n {
-		return nil, fmt.Errorf("client: %s/%s: parts hold %d of the %d bytes asked", o.bucket, o.key, len(out), n)
+	return span{}
+}
+
+// fetch gets n bytes at abs, all within sp. The caller releases the
+// reply, whose data they are.
+func (o *Object) fetch(sp span, abs, n int64) (*msgr.Message, error) {
+	_, msg, err := o.c.getRange(o.ctx, sp.bucket, sp.key, abs-sp.start, n, sp.want)
+	if err != nil && sp.want == nil {
+		err = fmt.Errorf("%s/%s part %d: %w", o.bucket, o.key, o.meta.Parts[sp.part].GetNumber(), err)
 	}
-	return out, nil
+	return msg, err
+}
+
+// crcCheck checksums what is fetched of a span from its start on, in
+// order, and compares it with the span's CRC32C once it reaches the end;
+// a fetch anywhere else ends the check of that span.
+type crcCheck struct {
+	on   bool
+	part int
+	pos  int64 // bytes of the span checksummed
+	crc  uint32
+}
+
+// add checks data, fetched at abs within sp, into c.
+func (c *crcCheck) add(o *Object, sp span, abs int64, data []byte) error {
+	switch rel := abs - sp.start; {
+	case rel == 0:
+		*c = crcCheck{on: true, part: sp.part}
+	case !c.on || c.part != sp.part || c.pos != rel:
+		c.on = false
+		return nil
+	}
+	c.crc = crc32.Update(c.crc, castagnoli, data)
+	c.pos += int64(len(data))
+	if c.pos < sp.size {
+		return nil
+	}
+	c.on = false
+	if c.crc != sp.crc {
+		if sp.want == nil {
+			return ops.Errorf(ErrBadDigest.Status, "%s/%s: part %d does not match its CRC32C", o.bucket, o.key, o.meta.Parts[sp.part].GetNumber())
+		}
+		return ops.Errorf(ErrBadDigest.Status, "%s/%s: read bytes have CRC32C %08x, the object %08x", o.bucket, o.key, c.crc, sp.crc)
+	}
+	o.wholeParts.Add(1)
+	return nil
+}
+
+// window is the bytes of an object an Object fetched last: a get reply's
+// data, held (not copied) until the next window or Close, or a copy of it
+// when the client holds enough replies already (see holdPerConn).
+type window struct {
+	off  int64 // of data, relative to the range start
+	data []byte
+	msg  *msgr.Message // the reply data is in, held
+	buf  *wire.Buffer  // the copy data is in
+}
+
+// A held reply keeps its receive credit and bytes of its session's receive
+// window (and of the messenger's receive budget) until it is released. So
+// that an OSD always has room to send a reply however many Objects are
+// open and unread, the client holds at most holdPerConn bytes of replies
+// per session, which leaves more than readWindow of the session's window,
+// and holdTotal over all; beyond that a window is a copy. msgr's
+// Message.Release is the only way to return the credit, so this is the
+// price of holding without copying (see docs/client.md).
+const (
+	holdPerConn = recvWindow / 4
+	holdTotal   = 128 << 20
+)
+
+// holds counts the bytes of replies Objects hold.
+type holds struct {
+	mu     sync.Mutex
+	byConn map[*msgr.Conn]int64
+	total  int64
+}
+
+func (h *holds) take(conn *msgr.Conn, n int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.byConn[conn]+n > holdPerConn || h.total+n > holdTotal {
+		return false
+	}
+	if h.byConn == nil {
+		h.byConn = map[*msgr.Conn]int64{}
+	}
+	h.byConn[conn] += n
+	h.total += n
+	return true
+}
+
+func (h *holds) give(conn *msgr.Conn, n int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.byConn[conn] -= n; h.byConn[conn] == 0 {
+		delete(h.byConn, conn)
+	}
+	h.total -= n
+}
+
+// keep makes msg, a get reply of off's bytes, an Object's window.
+func (c *Client) keep(off int64, msg *msgr.Message) window {
+	n := int64(len(msg.Data))
+	w := window{off: off}
+	switch {
+	case n == 0:
+		msg.Release()
+	case c.held.take(msg.Conn(), n):
+		w.msg, w.data = msg, msg.Data
+	default:
+		w.buf = wire.GetBuffer(int(n))
+		w.data = w.buf.B
+		copy(w.data, msg.Data)
+		msg.Release()
+	}
+	return w
+}
+
+// drop releases a window, once: it is empty afterwards.
+func (c *Client) drop(w *window) {
+	if w.msg != nil {
+		c.held.give(w.msg.Conn(), int64(len(w.data)))
+		w.msg.Release()
+	}
+	if w.buf != nil {
+		w.buf.Release()
+	}
+	*w = window{}
 }
 
 // head reads an object's metadata.
@@ -238,9 +396,10 @@ func (c *Client) head(ctx context.Context, bucket, key string) (*osdpb.ObjectMet
 }
 
 // getRange reads up to n bytes at off of one stored object (n -1: to the
-// end) and its metadata. With want set, the object must still be that
-// version: a read in windows never mixes two versions of an object.
-func (c *Client) getRange(ctx context.Context, bucket, key string, off, n int64, want *osdpb.ObjectMeta) (*osdpb.ObjectMeta, []byte, error) {
+// end) and its metadata; the reply message, which the caller releases,
+// holds the bytes as its data. With want set, the object must still be
+// that version: a read in windows never mixes two versions of an object.
+func (c *Client) getRange(ctx context.Context, bucket, key string, off, n int64, want *osdpb.ObjectMeta) (*osdpb.ObjectMeta, *msgr.Message, error) {
 	var rep osdpb.ObjectReply
 	msg, err := c.do(ctx, osdpb.MsgType_MSG_GET_OBJECT, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
 		return &osdpb.GetObject{Header: h, Bucket: bucket, Key: key, HasRange: true, Offset: uint64(off), Length: n}
@@ -248,9 +407,9 @@ func (c *Client) getRange(ctx context.Context, bucket, key string, off, n int64,
 	if err != nil {
 		return nil, nil, err
 	}
-	defer msg.Release()
 	meta := rep.Meta
 	if want != nil && (meta.GetMtimeUnixNano() != want.MtimeUnixNano || meta.GetSize() != want.Size || meta.GetCrc32C() != want.Crc32C) {
+		msg.Release()
 		return nil, nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "%s/%s was overwritten while being read; read it again", bucket, key)
 	}
 	if len(meta.GetParts()) == 0 {
@@ -259,9 +418,9 @@ func (c *Client) getRange(ctx context.Context, bucket, key string, off, n int64,
 			avail = min(avail, n)
 		}
 		if int64(len(msg.Data)) != avail {
+			msg.Release()
 			return nil, nil, fmt.Errorf("client: %s/%s: %d bytes at %d expected, %d came", bucket, key, avail, off, len(msg.Data))
 		}
 	}
-	// The message's data lives in the messenger's receive buffer.
-	return meta, append([]byte(nil), msg.Data...), nil
+	return meta, msg, nil
 }

@@ -3,9 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
-	"crypto/md5"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -154,46 +152,67 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 	if size > int64(ops.MaxParts)*opts.PartSize {
 		return ObjectInfo{}, ops.Errorf(ErrEntityTooLarge.Status, "%d bytes: more than %d parts of %d", size, ops.MaxParts, opts.PartSize)
 	}
-	// Read the first part: if it is all there is, one put does. A known
-	// small size allocates just that (zeroing PartSize bytes per put was
-	// most of a 4 KiB put's CPU).
-	var first []byte
+	// Read the first part straight into a send buffer: if it is all
+	// there is, one put does.
+	first := int(opts.PartSize)
 	if size >= 0 && size <= opts.PartSize {
-		first = make([]byte, size)
-	} else {
-		first = make([]byte, opts.PartSize+1)
+		first = int(size)
 	}
-	n, err := io.ReadFull(r, first)
+	tg := target{bucket: bucket, key: key}
+	bd, err := c.readBody(r, c.payloadBuffer(ctx, tg, first))
+	if size >= 0 && size <= opts.PartSize {
+		if err != nil {
+			bd.release()
+			return ObjectInfo{}, fmt.Errorf("client: reading %d bytes of %s/%s: %w", size, bucket, key, err)
+		}
+		return c.putSingle(ctx, bucket, key, bd, opts)
+	}
+	var more [1]byte
+	k := 0
 	switch {
-	case size >= 0 && size <= opts.PartSize && err != nil:
-		return ObjectInfo{}, fmt.Errorf("client: reading %d bytes of %s/%s: %w", size, bucket, key, err)
-	case size >= 0 && size <= opts.PartSize, errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return c.putSingle(ctx, bucket, key, first[:n], opts)
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 	case err != nil:
 		return ObjectInfo{}, err
+	default:
+		// A full part: one byte more says whether there is a second.
+		k, err = io.ReadFull(r, more[:])
+		if err != nil && !errors.Is(err, io.EOF) {
+			bd.release()
+			return ObjectInfo{}, err
+		}
 	}
-	return c.putMultipart(ctx, bucket, key, io.MultiReader(bytes.NewReader(first[:n]), r), size, opts)
+	if k == 0 {
+		if size >= 0 && int64(bd.n) != size {
+			bd.release()
+			return ObjectInfo{}, fmt.Errorf("client: %s/%s: read %d bytes, expected %d", bucket, key, bd.n, size)
+		}
+		return c.putSingle(ctx, bucket, key, bd, opts)
+	}
+	return c.putMultipart(ctx, bucket, key, bd, io.MultiReader(bytes.NewReader(more[:]), r), size, opts)
 }
 
-func (c *Client) putSingle(ctx context.Context, bucket, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
-	sum := md5.Sum(data)
-	meta := &osdpb.ObjectMeta{Size: uint64(len(data)), Crc32C: crc32.Checksum(data, castagnoli),
-		ContentType: opts.ContentType, UserMeta: opts.UserMetadata, Etag: hex.EncodeToString(sum[:])}
+// putSingle puts bd (and releases it) as bucket/key in one op.
+func (c *Client) putSingle(ctx context.Context, bucket, key string, bd body, opts PutOptions) (ObjectInfo, error) {
+	defer bd.release()
+	meta := &osdpb.ObjectMeta{Size: uint64(bd.n), Crc32C: bd.crc,
+		ContentType: opts.ContentType, UserMeta: opts.UserMetadata, Etag: bd.etag()}
 	var rep osdpb.ObjectReply
 	_, err := c.do(ctx, osdpb.MsgType_MSG_PUT_OBJECT, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
 		return &osdpb.PutObject{Header: h, Bucket: bucket, Key: key, Meta: meta}
-	}, data, &rep, false)
+	}, bd.buf, &rep, false)
 	if err != nil {
 		return ObjectInfo{}, err
 	}
 	return objectInfo(key, rep.Meta), nil
 }
 
-// putMultipart uploads r in parts of opts.PartSize, Concurrency at a time,
-// and completes the upload; on failure it aborts it.
-func (c *Client) putMultipart(ctx context.Context, bucket, key string, r io.Reader, size int64, opts PutOptions) (ObjectInfo, error) {
+// putMultipart uploads first and then the rest of the object from r in
+// parts of opts.PartSize, Concurrency at a time, each read straight into
+// a send buffer, and completes the upload; on failure it aborts it.
+func (c *Client) putMultipart(ctx context.Context, bucket, key string, first body, r io.Reader, size int64, opts PutOptions) (ObjectInfo, error) {
 	id, err := c.NewMultipartUpload(ctx, bucket, key, opts)
 	if err != nil {
+		first.release()
 		return ObjectInfo{}, err
 	}
 	ctx2, cancel := context.WithCancel(ctx)
@@ -219,22 +238,31 @@ func (c *Client) putMultipart(ctx context.Context, bucket, key string, r io.Read
 			fail(ops.Errorf(ErrEntityTooLarge.Status, "more than %d parts of %d bytes", ops.MaxParts, opts.PartSize))
 			break
 		}
-		buf := make([]byte, opts.PartSize)
-		k, rerr := io.ReadFull(r, buf)
-		if k == 0 && n > 1 {
-			break
+		bd, rerr := first, error(nil)
+		if n > 1 {
+			tg := target{bucket: ops.MultipartBucket, key: ops.PartKey(id, uint32(n))}
+			bd, rerr = c.readBody(r, c.payloadBuffer(ctx2, tg, int(opts.PartSize)))
+			if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
+				fail(rerr)
+				break
+			}
+			if bd.n == 0 {
+				bd.release()
+				break
+			}
 		}
-		total += int64(k)
+		total += int64(bd.n)
 		select {
 		case sem <- struct{}{}:
 		case <-ctx2.Done():
 		}
 		if ctx2.Err() != nil {
+			bd.release()
 			break
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			p, err := c.PutObjectPart(ctx2, bucket, key, id, n, bytes.NewReader(buf[:k]), int64(k))
+			p, err := c.putPart(ctx2, bucket, key, id, n, bd)
 			if err != nil {
 				fail(fmt.Errorf("part %d: %w", n, err))
 				return
@@ -243,11 +271,7 @@ func (c *Client) putMultipart(ctx context.Context, bucket, key string, r io.Read
 			parts = append(parts, CompletePart{PartNumber: n, ETag: p.ETag})
 			mu.Unlock()
 		})
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
 		if rerr != nil {
-			fail(rerr)
 			break
 		}
 	}

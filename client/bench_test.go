@@ -1,0 +1,93 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/osd/osdtest"
+)
+
+// processCPU is the user+system CPU time of the process so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchCluster is a one-OSD, one-replica cluster in this process with a
+// bucket, so a benchmark's CPU is the client's, one loopback transfer and
+// one store write or read (cpu-s/GB counts all of them).
+func benchCluster(b *testing.B) (*client.Client, context.Context) {
+	c := osdtest.Start(b, osdtest.Options{OSDs: 1, PGs: 8})
+	cl := c.Client(b, nil)
+	ctx := b.Context()
+	if err := cl.MakeBucket(ctx, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	return cl, ctx
+}
+
+// benchOps runs op with 8 in flight and reports, beside the usual, the
+// process's CPU time per GB of payload (cpu-s/GB).
+func benchOps(b *testing.B, size int64, op func(i int) error) {
+	b.SetBytes(size)
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	cpu0 := processCPU()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for i := 0; pb.Next(); i++ {
+			if err := op(i); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric((processCPU()-cpu0).Seconds()/(float64(int64(b.N)*size)/1e9), "cpu-s/GB")
+}
+
+// BenchmarkPut4MiB puts 4 MiB objects from a bytes.Reader (the SDK reads
+// it into the messenger's send buffer).
+func BenchmarkPut4MiB(b *testing.B) {
+	cl, ctx := benchCluster(b)
+	const size = 4 << 20
+	data := osdtest.Payload(size, 1)
+	benchOps(b, size, func(i int) error {
+		_, err := cl.PutObject(ctx, "bench", fmt.Sprintf("k%d", i%16), bytes.NewReader(data), size, client.PutOptions{})
+		return err
+	})
+}
+
+// BenchmarkGet4MiB reads 4 MiB objects whole as io.Copy does (bench obj
+// reads them so).
+func BenchmarkGet4MiB(b *testing.B) {
+	cl, ctx := benchCluster(b)
+	const size = 4 << 20
+	for i := range 16 {
+		if _, err := osdtest.Put(ctx, cl, "bench", fmt.Sprintf("k%d", i), osdtest.Payload(size, uint64(i)), client.PutOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	benchOps(b, size, func(i int) error { return discardObject(ctx, cl, "bench", fmt.Sprintf("k%d", i%16), size) })
+}
+
+// discardObject reads an object of size bytes whole into io.Discard.
+func discardObject(ctx context.Context, cl *client.Client, bucket, key string, size int64) error {
+	obj, err := cl.GetObject(ctx, bucket, key, client.GetOptions{})
+	if err != nil {
+		return err
+	}
+	defer obj.Close()
+	n, err := io.Copy(io.Discard, obj)
+	if err == nil && n != size {
+		err = fmt.Errorf("%s/%s: read %d bytes of %d", bucket, key, n, size)
+	}
+	return err
+}

@@ -1,0 +1,114 @@
+package client
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// A put's body goes from the caller's io.Reader straight into a messenger
+// payload buffer (Conn.AllocPayload: registered memory on RDMA, which then
+// moves with no further copy; on TCP the link writes large payloads to the
+// socket from it): one copy in all, where the SDK used to read into a
+// fresh allocation first. Its CRC32C (and, with Options.MD5, its MD5) is
+// taken a chunk at a time as the bytes arrive, while they are still in the
+// cache, and it is the only checksum of those bytes in the client: the
+// messenger sends them without a data CRC (see Options.DisableDataCRC).
+
+// digestChunk is how much is read before it is checksummed: small enough
+// to be in the cache still, large enough that a read costs nothing.
+const digestChunk = 256 << 10
+
+// body is a put's bytes in a payload buffer, with their digests.
+type body struct {
+	buf *wire.Buffer // one reference, the body's own; nil for no bytes
+	n   int
+	crc uint32 // CRC32C
+	md5 []byte // with Options.MD5
+}
+
+// release drops the body's reference on its buffer; the messenger may
+// hold others until it is done sending.
+func (b *body) release() {
+	if b.buf != nil {
+		b.buf.Release()
+		b.buf = nil
+	}
+}
+
+// etag is the ETag of an object put in one op: S3's hex MD5 with
+// Options.MD5, else the CRC32C (see Options.MD5).
+func (b *body) etag() string {
+	if b.md5 != nil {
+		return hex.EncodeToString(b.md5)
+	}
+	return fmt.Sprintf("crc32c:%08x", b.crc)
+}
+
+// payloadBuffer returns a buffer of n bytes to send to the primary of tg:
+// registered memory of that connection's link where it has any, else a
+// pooled buffer. Nil for n == 0.
+func (c *Client) payloadBuffer(ctx context.Context, tg target, n int) *wire.Buffer {
+	if n == 0 {
+		return nil
+	}
+	mp := c.Map()
+	pool, pg := c.route(mp, tg)
+	if conn, err := c.primaryConn(ctx, mp, pool.Id, pg); err == nil {
+		if b, err := conn.AllocPayload(n); err == nil {
+			return b
+		}
+	}
+	// The op will fail or go elsewhere; a buffer of any link will do.
+	return wire.GetBuffer(n)
+}
+
+// readBody reads up to len(buf.B) bytes of r into buf (which the body then
+// owns, and releases on an error) and checksums them. It returns what
+// io.ReadFull would: io.EOF for no bytes, io.ErrUnexpectedEOF for fewer.
+func (c *Client) readBody(r io.Reader, buf *wire.Buffer) (body, error) {
+	bd := body{buf: buf}
+	var h hash.Hash
+	if c.opts.MD5 {
+		h = md5.New()
+	}
+	var p []byte
+	if buf != nil {
+		p = buf.B
+	}
+	var err error
+	for bd.n < len(p) && err == nil {
+		var k int
+		k, err = io.ReadFull(r, p[bd.n:min(bd.n+digestChunk, len(p))])
+		chunk := p[bd.n : bd.n+k]
+		bd.crc = crc32.Update(bd.crc, castagnoli, chunk)
+		if h != nil {
+			h.Write(chunk)
+		}
+		bd.n += k
+	}
+	switch {
+	case err == io.ErrUnexpectedEOF || err == io.EOF && bd.n > 0:
+		err = io.ErrUnexpectedEOF
+	case err == io.EOF, err == nil:
+	default:
+		bd.release()
+		return body{}, err
+	}
+	if h != nil {
+		bd.md5 = h.Sum(nil)
+	}
+	if bd.n == 0 && bd.buf != nil {
+		bd.release()
+	}
+	if bd.buf != nil {
+		bd.buf.B = bd.buf.B[:bd.n]
+	}
+	return bd, err
+}

@@ -1,0 +1,323 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/msgr/tcp"
+	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/osd/osdtest"
+)
+
+func crc32c(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) }
+
+// TestETags: a single put's ETag is S3's hex MD5 with Options.MD5 and the
+// CRC32C without; a multipart object's is S3's MD5 of the parts' MD5s and
+// "-N" either way. Around the part size, and with the size unknown.
+func TestETags(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 16})
+	plain := c.Client(t, nil)
+	withMD5 := c.Client(t, func(o *client.Options) { o.MD5 = true })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := plain.MakeBucket(ctx, "etags"); err != nil {
+		t.Fatal(err)
+	}
+	const part = 5 << 20
+	opts := client.PutOptions{PartSize: part}
+	for _, n := range []int{0, 1000, part, part + 1} {
+		data := osdtest.Payload(n, uint64(n))
+		sum := md5.Sum(data)
+		for _, size := range []int64{int64(n), -1} {
+			for _, cl := range []*client.Client{plain, withMD5} {
+				key := fmt.Sprintf("o%d", n)
+				info, err := cl.PutObject(ctx, "etags", key, bytes.NewReader(data), size, opts)
+				if err != nil {
+					t.Fatalf("%d bytes (size %d): %v", n, size, err)
+				}
+				want := fmt.Sprintf("crc32c:%08x", crc32c(data))
+				if cl == withMD5 {
+					want = fmt.Sprintf("%x", sum)
+				}
+				if n > part {
+					p1, p2 := md5.Sum(data[:part]), md5.Sum(data[part:])
+					want = fmt.Sprintf("%x-2", md5.Sum(append(p1[:], p2[:]...)))
+				}
+				if info.ETag != want || info.CRC32C != crc32c(data) || info.Size != int64(n) {
+					t.Errorf("%d bytes (size %d, MD5 %v): ETag %s CRC32C %08x, want %s %08x", n, size, cl == withMD5, info.ETag, info.CRC32C, want, crc32c(data))
+				}
+				if st, err := cl.StatObject(ctx, "etags", key); err != nil || st.ETag != want {
+					t.Errorf("%d bytes: stat ETag %s (%v), want %s", n, st.ETag, err, want)
+				}
+				got, _, err := osdtest.Get(ctx, cl, "etags", key, client.GetOptions{})
+				if err != nil || !bytes.Equal(got, data) {
+					t.Fatalf("%d bytes: read back %d: %v", n, len(got), err)
+				}
+			}
+		}
+	}
+	// A reader shorter than the size is an error, not a shorter object.
+	for _, n := range []int{100, part + 100} {
+		if _, err := plain.PutObject(ctx, "etags", "short", bytes.NewReader(make([]byte, n)), int64(n+1), opts); err == nil {
+			t.Errorf("%d bytes put as %d", n, n+1)
+		}
+	}
+}
+
+// corruptingTCP is TCP whose links corrupt one byte of the data segment
+// of the next frames that have one, as a faulty wire would.
+type corruptingTCP struct {
+	tcp.Transport
+	left, done *atomic.Int32 // frames still to corrupt; frames corrupted
+	withCRC    *atomic.Int32 // links dialled that compute data CRCs
+}
+
+func (t corruptingTCP) Dial(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Link, error) {
+	if !opts.NoDataCRC {
+		t.withCRC.Add(1)
+	}
+	l, err := t.Transport.Dial(ctx, addr, opts)
+	if err != nil {
+		return nil, err
+	}
+	return corruptingLink{l, t}, nil
+}
+
+type corruptingLink struct {
+	wire.Link
+	t corruptingTCP
+}
+
+func (l corruptingLink) EndHandshake() {
+	if e, ok := l.Link.(wire.HandshakeEnder); ok {
+		e.EndHandshake()
+	}
+}
+
+func (l corruptingLink) WriteFrames(frames []wire.Frame) error {
+	for i := range frames {
+		f := &frames[i]
+		if len(f.Data) == 0 || l.t.left.Add(-1) < 0 {
+			continue
+		}
+		l.t.done.Add(1)
+		orig, buf := f.Data, f.Buf
+		f.Data, f.Buf = bytes.Clone(orig), nil // never the sender's bytes
+		f.Data[len(f.Data)/2] ^= 1
+		defer func() { f.Data, f.Buf = orig, buf }()
+	}
+	return l.Link.WriteFrames(frames)
+}
+
+// TestPutResendsACorruptBody: the client sends bodies without a messenger
+// data CRC, since their CRC32C is checked by the OSD. A body corrupted on
+// the way is refused (BadDigest) and sent again from the client's intact
+// buffer, a bounded number of times.
+func TestPutResendsACorruptBody(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8})
+	var left, done, withCRC atomic.Int32
+	cl := c.Client(t, func(o *client.Options) {
+		o.Transports = []wire.Transport{corruptingTCP{left: &left, done: &done, withCRC: &withCRC}}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cl.MakeBucket(ctx, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	data := osdtest.Payload(1<<20+3, 7)
+	left.Store(1)
+	if _, err := osdtest.Put(ctx, cl, "bkt", "k", data, client.PutOptions{}); err != nil {
+		t.Fatalf("a put whose first send was corrupted: %v", err)
+	}
+	got, _, err := osdtest.Get(ctx, cl, "bkt", "k", client.GetOptions{})
+	if err != nil || !bytes.Equal(got, data) || done.Load() != 1 {
+		t.Fatalf("read back %d bytes (%v) after %d corrupted sends", len(got), err, done.Load())
+	}
+	// A wire that corrupts every send: the put fails after 3 sends.
+	left.Store(1 << 30)
+	done.Store(0)
+	if _, err := osdtest.Put(ctx, cl, "bkt", "k", osdtest.Payload(1000, 8), client.PutOptions{}); !errors.Is(err, client.ErrBadDigest) || done.Load() != 3 {
+		t.Fatalf("always corrupted: %v after %d sends, want BadDigest after 3", err, done.Load())
+	}
+	if n := withCRC.Load(); n != 0 {
+		t.Errorf("%d of the client's links compute data CRCs", n)
+	}
+	left.Store(0)
+	if got, _, err := osdtest.Get(ctx, cl, "bkt", "k", client.GetOptions{}); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the object after refused puts: %d bytes, %v", len(got), err)
+	}
+}
+
+// oneOSD is a one-OSD cluster, so every reply comes on one session, with
+// a bucket of objects of the sizes given (named s0, s1, ...).
+func oneOSD(t *testing.T, sizes ...int) (*client.Client, context.Context, [][]byte) {
+	t.Helper()
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8})
+	cl := c.Client(t, func(o *client.Options) { o.OpTimeout = 10 * time.Second })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	if err := cl.MakeBucket(ctx, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	var objs [][]byte
+	for i, n := range sizes {
+		data := osdtest.Payload(n, uint64(i))
+		if _, err := osdtest.Put(ctx, cl, "bkt", fmt.Sprintf("s%d", i), data, client.PutOptions{PartSize: 5 << 20}); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, data)
+	}
+	return cl, ctx, objs
+}
+
+// checkNothingHeld: no reply is held by the client nor charged to its
+// messenger's receive budget.
+func checkNothingHeld(t *testing.T, cl *client.Client) {
+	t.Helper()
+	if h, in := client.HeldBytes(cl), client.MessengerStats(cl).Recv.InFlight; h != 0 || in != 0 {
+		t.Fatalf("%d bytes of replies held by Objects, %d by the messenger", h, in)
+	}
+}
+
+// TestGetHandsOverAndReleasesReplies: an Object's window is the reply
+// itself (held, not copied: the messenger still counts its bytes), and
+// every way of ending a read releases it exactly once: many gets, read
+// whole (Read, WriteTo), in part, at offsets, or closed at once, twice,
+// leave nothing held.
+func TestGetHandsOverAndReleasesReplies(t *testing.T) {
+	sizes := []int{0, 1000, 3 << 20, 9<<20 + 5, 11 << 20} // the last multipart
+	cl, ctx, objs := oneOSD(t, sizes...)
+	o, err := cl.GetObject(ctx, "bkt", "s2", client.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, in := client.HeldBytes(cl), client.MessengerStats(cl).Recv.InFlight; h != 3<<20 || in < 3<<20 {
+		t.Fatalf("open 3 MiB object: %d bytes held by the client, %d by the messenger; want the reply held", h, in)
+	}
+	o.Close()
+	o.Close()
+	checkNothingHeld(t, cl)
+
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() {
+			for i := range 12 {
+				k := (g + i) % len(objs)
+				data := objs[k]
+				o, err := cl.GetObject(ctx, "bkt", fmt.Sprintf("s%d", k), client.GetOptions{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var got []byte
+				switch i % 5 {
+				case 0:
+					got, err = io.ReadAll(o)
+				case 1:
+					var b bytes.Buffer
+					_, err = io.Copy(&b, o) // WriteTo
+					got = b.Bytes()
+				case 2: // a little, then Close
+					got = make([]byte, min(len(data), 100))
+					_, err = io.ReadFull(o, got)
+					data = data[:len(got)]
+				case 3: // ReadAt across a window or part boundary
+					off := max(0, min(len(data)-10, 8<<20-5))
+					got = make([]byte, len(data)-off)
+					_, err = o.ReadAt(got, int64(off))
+					if len(got) == 0 && err == io.EOF {
+						err = nil // at the end: io.ReaderAt allows either
+					}
+					data = data[off:]
+				case 4: // Close at once
+					data = nil
+				}
+				o.Close()
+				if err != nil || !bytes.Equal(got, data) {
+					t.Errorf("s%d, way %d: %d bytes, %v", k, i%5, len(got), err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	checkNothingHeld(t, cl)
+}
+
+// TestHeldRepliesBounded: Objects opened and not read hold their first
+// windows, but never so much of the session's receive window that the OSD
+// cannot send another reply: past the bound a window is a copy, and a
+// further read goes through.
+func TestHeldRepliesBounded(t *testing.T) {
+	const n = 20
+	sizes := make([]int, n+1)
+	for i := range n {
+		sizes[i] = 4 << 20 // 80 MiB, more than a session's 64 MiB window
+	}
+	sizes[n] = 9 << 20
+	cl, ctx, objs := oneOSD(t, sizes...)
+	var open []*client.Object
+	for i := range n {
+		o, err := cl.GetObject(ctx, "bkt", fmt.Sprintf("s%d", i), client.GetOptions{})
+		if err != nil {
+			t.Fatalf("opening object %d of %d: %v", i+1, n, err)
+		}
+		open = append(open, o)
+	}
+	if h := client.HeldBytes(cl); h == 0 || h > client.HoldPerConn {
+		t.Fatalf("%d bytes held, want some and at most %d", h, client.HoldPerConn)
+	}
+	if got, _, err := osdtest.Get(ctx, cl, "bkt", fmt.Sprintf("s%d", n), client.GetOptions{}); err != nil || !bytes.Equal(got, objs[n]) {
+		t.Fatalf("a read while %d objects are open: %d bytes, %v", n, len(got), err)
+	}
+	for i, o := range open {
+		got, err := io.ReadAll(o)
+		o.Close()
+		if err != nil || !bytes.Equal(got, objs[i]) {
+			t.Fatalf("object %d: %d bytes, %v", i, len(got), err)
+		}
+	}
+	checkNothingHeld(t, cl)
+}
+
+// TestBodiesNotCopied: a put reads its body straight into a pooled send
+// buffer and a get hands over the reply's buffer, so neither allocates
+// anything like the body per op (they allocated one each, and a get
+// copied it).
+func TestBodiesNotCopied(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop buffers")
+	}
+	const size, ops = 4 << 20, 16
+	cl, ctx, objs := oneOSD(t, size)
+	allocated := func(op func() error) uint64 {
+		var a, b runtime.MemStats
+		runtime.ReadMemStats(&a)
+		for range ops {
+			if err := op(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runtime.ReadMemStats(&b)
+		return (b.TotalAlloc - a.TotalAlloc) / ops
+	}
+	put := allocated(func() error {
+		_, err := osdtest.Put(ctx, cl, "bkt", "s0", objs[0], client.PutOptions{})
+		return err
+	})
+	get := allocated(func() error { return discardObject(ctx, cl, "bkt", "s0", size) })
+	if put > size/2 || get > size/2 {
+		t.Fatalf("a 4 MiB put allocates %d bytes, a get %d: want well under 4 MiB", put, get)
+	}
+	t.Logf("allocated per 4 MiB op, cluster included: put %d bytes, get %d", put, get)
+}
