@@ -678,9 +678,11 @@ func (c *Conn) collect(lr *linkRun, maxBytes int) []wire.Frame {
 			}
 			break
 		}
+		crc, known := m.DataCRC()
 		fr = append(fr, wire.Frame{
 			Preamble: wire.Preamble{Tag: wire.TagMessage, Type: m.Type, Seq: m.out.seq},
 			Front:    m.Front, Data: m.Data, Buf: m.buf,
+			DataCRC: crc, HasDataCRC: known,
 		})
 		cw.onSend(size)
 		c.sess.markSent()
@@ -924,6 +926,9 @@ func (c *Conn) handleFrame(lr *linkRun, f *wire.Frame) (*Message, error) {
 			m = messagePool.Get().(*Message)
 			m.Type, m.Front, m.Data, m.buf, m.charge = f.Type, f.Front, f.Data, f.Buf, f.Charge
 			m.seq, m.conn, m.credit, m.size = f.Seq, c, true, int64(size)
+			if f.HasDataCRC {
+				m.dataCRC, m.crcOf = f.DataCRC, f.Data
+			}
 			f.Buf, f.Charge = nil, wire.Charge{} // the message's now
 		}
 		// Ack once the reader has drained what is buffered, so a burst

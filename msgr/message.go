@@ -2,6 +2,7 @@ package msgr
 
 import (
 	"sync"
+	"unsafe"
 
 	"github.com/ospreystore/osprey/msgr/wire"
 	"google.golang.org/protobuf/proto"
@@ -37,6 +38,12 @@ type Message struct {
 	credit bool        // holds a receive credit to return
 	charge wire.Charge // holds bytes of the messenger's receive budget
 	size   int64
+
+	// The CRC32C of Data, known to the sender (SetDataCRC) or verified by
+	// the link that received it; it holds for crcOf, the Data it was
+	// known for, and for no other slice.
+	dataCRC uint32
+	crcOf   []byte
 
 	// send-side session bookkeeping
 	out struct {
@@ -74,6 +81,37 @@ func (m *Message) SetPayload(b *wire.Buffer) {
 		m.buf.Release()
 	}
 	m.buf, m.Data = b, b.B
+}
+
+// SetDataCRC tells the messenger that crc is the CRC32C (Castagnoli) of
+// m.Data as it is now, because the caller already computed it (the client
+// over an object's body, the store from its chunk CRCs). The link then
+// puts crc in the frame instead of reading the data once more to compute
+// it: a data segment is checksummed once per hop, by its receiver.
+//
+// REQUIRES: crc is the CRC32C of m.Data, and m.Data is not changed until
+// the messenger is done with m. A wrong crc is not caught by the sender:
+// the receiver refuses the frame as corrupt (wire.ErrCRC), a link fault,
+// after which a lossless session replays m with the same wrong crc, and
+// keeps failing, until the Conn is closed; a lossy one resets. The CRC is
+// bound to the slice m.Data is now: assigning another slice to m.Data
+// (or SetPayload) forgets it, and the link computes the CRC as without.
+// With Options.DisableDataCRC (agreed by the peer) no data CRC is sent.
+func (m *Message) SetDataCRC(crc uint32) { m.dataCRC, m.crcOf = crc, m.Data }
+
+// DataCRC returns the CRC32C of m.Data when the messenger knows it: on a
+// received message, the CRC its link verified the data against, so the
+// receiver can compare it with a CRC it was promised instead of computing
+// one; on an outgoing one, what SetDataCRC set. ok is false when nobody
+// checksummed the data (the sender's DisableDataCRC, or a transport that
+// does not report it: RDMA, today), when Data is empty, or when m.Data is
+// no longer the slice the CRC was known for. A received message sent on
+// unchanged keeps its CRC, so forwarding costs no CRC pass.
+func (m *Message) DataCRC() (crc uint32, ok bool) {
+	if len(m.Data) == 0 || len(m.crcOf) != len(m.Data) || unsafe.SliceData(m.crcOf) != unsafe.SliceData(m.Data) {
+		return 0, false
+	}
+	return m.dataCRC, true
 }
 
 // DecodeFront unmarshals the front into pb; a malformed front is an error,
@@ -119,6 +157,9 @@ func (m *Message) recycle() {
 	}
 	m.charge.Release() // a received message sent on without Release
 	if fn := m.OnRelease; fn != nil {
+		// The CRC was a promise for one Send: a message its owner
+		// reuses with other bytes in the same slice must not keep it.
+		m.dataCRC, m.crcOf = 0, nil
 		fn(m)
 		return
 	}

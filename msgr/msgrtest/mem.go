@@ -16,7 +16,9 @@ import (
 // MemTransport is an in-memory transport: "mem://NAME" addresses in one
 // process. Frames are copied on write (the writer may reuse its buffers at
 // once) and queued on a bounded channel, which back-pressures the writer
-// like a full socket buffer. Links enforce the same limits as real ones.
+// like a full socket buffer. Links enforce the same limits as real ones,
+// place received data on a wire.DataAlign boundary and check its CRC (the
+// sender's, when it handed one in) as a stream link does.
 type MemTransport struct {
 	mu        sync.Mutex
 	listeners map[string]*memListener
@@ -110,8 +112,11 @@ func (l *memListener) Close() error {
 }
 
 type memFrame struct {
-	p   wire.Preamble
-	buf *wire.Buffer // front then data
+	p     wire.Preamble
+	buf   *wire.Buffer // holds front then data
+	front []byte       // in buf, placed so that data starts on wire.DataAlign
+	data  []byte       // in buf, after front
+	crc   uint32       // of the data: the sender's, or computed on write
 }
 
 type memLink struct {
@@ -141,8 +146,19 @@ func (l *memLink) WriteFrames(frames []wire.Frame) error {
 		mf := memFrame{p: f.Preamble}
 		mf.p.FrontLen, mf.p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
 		if n := len(f.Front) + len(f.Data); n > 0 {
-			mf.buf = wire.GetBuffer(n)
-			copy(mf.buf.B[copy(mf.buf.B, f.Front):], f.Data)
+			// Laid out as a stream link places a received body: the data
+			// on a wire.DataAlign boundary, the front before it.
+			var b []byte
+			mf.buf, b = wire.GetAligned(n, len(f.Front))
+			copy(b[copy(b, f.Front):], f.Data)
+			mf.front, mf.data = b[:len(f.Front)], b[len(f.Front):]
+			// The data CRC travels as in a stream link's epilogue: the
+			// sender's if it knows it (a wrong one is refused on read).
+			if f.HasDataCRC {
+				mf.crc = f.DataCRC
+			} else {
+				mf.crc = wire.CRC(f.Data)
+			}
 		}
 		select {
 		case <-l.closed:
@@ -177,8 +193,9 @@ func (l *memLink) ReadFrame(f *wire.Frame) error {
 			return net.ErrClosed
 		}
 	}
-	// The same checks a stream link makes, minus the CRCs a copy in
-	// memory cannot break.
+	// The same checks a stream link makes, minus the preamble and front
+	// CRCs a copy in memory cannot break. The data CRC is checked, since
+	// a sender may hand in a wrong one (Frame.DataCRC).
 	var b [wire.PreambleSize]byte
 	mf.p.Put(b[:])
 	if err := f.Preamble.Parse(b[:], l.lim); err != nil {
@@ -187,11 +204,15 @@ func (l *memLink) ReadFrame(f *wire.Frame) error {
 		}
 		return err
 	}
-	f.Buf = mf.buf
-	if mf.buf != nil {
-		f.Front = mf.buf.B[:mf.p.FrontLen]
-		f.Data = mf.buf.B[mf.p.FrontLen:]
+	if mf.buf == nil {
+		return nil
 	}
+	if got := wire.CRC(mf.data); got != mf.crc {
+		mf.buf.Release()
+		return &wire.Error{Kind: wire.ErrKindCRC, Msg: fmt.Sprintf("data segment crc %08x, computed %08x", mf.crc, got)}
+	}
+	f.Buf, f.Front, f.Data = mf.buf, mf.front, mf.data
+	f.DataCRC, f.HasDataCRC = mf.crc, true
 	return nil
 }
 

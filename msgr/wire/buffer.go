@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Buffer is a reference-counted byte buffer from a size-classed pool. The
@@ -89,4 +90,33 @@ func (b *Buffer) Release() {
 	case n < 0:
 		panic("wire: Buffer released more times than referenced")
 	}
+}
+
+// DataAlign is where a received data segment starts: on a multiple of
+// DataAlign in memory, so the store can write it with O_DIRECT from where
+// it lies, as Ceph's msgr2 places data segments on a page boundary.
+const DataAlign = 4096
+
+// GetAligned returns a buffer with one reference and n bytes of it, b,
+// whose byte at (which may lie past n) falls on a DataAlign boundary: a
+// frame's body placed so that its data segment, at offset at, is aligned.
+// The bytes of buf.B before b are unused. Pooled buffers start on a page, so the placement
+// costs no larger size class unless the bytes before at spill over it.
+func GetAligned(n, at int) (buf *Buffer, b []byte) {
+	buf = GetBuffer(n)
+	s := alignedStart(buf.B, at)
+	if s+n > cap(buf.B) {
+		buf.Release()
+		buf = GetBuffer(n + DataAlign - 1)
+		s = alignedStart(buf.B, at)
+	}
+	buf.B = buf.B[:s+n]
+	return buf, buf.B[s : s+n]
+}
+
+// alignedStart is the offset in b from which byte at of a run falls on a
+// DataAlign boundary.
+func alignedStart(b []byte, at int) int {
+	base := int(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+	return -(base + at) & (DataAlign - 1)
 }

@@ -18,6 +18,14 @@ type Frame struct {
 	// Charge, on a received MESSAGE frame, is what its segments hold of
 	// LinkOptions.Budget (zero if the link does not charge).
 	Charge Charge
+	// DataCRC is the CRC32C of Data when HasDataCRC is set. On a frame to
+	// write, the sender already knows it (the client computed it, the
+	// store keeps it) and a link that checksums the data segment puts it
+	// in the epilogue instead of computing it: a wrong one makes the peer
+	// refuse the frame as corrupt. On a received frame, the link verified
+	// Data against it, so the receiver need not checksum Data again.
+	DataCRC    uint32
+	HasDataCRC bool
 }
 
 // Release drops the frame's hold on its receive buffer and budget.

@@ -192,8 +192,12 @@ func (l *StreamLink) WriteFrames(frames []Frame) error {
 		mark = l.addSegment(f.Front, mark)
 		mark = l.addSegment(f.Data, mark)
 		var dcrc uint32
-		if p.Flags&FlagNoDataCRC == 0 {
-			dcrc = CRC(f.Data)
+		switch {
+		case p.Flags&FlagNoDataCRC != 0:
+		case f.HasDataCRC:
+			dcrc = f.DataCRC // the sender's: one pass over the data fewer
+		default:
+			dcrc = dataCRC(f.Data)
 		}
 		n = len(l.wbuf)
 		l.wbuf = l.wbuf[:n+EpilogueSize]
@@ -301,32 +305,71 @@ func (l *StreamLink) readFrame(f *Frame) error {
 		}
 		front := b[PreambleSize : PreambleSize+int(f.FrontLen)]
 		data := b[len(front)+PreambleSize : total-EpilogueSize]
-		if err := CheckEpilogue(b[total-EpilogueSize:], front, data, f.Flags&FlagNoDataCRC != 0); err != nil {
+		epi := b[total-EpilogueSize:]
+		if err := l.checkEpilogue(f, epi, front, data); err != nil {
 			return err
 		}
-		l.chunk.Ref()
-		f.Front, f.Data, f.Buf = front, data, l.chunk
+		if len(data) == 0 {
+			l.chunk.Ref()
+			f.Front, f.Data, f.Buf = front, data, l.chunk
+			return nil
+		}
+		// The data lies wherever the stream put it in the chunk: it moves
+		// to a buffer of its own, on a DataAlign boundary, with the front
+		// after it (a copy of at most bigFrameBytes, as Ceph copies a
+		// segment out of its read-ahead buffer). That also keeps a held
+		// message from pinning the whole chunk.
+		buf, placed := GetAligned(len(data)+len(front), 0)
+		copy(placed, data)
+		copy(placed[len(data):], front)
+		f.Data, f.Front, f.Buf = placed[:len(data)], placed[len(data):], buf
 		return nil
 	}
 	// A large frame: its segments and epilogue go into a buffer of their own.
 	l.rpos += PreambleSize
 	body := total - PreambleSize
-	buf, err := l.readBody(f, body)
+	buf, b, err := l.readBody(f, body)
 	if err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF // the preamble was read: this is mid-frame
 		}
 		return fmt.Errorf("msgr wire: reading %d-byte frame: %w", total, err)
 	}
-	front := buf.B[:f.FrontLen]
-	data := buf.B[f.FrontLen : body-EpilogueSize]
-	if err := CheckEpilogue(buf.B[body-EpilogueSize:], front, data, f.Flags&FlagNoDataCRC != 0); err != nil {
+	front := b[:f.FrontLen]
+	data := b[f.FrontLen : body-EpilogueSize]
+	if err := l.checkEpilogue(f, b[body-EpilogueSize:], front, data); err != nil {
 		buf.Release()
 		return err
 	}
 	f.Front, f.Data, f.Buf = front, data, buf
 	return nil
 }
+
+// checkEpilogue verifies a frame's segment CRCs and, when the data CRC
+// was checked, hands it up with the frame (Frame.DataCRC).
+func (l *StreamLink) checkEpilogue(f *Frame, epi, front, data []byte) error {
+	noDataCRC := f.Flags&FlagNoDataCRC != 0
+	if err := CheckEpilogue(epi, front, data, noDataCRC); err != nil {
+		return err
+	}
+	if !noDataCRC {
+		f.DataCRC, f.HasDataCRC = EpilogueDataCRC(epi), true
+	}
+	return nil
+}
+
+// dataCRC is the CRC32C of a data segment the link writes without one
+// from its sender. Tests count it through testHookDataCRC.
+func dataCRC(b []byte) uint32 {
+	if testHookDataCRC != nil {
+		testHookDataCRC(len(b))
+	}
+	return CRC(b)
+}
+
+// testHookDataCRC, when set (tests, before any link runs), is called with
+// the size of each data segment a stream link checksums to write it.
+var testHookDataCRC func(n int)
 
 // readBody reads a large frame's body (segments and epilogue) into a
 // buffer of its own, starting with what the read chunk already holds. A
@@ -335,36 +378,42 @@ func (l *StreamLink) readFrame(f *Frame) error {
 // from growSlow while the budget is more than half spent, so that peers
 // that claim large messages and send little cannot spend it; each buffer is
 // charged before it is taken.
-func (l *StreamLink) readBody(f *Frame, body int) (*Buffer, error) {
+//
+// The body is placed in its buffer so that the data segment starts on a
+// DataAlign boundary (GetAligned), the front before it: read straight from
+// the socket, the data lands where O_DIRECT can write it from. b is the
+// body within buf.
+func (l *StreamLink) readBody(f *Frame, body int) (buf *Buffer, b []byte, err error) {
 	first := min(body, growFrom)
 	if !l.budget.Calm(int64(first)) {
 		first = min(body, growSlow)
 	}
 	if err := l.charge(f, first); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	buf := GetBuffer(first)
+	at := int(f.FrontLen)
+	buf, b = GetAligned(first, at)
 	n := 0
 	for {
 		// What the chunk read ahead comes first: it may hold more than a
 		// small first buffer.
-		m := copy(buf.B[n:], l.chunk.B[l.rpos:l.rend])
+		m := copy(b[n:], l.chunk.B[l.rpos:l.rend])
 		l.rpos += m
-		if _, err := io.ReadFull(l.r, buf.B[n+m:]); err != nil {
+		if _, err := io.ReadFull(l.r, b[n+m:]); err != nil {
 			buf.Release()
-			return nil, err
+			return nil, nil, err
 		}
-		if n = len(buf.B); n == body {
-			return buf, nil
+		if n = len(b); n == body {
+			return buf, b, nil
 		}
 		if err := l.charge(f, min(2*n, body)); err != nil {
 			buf.Release()
-			return nil, err
+			return nil, nil, err
 		}
-		next := GetBuffer(min(2*n, body))
-		copy(next.B, buf.B)
+		next, nb := GetAligned(min(2*n, body), at)
+		copy(nb, b)
 		buf.Release()
-		buf = next
+		buf, b = next, nb
 	}
 }
 

@@ -227,6 +227,10 @@ func PutEpilogue(b []byte, frontCRC, dataCRC uint32) {
 	binary.LittleEndian.PutUint32(b[4:], dataCRC)
 }
 
+// EpilogueDataCRC returns the data CRC an epilogue carries: once
+// CheckEpilogue accepted it without noDataCRC, the CRC32C of the data.
+func EpilogueDataCRC(epi []byte) uint32 { return binary.LittleEndian.Uint32(epi[4:]) }
+
 // CheckEpilogue verifies the segment CRCs in epi against front and data.
 // With noDataCRC the data CRC is not checked (the sender set FlagNoDataCRC).
 func CheckEpilogue(epi, front, data []byte, noDataCRC bool) error {
