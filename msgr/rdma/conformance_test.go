@@ -28,12 +28,23 @@ func TestConformanceRDMATCP(t *testing.T) { msgrtest.Run(t, rdmaEnv("tcp", 0.1))
 // provider keeps global state that other tests' domains in the same process
 // disturb (docs/rdma.md, Known limitations), and a crash inside it would take
 // every other test down with it. OSPREY_TEST_SOCKETS=0 skips it.
+//
+// The two tests that reconnect in storms are skipped on sockets unless
+// OSPREY_TEST_SOCKETS=full: the provider loses a new connection's first
+// frame now and then after a reconnect (Known limitations 4), which failed
+// about one CI run in eight. The tcp provider runs them, and the whole
+// suite, every time.
 func TestConformanceRDMASockets(t *testing.T) {
 	switch os.Getenv("OSPREY_TEST_SOCKETS") {
 	case "0":
 		t.Skip("OSPREY_TEST_SOCKETS=0")
-	case "child":
-		msgrtest.Run(t, rdmaEnv("sockets", 0.05))
+	case "child", "full-child":
+		env := rdmaEnv("sockets", 0.05)
+		if os.Getenv("OSPREY_TEST_SOCKETS") == "child" {
+			why := "the sockets provider loses a reconnected link's first frame now and then (docs/rdma.md, Known limitations 4); OSPREY_TEST_SOCKETS=full runs it"
+			env.Skip = map[string]string{"ExactlyOnceUnderFaults": why, "SimultaneousConnect": why}
+		}
+		msgrtest.Run(t, env)
 		return
 	}
 	args := []string{"-test.run=^TestConformanceRDMASockets$", "-test.count=1"}
@@ -41,7 +52,11 @@ func TestConformanceRDMASockets(t *testing.T) {
 		args = append(args, "-test.v")
 	}
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "OSPREY_TEST_SOCKETS=child")
+	child := "OSPREY_TEST_SOCKETS=child"
+	if os.Getenv("OSPREY_TEST_SOCKETS") == "full" {
+		child = "OSPREY_TEST_SOCKETS=full-child"
+	}
+	cmd.Env = append(os.Environ(), child)
 	out, err := cmd.CombinedOutput()
 	if err != nil || testing.Verbose() {
 		t.Logf("child process output:\n%s", out)
