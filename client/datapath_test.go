@@ -81,6 +81,9 @@ type corruptingTCP struct {
 	tcp.Transport
 	left, done *atomic.Int32 // frames still to corrupt; frames corrupted
 	withCRC    *atomic.Int32 // links dialled that compute data CRCs
+	// readLeft: received frames still to corrupt, as an OSD would send
+	// bytes that are wrong, with the frame CRC of those wrong bytes.
+	readLeft *atomic.Int32
 }
 
 func (t corruptingTCP) Dial(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Link, error) {
@@ -103,6 +106,15 @@ func (l corruptingLink) EndHandshake() {
 	if e, ok := l.Link.(wire.HandshakeEnder); ok {
 		e.EndHandshake()
 	}
+}
+
+func (l corruptingLink) ReadFrame(f *wire.Frame) error {
+	err := l.Link.ReadFrame(f)
+	if err == nil && len(f.Data) > 0 && l.t.readLeft != nil && l.t.readLeft.Add(-1) >= 0 {
+		f.Data[0] ^= 1
+		f.DataCRC, f.HasDataCRC = crc32c(f.Data), true
+	}
+	return err
 }
 
 func (l corruptingLink) WriteFrames(frames []wire.Frame) error {
@@ -320,4 +332,39 @@ func TestBodiesNotCopied(t *testing.T) {
 		t.Fatalf("a 4 MiB put allocates %d bytes, a get %d: want well under 4 MiB", put, get)
 	}
 	t.Logf("allocated per 4 MiB op, cluster included: put %d bytes, get %d", put, get)
+}
+
+// TestGetChecksWhatTheOSDSent: bytes an OSD sends wrong, with a frame CRC
+// that matches them (the messenger's check passes, and its CRC stands for
+// the bytes in the client's), still fail the object's CRC32C: a whole read
+// is BadDigest, for a plain object in one window or several and for a
+// part, and the next read, sent right, succeeds.
+func TestGetChecksWhatTheOSDSent(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8})
+	var left, done, withCRC, readLeft atomic.Int32
+	cl := c.Client(t, func(o *client.Options) {
+		o.Transports = []wire.Transport{corruptingTCP{left: &left, done: &done, withCRC: &withCRC, readLeft: &readLeft}}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cl.MakeBucket(ctx, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	objs := map[string][]byte{"one": osdtest.Payload(1<<20, 1), "two": osdtest.Payload(9<<20, 2), "mp": osdtest.Payload(11<<20, 3)}
+	for k, data := range objs {
+		if _, err := osdtest.Put(ctx, cl, "bkt", k, data, client.PutOptions{PartSize: 5 << 20}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{"one", "two", "mp"} {
+		readLeft.Store(1)
+		if got, _, err := osdtest.Get(ctx, cl, "bkt", k, client.GetOptions{}); !errors.Is(err, client.ErrBadDigest) {
+			t.Errorf("%s sent wrong: %d bytes, %v; want BadDigest", k, len(got), err)
+		}
+		readLeft.Store(0)
+		if got, _, err := osdtest.Get(ctx, cl, "bkt", k, client.GetOptions{}); err != nil || !bytes.Equal(got, objs[k]) {
+			t.Errorf("%s: %d bytes, %v", k, len(got), err)
+		}
+	}
+	checkNothingHeld(t, cl)
 }

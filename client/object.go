@@ -90,7 +90,7 @@ func (c *Client) GetObject(ctx context.Context, bucket, key string, opts GetOpti
 		msg.Release() // a manifest: the bytes come from the parts
 		return o, nil
 	}
-	if err := o.ck.add(o, o.spanAt(o.start), o.start, msg.Data); err != nil {
+	if err := o.ck.add(o, o.spanAt(o.start), o.start, msg); err != nil {
 		msg.Release()
 		return nil, err
 	}
@@ -162,7 +162,7 @@ func (o *Object) next(max int) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := o.ck.add(o, sp, abs, msg.Data); err != nil {
+		if err := o.ck.add(o, sp, abs, msg); err != nil {
 			msg.Release()
 			return nil, err
 		}
@@ -214,7 +214,7 @@ func (o *Object) ReadAt(p []byte, off int64) (int, error) {
 		if err != nil {
 			return done, err
 		}
-		err = ck.add(o, sp, abs, msg.Data)
+		err = ck.add(o, sp, abs, msg)
 		if err == nil {
 			done += copy(p[done:], msg.Data)
 		}
@@ -275,8 +275,12 @@ type crcCheck struct {
 	crc  uint32
 }
 
-// add checks data, fetched at abs within sp, into c.
-func (c *crcCheck) add(o *Object, sp span, abs int64, data []byte) error {
+// add checks msg's data, fetched at abs within sp, into c. Where the
+// messenger checked the data against a CRC the OSD sent (msgr's
+// Message.DataCRC), that CRC is the data's and is combined in without
+// reading the bytes again: they are checksummed once in the client.
+func (c *crcCheck) add(o *Object, sp span, abs int64, msg *msgr.Message) error {
+	data := msg.Data
 	switch rel := abs - sp.start; {
 	case rel == 0:
 		*c = crcCheck{on: true, part: sp.part}
@@ -284,7 +288,11 @@ func (c *crcCheck) add(o *Object, sp span, abs int64, data []byte) error {
 		c.on = false
 		return nil
 	}
-	c.crc = crc32.Update(c.crc, castagnoli, data)
+	if crc, ok := msg.DataCRC(); ok {
+		c.crc = ops.CRC32CCombine(c.crc, crc, int64(len(data)))
+	} else {
+		c.crc = crc32.Update(c.crc, castagnoli, data)
+	}
 	c.pos += int64(len(data))
 	if c.pos < sp.size {
 		return nil
