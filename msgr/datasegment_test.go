@@ -198,3 +198,21 @@ func TestDataCRCBoundToData(t *testing.T) {
 		t.Fatal("the CRC outlived SetPayload")
 	}
 }
+
+// TestDataCRCForOneSend: the CRC handed in holds for one Send; a message
+// its owner gets back through OnRelease (to reuse with other bytes in the
+// same slice) no longer claims it.
+func TestDataCRCForOneSend(t *testing.T) {
+	env := msgrtest.Env{Scheme: "mem", Transports: memTransports()}
+	c := dialTo(t, env, msgr.DispatchFunc(func(m *msgr.Message) { m.Release() }), nil)
+	back := make(chan *msgr.Message, 1)
+	d := dataOf(1000, 2)
+	m := &msgr.Message{Type: 1, Data: d, OnRelease: func(m *msgr.Message) { back <- m }}
+	m.SetDataCRC(wire.CRC(d))
+	if err := c.Send(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := (<-back).DataCRC(); ok {
+		t.Fatal("a message back from the messenger still claims the CRC of its last Send")
+	}
+}
