@@ -508,6 +508,11 @@ func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osd
 		if buf != nil {
 			buf.Ref()
 			m.SetPayload(buf)
+			if e.Kind == osdpb.OpKind_OP_PUT && len(e.Meta.GetParts()) == 0 {
+				// Apply checked the body against the put's CRC32C: the
+				// link need not read it again to checksum each send.
+				m.SetDataCRC(e.Meta.GetCrc32C())
+			}
 		}
 		ctx, cancel := context.WithTimeout(o.ctx, o.cfg.RepTimeout)
 		err = c.Send(ctx, m)
