@@ -34,6 +34,13 @@ func (d publicDispatcher) HandleEvent(ev msgr.Event) {
 // the message to a goroutine that waits up to replyTimeout. Errors are
 // the peer's problem: it is gone or not reading.
 func (o *OSD) send(c *msgr.Conn, t osdpb.MsgType, pb proto.Message, payload *wire.Buffer) {
+	o.sendCRC(c, t, pb, payload, 0, false)
+}
+
+// sendCRC is send with the payload's CRC32C, when known, handed to the
+// messenger (Message.SetDataCRC) so that it does not read the payload
+// again to compute it.
+func (o *OSD) sendCRC(c *msgr.Conn, t osdpb.MsgType, pb proto.Message, payload *wire.Buffer, crc uint32, known bool) {
 	front, err := proto.Marshal(pb)
 	if err != nil {
 		o.log.Error("marshal reply", "type", t, "err", err)
@@ -45,6 +52,9 @@ func (o *OSD) send(c *msgr.Conn, t osdpb.MsgType, pb proto.Message, payload *wir
 	m := msgr.NewMessage(uint16(t), front, nil)
 	if payload != nil {
 		m.SetPayload(payload)
+		if known {
+			m.SetDataCRC(crc)
+		}
 	}
 	err = c.TrySend(m)
 	if errors.Is(err, msgr.ErrWouldBlock) {
@@ -361,7 +371,10 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, tid uint64) {
 		fail(err)
 		return
 	}
-	o.send(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}, buf)
+	// A whole object was read chunk by chunk against the chunks' CRCs,
+	// which make up its CRC32C: the messenger need not read it again.
+	whole := buf != nil && off == 0 && uint64(len(buf.B)) == meta.Size && len(meta.Parts) == 0
+	o.sendCRC(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}, buf, meta.Crc32C, whole)
 }
 
 // readInto reads [off, off+length) of an object (length -1: to the end)
