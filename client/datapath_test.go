@@ -220,6 +220,15 @@ func TestGetHandsOverAndReleasesReplies(t *testing.T) {
 	o.Close()
 	o.Close()
 	checkNothingHeld(t, cl)
+	// Read to the end, the window goes back before Close.
+	if o, err = cl.GetObject(ctx, "bkt", "s2", client.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(o); err != nil || !bytes.Equal(got, objs[2]) {
+		t.Fatalf("s2: %d bytes, %v", len(got), err)
+	}
+	checkNothingHeld(t, cl)
+	o.Close()
 
 	var wg sync.WaitGroup
 	for g := range 6 {
@@ -267,39 +276,49 @@ func TestGetHandsOverAndReleasesReplies(t *testing.T) {
 }
 
 // TestHeldRepliesBounded: Objects opened and not read hold their first
-// windows, but never so much of the session's receive window that the OSD
-// cannot send another reply: past the bound a window is a copy, and a
-// further read goes through.
+// windows, but never so much of the session's receive window, in bytes or
+// in messages (credits: posted receives on RDMA), that the OSD cannot send
+// another reply: past the bounds a window is a copy, and a further read
+// goes through.
 func TestHeldRepliesBounded(t *testing.T) {
 	const n = 20
-	sizes := make([]int, n+1)
-	for i := range n {
-		sizes[i] = 4 << 20 // 80 MiB, more than a session's 64 MiB window
+	var sizes []int
+	for range n {
+		sizes = append(sizes, 128<<10) // more replies than may be held
 	}
-	sizes[n] = 9 << 20
+	for range n {
+		sizes = append(sizes, 4<<20) // 80 MiB, more than a session's 64 MiB window
+	}
+	sizes = append(sizes, 9<<20)
 	cl, ctx, objs := oneOSD(t, sizes...)
-	var open []*client.Object
-	for i := range n {
-		o, err := cl.GetObject(ctx, "bkt", fmt.Sprintf("s%d", i), client.GetOptions{})
-		if err != nil {
-			t.Fatalf("opening object %d of %d: %v", i+1, n, err)
+	for _, phase := range []struct {
+		first     int
+		bytes, ms int64 // held once all are open
+	}{{0, client.HoldMsgsPerConn * 128 << 10, client.HoldMsgsPerConn}, {n, client.HoldPerConn, client.HoldPerConn / (4 << 20)}} {
+		var open []*client.Object
+		for i := phase.first; i < phase.first+n; i++ {
+			o, err := cl.GetObject(ctx, "bkt", fmt.Sprintf("s%d", i), client.GetOptions{})
+			if err != nil {
+				t.Fatalf("opening object %d: %v", i, err)
+			}
+			open = append(open, o)
 		}
-		open = append(open, o)
-	}
-	if h := client.HeldBytes(cl); h == 0 || h > client.HoldPerConn {
-		t.Fatalf("%d bytes held, want some and at most %d", h, client.HoldPerConn)
-	}
-	if got, _, err := osdtest.Get(ctx, cl, "bkt", fmt.Sprintf("s%d", n), client.GetOptions{}); err != nil || !bytes.Equal(got, objs[n]) {
-		t.Fatalf("a read while %d objects are open: %d bytes, %v", n, len(got), err)
-	}
-	for i, o := range open {
-		got, err := io.ReadAll(o)
-		o.Close()
-		if err != nil || !bytes.Equal(got, objs[i]) {
-			t.Fatalf("object %d: %d bytes, %v", i, len(got), err)
+		if h, m := client.HeldBytes(cl), client.HeldReplies(cl); h != phase.bytes || m != phase.ms {
+			t.Fatalf("objects %d to %d open: %d bytes in %d replies held, want %d in %d", phase.first, phase.first+n-1, h, m, phase.bytes, phase.ms)
 		}
+		last := len(objs) - 1
+		if got, _, err := osdtest.Get(ctx, cl, "bkt", fmt.Sprintf("s%d", last), client.GetOptions{}); err != nil || !bytes.Equal(got, objs[last]) {
+			t.Fatalf("a read while %d objects are open: %d bytes, %v", len(open), len(got), err)
+		}
+		for i, o := range open {
+			got, err := io.ReadAll(o)
+			o.Close()
+			if err != nil || !bytes.Equal(got, objs[phase.first+i]) {
+				t.Fatalf("object %d: %d bytes, %v", phase.first+i, len(got), err)
+			}
+		}
+		checkNothingHeld(t, cl)
 	}
-	checkNothingHeld(t, cl)
 }
 
 // TestBodiesNotCopied: a put reads its body straight into a pooled send

@@ -24,8 +24,22 @@ func HeldBytes(c *Client) int64 {
 	return c.held.total
 }
 
-// HoldPerConn is the most HeldBytes holds from one session.
-const HoldPerConn = holdPerConn
+// HeldReplies is how many get replies c's Objects hold, over all sessions.
+func HeldReplies(c *Client) int64 {
+	c.held.mu.Lock()
+	defer c.held.mu.Unlock()
+	var n int64
+	for _, h := range c.held.byConn {
+		n += h.msgs
+	}
+	return n
+}
+
+// The most HeldBytes and HeldReplies hold from one session.
+const (
+	HoldPerConn     = holdPerConn
+	HoldMsgsPerConn = holdMsgsPerConn
+)
 
 // MessengerStats are the counters of c's messenger.
 func MessengerStats(c *Client) msgr.Stats { return c.m.Stats() }

@@ -152,6 +152,9 @@ func (o *Object) next(max int) ([]byte, error) {
 		return nil, errors.New("client: read of a closed object")
 	}
 	if o.off >= o.size {
+		// Read to the end: the window goes back now, not only at Close
+		// (io.Copy and io.ReadAll read on to io.EOF).
+		o.c.drop(&o.win)
 		return nil, io.EOF
 	}
 	if o.off < o.win.off || o.off >= o.win.off+int64(len(o.win.data)) {
@@ -318,36 +321,44 @@ type window struct {
 	buf  *wire.Buffer  // the copy data is in
 }
 
-// A held reply keeps its receive credit and bytes of its session's receive
-// window (and of the messenger's receive budget) until it is released. So
-// that an OSD always has room to send a reply however many Objects are
-// open and unread, the client holds at most holdPerConn bytes of replies
-// per session, which leaves more than readWindow of the session's window,
-// and holdTotal over all; beyond that a window is a copy. msgr's
-// Message.Release is the only way to return the credit, so this is the
-// price of holding without copying (see docs/client.md).
+// A held reply keeps its receive credit (on RDMA, a posted receive
+// buffer) and bytes of its session's receive window and of the
+// messenger's receive budget until it is released. So that an OSD always
+// has credit to send a reply however many Objects are open and unread,
+// the client holds at most holdMsgsPerConn replies and holdPerConn bytes
+// per session (which leaves more than readWindow of the session's 64 MiB
+// and most of its messages: 1024 on TCP, up to 256 on RDMA) and holdTotal
+// bytes over all, and only replies of holdMinBytes or more, whose copy
+// would cost something; any other window is a copy. msgr's Message.Release
+// is the only way to return the credit, so this is the price of holding
+// without copying (see docs/client.md).
 const (
-	holdPerConn = recvWindow / 4
-	holdTotal   = 128 << 20
+	holdPerConn     = recvWindow / 4
+	holdMsgsPerConn = 8
+	holdTotal       = 128 << 20
+	holdMinBytes    = 64 << 10
 )
 
-// holds counts the bytes of replies Objects hold.
+// holds counts the replies Objects hold.
 type holds struct {
 	mu     sync.Mutex
-	byConn map[*msgr.Conn]int64
+	byConn map[*msgr.Conn]held
 	total  int64
 }
+
+type held struct{ bytes, msgs int64 }
 
 func (h *holds) take(conn *msgr.Conn, n int64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.byConn[conn]+n > holdPerConn || h.total+n > holdTotal {
+	cur := h.byConn[conn]
+	if n < holdMinBytes || cur.msgs >= holdMsgsPerConn || cur.bytes+n > holdPerConn || h.total+n > holdTotal {
 		return false
 	}
 	if h.byConn == nil {
-		h.byConn = map[*msgr.Conn]int64{}
+		h.byConn = map[*msgr.Conn]held{}
 	}
-	h.byConn[conn] += n
+	h.byConn[conn] = held{cur.bytes + n, cur.msgs + 1}
 	h.total += n
 	return true
 }
@@ -355,8 +366,11 @@ func (h *holds) take(conn *msgr.Conn, n int64) bool {
 func (h *holds) give(conn *msgr.Conn, n int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.byConn[conn] -= n; h.byConn[conn] == 0 {
+	cur := h.byConn[conn]
+	if cur = (held{cur.bytes - n, cur.msgs - 1}); cur.msgs == 0 {
 		delete(h.byConn, conn)
+	} else {
+		h.byConn[conn] = cur
 	}
 	h.total -= n
 }
