@@ -140,7 +140,7 @@ keeps them.`,
 	f.StringVar(&o.Bucket, "bucket", "osprey-bench", "bucket the objects go to (made if missing)")
 	f.BoolVar(&noCleanup, "no-cleanup", false, "with --seeds: keep the objects (and the bucket) the run wrote")
 	f.BoolVar(&o.CompressibleBody, "compressible", false, "write a patterned body that compresses about 1,000:1 instead of random bytes")
-	f.BoolVar(&o.NoCeiling, "no-ceiling", false, "local cluster: skip the measure of its disk (64 MiB of synced O_DIRECT writes and reads) the rows are put beside")
+	f.BoolVar(&o.NoCeiling, "no-ceiling", false, "local cluster: skip the measure of its disk (4 writers, 64 MiB of synced 4 MiB O_DIRECT writes, then reads) the rows are put beside")
 	out.register(cmd)
 	f.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (local cluster included) to this file")
 	return cmd
