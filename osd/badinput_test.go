@@ -6,11 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/osdtest"
 	"github.com/ospreystore/osprey/osd/placement"
@@ -27,7 +31,11 @@ func (replies) HandleEvent(msgr.Event)     {}
 // headers and invalid names: each gets a reply with the right status on the
 // same connection, and the OSD keeps serving a normal client.
 func TestBadInput(t *testing.T) {
-	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 4})
+	var logMu sync.Mutex
+	var logs bytes.Buffer
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 4, Tweak: func(cfg *osd.Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
+	}})
 	ctx := ctxT(t, time.Minute)
 	got := make(replies, 16)
 	m, err := msgr.New(msgr.Options{Name: "client.evil", Dispatcher: got, DefaultPolicy: msgr.LossyClient})
@@ -85,6 +93,24 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("%s: no reply", tc.name)
 		}
 	}
+	// A peer that repeats a bad request cannot make the OSD repeat its
+	// log line: one per 10 s.
+	for i := range 200 {
+		if err := conn.Send(ctx, msgr.NewMessage(uint16(osdpb.MsgType_MSG_PUT_OBJECT), []byte{0xff, 0xff, 0xff, 0x01}, nil)); err != nil {
+			t.Fatalf("bad request %d: %v", i, err)
+		}
+		select {
+		case r := <-got:
+			r.Release()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("bad request %d: no reply", i)
+		}
+	}
+	logMu.Lock()
+	if n := strings.Count(logs.String(), "bad request"); n > 2 {
+		t.Errorf("%d log lines for 209 bad requests, want at most 2", n)
+	}
+	logMu.Unlock()
 	// The OSD still serves.
 	cl := c.Client(t, nil)
 	if err := cl.MakeBucket(ctx, "fine"); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -58,7 +59,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 		}
 		sid, err := o.peerPG(r.Pool, r.Pg)
 		if err != nil {
-			o.log.Warn("rep op refused", "from", from, "err", err)
+			o.ratelog.Log(o.log, slog.LevelWarn, "rep op refused", "rep op refused", "from", from, "err", err)
 			o.ackRepOp(m, &r, nil, err)
 			return
 		}

@@ -3,6 +3,7 @@ package osd
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/ospreystore/osprey/msgr"
@@ -124,7 +125,7 @@ func opError(err error) error {
 // serves; a type that is not a request gets no reply.
 func (o *OSD) badRequest(m *msgr.Message, err error) {
 	t := osdpb.MsgType(m.Type)
-	o.log.Info("bad request", "type", t, "conn", m.Conn(), "err", err)
+	o.ratelog.Log(o.log, slog.LevelInfo, "bad request", "bad request", "type", t, "conn", m.Conn(), "err", err)
 	if ops.IsRequest(t) {
 		var req osdpb.BucketRequest
 		_ = proto.Unmarshal(m.Front, &req) // best effort, for the request id

@@ -33,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/guard"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/wire"
@@ -223,6 +224,9 @@ type OSD struct {
 	recoverySlots chan struct{}
 	recoveryRate  *rate.Limiter
 	opsServed     atomic.Uint64
+	// ratelog limits the lines a peer can make us repeat (bad requests,
+	// refused RepOps) to one per kind per 10 s, with the count held back.
+	ratelog guard.RateLog
 	// space and fullness are the data disk's last measure and what it
 	// makes us (fullness.go).
 	space    atomic.Pointer[store.Space]

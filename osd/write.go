@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -597,7 +598,7 @@ func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, sid, from uint32) {
 		return
 	}
 	if err := o.acceptRepOp(p, r, from); err != nil {
-		o.log.Warn("rep op refused", "pg", placement.PGIDOf(sid), "from", from, "epoch", r.Epoch, "err", err)
+		o.ratelog.Log(o.log, slog.LevelWarn, "rep op refused", "rep op refused", "pg", placement.PGIDOf(sid), "from", from, "epoch", r.Epoch, "err", err)
 		o.ackRepOp(m, r, nil, err)
 		return
 	}
