@@ -110,15 +110,24 @@ func testConnectionLimit(t *testing.T, provider string) {
 	msgrtest.EventuallyDescribed(t, 20*time.Second, func() string {
 		return fmt.Sprintf("%d refusals: %+v", refusals, srv.InboundStats())
 	}, func() bool { return srv.InboundStats().Refused >= refusals })
-	select {
-	case err := <-dialErrs:
-		t.Logf("the refused peer's dial error: %v", err)
-		a, _ := msgr.ParseAddr(addr)
-		if msg := err.Error(); !strings.Contains(msg, a.Host+" refused the connection") || !strings.Contains(msg, "connection limit") {
-			t.Errorf("the refused peer's dial error %q does not say who refused it and why it may have", err)
+	// A refused dial says who refused it and why it may have. On sockets a
+	// redial can also end otherwise ("use of closed network connection",
+	// the provider tearing down a refused endpoint): one of the refusals
+	// must say it.
+	a, _ := msgr.ParseAddr(addr)
+	var others []string
+	for said, deadline := false, time.After(10*time.Second); !said; {
+		select {
+		case err := <-dialErrs:
+			msg := err.Error()
+			if said = strings.Contains(msg, a.Host+" refused the connection") && strings.Contains(msg, "connection limit"); said {
+				t.Logf("the refused peer's dial error: %v", err)
+			} else {
+				others = append(others, msg)
+			}
+		case <-deadline:
+			t.Fatalf("no dial error of the refused peer says who refused it and why it may have: %q", others)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the refused peer heard of no failed dial")
 	}
 	if st := srv.InboundStats(); st.Open != limit {
 		t.Fatalf("after refusals: %+v", st)
