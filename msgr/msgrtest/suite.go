@@ -774,7 +774,9 @@ func testCloseTellsPeer(t *testing.T, env Env) {
 	sendN(t, p.conn, 1, 0, 10, func(int) int { return 1 })
 	waitCount(t, p.srvRec, 10, 10*time.Second, p.conn)
 	p.conn.Close()
-	ev := p.srvRec.WaitEvent(t, msgr.EventReset, 10*time.Second)
+	// 30 s, not 10: a lost event still fails, and a CI run with every
+	// package under -race on two cores once took longer than 10 s.
+	ev := p.srvRec.WaitEvent(t, msgr.EventReset, 30*time.Second)
 	if !errors.Is(ev.Err, msgr.ErrClosedByPeer) {
 		t.Fatalf("server saw %v", ev.Err)
 	}
