@@ -333,8 +333,8 @@ func (c *Conn) closeLocked(err error, notify, tell bool) {
 	released := c.sess.reset(nil)
 	if lr := c.link; lr != nil {
 		if tell {
-			// The writer sends CLOSE, then tears the link down; a peer
-			// that does not read gets closeGrace.
+			// The writer sends CLOSE and the peer ends the link
+			// (writeBatch); a peer that does not answer gets closeGrace.
 			c.closeFrame = true
 			lr.kick()
 			time.AfterFunc(closeGrace, func() {
@@ -765,10 +765,20 @@ func (lr *linkRun) writeBatch(maxBytes int) (wrote, stop, more bool) {
 		clear(fr) // drop references to message segments
 	}
 	switch {
-	case closing:
+	case closing && (len(fr) == 0 || err != nil):
+		// No CLOSE went out: no answer will come.
 		c.mu.Lock()
 		c.detachLocked(lr)
 		c.mu.Unlock()
+		return true, true, false
+	case closing:
+		// The link stays until the peer, having read CLOSE, ends it (its
+		// handleFrame closes; our reader then faults, which detaches), or
+		// closeGrace passes (closeLocked). Ending it at once could lose
+		// the CLOSE on a transport whose teardown overtakes what is in
+		// flight: an RDMA peer may hear of the shutdown before its last
+		// receive completes, and then its session waits for a redial that
+		// never comes.
 		return true, true, false
 	case errors.Is(err, wire.ErrTooLarge):
 		// The link can never carry this message (an RDMA payload over
@@ -886,6 +896,10 @@ func (c *Conn) handleFrame(lr *linkRun, f *wire.Frame) (*Message, error) {
 	c.mu.Lock()
 	if c.link != lr || c.state == stateClosed {
 		// A replaced link, or a conn closing while its CLOSE goes out.
+		// The peer's CLOSE crossing ours answers it: the link is done.
+		if c.link == lr && f.Tag == wire.TagClose {
+			c.detachLocked(lr)
+		}
 		c.mu.Unlock()
 		f.Release()
 		return nil, nil

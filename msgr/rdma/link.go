@@ -847,11 +847,32 @@ func (l *link) cmEvent(event uint32, info *C.struct_fi_info, data []byte, err er
 		default:
 		}
 	case event == C.FI_SHUTDOWN:
-		// CM events and completions travel separately: the peer's last
-		// frames (a CLOSE) may still be in the CQ. Let the poller hand
-		// them over before the reader hears of the shutdown.
-		time.AfterFunc(shutdownGrace, func() { l.fail(errors.New("rdma: peer shut the connection down")) })
+		time.AfterFunc(shutdownGrace, l.peerShutDown)
 	}
+}
+
+// peerShutDown fails the link after the peer shut it down, once what the
+// peer sent before that is handed over. CM events and completions travel
+// separately: the peer's last frames (a CLOSE) may still be in the CQ, or
+// on a provider that progresses manually (tcp) in its socket. The grace
+// gives the poller its chance; then a poll of our own to an empty queue
+// takes what is left, however busy the machine kept the poller (a CI run
+// under the race detector once lost a CLOSE that way, and the peer's
+// session waited for a redial that never came).
+func (l *link) peerShutDown() {
+	d := l.d
+	d.lockToken()
+	// Under the token a link not yet dead keeps its endpoint, and the
+	// domain its CQ, until we let go (closeEndpoint's passToken).
+	if !l.dead.Load() {
+		for range 64 { // bounded: other links' traffic may never pause
+			if n, _, _ := d.pollLocked(); n == 0 {
+				break
+			}
+		}
+	}
+	d.fiMu.Unlock()
+	l.fail(errors.New("rdma: peer shut the connection down"))
 }
 
 func (l *link) waitConnected(cancel <-chan struct{}, timeout time.Duration) error {
