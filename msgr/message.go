@@ -83,6 +83,21 @@ func (m *Message) SetPayload(b *wire.Buffer) {
 	m.buf, m.Data = b, b.B
 }
 
+// RetainData returns the buffer that holds a received message's Data,
+// with a reference for the caller to release, so the bytes can be sent on
+// (SetPayload, then Data set to the same slice) after m is released,
+// without a copy: an OSD forwards a client's put to its replicas so. It
+// returns nil when m has no such buffer (no data, or an outgoing message).
+// On RDMA the buffer is the receiving domain's registered memory: a link
+// of another domain copies it into registered memory of its own to send it.
+func (m *Message) RetainData() *wire.Buffer {
+	if m.buf == nil || len(m.Data) == 0 {
+		return nil
+	}
+	m.buf.Ref()
+	return m.buf
+}
+
 // SetDataCRC tells the messenger that crc is the CRC32C (Castagnoli) of
 // m.Data as it is now, because the caller already computed it (the client
 // over an object's body, the store from its chunk CRCs). The link then

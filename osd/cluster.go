@@ -497,13 +497,21 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 			max = 1000
 		}
 		var entries []*osdpb.LogEntry
-		var tooOld bool
+		var tooOld, diverged bool
+		var floor *osdpb.Version
 		sid, err := o.peerPG(q.Pool, q.Pg)
 		if err == nil {
-			entries, tooOld, err = o.st.LogAfter(o.ctx, sid, q.After, max)
+			floor, diverged, err = o.st.Diverged(o.ctx, sid, q.After)
+		}
+		if err == nil {
+			after := q.After
+			if diverged {
+				after = floor
+			}
+			entries, tooOld, err = o.st.LogAfter(o.ctx, sid, after, max)
 		}
 		o.send(c, ops.ReplyType(t), &osdpb.PGLogPullReply{Header: hdr(err), Tid: q.Tid,
-			Entries: entries, TooOld: tooOld, Complete: len(entries) < max}, nil)
+			Entries: entries, TooOld: tooOld, Complete: len(entries) < max, Diverged: diverged, Floor: floor}, nil)
 
 	case osdpb.MsgType_MSG_PG_BACKFILL:
 		var q osdpb.PGBackfill
@@ -759,13 +767,28 @@ func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Vers
 		if rep.TooOld {
 			return o.backfill(ctx, p, from, slot)
 		}
-		if len(rep.Entries) == 0 {
-			return have, nil
-		}
 		// No slot for a log catch-up: it holds the PG's writes (see
 		// recovered).
 		seen := map[[2]string]bool{}
-		for _, e := range rep.Entries {
+		entries := rep.Entries
+		if rep.Diverged {
+			// Our entries after the floor were never acknowledged (an old
+			// primary's, which no member that serves has): their objects
+			// go back to what the source has, and SetPGLast below drops
+			// them from our log and request index.
+			ours, _, err := o.st.LogAfter(ctx, p.sid, rep.Floor, 0)
+			if err != nil {
+				return nil, err
+			}
+			o.log.Info("recovery: rolling back log entries the source does not have", "pg", placement.PGIDOf(p.sid),
+				"from", from, "entries", len(ours), "after", rep.Floor)
+			entries = append(ours, entries...)
+			have = rep.Floor
+		}
+		if len(entries) == 0 {
+			return have, nil
+		}
+		for _, e := range entries {
 			k := [2]string{e.Bucket, e.Key}
 			if e.Kind == osdpb.OpKind_OP_NONE || seen[k] {
 				continue
@@ -775,7 +798,9 @@ func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Vers
 				return nil, err
 			}
 		}
-		have = rep.Entries[len(rep.Entries)-1].Version
+		if len(rep.Entries) > 0 {
+			have = rep.Entries[len(rep.Entries)-1].Version
+		}
 		if err := o.st.SetPGLast(ctx, p.sid, have); err != nil {
 			return nil, err
 		}

@@ -319,6 +319,9 @@ func newcomerMaps(t *testing.T, c *osdtest.Cluster, newcomer uint32) (without, w
 		t.Fatal(err)
 	}
 	for _, o := range c.OSDs {
+		if o == nil {
+			continue // stopped
+		}
 		if err := o.AdoptMap(without); err != nil {
 			t.Fatal(err)
 		}

@@ -121,7 +121,7 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 			// The upload is complete: its record goes (its parts stay,
 			// as the object's data).
 			e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: rec}
-			o.write(mp, sid, e, nil, false, func(_ *osdpb.LogEntry, err error) {
+			o.write(mp, sid, e, nil, nil, false, func(_ *osdpb.LogEntry, err error) {
 				if err != nil {
 					o.log.Warn("removing a completed upload's record", "upload", req.UploadId, "err", err)
 				}
@@ -160,7 +160,7 @@ func (o *OSD) recordWrite(m *msgr.Message, req *osdpb.UploadRequest, reply reply
 		if e.Req != nil && resend {
 			if _, found, err := o.st.FindRequest(o.ctx, sid, e.Req); err == nil && found {
 				// A resend: write answers it from the log.
-				o.write(mp, sid, e, nil, true, func(applied *osdpb.LogEntry, err error) { send(err, applied) }, func() {})
+				o.write(mp, sid, e, nil, nil, true, func(applied *osdpb.LogEntry, err error) { send(err, applied) }, func() {})
 				return
 			}
 		}
@@ -168,7 +168,7 @@ func (o *OSD) recordWrite(m *msgr.Message, req *osdpb.UploadRequest, reply reply
 			send(err, nil)
 			return
 		}
-		o.write(mp, sid, e, nil, resend, func(applied *osdpb.LogEntry, err error) {
+		o.write(mp, sid, e, nil, nil, resend, func(applied *osdpb.LogEntry, err error) {
 			send(err, applied)
 			if err == nil && after != nil {
 				o.enqueue(o.shardOf(sid), func() { after(mp, sid) })

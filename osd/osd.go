@@ -190,7 +190,12 @@ type OSD struct {
 	clu   *msgr.Messenger // other OSDs
 	mapv  atomic.Pointer[placement.Map]
 	mapMu sync.Mutex // serialises map changes
-	hist  history    // past maps, for peering
+	// bucketGate orders bucket deletes (held exclusively around their
+	// local apply) behind object writes between their Check and their
+	// local apply (held shared): a write sent to its replicas before it is
+	// applied here must not then fail here for a bucket deleted meanwhile.
+	bucketGate sync.RWMutex
+	hist       history // past maps, for peering
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -219,6 +224,7 @@ type OSD struct {
 	refused        refusedPeers
 	recoveredBytes atomic.Uint64
 	fetchingMap    atomic.Bool // learnEpoch has a fetch in flight
+	fenced         atomic.Bool // fatal stopped the OSD
 	// recoverySlots and recoveryRate throttle recovery (Config); rate is
 	// nil when unlimited.
 	recoverySlots chan struct{}

@@ -147,7 +147,7 @@ func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string
 	}
 	sid := storePG(pool.Id, pg)
 	o.onShard(m, sid, func() {
-		o.write(mp, sid, e, m.Data, hdr.GetAttempt() > 0, func(applied *osdpb.LogEntry, err error) {
+		o.write(mp, sid, e, m.Data, m.RetainData(), hdr.GetAttempt() > 0, func(applied *osdpb.LogEntry, err error) {
 			h := o.header(hdr, err)
 			if err != nil {
 				applied = nil
@@ -188,7 +188,7 @@ func (o *OSD) bucketWrite(m *msgr.Message, req *osdpb.BucketRequest) {
 			return
 		}
 	}
-	o.write(mp, placement.MetaPG, e, nil, req.Header.GetAttempt() > 0, func(_ *osdpb.LogEntry, err error) { done(err) }, m.Release)
+	o.write(mp, placement.MetaPG, e, nil, nil, req.Header.GetAttempt() > 0, func(_ *osdpb.LogEntry, err error) { done(err) }, m.Release)
 }
 
 // checkBucketEmpty asks every OSD (ourselves included) whether it holds an
@@ -272,7 +272,14 @@ func (o *OSD) upPeers(mp *placement.Map, pg uint32) func(func(uint32) bool) {
 // entry gets the next version, is applied with a synced commit, and is
 // forwarded to the replicas; done runs when all of them acked (or it
 // failed). release runs once body is no longer needed.
-func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byte, resend bool, done func(*osdpb.LogEntry, error), release func()) {
+func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byte, buf *wire.Buffer, resend bool, done func(*osdpb.LogEntry, error), release func()) {
+	if buf != nil {
+		callers := release
+		release = func() {
+			buf.Release()
+			callers()
+		}
+	}
 	p, err := o.pgOf(sid)
 	if err != nil {
 		release()
@@ -315,7 +322,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 			// version before answering as the first time.
 			release()
 			sync := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: prev.Version}
-			o.replicate(mp, p, replicas, sync, nil, func(err error) { done(prev, err) })
+			o.replicate(mp, p, replicas, sync, nil, nil, func(err error) { done(prev, err) })
 			return
 		}
 	}
@@ -334,20 +341,71 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		}
 	}
 	e.Version = &osdpb.Version{Epoch: mp.Epoch(), Seq: p.last.GetSeq() + 1}
-	oldParts := o.replacedParts(e)
-	if err := o.st.Apply(o.ctx, sid, e, body); err != nil {
+	objectOp := e.Kind == osdpb.OpKind_OP_PUT || e.Kind == osdpb.OpKind_OP_DELETE
+	if objectOp {
+		o.bucketGate.RLock()
+	}
+	// Every answer (a bad digest, no room, no bucket) comes from Check,
+	// before any replica has the entry: the apply below can then fail only
+	// on an I/O error.
+	ck, err := o.st.Check(o.ctx, e, body)
+	if err != nil {
+		if objectOp {
+			o.bucketGate.RUnlock()
+		}
 		release()
 		done(nil, err)
 		return
 	}
-	o.setLast(p, e.Version)
-	o.replicate(mp, p, replicas, e, body, func(err error) {
-		done(e, err)
-		if err == nil && len(oldParts) > 0 {
+	oldParts := o.replacedParts(e)
+	// The replicas are sent the entry first and apply it while we do, as
+	// Ceph's primary does: a write waits for the slowest of the synced
+	// commits, not for ours and then theirs. Whoever finishes last of the
+	// two answers.
+	var (
+		mu      sync.Mutex
+		pending = 2
+		first   error
+	)
+	finish := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+		}
+		pending--
+		last, err := pending == 0, first
+		mu.Unlock()
+		if !last {
+			return
+		}
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		done(e, nil)
+		if len(oldParts) > 0 {
 			o.wg.Go(func() { o.dropParts(mp, p.pool, oldParts) })
 		}
-	})
+	}
+	o.replicate(mp, p, replicas, e, body, buf, finish)
+	if e.Kind == osdpb.OpKind_OP_DELETE_BUCKET {
+		o.bucketGate.Lock()
+	}
+	err = o.st.ApplyChecked(o.ctx, sid, e, body, ck)
+	if e.Kind == osdpb.OpKind_OP_DELETE_BUCKET {
+		o.bucketGate.Unlock()
+	}
+	if objectOp {
+		o.bucketGate.RUnlock()
+	}
 	release()
+	if err != nil {
+		o.applyFailed(p, e, err)
+		finish(err)
+		return
+	}
+	o.setLast(p, e.Version)
+	finish(nil)
 	if e.Version.Seq%o.trimEvery == 0 {
 		if err := o.st.TrimLog(o.ctx, sid); err != nil {
 			o.log.Warn("trim pg log", "pg", sid, "err", err)
@@ -388,7 +446,7 @@ func (o *OSD) dropParts(mp *placement.Map, poolID uint32, parts []*osdpb.PartRef
 			sid := storePG(pool.Id, pg)
 			e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: part.Key}
 			o.enqueue(o.shardOf(sid), func() {
-				o.write(o.Map(), sid, e, nil, false, func(_ *osdpb.LogEntry, err error) {
+				o.write(o.Map(), sid, e, nil, nil, false, func(_ *osdpb.LogEntry, err error) {
 					if err != nil {
 						o.log.Warn("deleting a replaced object's part", "part", part.Key, "err", err)
 					}
@@ -469,11 +527,49 @@ func (o *OSD) failPeer(id uint32, why string) {
 	}
 }
 
+// applyFailed handles a local apply that failed after the entry went to
+// the replicas, which may have applied it. Check answered everything an
+// op can be refused for, so this is an I/O error (or a lack of space that
+// came since), or the OSD is stopping. Going on would leave the PG's
+// version sequence with a hole only some members skipped, so the OSD
+// stops as if it had crashed, as a Ceph OSD does on an error from its
+// object store: peering then rolls the entry forward from a replica that
+// has it, or drops it where none does (it was never acknowledged).
+func (o *OSD) applyFailed(p *pgState, e *osdpb.LogEntry, err error) {
+	if o.ctx.Err() != nil {
+		return // stopping: peering sorts it out at the restart
+	}
+	o.fatal(fmt.Errorf("pg %d.%x: applying version %d.%d, already sent to the replicas: %w",
+		p.pool, p.pg, e.Version.GetEpoch(), e.Version.GetSeq(), err))
+}
+
+// fatal stops the OSD at once because it cannot go on safely: through
+// Config.Store.OnFatal where set (the daemon exits), else (an OSD in a
+// test or in `osprey up`) by killing its messengers, so that peers see it
+// as crashed and the mon marks it down; Close then ends the rest.
+func (o *OSD) fatal(err error) {
+	o.log.Error("the OSD cannot go on and stops (its acknowledged writes are on its replicas)", "err", err)
+	if f := o.cfg.Store.OnFatal; f != nil {
+		f(err.Error())
+		return
+	}
+	if o.fenced.Swap(true) {
+		return
+	}
+	o.cancel()
+	go func() {
+		o.pub.Kill()
+		o.clu.Kill()
+	}()
+}
+
 // replicate sends e (with body) to the replicas and calls done when every
 // one acked its synced commit, or with SERVICE_UNAVAILABLE after
-// RepTimeout. The body is copied once, into a buffer from the cluster
-// network (registered memory on RDMA), which all the RepOps share.
-func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osdpb.LogEntry, body []byte, done func(error)) {
+// RepTimeout. buf, when not nil, holds body (a client's message): every
+// RepOp sends from it without a copy. Otherwise body is copied once, into
+// a buffer from the cluster network (registered memory on RDMA), which all
+// the RepOps share.
+func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osdpb.LogEntry, body []byte, buf *wire.Buffer, done func(error)) {
 	if len(replicas) == 0 {
 		done(nil)
 		return
@@ -491,7 +587,9 @@ func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osd
 		o.failRep(tid, err)
 		return
 	}
-	var buf *wire.Buffer
+	if buf != nil {
+		buf.Ref() // ours, released below like one we allocate
+	}
 	for _, id := range replicas {
 		c, err := o.peerConn(id)
 		if err != nil {
@@ -504,14 +602,16 @@ func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osd
 				break
 			}
 			copy(buf.B, body)
+			body = buf.B
 		}
 		m := msgr.NewMessage(uint16(osdpb.MsgType_MSG_REP_OP), front, nil)
 		if buf != nil {
 			buf.Ref()
 			m.SetPayload(buf)
+			m.Data = body
 			if e.Kind == osdpb.OpKind_OP_PUT && len(e.Meta.GetParts()) == 0 {
-				// Apply checked the body against the put's CRC32C: the
-				// link need not read it again to checksum each send.
+				// Check verified the body against the put's CRC32C:
+				// the link need not read it again to checksum each send.
 				m.SetDataCRC(e.Meta.GetCrc32C())
 			}
 		}
@@ -631,7 +731,13 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 		}
 	}
 	if r.Entry.Kind != osdpb.OpKind_OP_NONE && v.Seq == p.last.GetSeq()+1 {
+		if r.Entry.Kind == osdpb.OpKind_OP_DELETE_BUCKET {
+			o.bucketGate.Lock() // see write: our own primaries' checked puts go first
+		}
 		err := o.st.Apply(o.ctx, p.sid, r.Entry, m.Data)
+		if r.Entry.Kind == osdpb.OpKind_OP_DELETE_BUCKET {
+			o.bucketGate.Unlock()
+		}
 		if err == nil {
 			o.setLast(p, v)
 			o.ackRepOp(m, r, p.last, nil)

@@ -45,6 +45,71 @@ type recordFn func(b *pebble.Batch) error
 // violation cannot corrupt the store (a per-PG lock orders them) but one of
 // two racing entries for the same version gets ErrStaleVersion.
 func (s *Store) Apply(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte) error {
+	return s.ApplyChecked(ctx, pg, e, body, nil)
+}
+
+// Checked is an entry and body that passed Check: Apply need not read the
+// body again for its CRC32C.
+type Checked struct {
+	e      *osdpb.LogEntry
+	body   []byte
+	crcs   []uint32 // a data file's chunk CRC32Cs
+	inFile bool
+}
+
+// Check runs the checks of Apply that depend only on the entry, its body
+// and the store as it is now: the kind and names, a put's size and CRC32C
+// (one pass over the body, which ApplyChecked then skips), room for it,
+// and the bucket. What passes fails in ApplyChecked only on an I/O error,
+// on space lost since, or on a bucket deleted since. The OSD checks a
+// write before it sends the entry to its replicas and applies it locally
+// meanwhile, so that an answer such as ErrBadDigest comes before any
+// replica has the entry.
+func (s *Store) Check(ctx context.Context, e *osdpb.LogEntry, body []byte) (*Checked, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	if e == nil {
+		return nil, fmt.Errorf("store: check: %w: no log entry", ErrInvalidArgument)
+	}
+	if err := checkEntry(e); err != nil {
+		return nil, fmt.Errorf("store: check: %w", err)
+	}
+	ck := &Checked{e: e, body: body}
+	switch e.Kind {
+	case osdpb.OpKind_OP_PUT:
+		if err := s.room(len(body)); err != nil {
+			return nil, objErr("put", e.Bucket, e.Key, err)
+		}
+		crcs, inFile, err := s.checkBody(e, body)
+		if err != nil {
+			return nil, err
+		}
+		ck.crcs, ck.inFile = crcs, inFile
+	case osdpb.OpKind_OP_DELETE:
+		if len(body) != 0 {
+			return nil, fmt.Errorf("store: delete %q/%q: %w: body on a delete", e.Bucket, e.Key, ErrInvalidArgument)
+		}
+	}
+	// Bucket records change only on the meta PG's shard, where its writes
+	// are applied in order; object writes are checked again at apply.
+	var exists bool
+	if err := s.withView(func(v *view) (err error) { exists, err = s.bucketExists(v, e.Bucket); return err }); err != nil {
+		return nil, err
+	}
+	switch {
+	case e.Kind == osdpb.OpKind_OP_CREATE_BUCKET && exists:
+		return nil, fmt.Errorf("store: create bucket %q: %w", e.Bucket, ErrBucketExists)
+	case e.Kind != osdpb.OpKind_OP_CREATE_BUCKET && !exists:
+		return nil, objErr("write", e.Bucket, e.Key, ErrNoSuchBucket)
+	}
+	return ck, nil
+}
+
+// ApplyChecked is Apply of an entry that passed Check (ck, or nil for
+// none): the same entry and body, or Apply checks the body itself.
+func (s *Store) ApplyChecked(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, ck *Checked) error {
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
@@ -54,6 +119,9 @@ func (s *Store) Apply(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []
 	}
 	if err := checkEntry(e); err != nil {
 		return fmt.Errorf("store: apply pg %d: %w", pg, err)
+	}
+	if ck != nil && (ck.e != e || len(ck.body) != len(body) || (len(body) > 0 && &ck.body[0] != &body[0])) {
+		ck = nil
 	}
 	ver := versionOf(e.Version)
 	st := s.lockPG(pg)
@@ -83,7 +151,7 @@ func (s *Store) Apply(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []
 		}
 		return b.Set(pgKey(pg), appendPGInfo(nil, next), nil)
 	}
-	err = s.applyKind(ctx, pg, e, body, record)
+	err = s.applyKind(ctx, pg, e, body, ck, record)
 	// Answers such as ErrNoSuchBucket leave the record as it was, but a
 	// failed commit may or may not have written it: any error drops the
 	// cache, and the next op reads the record again.
@@ -105,13 +173,15 @@ func checkEntry(e *osdpb.LogEntry) error {
 }
 
 // applyKind dispatches one entry for Apply (record != nil) or InstallObject.
-func (s *Store) applyKind(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, record recordFn) error {
+func (s *Store) applyKind(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, ck *Checked, record recordFn) error {
 	switch e.Kind {
 	case osdpb.OpKind_OP_PUT:
-		if err := s.room(len(body)); err != nil {
-			return objErr("put", e.Bucket, e.Key, err)
+		if ck == nil { // Check measured the room just before
+			if err := s.room(len(body)); err != nil {
+				return objErr("put", e.Bucket, e.Key, err)
+			}
 		}
-		return s.putObject(ctx, pg, e, body, record)
+		return s.putObject(ctx, pg, e, body, ck, record)
 	case osdpb.OpKind_OP_DELETE:
 		if len(body) != 0 {
 			return fmt.Errorf("store: delete %q/%q: %w: body on a delete", e.Bucket, e.Key, ErrInvalidArgument)
@@ -145,7 +215,7 @@ func (s *Store) InstallObject(ctx context.Context, pg uint32, e *osdpb.LogEntry,
 	}
 	st := s.lockPG(pg)
 	defer st.mu.Unlock()
-	return s.applyKind(ctx, pg, e, body, nil)
+	return s.applyKind(ctx, pg, e, body, nil, nil)
 }
 
 // RemoveObject deletes one object of PG pg without touching the PG log
@@ -181,36 +251,52 @@ func objErr(op, bucket, key string, err error) error {
 //     earlier (unsynced) chunk batch durable: the head can never be durable
 //     without its chunks. A crash before the head commit leaves the
 //     pending record, and Open deletes those chunks.
-func (s *Store) putObject(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, record recordFn) error {
+//
+// checkBody checks a put's meta and body: sizes, and the body's CRC32C
+// against the meta's. It returns a data file's chunk CRC32Cs (inFile).
+func (s *Store) checkBody(e *osdpb.LogEntry, body []byte) (crcs []uint32, inFile bool, err error) {
 	bucket, key, meta := e.Bucket, e.Key, e.Meta
 	if err := checkName(bucket, key, true); err != nil {
-		return objErr("put", bucket, key, err)
+		return nil, false, objErr("put", bucket, key, err)
 	}
 	if meta == nil {
-		return objErr("put", bucket, key, fmt.Errorf("%w: no object meta", ErrInvalidArgument))
+		return nil, false, objErr("put", bucket, key, fmt.Errorf("%w: no object meta", ErrInvalidArgument))
 	}
 	if isManifest(meta) {
 		if len(body) != 0 {
-			return objErr("put", bucket, key, fmt.Errorf("%w: multipart manifest with a %d-byte body", ErrInvalidArgument, len(body)))
+			return nil, false, objErr("put", bucket, key, fmt.Errorf("%w: multipart manifest with a %d-byte body", ErrInvalidArgument, len(body)))
 		}
+		return nil, false, nil
 	}
-	inFile := !isManifest(meta) && len(body) > 0 && s.opts.DataFileThreshold > 0 && len(body) >= s.opts.DataFileThreshold
+	inFile = len(body) > 0 && s.opts.DataFileThreshold > 0 && len(body) >= s.opts.DataFileThreshold
+	if uint64(len(body)) != meta.Size {
+		return nil, false, objErr("put", bucket, key, fmt.Errorf("%w: body has %d bytes, meta says %d", ErrBadDigest, len(body), meta.Size))
+	}
+	var sum uint32
+	if inFile {
+		// One pass over the body: the object's CRC32C follows from the
+		// chunks' (which the head keeps).
+		crcs = chunkCRCs(body, uint32(s.opts.ChunkSize))
+		sum = crc32cOfChunks(crcs, uint32(s.opts.ChunkSize), uint64(len(body)))
+	} else {
+		sum = crc32c(body)
+	}
+	if sum != meta.Crc32C {
+		return nil, false, objErr("put", bucket, key, fmt.Errorf("%w: body crc32c %08x, meta says %08x", ErrBadDigest, sum, meta.Crc32C))
+	}
+	return crcs, inFile, nil
+}
+
+func (s *Store) putObject(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, ck *Checked, record recordFn) error {
+	bucket, key, meta := e.Bucket, e.Key, e.Meta
 	var crcs []uint32 // a data file's chunk CRC32Cs
-	if !isManifest(meta) {
-		if uint64(len(body)) != meta.Size {
-			return objErr("put", bucket, key, fmt.Errorf("%w: body has %d bytes, meta says %d", ErrBadDigest, len(body), meta.Size))
-		}
-		var sum uint32
-		if inFile {
-			// One pass over the body: the object's CRC32C follows from the
-			// chunks' (which the head keeps).
-			crcs = chunkCRCs(body, uint32(s.opts.ChunkSize))
-			sum = crc32cOfChunks(crcs, uint32(s.opts.ChunkSize), uint64(len(body)))
-		} else {
-			sum = crc32c(body)
-		}
-		if sum != meta.Crc32C {
-			return objErr("put", bucket, key, fmt.Errorf("%w: body crc32c %08x, meta says %08x", ErrBadDigest, sum, meta.Crc32C))
+	var inFile bool
+	if ck != nil {
+		crcs, inFile = ck.crcs, ck.inFile
+	} else {
+		var err error
+		if crcs, inFile, err = s.checkBody(e, body); err != nil {
+			return err
 		}
 	}
 	if inFile || len(body) > s.inlineMax {

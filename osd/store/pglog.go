@@ -72,6 +72,47 @@ func (s *Store) LogAfter(ctx context.Context, pg uint32, after *osdpb.Version, m
 	return entries, tooOld, nil
 }
 
+// Diverged reports whether a peer whose log ends at after has entries our
+// log lacks: after lies past our tail but is not one of our entries. Such
+// entries were written by an old primary that died before any member that
+// serves now had them; they were never acknowledged and the peer must roll
+// them back. floor is then our newest version below after (our tail if
+// none): the peer's entries after floor are the divergent ones, and
+// LogAfter(floor) is what it lacks. A version is assigned once, by one
+// primary in one epoch, so entries with the same version are the same.
+func (s *Store) Diverged(ctx context.Context, pg uint32, after *osdpb.Version) (floor *osdpb.Version, diverged bool, err error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, false, err
+	}
+	defer s.leave()
+	at := versionOf(after)
+	err = s.withView(func(v *view) error {
+		g, err := s.pgInfoOf(v, pg)
+		if err != nil {
+			return err
+		}
+		if at == (version{}) || !g.tail.less(at) {
+			return nil // nothing, or at or before the tail: LogAfter answers
+		}
+		if _, ok, err := v.get(logKey(pg, after)); err != nil || ok {
+			return err
+		}
+		diverged, floor = true, g.tail.proto()
+		prefix := logPrefix(pg)
+		v.it.SetBounds(prefix, logKey(pg, after))
+		if v.it.Last() {
+			if floor, err = logKeyVersion(v.it.Key()); err != nil {
+				return err
+			}
+		}
+		return v.it.Error()
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("store: log of pg %d at %v: %w", pg, at, err)
+	}
+	return floor, diverged, nil
+}
+
 // logEntryAt decodes the log entry under the view's iterator.
 func (s *Store) logEntryAt(v *view, pg uint32) (*osdpb.LogEntry, error) {
 	val, err := v.it.ValueAndErr()

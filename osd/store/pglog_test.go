@@ -253,3 +253,47 @@ func TestPGObjectsPages(t *testing.T) {
 		t.Fatalf("installs moved pg 0 to %v", last)
 	}
 }
+
+// TestDiverged: a peer's last version that lies past our tail but is not
+// one of our entries is divergent, with our newest entry below it as the
+// floor; a version we hold, the tail, or nothing is not.
+func TestDiverged(t *testing.T) {
+	e := newEnv(t, store.Options{})
+	e.createBucket(1, "b")          // 1.1
+	e.put(1, "b", "x", []byte("x")) // 1.2
+	e.put(1, "b", "y", []byte("y")) // 1.3
+	later := putEntry(&osdpb.LogEntry{Version: &osdpb.Version{Epoch: 3, Seq: 4}, Kind: osdpb.OpKind_OP_PUT, Bucket: "b", Key: "z"}, []byte("z"))
+	e.mustApply(1, later, []byte("z"))
+	for _, c := range []struct {
+		at        *osdpb.Version
+		diverged  bool
+		floorSeq  uint64
+		floorEpoc uint64
+	}{
+		{nil, false, 0, 0},
+		{&osdpb.Version{Epoch: 1, Seq: 3}, false, 0, 0},
+		{&osdpb.Version{Epoch: 3, Seq: 4}, false, 0, 0},
+		{&osdpb.Version{Epoch: 1, Seq: 4}, true, 3, 1}, // an old primary's, never acked
+		{&osdpb.Version{Epoch: 2, Seq: 9}, true, 3, 1},
+		{&osdpb.Version{Epoch: 4, Seq: 1}, true, 4, 3}, // ahead of us
+	} {
+		floor, div, err := e.s.Diverged(e.ctx, 1, c.at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if div != c.diverged || (div && (floor.GetEpoch() != c.floorEpoc || floor.GetSeq() != c.floorSeq)) {
+			t.Errorf("at %v: diverged %v floor %v; want %v %d.%d", c.at, div, floor, c.diverged, c.floorEpoc, c.floorSeq)
+		}
+	}
+	// After a reset (a catch-up's SetPGLast) the tail is the floor.
+	if err := e.s.SetPGLast(e.ctx, 1, &osdpb.Version{Epoch: 3, Seq: 4}); err != nil {
+		t.Fatal(err)
+	}
+	floor, div, err := e.s.Diverged(e.ctx, 1, &osdpb.Version{Epoch: 3, Seq: 5})
+	if err != nil || !div || floor.GetEpoch() != 3 || floor.GetSeq() != 4 {
+		t.Fatalf("after a reset: diverged %v floor %v err %v; want the tail 3.4", div, floor, err)
+	}
+	if _, div, _ := e.s.Diverged(e.ctx, 1, &osdpb.Version{Epoch: 3, Seq: 4}); div {
+		t.Fatal("the tail itself diverged")
+	}
+}

@@ -556,3 +556,34 @@ func TestPGStats(t *testing.T) {
 	want(7, 0, 0)
 	want(8, 0, 0)
 }
+
+// TestCheck: every answer Apply can give an op is given by Check, before
+// anything is written (the OSD sends the entry to its replicas between
+// the two); what passes applies with ApplyChecked.
+func TestCheck(t *testing.T) {
+	e := newEnv(t, store.Options{})
+	e.createBucket(1, "b")
+	body := []byte("body")
+	good := putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "b", "k"), body)
+	bad := putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "b", "k"), body)
+	bad.Meta.Crc32C++
+	_, err := e.s.Check(e.ctx, bad, body)
+	wantErr(t, err, store.ErrBadDigest)
+	_, err = e.s.Check(e.ctx, putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "nope", "k"), body), body)
+	wantErr(t, err, store.ErrNoSuchBucket)
+	_, err = e.s.Check(e.ctx, e.entry(1, osdpb.OpKind_OP_DELETE, "nope", "k"), nil)
+	wantErr(t, err, store.ErrNoSuchBucket)
+	_, err = e.s.Check(e.ctx, e.entry(1, osdpb.OpKind_OP_CREATE_BUCKET, "b", ""), nil)
+	wantErr(t, err, store.ErrBucketExists)
+	_, err = e.s.Check(e.ctx, e.entry(1, osdpb.OpKind_OP_DELETE_BUCKET, "nope", ""), nil)
+	wantErr(t, err, store.ErrNoSuchBucket)
+	ck, err := e.s.Check(e.ctx, good, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good.Version = &osdpb.Version{Epoch: 1, Seq: 10}
+	if err := e.s.ApplyChecked(e.ctx, 1, good, body, ck); err != nil {
+		t.Fatal(err)
+	}
+	e.mustRead("b", "k", body)
+}

@@ -2906,12 +2906,18 @@ func (x *PGLogPull) GetTid() uint64 {
 }
 
 type PGLogPullReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Entries       []*LogEntry            `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
-	Complete      bool                   `protobuf:"varint,3,opt,name=complete,proto3" json:"complete,omitempty"`           // false: pull again after the last entry
-	TooOld        bool                   `protobuf:"varint,4,opt,name=too_old,json=tooOld,proto3" json:"too_old,omitempty"` // `after` is older than the log tail: backfill
-	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Header   *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Entries  []*LogEntry            `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
+	Complete bool                   `protobuf:"varint,3,opt,name=complete,proto3" json:"complete,omitempty"`           // false: pull again after the last entry
+	TooOld   bool                   `protobuf:"varint,4,opt,name=too_old,json=tooOld,proto3" json:"too_old,omitempty"` // `after` is older than the log tail: backfill
+	// diverged: `after` is not in our log (the puller has entries an old
+	// primary wrote that were never acknowledged); entries start after
+	// floor, the newest version of ours below `after` (or our log's tail),
+	// and the puller rolls its own entries after floor back to our objects.
+	Diverged      bool     `protobuf:"varint,5,opt,name=diverged,proto3" json:"diverged,omitempty"`
+	Floor         *Version `protobuf:"bytes,6,opt,name=floor,proto3" json:"floor,omitempty"`
+	Tid           uint64   `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2972,6 +2978,20 @@ func (x *PGLogPullReply) GetTooOld() bool {
 		return x.TooOld
 	}
 	return false
+}
+
+func (x *PGLogPullReply) GetDiverged() bool {
+	if x != nil {
+		return x.Diverged
+	}
+	return false
+}
+
+func (x *PGLogPullReply) GetFloor() *Version {
+	if x != nil {
+		return x.Floor
+	}
+	return nil
 }
 
 func (x *PGLogPullReply) GetTid() uint64 {
@@ -4474,12 +4494,14 @@ const file_osd_proto_rawDesc = "" +
 	"\vmax_entries\x18\x05 \x01(\rR\n" +
 	"maxEntries\x12\x10\n" +
 	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"\xb8\x01\n" +
+	" \x01(\x04R\x03tid\"\xff\x01\n" +
 	"\x0ePGLogPullReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12.\n" +
 	"\aentries\x18\x02 \x03(\v2\x14.osprey.osd.LogEntryR\aentries\x12\x1a\n" +
 	"\bcomplete\x18\x03 \x01(\bR\bcomplete\x12\x17\n" +
-	"\atoo_old\x18\x04 \x01(\bR\x06tooOld\x12\x10\n" +
+	"\atoo_old\x18\x04 \x01(\bR\x06tooOld\x12\x1a\n" +
+	"\bdiverged\x18\x05 \x01(\bR\bdiverged\x12)\n" +
+	"\x05floor\x18\x06 \x01(\v2\x13.osprey.osd.VersionR\x05floor\x12\x10\n" +
 	"\x03tid\x18\n" +
 	" \x01(\x04R\x03tid\"\xc8\x01\n" +
 	"\n" +
@@ -4811,28 +4833,29 @@ var file_osd_proto_depIdxs = []int32{
 	7,  // 48: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
 	10, // 49: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
 	30, // 50: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
-	10, // 51: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
-	30, // 52: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
-	7,  // 53: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
-	2,  // 54: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
-	2,  // 55: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
-	10, // 56: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 57: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
-	7,  // 58: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
-	44, // 59: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	2,  // 60: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
-	10, // 61: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 62: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 63: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 64: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	4,  // 65: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	10, // 66: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 67: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	68, // [68:68] is the sub-list for method output_type
-	68, // [68:68] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	7,  // 51: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
+	10, // 52: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
+	30, // 53: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
+	7,  // 54: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
+	2,  // 55: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
+	2,  // 56: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
+	10, // 57: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 58: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
+	7,  // 59: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
+	44, // 60: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	2,  // 61: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
+	10, // 62: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 63: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 64: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 65: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	4,  // 66: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	10, // 67: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 68: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	69, // [69:69] is the sub-list for method output_type
+	69, // [69:69] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
