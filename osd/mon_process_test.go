@@ -253,16 +253,24 @@ func (mc *monCluster) verifyStores(ctx context.Context, w *workload, procs []int
 	mc.t.Helper()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	copies := mc.checkStoredCopies(ctx, procs, w.bucket, slices.Collect(maps.Keys(w.acked)), func(key string, got []byte) bool {
+	copies := mc.checkStores(ctx, procs, w.bucket, slices.Collect(maps.Keys(w.acked)), func(key string, got []byte) bool {
 		return bytes.Equal(got, w.acked[key])
-	})
-	mc.t.Logf("copies per OSD in the stores: %v", copies)
+	}, w.failed)
+	mc.t.Logf("copies per OSD in the stores: %v; %d puts failed, each on all members or none", copies, len(w.failed))
 }
 
 // checkStoredCopies stops the OSD processes procs and checks, in their
 // stores, every member of each key's acting set in the mon's final map:
 // the set is full and ok accepts each copy. It returns the copies per OSD.
 func (mc *monCluster) checkStoredCopies(ctx context.Context, procs []int, bucket string, keys []string, ok func(key string, got []byte) bool) map[uint32]int {
+	return mc.checkStores(ctx, procs, bucket, keys, ok, nil)
+}
+
+// checkStores is checkStoredCopies, and for each key of maybe (a put
+// that failed, and so may or may not have been applied) that either every
+// member of its acting set holds its bytes or none holds the key: never
+// half there.
+func (mc *monCluster) checkStores(ctx context.Context, procs []int, bucket string, keys []string, ok func(key string, got []byte) bool, maybe map[string][]byte) map[uint32]int {
 	t := mc.t
 	t.Helper()
 	mp := mc.mon.Map()
@@ -300,6 +308,29 @@ func (mc *monCluster) checkStoredCopies(ctx context.Context, procs []int, bucket
 				t.Fatalf("osd.%d's copy of %s: %v (%d bytes)", id, key, err, len(buf))
 			}
 			copies[id]++
+		}
+	}
+	for key, want := range maybe {
+		set := mp.ActingSet(pool.Id, placement.PGOf(pool, bucket, key))
+		var have []uint32
+		for _, id := range set {
+			s := stores[id]
+			if s == nil {
+				t.Fatalf("%s: acting set %v names osd.%d, not checked", key, set, id)
+			}
+			var err error
+			_, buf, err = s.ReadRange(ctx, bucket, key, 0, -1, buf[:0])
+			switch {
+			case err == nil && bytes.Equal(buf, want):
+				have = append(have, id)
+			case err == nil:
+				t.Fatalf("osd.%d's copy of %s (a failed put): %d wrong bytes", id, key, len(buf))
+			case !errors.Is(err, store.ErrNoSuchKey):
+				t.Fatalf("osd.%d's copy of %s (a failed put): %v", id, key, err)
+			}
+		}
+		if len(have) != 0 && len(have) != len(set) {
+			t.Fatalf("%s, a put that failed, is half there: on %v of %v", key, have, set)
 		}
 	}
 	return copies
@@ -352,6 +383,53 @@ func TestMonKillOSD(t *testing.T) {
 	w.halt()
 	w.verify(ctx, t)
 	mc.verifyStores(ctx, w, []int{0, 2, 3})
+}
+
+// TestMonKillRestartOSD: as TestMonKillOSD, but the SIGKILLed OSD comes
+// back before it is marked out. It was the primary of some PGs and died in
+// the middle of their writes, which a primary sends to its replicas while
+// it applies them itself: some members may have applied such a write and
+// others not. The new primaries roll each forward (a member that has it
+// is the authoritative log) or the returning OSD rolls its own back (a
+// write only it applied, which the PG went on without): every write that
+// failed ends on all members or on none, and every acknowledged one on
+// all, checked in the stores once every PG is active+clean.
+func TestMonKillRestartOSD(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	mc := startMonCluster(t, monClusterOptions{OSDs: 4, Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: time.Hour,
+		Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}}})
+	ctx := ctxT(t, 3*time.Minute)
+	mc.waitStatus(ctx, "4 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 4 && s.Health.Status == "HEALTH_OK" })
+	if err := mc.client(t, time.Minute).MakeBucket(ctx, "midwrite"); err != nil {
+		t.Fatal(err)
+	}
+	// One attempt per put: a retry would finish what the SIGKILL cut
+	// short, and the failed puts are what this test is about.
+	w := newWorkload(mc.client(t, time.Nanosecond), "midwrite")
+	// Several writers, so that writes are in flight at every PG's
+	// primary when the SIGKILL lands.
+	for range 4 {
+		w.write(ctx)
+	}
+	w.waitFlowing(ctx, t, 40, time.Now().Add(-time.Second))
+	victim := 2
+	killed := time.Now()
+	mc.kill(victim, syscall.SIGKILL)
+	mc.waitStatus(ctx, "the victim down", func(s *mon.Status) bool { return s.OSDs.Up == 3 })
+	w.waitFlowing(ctx, t, 0, killed.Add(100*time.Millisecond))
+	w.waitFlowing(ctx, t, w.count()+40, killed) // writes go on without it a while
+	mc.start(victim)
+	mc.waitStatus(ctx, "the victim back, every PG active+clean", func(s *mon.Status) bool {
+		return s.OSDs.Up == 4 && s.PGs["active+clean"] == s.PGTotal && s.Health.Status == "HEALTH_OK"
+	})
+	w.halt()
+	w.mu.Lock()
+	failed := len(w.failed)
+	w.mu.Unlock()
+	t.Logf("%d puts acknowledged, %d failed", w.count(), failed)
+	mc.verifyStores(ctx, w, []int{0, 1, 2, 3})
 }
 
 // TestMonAddOSD: a fifth OSD boots into a loaded 4-OSD cluster while a

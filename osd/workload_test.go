@@ -26,6 +26,7 @@ type workload struct {
 
 	mu         sync.Mutex
 	acked      map[string][]byte
+	failed     map[string][]byte // puts that failed: each may or may not have been applied
 	keys       []string
 	puts       []time.Time // when each put was acknowledged
 	violations []string
@@ -37,7 +38,7 @@ type workload struct {
 }
 
 func newWorkload(cl *client.Client, bucket string) *workload {
-	return &workload{cl: cl, bucket: bucket, acked: map[string][]byte{}, stop: make(chan struct{}),
+	return &workload{cl: cl, bucket: bucket, acked: map[string][]byte{}, failed: map[string][]byte{}, stop: make(chan struct{}),
 		size: func(key string) []byte { return content(key, 0) }}
 }
 
@@ -56,6 +57,9 @@ func (w *workload) write(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
+				w.mu.Lock()
+				w.failed[key] = body
+				w.mu.Unlock()
 				continue
 			}
 			w.mu.Lock()
