@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/osd/pg"
@@ -150,11 +151,24 @@ func (o *OSD) backfillRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp) bool {
 func (o *OSD) settle(ctx context.Context, p *pgState, from uint32, bf *backfillState, upTo *bfKey) ([]bfKey, error) {
 	var copied []bfKey
 	for round := 0; ; round++ {
-		if round == 10 {
+		if round == 12 {
 			// The source does not have writes we acked: it is no longer
 			// the primary. The recovery fails; the new primary's sync
 			// starts another.
 			return copied, fmt.Errorf("backfill of pg %s: osd.%d does not have the writes acked meanwhile (no longer the primary?)", placement.PGIDOf(p.sid), from)
+		}
+		if round > 1 {
+			// A primary sends a write to its replicas while it applies
+			// it: the copy fetched just after our ack may predate it by
+			// the primary's own commit. Give that time (about 6 s in
+			// all) before deciding the source is not the primary.
+			t := time.NewTimer(min(10*time.Millisecond<<(round-2), time.Second))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return copied, ctx.Err()
+			}
 		}
 		bf.mu.Lock()
 		var todo []bfKey

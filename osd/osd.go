@@ -112,8 +112,13 @@ type Config struct {
 	// Transports and Faults are passed to both messengers (tests).
 	Transports []wire.Transport
 	Faults     msgr.FaultInjection
-	// DisableDataCRC turns off the messengers' data CRCs; the store keeps
-	// its own per chunk.
+	// DisableDataCRC turns off the public messenger's data CRCs; the store
+	// keeps its own per chunk. The cluster messenger never checksums data:
+	// every data segment an OSD receives from another (a RepOp's body, a
+	// recovered object) goes through the store's check against the
+	// object's CRC32C, which is the one pass over those bytes on the
+	// replica; a corrupt one fails that apply, and the replica recovers
+	// the object from its primary.
 	DisableDataCRC bool
 }
 
@@ -343,7 +348,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		o.clu, err = msgr.New(msgr.Options{
 			Name: name, Dispatcher: clusterDispatcher{o}, DefaultPolicy: msgr.LosslessPeer,
 			Logger: o.log.With("net", "cluster"), MaxMessageSize: ops.MaxMessageSize,
-			Transports: cfg.Transports, Faults: cfg.Faults, DisableDataCRC: cfg.DisableDataCRC,
+			Transports: cfg.Transports, Faults: cfg.Faults, DisableDataCRC: true,
 			Reconnect:   msgr.Backoff{Min: 10 * time.Millisecond, Max: time.Second},
 			OnDialError: o.onDialError,
 			// No receive budget between OSDs, as Ceph caps only client
