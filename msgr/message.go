@@ -119,7 +119,7 @@ func (m *Message) SetDataCRC(crc uint32) { m.dataCRC, m.crcOf = crc, m.Data }
 // receiver can compare it with a CRC it was promised instead of computing
 // one; on an outgoing one, what SetDataCRC set. ok is false when nobody
 // checksummed the data (the sender's DisableDataCRC, or a transport that
-// does not report it: RDMA, today), when Data is empty, or when m.Data is
+// does not report it), when Data is empty, or when m.Data is
 // no longer the slice the CRC was known for. A received message sent on
 // unchanged keeps its CRC, so forwarding costs no CRC pass.
 func (m *Message) DataCRC() (crc uint32, ok bool) {

@@ -721,7 +721,9 @@ func (d *domain) setCMOwner(fid unsafe.Pointer, o cmOwner) {
 }
 
 // region is registered memory outside the Go heap: mmap'd, registered
-// once, released with munmap after deregistration.
+// once, released with munmap after deregistration. Being mmap'd, mem
+// starts on a page, a multiple of wire.DataAlign: a rendezvous payload
+// received at offset 0 is aligned for O_DIRECT (link.startTransfer).
 type region struct {
 	d   *domain
 	wb  *wire.Buffer // handed up with received rendezvous payloads; reused

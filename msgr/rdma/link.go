@@ -1324,14 +1324,34 @@ func (l *link) frameFrom(ev rxEvent, f *wire.Frame) (*pendingRead, error) {
 		f.Front, f.Data, f.Buf = nil, nil, nil
 		return nil, nil
 	}
+	// An inline frame's data stays where the receive put it, right after
+	// the preamble and front in its BufSize (16 KiB) receive buffer, so it
+	// is not on a wire.DataAlign boundary as a rendezvous payload is
+	// (finish). Placing it would cost a copy per small message to save
+	// one that does not happen: an object this small goes into the
+	// store's Pebble, not to an O_DIRECT data file, and the receive
+	// buffer must go back to be posted soon anyway.
 	front := b[wire.PreambleSize : wire.PreambleSize+int(f.FrontLen)]
 	data := b[wire.PreambleSize+len(front) : ev.n-wire.EpilogueSize]
-	if err := wire.CheckEpilogue(b[ev.n-wire.EpilogueSize:], front, data, f.Flags&wire.FlagNoDataCRC != 0); err != nil {
+	epi := b[ev.n-wire.EpilogueSize:]
+	if err := wire.CheckEpilogue(epi, front, data, f.Flags&wire.FlagNoDataCRC != 0); err != nil {
 		buf.Release()
 		return nil, err
 	}
 	f.Front, f.Data, f.Buf = front, data, buf
+	f.DataCRC, f.HasDataCRC = checkedDataCRC(f, epi)
 	return nil, nil
+}
+
+// checkedDataCRC is the data CRC to hand up with f (Frame.DataCRC), once
+// CheckEpilogue accepted epi: the CRC the data was verified against, so
+// the layer above (Message.DataCRC) need not read the data again; none
+// when the sender skipped it (FLAG_NO_DATA_CRC) or there is no data.
+func checkedDataCRC(f *wire.Frame, epi []byte) (uint32, bool) {
+	if f.Flags&wire.FlagNoDataCRC != 0 || len(f.Data) == 0 {
+		return 0, false
+	}
+	return wire.EpilogueDataCRC(epi), true
 }
 
 // rendezvous takes a rendezvous frame: it checks the descriptor and starts
@@ -1365,15 +1385,23 @@ func (l *link) rendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRe
 // startTransfer moves p's payload into a registered buffer of its own:
 // it posts the RDMA read, or offers the buffer to the peer's RDMA write
 // (RDV_READY). The frame's receive buffer goes back first.
+//
+// The payload goes to offset 0 of the buffer and the front right after
+// it (rdvFrontAt), as a stream link places a small frame: a registered
+// buffer is mmap'd, so it starts on a page and the data on a
+// wire.DataAlign boundary, and the store can write it with O_DIRECT from
+// where it lies. Putting the front first would need padding up to the
+// boundary, which pushes a payload of a power of two plus a front into
+// the next size class (a 64 MiB message would take a 128 MiB region).
 func (l *link) startTransfer(p *pendingRead) error {
 	buf := p.buf
 	p.buf, p.waiting = nil, false
-	r, err := l.d.getLarge(p.frontLen + p.size)
+	r, err := l.d.getLarge(p.size + p.frontLen)
 	if err != nil {
 		buf.Release()
 		return err
 	}
-	copy(r.mem, buf.B[wire.PreambleSize:wire.PreambleSize+p.frontLen])
+	copy(r.mem[rdvFrontAt(p):], buf.B[wire.PreambleSize:wire.PreambleSize+p.frontLen])
 	buf.Release()
 	slot := l.freeReads[len(l.freeReads)-1]
 	l.epMu.RLock()
@@ -1389,15 +1417,19 @@ func (l *link) startTransfer(p *pendingRead) error {
 	l.d.transfers.Add(1)
 	if !l.rdvWrite {
 		// A read the provider refuses comes back as a failed read (post.go).
-		l.d.post(postOp{l: l, kind: opRead, slot: slot, buf: r.ptr(p.frontLen), n: p.size, desc: r.desc, raddr: p.src.addr, rkey: p.src.key})
+		l.d.post(postOp{l: l, kind: opRead, slot: slot, buf: r.ptr(0), n: p.size, desc: r.desc, raddr: p.src.addr, rkey: p.src.key})
 		l.d.reads.Add(1)
 		l.epMu.RUnlock()
 		return nil
 	}
 	l.epMu.RUnlock()
-	l.sendCtl(wire.TagRdvReady, uint64(slot)<<32|uint64(p.id), rdvDesc{r.remoteAddr(p.frontLen), p.size, r.key})
+	l.sendCtl(wire.TagRdvReady, uint64(slot)<<32|uint64(p.id), rdvDesc{r.remoteAddr(0), p.size, r.key})
 	return nil
 }
+
+// rdvFrontAt is where p's front lies in its rendezvous buffer: after the
+// payload, which starts the buffer (startTransfer).
+func rdvFrontAt(p *pendingRead) int { return p.size }
 
 // transferDone marks the transfer in slot finished (its read completed or
 // its RDV_DONE came) and starts those waiting for a slot, in order.
@@ -1588,8 +1620,9 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 		return p.err
 	}
 	l.rdvReadCnt.Add(1)
-	front := p.r.mem[:p.frontLen]
-	data := p.r.mem[p.frontLen : p.frontLen+p.size]
+	at := rdvFrontAt(p)
+	data := p.r.mem[:p.size]
+	front := p.r.mem[at : at+p.frontLen]
 	if err := wire.CheckEpilogue(p.epi[:], front, data, p.f.Flags&wire.FlagNoDataCRC != 0); err != nil {
 		l.d.putLarge(p.r)
 		return err
@@ -1598,7 +1631,8 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 	f.Flags &^= wire.FlagRendezvous
 	f.DataLen = uint32(p.size)
 	f.Front, f.Data = front, data
-	f.Buf = p.r.buffer(p.frontLen + p.size)
+	f.DataCRC, f.HasDataCRC = checkedDataCRC(f, p.epi[:])
+	f.Buf = p.r.buffer(p.size + p.frontLen)
 	return nil
 }
 
@@ -1720,7 +1754,15 @@ func (l *link) writeFrame(f *wire.Frame) error {
 		p.Flags |= wire.FlagNoDataCRC
 	}
 	var dcrc uint32
-	if !noCRC {
+	switch {
+	case noCRC:
+	case f.HasDataCRC:
+		// The sender's (Message.SetDataCRC): one pass over the data
+		// fewer. It is not checked here: the receiver refuses a wrong
+		// one as corrupt, and recomputing it would launder data that
+		// changed after its CRC was taken (protocol.md §4.2).
+		dcrc = f.DataCRC
+	default:
 		dcrc = wire.CRC(f.Data)
 	}
 	n := p.WireSize()
