@@ -88,8 +88,11 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 			if len(m.Data) > ops.MaxPutSize {
 				return ops.Errorf(osdpb.Status_ENTITY_TOO_LARGE, "part of %d bytes; at most %d", len(m.Data), ops.MaxPutSize)
 			}
-			sum := md5.Sum(m.Data)
-			meta = &osdpb.ObjectMeta{Size: meta.Size, Crc32C: meta.Crc32C, Etag: hex.EncodeToString(sum[:]), MtimeUnixNano: time.Now().UnixNano()}
+			h := o.md5.NewHash()
+			h.Write(m.Data)
+			sum := h.Sum(nil)
+			h.Close()
+			meta = &osdpb.ObjectMeta{Size: meta.Size, Crc32C: meta.Crc32C, Etag: hex.EncodeToString(sum), MtimeUnixNano: time.Now().UnixNano()}
 			e.Kind, e.Meta = osdpb.OpKind_OP_PUT, meta
 			return nil
 		})
