@@ -37,12 +37,27 @@ func (b *Buffer) Reset(n int) {
 	b.refs.Store(1)
 }
 
+// Size classes: 4 KiB, then four per doubling (5, 6, 7, 8 KiB, 10, 12,
+// 14, 16 KiB, ...) up to 128 MiB, so a buffer wastes at most a fifth of
+// itself: with one class per power of two a 4 MiB object's body and its
+// front took an 8 MiB buffer.
 const (
 	minClassShift = 12 // 4 KiB
 	maxClassShift = 27 // 128 MiB
+	classSteps    = 4  // classes per doubling
+	numClasses    = 1 + (maxClassShift-minClassShift)*classSteps
 )
 
-var bufPools [maxClassShift - minClassShift + 1]sync.Pool
+var bufPools [numClasses]sync.Pool
+
+// classSize is the capacity of class c's buffers.
+func classSize(c int) int {
+	if c == 0 {
+		return 1 << minClassShift
+	}
+	base := 1 << (minClassShift + (c-1)/classSteps)
+	return base + ((c-1)%classSteps+1)*(base/classSteps)
+}
 
 // GetBuffer returns a buffer with len(B) == n and one reference. Sizes above
 // the largest class are allocated and not pooled.
@@ -59,20 +74,25 @@ func GetBuffer(n int) *Buffer {
 		b.refs.Store(1)
 		return b
 	}
-	b := &Buffer{B: make([]byte, n, 1<<(c+minClassShift)), class: int8(c)}
+	b := &Buffer{B: make([]byte, n, classSize(c)), class: int8(c)}
 	b.refs.Store(1)
 	return b
 }
 
+// sizeClass is the smallest class whose buffers hold n bytes, -1 above
+// the largest.
 func sizeClass(n int) int {
 	if n <= 1<<minClassShift {
 		return 0
 	}
-	shift := bits.Len(uint(n - 1))
+	shift := bits.Len(uint(n - 1)) // 1<<(shift-1) < n <= 1<<shift
 	if shift > maxClassShift {
 		return -1
 	}
-	return shift - minClassShift
+	base := 1 << (shift - 1)
+	step := base / classSteps
+	q := (n - base + step - 1) / step // 1 to classSteps
+	return 1 + (shift-1-minClassShift)*classSteps + q - 1
 }
 
 // Ref adds a reference.

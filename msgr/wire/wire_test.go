@@ -496,13 +496,27 @@ func TestExchangeBanner(t *testing.T) {
 
 func TestSizeClass(t *testing.T) {
 	tests := []struct{ n, class int }{
-		{0, 0}, {1, 0}, {4096, 0}, {4097, 1}, {8192, 1}, {8193, 2},
-		{readChunkSize, 6}, {1 << 20, 8}, {1<<20 + 1, 9},
-		{1 << maxClassShift, maxClassShift - minClassShift}, {1<<maxClassShift + 1, -1},
+		{0, 0}, {1, 0}, {4096, 0}, {4097, 1}, {5120, 1}, {5121, 2}, {8192, 4}, {8193, 5},
+		{1 << 20, 32}, {1<<20 + 1, 33},
+		{4<<20 + 4096, 41}, // a 4 MiB object's body with its front: 5 MiB, not 8
+		{1 << maxClassShift, numClasses - 1}, {1<<maxClassShift + 1, -1},
 	}
 	for _, tc := range tests {
 		if got := sizeClass(tc.n); got != tc.class {
 			t.Errorf("sizeClass(%d) = %d, want %d", tc.n, got, tc.class)
+		}
+	}
+	// Every size lands in the smallest class that holds it, and no class
+	// is more than a quarter larger than the one below it.
+	for c := 1; c < numClasses; c++ {
+		lo, hi := classSize(c-1), classSize(c)
+		if hi <= lo || hi > lo+lo/4+1<<minClassShift/4 {
+			t.Fatalf("class %d holds %d, class %d %d", c-1, lo, c, hi)
+		}
+		for _, n := range []int{lo + 1, hi} {
+			if got := sizeClass(n); got != c {
+				t.Fatalf("sizeClass(%d) = %d, want %d (classes hold %d, %d)", n, got, c, lo, hi)
+			}
 		}
 	}
 }
@@ -517,7 +531,7 @@ func TestGetBuffer(t *testing.T) {
 		if int(b.class) != c {
 			t.Fatalf("GetBuffer(%d): class %d, want %d", n, b.class, c)
 		}
-		if want := 1 << (c + minClassShift); cap(b.B) != want {
+		if want := classSize(c); cap(b.B) != want {
 			t.Fatalf("GetBuffer(%d): cap %d, want %d", n, cap(b.B), want)
 		}
 		if r := b.refs.Load(); r != 1 {
@@ -559,11 +573,11 @@ func TestBufferReuse(t *testing.T) {
 	// Puts on purpose), so look for reuse over several tries.
 	reused := false
 	for range 64 {
-		a := GetBuffer(5000)
+		a := GetBuffer(5500)
 		a.B[0] = 0xaa
 		a.Release()
-		b := GetBuffer(6000) // same class (8 KiB)
-		if len(b.B) != 6000 || cap(b.B) != 8192 || b.refs.Load() != 1 {
+		b := GetBuffer(6000) // same class (6 KiB)
+		if len(b.B) != 6000 || cap(b.B) != 6144 || b.refs.Load() != 1 {
 			t.Fatalf("len %d cap %d refs %d", len(b.B), cap(b.B), b.refs.Load())
 		}
 		if a == b {
