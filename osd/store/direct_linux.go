@@ -28,8 +28,9 @@ var directBufs = sync.Pool{New: func() any {
 // this project's VMs costs several milliseconds of CPU per 4 MiB once the
 // cache grows into untouched memory (measured with a pwrite+fdatasync
 // probe: 7-14 ms of CPU per 4 MiB buffered, under 1 ms direct). Pieces of
-// body that are aligned in memory are written from it; others are copied
-// through an aligned buffer.
+// body that are aligned in memory are written from it, all but the last
+// partial block of the body, which alone is copied through an aligned
+// buffer to be padded; pieces not aligned in memory are copied whole.
 //
 // supported false means the file or its filesystem refuses O_DIRECT
 // (tmpfs, some FUSE and network filesystems) before anything was written:
@@ -50,6 +51,20 @@ func writeDirect(fd int, body []byte) (supported bool, err error) {
 	}()
 	for off := 0; off < len(body); off += directPiece {
 		piece := body[off:min(off+directPiece, len(body))]
+		if whole := len(piece) &^ (dataAlign - 1); whole > 0 && whole < len(piece) && uintptr(unsafe.Pointer(&piece[0]))%dataAlign == 0 {
+			// The body's last piece, aligned in memory but not a whole
+			// number of blocks: its whole blocks go straight from the
+			// body, only the partial one through the buffer.
+			if err := pwriteAll(fd, piece[:whole], int64(off)); err != nil {
+				if off == 0 && errors.Is(err, syscall.EINVAL) {
+					_, _ = fcntl(fd, syscall.F_SETFL, flags)
+					return false, nil
+				}
+				return true, err
+			}
+			off += whole
+			piece = piece[whole:]
+		}
 		out := piece
 		if len(piece)%dataAlign != 0 || uintptr(unsafe.Pointer(&piece[0]))%dataAlign != 0 {
 			if buf == nil {
