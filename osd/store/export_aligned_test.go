@@ -17,3 +17,24 @@ func bounceBuffersMade(fn func()) int {
 	fn()
 	return n
 }
+
+// DropReadCacheForTest empties the cache of verified extents.
+func (s *Store) DropReadCacheForTest() {
+	c := &s.files.cache
+	c.mu.Lock()
+	ids := make([]uint64, 0, len(c.byID))
+	for id := range c.byID {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	c.drop(ids)
+}
+
+// SetReadCacheLimitForTest bounds the cache of verified extents to limit
+// bytes. REQUIRES: the cache is empty.
+func (s *Store) SetReadCacheLimitForTest(limit int64) {
+	c := &s.files.cache
+	c.mu.Lock()
+	c.limit = limit
+	c.mu.Unlock()
+}
