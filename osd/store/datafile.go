@@ -95,6 +95,9 @@ type dataFiles struct {
 	// buffered: O_DIRECT was refused once; read and write through the
 	// page cache.
 	buffered atomic.Bool
+	// bounced counts reads of a file that could have taken O_DIRECT but
+	// were not aligned for it (none, by design: loadExtent aligns them).
+	bounced atomic.Int64
 	// cache holds verified extents of whole objects for ReadShared
 	// (extent.go).
 	cache readCache
@@ -393,13 +396,15 @@ func (s *Store) killDataFiles(ids ...uint64) {
 		return
 	}
 	d := &s.files
-	d.cache.drop(ids)
 	d.mu.Lock()
 	d.epoch++
 	for _, id := range ids {
 		d.dead = append(d.dead, deadFile{id: id, epoch: d.epoch})
 	}
 	d.mu.Unlock()
+	// After the files are on the dead list: a reader that caches one
+	// after this drop finds it there (cacheExtent).
+	d.cache.drop(ids)
 	s.wakeReaper()
 }
 
@@ -435,6 +440,16 @@ func (d *dataFiles) takeFree() []uint64 {
 	d.dead = slices.Delete(d.dead, 0, n)
 	d.reaping += n
 	return ids
+}
+
+// isDead reports whether data file id was killed and is not yet removed.
+// A reader in a read epoch that covers the file sees it on the dead list
+// until the reader is done: the reaper removes no file such a reader can
+// reach.
+func (d *dataFiles) isDead(id uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.ContainsFunc(d.dead, func(f deadFile) bool { return f.id == id })
 }
 
 // pending is how many dead files are not yet removed.

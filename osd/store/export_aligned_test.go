@@ -38,3 +38,7 @@ func (s *Store) SetReadCacheLimitForTest(limit int64) {
 	c.limit = limit
 	c.mu.Unlock()
 }
+
+// UnalignedReadsForTest is how many data file reads went through the page
+// cache although the filesystem takes O_DIRECT.
+func (s *Store) UnalignedReadsForTest() int64 { return s.files.bounced.Load() }

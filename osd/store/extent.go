@@ -232,14 +232,17 @@ func (c *readCache) drop(ids []uint64) {
 // len(b) are aligned and the filesystem takes it, else through the page
 // cache. n short of len(b) means the file ended there.
 func (s *Store) readFileAt(f vfs.File, b []byte, at uint64) (int, error) {
-	if fd := f.Fd(); fd != vfs.InvalidFd && !s.files.buffered.Load() && len(b) > 0 &&
-		at%dataAlign == 0 && len(b)%dataAlign == 0 && uintptr(unsafe.Pointer(&b[0]))%dataAlign == 0 {
-		n, supported, err := readDirect(int(fd), b, int64(at))
-		if supported {
-			return n, err
-		}
-		if !s.files.buffered.Swap(true) {
-			s.opts.Logger.Info("store: the data directory does not take O_DIRECT; data files are read and written through the page cache", "dir", s.files.dir)
+	if fd := f.Fd(); fd != vfs.InvalidFd && !s.files.buffered.Load() && len(b) > 0 {
+		if at%dataAlign != 0 || len(b)%dataAlign != 0 || uintptr(unsafe.Pointer(&b[0]))%dataAlign != 0 {
+			s.files.bounced.Add(1)
+		} else {
+			n, supported, err := readDirect(int(fd), b, int64(at))
+			if supported {
+				return n, err
+			}
+			if !s.files.buffered.Swap(true) {
+				s.opts.Logger.Info("store: the data directory does not take O_DIRECT; data files are read and written through the page cache", "dir", s.files.dir)
+			}
 		}
 	}
 	n, err := f.ReadAt(b, int64(at))
@@ -328,7 +331,7 @@ func (s *Store) fileExtent(bucket, key string, h *head, off, end uint64, cached 
 			// A damaged chunk fails only the ranges that touch it:
 			// then the load below reads just the range's chunks.
 			if y, err := s.loadExtent(bucket, key, h, 0, uint32((size-1)/cs)); err == nil {
-				x = c.add(y)
+				x = s.cacheExtent(y)
 			}
 		}
 	}
@@ -345,6 +348,21 @@ func (s *Store) fileExtent(bucket, key string, h *head, off, end uint64, cached 
 			crc32cOfChunks(h.crcs, h.chunkSize, size), h.meta.GetCrc32C())}
 	}
 	return x, nil
+}
+
+// cacheExtent caches x, a whole-object extent the caller holds, and
+// returns the extent cached for its file (x or one another reader cached
+// first) with a reference for the caller. A file killed since the caller's
+// view was taken is read but not kept: killDataFiles dropped its extent
+// before this one came, and nothing else would before the LRU got to it.
+func (s *Store) cacheExtent(x *extent) *extent {
+	x = s.files.cache.add(x)
+	// Checked after the add: a kill is on the dead list before its drop,
+	// so the kill either drops this extent or is seen here.
+	if s.files.isDead(x.id) {
+		s.files.cache.drop([]uint64{x.id})
+	}
+	return x
 }
 
 // ReadShared is ReadRange that lends the bytes instead of copying them:

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ospreystore/osprey/osd/store"
@@ -36,6 +37,9 @@ func TestReadSharedRanges(t *testing.T) {
 	for _, cs := range []int{4096, 1000} {
 		e := newEnv(t, store.Options{ChunkSize: cs, DataFileThreshold: 1})
 		e.createBucket(0, "b")
+		e.put(0, "b", "first", randBytes(r, 5000))
+		// Writes and reads share the flag: O_DIRECT that wrote must read.
+		direct := e.s.DirectIOForTest()
 		for _, size := range []int{1, 4095, 4096, 3*4096 + 100, 5*cs + 7, 16<<20 + 5} {
 			body := randBytes(r, size)
 			key := fmt.Sprintf("k%d", size)
@@ -80,6 +84,9 @@ func TestReadSharedRanges(t *testing.T) {
 					t.Fatalf("chunk %d, %s whole, pass %d: %v", cs, key, pass, err)
 				}
 			}
+		}
+		if e.s.DirectIOForTest() != direct || e.s.UnalignedReadsForTest() != 0 {
+			t.Fatalf("chunk %d: reads gave up O_DIRECT (%d unaligned)", cs, e.s.UnalignedReadsForTest())
 		}
 		if st := e.s.ReadCacheStats(); st.Hits == 0 {
 			t.Fatalf("chunk %d: nothing read from the cache: %+v", cs, st)
@@ -267,4 +274,52 @@ func TestReadCacheBound(t *testing.T) {
 	if after := e.s.ReadCacheStats(); after.Misses != before.Misses+1 {
 		t.Fatalf("the least recently read extent was not the one evicted: %+v, then %+v", before, after)
 	}
+}
+
+// TestReadSharedDuringOverwrite parks a ReadShared between its view and
+// its data file while the object is overwritten and deleted: it must get
+// the old object whole, and not leave the dead file's extent cached.
+func TestReadSharedDuringOverwrite(t *testing.T) {
+	e := newEnv(t, fileOptions())
+	e.createBucket(0, "b")
+	r := rand.New(rand.NewPCG(3, 4))
+	v1, v2 := randBytes(r, 4000), randBytes(r, 5000)
+	e.put(0, "b", "k", v1)
+
+	parked, release := make(chan struct{}), make(chan struct{})
+	// Only the first read parks (sync.Once would make the later ones
+	// wait for it).
+	var first atomic.Bool
+	first.Store(true)
+	e.s.SetBeforeFileReadForTest(func() {
+		if first.Swap(false) {
+			close(parked)
+			<-release
+		}
+	})
+	type result struct {
+		body []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, err := e.readShared("b", "k", 0, -1)
+		done <- result{got, err}
+	}()
+	<-parked
+	e.put(0, "b", "k", v2)
+	if got, err := e.readShared("b", "k", 0, -1); err != nil || !bytes.Equal(got, v2) {
+		t.Fatalf("read of the overwrite: %v", err)
+	}
+	e.del(0, "b", "k")
+	close(release)
+	res := <-done
+	if res.err != nil || !bytes.Equal(res.body, v1) {
+		t.Fatalf("parked reader: %d bytes, %v", len(res.body), res.err)
+	}
+	if st := e.s.ReadCacheStats(); st.Extents != 0 {
+		t.Fatalf("a dead file's extent stayed cached: %+v", st)
+	}
+	e.waitReaped()
+	e.checkIntegrity()
 }
