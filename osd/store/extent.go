@@ -22,9 +22,16 @@ package store
 // slower when they were tried alone). The cache keeps what the page cache
 // gave, re-reads at memory speed, without the copy or the CRC.
 //
-// The cost: a chunk damaged on disk after its object was cached is found
-// only once the extent is evicted (a page cache hides it the same way);
-// readers that go to the disk (ReadRange) find it at once.
+// Measured (bench obj, 4 MiB, one OSD, load 4.6-5.8 on two cores): gets
+// of a working set the cache holds ran 2.3-3.0 GB/s at 0.49-0.63 CPU-s
+// per GB, against 1.7-2.1 GB/s at 0.78-0.93 through the page cache.
+//
+// The costs: a working set larger than the cache goes to the disk where a
+// page cache as large as free memory held it (three OSDs after a put row:
+// 1.36 GB/s of gets against 1.76); and a chunk damaged on disk after its
+// object was cached is found only once the extent is evicted (a page
+// cache hides it the same way), while readers that go to the disk
+// (ReadRange) find it at once.
 
 import (
 	"container/list"
