@@ -354,35 +354,78 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, tid uint64) {
 		fail(err)
 		return
 	}
-	meta, err := o.st.Head(o.ctx, req.Bucket, req.Key)
-	if err != nil {
-		fail(err)
+	if t == osdpb.MsgType_MSG_HEAD_OBJECT {
+		meta, err := o.st.Head(o.ctx, req.Bucket, req.Key)
+		if err != nil {
+			fail(err)
+			return
+		}
+		o.send(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Tid: tid}, nil)
 		return
 	}
 	off, length := uint64(0), int64(-1)
 	if req.HasRange {
 		off, length = req.Offset, req.Length
 	}
-	if t == osdpb.MsgType_MSG_HEAD_OBJECT {
-		o.send(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Tid: tid}, nil)
-		return
-	}
-	meta, buf, err := o.readInto(m.Conn(), req.Bucket, req.Key, meta, int64(off), length)
+	meta, buf, err := o.getInto(m.Conn(), req.Bucket, req.Key, int64(off), length)
 	if err != nil {
 		fail(err)
 		return
 	}
-	// A whole object was read chunk by chunk against the chunks' CRCs,
+	// A whole object was checked chunk by chunk against the chunks' CRCs,
 	// which make up its CRC32C: the messenger need not read it again.
 	whole := buf != nil && off == 0 && uint64(len(buf.B)) == meta.Size && len(meta.Parts) == 0
 	o.sendCRC(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}, buf, meta.Crc32C, whole)
 }
 
-// readInto reads [off, off+length) of an object (length -1: to the end)
-// into a buffer from c, which on RDMA is registered memory the peer reads
-// without a copy; meta, from a Head just before, sizes it. If the object
-// grew in between, the bytes come in ordinary memory instead. The caller
-// owns the returned buffer (nil for an empty range or a manifest).
+// getInto reads [off, off+length) of an object (length -1: to the end)
+// as a get's payload for c, with no copy in the OSD: the bytes of an object in a
+// data file are lent by the store's cache of verified extents, read into
+// it with O_DIRECT on a miss (store.ReadShared), and the buffer returns
+// them when the messenger is done with it; a small object's bytes, in
+// Pebble, go into a buffer from c, which on RDMA is registered memory the
+// peer reads without a copy. The caller owns the returned buffer (nil for
+// an empty range or a manifest).
+func (o *OSD) getInto(c *msgr.Conn, bucket, key string, off, length int64) (*osdpb.ObjectMeta, *wire.Buffer, error) {
+	var buf *wire.Buffer
+	alloc := func(n int) []byte {
+		var err error
+		if buf, err = c.AllocPayload(n); err != nil {
+			// The conn has no memory of its own to give (its link is
+			// gone, or its registered pool is spent): ordinary memory
+			// serves, at the price of a copy on RDMA.
+			buf = wire.GetBuffer(n)
+		}
+		return buf.B
+	}
+	meta, sh, err := o.st.ReadShared(o.ctx, bucket, key, off, length, alloc)
+	switch {
+	case err != nil:
+		if buf != nil {
+			buf.Release()
+		}
+		return nil, nil, err
+	case len(sh.B) == 0:
+		if buf != nil {
+			buf.Release()
+		}
+		sh.Release()
+		return meta, nil, nil
+	case buf != nil:
+		buf.B = sh.B // in buf's memory: the store appended to buf.B[:0]
+		return meta, buf, nil
+	}
+	return meta, wire.NewExternalBuffer(sh.B, func(*wire.Buffer) { sh.Release() }), nil
+}
+
+// readInto, recovery's read, reads [off, off+length) of an object (length
+// -1: to the end) into a buffer from c, which on RDMA is registered memory
+// the peer reads without a copy; meta, from a Head just before, sizes it.
+// If the object grew in between, the bytes come in ordinary memory
+// instead. The caller owns the returned buffer (nil for an empty range or
+// a manifest). It reads past the store's cache (ReadRange, unlike a get):
+// a recovery that walks a PG's objects once would only fill the cache with
+// objects nobody asked for.
 func (o *OSD) readInto(c *msgr.Conn, bucket, key string, meta *osdpb.ObjectMeta, off, length int64) (*osdpb.ObjectMeta, *wire.Buffer, error) {
 	n := int64(meta.Size) - off
 	if length >= 0 && length < n {

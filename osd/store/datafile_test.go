@@ -344,7 +344,9 @@ func TestConcurrentReadsOfDataFiles(t *testing.T) {
 			}
 		}
 	})
-	for w := range 4 {
+	// Readers 0-3 read with ReadRange, 4-7 with ReadShared (through the
+	// cache); odd ones read ranges.
+	for w := range 8 {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(w), 9))
 			for !stop.Load() {
@@ -353,7 +355,17 @@ func TestConcurrentReadsOfDataFiles(t *testing.T) {
 				if w%2 == 1 {
 					off, length = r.Int64N(500), r.Int64N(2000)
 				}
-				meta, got, err := e.s.ReadRange(e.ctx, "b", key, off, length, nil)
+				var meta *osdpb.ObjectMeta
+				var got []byte
+				var err error
+				if w < 4 {
+					meta, got, err = e.s.ReadRange(e.ctx, "b", key, off, length, nil)
+				} else {
+					var sh store.Shared
+					meta, sh, err = e.s.ReadShared(e.ctx, "b", key, off, length, nil)
+					got = bytes.Clone(sh.B)
+					sh.Release()
+				}
 				if errors.Is(err, store.ErrNoSuchKey) {
 					continue
 				}

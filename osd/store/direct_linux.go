@@ -110,3 +110,44 @@ func fcntl(fd, cmd, arg int) (int, error) {
 	}
 	return int(r), nil
 }
+
+// readDirect fills b from offset off of the open file fd with O_DIRECT:
+// the device writes into b itself, so the read costs the CPU no copy and
+// leaves the page cache alone. REQUIRES: b's address, len(b) and off are
+// multiples of dataAlign, and fd is used for nothing else meanwhile (the
+// flag stays set on it). n short of len(b) means the file ended there.
+//
+// supported false means the file or its filesystem refuses O_DIRECT before
+// anything was read: the caller reads buffered instead.
+func readDirect(fd int, b []byte, off int64) (n int, supported bool, err error) {
+	flags, err := fcntl(fd, syscall.F_GETFL, 0)
+	if err != nil {
+		return 0, false, nil
+	}
+	if flags&syscall.O_DIRECT == 0 {
+		if _, err := fcntl(fd, syscall.F_SETFL, flags|syscall.O_DIRECT); err != nil {
+			return 0, false, nil
+		}
+	}
+	for n < len(b) {
+		k, err := syscall.Pread(fd, b[n:], off+int64(n))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			if n == 0 && errors.Is(err, syscall.EINVAL) {
+				_, _ = fcntl(fd, syscall.F_SETFL, flags)
+				return 0, false, nil
+			}
+			return n, true, err
+		}
+		if k == 0 {
+			break // end of file
+		}
+		n += k
+		if k%dataAlign != 0 {
+			break // a direct read stops short only at the end of the file
+		}
+	}
+	return n, true, nil
+}

@@ -121,9 +121,10 @@
 // filesystem that refuses O_DIRECT (or the in-memory FS of the crash
 // tests, which has no descriptor) gets the same bytes through the page
 // cache. Either way the file is then fdatasync'd: O_DIRECT alone does not
-// flush the device's cache or the file's size and extents. Reads go
-// through the page cache, the only cache of object bytes the store has
-// (readFileRange says why).
+// flush the device's cache or the file's size and extents. Reads use
+// O_DIRECT too, into aligned extents whose chunks are checked once; gets
+// (ReadShared) go through a bounded cache of such verified extents and
+// lend them without a copy (extent.go says why).
 //
 // The threshold: a file put syncs twice and costs an inode and a journal
 // commit; an object in Pebble syncs once but is written twice and

@@ -17,3 +17,28 @@ func bounceBuffersMade(fn func()) int {
 	fn()
 	return n
 }
+
+// DropReadCacheForTest empties the cache of verified extents.
+func (s *Store) DropReadCacheForTest() {
+	c := &s.files.cache
+	c.mu.Lock()
+	ids := make([]uint64, 0, len(c.byID))
+	for id := range c.byID {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	c.drop(ids)
+}
+
+// SetReadCacheLimitForTest bounds the cache of verified extents to limit
+// bytes. REQUIRES: the cache is empty.
+func (s *Store) SetReadCacheLimitForTest(limit int64) {
+	c := &s.files.cache
+	c.mu.Lock()
+	c.limit = limit
+	c.mu.Unlock()
+}
+
+// UnalignedReadsForTest is how many data file reads went through the page
+// cache although the filesystem takes O_DIRECT.
+func (s *Store) UnalignedReadsForTest() int64 { return s.files.bounced.Load() }

@@ -66,25 +66,55 @@ func (s *Store) lookup(v *view, bucket, key string) (*head, error) {
 // (errors.Is(err, ErrCorrupt)) and never the bytes. An offset beyond the
 // object (other than 0 on an empty object) is ErrInvalidRange. A multipart
 // manifest returns its metadata only; its bytes live in its part objects.
+//
+// A data file is read from the disk (with O_DIRECT where it can be, see
+// extent.go), never from the cache ReadShared reads through, so a read
+// sees the file as it is now.
 func (s *Store) ReadRange(ctx context.Context, bucket, key string, off, length int64, dst []byte) (*osdpb.ObjectMeta, []byte, error) {
-	if err := s.enter(ctx); err != nil {
+	out := dst
+	meta, err := s.readRange(ctx, bucket, key, off, length,
+		func(v *view, h *head, lo, hi uint64) (err error) {
+			out, err = s.readChunks(v, bucket, key, h, lo, hi, dst)
+			return err
+		},
+		func(h *head, lo, hi uint64) error {
+			x, err := s.fileExtent(bucket, key, h, lo, hi, false)
+			if err != nil {
+				return err
+			}
+			out = append(dst, x.b[lo-x.base:hi-x.base]...)
+			x.release()
+			return nil
+		})
+	if err != nil {
 		return nil, dst, err
+	}
+	return meta, out, nil
+}
+
+// readRange is ReadRange and ReadShared: it finds the object and its range
+// [lo, hi) in one view and hands them to chunks, in the view, for an
+// object in Pebble, or to file, after the view, for one in a data file
+// (neither for a manifest or an empty range of a file).
+func (s *Store) readRange(ctx context.Context, bucket, key string, off, length int64,
+	chunks func(v *view, h *head, lo, hi uint64) error, file func(h *head, lo, hi uint64) error) (*osdpb.ObjectMeta, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
 	}
 	defer s.leave()
 	if err := checkName(bucket, key, true); err != nil {
-		return nil, dst, objErr("read", bucket, key, err)
+		return nil, objErr("read", bucket, key, err)
 	}
 	if off < 0 || length < -1 {
-		return nil, dst, objErr("read", bucket, key, fmt.Errorf("%w: offset %d, length %d", ErrInvalidRange, off, length))
+		return nil, objErr("read", bucket, key, fmt.Errorf("%w: offset %d, length %d", ErrInvalidRange, off, length))
 	}
 	// The read epoch keeps a data file the view's head names on disk until
 	// this read is done, however soon an overwrite or delete unlinks it.
 	epoch := s.enterRead()
 	defer s.leaveRead(epoch)
 	var meta *osdpb.ObjectMeta
-	var file *head
-	var fileEnd uint64
-	out := dst
+	var inFile *head
+	var lo, hi uint64
 	err := s.withView(func(v *view) error {
 		h, err := s.lookup(v, bucket, key)
 		if err != nil {
@@ -98,31 +128,30 @@ func (s *Store) ReadRange(ctx context.Context, bucket, key string, off, length i
 		if uint64(off) > size || (uint64(off) == size && size > 0) {
 			return fmt.Errorf("%w: offset %d, object size %d", ErrInvalidRange, off, size)
 		}
-		end := size
-		if length >= 0 && uint64(length) < size-uint64(off) {
-			end = uint64(off) + uint64(length)
+		lo, hi = uint64(off), size
+		if length >= 0 && uint64(length) < size-lo {
+			hi = lo + uint64(length)
 		}
-		if h.inFile && end > uint64(off) {
+		if h.inFile && hi > lo {
 			// Read after the view is closed: the file is immutable and
 			// the epoch protects it, so the view need not pin Pebble's
 			// memtables and tables meanwhile.
-			file, fileEnd = h, end
+			inFile = h
 			return nil
 		}
-		out, err = s.readChunks(v, bucket, key, h, uint64(off), end, dst)
-		return err
+		return chunks(v, h, lo, hi)
 	})
-	if err == nil && file != nil {
+	if err == nil && inFile != nil {
 		if s.files.beforeFileRead != nil {
 			s.files.beforeFileRead()
 		}
-		out, err = s.readFileRange(bucket, key, file, uint64(off), fileEnd, dst)
+		err = file(inFile, lo, hi)
 	}
 	if err != nil {
-		return nil, dst, objErr("read", bucket, key, err)
+		return nil, objErr("read", bucket, key, err)
 	}
-	s.counters.readBytes.Add(int64(len(out) - len(dst)))
-	return meta, out, nil
+	s.counters.readBytes.Add(int64(hi - lo))
+	return meta, nil
 }
 
 // readChunks appends bytes [off, end) of the object to dst.
