@@ -23,6 +23,7 @@ func newOSDCmd() *cobra.Command {
 		cfg        osd.Config
 		id         uint32
 		cacheMiB   int64
+		readMiB    int64
 		memMiB     uint64
 		stopWithin time.Duration
 	)
@@ -57,6 +58,7 @@ gracefully.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.ID = id
 			cfg.Store.CacheSize = cacheMiB << 20
+			cfg.Store.ReadCacheSize = readMiB << 20
 			cfg.Store.MemTableSize = memMiB << 20
 			cfg.Logger = slog.Default()
 			cfg.Store.OnFatal = func(msg string) {
@@ -114,6 +116,7 @@ gracefully.`,
 	f.StringVar(&cfg.PublicListen, "public", "", "listen address for clients (default: the map's)")
 	f.StringVar(&cfg.ClusterListen, "cluster", "", "listen address for OSDs (default: the map's)")
 	f.Int64Var(&cacheMiB, "cache-mib", 256, "Pebble block cache, MiB")
+	f.Int64Var(&readMiB, "read-cache-mib", 512, "cache of checked whole objects that gets are sent from without a read or copy, MiB; negative: off")
 	f.Uint64Var(&memMiB, "memtable-mib", 0, "Pebble memtable size, MiB (0: 64, or 1/256 of a smaller data disk)")
 	f.Float64Var(&cfg.FailsafeFullRatio, "failsafe-full-ratio", 0.97, "fraction of the data disk in use over which the OSD takes no write but deletes, even a replica's (Ceph's osd_failsafe_full_ratio)")
 	f.DurationVar(&cfg.RepTimeout, "rep-timeout", 10*time.Second, "how long a write waits for its replicas before failing (retriable)")

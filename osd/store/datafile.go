@@ -134,7 +134,7 @@ func (s *Store) openDataFiles(fs vfs.FS) error {
 	d.fs = fs
 	d.dir = fs.PathJoin(s.opts.Dir, dataDirName)
 	d.readers = make(map[uint64]int)
-	d.cache.init(defaultReadCacheBytes)
+	d.cache.init(s.opts.ReadCacheSize)
 	d.pool.refilled = sync.NewCond(&d.pool.Mutex)
 	d.wake = make(chan struct{}, 1)
 	d.stop = make(chan struct{})

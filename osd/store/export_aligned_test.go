@@ -30,15 +30,6 @@ func (s *Store) DropReadCacheForTest() {
 	c.drop(ids)
 }
 
-// SetReadCacheLimitForTest bounds the cache of verified extents to limit
-// bytes. REQUIRES: the cache is empty.
-func (s *Store) SetReadCacheLimitForTest(limit int64) {
-	c := &s.files.cache
-	c.mu.Lock()
-	c.limit = limit
-	c.mu.Unlock()
-}
-
 // UnalignedReadsForTest is how many data file reads went through the page
 // cache although the filesystem takes O_DIRECT.
 func (s *Store) UnalignedReadsForTest() int64 { return s.files.bounced.Load() }

@@ -235,9 +235,8 @@ func TestReadSharedVersions(t *testing.T) {
 // TestReadCacheBound: the cache holds no more than its limit, evicting
 // the least recently read, and what it evicts reads again from the disk.
 func TestReadCacheBound(t *testing.T) {
-	e := newEnv(t, store.Options{DataFileThreshold: 1})
+	e := newEnv(t, store.Options{DataFileThreshold: 1, ReadCacheSize: 3 * 64 << 10})
 	e.createBucket(0, "b")
-	e.s.SetReadCacheLimitForTest(3 * 64 << 10)
 	r := rand.New(rand.NewPCG(8, 9))
 	bodies := make([][]byte, 6)
 	for i := range bodies {
@@ -322,4 +321,21 @@ func TestReadSharedDuringOverwrite(t *testing.T) {
 	}
 	e.waitReaped()
 	e.checkIntegrity()
+}
+
+// TestReadCacheOff: a negative ReadCacheSize keeps nothing; every read
+// goes to the disk and still returns the right bytes.
+func TestReadCacheOff(t *testing.T) {
+	e := newEnv(t, store.Options{DataFileThreshold: 1, ReadCacheSize: -1})
+	e.createBucket(0, "b")
+	body := randBytes(rand.New(rand.NewPCG(1, 2)), 100<<10)
+	e.put(0, "b", "k", body)
+	for range 3 {
+		if got, err := e.readShared("b", "k", 0, -1); err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("read: %v", err)
+		}
+	}
+	if st := e.s.ReadCacheStats(); st.Hits != 0 || st.Extents != 0 || st.Bytes != 0 {
+		t.Fatalf("a cache that is off kept %+v", st)
+	}
 }

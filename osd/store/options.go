@@ -22,6 +22,12 @@ type Options struct {
 	// Store and shared by its tables; object chunks are mostly read once per
 	// GET, so the cache mainly keeps heads, index blocks and PG logs hot.
 	CacheSize int64
+	// ReadCacheSize bounds the cache of checked whole objects read from
+	// data files, default 512 MiB; negative turns it off (every get then
+	// reads the disk with O_DIRECT). Gets of cached objects are sent from
+	// it with no read and no copy (osd/store/extent.go); size it to the
+	// hot objects, as BlueStore's cache is (1-3 GiB per OSD).
+	ReadCacheSize int64
 	// MemTableSize is the steady-state memtable, default 64 MiB or 1/256
 	// of the data filesystem, whichever is smaller (at least 256 KiB): the
 	// WAL grows to a memtable's size and up to four memtables queue for
@@ -90,6 +96,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.CacheSize <= 0 {
 		o.CacheSize = defaultCacheSize
+	}
+	switch {
+	case o.ReadCacheSize == 0:
+		o.ReadCacheSize = defaultReadCacheBytes
+	case o.ReadCacheSize < 0:
+		o.ReadCacheSize = 0
 	}
 	switch {
 	case o.ChunkSize == 0:
