@@ -186,3 +186,58 @@ func TestResendAnsweredFromLog(t *testing.T) {
 		t.Fatalf("pg version %v after the resend, want %v (%v)", last, first.Header.Version, err)
 	}
 }
+
+// TestBucketDeleteResendAnsweredFromLog: a bucket delete sent again with
+// its request id (its reply was lost) is answered from the meta PG's log as
+// the first time, not with NoSuchBucket for the bucket it deleted; a
+// resend of a delete of a bucket that never existed still gets
+// NoSuchBucket.
+func TestBucketDeleteResendAnsweredFromLog(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
+	ctx := ctxT(t, time.Minute)
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	primary, _ := c.Map.Primary(pool.Id, placement.MetaPG)
+	got := make(replies, 4)
+	m, err := msgr.New(msgr.Options{Name: "client.resend", Dispatcher: got, DefaultPolicy: msgr.LossyClient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	addr, _ := c.Map.PublicAddr(primary)
+	conn, err := m.Connect(ctx, addr, msgr.EntityName(fmt.Sprintf("osd.%d", primary)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	del := func(bucket string, tid uint64, attempt uint32) osdpb.Status {
+		front, _ := proto.Marshal(&osdpb.BucketRequest{Bucket: bucket,
+			Header: &osdpb.Header{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: placement.MetaPG, Req: &osdpb.ReqID{Client: 42, Tid: tid}, Attempt: attempt}})
+		if err := conn.Send(ctx, msgr.NewMessage(uint16(osdpb.MsgType_MSG_DELETE_BUCKET), front, nil)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			defer r.Release()
+			var rep osdpb.BucketReply
+			if err := r.DecodeFront(&rep); err != nil {
+				t.Fatal(err)
+			}
+			return rep.Header.GetStatus()
+		case <-time.After(10 * time.Second):
+			t.Fatal("no reply")
+			return 0
+		}
+	}
+	if st := del("gone", 9, 0); st != osdpb.Status_OK {
+		t.Fatalf("delete: %v", st)
+	}
+	if st := del("gone", 9, 1); st != osdpb.Status_OK {
+		t.Fatalf("the resend of the delete: %v, want OK as the first time", st)
+	}
+	if st := del("never", 10, 1); st != osdpb.Status_NO_SUCH_BUCKET {
+		t.Fatalf("a resent delete of a bucket that never was: %v, want NoSuchBucket", st)
+	}
+}

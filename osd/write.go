@@ -182,7 +182,15 @@ func (o *OSD) bucketWrite(m *msgr.Message, req *osdpb.BucketRequest) {
 		e.Meta = &osdpb.ObjectMeta{MtimeUnixNano: time.Now().UnixNano()}
 	} else {
 		e.Kind = osdpb.OpKind_OP_DELETE_BUCKET
-		if err := o.checkBucketEmpty(mp, req.Bucket); err != nil {
+		err := o.checkBucketEmpty(mp, req.Bucket)
+		if err != nil && req.Header.GetAttempt() > 0 && errors.Is(opError(err), ops.ErrNoSuchBucket) {
+			// A resend of a delete that went through, whose reply was
+			// lost: write finds it in the log and answers as the first
+			// time (and a bucket that was never there gets NoSuchBucket
+			// from the store's check).
+			err = nil
+		}
+		if err != nil {
 			done(err)
 			m.Release()
 			return
