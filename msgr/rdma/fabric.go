@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -178,23 +177,9 @@ type cmOwner interface {
 	cmEvent(event uint32, info *C.struct_fi_info, data []byte, err error)
 }
 
-// catchSIGPIPE asks the Go runtime for SIGPIPE, once per process, so that
-// a provider thread's write to a socket whose peer has gone (the sockets
-// provider sends without MSG_NOSIGNAL) fails with EPIPE in the provider
-// instead of killing the process: Go lets a SIGPIPE raised on a thread it
-// did not start take the default action, death, unless someone asked for
-// it (os/signal, "Go programs that use cgo"). A CI run's sockets
-// conformance child died so. The channel is never read; signal.Notify
-// drops what does not fit. It also means a write to a closed stdout
-// returns EPIPE instead of ending the process, once an RDMA domain is open.
-var catchSIGPIPE = sync.OnceFunc(func() {
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-})
-
 // openDomain opens the fabric and domain that info names; it keeps a copy
 // of info.
 func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
-	catchSIGPIPE()
 	info := C.fi_dupinfo(src)
 	if info == nil {
 		return nil, errors.New("rdma: fi_dupinfo failed")

@@ -29,6 +29,27 @@ static int osp_sigpipe_probe(void) {
 */
 import "C"
 
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// The process asks the Go runtime for SIGPIPE, so that a provider
+// thread's write to a socket whose peer has gone (the sockets provider
+// sends without MSG_NOSIGNAL) fails with EPIPE in the provider instead of
+// killing the process: Go lets a SIGPIPE raised on a thread it did not
+// start take the default action, death, unless someone asked for it
+// (os/signal, "Go programs that use cgo"). A CI run's sockets conformance
+// child died so. At init, not at the first domain: os/signal's goroutine
+// then starts with the program, not in the middle of one that counts its
+// goroutines. The channel is never read; signal.Notify drops what does not
+// fit. A program built with the rdma tag therefore gets EPIPE from a write
+// to a closed stdout instead of ending.
+func init() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+}
+
 // sigpipeProbe makes a provider's kind of write to a closed socket on a
 // thread of its own; 0 means the write failed and the process lives on
 // (TestProviderSIGPIPE). Negative: no thread; 1: no socket pair; 2: the
