@@ -15,6 +15,7 @@ import (
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/pg"
 	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -396,13 +397,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		}
 	}
 	o.replicate(mp, p, replicas, e, body, buf, finish)
-	if e.Kind == osdpb.OpKind_OP_DELETE_BUCKET {
-		o.bucketGate.Lock()
-	}
-	err = o.st.ApplyChecked(o.ctx, sid, e, body, ck)
-	if e.Kind == osdpb.OpKind_OP_DELETE_BUCKET {
-		o.bucketGate.Unlock()
-	}
+	err = o.apply(sid, e, body, ck)
 	if objectOp {
 		o.bucketGate.RUnlock()
 	}
@@ -533,6 +528,17 @@ func (o *OSD) failPeer(id uint32, why string) {
 	if len(tids) > 0 {
 		o.log.Info("writes waiting for a replica failed at once (retriable)", "peer", id, "why", why, "writes", len(tids))
 	}
+}
+
+// apply applies e to store PG sid (ck from Check, or nil). A bucket delete
+// holds bucketGate exclusively meanwhile, at the primary and at replicas
+// alike: this OSD's own checked object writes go first (see write).
+func (o *OSD) apply(sid uint32, e *osdpb.LogEntry, body []byte, ck *store.Checked) error {
+	if e.Kind == osdpb.OpKind_OP_DELETE_BUCKET {
+		o.bucketGate.Lock()
+		defer o.bucketGate.Unlock()
+	}
+	return o.st.ApplyChecked(o.ctx, sid, e, body, ck)
 }
 
 // applyFailed handles a local apply that failed after the entry went to
@@ -739,13 +745,7 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 		}
 	}
 	if r.Entry.Kind != osdpb.OpKind_OP_NONE && v.Seq == p.last.GetSeq()+1 {
-		if r.Entry.Kind == osdpb.OpKind_OP_DELETE_BUCKET {
-			o.bucketGate.Lock() // see write: our own primaries' checked puts go first
-		}
-		err := o.st.Apply(o.ctx, p.sid, r.Entry, m.Data)
-		if r.Entry.Kind == osdpb.OpKind_OP_DELETE_BUCKET {
-			o.bucketGate.Unlock()
-		}
+		err := o.apply(p.sid, r.Entry, m.Data, nil)
 		if err == nil {
 			o.setLast(p, v)
 			o.ackRepOp(m, r, p.last, nil)

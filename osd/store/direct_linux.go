@@ -49,18 +49,24 @@ func writeDirect(fd int, body []byte) (supported bool, err error) {
 			directBufs.Put(buf)
 		}
 	}()
+	// write writes b at off. refused: O_DIRECT (or its alignment) was
+	// refused at the first write, which wrote nothing; the flag is off again.
+	write := func(b []byte, off int) (refused bool, err error) {
+		err = pwriteAll(fd, b, int64(off))
+		if err != nil && off == 0 && errors.Is(err, syscall.EINVAL) {
+			_, _ = fcntl(fd, syscall.F_SETFL, flags)
+			return true, nil
+		}
+		return false, err
+	}
 	for off := 0; off < len(body); off += directPiece {
 		piece := body[off:min(off+directPiece, len(body))]
 		if whole := len(piece) &^ (dataAlign - 1); whole > 0 && whole < len(piece) && uintptr(unsafe.Pointer(&piece[0]))%dataAlign == 0 {
 			// The body's last piece, aligned in memory but not a whole
 			// number of blocks: its whole blocks go straight from the
 			// body, only the partial one through the buffer.
-			if err := pwriteAll(fd, piece[:whole], int64(off)); err != nil {
-				if off == 0 && errors.Is(err, syscall.EINVAL) {
-					_, _ = fcntl(fd, syscall.F_SETFL, flags)
-					return false, nil
-				}
-				return true, err
+			if refused, err := write(piece[:whole], off); refused || err != nil {
+				return !refused, err
 			}
 			off += whole
 			piece = piece[whole:]
@@ -74,13 +80,8 @@ func writeDirect(fd int, body []byte) (supported bool, err error) {
 			n := copy(out, piece)
 			clear(out[n:])
 		}
-		if err := pwriteAll(fd, out, int64(off)); err != nil {
-			if off == 0 && errors.Is(err, syscall.EINVAL) {
-				// Alignment or O_DIRECT refused at the first write.
-				_, _ = fcntl(fd, syscall.F_SETFL, flags)
-				return false, nil
-			}
-			return true, err
+		if refused, err := write(out, off); refused || err != nil {
+			return !refused, err
 		}
 	}
 	return true, nil
