@@ -128,6 +128,36 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// rawCaller connects to OSD id as a client of its own, bypassing the SDK
+// (to choose request ids and attempts), and returns a function that sends
+// one request and decodes its reply into rep.
+func rawCaller(ctx context.Context, t *testing.T, c *osdtest.Cluster, id uint32) func(typ osdpb.MsgType, front, data []byte, rep proto.Message) error {
+	t.Helper()
+	got := make(replies, 4)
+	m, err := msgr.New(msgr.Options{Name: "client.resend", Dispatcher: got, DefaultPolicy: msgr.LossyClient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	addr, _ := c.Map.PublicAddr(id)
+	conn, err := m.Connect(ctx, addr, msgr.EntityName(fmt.Sprintf("osd.%d", id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(typ osdpb.MsgType, front, data []byte, rep proto.Message) error {
+		if err := conn.Send(ctx, msgr.NewMessage(uint16(typ), front, data)); err != nil {
+			return err
+		}
+		select {
+		case r := <-got:
+			defer r.Release()
+			return r.DecodeFront(rep)
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("no reply to %v", typ)
+		}
+	}
+}
+
 // TestResendAnsweredFromLog sends one put twice with the same request id
 // (as a client does after a fault): the second is answered from the PG log
 // with the first one's version, and applied no second time, even though
@@ -142,38 +172,18 @@ func TestResendAnsweredFromLog(t *testing.T) {
 	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
 	pg := placement.PGOf(pool, "idem", "k")
 	primary, _ := c.Map.Primary(pool.Id, pg)
-	got := make(replies, 4)
-	m, err := msgr.New(msgr.Options{Name: "client.resend", Dispatcher: got, DefaultPolicy: msgr.LossyClient})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Shutdown(context.Background())
-	addr, _ := c.Map.PublicAddr(primary)
-	conn, err := m.Connect(ctx, addr, msgr.EntityName(fmt.Sprintf("osd.%d", primary)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	call := rawCaller(ctx, t, c, primary)
 	attempt := uint32(0)
 	put := func(body []byte) *osdpb.ObjectReply {
 		defer func() { attempt++ }()
 		front, _ := proto.Marshal(&osdpb.PutObject{
 			Header: &osdpb.Header{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: pg, Req: &osdpb.ReqID{Client: 42, Tid: 7}, Attempt: attempt},
 			Bucket: "idem", Key: "k", Meta: &osdpb.ObjectMeta{Size: uint64(len(body)), Crc32C: crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))}})
-		if err := conn.Send(ctx, msgr.NewMessage(uint16(osdpb.MsgType_MSG_PUT_OBJECT), front, body)); err != nil {
-			t.Fatal(err)
+		var rep osdpb.ObjectReply
+		if err := call(osdpb.MsgType_MSG_PUT_OBJECT, front, body, &rep); err != nil || rep.Header.GetStatus() != osdpb.Status_OK {
+			t.Fatalf("put: %v %v", err, rep.Header)
 		}
-		select {
-		case r := <-got:
-			defer r.Release()
-			var rep osdpb.ObjectReply
-			if err := r.DecodeFront(&rep); err != nil || rep.Header.GetStatus() != osdpb.Status_OK {
-				t.Fatalf("put: %v %v", err, rep.Header)
-			}
-			return &rep
-		case <-time.After(10 * time.Second):
-			t.Fatal("no reply")
-			return nil
-		}
+		return &rep
 	}
 	first := put([]byte("first body"))
 	again := put([]byte("another body entirely"))
@@ -201,35 +211,15 @@ func TestBucketDeleteResendAnsweredFromLog(t *testing.T) {
 	}
 	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
 	primary, _ := c.Map.Primary(pool.Id, placement.MetaPG)
-	got := make(replies, 4)
-	m, err := msgr.New(msgr.Options{Name: "client.resend", Dispatcher: got, DefaultPolicy: msgr.LossyClient})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Shutdown(context.Background())
-	addr, _ := c.Map.PublicAddr(primary)
-	conn, err := m.Connect(ctx, addr, msgr.EntityName(fmt.Sprintf("osd.%d", primary)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	call := rawCaller(ctx, t, c, primary)
 	del := func(bucket string, tid uint64, attempt uint32) osdpb.Status {
 		front, _ := proto.Marshal(&osdpb.BucketRequest{Bucket: bucket,
 			Header: &osdpb.Header{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: placement.MetaPG, Req: &osdpb.ReqID{Client: 42, Tid: tid}, Attempt: attempt}})
-		if err := conn.Send(ctx, msgr.NewMessage(uint16(osdpb.MsgType_MSG_DELETE_BUCKET), front, nil)); err != nil {
+		var rep osdpb.BucketReply
+		if err := call(osdpb.MsgType_MSG_DELETE_BUCKET, front, nil, &rep); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case r := <-got:
-			defer r.Release()
-			var rep osdpb.BucketReply
-			if err := r.DecodeFront(&rep); err != nil {
-				t.Fatal(err)
-			}
-			return rep.Header.GetStatus()
-		case <-time.After(10 * time.Second):
-			t.Fatal("no reply")
-			return 0
-		}
+		return rep.Header.GetStatus()
 	}
 	if st := del("gone", 9, 0); st != osdpb.Status_OK {
 		t.Fatalf("delete: %v", st)
