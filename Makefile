@@ -58,7 +58,8 @@ FUZZ_TARGETS = \
 	"FuzzDecodeReqVersion ./osd/store" "FuzzDecodeIDMark ./osd/store" "FuzzDecodeLogEntry ./osd/store" \
 	"FuzzDecodeBucket ./osd/store" "FuzzDecodeCounters ./osd/store" "FuzzKeys ./osd/store" \
 	"FuzzCRC32CCombine ./osd/store" \
-	"FuzzVarintField ./osd/ops" "FuzzReplyTid ./client" "FuzzMonRequest ./mon"
+	"FuzzVarintField ./osd/ops" "FuzzReplyTid ./client" "FuzzMonRequest ./mon" \
+	"FuzzParseKeyring ./msgr/auth" "FuzzParseCaps ./msgr/auth"
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do set -- $$t; \

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+
+	"github.com/ospreystore/osprey/msgr/auth"
 )
 
 // EntityName names a messenger endpoint as Ceph does: "TYPE.ID", e.g.
@@ -16,25 +18,9 @@ func (n EntityName) Type() string {
 	return t
 }
 
-// Validate checks the TYPE.ID form: a lower-case type, then an id of
-// letters, digits, '-', '_' or '.', 128 bytes at most.
-func (n EntityName) Validate() error {
-	t, id, ok := strings.Cut(string(n), ".")
-	if !ok || t == "" || id == "" || len(n) > 128 {
-		return fmt.Errorf("msgr: entity name %q: want TYPE.ID, e.g. osd.3", string(n))
-	}
-	for _, r := range t {
-		if r < 'a' || r > 'z' {
-			return fmt.Errorf("msgr: entity name %q: type must be lower-case letters", string(n))
-		}
-	}
-	for _, r := range id {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return fmt.Errorf("msgr: entity name %q: id has %q", string(n), r)
-		}
-	}
-	return nil
-}
+// Validate checks the TYPE.ID form (auth.ValidateEntity): a lower-case
+// type, then an id of letters, digits, '-', '_' or '.', 128 bytes at most.
+func (n EntityName) Validate() error { return auth.ValidateEntity(string(n)) }
 
 // Addr is a messenger address: "SCHEME://HOSTPORT", where the scheme names
 // the transport: tcp://127.0.0.1:6800, rdma+tcp://10.0.0.1:6800,

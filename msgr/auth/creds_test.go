@@ -1,0 +1,171 @@
+package auth
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func mustCA(t testing.TB) *CA {
+	t.Helper()
+	ca, err := NewCA("fsid-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+func mustIssue(t testing.TB, ca *CA, entity string) *Keyring {
+	t.Helper()
+	k, err := ca.Issue(entity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func mustPEM(t testing.TB, k *Keyring) []byte {
+	t.Helper()
+	b, err := k.MarshalPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestKeyringRoundTrip(t *testing.T) {
+	ca := mustCA(t)
+	k := mustIssue(t, ca, "client.backup")
+	got, err := ParseKeyring(mustPEM(t, k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Entity != "client.backup" || !got.Key.Equal(k.Key) || !got.Cert.Equal(k.Cert) || !got.CA.Equal(ca.Cert) {
+		t.Fatalf("round trip changed the keyring: %+v", got)
+	}
+	name, err := Verify(ca.Cert, got.Cert, time.Now())
+	if err != nil || name != "client.backup" {
+		t.Fatalf("Verify: %q %v", name, err)
+	}
+
+	caPEM, err := ca.MarshalPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca2, err := ParseCA(caPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ca2.Key.Equal(ca.Key) || !ca2.Cert.Equal(ca.Cert) {
+		t.Fatal("CA round trip changed it")
+	}
+	// A certificate the parsed CA issues checks against the original.
+	if _, err := Verify(ca.Cert, mustIssue(t, ca2, "osd.3").Cert, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseCA(mustPEM(t, k)); !errors.Is(err, ErrBadCredential) {
+		t.Fatalf("a keyring taken for a CA: %v", err)
+	}
+}
+
+func TestVerifyRefuses(t *testing.T) {
+	ca, other := mustCA(t), mustCA(t)
+	k := mustIssue(t, ca, "osd.1")
+	if _, err := Verify(other.Cert, k.Cert, time.Now()); !errors.Is(err, ErrBadCredential) {
+		t.Fatalf("a certificate of another cluster's CA: %v", err)
+	}
+	if _, err := Verify(ca.Cert, k.Cert, time.Now().Add(11*365*24*time.Hour)); !errors.Is(err, ErrBadCredential) {
+		t.Fatalf("an expired certificate: %v", err)
+	}
+	// The CA's own certificate is not an entity.
+	if _, err := Verify(ca.Cert, ca.Cert, time.Now()); !errors.Is(err, ErrBadCredential) {
+		t.Fatalf("the CA as an entity: %v", err)
+	}
+	if _, err := ca.Issue("OSD.1"); !errors.Is(err, ErrInvalidEntity) {
+		t.Fatalf("bad name issued: %v", err)
+	}
+}
+
+func TestParseKeyringRefuses(t *testing.T) {
+	ca := mustCA(t)
+	k := mustIssue(t, ca, "client.a")
+	k2 := mustIssue(t, ca, "client.b")
+	other := mustIssue(t, mustCA(t), "client.a")
+	mixKey := *k
+	mixKey.Key = k2.Key
+	foreign := *k
+	foreign.CA = other.CA
+	good := mustPEM(t, k)
+	for name, data := range map[string][]byte{
+		"empty":              nil,
+		"garbage":            []byte("not a keyring"),
+		"key of another":     mustPEM(t, &mixKey),
+		"CA of another":      mustPEM(t, &foreign),
+		"trailing junk":      append(append([]byte{}, good...), "junk\n"...),
+		"two entities":       append(append([]byte{}, good...), mustPEM(t, k2)...),
+		"truncated":          good[:len(good)/2],
+		"only a certificate": good[:bytes.Index(good, []byte("# private key"))],
+	} {
+		if _, err := ParseKeyring(data); !errors.Is(err, ErrBadCredential) {
+			t.Errorf("%s: %v, want ErrBadCredential", name, err)
+		}
+	}
+}
+
+func TestKeyringFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "client.admin.keyring")
+	k := mustIssue(t, mustCA(t), "client.admin")
+	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("keyring written with mode %04o", st.Mode().Perm())
+	}
+	got, err := LoadKeyring(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Entity != "client.admin" {
+		t.Fatalf("loaded %q", got.Entity)
+	}
+	if err := os.Chmod(path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadKeyring(path); !errors.Is(err, ErrKeyringMode) {
+		t.Fatalf("a keyring others may read: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("Save left temporary files: %v", ents)
+	}
+}
+
+func FuzzParseKeyring(f *testing.F) {
+	ca := mustCA(f)
+	good := mustPEM(f, mustIssue(f, ca, "client.fuzz"))
+	f.Add(good)
+	f.Add(good[:len(good)/3])
+	f.Add([]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		k, err := ParseKeyring(data)
+		if err != nil {
+			if !errors.Is(err, ErrBadCredential) && !errors.Is(err, ErrInvalidEntity) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		if _, err := Verify(k.CA, k.Cert, time.Now()); err != nil {
+			t.Fatalf("parsed a keyring that does not verify: %v", err)
+		}
+	})
+}

@@ -1,0 +1,89 @@
+package auth
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// ErrKeyringMode: a keyring file that others than its owner may read or
+// write. The key in it is the entity, so it is refused, as ssh refuses a
+// private key others can read.
+var ErrKeyringMode = errors.New("auth: keyring file is open to others")
+
+// keyringMode is the only mode a keyring file is written with.
+const keyringMode = 0o600
+
+// maxKeyringFile bounds what LoadKeyring reads: a keyring is about 2 KiB.
+const maxKeyringFile = 64 << 10
+
+// LoadKeyring reads and checks the keyring file at path.
+func LoadKeyring(path string) (*Keyring, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if m := st.Mode().Perm(); m&0o077 != 0 {
+		return nil, fmt.Errorf("%w: %s has mode %04o; run chmod 600 %s", ErrKeyringMode, path, m, path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxKeyringFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxKeyringFile {
+		return nil, fmt.Errorf("%w: %s is larger than a keyring can be", ErrBadCredential, path)
+	}
+	k, err := ParseKeyring(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return k, nil
+}
+
+// WriteKeyringFile writes a keyring file (data as MarshalPEM made it) to
+// path with mode 0600, replacing any file there in one rename, so a
+// reader never sees half of one and the key is never readable by others,
+// not even for a moment.
+func WriteKeyringFile(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
+	// CreateTemp makes the file 0600 already; Chmod says so for a umask
+	// or filesystem that would not.
+	if err := tmp.Chmod(keyringMode); err != nil && !errors.Is(err, fs.ErrPermission) {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// Save writes the keyring to path (see WriteKeyringFile).
+func (k *Keyring) Save(path string) error {
+	data, err := k.MarshalPEM()
+	if err != nil {
+		return err
+	}
+	return WriteKeyringFile(path, data)
+}
