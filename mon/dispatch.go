@@ -179,6 +179,12 @@ func (m *Mon) command(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonComma
 		}
 		rep.Ids = []uint32{id}
 		out = map[string]any{"id": id}
+	case "auth add", "auth get-or-create", "auth get", "auth ls", "auth rm", "auth caps": // authCommands
+		res, err := m.authCommand(ctx, c, rep)
+		if err != nil {
+			return nil, err
+		}
+		out = res
 	case "get map":
 		mp, err := m.store.get(ctx, c.Epoch)
 		if err != nil {

@@ -117,6 +117,7 @@ type Mon struct {
 	cli   *clientv3.Client
 	etcd  *Etcd // the embedded etcd, if this mon runs one
 	store *mapStore
+	auth  *authStore
 	ms    *msgr.Messenger
 	addr  string
 	fsid  string
@@ -191,6 +192,7 @@ func Start(ctx context.Context, cfg Config) (*Mon, error) {
 		return nil, err
 	}
 	m.fsid = first.FSID()
+	m.auth = &authStore{cli: cli, k: m.k, fsid: m.fsid}
 	m.adopt(first)
 
 	m.ms, err = msgr.New(msgr.Options{

@@ -48,11 +48,12 @@ func decodeRequest(t osdpb.MsgType, front []byte) (proto.Message, error) {
 		if len(r.Ids) > maxCommandIDs {
 			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "command names %d OSDs; at most %d", len(r.Ids), maxCommandIDs)
 		}
-		if r.Prefix == "osd create" {
-			break // create checks the uuid
+		if r.Prefix == "osd create" || slices.Contains(authCommands, r.Prefix) {
+			break // create checks the uuid, authCommand its entity and caps
 		}
 		if !slices.Contains(mutatingCommands, r.Prefix) && !slices.Contains(readCommands, r.Prefix) {
-			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "unknown command %q; known: %v", r.Prefix, append(append(slices.Clone(readCommands), mutatingCommands...), "osd create"))
+			known := slices.Concat(readCommands, mutatingCommands, []string{"osd create"}, authCommands)
+			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "unknown command %q; known: %v", r.Prefix, known)
 		}
 		if slices.Contains(mutatingCommands, r.Prefix) {
 			return r, commandOf(r).validate()

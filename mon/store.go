@@ -26,6 +26,8 @@ import (
 //	stats/<id, 10 digits>    an OSD's last beacon (JSON), on its lease
 //	mons/<name>           a mon's msgr address, on the mon's session lease
 //	election/             concurrency.Election; values are msgr addresses
+//	auth-ca               the cluster's CA, its key included (PEM; auth.go)
+//	auth/<entity>         an entity's AuthRecord (protobuf): caps, keyring, serial
 const (
 	defaultPrefix = "/osprey/"
 	// historyKeep is how many maps "get map" can still return, as Ceph's
@@ -46,6 +48,9 @@ func (k keys) statsPrefix() string         { return k.pfx + "stats/" }
 func (k keys) mon(name string) string      { return k.pfx + "mons/" + name }
 func (k keys) monsPrefix() string          { return k.pfx + "mons/" }
 func (k keys) election() string            { return k.pfx + "election/" }
+func (k keys) authCA() string              { return k.pfx + "auth-ca" }
+func (k keys) auth(entity string) string   { return k.pfx + "auth/" + entity }
+func (k keys) authPrefix() string          { return k.pfx + "auth/" }
 
 // idOf parses the OSD id at the end of an alive/ or stats/ key.
 func idOf(key, prefix string) (uint32, bool) {

@@ -84,7 +84,10 @@ var (
 	// ErrStorageFull: a write to a PG one of whose OSDs is full. Not
 	// Retriable: space comes back only when something is deleted or added,
 	// so resending at once would only repeat the answer.
-	ErrStorageFull = &Error{Status: osdpb.Status_STORAGE_FULL}
+	ErrStorageFull  = &Error{Status: osdpb.Status_STORAGE_FULL}
+	ErrNoSuchEntity = &Error{Status: osdpb.Status_NO_SUCH_ENTITY}
+	ErrAccessDenied = &Error{Status: osdpb.Status_ACCESS_DENIED}
+	ErrEntityExists = &Error{Status: osdpb.Status_ENTITY_EXISTS}
 )
 
 // Errorf returns an *Error with status s.
@@ -149,7 +152,10 @@ var codes = map[osdpb.Status]string{
 	osdpb.Status_INVALID_KEY:           "InvalidKey",
 	osdpb.Status_NOT_LEADER:            "NotLeader",
 	osdpb.Status_WRONG_CLUSTER:         "WrongCluster",
-	osdpb.Status_STORAGE_FULL:          "StorageFull", // MinIO's XMinioStorageFull
+	osdpb.Status_STORAGE_FULL:          "StorageFull",  // MinIO's XMinioStorageFull
+	osdpb.Status_NO_SUCH_ENTITY:        "NoSuchEntity", // IAM's
+	osdpb.Status_ACCESS_DENIED:         "AccessDenied",
+	osdpb.Status_ENTITY_EXISTS:         "EntityAlreadyExists", // IAM's
 }
 
 // FullnessWord is an OSD's fullness in Ceph's words ("nearfull",

@@ -262,6 +262,13 @@ const (
 	// failsafe ratio (Ceph's ENOSPC). Reads and deletes go on. Retriable once
 	// space is freed, but not by an immediate resend.
 	Status_STORAGE_FULL Status = 22
+	// An auth command names an entity that has no record (Ceph's ENOENT).
+	Status_NO_SUCH_ENTITY Status = 23
+	// The entity's capabilities do not allow the op (S3 AccessDenied).
+	Status_ACCESS_DENIED Status = 24
+	// An auth command would create an entity that exists, or give one other
+	// caps than it has (Ceph's EEXIST).
+	Status_ENTITY_EXISTS Status = 25
 )
 
 // Enum value maps for Status.
@@ -290,6 +297,9 @@ var (
 		20: "NOT_LEADER",
 		21: "WRONG_CLUSTER",
 		22: "STORAGE_FULL",
+		23: "NO_SUCH_ENTITY",
+		24: "ACCESS_DENIED",
+		25: "ENTITY_EXISTS",
 	}
 	Status_value = map[string]int32{
 		"OK":                    0,
@@ -315,6 +325,9 @@ var (
 		"NOT_LEADER":            20,
 		"WRONG_CLUSTER":         21,
 		"STORAGE_FULL":          22,
+		"NO_SUCH_ENTITY":        23,
+		"ACCESS_DENIED":         24,
+		"ENTITY_EXISTS":         25,
 	}
 )
 
@@ -4107,9 +4120,11 @@ type MonCommand struct {
 	Prefix        string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	Ids           []uint32               `protobuf:"varint,3,rep,packed,name=ids,proto3" json:"ids,omitempty"`
 	Weight        float64                `protobuf:"fixed64,4,opt,name=weight,proto3" json:"weight,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`  // "get map": that epoch (0: the newest)
-	Uuid          string                 `protobuf:"bytes,6,opt,name=uuid,proto3" json:"uuid,omitempty"`     // "osd create": the new OSD's uuid
-	Ratio         float64                `protobuf:"fixed64,7,opt,name=ratio,proto3" json:"ratio,omitempty"` // "osd set-nearfull-ratio", "osd set-backfillfull-ratio", "osd set-full-ratio"
+	Epoch         uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`                                                                        // "get map": that epoch (0: the newest)
+	Uuid          string                 `protobuf:"bytes,6,opt,name=uuid,proto3" json:"uuid,omitempty"`                                                                           // "osd create": the new OSD's uuid
+	Ratio         float64                `protobuf:"fixed64,7,opt,name=ratio,proto3" json:"ratio,omitempty"`                                                                       // "osd set-nearfull-ratio", "osd set-backfillfull-ratio", "osd set-full-ratio"
+	Entity        string                 `protobuf:"bytes,8,opt,name=entity,proto3" json:"entity,omitempty"`                                                                       // "auth ...": the entity, e.g. client.backup
+	Caps          map[string]string      `protobuf:"bytes,9,rep,name=caps,proto3" json:"caps,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // "auth add", "auth get-or-create", "auth caps": per service
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4193,6 +4208,20 @@ func (x *MonCommand) GetRatio() float64 {
 	return 0
 }
 
+func (x *MonCommand) GetEntity() string {
+	if x != nil {
+		return x.Entity
+	}
+	return ""
+}
+
+func (x *MonCommand) GetCaps() map[string]string {
+	if x != nil {
+		return x.Caps
+	}
+	return nil
+}
+
 type MonCommandReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -4201,6 +4230,7 @@ type MonCommandReply struct {
 	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`    // the map epoch after the command
 	Map           *ClusterMap            `protobuf:"bytes,5,opt,name=map,proto3" json:"map,omitempty"`         // "get map"
 	Ids           []uint32               `protobuf:"varint,6,rep,packed,name=ids,proto3" json:"ids,omitempty"` // "osd create": the id given
+	Keyring       []byte                 `protobuf:"bytes,7,opt,name=keyring,proto3" json:"keyring,omitempty"` // "auth add", "auth get-or-create", "auth get": the entity's keyring file (PEM)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4275,6 +4305,82 @@ func (x *MonCommandReply) GetIds() []uint32 {
 		return x.Ids
 	}
 	return nil
+}
+
+func (x *MonCommandReply) GetKeyring() []byte {
+	if x != nil {
+		return x.Keyring
+	}
+	return nil
+}
+
+// AuthRecord is an entity's record at the mon (etcd auth/<entity>).
+type AuthRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entity        string                 `protobuf:"bytes,1,opt,name=entity,proto3" json:"entity,omitempty"`
+	Caps          map[string]string      `protobuf:"bytes,2,rep,name=caps,proto3" json:"caps,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // canonical, per service (auth.Caps.Strings)
+	Keyring       []byte                 `protobuf:"bytes,3,opt,name=keyring,proto3" json:"keyring,omitempty"`                                                                     // the keyring file the entity was given (PEM)
+	Serial        string                 `protobuf:"bytes,4,opt,name=serial,proto3" json:"serial,omitempty"`                                                                       // its certificate's serial, hex: the one certificate a peer may show
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthRecord) Reset() {
+	*x = AuthRecord{}
+	mi := &file_osd_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthRecord) ProtoMessage() {}
+
+func (x *AuthRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
+func (*AuthRecord) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *AuthRecord) GetEntity() string {
+	if x != nil {
+		return x.Entity
+	}
+	return ""
+}
+
+func (x *AuthRecord) GetCaps() map[string]string {
+	if x != nil {
+		return x.Caps
+	}
+	return nil
+}
+
+func (x *AuthRecord) GetKeyring() []byte {
+	if x != nil {
+		return x.Keyring
+	}
+	return nil
+}
+
+func (x *AuthRecord) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
 }
 
 var File_osd_proto protoreflect.FileDescriptor
@@ -4599,7 +4705,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x03tid\x18\x02 \x01(\x04R\x03tid\x12(\n" +
 	"\x03map\x18\x03 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"2\n" +
 	"\x06MonMap\x12(\n" +
-	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xa0\x01\n" +
+	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xa7\x02\n" +
 	"\n" +
 	"MonCommand\x12\x10\n" +
 	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x16\n" +
@@ -4608,14 +4714,29 @@ const file_osd_proto_rawDesc = "" +
 	"\x06weight\x18\x04 \x01(\x01R\x06weight\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04uuid\x18\x06 \x01(\tR\x04uuid\x12\x14\n" +
-	"\x05ratio\x18\a \x01(\x01R\x05ratio\"\xbe\x01\n" +
+	"\x05ratio\x18\a \x01(\x01R\x05ratio\x12\x16\n" +
+	"\x06entity\x18\b \x01(\tR\x06entity\x124\n" +
+	"\x04caps\x18\t \x03(\v2 .osprey.osd.MonCommand.CapsEntryR\x04caps\x1a7\n" +
+	"\tCapsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd8\x01\n" +
 	"\x0fMonCommandReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
 	"\x03tid\x18\x02 \x01(\x04R\x03tid\x12\x16\n" +
 	"\x06output\x18\x03 \x01(\tR\x06output\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12(\n" +
 	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\x12\x10\n" +
-	"\x03ids\x18\x06 \x03(\rR\x03ids*\xb0\t\n" +
+	"\x03ids\x18\x06 \x03(\rR\x03ids\x12\x18\n" +
+	"\akeyring\x18\a \x01(\fR\akeyring\"\xc5\x01\n" +
+	"\n" +
+	"AuthRecord\x12\x16\n" +
+	"\x06entity\x18\x01 \x01(\tR\x06entity\x124\n" +
+	"\x04caps\x18\x02 \x03(\v2 .osprey.osd.AuthRecord.CapsEntryR\x04caps\x12\x18\n" +
+	"\akeyring\x18\x03 \x01(\fR\akeyring\x12\x16\n" +
+	"\x06serial\x18\x04 \x01(\tR\x06serial\x1a7\n" +
+	"\tCapsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xb0\t\n" +
 	"\aMsgType\x12\x0f\n" +
 	"\vMSG_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vMSG_GET_MAP\x10\x01\x12\x15\n" +
@@ -4668,7 +4789,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x17MSG_MON_SUBSCRIBE_REPLY\x10\xd0\x01\x12\x14\n" +
 	"\x0fMSG_MON_COMMAND\x10\xd1\x01\x12\x1a\n" +
 	"\x15MSG_MON_COMMAND_REPLY\x10\xd2\x01\x12\x10\n" +
-	"\vMSG_MON_MAP\x10\xd3\x01*\xcb\x03\n" +
+	"\vMSG_MON_MAP\x10\xd3\x01*\x85\x04\n" +
 	"\x06Status\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eNO_SUCH_BUCKET\x10\x01\x12\x0f\n" +
@@ -4695,7 +4816,10 @@ const file_osd_proto_rawDesc = "" +
 	"\n" +
 	"NOT_LEADER\x10\x14\x12\x11\n" +
 	"\rWRONG_CLUSTER\x10\x15\x12\x10\n" +
-	"\fSTORAGE_FULL\x10\x16*y\n" +
+	"\fSTORAGE_FULL\x10\x16\x12\x12\n" +
+	"\x0eNO_SUCH_ENTITY\x10\x17\x12\x11\n" +
+	"\rACCESS_DENIED\x10\x18\x12\x11\n" +
+	"\rENTITY_EXISTS\x10\x19*y\n" +
 	"\bFullness\x12\x11\n" +
 	"\rFULLNESS_NONE\x10\x00\x12\x15\n" +
 	"\x11FULLNESS_NEARFULL\x10\x01\x12\x19\n" +
@@ -4723,7 +4847,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),              // 0: osprey.osd.MsgType
 	(Status)(0),               // 1: osprey.osd.Status
@@ -4779,7 +4903,10 @@ var file_osd_proto_goTypes = []any{
 	(*MonMap)(nil),            // 51: osprey.osd.MonMap
 	(*MonCommand)(nil),        // 52: osprey.osd.MonCommand
 	(*MonCommandReply)(nil),   // 53: osprey.osd.MonCommandReply
-	nil,                       // 54: osprey.osd.ObjectMeta.UserMetaEntry
+	(*AuthRecord)(nil),        // 54: osprey.osd.AuthRecord
+	nil,                       // 55: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                       // 56: osprey.osd.MonCommand.CapsEntry
+	nil,                       // 57: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	5,  // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -4790,7 +4917,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,  // 5: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	7,  // 6: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	8,  // 7: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	54, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	55, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	11, // 9: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	12, // 10: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	10, // 11: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -4849,13 +4976,15 @@ var file_osd_proto_depIdxs = []int32{
 	10, // 64: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
 	4,  // 65: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
 	4,  // 66: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	10, // 67: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 68: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	69, // [69:69] is the sub-list for method output_type
-	69, // [69:69] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	56, // 67: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	10, // 68: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 69: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	57, // 70: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	71, // [71:71] is the sub-list for method output_type
+	71, // [71:71] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -4869,7 +4998,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   51,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,278 @@
+package mon
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/ospreystore/osprey/msgr/auth"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+)
+
+// The mon is the cluster's auth authority, as Ceph's AuthMonitor: it
+// holds the CA and every entity's record (caps, keyring, certificate
+// serial) in etcd, and issues keyrings. Every write is one transaction
+// that compares what it read, so two mons (or two commands) never issue
+// two keyrings for one entity or lose a caps change. Any mon serves auth
+// commands: etcd orders them, not the leader.
+
+// authCommands are the MonCommand prefixes authCommand serves.
+var authCommands = []string{"auth add", "auth get-or-create", "auth get", "auth ls", "auth rm", "auth caps"}
+
+// AuthEntry is one entity as "auth ls" and "auth get" show it.
+type AuthEntry struct {
+	Entity string            `json:"entity"`
+	Caps   map[string]string `json:"caps"`
+	Serial string            `json:"serial"` // its certificate's serial
+}
+
+// authStore reads and writes auth records in etcd.
+type authStore struct {
+	cli  *clientv3.Client
+	k    keys
+	fsid string
+}
+
+// ca returns the cluster's CA, making it on first use: the create is a
+// transaction that succeeds only where none exists, so concurrent first
+// uses agree on one.
+func (s *authStore) ca(ctx context.Context) (*auth.CA, error) {
+	for range 3 {
+		resp, err := s.cli.Get(ctx, s.k.authCA())
+		if err != nil {
+			return nil, unavailable("etcd", err)
+		}
+		if len(resp.Kvs) > 0 {
+			ca, err := auth.ParseCA(resp.Kvs[0].Value)
+			if err != nil {
+				return nil, fmt.Errorf("mon: the cluster CA in etcd: %w", err)
+			}
+			return ca, nil
+		}
+		ca, err := auth.NewCA(s.fsid)
+		if err != nil {
+			return nil, err
+		}
+		b, err := ca.MarshalPEM()
+		if err != nil {
+			return nil, err
+		}
+		tx, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(s.k.authCA()), "=", 0)).
+			Then(clientv3.OpPut(s.k.authCA(), string(b))).Commit()
+		if err != nil {
+			return nil, unavailable("etcd", err)
+		}
+		if tx.Succeeded {
+			return ca, nil
+		}
+	}
+	return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "mon: the cluster CA is being created; try again")
+}
+
+// get reads entity's record and the revision it was written at (nil, 0
+// when it has none).
+func (s *authStore) get(ctx context.Context, entity string) (*osdpb.AuthRecord, int64, error) {
+	resp, err := s.cli.Get(ctx, s.k.auth(entity))
+	if err != nil {
+		return nil, 0, unavailable("etcd", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, nil
+	}
+	rec := &osdpb.AuthRecord{}
+	if err := proto.Unmarshal(resp.Kvs[0].Value, rec); err != nil {
+		return nil, 0, fmt.Errorf("mon: auth record of %s in etcd: %w", entity, err)
+	}
+	return rec, resp.Kvs[0].ModRevision, nil
+}
+
+// put writes rec if the entity's record is still at rev (0: absent).
+func (s *authStore) put(ctx context.Context, rec *osdpb.AuthRecord, rev int64) (bool, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(rec)
+	if err != nil {
+		return false, err
+	}
+	key := s.k.auth(rec.Entity)
+	tx, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, string(b))).Commit()
+	if err != nil {
+		return false, unavailable("etcd", err)
+	}
+	return tx.Succeeded, nil
+}
+
+// create issues entity a keyring and writes its record with caps, unless
+// it has one: then it returns the existing record and false.
+func (s *authStore) create(ctx context.Context, entity string, caps auth.Caps) (*osdpb.AuthRecord, bool, error) {
+	ca, err := s.ca(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	for range 3 {
+		rec, _, err := s.get(ctx, entity)
+		if err != nil || rec != nil {
+			return rec, false, err
+		}
+		k, err := ca.Issue(entity)
+		if err != nil {
+			return nil, false, err
+		}
+		pem, err := k.MarshalPEM()
+		if err != nil {
+			return nil, false, err
+		}
+		rec = &osdpb.AuthRecord{Entity: entity, Caps: caps.Strings(), Keyring: pem, Serial: auth.Serial(k.Cert)}
+		ok, err := s.put(ctx, rec, 0)
+		if err != nil || ok {
+			return rec, ok, err
+		}
+	}
+	return nil, false, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "mon: %s is being changed by another command; try again", entity)
+}
+
+// list returns every record, sorted by entity.
+func (s *authStore) list(ctx context.Context) ([]*osdpb.AuthRecord, error) {
+	resp, err := s.cli.Get(ctx, s.k.authPrefix(), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, unavailable("etcd", err)
+	}
+	out := make([]*osdpb.AuthRecord, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		rec := &osdpb.AuthRecord{}
+		if err := proto.Unmarshal(kv.Value, rec); err != nil {
+			return nil, fmt.Errorf("mon: auth record %s in etcd: %w", kv.Key, err)
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+// remove deletes entity's record; false when it had none.
+func (s *authStore) remove(ctx context.Context, entity string) (bool, error) {
+	resp, err := s.cli.Delete(ctx, s.k.auth(entity))
+	if err != nil {
+		return false, unavailable("etcd", err)
+	}
+	return resp.Deleted > 0, nil
+}
+
+// setCaps replaces entity's caps.
+func (s *authStore) setCaps(ctx context.Context, entity string, caps auth.Caps) (*osdpb.AuthRecord, error) {
+	for range 3 {
+		rec, rev, err := s.get(ctx, entity)
+		if err != nil {
+			return nil, err
+		}
+		if rec == nil {
+			return nil, noSuchEntity(entity)
+		}
+		rec.Caps = caps.Strings()
+		ok, err := s.put(ctx, rec, rev)
+		if err != nil || ok {
+			return rec, err
+		}
+	}
+	return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "mon: %s is being changed by another command; try again", entity)
+}
+
+func noSuchEntity(entity string) error {
+	return ops.Errorf(osdpb.Status_NO_SUCH_ENTITY, "no entity %s", entity)
+}
+
+// authCommand serves the auth commands, as Ceph's "ceph auth":
+//
+//	auth add ENTITY CAPS           create; ENTITY_EXISTS if it exists
+//	auth get-or-create ENTITY CAPS create unless it exists with those caps
+//	auth get ENTITY                the entity's caps and keyring
+//	auth ls                        every entity and its caps (no keys)
+//	auth rm ENTITY                 remove it: its certificate stops working
+//	auth caps ENTITY CAPS          replace its caps
+func (m *Mon) authCommand(ctx context.Context, c *osdpb.MonCommand, rep *osdpb.MonCommandReply) (any, error) {
+	if c.Prefix == "auth ls" {
+		recs, err := m.auth.list(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]AuthEntry, len(recs))
+		for i, r := range recs {
+			out[i] = entryOf(r)
+		}
+		return out, nil
+	}
+	if err := auth.ValidateEntity(c.Entity); err != nil {
+		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%v", err)
+	}
+	var caps auth.Caps
+	if c.Prefix == "auth add" || c.Prefix == "auth get-or-create" || c.Prefix == "auth caps" {
+		var err error
+		if caps, err = auth.ParseCaps(c.Caps); err != nil {
+			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%v", err)
+		}
+	}
+	var rec *osdpb.AuthRecord
+	switch c.Prefix {
+	case "auth add", "auth get-or-create":
+		r, created, err := m.auth.create(ctx, c.Entity, caps)
+		if err != nil {
+			return nil, err
+		}
+		if !created {
+			if c.Prefix == "auth add" {
+				return nil, ops.Errorf(osdpb.Status_ENTITY_EXISTS, "entity %s exists", c.Entity)
+			}
+			if have := capsString(r.Caps); have != caps.String() {
+				return nil, ops.Errorf(osdpb.Status_ENTITY_EXISTS, "entity %s exists with caps %s, not %s; change them with auth caps", c.Entity, have, caps.String())
+			}
+		}
+		rec = r
+	case "auth get":
+		r, _, err := m.auth.get(ctx, c.Entity)
+		if err != nil {
+			return nil, err
+		}
+		if r == nil {
+			return nil, noSuchEntity(c.Entity)
+		}
+		rec = r
+	case "auth rm":
+		ok, err := m.auth.remove(ctx, c.Entity)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, noSuchEntity(c.Entity)
+		}
+		return map[string]string{"removed": c.Entity}, nil
+	case "auth caps":
+		r, err := m.auth.setCaps(ctx, c.Entity, caps)
+		if err != nil {
+			return nil, err
+		}
+		return entryOf(r), nil
+	}
+	rep.Keyring = rec.Keyring
+	return entryOf(rec), nil
+}
+
+func entryOf(r *osdpb.AuthRecord) AuthEntry {
+	return AuthEntry{Entity: r.Entity, Caps: r.Caps, Serial: r.Serial}
+}
+
+// capsString formats stored caps as auth.Caps.String does.
+func capsString(stored map[string]string) string {
+	c, err := auth.ParseCaps(stored)
+	if err != nil {
+		// A record the mon wrote always parses; say what is there.
+		var parts []string
+		for _, svc := range slices.Sorted(maps.Keys(stored)) {
+			parts = append(parts, fmt.Sprintf("%s '%s'", svc, stored[svc]))
+		}
+		return strings.Join(parts, " ")
+	}
+	return c.String()
+}
