@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
-	"strings"
 
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/osd/ops"
@@ -225,8 +223,8 @@ func (m *Mon) authCommand(ctx context.Context, c *osdpb.MonCommand, rep *osdpb.M
 			if c.Prefix == "auth add" {
 				return nil, ops.Errorf(osdpb.Status_ENTITY_EXISTS, "entity %s exists", c.Entity)
 			}
-			if have := capsString(r.Caps); have != caps.String() {
-				return nil, ops.Errorf(osdpb.Status_ENTITY_EXISTS, "entity %s exists with caps %s, not %s; change them with auth caps", c.Entity, have, caps.String())
+			if !maps.Equal(r.Caps, caps.Strings()) { // records hold canonical caps
+				return nil, ops.Errorf(osdpb.Status_ENTITY_EXISTS, "entity %s exists with caps %s, not %s; change them with auth caps", c.Entity, auth.FormatCaps(r.Caps), caps)
 			}
 		}
 		rec = r
@@ -263,16 +261,13 @@ func entryOf(r *osdpb.AuthRecord) AuthEntry {
 	return AuthEntry{Entity: r.Entity, Caps: r.Caps, Serial: r.Serial}
 }
 
-// capsString formats stored caps as auth.Caps.String does.
-func capsString(stored map[string]string) string {
-	c, err := auth.ParseCaps(stored)
-	if err != nil {
-		// A record the mon wrote always parses; say what is there.
-		var parts []string
-		for _, svc := range slices.Sorted(maps.Keys(stored)) {
-			parts = append(parts, fmt.Sprintf("%s '%s'", svc, stored[svc]))
-		}
-		return strings.Join(parts, " ")
+// GetOrCreateKeyring is "auth get-or-create" for a program that embeds
+// the mon: `osprey up` makes client.admin's keyring so. It returns the
+// keyring file's bytes.
+func (m *Mon) GetOrCreateKeyring(ctx context.Context, entity string, caps map[string]string) ([]byte, error) {
+	rep := &osdpb.MonCommandReply{}
+	if _, err := m.authCommand(ctx, &osdpb.MonCommand{Prefix: "auth get-or-create", Entity: entity, Caps: caps}, rep); err != nil {
+		return nil, err
 	}
-	return c.String()
+	return rep.Keyring, nil
 }

@@ -267,7 +267,7 @@ func TestUpDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, want := range []string{"serving 1 OSDs", "make-bucket", "put ", "read-at", "bytes verified", "remove-bucket", "demo passed"} {
+	for _, want := range []string{"serving 1 OSDs", "client.admin's keyring in", "make-bucket", "put ", "read-at", "bytes verified", "remove-bucket", "demo passed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}

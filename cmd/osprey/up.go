@@ -23,6 +23,7 @@ import (
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/osd/local"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/spf13/cobra"
 )
@@ -103,7 +104,30 @@ and exits: 0 when every step worked and every byte came back intact.`,
 // localCluster is the cluster `up` runs.
 type localCluster struct {
 	*local.Cluster
-	reused bool // the map was on disk already
+	reused  bool   // the map was on disk already
+	keyring string // client.admin's keyring file, when there is a mon
+}
+
+// adminKeyringFile is where `osprey up` leaves client.admin's keyring, in
+// its data directory.
+const adminKeyringFile = "client.admin.keyring"
+
+// writeAdminKeyring makes client.admin (every cap) at the mon, if it has
+// no record yet, and writes its keyring into the cluster's directory.
+func (lc *localCluster) writeAdminKeyring(ctx context.Context) error {
+	if lc.Mon == nil {
+		return nil
+	}
+	kr, err := lc.Mon.GetOrCreateKeyring(ctx, "client.admin", adminCaps)
+	if err != nil {
+		return fmt.Errorf("making client.admin: %w", err)
+	}
+	path := filepath.Join(lc.Dir, adminKeyringFile)
+	if err := auth.WriteKeyringFile(path, kr); err != nil {
+		return err
+	}
+	lc.keyring = path
+	return nil
 }
 
 func runUp(cmd *cobra.Command, o upOptions) (err error) {
@@ -172,6 +196,9 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 	}()
 
 	if err := waitReady(ctx, lc, o.readyTimeout, logger); err != nil {
+		return err
+	}
+	if err := lc.writeAdminKeyring(ctx); err != nil {
 		return err
 	}
 	printServing(out, o, lc)
@@ -342,7 +369,7 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 		json.NewEncoder(w).Encode(map[string]any{
 			"event": "serving", "fsid": lc.Map.FSID(), "epoch": lc.Map.Epoch(), "dir": lc.Dir, "map": lc.MapPath,
 			"seeds": lc.Seeds(), "osds": osds, "replicas": pool.size, "pgs": pool.pgs, "reused": lc.reused,
-			"mon": lc.monAddr(),
+			"mon": lc.monAddr(), "keyring": lc.keyring,
 		})
 		return
 	}
@@ -357,6 +384,7 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 	}
 	if lc.Mon != nil {
 		fmt.Fprintf(w, "  mon.a  %s (etcd embedded, data in %s)\n", lc.Mon.Addr(), filepath.Join(lc.Dir, "mon"))
+		fmt.Fprintf(w, "  admin  client.admin's keyring in %s (keep it secret)\n", lc.keyring)
 	}
 	fmt.Fprintf(w, "  map    %s\n  seeds  %s\n", lc.MapPath, seeds)
 	if o.demo {

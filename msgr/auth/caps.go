@@ -210,11 +210,17 @@ func (c Caps) Strings() map[string]string {
 }
 
 // String formats the caps as the CLI shows them: mon 'allow r' osd '...'.
-func (c Caps) String() string {
-	s := c.Strings()
+func (c Caps) String() string { return FormatCaps(c.Strings()) }
+
+// FormatCaps formats caps per service as the CLI shows them, sorted by
+// service: mon 'allow r' osd 'allow rw'; "(none)" for none.
+func FormatCaps(perService map[string]string) string {
 	var parts []string
-	for _, svc := range slices.Sorted(maps.Keys(s)) {
-		parts = append(parts, fmt.Sprintf("%s '%s'", svc, s[svc]))
+	for _, svc := range slices.Sorted(maps.Keys(perService)) {
+		parts = append(parts, fmt.Sprintf("%s '%s'", svc, perService[svc]))
+	}
+	if len(parts) == 0 {
+		return "(none)"
 	}
 	return strings.Join(parts, " ")
 }
