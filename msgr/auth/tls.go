@@ -1,0 +1,192 @@
+package auth
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// The messenger's handshake authenticates both sides with TLS 1.3
+// (crypto/tls) and mutual certificates, but carries TLS's handshake
+// messages in its own frames instead of running TLS on a socket: an RDMA
+// link has no socket, and after the handshake the messenger's frames are
+// sealed (secure mode) or checked by CRC (crc mode), never TLS records.
+// TLS here only authenticates and agrees on keys; SessionKeys takes the
+// keys of secure mode from it with the TLS exporter (RFC 8446 7.5).
+//
+// The flights: the dialer's ClientHello; the acceptor's whole answer
+// (ServerHello through Finished, its certificate and a request for the
+// dialer's); the dialer's certificate and Finished. Each flight is one
+// message for the caller to carry (Flights).
+
+// ErrAuthFailed: the peer did not prove an identity the cluster's CA
+// signed, or the handshake broke. Its message says which.
+var ErrAuthFailed = errors.New("auth: authentication failed")
+
+// exporterLabel names Osprey's use of the TLS exporter, so keys taken
+// from it serve this purpose only.
+const exporterLabel = "EXPORTER-osprey-msgr-secure"
+
+// Flights carries the handshake's messages: Send hands one flight to the
+// peer, Recv returns the next the peer sent.
+type Flights interface {
+	Send(flight []byte) error
+	Recv() ([]byte, error)
+}
+
+// Result is what a finished handshake established.
+type Result struct {
+	// Peer is the peer's entity, from the certificate it proved it holds.
+	Peer string
+	// PeerCert is that certificate: its serial says which of the entity's
+	// certificates it used (Serial).
+	PeerCert *x509.Certificate
+	state    tls.ConnectionState
+}
+
+// SessionKeys derives n bytes of key material bound to this handshake and
+// to binding (the transcript of whatever the caller exchanged outside
+// TLS, so a tampered outer frame gives the two sides different keys).
+// Both sides get the same bytes.
+func (r *Result) SessionKeys(binding []byte, n int) ([]byte, error) {
+	return r.state.ExportKeyingMaterial(exporterLabel, binding, n)
+}
+
+// maxFlight bounds one flight: a certificate chain of two Ed25519
+// certificates and TLS's framing fit in a few KiB.
+const maxFlight = 64 << 10
+
+// Dial runs the dialer's (TLS client's) side of the handshake with k's
+// credential over f.
+func Dial(ctx context.Context, k *Keyring, f Flights) (*Result, error) {
+	return run(ctx, k, f, true)
+}
+
+// Accept runs the acceptor's (TLS server's) side.
+func Accept(ctx context.Context, k *Keyring, f Flights) (*Result, error) {
+	return run(ctx, k, f, false)
+}
+
+func run(ctx context.Context, k *Keyring, f Flights, client bool) (*Result, error) {
+	var peer string
+	cfg := &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{k.TLSCertificate()},
+		// Peers are entities, not host names: the chain is checked to
+		// the cluster's CA in VerifyConnection, with the entity name
+		// taken from it. TLS still checks the signature that proves the
+		// peer holds the certificate's key.
+		InsecureSkipVerify: true,
+		ClientAuth:         tls.RequireAnyClientCert,
+		// No resumption: every session proves its identity afresh, and
+		// the acceptor sends nothing after its Finished.
+		SessionTicketsDisabled: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return fmt.Errorf("%w: the peer showed no certificate", ErrAuthFailed)
+			}
+			name, err := Verify(k.CA, cs.PeerCertificates[0], time.Now())
+			if err != nil {
+				return fmt.Errorf("%w: %v", ErrAuthFailed, err)
+			}
+			peer = name
+			return nil
+		},
+	}
+	c := &flightConn{f: f}
+	var tc *tls.Conn
+	if client {
+		tc = tls.Client(c, cfg)
+	} else {
+		tc = tls.Server(c, cfg)
+	}
+	if err := tc.HandshakeContext(ctx); err != nil {
+		if errors.Is(err, ErrAuthFailed) {
+			return nil, err
+		}
+		var ae *tls.AlertError
+		if errors.As(err, &ae) || c.err == nil {
+			return nil, fmt.Errorf("%w: %v", ErrAuthFailed, err)
+		}
+		return nil, c.err // the carrier failed, not TLS
+	}
+	// The dialer's last flight is written but not yet sent: nothing reads
+	// after it.
+	if err := c.flush(); err != nil {
+		return nil, err
+	}
+	cs := tc.ConnectionState()
+	return &Result{Peer: peer, PeerCert: cs.PeerCertificates[0], state: cs}, nil
+}
+
+// flightConn is the net.Conn crypto/tls runs on: what TLS writes
+// collects into a flight, sent as one message when TLS next wants to read
+// (it has said all it will until the peer answers).
+type flightConn struct {
+	f   Flights
+	out bytes.Buffer
+	in  []byte
+	err error // the carrier's first error
+}
+
+func (c *flightConn) Write(b []byte) (int, error) {
+	if c.out.Len()+len(b) > maxFlight {
+		return 0, fmt.Errorf("%w: a handshake flight over %d bytes", ErrAuthFailed, maxFlight)
+	}
+	return c.out.Write(b)
+}
+
+func (c *flightConn) flush() error {
+	if c.out.Len() == 0 {
+		return nil
+	}
+	err := c.f.Send(bytes.Clone(c.out.Bytes()))
+	c.out.Reset()
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return err
+}
+
+func (c *flightConn) Read(b []byte) (int, error) {
+	if len(c.in) == 0 {
+		if err := c.flush(); err != nil {
+			return 0, err
+		}
+		msg, err := c.f.Recv()
+		if err != nil {
+			if c.err == nil {
+				c.err = err
+			}
+			return 0, err
+		}
+		if len(msg) == 0 {
+			return 0, io.ErrUnexpectedEOF
+		}
+		if len(msg) > maxFlight {
+			return 0, fmt.Errorf("%w: a handshake flight over %d bytes", ErrAuthFailed, maxFlight)
+		}
+		c.in = msg
+	}
+	n := copy(b, c.in)
+	c.in = c.in[n:]
+	return n, nil
+}
+
+func (c *flightConn) Close() error                     { return nil }
+func (c *flightConn) LocalAddr() net.Addr              { return flightAddr{} }
+func (c *flightConn) RemoteAddr() net.Addr             { return flightAddr{} }
+func (c *flightConn) SetDeadline(time.Time) error      { return nil }
+func (c *flightConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *flightConn) SetWriteDeadline(time.Time) error { return nil }
+
+type flightAddr struct{}
+
+func (flightAddr) Network() string { return "msgr" }
+func (flightAddr) String() string  { return "msgr-handshake" }

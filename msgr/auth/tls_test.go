@@ -1,0 +1,141 @@
+package auth
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// pipe is a Flights pair: what one side sends the other receives.
+type pipe struct {
+	in, out chan []byte
+	sent    *int
+	tamper  func([]byte) []byte // applied to what this side sends
+}
+
+func newPipe() (*pipe, *pipe) {
+	a, b := make(chan []byte, 8), make(chan []byte, 8)
+	na, nb := 0, 0
+	return &pipe{in: a, out: b, sent: &na}, &pipe{in: b, out: a, sent: &nb}
+}
+
+func (p *pipe) Send(b []byte) error {
+	*p.sent++
+	if p.tamper != nil {
+		b = p.tamper(b)
+	}
+	p.out <- b
+	return nil
+}
+
+func (p *pipe) Recv() ([]byte, error) {
+	select {
+	case b := <-p.in:
+		return b, nil
+	case <-time.After(10 * time.Second):
+		return nil, errors.New("pipe: nothing came")
+	}
+}
+
+type outcome struct {
+	r   *Result
+	err error
+}
+
+// handshake runs Dial with dk and Accept with ak over a pipe.
+func handshake(t *testing.T, dk, ak *Keyring, tamper func([]byte) []byte) (dial, acc outcome, dialFlights int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dp, ap := newPipe()
+	dp.tamper = tamper
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := Accept(ctx, ak, ap)
+		if err != nil {
+			close(ap.out) // the dialer's Recv then sees a closed carrier
+		}
+		done <- outcome{r, err}
+	}()
+	r, err := Dial(ctx, dk, dp)
+	if err != nil {
+		close(dp.out)
+	}
+	dial = outcome{r, err}
+	acc = <-done
+	return dial, acc, *dp.sent
+}
+
+func TestHandshakeMutual(t *testing.T) {
+	ca := mustCA(t)
+	client, osd := mustIssue(t, ca, "client.backup"), mustIssue(t, ca, "osd.3")
+	d, a, flights := handshake(t, client, osd, nil)
+	if d.err != nil || a.err != nil {
+		t.Fatalf("dial %v, accept %v", d.err, a.err)
+	}
+	if d.r.Peer != "osd.3" || a.r.Peer != "client.backup" {
+		t.Fatalf("the dialer sees %q, the acceptor %q", d.r.Peer, a.r.Peer)
+	}
+	if Serial(a.r.PeerCert) != Serial(client.Cert) {
+		t.Fatal("the acceptor saw another certificate")
+	}
+	if flights != 2 {
+		t.Fatalf("the dialer sent %d flights, want 2 (hello, then certificate and finished)", flights)
+	}
+	// Both sides derive the same keys for the same binding, other keys
+	// for another binding.
+	kd, err := d.r.SessionKeys([]byte("outer frames"), 2*DirectionKeyLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ka, _ := a.r.SessionKeys([]byte("outer frames"), 2*DirectionKeyLen)
+	kx, _ := a.r.SessionKeys([]byte("tampered frames"), 2*DirectionKeyLen)
+	if !bytes.Equal(kd, ka) || bytes.Equal(kd, kx) {
+		t.Fatal("session keys: the sides disagree, or the binding does not bind")
+	}
+	// A second session of the same two entities gets other keys.
+	d2, _, _ := handshake(t, client, osd, nil)
+	k2, _ := d2.r.SessionKeys([]byte("outer frames"), 2*DirectionKeyLen)
+	if bytes.Equal(kd, k2) {
+		t.Fatal("two sessions share keys")
+	}
+}
+
+func TestHandshakeRefuses(t *testing.T) {
+	ca, rogue := mustCA(t), mustCA(t)
+	good := mustIssue(t, ca, "osd.1")
+	impostor := mustIssue(t, rogue, "osd.1") // same name, another CA
+
+	// An impostor dialing: the acceptor refuses it.
+	_, a, _ := handshake(t, impostor, good, nil)
+	if !errors.Is(a.err, ErrAuthFailed) {
+		t.Fatalf("acceptor took an impostor: %v", a.err)
+	}
+	// An impostor accepting: the dialer refuses it.
+	d, _, _ := handshake(t, good, impostor, nil)
+	if !errors.Is(d.err, ErrAuthFailed) {
+		t.Fatalf("dialer took an impostor: %v", d.err)
+	}
+	// A certificate shown with another key: its holder cannot prove it.
+	stolen := *good
+	stolen.Key = mustIssue(t, ca, "osd.2").Key
+	_, a, _ = handshake(t, &stolen, mustIssue(t, ca, "osd.5"), nil)
+	if a.err == nil {
+		t.Fatal("acceptor took a certificate whose key the dialer lacks")
+	}
+	// A flipped bit in the dialer's second flight: refused.
+	n := 0
+	d, a, _ = handshake(t, good, mustIssue(t, ca, "osd.5"), func(b []byte) []byte {
+		n++
+		if n == 2 {
+			b = bytes.Clone(b)
+			b[len(b)-5] ^= 1
+		}
+		return b
+	})
+	if a.err == nil {
+		t.Fatal("acceptor finished on a tampered flight")
+	}
+}
