@@ -52,7 +52,7 @@ lint:
 FUZZTIME ?= 10s
 # Every parser's fuzz target, FUZZTIME each: "target package" pairs.
 FUZZ_TARGETS = \
-	"FuzzReadFrame ./msgr/wire" "FuzzBanner ./msgr/wire" "FuzzHandshake ./msgr" \
+	"FuzzReadFrame ./msgr/wire" "FuzzBanner ./msgr/wire" "FuzzHandshake ./msgr" "FuzzHandshakeAuth ./msgr" \
 	"FuzzUnmarshal ./osd/placement" "FuzzLoad ./osd/placement" "FuzzFromProto ./osd/placement" \
 	"FuzzDecodeHead ./osd/store" "FuzzDecodeChunk ./osd/store" "FuzzDecodePGInfo ./osd/store" \
 	"FuzzDecodeReqVersion ./osd/store" "FuzzDecodeIDMark ./osd/store" "FuzzDecodeLogEntry ./osd/store" \

@@ -108,32 +108,41 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if err := writeHS(link, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{authNone}}); err != nil {
+	var (
+		hello msgrpb.Hello
+		peer  EntityName
+	)
+	// The acceptor sends its HELLO after reading our AUTH_REQUEST, so the
+	// auth step reads it (onHello) once its first round is out.
+	onHello := func() error {
+		if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagHello: &hello}); err != nil {
+			return err
+		}
+		peer = EntityName(hello.EntityName)
+		if err := peer.Validate(); err != nil {
+			return wire.Protocolf("handshake: peer %v", err)
+		}
+		c.mu.Lock()
+		want := c.peer
+		if want == "" {
+			c.peer = peer
+		}
+		c.mu.Unlock()
+		if want != "" && want != peer {
+			return fmt.Errorf("msgr: %s answered as %s, expected %s", link.RemoteAddr(), peer, want)
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.HandshakeTimeout)
+	defer cancel()
+	if err := m.dialerAuth(ctx, link, onHello, func() EntityName { return peer }); err != nil {
+		if errors.Is(err, ErrAuth) {
+			// Not a fault that a redial mends: a credential that does not
+			// pass (theirs or ours) passes no better next time. The
+			// session ends here, and its owner hears why.
+			c.closeWith(err, true, false)
+		}
 		return nil, err
-	}
-	var hello msgrpb.Hello
-	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagHello: &hello}); err != nil {
-		return nil, err
-	}
-	peer := EntityName(hello.EntityName)
-	if err := peer.Validate(); err != nil {
-		return nil, wire.Protocolf("handshake: peer %v", err)
-	}
-	c.mu.Lock()
-	want := c.peer
-	if want == "" {
-		c.peer = peer
-	}
-	c.mu.Unlock()
-	if want != "" && want != peer {
-		return nil, fmt.Errorf("msgr: %s answered as %s, expected %s", link.RemoteAddr(), peer, want)
-	}
-	var done msgrpb.AuthDone
-	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagAuthDone: &done}); err != nil {
-		return nil, err
-	}
-	if done.Method != authNone {
-		return nil, wire.Protocolf("handshake: peer chose auth method %q", done.Method)
 	}
 
 	lr := m.newLinkRun(c, link)
@@ -220,8 +229,8 @@ func (m *Messenger) accept(link wire.Link, window int) error {
 	defer stop()
 
 	var (
-		hello msgrpb.Hello
-		auth  msgrpb.AuthRequest
+		hello   msgrpb.Hello
+		authReq msgrpb.AuthRequest
 	)
 	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagHello: &hello}); err != nil {
 		return err
@@ -238,13 +247,10 @@ func (m *Messenger) accept(link wire.Link, window int) error {
 	}); err != nil {
 		return err
 	}
-	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagAuthRequest: &auth}); err != nil {
+	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagAuthRequest: &authReq}); err != nil {
 		return err
 	}
-	if !slices.Contains(auth.Methods, authNone) {
-		return fmt.Errorf("msgr: %s offers no auth method we support (%v)", peer, auth.Methods)
-	}
-	if err := writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Method: authNone}); err != nil {
+	if err := m.acceptorAuth(ctx, link, peer, &authReq); err != nil {
 		return err
 	}
 	policy := m.opts.policyFor(peer)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/proto/msgrpb"
 	"google.golang.org/protobuf/proto"
@@ -94,59 +95,82 @@ func handshakeSeeds() [][]byte {
 	}
 }
 
-// FuzzHandshake drives the acceptor's side of the handshake, and the link
-// it starts, with arbitrary bytes from a dialer: accept must return (an
-// error or nil), never panic, and the messenger must shut down cleanly.
+// FuzzHandshake runs fuzzAccept against an acceptor without auth.
 func FuzzHandshake(f *testing.F) {
 	for _, s := range handshakeSeeds() {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, in []byte) {
-		m, err := New(Options{
-			Name:             "osd.0",
-			Dispatcher:       DispatchFunc(func(m *Message) { m.Release() }),
-			Logger:           slog.New(slog.DiscardHandler),
-			RecvWindowMsgs:   8,
-			RecvWindowBytes:  1 << 16,
-			MaxMessageSize:   1 << 20,
-			HandshakeTimeout: 10 * time.Second,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cli, srv := net.Pipe()
-		link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
+	f.Fuzz(func(t *testing.T, in []byte) { fuzzAccept(t, in, nil) })
+}
 
-		acceptErr := make(chan error, 1)
-		go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs) }()
-		// Whatever the acceptor writes is read and dropped (net.Pipe is
-		// synchronous), until the dialer end closes.
-		drained := make(chan struct{})
-		go func() {
-			io.Copy(io.Discard, cli)
-			close(drained)
-		}()
-		written := make(chan struct{})
-		go func() {
-			cli.Write(in) // fails once the acceptor closes its end
-			cli.Close()
-			close(written)
-		}()
+// FuzzHandshakeAuth is FuzzHandshake against an acceptor that requires
+// the tls13 method: arbitrary AUTH_REQUEST and AUTH_MORE payloads reach
+// crypto/tls through the flights carrier.
+func FuzzHandshakeAuth(f *testing.F) {
+	ca, err := auth.NewCA("fuzz")
+	if err != nil {
+		f.Fatal(err)
+	}
+	k, err := ca.Issue("osd.0")
+	if err != nil {
+		f.Fatal(err)
+	}
+	hello := fuzzHS(wire.TagHello, &msgrpb.Hello{EntityName: "osd.1", InstanceNonce: 7})
+	f.Add(concat(hello, fuzzHS(wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"tls13"}, Payload: []byte("\x16\x03\x01\x00\x05hello")})))
+	f.Add(concat(hello, fuzzHS(wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"tls13"}}), fuzzHS(wire.TagAuthMore, &msgrpb.AuthMore{Payload: []byte{22, 3, 3}})))
+	f.Add(concat(hello, fuzzHS(wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"none"}})))
+	f.Fuzz(func(t *testing.T, in []byte) { fuzzAccept(t, in, &AuthOptions{Keyring: k}) })
+}
 
-		if err := <-acceptErr; err != nil {
-			link.Close() // as acceptLoop does
-		}
-		<-written
-		<-drained
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := m.Shutdown(ctx); err != nil {
-			t.Fatalf("shutdown: %v", err)
-		}
-		for c := range m.Conns() {
-			t.Fatalf("conn with %s still registered after shutdown", c.Peer())
-		}
+// fuzzAccept drives the acceptor's side of the handshake, and the link it
+// starts, with arbitrary bytes from a dialer: accept must return (an error
+// or nil), never panic, and the messenger must shut down cleanly.
+func fuzzAccept(t *testing.T, in []byte, a *AuthOptions) {
+	m, err := New(Options{
+		Name:             "osd.0",
+		Dispatcher:       DispatchFunc(func(m *Message) { m.Release() }),
+		Logger:           slog.New(slog.DiscardHandler),
+		RecvWindowMsgs:   8,
+		RecvWindowBytes:  1 << 16,
+		MaxMessageSize:   1 << 20,
+		HandshakeTimeout: 10 * time.Second,
+		Auth:             a,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, srv := net.Pipe()
+	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
+
+	acceptErr := make(chan error, 1)
+	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs) }()
+	// Whatever the acceptor writes is read and dropped (net.Pipe is
+	// synchronous), until the dialer end closes.
+	drained := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, cli)
+		close(drained)
+	}()
+	written := make(chan struct{})
+	go func() {
+		cli.Write(in) // fails once the acceptor closes its end
+		cli.Close()
+		close(written)
+	}()
+
+	if err := <-acceptErr; err != nil {
+		link.Close() // as acceptLoop does
+	}
+	<-written
+	<-drained
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	for c := range m.Conns() {
+		t.Fatalf("conn with %s still registered after shutdown", c.Peer())
+	}
 }
 
 // TestHandshakeSeedsAccepted checks the valid seed really gets through

@@ -141,6 +141,12 @@ type Options struct {
 	// A peer that returns later gets a fresh session (EventRemoteReset on
 	// its side). Default 5 minutes; negative means for ever.
 	StandbyTimeout time.Duration
+	// Auth, if set, authenticates every session (method "tls13",
+	// docs/protocol.md 6.3): both sides prove an identity the cluster's CA
+	// signed, and a peer's entity name is the one its certificate carries.
+	// Nil: method "none", and a peer is whoever its HELLO claims, which is
+	// for tests and closed networks only.
+	Auth *AuthOptions
 	// OnDialError, if set, hears of every failed dial of a session we
 	// initiated, before its reconnect backoff. An OSD uses it to report
 	// a peer whose connections are refused (the process is gone) at once,
@@ -171,6 +177,11 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Dispatcher == nil {
 		return fmt.Errorf("msgr: Options.Dispatcher is required")
+	}
+	if o.Auth != nil {
+		if err := o.Auth.check(o.Name); err != nil {
+			return err
+		}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

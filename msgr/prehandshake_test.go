@@ -2,6 +2,7 @@ package msgr_test
 
 import (
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func TestPreHandshakeFramesBounded(t *testing.T) {
 		})
 	}
 	// Refusals are logged rate-limited by kind: the first of each.
-	for _, want := range []string{"MESSAGE frame before the handshake completed", "exceeds the limit of 4096"} {
+	for _, want := range []string{"MESSAGE frame before the handshake completed", "exceeds the limit of " + strconv.Itoa(wire.MaxHandshakeFront)} {
 		msgrtest.Eventually(t, 5*time.Second, "log line "+want, func() bool {
 			return strings.Contains(logs.String(), want)
 		})

@@ -804,6 +804,9 @@ func testNoGoroutineLeak(t *testing.T, env Env) {
 		t.Fatal(err)
 	}
 	o.Name, o.Dispatcher = "osd.1", NewRecorder(t)
+	if env.Tweak != nil {
+		env.Tweak(&o) // again: what it sets may depend on the name (a keyring)
+	}
 	cli, err := msgr.New(o)
 	if err != nil {
 		t.Fatal(err)

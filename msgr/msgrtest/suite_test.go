@@ -15,3 +15,9 @@ func TestConformanceMem(t *testing.T) {
 func TestConformanceTCP(t *testing.T) {
 	msgrtest.Run(t, msgrtest.Env{Scheme: "tcp", Host: "127.0.0.1:0"})
 }
+
+// TestConformanceTCPAuth runs the suite with every session authenticated
+// (method tls13): the auth step must change nothing above it.
+func TestConformanceTCPAuth(t *testing.T) {
+	msgrtest.Run(t, msgrtest.WithAuth(t, msgrtest.Env{Scheme: "tcp", Host: "127.0.0.1:0"}, msgrtest.NewTestCA(t)))
+}

@@ -65,3 +65,10 @@ func TestConformanceRDMASockets(t *testing.T) {
 		t.Fatalf("conformance suite on rdma+sockets: %v", err)
 	}
 }
+
+// TestConformanceRDMATCPAuth runs the suite, smaller, with every session
+// authenticated (method tls13): the handshake's flights travel as RDMA
+// sends like any handshake frame, and nothing above changes.
+func TestConformanceRDMATCPAuth(t *testing.T) {
+	msgrtest.Run(t, msgrtest.WithAuth(t, rdmaEnv("tcp", 0.05), msgrtest.NewTestCA(t)))
+}

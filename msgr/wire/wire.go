@@ -45,7 +45,10 @@ const (
 	// link rejects them.
 	TagRdvReady Tag = 13 // receiver to sender: a destination to write a payload into
 	TagRdvDone  Tag = 14 // sender to receiver: that payload is written
-	tagMax      Tag = TagRdvDone
+	// TagAuthMore carries a round of an auth method that takes several
+	// (msgrpb.AuthMore), between AUTH_REQUEST and AUTH_DONE.
+	TagAuthMore Tag = 15
+	tagMax      Tag = TagAuthMore
 )
 
 var tagNames = [...]string{
@@ -53,7 +56,7 @@ var tagNames = [...]string{
 	TagKeepaliveAck: "KEEPALIVE_ACK", TagHello: "HELLO", TagAuthRequest: "AUTH_REQUEST",
 	TagAuthDone: "AUTH_DONE", TagSessionReq: "SESSION_REQUEST", TagSessionReady: "SESSION_READY",
 	TagSessionReset: "SESSION_RESET", TagWait: "WAIT", TagClose: "CLOSE",
-	TagRdvReady: "RDV_READY", TagRdvDone: "RDV_DONE",
+	TagRdvReady: "RDV_READY", TagRdvDone: "RDV_DONE", TagAuthMore: "AUTH_MORE",
 }
 
 func (t Tag) String() string {
@@ -155,10 +158,11 @@ type Limits struct {
 	HandshakeOnly bool
 }
 
-// MaxHandshakeFront bounds the front of a handshake frame. The largest,
-// HELLO, carries an entity name (at most 128 bytes) and an address; a
-// SESSION_RESET a one-line reason. 4 KiB is ample.
-const MaxHandshakeFront = 4 << 10
+// MaxHandshakeFront bounds the front of a handshake frame. The largest
+// are the auth method's: TLS 1.3's flights carry a certificate and a key
+// share (a post-quantum hybrid share alone is 1.2 KB), 2-3 KB in all;
+// HELLO carries an entity name (at most 128 bytes) and an address.
+const MaxHandshakeFront = 16 << 10
 
 // HandshakeLimits are a link's limits before its session is established:
 // handshake frames only, with a small front and no data, so a peer that
@@ -166,7 +170,7 @@ const MaxHandshakeFront = 4 << 10
 var HandshakeLimits = Limits{MaxFront: MaxHandshakeFront, HandshakeOnly: true}
 
 // Handshake reports whether t is a handshake frame's tag.
-func (t Tag) Handshake() bool { return t >= TagHello && t <= TagWait }
+func (t Tag) Handshake() bool { return t >= TagHello && t <= TagWait || t == TagAuthMore }
 
 // Parse decodes and validates a preamble. It checks the CRC, the tag, the
 // flags and the segment sizes against lim, so the caller may size buffers

@@ -89,8 +89,8 @@ func (x *Hello) GetPeerAddr() string {
 }
 
 // AuthRequest lists the authentication methods the dialer can do, in order of
-// preference. The only method today is "none"; the step exists so a later
-// method slots in without a protocol version change.
+// preference: "tls13" (mutual certificates, payload: the TLS ClientHello) or
+// "none" (no authentication).
 type AuthRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Methods       []string               `protobuf:"bytes,1,rep,name=methods,proto3" json:"methods,omitempty"`
@@ -143,18 +143,68 @@ func (x *AuthRequest) GetPayload() []byte {
 	return nil
 }
 
-// AuthDone ends authentication with the chosen method.
-type AuthDone struct {
+// AuthMore carries one round of a method that takes several: TLS 1.3's
+// flights after the first (docs/protocol.md 6.3).
+type AuthMore struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Method        string                 `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
-	Payload       []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthMore) Reset() {
+	*x = AuthMore{}
+	mi := &file_msgr_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthMore) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthMore) ProtoMessage() {}
+
+func (x *AuthMore) ProtoReflect() protoreflect.Message {
+	mi := &file_msgr_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthMore.ProtoReflect.Descriptor instead.
+func (*AuthMore) Descriptor() ([]byte, []int) {
+	return file_msgr_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AuthMore) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+// AuthDone ends authentication with the chosen method, or refuses it.
+type AuthDone struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Method  string                 `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
+	Payload []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// refused: the acceptor will not serve this peer, and says why
+	// ("client.x: certificate not signed by this cluster's CA", "osd.7 not
+	// allowed on this network"). The dialer gives up; it does not redial.
+	Refused       string `protobuf:"bytes,3,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuthDone) Reset() {
 	*x = AuthDone{}
-	mi := &file_msgr_proto_msgTypes[2]
+	mi := &file_msgr_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -166,7 +216,7 @@ func (x *AuthDone) String() string {
 func (*AuthDone) ProtoMessage() {}
 
 func (x *AuthDone) ProtoReflect() protoreflect.Message {
-	mi := &file_msgr_proto_msgTypes[2]
+	mi := &file_msgr_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -179,7 +229,7 @@ func (x *AuthDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthDone.ProtoReflect.Descriptor instead.
 func (*AuthDone) Descriptor() ([]byte, []int) {
-	return file_msgr_proto_rawDescGZIP(), []int{2}
+	return file_msgr_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AuthDone) GetMethod() string {
@@ -194,6 +244,13 @@ func (x *AuthDone) GetPayload() []byte {
 		return x.Payload
 	}
 	return nil
+}
+
+func (x *AuthDone) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
 }
 
 // SessionRequest is sent by the dialer to open or resume a session.
@@ -221,7 +278,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_msgr_proto_msgTypes[3]
+	mi := &file_msgr_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -233,7 +290,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_msgr_proto_msgTypes[3]
+	mi := &file_msgr_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -246,7 +303,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_msgr_proto_rawDescGZIP(), []int{3}
+	return file_msgr_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SessionRequest) GetCookie() uint64 {
@@ -333,7 +390,7 @@ type SessionReady struct {
 
 func (x *SessionReady) Reset() {
 	*x = SessionReady{}
-	mi := &file_msgr_proto_msgTypes[4]
+	mi := &file_msgr_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +402,7 @@ func (x *SessionReady) String() string {
 func (*SessionReady) ProtoMessage() {}
 
 func (x *SessionReady) ProtoReflect() protoreflect.Message {
-	mi := &file_msgr_proto_msgTypes[4]
+	mi := &file_msgr_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +415,7 @@ func (x *SessionReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReady.ProtoReflect.Descriptor instead.
 func (*SessionReady) Descriptor() ([]byte, []int) {
-	return file_msgr_proto_rawDescGZIP(), []int{4}
+	return file_msgr_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SessionReady) GetCookie() uint64 {
@@ -438,7 +495,7 @@ type SessionReset struct {
 
 func (x *SessionReset) Reset() {
 	*x = SessionReset{}
-	mi := &file_msgr_proto_msgTypes[5]
+	mi := &file_msgr_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +507,7 @@ func (x *SessionReset) String() string {
 func (*SessionReset) ProtoMessage() {}
 
 func (x *SessionReset) ProtoReflect() protoreflect.Message {
-	mi := &file_msgr_proto_msgTypes[5]
+	mi := &file_msgr_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +520,7 @@ func (x *SessionReset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReset.ProtoReflect.Descriptor instead.
 func (*SessionReset) Descriptor() ([]byte, []int) {
-	return file_msgr_proto_rawDescGZIP(), []int{5}
+	return file_msgr_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SessionReset) GetReason() string {
@@ -490,7 +547,7 @@ type Wait struct {
 
 func (x *Wait) Reset() {
 	*x = Wait{}
-	mi := &file_msgr_proto_msgTypes[6]
+	mi := &file_msgr_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -502,7 +559,7 @@ func (x *Wait) String() string {
 func (*Wait) ProtoMessage() {}
 
 func (x *Wait) ProtoReflect() protoreflect.Message {
-	mi := &file_msgr_proto_msgTypes[6]
+	mi := &file_msgr_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -515,7 +572,7 @@ func (x *Wait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wait.ProtoReflect.Descriptor instead.
 func (*Wait) Descriptor() ([]byte, []int) {
-	return file_msgr_proto_rawDescGZIP(), []int{6}
+	return file_msgr_proto_rawDescGZIP(), []int{7}
 }
 
 // BenchPing is the front of the messages `osprey bench msgr` sends.
@@ -529,7 +586,7 @@ type BenchPing struct {
 
 func (x *BenchPing) Reset() {
 	*x = BenchPing{}
-	mi := &file_msgr_proto_msgTypes[7]
+	mi := &file_msgr_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +598,7 @@ func (x *BenchPing) String() string {
 func (*BenchPing) ProtoMessage() {}
 
 func (x *BenchPing) ProtoReflect() protoreflect.Message {
-	mi := &file_msgr_proto_msgTypes[7]
+	mi := &file_msgr_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +611,7 @@ func (x *BenchPing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BenchPing.ProtoReflect.Descriptor instead.
 func (*BenchPing) Descriptor() ([]byte, []int) {
-	return file_msgr_proto_rawDescGZIP(), []int{7}
+	return file_msgr_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BenchPing) GetId() uint64 {
@@ -584,10 +641,13 @@ const file_msgr_proto_rawDesc = "" +
 	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\"A\n" +
 	"\vAuthRequest\x12\x18\n" +
 	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"<\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\"$\n" +
+	"\bAuthMore\x12\x18\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\"V\n" +
 	"\bAuthDone\x12\x16\n" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"\x9b\x02\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x18\n" +
+	"\arefused\x18\x03 \x01(\tR\arefused\"\x9b\x02\n" +
 	"\x0eSessionRequest\x12\x16\n" +
 	"\x06cookie\x18\x01 \x01(\x04R\x06cookie\x12\x1f\n" +
 	"\vpeer_cookie\x18\x02 \x01(\x04R\n" +
@@ -638,16 +698,17 @@ func file_msgr_proto_rawDescGZIP() []byte {
 	return file_msgr_proto_rawDescData
 }
 
-var file_msgr_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_msgr_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_msgr_proto_goTypes = []any{
 	(*Hello)(nil),          // 0: osprey.msgr.Hello
 	(*AuthRequest)(nil),    // 1: osprey.msgr.AuthRequest
-	(*AuthDone)(nil),       // 2: osprey.msgr.AuthDone
-	(*SessionRequest)(nil), // 3: osprey.msgr.SessionRequest
-	(*SessionReady)(nil),   // 4: osprey.msgr.SessionReady
-	(*SessionReset)(nil),   // 5: osprey.msgr.SessionReset
-	(*Wait)(nil),           // 6: osprey.msgr.Wait
-	(*BenchPing)(nil),      // 7: osprey.msgr.BenchPing
+	(*AuthMore)(nil),       // 2: osprey.msgr.AuthMore
+	(*AuthDone)(nil),       // 3: osprey.msgr.AuthDone
+	(*SessionRequest)(nil), // 4: osprey.msgr.SessionRequest
+	(*SessionReady)(nil),   // 5: osprey.msgr.SessionReady
+	(*SessionReset)(nil),   // 6: osprey.msgr.SessionReset
+	(*Wait)(nil),           // 7: osprey.msgr.Wait
+	(*BenchPing)(nil),      // 8: osprey.msgr.BenchPing
 }
 var file_msgr_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
@@ -668,7 +729,7 @@ func file_msgr_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_msgr_proto_rawDesc), len(file_msgr_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

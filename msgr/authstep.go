@@ -1,0 +1,224 @@
+package msgr
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/ospreystore/osprey/msgr/auth"
+	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/proto/msgrpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// The handshake's auth step (docs/protocol.md 6.3). With Options.Auth the
+// method is "tls13": TLS 1.3 with mutual certificates from the cluster's
+// CA (msgr/auth), its flights carried in AUTH_REQUEST (the ClientHello),
+// AUTH_MORE frames, then AUTH_DONE. A peer's entity name is the one its
+// certificate carries: a HELLO that claims another is refused. Without
+// Options.Auth the method is "none" and peers are who they claim to be.
+
+const authTLS13 = "tls13"
+
+// ErrAuth: a session was refused because a side did not prove an identity
+// the cluster's CA signed, claimed a name its certificate does not carry,
+// or is not allowed (AuthOptions.Authorize); or the two sides share no
+// auth method. The message says which and who.
+var ErrAuth = errors.New("msgr: authentication refused")
+
+// AuthOptions authenticate a messenger's sessions.
+type AuthOptions struct {
+	// Keyring is this messenger's credential; its entity must be
+	// Options.Name. Required.
+	Keyring *auth.Keyring
+	// Authorize, if set, is asked about every authenticated peer before
+	// its session starts, when dialing and when accepting; an error
+	// refuses the session and is the reason the peer is told, e.g. "osd.7
+	// not allowed on this network" or "client.x has no record". It runs on
+	// the handshake's goroutine, bounded by HandshakeTimeout.
+	Authorize func(ctx context.Context, peer EntityName, cert *x509.Certificate) error
+}
+
+func (a *AuthOptions) check(name EntityName) error {
+	if a.Keyring == nil {
+		return fmt.Errorf("msgr: Options.Auth.Keyring is required")
+	}
+	if a.Keyring.Entity != string(name) {
+		return fmt.Errorf("msgr: Options.Name is %s but the keyring is %s's", name, a.Keyring.Entity)
+	}
+	return nil
+}
+
+// authMethods are what a dialer offers: never "none" when it can
+// authenticate, so no one can talk it down to no authentication.
+func (m *Messenger) authMethods() []string {
+	if m.opts.Auth != nil {
+		return []string{authTLS13}
+	}
+	return []string{authNone}
+}
+
+// dialFlights carries the dialer's TLS flights: the first in
+// AUTH_REQUEST (after which the peer's HELLO is read and checked by
+// onHello), later ones in AUTH_MORE; the acceptor's come in AUTH_MORE, or
+// an AUTH_DONE that refuses.
+type dialFlights struct {
+	link    wire.Link
+	sent    int
+	onHello func() error
+	helloed bool
+}
+
+func (f *dialFlights) Send(b []byte) error {
+	f.sent++
+	if f.sent == 1 {
+		return writeHS(f.link, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{authTLS13}, Payload: b})
+	}
+	return writeHS(f.link, wire.TagAuthMore, &msgrpb.AuthMore{Payload: b})
+}
+
+func (f *dialFlights) Recv() ([]byte, error) {
+	if !f.helloed {
+		f.helloed = true
+		if err := f.onHello(); err != nil {
+			return nil, err
+		}
+	}
+	var (
+		more msgrpb.AuthMore
+		done msgrpb.AuthDone
+	)
+	tag, err := readHS(f.link, map[wire.Tag]proto.Message{wire.TagAuthMore: &more, wire.TagAuthDone: &done})
+	if err != nil {
+		return nil, err
+	}
+	if tag == wire.TagAuthDone {
+		return nil, refusedBy(done.Refused)
+	}
+	return more.Payload, nil
+}
+
+// refusedBy is the dialer's error for an AUTH_DONE that refuses, or one
+// that ends the method before its last round.
+func refusedBy(reason string) error {
+	if reason == "" {
+		reason = "the acceptor ended authentication early"
+	}
+	return &authRefusedError{reason: reason}
+}
+
+// authRefusedError: the acceptor refused us. Final: redialing would be
+// refused again, so the Conn closes with it.
+type authRefusedError struct{ reason string }
+
+func (e *authRefusedError) Error() string { return "msgr: the peer refused us: " + e.reason }
+func (e *authRefusedError) Unwrap() error { return ErrAuth }
+
+// dialerAuth runs the dialer's auth step after its HELLO; onHello reads
+// and checks the acceptor's HELLO, which comes between the acceptor's
+// reading AUTH_REQUEST and answering it. It returns nil once the peer
+// proved it is claimed, the name its HELLO gave.
+func (m *Messenger) dialerAuth(ctx context.Context, link wire.Link, onHello func() error, claimed func() EntityName) error {
+	var res *auth.Result
+	if m.opts.Auth == nil {
+		if err := writeHS(link, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: m.authMethods()}); err != nil {
+			return err
+		}
+		if err := onHello(); err != nil {
+			return err
+		}
+	} else {
+		var err error
+		if res, err = auth.Dial(ctx, m.opts.Auth.Keyring, &dialFlights{link: link, onHello: onHello}); err != nil {
+			if errors.Is(err, auth.ErrAuthFailed) {
+				return fmt.Errorf("%w: %s: %w", ErrAuth, link.RemoteAddr(), err)
+			}
+			return err
+		}
+	}
+	var done msgrpb.AuthDone
+	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagAuthDone: &done}); err != nil {
+		return err
+	}
+	if done.Refused != "" {
+		return refusedBy(done.Refused)
+	}
+	if want := m.authMethods()[0]; done.Method != want {
+		return wire.Protocolf("handshake: peer ended auth with method %q, want %q", done.Method, want)
+	}
+	if res == nil {
+		return nil
+	}
+	return m.checkPeer(ctx, claimed(), res)
+}
+
+// checkPeer checks an authenticated peer: the name it claimed is the one
+// its certificate carries, and Authorize allows it.
+func (m *Messenger) checkPeer(ctx context.Context, claimed EntityName, res *auth.Result) error {
+	if string(claimed) != res.Peer {
+		return fmt.Errorf("%w: the peer claims to be %s but its certificate is %s's", ErrAuth, claimed, res.Peer)
+	}
+	if az := m.opts.Auth.Authorize; az != nil {
+		if err := az(ctx, claimed, res.PeerCert); err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrAuth, claimed, err)
+		}
+	}
+	return nil
+}
+
+// acceptFlights carries the acceptor's TLS flights: the dialer's first
+// came in AUTH_REQUEST, later ones in AUTH_MORE; ours go in AUTH_MORE.
+type acceptFlights struct {
+	link     wire.Link
+	first    []byte
+	gotFirst bool
+}
+
+func (f *acceptFlights) Send(b []byte) error {
+	return writeHS(f.link, wire.TagAuthMore, &msgrpb.AuthMore{Payload: b})
+}
+
+func (f *acceptFlights) Recv() ([]byte, error) {
+	if !f.gotFirst {
+		f.gotFirst = true
+		return f.first, nil
+	}
+	var more msgrpb.AuthMore
+	if _, err := readHS(f.link, map[wire.Tag]proto.Message{wire.TagAuthMore: &more}); err != nil {
+		return nil, err
+	}
+	return more.Payload, nil
+}
+
+// acceptorAuth runs the acceptor's auth step on the dialer's AUTH_REQUEST
+// and answers AUTH_DONE: the method, or why the dialer is refused.
+func (m *Messenger) acceptorAuth(ctx context.Context, link wire.Link, peer EntityName, req *msgrpb.AuthRequest) error {
+	refuse := func(err error) error {
+		writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Refused: err.Error()})
+		m.ratelog.Log(m.log, slog.LevelWarn, "auth refused", "msgr: refused a peer", "peer", peer, "remote", link.RemoteAddr(), "err", err)
+		return err
+	}
+	if m.opts.Auth == nil {
+		if !slices.Contains(req.Methods, authNone) {
+			return refuse(fmt.Errorf("%w: %s offers auth methods %v; %s does none (it has no keyring)", ErrAuth, peer, req.Methods, m.opts.Name))
+		}
+		return writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Method: authNone})
+	}
+	if !slices.Contains(req.Methods, authTLS13) {
+		return refuse(fmt.Errorf("%w: %s offers auth methods %v; %s requires %s (give it a keyring)", ErrAuth, peer, req.Methods, m.opts.Name, authTLS13))
+	}
+	res, err := auth.Accept(ctx, m.opts.Auth.Keyring, &acceptFlights{link: link, first: req.Payload})
+	if err != nil {
+		if errors.Is(err, auth.ErrAuthFailed) {
+			return refuse(fmt.Errorf("%w: %s: %w", ErrAuth, peer, err))
+		}
+		return err
+	}
+	if err := m.checkPeer(ctx, peer, res); err != nil {
+		return refuse(err)
+	}
+	return writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Method: authTLS13})
+}
