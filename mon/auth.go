@@ -133,23 +133,6 @@ func (s *authStore) create(ctx context.Context, entity string, caps auth.Caps) (
 	return nil, false, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "mon: %s is being changed by another command; try again", entity)
 }
 
-// list returns every record, sorted by entity.
-func (s *authStore) list(ctx context.Context) ([]*osdpb.AuthRecord, error) {
-	resp, err := s.cli.Get(ctx, s.k.authPrefix(), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-	if err != nil {
-		return nil, unavailable("etcd", err)
-	}
-	out := make([]*osdpb.AuthRecord, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		rec := &osdpb.AuthRecord{}
-		if err := proto.Unmarshal(kv.Value, rec); err != nil {
-			return nil, fmt.Errorf("mon: auth record %s in etcd: %w", kv.Key, err)
-		}
-		out = append(out, rec)
-	}
-	return out, nil
-}
-
 // remove deletes entity's record; false when it had none.
 func (s *authStore) remove(ctx context.Context, entity string) (bool, error) {
 	resp, err := s.cli.Delete(ctx, s.k.auth(entity))
@@ -192,13 +175,13 @@ func noSuchEntity(entity string) error {
 //	auth caps ENTITY CAPS          replace its caps
 func (m *Mon) authCommand(ctx context.Context, c *osdpb.MonCommand, rep *osdpb.MonCommandReply) (any, error) {
 	if c.Prefix == "auth ls" {
-		recs, err := m.auth.list(ctx)
+		t, err := m.auth.listTable(ctx)
 		if err != nil {
 			return nil, err
 		}
-		out := make([]AuthEntry, len(recs))
-		for i, r := range recs {
-			out[i] = entryOf(r)
+		out := make([]AuthEntry, len(t.Entries))
+		for i, e := range t.Entries {
+			out[i] = AuthEntry{Entity: e.Entity, Caps: e.Caps, Serial: e.Serial}
 		}
 		return out, nil
 	}
@@ -270,4 +253,92 @@ func (m *Mon) GetOrCreateKeyring(ctx context.Context, entity string, caps map[st
 		return nil, err
 	}
 	return rep.Keyring, nil
+}
+
+// The auth table: every entity's caps and certificate serial, no keys.
+// Daemons subscribe to it (MonSubscribe.auth) to check their peers and
+// their ops without asking the mon each time; every mon watches etcd's
+// auth records and pushes a new table (MSG_MON_AUTH) on every change, so
+// "auth rm" and "auth caps" reach the daemons within a round trip, from
+// whichever mon ran the command.
+
+// listTable reads the table from etcd, as of one revision.
+func (s *authStore) listTable(ctx context.Context) (*osdpb.AuthTable, error) {
+	resp, err := s.cli.Get(ctx, s.k.authPrefix(), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, unavailable("etcd", err)
+	}
+	t := &osdpb.AuthTable{Revision: resp.Header.Revision}
+	for _, kv := range resp.Kvs {
+		rec := &osdpb.AuthRecord{}
+		if err := proto.Unmarshal(kv.Value, rec); err != nil {
+			return nil, fmt.Errorf("mon: auth record %s in etcd: %w", kv.Key, err)
+		}
+		t.Entries = append(t.Entries, &osdpb.AuthEntry{Entity: rec.Entity, Caps: rec.Caps, Serial: rec.Serial})
+	}
+	return t, nil
+}
+
+// currentAuthTable is the table the watch last read, or a fresh read
+// before the watch has one.
+func (m *Mon) currentAuthTable(ctx context.Context) (*osdpb.AuthTable, error) {
+	if t := m.authTable.Load(); t != nil {
+		return t, nil
+	}
+	t, err := m.auth.listTable(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.adoptAuthTable(t)
+	return m.authTable.Load(), nil
+}
+
+// adoptAuthTable keeps t if it is newer than the one held, and pushes it
+// to the auth subscribers.
+func (m *Mon) adoptAuthTable(t *osdpb.AuthTable) {
+	for {
+		cur := m.authTable.Load()
+		if cur != nil && cur.Revision >= t.Revision {
+			return
+		}
+		if m.authTable.CompareAndSwap(cur, t) {
+			break
+		}
+	}
+	m.pushTo(true, osdpb.MsgType_MSG_MON_AUTH, &osdpb.MonAuth{Table: t})
+}
+
+// watchAuth follows the auth records in etcd, reading the table again
+// after every change, until the mon closes.
+func (m *Mon) watchAuth() {
+	backoff := newBackoff()
+	for m.ctx.Err() == nil {
+		t, err := m.auth.listTable(m.ctx)
+		if err != nil {
+			m.log.Warn("reading the auth table from etcd", "err", err)
+			backoff.wait(m.ctx)
+			continue
+		}
+		m.adoptAuthTable(t)
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(m.ctx))
+		wch := m.cli.Watch(wctx, m.k.authPrefix(), clientv3.WithPrefix(), clientv3.WithRev(t.Revision+1))
+		for wr := range wch {
+			if err := wr.Err(); err != nil {
+				m.log.Debug("auth watch ended", "err", err)
+				break
+			}
+			if len(wr.Events) == 0 {
+				continue
+			}
+			t, err := m.auth.listTable(m.ctx)
+			if err != nil {
+				m.log.Warn("reading the auth table from etcd", "err", err)
+				break
+			}
+			m.adoptAuthTable(t)
+			backoff.reset()
+		}
+		wcancel()
+		backoff.wait(m.ctx)
+	}
 }

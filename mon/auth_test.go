@@ -1,6 +1,7 @@
 package mon
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"sync"
@@ -122,4 +123,55 @@ func TestAuthCommands(t *testing.T) {
 	if fresh.Cert.Equal(kx.Cert) {
 		t.Fatal("an entity made again got its old certificate back")
 	}
+}
+
+// TestAuthTablePushed: a subscriber that asks for the auth table gets it
+// at once and again after every change, from whichever mon made it; the
+// table never carries keys.
+func TestAuthTablePushed(t *testing.T) {
+	e := startTestEtcd(t)
+	a := startTestMon(t, testConfig(e, "a"))
+	b := startTestMon(t, testConfig(e, "b"))
+	tables := make(chan *osdpb.AuthTable, 16)
+	o := monclient.Options{Addrs: []string{a.Addr()}, Name: "client.sub", Logger: testLogger(), Timeout: 2 * time.Second,
+		OnAuth: func(t *osdpb.AuthTable) { tables <- t }}
+	sub, err := monclient.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if _, err := sub.Subscribe(ctxFor(t, 20*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string, ok func(*osdpb.AuthTable) bool) *osdpb.AuthTable {
+		t.Helper()
+		deadline := time.After(20 * time.Second)
+		for {
+			select {
+			case tb := <-tables:
+				if ok(tb) {
+					return tb
+				}
+			case <-deadline:
+				t.Fatalf("no auth table with %s", what)
+			}
+		}
+	}
+	first := next("no entities", func(tb *osdpb.AuthTable) bool { return len(tb.Entries) == 0 })
+
+	// A change at the other mon reaches this subscriber.
+	cb := newTestClient(t, nil, b.Addr())
+	rep := mustCommand(t, cb, authCmd("auth add", "client.x", map[string]string{"osd": "allow r"}))
+	k := mustKeyring(t, rep)
+	tb := next("client.x", func(tb *osdpb.AuthTable) bool { return len(tb.Entries) == 1 })
+	if e := tb.Entries[0]; e.Entity != "client.x" || e.Serial != auth.Serial(k.Cert) || e.Caps["osd"] != "allow r" || tb.Revision <= first.Revision {
+		t.Fatalf("table after auth add: %v", tb)
+	}
+	if strings.Contains(tb.String(), "PRIVATE KEY") {
+		t.Fatal("the auth table carries a key")
+	}
+	mustCommand(t, cb, authCmd("auth caps", "client.x", map[string]string{"osd": "allow rw"}))
+	next("new caps", func(tb *osdpb.AuthTable) bool { return len(tb.Entries) == 1 && tb.Entries[0].Caps["osd"] == "allow rw" })
+	mustCommand(t, cb, authCmd("auth rm", "client.x", nil))
+	next("client.x removed", func(tb *osdpb.AuthTable) bool { return len(tb.Entries) == 0 })
 }

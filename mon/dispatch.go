@@ -108,8 +108,15 @@ func (m *Mon) handle(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType, fron
 func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (proto.Message, error) {
 	switch r := req.(type) {
 	case *osdpb.MonSubscribe:
-		m.subscribe(conn)
 		rep := &osdpb.MonSubscribeReply{Header: m.header(nil), Tid: r.Tid}
+		if r.Auth {
+			t, err := m.currentAuthTable(ctx)
+			if err != nil {
+				return nil, err
+			}
+			rep.Auth = t
+		}
+		m.subscribe(conn, r.Auth)
 		if mp := m.Map(); mp.Epoch() > r.HaveEpoch {
 			rep.Map = mp.Proto()
 		}
@@ -284,13 +291,14 @@ func (m *Mon) sendFront(c *msgr.Conn, t osdpb.MsgType, front []byte) {
 	}
 }
 
-// subscribe adds c to the conns that get every new map.
-func (m *Mon) subscribe(c *msgr.Conn) {
+// subscribe adds c to the conns that get every new map, and with auth
+// every new auth table.
+func (m *Mon) subscribe(c *msgr.Conn, auth bool) {
 	if c == nil {
 		return
 	}
 	m.subMu.Lock()
-	m.subs[c] = struct{}{}
+	m.subs[c] = m.subs[c] || auth
 	m.subMu.Unlock()
 }
 
@@ -303,18 +311,26 @@ func (m *Mon) unsubscribe(c *msgr.Conn) {
 // push sends mp to every subscriber as MSG_MON_MAP. REQUIRES: m.mapMu,
 // so pushes leave in epoch order.
 func (m *Mon) push(mp *placement.Map) {
+	m.pushTo(false, osdpb.MsgType_MSG_MON_MAP, &osdpb.MonMap{Map: mp.Proto()})
+}
+
+// pushTo sends pb to every subscriber (onlyAuth: every auth subscriber)
+// as a one-way message of type t.
+func (m *Mon) pushTo(onlyAuth bool, t osdpb.MsgType, pb proto.Message) {
 	m.subMu.Lock()
 	conns := make([]*msgr.Conn, 0, len(m.subs))
-	for c := range m.subs {
-		conns = append(conns, c)
+	for c, auth := range m.subs {
+		if auth || !onlyAuth {
+			conns = append(conns, c)
+		}
 	}
 	m.subMu.Unlock()
 	if len(conns) == 0 {
 		return
 	}
-	front, err := proto.Marshal(&osdpb.MonMap{Map: mp.Proto()})
+	front, err := proto.Marshal(pb)
 	if err != nil {
-		m.log.Error("marshal map push", "err", err)
+		m.log.Error("marshal push", "type", t, "err", err)
 		return
 	}
 	for _, c := range conns {
@@ -325,6 +341,6 @@ func (m *Mon) push(mp *placement.Map) {
 		default:
 		}
 		// The messenger only reads a front, so all pushes share one.
-		m.sendFront(c, osdpb.MsgType_MSG_MON_MAP, front)
+		m.sendFront(c, t, front)
 	}
 }

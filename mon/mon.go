@@ -126,7 +126,9 @@ type Mon struct {
 	mapv  atomic.Pointer[placement.Map]
 
 	subMu sync.Mutex
-	subs  map[*msgr.Conn]struct{} // MON_SUBSCRIBE'd conns
+	subs  map[*msgr.Conn]bool // MON_SUBSCRIBE'd conns; true: also the auth table
+	// authTable is the latest auth table (watchAuth), nil until read.
+	authTable atomic.Pointer[osdpb.AuthTable]
 
 	lead    atomic.Pointer[leadership] // nil while a standby
 	hint    atomic.Pointer[string]     // the leader's address, as last seen
@@ -162,7 +164,7 @@ func Start(ctx context.Context, cfg Config) (*Mon, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	m := &Mon{cfg: cfg, log: cfg.Logger, k: keys{cfg.prefix}, subs: map[*msgr.Conn]struct{}{}, settled: make(chan struct{}), slots: make(chan struct{}, maxHandlers)}
+	m := &Mon{cfg: cfg, log: cfg.Logger, k: keys{cfg.prefix}, subs: map[*msgr.Conn]bool{}, settled: make(chan struct{}), slots: make(chan struct{}, maxHandlers)}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.etcdCtx, m.etcdCancel = context.WithCancel(context.Background())
 	ok := false
@@ -210,6 +212,7 @@ func Start(ctx context.Context, cfg Config) (*Mon, error) {
 		return nil, fmt.Errorf("mon: listen on %s: %w", cfg.Listen, err)
 	}
 	m.wg.Go(m.watchMap)
+	m.wg.Go(m.watchAuth)
 	m.wg.Go(m.runElection)
 	t := time.NewTimer(settleTimeout)
 	defer t.Stop()

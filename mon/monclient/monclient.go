@@ -52,6 +52,12 @@ type Options struct {
 	// with an older or equal epoch, nor with another cluster's map. It
 	// runs on a goroutine of its own, so it may call the client.
 	OnMap func(*placement.Map)
+	// OnAuth, if set, subscribes to the auth table too (entities, caps and
+	// certificate serials, no keys) and is called with every newer table,
+	// in increasing revision order, one call at a time. It runs under the
+	// client's lock: it must not block or call the client (keeping the
+	// table in an atomic pointer is what it is for).
+	OnAuth func(*osdpb.AuthTable)
 	// Timeout bounds one attempt of a request at one mon. Default 5s.
 	Timeout time.Duration
 }
@@ -80,9 +86,12 @@ type Client struct {
 	closed  bool
 
 	mapMu sync.Mutex // orders map adoption and the OnMap queue
-	mapv  atomic.Pointer[placement.Map]
-	queue []*placement.Map // for OnMap, in epoch order
-	wake  chan struct{}    // the OnMap goroutine has work
+	// authMu orders OnAuth calls; authRev is the last table's revision.
+	authMu  sync.Mutex
+	authRev int64
+	mapv    atomic.Pointer[placement.Map]
+	queue   []*placement.Map // for OnMap, in epoch order
+	wake    chan struct{}    // the OnMap goroutine has work
 
 	subOnce    sync.Once
 	subscribed chan struct{} // closed at the first subscription reply
@@ -181,7 +190,7 @@ func (c *Client) subscribeLoop() {
 			if mp := c.Map(); mp != nil {
 				have = mp.Epoch()
 			}
-			return &osdpb.MonSubscribe{Tid: tid, HaveEpoch: have}
+			return &osdpb.MonSubscribe{Tid: tid, HaveEpoch: have, Auth: c.o.OnAuth != nil}
 		}, &rep, true)
 		if err != nil {
 			if c.ctx.Err() == nil {
@@ -191,6 +200,7 @@ func (c *Client) subscribeLoop() {
 			continue
 		}
 		c.noteMap(rep.Map)
+		c.noteAuth(rep.Auth)
 		select {
 		case <-c.subscribed:
 		default:
@@ -466,6 +476,20 @@ func (c *Client) noteMap(pb *osdpb.ClusterMap) {
 	}
 }
 
+// noteAuth hands t to OnAuth if it is newer than the last table.
+func (c *Client) noteAuth(t *osdpb.AuthTable) {
+	if t == nil || c.o.OnAuth == nil {
+		return
+	}
+	c.authMu.Lock()
+	defer c.authMu.Unlock()
+	if t.Revision <= c.authRev {
+		return
+	}
+	c.authRev = t.Revision
+	c.o.OnAuth(t)
+}
+
 // deliverMaps calls OnMap with the queued maps, in order, one at a time.
 func (c *Client) deliverMaps() {
 	for {
@@ -495,6 +519,17 @@ type dispatcher struct{ c *Client }
 
 func (d dispatcher) Dispatch(m *msgr.Message) {
 	c := d.c
+	if osdpb.MsgType(m.Type) == osdpb.MsgType_MSG_MON_AUTH {
+		var ma osdpb.MonAuth
+		err := m.DecodeFront(&ma)
+		m.Release()
+		if err != nil {
+			c.log.Warn("monclient: malformed auth table push", "err", err)
+			return
+		}
+		c.noteAuth(ma.Table)
+		return
+	}
 	if osdpb.MsgType(m.Type) == osdpb.MsgType_MSG_MON_MAP {
 		var mm osdpb.MonMap
 		err := m.DecodeFront(&mm)

@@ -86,6 +86,8 @@ const (
 	MsgType_MSG_MON_COMMAND_REPLY   MsgType = 210
 	// One-way, mon to subscriber: a newer map (MonMap). It has no reply.
 	MsgType_MSG_MON_MAP MsgType = 211
+	// One-way, mon to an auth subscriber: the auth table changed (MonAuth).
+	MsgType_MSG_MON_AUTH MsgType = 212
 )
 
 // Enum value maps for MsgType.
@@ -141,6 +143,7 @@ var (
 		209: "MSG_MON_COMMAND",
 		210: "MSG_MON_COMMAND_REPLY",
 		211: "MSG_MON_MAP",
+		212: "MSG_MON_AUTH",
 	}
 	MsgType_value = map[string]int32{
 		"MSG_UNKNOWN":               0,
@@ -193,6 +196,7 @@ var (
 		"MSG_MON_COMMAND":           209,
 		"MSG_MON_COMMAND_REPLY":     210,
 		"MSG_MON_MAP":               211,
+		"MSG_MON_AUTH":              212,
 	}
 )
 
@@ -3953,11 +3957,13 @@ func (x *MonFailureReply) GetTid() uint64 {
 	return 0
 }
 
-// MonSubscribe asks for the map now and every newer one as MSG_MON_MAP.
+// MonSubscribe asks for the map now and every newer one as MSG_MON_MAP;
+// with auth, also the auth table now and on every change as MSG_MON_AUTH.
 type MonSubscribe struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tid           uint64                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
 	HaveEpoch     uint64                 `protobuf:"varint,2,opt,name=have_epoch,json=haveEpoch,proto3" json:"have_epoch,omitempty"`
+	Auth          bool                   `protobuf:"varint,3,opt,name=auth,proto3" json:"auth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4006,11 +4012,19 @@ func (x *MonSubscribe) GetHaveEpoch() uint64 {
 	return 0
 }
 
+func (x *MonSubscribe) GetAuth() bool {
+	if x != nil {
+		return x.Auth
+	}
+	return false
+}
+
 type MonSubscribeReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Tid           uint64                 `protobuf:"varint,2,opt,name=tid,proto3" json:"tid,omitempty"`
-	Map           *ClusterMap            `protobuf:"bytes,3,opt,name=map,proto3" json:"map,omitempty"` // set when newer than have_epoch
+	Map           *ClusterMap            `protobuf:"bytes,3,opt,name=map,proto3" json:"map,omitempty"`   // set when newer than have_epoch
+	Auth          *AuthTable             `protobuf:"bytes,4,opt,name=auth,proto3" json:"auth,omitempty"` // set when asked for
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4066,6 +4080,171 @@ func (x *MonSubscribeReply) GetMap() *ClusterMap {
 	return nil
 }
 
+func (x *MonSubscribeReply) GetAuth() *AuthTable {
+	if x != nil {
+		return x.Auth
+	}
+	return nil
+}
+
+// AuthTable is every entity's caps and certificate serial (no keys), as of
+// an etcd revision: what daemons check peers and ops against.
+type AuthTable struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Entries       []*AuthEntry           `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"` // sorted by entity
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthTable) Reset() {
+	*x = AuthTable{}
+	mi := &file_osd_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthTable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthTable) ProtoMessage() {}
+
+func (x *AuthTable) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
+func (*AuthTable) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *AuthTable) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *AuthTable) GetEntries() []*AuthEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type AuthEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entity        string                 `protobuf:"bytes,1,opt,name=entity,proto3" json:"entity,omitempty"`
+	Caps          map[string]string      `protobuf:"bytes,2,rep,name=caps,proto3" json:"caps,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Serial        string                 `protobuf:"bytes,3,opt,name=serial,proto3" json:"serial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthEntry) Reset() {
+	*x = AuthEntry{}
+	mi := &file_osd_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthEntry) ProtoMessage() {}
+
+func (x *AuthEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
+func (*AuthEntry) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *AuthEntry) GetEntity() string {
+	if x != nil {
+		return x.Entity
+	}
+	return ""
+}
+
+func (x *AuthEntry) GetCaps() map[string]string {
+	if x != nil {
+		return x.Caps
+	}
+	return nil
+}
+
+func (x *AuthEntry) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+type MonAuth struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Table         *AuthTable             `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonAuth) Reset() {
+	*x = MonAuth{}
+	mi := &file_osd_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonAuth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonAuth) ProtoMessage() {}
+
+func (x *MonAuth) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
+func (*MonAuth) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *MonAuth) GetTable() *AuthTable {
+	if x != nil {
+		return x.Table
+	}
+	return nil
+}
+
 type MonMap struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Map           *ClusterMap            `protobuf:"bytes,1,opt,name=map,proto3" json:"map,omitempty"`
@@ -4075,7 +4254,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4087,7 +4266,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4100,7 +4279,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{47}
+	return file_osd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -4131,7 +4310,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4143,7 +4322,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4156,7 +4335,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{48}
+	return file_osd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MonCommand) GetTid() uint64 {
@@ -4237,7 +4416,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4249,7 +4428,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4262,7 +4441,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{49}
+	return file_osd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -4327,7 +4506,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4339,7 +4518,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4352,7 +4531,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{50}
+	return file_osd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -4695,15 +4874,29 @@ const file_osd_proto_rawDesc = "" +
 	"\x05alive\x18\b \x01(\bR\x05alive\"T\n" +
 	"\x0fMonFailureReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
-	"\x03tid\x18\x02 \x01(\x04R\x03tid\"?\n" +
+	"\x03tid\x18\x02 \x01(\x04R\x03tid\"S\n" +
 	"\fMonSubscribe\x12\x10\n" +
 	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x1d\n" +
 	"\n" +
-	"have_epoch\x18\x02 \x01(\x04R\thaveEpoch\"\x80\x01\n" +
+	"have_epoch\x18\x02 \x01(\x04R\thaveEpoch\x12\x12\n" +
+	"\x04auth\x18\x03 \x01(\bR\x04auth\"\xab\x01\n" +
 	"\x11MonSubscribeReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
 	"\x03tid\x18\x02 \x01(\x04R\x03tid\x12(\n" +
-	"\x03map\x18\x03 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"2\n" +
+	"\x03map\x18\x03 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\x12)\n" +
+	"\x04auth\x18\x04 \x01(\v2\x15.osprey.osd.AuthTableR\x04auth\"X\n" +
+	"\tAuthTable\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\x12/\n" +
+	"\aentries\x18\x02 \x03(\v2\x15.osprey.osd.AuthEntryR\aentries\"\xa9\x01\n" +
+	"\tAuthEntry\x12\x16\n" +
+	"\x06entity\x18\x01 \x01(\tR\x06entity\x123\n" +
+	"\x04caps\x18\x02 \x03(\v2\x1f.osprey.osd.AuthEntry.CapsEntryR\x04caps\x12\x16\n" +
+	"\x06serial\x18\x03 \x01(\tR\x06serial\x1a7\n" +
+	"\tCapsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"6\n" +
+	"\aMonAuth\x12+\n" +
+	"\x05table\x18\x01 \x01(\v2\x15.osprey.osd.AuthTableR\x05table\"2\n" +
 	"\x06MonMap\x12(\n" +
 	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xa7\x02\n" +
 	"\n" +
@@ -4736,7 +4929,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06serial\x18\x04 \x01(\tR\x06serial\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xb0\t\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc3\t\n" +
 	"\aMsgType\x12\x0f\n" +
 	"\vMSG_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vMSG_GET_MAP\x10\x01\x12\x15\n" +
@@ -4789,7 +4982,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x17MSG_MON_SUBSCRIBE_REPLY\x10\xd0\x01\x12\x14\n" +
 	"\x0fMSG_MON_COMMAND\x10\xd1\x01\x12\x1a\n" +
 	"\x15MSG_MON_COMMAND_REPLY\x10\xd2\x01\x12\x10\n" +
-	"\vMSG_MON_MAP\x10\xd3\x01*\x85\x04\n" +
+	"\vMSG_MON_MAP\x10\xd3\x01\x12\x11\n" +
+	"\fMSG_MON_AUTH\x10\xd4\x01*\x85\x04\n" +
 	"\x06Status\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eNO_SUCH_BUCKET\x10\x01\x12\x0f\n" +
@@ -4847,7 +5041,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),              // 0: osprey.osd.MsgType
 	(Status)(0),               // 1: osprey.osd.Status
@@ -4900,13 +5094,17 @@ var file_osd_proto_goTypes = []any{
 	(*MonFailureReply)(nil),   // 48: osprey.osd.MonFailureReply
 	(*MonSubscribe)(nil),      // 49: osprey.osd.MonSubscribe
 	(*MonSubscribeReply)(nil), // 50: osprey.osd.MonSubscribeReply
-	(*MonMap)(nil),            // 51: osprey.osd.MonMap
-	(*MonCommand)(nil),        // 52: osprey.osd.MonCommand
-	(*MonCommandReply)(nil),   // 53: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),        // 54: osprey.osd.AuthRecord
-	nil,                       // 55: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                       // 56: osprey.osd.MonCommand.CapsEntry
-	nil,                       // 57: osprey.osd.AuthRecord.CapsEntry
+	(*AuthTable)(nil),         // 51: osprey.osd.AuthTable
+	(*AuthEntry)(nil),         // 52: osprey.osd.AuthEntry
+	(*MonAuth)(nil),           // 53: osprey.osd.MonAuth
+	(*MonMap)(nil),            // 54: osprey.osd.MonMap
+	(*MonCommand)(nil),        // 55: osprey.osd.MonCommand
+	(*MonCommandReply)(nil),   // 56: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),        // 57: osprey.osd.AuthRecord
+	nil,                       // 58: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                       // 59: osprey.osd.AuthEntry.CapsEntry
+	nil,                       // 60: osprey.osd.MonCommand.CapsEntry
+	nil,                       // 61: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	5,  // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -4917,7 +5115,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,  // 5: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	7,  // 6: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	8,  // 7: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	55, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	58, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	11, // 9: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	12, // 10: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	10, // 11: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -4975,16 +5173,20 @@ var file_osd_proto_depIdxs = []int32{
 	10, // 63: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
 	10, // 64: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
 	4,  // 65: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	4,  // 66: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	56, // 67: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	10, // 68: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 69: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	57, // 70: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	71, // [71:71] is the sub-list for method output_type
-	71, // [71:71] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	51, // 66: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	52, // 67: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	59, // 68: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	51, // 69: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,  // 70: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	60, // 71: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	10, // 72: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 73: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	61, // 74: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	75, // [75:75] is the sub-list for method output_type
+	75, // [75:75] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -4998,7 +5200,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   54,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
