@@ -124,16 +124,33 @@ func opError(err error) error {
 // unknown type. Every reply has its ReplyHeader as field 1, so one shape
 // serves; a type that is not a request gets no reply.
 func (o *OSD) badRequest(m *msgr.Message, err error) {
+	o.refuse(m, "bad request", ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%v", err))
+}
+
+// refuse answers m with err, logged (rate-limited) as kind, and releases
+// it. Every reply front starts with its header as field 1, so a
+// BucketReply serves for all.
+func (o *OSD) refuse(m *msgr.Message, kind string, err *ops.Error) {
 	t := osdpb.MsgType(m.Type)
-	o.ratelog.Log(o.log, slog.LevelInfo, "bad request", "bad request", "type", t, "conn", m.Conn(), "err", err)
+	o.ratelog.Log(o.log, slog.LevelInfo, kind, kind, "type", t, "conn", m.Conn(), "err", err)
 	if ops.IsRequest(t) {
 		var req osdpb.BucketRequest
 		_ = proto.Unmarshal(m.Front, &req) // best effort, for the request id
-		o.send(m.Conn(), ops.ReplyType(t), &osdpb.BucketReply{
-			Header: o.header(req.Header, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%v", err)),
-		}, nil)
+		o.send(m.Conn(), ops.ReplyType(t), &osdpb.BucketReply{Header: o.header(req.Header, err)}, nil)
 	}
 	m.Release()
+}
+
+// permitted checks m's op on bucket against the peer's caps
+// (authTables.opAllowed); when it is refused, m is answered ACCESS_DENIED
+// and released.
+func (o *OSD) permitted(m *msgr.Message, bucket string) bool {
+	err := o.authz.opAllowed(m.Conn().Peer(), osdpb.MsgType(m.Type), bucket)
+	if err == nil {
+		return true
+	}
+	o.refuse(m, "access denied", err)
+	return false
 }
 
 // target checks that the op of hdr on (bucket, key) belongs here: epochs,
@@ -197,6 +214,9 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			o.badRequest(m, err)
 			return
 		}
+		if !o.permitted(m, req.Bucket) {
+			return
+		}
 		o.onShard(m, storePG(0, placement.MetaPG), func() { o.bucketWrite(m, &req) })
 
 	case osdpb.MsgType_MSG_HEAD_BUCKET, osdpb.MsgType_MSG_LIST_BUCKETS:
@@ -205,12 +225,18 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			o.badRequest(m, err)
 			return
 		}
+		if !o.permitted(m, req.Bucket) {
+			return
+		}
 		o.onReaders(m, func() { o.bucketRead(m, &req) })
 
 	case osdpb.MsgType_MSG_PUT_OBJECT:
 		var req osdpb.PutObject
 		if err := m.DecodeFront(&req); err != nil {
 			o.badRequest(m, err)
+			return
+		}
+		if !o.permitted(m, req.Bucket) {
 			return
 		}
 		o.objectWrite(m, req.Header, req.Bucket, req.Key, objectReply, func(e *osdpb.LogEntry) error {
@@ -235,6 +261,9 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			o.badRequest(m, err)
 			return
 		}
+		if !o.permitted(m, req.Bucket) {
+			return
+		}
 		o.objectWrite(m, req.Header, req.Bucket, req.Key, objectReply, func(e *osdpb.LogEntry) error {
 			e.Kind = osdpb.OpKind_OP_DELETE
 			return nil
@@ -246,12 +275,18 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			o.badRequest(m, err)
 			return
 		}
+		if !o.permitted(m, req.Bucket) {
+			return
+		}
 		o.onReaders(m, func() { o.getObject(m, &req, 0) })
 
 	case osdpb.MsgType_MSG_HEAD_OBJECT:
 		var req osdpb.ObjectRequest
 		if err := m.DecodeFront(&req); err != nil {
 			o.badRequest(m, err)
+			return
+		}
+		if !o.permitted(m, req.Bucket) {
 			return
 		}
 		o.onReaders(m, func() {
@@ -264,12 +299,18 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			o.badRequest(m, err)
 			return
 		}
+		if !o.permitted(m, req.Bucket) {
+			return
+		}
 		o.onReaders(m, func() { o.listObjects(m, &req, fromPeer) })
 
 	case osdpb.MsgType_MSG_CREATE_UPLOAD, osdpb.MsgType_MSG_UPLOAD_PART, osdpb.MsgType_MSG_COMPLETE_UPLOAD, osdpb.MsgType_MSG_ABORT_UPLOAD:
 		var req osdpb.UploadRequest
 		if err := m.DecodeFront(&req); err != nil {
 			o.badRequest(m, err)
+			return
+		}
+		if !o.permitted(m, req.Bucket) {
 			return
 		}
 		o.upload(m, &req)

@@ -191,6 +191,7 @@ type OSD struct {
 	cfg   Config
 	id    uint32
 	log   *slog.Logger
+	authz authTables // the mon's auth table, what ops are checked against
 	st    *store.Store
 	pub   *msgr.Messenger // clients
 	clu   *msgr.Messenger // other OSDs

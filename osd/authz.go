@@ -1,0 +1,126 @@
+package osd
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/auth"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// Capabilities at the OSD (docs/auth.md). The mon pushes its auth table
+// (every entity's caps and certificate serial) to the OSD's monclient;
+// the OSD keeps the latest and checks against it:
+//   - every session, when the messenger authenticates (msgr.AuthOptions
+//     .Authorize): the peer must have a record whose serial is the
+//     certificate it showed, so "auth rm" and a reissued keyring lock the
+//     old certificate out; on the cluster network it must also be an OSD
+//     (type osd, profile osd);
+//   - every client op (opAllowed): the peer's osd caps must grant the op's
+//     permission on its bucket, else ACCESS_DENIED.
+//
+// Ops are checked only while the OSD enforces auth (authTables.enforce),
+// that is when its messengers authenticate: a name a peer merely claims is
+// worth nothing to check.
+
+// authView is one auth table, indexed.
+type authView struct {
+	rev      int64
+	byEntity map[string]authRecord
+}
+
+type authRecord struct {
+	caps   auth.Caps
+	serial string
+}
+
+// authTables holds the latest table.
+type authTables struct {
+	enforce bool
+	cur     atomic.Pointer[authView]
+}
+
+// note adopts t (monclient.Options.OnAuth). Entries whose caps do not
+// parse get none: the mon writes only caps that parse, so that is damage,
+// and refusing is the safe side.
+func (a *authTables) note(t *osdpb.AuthTable) {
+	v := &authView{rev: t.Revision, byEntity: make(map[string]authRecord, len(t.Entries))}
+	for _, e := range t.Entries {
+		caps, err := auth.ParseCaps(e.Caps)
+		if err != nil {
+			caps = nil
+		}
+		v.byEntity[e.Entity] = authRecord{caps: caps, serial: e.Serial}
+	}
+	a.cur.Store(v)
+}
+
+// record returns peer's record in the latest table.
+func (a *authTables) record(peer msgr.EntityName) (authRecord, error) {
+	v := a.cur.Load()
+	if v == nil {
+		return authRecord{}, fmt.Errorf("%s: this OSD has no auth table from the mon yet", peer)
+	}
+	r, ok := v.byEntity[string(peer)]
+	if !ok {
+		return authRecord{}, fmt.Errorf("%s has no auth record (removed, or never created: osprey auth get-or-create)", peer)
+	}
+	return r, nil
+}
+
+// authorize is the messengers' AuthOptions.Authorize: cluster is the
+// cluster network, where only OSDs may hold sessions.
+func (a *authTables) authorize(cluster bool) func(context.Context, msgr.EntityName, *x509.Certificate) error {
+	return func(_ context.Context, peer msgr.EntityName, cert *x509.Certificate) error {
+		r, err := a.record(peer)
+		if err != nil {
+			return err
+		}
+		if r.serial != auth.Serial(cert) {
+			return fmt.Errorf("%s showed certificate %s, but its current one is %s (reissued or removed)", peer, auth.Serial(cert), r.serial)
+		}
+		if cluster && (peer.Type() != "osd" || !r.caps.HasProfile(auth.ServiceOSD, auth.ProfileOSD)) {
+			return fmt.Errorf("%s not allowed on the cluster network (OSDs only, with osd 'allow profile osd')", peer)
+		}
+		return nil
+	}
+}
+
+// opPerm is the permission a client op needs on its bucket.
+func opPerm(t osdpb.MsgType) auth.Perm {
+	switch t {
+	case osdpb.MsgType_MSG_CREATE_BUCKET, osdpb.MsgType_MSG_DELETE_BUCKET, osdpb.MsgType_MSG_PUT_OBJECT,
+		osdpb.MsgType_MSG_DELETE_OBJECT, osdpb.MsgType_MSG_CREATE_UPLOAD, osdpb.MsgType_MSG_UPLOAD_PART,
+		osdpb.MsgType_MSG_COMPLETE_UPLOAD, osdpb.MsgType_MSG_ABORT_UPLOAD:
+		return auth.PermWrite
+	}
+	return auth.PermRead
+}
+
+// opAllowed checks a client op of type t on bucket ("" for none: listing
+// the buckets) from peer against its caps: nil, or an ACCESS_DENIED
+// *ops.Error saying what is missing. Other OSDs (profile osd) may do
+// every op: they forward ops on behalf of clients (bucket checks).
+func (a *authTables) opAllowed(peer msgr.EntityName, t osdpb.MsgType, bucket string) *ops.Error {
+	if !a.enforce {
+		return nil
+	}
+	r, err := a.record(peer)
+	if err != nil {
+		return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%v", err)
+	}
+	want := opPerm(t)
+	if r.caps.Allows(auth.ServiceOSD, want, bucket) {
+		return nil
+	}
+	what := "the bucket list"
+	if bucket != "" {
+		what = "bucket " + bucket
+	}
+	verb := map[auth.Perm]string{auth.PermRead: "read", auth.PermWrite: "write"}[want]
+	return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not %s %s (its caps: %s)", peer, verb, what, auth.FormatCaps(r.caps.Strings()))
+}
