@@ -180,10 +180,21 @@ func TestResendAnsweredFromLog(t *testing.T) {
 			Header: &osdpb.Header{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: pg, Req: &osdpb.ReqID{Client: 42, Tid: 7}, Attempt: attempt},
 			Bucket: "idem", Key: "k", Meta: &osdpb.ObjectMeta{Size: uint64(len(body)), Crc32C: crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))}})
 		var rep osdpb.ObjectReply
-		if err := call(osdpb.MsgType_MSG_PUT_OBJECT, front, body, &rep); err != nil || rep.Header.GetStatus() != osdpb.Status_OK {
-			t.Fatalf("put: %v %v", err, rep.Header)
+		// The PG may still be peering after the bucket was made: a client
+		// resends then, with the same request id, as this does.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			rep.Reset()
+			err := call(osdpb.MsgType_MSG_PUT_OBJECT, front, body, &rep)
+			if err == nil && rep.Header.GetStatus() == osdpb.Status_SERVICE_UNAVAILABLE && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond) // a client's resend backoff, not synchronization
+				continue
+			}
+			if err != nil || rep.Header.GetStatus() != osdpb.Status_OK {
+				t.Fatalf("put: %v %v", err, rep.Header)
+			}
+			return &rep
 		}
-		return &rep
 	}
 	first := put([]byte("first body"))
 	again := put([]byte("another body entirely"))
