@@ -97,7 +97,8 @@ func (w *creditWindow) stamp(p *wire.Preamble) {
 	p.GrantMsgs, p.GrantBytes = uint32(m), b
 }
 
-// checkGrant panics if what we advertised lets the peer send more than
+// checkGrant panics if more was consumed than received (a credit
+// returned twice), or if what we advertised lets the peer send more than
 // the window holds: frames with no receive posted for them (on verbs a
 // receiver-not-ready error) or beyond the memory the window bounds. An
 // advertisement may stay at the handshake's promise, which a message
@@ -105,6 +106,13 @@ func (w *creditWindow) stamp(p *wire.Preamble) {
 // the one message always granted for a grant frame. Only the invariants
 // build calls it.
 func (w *creditWindow) checkGrant() {
+	// Consumed before received: a Release comes after its receive.
+	if c, r := w.consumedMsgs.Load(), w.recvMsgs.Load(); c > int64(r) {
+		panic(fmt.Sprintf("msgr: invariant: consumed %d messages of %d received (%v)", c, r, w))
+	}
+	if c := w.consumedBytes.Load(); c > int64(w.recvBytes) {
+		panic(fmt.Sprintf("msgr: invariant: consumed %d bytes of %d received (%v)", c, w.recvBytes, w))
+	}
 	am, ab := w.advertisedMsgs.Load(), w.advertisedBytes.Load()
 	cm := w.consumedMsgs.Load() + int64(w.windowMsgs)
 	cb := w.consumedBytes.Load() + int64(w.windowBytes)
