@@ -2,6 +2,9 @@
 GO ?= go
 PKGS ?= ./...
 TAGS ?= rdma
+# `make test` adds the invariant checks (msgr/internal/invariants).
+comma := ,
+TEST_TAGS ?= $(TAGS)$(if $(TAGS),$(comma))invariants
 
 .PHONY: all build deps run test race proto bench lint fuzz fmt
 
@@ -33,7 +36,7 @@ build:
 # The whole suite, as the README's quick start runs it: race detector on.
 # deps installed etcd-server: its test must run, not skip.
 test: deps
-	OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_SMALLFS=1 $(GO) test -race -count=1 -timeout 20m $(if $(TAGS),-tags $(TAGS)) $(PKGS)
+	OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_SMALLFS=1 $(GO) test -race -count=1 -timeout 20m -tags $(TEST_TAGS) $(PKGS)
 
 # Regenerate the committed protobuf code; protoc-gen-go is pinned in go.mod.
 proto:

@@ -21,9 +21,12 @@ import (
 // the whole budget still gets through, and every message arrives exactly
 // once, in order. Over TCP the link charges before it reads a message;
 // over the in-memory transport the messenger charges what the link read.
-func TestRecvBudget(t *testing.T) {
+func TestRecvBudget(t *testing.T) { overTCPAndMem(t, testRecvBudget) }
+
+// overTCPAndMem runs test over TCP and over the in-memory transport.
+func overTCPAndMem(t *testing.T, test func(*testing.T, msgrtest.Env)) {
 	for _, env := range []msgrtest.Env{tcpEnv, {Scheme: "mem", Transports: memTransports()}} {
-		t.Run(env.Scheme, func(t *testing.T) { testRecvBudget(t, env) })
+		t.Run(env.Scheme, func(t *testing.T) { test(t, env) })
 	}
 }
 

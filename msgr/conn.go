@@ -52,36 +52,27 @@ type Conn struct {
 
 	deliverMu sync.Mutex // held by a reader from sequencing to dispatch
 
-	mu          sync.Mutex
-	addr        string // address to dial; "" for a conn we only accepted
-	peer        EntityName
-	peerNonce   uint64
-	state       connState
-	closeErr    error
-	sess        session
-	cw          creditWindow
+	mu        sync.Mutex
+	addr      string // address to dial; "" for a conn we only accepted
+	peer      EntityName
+	peerNonce uint64
+	state     connState
+	closeErr  error
+	// engine (under mu, but for onRelease) is the session's protocol
+	// state; the Conn feeds it and carries out what it answers.
+	engine
 	cookie      uint64 // our session incarnation
 	peerCookie  uint64 // the peer's, 0 until the first handshake
 	link        *linkRun
 	dialing     bool // a dial handshake is in flight
 	redialing   bool // the connect loop runs
-	kaPending   bool // send a keepalive
-	kaAck       bool // answer a keepalive
-	kaAckValue  uint64
-	ackNow      bool // an ack-only frame may go without waiting
-	ackArmed    bool
 	ackTimer    *time.Timer
-	closeFrame  bool          // the writer sends CLOSE and ends the link
-	closing     bool          // CLOSE was collected; the writer ends the link
-	oversize    uint64        // a queued message above peerMaxMsg: the conn must end
-	peerMaxMsg  uint64        // the peer's MaxMessageSize, from the handshake
 	attachedAt  time.Time     // when the current (or last) link was attached
 	lastBackoff time.Duration // the redial delay last used
 	spaceWait   chan struct{} // closed when queue space frees; nil if no waiter
 	readyCh     chan struct{} // closed once the session is up, or closed
 	closedCh    chan struct{}
 	established bool
-	st          ConnStats
 	// retired (under mu) is the last link detached; its writer may still
 	// be in a write (takeRetiredLocked).
 	retired *linkRun
@@ -139,7 +130,7 @@ func (m *Messenger) newConn(policy Policy, addr string, peer EntityName, window 
 		closedCh: make(chan struct{}),
 	}
 	c.drainFn = c.drain
-	c.cw.windowMsgs, c.cw.windowBytes = uint64(window), uint64(m.opts.RecvWindowBytes)
+	c.engine.init(uint64(window), uint64(m.opts.RecvWindowBytes), m.monotonic)
 	c.ackTimer = time.AfterFunc(time.Hour, c.ackTimerFired)
 	c.ackTimer.Stop()
 	m.wg.Add(1) // until the dispatch queue's end (dispatchQueue)
@@ -277,8 +268,7 @@ func (c *Conn) send(ctx context.Context, m *Message, block bool) error {
 	// Idle: nothing is queued or unacked, as in a request/response
 	// exchange, so the sender may write this one itself (writeInline). A
 	// stream always has messages in flight and keeps the writer's batching.
-	idle := c.sess.queued() == 0
-	c.sess.enqueue(m)
+	idle := c.enqueue(m)
 	lr := c.link
 	c.mu.Unlock()
 	switch {
@@ -330,13 +320,12 @@ func (c *Conn) closeWith(err error, notify, tell bool) {
 func (c *Conn) closeLocked(err error, notify, tell bool) {
 	c.state = stateClosed
 	c.closeErr = err
-	released := c.sess.reset(nil)
+	released := c.resetSession(nil)
 	if lr := c.link; lr != nil {
 		if tell {
 			// The writer sends CLOSE and the peer ends the link
 			// (writeBatch); a peer that does not answer gets closeGrace.
-			c.closeFrame = true
-			lr.kick()
+			c.applyLocked(lr, c.closeLink())
 			time.AfterFunc(closeGrace, func() {
 				c.mu.Lock()
 				c.detachLocked(lr)
@@ -538,7 +527,7 @@ func (c *Conn) attachLocked(lr *linkRun, peerInSeq uint64) ([]*Message, error) {
 	if old := c.link; old != nil && old != lr {
 		c.detachLocked(old)
 	}
-	released, replay, err := c.sess.rewind(peerInSeq, nil)
+	released, _, err := c.attach(peerInSeq, nil)
 	if err != nil {
 		return released, err
 	}
@@ -549,10 +538,8 @@ func (c *Conn) attachLocked(lr *linkRun, peerInSeq uint64) ([]*Message, error) {
 	if c.established {
 		c.st.Reconnects++
 	}
-	c.st.Replayed += uint64(replay)
 	c.link = lr
 	c.state = stateOpen
-	c.ackNow = true // tell the peer what we have right away
 	if !c.established {
 		c.established = true
 		close(c.readyCh)
@@ -563,54 +550,51 @@ func (c *Conn) attachLocked(lr *linkRun, peerInSeq uint64) ([]*Message, error) {
 
 // resetSessionLocked forgets the session because the peer lost it.
 func (c *Conn) resetSessionLocked() []*Message {
-	released := c.sess.reset(nil)
+	released := c.resetSession(nil)
 	c.cookie = newCookie()
 	c.peerCookie = 0
 	c.wakeSendersLocked()
 	return released
 }
 
-// consumed returns a dispatched message's credit.
+// consumed returns a dispatched message's credit. It runs on the
+// dispatcher's goroutine from Message.Release, and takes the lock only
+// when a grant is due.
 func (c *Conn) consumed(size int64) {
-	c.cw.consumeData(size)
-	switch {
-	case c.cw.grantUrgent():
+	switch wake, arm := c.onRelease(size); {
+	case wake:
 		c.mu.Lock()
 		lr := c.link
 		c.mu.Unlock()
 		if lr != nil {
 			lr.kick()
 		}
-	case c.cw.grantIdle():
+	case arm:
 		// Not urgent: batch it with acks, through the ack timer.
 		c.mu.Lock()
-		c.armAckLocked()
+		c.applyLocked(nil, c.armAck())
 		c.mu.Unlock()
 	}
 }
 
-func (c *Conn) armAckLocked() {
-	if !c.ackArmed {
-		c.ackArmed = true
+// applyLocked carries out what the engine answered: the ack timer and
+// blocked senders now, lr's writer woken when asked (lr may be nil).
+func (c *Conn) applyLocked(lr *linkRun, fx effects) {
+	if fx&fxArmAck != 0 {
 		c.ackTimer.Reset(ackDelay)
+	}
+	if fx&fxSpace != 0 {
+		c.wakeSendersLocked()
+	}
+	if fx&fxWake != 0 && lr != nil {
+		lr.kick()
 	}
 }
 
 func (c *Conn) ackTimerFired() {
 	c.mu.Lock()
-	c.ackArmed = false
-	c.ackNow = true
-	lr := c.link
-	// The timer is not stopped when a reply carries the ack (a Stop per
-	// message costs more): then there is nothing to send, and the writer
-	// is left asleep rather than woken 1000 times a second per Conn.
-	if !c.sess.ackOwed() && !c.cw.grantIdle() && !c.cw.grantUrgent() {
-		lr = nil
-	}
+	c.applyLocked(c.link, c.onAckTimer())
 	c.mu.Unlock()
-	if lr != nil {
-		lr.kick()
-	}
 }
 
 // maxBatchFrames bounds one WriteFrames call so acks and keepalives are not
@@ -624,105 +608,6 @@ const (
 	stableLink      = time.Second // a link up this long resets the redial backoff
 	writeFaultGrace = 100 * time.Millisecond
 )
-
-// collect builds the next batch of frames for lr under the lock.
-func (c *Conn) collect(lr *linkRun, maxBytes int) []wire.Frame {
-	fr := lr.frames[:0]
-	if c.link != lr {
-		return fr
-	}
-	cw := &c.cw
-	if c.closeFrame {
-		// The last frame: it may spend the reserved credit; without any
-		// credit the link just ends.
-		c.closeFrame = false
-		c.closing = true
-		if cw.canSendControl() {
-			fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagClose}})
-			cw.onSend(0)
-			c.stampLocked(fr)
-		}
-		lr.frames = fr
-		return fr
-	}
-	// A keepalive answer may spend the reserved credit (it returns the
-	// credit its keepalive took); a keepalive may not, or two stalled
-	// sides whose keepalives cross would both end with no credit at all.
-	// A sender silenced by our own back-pressure is not idle: see tick.
-	if c.kaAck && cw.canSendControl() {
-		c.kaAck = false
-		fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagKeepaliveAck, Seq: c.kaAckValue}})
-		cw.onSend(0)
-	}
-	if c.kaPending && cw.canSendData(0) {
-		c.kaPending = false
-		fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagKeepalive, Seq: c.m.monotonic()}})
-		cw.onSend(0)
-	}
-	bytes := 0
-	for len(fr) < maxBatchFrames && bytes < maxBytes {
-		m := c.sess.nextUnsent()
-		if m == nil {
-			break
-		}
-		size := uint64(m.Len())
-		if c.peerMaxMsg > 0 && size > c.peerMaxMsg {
-			// Queued before the peer told us its limit: it can never go.
-			c.oversize = size
-			break
-		}
-		if !cw.canSendData(size) {
-			if !cw.stalled {
-				cw.stalled = true
-				c.st.CreditStalls++
-			}
-			break
-		}
-		crc, known := m.DataCRC()
-		fr = append(fr, wire.Frame{
-			Preamble: wire.Preamble{Tag: wire.TagMessage, Type: m.Type, Seq: m.out.seq},
-			Front:    m.Front, Data: m.Data, Buf: m.buf,
-			DataCRC: crc, HasDataCRC: known,
-		})
-		cw.onSend(size)
-		c.sess.markSent()
-		c.st.MsgsSent++
-		c.st.BytesSent += size
-		bytes += int(size)
-	}
-	if len(fr) == 0 {
-		// Nothing to piggyback on: an explicit ack/grant frame. An urgent
-		// grant goes now and may spend the last credit; an idle-time
-		// grant (a full one, so it may too) and a mere ack (which may
-		// not) wait up to ackDelay so they batch.
-		idle := cw.grantIdle()
-		switch {
-		case cw.grantUrgent() && cw.canSendControl(), idle && c.ackNow && cw.canSendControl():
-			c.st.GrantsSent++
-			fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagAck}})
-			cw.onSend(0)
-		case c.sess.ackOwed() && c.ackNow && cw.canSendData(0):
-			fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagAck}})
-			cw.onSend(0)
-		case c.sess.ackOwed() || idle:
-			c.armAckLocked()
-		}
-	}
-	c.stampLocked(fr)
-	lr.frames = fr
-	return fr
-}
-
-// stampLocked puts the current ack and grant on every frame of a batch.
-func (c *Conn) stampLocked(fr []wire.Frame) {
-	for i := range fr {
-		c.sess.stampAck(&fr[i].Preamble)
-		c.cw.stamp(&fr[i].Preamble)
-	}
-	if len(fr) > 0 {
-		c.ackNow = false
-	}
-}
 
 // writeLoop sends what collect gives it until the link ends.
 func (lr *linkRun) writeLoop() {
@@ -755,9 +640,15 @@ func (lr *linkRun) writeLoop() {
 func (lr *linkRun) writeBatch(maxBytes int) (wrote, stop, more bool) {
 	c := lr.c
 	c.mu.Lock()
-	fr := c.collect(lr, maxBytes)
+	fr := lr.frames[:0]
+	if c.link == lr {
+		var fx effects
+		fr, fx = c.collect(fr, maxBatchFrames, maxBytes)
+		lr.frames = fr
+		c.applyLocked(nil, fx)
+	}
 	closing, oversize := c.closing, c.oversize
-	more = c.sess.nextUnsent() != nil || c.closeFrame
+	more = c.more()
 	c.mu.Unlock()
 	var err error
 	if len(fr) > 0 {
@@ -892,7 +783,6 @@ func (lr *linkRun) charge(f *wire.Frame) bool {
 // handleFrame applies a received frame to the session and window and
 // returns a message to dispatch, if any.
 func (c *Conn) handleFrame(lr *linkRun, f *wire.Frame) (*Message, error) {
-	size := uint64(len(f.Front) + len(f.Data))
 	c.mu.Lock()
 	if c.link != lr || c.state == stateClosed {
 		// A replaced link, or a conn closing while its CLOSE goes out.
@@ -904,92 +794,38 @@ func (c *Conn) handleFrame(lr *linkRun, f *wire.Frame) (*Message, error) {
 		f.Release()
 		return nil, nil
 	}
-	released, err := c.sess.onAck(f.Ack, lr.released[:0])
-	lr.released = released[:0]
-	if err == nil {
-		err = c.cw.onReceive(size)
-	}
-	if err != nil {
+	buffered := lr.buffered != nil && lr.buffered.Buffered()
+	released, v, fx, err := c.onFrame(f, buffered, lr.released[:0])
+	var m *Message
+	switch {
+	case err != nil:
 		c.mu.Unlock()
 		f.Release()
 		c.recycle(released)
+		lr.released = released[:0]
 		return nil, err
-	}
-	kick := false
-	if c.cw.onGrant(f.GrantMsgs, f.GrantBytes) {
-		c.st.GrantsReceived++
-		kick = c.sess.nextUnsent() != nil
-	}
-	var m *Message
-	switch f.Tag {
-	case wire.TagMessage:
-		deliver, err := c.sess.onMessage(f.Seq)
-		if err != nil {
-			c.mu.Unlock()
-			f.Release()
-			c.recycle(released)
-			return nil, err
-		}
-		c.st.MsgsReceived++
-		c.st.BytesReceived += size
-		if !deliver {
-			c.st.DuplicatesDropped++
-			f.Release() // before the credit: see Message.Release
-			c.cw.consume(int64(size))
-		} else {
-			m = messagePool.Get().(*Message)
-			m.Type, m.Front, m.Data, m.buf, m.charge = f.Type, f.Front, f.Data, f.Buf, f.Charge
-			m.seq, m.conn, m.credit, m.size = f.Seq, c, true, int64(size)
-			if f.HasDataCRC {
-				m.dataCRC, m.crcOf = f.DataCRC, f.Data
-			}
-			f.Buf, f.Charge = nil, wire.Charge{} // the message's now
-		}
-		// Ack once the reader has drained what is buffered, so a burst
-		// costs one ack frame: now if a quarter window is unacked, else
-		// through the ack timer, so a reply (which carries the ack) can
-		// go first without the writer waking for nothing.
-		if lr.buffered == nil || !lr.buffered.Buffered() {
-			if c.sess.inSeq-c.sess.ackedSent >= uint64(c.cw.windowMsgs/4) {
-				c.ackNow = true
-				kick = true
-			} else {
-				c.armAckLocked()
-			}
-		}
-	case wire.TagAck:
-		c.cw.consume(0)
-	case wire.TagKeepalive:
-		c.cw.consume(0)
-		c.kaAck, c.kaAckValue = true, f.Seq
-		kick = true
-	case wire.TagKeepaliveAck:
-		c.cw.consume(0)
-		if rtt := int64(c.m.monotonic() - f.Seq); rtt >= 0 {
-			c.st.RTT = time.Duration(rtt)
-		}
-	case wire.TagClose:
+	case v == rxClose:
 		c.mu.Unlock()
 		c.recycle(released)
+		lr.released = released[:0]
 		c.closeWith(ErrClosedByPeer, true, false)
 		return nil, nil
-	default:
-		c.mu.Unlock()
-		c.recycle(released)
-		return nil, wire.Protocolf("%v frame after the handshake", f.Tag)
+	case v == rxDeliver:
+		m = getMessage()
+		m.Type, m.Front, m.Data, m.buf, m.charge = f.Type, f.Front, f.Data, f.Buf, f.Charge
+		m.seq, m.conn, m.credit, m.size = f.Seq, c, true, int64(len(f.Front)+len(f.Data))
+		if f.HasDataCRC {
+			m.dataCRC, m.crcOf = f.DataCRC, f.Data
+		}
+		f.Buf, f.Charge = nil, wire.Charge{} // the message's now
 	}
-	if len(released) > 0 {
-		c.wakeSendersLocked()
-	}
-	if c.cw.grantUrgent() {
-		kick = true
-	}
+	c.applyLocked(nil, fx&^fxWake)
 	c.mu.Unlock()
 	// The messages this frame acked go back to their owners after the
 	// frame's own message is dispatched (readLoop): a fast-dispatched
 	// request's reply goes out first, 0.1 µs sooner per hop.
 	lr.released = released
-	if kick {
+	if fx&fxWake != 0 {
 		lr.kick()
 	}
 	return m, nil
@@ -1007,7 +843,6 @@ func (c *Conn) recycle(released []*Message) {
 func (c *Conn) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return fmt.Sprintf("conn{peer %s addr %q state %s dialing %v redialing %v link %v queued %d (%d sent on this link, seq up to %d) inSeq %d ackedSent %d window: %s stats %+v}",
-		c.peer, c.addr, c.state, c.dialing, c.redialing, c.link != nil, c.sess.queued(), c.sess.sent, c.sess.outSeq,
-		c.sess.inSeq, c.sess.ackedSent, c.cw.String(), c.st)
+	return fmt.Sprintf("conn{peer %s addr %q state %s dialing %v redialing %v link %v %s stats %+v}",
+		c.peer, c.addr, c.state, c.dialing, c.redialing, c.link != nil, c.engine.String(), c.st)
 }

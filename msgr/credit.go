@@ -43,6 +43,7 @@ type creditWindow struct {
 	consumedMsgs, consumedBytes     atomic.Int64 // may start negative: see reset
 	advertisedMsgs, advertisedBytes atomic.Uint64
 	dataConsumed                    atomic.Bool // a message was consumed since the last grant
+	floorMsgs, floorBytes           uint64      // the handshake's promise (reset), for checkGrant
 }
 
 // reset starts the window of a new link. Messages from earlier links that
@@ -56,6 +57,7 @@ func (w *creditWindow) reset(floorMsgs, floorBytes uint64) {
 	w.recvBytes = 0
 	w.sentMsgs, w.sentBytes, w.stalled = 0, 0, false
 	w.limitMsgs, w.limitBytes, w.peerWindowBytes = 0, 0, 0
+	w.floorMsgs, w.floorBytes = floorMsgs, floorBytes
 	w.advertisedMsgs.Store(floorMsgs)
 	w.advertisedBytes.Store(floorBytes)
 	m, b := w.grant()
@@ -93,6 +95,33 @@ func (w *creditWindow) stamp(p *wire.Preamble) {
 	w.advertisedMsgs.Store(m)
 	w.advertisedBytes.Store(b)
 	p.GrantMsgs, p.GrantBytes = uint32(m), b
+}
+
+// checkGrant panics if more was consumed than received (a credit
+// returned twice), or if what we advertised lets the peer send more than
+// the window holds: frames with no receive posted for them (on verbs a
+// receiver-not-ready error) or beyond the memory the window bounds. An
+// advertisement may stay at the handshake's promise, which a message
+// read meanwhile on the old link can leave one above the formula, or at
+// the one message always granted for a grant frame. Only the invariants
+// build calls it.
+func (w *creditWindow) checkGrant() {
+	// Consumed before received: a Release comes after its receive.
+	if c, r := w.consumedMsgs.Load(), w.recvMsgs.Load(); c > int64(r) {
+		panic(fmt.Sprintf("msgr: invariant: consumed %d messages of %d received (%v)", c, r, w))
+	}
+	if c := w.consumedBytes.Load(); c > int64(w.recvBytes) {
+		panic(fmt.Sprintf("msgr: invariant: consumed %d bytes of %d received (%v)", c, w.recvBytes, w))
+	}
+	am, ab := w.advertisedMsgs.Load(), w.advertisedBytes.Load()
+	cm := w.consumedMsgs.Load() + int64(w.windowMsgs)
+	cb := w.consumedBytes.Load() + int64(w.windowBytes)
+	if am > uint64(max(cm, 1)) && am != w.floorMsgs {
+		panic(fmt.Sprintf("msgr: invariant: granted %d messages, %d consumed + window %d (%v)", am, cm-int64(w.windowMsgs), w.windowMsgs, w))
+	}
+	if ab > uint64(max(cb, 0)) && ab != w.floorBytes {
+		panic(fmt.Sprintf("msgr: invariant: granted %d bytes, %d consumed + window %d (%v)", ab, cb-int64(w.windowBytes), w.windowBytes, w))
+	}
 }
 
 // grantUrgent reports whether an explicit grant frame must go now: half

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ospreystore/osprey/msgr/wire"
 )
@@ -475,88 +476,74 @@ func TestCreditResetFloor(t *testing.T) {
 // can leave both sides with no credit at all: each consumed the other's
 // keepalive, but neither may send the answer nor the grant.
 func TestCreditKeepalivesKeepGrantCredit(t *testing.T) {
-	a, b := newWindow(4, 1<<20), newWindow(4, 1<<20)
-	a.peerWindow(1<<20, 4, 1<<20)
-	b.peerWindow(1<<20, 4, 1<<20)
+	s := newSimulation(t, simConfig{windowMsgs: 4, windowBytes: 1 << 20})
+	both := []*simNode{s.a, s.b}
 	// Both stream data until data credit runs out (the peers' dispatchers
 	// are slow): each holds the reserved credit only.
-	var aIn, bIn []wire.Preamble
-	for a.canSendData(100) {
-		var p wire.Preamble
-		a.stamp(&p)
-		a.onSend(100)
-		bIn = append(bIn, p)
-	}
-	for b.canSendData(100) {
-		var p wire.Preamble
-		b.stamp(&p)
-		b.onSend(100)
-		aIn = append(aIn, p)
-	}
-	for _, p := range aIn {
-		if err := a.onReceive(100); err != nil {
-			t.Fatal(err)
+	for _, n := range both {
+		for range 5 {
+			n.sizes = append(n.sizes, 100)
+			n.sendNext()
 		}
-		a.onGrant(p.GrantMsgs, p.GrantBytes)
-	}
-	for _, p := range bIn {
-		if err := b.onReceive(100); err != nil {
-			t.Fatal(err)
+		for len(s.collect(n)) > 0 {
 		}
-		b.onGrant(p.GrantMsgs, p.GrantBytes)
 	}
-	// The keepalive ticks fire on both sides at about the same time;
-	// collect() lets a keepalive go only with a data credit.
-	keepalive := func(w *creditWindow) (wire.Preamble, bool) {
-		var p wire.Preamble
-		if !w.canSendData(0) { // as conn.go collect() does for TagKeepalive
-			return p, false
+	for _, n := range both {
+		for ; len(n.in) > 0; n.in = n.in[1:] {
+			s.handle(n, n.in[0])
 		}
-		w.onSend(0)
-		w.stamp(&p)
-		return p, true
 	}
-	pa, okA := keepalive(a)
-	pb, okB := keepalive(b)
-	if okA || okB {
-		t.Fatal("a keepalive spent the reserved credit")
+	// The keepalive ticks fire on both sides at about the same time.
+	for _, n := range both {
+		n.tick(true)
+		for fr := s.collect(n); len(fr) > 0; fr = s.collect(n) {
+			for _, f := range fr {
+				if f.Tag == wire.TagKeepalive {
+					t.Fatalf("%s: a keepalive spent the reserved credit: %v", n.name, &n.e.cw)
+				}
+			}
+		}
 	}
-	if !a.canSendControl() || !b.canSendControl() {
-		t.Fatalf("reserved credit lost: a %v, b %v", a, b)
+	for _, n := range both {
+		if !n.e.cw.canSendControl() {
+			t.Fatalf("%s: reserved credit lost: %v", n.name, &n.e.cw)
+		}
 	}
-	_, _ = pa, pb
 }
 
 // ---- Two-sided simulation ----
 
-// simFrame is a frame in flight: its preamble and payload size.
-type simFrame struct {
-	p    wire.Preamble
-	size uint64
+// The simulation drives two production engines (engine.go) against each
+// other with the I/O of their Conns replaced by in-memory queues: this
+// file only moves frames, fires timers and releases messages, as Conn's
+// reader, writer, ack timer, tick and dispatcher do, and checks what must
+// hold. It owns no copy of a protocol decision.
+
+// simNode is one side: its engine and the shell around it.
+type simNode struct {
+	name    string
+	e       engine
+	in      []wire.Frame // frames in flight to this node
+	dq      []simHeld    // delivered messages the dispatcher has not released
+	sizes   []int        // sizes of the messages this node sends, by seq-1
+	next    int          // next of sizes to enqueue
+	scratch []wire.Frame // collect's
+
+	timer         bool // the ack timer runs (fxArmAck)
+	wake, running bool // the writer is kicked, or in its loop
+	linkUp        bool
+	link          int    // the link's generation, counting handshakes
+	lastSeq       uint64 // the last seq delivered
+	delivered     int
+	consumedN     int
+	sendQueueMsgs int
+	framesSent    int
 }
 
-// simNode is one side of a conn as conn.go runs it: window, session, the
-// writer's collect(), the reader's handleFrame(), the dispatcher, the ack
-// timer and the keepalive tick, with the I/O replaced by in-memory queues.
-type simNode struct {
-	name  string
-	cw    creditWindow
-	sess  session
-	in    []simFrame // frames in flight to this node
-	dq    []uint64   // delivered messages the dispatcher has not released
-	sizes []int      // sizes of the messages this node sends, by seq-1
-	next  int        // next of sizes to enqueue
-
-	ackNow, ackArmed  bool
-	kaAck, kaPending  bool
-	kaValue           uint64
-	wake, running     bool
-	linkUp            bool
-	delivered, dupes  int
-	consumedN         int
-	sendQueueMsgs     int
-	framesSent        int
-	stalls, grantAcks int
+// simHeld is a message with the dispatcher.
+type simHeld struct {
+	size uint64
+	link int // the link it arrived on
 }
 
 type simulation struct {
@@ -586,6 +573,10 @@ type simConfig struct {
 
 var simPayload = make([]byte, 1<<16)
 
+// simClock is the engines' clock: constant, so transcripts do not depend
+// on timing (keepalive stamps read seq=1).
+func simClock() uint64 { return 1 }
+
 func (s *simulation) logf(format string, args ...any) {
 	if len(s.trace) >= 64 {
 		s.trace = s.trace[1:]
@@ -604,9 +595,9 @@ func (s *simulation) fail(format string, args ...any) {
 }
 
 func (n *simNode) state() string {
-	return fmt.Sprintf("%s: %v | queued %d sent %d next %d/%d | inflight-to %d dq %d delivered %d | ackNow %v armed %v kaAck %v kaPending %v wake %v running %v link %v",
-		n.name, &n.cw, n.sess.queued(), n.sess.sent, n.next, len(n.sizes), len(n.in), len(n.dq), n.delivered,
-		n.ackNow, n.ackArmed, n.kaAck, n.kaPending, n.wake, n.running, n.linkUp)
+	return fmt.Sprintf("%s: %v | next %d/%d | inflight-to %d dq %d delivered %d | ackNow %v armed %v timer %v kaAck %v kaPending %v wake %v running %v link %v",
+		n.name, &n.e, n.next, len(n.sizes), len(n.in), len(n.dq), n.delivered,
+		n.e.ackNow, n.e.ackArmed, n.timer, n.e.kaAck, n.e.kaPending, n.wake, n.running, n.linkUp)
 }
 
 func (s *simulation) peer(n *simNode) *simNode {
@@ -616,173 +607,134 @@ func (s *simulation) peer(n *simNode) *simNode {
 	return s.a
 }
 
+// kick is linkRun.kick: it wakes the writer of a live link.
 func (n *simNode) kick() {
 	if n.linkUp {
 		n.wake = true
 	}
 }
 
-func (n *simNode) armAck() { n.ackArmed = true }
+// apply is Conn.applyLocked.
+func (n *simNode) apply(fx effects) {
+	if fx&fxArmAck != 0 {
+		n.timer = true
+	}
+	if fx&fxWake != 0 {
+		n.kick()
+	}
+}
 
-// collect mirrors Conn.collect (without CLOSE and the peer's max message)
-// as of commit 71b3636; a change to the credit decisions there must be
-// made here too.
-func (n *simNode) collect() []simFrame {
-	var fr []simFrame
-	cw := &n.cw
-	if n.kaAck && cw.canSendControl() {
-		n.kaAck = false
-		fr = append(fr, simFrame{p: wire.Preamble{Tag: wire.TagKeepaliveAck, Seq: n.kaValue}})
-		cw.onSend(0)
-	}
-	if n.kaPending && cw.canSendData(0) {
-		n.kaPending = false
-		fr = append(fr, simFrame{p: wire.Preamble{Tag: wire.TagKeepalive, Seq: 1}})
-		cw.onSend(0)
-	}
-	bytes := 0
-	for len(fr) < maxBatchFrames && bytes < maxBatchBytes {
-		m := n.sess.nextUnsent()
-		if m == nil {
-			break
-		}
-		size := uint64(m.Len())
-		if !cw.canSendData(size) {
-			if !cw.stalled {
-				cw.stalled = true
-				n.stalls++
-			}
-			break
-		}
-		fr = append(fr, simFrame{p: wire.Preamble{Tag: wire.TagMessage, Seq: m.out.seq}, size: size})
-		cw.onSend(size)
-		n.sess.markSent()
-		bytes += int(size)
-	}
-	if len(fr) == 0 {
-		idle := cw.grantIdle()
-		switch {
-		case cw.grantUrgent() && cw.canSendControl(), idle && n.ackNow && cw.canSendControl():
-			n.grantAcks++
-			fr = append(fr, simFrame{p: wire.Preamble{Tag: wire.TagAck}})
-			cw.onSend(0)
-		case n.sess.ackOwed() && n.ackNow && cw.canSendData(0):
-			fr = append(fr, simFrame{p: wire.Preamble{Tag: wire.TagAck}})
-			cw.onSend(0)
-		case n.sess.ackOwed() || idle:
-			n.armAck()
-		}
-	}
-	for i := range fr {
-		n.sess.stampAck(&fr[i].p)
-		cw.stamp(&fr[i].p)
-	}
-	if len(fr) > 0 {
-		n.ackNow = false
-	}
+// sendNext is Conn.Send of the next of sizes, without the queue bound.
+func (n *simNode) sendNext() {
+	n.e.enqueue(&Message{Front: simPayload[:n.sizes[n.next]]})
+	n.next++
+	n.kick()
+}
+
+// collect is one writeBatch: the frames go in flight to the peer.
+func (s *simulation) collect(n *simNode) []wire.Frame {
+	fr, fx := n.e.collect(n.scratch, maxBatchFrames, maxBatchBytes)
+	n.scratch = fr
+	n.apply(fx)
+	n.framesSent += len(fr)
+	p := s.peer(n)
+	p.in = append(p.in, fr...)
 	return fr
 }
 
-// handle mirrors Conn.handleFrame.
-func (s *simulation) handle(n *simNode, f simFrame) {
-	_, err := n.sess.onAck(f.p.Ack, nil)
-	if err == nil {
-		err = n.cw.onReceive(f.size)
-	}
+// handle is the reader's Conn.handleFrame and its dispatch.
+func (s *simulation) handle(n *simNode, f wire.Frame) {
+	_, v, fx, err := n.e.onFrame(&f, len(n.in) > 0, nil)
 	if err != nil {
-		s.fail("%s receiving %v seq %d size %d: %v", n.name, f.p.Tag, f.p.Seq, f.size, err)
+		s.fail("%s receiving %v seq %d size %d: %v", n.name, f.Tag, f.Seq, len(f.Front), err)
 		return
 	}
-	kick := false
-	if n.cw.onGrant(f.p.GrantMsgs, f.p.GrantBytes) {
-		kick = n.sess.nextUnsent() != nil
-	}
-	switch f.p.Tag {
-	case wire.TagMessage:
-		deliver, err := n.sess.onMessage(f.p.Seq)
-		if err != nil {
-			s.fail("%s: %v", n.name, err)
+	switch v {
+	case rxDeliver:
+		if f.Seq != n.lastSeq+1 {
+			s.fail("%s: delivered seq %d after %d", n.name, f.Seq, n.lastSeq)
 			return
 		}
-		if !deliver {
-			n.dupes++
-			n.cw.consume(int64(f.size))
-		} else {
-			if sizes := s.peer(n).sizes; f.p.Seq <= uint64(len(sizes)) && int(f.size) != sizes[f.p.Seq-1] {
-				want := sizes[f.p.Seq-1]
-				s.fail("%s: message %d has %d bytes, sent %d", n.name, f.p.Seq, f.size, want)
-				return
-			}
-			n.delivered++
-			n.dq = append(n.dq, f.size)
+		n.lastSeq = f.Seq
+		if sizes := s.peer(n).sizes; f.Seq <= uint64(len(sizes)) && len(f.Front) != sizes[f.Seq-1] {
+			s.fail("%s: message %d has %d bytes, sent %d", n.name, f.Seq, len(f.Front), sizes[f.Seq-1])
+			return
 		}
-		if len(n.in) == 0 { // not Buffered()
-			if n.sess.inSeq-n.sess.ackedSent >= n.cw.windowMsgs/4 {
-				n.ackNow = true
-			}
-			kick = true
-		}
-	case wire.TagAck:
-		n.cw.consume(0)
-	case wire.TagKeepalive:
-		n.cw.consume(0)
-		n.kaAck, n.kaValue = true, f.p.Seq
-		kick = true
-	case wire.TagKeepaliveAck:
-		n.cw.consume(0)
-	default:
-		s.fail("unexpected %v", f.p.Tag)
+		n.delivered++
+		n.dq = append(n.dq, simHeld{size: uint64(len(f.Front)), link: n.link})
+	case rxClose:
+		s.fail("%s: unexpected CLOSE", n.name)
 		return
 	}
-	if n.cw.grantUrgent() {
-		kick = true
-	}
-	if kick {
-		n.kick()
-	}
+	n.apply(fx)
 }
 
-// consumed mirrors Message.Release -> Conn.consumed.
-func (n *simNode) consume() {
-	size := n.dq[0]
+// consume is Message.Release of the oldest message held: Conn.consumed.
+func (n *simNode) consume() uint64 {
+	h := n.dq[0]
 	n.dq = n.dq[1:]
 	n.consumedN++
-	n.cw.consumeData(int64(size))
-	switch {
-	case n.cw.grantUrgent():
+	wake, arm := n.e.onRelease(int64(h.size))
+	if wake {
 		n.kick()
-	case n.cw.grantIdle():
-		n.armAck()
 	}
+	if arm {
+		n.apply(n.e.armAck())
+	}
+	return h.size
 }
 
-// handshake mirrors clientHandshake (a dials) and acceptSession (b).
-func (s *simulation) handshake() {
+// fireTimer is Conn.ackTimerFired.
+func (n *simNode) fireTimer() {
+	n.timer = false
+	n.apply(n.e.onAckTimer())
+}
+
+// tick is Conn.tick on a link that just received (never idle).
+func (n *simNode) tick(keepalive bool) {
+	fx, dead := n.e.onTick(0, time.Hour, keepalive, false)
+	if dead {
+		panic("a link that just received is dead")
+	}
+	n.apply(fx)
+}
+
+// handshake is clientHandshake (a dials) and acceptSession (b). Each
+// side's InSeq is read when its handshake frame goes out; with stale,
+// messages that arrived on the old link after that, which the peer sends
+// again and the receiver must drop as duplicates.
+func (s *simulation) handshake(stale bool) {
 	a, b := s.a, s.b
 	s.handshakes++
 	if len(a.dq)+len(b.dq) > 0 {
 		s.carried++
 	}
-	gm, gb := a.cw.nextGrant()
+	inSeq := func(n *simNode) uint64 {
+		in := n.e.sess.inSeq
+		if stale && in > 0 {
+			in -= 1 + uint64(s.rng.IntN(int(in)))
+		}
+		return in
+	}
+	gm, gb := a.e.cw.nextGrant()
 	if gm < 1 {
 		s.fail("dialer grant %d refused", gm)
 		return
 	}
-	b.cw.reset(0, 0)
-	b.cw.peerWindow(a.cw.windowBytes, gm, gb)
-	rm, rb := advertised(&b.cw)
-	if _, _, err := b.sess.rewind(a.sess.inSeq, nil); err != nil {
-		s.fail("acceptor rewind: %v", err)
+	b.e.startLink(0, 0, a.e.cw.windowBytes, gm, gb, 0)
+	rm, rb := advertised(&b.e.cw)
+	if _, _, err := b.e.attach(inSeq(a), nil); err != nil {
+		s.fail("acceptor attach: %v", err)
 		return
 	}
-	if _, _, err := a.sess.rewind(b.sess.inSeq, nil); err != nil {
-		s.fail("dialer rewind: %v", err)
+	a.e.startLink(gm, gb, b.e.cw.windowBytes, rm, rb, 0)
+	if _, _, err := a.e.attach(inSeq(b), nil); err != nil {
+		s.fail("dialer attach: %v", err)
 		return
 	}
-	a.cw.reset(gm, gb)
-	a.cw.peerWindow(b.cw.windowBytes, rm, rb)
 	for _, n := range []*simNode{a, b} {
-		n.linkUp, n.ackNow, n.running, n.wake = true, true, false, true
+		n.linkUp, n.running, n.wake = true, false, true // startLink kicks the writer
+		n.link++
 	}
 	s.logf("handshake: a grants %d/%d, b grants %d/%d", gm, gb, rm, rb)
 }
@@ -795,13 +747,47 @@ func (s *simulation) fault() {
 	s.logf("link fault")
 }
 
+// checkCredits fails unless the credit the sender still holds, the frames
+// in flight and the messages the receiver holds from this link fit the
+// receiver's window: each of them needs a receive slot (on RDMA a posted
+// receive) the receiver set aside when it granted the credit. Bytes alike,
+// including an oversized message, sent only once everything before it was
+// consumed.
+func (s *simulation) checkCredits() {
+	for _, r := range []*simNode{s.a, s.b} {
+		snd := s.peer(r)
+		if !r.linkUp {
+			continue
+		}
+		msgs := int64(snd.e.cw.limitMsgs) - int64(snd.e.cw.sentMsgs) + int64(len(r.in))
+		bytes := int64(snd.e.cw.limitBytes) - int64(snd.e.cw.sentBytes)
+		for _, f := range r.in {
+			bytes += int64(len(f.Front))
+		}
+		for _, h := range r.dq {
+			if h.link == r.link {
+				msgs++
+				bytes += int64(h.size)
+			}
+		}
+		if msgs > int64(r.e.cw.windowMsgs) || bytes > int64(r.e.cw.windowBytes) {
+			s.fail("%s was granted room for %d messages and %d bytes beyond what it holds, more than its window of %d and %d",
+				r.name, msgs, bytes, r.e.cw.windowMsgs, r.e.cw.windowBytes)
+		}
+		if snd.e.cw.sentMsgs > snd.e.cw.limitMsgs {
+			s.fail("%s sent %d frames beyond its limit %d", snd.name, snd.e.cw.sentMsgs, snd.e.cw.limitMsgs)
+		}
+	}
+}
+
 func (n *simNode) done(peer *simNode) bool {
-	return n.next == len(n.sizes) && n.sess.queued() == 0 && len(n.dq) == 0 && n.delivered == len(peer.sizes)
+	return n.next == len(n.sizes) && n.e.sess.queued() == 0 && len(n.dq) == 0 && n.delivered == len(peer.sizes)
 }
 
 func newSimNode(name string, cfg simConfig, rng *rand.Rand) *simNode {
 	n := &simNode{name: name, sendQueueMsgs: cfg.queueMsgs}
-	n.cw.windowMsgs, n.cw.windowBytes = cfg.windowMsgs, cfg.windowBytes
+	n.e.init(cfg.windowMsgs, cfg.windowBytes, simClock)
+	n.e.cw.reset(0, 0)
 	for range cfg.msgs {
 		size := rng.IntN(cfg.maxSize + 1)
 		if rng.Float64() < cfg.oversize {
@@ -810,6 +796,14 @@ func newSimNode(name string, cfg simConfig, rng *rand.Rand) *simNode {
 		n.sizes = append(n.sizes, size)
 	}
 	return n
+}
+
+func newSimulation(t *testing.T, cfg simConfig) *simulation {
+	rng := rand.New(rand.NewPCG(cfg.seed, 0x5eed))
+	s := &simulation{t: t, cfg: cfg, rng: rng}
+	s.a, s.b = newSimNode("a", cfg, rng), newSimNode("b", cfg, rng)
+	s.handshake(false)
+	return s
 }
 
 type simAction struct {
@@ -822,12 +816,8 @@ type simAction struct {
 // message was delivered, consumed and acked on both sides, and fails on a
 // credit violation or when nothing moves any more.
 func runSimulation(t *testing.T, cfg simConfig) *simulation {
-	rng := rand.New(rand.NewPCG(cfg.seed, 0x5eed))
-	s := &simulation{t: t, cfg: cfg, rng: rng}
-	s.a, s.b = newSimNode("a", cfg, rng), newSimNode("b", cfg, rng)
-	s.a.cw.reset(0, 0)
-	s.b.cw.reset(0, 0)
-	s.handshake()
+	s := newSimulation(t, cfg)
+	rng := s.rng
 	// Consumers run at their own random speeds.
 	speed := map[*simNode]float64{s.a: 0.05 + 3*rng.Float64(), s.b: 0.05 + 3*rng.Float64()}
 	if rng.IntN(4) == 0 {
@@ -836,7 +826,7 @@ func runSimulation(t *testing.T, cfg simConfig) *simulation {
 	progress := func() int {
 		p := 0
 		for _, n := range []*simNode{s.a, s.b} {
-			p += n.next + n.delivered + n.consumedN + int(n.sess.outSeq) - n.sess.queued()
+			p += n.next + n.delivered + n.consumedN + int(n.e.sess.outSeq) - n.e.sess.queued()
 		}
 		return p
 	}
@@ -848,12 +838,11 @@ func runSimulation(t *testing.T, cfg simConfig) *simulation {
 		}
 		acts = acts[:0]
 		for _, n := range []*simNode{s.a, s.b} {
-			p := s.peer(n)
 			if n.linkUp && len(n.in) > 0 {
 				acts = append(acts, simAction{3, "deliver to " + n.name, func() {
 					f := n.in[0]
 					n.in = n.in[1:]
-					s.logf("%s <- %v seq %d ack %d size %d grant %d/%d", n.name, f.p.Tag, f.p.Seq, f.p.Ack, f.size, f.p.GrantMsgs, f.p.GrantBytes)
+					s.logf("%s <- %s", n.name, fmtSimFrame(f))
 					s.handle(n, f)
 				}})
 			}
@@ -862,35 +851,25 @@ func runSimulation(t *testing.T, cfg simConfig) *simulation {
 					if !n.running {
 						n.wake, n.running = false, true
 					}
-					fr := n.collect()
+					fr := s.collect(n)
 					if len(fr) == 0 {
 						n.running = false
 						return
 					}
-					n.framesSent += len(fr)
-					s.logf("%s -> %d frames, first %v, %v", n.name, len(fr), fr[0].p.Tag, &n.cw)
-					p.in = append(p.in, fr...)
+					s.logf("%s -> %d frames, first %v, %v", n.name, len(fr), fr[0].Tag, &n.e.cw)
 				}})
 			}
 			if len(n.dq) > 0 {
 				acts = append(acts, simAction{speed[n], "consume " + n.name, func() {
 					n.consume()
-					s.logf("%s consumed, %v", n.name, &n.cw)
+					s.logf("%s consumed, %v", n.name, &n.e.cw)
 				}})
 			}
-			if n.ackArmed {
-				acts = append(acts, simAction{0.5, "ack timer " + n.name, func() {
-					n.ackArmed, n.ackNow = false, true
-					n.kick()
-				}})
+			if n.timer {
+				acts = append(acts, simAction{0.5, "ack timer " + n.name, n.fireTimer})
 			}
-			if n.next < len(n.sizes) && n.sess.queued() < n.sendQueueMsgs {
-				acts = append(acts, simAction{2, "send " + n.name, func() {
-					m := &Message{Front: simPayload[:n.sizes[n.next]]}
-					n.next++
-					n.sess.enqueue(m)
-					n.kick()
-				}})
+			if n.next < len(n.sizes) && n.e.sess.queued() < n.sendQueueMsgs {
+				acts = append(acts, simAction{2, "send " + n.name, n.sendNext})
 			}
 			if (cfg.ticks || cfg.keepalive) && n.linkUp {
 				// Conn.tick: a lagging ack goes out at least once a
@@ -900,9 +879,7 @@ func runSimulation(t *testing.T, cfg simConfig) *simulation {
 					w = 0.3
 				}
 				acts = append(acts, simAction{w, "tick " + n.name, func() {
-					n.ackNow = true
-					n.kaPending = n.kaPending || cfg.keepalive
-					n.kick()
+					n.tick(cfg.keepalive)
 					s.logf("%s tick", n.name)
 				}})
 			}
@@ -911,7 +888,8 @@ func runSimulation(t *testing.T, cfg simConfig) *simulation {
 			if s.a.linkUp {
 				acts = append(acts, simAction{0.002, "fault", s.fault})
 			} else {
-				acts = append(acts, simAction{1, "handshake", s.handshake})
+				// Half the reconnects race a message on the old link.
+				acts = append(acts, simAction{1, "handshake", func() { s.handshake(rng.IntN(2) == 0) }})
 			}
 		}
 		if len(acts) == 0 {
@@ -928,15 +906,7 @@ func runSimulation(t *testing.T, cfg simConfig) *simulation {
 		}
 		acts[i].do()
 
-		// Invariants after every step.
-		for _, n := range []*simNode{s.a, s.b} {
-			if n.cw.sentMsgs > n.cw.limitMsgs {
-				s.fail("%s sent %d frames beyond its limit %d", n.name, n.cw.sentMsgs, n.cw.limitMsgs)
-			}
-			if n.dupes > 0 {
-				s.fail("%s got %d duplicates", n.name, n.dupes)
-			}
-		}
+		s.checkCredits()
 		if p := progress(); p != last {
 			last, lastStep = p, s.step
 		} else if s.step-lastStep > 20000 {
@@ -952,27 +922,25 @@ func runSimulation(t *testing.T, cfg simConfig) *simulation {
 	for quiet := false; !quiet; {
 		quiet = true
 		for _, n := range []*simNode{s.a, s.b} {
-			p := s.peer(n)
 			for len(n.in) > 0 {
 				f := n.in[0]
 				n.in = n.in[1:]
 				s.handle(n, f)
 				quiet = false
 			}
-			if n.ackArmed {
-				n.ackArmed, n.ackNow = false, true
-				n.kick()
+			if n.timer {
+				n.fireTimer()
 				quiet = false
 			}
 			if n.wake || n.running {
 				n.wake, n.running = false, false
-				for fr := n.collect(); len(fr) > 0; fr = n.collect() {
+				for fr := s.collect(n); len(fr) > 0; fr = s.collect(n) {
 					frames += len(fr)
-					p.in = append(p.in, fr...)
 					quiet = false
 				}
 			}
 		}
+		s.checkCredits()
 		if frames > 20 {
 			s.fail("idle peers keep trading frames (%d so far)", frames)
 		}
@@ -999,17 +967,19 @@ func TestCreditSimulation(t *testing.T) {
 	}
 	for ci, cfg := range configs {
 		t.Run(fmt.Sprintf("config%d", ci), func(t *testing.T) {
-			handshakes, carried := 0, 0
+			handshakes, carried, dupes := 0, 0, uint64(0)
 			for seed := range seeds {
 				cfg.seed = uint64(ci*1000 + seed)
 				s := runSimulation(t, cfg)
 				handshakes += s.handshakes
 				carried += s.carried
+				dupes += s.a.e.st.DuplicatesDropped + s.b.e.st.DuplicatesDropped
 			}
-			if cfg.faults && carried == 0 {
-				t.Fatalf("%d reconnects, none with messages held by a dispatcher", handshakes-seeds)
+			if cfg.faults && (carried == 0 || dupes == 0) {
+				t.Fatalf("%d reconnects, %d with messages held by a dispatcher, %d duplicates dropped: want some of each",
+					handshakes-seeds, carried, dupes)
 			}
-			t.Logf("%d seeds, %d reconnects, %d with messages held", seeds, handshakes-seeds, carried)
+			t.Logf("%d seeds, %d reconnects, %d with messages held, %d duplicates dropped", seeds, handshakes-seeds, carried, dupes)
 		})
 	}
 }
@@ -1150,12 +1120,8 @@ func runCreditScript(t *testing.T, file string) {
 		case "init":
 			args := kv(1)
 			cfg := simConfig{windowMsgs: args["msgs"], windowBytes: args["bytes"], queueMsgs: 1 << 20}
-			s = &simulation{t: t, cfg: cfg}
+			s = newSimulation(t, cfg)
 			s.failf = func(msg string) { printf("error: %s", msg) }
-			s.a, s.b = newSimNode("a", cfg, nil), newSimNode("b", cfg, nil)
-			s.a.cw.reset(0, 0)
-			s.b.cw.reset(0, 0)
-			s.handshake()
 			printf("%s", s.trace[len(s.trace)-1][7:])
 		case "send":
 			n := node(1)
@@ -1165,11 +1131,9 @@ func runCreditScript(t *testing.T, file string) {
 					t.Fatalf("%s:%d: %v", file, c.line, err)
 				}
 				n.sizes = append(n.sizes, size)
-				n.next++
-				n.sess.enqueue(&Message{Front: simPayload[:size]})
-				n.kick()
+				n.sendNext()
 			}
-			printf("%s queued %d", n.name, n.sess.queued())
+			printf("%s queued %d", n.name, n.e.sess.queued())
 		case "write":
 			n := node(1)
 			if !n.wake && !n.running {
@@ -1178,7 +1142,7 @@ func runCreditScript(t *testing.T, file string) {
 			}
 			n.wake, n.running = false, true
 			for {
-				fr := n.collect()
+				fr := s.collect(n)
 				if len(fr) == 0 {
 					n.running = false
 					break
@@ -1186,10 +1150,9 @@ func runCreditScript(t *testing.T, file string) {
 				for _, f := range fr {
 					printf("%s -> %s", n.name, fmtSimFrame(f))
 				}
-				s.peer(n).in = append(s.peer(n).in, fr...)
 			}
 			if len(out) == 0 {
-				printf("%s -> nothing%s", n.name, ifStr(n.ackArmed, " (ack timer armed)"))
+				printf("%s -> nothing%s", n.name, ifStr(n.timer, " (ack timer armed)"))
 			}
 		case "deliver":
 			n := node(1)
@@ -1205,47 +1168,44 @@ func runCreditScript(t *testing.T, file string) {
 		case "consume":
 			n := node(1)
 			for range count(2, len(n.dq)) {
-				size := n.dq[0]
-				n.consume()
-				printf("%s released %d bytes; grant %s", n.name, size, grantState(&n.cw))
+				size := n.consume()
+				printf("%s released %d bytes; grant %s", n.name, size, grantState(&n.e.cw))
 			}
 			if len(out) == 0 {
 				printf("%s holds nothing", n.name)
 			}
 		case "timer":
 			n := node(1)
-			if !n.ackArmed {
+			if !n.timer {
 				printf("%s: ack timer not armed", n.name)
 				break
 			}
-			n.ackArmed, n.ackNow = false, true
-			n.kick()
+			n.fireTimer()
 			printf("%s: ack timer fired", n.name)
 		case "tick":
 			n := node(1)
-			n.ackNow = true
-			n.kaPending = n.kaPending || (len(fields) > 2 && fields[2] == "keepalive")
-			n.kick()
+			n.tick(len(fields) > 2 && fields[2] == "keepalive")
 			printf("%s: tick", n.name)
 		case "inject":
 			n := node(1)
 			args := kv(3)
 			tag := map[string]wire.Tag{"MESSAGE": wire.TagMessage, "ACK": wire.TagAck, "KEEPALIVE": wire.TagKeepalive}[fields[2]]
-			f := simFrame{p: wire.Preamble{Tag: tag, Seq: args["seq"], Ack: args["ack"]}, size: args["size"]}
+			f := wire.Frame{Preamble: wire.Preamble{Tag: tag, Seq: args["seq"], Ack: args["ack"]}, Front: simPayload[:args["size"]]}
 			printf("%s <- %s (injected)", n.name, fmtSimFrame(f))
 			s.handle(n, f)
 		case "fault":
 			s.fault()
 			printf("link down; in flight dropped")
 		case "handshake":
-			s.handshake()
+			s.handshake(false)
 			printf("%s", s.trace[len(s.trace)-1][7:])
 		case "state":
 			for _, n := range []*simNode{s.a, s.b} {
-				printf("%s: %v", n.name, &n.cw)
-				printf("   queued %d (sent on this link %d), in flight to it %d, held %d, inSeq %d%s%s%s", n.sess.queued(), n.sess.sent,
-					len(n.in), len(n.dq), n.sess.inSeq, ifStr(n.sess.ackOwed(), ", ack owed"),
-					ifStr(n.cw.grantUrgent(), ", grant urgent"), ifStr(n.cw.grantIdle(), ", grant idle"))
+				e := &n.e
+				printf("%s: %v", n.name, &e.cw)
+				printf("   queued %d (sent on this link %d), in flight to it %d, held %d, inSeq %d%s%s%s", e.sess.queued(), e.sess.sent,
+					len(n.in), len(n.dq), e.sess.inSeq, ifStr(e.sess.ackOwed(), ", ack owed"),
+					ifStr(e.cw.grantUrgent(), ", grant urgent"), ifStr(e.cw.grantIdle(), ", grant idle"))
 			}
 		default:
 			t.Fatalf("%s:%d: unknown command %q", file, c.line, fields[0])
@@ -1278,15 +1238,15 @@ func runCreditScript(t *testing.T, file string) {
 	}
 }
 
-func fmtSimFrame(f simFrame) string {
-	s := fmt.Sprintf("%v", f.p.Tag)
-	if f.p.Tag == wire.TagMessage || f.p.Tag == wire.TagKeepalive || f.p.Tag == wire.TagKeepaliveAck {
-		s += fmt.Sprintf(" seq=%d", f.p.Seq)
+func fmtSimFrame(f wire.Frame) string {
+	s := fmt.Sprintf("%v", f.Tag)
+	if f.Tag == wire.TagMessage || f.Tag == wire.TagKeepalive || f.Tag == wire.TagKeepaliveAck {
+		s += fmt.Sprintf(" seq=%d", f.Seq)
 	}
-	if f.p.Tag == wire.TagMessage {
-		s += fmt.Sprintf(" size=%d", f.size)
+	if f.Tag == wire.TagMessage {
+		s += fmt.Sprintf(" size=%d", len(f.Front)+len(f.Data))
 	}
-	return s + fmt.Sprintf(" ack=%d grant=%d/%d", f.p.Ack, f.p.GrantMsgs, f.p.GrantBytes)
+	return s + fmt.Sprintf(" ack=%d grant=%d/%d", f.Ack, f.GrantMsgs, f.GrantBytes)
 }
 
 func grantState(w *creditWindow) string {

@@ -200,12 +200,11 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 			c.mu.Unlock()
 			return nil, ErrClosed
 		}
-		c.peerCookie, c.peerNonce, c.peerMaxMsg = ready.Cookie, hello.InstanceNonce, ready.MaxMessage
+		c.peerCookie, c.peerNonce = ready.Cookie, hello.InstanceNonce
 		if old := c.link; old != nil {
 			c.detachLocked(old)
 		}
-		c.cw.reset(req.GrantMsgs, req.GrantBytes)
-		c.cw.peerWindow(ready.WindowBytes, ready.GrantMsgs, ready.GrantBytes)
+		c.startLink(req.GrantMsgs, req.GrantBytes, ready.WindowBytes, ready.GrantMsgs, ready.GrantBytes, ready.MaxMessage)
 		released, err := c.attachLocked(lr, ready.InSeq)
 		retired := c.takeRetiredLocked()
 		c.mu.Unlock()
@@ -335,15 +334,13 @@ func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64,
 	if old := c.link; old != nil {
 		c.detachLocked(old)
 	}
-	c.cw.reset(0, 0)
-	c.cw.peerWindow(req.WindowBytes, req.GrantMsgs, req.GrantBytes)
+	c.startLink(0, 0, req.WindowBytes, req.GrantMsgs, req.GrantBytes, req.MaxMessage)
 	ready := &msgrpb.SessionReady{
 		Cookie: c.cookie, PeerCookie: req.Cookie, InSeq: c.sess.inSeq,
 		WindowMsgs: c.cw.windowMsgs, WindowBytes: c.cw.windowBytes,
 		GrantMsgs: c.cw.advertisedMsgs.Load(), GrantBytes: c.cw.advertisedBytes.Load(),
 		ResetOld: remoteReset, MaxMessage: uint64(m.opts.MaxMessageSize),
 	}
-	c.peerMaxMsg = req.MaxMessage
 	// Nothing may write on the link before READY is out: the writer
 	// starts below, and wmu keeps inline senders off until then.
 	lr.wmu.Lock()

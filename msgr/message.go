@@ -4,6 +4,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/ospreystore/osprey/msgr/internal/invariants"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"google.golang.org/protobuf/proto"
 )
@@ -35,6 +36,7 @@ type Message struct {
 	conn   *Conn
 	buf    *wire.Buffer
 	pooled bool
+	inPool bool        // invariants build: in the pool, so not to be released
 	credit bool        // holds a receive credit to return
 	charge wire.Charge // holds bytes of the messenger's receive budget
 	size   int64
@@ -57,8 +59,16 @@ var messagePool = sync.Pool{New: func() any { return &Message{pooled: true} }}
 // the pool when the messenger releases it (after Send), so it must not be
 // used after a successful Send.
 func NewMessage(typ uint16, front, data []byte) *Message {
-	m := messagePool.Get().(*Message)
+	m := getMessage()
 	m.Type, m.Front, m.Data = typ, front, data
+	return m
+}
+
+func getMessage() *Message {
+	m := messagePool.Get().(*Message)
+	if invariants.Enabled {
+		m.inPool = false
+	}
 	return m
 }
 
@@ -165,6 +175,9 @@ func (m *Message) Release() {
 
 // recycle returns a pooled message to the pool or calls OnRelease.
 func (m *Message) recycle() {
+	if invariants.Enabled && m.inPool {
+		panic("msgr: invariant: a message released twice (Message.Release after Release, or after the messenger was done with it)")
+	}
 	if m.buf != nil {
 		// An outgoing message's payload buffer (SetPayload).
 		m.buf.Release()
@@ -179,7 +192,7 @@ func (m *Message) recycle() {
 		return
 	}
 	if m.pooled {
-		*m = Message{pooled: true}
+		*m = Message{pooled: true, inPool: invariants.Enabled}
 		messagePool.Put(m)
 	}
 }

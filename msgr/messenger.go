@@ -437,21 +437,15 @@ func (c *Conn) tick(now time.Time, sendKA, budgetWait bool) {
 		return
 	}
 	c.standbySince = time.Time{}
-	// A peer we left with at most its reserved credit may only send
-	// grants and keepalive answers: its silence is our back-pressure, not
-	// a dead link.
-	starved := c.cw.advertisedMsgs.Load()-c.cw.recvMsgs.Load() <= 1 || budgetWait
-	if idle := now.UnixNano() - lr.lastRecv.Load(); idle > int64(c.m.opts.IdleTimeout) && !starved {
+	idle := time.Duration(now.UnixNano() - lr.lastRecv.Load())
+	fx, dead := c.onTick(idle, c.m.opts.IdleTimeout, sendKA, budgetWait)
+	if dead {
 		c.mu.Unlock()
 		c.fault(lr, ErrIdleTimeout)
 		return
 	}
-	if sendKA {
-		c.kaPending = true
-	}
-	c.ackNow = true // a lagging ack goes out at least once a tick
+	c.applyLocked(lr, fx)
 	c.mu.Unlock()
-	lr.kick()
 }
 
 // reapLocked closes a session that has waited in standby (no link, and

@@ -722,6 +722,7 @@ type link struct {
 
 	postMu  sync.Mutex
 	postedN int64 // receives posted and not completed
+	ledger  recvLedger
 
 	// rendezvous: source buffers we sent, freed in order as the peer's
 	// count of completed reads (the link word) advances
@@ -930,6 +931,7 @@ func (l *link) pokeDrain() {
 // postRecv queues a receive into buffer slot; a failure to post fails the
 // link (post.go).
 func (l *link) postRecv(slot uint32, lazy bool) {
+	l.ledgerPost()
 	if l.dead.Load() {
 		return
 	}
@@ -1310,8 +1312,11 @@ func (l *link) frameFrom(ev rxEvent, f *wire.Frame) (*pendingRead, error) {
 	}
 	l.peerReadsDone(f.LinkWord)
 	if f.Tag.LinkOnly() {
-		return nil, l.control(f, buf, b)
+		err := l.control(f, buf, b)
+		l.ledgerRead(f.Tag)
+		return nil, err
 	}
+	l.ledgerRead(f.Tag)
 	if f.Flags&wire.FlagRendezvous != 0 {
 		return l.rendezvous(f, buf, b)
 	}
@@ -1747,6 +1752,7 @@ func (l *link) writeFrame(f *wire.Frame) error {
 	}
 	sb := l.send.mem[int(slot)*l.bufSize : (int(slot)+1)*l.bufSize]
 	p := f.Preamble
+	l.checkGrant(&p)
 	p.LinkWord = l.rdvReadCnt.Load()
 	p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
 	noCRC := l.noCRC && l.features&wire.FeatureNoDataCRC != 0 && len(f.Data) > 0

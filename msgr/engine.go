@@ -1,0 +1,365 @@
+package msgr
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr/internal/invariants"
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// engine is the protocol core of one session: sequence numbers and acks
+// (session), credits and grants (creditWindow), and the decisions around
+// them (which frame goes next, when an ack or a grant may wait, when the
+// writer must wake, when a silent link is dead). It is a state machine in
+// the style of etcd-io/raft's RawNode: no goroutines, no I/O, no locks,
+// no clock of its own. The Conn holds its lock around every call, feeds it
+// events and carries out what it answers:
+//
+//	inputs                          outputs
+//	enqueue (Send)                  collect: the frames to write next
+//	onFrame (a frame read)          rxDeliver: a message to dispatch
+//	onRelease (Message.Release)     effects: wake the writer, arm the ack
+//	onAckTimer, onTick                timer, wake blocked senders
+//	startLink, attach, resetSession  errors: the peer broke the protocol
+//	closeLink                       idle: the link is dead (onTick)
+//
+// The one exception to the lock is onRelease, which runs on dispatcher
+// goroutines with no lock (Message.Release is on the hot path): it only
+// touches creditWindow's atomics, and the Conn takes the lock for what it
+// answers. Tests drive this same code (credit_test.go).
+type engine struct {
+	sess session
+	cw   creditWindow
+	st   ConnStats // the engine's counters; the Conn keeps its own in it too
+
+	// clock is the shell's monotonic clock in ns, for keepalive stamps
+	// and round trips; a test passes a fake one.
+	clock func() uint64
+
+	kaPending  bool // a keepalive is due (onTick)
+	kaAck      bool // a keepalive to answer
+	kaAckValue uint64
+	ackNow     bool   // an ack-only frame may go without waiting
+	ackArmed   bool   // the ack timer runs
+	closeFrame bool   // CLOSE goes next, and is the link's last frame
+	closing    bool   // CLOSE was collected; the link ends
+	oversize   uint64 // a queued message above peerMaxMsg: the session must end
+	peerMaxMsg uint64 // the peer's MaxMessageSize, from the handshake
+
+	// delivered is the last sequence number handed to the dispatcher,
+	// kept apart from sess.inSeq so that the invariants build checks
+	// delivery against sequencing rather than against itself.
+	delivered uint64
+}
+
+// effects are what the engine asks of its shell after a step, beside
+// frames and deliveries.
+type effects uint8
+
+const (
+	fxWake   effects = 1 << iota // wake the link's writer: collect has work
+	fxArmAck                     // start the ack timer (ackDelay), then onAckTimer
+	fxSpace                      // acks freed send-queue space: wake blocked senders
+)
+
+// verdict is what onFrame decided about a received frame.
+type verdict uint8
+
+const (
+	rxNone    verdict = iota // consumed by the engine
+	rxDeliver                // a message for the dispatcher, made from the frame
+	rxClose                  // the peer closed the session
+)
+
+func (e *engine) init(windowMsgs, windowBytes uint64, clock func() uint64) {
+	e.cw.windowMsgs, e.cw.windowBytes = windowMsgs, windowBytes
+	e.clock = clock
+}
+
+// enqueue queues m for sending; idle reports that nothing was queued or
+// unacked before it (a request/response exchange rather than a stream).
+func (e *engine) enqueue(m *Message) (idle bool) {
+	idle = e.sess.queued() == 0
+	e.sess.enqueue(m)
+	return idle
+}
+
+// startLink sets up the credits of a new link from the handshake: floor
+// is the grant this side already promised (a dialer's request), the rest
+// is what the peer told us. A failed attach leaves no harm: the next
+// handshake starts over.
+func (e *engine) startLink(floorMsgs, floorBytes, peerWindowBytes, peerGrantMsgs, peerGrantBytes, peerMaxMsg uint64) {
+	e.cw.reset(floorMsgs, floorBytes)
+	e.cw.peerWindow(peerWindowBytes, peerGrantMsgs, peerGrantBytes)
+	e.peerMaxMsg = peerMaxMsg
+}
+
+// attach makes the link set up by startLink the session's: what the peer
+// has (peerInSeq) is released into released, the rest is sent again
+// (replay of them), and the peer hears our ack at once.
+func (e *engine) attach(peerInSeq uint64, released []*Message) (_ []*Message, replay int, err error) {
+	released, replay, err = e.sess.rewind(peerInSeq, released)
+	if err != nil {
+		return released, 0, err
+	}
+	e.st.Replayed += uint64(replay)
+	e.ackNow = true
+	return released, replay, nil
+}
+
+// resetSession forgets the session (the peer lost it, or this side
+// closes): every queued message is appended to released.
+func (e *engine) resetSession(released []*Message) []*Message {
+	e.delivered = 0
+	return e.sess.reset(released)
+}
+
+// closeLink makes CLOSE the next frame collected.
+func (e *engine) closeLink() effects {
+	e.closeFrame = true
+	return fxWake
+}
+
+func (e *engine) armAck() effects {
+	if e.ackArmed {
+		return 0
+	}
+	e.ackArmed = true
+	return fxArmAck
+}
+
+// collect appends the next batch of frames to fr[:0]: at most maxFrames
+// frames and about maxBytes of payload. The frames point into queued
+// messages, which stay queued until acked. Nothing collected and
+// fxArmAck answered means an ack or grant waits for the timer.
+func (e *engine) collect(fr []wire.Frame, maxFrames, maxBytes int) ([]wire.Frame, effects) {
+	fr = fr[:0]
+	cw := &e.cw
+	var fx effects
+	if e.closeFrame {
+		// The last frame: it may spend the reserved credit; without any
+		// credit the link just ends.
+		e.closeFrame = false
+		e.closing = true
+		if cw.canSendControl() {
+			fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagClose}})
+			cw.onSend(0)
+			e.stamp(fr)
+		}
+		return fr, 0
+	}
+	// A keepalive answer may spend the reserved credit (it returns the
+	// credit its keepalive took); a keepalive may not, or two stalled
+	// sides whose keepalives cross would both end with no credit at all.
+	// A sender silenced by our own back-pressure is not idle: see onTick.
+	if e.kaAck && cw.canSendControl() {
+		e.kaAck = false
+		fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagKeepaliveAck, Seq: e.kaAckValue}})
+		cw.onSend(0)
+	}
+	if e.kaPending && cw.canSendData(0) {
+		e.kaPending = false
+		fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagKeepalive, Seq: e.clock()}})
+		cw.onSend(0)
+	}
+	bytes := 0
+	for len(fr) < maxFrames && bytes < maxBytes {
+		m := e.sess.nextUnsent()
+		if m == nil {
+			break
+		}
+		size := uint64(m.Len())
+		if e.peerMaxMsg > 0 && size > e.peerMaxMsg {
+			// Queued before the peer told us its limit: it can never go.
+			e.oversize = size
+			break
+		}
+		if !cw.canSendData(size) {
+			if !cw.stalled {
+				cw.stalled = true
+				e.st.CreditStalls++
+			}
+			break
+		}
+		crc, known := m.DataCRC()
+		fr = append(fr, wire.Frame{
+			Preamble: wire.Preamble{Tag: wire.TagMessage, Type: m.Type, Seq: m.out.seq},
+			Front:    m.Front, Data: m.Data, Buf: m.buf,
+			DataCRC: crc, HasDataCRC: known,
+		})
+		cw.onSend(size)
+		e.sess.markSent()
+		e.st.MsgsSent++
+		e.st.BytesSent += size
+		bytes += int(size)
+	}
+	if len(fr) == 0 {
+		// Nothing to piggyback on: an explicit ack/grant frame. An urgent
+		// grant goes now and may spend the last credit; an idle-time
+		// grant (a full one, so it may too) and a mere ack (which may
+		// not) wait up to ackDelay so they batch.
+		idle := cw.grantIdle()
+		switch {
+		case cw.grantUrgent() && cw.canSendControl(), idle && e.ackNow && cw.canSendControl():
+			e.st.GrantsSent++
+			fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagAck}})
+			cw.onSend(0)
+		case e.sess.ackOwed() && e.ackNow && cw.canSendData(0):
+			fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagAck}})
+			cw.onSend(0)
+		case e.sess.ackOwed() || idle:
+			fx |= e.armAck()
+		}
+	}
+	e.stamp(fr)
+	return fr, fx
+}
+
+// more reports whether frames are left for another collect.
+func (e *engine) more() bool { return e.sess.nextUnsent() != nil || e.closeFrame }
+
+// stamp puts the current ack and grant on every frame of a batch.
+func (e *engine) stamp(fr []wire.Frame) {
+	for i := range fr {
+		e.sess.stampAck(&fr[i].Preamble)
+		e.cw.stamp(&fr[i].Preamble)
+	}
+	if len(fr) > 0 {
+		e.ackNow = false
+		if invariants.Enabled {
+			e.cw.checkGrant()
+		}
+	}
+}
+
+// onFrame applies a received frame (after wire decoding) to the session.
+// buffered says more frames are already read and waiting, so acks can
+// wait for the end of the burst. The messages the frame acked are
+// appended to released, for the shell to hand back to their owners. A
+// duplicate's buffer is released here, before its credit returns (see
+// Message.Release). On rxDeliver the shell makes a message of f; on an
+// error, the link must end.
+func (e *engine) onFrame(f *wire.Frame, buffered bool, released []*Message) (_ []*Message, v verdict, fx effects, err error) {
+	size := uint64(len(f.Front) + len(f.Data))
+	released, err = e.sess.onAck(f.Ack, released)
+	if err == nil {
+		err = e.cw.onReceive(size)
+	}
+	if err != nil {
+		return released, rxNone, 0, err
+	}
+	if len(released) > 0 {
+		fx |= fxSpace
+	}
+	if e.cw.onGrant(f.GrantMsgs, f.GrantBytes) {
+		e.st.GrantsReceived++
+		if e.sess.nextUnsent() != nil {
+			fx |= fxWake
+		}
+	}
+	switch f.Tag {
+	case wire.TagMessage:
+		deliver, err := e.sess.onMessage(f.Seq)
+		if err != nil {
+			return released, rxNone, fx, err
+		}
+		e.st.MsgsReceived++
+		e.st.BytesReceived += size
+		if deliver {
+			if invariants.Enabled && f.Seq != e.delivered+1 {
+				panic(fmt.Sprintf("msgr: invariant: delivering seq %d after %d", f.Seq, e.delivered))
+			}
+			e.delivered = f.Seq
+			v = rxDeliver
+		} else {
+			e.st.DuplicatesDropped++
+			f.Release() // before the credit: see Message.Release
+			e.cw.consume(int64(size))
+		}
+		// Ack once the reader has drained what is buffered, so a burst
+		// costs one ack frame: now if a quarter window is unacked, else
+		// through the ack timer, so a reply (which carries the ack) can
+		// go first without the writer waking for nothing.
+		if !buffered {
+			if e.sess.inSeq-e.sess.ackedSent >= e.cw.windowMsgs/4 {
+				e.ackNow = true
+				fx |= fxWake
+			} else {
+				fx |= e.armAck()
+			}
+		}
+	case wire.TagAck:
+		e.cw.consume(0)
+	case wire.TagKeepalive:
+		e.cw.consume(0)
+		e.kaAck, e.kaAckValue = true, f.Seq
+		fx |= fxWake
+	case wire.TagKeepaliveAck:
+		e.cw.consume(0)
+		if rtt := int64(e.clock() - f.Seq); rtt >= 0 {
+			e.st.RTT = time.Duration(rtt)
+		}
+	case wire.TagClose:
+		return released, rxClose, fx, nil
+	default:
+		return released, rxNone, fx, wire.Protocolf("%v frame after the handshake", f.Tag)
+	}
+	if e.cw.grantUrgent() {
+		fx |= fxWake
+	}
+	return released, v, fx, nil
+}
+
+// onRelease returns the credit of a dispatched message of size bytes.
+// It runs without the Conn's lock (creditWindow's receive side is
+// atomic): wake asks for the writer (an urgent grant), armAck for the
+// ack timer (a grant to batch), which the shell arms through armAck
+// under its lock.
+func (e *engine) onRelease(size int64) (wake, armAck bool) {
+	e.cw.consumeData(size)
+	switch {
+	case e.cw.grantUrgent():
+		return true, false
+	case e.cw.grantIdle():
+		return false, true
+	}
+	return false, false
+}
+
+// onAckTimer: the ack timer fired. The timer is not stopped when a reply
+// carries the ack (a Stop per message costs more): then there is nothing
+// to send, and the writer is left asleep rather than woken 1000 times a
+// second per Conn.
+func (e *engine) onAckTimer() effects {
+	e.ackArmed = false
+	e.ackNow = true
+	if e.sess.ackOwed() || e.cw.grantIdle() || e.cw.grantUrgent() {
+		return fxWake
+	}
+	return 0
+}
+
+// onTick is the periodic tick of a link: idle is how long nothing has
+// arrived on it, keepalive that a keepalive is due, budgetWait that the
+// link's reader waits for the receive budget. dead reports that the link
+// has been silent too long and must end.
+func (e *engine) onTick(idle, idleTimeout time.Duration, keepalive, budgetWait bool) (fx effects, dead bool) {
+	// A peer we left with at most its reserved credit may only send
+	// grants and keepalive answers, and a reader waiting for the budget
+	// does not read: the silence is our back-pressure, not a dead link.
+	starved := e.cw.advertisedMsgs.Load()-e.cw.recvMsgs.Load() <= 1 || budgetWait
+	if idle > idleTimeout && !starved {
+		return 0, true
+	}
+	if keepalive {
+		e.kaPending = true
+	}
+	e.ackNow = true // a lagging ack goes out at least once a tick
+	return fxWake, false
+}
+
+func (e *engine) String() string {
+	return fmt.Sprintf("queued %d (%d sent on this link, seq up to %d) inSeq %d ackedSent %d window: %s",
+		e.sess.queued(), e.sess.sent, e.sess.outSeq, e.sess.inSeq, e.sess.ackedSent, e.cw.String())
+}
