@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -304,13 +305,32 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
+// newMessenger is msgr.New on transports of its own, the build's defaults
+// (transports.Default), as a messenger in a process of its own has: the two
+// ends of a row on rdma never share a libfabric domain. Close the
+// transports after the messenger has shut down.
+func newMessenger(opts msgr.Options) (*msgr.Messenger, transports.Set, error) {
+	ts, err := transports.Default()
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.Transports = ts
+	m, err := msgr.New(opts)
+	if err != nil {
+		ts.Close()
+		return nil, nil, err
+	}
+	return m, ts, nil
+}
+
 // probeTransport checks that the messenger can listen on the transport.
 func probeTransport(ctx context.Context, o *MsgrOptions, tr string) error {
-	m, err := msgr.New(msgr.Options{Name: "osd.0", Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) { m.Release() }),
+	m, ts, err := newMessenger(msgr.Options{Name: "osd.0", Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) { m.Release() }),
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
+	defer ts.Close()
 	defer m.Shutdown(context.Background())
 	if _, err := m.Listen(ctx, tr+"://127.0.0.1:0"); err != nil {
 		return fmt.Errorf("bench: transport %q: %w", tr, err)
@@ -776,6 +796,7 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 
 	var srv *msgr.Messenger
 	var clients []*msgr.Messenger
+	var sets []transports.Set // the messengers', closed after their shutdown
 	defer func() {
 		r.closing.Store(true)
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -792,6 +813,9 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 		var errs []error
 		for range len(clients) + 1 {
 			errs = append(errs, <-errc)
+		}
+		for _, s := range sets {
+			s.Close()
 		}
 		r.wg.Wait()
 		if serr := errors.Join(errs...); err == nil && serr != nil {
@@ -822,11 +846,13 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 
 	addr := o.Remote
 	if addr == "" {
-		srv, err = msgr.New(msgr.Options{Name: "osd.0", Dispatcher: serverDispatcher{r}, Logger: log, DisableDataCRC: o.DisableDataCRC,
+		var ts transports.Set
+		srv, ts, err = newMessenger(msgr.Options{Name: "osd.0", Dispatcher: serverDispatcher{r}, Logger: log, DisableDataCRC: o.DisableDataCRC,
 			Faults: o.Faults})
 		if err != nil {
 			return row, err
 		}
+		sets = append(sets, ts)
 		if addr, err = srv.Listen(r.ctx, transport+"://127.0.0.1:0"); err != nil {
 			return row, err
 		}
@@ -838,12 +864,12 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 		// request.
 		c.win = newWindow(depth, depth/4)
 		c.pool = newMsgPool(typ, size, depth)
-		cli, err := msgr.New(msgr.Options{Name: clientName(r.remote, i), Dispatcher: clientDispatcher{c}, Logger: log,
+		cli, ts, err := newMessenger(msgr.Options{Name: clientName(r.remote, i), Dispatcher: clientDispatcher{c}, Logger: log,
 			DisableDataCRC: o.DisableDataCRC, Faults: o.Faults})
 		if err != nil {
 			return row, err
 		}
-		clients = append(clients, cli)
+		clients, sets = append(clients, cli), append(sets, ts)
 		if c.conn, err = cli.Connect(r.ctx, addr, "osd.0"); err != nil {
 			return row, err
 		}
@@ -1007,11 +1033,12 @@ func ServeMsgr(ctx context.Context, o ServeOptions) error {
 	}
 	mo := MsgrOptions{Logger: o.Logger}
 	d := &serveDispatcher{log: o.Logger}
-	srv, err := msgr.New(msgr.Options{Name: "osd.0", Dispatcher: d, Logger: mo.messengerLogger(), DisableDataCRC: o.DisableDataCRC,
+	srv, ts, err := newMessenger(msgr.Options{Name: "osd.0", Dispatcher: d, Logger: mo.messengerLogger(), DisableDataCRC: o.DisableDataCRC,
 		Faults: o.Faults})
 	if err != nil {
 		return err
 	}
+	defer ts.Close()
 	addr, err := srv.Listen(ctx, o.Addr)
 	if err != nil {
 		srv.Shutdown(context.Background())

@@ -19,14 +19,13 @@ import (
 const FabricTransport = rawfabric.Transport
 
 // fabricProvider returns the libfabric provider an rdma+PROVIDER transport
-// uses (FI_PROVIDER overrides it, as it does for the messenger), and
-// false for other transports.
+// uses, PROVIDER, and false for other transports.
 func fabricProvider(transport string) (string, bool) {
 	p, ok := strings.CutPrefix(transport, "rdma+")
 	if !ok || p == "" {
 		return "", false
 	}
-	return rawfabric.EffectiveProvider(p), true
+	return p, true
 }
 
 // fabricProviders lists the distinct providers of the rdma+ transports.

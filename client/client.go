@@ -24,6 +24,7 @@ import (
 
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/placement"
@@ -91,7 +92,8 @@ type Options struct {
 	// costs about 1.2 CPU-s per GB on the critical path of every put: an
 	// S3 gateway, which owes its clients MD5 ETags, turns it on.
 	MD5 bool
-	// Transports adds messenger transports (tests).
+	// Transports are the messengers' (tests); nil: the build's defaults
+	// (transports.Default), which Close closes.
 	Transports []wire.Transport
 	// Deprecated: DisableDataCRC has no effect. The client's messenger
 	// never computes a data CRC for what it sends: every body it sends
@@ -121,6 +123,11 @@ type Client struct {
 	held holds // bytes of get replies Objects hold
 
 	mon *monclient.Client // nil without Options.Mon
+
+	// transports are m's and the mon client's; releaseTransports closes
+	// them if New made them.
+	transports        []wire.Transport
+	releaseTransports func()
 }
 
 type call struct {
@@ -146,12 +153,18 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 	var nb [8]byte
 	rand.Read(nb[:])
 	c := &Client{opts: opts, log: opts.Logger, nonce: binary.LittleEndian.Uint64(nb[:]) | 1, pending: map[uint64]*call{}}
+	ts, release, err := transports.OrDefault(opts.Transports)
+	if err != nil {
+		return nil, err
+	}
+	c.transports, c.releaseTransports = ts, release
 	m, err := msgr.New(msgr.Options{
 		Name: msgr.EntityName(fmt.Sprintf("client.%d", c.nonce%1_000_000_000)), Dispatcher: dispatcher{c},
 		DefaultPolicy: msgr.LossyClient, MaxMessageSize: ops.MaxMessageSize, Logger: opts.Logger,
-		Transports: opts.Transports, DisableDataCRC: true, RecvWindowBytes: recvWindow,
+		Transports: ts, DisableDataCRC: true, RecvWindowBytes: recvWindow,
 	})
 	if err != nil {
+		release()
 		return nil, err
 	}
 	c.m = m
@@ -162,6 +175,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 	}
 	if err != nil {
 		m.Kill()
+		release()
 		return nil, err
 	}
 	if opts.Pool != "" {
@@ -176,7 +190,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 // subscribe gets the map from the mons and keeps their newer maps coming.
 func (c *Client) subscribe(ctx context.Context) error {
 	mc, err := monclient.New(ctx, monclient.Options{Addrs: c.opts.Mon, Name: msgr.EntityName(fmt.Sprintf("client.%d.mon", c.nonce%1_000_000_000)),
-		Transports: c.opts.Transports, Logger: c.log, OnMap: func(mp *placement.Map) { c.adoptMap(mp) }})
+		Transports: c.transports, Logger: c.log, OnMap: func(mp *placement.Map) { c.adoptMap(mp) }})
 	if err != nil {
 		return err
 	}
@@ -208,7 +222,9 @@ func (c *Client) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return c.m.Shutdown(ctx)
+	err := c.m.Shutdown(ctx)
+	c.releaseTransports()
+	return err
 }
 
 // Map is the client's current cluster map.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/tcp"
+	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -26,6 +28,7 @@ func newRawClient(t *testing.T, addr string) *rawClient {
 	r := &rawClient{replies: make(chan *msgr.Message, 64)}
 	ms, err := msgr.New(msgr.Options{
 		Name: "client.raw", DefaultPolicy: msgr.LossyClient, Logger: testLogger(),
+		Transports: []wire.Transport{tcp.Transport{}},
 		Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) { r.replies <- m }),
 	})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -47,7 +48,8 @@ type Config struct {
 	// Pool is the pool of the first map, when this mon creates the
 	// cluster. Default {Id: 1, Name: "default", Size: 3, PgCount: 128}.
 	Pool *osdpb.Pool
-	// Transports are passed to the messenger (tests).
+	// Transports are the messenger's (tests); nil: the build's defaults
+	// (transports.Default), which Close closes.
 	Transports []wire.Transport
 	// Logger defaults to slog.Default(), with mon=NAME.
 	Logger *slog.Logger
@@ -151,6 +153,9 @@ type Mon struct {
 	// revoking it, as a crash would (tests).
 	abandon  atomic.Bool
 	closeErr error
+
+	// releaseTransports closes ms's transports if Start made them.
+	releaseTransports func()
 }
 
 // settleTimeout bounds how long Start waits to learn who leads.
@@ -197,13 +202,17 @@ func Start(ctx context.Context, cfg Config) (*Mon, error) {
 	m.auth = &authStore{cli: cli, k: m.k, fsid: m.fsid}
 	m.adopt(first)
 
+	var ts []wire.Transport
+	if ts, m.releaseTransports, err = transports.OrDefault(cfg.Transports); err != nil {
+		return nil, err
+	}
 	m.ms, err = msgr.New(msgr.Options{
 		Name: msgr.EntityName("mon." + cfg.Name), Dispatcher: dispatcher{m},
 		// Everyone talks to the mon as a lossy client and retries.
 		DefaultPolicy: msgr.StatelessServer,
 		Logger:        m.log.With("net", "msgr"),
 		Keepalive:     time.Second,
-		Transports:    cfg.Transports,
+		Transports:    ts,
 	})
 	if err != nil {
 		return nil, err
@@ -236,6 +245,9 @@ func (m *Mon) abort() {
 	m.hmu.Unlock()
 	if m.ms != nil {
 		m.ms.Kill()
+	}
+	if m.releaseTransports != nil {
+		m.releaseTransports()
 	}
 	m.wg.Wait()
 	m.handlers.Wait()
@@ -289,6 +301,7 @@ func (m *Mon) Close(ctx context.Context) error {
 		if err := m.ms.Shutdown(ctx); err != nil && m.closeErr == nil {
 			m.closeErr = err
 		}
+		m.releaseTransports()
 		m.etcdCancel()
 		m.cli.Close()
 		if m.etcd != nil {

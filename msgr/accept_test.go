@@ -66,7 +66,7 @@ func TestEMFILEChild(t *testing.T) {
 		t.Skip("helper process for TestAcceptSurvivesEMFILE")
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	m, err := msgr.New(msgr.Options{Name: "osd.0", Dispatcher: echo, Logger: log})
+	m, err := msgr.New(msgr.Options{Name: "osd.0", Dispatcher: echo, Logger: log, Transports: msgr.TCPOnly})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

@@ -140,7 +140,7 @@ func (r *rawPeer) waitClosed(timeout time.Duration) {
 
 func newLoggedServer(t *testing.T, rec msgr.Dispatcher, tweak func(*msgr.Options)) (*msgr.Messenger, string, *syncBuffer) {
 	logs := &syncBuffer{}
-	o := msgr.Options{Name: "osd.0", Dispatcher: rec, Logger: slog.New(slog.NewTextHandler(logs, nil))}
+	o := msgr.Options{Name: "osd.0", Dispatcher: rec, Logger: slog.New(slog.NewTextHandler(logs, nil)), Transports: msgr.TCPOnly}
 	if tweak != nil {
 		tweak(&o)
 	}

@@ -48,7 +48,7 @@ func newMsgPool(n, size int) msgPool {
 func benchPair(b *testing.B, srvD, cliD msgr.Dispatcher) (*msgr.Messenger, *msgr.Messenger, *msgr.Conn) {
 	b.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := msgr.New(msgr.Options{Name: "osd.0", Dispatcher: srvD, Logger: log})
+	srv, err := msgr.New(msgr.Options{Name: "osd.0", Dispatcher: srvD, Logger: log, Transports: msgr.TCPOnly})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func benchPair(b *testing.B, srvD, cliD msgr.Dispatcher) (*msgr.Messenger, *msgr
 	if err != nil {
 		b.Fatal(err)
 	}
-	cli, err := msgr.New(msgr.Options{Name: "osd.1", Dispatcher: cliD, Logger: log})
+	cli, err := msgr.New(msgr.Options{Name: "osd.1", Dispatcher: cliD, Logger: log, Transports: msgr.TCPOnly})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func TestOnDialErrorRefused(t *testing.T) {
 	addr := "tcp://" + ln.Addr().String()
 	ln.Close() // now refused
 	errs := make(chan error, 16)
-	cli, err := New(Options{Name: "osd.1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	cli, err := New(Options{Name: "osd.1", Transports: tcpOnly, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Dispatcher: DispatchFunc(func(m *Message) { m.Release() }),
 		Reconnect:  Backoff{Min: time.Millisecond, Max: 5 * time.Millisecond},
 		OnDialError: func(c *Conn, err error) {

@@ -17,7 +17,8 @@ var (
 	ErrWouldBlock = errors.New("msgr: send queue full")
 	// ErrMessageTooLarge: the message exceeds MaxMessageSize.
 	ErrMessageTooLarge = errors.New("msgr: message too large")
-	// ErrNoTransport: the address names a transport this binary lacks.
+	// ErrNoTransport: the address names a scheme with no transport in
+	// Options.Transports, or one this binary was built without.
 	ErrNoTransport = errors.New("msgr: no such transport")
 	// ErrRemoteReset: the peer lost the session (it restarted, or closed it).
 	ErrRemoteReset = errors.New("msgr: session reset by peer")

@@ -4,18 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"iter"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/guard"
-	"github.com/ospreystore/osprey/msgr/rdma"
-	"github.com/ospreystore/osprey/msgr/tcp"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
@@ -38,7 +38,6 @@ type Messenger struct {
 	byAddr    map[string]*Conn     // lossy sessions we dialed
 	lossyIn   map[*Conn]struct{}   // lossy sessions peers dialed
 
-	owned     []io.Closer // transports this messenger created, closed last
 	closing   atomic.Bool
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -68,18 +67,12 @@ func New(opts Options) (*Messenger, error) {
 		limits:     opts.limits(),
 		inbound:    wire.NewInbound(opts.MaxConns, opts.Logger.With("entity", string(opts.Name))),
 		budget:     wire.NewBudget(opts.MaxRecvBytes),
-		transports: map[string]wire.Transport{"tcp": tcp.Transport{}},
+		transports: map[string]wire.Transport{},
 		byPeer:     map[EntityName]*Conn{},
 		byAddr:     map[string]*Conn{},
 		lossyIn:    map[*Conn]struct{}{},
 		done:       make(chan struct{}),
 		start:      time.Now(),
-	}
-	for _, t := range builtinTransports() {
-		m.transports[t.Scheme()] = t
-		if c, ok := t.(io.Closer); ok {
-			m.owned = append(m.owned, c)
-		}
 	}
 	for _, t := range opts.Transports {
 		m.transports[t.Scheme()] = t
@@ -89,9 +82,6 @@ func New(opts Options) (*Messenger, error) {
 	go m.tick()
 	return m, nil
 }
-
-// builtinTransports are the RDMA ones when built with -tags rdma.
-func builtinTransports() []wire.Transport { return rdma.Transports() }
 
 // Name is the messenger's entity name.
 func (m *Messenger) Name() EntityName { return m.opts.Name }
@@ -121,16 +111,17 @@ func (m *Messenger) windowFor(t wire.Transport) int {
 func (m *Messenger) transport(a Addr) (wire.Transport, error) {
 	t, ok := m.transports[a.Scheme]
 	if !ok {
-		if hint := transportHint(a.Scheme); hint != "" {
-			return nil, fmt.Errorf("%w %q: %s", ErrNoTransport, a.Scheme, hint)
+		have := slices.Sorted(maps.Keys(m.transports))
+		if len(have) == 0 {
+			have = []string{"none: Options.Transports is empty"}
 		}
-		return nil, fmt.Errorf("%w %q in %s", ErrNoTransport, a.Scheme, a)
+		return nil, fmt.Errorf("%w %q in %s (this messenger has %s)", ErrNoTransport, a.Scheme, a, strings.Join(have, ", "))
+	}
+	if mt, ok := t.(wire.MissingTransport); ok {
+		return nil, fmt.Errorf("%w %q: %w", ErrNoTransport, a.Scheme, mt.Err)
 	}
 	return t, nil
 }
-
-// transportHint explains a missing transport.
-func transportHint(scheme string) string { return rdma.Hint(scheme) }
 
 // Listen accepts sessions on addr (e.g. "tcp://127.0.0.1:0") and returns
 // the bound address.
@@ -339,11 +330,7 @@ func (m *Messenger) Shutdown(ctx context.Context) error {
 	for c := range m.Conns() {
 		c.Close()
 	}
-	err := m.wait(ctx)
-	if err == nil {
-		m.closeTransports()
-	}
-	return err
+	return m.wait(ctx)
 }
 
 // stopListening starts a Shutdown or Kill: no new sessions, listeners
@@ -365,14 +352,6 @@ func (m *Messenger) stopListening() bool {
 	return true
 }
 
-// closeTransports releases what the built-in transports hold (registered
-// memory, completion pollers) once no link uses them.
-func (m *Messenger) closeTransports() {
-	for _, c := range m.owned {
-		c.Close()
-	}
-}
-
 // Kill drops every listener and link without telling peers, as if the
 // process died: for fault tests and for fencing a daemon. It waits for the
 // messenger's goroutines.
@@ -385,7 +364,6 @@ func (m *Messenger) Kill() {
 		c.closeWith(ErrClosed, false, false)
 	}
 	m.wg.Wait()
-	m.closeTransports()
 }
 
 func (m *Messenger) wait(ctx context.Context) error {

@@ -115,8 +115,13 @@ type Options struct {
 	DisableDataCRC bool
 	// Faults injects link failures.
 	Faults FaultInjection
-	// Transports adds transports beyond the built-in tcp (and rdma when
-	// built with -tags rdma), e.g. msgrtest's in-memory one.
+	// Transports are the transports Listen and Connect use, by address
+	// scheme (Transport.Scheme); a later one replaces an earlier one of the
+	// same scheme. None is built in, so that a program links only the
+	// transports it names: package msgr/transports gives the build's
+	// defaults (tcp, and rdma with -tags rdma). An address whose scheme
+	// has none fails with ErrNoTransport. The messenger never closes them:
+	// close them after Shutdown or Kill (transports.Set.Close).
 	Transports []wire.Transport
 	// MaxConns bounds the connections this messenger's listeners have
 	// accepted and not yet closed, over all its listeners, counting those

@@ -17,7 +17,7 @@ func TestRedialWhenNewLinkFailsBeforeConnectLoopReturns(t *testing.T) {
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var got atomic.Int64
-	srv, err := New(Options{Name: "osd.0", Logger: quiet, Dispatcher: DispatchFunc(func(m *Message) {
+	srv, err := New(Options{Name: "osd.0", Transports: tcpOnly, Logger: quiet, Dispatcher: DispatchFunc(func(m *Message) {
 		got.Add(1)
 		m.Release()
 	})})
@@ -28,7 +28,7 @@ func TestRedialWhenNewLinkFailsBeforeConnectLoopReturns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := New(Options{Name: "osd.1", Logger: quiet, Dispatcher: DispatchFunc(func(m *Message) { m.Release() }),
+	cli, err := New(Options{Name: "osd.1", Transports: tcpOnly, Logger: quiet, Dispatcher: DispatchFunc(func(m *Message) { m.Release() }),
 		Reconnect: Backoff{Min: time.Millisecond, Max: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ func TestSmoke(t *testing.T) {
 	var got atomic.Int64
 	done := make(chan struct{})
 	const N = 10000
-	srv, err := msgr.New(msgr.Options{Name: "osd.1", Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) {
+	srv, err := msgr.New(msgr.Options{Name: "osd.1", Transports: msgr.TCPOnly, Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) {
 		if int64(m.Seq()) != got.Load()+1 {
 			t.Errorf("seq %d after %d", m.Seq(), got.Load())
 		}
@@ -31,7 +31,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := msgr.New(msgr.Options{Name: "osd.2", Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) { m.Release() })})
+	cli, err := msgr.New(msgr.Options{Name: "osd.2", Transports: msgr.TCPOnly, Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) { m.Release() })})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestSetPayloadReleasedAfterAck(t *testing.T) {
 	ctx := context.Background()
 	const N = 200
 	var got atomic.Int64
-	srv, err := msgr.New(msgr.Options{Name: "osd.1", Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) {
+	srv, err := msgr.New(msgr.Options{Name: "osd.1", Transports: msgr.TCPOnly, Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) {
 		if len(m.Data) != 3000 || m.Data[0] != byte(m.Seq()) {
 			t.Errorf("message %d: %d bytes starting %d", m.Seq(), len(m.Data), m.Data[0])
 		}
@@ -80,7 +80,7 @@ func TestSetPayloadReleasedAfterAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := msgr.New(msgr.Options{Name: "osd.2", Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) { m.Release() })})
+	cli, err := msgr.New(msgr.Options{Name: "osd.2", Transports: msgr.TCPOnly, Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) { m.Release() })})
 	if err != nil {
 		t.Fatal(err)
 	}

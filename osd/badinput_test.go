@@ -38,7 +38,7 @@ func TestBadInput(t *testing.T) {
 	}})
 	ctx := ctxT(t, time.Minute)
 	got := make(replies, 16)
-	m, err := msgr.New(msgr.Options{Name: "client.evil", Dispatcher: got, DefaultPolicy: msgr.LossyClient})
+	m, err := msgr.New(msgr.Options{Name: "client.evil", Dispatcher: got, DefaultPolicy: msgr.LossyClient, Transports: tcpOnly})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestBadInput(t *testing.T) {
 func rawCaller(ctx context.Context, t *testing.T, c *osdtest.Cluster, id uint32) func(typ osdpb.MsgType, front, data []byte, rep proto.Message) error {
 	t.Helper()
 	got := make(replies, 4)
-	m, err := msgr.New(msgr.Options{Name: "client.resend", Dispatcher: got, DefaultPolicy: msgr.LossyClient})
+	m, err := msgr.New(msgr.Options{Name: "client.resend", Dispatcher: got, DefaultPolicy: msgr.LossyClient, Transports: tcpOnly})
 	if err != nil {
 		t.Fatal(err)
 	}

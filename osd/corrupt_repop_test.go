@@ -16,6 +16,10 @@ import (
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
+// tcpOnly is the transports of the tests' own messengers, which reach
+// osdtest clusters (on tcp).
+var tcpOnly = []wire.Transport{tcp.Transport{}}
+
 // corruptingTCP is the tcp transport whose links flip one bit of the
 // first RepOp body written through any of them (a copy: the primary's
 // own bytes stay intact), as a bad NIC or cable might.

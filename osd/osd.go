@@ -37,6 +37,7 @@ import (
 	"github.com/ospreystore/osprey/internal/guard"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/placement"
@@ -110,7 +111,9 @@ type Config struct {
 	Readers int
 	// Logger defaults to slog.Default(), with osd=ID.
 	Logger *slog.Logger
-	// Transports and Faults are passed to both messengers (tests).
+	// Transports are both messengers' (tests); nil: the build's defaults
+	// (transports.Default), which the OSD closes when it stops.
+	// Faults are passed to both messengers (tests).
 	Transports []wire.Transport
 	Faults     msgr.FaultInjection
 	// DisableDataCRC turns off the public messenger's data CRCs; the store
@@ -254,6 +257,10 @@ type OSD struct {
 	pubAddr, cluAddr string
 	closeOnce        sync.Once
 	closeErr         error
+
+	// releaseTransports closes the messengers' transports if the OSD
+	// made them, once both have stopped.
+	releaseTransports func()
 }
 
 // Start opens the store, starts both messengers and begins serving.
@@ -347,16 +354,23 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	}
 
 	name := msgr.EntityName(ops.OSDName(cfg.ID))
+	// Both networks share the transports: one libfabric domain per NIC
+	// serves both messengers, as with the transports tests pass in.
+	var ts []wire.Transport
+	if ts, o.releaseTransports, err = transports.OrDefault(cfg.Transports); err != nil {
+		o.abort()
+		return nil, err
+	}
 	o.pub, err = msgr.New(msgr.Options{
 		Name: name, Dispatcher: publicDispatcher{o}, DefaultPolicy: msgr.StatelessServer,
 		Logger: o.log.With("net", "public"), MaxMessageSize: ops.MaxMessageSize,
-		Transports: cfg.Transports, Faults: cfg.Faults, DisableDataCRC: cfg.DisableDataCRC,
+		Transports: ts, Faults: cfg.Faults, DisableDataCRC: cfg.DisableDataCRC,
 	})
 	if err == nil {
 		o.clu, err = msgr.New(msgr.Options{
 			Name: name, Dispatcher: clusterDispatcher{o}, DefaultPolicy: msgr.LosslessPeer,
 			Logger: o.log.With("net", "cluster"), MaxMessageSize: ops.MaxMessageSize,
-			Transports: cfg.Transports, Faults: cfg.Faults, DisableDataCRC: true,
+			Transports: ts, Faults: cfg.Faults, DisableDataCRC: true,
 			Reconnect:   msgr.Backoff{Min: 10 * time.Millisecond, Max: time.Second},
 			OnDialError: o.onDialError,
 			// No receive budget between OSDs, as Ceph caps only client
@@ -424,6 +438,9 @@ func (o *OSD) abort() {
 			m.Kill()
 		}
 	}
+	if o.releaseTransports != nil {
+		o.releaseTransports()
+	}
 	close(o.quit)
 	o.wg.Wait()
 	o.st.Close()
@@ -451,6 +468,7 @@ func (o *OSD) Close(ctx context.Context) error {
 		o.log.Info("osd stopping")
 		o.cancel()
 		errs := []error{o.pub.Shutdown(ctx), o.clu.Shutdown(ctx)}
+		o.releaseTransports()
 		close(o.quit)
 		o.wg.Wait()
 		o.reps.failAll(func(p *pendingRep) {

@@ -55,7 +55,7 @@ func TestReplicaRefusesForeignRepOps(t *testing.T) {
 	}) osdpb.Status {
 		t.Helper()
 		got := make(replies, 4)
-		m, err := msgr.New(msgr.Options{Name: msgr.EntityName(fmt.Sprintf("osd.%d", as)), Dispatcher: got, DefaultPolicy: msgr.LosslessPeer})
+		m, err := msgr.New(msgr.Options{Name: msgr.EntityName(fmt.Sprintf("osd.%d", as)), Dispatcher: got, DefaultPolicy: msgr.LosslessPeer, Transports: tcpOnly})
 		if err != nil {
 			t.Fatal(err)
 		}

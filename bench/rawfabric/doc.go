@@ -37,7 +37,6 @@ package rawfabric
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
 )
 
@@ -73,8 +72,9 @@ func (p Pattern) String() string {
 // Config describes a Pair.
 type Config struct {
 	Pattern Pattern
-	// Provider is the libfabric provider, e.g. "tcp" or "verbs". As for
-	// the messenger's rdma+ transports, FI_PROVIDER overrides it.
+	// Provider is the libfabric provider, e.g. "tcp" or "verbs", as the
+	// messenger's rdma+PROVIDER transport runs on it: FI_PROVIDER does not
+	// replace it (libfabric fails a provider the variable leaves out).
 	Provider string
 	// Size is payload bytes per message, Depth the messages in flight.
 	Size, Depth int
@@ -165,14 +165,4 @@ func (h *Hooks) setDefaults() {
 	if h.Measuring == nil {
 		h.Measuring = func() bool { return true }
 	}
-}
-
-// EffectiveProvider is the provider used for provider: FI_PROVIDER if it
-// is set, as libfabric filters by it and the messenger's rdma+ transports
-// take it over the scheme's provider too.
-func EffectiveProvider(provider string) string {
-	if env := os.Getenv("FI_PROVIDER"); env != "" {
-		return env
-	}
-	return provider
 }

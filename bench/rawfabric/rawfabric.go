@@ -49,8 +49,7 @@ func fiErr(op *C.char, fallback string, rc C.ssize_t) error {
 // Probe asks libfabric what provider offers for MSG endpoints on
 // 127.0.0.1.
 func Probe(provider string) (Limits, error) {
-	prov := EffectiveProvider(provider)
-	cprov, cnode := C.CString(prov), C.CString(node)
+	cprov, cnode := C.CString(provider), C.CString(node)
 	defer C.free(unsafe.Pointer(cprov))
 	defer C.free(unsafe.Pointer(cnode))
 	var (
@@ -59,7 +58,7 @@ func Probe(provider string) (Limits, error) {
 	)
 	rc := C.rf_limits(cprov, cnode, &maxMsg, &tx, &rx, &mrMode, &name[0], C.size_t(len(name)))
 	if err := fiErr(nil, "fi_getinfo", C.ssize_t(rc)); err != nil {
-		return Limits{}, fmt.Errorf("%w: provider %q, MSG endpoints at %s (see `fi_info -p %s -t FI_EP_MSG`)", err, prov, node, prov)
+		return Limits{}, fmt.Errorf("%w: provider %q, MSG endpoints at %s (see `fi_info -p %s -t FI_EP_MSG`)", err, provider, node, provider)
 	}
 	return Limits{
 		Provider: C.GoString(&name[0]), MaxMsgSize: uint64(maxMsg),
@@ -98,7 +97,7 @@ func Open(ctx context.Context, cfg Config) (*Pair, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cprov, cnode := C.CString(EffectiveProvider(cfg.Provider)), C.CString(node)
+	cprov, cnode := C.CString(cfg.Provider), C.CString(node)
 	defer C.free(unsafe.Pointer(cprov))
 	defer C.free(unsafe.Pointer(cnode))
 	var (

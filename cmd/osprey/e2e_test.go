@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ospreystore/osprey/msgr/rdma"
+	"github.com/ospreystore/osprey/msgr/transports"
 )
 
 // TestEndToEnd builds the osprey binary and uses it as a person would:
@@ -200,7 +200,7 @@ func TestEndToEndRDMA(t *testing.T) {
 	}
 	bin := buildCLI(t)
 	cli := &cliRunner{t: t, bin: bin, dir: t.TempDir()}
-	if !rdma.Built {
+	if !transports.RDMABuilt {
 		cli.expect(1, "-tags rdma", "up", "--temp", "--transport", "rdma+tcp")
 		return
 	}
@@ -238,7 +238,7 @@ func buildCLI(t *testing.T) string {
 		}
 		built.path = filepath.Join(built.dir, "osprey")
 		args := []string{"build", "-o", built.path}
-		if rdma.Built {
+		if transports.RDMABuilt {
 			args = append(args, "-tags", "rdma")
 		}
 		if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/placement"
@@ -43,7 +44,8 @@ type Options struct {
 	// Name is the client's entity name, e.g. "client.osd3". Default
 	// "client.admin".
 	Name msgr.EntityName
-	// Transports are passed to the client's messenger.
+	// Transports are the client's messenger's; nil: the build's defaults
+	// (transports.Default), which Close closes.
 	Transports []wire.Transport
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -78,6 +80,8 @@ type Client struct {
 	log *slog.Logger
 	ms  *msgr.Messenger
 	tid atomic.Uint64
+	// releaseTransports closes ms's transports if New made them.
+	releaseTransports func()
 
 	mu      sync.Mutex
 	pending map[uint64]*call
@@ -127,15 +131,21 @@ func New(ctx context.Context, o Options) (*Client, error) {
 		wake: make(chan struct{}, 1), subscribed: make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	ts, release, err := transports.OrDefault(o.Transports)
+	if err != nil {
+		return nil, err
+	}
 	ms, err := msgr.New(msgr.Options{
 		Name: o.Name, Dispatcher: dispatcher{c}, DefaultPolicy: msgr.LossyClient,
-		Logger: o.Logger.With("net", "monclient"), Transports: o.Transports,
+		Logger: o.Logger.With("net", "monclient"), Transports: ts,
 		// A mon that stops answering is noticed within seconds.
 		Keepalive: time.Second, IdleTimeout: 10 * time.Second,
 	})
 	if err != nil {
+		release()
 		return nil, err
 	}
+	c.releaseTransports = release
 	c.ms = ms
 	if o.OnMap != nil {
 		c.wg.Go(c.deliverMaps)
@@ -160,6 +170,7 @@ func (c *Client) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := c.ms.Shutdown(ctx)
+	c.releaseTransports()
 	c.wg.Wait()
 	return err
 }

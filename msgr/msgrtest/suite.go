@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
@@ -29,8 +30,9 @@ type Env struct {
 	// Host is the listen address without scheme; "127.0.0.1:0" for
 	// socket transports, "" for mem (a fresh name is chosen).
 	Host string
-	// Transports returns transports to register in each messenger (the
-	// in-memory one must be shared by both ends).
+	// Transports returns the transports of each messenger (the in-memory
+	// one must be shared by both ends). Nil: transports.Default(), fresh
+	// for each messenger and closed after its shutdown.
 	Transports func() []wire.Transport
 	// Scale shrinks the heavy tests (message and connection counts) for
 	// slow transports or -short; 1 is full size.
@@ -288,9 +290,8 @@ func (e Env) NewMessenger(t testing.TB, name msgr.EntityName, d msgr.Dispatcher,
 		Reconnect: msgr.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond},
 		Policies:  map[string]msgr.Policy{"client": msgr.StatelessServer},
 	}
-	if e.Transports != nil {
-		o.Transports = e.Transports()
-	}
+	var release func()
+	o.Transports, release = e.transports(t)
 	if e.Tweak != nil {
 		e.Tweak(&o)
 	}
@@ -299,6 +300,7 @@ func (e Env) NewMessenger(t testing.TB, name msgr.EntityName, d msgr.Dispatcher,
 	}
 	m, err := msgr.New(o)
 	if err != nil {
+		release()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -307,8 +309,24 @@ func (e Env) NewMessenger(t testing.TB, name msgr.EntityName, d msgr.Dispatcher,
 		if err := m.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown %s: %v", name, err)
 		}
+		release()
 	})
 	return m
+}
+
+// transports returns the transports for one messenger of e and what
+// releases them once it has shut down.
+func (e Env) transports(t testing.TB) ([]wire.Transport, func()) {
+	t.Helper()
+	var given []wire.Transport
+	if e.Transports != nil {
+		given = e.Transports()
+	}
+	ts, release, err := transports.OrDefault(given)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts, release
 }
 
 // Listen listens on a fresh address of env.
@@ -789,9 +807,9 @@ func testNoGoroutineLeak(t *testing.T, env Env) {
 	before := runtime.NumGoroutine()
 	rec := NewRecorder(t)
 	o := msgr.Options{Name: "osd.0", Dispatcher: rec, Logger: quietLogger()}
-	if env.Transports != nil {
-		o.Transports = env.Transports()
-	}
+	var release func()
+	o.Transports, release = env.transports(t)
+	defer release() // on failure; closing twice is harmless
 	if env.Tweak != nil {
 		env.Tweak(&o)
 	}
@@ -825,5 +843,6 @@ func testNoGoroutineLeak(t *testing.T, env Env) {
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
+	release() // an RDMA transport's pollers are goroutines too
 	Eventually(t, 10*time.Second, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }

@@ -2,16 +2,22 @@
 
 package rdma
 
-import "testing"
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+)
 
 // TestWriteChunkDefaults checks where RDMA writes are split by default:
 // on tcp, which copies into its socket inside fi_write, and nowhere else;
-// that OSPREY_RDMA_WRITE_CHUNK and Config override the default.
+// that Config overrides the default.
 func TestWriteChunkDefaults(t *testing.T) {
 	for _, c := range []struct {
-		prov, env string
-		chunk     int
-		want      int
+		prov  string
+		chunk int
+		want  int
 	}{
 		{prov: "tcp", want: DefaultWriteChunk},
 		{prov: "sockets", want: 0},
@@ -19,16 +25,69 @@ func TestWriteChunkDefaults(t *testing.T) {
 		{prov: "efa", want: 0},
 		{prov: "tcp", chunk: -1, want: 0},
 		{prov: "verbs", chunk: 1 << 20, want: 1 << 20},
-		{prov: "tcp", env: "65000", want: 65000},
-		{prov: "verbs", env: "65000", want: 65000},
-		{prov: "tcp", env: "-1", want: 0},
-		{prov: "tcp", env: "many", want: DefaultWriteChunk},
-		{prov: "tcp", env: "65000", chunk: 1000, want: 1000},
+		{prov: "tcp", chunk: 65000, want: 65000},
 	} {
-		t.Setenv("OSPREY_RDMA_WRITE_CHUNK", c.env)
 		tr := NewTransport("tcp", Config{WriteChunk: c.chunk})
 		if got := tr.cfg.writeChunk(c.prov); got != c.want {
-			t.Errorf("%s with WriteChunk %d, OSPREY_RDMA_WRITE_CHUNK=%q: writes of %d bytes, want %d", c.prov, c.chunk, c.env, got, c.want)
+			t.Errorf("%s with WriteChunk %d: writes of %d bytes, want %d", c.prov, c.chunk, got, c.want)
+		}
+	}
+}
+
+// TestNewTransportIgnoresEnvironment checks that the constructor takes
+// nothing from the environment: not the provider, not the knobs a binary
+// reads at its edge (msgr/transports).
+func TestNewTransportIgnoresEnvironment(t *testing.T) {
+	t.Setenv("FI_PROVIDER", "sockets")
+	t.Setenv("OSPREY_RDMA_RENDEZVOUS", "read")
+	t.Setenv("OSPREY_RDMA_WRITE_CHUNK", "65000")
+	tr := NewTransport("tcp", Config{})
+	if tr.prov != "tcp" || tr.cfg.Rendezvous != RendezvousAuto || tr.cfg.WriteChunk != 0 {
+		t.Fatalf("provider %q, rendezvous %v, write chunk %d: want tcp, auto, 0", tr.prov, tr.cfg.Rendezvous, tr.cfg.WriteChunk)
+	}
+}
+
+// TestFIProviderConflict: an address whose provider FI_PROVIDER leaves out
+// fails its Listen and Dial with a ProviderConflictError naming both,
+// before libfabric is asked (which would load only FI_PROVIDER's providers
+// for the rest of the process).
+func TestFIProviderConflict(t *testing.T) {
+	t.Setenv("FI_PROVIDER", "tcp")
+	tr := NewTransport("verbs", Config{})
+	defer tr.Close()
+	_, lerr := tr.Listen(t.Context(), "127.0.0.1:0", wire.LinkOptions{})
+	_, derr := tr.Dial(t.Context(), "127.0.0.1:1", wire.LinkOptions{})
+	for _, err := range []error{lerr, derr} {
+		var pc *ProviderConflictError
+		if !errors.As(err, &pc) || pc.Scheme != "rdma+verbs" || pc.FIProvider != "tcp" {
+			t.Fatalf("err = %v, want a ProviderConflictError for rdma+verbs and FI_PROVIDER=tcp", err)
+		}
+		if !strings.Contains(err.Error(), `FI_PROVIDER="tcp"`) || !strings.Contains(err.Error(), `"verbs"`) {
+			t.Errorf("error does not name both providers: %v", err)
+		}
+	}
+}
+
+// TestProviderAllowed follows libfabric's FI_PROVIDER filter syntax.
+func TestProviderAllowed(t *testing.T) {
+	for _, c := range []struct {
+		filter, prov string
+		want         bool
+	}{
+		{"", "verbs", true},
+		{"tcp", "tcp", true},
+		{"tcp", "verbs", false},
+		{"TCP", "tcp", true},
+		{"verbs,tcp", "tcp", true},
+		{"verbs, tcp", "tcp", true},
+		{"verbs,sockets", "tcp", false},
+		{"^tcp", "tcp", false},
+		{"^tcp", "verbs", true},
+		{"^tcp,verbs", "verbs", false},
+		{"tcpx", "tcp", false},
+	} {
+		if got := providerAllowed(c.filter, c.prov); got != c.want {
+			t.Errorf("FI_PROVIDER=%q, provider %q: allowed %v, want %v", c.filter, c.prov, got, c.want)
 		}
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,7 +57,6 @@ type Config struct {
 	// write per payload elsewhere (sockets queues writes for a thread of
 	// its own and gained nothing; a NIC moves a payload in hardware, in
 	// one work request). Negative: one write per payload.
-	// OSPREY_RDMA_WRITE_CHUNK (bytes) sets it where Config leaves it 0.
 	WriteChunk int
 }
 
@@ -123,15 +121,19 @@ func (t *Transport) offersWrite(info *C.struct_fi_info) bool {
 	return t.cfg.Rendezvous.writes(C.GoString(C.osp_info_prov(info)), C.osp_info_saw(info) != 0)
 }
 
-// ParseRendezvousMode reads "read" or "write"; anything else is auto.
-func ParseRendezvousMode(s string) RendezvousMode {
+// ParseRendezvousMode reads "read", "write", or "auto" (or "" for auto).
+// Anything else is an error: a mode misspelt in a flag or the environment
+// must not quietly run the default.
+func ParseRendezvousMode(s string) (RendezvousMode, error) {
 	switch s {
+	case "", "auto":
+		return RendezvousAuto, nil
 	case "read":
-		return RendezvousRead
+		return RendezvousRead, nil
 	case "write":
-		return RendezvousWrite
+		return RendezvousWrite, nil
 	}
-	return RendezvousAuto
+	return RendezvousAuto, fmt.Errorf("rdma: rendezvous mode %q: want read, write or auto", s)
 }
 
 // writes reports whether links of a domain on prov offer the write
@@ -179,38 +181,54 @@ type Transport struct {
 	rxMax  int
 }
 
-// NewTransport returns the transport for "rdma+PROVIDER"; FI_PROVIDER, if
-// set, overrides the provider, and OSPREY_RDMA_RENDEZVOUS (read, write or
-// auto) the rendezvous mode of a Config that leaves it at auto, so that
-// binaries that build their transports from defaults can be switched too.
+// NewTransport returns the transport for "rdma+PROVIDER", which runs on
+// that libfabric provider and no other. It reads no environment variable:
+// what a binary takes from its environment it reads at its edge
+// (msgr/transports) and passes in cfg, so that a library's transport does
+// what its code says.
 func NewTransport(provider string, cfg Config) *Transport {
 	cfg.setDefaults()
-	prov := provider
-	if env := os.Getenv("FI_PROVIDER"); env != "" {
-		prov = env
-	}
-	if cfg.Rendezvous == RendezvousAuto {
-		cfg.Rendezvous = ParseRendezvousMode(os.Getenv("OSPREY_RDMA_RENDEZVOUS"))
-	}
-	if cfg.WriteChunk == 0 {
-		cfg.WriteChunk, _ = strconv.Atoi(os.Getenv("OSPREY_RDMA_WRITE_CHUNK"))
-	}
-	return &Transport{scheme: "rdma+" + provider, prov: prov, cfg: cfg, doms: map[string]*domain{}}
+	return &Transport{scheme: "rdma+" + provider, prov: provider, cfg: cfg, doms: map[string]*domain{}}
 }
 
-// Transports returns rdma+tcp, rdma+sockets and rdma+verbs.
-func Transports() []wire.Transport {
-	return []wire.Transport{
-		NewTransport("tcp", Config{}), NewTransport("sockets", Config{}), NewTransport("verbs", Config{}),
-	}
+// ProviderConflictError is the error of a Listen or Dial whose provider
+// the environment's FI_PROVIDER leaves out. libfabric applies FI_PROVIDER
+// to the whole process when it loads its providers, so such an address
+// could only fail in fi_getinfo, or, had the transport followed the
+// variable, run on another provider than the one it names.
+type ProviderConflictError struct {
+	Scheme     string // the address's scheme, "rdma+verbs"
+	FIProvider string // the value of FI_PROVIDER
 }
 
-// Hint explains a missing rdma+ transport.
-func Hint(scheme string) string {
-	if strings.HasPrefix(scheme, "rdma+") {
-		return "unknown RDMA provider; built-in are rdma+tcp, rdma+sockets and rdma+verbs (FI_PROVIDER overrides the provider)"
+func (e *ProviderConflictError) Error() string {
+	return fmt.Sprintf("rdma: %s needs libfabric's %q provider, but FI_PROVIDER=%q leaves it out (libfabric applies it to the whole process): unset FI_PROVIDER, or use the scheme of the provider it names",
+		e.Scheme, strings.TrimPrefix(e.Scheme, "rdma+"), e.FIProvider)
+}
+
+// checkFIProvider fails when FI_PROVIDER leaves out our provider.
+func (t *Transport) checkFIProvider() error {
+	if env := os.Getenv("FI_PROVIDER"); !providerAllowed(env, t.prov) {
+		return &ProviderConflictError{Scheme: t.scheme, FIProvider: env}
 	}
-	return ""
+	return nil
+}
+
+// providerAllowed reports whether libfabric loads provider prov under
+// FI_PROVIDER=filter: a comma-separated list of provider names, the
+// providers left out when it starts with '^', names compared without case
+// (libfabric's ofi_create_filter and ofi_apply_filter). Empty allows all.
+func providerAllowed(filter, prov string) bool {
+	if filter == "" {
+		return true
+	}
+	names, negated := strings.CutPrefix(filter, "^")
+	for name := range strings.SplitSeq(names, ",") {
+		if strings.EqualFold(strings.TrimSpace(name), prov) {
+			return !negated
+		}
+	}
+	return negated
 }
 
 func (t *Transport) Scheme() string { return t.scheme }
@@ -304,6 +322,9 @@ func (t *Transport) Close() error {
 // getinfo asks libfabric for MSG endpoints of our provider at host:port
 // (as a local address with source, else as a destination).
 func (t *Transport) getinfo(host, port string, source bool) (*C.struct_fi_info, error) {
+	if err := t.checkFIProvider(); err != nil {
+		return nil, err
+	}
 	var info *C.struct_fi_info
 	cprov, chost, cport := C.CString(t.prov), C.CString(host), C.CString(port)
 	defer C.free(unsafe.Pointer(cprov))

@@ -9,7 +9,8 @@ package rdma_test
 // peer process killed with SIGKILL in the middle of large transfers, and
 // connection churn. Tests that start with t.Skip("BUG: ...") reproduce
 // defects described in docs/rdma.md, "Known limitations"; delete the Skip
-// to run one. FI_PROVIDER must be unset (it would replace the provider).
+// to run one. FI_PROVIDER must be unset or name tcp and sockets (a provider
+// it leaves out fails Listen and Dial).
 
 import (
 	"bufio"
@@ -34,6 +35,7 @@ import (
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/msgr/rdma"
+	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
@@ -747,8 +749,13 @@ func TestRDMAHelperProcess(t *testing.T) {
 	var count atomic.Int64
 	rec := msgrtest.NewRecorder(t)
 	rec.OnMsg = func(*msgr.Message) bool { count.Add(1); return false }
+	ts, err := transports.Default() // killed, never closed
+	if err != nil {
+		say("ERR %v", err)
+		os.Exit(2)
+	}
 	m, err := msgr.New(msgr.Options{
-		Name: "osd.0", Dispatcher: rec, RecvWindowMsgs: 32,
+		Name: "osd.0", Dispatcher: rec, RecvWindowMsgs: 32, Transports: ts,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Reconnect: msgr.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond},
 	})
@@ -995,22 +1002,23 @@ func freePort(t testing.TB) int {
 // (EventRemoteReset), drop what it queued for the dead instance, and go
 // on with a fresh session that delivers exactly what is sent to the new
 // instance. Its registered memory must come back after shutdown. Both
-// rendezvous modes run, set through the environment so that the helper
-// processes use the same one.
+// rendezvous modes run: this process's transport is given the mode, the
+// helper processes take it from the environment (transports.Default, as
+// the binaries do).
 func TestRDMAPeerKilledMidTransfer(t *testing.T) {
 	if os.Getenv(helperEnv) != "" {
 		t.Skip("in the helper process")
 	}
 	eachRendezvous(t, func(t *testing.T, mode rdma.RendezvousMode) {
 		t.Setenv("OSPREY_RDMA_RENDEZVOUS", mode.String())
-		testPeerKilledMidTransfer(t)
+		testPeerKilledMidTransfer(t, mode)
 	})
 }
 
-func testPeerKilledMidTransfer(t *testing.T) {
+func testPeerKilledMidTransfer(t *testing.T, mode rdma.RendezvousMode) {
 	const size = 1 << 20
 	port := freePort(t)
-	tr := ownTransport(t, rdma.Config{})
+	tr := ownTransport(t, rdma.Config{Rendezvous: mode})
 	rec := msgrtest.NewRecorder(t)
 	cli := tcpEnv.NewMessenger(t, "osd.1", rec, withTransport(tr, func(o *msgr.Options) { o.RecvWindowMsgs = 32 }))
 
@@ -1093,8 +1101,15 @@ func testPeerKilledMidTransfer(t *testing.T) {
 func churn(t *testing.T) {
 	prov := os.Getenv(helperProvEnv)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Each side has a transport, so a domain, of its own, as two
+	// processes would.
+	own := func() []wire.Transport {
+		tr := rdma.NewTransport(prov, rdma.Config{})
+		t.Cleanup(func() { tr.Close() })
+		return []wire.Transport{tr}
+	}
 	srv, err := msgr.New(msgr.Options{Name: "osd.0", Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) { m.Release() }),
-		Logger: log, RecvWindowMsgs: 16, DefaultPolicy: msgr.StatelessServer})
+		Logger: log, RecvWindowMsgs: 16, DefaultPolicy: msgr.StatelessServer, Transports: own()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1103,7 +1118,7 @@ func churn(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli, err := msgr.New(msgr.Options{Name: "client.1", Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) { m.Release() }),
-		Logger: log, RecvWindowMsgs: 16, DefaultPolicy: msgr.LossyClient})
+		Logger: log, RecvWindowMsgs: 16, DefaultPolicy: msgr.LossyClient, Transports: own()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,3 +120,23 @@ type Transport interface {
 	Listen(ctx context.Context, addr string, opts LinkOptions) (Listener, error)
 	Dial(ctx context.Context, addr string, opts LinkOptions) (Link, error)
 }
+
+// MissingTransport stands in for a transport this binary was built
+// without, so that an address asking for it fails with Err, which says how
+// to get it, rather than as an unknown scheme. The messenger recognises it
+// and fails Listen and Connect at once: a dial that can never succeed must
+// not be retried in the background.
+type MissingTransport struct {
+	Name string // the scheme it stands in for
+	Err  error
+}
+
+func (t MissingTransport) Scheme() string { return t.Name }
+
+func (t MissingTransport) Listen(context.Context, string, LinkOptions) (Listener, error) {
+	return nil, t.Err
+}
+
+func (t MissingTransport) Dial(context.Context, string, LinkOptions) (Link, error) {
+	return nil, t.Err
+}
