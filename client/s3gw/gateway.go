@@ -1,0 +1,368 @@
+// Package s3gw is Osprey's S3 HTTP gateway: the S3 REST API (buckets,
+// objects, listings, ranges, metadata) over the Go SDK, so that aws-cli,
+// boto3 or aws-sdk-go-v2 use an Osprey cluster unchanged. It is a client
+// like any other: it holds no state of its own (any number of gateways can
+// serve one cluster) and reaches the cluster only through package client's
+// public API.
+//
+// Every request must be signed (AWS Signature Version 4, in the
+// Authorization header or a presigned URL); the gateway verifies the
+// signature itself against Credentials, and the body's SHA-256, MD5 or
+// x-amz-checksum-* while it streams, before the object is committed.
+//
+// The gateway must never buffer a whole object: a body goes from the HTTP
+// connection to the SDK's send buffers a part at a time (at most 64 MiB
+// for a body up to that size, put in one op; PartSize per part in flight
+// above), and a GET streams the SDK's read windows to the connection.
+package s3gw
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	md5simd "github.com/minio/md5-simd"
+	"github.com/ospreystore/osprey/client"
+)
+
+// Options configure a Gateway.
+type Options struct {
+	// Client is the cluster the gateway serves; required. Make it with
+	// client.Options{MD5: true}: S3 clients expect the ETag of an object
+	// put in one request to be the MD5 of its body.
+	Client *client.Client
+	// Credentials verify signatures; required.
+	Credentials Credentials
+	// Region is what GetBucketLocation answers; default us-east-1.
+	// Requests signed for any region are accepted.
+	Region string
+	// Domains enable virtual-hosted-style requests: a request to
+	// BUCKET.DOMAIN (any port) addresses BUCKET. Path-style requests work
+	// on any host.
+	Domains []string
+	// PartSize is the part size of a body above 64 MiB, which goes to the
+	// cluster by multipart upload, Concurrency parts in flight (default
+	// 16 MiB and 4): memory per request is bounded by 64 MiB or
+	// PartSize*Concurrency, whichever is larger.
+	PartSize    int64
+	Concurrency int
+	// Logger gets one access log line per request (Info) and the
+	// gateway's own troubles; default slog.Default().
+	Logger *slog.Logger
+	// ShutdownTimeout bounds how long Serve waits, once its context is
+	// done, for requests in progress to finish. Default 30s.
+	ShutdownTimeout time.Duration
+	// Now is the clock signatures are checked against (tests).
+	Now func() time.Time
+}
+
+// Gateway serves the S3 API; it is an http.Handler.
+type Gateway struct {
+	opts Options
+	cl   *client.Client
+	log  *slog.Logger
+	md5  md5simd.Server // Content-MD5 checks, alongside the transfer
+}
+
+// New makes a gateway.
+func New(opts Options) (*Gateway, error) {
+	if opts.Client == nil {
+		return nil, errors.New("s3gw: Options.Client is required")
+	}
+	if opts.Credentials == nil {
+		return nil, errors.New("s3gw: Options.Credentials is required (anonymous access is not served)")
+	}
+	if opts.Region == "" {
+		opts.Region = "us-east-1"
+	}
+	if opts.PartSize == 0 {
+		opts.PartSize = 16 << 20
+	}
+	if opts.PartSize < 5<<20 || opts.PartSize > maxSinglePut {
+		return nil, fmt.Errorf("s3gw: PartSize %d: must be 5 MiB to 64 MiB", opts.PartSize)
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 4
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	for i, d := range opts.Domains {
+		opts.Domains[i] = strings.ToLower(strings.Trim(d, "."))
+	}
+	return &Gateway{opts: opts, cl: opts.Client, log: opts.Logger, md5: md5simd.NewServer()}, nil
+}
+
+// Serve serves HTTP on ln until ctx is done, then stops accepting and
+// lets the requests in progress finish (within ShutdownTimeout). It
+// returns nil after such a stop.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), g.opts.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
+
+// request is one request in progress.
+type request struct {
+	id     string
+	op     string // for the access log
+	w      *loggedWriter
+	r      *http.Request
+	bucket string
+	key    string
+	access string // the verified access key
+}
+
+// loggedWriter counts what goes out, for the access log.
+type loggedWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *loggedWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *loggedWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *loggedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func newRequestID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return strings.ToUpper(hex.EncodeToString(b[:]))
+}
+
+// ServeHTTP implements http.Handler.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	req := &request{id: newRequestID(), w: &loggedWriter{ResponseWriter: w}, r: r}
+	h := w.Header()
+	h.Set("x-amz-request-id", req.id)
+	h.Set("x-amz-id-2", req.id)
+	h.Set("Server", "Osprey")
+	var body *verifiedBody
+	defer func() {
+		in := int64(0)
+		if body != nil {
+			in = body.n
+		}
+		g.log.Info("s3", "id", req.id, "remote", r.RemoteAddr, "access_key", req.access, "op", req.op,
+			"method", r.Method, "bucket", req.bucket, "key", req.key, "status", req.w.status,
+			"bytes_in", in, "bytes_out", req.w.bytes, "dur", time.Since(start))
+	}()
+
+	req.bucket, req.key = g.route(r)
+	auth, err := verify(r, g.opts.Credentials, g.opts.Now())
+	if err != nil {
+		req.op = "Auth"
+		g.fail(req, err)
+		return
+	}
+	req.access = auth.AccessKey
+	body, err = g.newVerifiedBody(r, auth)
+	if err != nil {
+		g.fail(req, err)
+		return
+	}
+	defer body.Close()
+	r.Body = body
+	if err := g.dispatch(req); err != nil {
+		g.fail(req, err)
+	}
+}
+
+// route finds the bucket and key a request addresses: virtual-hosted
+// style when its host is BUCKET.DOMAIN of a configured domain, path style
+// (/BUCKET/KEY) otherwise.
+func (g *Gateway) route(r *http.Request) (bucket, key string) {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(host)
+	for _, d := range g.opts.Domains {
+		if b, ok := strings.CutSuffix(host, "."+d); ok && b != "" {
+			return b, strings.TrimPrefix(r.URL.Path, "/")
+		}
+	}
+	bucket, key, _ = strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	return bucket, key
+}
+
+// fail answers err as S3's XML error document, or, when the response has
+// begun already, cuts the connection so that the client sees a short body
+// rather than a complete-looking one.
+func (g *Gateway) fail(req *request, err error) {
+	e := toS3Error(err)
+	if req.w.status != 0 {
+		g.log.Warn("s3: request failed after its response began", "id", req.id, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	if e.Status >= 500 {
+		g.log.Warn("s3: request failed", "id", req.id, "op", req.op, "err", err)
+	}
+	resource := req.r.URL.Path
+	if e.Code == "InvalidRange" || e.Code == "NoSuchKey" || e.Code == "NoSuchBucket" || e.Status < 500 {
+		resource = "/" + req.bucket
+		if req.key != "" {
+			resource += "/" + req.key
+		}
+	}
+	if req.r.Method == http.MethodHead {
+		req.w.WriteHeader(e.Status)
+		return
+	}
+	writeXML(req.w, e.Status, errorBody{Code: e.Code, Message: e.Message, Resource: resource, RequestID: req.id, HostID: req.id})
+}
+
+const s3XMLNS = "http://s3.amazonaws.com/doc/2006-03-01/"
+
+func writeXML(w http.ResponseWriter, status int, v any) {
+	b, err := xml.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte("<Error><Code>InternalError</Code></Error>")
+	}
+	w.Header().Set("Content-Type", "application/xml")
+	w.Header().Set("Content-Length", fmt.Sprint(len(xml.Header)+len(b)))
+	w.WriteHeader(status)
+	io.WriteString(w, xml.Header)
+	w.Write(b)
+}
+
+// Query parameters that select an operation the gateway does not
+// implement (yet); any other unknown parameter is ignored, as S3 does.
+var unsupportedSubresources = []string{
+	"acl", "tagging", "uploads", "uploadId", "partNumber", "versioning", "versions", "policy", "policyStatus",
+	"lifecycle", "cors", "website", "logging", "notification", "replication", "encryption", "object-lock",
+	"retention", "legal-hold", "accelerate", "requestPayment", "ownershipControls", "publicAccessBlock",
+	"analytics", "inventory", "metrics", "intelligent-tiering", "select", "restore", "torrent", "attributes",
+}
+
+// dispatch runs the operation a verified request names.
+func (g *Gateway) dispatch(req *request) error {
+	r := req.r
+	q := r.URL.Query()
+	for _, s := range unsupportedSubresources {
+		if q.Has(s) {
+			req.op = "Unsupported"
+			return errf(ErrNotImplemented, "the ?%s operation is not implemented", s)
+		}
+	}
+	if r.Header.Get("X-Amz-Copy-Source") != "" {
+		req.op = "CopyObject"
+		return errf(ErrNotImplemented, "CopyObject is not implemented yet")
+	}
+	m := r.Method
+	switch {
+	case req.bucket == "":
+		if m != http.MethodGet {
+			return errf(ErrMethodNotAllowed, "%s on the service", m)
+		}
+		req.op = "ListBuckets"
+		return g.listBuckets(req)
+	case req.key == "":
+		switch {
+		case m == http.MethodPut:
+			req.op = "CreateBucket"
+			return g.createBucket(req)
+		case m == http.MethodDelete:
+			req.op = "DeleteBucket"
+			return g.deleteBucket(req)
+		case m == http.MethodHead:
+			req.op = "HeadBucket"
+			return g.headBucket(req)
+		case m == http.MethodGet && q.Has("location"):
+			req.op = "GetBucketLocation"
+			return g.bucketLocation(req)
+		case m == http.MethodGet && q.Get("list-type") == "2":
+			req.op = "ListObjectsV2"
+			return g.listObjects(req, true)
+		case m == http.MethodGet:
+			req.op = "ListObjects"
+			return g.listObjects(req, false)
+		case m == http.MethodPost && q.Has("delete"):
+			req.op = "DeleteObjects"
+			return g.deleteObjects(req)
+		}
+	default:
+		switch m {
+		case http.MethodPut:
+			req.op = "PutObject"
+			return g.putObject(req)
+		case http.MethodGet:
+			req.op = "GetObject"
+			return g.getObject(req, false)
+		case http.MethodHead:
+			req.op = "HeadObject"
+			return g.getObject(req, true)
+		case http.MethodDelete:
+			req.op = "DeleteObject"
+			return g.deleteObject(req)
+		}
+	}
+	return errf(ErrMethodNotAllowed, "%s is not allowed on this resource", m)
+}
+
+// s3Time is S3's time format in XML.
+func s3Time(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// parallel runs f(i) for i in [0, n), at most limit at once.
+func parallel(n, limit int, f func(i int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, limit)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(i)
+		})
+	}
+	wg.Wait()
+}
