@@ -9,8 +9,9 @@ all: build
 
 # Debian packages the build and tests need: protoc for `make proto`,
 # libfabric for the RDMA transport (-tags rdma) and fi_info/fi_pingpong,
-# etcd-server for the mon's test on a real three-member etcd cluster.
-DEBS := protobuf-compiler libfabric-dev libfabric-bin etcd-server
+# etcd-server for the mon's test on a real three-member etcd cluster,
+# awscli for the S3 gateway's test with the real aws command.
+DEBS := protobuf-compiler libfabric-dev libfabric-bin etcd-server awscli
 deps:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -31,9 +32,9 @@ build:
 	$(GO) build $(if $(TAGS),-tags $(TAGS)) ./...
 
 # The whole suite, as the README's quick start runs it: race detector on.
-# deps installed etcd-server: its test must run, not skip.
+# deps installed etcd-server and awscli: their tests must run, not skip.
 test: deps
-	OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_SMALLFS=1 $(GO) test -race -count=1 -timeout 20m $(if $(TAGS),-tags $(TAGS)) $(PKGS)
+	OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_AWSCLI=1 OSPREY_REQUIRE_SMALLFS=1 $(GO) test -race -count=1 -timeout 20m $(if $(TAGS),-tags $(TAGS)) $(PKGS)
 
 # Regenerate the committed protobuf code; protoc-gen-go is pinned in go.mod.
 proto:
@@ -59,7 +60,9 @@ FUZZ_TARGETS = \
 	"FuzzDecodeBucket ./osd/store" "FuzzDecodeCounters ./osd/store" "FuzzKeys ./osd/store" \
 	"FuzzCRC32CCombine ./osd/store" \
 	"FuzzVarintField ./osd/ops" "FuzzReplyTid ./client" "FuzzMonRequest ./mon" \
-	"FuzzParseKeyring ./msgr/auth" "FuzzParseCaps ./msgr/auth"
+	"FuzzParseKeyring ./msgr/auth" "FuzzParseCaps ./msgr/auth" \
+	"FuzzParseAuthorization ./client/s3gw" "FuzzParseRange ./client/s3gw" "FuzzVerify ./client/s3gw" \
+	"FuzzParseDeleteRequest ./client/s3gw"
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do set -- $$t; \
