@@ -486,12 +486,7 @@ func TestAuth(t *testing.T) {
 	wantCode(t, "unknown key", err, "InvalidAccessKeyId", 403)
 
 	// Anonymous: refused, in S3's XML, with a request id.
-	resp, err := http.Get(e.url + "/auth/k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body := send(t, nil, e.url+"/auth/k")
 	if resp.StatusCode != 403 || !bytes.Contains(body, []byte("<Code>AccessDenied</Code>")) || resp.Header.Get("x-amz-request-id") == "" ||
 		!bytes.Contains(body, []byte("<RequestId>"+resp.Header.Get("x-amz-request-id")+"</RequestId>")) {
 		t.Fatalf("anonymous: %d %s %v", resp.StatusCode, body, resp.Header)
@@ -509,12 +504,7 @@ func TestAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err = http.Get(pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body = send(t, nil, pg.URL)
 	if resp.StatusCode != 200 || string(body) != "secret data" {
 		t.Fatalf("presigned get: %d %s", resp.StatusCode, body)
 	}
@@ -526,11 +516,7 @@ func TestAuth(t *testing.T) {
 	for k, v := range pp.SignedHeader {
 		req.Header[k] = v
 	}
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ = send(t, req, "")
 	if resp.StatusCode != 200 {
 		t.Fatalf("presigned put: %d", resp.StatusCode)
 	}
@@ -538,22 +524,13 @@ func TestAuth(t *testing.T) {
 		t.Fatalf("presigned put stored %q", b)
 	}
 	e.skew.Store(int64(2 * time.Minute))
-	resp, err = http.Get(pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body = send(t, nil, pg.URL)
 	e.skew.Store(0)
 	if resp.StatusCode != 403 || !bytes.Contains(body, []byte("<Code>AccessDenied</Code>")) || !bytes.Contains(body, []byte("expired")) {
 		t.Fatalf("expired presigned get: %d %s", resp.StatusCode, body)
 	}
 	// A presigned URL whose query was changed.
-	resp, err = http.Get(strings.Replace(pg.URL, "/auth/k?", "/auth/up?", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ = send(t, nil, strings.Replace(pg.URL, "/auth/k?", "/auth/up?", 1))
 	if resp.StatusCode != 403 {
 		t.Fatalf("presigned URL of another key: %d", resp.StatusCode)
 	}
@@ -568,12 +545,7 @@ func TestAuth(t *testing.T) {
 	if err := signer.SignHTTP(ctx, creds, req, claimed, "s3", "us-east-1", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body = send(t, req, "")
 	if resp.StatusCode != 400 || !bytes.Contains(body, []byte("XAmzContentSHA256Mismatch")) {
 		t.Fatalf("payload hash mismatch: %d %s", resp.StatusCode, body)
 	}
@@ -586,11 +558,7 @@ func TestAuth(t *testing.T) {
 	if err := signer.SignHTTP(ctx, creds, req, "UNSIGNED-PAYLOAD", "s3", "us-east-1", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ = send(t, req, "")
 	if resp.StatusCode != 200 {
 		t.Fatalf("unsigned payload: %d", resp.StatusCode)
 	}
@@ -660,3 +628,24 @@ func TestServeGracefulShutdown(t *testing.T) {
 }
 
 func sha256hex(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+
+// send does req (a GET of url when nil) and reads its response.
+func send(t *testing.T, req *http.Request, url string) (*http.Response, []byte) {
+	t.Helper()
+	if req == nil {
+		var err error
+		if req, err = http.NewRequest(http.MethodGet, url, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
