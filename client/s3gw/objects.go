@@ -129,9 +129,6 @@ func (g *Gateway) getObject(req *request, head bool) error {
 	r := req.r
 	ctx := r.Context()
 	rng, ranged := parseRange(r.Header.Get("Range"))
-	if pn := r.URL.Query().Get("partNumber"); pn != "" {
-		return errf(ErrNotImplemented, "partNumber is not implemented")
-	}
 	var (
 		info client.ObjectInfo
 		obj  *client.Object
