@@ -347,8 +347,15 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 	if s.presigned {
 		amzDate = q.Get("X-Amz-Date")
 	} else {
+		if d := r.Header.Get("Date"); amzDate == "" && d != "" {
+			// The spec's fallback: the Date header, in ISO 8601 in the
+			// string to sign.
+			if t, err := http.ParseTime(d); err == nil {
+				amzDate = t.UTC().Format(amzDateLayout)
+			}
+		}
 		if amzDate == "" {
-			return authResult{}, errf(ErrAccessDenied, "the request needs an X-Amz-Date header")
+			return authResult{}, errf(ErrAccessDenied, "the request needs an X-Amz-Date (or Date) header")
 		}
 		if s.amzDate, err = time.Parse(amzDateLayout, amzDate); err != nil {
 			return authResult{}, errf(ErrAccessDenied, "malformed X-Amz-Date %q", amzDate)
