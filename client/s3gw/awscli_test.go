@@ -2,11 +2,13 @@ package s3gw_test
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ospreystore/osprey/osd/osdtest"
 )
@@ -27,6 +29,10 @@ func TestAWSCLI(t *testing.T) {
 		t.Skip("aws is not on PATH (apt-get install awscli, or set OSPREY_REQUIRE_AWSCLI=1 to make this a failure)")
 	}
 	e := newEnv(t)
+	// Each aws command starts a Python interpreter: seconds apiece on a
+	// busy machine, a dozen of them here.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config")
 	if err := os.WriteFile(cfg, []byte("[default]\nregion = us-east-1\ns3 =\n  multipart_threshold = 5GB\n  multipart_chunksize = 5GB\n"), 0o600); err != nil {
@@ -34,7 +40,7 @@ func TestAWSCLI(t *testing.T) {
 	}
 	run := func(args ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(e.ctx, aws, append([]string{"--endpoint-url", e.url}, args...)...)
+		cmd := exec.CommandContext(ctx, aws, append([]string{"--endpoint-url", e.url}, args...)...)
 		cmd.Env = append(os.Environ(), "AWS_CONFIG_FILE="+cfg, "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "none"),
 			"AWS_ACCESS_KEY_ID="+testAccess, "AWS_SECRET_ACCESS_KEY="+testSecret, "AWS_DEFAULT_REGION=us-east-1",
 			"AWS_EC2_METADATA_DISABLED=true", "AWS_PAGER=", "HOME="+dir)
