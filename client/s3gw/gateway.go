@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -279,7 +280,7 @@ func writeXML(w http.ResponseWriter, status int, v any) {
 // Query parameters that select an operation the gateway does not
 // implement (yet); any other unknown parameter is ignored, as S3 does.
 var unsupportedSubresources = []string{
-	"acl", "tagging", "uploads", "uploadId", "partNumber", "versioning", "versions", "policy", "policyStatus",
+	"acl", "tagging", "versioning", "versions", "policy", "policyStatus",
 	"lifecycle", "cors", "website", "logging", "notification", "replication", "encryption", "object-lock",
 	"retention", "legal-hold", "accelerate", "requestPayment", "ownershipControls", "publicAccessBlock",
 	"analytics", "inventory", "metrics", "intelligent-tiering", "select", "restore", "torrent", "attributes",
@@ -297,7 +298,7 @@ func (g *Gateway) dispatch(req *request) error {
 	}
 	if r.Header.Get("X-Amz-Copy-Source") != "" {
 		req.op = "CopyObject"
-		return errf(ErrNotImplemented, "CopyObject is not implemented yet")
+		return errf(ErrNotImplemented, "CopyObject and UploadPartCopy are not implemented yet")
 	}
 	m := r.Method
 	switch {
@@ -318,6 +319,9 @@ func (g *Gateway) dispatch(req *request) error {
 		case m == http.MethodHead:
 			req.op = "HeadBucket"
 			return g.headBucket(req)
+		case m == http.MethodGet && q.Has("uploads"):
+			req.op = "ListMultipartUploads"
+			return g.listMultipartUploads(req)
 		case m == http.MethodGet && q.Has("location"):
 			req.op = "GetBucketLocation"
 			return g.bucketLocation(req)
@@ -331,7 +335,12 @@ func (g *Gateway) dispatch(req *request) error {
 			req.op = "DeleteObjects"
 			return g.deleteObjects(req)
 		}
+	case q.Has("uploadId") || q.Has("uploads"):
+		return g.dispatchMultipart(req, q)
 	default:
+		if q.Has("partNumber") {
+			return errf(ErrNotImplemented, "the partNumber parameter is not implemented")
+		}
 		switch m {
 		case http.MethodPut:
 			req.op = "PutObject"
@@ -348,6 +357,28 @@ func (g *Gateway) dispatch(req *request) error {
 		}
 	}
 	return errf(ErrMethodNotAllowed, "%s is not allowed on this resource", m)
+}
+
+// dispatchMultipart runs the multipart upload operation on an object.
+func (g *Gateway) dispatchMultipart(req *request, q url.Values) error {
+	switch m := req.r.Method; {
+	case m == http.MethodPost && q.Has("uploads"):
+		req.op = "CreateMultipartUpload"
+		return g.createMultipartUpload(req)
+	case m == http.MethodPut && q.Has("uploadId"):
+		req.op = "UploadPart"
+		return g.uploadPart(req)
+	case m == http.MethodPost && q.Has("uploadId"):
+		req.op = "CompleteMultipartUpload"
+		return g.completeMultipartUpload(req)
+	case m == http.MethodDelete && q.Has("uploadId"):
+		req.op = "AbortMultipartUpload"
+		return g.abortMultipartUpload(req)
+	case m == http.MethodGet && q.Has("uploadId"):
+		req.op = "ListParts"
+		return g.listParts(req)
+	}
+	return errf(ErrMethodNotAllowed, "%s is not allowed on this resource", req.r.Method)
 }
 
 // s3Time is S3's time format in XML.

@@ -649,3 +649,79 @@ func send(t *testing.T, req *http.Request, url string) (*http.Response, []byte) 
 	}
 	return resp, b
 }
+
+func TestMultipart(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	e.mb(t, "mpu")
+	b, k := aws.String("mpu"), aws.String("big/obj")
+	cr, err := e.s3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: b, Key: k, ContentType: aws.String("text/x-parts"),
+		Metadata: map[string]string{"m": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := cr.UploadId
+	parts := [][]byte{osdtest.Payload(5<<20, 7), osdtest.Payload(5<<20, 8), osdtest.Payload(1000, 9)}
+	var done []types.CompletedPart
+	for i, p := range parts {
+		up, err := e.s3.UploadPart(ctx, &s3.UploadPartInput{Bucket: b, Key: k, UploadId: id, PartNumber: aws.Int32(int32(i + 1)), Body: bytes.NewReader(p)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *up.ETag != `"`+md5hex(p)+`"` {
+			t.Fatalf("part %d ETag %s, want its MD5", i+1, *up.ETag)
+		}
+		done = append(done, types.CompletedPart{PartNumber: aws.Int32(int32(i + 1)), ETag: up.ETag})
+	}
+	lp, err := e.s3.ListParts(ctx, &s3.ListPartsInput{Bucket: b, Key: k, UploadId: id, MaxParts: aws.Int32(2)})
+	if err != nil || len(lp.Parts) != 2 || !*lp.IsTruncated || *lp.NextPartNumberMarker != "2" || *lp.Parts[1].Size != 5<<20 {
+		t.Fatalf("ListParts: %v %+v", err, lp)
+	}
+	lp, err = e.s3.ListParts(ctx, &s3.ListPartsInput{Bucket: b, Key: k, UploadId: id, PartNumberMarker: aws.String("2")})
+	if err != nil || len(lp.Parts) != 1 || *lp.Parts[0].PartNumber != 3 || *lp.IsTruncated {
+		t.Fatalf("ListParts after 2: %v %+v", err, lp)
+	}
+	other, err := e.s3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: b, Key: aws.String("big/other")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lu, err := e.s3.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: b, Prefix: aws.String("big/")})
+	if err != nil || len(lu.Uploads) != 2 || *lu.Uploads[0].Key != "big/obj" || *lu.Uploads[0].UploadId != *id {
+		t.Fatalf("ListMultipartUploads: %v %+v", err, lu)
+	}
+	if _, err := e.s3.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: b, Key: aws.String("big/other"), UploadId: other.UploadId}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.s3.ListParts(ctx, &s3.ListPartsInput{Bucket: b, Key: aws.String("big/other"), UploadId: other.UploadId})
+	wantCode(t, "parts of an aborted upload", err, "NoSuchUpload", 404)
+
+	// Completing with a wrong ETag, or a small part in the middle, fails
+	// and leaves the upload to complete properly.
+	bad := slices.Clone(done)
+	bad[1].ETag = aws.String(`"` + md5hex([]byte("other")) + `"`)
+	_, err = e.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: b, Key: k, UploadId: id, MultipartUpload: &types.CompletedMultipartUpload{Parts: bad}})
+	wantCode(t, "wrong part ETag", err, "InvalidPart", 400)
+	_, err = e.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: b, Key: k, UploadId: id,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{done[1], done[0], done[2]}}})
+	wantCode(t, "parts out of order", err, "InvalidPartOrder", 400)
+	co, err := e.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: b, Key: k, UploadId: id, MultipartUpload: &types.CompletedMultipartUpload{Parts: done}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(*co.ETag, `-3"`) {
+		t.Fatalf("ETag %s, want a multipart one of 3 parts", *co.ETag)
+	}
+	got, out := e.get(t, "mpu", "big/obj", "")
+	if !bytes.Equal(got, slices.Concat(parts...)) || *out.ETag != *co.ETag || *out.ContentType != "text/x-parts" || out.Metadata["m"] != "v" {
+		t.Fatalf("read back: %d bytes, %+v", len(got), out)
+	}
+	if r, _ := e.get(t, "mpu", "big/obj", "bytes=5242870-5242889"); !bytes.Equal(r, slices.Concat(parts...)[5242870:5242890]) {
+		t.Fatal("a range across parts differs")
+	}
+	lu, err = e.s3.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: b})
+	if err != nil || len(lu.Uploads) != 0 {
+		t.Fatalf("uploads left: %v %+v", err, lu.Uploads)
+	}
+	_, err = e.s3.ListParts(ctx, &s3.ListPartsInput{Bucket: b, Key: k, UploadId: id})
+	wantCode(t, "parts of a completed upload", err, "NoSuchUpload", 404)
+}

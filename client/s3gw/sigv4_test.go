@@ -243,3 +243,13 @@ func FuzzParseListQuery(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseCompleteRequest(f *testing.F) {
+	f.Add([]byte(`<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>"a"</ETag></Part></CompleteMultipartUpload>`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := parseCompleteRequest(b)
+		if err == nil && (len(c.Parts) == 0 || len(c.Parts) > 10000) {
+			t.Fatalf("accepted %d parts", len(c.Parts))
+		}
+	})
+}
