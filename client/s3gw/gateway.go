@@ -1,5 +1,5 @@
 // Package s3gw is Osprey's S3 HTTP gateway: the S3 REST API (buckets,
-// objects, listings, ranges, metadata) over the Go SDK, so that aws-cli,
+// objects, listings, ranges, metadata, multipart uploads) over the Go SDK, so that aws-cli,
 // boto3 or aws-sdk-go-v2 use an Osprey cluster unchanged. It is a client
 // like any other: it holds no state of its own (any number of gateways can
 // serve one cluster) and reaches the cluster only through package client's

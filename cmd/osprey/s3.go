@@ -43,7 +43,7 @@ func newS3Cmd() *cobra.Command {
 		Short: "Serve the S3 API over HTTP (a gateway to the cluster)",
 		Long: `Serves the S3 REST API on --listen for aws-cli, boto3, aws-sdk-go-v2 and other
 S3 clients: buckets, objects (with ranges and metadata), listings v1 and v2,
-batch deletes. The gateway is stateless: it is a client of the cluster like
+batch deletes, multipart uploads (docs/s3.md). The gateway is stateless: it is a client of the cluster like
 any other, and any number of them can serve one cluster.
 
 Every request must be signed (AWS Signature Version 4, header or presigned
