@@ -37,17 +37,21 @@ func TestAWSCLI(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("[default]\nregion = us-east-1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) string {
-		t.Helper()
+	try := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, aws, append([]string{"--endpoint-url", e.url}, args...)...)
 		cmd.Env = append(os.Environ(), "AWS_CONFIG_FILE="+cfg, "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "none"),
 			"AWS_ACCESS_KEY_ID="+testAccess, "AWS_SECRET_ACCESS_KEY="+testSecret, "AWS_DEFAULT_REGION=us-east-1",
 			"AWS_EC2_METADATA_DISABLED=true", "AWS_PAGER=", "HOME="+dir)
 		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := try(args...)
 		if err != nil {
 			t.Fatalf("aws %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
-		return string(out)
+		return out
 	}
 
 	small := osdtest.Payload(100<<10, 5)
@@ -56,6 +60,11 @@ func TestAWSCLI(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// An error reaches the user as S3's code (the CLI trips over an
+	// error without a message).
+	if out, err := try("s3", "cp", filepath.Join(dir, "small.bin"), "s3://no-such-bucket/x"); err == nil || !strings.Contains(out, "NoSuchBucket") {
+		t.Fatalf("aws s3 cp into a missing bucket: %v: %s", err, out)
 	}
 	run("s3", "mb", "s3://cli-bucket")
 	if out := run("s3", "ls"); !strings.Contains(out, "cli-bucket") {

@@ -1,6 +1,7 @@
 package s3gw
 
 import (
+	"cmp"
 	"context"
 	"encoding/xml"
 	"errors"
@@ -81,8 +82,29 @@ var sdkStatus = map[string]int{
 	"NotLeader":           http.StatusServiceUnavailable,
 }
 
-// toS3Error turns any error of a handler into the S3 error to answer.
+// defaultMessages are S3's messages of the codes that often come without
+// one (the OSDs' sentinels). A message is never empty: clients parse an
+// empty <Message/> as none, and the aws CLI then fails on it with a
+// TypeError instead of printing the code.
+var defaultMessages = map[string]string{
+	"NoSuchBucket":   "The specified bucket does not exist",
+	"NoSuchKey":      "The specified key does not exist.",
+	"NoSuchUpload":   "The specified upload does not exist.",
+	"BucketNotEmpty": "The bucket you tried to delete is not empty",
+	"InvalidRange":   "The requested range is not satisfiable",
+}
+
+// toS3Error turns any error of a handler into the S3 error to answer,
+// with a message.
 func toS3Error(err error) *Error {
+	e := s3Error(err)
+	if e.Message == "" {
+		e = &Error{Code: e.Code, Status: e.Status, Message: cmp.Or(defaultMessages[e.Code], e.Code)}
+	}
+	return e
+}
+
+func s3Error(err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
 		return e

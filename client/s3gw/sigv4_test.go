@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ospreystore/osprey/client"
 )
 
 // The examples of AWS's "Signature Calculations for the Authorization
@@ -252,4 +254,12 @@ func FuzzParseCompleteRequest(f *testing.F) {
 			t.Fatalf("accepted %d parts", len(c.Parts))
 		}
 	})
+}
+
+func TestErrorsHaveMessages(t *testing.T) {
+	for _, err := range []error{client.ErrNoSuchBucket, client.ErrNoSuchKey, client.ErrStorageFull, ErrAccessDenied, errors.New("x")} {
+		if e := toS3Error(err); e.Message == "" || e.Code == "" || e.Status == 0 {
+			t.Errorf("%v: %+v", err, e)
+		}
+	}
 }
