@@ -160,6 +160,10 @@ type listBucketResult struct {
 	CommonPrefixes        []commonPrefix
 }
 
+func (g *Gateway) listObjectsV1(req *request) error { return g.listObjects(req, false) }
+
+func (g *Gateway) listObjectsV2(req *request) error { return g.listObjects(req, true) }
+
 func (g *Gateway) listObjects(req *request, v2 bool) error {
 	lq, err := parseListQuery(req.r.URL.Query(), v2)
 	if err != nil {

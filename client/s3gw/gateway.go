@@ -286,6 +286,61 @@ var unsupportedSubresources = []string{
 	"analytics", "inventory", "metrics", "intelligent-tiering", "select", "restore", "torrent", "attributes",
 }
 
+// scope is what a request addresses.
+type scope int
+
+const (
+	serviceScope scope = iota
+	bucketScope
+	objectScope
+)
+
+// route is one operation: the method and the query parameter (NAME, or
+// NAME=VALUE; "" for none) that select it at a scope.
+type route struct {
+	scope  scope
+	method string
+	param  string
+	op     string
+	run    func(*Gateway, *request) error
+}
+
+// routes are tried in order; the first that matches runs.
+var routes = []route{
+	{serviceScope, http.MethodGet, "", "ListBuckets", (*Gateway).listBuckets},
+	{bucketScope, http.MethodPut, "", "CreateBucket", (*Gateway).createBucket},
+	{bucketScope, http.MethodDelete, "", "DeleteBucket", (*Gateway).deleteBucket},
+	{bucketScope, http.MethodHead, "", "HeadBucket", (*Gateway).headBucket},
+	{bucketScope, http.MethodGet, "uploads", "ListMultipartUploads", (*Gateway).listMultipartUploads},
+	{bucketScope, http.MethodGet, "location", "GetBucketLocation", (*Gateway).bucketLocation},
+	{bucketScope, http.MethodGet, "list-type=2", "ListObjectsV2", (*Gateway).listObjectsV2},
+	{bucketScope, http.MethodGet, "", "ListObjects", (*Gateway).listObjectsV1},
+	{bucketScope, http.MethodPost, "delete", "DeleteObjects", (*Gateway).deleteObjects},
+	{objectScope, http.MethodPost, "uploads", "CreateMultipartUpload", (*Gateway).createMultipartUpload},
+	{objectScope, http.MethodPut, "uploadId", "UploadPart", (*Gateway).uploadPart},
+	{objectScope, http.MethodPost, "uploadId", "CompleteMultipartUpload", (*Gateway).completeMultipartUpload},
+	{objectScope, http.MethodDelete, "uploadId", "AbortMultipartUpload", (*Gateway).abortMultipartUpload},
+	{objectScope, http.MethodGet, "uploadId", "ListParts", (*Gateway).listParts},
+	{objectScope, http.MethodPut, "", "PutObject", (*Gateway).putObject},
+	{objectScope, http.MethodGet, "", "GetObject", (*Gateway).getObjectBody},
+	{objectScope, http.MethodHead, "", "HeadObject", (*Gateway).headObject},
+	{objectScope, http.MethodDelete, "", "DeleteObject", (*Gateway).deleteObject},
+}
+
+func (rt route) matches(sc scope, method string, q url.Values) bool {
+	if rt.scope != sc || rt.method != method {
+		return false
+	}
+	name, val, withVal := strings.Cut(rt.param, "=")
+	switch {
+	case rt.param == "":
+		return true
+	case withVal:
+		return q.Get(name) == val
+	}
+	return q.Has(name)
+}
+
 // dispatch runs the operation a verified request names.
 func (g *Gateway) dispatch(req *request) error {
 	r := req.r
@@ -300,85 +355,22 @@ func (g *Gateway) dispatch(req *request) error {
 		req.op = "CopyObject"
 		return errf(ErrNotImplemented, "CopyObject and UploadPartCopy are not implemented yet")
 	}
-	m := r.Method
+	sc := objectScope
 	switch {
 	case req.bucket == "":
-		if m != http.MethodGet {
-			return errf(ErrMethodNotAllowed, "%s on the service", m)
-		}
-		req.op = "ListBuckets"
-		return g.listBuckets(req)
+		sc = serviceScope
 	case req.key == "":
-		switch {
-		case m == http.MethodPut:
-			req.op = "CreateBucket"
-			return g.createBucket(req)
-		case m == http.MethodDelete:
-			req.op = "DeleteBucket"
-			return g.deleteBucket(req)
-		case m == http.MethodHead:
-			req.op = "HeadBucket"
-			return g.headBucket(req)
-		case m == http.MethodGet && q.Has("uploads"):
-			req.op = "ListMultipartUploads"
-			return g.listMultipartUploads(req)
-		case m == http.MethodGet && q.Has("location"):
-			req.op = "GetBucketLocation"
-			return g.bucketLocation(req)
-		case m == http.MethodGet && q.Get("list-type") == "2":
-			req.op = "ListObjectsV2"
-			return g.listObjects(req, true)
-		case m == http.MethodGet:
-			req.op = "ListObjects"
-			return g.listObjects(req, false)
-		case m == http.MethodPost && q.Has("delete"):
-			req.op = "DeleteObjects"
-			return g.deleteObjects(req)
-		}
-	case q.Has("uploadId") || q.Has("uploads"):
-		return g.dispatchMultipart(req, q)
-	default:
-		if q.Has("partNumber") {
-			return errf(ErrNotImplemented, "the partNumber parameter is not implemented")
-		}
-		switch m {
-		case http.MethodPut:
-			req.op = "PutObject"
-			return g.putObject(req)
-		case http.MethodGet:
-			req.op = "GetObject"
-			return g.getObject(req, false)
-		case http.MethodHead:
-			req.op = "HeadObject"
-			return g.getObject(req, true)
-		case http.MethodDelete:
-			req.op = "DeleteObject"
-			return g.deleteObject(req)
+		sc = bucketScope
+	case q.Has("partNumber") && !q.Has("uploadId"):
+		return errf(ErrNotImplemented, "the partNumber parameter is not implemented")
+	}
+	for _, rt := range routes {
+		if rt.matches(sc, r.Method, q) {
+			req.op = rt.op
+			return rt.run(g, req)
 		}
 	}
-	return errf(ErrMethodNotAllowed, "%s is not allowed on this resource", m)
-}
-
-// dispatchMultipart runs the multipart upload operation on an object.
-func (g *Gateway) dispatchMultipart(req *request, q url.Values) error {
-	switch m := req.r.Method; {
-	case m == http.MethodPost && q.Has("uploads"):
-		req.op = "CreateMultipartUpload"
-		return g.createMultipartUpload(req)
-	case m == http.MethodPut && q.Has("uploadId"):
-		req.op = "UploadPart"
-		return g.uploadPart(req)
-	case m == http.MethodPost && q.Has("uploadId"):
-		req.op = "CompleteMultipartUpload"
-		return g.completeMultipartUpload(req)
-	case m == http.MethodDelete && q.Has("uploadId"):
-		req.op = "AbortMultipartUpload"
-		return g.abortMultipartUpload(req)
-	case m == http.MethodGet && q.Has("uploadId"):
-		req.op = "ListParts"
-		return g.listParts(req)
-	}
-	return errf(ErrMethodNotAllowed, "%s is not allowed on this resource", req.r.Method)
+	return errf(ErrMethodNotAllowed, "%s is not allowed on this resource", r.Method)
 }
 
 // s3Time is S3's time format in XML.

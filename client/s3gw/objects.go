@@ -123,6 +123,10 @@ var responseOverrides = map[string]string{
 	"response-content-encoding":    "Content-Encoding",
 }
 
+func (g *Gateway) getObjectBody(req *request) error { return g.getObject(req, false) }
+
+func (g *Gateway) headObject(req *request) error { return g.getObject(req, true) }
+
 // getObject answers GET and HEAD of an object, whole or a Range of it,
 // streaming the SDK's read windows to the connection.
 func (g *Gateway) getObject(req *request, head bool) error {
