@@ -12,8 +12,9 @@ all: build
 
 # Debian packages the build and tests need: protoc for `make proto`,
 # libfabric for the RDMA transport (-tags rdma) and fi_info/fi_pingpong,
-# etcd-server for the mon's test on a real three-member etcd cluster.
-DEBS := protobuf-compiler libfabric-dev libfabric-bin etcd-server
+# etcd-server for the mon's test on a real three-member etcd cluster,
+# awscli for the S3 gateway's test with the real aws command.
+DEBS := protobuf-compiler libfabric-dev libfabric-bin etcd-server awscli
 deps:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -34,9 +35,9 @@ build:
 	$(GO) build $(if $(TAGS),-tags $(TAGS)) ./...
 
 # The whole suite, as the README's quick start runs it: race detector on.
-# deps installed etcd-server: its test must run, not skip.
+# deps installed etcd-server and awscli: their tests must run, not skip.
 test: deps
-	OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_SMALLFS=1 $(GO) test -race -count=1 -timeout 20m -tags $(TEST_TAGS) $(PKGS)
+	OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_AWSCLI=1 OSPREY_REQUIRE_SMALLFS=1 $(GO) test -race -count=1 -timeout 20m -tags $(TEST_TAGS) $(PKGS)
 
 # Regenerate the committed protobuf code; protoc-gen-go is pinned in go.mod.
 proto:
@@ -55,14 +56,17 @@ lint:
 FUZZTIME ?= 10s
 # Every parser's fuzz target, FUZZTIME each: "target package" pairs.
 FUZZ_TARGETS = \
-	"FuzzReadFrame ./msgr/wire" "FuzzBanner ./msgr/wire" "FuzzHandshake ./msgr" "FuzzHandshakeAuth ./msgr" \
+	"FuzzReadFrame ./msgr/wire" "FuzzBanner ./msgr/wire" "FuzzHandshake ./msgr" "FuzzHandshakeAuth ./msgr" "FuzzEngineFrames ./msgr" \
 	"FuzzUnmarshal ./osd/placement" "FuzzLoad ./osd/placement" "FuzzFromProto ./osd/placement" \
 	"FuzzDecodeHead ./osd/store" "FuzzDecodeChunk ./osd/store" "FuzzDecodePGInfo ./osd/store" \
 	"FuzzDecodeReqVersion ./osd/store" "FuzzDecodeIDMark ./osd/store" "FuzzDecodeLogEntry ./osd/store" \
 	"FuzzDecodeBucket ./osd/store" "FuzzDecodeCounters ./osd/store" "FuzzKeys ./osd/store" \
 	"FuzzCRC32CCombine ./osd/store" \
 	"FuzzVarintField ./osd/ops" "FuzzReplyTid ./client" "FuzzMonRequest ./mon" \
-	"FuzzParseKeyring ./msgr/auth" "FuzzParseCaps ./msgr/auth"
+	"FuzzParseKeyring ./msgr/auth" "FuzzParseCaps ./msgr/auth" \
+	"FuzzParseAuthorization ./client/s3gw" "FuzzParseRange ./client/s3gw" "FuzzVerify ./client/s3gw" \
+	"FuzzParseDeleteRequest ./client/s3gw" "FuzzCanonicalQuery ./client/s3gw" "FuzzParseListQuery ./client/s3gw" \
+	"FuzzParseCompleteRequest ./client/s3gw"
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do set -- $$t; \

@@ -2,13 +2,13 @@ package client
 
 import (
 	"context"
-	"crypto/md5"
 	"encoding/hex"
 	"fmt"
-	"hash"
 	"hash/crc32"
 	"io"
+	"sync"
 
+	md5simd "github.com/minio/md5-simd"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
@@ -20,6 +20,12 @@ import (
 // taken a chunk at a time as the bytes arrive, while they are still in the
 // cache, and it is the only checksum of those bytes in the client: the
 // messenger sends them without a data CRC (see Options.DisableDataCRC).
+
+// md5Server hashes the MD5 of bodies (Options.MD5) in its own goroutine,
+// in SIMD lanes shared by every put of the process (MinIO's md5-simd, as
+// the OSDs use): a chunk is handed over as soon as it is read, so the MD5
+// runs alongside the reading of the next chunk rather than after it.
+var md5Server = sync.OnceValue(md5simd.NewServer)
 
 // digestChunk is how much is read before it is checksummed: small enough
 // to be in the cache still, large enough that a read costs nothing.
@@ -74,9 +80,10 @@ func (c *Client) payloadBuffer(ctx context.Context, tg target, n int) *wire.Buff
 // io.ReadFull would: io.EOF for no bytes, io.ErrUnexpectedEOF for fewer.
 func (c *Client) readBody(r io.Reader, buf *wire.Buffer) (body, error) {
 	bd := body{buf: buf}
-	var h hash.Hash
+	var h md5simd.Hasher
 	if c.opts.MD5 {
-		h = md5.New()
+		h = md5Server().NewHash()
+		defer h.Close()
 	}
 	var p []byte
 	if buf != nil {

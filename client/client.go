@@ -652,3 +652,13 @@ func replyTid(b []byte) uint64 {
 	})
 	return tid
 }
+
+// ErrorCode is the S3 error code of err ("NoSuchKey", "BucketNotEmpty",
+// ...) when it is, or wraps, an OSD's answer (*Error); "" otherwise.
+func ErrorCode(err error) string {
+	var e *Error
+	if !errors.As(err, &e) {
+		return ""
+	}
+	return ops.Code(e.Status)
+}

@@ -293,6 +293,7 @@ type upProcess struct {
 	seeds  []string
 	mon    string
 	reused bool
+	s3     map[string]any // the S3 gateway's endpoint and keys
 }
 
 // startUp starts `osprey up` and waits, with a deadline, for its
@@ -341,6 +342,7 @@ func startUp(t *testing.T, bin, dir string, port int) *upProcess {
 	}
 	u.reused, _ = ev["reused"].(bool)
 	u.mon, _ = ev["mon"].(string)
+	u.s3, _ = ev["s3"].(map[string]any)
 	return u
 }
 

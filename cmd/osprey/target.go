@@ -176,13 +176,23 @@ func (e *noMapError) Unwrap() error { return e.err }
 
 // connect resolves the target and opens a client on it.
 func connect(ctx context.Context, cmd *cobra.Command, t targetFlags) (*client.Client, error) {
+	return connectWith(ctx, cmd, t, client.Options{Logger: cliLogger(cmd)})
+}
+
+// connectWith is connect with more client options (its target, RetryFor
+// and a missing Logger come from the flags).
+func connectWith(ctx context.Context, cmd *cobra.Command, t targetFlags, opts client.Options) (*client.Client, error) {
 	tg, err := resolveTarget(t, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	cl, err := client.New(cctx, client.Options{Seeds: tg.Seeds, Mon: tg.Mons, Logger: cliLogger(cmd), RetryFor: t.retry})
+	opts.Seeds, opts.Mon, opts.RetryFor = tg.Seeds, tg.Mons, t.retry
+	if opts.Logger == nil {
+		opts.Logger = cliLogger(cmd)
+	}
+	cl, err := client.New(cctx, opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

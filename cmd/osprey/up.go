@@ -45,6 +45,7 @@ type upOptions struct {
 	stopTimeout     time.Duration
 	grace, downOut  time.Duration
 	faults          msgr.FaultInjection
+	s3              string // the S3 gateway's address; "" none
 }
 
 func newUpCmd() *cobra.Command {
@@ -98,6 +99,7 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	f.DurationVar(&o.grace, "heartbeat-grace", 20*time.Second, "the mon marks an OSD down after this long without heartbeats (at once when its connections are refused)")
 	f.DurationVar(&o.downOut, "down-out-interval", 10*time.Minute, "the mon marks a down OSD out (its data is re-replicated) after this long")
 	f.Var((*socketFailures)(&o.faults), "inject-socket-failures", socketFailuresUsage)
+	f.StringVar(&o.s3, "s3", defaultS3Listen, "HOST:PORT of the S3 gateway (a free port with --port 0 or --temp); '' for none; not with --demo")
 	return cmd
 }
 
@@ -106,6 +108,7 @@ type localCluster struct {
 	*local.Cluster
 	reused  bool   // the map was on disk already
 	keyring string // client.admin's keyring file, when there is a mon
+	s3      *upGateway
 }
 
 // adminKeyringFile is where `osprey up` leaves client.admin's keyring, in
@@ -185,6 +188,9 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 			return nil
 		}
 		stopped = true
+		if err := lc.s3.stop(); err != nil {
+			logger.Warn("osprey up: stopping the S3 gateway", "err", err)
+		}
 		sctx, cancel := context.WithTimeout(context.Background(), o.stopTimeout)
 		defer cancel()
 		return lc.Close(sctx)
@@ -200,6 +206,11 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 	}
 	if err := lc.writeAdminKeyring(ctx); err != nil {
 		return err
+	}
+	if !o.demo && o.s3 != "" {
+		if lc.s3, err = startUpGateway(ctx, lc, upS3Addr(cmd, o), cmd.Flags().Changed("s3"), logger, cmd.ErrOrStderr()); err != nil {
+			return err
+		}
 	}
 	printServing(out, o, lc)
 
@@ -369,7 +380,7 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 		json.NewEncoder(w).Encode(map[string]any{
 			"event": "serving", "fsid": lc.Map.FSID(), "epoch": lc.Map.Epoch(), "dir": lc.Dir, "map": lc.MapPath,
 			"seeds": lc.Seeds(), "osds": osds, "replicas": pool.size, "pgs": pool.pgs, "reused": lc.reused,
-			"mon": lc.monAddr(), "keyring": lc.keyring,
+			"mon": lc.monAddr(), "keyring": lc.keyring, "s3": lc.s3,
 		})
 		return
 	}
@@ -387,6 +398,7 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 		fmt.Fprintf(w, "  admin  client.admin's keyring in %s (keep it secret)\n", lc.keyring)
 	}
 	fmt.Fprintf(w, "  map    %s\n  seeds  %s\n", lc.MapPath, seeds)
+	lc.s3.printS3(w)
 	if o.demo {
 		return
 	}

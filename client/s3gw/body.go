@@ -1,0 +1,147 @@
+package s3gw
+
+import (
+	"bytes"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"hash"
+	"hash/crc32"
+	"hash/crc64"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// A request body is checked as it streams: its SHA-256 when the signature
+// covers one, Content-MD5 and any x-amz-checksum-* the client sent. The
+// check ends with the last byte, and a body that fails it withholds that
+// last read and returns the error instead, so the SDK, which must read
+// the whole body before it commits anything, never stores it.
+
+// digestCheck is one digest a body must have.
+type digestCheck struct {
+	h    hash.Hash
+	want []byte
+	err  *Error // the answer if it does not match
+}
+
+// verifiedBody is a request body being checked.
+type verifiedBody struct {
+	r      io.ReadCloser
+	size   int64 // Content-Length; -1 unknown
+	n      int64
+	checks []digestCheck
+	closer func() // releases hashers
+	err    error  // sticky
+}
+
+var (
+	crc32cTable  = crc32.MakeTable(crc32.Castagnoli)
+	crc64NVMETab = crc64.MakeTable(0x9a6c9329ac4bc9b5) // CRC-64/NVME, reflected
+)
+
+// checksumAlgorithms are the x-amz-checksum-* S3 defines. CRC32C is the
+// one Osprey keeps for every object.
+var checksumAlgorithms = map[string]func() hash.Hash{
+	"crc32":     func() hash.Hash { return crc32.NewIEEE() },
+	"crc32c":    func() hash.Hash { return crc32.New(crc32cTable) },
+	"crc64nvme": func() hash.Hash { return crc64.New(crc64NVMETab) },
+	"sha1":      sha1.New,
+	"sha256":    sha256.New,
+}
+
+// newVerifiedBody wraps r's body in the checks its headers ask for.
+func (g *Gateway) newVerifiedBody(r *http.Request, auth authResult) (*verifiedBody, error) {
+	b := &verifiedBody{r: r.Body, size: r.ContentLength}
+	if b.r == nil {
+		b.r = http.NoBody
+	}
+	if auth.PayloadHash != "" {
+		want, _ := hex.DecodeString(auth.PayloadHash)
+		b.checks = append(b.checks, digestCheck{sha256.New(), want,
+			errf(ErrContentSHA256Mismatch, "the provided x-amz-content-sha256 does not match what was computed")})
+	}
+	if v, ok := r.Header["Content-Md5"]; ok {
+		want, err := base64.StdEncoding.DecodeString(strings.TrimSpace(strings.Join(v, "")))
+		if err != nil || len(want) != 16 {
+			return nil, errf(ErrInvalidDigest, "the Content-MD5 you specified is not valid")
+		}
+		h := g.md5.NewHash()
+		b.closer = h.Close
+		b.checks = append(b.checks, digestCheck{h, want, errf(ErrBadDigest, "the Content-MD5 you specified did not match what was received")})
+	}
+	for name, mk := range checksumAlgorithms {
+		v := r.Header.Get("X-Amz-Checksum-" + name)
+		if v == "" {
+			continue
+		}
+		h := mk()
+		want, err := base64.StdEncoding.DecodeString(v)
+		if err != nil || len(want) != h.Size() {
+			return nil, errf(ErrInvalidRequest, "value for x-amz-checksum-%s header is invalid", name)
+		}
+		b.checks = append(b.checks, digestCheck{h, want,
+			errf(ErrBadDigest, "the %s you specified did not match the calculated checksum", strings.ToUpper(name))})
+	}
+	return b, nil
+}
+
+func (b *verifiedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.r.Read(p)
+	for _, c := range b.checks {
+		c.h.Write(p[:n])
+	}
+	b.n += int64(n)
+	switch {
+	case err == io.EOF && b.size >= 0 && b.n < b.size:
+		b.err = errf(ErrIncompleteBody, "the body ended after %d of %d bytes", b.n, b.size)
+	case err == io.EOF || b.size >= 0 && b.n == b.size:
+		b.err = b.finish()
+		if b.err == nil {
+			b.err = io.EOF
+			return n, err
+		}
+	case err != nil:
+		b.err = err
+		return n, err
+	default:
+		return n, nil
+	}
+	return 0, b.err
+}
+
+// finish compares the digests of the whole body.
+func (b *verifiedBody) finish() error {
+	for _, c := range b.checks {
+		if !bytes.Equal(c.h.Sum(nil), c.want) {
+			return c.err
+		}
+	}
+	return nil
+}
+
+func (b *verifiedBody) Close() error {
+	if b.closer != nil {
+		b.closer()
+		b.closer = nil
+	}
+	return b.r.Close()
+}
+
+// readSmall reads a body the gateway parses itself (XML), at most limit
+// bytes, checked.
+func readSmall(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errf(ErrMalformedXML, "the request body is larger than %d bytes", limit)
+	}
+	return b, nil
+}

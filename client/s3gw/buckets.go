@@ -1,0 +1,232 @@
+package s3gw
+
+import (
+	"encoding/xml"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/ospreystore/osprey/client"
+)
+
+type owner struct {
+	ID          string
+	DisplayName string
+}
+
+type bucketEntry struct {
+	Name         string
+	CreationDate string
+}
+
+type listAllMyBucketsResult struct {
+	XMLName xml.Name      `xml:"ListAllMyBucketsResult"`
+	XMLNS   string        `xml:"xmlns,attr"`
+	Owner   owner         `xml:"Owner"`
+	Buckets []bucketEntry `xml:"Buckets>Bucket"`
+}
+
+// ownerOf is the owner the gateway reports: its one user, the access key.
+func ownerOf(req *request) owner { return owner{ID: req.access, DisplayName: req.access} }
+
+func (g *Gateway) listBuckets(req *request) error {
+	bs, err := g.cl.ListBuckets(req.r.Context())
+	if err != nil {
+		return err
+	}
+	res := listAllMyBucketsResult{XMLNS: s3XMLNS, Owner: ownerOf(req), Buckets: []bucketEntry{}}
+	for _, b := range bs {
+		res.Buckets = append(res.Buckets, bucketEntry{Name: b.Name, CreationDate: s3Time(b.Created)})
+	}
+	writeXML(req.w, http.StatusOK, res)
+	return nil
+}
+
+func (g *Gateway) createBucket(req *request) error {
+	// A CreateBucketConfiguration (LocationConstraint) may come; one
+	// region here, so it is read and not kept.
+	if _, err := readSmall(req.r.Body, 64<<10); err != nil {
+		return err
+	}
+	if err := g.cl.MakeBucket(req.r.Context(), req.bucket); err != nil {
+		return err
+	}
+	req.w.Header().Set("Location", "/"+req.bucket)
+	req.w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+func (g *Gateway) deleteBucket(req *request) error {
+	if err := g.cl.RemoveBucket(req.r.Context(), req.bucket); err != nil {
+		return err
+	}
+	req.w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (g *Gateway) headBucket(req *request) error {
+	if _, err := g.cl.StatBucket(req.r.Context(), req.bucket); err != nil {
+		return err
+	}
+	req.w.Header().Set("x-amz-bucket-region", g.opts.Region)
+	req.w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+type locationConstraint struct {
+	XMLName xml.Name `xml:"LocationConstraint"`
+	XMLNS   string   `xml:"xmlns,attr"`
+	Region  string   `xml:",chardata"`
+}
+
+func (g *Gateway) bucketLocation(req *request) error {
+	if _, err := g.cl.StatBucket(req.r.Context(), req.bucket); err != nil {
+		return err
+	}
+	region := g.opts.Region
+	if region == "us-east-1" {
+		region = "" // S3's answer for its first region
+	}
+	writeXML(req.w, http.StatusOK, locationConstraint{XMLNS: s3XMLNS, Region: region})
+	return nil
+}
+
+// listQuery is a listing request's parameters, v1 and v2 together.
+type listQuery struct {
+	v2           bool
+	prefix       string
+	delimiter    string
+	maxKeys      int
+	marker       string // v1
+	token        string // v2 continuation-token
+	startAfter   string // v2
+	fetchOwner   bool
+	encodingType string // "" or "url"
+}
+
+// parseListQuery reads a listing's query parameters.
+func parseListQuery(q url.Values, v2 bool) (listQuery, error) {
+	lq := listQuery{v2: v2, prefix: q.Get("prefix"), delimiter: q.Get("delimiter"), maxKeys: 1000,
+		marker: q.Get("marker"), token: q.Get("continuation-token"), startAfter: q.Get("start-after"),
+		fetchOwner: q.Get("fetch-owner") == "true", encodingType: q.Get("encoding-type")}
+	if q.Has("max-keys") {
+		n, err := strconv.Atoi(q.Get("max-keys"))
+		if err != nil || n < 0 {
+			return lq, errf(ErrInvalidArgument, "max-keys must be a non-negative integer")
+		}
+		lq.maxKeys = min(n, 1000)
+	}
+	if lq.encodingType != "" && lq.encodingType != "url" {
+		return lq, errf(ErrInvalidArgument, "invalid encoding-type %q: only url", lq.encodingType)
+	}
+	if v2 && q.Has("continuation-token") && lq.token == "" {
+		return lq, errf(ErrInvalidArgument, "the continuation token provided is incorrect")
+	}
+	return lq, nil
+}
+
+type listEntry struct {
+	Key          string
+	LastModified string
+	ETag         string
+	Size         int64
+	StorageClass string
+	Owner        *owner `xml:",omitempty"`
+}
+
+type commonPrefix struct {
+	Prefix string
+}
+
+// listBucketResult is both versions' answer; the fields of the other
+// version stay empty and are omitted.
+type listBucketResult struct {
+	XMLName               xml.Name `xml:"ListBucketResult"`
+	XMLNS                 string   `xml:"xmlns,attr"`
+	Name                  string
+	Prefix                string
+	Marker                *string `xml:",omitempty"`
+	NextMarker            string  `xml:",omitempty"`
+	ContinuationToken     string  `xml:",omitempty"`
+	NextContinuationToken string  `xml:",omitempty"`
+	StartAfter            string  `xml:",omitempty"`
+	KeyCount              *int    `xml:",omitempty"`
+	MaxKeys               int
+	Delimiter             string `xml:",omitempty"`
+	EncodingType          string `xml:",omitempty"`
+	IsTruncated           bool
+	Contents              []listEntry
+	CommonPrefixes        []commonPrefix
+}
+
+func (g *Gateway) listObjectsV1(req *request) error { return g.listObjects(req, false) }
+
+func (g *Gateway) listObjectsV2(req *request) error { return g.listObjects(req, true) }
+
+func (g *Gateway) listObjects(req *request, v2 bool) error {
+	lq, err := parseListQuery(req.r.URL.Query(), v2)
+	if err != nil {
+		return err
+	}
+	enc := func(s string) string {
+		if lq.encodingType == "url" {
+			return url.QueryEscape(s)
+		}
+		return s
+	}
+	res := listBucketResult{XMLNS: s3XMLNS, Name: req.bucket, Prefix: enc(lq.prefix), MaxKeys: lq.maxKeys,
+		Delimiter: enc(lq.delimiter), EncodingType: lq.encodingType}
+	opts := client.ListOptions{Prefix: lq.prefix, Delimiter: lq.delimiter, MaxKeys: lq.maxKeys}
+	if v2 {
+		res.ContinuationToken, res.StartAfter = lq.token, enc(lq.startAfter)
+		opts.ContinuationToken, opts.StartAfter = lq.token, lq.startAfter
+	} else {
+		m := enc(lq.marker)
+		res.Marker = &m
+		opts.StartAfter = lq.marker
+		if d := lq.delimiter; d != "" && strings.HasPrefix(lq.marker, lq.prefix) && strings.HasSuffix(lq.marker[len(lq.prefix):], d) &&
+			strings.Index(lq.marker[len(lq.prefix):], d) == len(lq.marker)-len(lq.prefix)-len(d) {
+			// A NextMarker that was a common prefix: go on after
+			// everything it rolled up.
+			opts.StartAfter = lq.marker + "\U0010FFFF"
+		}
+	}
+	var page client.ListPage
+	if lq.maxKeys == 0 {
+		// S3 answers an empty page that is not truncated; the bucket
+		// must exist all the same.
+		if _, err := g.cl.StatBucket(req.r.Context(), req.bucket); err != nil {
+			return err
+		}
+	} else if page, err = g.cl.ListObjectsPage(req.r.Context(), req.bucket, opts); err != nil {
+		if client.ErrorCode(err) == "InvalidArgument" && v2 && lq.token != "" {
+			return errf(ErrInvalidArgument, "the continuation token provided is incorrect")
+		}
+		return err
+	}
+	res.IsTruncated = page.IsTruncated
+	for _, o := range page.Objects {
+		if o.IsPrefix {
+			res.CommonPrefixes = append(res.CommonPrefixes, commonPrefix{Prefix: enc(o.Key)})
+			continue
+		}
+		e := listEntry{Key: enc(o.Key), LastModified: s3Time(o.LastModified), ETag: quoteETag(o.ETag), Size: o.Size, StorageClass: "STANDARD"}
+		if !v2 || lq.fetchOwner {
+			ow := ownerOf(req)
+			e.Owner = &ow
+		}
+		res.Contents = append(res.Contents, e)
+	}
+	if v2 {
+		n := len(page.Objects)
+		res.KeyCount = &n
+		res.NextContinuationToken = page.NextContinuationToken
+	} else if page.IsTruncated && lq.delimiter != "" && len(page.Objects) > 0 {
+		// S3 gives NextMarker only with a delimiter; without one, clients
+		// continue after the last key.
+		res.NextMarker = enc(page.Objects[len(page.Objects)-1].Key)
+	}
+	writeXML(req.w, http.StatusOK, res)
+	return nil
+}

@@ -1,0 +1,391 @@
+// Package s3gw is Osprey's S3 HTTP gateway: the S3 REST API (buckets,
+// objects, listings, ranges, metadata, multipart uploads) over the Go SDK, so that aws-cli,
+// boto3 or aws-sdk-go-v2 use an Osprey cluster unchanged. It is a client
+// like any other: it holds no state of its own (any number of gateways can
+// serve one cluster) and reaches the cluster only through package client's
+// public API.
+//
+// Every request must be signed (AWS Signature Version 4, in the
+// Authorization header or a presigned URL); the gateway verifies the
+// signature itself against Credentials, and the body's SHA-256, MD5 or
+// x-amz-checksum-* while it streams, before the object is committed.
+//
+// The gateway must never buffer a whole object: a body goes from the HTTP
+// connection to the SDK's send buffers a part at a time (at most 64 MiB
+// for a body up to that size, put in one op; PartSize per part in flight
+// above), and a GET streams the SDK's read windows to the connection.
+package s3gw
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	md5simd "github.com/minio/md5-simd"
+	"github.com/ospreystore/osprey/client"
+)
+
+// Options configure a Gateway.
+type Options struct {
+	// Client is the cluster the gateway serves; required. Make it with
+	// client.Options{MD5: true}: S3 clients expect the ETag of an object
+	// put in one request to be the MD5 of its body.
+	Client *client.Client
+	// Credentials verify signatures; required.
+	Credentials Credentials
+	// Region is what GetBucketLocation answers; default us-east-1.
+	// Requests signed for any region are accepted.
+	Region string
+	// Domains enable virtual-hosted-style requests: a request to
+	// BUCKET.DOMAIN (any port) addresses BUCKET. Path-style requests work
+	// on any host.
+	Domains []string
+	// PartSize is the part size of a body above 64 MiB, which goes to the
+	// cluster by multipart upload, Concurrency parts in flight (default
+	// 16 MiB and 4): memory per request is bounded by 64 MiB or
+	// PartSize*Concurrency, whichever is larger.
+	PartSize    int64
+	Concurrency int
+	// Logger gets one access log line per request (Info) and the
+	// gateway's own troubles; default slog.Default().
+	Logger *slog.Logger
+	// ShutdownTimeout bounds how long Serve waits, once its context is
+	// done, for requests in progress to finish. Default 30s.
+	ShutdownTimeout time.Duration
+	// Now is the clock signatures are checked against (tests).
+	Now func() time.Time
+}
+
+// Gateway serves the S3 API; it is an http.Handler.
+type Gateway struct {
+	opts Options
+	cl   *client.Client
+	log  *slog.Logger
+	md5  md5simd.Server // Content-MD5 checks, alongside the transfer
+}
+
+// New makes a gateway.
+func New(opts Options) (*Gateway, error) {
+	if opts.Client == nil {
+		return nil, errors.New("s3gw: Options.Client is required")
+	}
+	if opts.Credentials == nil {
+		return nil, errors.New("s3gw: Options.Credentials is required (anonymous access is not served)")
+	}
+	if opts.Region == "" {
+		opts.Region = "us-east-1"
+	}
+	if opts.PartSize == 0 {
+		opts.PartSize = 16 << 20
+	}
+	if opts.PartSize < 5<<20 || opts.PartSize > maxSinglePut {
+		return nil, fmt.Errorf("s3gw: PartSize %d: must be 5 MiB to 64 MiB", opts.PartSize)
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 4
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	for i, d := range opts.Domains {
+		opts.Domains[i] = strings.ToLower(strings.Trim(d, "."))
+	}
+	return &Gateway{opts: opts, cl: opts.Client, log: opts.Logger, md5: md5simd.NewServer()}, nil
+}
+
+// Serve serves HTTP on ln until ctx is done, then stops accepting and
+// lets the requests in progress finish (within ShutdownTimeout). It
+// returns nil after such a stop.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), g.opts.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
+
+// request is one request in progress.
+type request struct {
+	id     string
+	op     string // for the access log
+	w      *loggedWriter
+	r      *http.Request
+	bucket string
+	key    string
+	access string // the verified access key
+}
+
+// loggedWriter counts what goes out, for the access log.
+type loggedWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *loggedWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *loggedWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *loggedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func newRequestID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return strings.ToUpper(hex.EncodeToString(b[:]))
+}
+
+// ServeHTTP implements http.Handler.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	req := &request{id: newRequestID(), w: &loggedWriter{ResponseWriter: w}, r: r}
+	h := w.Header()
+	h.Set("x-amz-request-id", req.id)
+	h.Set("x-amz-id-2", req.id)
+	h.Set("Server", "Osprey")
+	var body *verifiedBody
+	defer func() {
+		in := int64(0)
+		if body != nil {
+			in = body.n
+		}
+		g.log.Info("s3", "id", req.id, "remote", r.RemoteAddr, "access_key", req.access, "op", req.op,
+			"method", r.Method, "bucket", req.bucket, "key", req.key, "status", req.w.status,
+			"bytes_in", in, "bytes_out", req.w.bytes, "dur", time.Since(start))
+	}()
+
+	req.bucket, req.key = g.route(r)
+	auth, err := verify(r, g.opts.Credentials, g.opts.Now())
+	if err != nil {
+		req.op = "Auth"
+		g.fail(req, err)
+		return
+	}
+	req.access = auth.AccessKey
+	body, err = g.newVerifiedBody(r, auth)
+	if err != nil {
+		g.fail(req, err)
+		return
+	}
+	defer body.Close()
+	r.Body = body
+	if err := g.dispatch(req); err != nil {
+		g.fail(req, err)
+	}
+}
+
+// route finds the bucket and key a request addresses: virtual-hosted
+// style when its host is BUCKET.DOMAIN of a configured domain, path style
+// (/BUCKET/KEY) otherwise.
+func (g *Gateway) route(r *http.Request) (bucket, key string) {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.ToLower(host)
+	for _, d := range g.opts.Domains {
+		if b, ok := strings.CutSuffix(host, "."+d); ok && b != "" {
+			return b, strings.TrimPrefix(r.URL.Path, "/")
+		}
+	}
+	bucket, key, _ = strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	return bucket, key
+}
+
+// fail answers err as S3's XML error document, or, when the response has
+// begun already, cuts the connection so that the client sees a short body
+// rather than a complete-looking one.
+func (g *Gateway) fail(req *request, err error) {
+	e := toS3Error(err)
+	if req.w.status != 0 {
+		g.log.Warn("s3: request failed after its response began", "id", req.id, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+	if e.Status >= 500 {
+		g.log.Warn("s3: request failed", "id", req.id, "op", req.op, "err", err)
+	}
+	resource := req.r.URL.Path
+	if e.Code == "InvalidRange" || e.Code == "NoSuchKey" || e.Code == "NoSuchBucket" || e.Status < 500 {
+		resource = "/" + req.bucket
+		if req.key != "" {
+			resource += "/" + req.key
+		}
+	}
+	if req.r.Method == http.MethodHead {
+		req.w.WriteHeader(e.Status)
+		return
+	}
+	writeXML(req.w, e.Status, errorBody{Code: e.Code, Message: e.Message, Resource: resource, RequestID: req.id, HostID: req.id})
+}
+
+const s3XMLNS = "http://s3.amazonaws.com/doc/2006-03-01/"
+
+func writeXML(w http.ResponseWriter, status int, v any) {
+	b, err := xml.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte("<Error><Code>InternalError</Code></Error>")
+	}
+	w.Header().Set("Content-Type", "application/xml")
+	w.Header().Set("Content-Length", fmt.Sprint(len(xml.Header)+len(b)))
+	w.WriteHeader(status)
+	io.WriteString(w, xml.Header)
+	w.Write(b)
+}
+
+// Query parameters that select an operation the gateway does not
+// implement (yet); any other unknown parameter is ignored, as S3 does.
+var unsupportedSubresources = []string{
+	"acl", "tagging", "versioning", "versions", "policy", "policyStatus",
+	"lifecycle", "cors", "website", "logging", "notification", "replication", "encryption", "object-lock",
+	"retention", "legal-hold", "accelerate", "requestPayment", "ownershipControls", "publicAccessBlock",
+	"analytics", "inventory", "metrics", "intelligent-tiering", "select", "restore", "torrent", "attributes",
+}
+
+// scope is what a request addresses.
+type scope int
+
+const (
+	serviceScope scope = iota
+	bucketScope
+	objectScope
+)
+
+// route is one operation: the method and the query parameter (NAME, or
+// NAME=VALUE; "" for none) that select it at a scope.
+type route struct {
+	scope  scope
+	method string
+	param  string
+	op     string
+	run    func(*Gateway, *request) error
+}
+
+// routes are tried in order; the first that matches runs.
+var routes = []route{
+	{serviceScope, http.MethodGet, "", "ListBuckets", (*Gateway).listBuckets},
+	{bucketScope, http.MethodPut, "", "CreateBucket", (*Gateway).createBucket},
+	{bucketScope, http.MethodDelete, "", "DeleteBucket", (*Gateway).deleteBucket},
+	{bucketScope, http.MethodHead, "", "HeadBucket", (*Gateway).headBucket},
+	{bucketScope, http.MethodGet, "uploads", "ListMultipartUploads", (*Gateway).listMultipartUploads},
+	{bucketScope, http.MethodGet, "location", "GetBucketLocation", (*Gateway).bucketLocation},
+	{bucketScope, http.MethodGet, "list-type=2", "ListObjectsV2", (*Gateway).listObjectsV2},
+	{bucketScope, http.MethodGet, "", "ListObjects", (*Gateway).listObjectsV1},
+	{bucketScope, http.MethodPost, "delete", "DeleteObjects", (*Gateway).deleteObjects},
+	{objectScope, http.MethodPost, "uploads", "CreateMultipartUpload", (*Gateway).createMultipartUpload},
+	{objectScope, http.MethodPut, "uploadId", "UploadPart", (*Gateway).uploadPart},
+	{objectScope, http.MethodPost, "uploadId", "CompleteMultipartUpload", (*Gateway).completeMultipartUpload},
+	{objectScope, http.MethodDelete, "uploadId", "AbortMultipartUpload", (*Gateway).abortMultipartUpload},
+	{objectScope, http.MethodGet, "uploadId", "ListParts", (*Gateway).listParts},
+	{objectScope, http.MethodPut, "", "PutObject", (*Gateway).putObject},
+	{objectScope, http.MethodGet, "", "GetObject", (*Gateway).getObjectBody},
+	{objectScope, http.MethodHead, "", "HeadObject", (*Gateway).headObject},
+	{objectScope, http.MethodDelete, "", "DeleteObject", (*Gateway).deleteObject},
+}
+
+func (rt route) matches(sc scope, method string, q url.Values) bool {
+	if rt.scope != sc || rt.method != method {
+		return false
+	}
+	name, val, withVal := strings.Cut(rt.param, "=")
+	switch {
+	case rt.param == "":
+		return true
+	case withVal:
+		return q.Get(name) == val
+	}
+	return q.Has(name)
+}
+
+// dispatch runs the operation a verified request names.
+func (g *Gateway) dispatch(req *request) error {
+	r := req.r
+	q := r.URL.Query()
+	for _, s := range unsupportedSubresources {
+		if q.Has(s) {
+			req.op = "Unsupported"
+			return errf(ErrNotImplemented, "the ?%s operation is not implemented", s)
+		}
+	}
+	if r.Header.Get("X-Amz-Copy-Source") != "" {
+		req.op = "CopyObject"
+		return errf(ErrNotImplemented, "CopyObject and UploadPartCopy are not implemented yet")
+	}
+	sc := objectScope
+	switch {
+	case req.bucket == "":
+		sc = serviceScope
+	case req.key == "":
+		sc = bucketScope
+	case q.Has("partNumber") && !q.Has("uploadId"):
+		return errf(ErrNotImplemented, "the partNumber parameter is not implemented")
+	}
+	for _, rt := range routes {
+		if rt.matches(sc, r.Method, q) {
+			req.op = rt.op
+			return rt.run(g, req)
+		}
+	}
+	return errf(ErrMethodNotAllowed, "%s is not allowed on this resource", r.Method)
+}
+
+// s3Time is S3's time format in XML.
+func s3Time(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// parallel runs f(i) for i in [0, n), at most limit at once.
+func parallel(n, limit int, f func(i int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, limit)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f(i)
+		})
+	}
+	wg.Wait()
+}

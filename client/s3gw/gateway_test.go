@@ -1,0 +1,727 @@
+package s3gw_test
+
+// The gateway against aws-sdk-go-v2's S3 client, which signs and parses as
+// it does against AWS, over a real three-OSD cluster in process.
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	smithy "github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/client/s3gw"
+	"github.com/ospreystore/osprey/osd/osdtest"
+)
+
+const (
+	testAccess = "OSPREYTESTKEY"
+	testSecret = "osprey/test+secret"
+)
+
+// env is a cluster, a gateway on it and an S3 client of the gateway.
+type env struct {
+	cl      *client.Client
+	gw      *s3gw.Gateway
+	url     string
+	s3      *s3.Client
+	ctx     context.Context
+	skew    atomic.Int64 // added to the gateway's clock, ns
+	domain  string
+	srvAddr string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 16})
+	e := &env{cl: c.Client(t, func(o *client.Options) { o.MD5 = true }), domain: "s3.osprey.test"}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	e.ctx = ctx
+	gw, err := s3gw.New(s3gw.Options{Client: e.cl, Credentials: s3gw.StaticCredentials{testAccess: testSecret},
+		Domains: []string{e.domain}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now: func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.gw = gw
+	srv := httptest.NewServer(gw)
+	t.Cleanup(srv.Close)
+	e.url, e.srvAddr = srv.URL, srv.Listener.Addr().String()
+	e.s3 = e.client(testAccess, testSecret, true)
+	return e
+}
+
+// client is an S3 client of the gateway with these credentials.
+func (e *env) client(access, secret string, pathStyle bool) *s3.Client {
+	opts := s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(e.url), UsePathStyle: pathStyle,
+		Credentials: credentials.NewStaticCredentialsProvider(access, secret, "")}
+	if !pathStyle {
+		// BUCKET.s3.osprey.test resolves nowhere: every connection goes
+		// to the gateway, with the virtual host in the Host header.
+		_, port, _ := net.SplitHostPort(e.srvAddr)
+		opts.BaseEndpoint = aws.String("http://" + e.domain + ":" + port)
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, e.srvAddr)
+		}
+		opts.HTTPClient = &http.Client{Transport: tr}
+	}
+	return s3.New(opts)
+}
+
+// code is the S3 error code and HTTP status of err.
+func code(err error) (string, int) {
+	var ae smithy.APIError
+	status := 0
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) {
+		status = re.HTTPStatusCode()
+	}
+	if errors.As(err, &ae) {
+		return ae.ErrorCode(), status
+	}
+	return "", status
+}
+
+func wantCode(t *testing.T, what string, err error, wantCode string, wantStatus int) {
+	t.Helper()
+	c, s := code(err)
+	if c != wantCode || s != wantStatus {
+		t.Fatalf("%s: %v: got %q %d, want %q %d", what, err, c, s, wantCode, wantStatus)
+	}
+}
+
+func (e *env) mb(t *testing.T, bucket string) {
+	t.Helper()
+	if _, err := e.s3.CreateBucket(e.ctx, &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) put(t *testing.T, bucket, key string, data []byte) *s3.PutObjectOutput {
+	t.Helper()
+	out, err := e.s3.PutObject(e.ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(data)})
+	if err != nil {
+		t.Fatalf("put %s/%s: %v", bucket, key, err)
+	}
+	return out
+}
+
+func (e *env) get(t *testing.T, bucket, key, rng string) ([]byte, *s3.GetObjectOutput) {
+	t.Helper()
+	in := &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)}
+	if rng != "" {
+		in.Range = aws.String(rng)
+	}
+	out, err := e.s3.GetObject(e.ctx, in)
+	if err != nil {
+		t.Fatalf("get %s/%s %s: %v", bucket, key, rng, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, out
+}
+
+func md5hex(b []byte) string { s := md5.Sum(b); return hex.EncodeToString(s[:]) }
+
+func TestBuckets(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	e.mb(t, "alpha")
+	e.mb(t, "beta")
+	_, err := e.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("alpha")})
+	wantCode(t, "create twice", err, "BucketAlreadyOwnedByYou", 409)
+	_, err = e.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("Bad_Name")})
+	wantCode(t, "bad name", err, "InvalidBucketName", 400)
+
+	lb, err := e.s3.ListBuckets(ctx, &s3.ListBucketsInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, b := range lb.Buckets {
+		names = append(names, *b.Name)
+		if b.CreationDate == nil || time.Since(*b.CreationDate) > time.Hour {
+			t.Errorf("bucket %s created %v", *b.Name, b.CreationDate)
+		}
+	}
+	if !slices.Equal(names, []string{"alpha", "beta"}) || *lb.Owner.ID != testAccess {
+		t.Fatalf("ListBuckets: %v owner %v", names, *lb.Owner.ID)
+	}
+
+	if _, err := e.s3.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String("alpha")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.s3.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String("gamma")})
+	wantCode(t, "head missing", err, "NotFound", 404)
+
+	loc, err := e.s3.GetBucketLocation(ctx, &s3.GetBucketLocationInput{Bucket: aws.String("alpha")})
+	if err != nil || loc.LocationConstraint != "" {
+		t.Fatalf("location %q %v", loc.LocationConstraint, err)
+	}
+	_, err = e.s3.GetBucketLocation(ctx, &s3.GetBucketLocationInput{Bucket: aws.String("gamma")})
+	wantCode(t, "location of missing", err, "NoSuchBucket", 404)
+
+	e.put(t, "alpha", "k", []byte("x"))
+	_, err = e.s3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String("alpha")})
+	wantCode(t, "delete non-empty", err, "BucketNotEmpty", 409)
+	if _, err := e.s3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String("beta")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.s3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String("beta")})
+	wantCode(t, "delete twice", err, "NoSuchBucket", 404)
+	_, err = e.s3.GetBucketAcl(ctx, &s3.GetBucketAclInput{Bucket: aws.String("alpha")})
+	wantCode(t, "acl", err, "NotImplemented", 501)
+}
+
+func TestObjects(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	e.mb(t, "obj")
+	data := osdtest.Payload(300<<10, 1)
+	out, err := e.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("obj"), Key: aws.String("dir/a b+c.bin"),
+		Body: bytes.NewReader(data), ContentType: aws.String("application/x-test"), CacheControl: aws.String("max-age=60"),
+		ContentDisposition: aws.String(`attachment; filename="x.bin"`), Metadata: map[string]string{"color": "blue", "Size-Class": "M"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *out.ETag != `"`+md5hex(data)+`"` {
+		t.Fatalf("ETag %s, want the body's MD5 %s", *out.ETag, md5hex(data))
+	}
+	b, got := e.get(t, "obj", "dir/a b+c.bin", "")
+	if !bytes.Equal(b, data) || *got.ETag != *out.ETag || *got.ContentType != "application/x-test" || *got.ContentLength != int64(len(data)) ||
+		*got.CacheControl != "max-age=60" || *got.ContentDisposition != `attachment; filename="x.bin"` ||
+		got.Metadata["color"] != "blue" || got.Metadata["size-class"] != "M" || len(got.Metadata) != 2 || got.LastModified == nil {
+		t.Fatalf("get: %d bytes, %+v", len(b), got)
+	}
+	h, err := e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("obj"), Key: aws.String("dir/a b+c.bin")})
+	if err != nil || *h.ContentLength != int64(len(data)) || *h.ETag != *out.ETag || h.Metadata["color"] != "blue" {
+		t.Fatalf("head: %+v %v", h, err)
+	}
+
+	// An empty object, and one replaced.
+	e.put(t, "obj", "empty", nil)
+	if b, _ := e.get(t, "obj", "empty", ""); len(b) != 0 {
+		t.Fatalf("empty: %d bytes", len(b))
+	}
+	e.put(t, "obj", "empty", []byte("now full"))
+	if b, _ := e.get(t, "obj", "empty", ""); string(b) != "now full" {
+		t.Fatalf("replaced: %q", b)
+	}
+
+	_, err = e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("obj"), Key: aws.String("nope")})
+	wantCode(t, "get missing", err, "NoSuchKey", 404)
+	_, err = e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("nobucket"), Key: aws.String("k")})
+	wantCode(t, "get in missing bucket", err, "NoSuchBucket", 404)
+	_, err = e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("obj"), Key: aws.String("nope")})
+	wantCode(t, "head missing", err, "NotFound", 404)
+	_, err = e.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("nobucket"), Key: aws.String("k"), Body: strings.NewReader("x")})
+	wantCode(t, "put in missing bucket", err, "NoSuchBucket", 404)
+
+	// Content-MD5: right, then wrong (and nothing stored).
+	sum := md5.Sum([]byte("checked"))
+	if _, err := e.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("obj"), Key: aws.String("md5"), Body: strings.NewReader("checked"),
+		ContentMD5: aws.String(base64.StdEncoding.EncodeToString(sum[:]))}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("obj"), Key: aws.String("md5"), Body: strings.NewReader("CHECKED"),
+		ContentMD5: aws.String(base64.StdEncoding.EncodeToString(sum[:]))})
+	wantCode(t, "wrong Content-MD5", err, "BadDigest", 400)
+	_, err = e.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("obj"), Key: aws.String("md5"), Body: strings.NewReader("x"),
+		ContentMD5: aws.String("not base64!")})
+	wantCode(t, "malformed Content-MD5", err, "InvalidDigest", 400)
+	if b, _ := e.get(t, "obj", "md5", ""); string(b) != "checked" {
+		t.Fatalf("after refused puts: %q", b)
+	}
+
+	// CRC32C, Osprey's own checksum: sent, checked, and returned on a GET
+	// that asks (the SDK then validates it).
+	if _, err := e.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("obj"), Key: aws.String("crc"), Body: bytes.NewReader(data),
+		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("obj"), Key: aws.String("crc"), ChecksumMode: types.ChecksumModeEnabled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, err := io.ReadAll(g.Body)
+	g.Body.Close()
+	if err != nil || !bytes.Equal(gb, data) || g.ChecksumCRC32C == nil {
+		t.Fatalf("checksummed get: %v, crc32c %v", err, g.ChecksumCRC32C)
+	}
+	_, err = e.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("obj"), Key: aws.String("crc"), Body: strings.NewReader("other"),
+		ChecksumCRC32C: g.ChecksumCRC32C})
+	wantCode(t, "wrong CRC32C", err, "BadDigest", 400)
+
+	// Deletes, one and many.
+	if _, err := e.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("obj"), Key: aws.String("md5")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("obj"), Key: aws.String("md5")}); err != nil {
+		t.Fatalf("deleting a missing key: %v", err)
+	}
+	var ids []types.ObjectIdentifier
+	for i := range 30 {
+		k := fmt.Sprintf("batch/%02d", i)
+		e.put(t, "obj", k, []byte(k))
+		ids = append(ids, types.ObjectIdentifier{Key: aws.String(k)})
+	}
+	del, err := e.s3.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String("obj"), Delete: &types.Delete{Objects: ids}})
+	if err != nil || len(del.Deleted) != 30 || len(del.Errors) != 0 {
+		t.Fatalf("DeleteObjects: %v %+v", err, del)
+	}
+	del, err = e.s3.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String("obj"), Delete: &types.Delete{Objects: ids[:3], Quiet: aws.Bool(true)}})
+	if err != nil || len(del.Deleted) != 0 || len(del.Errors) != 0 {
+		t.Fatalf("quiet DeleteObjects: %v %+v", err, del)
+	}
+	l, err := e.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("obj"), Prefix: aws.String("batch/")})
+	if err != nil || len(l.Contents) != 0 {
+		t.Fatalf("after DeleteObjects: %v %d left", err, len(l.Contents))
+	}
+	_, err = e.s3.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String("nobucket"), Delete: &types.Delete{Objects: ids[:1]}})
+	wantCode(t, "DeleteObjects in missing bucket", err, "NoSuchBucket", 404)
+	_, err = e.s3.CopyObject(ctx, &s3.CopyObjectInput{Bucket: aws.String("obj"), Key: aws.String("c"), CopySource: aws.String("obj/crc")})
+	wantCode(t, "copy", err, "NotImplemented", 501)
+}
+
+func TestRanges(t *testing.T) {
+	e := newEnv(t)
+	e.mb(t, "rng")
+	// Larger than the SDK's 8 MiB read window, so ranges cross windows.
+	data := osdtest.Payload(9<<20+123, 2)
+	e.put(t, "rng", "big", data)
+	size := int64(len(data))
+	for _, c := range []struct {
+		rng         string
+		first, last int64
+	}{
+		{"bytes=0-9", 0, 9},
+		{"bytes=100-", 100, size - 1},
+		{"bytes=-5", size - 5, size - 1},
+		{"bytes=-" + fmt.Sprint(size+10), 0, size - 1},
+		{"bytes=8388600-8388700", 8388600, 8388700},
+		{fmt.Sprintf("bytes=%d-%d", size-3, size+100), size - 3, size - 1},
+	} {
+		b, out := e.get(t, "rng", "big", c.rng)
+		want := fmt.Sprintf("bytes %d-%d/%d", c.first, c.last, size)
+		if !bytes.Equal(b, data[c.first:c.last+1]) || *out.ContentRange != want || *out.ContentLength != c.last-c.first+1 {
+			t.Fatalf("%s: %d bytes, Content-Range %s, want %s", c.rng, len(b), *out.ContentRange, want)
+		}
+	}
+	// An invalid Range header is ignored, as S3 does: the whole object.
+	if b, _ := e.get(t, "rng", "big", "bytes=10-5"); !bytes.Equal(b, data) {
+		t.Fatalf("ignored range: %d bytes", len(b))
+	}
+	_, err := e.s3.GetObject(e.ctx, &s3.GetObjectInput{Bucket: aws.String("rng"), Key: aws.String("big"), Range: aws.String(fmt.Sprintf("bytes=%d-", size))})
+	wantCode(t, "range past the end", err, "InvalidRange", 416)
+	e.put(t, "rng", "empty", nil)
+	_, err = e.s3.GetObject(e.ctx, &s3.GetObjectInput{Bucket: aws.String("rng"), Key: aws.String("empty"), Range: aws.String("bytes=-1")})
+	wantCode(t, "suffix of empty", err, "InvalidRange", 416)
+	h, err := e.s3.HeadObject(e.ctx, &s3.HeadObjectInput{Bucket: aws.String("rng"), Key: aws.String("big"), Range: aws.String("bytes=0-99")})
+	if err != nil || *h.ContentLength != 100 {
+		t.Fatalf("ranged head: %v %+v", err, h)
+	}
+}
+
+// TestLargePut puts a body above 64 MiB, which the gateway streams to the
+// cluster by multipart upload, and reads it back.
+func TestLargePut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a 65 MiB object")
+	}
+	e := newEnv(t)
+	e.mb(t, "large")
+	data := osdtest.Payload(65<<20+7, 3)
+	out := e.put(t, "large", "obj", data)
+	if !strings.HasSuffix(*out.ETag, `-5"`) {
+		t.Fatalf("ETag %s: want a multipart one of 5 parts", *out.ETag)
+	}
+	b, _ := e.get(t, "large", "obj", "")
+	if !bytes.Equal(b, data) {
+		t.Fatal("read back differs")
+	}
+}
+
+func TestListing(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	e.mb(t, "lst")
+	keys := []string{"a/1", "a/2", "a/b/3", "b", "c d/e", "c d/f", "z"}
+	for i := range 25 {
+		keys = append(keys, fmt.Sprintf("many/%02d", i))
+	}
+	for _, k := range keys {
+		e.put(t, "lst", k, []byte(k))
+	}
+	slices.Sort(keys)
+
+	// Everything, by pages of 7: the SDK's paginator follows the tokens.
+	var all []string
+	pages := 0
+	p := s3.NewListObjectsV2Paginator(e.s3, &s3.ListObjectsV2Input{Bucket: aws.String("lst"), MaxKeys: aws.Int32(7)})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if *out.KeyCount != int32(len(out.Contents)) || len(out.Contents) > 7 {
+			t.Fatalf("page of %d, KeyCount %d", len(out.Contents), *out.KeyCount)
+		}
+		for _, o := range out.Contents {
+			all = append(all, *o.Key)
+			if *o.Size != int64(len(*o.Key)) || *o.ETag != `"`+md5hex([]byte(*o.Key))+`"` || o.Owner != nil {
+				t.Fatalf("entry %+v", o)
+			}
+		}
+	}
+	if !slices.Equal(all, keys) || pages != 5 {
+		t.Fatalf("%d pages: %v", pages, all)
+	}
+
+	// A delimiter rolls up common prefixes; fetch-owner adds owners.
+	out, err := e.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("lst"), Delimiter: aws.String("/"), FetchOwner: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prefixes, objs []string
+	for _, cp := range out.CommonPrefixes {
+		prefixes = append(prefixes, *cp.Prefix)
+	}
+	for _, o := range out.Contents {
+		objs = append(objs, *o.Key)
+		if o.Owner == nil || *o.Owner.ID != testAccess {
+			t.Fatalf("fetch-owner: %+v", o.Owner)
+		}
+	}
+	if !slices.Equal(prefixes, []string{"a/", "c d/", "many/"}) || !slices.Equal(objs, []string{"b", "z"}) {
+		t.Fatalf("delimiter: %v %v", prefixes, objs)
+	}
+	out, err = e.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("lst"), Prefix: aws.String("a/"), Delimiter: aws.String("/"), StartAfter: aws.String("a/1")})
+	if err != nil || len(out.Contents) != 1 || *out.Contents[0].Key != "a/2" || len(out.CommonPrefixes) != 1 || *out.CommonPrefixes[0].Prefix != "a/b/" {
+		t.Fatalf("prefix+start-after: %v %+v", err, out)
+	}
+	// encoding-type=url: keys and the prefix come URL-encoded (this SDK
+	// leaves the decoding to its caller).
+	out, err = e.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("lst"), Prefix: aws.String("c d/"), EncodingType: types.EncodingTypeUrl})
+	if err != nil || len(out.Contents) != 2 {
+		t.Fatalf("encoding-type=url: %v %+v", err, out.Contents)
+	}
+	if k, p := *out.Contents[0].Key, *out.Prefix; k != "c+d%2Fe" || p != "c+d%2F" {
+		t.Fatalf("encoding-type=url: key %q prefix %q", k, p)
+	}
+	out, err = e.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("lst"), MaxKeys: aws.Int32(0)})
+	if err != nil || len(out.Contents) != 0 || *out.IsTruncated {
+		t.Fatalf("max-keys 0: %v %+v", err, out)
+	}
+	_, err = e.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("lst"), ContinuationToken: aws.String("garbage!")})
+	wantCode(t, "bad token", err, "InvalidArgument", 400)
+	_, err = e.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("nobucket")})
+	wantCode(t, "list missing bucket", err, "NoSuchBucket", 404)
+
+	// Version 1: markers, and NextMarker with a delimiter, which may be a
+	// common prefix.
+	var v1 []string
+	marker := ""
+	for range 20 {
+		o, err := e.s3.ListObjects(ctx, &s3.ListObjectsInput{Bucket: aws.String("lst"), Delimiter: aws.String("/"), MaxKeys: aws.Int32(2), Marker: aws.String(marker)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cp := range o.CommonPrefixes {
+			v1 = append(v1, *cp.Prefix)
+		}
+		for _, c := range o.Contents {
+			v1 = append(v1, *c.Key)
+		}
+		if !*o.IsTruncated {
+			break
+		}
+		marker = *o.NextMarker
+	}
+	slices.Sort(v1)
+	if !slices.Equal(v1, []string{"a/", "b", "c d/", "many/", "z"}) {
+		t.Fatalf("v1 with markers: %v", v1)
+	}
+	o1, err := e.s3.ListObjects(ctx, &s3.ListObjectsInput{Bucket: aws.String("lst"), Prefix: aws.String("many/"), Marker: aws.String("many/20")})
+	if err != nil || len(o1.Contents) != 4 || *o1.Contents[0].Key != "many/21" || o1.Contents[0].Owner == nil {
+		t.Fatalf("v1 marker: %v %+v", err, o1.Contents)
+	}
+}
+
+func TestAuth(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	e.mb(t, "auth")
+	e.put(t, "auth", "k", []byte("secret data"))
+
+	_, err := e.client(testAccess, "wrong", true).ListBuckets(ctx, &s3.ListBucketsInput{})
+	wantCode(t, "wrong secret", err, "SignatureDoesNotMatch", 403)
+	_, err = e.client("NOSUCHKEY", testSecret, true).ListBuckets(ctx, &s3.ListBucketsInput{})
+	wantCode(t, "unknown key", err, "InvalidAccessKeyId", 403)
+
+	// Anonymous: refused, in S3's XML, with a request id.
+	resp, body := send(t, nil, e.url+"/auth/k")
+	if resp.StatusCode != 403 || !bytes.Contains(body, []byte("<Code>AccessDenied</Code>")) || resp.Header.Get("x-amz-request-id") == "" ||
+		!bytes.Contains(body, []byte("<RequestId>"+resp.Header.Get("x-amz-request-id")+"</RequestId>")) {
+		t.Fatalf("anonymous: %d %s %v", resp.StatusCode, body, resp.Header)
+	}
+
+	// Clock skew: the gateway's clock 20 minutes ahead.
+	e.skew.Store(int64(20 * time.Minute))
+	_, err = e.s3.ListBuckets(ctx, &s3.ListBucketsInput{})
+	wantCode(t, "skewed", err, "RequestTimeTooSkewed", 403)
+	e.skew.Store(0)
+
+	// Presigned GET and PUT, and a presigned GET past its expiry.
+	ps := s3.NewPresignClient(e.s3)
+	pg, err := ps.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("auth"), Key: aws.String("k")}, s3.WithPresignExpires(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, body = send(t, nil, pg.URL)
+	if resp.StatusCode != 200 || string(body) != "secret data" {
+		t.Fatalf("presigned get: %d %s", resp.StatusCode, body)
+	}
+	pp, err := ps.PresignPutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("auth"), Key: aws.String("up")}, s3.WithPresignExpires(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPut, pp.URL, strings.NewReader("uploaded"))
+	for k, v := range pp.SignedHeader {
+		req.Header[k] = v
+	}
+	resp, _ = send(t, req, "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("presigned put: %d", resp.StatusCode)
+	}
+	if b, _ := e.get(t, "auth", "up", ""); string(b) != "uploaded" {
+		t.Fatalf("presigned put stored %q", b)
+	}
+	e.skew.Store(int64(2 * time.Minute))
+	resp, body = send(t, nil, pg.URL)
+	e.skew.Store(0)
+	if resp.StatusCode != 403 || !bytes.Contains(body, []byte("<Code>AccessDenied</Code>")) || !bytes.Contains(body, []byte("expired")) {
+		t.Fatalf("expired presigned get: %d %s", resp.StatusCode, body)
+	}
+	// A presigned URL whose query was changed.
+	resp, _ = send(t, nil, strings.Replace(pg.URL, "/auth/k?", "/auth/up?", 1))
+	if resp.StatusCode != 403 {
+		t.Fatalf("presigned URL of another key: %d", resp.StatusCode)
+	}
+
+	// A body that is not what x-amz-content-sha256 says: refused, and
+	// nothing stored.
+	signer := v4.NewSigner()
+	creds := aws.Credentials{AccessKeyID: testAccess, SecretAccessKey: testSecret}
+	req, _ = http.NewRequest(http.MethodPut, e.url+"/auth/k", strings.NewReader("tampered!!!"))
+	claimed := sha256hex([]byte("what was signed"))
+	req.Header.Set("X-Amz-Content-Sha256", claimed)
+	if err := signer.SignHTTP(ctx, creds, req, claimed, "s3", "us-east-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	resp, body = send(t, req, "")
+	if resp.StatusCode != 400 || !bytes.Contains(body, []byte("XAmzContentSHA256Mismatch")) {
+		t.Fatalf("payload hash mismatch: %d %s", resp.StatusCode, body)
+	}
+	if b, _ := e.get(t, "auth", "k", ""); string(b) != "secret data" {
+		t.Fatalf("after a refused body: %q", b)
+	}
+	// UNSIGNED-PAYLOAD is accepted.
+	req, _ = http.NewRequest(http.MethodPut, e.url+"/auth/unsigned", strings.NewReader("no hash"))
+	req.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+	if err := signer.SignHTTP(ctx, creds, req, "UNSIGNED-PAYLOAD", "s3", "us-east-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	resp, _ = send(t, req, "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("unsigned payload: %d", resp.StatusCode)
+	}
+}
+
+func TestVirtualHostedStyle(t *testing.T) {
+	e := newEnv(t)
+	vh := e.client(testAccess, testSecret, false)
+	if _, err := vh.CreateBucket(e.ctx, &s3.CreateBucketInput{Bucket: aws.String("vhost")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vh.PutObject(e.ctx, &s3.PutObjectInput{Bucket: aws.String("vhost"), Key: aws.String("x/y"), Body: strings.NewReader("hosted")}); err != nil {
+		t.Fatal(err)
+	}
+	// Path style sees the same object.
+	if b, _ := e.get(t, "vhost", "x/y", ""); string(b) != "hosted" {
+		t.Fatalf("got %q", b)
+	}
+	out, err := vh.ListObjectsV2(e.ctx, &s3.ListObjectsV2Input{Bucket: aws.String("vhost")})
+	if err != nil || len(out.Contents) != 1 || *out.Contents[0].Key != "x/y" {
+		t.Fatalf("list: %v %+v", err, out)
+	}
+}
+
+// TestServeGracefulShutdown: a GET in progress when Serve's context ends
+// still completes, and Serve then returns nil.
+func TestServeGracefulShutdown(t *testing.T) {
+	e := newEnv(t)
+	e.mb(t, "gshut")
+	data := osdtest.Payload(16<<20, 4)
+	e.put(t, "gshut", "obj", data)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- e.gw.Serve(sctx, ln) }()
+	c := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String("http://" + ln.Addr().String()), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(testAccess, testSecret, "")})
+	out, err := c.GetObject(e.ctx, &s3.GetObjectInput{Bucket: aws.String("gshut"), Key: aws.String("obj")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 1<<20)
+	if _, err := io.ReadFull(out.Body, head); err != nil {
+		t.Fatal(err)
+	}
+	stop() // the response is in flight: far more than the socket buffers hold is unread
+	rest, err := io.ReadAll(out.Body)
+	out.Body.Close()
+	if err != nil || !bytes.Equal(append(head, rest...), data) {
+		t.Fatalf("the response was cut by the shutdown: %v, %d bytes", err, len(head)+len(rest))
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return after its context ended")
+	}
+	if _, err := c.ListBuckets(e.ctx, &s3.ListBucketsInput{}); err == nil {
+		t.Fatal("a stopped gateway served a request")
+	}
+}
+
+func sha256hex(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+
+// send does req (a GET of url when nil) and reads its response.
+func send(t *testing.T, req *http.Request, url string) (*http.Response, []byte) {
+	t.Helper()
+	if req == nil {
+		var err error
+		if req, err = http.NewRequest(http.MethodGet, url, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+func TestMultipart(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	e.mb(t, "mpu")
+	b, k := aws.String("mpu"), aws.String("big/obj")
+	cr, err := e.s3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: b, Key: k, ContentType: aws.String("text/x-parts"),
+		Metadata: map[string]string{"m": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := cr.UploadId
+	parts := [][]byte{osdtest.Payload(5<<20, 7), osdtest.Payload(5<<20, 8), osdtest.Payload(1000, 9)}
+	var done []types.CompletedPart
+	for i, p := range parts {
+		up, err := e.s3.UploadPart(ctx, &s3.UploadPartInput{Bucket: b, Key: k, UploadId: id, PartNumber: aws.Int32(int32(i + 1)), Body: bytes.NewReader(p)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *up.ETag != `"`+md5hex(p)+`"` {
+			t.Fatalf("part %d ETag %s, want its MD5", i+1, *up.ETag)
+		}
+		done = append(done, types.CompletedPart{PartNumber: aws.Int32(int32(i + 1)), ETag: up.ETag})
+	}
+	lp, err := e.s3.ListParts(ctx, &s3.ListPartsInput{Bucket: b, Key: k, UploadId: id, MaxParts: aws.Int32(2)})
+	if err != nil || len(lp.Parts) != 2 || !*lp.IsTruncated || *lp.NextPartNumberMarker != "2" || *lp.Parts[1].Size != 5<<20 {
+		t.Fatalf("ListParts: %v %+v", err, lp)
+	}
+	lp, err = e.s3.ListParts(ctx, &s3.ListPartsInput{Bucket: b, Key: k, UploadId: id, PartNumberMarker: aws.String("2")})
+	if err != nil || len(lp.Parts) != 1 || *lp.Parts[0].PartNumber != 3 || *lp.IsTruncated {
+		t.Fatalf("ListParts after 2: %v %+v", err, lp)
+	}
+	other, err := e.s3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: b, Key: aws.String("big/other")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lu, err := e.s3.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: b, Prefix: aws.String("big/")})
+	if err != nil || len(lu.Uploads) != 2 || *lu.Uploads[0].Key != "big/obj" || *lu.Uploads[0].UploadId != *id {
+		t.Fatalf("ListMultipartUploads: %v %+v", err, lu)
+	}
+	if _, err := e.s3.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: b, Key: aws.String("big/other"), UploadId: other.UploadId}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.s3.ListParts(ctx, &s3.ListPartsInput{Bucket: b, Key: aws.String("big/other"), UploadId: other.UploadId})
+	wantCode(t, "parts of an aborted upload", err, "NoSuchUpload", 404)
+
+	// Completing with a wrong ETag, or a small part in the middle, fails
+	// and leaves the upload to complete properly.
+	bad := slices.Clone(done)
+	bad[1].ETag = aws.String(`"` + md5hex([]byte("other")) + `"`)
+	_, err = e.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: b, Key: k, UploadId: id, MultipartUpload: &types.CompletedMultipartUpload{Parts: bad}})
+	wantCode(t, "wrong part ETag", err, "InvalidPart", 400)
+	_, err = e.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: b, Key: k, UploadId: id,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{done[1], done[0], done[2]}}})
+	wantCode(t, "parts out of order", err, "InvalidPartOrder", 400)
+	co, err := e.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: b, Key: k, UploadId: id, MultipartUpload: &types.CompletedMultipartUpload{Parts: done}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(*co.ETag, `-3"`) {
+		t.Fatalf("ETag %s, want a multipart one of 3 parts", *co.ETag)
+	}
+	got, out := e.get(t, "mpu", "big/obj", "")
+	if !bytes.Equal(got, slices.Concat(parts...)) || *out.ETag != *co.ETag || *out.ContentType != "text/x-parts" || out.Metadata["m"] != "v" {
+		t.Fatalf("read back: %d bytes, %+v", len(got), out)
+	}
+	if r, _ := e.get(t, "mpu", "big/obj", "bytes=5242870-5242889"); !bytes.Equal(r, slices.Concat(parts...)[5242870:5242890]) {
+		t.Fatal("a range across parts differs")
+	}
+	lu, err = e.s3.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: b})
+	if err != nil || len(lu.Uploads) != 0 {
+		t.Fatalf("uploads left: %v %+v", err, lu.Uploads)
+	}
+	_, err = e.s3.ListParts(ctx, &s3.ListPartsInput{Bucket: b, Key: k, UploadId: id})
+	wantCode(t, "parts of a completed upload", err, "NoSuchUpload", 404)
+}

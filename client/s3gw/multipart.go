@@ -1,0 +1,251 @@
+package s3gw
+
+import (
+	"encoding/xml"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/ospreystore/osprey/client"
+)
+
+// S3's multipart upload API over the SDK's: the parts go to the cluster
+// as they come (each part's body streams into one SDK send buffer, at
+// most 64 MiB), and CompleteMultipartUpload makes the object from them.
+
+type initiateMultipartUploadResult struct {
+	XMLName  xml.Name `xml:"InitiateMultipartUploadResult"`
+	XMLNS    string   `xml:"xmlns,attr"`
+	Bucket   string
+	Key      string
+	UploadID string `xml:"UploadId"`
+}
+
+func (g *Gateway) createMultipartUpload(req *request) error {
+	meta, err := objectMetadata(req.r.Header)
+	if err != nil {
+		return err
+	}
+	id, err := g.cl.NewMultipartUpload(req.r.Context(), req.bucket, req.key,
+		client.PutOptions{ContentType: req.r.Header.Get("Content-Type"), UserMetadata: meta})
+	if err != nil {
+		return err
+	}
+	writeXML(req.w, http.StatusOK, initiateMultipartUploadResult{XMLNS: s3XMLNS, Bucket: req.bucket, Key: req.key, UploadID: id})
+	return nil
+}
+
+// partNumber reads ?partNumber: 1 to 10000.
+func partNumber(q url.Values) (int, error) {
+	n, err := strconv.Atoi(q.Get("partNumber"))
+	if err != nil || n < 1 || n > 10000 {
+		return 0, errf(ErrInvalidArgument, "part number must be an integer between 1 and 10000, inclusive")
+	}
+	return n, nil
+}
+
+func (g *Gateway) uploadPart(req *request) error {
+	r := req.r
+	q := r.URL.Query()
+	n, err := partNumber(q)
+	if err != nil {
+		return err
+	}
+	if r.ContentLength < 0 {
+		return errf(ErrMissingContentLength, "you must provide the Content-Length HTTP header")
+	}
+	if r.ContentLength > maxSinglePut {
+		return errf(ErrEntityTooLarge, "a part is at most 64 MiB here")
+	}
+	p, err := g.cl.PutObjectPart(r.Context(), req.bucket, req.key, q.Get("uploadId"), n, r.Body, r.ContentLength)
+	if err != nil {
+		return err
+	}
+	req.w.Header().Set("ETag", quoteETag(p.ETag))
+	req.w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// completeRequest is CompleteMultipartUpload's body.
+type completeRequest struct {
+	Parts []struct {
+		PartNumber int
+		ETag       string
+	} `xml:"Part"`
+}
+
+// parseCompleteRequest parses and checks CompleteMultipartUpload's XML.
+func parseCompleteRequest(b []byte) (completeRequest, error) {
+	var c completeRequest
+	if err := xml.Unmarshal(b, &c); err != nil {
+		return c, errf(ErrMalformedXML, "the XML you provided was not well-formed: %v", err)
+	}
+	if len(c.Parts) == 0 || len(c.Parts) > 10000 {
+		return c, errf(ErrMalformedXML, "a CompleteMultipartUpload names 1 to 10000 parts, not %d", len(c.Parts))
+	}
+	return c, nil
+}
+
+type completeMultipartUploadResult struct {
+	XMLName  xml.Name `xml:"CompleteMultipartUploadResult"`
+	XMLNS    string   `xml:"xmlns,attr"`
+	Location string
+	Bucket   string
+	Key      string
+	ETag     string
+}
+
+func (g *Gateway) completeMultipartUpload(req *request) error {
+	b, err := readSmall(req.r.Body, 2<<20)
+	if err != nil {
+		return err
+	}
+	c, err := parseCompleteRequest(b)
+	if err != nil {
+		return err
+	}
+	parts := make([]client.CompletePart, len(c.Parts))
+	for i, p := range c.Parts {
+		parts[i] = client.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag}
+	}
+	info, err := g.cl.CompleteMultipartUpload(req.r.Context(), req.bucket, req.key, req.r.URL.Query().Get("uploadId"), parts)
+	if err != nil {
+		return err
+	}
+	writeXML(req.w, http.StatusOK, completeMultipartUploadResult{XMLNS: s3XMLNS, Location: "/" + req.bucket + "/" + req.key,
+		Bucket: req.bucket, Key: req.key, ETag: quoteETag(info.ETag)})
+	return nil
+}
+
+func (g *Gateway) abortMultipartUpload(req *request) error {
+	if err := g.cl.AbortMultipartUpload(req.r.Context(), req.bucket, req.key, req.r.URL.Query().Get("uploadId")); err != nil {
+		return err
+	}
+	req.w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+type partEntry struct {
+	PartNumber   int
+	LastModified string
+	ETag         string
+	Size         int64
+}
+
+type listPartsResult struct {
+	XMLName              xml.Name `xml:"ListPartsResult"`
+	XMLNS                string   `xml:"xmlns,attr"`
+	Bucket               string
+	Key                  string
+	UploadID             string `xml:"UploadId"`
+	Initiator            owner
+	Owner                owner
+	StorageClass         string
+	PartNumberMarker     int
+	NextPartNumberMarker int
+	MaxParts             int
+	IsTruncated          bool
+	Parts                []partEntry `xml:"Part"`
+}
+
+// boundedInt reads an optional non-negative integer parameter, capped.
+func boundedInt(q url.Values, name string, def, most int) (int, error) {
+	if !q.Has(name) {
+		return def, nil
+	}
+	n, err := strconv.Atoi(q.Get(name))
+	if err != nil || n < 0 {
+		return 0, errf(ErrInvalidArgument, "%s must be a non-negative integer", name)
+	}
+	return min(n, most), nil
+}
+
+func (g *Gateway) listParts(req *request) error {
+	q := req.r.URL.Query()
+	maxParts, err := boundedInt(q, "max-parts", 1000, 1000)
+	if err != nil {
+		return err
+	}
+	marker, err := boundedInt(q, "part-number-marker", 0, 10000)
+	if err != nil {
+		return err
+	}
+	id := q.Get("uploadId")
+	parts, err := g.cl.ListObjectParts(req.r.Context(), req.bucket, req.key, id)
+	if err != nil {
+		return err
+	}
+	res := listPartsResult{XMLNS: s3XMLNS, Bucket: req.bucket, Key: req.key, UploadID: id, Initiator: ownerOf(req), Owner: ownerOf(req),
+		StorageClass: "STANDARD", PartNumberMarker: marker, MaxParts: maxParts}
+	for _, p := range parts {
+		if p.PartNumber <= marker {
+			continue
+		}
+		if len(res.Parts) == maxParts {
+			res.IsTruncated = true
+			break
+		}
+		res.Parts = append(res.Parts, partEntry{PartNumber: p.PartNumber, LastModified: s3Time(p.LastModified), ETag: quoteETag(p.ETag), Size: p.Size})
+		res.NextPartNumberMarker = p.PartNumber
+	}
+	writeXML(req.w, http.StatusOK, res)
+	return nil
+}
+
+type uploadEntry struct {
+	Key          string
+	UploadID     string `xml:"UploadId"`
+	Initiator    owner
+	Owner        owner
+	StorageClass string
+	Initiated    string
+}
+
+type listMultipartUploadsResult struct {
+	XMLName            xml.Name `xml:"ListMultipartUploadsResult"`
+	XMLNS              string   `xml:"xmlns,attr"`
+	Bucket             string
+	KeyMarker          string
+	UploadIDMarker     string `xml:"UploadIdMarker"`
+	NextKeyMarker      string
+	NextUploadIDMarker string `xml:"NextUploadIdMarker"`
+	Prefix             string
+	MaxUploads         int
+	IsTruncated        bool
+	Uploads            []uploadEntry `xml:"Upload"`
+}
+
+func (g *Gateway) listMultipartUploads(req *request) error {
+	q := req.r.URL.Query()
+	maxUploads, err := boundedInt(q, "max-uploads", 1000, 1000)
+	if err != nil {
+		return err
+	}
+	if _, err := g.cl.StatBucket(req.r.Context(), req.bucket); err != nil {
+		return err
+	}
+	prefix, keyMarker, idMarker := q.Get("prefix"), q.Get("key-marker"), q.Get("upload-id-marker")
+	ups, err := g.cl.ListMultipartUploads(req.r.Context(), req.bucket, prefix)
+	if err != nil {
+		return err
+	}
+	res := listMultipartUploadsResult{XMLNS: s3XMLNS, Bucket: req.bucket, KeyMarker: keyMarker, UploadIDMarker: idMarker,
+		Prefix: prefix, MaxUploads: maxUploads}
+	for _, u := range ups {
+		// After the markers: later keys, or the marker's key's later
+		// uploads.
+		if keyMarker != "" && (u.Key < keyMarker || u.Key == keyMarker && (idMarker == "" || strings.Compare(u.UploadID, idMarker) <= 0)) {
+			continue
+		}
+		if len(res.Uploads) == maxUploads {
+			res.IsTruncated = true
+			break
+		}
+		res.Uploads = append(res.Uploads, uploadEntry{Key: u.Key, UploadID: u.UploadID, Initiator: ownerOf(req), Owner: ownerOf(req),
+			StorageClass: "STANDARD", Initiated: s3Time(u.Initiated)})
+		res.NextKeyMarker, res.NextUploadIDMarker = u.Key, u.UploadID
+	}
+	writeXML(req.w, http.StatusOK, res)
+	return nil
+}

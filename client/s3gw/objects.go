@@ -1,0 +1,315 @@
+package s3gw
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/ospreystore/osprey/client"
+)
+
+const (
+	// maxSinglePut is the largest body the SDK puts in one op (its
+	// PutOptions.PartSize bound): a PUT up to it keeps S3's ETag, the MD5
+	// of the body.
+	maxSinglePut = 64 << 20
+	// maxObjectSize is S3's largest single PUT.
+	maxObjectSize = 5 << 30
+	// maxUserMeta is S3's bound on the user metadata of an object.
+	maxUserMeta = 2 << 10
+)
+
+// storedHeaders are the standard headers kept with an object (in its
+// user metadata, under a name no x-amz-meta-* header can produce) and
+// sent back with it.
+var storedHeaders = []string{"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language", "Expires"}
+
+// storedHeaderPrefix cannot begin an HTTP header name, so these entries
+// never collide with x-amz-meta-* ones.
+const storedHeaderPrefix = ":"
+
+const metaPrefix = "X-Amz-Meta-"
+
+// objectMetadata collects a PUT's user metadata and stored headers.
+func objectMetadata(h http.Header) (map[string]string, error) {
+	meta := map[string]string{}
+	size := 0
+	for name, vals := range h {
+		if k, ok := strings.CutPrefix(name, metaPrefix); ok && k != "" {
+			k = strings.ToLower(k)
+			meta[k] = strings.Join(vals, ",")
+			size += len(k) + len(meta[k])
+		}
+	}
+	if size > maxUserMeta {
+		return nil, errf(ErrMetadataTooLarge, "your metadata headers exceed the maximum allowed metadata size of %d bytes", maxUserMeta)
+	}
+	for _, name := range storedHeaders {
+		if v := h.Get(name); v != "" {
+			meta[storedHeaderPrefix+strings.ToLower(name)] = v
+		}
+	}
+	return meta, nil
+}
+
+func (g *Gateway) putObject(req *request) error {
+	r := req.r
+	if r.ContentLength < 0 {
+		return errf(ErrMissingContentLength, "you must provide the Content-Length HTTP header")
+	}
+	if r.ContentLength > maxObjectSize {
+		return errf(ErrEntityTooLarge, "your proposed upload exceeds the maximum allowed size of 5 GiB")
+	}
+	meta, err := objectMetadata(r.Header)
+	if err != nil {
+		return err
+	}
+	opts := client.PutOptions{ContentType: r.Header.Get("Content-Type"), UserMetadata: meta,
+		PartSize: g.opts.PartSize, Concurrency: g.opts.Concurrency}
+	if r.ContentLength <= maxSinglePut {
+		opts.PartSize = maxSinglePut
+	}
+	info, err := g.cl.PutObject(r.Context(), req.bucket, req.key, r.Body, r.ContentLength, opts)
+	if err != nil {
+		return err
+	}
+	h := req.w.Header()
+	h.Set("ETag", quoteETag(info.ETag))
+	for name := range checksumAlgorithms {
+		if v := r.Header.Get("X-Amz-Checksum-" + name); v != "" {
+			h.Set("x-amz-checksum-"+name, v)
+		}
+	}
+	req.w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// quoteETag is an ETag as S3 sends it, in double quotes.
+func quoteETag(etag string) string { return `"` + strings.Trim(etag, `"`) + `"` }
+
+// objectHeaders sets the headers that describe an object.
+func objectHeaders(h http.Header, info client.ObjectInfo) {
+	ct := info.ContentType
+	if ct == "" {
+		ct = "binary/octet-stream"
+	}
+	h.Set("Content-Type", ct)
+	h.Set("ETag", quoteETag(info.ETag))
+	h.Set("Last-Modified", info.LastModified.UTC().Format(http.TimeFormat))
+	h.Set("Accept-Ranges", "bytes")
+	for k, v := range info.UserMetadata {
+		if std, ok := strings.CutPrefix(k, storedHeaderPrefix); ok {
+			h.Set(std, v)
+			continue
+		}
+		h["X-Amz-Meta-"+k] = []string{v}
+	}
+}
+
+// responseOverrides are the query parameters of a GET that replace a
+// response header, as S3's response-content-type and friends.
+var responseOverrides = map[string]string{
+	"response-content-type":        "Content-Type",
+	"response-content-language":    "Content-Language",
+	"response-expires":             "Expires",
+	"response-cache-control":       "Cache-Control",
+	"response-content-disposition": "Content-Disposition",
+	"response-content-encoding":    "Content-Encoding",
+}
+
+func (g *Gateway) getObjectBody(req *request) error { return g.getObject(req, false) }
+
+func (g *Gateway) headObject(req *request) error { return g.getObject(req, true) }
+
+// getObject answers GET and HEAD of an object, whole or a Range of it,
+// streaming the SDK's read windows to the connection.
+func (g *Gateway) getObject(req *request, head bool) error {
+	r := req.r
+	ctx := r.Context()
+	rng, ranged := parseRange(r.Header.Get("Range"))
+	var (
+		info client.ObjectInfo
+		obj  *client.Object
+		err  error
+	)
+	off, n := int64(0), int64(-1)
+	switch {
+	case head || ranged && rng.suffix > 0:
+		// The size first: a HEAD needs nothing else, a suffix range
+		// starts from it.
+		if info, err = g.cl.StatObject(ctx, req.bucket, req.key); err != nil {
+			return err
+		}
+		if ranged {
+			var ok bool
+			if off, n, ok = rng.resolve(info.Size); !ok {
+				return invalidRange(req, info.Size)
+			}
+		}
+		if head {
+			break
+		}
+		obj, err = g.cl.GetObject(ctx, req.bucket, req.key, client.GetOptions{Range: true, Offset: off, Length: n})
+	case ranged:
+		n = -1
+		if rng.last >= 0 {
+			n = rng.last - rng.first + 1
+		}
+		off = rng.first
+		obj, err = g.cl.GetObject(ctx, req.bucket, req.key, client.GetOptions{Range: true, Offset: off, Length: n})
+	default:
+		obj, err = g.cl.GetObject(ctx, req.bucket, req.key, client.GetOptions{})
+	}
+	if errors.Is(err, client.ErrInvalidRange) {
+		size := int64(-1)
+		if st, serr := g.cl.StatObject(ctx, req.bucket, req.key); serr == nil {
+			size = st.Size
+		}
+		return invalidRange(req, size)
+	}
+	if err != nil {
+		return err
+	}
+	if obj != nil {
+		defer obj.Close()
+		got, _ := obj.Stat()
+		if head || ranged && rng.suffix > 0 {
+			if got.ETag != info.ETag {
+				// Overwritten between the stat and the get: the range
+				// was of another object.
+				return errf(ErrServiceUnavailable, "the object changed while being read; try again")
+			}
+		}
+		info = got
+	}
+	if ranged {
+		var ok bool
+		if off, n, ok = rng.resolve(info.Size); !ok {
+			return invalidRange(req, info.Size)
+		}
+	} else {
+		off, n = 0, info.Size
+	}
+	h := req.w.Header()
+	objectHeaders(h, info)
+	q := r.URL.Query()
+	for p, name := range responseOverrides {
+		if v := q.Get(p); v != "" {
+			h.Set(name, v)
+		}
+	}
+	if !ranged && strings.EqualFold(r.Header.Get("X-Amz-Checksum-Mode"), "ENABLED") {
+		// The CRC32C of the whole object, which Osprey keeps for every
+		// object (a multipart one's combined from its parts').
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], info.CRC32C)
+		h.Set("x-amz-checksum-crc32c", base64.StdEncoding.EncodeToString(b[:]))
+		h.Set("x-amz-checksum-type", "FULL_OBJECT")
+	}
+	h.Set("Content-Length", strconv.FormatInt(n, 10))
+	status := http.StatusOK
+	if ranged {
+		status = http.StatusPartialContent
+		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, info.Size))
+	}
+	req.w.WriteHeader(status)
+	if head {
+		return nil
+	}
+	if _, err := io.Copy(req.w, obj); err != nil {
+		return err
+	}
+	return nil
+}
+
+func invalidRange(req *request, size int64) error {
+	if size >= 0 {
+		req.w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", size))
+	}
+	return errf(ErrInvalidRange, "the requested range is not satisfiable")
+}
+
+func (g *Gateway) deleteObject(req *request) error {
+	if err := g.cl.RemoveObject(req.r.Context(), req.bucket, req.key); err != nil {
+		return err
+	}
+	req.w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// deleteRequest is DeleteObjects' body.
+type deleteRequest struct {
+	Quiet   bool
+	Objects []struct {
+		Key       string
+		VersionID string `xml:"VersionId"`
+	} `xml:"Object"`
+}
+
+type deletedEntry struct {
+	Key string
+}
+
+type deleteError struct {
+	Key     string
+	Code    string
+	Message string
+}
+
+type deleteResult struct {
+	XMLName xml.Name `xml:"DeleteResult"`
+	XMLNS   string   `xml:"xmlns,attr"`
+	Deleted []deletedEntry
+	Errors  []deleteError `xml:"Error"`
+}
+
+// maxDeleteKeys is S3's bound on one DeleteObjects.
+const maxDeleteKeys = 1000
+
+// parseDeleteRequest parses and checks DeleteObjects' XML.
+func parseDeleteRequest(b []byte) (deleteRequest, error) {
+	var d deleteRequest
+	if err := xml.Unmarshal(b, &d); err != nil {
+		return d, errf(ErrMalformedXML, "the XML you provided was not well-formed: %v", err)
+	}
+	if len(d.Objects) == 0 || len(d.Objects) > maxDeleteKeys {
+		return d, errf(ErrMalformedXML, "a Delete names 1 to %d objects, not %d", maxDeleteKeys, len(d.Objects))
+	}
+	return d, nil
+}
+
+func (g *Gateway) deleteObjects(req *request) error {
+	ctx := req.r.Context()
+	b, err := readSmall(req.r.Body, 2<<20)
+	if err != nil {
+		return err
+	}
+	d, err := parseDeleteRequest(b)
+	if err != nil {
+		return err
+	}
+	if _, err := g.cl.StatBucket(ctx, req.bucket); err != nil {
+		return err
+	}
+	errs := make([]error, len(d.Objects))
+	parallel(len(d.Objects), 16, func(i int) {
+		errs[i] = g.cl.RemoveObject(ctx, req.bucket, d.Objects[i].Key)
+	})
+	res := deleteResult{XMLNS: s3XMLNS}
+	for i, o := range d.Objects {
+		if errs[i] != nil {
+			e := toS3Error(errs[i])
+			res.Errors = append(res.Errors, deleteError{Key: o.Key, Code: e.Code, Message: e.Message})
+		} else if !d.Quiet {
+			res.Deleted = append(res.Deleted, deletedEntry{Key: o.Key})
+		}
+	}
+	writeXML(req.w, http.StatusOK, res)
+	return nil
+}

@@ -1,0 +1,421 @@
+package s3gw
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// AWS Signature Version 4, verified as the spec describes it
+// (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_sigv-create-signed-request.html):
+// a canonical request, the string to sign that hashes it, and an HMAC
+// chain from the secret over date, region and service. Only the server's
+// side exists here; tests sign with aws-sdk-go-v2's signer, so a mistake
+// made twice cannot hide itself.
+
+// Credentials find the secret of an access key. Keys are per gateway for
+// now (StaticCredentials); later they come from the mon's entities.
+type Credentials interface {
+	Lookup(accessKey string) (secret string, ok bool)
+}
+
+// StaticCredentials maps access keys to their secrets.
+type StaticCredentials map[string]string
+
+// Lookup implements Credentials.
+func (s StaticCredentials) Lookup(accessKey string) (string, bool) {
+	secret, ok := s[accessKey]
+	return secret, ok
+}
+
+const (
+	sigAlgorithm   = "AWS4-HMAC-SHA256"
+	scopeTerminal  = "aws4_request"
+	amzDateLayout  = "20060102T150405Z"
+	unsignedPay    = "UNSIGNED-PAYLOAD"
+	maxClockSkew   = 15 * time.Minute
+	maxPresignTime = 7 * 24 * time.Hour
+	emptySHA256    = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+)
+
+// sigV4 is what a request's signature claims: from its Authorization
+// header or, presigned, from its query.
+type sigV4 struct {
+	AccessKey     string
+	Date          string // the scope's YYYYMMDD
+	Region        string
+	Service       string
+	SignedHeaders []string // lower case, in the order signed
+	Signature     string   // hex
+
+	presigned bool
+	amzDate   time.Time
+	expires   time.Duration // presigned only
+}
+
+func (s sigV4) scope() string {
+	return s.Date + "/" + s.Region + "/" + s.Service + "/" + scopeTerminal
+}
+
+// parseCredential splits "AKID/20130524/us-east-1/s3/aws4_request".
+func parseCredential(v string, s *sigV4) bool {
+	// The access key may not contain '/', the rest is fixed: split from
+	// the right.
+	parts := strings.Split(v, "/")
+	if len(parts) != 5 || parts[0] == "" || parts[4] != scopeTerminal || len(parts[1]) != 8 || parts[2] == "" || parts[3] == "" {
+		return false
+	}
+	if _, err := time.Parse("20060102", parts[1]); err != nil {
+		return false
+	}
+	s.AccessKey, s.Date, s.Region, s.Service = parts[0], parts[1], parts[2], parts[3]
+	return true
+}
+
+// parseSignedHeaders splits "host;range;x-amz-date": lower case, sorted,
+// no duplicates, host among them, as the spec requires.
+func parseSignedHeaders(v string) ([]string, bool) {
+	hs := strings.Split(v, ";")
+	for i, h := range hs {
+		if h == "" || h != strings.ToLower(h) || i > 0 && hs[i-1] >= h || strings.ContainsAny(h, " \t:") {
+			return nil, false
+		}
+	}
+	return hs, slices.Contains(hs, "host")
+}
+
+func validSignature(v string) bool {
+	if len(v) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(v)
+	return err == nil
+}
+
+// parseAuthorization parses
+//
+//	AWS4-HMAC-SHA256 Credential=AKID/20130524/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-date, Signature=<64 hex>
+//
+// The separators between the three fields are a comma and optional
+// spaces; each field must be there exactly once.
+func parseAuthorization(h string) (sigV4, error) {
+	var s sigV4
+	alg, rest, ok := strings.Cut(h, " ")
+	if !ok || alg != sigAlgorithm {
+		return s, errf(ErrAuthorizationHeaderMalformed, "the authorization header must start with %s", sigAlgorithm)
+	}
+	var haveCred, haveSH, haveSig bool
+	for f := range strings.SplitSeq(rest, ",") {
+		name, val, ok := strings.Cut(strings.TrimSpace(f), "=")
+		if !ok {
+			return s, errf(ErrAuthorizationHeaderMalformed, "malformed field %q", f)
+		}
+		switch name {
+		case "Credential":
+			if haveCred || !parseCredential(val, &s) {
+				return s, errf(ErrAuthorizationHeaderMalformed, "malformed Credential %q", val)
+			}
+			haveCred = true
+		case "SignedHeaders":
+			hs, ok := parseSignedHeaders(val)
+			if haveSH || !ok {
+				return s, errf(ErrAuthorizationHeaderMalformed, "malformed SignedHeaders %q (lower case, sorted, with host)", val)
+			}
+			s.SignedHeaders, haveSH = hs, true
+		case "Signature":
+			if haveSig || !validSignature(val) {
+				return s, errf(ErrAuthorizationHeaderMalformed, "malformed Signature")
+			}
+			s.Signature, haveSig = val, true
+		default:
+			return s, errf(ErrAuthorizationHeaderMalformed, "unknown field %q", name)
+		}
+	}
+	if !haveCred || !haveSH || !haveSig {
+		return s, errf(ErrAuthorizationHeaderMalformed, "the authorization header needs Credential, SignedHeaders and Signature")
+	}
+	return s, nil
+}
+
+// parsePresigned reads a presigned URL's X-Amz-* query parameters.
+func parsePresigned(q url.Values) (sigV4, error) {
+	s := sigV4{presigned: true}
+	bad := func(format string, args ...any) (sigV4, error) {
+		return s, errf(ErrAuthorizationQueryParametersError, format, args...)
+	}
+	if q.Get("X-Amz-Algorithm") != sigAlgorithm {
+		return bad("X-Amz-Algorithm must be %s", sigAlgorithm)
+	}
+	if !parseCredential(q.Get("X-Amz-Credential"), &s) {
+		return bad("malformed X-Amz-Credential")
+	}
+	hs, ok := parseSignedHeaders(q.Get("X-Amz-SignedHeaders"))
+	if !ok {
+		return bad("malformed X-Amz-SignedHeaders (lower case, sorted, with host)")
+	}
+	s.SignedHeaders = hs
+	if s.Signature = q.Get("X-Amz-Signature"); !validSignature(s.Signature) {
+		return bad("malformed X-Amz-Signature")
+	}
+	t, err := time.Parse(amzDateLayout, q.Get("X-Amz-Date"))
+	if err != nil {
+		return bad("malformed X-Amz-Date")
+	}
+	s.amzDate = t
+	secs, err := strconv.ParseInt(q.Get("X-Amz-Expires"), 10, 64)
+	if err != nil || secs < 1 || time.Duration(secs)*time.Second > maxPresignTime {
+		return bad("X-Amz-Expires must be 1 to %d seconds", int64(maxPresignTime/time.Second))
+	}
+	s.expires = time.Duration(secs) * time.Second
+	return s, nil
+}
+
+// awsEscape URI-encodes s as SigV4 does: every byte but A-Z a-z 0-9
+// - . _ ~ as %XX in upper case hex, and '/' too unless keepSlash.
+func awsEscape(s string, keepSlash bool) string {
+	const hexd = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' || c == '/' && keepSlash {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hexd[c>>4])
+		b.WriteByte(hexd[c&15])
+	}
+	return b.String()
+}
+
+// canonicalQuery is SigV4's canonical query string of a raw query:
+// parameters decoded, then encoded again, sorted by name and value; the
+// signature itself left out of a presigned URL's. Malformed escapes are
+// an error.
+func canonicalQuery(raw string, presigned bool) (string, error) {
+	type kv struct{ k, v string }
+	var params []kv
+	for p := range strings.SplitSeq(raw, "&") {
+		if p == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(p, "=")
+		dk, err := url.QueryUnescape(k)
+		if err != nil {
+			return "", err
+		}
+		dv, err := url.QueryUnescape(v)
+		if err != nil {
+			return "", err
+		}
+		if presigned && dk == "X-Amz-Signature" {
+			continue
+		}
+		params = append(params, kv{awsEscape(dk, false), awsEscape(dv, false)})
+	}
+	slices.SortFunc(params, func(a, b kv) int {
+		if c := strings.Compare(a.k, b.k); c != 0 {
+			return c
+		}
+		return strings.Compare(a.v, b.v)
+	})
+	var b strings.Builder
+	for i, p := range params {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(p.k)
+		b.WriteByte('=')
+		b.WriteString(p.v)
+	}
+	return b.String(), nil
+}
+
+// headerValue is a signed header's canonical value: its values trimmed,
+// inner runs of spaces made one, joined by commas.
+func headerValue(r *http.Request, name string) string {
+	switch name {
+	case "host":
+		return r.Host
+	case "content-length":
+		if v := r.Header.Get("Content-Length"); v != "" {
+			return v
+		}
+		if r.ContentLength >= 0 && r.Header.Get("Transfer-Encoding") == "" && len(r.TransferEncoding) == 0 {
+			return strconv.FormatInt(r.ContentLength, 10)
+		}
+	case "transfer-encoding":
+		return strings.Join(r.TransferEncoding, ",")
+	}
+	vals := r.Header.Values(name)
+	out := make([]string, len(vals))
+	for i, v := range vals {
+		out[i] = strings.Join(strings.Fields(v), " ")
+	}
+	return strings.Join(out, ",")
+}
+
+// canonicalRequest builds the canonical request of r for s, with path as
+// the canonical URI and payloadHash as its last line.
+func canonicalRequest(r *http.Request, s sigV4, path, query, payloadHash string) string {
+	var b strings.Builder
+	b.WriteString(r.Method)
+	b.WriteByte('\n')
+	b.WriteString(path)
+	b.WriteByte('\n')
+	b.WriteString(query)
+	b.WriteByte('\n')
+	for _, h := range s.SignedHeaders {
+		b.WriteString(h)
+		b.WriteByte(':')
+		b.WriteString(headerValue(r, h))
+		b.WriteByte('\n')
+	}
+	b.WriteByte('\n')
+	b.WriteString(strings.Join(s.SignedHeaders, ";"))
+	b.WriteByte('\n')
+	b.WriteString(payloadHash)
+	return b.String()
+}
+
+func hmacSHA256(key []byte, data string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(data))
+	return m.Sum(nil)
+}
+
+// signingKey derives the key of one day, region and service.
+func signingKey(secret string, s sigV4) []byte {
+	k := hmacSHA256([]byte("AWS4"+secret), s.Date)
+	k = hmacSHA256(k, s.Region)
+	k = hmacSHA256(k, s.Service)
+	return hmacSHA256(k, scopeTerminal)
+}
+
+// signature computes the hex signature of a canonical request.
+func signature(key []byte, s sigV4, amzDate, canonical string) string {
+	h := sha256.Sum256([]byte(canonical))
+	sts := sigAlgorithm + "\n" + amzDate + "\n" + s.scope() + "\n" + hex.EncodeToString(h[:])
+	return hex.EncodeToString(hmacSHA256(key, sts))
+}
+
+// authResult is a verified request's identity and what its body must hash
+// to.
+type authResult struct {
+	AccessKey   string
+	PayloadHash string // hex SHA-256 the body must have; "" when unsigned
+}
+
+// verify checks r's signature (header or presigned) at now against creds.
+func verify(r *http.Request, creds Credentials, now time.Time) (authResult, error) {
+	q := r.URL.Query()
+	authz := r.Header.Get("Authorization")
+	var (
+		s   sigV4
+		err error
+	)
+	switch {
+	case authz != "" && q.Has("X-Amz-Algorithm"):
+		return authResult{}, errf(ErrInvalidArgument, "only one auth mechanism allowed")
+	case authz != "":
+		if strings.HasPrefix(authz, "AWS ") {
+			return authResult{}, errf(ErrAccessDenied, "signature version 2 is not supported; sign with AWS4-HMAC-SHA256")
+		}
+		s, err = parseAuthorization(authz)
+	case q.Has("X-Amz-Algorithm"):
+		s, err = parsePresigned(q)
+	case q.Has("AWSAccessKeyId"):
+		return authResult{}, errf(ErrAccessDenied, "signature version 2 is not supported; presign with AWS4-HMAC-SHA256")
+	default:
+		return authResult{}, errf(ErrAccessDenied, "anonymous access is not allowed: sign the request (AWS Signature Version 4)")
+	}
+	if err != nil {
+		return authResult{}, err
+	}
+	if s.Service != "s3" {
+		return authResult{}, errf(ErrAuthorizationHeaderMalformed, "the credential scope's service must be s3, not %q", s.Service)
+	}
+	amzDate := r.Header.Get("X-Amz-Date")
+	if s.presigned {
+		amzDate = q.Get("X-Amz-Date")
+	} else {
+		if d := r.Header.Get("Date"); amzDate == "" && d != "" {
+			// The spec's fallback: the Date header, in ISO 8601 in the
+			// string to sign.
+			if t, err := http.ParseTime(d); err == nil {
+				amzDate = t.UTC().Format(amzDateLayout)
+			}
+		}
+		if amzDate == "" {
+			return authResult{}, errf(ErrAccessDenied, "the request needs an X-Amz-Date (or Date) header")
+		}
+		if s.amzDate, err = time.Parse(amzDateLayout, amzDate); err != nil {
+			return authResult{}, errf(ErrAccessDenied, "malformed X-Amz-Date %q", amzDate)
+		}
+	}
+	if s.amzDate.Format("20060102") != s.Date {
+		return authResult{}, errf(ErrSignatureDoesNotMatch, "the credential scope's date %s is not the request's %s", s.Date, amzDate)
+	}
+	switch {
+	case s.presigned && now.After(s.amzDate.Add(s.expires)):
+		return authResult{}, errf(ErrAccessDenied, "request has expired")
+	case s.presigned && s.amzDate.Sub(now) > maxClockSkew:
+		return authResult{}, errf(ErrAccessDenied, "request is not valid yet")
+	case !s.presigned && (now.Sub(s.amzDate) > maxClockSkew || s.amzDate.Sub(now) > maxClockSkew):
+		return authResult{}, errf(ErrRequestTimeTooSkewed, "the difference between the request time %s and the server's %s is more than 15 minutes",
+			s.amzDate.Format(amzDateLayout), now.UTC().Format(amzDateLayout))
+	}
+
+	payload := r.Header.Get("X-Amz-Content-Sha256")
+	switch {
+	case payload == "" && s.presigned:
+		payload = unsignedPay
+	case payload == "":
+		return authResult{}, errf(ErrInvalidRequest, "missing required header for this request: x-amz-content-sha256")
+	case payload == unsignedPay:
+	case strings.HasPrefix(payload, "STREAMING-"):
+		return authResult{}, errf(ErrNotImplemented, "x-amz-content-sha256 %s (aws-chunked bodies) is not supported yet: send UNSIGNED-PAYLOAD or the body's SHA-256", payload)
+	case len(payload) != 64:
+		return authResult{}, errf(ErrInvalidArgument, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD or a hex SHA-256")
+	default:
+		if _, err := hex.DecodeString(payload); err != nil {
+			return authResult{}, errf(ErrInvalidArgument, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD or a hex SHA-256")
+		}
+	}
+
+	secret, ok := creds.Lookup(s.AccessKey)
+	if !ok {
+		return authResult{}, errf(ErrInvalidAccessKeyID, "the access key %q does not exist", s.AccessKey)
+	}
+	query, err := canonicalQuery(r.URL.RawQuery, s.presigned)
+	if err != nil {
+		return authResult{}, errf(ErrSignatureDoesNotMatch, "malformed query: %v", err)
+	}
+	key := signingKey(secret, s)
+	// The canonical URI is the path as the client escaped it for the wire,
+	// which for S3 is escaped once with SigV4's rules; a client that
+	// escaped it otherwise signed what it sent.
+	paths := []string{awsEscape(r.URL.Path, true)}
+	if raw, _, _ := strings.Cut(r.RequestURI, "?"); raw != paths[0] && strings.HasPrefix(raw, "/") {
+		paths = append(paths, raw)
+	}
+	for _, p := range paths {
+		want := signature(key, s, amzDate, canonicalRequest(r, s, p, query, payload))
+		if subtle.ConstantTimeCompare([]byte(want), []byte(s.Signature)) == 1 {
+			res := authResult{AccessKey: s.AccessKey}
+			if payload != unsignedPay {
+				res.PayloadHash = payload
+			}
+			return res, nil
+		}
+	}
+	return authResult{}, errf(ErrSignatureDoesNotMatch, "the request signature we calculated does not match the signature you provided; check your key and signing method")
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+func s3Client(endpoint, access, secret string) *s3.Client {
+	return s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(access, secret, "")})
+}
+
+// TestUpAndS3Serve: `osprey up` serves S3 with the key pair it prints,
+// and `osprey s3` serves the same cluster from another process with its
+// own keys, until SIGINT.
+func TestUpAndS3Serve(t *testing.T) {
+	bin := buildCLI(t)
+	up := startUp(t, bin, t.TempDir(), 0)
+	if up.s3 == nil {
+		t.Fatal("osprey up printed no s3 gateway")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	endpoint, _ := up.s3["endpoint"].(string)
+	access, _ := up.s3["access_key"].(string)
+	secret, _ := up.s3["secret_key"].(string)
+	if !strings.HasPrefix(endpoint, "http://127.0.0.1:") || len(access) != 20 || len(secret) != 40 {
+		t.Fatalf("s3: %v", up.s3)
+	}
+	c := s3Client(endpoint, access, secret)
+	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("via-up")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("via-up"), Key: aws.String("k"), Body: strings.NewReader("hello")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s3Client(endpoint, access, "not-the-secret").ListBuckets(ctx, &s3.ListBucketsInput{}); err == nil {
+		t.Fatal("a wrong secret was accepted")
+	}
+
+	// A second gateway, its own process and keys, on the same cluster.
+	gw := exec.Command(bin, "s3", "--mon", up.mon, "--listen", "127.0.0.1:0", "--log-level", "warn")
+	gw.Env = append(gw.Environ(), envS3AccessKey+"=SECONDKEY", envS3SecretKey+"=second/secret")
+	stdout, err := gw.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &syncBuffer{}
+	gw.Stderr = stderr
+	if err := gw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Process.Kill()
+	lines := make(chan string, 4)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var line string
+	select {
+	case line = <-lines:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("osprey s3 printed nothing within 60s\n%s", stderr)
+	}
+	addr, ok := strings.CutPrefix(line, "osprey s3: serving S3 on ")
+	if !ok {
+		t.Fatalf("osprey s3 printed %q\n%s", line, stderr)
+	}
+	addr, _, _ = strings.Cut(addr, " ")
+	c2 := s3Client(addr, "SECONDKEY", "second/secret")
+	out, err := c2.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("via-up"), Key: aws.String("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(out.Body)
+	out.Body.Close()
+	if string(b) != "hello" {
+		t.Fatalf("through osprey s3: %q", b)
+	}
+	if err := gw.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if l := <-lines; l != "osprey s3: stopped" {
+		t.Fatalf("after SIGINT: %q\n%s", l, stderr)
+	}
+	if err := gw.Wait(); err != nil {
+		t.Fatalf("osprey s3 after SIGINT: %v\n%s", err, stderr)
+	}
+	up.interrupt(t)
+}
+
+func TestS3NeedsKeys(t *testing.T) {
+	t.Setenv(envS3AccessKey, "")
+	t.Setenv(envS3SecretKey, "")
+	_, _, err := run(t, "s3", "--seeds", "127.0.0.1:1", "--access-key", "AK")
+	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "anonymous") {
+		t.Fatalf("osprey s3 without a secret: %v (exit %d)", err, exitCode(err))
+	}
+}
