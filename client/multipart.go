@@ -65,6 +65,14 @@ func (c *Client) PutObjectPart(ctx context.Context, bucket, key, uploadID string
 	if size < 0 || size > ops.MaxPutSize {
 		return ObjectPart{}, ops.Errorf(ErrEntityTooLarge.Status, "part of %d bytes: at most %d", size, ops.MaxPutSize)
 	}
+	// The part is an object of its own PG, apart from the upload's record,
+	// so the OSD that stores it cannot tell whether the upload exists: ask
+	// first, as RGW reads an upload's meta object before each part, so a
+	// part of an unknown or aborted upload is NoSuchUpload and not an
+	// orphan. (An abort racing this part can still leave one behind.)
+	if err := c.uploadExists(ctx, bucket, key, uploadID); err != nil {
+		return ObjectPart{}, err
+	}
 	tg := target{bucket: ops.MultipartBucket, key: ops.PartKey(uploadID, uint32(partNumber))}
 	bd, err := c.readBody(r, c.payloadBuffer(ctx, tg, int(size)))
 	if err != nil {

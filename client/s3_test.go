@@ -141,6 +141,16 @@ func TestMultipartSmallPartAndAbort(t *testing.T) {
 	if _, err := cl.CompleteMultipartUpload(ctx, "s3tests", "small", id, done); !errors.Is(err, client.ErrNoSuchUpload) {
 		t.Fatalf("complete after abort: %v", err)
 	}
+	// A part of an aborted upload, or of one that never was, is refused,
+	// and leaves nothing behind.
+	for _, up := range []string{id, "0123456789abcdef0123456789abcdef"} {
+		if _, err := cl.PutObjectPart(ctx, "s3tests", "small", up, 3, bytes.NewReader([]byte("late")), 4); !errors.Is(err, client.ErrNoSuchUpload) {
+			t.Fatalf("a part of upload %s: %v", up, err)
+		}
+	}
+	if ups, err := cl.ListMultipartUploads(ctx, "s3tests", ""); err != nil || len(ups) != 0 {
+		t.Fatalf("uploads after refused parts: %+v %v", ups, err)
+	}
 	if _, err := cl.StatObject(ctx, "s3tests", "small"); !errors.Is(err, client.ErrNoSuchKey) {
 		t.Fatalf("object of an aborted upload: %v", err)
 	}
