@@ -352,8 +352,15 @@ func (g *Gateway) dispatch(req *request) error {
 		}
 	}
 	if r.Header.Get("X-Amz-Copy-Source") != "" {
+		switch {
+		case q.Has("uploadId"):
+			req.op = "UploadPartCopy"
+			return errf(ErrNotImplemented, "UploadPartCopy is not implemented yet")
+		case r.Method != http.MethodPut || req.key == "":
+			return errf(ErrInvalidRequest, "x-amz-copy-source belongs on a PUT of an object")
+		}
 		req.op = "CopyObject"
-		return errf(ErrNotImplemented, "CopyObject and UploadPartCopy are not implemented yet")
+		return g.copyObject(req)
 	}
 	sc := objectScope
 	switch {
