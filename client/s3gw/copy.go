@@ -90,19 +90,14 @@ func (g *Gateway) copyObject(req *request) error {
 	if info.Size > maxObjectSize {
 		return errf(ErrInvalidRequest, "the source of a copy may be at most 5 GiB (use UploadPartCopy)")
 	}
-	opts := client.PutOptions{ContentType: info.ContentType, UserMetadata: info.UserMetadata,
-		PartSize: g.opts.PartSize, Concurrency: g.opts.Concurrency}
+	contentType, meta := info.ContentType, info.UserMetadata
 	if directive == "REPLACE" {
-		meta, err := objectMetadata(r.Header)
-		if err != nil {
+		if meta, err = objectMetadata(r.Header); err != nil {
 			return err
 		}
-		opts.ContentType, opts.UserMetadata = r.Header.Get("Content-Type"), meta
+		contentType = r.Header.Get("Content-Type")
 	}
-	if info.Size <= maxSinglePut {
-		opts.PartSize = maxSinglePut
-	}
-	out, err := g.cl.PutObject(r.Context(), req.bucket, req.key, src, info.Size, opts)
+	out, err := g.cl.PutObject(r.Context(), req.bucket, req.key, src, info.Size, g.putOptions(contentType, meta, info.Size))
 	if err != nil {
 		return err
 	}

@@ -70,12 +70,8 @@ func (g *Gateway) putObject(req *request) error {
 	if err != nil {
 		return err
 	}
-	opts := client.PutOptions{ContentType: r.Header.Get("Content-Type"), UserMetadata: meta,
-		PartSize: g.opts.PartSize, Concurrency: g.opts.Concurrency}
-	if r.ContentLength <= maxSinglePut {
-		opts.PartSize = maxSinglePut
-	}
-	info, err := g.cl.PutObject(r.Context(), req.bucket, req.key, r.Body, r.ContentLength, opts)
+	info, err := g.cl.PutObject(r.Context(), req.bucket, req.key, r.Body, r.ContentLength,
+		g.putOptions(r.Header.Get("Content-Type"), meta, r.ContentLength))
 	if err != nil {
 		return err
 	}
@@ -88,6 +84,16 @@ func (g *Gateway) putObject(req *request) error {
 	}
 	req.w.WriteHeader(http.StatusOK)
 	return nil
+}
+
+// putOptions are the SDK's options for a PUT of size bytes: one op up to
+// maxSinglePut, so its ETag is the MD5 of the body as S3's, else parts.
+func (g *Gateway) putOptions(contentType string, meta map[string]string, size int64) client.PutOptions {
+	opts := client.PutOptions{ContentType: contentType, UserMetadata: meta, PartSize: g.opts.PartSize, Concurrency: g.opts.Concurrency}
+	if size <= maxSinglePut {
+		opts.PartSize = maxSinglePut
+	}
+	return opts
 }
 
 // quoteETag is an ETag as S3 sends it, in double quotes.
