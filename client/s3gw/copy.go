@@ -16,14 +16,6 @@ import (
 // as for a PUT. The copy is a new object: a fresh ETag (the MD5 of the
 // body up to 64 MiB, as S3's), a new Last-Modified.
 
-// copySourceConditions are the conditional headers of a copy, not
-// implemented: refused rather than ignored, since ignoring one would copy
-// what the caller asked not to.
-var copySourceConditions = []string{
-	"X-Amz-Copy-Source-If-Match", "X-Amz-Copy-Source-If-None-Match",
-	"X-Amz-Copy-Source-If-Modified-Since", "X-Amz-Copy-Source-If-Unmodified-Since",
-}
-
 type copyObjectResult struct {
 	XMLName      xml.Name `xml:"CopyObjectResult"`
 	XMLNS        string   `xml:"xmlns,attr"`
@@ -63,11 +55,6 @@ func parseCopySource(v string) (bucket, key string, err error) {
 
 func (g *Gateway) copyObject(req *request) error {
 	r := req.r
-	for _, h := range copySourceConditions {
-		if r.Header.Get(h) != "" {
-			return errf(ErrNotImplemented, "%s is not implemented", h)
-		}
-	}
 	srcBucket, srcKey, err := parseCopySource(r.Header.Get("X-Amz-Copy-Source"))
 	if err != nil {
 		return err
@@ -87,6 +74,11 @@ func (g *Gateway) copyObject(req *request) error {
 	}
 	defer src.Close()
 	info, _ := src.Stat()
+	// x-amz-copy-source-if-*: any condition that does not hold fails the
+	// copy (412), a not-modified one included, as S3 does.
+	if evalConditions(r.Header, "X-Amz-Copy-Source-", info) != condPass {
+		return errf(ErrPreconditionFailed, "at least one of the pre-conditions you specified did not hold")
+	}
 	if info.Size > maxObjectSize {
 		return errf(ErrInvalidRequest, "the source of a copy may be at most 5 GiB (use UploadPartCopy)")
 	}

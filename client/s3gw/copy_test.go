@@ -65,12 +65,18 @@ func TestCopyObject(t *testing.T) {
 		{"a missing destination bucket", &s3.CopyObjectInput{Bucket: aws.String("nobucket"), Key: aws.String("x"), CopySource: aws.String("src/a/b%20c.bin")}, "NoSuchBucket", http.StatusNotFound},
 		{"a source without a key", &s3.CopyObjectInput{Bucket: aws.String("dst"), Key: aws.String("x"), CopySource: aws.String("src")}, "InvalidArgument", http.StatusBadRequest},
 		{"a version", &s3.CopyObjectInput{Bucket: aws.String("dst"), Key: aws.String("x"), CopySource: aws.String("src/a/b%20c.bin?versionId=3")}, "NotImplemented", http.StatusNotImplemented},
-		{"a condition", &s3.CopyObjectInput{Bucket: aws.String("dst"), Key: aws.String("x"), CopySource: aws.String("src/a/b%20c.bin"), CopySourceIfMatch: aws.String(`"x"`)}, "NotImplemented", http.StatusNotImplemented},
+		{"a condition that does not hold", &s3.CopyObjectInput{Bucket: aws.String("dst"), Key: aws.String("x"), CopySource: aws.String("src/a/b%20c.bin"), CopySourceIfMatch: aws.String(`"x"`)}, "PreconditionFailed", http.StatusPreconditionFailed},
+		{"a source not modified since", &s3.CopyObjectInput{Bucket: aws.String("dst"), Key: aws.String("x"), CopySource: aws.String("src/a/b%20c.bin"), CopySourceIfModifiedSince: aws.Time(time.Now().Add(time.Hour))}, "PreconditionFailed", http.StatusPreconditionFailed},
 	} {
 		_, err := e.s3.CopyObject(ctx, tc.in)
 		wantCode(t, tc.what, err, tc.code, tc.status)
 	}
 	if _, err := e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("dst"), Key: aws.String("x")}); err == nil {
 		t.Fatal("a refused copy left an object")
+	}
+	// A condition that holds: the copy goes.
+	if _, err := e.s3.CopyObject(ctx, &s3.CopyObjectInput{Bucket: aws.String("dst"), Key: aws.String("y"),
+		CopySource: aws.String("src/a/b%20c.bin"), CopySourceIfMatch: aws.String(`"` + md5hex(data) + `"`)}); err != nil {
+		t.Fatalf("a copy whose condition holds: %v", err)
 	}
 }

@@ -66,6 +66,11 @@ func (g *Gateway) putObject(req *request) error {
 	if r.ContentLength > maxObjectSize {
 		return errf(ErrEntityTooLarge, "your proposed upload exceeds the maximum allowed size of 5 GiB")
 	}
+	if r.Header.Get("If-Match") != "" || r.Header.Get("If-None-Match") != "" {
+		// Refused, not ignored: a conditional write that went through
+		// unconditionally would overwrite what the caller meant to keep.
+		return errf(ErrNotImplemented, "conditional writes (If-Match, If-None-Match on PUT) are not implemented")
+	}
 	meta, err := objectMetadata(r.Header)
 	if err != nil {
 		return err
@@ -193,6 +198,16 @@ func (g *Gateway) getObject(req *request, head bool) error {
 			}
 		}
 		info = got
+	}
+	switch evalConditions(r.Header, "", info) {
+	case condFailed:
+		return errf(ErrPreconditionFailed, "at least one of the preconditions you specified did not hold")
+	case condNotModified:
+		h := req.w.Header()
+		h.Set("ETag", quoteETag(info.ETag))
+		h.Set("Last-Modified", info.LastModified.UTC().Format(http.TimeFormat))
+		req.w.WriteHeader(http.StatusNotModified)
+		return nil
 	}
 	if ranged {
 		var ok bool

@@ -1,0 +1,70 @@
+package s3gw
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+)
+
+// Conditional requests (RFC 9110 13, as S3 applies them): If-Match,
+// If-None-Match, If-Modified-Since and If-Unmodified-Since on GET and
+// HEAD, and their x-amz-copy-source-if-* forms on the source of a copy.
+
+// ErrPreconditionFailed: a condition of the request is false.
+var ErrPreconditionFailed = &Error{Code: "PreconditionFailed", Status: http.StatusPreconditionFailed}
+
+// condition is the outcome of a request's conditions.
+type condition int
+
+const (
+	condPass        condition = iota
+	condNotModified           // 304 for a GET or HEAD
+	condFailed                // 412
+)
+
+// evalConditions evaluates the conditional headers named with prefix
+// ("" or "X-Amz-Copy-Source-") against info, in RFC 9110's order: If-Match,
+// else If-Unmodified-Since, may fail the request; then If-None-Match, else
+// If-Modified-Since, may make it not modified. Dates that do not parse are
+// ignored, as RFC 9110 says.
+func evalConditions(h http.Header, prefix string, info client.ObjectInfo) condition {
+	mod := info.LastModified.Truncate(time.Second)
+	if v := h.Get(prefix + "If-Match"); v != "" {
+		if !etagListHas(v, info.ETag) {
+			return condFailed
+		}
+	} else if t, ok := httpTime(h.Get(prefix + "If-Unmodified-Since")); ok && mod.After(t) {
+		return condFailed
+	}
+	if v := h.Get(prefix + "If-None-Match"); v != "" {
+		if etagListHas(v, info.ETag) {
+			return condNotModified
+		}
+	} else if t, ok := httpTime(h.Get(prefix + "If-Modified-Since")); ok && !mod.After(t) {
+		return condNotModified
+	}
+	return condPass
+}
+
+// etagListHas reports whether a list of entity tags ("*", or quoted tags
+// separated by commas, weak or strong) names etag.
+func etagListHas(list, etag string) bool {
+	etag = strings.Trim(etag, `"`)
+	for tag := range strings.SplitSeq(list, ",") {
+		tag = strings.TrimSpace(tag)
+		if tag == "*" || strings.Trim(strings.TrimPrefix(tag, "W/"), `"`) == etag {
+			return true
+		}
+	}
+	return false
+}
+
+func httpTime(v string) (time.Time, bool) {
+	if v == "" {
+		return time.Time{}, false
+	}
+	t, err := http.ParseTime(v)
+	return t, err == nil
+}
