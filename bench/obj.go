@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/msgr"
-	"github.com/ospreystore/osprey/osd/local"
 )
 
 // ObjOp is an object benchmark operation.

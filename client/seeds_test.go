@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
-	"github.com/ospreystore/osprey/osd/osdtest"
 )
 
 // deadSeed is a TCP listener that accepts connections and never answers,

@@ -20,9 +20,9 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/wire"
-	"github.com/ospreystore/osprey/osd/osdtest"
 	"github.com/ospreystore/osprey/proto/msgrpb"
 	"google.golang.org/protobuf/proto"
 )

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/osd/osdtest"
+	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 // BenchmarkClusterPut4KiB: 4 KiB puts, 16 in flight, three in-process OSDs

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/smallfs"
 	"github.com/ospreystore/osprey/mon"
-	"github.com/ospreystore/osprey/osd/osdtest"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/mon/monclient"
-	"github.com/ospreystore/osprey/osd/local"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/encoding/protojson"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/osd/osdtest"
+	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 // TestClusterRDMA runs the cluster network (replication and recovery) over

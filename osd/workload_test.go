@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/osd/osdtest"
+	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 // workload is the checker of the multi-process tests: a writer that puts

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ospreystore/osprey/osd/osdtest"
+	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 // TestAWSCLI drives the gateway with the real aws command line tool, as a

@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/ospreystore/osprey/osd/osdtest"
+	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 func TestCopyObject(t *testing.T) {

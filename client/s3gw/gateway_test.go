@@ -32,7 +32,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/client/s3gw"
-	"github.com/ospreystore/osprey/osd/osdtest"
+	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 const (

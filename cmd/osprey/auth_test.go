@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/msgr/auth"
-	"github.com/ospreystore/osprey/osd/local"
 )
 
 // TestAuthCLI drives `osprey auth` against a cluster's mon as an operator

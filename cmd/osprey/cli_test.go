@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ospreystore/osprey/osd/local"
+	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"

@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/osd/local"
+	"github.com/ospreystore/osprey/internal/local"
 )
 
 // startTestCluster starts a one-OSD cluster in this process, stopped by

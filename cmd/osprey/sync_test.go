@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/osd/local"
+	"github.com/ospreystore/osprey/internal/local"
 )
 
 // TestRecursiveAndSync runs cp --recursive and sync in process against a
