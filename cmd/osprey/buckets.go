@@ -1,0 +1,142 @@
+package main
+
+// mb and rb: making and removing buckets.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/spf13/cobra"
+)
+
+func newMbCmd() *cobra.Command {
+	var (
+		c              commonFlags
+		ignoreExisting bool
+	)
+	cmd := &cobra.Command{
+		Use:   "mb BUCKET...",
+		Short: "Make buckets",
+		Long: `Makes each bucket. Names follow S3's rules: 3 to 63 characters of a-z,
+0-9, '.' and '-', starting and ending with a letter or digit. A bucket
+that exists already is BucketAlreadyExists (exit 1) unless
+--ignore-existing.`,
+		Example: `  osprey mb photos
+  osprey mb -p logs backups`,
+		Args: argsBetween(1, -1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			buckets, err := bucketArgs(args, "")
+			if err != nil {
+				return err
+			}
+			cl, err := connect(ctx, cmd, c.target)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			p := c.printer(cmd)
+			for _, b := range buckets {
+				err = cl.MakeBucket(ctx, b)
+				existed := errors.Is(err, client.ErrBucketAlreadyExists) && ignoreExisting
+				if err != nil && !existed {
+					return fmt.Errorf("%s: %w", remoteScheme+b, err)
+				}
+				p.result("make_bucket: "+b, map[string]any{"op": "make_bucket", "bucket": b, "existed": existed})
+			}
+			return nil
+		},
+		ValidArgsFunction: cobra.NoFileCompletions,
+	}
+	c.add(cmd)
+	cmd.Flags().BoolVarP(&ignoreExisting, "ignore-existing", "p", false, "a bucket that exists already is not an error")
+	return cmd
+}
+
+// bucketArgs checks that every argument names a bucket alone, before
+// anything is done to any of them.
+func bucketArgs(args []string, hint string) ([]string, error) {
+	var out []string
+	for _, a := range args {
+		rp, err := parseRemote(a)
+		if err != nil {
+			return nil, err
+		}
+		if rp.Key != "" {
+			return nil, usageErrorf("%q: a bucket name has no '/'%s", a, hint)
+		}
+		out = append(out, rp.Bucket)
+	}
+	return out, nil
+}
+
+func newRbCmd() *cobra.Command {
+	var (
+		c     commonFlags
+		force bool
+		jobs  int
+	)
+	cmd := &cobra.Command{
+		Use:   "rb BUCKET...",
+		Short: "Remove buckets",
+		Long: `Removes each bucket, which must be empty (else BucketNotEmpty, exit 1).
+--force first deletes every object in it and aborts its multipart uploads
+in progress, as aws s3 rb --force does.`,
+		Example: `  osprey rb photos
+  osprey rb --force scratch`,
+		Args: argsBetween(1, -1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			buckets, err := bucketArgs(args, "; to delete objects use rm")
+			if err != nil {
+				return err
+			}
+			cl, err := connect(ctx, cmd, c.target)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			p := c.printer(cmd)
+			for _, b := range buckets {
+				if err := removeBucket(ctx, cl, p, b, force, jobs); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	c.add(cmd)
+	cmd.ValidArgsFunction = completeRemote(&c.target, false, true)
+	cmd.Flags().BoolVar(&force, "force", false, "delete the bucket's objects and uploads first")
+	cmd.Flags().IntVar(&jobs, "jobs", 16, "deletes in flight with --force")
+	return cmd
+}
+
+// removeBucket removes bucket; with force it first deletes its objects
+// (jobs at a time) and aborts its multipart uploads, as aws s3 rb --force
+// does.
+func removeBucket(ctx context.Context, cl *client.Client, p *printer, bucket string, force bool, jobs int) error {
+	if force {
+		if _, err := removePrefix(ctx, cl, p, bucket, "", jobs, false); err != nil {
+			return err
+		}
+		ups, err := cl.ListMultipartUploads(ctx, bucket, "")
+		if err != nil {
+			return fmt.Errorf("%s: %w", remoteScheme+bucket, err)
+		}
+		for _, u := range ups {
+			if err := cl.AbortMultipartUpload(ctx, bucket, u.Key, u.UploadID); err != nil && !errors.Is(err, client.ErrNoSuchUpload) {
+				return fmt.Errorf("%s: abort upload %s: %w", remotePath{bucket, u.Key}, u.UploadID, err)
+			}
+			p.result("abort_upload: "+remotePath{bucket, u.Key}.String()+" "+u.UploadID,
+				map[string]any{"op": "abort_upload", "bucket": bucket, "key": u.Key, "upload_id": u.UploadID})
+		}
+	}
+	if err := cl.RemoveBucket(ctx, bucket); err != nil {
+		return fmt.Errorf("%s: %w", remoteScheme+bucket, err)
+	}
+	p.result("remove_bucket: "+bucket, map[string]any{"op": "remove_bucket", "bucket": bucket})
+	return nil
+}

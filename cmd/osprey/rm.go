@@ -1,0 +1,139 @@
+package main
+
+// rm: removing objects, one by one or a whole prefix.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/spf13/cobra"
+)
+
+func newRmCmd() *cobra.Command {
+	var (
+		c                 commonFlags
+		recursive, dryRun bool
+		quiet             bool
+		jobs              int
+	)
+	cmd := &cobra.Command{
+		Use:   "rm BUCKET/KEY...",
+		Short: "Delete objects",
+		Long: `Deletes each object. Deleting a key that does not exist succeeds, as in
+S3; a missing bucket is NoSuchBucket (exit 3). With --recursive each
+argument is BUCKET[/PREFIX] and every object whose key starts with PREFIX
+is deleted (--jobs at a time); --dry-run lists them without deleting.`,
+		Example: `  osprey rm photos/2024/a.jpg photos/2024/b.jpg
+  osprey rm --recursive photos/2023/
+  osprey rm --recursive --dry-run osprey://photos`,
+		Args: argsBetween(1, -1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			var paths []remotePath
+			for _, a := range args {
+				rp, err := parseRemote(a)
+				if err != nil {
+					return err
+				}
+				if rp.Key == "" && !recursive {
+					return usageErrorf("%q names a bucket: use rm --recursive to delete its objects, rb to remove it", a)
+				}
+				paths = append(paths, rp)
+			}
+			cl, err := connect(ctx, cmd, c.target)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			p := c.printer(cmd)
+			p.quiet = quiet
+			for _, rp := range paths {
+				if recursive {
+					if _, err := removePrefix(ctx, cl, p, rp.Bucket, rp.Key, jobs, dryRun); err != nil {
+						return err
+					}
+					continue
+				}
+				if !dryRun {
+					if err := cl.RemoveObject(ctx, rp.Bucket, rp.Key); err != nil {
+						return fmt.Errorf("%s: %w", rp, err)
+					}
+				}
+				reportDelete(p, rp, dryRun)
+			}
+			return nil
+		},
+	}
+	c.add(cmd)
+	cmd.ValidArgsFunction = completeRemote(&c.target, false, false)
+	f := cmd.Flags()
+	f.BoolVarP(&recursive, "recursive", "r", false, "delete every object under each BUCKET[/PREFIX]")
+	f.BoolVar(&dryRun, "dry-run", false, "print what would be deleted, delete nothing")
+	f.BoolVarP(&quiet, "quiet", "q", false, "print nothing on success")
+	f.IntVar(&jobs, "jobs", 16, "deletes in flight with --recursive")
+	return cmd
+}
+
+func reportDelete(p *printer, rp remotePath, dryRun bool) {
+	op := "delete"
+	if dryRun {
+		op = "(dryrun) delete"
+	}
+	p.result(op+": "+rp.String(), map[string]any{"op": "delete", "bucket": rp.Bucket, "key": rp.Key, "dry_run": dryRun})
+}
+
+// removePrefix deletes every object of bucket under prefix, jobs at a
+// time, and returns how many it deleted. The listing pages by start-after,
+// so deleting what it already returned does not disturb it.
+func removePrefix(ctx context.Context, cl *client.Client, p *printer, bucket, prefix string, jobs int, dryRun bool) (int, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	keys := make(chan string)
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+		n  int
+	)
+	for range max(1, jobs) {
+		wg.Go(func() {
+			for k := range keys {
+				rp := remotePath{bucket, k}
+				if !dryRun {
+					if err := cl.RemoveObject(ctx, bucket, k); err != nil {
+						cancel(fmt.Errorf("%s: %w", rp, err))
+						continue // drain: the producer stops on ctx
+					}
+				}
+				reportDelete(p, rp, dryRun)
+				mu.Lock()
+				n++
+				mu.Unlock()
+			}
+		})
+	}
+	var listErr error
+list:
+	for info, err := range cl.ListObjects(ctx, bucket, client.ListOptions{Prefix: prefix}) {
+		if err != nil {
+			listErr = fmt.Errorf("%s: %w", remoteScheme+bucket, err)
+			break
+		}
+		select {
+		case keys <- info.Key:
+		case <-ctx.Done():
+			break list
+		}
+	}
+	close(keys)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return n, err // a delete failed: that, not the listing's cancellation
+	}
+	if listErr != nil {
+		return n, listErr
+	}
+	return n, ctx.Err()
+}
