@@ -130,7 +130,7 @@ func (s *authStore) create(ctx context.Context, entity string, caps auth.Caps) (
 			return rec, ok, err
 		}
 	}
-	return nil, false, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "mon: %s is being changed by another command; try again", entity)
+	return nil, false, busy(entity)
 }
 
 // remove deletes entity's record; false when it had none.
@@ -158,7 +158,13 @@ func (s *authStore) setCaps(ctx context.Context, entity string, caps auth.Caps) 
 			return rec, err
 		}
 	}
-	return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "mon: %s is being changed by another command; try again", entity)
+	return nil, busy(entity)
+}
+
+// busy: three reads and compared writes of entity's record all lost to
+// other commands.
+func busy(entity string) error {
+	return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "mon: %s is being changed by another command; try again", entity)
 }
 
 func noSuchEntity(entity string) error {

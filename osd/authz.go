@@ -121,6 +121,9 @@ func (a *authTables) opAllowed(peer msgr.EntityName, t osdpb.MsgType, bucket str
 	if bucket != "" {
 		what = "bucket " + bucket
 	}
-	verb := map[auth.Perm]string{auth.PermRead: "read", auth.PermWrite: "write"}[want]
+	verb := "read"
+	if want == auth.PermWrite {
+		verb = "write"
+	}
 	return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not %s %s (its caps: %s)", peer, verb, what, auth.FormatCaps(r.caps.Strings()))
 }
