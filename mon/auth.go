@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -311,6 +312,7 @@ func (m *Mon) adoptAuthTable(t *osdpb.AuthTable) {
 			break
 		}
 	}
+	m.keeper.Note(monclient.AuthTable(t))
 	m.pushTo(true, osdpb.MsgType_MSG_MON_AUTH, &osdpb.MonAuth{Table: t})
 }
 

@@ -74,6 +74,9 @@ func (m *Mon) handle(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType, fron
 		if err := proto.Unmarshal(front, &req); err != nil {
 			return ops.ReplyType(t), &osdpb.GetMapReply{Header: m.header(ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "malformed %v: %v", t, err))}
 		}
+		if err := m.allowed(conn, &req); err != nil {
+			return ops.ReplyType(t), &osdpb.GetMapReply{Header: m.header(err)}
+		}
 		mp := m.Map()
 		return ops.ReplyType(t), &osdpb.GetMapReply{Header: &osdpb.ReplyHeader{Epoch: mp.Epoch()}, Map: mp.Proto()}
 	}
@@ -92,7 +95,11 @@ func (m *Mon) handle(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType, fron
 		m.log.Info("bad request", "type", t, "conn", conn, "err", err)
 		return ops.ReplyType(t), replyTo(t, tid, m.header(err))
 	}
-	rep, err := m.serve(ctx, conn, req)
+	err = m.allowed(conn, req)
+	var rep proto.Message
+	if err == nil {
+		rep, err = m.serve(ctx, conn, req)
+	}
 	if err != nil {
 		if st, _ := ops.StatusOf(monError(err)); st == osdpb.Status_INTERNAL_ERROR || st == osdpb.Status_SERVICE_UNAVAILABLE {
 			m.log.Warn("request failed", "type", t, "conn", conn, "err", err)
@@ -182,6 +189,9 @@ func (m *Mon) command(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonComma
 		}
 		id, err := l.create(ctx, c.Uuid)
 		if err != nil {
+			return nil, err
+		}
+		if rep.Keyring, err = m.osdKeyring(ctx, id); err != nil {
 			return nil, err
 		}
 		rep.Ids = []uint32{id}

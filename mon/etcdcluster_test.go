@@ -153,7 +153,8 @@ func TestRealEtcdCluster(t *testing.T) {
 		endpoints = append(endpoints, m.client)
 	}
 	cfg := func(name string) Config {
-		c := Config{Name: name, Listen: "tcp://127.0.0.1:0", Etcd: endpoints,
+		c := Config{Name: name, NoAuth: true, // one client plays the OSDs
+			Listen: "tcp://127.0.0.1:0", Etcd: endpoints,
 			HeartbeatGrace: 30 * time.Second, DownOutInterval: time.Hour,
 			Pool:   &osdpb.Pool{Id: 1, Name: "default", Size: 3, PgCount: 16},
 			Logger: testLogger().With("test", "mon"), sessionTTL: 2}

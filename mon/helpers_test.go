@@ -39,10 +39,12 @@ func startTestEtcd(t testing.TB) *Etcd {
 
 // testConfig is a mon config for tests: a grace long enough that OSDs
 // need no beacons unless a test wants leases to expire, no down-out, a
-// small pool, the shortest etcd session.
+// small pool, the shortest etcd session. Auth is off: these tests play
+// several OSDs through one client; access_test.go turns it on.
 func testConfig(e *Etcd, name string) Config {
 	return Config{
-		Name: name, Listen: "tcp://127.0.0.1:0", Etcd: e.Endpoints(),
+		NoAuth: true,
+		Name:   name, Listen: "tcp://127.0.0.1:0", Etcd: e.Endpoints(),
 		HeartbeatGrace: 30 * time.Second, DownOutInterval: time.Hour,
 		Pool:       &osdpb.Pool{Id: 1, Name: "default", Size: 3, PgCount: 16},
 		Logger:     testLogger().With("test", "mon"),

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/placement"
@@ -48,6 +49,12 @@ type Config struct {
 	// Pool is the pool of the first map, when this mon creates the
 	// cluster. Default {Id: 1, Name: "default", Size: 3, PgCount: 128}.
 	Pool *osdpb.Pool
+	// NoAuth turns authentication off: sessions use method "none", a peer
+	// is whoever its HELLO claims, and no caps are checked. For tests and
+	// closed networks only; Start logs a warning. By default the mon
+	// authenticates every session and checks every request against the
+	// peer's caps (docs/auth.md).
+	NoAuth bool
 	// Transports are the messenger's (tests); nil: the build's defaults
 	// (transports.Default), which Close closes.
 	Transports []wire.Transport
@@ -131,6 +138,8 @@ type Mon struct {
 	subs  map[*msgr.Conn]bool // MON_SUBSCRIBE'd conns; true: also the auth table
 	// authTable is the latest auth table (watchAuth), nil until read.
 	authTable atomic.Pointer[osdpb.AuthTable]
+	// keeper checks peers and requests against authTable (access.go).
+	keeper auth.Keeper
 
 	lead    atomic.Pointer[leadership] // nil while a standby
 	hint    atomic.Pointer[string]     // the leader's address, as last seen
@@ -206,8 +215,14 @@ func Start(ctx context.Context, cfg Config) (*Mon, error) {
 	if ts, m.releaseTransports, err = transports.OrDefault(cfg.Transports); err != nil {
 		return nil, err
 	}
+	var authOpts *msgr.AuthOptions
+	if cfg.NoAuth {
+		m.log.Warn("authentication is off (NoAuth): anyone who reaches the mon may change the map; for tests and closed networks only")
+	} else if authOpts, err = m.startAuth(ctx); err != nil {
+		return nil, err
+	}
 	m.ms, err = msgr.New(msgr.Options{
-		Name: msgr.EntityName("mon." + cfg.Name), Dispatcher: dispatcher{m},
+		Name: msgr.EntityName("mon." + cfg.Name), Dispatcher: dispatcher{m}, Auth: authOpts,
 		// Everyone talks to the mon as a lossy client and retries.
 		DefaultPolicy: msgr.StatelessServer,
 		Logger:        m.log.With("net", "msgr"),

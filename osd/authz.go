@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
-	"sync/atomic"
 
+	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/osd/ops"
@@ -27,63 +27,24 @@ import (
 // that is when its messengers authenticate: a name a peer merely claims is
 // worth nothing to check.
 
-// authView is one auth table, indexed.
-type authView struct {
-	rev      int64
-	byEntity map[string]authRecord
-}
-
-type authRecord struct {
-	caps   auth.Caps
-	serial string
-}
-
 // authTables holds the latest table.
 type authTables struct {
 	enforce bool
-	cur     atomic.Pointer[authView]
+	auth.Keeper
 }
 
-// note adopts t (monclient.Options.OnAuth). Entries whose caps do not
-// parse get none: the mon writes only caps that parse, so that is damage,
-// and refusing is the safe side.
-func (a *authTables) note(t *osdpb.AuthTable) {
-	v := &authView{rev: t.Revision, byEntity: make(map[string]authRecord, len(t.Entries))}
-	for _, e := range t.Entries {
-		caps, err := auth.ParseCaps(e.Caps)
-		if err != nil {
-			caps = nil
-		}
-		v.byEntity[e.Entity] = authRecord{caps: caps, serial: e.Serial}
-	}
-	a.cur.Store(v)
-}
-
-// record returns peer's record in the latest table.
-func (a *authTables) record(peer msgr.EntityName) (authRecord, error) {
-	v := a.cur.Load()
-	if v == nil {
-		return authRecord{}, fmt.Errorf("%s: this OSD has no auth table from the mon yet", peer)
-	}
-	r, ok := v.byEntity[string(peer)]
-	if !ok {
-		return authRecord{}, fmt.Errorf("%s has no auth record (removed, or never created: osprey auth get-or-create)", peer)
-	}
-	return r, nil
-}
+// note adopts t (monclient.Options.OnAuth).
+func (a *authTables) note(t *osdpb.AuthTable) { a.Note(monclient.AuthTable(t)) }
 
 // authorize is the messengers' AuthOptions.Authorize: cluster is the
 // cluster network, where only OSDs may hold sessions.
 func (a *authTables) authorize(cluster bool) func(context.Context, msgr.EntityName, *x509.Certificate) error {
-	return func(_ context.Context, peer msgr.EntityName, cert *x509.Certificate) error {
-		r, err := a.record(peer)
+	return func(ctx context.Context, peer msgr.EntityName, cert *x509.Certificate) error {
+		r, err := a.Authenticate(ctx, string(peer), cert)
 		if err != nil {
 			return err
 		}
-		if r.serial != auth.Serial(cert) {
-			return fmt.Errorf("%s showed certificate %s, but its current one is %s (reissued or removed)", peer, auth.Serial(cert), r.serial)
-		}
-		if cluster && (peer.Type() != "osd" || !r.caps.HasProfile(auth.ServiceOSD, auth.ProfileOSD)) {
+		if cluster && (peer.Type() != "osd" || !r.Caps.HasProfile(auth.ServiceOSD, auth.ProfileOSD)) {
 			return fmt.Errorf("%s not allowed on the cluster network (OSDs only, with osd 'allow profile osd')", peer)
 		}
 		return nil
@@ -109,12 +70,12 @@ func (a *authTables) opAllowed(peer msgr.EntityName, t osdpb.MsgType, bucket str
 	if !a.enforce {
 		return nil
 	}
-	r, err := a.record(peer)
+	r, err := a.Record(string(peer))
 	if err != nil {
 		return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%v", err)
 	}
 	want := opPerm(t)
-	if r.caps.Allows(auth.ServiceOSD, want, bucket) {
+	if r.Caps.Allows(auth.ServiceOSD, want, bucket) {
 		return nil
 	}
 	what := "the bucket list"
@@ -125,5 +86,5 @@ func (a *authTables) opAllowed(peer msgr.EntityName, t osdpb.MsgType, bucket str
 	if want == auth.PermWrite {
 		verb = "write"
 	}
-	return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not %s %s (its caps: %s)", peer, verb, what, auth.FormatCaps(r.caps.Strings()))
+	return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not %s %s (its caps: %s)", peer, verb, what, auth.FormatCaps(r.Caps.Strings()))
 }

@@ -28,6 +28,7 @@ type monProcSpec struct {
 	Name, Listen                    string
 	HeartbeatGrace, DownOutInterval time.Duration
 	MinDownReporters                int
+	NoAuth                          bool
 	// Pool is the first map's pool (protojson), for a mon that creates
 	// the cluster.
 	Pool json.RawMessage
@@ -49,7 +50,7 @@ func TestMonProcess(t *testing.T) {
 		os.Exit(2)
 	}
 	cfg := mon.Config{Name: sp.Name, Listen: sp.Listen, Etcd: sp.Etcd, HeartbeatGrace: sp.HeartbeatGrace,
-		DownOutInterval: sp.DownOutInterval, MinDownReporters: sp.MinDownReporters,
+		DownOutInterval: sp.DownOutInterval, MinDownReporters: sp.MinDownReporters, NoAuth: sp.NoAuth,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	if len(sp.Pool) > 0 {
 		cfg.Pool = &osdpb.Pool{}
@@ -78,7 +79,8 @@ func (mc *monCluster) startMonB(ctx context.Context, cfg mon.Config) {
 		t.Fatal(err)
 	}
 	sp := monProcSpec{Etcd: cfg.Etcd, Name: "b", Listen: fmt.Sprintf("tcp://127.0.0.1:%d", port),
-		HeartbeatGrace: cfg.HeartbeatGrace, DownOutInterval: cfg.DownOutInterval, MinDownReporters: cfg.MinDownReporters}
+		HeartbeatGrace: cfg.HeartbeatGrace, DownOutInterval: cfg.DownOutInterval, MinDownReporters: cfg.MinDownReporters,
+		NoAuth: cfg.NoAuth}
 	if cfg.Pool != nil {
 		if sp.Pool, err = protojson.Marshal(cfg.Pool); err != nil {
 			t.Fatal(err)

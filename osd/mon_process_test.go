@@ -121,6 +121,7 @@ func startMonCluster(t *testing.T, opts monClusterOptions) *monCluster {
 		t.Fatal(err)
 	}
 	cfg.Etcd, cfg.Listen, cfg.Logger = mc.etcd.Endpoints(), "tcp://127.0.0.1:0", quiet
+	cfg.NoAuth = true
 	if opts.Mons == 2 {
 		t.Cleanup(func() { mc.stopMon(syscall.SIGKILL) }) // if mon "a" does not start
 		mc.monLogs = map[string]*bytes.Buffer{"a": {}, "b": {}}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/ospreystore/osprey/mon"
@@ -12,8 +14,16 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// adminCaps are client.admin's: everything, as Ceph's client.admin.
-var adminCaps = map[string]string{auth.ServiceMon: "allow *", auth.ServiceOSD: "allow *"}
+// makeKeyringFile makes entity with caps at m, if it has no record yet, and
+// writes its keyring (mode 0600) as DIR/ENTITY.keyring, returning the path.
+func makeKeyringFile(ctx context.Context, m *mon.Mon, dir, entity string, caps map[string]string) (string, error) {
+	kr, err := m.GetOrCreateKeyring(ctx, entity, caps)
+	if err != nil {
+		return "", fmt.Errorf("making %s: %w", entity, err)
+	}
+	path := filepath.Join(dir, entity+".keyring")
+	return path, auth.WriteKeyringFile(path, kr)
+}
 
 // newAuthCmd is `osprey auth`, Ceph's `ceph auth`: entities, their
 // keyrings and caps, kept by the mon.

@@ -19,6 +19,8 @@ func newMonCmd() *cobra.Command {
 		replicas   uint32
 		minSize    uint32
 		stopWithin time.Duration
+		authMode   string
+		keyringDir string
 	)
 	cmd := &cobra.Command{
 		Use:   "mon",
@@ -37,6 +39,13 @@ them takes over within seconds when the leader dies.
 The first mon to start on an empty etcd creates the cluster: a new fsid and
 the epoch-1 map, with the pool of --pgs, --replicas and --min-size and no
 OSDs yet. Those flags do nothing once the cluster exists.
+
+Authentication is on (docs/auth.md): every peer proves an identity the
+cluster's CA signed, and every request is checked against its caps. At start
+the mon writes client.admin.keyring (the operator's) and
+client.bootstrap-osd.keyring (what a new OSD starts with) into --keyring-dir,
+unless they are there already. --auth none turns authentication off, for
+tests and closed networks only; the mon logs a warning.
 
 An OSD that sends no beacon for --heartbeat-grace, or that two OSDs on other
 hosts report unreachable for that long, is marked down (at once when its
@@ -60,9 +69,32 @@ out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
 			}
 			cfg.Pool = &osdpb.Pool{Id: placement.DefaultPoolID, Name: placement.DefaultPoolName, Size: replicas, PgCount: pgs, MinSize: minSize}
 			cfg.Logger = slog.Default()
+			switch authMode {
+			case "cert":
+			case "none":
+				cfg.NoAuth = true
+			default:
+				return usageErrorf("--auth %q: want cert or none", authMode)
+			}
+			if keyringDir == "" {
+				keyringDir = cfg.EmbedEtcdDir
+			}
 			m, err := mon.Start(cmd.Context(), cfg)
 			if err != nil {
 				return err
+			}
+			if !cfg.NoAuth && keyringDir != "" {
+				for _, k := range []struct {
+					entity string
+					caps   map[string]string
+				}{{"client.admin", mon.AdminCaps}, {"client.bootstrap-osd", mon.BootstrapOSDCaps}} {
+					path, err := makeKeyringFile(cmd.Context(), m, keyringDir, k.entity, k.caps)
+					if err != nil {
+						m.Close(context.Background())
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s keyring: %s\n", k.entity, path)
+				}
 			}
 			role := "standby"
 			if m.IsLeader() {
@@ -87,5 +119,7 @@ out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
 	f.Uint32Var(&replicas, "replicas", 3, "replicas of the default pool (new cluster only)")
 	f.Uint32Var(&minSize, "min-size", 0, "min_size of the default pool; 0: replicas - replicas/2 (new cluster only)")
 	f.DurationVar(&stopWithin, "stop-timeout", 10*time.Second, "bound on a graceful stop")
+	f.StringVar(&authMode, "auth", "cert", `"cert": authenticate every peer and check its caps; "none": no authentication (tests and closed networks only)`)
+	f.StringVar(&keyringDir, "keyring-dir", "", "where to write client.admin.keyring and client.bootstrap-osd.keyring if missing (default: the --embed-etcd directory; none with --etcd)")
 	return cmd
 }

@@ -22,8 +22,8 @@ import (
 	"github.com/ospreystore/osprey/bench"
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/msgr"
-	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/spf13/cobra"
 )
@@ -111,26 +111,15 @@ type localCluster struct {
 	s3      *upGateway
 }
 
-// adminKeyringFile is where `osprey up` leaves client.admin's keyring, in
-// its data directory.
-const adminKeyringFile = "client.admin.keyring"
-
 // writeAdminKeyring makes client.admin (every cap) at the mon, if it has
 // no record yet, and writes its keyring into the cluster's directory.
 func (lc *localCluster) writeAdminKeyring(ctx context.Context) error {
 	if lc.Mon == nil {
 		return nil
 	}
-	kr, err := lc.Mon.GetOrCreateKeyring(ctx, "client.admin", adminCaps)
-	if err != nil {
-		return fmt.Errorf("making client.admin: %w", err)
-	}
-	path := filepath.Join(lc.Dir, adminKeyringFile)
-	if err := auth.WriteKeyringFile(path, kr); err != nil {
-		return err
-	}
+	path, err := makeKeyringFile(ctx, lc.Mon, lc.Dir, "client.admin", mon.AdminCaps)
 	lc.keyring = path
-	return nil
+	return err
 }
 
 func runUp(cmd *cobra.Command, o upOptions) (err error) {

@@ -163,7 +163,7 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 	}
 	c.Mon, err = mon.Start(ctx, mon.Config{Name: "a", Listen: pub + "://" + net.JoinHostPort(host, fmt.Sprint(port)),
 		Etcd: c.Etcd.Endpoints(), HeartbeatGrace: opts.HeartbeatGrace, DownOutInterval: opts.DownOutInterval,
-		Pool: pool, Logger: opts.Logger})
+		Pool: pool, Logger: opts.Logger, NoAuth: true})
 	if err != nil {
 		return fmt.Errorf("starting the mon: %w", err)
 	}

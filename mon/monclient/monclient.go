@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/ops"
@@ -41,9 +42,13 @@ type Options struct {
 	// Addrs are the mons' msgr addresses, e.g. "tcp://10.0.0.1:3300".
 	// Required.
 	Addrs []string
-	// Name is the client's entity name, e.g. "client.osd3". Default
-	// "client.admin".
+	// Name is the client's entity name, e.g. "client.osd3". Default: the
+	// keyring's entity, or "client.admin" without one.
 	Name msgr.EntityName
+	// Keyring, if set, authenticates the client to the mons (msgr
+	// AuthOptions): they must run with auth, and prove they are mons.
+	// Nil: no authentication, which mons with auth refuse.
+	Keyring *auth.Keyring
 	// Transports are the client's messenger's; nil: the build's defaults
 	// (transports.Default), which Close closes.
 	Transports []wire.Transport
@@ -118,6 +123,9 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	}
 	if o.Name == "" {
 		o.Name = "client.admin"
+		if o.Keyring != nil {
+			o.Name = msgr.EntityName(o.Keyring.Entity)
+		}
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second
@@ -135,8 +143,12 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	var authOpts *msgr.AuthOptions
+	if o.Keyring != nil {
+		authOpts = &msgr.AuthOptions{Keyring: o.Keyring, Authorize: AuthorizeTypes("mon")}
+	}
 	ms, err := msgr.New(msgr.Options{
-		Name: o.Name, Dispatcher: dispatcher{c}, DefaultPolicy: msgr.LossyClient,
+		Name: o.Name, Dispatcher: dispatcher{c}, DefaultPolicy: msgr.LossyClient, Auth: authOpts,
 		Logger: o.Logger.With("net", "monclient"), Transports: ts,
 		// A mon that stops answering is noticed within seconds.
 		Keepalive: time.Second, IdleTimeout: 10 * time.Second,
@@ -322,6 +334,12 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func(tid uint6
 		if errors.Is(err, ErrClosed) {
 			return nil, err
 		}
+		if errors.Is(err, msgr.ErrAuth) {
+			// Every mon checks the same records: retrying will not help,
+			// and the reason (bad key, unknown entity, auth off on one
+			// side) is what the caller needs to see.
+			return nil, fmt.Errorf("monclient: %v: %w", t, err)
+		}
 		if err == nil {
 			h := rep.GetHeader()
 			c.noteMap(h.GetMap())
@@ -443,6 +461,9 @@ func (c *Client) roundTrip(ctx context.Context, addr string, t osdpb.MsgType, ti
 		if !ok {
 			if c.ctx.Err() != nil {
 				return nil, ErrClosed
+			}
+			if err := conn.Err(); err != nil {
+				return nil, fmt.Errorf("connection to %s lost: %w", addr, err)
 			}
 			return nil, fmt.Errorf("connection to %s lost", addr)
 		}

@@ -53,6 +53,12 @@ const (
 // (replication, peering, recovery) and every object.
 const ProfileOSD = "osd"
 
+// ProfileBootstrapOSD is the mon profile of the key a new OSD starts with,
+// as Ceph's client.bootstrap-osd: it may only ask the mon for an OSD id
+// ("osd create" with the OSD's uuid) and receive that OSD's own keyring.
+// It reads no map and no object.
+const ProfileBootstrapOSD = "bootstrap-osd"
+
 // Grant is one "allow" clause of a service's capabilities.
 type Grant struct {
 	Perm    Perm
@@ -143,8 +149,11 @@ func parseGrant(service string, f []string) (Grant, error) {
 		if len(f) != 3 {
 			return Grant{}, errors.New(`"allow profile" takes one name`)
 		}
-		if f[2] != ProfileOSD {
-			return Grant{}, fmt.Errorf("unknown profile %q (want %s)", f[2], ProfileOSD)
+		switch {
+		case f[2] == ProfileOSD:
+		case f[2] == ProfileBootstrapOSD && service == ServiceMon:
+		default:
+			return Grant{}, fmt.Errorf("unknown profile %q on %s (want %s, or on mon %s)", f[2], service, ProfileOSD, ProfileBootstrapOSD)
 		}
 		return Grant{Profile: f[2]}, nil
 	}
@@ -231,6 +240,9 @@ func FormatCaps(perService map[string]string) string {
 func (c Caps) Allows(service string, want Perm, bucket string) bool {
 	var have Perm
 	for _, g := range c[service] {
+		if g.Profile == ProfileBootstrapOSD {
+			continue // its one command is checked by HasProfile
+		}
 		if g.Profile == ProfileOSD {
 			// An OSD daemon reads the map (its boot, beacons and reports
 			// are the profile's own ops, see HasProfile) and reads and

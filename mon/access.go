@@ -1,0 +1,149 @@
+package mon
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ospreystore/osprey/mon/monclient"
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/auth"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Authentication and capabilities at the mon (docs/auth.md). Unless
+// Config.NoAuth, the mon's messenger authenticates every session with the
+// keyring of its own entity, mon.NAME, which it issues itself from the CA
+// in etcd: a peer must show a certificate that the cluster's CA signed and
+// that its entity's record names. Every request is then checked against
+// the peer's mon caps:
+//   - the map, status and the OSD tree: r;
+//   - auth commands: x;
+//   - "osd create": w, or profile bootstrap-osd (a new OSD's first key);
+//   - every other command (map changes): w;
+//   - boot, beacons and failure reports: profile osd, and only for the
+//     OSD the peer is (osd.3 cannot boot or beacon as osd.5).
+
+// monCaps are the mon's own: it may do everything.
+var monCaps = map[string]string{auth.ServiceMon: "allow *", auth.ServiceOSD: "allow *"}
+
+// OSDCaps are the caps the mon gives an OSD's entity when it creates it
+// (osd create by a bootstrap key).
+var OSDCaps = map[string]string{auth.ServiceMon: "allow profile osd", auth.ServiceOSD: "allow profile osd"}
+
+// BootstrapOSDCaps are those of the key a new OSD starts with
+// (client.bootstrap-osd).
+var BootstrapOSDCaps = map[string]string{auth.ServiceMon: "allow profile bootstrap-osd"}
+
+// AdminCaps are client.admin's.
+var AdminCaps = map[string]string{auth.ServiceMon: "allow *", auth.ServiceOSD: "allow *"}
+
+// startAuth issues the mon's own keyring and makes the messenger's auth
+// options, with the keeper that checks peers.
+func (m *Mon) startAuth(ctx context.Context) (*msgr.AuthOptions, error) {
+	pem, err := m.GetOrCreateKeyring(ctx, "mon."+m.cfg.Name, monCaps)
+	if err != nil {
+		return nil, fmt.Errorf("mon: its own keyring: %w", err)
+	}
+	k, err := auth.ParseKeyring(pem)
+	if err != nil {
+		return nil, fmt.Errorf("mon: its own keyring: %w", err)
+	}
+	// A peer created a moment ago may not be in the watched table yet: ask
+	// etcd (the mon's own store) before refusing it.
+	m.keeper.Refresh = func(ctx context.Context) (*auth.Table, error) {
+		t, err := m.auth.listTable(ctx)
+		if err != nil {
+			return nil, err
+		}
+		m.adoptAuthTable(t)
+		return monclient.AuthTable(t), nil
+	}
+	return &msgr.AuthOptions{Keyring: k, Authorize: func(ctx context.Context, peer msgr.EntityName, cert *x509.Certificate) error {
+		_, err := m.keeper.Authenticate(ctx, string(peer), cert)
+		return err
+	}}, nil
+}
+
+// readOnly are the commands mon 'allow r' may run (monclient sends them
+// to any mon).
+var readOnly = []string{"status", "osd tree", "get map"}
+
+// allowed checks req from conn's peer against its mon caps: nil, or an
+// ACCESS_DENIED *ops.Error that says what is missing.
+func (m *Mon) allowed(conn *msgr.Conn, req proto.Message) error {
+	if m.cfg.NoAuth {
+		return nil
+	}
+	peer := conn.Peer()
+	rec, err := m.keeper.Record(string(peer))
+	if err != nil {
+		return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%v", err)
+	}
+	caps := rec.Caps
+	need := func(p auth.Perm, what string) error {
+		if caps.Allows(auth.ServiceMon, p, "") {
+			return nil
+		}
+		return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not %s (needs mon '%s'; its caps: %s)", peer, what, "allow "+p.String(), auth.FormatCaps(caps.Strings()))
+	}
+	osdSelf := func(id uint32, what string) error {
+		if !caps.HasProfile(auth.ServiceMon, auth.ProfileOSD) {
+			return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not %s (needs mon 'allow profile osd')", peer, what)
+		}
+		if n, ok := osdID(peer); !ok || n != id {
+			return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not %s for osd.%d", peer, what, id)
+		}
+		return nil
+	}
+	switch r := req.(type) {
+	case *osdpb.GetMap:
+		return need(auth.PermRead, "read the map")
+	case *osdpb.MonSubscribe:
+		if r.Auth && !caps.HasProfile(auth.ServiceMon, auth.ProfileOSD) {
+			return need(auth.PermExec, "subscribe to the auth table")
+		}
+		return need(auth.PermRead, "subscribe to the map")
+	case *osdpb.MonBoot:
+		return osdSelf(r.Id, "boot")
+	case *osdpb.MonBeacon:
+		return osdSelf(r.Id, "send beacons")
+	case *osdpb.MonFailure:
+		return osdSelf(r.Reporter, "report failures")
+	case *osdpb.MonCommand:
+		switch {
+		case slices.Contains(readOnly, r.Prefix):
+			return need(auth.PermRead, "run "+r.Prefix)
+		case strings.HasPrefix(r.Prefix, "auth "):
+			return need(auth.PermExec, "run "+r.Prefix)
+		case r.Prefix == "osd create" && caps.HasProfile(auth.ServiceMon, auth.ProfileBootstrapOSD):
+			return nil
+		}
+		return need(auth.PermWrite, "run "+r.Prefix)
+	}
+	return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s: %T is not a request the mon checks", peer, req)
+}
+
+// osdID is N of an entity named osd.N.
+func osdID(e msgr.EntityName) (uint32, bool) {
+	if e.Type() != "osd" {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(strings.TrimPrefix(string(e), "osd."), 10, 32)
+	return uint32(n), err == nil
+}
+
+// osdKeyring gives the keyring of the OSD "osd create" just gave an id:
+// for a caller that may create OSDs, the OSD's own entity is made (caps
+// OSDCaps), or found if a retry of the same create made it already.
+func (m *Mon) osdKeyring(ctx context.Context, id uint32) ([]byte, error) {
+	if m.cfg.NoAuth {
+		return nil, nil
+	}
+	return m.GetOrCreateKeyring(ctx, fmt.Sprintf("osd.%d", id), OSDCaps)
+}

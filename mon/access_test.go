@@ -1,0 +1,134 @@
+package mon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/mon/monclient"
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/auth"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// authClient is a monclient of the mon at addr, authenticated as k.
+func authClient(t *testing.T, addr string, k *auth.Keyring) *monclient.Client {
+	t.Helper()
+	c, err := monclient.New(context.Background(), monclient.Options{Addrs: []string{addr}, Keyring: k,
+		Logger: testLogger().With("test", "monclient"), Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func keyringOf(t *testing.T, m *Mon, entity string, caps map[string]string) *auth.Keyring {
+	t.Helper()
+	pem, err := m.GetOrCreateKeyring(ctxFor(t, 10*time.Second), entity, caps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := auth.ParseKeyring(pem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func wantDenied(t *testing.T, err error, msg string) {
+	t.Helper()
+	if statusOf(err) != osdpb.Status_ACCESS_DENIED || !strings.Contains(err.Error(), msg) {
+		t.Fatalf("got %v, want ACCESS_DENIED saying %q", err, msg)
+	}
+}
+
+// TestMonAccess runs a mon with auth on (the default) and checks who may
+// do what: sessions need a credential the mon's records name, and every
+// request needs the caps for it.
+func TestMonAccess(t *testing.T) {
+	e := startTestEtcd(t)
+	cfg := testConfig(e, "a")
+	cfg.NoAuth = false
+	m := startTestMon(t, cfg)
+	admin := authClient(t, m.Addr(), keyringOf(t, m, "client.admin", AdminCaps))
+	ro := authClient(t, m.Addr(), keyringOf(t, m, "client.ro", map[string]string{"mon": "allow r"}))
+	ctx := ctxFor(t, 30*time.Second)
+
+	// Reads need r; map changes w; auth commands x.
+	if _, err := ro.Command(ctx, &osdpb.MonCommand{Prefix: "status"}); err != nil {
+		t.Fatalf("status with mon 'allow r': %v", err)
+	}
+	if _, err := ro.Subscribe(ctx); err != nil {
+		t.Fatalf("subscribe with mon 'allow r': %v", err)
+	}
+	_, err := ro.Command(ctx, &osdpb.MonCommand{Prefix: "osd set-full-ratio", Ratio: 0.9})
+	wantDenied(t, err, "client.ro may not run osd set-full-ratio")
+	_, err = ro.Command(ctx, authCmd("auth ls", "", nil))
+	wantDenied(t, err, "client.ro may not run auth ls")
+	if _, err := admin.Command(ctx, &osdpb.MonCommand{Prefix: "osd set-full-ratio", Ratio: 0.9}); err != nil {
+		t.Fatalf("admin: %v", err)
+	}
+
+	// A client with no credential, one from another cluster's CA, and one
+	// whose entity was removed are refused at the handshake, at once.
+	none, err := monclient.New(ctx, monclient.Options{Addrs: []string{m.Addr()}, Logger: testLogger(), Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer none.Close()
+	if _, err := none.Command(ctx, &osdpb.MonCommand{Prefix: "status"}); !errors.Is(err, msgr.ErrAuth) {
+		t.Fatalf("no keyring: %v", err)
+	}
+	otherCA, err := auth.NewCA("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := otherCA.Issue("client.admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := authClient(t, m.Addr(), forged).Command(ctx, &osdpb.MonCommand{Prefix: "status"}); !errors.Is(err, msgr.ErrAuth) {
+		t.Fatalf("another CA's client.admin: %v", err)
+	}
+	gone := keyringOf(t, m, "client.gone", map[string]string{"mon": "allow r"})
+	mustCommand(t, admin, authCmd("auth rm", "client.gone", nil))
+	if _, err := authClient(t, m.Addr(), gone).Command(ctx, &osdpb.MonCommand{Prefix: "status"}); !errors.Is(err, msgr.ErrAuth) || !strings.Contains(err.Error(), "no auth record") {
+		t.Fatalf("removed entity: %v", err)
+	}
+
+	// A new OSD: its bootstrap key gets an id and the OSD's own keyring,
+	// and nothing else.
+	boot := authClient(t, m.Addr(), keyringOf(t, m, "client.bootstrap-osd", BootstrapOSDCaps))
+	_, err = boot.Command(ctx, &osdpb.MonCommand{Prefix: "status"})
+	wantDenied(t, err, "client.bootstrap-osd may not run status")
+	rep, err := boot.Command(ctx, &osdpb.MonCommand{Prefix: "osd create", Uuid: "uuid-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := mustKeyring(t, rep)
+	if want := fmt.Sprintf("osd.%d", rep.Ids[0]); k.Entity != want {
+		t.Fatalf("osd create gave %s's keyring, want %s", k.Entity, want)
+	}
+	// The OSD boots as itself, and not as another.
+	osd0 := authClient(t, m.Addr(), k)
+	b := bootOf(0)
+	b.HasId, b.Id = true, rep.Ids[0]
+	mustBoot(t, osd0, b)
+	b1 := bootOf(1)
+	b1.HasId, b1.Id = true, rep.Ids[0]+1
+	_, err = osd0.Boot(ctx, b1)
+	wantDenied(t, err, "osd.0 may not boot for osd.1")
+	// A client may not boot an OSD at all.
+	_, err = admin.Boot(ctx, b)
+	wantDenied(t, err, "client.admin may not boot (needs mon 'allow profile osd')")
+	// The OSD may read the auth table; a plain reader may not.
+	if _, err := osd0.FetchAuth(ctx); err != nil {
+		t.Fatalf("osd.0 fetching the auth table: %v", err)
+	}
+	_, err = ro.FetchAuth(ctx)
+	wantDenied(t, err, "client.ro may not subscribe to the auth table")
+}
