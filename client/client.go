@@ -24,6 +24,7 @@ import (
 
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/ops"
@@ -76,6 +77,11 @@ type Options struct {
 	Mon []string
 	// Pool is the pool's name; default the pool with the lowest id.
 	Pool string
+	// Keyring authenticates the client (docs/auth.md): it talks to the
+	// OSDs and mons as the keyring's entity, and what it may do is that
+	// entity's caps. Nil: no authentication, which only a cluster run
+	// without auth accepts.
+	Keyring *auth.Keyring
 	// OpTimeout bounds one attempt of one op. Default 30s.
 	OpTimeout time.Duration
 	// RetryFor bounds the retries of an op that keeps failing with a
@@ -158,8 +164,14 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 		return nil, err
 	}
 	c.transports, c.releaseTransports = ts, release
+	name := msgr.EntityName(fmt.Sprintf("client.%d", c.nonce%1_000_000_000))
+	var authOpts *msgr.AuthOptions
+	if opts.Keyring != nil {
+		name = msgr.EntityName(opts.Keyring.Entity)
+		authOpts = &msgr.AuthOptions{Keyring: opts.Keyring, Authorize: monclient.AuthorizeTypes("osd", "mon")}
+	}
 	m, err := msgr.New(msgr.Options{
-		Name: msgr.EntityName(fmt.Sprintf("client.%d", c.nonce%1_000_000_000)), Dispatcher: dispatcher{c},
+		Name: name, Dispatcher: dispatcher{c}, Auth: authOpts,
 		DefaultPolicy: msgr.LossyClient, MaxMessageSize: ops.MaxMessageSize, Logger: opts.Logger,
 		Transports: ts, DisableDataCRC: true, RecvWindowBytes: recvWindow,
 	})
@@ -189,7 +201,11 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 
 // subscribe gets the map from the mons and keeps their newer maps coming.
 func (c *Client) subscribe(ctx context.Context) error {
-	mc, err := monclient.New(ctx, monclient.Options{Addrs: c.opts.Mon, Name: msgr.EntityName(fmt.Sprintf("client.%d.mon", c.nonce%1_000_000_000)),
+	name := msgr.EntityName(fmt.Sprintf("client.%d.mon", c.nonce%1_000_000_000))
+	if c.opts.Keyring != nil {
+		name = msgr.EntityName(c.opts.Keyring.Entity)
+	}
+	mc, err := monclient.New(ctx, monclient.Options{Addrs: c.opts.Mon, Name: name, Keyring: c.opts.Keyring,
 		Transports: c.transports, Logger: c.log, OnMap: func(mp *placement.Map) { c.adoptMap(mp) }})
 	if err != nil {
 		return err
@@ -475,6 +491,11 @@ func (c *Client) do(ctx context.Context, t osdpb.MsgType, tg target, build func(
 	}
 }
 
+// refused is a session the peer (or we) refused at authentication: not
+// retried, since the same credential is refused again, and said as it is
+// ("client.x has no auth record", "osd.3 showed another certificate").
+func refused(err error) error { return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%v", err) }
+
 // maxDigestRetries bounds how often a body the OSD found corrupt is sent
 // again (see do).
 const maxDigestRetries = 2
@@ -551,11 +572,17 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 	defer cancel()
 	if err := conn.Send(actx, m); err != nil {
 		m.Release()
+		if errors.Is(err, msgr.ErrAuth) {
+			return nil, refused(err)
+		}
 		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "sending to %s: %v", connName(conn), err)
 	}
 	select {
 	case r, ok := <-p.ch:
 		if !ok || r == nil {
+			if err := conn.Err(); errors.Is(err, msgr.ErrAuth) {
+				return nil, refused(err)
+			}
 			return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "connection to %s lost", connName(conn))
 		}
 		if err := r.DecodeFront(rep); err != nil {

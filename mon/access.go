@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/ospreystore/osprey/mon/monclient"
@@ -96,7 +95,7 @@ func (m *Mon) allowed(conn *msgr.Conn, req proto.Message) error {
 		if !caps.HasProfile(auth.ServiceMon, auth.ProfileOSD) {
 			return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not %s (needs mon 'allow profile osd')", peer, what)
 		}
-		if n, ok := osdID(peer); !ok || n != id {
+		if n, ok := ops.ParseOSDName(string(peer)); !ok || n != id {
 			return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not %s for osd.%d", peer, what, id)
 		}
 		return nil
@@ -127,15 +126,6 @@ func (m *Mon) allowed(conn *msgr.Conn, req proto.Message) error {
 		return need(auth.PermWrite, "run "+r.Prefix)
 	}
 	return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s: %T is not a request the mon checks", peer, req)
-}
-
-// osdID is N of an entity named osd.N.
-func osdID(e msgr.EntityName) (uint32, bool) {
-	if e.Type() != "osd" {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(strings.TrimPrefix(string(e), "osd."), 10, 32)
-	return uint32(n), err == nil
 }
 
 // osdKeyring gives the keyring of the OSD "osd create" just gave an id:

@@ -202,6 +202,16 @@ func (m *Mon) authCommand(ctx context.Context, c *osdpb.MonCommand, rep *osdpb.M
 			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%v", err)
 		}
 	}
+	if c.Prefix != "auth get" {
+		// This mon's checks see its own change at once, not when its watch
+		// catches up: an "auth rm" refuses the entity's next session here
+		// from the moment the command answers.
+		defer func() {
+			if t, err := m.auth.listTable(ctx); err == nil {
+				m.adoptAuthTable(t)
+			}
+		}()
+	}
 	var rec *osdpb.AuthRecord
 	switch c.Prefix {
 	case "auth add", "auth get-or-create":
@@ -260,6 +270,20 @@ func (m *Mon) GetOrCreateKeyring(ctx context.Context, entity string, caps map[st
 		return nil, err
 	}
 	return rep.Keyring, nil
+}
+
+// WriteKeyring is GetOrCreateKeyring that also writes the keyring file
+// (mode 0600) to path: how "osprey mon" and "osprey up" hand out
+// client.admin's and client.bootstrap-osd's keys.
+func (m *Mon) WriteKeyring(ctx context.Context, path, entity string, caps map[string]string) (*auth.Keyring, error) {
+	pem, err := m.GetOrCreateKeyring(ctx, entity, caps)
+	if err != nil {
+		return nil, fmt.Errorf("making %s: %w", entity, err)
+	}
+	if err := auth.WriteKeyringFile(path, pem); err != nil {
+		return nil, err
+	}
+	return auth.ParseKeyring(pem)
 }
 
 // The auth table: every entity's caps and certificate serial, no keys.

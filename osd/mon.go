@@ -16,6 +16,7 @@ import (
 
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -66,17 +67,41 @@ func saveIdentity(dir string, id identity) error {
 	return os.Rename(tmp, filepath.Join(dir, identityFile))
 }
 
+// keyringFile is the OSD's own keyring in its data directory, as Ceph's
+// /var/lib/ceph/osd/ceph-N/keyring.
+const keyringFile = "keyring"
+
 // joinCluster runs before Start builds anything with the OSD's name: it
-// finds (or gets from the mon) the OSD's id.
-func joinCluster(ctx context.Context, cfg *Config, onMap func(*placement.Map)) (*monclient.Client, identity, error) {
+// finds (or gets from the mon) the OSD's id and, unless NoAuth, its own
+// keyring, and returns the monclient the OSD keeps, subscribed to the
+// auth table for authz.
+func joinCluster(ctx context.Context, cfg *Config, authz *authTables, onMap func(*placement.Map)) (*monclient.Client, identity, *auth.Keyring, error) {
 	ident, err := loadIdentity(cfg.DataDir)
 	if err != nil {
-		return nil, ident, err
+		return nil, ident, nil, err
 	}
-	mc, err := monclient.New(ctx, monclient.Options{Addrs: cfg.Mon, Name: msgr.EntityName("client.osd-" + ident.UUID[:8]),
-		Transports: cfg.Transports, Logger: cfg.Logger, OnMap: onMap})
+	opts := monclient.Options{Addrs: cfg.Mon, Name: msgr.EntityName("client.osd-" + ident.UUID[:8]),
+		Transports: cfg.Transports, Logger: cfg.Logger, OnMap: onMap}
+	var own *auth.Keyring
+	if cfg.NoAuth {
+		cfg.Logger.Warn("authentication is off (NoAuth): this OSD believes any name a peer claims; for tests and closed networks only")
+	} else {
+		if own, err = ownKeyring(cfg, ident); err != nil {
+			return nil, ident, nil, err
+		}
+		if own == nil {
+			if own, err = createOSD(ctx, cfg, &ident); err != nil {
+				return nil, ident, nil, err
+			}
+		}
+		opts.Name, opts.Keyring, opts.OnAuth = "", own, authz.note
+	}
+	mc, err := monclient.New(ctx, opts)
 	if err != nil {
-		return nil, ident, err
+		return nil, ident, nil, err
+	}
+	if own != nil {
+		authz.Refresh = mc.FetchAuth
 	}
 	if ident.ID == nil {
 		rep, err := mc.Command(ctx, &osdpb.MonCommand{Prefix: "osd create", Uuid: ident.UUID})
@@ -85,17 +110,83 @@ func joinCluster(ctx context.Context, cfg *Config, onMap func(*placement.Map)) (
 		}
 		if err != nil {
 			mc.Close()
-			return nil, ident, fmt.Errorf("osd: getting an id from the mon: %w", err)
+			return nil, ident, nil, fmt.Errorf("osd: getting an id from the mon: %w", err)
 		}
 		n := int64(rep.Ids[0])
 		ident.ID = &n
 		if err := saveIdentity(cfg.DataDir, ident); err != nil {
 			mc.Close()
-			return nil, ident, err
+			return nil, ident, nil, err
 		}
 	}
 	cfg.ID = uint32(*ident.ID)
-	return mc, ident, nil
+	return mc, ident, own, nil
+}
+
+// ownKeyring is the OSD's own keyring: DataDir/keyring, or Config.Keyring
+// if that is an OSD's; nil for a new OSD that has only a bootstrap key.
+func ownKeyring(cfg *Config, ident identity) (*auth.Keyring, error) {
+	path := filepath.Join(cfg.DataDir, keyringFile)
+	k, err := auth.LoadKeyring(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if cfg.Keyring != nil && strings.HasPrefix(cfg.Keyring.Entity, "osd.") {
+			k = cfg.Keyring
+		}
+	case err != nil:
+		return nil, fmt.Errorf("osd: %w", err)
+	}
+	if k == nil {
+		if cfg.Keyring == nil {
+			return nil, errors.New("osd: authentication needs a keyring: a bootstrap key (osprey osd --keyring client.bootstrap-osd.keyring) for a new OSD, or the OSD's own in DATA/keyring; or turn authentication off (--auth none)")
+		}
+		return nil, nil
+	}
+	if ident.ID == nil {
+		return nil, fmt.Errorf("osd: %s's keyring, but %s has no OSD id yet: start a new OSD with a bootstrap key", k.Entity, cfg.DataDir)
+	}
+	if want := ops.OSDName(uint32(*ident.ID)); k.Entity != want {
+		return nil, fmt.Errorf("osd: the keyring is %s's, but this is %s (%s)", k.Entity, want, cfg.DataDir)
+	}
+	return k, nil
+}
+
+// createOSD gets a new OSD's id and keyring from the mon with the
+// bootstrap key (or an admin's) in Config.Keyring, as Ceph's "osd new"
+// with client.bootstrap-osd: the keyring is kept as DataDir/keyring, then
+// the id, so a crash between the two gets the same id and keyring again
+// (the mon answers a repeated create of one uuid with the same id, and
+// get-or-create with the same keyring).
+func createOSD(ctx context.Context, cfg *Config, ident *identity) (*auth.Keyring, error) {
+	mc, err := monclient.New(ctx, monclient.Options{Addrs: cfg.Mon, Keyring: cfg.Keyring,
+		Transports: cfg.Transports, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	defer mc.Close()
+	rep, err := mc.Command(ctx, &osdpb.MonCommand{Prefix: "osd create", Uuid: ident.UUID})
+	if err == nil && len(rep.Ids) != 1 {
+		err = fmt.Errorf("osd create: the mon gave %d ids", len(rep.Ids))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("osd: creating the OSD at the mon as %s: %w", cfg.Keyring.Entity, err)
+	}
+	k, err := auth.ParseKeyring(rep.Keyring)
+	if err != nil {
+		return nil, fmt.Errorf("osd: the keyring osd create gave: %w", err)
+	}
+	if want := ops.OSDName(rep.Ids[0]); k.Entity != want {
+		return nil, fmt.Errorf("osd: osd create gave id %d but %s's keyring", rep.Ids[0], k.Entity)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := auth.WriteKeyringFile(filepath.Join(cfg.DataDir, keyringFile), rep.Keyring); err != nil {
+		return nil, err
+	}
+	n := int64(rep.Ids[0])
+	ident.ID = &n
+	return k, saveIdentity(cfg.DataDir, *ident)
 }
 
 // boot tells the mon we are up, at the addresses we listen on, and adopts

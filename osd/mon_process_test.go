@@ -55,7 +55,7 @@ func monOSDProcess(spec string) {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := osd.Config{Mon: sp.Mons, DataDir: sp.Data, PublicListen: sp.Public, ClusterListen: sp.Cluster,
-		RecoveryBytesPerSec: sp.RecoveryBytesPerSec, Logger: log}
+		RecoveryBytesPerSec: sp.RecoveryBytesPerSec, Logger: log, NoAuth: true}
 	if !sp.Defaults {
 		cfg.HeartbeatInterval, cfg.HeartbeatGrace, cfg.BeaconInterval = 200*time.Millisecond, 2*time.Second, 500*time.Millisecond
 	}
@@ -121,6 +121,8 @@ func startMonCluster(t *testing.T, opts monClusterOptions) *monCluster {
 		t.Fatal(err)
 	}
 	cfg.Etcd, cfg.Listen, cfg.Logger = mc.etcd.Endpoints(), "tcp://127.0.0.1:0", quiet
+	// These tests play with mons and OSD processes, not with keys: auth
+	// is off (internal/local's clusters, osprey up, run with it).
 	cfg.NoAuth = true
 	if opts.Mons == 2 {
 		t.Cleanup(func() { mc.stopMon(syscall.SIGKILL) }) // if mon "a" does not start

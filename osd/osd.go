@@ -37,6 +37,7 @@ import (
 	"github.com/ospreystore/osprey/internal/guard"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd/ops"
@@ -65,6 +66,18 @@ type Config struct {
 	PublicAddr, ClusterAddr string
 	// BeaconInterval is how often the OSD beacons to the mon. Default 1s.
 	BeaconInterval time.Duration
+	// Keyring authenticates the OSD, with Mon (docs/auth.md): its own
+	// (osd.N), or a bootstrap key (client.bootstrap-osd's, or an
+	// admin's) with which a new OSD gets its id and its own keyring from
+	// the mon; the OSD keeps its own as DataDir/keyring (mode 0600) and
+	// uses that on later starts, so Keyring may then be nil.
+	Keyring *auth.Keyring
+	// NoAuth turns authentication off (with Mon): the OSD's sessions use
+	// method "none", peers are whoever they claim, and ops are not checked
+	// against caps. For tests and closed networks only; Start logs a
+	// warning. Without Mon (a static map) there is no mon to hold records,
+	// and the OSD never authenticates.
+	NoAuth bool
 
 	// ID is the OSD's id in the map. Required without Mon.
 	ID uint32
@@ -194,7 +207,7 @@ type OSD struct {
 	cfg   Config
 	id    uint32
 	log   *slog.Logger
-	authz authTables // the mon's auth table, what ops are checked against
+	authz *authTables // the mon's auth table, what ops are checked against
 	st    *store.Store
 	pub   *msgr.Messenger // clients
 	clu   *msgr.Messenger // other OSDs
@@ -272,10 +285,12 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		mc    *monclient.Client
 		ident identity
 		osdp  atomic.Pointer[OSD] // for the mon's map pushes, which may come before Start returns
+		authz = &authTables{}
+		own   *auth.Keyring // the OSD's keyring, when it authenticates
 	)
 	if len(cfg.Mon) > 0 {
 		var err error
-		if mc, ident, err = joinCluster(ctx, &cfg, func(m *placement.Map) {
+		if mc, ident, own, err = joinCluster(ctx, &cfg, authz, func(m *placement.Map) {
 			if o := osdp.Load(); o != nil {
 				o.onMonMap(m)
 			}
@@ -298,7 +313,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	}
 	cfg.Logger = cfg.Logger.With("osd", cfg.ID)
 	o := &OSD{cfg: cfg, id: cfg.ID, log: cfg.Logger, pgs: map[uint32]*pgState{}, peers: map[uint32]*peerState{}, started: time.Now(),
-		mon: mc, ident: ident, rebootCh: make(chan struct{}, 1), md5: md5simd.NewServer()}
+		mon: mc, ident: ident, rebootCh: make(chan struct{}, 1), md5: md5simd.NewServer(), authz: authz}
 	o.reps.init()
 	o.recoverySlots = make(chan struct{}, cfg.RecoveryMaxActive)
 	if cfg.RecoveryBytesPerSec > 0 {
@@ -361,14 +376,20 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		o.abort()
 		return nil, err
 	}
+	var pubAuth, cluAuth *msgr.AuthOptions
+	if own != nil {
+		authz.enforce = true
+		pubAuth = &msgr.AuthOptions{Keyring: own, Authorize: authz.authorize(false)}
+		cluAuth = &msgr.AuthOptions{Keyring: own, Authorize: authz.authorize(true)}
+	}
 	o.pub, err = msgr.New(msgr.Options{
-		Name: name, Dispatcher: publicDispatcher{o}, DefaultPolicy: msgr.StatelessServer,
+		Name: name, Dispatcher: publicDispatcher{o}, DefaultPolicy: msgr.StatelessServer, Auth: pubAuth,
 		Logger: o.log.With("net", "public"), MaxMessageSize: ops.MaxMessageSize,
 		Transports: ts, Faults: cfg.Faults, DisableDataCRC: cfg.DisableDataCRC,
 	})
 	if err == nil {
 		o.clu, err = msgr.New(msgr.Options{
-			Name: name, Dispatcher: clusterDispatcher{o}, DefaultPolicy: msgr.LosslessPeer,
+			Name: name, Dispatcher: clusterDispatcher{o}, DefaultPolicy: msgr.LosslessPeer, Auth: cluAuth,
 			Logger: o.log.With("net", "cluster"), MaxMessageSize: ops.MaxMessageSize,
 			Transports: ts, Faults: cfg.Faults, DisableDataCRC: true,
 			Reconnect:   msgr.Backoff{Min: 10 * time.Millisecond, Max: time.Second},

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/ospreystore/osprey/mon"
@@ -13,17 +11,6 @@ import (
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"github.com/spf13/cobra"
 )
-
-// makeKeyringFile makes entity with caps at m, if it has no record yet, and
-// writes its keyring (mode 0600) as DIR/ENTITY.keyring, returning the path.
-func makeKeyringFile(ctx context.Context, m *mon.Mon, dir, entity string, caps map[string]string) (string, error) {
-	kr, err := m.GetOrCreateKeyring(ctx, entity, caps)
-	if err != nil {
-		return "", fmt.Errorf("making %s: %w", entity, err)
-	}
-	path := filepath.Join(dir, entity+".keyring")
-	return path, auth.WriteKeyringFile(path, kr)
-}
 
 // newAuthCmd is `osprey auth`, Ceph's `ceph auth`: entities, their
 // keyrings and caps, kept by the mon.
@@ -197,3 +184,27 @@ func printAuth(w io.Writer, entries []mon.AuthEntry) {
 	}
 	tw.Flush()
 }
+
+// authFlag is --auth cert|none, as a NoAuth bool.
+type authFlag struct{ noAuth *bool }
+
+func (f authFlag) String() string {
+	if f.noAuth != nil && *f.noAuth {
+		return "none"
+	}
+	return "cert"
+}
+
+func (f authFlag) Set(v string) error {
+	switch v {
+	case "cert":
+		*f.noAuth = false
+	case "none":
+		*f.noAuth = true
+	default:
+		return fmt.Errorf("want cert or none")
+	}
+	return nil
+}
+
+func (authFlag) Type() string { return "cert|none" }

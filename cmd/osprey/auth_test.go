@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,23 +29,17 @@ func TestAuthCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(ctx)
-	lc := &localCluster{Cluster: c}
-	if err := lc.writeAdminKeyring(ctx); err != nil {
-		t.Fatal(err)
-	}
-	admin, err := auth.LoadKeyring(lc.keyring)
+	adminPath := c.KeyringPath("client.admin")
+	admin, err := auth.LoadKeyring(adminPath)
 	if err != nil || admin.Entity != "client.admin" {
-		t.Fatalf("up's admin keyring: %v %v", admin, err)
+		t.Fatalf("the cluster's admin keyring: %v %v", admin, err)
 	}
 	// A restart keeps client.admin's keyring: get-or-create, not a new one.
-	if err := lc.writeAdminKeyring(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if again, err := auth.LoadKeyring(lc.keyring); err != nil || !again.Cert.Equal(admin.Cert) {
-		t.Fatalf("a second writeAdminKeyring changed the keyring: %v", err)
+	if again, err := c.Mon.WriteKeyring(ctx, adminPath, "client.admin", mon.AdminCaps); err != nil || !again.Cert.Equal(admin.Cert) {
+		t.Fatalf("writing client.admin's keyring again changed it: %v", err)
 	}
 
-	m := []string{"--mon", c.Mon.Addr()}
+	m := []string{"--mon", c.Mon.Addr(), "--keyring", adminPath}
 	cli := func(args ...string) (string, error) {
 		t.Helper()
 		out, _, err := run(t, append(args, m...)...)
@@ -85,12 +80,40 @@ func TestAuthCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &entries); err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 2 || entries[1].Entity != "client.backup" || entries[1].Caps["mon"] != "" || entries[1].Serial != auth.Serial(k.Cert) {
+	// up's admin and bootstrap keys, the mon's own, the OSD's (made by
+	// its bootstrap key), and ours.
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Entity)
+	}
+	if !slices.Equal(names, []string{"client.admin", "client.backup", "client.bootstrap-osd", "mon.a", "osd.0"}) ||
+		entries[1].Caps["mon"] != "" || entries[1].Serial != auth.Serial(k.Cert) {
 		t.Fatalf("auth ls: %+v", entries)
 	}
 	if out, err := cli("auth", "ls"); err != nil || !strings.Contains(out, "client.admin") || !strings.Contains(out, "mon 'allow *' osd 'allow *'") {
 		t.Fatalf("auth ls table: %v\n%s", err, out)
 	}
+	// The OSD checks what a client may do: a read-only key may list but
+	// not make a bucket; the admin may.
+	roPath := filepath.Join(t.TempDir(), "ro.keyring")
+	if _, err := cli("auth", "get-or-create", "client.ro", "mon", "allow r", "osd", "allow r", "-o", roPath); err != nil {
+		t.Fatal(err)
+	}
+	ro := []string{"--mon", c.Mon.Addr(), "--keyring", roPath}
+	if _, _, err := run(t, append([]string{"ls"}, ro...)...); err != nil {
+		t.Fatalf("ls with osd 'allow r': %v", err)
+	}
+	if _, _, err := run(t, append([]string{"mb", "ro-bucket"}, ro...)...); err == nil || !strings.Contains(err.Error(), "client.ro may not write bucket ro-bucket") {
+		t.Fatalf("mb with osd 'allow r': %v", err)
+	}
+	if _, err := cli("mb", "admin-bucket"); err != nil {
+		t.Fatalf("mb as client.admin: %v", err)
+	}
+	// Without a keyring the cluster refuses the session, and says so.
+	if _, _, err := run(t, "ls", "--mon", c.Mon.Addr(), "--keyring", "none"); err == nil || !strings.Contains(err.Error(), "authentication refused") {
+		t.Fatalf("ls without a keyring: %v", err)
+	}
+
 	if _, err := cli("auth", "rm", "client.backup"); err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,8 @@ func TestEndToEnd(t *testing.T) {
 	}
 	// The commands find the cluster through its mon, as `osprey up` tells
 	// users to (OSPREY_MON); the seeds are there to show they lose.
-	cli := &cliRunner{t: t, bin: bin, dir: work, env: []string{envMon + "=" + up.mon, envSeeds + "=tcp://127.0.0.1:1"}}
+	// The keyring is client.admin's, which up wrote and names.
+	cli := &cliRunner{t: t, bin: bin, dir: work, env: []string{envMon + "=" + up.mon, envSeeds + "=tcp://127.0.0.1:1", envKeyring + "=" + up.keyring}}
 
 	// Files of the sizes the issue asks for, incompressible.
 	sizes := map[string]int{"empty": 0, "one": 1, "1m": 1 << 20, "10m": 10 << 20, "100m": 100 << 20}
@@ -285,15 +286,16 @@ func freePortRange(t *testing.T, n int) int {
 
 // upProcess is a running `osprey up --json`.
 type upProcess struct {
-	cmd    *exec.Cmd
-	events chan map[string]any // its stdout, one JSON event per line
-	stderr *syncBuffer
-	exited chan struct{} // closed once Wait returned waitErr
-	wait   error
-	seeds  []string
-	mon    string
-	reused bool
-	s3     map[string]any // the S3 gateway's endpoint and keys
+	cmd     *exec.Cmd
+	events  chan map[string]any // its stdout, one JSON event per line
+	stderr  *syncBuffer
+	exited  chan struct{} // closed once Wait returned waitErr
+	wait    error
+	seeds   []string
+	mon     string
+	keyring string // client.admin's
+	reused  bool
+	s3      map[string]any // the S3 gateway's endpoint and keys
 }
 
 // startUp starts `osprey up` and waits, with a deadline, for its
@@ -342,6 +344,7 @@ func startUp(t *testing.T, bin, dir string, port int) *upProcess {
 	}
 	u.reused, _ = ev["reused"].(bool)
 	u.mon, _ = ev["mon"].(string)
+	u.keyring, _ = ev["keyring"].(string)
 	u.s3, _ = ev["s3"].(map[string]any)
 	return u
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/ospreystore/osprey/mon"
@@ -19,7 +20,6 @@ func newMonCmd() *cobra.Command {
 		replicas   uint32
 		minSize    uint32
 		stopWithin time.Duration
-		authMode   string
 		keyringDir string
 	)
 	cmd := &cobra.Command{
@@ -69,13 +69,6 @@ out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
 			}
 			cfg.Pool = &osdpb.Pool{Id: placement.DefaultPoolID, Name: placement.DefaultPoolName, Size: replicas, PgCount: pgs, MinSize: minSize}
 			cfg.Logger = slog.Default()
-			switch authMode {
-			case "cert":
-			case "none":
-				cfg.NoAuth = true
-			default:
-				return usageErrorf("--auth %q: want cert or none", authMode)
-			}
 			if keyringDir == "" {
 				keyringDir = cfg.EmbedEtcdDir
 			}
@@ -88,8 +81,8 @@ out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
 					entity string
 					caps   map[string]string
 				}{{"client.admin", mon.AdminCaps}, {"client.bootstrap-osd", mon.BootstrapOSDCaps}} {
-					path, err := makeKeyringFile(cmd.Context(), m, keyringDir, k.entity, k.caps)
-					if err != nil {
+					path := filepath.Join(keyringDir, k.entity+".keyring")
+					if _, err := m.WriteKeyring(cmd.Context(), path, k.entity, k.caps); err != nil {
 						m.Close(context.Background())
 						return err
 					}
@@ -119,7 +112,7 @@ out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
 	f.Uint32Var(&replicas, "replicas", 3, "replicas of the default pool (new cluster only)")
 	f.Uint32Var(&minSize, "min-size", 0, "min_size of the default pool; 0: replicas - replicas/2 (new cluster only)")
 	f.DurationVar(&stopWithin, "stop-timeout", 10*time.Second, "bound on a graceful stop")
-	f.StringVar(&authMode, "auth", "cert", `"cert": authenticate every peer and check its caps; "none": no authentication (tests and closed networks only)`)
+	f.Var(authFlag{&cfg.NoAuth}, "auth", `"cert": authenticate every peer and check its caps; "none": no authentication (tests and closed networks only)`)
 	f.StringVar(&keyringDir, "keyring-dir", "", "where to write client.admin.keyring and client.bootstrap-osd.keyring if missing (default: the --embed-etcd directory; none with --etcd)")
 	return cmd
 }

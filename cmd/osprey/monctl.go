@@ -17,6 +17,7 @@ import (
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/mon/monclient"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -32,11 +33,40 @@ var monAddrFile = filepath.Join(defaultDataDir, "mon.addr")
 type monFlags struct {
 	addrs   []string
 	timeout time.Duration
+	keyring string
 }
+
+const envKeyring = "OSPREY_KEYRING"
+
+// adminKeyringFile is where `osprey up` leaves client.admin's keyring.
+var adminKeyringFile = filepath.Join(defaultDataDir, "client.admin.keyring")
 
 func addMonFlags(f *pflag.FlagSet, m *monFlags) {
 	f.StringSliceVar(&m.addrs, "mon", nil, "mon addresses, e.g. tcp://10.0.0.1:3300,tcp://10.0.0.2:3300 (env "+envMon+"; default the one in ./"+monAddrFile+")")
 	f.DurationVar(&m.timeout, "mon-timeout", 10*time.Second, "how long to try to reach a mon")
+	f.StringVar(&m.keyring, "keyring", "", "keyring file of the entity to act as (env "+envKeyring+"; default ./"+adminKeyringFile+" when it exists); 'none' to connect without authentication")
+}
+
+// loadKeyring is the keyring the command authenticates with: --keyring,
+// $OSPREY_KEYRING, then the one `osprey up` leaves in ./osprey-data; nil
+// when none is given or found (a cluster run with --auth none), or with
+// --keyring none.
+func (m monFlags) loadKeyring(getenv func(string) string) (*auth.Keyring, error) {
+	path := cmp.Or(m.keyring, getenv(envKeyring))
+	switch path {
+	case "none":
+		return nil, nil
+	case "":
+		if _, err := os.Stat(adminKeyringFile); err != nil {
+			return nil, nil
+		}
+		path = adminKeyringFile
+	}
+	k, err := auth.LoadKeyring(path)
+	if err != nil {
+		return nil, usageErrorf("keyring: %v", err)
+	}
+	return k, nil
 }
 
 // resolveMons returns the mon addresses, and false when nothing names one.
@@ -63,7 +93,11 @@ func monCommand(cmd *cobra.Command, m monFlags, req *osdpb.MonCommand) (*osdpb.M
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), m.timeout)
 	defer cancel()
-	mc, err := monclient.New(ctx, monclient.Options{Addrs: addrs, Name: "client.admin", Logger: cliLogger(cmd)})
+	k, err := m.loadKeyring(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	mc, err := monclient.New(ctx, monclient.Options{Addrs: addrs, Keyring: k, Logger: cliLogger(cmd)})
 	if err != nil {
 		return nil, err
 	}

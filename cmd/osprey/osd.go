@@ -13,6 +13,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/spf13/cobra"
@@ -26,6 +27,7 @@ func newOSDCmd() *cobra.Command {
 		readMiB    int64
 		memMiB     uint64
 		stopWithin time.Duration
+		keyring    string
 	)
 	cmd := &cobra.Command{
 		Use:   "osd",
@@ -39,6 +41,12 @@ receives every map change from the mon, beacons to it, and reports peers it
 cannot reach. Subcommands (out, in, down, rm, reweight, tree) administer OSDs
 through the mon, as ` + "`ceph osd ...`" + `.
 
+With a mon, the OSD authenticates (docs/auth.md): a new OSD starts with the
+bootstrap key the mon wrote (--keyring client.bootstrap-osd.keyring), gets
+its id and its own keyring (osd.N) from the mon and keeps that in
+--data/keyring, which later starts use without --keyring. --auth none turns
+authentication off, for tests and closed networks only.
+
 Without a mon (offline bootstrap) it runs OSD --id of the cluster described
 by --map. It listens on its public address (clients) and its cluster address
 (replication between OSDs) from the map; each address names its transport,
@@ -50,6 +58,7 @@ The map is a JSON file (see docs/osd.md); the OSD reads it again on SIGHUP and
 when a peer or client shows a newer epoch. SIGINT or SIGTERM stops it
 gracefully.`,
 		Example: `  osprey osd --mon tcp://10.0.0.1:3300 --data /var/lib/osprey/osd.0 \
+      --keyring /etc/osprey/client.bootstrap-osd.keyring \
       --public tcp://10.0.0.2:6800 --cluster tcp://10.0.1.2:6801
   osprey osd tree --mon tcp://10.0.0.1:3300
   osprey osd out 3
@@ -69,6 +78,13 @@ gracefully.`,
 			}
 			if cfg.DataDir == "" {
 				return usageErrorf("--data is required")
+			}
+			if keyring != "" {
+				k, err := auth.LoadKeyring(keyring)
+				if err != nil {
+					return usageErrorf("--keyring: %v", err)
+				}
+				cfg.Keyring = k
 			}
 			if len(cfg.Mon) == 0 {
 				if cfg.MapPath == "" {
@@ -105,6 +121,8 @@ gracefully.`,
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&keyring, "keyring", "", "a bootstrap key (client.bootstrap-osd's) for a new OSD, or the OSD's own; later starts use --data/keyring")
+	f.Var(authFlag{&cfg.NoAuth}, "auth", `with --mon: "cert" (authenticate) or "none" (tests and closed networks only)`)
 	f.StringSliceVar(&cfg.Mon, "mon", nil, "mon addresses (tcp://HOST:PORT,...); the OSD gets its id and maps from them")
 	f.StringVar(&cfg.Host, "host", "", "host label in the map (default the host name)")
 	f.Float64Var(&cfg.Weight, "weight", 0, "straw2 weight at the first boot (default 1)")

@@ -49,7 +49,7 @@ func TestUpAndS3Serve(t *testing.T) {
 	}
 
 	// A second gateway, its own process and keys, on the same cluster.
-	gw := exec.Command(bin, "s3", "--mon", up.mon, "--listen", "127.0.0.1:0", "--log-level", "warn")
+	gw := exec.Command(bin, "s3", "--mon", up.mon, "--keyring", up.keyring, "--listen", "127.0.0.1:0", "--log-level", "warn")
 	gw.Env = append(gw.Environ(), envS3AccessKey+"=SECONDKEY", envS3SecretKey+"=second/secret")
 	stdout, err := gw.StdoutPipe()
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -192,10 +193,18 @@ func connectWith(ctx context.Context, cmd *cobra.Command, t targetFlags, opts cl
 	if opts.Logger == nil {
 		opts.Logger = cliLogger(cmd)
 	}
+	if opts.Keyring == nil {
+		if opts.Keyring, err = t.mon.loadKeyring(os.Getenv); err != nil {
+			return nil, err
+		}
+	}
 	cl, err := client.New(cctx, opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if errors.Is(err, msgr.ErrAuth) || errors.Is(err, ops.ErrAccessDenied) {
+			return nil, err // reached, and refused: say why, not "unreachable"
 		}
 		return nil, &unreachableError{target: tg, err: err}
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/ospreystore/osprey/bench"
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
-	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/spf13/cobra"
@@ -33,6 +32,7 @@ type upOptions struct {
 	dir             string
 	temp            bool
 	osds, replicas  int
+	noAuth          bool // --auth none
 	pgs             uint32
 	host            string
 	port            int
@@ -99,6 +99,7 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	f.DurationVar(&o.grace, "heartbeat-grace", 20*time.Second, "the mon marks an OSD down after this long without heartbeats (at once when its connections are refused)")
 	f.DurationVar(&o.downOut, "down-out-interval", 10*time.Minute, "the mon marks a down OSD out (its data is re-replicated) after this long")
 	f.Var((*socketFailures)(&o.faults), "inject-socket-failures", socketFailuresUsage)
+	f.Var(authFlag{&o.noAuth}, "auth", `"cert": every daemon and client proves who it is and is checked against its caps; "none": no authentication (tests and closed networks only)`)
 	f.StringVar(&o.s3, "s3", defaultS3Listen, "HOST:PORT of the S3 gateway (a free port with --port 0 or --temp); '' for none; not with --demo")
 	return cmd
 }
@@ -109,17 +110,6 @@ type localCluster struct {
 	reused  bool   // the map was on disk already
 	keyring string // client.admin's keyring file, when there is a mon
 	s3      *upGateway
-}
-
-// writeAdminKeyring makes client.admin (every cap) at the mon, if it has
-// no record yet, and writes its keyring into the cluster's directory.
-func (lc *localCluster) writeAdminKeyring(ctx context.Context) error {
-	if lc.Mon == nil {
-		return nil
-	}
-	path, err := makeKeyringFile(ctx, lc.Mon, lc.Dir, "client.admin", mon.AdminCaps)
-	lc.keyring = path
-	return err
 }
 
 func runUp(cmd *cobra.Command, o upOptions) (err error) {
@@ -193,8 +183,8 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 	if err := waitReady(ctx, lc, o.readyTimeout, logger); err != nil {
 		return err
 	}
-	if err := lc.writeAdminKeyring(ctx); err != nil {
-		return err
+	if lc.AdminKeyring != nil {
+		lc.keyring = lc.KeyringPath("client.admin")
 	}
 	if !o.demo && o.s3 != "" {
 		if lc.s3, err = startUpGateway(ctx, lc, upS3Addr(cmd, o), cmd.Flags().Changed("s3"), logger, cmd.ErrOrStderr()); err != nil {
@@ -238,7 +228,7 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string, logger *slog.Logger) (*localCluster, error) {
 	lo := local.Options{OSDs: o.osds, Replicas: o.replicas, PGs: o.pgs, Public: o.public, Cluster: o.cluster,
 		Host: o.host, BasePort: o.port, Dir: dir, Logger: logger, WithMon: true,
-		HeartbeatGrace: o.grace, DownOutInterval: o.downOut, Faults: o.faults}
+		HeartbeatGrace: o.grace, DownOutInterval: o.downOut, Faults: o.faults, NoAuth: o.noAuth}
 	path := filepath.Join(dir, "map.json")
 	m, err := placement.Load(path)
 	switch {
@@ -319,7 +309,7 @@ func checkReuse(cmd *cobra.Command, o upOptions, m *placement.Map, path string) 
 func waitReady(ctx context.Context, lc *localCluster, within time.Duration, logger *slog.Logger) error {
 	rctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	cl, err := client.New(rctx, client.Options{Seeds: lc.Seeds(), Logger: logger})
+	cl, err := client.New(rctx, client.Options{Seeds: lc.Seeds(), Logger: logger, Keyring: lc.AdminKeyring})
 	if err != nil {
 		return fmt.Errorf("the OSDs started but do not answer: %w", err)
 	}
@@ -509,7 +499,7 @@ func runDemo(ctx context.Context, w io.Writer, o upOptions, lc *localCluster, lo
 		}
 		sizes = append(sizes, n)
 	}
-	cl, err := client.New(ctx, client.Options{Seeds: lc.Seeds(), Logger: logger})
+	cl, err := client.New(ctx, client.Options{Seeds: lc.Seeds(), Logger: logger, Keyring: lc.AdminKeyring})
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -55,6 +56,11 @@ type Options struct {
 	WithMon                         bool
 	MonPort                         int
 	HeartbeatGrace, DownOutInterval time.Duration
+	// NoAuth runs the mon and the OSDs without authentication (osprey up
+	// --auth none). By default, with WithMon, they authenticate every
+	// session: the OSDs join with client.bootstrap-osd's key, and
+	// Cluster.AdminKeyring is the key for clients.
+	NoAuth bool
 
 	// Faults are injected into every OSD's messengers (osprey up
 	// --inject-socket-failures).
@@ -70,7 +76,15 @@ type Cluster struct {
 	// With Options.WithMon: the mon and its embedded etcd.
 	Mon  *mon.Mon
 	Etcd *mon.Etcd
-	temp bool
+	// AdminKeyring is client.admin's (every cap), with WithMon and auth;
+	// its file is DIR/client.admin.keyring.
+	AdminKeyring *auth.Keyring
+	temp         bool
+}
+
+// KeyringPath is where the cluster keeps entity's keyring: DIR/ENTITY.keyring.
+func (c *Cluster) KeyringPath(entity string) string {
+	return filepath.Join(c.Dir, entity+".keyring")
 }
 
 // Start starts the cluster. With free ports, a port another process takes
@@ -163,13 +177,23 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 	}
 	c.Mon, err = mon.Start(ctx, mon.Config{Name: "a", Listen: pub + "://" + net.JoinHostPort(host, fmt.Sprint(port)),
 		Etcd: c.Etcd.Endpoints(), HeartbeatGrace: opts.HeartbeatGrace, DownOutInterval: opts.DownOutInterval,
-		Pool: pool, Logger: opts.Logger, NoAuth: true})
+		Pool: pool, Logger: opts.Logger, NoAuth: opts.NoAuth})
 	if err != nil {
 		return fmt.Errorf("starting the mon: %w", err)
 	}
+	var bootstrap *auth.Keyring
+	if !opts.NoAuth {
+		if c.AdminKeyring, err = c.Mon.WriteKeyring(ctx, c.KeyringPath("client.admin"), "client.admin", mon.AdminCaps); err != nil {
+			return err
+		}
+		if bootstrap, err = c.Mon.WriteKeyring(ctx, c.KeyringPath("client.bootstrap-osd"), "client.bootstrap-osd", mon.BootstrapOSDCaps); err != nil {
+			return err
+		}
+	}
 	for info := range c.Map.OSDs() {
 		o, err := osd.Start(ctx, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr,
-			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults})
+			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
+			Keyring: bootstrap, NoAuth: opts.NoAuth})
 		if err != nil {
 			return fmt.Errorf("starting osd.%d: %w", info.Id, err)
 		}

@@ -104,6 +104,11 @@ type Client struct {
 
 	subOnce    sync.Once
 	subscribed chan struct{} // closed at the first subscription reply
+	// refused is closed, with refusedErr, when a mon refused the session
+	// at authentication: Subscribe fails with it instead of waiting.
+	refused    chan struct{}
+	refusedErr error
+	refuseOnce sync.Once
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -136,7 +141,7 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	o.Addrs = slices.Clone(o.Addrs)
 	c := &Client{
 		o: o, log: o.Logger, pending: map[uint64]*call{},
-		wake: make(chan struct{}, 1), subscribed: make(chan struct{}),
+		wake: make(chan struct{}, 1), subscribed: make(chan struct{}), refused: make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	ts, release, err := transports.OrDefault(o.Transports)
@@ -198,6 +203,8 @@ func (c *Client) Subscribe(ctx context.Context) (*placement.Map, error) {
 	select {
 	case <-c.subscribed:
 		return c.Map(), nil
+	case <-c.refused:
+		return nil, c.refusedErr
 	case <-ctx.Done():
 		return nil, fmt.Errorf("monclient: waiting for a map: %w", ctx.Err())
 	case <-c.ctx.Done():
@@ -215,6 +222,15 @@ func (c *Client) subscribeLoop() {
 			}
 			return &osdpb.MonSubscribe{Tid: tid, HaveEpoch: have, Auth: c.o.OnAuth != nil}
 		}, &rep, true)
+		if errors.Is(err, msgr.ErrAuth) {
+			// Refused: Subscribe says why. The loop goes on (slowly), for a
+			// key that an operator fixes at the mon ("auth caps", a record
+			// restored) while this client runs.
+			c.refuseOnce.Do(func() {
+				c.refusedErr = err
+				close(c.refused)
+			})
+		}
 		if err != nil {
 			if c.ctx.Err() == nil {
 				c.log.Warn("monclient: subscribing", "err", err)
