@@ -83,10 +83,11 @@ func histRow(transport string, vals ...int64) Row {
 func TestWriteLatencyHistograms(t *testing.T) {
 	// The messenger: 98 values at 3 µs and a tail of 2 at 100 µs; raw: 99
 	// at 1.5 µs and one at 5 µs. A stream row of the messenger has no
-	// baseline in this run and stands alone.
+	// baseline in this run and stands alone, with an empty octave (1-2
+	// µs) between its two values.
 	msgr := histRow("tcp", append(slices.Repeat([]int64{3000}, 98), 100_000, 100_000)...)
 	raw := histRow(RawTransport, append(slices.Repeat([]int64{1500}, 99), 5000)...)
-	alone := histRow("tcp", 700)
+	alone := histRow("tcp", 700, 3000)
 	alone.Mode = Stream
 	var buf bytes.Buffer
 	if err := WriteLatencyHistograms(&buf, []Row{msgr, raw, alone}); err != nil {
@@ -121,7 +122,12 @@ func TestWriteLatencyHistograms(t *testing.T) {
 	if _, ok := lines["128-256"]; ok {
 		t.Errorf("an octave past both maxima:\n%s", out)
 	}
-	if !strings.Contains(stream, "0.5-1") || strings.Contains(stream, "raw-tcp") {
-		t.Errorf("the stream row's histogram should stand alone at 0.5-1 µs:\n%s", stream)
+	if strings.Contains(stream, "raw-tcp") {
+		t.Errorf("the stream row's histogram should stand alone:\n%s", stream)
+	}
+	for _, want := range []string{"0.5-1 1 50.00 50.00 p50", "1-2 0 0.00 50.00", "2-4 1 50.00 100.00 p99 p99.9"} {
+		if !slices.ContainsFunc(strings.Split(stream, "\n"), func(l string) bool { return strings.Join(strings.Fields(l), " ") == want }) {
+			t.Errorf("the stream row's histogram lacks the line %q:\n%s", want, stream)
+		}
 	}
 }
