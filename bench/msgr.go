@@ -270,16 +270,25 @@ func CompareToRaw(rows []Row) {
 		if base == "" {
 			continue
 		}
-		for j := range rows {
-			b := &rows[j]
-			if b.Transport != base || b.Provider != prov || b.Mode != r.Mode || b.Size != r.Size || b.Depth != r.Depth {
-				continue
-			}
+		if b := findBaseline(rows, r, base, prov); b != nil {
 			r.VsRawBytesPerSec = ratio(r.BytesPerSec, b.BytesPerSec)
 			r.VsRawP50 = ratio(r.P50Us, b.P50Us)
 			r.VsRawP99 = ratio(r.P99Us, b.P99Us)
 		}
 	}
+}
+
+// findBaseline returns the last row of transport base on provider prov
+// with r's mode, size and depth, or nil.
+func findBaseline(rows []Row, r *Row, base, prov string) *Row {
+	var found *Row
+	for j := range rows {
+		b := &rows[j]
+		if b.Transport == base && b.Provider == prov && b.Mode == r.Mode && b.Size == r.Size && b.Depth == r.Depth {
+			found = b
+		}
+	}
+	return found
 }
 
 // baselineOf returns the transport and provider of the baseline r is

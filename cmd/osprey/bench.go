@@ -30,6 +30,7 @@ func newBenchMsgrCmd() *cobra.Command {
 		depths                    []int
 		duration, warmup          time.Duration
 		baseline, noCRC, zeroCopy bool
+		histogram                 bool
 		cpuProfile                string
 		out                       benchOutput
 		conns                     int
@@ -57,7 +58,9 @@ compared with those.
 
 Every row also reports its throughput per --segment (1s): the slowest,
 median and fastest segment, as warp does; its CPU seconds per GB of payload;
-and, in --json, its whole latency histogram. While a row runs, a progress
+and, in --json, its whole latency histogram; --histogram prints that
+histogram after the table, folded into octaves of µs (1-2, 2-4, ...) with
+counts and percentages, a messenger row's baseline beside it. While a row runs, a progress
 line is drawn on stderr if it is a terminal. --plot DIR writes throughput
 against size per transport and a latency CDF per combination;
 "osprey bench compare" weighs two saved --json runs against each other.
@@ -77,6 +80,7 @@ row reports its faults and reconnects.`,
 		Example: `  osprey bench msgr --size 64,4KiB,1MiB --depth 1,16,128 --baseline
   osprey bench msgr --transport tcp,rdma+tcp --depth 1,16 --baseline   (needs -tags rdma)
   osprey bench msgr --mode pingpong --size 64 --depth 1 --duration 10s --json
+  osprey bench msgr --mode pingpong --size 64 --depth 1 --baseline --histogram
   osprey bench msgr --baseline --plot plots/ --json > run.json
   osprey bench msgr --serve tcp://0.0.0.0:7300                        (on host A)
   osprey bench msgr --connect tcp://hostA:7300 --conns 4 --depth 16   (on host B)
@@ -88,6 +92,9 @@ row reports its faults and reconnects.`,
 			}
 			if err := out.check(); err != nil {
 				return err
+			}
+			if histogram && (out.json || out.csv) {
+				return usageErrorf("--histogram prints after the table; --json holds the whole histogram already")
 			}
 			if connect != "" && cmd.Flags().Changed("transport") {
 				return usageErrorf("--transport and --connect: the transport is --connect's scheme")
@@ -130,6 +137,9 @@ row reports its faults and reconnects.`,
 				err = bench.WriteCSV(w, rows)
 			case len(rows) > 0:
 				err = bench.WriteTable(w, rows)
+				if err == nil && histogram {
+					err = bench.WriteLatencyHistograms(w, rows)
+				}
 			}
 			if err == nil && len(rows) > 0 {
 				err = out.writePlots(cmd, func(dir, format string) ([]string, error) { return bench.PlotMsgr(dir, format, rows) })
@@ -148,6 +158,7 @@ row reports its faults and reconnects.`,
 	f.DurationVar(&duration, "duration", 3*time.Second, "measured time per row")
 	f.DurationVar(&warmup, "warmup", 500*time.Millisecond, "discarded time before each row's measurement")
 	f.BoolVar(&baseline, "baseline", false, "also run each pattern over a raw TCP socket (and raw libfabric for rdma+ transports) and print messenger/raw ratios")
+	f.BoolVar(&histogram, "histogram", false, "after the table, print each messenger row's latency histogram in octaves of µs, its --baseline row beside it")
 	out.register(cmd)
 	f.IntVar(&conns, "conns", 1, "connections per row, each from its own client messenger with --depth in flight")
 	f.StringVar(&serve, "serve", "", "serve the benchmark on this address (e.g. tcp://0.0.0.0:7300) for --connect clients, until interrupted")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,29 @@ func TestBenchMsgrTable(t *testing.T) {
 	}
 }
 
+func TestBenchMsgrHistogram(t *testing.T) {
+	out, _, err := run(t, "bench", "msgr", "--size", "64", "--depth", "1", "--mode", "pingpong",
+		"--duration", "100ms", "--warmup", "0s", "--baseline", "--histogram", "--log-level", "error")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, hist, ok := strings.Cut(out, "Latency histogram, tcp pingpong size 64 depth 1, beside raw-tcp in the same run:")
+	if !ok {
+		t.Fatalf("no histogram of the messenger row beside its baseline:\n%s", out)
+	}
+	// Every row's values are in it: the last octave's cumulative percent
+	// is 100 for both columns.
+	lines := strings.Split(strings.TrimSpace(hist), "\n")
+	if f := strings.Fields(lines[len(lines)-1]); len(f) < 7 || !slices.Contains(f, "100.00") || strings.Count(lines[len(lines)-1], "100.00") < 2 {
+		t.Errorf("last octave %q does not close both columns at 100%%:\n%s", lines[len(lines)-1], out)
+	}
+	for _, p := range []string{"p50", "p99", "p99.9"} {
+		if strings.Count(hist, p+" ")+strings.Count(hist, p+"\n") < 2 {
+			t.Errorf("%s is not marked in both columns:\n%s", p, hist)
+		}
+	}
+}
+
 func TestBenchMsgrErrors(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -71,6 +95,7 @@ func TestBenchMsgrErrors(t *testing.T) {
 		{[]string{"bench", "msgr", "--transport", "rdma+nosuch", "--duration", "10ms"}, `"rdma+nosuch"`},
 		{[]string{"--log-level", "loud", "bench", "msgr"}, "--log-level"},
 		{[]string{"bench", "msgr", "extra"}, "unknown command"},
+		{[]string{"bench", "msgr", "--histogram", "--json"}, "--histogram"},
 	} {
 		_, _, err := run(t, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
