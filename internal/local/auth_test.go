@@ -1,0 +1,185 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/mon/monclient"
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/auth"
+	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// TestClusterAuth runs a cluster with a mon and auth on (the default) and
+// checks, end to end through real OSDs, who may do what: the capability
+// matrix of a read-only, a one-bucket and an admin client; a client on
+// the cluster network; a key from another CA; and a revoked key, refused
+// at the OSD once the mon's push reaches it.
+func TestClusterAuth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := Start(ctx, Options{OSDs: 2, Replicas: 2, PGs: 8, WithMon: true, Dir: t.TempDir(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if c.AdminKeyring == nil || c.AdminKeyring.Entity != "client.admin" {
+		t.Fatalf("admin keyring: %v", c.AdminKeyring)
+	}
+	keyring := func(entity string, caps map[string]string) *auth.Keyring {
+		t.Helper()
+		pem, err := c.Mon.GetOrCreateKeyring(ctx, entity, caps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := auth.ParseKeyring(pem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	connect := func(k *auth.Keyring, seeds ...string) (*client.Client, error) {
+		o := client.Options{Keyring: k, Logger: quiet, RetryFor: 2 * time.Second, OpTimeout: 5 * time.Second}
+		if len(seeds) == 0 {
+			o.Mon = []string{c.Mon.Addr()}
+		} else {
+			o.Seeds = seeds
+		}
+		cl, err := client.New(ctx, o)
+		if err == nil {
+			t.Cleanup(func() { cl.Close() })
+		}
+		return cl, err
+	}
+	mustConnect := func(k *auth.Keyring) *client.Client {
+		t.Helper()
+		cl, err := connect(k)
+		if err != nil {
+			t.Fatalf("%s: %v", k.Entity, err)
+		}
+		return cl
+	}
+	put := func(cl *client.Client, bucket, key string) error {
+		_, err := cl.PutObject(ctx, bucket, key, bytes.NewReader([]byte("x")), 1, client.PutOptions{})
+		return err
+	}
+	get := func(cl *client.Client, bucket, key string) error {
+		o, err := cl.GetObject(ctx, bucket, key, client.GetOptions{})
+		if err == nil {
+			_, err = io.ReadAll(o)
+			o.Close()
+		}
+		return err
+	}
+
+	admin := mustConnect(c.AdminKeyring)
+	for _, b := range []string{"photos", "other"} {
+		if err := admin.MakeBucket(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := put(admin, b, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ro := mustConnect(keyring("client.ro", map[string]string{"mon": "allow r", "osd": "allow r"}))
+	one := mustConnect(keyring("client.photos", map[string]string{"mon": "allow r", "osd": "allow rw bucket=photos"}))
+
+	listBuckets := func(cl *client.Client) error { _, err := cl.ListBuckets(ctx); return err }
+	for _, tc := range []struct {
+		who  string
+		cl   *client.Client
+		what string
+		op   func(*client.Client) error
+		ok   bool
+	}{
+		{"admin", admin, "list buckets", listBuckets, true},
+		{"admin", admin, "make a bucket", func(cl *client.Client) error { return cl.MakeBucket(ctx, "new") }, true},
+		{"ro", ro, "list buckets", listBuckets, true},
+		{"ro", ro, "get photos/a", func(cl *client.Client) error { return get(cl, "photos", "a") }, true},
+		{"ro", ro, "put photos/b", func(cl *client.Client) error { return put(cl, "photos", "b") }, false},
+		{"ro", ro, "delete other/a", func(cl *client.Client) error { return cl.RemoveObject(ctx, "other", "a") }, false},
+		{"ro", ro, "make a bucket", func(cl *client.Client) error { return cl.MakeBucket(ctx, "ro-new") }, false},
+		{"photos", one, "put photos/b", func(cl *client.Client) error { return put(cl, "photos", "b") }, true},
+		{"photos", one, "get photos/a", func(cl *client.Client) error { return get(cl, "photos", "a") }, true},
+		{"photos", one, "get other/a", func(cl *client.Client) error { return get(cl, "other", "a") }, false},
+		{"photos", one, "put other/b", func(cl *client.Client) error { return put(cl, "other", "b") }, false},
+		{"photos", one, "list buckets", listBuckets, false},
+	} {
+		err := tc.op(tc.cl)
+		if tc.ok && err != nil {
+			t.Errorf("%s may %s: %v", tc.who, tc.what, err)
+		}
+		if !tc.ok && !errors.Is(err, ops.ErrAccessDenied) {
+			t.Errorf("%s may not %s: got %v, want AccessDenied", tc.who, tc.what, err)
+		}
+	}
+	// What a refusal left behind: nothing.
+	if err := get(admin, "photos", "b"); err != nil {
+		t.Fatalf("photos/b, put by client.photos: %v", err)
+	}
+	if err := get(admin, "other", "b"); !errors.Is(err, ops.ErrNoSuchKey) {
+		t.Fatalf("other/b, refused: %v", err)
+	}
+
+	// A client on the cluster network is refused, and says so.
+	info, _ := c.Mon.Map().OSD(0)
+	if _, err := connect(c.AdminKeyring, info.ClusterAddr); err == nil || !strings.Contains(err.Error(), "not allowed on the cluster network") {
+		t.Fatalf("a client on the cluster network: %v", err)
+	}
+	// A key from another CA, for a name that exists here, is refused.
+	other, err := auth.NewCA("elsewhere")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := other.Issue("client.admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := connect(forged, info.PublicAddr); err == nil || !errors.Is(err, msgr.ErrAuth) && !errors.Is(err, ops.ErrAccessDenied) {
+		t.Fatalf("another CA's client.admin: %v", err)
+	}
+
+	// Revoked: after auth rm, the OSD refuses the key's next session once
+	// the mon's push reaches it.
+	gone := keyring("client.gone", map[string]string{"mon": "allow r", "osd": "allow r"})
+	if cl, err := connect(gone, info.PublicAddr); err != nil {
+		t.Fatalf("client.gone before rm: %v", err)
+	} else {
+		cl.Close()
+	}
+	mc, err := monclient.New(ctx, monclient.Options{Addrs: []string{c.Mon.Addr()}, Keyring: c.AdminKeyring, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	if _, err := mc.Command(ctx, &osdpb.MonCommand{Prefix: "auth rm", Entity: "client.gone"}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		cl, err := connect(gone, info.PublicAddr)
+		if err != nil {
+			if !strings.Contains(err.Error(), "client.gone has no auth record") {
+				t.Fatalf("client.gone after rm: %v", err)
+			}
+			break
+		}
+		cl.Close()
+		select {
+		case <-ctx.Done():
+			t.Fatal("the OSD still takes client.gone's key after auth rm")
+		case <-time.After(20 * time.Millisecond): // polling interval
+		}
+	}
+}
