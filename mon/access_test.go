@@ -100,12 +100,28 @@ func TestMonAccess(t *testing.T) {
 		t.Fatalf("removed entity: %v", err)
 	}
 
+	// A rotated key: the old keyring is refused from its next session on,
+	// the new one works.
+	rotating := keyringOf(t, m, "client.rot", map[string]string{"mon": "allow r"})
+	rep, err := admin.Command(ctx, authCmd("auth rotate", "client.rot", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh := mustKeyring(t, rep); fresh.Cert.Equal(rotating.Cert) {
+		t.Fatal("auth rotate gave the same certificate")
+	} else if _, err := authClient(t, m.Addr(), fresh).Command(ctx, &osdpb.MonCommand{Prefix: "status"}); err != nil {
+		t.Fatalf("the rotated keyring: %v", err)
+	}
+	if _, err := authClient(t, m.Addr(), rotating).Command(ctx, &osdpb.MonCommand{Prefix: "status"}); !errors.Is(err, msgr.ErrAuth) || !strings.Contains(err.Error(), "reissued or removed") {
+		t.Fatalf("the keyring before rotate: %v", err)
+	}
+
 	// A new OSD: its bootstrap key gets an id and the OSD's own keyring,
 	// and nothing else.
 	boot := authClient(t, m.Addr(), keyringOf(t, m, "client.bootstrap-osd", BootstrapOSDCaps))
 	_, err = boot.Command(ctx, &osdpb.MonCommand{Prefix: "status"})
 	wantDenied(t, err, "client.bootstrap-osd may not run status")
-	rep, err := boot.Command(ctx, &osdpb.MonCommand{Prefix: "osd create", Uuid: "uuid-0"})
+	rep, err = boot.Command(ctx, &osdpb.MonCommand{Prefix: "osd create", Uuid: "uuid-0"})
 	if err != nil {
 		t.Fatal(err)
 	}

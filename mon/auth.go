@@ -21,7 +21,7 @@ import (
 // commands: etcd orders them, not the leader.
 
 // authCommands are the MonCommand prefixes authCommand serves.
-var authCommands = []string{"auth add", "auth get-or-create", "auth get", "auth ls", "auth rm", "auth caps"}
+var authCommands = []string{"auth add", "auth get-or-create", "auth get", "auth ls", "auth rm", "auth caps", "auth rotate"}
 
 // AuthEntry is one entity as "auth ls" and "auth get" show it.
 type AuthEntry struct {
@@ -143,8 +143,9 @@ func (s *authStore) remove(ctx context.Context, entity string) (bool, error) {
 	return resp.Deleted > 0, nil
 }
 
-// setCaps replaces entity's caps.
-func (s *authStore) setCaps(ctx context.Context, entity string, caps auth.Caps) (*osdpb.AuthRecord, error) {
+// update applies change to entity's record in a compared write, read
+// again and retried when another command got there first.
+func (s *authStore) update(ctx context.Context, entity string, change func(*osdpb.AuthRecord) error) (*osdpb.AuthRecord, error) {
 	for range 3 {
 		rec, rev, err := s.get(ctx, entity)
 		if err != nil {
@@ -153,13 +154,44 @@ func (s *authStore) setCaps(ctx context.Context, entity string, caps auth.Caps) 
 		if rec == nil {
 			return nil, noSuchEntity(entity)
 		}
-		rec.Caps = caps.Strings()
+		if err := change(rec); err != nil {
+			return nil, err
+		}
 		ok, err := s.put(ctx, rec, rev)
 		if err != nil || ok {
 			return rec, err
 		}
 	}
 	return nil, busy(entity)
+}
+
+// setCaps replaces entity's caps.
+func (s *authStore) setCaps(ctx context.Context, entity string, caps auth.Caps) (*osdpb.AuthRecord, error) {
+	return s.update(ctx, entity, func(r *osdpb.AuthRecord) error {
+		r.Caps = caps.Strings()
+		return nil
+	})
+}
+
+// rotate issues entity a new keyring, caps unchanged; its record then
+// names the new certificate, so the old keyring is refused from the next
+// session on.
+func (s *authStore) rotate(ctx context.Context, entity string) (*osdpb.AuthRecord, error) {
+	ca, err := s.ca(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.update(ctx, entity, func(r *osdpb.AuthRecord) error {
+		k, err := ca.Issue(entity)
+		if err != nil {
+			return err
+		}
+		if r.Keyring, err = k.MarshalPEM(); err != nil {
+			return err
+		}
+		r.Serial = auth.Serial(k.Cert)
+		return nil
+	})
 }
 
 // busy: three reads and compared writes of entity's record all lost to
@@ -252,6 +284,12 @@ func (m *Mon) authCommand(ctx context.Context, c *osdpb.MonCommand, rep *osdpb.M
 			return nil, err
 		}
 		return entryOf(r), nil
+	case "auth rotate":
+		r, err := m.auth.rotate(ctx, c.Entity)
+		if err != nil {
+			return nil, err
+		}
+		rec = r
 	}
 	rep.Keyring = rec.Keyring
 	return entryOf(rec), nil

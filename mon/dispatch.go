@@ -196,7 +196,7 @@ func (m *Mon) command(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonComma
 		}
 		rep.Ids = []uint32{id}
 		out = map[string]any{"id": id}
-	case "auth add", "auth get-or-create", "auth get", "auth ls", "auth rm", "auth caps": // authCommands
+	case "auth add", "auth get-or-create", "auth get", "auth ls", "auth rm", "auth caps", "auth rotate": // authCommands
 		res, err := m.authCommand(ctx, c, rep)
 		if err != nil {
 			return nil, err

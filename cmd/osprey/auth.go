@@ -37,7 +37,8 @@ A keyring file is PEM (openssl reads it) and is written with mode 0600.`,
 	keyringOut := func(c *cobra.Command, out *string) {
 		c.Flags().StringVarP(out, "output", "o", "", "write the keyring to this file (mode 0600) instead of printing it")
 	}
-	// issuing builds add, get-or-create and get: they hand out a keyring.
+	// issuing builds add, get-or-create, get and rotate: they hand out a
+	// keyring.
 	issuing := func(verb, use, short string, withCaps bool) *cobra.Command {
 		var out string
 		c := &cobra.Command{
@@ -116,6 +117,7 @@ A keyring file is PEM (openssl reads it) and is written with mode 0600.`,
 	}
 	addMonFlags(caps.Flags(), &mf)
 	root.AddCommand(
+		issuing("rotate", "ENTITY", "Issue an entity a new keyring, caps unchanged, and print (or -o write) it; the old one is refused from its next session on", false),
 		issuing("add", "ENTITY [SERVICE CAPS]...", "Create an entity and print (or -o write) its keyring; fails if it exists", true),
 		issuing("get-or-create", "ENTITY [SERVICE CAPS]...", "Print (or -o write) an entity's keyring, creating the entity with these caps if it has none", true),
 		issuing("get", "ENTITY", "Print (or -o write) an entity's keyring", false),
