@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -75,6 +76,15 @@ type MsgrOptions struct {
 	// reconnects. With faults on, Conn.AllocPayload hands out ordinary
 	// buffers, so ZeroCopy copies like any payload.
 	Faults msgr.FaultInjection
+	// Auth authenticates every session of the rows (method tls13, as a
+	// cluster with auth runs) with keyrings of a CA made for the run: the
+	// handshake proves both names, then frames carry CRCs as without
+	// auth, so a row shows what authentication costs after the handshake.
+	// Not with Remote.
+	Auth bool
+
+	// ca issues the rows' keyrings when Auth is set.
+	ca *auth.CA
 }
 
 // maxFrontBytes is room for a BenchPing front: two one-byte tags and two
@@ -128,6 +138,9 @@ func (o *MsgrOptions) setDefaults() error {
 			return fmt.Errorf("bench: remote %q: want SCHEME://HOST:PORT, e.g. tcp://10.0.0.2:7300", o.Remote)
 		}
 		o.Transports = []string{scheme}
+		if o.Auth {
+			return errors.New("bench: auth needs both ends' keyrings from one CA; it cannot run against a remote server")
+		}
 		if o.Baseline {
 			return errors.New("bench: a baseline needs both ends in this process; it cannot run against a remote server")
 		}
@@ -312,6 +325,27 @@ func ratio(a, b float64) float64 {
 		return 0
 	}
 	return a / b
+}
+
+// authFor is the auth options of a row's messenger named name: nil
+// without Auth; else a keyring the run's CA issues, and any peer the CA
+// signed is accepted (the rows have no mon to keep records).
+func (o *MsgrOptions) authFor(name msgr.EntityName) (*msgr.AuthOptions, error) {
+	if !o.Auth {
+		return nil, nil
+	}
+	if o.ca == nil {
+		ca, err := auth.NewCA("bench")
+		if err != nil {
+			return nil, err
+		}
+		o.ca = ca
+	}
+	k, err := o.ca.Issue(string(name))
+	if err != nil {
+		return nil, err
+	}
+	return &msgr.AuthOptions{Keyring: k}, nil
 }
 
 // newMessenger is msgr.New on transports of its own, the build's defaults
@@ -856,8 +890,12 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 	addr := o.Remote
 	if addr == "" {
 		var ts transports.Set
-		srv, ts, err = newMessenger(msgr.Options{Name: "osd.0", Dispatcher: serverDispatcher{r}, Logger: log, DisableDataCRC: o.DisableDataCRC,
-			Faults: o.Faults})
+		sopts := msgr.Options{Name: "osd.0", Dispatcher: serverDispatcher{r}, Logger: log, DisableDataCRC: o.DisableDataCRC,
+			Faults: o.Faults}
+		if sopts.Auth, err = o.authFor(sopts.Name); err != nil {
+			return row, err
+		}
+		srv, ts, err = newMessenger(sopts)
 		if err != nil {
 			return row, err
 		}
@@ -873,8 +911,12 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 		// request.
 		c.win = newWindow(depth, depth/4)
 		c.pool = newMsgPool(typ, size, depth)
-		cli, ts, err := newMessenger(msgr.Options{Name: clientName(r.remote, i), Dispatcher: clientDispatcher{c}, Logger: log,
-			DisableDataCRC: o.DisableDataCRC, Faults: o.Faults})
+		copts := msgr.Options{Name: clientName(r.remote, i), Dispatcher: clientDispatcher{c}, Logger: log,
+			DisableDataCRC: o.DisableDataCRC, Faults: o.Faults}
+		if copts.Auth, err = o.authFor(copts.Name); err != nil {
+			return row, err
+		}
+		cli, ts, err := newMessenger(copts)
 		if err != nil {
 			return row, err
 		}

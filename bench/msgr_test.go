@@ -452,3 +452,39 @@ func TestCheckDelivered(t *testing.T) {
 		}
 	}
 }
+
+// TestRunMsgrAuth runs rows with authenticated sessions: every messenger
+// gets a keyring of one CA made for the run, named as the messenger is
+// (msgr refuses a keyring of another name), and the rows move messages.
+func TestRunMsgrAuth(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	o := &MsgrOptions{Auth: true}
+	a, err := o.authFor("osd.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := o.authFor("client.bench.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Keyring.Entity != "osd.0" || b.Keyring.Entity != "client.bench.0" || !a.Keyring.CA.Equal(b.Keyring.CA) {
+		t.Fatalf("keyrings of %s and %s, one CA: %v", a.Keyring.Entity, b.Keyring.Entity, a.Keyring.CA.Equal(b.Keyring.CA))
+	}
+	if none, _ := (&MsgrOptions{}).authFor("osd.0"); none != nil {
+		t.Fatal("auth options without Auth")
+	}
+	rows, err := RunMsgr(ctx, MsgrOptions{Sizes: []int{64}, Depths: []int{4}, Modes: []Mode{Stream, PingPong}, Conns: 2,
+		Duration: 100 * time.Millisecond, Warmup: -1, Auth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.Msgs == 0 {
+			t.Errorf("%s row moved nothing", r.Mode)
+		}
+	}
+	if _, err := RunMsgr(ctx, MsgrOptions{Remote: "tcp://127.0.0.1:1", Auth: true}); err == nil || !strings.Contains(err.Error(), "auth") {
+		t.Fatalf("auth against a remote server: %v", err)
+	}
+}
