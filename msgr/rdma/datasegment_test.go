@@ -263,9 +263,11 @@ func TestRDMAKeepData(t *testing.T) {
 			t.Fatalf("message %d not delivered with %d kept (window %d); %s", i, len(keep), window, c)
 		}
 	}
+	// At least as many as before: one may have been out for the handshake
+	// then (a repost can be lazy), none may be held by kept data now.
 	msgrtest.EventuallyDescribed(t, 10*time.Second, func() string {
 		return fmt.Sprintf("%d receives posted with the data kept, %d before", trS.Stats().RecvsPosted, posted)
-	}, func() bool { return trS.Stats().RecvsPosted == posted })
+	}, func() bool { return trS.Stats().RecvsPosted >= posted })
 	rdv := 0
 	for i, k := range keep {
 		size := sizes[i%len(sizes)]
