@@ -110,7 +110,7 @@ type Options struct {
 }
 
 // recvWindow is the receive window (msgr.Options.RecvWindowBytes) of the
-// client's sessions; see holdLimit.
+// client's sessions: many get replies (readWindow) in flight at once.
 const recvWindow = 64 << 20
 
 // Client talks to one cluster. It is safe for concurrent use.
@@ -126,7 +126,7 @@ type Client struct {
 	pending map[uint64]*call
 	closed  bool
 
-	held holds // bytes of get replies Objects hold
+	held holds // bytes of the windows Objects keep
 
 	mon *monclient.Client // nil without Options.Mon
 

@@ -193,20 +193,20 @@ func oneOSD(t *testing.T, sizes ...int) (*client.Client, context.Context, [][]by
 	return cl, ctx, objs
 }
 
-// checkNothingHeld: no reply is held by the client nor charged to its
-// messenger's receive budget.
+// checkNothingHeld: no reply's data is kept by the client nor charged to
+// its messenger's receive budget.
 func checkNothingHeld(t *testing.T, cl *client.Client) {
 	t.Helper()
-	if h, in := client.HeldBytes(cl), client.MessengerStats(cl).Recv.InFlight; h != 0 || in != 0 {
-		t.Fatalf("%d bytes of replies held by Objects, %d by the messenger", h, in)
+	if h, x, in := client.HeldBytes(cl), client.HeldExternal(cl), client.MessengerStats(cl).Recv.InFlight; h != 0 || x != 0 || in != 0 {
+		t.Fatalf("%d bytes of replies kept by Objects (%d in transport memory), %d held by the messenger", h, x, in)
 	}
 }
 
-// TestGetHandsOverAndReleasesReplies: an Object's window is the reply
-// itself (held, not copied: the messenger still counts its bytes), and
-// every way of ending a read releases it exactly once: many gets, read
-// whole (Read, WriteTo), in part, at offsets, or closed at once, twice,
-// leave nothing held.
+// TestGetHandsOverAndReleasesReplies: an Object's window is the reply's
+// data, kept by the client (the messenger no longer counts it: the reply
+// itself is released), and every way of ending a read releases it exactly
+// once: many gets, read whole (Read, WriteTo), in part, at offsets, or
+// closed at once, twice, leave nothing kept. A read after Close fails.
 func TestGetHandsOverAndReleasesReplies(t *testing.T) {
 	sizes := []int{0, 1000, 3 << 20, 9<<20 + 5, 11 << 20} // the last multipart
 	cl, ctx, objs := oneOSD(t, sizes...)
@@ -214,11 +214,21 @@ func TestGetHandsOverAndReleasesReplies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h, in := client.HeldBytes(cl), client.MessengerStats(cl).Recv.InFlight; h != 3<<20 || in < 3<<20 {
-		t.Fatalf("open 3 MiB object: %d bytes held by the client, %d by the messenger; want the reply held", h, in)
+	if h, in := client.HeldBytes(cl), client.MessengerStats(cl).Recv.InFlight; h != 3<<20 || in != 0 {
+		t.Fatalf("open 3 MiB object: %d bytes kept by the client, %d held by the messenger; want the data kept, the reply released", h, in)
 	}
 	o.Close()
 	o.Close()
+	checkNothingHeld(t, cl)
+	if _, err := o.Read(make([]byte, 10)); !errors.Is(err, client.ErrObjectClosed) {
+		t.Errorf("Read after Close: %v, want ErrObjectClosed", err)
+	}
+	if _, err := o.ReadAt(make([]byte, 10), 5); !errors.Is(err, client.ErrObjectClosed) {
+		t.Errorf("ReadAt after Close: %v, want ErrObjectClosed", err)
+	}
+	if _, err := o.WriteTo(io.Discard); !errors.Is(err, client.ErrObjectClosed) {
+		t.Errorf("WriteTo after Close: %v, want ErrObjectClosed", err)
+	}
 	checkNothingHeld(t, cl)
 	// Read to the end, the window goes back before Close.
 	if o, err = cl.GetObject(ctx, "bkt", "s2", client.GetOptions{}); err != nil {
@@ -275,50 +285,132 @@ func TestGetHandsOverAndReleasesReplies(t *testing.T) {
 	checkNothingHeld(t, cl)
 }
 
-// TestHeldRepliesBounded: Objects opened and not read hold their first
-// windows, but never so much of the session's receive window, in bytes or
-// in messages (credits: posted receives on RDMA), that the OSD cannot send
-// another reply: past the bounds a window is a copy, and a further read
-// goes through.
-func TestHeldRepliesBounded(t *testing.T) {
+// TestOpenObjectsHoldNoCredit: Objects opened and not read keep their
+// first windows, all of them and not copies (the client keeps every byte
+// of them), yet the replies are released: more than a session's receive
+// window (64 MiB) and more messages than it was allowed to hold before
+// are kept, the messenger holds nothing, and a further read on the same
+// session goes through.
+func TestOpenObjectsHoldNoCredit(t *testing.T) {
 	const n = 20
 	var sizes []int
 	for range n {
-		sizes = append(sizes, 128<<10) // more replies than may be held
+		sizes = append(sizes, 128<<10)
 	}
 	for range n {
 		sizes = append(sizes, 4<<20) // 80 MiB, more than a session's 64 MiB window
 	}
 	sizes = append(sizes, 9<<20)
 	cl, ctx, objs := oneOSD(t, sizes...)
-	for _, phase := range []struct {
-		first     int
-		bytes, ms int64 // held once all are open
-	}{{0, client.HoldMsgsPerConn * 128 << 10, client.HoldMsgsPerConn}, {n, client.HoldPerConn, client.HoldPerConn / (4 << 20)}} {
-		var open []*client.Object
-		for i := phase.first; i < phase.first+n; i++ {
-			o, err := cl.GetObject(ctx, "bkt", fmt.Sprintf("s%d", i), client.GetOptions{})
-			if err != nil {
-				t.Fatalf("opening object %d: %v", i, err)
-			}
-			open = append(open, o)
+	var open []*client.Object
+	var want int64
+	for i := range 2 * n {
+		o, err := cl.GetObject(ctx, "bkt", fmt.Sprintf("s%d", i), client.GetOptions{})
+		if err != nil {
+			t.Fatalf("opening object %d: %v", i, err)
 		}
-		if h, m := client.HeldBytes(cl), client.HeldReplies(cl); h != phase.bytes || m != phase.ms {
-			t.Fatalf("objects %d to %d open: %d bytes in %d replies held, want %d in %d", phase.first, phase.first+n-1, h, m, phase.bytes, phase.ms)
-		}
-		last := len(objs) - 1
-		if got, _, err := osdtest.Get(ctx, cl, "bkt", fmt.Sprintf("s%d", last), client.GetOptions{}); err != nil || !bytes.Equal(got, objs[last]) {
-			t.Fatalf("a read while %d objects are open: %d bytes, %v", len(open), len(got), err)
-		}
-		for i, o := range open {
-			got, err := io.ReadAll(o)
-			o.Close()
-			if err != nil || !bytes.Equal(got, objs[phase.first+i]) {
-				t.Fatalf("object %d: %d bytes, %v", phase.first+i, len(got), err)
-			}
-		}
-		checkNothingHeld(t, cl)
+		open = append(open, o)
+		want += int64(sizes[i])
 	}
+	if h, in := client.HeldBytes(cl), client.MessengerStats(cl).Recv.InFlight; h != want || in != 0 {
+		t.Fatalf("%d objects open: %d bytes kept, %d held by the messenger; want %d kept, none held", len(open), h, in, want)
+	}
+	last := len(objs) - 1
+	if got, _, err := osdtest.Get(ctx, cl, "bkt", fmt.Sprintf("s%d", last), client.GetOptions{}); err != nil || !bytes.Equal(got, objs[last]) {
+		t.Fatalf("a read while %d objects are open: %d bytes, %v", len(open), len(got), err)
+	}
+	for i, o := range open {
+		got, err := io.ReadAll(o)
+		o.Close()
+		if err != nil || !bytes.Equal(got, objs[i]) {
+			t.Fatalf("object %d: %d bytes, %v", i, len(got), err)
+		}
+	}
+	checkNothingHeld(t, cl)
+}
+
+// TestGetChecksumsOnce: a whole read checks the object's CRC32C from the
+// CRCs the client's messenger verified its windows against, so the client
+// reads none of the bytes again for it; only windows that came without a
+// verified CRC (a transport or sender that skips it) are checksummed by
+// the client, once. Either way each byte is checksummed once in the
+// client, and a range read checksums nothing more.
+func TestGetChecksumsOnce(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8})
+	var left, done, withCRC atomic.Int32
+	var strip atomic.Bool
+	cl := c.Client(t, func(o *client.Options) {
+		o.Transports = []wire.Transport{crcStrippingTCP{corruptingTCP{left: &left, done: &done, withCRC: &withCRC}, &strip}}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cl.MakeBucket(ctx, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	const size = 9<<20 + 5 // two windows
+	data := osdtest.Payload(size, 9)
+	if _, err := osdtest.Put(ctx, cl, "bkt", "k", data, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		strip bool
+		opts  client.GetOptions
+		want  int64 // bytes the client checksums itself
+		whole int
+	}{
+		{false, client.GetOptions{}, 0, 1},
+		{true, client.GetOptions{}, size, 1},
+		{true, client.GetOptions{Range: true, Offset: 100, Length: 1 << 20}, 0, 0},
+	} {
+		strip.Store(tc.strip)
+		o, err := cl.GetObject(ctx, "bkt", "k", tc.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		_, err = io.Copy(&b, o)
+		crcd, whole := client.CRCBytes(o), client.WholePartFetches(o)
+		o.Close()
+		want := data
+		if tc.opts.Range {
+			want = data[tc.opts.Offset : tc.opts.Offset+tc.opts.Length]
+		}
+		if err != nil || !bytes.Equal(b.Bytes(), want) {
+			t.Fatalf("%+v: %d bytes, %v", tc, b.Len(), err)
+		}
+		if crcd != tc.want || whole != tc.whole {
+			t.Errorf("CRCs stripped %v, %+v: the client checksummed %d bytes itself and checked %d objects whole; want %d, %d", tc.strip, tc.opts, crcd, whole, tc.want, tc.whole)
+		}
+	}
+	checkNothingHeld(t, cl)
+}
+
+// crcStrippingTCP is TCP whose links, while strip is set, hand frames up
+// without the data CRC they verified, as a link that skips it would.
+type crcStrippingTCP struct {
+	corruptingTCP
+	strip *atomic.Bool
+}
+
+func (t crcStrippingTCP) Dial(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Link, error) {
+	l, err := t.corruptingTCP.Dial(ctx, addr, opts)
+	if err != nil {
+		return nil, err
+	}
+	return crcStrippingLink{l.(corruptingLink), t.strip}, nil
+}
+
+type crcStrippingLink struct {
+	corruptingLink
+	strip *atomic.Bool
+}
+
+func (l crcStrippingLink) ReadFrame(f *wire.Frame) error {
+	err := l.corruptingLink.ReadFrame(f)
+	if err == nil && l.strip.Load() {
+		f.DataCRC, f.HasDataCRC = 0, false
+	}
+	return err
 }
 
 // TestBodiesNotCopied: a put reads its body straight into a pooled send

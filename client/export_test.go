@@ -17,29 +17,16 @@ func ListHidden(ctx context.Context, c *Client) iter.Seq2[ObjectInfo, error] {
 // WholePartFetches is how many parts o fetched whole (CRC-checked).
 func WholePartFetches(o *Object) int { return int(o.wholeParts.Load()) }
 
-// HeldBytes is how many bytes of get replies c's Objects hold.
-func HeldBytes(c *Client) int64 {
-	c.held.mu.Lock()
-	defer c.held.mu.Unlock()
-	return c.held.total
-}
+// CRCBytes is how many bytes o checksummed itself (not the messenger).
+func CRCBytes(o *Object) int64 { return o.crcBytes.Load() }
 
-// HeldReplies is how many get replies c's Objects hold, over all sessions.
-func HeldReplies(c *Client) int64 {
-	c.held.mu.Lock()
-	defer c.held.mu.Unlock()
-	var n int64
-	for _, h := range c.held.byConn {
-		n += h.msgs
-	}
-	return n
-}
+// HeldBytes is how many bytes of get replies c's Objects keep, and
+// HeldExternal how many of them in a transport's (registered) memory.
+func HeldBytes(c *Client) int64    { return c.held.bytes.Load() }
+func HeldExternal(c *Client) int64 { return c.held.external.Load() }
 
-// The most HeldBytes and HeldReplies hold from one session.
-const (
-	HoldPerConn     = holdPerConn
-	HoldMsgsPerConn = holdMsgsPerConn
-)
+// KeepExternal is the most HeldExternal may be.
+const KeepExternal = keepExternal
 
 // MessengerStats are the counters of c's messenger.
 func MessengerStats(c *Client) msgr.Stats { return c.m.Stats() }

@@ -25,17 +25,18 @@ type GetOptions struct {
 }
 
 // readWindow is the most a get asks for at once: a sequential Read's
-// window, a piece of a ReadAt. It bounds every reply, so a reply always
-// fits the room held windows leave in a session's receive window (see
-// holdPerConn).
+// window, a piece of a ReadAt. It bounds every reply, and so what an open
+// Object keeps, and is far below a session's receive window (recvWindow).
 const readWindow = 8 << 20
 
 // Object is an object being read: an io.ReadSeekCloser that is also an
 // io.ReaderAt and an io.WriterTo. Reads fetch ranges from the primary as
 // needed (a multipart object's from each part's primary), a window at a
-// time. A window is the reply message itself, held until the next window
-// or Close, so the bytes are not copied before Read copies them out (and
-// WriteTo, which io.Copy uses, not even then); Close must be called.
+// time. A window is the reply's data, kept where the messenger received
+// it until the next window or Close, so the bytes are not copied before
+// Read copies them out (and WriteTo, which io.Copy uses, not even then);
+// Close must be called. Read, ReadAt and WriteTo after Close fail with
+// ErrObjectClosed.
 //
 // A read that fetches an object (each part, for a multipart object) from
 // its start to its end, as a sequential read of the whole does, checks its
@@ -55,8 +56,10 @@ type Object struct {
 	ck     crcCheck
 	closed bool
 	// wholeParts counts the spans (parts, or a plain object) checked
-	// whole against their CRC32C (tests).
+	// whole against their CRC32C, and crcBytes the bytes the client
+	// checksummed itself for that, where the messenger had not (tests).
 	wholeParts atomic.Int32
+	crcBytes   atomic.Int64
 }
 
 // GetObject opens bucket/key for reading. It fetches the metadata and the
@@ -100,6 +103,9 @@ func (c *Client) GetObject(ctx context.Context, bucket, key string, opts GetOpti
 
 // Stat is the object's info (of the whole object, not the range).
 func (o *Object) Stat() (ObjectInfo, error) { return o.info, nil }
+
+// ErrObjectClosed is the error of a read of an Object after its Close.
+var ErrObjectClosed = errors.New("client: read of a closed object")
 
 // Close ends reading and releases the window.
 func (o *Object) Close() error {
@@ -149,7 +155,7 @@ func (o *Object) WriteTo(w io.Writer) (int64, error) {
 // live in the window: valid until the next fetch or Close. REQUIRES: o.mu.
 func (o *Object) next(max int) ([]byte, error) {
 	if o.closed {
-		return nil, errors.New("client: read of a closed object")
+		return nil, ErrObjectClosed
 	}
 	if o.off >= o.size {
 		// Read to the end: the window goes back now, not only at Close
@@ -204,6 +210,12 @@ func (o *Object) Seek(offset int64, whence int) (int64, error) {
 func (o *Object) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("client: read at %d: negative offset", off)
+	}
+	o.mu.Lock()
+	closed := o.closed
+	o.mu.Unlock()
+	if closed {
+		return 0, ErrObjectClosed
 	}
 	if off >= o.size {
 		return 0, io.EOF
@@ -295,6 +307,7 @@ func (c *crcCheck) add(o *Object, sp span, abs int64, msg *msgr.Message) error {
 		c.crc = ops.CRC32CCombine(c.crc, crc, int64(len(data)))
 	} else {
 		c.crc = crc32.Update(c.crc, castagnoli, data)
+		o.crcBytes.Add(int64(len(data)))
 	}
 	c.pos += int64(len(data))
 	if c.pos < sp.size {
@@ -312,94 +325,66 @@ func (c *crcCheck) add(o *Object, sp span, abs int64, msg *msgr.Message) error {
 }
 
 // window is the bytes of an object an Object fetched last: a get reply's
-// data, held (not copied) until the next window or Close, or a copy of it
-// when the client holds enough replies already (see holdPerConn).
+// data, kept (msgr's Message.KeepData) after the reply is released, until
+// the next window or Close.
 type window struct {
-	off  int64 // of data, relative to the range start
-	data []byte
-	msg  *msgr.Message // the reply data is in, held
-	buf  *wire.Buffer  // the copy data is in
+	off      int64 // of data, relative to the range start
+	data     []byte
+	buf      *wire.Buffer // data is in it; the window holds a reference
+	external bool         // buf is a transport's memory (holds.external)
 }
 
-// A held reply keeps its receive credit (on RDMA, a posted receive
-// buffer) and bytes of its session's receive window and of the
-// messenger's receive budget until it is released. So that an OSD always
-// has credit to send a reply however many Objects are open and unread,
-// the client holds at most holdMsgsPerConn replies and holdPerConn bytes
-// per session (which leaves more than readWindow of the session's 64 MiB
-// and most of its messages: 1024 on TCP, up to 256 on RDMA) and holdTotal
-// bytes over all, and only replies of holdMinBytes or more, whose copy
-// would cost something; any other window is a copy. msgr's Message.Release
-// is the only way to return the credit, so this is the price of holding
-// without copying (see docs/client.md).
-const (
-	holdPerConn     = recvWindow / 4
-	holdMsgsPerConn = 8
-	holdTotal       = 128 << 20
-	holdMinBytes    = 64 << 10
-)
+// A kept window holds no receive credit and none of its session's receive
+// window or of the messenger's receive budget: the reply is released as
+// soon as its data is kept, so any number of open, unread Objects leave
+// an OSD room for the next reply. What a window holds is memory: a pooled
+// buffer of the heap, or, for a large reply over RDMA, the registered
+// rendezvous buffer it arrived in, which comes out of the transport's
+// budget (rdma.Config.MemBudget, 1 GiB by default) that every link of the
+// process shares. So windows keep at most keepExternal bytes of a
+// transport's memory in all; past that a window is a copy into a pooled
+// buffer.
+const keepExternal = 128 << 20
 
-// holds counts the replies Objects hold.
+// holds counts the bytes of the windows Objects keep.
 type holds struct {
-	mu     sync.Mutex
-	byConn map[*msgr.Conn]held
-	total  int64
+	bytes    atomic.Int64 // all (tests)
+	external atomic.Int64 // in a transport's memory
 }
 
-type held struct{ bytes, msgs int64 }
-
-func (h *holds) take(conn *msgr.Conn, n int64) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	cur := h.byConn[conn]
-	if n < holdMinBytes || cur.msgs >= holdMsgsPerConn || cur.bytes+n > holdPerConn || h.total+n > holdTotal {
-		return false
-	}
-	if h.byConn == nil {
-		h.byConn = map[*msgr.Conn]held{}
-	}
-	h.byConn[conn] = held{cur.bytes + n, cur.msgs + 1}
-	h.total += n
-	return true
-}
-
-func (h *holds) give(conn *msgr.Conn, n int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	cur := h.byConn[conn]
-	if cur = (held{cur.bytes - n, cur.msgs - 1}); cur.msgs == 0 {
-		delete(h.byConn, conn)
-	} else {
-		h.byConn[conn] = cur
-	}
-	h.total -= n
-}
-
-// keep makes msg, a get reply of off's bytes, an Object's window.
+// keep makes msg, a get reply of off's bytes, an Object's window, and
+// releases msg.
 func (c *Client) keep(off int64, msg *msgr.Message) window {
-	n := int64(len(msg.Data))
-	w := window{off: off}
-	switch {
-	case n == 0:
-		msg.Release()
-	case c.held.take(msg.Conn(), n):
-		w.msg, w.data = msg, msg.Data
-	default:
-		w.buf = wire.GetBuffer(int(n))
-		w.data = w.buf.B
-		copy(w.data, msg.Data)
-		msg.Release()
+	buf, data := msg.KeepData()
+	msg.Release()
+	w := window{off: off, data: data, buf: buf}
+	if buf == nil {
+		return w
 	}
+	n := int64(len(data))
+	if buf.External() {
+		if c.held.external.Add(n) <= keepExternal {
+			w.external = true
+		} else {
+			c.held.external.Add(-n)
+			cp := wire.GetBuffer(len(data))
+			copy(cp.B, data)
+			buf.Release()
+			w.buf, w.data = cp, cp.B
+		}
+	}
+	c.held.bytes.Add(n)
 	return w
 }
 
 // drop releases a window, once: it is empty afterwards.
 func (c *Client) drop(w *window) {
-	if w.msg != nil {
-		c.held.give(w.msg.Conn(), int64(len(w.data)))
-		w.msg.Release()
-	}
 	if w.buf != nil {
+		n := int64(len(w.data))
+		c.held.bytes.Add(-n)
+		if w.external {
+			c.held.external.Add(-n)
+		}
 		w.buf.Release()
 	}
 	*w = window{}

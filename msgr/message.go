@@ -108,6 +108,29 @@ func (m *Message) RetainData() *wire.Buffer {
 	return m.buf
 }
 
+// KeepData hands over a received message's data for the caller to keep
+// after m is released, for as long as it likes (an SDK reader's window):
+// buf holds a reference for the caller to release, and data is the bytes,
+// in buf. Unlike RetainData it never keeps what the transport needs back
+// to receive more: data in a buffer lent for one frame (an RDMA receive
+// buffer, wire.Buffer.Lent) is copied to a pooled buffer, a small copy
+// since only inline frames land there. Otherwise the bytes stay where
+// they were received, with no copy. Release m as usual: its receive
+// credit and budget bytes go back then, whatever the caller keeps. It
+// returns nil, nil when m has no data.
+func (m *Message) KeepData() (buf *wire.Buffer, data []byte) {
+	if len(m.Data) == 0 {
+		return nil, nil
+	}
+	if m.buf != nil && !m.buf.Lent {
+		m.buf.Ref()
+		return m.buf, m.Data
+	}
+	buf = wire.GetBuffer(len(m.Data))
+	copy(buf.B, m.Data)
+	return buf, buf.B
+}
+
 // SetDataCRC tells the messenger that crc is the CRC32C (Castagnoli) of
 // m.Data as it is now, because the caller already computed it (the client
 // over an object's body, the store from its chunk CRCs). The link then

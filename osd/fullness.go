@@ -43,6 +43,14 @@ func (o *OSD) spaceLoop() { o.every(spaceInterval, func() { o.checkSpace() }) }
 // map's ratios and our failsafe, logs when that changes, and makes the
 // store's reserve again once a full disk has room for it.
 func (o *OSD) checkSpace() osdpb.Fullness {
+	lvl, _ := o.measureSpace()
+	return lvl
+}
+
+// measureSpace is checkSpace that also returns the usage it measured, for
+// a write to hand to the store's Check (store.CheckOptions.Space), so
+// that the two checks of a put share one statfs.
+func (o *OSD) measureSpace() (osdpb.Fullness, store.Space) {
 	sp := o.st.Space()
 	if sp.Reserve == 0 && o.st.ReserveReleased() > 0 {
 		if made, err := o.st.MaintainReserve(); err != nil {
@@ -61,7 +69,7 @@ func (o *OSD) checkSpace() osdpb.Fullness {
 		o.log.Log(o.ctx, level, "data disk "+ops.FullnessWord(lvl), "was", ops.FullnessWord(old),
 			"used", fmt.Sprintf("%.1f%%", 100*sp.Ratio()), "avail_bytes", sp.Avail, "total_bytes", sp.Total)
 	}
-	return lvl
+	return lvl, sp
 }
 
 // fullnessOf is how full a disk with usage sp makes us: the map's level,
@@ -109,17 +117,19 @@ func adds(e *osdpb.LogEntry) bool {
 }
 
 // fullCheck refuses, at a PG's primary, a write that adds data when we or
-// a replica in acting (acting[0] is us) are full.
-func (o *OSD) fullCheck(mp *placement.Map, pool, pg uint32, acting []uint32) error {
-	if lvl := o.checkSpace(); lvl >= osdpb.Fullness_FULLNESS_FULL {
-		return o.fullError(lvl)
+// a replica in acting (acting[0] is us) are full. It returns our disk's
+// usage as it measured it, for the store's Check.
+func (o *OSD) fullCheck(mp *placement.Map, pool, pg uint32, acting []uint32) (store.Space, error) {
+	lvl, sp := o.measureSpace()
+	if lvl >= osdpb.Fullness_FULLNESS_FULL {
+		return sp, o.fullError(lvl)
 	}
 	for _, id := range acting[1:] {
 		if lvl := o.peerFullness(mp, id); lvl >= osdpb.Fullness_FULLNESS_FULL {
-			return ops.Errorf(osdpb.Status_STORAGE_FULL, "pg %d.%x: osd.%d is %s; delete objects or add OSDs", pool, pg, id, ops.FullnessWord(lvl))
+			return sp, ops.Errorf(osdpb.Status_STORAGE_FULL, "pg %d.%x: osd.%d is %s; delete objects or add OSDs", pool, pg, id, ops.FullnessWord(lvl))
 		}
 	}
-	return nil
+	return sp, nil
 }
 
 // fullError is our own refusal of a write at level lvl.

@@ -247,3 +247,34 @@ func TestBackfillWaitsForRoom(t *testing.T) {
 		t.Fatalf("the newcomer holds no copies: %v", copies)
 	}
 }
+
+// TestOnePutOneStatfs: a put measures each member's data disk once (the
+// OSD's full-ratio check and the store's own floor share one statfs), on
+// the primary and on its replicas alike; the OSDs' once-a-second polls
+// come on top.
+func TestOnePutOneStatfs(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
+	cl := c.Client(t, nil)
+	ctx := ctxT(t, time.Minute)
+	if err := cl.MakeBucket(ctx, "statfs"); err != nil {
+		t.Fatal(err)
+	}
+	measures := func() (n int64) {
+		for _, o := range c.OSDs {
+			n += o.Store().Stats().SpaceMeasures
+		}
+		return n
+	}
+	const puts = 30
+	start, before := time.Now(), measures()
+	for i := range puts {
+		if _, err := osdtest.Put(ctx, cl, "statfs", fmt.Sprint(i), osdtest.Payload(300<<10, uint64(i)), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := measures() - before
+	polls := int64(len(c.OSDs)) * (int64(time.Since(start)/time.Second) + 2)
+	if want := int64(puts * len(c.OSDs)); got > want+polls {
+		t.Fatalf("%d puts on 3 replicas measured the disks %d times; want %d, and at most %d polls", puts, got, want, polls)
+	}
+}

@@ -335,12 +335,15 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 			return
 		}
 	}
+	var checkOpts store.CheckOptions
 	if adds(e) {
-		if err := o.fullCheck(mp, p.pool, p.pg, acting); err != nil {
+		sp, err := o.fullCheck(mp, p.pool, p.pg, acting)
+		if err != nil {
 			release()
 			done(nil, err)
 			return
 		}
+		checkOpts.Space = &sp
 	}
 	for _, id := range replicas {
 		if o.peerDown(id) {
@@ -357,7 +360,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 	// Every answer (a bad digest, no room, no bucket) comes from Check,
 	// before any replica has the entry: the apply below can then fail only
 	// on an I/O error.
-	ck, err := o.st.Check(o.ctx, e, body)
+	ck, err := o.st.Check(o.ctx, e, body, checkOpts)
 	if err != nil {
 		if objectOp {
 			o.bucketGate.RUnlock()
@@ -736,16 +739,29 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 		o.ackRepOp(m, r, p.last, nil)
 		return
 	}
+	var checkOpts store.CheckOptions
 	if adds(r.Entry) {
 		// A write that raced our heartbeat to a primary that thought us
 		// not yet full.
-		if lvl := o.checkSpace(); lvl >= osdpb.Fullness_FULLNESS_FAILSAFE {
+		lvl, sp := o.measureSpace()
+		if lvl >= osdpb.Fullness_FULLNESS_FAILSAFE {
 			o.ackRepOp(m, r, p.last, o.fullError(lvl))
 			return
 		}
+		checkOpts.Space = &sp
 	}
 	if r.Entry.Kind != osdpb.OpKind_OP_NONE && v.Seq == p.last.GetSeq()+1 {
-		err := o.apply(p.sid, r.Entry, m.Data, nil)
+		// A put is checked with the usage just measured, so that its
+		// room check costs no second statfs; the apply skips the CRC
+		// pass the check made.
+		var ck *store.Checked
+		var err error
+		if r.Entry.Kind == osdpb.OpKind_OP_PUT {
+			ck, err = o.st.Check(o.ctx, r.Entry, m.Data, checkOpts)
+		}
+		if err == nil {
+			err = o.apply(p.sid, r.Entry, m.Data, ck)
+		}
 		if err == nil {
 			o.setLast(p, v)
 			o.ackRepOp(m, r, p.last, nil)

@@ -825,6 +825,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 		b := l.recv.mem[i*cfg.BufSize : (i+1)*cfg.BufSize : (i+1)*cfg.BufSize]
 		slot := uint32(i)
 		l.recvBufs[i] = wire.NewExternalBuffer(b, func(*wire.Buffer) { l.repost(slot) })
+		l.recvBufs[i].Lent = true
 		l.postRecv(slot, false)
 	}
 	// Every receive is posted before the connection is requested or

@@ -98,6 +98,7 @@ func (s *srxPool) reserve(n int) error {
 		for i := range grow {
 			slot := uint32(s.n + i)
 			s.bufs[slot] = wire.NewExternalBuffer(r.mem[i*bs:(i+1)*bs:(i+1)*bs], func(*wire.Buffer) { s.repost(slot) })
+			s.bufs[slot].Lent = true
 			s.descs[slot] = r.desc
 			s.post(slot, false)
 		}

@@ -21,6 +21,12 @@ type Buffer struct {
 	// own memory when the buffer comes back to it in a frame; everyone
 	// else ignores it.
 	Owner any
+	// Lent marks a buffer a transport lends for one received frame and
+	// needs back to receive more: an RDMA receive buffer, which must be
+	// posted again before the credit for it is granted. Whoever keeps
+	// received bytes past the message's release copies them out of such
+	// a buffer (msgr's Message.KeepData) instead of taking a reference.
+	Lent bool
 }
 
 // NewExternalBuffer wraps memory the caller owns (registered memory, say)
@@ -30,6 +36,11 @@ func NewExternalBuffer(b []byte, free func(*Buffer)) *Buffer {
 	buf.refs.Store(1)
 	return buf
 }
+
+// External reports whether b is memory its allocator owns outside the
+// pool (NewExternalBuffer): a transport's registered memory, say, which is
+// scarcer than the heap and bounded by the transport's budget.
+func (b *Buffer) External() bool { return b.free != nil }
 
 // Reset gives an external buffer one reference again, for reuse.
 func (b *Buffer) Reset(n int) {

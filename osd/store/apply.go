@@ -57,6 +57,15 @@ type Checked struct {
 	inFile bool
 }
 
+// CheckOptions are what a caller of Check may hand in.
+type CheckOptions struct {
+	// Space, when set, is the filesystem's usage the caller measured
+	// just before (Space), which a put's room check then uses instead of
+	// measuring again: the OSD measures its disk for its full ratios
+	// before every write that adds data, so a put costs one statfs.
+	Space *Space
+}
+
 // Check runs the checks of Apply that depend only on the entry, its body
 // and the store as it is now: the kind and names, a put's size and CRC32C
 // (one pass over the body, which ApplyChecked then skips), room for it,
@@ -65,7 +74,7 @@ type Checked struct {
 // write before it sends the entry to its replicas and applies it locally
 // meanwhile, so that an answer such as ErrBadDigest comes before any
 // replica has the entry.
-func (s *Store) Check(ctx context.Context, e *osdpb.LogEntry, body []byte) (*Checked, error) {
+func (s *Store) Check(ctx context.Context, e *osdpb.LogEntry, body []byte, opts CheckOptions) (*Checked, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
@@ -79,7 +88,7 @@ func (s *Store) Check(ctx context.Context, e *osdpb.LogEntry, body []byte) (*Che
 	ck := &Checked{e: e, body: body}
 	switch e.Kind {
 	case osdpb.OpKind_OP_PUT:
-		if err := s.room(len(body)); err != nil {
+		if err := s.room(len(body), opts.Space); err != nil {
 			return nil, objErr("put", e.Bucket, e.Key, err)
 		}
 		crcs, inFile, err := s.checkBody(e, body)
@@ -177,7 +186,7 @@ func (s *Store) applyKind(ctx context.Context, pg uint32, e *osdpb.LogEntry, bod
 	switch e.Kind {
 	case osdpb.OpKind_OP_PUT:
 		if ck == nil { // Check measured the room just before
-			if err := s.room(len(body)); err != nil {
+			if err := s.room(len(body), nil); err != nil {
 				return objErr("put", e.Bucket, e.Key, err)
 			}
 		}

@@ -177,7 +177,10 @@ func (r *reserve) release() error {
 }
 
 // Space reports the store's filesystem usage now (one statfs).
-func (s *Store) Space() Space { return s.res.space(s.opts.Dir) }
+func (s *Store) Space() Space {
+	s.counters.spaceMeasures.Add(1)
+	return s.res.space(s.opts.Dir)
+}
 
 // MaintainReserve makes the reserve again after a full disk released it,
 // once the filesystem has room for it twice over; the OSD calls it as it
@@ -201,8 +204,9 @@ func IsNoSpace(err error) bool {
 // a WAL write that fails, which Pebble cannot survive. Deletes and
 // metadata do not ask. The OSD's full ratios refuse client writes long
 // before this; room is the store's own floor, for replicas, recovery and
-// library users.
-func (s *Store) room(n int) error {
+// library users. sp is the filesystem's usage measured just before by the
+// caller (Check's CheckOptions.Space), or nil to measure it here.
+func (s *Store) room(n int, sp *Space) error {
 	if s.res.size == 0 {
 		return nil // a filesystem that cannot say (in-memory)
 	}
@@ -210,7 +214,10 @@ func (s *Store) room(n int) error {
 	if have == 0 && s.res.released.Load() > 0 {
 		return fmt.Errorf("%w: the reserve was released", ErrNoSpace)
 	}
-	sp := s.Space()
+	if sp == nil {
+		m := s.Space()
+		sp = &m
+	}
 	if need := uint64(n) + 2*s.opts.MemTableSize + (s.res.size - min(have, s.res.size)); sp.Avail < need {
 		return fmt.Errorf("%w: %d bytes available, a %d-byte put needs %d", ErrNoSpace, sp.Avail, n, need)
 	}

@@ -28,6 +28,10 @@ type Stats struct {
 	// removed since Open.
 	DataFilesPending, DataFilesRemoved int64
 
+	// SpaceMeasures counts the statfs calls (Space) since Open: the OSD's
+	// polls and one per put.
+	SpaceMeasures int64
+
 	// DiskBytes is Pebble's on-disk size (tables, blob files, WAL) plus
 	// DataFileBytes. The rest is Pebble's: memtable bytes, L0 shape, read
 	// amplification, bytes compactions are behind, flush and compaction
@@ -60,6 +64,7 @@ func (s *Store) Stats() Stats {
 	st.ReadBytes = s.counters.readBytes.Load()
 	st.Corruptions = s.counters.corruptions.Load()
 	st.GarbageCollected = s.counters.garbageCollected.Load()
+	st.SpaceMeasures = s.counters.spaceMeasures.Load()
 
 	v, closer, err := s.db.Get(keyCounters)
 	switch {

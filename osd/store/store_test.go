@@ -567,17 +567,17 @@ func TestCheck(t *testing.T) {
 	good := putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "b", "k"), body)
 	bad := putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "b", "k"), body)
 	bad.Meta.Crc32C++
-	_, err := e.s.Check(e.ctx, bad, body)
+	_, err := e.s.Check(e.ctx, bad, body, store.CheckOptions{})
 	wantErr(t, err, store.ErrBadDigest)
-	_, err = e.s.Check(e.ctx, putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "nope", "k"), body), body)
+	_, err = e.s.Check(e.ctx, putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "nope", "k"), body), body, store.CheckOptions{})
 	wantErr(t, err, store.ErrNoSuchBucket)
-	_, err = e.s.Check(e.ctx, e.entry(1, osdpb.OpKind_OP_DELETE, "nope", "k"), nil)
+	_, err = e.s.Check(e.ctx, e.entry(1, osdpb.OpKind_OP_DELETE, "nope", "k"), nil, store.CheckOptions{})
 	wantErr(t, err, store.ErrNoSuchBucket)
-	_, err = e.s.Check(e.ctx, e.entry(1, osdpb.OpKind_OP_CREATE_BUCKET, "b", ""), nil)
+	_, err = e.s.Check(e.ctx, e.entry(1, osdpb.OpKind_OP_CREATE_BUCKET, "b", ""), nil, store.CheckOptions{})
 	wantErr(t, err, store.ErrBucketExists)
-	_, err = e.s.Check(e.ctx, e.entry(1, osdpb.OpKind_OP_DELETE_BUCKET, "nope", ""), nil)
+	_, err = e.s.Check(e.ctx, e.entry(1, osdpb.OpKind_OP_DELETE_BUCKET, "nope", ""), nil, store.CheckOptions{})
 	wantErr(t, err, store.ErrNoSuchBucket)
-	ck, err := e.s.Check(e.ctx, good, body)
+	ck, err := e.s.Check(e.ctx, good, body, store.CheckOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -586,4 +586,38 @@ func TestCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.mustRead("b", "k", body)
+}
+
+// TestCheckTakesTheCallersSpace: a put's room check measures the disk
+// (one statfs) unless the caller hands in what it measured just before
+// (CheckOptions.Space), which it then judges by: a measure that leaves no
+// room refuses the put with ErrNoSpace, with no statfs of its own.
+func TestCheckTakesTheCallersSpace(t *testing.T) {
+	e := newEnv(t, store.Options{})
+	e.createBucket(1, "b")
+	body := []byte("body")
+	put := putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "b", "k"), body)
+	measures := func() int64 { return e.s.Stats().SpaceMeasures }
+	sp := e.s.Space()
+	if sp.Total == 0 {
+		t.Skip("the test directory's filesystem does not report its usage")
+	}
+	before := measures()
+	if _, err := e.s.Check(e.ctx, put, body, store.CheckOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := measures() - before; n != 1 {
+		t.Fatalf("a put's Check measured the disk %d times, want 1", n)
+	}
+	before = measures()
+	if _, err := e.s.Check(e.ctx, put, body, store.CheckOptions{Space: &sp}); err != nil {
+		t.Fatal(err)
+	}
+	full := sp
+	full.Avail = 0
+	_, err := e.s.Check(e.ctx, put, body, store.CheckOptions{Space: &full})
+	wantErr(t, err, store.ErrNoSpace)
+	if n := measures() - before; n != 0 {
+		t.Fatalf("Checks handed the usage measured the disk %d times, want 0", n)
+	}
 }

@@ -1,0 +1,111 @@
+//go:build rdma
+
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/msgr/rdma"
+	"github.com/ospreystore/osprey/msgr/tcp"
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// TestGetOverRDMAKeepsRegisteredWindows: over an RDMA public network a
+// large reply's window is kept in the registered buffer it arrived in, up
+// to client.KeepExternal bytes over all open Objects (more is copied),
+// and every registered buffer goes back to the transport on Close: the
+// bytes are right for whole objects, objects of several windows, ranges
+// and multipart objects, read every way.
+func TestGetOverRDMAKeepsRegisteredWindows(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8, Public: "rdma+tcp"})
+	tr := rdma.NewTransport("tcp", rdma.Config{})
+	t.Cleanup(func() { tr.Close() }) // after the client's Close
+	cl := c.Client(t, func(o *client.Options) {
+		o.Transports = []wire.Transport{tcp.Transport{}, tr}
+		o.OpTimeout = 20 * time.Second
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := cl.MakeBucket(ctx, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	const win = 8 << 20                                  // the client's read window
+	nOpen := int(client.KeepExternal/win) + 1            // one more than may be kept
+	sizes := []int{1000, 100 << 10, 3<<20 + 1, 11 << 20} // the last multipart
+	for range nOpen {
+		sizes = append(sizes, win)
+	}
+	var objs [][]byte
+	for i, n := range sizes {
+		data := osdtest.Payload(n, uint64(i))
+		part := int64(16 << 20)
+		if i == 3 {
+			part = 5 << 20
+		}
+		if _, err := osdtest.Put(ctx, cl, "bkt", fmt.Sprintf("s%d", i), data, client.PutOptions{PartSize: part}); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, data)
+	}
+	idle := func(what string) {
+		t.Helper()
+		checkNothingHeld(t, cl)
+		if in := tr.Stats().BuffersInUse; in != 0 {
+			t.Fatalf("%s: %d registered buffers still in use", what, in)
+		}
+	}
+	for i := range 4 {
+		data := objs[i]
+		for way := range 3 {
+			o, err := cl.GetObject(ctx, "bkt", fmt.Sprintf("s%d", i), client.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []byte
+			switch way {
+			case 0:
+				got, err = io.ReadAll(o)
+			case 1:
+				var b bytes.Buffer
+				_, err = io.Copy(&b, o)
+				got = b.Bytes()
+			case 2: // a range across the end of a window or part
+				off := max(0, len(data)-(5<<20)-7)
+				got = make([]byte, len(data)-off)
+				_, err = o.ReadAt(got, int64(off))
+				data = data[off:]
+			}
+			o.Close()
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("s%d, way %d: %d bytes, %v", i, way, len(got), err)
+			}
+		}
+		idle(fmt.Sprintf("s%d read", i))
+	}
+	var open []*client.Object
+	for i := 4; i < len(sizes); i++ {
+		o, err := cl.GetObject(ctx, "bkt", fmt.Sprintf("s%d", i), client.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, o)
+	}
+	if x, h := client.HeldExternal(cl), client.HeldBytes(cl); x != client.KeepExternal || h != int64(nOpen)*win {
+		t.Fatalf("%d objects of %d bytes open: %d bytes kept, %d in registered memory; want %d, %d", nOpen, win, h, x, int64(nOpen)*win, client.KeepExternal)
+	}
+	for i, o := range open {
+		got, err := io.ReadAll(o)
+		o.Close()
+		if err != nil || !bytes.Equal(got, objs[4+i]) {
+			t.Fatalf("open object %d: %d bytes, %v", i, len(got), err)
+		}
+	}
+	idle("all closed")
+}
