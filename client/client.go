@@ -36,6 +36,12 @@ import (
 // Error is an OSD's non-OK answer; errors.Is matches the sentinels below.
 type Error = ops.Error
 
+// Map is an immutable cluster map: its OSDs, its pools, and the placement
+// function that puts each object's PG on its OSDs (Client.Map). It is an
+// alias, so SDK users can name it without importing a package of the
+// module's internals.
+type Map = placement.Map
+
 // Sentinel errors, for errors.Is.
 var (
 	ErrNoSuchBucket        = ops.ErrNoSuchBucket
@@ -228,7 +234,7 @@ func (c *Client) Close() error {
 }
 
 // Map is the client's current cluster map.
-func (c *Client) Map() *placement.Map { return c.mapv.Load() }
+func (c *Client) Map() *Map { return c.mapv.Load() }
 
 // pool is the pool ops go to.
 func (c *Client) pool(mp *placement.Map) *osdpb.Pool {
