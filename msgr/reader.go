@@ -127,6 +127,7 @@ func (c *Conn) handleFrame(lr *linkRun, f *wire.Frame) (*Message, error) {
 		m = getMessage()
 		m.Type, m.Front, m.Data, m.buf, m.charge = f.Type, f.Front, f.Data, f.Buf, f.Charge
 		m.seq, m.conn, m.credit, m.size = f.Seq, c, true, int64(len(f.Front)+len(f.Data))
+		m.tid = f.Tid
 		if f.HasDataCRC {
 			m.dataCRC, m.crcOf = f.DataCRC, f.Data
 		}

@@ -61,6 +61,7 @@ func Run(t *testing.T, env Env) {
 		{"StalledReceiverFlowControl", testStalledReceiver},
 		{"PayloadSizes", testPayloadSizes},
 		{"ConcurrentSenders", testConcurrentSenders},
+		{"RepliesMatchedByTid", testRepliesMatchedByTid},
 		{"ManyConnections", testManyConnections},
 		{"PeerRestartIsRemoteReset", testPeerRestart},
 		{"DialerRestartIsRemoteReset", testDialerRestart},

@@ -43,7 +43,7 @@ func parseDesc(b []byte) rdvDesc {
 const (
 	ctlRecvs   = 2 * maxReads // RDV_READYs for our payloads, RDV_DONEs for the peer's
 	ctlSlots   = 2 * maxReads
-	ctlBufSize = 128 // an RDV_READY is 76 bytes, an RDV_DONE 48
+	ctlBufSize = 128 // an RDV_READY is 84 bytes, an RDV_DONE 56
 )
 
 // maxReads bounds the rendezvous transfers one link has in flight: reads

@@ -68,9 +68,10 @@ var linkKinds = []string{"pipe", "tcp"}
 // msgFrame is a MESSAGE frame with patterned segments.
 func msgFrame(seq uint64, frontLen, dataLen int) Frame {
 	return Frame{
-		Preamble: Preamble{Tag: TagMessage, Type: uint16(seq), Seq: seq, Ack: seq / 2, GrantMsgs: uint32(seq * 3), GrantBytes: seq << 20},
-		Front:    pattern(frontLen, byte(seq)),
-		Data:     pattern(dataLen, byte(seq>>3)+1),
+		Preamble: Preamble{Tag: TagMessage, Type: uint16(seq), Seq: seq, Ack: seq / 2, GrantMsgs: uint32(seq * 3), GrantBytes: seq << 20,
+			Tid: seq<<56 | 0x00c0ffee},
+		Front: pattern(frontLen, byte(seq)),
+		Data:  pattern(dataLen, byte(seq>>3)+1),
 	}
 }
 

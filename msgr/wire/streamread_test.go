@@ -250,7 +250,7 @@ func TestReadFrameLimits(t *testing.T) {
 func TestReadFrameRejectsGarbage(t *testing.T) {
 	// Plausible garbage: things a misdirected client might send.
 	for _, s := range []string{
-		"GET / HTTP/1.1\r\nHost: example.com\r\nUser-Agent: curl\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: example.com\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n\r\n",
 		// A second banner where a frame should be.
 		"OSPREYMS\x01\x00\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00" + string(make([]byte, 32)),
 		string(make([]byte, 200)),

@@ -39,7 +39,7 @@ func rawPreamble(p Preamble, mutate func(b []byte)) []byte {
 	b := make([]byte, PreambleSize)
 	p.Put(b)
 	mutate(b)
-	binary.LittleEndian.PutUint32(b[44:], CRC(b[:44]))
+	binary.LittleEndian.PutUint32(b[52:], CRC(b[:52]))
 	return b
 }
 
@@ -96,6 +96,7 @@ func TestPreambleRoundTripEveryTag(t *testing.T) {
 					Tag: tag, Flags: flags, Type: 0xbeef, FrontLen: fl, DataLen: dl,
 					Seq: 0x0102030405060708, Ack: ^uint64(0) - 1,
 					GrantMsgs: 0xfffffff0, GrantBytes: 1<<40 + 3, LinkWord: 0xdeadbeef,
+					Tid: 0xf1f2f3f4f5f6f7f8,
 				}
 				var b [PreambleSize]byte
 				in.Put(b[:])
@@ -114,7 +115,8 @@ func TestPreambleRoundTripEveryTag(t *testing.T) {
 func TestPreambleLayout(t *testing.T) {
 	// The layout is part of the protocol: pin the offsets.
 	p := Preamble{Tag: TagMessage, Flags: FlagRendezvous, Type: 0x0a0b, FrontLen: 0x11223344,
-		DataLen: 0x55667788, LinkWord: 0x0c0d0e0f, Seq: 0x99, Ack: 0xaa, GrantMsgs: 0xbbccddee, GrantBytes: 0x0102030405060708}
+		DataLen: 0x55667788, LinkWord: 0x0c0d0e0f, Seq: 0x99, Ack: 0xaa, GrantMsgs: 0xbbccddee, GrantBytes: 0x0102030405060708,
+		Tid: 0x1112131415161718}
 	var b [PreambleSize]byte
 	p.Put(b[:])
 	le := binary.LittleEndian
@@ -132,7 +134,8 @@ func TestPreambleLayout(t *testing.T) {
 		{"ack", le.Uint64(b[24:]), 0xaa},
 		{"grant msgs", uint64(le.Uint32(b[32:])), 0xbbccddee},
 		{"grant bytes", le.Uint64(b[36:]), 0x0102030405060708},
-		{"crc", uint64(le.Uint32(b[44:])), uint64(CRC(b[:44]))},
+		{"tid", le.Uint64(b[44:]), 0x1112131415161718},
+		{"crc", uint64(le.Uint32(b[52:])), uint64(CRC(b[:52]))},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -153,13 +156,19 @@ func TestPreambleParseRejects(t *testing.T) {
 		{"bad crc", func() []byte {
 			var b [PreambleSize]byte
 			msg.Put(b[:])
-			b[44] ^= 1
+			b[52] ^= 1
 			return b[:]
 		}(), ErrCRC},
 		{"flipped field under crc", func() []byte {
 			var b [PreambleSize]byte
 			msg.Put(b[:])
 			b[20] ^= 0x40 // in seq
+			return b[:]
+		}(), ErrCRC},
+		{"flipped tid under crc", func() []byte {
+			var b [PreambleSize]byte
+			msg.Put(b[:])
+			b[47] ^= 0x01 // in tid
 			return b[:]
 		}(), ErrCRC},
 		{"tag zero", rawPreamble(msg, func(b []byte) { b[0] = 0 }), ErrMalformed},
