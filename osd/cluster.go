@@ -109,7 +109,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 	case osdpb.MsgType_MSG_GET_MAP_REPLY, osdpb.MsgType_MSG_LIST_OBJECTS_REPLY, osdpb.MsgType_MSG_HEAD_OBJECT_REPLY,
 		osdpb.MsgType_MSG_DELETE_OBJECT_REPLY, osdpb.MsgType_MSG_PG_QUERY_REPLY,
 		osdpb.MsgType_MSG_PG_LOG_PULL_REPLY, osdpb.MsgType_MSG_PG_BACKFILL_REPLY:
-		if ch, ok := o.calls.take(tidOf(m.Front)); ok {
+		if ch, ok := o.calls.take(m.Tid()); ok {
 			ch <- m
 			return
 		}
@@ -144,6 +144,7 @@ func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, build func(t
 	if err != nil {
 		return err
 	}
+	m.SetTid(tid)
 	if err := c.Send(ctx, m); err != nil {
 		m.Release()
 		return fmt.Errorf("osd.%d: %w", id, err)
@@ -464,7 +465,7 @@ func (o *OSD) AdoptMap(m *placement.Map) error { return o.adoptMap(m.Proto()) }
 // serveRecovery answers a peer's PG query, log pull or backfill step.
 func (o *OSD) serveRecovery(m *msgr.Message) {
 	defer m.Release()
-	c := m.Conn()
+	c, to := m.Conn(), replyTo(m)
 	t := osdpb.MsgType(m.Type)
 	hdr := func(err error) *osdpb.ReplyHeader { return o.header(nil, err) }
 	switch t {
@@ -479,12 +480,12 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 			err = ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg query from %s, not an OSD", c.Peer())
 		}
 		if err != nil {
-			o.send(c, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Tid: q.Tid}, nil)
+			o.send(to, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Tid: q.Tid}, nil)
 			return
 		}
 		o.enqueue(o.shardOf(sid), func() {
 			info, err := o.answerQuery(&q, sid, from)
-			o.send(c, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Tid: q.Tid, Info: info}, nil)
+			o.send(to, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Tid: q.Tid, Info: info}, nil)
 		})
 
 	case osdpb.MsgType_MSG_PG_LOG_PULL:
@@ -510,7 +511,7 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 			}
 			entries, tooOld, err = o.st.LogAfter(o.ctx, sid, after, max)
 		}
-		o.send(c, ops.ReplyType(t), &osdpb.PGLogPullReply{Header: hdr(err), Tid: q.Tid,
+		o.send(to, ops.ReplyType(t), &osdpb.PGLogPullReply{Header: hdr(err), Tid: q.Tid,
 			Entries: entries, TooOld: tooOld, Complete: len(entries) < max, Diverged: diverged, Floor: floor}, nil)
 
 	case osdpb.MsgType_MSG_PG_BACKFILL:
@@ -520,7 +521,7 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 		}
 		rep, body, err := o.backfillStep(c, &q)
 		rep.Header, rep.Tid = hdr(err), q.Tid
-		o.send(c, ops.ReplyType(t), rep, body)
+		o.send(to, ops.ReplyType(t), rep, body)
 	}
 }
 

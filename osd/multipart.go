@@ -25,7 +25,7 @@ import (
 
 // upload routes the four upload ops.
 func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
-	t, conn := osdpb.MsgType(m.Type), m.Conn()
+	t, conn := osdpb.MsgType(m.Type), replyTo(m)
 	uploadReply := func(h *osdpb.ReplyHeader, applied *osdpb.LogEntry) proto.Message {
 		rep := &osdpb.UploadReply{Header: h}
 		if applied == nil {
@@ -139,7 +139,7 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 // shard) once that entry is written everywhere.
 func (o *OSD) recordWrite(m *msgr.Message, req *osdpb.UploadRequest, reply replyFunc,
 	fill func(*placement.Map, *osdpb.LogEntry) error, after func(*placement.Map, uint32)) {
-	t, conn := osdpb.MsgType(m.Type), m.Conn()
+	t, conn := osdpb.MsgType(m.Type), replyTo(m)
 	send := func(err error, applied *osdpb.LogEntry) {
 		h := o.header(req.Header, err)
 		if err != nil {

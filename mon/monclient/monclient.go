@@ -434,6 +434,7 @@ func (c *Client) roundTrip(ctx context.Context, addr string, t osdpb.MsgType, ti
 	actx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	m := msgr.NewMessage(uint16(t), front, nil)
+	m.SetTid(tid)
 	if err := conn.Send(actx, m); err != nil {
 		m.Release()
 		return nil, fmt.Errorf("sending to %s: %w", addr, err)
@@ -552,7 +553,7 @@ func (d dispatcher) Dispatch(m *msgr.Message) {
 		c.noteMap(mm.Map)
 		return
 	}
-	tid := replyTid(m.Front)
+	tid := m.Tid()
 	c.mu.Lock()
 	p := c.pending[tid]
 	if p != nil && p.conn == m.Conn() {
@@ -582,16 +583,6 @@ func (d dispatcher) HandleEvent(ev msgr.Event) {
 		}
 	}
 	c.mu.Unlock()
-}
-
-// replyTid reads field 2 (the tid) of a mon reply without decoding the
-// rest; 0 if absent or malformed.
-func replyTid(b []byte) uint64 {
-	tid, ok := ops.VarintField(b, 2)
-	if !ok {
-		return 0
-	}
-	return tid
 }
 
 // sleep waits d or until ctx ends; false if ctx ended.
