@@ -107,7 +107,7 @@ func (m *Mon) handle(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType, fron
 func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (proto.Message, error) {
 	switch r := req.(type) {
 	case *osdpb.MonSubscribe:
-		rep := &osdpb.MonSubscribeReply{Header: m.header(nil), Tid: r.Tid}
+		rep := &osdpb.MonSubscribeReply{Header: m.header(nil)}
 		if r.Auth {
 			t, err := m.currentAuthTable(ctx)
 			if err != nil {
@@ -148,7 +148,7 @@ func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (pr
 		if err := l.failure(ctx, r); err != nil {
 			return nil, err
 		}
-		return &osdpb.MonFailureReply{Header: m.header(nil), Tid: r.Tid}, nil
+		return &osdpb.MonFailureReply{Header: m.header(nil)}, nil
 	}
 	return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "unhandled request %T", req)
 }
@@ -163,7 +163,7 @@ func (m *Mon) notLeader() error {
 // command serves a MonCommand: the read-only ones on any mon, the ones
 // that change the map on the leader.
 func (m *Mon) command(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonCommandReply, error) {
-	rep := &osdpb.MonCommandReply{Tid: c.Tid}
+	rep := &osdpb.MonCommandReply{}
 	var out any
 	switch c.Prefix {
 	case "status":

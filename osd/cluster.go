@@ -129,10 +129,11 @@ func (o *OSD) peerConn(id uint32) (*msgr.Conn, error) {
 	return o.clu.Connect(o.ctx, addr, msgr.EntityName(ops.OSDName(id)))
 }
 
-// call sends the request build(tid) to OSD id and decodes the reply into
-// rep; with data non-nil, the reply's message is handed to it (it must
-// Release it) instead of being released.
-func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, build func(tid uint64) proto.Message, rep proto.Message, data func(*msgr.Message)) error {
+// call sends req to OSD id with a tid of its own in the envelope, and
+// decodes the reply that echoes the tid into rep; with data non-nil, the
+// reply's message is handed to it (it must Release it) instead of being
+// released.
+func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, req proto.Message, rep proto.Message, data func(*msgr.Message)) error {
 	c, err := o.peerConn(id)
 	if err != nil {
 		return err
@@ -140,7 +141,7 @@ func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, build func(t
 	ch := make(chan *msgr.Message, 1)
 	tid := o.calls.add(ch)
 	defer o.calls.take(tid)
-	m, err := msgr.NewProtoMessage(uint16(t), build(tid), nil)
+	m, err := msgr.NewProtoMessage(uint16(t), req, nil)
 	if err != nil {
 		return err
 	}
@@ -341,9 +342,7 @@ func (o *OSD) learnEpoch(epoch uint64, from uint32) {
 		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
 		defer cancel()
 		var rep osdpb.GetMapReply
-		err := o.call(ctx, from, osdpb.MsgType_MSG_GET_MAP, func(tid uint64) proto.Message {
-			return &osdpb.GetMap{HaveEpoch: o.Map().Epoch(), Tid: tid}
-		}, &rep, nil)
+		err := o.call(ctx, from, osdpb.MsgType_MSG_GET_MAP, &osdpb.GetMap{HaveEpoch: o.Map().Epoch()}, &rep, nil)
 		if err == nil {
 			err = o.adoptMap(rep.Map)
 		}
@@ -480,12 +479,12 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 			err = ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg query from %s, not an OSD", c.Peer())
 		}
 		if err != nil {
-			o.send(to, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Tid: q.Tid}, nil)
+			o.send(to, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err)}, nil)
 			return
 		}
 		o.enqueue(o.shardOf(sid), func() {
 			info, err := o.answerQuery(&q, sid, from)
-			o.send(to, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Tid: q.Tid, Info: info}, nil)
+			o.send(to, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Info: info}, nil)
 		})
 
 	case osdpb.MsgType_MSG_PG_LOG_PULL:
@@ -511,7 +510,7 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 			}
 			entries, tooOld, err = o.st.LogAfter(o.ctx, sid, after, max)
 		}
-		o.send(to, ops.ReplyType(t), &osdpb.PGLogPullReply{Header: hdr(err), Tid: q.Tid,
+		o.send(to, ops.ReplyType(t), &osdpb.PGLogPullReply{Header: hdr(err),
 			Entries: entries, TooOld: tooOld, Complete: len(entries) < max, Diverged: diverged, Floor: floor}, nil)
 
 	case osdpb.MsgType_MSG_PG_BACKFILL:
@@ -520,7 +519,7 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 			return
 		}
 		rep, body, err := o.backfillStep(c, &q)
-		rep.Header, rep.Tid = hdr(err), q.Tid
+		rep.Header = hdr(err)
 		o.send(to, ops.ReplyType(t), rep, body)
 	}
 }
@@ -756,9 +755,7 @@ func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Vers
 	}
 	for {
 		var rep osdpb.PGLogPullReply
-		err := o.call(ctx, from, osdpb.MsgType_MSG_PG_LOG_PULL, func(tid uint64) proto.Message {
-			return &osdpb.PGLogPull{Epoch: o.Map().Epoch(), Pool: p.pool, Pg: p.pg, After: have, MaxEntries: 500, Tid: tid}
-		}, &rep, nil)
+		err := o.call(ctx, from, osdpb.MsgType_MSG_PG_LOG_PULL, &osdpb.PGLogPull{Epoch: o.Map().Epoch(), Pool: p.pool, Pg: p.pg, After: have, MaxEntries: 500}, &rep, nil)
 		if err == nil {
 			err = ops.FromReply(rep.Header)
 		}
@@ -831,10 +828,7 @@ func (o *OSD) fetch(ctx context.Context, p *pgState, from uint32, q *osdpb.PGBac
 	q.Epoch, q.Pool, q.Pg = o.Map().Epoch(), p.pool, p.pg
 	var rep osdpb.PGBackfillReply
 	var msg *msgr.Message
-	err := o.call(ctx, from, osdpb.MsgType_MSG_PG_BACKFILL, func(tid uint64) proto.Message {
-		q.Tid = tid
-		return q
-	}, &rep, func(m *msgr.Message) { msg = m })
+	err := o.call(ctx, from, osdpb.MsgType_MSG_PG_BACKFILL, q, &rep, func(m *msgr.Message) { msg = m })
 	release := func() {
 		if msg != nil {
 			msg.Release()

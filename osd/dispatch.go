@@ -208,7 +208,7 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			o.badRequest(m, err)
 			return
 		}
-		rep := &osdpb.GetMapReply{Header: &osdpb.ReplyHeader{Epoch: o.Map().Epoch()}, Map: o.Map().Proto(), Tid: req.Tid}
+		rep := &osdpb.GetMapReply{Header: &osdpb.ReplyHeader{Epoch: o.Map().Epoch()}, Map: o.Map().Proto()}
 		if req.Epoch != 0 {
 			// A past epoch, for a peer filling its history.
 			if past, ok := o.mapAt(req.Epoch); ok {
@@ -291,7 +291,7 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 		if !o.permitted(m, req.Bucket) {
 			return
 		}
-		o.onReaders(m, func() { o.getObject(m, &req, 0) })
+		o.onReaders(m, func() { o.getObject(m, &req) })
 
 	case osdpb.MsgType_MSG_HEAD_OBJECT:
 		var req osdpb.ObjectRequest
@@ -303,7 +303,7 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			return
 		}
 		o.onReaders(m, func() {
-			o.getObject(m, &osdpb.GetObject{Header: req.Header, Bucket: req.Bucket, Key: req.Key, HasRange: true, Length: 0}, req.Tid)
+			o.getObject(m, &osdpb.GetObject{Header: req.Header, Bucket: req.Bucket, Key: req.Key, HasRange: true, Length: 0})
 		})
 
 	case osdpb.MsgType_MSG_LIST_OBJECTS:
@@ -390,11 +390,11 @@ func (o *OSD) bucketRead(m *msgr.Message, req *osdpb.BucketRequest) {
 // getObject serves GET_OBJECT and HEAD_OBJECT (a zero-length range) at the
 // PG's primary. The bytes go into a buffer from the client's conn, which on
 // RDMA is registered memory the client reads without a copy.
-func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, tid uint64) {
+func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 	defer m.Release()
 	t := osdpb.MsgType(m.Type)
 	fail := func(err error) {
-		o.send(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, err), Tid: tid}, nil)
+		o.send(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, err)}, nil)
 	}
 	if err := checkNames(req.Bucket, req.Key); err != nil {
 		fail(err)
@@ -414,7 +414,7 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, tid uint64) {
 			fail(err)
 			return
 		}
-		o.send(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Tid: tid}, nil)
+		o.send(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta}, nil)
 		return
 	}
 	off, length := uint64(0), int64(-1)
@@ -517,7 +517,7 @@ func (o *OSD) readInto(c *msgr.Conn, bucket, key string, meta *osdpb.ObjectMeta,
 func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer bool) {
 	defer m.Release()
 	t := osdpb.MsgType(m.Type)
-	rep := &osdpb.ListObjectsReply{Tid: req.Tid}
+	rep := &osdpb.ListObjectsReply{}
 	var err error
 	if req.Bucket != ops.MultipartBucket {
 		err = ops.CheckBucketName(req.Bucket)

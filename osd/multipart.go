@@ -232,9 +232,7 @@ func (o *OSD) headAnywhere(mp *placement.Map, pool *osdpb.Pool, bucket, key stri
 	ctx, cancel := context.WithTimeout(o.ctx, o.cfg.RepTimeout)
 	defer cancel()
 	var rep osdpb.ObjectReply
-	err := o.call(ctx, primary, osdpb.MsgType_MSG_HEAD_OBJECT, func(tid uint64) proto.Message {
-		return &osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: pool.Id, Pg: pg}, Bucket: bucket, Key: key, Tid: tid}
-	}, &rep, nil)
+	err := o.call(ctx, primary, osdpb.MsgType_MSG_HEAD_OBJECT, &osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: pool.Id, Pg: pg}, Bucket: bucket, Key: key}, &rep, nil)
 	if err == nil {
 		err = ops.FromReply(rep.Header)
 	}

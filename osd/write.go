@@ -216,9 +216,7 @@ func (o *OSD) checkBucketEmpty(mp *placement.Map, bucket string) error {
 	for id := range o.upPeers(mp, placement.MetaPG) {
 		ctx, cancel := context.WithTimeout(o.ctx, o.cfg.RepTimeout)
 		var rep osdpb.ListObjectsReply
-		err := o.call(ctx, id, osdpb.MsgType_MSG_LIST_OBJECTS, func(tid uint64) proto.Message {
-			return &osdpb.ListObjects{Header: &osdpb.Header{Epoch: mp.Epoch()}, Bucket: bucket, MaxKeys: 1, Tid: tid}
-		}, &rep, nil)
+		err := o.call(ctx, id, osdpb.MsgType_MSG_LIST_OBJECTS, &osdpb.ListObjects{Header: &osdpb.Header{Epoch: mp.Epoch()}, Bucket: bucket, MaxKeys: 1}, &rep, nil)
 		cancel()
 		if err == nil {
 			err = ops.FromReply(rep.Header)

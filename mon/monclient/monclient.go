@@ -196,12 +196,12 @@ func (c *Client) Subscribe(ctx context.Context) (*placement.Map, error) {
 func (c *Client) subscribeLoop() {
 	for c.ctx.Err() == nil {
 		var rep osdpb.MonSubscribeReply
-		conn, err := c.call(c.ctx, osdpb.MsgType_MSG_MON_SUBSCRIBE, func(tid uint64) proto.Message {
+		conn, err := c.call(c.ctx, osdpb.MsgType_MSG_MON_SUBSCRIBE, func() proto.Message {
 			have := uint64(0)
 			if mp := c.Map(); mp != nil {
 				have = mp.Epoch()
 			}
-			return &osdpb.MonSubscribe{Tid: tid, HaveEpoch: have, Auth: c.o.OnAuth != nil}
+			return &osdpb.MonSubscribe{HaveEpoch: have, Auth: c.o.OnAuth != nil}
 		}, &rep, true)
 		if err != nil {
 			if c.ctx.Err() == nil {
@@ -232,11 +232,7 @@ func (c *Client) subscribeLoop() {
 // the map that marks it up.
 func (c *Client) Boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBootReply, error) {
 	var rep osdpb.MonBootReply
-	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_BOOT, func(tid uint64) proto.Message {
-		r := proto.CloneOf(b)
-		r.Tid = tid
-		return r
-	}, &rep, false)
+	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_BOOT, func() proto.Message { return b }, &rep, false)
 	if err != nil {
 		return nil, err
 	}
@@ -249,11 +245,7 @@ func (c *Client) Boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBootRepl
 // must boot again.
 func (c *Client) Beacon(ctx context.Context, b *osdpb.MonBeacon) error {
 	var rep osdpb.MonBeaconReply
-	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_BEACON, func(tid uint64) proto.Message {
-		r := proto.CloneOf(b)
-		r.Tid = tid
-		return r
-	}, &rep, false)
+	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_BEACON, func() proto.Message { return b }, &rep, false)
 	return err
 }
 
@@ -261,11 +253,7 @@ func (c *Client) Beacon(ctx context.Context, b *osdpb.MonBeacon) error {
 // Alive, that it can again).
 func (c *Client) ReportFailure(ctx context.Context, f *osdpb.MonFailure) error {
 	var rep osdpb.MonFailureReply
-	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_FAILURE, func(tid uint64) proto.Message {
-		r := proto.CloneOf(f)
-		r.Tid = tid
-		return r
-	}, &rep, false)
+	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_FAILURE, func() proto.Message { return f }, &rep, false)
 	return err
 }
 
@@ -273,11 +261,7 @@ func (c *Client) ReportFailure(ctx context.Context, f *osdpb.MonFailure) error {
 // go to any mon; the others to the leader.
 func (c *Client) Command(ctx context.Context, cmd *osdpb.MonCommand) (*osdpb.MonCommandReply, error) {
 	var rep osdpb.MonCommandReply
-	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_COMMAND, func(tid uint64) proto.Message {
-		r := proto.CloneOf(cmd)
-		r.Tid = tid
-		return r
-	}, &rep, slices.Contains(readCommands, cmd.GetPrefix()))
+	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_COMMAND, func() proto.Message { return cmd }, &rep, slices.Contains(readCommands, cmd.GetPrefix()))
 	if err != nil {
 		return nil, err
 	}
@@ -293,10 +277,10 @@ type reply interface {
 	GetHeader() *osdpb.ReplyHeader
 }
 
-// call sends build(tid) to a mon and decodes its reply into rep, moving
+// call sends build() to a mon and decodes its reply into rep, moving
 // over the mons (and following NOT_LEADER) until ctx ends. anyMon: a
 // standby's answer will do. It returns the conn that answered.
-func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func(tid uint64) proto.Message, rep reply, anyMon bool) (*msgr.Conn, error) {
+func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.Message, rep reply, anyMon bool) (*msgr.Conn, error) {
 	var lastErr error
 	delay := 20 * time.Millisecond
 	misses := 0
@@ -318,7 +302,7 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func(tid uint6
 		if round == 0 && len(c.o.Addrs) > 1 && !c.knowsLeader() {
 			wait = min(wait, firstTry)
 		}
-		conn, err := c.roundTrip(ctx, addr, t, tid, build(tid), rep, wait)
+		conn, err := c.roundTrip(ctx, addr, t, tid, build(), rep, wait)
 		if errors.Is(err, ErrClosed) {
 			return nil, err
 		}

@@ -76,7 +76,9 @@ func testRepliesMatchedByTid(t *testing.T, env Env) {
 			mismatch = append(mismatch, fmt.Sprintf("reply with tid %#x answers %x", m.Tid(), m.Front))
 			return
 		}
-		answered[m.Tid()]++
+		if answered[m.Tid()]++; answered[m.Tid()] > 1 {
+			mismatch = append(mismatch, fmt.Sprintf("tid %#x answered twice", m.Tid()))
+		}
 	}), nil)
 	c, err := cli.Connect(ctx, addr, "osd.0")
 	if err != nil {
