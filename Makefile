@@ -62,12 +62,12 @@ FUZZMINTIME ?= 1s
 FUZZ_TARGETS = \
 	"FuzzControlFrame ./msgr/rdma" "FuzzParseCM ./msgr/rdma" \
 	"FuzzReadFrame ./msgr/wire" "FuzzBanner ./msgr/wire" "FuzzHandshake ./msgr" "FuzzHandshakeAuth ./msgr" "FuzzEngineFrames ./msgr" \
-	"FuzzUnmarshal ./osd/placement" "FuzzLoad ./osd/placement" "FuzzFromProto ./osd/placement" \
+	"FuzzUnmarshal ./internal/placement" "FuzzLoad ./internal/placement" "FuzzFromProto ./internal/placement" \
 	"FuzzDecodeHead ./osd/store" "FuzzDecodeChunk ./osd/store" "FuzzDecodePGInfo ./osd/store" \
 	"FuzzDecodeReqVersion ./osd/store" "FuzzDecodeIDMark ./osd/store" "FuzzDecodeLogEntry ./osd/store" \
 	"FuzzDecodeBucket ./osd/store" "FuzzDecodeCounters ./osd/store" "FuzzKeys ./osd/store" \
 	"FuzzCRC32CCombine ./osd/store" \
-	"FuzzVarintField ./osd/ops" "FuzzReplyTid ./client" "FuzzMonRequest ./mon" \
+	"FuzzMonRequest ./mon" \
 	"FuzzParseKeyring ./msgr/auth" "FuzzParseCaps ./msgr/auth" \
 	"FuzzParseAuthorization ./client/s3gw" "FuzzParseRange ./client/s3gw" "FuzzVerify ./client/s3gw" \
 	"FuzzParseDeleteRequest ./client/s3gw" "FuzzCanonicalQuery ./client/s3gw" "FuzzParseListQuery ./client/s3gw" \

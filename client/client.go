@@ -22,20 +22,25 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
-	"github.com/ospreystore/osprey/osd/ops"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
 // Error is an OSD's non-OK answer; errors.Is matches the sentinels below.
 type Error = ops.Error
+
+// Map is an immutable cluster map: its OSDs, its pools, and the placement
+// function that puts each object's PG on its OSDs (Client.Map). It is an
+// alias, so SDK users can name it without importing a package of the
+// module's internals.
+type Map = placement.Map
 
 // Sentinel errors, for errors.Is.
 var (
@@ -244,7 +249,7 @@ func (c *Client) Close() error {
 }
 
 // Map is the client's current cluster map.
-func (c *Client) Map() *placement.Map { return c.mapv.Load() }
+func (c *Client) Map() *Map { return c.mapv.Load() }
 
 // pool is the pool ops go to.
 func (c *Client) pool(mp *placement.Map) *osdpb.Pool {
@@ -341,7 +346,7 @@ func (c *Client) fetchMap(ctx context.Context, addrs []string) error {
 			return answer{}, fmt.Errorf("%s: %w", addrs[i], err)
 		}
 		var rep osdpb.GetMapReply
-		_, err = c.roundTrip(ctx, conn, osdpb.MsgType_MSG_GET_MAP, &osdpb.GetMap{HaveEpoch: have}, 0, nil, &rep, false)
+		_, err = c.roundTrip(ctx, conn, osdpb.MsgType_MSG_GET_MAP, &osdpb.GetMap{HaveEpoch: have}, nil, &rep, false)
 		if err == nil && rep.Map == nil {
 			err = errors.New("the reply has no map")
 		}
@@ -532,24 +537,22 @@ func (c *Client) attempt(ctx context.Context, mp *placement.Map, pool, pg uint32
 	if err != nil {
 		return nil, err
 	}
-	return c.roundTrip(ctx, conn, t, front, tidOfFront(front), payload, rep, keep)
+	return c.roundTrip(ctx, conn, t, front, payload, rep, keep)
 }
 
-// roundTrip sends front (and payload) on conn and waits for the reply
-// whose request id has tid (0 for GetMap, whose reply has none: it is
-// matched by type and conn); keep returns the reply message (see do). The
+// roundTrip sends front (and payload) on conn with a fresh tid in its
+// envelope and waits for the reply that echoes it; keep returns the reply
+// message (see do). A retry is a new round trip, so a late reply to an
+// earlier attempt finds nobody waiting and is dropped. The
 // message takes a reference of its own on payload, so the caller's stays
 // for a retry; the messenger drops the message's when it is done with it,
 // which may be after roundTrip returns.
-func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType, front proto.Message, tid uint64, payload *wire.Buffer, rep proto.Message, keep bool) (*msgr.Message, error) {
+func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType, front proto.Message, payload *wire.Buffer, rep proto.Message, keep bool) (*msgr.Message, error) {
 	b, err := proto.Marshal(front)
 	if err != nil {
 		return nil, err
 	}
-	key := tid
-	if key == 0 {
-		key = c.tid.Add(1) | 1<<63 // GetMap: matched by type, see dispatch
-	}
+	key := c.tid.Add(1)
 	p := &call{conn: conn, ch: make(chan *msgr.Message, 1)}
 	c.mu.Lock()
 	if c.closed {
@@ -564,6 +567,7 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 		c.mu.Unlock()
 	}()
 	m := msgr.NewMessage(uint16(t), b, nil)
+	m.SetTid(key)
 	if payload != nil {
 		payload.Ref()
 		m.SetPayload(payload)
@@ -611,33 +615,14 @@ func connName(conn *msgr.Conn) string {
 	return conn.Addr()
 }
 
-// tidOfFront is the request id's tid of a request proto with a Header.
-func tidOfFront(front proto.Message) uint64 {
-	type hdr interface{ GetHeader() *osdpb.Header }
-	if h, ok := front.(hdr); ok {
-		return h.GetHeader().GetReq().GetTid()
-	}
-	return 0
-}
-
 // dispatcher hands replies to their waiting calls.
 type dispatcher struct{ c *Client }
 
 func (d dispatcher) Dispatch(m *msgr.Message) {
 	c := d.c
-	key := replyTid(m.Front)
+	key := m.Tid()
 	c.mu.Lock()
 	p := c.pending[key]
-	if p == nil && osdpb.MsgType(m.Type) == osdpb.MsgType_MSG_GET_MAP_REPLY {
-		// GetMap replies carry no request id: the first waiting GetMap on
-		// this conn takes it.
-		for k, q := range c.pending {
-			if k&(1<<63) != 0 && q.conn == m.Conn() {
-				p, key = q, k
-				break
-			}
-		}
-	}
 	if p != nil {
 		delete(c.pending, key)
 	}
@@ -655,29 +640,6 @@ func (d dispatcher) HandleEvent(ev msgr.Event) {
 		return
 	}
 	d.c.failCalls(ev.Conn)
-}
-
-// replyTid reads header (1) -> req (6) -> tid (2) of a reply front
-// without decoding the rest. As protobuf merges repeated occurrences of a
-// message field and keeps the last of a scalar, so does this.
-func replyTid(b []byte) uint64 {
-	var tid uint64
-	ops.EachField(b, func(num protowire.Number, typ protowire.Type, hdr []byte) {
-		if num != 1 || typ != protowire.BytesType {
-			return
-		}
-		ops.EachField(hdr, func(num protowire.Number, typ protowire.Type, req []byte) {
-			if num != 6 || typ != protowire.BytesType {
-				return
-			}
-			ops.EachField(req, func(num protowire.Number, typ protowire.Type, v []byte) {
-				if num == 2 && typ == protowire.VarintType {
-					tid, _ = protowire.ConsumeVarint(v)
-				}
-			})
-		})
-	})
-	return tid
 }
 
 // ErrorCode is the S3 error code of err ("NoSuchKey", "BucketNotEmpty",

@@ -1,7 +1,7 @@
 package client
 
 import (
-	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 

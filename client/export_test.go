@@ -4,8 +4,8 @@ import (
 	"context"
 	"iter"
 
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/msgr"
-	"github.com/ospreystore/osprey/osd/ops"
 )
 
 // ListHidden lists the multipart bucket, for tests that check what uploads

@@ -7,10 +7,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
-	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )

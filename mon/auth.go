@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr/auth"
-	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"

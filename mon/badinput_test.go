@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/tcp"
 	"github.com/ospreystore/osprey/msgr/wire"
-	"github.com/ospreystore/osprey/osd/ops"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -41,9 +41,13 @@ func newRawClient(t *testing.T, addr string) *rawClient {
 	return r
 }
 
-func (r *rawClient) send(t *testing.T, typ uint16, front []byte) {
+func (r *rawClient) send(t *testing.T, typ uint16, front []byte) { r.sendTid(t, typ, 0, front) }
+
+// sendTid sends a request with tid in its envelope.
+func (r *rawClient) sendTid(t *testing.T, typ uint16, tid uint64, front []byte) {
 	t.Helper()
 	m := msgr.NewMessage(typ, front, nil)
+	m.SetTid(tid)
 	if err := r.conn.Send(context.Background(), m); err != nil {
 		m.Release()
 		t.Fatal(err)
@@ -68,15 +72,15 @@ func (r *rawClient) next(t *testing.T, timeout time.Duration) *msgr.Message {
 	}
 }
 
-// replyHeader decodes the header (field 1) and tid (field 2) every mon
-// reply has.
+// replyHeader decodes the header (field 1) every mon reply has, and
+// returns it with the tid of the reply's envelope.
 func replyHeader(t *testing.T, m *msgr.Message) (*osdpb.ReplyHeader, uint64) {
 	t.Helper()
-	var rep osdpb.MonBeaconReply // header + tid: the shape of all
+	var rep osdpb.MonBeaconReply // header first: the shape of all
 	if err := m.DecodeFront(&rep); err != nil {
 		t.Fatalf("reply of type %d does not decode: %v", m.Type, err)
 	}
-	return rep.Header, rep.Tid
+	return rep.Header, m.Tid()
 }
 
 func TestBadInput(t *testing.T) {
@@ -95,9 +99,9 @@ func TestBadInput(t *testing.T) {
 	}
 	rep.Release()
 
-	// A valid front with a bad field keeps its tid in the error reply.
-	front, _ := proto.Marshal(&osdpb.MonCommand{Tid: 77, Prefix: "osd explode"})
-	r.send(t, uint16(osdpb.MsgType_MSG_MON_COMMAND), front)
+	// A valid front with a bad field: the error reply echoes the tid.
+	front, _ := proto.Marshal(&osdpb.MonCommand{Prefix: "osd explode"})
+	r.sendTid(t, uint16(osdpb.MsgType_MSG_MON_COMMAND), 77, front)
 	rep = r.next(t, 10*time.Second)
 	if h, tid := replyHeader(t, rep); h.GetStatus() != osdpb.Status_INVALID_ARGUMENT || tid != 77 {
 		t.Fatalf("unknown command: %v tid %d", h, tid)
@@ -107,8 +111,8 @@ func TestBadInput(t *testing.T) {
 	rep.Release()
 
 	// A request type the mon does not serve: INVALID_ARGUMENT as type+1.
-	front, _ = proto.Marshal(&osdpb.MonSubscribe{Tid: 5})
-	r.send(t, uint16(osdpb.MsgType_MSG_PUT_OBJECT), front)
+	front, _ = proto.Marshal(&osdpb.MonSubscribe{})
+	r.sendTid(t, uint16(osdpb.MsgType_MSG_PUT_OBJECT), 5, front)
 	rep = r.next(t, 10*time.Second)
 	if rep == nil || osdpb.MsgType(rep.Type) != osdpb.MsgType_MSG_PUT_OBJECT_REPLY {
 		t.Fatalf("wrong type: reply %v", rep)
@@ -123,8 +127,8 @@ func TestBadInput(t *testing.T) {
 		r.send(t, typ, []byte{1, 2, 3})
 	}
 	// A beacon with another cluster's fsid.
-	front, _ = proto.Marshal(&osdpb.MonBeacon{Tid: 9, Fsid: "not-ours", Id: 0})
-	r.send(t, uint16(osdpb.MsgType_MSG_MON_BEACON), front)
+	front, _ = proto.Marshal(&osdpb.MonBeacon{Fsid: "not-ours", Id: 0})
+	r.sendTid(t, uint16(osdpb.MsgType_MSG_MON_BEACON), 9, front)
 	rep = r.next(t, 10*time.Second)
 	if h, tid := replyHeader(t, rep); osdpb.MsgType(rep.Type) != osdpb.MsgType_MSG_MON_BEACON_REPLY || h.GetStatus() != osdpb.Status_WRONG_CLUSTER || tid != 9 {
 		t.Fatalf("beacon of another cluster: type %d %v tid %d", rep.Type, h, tid)
@@ -207,7 +211,6 @@ func FuzzMonRequest(f *testing.F) {
 	now := time.Unix(1000, 0)
 	f.Fuzz(func(t *testing.T, typ uint16, front []byte) {
 		req, err := decodeRequest(osdpb.MsgType(typ), front)
-		_ = requestTid(req, front)
 		if err != nil {
 			if st, _ := ops.StatusOf(err); st != osdpb.Status_INVALID_ARGUMENT {
 				t.Fatalf("decode error with status %v: %v", st, err)

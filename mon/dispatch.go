@@ -7,9 +7,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
-	"github.com/ospreystore/osprey/osd/ops"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -31,7 +31,7 @@ type dispatcher struct{ m *Mon }
 func (d dispatcher) Dispatch(msg *msgr.Message) {
 	m := d.m
 	t := osdpb.MsgType(msg.Type)
-	conn := msg.Conn()
+	conn, tid := msg.Conn(), msg.Tid()
 	front := bytes.Clone(msg.Front)
 	msg.Release()
 	// Back-pressure: with maxHandlers requests in progress the conn's
@@ -53,7 +53,7 @@ func (d dispatcher) Dispatch(msg *msgr.Message) {
 		defer cancel()
 		rt, rep := m.handle(ctx, conn, t, front)
 		if rep != nil {
-			m.send(conn, rt, rep)
+			m.send(conn, tid, rt, rep)
 		}
 	})
 }
@@ -86,14 +86,13 @@ func (m *Mon) handle(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType, fron
 			return 0, nil
 		}
 		m.log.Info("bad request", "type", t, "conn", conn)
-		return ops.ReplyType(t), replyTo(t, requestTid(nil, front),
+		return ops.ReplyType(t), replyTo(t,
 			m.header(ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "message type %v is not a mon request", t)))
 	}
 	req, err := decodeRequest(t, front)
-	tid := requestTid(req, front)
 	if err != nil {
 		m.log.Info("bad request", "type", t, "conn", conn, "err", err)
-		return ops.ReplyType(t), replyTo(t, tid, m.header(err))
+		return ops.ReplyType(t), replyTo(t, m.header(err))
 	}
 	err = m.allowed(conn, req)
 	var rep proto.Message
@@ -106,7 +105,7 @@ func (m *Mon) handle(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType, fron
 		} else {
 			m.log.Debug("request refused", "type", t, "conn", conn, "err", err)
 		}
-		return ops.ReplyType(t), replyTo(t, tid, m.header(err))
+		return ops.ReplyType(t), replyTo(t, m.header(err))
 	}
 	return ops.ReplyType(t), rep
 }
@@ -115,7 +114,7 @@ func (m *Mon) handle(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType, fron
 func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (proto.Message, error) {
 	switch r := req.(type) {
 	case *osdpb.MonSubscribe:
-		rep := &osdpb.MonSubscribeReply{Header: m.header(nil), Tid: r.Tid}
+		rep := &osdpb.MonSubscribeReply{Header: m.header(nil)}
 		if r.Auth {
 			t, err := m.currentAuthTable(ctx)
 			if err != nil {
@@ -156,7 +155,7 @@ func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (pr
 		if err := l.failure(ctx, r); err != nil {
 			return nil, err
 		}
-		return &osdpb.MonFailureReply{Header: m.header(nil), Tid: r.Tid}, nil
+		return &osdpb.MonFailureReply{Header: m.header(nil)}, nil
 	}
 	return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "unhandled request %T", req)
 }
@@ -171,7 +170,7 @@ func (m *Mon) notLeader() error {
 // command serves a MonCommand: the read-only ones on any mon, the ones
 // that change the map on the leader.
 func (m *Mon) command(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonCommandReply, error) {
-	rep := &osdpb.MonCommandReply{Tid: c.Tid}
+	rep := &osdpb.MonCommandReply{}
 	var out any
 	switch c.Prefix {
 	case "status":
@@ -266,23 +265,25 @@ func unavailable(what string, err error) error {
 	return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "%s: %v", what, err)
 }
 
-// send sends pb as a message of type t on c without blocking the caller
+// send sends pb as a message of type t with tid in its envelope (a
+// reply's is its request's, 0 for a push) on c without blocking the caller
 // for long: a full send queue hands it to a goroutine that waits up to
 // replyTimeout. Errors are the peer's problem: it is gone or not reading.
-func (m *Mon) send(c *msgr.Conn, t osdpb.MsgType, pb proto.Message) {
+func (m *Mon) send(c *msgr.Conn, tid uint64, t osdpb.MsgType, pb proto.Message) {
 	front, err := proto.Marshal(pb)
 	if err != nil {
 		m.log.Error("marshal reply", "type", t, "err", err)
 		return
 	}
-	m.sendFront(c, t, front)
+	m.sendFront(c, tid, t, front)
 }
 
-func (m *Mon) sendFront(c *msgr.Conn, t osdpb.MsgType, front []byte) {
+func (m *Mon) sendFront(c *msgr.Conn, tid uint64, t osdpb.MsgType, front []byte) {
 	if c == nil {
 		return
 	}
 	msg := msgr.NewMessage(uint16(t), front, nil)
+	msg.SetTid(tid)
 	err := c.TrySend(msg)
 	if errors.Is(err, msgr.ErrWouldBlock) {
 		go func() {
@@ -351,6 +352,6 @@ func (m *Mon) pushTo(onlyAuth bool, t osdpb.MsgType, pb proto.Message) {
 		default:
 		}
 		// The messenger only reads a front, so all pushes share one.
-		m.sendFront(c, t, front)
+		m.sendFront(c, 0, t, front)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 

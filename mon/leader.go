@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ospreystore/osprey/osd/ops"
-	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -118,7 +118,7 @@ func (l *leadership) boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBoot
 	}
 	info, _ := next.OSD(id)
 	m.log.Info("osd booted", "osd", id, "uuid", b.Uuid, "public", info.PublicAddr, "host", info.Host, "epoch", next.Epoch(), "in", info.In)
-	return &osdpb.MonBootReply{Header: m.header(nil), Tid: b.Tid, Id: id, Fsid: m.fsid, Map: next.Proto()}, nil
+	return &osdpb.MonBootReply{Header: m.header(nil), Id: id, Fsid: m.fsid, Map: next.Proto()}, nil
 }
 
 // beacon serves MSG_MON_BEACON: it keeps the OSD's lease alive and stores
@@ -197,7 +197,7 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.Mon
 	if b.Epoch < mp.Epoch() {
 		h.Map = mp.Proto()
 	}
-	return &osdpb.MonBeaconReply{Header: h, Tid: b.Tid}, nil
+	return &osdpb.MonBeaconReply{Header: h}, nil
 }
 
 // renew keeps OSD id's liveness lease alive and returns it; NoLease when

@@ -4,9 +4,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -17,7 +16,7 @@ const maxCommandIDs = 1 << 16
 // decodeRequest parses the front of a mon request of type t and checks
 // what can be checked without the map. The error is an *ops.Error
 // (INVALID_ARGUMENT) whose message says what is wrong; the request comes
-// back even then, for its tid. It never panics, on any input.
+// back even then. It never panics, on any input.
 func decodeRequest(t osdpb.MsgType, front []byte) (proto.Message, error) {
 	var req proto.Message
 	switch t {
@@ -62,55 +61,24 @@ func decodeRequest(t osdpb.MsgType, front []byte) (proto.Message, error) {
 	return req, nil
 }
 
-// requestTid is the tid of a decoded request, or, when decoding failed
-// before it, field 1 of the raw front (every mon request has its tid
-// there) read without decoding the rest.
-func requestTid(req proto.Message, front []byte) uint64 {
-	type tidder interface{ GetTid() uint64 }
-	if r, ok := req.(tidder); ok && r.GetTid() != 0 {
-		return r.GetTid()
-	}
-	var tid uint64
-	for b := front; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			break
-		}
-		b = b[n:]
-		if num == 1 && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				break
-			}
-			tid = v
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			break
-		}
-		b = b[n:]
-	}
-	return tid
-}
-
-// replyTo builds the reply of a request of type t carrying only a header
-// and the tid: the answer to a request that failed. Every mon reply has
-// the header as field 1 and the tid as field 2, so a request type the mon
-// does not know gets that shape too.
-func replyTo(t osdpb.MsgType, tid uint64, h *osdpb.ReplyHeader) proto.Message {
+// replyTo builds the reply of a request of type t carrying only a header:
+// the answer to a request that failed (its tid is in the envelope). Every
+// mon reply has the header as field 1, so a request type the mon does not
+// know gets that shape too.
+func replyTo(t osdpb.MsgType, h *osdpb.ReplyHeader) proto.Message {
 	switch t {
 	case osdpb.MsgType_MSG_MON_BOOT:
-		return &osdpb.MonBootReply{Header: h, Tid: tid}
+		return &osdpb.MonBootReply{Header: h}
 	case osdpb.MsgType_MSG_MON_FAILURE:
-		return &osdpb.MonFailureReply{Header: h, Tid: tid}
+		return &osdpb.MonFailureReply{Header: h}
 	case osdpb.MsgType_MSG_MON_SUBSCRIBE:
-		return &osdpb.MonSubscribeReply{Header: h, Tid: tid}
+		return &osdpb.MonSubscribeReply{Header: h}
 	case osdpb.MsgType_MSG_MON_COMMAND:
-		return &osdpb.MonCommandReply{Header: h, Tid: tid}
+		return &osdpb.MonCommandReply{Header: h}
 	case osdpb.MsgType_MSG_GET_MAP:
 		return &osdpb.GetMapReply{Header: h}
 	}
-	return &osdpb.MonBeaconReply{Header: h, Tid: tid}
+	return &osdpb.MonBeaconReply{Header: h}
 }
 
 // isMonRequest reports whether t is a request the mon serves.

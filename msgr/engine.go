@@ -184,7 +184,7 @@ func (e *engine) collect(fr []wire.Frame, maxFrames, maxBytes int) ([]wire.Frame
 		}
 		crc, known := m.DataCRC()
 		fr = append(fr, wire.Frame{
-			Preamble: wire.Preamble{Tag: wire.TagMessage, Type: m.Type, Seq: m.out.seq},
+			Preamble: wire.Preamble{Tag: wire.TagMessage, Type: m.Type, Seq: m.out.seq, Tid: m.tid},
 			Front:    m.Front, Data: m.Data, Buf: m.buf,
 			DataCRC: crc, HasDataCRC: known,
 		})

@@ -31,6 +31,9 @@ type Message struct {
 	// messages and payload buffers without allocating.
 	OnRelease func(*Message)
 
+	// tid travels in the frame's preamble (SetTid, Tid).
+	tid uint64
+
 	// Set on received messages.
 	seq    uint64
 	conn   *Conn
@@ -167,6 +170,16 @@ func (m *Message) DataCRC() (crc uint32, ok bool) {
 func (m *Message) DecodeFront(pb proto.Message) error {
 	return proto.Unmarshal(m.Front, pb)
 }
+
+// SetTid sets the request id the message carries in its envelope (the
+// frame's preamble). A requester picks a tid its pending requests do not
+// use; a reply sets its request's Tid, so the requester matches replies to
+// requests without decoding their fronts. 0, the default, is no tid.
+func (m *Message) SetTid(tid uint64) { m.tid = tid }
+
+// Tid is the request id of the message: on a received message, the one its
+// sender set (SetTid), 0 if none.
+func (m *Message) Tid() uint64 { return m.tid }
 
 // Seq is the session sequence number of a received message.
 func (m *Message) Seq() uint64 { return m.seq }

@@ -5,10 +5,10 @@ import (
 	"crypto/x509"
 	"fmt"
 
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
-	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 

@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/osd/pg"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 

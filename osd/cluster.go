@@ -9,11 +9,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/wire"
-	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/pg"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
@@ -109,7 +109,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 	case osdpb.MsgType_MSG_GET_MAP_REPLY, osdpb.MsgType_MSG_LIST_OBJECTS_REPLY, osdpb.MsgType_MSG_HEAD_OBJECT_REPLY,
 		osdpb.MsgType_MSG_DELETE_OBJECT_REPLY, osdpb.MsgType_MSG_PG_QUERY_REPLY,
 		osdpb.MsgType_MSG_PG_LOG_PULL_REPLY, osdpb.MsgType_MSG_PG_BACKFILL_REPLY:
-		if ch, ok := o.calls.take(tidOf(m.Front)); ok {
+		if ch, ok := o.calls.take(m.Tid()); ok {
 			ch <- m
 			return
 		}
@@ -129,10 +129,11 @@ func (o *OSD) peerConn(id uint32) (*msgr.Conn, error) {
 	return o.clu.Connect(o.ctx, addr, msgr.EntityName(ops.OSDName(id)))
 }
 
-// call sends the request build(tid) to OSD id and decodes the reply into
-// rep; with data non-nil, the reply's message is handed to it (it must
-// Release it) instead of being released.
-func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, build func(tid uint64) proto.Message, rep proto.Message, data func(*msgr.Message)) error {
+// call sends req to OSD id with a tid of its own in the envelope, and
+// decodes the reply that echoes the tid into rep; with data non-nil, the
+// reply's message is handed to it (it must Release it) instead of being
+// released.
+func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, req proto.Message, rep proto.Message, data func(*msgr.Message)) error {
 	c, err := o.peerConn(id)
 	if err != nil {
 		return err
@@ -140,10 +141,11 @@ func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, build func(t
 	ch := make(chan *msgr.Message, 1)
 	tid := o.calls.add(ch)
 	defer o.calls.take(tid)
-	m, err := msgr.NewProtoMessage(uint16(t), build(tid), nil)
+	m, err := msgr.NewProtoMessage(uint16(t), req, nil)
 	if err != nil {
 		return err
 	}
+	m.SetTid(tid)
 	if err := c.Send(ctx, m); err != nil {
 		m.Release()
 		return fmt.Errorf("osd.%d: %w", id, err)
@@ -340,9 +342,7 @@ func (o *OSD) learnEpoch(epoch uint64, from uint32) {
 		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
 		defer cancel()
 		var rep osdpb.GetMapReply
-		err := o.call(ctx, from, osdpb.MsgType_MSG_GET_MAP, func(tid uint64) proto.Message {
-			return &osdpb.GetMap{HaveEpoch: o.Map().Epoch(), Tid: tid}
-		}, &rep, nil)
+		err := o.call(ctx, from, osdpb.MsgType_MSG_GET_MAP, &osdpb.GetMap{HaveEpoch: o.Map().Epoch()}, &rep, nil)
 		if err == nil {
 			err = o.adoptMap(rep.Map)
 		}
@@ -464,7 +464,7 @@ func (o *OSD) AdoptMap(m *placement.Map) error { return o.adoptMap(m.Proto()) }
 // serveRecovery answers a peer's PG query, log pull or backfill step.
 func (o *OSD) serveRecovery(m *msgr.Message) {
 	defer m.Release()
-	c := m.Conn()
+	c, to := m.Conn(), replyTo(m)
 	t := osdpb.MsgType(m.Type)
 	hdr := func(err error) *osdpb.ReplyHeader { return o.header(nil, err) }
 	switch t {
@@ -479,12 +479,12 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 			err = ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg query from %s, not an OSD", c.Peer())
 		}
 		if err != nil {
-			o.send(c, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Tid: q.Tid}, nil)
+			o.send(to, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err)}, nil)
 			return
 		}
 		o.enqueue(o.shardOf(sid), func() {
 			info, err := o.answerQuery(&q, sid, from)
-			o.send(c, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Tid: q.Tid, Info: info}, nil)
+			o.send(to, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err), Info: info}, nil)
 		})
 
 	case osdpb.MsgType_MSG_PG_LOG_PULL:
@@ -510,7 +510,7 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 			}
 			entries, tooOld, err = o.st.LogAfter(o.ctx, sid, after, max)
 		}
-		o.send(c, ops.ReplyType(t), &osdpb.PGLogPullReply{Header: hdr(err), Tid: q.Tid,
+		o.send(to, ops.ReplyType(t), &osdpb.PGLogPullReply{Header: hdr(err),
 			Entries: entries, TooOld: tooOld, Complete: len(entries) < max, Diverged: diverged, Floor: floor}, nil)
 
 	case osdpb.MsgType_MSG_PG_BACKFILL:
@@ -519,8 +519,8 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 			return
 		}
 		rep, body, err := o.backfillStep(c, &q)
-		rep.Header, rep.Tid = hdr(err), q.Tid
-		o.send(c, ops.ReplyType(t), rep, body)
+		rep.Header = hdr(err)
+		o.send(to, ops.ReplyType(t), rep, body)
 	}
 }
 
@@ -755,9 +755,7 @@ func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Vers
 	}
 	for {
 		var rep osdpb.PGLogPullReply
-		err := o.call(ctx, from, osdpb.MsgType_MSG_PG_LOG_PULL, func(tid uint64) proto.Message {
-			return &osdpb.PGLogPull{Epoch: o.Map().Epoch(), Pool: p.pool, Pg: p.pg, After: have, MaxEntries: 500, Tid: tid}
-		}, &rep, nil)
+		err := o.call(ctx, from, osdpb.MsgType_MSG_PG_LOG_PULL, &osdpb.PGLogPull{Epoch: o.Map().Epoch(), Pool: p.pool, Pg: p.pg, After: have, MaxEntries: 500}, &rep, nil)
 		if err == nil {
 			err = ops.FromReply(rep.Header)
 		}
@@ -830,10 +828,7 @@ func (o *OSD) fetch(ctx context.Context, p *pgState, from uint32, q *osdpb.PGBac
 	q.Epoch, q.Pool, q.Pg = o.Map().Epoch(), p.pool, p.pg
 	var rep osdpb.PGBackfillReply
 	var msg *msgr.Message
-	err := o.call(ctx, from, osdpb.MsgType_MSG_PG_BACKFILL, func(tid uint64) proto.Message {
-		q.Tid = tid
-		return q
-	}, &rep, func(m *msgr.Message) { msg = m })
+	err := o.call(ctx, from, osdpb.MsgType_MSG_PG_BACKFILL, q, &rep, func(m *msgr.Message) { msg = m })
 	release := func() {
 		if msg != nil {
 			msg.Release()

@@ -6,10 +6,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/wire"
-	"github.com/ospreystore/osprey/osd/ops"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
@@ -34,14 +34,26 @@ func (d publicDispatcher) HandleEvent(ev msgr.Event) {
 // not stall because one client stopped reading. A full send queue hands
 // the message to a goroutine that waits up to replyTimeout. Errors are
 // the peer's problem: it is gone or not reading.
-func (o *OSD) send(c *msgr.Conn, t osdpb.MsgType, pb proto.Message, payload *wire.Buffer) {
-	o.sendCRC(c, t, pb, payload, 0, false)
+func (o *OSD) send(to dest, t osdpb.MsgType, pb proto.Message, payload *wire.Buffer) {
+	o.sendCRC(to, t, pb, payload, 0, false)
 }
+
+// dest is where a message goes: a session, and the tid the message
+// carries in its envelope (msgr.Message.SetTid): a reply's is its
+// request's, which the requester matches it by.
+type dest struct {
+	c   *msgr.Conn
+	tid uint64
+}
+
+// replyTo is the destination of the reply to req.
+func replyTo(req *msgr.Message) dest { return dest{req.Conn(), req.Tid()} }
 
 // sendCRC is send with the payload's CRC32C, when known, handed to the
 // messenger (Message.SetDataCRC) so that it does not read the payload
 // again to compute it.
-func (o *OSD) sendCRC(c *msgr.Conn, t osdpb.MsgType, pb proto.Message, payload *wire.Buffer, crc uint32, known bool) {
+func (o *OSD) sendCRC(to dest, t osdpb.MsgType, pb proto.Message, payload *wire.Buffer, crc uint32, known bool) {
+	c := to.c
 	front, err := proto.Marshal(pb)
 	if err != nil {
 		o.log.Error("marshal reply", "type", t, "err", err)
@@ -51,6 +63,7 @@ func (o *OSD) sendCRC(c *msgr.Conn, t osdpb.MsgType, pb proto.Message, payload *
 		return
 	}
 	m := msgr.NewMessage(uint16(t), front, nil)
+	m.SetTid(to.tid)
 	if payload != nil {
 		m.SetPayload(payload)
 		if known {
@@ -136,7 +149,7 @@ func (o *OSD) refuse(m *msgr.Message, kind string, err *ops.Error) {
 	if ops.IsRequest(t) {
 		var req osdpb.BucketRequest
 		_ = proto.Unmarshal(m.Front, &req) // best effort, for the request id
-		o.send(m.Conn(), ops.ReplyType(t), &osdpb.BucketReply{Header: o.header(req.Header, err)}, nil)
+		o.send(replyTo(m), ops.ReplyType(t), &osdpb.BucketReply{Header: o.header(req.Header, err)}, nil)
 	}
 	m.Release()
 }
@@ -195,7 +208,7 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			o.badRequest(m, err)
 			return
 		}
-		rep := &osdpb.GetMapReply{Header: &osdpb.ReplyHeader{Epoch: o.Map().Epoch()}, Map: o.Map().Proto(), Tid: req.Tid}
+		rep := &osdpb.GetMapReply{Header: &osdpb.ReplyHeader{Epoch: o.Map().Epoch()}, Map: o.Map().Proto()}
 		if req.Epoch != 0 {
 			// A past epoch, for a peer filling its history.
 			if past, ok := o.mapAt(req.Epoch); ok {
@@ -205,7 +218,7 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 				rep.Header = o.header(nil, ops.Errorf(osdpb.Status_NO_SUCH_KEY, "map epoch %d is not in osd.%d's history", req.Epoch, o.id))
 			}
 		}
-		o.send(m.Conn(), ops.ReplyType(t), rep, nil)
+		o.send(replyTo(m), ops.ReplyType(t), rep, nil)
 		m.Release()
 
 	case osdpb.MsgType_MSG_CREATE_BUCKET, osdpb.MsgType_MSG_DELETE_BUCKET:
@@ -278,7 +291,7 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 		if !o.permitted(m, req.Bucket) {
 			return
 		}
-		o.onReaders(m, func() { o.getObject(m, &req, 0) })
+		o.onReaders(m, func() { o.getObject(m, &req) })
 
 	case osdpb.MsgType_MSG_HEAD_OBJECT:
 		var req osdpb.ObjectRequest
@@ -290,7 +303,7 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			return
 		}
 		o.onReaders(m, func() {
-			o.getObject(m, &osdpb.GetObject{Header: req.Header, Bucket: req.Bucket, Key: req.Key, HasRange: true, Length: 0}, req.Tid)
+			o.getObject(m, &osdpb.GetObject{Header: req.Header, Bucket: req.Bucket, Key: req.Key, HasRange: true, Length: 0})
 		})
 
 	case osdpb.MsgType_MSG_LIST_OBJECTS:
@@ -346,9 +359,9 @@ func (o *OSD) bucketRead(m *msgr.Message, req *osdpb.BucketRequest) {
 	}
 	if err != nil {
 		if isList {
-			o.send(m.Conn(), ops.ReplyType(t), &osdpb.ListBucketsReply{Header: o.header(req.Header, err)}, nil)
+			o.send(replyTo(m), ops.ReplyType(t), &osdpb.ListBucketsReply{Header: o.header(req.Header, err)}, nil)
 		} else {
-			o.send(m.Conn(), ops.ReplyType(t), &osdpb.BucketReply{Header: o.header(req.Header, err)}, nil)
+			o.send(replyTo(m), ops.ReplyType(t), &osdpb.BucketReply{Header: o.header(req.Header, err)}, nil)
 		}
 		return
 	}
@@ -367,21 +380,21 @@ func (o *OSD) bucketRead(m *msgr.Message, req *osdpb.BucketRequest) {
 			rep.Buckets = nil
 		}
 		rep.Header = o.header(req.Header, err)
-		o.send(m.Conn(), ops.ReplyType(t), &rep, nil)
+		o.send(replyTo(m), ops.ReplyType(t), &rep, nil)
 		return
 	}
 	info, err := o.st.HeadBucket(o.ctx, req.Bucket)
-	o.send(m.Conn(), ops.ReplyType(t), &osdpb.BucketReply{Header: o.header(req.Header, err), Info: info}, nil)
+	o.send(replyTo(m), ops.ReplyType(t), &osdpb.BucketReply{Header: o.header(req.Header, err), Info: info}, nil)
 }
 
 // getObject serves GET_OBJECT and HEAD_OBJECT (a zero-length range) at the
 // PG's primary. The bytes go into a buffer from the client's conn, which on
 // RDMA is registered memory the client reads without a copy.
-func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, tid uint64) {
+func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 	defer m.Release()
 	t := osdpb.MsgType(m.Type)
 	fail := func(err error) {
-		o.send(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, err), Tid: tid}, nil)
+		o.send(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, err)}, nil)
 	}
 	if err := checkNames(req.Bucket, req.Key); err != nil {
 		fail(err)
@@ -401,7 +414,7 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, tid uint64) {
 			fail(err)
 			return
 		}
-		o.send(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Tid: tid}, nil)
+		o.send(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta}, nil)
 		return
 	}
 	off, length := uint64(0), int64(-1)
@@ -416,7 +429,7 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, tid uint64) {
 	// A whole object was checked chunk by chunk against the chunks' CRCs,
 	// which make up its CRC32C: the messenger need not read it again.
 	whole := buf != nil && off == 0 && uint64(len(buf.B)) == meta.Size && len(meta.Parts) == 0
-	o.sendCRC(m.Conn(), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}, buf, meta.Crc32C, whole)
+	o.sendCRC(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}, buf, meta.Crc32C, whole)
 }
 
 // getInto reads [off, off+length) of an object (length -1: to the end)
@@ -504,7 +517,7 @@ func (o *OSD) readInto(c *msgr.Conn, bucket, key string, meta *osdpb.ObjectMeta,
 func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer bool) {
 	defer m.Release()
 	t := osdpb.MsgType(m.Type)
-	rep := &osdpb.ListObjectsReply{Tid: req.Tid}
+	rep := &osdpb.ListObjectsReply{}
 	var err error
 	if req.Bucket != ops.MultipartBucket {
 		err = ops.CheckBucketName(req.Bucket)
@@ -520,7 +533,7 @@ func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer bool
 		}
 	}
 	rep.Header = o.header(req.Header, err)
-	o.send(m.Conn(), ops.ReplyType(t), rep, nil)
+	o.send(replyTo(m), ops.ReplyType(t), rep, nil)
 }
 
 func (o *OSD) listOptions(req *osdpb.ListObjects, fromPeer bool) (store.ListOptions, error) {
@@ -559,11 +572,3 @@ func (o *OSD) listOptions(req *osdpb.ListObjects, fromPeer bool) (store.ListOpti
 // checkNames checks the names of an object op; parts and upload records of
 // the multipart bucket are objects too.
 func checkNames(bucket, key string) error { return ops.CheckObjectNames(bucket, key) }
-
-// tidOf reads field 10 (tid) of an OSD-to-OSD message without decoding
-// the rest: the last occurrence, as protobuf does; 0 when absent. It stops
-// at the first malformed field.
-func tidOf(b []byte) uint64 {
-	tid, _ := ops.VarintField(b, 10)
-	return tid
-}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
-	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )

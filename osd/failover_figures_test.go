@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ospreystore/osprey/osd/ops"
-	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -145,9 +145,7 @@ func (o *OSD) fetchMap(ctx context.Context, e uint64, via *placement.Map) (*plac
 				continue
 			}
 			var rep osdpb.GetMapReply
-			err = o.call(ctx, info.Id, osdpb.MsgType_MSG_GET_MAP, func(tid uint64) proto.Message {
-				return &osdpb.GetMap{Epoch: e, Tid: tid}
-			}, &rep, nil)
+			err = o.call(ctx, info.Id, osdpb.MsgType_MSG_GET_MAP, &osdpb.GetMap{Epoch: e}, &rep, nil)
 			if err == nil {
 				err = ops.FromReply(rep.Header)
 			}

@@ -21,12 +21,12 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/internal/smallfs"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/osd"
-	"github.com/ospreystore/osprey/osd/ops"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
-	"github.com/ospreystore/osprey/osd/ops"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -25,7 +25,7 @@ import (
 
 // upload routes the four upload ops.
 func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
-	t, conn := osdpb.MsgType(m.Type), m.Conn()
+	t, conn := osdpb.MsgType(m.Type), replyTo(m)
 	uploadReply := func(h *osdpb.ReplyHeader, applied *osdpb.LogEntry) proto.Message {
 		rep := &osdpb.UploadReply{Header: h}
 		if applied == nil {
@@ -139,7 +139,7 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 // shard) once that entry is written everywhere.
 func (o *OSD) recordWrite(m *msgr.Message, req *osdpb.UploadRequest, reply replyFunc,
 	fill func(*placement.Map, *osdpb.LogEntry) error, after func(*placement.Map, uint32)) {
-	t, conn := osdpb.MsgType(m.Type), m.Conn()
+	t, conn := osdpb.MsgType(m.Type), replyTo(m)
 	send := func(err error, applied *osdpb.LogEntry) {
 		h := o.header(req.Header, err)
 		if err != nil {
@@ -232,9 +232,7 @@ func (o *OSD) headAnywhere(mp *placement.Map, pool *osdpb.Pool, bucket, key stri
 	ctx, cancel := context.WithTimeout(o.ctx, o.cfg.RepTimeout)
 	defer cancel()
 	var rep osdpb.ObjectReply
-	err := o.call(ctx, primary, osdpb.MsgType_MSG_HEAD_OBJECT, func(tid uint64) proto.Message {
-		return &osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: pool.Id, Pg: pg}, Bucket: bucket, Key: key, Tid: tid}
-	}, &rep, nil)
+	err := o.call(ctx, primary, osdpb.MsgType_MSG_HEAD_OBJECT, &osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: pool.Id, Pg: pg}, Bucket: bucket, Key: key}, &rep, nil)
 	if err == nil {
 		err = ops.FromReply(rep.Header)
 	}

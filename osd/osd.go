@@ -3,7 +3,7 @@
 // keeps objects in osd/store, and brings peers that fell behind up to date.
 //
 // The model is Ceph's primary-copy replication. Objects live in placement
-// groups; the first OSD of a PG's acting set (osd/placement) is its primary.
+// groups; the first OSD of a PG's acting set (internal/placement) is its primary.
 // The primary orders a PG's writes in a PG log with (epoch, seq) versions,
 // applies each one to its store with a synced commit, forwards it to the
 // replicas in parallel, and answers the client only when every replica has
@@ -35,13 +35,13 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/internal/guard"
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
-	"github.com/ospreystore/osprey/osd/ops"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"time"
 
-	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/osd/pg"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // The daemon is the I/O shell around each PG's peering machine (osd/pg):
@@ -206,9 +205,7 @@ func (o *OSD) query(p *pgState, to pg.OSDID, e pg.Epoch, asked bool) {
 		for attempt := 0; ; attempt++ {
 			ctx, cancel := context.WithTimeout(o.ctx, queryTimeout)
 			var rep osdpb.PGQueryReply
-			err := o.call(ctx, id, osdpb.MsgType_MSG_PG_QUERY, func(tid uint64) proto.Message {
-				return &osdpb.PGQuery{Epoch: uint64(e), Pool: p.pool, Pg: p.pg, Tid: tid}
-			}, &rep, nil)
+			err := o.call(ctx, id, osdpb.MsgType_MSG_PG_QUERY, &osdpb.PGQuery{Epoch: uint64(e), Pool: p.pool, Pg: p.pg}, &rep, nil)
 			cancel()
 			if err == nil {
 				err = ops.FromReply(rep.Header)

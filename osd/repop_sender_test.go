@@ -9,8 +9,8 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
@@ -116,9 +116,9 @@ func TestReplicaRefusesForeignRepOps(t *testing.T) {
 		q    *osdpb.PGQuery
 		want osdpb.Status
 	}{
-		{"query from a non-primary", &osdpb.PGQuery{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: pg, Tid: 5}, osdpb.Status_WRONG_PRIMARY},
-		{"query from a future epoch", &osdpb.PGQuery{Epoch: c.Map.Epoch() + 5, Pool: pool.Id, Pg: pg, Tid: 6}, osdpb.Status_STALE_EPOCH},
-		{"query of pool 65536", &osdpb.PGQuery{Epoch: c.Map.Epoch(), Pool: 65536 + pool.Id, Pg: pg, Tid: 7}, osdpb.Status_INVALID_ARGUMENT},
+		{"query from a non-primary", &osdpb.PGQuery{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: pg}, osdpb.Status_WRONG_PRIMARY},
+		{"query from a future epoch", &osdpb.PGQuery{Epoch: c.Map.Epoch() + 5, Pool: pool.Id, Pg: pg}, osdpb.Status_STALE_EPOCH},
+		{"query of pool 65536", &osdpb.PGQuery{Epoch: c.Map.Epoch(), Pool: 65536 + pool.Id, Pg: pg}, osdpb.Status_INVALID_ARGUMENT},
 	} {
 		if got := query(stranger, tc.q); got != tc.want {
 			t.Errorf("%s: status %v, want %v", tc.name, got, tc.want)

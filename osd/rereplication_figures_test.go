@@ -21,8 +21,8 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 

@@ -10,11 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/wire"
-	"github.com/ospreystore/osprey/osd/ops"
 	"github.com/ospreystore/osprey/osd/pg"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
@@ -127,7 +127,7 @@ func objectReply(h *osdpb.ReplyHeader, applied *osdpb.LogEntry) proto.Message {
 // objectWrite checks a put or delete and queues it on its PG's shard;
 // fill completes the log entry from the request.
 func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string, reply replyFunc, fill func(*osdpb.LogEntry) error) {
-	t, conn := osdpb.MsgType(m.Type), m.Conn() // m is released before the reply goes
+	t, conn := osdpb.MsgType(m.Type), replyTo(m) // m is released before the reply goes
 	fail := func(err error) {
 		o.send(conn, ops.ReplyType(t), reply(o.header(hdr, err), nil), nil)
 		m.Release()
@@ -164,7 +164,7 @@ func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string
 // primary. The meta PG's acting set is every OSD that is up, so every OSD
 // holds every bucket record and checks bucket existence locally.
 func (o *OSD) bucketWrite(m *msgr.Message, req *osdpb.BucketRequest) {
-	t, conn := osdpb.MsgType(m.Type), m.Conn() // m is released before the reply goes
+	t, conn := osdpb.MsgType(m.Type), replyTo(m) // m is released before the reply goes
 	done := func(err error) {
 		o.send(conn, ops.ReplyType(t), &osdpb.BucketReply{Header: o.header(req.Header, err)}, nil)
 	}
@@ -216,9 +216,7 @@ func (o *OSD) checkBucketEmpty(mp *placement.Map, bucket string) error {
 	for id := range o.upPeers(mp, placement.MetaPG) {
 		ctx, cancel := context.WithTimeout(o.ctx, o.cfg.RepTimeout)
 		var rep osdpb.ListObjectsReply
-		err := o.call(ctx, id, osdpb.MsgType_MSG_LIST_OBJECTS, func(tid uint64) proto.Message {
-			return &osdpb.ListObjects{Header: &osdpb.Header{Epoch: mp.Epoch()}, Bucket: bucket, MaxKeys: 1, Tid: tid}
-		}, &rep, nil)
+		err := o.call(ctx, id, osdpb.MsgType_MSG_LIST_OBJECTS, &osdpb.ListObjects{Header: &osdpb.Header{Epoch: mp.Epoch()}, Bucket: bucket, MaxKeys: 1}, &rep, nil)
 		cancel()
 		if err == nil {
 			err = ops.FromReply(rep.Header)
@@ -782,9 +780,9 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 // ackRepOp answers a RepOp; last is where our log of its PG now ends (nil
 // when the op was refused before we looked).
 func (o *OSD) ackRepOp(m *msgr.Message, r *osdpb.RepOp, last *osdpb.Version, err error) {
-	c := m.Conn()
+	to := replyTo(m)
 	m.Release()
-	o.send(c, osdpb.MsgType_MSG_REP_OP_REPLY, &osdpb.RepOpReply{
+	o.send(to, osdpb.MsgType_MSG_REP_OP_REPLY, &osdpb.RepOpReply{
 		Header: o.header(&osdpb.Header{Epoch: r.Epoch}, err), Pool: r.Pool, Pg: r.Pg, Last: last, Tid: r.Tid}, nil)
 }
 

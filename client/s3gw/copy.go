@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/internal/ops"
 )
 
 // CopyObject (PUT with x-amz-copy-source) copies through the gateway: it

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/internal/local"
-	"github.com/ospreystore/osprey/osd/ops"
-	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 

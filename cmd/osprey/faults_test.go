@@ -16,8 +16,8 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/osd"
-	"github.com/ospreystore/osprey/osd/placement"
 )
 
 // hookStartOSD replaces startOSD for one test.

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"github.com/spf13/cobra"
 )

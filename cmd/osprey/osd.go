@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/osd"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/spf13/cobra"
 )
 

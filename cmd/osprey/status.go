@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/spf13/cobra"
 )
 

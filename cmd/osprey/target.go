@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
-	"github.com/ospreystore/osprey/osd/ops"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/ospreystore/osprey/bench"
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/osd/ops"
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/spf13/cobra"
 )
 

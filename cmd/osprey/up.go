@@ -22,8 +22,8 @@ import (
 	"github.com/ospreystore/osprey/bench"
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/spf13/cobra"
 )
 

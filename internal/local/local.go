@@ -18,11 +18,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/osd"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 

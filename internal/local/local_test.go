@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/osd"
-	"github.com/ospreystore/osprey/osd/placement"
 )
 
 // TestAddrInUseIsDetectable: Start retries when a port it chose

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/osd"
-	"github.com/ospreystore/osprey/osd/placement"
 )
 
 // Options shape a test cluster.

@@ -35,12 +35,12 @@ func AuthTable(t *osdpb.AuthTable) *auth.Table {
 // holds yet.
 func (c *Client) FetchAuth(ctx context.Context) (*auth.Table, error) {
 	var rep osdpb.MonSubscribeReply
-	if _, err := c.call(ctx, osdpb.MsgType_MSG_MON_SUBSCRIBE, func(tid uint64) proto.Message {
+	if _, err := c.call(ctx, osdpb.MsgType_MSG_MON_SUBSCRIBE, func() proto.Message {
 		have := uint64(0)
 		if mp := c.Map(); mp != nil {
 			have = mp.Epoch()
 		}
-		return &osdpb.MonSubscribe{Tid: tid, HaveEpoch: have, Auth: true}
+		return &osdpb.MonSubscribe{HaveEpoch: have, Auth: true}
 	}, &rep, true); err != nil {
 		return nil, err
 	}

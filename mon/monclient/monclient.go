@@ -27,12 +27,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
-	"github.com/ospreystore/osprey/osd/ops"
-	"github.com/ospreystore/osprey/osd/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -215,12 +215,12 @@ func (c *Client) Subscribe(ctx context.Context) (*placement.Map, error) {
 func (c *Client) subscribeLoop() {
 	for c.ctx.Err() == nil {
 		var rep osdpb.MonSubscribeReply
-		conn, err := c.call(c.ctx, osdpb.MsgType_MSG_MON_SUBSCRIBE, func(tid uint64) proto.Message {
+		conn, err := c.call(c.ctx, osdpb.MsgType_MSG_MON_SUBSCRIBE, func() proto.Message {
 			have := uint64(0)
 			if mp := c.Map(); mp != nil {
 				have = mp.Epoch()
 			}
-			return &osdpb.MonSubscribe{Tid: tid, HaveEpoch: have, Auth: c.o.OnAuth != nil}
+			return &osdpb.MonSubscribe{HaveEpoch: have, Auth: c.o.OnAuth != nil}
 		}, &rep, true)
 		if errors.Is(err, msgr.ErrAuth) {
 			// Refused: Subscribe says why. The loop goes on (slowly), for a
@@ -260,11 +260,7 @@ func (c *Client) subscribeLoop() {
 // the map that marks it up.
 func (c *Client) Boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBootReply, error) {
 	var rep osdpb.MonBootReply
-	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_BOOT, func(tid uint64) proto.Message {
-		r := proto.CloneOf(b)
-		r.Tid = tid
-		return r
-	}, &rep, false)
+	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_BOOT, func() proto.Message { return b }, &rep, false)
 	if err != nil {
 		return nil, err
 	}
@@ -277,11 +273,7 @@ func (c *Client) Boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBootRepl
 // must boot again.
 func (c *Client) Beacon(ctx context.Context, b *osdpb.MonBeacon) error {
 	var rep osdpb.MonBeaconReply
-	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_BEACON, func(tid uint64) proto.Message {
-		r := proto.CloneOf(b)
-		r.Tid = tid
-		return r
-	}, &rep, false)
+	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_BEACON, func() proto.Message { return b }, &rep, false)
 	return err
 }
 
@@ -289,11 +281,7 @@ func (c *Client) Beacon(ctx context.Context, b *osdpb.MonBeacon) error {
 // Alive, that it can again).
 func (c *Client) ReportFailure(ctx context.Context, f *osdpb.MonFailure) error {
 	var rep osdpb.MonFailureReply
-	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_FAILURE, func(tid uint64) proto.Message {
-		r := proto.CloneOf(f)
-		r.Tid = tid
-		return r
-	}, &rep, false)
+	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_FAILURE, func() proto.Message { return f }, &rep, false)
 	return err
 }
 
@@ -301,11 +289,7 @@ func (c *Client) ReportFailure(ctx context.Context, f *osdpb.MonFailure) error {
 // go to any mon; the others to the leader.
 func (c *Client) Command(ctx context.Context, cmd *osdpb.MonCommand) (*osdpb.MonCommandReply, error) {
 	var rep osdpb.MonCommandReply
-	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_COMMAND, func(tid uint64) proto.Message {
-		r := proto.CloneOf(cmd)
-		r.Tid = tid
-		return r
-	}, &rep, slices.Contains(readCommands, cmd.GetPrefix()))
+	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_COMMAND, func() proto.Message { return cmd }, &rep, slices.Contains(readCommands, cmd.GetPrefix()))
 	if err != nil {
 		return nil, err
 	}
@@ -321,10 +305,10 @@ type reply interface {
 	GetHeader() *osdpb.ReplyHeader
 }
 
-// call sends build(tid) to a mon and decodes its reply into rep, moving
+// call sends build() to a mon and decodes its reply into rep, moving
 // over the mons (and following NOT_LEADER) until ctx ends. anyMon: a
 // standby's answer will do. It returns the conn that answered.
-func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func(tid uint64) proto.Message, rep reply, anyMon bool) (*msgr.Conn, error) {
+func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.Message, rep reply, anyMon bool) (*msgr.Conn, error) {
 	var lastErr error
 	delay := 20 * time.Millisecond
 	misses := 0
@@ -346,7 +330,7 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func(tid uint6
 		if round == 0 && len(c.o.Addrs) > 1 && !c.knowsLeader() {
 			wait = min(wait, firstTry)
 		}
-		conn, err := c.roundTrip(ctx, addr, t, tid, build(tid), rep, wait)
+		conn, err := c.roundTrip(ctx, addr, t, tid, build(), rep, wait)
 		if errors.Is(err, ErrClosed) {
 			return nil, err
 		}
@@ -468,6 +452,7 @@ func (c *Client) roundTrip(ctx context.Context, addr string, t osdpb.MsgType, ti
 	actx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	m := msgr.NewMessage(uint16(t), front, nil)
+	m.SetTid(tid)
 	if err := conn.Send(actx, m); err != nil {
 		m.Release()
 		return nil, fmt.Errorf("sending to %s: %w", addr, err)
@@ -589,7 +574,7 @@ func (d dispatcher) Dispatch(m *msgr.Message) {
 		c.noteMap(mm.Map)
 		return
 	}
-	tid := replyTid(m.Front)
+	tid := m.Tid()
 	c.mu.Lock()
 	p := c.pending[tid]
 	if p != nil && p.conn == m.Conn() {
@@ -619,16 +604,6 @@ func (d dispatcher) HandleEvent(ev msgr.Event) {
 		}
 	}
 	c.mu.Unlock()
-}
-
-// replyTid reads field 2 (the tid) of a mon reply without decoding the
-// rest; 0 if absent or malformed.
-func replyTid(b []byte) uint64 {
-	tid, ok := ops.VarintField(b, 2)
-	if !ok {
-		return 0
-	}
-	return tid
 }
 
 // sleep waits d or until ctx ends; false if ctx ended.

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/tcp"
+	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -85,12 +88,54 @@ func TestNoMonAnswers(t *testing.T) {
 	}
 }
 
-func TestReplyTid(t *testing.T) {
-	b, _ := proto.Marshal(&osdpb.MonCommandReply{Header: &osdpb.ReplyHeader{Message: "x", Req: &osdpb.ReqID{Tid: 5}}, Tid: 42, Output: "{}"})
-	if got := replyTid(b); got != 42 {
-		t.Fatalf("replyTid = %d", got)
+// TestReplyMatchedByTid: replies are matched to requests by the tid of
+// their envelope. A mon that first answers with another tid (a reply to
+// nothing pending) sees it dropped harmlessly: the call takes the reply
+// that carries its tid.
+func TestReplyMatchedByTid(t *testing.T) {
+	ms, err := msgr.New(msgr.Options{
+		Name: "mon.fake", Logger: quiet(), Transports: []wire.Transport{tcp.Transport{}},
+		Policies: map[string]msgr.Policy{"client": msgr.StatelessServer},
+		Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) {
+			defer m.Release()
+			if osdpb.MsgType(m.Type) != osdpb.MsgType_MSG_MON_COMMAND {
+				return
+			}
+			for _, r := range []struct {
+				tid uint64
+				out string
+			}{{m.Tid() + 1000, "stray"}, {m.Tid(), "mine"}} {
+				front, _ := proto.Marshal(&osdpb.MonCommandReply{Header: &osdpb.ReplyHeader{}, Output: r.out})
+				rep := msgr.NewMessage(uint16(osdpb.MsgType_MSG_MON_COMMAND_REPLY), front, nil)
+				rep.SetTid(r.tid)
+				if err := m.Conn().Send(context.Background(), rep); err != nil {
+					rep.Release()
+				}
+			}
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, bad := range [][]byte{nil, {0xff}, {0x10}, b[:len(b)-1]} {
-		replyTid(bad) // no panic
+	defer ms.Kill()
+	addr, err := ms.Listen(context.Background(), "tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(context.Background(), Options{Addrs: []string{addr}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 3 {
+		rep, err := c.Command(ctx, &osdpb.MonCommand{Prefix: "status"})
+		if err != nil {
+			t.Fatalf("command %d: %v", i, err)
+		}
+		if rep.Output != "mine" {
+			t.Fatalf("command %d: got the reply %q, want the one with its tid", i, rep.Output)
+		}
 	}
 }

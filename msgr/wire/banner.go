@@ -21,8 +21,9 @@ type Banner struct {
 // BannerSize is the encoded size of a Banner.
 const BannerSize = 32
 
-// Version is the protocol version this code speaks.
-const Version = 1
+// Version is the protocol version this code speaks. Version 2 added the
+// tid to the preamble; a version 1 peer is refused at the banner.
+const Version = 2
 
 var bannerMagic = [8]byte{'O', 'S', 'P', 'R', 'E', 'Y', 'M', 'S'}
 

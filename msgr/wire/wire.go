@@ -87,7 +87,7 @@ const (
 // PreambleSize is the fixed size of every frame's preamble; EpilogueSize the
 // size of the segment CRCs that follow the segments when there are any.
 const (
-	PreambleSize = 48
+	PreambleSize = 56
 	EpilogueSize = 8
 )
 
@@ -103,7 +103,8 @@ const (
 //	16 u64 seq          24 u64 ack
 //	32 u32 message credit grant (cumulative, mod 2^32)
 //	36 u64 byte credit grant (cumulative)
-//	44 u32 CRC32C of bytes 0..43
+//	44 u64 tid (MESSAGE only)
+//	52 u32 CRC32C of bytes 0..51
 type Preamble struct {
 	Tag        Tag
 	Flags      uint8
@@ -119,6 +120,10 @@ type Preamble struct {
 	// can free its registered source buffers without a frame of its own.
 	// Stream links require zero.
 	LinkWord uint32
+	// Tid is a MESSAGE's request id, chosen by the sender of a request and
+	// echoed by its reply, so replies are matched to requests without
+	// decoding the front. The messenger does not interpret it.
+	Tid uint64
 }
 
 // Put encodes p into b[:PreambleSize].
@@ -134,7 +139,8 @@ func (p *Preamble) Put(b []byte) {
 	binary.LittleEndian.PutUint64(b[24:], p.Ack)
 	binary.LittleEndian.PutUint32(b[32:], p.GrantMsgs)
 	binary.LittleEndian.PutUint64(b[36:], p.GrantBytes)
-	binary.LittleEndian.PutUint32(b[44:], CRC(b[:44]))
+	binary.LittleEndian.PutUint64(b[44:], p.Tid)
+	binary.LittleEndian.PutUint32(b[52:], CRC(b[:52]))
 }
 
 // HasSegments reports whether an epilogue follows the preamble.
@@ -179,7 +185,7 @@ func (p *Preamble) Parse(b []byte, lim Limits) error {
 	if len(b) < PreambleSize {
 		return &Error{Kind: ErrKindShort, Msg: fmt.Sprintf("preamble needs %d bytes, have %d", PreambleSize, len(b))}
 	}
-	if got, want := binary.LittleEndian.Uint32(b[44:]), CRC(b[:44]); got != want {
+	if got, want := binary.LittleEndian.Uint32(b[52:]), CRC(b[:52]); got != want {
 		return &Error{Kind: ErrKindCRC, Msg: fmt.Sprintf("preamble crc %08x, computed %08x", got, want)}
 	}
 	p.Tag = Tag(b[0])
@@ -192,6 +198,7 @@ func (p *Preamble) Parse(b []byte, lim Limits) error {
 	p.Ack = binary.LittleEndian.Uint64(b[24:])
 	p.GrantMsgs = binary.LittleEndian.Uint32(b[32:])
 	p.GrantBytes = binary.LittleEndian.Uint64(b[36:])
+	p.Tid = binary.LittleEndian.Uint64(b[44:])
 	if !p.Tag.Valid() {
 		return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("unknown frame tag %d", uint8(p.Tag))}
 	}

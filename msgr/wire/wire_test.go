@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -40,7 +39,7 @@ func rawPreamble(p Preamble, mutate func(b []byte)) []byte {
 	b := make([]byte, PreambleSize)
 	p.Put(b)
 	mutate(b)
-	binary.LittleEndian.PutUint32(b[44:], CRC(b[:44]))
+	binary.LittleEndian.PutUint32(b[52:], CRC(b[:52]))
 	return b
 }
 
@@ -97,6 +96,7 @@ func TestPreambleRoundTripEveryTag(t *testing.T) {
 					Tag: tag, Flags: flags, Type: 0xbeef, FrontLen: fl, DataLen: dl,
 					Seq: 0x0102030405060708, Ack: ^uint64(0) - 1,
 					GrantMsgs: 0xfffffff0, GrantBytes: 1<<40 + 3, LinkWord: 0xdeadbeef,
+					Tid: 0xf1f2f3f4f5f6f7f8,
 				}
 				var b [PreambleSize]byte
 				in.Put(b[:])
@@ -115,7 +115,8 @@ func TestPreambleRoundTripEveryTag(t *testing.T) {
 func TestPreambleLayout(t *testing.T) {
 	// The layout is part of the protocol: pin the offsets.
 	p := Preamble{Tag: TagMessage, Flags: FlagRendezvous, Type: 0x0a0b, FrontLen: 0x11223344,
-		DataLen: 0x55667788, LinkWord: 0x0c0d0e0f, Seq: 0x99, Ack: 0xaa, GrantMsgs: 0xbbccddee, GrantBytes: 0x0102030405060708}
+		DataLen: 0x55667788, LinkWord: 0x0c0d0e0f, Seq: 0x99, Ack: 0xaa, GrantMsgs: 0xbbccddee, GrantBytes: 0x0102030405060708,
+		Tid: 0x1112131415161718}
 	var b [PreambleSize]byte
 	p.Put(b[:])
 	le := binary.LittleEndian
@@ -133,7 +134,8 @@ func TestPreambleLayout(t *testing.T) {
 		{"ack", le.Uint64(b[24:]), 0xaa},
 		{"grant msgs", uint64(le.Uint32(b[32:])), 0xbbccddee},
 		{"grant bytes", le.Uint64(b[36:]), 0x0102030405060708},
-		{"crc", uint64(le.Uint32(b[44:])), uint64(CRC(b[:44]))},
+		{"tid", le.Uint64(b[44:]), 0x1112131415161718},
+		{"crc", uint64(le.Uint32(b[52:])), uint64(CRC(b[:52]))},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -154,13 +156,19 @@ func TestPreambleParseRejects(t *testing.T) {
 		{"bad crc", func() []byte {
 			var b [PreambleSize]byte
 			msg.Put(b[:])
-			b[44] ^= 1
+			b[52] ^= 1
 			return b[:]
 		}(), ErrCRC},
 		{"flipped field under crc", func() []byte {
 			var b [PreambleSize]byte
 			msg.Put(b[:])
 			b[20] ^= 0x40 // in seq
+			return b[:]
+		}(), ErrCRC},
+		{"flipped tid under crc", func() []byte {
+			var b [PreambleSize]byte
+			msg.Put(b[:])
+			b[47] ^= 0x01 // in tid
 			return b[:]
 		}(), ErrCRC},
 		{"tag zero", rawPreamble(msg, func(b []byte) { b[0] = 0 }), ErrMalformed},
@@ -365,292 +373,5 @@ func TestErrorIs(t *testing.T) {
 	}
 	if errors.Is(io.EOF, ErrProtocol) {
 		t.Fatal("io.EOF is ErrProtocol")
-	}
-}
-
-func TestBannerRoundTrip(t *testing.T) {
-	in := Banner{Version: Version, Supported: KnownFeatures | 1<<60, Required: FeatureRendezvous}
-	var b [BannerSize]byte
-	in.Put(b[:])
-	if !bytes.Equal(b[:8], []byte("OSPREYMS")) {
-		t.Fatalf("magic %q", b[:8])
-	}
-	out, err := ParseBanner(b[:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out != in {
-		t.Fatalf("got %+v, want %+v", out, in)
-	}
-}
-
-func TestParseBannerRejects(t *testing.T) {
-	var good [BannerSize]byte
-	(&Banner{Version: Version}).Put(good[:])
-	for n := range BannerSize {
-		if _, err := ParseBanner(good[:n]); !errors.Is(err, ErrBanner) {
-			t.Fatalf("%d bytes: %v", n, err)
-		}
-	}
-	for i := range 8 {
-		b := good
-		b[i] ^= 0x20
-		if _, err := ParseBanner(b[:]); !errors.Is(err, ErrBanner) {
-			t.Errorf("magic byte %d flipped: %v", i, err)
-		}
-	}
-	// Something that is not our protocol at all, e.g. an HTTP client.
-	if _, err := ParseBanner([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n.....")); !errors.Is(err, ErrBanner) {
-		t.Errorf("http: %v", err)
-	}
-}
-
-func TestNegotiate(t *testing.T) {
-	mine := Banner{Version: Version, Supported: KnownFeatures}
-	tests := []struct {
-		name       string
-		mine, peer Banner
-		want       uint64
-		fail       bool
-	}{
-		{"same", mine, mine, KnownFeatures, false},
-		{"peer has fewer", mine, Banner{Version: Version, Supported: FeatureRendezvous}, FeatureRendezvous, false},
-		{"peer has none", mine, Banner{Version: Version}, 0, false},
-		{"peer has unknown extra", mine, Banner{Version: Version, Supported: KnownFeatures | 1<<40}, KnownFeatures, false},
-		{"version newer", mine, Banner{Version: Version + 1, Supported: KnownFeatures}, 0, true},
-		{"version zero", mine, Banner{Version: 0, Supported: KnownFeatures}, 0, true},
-		{"peer requires unknown", mine, Banner{Version: Version, Supported: KnownFeatures | 1<<40, Required: 1 << 40}, 0, true},
-		{"peer requires one we lack", Banner{Version: Version, Supported: FeatureRendezvous},
-			Banner{Version: Version, Supported: KnownFeatures, Required: FeatureNoDataCRC}, 0, true},
-		{"we require one the peer lacks", Banner{Version: Version, Supported: KnownFeatures, Required: FeatureNoDataCRC},
-			Banner{Version: Version, Supported: FeatureRendezvous}, 0, true},
-		{"both require, both have", Banner{Version: Version, Supported: KnownFeatures, Required: FeatureNoDataCRC},
-			Banner{Version: Version, Supported: KnownFeatures, Required: FeatureRendezvous}, KnownFeatures, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := Negotiate(tc.mine, tc.peer)
-			if tc.fail {
-				if !errors.Is(err, ErrBanner) {
-					t.Fatalf("got %#x, %v; want ErrBanner", got, err)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Fatalf("got %#x, %v; want %#x", got, err, tc.want)
-			}
-			// Agreement is symmetric.
-			back, err := Negotiate(tc.peer, tc.mine)
-			if err != nil || back != got {
-				t.Fatalf("reverse: got %#x, %v; want %#x", back, err, got)
-			}
-		})
-	}
-}
-
-func TestExchangeBanner(t *testing.T) {
-	type result struct {
-		f   uint64
-		err error
-	}
-	// Both sides write before they read, so this needs a stream with
-	// buffering (TCP), not the synchronous net.Pipe.
-	run := func(a, b Banner) (ra, rb result) {
-		ca, cb := tcpPair(t)
-		defer ca.Close()
-		defer cb.Close()
-		ch := make(chan result, 1)
-		go func() {
-			f, err := ExchangeBanner(cb, b)
-			ch <- result{f, err}
-		}()
-		f, err := ExchangeBanner(ca, a)
-		return result{f, err}, <-ch
-	}
-	full := Banner{Version: Version, Supported: KnownFeatures}
-	ra, rb := run(full, Banner{Version: Version, Supported: FeatureNoDataCRC})
-	if ra.err != nil || rb.err != nil || ra.f != FeatureNoDataCRC || rb.f != FeatureNoDataCRC {
-		t.Fatalf("got %+v, %+v", ra, rb)
-	}
-	ra, rb = run(full, Banner{Version: Version + 1, Supported: KnownFeatures})
-	if !errors.Is(ra.err, ErrBanner) || !errors.Is(rb.err, ErrBanner) {
-		t.Fatalf("version mismatch: %v, %v", ra.err, rb.err)
-	}
-	ra, rb = run(Banner{Version: Version, Supported: KnownFeatures, Required: FeatureRendezvous}, Banner{Version: Version})
-	if !errors.Is(ra.err, ErrBanner) || !errors.Is(rb.err, ErrBanner) {
-		t.Fatalf("required feature: %v, %v", ra.err, rb.err)
-	}
-
-	// A peer that hangs up before its banner: an I/O error, not a panic.
-	ca, cb := tcpPair(t)
-	go func() {
-		io.CopyN(io.Discard, cb, BannerSize)
-		cb.Write([]byte("OSPR"))
-		cb.Close()
-	}()
-	if _, err := ExchangeBanner(ca, full); !errors.Is(err, io.ErrUnexpectedEOF) {
-		t.Fatalf("short banner: %v", err)
-	}
-	ca.Close()
-}
-
-func TestSizeClass(t *testing.T) {
-	tests := []struct{ n, class int }{
-		{0, 0}, {1, 0}, {4096, 0}, {4097, 1}, {5120, 1}, {5121, 2}, {8192, 4}, {8193, 5},
-		{1 << 20, 32}, {1<<20 + 1, 33},
-		{4<<20 + 4096, 41}, // a 4 MiB object's body with its front: 5 MiB, not 8
-		{1 << maxClassShift, numClasses - 1}, {1<<maxClassShift + 1, -1},
-	}
-	for _, tc := range tests {
-		if got := sizeClass(tc.n); got != tc.class {
-			t.Errorf("sizeClass(%d) = %d, want %d", tc.n, got, tc.class)
-		}
-	}
-	// Every size lands in the smallest class that holds it, and no class
-	// is more than a quarter larger than the one below it.
-	for c := 1; c < numClasses; c++ {
-		lo, hi := classSize(c-1), classSize(c)
-		if hi <= lo || hi > lo+lo/4+1<<minClassShift/4 {
-			t.Fatalf("class %d holds %d, class %d %d", c-1, lo, c, hi)
-		}
-		for _, n := range []int{lo + 1, hi} {
-			if got := sizeClass(n); got != c {
-				t.Fatalf("sizeClass(%d) = %d, want %d (classes hold %d, %d)", n, got, c, lo, hi)
-			}
-		}
-	}
-}
-
-func TestGetBuffer(t *testing.T) {
-	for _, n := range []int{0, 1, 100, 4096, 4097, 65536, 65537, readChunkSize, 3 << 20} {
-		b := GetBuffer(n)
-		if len(b.B) != n {
-			t.Fatalf("GetBuffer(%d): len %d", n, len(b.B))
-		}
-		c := sizeClass(n)
-		if int(b.class) != c {
-			t.Fatalf("GetBuffer(%d): class %d, want %d", n, b.class, c)
-		}
-		if want := classSize(c); cap(b.B) != want {
-			t.Fatalf("GetBuffer(%d): cap %d, want %d", n, cap(b.B), want)
-		}
-		if r := b.refs.Load(); r != 1 {
-			t.Fatalf("GetBuffer(%d): %d refs", n, r)
-		}
-		b.Release()
-	}
-	// Above the largest class: allocated exactly, never pooled.
-	if testing.Short() {
-		return
-	}
-	b := GetBuffer(1<<maxClassShift + 1)
-	if b.class != -1 || len(b.B) != 1<<maxClassShift+1 {
-		t.Fatalf("huge buffer: class %d len %d", b.class, len(b.B))
-	}
-	b.Release()
-}
-
-func TestBufferRefRelease(t *testing.T) {
-	b := GetBuffer(100)
-	b.Ref()
-	b.Ref()
-	b.Release()
-	b.Release()
-	if r := b.refs.Load(); r != 1 {
-		t.Fatalf("%d refs left, want 1", r)
-	}
-	b.Release()
-	defer func() {
-		if recover() == nil {
-			t.Fatal("releasing a buffer once too often did not panic")
-		}
-	}()
-	b.Release()
-}
-
-func TestBufferReuse(t *testing.T) {
-	// sync.Pool may drop anything (the race detector drops a quarter of
-	// Puts on purpose), so look for reuse over several tries.
-	reused := false
-	for range 64 {
-		a := GetBuffer(5500)
-		a.B[0] = 0xaa
-		a.Release()
-		b := GetBuffer(6000) // same class (6 KiB)
-		if len(b.B) != 6000 || cap(b.B) != 6144 || b.refs.Load() != 1 {
-			t.Fatalf("len %d cap %d refs %d", len(b.B), cap(b.B), b.refs.Load())
-		}
-		if a == b {
-			reused = true
-		}
-		b.Release()
-		if reused {
-			break
-		}
-	}
-	if !reused {
-		t.Skip("the pool never handed a buffer back (allowed by sync.Pool)")
-	}
-}
-
-func TestFrameRelease(t *testing.T) {
-	b := GetBuffer(10)
-	b.Ref()
-	f := Frame{Front: b.B[:3], Data: b.B[3:], Buf: b}
-	f.Release()
-	if f.Buf != nil || f.Front != nil || f.Data != nil {
-		t.Fatalf("after Release: %+v", f)
-	}
-	f.Release() // a second Release is harmless
-	if r := b.refs.Load(); r != 1 {
-		t.Fatalf("%d refs, want 1", r)
-	}
-	b.Release()
-}
-
-// TestNegotiateRequiresUnsupported: whatever either side requires must be
-// in the agreed features, or the link runs without something one side
-// said it cannot do without.
-func TestNegotiateRequiresUnsupported(t *testing.T) {
-	mine := Banner{Version: Version, Supported: KnownFeatures}
-	peer := Banner{Version: Version, Supported: 0, Required: FeatureNoDataCRC}
-	agreed, err := Negotiate(mine, peer)
-	if err == nil && agreed&peer.Required != peer.Required {
-		t.Fatalf("agreed %#x, but the peer requires %#x", agreed, peer.Required)
-	}
-}
-
-func TestExternalBuffer(t *testing.T) {
-	mem := make([]byte, 1000)
-	var freed []*Buffer
-	b := NewExternalBuffer(mem[:100], func(b *Buffer) { freed = append(freed, b) })
-	if len(b.B) != 100 || b.refs.Load() != 1 {
-		t.Fatalf("len %d refs %d", len(b.B), b.refs.Load())
-	}
-	b.Ref()
-	b.Release()
-	if len(freed) != 0 {
-		t.Fatal("freed with a reference left")
-	}
-	b.Release()
-	if len(freed) != 1 || freed[0] != b {
-		t.Fatalf("free called %d times", len(freed))
-	}
-	// Reused by its owner: one reference again, the same memory.
-	b.Reset(500)
-	if len(b.B) != 500 || &b.B[0] != &mem[0] || b.refs.Load() != 1 {
-		t.Fatalf("after Reset: len %d refs %d", len(b.B), b.refs.Load())
-	}
-	b.Release()
-	if len(freed) != 2 {
-		t.Fatalf("free called %d times after reuse", len(freed))
-	}
-	// An external buffer never lands in the pool.
-	for range 16 {
-		if g := GetBuffer(100); g == b {
-			t.Fatal("the pool handed out an external buffer")
-		} else {
-			g.Release()
-		}
 	}
 }

@@ -1353,7 +1353,6 @@ type GetMap struct {
 	// history (a peer filling a gap in its own); NO_SUCH_KEY when it has
 	// none.
 	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Tid           uint64 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // echoed in the reply (OSDs asking each other); clients send 0
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1402,18 +1401,10 @@ func (x *GetMap) GetEpoch() uint64 {
 	return 0
 }
 
-func (x *GetMap) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
-}
-
 type GetMapReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Map           *ClusterMap            `protobuf:"bytes,2,opt,name=map,proto3" json:"map,omitempty"`
-	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1460,13 +1451,6 @@ func (x *GetMapReply) GetMap() *ClusterMap {
 		return x.Map
 	}
 	return nil
-}
-
-func (x *GetMapReply) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
 }
 
 type BucketRequest struct {
@@ -1829,7 +1813,6 @@ type ObjectReply struct {
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Meta          *ObjectMeta            `protobuf:"bytes,2,opt,name=meta,proto3" json:"meta,omitempty"`
 	Offset        uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"` // of the data segment within the object
-	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`      // between OSDs: echoed from the request
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1885,19 +1868,11 @@ func (x *ObjectReply) GetOffset() uint64 {
 	return 0
 }
 
-func (x *ObjectReply) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
-}
-
 type ObjectRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Bucket        string                 `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
 	Key           string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
-	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // between OSDs: echoed in the reply
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1953,13 +1928,6 @@ func (x *ObjectRequest) GetKey() string {
 	return ""
 }
 
-func (x *ObjectRequest) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
-}
-
 // ListObjects lists one bucket's objects in the PGs named, which must be PGs
 // the OSD is primary for; the client merges the replies of all primaries.
 // Between OSDs (cluster network) an empty pgs means every object the OSD
@@ -1973,7 +1941,6 @@ type ListObjects struct {
 	StartAfter    string                 `protobuf:"bytes,5,opt,name=start_after,json=startAfter,proto3" json:"start_after,omitempty"`
 	MaxKeys       uint32                 `protobuf:"varint,6,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
 	Pgs           []uint32               `protobuf:"varint,7,rep,packed,name=pgs,proto3" json:"pgs,omitempty"`
-	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // between OSDs: echoed in the reply
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2057,20 +2024,12 @@ func (x *ListObjects) GetPgs() []uint32 {
 	return nil
 }
 
-func (x *ListObjects) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
-}
-
 type ListObjectsReply struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Header         *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Objects        []*ObjectEntry         `protobuf:"bytes,2,rep,name=objects,proto3" json:"objects,omitempty"`
 	CommonPrefixes []string               `protobuf:"bytes,3,rep,name=common_prefixes,json=commonPrefixes,proto3" json:"common_prefixes,omitempty"`
 	Truncated      bool                   `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
-	Tid            uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -2131,13 +2090,6 @@ func (x *ListObjectsReply) GetTruncated() bool {
 		return x.Truncated
 	}
 	return false
-}
-
-func (x *ListObjectsReply) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
 }
 
 // Multipart uploads (docs/osd.md). The upload record is a hidden object of the
@@ -2634,7 +2586,6 @@ type PGQuery struct {
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Pool          uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
 	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
-	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // echoed in the reply
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2686,13 +2637,6 @@ func (x *PGQuery) GetPool() uint32 {
 func (x *PGQuery) GetPg() uint32 {
 	if x != nil {
 		return x.Pg
-	}
-	return 0
-}
-
-func (x *PGQuery) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
 	}
 	return 0
 }
@@ -2782,7 +2726,6 @@ type PGQueryReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Info          *PGInfo                `protobuf:"bytes,2,opt,name=info,proto3" json:"info,omitempty"`
-	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2831,13 +2774,6 @@ func (x *PGQueryReply) GetInfo() *PGInfo {
 	return nil
 }
 
-func (x *PGQueryReply) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
-}
-
 type PGLogPull struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -2845,7 +2781,6 @@ type PGLogPull struct {
 	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
 	After         *Version               `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
 	MaxEntries    uint32                 `protobuf:"varint,5,opt,name=max_entries,json=maxEntries,proto3" json:"max_entries,omitempty"`
-	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // echoed in the reply
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2915,13 +2850,6 @@ func (x *PGLogPull) GetMaxEntries() uint32 {
 	return 0
 }
 
-func (x *PGLogPull) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
-}
-
 type PGLogPullReply struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Header   *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -2934,7 +2862,6 @@ type PGLogPullReply struct {
 	// and the puller rolls its own entries after floor back to our objects.
 	Diverged      bool     `protobuf:"varint,5,opt,name=diverged,proto3" json:"diverged,omitempty"`
 	Floor         *Version `protobuf:"bytes,6,opt,name=floor,proto3" json:"floor,omitempty"`
-	Tid           uint64   `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3011,13 +2938,6 @@ func (x *PGLogPullReply) GetFloor() *Version {
 	return nil
 }
 
-func (x *PGLogPullReply) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
-}
-
 // PGBackfill pulls a PG's objects in key order, one object per reply so the
 // body rides in the data segment.
 type PGBackfill struct {
@@ -3030,8 +2950,7 @@ type PGBackfill struct {
 	Buckets     bool                   `protobuf:"varint,6,opt,name=buckets,proto3" json:"buckets,omitempty"` // pull the bucket records instead of objects
 	// exact: the object (or bucket record) at after_bucket/after_key itself,
 	// as an entry of kind OP_DELETE (OP_DELETE_BUCKET) when it is absent.
-	Exact         bool   `protobuf:"varint,7,opt,name=exact,proto3" json:"exact,omitempty"`
-	Tid           uint64 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // echoed in the reply
+	Exact         bool `protobuf:"varint,7,opt,name=exact,proto3" json:"exact,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3115,20 +3034,12 @@ func (x *PGBackfill) GetExact() bool {
 	return false
 }
 
-func (x *PGBackfill) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
-}
-
 type PGBackfillReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Entry         *LogEntry              `protobuf:"bytes,2,opt,name=entry,proto3" json:"entry,omitempty"` // the object (kind OP_PUT) or bucket record
 	Done          bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
 	Last          *Version               `protobuf:"bytes,4,opt,name=last,proto3" json:"last,omitempty"` // the PG version the backfill brings the replica to
-	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3189,13 +3100,6 @@ func (x *PGBackfillReply) GetLast() *Version {
 		return x.Last
 	}
 	return nil
-}
-
-func (x *PGBackfillReply) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
 }
 
 type Heartbeat struct {
@@ -3332,7 +3236,6 @@ func (x *HeartbeatReply) GetFullness() Fullness {
 // one shows the id and uuid kept in its data directory.
 type MonBoot struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
-	Tid         uint64                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
 	Fsid        string                 `protobuf:"bytes,2,opt,name=fsid,proto3" json:"fsid,omitempty"` // empty on the very first boot
 	HasId       bool                   `protobuf:"varint,3,opt,name=has_id,json=hasId,proto3" json:"has_id,omitempty"`
 	Id          uint32                 `protobuf:"varint,4,opt,name=id,proto3" json:"id,omitempty"`
@@ -3376,13 +3279,6 @@ func (x *MonBoot) ProtoReflect() protoreflect.Message {
 // Deprecated: Use MonBoot.ProtoReflect.Descriptor instead.
 func (*MonBoot) Descriptor() ([]byte, []int) {
 	return file_osd_proto_rawDescGZIP(), []int{38}
-}
-
-func (x *MonBoot) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
 }
 
 func (x *MonBoot) GetFsid() string {
@@ -3451,7 +3347,6 @@ func (x *MonBoot) GetFullness() Fullness {
 type MonBootReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Tid           uint64                 `protobuf:"varint,2,opt,name=tid,proto3" json:"tid,omitempty"`
 	Id            uint32                 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
 	Fsid          string                 `protobuf:"bytes,4,opt,name=fsid,proto3" json:"fsid,omitempty"`
 	Map           *ClusterMap            `protobuf:"bytes,5,opt,name=map,proto3" json:"map,omitempty"` // the map that marks the OSD up
@@ -3494,13 +3389,6 @@ func (x *MonBootReply) GetHeader() *ReplyHeader {
 		return x.Header
 	}
 	return nil
-}
-
-func (x *MonBootReply) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
 }
 
 func (x *MonBootReply) GetId() uint32 {
@@ -3629,7 +3517,6 @@ func (x *PGStat) GetEpoch() uint64 {
 // its PGs are doing.
 type MonBeacon struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tid           uint64                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
 	Fsid          string                 `protobuf:"bytes,2,opt,name=fsid,proto3" json:"fsid,omitempty"`
 	Id            uint32                 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
 	Uuid          string                 `protobuf:"bytes,4,opt,name=uuid,proto3" json:"uuid,omitempty"`
@@ -3672,13 +3559,6 @@ func (x *MonBeacon) ProtoReflect() protoreflect.Message {
 // Deprecated: Use MonBeacon.ProtoReflect.Descriptor instead.
 func (*MonBeacon) Descriptor() ([]byte, []int) {
 	return file_osd_proto_rawDescGZIP(), []int{41}
-}
-
-func (x *MonBeacon) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
 }
 
 func (x *MonBeacon) GetFsid() string {
@@ -3754,7 +3634,6 @@ func (x *MonBeacon) GetFullness() Fullness {
 type MonBeaconReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Tid           uint64                 `protobuf:"varint,2,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3796,18 +3675,10 @@ func (x *MonBeaconReply) GetHeader() *ReplyHeader {
 	return nil
 }
 
-func (x *MonBeaconReply) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
-}
-
 // MonFailure: reporter cannot reach target. immediate: the connection was
 // refused (the process is gone), which marks it down at once.
 type MonFailure struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
-	Tid            uint64                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
 	Fsid           string                 `protobuf:"bytes,2,opt,name=fsid,proto3" json:"fsid,omitempty"`
 	Reporter       uint32                 `protobuf:"varint,3,opt,name=reporter,proto3" json:"reporter,omitempty"`
 	Target         uint32                 `protobuf:"varint,4,opt,name=target,proto3" json:"target,omitempty"`
@@ -3847,13 +3718,6 @@ func (x *MonFailure) ProtoReflect() protoreflect.Message {
 // Deprecated: Use MonFailure.ProtoReflect.Descriptor instead.
 func (*MonFailure) Descriptor() ([]byte, []int) {
 	return file_osd_proto_rawDescGZIP(), []int{43}
-}
-
-func (x *MonFailure) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
 }
 
 func (x *MonFailure) GetFsid() string {
@@ -3908,7 +3772,6 @@ func (x *MonFailure) GetAlive() bool {
 type MonFailureReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Tid           uint64                 `protobuf:"varint,2,opt,name=tid,proto3" json:"tid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3950,18 +3813,10 @@ func (x *MonFailureReply) GetHeader() *ReplyHeader {
 	return nil
 }
 
-func (x *MonFailureReply) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
-}
-
 // MonSubscribe asks for the map now and every newer one as MSG_MON_MAP;
 // with auth, also the auth table now and on every change as MSG_MON_AUTH.
 type MonSubscribe struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tid           uint64                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
 	HaveEpoch     uint64                 `protobuf:"varint,2,opt,name=have_epoch,json=haveEpoch,proto3" json:"have_epoch,omitempty"`
 	Auth          bool                   `protobuf:"varint,3,opt,name=auth,proto3" json:"auth,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3998,13 +3853,6 @@ func (*MonSubscribe) Descriptor() ([]byte, []int) {
 	return file_osd_proto_rawDescGZIP(), []int{45}
 }
 
-func (x *MonSubscribe) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
-}
-
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
 	if x != nil {
 		return x.HaveEpoch
@@ -4022,7 +3870,6 @@ func (x *MonSubscribe) GetAuth() bool {
 type MonSubscribeReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Tid           uint64                 `protobuf:"varint,2,opt,name=tid,proto3" json:"tid,omitempty"`
 	Map           *ClusterMap            `protobuf:"bytes,3,opt,name=map,proto3" json:"map,omitempty"`   // set when newer than have_epoch
 	Auth          *AuthTable             `protobuf:"bytes,4,opt,name=auth,proto3" json:"auth,omitempty"` // set when asked for
 	unknownFields protoimpl.UnknownFields
@@ -4064,13 +3911,6 @@ func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
 		return x.Header
 	}
 	return nil
-}
-
-func (x *MonSubscribeReply) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
 }
 
 func (x *MonSubscribeReply) GetMap() *ClusterMap {
@@ -4295,7 +4135,6 @@ func (x *MonMap) GetMap() *ClusterMap {
 // under its name and boots.
 type MonCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tid           uint64                 `protobuf:"varint,1,opt,name=tid,proto3" json:"tid,omitempty"`
 	Prefix        string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	Ids           []uint32               `protobuf:"varint,3,rep,packed,name=ids,proto3" json:"ids,omitempty"`
 	Weight        float64                `protobuf:"fixed64,4,opt,name=weight,proto3" json:"weight,omitempty"`
@@ -4336,13 +4175,6 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
 	return file_osd_proto_rawDescGZIP(), []int{51}
-}
-
-func (x *MonCommand) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -4404,7 +4236,6 @@ func (x *MonCommand) GetCaps() map[string]string {
 type MonCommandReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Tid           uint64                 `protobuf:"varint,2,opt,name=tid,proto3" json:"tid,omitempty"`
 	Output        string                 `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`   // JSON
 	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`    // the map epoch after the command
 	Map           *ClusterMap            `protobuf:"bytes,5,opt,name=map,proto3" json:"map,omitempty"`         // "get map"
@@ -4449,13 +4280,6 @@ func (x *MonCommandReply) GetHeader() *ReplyHeader {
 		return x.Header
 	}
 	return nil
-}
-
-func (x *MonCommandReply) GetTid() uint64 {
-	if x != nil {
-		return x.Tid
-	}
-	return 0
 }
 
 func (x *MonCommandReply) GetOutput() string {
@@ -4643,18 +4467,16 @@ const file_osd_proto_rawDesc = "" +
 	"\n" +
 	"BucketInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
-	"\x11created_unix_nano\x18\x02 \x01(\x03R\x0fcreatedUnixNano\"O\n" +
+	"\x11created_unix_nano\x18\x02 \x01(\x03R\x0fcreatedUnixNano\"C\n" +
 	"\x06GetMap\x12\x1d\n" +
 	"\n" +
 	"have_epoch\x18\x01 \x01(\x04R\thaveEpoch\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x10\n" +
-	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"z\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epochJ\x04\b\n" +
+	"\x10\v\"n\n" +
 	"\vGetMapReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12(\n" +
-	"\x03map\x18\x02 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\x12\x10\n" +
-	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"S\n" +
+	"\x03map\x18\x02 \x01(\v2\x16.osprey.osd.ClusterMapR\x03mapJ\x04\b\n" +
+	"\x10\v\"S\n" +
 	"\rBucketRequest\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\"j\n" +
@@ -4677,19 +4499,17 @@ const file_osd_proto_rawDesc = "" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12\x1b\n" +
 	"\thas_range\x18\x04 \x01(\bR\bhasRange\x12\x16\n" +
 	"\x06offset\x18\x05 \x01(\x04R\x06offset\x12\x16\n" +
-	"\x06length\x18\x06 \x01(\x03R\x06length\"\x94\x01\n" +
+	"\x06length\x18\x06 \x01(\x03R\x06length\"\x88\x01\n" +
 	"\vObjectReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12*\n" +
 	"\x04meta\x18\x02 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x12\x16\n" +
-	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x10\n" +
-	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"w\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offsetJ\x04\b\n" +
+	"\x10\v\"k\n" +
 	"\rObjectRequest\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
-	"\x03key\x18\x03 \x01(\tR\x03key\x12\x10\n" +
-	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"\xe7\x01\n" +
+	"\x03key\x18\x03 \x01(\tR\x03keyJ\x04\b\n" +
+	"\x10\v\"\xdb\x01\n" +
 	"\vListObjects\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x16\n" +
@@ -4698,16 +4518,14 @@ const file_osd_proto_rawDesc = "" +
 	"\vstart_after\x18\x05 \x01(\tR\n" +
 	"startAfter\x12\x19\n" +
 	"\bmax_keys\x18\x06 \x01(\rR\amaxKeys\x12\x10\n" +
-	"\x03pgs\x18\a \x03(\rR\x03pgs\x12\x10\n" +
-	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"\xcf\x01\n" +
+	"\x03pgs\x18\a \x03(\rR\x03pgsJ\x04\b\n" +
+	"\x10\v\"\xc3\x01\n" +
 	"\x10ListObjectsReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x121\n" +
 	"\aobjects\x18\x02 \x03(\v2\x17.osprey.osd.ObjectEntryR\aobjects\x12'\n" +
 	"\x0fcommon_prefixes\x18\x03 \x03(\tR\x0ecommonPrefixes\x12\x1c\n" +
-	"\ttruncated\x18\x04 \x01(\bR\ttruncated\x12\x10\n" +
-	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"\xfa\x01\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncatedJ\x04\b\n" +
+	"\x10\v\"\xfa\x01\n" +
 	"\rUploadRequest\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
@@ -4751,13 +4569,12 @@ const file_osd_proto_rawDesc = "" +
 	"\x04pool\x18\x03 \x01(\rR\x04pool\x12'\n" +
 	"\x04last\x18\x04 \x01(\v2\x13.osprey.osd.VersionR\x04last\x12\x10\n" +
 	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"U\n" +
+	" \x01(\x04R\x03tid\"I\n" +
 	"\aPGQuery\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
-	"\x02pg\x18\x03 \x01(\rR\x02pg\x12\x10\n" +
-	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"\xbf\x01\n" +
+	"\x02pg\x18\x03 \x01(\rR\x02pgJ\x04\b\n" +
+	"\x10\v\"\xbf\x01\n" +
 	"\x06PGInfo\x12\x0e\n" +
 	"\x02pg\x18\x01 \x01(\rR\x02pg\x12'\n" +
 	"\x04last\x18\x02 \x01(\v2\x13.osprey.osd.VersionR\x04last\x12.\n" +
@@ -4765,30 +4582,27 @@ const file_osd_proto_rawDesc = "" +
 	"\x12last_epoch_started\x18\x04 \x01(\x04R\x10lastEpochStarted\x12\x1e\n" +
 	"\n" +
 	"incomplete\x18\x05 \x01(\bR\n" +
-	"incomplete\"y\n" +
+	"incomplete\"m\n" +
 	"\fPGQueryReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12&\n" +
-	"\x04info\x18\x02 \x01(\v2\x12.osprey.osd.PGInfoR\x04info\x12\x10\n" +
-	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"\xa3\x01\n" +
+	"\x04info\x18\x02 \x01(\v2\x12.osprey.osd.PGInfoR\x04infoJ\x04\b\n" +
+	"\x10\v\"\x97\x01\n" +
 	"\tPGLogPull\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12)\n" +
 	"\x05after\x18\x04 \x01(\v2\x13.osprey.osd.VersionR\x05after\x12\x1f\n" +
 	"\vmax_entries\x18\x05 \x01(\rR\n" +
-	"maxEntries\x12\x10\n" +
-	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"\xff\x01\n" +
+	"maxEntriesJ\x04\b\n" +
+	"\x10\v\"\xf3\x01\n" +
 	"\x0ePGLogPullReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12.\n" +
 	"\aentries\x18\x02 \x03(\v2\x14.osprey.osd.LogEntryR\aentries\x12\x1a\n" +
 	"\bcomplete\x18\x03 \x01(\bR\bcomplete\x12\x17\n" +
 	"\atoo_old\x18\x04 \x01(\bR\x06tooOld\x12\x1a\n" +
 	"\bdiverged\x18\x05 \x01(\bR\bdiverged\x12)\n" +
-	"\x05floor\x18\x06 \x01(\v2\x13.osprey.osd.VersionR\x05floor\x12\x10\n" +
-	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"\xc8\x01\n" +
+	"\x05floor\x18\x06 \x01(\v2\x13.osprey.osd.VersionR\x05floorJ\x04\b\n" +
+	"\x10\v\"\xbc\x01\n" +
 	"\n" +
 	"PGBackfill\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
@@ -4797,16 +4611,14 @@ const file_osd_proto_rawDesc = "" +
 	"\fafter_bucket\x18\x04 \x01(\tR\vafterBucket\x12\x1b\n" +
 	"\tafter_key\x18\x05 \x01(\tR\bafterKey\x12\x18\n" +
 	"\abuckets\x18\x06 \x01(\bR\abuckets\x12\x14\n" +
-	"\x05exact\x18\a \x01(\bR\x05exact\x12\x10\n" +
-	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"\xbd\x01\n" +
+	"\x05exact\x18\a \x01(\bR\x05exactJ\x04\b\n" +
+	"\x10\v\"\xb1\x01\n" +
 	"\x0fPGBackfillReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12*\n" +
 	"\x05entry\x18\x02 \x01(\v2\x14.osprey.osd.LogEntryR\x05entry\x12\x12\n" +
 	"\x04done\x18\x03 \x01(\bR\x04done\x12'\n" +
-	"\x04last\x18\x04 \x01(\v2\x13.osprey.osd.VersionR\x04last\x12\x10\n" +
-	"\x03tid\x18\n" +
-	" \x01(\x04R\x03tid\"[\n" +
+	"\x04last\x18\x04 \x01(\v2\x13.osprey.osd.VersionR\x04lastJ\x04\b\n" +
+	"\x10\v\"[\n" +
 	"\tHeartbeat\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
@@ -4815,9 +4627,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
 	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\x120\n" +
-	"\bfullness\x18\x04 \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"\x8c\x02\n" +
-	"\aMonBoot\x12\x10\n" +
-	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x12\n" +
+	"\bfullness\x18\x04 \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"\x80\x02\n" +
+	"\aMonBoot\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x15\n" +
 	"\x06has_id\x18\x03 \x01(\bR\x05hasId\x12\x0e\n" +
 	"\x02id\x18\x04 \x01(\rR\x02id\x12\x12\n" +
@@ -4828,13 +4639,12 @@ const file_osd_proto_rawDesc = "" +
 	"\x06weight\x18\b \x01(\x01R\x06weight\x12\x12\n" +
 	"\x04host\x18\t \x01(\tR\x04host\x120\n" +
 	"\bfullness\x18\n" +
-	" \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"\x9f\x01\n" +
+	" \x01(\x0e2\x14.osprey.osd.FullnessR\bfullnessJ\x04\b\x01\x10\x02\"\x93\x01\n" +
 	"\fMonBootReply\x12/\n" +
-	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
-	"\x03tid\x18\x02 \x01(\x04R\x03tid\x12\x0e\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
 	"\x04fsid\x18\x04 \x01(\tR\x04fsid\x12(\n" +
-	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xd5\x01\n" +
+	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03mapJ\x04\b\x02\x10\x03\"\xd5\x01\n" +
 	"\x06PGStat\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x14\n" +
@@ -4843,9 +4653,8 @@ const file_osd_proto_rawDesc = "" +
 	"\bdegraded\x18\x05 \x01(\x04R\bdegraded\x12\x1c\n" +
 	"\tmisplaced\x18\x06 \x01(\x04R\tmisplaced\x12'\n" +
 	"\x04last\x18\a \x01(\v2\x13.osprey.osd.VersionR\x04last\x12\x14\n" +
-	"\x05epoch\x18\b \x01(\x04R\x05epoch\"\xbc\x02\n" +
-	"\tMonBeacon\x12\x10\n" +
-	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x12\n" +
+	"\x05epoch\x18\b \x01(\x04R\x05epoch\"\xb0\x02\n" +
+	"\tMonBeacon\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
 	"\x04uuid\x18\x04 \x01(\tR\x04uuid\x12\x14\n" +
@@ -4858,33 +4667,28 @@ const file_osd_proto_rawDesc = "" +
 	"\x0erecovery_bytes\x18\t \x01(\x04R\rrecoveryBytes\x12\x10\n" +
 	"\x03ops\x18\n" +
 	" \x01(\x04R\x03ops\x120\n" +
-	"\bfullness\x18\v \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"S\n" +
+	"\bfullness\x18\v \x01(\x0e2\x14.osprey.osd.FullnessR\bfullnessJ\x04\b\x01\x10\x02\"G\n" +
 	"\x0eMonBeaconReply\x12/\n" +
-	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
-	"\x03tid\x18\x02 \x01(\x04R\x03tid\"\xda\x01\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06headerJ\x04\b\x02\x10\x03\"\xce\x01\n" +
 	"\n" +
-	"MonFailure\x12\x10\n" +
-	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x12\n" +
+	"MonFailure\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x1a\n" +
 	"\breporter\x18\x03 \x01(\rR\breporter\x12\x16\n" +
 	"\x06target\x18\x04 \x01(\rR\x06target\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12(\n" +
 	"\x10failed_for_nanos\x18\x06 \x01(\x03R\x0efailedForNanos\x12\x1c\n" +
 	"\timmediate\x18\a \x01(\bR\timmediate\x12\x14\n" +
-	"\x05alive\x18\b \x01(\bR\x05alive\"T\n" +
+	"\x05alive\x18\b \x01(\bR\x05aliveJ\x04\b\x01\x10\x02\"H\n" +
 	"\x0fMonFailureReply\x12/\n" +
-	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
-	"\x03tid\x18\x02 \x01(\x04R\x03tid\"S\n" +
-	"\fMonSubscribe\x12\x10\n" +
-	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x1d\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06headerJ\x04\b\x02\x10\x03\"G\n" +
+	"\fMonSubscribe\x12\x1d\n" +
 	"\n" +
 	"have_epoch\x18\x02 \x01(\x04R\thaveEpoch\x12\x12\n" +
-	"\x04auth\x18\x03 \x01(\bR\x04auth\"\xab\x01\n" +
+	"\x04auth\x18\x03 \x01(\bR\x04authJ\x04\b\x01\x10\x02\"\x9f\x01\n" +
 	"\x11MonSubscribeReply\x12/\n" +
-	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
-	"\x03tid\x18\x02 \x01(\x04R\x03tid\x12(\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12(\n" +
 	"\x03map\x18\x03 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\x12)\n" +
-	"\x04auth\x18\x04 \x01(\v2\x15.osprey.osd.AuthTableR\x04auth\"X\n" +
+	"\x04auth\x18\x04 \x01(\v2\x15.osprey.osd.AuthTableR\x04authJ\x04\b\x02\x10\x03\"X\n" +
 	"\tAuthTable\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12/\n" +
 	"\aentries\x18\x02 \x03(\v2\x15.osprey.osd.AuthEntryR\aentries\"\xa9\x01\n" +
@@ -4898,10 +4702,9 @@ const file_osd_proto_rawDesc = "" +
 	"\aMonAuth\x12+\n" +
 	"\x05table\x18\x01 \x01(\v2\x15.osprey.osd.AuthTableR\x05table\"2\n" +
 	"\x06MonMap\x12(\n" +
-	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xa7\x02\n" +
+	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\x9b\x02\n" +
 	"\n" +
-	"MonCommand\x12\x10\n" +
-	"\x03tid\x18\x01 \x01(\x04R\x03tid\x12\x16\n" +
+	"MonCommand\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x10\n" +
 	"\x03ids\x18\x03 \x03(\rR\x03ids\x12\x16\n" +
 	"\x06weight\x18\x04 \x01(\x01R\x06weight\x12\x14\n" +
@@ -4912,15 +4715,14 @@ const file_osd_proto_rawDesc = "" +
 	"\x04caps\x18\t \x03(\v2 .osprey.osd.MonCommand.CapsEntryR\x04caps\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd8\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x01\x10\x02\"\xcc\x01\n" +
 	"\x0fMonCommandReply\x12/\n" +
-	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x10\n" +
-	"\x03tid\x18\x02 \x01(\x04R\x03tid\x12\x16\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x16\n" +
 	"\x06output\x18\x03 \x01(\tR\x06output\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12(\n" +
 	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\x12\x10\n" +
 	"\x03ids\x18\x06 \x03(\rR\x03ids\x12\x18\n" +
-	"\akeyring\x18\a \x01(\fR\akeyring\"\xc5\x01\n" +
+	"\akeyring\x18\a \x01(\fR\akeyringJ\x04\b\x02\x10\x03\"\xc5\x01\n" +
 	"\n" +
 	"AuthRecord\x12\x16\n" +
 	"\x06entity\x18\x01 \x01(\tR\x06entity\x124\n" +

@@ -3,7 +3,7 @@ package placement_test
 import (
 	"fmt"
 
-	"github.com/ospreystore/osprey/osd/placement"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 

@@ -1,0 +1,38 @@
+package client
+
+import (
+	"testing"
+
+	"github.com/ospreystore/osprey/msgr"
+)
+
+// TestDispatchByTid: the dispatcher hands a reply to the call waiting for
+// the tid of its envelope; a reply with a tid nobody waits for (an
+// attempt that gave up, a confused or hostile OSD) is released and
+// changes nothing.
+func TestDispatchByTid(t *testing.T) {
+	c := &Client{pending: map[uint64]*call{}}
+	p := &call{ch: make(chan *msgr.Message, 1)}
+	c.pending[5] = p
+	reply := func(tid uint64) *msgr.Message {
+		m := msgr.NewMessage(1, []byte("reply"), nil)
+		m.SetTid(tid)
+		return m
+	}
+
+	for _, tid := range []uint64{0, 4, 6, 5 | 1<<63} {
+		dispatcher{c}.Dispatch(reply(tid))
+		if len(p.ch) != 0 || c.pending[5] != p || len(c.pending) != 1 {
+			t.Fatalf("a reply with tid %#x reached the call of tid 5 (pending %v)", tid, c.pending)
+		}
+	}
+	dispatcher{c}.Dispatch(reply(5))
+	if len(p.ch) != 1 || len(c.pending) != 0 {
+		t.Fatalf("the reply with tid 5: %d delivered, %d calls pending", len(p.ch), len(c.pending))
+	}
+	if m := <-p.ch; m.Tid() != 5 {
+		t.Fatalf("delivered the reply of tid %d", m.Tid())
+	} else {
+		m.Release()
+	}
+}

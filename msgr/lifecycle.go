@@ -1,0 +1,258 @@
+package msgr
+
+import (
+	"errors"
+	"math/rand/v2"
+	"time"
+)
+
+// Close ends the session: queued messages are dropped, the peer is told
+// (a CLOSE frame, best effort) so it does not wait for a reconnect, and
+// messages already received are still dispatched. No event is raised for a
+// local close.
+func (c *Conn) Close() error {
+	c.closeWith(ErrClosed, false, true)
+	return nil
+}
+
+// closeWith ends the conn. notify raises EventReset with err; tell sends
+// CLOSE to the peer.
+func (c *Conn) closeWith(err error, notify, tell bool) {
+	c.mu.Lock()
+	if c.state == stateClosed {
+		c.mu.Unlock()
+		return
+	}
+	c.closeLocked(err, notify, tell)
+}
+
+// closeLocked is closeWith once the caller has checked, under c.mu, that
+// the conn is to close. It drops c.mu.
+func (c *Conn) closeLocked(err error, notify, tell bool) {
+	c.state = stateClosed
+	c.closeErr = err
+	released := c.resetSession(nil)
+	if lr := c.link; lr != nil {
+		if tell {
+			// The writer sends CLOSE and the peer ends the link
+			// (writeBatch); a peer that does not answer gets closeGrace.
+			c.applyLocked(lr, c.closeLink())
+			time.AfterFunc(closeGrace, func() {
+				c.mu.Lock()
+				c.detachLocked(lr)
+				c.mu.Unlock()
+			})
+		} else {
+			c.detachLocked(lr)
+		}
+	}
+	c.wakeSendersLocked()
+	c.ackTimer.Stop()
+	close(c.closedCh)
+	select {
+	case <-c.readyCh:
+	default:
+		close(c.readyCh)
+	}
+	c.mu.Unlock()
+	c.m.forget(c)
+	for _, m := range released {
+		m.recycle()
+	}
+	clear(released)
+	if notify {
+		c.pushEvent(Event{Kind: EventReset, Conn: c, Err: err, Dropped: len(released)})
+	}
+	// The dispatch loop drains what was received, then ends.
+	c.pushItem(dispatchItem{})
+}
+
+func (c *Conn) wakeSendersLocked() {
+	if c.spaceWait != nil {
+		close(c.spaceWait)
+		c.spaceWait = nil
+	}
+}
+
+// detachLocked ends a link: its goroutines stop, the transport closes it.
+func (c *Conn) detachLocked(lr *linkRun) {
+	if c.link == lr {
+		c.link = nil
+	}
+	select {
+	case <-lr.done:
+	default:
+		close(lr.done)
+		lr.link.Close()
+		c.retired = lr
+	}
+}
+
+// takeRetiredLocked returns the link detached last, if any, for the caller
+// to drainWriter once it has dropped the lock and before it recycles
+// messages or starts the next link. A batch collected before the link was
+// detached is written outside the lock and points into its messages'
+// fronts and payloads, and once the next link is attached the session
+// releases those messages (the peer had them, or acks them on the new
+// link): their owner may reuse them at once (OnRelease).
+func (c *Conn) takeRetiredLocked() *linkRun {
+	lr := c.retired
+	c.retired = nil
+	return lr
+}
+
+// fault handles a failed link: lossy sessions end, lossless ones wait for
+// the next link (dialing it themselves when they can).
+func (c *Conn) fault(lr *linkRun, err error) {
+	c.mu.Lock()
+	if c.link != lr {
+		c.mu.Unlock()
+		return
+	}
+	c.detachLocked(lr)
+	if c.state == stateClosed {
+		c.mu.Unlock()
+		return
+	}
+	c.st.Faults++
+	peer := c.peer
+	c.m.log.Debug("msgr: link fault", "peer", peer, "remote", lr.link.RemoteAddr(), "err", err)
+	if c.lossy {
+		c.mu.Unlock()
+		c.closeWith(&ConnError{Peer: peer, Addr: lr.link.RemoteAddr(), Op: "link", Err: err}, true, false)
+		return
+	}
+	if c.addr != "" && !c.policy.Server {
+		c.state = stateConnecting
+		c.startRedialLocked()
+	} else {
+		c.state = stateStandby
+	}
+	c.mu.Unlock()
+}
+
+func (c *Conn) startRedialLocked() {
+	if c.redialing || c.m.closing.Load() {
+		return
+	}
+	c.redialing = true
+	c.m.wg.Add(1)
+	go c.connectLoop()
+}
+
+// errLinkLost: a dial succeeded, but its link failed before the connect
+// loop saw it attached.
+var errLinkLost = errors.New("msgr: the new link failed right after its handshake")
+
+// connectLoop dials until a link is attached, backing off exponentially
+// with jitter.
+func (c *Conn) connectLoop() {
+	defer c.m.wg.Done()
+	c.mu.Lock()
+	// A link that died soon after its handshake (a fault that recurs on
+	// every link) keeps the backoff growing instead of starting over, so
+	// such a session redials slowly rather than in a tight loop.
+	backoff := c.m.opts.Reconnect.Min
+	if c.lastBackoff > 0 && time.Since(c.attachedAt) < stableLink {
+		backoff = min(2*c.lastBackoff, c.m.opts.Reconnect.Max)
+	}
+	c.mu.Unlock()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	if backoff > c.m.opts.Reconnect.Min {
+		timer.Reset(backoff)
+		select {
+		case <-timer.C:
+		case <-c.closedCh:
+		case <-c.m.done:
+		}
+	}
+	for {
+		c.mu.Lock()
+		if c.state == stateClosed || c.link != nil || c.m.closing.Load() {
+			c.redialing = false
+			c.mu.Unlock()
+			return
+		}
+		c.dialing = true
+		addr := c.addr
+		c.mu.Unlock()
+
+		err := c.m.dial(c, addr)
+		if h := c.m.afterDial; h != nil {
+			h(c, err)
+		}
+
+		c.mu.Lock()
+		c.dialing = false
+		c.lastBackoff = backoff
+		// A lossless session is done only with a link attached now, not
+		// merely with a dial that succeeded: the new link may already have
+		// failed, and its fault left the redial to this loop, which still
+		// held redialing. (A lossy one ends with the fault of its link.)
+		if c.state == stateClosed || c.link != nil || c.m.closing.Load() || (err == nil && c.lossy) {
+			c.redialing = false
+			c.mu.Unlock()
+			return
+		}
+		if err == nil {
+			err = errLinkLost
+		}
+		c.mu.Unlock()
+		if c.lossy {
+			c.closeWith(&ConnError{Peer: c.Peer(), Addr: addr, Op: "dial", Err: err}, true, false)
+			return
+		}
+		if !errors.Is(err, errWait) {
+			c.m.log.Debug("msgr: dial failed", "addr", addr, "err", err, "retry_in", backoff)
+			if h := c.m.opts.OnDialError; h != nil {
+				h(c, err)
+			}
+		}
+		jitter := time.Duration(rand.Int64N(int64(backoff)/2 + 1))
+		timer.Reset(backoff + jitter)
+		select {
+		case <-timer.C:
+		case <-c.closedCh:
+		case <-c.m.done:
+		}
+		backoff = min(2*backoff, c.m.opts.Reconnect.Max)
+	}
+}
+
+// attachLocked makes lr the conn's link after a successful handshake.
+// peerInSeq is what the peer has received; what it lacks is sent again.
+func (c *Conn) attachLocked(lr *linkRun, peerInSeq uint64) ([]*Message, error) {
+	if old := c.link; old != nil && old != lr {
+		c.detachLocked(old)
+	}
+	released, _, err := c.attach(peerInSeq, nil)
+	if err != nil {
+		return released, err
+	}
+	c.attachedAt = time.Now()
+	// The idle clock starts now, not when startLink runs after the lock is
+	// dropped: a tick in between must not see a link that never received.
+	lr.lastRecv.Store(c.m.coarseNow.Load())
+	if c.established {
+		c.st.Reconnects++
+	}
+	c.link = lr
+	c.state = stateOpen
+	if !c.established {
+		c.established = true
+		close(c.readyCh)
+	}
+	c.wakeSendersLocked()
+	return released, nil
+}
+
+// resetSessionLocked forgets the session because the peer lost it.
+func (c *Conn) resetSessionLocked() []*Message {
+	released := c.resetSession(nil)
+	c.cookie = newCookie()
+	c.peerCookie = 0
+	c.wakeSendersLocked()
+	return released
+}

@@ -1,0 +1,416 @@
+//go:build rdma
+
+package rdma
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"unsafe"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// rdvDesc is the data segment of a rendezvous frame: where the payload is
+// and the key to read it; of an RDV_READY frame: where to write it.
+const rdvDescSize = 20 // u64 address, u32 length, u64 key
+
+type rdvDesc struct {
+	addr uint64
+	n    int
+	key  uint64
+}
+
+func (d rdvDesc) put(b []byte) {
+	binary.LittleEndian.PutUint64(b, d.addr)
+	binary.LittleEndian.PutUint32(b[8:], uint32(d.n))
+	binary.LittleEndian.PutUint64(b[12:], d.key)
+}
+
+func parseDesc(b []byte) rdvDesc {
+	return rdvDesc{binary.LittleEndian.Uint64(b), int(binary.LittleEndian.Uint32(b[8:])), binary.LittleEndian.Uint64(b[12:])}
+}
+
+// The write rendezvous's control frames: each link that offers it posts
+// ctlRecvs receives for them beside its window (a peer has at most
+// maxReads RDV_READY or RDV_DONE frames of one link unanswered), and
+// sends them from ctlSlots small buffers after its send buffers.
+const (
+	ctlRecvs   = 2 * maxReads // RDV_READYs for our payloads, RDV_DONEs for the peer's
+	ctlSlots   = 2 * maxReads
+	ctlBufSize = 128 // an RDV_READY is 84 bytes, an RDV_DONE 56
+)
+
+// maxReads bounds the rendezvous transfers one link has in flight: reads
+// it posted, or destinations it offered the peer's writes.
+const maxReads = 16
+
+// pendingRead is a received frame waiting for its turn: a rendezvous whose
+// payload is moving (or waiting for a transfer slot), or an inline frame
+// queued behind one.
+type pendingRead struct {
+	f        wire.Frame
+	r        *region
+	frontLen int
+	size     int
+	epi      [wire.EpilogueSize]byte
+	done     bool
+	inline   bool
+	err      error
+	// id numbers the rendezvous frame on the link (rdvSeen); a waiting
+	// frame keeps its receive buffer (buf) and the descriptor until a
+	// transfer slot is free.
+	id      uint32
+	waiting bool
+	buf     *wire.Buffer
+	src     rdvDesc
+}
+
+type readDoneEv struct {
+	slot uint32
+	err  error
+}
+
+// rendezvous takes a rendezvous frame: it checks the descriptor and starts
+// moving the payload, or queues the frame until a transfer slot is free.
+func (l *link) rendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRead, error) {
+	if f.DataLen != rdvDescSize || f.WireSize() != len(b) {
+		buf.Release()
+		return nil, &wire.Error{Kind: wire.ErrKindMalformed, Msg: "bad rendezvous descriptor"}
+	}
+	src := parseDesc(b[wire.PreambleSize+int(f.FrontLen):])
+	if uint32(src.n) > l.lim.MaxData {
+		buf.Release()
+		return nil, &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rendezvous payload of %d bytes exceeds the limit of %d", src.n, l.lim.MaxData)}
+	}
+	p := l.newPending()
+	p.f, p.buf, p.frontLen, p.size, p.src = *f, buf, int(f.FrontLen), src.n, src
+	p.id = l.rdvSeen
+	l.rdvSeen++
+	p.epi = [wire.EpilogueSize]byte(b[len(b)-wire.EpilogueSize:])
+	if len(l.freeReads) == 0 {
+		p.waiting = true
+		return p, nil
+	}
+	if err := l.startTransfer(p); err != nil {
+		l.putPending(p)
+		return nil, err
+	}
+	return p, nil
+}
+
+// startTransfer moves p's payload into a registered buffer of its own:
+// it posts the RDMA read, or offers the buffer to the peer's RDMA write
+// (RDV_READY). The frame's receive buffer goes back first.
+//
+// The payload goes to offset 0 of the buffer and the front right after
+// it (rdvFrontAt), as a stream link places a small frame: a registered
+// buffer is mmap'd, so it starts on a page and the data on a
+// wire.DataAlign boundary, and the store can write it with O_DIRECT from
+// where it lies. Putting the front first would need padding up to the
+// boundary, which pushes a payload of a power of two plus a front into
+// the next size class (a 64 MiB message would take a 128 MiB region).
+func (l *link) startTransfer(p *pendingRead) error {
+	buf := p.buf
+	p.buf, p.waiting = nil, false
+	r, err := l.d.getLarge(p.size + p.frontLen)
+	if err != nil {
+		buf.Release()
+		return err
+	}
+	copy(r.mem[rdvFrontAt(p):], buf.B[wire.PreambleSize:wire.PreambleSize+p.frontLen])
+	buf.Release()
+	slot := l.freeReads[len(l.freeReads)-1]
+	l.epMu.RLock()
+	if l.dead.Load() {
+		l.epMu.RUnlock()
+		l.d.putLarge(r)
+		return net.ErrClosed
+	}
+	p.r = r
+	l.freeReads = l.freeReads[:len(l.freeReads)-1]
+	l.readSlots[slot] = p
+	l.readsOut++
+	l.d.transfers.Add(1)
+	if !l.rdvWrite {
+		// A read the provider refuses comes back as a failed read (post.go).
+		l.d.post(postOp{l: l, kind: opRead, slot: slot, buf: r.ptr(0), n: p.size, desc: r.desc, raddr: p.src.addr, rkey: p.src.key})
+		l.d.reads.Add(1)
+		l.epMu.RUnlock()
+		return nil
+	}
+	l.epMu.RUnlock()
+	l.sendCtl(wire.TagRdvReady, uint64(slot)<<32|uint64(p.id), rdvDesc{r.remoteAddr(0), p.size, r.key})
+	return nil
+}
+
+// rdvFrontAt is where p's front lies in its rendezvous buffer: after the
+// payload, which starts the buffer (startTransfer).
+func rdvFrontAt(p *pendingRead) int { return p.size }
+
+// transferDone marks the transfer in slot finished (its read completed or
+// its RDV_DONE came) and starts those waiting for a slot, in order.
+func (l *link) transferDone(slot uint32, err error) {
+	p := l.readSlots[slot]
+	if p == nil {
+		return // dropped with the link
+	}
+	l.readSlots[slot] = nil
+	l.freeReads = append(l.freeReads, slot)
+	l.readsOut--
+	l.d.transfers.Add(-1)
+	p.done, p.err = true, err
+	for _, q := range l.pend {
+		if len(l.freeReads) == 0 {
+			break
+		}
+		if q.waiting {
+			if err := l.startTransfer(q); err != nil {
+				q.done, q.err = true, err
+			}
+		}
+	}
+}
+
+// control handles the write rendezvous's frames: an RDV_READY asks us to
+// write a payload we sent, an RDV_DONE says the peer wrote one we receive.
+// It returns errConsumed, or the error that ends the link.
+func (l *link) control(f *wire.Frame, buf *wire.Buffer, b []byte) error {
+	dst, err := l.checkControl(f, b)
+	// Posted again before anything is sent: the peer's next control
+	// frame may need it.
+	buf.Release()
+	if err != nil {
+		return err
+	}
+	if f.Tag == wire.TagRdvDone {
+		l.transferDone(uint32(f.Seq>>32), nil)
+		return errConsumed
+	}
+	return l.writePayload(f.Seq, dst)
+}
+
+// checkControl validates a control frame in b and returns an RDV_READY's
+// destination.
+func (l *link) checkControl(f *wire.Frame, b []byte) (rdvDesc, error) {
+	if !l.rdvWrite {
+		return rdvDesc{}, &wire.Error{Kind: wire.ErrKindProtocol, Msg: fmt.Sprintf("%v frame, but the write rendezvous was not agreed", f.Tag)}
+	}
+	if f.WireSize() != len(b) {
+		return rdvDesc{}, &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("%v frame says %d bytes, the receive got %d", f.Tag, f.WireSize(), len(b))}
+	}
+	id, slot := uint32(f.Seq), uint32(f.Seq>>32)
+	if f.Tag == wire.TagRdvDone {
+		if slot >= maxReads || l.readSlots[slot] == nil || l.readSlots[slot].id != id {
+			return rdvDesc{}, &wire.Error{Kind: wire.ErrKindProtocol, Msg: fmt.Sprintf("RDV_DONE for rendezvous %d in slot %d, which is not being written", id, slot)}
+		}
+		return rdvDesc{}, nil
+	}
+	if f.DataLen != rdvDescSize {
+		return rdvDesc{}, &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("RDV_READY with %d bytes of data, want %d", f.DataLen, rdvDescSize)}
+	}
+	d := b[wire.PreambleSize : wire.PreambleSize+rdvDescSize]
+	if err := wire.CheckEpilogue(b[len(b)-wire.EpilogueSize:], nil, d, false); err != nil {
+		return rdvDesc{}, err
+	}
+	return parseDesc(d), nil
+}
+
+// writePayload writes the payload of our rendezvous frame number
+// uint32(seq) where the peer's RDV_READY says, and sends RDV_DONE behind
+// it: the provider processes a send after the writes posted before it
+// (FI_ORDER_SAW, checked when the domain opened), so the payload is in
+// place when RDV_DONE arrives. The source stays ours until the peer's link
+// word says it handed the frame up, as after a read.
+func (l *link) writePayload(seq uint64, dst rdvDesc) error {
+	l.epMu.RLock()
+	if l.dead.Load() {
+		l.epMu.RUnlock()
+		return net.ErrClosed
+	}
+	l.rdvMu.Lock()
+	k := uint32(seq) - l.rdvFreed
+	var src rdvSource
+	ok := k < uint32(len(l.rdvOut))
+	if ok {
+		src = l.rdvOut[k]
+	}
+	l.rdvMu.Unlock()
+	if !ok || src.n != dst.n {
+		l.epMu.RUnlock()
+		return &wire.Error{Kind: wire.ErrKindProtocol, Msg: fmt.Sprintf("RDV_READY for rendezvous %d of %d bytes, which is not outstanding", uint32(seq), dst.n)}
+	}
+	// A write the provider refuses fails the link (post.go).
+	l.d.post(postOp{l: l, kind: opWrite, buf: src.ptr, n: dst.n, desc: src.desc, raddr: dst.addr, rkey: dst.key})
+	l.d.writes.Add(1)
+	l.epMu.RUnlock()
+	l.sendCtl(wire.TagRdvDone, seq, rdvDesc{})
+	return errConsumed
+}
+
+// sendCtl sends a control frame from one of the link's control buffers,
+// with dst as its data when dst.n > 0 (RDV_READY).
+// One is free but for a moment: a peer has at most maxReads of our
+// RDV_READY and maxReads of our RDV_DONE unanswered, and each is
+// answered only after it was delivered.
+func (l *link) sendCtl(tag wire.Tag, seq uint64, dst rdvDesc) {
+	slot, ok := takeSlot(l.ctlFree, l.closed)
+	if !ok {
+		return
+	}
+	l.epMu.RLock()
+	defer l.epMu.RUnlock()
+	if l.dead.Load() {
+		return
+	}
+	off := l.d.t.cfg.SendSlots*l.bufSize + int(slot)*ctlBufSize
+	b := l.send.mem[off : off+ctlBufSize]
+	p := wire.Preamble{Tag: tag, Seq: seq, LinkWord: l.rdvReadCnt.Load()}
+	if dst.n > 0 {
+		p.DataLen = rdvDescSize
+	}
+	n := p.WireSize()
+	p.Put(b)
+	if dst.n > 0 {
+		desc := b[wire.PreambleSize : wire.PreambleSize+rdvDescSize]
+		dst.put(desc)
+		wire.PutEpilogue(b[n-wire.EpilogueSize:], 0, wire.CRC(desc))
+	}
+	l.d.post(postOp{l: l, kind: opCtl, slot: slot, buf: unsafe.Pointer(&b[0]), n: n, desc: l.send.desc,
+		imm: l.peerSRX, data: l.peerTag})
+}
+
+// ctlDone gives a control buffer back once its send is over.
+func (l *link) ctlDone(slot uint32) {
+	select {
+	case l.ctlFree <- slot:
+	default:
+	}
+}
+
+// newPending and putPending recycle pendingReads (reader goroutine only),
+// so a rendezvous costs no allocation.
+func (l *link) newPending() *pendingRead {
+	if n := len(l.pendFree); n > 0 {
+		p := l.pendFree[n-1]
+		l.pendFree = l.pendFree[:n-1]
+		return p
+	}
+	return new(pendingRead)
+}
+
+func (l *link) putPending(p *pendingRead) {
+	*p = pendingRead{}
+	l.pendFree = append(l.pendFree, p)
+}
+
+// finish hands a pending frame over once its turn has come.
+func (l *link) finish(p *pendingRead, f *wire.Frame) error {
+	defer l.putPending(p)
+	if p.inline {
+		*f = p.f
+		return nil
+	}
+	if p.err != nil {
+		// The provider may still write into the buffer: retire it
+		// rather than put it back in the cache.
+		if p.r != nil {
+			l.d.inUse.Add(-1)
+			l.d.retire(p.r)
+		}
+		return p.err
+	}
+	l.rdvReadCnt.Add(1)
+	at := rdvFrontAt(p)
+	data := p.r.mem[:p.size]
+	front := p.r.mem[at : at+p.frontLen]
+	if err := wire.CheckEpilogue(p.epi[:], front, data, p.f.Flags&wire.FlagNoDataCRC != 0); err != nil {
+		l.d.putLarge(p.r)
+		return err
+	}
+	*f = p.f
+	f.Flags &^= wire.FlagRendezvous
+	f.DataLen = uint32(p.size)
+	f.Front, f.Data = front, data
+	f.DataCRC, f.HasDataCRC = checkedDataCRC(f, p.epi[:])
+	f.Buf = p.r.buffer(p.size + p.frontLen)
+	return nil
+}
+
+// peerReadsDone frees our rendezvous source buffers the peer has moved,
+// as its link word (count) says. A count behind ours is ignored: control
+// frames, sent by the reader, can pass the writer's frames with an older
+// count.
+func (l *link) peerReadsDone(count uint32) {
+	if l.rdvOutN.Load() == 0 {
+		// Nothing of ours outstanding, the common case for small
+		// messages: no lock on every frame. A source appended meanwhile
+		// cannot be counted in this frame's word yet.
+		return
+	}
+	l.rdvMu.Lock()
+	k := 0
+	if ahead := count - l.rdvFreed; int32(ahead) > 0 {
+		k = min(int(ahead), len(l.rdvOut))
+	}
+	for i := range k {
+		l.rdvOut[i].release(l.d)
+	}
+	l.rdvFreed += uint32(k)
+	if k > 0 {
+		n := copy(l.rdvOut, l.rdvOut[k:])
+		clear(l.rdvOut[n:])
+		l.rdvOut = l.rdvOut[:n]
+		l.rdvOutN.Store(int32(n))
+	}
+	l.rdvMu.Unlock()
+}
+
+// rdvSource is what a rendezvous frame's payload is moved from until the
+// peer has it: a registered copy (r), or the caller's own registered
+// buffer (b), on which the link holds a reference; ptr, n and desc are the
+// payload for an RDMA write of ours.
+type rdvSource struct {
+	r    *region
+	b    *wire.Buffer
+	ptr  unsafe.Pointer
+	n    int
+	desc C.uintptr_t
+}
+
+func (s rdvSource) release(d *domain) {
+	d.transfers.Add(-1)
+	if s.b != nil {
+		s.b.Release()
+		return
+	}
+	d.putLarge(s.r)
+}
+
+// rendezvousSource returns where the peer reads f's payload from: straight
+// from the caller's buffer when it is memory this domain registered
+// (AllocPayload), else from a registered copy.
+func (l *link) rendezvousSource(f *wire.Frame) (src rdvSource, addr, key uint64, err error) {
+	n := len(f.Data)
+	if f.Buf != nil {
+		if r, ok := f.Buf.Owner.(*region); ok && r.d == l.d {
+			if off, ok := r.holds(f.Data); ok {
+				f.Buf.Ref()
+				l.d.zeroCopy.Add(1)
+				return rdvSource{b: f.Buf, ptr: r.ptr(off), n: n, desc: r.desc}, r.remoteAddr(off), r.key, nil
+			}
+		}
+	}
+	r, err := l.d.getLarge(n)
+	if err != nil {
+		return rdvSource{}, 0, 0, err
+	}
+	copy(r.mem, f.Data)
+	l.d.copied.Add(1)
+	return rdvSource{r: r, ptr: r.ptr(0), n: n, desc: r.desc}, r.remoteAddr(0), r.key, nil
+}

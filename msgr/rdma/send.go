@@ -1,0 +1,148 @@
+//go:build rdma
+
+package rdma
+
+import (
+	"fmt"
+	"net"
+	"unsafe"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// freeSendSlot gives a send buffer back after its send completed or failed.
+func (l *link) freeSendSlot(slot uint32) {
+	select {
+	case l.sendFree <- slot:
+	default:
+	}
+	if l.draining.Load() && len(l.sendFree) == cap(l.sendFree) {
+		l.pokeDrain()
+	}
+}
+
+// pokeDrain wakes Close's drain, if it waits.
+func (l *link) pokeDrain() {
+	select {
+	case l.sendsIdle <- struct{}{}:
+	default:
+	}
+}
+
+// takeSlot takes a free buffer's index from free, waiting for one unless
+// closed is closed first.
+func takeSlot(free chan uint32, closed chan struct{}) (uint32, bool) {
+	select {
+	case s := <-free: // the common case, without the two-way select
+		return s, true
+	default:
+	}
+	select {
+	case s := <-free:
+		return s, true
+	case <-closed:
+		return 0, false
+	}
+}
+
+// AllocPayload hands out registered memory for a payload too large to go
+// inline whatever the front, so the rendezvous reads it where the caller
+// wrote it; smaller payloads are copied into a send buffer anyway and get an
+// ordinary pooled buffer. Either way the caller holds one reference.
+func (l *link) AllocPayload(n int) (*wire.Buffer, error) {
+	if n+wire.PreambleSize+wire.EpilogueSize <= l.sendLimit {
+		return wire.GetBuffer(n), nil
+	}
+	r, err := l.d.getLarge(n)
+	if err != nil {
+		return nil, err
+	}
+	return r.buffer(n), nil
+}
+
+// WriteFrames posts one send per frame, inline when it fits a buffer,
+// else as a rendezvous descriptor over a registered copy of the payload.
+func (l *link) WriteFrames(frames []wire.Frame) error {
+	for i := range frames {
+		if err := l.writeFrame(&frames[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *link) writeFrame(f *wire.Frame) error {
+	slot, ok := takeSlot(l.sendFree, l.closed)
+	if !ok {
+		return net.ErrClosed
+	}
+	l.epMu.RLock()
+	defer l.epMu.RUnlock()
+	if l.dead.Load() {
+		return net.ErrClosed
+	}
+	sb := l.send.mem[int(slot)*l.bufSize : (int(slot)+1)*l.bufSize]
+	p := f.Preamble
+	l.checkGrant(&p)
+	p.LinkWord = l.rdvReadCnt.Load()
+	p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
+	noCRC := l.noCRC && l.features&wire.FeatureNoDataCRC != 0 && len(f.Data) > 0
+	if noCRC {
+		p.Flags |= wire.FlagNoDataCRC
+	}
+	var dcrc uint32
+	switch {
+	case noCRC:
+	case f.HasDataCRC:
+		// The sender's (Message.SetDataCRC): one pass over the data
+		// fewer. It is not checked here: the receiver refuses a wrong
+		// one as corrupt, and recomputing it would launder data that
+		// changed after its CRC was taken (protocol.md §4.2).
+		dcrc = f.DataCRC
+	default:
+		dcrc = wire.CRC(f.Data)
+	}
+	n := p.WireSize()
+	if n > l.sendLimit {
+		// Rendezvous: the descriptor goes inline, the payload stays in
+		// registered memory until the peer has read it.
+		if wire.PreambleSize+len(f.Front)+rdvDescSize+wire.EpilogueSize > l.sendLimit {
+			l.freeSendSlot(slot)
+			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: front of %d bytes does not fit a %d-byte buffer", len(f.Front), l.sendLimit)}
+		}
+		src, addr, key, err := l.rendezvousSource(f)
+		if err != nil {
+			l.freeSendSlot(slot)
+			return err
+		}
+		p.Flags |= wire.FlagRendezvous
+		p.DataLen = rdvDescSize
+		n = p.WireSize()
+		p.Put(sb)
+		copy(sb[wire.PreambleSize:], f.Front)
+		rdvDesc{addr, len(f.Data), key}.put(sb[wire.PreambleSize+len(f.Front):])
+		wire.PutEpilogue(sb[n-wire.EpilogueSize:], wire.CRC(f.Front), dcrc)
+		l.rdvMu.Lock()
+		l.rdvOut = append(l.rdvOut, src)
+		l.rdvOutN.Store(int32(len(l.rdvOut)))
+		l.d.transfers.Add(1)
+		l.rdvMu.Unlock()
+	} else {
+		p.Put(sb)
+		if p.HasSegments() {
+			copy(sb[wire.PreambleSize:], f.Front)
+			copy(sb[wire.PreambleSize+len(f.Front):], f.Data)
+			wire.PutEpilogue(sb[n-wire.EpilogueSize:], wire.CRC(f.Front), dcrc)
+		}
+	}
+	// A send the provider refuses fails the link (post.go).
+	l.d.post(postOp{l: l, kind: opSend, slot: slot, buf: unsafe.Pointer(&sb[0]), n: n, desc: l.send.desc,
+		imm: l.peerSRX, data: l.peerTag})
+	return nil
+}
+
+// WriteSpace tells the messenger how much a write can take without
+// waiting: the free send buffers. A sender with room writes its message
+// itself (the messenger's writeInline), saving the hand-off to the writer
+// goroutine on each side of a request and its reply.
+func (l *link) WriteSpace() int { return len(l.sendFree) * l.sendLimit }
