@@ -355,7 +355,7 @@ func (g *Gateway) dispatch(req *request) error {
 		switch {
 		case q.Has("uploadId"):
 			req.op = "UploadPartCopy"
-			return errf(ErrNotImplemented, "UploadPartCopy is not implemented yet")
+			return g.uploadPartCopy(req)
 		case r.Method != http.MethodPut || req.key == "":
 			return errf(ErrInvalidRequest, "x-amz-copy-source belongs on a PUT of an object")
 		}
@@ -368,8 +368,6 @@ func (g *Gateway) dispatch(req *request) error {
 		sc = serviceScope
 	case req.key == "":
 		sc = bucketScope
-	case q.Has("partNumber") && !q.Has("uploadId"):
-		return errf(ErrNotImplemented, "the partNumber parameter is not implemented")
 	}
 	for _, rt := range routes {
 		if rt.matches(sc, r.Method, q) {

@@ -305,9 +305,6 @@ func TestObjects(t *testing.T) {
 	}
 	_, err = e.s3.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String("nobucket"), Delete: &types.Delete{Objects: ids[:1]}})
 	wantCode(t, "DeleteObjects in missing bucket", err, "NoSuchBucket", 404)
-	_, err = e.s3.UploadPartCopy(ctx, &s3.UploadPartCopyInput{Bucket: aws.String("obj"), Key: aws.String("c"), CopySource: aws.String("obj/crc"),
-		UploadId: aws.String("0123456789abcdef0123456789abcdef"), PartNumber: aws.Int32(1)})
-	wantCode(t, "UploadPartCopy", err, "NotImplemented", 501)
 }
 
 func TestRanges(t *testing.T) {
