@@ -71,7 +71,8 @@ FUZZ_TARGETS = \
 	"FuzzParseKeyring ./msgr/auth" "FuzzParseCaps ./msgr/auth" \
 	"FuzzParseAuthorization ./client/s3gw" "FuzzParseRange ./client/s3gw" "FuzzVerify ./client/s3gw" \
 	"FuzzParseDeleteRequest ./client/s3gw" "FuzzCanonicalQuery ./client/s3gw" "FuzzParseListQuery ./client/s3gw" \
-	"FuzzParseCompleteRequest ./client/s3gw" "FuzzParseCopySource ./client/s3gw" "FuzzEvalConditions ./client/s3gw"
+	"FuzzParseCompleteRequest ./client/s3gw" "FuzzParseCopySource ./client/s3gw" "FuzzEvalConditions ./client/s3gw" \
+	"FuzzChunkedReader ./client/s3gw"
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do set -- $$t; \

@@ -1,6 +1,7 @@
 package s3gw
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/xml"
@@ -83,7 +84,9 @@ func (g *Gateway) putObject(req *request) error {
 	h := req.w.Header()
 	h.Set("ETag", quoteETag(info.ETag))
 	for name := range checksumAlgorithms {
-		if v := r.Header.Get("X-Amz-Checksum-" + name); v != "" {
+		// Checked already, whether sent as a header or in an aws-chunked
+		// body's trailer.
+		if v := cmp.Or(r.Header.Get("X-Amz-Checksum-"+name), r.Trailer.Get("X-Amz-Checksum-"+name)); v != "" {
 			h.Set("x-amz-checksum-"+name, v)
 		}
 	}
