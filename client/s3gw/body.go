@@ -12,6 +12,7 @@ import (
 	"hash/crc64"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -36,7 +37,13 @@ type verifiedBody struct {
 	n      int64
 	checks []digestCheck
 	closer func() // releases hashers
-	err    error  // sticky
+	// deadline is the connection's read deadline, moved on at each read
+	// and cleared once the body has been read whole: net/http then reads on in the
+	// background to notice a client that hangs up, and a deadline left
+	// behind would cancel the request while the cluster stores the
+	// body. nil: none.
+	deadline *movingDeadline
+	err      error // sticky
 }
 
 var (
@@ -142,7 +149,21 @@ func (b *verifiedBody) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
+	if b.deadline != nil {
+		b.deadline.touch()
+		defer func() {
+			// Kept after an error: net/http may read on to discard
+			// what is left of the body, and a stalled client must not
+			// hold it.
+			if b.err == io.EOF {
+				b.deadline.clear()
+			}
+		}()
+	}
 	n, err := b.r.Read(p)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = errf(ErrRequestTimeout, "your socket connection to the server was not read from or written to within the timeout period")
+	}
 	for _, c := range b.checks {
 		c.h.Write(p[:n])
 	}
