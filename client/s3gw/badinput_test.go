@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,36 +21,18 @@ import (
 	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
-// syncBuffer is a log the gateway writes and the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // served is a gateway run by Serve, as `osprey s3` runs it (net/http's
 // limits and the client timeouts are Serve's), logging to log.
 type served struct {
 	addr string
 	url  string
-	log  *syncBuffer
+	log  *osdtest.LogBuffer
 	s3   *s3.Client
 }
 
 func serve(t *testing.T, e *env, clientTimeout time.Duration) *served {
 	t.Helper()
-	sv := &served{log: &syncBuffer{}}
+	sv := &served{log: &osdtest.LogBuffer{}}
 	gw, err := s3gw.New(s3gw.Options{Client: e.cl, Credentials: s3gw.StaticCredentials{testAccess: testSecret},
 		Logger: slog.New(slog.NewTextHandler(sv.log, nil)), ClientTimeout: clientTimeout})
 	if err != nil {
