@@ -164,17 +164,19 @@ func (s s3Store) list(ctx context.Context, bucket, prefix, startAfter string, ma
 	return err
 }
 
-// cleanup deletes keys (by DeleteObjects, 1000 a request), and the bucket
-// when the run made it.
+// cleanup deletes keys (by DeleteObjects, 100 a request, each tried up to
+// 3 times), and the bucket when the run made it. Smaller batches than S3's
+// 1000: on a loaded host a DeleteObjects of 1000 keys to RGW once failed
+// while its answer was being read.
 func (s s3Store) cleanup(ctx context.Context, bucket string, keys []string, bucketMade bool) error {
 	for len(keys) > 0 {
-		n := min(len(keys), 1000)
+		n := min(len(keys), 100)
 		ids := make([]types.ObjectIdentifier, n)
 		for i, k := range keys[:n] {
 			ids[i] = types.ObjectIdentifier{Key: aws.String(k)}
 		}
 		out, err := s.c.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String(bucket),
-			Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)}})
+			Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)}}, func(o *s3.Options) { o.RetryMaxAttempts = 3 })
 		if err != nil {
 			return err
 		}
@@ -187,6 +189,6 @@ func (s s3Store) cleanup(ctx context.Context, bucket string, keys []string, buck
 	if !bucketMade {
 		return nil
 	}
-	_, err := s.c.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String(bucket)})
+	_, err := s.c.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String(bucket)}, func(o *s3.Options) { o.RetryMaxAttempts = 3 })
 	return err
 }
