@@ -13,8 +13,8 @@ all: build
 # Debian packages the build and tests need: protoc for `make proto`,
 # libfabric for the RDMA transport (-tags rdma) and fi_info/fi_pingpong,
 # etcd-server for the mon's test on a real three-member etcd cluster,
-# awscli for the S3 gateway's test with the real aws command.
-DEBS := protobuf-compiler libfabric-dev libfabric-bin etcd-server awscli
+# awscli, s3cmd and python3-boto3 for the S3 gateway's tests with real clients.
+DEBS := protobuf-compiler libfabric-dev libfabric-bin etcd-server awscli s3cmd python3-boto3
 deps:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -35,9 +35,9 @@ build:
 	$(GO) build $(if $(TAGS),-tags $(TAGS)) ./...
 
 # The whole suite, as the README's quick start runs it: race detector on.
-# deps installed etcd-server and awscli: their tests must run, not skip.
+# deps installed etcd-server, awscli, s3cmd and boto3: their tests must run, not skip.
 test: deps
-	OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_AWSCLI=1 OSPREY_REQUIRE_SMALLFS=1 $(GO) test -race -count=1 -timeout 20m -tags $(TEST_TAGS) $(PKGS)
+	OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_AWSCLI=1 OSPREY_REQUIRE_S3CMD=1 OSPREY_REQUIRE_BOTO3=1 OSPREY_REQUIRE_SMALLFS=1 $(GO) test -race -count=1 -timeout 20m -tags $(TEST_TAGS) $(PKGS)
 
 # Regenerate the committed protobuf code; protoc-gen-go is pinned in go.mod.
 proto:
@@ -71,7 +71,8 @@ FUZZ_TARGETS = \
 	"FuzzParseKeyring ./msgr/auth" "FuzzParseCaps ./msgr/auth" \
 	"FuzzParseAuthorization ./client/s3gw" "FuzzParseRange ./client/s3gw" "FuzzVerify ./client/s3gw" \
 	"FuzzParseDeleteRequest ./client/s3gw" "FuzzCanonicalQuery ./client/s3gw" "FuzzParseListQuery ./client/s3gw" \
-	"FuzzParseCompleteRequest ./client/s3gw" "FuzzParseCopySource ./client/s3gw" "FuzzEvalConditions ./client/s3gw"
+	"FuzzParseCompleteRequest ./client/s3gw" "FuzzParseCopySource ./client/s3gw" "FuzzEvalConditions ./client/s3gw" \
+	"FuzzChunkedReader ./client/s3gw"
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do set -- $$t; \

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -107,10 +106,16 @@ type ObjOptions struct {
 	// Seeds of a running cluster; empty starts a local one in this
 	// process with OSDs OSDs and Replicas replicas, its data under Dir (a
 	// temporary directory when empty, removed afterwards).
-	Seeds    []string
-	OSDs     int    // default 3
-	Replicas int    // default min(3, OSDs)
-	PGs      uint32 // default 128
+	Seeds []string
+	// S3, if set, is measured instead of an Osprey cluster: any S3
+	// endpoint, through aws-sdk-go-v2, with the same workloads. The
+	// objects the run wrote are deleted at its end (the bucket too when
+	// the run made it) unless KeepObjects.
+	S3          *S3Target
+	KeepObjects bool
+	OSDs        int    // default 3
+	Replicas    int    // default min(3, OSDs)
+	PGs         uint32 // default 128
 	// Public and Cluster are the local cluster's transports: "tcp" (the
 	// default) or "rdma+tcp", ...
 	Public, Cluster string
@@ -262,6 +267,9 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
+	if o.S3 != nil {
+		return runObjS3(ctx, o)
+	}
 	seeds := o.Seeds
 	var ceiling DiskCeiling
 	if len(seeds) == 0 {
@@ -290,14 +298,45 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 			break
 		}
 	}
-	if err := cl.MakeBucket(ctx, o.Bucket); err != nil && !errors.Is(err, client.ErrBucketAlreadyExists) {
-		return nil, err
+	rows, _, err := runObjRows(ctx, &o, sdkStore{cl}, func(r *ObjRow) {
+		r.Replicas, r.Transport = replicas, o.Public+"/"+o.Cluster
+		r.setDiskShare(ceiling)
+	})
+	return rows, err
+}
+
+// runObjS3 runs the rows against an S3 endpoint, then deletes what they
+// wrote.
+func runObjS3(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
+	st := newS3Store(*o.S3, o.Concurrency)
+	rows, written, err := runObjRows(ctx, &o, st, func(r *ObjRow) { r.Transport = "s3" })
+	if !o.KeepObjects && (written.bucketMade || len(written.keys) > 0) {
+		if cerr := st.cleanup(context.WithoutCancel(ctx), o.Bucket, written.keys, written.bucketMade); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("bench: deleting the run's objects from %s: %w", o.Bucket, cerr))
+		}
+	}
+	return rows, err
+}
+
+// objWritten is what a run wrote: the keys of its puts, and whether it
+// made the bucket.
+type objWritten struct {
+	keys       []string
+	bucketMade bool
+}
+
+// runObjRows makes the bucket and runs every row against st; label fills
+// in what the store says of each row.
+func runObjRows(ctx context.Context, o *ObjOptions, st objStore, label func(*ObjRow)) ([]ObjRow, objWritten, error) {
+	var written objWritten
+	var err error
+	if written.bucketMade, err = st.makeBucket(ctx, o.Bucket); err != nil {
+		return nil, written, err
 	}
 	var rows []ObjRow
 	add := func(rs []ObjRow) {
 		for _, r := range rs {
-			r.Replicas, r.Transport = replicas, o.Public+"/"+o.Cluster
-			r.setDiskShare(ceiling)
+			label(&r)
 			o.Logger.Info("bench: row done", "op", r.Op, "mix", r.Mix, "size", FormatSize(int64(r.Size)),
 				"ops_per_sec", int64(r.OpsPerSec), "p50_us", r.P50Us)
 			if o.OnRow != nil {
@@ -307,23 +346,32 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 		}
 	}
 	for _, size := range o.Sizes {
-		b := &objBench{o: &o, cl: cl, set: &objSet{}, size: size, body: objBody(size, o.CompressibleBody)}
-		for _, op := range o.Ops {
-			rs, err := b.run(ctx, []MixWeight{{op, 1}}, "")
-			add(rs)
-			if err != nil {
-				return rows, err
+		b := &objBench{o: o, st: st, set: &objSet{}, size: size, body: objBody(size, o.CompressibleBody)}
+		err := func() error {
+			defer func() {
+				for n := range b.set.next.Load() {
+					written.keys = append(written.keys, objKey(size, n))
+				}
+			}()
+			for _, op := range o.Ops {
+				rs, err := b.run(ctx, []MixWeight{{op, 1}}, "")
+				add(rs)
+				if err != nil {
+					return err
+				}
 			}
-		}
-		if len(o.Mix) > 0 {
-			rs, err := b.run(ctx, o.Mix, FormatMix(o.Mix))
-			add(rs)
-			if err != nil {
-				return rows, err
+			if len(o.Mix) > 0 {
+				rs, err := b.run(ctx, o.Mix, FormatMix(o.Mix))
+				add(rs)
+				return err
 			}
+			return nil
+		}()
+		if err != nil {
+			return rows, written, err
 		}
 	}
-	return rows, nil
+	return rows, written, nil
 }
 
 func objKey(size int, n int64) string { return fmt.Sprintf("bench/%d/%08d", size, n) }
@@ -430,7 +478,7 @@ func (s *objSet) settle() {
 // objBench runs the rows of one size.
 type objBench struct {
 	o    *ObjOptions
-	cl   *client.Client
+	st   objStore
 	set  *objSet
 	size int
 	body []byte
@@ -475,7 +523,7 @@ func (b *objBench) fill(ctx context.Context) error {
 // do performs one operation and returns the one it performed: in a mix, a
 // delete with no fresh object left to take is a put.
 func (b *objBench) do(ctx context.Context, op ObjOp, rng *rand.Rand, mixed bool) (ObjOp, error) {
-	o, cl := b.o, b.cl
+	o, st := b.o, b.st
 	switch op {
 	case OpDelete:
 		n, ok := b.set.take(mixed)
@@ -485,10 +533,10 @@ func (b *objBench) do(ctx context.Context, op ObjOp, rng *rand.Rand, mixed bool)
 			}
 			return op, errSetEmpty
 		}
-		return op, cl.RemoveObject(ctx, o.Bucket, objKey(b.size, n))
+		return op, st.remove(ctx, o.Bucket, objKey(b.size, n))
 	case OpPut:
 		n := b.set.next.Add(1) - 1
-		_, err := cl.PutObject(ctx, o.Bucket, objKey(b.size, n), bytes.NewReader(b.body), int64(b.size), client.PutOptions{})
+		err := st.put(ctx, o.Bucket, objKey(b.size, n), b.body)
 		if err == nil {
 			b.set.add(n, mixed)
 		}
@@ -501,18 +549,11 @@ func (b *objBench) do(ctx context.Context, op ObjOp, rng *rand.Rand, mixed bool)
 	key := objKey(b.size, n)
 	switch op {
 	case OpGet:
-		return op, readObject(ctx, cl, o.Bucket, key)
+		return op, st.get(ctx, o.Bucket, key)
 	case OpStat:
-		_, err := cl.StatObject(ctx, o.Bucket, key)
-		return op, err
+		return op, st.stat(ctx, o.Bucket, key)
 	case OpList:
-		lo := client.ListOptions{Prefix: fmt.Sprintf("bench/%d/", b.size), StartAfter: key, MaxKeys: o.ListKeys}
-		for _, err := range cl.ListObjects(ctx, o.Bucket, lo) {
-			if err != nil {
-				return op, err
-			}
-		}
-		return op, nil
+		return op, st.list(ctx, o.Bucket, fmt.Sprintf("bench/%d/", b.size), key, o.ListKeys)
 	}
 	return op, fmt.Errorf("bench: unknown operation %q", op)
 }
@@ -756,15 +797,4 @@ func formatCPUPerGB(v float64) string {
 		return "-"
 	}
 	return strconv.FormatFloat(v, 'f', 2, 64)
-}
-
-// readObject reads an object whole, as a user of the SDK would.
-func readObject(ctx context.Context, cl *client.Client, bucket, key string) error {
-	obj, err := cl.GetObject(ctx, bucket, key, client.GetOptions{})
-	if err != nil {
-		return err
-	}
-	defer obj.Close()
-	_, err = io.Copy(io.Discard, obj)
-	return err
 }

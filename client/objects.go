@@ -38,11 +38,20 @@ type ObjectInfo struct {
 	ContentType  string
 	UserMetadata map[string]string
 	IsPrefix     bool
+	// Parts are a multipart object's parts, in order (PartNumber, ETag,
+	// Size and CRC32C); nil for an object put whole. S3's GET of one
+	// partNumber needs their sizes.
+	Parts []ObjectPart
 }
 
 func objectInfo(key string, m *osdpb.ObjectMeta) ObjectInfo {
-	return ObjectInfo{Key: key, Size: int64(m.GetSize()), ETag: m.GetEtag(), CRC32C: wholeCRC32C(m),
+	info := ObjectInfo{Key: key, Size: int64(m.GetSize()), ETag: m.GetEtag(), CRC32C: wholeCRC32C(m),
 		LastModified: time.Unix(0, m.GetMtimeUnixNano()), ContentType: m.GetContentType(), UserMetadata: m.GetUserMeta()}
+	for _, p := range m.GetParts() {
+		info.Parts = append(info.Parts, ObjectPart{PartNumber: int(p.GetNumber()), ETag: p.GetEtag(), Size: int64(p.GetSize()),
+			CRC32C: p.GetCrc32C(), LastModified: info.LastModified})
+	}
+	return info
 }
 
 // MakeBucket creates a bucket.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,13 +19,7 @@ import (
 // OSPREY_REQUIRE_AWSCLI=1 (the deps target installs awscli), so there the
 // test must run.
 func TestAWSCLI(t *testing.T) {
-	aws, err := exec.LookPath("aws")
-	if err != nil {
-		if os.Getenv("OSPREY_REQUIRE_AWSCLI") != "" {
-			t.Fatalf("OSPREY_REQUIRE_AWSCLI is set but aws is not on PATH: %v (apt-get install awscli)", err)
-		}
-		t.Skip("aws is not on PATH (apt-get install awscli, or set OSPREY_REQUIRE_AWSCLI=1 to make this a failure)")
-	}
+	aws := lookTool(t, "aws", "OSPREY_REQUIRE_AWSCLI", "awscli")
 	e := newEnv(t)
 	// Each aws command starts a Python interpreter: seconds apiece on a
 	// busy machine, a dozen of them here.
@@ -37,22 +30,9 @@ func TestAWSCLI(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("[default]\nregion = us-east-1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	try := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, aws, append([]string{"--endpoint-url", e.url}, args...)...)
-		cmd.Env = append(os.Environ(), "AWS_CONFIG_FILE="+cfg, "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "none"),
-			"AWS_ACCESS_KEY_ID="+testAccess, "AWS_SECRET_ACCESS_KEY="+testSecret, "AWS_DEFAULT_REGION=us-east-1",
-			"AWS_EC2_METADATA_DISABLED=true", "AWS_PAGER=", "HOME="+dir)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	run := func(args ...string) string {
-		t.Helper()
-		out, err := try(args...)
-		if err != nil {
-			t.Fatalf("aws %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return out
-	}
+	try, run := cliRunner(t, ctx, aws, []string{"--endpoint-url", e.url}, "AWS_CONFIG_FILE="+cfg, "AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(dir, "none"),
+		"AWS_ACCESS_KEY_ID="+testAccess, "AWS_SECRET_ACCESS_KEY="+testSecret, "AWS_DEFAULT_REGION=us-east-1",
+		"AWS_EC2_METADATA_DISABLED=true", "AWS_PAGER=", "HOME="+dir)
 
 	small := osdtest.Payload(100<<10, 5)
 	large := osdtest.Payload(20<<20+3, 6)

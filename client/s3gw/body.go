@@ -6,11 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"hash"
 	"hash/crc32"
 	"hash/crc64"
 	"io"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 )
 
@@ -34,7 +37,13 @@ type verifiedBody struct {
 	n      int64
 	checks []digestCheck
 	closer func() // releases hashers
-	err    error  // sticky
+	// deadline is the connection's read deadline, moved on at each read
+	// and cleared once the body has been read whole: net/http then reads on in the
+	// background to notice a client that hangs up, and a deadline left
+	// behind would cancel the request while the cluster stores the
+	// body. nil: none.
+	deadline *movingDeadline
+	err      error // sticky
 }
 
 var (
@@ -57,6 +66,11 @@ func (g *Gateway) newVerifiedBody(r *http.Request, auth authResult) (*verifiedBo
 	b := &verifiedBody{r: r.Body, size: r.ContentLength}
 	if b.r == nil {
 		b.r = http.NoBody
+	}
+	if auth.Streaming != "" {
+		if err := decodeChunked(r, b, auth); err != nil {
+			return nil, err
+		}
 	}
 	if auth.PayloadHash != "" {
 		want, _ := hex.DecodeString(auth.PayloadHash)
@@ -88,17 +102,74 @@ func (g *Gateway) newVerifiedBody(r *http.Request, auth authResult) (*verifiedBo
 	return b, nil
 }
 
+// decodeChunked puts the decoding of an aws-chunked body under b, and
+// makes r what the handlers would have seen of a plain body: its
+// ContentLength the decoded length, aws-chunked out of Content-Encoding,
+// and r.Trailer the trailer's headers once the body has been read.
+func decodeChunked(r *http.Request, b *verifiedBody, auth authResult) error {
+	decoded, err := strconv.ParseInt(r.Header.Get("X-Amz-Decoded-Content-Length"), 10, 64)
+	if err != nil || decoded < 0 {
+		return errf(ErrMissingContentLength, "an aws-chunked body needs x-amz-decoded-content-length")
+	}
+	trailer := strings.ToLower(strings.TrimSpace(r.Header.Get("X-Amz-Trailer")))
+	var mk func() hash.Hash
+	switch alg, ok := strings.CutPrefix(trailer, "x-amz-checksum-"); {
+	case trailer == "" && auth.Streaming == streamingUnsignedTrailer:
+		return errf(ErrInvalidRequest, "%s needs an x-amz-trailer naming an x-amz-checksum-*", streamingUnsignedTrailer)
+	case trailer != "" && auth.Streaming != streamingUnsignedTrailer:
+		return errf(ErrNotImplemented, "trailers come only with %s here", streamingUnsignedTrailer)
+	case trailer != "" && (!ok || checksumAlgorithms[alg] == nil):
+		return errf(ErrInvalidRequest, "x-amz-trailer %q: want one x-amz-checksum-* (crc32, crc32c, crc64nvme, sha1, sha256)", trailer)
+	case trailer != "":
+		mk = checksumAlgorithms[alg]
+	}
+	cr := newChunkedReader(b.r, auth.chunks, decoded, trailer, mk)
+	b.r = struct {
+		io.Reader
+		io.Closer
+	}{cr, b.r}
+	b.size = decoded
+	r.ContentLength = decoded
+	r.Trailer = cr.trailers
+	var enc []string
+	for e := range strings.SplitSeq(r.Header.Get("Content-Encoding"), ",") {
+		if e = strings.TrimSpace(e); e != "" && !strings.EqualFold(e, "aws-chunked") {
+			enc = append(enc, e)
+		}
+	}
+	if len(enc) == 0 {
+		r.Header.Del("Content-Encoding")
+	} else {
+		r.Header.Set("Content-Encoding", strings.Join(enc, ","))
+	}
+	return nil
+}
+
 func (b *verifiedBody) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
+	if b.deadline != nil {
+		b.deadline.touch()
+		defer func() {
+			// Kept after an error: net/http may read on to discard
+			// what is left of the body, and a stalled client must not
+			// hold it.
+			if b.err == io.EOF {
+				b.deadline.clear()
+			}
+		}()
+	}
 	n, err := b.r.Read(p)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = errf(ErrRequestTimeout, "your socket connection to the server was not read from or written to within the timeout period")
+	}
 	for _, c := range b.checks {
 		c.h.Write(p[:n])
 	}
 	b.n += int64(n)
 	switch {
-	case err == io.EOF && b.size >= 0 && b.n < b.size:
+	case (err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF)) && b.size >= 0 && b.n < b.size:
 		b.err = errf(ErrIncompleteBody, "the body ended after %d of %d bytes", b.n, b.size)
 	case err == io.EOF || b.size >= 0 && b.n == b.size:
 		b.err = b.finish()

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/ops"
@@ -53,6 +54,27 @@ func parseCopySource(v string) (bucket, key string, err error) {
 	return bucket, key, nil
 }
 
+// openCopySource opens the object x-amz-copy-source names, the range
+// opts select of it, and checks the x-amz-copy-source-if-* conditions
+// against it: any that does not hold fails the copy (412), a not-modified
+// one included, as S3 does. The caller closes the object.
+func (g *Gateway) openCopySource(req *request, opts client.GetOptions) (*client.Object, client.ObjectInfo, error) {
+	srcBucket, srcKey, err := parseCopySource(req.r.Header.Get("X-Amz-Copy-Source"))
+	if err != nil {
+		return nil, client.ObjectInfo{}, err
+	}
+	src, err := g.cl.GetObject(req.r.Context(), srcBucket, srcKey, opts)
+	if err != nil {
+		return nil, client.ObjectInfo{}, err
+	}
+	info, _ := src.Stat()
+	if evalConditions(req.r.Header, "X-Amz-Copy-Source-", info) != condPass {
+		src.Close()
+		return nil, client.ObjectInfo{}, errf(ErrPreconditionFailed, "at least one of the pre-conditions you specified did not hold")
+	}
+	return src, info, nil
+}
+
 func (g *Gateway) copyObject(req *request) error {
 	r := req.r
 	srcBucket, srcKey, err := parseCopySource(r.Header.Get("X-Amz-Copy-Source"))
@@ -68,17 +90,11 @@ func (g *Gateway) copyObject(req *request) error {
 	if srcBucket == req.bucket && srcKey == req.key && directive != "REPLACE" {
 		return errf(ErrInvalidRequest, "this copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes")
 	}
-	src, err := g.cl.GetObject(r.Context(), srcBucket, srcKey, client.GetOptions{})
+	src, info, err := g.openCopySource(req, client.GetOptions{})
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	info, _ := src.Stat()
-	// x-amz-copy-source-if-*: any condition that does not hold fails the
-	// copy (412), a not-modified one included, as S3 does.
-	if evalConditions(r.Header, "X-Amz-Copy-Source-", info) != condPass {
-		return errf(ErrPreconditionFailed, "at least one of the pre-conditions you specified did not hold")
-	}
 	if info.Size > maxObjectSize {
 		return errf(ErrInvalidRequest, "the source of a copy may be at most 5 GiB (use UploadPartCopy)")
 	}
@@ -94,5 +110,67 @@ func (g *Gateway) copyObject(req *request) error {
 		return err
 	}
 	writeXML(req.w, http.StatusOK, copyObjectResult{XMLNS: s3XMLNS, LastModified: s3Time(out.LastModified), ETag: quoteETag(out.ETag)})
+	return nil
+}
+
+type copyPartResult struct {
+	XMLName      xml.Name `xml:"CopyPartResult"`
+	XMLNS        string   `xml:"xmlns,attr"`
+	LastModified string
+	ETag         string
+}
+
+// parseCopySourceRange reads x-amz-copy-source-range, which unlike Range
+// must be "bytes=first-last" with both ends.
+func parseCopySourceRange(v string) (byteRange, error) {
+	rng, ok := parseRange(v)
+	if !ok || rng.suffix > 0 || rng.last < 0 {
+		return rng, errf(ErrInvalidArgument, "the x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy")
+	}
+	return rng, nil
+}
+
+// uploadPartCopy is UploadPartCopy: a part of an upload copied from an
+// existing object, whole or the x-amz-copy-source-range of it, streamed
+// through the gateway as CopyObject is. A part is at most 64 MiB here.
+func (g *Gateway) uploadPartCopy(req *request) error {
+	r := req.r
+	if r.Method != http.MethodPut {
+		return errf(ErrInvalidRequest, "x-amz-copy-source belongs on a PUT")
+	}
+	q := r.URL.Query()
+	n, err := partNumber(q)
+	if err != nil {
+		return err
+	}
+	opts := client.GetOptions{}
+	var rng byteRange
+	ranged := r.Header.Get("X-Amz-Copy-Source-Range") != ""
+	if ranged {
+		if rng, err = parseCopySourceRange(r.Header.Get("X-Amz-Copy-Source-Range")); err != nil {
+			return err
+		}
+		opts = client.GetOptions{Range: true, Offset: rng.first, Length: rng.last - rng.first + 1}
+	}
+	src, info, err := g.openCopySource(req, opts) // a first byte past the end: InvalidRange
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	size := info.Size
+	if ranged {
+		if rng.last >= info.Size {
+			return errf(ErrInvalidRange, "the x-amz-copy-source-range %s is not within the source's %d bytes", r.Header.Get("X-Amz-Copy-Source-Range"), info.Size)
+		}
+		size = opts.Length
+	}
+	if size > maxSinglePut {
+		return errf(ErrEntityTooLarge, "a part is at most 64 MiB here: copy a range of the source")
+	}
+	p, err := g.cl.PutObjectPart(r.Context(), req.bucket, req.key, q.Get("uploadId"), n, src, size)
+	if err != nil {
+		return err
+	}
+	writeXML(req.w, http.StatusOK, copyPartResult{XMLNS: s3XMLNS, LastModified: s3Time(time.Now()), ETag: quoteETag(p.ETag)})
 	return nil
 }

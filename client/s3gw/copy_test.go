@@ -2,7 +2,10 @@ package s3gw_test
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,4 +82,124 @@ func TestCopyObject(t *testing.T) {
 		CopySource: aws.String("src/a/b%20c.bin"), CopySourceIfMatch: aws.String(`"` + md5hex(data) + `"`)}); err != nil {
 		t.Fatalf("a copy whose condition holds: %v", err)
 	}
+}
+
+// TestUploadPartCopy makes an object from parts copied out of two others
+// (a range of one, the whole of the other) and an uploaded part, then
+// reads it back whole and by partNumber.
+func TestUploadPartCopy(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	e.mb(t, "upc")
+	big := osdtest.Payload(12<<20+5, 11)
+	small := osdtest.Payload(3000, 12)
+	e.put(t, "upc", "big", big)
+	e.put(t, "upc", "small", small)
+	b, k := aws.String("upc"), aws.String("assembled")
+	cr, err := e.s3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: b, Key: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := cr.UploadId
+	copyPart := func(n int32, src, rng string) (*s3.UploadPartCopyOutput, error) {
+		in := &s3.UploadPartCopyInput{Bucket: b, Key: k, UploadId: id, PartNumber: aws.Int32(n), CopySource: aws.String(src)}
+		if rng != "" {
+			in.CopySourceRange = aws.String(rng)
+		}
+		return e.s3.UploadPartCopy(ctx, in)
+	}
+	// Part 1: 6 MiB from the middle of big; part 2: uploaded; part 3:
+	// all of small.
+	p1, err := copyPart(1, "upc/big", "bytes=1048576-7340031")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want1 := big[1<<20 : 7<<20]
+	if *p1.CopyPartResult.ETag != `"`+md5hex(want1)+`"` || p1.CopyPartResult.LastModified == nil {
+		t.Fatalf("part 1: ETag %s, want the range's MD5 %s", *p1.CopyPartResult.ETag, md5hex(want1))
+	}
+	mid := osdtest.Payload(5<<20, 13)
+	p2, err := e.s3.UploadPart(ctx, &s3.UploadPartInput{Bucket: b, Key: k, UploadId: id, PartNumber: aws.Int32(2), Body: bytes.NewReader(mid)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p3, err := copyPart(3, "upc/small", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		what, src, rng string
+		n              int32
+		code           string
+		status         int
+	}{
+		{"a range past the source's end", "upc/big", "bytes=0-12582917", 4, "InvalidRange", http.StatusRequestedRangeNotSatisfiable},
+		{"a range starting past the end", "upc/small", "bytes=5000-5001", 4, "InvalidRange", http.StatusRequestedRangeNotSatisfiable},
+		{"an open range", "upc/big", "bytes=5-", 4, "InvalidArgument", http.StatusBadRequest},
+		{"a suffix range", "upc/big", "bytes=-5", 4, "InvalidArgument", http.StatusBadRequest},
+		{"a missing source", "upc/nope", "", 4, "NoSuchKey", http.StatusNotFound},
+		{"part 0", "upc/small", "", 0, "InvalidArgument", http.StatusBadRequest},
+	} {
+		_, err := copyPart(tc.n, tc.src, tc.rng)
+		wantCode(t, tc.what, err, tc.code, tc.status)
+	}
+	_, err = e.s3.UploadPartCopy(ctx, &s3.UploadPartCopyInput{Bucket: b, Key: k, UploadId: id, PartNumber: aws.Int32(4),
+		CopySource: aws.String("upc/small"), CopySourceIfNoneMatch: aws.String(`"` + md5hex(small) + `"`)})
+	wantCode(t, "a source condition that does not hold", err, "PreconditionFailed", http.StatusPreconditionFailed)
+	_, err = e.s3.UploadPartCopy(ctx, &s3.UploadPartCopyInput{Bucket: b, Key: k, UploadId: aws.String("0123456789abcdef0123456789abcdef"),
+		PartNumber: aws.Int32(1), CopySource: aws.String("upc/small")})
+	wantCode(t, "an unknown upload", err, "NoSuchUpload", http.StatusNotFound)
+	lp, err := e.s3.ListParts(ctx, &s3.ListPartsInput{Bucket: b, Key: k, UploadId: id})
+	if err != nil || len(lp.Parts) != 3 {
+		t.Fatalf("parts after refused copies: %v %d", err, len(lp.Parts))
+	}
+
+	if _, err := e.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: b, Key: k, UploadId: id,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{
+			{PartNumber: aws.Int32(1), ETag: p1.CopyPartResult.ETag}, {PartNumber: aws.Int32(2), ETag: p2.ETag},
+			{PartNumber: aws.Int32(3), ETag: p3.CopyPartResult.ETag}}}}); err != nil {
+		t.Fatal(err)
+	}
+	whole := slices.Concat(want1, mid, small)
+	if got, _ := e.get(t, "upc", "assembled", ""); !bytes.Equal(got, whole) {
+		t.Fatalf("assembled object: %d bytes, equal %v", len(got), bytes.Equal(got, whole))
+	}
+
+	// GET and HEAD of one part: its bytes, 206 with its Content-Range,
+	// and the count of parts.
+	for n, want := range [][]byte{want1, mid, small} {
+		out, err := e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: b, Key: k, PartNumber: aws.Int32(int32(n + 1))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(out.Body)
+		out.Body.Close()
+		off := len(whole) - len(slices.Concat([][]byte{want1, mid, small}[n:]...))
+		wantRange := fmt.Sprintf("bytes %d-%d/%d", off, off+len(want)-1, len(whole))
+		if err != nil || !bytes.Equal(got, want) || *out.PartsCount != 3 || *out.ContentRange != wantRange {
+			t.Fatalf("part %d: %v, %d bytes (equal %v), parts %v, range %v want %s", n+1, err, len(got), bytes.Equal(got, want),
+				out.PartsCount, *out.ContentRange, wantRange)
+		}
+		h, err := e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: b, Key: k, PartNumber: aws.Int32(int32(n + 1))})
+		if err != nil || *h.ContentLength != int64(len(want)) || *h.PartsCount != 3 {
+			t.Fatalf("head of part %d: %v %+v", n+1, err, h)
+		}
+	}
+	_, err = e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: b, Key: k, PartNumber: aws.Int32(4)})
+	wantCode(t, "a part past the last", err, "InvalidPartNumber", http.StatusRequestedRangeNotSatisfiable)
+	_, err = e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: b, Key: k, PartNumber: aws.Int32(1), Range: aws.String("bytes=0-1")})
+	wantCode(t, "a part and a range", err, "InvalidRequest", http.StatusBadRequest)
+	// An object put whole is its own part 1, and has no other.
+	out, err := e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: b, Key: aws.String("small"), PartNumber: aws.Int32(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(out.Body)
+	out.Body.Close()
+	if err != nil || !bytes.Equal(got, small) || out.PartsCount != nil {
+		t.Fatalf("part 1 of a plain object: %v %d bytes, parts %v", err, len(got), out.PartsCount)
+	}
+	_, err = e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: b, Key: aws.String("small"), PartNumber: aws.Int32(2)})
+	wantCode(t, "part 2 of a plain object", err, "RequestedRangeNotSatisfiable", http.StatusRequestedRangeNotSatisfiable)
 }

@@ -57,6 +57,8 @@ var (
 	ErrNotImplemented                    = &Error{Code: "NotImplemented", Status: http.StatusNotImplemented}
 	ErrInternalError                     = &Error{Code: "InternalError", Status: http.StatusInternalServerError}
 	ErrServiceUnavailable                = &Error{Code: "ServiceUnavailable", Status: http.StatusServiceUnavailable}
+	ErrRequestTimeout                    = &Error{Code: "RequestTimeout", Status: http.StatusBadRequest}
+	ErrRequestHeaderSectionTooLarge      = &Error{Code: "RequestHeaderSectionTooLarge", Status: http.StatusBadRequest}
 )
 
 // errf is kind's error with a message.

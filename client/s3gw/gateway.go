@@ -63,6 +63,13 @@ type Options struct {
 	// ShutdownTimeout bounds how long Serve waits, once its context is
 	// done, for requests in progress to finish. Default 30s.
 	ShutdownTimeout time.Duration
+	// ClientTimeout bounds how long a client may take to send its
+	// request's headers, or the next bytes of its body, or to take the
+	// next bytes of the response (default 1 minute). It is a bound on
+	// stalls, not on a request's whole time, so a 5 GiB body that keeps
+	// coming is never cut; a stalled body is answered RequestTimeout, a
+	// stalled reader's connection is closed.
+	ClientTimeout time.Duration
 	// Now is the clock signatures are checked against (tests).
 	Now func() time.Time
 }
@@ -101,6 +108,9 @@ func New(opts Options) (*Gateway, error) {
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 30 * time.Second
 	}
+	if opts.ClientTimeout <= 0 {
+		opts.ClientTimeout = time.Minute
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -116,10 +126,13 @@ func New(opts Options) (*Gateway, error) {
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           g,
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: g.opts.ClientTimeout,
 		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		// Above this net/http answers 431 itself; the gateway answers
+		// RequestHeaderSectionTooLarge from maxHeaderBytes on.
+		MaxHeaderBytes: 1 << 20,
+		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		BaseContext:    func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -148,11 +161,37 @@ type request struct {
 	access string // the verified access key
 }
 
-// loggedWriter counts what goes out, for the access log.
+// movingDeadline is a connection's read or write deadline that each
+// read or write moves on, so that it bounds a stall rather than a
+// transfer. It is moved only when less than 7/8 of the timeout is left,
+// not at every call.
+type movingDeadline struct {
+	set     func(time.Time) error
+	timeout time.Duration
+	until   time.Time
+}
+
+func (d *movingDeadline) touch() {
+	now := time.Now()
+	if d.until.Sub(now) > d.timeout*7/8 {
+		return
+	}
+	d.until = now.Add(d.timeout)
+	d.set(d.until) // ErrNotSupported where there is no connection: no deadline
+}
+
+func (d *movingDeadline) clear() {
+	d.until = time.Time{}
+	d.set(time.Time{})
+}
+
+// loggedWriter counts what goes out, for the access log, and gives the
+// client ClientTimeout to take each write.
 type loggedWriter struct {
 	http.ResponseWriter
-	status int
-	bytes  int64
+	status   int
+	bytes    int64
+	deadline *movingDeadline // the connection's write deadline
 }
 
 func (w *loggedWriter) WriteHeader(status int) {
@@ -166,6 +205,7 @@ func (w *loggedWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
+	w.deadline.touch()
 	n, err := w.ResponseWriter.Write(p)
 	w.bytes += int64(n)
 	return n, err
@@ -182,7 +222,13 @@ func newRequestID() string {
 // ServeHTTP implements http.Handler.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	req := &request{id: newRequestID(), w: &loggedWriter{ResponseWriter: w}, r: r}
+	// Deadlines that move on with each read and write (stalls are bounded,
+	// not transfers); the write one is set now as well, for the response
+	// net/http writes after the handler.
+	rc := http.NewResponseController(w)
+	wd := &movingDeadline{set: rc.SetWriteDeadline, timeout: g.opts.ClientTimeout}
+	wd.touch()
+	req := &request{id: newRequestID(), w: &loggedWriter{ResponseWriter: w, deadline: wd}, r: r}
 	h := w.Header()
 	h.Set("x-amz-request-id", req.id)
 	h.Set("x-amz-id-2", req.id)
@@ -199,6 +245,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	req.bucket, req.key = g.route(r)
+	if headerBytes(r) > maxHeaderBytes {
+		req.op = "Auth"
+		g.fail(req, errf(ErrRequestHeaderSectionTooLarge, "your request header section exceeds the maximum allowed size of %d bytes", maxHeaderBytes))
+		return
+	}
 	auth, err := verify(r, g.opts.Credentials, g.opts.Now())
 	if err != nil {
 		req.op = "Auth"
@@ -211,11 +262,27 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.fail(req, err)
 		return
 	}
+	body.deadline = &movingDeadline{set: rc.SetReadDeadline, timeout: g.opts.ClientTimeout}
 	defer body.Close()
 	r.Body = body
 	if err := g.dispatch(req); err != nil {
 		g.fail(req, err)
 	}
+}
+
+// maxHeaderBytes bounds a request's headers (and its URI), far above what
+// S3 clients send (S3 allows 8 KiB of headers on a PUT).
+const maxHeaderBytes = 64 << 10
+
+// headerBytes is about the size of r's request line and headers.
+func headerBytes(r *http.Request) int {
+	n := len(r.RequestURI) + len(r.Host)
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 // route finds the bucket and key a request addresses: virtual-hosted
@@ -355,7 +422,7 @@ func (g *Gateway) dispatch(req *request) error {
 		switch {
 		case q.Has("uploadId"):
 			req.op = "UploadPartCopy"
-			return errf(ErrNotImplemented, "UploadPartCopy is not implemented yet")
+			return g.uploadPartCopy(req)
 		case r.Method != http.MethodPut || req.key == "":
 			return errf(ErrInvalidRequest, "x-amz-copy-source belongs on a PUT of an object")
 		}
@@ -368,8 +435,6 @@ func (g *Gateway) dispatch(req *request) error {
 		sc = serviceScope
 	case req.key == "":
 		sc = bucketScope
-	case q.Has("partNumber") && !q.Has("uploadId"):
-		return errf(ErrNotImplemented, "the partNumber parameter is not implemented")
 	}
 	for _, rt := range routes {
 		if rt.matches(sc, r.Method, q) {

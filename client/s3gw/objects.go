@@ -1,6 +1,7 @@
 package s3gw
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/xml"
@@ -83,7 +84,9 @@ func (g *Gateway) putObject(req *request) error {
 	h := req.w.Header()
 	h.Set("ETag", quoteETag(info.ETag))
 	for name := range checksumAlgorithms {
-		if v := r.Header.Get("X-Amz-Checksum-" + name); v != "" {
+		// Checked already, whether sent as a header or in an aws-chunked
+		// body's trailer.
+		if v := cmp.Or(r.Header.Get("X-Amz-Checksum-"+name), r.Trailer.Get("X-Amz-Checksum-"+name)); v != "" {
 			h.Set("x-amz-checksum-"+name, v)
 		}
 	}
@@ -138,12 +141,42 @@ func (g *Gateway) getObjectBody(req *request) error { return g.getObject(req, fa
 
 func (g *Gateway) headObject(req *request) error { return g.getObject(req, true) }
 
-// getObject answers GET and HEAD of an object, whole or a Range of it,
-// streaming the SDK's read windows to the connection.
+// ErrInvalidPartNumber: a GET or HEAD of a part the object does not have.
+var ErrInvalidPartNumber = &Error{Code: "InvalidPartNumber", Status: http.StatusRequestedRangeNotSatisfiable}
+
+// partSpan is the offset and length of part number n of an object: of a
+// multipart object's part of that number, or, for an object put whole,
+// all of it as its part 1, as S3 answers.
+func partSpan(info client.ObjectInfo, n int) (off, size int64, ok bool) {
+	if len(info.Parts) == 0 {
+		return 0, info.Size, n == 1
+	}
+	for _, p := range info.Parts {
+		if p.PartNumber == n {
+			return off, p.Size, true
+		}
+		off += p.Size
+	}
+	return 0, 0, false
+}
+
+// getObject answers GET and HEAD of an object, whole, a Range of it or
+// one partNumber, streaming the SDK's read windows to the connection.
 func (g *Gateway) getObject(req *request, head bool) error {
 	r := req.r
 	ctx := r.Context()
+	q := r.URL.Query()
 	rng, ranged := parseRange(r.Header.Get("Range"))
+	part := 0
+	if q.Has("partNumber") {
+		var err error
+		if part, err = partNumber(q); err != nil {
+			return err
+		}
+		if r.Header.Get("Range") != "" {
+			return errf(ErrInvalidRequest, "cannot specify both Range header and partNumber query parameter")
+		}
+	}
 	var (
 		info client.ObjectInfo
 		obj  *client.Object
@@ -151,14 +184,19 @@ func (g *Gateway) getObject(req *request, head bool) error {
 	)
 	off, n := int64(0), int64(-1)
 	switch {
-	case head || ranged && rng.suffix > 0:
+	case head || part > 0 || ranged && rng.suffix > 0:
 		// The size first: a HEAD needs nothing else, a suffix range
-		// starts from it.
+		// starts from it, a part's place is in it.
 		if info, err = g.cl.StatObject(ctx, req.bucket, req.key); err != nil {
 			return err
 		}
-		if ranged {
-			var ok bool
+		var ok bool
+		switch {
+		case part > 0:
+			if off, n, ok = partSpan(info, part); !ok {
+				return errf(ErrInvalidPartNumber, "the requested partnumber is not satisfiable")
+			}
+		case ranged:
 			if off, n, ok = rng.resolve(info.Size); !ok {
 				return invalidRange(req, info.Size)
 			}
@@ -190,7 +228,7 @@ func (g *Gateway) getObject(req *request, head bool) error {
 	if obj != nil {
 		defer obj.Close()
 		got, _ := obj.Stat()
-		if head || ranged && rng.suffix > 0 {
+		if head || part > 0 || ranged && rng.suffix > 0 {
 			if got.ETag != info.ETag {
 				// Overwritten between the stat and the get: the range
 				// was of another object.
@@ -209,23 +247,25 @@ func (g *Gateway) getObject(req *request, head bool) error {
 		req.w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
-	if ranged {
+	switch {
+	case part > 0:
+		// off and n are the part's already.
+	case ranged:
 		var ok bool
 		if off, n, ok = rng.resolve(info.Size); !ok {
 			return invalidRange(req, info.Size)
 		}
-	} else {
+	default:
 		off, n = 0, info.Size
 	}
 	h := req.w.Header()
 	objectHeaders(h, info)
-	q := r.URL.Query()
 	for p, name := range responseOverrides {
 		if v := q.Get(p); v != "" {
 			h.Set(name, v)
 		}
 	}
-	if !ranged && strings.EqualFold(r.Header.Get("X-Amz-Checksum-Mode"), "ENABLED") {
+	if !ranged && part == 0 && strings.EqualFold(r.Header.Get("X-Amz-Checksum-Mode"), "ENABLED") {
 		// The CRC32C of the whole object, which Osprey keeps for every
 		// object (a multipart one's combined from its parts').
 		var b [4]byte
@@ -233,9 +273,12 @@ func (g *Gateway) getObject(req *request, head bool) error {
 		h.Set("x-amz-checksum-crc32c", base64.StdEncoding.EncodeToString(b[:]))
 		h.Set("x-amz-checksum-type", "FULL_OBJECT")
 	}
+	if part > 0 && len(info.Parts) > 0 {
+		h.Set("x-amz-mp-parts-count", strconv.Itoa(len(info.Parts)))
+	}
 	h.Set("Content-Length", strconv.FormatInt(n, 10))
 	status := http.StatusOK
-	if ranged {
+	if ranged || part > 0 && n > 0 {
 		status = http.StatusPartialContent
 		h.Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, info.Size))
 	}

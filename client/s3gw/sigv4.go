@@ -312,6 +312,10 @@ func signature(key []byte, s sigV4, amzDate, canonical string) string {
 type authResult struct {
 	AccessKey   string
 	PayloadHash string // hex SHA-256 the body must have; "" when unsigned
+	// Streaming is the x-amz-content-sha256 of an aws-chunked body
+	// (streamingSigned or streamingUnsignedTrailer), "" otherwise.
+	Streaming string
+	chunks    *chunkSigner // a signed body's chunk signatures
 }
 
 // verify checks r's signature (header or presigned) at now against creds.
@@ -381,8 +385,13 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 	case payload == "":
 		return authResult{}, errf(ErrInvalidRequest, "missing required header for this request: x-amz-content-sha256")
 	case payload == unsignedPay:
+	case payload == streamingSigned || payload == streamingUnsignedTrailer:
+		if s.presigned {
+			return authResult{}, errf(ErrInvalidRequest, "a presigned request's body cannot be aws-chunked")
+		}
 	case strings.HasPrefix(payload, "STREAMING-"):
-		return authResult{}, errf(ErrNotImplemented, "x-amz-content-sha256 %s (aws-chunked bodies) is not supported yet: send UNSIGNED-PAYLOAD or the body's SHA-256", payload)
+		return authResult{}, errf(ErrNotImplemented, "x-amz-content-sha256 %s is not supported: send %s, %s, UNSIGNED-PAYLOAD or the body's SHA-256",
+			payload, streamingSigned, streamingUnsignedTrailer)
 	case len(payload) != 64:
 		return authResult{}, errf(ErrInvalidArgument, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD or a hex SHA-256")
 	default:
@@ -411,7 +420,14 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 		want := signature(key, s, amzDate, canonicalRequest(r, s, p, query, payload))
 		if subtle.ConstantTimeCompare([]byte(want), []byte(s.Signature)) == 1 {
 			res := authResult{AccessKey: s.AccessKey}
-			if payload != unsignedPay {
+			switch payload {
+			case unsignedPay:
+			case streamingSigned, streamingUnsignedTrailer:
+				res.Streaming = payload
+				if payload == streamingSigned {
+					res.chunks = &chunkSigner{key: key, amzDate: amzDate, scope: s.scope(), prev: s.Signature}
+				}
+			default:
 				res.PayloadHash = payload
 			}
 			return res, nil

@@ -18,6 +18,7 @@ func newBenchObjCmd() *cobra.Command {
 		cpuProf   string
 		out       benchOutput
 		noCleanup bool
+		s3t       bench.S3Target
 	)
 	cmd := &cobra.Command{
 		Use:   "obj",
@@ -49,13 +50,22 @@ disk, and removes it afterwards.
 With --seeds, the objects go to --bucket on that cluster, and are deleted
 at the end, as rados bench and warp do: the bucket too when the run made
 it; in a bucket that existed, only the keys the run added. --no-cleanup
-keeps them.`,
+keeps them.
+
+With --s3 URL, the same workloads run against any S3 endpoint (Osprey's
+gateway, Ceph's RGW, ...) through aws-sdk-go-v2, path-style, signed with
+--access-key and --secret-key (env OSPREY_S3_ACCESS_KEY, OSPREY_S3_SECRET_KEY):
+get is GetObject, stat HeadObject, list ListObjectsV2. Requests are signed
+UNSIGNED-PAYLOAD and carry no checksum unless --s3-sign-payload. The keys
+the run wrote are deleted at the end (the bucket too when the run made it),
+unless --no-cleanup.`,
 		Example: `  osprey bench obj --size 4KiB,4MiB --concurrency 16 --duration 10s
   osprey bench obj --replicas 1 --osds 1
   osprey bench obj --op put,get,stat,list,delete --objects 20000 --size 4KiB
   osprey bench obj --mix get=45,stat=30,put=15,delete=10 --objects 1000
   osprey bench obj --seeds tcp://10.0.0.1:6800 --json > run.json
-  osprey bench obj --seeds 10.0.0.1:6800 --op put --no-cleanup   (then --op get,stat on the same objects)`,
+  osprey bench obj --seeds 10.0.0.1:6800 --op put --no-cleanup   (then --op get,stat on the same objects)
+  osprey bench obj --s3 http://127.0.0.1:9000 --access-key AK --secret-key SK --size 4KiB,4MiB`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check(); err != nil {
@@ -78,6 +88,18 @@ keeps them.`,
 					}
 					o.Ops = append(o.Ops, op)
 				}
+			}
+			if cmd.Flags().Changed("s3") {
+				if len(o.Seeds) > 0 {
+					return usageErrorf("--s3 and --seeds: measure one or the other")
+				}
+				s3t.AccessKey = cmpOrEnv(s3t.AccessKey, envS3AccessKey)
+				s3t.SecretKey = cmpOrEnv(s3t.SecretKey, envS3SecretKey)
+				if s3t.Endpoint == "" || s3t.AccessKey == "" || s3t.SecretKey == "" {
+					return usageErrorf("--s3 needs an endpoint URL and a key pair: --access-key and --secret-key (or %s and %s)",
+						envS3AccessKey, envS3SecretKey)
+				}
+				o.S3, o.KeepObjects = &s3t, noCleanup
 			}
 			// The local cluster's and the rows' info lines would drown the
 			// table: warnings only, unless --log-level says otherwise.
@@ -112,6 +134,8 @@ keeps them.`,
 				if cerr := cleanup.run(cmd.Context()); cerr != nil {
 					runErr = errors.Join(runErr, fmt.Errorf("deleting the benchmark's objects: %w", cerr))
 				}
+			} else if o.S3 != nil && noCleanup {
+				fmt.Fprintf(cmd.ErrOrStderr(), "kept the benchmark's objects in s3://%s at %s (--no-cleanup)\n", o.Bucket, o.S3.Endpoint)
 			} else if len(o.Seeds) > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "kept the benchmark's objects in %s%s (--no-cleanup)\n", remoteScheme, o.Bucket)
 			}
@@ -138,7 +162,12 @@ keeps them.`,
 	f.StringVar(&o.Dir, "dir", "", "local cluster: data directory (default: a temporary one)")
 	f.Var((*socketFailures)(&o.Faults), "inject-socket-failures", "local cluster: "+socketFailuresUsage)
 	f.StringVar(&o.Bucket, "bucket", "osprey-bench", "bucket the objects go to (made if missing)")
-	f.BoolVar(&noCleanup, "no-cleanup", false, "with --seeds: keep the objects (and the bucket) the run wrote")
+	f.BoolVar(&noCleanup, "no-cleanup", false, "with --seeds or --s3: keep the objects (and the bucket) the run wrote")
+	f.StringVar(&s3t.Endpoint, "s3", "", "measure this S3 endpoint (http://HOST:PORT) instead of an Osprey cluster")
+	f.StringVar(&s3t.AccessKey, "access-key", "", "with --s3: the access key (env "+envS3AccessKey+")")
+	f.StringVar(&s3t.SecretKey, "secret-key", "", "with --s3: its secret (env "+envS3SecretKey+")")
+	f.StringVar(&s3t.Region, "region", "us-east-1", "with --s3: the region requests are signed for")
+	f.BoolVar(&s3t.SignPayload, "s3-sign-payload", false, "with --s3: sign each body's SHA-256 (as SDKs do over plain HTTP) instead of UNSIGNED-PAYLOAD")
 	f.BoolVar(&o.CompressibleBody, "compressible", false, "write a patterned body that compresses about 1,000:1 instead of random bytes")
 	f.BoolVar(&o.NoCeiling, "no-ceiling", false, "local cluster: skip the measure of its disk (4 writers, 64 MiB of synced 4 MiB O_DIRECT writes, then reads) the rows are put beside")
 	out.register(cmd)

@@ -226,6 +226,8 @@ func TestBenchOutputErrors(t *testing.T) {
 		{[]string{"bench", "msgr", "--plot", "x", "--plot-format", "gif"}, "--plot-format"},
 		{[]string{"bench", "obj", "--op", "fly"}, "--op"},
 		{[]string{"bench", "obj", "--mix", "get"}, "--mix"},
+		{[]string{"bench", "obj", "--s3", "http://127.0.0.1:1", "--seeds", "127.0.0.1:1", "--access-key", "a", "--secret-key", "s"}, "--s3 and --seeds"},
+		{[]string{"bench", "obj", "--s3", "http://127.0.0.1:1", "--access-key", "a"}, "key pair"},
 		{[]string{"bench", "compare", "a.json"}, "accepts 2 arg"},
 		{[]string{"bench", "msgr", "--serve", "tcp://127.0.0.1:0", "--connect", "tcp://127.0.0.1:1"}, "none of the others"},
 		{[]string{"bench", "msgr", "--connect", "tcp://127.0.0.1:1", "--transport", "tcp"}, "--transport and --connect"},

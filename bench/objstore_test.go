@@ -1,0 +1,87 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/client/s3gw"
+	"github.com/ospreystore/osprey/internal/osdtest"
+)
+
+// TestRunObjS3 runs every operation and a mix through Osprey's S3 gateway
+// with --s3's path, and checks the rows and that the run cleans up after
+// itself: the bucket it made is gone, and in a bucket that existed only
+// its own keys are.
+func TestRunObjS3(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8})
+	cl := c.Client(t, func(o *client.Options) { o.MD5 = true })
+	gw, err := s3gw.New(s3gw.Options{Client: cl, Credentials: s3gw.StaticCredentials{"AK": "SK"},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mix, err := ParseMix("get=50,put=30,delete=20")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, signPayload := range []bool{false, true} {
+		rows, err := RunObj(ctx, ObjOptions{
+			S3:    &S3Target{Endpoint: srv.URL, AccessKey: "AK", SecretKey: "SK", SignPayload: signPayload},
+			Sizes: []int{4 << 10}, Ops: ObjOps, Mix: mix, Objects: 20, Concurrency: 4,
+			Duration: 150 * time.Millisecond, Segment: 50 * time.Millisecond, Bucket: "s3bench",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 9 {
+			t.Fatalf("%d rows, want 9", len(rows))
+		}
+		for _, r := range rows {
+			if r.Ops == 0 && r.Op != OpDelete || r.Errors != 0 || r.Transport != "s3" {
+				t.Errorf("%s: %d ops, %d errors, transport %q", objRowLabel(&r), r.Ops, r.Errors, r.Transport)
+			}
+		}
+		if ok, err := cl.BucketExists(ctx, "s3bench"); err != nil || ok {
+			t.Fatalf("the bucket the run made is left: %v %v", ok, err)
+		}
+	}
+	// In a bucket that existed, the run removes its keys and leaves the
+	// rest.
+	if err := cl.MakeBucket(ctx, "mine"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := osdtest.Put(ctx, cl, "mine", "keep", []byte("x"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RunObj(ctx, ObjOptions{S3: &S3Target{Endpoint: srv.URL, AccessKey: "AK", SecretKey: "SK"},
+		Sizes: []int{1 << 10}, Ops: []ObjOp{OpPut}, Concurrency: 2, Duration: 100 * time.Millisecond, Bucket: "mine"}); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for info, err := range cl.ListObjects(ctx, "mine", client.ListOptions{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, info.Key)
+	}
+	if len(left) != 1 || left[0] != "keep" {
+		t.Fatalf("left in a bucket that existed: %q", left)
+	}
+	// A wrong key: the run fails, with the S3 error.
+	if _, err := RunObj(ctx, ObjOptions{S3: &S3Target{Endpoint: srv.URL, AccessKey: "AK", SecretKey: "wrong"},
+		Sizes: []int{1 << 10}, Ops: []ObjOp{OpPut}, Duration: 100 * time.Millisecond}); err == nil {
+		t.Fatal("a run with a wrong secret succeeded")
+	}
+}

@@ -1,0 +1,287 @@
+package s3gw_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/ospreystore/osprey/client/s3gw"
+	"github.com/ospreystore/osprey/internal/osdtest"
+)
+
+// served is a gateway run by Serve, as `osprey s3` runs it (net/http's
+// limits and the client timeouts are Serve's), logging to log.
+type served struct {
+	addr string
+	url  string
+	log  *osdtest.LogBuffer
+	s3   *s3.Client
+}
+
+func serve(t *testing.T, e *env, clientTimeout time.Duration) *served {
+	t.Helper()
+	sv := &served{log: &osdtest.LogBuffer{}}
+	gw, err := s3gw.New(s3gw.Options{Client: e.cl, Credentials: s3gw.StaticCredentials{testAccess: testSecret},
+		Logger: slog.New(slog.NewTextHandler(sv.log, nil)), ClientTimeout: clientTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	sv.addr = ln.Addr().String()
+	sv.url = "http://" + sv.addr
+	sv.s3 = s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(sv.url), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(testAccess, testSecret, "")})
+	return sv
+}
+
+// signed is a request signed with aws-sdk-go-v2's signer over body's
+// SHA-256.
+func signed(t *testing.T, method, url string, body []byte) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256hex(body)
+	req.Header.Set("X-Amz-Content-Sha256", sum)
+	if err := v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: testAccess, SecretAccessKey: testSecret},
+		req, sum, "s3", "us-east-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// rawConn sends req's headers and the first n bytes of its body (all of
+// it when n < 0) on a connection of its own, and leaves it open.
+func rawConn(t *testing.T, addr string, req *http.Request, n int) net.Conn {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := req.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	wire := buf.Bytes()
+	if n >= 0 {
+		head := bytes.Index(wire, []byte("\r\n\r\n")) + 4
+		wire = wire[:head+n]
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := conn.Write(wire); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// wantS3Error checks an XML error answer.
+func wantS3Error(t *testing.T, what string, resp *http.Response, body []byte, code string, status int) {
+	t.Helper()
+	if resp.StatusCode != status || !bytes.Contains(body, []byte("<Code>"+code+"</Code>")) ||
+		!bytes.Contains(body, []byte("<RequestId>"+resp.Header.Get("x-amz-request-id")+"</RequestId>")) {
+		t.Fatalf("%s: %d %s, want %s %d", what, resp.StatusCode, body, code, status)
+	}
+}
+
+// unharmed checks that the gateway still serves.
+func (sv *served) unharmed(t *testing.T, ctx context.Context, after string) {
+	t.Helper()
+	if _, err := sv.s3.ListBuckets(ctx, &s3.ListBucketsInput{}); err != nil {
+		t.Fatalf("after %s the gateway does not serve: %v", after, err)
+	}
+}
+
+// TestBadInput: the bad input of issue 21, each answered with its S3 error,
+// nothing stored, and the gateway serving on.
+func TestBadInput(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	sv := serve(t, e, time.Second)
+	e.mb(t, "bad")
+	e.put(t, "bad", "k", []byte("before"))
+	url := sv.url + "/bad/k"
+
+	t.Run("AccessLog", func(t *testing.T) {
+		resp, _ := send(t, signed(t, http.MethodGet, url, nil), "")
+		id := resp.Header.Get("x-amz-request-id")
+		line := ""
+		for l := range strings.SplitSeq(sv.log.String(), "\n") {
+			if strings.Contains(l, "id="+id) {
+				line = l
+			}
+		}
+		for _, want := range []string{"msg=s3", "op=GetObject", "method=GET", "bucket=bad", "key=k", "status=200", "bytes_out=6",
+			"access_key=" + testAccess, "remote=127.0.0.1:"} {
+			if !strings.Contains(line, want) {
+				t.Fatalf("access log line of request %s: no %s in %q", id, want, line)
+			}
+		}
+	})
+	t.Run("BadSignature", func(t *testing.T) {
+		req := signed(t, http.MethodPut, url, []byte("tampered"))
+		auth := req.Header.Get("Authorization")
+		last := "0"
+		if strings.HasSuffix(auth, "0") {
+			last = "1"
+		}
+		req.Header.Set("Authorization", auth[:len(auth)-1]+last)
+		resp, body := send(t, req, "")
+		wantS3Error(t, "a changed signature", resp, body, "SignatureDoesNotMatch", 403)
+	})
+	t.Run("SkewedClock", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+		if err := v4.NewSigner().SignHTTP(ctx, aws.Credentials{AccessKeyID: testAccess, SecretAccessKey: testSecret},
+			req, "UNSIGNED-PAYLOAD", "s3", "us-east-1", time.Now().Add(-time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		resp, body := send(t, req, "")
+		wantS3Error(t, "signed an hour ago", resp, body, "RequestTimeTooSkewed", 403)
+	})
+	t.Run("TruncatedBody", func(t *testing.T) {
+		resp, body := sendTruncated(t, signed(t, http.MethodPut, url, osdtest.Payload(100<<10, 51)), 50<<10)
+		wantS3Error(t, "half a body", resp, body, "IncompleteBody", 400)
+	})
+	t.Run("WrongContentMD5", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodPut, url, strings.NewReader("other"))
+		req.Header.Set("Content-MD5", "1B2M2Y8AsgTpgAmY7PhCfg==") // of ""
+		req.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+		if err := v4.NewSigner().SignHTTP(ctx, aws.Credentials{AccessKeyID: testAccess, SecretAccessKey: testSecret},
+			req, "UNSIGNED-PAYLOAD", "s3", "us-east-1", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		resp, body := send(t, req, "")
+		wantS3Error(t, "a wrong Content-MD5", resp, body, "BadDigest", 400)
+	})
+	t.Run("HugeHeader", func(t *testing.T) {
+		req := signed(t, http.MethodGet, url, nil)
+		req.Header.Set("X-Big", strings.Repeat("x", 100<<10))
+		resp, body := send(t, req, "")
+		wantS3Error(t, "a 100 KiB header", resp, body, "RequestHeaderSectionTooLarge", 400)
+		// Past net/http's own bound it answers by itself.
+		req.Header.Set("X-Big", strings.Repeat("x", 2<<20))
+		if resp, _ := send(t, req, ""); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("a 2 MiB header: %d", resp.StatusCode)
+		}
+	})
+	t.Run("GarbageHeaders", func(t *testing.T) {
+		for _, tc := range []struct {
+			what, name, value, code string
+			status                  int
+		}{
+			{"a garbage Authorization", "Authorization", "AWS4-HMAC-SHA256 garbage", "AuthorizationHeaderMalformed", 400},
+			{"SigV2", "Authorization", "AWS AK:c2ln", "AccessDenied", 403},
+			{"a garbage X-Amz-Date", "X-Amz-Date", "yesterday", "AccessDenied", 403},
+			{"a garbage x-amz-content-sha256", "X-Amz-Content-Sha256", "zz", "InvalidArgument", 400},
+		} {
+			req := signed(t, http.MethodGet, url, nil)
+			req.Header.Set(tc.name, tc.value)
+			resp, body := send(t, req, "")
+			wantS3Error(t, tc.what, resp, body, tc.code, tc.status)
+		}
+		// A header line net/http cannot parse: it answers 400 itself.
+		conn, err := net.Dial("tcp", sv.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET /bad/k HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil || resp.StatusCode != 400 {
+			t.Fatalf("a header line without a colon: %v %v", err, resp)
+		}
+	})
+	t.Run("MalformedXML", func(t *testing.T) {
+		up, err := e.s3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("bad"), Key: aws.String("mp")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct{ what, url, body string }{
+			{"DeleteObjects, cut", sv.url + "/bad?delete", "<Delete><Object><Key>k</Key></Obj"},
+			{"DeleteObjects, not XML", sv.url + "/bad?delete", "\x00\x01 binary"},
+			{"DeleteObjects, no objects", sv.url + "/bad?delete", "<Delete></Delete>"},
+			{"Complete, cut", sv.url + "/bad/mp?uploadId=" + *up.UploadId, "<CompleteMultipartUpload><Part><PartNumber>1"},
+			{"Complete, no parts", sv.url + "/bad/mp?uploadId=" + *up.UploadId, "<CompleteMultipartUpload/>"},
+			{"Complete, a number that is not", sv.url + "/bad/mp?uploadId=" + *up.UploadId,
+				"<CompleteMultipartUpload><Part><PartNumber>one</PartNumber><ETag>x</ETag></Part></CompleteMultipartUpload>"},
+		} {
+			resp, body := send(t, signed(t, http.MethodPost, tc.url, []byte(tc.body)), "")
+			wantS3Error(t, tc.what, resp, body, "MalformedXML", 400)
+		}
+		big := "<Delete>" + strings.Repeat("<Object><Key>k</Key></Object>", 100<<10) + "</Delete>"
+		resp, body := send(t, signed(t, http.MethodPost, sv.url+"/bad?delete", []byte(big)), "")
+		wantS3Error(t, "DeleteObjects of 3 MiB", resp, body, "MalformedXML", 400)
+	})
+	t.Run("SlowBody", func(t *testing.T) {
+		// Headers and 10 bytes of 100000, then nothing: RequestTimeout
+		// after ClientTimeout, and nothing stored.
+		conn := rawConn(t, sv.addr, signed(t, http.MethodPut, url, osdtest.Payload(100000, 52)), 10)
+		conn.SetReadDeadline(time.Now().Add(time.Minute))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		wantS3Error(t, "a stalled body", resp, body, "RequestTimeout", 400)
+	})
+	t.Run("SlowHeaders", func(t *testing.T) {
+		conn, err := net.Dial("tcp", sv.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET /bad/k HTTP/1.1\r\nHost: x\r\n")
+		conn.SetReadDeadline(time.Now().Add(time.Minute))
+		// The gateway hangs up (net/http may first say 408).
+		if _, err := io.ReadAll(conn); err != nil {
+			t.Fatalf("a client that stalls in its headers: %v (the connection was not closed)", err)
+		}
+	})
+	t.Run("SlowReader", func(t *testing.T) {
+		// A GET whose client takes nothing: once the socket buffers are
+		// full the write stalls, and the gateway gives up on it.
+		data := osdtest.Payload(32<<20, 53)
+		e.put(t, "bad", "big", data)
+		conn := rawConn(t, sv.addr, signed(t, http.MethodGet, sv.url+"/bad/big", nil), -1)
+		deadline := time.Now().Add(time.Minute)
+		for {
+			if strings.Contains(sv.log.String(), "request failed after its response began") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the gateway still writes to a client that reads nothing; log:\n%s", sv.log.String())
+			}
+			time.Sleep(20 * time.Millisecond) // polling the log, with a deadline
+		}
+		conn.Close()
+	})
+	if b, _ := e.get(t, "bad", "k", ""); string(b) != "before" {
+		t.Fatalf("bad input changed the object: %q", b)
+	}
+	sv.unharmed(t, ctx, "all of it")
+}

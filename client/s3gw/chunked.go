@@ -1,0 +1,280 @@
+package s3gw
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"hash"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// aws-chunked bodies
+// (https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-streaming.html):
+// the body comes in chunks, each "SIZE-IN-HEX[;chunk-signature=SIG]\r\n",
+// SIZE bytes, "\r\n", and ends with a chunk of size 0. Signed
+// (STREAMING-AWS4-HMAC-SHA256-PAYLOAD), each chunk carries a signature
+// chained from the request's own over the chunk's SHA-256; unsigned with
+// a trailer (STREAMING-UNSIGNED-PAYLOAD-TRAILER, what current SDKs send
+// over HTTPS), the last chunk is followed by trailer lines, "NAME:VALUE\r\n",
+// among them the checksum x-amz-trailer named, and an empty line.
+//
+// A chunk streams through as it arrives: its signature is checked at its
+// end, and a chunk that fails, a bad framing, a short body or a trailer
+// checksum that does not match is an error returned before the body's
+// end, so the SDK, which reads the whole body before it commits, stores
+// nothing.
+
+const (
+	streamingSigned          = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+	streamingUnsignedTrailer = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+	chunkSigAlgorithm        = "AWS4-HMAC-SHA256-PAYLOAD"
+	// maxChunkLine bounds a chunk's header line and a trailer line: far
+	// above "SIZE;chunk-signature=SIG" or a checksum, small enough that a
+	// garbage body costs little.
+	maxChunkLine = 4 << 10
+	maxTrailers  = 8
+)
+
+// chunkSigner computes the chain of chunk signatures of a signed
+// streaming body.
+type chunkSigner struct {
+	key     []byte // the request's signing key
+	amzDate string
+	scope   string
+	prev    string // hex: the request's signature, then each chunk's
+}
+
+// next is the signature of the chunk whose data hashes to sum, and
+// becomes the previous one.
+func (s *chunkSigner) next(sum []byte) string {
+	sts := chunkSigAlgorithm + "\n" + s.amzDate + "\n" + s.scope + "\n" + s.prev + "\n" + emptySHA256 + "\n" + hex.EncodeToString(sum)
+	s.prev = hex.EncodeToString(hmacSHA256(s.key, sts))
+	return s.prev
+}
+
+// chunkedReader decodes an aws-chunked body.
+type chunkedReader struct {
+	br        *bufio.Reader
+	signer    *chunkSigner // nil: unsigned chunks
+	trailer   string       // the checksum header the trailer must carry (canonical form); "" none
+	trailerH  hash.Hash    // its algorithm, over the decoded bytes
+	trailers  http.Header  // the trailer lines read
+	remaining int64        // decoded bytes still allowed (x-amz-decoded-content-length)
+
+	left   int64     // bytes of the current chunk not yet read
+	sig    string    // the current chunk's claimed signature
+	chunkH hash.Hash // SHA-256 of the current chunk, signed only
+	err    error     // sticky; io.EOF after the last chunk and trailers
+}
+
+// newChunkedReader decodes r. decoded is the body's decoded length;
+// trailer the checksum header that must come in the trailer ("" for
+// none), hashed by mk.
+func newChunkedReader(r io.Reader, signer *chunkSigner, decoded int64, trailer string, mk func() hash.Hash) *chunkedReader {
+	c := &chunkedReader{br: bufio.NewReaderSize(r, 64<<10), signer: signer, remaining: decoded, trailers: http.Header{}}
+	if trailer != "" {
+		c.trailer, c.trailerH = http.CanonicalHeaderKey(trailer), mk()
+	}
+	if signer != nil {
+		c.chunkH = sha256.New()
+	}
+	return c
+}
+
+func malformedChunk(format string, args ...any) error {
+	return errf(ErrIncompleteBody, "malformed aws-chunked body: "+format, args...)
+}
+
+// line reads one CRLF-terminated line, without the CRLF.
+func (c *chunkedReader) line() ([]byte, error) {
+	b, err := c.br.ReadSlice('\n')
+	switch {
+	case errors.Is(err, bufio.ErrBufferFull) || err == nil && len(b) > maxChunkLine:
+		return nil, malformedChunk("a line longer than %d bytes", maxChunkLine)
+	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, errf(ErrIncompleteBody, "the aws-chunked body ended early")
+	case err != nil:
+		return nil, err
+	}
+	if len(b) > maxChunkLine {
+		return nil, malformedChunk("a line longer than %d bytes", maxChunkLine)
+	}
+	b, ok := bytes.CutSuffix(b, []byte("\r\n"))
+	if !ok {
+		return nil, malformedChunk("a line that does not end in CRLF")
+	}
+	return b, nil
+}
+
+// parseChunkHeader parses "SIZE[;chunk-signature=SIG]"; the signature is
+// required when signed, refused when not.
+func parseChunkHeader(b []byte, signed bool) (size int64, sig string, err error) {
+	sz, ext, hasExt := bytes.Cut(b, []byte(";"))
+	if len(sz) == 0 || len(sz) > 15 {
+		return 0, "", malformedChunk("chunk size %q", sz)
+	}
+	for _, ch := range sz {
+		if !('0' <= ch && ch <= '9' || 'a' <= ch && ch <= 'f' || 'A' <= ch && ch <= 'F') {
+			return 0, "", malformedChunk("chunk size %q", sz)
+		}
+	}
+	size, err = strconv.ParseInt(string(sz), 16, 64)
+	if err != nil {
+		return 0, "", malformedChunk("chunk size %q", sz)
+	}
+	if !signed {
+		if hasExt {
+			return 0, "", malformedChunk("a chunk extension in an unsigned body")
+		}
+		return size, "", nil
+	}
+	v, ok := bytes.CutPrefix(ext, []byte("chunk-signature="))
+	if !hasExt || !ok || !validSignature(string(v)) {
+		return 0, "", malformedChunk("a chunk without a chunk-signature")
+	}
+	return size, string(v), nil
+}
+
+func (c *chunkedReader) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	if c.left == 0 {
+		if c.err = c.nextChunk(); c.err != nil {
+			return 0, c.err
+		}
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, err := c.br.Read(p[:min(int64(len(p)), c.left)])
+	c.left -= int64(n)
+	if c.chunkH != nil {
+		c.chunkH.Write(p[:n])
+	}
+	if c.trailerH != nil {
+		c.trailerH.Write(p[:n])
+	}
+	switch {
+	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF):
+		if c.left > 0 {
+			c.err = errf(ErrIncompleteBody, "the aws-chunked body ended in a chunk")
+			return 0, c.err
+		}
+	case err != nil:
+		c.err = err
+		return 0, err
+	}
+	if c.left == 0 {
+		// The chunk's end: its CRLF and signature before its last bytes
+		// go out; after the body's last chunk, the final one and the
+		// trailer too, so the whole body is checked before its end.
+		if c.err = c.endChunk(); c.err != nil {
+			return 0, c.err
+		}
+		if c.remaining == 0 {
+			if c.err = c.nextChunk(); c.err != io.EOF {
+				return 0, c.err
+			}
+			return n, io.EOF
+		}
+	}
+	return n, nil
+}
+
+// nextChunk reads a chunk's header; after the last chunk (size 0), the
+// trailer, and then the sticky error is io.EOF.
+func (c *chunkedReader) nextChunk() error {
+	for c.left == 0 {
+		b, err := c.line()
+		if err != nil {
+			return err
+		}
+		size, sig, err := parseChunkHeader(b, c.signer != nil)
+		if err != nil {
+			return err
+		}
+		if size > c.remaining {
+			return malformedChunk("the chunks hold more than x-amz-decoded-content-length")
+		}
+		c.remaining -= size
+		c.left, c.sig = size, sig
+		if size == 0 {
+			if err := c.checkSignature(); err != nil {
+				return err
+			}
+			return c.finish()
+		}
+	}
+	return nil
+}
+
+// endChunk checks the CRLF after a chunk's data and its signature.
+func (c *chunkedReader) endChunk() error {
+	b, err := c.line()
+	if err != nil {
+		return err
+	}
+	if len(b) != 0 {
+		return malformedChunk("a chunk longer than its size")
+	}
+	return c.checkSignature()
+}
+
+func (c *chunkedReader) checkSignature() error {
+	if c.signer == nil {
+		return nil
+	}
+	want := c.signer.next(c.chunkH.Sum(nil))
+	c.chunkH.Reset()
+	if subtle.ConstantTimeCompare([]byte(want), []byte(c.sig)) != 1 {
+		return errf(ErrSignatureDoesNotMatch, "the chunk signature we calculated does not match the one you provided")
+	}
+	return nil
+}
+
+// finish reads what follows the last chunk: the trailer lines, if any,
+// and the empty line; then checks the trailer's checksum.
+func (c *chunkedReader) finish() error {
+	if c.remaining != 0 {
+		return errf(ErrIncompleteBody, "the chunks hold %d bytes fewer than x-amz-decoded-content-length", c.remaining)
+	}
+	for i := 0; ; i++ {
+		b, err := c.line()
+		if err != nil {
+			return err
+		}
+		if len(b) == 0 {
+			break
+		}
+		name, val, ok := bytes.Cut(b, []byte(":"))
+		if !ok || i == maxTrailers || c.trailer == "" {
+			return malformedChunk("trailer line %q", b)
+		}
+		c.trailers.Add(strings.TrimSpace(string(name)), strings.TrimSpace(string(val)))
+	}
+	if _, err := c.br.Peek(1); err != io.EOF {
+		return malformedChunk("bytes after the last chunk")
+	}
+	if c.trailer != "" {
+		v := c.trailers.Get(c.trailer)
+		if v == "" {
+			return errf(ErrInvalidRequest, "x-amz-trailer named %s, which the trailer does not carry", c.trailer)
+		}
+		want, err := base64.StdEncoding.DecodeString(v)
+		if err != nil || len(want) != c.trailerH.Size() {
+			return errf(ErrInvalidRequest, "value for %s trailer is invalid", c.trailer)
+		}
+		if !bytes.Equal(c.trailerH.Sum(nil), want) {
+			return errf(ErrBadDigest, "the %s you specified did not match the calculated checksum", c.trailer)
+		}
+	}
+	return io.EOF
+}
