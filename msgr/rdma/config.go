@@ -37,7 +37,7 @@ type Config struct {
 	// post each, and RDV_DONE follows the last. 0 takes the provider's
 	// default: DefaultWriteChunk on tcp, which copies a write into its
 	// socket inside fi_write and where a large payload in one write moved
-	// 25-45% less than in pieces (docs/rdma.md, "Writes in pieces"); one
+	// less than in pieces (docs/benchmarks.md, "Writes in pieces"); one
 	// write per payload elsewhere (sockets queues writes for a thread of
 	// its own and gained nothing; a NIC moves a payload in hardware, in
 	// one work request). Negative: one write per payload.
@@ -49,8 +49,8 @@ type Config struct {
 // provider's header and some slack, so that every piece but the last fills
 // whole segments on loopback. A piece that spills a few bytes into one
 // more segment (128 KiB, 256 KiB) lost most of what splitting gains, and
-// pieces of four segments made 4 MiB object gets 8% slower than one write
-// (docs/benchmarks.md). Across an Ethernet path, with segments of 1448 or
+// pieces of four segments made 4 MiB object gets slower than one write
+// (measured when this default was chosen; see its commit). Across an Ethernet path, with segments of 1448 or
 // 8948 bytes, the size should matter less (not measured).
 const DefaultWriteChunk = 523_000
 

@@ -162,7 +162,7 @@ func (d *domain) pollLocked() (n int, posted, again bool) {
 	// The write's other pieces go at once, a call each, as a poster's
 	// would (kickPosts): left for later polls, they trickled out behind
 	// other goroutines' turns, and four streams into one server moved
-	// about 8% less (docs/benchmarks.md, "Writes in pieces").
+	// less (measured when this loop was added; see its commit).
 	for partial && !again && d.pq.n.Load() > 0 {
 		again = d.postQueued()
 	}
