@@ -113,9 +113,14 @@ type ObjOptions struct {
 	// the run made it) unless KeepObjects.
 	S3          *S3Target
 	KeepObjects bool
-	OSDs        int    // default 3
-	Replicas    int    // default min(3, OSDs)
-	PGs         uint32 // default 128
+	OSDs        int // default 3
+	// ReadCacheSize is each local OSD's read cache of checked objects
+	// (osprey osd --read-cache-mib): 0 the OSD's default (512 MiB),
+	// negative off. A get row whose working set the caches hold reads
+	// from memory; one larger reads the disk.
+	ReadCacheSize int64
+	Replicas      int    // default min(3, OSDs)
+	PGs           uint32 // default 128
 	// Public and Cluster are the local cluster's transports: "tcp" (the
 	// default) or "rdma+tcp", ...
 	Public, Cluster string
@@ -274,7 +279,7 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 	var ceiling DiskCeiling
 	if len(seeds) == 0 {
 		lc, err := local.Start(ctx, local.Options{OSDs: o.OSDs, Replicas: o.Replicas, PGs: o.PGs,
-			Public: o.Public, Cluster: o.Cluster, Dir: o.Dir, Logger: o.Logger, Faults: o.Faults})
+			Public: o.Public, Cluster: o.Cluster, Dir: o.Dir, Logger: o.Logger, Faults: o.Faults, ReadCacheSize: o.ReadCacheSize})
 		if err != nil {
 			return nil, err
 		}

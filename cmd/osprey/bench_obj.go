@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/ospreystore/osprey/bench"
@@ -160,6 +161,7 @@ unless --no-cleanup.`,
 	f.StringVar(&o.Public, "public", "tcp", "local cluster: client network transport")
 	f.StringVar(&o.Cluster, "cluster", "tcp", "local cluster: replication network transport (e.g. rdma+tcp)")
 	f.StringVar(&o.Dir, "dir", "", "local cluster: data directory (default: a temporary one)")
+	f.Var((*mibFlag)(&o.ReadCacheSize), "read-cache-mib", "local cluster: each OSD's cache of checked objects, MiB (default the OSD's, 512; negative: off), as osprey osd --read-cache-mib")
 	f.Var((*socketFailures)(&o.Faults), "inject-socket-failures", "local cluster: "+socketFailuresUsage)
 	f.StringVar(&o.Bucket, "bucket", "osprey-bench", "bucket the objects go to (made if missing)")
 	f.BoolVar(&noCleanup, "no-cleanup", false, "with --seeds or --s3: keep the objects (and the bucket) the run wrote")
@@ -174,3 +176,25 @@ unless --no-cleanup.`,
 	f.StringVar(&cpuProf, "cpuprofile", "", "write a CPU profile of the whole run (local cluster included) to this file")
 	return cmd
 }
+
+// mibFlag is a size in MiB held in bytes; 0 leaves the default, a
+// negative value passes through (off).
+type mibFlag int64
+
+func (m *mibFlag) String() string {
+	if *m == 0 {
+		return "0"
+	}
+	return strconv.FormatInt(int64(*m)>>20, 10)
+}
+
+func (m *mibFlag) Set(v string) error {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n > 1<<30 || n < -1<<30 {
+		return fmt.Errorf("want a whole number of MiB")
+	}
+	*m = mibFlag(n << 20)
+	return nil
+}
+
+func (*mibFlag) Type() string { return "MiB" }

@@ -23,6 +23,7 @@ import (
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/osd"
+	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -61,6 +62,9 @@ type Options struct {
 	// session: the OSDs join with client.bootstrap-osd's key, and
 	// Cluster.AdminKeyring is the key for clients.
 	NoAuth bool
+	// ReadCacheSize is each OSD's cache of checked whole objects
+	// (store.Options.ReadCacheSize): 0 the store's default, negative off.
+	ReadCacheSize int64
 
 	// Faults are injected into every OSD's messengers (osprey up
 	// --inject-socket-failures).
@@ -136,7 +140,8 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	for info := range c.Map.OSDs() {
 		o, err := osd.Start(ctx, osd.Config{ID: info.Id, Map: c.Map, MapPath: c.MapPath,
-			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults})
+			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
+			Store: store.Options{ReadCacheSize: opts.ReadCacheSize}})
 		if err != nil {
 			c.Close(context.Background())
 			return nil, fmt.Errorf("starting osd.%d: %w", info.Id, err)
@@ -193,7 +198,7 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 	for info := range c.Map.OSDs() {
 		o, err := osd.Start(ctx, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr,
 			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
-			Keyring: bootstrap, NoAuth: opts.NoAuth})
+			Keyring: bootstrap, NoAuth: opts.NoAuth, Store: store.Options{ReadCacheSize: opts.ReadCacheSize}})
 		if err != nil {
 			return fmt.Errorf("starting osd.%d: %w", info.Id, err)
 		}
