@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/wire"
@@ -40,6 +41,12 @@ type AuthOptions struct {
 	// not allowed on this network" or "client.x has no record". It runs on
 	// the handshake's goroutine, bounded by HandshakeTimeout.
 	Authorize func(ctx context.Context, peer EntityName, cert *x509.Certificate) error
+	// Modes are the connection modes this messenger accepts, in order of
+	// preference (ParseModes reads Ceph's spellings): a dialer offers
+	// them, an acceptor picks the first of its own the dialer offered, and
+	// a peer with none in common is refused with ErrMode. Nil is crc only.
+	// ModeSecure seals every frame after the handshake (docs/auth.md).
+	Modes []Mode
 }
 
 func (a *AuthOptions) check(name EntityName) error {
@@ -48,6 +55,14 @@ func (a *AuthOptions) check(name EntityName) error {
 	}
 	if a.Keyring.Entity != string(name) {
 		return fmt.Errorf("msgr: Options.Name is %s but the keyring is %s's", name, a.Keyring.Entity)
+	}
+	for i, m := range a.Modes {
+		if m != ModeCRC && m != ModeSecure {
+			return fmt.Errorf("msgr: Options.Auth.Modes: unknown mode %q", m)
+		}
+		if slices.Contains(a.Modes[:i], m) {
+			return fmt.Errorf("msgr: Options.Auth.Modes: %q given twice", m)
+		}
 	}
 	return nil
 }
@@ -67,6 +82,7 @@ func (m *Messenger) authMethods() []string {
 // an AUTH_DONE that refuses.
 type dialFlights struct {
 	link    wire.Link
+	modes   []string
 	sent    int
 	onHello func() error
 	helloed bool
@@ -75,7 +91,7 @@ type dialFlights struct {
 func (f *dialFlights) Send(b []byte) error {
 	f.sent++
 	if f.sent == 1 {
-		return writeHS(f.link, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{authTLS13}, Payload: b})
+		return writeHS(f.link, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{authTLS13}, Payload: b, Modes: f.modes})
 	}
 	return writeHS(f.link, wire.TagAuthMore, &msgrpb.AuthMore{Payload: b})
 }
@@ -111,48 +127,71 @@ func refusedBy(reason string) error {
 }
 
 // authRefusedError: the acceptor refused us. Final: redialing would be
-// refused again, so the Conn closes with it.
+// refused again, so the Conn closes with it. A refusal for want of a
+// common mode is ErrMode as well; the acceptor's reason starts with its
+// text.
 type authRefusedError struct{ reason string }
 
 func (e *authRefusedError) Error() string { return "msgr: the peer refused us: " + e.reason }
-func (e *authRefusedError) Unwrap() error { return ErrAuth }
+func (e *authRefusedError) Unwrap() []error {
+	if strings.HasPrefix(e.reason, ErrMode.Error()) {
+		return []error{ErrAuth, ErrMode}
+	}
+	return []error{ErrAuth}
+}
 
 // dialerAuth runs the dialer's auth step after its HELLO; onHello reads
 // and checks the acceptor's HELLO, which comes between the acceptor's
-// reading AUTH_REQUEST and answering it. It returns nil once the peer
-// proved it is claimed, the name its HELLO gave.
-func (m *Messenger) dialerAuth(ctx context.Context, link wire.Link, onHello func() error, claimed func() EntityName) error {
+// reading AUTH_REQUEST and answering it. It returns once the peer proved
+// it is claimed, the name its HELLO gave, with the link's keys if the
+// acceptor chose secure mode (nil: crc).
+func (m *Messenger) dialerAuth(ctx context.Context, link wire.Link, onHello func() error, claimed func() EntityName) (*linkKeys, error) {
 	var res *auth.Result
+	modes := m.modes()
+	offer := modeStrings(modes)
 	if m.opts.Auth == nil {
-		if err := writeHS(link, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: m.authMethods()}); err != nil {
-			return err
+		if err := writeHS(link, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: m.authMethods(), Modes: offer}); err != nil {
+			return nil, err
 		}
 		if err := onHello(); err != nil {
-			return err
+			return nil, err
 		}
 	} else {
 		var err error
-		if res, err = auth.Dial(ctx, m.opts.Auth.Keyring, &dialFlights{link: link, onHello: onHello}); err != nil {
+		if res, err = auth.Dial(ctx, m.opts.Auth.Keyring, &dialFlights{link: link, modes: offer, onHello: onHello}); err != nil {
 			if errors.Is(err, auth.ErrAuthFailed) {
-				return fmt.Errorf("%w: %s: %w", ErrAuth, link.RemoteAddr(), err)
+				return nil, fmt.Errorf("%w: %s: %w", ErrAuth, link.RemoteAddr(), err)
 			}
-			return err
+			return nil, err
 		}
 	}
 	var done msgrpb.AuthDone
 	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagAuthDone: &done}); err != nil {
-		return err
+		return nil, err
 	}
 	if done.Refused != "" {
-		return refusedBy(done.Refused)
+		return nil, refusedBy(done.Refused)
 	}
 	if want := m.authMethods()[0]; done.Method != want {
-		return wire.Protocolf("handshake: peer ended auth with method %q, want %q", done.Method, want)
+		return nil, wire.Protocolf("handshake: peer ended auth with method %q, want %q", done.Method, want)
+	}
+	mode, err := modeChosen(done.Mode, modes)
+	if err != nil {
+		return nil, err
 	}
 	if res == nil {
-		return nil
+		return nil, nil
 	}
-	return m.checkPeer(ctx, claimed(), res)
+	if err := m.checkPeer(ctx, claimed(), res); err != nil {
+		return nil, err
+	}
+	if err := checkModeProof(res, offer, mode, done.ModeProof); err != nil {
+		return nil, err
+	}
+	if mode != ModeSecure {
+		return nil, nil
+	}
+	return secureKeys(res, offer, true)
 }
 
 // checkPeer checks an authenticated peer: the name it claimed is the one
@@ -194,31 +233,58 @@ func (f *acceptFlights) Recv() ([]byte, error) {
 }
 
 // acceptorAuth runs the acceptor's auth step on the dialer's AUTH_REQUEST
-// and answers AUTH_DONE: the method, or why the dialer is refused.
-func (m *Messenger) acceptorAuth(ctx context.Context, link wire.Link, peer EntityName, req *msgrpb.AuthRequest) error {
+// and answers AUTH_DONE: the method and mode, or why the dialer is
+// refused. It returns the link's keys if it chose secure mode (nil: crc).
+func (m *Messenger) acceptorAuth(ctx context.Context, link wire.Link, peer EntityName, req *msgrpb.AuthRequest) (*linkKeys, error) {
 	refuse := func(err error) error {
 		writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Refused: err.Error()})
 		m.ratelog.Log(m.log, slog.LevelWarn, "auth refused", "msgr: refused a peer", "peer", peer, "remote", link.RemoteAddr(), "err", err)
 		return err
 	}
+	ours := m.modes()
+	mode, ok := chooseMode(req.Modes, ours)
+	var modeErr error
+	if !ok {
+		offered := req.Modes
+		if len(offered) == 0 {
+			offered = []string{string(ModeCRC)}
+		}
+		modeErr = fmt.Errorf("%w: %s offers modes %v; %s accepts %v", ErrMode, peer, offered, m.opts.Name, ours)
+	}
 	if m.opts.Auth == nil {
 		if !slices.Contains(req.Methods, authNone) {
-			return refuse(fmt.Errorf("%w: %s offers auth methods %v; %s does none (it has no keyring)", ErrAuth, peer, req.Methods, m.opts.Name))
+			return nil, refuse(fmt.Errorf("%w: %s offers auth methods %v; %s does none (it has no keyring)", ErrAuth, peer, req.Methods, m.opts.Name))
 		}
-		return writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Method: authNone})
+		if modeErr != nil {
+			return nil, refuse(modeErr)
+		}
+		return nil, writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Method: authNone, Mode: string(mode)})
 	}
 	if !slices.Contains(req.Methods, authTLS13) {
-		return refuse(fmt.Errorf("%w: %s offers auth methods %v; %s requires %s (give it a keyring)", ErrAuth, peer, req.Methods, m.opts.Name, authTLS13))
+		return nil, refuse(fmt.Errorf("%w: %s offers auth methods %v; %s requires %s (give it a keyring)", ErrAuth, peer, req.Methods, m.opts.Name, authTLS13))
+	}
+	if modeErr != nil {
+		return nil, refuse(modeErr)
 	}
 	res, err := auth.Accept(ctx, m.opts.Auth.Keyring, &acceptFlights{link: link, first: req.Payload})
 	if err != nil {
 		if errors.Is(err, auth.ErrAuthFailed) {
-			return refuse(fmt.Errorf("%w: %s: %w", ErrAuth, peer, err))
+			return nil, refuse(fmt.Errorf("%w: %s: %w", ErrAuth, peer, err))
 		}
-		return err
+		return nil, err
 	}
 	if err := m.checkPeer(ctx, peer, res); err != nil {
-		return refuse(err)
+		return nil, refuse(err)
 	}
-	return writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Method: authTLS13})
+	proof, err := modeProof(res, req.Modes, mode)
+	if err != nil {
+		return nil, err
+	}
+	var keys *linkKeys
+	if mode == ModeSecure {
+		if keys, err = secureKeys(res, req.Modes, false); err != nil {
+			return nil, err
+		}
+	}
+	return keys, writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Method: authTLS13, Mode: string(mode), ModeProof: proof})
 }

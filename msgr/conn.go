@@ -97,6 +97,11 @@ type ConnStats struct {
 	QueuedMsgs               int
 	QueuedBytes              int64
 	RTT                      time.Duration // last keepalive round trip
+	// Mode is the connection mode of the current (or last) link.
+	Mode Mode
+	// SealFailures counts sealed frames that did not open (secure mode):
+	// altered, replayed or reordered on the way. Each faulted its link.
+	SealFailures uint64
 }
 
 // linkRun is one link attached to a Conn, with its reader and writer.
@@ -114,6 +119,7 @@ type linkRun struct {
 	// goroutine, or a sender writing inline (writeInline).
 	wmu   sync.Mutex
 	space interface{ WriteSpace() int } // nil: never write inline
+	mode  Mode                            // the link's connection mode
 }
 
 func newCookie() uint64 { return rand.Uint64() | 1 }

@@ -135,8 +135,9 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.HandshakeTimeout)
 	defer cancel()
-	if err := m.dialerAuth(ctx, link, onHello, func() EntityName { return peer }); err != nil {
-		if errors.Is(err, ErrAuth) {
+	keys, err := m.dialerAuth(ctx, link, onHello, func() EntityName { return peer })
+	if err != nil {
+		if errors.Is(err, ErrAuth) || errors.Is(err, ErrMode) {
 			// Not a fault that a redial mends: a credential that does not
 			// pass (theirs or ours) passes no better next time. The
 			// session ends here, and its owner hears why.
@@ -144,8 +145,16 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 		}
 		return nil, err
 	}
+	mode := ModeCRC
+	if keys != nil {
+		if link, err = newSealedLink(link, keys, m.limits); err != nil {
+			return nil, err
+		}
+		mode = ModeSecure
+	}
 
 	lr := m.newLinkRun(c, link)
+	lr.mode = mode
 	for resets := 0; ; resets++ {
 		c.mu.Lock()
 		// Another link may be live (a peer's simultaneous dial): leave its
@@ -249,8 +258,16 @@ func (m *Messenger) accept(link wire.Link, window int) error {
 	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagAuthRequest: &authReq}); err != nil {
 		return err
 	}
-	if err := m.acceptorAuth(ctx, link, peer, &authReq); err != nil {
+	keys, err := m.acceptorAuth(ctx, link, peer, &authReq)
+	if err != nil {
 		return err
+	}
+	mode := ModeCRC
+	if keys != nil {
+		if link, err = newSealedLink(link, keys, m.limits); err != nil {
+			return err
+		}
+		mode = ModeSecure
 	}
 	policy := m.opts.policyFor(peer)
 	for {
@@ -266,7 +283,7 @@ func (m *Messenger) accept(link wire.Link, window int) error {
 		if req.WindowMsgs < 2 || req.GrantMsgs < 1 {
 			return wire.Protocolf("handshake: peer window of %d messages (grant %d) is too small", req.WindowMsgs, req.GrantMsgs)
 		}
-		done, err := m.acceptSession(link, peer, hello.InstanceNonce, policy, &req, window)
+		done, err := m.acceptSession(link, mode, peer, hello.InstanceNonce, policy, &req, window)
 		if done || err != nil {
 			return err
 		}
@@ -275,7 +292,7 @@ func (m *Messenger) accept(link wire.Link, window int) error {
 
 // acceptSession answers one SESSION_REQUEST. done is false after a
 // SESSION_RESET, when the dialer will ask again on the same link.
-func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64, policy Policy, req *msgrpb.SessionRequest, window int) (done bool, err error) {
+func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, nonce uint64, policy Policy, req *msgrpb.SessionRequest, window int) (done bool, err error) {
 	if policy.Lossy && req.PeerCookie != 0 {
 		// Lossy sessions are never resumed; answer before creating one.
 		err := writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Reason: "lossy sessions are not resumed"})
@@ -331,6 +348,7 @@ func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64,
 	}
 	c.peerCookie, c.peerNonce = req.Cookie, nonce
 	lr := m.newLinkRun(c, link)
+	lr.mode = mode
 	if old := c.link; old != nil {
 		c.detachLocked(old)
 	}

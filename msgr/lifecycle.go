@@ -232,6 +232,7 @@ func (c *Conn) attachLocked(lr *linkRun, peerInSeq uint64) ([]*Message, error) {
 		return released, err
 	}
 	c.attachedAt = time.Now()
+	c.st.Mode = lr.mode
 	// The idle clock starts now, not when startLink runs after the lock is
 	// dropped: a tick in between must not see a link that never received.
 	lr.lastRecv.Store(c.m.coarseNow.Load())

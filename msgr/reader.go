@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
@@ -37,7 +38,13 @@ func (lr *linkRun) readLoop() {
 	for {
 		*f = wire.Frame{}
 		if err := lr.link.ReadFrame(f); err != nil {
-			if we := (*wire.Error)(nil); errors.As(err, &we) {
+			if errors.Is(err, auth.ErrOpen) {
+				c.mu.Lock()
+				c.st.SealFailures++
+				c.mu.Unlock()
+				c.m.ratelog.Log(c.m.log, slog.LevelWarn, "sealed frame refused",
+					"msgr: closing connection on a sealed frame that does not open", "peer", c.Peer(), "remote", lr.link.RemoteAddr(), "err", err)
+			} else if we := (*wire.Error)(nil); errors.As(err, &we) {
 				c.m.ratelog.Log(c.m.log, slog.LevelWarn, fmt.Sprintf("bad input: wire %d", we.Kind),
 					"msgr: closing connection on bad input", "peer", c.Peer(), "remote", lr.link.RemoteAddr(), "err", err)
 			}

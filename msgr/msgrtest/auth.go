@@ -56,3 +56,16 @@ func WithAuth(t testing.TB, env Env, ca *TestCA) Env {
 	}
 	return env
 }
+
+// WithSecure returns env with every messenger authenticating its sessions
+// with a keyring of ca and requiring secure mode: the conformance suite
+// then runs with every frame after the auth step sealed.
+func WithSecure(t testing.TB, env Env, ca *TestCA) Env {
+	env = WithAuth(t, env, ca)
+	tweak := env.Tweak
+	env.Tweak = func(o *msgr.Options) {
+		tweak(o)
+		o.Auth.Modes = []msgr.Mode{msgr.ModeSecure}
+	}
+	return env
+}

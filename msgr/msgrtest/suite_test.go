@@ -21,3 +21,9 @@ func TestConformanceTCP(t *testing.T) {
 func TestConformanceTCPAuth(t *testing.T) {
 	msgrtest.Run(t, msgrtest.WithAuth(t, msgrtest.Env{Scheme: "tcp", Host: "127.0.0.1:0"}, msgrtest.NewTestCA(t)))
 }
+
+// TestConformanceTCPSecure runs the suite in secure mode: every frame
+// after the auth step sealed, faults and replays included.
+func TestConformanceTCPSecure(t *testing.T) {
+	msgrtest.Run(t, msgrtest.WithSecure(t, msgrtest.Env{Scheme: "tcp", Host: "127.0.0.1:0"}, msgrtest.NewTestCA(t)))
+}

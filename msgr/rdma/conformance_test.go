@@ -72,3 +72,9 @@ func TestConformanceRDMASockets(t *testing.T) {
 func TestConformanceRDMATCPAuth(t *testing.T) {
 	msgrtest.Run(t, msgrtest.WithAuth(t, rdmaEnv("tcp", 0.05), msgrtest.NewTestCA(t)))
 }
+
+// TestConformanceRDMATCPSecure runs the suite, smaller, in secure mode: a
+// large sealed frame is the payload a rendezvous moves.
+func TestConformanceRDMATCPSecure(t *testing.T) {
+	msgrtest.Run(t, msgrtest.WithSecure(t, rdmaEnv("tcp", 0.05), msgrtest.NewTestCA(t)))
+}

@@ -84,9 +84,9 @@ func (l *link) rendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRe
 		return nil, &wire.Error{Kind: wire.ErrKindMalformed, Msg: "bad rendezvous descriptor"}
 	}
 	src := parseDesc(b[wire.PreambleSize+int(f.FrontLen):])
-	if uint32(src.n) > l.lim.MaxData {
+	if max := l.lim.DataLimit(f.Tag); uint64(src.n) > max {
 		buf.Release()
-		return nil, &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rendezvous payload of %d bytes exceeds the limit of %d", src.n, l.lim.MaxData)}
+		return nil, &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rendezvous payload of %d bytes exceeds the limit of %d", src.n, max)}
 	}
 	p := l.newPending()
 	p.f, p.buf, p.frontLen, p.size, p.src = *f, buf, int(f.FrontLen), src.n, src

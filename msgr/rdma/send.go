@@ -86,7 +86,7 @@ func (l *link) writeFrame(f *wire.Frame) error {
 	l.checkGrant(&p)
 	p.LinkWord = l.rdvReadCnt.Load()
 	p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
-	noCRC := l.noCRC && l.features&wire.FeatureNoDataCRC != 0 && len(f.Data) > 0
+	noCRC := (l.noCRC && l.features&wire.FeatureNoDataCRC != 0 || p.Tag.Sealed() && p.Flags&wire.FlagNoDataCRC != 0) && len(f.Data) > 0
 	if noCRC {
 		p.Flags |= wire.FlagNoDataCRC
 	}

@@ -17,6 +17,9 @@ func TestHandshakeLimits(t *testing.T) {
 		if tag == TagMessage || tag.Handshake() {
 			p.FrontLen = 10
 		}
+		if tag == TagSealedHandshake {
+			p.FrontLen = SealedOverhead
+		}
 		b := make([]byte, PreambleSize)
 		p.Put(b)
 		var got Preamble

@@ -285,7 +285,9 @@ func (l *StreamLink) readFrame(f *Frame) error {
 	if f.Flags&FlagRendezvous != 0 || f.Tag.LinkOnly() {
 		return &Error{Kind: ErrKindProtocol, Msg: "rendezvous frame on a stream link"}
 	}
-	if f.Flags&FlagNoDataCRC != 0 && l.features&FeatureNoDataCRC == 0 {
+	// A sealed frame's AEAD tag protects its data better than a CRC, so
+	// it may go without one whatever the banners agreed.
+	if f.Flags&FlagNoDataCRC != 0 && l.features&FeatureNoDataCRC == 0 && !f.Tag.Sealed() {
 		return &Error{Kind: ErrKindProtocol, Msg: "frame without data crc, but that feature was not agreed"}
 	}
 	total := f.WireSize()

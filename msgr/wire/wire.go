@@ -48,7 +48,17 @@ const (
 	// TagAuthMore carries a round of an auth method that takes several
 	// (msgrpb.AuthMore), between AUTH_REQUEST and AUTH_DONE.
 	TagAuthMore Tag = 15
-	tagMax      Tag = TagAuthMore
+	// Secure mode's frames (docs/protocol.md §5.5): each carries one
+	// whole frame of the session's, sealed with AES-256-GCM. A handshake
+	// frame sealed (SESSION_REQUEST and after, once auth chose secure)
+	// travels as SEALED_HANDSHAKE with the sealed bytes as its front, so
+	// a link still in its handshake phase takes it under its handshake
+	// limits; every other frame as SEALED with them as its data, so a
+	// transport moves a large sealed frame as it moves a large payload
+	// (an RDMA rendezvous).
+	TagSealedHandshake Tag = 16
+	TagSealed          Tag = 17
+	tagMax             Tag = TagSealed
 )
 
 var tagNames = [...]string{
@@ -57,6 +67,7 @@ var tagNames = [...]string{
 	TagAuthDone: "AUTH_DONE", TagSessionReq: "SESSION_REQUEST", TagSessionReady: "SESSION_READY",
 	TagSessionReset: "SESSION_RESET", TagWait: "WAIT", TagClose: "CLOSE",
 	TagRdvReady: "RDV_READY", TagRdvDone: "RDV_DONE", TagAuthMore: "AUTH_MORE",
+	TagSealedHandshake: "SEALED_HANDSHAKE", TagSealed: "SEALED",
 }
 
 func (t Tag) String() string {
@@ -176,7 +187,28 @@ const MaxHandshakeFront = 16 << 10
 var HandshakeLimits = Limits{MaxFront: MaxHandshakeFront, HandshakeOnly: true}
 
 // Handshake reports whether t is a handshake frame's tag.
-func (t Tag) Handshake() bool { return t >= TagHello && t <= TagWait || t == TagAuthMore }
+func (t Tag) Handshake() bool {
+	return t >= TagHello && t <= TagWait || t == TagAuthMore || t == TagSealedHandshake
+}
+
+// Sealed reports whether t carries a sealed frame (secure mode).
+func (t Tag) Sealed() bool { return t == TagSealed || t == TagSealedHandshake }
+
+// SealedOverhead is what a sealed frame's segment holds beyond the frame
+// it seals: that frame's preamble and the AEAD tag (16 bytes for GCM).
+// The sealed frame has no epilogue of its own inside: the tag
+// authenticates it.
+const SealedOverhead = PreambleSize + 16
+
+// DataLimit is the largest data segment lim lets a frame of tag t carry:
+// MaxData, or for a SEALED frame the largest frame it may seal (front,
+// data and SealedOverhead).
+func (lim Limits) DataLimit(t Tag) uint64 {
+	if t == TagSealed {
+		return uint64(lim.MaxData) + uint64(lim.MaxFront) + SealedOverhead
+	}
+	return uint64(lim.MaxData)
+}
 
 // Parse decodes and validates a preamble. It checks the CRC, the tag, the
 // flags and the segment sizes against lim, so the caller may size buffers
@@ -211,11 +243,19 @@ func (p *Preamble) Parse(b []byte, lim Limits) error {
 	if p.FrontLen > lim.MaxFront {
 		return &Error{Kind: ErrKindTooLarge, Msg: fmt.Sprintf("front segment of %d bytes exceeds the limit of %d", p.FrontLen, lim.MaxFront)}
 	}
-	if p.DataLen > lim.MaxData {
-		return &Error{Kind: ErrKindTooLarge, Msg: fmt.Sprintf("data segment of %d bytes exceeds the limit of %d", p.DataLen, lim.MaxData)}
+	if max := lim.DataLimit(p.Tag); uint64(p.DataLen) > max {
+		return &Error{Kind: ErrKindTooLarge, Msg: fmt.Sprintf("data segment of %d bytes exceeds the limit of %d", p.DataLen, max)}
 	}
 	switch p.Tag {
 	case TagMessage:
+	case TagSealed: // the sealed frame is the data segment (or its rendezvous descriptor)
+		if p.FrontLen != 0 || p.DataLen < SealedOverhead && p.Flags&FlagRendezvous == 0 {
+			return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("%v frame with a %d-byte front and %d-byte data segment", p.Tag, p.FrontLen, p.DataLen)}
+		}
+	case TagSealedHandshake: // the sealed frame is the front
+		if p.DataLen != 0 || p.FrontLen < SealedOverhead {
+			return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("%v frame with a %d-byte front and %d-byte data segment", p.Tag, p.FrontLen, p.DataLen)}
+		}
 	case TagAck, TagKeepalive, TagKeepaliveAck, TagClose, TagRdvDone:
 		if p.HasSegments() {
 			return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("%v frame carries segments", p.Tag)}

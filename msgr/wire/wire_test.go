@@ -71,6 +71,8 @@ func segmentsFor(t Tag) (front, data uint32) {
 		return 0, 0
 	case TagRdvReady:
 		return 0, 20
+	case TagSealed:
+		return 0, 4567
 	default:
 		return 89, 0
 	}

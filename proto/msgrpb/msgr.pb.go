@@ -92,9 +92,14 @@ func (x *Hello) GetPeerAddr() string {
 // preference: "tls13" (mutual certificates, payload: the TLS ClientHello) or
 // "none" (no authentication).
 type AuthRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Methods       []string               `protobuf:"bytes,1,rep,name=methods,proto3" json:"methods,omitempty"`
-	Payload       []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Methods []string               `protobuf:"bytes,1,rep,name=methods,proto3" json:"methods,omitempty"`
+	Payload []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// The connection modes the dialer accepts, in order of preference: "crc"
+	// (frames in clear, integrity by CRC) or "secure" (frames sealed with
+	// AES-256-GCM). Empty means ["crc"], which is what a peer that predates
+	// modes does.
+	Modes         []string `protobuf:"bytes,3,rep,name=modes,proto3" json:"modes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -139,6 +144,13 @@ func (x *AuthRequest) GetMethods() []string {
 func (x *AuthRequest) GetPayload() []byte {
 	if x != nil {
 		return x.Payload
+	}
+	return nil
+}
+
+func (x *AuthRequest) GetModes() []string {
+	if x != nil {
+		return x.Modes
 	}
 	return nil
 }
@@ -197,7 +209,14 @@ type AuthDone struct {
 	// refused: the acceptor will not serve this peer, and says why
 	// ("client.x: certificate not signed by this cluster's CA", "osd.7 not
 	// allowed on this network"). The dialer gives up; it does not redial.
-	Refused       string `protobuf:"bytes,3,opt,name=refused,proto3" json:"refused,omitempty"`
+	Refused string `protobuf:"bytes,3,opt,name=refused,proto3" json:"refused,omitempty"`
+	// The mode the acceptor chose from AuthRequest.modes; empty means "crc".
+	Mode string `protobuf:"bytes,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	// With an authenticated method: proof that the acceptor saw the modes
+	// the dialer offered (a TLS exporter value over the offer and the
+	// choice), so a party between the two cannot strip "secure" from the
+	// offer unseen.
+	ModeProof     []byte `protobuf:"bytes,5,opt,name=mode_proof,json=modeProof,proto3" json:"mode_proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -251,6 +270,20 @@ func (x *AuthDone) GetRefused() string {
 		return x.Refused
 	}
 	return ""
+}
+
+func (x *AuthDone) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *AuthDone) GetModeProof() []byte {
+	if x != nil {
+		return x.ModeProof
+	}
+	return nil
 }
 
 // SessionRequest is sent by the dialer to open or resume a session.
@@ -638,16 +671,20 @@ const file_msgr_proto_rawDesc = "" +
 	"\ventity_name\x18\x01 \x01(\tR\n" +
 	"entityName\x12%\n" +
 	"\x0einstance_nonce\x18\x02 \x01(\x04R\rinstanceNonce\x12\x1b\n" +
-	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\"A\n" +
+	"\tpeer_addr\x18\x03 \x01(\tR\bpeerAddr\"W\n" +
 	"\vAuthRequest\x12\x18\n" +
 	"\amethods\x18\x01 \x03(\tR\amethods\x12\x18\n" +
-	"\apayload\x18\x02 \x01(\fR\apayload\"$\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x14\n" +
+	"\x05modes\x18\x03 \x03(\tR\x05modes\"$\n" +
 	"\bAuthMore\x12\x18\n" +
-	"\apayload\x18\x01 \x01(\fR\apayload\"V\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\"\x89\x01\n" +
 	"\bAuthDone\x12\x16\n" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x18\n" +
-	"\arefused\x18\x03 \x01(\tR\arefused\"\x9b\x02\n" +
+	"\arefused\x18\x03 \x01(\tR\arefused\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\tR\x04mode\x12\x1d\n" +
+	"\n" +
+	"mode_proof\x18\x05 \x01(\fR\tmodeProof\"\x9b\x02\n" +
 	"\x0eSessionRequest\x12\x16\n" +
 	"\x06cookie\x18\x01 \x01(\x04R\x06cookie\x12\x1f\n" +
 	"\vpeer_cookie\x18\x02 \x01(\x04R\n" +

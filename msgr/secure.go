@@ -1,0 +1,345 @@
+package msgr
+
+import (
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ospreystore/osprey/msgr/auth"
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// Connection modes, as Ceph's msgr2 ms_*_mode (docs/protocol.md §6.3,
+// docs/auth.md). The auth step negotiates one per link: the dialer offers
+// the modes it accepts (AuthOptions.Modes, in order of preference), the
+// acceptor picks the first of its own it was offered, and from AUTH_DONE
+// on a secure link carries every frame sealed (sealedLink).
+
+// Mode is how a link protects its frames once the peer is authenticated.
+type Mode string
+
+const (
+	// ModeCRC: frames in clear, their integrity checked by CRC32C;
+	// the default.
+	ModeCRC Mode = "crc"
+	// ModeSecure: every frame after AUTH_DONE, its preamble included,
+	// sealed with AES-256-GCM under keys from the link's TLS handshake.
+	ModeSecure Mode = "secure"
+)
+
+// ErrMode: a session was refused because the two sides accept no mode in
+// common (one requires secure, the other does crc only). Final, as ErrAuth:
+// a redial would be refused again.
+var ErrMode = errors.New("msgr: no connection mode in common")
+
+// ParseModes reads a mode setting as Ceph spells ms_*_mode: "crc",
+// "secure", "prefer-crc" (crc, else secure), "prefer-secure" (secure, else
+// crc), or modes separated by commas or spaces in order of preference.
+func ParseModes(s string) ([]Mode, error) {
+	switch strings.TrimSpace(s) {
+	case "prefer-crc":
+		return []Mode{ModeCRC, ModeSecure}, nil
+	case "prefer-secure":
+		return []Mode{ModeSecure, ModeCRC}, nil
+	}
+	var modes []Mode
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		m := Mode(f)
+		if m != ModeCRC && m != ModeSecure {
+			return nil, fmt.Errorf("msgr: unknown connection mode %q (want crc, secure, prefer-crc or prefer-secure)", f)
+		}
+		if slices.Contains(modes, m) {
+			return nil, fmt.Errorf("msgr: connection mode %q given twice in %q", f, s)
+		}
+		modes = append(modes, m)
+	}
+	if len(modes) == 0 {
+		return nil, fmt.Errorf("msgr: no connection mode in %q", s)
+	}
+	return modes, nil
+}
+
+// modes is what this messenger accepts, in order of preference: crc alone
+// without a keyring (secure needs the keys of an authenticated handshake).
+func (m *Messenger) modes() []Mode {
+	if m.opts.Auth == nil || len(m.opts.Auth.Modes) == 0 {
+		return []Mode{ModeCRC}
+	}
+	return m.opts.Auth.Modes
+}
+
+func modeStrings(ms []Mode) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = string(m)
+	}
+	return out
+}
+
+// chooseMode is the acceptor's pick: the first of its modes the dialer
+// offered. An empty offer is a peer that predates modes: crc. Modes it
+// does not know are skipped, so a later version may offer more.
+func chooseMode(offered []string, ours []Mode) (Mode, bool) {
+	if len(offered) == 0 {
+		offered = []string{string(ModeCRC)}
+	}
+	for _, m := range ours {
+		if slices.Contains(offered, string(m)) {
+			return m, true
+		}
+	}
+	return "", false
+}
+
+// modeChosen checks the acceptor's AUTH_DONE.mode on the dialer: one of the
+// modes it offered.
+func modeChosen(chosen string, offered []Mode) (Mode, error) {
+	m := Mode(chosen)
+	if m == "" {
+		m = ModeCRC
+	}
+	if !slices.Contains(offered, m) {
+		return "", wire.Protocolf("handshake: the peer chose mode %q, which was not offered (%v)", chosen, offered)
+	}
+	return m, nil
+}
+
+// modeTranscript binds what the modes negotiation said into exporter
+// values: the offer as sent and the choice.
+func modeTranscript(purpose string, offered []string, chosen Mode) []byte {
+	return fmt.Appendf(nil, "%s\x00%s\x00%s", purpose, strings.Join(offered, ","), chosen)
+}
+
+// modeProof is AUTH_DONE.mode_proof: the acceptor proves, with a value only
+// the two ends of the TLS handshake can compute, which offer it saw. A
+// dialer whose offer was cut down on the way finds a proof that differs
+// from its own and refuses the link.
+func modeProof(res *auth.Result, offered []string, chosen Mode) ([]byte, error) {
+	return res.SessionKeys(modeTranscript("mode", offered, chosen), 32)
+}
+
+func checkModeProof(res *auth.Result, offered []string, chosen Mode, proof []byte) error {
+	want, err := modeProof(res, offered, chosen)
+	if err != nil {
+		return err
+	}
+	if subtle.ConstantTimeCompare(want, proof) != 1 {
+		return fmt.Errorf("%w: the peer's proof of the modes negotiation does not match: the offer was altered on the way", ErrAuth)
+	}
+	return nil
+}
+
+// linkKeys are a secure link's two directions' secrets.
+type linkKeys struct{ tx, rx []byte }
+
+// secureKeys derives a secure link's keys from its handshake, bound to the
+// negotiation; the dialer's sending direction is the first.
+func secureKeys(res *auth.Result, offered []string, dialer bool) (*linkKeys, error) {
+	km, err := res.SessionKeys(modeTranscript("keys", offered, ModeSecure), 2*auth.DirectionKeyLen)
+	if err != nil {
+		return nil, err
+	}
+	k := &linkKeys{tx: km[:auth.DirectionKeyLen], rx: km[auth.DirectionKeyLen:]}
+	if !dialer {
+		k.tx, k.rx = k.rx, k.tx
+	}
+	return k, nil
+}
+
+// sealedHandshakeLimits bound a sealed handshake frame's plaintext, so
+// that sealed it still fits the link's handshake limits.
+var sealedHandshakeLimits = wire.Limits{MaxFront: wire.MaxHandshakeFront - wire.SealedOverhead, HandshakeOnly: true}
+
+// sealedLink is a link in secure mode: it seals each frame the session
+// writes into one SEALED (or SEALED_HANDSHAKE) frame of the link below,
+// and opens what it reads. Wrapping the post-handshake wire.Link gives
+// every transport secure mode alike; on RDMA a large sealed frame is the
+// payload the rendezvous moves, so its buffer comes from the link's
+// registered memory.
+//
+// What a sealed frame seals is the frame as the session wrote it, laid
+// out data, front, preamble: the data first so that, received, it starts
+// where the link placed the sealed segment (on a DataAlign boundary for a
+// large one, as O_DIRECT wants it). No epilogue: the GCM tag authenticates
+// every byte, and the outer frame goes without a data CRC. What stays in
+// clear: the banner, the handshake up to AUTH_DONE (HELLO, the auth
+// method's rounds, the modes negotiation, which the mode proof guards),
+// and each sealed frame's outer preamble, which says only SEALED and the
+// sealed length.
+type sealedLink struct {
+	wire.Link
+	seal, open  *auth.Sealer
+	alloc       wire.PayloadAllocator // the link's registered memory; nil if none
+	lim, steady wire.Limits           // the plaintext's: handshake, then the session's
+	in          wire.Frame            // reader scratch
+	out         []wire.Frame          // writer scratch
+	bufs        []*wire.Buffer        // sealed buffers of the batch in hand
+	// tamper, if set (tests), sees each sealed segment before it is
+	// written, so a test can alter what goes on the wire.
+	tamper func(sealed []byte)
+}
+
+func newSealedLink(l wire.Link, k *linkKeys, steady wire.Limits) (*sealedLink, error) {
+	seal, err := auth.NewSealer(k.tx)
+	if err != nil {
+		return nil, err
+	}
+	open, err := auth.NewSealer(k.rx)
+	if err != nil {
+		return nil, err
+	}
+	s := &sealedLink{Link: l, seal: seal, open: open, lim: sealedHandshakeLimits, steady: steady, tamper: testHookTamper}
+	s.alloc, _ = l.(wire.PayloadAllocator)
+	return s, nil
+}
+
+// testHookTamper is copied into each new sealed link (tests set it before
+// any link runs).
+var testHookTamper func(sealed []byte)
+
+// WriteFrames seals each frame into a pooled buffer and writes the batch.
+func (s *sealedLink) WriteFrames(frames []wire.Frame) error {
+	s.out = s.out[:0]
+	defer func() {
+		for i, b := range s.bufs {
+			b.Release()
+			s.bufs[i] = nil
+		}
+		s.bufs = s.bufs[:0]
+		clear(s.out)
+	}()
+	for i := range frames {
+		f := &frames[i]
+		p := f.Preamble
+		p.LinkWord = 0
+		p.Flags &^= wire.FlagNoDataCRC
+		p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
+		n := len(f.Data) + len(f.Front) + wire.PreambleSize
+		hs := p.Tag.Handshake()
+		buf, err := s.buffer(n+auth.Overhead, hs)
+		if err != nil {
+			return err
+		}
+		s.bufs = append(s.bufs, buf)
+		b := buf.B[:n]
+		copy(b, f.Data)
+		copy(b[len(f.Data):], f.Front)
+		p.Put(b[n-wire.PreambleSize:])
+		sealed, err := s.seal.Seal(b[:0], b, nil)
+		if err != nil {
+			return err
+		}
+		if s.tamper != nil {
+			s.tamper(sealed)
+		}
+		of := wire.Frame{Buf: buf}
+		if hs {
+			of.Tag, of.Front = wire.TagSealedHandshake, sealed
+		} else {
+			of.Tag, of.Flags, of.Data = wire.TagSealed, wire.FlagNoDataCRC, sealed
+		}
+		s.out = append(s.out, of)
+	}
+	return s.Link.WriteFrames(s.out)
+}
+
+// buffer is where a frame is sealed: registered memory for a session
+// frame when the link has it, so RDMA moves it without another copy.
+func (s *sealedLink) buffer(n int, handshake bool) (*wire.Buffer, error) {
+	if s.alloc != nil && !handshake {
+		return s.alloc.AllocPayload(n)
+	}
+	return wire.GetBuffer(n), nil
+}
+
+// ReadFrame reads a sealed frame and opens it into f, in place. A frame
+// that does not open (altered, replayed, reordered, sealed under other
+// keys) is auth.ErrOpen: nothing of it is delivered, and the link is done.
+func (s *sealedLink) ReadFrame(f *wire.Frame) error {
+	in := &s.in
+	*in = wire.Frame{}
+	if err := s.Link.ReadFrame(in); err != nil {
+		return err
+	}
+	err := s.openFrame(in, f)
+	if err != nil {
+		in.Release()
+	}
+	*in = wire.Frame{}
+	return err
+}
+
+func (s *sealedLink) openFrame(in, f *wire.Frame) error {
+	var sealed []byte
+	switch in.Tag {
+	case wire.TagSealed:
+		sealed = in.Data
+	case wire.TagSealedHandshake:
+		sealed = in.Front
+	default:
+		return wire.Protocolf("%v frame in clear on a secure link", in.Tag)
+	}
+	pt, err := s.open.Open(sealed[:0], sealed, nil)
+	if err != nil {
+		return fmt.Errorf("msgr: %s: %d-byte %v frame: %w", s.RemoteAddr(), len(sealed), in.Tag, err)
+	}
+	return parseSealed(pt, in, f, s.lim)
+}
+
+// parseSealed decodes an opened frame, pt (data, front, preamble), that
+// came in the sealed frame in, into f, which takes in's buffer and charge.
+func parseSealed(pt []byte, in, f *wire.Frame, lim wire.Limits) error {
+	if len(pt) < wire.PreambleSize {
+		return &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("sealed frame of %d bytes is shorter than a preamble", len(pt))}
+	}
+	var p wire.Preamble
+	if err := p.Parse(pt[len(pt)-wire.PreambleSize:], lim); err != nil {
+		return err
+	}
+	switch {
+	case p.Tag.Sealed() || p.Tag.LinkOnly() || p.Flags&wire.FlagRendezvous != 0 || p.LinkWord != 0:
+		return &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("%v frame (flags %#x, link word %d) inside a sealed frame", p.Tag, p.Flags, p.LinkWord)}
+	case p.Tag.Handshake() != (in.Tag == wire.TagSealedHandshake):
+		return wire.Protocolf("%v frame sealed in a %v frame", p.Tag, in.Tag)
+	case uint64(p.FrontLen)+uint64(p.DataLen)+wire.PreambleSize != uint64(len(pt)):
+		return &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("sealed %v frame of %d bytes says front %d, data %d", p.Tag, len(pt), p.FrontLen, p.DataLen)}
+	}
+	*f = wire.Frame{Preamble: p, Charge: in.Charge}
+	in.Charge = wire.Charge{}
+	if !p.HasSegments() {
+		if in.Buf != nil {
+			in.Buf.Release()
+		}
+		return nil
+	}
+	f.Data = pt[:p.DataLen]
+	f.Front = pt[p.DataLen : p.DataLen+p.FrontLen]
+	f.Buf = in.Buf
+	return nil
+}
+
+// EndHandshake lets the session's frames through, under its limits, here
+// and in the link below.
+func (s *sealedLink) EndHandshake() {
+	s.lim = s.steady
+	if h, ok := s.Link.(wire.HandshakeEnder); ok {
+		h.EndHandshake()
+	}
+}
+
+// Buffered passes through the stream link's hint.
+func (s *sealedLink) Buffered() bool {
+	b, ok := s.Link.(interface{ Buffered() bool })
+	return ok && b.Buffered()
+}
+
+// WriteSpace passes through the stream link's send-buffer estimate.
+func (s *sealedLink) WriteSpace() int {
+	w, ok := s.Link.(interface{ WriteSpace() int })
+	if !ok {
+		return 0
+	}
+	return w.WriteSpace()
+}
