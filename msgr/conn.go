@@ -119,7 +119,7 @@ type linkRun struct {
 	// goroutine, or a sender writing inline (writeInline).
 	wmu   sync.Mutex
 	space interface{ WriteSpace() int } // nil: never write inline
-	mode  Mode                            // the link's connection mode
+	mode  Mode                          // the link's connection mode
 }
 
 func newCookie() uint64 { return rand.Uint64() | 1 }
