@@ -11,3 +11,11 @@ var tcpOnly = []wire.Transport{tcp.Transport{}}
 
 // TCPOnly is tcpOnly for the external tests (package msgr_test).
 var TCPOnly = tcpOnly
+
+// SetTamperHook has every sealed link made from now on pass each sealed
+// segment to fn before writing it, so a test can alter what goes on the
+// wire; the returned func removes it.
+func SetTamperHook(fn func(sealed []byte)) func() {
+	testHookTamper.Store(&fn)
+	return func() { testHookTamper.Store(nil) }
+}

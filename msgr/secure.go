@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/wire"
@@ -190,14 +191,16 @@ func newSealedLink(l wire.Link, k *linkKeys, steady wire.Limits) (*sealedLink, e
 	if err != nil {
 		return nil, err
 	}
-	s := &sealedLink{Link: l, seal: seal, open: open, lim: sealedHandshakeLimits, steady: steady, tamper: testHookTamper}
+	s := &sealedLink{Link: l, seal: seal, open: open, lim: sealedHandshakeLimits, steady: steady}
+	if h := testHookTamper.Load(); h != nil {
+		s.tamper = *h
+	}
 	s.alloc, _ = l.(wire.PayloadAllocator)
 	return s, nil
 }
 
-// testHookTamper is copied into each new sealed link (tests set it before
-// any link runs).
-var testHookTamper func(sealed []byte)
+// testHookTamper, when set (tests), is copied into each new sealed link.
+var testHookTamper atomic.Pointer[func(sealed []byte)]
 
 // WriteFrames seals each frame into a pooled buffer and writes the batch.
 func (s *sealedLink) WriteFrames(frames []wire.Frame) error {

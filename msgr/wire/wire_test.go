@@ -377,3 +377,41 @@ func TestErrorIs(t *testing.T) {
 		t.Fatal("io.EOF is ErrProtocol")
 	}
 }
+
+// TestSealedFrameShapes: a SEALED frame may carry a sealed frame of the
+// largest front and data the limits allow, no more, and only as its data
+// segment; a SEALED_HANDSHAKE frame only as its front.
+func TestSealedFrameShapes(t *testing.T) {
+	lim := Limits{MaxFront: 100, MaxData: 1000}
+	for _, tc := range []struct {
+		p    Preamble
+		kind ErrKind // 0: accepted
+	}{
+		{Preamble{Tag: TagSealed, DataLen: 1000 + 100 + SealedOverhead}, 0},
+		{Preamble{Tag: TagSealed, DataLen: 1000 + 100 + SealedOverhead + 1}, ErrKindTooLarge},
+		{Preamble{Tag: TagSealed, DataLen: SealedOverhead - 1}, ErrKindMalformed},
+		{Preamble{Tag: TagSealed, Flags: FlagRendezvous, DataLen: 20}, 0},
+		{Preamble{Tag: TagSealed, FrontLen: 1, DataLen: SealedOverhead}, ErrKindMalformed},
+		{Preamble{Tag: TagSealedHandshake, FrontLen: SealedOverhead}, 0},
+		{Preamble{Tag: TagSealedHandshake, FrontLen: SealedOverhead, DataLen: 1}, ErrKindMalformed},
+		{Preamble{Tag: TagSealedHandshake, FrontLen: 10}, ErrKindMalformed},
+	} {
+		var b [PreambleSize]byte
+		tc.p.Put(b[:])
+		var got Preamble
+		err := got.Parse(b[:], lim)
+		if tc.kind == 0 {
+			if err != nil {
+				t.Errorf("%+v: %v", tc.p, err)
+			}
+			continue
+		}
+		var we *Error
+		if !errors.As(err, &we) || we.Kind != tc.kind {
+			t.Errorf("%+v: %v, want %s", tc.p, err, errKindNames[tc.kind])
+		}
+	}
+	if got := HandshakeLimits.DataLimit(TagSealed); got != MaxHandshakeFront+SealedOverhead {
+		t.Errorf("handshake DataLimit(SEALED) = %d", got)
+	}
+}

@@ -1,0 +1,272 @@
+package msgr
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ospreystore/osprey/msgr/auth"
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// queueLink is a wire.Link in memory, for one goroutine: what is written
+// is copied into pooled buffers, as a transport would receive it, and
+// read back in order.
+type queueLink struct {
+	q []wire.Frame
+}
+
+func (l *queueLink) WriteFrames(frames []wire.Frame) error {
+	for i := range frames {
+		f := &frames[i]
+		buf := wire.GetBuffer(len(f.Front) + len(f.Data))
+		copy(buf.B, f.Front)
+		copy(buf.B[len(f.Front):], f.Data)
+		p := f.Preamble
+		p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
+		l.q = append(l.q, wire.Frame{Preamble: p, Front: buf.B[:len(f.Front)], Data: buf.B[len(f.Front):], Buf: buf})
+	}
+	return nil
+}
+
+func (l *queueLink) ReadFrame(f *wire.Frame) error {
+	if len(l.q) == 0 {
+		return errors.New("queueLink: empty")
+	}
+	*f = l.q[0]
+	l.q = slices.Delete(l.q, 0, 1)
+	return nil
+}
+
+func (l *queueLink) Features() uint64   { return 0 }
+func (l *queueLink) LocalAddr() string  { return "a" }
+func (l *queueLink) RemoteAddr() string { return "b" }
+func (l *queueLink) Close() error       { return nil }
+
+var testLimits = wire.Limits{MaxFront: 64 << 10, MaxData: 4 << 20}
+
+// sealedPair is a sealed link writing to a queue and one reading from it,
+// with the keys of the two ends of one link.
+func sealedPair(t testing.TB) (w, r *sealedLink, q *queueLink) {
+	t.Helper()
+	q = &queueLink{}
+	k := &linkKeys{tx: bytes.Repeat([]byte{1}, auth.DirectionKeyLen), rx: bytes.Repeat([]byte{2}, auth.DirectionKeyLen)}
+	w, err := newSealedLink(q, k, testLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = newSealedLink(q, &linkKeys{tx: k.rx, rx: k.tx}, testLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.EndHandshake()
+	r.EndHandshake()
+	return w, r, q
+}
+
+// roundTrip seals f through w and opens it with r.
+func roundTrip(t testing.TB, w, r *sealedLink, f wire.Frame) wire.Frame {
+	if err := w.WriteFrames([]wire.Frame{f}); err != nil {
+		t.Fatal(err)
+	}
+	var got wire.Frame
+	if err := r.ReadFrame(&got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func release(f wire.Frame) { f.Release() }
+
+// TestSealedLinkRoundTrip: a frame comes out as it went in, its data
+// first in the sealed buffer (so where the link placed it), and what a
+// transport moved is SEALED, not the frame.
+func TestSealedLinkRoundTrip(t *testing.T) {
+	w, r, q := sealedPair(t)
+	in := wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage, Type: 7, Seq: 3, Ack: 2, GrantMsgs: 9, GrantBytes: 1 << 33, Tid: 42},
+		Front: []byte("front"), Data: bytes.Repeat([]byte("data"), 1000)}
+	if err := w.WriteFrames([]wire.Frame{in}); err != nil {
+		t.Fatal(err)
+	}
+	if q.q[0].Tag != wire.TagSealed || bytes.Contains(q.q[0].Data, []byte("datadata")) {
+		t.Fatalf("the link moved a %v frame holding the plaintext", q.q[0].Tag)
+	}
+	var got wire.Frame
+	if err := r.ReadFrame(&got); err != nil {
+		t.Fatal(err)
+	}
+	defer got.Release()
+	in.FrontLen, in.DataLen = uint32(len(in.Front)), uint32(len(in.Data))
+	if got.Preamble != in.Preamble || !bytes.Equal(got.Front, in.Front) || !bytes.Equal(got.Data, in.Data) {
+		t.Fatalf("got %+v, want %+v", got.Preamble, in.Preamble)
+	}
+	if &got.Data[0] != &got.Buf.B[0] {
+		t.Fatal("the data does not start the sealed buffer")
+	}
+}
+
+// TestSealedLinkRefuses: a frame altered, replayed, out of order or in
+// clear is refused, and one refused leaves the link refusing.
+func TestSealedLinkRefuses(t *testing.T) {
+	msg := wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage}, Data: []byte("payload")}
+	t.Run("altered", func(t *testing.T) {
+		w, r, q := sealedPair(t)
+		w.WriteFrames([]wire.Frame{msg})
+		q.q[0].Data[3] ^= 1
+		var f wire.Frame
+		if err := r.ReadFrame(&f); !errors.Is(err, auth.ErrOpen) {
+			t.Fatalf("altered frame: %v", err)
+		}
+		w.WriteFrames([]wire.Frame{msg})
+		if err := r.ReadFrame(&f); !errors.Is(err, auth.ErrOpen) {
+			t.Fatalf("the frame after a refused one: %v", err)
+		}
+	})
+	t.Run("replayed", func(t *testing.T) {
+		w, r, q := sealedPair(t)
+		w.WriteFrames([]wire.Frame{msg})
+		dup := q.q[0]
+		dup.Buf.Ref()
+		got := roundTrip(t, w, r, msg) // reads the first, then writes and reads a second
+		got.Release()
+		q.q = append([]wire.Frame{dup}, q.q...)
+		var f wire.Frame
+		if err := r.ReadFrame(&f); !errors.Is(err, auth.ErrOpen) {
+			t.Fatalf("replayed frame: %v", err)
+		}
+	})
+	t.Run("reordered", func(t *testing.T) {
+		w, r, q := sealedPair(t)
+		w.WriteFrames([]wire.Frame{msg, msg})
+		q.q[0], q.q[1] = q.q[1], q.q[0]
+		var f wire.Frame
+		if err := r.ReadFrame(&f); !errors.Is(err, auth.ErrOpen) {
+			t.Fatalf("reordered frame: %v", err)
+		}
+	})
+	t.Run("clear", func(t *testing.T) {
+		_, r, q := sealedPair(t)
+		q.WriteFrames([]wire.Frame{msg})
+		var f wire.Frame
+		if err := r.ReadFrame(&f); !errors.Is(err, wire.ErrProtocol) {
+			t.Fatalf("a frame in clear: %v", err)
+		}
+	})
+}
+
+// TestSealedLinkAllocatesNothing: in steady state a message sealed,
+// moved and opened costs no allocation (the sealed buffers are pooled,
+// the batch slices kept).
+func TestSealedLinkAllocatesNothing(t *testing.T) {
+	if raceDetector {
+		t.Skip("the race detector allocates")
+	}
+	for _, size := range []int{64, 1 << 20} {
+		w, r, _ := sealedPair(t)
+		msg := wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage}, Front: make([]byte, 16), Data: make([]byte, size)}
+		release(roundTrip(t, w, r, msg))
+		if n := testing.AllocsPerRun(50, func() { release(roundTrip(t, w, r, msg)) }); n > 0 {
+			t.Errorf("%d-byte message: %v allocations per message, want 0", size, n)
+		}
+	}
+}
+
+func BenchmarkSealedLink(b *testing.B) {
+	for _, size := range []int{64, 1 << 20} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			w, r, _ := sealedPair(b)
+			msg := wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage}, Front: make([]byte, 16), Data: make([]byte, size)}
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				release(roundTrip(b, w, r, msg))
+			}
+		})
+	}
+}
+
+// FuzzSealedFrame: whatever an authenticated peer seals (plain), and
+// whatever arrives where a sealed frame should (raw), the sealed link
+// returns a frame or an error, never panics, and what it returns lies
+// within its limits.
+func FuzzSealedFrame(f *testing.F) {
+	var p [wire.PreambleSize]byte
+	(&wire.Preamble{Tag: wire.TagMessage, FrontLen: 2, DataLen: 3}).Put(p[:])
+	f.Add(append([]byte("dddff"), p[:]...), false, false)
+	(&wire.Preamble{Tag: wire.TagSessionReq, FrontLen: 4}).Put(p[:])
+	f.Add(append([]byte("sreq"), p[:]...), true, false)
+	(&wire.Preamble{Tag: wire.TagKeepalive}).Put(p[:])
+	f.Add(p[:], false, false)
+	(&wire.Preamble{Tag: wire.TagRdvDone}).Put(p[:])
+	f.Add(p[:], false, false)
+	f.Add([]byte("not sealed at all"), false, true)
+	f.Add(make([]byte, 100), true, true)
+	f.Fuzz(func(t *testing.T, plain []byte, handshake, raw bool) {
+		w, r, q := sealedPair(t)
+		if handshake {
+			r.lim = sealedHandshakeLimits
+		}
+		tag := wire.TagSealed
+		if handshake {
+			tag = wire.TagSealedHandshake
+		}
+		body := plain
+		if !raw {
+			sealed, err := w.seal.Seal(nil, plain, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = sealed
+		}
+		fr := wire.Frame{Preamble: wire.Preamble{Tag: tag}}
+		if handshake {
+			fr.Front = body
+		} else {
+			fr.Data = body
+		}
+		q.WriteFrames([]wire.Frame{fr})
+		var got wire.Frame
+		err := r.ReadFrame(&got)
+		if raw && len(plain) > 0 && err == nil {
+			t.Fatal("bytes never sealed opened")
+		}
+		if err != nil {
+			return
+		}
+		defer got.Release()
+		if uint32(len(got.Front)) != got.FrontLen || uint32(len(got.Data)) != got.DataLen ||
+			got.FrontLen > r.lim.MaxFront || got.DataLen > r.lim.MaxData || got.Tag.Sealed() || got.Tag.LinkOnly() {
+			t.Fatalf("accepted %+v (front %d, data %d)", got.Preamble, len(got.Front), len(got.Data))
+		}
+	})
+}
+
+// FuzzModes: ParseModes and the negotiation take any setting and any
+// offer; a chosen mode is one both sides accept.
+func FuzzModes(f *testing.F) {
+	f.Add("prefer-secure", "secure,crc", "crc")
+	f.Add("crc", "", "")
+	f.Add("secure", "crc,future", "secure")
+	f.Add("crc secure", "secure", "tls")
+	f.Fuzz(func(t *testing.T, setting, offer, chosen string) {
+		ours, err := ParseModes(setting)
+		if err != nil {
+			return
+		}
+		var offered []string
+		if offer != "" {
+			offered = strings.Split(offer, ",")
+		}
+		if m, ok := chooseMode(offered, ours); ok {
+			if !slices.Contains(ours, m) || (len(offered) > 0 && !slices.Contains(offered, string(m))) {
+				t.Fatalf("chose %q from %q for %v", m, offered, ours)
+			}
+		}
+		if m, err := modeChosen(chosen, ours); err == nil && !slices.Contains(ours, m) {
+			t.Fatalf("took %q, not among %v", m, ours)
+		}
+	})
+}
