@@ -87,6 +87,11 @@ type Options struct {
 	// entity's caps. Nil: no authentication, which only a cluster run
 	// without auth accepts.
 	Keyring *auth.Keyring
+	// Modes are the connection modes the client accepts with OSDs and
+	// mons, in order of preference (Ceph's ms_client_mode): "secure" seals
+	// every frame after the handshake (docs/auth.md). Nil: crc. Secure
+	// needs Keyring.
+	Modes []msgr.Mode
 	// OpTimeout bounds one attempt of one op. Default 30s.
 	OpTimeout time.Duration
 	// RetryFor bounds the retries of an op that keeps failing with a
@@ -170,10 +175,13 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 	}
 	c.transports, c.releaseTransports = ts, release
 	name := msgr.EntityName(fmt.Sprintf("client.%d", c.nonce%1_000_000_000))
-	var authOpts *msgr.AuthOptions
 	if opts.Keyring != nil {
 		name = msgr.EntityName(opts.Keyring.Entity)
-		authOpts = &msgr.AuthOptions{Keyring: opts.Keyring, Authorize: monclient.AuthorizeTypes("osd", "mon")}
+	}
+	authOpts, err := msgr.NewAuthOptions(opts.Keyring, monclient.AuthorizeTypes("osd", "mon"), opts.Modes)
+	if err != nil {
+		release()
+		return nil, err
 	}
 	m, err := msgr.New(msgr.Options{
 		Name: name, Dispatcher: dispatcher{c}, Auth: authOpts,
@@ -210,7 +218,7 @@ func (c *Client) subscribe(ctx context.Context) error {
 	if c.opts.Keyring != nil {
 		name = msgr.EntityName(c.opts.Keyring.Entity)
 	}
-	mc, err := monclient.New(ctx, monclient.Options{Addrs: c.opts.Mon, Name: name, Keyring: c.opts.Keyring,
+	mc, err := monclient.New(ctx, monclient.Options{Addrs: c.opts.Mon, Name: name, Keyring: c.opts.Keyring, Modes: c.opts.Modes,
 		Transports: c.transports, Logger: c.log, OnMap: func(mp *placement.Map) { c.adoptMap(mp) }})
 	if err != nil {
 		return err

@@ -55,6 +55,11 @@ type Config struct {
 	// authenticates every session and checks every request against the
 	// peer's caps (docs/auth.md).
 	NoAuth bool
+	// ServiceModes are the connection modes the mon accepts, from clients
+	// and daemons alike, in order of preference (Ceph's
+	// ms_mon_service_mode): "secure" seals every frame after the
+	// handshake (docs/auth.md); it needs authentication. Nil: crc.
+	ServiceModes []msgr.Mode
 	// Transports are the messenger's (tests); nil: the build's defaults
 	// (transports.Default), which Close closes.
 	Transports []wire.Transport
@@ -218,8 +223,13 @@ func Start(ctx context.Context, cfg Config) (*Mon, error) {
 	var authOpts *msgr.AuthOptions
 	if cfg.NoAuth {
 		m.log.Warn("authentication is off (NoAuth): anyone who reaches the mon may change the map; for tests and closed networks only")
+		if slices.Contains(cfg.ServiceModes, msgr.ModeSecure) {
+			return nil, fmt.Errorf("mon: %w (NoAuth is set)", msgr.ErrSecureNeedsAuth)
+		}
 	} else if authOpts, err = m.startAuth(ctx); err != nil {
 		return nil, err
+	} else {
+		authOpts.Modes = cfg.ServiceModes
 	}
 	m.ms, err = msgr.New(msgr.Options{
 		Name: msgr.EntityName("mon." + cfg.Name), Dispatcher: dispatcher{m}, Auth: authOpts,

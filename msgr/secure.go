@@ -1,7 +1,9 @@
 package msgr
 
 import (
+	"context"
 	"crypto/subtle"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
@@ -345,4 +347,22 @@ func (s *sealedLink) WriteSpace() int {
 		return 0
 	}
 	return w.WriteSpace()
+}
+
+// ErrSecureNeedsAuth: secure mode was asked of a messenger that does not
+// authenticate; its keys come from the authentication's handshake.
+var ErrSecureNeedsAuth = errors.New("msgr: secure mode needs authentication (a keyring)")
+
+// NewAuthOptions are the AuthOptions of a messenger with keyring k (nil:
+// no authentication, and nil options) that accepts modes, checking that
+// secure mode is not asked without a keyring, as daemons and clients
+// build them from their configuration.
+func NewAuthOptions(k *auth.Keyring, authorize func(context.Context, EntityName, *x509.Certificate) error, modes []Mode) (*AuthOptions, error) {
+	if k == nil {
+		if slices.Contains(modes, ModeSecure) {
+			return nil, ErrSecureNeedsAuth
+		}
+		return nil, nil
+	}
+	return &AuthOptions{Keyring: k, Authorize: authorize, Modes: modes}, nil
 }

@@ -94,7 +94,7 @@ func joinCluster(ctx context.Context, cfg *Config, authz *authTables, onMap func
 				return nil, ident, nil, err
 			}
 		}
-		opts.Name, opts.Keyring, opts.OnAuth = "", own, authz.note
+		opts.Name, opts.Keyring, opts.OnAuth, opts.Modes = "", own, authz.note, cfg.ClusterModes
 	}
 	mc, err := monclient.New(ctx, opts)
 	if err != nil {
@@ -158,7 +158,7 @@ func ownKeyring(cfg *Config, ident identity) (*auth.Keyring, error) {
 // (the mon answers a repeated create of one uuid with the same id, and
 // get-or-create with the same keyring).
 func createOSD(ctx context.Context, cfg *Config, ident *identity) (*auth.Keyring, error) {
-	mc, err := monclient.New(ctx, monclient.Options{Addrs: cfg.Mon, Keyring: cfg.Keyring,
+	mc, err := monclient.New(ctx, monclient.Options{Addrs: cfg.Mon, Keyring: cfg.Keyring, Modes: cfg.ClusterModes,
 		Transports: cfg.Transports, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err

@@ -78,6 +78,13 @@ type Config struct {
 	// warning. Without Mon (a static map) there is no mon to hold records,
 	// and the OSD never authenticates.
 	NoAuth bool
+	// ClusterModes are the connection modes of the cluster network (OSD to
+	// OSD) and of the OSD's sessions with the mon, in order of preference
+	// (Ceph's ms_cluster_mode); ServiceModes those the OSD accepts from
+	// clients on its public network (ms_service_mode). "secure" seals every
+	// frame after the handshake (docs/auth.md); it needs authentication.
+	// Nil: crc.
+	ClusterModes, ServiceModes []msgr.Mode
 
 	// ID is the OSD's id in the map. Required without Mon.
 	ID uint32
@@ -376,11 +383,16 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		o.abort()
 		return nil, err
 	}
-	var pubAuth, cluAuth *msgr.AuthOptions
-	if own != nil {
-		authz.enforce = true
-		pubAuth = &msgr.AuthOptions{Keyring: own, Authorize: authz.authorize(false)}
-		cluAuth = &msgr.AuthOptions{Keyring: own, Authorize: authz.authorize(true)}
+	authz.enforce = own != nil
+	pubAuth, err := msgr.NewAuthOptions(own, authz.authorize(false), cfg.ServiceModes)
+	if err != nil {
+		o.abort()
+		return nil, fmt.Errorf("osd: the public network's mode: %w", err)
+	}
+	cluAuth, err := msgr.NewAuthOptions(own, authz.authorize(true), cfg.ClusterModes)
+	if err != nil {
+		o.abort()
+		return nil, fmt.Errorf("osd: the cluster network's mode: %w", err)
 	}
 	o.pub, err = msgr.New(msgr.Options{
 		Name: name, Dispatcher: publicDispatcher{o}, DefaultPolicy: msgr.StatelessServer, Auth: pubAuth,

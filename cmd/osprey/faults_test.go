@@ -28,27 +28,40 @@ func hookStartOSD(t *testing.T, f func(context.Context, osd.Config) (*osd.OSD, e
 	t.Cleanup(func() { startOSD = prev })
 }
 
-// TestInjectSocketFailuresFlag: `osprey osd --inject-socket-failures N`
-// reaches the OSD's messenger fault injection; 0 and no flag are off; a
-// negative count is a usage error.
-func TestInjectSocketFailuresFlag(t *testing.T) {
-	dir := t.TempDir()
-	mapPath := writeMap(t, dir, 7000, 1)
+// captureOSDConfig has `osprey osd` stop before it starts the OSD: the
+// func it returns runs `osprey osd` on a one-OSD map with more args and
+// returns the configuration the flags made.
+func captureOSDConfig(t *testing.T) (dir, mapPath string, osdConfig func(args ...string) osd.Config) {
+	t.Helper()
+	dir = t.TempDir()
+	mapPath = writeMap(t, dir, 7000, 1)
 	var got osd.Config
 	stopHere := errors.New("stop here")
 	hookStartOSD(t, func(_ context.Context, cfg osd.Config) (*osd.OSD, error) {
 		got = cfg
 		return nil, stopHere
 	})
+	return dir, mapPath, func(more ...string) osd.Config {
+		t.Helper()
+		got = osd.Config{}
+		args := append([]string{"osd", "--map", mapPath, "--data", filepath.Join(dir, "osd.0")}, more...)
+		if _, _, err := run(t, args...); !errors.Is(err, stopHere) {
+			t.Fatalf("%v: %v", more, err)
+		}
+		return got
+	}
+}
+
+// TestInjectSocketFailuresFlag: `osprey osd --inject-socket-failures N`
+// reaches the OSD's messenger fault injection; 0 and no flag are off; a
+// negative count is a usage error.
+func TestInjectSocketFailuresFlag(t *testing.T) {
+	dir, mapPath, osdConfig := captureOSDConfig(t)
 	for _, tc := range []struct {
 		args []string
 		want int
 	}{{nil, 0}, {[]string{"--inject-socket-failures", "0"}, 0}, {[]string{"--inject-socket-failures", "50"}, 50}, {[]string{"--inject-socket-failures=7"}, 7}} {
-		got = osd.Config{}
-		args := append([]string{"osd", "--map", mapPath, "--data", filepath.Join(dir, "osd.0")}, tc.args...)
-		if _, _, err := run(t, args...); !errors.Is(err, stopHere) {
-			t.Fatalf("%v: %v", tc.args, err)
-		}
+		got := osdConfig(tc.args...)
 		if got.Faults.EveryNFrames != tc.want || got.Faults.Probability != 0 {
 			t.Errorf("%v: Faults %+v, want EveryNFrames %d", tc.args, got.Faults, tc.want)
 		}

@@ -112,6 +112,7 @@ out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
 	f.Uint32Var(&replicas, "replicas", 3, "replicas of the default pool (new cluster only)")
 	f.Uint32Var(&minSize, "min-size", 0, "min_size of the default pool; 0: replicas - replicas/2 (new cluster only)")
 	f.DurationVar(&stopWithin, "stop-timeout", 10*time.Second, "bound on a graceful stop")
+	f.Var(modesFlag{&cfg.ServiceModes}, "ms-service-mode", "connection modes the mon accepts from clients and daemons: crc, secure (needs --auth cert), prefer-secure or prefer-crc (Ceph's ms_mon_service_mode)")
 	f.Var(authFlag{&cfg.NoAuth}, "auth", `"cert": authenticate every peer and check its caps; "none": no authentication (tests and closed networks only)`)
 	f.StringVar(&keyringDir, "keyring-dir", "", "where to write client.admin.keyring and client.bootstrap-osd.keyring if missing (default: the --embed-etcd directory; none with --etcd)")
 	return cmd

@@ -17,6 +17,7 @@ import (
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/mon/monclient"
+	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"github.com/spf13/cobra"
@@ -34,6 +35,7 @@ type monFlags struct {
 	addrs   []string
 	timeout time.Duration
 	keyring string
+	modes   []msgr.Mode // --ms-client-mode
 }
 
 const envKeyring = "OSPREY_KEYRING"
@@ -44,6 +46,7 @@ var adminKeyringFile = filepath.Join(defaultDataDir, "client.admin.keyring")
 func addMonFlags(f *pflag.FlagSet, m *monFlags) {
 	f.StringSliceVar(&m.addrs, "mon", nil, "mon addresses, e.g. tcp://10.0.0.1:3300,tcp://10.0.0.2:3300 (env "+envMon+"; default the one in ./"+monAddrFile+")")
 	f.DurationVar(&m.timeout, "mon-timeout", 10*time.Second, "how long to try to reach a mon")
+	f.Var(modesFlag{&m.modes}, "ms-client-mode", clientModeUsage)
 	f.StringVar(&m.keyring, "keyring", "", "keyring file of the entity to act as (env "+envKeyring+"; default ./"+adminKeyringFile+" when it exists); 'none' to connect without authentication")
 }
 
@@ -97,7 +100,7 @@ func monCommand(cmd *cobra.Command, m monFlags, req *osdpb.MonCommand) (*osdpb.M
 	if err != nil {
 		return nil, err
 	}
-	mc, err := monclient.New(ctx, monclient.Options{Addrs: addrs, Keyring: k, Logger: cliLogger(cmd)})
+	mc, err := monclient.New(ctx, monclient.Options{Addrs: addrs, Keyring: k, Modes: m.modes, Logger: cliLogger(cmd)})
 	if err != nil {
 		return nil, err
 	}

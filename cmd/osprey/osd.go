@@ -123,6 +123,8 @@ gracefully.`,
 	f := cmd.Flags()
 	f.StringVar(&keyring, "keyring", "", "a bootstrap key (client.bootstrap-osd's) for a new OSD, or the OSD's own; later starts use --data/keyring")
 	f.Var(authFlag{&cfg.NoAuth}, "auth", `with --mon: "cert" (authenticate) or "none" (tests and closed networks only)`)
+	f.Var(modesFlag{&cfg.ClusterModes}, "ms-cluster-mode", clusterModeUsage)
+	f.Var(modesFlag{&cfg.ServiceModes}, "ms-service-mode", serviceModeUsage)
 	f.StringSliceVar(&cfg.Mon, "mon", nil, "mon addresses (tcp://HOST:PORT,...); the OSD gets its id and maps from them")
 	f.StringVar(&cfg.Host, "host", "", "host label in the map (default the host name)")
 	f.Float64Var(&cfg.Weight, "weight", 0, "straw2 weight at the first boot (default 1)")

@@ -138,7 +138,7 @@ func startUpGateway(ctx context.Context, lc *localCluster, addr string, explicit
 		}
 		return nil, fmt.Errorf("--s3 %s: %w", addr, err)
 	}
-	opts := client.Options{Seeds: lc.Seeds(), Logger: logger, MD5: true, Keyring: lc.AdminKeyring}
+	opts := client.Options{Seeds: lc.Seeds(), Logger: logger, MD5: true, Keyring: lc.AdminKeyring, Modes: lc.clientModes}
 	if lc.Mon != nil {
 		opts.Seeds, opts.Mon = nil, []string{lc.Mon.Addr()}
 	}

@@ -198,12 +198,15 @@ func connectWith(ctx context.Context, cmd *cobra.Command, t targetFlags, opts cl
 			return nil, err
 		}
 	}
+	if opts.Modes == nil {
+		opts.Modes = t.mon.modes
+	}
 	cl, err := client.New(cctx, opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if errors.Is(err, msgr.ErrAuth) || errors.Is(err, ops.ErrAccessDenied) {
+		if errors.Is(err, msgr.ErrAuth) || errors.Is(err, msgr.ErrMode) || errors.Is(err, msgr.ErrSecureNeedsAuth) || errors.Is(err, ops.ErrAccessDenied) {
 			return nil, err // reached, and refused: say why, not "unreachable"
 		}
 		return nil, &unreachableError{target: tg, err: err}

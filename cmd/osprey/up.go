@@ -46,6 +46,8 @@ type upOptions struct {
 	grace, downOut  time.Duration
 	faults          msgr.FaultInjection
 	s3              string // the S3 gateway's address; "" none
+	// --ms-cluster-mode, --ms-service-mode, --ms-client-mode
+	clusterModes, serviceModes, clientModes []msgr.Mode
 }
 
 func newUpCmd() *cobra.Command {
@@ -100,6 +102,9 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	f.DurationVar(&o.downOut, "down-out-interval", 10*time.Minute, "the mon marks a down OSD out (its data is re-replicated) after this long")
 	f.Var((*socketFailures)(&o.faults), "inject-socket-failures", socketFailuresUsage)
 	f.Var(authFlag{&o.noAuth}, "auth", `"cert": every daemon and client proves who it is and is checked against its caps; "none": no authentication (tests and closed networks only)`)
+	f.Var(modesFlag{&o.clusterModes}, "ms-cluster-mode", clusterModeUsage)
+	f.Var(modesFlag{&o.serviceModes}, "ms-service-mode", serviceModeUsage+" (by the OSDs and the mon)")
+	f.Var(modesFlag{&o.clientModes}, "ms-client-mode", "connection modes of the clients up runs (--demo, the S3 gateway): crc, secure, prefer-secure or prefer-crc (Ceph's ms_client_mode)")
 	f.StringVar(&o.s3, "s3", defaultS3Listen, "HOST:PORT of the S3 gateway (a free port with --port 0 or --temp); '' for none; not with --demo")
 	return cmd
 }
@@ -109,7 +114,9 @@ type localCluster struct {
 	*local.Cluster
 	reused  bool   // the map was on disk already
 	keyring string // client.admin's keyring file, when there is a mon
-	s3      *upGateway
+	// clientModes are the connection modes of the clients up runs.
+	clientModes []msgr.Mode
+	s3          *upGateway
 }
 
 func runUp(cmd *cobra.Command, o upOptions) (err error) {
@@ -228,7 +235,8 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string, logger *slog.Logger) (*localCluster, error) {
 	lo := local.Options{OSDs: o.osds, Replicas: o.replicas, PGs: o.pgs, Public: o.public, Cluster: o.cluster,
 		Host: o.host, BasePort: o.port, Dir: dir, Logger: logger, WithMon: true,
-		HeartbeatGrace: o.grace, DownOutInterval: o.downOut, Faults: o.faults, NoAuth: o.noAuth}
+		HeartbeatGrace: o.grace, DownOutInterval: o.downOut, Faults: o.faults, NoAuth: o.noAuth,
+		ClusterModes: o.clusterModes, ServiceModes: o.serviceModes}
 	path := filepath.Join(dir, "map.json")
 	m, err := placement.Load(path)
 	switch {
@@ -253,7 +261,7 @@ func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string
 		}
 		return nil, err
 	}
-	return &localCluster{Cluster: c, reused: lo.Map != nil}, nil
+	return &localCluster{Cluster: c, reused: lo.Map != nil, clientModes: o.clientModes}, nil
 }
 
 // checkReuse refuses flags given on the command line that contradict the
@@ -309,7 +317,7 @@ func checkReuse(cmd *cobra.Command, o upOptions, m *placement.Map, path string) 
 func waitReady(ctx context.Context, lc *localCluster, within time.Duration, logger *slog.Logger) error {
 	rctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	cl, err := client.New(rctx, client.Options{Seeds: lc.Seeds(), Logger: logger, Keyring: lc.AdminKeyring})
+	cl, err := client.New(rctx, client.Options{Seeds: lc.Seeds(), Logger: logger, Keyring: lc.AdminKeyring, Modes: lc.clientModes})
 	if err != nil {
 		return fmt.Errorf("the OSDs started but do not answer: %w", err)
 	}
@@ -499,7 +507,7 @@ func runDemo(ctx context.Context, w io.Writer, o upOptions, lc *localCluster, lo
 		}
 		sizes = append(sizes, n)
 	}
-	cl, err := client.New(ctx, client.Options{Seeds: lc.Seeds(), Logger: logger, Keyring: lc.AdminKeyring})
+	cl, err := client.New(ctx, client.Options{Seeds: lc.Seeds(), Logger: logger, Keyring: lc.AdminKeyring, Modes: lc.clientModes})
 	if err != nil {
 		return err
 	}

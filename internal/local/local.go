@@ -62,6 +62,10 @@ type Options struct {
 	// session: the OSDs join with client.bootstrap-osd's key, and
 	// Cluster.AdminKeyring is the key for clients.
 	NoAuth bool
+	// ClusterModes and ServiceModes are the OSDs' and the mon's connection
+	// modes (osd.Config, mon.Config; osprey up --ms-cluster-mode and
+	// --ms-service-mode). Nil: crc.
+	ClusterModes, ServiceModes []msgr.Mode
 	// ReadCacheSize is each OSD's cache of checked whole objects
 	// (store.Options.ReadCacheSize): 0 the store's default, negative off.
 	ReadCacheSize int64
@@ -182,7 +186,7 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 	}
 	c.Mon, err = mon.Start(ctx, mon.Config{Name: "a", Listen: pub + "://" + net.JoinHostPort(host, fmt.Sprint(port)),
 		Etcd: c.Etcd.Endpoints(), HeartbeatGrace: opts.HeartbeatGrace, DownOutInterval: opts.DownOutInterval,
-		Pool: pool, Logger: opts.Logger, NoAuth: opts.NoAuth})
+		Pool: pool, Logger: opts.Logger, NoAuth: opts.NoAuth, ServiceModes: opts.ServiceModes})
 	if err != nil {
 		return fmt.Errorf("starting the mon: %w", err)
 	}
@@ -198,7 +202,7 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 	for info := range c.Map.OSDs() {
 		o, err := osd.Start(ctx, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr,
 			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
-			Keyring: bootstrap, NoAuth: opts.NoAuth, Store: store.Options{ReadCacheSize: opts.ReadCacheSize}})
+			Keyring: bootstrap, NoAuth: opts.NoAuth, ClusterModes: opts.ClusterModes, ServiceModes: opts.ServiceModes, Store: store.Options{ReadCacheSize: opts.ReadCacheSize}})
 		if err != nil {
 			return fmt.Errorf("starting osd.%d: %w", info.Id, err)
 		}

@@ -49,6 +49,10 @@ type Options struct {
 	// AuthOptions): they must run with auth, and prove they are mons.
 	// Nil: no authentication, which mons with auth refuse.
 	Keyring *auth.Keyring
+	// Modes are the connection modes the client accepts with the mons, in
+	// order of preference (msgr.AuthOptions.Modes; Ceph's
+	// ms_mon_client_mode). Nil: crc. Secure needs Keyring.
+	Modes []msgr.Mode
 	// Transports are the client's messenger's; nil: the build's defaults
 	// (transports.Default), which Close closes.
 	Transports []wire.Transport
@@ -148,9 +152,10 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	var authOpts *msgr.AuthOptions
-	if o.Keyring != nil {
-		authOpts = &msgr.AuthOptions{Keyring: o.Keyring, Authorize: AuthorizeTypes("mon")}
+	authOpts, err := msgr.NewAuthOptions(o.Keyring, AuthorizeTypes("mon"), o.Modes)
+	if err != nil {
+		release()
+		return nil, err
 	}
 	ms, err := msgr.New(msgr.Options{
 		Name: o.Name, Dispatcher: dispatcher{c}, DefaultPolicy: msgr.LossyClient, Auth: authOpts,
