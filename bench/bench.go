@@ -94,6 +94,13 @@ type Row struct {
 	Conns     int     `json:"conns"`               // connections, each with its own client messenger
 	Remote    string  `json:"remote,omitempty"`    // the --serve server's address in a two-process run
 	ZeroCopy  bool    `json:"zero_copy,omitempty"` // payloads from Conn.AllocPayload
+	// ConnMode is a messenger row's connection mode, "crc" or "secure"
+	// (msgr.Mode), when the run authenticated (--auth, --secure).
+	ConnMode string `json:"conn_mode,omitempty"`
+	// HandshakeUs is a messenger row's first connection's setup, from
+	// Connect to the session ready: dial, banner, auth (a TLS 1.3
+	// handshake with --auth or --secure) and session, in microseconds.
+	HandshakeUs float64 `json:"handshake_us,omitempty"`
 	Msgs      uint64  `json:"msgs"`                // messages (round trips for pingpong) measured
 	Seconds   float64 `json:"seconds"`
 

@@ -82,8 +82,13 @@ type MsgrOptions struct {
 	// auth, so a row shows what authentication costs after the handshake.
 	// Not with Remote.
 	Auth bool
+	// Secure adds, after each combination's rows, the same rows in secure
+	// mode (msgr.ModeSecure: authenticated, every frame sealed with
+	// AES-256-GCM), so the cost of sealing shows beside crc in one run.
+	// Rows then say their mode (Row.ConnMode). Not with Remote.
+	Secure bool
 
-	// ca issues the rows' keyrings when Auth is set.
+	// ca issues the rows' keyrings when Auth or Secure is set.
 	ca *auth.CA
 }
 
@@ -138,8 +143,8 @@ func (o *MsgrOptions) setDefaults() error {
 			return fmt.Errorf("bench: remote %q: want SCHEME://HOST:PORT, e.g. tcp://10.0.0.2:7300", o.Remote)
 		}
 		o.Transports = []string{scheme}
-		if o.Auth {
-			return errors.New("bench: auth needs both ends' keyrings from one CA; it cannot run against a remote server")
+		if o.Auth || o.Secure {
+			return errors.New("bench: auth and secure mode need both ends' keyrings from one CA; they cannot run against a remote server")
 		}
 		if o.Baseline {
 			return errors.New("bench: a baseline needs both ends in this process; it cannot run against a remote server")
@@ -225,11 +230,13 @@ func RunMsgr(ctx context.Context, o MsgrOptions) ([]Row, error) {
 		for _, depth := range o.Depths {
 			for _, mode := range o.Modes {
 				for _, tr := range o.Transports {
-					r, err := runMsgrRow(ctx, &o, tr, mode, size, depth)
-					if err != nil {
-						return rows, fmt.Errorf("bench: %s %s size %s depth %d: %w", tr, mode, FormatSize(int64(size)), depth, err)
+					for _, cm := range o.connModes() {
+						r, err := runMsgrRow(ctx, &o, tr, mode, size, depth, cm)
+						if err != nil {
+							return rows, fmt.Errorf("bench: %s %s %s size %s depth %d: %w", tr, cm, mode, FormatSize(int64(size)), depth, err)
+						}
+						add(r)
 					}
-					add(r)
 				}
 				if o.Baseline {
 					r, err := runRawRow(ctx, &o, mode, size, depth)
@@ -327,11 +334,21 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// authFor is the auth options of a row's messenger named name: nil
-// without Auth; else a keyring the run's CA issues, and any peer the CA
-// signed is accepted (the rows have no mon to keep records).
-func (o *MsgrOptions) authFor(name msgr.EntityName) (*msgr.AuthOptions, error) {
-	if !o.Auth {
+// connModes are the modes each combination's messenger rows run in: crc,
+// then secure with Secure.
+func (o *MsgrOptions) connModes() []msgr.Mode {
+	if o.Secure {
+		return []msgr.Mode{msgr.ModeCRC, msgr.ModeSecure}
+	}
+	return []msgr.Mode{msgr.ModeCRC}
+}
+
+// authFor is the auth options of a row's messenger named name in mode cm:
+// nil in crc mode without Auth; else a keyring the run's CA issues, and
+// any peer the CA signed is accepted (the rows have no mon to keep
+// records).
+func (o *MsgrOptions) authFor(name msgr.EntityName, cm msgr.Mode) (*msgr.AuthOptions, error) {
+	if !o.Auth && cm != msgr.ModeSecure {
 		return nil, nil
 	}
 	if o.ca == nil {
@@ -345,7 +362,7 @@ func (o *MsgrOptions) authFor(name msgr.EntityName) (*msgr.AuthOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &msgr.AuthOptions{Keyring: k}, nil
+	return &msgr.AuthOptions{Keyring: k, Modes: []msgr.Mode{cm}}, nil
 }
 
 // newMessenger is msgr.New on transports of its own, the build's defaults
@@ -827,7 +844,7 @@ func clientName(remote bool, i int) msgr.EntityName {
 	return msgr.EntityName(fmt.Sprintf("client.bench-%.40s-%d.%d", host, os.Getpid(), i))
 }
 
-func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode, size, depth int) (row Row, err error) {
+func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode, size, depth int, cm msgr.Mode) (row Row, err error) {
 	r := &msgrRow{mode: mode, size: size, depth: depth, remote: o.Remote != "", failed: make(chan struct{})}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
@@ -839,6 +856,7 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 
 	var srv *msgr.Messenger
 	var clients []*msgr.Messenger
+	var handshake time.Duration // the first connection's, Connect to ready
 	var sets []transports.Set // the messengers', closed after their shutdown
 	defer func() {
 		r.closing.Store(true)
@@ -878,6 +896,10 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 			row.Provider, _ = fabricProvider(transport)
 			row.ZeroCopy = o.ZeroCopy
 			row.Conns, row.Remote = len(r.conns), o.Remote
+			if o.Secure || o.Auth {
+				row.ConnMode = string(cm)
+			}
+			row.HandshakeUs = float64(handshake) / float64(time.Microsecond)
 			row.InjectSocketFailures = o.Faults.EveryNFrames
 			for _, c := range r.conns {
 				st := c.conn.Stats()
@@ -892,7 +914,7 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 		var ts transports.Set
 		sopts := msgr.Options{Name: "osd.0", Dispatcher: serverDispatcher{r}, Logger: log, DisableDataCRC: o.DisableDataCRC,
 			Faults: o.Faults}
-		if sopts.Auth, err = o.authFor(sopts.Name); err != nil {
+		if sopts.Auth, err = o.authFor(sopts.Name, cm); err != nil {
 			return row, err
 		}
 		srv, ts, err = newMessenger(sopts)
@@ -913,7 +935,7 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 		c.pool = newMsgPool(typ, size, depth)
 		copts := msgr.Options{Name: clientName(r.remote, i), Dispatcher: clientDispatcher{c}, Logger: log,
 			DisableDataCRC: o.DisableDataCRC, Faults: o.Faults}
-		if copts.Auth, err = o.authFor(copts.Name); err != nil {
+		if copts.Auth, err = o.authFor(copts.Name, cm); err != nil {
 			return row, err
 		}
 		cli, ts, err := newMessenger(copts)
@@ -921,17 +943,23 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 			return row, err
 		}
 		clients, sets = append(clients, cli), append(sets, ts)
+		start := time.Now()
 		if c.conn, err = cli.Connect(r.ctx, addr, "osd.0"); err != nil {
 			return row, err
 		}
 		r.conns = append(r.conns, c)
+		if i == 0 {
+			// The first connection's setup, waited for alone: dial,
+			// banner, auth and session, what a row's handshake costs.
+			if err := waitReady(r.ctx, c.conn, addr); err != nil {
+				return row, err
+			}
+			handshake = time.Since(start)
+		}
 	}
 	for _, c := range r.conns {
-		wctx, cancel := context.WithTimeout(r.ctx, shutdownTimeout)
-		err = c.conn.WaitReady(wctx)
-		cancel()
-		if err != nil {
-			return row, fmt.Errorf("connecting to %s: %w", addr, err)
+		if err := waitReady(r.ctx, c.conn, addr); err != nil {
+			return row, err
 		}
 		if o.ZeroCopy {
 			for range min(depth, max(1, zeroCopyBytes/max(size, 1))) {
@@ -1136,4 +1164,14 @@ func (d *serveDispatcher) Dispatch(m *msgr.Message) {
 
 func (d *serveDispatcher) HandleEvent(ev msgr.Event) {
 	d.log.Debug("bench: server: connection event", "kind", ev.Kind, "err", ev.Err)
+}
+
+// waitReady waits for c's session, bounded by shutdownTimeout.
+func waitReady(ctx context.Context, c *msgr.Conn, addr string) error {
+	wctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
+	defer cancel()
+	if err := c.WaitReady(wctx); err != nil {
+		return fmt.Errorf("connecting to %s: %w", addr, err)
+	}
+	return nil
 }

@@ -460,18 +460,18 @@ func TestRunMsgrAuth(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	o := &MsgrOptions{Auth: true}
-	a, err := o.authFor("osd.0")
+	a, err := o.authFor("osd.0", msgr.ModeCRC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := o.authFor("client.bench.0")
+	b, err := o.authFor("client.bench.0", msgr.ModeCRC)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.Keyring.Entity != "osd.0" || b.Keyring.Entity != "client.bench.0" || !a.Keyring.CA.Equal(b.Keyring.CA) {
 		t.Fatalf("keyrings of %s and %s, one CA: %v", a.Keyring.Entity, b.Keyring.Entity, a.Keyring.CA.Equal(b.Keyring.CA))
 	}
-	if none, _ := (&MsgrOptions{}).authFor("osd.0"); none != nil {
+	if none, _ := (&MsgrOptions{}).authFor("osd.0", msgr.ModeCRC); none != nil {
 		t.Fatal("auth options without Auth")
 	}
 	rows, err := RunMsgr(ctx, MsgrOptions{Sizes: []int{64}, Depths: []int{4}, Modes: []Mode{Stream, PingPong}, Conns: 2,
@@ -486,5 +486,39 @@ func TestRunMsgrAuth(t *testing.T) {
 	}
 	if _, err := RunMsgr(ctx, MsgrOptions{Remote: "tcp://127.0.0.1:1", Auth: true}); err == nil || !strings.Contains(err.Error(), "auth") {
 		t.Fatalf("auth against a remote server: %v", err)
+	}
+}
+
+// TestRunMsgrSecure: with Secure each combination runs in crc and then in
+// secure mode, each row says its mode and handshake, and the table sets
+// secure beside crc.
+func TestRunMsgrSecure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rows, err := RunMsgr(ctx, MsgrOptions{Sizes: []int{64}, Depths: []int{4}, Modes: []Mode{Stream, PingPong},
+		Duration: 100 * time.Millisecond, Warmup: -1, Secure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var modes []string
+	for _, r := range rows {
+		modes = append(modes, string(r.Mode)+"/"+r.ConnMode)
+		if r.Msgs == 0 || r.HandshakeUs <= 0 {
+			t.Errorf("%s %s row: %d msgs, handshake %v µs", r.Mode, r.ConnMode, r.Msgs, r.HandshakeUs)
+		}
+	}
+	if want := "stream/crc stream/secure pingpong/crc pingpong/secure"; strings.Join(modes, " ") != want {
+		t.Fatalf("rows %v, want %s", modes, want)
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "tcp/secure") || !strings.Contains(b.String(), "secure / crc, same run:") ||
+		!strings.Contains(b.String(), "bytes/s") || !strings.Contains(b.String(), "p50") {
+		t.Fatalf("table:\n%s", b.String())
+	}
+	if _, err := RunMsgr(ctx, MsgrOptions{Remote: "tcp://127.0.0.1:1", Secure: true}); err == nil || !strings.Contains(err.Error(), "secure") {
+		t.Fatalf("secure against a remote server: %v", err)
 	}
 }

@@ -39,12 +39,21 @@ func WriteTable(w io.Writer, rows []Row) error {
 	if faults {
 		faultHead = "faults\treconnects\t"
 	}
+	// The handshake gets a column when rows authenticated (--auth,
+	// --secure): that is when it costs a TLS handshake.
+	modes := slices.ContainsFunc(rows, func(r Row) bool { return r.ConnMode != "" })
+	if modes {
+		faultHead += "handshake µs\t"
+	}
 	fmt.Fprintln(tw, "transport\tmode\tsize\t"+depthHead+"\tmsgs/s\tbytes/s\tseg msgs/s slow/med/fast\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tcpu s\tcpu µs/msg\tcpu s/GB\tallocs/msg\t"+faultHead)
 	for i := range rows {
 		r := &rows[i]
 		transport := r.Transport
 		if r.Transport == FabricTransport && r.Provider != "" {
 			transport += "(" + r.Provider + ")"
+		}
+		if r.ConnMode != "" {
+			transport += "/" + r.ConnMode
 		}
 		depth := strconv.Itoa(r.Depth)
 		if multi {
@@ -59,6 +68,9 @@ func WriteTable(w io.Writer, rows []Row) error {
 		if faults {
 			fmt.Fprintf(tw, "%d\t%d\t", r.Faults, r.Reconnects)
 		}
+		if modes {
+			fmt.Fprintf(tw, "%s\t", formatUs(r.HandshakeUs))
+		}
 		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
@@ -66,6 +78,9 @@ func WriteTable(w io.Writer, rows []Row) error {
 	}
 	if ccs := congestionControls(rows); len(ccs) > 0 {
 		fmt.Fprintf(w, "\nTCP congestion control: %s (it sets the ceiling of rows over loopback TCP; bbr paces them)\n", strings.Join(ccs, ", "))
+	}
+	if err := writeSecureRatios(w, rows); err != nil {
+		return err
 	}
 	for _, sec := range []struct{ base, title string }{
 		{RawTransport, "messenger / raw TCP, same run:"},
@@ -142,4 +157,41 @@ func formatUs(v float64) string {
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	}
 	return strconv.FormatFloat(v, 'f', 1, 64)
+}
+
+// writeSecureRatios writes, for each secure row with a crc row of the same
+// transport, mode, size and depth in the run, what sealing costs: bytes/s
+// for stream, p50 and p99 for pingpong, and the handshake.
+func writeSecureRatios(w io.Writer, rows []Row) error {
+	var lines []string
+	for i := range rows {
+		s := &rows[i]
+		if s.ConnMode != "secure" {
+			continue
+		}
+		j := slices.IndexFunc(rows, func(c Row) bool {
+			return c.ConnMode == "crc" && c.Transport == s.Transport && c.Provider == s.Provider &&
+				c.Mode == s.Mode && c.Size == s.Size && c.Depth == s.Depth && c.Conns == s.Conns
+		})
+		if j < 0 {
+			continue
+		}
+		c := &rows[j]
+		what := fmt.Sprintf("%s %s size %s depth %d:", s.Transport, s.Mode, FormatSize(int64(s.Size)), s.Depth)
+		hs := fmt.Sprintf("handshake %s µs (crc %s)", formatUs(s.HandshakeUs), formatUs(c.HandshakeUs))
+		if s.Mode == Stream {
+			lines = append(lines, fmt.Sprintf("%s\tbytes/s %.2fx crc\t%s", what, ratio(s.BytesPerSec, c.BytesPerSec), hs))
+		} else {
+			lines = append(lines, fmt.Sprintf("%s\tp50 %.2fx crc, p99 %.2fx crc\t%s", what, ratio(s.P50Us, c.P50Us), ratio(s.P99Us, c.P99Us), hs))
+		}
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nsecure / crc, same run:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, l := range lines {
+		fmt.Fprintln(tw, "  "+l)
+	}
+	return tw.Flush()
 }

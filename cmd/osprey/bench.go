@@ -29,7 +29,7 @@ func newBenchMsgrCmd() *cobra.Command {
 		sizes, modes, transports          []string
 		depths                            []int
 		duration, warmup                  time.Duration
-		baseline, noCRC, zeroCopy, authOn bool
+		baseline, noCRC, zeroCopy, authOn, secure bool
 		histogram                         bool
 		cpuProfile                        string
 		out                               benchOutput
@@ -102,7 +102,7 @@ row reports its faults and reconnects.`,
 			o := bench.MsgrOptions{
 				Conns: conns, Remote: connect,
 				Transports: transports, Depths: depths, Duration: duration, Warmup: warmup,
-				Baseline: baseline, DisableDataCRC: noCRC, ZeroCopy: zeroCopy, Logger: cliLogger(cmd), Auth: authOn,
+				Baseline: baseline, DisableDataCRC: noCRC, ZeroCopy: zeroCopy, Logger: cliLogger(cmd), Auth: authOn, Secure: secure,
 				Segment: out.segment, Progress: out.progress(cmd), Faults: faults,
 			}
 			if warmup == 0 {
@@ -164,6 +164,7 @@ row reports its faults and reconnects.`,
 	f.StringVar(&serve, "serve", "", "serve the benchmark on this address (e.g. tcp://0.0.0.0:7300) for --connect clients, until interrupted")
 	f.StringVar(&connect, "connect", "", "run against a --serve server at this address instead of both ends in this process")
 	cmd.MarkFlagsMutuallyExclusive("serve", "connect")
+	f.BoolVar(&secure, "secure", false, "after each combination's rows, the same rows in secure mode (authenticated, every frame sealed with AES-256-GCM), with ratios to crc; not with --connect")
 	f.BoolVar(&authOn, "auth", false, "authenticate every session (tls13 handshake with keyrings of a CA made for the run), as a cluster with auth does; not with --connect")
 	f.BoolVar(&noCRC, "no-data-crc", false, "turn off the messenger's data CRC (the raw baseline has none)")
 	f.BoolVar(&zeroCopy, "zero-copy", false, "send payloads from Conn.AllocPayload buffers (registered memory on RDMA: large payloads move with no copy)")
