@@ -86,14 +86,14 @@ const RawTransport = "raw-tcp"
 // Row is the result of one combination. JSON keys are part of the CLI's
 // output contract (--json); keep them stable.
 type Row struct {
-	Transport string  `json:"transport"`          // msgr address scheme, "raw-tcp" or "raw-fabric"
-	Provider  string  `json:"provider,omitempty"` // libfabric provider, of raw-fabric and rdma+ rows
-	Mode      Mode    `json:"mode"`
-	Size      int     `json:"size"`                // payload bytes per message
-	Depth     int     `json:"depth"`               // messages in flight, per connection
-	Conns     int     `json:"conns"`               // connections, each with its own client messenger
-	Remote    string  `json:"remote,omitempty"`    // the --serve server's address in a two-process run
-	ZeroCopy  bool    `json:"zero_copy,omitempty"` // payloads from Conn.AllocPayload
+	Transport string `json:"transport"`          // msgr address scheme, "raw-tcp" or "raw-fabric"
+	Provider  string `json:"provider,omitempty"` // libfabric provider, of raw-fabric and rdma+ rows
+	Mode      Mode   `json:"mode"`
+	Size      int    `json:"size"`                // payload bytes per message
+	Depth     int    `json:"depth"`               // messages in flight, per connection
+	Conns     int    `json:"conns"`               // connections, each with its own client messenger
+	Remote    string `json:"remote,omitempty"`    // the --serve server's address in a two-process run
+	ZeroCopy  bool   `json:"zero_copy,omitempty"` // payloads from Conn.AllocPayload
 	// ConnMode is a messenger row's connection mode, "crc" or "secure"
 	// (msgr.Mode), when the run authenticated (--auth, --secure).
 	ConnMode string `json:"conn_mode,omitempty"`
@@ -101,8 +101,8 @@ type Row struct {
 	// Connect to the session ready: dial, banner, auth (a TLS 1.3
 	// handshake with --auth or --secure) and session, in microseconds.
 	HandshakeUs float64 `json:"handshake_us,omitempty"`
-	Msgs      uint64  `json:"msgs"`                // messages (round trips for pingpong) measured
-	Seconds   float64 `json:"seconds"`
+	Msgs        uint64  `json:"msgs"` // messages (round trips for pingpong) measured
+	Seconds     float64 `json:"seconds"`
 
 	// InjectSocketFailures is the messengers' fault injection, about one
 	// link fault per N frames (msgr.FaultInjection.EveryNFrames, `bench

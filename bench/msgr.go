@@ -857,7 +857,7 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 	var srv *msgr.Messenger
 	var clients []*msgr.Messenger
 	var handshake time.Duration // the first connection's, Connect to ready
-	var sets []transports.Set // the messengers', closed after their shutdown
+	var sets []transports.Set   // the messengers', closed after their shutdown
 	defer func() {
 		r.closing.Store(true)
 		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)

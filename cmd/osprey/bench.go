@@ -26,16 +26,16 @@ across runs.`,
 
 func newBenchMsgrCmd() *cobra.Command {
 	var (
-		sizes, modes, transports          []string
-		depths                            []int
-		duration, warmup                  time.Duration
+		sizes, modes, transports                  []string
+		depths                                    []int
+		duration, warmup                          time.Duration
 		baseline, noCRC, zeroCopy, authOn, secure bool
-		histogram                         bool
-		cpuProfile                        string
-		out                               benchOutput
-		conns                             int
-		serve, connect                    string
-		faults                            msgr.FaultInjection
+		histogram                                 bool
+		cpuProfile                                string
+		out                                       benchOutput
+		conns                                     int
+		serve, connect                            string
+		faults                                    msgr.FaultInjection
 	)
 	cmd := &cobra.Command{
 		Use:   "msgr",
