@@ -65,6 +65,10 @@ line is drawn on stderr if it is a terminal. --plot DIR writes throughput
 against size per transport and a latency CDF per combination;
 "osprey bench compare" weighs two saved --json runs against each other.
 
+--secure runs each combination's messenger rows again in secure mode
+(authenticated, every frame sealed with AES-256-GCM, docs/auth.md) right
+after its crc rows, and prints secure/crc ratios and each row's handshake.
+
 --conns N runs N connections at once, each from its own client messenger
 with --depth in flight. For two processes (or two hosts), start a server
 with --serve ADDR and run the client with --connect ADDR (the transport is
@@ -81,6 +85,7 @@ row reports its faults and reconnects.`,
   osprey bench msgr --transport tcp,rdma+tcp --depth 1,16 --baseline   (needs -tags rdma)
   osprey bench msgr --mode pingpong --size 64 --depth 1 --duration 10s --json
   osprey bench msgr --mode pingpong --size 64 --depth 1 --baseline --histogram
+  osprey bench msgr --mode stream,pingpong --size 64,1MiB --depth 1,16 --secure
   osprey bench msgr --baseline --plot plots/ --json > run.json
   osprey bench msgr --serve tcp://0.0.0.0:7300                        (on host A)
   osprey bench msgr --connect tcp://hostA:7300 --conns 4 --depth 16   (on host B)
