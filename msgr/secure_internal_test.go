@@ -270,3 +270,85 @@ func FuzzModes(f *testing.F) {
 		}
 	})
 }
+
+// chanFlights carries one side's TLS flights over channels.
+type chanFlights struct{ in, out chan []byte }
+
+func (f chanFlights) Send(b []byte) error { f.out <- b; return nil }
+func (f chanFlights) Recv() ([]byte, error) {
+	b, ok := <-f.in
+	if !ok {
+		return nil, errors.New("closed")
+	}
+	return b, nil
+}
+
+// handshakePair runs a real TLS handshake between two keyrings and
+// returns both ends' results.
+func handshakePair(t *testing.T) (dialer, acceptor *auth.Result) {
+	t.Helper()
+	ca, err := auth.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := ca.Issue("client.x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ka, err := ca.Issue("osd.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2d, d2a := make(chan []byte, 4), make(chan []byte, 4)
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		acceptor, err = auth.Accept(t.Context(), ka, chanFlights{in: d2a, out: a2d})
+		done <- err
+	}()
+	dialer, err = auth.Dial(t.Context(), kd, chanFlights{in: a2d, out: d2a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return dialer, acceptor
+}
+
+// TestModeProof: the acceptor's proof matches the dialer's only when both
+// saw the same offer and choice, so an offer cut down on the way (secure
+// stripped, leaving crc) is caught; the two ends' keys pair up, one
+// direction's sealer the other's opener, and differ by direction.
+func TestModeProof(t *testing.T) {
+	d, a := handshakePair(t)
+	sent := []string{"secure", "crc"}
+	proof, err := modeProof(a, sent, ModeSecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkModeProof(d, sent, ModeSecure, proof); err != nil {
+		t.Fatalf("the same offer and choice: %v", err)
+	}
+	stripped, _ := modeProof(a, []string{"crc"}, ModeCRC)
+	if err := checkModeProof(d, sent, ModeCRC, stripped); !errors.Is(err, ErrAuth) {
+		t.Fatalf("a stripped offer: %v, want ErrAuth", err)
+	}
+	if err := checkModeProof(d, sent, ModeCRC, nil); !errors.Is(err, ErrAuth) {
+		t.Fatalf("no proof: %v, want ErrAuth", err)
+	}
+	kd, err := secureKeys(d, sent, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ka, err := secureKeys(a, sent, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(kd.tx, ka.rx) || !bytes.Equal(kd.rx, ka.tx) || bytes.Equal(kd.tx, kd.rx) {
+		t.Fatal("the two ends' keys do not pair up by direction")
+	}
+	if other, _ := secureKeys(d, []string{"secure"}, true); bytes.Equal(other.tx, kd.tx) {
+		t.Fatal("keys do not depend on the offer")
+	}
+}
