@@ -23,11 +23,19 @@ type recordingProxy struct {
 }
 
 func newRecordingProxy(t *testing.T, target string) *recordingProxy {
+	p := &recordingProxy{target: target}
+	p.ln = tcpProxy(t, target, func(c, s net.Conn) { io.Copy(io.MultiWriter(s, p), c) })
+	return p
+}
+
+// tcpProxy listens on loopback and connects each connection to target:
+// what target sends goes back unchanged, what the dialer sends goes
+// through fromDialer (on a goroutine of its own; s is closed after it).
+func tcpProxy(t *testing.T, target string, fromDialer func(c, s net.Conn)) net.Listener {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &recordingProxy{ln: ln, target: target}
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -45,12 +53,12 @@ func newRecordingProxy(t *testing.T, target string) *recordingProxy {
 				c.Close()
 			}()
 			go func() {
-				io.Copy(io.MultiWriter(s, p), c)
+				fromDialer(c, s)
 				s.Close()
 			}()
 		}
 	}()
-	return p
+	return ln
 }
 
 func (p *recordingProxy) Write(b []byte) (int, error) {
