@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/placement"
@@ -77,17 +76,12 @@ out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
 				return err
 			}
 			if !cfg.NoAuth && keyringDir != "" {
-				for _, k := range []struct {
-					entity string
-					caps   map[string]string
-				}{{"client.admin", mon.AdminCaps}, {"client.bootstrap-osd", mon.BootstrapOSDCaps}} {
-					path := filepath.Join(keyringDir, k.entity+".keyring")
-					if _, err := m.WriteKeyring(cmd.Context(), path, k.entity, k.caps); err != nil {
-						m.Close(context.Background())
-						return err
-					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%s keyring: %s\n", k.entity, path)
+				k, err := m.WriteKeyrings(cmd.Context(), keyringDir)
+				if err != nil {
+					m.Close(context.Background())
+					return err
 				}
+				fmt.Fprintf(cmd.OutOrStdout(), "client.admin keyring: %s\nclient.bootstrap-osd keyring: %s\n", k.AdminPath, k.BootstrapOSDPath)
 			}
 			role := "standby"
 			if m.IsLeader() {

@@ -188,12 +188,11 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 	}
 	var bootstrap *auth.Keyring
 	if !opts.NoAuth {
-		if c.AdminKeyring, err = c.Mon.WriteKeyring(ctx, c.KeyringPath("client.admin"), "client.admin", mon.AdminCaps); err != nil {
+		k, err := c.Mon.WriteKeyrings(ctx, c.Dir)
+		if err != nil {
 			return err
 		}
-		if bootstrap, err = c.Mon.WriteKeyring(ctx, c.KeyringPath("client.bootstrap-osd"), "client.bootstrap-osd", mon.BootstrapOSDCaps); err != nil {
-			return err
-		}
+		c.AdminKeyring, bootstrap = k.Admin, k.BootstrapOSD
 	}
 	for info := range c.Map.OSDs() {
 		o, err := osd.Start(ctx, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr,
