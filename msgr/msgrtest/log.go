@@ -23,8 +23,8 @@ func Logger(t testing.TB) *slog.Logger {
 	}
 	r := &logRing{}
 	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the last %d log lines of its messengers:\n%s", logKeep, r.text())
+		if text := r.text(); t.Failed() && text != "" {
+			t.Logf("the last log lines (at most %d) of a messenger:\n%s", logKeep, text)
 		}
 	})
 	return slog.New(slog.NewTextHandler(r, &slog.HandlerOptions{Level: slog.LevelDebug}))
