@@ -90,6 +90,9 @@ func (m *Messenger) dial(c *Conn, addr string) error {
 	opts.RecvWindow = int(c.cw.windowMsgs) // the session's, fixed when it was created
 	link, err := t.Dial(ctx, a.Host, opts)
 	if err != nil {
+		if errors.Is(err, wire.ErrBanner) {
+			m.countHandshakeFailure(err) // the peer answered, but not as a messenger we speak with
+		}
 		return err
 	}
 	stop := withLinkDeadline(ctx, link)

@@ -226,6 +226,8 @@ func (m *Messenger) Stats() Stats {
 	for i := range st.HandshakeFailures {
 		st.HandshakeFailures[i] = m.hsFailures[i].Load()
 	}
+	// Accepted connections that failed the banner never reach accept.
+	st.HandshakeFailures[HandshakeBanner] += st.Inbound.BannerFailures
 	return st
 }
 
