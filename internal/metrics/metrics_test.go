@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -214,6 +217,14 @@ func TestDaemonMetrics(t *testing.T) {
 		return sum
 	}
 
+	// exposed collects the families every exposition had, for the docs.
+	exposed := map[string]bool{}
+	expose := func(fams map[string]*dto.MetricFamily) {
+		for name := range fams {
+			exposed[name] = true
+		}
+	}
+
 	t.Run("put", func(t *testing.T) {
 		const size = 1 << 20
 		puts := osdSum("osprey_osd_op_duration_seconds", "op=put_object")
@@ -261,13 +272,15 @@ func TestDaemonMetrics(t *testing.T) {
 				value(f, "osprey_s3_request_duration_seconds", "op=PutObject") == 1 &&
 				value(f, "osprey_msgr_sent_bytes_total", "network=public") >= float64(len(body))
 		})
-		b, _ := scrape(t, gw.metricsURL)
+		b, fams := scrape(t, gw.metricsURL)
 		lint(t, tool, "the gateway", b)
+		expose(fams)
 	})
 
 	t.Run("lint", func(t *testing.T) {
 		b, fams := scrape(t, monURL)
 		lint(t, tool, "mon.a", b)
+		expose(fams)
 		if value(fams, "osprey_mon_leader") != 1 || value(fams, "osprey_mon_map_epoch") < 1 {
 			t.Errorf("mon.a: leader %v, epoch %v; want the leader, epoch >= 1",
 				value(fams, "osprey_mon_leader"), value(fams, "osprey_mon_map_epoch"))
@@ -275,11 +288,14 @@ func TestDaemonMetrics(t *testing.T) {
 		for i, u := range osdURLs {
 			b, fams := scrape(t, u)
 			lint(t, tool, fmt.Sprintf("osd.%d", i), b)
+			expose(fams)
 			if value(fams, "osprey_osd_pgs") == 0 || value(fams, "osprey_pebble_wal_written_bytes_total") == 0 {
 				t.Errorf("osd.%d: no PGs by state, or no WAL bytes:\n%s", i, b)
 			}
 		}
 	})
+
+	t.Run("docs", func(t *testing.T) { checkDocs(t, tool, exposed) })
 
 	t.Run("osd down", func(t *testing.T) {
 		_, fams := scrape(t, monURL)
@@ -339,5 +355,68 @@ func TestServerStops(t *testing.T) {
 	var nilServer *metrics.Server
 	if err := nilServer.Close(context.Background()); err != nil {
 		t.Errorf("nil Close: %v", err)
+	}
+}
+
+var seriesName = regexp.MustCompile(`osprey_[a-z0-9_]+`)
+
+// checkDocs: the dashboard is valid JSON whose queries name only series
+// the daemons expose; docs/operations.md names every osprey_ family they
+// expose, and its scrape configuration and alerting rules pass promtool.
+func checkDocs(t *testing.T, tool string, exposed map[string]bool) {
+	raw, err := os.ReadFile("../../docs/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("docs/grafana-dashboard.json: %v", err)
+	}
+	queries := 0
+	for _, p := range dash.Panels {
+		for _, q := range p.Targets {
+			queries++
+			for _, name := range seriesName.FindAllString(q.Expr, -1) {
+				family := name
+				for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+					if f, ok := strings.CutSuffix(name, suffix); ok && exposed[f] {
+						family = f
+					}
+				}
+				if !exposed[family] {
+					t.Errorf("dashboard panel %q queries %s, which no daemon exposes", p.Title, name)
+				}
+			}
+		}
+	}
+	if queries < 10 {
+		t.Errorf("the dashboard has %d queries", queries)
+	}
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range exposed {
+		if strings.HasPrefix(name, "osprey_") && !bytes.Contains(doc, []byte(name)) {
+			t.Errorf("docs/operations.md does not describe %s", name)
+		}
+	}
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(doc, -1)
+	if len(blocks) != 2 {
+		t.Fatalf("docs/operations.md has %d yaml blocks, want the scrape configuration and the alerting rules", len(blocks))
+	}
+	for i, check := range []string{"config", "rules"} {
+		f := filepath.Join(t.TempDir(), check+".yml")
+		if err := os.WriteFile(f, blocks[i][1], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(tool, "check", check, f).CombinedOutput(); err != nil {
+			t.Errorf("promtool check %s on docs/operations.md's block: %v\n%s", check, err, out)
+		}
 	}
 }
