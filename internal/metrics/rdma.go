@@ -39,6 +39,9 @@ func rdmaCollect(ch chan<- prometheus.Metric, nets []Network) {
 			}
 			seen[rt] = true
 			s, l := rt.Stats(), rt.Scheme()
+			if s.HighWaterBytes == 0 {
+				continue // a provider this daemon never opened
+			}
 			gauge(ch, rdmaRegistered, float64(s.RegisteredBytes), l)
 			gauge(ch, rdmaHighWater, float64(s.HighWaterBytes), l)
 			gauge(ch, rdmaBufsInUse, float64(s.BuffersInUse), l)
