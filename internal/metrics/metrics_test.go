@@ -217,6 +217,10 @@ func TestDaemonMetrics(t *testing.T) {
 		return sum
 	}
 
+	if err := cl.MakeBucket(ctx, "metrics"); err != nil {
+		t.Fatal(err)
+	}
+
 	// exposed collects the families every exposition had, for the docs.
 	exposed := map[string]bool{}
 	expose := func(fams map[string]*dto.MetricFamily) {
@@ -231,9 +235,6 @@ func TestDaemonMetrics(t *testing.T) {
 		pubIn := osdSum("osprey_msgr_received_bytes_total", "network=public", "transport=tcp")
 		cluOut := osdSum("osprey_msgr_sent_bytes_total", "network=cluster", "transport=tcp")
 		written := osdSum("osprey_osd_store_written_bytes_total")
-		if err := cl.MakeBucket(ctx, "metrics"); err != nil {
-			t.Fatal(err)
-		}
 		if _, err := osdtest.Put(ctx, cl, "metrics", "obj", osdtest.Payload(size, 1), client.PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
