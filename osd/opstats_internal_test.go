@@ -57,3 +57,18 @@ func TestOpTimer(t *testing.T) {
 		t.Errorf("%d ops in the buckets, want 1", inBuckets)
 	}
 }
+
+// BenchmarkOpTimer is what timing costs each client op: a start at
+// dispatch and a done at its reply.
+func BenchmarkOpTimer(b *testing.B) {
+	var ot opTimer
+	m := msgr.NewMessage(uint16(osdpb.MsgType_MSG_PUT_OBJECT), nil, nil)
+	b.ReportAllocs()
+	tid := uint64(0)
+	for b.Loop() {
+		tid++
+		m.SetTid(tid)
+		ot.start(m, osdpb.MsgType_MSG_PUT_OBJECT)
+		ot.done(dest{tid: tid}, osdpb.MsgType_MSG_PUT_OBJECT_REPLY)
+	}
+}
