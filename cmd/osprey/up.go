@@ -101,7 +101,7 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	f.DurationVar(&o.downOut, "down-out-interval", 10*time.Minute, "the mon marks a down OSD out (its data is re-replicated) after this long")
 	f.Var((*socketFailures)(&o.faults), "inject-socket-failures", socketFailuresUsage)
 	f.Var(authFlag{&o.noAuth}, "auth", `"cert": every daemon and client proves who it is and is checked against its caps; "none": no authentication (tests and closed networks only)`)
-	f.BoolVar(&o.metrics, "metrics", true, "serve each daemon's Prometheus metrics (/metrics) on a free loopback port, and print where")
+	f.BoolVar(&o.metrics, "metrics", true, "serve each daemon's Prometheus metrics (/metrics) on a free loopback port, and print where; not with --demo")
 	f.StringVar(&o.s3, "s3", defaultS3Listen, "HOST:PORT of the S3 gateway (a free port with --port 0 or --temp); '' for none; not with --demo")
 	return cmd
 }
@@ -230,7 +230,8 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string, logger *slog.Logger) (*localCluster, error) {
 	lo := local.Options{OSDs: o.osds, Replicas: o.replicas, PGs: o.pgs, Public: o.public, Cluster: o.cluster,
 		Host: o.host, BasePort: o.port, Dir: dir, Logger: logger, WithMon: true,
-		HeartbeatGrace: o.grace, DownOutInterval: o.downOut, Faults: o.faults, NoAuth: o.noAuth, Metrics: o.metrics}
+		HeartbeatGrace: o.grace, DownOutInterval: o.downOut, Faults: o.faults, NoAuth: o.noAuth,
+		Metrics: o.metrics && !o.demo} // a demo stops before anyone could scrape
 	path := filepath.Join(dir, "map.json")
 	m, err := placement.Load(path)
 	switch {

@@ -57,7 +57,8 @@ type Server struct {
 	closeErr  error
 }
 
-// Serve listens on opts.Addr and serves /metrics until Close.
+// Serve listens on opts.Addr and serves /metrics until Close; ctx bounds
+// the listen only.
 func Serve(ctx context.Context, opts ServerOptions) (*Server, error) {
 	if opts.Registry == nil {
 		return nil, errors.New("metrics: ServerOptions.Registry is required")
