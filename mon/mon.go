@@ -133,6 +133,9 @@ type Mon struct {
 
 	mapMu sync.Mutex // orders adopt: maps are stored and pushed in epoch order
 	mapv  atomic.Pointer[placement.Map]
+	// mapAt is when this mon adopted its map (unix ns): the map carries
+	// no time of its own.
+	mapAt atomic.Int64
 
 	subMu sync.Mutex
 	subs  map[*msgr.Conn]bool // MON_SUBSCRIBE'd conns; true: also the auth table
@@ -284,6 +287,12 @@ func (m *Mon) IsLeader() bool { return m.lead.Load() != nil }
 // Map is the newest map this mon has seen in etcd.
 func (m *Mon) Map() *placement.Map { return m.mapv.Load() }
 
+// MapChangedAt is when this mon adopted its newest map.
+func (m *Mon) MapChangedAt() time.Time { return time.Unix(0, m.mapAt.Load()) }
+
+// Messenger is the mon's messenger, for its counters.
+func (m *Mon) Messenger() *msgr.Messenger { return m.ms }
+
 // FSID is the cluster's id.
 func (m *Mon) FSID() string { return m.fsid }
 
@@ -336,6 +345,7 @@ func (m *Mon) adopt(mp *placement.Map) {
 		return
 	}
 	m.mapv.Store(mp)
+	m.mapAt.Store(time.Now().UnixNano())
 	m.push(mp)
 }
 

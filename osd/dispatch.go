@@ -53,6 +53,7 @@ func replyTo(req *msgr.Message) dest { return dest{req.Conn(), req.Tid()} }
 // messenger (Message.SetDataCRC) so that it does not read the payload
 // again to compute it.
 func (o *OSD) sendCRC(to dest, t osdpb.MsgType, pb proto.Message, payload *wire.Buffer, crc uint32, known bool) {
+	o.opTimes.done(to, t)
 	c := to.c
 	front, err := proto.Marshal(pb)
 	if err != nil {
@@ -201,6 +202,7 @@ func (o *OSD) target(hdr *osdpb.Header, bucket, key string, meta bool) (*placeme
 // network (a bucket-emptiness check).
 func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 	t := osdpb.MsgType(m.Type)
+	o.opTimes.start(m, t)
 	switch t {
 	case osdpb.MsgType_MSG_GET_MAP:
 		var req osdpb.GetMap

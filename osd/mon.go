@@ -294,6 +294,7 @@ func (o *OSD) beacon() *osdpb.MonBeacon {
 			}
 		}
 	}
+	o.lastBeacon.Store(b)
 	return b
 }
 

@@ -253,6 +253,10 @@ type OSD struct {
 	recoverySlots chan struct{}
 	recoveryRate  *rate.Limiter
 	opsServed     atomic.Uint64
+	// opTimes times client ops, lastBeacon is the last beacon built
+	// (Stats).
+	opTimes    opTimer
+	lastBeacon atomic.Pointer[osdpb.MonBeacon]
 	// ratelog limits the lines a peer can make us repeat (bad requests,
 	// refused RepOps) to one per kind per 10 s, with the count held back.
 	ratelog guard.RateLog
@@ -474,6 +478,10 @@ func (o *OSD) ID() uint32 { return o.id }
 // PublicAddr and ClusterAddr are the bound addresses.
 func (o *OSD) PublicAddr() string  { return o.pubAddr }
 func (o *OSD) ClusterAddr() string { return o.cluAddr }
+
+// Messengers are the OSD's public (clients) and cluster (OSDs)
+// messengers, for their counters.
+func (o *OSD) Messengers() (public, cluster *msgr.Messenger) { return o.pub, o.clu }
 
 // Map is the OSD's current cluster map.
 func (o *OSD) Map() *placement.Map { return o.mapv.Load() }

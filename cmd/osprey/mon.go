@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/metrics"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -21,6 +23,7 @@ func newMonCmd() *cobra.Command {
 		stopWithin time.Duration
 		keyringDir string
 	)
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "mon",
 		Short: "Run a monitor: the cluster map's authority",
@@ -88,10 +91,18 @@ out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
 				role = "leader"
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "mon.%s serving on %s (%s), fsid %s, map epoch %d\n", cfg.Name, m.Addr(), role, m.FSID(), m.Map().Epoch())
+			var ms *metrics.Server
+			if metricsAddr != "" {
+				if ms, err = metrics.Serve(cmd.Context(), metrics.ServerOptions{Addr: metricsAddr, Registry: metrics.MonRegistry(m)}); err != nil {
+					m.Close(context.Background())
+					return fmt.Errorf("--metrics-addr: %w", err)
+				}
+				printMetrics(cmd.OutOrStdout(), "mon."+cfg.Name, ms)
+			}
 			<-cmd.Context().Done()
 			ctx, cancel := context.WithTimeout(context.Background(), stopWithin)
 			defer cancel()
-			return m.Close(ctx)
+			return errors.Join(ms.Close(ctx), m.Close(ctx))
 		},
 	}
 	f := cmd.Flags()
@@ -107,6 +118,7 @@ out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
 	f.Uint32Var(&minSize, "min-size", 0, "min_size of the default pool; 0: replicas - replicas/2 (new cluster only)")
 	f.DurationVar(&stopWithin, "stop-timeout", 10*time.Second, "bound on a graceful stop")
 	f.Var(authFlag{&cfg.NoAuth}, "auth", `"cert": authenticate every peer and check its caps; "none": no authentication (tests and closed networks only)`)
+	f.StringVar(&metricsAddr, "metrics-addr", "", metricsAddrUsage)
 	f.StringVar(&keyringDir, "keyring-dir", "", "where to write client.admin.keyring and client.bootstrap-osd.keyring if missing (default: the --embed-etcd directory; none with --etcd)")
 	return cmd
 }

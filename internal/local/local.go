@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/metrics"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/msgr"
@@ -25,6 +26,7 @@ import (
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options shape a local cluster.
@@ -69,6 +71,16 @@ type Options struct {
 	// Faults are injected into every OSD's messengers (osprey up
 	// --inject-socket-failures).
 	Faults msgr.FaultInjection
+
+	// Metrics serves each daemon's Prometheus metrics (internal/metrics)
+	// on a free loopback port; Cluster.Metrics lists where.
+	Metrics bool
+}
+
+// DaemonMetrics is where one daemon of the cluster serves /metrics.
+type DaemonMetrics struct {
+	Daemon string // "mon.a", "osd.0"
+	*metrics.Server
 }
 
 // Cluster is a running local cluster.
@@ -83,7 +95,10 @@ type Cluster struct {
 	// AdminKeyring is client.admin's (every cap), with WithMon and auth;
 	// its file is DIR/client.admin.keyring.
 	AdminKeyring *auth.Keyring
-	temp         bool
+	// Metrics are the daemons' metrics listeners, with Options.Metrics:
+	// the mon's first, then the OSDs' in id order.
+	Metrics []DaemonMetrics
+	temp    bool
 }
 
 // KeyringPath is where the cluster keeps entity's keyring: DIR/ENTITY.keyring.
@@ -136,6 +151,10 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 			c.Close(context.Background())
 			return nil, err
 		}
+		if err := c.serveMetrics(ctx, opts); err != nil {
+			c.Close(context.Background())
+			return nil, err
+		}
 		return c, nil
 	}
 	for info := range c.Map.OSDs() {
@@ -148,7 +167,38 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		c.OSDs = append(c.OSDs, o)
 	}
+	if err := c.serveMetrics(ctx, opts); err != nil {
+		c.Close(context.Background())
+		return nil, err
+	}
 	return c, nil
+}
+
+// serveMetrics starts the daemons' metrics listeners, with opts.Metrics.
+func (c *Cluster) serveMetrics(ctx context.Context, opts Options) error {
+	if !opts.Metrics {
+		return nil
+	}
+	const addr = "127.0.0.1:0"
+	serve := func(daemon string, reg *prometheus.Registry) error {
+		s, err := metrics.Serve(ctx, metrics.ServerOptions{Addr: addr, Registry: reg, Logger: opts.Logger})
+		if err != nil {
+			return fmt.Errorf("%s: %w", daemon, err)
+		}
+		c.Metrics = append(c.Metrics, DaemonMetrics{daemon, s})
+		return nil
+	}
+	if c.Mon != nil {
+		if err := serve("mon.a", metrics.MonRegistry(c.Mon)); err != nil {
+			return err
+		}
+	}
+	for _, o := range c.OSDs {
+		if err := serve(fmt.Sprintf("osd.%d", o.ID()), metrics.OSDRegistry(o)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // startWithMon starts etcd and the mon, then each OSD of c.Map at its
@@ -272,6 +322,9 @@ func (c *Cluster) Seeds() []string {
 // Close stops the OSDs and removes a temporary directory.
 func (c *Cluster) Close(ctx context.Context) error {
 	var errs []error
+	for _, m := range c.Metrics {
+		errs = append(errs, m.Close(ctx))
+	}
 	for _, o := range c.OSDs {
 		errs = append(errs, o.Close(ctx))
 	}
