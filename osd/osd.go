@@ -252,7 +252,11 @@ type OSD struct {
 	// nil when unlimited.
 	recoverySlots chan struct{}
 	recoveryRate  *rate.Limiter
-	opsServed     atomic.Uint64
+	// opsServed and the client byte counters are what beacons report for
+	// the mon's throughput (ops a client sent us, bodies in and out).
+	opsServed        atomic.Uint64
+	clientReadBytes  atomic.Uint64
+	clientWriteBytes atomic.Uint64
 	// ratelog limits the lines a peer can make us repeat (bad requests,
 	// refused RepOps) to one per kind per 10 s, with the count held back.
 	ratelog guard.RateLog
