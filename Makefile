@@ -67,7 +67,7 @@ FUZZ_TARGETS = \
 	"FuzzDecodeReqVersion ./osd/store" "FuzzDecodeIDMark ./osd/store" "FuzzDecodeLogEntry ./osd/store" \
 	"FuzzDecodeBucket ./osd/store" "FuzzDecodeCounters ./osd/store" "FuzzKeys ./osd/store" \
 	"FuzzCRC32CCombine ./osd/store" \
-	"FuzzMonRequest ./mon" \
+	"FuzzMonRequest ./mon" "FuzzHandler ./mon/dashboard" \
 	"FuzzParseKeyring ./msgr/auth" "FuzzParseCaps ./msgr/auth" \
 	"FuzzParseAuthorization ./client/s3gw" "FuzzParseRange ./client/s3gw" "FuzzVerify ./client/s3gw" \
 	"FuzzParseDeleteRequest ./client/s3gw" "FuzzCanonicalQuery ./client/s3gw" "FuzzParseListQuery ./client/s3gw" \
