@@ -13,8 +13,9 @@ all: build
 # Debian packages the build and tests need: protoc for `make proto`,
 # libfabric for the RDMA transport (-tags rdma) and fi_info/fi_pingpong,
 # etcd-server for the mon's test on a real three-member etcd cluster,
-# awscli, s3cmd and python3-boto3 for the S3 gateway's tests with real clients.
-DEBS := protobuf-compiler libfabric-dev libfabric-bin etcd-server awscli s3cmd python3-boto3
+# awscli, s3cmd and python3-boto3 for the S3 gateway's tests with real clients,
+# chromium for the mon dashboard's tests in a real browser (mon/dashboard).
+DEBS := protobuf-compiler libfabric-dev libfabric-bin etcd-server awscli s3cmd python3-boto3 chromium
 deps:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -35,9 +36,9 @@ build:
 	$(GO) build $(if $(TAGS),-tags $(TAGS)) ./...
 
 # The whole suite, as the README's quick start runs it: race detector on.
-# deps installed etcd-server, awscli, s3cmd and boto3: their tests must run, not skip.
+# deps installed etcd-server, awscli, s3cmd, boto3 and chromium: their tests must run, not skip.
 test: deps
-	OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_AWSCLI=1 OSPREY_REQUIRE_S3CMD=1 OSPREY_REQUIRE_BOTO3=1 OSPREY_REQUIRE_SMALLFS=1 $(GO) test -race -count=1 -timeout 20m -tags $(TEST_TAGS) $(PKGS)
+	OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_AWSCLI=1 OSPREY_REQUIRE_S3CMD=1 OSPREY_REQUIRE_BOTO3=1 OSPREY_REQUIRE_SMALLFS=1 OSPREY_REQUIRE_CHROMIUM=1 $(GO) test -race -count=1 -timeout 20m -tags $(TEST_TAGS) $(PKGS)
 
 # Regenerate the committed protobuf code; protoc-gen-go is pinned in go.mod.
 proto:

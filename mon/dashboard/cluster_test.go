@@ -43,13 +43,21 @@ func startCluster(t *testing.T, o local.Options) (*local.Cluster, *dashboard.Ser
 		defer cancel()
 		c.Close(ctx)
 	})
-	s, err := dashboard.Serve(ctx, "127.0.0.1:0", fast(c.Mon))
+	return c, serve(t, c.Mon)
+}
+
+// serve runs a fast dashboard on src until the test ends.
+func serve(t *testing.T, src dashboard.Source) *dashboard.Server {
+	t.Helper()
+	s, err := dashboard.Serve(context.Background(), "127.0.0.1:0", fast(src))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
-	return c, s
+	return s
 }
+
+func localOptions() local.Options { return local.Options{} }
 
 // getJSON GETs base+path into v and returns the status code.
 func getJSON(t *testing.T, base, path string, v any) int {
@@ -180,7 +188,8 @@ func TestAPIOnLiveCluster(t *testing.T) {
 	}
 	waitView(t, base, 20*time.Second, "HEALTH_OK again with the OSD up", func(v *dashboard.View) bool {
 		up, _ := osdUp(v, id)
-		return up && v.Health.Status == mon.HealthOK && hasEvent(v, dashboard.KindOSDUp, fmt.Sprintf("osd.%d up", id))
+		return up && v.Health.Status == mon.HealthOK && hasEvent(v, dashboard.KindOSDUp, fmt.Sprintf("osd.%d up", id)) &&
+			hasEvent(v, dashboard.KindRecoveryDone, "all 16 pgs active+clean")
 	})
 }
 
@@ -228,11 +237,7 @@ func bigCluster(t *testing.T, n int) *mon.Mon {
 // each with its host, address and capacity, and each has a history.
 func TestAPIHundredOSDs(t *testing.T) {
 	m := bigCluster(t, 100)
-	s, err := dashboard.Serve(context.Background(), "127.0.0.1:0", fast(m))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
+	s := serve(t, m)
 	v := waitView(t, s.URL(), 10*time.Second, "100 OSDs", func(v *dashboard.View) bool { return len(v.OSDs) == 100 })
 	for i, o := range v.OSDs {
 		if o.ID != uint32(i) || !o.Up || !strings.HasPrefix(o.Host, "storage-node-") || o.AvailBytes == 0 {

@@ -73,6 +73,8 @@ type Dashboard struct {
 	osds    map[uint32]*ring
 	events  []Event // the last opts.Events, oldest first
 	seq     uint64
+	// recovering: PGs have missed copies since the last all-clean sample.
+	recovering bool
 }
 
 // New makes a Dashboard; Run samples.
@@ -121,7 +123,9 @@ func (d *Dashboard) sample(ctx context.Context) {
 func (d *Dashboard) observe(r *mon.Report, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, e := range changes(d.last, r) {
+	evs, recovering := changes(d.last, r, d.recovering)
+	d.recovering = recovering
+	for _, e := range evs {
 		d.seq++
 		e.Seq, e.At = d.seq, now
 		d.events = append(d.events, e)

@@ -87,6 +87,14 @@ func TestChanges(t *testing.T) {
 			report(mon.HealthOK, nil, healthy.OSDs, map[string]int{"active+backfilling+degraded": 1, "active+clean": 7}),
 			healthy,
 			[]string{"recovery_done: recovery done: all 8 pgs active+clean"}, nil},
+		{"the reasons change, the level does not",
+			report(mon.HealthWarn, []string{"3 pgs unknown"}, healthy.OSDs, map[string]int{"unknown": 3, "active+clean": 5}),
+			report(mon.HealthWarn, []string{"1 pgs unknown"}, healthy.OSDs, map[string]int{"unknown": 1, "active+clean": 7}),
+			nil, nil},
+		{"a start is no recovery",
+			report(mon.HealthWarn, []string{"8 pgs unknown"}, healthy.OSDs, map[string]int{"unknown": 8}),
+			healthy,
+			[]string{"health: HEALTH_OK"}, nil},
 		{"health error",
 			healthy,
 			report(mon.HealthErr, []string{"8 pgs down"}, healthy.OSDs, map[string]int{"down": 8}),
@@ -94,7 +102,7 @@ func TestChanges(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := changes(c.prev, c.cur)
+			got, _ := changes(c.prev, c.cur, false)
 			if g := kinds(got); strings.Join(g, "\n") != strings.Join(c.want, "\n") {
 				t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(g, "\n"), strings.Join(c.want, "\n"))
 			}
@@ -104,6 +112,37 @@ func TestChanges(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRecoveryDoneAcrossSamples: recovery is done when the cluster is
+// all clean again after PGs missed copies, even when they passed through
+// states in between (unknown, peering) that say nothing of copies.
+func TestRecoveryDoneAcrossSamples(t *testing.T) {
+	osds := []mon.OSDReport{osdr(0, true, true)}
+	steps := []*mon.Report{
+		report(mon.HealthWarn, nil, osds, map[string]int{"unknown": 8}),
+		report(mon.HealthOK, nil, osds, map[string]int{"active+clean": 8}), // a start: no recovery
+		report(mon.HealthWarn, nil, osds, map[string]int{"active+undersized+degraded": 8}),
+		report(mon.HealthWarn, nil, osds, map[string]int{"unknown": 8}),
+		report(mon.HealthWarn, nil, osds, map[string]int{"peering": 8}),
+		report(mon.HealthOK, nil, osds, map[string]int{"active+clean": 8}),
+		report(mon.HealthOK, nil, osds, map[string]int{"active+clean": 8}),
+	}
+	var prev *mon.Report
+	recovering, done := false, []int{}
+	for i, r := range steps {
+		var evs []Event
+		evs, recovering = changes(prev, r, recovering)
+		for _, e := range evs {
+			if e.Kind == KindRecoveryDone {
+				done = append(done, i)
+			}
+		}
+		prev = r
+	}
+	if len(done) != 1 || done[0] != 5 {
+		t.Fatalf("recovery done at steps %v, want [5]", done)
 	}
 }
 

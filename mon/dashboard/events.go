@@ -37,23 +37,32 @@ const (
 
 // changes lists what happened between prev and cur, as events without Seq
 // and At. With no prev (the first sample) it says the health it starts
-// from. It is a pure function of the two reports.
-func changes(prev, cur *mon.Report) []Event {
+// from. The health is an event when its level changes, with the reasons
+// then: the reasons' figures change with every sample while PGs peer, and
+// an event each time would bury the OSD events. It is a pure function of
+// the two reports and recovering, which says whether PGs have been
+// missing copies since the cluster was last all active+clean; it returns
+// that for cur.
+func changes(prev, cur *mon.Report, recovering bool) ([]Event, bool) {
 	var out []Event
 	add := func(kind, level, format string, args ...any) {
 		out = append(out, Event{Kind: kind, Level: level, Text: fmt.Sprintf(format, args...)})
 	}
 	h := cur.Status.Health
-	if prev == nil || prev.Status.Health.Status != h.Status || !slices.Equal(prev.Status.Health.Checks, h.Checks) {
+	if prev == nil || prev.Status.Health.Status != h.Status {
 		if len(h.Checks) == 0 {
 			add(KindHealth, levelOf(h.Status), "%s", h.Status)
 		} else {
 			add(KindHealth, levelOf(h.Status), "%s: %s", h.Status, strings.Join(h.Checks, "; "))
 		}
 	}
-	if prev == nil {
-		return out
+	if unclean(cur) > 0 {
+		recovering = recovering || pgsWith(cur, recoveryWords...) > 0
 	}
+	if prev == nil {
+		return out, recovering
+	}
+	recovering = recovering || pgsWith(prev, recoveryWords...) > 0
 	before := map[uint32]mon.OSDReport{}
 	for _, o := range prev.OSDs {
 		before[o.ID] = o
@@ -91,10 +100,15 @@ func changes(prev, cur *mon.Report) []Event {
 	if n, was := pgsWith(cur, "recovering", "backfilling"), pgsWith(prev, "recovering", "backfilling"); n > 0 && was == 0 {
 		add(KindRecovering, "info", "recovery started: %d pgs recovering or backfilling", n)
 	}
-	if unclean(prev) > 0 && unclean(cur) == 0 && cur.Status.PGTotal > 0 {
+	// Done only after something to recover (PGs that were merely unknown
+	// while a cluster started are no recovery), however many samples
+	// ago: PGs usually pass through unknown and peering on their way
+	// back to clean.
+	if recovering && unclean(cur) == 0 && cur.Status.PGTotal > 0 {
 		add(KindRecoveryDone, "info", "recovery done: all %d pgs active+clean", cur.Status.PGTotal)
+		recovering = false
 	}
-	return out
+	return out, recovering
 }
 
 func levelOf(health string) string {
@@ -120,6 +134,10 @@ func pgsWith(r *mon.Report, words ...string) int {
 	}
 	return n
 }
+
+// recoveryWords are the PG state words that mean copies are missing or
+// being made.
+var recoveryWords = []string{"degraded", "undersized", "recovering", "backfilling", "recovery_toofull", "backfill_toofull", "peered"}
 
 // unclean counts the PGs that are not active+clean.
 func unclean(r *mon.Report) int { return r.Status.PGTotal - r.Status.PGs["active+clean"] }
