@@ -49,6 +49,19 @@ func dashboardStatus(t *testing.T, url string) map[string]any {
 
 var dashboardLine = regexp.MustCompile(`dashboard:? +(http://\S+/)`)
 
+// dashboardURL waits for the command to print its dashboard's URL.
+func dashboardURL(t *testing.T, out *syncBuffer, within time.Duration) string {
+	t.Helper()
+	var url string
+	msgrtest.Eventually(t, within, "the dashboard's URL", func() bool {
+		if m := dashboardLine.FindStringSubmatch(out.String()); m != nil {
+			url = m[1]
+		}
+		return url != ""
+	})
+	return url
+}
+
 // TestDashboardAddrFlags: `osprey mon --dashboard-addr` and `osprey up`
 // (on a free loopback port by default) serve the status page and print
 // where.
@@ -56,28 +69,14 @@ func TestDashboardAddrFlags(t *testing.T) {
 	t.Run("mon", func(t *testing.T) {
 		out := serveCmd(t, "mon", "--embed-etcd", t.TempDir(), "--listen", "tcp://127.0.0.1:0", "--auth", "none",
 			"--dashboard-addr", "127.0.0.1:0", "--log-level", "warn")
-		var url string
-		msgrtest.Eventually(t, 30*time.Second, "the dashboard's URL", func() bool {
-			m := dashboardLine.FindStringSubmatch(out.String())
-			if m != nil {
-				url = m[1]
-			}
-			return m != nil
-		})
+		url := dashboardURL(t, out, 30*time.Second)
 		if v := dashboardStatus(t, url); v["fsid"] == "" || v["osd_counts"].(map[string]any)["total"] != float64(0) {
 			t.Fatalf("status of a mon with no OSDs: %v", v)
 		}
 	})
 	t.Run("up", func(t *testing.T) {
 		out := serveCmd(t, "up", "--temp", "--osds", "1", "--pgs", "8", "--s3", "", "--log-level", "warn")
-		var url string
-		msgrtest.Eventually(t, 60*time.Second, "the dashboard's URL", func() bool {
-			m := dashboardLine.FindStringSubmatch(out.String())
-			if m != nil {
-				url = m[1]
-			}
-			return m != nil
-		})
+		url := dashboardURL(t, out, 60*time.Second)
 		if !regexp.MustCompile(`^http://127\.0\.0\.1:\d+/$`).MatchString(url) {
 			t.Fatalf("osprey up's dashboard at %q, want a loopback port", url)
 		}
