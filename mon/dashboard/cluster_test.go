@@ -248,4 +248,19 @@ func TestAPIHundredOSDs(t *testing.T) {
 	if code := getJSON(t, s.URL(), "/api/history?osd=99", &h); code != http.StatusOK || h.OSD != 99 {
 		t.Fatalf("osd.99's history: %d %+v", code, h)
 	}
+	// What a sample and a poll cost at this size (docs/dashboard.md).
+	start := time.Now()
+	const n = 10
+	for range n {
+		if _, err := m.Report(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := http.Get(s.URL() + "api/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	t.Logf("100 OSDs, 256 PGs: a Report takes %v; /api/status is %d bytes", time.Since(start)/n, len(b))
 }
