@@ -24,7 +24,7 @@ type Report struct {
 // an OSD it marks down.
 type OSDReport struct {
 	OSDTreeEntry
-	BeaconAt            time.Time `json:"beacon_at"`
+	BeaconAt            time.Time `json:"beacon_at,omitzero"`
 	UsedBytes           uint64    `json:"used_bytes"`
 	AvailBytes          uint64    `json:"avail_bytes"`
 	OpsPerSec           float64   `json:"ops_per_sec"`

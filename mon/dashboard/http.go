@@ -236,12 +236,16 @@ type Server struct {
 }
 
 // Serve listens on addr (HOST:PORT; port 0 picks a free one), then
-// samples and serves until Close. ctx bounds the start only.
+// samples and serves until Close. The first sample is taken before it
+// returns, so the page has data from the moment its URL is printed
+// (unless that sample failed: then /api/status says why). ctx bounds the
+// start only.
 func Serve(ctx context.Context, addr string, opts Options) (*Server, error) {
 	d, err := New(opts)
 	if err != nil {
 		return nil, err
 	}
+	d.sample(ctx)
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
