@@ -142,6 +142,16 @@ func TestBrowserLiveCluster(t *testing.T) {
 	if n := p.eval(t, `String(document.querySelectorAll("#chart polyline").length) + " " + document.querySelector("#pgs tbody").innerText`); n != "3 active+clean\t16" {
 		t.Errorf("chart lines and PG states: %q", n)
 	}
+	// A click on an OSD's row shows its throughput; the button, the
+	// cluster's again.
+	if _, err := chromedp.Run(p.ctx, chromedp.Click(chromedp.CSS("#osd-1 td.status"))); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 5*time.Second, "osd.1's graph", `document.getElementById("chart-title").textContent === "osd.1" && document.getElementById("osd-1").classList.contains("selected")`)
+	if _, err := chromedp.Run(p.ctx, chromedp.Click(chromedp.CSS("#chart-cluster"))); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 5*time.Second, "the cluster's graph", `document.getElementById("chart-title").textContent === "cluster" && document.getElementById("chart-cluster").hidden`)
 	p.checkConsole(t)
 
 	ctx := context.Background()

@@ -2,7 +2,11 @@
 // them. Every value from the API goes in with textContent, never as HTML.
 "use strict";
 
-const state = { poll: 1000, timer: null };
+// osd: the OSD whose throughput the graph shows (clicked in the tree);
+// null for the cluster's.
+// gen counts selections: a refresh started before the last one neither
+// draws nor schedules the next.
+const state = { poll: 1000, timer: null, osd: null, gen: 0 };
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -58,8 +62,13 @@ function renderHealth(v) {
   }
 }
 
+// renderRates shows the cluster's rates now, or the selected OSD's.
 function renderRates(v) {
-  const n = v.now;
+  let n = v.now;
+  const o = v.osds.find(o => o.id === state.osd);
+  if (o) {
+    n = { ops: o.ops_per_sec, read_bps: o.client_read_bytes_per_sec, write_bps: o.client_write_bytes_per_sec, recovery_bps: o.recovery_bytes_per_sec };
+  }
   const parts = [
     ["client ops", num(n.ops) + "/s"], ["read", rate(n.read_bps)],
     ["write", rate(n.write_bps)], ["recovery", rate(n.recovery_bps)],
@@ -91,7 +100,8 @@ function renderOSDs(v) {
       total > 0 ? pct.toFixed(1) + "% of " + bytes(total) : "–", bar);
     const status = (o.up ? "up" : "down") + ", " + (o.in ? "in" : "out") +
       (o.fullness && o.fullness !== "ok" ? ", " + o.fullness : "");
-    const tr = el("tr", { id: "osd-" + o.id, class: (o.up ? "up" : "down") + (o.in ? "" : " out"), "data-up": String(o.up) },
+    const cls = (o.up ? "up" : "down") + (o.in ? "" : " out") + (o.id === state.osd ? " selected" : "");
+    const tr = el("tr", { id: "osd-" + o.id, class: cls, "data-up": String(o.up), "data-id": String(o.id), title: "show osd." + o.id + "'s throughput" },
       el("td", { class: "num" }, "osd." + o.id),
       el("td", {}, o.host || "–"),
       el("td", { class: "status" }, status),
@@ -127,6 +137,8 @@ function renderChart(h) {
   const span = pts.length > 1 ? Math.round((t1 - t0) / 1000) : 0;
   document.getElementById("chart-span").textContent =
     "last " + span + " s, peak " + rate(top === 1 ? 0 : top);
+  document.getElementById("chart-title").textContent = h.osd >= 0 ? "osd." + h.osd : "cluster";
+  document.getElementById("chart-cluster").hidden = h.osd < 0;
 }
 
 async function getJSON(path) {
@@ -137,8 +149,14 @@ async function getJSON(path) {
 }
 
 async function refresh() {
+  const gen = state.gen;
   try {
-    const [v, h] = await Promise.all([getJSON("/api/status"), getJSON("/api/history")]);
+    const hist = state.osd === null ? "/api/history" : "/api/history?osd=" + state.osd;
+    const [v, h] = await Promise.all([getJSON("/api/status"), getJSON(hist).catch(() => {
+      state.osd = null; // it left the map: back to the cluster's
+      return getJSON("/api/history");
+    })]);
+    if (gen !== state.gen) return;
     state.poll = Math.max(100, v.poll_ms || 1000);
     renderHealth(v);
     renderRates(v);
@@ -152,7 +170,21 @@ async function refresh() {
     stale.hidden = false;
     stale.textContent = "cannot reach the mon's dashboard: " + err.message;
   }
-  state.timer = setTimeout(refresh, state.poll);
+  if (gen === state.gen) state.timer = setTimeout(refresh, state.poll);
 }
+
+// select shows id's throughput in the graph (null: the cluster's), now.
+function select(id) {
+  state.osd = id;
+  state.gen++;
+  clearTimeout(state.timer);
+  refresh();
+}
+
+document.querySelector("#osds tbody").addEventListener("click", ev => {
+  const tr = ev.target.closest("tr");
+  if (tr) select(Number(tr.dataset.id));
+});
+document.getElementById("chart-cluster").addEventListener("click", () => select(null));
 
 refresh();
