@@ -14,8 +14,9 @@ all: build
 # libfabric for the RDMA transport (-tags rdma) and fi_info/fi_pingpong,
 # etcd-server for the mon's test on a real three-member etcd cluster,
 # awscli, s3cmd and python3-boto3 for the S3 gateway's tests with real clients,
-# prometheus for promtool, which lints every daemon's /metrics in the tests.
-DEBS := protobuf-compiler libfabric-dev libfabric-bin etcd-server awscli s3cmd python3-boto3 prometheus
+# prometheus for promtool, which lints every daemon's /metrics in the tests,
+# chromium for the mon dashboard's tests in a real browser (mon/dashboard).
+DEBS := protobuf-compiler libfabric-dev libfabric-bin etcd-server awscli s3cmd python3-boto3 prometheus chromium
 deps:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -36,9 +37,9 @@ build:
 	$(GO) build $(if $(TAGS),-tags $(TAGS)) ./...
 
 # The whole suite, as the README's quick start runs it: race detector on.
-# deps installed etcd-server, awscli, s3cmd, boto3 and promtool: their tests must run, not skip.
+# deps installed etcd-server, awscli, s3cmd, boto3, promtool and chromium: their tests must run, not skip.
 test: deps
-	OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_AWSCLI=1 OSPREY_REQUIRE_S3CMD=1 OSPREY_REQUIRE_BOTO3=1 OSPREY_REQUIRE_SMALLFS=1 OSPREY_REQUIRE_PROMTOOL=1 $(GO) test -race -count=1 -timeout 20m -tags $(TEST_TAGS) $(PKGS)
+	OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_AWSCLI=1 OSPREY_REQUIRE_S3CMD=1 OSPREY_REQUIRE_BOTO3=1 OSPREY_REQUIRE_SMALLFS=1 OSPREY_REQUIRE_PROMTOOL=1 OSPREY_REQUIRE_CHROMIUM=1 $(GO) test -race -count=1 -timeout 20m -tags $(TEST_TAGS) $(PKGS)
 
 # Regenerate the committed protobuf code; protoc-gen-go is pinned in go.mod.
 proto:
@@ -68,7 +69,7 @@ FUZZ_TARGETS = \
 	"FuzzDecodeReqVersion ./osd/store" "FuzzDecodeIDMark ./osd/store" "FuzzDecodeLogEntry ./osd/store" \
 	"FuzzDecodeBucket ./osd/store" "FuzzDecodeCounters ./osd/store" "FuzzKeys ./osd/store" \
 	"FuzzCRC32CCombine ./osd/store" \
-	"FuzzMonRequest ./mon" \
+	"FuzzMonRequest ./mon" "FuzzHandler ./mon/dashboard" \
 	"FuzzParseKeyring ./msgr/auth" "FuzzParseCaps ./msgr/auth" \
 	"FuzzParseAuthorization ./client/s3gw" "FuzzParseRange ./client/s3gw" "FuzzVerify ./client/s3gw" \
 	"FuzzParseDeleteRequest ./client/s3gw" "FuzzCanonicalQuery ./client/s3gw" "FuzzParseListQuery ./client/s3gw" \

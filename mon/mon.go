@@ -471,16 +471,25 @@ func (m *Mon) serveSession(sess *concurrency.Session) {
 // Status gathers what "status" returns: the map, the OSDs' last beacons
 // and the registered mons, from etcd.
 func (m *Mon) Status(ctx context.Context) (*Status, error) {
+	in, err := m.statusInput(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return computeStatus(in), nil
+}
+
+// statusInput reads what the status is computed from.
+func (m *Mon) statusInput(ctx context.Context) (statusInput, error) {
 	mp := m.Map()
 	beacons, err := m.beacons(ctx)
 	if err != nil {
-		return nil, err
+		return statusInput{}, err
 	}
 	mons, err := m.mons(ctx)
 	if err != nil {
-		return nil, err
+		return statusInput{}, err
 	}
-	return computeStatus(statusInput{mp: mp, beacons: beacons, mons: mons, now: time.Now(), fresh: 2 * m.cfg.HeartbeatGrace}), nil
+	return statusInput{mp: mp, beacons: beacons, mons: mons, now: time.Now(), fresh: 2 * m.cfg.HeartbeatGrace}, nil
 }
 
 // beacons reads every OSD's last beacon record.

@@ -203,6 +203,10 @@ func (o *OSD) target(hdr *osdpb.Header, bucket, key string, meta bool) (*placeme
 func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 	t := osdpb.MsgType(m.Type)
 	o.opTimes.start(m, t)
+	if !fromPeer && t != osdpb.MsgType_MSG_GET_MAP {
+		o.opsServed.Add(1)
+		o.clientWriteBytes.Add(uint64(len(m.Data)))
+	}
 	switch t {
 	case osdpb.MsgType_MSG_GET_MAP:
 		var req osdpb.GetMap
@@ -430,6 +434,9 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 	}
 	// A whole object was checked chunk by chunk against the chunks' CRCs,
 	// which make up its CRC32C: the messenger need not read it again.
+	if buf != nil {
+		o.clientReadBytes.Add(uint64(len(buf.B)))
+	}
 	whole := buf != nil && off == 0 && uint64(len(buf.B)) == meta.Size && len(meta.Parts) == 0
 	o.sendCRC(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}, buf, meta.Crc32C, whole)
 }

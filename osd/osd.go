@@ -252,7 +252,11 @@ type OSD struct {
 	// nil when unlimited.
 	recoverySlots chan struct{}
 	recoveryRate  *rate.Limiter
-	opsServed     atomic.Uint64
+	// opsServed and the client byte counters are what beacons report for
+	// the mon's throughput (ops a client sent us, bodies in and out).
+	opsServed        atomic.Uint64
+	clientReadBytes  atomic.Uint64
+	clientWriteBytes atomic.Uint64
 	// opTimes times client ops, lastBeacon is the last beacon built
 	// (Stats).
 	opTimes    opTimer

@@ -10,6 +10,7 @@ import (
 	"github.com/ospreystore/osprey/internal/metrics"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/mon/dashboard"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"github.com/spf13/cobra"
 )
@@ -22,6 +23,7 @@ func newMonCmd() *cobra.Command {
 		minSize    uint32
 		stopWithin time.Duration
 		keyringDir string
+		dashAddr   string
 	)
 	var metricsAddr string
 	cmd := &cobra.Command{
@@ -52,9 +54,17 @@ tests and closed networks only; the mon logs a warning.
 An OSD that sends no beacon for --heartbeat-grace, or that two OSDs on other
 hosts report unreachable for that long, is marked down (at once when its
 peers' connections are refused); one down for --down-out-interval is marked
-out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
+out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.
+
+--dashboard-addr HOST:PORT serves a live status page (docs/dashboard.md) on
+an HTTP listener of its own: health and its reasons, the OSD tree, PGs by
+state, throughput and recent events. It has no authentication: bind it to
+loopback or an admin network.`,
 		Example: `  # one mon with its own etcd
   osprey mon --listen tcp://10.0.0.1:3300 --embed-etcd /var/lib/osprey/mon.a
+
+  # with its status page on http://127.0.0.1:7000/
+  osprey mon --embed-etcd /var/lib/osprey/mon.a --dashboard-addr 127.0.0.1:7000
 
   # three mons on an etcd cluster
   osprey mon --name a --listen tcp://10.0.0.1:3300 --etcd http://10.0.0.1:2379,http://10.0.0.2:2379,http://10.0.0.3:2379`,
@@ -99,9 +109,19 @@ out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
 				}
 				printMetrics(cmd.OutOrStdout(), "mon."+cfg.Name, ms)
 			}
+			var dash *dashboard.Server
+			if dashAddr != "" {
+				if dash, err = dashboard.Serve(cmd.Context(), dashAddr, dashboard.Options{Source: m, Logger: cfg.Logger}); err != nil {
+					ms.Close(context.Background())
+					m.Close(context.Background())
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "dashboard: %s\n", dash.URL())
+			}
 			<-cmd.Context().Done()
 			ctx, cancel := context.WithTimeout(context.Background(), stopWithin)
 			defer cancel()
+			dash.Close(ctx)
 			return errors.Join(ms.Close(ctx), m.Close(ctx))
 		},
 	}
@@ -120,5 +140,6 @@ out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
 	f.Var(authFlag{&cfg.NoAuth}, "auth", `"cert": authenticate every peer and check its caps; "none": no authentication (tests and closed networks only)`)
 	f.StringVar(&metricsAddr, "metrics-addr", "", metricsAddrUsage)
 	f.StringVar(&keyringDir, "keyring-dir", "", "where to write client.admin.keyring and client.bootstrap-osd.keyring if missing (default: the --embed-etcd directory; none with --etcd)")
+	f.StringVar(&dashAddr, "dashboard-addr", "", "HOST:PORT to serve the status page on (HTTP, no authentication); '' for none")
 	return cmd
 }

@@ -47,6 +47,7 @@ type upOptions struct {
 	faults          msgr.FaultInjection
 	s3              string // the S3 gateway's address; "" none
 	metrics         bool   // serve each daemon's /metrics on loopback
+	dashboard       string // the mon's status page's address; "" none
 }
 
 func newUpCmd() *cobra.Command {
@@ -102,6 +103,7 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	f.Var((*socketFailures)(&o.faults), "inject-socket-failures", socketFailuresUsage)
 	f.Var(authFlag{&o.noAuth}, "auth", `"cert": every daemon and client proves who it is and is checked against its caps; "none": no authentication (tests and closed networks only)`)
 	f.BoolVar(&o.metrics, "metrics", true, "serve each daemon's Prometheus metrics (/metrics) on a free loopback port, and print where; not with --demo")
+	f.StringVar(&o.dashboard, "dashboard-addr", "127.0.0.1:0", "HOST:PORT of the mon's status page (port 0: a free one); '' for none")
 	f.StringVar(&o.s3, "s3", defaultS3Listen, "HOST:PORT of the S3 gateway (a free port with --port 0 or --temp); '' for none; not with --demo")
 	return cmd
 }
@@ -230,7 +232,7 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string, logger *slog.Logger) (*localCluster, error) {
 	lo := local.Options{OSDs: o.osds, Replicas: o.replicas, PGs: o.pgs, Public: o.public, Cluster: o.cluster,
 		Host: o.host, BasePort: o.port, Dir: dir, Logger: logger, WithMon: true,
-		HeartbeatGrace: o.grace, DownOutInterval: o.downOut, Faults: o.faults, NoAuth: o.noAuth,
+		HeartbeatGrace: o.grace, DownOutInterval: o.downOut, Faults: o.faults, NoAuth: o.noAuth, DashboardAddr: o.dashboard,
 		Metrics: o.metrics && !o.demo} // a demo stops before anyone could scrape
 	path := filepath.Join(dir, "map.json")
 	m, err := placement.Load(path)
@@ -380,7 +382,7 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 		json.NewEncoder(w).Encode(map[string]any{
 			"event": "serving", "fsid": lc.Map.FSID(), "epoch": lc.Map.Epoch(), "dir": lc.Dir, "map": lc.MapPath,
 			"seeds": lc.Seeds(), "osds": osds, "replicas": pool.size, "pgs": pool.pgs, "reused": lc.reused,
-			"mon": lc.monAddr(), "keyring": lc.keyring, "s3": lc.s3, "metrics": lc.metricsURLs(),
+			"mon": lc.monAddr(), "keyring": lc.keyring, "s3": lc.s3, "metrics": lc.metricsURLs(), "dashboard": lc.dashboardURL(),
 		})
 		return
 	}
@@ -396,6 +398,9 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 	if lc.Mon != nil {
 		fmt.Fprintf(w, "  mon.a  %s (etcd embedded, data in %s)\n", lc.Mon.Addr(), filepath.Join(lc.Dir, "mon"))
 		fmt.Fprintf(w, "  admin  client.admin's keyring in %s (keep it secret)\n", lc.keyring)
+	}
+	if u := lc.dashboardURL(); u != "" {
+		fmt.Fprintf(w, "  dashboard  %s\n", u)
 	}
 	fmt.Fprintf(w, "  map    %s\n  seeds  %s\n", lc.MapPath, seeds)
 	lc.s3.printS3(w)
@@ -716,6 +721,14 @@ func roundDur(d time.Duration) time.Duration {
 		return d.Round(10 * time.Microsecond)
 	}
 	return d.Round(time.Microsecond)
+}
+
+// dashboardURL is the mon's status page; "" when there is none.
+func (lc *localCluster) dashboardURL() string {
+	if lc.Dashboard == nil {
+		return ""
+	}
+	return lc.Dashboard.URL()
 }
 
 func (lc *localCluster) monAddr() string {

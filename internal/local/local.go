@@ -21,6 +21,7 @@ import (
 	"github.com/ospreystore/osprey/internal/metrics"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/mon/dashboard"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/osd"
@@ -72,6 +73,10 @@ type Options struct {
 	// --inject-socket-failures).
 	Faults msgr.FaultInjection
 
+	// DashboardAddr, with WithMon, serves the mon's dashboard on this
+	// HOST:PORT (port 0: a free one); "" serves none.
+	DashboardAddr string
+
 	// Metrics serves each daemon's Prometheus metrics (internal/metrics)
 	// on a free loopback port; Cluster.Metrics lists where.
 	Metrics bool
@@ -98,7 +103,11 @@ type Cluster struct {
 	// Metrics are the daemons' metrics listeners, with Options.Metrics:
 	// the mon's first, then the OSDs' in id order.
 	Metrics []DaemonMetrics
-	temp    bool
+	// Dashboard is the mon's status page, with Options.DashboardAddr.
+	Dashboard *dashboard.Server
+	temp      bool
+	// osdConfigs are what OSDs[i] started with, for RestartOSD.
+	osdConfigs []osd.Config
 }
 
 // KeyringPath is where the cluster keeps entity's keyring: DIR/ENTITY.keyring.
@@ -158,14 +167,12 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 		return c, nil
 	}
 	for info := range c.Map.OSDs() {
-		o, err := osd.Start(ctx, osd.Config{ID: info.Id, Map: c.Map, MapPath: c.MapPath,
+		if err := c.startOSD(ctx, info.Id, osd.Config{ID: info.Id, Map: c.Map, MapPath: c.MapPath,
 			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
-			Store: store.Options{ReadCacheSize: opts.ReadCacheSize}})
-		if err != nil {
+			Store: store.Options{ReadCacheSize: opts.ReadCacheSize}}); err != nil {
 			c.Close(context.Background())
-			return nil, fmt.Errorf("starting osd.%d: %w", info.Id, err)
+			return nil, err
 		}
-		c.OSDs = append(c.OSDs, o)
 	}
 	if err := c.serveMetrics(ctx, opts); err != nil {
 		c.Close(context.Background())
@@ -244,14 +251,17 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 		}
 		c.AdminKeyring, bootstrap = k.Admin, k.BootstrapOSD
 	}
-	for info := range c.Map.OSDs() {
-		o, err := osd.Start(ctx, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr,
-			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
-			Keyring: bootstrap, NoAuth: opts.NoAuth, Store: store.Options{ReadCacheSize: opts.ReadCacheSize}})
-		if err != nil {
-			return fmt.Errorf("starting osd.%d: %w", info.Id, err)
+	if opts.DashboardAddr != "" {
+		if c.Dashboard, err = dashboard.Serve(ctx, opts.DashboardAddr, dashboard.Options{Source: c.Mon, Logger: opts.Logger}); err != nil {
+			return err
 		}
-		c.OSDs = append(c.OSDs, o)
+	}
+	for info := range c.Map.OSDs() {
+		if err := c.startOSD(ctx, info.Id, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr,
+			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
+			Keyring: bootstrap, NoAuth: opts.NoAuth, Store: store.Options{ReadCacheSize: opts.ReadCacheSize}}); err != nil {
+			return err
+		}
 	}
 	// The OSDs' boots are map changes; the last one's map names them all.
 	m := c.Mon.Map()
@@ -265,6 +275,41 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 		return err
 	}
 	return m.Save(c.MapPath)
+}
+
+// startOSD starts the OSD of map entry id and appends it to c.OSDs.
+func (c *Cluster) startOSD(ctx context.Context, id uint32, cfg osd.Config) error {
+	o, err := osd.Start(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("starting osd.%d: %w", id, err)
+	}
+	c.OSDs = append(c.OSDs, o)
+	c.osdConfigs = append(c.osdConfigs, cfg)
+	return nil
+}
+
+// StopOSD stops c.OSDs[i]. To its peers it looks like a crash: its
+// connections are refused from then on, so they report it and the mon
+// marks it down.
+func (c *Cluster) StopOSD(ctx context.Context, i int) error {
+	if i < 0 || i >= len(c.OSDs) {
+		return fmt.Errorf("local: no OSD at index %d (%d OSDs)", i, len(c.OSDs))
+	}
+	return c.OSDs[i].Close(ctx)
+}
+
+// RestartOSD starts c.OSDs[i] again, stopped or not, with its data and
+// addresses; c.OSDs[i] is the new one.
+func (c *Cluster) RestartOSD(ctx context.Context, i int) error {
+	if err := c.StopOSD(ctx, i); err != nil {
+		return err
+	}
+	o, err := osd.Start(ctx, c.osdConfigs[i])
+	if err != nil {
+		return fmt.Errorf("restarting osd.%d: %w", c.OSDs[i].ID(), err)
+	}
+	c.OSDs[i] = o
+	return nil
 }
 
 // NewMap makes the epoch-1 map of a new local cluster from opts.
@@ -325,6 +370,7 @@ func (c *Cluster) Close(ctx context.Context) error {
 	for _, m := range c.Metrics {
 		errs = append(errs, m.Close(ctx))
 	}
+	errs = append(errs, c.Dashboard.Close(ctx))
 	for _, o := range c.OSDs {
 		errs = append(errs, o.Close(ctx))
 	}
