@@ -301,7 +301,10 @@ func (m *Mon) Leader() string {
 	if m.IsLeader() {
 		return m.addr
 	}
-	if p := m.hint.Load(); p != nil {
+	// A standby that sees its own address as the leader's holds a stale
+	// observation (its leadership ended while it could not reach etcd's
+	// quorum): naming itself would send clients round in a circle.
+	if p := m.hint.Load(); p != nil && *p != m.addr {
 		return *p
 	}
 	return ""
