@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -69,6 +70,9 @@ type cluster struct {
 	monAddrs          []string
 	adminKeyring      string
 	gwURL             string
+	// goroutines were running before the cluster started: stop checks
+	// that the daemons' waiters and commands' watchers all ended.
+	goroutines int
 }
 
 // daemon is one process in a node's namespace.
@@ -99,7 +103,7 @@ func startCluster(t *testing.T, opts clusterOptions) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t, lab: lab, dir: t.TempDir(), opts: opts}
+	c := &cluster{t: t, lab: lab, dir: t.TempDir(), opts: opts, goroutines: runtime.NumGoroutine()}
 	t.Cleanup(c.stop)
 	if c.pub, err = lab.AddNetwork(ctx, "public", netip.MustParsePrefix("10.99.0.0/24")); err != nil {
 		t.Fatal(err)
@@ -295,6 +299,14 @@ func (c *cluster) stop() {
 	}
 	if err := c.lab.Close(context.Background()); err != nil {
 		c.t.Errorf("removing the lab: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > c.goroutines {
+		if time.Now().After(deadline) {
+			c.t.Errorf("%d goroutines left running, %d before the cluster started", runtime.NumGoroutine(), c.goroutines)
+			break
+		}
+		runtime.Gosched()
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,7 +33,17 @@ func newLab(t *testing.T) *Lab {
 	if err != nil {
 		t.Fatal(err)
 	}
+	goroutines := runtime.NumGoroutine()
 	t.Cleanup(func() {
+		// Registered first, so it runs last: the listeners are closed.
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > goroutines {
+			if time.Now().After(deadline) {
+				t.Errorf("%d goroutines left running, %d before the lab", runtime.NumGoroutine(), goroutines)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		if err := l.Close(context.Background()); err != nil {
 			t.Errorf("closing the lab: %v", err)
 		}
@@ -166,8 +177,13 @@ func TestLabLinksCutAndShape(t *testing.T) {
 	if err := b.Restore(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := echo(); err != nil {
-		t.Fatalf("b to a after the link came back: %v", err)
+	// The kernel passes a carrier's return on within a second (linkwatch
+	// batches such events): poll until then.
+	deadline := time.Now().Add(5 * time.Second)
+	for err := echo(); err != nil; err = echo() {
+		if time.Now().After(deadline) {
+			t.Fatalf("b to a after the link came back: %v", err)
+		}
 	}
 
 	// 16 Mbit/s is 2 MB/s: 1 MiB takes about half a second each way.
