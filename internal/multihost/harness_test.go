@@ -306,7 +306,7 @@ func (c *cluster) stop() {
 			c.t.Errorf("%d goroutines left running, %d before the cluster started", runtime.NumGoroutine(), c.goroutines)
 			break
 		}
-		runtime.Gosched()
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
