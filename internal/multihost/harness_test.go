@@ -415,6 +415,18 @@ func writeObjects(t *testing.T, dir string, n, size int, seed uint64) objects {
 	return objs
 }
 
+// putObjects writes n files under DIR/name (writeObjects) and copies them
+// to the bucket under name/, from the client's host.
+func (c *cluster) putObjects(ctx context.Context, name string, n, size int, seed uint64) objects {
+	c.t.Helper()
+	dir := filepath.Join(c.dir, name)
+	objs := writeObjects(c.t, dir, n, size, seed)
+	if _, err := c.transfers(ctx, "cp", "--recursive", dir, "osprey://"+bucket+"/"+name+"/"); err != nil {
+		c.t.Fatalf("writing %s/: %v", name, err)
+	}
+	return objs
+}
+
 // transfer is one line of `put/get/cp --json`.
 type transfer struct {
 	Op          string  `json:"op"`

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,11 +57,8 @@ func TestClusterForms(t *testing.T) {
 			}
 
 			c.mustOsprey(ctx, "mb", bucket)
-			src := filepath.Join(c.dir, "src")
-			want := writeObjects(t, src, 12, 40<<10, 1)
-			if _, err := c.transfers(ctx, "cp", "--recursive", src, "osprey://"+bucket+"/cli/"); err != nil {
-				t.Fatal(err)
-			}
+			want := c.putObjects(ctx, "cli", 12, 40<<10, 1)
+			src := filepath.Join(c.dir, "cli")
 			c.checkObjects(ctx, "osprey://"+bucket+"/cli/", want)
 
 			// Through the gateway: the aws CLI on the client's host writes an
@@ -127,42 +125,45 @@ func (c *cluster) aws(ctx context.Context, aws string, args ...string) {
 // the links are back, the OSD is up again, recovery finishes (every PG
 // active+clean, nothing degraded), and every object written before,
 // during and after the cut reads back with its checksum.
+// OSPREY_MULTIHOST_SOAK=N repeats the cut N times, on each OSD in turn.
 func TestOSDCutOff(t *testing.T) {
+	cycles := 1
+	if v := os.Getenv("OSPREY_MULTIHOST_SOAK"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("OSPREY_MULTIHOST_SOAK=%q: want a count of cuts, 1 or more", v)
+		}
+		cycles = n
+	}
 	c := startCluster(t, clusterOptions{Transport: "tcp", Mons: 1, OSDs: 3})
-	ctx := ctxFor(t, 90*time.Second)
+	ctx := ctxFor(t, time.Minute+time.Duration(cycles)*45*time.Second)
 	c.mustOsprey(ctx, "mb", bucket)
-	before := writeObjects(t, filepath.Join(c.dir, "before"), 10, 20<<10, 1)
-	if _, err := c.transfers(ctx, "cp", "--recursive", filepath.Join(c.dir, "before"), "osprey://"+bucket+"/before/"); err != nil {
-		t.Fatal(err)
+	written := map[string]objects{"before": c.putObjects(ctx, "before", 10, 20<<10, 1)}
+
+	for i := range cycles {
+		cut := c.osds[(2+i)%len(c.osds)].node
+		start := time.Now()
+		if err := cut.Cut(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s := c.waitStatus(ctx, "the cut-off OSD marked down", func(s mon.Status) bool { return s.OSDs.Up == len(c.osds)-1 })
+		t.Logf("%s marked down %v after its links went down (epoch %d)", cut.Name, time.Since(start).Round(100*time.Millisecond), s.Epoch)
+
+		name := fmt.Sprintf("during-%d", i)
+		written[name] = c.putObjects(ctx, name, 10, 20<<10, uint64(10+i))
+		c.checkObjects(ctx, "osprey://"+bucket+"/"+name+"/", written[name])
+
+		if err := cut.Restore(ctx); err != nil {
+			t.Fatal(err)
+		}
+		start = time.Now()
+		c.waitStatus(ctx, "the OSD back and recovery finished", c.healthy)
+		t.Logf("recovered %v after the links came back", time.Since(start).Round(100*time.Millisecond))
 	}
 
-	cut := c.osds[2].node
-	start := time.Now()
-	if err := cut.Cut(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s := c.waitStatus(ctx, "the cut-off OSD marked down", func(s mon.Status) bool { return s.OSDs.Up == 2 })
-	t.Logf("%s marked down %v after its links went down (epoch %d)", cut.Name, time.Since(start).Round(100*time.Millisecond), s.Epoch)
-
-	during := writeObjects(t, filepath.Join(c.dir, "during"), 10, 20<<10, 2)
-	if _, err := c.transfers(ctx, "cp", "--recursive", filepath.Join(c.dir, "during"), "osprey://"+bucket+"/during/"); err != nil {
-		t.Fatalf("writes with one of three OSDs cut off (min_size 2): %v", err)
-	}
-	c.checkObjects(ctx, "osprey://"+bucket+"/during/", during)
-
-	if err := cut.Restore(ctx); err != nil {
-		t.Fatal(err)
-	}
-	start = time.Now()
-	c.waitStatus(ctx, "the OSD back and recovery finished", c.healthy)
-	t.Logf("recovered %v after the links came back", time.Since(start).Round(100*time.Millisecond))
-
-	after := writeObjects(t, filepath.Join(c.dir, "after"), 5, 20<<10, 3)
-	if _, err := c.transfers(ctx, "cp", "--recursive", filepath.Join(c.dir, "after"), "osprey://"+bucket+"/after/"); err != nil {
-		t.Fatal(err)
-	}
-	for prefix, want := range map[string]objects{"before": before, "during": during, "after": after} {
-		c.checkObjects(ctx, "osprey://"+bucket+"/"+prefix+"/", want)
+	written["after"] = c.putObjects(ctx, "after", 5, 20<<10, 3)
+	for name, want := range written {
+		c.checkObjects(ctx, "osprey://"+bucket+"/"+name+"/", want)
 	}
 }
 
@@ -305,10 +306,7 @@ func TestBandwidthLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.mustOsprey(ctx, "mb", bucket)
-	small := writeObjects(t, filepath.Join(c.dir, "small"), 8, 30<<10, 4)
-	if _, err := c.transfers(ctx, "cp", "--recursive", filepath.Join(c.dir, "small"), "osprey://"+bucket+"/small/"); err != nil {
-		t.Fatal(err)
-	}
+	small := c.putObjects(ctx, "small", 8, 30<<10, 4)
 	c.checkObjects(ctx, "osprey://"+bucket+"/small/", small)
 
 	const size = 8 << 20
