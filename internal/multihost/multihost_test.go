@@ -182,6 +182,11 @@ func TestMonLeaderCutOff(t *testing.T) {
 	})
 	lead, _ := leader(s, c.monAddrs)
 	epoch := s.Epoch
+	// Each mon wrote the admin keyring into its own directory: the same
+	// one, since the entity lives in etcd.
+	for _, name := range []string{"b", "c"} {
+		mustSameFile(t, c.adminKeyring, filepath.Join(c.dir, "mon-"+name, "client.admin.keyring"))
+	}
 	var others []string
 	for i, a := range c.monAddrs {
 		if i != lead {
