@@ -318,15 +318,15 @@ func tail(s string, n int) string {
 }
 
 // osprey runs the CLI on the client's node against the mons, as
-// client.admin, and returns its standard output; the error carries
-// standard error.
+// client.admin (--keyring, as an operator would give it), and returns its
+// standard output; the error carries standard error.
 func (c *cluster) osprey(ctx context.Context, args ...string) (string, error) {
 	return c.ospreyOn(ctx, c.client, c.monAddrs, args...)
 }
 
 func (c *cluster) ospreyOn(ctx context.Context, nd *netns.Node, mons []string, args ...string) (string, error) {
-	cmd := nd.Command(ctx, ospreyBin, args...)
-	cmd.Env = append(os.Environ(), "OSPREY_MON="+strings.Join(mons, ","), "OSPREY_KEYRING="+c.adminKeyring)
+	cmd := nd.Command(ctx, ospreyBin, append(args, "--keyring", c.adminKeyring)...)
+	cmd.Env = append(os.Environ(), "OSPREY_MON="+strings.Join(mons, ","))
 	cmd.Dir = c.dir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -376,6 +376,11 @@ func (c *cluster) waitStatusOf(ctx context.Context, mons []string, what string, 
 		}
 		if err == nil {
 			last = s
+		}
+		// A refused session is final (clients do not retry it): waiting
+		// cannot help.
+		if err != nil && strings.Contains(err.Error(), "authentication refused") {
+			c.t.Fatalf("waiting for %s: %v", what, err)
 		}
 		lastErr = err
 		select {
