@@ -31,6 +31,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -199,8 +200,38 @@ func (l *Lab) AddNode(ctx context.Context, name string, nets ...*Network) (*Node
 			}
 		}
 		nd.links = append(nd.links, lk)
+		if err := nd.waitCarrier(ctx, lk); err != nil {
+			return nil, err
+		}
 	}
 	return nd, nil
+}
+
+// waitCarrier waits until the node's end of lk is up with a carrier and
+// the bridge forwards on the other end, so that the link carries traffic:
+// the kernel passes a carrier's change on asynchronously, up to a second
+// later (linkwatch).
+func (nd *Node) waitCarrier(ctx context.Context, lk link) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		inner, err := linkState(ctx, nd.NS, lk.net.Name)
+		if err != nil {
+			return err
+		}
+		outer, err := linkState(ctx, nd.lab.sw, lk.outer)
+		if err != nil {
+			return err
+		}
+		if inner.Operstate == "UP" && outer.LinkInfo.SlaveData.State == "forwarding" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("netns: %s of %s did not come up: %w", lk.net.Name, nd.Name, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // lastAddr is p's broadcast address.
@@ -209,6 +240,28 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	host := uint32(1)<<(32-p.Bits()) - 1
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// ifState is what waitCarrier reads of `ip -details -json link show`.
+type ifState struct {
+	Operstate string `json:"operstate"`
+	LinkInfo  struct {
+		SlaveData struct {
+			State string `json:"state"` // a bridge port's: "forwarding", "disabled", ...
+		} `json:"info_slave_data"`
+	} `json:"linkinfo"`
+}
+
+func linkState(ctx context.Context, ns, dev string) (ifState, error) {
+	out, err := run(ctx, "ip", "-n", ns, "-details", "-json", "link", "show", "dev", dev)
+	if err != nil {
+		return ifState{}, err
+	}
+	var st []ifState
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st) != 1 {
+		return ifState{}, fmt.Errorf("netns: ip -json link show dev %s: %v: %q", dev, err, out)
+	}
+	return st[0], nil
 }
 
 // Addr is the node's address on n (invalid when it did not join n).
@@ -264,7 +317,8 @@ func (nd *Node) Do(fn func() error) error {
 
 // SetLink sets the node's link on n up or down at the bridge's end, as a
 // pulled cable or a switch port shut: the node keeps its address and
-// sees its carrier go, and packets either way are dropped.
+// sees its carrier go, and packets either way are dropped. Setting it up
+// returns once the node sees its carrier again.
 func (nd *Node) SetLink(ctx context.Context, n *Network, up bool) error {
 	lk, err := nd.link(n)
 	if err != nil {
@@ -274,8 +328,10 @@ func (nd *Node) SetLink(ctx context.Context, n *Network, up bool) error {
 	if up {
 		state = "up"
 	}
-	_, err = run(ctx, "ip", "-n", nd.lab.sw, "link", "set", lk.outer, state)
-	return err
+	if _, err = run(ctx, "ip", "-n", nd.lab.sw, "link", "set", lk.outer, state); err != nil || !up {
+		return err
+	}
+	return nd.waitCarrier(ctx, lk)
 }
 
 // Cut sets every link of the node down; Restore sets them up again.
