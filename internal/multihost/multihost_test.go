@@ -217,10 +217,7 @@ func TestMonLeaderCutOff(t *testing.T) {
 	})
 	nl, _ := leader(s, c.monAddrs)
 	t.Logf("mon.%s leads %v after the cut", monName(nl), time.Since(start).Round(100*time.Millisecond))
-	out, err := c.ospreyOn(ctx, c.client, others, "osd", "set-full-ratio", "0.92")
-	if err != nil {
-		t.Fatalf("a map change through the new leader: %v", err)
-	}
+	out := c.setFullRatio(ctx, others, "0.92")
 	if want := fmt.Sprintf("map epoch %d", epoch+1); !strings.Contains(out, want) {
 		t.Fatalf("the new leader's change: %q, want %s", out, want)
 	}
@@ -242,9 +239,8 @@ func TestMonLeaderCutOff(t *testing.T) {
 		_, err := leader(s, c.monAddrs)
 		return s.Epoch == epoch+1 && err == nil
 	})
-	out, err = c.ospreyOn(ctx, c.client, c.monAddrs[lead:lead+1], "osd", "set-full-ratio", "0.93")
-	if err != nil || !strings.Contains(out, fmt.Sprintf("map epoch %d", epoch+2)) {
-		t.Fatalf("a change through the old leader once back: %q, %v", out, err)
+	if out := c.setFullRatio(ctx, c.monAddrs[lead:lead+1], "0.93"); !strings.Contains(out, fmt.Sprintf("map epoch %d", epoch+2)) {
+		t.Fatalf("a change through the old leader once back: %q, want epoch %d", out, epoch+2)
 	}
 
 	history := c.maps(ctx)
@@ -258,6 +254,29 @@ func TestMonLeaderCutOff(t *testing.T) {
 	}
 	if history[epoch].FullRatio != 0.92 || history[epoch+1].FullRatio != 0.93 {
 		t.Fatalf("map history %v: epochs %d and %d should hold full ratios 0.92 and 0.93", history, epoch+1, epoch+2)
+	}
+}
+
+// setFullRatio changes the map through mons from the client's host. A
+// mon's etcd client may still be on a cut-off member's endpoint until its
+// keepalive gives up on it (2+2 s), so a write can fail as unavailable,
+// which an operator retries. Such a write went to a member without quorum
+// and cannot have been applied, so the callers' epoch checks hold.
+func (c *cluster) setFullRatio(ctx context.Context, mons []string, ratio string) string {
+	c.t.Helper()
+	for {
+		out, err := c.ospreyOn(ctx, c.client, mons, "osd", "set-full-ratio", ratio)
+		if err == nil {
+			return out
+		}
+		if !strings.Contains(err.Error(), "ServiceUnavailable") || ctx.Err() != nil {
+			c.t.Fatalf("a map change through %v: %v", mons, err)
+		}
+		c.t.Logf("retrying: %v", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(pollInterval):
+		}
 	}
 }
 
