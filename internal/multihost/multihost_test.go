@@ -342,11 +342,12 @@ func TestBandwidthLimit(t *testing.T) {
 	for _, step := range []struct {
 		args []string
 		// floor is the slowest rate that is still plausible, as a
-		// fraction of the link's.
+		// fraction of the link's: far below what a quiet machine gets,
+		// since CI's cores are shared with other tests.
 		floor float64
 	}{
-		{[]string{"put", big, bucket + "/big"}, 1.0 / 8},
-		{[]string{"get", bucket + "/big", big + "-back"}, 1.0 / 4},
+		{[]string{"put", big, bucket + "/big"}, 1.0 / 20},
+		{[]string{"get", bucket + "/big", big + "-back"}, 1.0 / 8},
 	} {
 		ts, err := c.transfers(ctx, step.args...)
 		if err != nil {
