@@ -79,7 +79,6 @@ type cluster struct {
 type daemon struct {
 	name string
 	node *netns.Node
-	args []string
 	cmd  *exec.Cmd
 	out  *osdtest.LogBuffer
 	done chan struct{}
@@ -153,7 +152,7 @@ func startCluster(t *testing.T, opts clusterOptions) *cluster {
 		if err := os.MkdirAll(filepath.Join(c.dir, "mon-"+name), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		d := c.start(ctx, "mon."+name, nd, args...)
+		d := c.start("mon."+name, nd, args...)
 		c.mons = append(c.mons, d)
 		wg.Go(func() { d.waitOutput(t, ctx, "serving on") })
 	}
@@ -163,7 +162,7 @@ func startCluster(t *testing.T, opts clusterOptions) *cluster {
 	c.adminKeyring = filepath.Join(c.dir, "mon-a", "client.admin.keyring")
 	bootstrap := filepath.Join(c.dir, "mon-a", "client.bootstrap-osd.keyring")
 	for i, nd := range osdNodes {
-		d := c.start(ctx, fmt.Sprintf("osd-%d", i), nd, "osd",
+		d := c.start(fmt.Sprintf("osd-%d", i), nd, "osd",
 			"--mon", strings.Join(c.monAddrs, ","),
 			"--data", filepath.Join(c.dir, fmt.Sprintf("osd-%d", i)),
 			"--keyring", bootstrap, "--host", nd.Name,
@@ -182,7 +181,7 @@ func startCluster(t *testing.T, opts clusterOptions) *cluster {
 		gwKeyring := filepath.Join(c.dir, "client.s3gw.keyring")
 		c.mustOsprey(ctx, "auth", "get-or-create", "client.s3gw", "mon", "allow r", "osd", "allow rw", "-o", gwKeyring)
 		listen := fmt.Sprintf("%s:%d", gwNode.Addr(c.pub), gatewayPort)
-		c.gw = c.start(ctx, "s3gw", gwNode, "s3", "--listen", listen,
+		c.gw = c.start("s3gw", gwNode, "s3", "--listen", listen,
 			"--mon", strings.Join(c.monAddrs, ","), "--keyring", gwKeyring,
 			"--access-key", s3AccessKey, "--secret-key", s3SecretKey)
 		if c.gw.waitOutput(t, ctx, "serving S3 on"); t.Failed() {
@@ -225,7 +224,7 @@ func (c *cluster) startEtcd(nodes []*netns.Node) {
 	for i, nd := range nodes {
 		client := fmt.Sprintf("http://%s:%d", nd.Addr(c.pub), etcdClient)
 		peer := fmt.Sprintf("http://%s:%d", nd.Addr(c.pub), etcdPeer)
-		c.etcds = append(c.etcds, c.startProg(context.Background(), "etcd-"+monName(i), nd, bin,
+		c.etcds = append(c.etcds, c.startProg("etcd-"+monName(i), nd, bin,
 			"--name", monName(i), "--data-dir", filepath.Join(c.dir, "etcd-"+monName(i)),
 			"--listen-client-urls", client, "--advertise-client-urls", client,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
@@ -238,15 +237,15 @@ func (c *cluster) startEtcd(nodes []*netns.Node) {
 }
 
 // start runs `osprey ARGS` as a daemon on nd.
-func (c *cluster) start(ctx context.Context, name string, nd *netns.Node, args ...string) *daemon {
-	return c.startProg(ctx, name, nd, ospreyBin, args...)
+func (c *cluster) start(name string, nd *netns.Node, args ...string) *daemon {
+	return c.startProg(name, nd, ospreyBin, args...)
 }
 
-func (c *cluster) startProg(ctx context.Context, name string, nd *netns.Node, prog string, args ...string) *daemon {
+// startProg runs prog as a daemon on nd, until stop kills it.
+func (c *cluster) startProg(name string, nd *netns.Node, prog string, args ...string) *daemon {
 	c.t.Helper()
-	// Not ctx: a daemon outlives the start's deadline; stop ends it.
 	cmd := nd.Command(context.Background(), prog, args...)
-	d := &daemon{name: name, node: nd, args: args, cmd: cmd, out: &osdtest.LogBuffer{}, done: make(chan struct{})}
+	d := &daemon{name: name, node: nd, cmd: cmd, out: &osdtest.LogBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = d.out, d.out
 	if err := cmd.Start(); err != nil {
 		c.t.Fatalf("%s: %v", name, err)

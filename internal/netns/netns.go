@@ -275,8 +275,9 @@ func (nd *Node) Addr(n *Network) netip.Addr {
 }
 
 // Command is prog run inside the node's namespace (`ip netns exec`). It
-// is killed when the goroutine's thread that started it exits, so a
-// crashed test leaves no daemon running (Pdeathsig).
+// gets SIGKILL when the process that started it dies (Pdeathsig; strictly,
+// when the OS thread that started it ends), so a test killed midway
+// leaves no daemon running, only namespaces for RemoveStale.
 func (nd *Node) Command(ctx context.Context, prog string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", nd.NS, prog}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
