@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 
 	"github.com/ospreystore/osprey/internal/ops"
@@ -340,6 +341,10 @@ func (m *Mon) WriteKeyrings(ctx context.Context, dir string) (*Keyrings, error) 
 	k := &Keyrings{
 		AdminPath:        filepath.Join(dir, "client.admin.keyring"),
 		BootstrapOSDPath: filepath.Join(dir, "client.bootstrap-osd.keyring"),
+	}
+	// Keyrings hold secrets: a directory made for them is the owner's.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
 	}
 	var err error
 	if k.Admin, err = m.WriteKeyring(ctx, k.AdminPath, "client.admin", AdminCaps); err != nil {
