@@ -72,6 +72,21 @@ type Options struct {
 	ClientTimeout time.Duration
 	// Now is the clock signatures are checked against (tests).
 	Now func() time.Time
+	// OnRequest, if set, is told of each request when it ends, with what
+	// the access log line says of it less who made it and what it named
+	// (internal/metrics counts them). It runs on the request's goroutine
+	// and must be quick.
+	OnRequest func(RequestInfo)
+}
+
+// RequestInfo is one finished request, for OnRequest.
+type RequestInfo struct {
+	Op       string // the S3 operation ("PutObject"), "Auth" for one refused before it was known
+	Method   string
+	Status   int   // the HTTP status sent; 0 if the connection was cut before any
+	BytesIn  int64 // body bytes read and verified
+	BytesOut int64 // body bytes written
+	Duration time.Duration
 }
 
 // Gateway serves the S3 API; it is an http.Handler.
@@ -239,9 +254,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if body != nil {
 			in = body.n
 		}
+		dur := time.Since(start)
 		g.log.Info("s3", "id", req.id, "remote", r.RemoteAddr, "access_key", req.access, "op", req.op,
 			"method", r.Method, "bucket", req.bucket, "key", req.key, "status", req.w.status,
-			"bytes_in", in, "bytes_out", req.w.bytes, "dur", time.Since(start))
+			"bytes_in", in, "bytes_out", req.w.bytes, "dur", dur)
+		if g.opts.OnRequest != nil {
+			g.opts.OnRequest(RequestInfo{Op: req.op, Method: r.Method, Status: req.w.status, BytesIn: in, BytesOut: req.w.bytes, Duration: dur})
+		}
 	}()
 
 	req.bucket, req.key = g.route(r)
