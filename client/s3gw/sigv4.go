@@ -20,21 +20,6 @@ import (
 // side exists here; tests sign with aws-sdk-go-v2's signer, so a mistake
 // made twice cannot hide itself.
 
-// Credentials find the secret of an access key. Keys are per gateway for
-// now (StaticCredentials); later they come from the mon's entities.
-type Credentials interface {
-	Lookup(accessKey string) (secret string, ok bool)
-}
-
-// StaticCredentials maps access keys to their secrets.
-type StaticCredentials map[string]string
-
-// Lookup implements Credentials.
-func (s StaticCredentials) Lookup(accessKey string) (string, bool) {
-	secret, ok := s[accessKey]
-	return secret, ok
-}
-
 const (
 	sigAlgorithm   = "AWS4-HMAC-SHA256"
 	scopeTerminal  = "aws4_request"
@@ -311,6 +296,7 @@ func signature(key []byte, s sigV4, amzDate, canonical string) string {
 // to.
 type authResult struct {
 	AccessKey   string
+	Identity    Identity
 	PayloadHash string // hex SHA-256 the body must have; "" when unsigned
 	// Streaming is the x-amz-content-sha256 of an aws-chunked body
 	// (streamingSigned or streamingUnsignedTrailer), "" otherwise.
@@ -400,15 +386,15 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 		}
 	}
 
-	secret, ok := creds.Lookup(s.AccessKey)
-	if !ok {
-		return authResult{}, errf(ErrInvalidAccessKeyID, "the access key %q does not exist", s.AccessKey)
+	id, err := creds.Lookup(r.Context(), s.AccessKey)
+	if err != nil {
+		return authResult{}, err
 	}
 	query, err := canonicalQuery(r.URL.RawQuery, s.presigned)
 	if err != nil {
 		return authResult{}, errf(ErrSignatureDoesNotMatch, "malformed query: %v", err)
 	}
-	key := signingKey(secret, s)
+	key := signingKey(id.Secret, s)
 	// The canonical URI is the path as the client escaped it for the wire,
 	// which for S3 is escaped once with SigV4's rules; a client that
 	// escaped it otherwise signed what it sent.
@@ -419,7 +405,7 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 	for _, p := range paths {
 		want := signature(key, s, amzDate, canonicalRequest(r, s, p, query, payload))
 		if subtle.ConstantTimeCompare([]byte(want), []byte(s.Signature)) == 1 {
-			res := authResult{AccessKey: s.AccessKey}
+			res := authResult{AccessKey: s.AccessKey, Identity: id}
 			switch payload {
 			case unsignedPay:
 			case streamingSigned, streamingUnsignedTrailer:
