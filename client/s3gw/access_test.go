@@ -74,6 +74,24 @@ func TestS3KeysOfEntities(t *testing.T) {
 	}
 	defer admin.Close()
 
+	// An OSD's entity subscribes to the auth table too: every table it
+	// gets, pushed or fetched, must come without the S3 secrets.
+	osdPEM, err := c.Mon.GetOrCreateKeyring(ctx, "osd.9", mon.OSDCaps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	osdKey, _ := auth.ParseKeyring(osdPEM)
+	var osdTables []*osdpb.AuthTable // under OnAuth's serialization, read after Close
+	osdSub, err := monclient.New(ctx, monclient.Options{Addrs: mons, Keyring: osdKey, Logger: quiet,
+		OnAuth: func(t *osdpb.AuthTable) { osdTables = append(osdTables, t) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer osdSub.Close()
+	if _, err := osdSub.Subscribe(ctx); err != nil {
+		t.Fatal(err)
+	}
+
 	s3c := func(access, secret string) *s3.Client {
 		return s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL), UsePathStyle: true,
 			Credentials: credentials.NewStaticCredentialsProvider(access, secret, "")})
@@ -118,7 +136,7 @@ func TestS3KeysOfEntities(t *testing.T) {
 		}
 	}
 
-	ro, _ := user("client.reader", "allow r")
+	ro, roKey := user("client.reader", "allow r")
 	if err := get(ro, "shared", "k"); err != nil {
 		t.Fatalf("read-only user's GET: %v", err)
 	}
@@ -129,6 +147,17 @@ func TestS3KeysOfEntities(t *testing.T) {
 	wantCode(t, "read-only CreateBucket", err, "AccessDenied", 403)
 	if err := get(adm, "shared", "k"); err != nil {
 		t.Fatalf("the object a refused DELETE named: %v", err)
+	}
+
+	if _, ok := creds.Keeper.Table().LookupS3(roKey); !ok {
+		t.Fatal("the gateway's table lacks the reader's key")
+	}
+	if tb, err := osdSub.FetchAuth(ctx); err != nil {
+		t.Fatal(err)
+	} else if _, ok := tb.Lookup("client.reader"); !ok || tb.Len() == 0 {
+		t.Fatal("an OSD's fetched table lacks client.reader")
+	} else if _, ok := tb.LookupS3(roKey); ok {
+		t.Fatal("an OSD's fetched auth table carries S3 secrets")
 	}
 
 	one, oneKey := user("client.one", "allow rw bucket=shared")
@@ -175,5 +204,18 @@ func TestS3KeysOfEntities(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("a removed key still works 10s on: %v", err)
 		}
+	}
+	osdSub.Close()
+	sawClientOne := false
+	for _, tb := range osdTables {
+		for _, e := range tb.Entries {
+			if len(e.S3Keys) > 0 {
+				t.Fatalf("an OSD was pushed %s's S3 keys", e.Entity)
+			}
+			sawClientOne = sawClientOne || e.Entity == "client.one"
+		}
+	}
+	if !sawClientOne {
+		t.Fatalf("the OSD's subscription saw no table with client.one (%d tables)", len(osdTables))
 	}
 }
