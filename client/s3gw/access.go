@@ -113,9 +113,13 @@ func NewClusterCredentials(ctx context.Context, o ClusterCredentialsOptions) (*C
 		return nil, err
 	}
 	k.Refresh = mc.FetchAuth
-	// The first subscription reply carries the table (OnAuth has run when
-	// Subscribe returns).
-	if _, err := mc.Subscribe(ctx); err != nil {
+	// One fetch first: a refusal (the entity lacks the profile) is an
+	// answer, where the subscription would retry until ctx ends.
+	_, err = mc.FetchAuth(ctx)
+	if err == nil {
+		_, err = mc.Subscribe(ctx)
+	}
+	if err != nil {
 		mc.Close()
 		return nil, fmt.Errorf("s3gw: the auth table from the mons (the gateway's entity needs mon 'allow profile %s'): %w", auth.ProfileS3Gateway, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr/auth"
+	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -57,7 +59,25 @@ func TestS3KeysOfEntities(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	// An entity without the profile is refused the secrets at once, and
+	// neither that nor a Close leaves anything running.
+	before := runtime.NumGoroutine()
+	plainPEM, err := c.Mon.GetOrCreateKeyring(ctx, "client.plain", map[string]string{auth.ServiceMon: "allow r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := auth.ParseKeyring(plainPEM)
+	if _, err := s3gw.NewClusterCredentials(ctx, s3gw.ClusterCredentialsOptions{Mon: mons, Keyring: plain, Logger: quiet}); err == nil || !strings.Contains(err.Error(), "s3-gateway") {
+		t.Fatalf("credentials as an entity without the s3-gateway profile: %v", err)
+	}
 	creds, err := s3gw.NewClusterCredentials(ctx, s3gw.ClusterCredentialsOptions{Mon: mons, Keyring: gk, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds.Close()
+	msgrtest.EventuallyDescribed(t, 10*time.Second, func() string { return "goroutines back to their count (leak?)" },
+		func() bool { return runtime.NumGoroutine() <= before })
+	creds, err = s3gw.NewClusterCredentials(ctx, s3gw.ClusterCredentialsOptions{Mon: mons, Keyring: gk, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
