@@ -20,7 +20,6 @@ package s3gw
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -217,9 +216,14 @@ func (w *loggedWriter) Write(p []byte) (int, error) {
 func (w *loggedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func newRequestID() string {
+	const digits = "0123456789ABCDEF"
 	var b [8]byte
 	rand.Read(b[:])
-	return strings.ToUpper(hex.EncodeToString(b[:]))
+	var out [16]byte
+	for i, c := range b {
+		out[2*i], out[2*i+1] = digits[c>>4], digits[c&15]
+	}
+	return string(out[:])
 }
 
 // ServeHTTP implements http.Handler.
@@ -233,19 +237,24 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	wd.touch()
 	req := &request{id: newRequestID(), w: &loggedWriter{ResponseWriter: w, deadline: wd}, r: r}
 	h := w.Header()
-	h.Set("x-amz-request-id", req.id)
-	h.Set("x-amz-id-2", req.id)
-	h.Set("Server", "Osprey")
+	// Canonical keys set directly: Set would canonicalize them on every
+	// request.
+	ids := []string{req.id}
+	h["X-Amz-Request-Id"], h["X-Amz-Id-2"], h["Server"] = ids, ids, serverHeader
 	var body *verifiedBody
-	defer func() {
-		in := int64(0)
-		if body != nil {
-			in = body.n
-		}
-		g.log.Info("s3", "id", req.id, "remote", r.RemoteAddr, "access_key", req.access, "entity", req.who.Entity, "op", req.op,
-			"method", r.Method, "bucket", req.bucket, "key", req.key, "status", req.w.status,
-			"bytes_in", in, "bytes_out", req.w.bytes, "dur", time.Since(start))
-	}()
+	// The access log: its arguments are built only when it is on (a
+	// gateway run at warn level pays nothing for it).
+	if g.log.Enabled(r.Context(), slog.LevelInfo) {
+		defer func() {
+			in := int64(0)
+			if body != nil {
+				in = body.n
+			}
+			g.log.Info("s3", "id", req.id, "remote", r.RemoteAddr, "access_key", req.access, "entity", req.who.Entity, "op", req.op,
+				"method", r.Method, "bucket", req.bucket, "key", req.key, "status", req.w.status,
+				"bytes_in", in, "bytes_out", req.w.bytes, "dur", time.Since(start))
+		}()
+	}
 
 	req.bucket, req.key = g.route(r)
 	if headerBytes(r) > maxHeaderBytes {
@@ -272,6 +281,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.fail(req, err)
 	}
 }
+
+var serverHeader = []string{"Osprey"}
 
 // maxHeaderBytes bounds a request's headers (and its URI), far above what
 // S3 clients send (S3 allows 8 KiB of headers on a PUT).

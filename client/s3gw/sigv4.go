@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -279,6 +280,45 @@ func hmacSHA256(key []byte, data string) []byte {
 
 // signingKey derives the key of one day, region and service.
 func signingKey(secret string, s sigV4) []byte {
+	ck := secret + "\x00" + s.scope()
+	if k, ok := signingKeys.get(ck); ok {
+		return k
+	}
+	k := deriveSigningKey(secret, s)
+	signingKeys.put(ck, k)
+	return k
+}
+
+// signingKeys caches derived signing keys by secret and scope: a key is
+// good for its scope's day, and deriving it is four HMACs, as much as
+// the rest of a GET's signature check.
+var signingKeys = keyCache{max: 4096}
+
+// keyCache is a map that forgets everything when it is full, which is
+// enough for keys that change once a day.
+type keyCache struct {
+	mu  sync.RWMutex
+	m   map[string][]byte
+	max int
+}
+
+func (c *keyCache) get(k string) ([]byte, bool) {
+	c.mu.RLock()
+	v, ok := c.m[k]
+	c.mu.RUnlock()
+	return v, ok
+}
+
+func (c *keyCache) put(k string, v []byte) {
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= c.max {
+		c.m = make(map[string][]byte)
+	}
+	c.m[k] = v
+	c.mu.Unlock()
+}
+
+func deriveSigningKey(secret string, s sigV4) []byte {
 	k := hmacSHA256([]byte("AWS4"+secret), s.Date)
 	k = hmacSHA256(k, s.Region)
 	k = hmacSHA256(k, s.Service)
