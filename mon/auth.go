@@ -218,7 +218,7 @@ func noSuchEntity(entity string) error {
 //	auth add ENTITY CAPS           create; ENTITY_EXISTS if it exists
 //	auth get-or-create ENTITY CAPS create unless it exists with those caps
 //	auth get ENTITY                the entity's caps and keyring
-//	auth ls                        every entity and its caps (no keys)
+//	auth ls                        every entity, its caps and S3 keys (no keyrings)
 //	auth rm ENTITY                 remove it: its certificate stops working
 //	auth caps ENTITY CAPS          replace its caps
 //	auth rotate ENTITY             a new keyring, caps unchanged

@@ -3927,8 +3927,9 @@ func (x *MonSubscribeReply) GetAuth() *AuthTable {
 	return nil
 }
 
-// AuthTable is every entity's caps and certificate serial (no keys), as of
-// an etcd revision: what daemons check peers and ops against.
+// AuthTable is every entity's caps and certificate serial (no keyrings), as
+// of an etcd revision: what daemons check peers and ops against; S3
+// gateways' tables also carry the S3 keys (AuthEntry.s3_keys).
 type AuthTable struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Revision      int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
