@@ -227,6 +227,35 @@ func canonicalQuery(raw string, presigned bool) (string, error) {
 
 // headerValue is a signed header's canonical value: its values trimmed,
 // inner runs of spaces made one, joined by commas.
+// canonicalSigned are the canonical forms of the headers clients sign,
+// which a request names in lower case: looked up here, they cost no
+// canonicalization per request.
+var canonicalSigned = func() map[string]string {
+	m := map[string]string{}
+	for _, h := range []string{"X-Amz-Date", "X-Amz-Content-Sha256", "X-Amz-Security-Token", "X-Amz-User-Agent",
+		"Amz-Sdk-Invocation-Id", "Amz-Sdk-Request", "Content-Type", "Content-Md5", "Content-Encoding", "Range",
+		"X-Amz-Decoded-Content-Length", "X-Amz-Trailer", "X-Amz-Copy-Source", "X-Amz-Checksum-Crc32", "X-Amz-Checksum-Crc32c",
+		"X-Amz-Sdk-Checksum-Algorithm", "User-Agent"} {
+		m[strings.ToLower(h)] = h
+	}
+	return m
+}()
+
+// collapsed reports whether v is already as SigV4 canonicalizes a header
+// value: ASCII with no leading, trailing or repeated spaces and no other
+// white space (anything else takes the general path, which is exact).
+func collapsed(v string) bool {
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c >= 0x80 || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r':
+			return false
+		case c == ' ' && (i == 0 || i == len(v)-1 || v[i-1] == ' '):
+			return false
+		}
+	}
+	return true
+}
+
 func headerValue(r *http.Request, name string) string {
 	switch name {
 	case "host":
@@ -241,7 +270,14 @@ func headerValue(r *http.Request, name string) string {
 	case "transfer-encoding":
 		return strings.Join(r.TransferEncoding, ",")
 	}
-	vals := r.Header.Values(name)
+	key, ok := canonicalSigned[name]
+	if !ok {
+		key = http.CanonicalHeaderKey(name)
+	}
+	vals := r.Header[key]
+	if len(vals) == 1 && collapsed(vals[0]) {
+		return vals[0] // what the loop below would make of it, without its copies
+	}
 	out := make([]string, len(vals))
 	for i, v := range vals {
 		out[i] = strings.Join(strings.Fields(v), " ")
