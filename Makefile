@@ -13,8 +13,11 @@ all: build
 # Debian packages the build and tests need: protoc for `make proto`,
 # libfabric for the RDMA transport (-tags rdma) and fi_info/fi_pingpong,
 # etcd-server for the mon's test on a real three-member etcd cluster,
-# awscli, s3cmd and python3-boto3 for the S3 gateway's tests with real clients.
-DEBS := protobuf-compiler libfabric-dev libfabric-bin etcd-server awscli s3cmd python3-boto3
+# awscli, s3cmd and python3-boto3 for the S3 gateway's tests with real clients,
+# prometheus for promtool, which lints every daemon's /metrics in the tests,
+# chromium for the mon dashboard's tests in a real browser (mon/dashboard),
+# iproute2 (ip, tc) for the multi-host tests in network namespaces.
+DEBS := protobuf-compiler libfabric-dev libfabric-bin etcd-server awscli s3cmd python3-boto3 prometheus chromium iproute2
 deps:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -35,9 +38,11 @@ build:
 	$(GO) build $(if $(TAGS),-tags $(TAGS)) ./...
 
 # The whole suite, as the README's quick start runs it: race detector on.
-# deps installed etcd-server, awscli, s3cmd and boto3: their tests must run, not skip.
+# deps installed etcd-server, awscli, s3cmd, boto3, promtool, chromium and
+# iproute2: their tests must run, not skip (CI runs as root, which tmpfs
+# mounts and network namespaces need).
 test: deps
-	OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_AWSCLI=1 OSPREY_REQUIRE_S3CMD=1 OSPREY_REQUIRE_BOTO3=1 OSPREY_REQUIRE_SMALLFS=1 $(GO) test -race -count=1 -timeout 20m -tags $(TEST_TAGS) $(PKGS)
+	OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_AWSCLI=1 OSPREY_REQUIRE_S3CMD=1 OSPREY_REQUIRE_BOTO3=1 OSPREY_REQUIRE_SMALLFS=1 OSPREY_REQUIRE_PROMTOOL=1 OSPREY_REQUIRE_CHROMIUM=1 OSPREY_REQUIRE_NETNS=1 $(GO) test -race -count=1 -timeout 20m -tags $(TEST_TAGS) $(PKGS)
 
 # Regenerate the committed protobuf code; protoc-gen-go is pinned in go.mod.
 proto:
@@ -67,12 +72,13 @@ FUZZ_TARGETS = \
 	"FuzzDecodeReqVersion ./osd/store" "FuzzDecodeIDMark ./osd/store" "FuzzDecodeLogEntry ./osd/store" \
 	"FuzzDecodeBucket ./osd/store" "FuzzDecodeCounters ./osd/store" "FuzzKeys ./osd/store" \
 	"FuzzCRC32CCombine ./osd/store" \
-	"FuzzMonRequest ./mon" \
+	"FuzzMonRequest ./mon" "FuzzHandler ./mon/dashboard" \
 	"FuzzParseKeyring ./msgr/auth" "FuzzParseCaps ./msgr/auth" \
 	"FuzzParseAuthorization ./client/s3gw" "FuzzParseRange ./client/s3gw" "FuzzVerify ./client/s3gw" \
 	"FuzzParseDeleteRequest ./client/s3gw" "FuzzCanonicalQuery ./client/s3gw" "FuzzParseListQuery ./client/s3gw" \
 	"FuzzParseCompleteRequest ./client/s3gw" "FuzzParseCopySource ./client/s3gw" "FuzzEvalConditions ./client/s3gw" \
-	"FuzzChunkedReader ./client/s3gw"
+	"FuzzChunkedReader ./client/s3gw" \
+	"FuzzParseName ./internal/netns"
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do set -- $$t; \

@@ -225,6 +225,10 @@ func (c *Client) subscribe(ctx context.Context) error {
 	return nil
 }
 
+// Messenger is the client's messenger, for its counters (the S3
+// gateway's metrics).
+func (c *Client) Messenger() *msgr.Messenger { return c.m }
+
 // Close ends the client's sessions; ops in progress fail.
 func (c *Client) Close() error {
 	c.mu.Lock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/ospreystore/osprey/internal/ops"
@@ -336,6 +338,36 @@ func (m *Mon) WriteKeyring(ctx context.Context, path, entity string, caps map[st
 		return nil, err
 	}
 	return auth.ParseKeyring(pem)
+}
+
+// Keyrings are the two keyrings a cluster hands out at its start, as
+// Ceph's ceph.client.admin.keyring and bootstrap-osd/ceph.keyring.
+type Keyrings struct {
+	Admin, BootstrapOSD         *auth.Keyring
+	AdminPath, BootstrapOSDPath string
+}
+
+// WriteKeyrings writes client.admin's keyring and client.bootstrap-osd's
+// (what a new OSD starts with) into dir as ENTITY.keyring, creating the
+// entities if they are missing: what "osprey mon --keyring-dir" and
+// "osprey up" leave for the operator.
+func (m *Mon) WriteKeyrings(ctx context.Context, dir string) (*Keyrings, error) {
+	k := &Keyrings{
+		AdminPath:        filepath.Join(dir, "client.admin.keyring"),
+		BootstrapOSDPath: filepath.Join(dir, "client.bootstrap-osd.keyring"),
+	}
+	// Keyrings hold secrets: a directory made for them is the owner's.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	var err error
+	if k.Admin, err = m.WriteKeyring(ctx, k.AdminPath, "client.admin", AdminCaps); err != nil {
+		return nil, err
+	}
+	if k.BootstrapOSD, err = m.WriteKeyring(ctx, k.BootstrapOSDPath, "client.bootstrap-osd", BootstrapOSDCaps); err != nil {
+		return nil, err
+	}
+	return k, nil
 }
 
 // The auth table: every entity's caps, certificate serial and S3 keys,

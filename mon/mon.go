@@ -133,6 +133,9 @@ type Mon struct {
 
 	mapMu sync.Mutex // orders adopt: maps are stored and pushed in epoch order
 	mapv  atomic.Pointer[placement.Map]
+	// mapAt is when this mon adopted its map (unix ns): the map carries
+	// no time of its own.
+	mapAt atomic.Int64
 
 	subMu sync.Mutex
 	subs  map[*msgr.Conn]bool // MON_SUBSCRIBE'd conns; true: also the auth table
@@ -284,6 +287,12 @@ func (m *Mon) IsLeader() bool { return m.lead.Load() != nil }
 // Map is the newest map this mon has seen in etcd.
 func (m *Mon) Map() *placement.Map { return m.mapv.Load() }
 
+// MapChangedAt is when this mon adopted its newest map.
+func (m *Mon) MapChangedAt() time.Time { return time.Unix(0, m.mapAt.Load()) }
+
+// Messenger is the mon's messenger, for its counters.
+func (m *Mon) Messenger() *msgr.Messenger { return m.ms }
+
 // FSID is the cluster's id.
 func (m *Mon) FSID() string { return m.fsid }
 
@@ -292,7 +301,10 @@ func (m *Mon) Leader() string {
 	if m.IsLeader() {
 		return m.addr
 	}
-	if p := m.hint.Load(); p != nil {
+	// A standby that sees its own address as the leader's holds a stale
+	// observation (its leadership ended while it could not reach etcd's
+	// quorum): naming itself would send clients round in a circle.
+	if p := m.hint.Load(); p != nil && *p != m.addr {
 		return *p
 	}
 	return ""
@@ -336,6 +348,7 @@ func (m *Mon) adopt(mp *placement.Map) {
 		return
 	}
 	m.mapv.Store(mp)
+	m.mapAt.Store(time.Now().UnixNano())
 	m.push(mp)
 }
 
@@ -461,16 +474,25 @@ func (m *Mon) serveSession(sess *concurrency.Session) {
 // Status gathers what "status" returns: the map, the OSDs' last beacons
 // and the registered mons, from etcd.
 func (m *Mon) Status(ctx context.Context) (*Status, error) {
+	in, err := m.statusInput(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return computeStatus(in), nil
+}
+
+// statusInput reads what the status is computed from.
+func (m *Mon) statusInput(ctx context.Context) (statusInput, error) {
 	mp := m.Map()
 	beacons, err := m.beacons(ctx)
 	if err != nil {
-		return nil, err
+		return statusInput{}, err
 	}
 	mons, err := m.mons(ctx)
 	if err != nil {
-		return nil, err
+		return statusInput{}, err
 	}
-	return computeStatus(statusInput{mp: mp, beacons: beacons, mons: mons, now: time.Now(), fresh: 2 * m.cfg.HeartbeatGrace}), nil
+	return statusInput{mp: mp, beacons: beacons, mons: mons, now: time.Now(), fresh: 2 * m.cfg.HeartbeatGrace}, nil
 }
 
 // beacons reads every OSD's last beacon record.

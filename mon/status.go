@@ -38,8 +38,11 @@ type Status struct {
 	MisplacedObjects    uint64         `json:"misplaced_objects"`
 	RecoveryBytesPerSec float64        `json:"recovery_bytes_per_sec"`
 	OpsPerSec           float64        `json:"ops_per_sec"`
-	UsedBytes           uint64         `json:"used_bytes"`
-	AvailBytes          uint64         `json:"avail_bytes"`
+	// Client object bytes the up OSDs took in (puts) and sent (gets).
+	WriteBytesPerSec float64 `json:"client_write_bytes_per_sec"`
+	ReadBytesPerSec  float64 `json:"client_read_bytes_per_sec"`
+	UsedBytes        uint64  `json:"used_bytes"`
+	AvailBytes       uint64  `json:"avail_bytes"`
 }
 
 // Health is the overall level and one human line per problem.
@@ -105,11 +108,17 @@ type beaconRecord struct {
 	Ops                 uint64     `json:"ops"`
 	RecoveryBytesPerSec float64    `json:"recovery_bytes_per_sec"`
 	OpsPerSec           float64    `json:"ops_per_sec"`
+	ReadBytes           uint64     `json:"client_read_bytes"`
+	WriteBytes          uint64     `json:"client_write_bytes"`
+	ReadBytesPerSec     float64    `json:"client_read_bytes_per_sec"`
+	WriteBytesPerSec    float64    `json:"client_write_bytes_per_sec"`
 	// The rates are measured from this earlier beacon's counters, at
 	// least rateWindow back.
 	BaseAtUnixNano    int64  `json:"base_at_unix_nano"`
 	BaseRecoveryBytes uint64 `json:"base_recovery_bytes"`
 	BaseOps           uint64 `json:"base_ops"`
+	BaseReadBytes     uint64 `json:"base_client_read_bytes"`
+	BaseWriteBytes    uint64 `json:"base_client_write_bytes"`
 }
 
 // rateWindow is the shortest span a rate is measured over: beacons come
@@ -133,6 +142,7 @@ func newBeaconRecord(b *osdpb.MonBeacon, now time.Time, prev *beaconRecord) *bea
 	r := &beaconRecord{
 		ID: b.Id, AtUnixNano: now.UnixNano(), Epoch: b.Epoch,
 		UsedBytes: b.UsedBytes, AvailBytes: b.AvailBytes, RecoveryBytes: b.RecoveryBytes, Ops: b.Ops,
+		ReadBytes: b.ClientReadBytes, WriteBytes: b.ClientWriteBytes,
 	}
 	for _, s := range b.Pgs {
 		if s == nil {
@@ -141,27 +151,33 @@ func newBeaconRecord(b *osdpb.MonBeacon, now time.Time, prev *beaconRecord) *bea
 		r.PGs = append(r.PGs, pgRecord{Pool: s.Pool, PG: s.Pg, State: s.State, Objects: s.Objects, Degraded: s.Degraded, Misplaced: s.Misplaced, Epoch: s.Epoch})
 	}
 	r.BaseAtUnixNano, r.BaseRecoveryBytes, r.BaseOps = r.AtUnixNano, r.RecoveryBytes, r.Ops
+	r.BaseReadBytes, r.BaseWriteBytes = r.ReadBytes, r.WriteBytes
 	if prev == nil {
 		return r
 	}
 	base := *prev
 	if prev.BaseAtUnixNano != 0 {
 		base.AtUnixNano, base.RecoveryBytes, base.Ops = prev.BaseAtUnixNano, prev.BaseRecoveryBytes, prev.BaseOps
+		base.ReadBytes, base.WriteBytes = prev.BaseReadBytes, prev.BaseWriteBytes
 	}
 	// Counters restart with the OSD: a drop is a restart, not a negative
 	// rate; the rates start again from this beacon.
-	if r.RecoveryBytes < base.RecoveryBytes || r.Ops < base.Ops {
+	if r.RecoveryBytes < base.RecoveryBytes || r.Ops < base.Ops || r.ReadBytes < base.ReadBytes || r.WriteBytes < base.WriteBytes {
 		return r
 	}
 	elapsed := time.Duration(r.AtUnixNano - base.AtUnixNano)
 	if elapsed < rateWindow {
 		r.RecoveryBytesPerSec, r.OpsPerSec = prev.RecoveryBytesPerSec, prev.OpsPerSec
+		r.ReadBytesPerSec, r.WriteBytesPerSec = prev.ReadBytesPerSec, prev.WriteBytesPerSec
 		r.BaseAtUnixNano, r.BaseRecoveryBytes, r.BaseOps = base.AtUnixNano, base.RecoveryBytes, base.Ops
+		r.BaseReadBytes, r.BaseWriteBytes = base.ReadBytes, base.WriteBytes
 		return r
 	}
 	dt := elapsed.Seconds()
 	r.RecoveryBytesPerSec = float64(r.RecoveryBytes-base.RecoveryBytes) / dt
 	r.OpsPerSec = float64(r.Ops-base.Ops) / dt
+	r.ReadBytesPerSec = float64(r.ReadBytes-base.ReadBytes) / dt
+	r.WriteBytesPerSec = float64(r.WriteBytes-base.WriteBytes) / dt
 	return r
 }
 
@@ -219,6 +235,8 @@ func computeStatus(in statusInput) *Status {
 		if in.now.Sub(time.Unix(0, b.AtUnixNano)) <= in.fresh {
 			st.RecoveryBytesPerSec += b.RecoveryBytesPerSec
 			st.OpsPerSec += b.OpsPerSec
+			st.ReadBytesPerSec += b.ReadBytesPerSec
+			st.WriteBytesPerSec += b.WriteBytesPerSec
 		}
 		for _, p := range b.PGs {
 			k := pgKey{p.Pool, p.PG}

@@ -52,6 +52,7 @@ type Conn struct {
 
 	mu        sync.Mutex
 	addr      string // address to dial; "" for a conn we only accepted
+	scheme    string // its transport's, fixed at creation (TransportStats)
 	peer      EntityName
 	peerNonce uint64
 	state     connState
@@ -128,6 +129,9 @@ func (m *Messenger) newConn(policy Policy, addr string, peer EntityName, window 
 		closedCh: make(chan struct{}),
 	}
 	c.drainFn = c.drain
+	if a, err := ParseAddr(addr); err == nil {
+		c.scheme = a.Scheme
+	}
 	c.engine.init(uint64(window), uint64(m.opts.RecvWindowBytes), m.monotonic)
 	c.ackTimer = time.AfterFunc(time.Hour, c.ackTimerFired)
 	c.ackTimer.Stop()

@@ -90,12 +90,16 @@ func (m *Messenger) dial(c *Conn, addr string) error {
 	opts.RecvWindow = int(c.cw.windowMsgs) // the session's, fixed when it was created
 	link, err := t.Dial(ctx, a.Host, opts)
 	if err != nil {
+		if errors.Is(err, wire.ErrBanner) {
+			m.countHandshakeFailure(err) // the peer answered, but not as a messenger we speak with
+		}
 		return err
 	}
 	stop := withLinkDeadline(ctx, link)
 	_, err = m.clientHandshake(c, link)
 	stop()
 	if err != nil {
+		m.countHandshakeFailure(err)
 		link.Close()
 		return err
 	}
@@ -220,8 +224,9 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 	}
 }
 
-// accept runs the acceptor's handshake on a new link.
-func (m *Messenger) accept(link wire.Link, window int) error {
+// accept runs the acceptor's handshake on a new link of the transport
+// named scheme.
+func (m *Messenger) accept(link wire.Link, window int, scheme string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.HandshakeTimeout)
 	defer cancel()
 	stop := withLinkDeadline(ctx, link)
@@ -266,7 +271,7 @@ func (m *Messenger) accept(link wire.Link, window int) error {
 		if req.WindowMsgs < 2 || req.GrantMsgs < 1 {
 			return wire.Protocolf("handshake: peer window of %d messages (grant %d) is too small", req.WindowMsgs, req.GrantMsgs)
 		}
-		done, err := m.acceptSession(link, peer, hello.InstanceNonce, policy, &req, window)
+		done, err := m.acceptSession(link, peer, hello.InstanceNonce, policy, &req, window, scheme)
 		if done || err != nil {
 			return err
 		}
@@ -275,7 +280,7 @@ func (m *Messenger) accept(link wire.Link, window int) error {
 
 // acceptSession answers one SESSION_REQUEST. done is false after a
 // SESSION_RESET, when the dialer will ask again on the same link.
-func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64, policy Policy, req *msgrpb.SessionRequest, window int) (done bool, err error) {
+func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64, policy Policy, req *msgrpb.SessionRequest, window int, scheme string) (done bool, err error) {
 	if policy.Lossy && req.PeerCookie != 0 {
 		// Lossy sessions are never resumed; answer before creating one.
 		err := writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Reason: "lossy sessions are not resumed"})
@@ -289,9 +294,11 @@ func (m *Messenger) acceptSession(link wire.Link, peer EntityName, nonce uint64,
 	}
 	if policy.Lossy {
 		c = m.newConn(policy, "", peer, window)
+		c.scheme = scheme
 		m.lossyIn[c] = struct{}{}
 	} else if c = m.byPeer[peer]; c == nil {
 		c = m.newConn(policy, "", peer, window)
+		c.scheme = scheme
 		c.state = stateStandby // no address to dial: it waits for the peer
 		m.byPeer[peer] = c
 	}

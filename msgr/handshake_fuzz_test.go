@@ -143,7 +143,7 @@ func fuzzAccept(t *testing.T, in []byte, a *AuthOptions) {
 	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
 
 	acceptErr := make(chan error, 1)
-	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs) }()
+	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
 	// Whatever the acceptor writes is read and dropped (net.Pipe is
 	// synchronous), until the dialer end closes.
 	drained := make(chan struct{})
@@ -191,7 +191,7 @@ func TestHandshakeSeedsAccepted(t *testing.T) {
 	defer cli.Close()
 	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
 	acceptErr := make(chan error, 1)
-	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs) }()
+	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
 	replies := make(chan wire.Tag, 16)
 	go func() {
 		r := wire.NewReaderLink(cli, wire.KnownFeatures, wire.Limits{MaxFront: 1 << 16, MaxData: 1 << 20})

@@ -31,12 +31,14 @@ type Messenger struct {
 	budget     *wire.Budget  // MaxRecvBytes over all links; nil: no bound
 	ratelog    guard.RateLog // lines a peer can make us repeat
 	reaped     atomic.Uint64 // sessions closed after StandbyTimeout
+	hsFailures [NumHandshakeReasons]atomic.Uint64
 
 	mu        sync.Mutex
 	listeners []wire.Listener
 	byPeer    map[EntityName]*Conn // lossless sessions, dialed or accepted
 	byAddr    map[string]*Conn     // lossy sessions we dialed
 	lossyIn   map[*Conn]struct{}   // lossy sessions peers dialed
+	retired   map[string]ConnStats // by scheme: counters of sessions closed (TransportStats)
 
 	closing   atomic.Bool
 	done      chan struct{}
@@ -173,7 +175,8 @@ func (m *Messenger) acceptLoop(ln wire.Listener, t wire.Transport) {
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			if err := m.accept(link, m.windowFor(t)); err != nil {
+			if err := m.accept(link, m.windowFor(t), t.Scheme()); err != nil {
+				m.countHandshakeFailure(err)
 				link.Close()
 				if !errors.Is(err, errWait) {
 					m.ratelog.Log(m.log, slog.LevelInfo, refusalKey(err), "msgr: handshake refused", "remote", link.RemoteAddr(), "err", err)
@@ -209,6 +212,9 @@ type Stats struct {
 	// how many were closed after StandbyTimeout without their peer.
 	Sessions       int
 	SessionsReaped uint64
+	// HandshakeFailures counts handshakes that failed, dialed or
+	// accepted, by reason.
+	HandshakeFailures [NumHandshakeReasons]uint64
 }
 
 // Stats returns a snapshot of the messenger's counters.
@@ -216,7 +222,13 @@ func (m *Messenger) Stats() Stats {
 	m.mu.Lock()
 	sessions := len(m.byPeer) + len(m.byAddr) + len(m.lossyIn)
 	m.mu.Unlock()
-	return Stats{Inbound: m.inbound.Stats(), Recv: m.budget.Stats(), Sessions: sessions, SessionsReaped: m.reaped.Load()}
+	st := Stats{Inbound: m.inbound.Stats(), Recv: m.budget.Stats(), Sessions: sessions, SessionsReaped: m.reaped.Load()}
+	for i := range st.HandshakeFailures {
+		st.HandshakeFailures[i] = m.hsFailures[i].Load()
+	}
+	// Accepted connections that failed the banner never reach accept.
+	st.HandshakeFailures[HandshakeBanner] += st.Inbound.BannerFailures
+	return st
 }
 
 // Connect returns the session with the peer at addr, creating it if there
@@ -289,6 +301,10 @@ func (m *Messenger) forget(c *Conn) {
 	c.mu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	_, lossyIn := m.lossyIn[c]
+	if m.byPeer[peer] == c || m.byAddr[addr] == c || lossyIn {
+		m.retireLocked(c)
+	}
 	if m.byPeer[peer] == c {
 		delete(m.byPeer, peer)
 	}

@@ -53,6 +53,7 @@ func replyTo(req *msgr.Message) dest { return dest{req.Conn(), req.Tid()} }
 // messenger (Message.SetDataCRC) so that it does not read the payload
 // again to compute it.
 func (o *OSD) sendCRC(to dest, t osdpb.MsgType, pb proto.Message, payload *wire.Buffer, crc uint32, known bool) {
+	o.opTimes.done(to, t)
 	c := to.c
 	front, err := proto.Marshal(pb)
 	if err != nil {
@@ -201,6 +202,11 @@ func (o *OSD) target(hdr *osdpb.Header, bucket, key string, meta bool) (*placeme
 // network (a bucket-emptiness check).
 func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 	t := osdpb.MsgType(m.Type)
+	o.opTimes.start(m, t)
+	if !fromPeer && t != osdpb.MsgType_MSG_GET_MAP {
+		o.opsServed.Add(1)
+		o.clientWriteBytes.Add(uint64(len(m.Data)))
+	}
 	switch t {
 	case osdpb.MsgType_MSG_GET_MAP:
 		var req osdpb.GetMap
@@ -428,6 +434,9 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 	}
 	// A whole object was checked chunk by chunk against the chunks' CRCs,
 	// which make up its CRC32C: the messenger need not read it again.
+	if buf != nil {
+		o.clientReadBytes.Add(uint64(len(buf.B)))
+	}
 	whole := buf != nil && off == 0 && uint64(len(buf.B)) == meta.Size && len(meta.Parts) == 0
 	o.sendCRC(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}, buf, meta.Crc32C, whole)
 }

@@ -283,7 +283,8 @@ func (o *OSD) onMonMap(m *placement.Map) {
 func (o *OSD) beacon() *osdpb.MonBeacon {
 	mp := o.Map()
 	b := &osdpb.MonBeacon{Fsid: o.ident.FSID, Id: o.id, Uuid: o.ident.UUID, Epoch: mp.Epoch(),
-		RecoveryBytes: o.recoveredBytes.Load(), Ops: o.opsServed.Load(), Fullness: o.checkSpace()}
+		RecoveryBytes: o.recoveredBytes.Load(), Ops: o.opsServed.Load(), Fullness: o.checkSpace(),
+		ClientReadBytes: o.clientReadBytes.Load(), ClientWriteBytes: o.clientWriteBytes.Load()}
 	if sp := o.space.Load(); sp != nil {
 		b.UsedBytes, b.AvailBytes = sp.Used(), sp.Avail
 	}
@@ -294,6 +295,7 @@ func (o *OSD) beacon() *osdpb.MonBeacon {
 			}
 		}
 	}
+	o.lastBeacon.Store(b)
 	return b
 }
 

@@ -29,6 +29,9 @@ type monProcSpec struct {
 	HeartbeatGrace, DownOutInterval time.Duration
 	MinDownReporters                int
 	NoAuth                          bool
+	// KeyringDir, with auth, is where the mon writes client.admin's and
+	// client.bootstrap-osd's keyrings before it says READY.
+	KeyringDir string
 	// Pool is the first map's pool (protojson), for a mon that creates
 	// the cluster.
 	Pool json.RawMessage
@@ -61,6 +64,9 @@ func TestMonProcess(t *testing.T) {
 	}
 	ctx := context.Background()
 	m, err := mon.Start(ctx, cfg)
+	if err == nil && sp.KeyringDir != "" {
+		_, err = m.WriteKeyrings(ctx, sp.KeyringDir)
+	}
 	serveUntilSignal(err, func() {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -81,6 +87,9 @@ func (mc *monCluster) startMonB(ctx context.Context, cfg mon.Config) {
 	sp := monProcSpec{Etcd: cfg.Etcd, Name: "b", Listen: fmt.Sprintf("tcp://127.0.0.1:%d", port),
 		HeartbeatGrace: cfg.HeartbeatGrace, DownOutInterval: cfg.DownOutInterval, MinDownReporters: cfg.MinDownReporters,
 		NoAuth: cfg.NoAuth}
+	if !cfg.NoAuth {
+		sp.KeyringDir = mc.dir
+	}
 	if cfg.Pool != nil {
 		if sp.Pool, err = protojson.Marshal(cfg.Pool); err != nil {
 			t.Fatal(err)
@@ -91,9 +100,12 @@ func (mc *monCluster) startMonB(ctx context.Context, cfg mon.Config) {
 	cmd.Env = append(os.Environ(), "OSPREY_TEST_MON="+string(spec))
 	mc.monProc = runChild(t, cmd, mc.monLogs["b"], &mc.mu, "mon.b")
 	mc.monAddrs = []string{sp.Listen}
+	if !cfg.NoAuth {
+		mc.loadKeyrings()
+	}
 	deadline, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	waitCLIStatus(deadline, t, mc.monAddrs, "mon.b leading", func(s *mon.Status) bool {
+	mc.waitCLIStatus(deadline, mc.monAddrs, "mon.b leading", func(s *mon.Status) bool {
 		return leaderOf(s) == "b"
 	})
 }
@@ -106,11 +118,11 @@ func (mc *monCluster) stopMon(sig syscall.Signal) {
 	}
 }
 
-// cliStatus is `osprey status` against the mons at addrs: the "status"
-// command through a mon client, which moves on from a mon that does not
-// answer.
-func cliStatus(ctx context.Context, addrs []string) (*mon.Status, error) {
-	c, err := monclient.New(ctx, monclient.Options{Addrs: addrs, Timeout: 2 * time.Second,
+// cliStatus is `osprey status` against the mons at addrs, as client.admin:
+// the "status" command through a mon client, which moves on from a mon
+// that does not answer.
+func (mc *monCluster) cliStatus(ctx context.Context, addrs []string) (*mon.Status, error) {
+	c, err := monclient.New(ctx, monclient.Options{Addrs: addrs, Timeout: 2 * time.Second, Keyring: mc.admin,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return nil, err
@@ -129,10 +141,11 @@ func cliStatus(ctx context.Context, addrs []string) (*mon.Status, error) {
 
 // waitCLIStatus polls cliStatus until ok holds, failing the test when ctx
 // ends first.
-func waitCLIStatus(ctx context.Context, t *testing.T, addrs []string, what string, ok func(*mon.Status) bool) *mon.Status {
+func (mc *monCluster) waitCLIStatus(ctx context.Context, addrs []string, what string, ok func(*mon.Status) bool) *mon.Status {
+	t := mc.t
 	t.Helper()
 	for {
-		st, err := cliStatus(ctx, addrs)
+		st, err := mc.cliStatus(ctx, addrs)
 		if err == nil && ok(st) {
 			return st
 		}
@@ -237,7 +250,7 @@ func TestMonLeaderKilled(t *testing.T) {
 	// lease, so it is no longer listed. The health has no check on mons
 	// (mon/status.go counts OSDs and PGs only): a dead mon is not a
 	// warning, it is absent.
-	st := waitCLIStatus(by(killed, 15*time.Second), t, []string{mc.monAddrs[1], mc.monAddrs[0]}, "mon.a the only mon, leading", func(s *mon.Status) bool {
+	st := mc.waitCLIStatus(by(killed, 15*time.Second), []string{mc.monAddrs[1], mc.monAddrs[0]}, "mon.a the only mon, leading", func(s *mon.Status) bool {
 		return leaderOf(s) == "a" && slices.Equal(monNames(s), []string{"a"})
 	})
 	if st.Mons[0].Addr != mc.mon.Addr() {

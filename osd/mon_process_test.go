@@ -26,6 +26,7 @@ import (
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/internal/smallfs"
 	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -44,6 +45,9 @@ type monChildSpec struct {
 	// SmallDisk: the data directory is a small filesystem; the store
 	// sizes its memtable to it.
 	SmallDisk bool
+	// Keyring is client.bootstrap-osd's keyring file, with which a new
+	// OSD gets its own; none: auth is off.
+	Keyring string
 }
 
 // monOSDProcess is the body of an OSD child that boots through a mon.
@@ -55,7 +59,14 @@ func monOSDProcess(spec string) {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := osd.Config{Mon: sp.Mons, DataDir: sp.Data, PublicListen: sp.Public, ClusterListen: sp.Cluster,
-		RecoveryBytesPerSec: sp.RecoveryBytesPerSec, Logger: log, NoAuth: true}
+		RecoveryBytesPerSec: sp.RecoveryBytesPerSec, Logger: log, NoAuth: sp.Keyring == ""}
+	if sp.Keyring != "" {
+		var err error
+		if cfg.Keyring, err = auth.LoadKeyring(sp.Keyring); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
 	if !sp.Defaults {
 		cfg.HeartbeatInterval, cfg.HeartbeatGrace, cfg.BeaconInterval = 200*time.Millisecond, 2*time.Second, 500*time.Millisecond
 	}
@@ -88,6 +99,11 @@ type monCluster struct {
 	// monLogs hold the mons' logs (Mons: 2): mon.b's stderr, mon.a's
 	// slog output.
 	monLogs map[string]*bytes.Buffer
+	// admin is client.admin's keyring, which the test's clients use;
+	// bootstrap is client.bootstrap-osd's keyring file, which new OSDs
+	// start with. Both unset with Mon.NoAuth.
+	admin     *auth.Keyring
+	bootstrap string
 }
 
 // monClusterOptions shape a monCluster.
@@ -121,9 +137,9 @@ func startMonCluster(t *testing.T, opts monClusterOptions) *monCluster {
 		t.Fatal(err)
 	}
 	cfg.Etcd, cfg.Listen, cfg.Logger = mc.etcd.Endpoints(), "tcp://127.0.0.1:0", quiet
-	// These tests play with mons and OSD processes, not with keys: auth
-	// is off (internal/local's clusters, osprey up, run with it).
-	cfg.NoAuth = true
+	// Auth is on, as in any cluster: the mon writes the admin and
+	// bootstrap keyrings, OSDs boot with the bootstrap key and keep their
+	// own, clients are client.admin.
 	if opts.Mons == 2 {
 		t.Cleanup(func() { mc.stopMon(syscall.SIGKILL) }) // if mon "a" does not start
 		mc.monLogs = map[string]*bytes.Buffer{"a": {}, "b": {}}
@@ -135,6 +151,12 @@ func startMonCluster(t *testing.T, opts monClusterOptions) *monCluster {
 		t.Fatal(err)
 	}
 	mc.monAddrs = append([]string{mc.mon.Addr()}, mc.monAddrs...)
+	if !cfg.NoAuth && mc.admin == nil {
+		if _, err := mc.mon.WriteKeyrings(ctx, mc.dir); err != nil {
+			t.Fatal(err)
+		}
+		mc.loadKeyrings()
+	}
 	t.Cleanup(func() {
 		for i := range mc.procs {
 			mc.kill(i, syscall.SIGKILL)
@@ -178,7 +200,8 @@ func (mc *monCluster) start(i int) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOSDProcess$")
 	spec, _ := json.Marshal(monChildSpec{Mons: mc.monAddrs, Data: data, Public: pub, Cluster: clu,
-		RecoveryBytesPerSec: mc.opts.RecoveryBytesPerSec, Defaults: mc.opts.Defaults, SmallDisk: small > 0})
+		RecoveryBytesPerSec: mc.opts.RecoveryBytesPerSec, Defaults: mc.opts.Defaults, SmallDisk: small > 0,
+		Keyring: mc.bootstrap})
 	cmd.Env = append(os.Environ(), "OSPREY_TEST_OSD=mon:"+string(spec))
 	mc.mu.Lock()
 	logs := mc.logs[i]
@@ -195,6 +218,17 @@ func (mc *monCluster) kill(i int, sig syscall.Signal) {
 		stopChild(p, sig)
 		delete(mc.procs, i)
 	}
+}
+
+// loadKeyrings reads the keyrings the mon wrote into the cluster's
+// directory.
+func (mc *monCluster) loadKeyrings() {
+	mc.t.Helper()
+	var err error
+	if mc.admin, err = auth.LoadKeyring(filepath.Join(mc.dir, "client.admin.keyring")); err != nil {
+		mc.t.Fatal(err)
+	}
+	mc.bootstrap = filepath.Join(mc.dir, "client.bootstrap-osd.keyring")
 }
 
 // status is the mon's "status".
@@ -226,7 +260,7 @@ func (mc *monCluster) waitStatus(ctx context.Context, what string, ok func(*mon.
 // client is a client of the cluster that retries a failing op for
 // retryFor.
 func (mc *monCluster) client(t *testing.T, retryFor time.Duration) *client.Client {
-	cl, err := client.New(context.Background(), client.Options{Mon: mc.monAddrs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	cl, err := client.New(context.Background(), client.Options{Mon: mc.monAddrs, Keyring: mc.admin, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		RetryFor: retryFor, OpTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -252,7 +252,15 @@ type OSD struct {
 	// nil when unlimited.
 	recoverySlots chan struct{}
 	recoveryRate  *rate.Limiter
-	opsServed     atomic.Uint64
+	// opsServed and the client byte counters are what beacons report for
+	// the mon's throughput (ops a client sent us, bodies in and out).
+	opsServed        atomic.Uint64
+	clientReadBytes  atomic.Uint64
+	clientWriteBytes atomic.Uint64
+	// opTimes times client ops, lastBeacon is the last beacon built
+	// (Stats).
+	opTimes    opTimer
+	lastBeacon atomic.Pointer[osdpb.MonBeacon]
 	// ratelog limits the lines a peer can make us repeat (bad requests,
 	// refused RepOps) to one per kind per 10 s, with the count held back.
 	ratelog guard.RateLog
@@ -474,6 +482,10 @@ func (o *OSD) ID() uint32 { return o.id }
 // PublicAddr and ClusterAddr are the bound addresses.
 func (o *OSD) PublicAddr() string  { return o.pubAddr }
 func (o *OSD) ClusterAddr() string { return o.cluAddr }
+
+// Messengers are the OSD's public (clients) and cluster (OSDs)
+// messengers, for their counters.
+func (o *OSD) Messengers() (public, cluster *msgr.Messenger) { return o.pub, o.clu }
 
 // Map is the OSD's current cluster map.
 func (o *OSD) Map() *placement.Map { return o.mapv.Load() }

@@ -73,6 +73,21 @@ type Options struct {
 	ClientTimeout time.Duration
 	// Now is the clock signatures are checked against (tests).
 	Now func() time.Time
+	// OnRequest, if set, is told of each request when it ends, with what
+	// the access log line says of it less who made it and what it named
+	// (internal/metrics counts them). It runs on the request's goroutine
+	// and must be quick.
+	OnRequest func(RequestInfo)
+}
+
+// RequestInfo is one finished request, for OnRequest.
+type RequestInfo struct {
+	Op       string // the S3 operation ("PutObject"), "Auth" for one refused before it was known
+	Method   string
+	Status   int   // the HTTP status sent; 0 if the connection was cut before any
+	BytesIn  int64 // body bytes read and verified
+	BytesOut int64 // body bytes written
+	Duration time.Duration
 }
 
 // Gateway serves the S3 API; it is an http.Handler.
@@ -242,17 +257,24 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ids := []string{req.id}
 	h["X-Amz-Request-Id"], h["X-Amz-Id-2"], h["Server"] = ids, ids, serverHeader
 	var body *verifiedBody
-	// The access log: its arguments are built only when it is on (a
-	// gateway run at warn level pays nothing for it).
-	if g.log.Enabled(r.Context(), slog.LevelInfo) {
+	// The access log's arguments are built only when it is on (a gateway
+	// run at warn level pays nothing for it).
+	logOn := g.log.Enabled(r.Context(), slog.LevelInfo)
+	if logOn || g.opts.OnRequest != nil {
 		defer func() {
 			in := int64(0)
 			if body != nil {
 				in = body.n
 			}
-			g.log.Info("s3", "id", req.id, "remote", r.RemoteAddr, "access_key", req.access, "entity", req.who.Entity, "op", req.op,
-				"method", r.Method, "bucket", req.bucket, "key", req.key, "status", req.w.status,
-				"bytes_in", in, "bytes_out", req.w.bytes, "dur", time.Since(start))
+			dur := time.Since(start)
+			if logOn {
+				g.log.Info("s3", "id", req.id, "remote", r.RemoteAddr, "access_key", req.access, "entity", req.who.Entity, "op", req.op,
+					"method", r.Method, "bucket", req.bucket, "key", req.key, "status", req.w.status,
+					"bytes_in", in, "bytes_out", req.w.bytes, "dur", dur)
+			}
+			if g.opts.OnRequest != nil {
+				g.opts.OnRequest(RequestInfo{Op: req.op, Method: r.Method, Status: req.w.status, BytesIn: in, BytesOut: req.w.bytes, Duration: dur})
+			}
 		}()
 	}
 

@@ -295,7 +295,8 @@ type upProcess struct {
 	mon     string
 	keyring string // client.admin's
 	reused  bool
-	s3      map[string]any // the S3 gateway's endpoint and keys
+	s3      map[string]any    // the S3 gateway's endpoint and keys
+	metrics map[string]string // daemon ("mon.a", "osd.0", "s3") to its /metrics URL
 }
 
 // startUp starts `osprey up` and waits, with a deadline, for its
@@ -346,6 +347,11 @@ func startUp(t *testing.T, bin, dir string, port int) *upProcess {
 	u.mon, _ = ev["mon"].(string)
 	u.keyring, _ = ev["keyring"].(string)
 	u.s3, _ = ev["s3"].(map[string]any)
+	u.metrics = map[string]string{}
+	for _, m := range ev["metrics"].([]any) {
+		m := m.(map[string]any)
+		u.metrics[m["daemon"].(string)], _ = m["url"].(string)
+	}
 	return u
 }
 

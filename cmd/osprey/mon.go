@@ -2,13 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/metrics"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/mon/dashboard"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"github.com/spf13/cobra"
 )
@@ -21,7 +23,9 @@ func newMonCmd() *cobra.Command {
 		minSize    uint32
 		stopWithin time.Duration
 		keyringDir string
+		dashAddr   string
 	)
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "mon",
 		Short: "Run a monitor: the cluster map's authority",
@@ -50,9 +54,17 @@ tests and closed networks only; the mon logs a warning.
 An OSD that sends no beacon for --heartbeat-grace, or that two OSDs on other
 hosts report unreachable for that long, is marked down (at once when its
 peers' connections are refused); one down for --down-out-interval is marked
-out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
+out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.
+
+--dashboard-addr HOST:PORT serves a live status page (docs/dashboard.md) on
+an HTTP listener of its own: health and its reasons, the OSD tree, PGs by
+state, throughput and recent events. It has no authentication: bind it to
+loopback or an admin network.`,
 		Example: `  # one mon with its own etcd
   osprey mon --listen tcp://10.0.0.1:3300 --embed-etcd /var/lib/osprey/mon.a
+
+  # with its status page on http://127.0.0.1:7000/
+  osprey mon --embed-etcd /var/lib/osprey/mon.a --dashboard-addr 127.0.0.1:7000
 
   # three mons on an etcd cluster
   osprey mon --name a --listen tcp://10.0.0.1:3300 --etcd http://10.0.0.1:2379,http://10.0.0.2:2379,http://10.0.0.3:2379`,
@@ -77,27 +89,40 @@ out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
 				return err
 			}
 			if !cfg.NoAuth && keyringDir != "" {
-				for _, k := range []struct {
-					entity string
-					caps   map[string]string
-				}{{"client.admin", mon.AdminCaps}, {"client.bootstrap-osd", mon.BootstrapOSDCaps}} {
-					path := filepath.Join(keyringDir, k.entity+".keyring")
-					if _, err := m.WriteKeyring(cmd.Context(), path, k.entity, k.caps); err != nil {
-						m.Close(context.Background())
-						return err
-					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%s keyring: %s\n", k.entity, path)
+				k, err := m.WriteKeyrings(cmd.Context(), keyringDir)
+				if err != nil {
+					m.Close(context.Background())
+					return err
 				}
+				fmt.Fprintf(cmd.OutOrStdout(), "client.admin keyring: %s\nclient.bootstrap-osd keyring: %s\n", k.AdminPath, k.BootstrapOSDPath)
 			}
 			role := "standby"
 			if m.IsLeader() {
 				role = "leader"
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "mon.%s serving on %s (%s), fsid %s, map epoch %d\n", cfg.Name, m.Addr(), role, m.FSID(), m.Map().Epoch())
+			var ms *metrics.Server
+			if metricsAddr != "" {
+				if ms, err = metrics.Serve(cmd.Context(), metrics.ServerOptions{Addr: metricsAddr, Registry: metrics.MonRegistry(m)}); err != nil {
+					m.Close(context.Background())
+					return fmt.Errorf("--metrics-addr: %w", err)
+				}
+				printMetrics(cmd.OutOrStdout(), "mon."+cfg.Name, ms)
+			}
+			var dash *dashboard.Server
+			if dashAddr != "" {
+				if dash, err = dashboard.Serve(cmd.Context(), dashAddr, dashboard.Options{Source: m, Logger: cfg.Logger}); err != nil {
+					ms.Close(context.Background())
+					m.Close(context.Background())
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "dashboard: %s\n", dash.URL())
+			}
 			<-cmd.Context().Done()
 			ctx, cancel := context.WithTimeout(context.Background(), stopWithin)
 			defer cancel()
-			return m.Close(ctx)
+			dash.Close(ctx)
+			return errors.Join(ms.Close(ctx), m.Close(ctx))
 		},
 	}
 	f := cmd.Flags()
@@ -113,6 +138,8 @@ out, and its PGs move. SIGINT or SIGTERM stops the mon; a standby takes over.`,
 	f.Uint32Var(&minSize, "min-size", 0, "min_size of the default pool; 0: replicas - replicas/2 (new cluster only)")
 	f.DurationVar(&stopWithin, "stop-timeout", 10*time.Second, "bound on a graceful stop")
 	f.Var(authFlag{&cfg.NoAuth}, "auth", `"cert": authenticate every peer and check its caps; "none": no authentication (tests and closed networks only)`)
+	f.StringVar(&metricsAddr, "metrics-addr", "", metricsAddrUsage)
 	f.StringVar(&keyringDir, "keyring-dir", "", "where to write client.admin.keyring and client.bootstrap-osd.keyring if missing (default: the --embed-etcd directory; none with --etcd)")
+	f.StringVar(&dashAddr, "dashboard-addr", "", "HOST:PORT to serve the status page on (HTTP, no authentication); '' for none")
 	return cmd
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	"github.com/ospreystore/osprey/internal/metrics"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
@@ -29,6 +31,7 @@ func newOSDCmd() *cobra.Command {
 		stopWithin time.Duration
 		keyring    string
 	)
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "osd",
 		Short: "Run one object storage daemon",
@@ -99,6 +102,14 @@ gracefully.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "osd.%d serving: public %s, cluster %s\n", o.ID(), o.PublicAddr(), o.ClusterAddr())
+			var ms *metrics.Server
+			if metricsAddr != "" {
+				if ms, err = metrics.Serve(cmd.Context(), metrics.ServerOptions{Addr: metricsAddr, Registry: metrics.OSDRegistry(o)}); err != nil {
+					o.Close(context.Background())
+					return fmt.Errorf("--metrics-addr: %w", err)
+				}
+				printMetrics(cmd.OutOrStdout(), fmt.Sprintf("osd.%d", o.ID()), ms)
+			}
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
@@ -117,12 +128,13 @@ gracefully.`,
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), stopWithin)
 			defer cancel()
-			return o.Close(ctx)
+			return errors.Join(ms.Close(ctx), o.Close(ctx))
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&keyring, "keyring", "", "a bootstrap key (client.bootstrap-osd's) for a new OSD, or the OSD's own; later starts use --data/keyring")
 	f.Var(authFlag{&cfg.NoAuth}, "auth", `with --mon: "cert" (authenticate) or "none" (tests and closed networks only)`)
+	f.StringVar(&metricsAddr, "metrics-addr", "", metricsAddrUsage)
 	f.StringSliceVar(&cfg.Mon, "mon", nil, "mon addresses (tcp://HOST:PORT,...); the OSD gets its id and maps from them")
 	f.StringVar(&cfg.Host, "host", "", "host label in the map (default the host name)")
 	f.Float64Var(&cfg.Weight, "weight", 0, "straw2 weight at the first boot (default 1)")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/client/s3gw"
+	"github.com/ospreystore/osprey/internal/metrics"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/spf13/cobra"
@@ -36,6 +37,7 @@ type s3Options struct {
 	region          string
 	domains         []string
 	shutdownTimeout time.Duration
+	metricsAddr     string
 }
 
 func newS3Cmd() *cobra.Command {
@@ -79,6 +81,7 @@ It serves until Ctrl-C or SIGTERM, then lets the requests in progress finish
 	f.StringVar(&o.region, "region", "us-east-1", "the region GetBucketLocation answers")
 	f.StringSliceVar(&o.domains, "domain", nil, "domains for virtual-hosted-style requests (BUCKET.DOMAIN); path style always works")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long requests in progress may take to finish on a stop")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", metricsAddrUsage)
 	return cmd
 }
 
@@ -126,16 +129,34 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
-	gw, err := s3gw.New(s3gw.Options{Client: cl, Credentials: creds,
-		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout})
+	gopts := s3gw.Options{Client: cl, Credentials: creds,
+		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout}
+	var ms *metrics.Server
+	if o.metricsAddr != "" {
+		if ms, err = serveGatewayMetrics(ctx, o.metricsAddr, cl, &gopts, slog.Default()); err != nil {
+			ln.Close()
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		defer ms.Close(context.Background())
+	}
+	gw, err := s3gw.New(gopts)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "osprey s3: serving S3 on http://%s (%s)\n", ln.Addr(), who)
+	printMetrics(cmd.OutOrStdout(), "osprey s3", ms)
 	err = gw.Serve(ctx, ln)
 	fmt.Fprintln(cmd.OutOrStdout(), "osprey s3: stopped")
 	return err
+}
+
+// serveGatewayMetrics serves the gateway's metrics on addr and has
+// gopts report each request to them.
+func serveGatewayMetrics(ctx context.Context, addr string, cl *client.Client, gopts *s3gw.Options, logger *slog.Logger) (*metrics.Server, error) {
+	reg, gm := metrics.GatewayRegistry(cl)
+	gopts.OnRequest = gm.Observe
+	return metrics.Serve(ctx, metrics.ServerOptions{Addr: addr, Registry: reg, Logger: logger})
 }
 
 func cmpOrEnv(flag, env string) string {
@@ -152,11 +173,12 @@ type upGateway struct {
 	SecretKey string `json:"secret_key"`
 	// Entity owns the key pair: client.admin, or "" for the static pair
 	// of a cluster without auth.
-	Entity string `json:"entity,omitempty"`
-	cl     *client.Client
-	creds  *s3gw.ClusterCredentials // nil without auth
-	cancel context.CancelFunc
-	done   chan error
+	Entity  string `json:"entity,omitempty"`
+	cl      *client.Client
+	creds   *s3gw.ClusterCredentials // nil without auth
+	metrics *metrics.Server          // nil without metrics
+	cancel  context.CancelFunc
+	done    chan error
 }
 
 // upGatewayEntity is the entity `osprey up`'s gateway reaches its
@@ -169,7 +191,7 @@ const upGatewayEntity = "client.s3-gateway"
 // serves one fresh static pair. explicit says the user chose addr:
 // failing to listen on the default address only warns, since the cluster
 // is useful without it.
-func startUpGateway(ctx context.Context, lc *localCluster, addr string, explicit bool, logger *slog.Logger, warn io.Writer) (*upGateway, error) {
+func startUpGateway(ctx context.Context, lc *localCluster, addr string, explicit, withMetrics bool, logger *slog.Logger, warn io.Writer) (*upGateway, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		if !explicit {
@@ -193,9 +215,19 @@ func startUpGateway(ctx context.Context, lc *localCluster, addr string, explicit
 		g.closeCreds()
 		return nil, fmt.Errorf("the S3 gateway's client: %w", err)
 	}
-	gw, err := s3gw.New(s3gw.Options{Client: g.cl, Credentials: creds, Logger: logger})
+	gopts := s3gw.Options{Client: g.cl, Credentials: creds, Logger: logger}
+	if withMetrics {
+		if g.metrics, err = serveGatewayMetrics(ctx, "127.0.0.1:0", g.cl, &gopts, logger); err != nil {
+			ln.Close()
+			g.cl.Close()
+			g.closeCreds()
+			return nil, err
+		}
+	}
+	gw, err := s3gw.New(gopts)
 	if err != nil {
 		ln.Close()
+		g.metrics.Close(context.Background())
 		g.cl.Close()
 		g.closeCreds()
 		return nil, err
@@ -215,6 +247,7 @@ func (g *upGateway) stop() error {
 	g.cancel()
 	g.cancel = nil
 	err := <-g.done
+	g.metrics.Close(context.Background())
 	g.cl.Close()
 	g.closeCreds()
 	if errors.Is(err, context.Canceled) {

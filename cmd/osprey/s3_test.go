@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -49,6 +50,17 @@ func TestUpAndS3Serve(t *testing.T) {
 	if _, err := s3Client(endpoint, access, "not-the-secret").ListBuckets(ctx, &s3.ListBucketsInput{}); err == nil {
 		t.Fatal("a wrong secret was accepted")
 	}
+	// Every daemon's metrics are where up said, the gateway's counting
+	// the requests just made.
+	for _, d := range []string{"mon.a", "osd.0", "osd.1", "osd.2"} {
+		if !strings.Contains(scrapeText(t, up.metrics[d]), "osprey_msgr_sessions{") {
+			t.Errorf("%s's metrics at %q have no messenger series", d, up.metrics[d])
+		}
+	}
+	if m := scrapeText(t, up.metrics["s3"]); !strings.Contains(m, `osprey_s3_requests_total{op="PutObject",status="200"} 1`) ||
+		!strings.Contains(m, `osprey_s3_requests_total{op="Auth",status="403"} 1`) {
+		t.Errorf("the gateway's metrics do not count its requests:\n%s", m)
+	}
 
 	// A read-only user with a key pair, made by the CLI.
 	m := []string{"--mon", up.mon, "--keyring", up.keyring}
@@ -70,7 +82,8 @@ func TestUpAndS3Serve(t *testing.T) {
 	}
 
 	// A second gateway, its own process, on the same cluster.
-	gw := exec.Command(bin, "s3", "--mon", up.mon, "--keyring", up.keyring, "--listen", "127.0.0.1:0", "--log-level", "warn")
+	gw := exec.Command(bin, "s3", "--mon", up.mon, "--keyring", up.keyring, "--listen", "127.0.0.1:0", "--log-level", "warn",
+		"--metrics-addr", "127.0.0.1:0")
 	stdout, err := gw.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +113,10 @@ func TestUpAndS3Serve(t *testing.T) {
 		t.Fatalf("osprey s3 printed %q\n%s", line, stderr)
 	}
 	addr, _, _ = strings.Cut(addr, " ")
+	gwMetrics, ok := strings.CutPrefix(<-lines, "osprey s3: metrics on ")
+	if !ok {
+		t.Errorf("osprey s3 --metrics-addr printed no address")
+	}
 	c2 := s3Client(addr, roAccess, roSecret)
 	_, err = c2.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("via-up"), Key: aws.String("k2"), Body: strings.NewReader("no")})
 	if !strings.Contains(fmt.Sprint(err), "AccessDenied") {
@@ -113,6 +130,9 @@ func TestUpAndS3Serve(t *testing.T) {
 	out.Body.Close()
 	if string(b) != "hello" {
 		t.Fatalf("through osprey s3: %q", b)
+	}
+	if m := scrapeText(t, gwMetrics); !strings.Contains(m, `osprey_s3_requests_total{op="GetObject",status="200"} 1`) {
+		t.Errorf("osprey s3 --metrics-addr: its metrics at %s do not count the GET:\n%s", gwMetrics, m)
 	}
 	if err := gw.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -142,4 +162,19 @@ func TestS3NeedsKeys(t *testing.T) {
 			t.Fatalf("osprey s3 %v: %v (exit %d), want %q", c.args, err, exitCode(err), c.want)
 		}
 	}
+}
+
+// scrapeText GETs a /metrics URL.
+func scrapeText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("scrape %q: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: %s %v", url, resp.Status, err)
+	}
+	return string(b)
 }

@@ -98,7 +98,7 @@ status reports, it does not judge; scripts read "health" from --json.`,
 			// The same precedence as every command: a mon, when one is
 			// named before any seeds or map, answers with its own view.
 			if tg, err := resolveTarget(t, os.Getenv); err == nil && len(tg.Mons) > 0 {
-				return monStatus(cmd, monFlags{addrs: tg.Mons, timeout: t.mon.timeout}, asJSON)
+				return monStatus(cmd, monFlags{addrs: tg.Mons, timeout: t.mon.timeout, keyring: t.mon.keyring}, asJSON)
 			}
 			cl, err := connect(ctx, cmd, t)
 			if err != nil {

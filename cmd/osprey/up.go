@@ -46,6 +46,8 @@ type upOptions struct {
 	grace, downOut  time.Duration
 	faults          msgr.FaultInjection
 	s3              string // the S3 gateway's address; "" none
+	metrics         bool   // serve each daemon's /metrics on loopback
+	dashboard       string // the mon's status page's address; "" none
 }
 
 func newUpCmd() *cobra.Command {
@@ -100,6 +102,8 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	f.DurationVar(&o.downOut, "down-out-interval", 10*time.Minute, "the mon marks a down OSD out (its data is re-replicated) after this long")
 	f.Var((*socketFailures)(&o.faults), "inject-socket-failures", socketFailuresUsage)
 	f.Var(authFlag{&o.noAuth}, "auth", `"cert": every daemon and client proves who it is and is checked against its caps; "none": no authentication (tests and closed networks only)`)
+	f.BoolVar(&o.metrics, "metrics", true, "serve each daemon's Prometheus metrics (/metrics) on a free loopback port, and print where; not with --demo")
+	f.StringVar(&o.dashboard, "dashboard-addr", "127.0.0.1:0", "HOST:PORT of the mon's status page (port 0: a free one); '' for none")
 	f.StringVar(&o.s3, "s3", defaultS3Listen, "HOST:PORT of the S3 gateway (a free port with --port 0 or --temp); '' for none; not with --demo")
 	return cmd
 }
@@ -187,7 +191,7 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 		lc.keyring = lc.KeyringPath("client.admin")
 	}
 	if !o.demo && o.s3 != "" {
-		if lc.s3, err = startUpGateway(ctx, lc, upS3Addr(cmd, o), cmd.Flags().Changed("s3"), logger, cmd.ErrOrStderr()); err != nil {
+		if lc.s3, err = startUpGateway(ctx, lc, upS3Addr(cmd, o), cmd.Flags().Changed("s3"), o.metrics, logger, cmd.ErrOrStderr()); err != nil {
 			return err
 		}
 	}
@@ -228,7 +232,8 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string, logger *slog.Logger) (*localCluster, error) {
 	lo := local.Options{OSDs: o.osds, Replicas: o.replicas, PGs: o.pgs, Public: o.public, Cluster: o.cluster,
 		Host: o.host, BasePort: o.port, Dir: dir, Logger: logger, WithMon: true,
-		HeartbeatGrace: o.grace, DownOutInterval: o.downOut, Faults: o.faults, NoAuth: o.noAuth}
+		HeartbeatGrace: o.grace, DownOutInterval: o.downOut, Faults: o.faults, NoAuth: o.noAuth, DashboardAddr: o.dashboard,
+		Metrics: o.metrics && !o.demo} // a demo stops before anyone could scrape
 	path := filepath.Join(dir, "map.json")
 	m, err := placement.Load(path)
 	switch {
@@ -254,6 +259,24 @@ func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string
 		return nil, err
 	}
 	return &localCluster{Cluster: c, reused: lo.Map != nil}, nil
+}
+
+// upMetrics is where one daemon of `osprey up` serves /metrics.
+type upMetrics struct {
+	Daemon string `json:"daemon"`
+	URL    string `json:"url"`
+}
+
+// metricsURLs lists the daemons' metrics endpoints, the gateway's last.
+func (lc *localCluster) metricsURLs() []upMetrics {
+	var out []upMetrics
+	for _, m := range lc.Metrics {
+		out = append(out, upMetrics{m.Daemon, m.URL()})
+	}
+	if lc.s3 != nil && lc.s3.metrics != nil {
+		out = append(out, upMetrics{"s3", lc.s3.metrics.URL()})
+	}
+	return out
 }
 
 // checkReuse refuses flags given on the command line that contradict the
@@ -359,7 +382,7 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 		json.NewEncoder(w).Encode(map[string]any{
 			"event": "serving", "fsid": lc.Map.FSID(), "epoch": lc.Map.Epoch(), "dir": lc.Dir, "map": lc.MapPath,
 			"seeds": lc.Seeds(), "osds": osds, "replicas": pool.size, "pgs": pool.pgs, "reused": lc.reused,
-			"mon": lc.monAddr(), "keyring": lc.keyring, "s3": lc.s3,
+			"mon": lc.monAddr(), "keyring": lc.keyring, "s3": lc.s3, "metrics": lc.metricsURLs(), "dashboard": lc.dashboardURL(),
 		})
 		return
 	}
@@ -376,8 +399,14 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 		fmt.Fprintf(w, "  mon.a  %s (etcd embedded, data in %s)\n", lc.Mon.Addr(), filepath.Join(lc.Dir, "mon"))
 		fmt.Fprintf(w, "  admin  client.admin's keyring in %s (keep it secret)\n", lc.keyring)
 	}
+	if u := lc.dashboardURL(); u != "" {
+		fmt.Fprintf(w, "  dashboard  %s\n", u)
+	}
 	fmt.Fprintf(w, "  map    %s\n  seeds  %s\n", lc.MapPath, seeds)
 	lc.s3.printS3(w)
+	for _, m := range lc.metricsURLs() {
+		fmt.Fprintf(w, "  metrics %-6s %s\n", m.Daemon, m.URL)
+	}
 	if o.demo {
 		return
 	}
@@ -692,6 +721,14 @@ func roundDur(d time.Duration) time.Duration {
 		return d.Round(10 * time.Microsecond)
 	}
 	return d.Round(time.Microsecond)
+}
+
+// dashboardURL is the mon's status page; "" when there is none.
+func (lc *localCluster) dashboardURL() string {
+	if lc.Dashboard == nil {
+		return ""
+	}
+	return lc.Dashboard.URL()
 }
 
 func (lc *localCluster) monAddr() string {

@@ -18,13 +18,16 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/metrics"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/mon/dashboard"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options shape a local cluster.
@@ -69,6 +72,20 @@ type Options struct {
 	// Faults are injected into every OSD's messengers (osprey up
 	// --inject-socket-failures).
 	Faults msgr.FaultInjection
+
+	// DashboardAddr, with WithMon, serves the mon's dashboard on this
+	// HOST:PORT (port 0: a free one); "" serves none.
+	DashboardAddr string
+
+	// Metrics serves each daemon's Prometheus metrics (internal/metrics)
+	// on a free loopback port; Cluster.Metrics lists where.
+	Metrics bool
+}
+
+// DaemonMetrics is where one daemon of the cluster serves /metrics.
+type DaemonMetrics struct {
+	Daemon string // "mon.a", "osd.0"
+	*metrics.Server
 }
 
 // Cluster is a running local cluster.
@@ -83,7 +100,14 @@ type Cluster struct {
 	// AdminKeyring is client.admin's (every cap), with WithMon and auth;
 	// its file is DIR/client.admin.keyring.
 	AdminKeyring *auth.Keyring
-	temp         bool
+	// Metrics are the daemons' metrics listeners, with Options.Metrics:
+	// the mon's first, then the OSDs' in id order.
+	Metrics []DaemonMetrics
+	// Dashboard is the mon's status page, with Options.DashboardAddr.
+	Dashboard *dashboard.Server
+	temp      bool
+	// osdConfigs are what OSDs[i] started with, for RestartOSD.
+	osdConfigs []osd.Config
 }
 
 // KeyringPath is where the cluster keeps entity's keyring: DIR/ENTITY.keyring.
@@ -136,19 +160,52 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 			c.Close(context.Background())
 			return nil, err
 		}
+		if err := c.serveMetrics(ctx, opts); err != nil {
+			c.Close(context.Background())
+			return nil, err
+		}
 		return c, nil
 	}
 	for info := range c.Map.OSDs() {
-		o, err := osd.Start(ctx, osd.Config{ID: info.Id, Map: c.Map, MapPath: c.MapPath,
+		if err := c.startOSD(ctx, info.Id, osd.Config{ID: info.Id, Map: c.Map, MapPath: c.MapPath,
 			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
-			Store: store.Options{ReadCacheSize: opts.ReadCacheSize}})
-		if err != nil {
+			Store: store.Options{ReadCacheSize: opts.ReadCacheSize}}); err != nil {
 			c.Close(context.Background())
-			return nil, fmt.Errorf("starting osd.%d: %w", info.Id, err)
+			return nil, err
 		}
-		c.OSDs = append(c.OSDs, o)
+	}
+	if err := c.serveMetrics(ctx, opts); err != nil {
+		c.Close(context.Background())
+		return nil, err
 	}
 	return c, nil
+}
+
+// serveMetrics starts the daemons' metrics listeners, with opts.Metrics.
+func (c *Cluster) serveMetrics(ctx context.Context, opts Options) error {
+	if !opts.Metrics {
+		return nil
+	}
+	const addr = "127.0.0.1:0"
+	serve := func(daemon string, reg *prometheus.Registry) error {
+		s, err := metrics.Serve(ctx, metrics.ServerOptions{Addr: addr, Registry: reg, Logger: opts.Logger})
+		if err != nil {
+			return fmt.Errorf("%s: %w", daemon, err)
+		}
+		c.Metrics = append(c.Metrics, DaemonMetrics{daemon, s})
+		return nil
+	}
+	if c.Mon != nil {
+		if err := serve("mon.a", metrics.MonRegistry(c.Mon)); err != nil {
+			return err
+		}
+	}
+	for _, o := range c.OSDs {
+		if err := serve(fmt.Sprintf("osd.%d", o.ID()), metrics.OSDRegistry(o)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // startWithMon starts etcd and the mon, then each OSD of c.Map at its
@@ -188,21 +245,23 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 	}
 	var bootstrap *auth.Keyring
 	if !opts.NoAuth {
-		if c.AdminKeyring, err = c.Mon.WriteKeyring(ctx, c.KeyringPath("client.admin"), "client.admin", mon.AdminCaps); err != nil {
+		k, err := c.Mon.WriteKeyrings(ctx, c.Dir)
+		if err != nil {
 			return err
 		}
-		if bootstrap, err = c.Mon.WriteKeyring(ctx, c.KeyringPath("client.bootstrap-osd"), "client.bootstrap-osd", mon.BootstrapOSDCaps); err != nil {
+		c.AdminKeyring, bootstrap = k.Admin, k.BootstrapOSD
+	}
+	if opts.DashboardAddr != "" {
+		if c.Dashboard, err = dashboard.Serve(ctx, opts.DashboardAddr, dashboard.Options{Source: c.Mon, Logger: opts.Logger}); err != nil {
 			return err
 		}
 	}
 	for info := range c.Map.OSDs() {
-		o, err := osd.Start(ctx, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr,
+		if err := c.startOSD(ctx, info.Id, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr,
 			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
-			Keyring: bootstrap, NoAuth: opts.NoAuth, Store: store.Options{ReadCacheSize: opts.ReadCacheSize}})
-		if err != nil {
-			return fmt.Errorf("starting osd.%d: %w", info.Id, err)
+			Keyring: bootstrap, NoAuth: opts.NoAuth, Store: store.Options{ReadCacheSize: opts.ReadCacheSize}}); err != nil {
+			return err
 		}
-		c.OSDs = append(c.OSDs, o)
 	}
 	// The OSDs' boots are map changes; the last one's map names them all.
 	m := c.Mon.Map()
@@ -216,6 +275,41 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 		return err
 	}
 	return m.Save(c.MapPath)
+}
+
+// startOSD starts the OSD of map entry id and appends it to c.OSDs.
+func (c *Cluster) startOSD(ctx context.Context, id uint32, cfg osd.Config) error {
+	o, err := osd.Start(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("starting osd.%d: %w", id, err)
+	}
+	c.OSDs = append(c.OSDs, o)
+	c.osdConfigs = append(c.osdConfigs, cfg)
+	return nil
+}
+
+// StopOSD stops c.OSDs[i]. To its peers it looks like a crash: its
+// connections are refused from then on, so they report it and the mon
+// marks it down.
+func (c *Cluster) StopOSD(ctx context.Context, i int) error {
+	if i < 0 || i >= len(c.OSDs) {
+		return fmt.Errorf("local: no OSD at index %d (%d OSDs)", i, len(c.OSDs))
+	}
+	return c.OSDs[i].Close(ctx)
+}
+
+// RestartOSD starts c.OSDs[i] again, stopped or not, with its data and
+// addresses; c.OSDs[i] is the new one.
+func (c *Cluster) RestartOSD(ctx context.Context, i int) error {
+	if err := c.StopOSD(ctx, i); err != nil {
+		return err
+	}
+	o, err := osd.Start(ctx, c.osdConfigs[i])
+	if err != nil {
+		return fmt.Errorf("restarting osd.%d: %w", c.OSDs[i].ID(), err)
+	}
+	c.OSDs[i] = o
+	return nil
 }
 
 // NewMap makes the epoch-1 map of a new local cluster from opts.
@@ -273,6 +367,10 @@ func (c *Cluster) Seeds() []string {
 // Close stops the OSDs and removes a temporary directory.
 func (c *Cluster) Close(ctx context.Context) error {
 	var errs []error
+	for _, m := range c.Metrics {
+		errs = append(errs, m.Close(ctx))
+	}
+	errs = append(errs, c.Dashboard.Close(ctx))
 	for _, o := range c.OSDs {
 		errs = append(errs, o.Close(ctx))
 	}

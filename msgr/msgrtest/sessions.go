@@ -177,7 +177,7 @@ func testCloseTellsPeer(t *testing.T, env Env) {
 func testNoGoroutineLeak(t *testing.T, env Env) {
 	before := runtime.NumGoroutine()
 	rec := NewRecorder(t)
-	o := msgr.Options{Name: "osd.0", Dispatcher: rec, Logger: quietLogger()}
+	o := msgr.Options{Name: "osd.0", Dispatcher: rec, Logger: Logger(t)}
 	var release func()
 	o.Transports, release = env.transports(t)
 	defer release() // on failure; closing twice is harmless

@@ -3,9 +3,6 @@ package msgrtest
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -80,19 +77,11 @@ func Run(t *testing.T, env Env) {
 	}
 }
 
-// quietLogger keeps test output readable; set MSGR_TEST_LOG=1 for logs.
-func quietLogger() *slog.Logger {
-	if os.Getenv("MSGR_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
 // NewMessenger starts a messenger for env with test-friendly defaults.
 func (e Env) NewMessenger(t testing.TB, name msgr.EntityName, d msgr.Dispatcher, tweak func(*msgr.Options)) *msgr.Messenger {
 	t.Helper()
 	o := msgr.Options{
-		Name: name, Dispatcher: d, Logger: quietLogger(),
+		Name: name, Dispatcher: d, Logger: Logger(t),
 		Reconnect: msgr.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond},
 		Policies:  map[string]msgr.Policy{"client": msgr.StatelessServer},
 	}

@@ -160,6 +160,7 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 		cm, err := parseCM(l.opts.Banner, data)
 		if err != nil {
 			C.osp_reject(l.pep, C.osp_info_handle(info))
+			l.opts.Inbound.BannerFailed()
 			l.opts.Inbound.Done()
 			return
 		}

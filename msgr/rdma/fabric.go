@@ -138,7 +138,7 @@ type domain struct {
 	wg        sync.WaitGroup
 	waitFile  *os.File // the CQ's wait fd, through the netpoller
 	pollStats struct {
-		busy, blocked atomic.Uint64
+		polls, blocked atomic.Uint64 // CQ reads, and the poller's sleeps
 	}
 
 	registered atomic.Int64

@@ -72,7 +72,8 @@ func TestRDMAHelperProcess(t *testing.T) {
 	}
 	m, err := msgr.New(msgr.Options{
 		Name: "osd.0", Dispatcher: rec, RecvWindowMsgs: 32, Transports: ts,
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// Its link faults go to stderr, which the test prints if it fails.
+		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Reconnect: msgr.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond},
 	})
 	if err != nil {
@@ -221,6 +222,9 @@ func startHelper(t testing.TB, port int, send string) *helper {
 		default:
 			cmd.Process.Kill()
 			<-h.exited
+		}
+		if t.Failed() {
+			t.Logf("helper %s's stderr:\n%s", send, h.stderrText())
 		}
 	})
 	return h

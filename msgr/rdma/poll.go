@@ -155,6 +155,7 @@ func (d *domain) pollLocked() (n int, posted, again bool) {
 	pb := d.poster.pb
 	nops := d.preparePosts()
 	rc := C.osp_poll(d.cq, &d.poster.cops[0], nops, pb)
+	d.pollStats.polls.Add(1) // under fiMu: no other writer contends
 	again, partial := d.settlePosts(pb.nposted)
 	// A piece of a write (osp_write) is progress too, though the write
 	// stays queued.

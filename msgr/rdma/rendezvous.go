@@ -11,6 +11,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"os"
+	"time"
 	"unsafe"
 
 	"github.com/ospreystore/osprey/msgr/wire"
@@ -330,6 +332,10 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 	data := p.r.mem[:p.size]
 	front := p.r.mem[at : at+p.frontLen]
 	if err := wire.CheckEpilogue(p.epi[:], front, data, p.f.Flags&wire.FlagNoDataCRC != 0); err != nil {
+		if os.Getenv("OSPREY_DEBUG_CORRUPT") != "" {
+			os.WriteFile(fmt.Sprintf("/tmp/corrupt-%d-%d.bin", os.Getpid(), time.Now().UnixNano()), append(append([]byte(nil), front...), data...), 0o644)
+			fmt.Fprintf(os.Stderr, "CORRUPT front=%d size=%d src=%+v id=%d\n", len(front), len(data), p.src, p.id)
+		}
 		l.d.putLarge(p.r)
 		return err
 	}

@@ -112,7 +112,10 @@ type Stats struct {
 	HighWaterBytes  int64 // most ever registered at once
 	BuffersInUse    int64 // rendezvous buffers handed out
 	RecvsPosted     int64 // receive buffers posted now
-	PollerSleeps    uint64
+	// CQPolls counts completion-queue reads (by the poller or a reader),
+	// PollerSleeps the times the poller found nothing and slept.
+	CQPolls      uint64
+	PollerSleeps uint64
 	// SharedRecvBufs is the size of the shared receive pools (0 when the
 	// provider has none or Config.NoSharedRecv); SharedRecvLost counts
 	// their buffers the provider refused to take back (each one a buffer
@@ -144,6 +147,7 @@ func (t *Transport) Stats() Stats {
 		s.HighWaterBytes += d.highWater.Load()
 		s.BuffersInUse += d.inUse.Load()
 		s.RecvsPosted += d.posted.Load()
+		s.CQPolls += d.pollStats.polls.Load()
 		s.PollerSleeps += d.pollStats.blocked.Load()
 		s.ZeroCopySends += d.zeroCopy.Load()
 		s.CopiedSends += d.copied.Load()

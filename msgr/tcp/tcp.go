@@ -117,8 +117,9 @@ func (l *listener) acceptLoop() {
 			link, err := start(l.ctx, c.(*net.TCPConn), l.opts)
 			if err != nil {
 				// A peer that fails the banner never became a link; it
-				// is not the messenger's to hear about.
+				// is not the messenger's to hear about, only to count.
 				c.Close()
+				l.opts.Inbound.BannerFailed()
 				l.opts.Inbound.Done()
 				return
 			}

@@ -22,6 +22,7 @@ type Inbound struct {
 	open    atomic.Int64
 	refused atomic.Uint64
 	errors  atomic.Uint64
+	banners atomic.Uint64
 }
 
 // NewInbound allows maxConns open accepted connections (no bound if <= 0)
@@ -35,6 +36,10 @@ type InboundStats struct {
 	Open         int64  // accepted connections not yet closed, handshaking or not
 	Refused      uint64 // connections closed at accept, over the limit
 	AcceptErrors uint64 // failed accept calls (EMFILE, ENFILE, …), each retried
+	// BannerFailures counts accepted connections that never completed
+	// the banner exchange (garbage, a wrong version, silence), which the
+	// messenger never sees as links.
+	BannerFailures uint64
 }
 
 // Stats returns the counters.
@@ -42,7 +47,15 @@ func (in *Inbound) Stats() InboundStats {
 	if in == nil {
 		return InboundStats{}
 	}
-	return InboundStats{Open: in.open.Load(), Refused: in.refused.Load(), AcceptErrors: in.errors.Load()}
+	return InboundStats{Open: in.open.Load(), Refused: in.refused.Load(), AcceptErrors: in.errors.Load(), BannerFailures: in.banners.Load()}
+}
+
+// BannerFailed counts an admitted connection whose banner exchange
+// failed; the caller still calls Done.
+func (in *Inbound) BannerFailed() {
+	if in != nil {
+		in.banners.Add(1)
+	}
 }
 
 // Admit counts a connection just accepted on listener from remote. Over the

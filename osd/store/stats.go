@@ -48,6 +48,10 @@ type Stats struct {
 	BlockCacheBytes  int64
 	BlockCacheHits   int64
 	BlockCacheMisses int64
+	// WALBytesWritten counts the bytes Pebble wrote to its WAL since Open
+	// (padding and headers included); WALBytes is the live WAL's size.
+	WALBytesWritten uint64
+	WALBytes        uint64
 }
 
 // Stats returns the current statistics; a closed store returns zeros.
@@ -93,6 +97,8 @@ func (s *Store) Stats() Stats {
 	st.BlockCacheBytes = m.BlockCache.Size
 	st.BlockCacheHits = m.BlockCache.Hits
 	st.BlockCacheMisses = m.BlockCache.Misses
+	st.WALBytesWritten = m.WAL.BytesWritten
+	st.WALBytes = m.WAL.Size
 	return st
 }
 

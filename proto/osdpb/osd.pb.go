@@ -3527,8 +3527,12 @@ type MonBeacon struct {
 	RecoveryBytes uint64                 `protobuf:"varint,9,opt,name=recovery_bytes,json=recoveryBytes,proto3" json:"recovery_bytes,omitempty"` // bytes recovered since the OSD started
 	Ops           uint64                 `protobuf:"varint,10,opt,name=ops,proto3" json:"ops,omitempty"`                                         // client ops served since the OSD started
 	Fullness      Fullness               `protobuf:"varint,11,opt,name=fullness,proto3,enum=osprey.osd.Fullness" json:"fullness,omitempty"`      // against the map's ratios and its failsafe
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Client bytes since the OSD started: object bodies it took in (puts,
+	// parts) and sent out (gets), for the dashboard's throughput.
+	ClientWriteBytes uint64 `protobuf:"varint,12,opt,name=client_write_bytes,json=clientWriteBytes,proto3" json:"client_write_bytes,omitempty"`
+	ClientReadBytes  uint64 `protobuf:"varint,13,opt,name=client_read_bytes,json=clientReadBytes,proto3" json:"client_read_bytes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *MonBeacon) Reset() {
@@ -3629,6 +3633,20 @@ func (x *MonBeacon) GetFullness() Fullness {
 		return x.Fullness
 	}
 	return Fullness_FULLNESS_NONE
+}
+
+func (x *MonBeacon) GetClientWriteBytes() uint64 {
+	if x != nil {
+		return x.ClientWriteBytes
+	}
+	return 0
+}
+
+func (x *MonBeacon) GetClientReadBytes() uint64 {
+	if x != nil {
+		return x.ClientReadBytes
+	}
+	return 0
 }
 
 type MonBeaconReply struct {
@@ -4735,7 +4753,7 @@ const file_osd_proto_rawDesc = "" +
 	"\bdegraded\x18\x05 \x01(\x04R\bdegraded\x12\x1c\n" +
 	"\tmisplaced\x18\x06 \x01(\x04R\tmisplaced\x12'\n" +
 	"\x04last\x18\a \x01(\v2\x13.osprey.osd.VersionR\x04last\x12\x14\n" +
-	"\x05epoch\x18\b \x01(\x04R\x05epoch\"\xb0\x02\n" +
+	"\x05epoch\x18\b \x01(\x04R\x05epoch\"\x8a\x03\n" +
 	"\tMonBeacon\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
@@ -4749,7 +4767,9 @@ const file_osd_proto_rawDesc = "" +
 	"\x0erecovery_bytes\x18\t \x01(\x04R\rrecoveryBytes\x12\x10\n" +
 	"\x03ops\x18\n" +
 	" \x01(\x04R\x03ops\x120\n" +
-	"\bfullness\x18\v \x01(\x0e2\x14.osprey.osd.FullnessR\bfullnessJ\x04\b\x01\x10\x02\"G\n" +
+	"\bfullness\x18\v \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12,\n" +
+	"\x12client_write_bytes\x18\f \x01(\x04R\x10clientWriteBytes\x12*\n" +
+	"\x11client_read_bytes\x18\r \x01(\x04R\x0fclientReadBytesJ\x04\b\x01\x10\x02\"G\n" +
 	"\x0eMonBeaconReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06headerJ\x04\b\x02\x10\x03\"\xce\x01\n" +
 	"\n" +

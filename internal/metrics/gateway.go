@@ -1,0 +1,64 @@
+package metrics
+
+import (
+	"strconv"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/client/s3gw"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Gateway counts an S3 gateway's requests; its Observe is the gateway's
+// s3gw.Options.OnRequest.
+type Gateway struct {
+	requests *prometheus.CounterVec
+	in, out  *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+// NewGateway registers the gateway's series in reg.
+func NewGateway(reg prometheus.Registerer) *Gateway {
+	g := &Gateway{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "osprey_s3_requests_total", Help: "S3 requests by operation and HTTP status.",
+		}, []string{"op", "status"}),
+		in: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "osprey_s3_received_bytes_total", Help: "Request body bytes received and verified, by operation.",
+		}, []string{"op"}),
+		out: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "osprey_s3_sent_bytes_total", Help: "Response body bytes sent, by operation.",
+		}, []string{"op"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "osprey_s3_request_duration_seconds", Help: "S3 requests from their headers to their last byte, by operation.",
+			// 1 ms to about 65 s: small requests to multi-GiB bodies.
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
+		}, []string{"op"}),
+	}
+	reg.MustRegister(g.requests, g.in, g.out, g.latency)
+	return g
+}
+
+// GatewayRegistry is an S3 gateway's registry: its requests' series and
+// its cluster client's messenger's. Give the Gateway's Observe to
+// s3gw.Options.OnRequest.
+func GatewayRegistry(cl *client.Client) (*prometheus.Registry, *Gateway) {
+	reg := NewRegistry()
+	reg.MustRegister(messengerCollector{{"public", cl.Messenger()}})
+	return reg, NewGateway(reg)
+}
+
+// Observe counts one finished request.
+func (g *Gateway) Observe(r s3gw.RequestInfo) {
+	op := r.Op
+	if op == "" {
+		op = "Unknown" // refused before its operation was known
+	}
+	status := "0" // cut before a status was sent
+	if r.Status != 0 {
+		status = strconv.Itoa(r.Status)
+	}
+	g.requests.WithLabelValues(op, status).Inc()
+	g.in.WithLabelValues(op).Add(float64(r.BytesIn))
+	g.out.WithLabelValues(op).Add(float64(r.BytesOut))
+	g.latency.WithLabelValues(op).Observe(r.Duration.Seconds())
+}

@@ -1,0 +1,423 @@
+package metrics_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/client/s3gw"
+	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/metrics"
+	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/msgr/msgrtest"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+)
+
+const (
+	testAccess = "OSPREYTESTKEY"
+	testSecret = "osprey/test+secret"
+)
+
+// scrape GETs a /metrics endpoint and returns its body and families.
+func scrape(t *testing.T, url string) ([]byte, map[string]*dto.MetricFamily) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: %d %v\n%s", url, resp.StatusCode, err, body)
+	}
+	var p expfmt.TextParser
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("scrape %s: parse: %v", url, err)
+	}
+	return body, fams
+}
+
+// value sums family name's samples whose labels include want (NAME=VALUE
+// pairs): a counter's or gauge's value, a histogram's count.
+func value(fams map[string]*dto.MetricFamily, name string, want ...string) float64 {
+	f := fams[name]
+	if f == nil {
+		return 0
+	}
+	sum := 0.0
+	for _, m := range f.Metric {
+		have := map[string]string{}
+		for _, l := range m.Label {
+			have[l.GetName()] = l.GetValue()
+		}
+		ok := true
+		for _, w := range want {
+			k, v, _ := strings.Cut(w, "=")
+			ok = ok && have[k] == v
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		case m.Gauge != nil:
+			sum += m.Gauge.GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return sum
+}
+
+// promtool finds Debian's promtool (package prometheus). CI sets
+// OSPREY_REQUIRE_PROMTOOL=1 (the deps target installs it), so there the
+// lint must run, not skip.
+func promtool(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("OSPREY_REQUIRE_PROMTOOL") != "" {
+			t.Fatalf("OSPREY_REQUIRE_PROMTOOL is set but promtool is not on PATH: %v (apt-get install prometheus)", err)
+		}
+		t.Skipf("promtool is not on PATH (apt-get install prometheus, or set OSPREY_REQUIRE_PROMTOOL=1 to make this a failure)")
+	}
+	return path
+}
+
+// lint runs `promtool check metrics` on an exposition: Prometheus's own
+// rules for names, units, suffixes and help.
+func lint(t *testing.T, tool, what string, body []byte) {
+	t.Helper()
+	cmd := exec.Command(tool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics on %s: %v\n%s", what, err, out)
+	}
+}
+
+// gateway is an S3 gateway over cl with its metrics, as `osprey s3
+// --metrics-addr` runs it.
+type gateway struct {
+	url, metricsURL string
+}
+
+func startGateway(t *testing.T, cl *client.Client, logger *slog.Logger) gateway {
+	t.Helper()
+	reg, gm := metrics.GatewayRegistry(cl)
+	gw, err := s3gw.New(s3gw.Options{Client: cl, Credentials: s3gw.StaticCredentials{testAccess: testSecret},
+		Logger: logger, OnRequest: gm.Observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := metrics.Serve(t.Context(), metrics.ServerOptions{Addr: "127.0.0.1:0", Registry: reg, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("gateway: %v", err)
+		}
+		if err := ms.Close(context.Background()); err != nil {
+			t.Errorf("gateway metrics: %v", err)
+		}
+	})
+	return gateway{url: "http://" + ln.Addr().String(), metricsURL: ms.URL()}
+}
+
+// signedPut PUTs body to url with a SigV4 signature.
+func signedPut(t *testing.T, url string, body []byte) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(body)
+	sum := hex.EncodeToString(h[:])
+	req.Header.Set("X-Amz-Content-Sha256", sum)
+	if err := v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: testAccess, SecretAccessKey: testSecret},
+		req, sum, "s3", "us-east-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// TestDaemonMetrics runs a real local cluster (a mon and three OSDs) with
+// its daemons' metrics listeners, and a gateway with its own, and checks
+// that the counters move with the work that should move them and that
+// every exposition passes promtool's lint.
+func TestDaemonMetrics(t *testing.T) {
+	tool := promtool(t)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx := t.Context()
+	lc, err := local.Start(ctx, local.Options{OSDs: 3, Replicas: 3, PGs: 8, Dir: t.TempDir(), Logger: logger,
+		WithMon: true, NoAuth: true, HeartbeatGrace: 2 * time.Second, Metrics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := lc.Close(cctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	if len(lc.Metrics) != 4 || lc.Metrics[0].Daemon != "mon.a" || lc.Metrics[1].Daemon != "osd.0" {
+		t.Fatalf("metrics listeners %v, want mon.a and osd.0..2", lc.Metrics)
+	}
+	monURL := lc.Metrics[0].URL()
+	osdURLs := []string{lc.Metrics[1].URL(), lc.Metrics[2].URL(), lc.Metrics[3].URL()}
+	cl, err := client.New(ctx, client.Options{Mon: []string{lc.Mon.Addr()}, Logger: logger, MD5: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	// osdSum sums a series over the OSDs.
+	osdSum := func(name string, labels ...string) float64 {
+		sum := 0.0
+		for _, u := range osdURLs {
+			_, fams := scrape(t, u)
+			sum += value(fams, name, labels...)
+		}
+		return sum
+	}
+
+	if err := cl.MakeBucket(ctx, "metrics"); err != nil {
+		t.Fatal(err)
+	}
+
+	// exposed collects the families every exposition had, for the docs.
+	exposed := map[string]bool{}
+	expose := func(fams map[string]*dto.MetricFamily) {
+		for name := range fams {
+			exposed[name] = true
+		}
+	}
+
+	t.Run("put", func(t *testing.T) {
+		const size = 1 << 20
+		puts := osdSum("osprey_osd_op_duration_seconds", "op=put_object")
+		pubIn := osdSum("osprey_msgr_received_bytes_total", "network=public", "transport=tcp")
+		cluOut := osdSum("osprey_msgr_sent_bytes_total", "network=cluster", "transport=tcp")
+		written := osdSum("osprey_osd_store_written_bytes_total")
+		if _, err := osdtest.Put(ctx, cl, "metrics", "obj", osdtest.Payload(size, 1), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var now [4]float64
+		msgrtest.EventuallyDescribed(t, 10*time.Second, func() string {
+			return fmt.Sprintf("put ops %v -> %v, public bytes in %v -> %v, cluster bytes out %v -> %v, store bytes written %v -> %v",
+				puts, now[0], pubIn, now[1], cluOut, now[2], written, now[3])
+		}, func() bool {
+			now = [4]float64{osdSum("osprey_osd_op_duration_seconds", "op=put_object"),
+				osdSum("osprey_msgr_received_bytes_total", "network=public", "transport=tcp"),
+				osdSum("osprey_msgr_sent_bytes_total", "network=cluster", "transport=tcp"),
+				osdSum("osprey_osd_store_written_bytes_total")}
+			// The primary's put, its body in on the public network and
+			// out to two replicas on the cluster one, and three copies
+			// written.
+			return now[0] >= puts+1 && now[1] >= pubIn+size && now[2] >= cluOut+2*size && now[3] >= written+3*size
+		})
+	})
+
+	t.Run("gateway", func(t *testing.T) {
+		gw := startGateway(t, cl, logger)
+		body := []byte("hello, prometheus")
+		if resp := signedPut(t, gw.url+"/metrics/via-gateway", body); resp.StatusCode != http.StatusOK {
+			t.Fatalf("PUT through the gateway: %s", resp.Status)
+		}
+		resp, err := http.Get(gw.url + "/metrics/unsigned")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		msgrtest.Eventually(t, 10*time.Second, "the gateway's counters", func() bool {
+			_, f := scrape(t, gw.metricsURL)
+			return value(f, "osprey_s3_requests_total", "op=PutObject", "status=200") == 1 &&
+				value(f, "osprey_s3_requests_total", "op=Auth", "status=403") == 1 &&
+				value(f, "osprey_s3_received_bytes_total", "op=PutObject") == float64(len(body)) &&
+				value(f, "osprey_s3_request_duration_seconds", "op=PutObject") == 1 &&
+				value(f, "osprey_msgr_sent_bytes_total", "network=public") >= float64(len(body))
+		})
+		b, fams := scrape(t, gw.metricsURL)
+		lint(t, tool, "the gateway", b)
+		expose(fams)
+	})
+
+	t.Run("lint", func(t *testing.T) {
+		b, fams := scrape(t, monURL)
+		lint(t, tool, "mon.a", b)
+		expose(fams)
+		if value(fams, "osprey_mon_leader") != 1 || value(fams, "osprey_mon_map_epoch") < 1 {
+			t.Errorf("mon.a: leader %v, epoch %v; want the leader, epoch >= 1",
+				value(fams, "osprey_mon_leader"), value(fams, "osprey_mon_map_epoch"))
+		}
+		for i, u := range osdURLs {
+			b, fams := scrape(t, u)
+			lint(t, tool, fmt.Sprintf("osd.%d", i), b)
+			expose(fams)
+			if value(fams, "osprey_osd_pgs") == 0 || value(fams, "osprey_pebble_wal_written_bytes_total") == 0 {
+				t.Errorf("osd.%d: no PGs by state, or no WAL bytes:\n%s", i, b)
+			}
+		}
+	})
+
+	t.Run("docs", func(t *testing.T) { checkDocs(t, tool, exposed) })
+
+	t.Run("osd down", func(t *testing.T) {
+		_, fams := scrape(t, monURL)
+		if up := value(fams, "osprey_mon_osds_up"); up != 3 {
+			t.Fatalf("osds up = %v before the kill, want 3", up)
+		}
+		epoch := value(fams, "osprey_mon_map_epoch")
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := lc.OSDs[2].Close(cctx); err != nil {
+			t.Fatal(err)
+		}
+		var up, ep, age float64
+		msgrtest.EventuallyDescribed(t, 20*time.Second, func() string {
+			return fmt.Sprintf("osds up %v (want 2), epoch %v (was %v), map age %vs", up, ep, epoch, age)
+		}, func() bool {
+			_, fams := scrape(t, monURL)
+			up, ep, age = value(fams, "osprey_mon_osds_up"), value(fams, "osprey_mon_map_epoch"), value(fams, "osprey_mon_map_age_seconds")
+			return up == 2 && ep > epoch && age < 20
+		})
+	})
+}
+
+// TestServerStops: Close ends the listener and its goroutines, a second
+// Close is harmless, and a bad address is a clear error.
+func TestServerStops(t *testing.T) {
+	before := runtime.NumGoroutine()
+	s, err := metrics.Serve(t.Context(), metrics.ServerOptions{Addr: "127.0.0.1:0", Registry: metrics.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, fams := scrape(t, s.URL())
+	if fams["go_goroutines"] == nil || fams["process_cpu_seconds_total"] == nil {
+		t.Errorf("no Go or process series in a new registry:\n%s", b)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := http.Get(s.URL()); err == nil {
+		t.Error("still serving after Close")
+	}
+	msgrtest.EventuallyDescribed(t, 5*time.Second, func() string {
+		return fmt.Sprintf("goroutines %d, were %d before Serve (leak?)", runtime.NumGoroutine(), before)
+	}, func() bool { return runtime.NumGoroutine() <= before })
+
+	_, err = metrics.Serve(t.Context(), metrics.ServerOptions{Addr: "127.0.0.1:notaport", Registry: metrics.NewRegistry()})
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:notaport") {
+		t.Errorf("Serve on a bad address: %v, want an error naming it", err)
+	}
+	if _, err := metrics.Serve(t.Context(), metrics.ServerOptions{Addr: "127.0.0.1:0"}); err == nil {
+		t.Error("Serve without a registry succeeded")
+	}
+	var nilServer *metrics.Server
+	if err := nilServer.Close(context.Background()); err != nil {
+		t.Errorf("nil Close: %v", err)
+	}
+}
+
+var seriesName = regexp.MustCompile(`osprey_[a-z0-9_]+`)
+
+// checkDocs: the dashboard is valid JSON whose queries name only series
+// the daemons expose; docs/operations.md names every osprey_ family they
+// expose, and its scrape configuration and alerting rules pass promtool.
+func checkDocs(t *testing.T, tool string, exposed map[string]bool) {
+	raw, err := os.ReadFile("../../docs/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("docs/grafana-dashboard.json: %v", err)
+	}
+	queries := 0
+	for _, p := range dash.Panels {
+		for _, q := range p.Targets {
+			queries++
+			for _, name := range seriesName.FindAllString(q.Expr, -1) {
+				family := name
+				for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+					if f, ok := strings.CutSuffix(name, suffix); ok && exposed[f] {
+						family = f
+					}
+				}
+				if !exposed[family] {
+					t.Errorf("dashboard panel %q queries %s, which no daemon exposes", p.Title, name)
+				}
+			}
+		}
+	}
+	if queries < 10 {
+		t.Errorf("the dashboard has %d queries", queries)
+	}
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range exposed {
+		if strings.HasPrefix(name, "osprey_") && !bytes.Contains(doc, []byte(name)) {
+			t.Errorf("docs/operations.md does not describe %s", name)
+		}
+	}
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(doc, -1)
+	if len(blocks) != 2 {
+		t.Fatalf("docs/operations.md has %d yaml blocks, want the scrape configuration and the alerting rules", len(blocks))
+	}
+	for i, check := range []string{"config", "rules"} {
+		f := filepath.Join(t.TempDir(), check+".yml")
+		if err := os.WriteFile(f, blocks[i][1], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(tool, "check", check, f).CombinedOutput(); err != nil {
+			t.Errorf("promtool check %s on docs/operations.md's block: %v\n%s", check, err, out)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package metrics
+
+import (
+	"github.com/ospreystore/osprey/osd"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The OSD's series.
+var (
+	osdOpDuration = newDesc("osprey_osd_op_duration_seconds", "Client ops from their dispatch to their reply, by op.", "op")
+	osdInFlight   = newDesc("osprey_osd_ops_in_flight", "Client ops dispatched and not yet answered.")
+	osdPGs        = newDesc("osprey_osd_pgs", "PGs this OSD is primary of, by state, as of its last beacon.", "state")
+	osdDegraded   = newDesc("osprey_osd_degraded_objects", "Object copies missing from the PGs this OSD leads.")
+	osdMisplaced  = newDesc("osprey_osd_misplaced_objects", "Object copies on OSDs outside their PG's acting set, in the PGs this OSD leads.")
+	osdRecovery   = newDesc("osprey_osd_recovery_bytes_total", "Bytes this OSD fetched from peers to recover or backfill its PGs.")
+	osdObjects    = newDesc("osprey_osd_objects", "Objects held in the store, every PG.")
+	osdLogical    = newDesc("osprey_osd_object_bytes", "Logical size of the objects held.")
+	osdStoreBytes = newDesc("osprey_osd_store_bytes", "Bytes the store takes on disk (Pebble's files and the data files).")
+	osdDiskTotal  = newDesc("osprey_osd_disk_size_bytes", "Size of the data disk's filesystem.")
+	osdDiskAvail  = newDesc("osprey_osd_disk_available_bytes", "Bytes of the data disk still available.")
+	osdPuts       = newDesc("osprey_osd_store_puts_total", "Puts the store applied (client writes, replicas and recovery).")
+	osdDeletes    = newDesc("osprey_osd_store_deletes_total", "Deletes the store applied.")
+	osdWritten    = newDesc("osprey_osd_store_written_bytes_total", "Object bytes the store wrote.")
+	osdRead       = newDesc("osprey_osd_store_read_bytes_total", "Object bytes the store read.")
+	osdCorrupt    = newDesc("osprey_osd_store_corruptions_total", "Corrupt records, chunks or data files the store detected.")
+
+	pebbleCompactions = newDesc("osprey_pebble_compactions_total", "Pebble compactions.")
+	pebbleFlushes     = newDesc("osprey_pebble_flushes_total", "Pebble memtable flushes.")
+	pebbleWALWritten  = newDesc("osprey_pebble_wal_written_bytes_total", "Bytes Pebble wrote to its write-ahead log.")
+	pebbleWAL         = newDesc("osprey_pebble_wal_bytes", "Size of Pebble's live write-ahead log.")
+	pebbleReadAmp     = newDesc("osprey_pebble_read_amplification", "Pebble's read amplification: sublevels of L0 plus the non-empty levels below.")
+	pebbleL0Files     = newDesc("osprey_pebble_l0_files", "Tables in Pebble's L0.")
+	pebbleDebt        = newDesc("osprey_pebble_compaction_debt_bytes", "Bytes Pebble estimates it must compact to reach a stable shape.")
+	pebbleMemTable    = newDesc("osprey_pebble_memtable_bytes", "Bytes of Pebble's memtables.")
+	pebbleCache       = newDesc("osprey_pebble_block_cache_bytes", "Bytes in Pebble's block cache.")
+	pebbleCacheHits   = newDesc("osprey_pebble_block_cache_hits_total", "Pebble block cache hits.")
+	pebbleCacheMisses = newDesc("osprey_pebble_block_cache_misses_total", "Pebble block cache misses.")
+)
+
+type osdCollector struct{ o *osd.OSD }
+
+func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		osdOpDuration, osdInFlight, osdPGs, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
+		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt,
+		pebbleCompactions, pebbleFlushes, pebbleWALWritten, pebbleWAL, pebbleReadAmp, pebbleL0Files, pebbleDebt,
+		pebbleMemTable, pebbleCache, pebbleCacheHits, pebbleCacheMisses,
+	} {
+		ch <- d
+	}
+}
+
+// opBounds are osd.OpBucketBounds in seconds.
+var opBounds = func() []float64 {
+	b := make([]float64, len(osd.OpBucketBounds))
+	for i, d := range osd.OpBucketBounds {
+		b[i] = d.Seconds()
+	}
+	return b
+}()
+
+func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.o.Stats()
+	for _, op := range st.Ops {
+		buckets := make(map[float64]uint64, len(opBounds))
+		for i, le := range opBounds {
+			buckets[le] = op.Buckets[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(osdOpDuration, op.Count, op.Sum.Seconds(), buckets, op.Op)
+	}
+	gauge(ch, osdInFlight, float64(st.OpsInFlight))
+	for state, n := range st.PGs {
+		gauge(ch, osdPGs, float64(n), state)
+	}
+	gauge(ch, osdDegraded, float64(st.DegradedObjects))
+	gauge(ch, osdMisplaced, float64(st.MisplacedObjects))
+	counter(ch, osdRecovery, st.RecoveryBytes)
+	s := st.Store
+	gauge(ch, osdObjects, float64(s.Objects))
+	gauge(ch, osdLogical, float64(s.Bytes))
+	gauge(ch, osdStoreBytes, float64(s.DiskBytes))
+	gauge(ch, osdDiskTotal, float64(st.Space.Total))
+	gauge(ch, osdDiskAvail, float64(st.Space.Avail))
+	counter(ch, osdPuts, s.Puts)
+	counter(ch, osdDeletes, s.Deletes)
+	counter(ch, osdWritten, s.WrittenBytes)
+	counter(ch, osdRead, s.ReadBytes)
+	counter(ch, osdCorrupt, s.Corruptions)
+	counter(ch, pebbleCompactions, s.Compactions)
+	counter(ch, pebbleFlushes, s.Flushes)
+	counter(ch, pebbleWALWritten, s.WALBytesWritten)
+	gauge(ch, pebbleWAL, float64(s.WALBytes))
+	gauge(ch, pebbleReadAmp, float64(s.ReadAmp))
+	gauge(ch, pebbleL0Files, float64(s.L0Files))
+	gauge(ch, pebbleDebt, float64(s.CompactionDebt))
+	gauge(ch, pebbleMemTable, float64(s.MemTableBytes))
+	gauge(ch, pebbleCache, float64(s.BlockCacheBytes))
+	counter(ch, pebbleCacheHits, s.BlockCacheHits)
+	counter(ch, pebbleCacheMisses, s.BlockCacheMisses)
+}
+
+// OSDRegistry is an OSD's registry: its own series, both messengers'
+// and the RDMA transport's.
+func OSDRegistry(o *osd.OSD) *prometheus.Registry {
+	reg := NewRegistry()
+	pub, clu := o.Messengers()
+	reg.MustRegister(osdCollector{o}, messengerCollector{{"public", pub}, {"cluster", clu}})
+	return reg
+}

@@ -1,0 +1,57 @@
+//go:build rdma
+
+package metrics
+
+import (
+	"github.com/ospreystore/osprey/msgr/rdma"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The RDMA transport's series, by transport scheme (rdma+verbs, ...):
+// one transport serves all of a daemon's messengers.
+var (
+	rdmaRegistered = newDesc("osprey_rdma_registered_bytes", "Memory registered with the NIC now.", "transport")
+	rdmaHighWater  = newDesc("osprey_rdma_registered_high_water_bytes", "The most memory ever registered at once.", "transport")
+	rdmaBufsInUse  = newDesc("osprey_rdma_buffers_in_use", "Registered buffers handed out (receive, send, rendezvous).", "transport")
+	rdmaRecvs      = newDesc("osprey_rdma_receives_posted", "Receive buffers posted now.", "transport")
+	rdmaZeroCopy   = newDesc("osprey_rdma_rendezvous_zero_copy_sends_total", "Rendezvous sends read straight from the caller's registered payload.", "transport")
+	rdmaCopied     = newDesc("osprey_rdma_rendezvous_copied_sends_total", "Rendezvous sends that copied their payload into registered memory first.", "transport")
+	rdmaReads      = newDesc("osprey_rdma_rendezvous_reads_total", "Rendezvous payloads received by an RDMA read this side posted.", "transport")
+	rdmaWrites     = newDesc("osprey_rdma_rendezvous_writes_total", "Rendezvous payloads sent by an RDMA write this side posted.", "transport")
+	rdmaPolls      = newDesc("osprey_rdma_cq_polls_total", "Completion queue reads.", "transport")
+	rdmaSleeps     = newDesc("osprey_rdma_poller_sleeps_total", "Times the completion poller found nothing and slept.", "transport")
+)
+
+var rdmaDescs = []*prometheus.Desc{rdmaRegistered, rdmaHighWater, rdmaBufsInUse, rdmaRecvs, rdmaZeroCopy, rdmaCopied, rdmaReads, rdmaWrites, rdmaPolls, rdmaSleeps}
+
+// rdmaCollect adds the series of the RDMA transports the messengers
+// use, each once.
+func rdmaCollect(ch chan<- prometheus.Metric, nets []Network) {
+	seen := map[*rdma.Transport]bool{}
+	for _, n := range nets {
+		if n.Messenger == nil {
+			continue
+		}
+		for _, t := range n.Messenger.Transports() {
+			rt, ok := t.(*rdma.Transport)
+			if !ok || seen[rt] {
+				continue
+			}
+			seen[rt] = true
+			s, l := rt.Stats(), rt.Scheme()
+			if s.HighWaterBytes == 0 {
+				continue // a provider this daemon never opened
+			}
+			gauge(ch, rdmaRegistered, float64(s.RegisteredBytes), l)
+			gauge(ch, rdmaHighWater, float64(s.HighWaterBytes), l)
+			gauge(ch, rdmaBufsInUse, float64(s.BuffersInUse), l)
+			gauge(ch, rdmaRecvs, float64(s.RecvsPosted), l)
+			counter(ch, rdmaZeroCopy, s.ZeroCopySends, l)
+			counter(ch, rdmaCopied, s.CopiedSends, l)
+			counter(ch, rdmaReads, s.RendezvousReads, l)
+			counter(ch, rdmaWrites, s.RendezvousWrites, l)
+			counter(ch, rdmaPolls, s.CQPolls, l)
+			counter(ch, rdmaSleeps, s.PollerSleeps, l)
+		}
+	}
+}

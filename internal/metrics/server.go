@@ -1,0 +1,117 @@
+// Package metrics exposes each daemon's counters (mon, OSD, S3 gateway) to
+// Prometheus on an admin HTTP listener, at /metrics.
+//
+// Every daemon gets a registry of its own, never the global one, so that
+// several daemons in one process (tests, `osprey up`) do not collide. The
+// collectors read the daemons' own counters when scraped (msgr.Messenger's
+// TransportStats, the OSD's Stats, the RDMA transport's Stats): nothing
+// here runs on a message's path, which must stay allocation-free, and the
+// only per-request work is the gateway's, once a request has ended.
+//
+// Names follow Prometheus's conventions (docs/operations.md lists them):
+// the osprey_ prefix, base units, _total on counters, histograms for
+// latencies, and labels of bounded cardinality only: never an object key,
+// a bucket or a client's address.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// NewRegistry is a daemon's registry, with the Go runtime's and the
+// process's collectors already in it.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// Addr is the HOST:PORT to listen on; port 0 takes a free one.
+	Addr string
+	// Registry is what /metrics exposes; required.
+	Registry *prometheus.Registry
+	// Logger gets the HTTP server's errors; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is a daemon's admin HTTP listener: /metrics, in Prometheus's text
+// format (or OpenMetrics, when the scraper asks for it).
+type Server struct {
+	srv       *http.Server
+	addr      string
+	done      chan error
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Serve listens on opts.Addr and serves /metrics until Close; ctx bounds
+// the listen only.
+func Serve(ctx context.Context, opts ServerOptions) (*Server, error) {
+	if opts.Registry == nil {
+		return nil, errors.New("metrics: ServerOptions.Registry is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", opts.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen on %s: %w", opts.Addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{
+		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+		EnableOpenMetrics: true,
+		// A scrape that takes longer than this is already useless to
+		// Prometheus (whose default timeout is 10s).
+		Timeout: 10 * time.Second,
+	}))
+	s := &Server{
+		srv: &http.Server{
+			Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
+			ErrorLog: slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+		},
+		addr: ln.Addr().String(),
+		done: make(chan error, 1),
+	}
+	go func() { s.done <- s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// Addr is the bound HOST:PORT.
+func (s *Server) Addr() string { return s.addr }
+
+// URL is the metrics endpoint, http://HOST:PORT/metrics.
+func (s *Server) URL() string { return "http://" + s.addr + "/metrics" }
+
+// Close stops listening and waits for scrapes in progress, until ctx
+// ends; then it closes their connections. Nil does nothing.
+func (s *Server) Close(ctx context.Context) error {
+	if s == nil {
+		return nil
+	}
+	s.closeOnce.Do(func() {
+		err := s.srv.Shutdown(ctx)
+		if err != nil {
+			s.srv.Close()
+		}
+		if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+			err = serr
+		}
+		s.closeErr = err
+	})
+	return s.closeErr
+}

@@ -1,0 +1,212 @@
+package dashboard_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// The browser tests load the page in headless Chromium (Debian's
+// chromium package) through chromedp. Without it they skip, unless
+// OSPREY_REQUIRE_CHROMIUM is set (make test sets it): then a missing
+// browser is a failure.
+
+// browserPage is one tab on the dashboard, with the console errors and
+// exceptions it logged.
+type browserPage struct {
+	ctx context.Context
+	mu  sync.Mutex
+	bad []string // console errors, exceptions, browser log errors
+}
+
+func lookChromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("OSPREY_REQUIRE_CHROMIUM") != "" {
+		t.Fatal("OSPREY_REQUIRE_CHROMIUM is set but chromium is not on PATH (apt-get install chromium)")
+	}
+	t.Skip("chromium is not on PATH (apt-get install chromium, or set OSPREY_REQUIRE_CHROMIUM=1 to make this a failure)")
+	return ""
+}
+
+// openPage starts a headless Chromium with a width x height viewport and
+// loads url, recording from the first moment what the console says.
+func openPage(t *testing.T, url string, width, height int) *browserPage {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(lookChromium(t)),
+		// CI runs as root, where Chromium's sandbox cannot start.
+		chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(width, height))
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	p := &browserPage{ctx: ctx}
+	msgs := chromedp.Console(ctx) // subscribes now: nothing the page says is lost
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			switch m.Type {
+			case chromedp.ConsoleError, chromedp.ConsoleException:
+				p.mu.Lock()
+				p.bad = append(p.bad, m.String())
+				p.mu.Unlock()
+			case chromedp.ConsoleWarning:
+				t.Logf("console warning: %s", m)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		acancel()
+		<-done
+	})
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(int64(width), int64(height)), chromedp.Navigate(url)); err != nil {
+		t.Fatalf("loading %s: %v", url, err)
+	}
+	return p
+}
+
+// wait polls the JS expression in the page until it is true.
+func (p *browserPage) wait(t *testing.T, within time.Duration, what, expr string) {
+	t.Helper()
+	_, err := chromedp.Run(p.ctx, chromedp.Poll[chromedp.Void](expr,
+		chromedp.WithPollingTimeout(within), chromedp.WithPollingInterval(50*time.Millisecond)))
+	if err != nil {
+		t.Fatalf("waiting %v for %s: %v; the page shows: %s", within, what, err, p.eval(t, `document.querySelector("header").innerText + " | " + document.getElementById("checks").innerText`))
+	}
+}
+
+func (p *browserPage) eval(t *testing.T, expr string) string {
+	t.Helper()
+	s, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	return s
+}
+
+// screenshot saves the whole page as DIR/name.png when
+// OSPREY_DASHBOARD_SCREENSHOTS=DIR is set (how docs/img's pictures of the
+// dashboard are made).
+func (p *browserPage) screenshot(t *testing.T, name string) {
+	t.Helper()
+	dir := os.Getenv("OSPREY_DASHBOARD_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644)
+	}
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+}
+
+// checkConsole fails the test if the page logged an error or threw.
+func (p *browserPage) checkConsole(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.bad {
+		t.Errorf("console: %s", m)
+	}
+}
+
+const healthIs = `document.getElementById("health").textContent === %q`
+
+// TestBrowserLiveCluster loads the page on a real cluster: it shows
+// HEALTH_OK and every OSD up with no console error; an OSD stopped shows
+// down, with HEALTH_WARN, its reason and an event, within seconds; and
+// all is well again once it is back.
+func TestBrowserLiveCluster(t *testing.T) {
+	c, s := startCluster(t, localOptions())
+	p := openPage(t, s.URL(), 1280, 900)
+	p.wait(t, 20*time.Second, "HEALTH_OK with 3 OSDs up",
+		fmt.Sprintf(healthIs, "HEALTH_OK")+` && document.querySelectorAll('#osds tbody tr[data-up="true"]').length === 3`)
+	if n := p.eval(t, `String(document.querySelectorAll("#chart polyline").length) + " " + document.querySelector("#pgs tbody").innerText`); n != "3 active+clean\t16" {
+		t.Errorf("chart lines and PG states: %q", n)
+	}
+	// A click on an OSD's row shows its throughput; the button, the
+	// cluster's again.
+	if _, err := chromedp.Run(p.ctx, chromedp.Click(chromedp.CSS("#osd-1 td.status"))); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 5*time.Second, "osd.1's graph", `document.getElementById("chart-title").textContent === "osd.1" && document.getElementById("osd-1").classList.contains("selected")`)
+	if _, err := chromedp.Run(p.ctx, chromedp.Click(chromedp.CSS("#chart-cluster"))); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 5*time.Second, "the cluster's graph", `document.getElementById("chart-title").textContent === "cluster" && document.getElementById("chart-cluster").hidden`)
+	p.checkConsole(t)
+
+	ctx := context.Background()
+	id := c.OSDs[2].ID()
+	if err := c.StopOSD(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 15*time.Second, fmt.Sprintf("osd.%d down and HEALTH_WARN", id),
+		fmt.Sprintf(`document.getElementById("osd-%d")?.dataset.up === "false"`, id)+
+			` && `+fmt.Sprintf(healthIs, "HEALTH_WARN")+
+			` && document.getElementById("checks").innerText.includes("1 osds down")`+
+			` && document.querySelector('#events li[data-kind="osd_down"]') !== null`)
+	if st := p.eval(t, fmt.Sprintf(`document.querySelector("#osd-%d td.status").textContent`, id)); st != "down, in" {
+		t.Errorf("osd.%d's status cell: %q", id, st)
+	}
+	p.screenshot(t, "dashboard-osd-down")
+
+	if err := c.RestartOSD(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 20*time.Second, "HEALTH_OK again with the OSD up",
+		fmt.Sprintf(healthIs, "HEALTH_OK")+fmt.Sprintf(` && document.getElementById("osd-%d").dataset.up === "true"`, id)+
+			` && document.getElementById("checks").children.length === 0`)
+	p.checkConsole(t)
+}
+
+// TestBrowserHundredOSDs: on a mon holding 100 OSDs with long host names
+// and IPv6 addresses the tree renders every row, and nothing reaches
+// past the viewport's width, on a laptop screen or a narrow window.
+func TestBrowserHundredOSDs(t *testing.T) {
+	m := bigCluster(t, 100)
+	s := serve(t, m)
+	for _, w := range []int{1280, 800} {
+		t.Run(fmt.Sprint(w), func(t *testing.T) {
+			p := openPage(t, s.URL(), w, 800)
+			p.wait(t, 10*time.Second, "100 OSD rows", `document.querySelectorAll("#osds tbody tr").length === 100`)
+			// Rendered, not just present: the last row has its host and
+			// its capacity, and sits below the first.
+			if got := p.eval(t, `document.querySelector("#osd-99").innerText.includes("storage-node-024") && document.querySelector("#osd-99 td.usage").textContent.includes("% of 4.0 TiB") ? "ok" : document.querySelector("#osd-99").innerText`); got != "ok" {
+				t.Errorf("osd.99's row: %q", got)
+			}
+			overflow := p.eval(t, `(() => {
+				const vw = document.documentElement.clientWidth, out = [];
+				if (document.documentElement.scrollWidth > vw) out.push("page " + document.documentElement.scrollWidth + " > " + vw);
+				for (const e of document.querySelectorAll("section, table, svg")) {
+					const r = e.getBoundingClientRect();
+					if (r.right > vw + 0.5) out.push((e.id || e.tagName) + " right " + r.right + " > " + vw);
+				}
+				return out.join("; ");
+			})()`)
+			if overflow != "" {
+				t.Errorf("at %d px: %s", w, overflow)
+			}
+			p.screenshot(t, fmt.Sprintf("dashboard-100-osds-%d", w))
+			p.checkConsole(t)
+		})
+	}
+}

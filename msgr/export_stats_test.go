@@ -1,0 +1,4 @@
+package msgr
+
+// HandshakeReasonOf classifies a handshake error, as the counters do.
+var HandshakeReasonOf = handshakeReason
