@@ -25,6 +25,8 @@ import (
 //   - auth commands: x;
 //   - "osd create": w, or profile bootstrap-osd (a new OSD's first key);
 //   - every other command (map changes): w;
+//   - the auth table: x, profile osd, or profile s3-gateway (which alone
+//     with x gets the S3 secrets in it, s3keys.go);
 //   - boot, beacons and failure reports: profile osd, and only for the
 //     OSD the peer is (osd.3 cannot boot or beacon as osd.5).
 
@@ -104,7 +106,7 @@ func (m *Mon) allowed(conn *msgr.Conn, req proto.Message) error {
 	case *osdpb.GetMap:
 		return need(auth.PermRead, "read the map")
 	case *osdpb.MonSubscribe:
-		if r.Auth && !caps.HasProfile(auth.ServiceMon, auth.ProfileOSD) {
+		if r.Auth && !caps.HasProfile(auth.ServiceMon, auth.ProfileOSD) && !caps.HasProfile(auth.ServiceMon, auth.ProfileS3Gateway) {
 			return need(auth.PermExec, "subscribe to the auth table")
 		}
 		return need(auth.PermRead, "subscribe to the map")

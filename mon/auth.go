@@ -6,9 +6,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/mon/monclient"
+	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -23,13 +25,16 @@ import (
 // commands: etcd orders them, not the leader.
 
 // authCommands are the MonCommand prefixes authCommand serves.
-var authCommands = []string{"auth add", "auth get-or-create", "auth get", "auth ls", "auth rm", "auth caps", "auth rotate"}
+var authCommands = []string{"auth add", "auth get-or-create", "auth get", "auth ls", "auth rm", "auth caps", "auth rotate", "auth s3-key add", "auth s3-key rm"}
 
 // AuthEntry is one entity as "auth ls" and "auth get" show it.
 type AuthEntry struct {
 	Entity string            `json:"entity"`
 	Caps   map[string]string `json:"caps"`
 	Serial string            `json:"serial"` // its certificate's serial
+	// S3Keys are its S3 key pairs with their secrets: every auth command
+	// needs mon 'allow *' (x), which may read them.
+	S3Keys []S3KeyEntry `json:"s3_keys,omitempty"`
 }
 
 // authStore reads and writes auth records in etcd.
@@ -94,7 +99,7 @@ func (s *authStore) get(ctx context.Context, entity string) (*osdpb.AuthRecord, 
 
 // put writes rec if the entity's record is still at rev (0: absent).
 func (s *authStore) put(ctx context.Context, rec *osdpb.AuthRecord, rev int64) (bool, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(rec)
+	b, err := marshalRecord(rec)
 	if err != nil {
 		return false, err
 	}
@@ -105,6 +110,10 @@ func (s *authStore) put(ctx context.Context, rec *osdpb.AuthRecord, rev int64) (
 		return false, unavailable("etcd", err)
 	}
 	return tx.Succeeded, nil
+}
+
+func marshalRecord(rec *osdpb.AuthRecord) ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(rec)
 }
 
 // create issues entity a keyring and writes its record with caps, unless
@@ -211,9 +220,11 @@ func noSuchEntity(entity string) error {
 //	auth add ENTITY CAPS           create; ENTITY_EXISTS if it exists
 //	auth get-or-create ENTITY CAPS create unless it exists with those caps
 //	auth get ENTITY                the entity's caps and keyring
-//	auth ls                        every entity and its caps (no keys)
+//	auth ls                        every entity, its caps and S3 keys (no keyrings)
 //	auth rm ENTITY                 remove it: its certificate stops working
 //	auth caps ENTITY CAPS          replace its caps
+//	auth rotate ENTITY             a new keyring, caps unchanged
+//	auth s3-key add|rm ENTITY ...  its S3 key pairs (s3keys.go)
 func (m *Mon) authCommand(ctx context.Context, c *osdpb.MonCommand, rep *osdpb.MonCommandReply) (any, error) {
 	if c.Prefix == "auth ls" {
 		t, err := m.auth.listTable(ctx)
@@ -222,7 +233,7 @@ func (m *Mon) authCommand(ctx context.Context, c *osdpb.MonCommand, rep *osdpb.M
 		}
 		out := make([]AuthEntry, len(t.Entries))
 		for i, e := range t.Entries {
-			out[i] = AuthEntry{Entity: e.Entity, Caps: e.Caps, Serial: e.Serial}
+			out[i] = AuthEntry{Entity: e.Entity, Caps: e.Caps, Serial: e.Serial, S3Keys: s3KeyEntries(e.S3Keys)}
 		}
 		return out, nil
 	}
@@ -245,6 +256,9 @@ func (m *Mon) authCommand(ctx context.Context, c *osdpb.MonCommand, rep *osdpb.M
 				m.adoptAuthTable(t)
 			}
 		}()
+	}
+	if strings.HasPrefix(c.Prefix, "auth s3-key ") {
+		return m.s3KeyCommand(ctx, c)
 	}
 	var rec *osdpb.AuthRecord
 	switch c.Prefix {
@@ -298,7 +312,7 @@ func (m *Mon) authCommand(ctx context.Context, c *osdpb.MonCommand, rep *osdpb.M
 }
 
 func entryOf(r *osdpb.AuthRecord) AuthEntry {
-	return AuthEntry{Entity: r.Entity, Caps: r.Caps, Serial: r.Serial}
+	return AuthEntry{Entity: r.Entity, Caps: r.Caps, Serial: r.Serial, S3Keys: s3KeyEntries(r.S3Keys)}
 }
 
 // GetOrCreateKeyring is "auth get-or-create" for a program that embeds
@@ -356,7 +370,8 @@ func (m *Mon) WriteKeyrings(ctx context.Context, dir string) (*Keyrings, error) 
 	return k, nil
 }
 
-// The auth table: every entity's caps and certificate serial, no keys.
+// The auth table: every entity's caps, certificate serial and S3 keys,
+// no keyrings; the S3 secrets go only to S3 gateways (authTableFor).
 // Daemons subscribe to it (MonSubscribe.auth) to check their peers and
 // their ops without asking the mon each time; every mon watches etcd's
 // auth records and pushes a new table (MSG_MON_AUTH) on every change, so
@@ -375,7 +390,7 @@ func (s *authStore) listTable(ctx context.Context) (*osdpb.AuthTable, error) {
 		if err := proto.Unmarshal(kv.Value, rec); err != nil {
 			return nil, fmt.Errorf("mon: auth record %s in etcd: %w", kv.Key, err)
 		}
-		t.Entries = append(t.Entries, &osdpb.AuthEntry{Entity: rec.Entity, Caps: rec.Caps, Serial: rec.Serial})
+		t.Entries = append(t.Entries, &osdpb.AuthEntry{Entity: rec.Entity, Caps: rec.Caps, Serial: rec.Serial, S3Keys: rec.S3Keys})
 	}
 	return t, nil
 }
@@ -407,7 +422,13 @@ func (m *Mon) adoptAuthTable(t *osdpb.AuthTable) {
 		}
 	}
 	m.keeper.Note(monclient.AuthTable(t))
-	m.pushTo(true, osdpb.MsgType_MSG_MON_AUTH, &osdpb.MonAuth{Table: t})
+	full, public := &osdpb.MonAuth{Table: t}, &osdpb.MonAuth{Table: withoutS3Keys(t)}
+	m.pushTo(true, osdpb.MsgType_MSG_MON_AUTH, func(c *msgr.Conn) proto.Message {
+		if m.mayReadS3Secrets(c.Peer()) {
+			return full
+		}
+		return public
+	})
 }
 
 // watchAuth follows the auth records in etcd, reading the table again

@@ -120,7 +120,7 @@ func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (pr
 			if err != nil {
 				return nil, err
 			}
-			rep.Auth = t
+			rep.Auth = m.authTableFor(conn, t)
 		}
 		m.subscribe(conn, r.Auth)
 		if mp := m.Map(); mp.Epoch() > r.HaveEpoch {
@@ -195,7 +195,7 @@ func (m *Mon) command(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonComma
 		}
 		rep.Ids = []uint32{id}
 		out = map[string]any{"id": id}
-	case "auth add", "auth get-or-create", "auth get", "auth ls", "auth rm", "auth caps", "auth rotate": // authCommands
+	case "auth add", "auth get-or-create", "auth get", "auth ls", "auth rm", "auth caps", "auth rotate", "auth s3-key add", "auth s3-key rm": // authCommands
 		res, err := m.authCommand(ctx, c, rep)
 		if err != nil {
 			return nil, err
@@ -322,12 +322,14 @@ func (m *Mon) unsubscribe(c *msgr.Conn) {
 // push sends mp to every subscriber as MSG_MON_MAP. REQUIRES: m.mapMu,
 // so pushes leave in epoch order.
 func (m *Mon) push(mp *placement.Map) {
-	m.pushTo(false, osdpb.MsgType_MSG_MON_MAP, &osdpb.MonMap{Map: mp.Proto()})
+	mm := &osdpb.MonMap{Map: mp.Proto()}
+	m.pushTo(false, osdpb.MsgType_MSG_MON_MAP, func(*msgr.Conn) proto.Message { return mm })
 }
 
-// pushTo sends pb to every subscriber (onlyAuth: every auth subscriber)
-// as a one-way message of type t.
-func (m *Mon) pushTo(onlyAuth bool, t osdpb.MsgType, pb proto.Message) {
+// pushTo sends pbFor(conn) to every subscriber (onlyAuth: every auth
+// subscriber) as a one-way message of type t. Subscribers given the same
+// message share its encoding.
+func (m *Mon) pushTo(onlyAuth bool, t osdpb.MsgType, pbFor func(*msgr.Conn) proto.Message) {
 	m.subMu.Lock()
 	conns := make([]*msgr.Conn, 0, len(m.subs))
 	for c, auth := range m.subs {
@@ -336,20 +338,23 @@ func (m *Mon) pushTo(onlyAuth bool, t osdpb.MsgType, pb proto.Message) {
 		}
 	}
 	m.subMu.Unlock()
-	if len(conns) == 0 {
-		return
-	}
-	front, err := proto.Marshal(pb)
-	if err != nil {
-		m.log.Error("marshal push", "type", t, "err", err)
-		return
-	}
+	fronts := map[proto.Message][]byte{}
 	for _, c := range conns {
 		select {
 		case <-c.Done():
 			m.unsubscribe(c)
 			continue
 		default:
+		}
+		pb := pbFor(c)
+		front, ok := fronts[pb]
+		if !ok {
+			var err error
+			if front, err = proto.Marshal(pb); err != nil {
+				m.log.Error("marshal push", "type", t, "err", err)
+				return
+			}
+			fronts[pb] = front
 		}
 		// The messenger only reads a front, so all pushes share one.
 		m.sendFront(c, 0, t, front)

@@ -53,12 +53,31 @@ var (
 
 // checksumAlgorithms are the x-amz-checksum-* S3 defines. CRC32C is the
 // one Osprey keeps for every object.
+//
+// checksumHeaders are their headers' names, canonical, so that looking
+// for them costs no canonicalization per request.
 var checksumAlgorithms = map[string]func() hash.Hash{
 	"crc32":     func() hash.Hash { return crc32.NewIEEE() },
 	"crc32c":    func() hash.Hash { return crc32.New(crc32cTable) },
 	"crc64nvme": func() hash.Hash { return crc64.New(crc64NVMETab) },
 	"sha1":      sha1.New,
 	"sha256":    sha256.New,
+}
+
+var checksumHeaders = func() map[string]string {
+	m := map[string]string{}
+	for name := range checksumAlgorithms {
+		m[name] = http.CanonicalHeaderKey("X-Amz-Checksum-" + name)
+	}
+	return m
+}()
+
+// headerOf is h.Get(key) for a key already canonical.
+func headerOf(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // newVerifiedBody wraps r's body in the checks its headers ask for.
@@ -87,7 +106,7 @@ func (g *Gateway) newVerifiedBody(r *http.Request, auth authResult) (*verifiedBo
 		b.checks = append(b.checks, digestCheck{h, want, errf(ErrBadDigest, "the Content-MD5 you specified did not match what was received")})
 	}
 	for name, mk := range checksumAlgorithms {
-		v := r.Header.Get("X-Amz-Checksum-" + name)
+		v := headerOf(r.Header, checksumHeaders[name])
 		if v == "" {
 			continue
 		}

@@ -27,8 +27,14 @@ type listAllMyBucketsResult struct {
 	Buckets []bucketEntry `xml:"Buckets>Bucket"`
 }
 
-// ownerOf is the owner the gateway reports: its one user, the access key.
-func ownerOf(req *request) owner { return owner{ID: req.access, DisplayName: req.access} }
+// ownerOf is the owner the gateway reports: the key's entity, or a static
+// key itself.
+func ownerOf(req *request) owner {
+	if req.who.Entity != "" {
+		return owner{ID: req.who.Entity, DisplayName: req.who.Entity}
+	}
+	return owner{ID: req.access, DisplayName: req.access}
+}
 
 func (g *Gateway) listBuckets(req *request) error {
 	bs, err := g.cl.ListBuckets(req.r.Context())
@@ -37,6 +43,9 @@ func (g *Gateway) listBuckets(req *request) error {
 	}
 	res := listAllMyBucketsResult{XMLNS: s3XMLNS, Owner: ownerOf(req), Buckets: []bucketEntry{}}
 	for _, b := range bs {
+		if req.authorize(read, b.Name) != nil {
+			continue // a bucket the caller may not read is not its own
+		}
 		res.Buckets = append(res.Buckets, bucketEntry{Name: b.Name, CreationDate: s3Time(b.Created)})
 	}
 	writeXML(req.w, http.StatusOK, res)

@@ -63,6 +63,9 @@ func (g *Gateway) openCopySource(req *request, opts client.GetOptions) (*client.
 	if err != nil {
 		return nil, client.ObjectInfo{}, err
 	}
+	if err := req.authorize(read, srcBucket); err != nil {
+		return nil, client.ObjectInfo{}, err
+	}
 	src, err := g.cl.GetObject(req.r.Context(), srcBucket, srcKey, opts)
 	if err != nil {
 		return nil, client.ObjectInfo{}, err

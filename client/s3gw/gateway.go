@@ -3,11 +3,12 @@
 // boto3 or aws-sdk-go-v2 use an Osprey cluster unchanged. It is a client
 // like any other: it holds no state of its own (any number of gateways can
 // serve one cluster) and reaches the cluster only through package client's
-// public API.
+// public API; the S3 keys come from the mons' auth table (access.go).
 //
 // Every request must be signed (AWS Signature Version 4, in the
 // Authorization header or a presigned URL); the gateway verifies the
-// signature itself against Credentials, and the body's SHA-256, MD5 or
+// signature itself against Credentials, checks the key's entity's caps
+// for the operation, and verifies the body's SHA-256, MD5 or
 // x-amz-checksum-* while it streams, before the object is committed.
 //
 // The gateway must never buffer a whole object: a body goes from the HTTP
@@ -19,7 +20,6 @@ package s3gw
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -34,6 +34,7 @@ import (
 
 	md5simd "github.com/minio/md5-simd"
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/msgr/auth"
 )
 
 // Options configure a Gateway.
@@ -173,7 +174,8 @@ type request struct {
 	r      *http.Request
 	bucket string
 	key    string
-	access string // the verified access key
+	access string   // the verified access key
+	who    Identity // its owner
 }
 
 // movingDeadline is a connection's read or write deadline that each
@@ -229,9 +231,14 @@ func (w *loggedWriter) Write(p []byte) (int, error) {
 func (w *loggedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func newRequestID() string {
+	const digits = "0123456789ABCDEF"
 	var b [8]byte
 	rand.Read(b[:])
-	return strings.ToUpper(hex.EncodeToString(b[:]))
+	var out [16]byte
+	for i, c := range b {
+		out[2*i], out[2*i+1] = digits[c>>4], digits[c&15]
+	}
+	return string(out[:])
 }
 
 // ServeHTTP implements http.Handler.
@@ -245,23 +252,31 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	wd.touch()
 	req := &request{id: newRequestID(), w: &loggedWriter{ResponseWriter: w, deadline: wd}, r: r}
 	h := w.Header()
-	h.Set("x-amz-request-id", req.id)
-	h.Set("x-amz-id-2", req.id)
-	h.Set("Server", "Osprey")
+	// Canonical keys set directly: Set would canonicalize them on every
+	// request.
+	ids := []string{req.id}
+	h["X-Amz-Request-Id"], h["X-Amz-Id-2"], h["Server"] = ids, ids, serverHeader
 	var body *verifiedBody
-	defer func() {
-		in := int64(0)
-		if body != nil {
-			in = body.n
-		}
-		dur := time.Since(start)
-		g.log.Info("s3", "id", req.id, "remote", r.RemoteAddr, "access_key", req.access, "op", req.op,
-			"method", r.Method, "bucket", req.bucket, "key", req.key, "status", req.w.status,
-			"bytes_in", in, "bytes_out", req.w.bytes, "dur", dur)
-		if g.opts.OnRequest != nil {
-			g.opts.OnRequest(RequestInfo{Op: req.op, Method: r.Method, Status: req.w.status, BytesIn: in, BytesOut: req.w.bytes, Duration: dur})
-		}
-	}()
+	// The access log's arguments are built only when it is on (a gateway
+	// run at warn level pays nothing for it).
+	logOn := g.log.Enabled(r.Context(), slog.LevelInfo)
+	if logOn || g.opts.OnRequest != nil {
+		defer func() {
+			in := int64(0)
+			if body != nil {
+				in = body.n
+			}
+			dur := time.Since(start)
+			if logOn {
+				g.log.Info("s3", "id", req.id, "remote", r.RemoteAddr, "access_key", req.access, "entity", req.who.Entity, "op", req.op,
+					"method", r.Method, "bucket", req.bucket, "key", req.key, "status", req.w.status,
+					"bytes_in", in, "bytes_out", req.w.bytes, "dur", dur)
+			}
+			if g.opts.OnRequest != nil {
+				g.opts.OnRequest(RequestInfo{Op: req.op, Method: r.Method, Status: req.w.status, BytesIn: in, BytesOut: req.w.bytes, Duration: dur})
+			}
+		}()
+	}
 
 	req.bucket, req.key = g.route(r)
 	if headerBytes(r) > maxHeaderBytes {
@@ -275,7 +290,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.fail(req, err)
 		return
 	}
-	req.access = auth.AccessKey
+	req.access, req.who = auth.AccessKey, auth.Identity
 	body, err = g.newVerifiedBody(r, auth)
 	if err != nil {
 		g.fail(req, err)
@@ -288,6 +303,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.fail(req, err)
 	}
 }
+
+var serverHeader = []string{"Osprey"}
 
 // maxHeaderBytes bounds a request's headers (and its URI), far above what
 // S3 clients send (S3 allows 8 KiB of headers on a PUT).
@@ -382,35 +399,43 @@ const (
 )
 
 // route is one operation: the method and the query parameter (NAME, or
-// NAME=VALUE; "" for none) that select it at a scope.
+// NAME=VALUE; "" for none) that select it at a scope, and the permission
+// on the bucket it needs (access.go).
 type route struct {
 	scope  scope
 	method string
 	param  string
 	op     string
+	perm   auth.Perm
 	run    func(*Gateway, *request) error
 }
 
+const (
+	read  = auth.PermRead
+	write = auth.PermWrite
+)
+
 // routes are tried in order; the first that matches runs.
 var routes = []route{
-	{serviceScope, http.MethodGet, "", "ListBuckets", (*Gateway).listBuckets},
-	{bucketScope, http.MethodPut, "", "CreateBucket", (*Gateway).createBucket},
-	{bucketScope, http.MethodDelete, "", "DeleteBucket", (*Gateway).deleteBucket},
-	{bucketScope, http.MethodHead, "", "HeadBucket", (*Gateway).headBucket},
-	{bucketScope, http.MethodGet, "uploads", "ListMultipartUploads", (*Gateway).listMultipartUploads},
-	{bucketScope, http.MethodGet, "location", "GetBucketLocation", (*Gateway).bucketLocation},
-	{bucketScope, http.MethodGet, "list-type=2", "ListObjectsV2", (*Gateway).listObjectsV2},
-	{bucketScope, http.MethodGet, "", "ListObjects", (*Gateway).listObjectsV1},
-	{bucketScope, http.MethodPost, "delete", "DeleteObjects", (*Gateway).deleteObjects},
-	{objectScope, http.MethodPost, "uploads", "CreateMultipartUpload", (*Gateway).createMultipartUpload},
-	{objectScope, http.MethodPut, "uploadId", "UploadPart", (*Gateway).uploadPart},
-	{objectScope, http.MethodPost, "uploadId", "CompleteMultipartUpload", (*Gateway).completeMultipartUpload},
-	{objectScope, http.MethodDelete, "uploadId", "AbortMultipartUpload", (*Gateway).abortMultipartUpload},
-	{objectScope, http.MethodGet, "uploadId", "ListParts", (*Gateway).listParts},
-	{objectScope, http.MethodPut, "", "PutObject", (*Gateway).putObject},
-	{objectScope, http.MethodGet, "", "GetObject", (*Gateway).getObjectBody},
-	{objectScope, http.MethodHead, "", "HeadObject", (*Gateway).headObject},
-	{objectScope, http.MethodDelete, "", "DeleteObject", (*Gateway).deleteObject},
+	// ListBuckets needs nothing: it lists the buckets the caller may read.
+	{serviceScope, http.MethodGet, "", "ListBuckets", 0, (*Gateway).listBuckets},
+	{bucketScope, http.MethodPut, "", "CreateBucket", write, (*Gateway).createBucket},
+	{bucketScope, http.MethodDelete, "", "DeleteBucket", write, (*Gateway).deleteBucket},
+	{bucketScope, http.MethodHead, "", "HeadBucket", read, (*Gateway).headBucket},
+	{bucketScope, http.MethodGet, "uploads", "ListMultipartUploads", read, (*Gateway).listMultipartUploads},
+	{bucketScope, http.MethodGet, "location", "GetBucketLocation", read, (*Gateway).bucketLocation},
+	{bucketScope, http.MethodGet, "list-type=2", "ListObjectsV2", read, (*Gateway).listObjectsV2},
+	{bucketScope, http.MethodGet, "", "ListObjects", read, (*Gateway).listObjectsV1},
+	{bucketScope, http.MethodPost, "delete", "DeleteObjects", write, (*Gateway).deleteObjects},
+	{objectScope, http.MethodPost, "uploads", "CreateMultipartUpload", write, (*Gateway).createMultipartUpload},
+	{objectScope, http.MethodPut, "uploadId", "UploadPart", write, (*Gateway).uploadPart},
+	{objectScope, http.MethodPost, "uploadId", "CompleteMultipartUpload", write, (*Gateway).completeMultipartUpload},
+	{objectScope, http.MethodDelete, "uploadId", "AbortMultipartUpload", write, (*Gateway).abortMultipartUpload},
+	{objectScope, http.MethodGet, "uploadId", "ListParts", read, (*Gateway).listParts},
+	{objectScope, http.MethodPut, "", "PutObject", write, (*Gateway).putObject},
+	{objectScope, http.MethodGet, "", "GetObject", read, (*Gateway).getObjectBody},
+	{objectScope, http.MethodHead, "", "HeadObject", read, (*Gateway).headObject},
+	{objectScope, http.MethodDelete, "", "DeleteObject", write, (*Gateway).deleteObject},
 }
 
 func (rt route) matches(sc scope, method string, q url.Values) bool {
@@ -438,14 +463,21 @@ func (g *Gateway) dispatch(req *request) error {
 		}
 	}
 	if r.Header.Get("X-Amz-Copy-Source") != "" {
+		// The source's read is checked where it is opened.
 		switch {
 		case q.Has("uploadId"):
 			req.op = "UploadPartCopy"
+			if err := req.authorize(write, req.bucket); err != nil {
+				return err
+			}
 			return g.uploadPartCopy(req)
 		case r.Method != http.MethodPut || req.key == "":
 			return errf(ErrInvalidRequest, "x-amz-copy-source belongs on a PUT of an object")
 		}
 		req.op = "CopyObject"
+		if err := req.authorize(write, req.bucket); err != nil {
+			return err
+		}
 		return g.copyObject(req)
 	}
 	sc := objectScope
@@ -458,6 +490,9 @@ func (g *Gateway) dispatch(req *request) error {
 	for _, rt := range routes {
 		if rt.matches(sc, r.Method, q) {
 			req.op = rt.op
+			if err := req.authorize(rt.perm, req.bucket); err != nil {
+				return err
+			}
 			return rt.run(g, req)
 		}
 	}

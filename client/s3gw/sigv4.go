@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -19,21 +20,6 @@ import (
 // chain from the secret over date, region and service. Only the server's
 // side exists here; tests sign with aws-sdk-go-v2's signer, so a mistake
 // made twice cannot hide itself.
-
-// Credentials find the secret of an access key. Keys are per gateway for
-// now (StaticCredentials); later they come from the mon's entities.
-type Credentials interface {
-	Lookup(accessKey string) (secret string, ok bool)
-}
-
-// StaticCredentials maps access keys to their secrets.
-type StaticCredentials map[string]string
-
-// Lookup implements Credentials.
-func (s StaticCredentials) Lookup(accessKey string) (string, bool) {
-	secret, ok := s[accessKey]
-	return secret, ok
-}
 
 const (
 	sigAlgorithm   = "AWS4-HMAC-SHA256"
@@ -241,6 +227,35 @@ func canonicalQuery(raw string, presigned bool) (string, error) {
 
 // headerValue is a signed header's canonical value: its values trimmed,
 // inner runs of spaces made one, joined by commas.
+// canonicalSigned are the canonical forms of the headers clients sign,
+// which a request names in lower case: looked up here, they cost no
+// canonicalization per request.
+var canonicalSigned = func() map[string]string {
+	m := map[string]string{}
+	for _, h := range []string{"X-Amz-Date", "X-Amz-Content-Sha256", "X-Amz-Security-Token", "X-Amz-User-Agent",
+		"Amz-Sdk-Invocation-Id", "Amz-Sdk-Request", "Content-Type", "Content-Md5", "Content-Encoding", "Range",
+		"X-Amz-Decoded-Content-Length", "X-Amz-Trailer", "X-Amz-Copy-Source", "X-Amz-Checksum-Crc32", "X-Amz-Checksum-Crc32c",
+		"X-Amz-Sdk-Checksum-Algorithm", "User-Agent"} {
+		m[strings.ToLower(h)] = h
+	}
+	return m
+}()
+
+// collapsed reports whether v is already as SigV4 canonicalizes a header
+// value: ASCII with no leading, trailing or repeated spaces and no other
+// white space (anything else takes the general path, which is exact).
+func collapsed(v string) bool {
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c >= 0x80 || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r':
+			return false
+		case c == ' ' && (i == 0 || i == len(v)-1 || v[i-1] == ' '):
+			return false
+		}
+	}
+	return true
+}
+
 func headerValue(r *http.Request, name string) string {
 	switch name {
 	case "host":
@@ -255,7 +270,14 @@ func headerValue(r *http.Request, name string) string {
 	case "transfer-encoding":
 		return strings.Join(r.TransferEncoding, ",")
 	}
-	vals := r.Header.Values(name)
+	key, ok := canonicalSigned[name]
+	if !ok {
+		key = http.CanonicalHeaderKey(name)
+	}
+	vals := r.Header[key]
+	if len(vals) == 1 && collapsed(vals[0]) {
+		return vals[0] // what the loop below would make of it, without its copies
+	}
 	out := make([]string, len(vals))
 	for i, v := range vals {
 		out[i] = strings.Join(strings.Fields(v), " ")
@@ -294,6 +316,45 @@ func hmacSHA256(key []byte, data string) []byte {
 
 // signingKey derives the key of one day, region and service.
 func signingKey(secret string, s sigV4) []byte {
+	ck := secret + "\x00" + s.scope()
+	if k, ok := signingKeys.get(ck); ok {
+		return k
+	}
+	k := deriveSigningKey(secret, s)
+	signingKeys.put(ck, k)
+	return k
+}
+
+// signingKeys caches derived signing keys by secret and scope: a key is
+// good for its scope's day, and deriving it is four HMACs, as much as
+// the rest of a GET's signature check.
+var signingKeys = keyCache{max: 4096}
+
+// keyCache is a map that forgets everything when it is full, which is
+// enough for keys that change once a day.
+type keyCache struct {
+	mu  sync.RWMutex
+	m   map[string][]byte
+	max int
+}
+
+func (c *keyCache) get(k string) ([]byte, bool) {
+	c.mu.RLock()
+	v, ok := c.m[k]
+	c.mu.RUnlock()
+	return v, ok
+}
+
+func (c *keyCache) put(k string, v []byte) {
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= c.max {
+		c.m = make(map[string][]byte)
+	}
+	c.m[k] = v
+	c.mu.Unlock()
+}
+
+func deriveSigningKey(secret string, s sigV4) []byte {
 	k := hmacSHA256([]byte("AWS4"+secret), s.Date)
 	k = hmacSHA256(k, s.Region)
 	k = hmacSHA256(k, s.Service)
@@ -311,6 +372,7 @@ func signature(key []byte, s sigV4, amzDate, canonical string) string {
 // to.
 type authResult struct {
 	AccessKey   string
+	Identity    Identity
 	PayloadHash string // hex SHA-256 the body must have; "" when unsigned
 	// Streaming is the x-amz-content-sha256 of an aws-chunked body
 	// (streamingSigned or streamingUnsignedTrailer), "" otherwise.
@@ -400,15 +462,15 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 		}
 	}
 
-	secret, ok := creds.Lookup(s.AccessKey)
-	if !ok {
-		return authResult{}, errf(ErrInvalidAccessKeyID, "the access key %q does not exist", s.AccessKey)
+	id, err := creds.Lookup(r.Context(), s.AccessKey)
+	if err != nil {
+		return authResult{}, err
 	}
 	query, err := canonicalQuery(r.URL.RawQuery, s.presigned)
 	if err != nil {
 		return authResult{}, errf(ErrSignatureDoesNotMatch, "malformed query: %v", err)
 	}
-	key := signingKey(secret, s)
+	key := signingKey(id.Secret, s)
 	// The canonical URI is the path as the client escaped it for the wire,
 	// which for S3 is escaped once with SigV4's rules; a client that
 	// escaped it otherwise signed what it sent.
@@ -419,7 +481,7 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 	for _, p := range paths {
 		want := signature(key, s, amzDate, canonicalRequest(r, s, p, query, payload))
 		if subtle.ConstantTimeCompare([]byte(want), []byte(s.Signature)) == 1 {
-			res := authResult{AccessKey: s.AccessKey}
+			res := authResult{AccessKey: s.AccessKey, Identity: id}
 			switch payload {
 			case unsignedPay:
 			case streamingSigned, streamingUnsignedTrailer:

@@ -263,3 +263,16 @@ func TestErrorsHaveMessages(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCollapsed: collapsed's fast path never takes a value that the
+// canonical form would change.
+func FuzzCollapsed(f *testing.F) {
+	for _, s := range []string{"", "a", "a b", " a", "a ", "a  b", "a\tb", "a\u00a0b", "20130524T000000Z", "é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		if collapsed(v) && strings.Join(strings.Fields(v), " ") != v {
+			t.Fatalf("collapsed(%q), but its canonical form is %q", v, strings.Join(strings.Fields(v), " "))
+		}
+	})
+}

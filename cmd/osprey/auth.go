@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/ospreystore/osprey/mon"
@@ -30,9 +32,13 @@ capabilities per service, in Ceph's syntax:
   osd 'allow rw bucket=photos'        one bucket
   osd 'allow r bucket_prefix=logs-'   buckets whose names start so
   mon 'allow profile osd' osd 'allow profile osd'   an OSD daemon
+  mon 'allow profile s3-gateway' osd 'allow profile s3-gateway'   an S3 gateway
 
 Grants add up, and several go in one string separated by commas.
-A keyring file is PEM (openssl reads it) and is written with mode 0600.`,
+A keyring file is PEM (openssl reads it) and is written with mode 0600.
+
+An entity may also hold S3 key pairs (auth s3-key add): S3 requests signed
+with one, through osprey s3, act as the entity, with its osd caps.`,
 	}
 	keyringOut := func(c *cobra.Command, out *string) {
 		c.Flags().StringVarP(out, "output", "o", "", "write the keyring to this file (mode 0600) instead of printing it")
@@ -54,7 +60,18 @@ A keyring file is PEM (openssl reads it) and is written with mode 0600.`,
 				if err != nil {
 					return err
 				}
-				return writeKeyring(cmd.OutOrStdout(), out, args[0], rep.Keyring)
+				if err := writeKeyring(cmd.OutOrStdout(), out, args[0], rep.Keyring); err != nil {
+					return err
+				}
+				// After the PEM, as comment lines: a keyring file saved
+				// from this output still parses.
+				var e mon.AuthEntry
+				if json.Unmarshal([]byte(rep.Output), &e) == nil {
+					for _, k := range e.S3Keys {
+						fmt.Fprintf(cmd.OutOrStdout(), "# S3 key of %s: access key %s secret key %s\n", args[0], k.AccessKey, k.Secret)
+					}
+				}
+				return nil
 			},
 		}
 		keyringOut(c, &out)
@@ -64,7 +81,7 @@ A keyring file is PEM (openssl reads it) and is written with mode 0600.`,
 	var lsJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
-		Short: "List the entities and their caps (no keys)",
+		Short: "List the entities, their caps and S3 access key ids (--json: with the secrets)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "auth ls"})
@@ -121,8 +138,67 @@ A keyring file is PEM (openssl reads it) and is written with mode 0600.`,
 		issuing("add", "ENTITY [SERVICE CAPS]...", "Create an entity and print (or -o write) its keyring; fails if it exists", true),
 		issuing("get-or-create", "ENTITY [SERVICE CAPS]...", "Print (or -o write) an entity's keyring, creating the entity with these caps if it has none", true),
 		issuing("get", "ENTITY", "Print (or -o write) an entity's keyring", false),
-		ls, rm, caps,
+		ls, rm, caps, newS3KeyCmd(&mf),
 	)
+	return root
+}
+
+// newS3KeyCmd is `osprey auth s3-key`, radosgw-admin's "key create" and
+// "key rm": S3 key pairs on an entity's record.
+func newS3KeyCmd(mf *monFlags) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "s3-key",
+		Short: "Give an entity S3 key pairs, or take them away (osprey s3 checks them)",
+		Long: `An S3 request signed with one of an entity's key pairs acts as the entity:
+the S3 gateway (osprey s3) allows it what the entity's osd caps allow,
+reads with r and writes with w, on the buckets the caps name. The access key
+id is unique in the cluster; the secret is shown when the key is made and by
+auth get. A key removed is refused by the gateways once the mon's push of
+the change reaches them, within a round trip.`,
+		Example: `  osprey auth get-or-create client.photos osd 'allow rw bucket=photos'
+  osprey auth s3-key add client.photos
+  osprey auth s3-key rm client.photos AKEXAMPLEEXAMPLEEXAM`,
+	}
+	add := &cobra.Command{
+		Use:   "add ENTITY",
+		Short: "Make a new S3 key pair for an entity and print it",
+		Args:  entityArgs(false),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rep, err := monCommand(cmd, *mf, &osdpb.MonCommand{Prefix: "auth s3-key add", Entity: args[0]})
+			if err != nil {
+				return err
+			}
+			var k mon.S3KeyEntry
+			if err := json.Unmarshal([]byte(rep.Output), &k); err != nil {
+				return fmt.Errorf("auth s3-key add: %w", err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "access key %s\nsecret key %s\n", k.AccessKey, k.Secret)
+			return nil
+		},
+	}
+	addMonFlags(add.Flags(), mf)
+	rm := &cobra.Command{
+		Use:   "rm ENTITY ACCESS_KEY",
+		Short: "Remove one of an entity's S3 key pairs",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 2 {
+				return usageErrorf("%s takes an entity and an access key id", cmd.CommandPath())
+			}
+			if err := auth.ValidateS3AccessKey(args[1]); err != nil {
+				return usageErrorf("%v", err)
+			}
+			return entityArgs(false)(cmd, args[:1])
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := monCommand(cmd, *mf, &osdpb.MonCommand{Prefix: "auth s3-key rm", Entity: args[0], AccessKey: args[1]}); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed S3 key %s of %s\n", args[1], args[0])
+			return nil
+		},
+	}
+	addMonFlags(rm.Flags(), mf)
+	root.AddCommand(add, rm)
 	return root
 }
 
@@ -180,9 +256,13 @@ func writeKeyring(w io.Writer, path, entity string, keyring []byte) error {
 
 func printAuth(w io.Writer, entries []mon.AuthEntry) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ENTITY\tSERIAL\tCAPS")
+	fmt.Fprintln(tw, "ENTITY\tSERIAL\tS3 KEYS\tCAPS")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Entity, e.Serial, auth.FormatCaps(e.Caps))
+		ids := make([]string, len(e.S3Keys))
+		for i, k := range e.S3Keys {
+			ids[i] = k.AccessKey
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Entity, e.Serial, cmp.Or(strings.Join(ids, ","), "-"), auth.FormatCaps(e.Caps))
 	}
 	tw.Flush()
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -15,10 +14,13 @@ import (
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/client/s3gw"
 	"github.com/ospreystore/osprey/internal/metrics"
+	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/spf13/cobra"
 )
 
-// Environment variables that give `osprey s3` its key pair.
+// Environment variables that give `osprey s3` a static key pair (clusters
+// without auth only).
 const (
 	envS3AccessKey = "OSPREY_S3_ACCESS_KEY"
 	envS3SecretKey = "OSPREY_S3_SECRET_KEY"
@@ -49,22 +51,32 @@ batch deletes, multipart uploads (docs/s3.md). The gateway is stateless: it is a
 any other, and any number of them can serve one cluster.
 
 Every request must be signed (AWS Signature Version 4, header or presigned
-URL) with the key pair given by --access-key and --secret-key (or
-` + envS3AccessKey + ` and ` + envS3SecretKey + `); anonymous requests are refused.
-The keys are the gateway's own for now, not yet the cluster's entities.
+URL) with an S3 key pair of one of the cluster's entities (osprey auth
+s3-key add ENTITY), and may do what that entity's osd caps allow: reads
+with r, writes with w, on the buckets they name. Anonymous requests are
+refused. The gateway reaches the cluster as its own entity (--keyring),
+which needs mon 'allow profile s3-gateway' osd 'allow profile s3-gateway'
+(or client.admin's 'allow *'): it reads the S3 keys from the mons and
+does its users' ops once their caps allow them.
+
+On a cluster without auth (osprey up --auth none) there are no entities:
+give --keyring none and one static pair, --access-key and --secret-key (or
+` + envS3AccessKey + ` and ` + envS3SecretKey + `), allowed everything.
 
 It serves until Ctrl-C or SIGTERM, then lets the requests in progress finish
 (at most --shutdown-timeout). Each request gets one access log line.`,
-		Example: `  OSPREY_S3_ACCESS_KEY=AK OSPREY_S3_SECRET_KEY=SK osprey s3
-  osprey s3 --listen :9000 --mon 10.0.0.1:3300 --access-key AK --secret-key SK
-  aws --endpoint-url http://127.0.0.1:9000 s3 ls`,
+		Example: `  osprey auth get-or-create client.s3 mon 'allow profile s3-gateway' osd 'allow profile s3-gateway' -o s3.keyring
+  osprey s3 --listen :9000 --mon 10.0.0.1:3300 --keyring s3.keyring
+  osprey auth s3-key add client.admin
+  aws --endpoint-url http://127.0.0.1:9000 s3 ls
+  osprey s3 --mon 10.0.0.1:3300 --keyring none --access-key AK --secret-key SK   # a cluster without auth`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error { return runS3(cmd, o) },
 	}
 	f := cmd.Flags()
 	addTargetFlags(f, &o.target)
 	f.StringVar(&o.listen, "listen", defaultS3Listen, "HOST:PORT to serve HTTP on")
-	f.StringVar(&o.access, "access-key", "", "the access key clients sign with (env "+envS3AccessKey+")")
+	f.StringVar(&o.access, "access-key", "", "a static access key, on a cluster without auth only (env "+envS3AccessKey+")")
 	f.StringVar(&o.secret, "secret-key", "", "its secret (env "+envS3SecretKey+")")
 	f.StringVar(&o.region, "region", "us-east-1", "the region GetBucketLocation answers")
 	f.StringSliceVar(&o.domains, "domain", nil, "domains for virtual-hosted-style requests (BUCKET.DOMAIN); path style always works")
@@ -77,11 +89,38 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 	ctx := cmd.Context()
 	o.access = cmpOrEnv(o.access, envS3AccessKey)
 	o.secret = cmpOrEnv(o.secret, envS3SecretKey)
-	if o.access == "" || o.secret == "" {
-		return usageErrorf("a key pair is required: --access-key and --secret-key (or %s and %s); anonymous access is not served",
-			envS3AccessKey, envS3SecretKey)
+	keyring, err := o.target.mon.loadKeyring(os.Getenv)
+	if err != nil {
+		return err
 	}
-	cl, err := connectWith(ctx, cmd, o.target, client.Options{Logger: slog.Default(), MD5: true})
+	static := o.access != "" || o.secret != ""
+	switch {
+	case static && (o.access == "" || o.secret == ""):
+		return usageErrorf("a static key pair needs both --access-key and --secret-key (or %s and %s); anonymous access is not served",
+			envS3AccessKey, envS3SecretKey)
+	case static && keyring != nil:
+		return usageErrorf("--access-key and --secret-key are for a cluster without auth (--keyring none); on %s's cluster S3 keys are entities': osprey auth s3-key add ENTITY",
+			keyring.Entity)
+	case !static && keyring == nil:
+		return usageErrorf("no keyring: the gateway reaches the cluster as its own entity (--keyring FILE; osprey auth get-or-create client.s3 mon 'allow profile s3-gateway' osd 'allow profile s3-gateway'); on a cluster without auth, give --keyring none, --access-key and --secret-key")
+	}
+	var creds s3gw.Credentials = s3gw.StaticCredentials{o.access: o.secret}
+	who := "static access key " + o.access
+	if !static {
+		mons, ok := resolveMons(o.target.mon, os.Getenv)
+		if !ok {
+			return usageErrorf("the S3 keys come from the mons: give --mon (or %s)", envMon)
+		}
+		cctx, cancel := context.WithTimeout(ctx, o.target.timeout)
+		cc, err := s3gw.NewClusterCredentials(cctx, s3gw.ClusterCredentialsOptions{Mon: mons, Keyring: keyring, Modes: o.target.mon.modes, Logger: cliLogger(cmd)})
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer cc.Close()
+		creds, who = cc, "S3 keys of the cluster's entities, as "+keyring.Entity
+	}
+	cl, err := connectWith(ctx, cmd, o.target, client.Options{Logger: slog.Default(), MD5: true, Keyring: keyring})
 	if err != nil {
 		return err
 	}
@@ -90,7 +129,7 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
-	gopts := s3gw.Options{Client: cl, Credentials: s3gw.StaticCredentials{o.access: o.secret},
+	gopts := s3gw.Options{Client: cl, Credentials: creds,
 		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout}
 	var ms *metrics.Server
 	if o.metricsAddr != "" {
@@ -105,7 +144,7 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 		ln.Close()
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "osprey s3: serving S3 on http://%s (access key %s)\n", ln.Addr(), o.access)
+	fmt.Fprintf(cmd.OutOrStdout(), "osprey s3: serving S3 on http://%s (%s)\n", ln.Addr(), who)
 	printMetrics(cmd.OutOrStdout(), "osprey s3", ms)
 	err = gw.Serve(ctx, ln)
 	fmt.Fprintln(cmd.OutOrStdout(), "osprey s3: stopped")
@@ -132,25 +171,26 @@ type upGateway struct {
 	Endpoint  string `json:"endpoint"`
 	AccessKey string `json:"access_key"`
 	SecretKey string `json:"secret_key"`
-	cl        *client.Client
-	metrics   *metrics.Server // nil without metrics
-	cancel    context.CancelFunc
-	done      chan error
+	// Entity owns the key pair: client.admin, or "" for the static pair
+	// of a cluster without auth.
+	Entity  string `json:"entity,omitempty"`
+	cl      *client.Client
+	creds   *s3gw.ClusterCredentials // nil without auth
+	metrics *metrics.Server          // nil without metrics
+	cancel  context.CancelFunc
+	done    chan error
 }
 
-// randomKey is n characters of an S3-style key alphabet.
-func randomKey(n int, alphabet string) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return string(b)
-}
+// upGatewayEntity is the entity `osprey up`'s gateway reaches its
+// cluster as.
+const upGatewayEntity = "client.s3-gateway"
 
-// startUpGateway starts `osprey up`'s gateway on addr with a fresh key
-// pair. explicit says the user chose addr: failing to listen on the
-// default address only warns, since the cluster is useful without it.
+// startUpGateway starts `osprey up`'s gateway on addr. With auth it is
+// client.s3-gateway and serves the entities' S3 keys, and client.admin
+// gets one to print (its first, made if it has none); without auth it
+// serves one fresh static pair. explicit says the user chose addr:
+// failing to listen on the default address only warns, since the cluster
+// is useful without it.
 func startUpGateway(ctx context.Context, lc *localCluster, addr string, explicit, withMetrics bool, logger *slog.Logger, warn io.Writer) (*upGateway, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -160,23 +200,27 @@ func startUpGateway(ctx context.Context, lc *localCluster, addr string, explicit
 		}
 		return nil, fmt.Errorf("--s3 %s: %w", addr, err)
 	}
-	opts := client.Options{Seeds: lc.Seeds(), Logger: logger, MD5: true, Keyring: lc.AdminKeyring, Modes: lc.clientModes}
+	g := &upGateway{Endpoint: "http://" + ln.Addr().String(), done: make(chan error, 1)}
+	creds, keyring, err := g.credentials(ctx, lc, logger)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	opts := client.Options{Seeds: lc.Seeds(), Logger: logger, MD5: true, Keyring: keyring, Modes: lc.clientModes}
 	if lc.Mon != nil {
 		opts.Seeds, opts.Mon = nil, []string{lc.Mon.Addr()}
 	}
-	cl, err := client.New(ctx, opts)
-	if err != nil {
+	if g.cl, err = client.New(ctx, opts); err != nil {
 		ln.Close()
+		g.closeCreds()
 		return nil, fmt.Errorf("the S3 gateway's client: %w", err)
 	}
-	g := &upGateway{Endpoint: "http://" + ln.Addr().String(), cl: cl, done: make(chan error, 1),
-		AccessKey: randomKey(20, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"),
-		SecretKey: randomKey(40, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
-	gopts := s3gw.Options{Client: cl, Credentials: s3gw.StaticCredentials{g.AccessKey: g.SecretKey}, Logger: logger}
+	gopts := s3gw.Options{Client: g.cl, Credentials: creds, Logger: logger}
 	if withMetrics {
-		if g.metrics, err = serveGatewayMetrics(ctx, "127.0.0.1:0", cl, &gopts, logger); err != nil {
+		if g.metrics, err = serveGatewayMetrics(ctx, "127.0.0.1:0", g.cl, &gopts, logger); err != nil {
 			ln.Close()
-			cl.Close()
+			g.cl.Close()
+			g.closeCreds()
 			return nil, err
 		}
 	}
@@ -184,7 +228,8 @@ func startUpGateway(ctx context.Context, lc *localCluster, addr string, explicit
 	if err != nil {
 		ln.Close()
 		g.metrics.Close(context.Background())
-		cl.Close()
+		g.cl.Close()
+		g.closeCreds()
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -204,10 +249,44 @@ func (g *upGateway) stop() error {
 	err := <-g.done
 	g.metrics.Close(context.Background())
 	g.cl.Close()
+	g.closeCreds()
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
 	return err
+}
+
+// credentials are what the gateway checks signatures against, and the
+// keyring its client uses (nil without auth); they fill in g's pair.
+func (g *upGateway) credentials(ctx context.Context, lc *localCluster, logger *slog.Logger) (s3gw.Credentials, *auth.Keyring, error) {
+	if lc.Mon == nil || lc.AdminKeyring == nil {
+		k := auth.NewS3Key()
+		g.AccessKey, g.SecretKey = k.AccessKey, k.Secret
+		return s3gw.StaticCredentials{k.AccessKey: k.Secret}, nil, nil
+	}
+	pem, err := lc.Mon.GetOrCreateKeyring(ctx, upGatewayEntity, mon.S3GatewayCaps)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the S3 gateway's entity: %w", err)
+	}
+	keyring, err := auth.ParseKeyring(pem)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the S3 gateway's entity: %w", err)
+	}
+	k, err := lc.Mon.S3Key(ctx, "client.admin")
+	if err != nil {
+		return nil, nil, fmt.Errorf("client.admin's S3 key: %w", err)
+	}
+	g.AccessKey, g.SecretKey, g.Entity = k.AccessKey, k.Secret, "client.admin"
+	if g.creds, err = s3gw.NewClusterCredentials(ctx, s3gw.ClusterCredentialsOptions{Mon: []string{lc.Mon.Addr()}, Keyring: keyring, Modes: lc.clientModes, Logger: logger}); err != nil {
+		return nil, nil, err
+	}
+	return g.creds, keyring, nil
+}
+
+func (g *upGateway) closeCreds() {
+	if g.creds != nil {
+		g.creds.Close()
+	}
 }
 
 // printS3 tells the user how to reach the gateway.
@@ -215,7 +294,11 @@ func (g *upGateway) printS3(w io.Writer) {
 	if g == nil {
 		return
 	}
-	fmt.Fprintf(w, "  s3     %s  access key %s  secret key %s\n", g.Endpoint, g.AccessKey, g.SecretKey)
+	owner := ""
+	if g.Entity != "" {
+		owner = " (" + g.Entity + "'s; osprey auth s3-key add ENTITY makes more)"
+	}
+	fmt.Fprintf(w, "  s3     %s  access key %s  secret key %s%s\n", g.Endpoint, g.AccessKey, g.SecretKey, owner)
 	fmt.Fprintf(w, "         AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s aws --endpoint-url %s s3 ls\n",
 		g.AccessKey, shellQuote(g.SecretKey), g.Endpoint)
 }

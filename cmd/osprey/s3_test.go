@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
@@ -21,9 +22,10 @@ func s3Client(endpoint, access, secret string) *s3.Client {
 		Credentials: credentials.NewStaticCredentialsProvider(access, secret, "")})
 }
 
-// TestUpAndS3Serve: `osprey up` serves S3 with the key pair it prints,
-// and `osprey s3` serves the same cluster from another process with its
-// own keys, until SIGINT.
+// TestUpAndS3Serve: `osprey up` serves S3 with the key pair it prints
+// (client.admin's), and `osprey s3` serves the same cluster from another
+// process, as client.admin, to a read-only user made with `osprey auth
+// s3-key add`, until SIGINT.
 func TestUpAndS3Serve(t *testing.T) {
 	bin := buildCLI(t)
 	up := startUp(t, bin, t.TempDir(), 0)
@@ -35,7 +37,7 @@ func TestUpAndS3Serve(t *testing.T) {
 	endpoint, _ := up.s3["endpoint"].(string)
 	access, _ := up.s3["access_key"].(string)
 	secret, _ := up.s3["secret_key"].(string)
-	if !strings.HasPrefix(endpoint, "http://127.0.0.1:") || len(access) != 20 || len(secret) != 40 {
+	if !strings.HasPrefix(endpoint, "http://127.0.0.1:") || len(access) != 20 || len(secret) != 40 || up.s3["entity"] != "client.admin" {
 		t.Fatalf("s3: %v", up.s3)
 	}
 	c := s3Client(endpoint, access, secret)
@@ -60,10 +62,28 @@ func TestUpAndS3Serve(t *testing.T) {
 		t.Errorf("the gateway's metrics do not count its requests:\n%s", m)
 	}
 
-	// A second gateway, its own process and keys, on the same cluster.
+	// A read-only user with a key pair, made by the CLI.
+	m := []string{"--mon", up.mon, "--keyring", up.keyring}
+	if _, _, err := run(t, append([]string{"auth", "get-or-create", "client.reader", "osd", "allow r"}, m...)...); err != nil {
+		t.Fatal(err)
+	}
+	keyOut, _, err := run(t, append([]string{"auth", "s3-key", "add", "client.reader"}, m...)...)
+	var roAccess, roSecret string
+	if _, err := fmt.Sscanf(keyOut, "access key %s\nsecret key %s\n", &roAccess, &roSecret); err != nil || len(roAccess) != 20 {
+		t.Fatalf("auth s3-key add: %q %v", keyOut, err)
+	}
+	ls, _, err := run(t, append([]string{"auth", "ls"}, m...)...)
+	if err != nil || !strings.Contains(ls, roAccess) || strings.Contains(ls, roSecret) {
+		t.Fatalf("auth ls shows the access key id, not the secret: %v\n%s", err, ls)
+	}
+	get, _, err := run(t, append([]string{"auth", "get", "client.reader"}, m...)...)
+	if err != nil || !strings.Contains(get, "access key "+roAccess+" secret key "+roSecret) {
+		t.Fatalf("auth get shows the pair: %v\n%s", err, get)
+	}
+
+	// A second gateway, its own process, on the same cluster.
 	gw := exec.Command(bin, "s3", "--mon", up.mon, "--keyring", up.keyring, "--listen", "127.0.0.1:0", "--log-level", "warn",
 		"--metrics-addr", "127.0.0.1:0")
-	gw.Env = append(gw.Environ(), envS3AccessKey+"=SECONDKEY", envS3SecretKey+"=second/secret")
 	stdout, err := gw.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +117,11 @@ func TestUpAndS3Serve(t *testing.T) {
 	if !ok {
 		t.Errorf("osprey s3 --metrics-addr printed no address")
 	}
-	c2 := s3Client(addr, "SECONDKEY", "second/secret")
+	c2 := s3Client(addr, roAccess, roSecret)
+	_, err = c2.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("via-up"), Key: aws.String("k2"), Body: strings.NewReader("no")})
+	if !strings.Contains(fmt.Sprint(err), "AccessDenied") {
+		t.Fatalf("a read-only user's PUT through osprey s3: %v", err)
+	}
 	out, err := c2.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("via-up"), Key: aws.String("k")})
 	if err != nil {
 		t.Fatal(err)
@@ -125,9 +149,18 @@ func TestUpAndS3Serve(t *testing.T) {
 func TestS3NeedsKeys(t *testing.T) {
 	t.Setenv(envS3AccessKey, "")
 	t.Setenv(envS3SecretKey, "")
-	_, _, err := run(t, "s3", "--seeds", "127.0.0.1:1", "--access-key", "AK")
-	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "anonymous") {
-		t.Fatalf("osprey s3 without a secret: %v (exit %d)", err, exitCode(err))
+	t.Chdir(t.TempDir()) // no client.admin keyring found by default
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--keyring", "none", "--access-key", "AK"}, "anonymous"},
+		{[]string{"--keyring", "none"}, "no keyring"},
+	} {
+		_, _, err := run(t, append([]string{"s3", "--seeds", "127.0.0.1:1"}, c.args...)...)
+		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("osprey s3 %v: %v (exit %d), want %q", c.args, err, exitCode(err), c.want)
+		}
 	}
 }
 

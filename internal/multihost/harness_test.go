@@ -36,8 +36,6 @@ const (
 	etcdClient   = 2379
 	etcdPeer     = 2380
 	gatewayPort  = 9000
-	s3AccessKey  = "MULTIHOSTACCESSKEY01"
-	s3SecretKey  = "multihost/secret/key/0123456789abcdefghij"
 	bucket       = "multihost"
 	pollInterval = 200 * time.Millisecond
 )
@@ -64,12 +62,13 @@ type cluster struct {
 	dir      string
 	opts     clusterOptions
 
-	mons, etcds, osds []*daemon
-	gw                *daemon
-	client            *netns.Node
-	monAddrs          []string
-	adminKeyring      string
-	gwURL             string
+	mons, etcds, osds  []*daemon
+	gw                 *daemon
+	client             *netns.Node
+	monAddrs           []string
+	adminKeyring       string
+	gwURL              string
+	s3Access, s3Secret string // client.admin's S3 key pair, for the gateway
 	// goroutines were running before the cluster started: stop checks
 	// that the daemons' waiters and commands' watchers all ended.
 	goroutines int
@@ -176,14 +175,17 @@ func startCluster(t *testing.T, opts clusterOptions) *cluster {
 		t.FailNow()
 	}
 	if opts.Gateway {
-		// The gateway acts as an entity of its own with the least caps it
-		// needs, made by the operator from the client's host.
+		// The gateway acts as an entity of its own (profile s3-gateway),
+		// made by the operator from the client's host, and its requests
+		// are signed with an S3 key of client.admin's.
 		gwKeyring := filepath.Join(c.dir, "client.s3gw.keyring")
-		c.mustOsprey(ctx, "auth", "get-or-create", "client.s3gw", "mon", "allow r", "osd", "allow rw", "-o", gwKeyring)
+		c.mustOsprey(ctx, "auth", "get-or-create", "client.s3gw", "mon", "allow profile s3-gateway", "osd", "allow profile s3-gateway", "-o", gwKeyring)
+		if _, err := fmt.Sscanf(c.mustOsprey(ctx, "auth", "s3-key", "add", "client.admin"), "access key %s\nsecret key %s\n", &c.s3Access, &c.s3Secret); err != nil {
+			t.Fatalf("auth s3-key add: %v", err)
+		}
 		listen := fmt.Sprintf("%s:%d", gwNode.Addr(c.pub), gatewayPort)
 		c.gw = c.start("s3gw", gwNode, "s3", "--listen", listen,
-			"--mon", strings.Join(c.monAddrs, ","), "--keyring", gwKeyring,
-			"--access-key", s3AccessKey, "--secret-key", s3SecretKey)
+			"--mon", strings.Join(c.monAddrs, ","), "--keyring", gwKeyring)
 		if c.gw.waitOutput(t, ctx, "serving S3 on"); t.Failed() {
 			t.FailNow()
 		}

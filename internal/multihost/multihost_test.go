@@ -113,8 +113,8 @@ func (c *cluster) aws(ctx context.Context, aws string, args ...string) {
 	os.MkdirAll(home, 0o700)
 	cmd := c.client.Command(ctx, aws, append([]string{"--endpoint-url", c.gwURL}, args...)...)
 	cmd.Env = append(os.Environ(), "HOME="+home, "AWS_CONFIG_FILE="+filepath.Join(home, "none"),
-		"AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(home, "none"), "AWS_ACCESS_KEY_ID="+s3AccessKey,
-		"AWS_SECRET_ACCESS_KEY="+s3SecretKey, "AWS_DEFAULT_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true", "AWS_PAGER=")
+		"AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(home, "none"), "AWS_ACCESS_KEY_ID="+c.s3Access,
+		"AWS_SECRET_ACCESS_KEY="+c.s3Secret, "AWS_DEFAULT_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true", "AWS_PAGER=")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		c.t.Fatalf("aws %s: %v: %s", strings.Join(args, " "), err, out)
 	}

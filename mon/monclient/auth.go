@@ -24,7 +24,11 @@ func AuthTable(t *osdpb.AuthTable) *auth.Table {
 		if err != nil {
 			caps = nil
 		}
-		recs[e.Entity] = auth.Record{Caps: caps, Serial: e.Serial}
+		var s3 []auth.S3Key
+		for _, k := range e.S3Keys {
+			s3 = append(s3, auth.S3Key{AccessKey: k.AccessKey, Secret: k.Secret})
+		}
+		recs[e.Entity] = auth.Record{Caps: caps, Serial: e.Serial, S3Keys: s3}
 	}
 	return auth.NewTable(t.GetRevision(), recs)
 }

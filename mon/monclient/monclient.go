@@ -64,8 +64,9 @@ type Options struct {
 	// runs on a goroutine of its own, so it may call the client.
 	OnMap func(*placement.Map)
 	// OnAuth, if set, subscribes to the auth table too (entities, caps and
-	// certificate serials, no keys) and is called with every newer table,
-	// in increasing revision order, one call at a time. It runs under the
+	// certificate serials, no keyrings; S3 secrets only for an S3
+	// gateway's entity) and is called with every newer table, in
+	// increasing revision order, one call at a time. It runs under the
 	// client's lock: it must not block or call the client (keeping the
 	// table in an atomic pointer is what it is for).
 	OnAuth func(*osdpb.AuthTable)

@@ -59,6 +59,13 @@ const ProfileOSD = "osd"
 // It reads no map and no object.
 const ProfileBootstrapOSD = "bootstrap-osd"
 
+// ProfileS3Gateway is the profile of an S3 gateway (osprey s3): on the
+// mon, the map and the auth table with every entity's S3 secrets, which
+// it verifies signatures with; on the OSDs, every object, read and
+// written on behalf of the S3 users it authenticated, whose own caps it
+// checks before each request (a gateway must never lend its rights).
+const ProfileS3Gateway = "s3-gateway"
+
 // Grant is one "allow" clause of a service's capabilities.
 type Grant struct {
 	Perm    Perm
@@ -150,10 +157,10 @@ func parseGrant(service string, f []string) (Grant, error) {
 			return Grant{}, errors.New(`"allow profile" takes one name`)
 		}
 		switch {
-		case f[2] == ProfileOSD:
+		case f[2] == ProfileOSD, f[2] == ProfileS3Gateway:
 		case f[2] == ProfileBootstrapOSD && service == ServiceMon:
 		default:
-			return Grant{}, fmt.Errorf("unknown profile %q on %s (want %s, or on mon %s)", f[2], service, ProfileOSD, ProfileBootstrapOSD)
+			return Grant{}, fmt.Errorf("unknown profile %q on %s (want %s, %s, or on mon %s)", f[2], service, ProfileOSD, ProfileS3Gateway, ProfileBootstrapOSD)
 		}
 		return Grant{Profile: f[2]}, nil
 	}
@@ -243,10 +250,11 @@ func (c Caps) Allows(service string, want Perm, bucket string) bool {
 		if g.Profile == ProfileBootstrapOSD {
 			continue // its one command is checked by HasProfile
 		}
-		if g.Profile == ProfileOSD {
+		if g.Profile == ProfileOSD || g.Profile == ProfileS3Gateway {
 			// An OSD daemon reads the map (its boot, beacons and reports
 			// are the profile's own ops, see HasProfile) and reads and
-			// writes every object; it never changes the map or auth.
+			// writes every object; it never changes the map or auth. An
+			// S3 gateway does the same for its users.
 			have |= PermRead
 			if service == ServiceOSD {
 				have |= PermWrite

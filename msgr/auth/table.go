@@ -7,30 +7,76 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // ErrNoRecord: an entity the mon has no record of (never created, or
 // removed by "auth rm").
 var ErrNoRecord = errors.New("auth: no such entity")
 
-// Record is what a daemon knows of an entity: its capabilities and the
-// serial of the one certificate it may show (see Serial).
+// ErrNoS3Key: an S3 access key no entity holds (never made, or removed
+// by "auth s3-key rm" or with its entity).
+var ErrNoS3Key = errors.New("auth: no such S3 access key")
+
+// Record is what a daemon knows of an entity: its capabilities, the
+// serial of the one certificate it may show (see Serial) and, in an S3
+// gateway's table only, its S3 key pairs.
 type Record struct {
 	Caps   Caps
 	Serial string
+	S3Keys []S3Key
+}
+
+// S3Key is an S3-style access key pair of an entity: a request signed
+// with it acts as the entity, with the entity's caps.
+type S3Key struct {
+	AccessKey, Secret string
+}
+
+// S3Identity is who an S3 access key is: its secret, and its entity with
+// the entity's caps as of the table it was found in.
+type S3Identity struct {
+	Entity string
+	Secret string
+	Caps   Caps
 }
 
 // Table is the mon's auth records at one etcd revision, as daemons hold
 // them to check their peers and their ops without asking the mon each
-// time. It holds no keys.
+// time. It holds no keyrings; S3 secrets only in a gateway's.
 type Table struct {
 	Revision int64
 	records  map[string]Record
+	s3       map[string]string // access key -> entity
 }
 
 // NewTable makes a table of records by entity name.
 func NewTable(revision int64, records map[string]Record) *Table {
-	return &Table{Revision: revision, records: records}
+	t := &Table{Revision: revision, records: records}
+	for entity, r := range records {
+		for _, k := range r.S3Keys {
+			if t.s3 == nil {
+				t.s3 = map[string]string{}
+			}
+			t.s3[k.AccessKey] = entity
+		}
+	}
+	return t
+}
+
+// LookupS3 finds the entity that holds accessKey.
+func (t *Table) LookupS3(accessKey string) (S3Identity, bool) {
+	entity, ok := t.s3[accessKey]
+	if !ok {
+		return S3Identity{}, false
+	}
+	r := t.records[entity]
+	for _, k := range r.S3Keys {
+		if k.AccessKey == accessKey {
+			return S3Identity{Entity: entity, Secret: k.Secret, Caps: r.Caps}, true
+		}
+	}
+	return S3Identity{}, false
 }
 
 // Lookup returns entity's record.
@@ -53,8 +99,16 @@ type Keeper struct {
 	// authentication failure). Concurrent misses share one call.
 	Refresh func(ctx context.Context) (*Table, error)
 
-	cur       atomic.Pointer[Table]
-	refreshMu sync.Mutex
+	// MinRefreshInterval spaces the refreshes S3Key makes on a miss, so
+	// that a stream of requests with unknown keys asks the mon at most
+	// once per interval: a miss within it of the last refresh waits for
+	// the interval's end and then refreshes (a key made a moment ago
+	// still works, a little later). Zero: no spacing.
+	MinRefreshInterval time.Duration
+
+	cur         atomic.Pointer[Table]
+	refreshMu   sync.Mutex
+	lastRefresh time.Time // under refreshMu
 }
 
 // Note adopts t if it is newer than the table held.
@@ -97,17 +151,61 @@ func (k *Keeper) Authenticate(ctx context.Context, peer string, cert *x509.Certi
 	if err == nil || k.Refresh == nil {
 		return r, err
 	}
-	k.refreshMu.Lock()
-	if k.cur.Load() == held { // nobody refreshed while we waited
-		t, rerr := k.Refresh(ctx)
-		if rerr != nil {
-			k.refreshMu.Unlock()
-			return Record{}, fmt.Errorf("%w (and the mon's newer table could not be fetched: %v)", err, rerr)
-		}
-		k.Note(t)
+	if err := k.refresh(ctx, held, 0, err); err != nil {
+		return Record{}, err
 	}
-	k.refreshMu.Unlock()
 	return k.check(peer, cert)
+}
+
+// S3Key finds the entity that holds accessKey, with its secret and caps.
+// On a miss it refreshes the table (see Refresh and MinRefreshInterval)
+// before answering an error wrapping ErrNoS3Key: a key made a moment ago
+// works at once, before the mon's push of it arrives.
+func (k *Keeper) S3Key(ctx context.Context, accessKey string) (S3Identity, error) {
+	held := k.cur.Load()
+	if held != nil {
+		if id, ok := held.LookupS3(accessKey); ok {
+			return id, nil
+		}
+	}
+	miss := fmt.Errorf("%w: %q", ErrNoS3Key, accessKey)
+	if k.Refresh == nil {
+		return S3Identity{}, miss
+	}
+	if err := k.refresh(ctx, held, k.MinRefreshInterval, miss); err != nil {
+		return S3Identity{}, err
+	}
+	if id, ok := k.cur.Load().LookupS3(accessKey); ok {
+		return id, nil
+	}
+	return S3Identity{}, miss
+}
+
+// refresh fetches the mon's table unless another caller did since held
+// was read (concurrent misses share one call), at least spacing after
+// the last refresh. miss is the error to wrap when the fetch fails.
+func (k *Keeper) refresh(ctx context.Context, held *Table, spacing time.Duration, miss error) error {
+	k.refreshMu.Lock()
+	defer k.refreshMu.Unlock()
+	if k.cur.Load() != held { // somebody refreshed while we waited
+		return nil
+	}
+	if wait := time.Until(k.lastRefresh.Add(spacing)); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (waiting to ask the mon again: %v)", miss, ctx.Err())
+		}
+	}
+	k.lastRefresh = time.Now()
+	t, err := k.Refresh(ctx)
+	if err != nil {
+		return fmt.Errorf("%w (and the mon's newer table could not be fetched: %v)", miss, err)
+	}
+	k.Note(t)
+	return nil
 }
 
 func (k *Keeper) check(peer string, cert *x509.Certificate) (Record, error) {

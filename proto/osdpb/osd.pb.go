@@ -3945,8 +3945,9 @@ func (x *MonSubscribeReply) GetAuth() *AuthTable {
 	return nil
 }
 
-// AuthTable is every entity's caps and certificate serial (no keys), as of
-// an etcd revision: what daemons check peers and ops against.
+// AuthTable is every entity's caps and certificate serial (no keyrings), as
+// of an etcd revision: what daemons check peers and ops against; S3
+// gateways' tables also carry the S3 keys (AuthEntry.s3_keys).
 type AuthTable struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Revision      int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -4000,10 +4001,14 @@ func (x *AuthTable) GetEntries() []*AuthEntry {
 }
 
 type AuthEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entity        string                 `protobuf:"bytes,1,opt,name=entity,proto3" json:"entity,omitempty"`
-	Caps          map[string]string      `protobuf:"bytes,2,rep,name=caps,proto3" json:"caps,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Serial        string                 `protobuf:"bytes,3,opt,name=serial,proto3" json:"serial,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Entity string                 `protobuf:"bytes,1,opt,name=entity,proto3" json:"entity,omitempty"`
+	Caps   map[string]string      `protobuf:"bytes,2,rep,name=caps,proto3" json:"caps,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Serial string                 `protobuf:"bytes,3,opt,name=serial,proto3" json:"serial,omitempty"`
+	// s3_keys go only to the subscribers that may read S3 secrets (mon
+	// 'allow profile s3-gateway' or 'allow *'): S3 gateways verify
+	// signatures with them. Everyone else gets entries without them.
+	S3Keys        []*S3Key `protobuf:"bytes,4,rep,name=s3_keys,json=s3Keys,proto3" json:"s3_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4059,6 +4064,67 @@ func (x *AuthEntry) GetSerial() string {
 	return ""
 }
 
+func (x *AuthEntry) GetS3Keys() []*S3Key {
+	if x != nil {
+		return x.S3Keys
+	}
+	return nil
+}
+
+// S3Key is an S3-style access key pair an entity holds ("auth s3-key
+// add"): a request signed with it acts with the entity's caps.
+type S3Key struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AccessKey     string                 `protobuf:"bytes,1,opt,name=access_key,json=accessKey,proto3" json:"access_key,omitempty"` // unique in the cluster
+	Secret        string                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *S3Key) Reset() {
+	*x = S3Key{}
+	mi := &file_osd_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *S3Key) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*S3Key) ProtoMessage() {}
+
+func (x *S3Key) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
+func (*S3Key) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *S3Key) GetAccessKey() string {
+	if x != nil {
+		return x.AccessKey
+	}
+	return ""
+}
+
+func (x *S3Key) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 type MonAuth struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Table         *AuthTable             `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
@@ -4068,7 +4134,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4080,7 +4146,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4093,7 +4159,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{49}
+	return file_osd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -4112,7 +4178,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4124,7 +4190,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4137,7 +4203,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{50}
+	return file_osd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -4161,13 +4227,14 @@ type MonCommand struct {
 	Ratio         float64                `protobuf:"fixed64,7,opt,name=ratio,proto3" json:"ratio,omitempty"`                                                                       // "osd set-nearfull-ratio", "osd set-backfillfull-ratio", "osd set-full-ratio"
 	Entity        string                 `protobuf:"bytes,8,opt,name=entity,proto3" json:"entity,omitempty"`                                                                       // "auth ...": the entity, e.g. client.backup
 	Caps          map[string]string      `protobuf:"bytes,9,rep,name=caps,proto3" json:"caps,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // "auth add", "auth get-or-create", "auth caps": per service
+	AccessKey     string                 `protobuf:"bytes,10,opt,name=access_key,json=accessKey,proto3" json:"access_key,omitempty"`                                               // "auth s3-key rm": the key to remove
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4179,7 +4246,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4192,7 +4259,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{51}
+	return file_osd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -4251,6 +4318,13 @@ func (x *MonCommand) GetCaps() map[string]string {
 	return nil
 }
 
+func (x *MonCommand) GetAccessKey() string {
+	if x != nil {
+		return x.AccessKey
+	}
+	return ""
+}
+
 type MonCommandReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -4265,7 +4339,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4277,7 +4351,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4290,7 +4364,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{52}
+	return file_osd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -4342,13 +4416,14 @@ type AuthRecord struct {
 	Caps          map[string]string      `protobuf:"bytes,2,rep,name=caps,proto3" json:"caps,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // canonical, per service (auth.Caps.Strings)
 	Keyring       []byte                 `protobuf:"bytes,3,opt,name=keyring,proto3" json:"keyring,omitempty"`                                                                     // the keyring file the entity was given (PEM)
 	Serial        string                 `protobuf:"bytes,4,opt,name=serial,proto3" json:"serial,omitempty"`                                                                       // its certificate's serial, hex: the one certificate a peer may show
+	S3Keys        []*S3Key               `protobuf:"bytes,5,rep,name=s3_keys,json=s3Keys,proto3" json:"s3_keys,omitempty"`                                                         // its S3 key pairs, oldest first
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4360,7 +4435,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4373,7 +4448,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{53}
+	return file_osd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -4402,6 +4477,13 @@ func (x *AuthRecord) GetSerial() string {
 		return x.Serial
 	}
 	return ""
+}
+
+func (x *AuthRecord) GetS3Keys() []*S3Key {
+	if x != nil {
+		return x.S3Keys
+	}
+	return nil
 }
 
 var File_osd_proto protoreflect.FileDescriptor
@@ -4711,18 +4793,23 @@ const file_osd_proto_rawDesc = "" +
 	"\x04auth\x18\x04 \x01(\v2\x15.osprey.osd.AuthTableR\x04authJ\x04\b\x02\x10\x03\"X\n" +
 	"\tAuthTable\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12/\n" +
-	"\aentries\x18\x02 \x03(\v2\x15.osprey.osd.AuthEntryR\aentries\"\xa9\x01\n" +
+	"\aentries\x18\x02 \x03(\v2\x15.osprey.osd.AuthEntryR\aentries\"\xd5\x01\n" +
 	"\tAuthEntry\x12\x16\n" +
 	"\x06entity\x18\x01 \x01(\tR\x06entity\x123\n" +
 	"\x04caps\x18\x02 \x03(\v2\x1f.osprey.osd.AuthEntry.CapsEntryR\x04caps\x12\x16\n" +
-	"\x06serial\x18\x03 \x01(\tR\x06serial\x1a7\n" +
+	"\x06serial\x18\x03 \x01(\tR\x06serial\x12*\n" +
+	"\as3_keys\x18\x04 \x03(\v2\x11.osprey.osd.S3KeyR\x06s3Keys\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"6\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\">\n" +
+	"\x05S3Key\x12\x1d\n" +
+	"\n" +
+	"access_key\x18\x01 \x01(\tR\taccessKey\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"6\n" +
 	"\aMonAuth\x12+\n" +
 	"\x05table\x18\x01 \x01(\v2\x15.osprey.osd.AuthTableR\x05table\"2\n" +
 	"\x06MonMap\x12(\n" +
-	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\x9b\x02\n" +
+	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xba\x02\n" +
 	"\n" +
 	"MonCommand\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x10\n" +
@@ -4732,7 +4819,10 @@ const file_osd_proto_rawDesc = "" +
 	"\x04uuid\x18\x06 \x01(\tR\x04uuid\x12\x14\n" +
 	"\x05ratio\x18\a \x01(\x01R\x05ratio\x12\x16\n" +
 	"\x06entity\x18\b \x01(\tR\x06entity\x124\n" +
-	"\x04caps\x18\t \x03(\v2 .osprey.osd.MonCommand.CapsEntryR\x04caps\x1a7\n" +
+	"\x04caps\x18\t \x03(\v2 .osprey.osd.MonCommand.CapsEntryR\x04caps\x12\x1d\n" +
+	"\n" +
+	"access_key\x18\n" +
+	" \x01(\tR\taccessKey\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x01\x10\x02\"\xcc\x01\n" +
@@ -4742,13 +4832,14 @@ const file_osd_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12(\n" +
 	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\x12\x10\n" +
 	"\x03ids\x18\x06 \x03(\rR\x03ids\x12\x18\n" +
-	"\akeyring\x18\a \x01(\fR\akeyringJ\x04\b\x02\x10\x03\"\xc5\x01\n" +
+	"\akeyring\x18\a \x01(\fR\akeyringJ\x04\b\x02\x10\x03\"\xf1\x01\n" +
 	"\n" +
 	"AuthRecord\x12\x16\n" +
 	"\x06entity\x18\x01 \x01(\tR\x06entity\x124\n" +
 	"\x04caps\x18\x02 \x03(\v2 .osprey.osd.AuthRecord.CapsEntryR\x04caps\x12\x18\n" +
 	"\akeyring\x18\x03 \x01(\fR\akeyring\x12\x16\n" +
-	"\x06serial\x18\x04 \x01(\tR\x06serial\x1a7\n" +
+	"\x06serial\x18\x04 \x01(\tR\x06serial\x12*\n" +
+	"\as3_keys\x18\x05 \x03(\v2\x11.osprey.osd.S3KeyR\x06s3Keys\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc3\t\n" +
@@ -4863,7 +4954,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),              // 0: osprey.osd.MsgType
 	(Status)(0),               // 1: osprey.osd.Status
@@ -4918,15 +5009,16 @@ var file_osd_proto_goTypes = []any{
 	(*MonSubscribeReply)(nil), // 50: osprey.osd.MonSubscribeReply
 	(*AuthTable)(nil),         // 51: osprey.osd.AuthTable
 	(*AuthEntry)(nil),         // 52: osprey.osd.AuthEntry
-	(*MonAuth)(nil),           // 53: osprey.osd.MonAuth
-	(*MonMap)(nil),            // 54: osprey.osd.MonMap
-	(*MonCommand)(nil),        // 55: osprey.osd.MonCommand
-	(*MonCommandReply)(nil),   // 56: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),        // 57: osprey.osd.AuthRecord
-	nil,                       // 58: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                       // 59: osprey.osd.AuthEntry.CapsEntry
-	nil,                       // 60: osprey.osd.MonCommand.CapsEntry
-	nil,                       // 61: osprey.osd.AuthRecord.CapsEntry
+	(*S3Key)(nil),             // 53: osprey.osd.S3Key
+	(*MonAuth)(nil),           // 54: osprey.osd.MonAuth
+	(*MonMap)(nil),            // 55: osprey.osd.MonMap
+	(*MonCommand)(nil),        // 56: osprey.osd.MonCommand
+	(*MonCommandReply)(nil),   // 57: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),        // 58: osprey.osd.AuthRecord
+	nil,                       // 59: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                       // 60: osprey.osd.AuthEntry.CapsEntry
+	nil,                       // 61: osprey.osd.MonCommand.CapsEntry
+	nil,                       // 62: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	5,  // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -4937,7 +5029,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,  // 5: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	7,  // 6: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	8,  // 7: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	58, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	59, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	11, // 9: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	12, // 10: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	10, // 11: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -4997,18 +5089,20 @@ var file_osd_proto_depIdxs = []int32{
 	4,  // 65: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
 	51, // 66: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
 	52, // 67: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	59, // 68: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	51, // 69: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,  // 70: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	60, // 71: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	10, // 72: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 73: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	61, // 74: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	75, // [75:75] is the sub-list for method output_type
-	75, // [75:75] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	60, // 68: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	53, // 69: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	51, // 70: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,  // 71: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	61, // 72: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	10, // 73: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 74: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	62, // 75: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	53, // 76: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	77, // [77:77] is the sub-list for method output_type
+	77, // [77:77] is the sub-list for method input_type
+	77, // [77:77] is the sub-list for extension type_name
+	77, // [77:77] is the sub-list for extension extendee
+	0,  // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -5022,7 +5116,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   58,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
