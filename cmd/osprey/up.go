@@ -427,11 +427,20 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 	}
 	env := ""
 	if def, _ := filepath.Abs(defaultDataDir); def != lc.Dir {
-		// Not where the commands look by default: name it.
+		// Not where the commands look by default: name it, and the
+		// admin's keyring in it.
 		env = "export " + envName + "=" + addrs + "\n  "
+		if lc.keyring != "" {
+			env += "export " + envKeyring + "=" + lc.keyring + "\n  "
+		}
+	}
+	// Daemons that accept only secure links refuse a crc client.
+	cmdName := name
+	if len(o.serviceModes) > 0 && !slices.Contains(o.serviceModes, msgr.ModeCRC) {
+		cmdName += " --ms-client-mode secure"
 	}
 	fmt.Fprintf(w, "\nTry, from another shell in %s:\n  %s%s mb mybucket\n  %s put FILE mybucket/KEY\n  %s ls mybucket\n",
-		wd, env, name, name, name)
+		wd, env, cmdName, cmdName, cmdName)
 	if env == "" {
 		fmt.Fprintf(w, "(from elsewhere: export %s=%s)\n", envName, addrs)
 	}
