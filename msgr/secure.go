@@ -204,17 +204,19 @@ func newSealedLink(l wire.Link, k *linkKeys, steady wire.Limits) (*sealedLink, e
 // testHookTamper, when set (tests), is copied into each new sealed link.
 var testHookTamper atomic.Pointer[func(sealed []byte)]
 
-// WriteFrames seals each frame into a pooled buffer and writes the batch.
+// sealFlushBytes is how much sealed data a batch holds before it goes to
+// the link: sealing is the costly part of a secure write, so a batch of
+// large frames is handed over as it is sealed rather than all at once,
+// and the peer reads and opens one frame while the next is sealed. Small
+// frames still go together, in one write.
+const sealFlushBytes = 256 << 10
+
+// WriteFrames seals each frame into a pooled buffer and writes them,
+// in batches of about sealFlushBytes.
 func (s *sealedLink) WriteFrames(frames []wire.Frame) error {
 	s.out = s.out[:0]
-	defer func() {
-		for i, b := range s.bufs {
-			b.Release()
-			s.bufs[i] = nil
-		}
-		s.bufs = s.bufs[:0]
-		clear(s.out)
-	}()
+	defer s.releaseBatch()
+	pending := 0
 	for i := range frames {
 		f := &frames[i]
 		p := f.Preamble
@@ -246,8 +248,26 @@ func (s *sealedLink) WriteFrames(frames []wire.Frame) error {
 			of.Tag, of.Flags, of.Data = wire.TagSealed, wire.FlagNoDataCRC, sealed
 		}
 		s.out = append(s.out, of)
+		if pending += len(sealed); pending >= sealFlushBytes && i < len(frames)-1 {
+			if err := s.Link.WriteFrames(s.out); err != nil {
+				return err
+			}
+			s.releaseBatch()
+			pending = 0
+		}
 	}
 	return s.Link.WriteFrames(s.out)
+}
+
+// releaseBatch lets go of the sealed buffers of the frames written.
+func (s *sealedLink) releaseBatch() {
+	for i, b := range s.bufs {
+		b.Release()
+		s.bufs[i] = nil
+	}
+	s.bufs = s.bufs[:0]
+	clear(s.out)
+	s.out = s.out[:0]
 }
 
 // buffer is where a frame is sealed: registered memory for a session

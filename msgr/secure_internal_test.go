@@ -352,3 +352,62 @@ func TestModeProof(t *testing.T) {
 		t.Fatal("keys do not depend on the offer")
 	}
 }
+
+// countingLink counts the batches written to the queue below it.
+type countingLink struct {
+	*queueLink
+	writes int
+}
+
+func (l *countingLink) WriteFrames(frames []wire.Frame) error {
+	l.writes++
+	return l.queueLink.WriteFrames(frames)
+}
+
+// TestSealedLinkFlushesLargeBatches: a batch of large frames goes to the
+// link as each is sealed (about sealFlushBytes at a time), so the peer
+// can open one while the next is sealed; small frames still go in one
+// write; and either way every frame arrives, in order, as it was.
+func TestSealedLinkFlushesLargeBatches(t *testing.T) {
+	for _, tc := range []struct {
+		frames, size, writes int
+	}{
+		{frames: 4, size: sealFlushBytes + 1000, writes: 4},
+		{frames: 50, size: 100, writes: 1},
+	} {
+		q := &queueLink{}
+		cl := &countingLink{queueLink: q}
+		k := &linkKeys{tx: bytes.Repeat([]byte{1}, auth.DirectionKeyLen), rx: bytes.Repeat([]byte{2}, auth.DirectionKeyLen)}
+		w, err := newSealedLink(cl, k, testLimits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := newSealedLink(q, &linkKeys{tx: k.rx, rx: k.tx}, testLimits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.EndHandshake()
+		r.EndHandshake()
+		batch := make([]wire.Frame, tc.frames)
+		for i := range batch {
+			batch[i] = wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage, Seq: uint64(i + 1)},
+				Front: []byte{byte(i)}, Data: bytes.Repeat([]byte{byte(i), 0x5a}, tc.size/2)}
+		}
+		if err := w.WriteFrames(batch); err != nil {
+			t.Fatal(err)
+		}
+		if cl.writes != tc.writes {
+			t.Fatalf("%d frames of %d bytes went in %d writes, want %d", tc.frames, tc.size, cl.writes, tc.writes)
+		}
+		for i, in := range batch {
+			var got wire.Frame
+			if err := r.ReadFrame(&got); err != nil {
+				t.Fatalf("frame %d: %v", i, err)
+			}
+			if got.Seq != in.Seq || !bytes.Equal(got.Front, in.Front) || !bytes.Equal(got.Data, in.Data) {
+				t.Fatalf("frame %d came back as seq %d with other bytes", i, got.Seq)
+			}
+			got.Release()
+		}
+	}
+}
