@@ -121,11 +121,37 @@ func ParsePartKey(k string) (uploadID string, n uint32, ok bool) {
 	return k[:uploadIDLen], uint32(v), true
 }
 
+// PieceKey is the hidden key of piece p (1 to MaxParts) of part n of an
+// upload: "UPLOADID/NNNNN.PPPPP", after the part's own key, so an upload's
+// listing (and abort) takes its pieces with its parts. A part larger than
+// one op (MaxPutSize) is stored in pieces, which its record (at PartKey)
+// lists.
+func PieceKey(uploadID string, n, p uint32) string {
+	return fmt.Sprintf("%s/%05d.%05d", uploadID, n, p)
+}
+
+// ParsePieceKey splits a piece's hidden key.
+func ParsePieceKey(k string) (uploadID string, n, p uint32, ok bool) {
+	if len(k) != uploadIDLen+12 || k[uploadIDLen] != '/' || k[uploadIDLen+6] != '.' || CheckUploadID(k[:uploadIDLen]) != nil {
+		return "", 0, 0, false
+	}
+	nv, err1 := strconv.ParseUint(k[uploadIDLen+1:uploadIDLen+6], 10, 32)
+	pv, err2 := strconv.ParseUint(k[uploadIDLen+7:], 10, 32)
+	if err1 != nil || err2 != nil || nv < 1 || nv > MaxParts || pv < 1 || pv > MaxParts {
+		return "", 0, 0, false
+	}
+	return k[:uploadIDLen], uint32(nv), uint32(pv), true
+}
+
 // CheckObjectNames checks a (bucket, key) an object op names: a valid
-// bucket and key, or a part or upload record of the multipart bucket.
+// bucket and key, or a part, piece or upload record of the multipart
+// bucket.
 func CheckObjectNames(bucket, key string) error {
 	if bucket == MultipartBucket {
 		if _, _, ok := ParsePartKey(key); ok {
+			return nil
+		}
+		if _, _, _, ok := ParsePieceKey(key); ok {
 			return nil
 		}
 		if _, _, _, ok := ParseUploadKey(key); ok {

@@ -86,6 +86,20 @@ func TestMultipartKeys(t *testing.T) {
 			t.Errorf("ParsePartKey(%q) ok", bad)
 		}
 	}
+	for _, tc := range []struct{ n, p uint32 }{{1, 1}, {7, 320}, {MaxParts, MaxParts}} {
+		u, n, p, ok := ParsePieceKey(PieceKey(id, tc.n, tc.p))
+		if !ok || u != id || n != tc.n || p != tc.p || CheckObjectNames(MultipartBucket, PieceKey(id, tc.n, tc.p)) != nil {
+			t.Fatalf("ParsePieceKey(PieceKey(%d, %d)): %q %d %d %v", tc.n, tc.p, u, n, p, ok)
+		}
+		if _, _, ok := ParsePartKey(PieceKey(id, tc.n, tc.p)); ok {
+			t.Fatalf("a piece's key %q parses as a part's", PieceKey(id, tc.n, tc.p))
+		}
+	}
+	for _, bad := range []string{"", PartKey(id, 1), id + "/00000.00001", id + "/00001.00000", id + "/00001.10001", id + "/10001.00001", id + "/00001-00001", id + "/00001.0001x"} {
+		if _, _, _, ok := ParsePieceKey(bad); ok {
+			t.Errorf("ParsePieceKey(%q) ok", bad)
+		}
+	}
 	for _, bad := range []string{"", "bkt/" + id, "BKT/k/" + id, "bkt/k/" + id[1:]} {
 		if _, _, _, ok := ParseUploadKey(bad); ok {
 			t.Errorf("ParseUploadKey(%q) ok", bad)
