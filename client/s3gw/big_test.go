@@ -3,6 +3,7 @@ package s3gw_test
 import (
 	"bytes"
 	"crypto/md5"
+	"encoding/base64"
 	"encoding/hex"
 	"slices"
 	"strconv"
@@ -47,7 +48,22 @@ func TestLargePut(t *testing.T) {
 	if err != nil || *h.ChecksumCRC32C != *crc32cOf(data) {
 		t.Fatalf("HEAD's CRC32C: %v %v, want %s", err, h.ChecksumCRC32C, *crc32cOf(data))
 	}
+	// A body that fails its Content-MD5 at its last byte, its pieces
+	// sent already: refused, the object as it was, no upload left.
+	other := osdtest.Payload(len(data), 4)
+	_, err = e.s3.PutObject(e.ctx, &s3.PutObjectInput{Bucket: aws.String("large"), Key: aws.String("obj"), Body: bytes.NewReader(other),
+		ContentMD5: aws.String(base64.StdEncoding.EncodeToString(md5sum(data)))})
+	wantCode(t, "a large PUT with a wrong Content-MD5", err, "BadDigest", 400)
+	if b, _ := e.get(t, "large", "obj", ""); !bytes.Equal(b, data) {
+		t.Fatal("a refused large PUT changed the object")
+	}
+	ups, err := e.s3.ListMultipartUploads(e.ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String("large")})
+	if err != nil || len(ups.Uploads) != 0 {
+		t.Fatalf("uploads left by a refused large PUT: %v %+v", err, ups.Uploads)
+	}
 }
+
+func md5sum(b []byte) []byte { s := md5.Sum(b); return s[:] }
 
 // TestLargePart uploads a part above 64 MiB (in pieces, through the SDK)
 // beside a small one: the part's ETag is its MD5, ListParts gives its
@@ -110,6 +126,20 @@ func TestLargePart(t *testing.T) {
 		if err != nil || !bytes.Equal(b.Bytes(), p) || *g.PartsCount != 2 {
 			t.Fatalf("partNumber=%d: %v, %d bytes (equal %v), parts count %d", i+1, err, b.Len(), bytes.Equal(b.Bytes(), p), aws.ToInt32(g.PartsCount))
 		}
+	}
+	// UploadPartCopy of the whole object, 68 MiB, makes a part in pieces
+	// too.
+	cp, err := e.s3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: bkt, Key: aws.String("cp")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := e.s3.UploadPartCopy(ctx, &s3.UploadPartCopyInput{Bucket: bkt, Key: aws.String("cp"), UploadId: cp.UploadId,
+		PartNumber: aws.Int32(1), CopySource: aws.String("parts/mp")})
+	if err != nil || *pc.CopyPartResult.ETag != `"`+md5hex(slices.Concat(parts...))+`"` {
+		t.Fatalf("UploadPartCopy of 68 MiB: %v, want ETag %s", err, md5hex(slices.Concat(parts...)))
+	}
+	if _, err := e.s3.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: bkt, Key: aws.String("cp"), UploadId: cp.UploadId}); err != nil {
+		t.Fatal(err)
 	}
 	// A large part uploaded again as a small one, in a new upload.
 	small := [][]byte{osdtest.Payload(6<<20, 9), parts[1]}
