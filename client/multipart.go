@@ -25,8 +25,6 @@ type ObjectPart struct {
 	Size         int64
 	CRC32C       uint32
 	LastModified time.Time
-
-	pieces int // of a part stored in pieces (putPieces); 0 for one op's
 }
 
 // CompletePart names a part for CompleteMultipartUpload.
@@ -83,59 +81,29 @@ func (c *Client) PutObjectPart(ctx context.Context, bucket, key, uploadID string
 	if err := c.uploadExists(ctx, bucket, key, uploadID); err != nil {
 		return ObjectPart{}, err
 	}
+	// A part uploaded again replaces the one before: its OSD drops the
+	// pieces of that one the new part does not overwrite.
 	partKey := ops.PartKey(uploadID, uint32(partNumber))
-	// A part uploaded again replaces the one before; pieces of that one
-	// the new part does not overwrite are dropped once it is in.
-	var old []*osdpb.PartRef
-	if prev, err := c.head(ctx, ops.MultipartBucket, partKey); err == nil {
-		old = prev.GetParts()
-	}
-	var (
-		p   ObjectPart
-		err error
-	)
 	if size <= ops.MaxPutSize {
 		bd, rerr := c.readBody(r, c.payloadBuffer(ctx, target{bucket: ops.MultipartBucket, key: partKey}, int(size)))
 		if rerr != nil {
 			bd.release()
 			return ObjectPart{}, fmt.Errorf("client: reading part %d: %w", partNumber, rerr)
 		}
-		p, err = c.putPart(ctx, bucket, key, uploadID, partNumber, 0, bd)
-	} else {
-		var opts PutOptions
-		_ = opts.defaults()
-		whole := c.newWholeDigest()
-		defer whole.close()
-		r = io.TeeReader(r, whole)
-		tg := target{bucket: ops.MultipartBucket, key: ops.PieceKey(uploadID, uint32(partNumber), 1)}
-		bd, rerr := c.readBody(r, c.payloadBuffer(ctx, tg, int(opts.PartSize)))
-		if rerr != nil {
-			bd.release()
-			return ObjectPart{}, fmt.Errorf("client: reading part %d: %w", partNumber, rerr)
-		}
-		p, err = c.putPieces(ctx, bucket, key, uploadID, partNumber, bd, r, size, whole, opts)
+		return c.putPart(ctx, bucket, key, uploadID, partNumber, 0, bd)
 	}
+	var opts PutOptions
+	_ = opts.defaults()
+	whole := c.newWholeDigest()
+	defer whole.close()
+	r = io.TeeReader(r, whole)
+	tg := target{bucket: ops.MultipartBucket, key: ops.PieceKey(uploadID, uint32(partNumber), 1)}
+	bd, err := c.readBody(r, c.payloadBuffer(ctx, tg, int(opts.PartSize)))
 	if err != nil {
-		return ObjectPart{}, err
+		bd.release()
+		return ObjectPart{}, fmt.Errorf("client: reading part %d: %w", partNumber, err)
 	}
-	if len(old) > 0 {
-		c.dropStalePieces(ctx, uploadID, partNumber, old, p.pieces)
-	}
-	return p, nil
-}
-
-// dropStalePieces deletes the pieces of a part's earlier upload that its
-// latest did not overwrite (it had fewer, or none): nothing names them
-// now. A failure leaves them to the upload's abort, or behind (logged).
-func (c *Client) dropStalePieces(ctx context.Context, uploadID string, partNumber int, old []*osdpb.PartRef, pieces int) {
-	for _, ref := range old {
-		if _, n, p, ok := ops.ParsePieceKey(ref.GetKey()); !ok || n != uint32(partNumber) || int(p) <= pieces {
-			continue
-		}
-		if err := c.removeHidden(ctx, ref.GetKey()); err != nil {
-			c.log.Warn("client: dropping a replaced part's piece", "upload", uploadID, "piece", ref.GetKey(), "err", err)
-		}
-	}
+	return c.putPieces(ctx, bucket, key, uploadID, partNumber, bd, r, size, whole, opts)
 }
 
 // putPart uploads bd (and releases it) as part partNumber, or as its
@@ -213,7 +181,7 @@ func (c *Client) putPieces(ctx context.Context, bucket, key, uploadID string, pa
 	}, nil, &rep, false); err != nil {
 		return ObjectPart{}, fmt.Errorf("part %d's record: %w", partNumber, err)
 	}
-	return ObjectPart{PartNumber: partNumber, ETag: rep.Part.GetEtag(), Size: total, CRC32C: crc, pieces: len(refs)}, nil
+	return ObjectPart{PartNumber: partNumber, ETag: rep.Part.GetEtag(), Size: total, CRC32C: crc}, nil
 }
 
 // CompleteMultipartUpload makes the object from the parts listed, which
