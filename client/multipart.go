@@ -90,36 +90,38 @@ func (c *Client) PutObjectPart(ctx context.Context, bucket, key, uploadID string
 			bd.release()
 			return ObjectPart{}, fmt.Errorf("client: reading part %d: %w", partNumber, rerr)
 		}
-		return c.putPart(ctx, bucket, key, uploadID, partNumber, 0, bd)
+		return c.putPart(ctx, bucket, key, uploadID, partNumber, "", 0, bd)
 	}
 	var opts PutOptions
 	_ = opts.defaults()
 	whole := c.newWholeDigest()
 	defer whole.close()
 	r = io.TeeReader(r, whole)
-	tg := target{bucket: ops.MultipartBucket, key: ops.PieceKey(uploadID, uint32(partNumber), 1)}
+	set := ops.NewPieceSet()
+	tg := target{bucket: ops.MultipartBucket, key: ops.PieceKey(uploadID, uint32(partNumber), set, 1)}
 	bd, err := c.readBody(r, c.payloadBuffer(ctx, tg, int(opts.PartSize)))
 	if err != nil {
 		bd.release()
 		return ObjectPart{}, fmt.Errorf("client: reading part %d: %w", partNumber, err)
 	}
-	return c.putPieces(ctx, bucket, key, uploadID, partNumber, bd, r, size, whole, opts)
+	return c.putPieces(ctx, bucket, key, uploadID, partNumber, set, bd, r, size, whole, opts)
 }
 
 // putPart uploads bd (and releases it) as part partNumber, or as its
-// piece piece (from 1) when piece > 0. With Options.MD5 the OSD's ETag
-// for it, its MD5, is checked against the client's; without, the OSD's
-// is taken: it is of bytes whose CRC32C the OSD checked.
-func (c *Client) putPart(ctx context.Context, bucket, key, uploadID string, partNumber, piece int, bd body) (ObjectPart, error) {
+// piece piece (from 1) of set set when piece > 0. With Options.MD5 the
+// OSD's ETag for it, its MD5, is checked against the client's; without,
+// the OSD's is taken: it is of bytes whose CRC32C the OSD checked.
+func (c *Client) putPart(ctx context.Context, bucket, key, uploadID string, partNumber int, set string, piece int, bd body) (ObjectPart, error) {
 	defer bd.release()
 	hidden := ops.PartKey(uploadID, uint32(partNumber))
 	if piece > 0 {
-		hidden = ops.PieceKey(uploadID, uint32(partNumber), uint32(piece))
+		hidden = ops.PieceKey(uploadID, uint32(partNumber), set, uint32(piece))
 	}
 	meta := &osdpb.ObjectMeta{Size: uint64(bd.n), Crc32C: bd.crc}
 	var rep osdpb.UploadReply
 	_, err := c.do(ctx, osdpb.MsgType_MSG_UPLOAD_PART, target{bucket: ops.MultipartBucket, key: hidden}, func(h *osdpb.Header) proto.Message {
-		return &osdpb.UploadRequest{Header: h, Bucket: bucket, Key: key, UploadId: uploadID, PartNumber: uint32(partNumber), Piece: uint32(piece), Meta: meta}
+		return &osdpb.UploadRequest{Header: h, Bucket: bucket, Key: key, UploadId: uploadID, PartNumber: uint32(partNumber), Piece: uint32(piece),
+			PieceSet: set, Meta: meta}
 	}, bd.buf, &rep, false)
 	if err != nil {
 		return ObjectPart{}, err
@@ -133,7 +135,7 @@ func (c *Client) putPart(ctx context.Context, bucket, key, uploadID string, part
 // putPieces uploads a part larger than one op (MaxPutSize) in pieces:
 // first, already read, and the rest of r, each of opts.PartSize read
 // straight into a send buffer, Concurrency in flight (putStream), each a
-// hidden object of its own (ops.PieceKey) placed by its own key; then the
+// hidden object of its own (ops.PieceKey, of set) placed by its own key; then the
 // part's record, at the part's key, which lists them. The messenger
 // carries at most MaxPutSize a message, and an S3 part may be 5 GiB: so
 // no op carries a part whole, and memory is bounded by Concurrency pieces,
@@ -142,21 +144,21 @@ func (c *Client) putPart(ctx context.Context, bucket, key, uploadID string, part
 // Completing the upload names the pieces in the object, each with the
 // part's number and ETag, so reads, GET of a partNumber and the
 // multipart ETag are as for a part in one op.
-func (c *Client) putPieces(ctx context.Context, bucket, key, uploadID string, partNumber int, first body, r io.Reader, size int64,
+func (c *Client) putPieces(ctx context.Context, bucket, key, uploadID string, partNumber int, set string, first body, r io.Reader, size int64,
 	whole *wholeDigest, opts PutOptions) (ObjectPart, error) {
 	var (
 		mu   sync.Mutex
 		refs []*osdpb.PartRef
 	)
 	total, err := c.putStream(ctx, first, r, opts, func(n int) target {
-		return target{bucket: ops.MultipartBucket, key: ops.PieceKey(uploadID, uint32(partNumber), uint32(n))}
+		return target{bucket: ops.MultipartBucket, key: ops.PieceKey(uploadID, uint32(partNumber), set, uint32(n))}
 	}, func(ctx context.Context, n int, bd body) error {
-		p, err := c.putPart(ctx, bucket, key, uploadID, partNumber, n, bd)
+		p, err := c.putPart(ctx, bucket, key, uploadID, partNumber, set, n, bd)
 		if err != nil {
 			return fmt.Errorf("part %d, piece %d: %w", partNumber, n, err)
 		}
 		mu.Lock()
-		refs = append(refs, &osdpb.PartRef{Number: uint32(n), Key: ops.PieceKey(uploadID, uint32(partNumber), uint32(n)),
+		refs = append(refs, &osdpb.PartRef{Number: uint32(n), Key: ops.PieceKey(uploadID, uint32(partNumber), set, uint32(n)),
 			Size: uint64(p.Size), Etag: p.ETag, Crc32C: p.CRC32C})
 		mu.Unlock()
 		return nil

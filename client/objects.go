@@ -262,7 +262,7 @@ func (c *Client) putMultipart(ctx context.Context, bucket, key string, first bod
 	total, err := c.putStream(ctx, first, r, opts, func(n int) target {
 		return target{bucket: ops.MultipartBucket, key: ops.PartKey(id, uint32(n))}
 	}, func(ctx context.Context, n int, bd body) error {
-		p, err := c.putPart(ctx, bucket, key, id, n, 0, bd)
+		p, err := c.putPart(ctx, bucket, key, id, n, "", 0, bd)
 		if err != nil {
 			return fmt.Errorf("part %d: %w", n, err)
 		}
@@ -291,7 +291,7 @@ func (c *Client) putWhole(ctx context.Context, bucket, key string, first body, r
 		first.release()
 		return ObjectInfo{}, err
 	}
-	p, err := c.putPieces(ctx, bucket, key, id, 1, first, r, size, whole, opts)
+	p, err := c.putPieces(ctx, bucket, key, id, 1, ops.NewPieceSet(), first, r, size, whole, opts)
 	if err != nil {
 		c.abortFailed(ctx, bucket, key, id)
 		return ObjectInfo{}, err

@@ -18,7 +18,7 @@ func hiddenKeys(t *testing.T, cl *client.Client) (parts, pieces int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, _, ok := ops.ParsePieceKey(o.Key); ok {
+		if _, _, _, _, ok := ops.ParsePieceKey(o.Key); ok {
 			pieces++
 		} else {
 			parts++

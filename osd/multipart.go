@@ -82,11 +82,17 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 			fail(ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "piece %d: must be 0 to %d", req.Piece, ops.MaxParts))
 			return
 		}
+		if req.Piece > 0 {
+			if err := ops.CheckPieceSet(req.PieceSet); err != nil {
+				fail(err)
+				return
+			}
+		}
 		// The part (or piece) is an object of its own PG: the header
 		// names that PG.
 		key := ops.PartKey(req.UploadId, req.PartNumber)
 		if req.Piece > 0 {
-			key = ops.PieceKey(req.UploadId, req.PartNumber, req.Piece)
+			key = ops.PieceKey(req.UploadId, req.PartNumber, req.PieceSet, req.Piece)
 		}
 		o.objectWrite(m, req.Header, ops.MultipartBucket, key, uploadReply, func(e *osdpb.LogEntry) error {
 			meta := req.Meta
@@ -205,8 +211,8 @@ func (o *OSD) recordWrite(m *msgr.Message, req *osdpb.UploadRequest, reply reply
 
 // pieceRecord checks the record of a part stored in pieces (an upload
 // part op with piece 0, no bytes and the pieces in meta.parts) and
-// returns its metadata: the pieces of this part in order, 1 to k, whose
-// sizes and CRC32Cs make the part's. The part's ETag is the client's:
+// returns its metadata: the pieces of one set of this part in order, 1 to
+// k, whose sizes and CRC32Cs make the part's. The part's ETag is the client's:
 // the OSD never holds the part whole to hash it, as it takes a single
 // put's. The pieces themselves are not looked up: a record that names
 // one never stored makes an object whose reads fail, not one that reads
@@ -229,8 +235,9 @@ func pieceRecord(req *osdpb.UploadRequest, dataLen int) (*osdpb.ObjectMeta, erro
 		size uint64
 		crc  uint32
 	)
+	_, _, set, _, _ := ops.ParsePieceKey(meta.Parts[0].GetKey())
 	for i, p := range meta.Parts {
-		if want := ops.PieceKey(req.UploadId, req.PartNumber, uint32(i+1)); p.GetKey() != want {
+		if want := ops.PieceKey(req.UploadId, req.PartNumber, set, uint32(i+1)); set == "" || p.GetKey() != want {
 			return nil, bad("piece %d is %q, not %q", i+1, p.GetKey(), want)
 		}
 		if p.Size == 0 || p.Size > ops.MaxPutSize {

@@ -68,8 +68,8 @@ func md5sum(b []byte) []byte { s := md5.Sum(b); return s[:] }
 // TestLargePart uploads a part above 64 MiB (in pieces, through the SDK)
 // beside a small one: the part's ETag is its MD5, ListParts gives its
 // size, the object's ETag is S3's multipart one of the two parts' MD5s,
-// and a GET of each partNumber is that part. The part uploaded again,
-// smaller, replaces it.
+// and a GET of each partNumber is that part. An upload of the part again
+// that fails leaves it as it was; one that succeeds, smaller, replaces it.
 func TestLargePart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a 65 MiB part")
@@ -104,6 +104,11 @@ func TestLargePart(t *testing.T) {
 	if err != nil || len(lp.Parts) != 2 || *lp.Parts[0].Size != int64(len(parts[0])) || *lp.Parts[0].ETag != *done[0].ETag {
 		t.Fatalf("ListParts: %v %+v", err, lp)
 	}
+	// Part 1 again, refused at its last byte (its pieces sent): the part
+	// is as it was.
+	_, err = e.s3.UploadPart(ctx, &s3.UploadPartInput{Bucket: bkt, Key: key, UploadId: id, PartNumber: aws.Int32(1),
+		Body: bytes.NewReader(osdtest.Payload(len(parts[0]), 10)), ContentMD5: aws.String(base64.StdEncoding.EncodeToString(md5sum(parts[0])))})
+	wantCode(t, "a large part with a wrong Content-MD5", err, "BadDigest", 400)
 	out, err := e.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: bkt, Key: key, UploadId: id,
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: done}})
 	if err != nil {

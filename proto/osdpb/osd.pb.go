@@ -2115,7 +2115,11 @@ type UploadRequest struct {
 	Piece uint32 `protobuf:"varint,8,opt,name=piece,proto3" json:"piece,omitempty"`
 	// complete: the object was put whole, in one part: its ETag is that
 	// part's, not the multipart one, and it has no parts (PartRef number 0).
-	Whole         bool `protobuf:"varint,9,opt,name=whole,proto3" json:"whole,omitempty"`
+	Whole bool `protobuf:"varint,9,opt,name=whole,proto3" json:"whole,omitempty"`
+	// upload part with piece: the set the piece belongs to (ops.NewPieceSet),
+	// one per upload of the part, so that uploading a part again, or failing
+	// to, never overwrites the pieces its record names.
+	PieceSet      string `protobuf:"bytes,10,opt,name=piece_set,json=pieceSet,proto3" json:"piece_set,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2211,6 +2215,13 @@ func (x *UploadRequest) GetWhole() bool {
 		return x.Whole
 	}
 	return false
+}
+
+func (x *UploadRequest) GetPieceSet() string {
+	if x != nil {
+		return x.PieceSet
+	}
+	return ""
 }
 
 type UploadReply struct {
@@ -4651,7 +4662,7 @@ const file_osd_proto_rawDesc = "" +
 	"\aobjects\x18\x02 \x03(\v2\x17.osprey.osd.ObjectEntryR\aobjects\x12'\n" +
 	"\x0fcommon_prefixes\x18\x03 \x03(\tR\x0ecommonPrefixes\x12\x1c\n" +
 	"\ttruncated\x18\x04 \x01(\bR\ttruncatedJ\x04\b\n" +
-	"\x10\v\"\xa6\x02\n" +
+	"\x10\v\"\xc3\x02\n" +
 	"\rUploadRequest\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
@@ -4662,7 +4673,9 @@ const file_osd_proto_rawDesc = "" +
 	"\x04meta\x18\x06 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x12)\n" +
 	"\x05parts\x18\a \x03(\v2\x13.osprey.osd.PartRefR\x05parts\x12\x14\n" +
 	"\x05piece\x18\b \x01(\rR\x05piece\x12\x14\n" +
-	"\x05whole\x18\t \x01(\bR\x05whole\"\x8d\x02\n" +
+	"\x05whole\x18\t \x01(\bR\x05whole\x12\x1b\n" +
+	"\tpiece_set\x18\n" +
+	" \x01(\tR\bpieceSet\"\x8d\x02\n" +
 	"\vUploadReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x1b\n" +
 	"\tupload_id\x18\x02 \x01(\tR\buploadId\x12'\n" +
