@@ -57,6 +57,42 @@ func (b *body) etag() string {
 	return fmt.Sprintf("crc32c:%08x", b.crc)
 }
 
+// wholeDigest is the digest of a body put in pieces, taken in order as
+// its bytes are read (an io.TeeReader into it): the MD5 with Options.MD5,
+// on the md5-simd server as every body's; nothing without, where the
+// ETag is the CRC32C, combined from the pieces'.
+type wholeDigest struct{ h md5simd.Hasher }
+
+func (c *Client) newWholeDigest() *wholeDigest {
+	if !c.opts.MD5 {
+		return nil
+	}
+	return &wholeDigest{md5Server().NewHash()}
+}
+
+func (w *wholeDigest) Write(p []byte) (int, error) {
+	if w == nil {
+		return len(p), nil
+	}
+	return w.h.Write(p)
+}
+
+// etag is the ETag of the bytes written, as body.etag has it for a body
+// of CRC32C crc.
+func (w *wholeDigest) etag(crc uint32) string {
+	b := body{crc: crc}
+	if w != nil {
+		b.md5 = w.h.Sum(nil)
+	}
+	return b.etag()
+}
+
+func (w *wholeDigest) close() {
+	if w != nil {
+		w.h.Close()
+	}
+}
+
 // payloadBuffer returns a buffer of n bytes to send to the primary of tg:
 // registered memory of that connection's link where it has any, else a
 // pooled buffer. Nil for n == 0.

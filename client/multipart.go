@@ -5,13 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
+
+// MaxPartSize is the largest part PutObjectPart takes, S3's 5 GiB.
+const MaxPartSize = 5 << 30
 
 // ObjectPart is one uploaded part of a multipart upload.
 type ObjectPart struct {
@@ -50,8 +55,11 @@ func (c *Client) NewMultipartUpload(ctx context.Context, bucket, key string, opt
 }
 
 // PutObjectPart uploads part partNumber (1 to 10000) of an upload: size
-// bytes of r, at most 64 MiB. Parts go to different PGs, so they can be
-// uploaded in parallel.
+// bytes of r, at most 5 GiB. Parts go to different PGs, so they can be
+// uploaded in parallel. A part up to 64 MiB (one op) goes in one op; a
+// larger one in pieces of 16 MiB, 4 in flight (see putPieces), so memory
+// stays 64 MiB at most whatever its size, and its ETag is still the MD5
+// of the whole part (with Options.MD5).
 func (c *Client) PutObjectPart(ctx context.Context, bucket, key, uploadID string, partNumber int, r io.Reader, size int64) (ObjectPart, error) {
 	if err := checkNames(bucket, key); err != nil {
 		return ObjectPart{}, err
@@ -62,8 +70,8 @@ func (c *Client) PutObjectPart(ctx context.Context, bucket, key, uploadID string
 	if partNumber < 1 || partNumber > ops.MaxParts {
 		return ObjectPart{}, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "part number %d: must be 1 to %d", partNumber, ops.MaxParts)
 	}
-	if size < 0 || size > ops.MaxPutSize {
-		return ObjectPart{}, ops.Errorf(ErrEntityTooLarge.Status, "part of %d bytes: at most %d", size, ops.MaxPutSize)
+	if size < 0 || size > MaxPartSize {
+		return ObjectPart{}, ops.Errorf(ErrEntityTooLarge.Status, "part of %d bytes: at most %d", size, MaxPartSize)
 	}
 	// The part is an object of its own PG, apart from the upload's record,
 	// so the OSD that stores it cannot tell whether the upload exists: ask
@@ -73,26 +81,47 @@ func (c *Client) PutObjectPart(ctx context.Context, bucket, key, uploadID string
 	if err := c.uploadExists(ctx, bucket, key, uploadID); err != nil {
 		return ObjectPart{}, err
 	}
-	tg := target{bucket: ops.MultipartBucket, key: ops.PartKey(uploadID, uint32(partNumber))}
-	bd, err := c.readBody(r, c.payloadBuffer(ctx, tg, int(size)))
+	// A part uploaded again replaces the one before: its OSD drops the
+	// pieces of that one the new part does not overwrite.
+	partKey := ops.PartKey(uploadID, uint32(partNumber))
+	if size <= ops.MaxPutSize {
+		bd, rerr := c.readBody(r, c.payloadBuffer(ctx, target{bucket: ops.MultipartBucket, key: partKey}, int(size)))
+		if rerr != nil {
+			bd.release()
+			return ObjectPart{}, fmt.Errorf("client: reading part %d: %w", partNumber, rerr)
+		}
+		return c.putPart(ctx, bucket, key, uploadID, partNumber, "", 0, bd)
+	}
+	var opts PutOptions
+	_ = opts.defaults()
+	whole := c.newWholeDigest()
+	defer whole.close()
+	r = io.TeeReader(r, whole)
+	set := ops.NewPieceSet()
+	tg := target{bucket: ops.MultipartBucket, key: ops.PieceKey(uploadID, uint32(partNumber), set, 1)}
+	bd, err := c.readBody(r, c.payloadBuffer(ctx, tg, int(opts.PartSize)))
 	if err != nil {
 		bd.release()
 		return ObjectPart{}, fmt.Errorf("client: reading part %d: %w", partNumber, err)
 	}
-	return c.putPart(ctx, bucket, key, uploadID, partNumber, bd)
+	return c.putPieces(ctx, bucket, key, uploadID, partNumber, set, bd, r, size, whole, opts)
 }
 
-// putPart uploads bd (and releases it) as part partNumber. With
-// Options.MD5 the OSD's ETag for it, the part's MD5, is checked against
-// the client's; without, the OSD's is taken: it is of bytes whose CRC32C
-// the OSD checked.
-func (c *Client) putPart(ctx context.Context, bucket, key, uploadID string, partNumber int, bd body) (ObjectPart, error) {
+// putPart uploads bd (and releases it) as part partNumber, or as its
+// piece piece (from 1) of set set when piece > 0. With Options.MD5 the
+// OSD's ETag for it, its MD5, is checked against the client's; without,
+// the OSD's is taken: it is of bytes whose CRC32C the OSD checked.
+func (c *Client) putPart(ctx context.Context, bucket, key, uploadID string, partNumber int, set string, piece int, bd body) (ObjectPart, error) {
 	defer bd.release()
-	partKey := ops.PartKey(uploadID, uint32(partNumber))
+	hidden := ops.PartKey(uploadID, uint32(partNumber))
+	if piece > 0 {
+		hidden = ops.PieceKey(uploadID, uint32(partNumber), set, uint32(piece))
+	}
 	meta := &osdpb.ObjectMeta{Size: uint64(bd.n), Crc32C: bd.crc}
 	var rep osdpb.UploadReply
-	_, err := c.do(ctx, osdpb.MsgType_MSG_UPLOAD_PART, target{bucket: ops.MultipartBucket, key: partKey}, func(h *osdpb.Header) proto.Message {
-		return &osdpb.UploadRequest{Header: h, Bucket: bucket, Key: key, UploadId: uploadID, PartNumber: uint32(partNumber), Meta: meta}
+	_, err := c.do(ctx, osdpb.MsgType_MSG_UPLOAD_PART, target{bucket: ops.MultipartBucket, key: hidden}, func(h *osdpb.Header) proto.Message {
+		return &osdpb.UploadRequest{Header: h, Bucket: bucket, Key: key, UploadId: uploadID, PartNumber: uint32(partNumber), Piece: uint32(piece),
+			PieceSet: set, Meta: meta}
 	}, bd.buf, &rep, false)
 	if err != nil {
 		return ObjectPart{}, err
@@ -103,11 +132,71 @@ func (c *Client) putPart(ctx context.Context, bucket, key, uploadID string, part
 	return ObjectPart{PartNumber: partNumber, ETag: rep.Part.GetEtag(), Size: int64(bd.n), CRC32C: bd.crc}, nil
 }
 
+// putPieces uploads a part larger than one op (MaxPutSize) in pieces:
+// first, already read, and the rest of r, each of opts.PartSize read
+// straight into a send buffer, Concurrency in flight (putStream), each a
+// hidden object of its own (ops.PieceKey, of set) placed by its own key; then the
+// part's record, at the part's key, which lists them. The messenger
+// carries at most MaxPutSize a message, and an S3 part may be 5 GiB: so
+// no op carries a part whole, and memory is bounded by Concurrency pieces,
+// not by the part. The part's ETag is whole's digest of all its bytes
+// (S3's: the MD5 of the part); its CRC32C is combined from its pieces'.
+// Completing the upload names the pieces in the object, each with the
+// part's number and ETag, so reads, GET of a partNumber and the
+// multipart ETag are as for a part in one op.
+func (c *Client) putPieces(ctx context.Context, bucket, key, uploadID string, partNumber int, set string, first body, r io.Reader, size int64,
+	whole *wholeDigest, opts PutOptions) (ObjectPart, error) {
+	var (
+		mu   sync.Mutex
+		refs []*osdpb.PartRef
+	)
+	total, err := c.putStream(ctx, first, r, opts, func(n int) target {
+		return target{bucket: ops.MultipartBucket, key: ops.PieceKey(uploadID, uint32(partNumber), set, uint32(n))}
+	}, func(ctx context.Context, n int, bd body) error {
+		p, err := c.putPart(ctx, bucket, key, uploadID, partNumber, set, n, bd)
+		if err != nil {
+			return fmt.Errorf("part %d, piece %d: %w", partNumber, n, err)
+		}
+		mu.Lock()
+		refs = append(refs, &osdpb.PartRef{Number: uint32(n), Key: ops.PieceKey(uploadID, uint32(partNumber), set, uint32(n)),
+			Size: uint64(p.Size), Etag: p.ETag, Crc32C: p.CRC32C})
+		mu.Unlock()
+		return nil
+	})
+	if err == nil && size >= 0 && total != size {
+		err = fmt.Errorf("client: part %d: read %d bytes, expected %d", partNumber, total, size)
+	}
+	if err != nil {
+		return ObjectPart{}, err
+	}
+	slices.SortFunc(refs, func(a, b *osdpb.PartRef) int { return int(a.Number) - int(b.Number) })
+	var crc uint32
+	for _, ref := range refs {
+		crc = ops.CRC32CCombine(crc, ref.Crc32C, int64(ref.Size))
+	}
+	etag := whole.etag(crc)
+	meta := &osdpb.ObjectMeta{Size: uint64(total), Crc32C: crc, Etag: etag, Parts: refs}
+	partKey := ops.PartKey(uploadID, uint32(partNumber))
+	var rep osdpb.UploadReply
+	if _, err := c.do(ctx, osdpb.MsgType_MSG_UPLOAD_PART, target{bucket: ops.MultipartBucket, key: partKey}, func(h *osdpb.Header) proto.Message {
+		return &osdpb.UploadRequest{Header: h, Bucket: bucket, Key: key, UploadId: uploadID, PartNumber: uint32(partNumber), Meta: meta}
+	}, nil, &rep, false); err != nil {
+		return ObjectPart{}, fmt.Errorf("part %d's record: %w", partNumber, err)
+	}
+	return ObjectPart{PartNumber: partNumber, ETag: rep.Part.GetEtag(), Size: total, CRC32C: crc}, nil
+}
+
 // CompleteMultipartUpload makes the object from the parts listed, which
 // must be in ascending order, all but the last at least 5 MiB, with the
 // ETags their uploads returned (InvalidPartOrder, EntityTooSmall,
 // InvalidPart otherwise).
 func (c *Client) CompleteMultipartUpload(ctx context.Context, bucket, key, uploadID string, parts []CompletePart) (ObjectInfo, error) {
+	return c.complete(ctx, bucket, key, uploadID, parts, false)
+}
+
+// complete completes an upload; whole: as an object put whole, of its one
+// part (PutOptions.WholeETag).
+func (c *Client) complete(ctx context.Context, bucket, key, uploadID string, parts []CompletePart, whole bool) (ObjectInfo, error) {
 	if err := checkNames(bucket, key); err != nil {
 		return ObjectInfo{}, err
 	}
@@ -120,7 +209,7 @@ func (c *Client) CompleteMultipartUpload(ctx context.Context, bucket, key, uploa
 	}
 	var rep osdpb.UploadReply
 	_, err := c.do(ctx, osdpb.MsgType_MSG_COMPLETE_UPLOAD, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
-		return &osdpb.UploadRequest{Header: h, Bucket: bucket, Key: key, UploadId: uploadID, Parts: refs}
+		return &osdpb.UploadRequest{Header: h, Bucket: bucket, Key: key, UploadId: uploadID, Parts: refs, Whole: whole}
 	}, nil, &rep, false)
 	if err != nil {
 		return ObjectInfo{}, err
@@ -156,14 +245,20 @@ func (c *Client) removeParts(ctx context.Context, uploadID string) error {
 		keys = append(keys, o.Key)
 	}
 	for _, k := range keys {
-		var rep osdpb.ObjectReply
-		if _, err := c.do(ctx, osdpb.MsgType_MSG_DELETE_OBJECT, target{bucket: ops.MultipartBucket, key: k}, func(h *osdpb.Header) proto.Message {
-			return &osdpb.ObjectRequest{Header: h, Bucket: ops.MultipartBucket, Key: k}
-		}, nil, &rep, false); err != nil {
+		if err := c.removeHidden(ctx, k); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// removeHidden deletes an object of the multipart bucket.
+func (c *Client) removeHidden(ctx context.Context, k string) error {
+	var rep osdpb.ObjectReply
+	_, err := c.do(ctx, osdpb.MsgType_MSG_DELETE_OBJECT, target{bucket: ops.MultipartBucket, key: k}, func(h *osdpb.Header) proto.Message {
+		return &osdpb.ObjectRequest{Header: h, Bucket: ops.MultipartBucket, Key: k}
+	}, nil, &rep, false)
+	return err
 }
 
 // uploadExists checks that an upload's record is there (NoSuchUpload).

@@ -39,7 +39,8 @@ type ObjectInfo struct {
 	UserMetadata map[string]string
 	IsPrefix     bool
 	// Parts are a multipart object's parts, in order (PartNumber, ETag,
-	// Size and CRC32C); nil for an object put whole. S3's GET of one
+	// Size and CRC32C); nil for an object put whole (with
+	// PutOptions.WholeETag, one larger than an op too). S3's GET of one
 	// partNumber needs their sizes.
 	Parts []ObjectPart
 }
@@ -47,8 +48,20 @@ type ObjectInfo struct {
 func objectInfo(key string, m *osdpb.ObjectMeta) ObjectInfo {
 	info := ObjectInfo{Key: key, Size: int64(m.GetSize()), ETag: m.GetEtag(), CRC32C: wholeCRC32C(m),
 		LastModified: time.Unix(0, m.GetMtimeUnixNano()), ContentType: m.GetContentType(), UserMetadata: m.GetUserMeta()}
+	// A part in pieces is named by its pieces, in a row, each with the
+	// part's number and ETag; an object put whole in pieces has none
+	// (number 0).
 	for _, p := range m.GetParts() {
-		info.Parts = append(info.Parts, ObjectPart{PartNumber: int(p.GetNumber()), ETag: p.GetEtag(), Size: int64(p.GetSize()),
+		n := int(p.GetNumber())
+		if n == 0 {
+			continue
+		}
+		if last := len(info.Parts) - 1; last >= 0 && info.Parts[last].PartNumber == n {
+			info.Parts[last].Size += int64(p.GetSize())
+			info.Parts[last].CRC32C = ops.CRC32CCombine(info.Parts[last].CRC32C, p.GetCrc32C(), int64(p.GetSize()))
+			continue
+		}
+		info.Parts = append(info.Parts, ObjectPart{PartNumber: n, ETag: p.GetEtag(), Size: int64(p.GetSize()),
 			CRC32C: p.GetCrc32C(), LastModified: info.LastModified})
 	}
 	return info
@@ -131,6 +144,12 @@ type PutOptions struct {
 	PartSize int64
 	// Concurrency is the number of parts in flight. Default 4.
 	Concurrency int
+	// WholeETag keeps an object larger than PartSize one part, stored in
+	// pieces of PartSize, so that it is what S3 makes of a single PUT:
+	// its ETag that of an object put in one op (the MD5 of the body, with
+	// Options.MD5) rather than the multipart "MD5-of-MD5s-N", and no
+	// parts (ObjectInfo.Parts nil). The S3 gateway puts with it.
+	WholeETag bool
 }
 
 func (o *PutOptions) defaults() error {
@@ -149,8 +168,9 @@ func (o *PutOptions) defaults() error {
 // PutObject stores size bytes from r as bucket/key, replacing any object
 // there; size -1 reads r to its end. Objects up to PartSize go in one op,
 // larger ones by multipart upload with Concurrency parts in flight (their
-// ETag is S3's multipart one, "MD5-of-MD5s-N"). The CRC32C of every body
-// travels with it and the primary checks it before it commits.
+// ETag is S3's multipart one, "MD5-of-MD5s-N", unless WholeETag). The
+// CRC32C of every body travels with it and the primary checks it before
+// it commits.
 func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader, size int64, opts PutOptions) (ObjectInfo, error) {
 	if err := checkNames(bucket, key); err != nil {
 		return ObjectInfo{}, err
@@ -160,6 +180,13 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 	}
 	if size > int64(ops.MaxParts)*opts.PartSize {
 		return ObjectInfo{}, ops.Errorf(ErrEntityTooLarge.Status, "%d bytes: more than %d parts of %d", size, ops.MaxParts, opts.PartSize)
+	}
+	var whole *wholeDigest // nil without Options.MD5
+	wholeETag := opts.WholeETag && (size < 0 || size > opts.PartSize)
+	if wholeETag {
+		whole = c.newWholeDigest()
+		defer whole.close()
+		r = io.TeeReader(r, whole)
 	}
 	// Read the first part straight into a send buffer: if it is all
 	// there is, one put does.
@@ -197,7 +224,11 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 		}
 		return c.putSingle(ctx, bucket, key, bd, opts)
 	}
-	return c.putMultipart(ctx, bucket, key, bd, io.MultiReader(bytes.NewReader(more[:]), r), size, opts)
+	rest := io.MultiReader(bytes.NewReader(more[:]), r)
+	if wholeETag {
+		return c.putWhole(ctx, bucket, key, bd, rest, size, whole, opts)
+	}
+	return c.putMultipart(ctx, bucket, key, bd, rest, size, opts)
 }
 
 // putSingle puts bd (and releases it) as bucket/key in one op.
@@ -216,19 +247,77 @@ func (c *Client) putSingle(ctx context.Context, bucket, key string, bd body, opt
 }
 
 // putMultipart uploads first and then the rest of the object from r in
-// parts of opts.PartSize, Concurrency at a time, each read straight into
-// a send buffer, and completes the upload; on failure it aborts it.
+// parts of opts.PartSize, Concurrency at a time, and completes the
+// upload; on failure it aborts it.
 func (c *Client) putMultipart(ctx context.Context, bucket, key string, first body, r io.Reader, size int64, opts PutOptions) (ObjectInfo, error) {
 	id, err := c.NewMultipartUpload(ctx, bucket, key, opts)
 	if err != nil {
 		first.release()
 		return ObjectInfo{}, err
 	}
-	ctx2, cancel := context.WithCancel(ctx)
+	var (
+		mu    sync.Mutex
+		parts []CompletePart
+	)
+	total, err := c.putStream(ctx, first, r, opts, func(n int) target {
+		return target{bucket: ops.MultipartBucket, key: ops.PartKey(id, uint32(n))}
+	}, func(ctx context.Context, n int, bd body) error {
+		p, err := c.putPart(ctx, bucket, key, id, n, "", 0, bd)
+		if err != nil {
+			return fmt.Errorf("part %d: %w", n, err)
+		}
+		mu.Lock()
+		parts = append(parts, CompletePart{PartNumber: n, ETag: p.ETag})
+		mu.Unlock()
+		return nil
+	})
+	if err == nil && size >= 0 && total != size {
+		err = fmt.Errorf("client: %s/%s: read %d bytes, expected %d", bucket, key, total, size)
+	}
+	if err != nil {
+		c.abortFailed(ctx, bucket, key, id)
+		return ObjectInfo{}, err
+	}
+	slices.SortFunc(parts, func(a, b CompletePart) int { return a.PartNumber - b.PartNumber })
+	return c.complete(ctx, bucket, key, id, parts, false)
+}
+
+// putWhole puts an object larger than one op as S3 puts a single PUT
+// (PutOptions.WholeETag): an upload of one part, stored in pieces, whose
+// completion gives the object that part's ETag, the whole body's digest.
+func (c *Client) putWhole(ctx context.Context, bucket, key string, first body, r io.Reader, size int64, whole *wholeDigest, opts PutOptions) (ObjectInfo, error) {
+	id, err := c.NewMultipartUpload(ctx, bucket, key, opts)
+	if err != nil {
+		first.release()
+		return ObjectInfo{}, err
+	}
+	p, err := c.putPieces(ctx, bucket, key, id, 1, ops.NewPieceSet(), first, r, size, whole, opts)
+	if err != nil {
+		c.abortFailed(ctx, bucket, key, id)
+		return ObjectInfo{}, err
+	}
+	return c.complete(ctx, bucket, key, id, []CompletePart{{PartNumber: 1, ETag: p.ETag}}, true)
+}
+
+// abortFailed aborts an upload the SDK made and could not finish.
+func (c *Client) abortFailed(ctx context.Context, bucket, key, id string) {
+	if err := c.AbortMultipartUpload(context.WithoutCancel(ctx), bucket, key, id); err != nil {
+		c.log.Warn("client: aborting a failed upload", "upload", id, "err", err)
+	}
+}
+
+// putStream reads r in spans of opts.PartSize, first already read, each
+// straight into a send buffer for the object tgOf(n) names, and hands span
+// n (from 1) to put, which releases it, with Concurrency in flight: so
+// memory is Concurrency spans whatever the size. It returns the bytes
+// read, and the first error, after which it stops reading and cancels the
+// puts in flight.
+func (c *Client) putStream(ctx context.Context, first body, r io.Reader, opts PutOptions, tgOf func(n int) target,
+	put func(ctx context.Context, n int, bd body) error) (int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
 		mu       sync.Mutex
-		parts    []CompletePart
 		firstErr error
 		wg       sync.WaitGroup
 		sem      = make(chan struct{}, opts.Concurrency)
@@ -244,13 +333,12 @@ func (c *Client) putMultipart(ctx context.Context, bucket, key string, first bod
 	}
 	for n := 1; ; n++ {
 		if n > ops.MaxParts {
-			fail(ops.Errorf(ErrEntityTooLarge.Status, "more than %d parts of %d bytes", ops.MaxParts, opts.PartSize))
+			fail(ops.Errorf(ErrEntityTooLarge.Status, "more than %d spans of %d bytes", ops.MaxParts, opts.PartSize))
 			break
 		}
 		bd, rerr := first, error(nil)
 		if n > 1 {
-			tg := target{bucket: ops.MultipartBucket, key: ops.PartKey(id, uint32(n))}
-			bd, rerr = c.readBody(r, c.payloadBuffer(ctx2, tg, int(opts.PartSize)))
+			bd, rerr = c.readBody(r, c.payloadBuffer(ctx, tgOf(n), int(opts.PartSize)))
 			if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
 				fail(rerr)
 				break
@@ -263,39 +351,27 @@ func (c *Client) putMultipart(ctx context.Context, bucket, key string, first bod
 		total += int64(bd.n)
 		select {
 		case sem <- struct{}{}:
-		case <-ctx2.Done():
+		case <-ctx.Done():
 		}
-		if ctx2.Err() != nil {
+		if ctx.Err() != nil {
 			bd.release()
 			break
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			p, err := c.putPart(ctx2, bucket, key, id, n, bd)
-			if err != nil {
-				fail(fmt.Errorf("part %d: %w", n, err))
-				return
+			if err := put(ctx, n, bd); err != nil {
+				fail(err)
 			}
-			mu.Lock()
-			parts = append(parts, CompletePart{PartNumber: n, ETag: p.ETag})
-			mu.Unlock()
 		})
 		if rerr != nil {
 			break
 		}
 	}
 	wg.Wait()
-	if firstErr == nil && size >= 0 && total != size {
-		firstErr = fmt.Errorf("client: %s/%s: read %d bytes, expected %d", bucket, key, total, size)
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
 	}
-	if firstErr != nil {
-		if err := c.AbortMultipartUpload(context.WithoutCancel(ctx), bucket, key, id); err != nil {
-			c.log.Warn("client: aborting a failed upload", "upload", id, "err", err)
-		}
-		return ObjectInfo{}, firstErr
-	}
-	slices.SortFunc(parts, func(a, b CompletePart) int { return a.PartNumber - b.PartNumber })
-	return c.CompleteMultipartUpload(ctx, bucket, key, id, parts)
+	return total, firstErr
 }
 
 // StatObject returns an object's info.

@@ -123,7 +123,7 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.PutObjectPart(ctx, "fine", "big", id, 1, bytes.NewReader(nil), ops.MaxPutSize+1); !errors.Is(err, client.ErrEntityTooLarge) {
+	if _, err := cl.PutObjectPart(ctx, "fine", "big", id, 1, bytes.NewReader(nil), client.MaxPartSize+1); !errors.Is(err, client.ErrEntityTooLarge) {
 		t.Fatalf("oversized part: %v", err)
 	}
 }

@@ -78,10 +78,32 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 			fail(ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "part number %d: must be 1 to %d", req.PartNumber, ops.MaxParts))
 			return
 		}
-		// The part is an object of its own PG: the header names that PG.
+		if req.Piece > ops.MaxParts {
+			fail(ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "piece %d: must be 0 to %d", req.Piece, ops.MaxParts))
+			return
+		}
+		if req.Piece > 0 {
+			if err := ops.CheckPieceSet(req.PieceSet); err != nil {
+				fail(err)
+				return
+			}
+		}
+		// The part (or piece) is an object of its own PG: the header
+		// names that PG.
 		key := ops.PartKey(req.UploadId, req.PartNumber)
+		if req.Piece > 0 {
+			key = ops.PieceKey(req.UploadId, req.PartNumber, req.PieceSet, req.Piece)
+		}
 		o.objectWrite(m, req.Header, ops.MultipartBucket, key, uploadReply, func(e *osdpb.LogEntry) error {
 			meta := req.Meta
+			if req.Piece == 0 && len(meta.GetParts()) > 0 {
+				rec, err := pieceRecord(req, len(m.Data))
+				if err != nil {
+					return err
+				}
+				e.Kind, e.Meta = osdpb.OpKind_OP_PUT, rec
+				return nil
+			}
 			if meta == nil || meta.Size != uint64(len(m.Data)) {
 				return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "part meta says %d bytes, the body has %d", meta.GetSize(), len(m.Data))
 			}
@@ -109,20 +131,27 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 
 	case osdpb.MsgType_MSG_COMPLETE_UPLOAD:
 		rec := ops.UploadKey(req.Bucket, req.Key, req.UploadId)
+		var pieced []*osdpb.PartRef // the records of the parts in pieces, which the object does not name
 		o.recordWrite(m, req, uploadReply, func(mp *placement.Map, e *osdpb.LogEntry) error {
 			upl, err := o.st.Head(o.ctx, ops.MultipartBucket, rec)
 			if err != nil {
 				return ops.Errorf(osdpb.Status_NO_SUCH_UPLOAD, "no upload %s of %s/%s", req.UploadId, req.Bucket, req.Key)
 			}
-			meta, err := o.manifest(mp, req, upl)
+			meta, records, err := o.manifest(mp, req, upl)
 			if err != nil {
 				return err
 			}
+			pieced = records
 			e.Kind, e.Bucket, e.Key, e.Meta = osdpb.OpKind_OP_PUT, req.Bucket, req.Key, meta
 			return nil
 		}, func(mp *placement.Map, sid uint32) {
 			// The upload is complete: its record goes (its parts stay,
-			// as the object's data).
+			// as the object's data), and so do the records of its parts
+			// in pieces, whose pieces the object names itself (deleting
+			// an object of the multipart bucket drops no parts).
+			if len(pieced) > 0 {
+				o.wg.Go(func() { o.dropParts(mp, req.Header.GetPool(), pieced) })
+			}
 			e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: rec}
 			o.write(mp, sid, e, nil, nil, false, func(_ *osdpb.LogEntry, err error) {
 				if err != nil {
@@ -180,42 +209,105 @@ func (o *OSD) recordWrite(m *msgr.Message, req *osdpb.UploadRequest, reply reply
 	})
 }
 
+// pieceRecord checks the record of a part stored in pieces (an upload
+// part op with piece 0, no bytes and the pieces in meta.parts) and
+// returns its metadata: the pieces of one set of this part in order, 1 to
+// k, whose sizes and CRC32Cs make the part's. The part's ETag is the client's:
+// the OSD never holds the part whole to hash it, as it takes a single
+// put's. The pieces themselves are not looked up: a record that names
+// one never stored makes an object whose reads fail, not one that reads
+// wrong bytes (each piece's CRC32C is checked as it is read).
+func pieceRecord(req *osdpb.UploadRequest, dataLen int) (*osdpb.ObjectMeta, error) {
+	meta := req.Meta
+	bad := func(format string, args ...any) error {
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "part %d in pieces: "+format, append([]any{req.PartNumber}, args...)...)
+	}
+	switch {
+	case dataLen != 0:
+		return nil, bad("the record carries %d bytes", dataLen)
+	case len(meta.Parts) > ops.MaxParts:
+		return nil, bad("%d pieces, at most %d", len(meta.Parts), ops.MaxParts)
+	case meta.Etag == "" || len(meta.Etag) > 64:
+		return nil, bad("ETag %q", meta.Etag)
+	}
+	rec := &osdpb.ObjectMeta{Size: meta.Size, Crc32C: meta.Crc32C, Etag: meta.Etag, MtimeUnixNano: time.Now().UnixNano()}
+	var (
+		size uint64
+		crc  uint32
+	)
+	_, _, set, _, _ := ops.ParsePieceKey(meta.Parts[0].GetKey())
+	for i, p := range meta.Parts {
+		if want := ops.PieceKey(req.UploadId, req.PartNumber, set, uint32(i+1)); set == "" || p.GetKey() != want {
+			return nil, bad("piece %d is %q, not %q", i+1, p.GetKey(), want)
+		}
+		if p.Size == 0 || p.Size > ops.MaxPutSize {
+			return nil, bad("piece %d of %d bytes", i+1, p.Size)
+		}
+		size += p.Size
+		crc = ops.CRC32CCombine(crc, p.Crc32C, int64(p.Size))
+		rec.Parts = append(rec.Parts, &osdpb.PartRef{Number: req.PartNumber, Key: p.Key, Size: p.Size, Etag: p.Etag, Crc32C: p.Crc32C})
+	}
+	if size != meta.Size || crc != meta.Crc32C {
+		return nil, bad("the pieces hold %d bytes of CRC32C %08x, the record says %d of %08x", size, crc, meta.Size, meta.Crc32C)
+	}
+	return rec, nil
+}
+
 // manifest checks the parts a completion lists against the parts stored
 // (each at its own PG's primary) and returns the final object's metadata:
 // S3's rules (ascending part numbers, every part but the last at least
-// 5 MiB, ETags that match) and S3's multipart ETag.
-func (o *OSD) manifest(mp *placement.Map, req *osdpb.UploadRequest, upl *osdpb.ObjectMeta) (*osdpb.ObjectMeta, error) {
+// 5 MiB, ETags that match) and S3's multipart ETag, or with req.Whole
+// its one part's. A part in pieces is named by its pieces, each with the
+// part's number and ETag; records are those parts' records, garbage once
+// the object is written.
+func (o *OSD) manifest(mp *placement.Map, req *osdpb.UploadRequest, upl *osdpb.ObjectMeta) (meta *osdpb.ObjectMeta, records []*osdpb.PartRef, err error) {
 	if len(req.Parts) == 0 {
-		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "a completion needs at least one part")
+		return nil, nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "a completion needs at least one part")
+	}
+	if req.Whole && len(req.Parts) != 1 {
+		return nil, nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "an object put whole has one part, not %d", len(req.Parts))
 	}
 	pool, _ := mp.Pool(req.Header.GetPool())
-	meta := &osdpb.ObjectMeta{ContentType: upl.GetContentType(), UserMeta: upl.GetUserMeta(), MtimeUnixNano: time.Now().UnixNano()}
+	meta = &osdpb.ObjectMeta{ContentType: upl.GetContentType(), UserMeta: upl.GetUserMeta(), MtimeUnixNano: time.Now().UnixNano()}
 	etags := md5.New()
 	for i, want := range req.Parts {
 		if i > 0 && want.Number <= req.Parts[i-1].Number {
-			return nil, ops.Errorf(osdpb.Status_INVALID_PART_ORDER, "part %d after part %d", want.Number, req.Parts[i-1].Number)
+			return nil, nil, ops.Errorf(osdpb.Status_INVALID_PART_ORDER, "part %d after part %d", want.Number, req.Parts[i-1].Number)
 		}
 		key := ops.PartKey(req.UploadId, want.Number)
 		got, err := o.headAnywhere(mp, pool, ops.MultipartBucket, key)
 		if err != nil {
 			if errors.Is(opError(err), ops.ErrNoSuchKey) {
-				return nil, ops.Errorf(osdpb.Status_INVALID_PART, "part %d was not uploaded", want.Number)
+				return nil, nil, ops.Errorf(osdpb.Status_INVALID_PART, "part %d was not uploaded", want.Number)
 			}
-			return nil, err
+			return nil, nil, err
 		}
 		if strings.Trim(want.Etag, `"`) != got.Etag {
-			return nil, ops.Errorf(osdpb.Status_INVALID_PART, "part %d: ETag %s, the part has %s", want.Number, want.Etag, got.Etag)
+			return nil, nil, ops.Errorf(osdpb.Status_INVALID_PART, "part %d: ETag %s, the part has %s", want.Number, want.Etag, got.Etag)
 		}
 		if i < len(req.Parts)-1 && got.Size < ops.MinPartSize {
-			return nil, ops.Errorf(osdpb.Status_ENTITY_TOO_SMALL, "part %d has %d bytes; all but the last need at least %d", want.Number, got.Size, ops.MinPartSize)
+			return nil, nil, ops.Errorf(osdpb.Status_ENTITY_TOO_SMALL, "part %d has %d bytes; all but the last need at least %d", want.Number, got.Size, ops.MinPartSize)
 		}
 		sum, _ := hex.DecodeString(got.Etag)
 		etags.Write(sum)
 		meta.Size += got.Size
-		meta.Parts = append(meta.Parts, &osdpb.PartRef{Number: want.Number, Key: key, Size: got.Size, Etag: got.Etag, Crc32C: got.Crc32C})
+		num := want.Number
+		if req.Whole {
+			num, meta.Etag = 0, got.Etag
+		}
+		if len(got.Parts) == 0 {
+			meta.Parts = append(meta.Parts, &osdpb.PartRef{Number: num, Key: key, Size: got.Size, Etag: got.Etag, Crc32C: got.Crc32C})
+			continue
+		}
+		for _, pc := range got.Parts {
+			meta.Parts = append(meta.Parts, &osdpb.PartRef{Number: num, Key: pc.Key, Size: pc.Size, Etag: got.Etag, Crc32C: pc.Crc32C})
+		}
+		records = append(records, &osdpb.PartRef{Key: key})
 	}
-	meta.Etag = fmt.Sprintf("%s-%d", hex.EncodeToString(etags.Sum(nil)), len(req.Parts))
-	return meta, nil
+	if !req.Whole {
+		meta.Etag = fmt.Sprintf("%s-%d", hex.EncodeToString(etags.Sum(nil)), len(req.Parts))
+	}
+	return meta, records, nil
 }
 
 // headAnywhere reads an object's metadata from its PG's primary: here, or

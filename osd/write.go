@@ -418,16 +418,30 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 }
 
 // replacedParts returns the parts of the multipart object that e is about
-// to overwrite or delete: they are garbage once e is applied.
+// to overwrite or delete: they are garbage once e is applied. In the
+// multipart bucket, only a part uploaded again replaces anything: the
+// pieces of the part before that the new one does not name (a record of
+// pieces deleted at completion gives its pieces to the object).
 func (o *OSD) replacedParts(e *osdpb.LogEntry) []*osdpb.PartRef {
-	if e.Bucket == ops.MultipartBucket || (e.Kind != osdpb.OpKind_OP_PUT && e.Kind != osdpb.OpKind_OP_DELETE) {
+	if e.Kind != osdpb.OpKind_OP_PUT && e.Kind != osdpb.OpKind_OP_DELETE {
 		return nil
+	}
+	if e.Bucket == ops.MultipartBucket {
+		if _, _, ok := ops.ParsePartKey(e.Key); !ok || e.Kind != osdpb.OpKind_OP_PUT {
+			return nil
+		}
 	}
 	old, err := o.st.Head(o.ctx, e.Bucket, e.Key)
-	if err != nil {
-		return nil
+	if err != nil || e.Bucket != ops.MultipartBucket {
+		return old.GetParts()
 	}
-	return old.GetParts()
+	var stale []*osdpb.PartRef
+	for _, p := range old.GetParts() {
+		if !slices.ContainsFunc(e.Meta.GetParts(), func(n *osdpb.PartRef) bool { return n.Key == p.Key }) {
+			stale = append(stale, p)
+		}
+	}
+	return stale
 }
 
 // dropParts deletes the parts of a multipart object that was overwritten or

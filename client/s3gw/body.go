@@ -132,11 +132,12 @@ func decodeChunked(r *http.Request, b *verifiedBody, auth authResult) error {
 	}
 	trailer := strings.ToLower(strings.TrimSpace(r.Header.Get("X-Amz-Trailer")))
 	var mk func() hash.Hash
+	withTrailer := auth.Streaming == streamingUnsignedTrailer || auth.Streaming == streamingSignedTrailer
 	switch alg, ok := strings.CutPrefix(trailer, "x-amz-checksum-"); {
-	case trailer == "" && auth.Streaming == streamingUnsignedTrailer:
-		return errf(ErrInvalidRequest, "%s needs an x-amz-trailer naming an x-amz-checksum-*", streamingUnsignedTrailer)
-	case trailer != "" && auth.Streaming != streamingUnsignedTrailer:
-		return errf(ErrNotImplemented, "trailers come only with %s here", streamingUnsignedTrailer)
+	case trailer == "" && withTrailer:
+		return errf(ErrInvalidRequest, "%s needs an x-amz-trailer naming an x-amz-checksum-*", auth.Streaming)
+	case trailer != "" && !withTrailer:
+		return errf(ErrInvalidRequest, "x-amz-trailer with %s, which has no trailer: send %s or %s", auth.Streaming, streamingSignedTrailer, streamingUnsignedTrailer)
 	case trailer != "" && (!ok || checksumAlgorithms[alg] == nil):
 		return errf(ErrInvalidRequest, "x-amz-trailer %q: want one x-amz-checksum-* (crc32, crc32c, crc64nvme, sha1, sha256)", trailer)
 	case trailer != "":

@@ -11,6 +11,7 @@ import (
 	"hash"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -23,7 +24,12 @@ import (
 // chained from the request's own over the chunk's SHA-256; unsigned with
 // a trailer (STREAMING-UNSIGNED-PAYLOAD-TRAILER, what current SDKs send
 // over HTTPS), the last chunk is followed by trailer lines, "NAME:VALUE\r\n",
-// among them the checksum x-amz-trailer named, and an empty line.
+// among them the checksum x-amz-trailer named, and an empty line. Signed
+// with a trailer (STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER
+// (https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-streaming-trailers.html)),
+// the chunks are signed as in the signed form and the trailer ends with
+// x-amz-trailer-signature, chained from the final chunk's signature over
+// the SHA-256 of the other trailer lines, "name:value\n" each, sorted.
 //
 // A chunk streams through as it arrives: its signature is checked at its
 // end, and a chunk that fails, a bad framing, a short body or a trailer
@@ -33,8 +39,11 @@ import (
 
 const (
 	streamingSigned          = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+	streamingSignedTrailer   = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"
 	streamingUnsignedTrailer = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
 	chunkSigAlgorithm        = "AWS4-HMAC-SHA256-PAYLOAD"
+	trailerSigAlgorithm      = "AWS4-HMAC-SHA256-TRAILER"
+	trailerSigHeader         = "x-amz-trailer-signature"
 	// maxChunkLine bounds a chunk's header line and a trailer line: far
 	// above "SIZE;chunk-signature=SIG" or a checksum, small enough that a
 	// garbage body costs little.
@@ -57,6 +66,13 @@ func (s *chunkSigner) next(sum []byte) string {
 	sts := chunkSigAlgorithm + "\n" + s.amzDate + "\n" + s.scope + "\n" + s.prev + "\n" + emptySHA256 + "\n" + hex.EncodeToString(sum)
 	s.prev = hex.EncodeToString(hmacSHA256(s.key, sts))
 	return s.prev
+}
+
+// trailer is the signature of a trailer whose canonical lines hash to
+// sum, chained from the final chunk's. It ends the chain.
+func (s *chunkSigner) trailer(sum []byte) string {
+	sts := trailerSigAlgorithm + "\n" + s.amzDate + "\n" + s.scope + "\n" + s.prev + "\n" + hex.EncodeToString(sum)
+	return hex.EncodeToString(hmacSHA256(s.key, sts))
 }
 
 // chunkedReader decodes an aws-chunked body.
@@ -241,11 +257,16 @@ func (c *chunkedReader) checkSignature() error {
 }
 
 // finish reads what follows the last chunk: the trailer lines, if any,
-// and the empty line; then checks the trailer's checksum.
+// and the empty line; then checks the trailer's signature, when the
+// chunks are signed, and its checksum.
 func (c *chunkedReader) finish() error {
 	if c.remaining != 0 {
 		return errf(ErrIncompleteBody, "the chunks hold %d bytes fewer than x-amz-decoded-content-length", c.remaining)
 	}
+	var (
+		canonical []string // "name:value\n" of each line but the signature, names in lower case
+		sig       string
+	)
 	for i := 0; ; i++ {
 		b, err := c.line()
 		if err != nil {
@@ -258,23 +279,43 @@ func (c *chunkedReader) finish() error {
 		if !ok || i == maxTrailers || c.trailer == "" {
 			return malformedChunk("trailer line %q", b)
 		}
-		c.trailers.Add(strings.TrimSpace(string(name)), strings.TrimSpace(string(val)))
+		n, v := strings.ToLower(strings.TrimSpace(string(name))), strings.TrimSpace(string(val))
+		if c.signer != nil && n == trailerSigHeader {
+			if sig != "" || !validSignature(v) {
+				return malformedChunk("trailer line %q", b)
+			}
+			sig = v
+			continue
+		}
+		canonical = append(canonical, n+":"+v+"\n")
+		c.trailers.Add(n, v)
 	}
 	if _, err := c.br.Peek(1); err != io.EOF {
 		return malformedChunk("bytes after the last chunk")
 	}
-	if c.trailer != "" {
-		v := c.trailers.Get(c.trailer)
-		if v == "" {
-			return errf(ErrInvalidRequest, "x-amz-trailer named %s, which the trailer does not carry", c.trailer)
+	if c.trailer == "" {
+		return io.EOF
+	}
+	if c.signer != nil {
+		if sig == "" {
+			return errf(ErrSignatureDoesNotMatch, "the trailer has no %s", trailerSigHeader)
 		}
-		want, err := base64.StdEncoding.DecodeString(v)
-		if err != nil || len(want) != c.trailerH.Size() {
-			return errf(ErrInvalidRequest, "value for %s trailer is invalid", c.trailer)
+		slices.Sort(canonical)
+		h := sha256.Sum256([]byte(strings.Join(canonical, "")))
+		if subtle.ConstantTimeCompare([]byte(c.signer.trailer(h[:])), []byte(sig)) != 1 {
+			return errf(ErrSignatureDoesNotMatch, "the trailer signature we calculated does not match the one you provided")
 		}
-		if !bytes.Equal(c.trailerH.Sum(nil), want) {
-			return errf(ErrBadDigest, "the %s you specified did not match the calculated checksum", c.trailer)
-		}
+	}
+	v := c.trailers.Get(c.trailer)
+	if v == "" {
+		return errf(ErrInvalidRequest, "x-amz-trailer named %s, which the trailer does not carry", c.trailer)
+	}
+	want, err := base64.StdEncoding.DecodeString(v)
+	if err != nil || len(want) != c.trailerH.Size() {
+		return errf(ErrInvalidRequest, "value for %s trailer is invalid", c.trailer)
+	}
+	if !bytes.Equal(c.trailerH.Sum(nil), want) {
+		return errf(ErrBadDigest, "the %s you specified did not match the calculated checksum", c.trailer)
 	}
 	return io.EOF
 }

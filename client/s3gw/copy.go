@@ -15,7 +15,7 @@ import (
 // reads the source with the SDK and writes the destination as a PUT of the
 // same bytes, streaming, a read window at a time, so memory stays bounded
 // as for a PUT. The copy is a new object: a fresh ETag (the MD5 of the
-// body up to 64 MiB, as S3's), a new Last-Modified.
+// body, as S3's), a new Last-Modified.
 
 type copyObjectResult struct {
 	XMLName      xml.Name `xml:"CopyObjectResult"`
@@ -135,7 +135,7 @@ func parseCopySourceRange(v string) (byteRange, error) {
 
 // uploadPartCopy is UploadPartCopy: a part of an upload copied from an
 // existing object, whole or the x-amz-copy-source-range of it, streamed
-// through the gateway as CopyObject is. A part is at most 64 MiB here.
+// through the gateway as CopyObject is, up to S3's 5 GiB a part.
 func (g *Gateway) uploadPartCopy(req *request) error {
 	r := req.r
 	if r.Method != http.MethodPut {
@@ -167,8 +167,8 @@ func (g *Gateway) uploadPartCopy(req *request) error {
 		}
 		size = opts.Length
 	}
-	if size > maxSinglePut {
-		return errf(ErrEntityTooLarge, "a part is at most 64 MiB here: copy a range of the source")
+	if size > maxObjectSize {
+		return errf(ErrEntityTooLarge, "a part is at most 5 GiB: copy a range of the source")
 	}
 	p, err := g.cl.PutObjectPart(r.Context(), req.bucket, req.key, q.Get("uploadId"), n, src, size)
 	if err != nil {

@@ -12,9 +12,10 @@
 // x-amz-checksum-* while it streams, before the object is committed.
 //
 // The gateway must never buffer a whole object: a body goes from the HTTP
-// connection to the SDK's send buffers a part at a time (at most 64 MiB
-// for a body up to that size, put in one op; PartSize per part in flight
-// above), and a GET streams the SDK's read windows to the connection.
+// connection to the SDK's send buffers a piece at a time (at most 64 MiB
+// for a body up to that size, put in one op; PartSize per piece in flight
+// above, for a PUT or a part up to 5 GiB), and a GET streams the SDK's
+// read windows to the connection.
 package s3gw
 
 import (
@@ -52,10 +53,11 @@ type Options struct {
 	// BUCKET.DOMAIN (any port) addresses BUCKET. Path-style requests work
 	// on any host.
 	Domains []string
-	// PartSize is the part size of a body above 64 MiB, which goes to the
-	// cluster by multipart upload, Concurrency parts in flight (default
-	// 16 MiB and 4): memory per request is bounded by 64 MiB or
-	// PartSize*Concurrency, whichever is larger.
+	// PartSize is the piece size of a PUT above 64 MiB, which goes to the
+	// cluster in pieces, Concurrency in flight (default 16 MiB and 4):
+	// memory per PUT is bounded by 64 MiB or PartSize*Concurrency,
+	// whichever is larger. (A part above 64 MiB goes in the SDK's default
+	// pieces, 16 MiB and 4.)
 	PartSize    int64
 	Concurrency int
 	// Logger gets one access log line per request (Info) and the

@@ -348,25 +348,6 @@ func TestRanges(t *testing.T) {
 	}
 }
 
-// TestLargePut puts a body above 64 MiB, which the gateway streams to the
-// cluster by multipart upload, and reads it back.
-func TestLargePut(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: a 65 MiB object")
-	}
-	e := newEnv(t)
-	e.mb(t, "large")
-	data := osdtest.Payload(65<<20+7, 3)
-	out := e.put(t, "large", "obj", data)
-	if !strings.HasSuffix(*out.ETag, `-5"`) {
-		t.Fatalf("ETag %s: want a multipart one of 5 parts", *out.ETag)
-	}
-	b, _ := e.get(t, "large", "obj", "")
-	if !bytes.Equal(b, data) {
-		t.Fatal("read back differs")
-	}
-}
-
 func TestListing(t *testing.T) {
 	e := newEnv(t)
 	ctx := e.ctx

@@ -11,8 +11,11 @@ import (
 )
 
 // S3's multipart upload API over the SDK's: the parts go to the cluster
-// as they come (each part's body streams into one SDK send buffer, at
-// most 64 MiB), and CompleteMultipartUpload makes the object from them.
+// as they come, and CompleteMultipartUpload makes the object from them. A
+// part streams into one SDK send buffer of its size up to 64 MiB (what
+// one op carries), and above, up to S3's 5 GiB, in pieces of 16 MiB, 4 in
+// flight (client.PutObjectPart), so memory per request is 64 MiB at most
+// whatever the part's size, and the part's ETag is still its MD5.
 
 type initiateMultipartUploadResult struct {
 	XMLName  xml.Name `xml:"InitiateMultipartUploadResult"`
@@ -55,8 +58,8 @@ func (g *Gateway) uploadPart(req *request) error {
 	if r.ContentLength < 0 {
 		return errf(ErrMissingContentLength, "you must provide the Content-Length HTTP header")
 	}
-	if r.ContentLength > maxSinglePut {
-		return errf(ErrEntityTooLarge, "a part is at most 64 MiB here")
+	if r.ContentLength > maxObjectSize {
+		return errf(ErrEntityTooLarge, "your proposed upload exceeds the maximum allowed size of 5 GiB")
 	}
 	p, err := g.cl.PutObjectPart(r.Context(), req.bucket, req.key, q.Get("uploadId"), n, r.Body, r.ContentLength)
 	if err != nil {

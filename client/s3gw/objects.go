@@ -17,10 +17,9 @@ import (
 
 const (
 	// maxSinglePut is the largest body the SDK puts in one op (its
-	// PutOptions.PartSize bound): a PUT up to it keeps S3's ETag, the MD5
-	// of the body.
+	// PutOptions.PartSize bound); a larger PUT goes in pieces.
 	maxSinglePut = 64 << 20
-	// maxObjectSize is S3's largest single PUT.
+	// maxObjectSize is S3's largest single PUT, and largest part.
 	maxObjectSize = 5 << 30
 	// maxUserMeta is S3's bound on the user metadata of an object.
 	maxUserMeta = 2 << 10
@@ -95,9 +94,12 @@ func (g *Gateway) putObject(req *request) error {
 }
 
 // putOptions are the SDK's options for a PUT of size bytes: one op up to
-// maxSinglePut, so its ETag is the MD5 of the body as S3's, else parts.
+// maxSinglePut; above, pieces of PartSize, Concurrency in flight, kept one
+// part (WholeETag), so that its ETag is the MD5 of the body, as S3's for
+// any single PUT, and it has no parts (a GET of partNumber=1 is all of it).
 func (g *Gateway) putOptions(contentType string, meta map[string]string, size int64) client.PutOptions {
-	opts := client.PutOptions{ContentType: contentType, UserMetadata: meta, PartSize: g.opts.PartSize, Concurrency: g.opts.Concurrency}
+	opts := client.PutOptions{ContentType: contentType, UserMetadata: meta, PartSize: g.opts.PartSize, Concurrency: g.opts.Concurrency,
+		WholeETag: true}
 	if size <= maxSinglePut {
 		opts.PartSize = maxSinglePut
 	}

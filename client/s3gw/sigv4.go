@@ -375,7 +375,8 @@ type authResult struct {
 	Identity    Identity
 	PayloadHash string // hex SHA-256 the body must have; "" when unsigned
 	// Streaming is the x-amz-content-sha256 of an aws-chunked body
-	// (streamingSigned or streamingUnsignedTrailer), "" otherwise.
+	// (streamingSigned, streamingSignedTrailer or streamingUnsignedTrailer),
+	// "" otherwise.
 	Streaming string
 	chunks    *chunkSigner // a signed body's chunk signatures
 }
@@ -447,13 +448,13 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 	case payload == "":
 		return authResult{}, errf(ErrInvalidRequest, "missing required header for this request: x-amz-content-sha256")
 	case payload == unsignedPay:
-	case payload == streamingSigned || payload == streamingUnsignedTrailer:
+	case payload == streamingSigned || payload == streamingSignedTrailer || payload == streamingUnsignedTrailer:
 		if s.presigned {
 			return authResult{}, errf(ErrInvalidRequest, "a presigned request's body cannot be aws-chunked")
 		}
 	case strings.HasPrefix(payload, "STREAMING-"):
-		return authResult{}, errf(ErrNotImplemented, "x-amz-content-sha256 %s is not supported: send %s, %s, UNSIGNED-PAYLOAD or the body's SHA-256",
-			payload, streamingSigned, streamingUnsignedTrailer)
+		return authResult{}, errf(ErrNotImplemented, "x-amz-content-sha256 %s is not supported: send %s, %s, %s, UNSIGNED-PAYLOAD or the body's SHA-256",
+			payload, streamingSigned, streamingSignedTrailer, streamingUnsignedTrailer)
 	case len(payload) != 64:
 		return authResult{}, errf(ErrInvalidArgument, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD or a hex SHA-256")
 	default:
@@ -484,9 +485,9 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 			res := authResult{AccessKey: s.AccessKey, Identity: id}
 			switch payload {
 			case unsignedPay:
-			case streamingSigned, streamingUnsignedTrailer:
+			case streamingSigned, streamingSignedTrailer, streamingUnsignedTrailer:
 				res.Streaming = payload
-				if payload == streamingSigned {
+				if payload != streamingUnsignedTrailer {
 					res.chunks = &chunkSigner{key: key, amzDate: amzDate, scope: s.scope(), prev: s.Signature}
 				}
 			default:

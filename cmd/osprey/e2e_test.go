@@ -301,10 +301,10 @@ type upProcess struct {
 
 // startUp starts `osprey up` and waits, with a deadline, for its
 // "serving" event.
-func startUp(t *testing.T, bin, dir string, port int) *upProcess {
+func startUp(t *testing.T, bin, dir string, port int, extra ...string) *upProcess {
 	t.Helper()
 	u := &upProcess{events: make(chan map[string]any, 16), stderr: &syncBuffer{}, exited: make(chan struct{})}
-	u.cmd = exec.Command(bin, "up", "--dir", dir, "--port", fmt.Sprint(port), "--json", "--log-level", "warn")
+	u.cmd = exec.Command(bin, append([]string{"up", "--dir", dir, "--port", fmt.Sprint(port), "--json", "--log-level", "warn"}, extra...)...)
 	u.cmd.Stderr = u.stderr
 	stdout, err := u.cmd.StdoutPipe()
 	if err != nil {

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -82,41 +80,9 @@ func TestUpAndS3Serve(t *testing.T) {
 	}
 
 	// A second gateway, its own process, on the same cluster.
-	gw := exec.Command(bin, "s3", "--mon", up.mon, "--keyring", up.keyring, "--listen", "127.0.0.1:0", "--log-level", "warn",
+	gw := startGateway(t, bin, "--mon", up.mon, "--keyring", up.keyring, "--listen", "127.0.0.1:0", "--log-level", "warn",
 		"--metrics-addr", "127.0.0.1:0")
-	stdout, err := gw.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := &syncBuffer{}
-	gw.Stderr = stderr
-	if err := gw.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer gw.Process.Kill()
-	lines := make(chan string, 4)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	var line string
-	select {
-	case line = <-lines:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("osprey s3 printed nothing within 60s\n%s", stderr)
-	}
-	addr, ok := strings.CutPrefix(line, "osprey s3: serving S3 on ")
-	if !ok {
-		t.Fatalf("osprey s3 printed %q\n%s", line, stderr)
-	}
-	addr, _, _ = strings.Cut(addr, " ")
-	gwMetrics, ok := strings.CutPrefix(<-lines, "osprey s3: metrics on ")
-	if !ok {
-		t.Errorf("osprey s3 --metrics-addr printed no address")
-	}
+	addr, gwMetrics, lines, stderr := gw.addr, gw.metrics, gw.lines, gw.stderr
 	c2 := s3Client(addr, roAccess, roSecret)
 	_, err = c2.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("via-up"), Key: aws.String("k2"), Body: strings.NewReader("no")})
 	if !strings.Contains(fmt.Sprint(err), "AccessDenied") {
@@ -134,13 +100,13 @@ func TestUpAndS3Serve(t *testing.T) {
 	if m := scrapeText(t, gwMetrics); !strings.Contains(m, `osprey_s3_requests_total{op="GetObject",status="200"} 1`) {
 		t.Errorf("osprey s3 --metrics-addr: its metrics at %s do not count the GET:\n%s", gwMetrics, m)
 	}
-	if err := gw.Process.Signal(syscall.SIGINT); err != nil {
+	if err := gw.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	if l := <-lines; l != "osprey s3: stopped" {
 		t.Fatalf("after SIGINT: %q\n%s", l, stderr)
 	}
-	if err := gw.Wait(); err != nil {
+	if err := gw.cmd.Wait(); err != nil {
 		t.Fatalf("osprey s3 after SIGINT: %v\n%s", err, stderr)
 	}
 	up.interrupt(t)

@@ -73,18 +73,24 @@ func CheckKey(key string) error {
 const uploadIDLen = 32
 
 // NewUploadID returns a fresh random upload id (32 hex digits).
-func NewUploadID() string {
-	var b [uploadIDLen / 2]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+func NewUploadID() string { return randomHex(uploadIDLen) }
+
+// randomHex is n random hex digits (n even).
+func randomHex(n int) string {
+	b := make([]byte, n/2)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// isHex reports whether s is n hex digits.
+func isHex(s string, n int) bool {
+	_, err := hex.DecodeString(s)
+	return err == nil && len(s) == n
 }
 
 // CheckUploadID checks an upload id's form.
 func CheckUploadID(id string) error {
-	if len(id) != uploadIDLen {
-		return Errorf(ErrNoSuchUpload.Status, "upload id %q is malformed", id)
-	}
-	if _, err := hex.DecodeString(id); err != nil {
+	if !isHex(id, uploadIDLen) {
 		return Errorf(ErrNoSuchUpload.Status, "upload id %q is malformed", id)
 	}
 	return nil
@@ -121,11 +127,53 @@ func ParsePartKey(k string) (uploadID string, n uint32, ok bool) {
 	return k[:uploadIDLen], uint32(v), true
 }
 
+// PieceKey is the hidden key of piece p (1 to MaxParts) of set set of part
+// n of an upload: "UPLOADID/NNNNN.SSSSSSSS.PPPPP", after the part's own
+// key, so an upload's listing (and abort) takes its pieces with its parts.
+// A part larger than one op (MaxPutSize) is stored in pieces, which its
+// record (at PartKey) lists; each upload of the part writes a set of its
+// own (NewPieceSet), so one never overwrites the pieces of another.
+func PieceKey(uploadID string, n uint32, set string, p uint32) string {
+	return fmt.Sprintf("%s/%05d.%s.%05d", uploadID, n, set, p)
+}
+
+const pieceSetLen = 8
+
+// NewPieceSet returns a fresh random piece set id (8 hex digits).
+func NewPieceSet() string { return randomHex(pieceSetLen) }
+
+// CheckPieceSet checks a piece set id's form.
+func CheckPieceSet(set string) error {
+	if !isHex(set, pieceSetLen) {
+		return Errorf(ErrInvalidArgument.Status, "piece set %q is malformed", set)
+	}
+	return nil
+}
+
+// ParsePieceKey splits a piece's hidden key.
+func ParsePieceKey(k string) (uploadID string, n uint32, set string, p uint32, ok bool) {
+	const setAt, pAt = uploadIDLen + 7, uploadIDLen + 8 + pieceSetLen
+	if len(k) != pAt+5 || k[uploadIDLen] != '/' || k[setAt-1] != '.' || k[pAt-1] != '.' || CheckUploadID(k[:uploadIDLen]) != nil ||
+		CheckPieceSet(k[setAt:pAt-1]) != nil {
+		return "", 0, "", 0, false
+	}
+	nv, err1 := strconv.ParseUint(k[uploadIDLen+1:setAt-1], 10, 32)
+	pv, err2 := strconv.ParseUint(k[pAt:], 10, 32)
+	if err1 != nil || err2 != nil || nv < 1 || nv > MaxParts || pv < 1 || pv > MaxParts {
+		return "", 0, "", 0, false
+	}
+	return k[:uploadIDLen], uint32(nv), k[setAt : pAt-1], uint32(pv), true
+}
+
 // CheckObjectNames checks a (bucket, key) an object op names: a valid
-// bucket and key, or a part or upload record of the multipart bucket.
+// bucket and key, or a part, piece or upload record of the multipart
+// bucket.
 func CheckObjectNames(bucket, key string) error {
 	if bucket == MultipartBucket {
 		if _, _, ok := ParsePartKey(key); ok {
+			return nil
+		}
+		if _, _, _, _, ok := ParsePieceKey(key); ok {
 			return nil
 		}
 		if _, _, _, ok := ParseUploadKey(key); ok {

@@ -86,6 +86,26 @@ func TestMultipartKeys(t *testing.T) {
 			t.Errorf("ParsePartKey(%q) ok", bad)
 		}
 	}
+	set := NewPieceSet()
+	for _, tc := range []struct{ n, p uint32 }{{1, 1}, {7, 320}, {MaxParts, MaxParts}} {
+		k := PieceKey(id, tc.n, set, tc.p)
+		u, n, s, p, ok := ParsePieceKey(k)
+		if !ok || u != id || n != tc.n || s != set || p != tc.p || CheckObjectNames(MultipartBucket, k) != nil {
+			t.Fatalf("ParsePieceKey(%q): %q %d %q %d %v", k, u, n, s, p, ok)
+		}
+		if _, _, ok := ParsePartKey(k); ok {
+			t.Fatalf("a piece's key %q parses as a part's", k)
+		}
+	}
+	if CheckPieceSet(set) != nil || CheckPieceSet("0123456") == nil || CheckPieceSet("0123456z") == nil {
+		t.Fatal("CheckPieceSet")
+	}
+	for _, bad := range []string{"", PartKey(id, 1), id + "/00000." + set + ".00001", id + "/00001." + set + ".00000", id + "/00001." + set + ".10001",
+		id + "/10001." + set + ".00001", id + "/00001-" + set + ".00001", id + "/00001." + set + ".0001x", id + "/00001.0123456z.00001", id + "/00001.00001"} {
+		if _, _, _, _, ok := ParsePieceKey(bad); ok {
+			t.Errorf("ParsePieceKey(%q) ok", bad)
+		}
+	}
 	for _, bad := range []string{"", "bkt/" + id, "BKT/k/" + id, "bkt/k/" + id[1:]} {
 		if _, _, _, ok := ParseUploadKey(bad); ok {
 			t.Errorf("ParseUploadKey(%q) ok", bad)

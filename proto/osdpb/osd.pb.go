@@ -1072,13 +1072,18 @@ func (x *ReplyHeader) GetLeader() string {
 	return ""
 }
 
+// PartRef is a span of a multipart object's bytes in a hidden object of
+// the multipart bucket: a part, or a piece of a part larger than one op
+// (a part's pieces come in order, each with its part's number and ETag).
+// Number 0: a piece of an object put whole (PutOptions.WholeETag), which
+// has no parts to S3.
 type PartRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Number        uint32                 `protobuf:"varint,1,opt,name=number,proto3" json:"number,omitempty"`
-	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"` // the hidden object holding the part's bytes
-	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
-	Etag          string                 `protobuf:"bytes,4,opt,name=etag,proto3" json:"etag,omitempty"`
-	Crc32C        uint32                 `protobuf:"varint,5,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`        // the hidden object holding the bytes
+	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`     // of the bytes key holds
+	Etag          string                 `protobuf:"bytes,4,opt,name=etag,proto3" json:"etag,omitempty"`      // of the part (in an upload's record of a part in pieces: the piece's)
+	Crc32C        uint32                 `protobuf:"varint,5,opt,name=crc32c,proto3" json:"crc32c,omitempty"` // of the bytes key holds
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2096,14 +2101,25 @@ func (x *ListObjectsReply) GetTruncated() bool {
 // multipart bucket kept in the final key's PG; parts are hidden objects of
 // that bucket, each placed by its own key, so they spread over the PGs.
 type UploadRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Bucket        string                 `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Key           string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
-	UploadId      string                 `protobuf:"bytes,4,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
-	PartNumber    uint32                 `protobuf:"varint,5,opt,name=part_number,json=partNumber,proto3" json:"part_number,omitempty"`
-	Meta          *ObjectMeta            `protobuf:"bytes,6,opt,name=meta,proto3" json:"meta,omitempty"`   // create: content type and user metadata
-	Parts         []*PartRef             `protobuf:"bytes,7,rep,name=parts,proto3" json:"parts,omitempty"` // complete: the parts chosen, in order
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Header     *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Bucket     string                 `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Key        string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	UploadId   string                 `protobuf:"bytes,4,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	PartNumber uint32                 `protobuf:"varint,5,opt,name=part_number,json=partNumber,proto3" json:"part_number,omitempty"`
+	Meta       *ObjectMeta            `protobuf:"bytes,6,opt,name=meta,proto3" json:"meta,omitempty"`   // create: content type and user metadata
+	Parts      []*PartRef             `protobuf:"bytes,7,rep,name=parts,proto3" json:"parts,omitempty"` // complete: the parts chosen, in order
+	// upload part: 0 the part (its bytes, or with meta.parts and no bytes
+	// the record of a part stored in pieces); p >= 1 piece p of the part,
+	// stored apart (ops.PieceKey) until the record names it.
+	Piece uint32 `protobuf:"varint,8,opt,name=piece,proto3" json:"piece,omitempty"`
+	// complete: the object was put whole, in one part: its ETag is that
+	// part's, not the multipart one, and it has no parts (PartRef number 0).
+	Whole bool `protobuf:"varint,9,opt,name=whole,proto3" json:"whole,omitempty"`
+	// upload part with piece: the set the piece belongs to (ops.NewPieceSet),
+	// one per upload of the part, so that uploading a part again, or failing
+	// to, never overwrites the pieces its record names.
+	PieceSet      string `protobuf:"bytes,10,opt,name=piece_set,json=pieceSet,proto3" json:"piece_set,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2185,6 +2201,27 @@ func (x *UploadRequest) GetParts() []*PartRef {
 		return x.Parts
 	}
 	return nil
+}
+
+func (x *UploadRequest) GetPiece() uint32 {
+	if x != nil {
+		return x.Piece
+	}
+	return 0
+}
+
+func (x *UploadRequest) GetWhole() bool {
+	if x != nil {
+		return x.Whole
+	}
+	return false
+}
+
+func (x *UploadRequest) GetPieceSet() string {
+	if x != nil {
+		return x.PieceSet
+	}
+	return ""
 }
 
 type UploadReply struct {
@@ -4625,7 +4662,7 @@ const file_osd_proto_rawDesc = "" +
 	"\aobjects\x18\x02 \x03(\v2\x17.osprey.osd.ObjectEntryR\aobjects\x12'\n" +
 	"\x0fcommon_prefixes\x18\x03 \x03(\tR\x0ecommonPrefixes\x12\x1c\n" +
 	"\ttruncated\x18\x04 \x01(\bR\ttruncatedJ\x04\b\n" +
-	"\x10\v\"\xfa\x01\n" +
+	"\x10\v\"\xc3\x02\n" +
 	"\rUploadRequest\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
@@ -4634,7 +4671,11 @@ const file_osd_proto_rawDesc = "" +
 	"\vpart_number\x18\x05 \x01(\rR\n" +
 	"partNumber\x12*\n" +
 	"\x04meta\x18\x06 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x12)\n" +
-	"\x05parts\x18\a \x03(\v2\x13.osprey.osd.PartRefR\x05parts\"\x8d\x02\n" +
+	"\x05parts\x18\a \x03(\v2\x13.osprey.osd.PartRefR\x05parts\x12\x14\n" +
+	"\x05piece\x18\b \x01(\rR\x05piece\x12\x14\n" +
+	"\x05whole\x18\t \x01(\bR\x05whole\x12\x1b\n" +
+	"\tpiece_set\x18\n" +
+	" \x01(\tR\bpieceSet\"\x8d\x02\n" +
 	"\vUploadReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x1b\n" +
 	"\tupload_id\x18\x02 \x01(\tR\buploadId\x12'\n" +
