@@ -297,18 +297,30 @@ func TestBenchObjCleanup(t *testing.T) {
 	seeds := startTestCluster(t)
 	cl := testClient(t, seeds)
 	ctx := context.Background()
+	// bench runs a short put row. On a loaded machine a 100 ms row can
+	// end before its first put does: such a run wrote nothing to clean
+	// up or keep, so it runs again, until a deadline.
 	bench := func(size string, more ...string) string {
 		t.Helper()
 		args := append([]string{"bench", "obj", "--seeds", seeds, "--size", size, "--op", "put", "--concurrency", "2",
 			"--duration", "100ms", "--segment", "25ms", "--json"}, more...)
-		out, errOut, err := run(t, args...)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, errOut)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			out, errOut, err := run(t, args...)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, errOut)
+			}
+			rows := parseJSONLines(t, out)
+			if len(rows) != 1 {
+				t.Fatalf("bench obj printed %d rows: %s", len(rows), out)
+			}
+			if rows[0]["ops"].(float64) > 0 {
+				return errOut
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("bench obj wrote nothing in any run for 30 s: %s", out)
+			}
 		}
-		if rows := parseJSONLines(t, out); len(rows) != 1 || rows[0]["ops"].(float64) == 0 {
-			t.Fatalf("bench obj wrote nothing: %s", out)
-		}
-		return errOut
 	}
 	keys := func() []string {
 		t.Helper()
