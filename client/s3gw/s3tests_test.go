@@ -115,8 +115,6 @@ func deref[T any](p *T) any {
 }
 
 var (
-	s3testsBuckets   []s3testsCase
-	s3testsObjects   []s3testsCase
 	s3testsCopy      []s3testsCase
 	s3testsMultipart []s3testsCase
 )
