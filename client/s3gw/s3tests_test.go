@@ -113,8 +113,3 @@ func deref[T any](p *T) any {
 	}
 	return *p
 }
-
-var (
-	s3testsCopy      []s3testsCase
-	s3testsMultipart []s3testsCase
-)
