@@ -5,6 +5,7 @@ package s3gw_test
 // and the Content-MD5 ones of test_headers.py.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/xml"
@@ -450,6 +451,35 @@ var s3testsObjects = []s3testsCase{
 		resp, body := send(t, req, "")
 		wantS3Error(t, "anonymous PUT", resp, body, "AccessDenied", 403)
 	}},
+	{"bucket_list_objects_anonymous_fail", func(t *testing.T, e *env) { anonymousGet(t, e, "/"+e.newBucket(t)) }},
+	{"bucket_listv2_objects_anonymous_fail", func(t *testing.T, e *env) { anonymousGet(t, e, "/"+e.newBucket(t)+"?list-type=2") }},
+	// test_100_continue, its first half: an anonymous PUT that waits
+	// for 100 Continue is refused before its body is asked for. (The
+	// second half makes the bucket public-read-write: ACLs are not served.)
+	{"100_continue", func(t *testing.T, e *env) {
+		req, err := http.NewRequest(http.MethodPut, e.url+"/"+e.newBucket(t)+"/testobj", strings.NewReader("bar"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Expect", "100-continue")
+		conn := rawConn(t, e.srvAddr, req, 0)
+		conn.SetReadDeadline(time.Now().Add(time.Minute)) // a gateway that waited for the body would never answer
+		resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 403 {
+			t.Fatalf("anonymous PUT with Expect: 100-continue: %d, want 403", resp.StatusCode)
+		}
+	}},
+	{"object_write_file", func(t *testing.T, e *env) {
+		b := e.newBucket(t)
+		e.put(t, b, "foo", []byte("bar"))
+		if got, _ := e.get(t, b, "foo", ""); string(got) != "bar" {
+			t.Fatalf("got %q", got)
+		}
+	}},
 	{"object_put_authenticated", func(t *testing.T, e *env) { e.put(t, e.newBucket(t), "foo", []byte("foo")) }},
 	{"bucket_create_special_key_names", func(t *testing.T, e *env) {
 		keys := []string{" ", `"`, "$", "%", "&", "'", "<", ">", "_", "_ ", "_ _", "__"}
@@ -479,6 +509,12 @@ var s3testsObjects = []s3testsCase{
 	{"object_create_bad_md5_bad", md5Case("rL0Y20xC+Fzt72VPzMSk2A==", "BadDigest")},
 	{"object_create_bad_md5_empty", md5Case("", "InvalidDigest")},
 	{"object_create_bad_md5_none", func(t *testing.T, e *env) { e.put(t, e.newBucket(t), "foo", []byte("bar")) }},
+}
+
+// anonymousGet: an unsigned GET of path is AccessDenied.
+func anonymousGet(t *testing.T, e *env, path string) {
+	resp, body := send(t, nil, e.url+path)
+	wantS3Error(t, "anonymous GET "+path, resp, body, "AccessDenied", 403)
 }
 
 // presignedRefused: a presigned GET with an X-Amz-Expires out of 1 s to
