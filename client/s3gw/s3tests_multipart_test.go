@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -258,7 +259,7 @@ func (e *env) mpCopy(t *testing.T, srcBucket, srcKey string, src []byte, size in
 	id := e.create(t, dst, "mymultipart")
 	var parts []types.CompletedPart
 	for off, n := 0, int32(1); off < size; off, n = off+5*mib, n+1 {
-		out, err := e.uploadPartCopy(dst, "mymultipart", id, srcBucket+"/"+srcKey, n, fmt.Sprintf("bytes=%d-%d", off, min(off+5*mib, size)-1))
+		out, err := e.uploadPartCopy(dst, "mymultipart", id, srcBucket+"/"+url.PathEscape(srcKey), n, fmt.Sprintf("bytes=%d-%d", off, min(off+5*mib, size)-1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -496,6 +497,14 @@ var s3testsMultipart = []s3testsCase{
 		e.put(t, src, "foo", data)
 		for _, size := range []int{5 * mib, 5*mib + 100<<10, 10*mib + 600<<10} {
 			e.mpCopy(t, src, "foo", data, size)
+		}
+	}},
+	{"multipart_copy_special_names", func(t *testing.T, e *env) {
+		src := e.newBucket(t)
+		for _, key := range []string{" ", "_", "__", "?versionId"} {
+			data := osdtest.Payload(1, 10)
+			e.put(t, src, key, data)
+			e.mpCopy(t, src, key, data, 1)
 		}
 	}},
 	{"multipart_copy_invalid_range", func(t *testing.T, e *env) {

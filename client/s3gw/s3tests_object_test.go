@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 // body reads and closes a GetObject's body.
@@ -212,14 +213,15 @@ func (e *env) presign(t *testing.T, method, bucket, key, expires string, signedA
 	return req
 }
 
-// rangeCase is one of test_ranged_request_*: a GET of 'testcontent'.
-func rangeCase(rng, want, contentRange string) func(*testing.T, *env) {
+// rangeCase is one of test_ranged_*request_response_code: a GET of
+// content's bytes first to last.
+func rangeCase(content []byte, rng string, first, last int, contentRange string) func(*testing.T, *env) {
 	return func(t *testing.T, e *env) {
 		b := e.newBucket(t)
-		e.put(t, b, "testobj", []byte("testcontent"))
+		e.put(t, b, "testobj", content)
 		got, out := e.get(t, b, "testobj", rng)
-		if string(got) != want || aws.ToString(out.ContentRange) != contentRange {
-			t.Fatalf("%s: %q, Content-Range %q", rng, got, aws.ToString(out.ContentRange))
+		if !bytes.Equal(got, content[first:last+1]) || aws.ToString(out.ContentRange) != contentRange {
+			t.Fatalf("%s: %d bytes, Content-Range %q", rng, len(got), aws.ToString(out.ContentRange))
 		}
 	}
 }
@@ -491,9 +493,10 @@ var s3testsObjects = []s3testsCase{
 			}
 		}
 	}},
-	{"ranged_request_response_code", rangeCase("bytes=4-7", "cont", "bytes 4-7/11")},
-	{"ranged_request_skip_leading_bytes_response_code", rangeCase("bytes=4-", "content", "bytes 4-10/11")},
-	{"ranged_request_return_trailing_bytes_response_code", rangeCase("bytes=-7", "content", "bytes 4-10/11")},
+	{"ranged_request_response_code", rangeCase([]byte("testcontent"), "bytes=4-7", 4, 7, "bytes 4-7/11")},
+	{"ranged_big_request_response_code", rangeCase(osdtest.Payload(8*mib, 11), "bytes=3145728-5242880", 3145728, 5242880, "bytes 3145728-5242880/8388608")},
+	{"ranged_request_skip_leading_bytes_response_code", rangeCase([]byte("testcontent"), "bytes=4-", 4, 10, "bytes 4-10/11")},
+	{"ranged_request_return_trailing_bytes_response_code", rangeCase([]byte("testcontent"), "bytes=-7", 4, 10, "bytes 4-10/11")},
 	{"ranged_request_invalid_range", func(t *testing.T, e *env) {
 		b := e.newBucket(t)
 		e.put(t, b, "testobj", []byte("testcontent"))
