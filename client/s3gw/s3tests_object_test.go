@@ -81,6 +81,10 @@ var s3testsBuckets = []s3testsCase{
 		_, err := e.s3.ListObjects(e.ctx, &s3.ListObjectsInput{Bucket: aws.String(e.bucketName())})
 		wantCode(t, "list", err, "NoSuchBucket", 404)
 	}},
+	{"bucketv2_notexist", func(t *testing.T, e *env) {
+		_, err := e.s3.ListObjectsV2(e.ctx, &s3.ListObjectsV2Input{Bucket: aws.String(e.bucketName())})
+		wantCode(t, "list", err, "NoSuchBucket", 404)
+	}},
 	{"bucket_delete_notexist", func(t *testing.T, e *env) {
 		_, err := e.s3.DeleteBucket(e.ctx, &s3.DeleteBucketInput{Bucket: aws.String(e.bucketName())})
 		wantCode(t, "delete", err, "NoSuchBucket", 404)
@@ -117,25 +121,9 @@ var s3testsBuckets = []s3testsCase{
 		_, _ = e.s3.CreateBucket(e.ctx, &s3.CreateBucketInput{Bucket: aws.String(b)}) // refused, as above
 		wantStrings(t, "after re-create", keysOf(e.listV1(t, &s3.ListObjectsInput{Bucket: aws.String(b)}).Contents), []string{"mykey1", "mykey2"})
 	}},
-	{"buckets_create_then_list", func(t *testing.T, e *env) {
-		var made []string
-		for range 5 {
-			made = append(made, e.newBucket(t))
-		}
-		out, err := e.s3.ListBuckets(e.ctx, &s3.ListBucketsInput{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		have := map[string]bool{}
-		for _, b := range out.Buckets {
-			have[*b.Name] = true
-		}
-		for _, b := range made {
-			if !have[b] {
-				t.Fatalf("ListBuckets lacks %s", b)
-			}
-		}
-	}},
+	// test_buckets_create_then_list, test_buckets_list_ctime
+	{"buckets_create_then_list", func(t *testing.T, e *env) { createThenList(t, e, false) }},
+	{"buckets_list_ctime", func(t *testing.T, e *env) { createThenList(t, e, true) }},
 	{"list_buckets_invalid_auth", func(t *testing.T, e *env) {
 		_, err := e.client("AKIAINVALIDKEY", testSecret, true).ListBuckets(e.ctx, &s3.ListBucketsInput{})
 		wantCode(t, "unknown access key", err, "InvalidAccessKeyId", 403)
@@ -161,6 +149,31 @@ var s3testsBuckets = []s3testsCase{
 	{"bucket_create_naming_good_starts_digit", goodBucketName(func(e *env) string { return "0" + e.bucketName() + "foo" })},
 	{"bucket_create_naming_good_contains_period", goodBucketName(func(e *env) string { return e.bucketName() + "aaa.111" })},
 	{"bucket_create_naming_good_contains_hyphen", goodBucketName(func(e *env) string { return e.bucketName() + "aaa-111" })},
+}
+
+// createThenList makes 5 buckets, which ListBuckets must give, created
+// no earlier than a day ago when ctime.
+func createThenList(t *testing.T, e *env, ctime bool) {
+	var made []string
+	for range 5 {
+		made = append(made, e.newBucket(t))
+	}
+	out, err := e.s3.ListBuckets(e.ctx, &s3.ListBucketsInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, b := range out.Buckets {
+		have[*b.Name] = true
+		if ctime && (b.CreationDate == nil || b.CreationDate.Before(time.Now().Add(-24*time.Hour))) {
+			t.Fatalf("%s created %v", *b.Name, b.CreationDate)
+		}
+	}
+	for _, b := range made {
+		if !have[b] {
+			t.Fatalf("ListBuckets lacks %s", b)
+		}
+	}
 }
 
 // setGetMetadata is _set_get_metadata: put foo with x-amz-meta-meta1,
@@ -288,29 +301,13 @@ var s3testsObjects = []s3testsCase{
 	}},
 	{"multi_object_delete", func(t *testing.T, e *env) { multiDelete(t, e, false) }},
 	{"multi_objectv2_delete", func(t *testing.T, e *env) { multiDelete(t, e, true) }},
-	{"multi_object_delete_key_limit", func(t *testing.T, e *env) {
-		var keys []string
-		var ids []types.ObjectIdentifier
-		for i := range 1001 {
-			keys = append(keys, fmt.Sprintf("key-%d", i))
-			ids = append(ids, types.ObjectIdentifier{Key: aws.String(keys[i])})
-		}
-		b := e.createObjects(t, keys...)
-		n := 0
-		for p := s3.NewListObjectsV2Paginator(e.s3, &s3.ListObjectsV2Input{Bucket: aws.String(b)}); p.HasMorePages(); {
-			page, err := p.NextPage(e.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n += len(page.Contents)
-		}
-		if n != 1001 {
-			t.Fatalf("listed %d keys", n)
-		}
-		_, err := e.s3.DeleteObjects(e.ctx, &s3.DeleteObjectsInput{Bucket: aws.String(b), Delete: &types.Delete{Objects: ids}})
-		if _, st := code(err); st != 400 {
-			t.Fatalf("DeleteObjects of 1001 keys: %v", err)
-		}
+	{"multi_object_delete_key_limit", func(t *testing.T, e *env) { deleteKeyLimit(t, e, false) }},
+	{"multi_objectv2_delete_key_limit", func(t *testing.T, e *env) { deleteKeyLimit(t, e, true) }},
+	{"100_continue_error_retry", func(t *testing.T, e *env) {
+		b := e.newBucket(t)
+		_, err := e.s3.PutObject(e.ctx, &s3.PutObjectInput{Bucket: aws.String(b + "-but-doesnt-exist"), Key: aws.String("foo"), Body: strings.NewReader("bar")})
+		wantCode(t, "put to a missing bucket", err, "NoSuchBucket", 404)
+		e.put(t, b, "foo", []byte("bar"))
 	}},
 	{"object_head_zero_bytes", func(t *testing.T, e *env) {
 		b := e.newBucket(t)
@@ -527,6 +524,34 @@ func presignedRefused(t *testing.T, e *env, expires string) {
 	b := e.createObjects(t, "foo")
 	resp, body := send(t, e.presign(t, http.MethodGet, b, "foo", expires, time.Now(), nil), "")
 	wantS3Error(t, "X-Amz-Expires="+expires, resp, body, "AuthorizationQueryParametersError", 400)
+}
+
+// deleteKeyLimit is test_multi_object_delete_key_limit and its v2 twin:
+// 1,001 keys list in pages, and a DeleteObjects of all of them is refused.
+func deleteKeyLimit(t *testing.T, e *env, v2 bool) {
+	var keys []string
+	var ids []types.ObjectIdentifier
+	for i := range 1001 {
+		keys = append(keys, fmt.Sprintf("key-%d", i))
+		ids = append(ids, types.ObjectIdentifier{Key: aws.String(keys[i])})
+	}
+	b := e.createObjects(t, keys...)
+	n := 0
+	for after, truncated := "", true; truncated; {
+		page := e.list(t, v2, b, listReq{after: aws.String(after)})
+		n += len(page.keys)
+		truncated = page.truncated
+		if len(page.keys) > 0 {
+			after = page.keys[len(page.keys)-1]
+		}
+	}
+	if n != 1001 {
+		t.Fatalf("listed %d keys", n)
+	}
+	_, err := e.s3.DeleteObjects(e.ctx, &s3.DeleteObjectsInput{Bucket: aws.String(b), Delete: &types.Delete{Objects: ids}})
+	if _, st := code(err); st != 400 {
+		t.Fatalf("DeleteObjects of 1001 keys: %v", err)
+	}
 }
 
 // multiDelete is test_multi_object_delete and its v2 twin: three keys
