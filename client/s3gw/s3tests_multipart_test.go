@@ -362,7 +362,9 @@ var s3testsMultipart = []s3testsCase{
 		meta := map[string]string{"foo": "bar"}
 		id, data, parts := e.mpUpload(t, b, "mymultipart", 12*mib, 5*mib, &s3.CreateMultipartUploadInput{ContentType: aws.String("text/bla"), Metadata: meta})
 		res := e.complete(t, b, "mymultipart", id, parts)
-		e.complete(t, b, "mymultipart", id, parts)
+		if again := e.complete(t, b, "mymultipart", id, parts); *again.ETag != *res.ETag {
+			t.Fatalf("completed again: ETag %s, first %s", *again.ETag, *res.ETag)
+		}
 		out := e.listV2(t, &s3.ListObjectsV2Input{Bucket: aws.String(b), Prefix: aws.String("mymultipart")})
 		if len(out.Contents) != 1 || *out.Contents[0].Size != 12*mib {
 			t.Fatalf("listed %+v", out.Contents)
