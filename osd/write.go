@@ -427,7 +427,28 @@ func (o *OSD) replacedParts(e *osdpb.LogEntry) []*osdpb.PartRef {
 	if err != nil {
 		return nil
 	}
-	return old.GetParts()
+	return garbageParts(old.GetParts(), e.GetMeta().GetParts())
+}
+
+// garbageParts is the parts of a replaced object that its replacement does
+// not hold too. A CompleteMultipartUpload repeated before the first one's
+// removal of the upload record lands completes the same upload again: the
+// new object is made of the very parts of the old, which must stay.
+func garbageParts(old, kept []*osdpb.PartRef) []*osdpb.PartRef {
+	if len(kept) == 0 {
+		return old
+	}
+	keep := make(map[string]bool, len(kept))
+	for _, p := range kept {
+		keep[p.Key] = true
+	}
+	var garbage []*osdpb.PartRef
+	for _, p := range old {
+		if !keep[p.Key] {
+			garbage = append(garbage, p)
+		}
+	}
+	return garbage
 }
 
 // dropParts deletes the parts of a multipart object that was overwritten or
