@@ -432,16 +432,33 @@ func (o *OSD) replacedParts(e *osdpb.LogEntry) []*osdpb.PartRef {
 		}
 	}
 	old, err := o.st.Head(o.ctx, e.Bucket, e.Key)
-	if err != nil || e.Bucket != ops.MultipartBucket {
-		return old.GetParts()
+	if err != nil {
+		return nil
 	}
-	var stale []*osdpb.PartRef
-	for _, p := range old.GetParts() {
-		if !slices.ContainsFunc(e.Meta.GetParts(), func(n *osdpb.PartRef) bool { return n.Key == p.Key }) {
-			stale = append(stale, p)
+	return garbageParts(old.GetParts(), e.GetMeta().GetParts())
+}
+
+// garbageParts is the parts of a replaced object that its replacement does
+// not hold too: a part uploaded again keeps the pieces its new record
+// still names, and a CompleteMultipartUpload repeated before the first
+// one's removal of the upload record lands completes the same upload
+// again, so the new object is made of the very parts of the old, which
+// must stay.
+func garbageParts(old, kept []*osdpb.PartRef) []*osdpb.PartRef {
+	if len(kept) == 0 {
+		return old
+	}
+	keep := make(map[string]bool, len(kept))
+	for _, p := range kept {
+		keep[p.Key] = true
+	}
+	var garbage []*osdpb.PartRef
+	for _, p := range old {
+		if !keep[p.Key] {
+			garbage = append(garbage, p)
 		}
 	}
-	return stale
+	return garbage
 }
 
 // dropParts deletes the parts of a multipart object that was overwritten or

@@ -53,13 +53,15 @@ func TestAWSCLI(t *testing.T) {
 	run("s3", "cp", filepath.Join(dir, "small.bin"), "s3://cli-bucket/dir/small.bin")
 	run("s3", "cp", filepath.Join(dir, "large.bin"), "s3://cli-bucket/dir/sub/large.bin")
 	run("s3", "cp", filepath.Join(dir, "small.bin"), "s3://cli-bucket/top.bin")
+	// The CLI lists with encoding-type=url and decodes what it gets.
+	run("s3", "cp", filepath.Join(dir, "small.bin"), "s3://cli-bucket/a b+c.bin")
 
 	out := run("s3", "ls", "s3://cli-bucket/dir/")
 	if !strings.Contains(out, "PRE sub/") || !strings.Contains(out, "102400 small.bin") {
 		t.Fatalf("aws s3 ls dir/: %q", out)
 	}
 	out = run("s3", "ls", "--recursive", "s3://cli-bucket")
-	for _, want := range []string{"dir/small.bin", "dir/sub/large.bin", "top.bin", "20971523"} {
+	for _, want := range []string{"dir/small.bin", "dir/sub/large.bin", "top.bin", " a b+c.bin\n", "20971523"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("aws s3 ls --recursive: no %s in %q", want, out)
 		}
@@ -93,6 +95,7 @@ func TestAWSCLI(t *testing.T) {
 		t.Fatalf("after rm: %q", out)
 	}
 	run("s3", "rm", "s3://cli-bucket/top.bin")
+	run("s3", "rm", "s3://cli-bucket/a b+c.bin")
 	run("s3", "rb", "s3://cli-bucket")
 	if out := run("s3", "ls"); strings.Contains(out, "cli-bucket") {
 		t.Fatalf("after rb: %q", out)

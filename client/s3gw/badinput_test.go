@@ -62,9 +62,19 @@ func serve(t *testing.T, e *env, clientTimeout time.Duration) *served {
 // SHA-256.
 func signed(t *testing.T, method, url string, body []byte) *http.Request {
 	t.Helper()
+	return signedWith(t, method, url, body, nil)
+}
+
+// signedWith is signed with these headers set before the signature, so
+// that it covers them.
+func signedWith(t *testing.T, method, url string, body []byte, h map[string]string) *http.Request {
+	t.Helper()
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range h {
+		req.Header.Set(k, v)
 	}
 	sum := sha256hex(body)
 	req.Header.Set("X-Amz-Content-Sha256", sum)

@@ -113,12 +113,34 @@ func (g *Gateway) completeMultipartUpload(req *request) error {
 		parts[i] = client.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag}
 	}
 	info, err := g.cl.CompleteMultipartUpload(req.r.Context(), req.bucket, req.key, req.r.URL.Query().Get("uploadId"), parts)
+	if client.ErrorCode(err) == "NoSuchUpload" {
+		info, err = g.completedBefore(req, parts, err)
+	}
 	if err != nil {
 		return err
 	}
 	writeXML(req.w, http.StatusOK, completeMultipartUploadResult{XMLNS: s3XMLNS, Location: "/" + req.bucket + "/" + req.key,
 		Bucket: req.bucket, Key: req.key, ETag: quoteETag(info.ETag)})
 	return nil
+}
+
+// completedBefore answers a CompleteMultipartUpload of an upload that is
+// gone: when the key holds an object made of exactly these parts, the
+// request is a retry of the completion that made it, and succeeds again
+// with the object's ETag, as on S3 (a client whose first answer was lost
+// retries; ceph/s3-tests' test_multipart_upload completes twice).
+// Otherwise the upload is NoSuchUpload, errNoUpload.
+func (g *Gateway) completedBefore(req *request, parts []client.CompletePart, errNoUpload error) (client.ObjectInfo, error) {
+	info, err := g.cl.StatObject(req.r.Context(), req.bucket, req.key)
+	if err != nil || len(info.Parts) != len(parts) {
+		return info, errNoUpload
+	}
+	for i, p := range parts {
+		if info.Parts[i].PartNumber != p.PartNumber || !strings.EqualFold(info.Parts[i].ETag, strings.Trim(p.ETag, `"`)) {
+			return info, errNoUpload
+		}
+	}
+	return info, nil
 }
 
 func (g *Gateway) abortMultipartUpload(req *request) error {
