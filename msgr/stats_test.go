@@ -20,16 +20,9 @@ import (
 // it closes, so that a counter never goes down.
 func TestTransportStatsSurviveClose(t *testing.T) {
 	ctx := context.Background()
-	srv, err := msgr.New(msgr.Options{Name: "osd.1", Transports: msgr.TCPOnly, DefaultPolicy: msgr.StatelessServer,
-		Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) { m.Release() })})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown(ctx)
-	addr, err := srv.Listen(ctx, "tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, addr, _ := newLoggedServer(t, msgr.DispatchFunc(func(m *msgr.Message) { m.Release() }), func(o *msgr.Options) {
+		o.Name, o.DefaultPolicy = "osd.1", msgr.StatelessServer
+	})
 	cli, err := msgr.New(msgr.Options{Name: "client.1", Transports: msgr.TCPOnly, DefaultPolicy: msgr.LossyClient,
 		Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) { m.Release() })})
 	if err != nil {
@@ -73,17 +66,9 @@ func fmtStats(m *msgr.Messenger) string { return fmt.Sprintf("%+v", m.TransportS
 // counts as a banner failure; the reasons of other failures come from
 // their errors.
 func TestHandshakeFailuresByReason(t *testing.T) {
-	ctx := context.Background()
-	srv, err := msgr.New(msgr.Options{Name: "osd.1", Transports: msgr.TCPOnly, DefaultPolicy: msgr.StatelessServer,
-		Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) { m.Release() })})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown(ctx)
-	addr, err := srv.Listen(ctx, "tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, addr, _ := newLoggedServer(t, msgr.DispatchFunc(func(m *msgr.Message) { m.Release() }), func(o *msgr.Options) {
+		o.Name, o.DefaultPolicy = "osd.1", msgr.StatelessServer
+	})
 	c, err := net.Dial("tcp", strings.TrimPrefix(addr, "tcp://"))
 	if err != nil {
 		t.Fatal(err)
