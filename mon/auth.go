@@ -347,14 +347,18 @@ type Keyrings struct {
 	AdminPath, BootstrapOSDPath string
 }
 
+// KeyringPath is where an entity's keyring lies in a directory of
+// keyrings: DIR/ENTITY.keyring, as WriteKeyrings writes them.
+func KeyringPath(dir, entity string) string { return filepath.Join(dir, entity+".keyring") }
+
 // WriteKeyrings writes client.admin's keyring and client.bootstrap-osd's
 // (what a new OSD starts with) into dir as ENTITY.keyring, creating the
 // entities if they are missing: what "osprey mon --keyring-dir" and
 // "osprey up" leave for the operator.
 func (m *Mon) WriteKeyrings(ctx context.Context, dir string) (*Keyrings, error) {
 	k := &Keyrings{
-		AdminPath:        filepath.Join(dir, "client.admin.keyring"),
-		BootstrapOSDPath: filepath.Join(dir, "client.bootstrap-osd.keyring"),
+		AdminPath:        KeyringPath(dir, "client.admin"),
+		BootstrapOSDPath: KeyringPath(dir, "client.bootstrap-osd"),
 	}
 	// Keyrings hold secrets: a directory made for them is the owner's.
 	if err := os.MkdirAll(dir, 0o700); err != nil {

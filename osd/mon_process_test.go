@@ -225,10 +225,10 @@ func (mc *monCluster) kill(i int, sig syscall.Signal) {
 func (mc *monCluster) loadKeyrings() {
 	mc.t.Helper()
 	var err error
-	if mc.admin, err = auth.LoadKeyring(filepath.Join(mc.dir, "client.admin.keyring")); err != nil {
+	if mc.admin, err = auth.LoadKeyring(mon.KeyringPath(mc.dir, "client.admin")); err != nil {
 		mc.t.Fatal(err)
 	}
-	mc.bootstrap = filepath.Join(mc.dir, "client.bootstrap-osd.keyring")
+	mc.bootstrap = mon.KeyringPath(mc.dir, "client.bootstrap-osd")
 }
 
 // status is the mon's "status".

@@ -116,7 +116,7 @@ type Cluster struct {
 
 // KeyringPath is where the cluster keeps entity's keyring: DIR/ENTITY.keyring.
 func (c *Cluster) KeyringPath(entity string) string {
-	return filepath.Join(c.Dir, entity+".keyring")
+	return mon.KeyringPath(c.Dir, entity)
 }
 
 // Start starts the cluster. With free ports, a port another process takes
