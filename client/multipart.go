@@ -249,6 +249,11 @@ func (c *Client) CompleteMultipartUpload(ctx context.Context, bucket, key, uploa
 // pieces, pieces of failed uploads of a part, and the records of parts in
 // pieces (which the OSD removes too: removing a record drops no pieces).
 func (c *Client) removeUnlisted(ctx context.Context, uploadID string, meta *osdpb.ObjectMeta) error {
+	if len(meta.GetParts()) == 0 {
+		// A completed upload's object names its parts: without them
+		// there is nothing to tell the unlisted ones by.
+		return fmt.Errorf("client: the completion of upload %s answered no parts", uploadID)
+	}
 	named := make(map[string]bool, len(meta.GetParts()))
 	for _, p := range meta.GetParts() {
 		named[p.GetKey()] = true
@@ -418,7 +423,8 @@ type StaleUploadOptions struct {
 	// Prefix: only uploads of keys that start with it.
 	Prefix string
 	// Age: only uploads initiated longer ago than this; default
-	// DefaultStaleUploadAge.
+	// DefaultStaleUploadAge; negative: every upload, whatever its age
+	// (and whatever the skew between this clock and the OSDs').
 	Age time.Duration
 	// All takes the users' multipart uploads too, not only the SDK's
 	// internal ones (which nobody else can complete or abort: those of
@@ -436,7 +442,7 @@ type StaleUploadOptions struct {
 // returns those it aborted; an upload that is gone by the time it is
 // aborted (completed, or aborted by someone else) is skipped.
 func (c *Client) AbortStaleUploads(ctx context.Context, bucket string, opts StaleUploadOptions) ([]MultipartUpload, error) {
-	if opts.Age <= 0 {
+	if opts.Age == 0 {
 		opts.Age = DefaultStaleUploadAge
 	}
 	now := time.Now
@@ -450,7 +456,7 @@ func (c *Client) AbortStaleUploads(ctx context.Context, bucket string, opts Stal
 	cutoff := now().Add(-opts.Age)
 	var aborted []MultipartUpload
 	for _, u := range ups {
-		if !u.Initiated.Before(cutoff) || !u.Internal && !opts.All {
+		if opts.Age > 0 && !u.Initiated.Before(cutoff) || !u.Internal && !opts.All {
 			continue
 		}
 		if !opts.DryRun {

@@ -28,8 +28,12 @@ func (f *incompleteFlags) add(fs *pflag.FlagSet) {
 // abortIncomplete aborts the uploads under rp that f chooses, and prints
 // each.
 func abortIncomplete(ctx context.Context, cl *client.Client, p *printer, rp remotePath, f incompleteFlags, dryRun bool) error {
-	// StaleUploadOptions' zero age is its default: 0s here is "any age".
-	age := max(f.olderThan, time.Nanosecond)
+	// StaleUploadOptions' zero age is its default, a negative one any
+	// age: 0s here.
+	age := f.olderThan
+	if age <= 0 {
+		age = -1
+	}
 	ups, err := cl.AbortStaleUploads(ctx, rp.Bucket, client.StaleUploadOptions{Prefix: rp.Key, Age: age, All: !f.internal, DryRun: dryRun})
 	for _, u := range ups {
 		op := "abort"

@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 // TestRmIncomplete: rm --incomplete aborts the multipart uploads older
@@ -55,5 +59,35 @@ func TestRmIncomplete(t *testing.T) {
 	}
 	if _, _, err := run(t, "rm", "--internal", "inc", "--seeds", seeds); exitCode(err) != exitUsage {
 		t.Fatalf("--internal without --incomplete: %v (exit %d), want a usage error", err, exitCode(err))
+	}
+
+	// A PUT in pieces stalled half-way is an internal upload: --internal
+	// takes it, and so does rb --force, though ListMultipartUploads
+	// shows neither.
+	for _, cmd := range [][]string{{"rm", "--incomplete", "--internal", "--older-than", "0s", "inc"}, {"rb", "--force", "inc"}} {
+		pr, pw := io.Pipe()
+		put := make(chan error, 1)
+		go func() {
+			_, err := cl.PutObject(ctx, "inc", "whole", pr, 40<<20, client.PutOptions{PartSize: 5 << 20, WholeETag: true})
+			put <- err
+		}()
+		if _, err := pw.Write(make([]byte, 10<<20)); err != nil {
+			t.Fatal(err)
+		}
+		osdtest.Eventually(t, 30*time.Second, "the stalled PUT's internal upload", func() bool {
+			ups, err := cl.AbortStaleUploads(ctx, "inc", client.StaleUploadOptions{Age: -1, All: true, DryRun: true})
+			return err == nil && len(ups) == 1 && ups[0].Internal
+		})
+		out, errOut, err := run(t, append(cmd, "--seeds", seeds)...)
+		if err != nil || !strings.Contains(out, "osprey://inc/whole") {
+			t.Fatalf("%s: %v %q\n%s; want the internal upload aborted", strings.Join(cmd, " "), err, out, errOut)
+		}
+		pw.CloseWithError(io.ErrClosedPipe)
+		if err := <-put; err == nil {
+			t.Fatalf("%s: the stalled PUT succeeded", strings.Join(cmd, " "))
+		}
+	}
+	if _, err := cl.StatBucket(ctx, "inc"); !errors.Is(err, client.ErrNoSuchBucket) {
+		t.Fatalf("after rb --force: %v", err)
 	}
 }
