@@ -286,7 +286,8 @@ func (c *Client) complete(ctx context.Context, bucket, key, uploadID string, par
 	return rep.Meta, nil
 }
 
-// AbortMultipartUpload ends an upload and deletes its parts.
+// AbortMultipartUpload ends an upload and deletes its parts (within a
+// minute once the upload is ended, even if ctx is cancelled).
 func (c *Client) AbortMultipartUpload(ctx context.Context, bucket, key, uploadID string) error {
 	if err := checkNames(bucket, key); err != nil {
 		return err
@@ -301,7 +302,12 @@ func (c *Client) AbortMultipartUpload(ctx context.Context, bucket, key, uploadID
 	if err != nil {
 		return err
 	}
-	return c.removeParts(ctx, uploadID)
+	// The record is gone: its parts must go too, or nothing would ever
+	// find them, even if ctx is cancelled now (a gateway's client that
+	// hung up, a sweep stopped).
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	return c.removeParts(cctx, uploadID)
 }
 
 // removeParts deletes every part of an upload that is gone.
