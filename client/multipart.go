@@ -38,18 +38,38 @@ type MultipartUpload struct {
 	Key       string
 	UploadID  string
 	Initiated time.Time
+	// Internal: the SDK's own upload of an object put whole in pieces
+	// (PutOptions.WholeETag, a PUT above 64 MiB through the S3 gateway),
+	// which ListMultipartUploads does not show (AbortStaleUploads does).
+	Internal bool
+}
+
+// cleanupTimeout bounds the removal of what a failed or completed upload
+// leaves behind, which outlives the caller's context (a client that hung
+// up must not leave its pieces) but not by more than this.
+const cleanupTimeout = time.Minute
+
+// cleanupContext is ctx without its cancellation, bounded by
+// cleanupTimeout.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
 // NewMultipartUpload starts a multipart upload of bucket/key and returns
 // its id. The object appears only when the upload completes.
 func (c *Client) NewMultipartUpload(ctx context.Context, bucket, key string, opts PutOptions) (string, error) {
+	return c.newUpload(ctx, bucket, key, opts, false)
+}
+
+// newUpload starts an upload; internal: the SDK's own (MultipartUpload.Internal).
+func (c *Client) newUpload(ctx context.Context, bucket, key string, opts PutOptions, internal bool) (string, error) {
 	if err := checkNames(bucket, key); err != nil {
 		return "", err
 	}
 	var rep osdpb.UploadReply
 	_, err := c.do(ctx, osdpb.MsgType_MSG_CREATE_UPLOAD, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
 		return &osdpb.UploadRequest{Header: h, Bucket: bucket, Key: key,
-			Meta: &osdpb.ObjectMeta{ContentType: opts.ContentType, UserMeta: opts.UserMetadata}}
+			Meta: &osdpb.ObjectMeta{ContentType: opts.ContentType, UserMeta: opts.UserMetadata, Internal: internal}}
 	}, nil, &rep, false)
 	return rep.UploadId, err
 }
@@ -149,10 +169,14 @@ func (c *Client) putPieces(ctx context.Context, bucket, key, uploadID string, pa
 	var (
 		mu   sync.Mutex
 		refs []*osdpb.PartRef
+		sent int // pieces 1 to sent were sent, or are on their way
 	)
 	total, err := c.putStream(ctx, first, r, opts, func(n int) target {
 		return target{bucket: ops.MultipartBucket, key: ops.PieceKey(uploadID, uint32(partNumber), set, uint32(n))}
 	}, func(ctx context.Context, n int, bd body) error {
+		mu.Lock()
+		sent = max(sent, n)
+		mu.Unlock()
 		p, err := c.putPart(ctx, bucket, key, uploadID, partNumber, set, n, bd)
 		if err != nil {
 			return fmt.Errorf("part %d, piece %d: %w", partNumber, n, err)
@@ -167,6 +191,20 @@ func (c *Client) putPieces(ctx context.Context, bucket, key, uploadID string, pa
 		err = fmt.Errorf("client: part %d: read %d bytes, expected %d", partNumber, total, size)
 	}
 	if err != nil {
+		// No record names this set's pieces: remove them. They are this
+		// attempt's alone (its own set), so an upload of the same part
+		// by another attempt, before or at once, keeps its own. A piece
+		// still on its way when its delete lands stays, until the
+		// upload is completed or aborted (removeUnlisted, removeParts).
+		keys := make([]string, sent)
+		for i := range keys {
+			keys[i] = ops.PieceKey(uploadID, uint32(partNumber), set, uint32(i+1))
+		}
+		cctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		if rerr := c.removeHiddenKeys(cctx, keys); rerr != nil {
+			c.log.Warn("client: removing a failed part's pieces", "upload", uploadID, "part", partNumber, "err", rerr)
+		}
 		return ObjectPart{}, err
 	}
 	slices.SortFunc(refs, func(a, b *osdpb.PartRef) int { return int(a.Number) - int(b.Number) })
@@ -189,19 +227,50 @@ func (c *Client) putPieces(ctx context.Context, bucket, key, uploadID string, pa
 // CompleteMultipartUpload makes the object from the parts listed, which
 // must be in ascending order, all but the last at least 5 MiB, with the
 // ETags their uploads returned (InvalidPartOrder, EntityTooSmall,
-// InvalidPart otherwise).
+// InvalidPart otherwise). As on S3, the parts uploaded and not listed are
+// discarded: once the object is made, every part and piece of the upload
+// it does not name is removed (best effort, within a minute even if ctx
+// is cancelled; what fails is logged and stays, hidden).
 func (c *Client) CompleteMultipartUpload(ctx context.Context, bucket, key, uploadID string, parts []CompletePart) (ObjectInfo, error) {
-	return c.complete(ctx, bucket, key, uploadID, parts, false)
-}
-
-// complete completes an upload; whole: as an object put whole, of its one
-// part (PutOptions.WholeETag).
-func (c *Client) complete(ctx context.Context, bucket, key, uploadID string, parts []CompletePart, whole bool) (ObjectInfo, error) {
-	if err := checkNames(bucket, key); err != nil {
+	meta, err := c.complete(ctx, bucket, key, uploadID, parts, false)
+	if err != nil {
 		return ObjectInfo{}, err
 	}
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if err := c.removeUnlisted(cctx, uploadID, meta); err != nil {
+		c.log.Warn("client: removing the parts a completion did not list", "upload", uploadID, "err", err)
+	}
+	return objectInfo(key, meta), nil
+}
+
+// removeUnlisted removes the hidden objects of a completed upload that
+// its object, of metadata meta, does not name: parts not listed, their
+// pieces, pieces of failed uploads of a part, and the records of parts in
+// pieces (which the OSD removes too: removing a record drops no pieces).
+func (c *Client) removeUnlisted(ctx context.Context, uploadID string, meta *osdpb.ObjectMeta) error {
+	if len(meta.GetParts()) == 0 {
+		// A completed upload's object names its parts: without them
+		// there is nothing to tell the unlisted ones by.
+		return fmt.Errorf("client: the completion of upload %s answered no parts", uploadID)
+	}
+	named := make(map[string]bool, len(meta.GetParts()))
+	for _, p := range meta.GetParts() {
+		named[p.GetKey()] = true
+	}
+	keys, err := c.hiddenKeys(ctx, uploadID)
+	keys = slices.DeleteFunc(keys, func(k string) bool { return named[k] })
+	return errors.Join(err, c.removeHiddenKeys(ctx, keys))
+}
+
+// complete completes an upload and returns the object's metadata; whole:
+// as an object put whole, of its one part (PutOptions.WholeETag).
+func (c *Client) complete(ctx context.Context, bucket, key, uploadID string, parts []CompletePart, whole bool) (*osdpb.ObjectMeta, error) {
+	if err := checkNames(bucket, key); err != nil {
+		return nil, err
+	}
 	if err := ops.CheckUploadID(uploadID); err != nil {
-		return ObjectInfo{}, err
+		return nil, err
 	}
 	refs := make([]*osdpb.PartRef, len(parts))
 	for i, p := range parts {
@@ -212,12 +281,13 @@ func (c *Client) complete(ctx context.Context, bucket, key, uploadID string, par
 		return &osdpb.UploadRequest{Header: h, Bucket: bucket, Key: key, UploadId: uploadID, Parts: refs, Whole: whole}
 	}, nil, &rep, false)
 	if err != nil {
-		return ObjectInfo{}, err
+		return nil, err
 	}
-	return objectInfo(key, rep.Meta), nil
+	return rep.Meta, nil
 }
 
-// AbortMultipartUpload ends an upload and deletes its parts.
+// AbortMultipartUpload ends an upload and deletes its parts (within a
+// minute once the upload is ended, even if ctx is cancelled).
 func (c *Client) AbortMultipartUpload(ctx context.Context, bucket, key, uploadID string) error {
 	if err := checkNames(bucket, key); err != nil {
 		return err
@@ -232,24 +302,48 @@ func (c *Client) AbortMultipartUpload(ctx context.Context, bucket, key, uploadID
 	if err != nil {
 		return err
 	}
-	return c.removeParts(ctx, uploadID)
+	// The record is gone: its parts must go too, or nothing would ever
+	// find them, even if ctx is cancelled now (a gateway's client that
+	// hung up, a sweep stopped).
+	cctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	return c.removeParts(cctx, uploadID)
 }
 
 // removeParts deletes every part of an upload that is gone.
 func (c *Client) removeParts(ctx context.Context, uploadID string) error {
+	keys, err := c.hiddenKeys(ctx, uploadID)
+	if err != nil {
+		return err
+	}
+	return c.removeHiddenKeys(ctx, keys)
+}
+
+// hiddenKeys lists the keys of an upload's parts and pieces.
+func (c *Client) hiddenKeys(ctx context.Context, uploadID string) ([]string, error) {
 	var keys []string
 	for o, err := range c.list(ctx, ops.MultipartBucket, ListOptions{Prefix: uploadID + "/"}) {
 		if err != nil {
-			return err
+			return keys, err
 		}
 		keys = append(keys, o.Key)
 	}
+	return keys, nil
+}
+
+// removeHiddenKeys deletes objects of the multipart bucket (a missing one
+// is no error), all it can: it returns the errors of those it could not.
+func (c *Client) removeHiddenKeys(ctx context.Context, keys []string) error {
+	var errs []error
 	for _, k := range keys {
 		if err := c.removeHidden(ctx, k); err != nil {
-			return err
+			errs = append(errs, fmt.Errorf("%s: %w", k, err))
+			if ctx.Err() != nil {
+				break
+			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // removeHidden deletes an object of the multipart bucket.
@@ -300,8 +394,16 @@ func (c *Client) ListObjectParts(ctx context.Context, bucket, key, uploadID stri
 }
 
 // ListMultipartUploads lists the uploads in progress in bucket whose keys
-// start with prefix, by key.
+// start with prefix, by key; not the SDK's internal ones
+// (MultipartUpload.Internal), as S3 shows none for a PUT.
 func (c *Client) ListMultipartUploads(ctx context.Context, bucket, prefix string) ([]MultipartUpload, error) {
+	ups, err := c.listUploads(ctx, bucket, prefix)
+	return slices.DeleteFunc(ups, func(u MultipartUpload) bool { return u.Internal }), err
+}
+
+// listUploads lists bucket's uploads under prefix, the SDK's internal
+// ones too.
+func (c *Client) listUploads(ctx context.Context, bucket, prefix string) ([]MultipartUpload, error) {
 	if err := ops.CheckBucketName(bucket); err != nil {
 		return nil, err
 	}
@@ -311,8 +413,68 @@ func (c *Client) ListMultipartUploads(ctx context.Context, bucket, prefix string
 			return nil, err
 		}
 		if b, k, id, ok := ops.ParseUploadKey(o.Key); ok && b == bucket {
-			ups = append(ups, MultipartUpload{Key: k, UploadID: id, Initiated: o.LastModified})
+			ups = append(ups, MultipartUpload{Key: k, UploadID: id, Initiated: o.LastModified, Internal: o.internal})
 		}
 	}
 	return ups, nil
+}
+
+// DefaultStaleUploadAge is how old an upload must be for AbortStaleUploads
+// to take it by default: a day, as S3 lifecycle rules'
+// AbortIncompleteMultipartUpload commonly and MinIO's stale upload expiry.
+const DefaultStaleUploadAge = 24 * time.Hour
+
+// StaleUploadOptions choose the uploads AbortStaleUploads aborts.
+type StaleUploadOptions struct {
+	// Prefix: only uploads of keys that start with it.
+	Prefix string
+	// Age: only uploads initiated longer ago than this; default
+	// DefaultStaleUploadAge; negative: every upload, whatever its age
+	// (and whatever the skew between this clock and the OSDs').
+	Age time.Duration
+	// All takes the users' multipart uploads too, not only the SDK's
+	// internal ones (which nobody else can complete or abort: those of
+	// a gateway that died during a PUT above 64 MiB).
+	All bool
+	// DryRun aborts nothing, only returns what it would abort.
+	DryRun bool
+	// Now is the clock; default time.Now (tests).
+	Now func() time.Time
+}
+
+// AbortStaleUploads aborts bucket's uploads older than opts.Age, with
+// their parts and pieces: the SDK's internal ones only (a PUT above
+// 64 MiB whose writer died half-way), or every one with opts.All. It
+// returns those it aborted; an upload that is gone by the time it is
+// aborted (completed, or aborted by someone else) is skipped.
+func (c *Client) AbortStaleUploads(ctx context.Context, bucket string, opts StaleUploadOptions) ([]MultipartUpload, error) {
+	if opts.Age == 0 {
+		opts.Age = DefaultStaleUploadAge
+	}
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	ups, err := c.listUploads(ctx, bucket, opts.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	cutoff := now().Add(-opts.Age)
+	var aborted []MultipartUpload
+	for _, u := range ups {
+		if opts.Age > 0 && !u.Initiated.Before(cutoff) || !u.Internal && !opts.All {
+			continue
+		}
+		if !opts.DryRun {
+			err := c.AbortMultipartUpload(ctx, bucket, u.Key, u.UploadID)
+			if errors.Is(err, ErrNoSuchUpload) {
+				continue
+			}
+			if err != nil {
+				return aborted, fmt.Errorf("client: aborting upload %s of %s/%s: %w", u.UploadID, bucket, u.Key, err)
+			}
+		}
+		aborted = append(aborted, u)
+	}
+	return aborted, nil
 }

@@ -43,11 +43,14 @@ type ObjectInfo struct {
 	// PutOptions.WholeETag, one larger than an op too). S3's GET of one
 	// partNumber needs their sizes.
 	Parts []ObjectPart
+	// internal: an upload record of the SDK's own (MultipartUpload.Internal).
+	internal bool
 }
 
 func objectInfo(key string, m *osdpb.ObjectMeta) ObjectInfo {
 	info := ObjectInfo{Key: key, Size: int64(m.GetSize()), ETag: m.GetEtag(), CRC32C: wholeCRC32C(m),
-		LastModified: time.Unix(0, m.GetMtimeUnixNano()), ContentType: m.GetContentType(), UserMetadata: m.GetUserMeta()}
+		LastModified: time.Unix(0, m.GetMtimeUnixNano()), ContentType: m.GetContentType(), UserMetadata: m.GetUserMeta(),
+		internal: m.GetInternal()}
 	// A part in pieces is named by its pieces, in a row, each with the
 	// part's number and ETag; an object put whole in pieces has none
 	// (number 0).
@@ -279,14 +282,20 @@ func (c *Client) putMultipart(ctx context.Context, bucket, key string, first bod
 		return ObjectInfo{}, err
 	}
 	slices.SortFunc(parts, func(a, b CompletePart) int { return a.PartNumber - b.PartNumber })
-	return c.complete(ctx, bucket, key, id, parts, false)
+	meta, err := c.complete(ctx, bucket, key, id, parts, false)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	return objectInfo(key, meta), nil
 }
 
 // putWhole puts an object larger than one op as S3 puts a single PUT
 // (PutOptions.WholeETag): an upload of one part, stored in pieces, whose
 // completion gives the object that part's ETag, the whole body's digest.
 func (c *Client) putWhole(ctx context.Context, bucket, key string, first body, r io.Reader, size int64, whole *wholeDigest, opts PutOptions) (ObjectInfo, error) {
-	id, err := c.NewMultipartUpload(ctx, bucket, key, opts)
+	// Internal: S3 shows no upload for a PUT (ListMultipartUploads
+	// skips it), and one left by a writer that died is AbortStaleUploads'.
+	id, err := c.newUpload(ctx, bucket, key, opts, true)
 	if err != nil {
 		first.release()
 		return ObjectInfo{}, err
@@ -296,12 +305,18 @@ func (c *Client) putWhole(ctx context.Context, bucket, key string, first body, r
 		c.abortFailed(ctx, bucket, key, id)
 		return ObjectInfo{}, err
 	}
-	return c.complete(ctx, bucket, key, id, []CompletePart{{PartNumber: 1, ETag: p.ETag}}, true)
+	meta, err := c.complete(ctx, bucket, key, id, []CompletePart{{PartNumber: 1, ETag: p.ETag}}, true)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	return objectInfo(key, meta), nil
 }
 
 // abortFailed aborts an upload the SDK made and could not finish.
 func (c *Client) abortFailed(ctx context.Context, bucket, key, id string) {
-	if err := c.AbortMultipartUpload(context.WithoutCancel(ctx), bucket, key, id); err != nil {
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	if err := c.AbortMultipartUpload(ctx, bucket, key, id); err != nil {
 		c.log.Warn("client: aborting a failed upload", "upload", id, "err", err)
 	}
 }

@@ -68,7 +68,7 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 				return err
 			}
 			meta := &osdpb.ObjectMeta{MtimeUnixNano: time.Now().UnixNano(),
-				ContentType: req.Meta.GetContentType(), UserMeta: req.Meta.GetUserMeta()}
+				ContentType: req.Meta.GetContentType(), UserMeta: req.Meta.GetUserMeta(), Internal: req.Meta.GetInternal()}
 			e.Kind, e.Bucket, e.Key, e.Meta = osdpb.OpKind_OP_PUT, ops.MultipartBucket, ops.UploadKey(req.Bucket, req.Key, ops.NewUploadID()), meta
 			return nil
 		})

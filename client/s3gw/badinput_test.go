@@ -32,9 +32,17 @@ type served struct {
 
 func serve(t *testing.T, e *env, clientTimeout time.Duration) *served {
 	t.Helper()
+	return serveWith(t, e, func(o *s3gw.Options) { o.ClientTimeout = clientTimeout })
+}
+
+// serveWith is serve with the options set sets.
+func serveWith(t *testing.T, e *env, set func(*s3gw.Options)) *served {
+	t.Helper()
 	sv := &served{log: &osdtest.LogBuffer{}}
-	gw, err := s3gw.New(s3gw.Options{Client: e.cl, Credentials: s3gw.StaticCredentials{testAccess: testSecret},
-		Logger: slog.New(slog.NewTextHandler(sv.log, nil)), ClientTimeout: clientTimeout})
+	opts := s3gw.Options{Client: e.cl, Credentials: s3gw.StaticCredentials{testAccess: testSecret},
+		Logger: slog.New(slog.NewTextHandler(sv.log, nil))}
+	set(&opts)
+	gw, err := s3gw.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

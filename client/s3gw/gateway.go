@@ -75,6 +75,21 @@ type Options struct {
 	ClientTimeout time.Duration
 	// Now is the clock signatures are checked against (tests).
 	Now func() time.Time
+	// StaleUploadAge: a PUT above 64 MiB is an upload of the SDK's own
+	// while it streams (client.MultipartUpload.Internal), which no S3
+	// client sees; one whose gateway died half-way stays with its pieces.
+	// The gateway aborts such internal uploads once older than this:
+	// those of a bucket when it lists its uploads, and those of every
+	// bucket every StaleUploadSweep while Serve runs. Default 24h
+	// (client.DefaultStaleUploadAge); negative: never. The users'
+	// uploads are never aborted by it (osprey rm --incomplete does that).
+	StaleUploadAge time.Duration
+	// StaleUploadSweep is the interval of that sweep: default 1 hour;
+	// negative: none.
+	StaleUploadSweep time.Duration
+	// StaleUploadNow is the clock uploads are aged by; default time.Now
+	// (tests).
+	StaleUploadNow func() time.Time
 	// OnRequest, if set, is told of each request when it ends, with what
 	// the access log line says of it less who made it and what it named
 	// (internal/metrics counts them). It runs on the request's goroutine
@@ -132,6 +147,12 @@ func New(opts Options) (*Gateway, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.StaleUploadAge == 0 {
+		opts.StaleUploadAge = client.DefaultStaleUploadAge
+	}
+	if opts.StaleUploadSweep == 0 {
+		opts.StaleUploadSweep = time.Hour
+	}
 	for i, d := range opts.Domains {
 		opts.Domains[i] = strings.ToLower(strings.Trim(d, "."))
 	}
@@ -154,6 +175,13 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	var sweep sync.WaitGroup
+	defer sweep.Wait()
+	defer stopSweep()
+	if g.opts.StaleUploadAge > 0 && g.opts.StaleUploadSweep > 0 {
+		sweep.Go(func() { g.sweepStaleUploads(sweepCtx) })
+	}
 	select {
 	case err := <-errc:
 		return err

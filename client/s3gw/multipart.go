@@ -1,11 +1,13 @@
 package s3gw
 
 import (
+	"context"
 	"encoding/xml"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ospreystore/osprey/client"
 )
@@ -251,6 +253,7 @@ func (g *Gateway) listMultipartUploads(req *request) error {
 		return err
 	}
 	prefix, keyMarker, idMarker := q.Get("prefix"), q.Get("key-marker"), q.Get("upload-id-marker")
+	g.abortStaleUploads(req.r.Context(), req.bucket, prefix)
 	ups, err := g.cl.ListMultipartUploads(req.r.Context(), req.bucket, prefix)
 	if err != nil {
 		return err
@@ -273,4 +276,46 @@ func (g *Gateway) listMultipartUploads(req *request) error {
 	}
 	writeXML(req.w, http.StatusOK, res)
 	return nil
+}
+
+// abortStaleUploads aborts bucket's internal uploads under prefix older
+// than StaleUploadAge (Options), best effort: what fails is logged.
+func (g *Gateway) abortStaleUploads(ctx context.Context, bucket, prefix string) {
+	if g.opts.StaleUploadAge < 0 {
+		return
+	}
+	ups, err := g.cl.AbortStaleUploads(ctx, bucket, client.StaleUploadOptions{Prefix: prefix, Age: g.opts.StaleUploadAge, Now: g.opts.StaleUploadNow})
+	for _, u := range ups {
+		g.log.Info("aborted a stale internal upload", "bucket", bucket, "key", u.Key, "upload", u.UploadID, "initiated", u.Initiated)
+	}
+	if err != nil && ctx.Err() == nil {
+		g.log.Warn("aborting stale internal uploads", "bucket", bucket, "err", err)
+	}
+}
+
+// sweepStaleUploads aborts the stale internal uploads of every bucket
+// every StaleUploadSweep until ctx is done: those of a gateway that died
+// during a large PUT are collected even if nobody lists its bucket's
+// uploads. Several gateways sweeping at once only race to abort the same
+// uploads, which is harmless.
+func (g *Gateway) sweepStaleUploads(ctx context.Context) {
+	tick := time.NewTicker(g.opts.StaleUploadSweep)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		buckets, err := g.cl.ListBuckets(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				g.log.Warn("sweeping stale internal uploads: listing buckets", "err", err)
+			}
+			continue
+		}
+		for _, b := range buckets {
+			g.abortStaleUploads(ctx, b.Name, "")
+		}
+	}
 }

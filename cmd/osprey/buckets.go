@@ -122,16 +122,15 @@ func removeBucket(ctx context.Context, cl *client.Client, p *printer, bucket str
 		if _, err := removePrefix(ctx, cl, p, bucket, "", jobs, false); err != nil {
 			return err
 		}
-		ups, err := cl.ListMultipartUploads(ctx, bucket, "")
-		if err != nil {
-			return fmt.Errorf("%s: %w", remoteScheme+bucket, err)
-		}
+		// Every upload, an S3 gateway's internal ones too (which
+		// ListMultipartUploads does not show).
+		ups, err := cl.AbortStaleUploads(ctx, bucket, client.StaleUploadOptions{Age: -1, All: true})
 		for _, u := range ups {
-			if err := cl.AbortMultipartUpload(ctx, bucket, u.Key, u.UploadID); err != nil && !errors.Is(err, client.ErrNoSuchUpload) {
-				return fmt.Errorf("%s: abort upload %s: %w", remotePath{bucket, u.Key}, u.UploadID, err)
-			}
 			p.result("abort_upload: "+remotePath{bucket, u.Key}.String()+" "+u.UploadID,
 				map[string]any{"op": "abort_upload", "bucket": bucket, "key": u.Key, "upload_id": u.UploadID})
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", remoteScheme+bucket, err)
 		}
 	}
 	if err := cl.RemoveBucket(ctx, bucket); err != nil {

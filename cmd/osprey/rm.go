@@ -18,6 +18,7 @@ func newRmCmd() *cobra.Command {
 		recursive, dryRun bool
 		quiet             bool
 		jobs              int
+		inc               incompleteFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "rm BUCKET/KEY...",
@@ -25,20 +26,33 @@ func newRmCmd() *cobra.Command {
 		Long: `Deletes each object. Deleting a key that does not exist succeeds, as in
 S3; a missing bucket is NoSuchBucket (exit 3). With --recursive each
 argument is BUCKET[/PREFIX] and every object whose key starts with PREFIX
-is deleted (--jobs at a time); --dry-run lists them without deleting.`,
+is deleted (--jobs at a time); --dry-run lists them without deleting.
+
+With --incomplete each argument is BUCKET[/PREFIX] and what is removed
+is the multipart uploads in progress of keys under PREFIX that were
+initiated more than --older-than ago (default 24h; 0s: all of them), with
+their parts: the users' uploads, and the internal ones an S3 gateway
+makes for a PUT above 64 MiB, which S3 clients never see and which stay
+with their pieces if the gateway dies half-way (--internal: those
+only). --dry-run lists them without aborting.`,
 		Example: `  osprey rm photos/2024/a.jpg photos/2024/b.jpg
   osprey rm --recursive photos/2023/
-  osprey rm --recursive --dry-run osprey://photos`,
+  osprey rm --recursive --dry-run osprey://photos
+  osprey rm --incomplete --older-than 168h photos
+  osprey rm --incomplete --internal --dry-run photos`,
 		Args: argsBetween(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if !inc.on && (cmd.Flags().Changed("older-than") || inc.internal) {
+				return usageErrorf("--older-than and --internal choose uploads: they go with --incomplete")
+			}
 			var paths []remotePath
 			for _, a := range args {
 				rp, err := parseRemote(a)
 				if err != nil {
 					return err
 				}
-				if rp.Key == "" && !recursive {
+				if rp.Key == "" && !recursive && !inc.on {
 					return usageErrorf("%q names a bucket: use rm --recursive to delete its objects, rb to remove it", a)
 				}
 				paths = append(paths, rp)
@@ -51,6 +65,12 @@ is deleted (--jobs at a time); --dry-run lists them without deleting.`,
 			p := c.printer(cmd)
 			p.quiet = quiet
 			for _, rp := range paths {
+				if inc.on {
+					if err := abortIncomplete(ctx, cl, p, rp, inc, dryRun); err != nil {
+						return err
+					}
+					continue
+				}
 				if recursive {
 					if _, err := removePrefix(ctx, cl, p, rp.Bucket, rp.Key, jobs, dryRun); err != nil {
 						return err
@@ -74,6 +94,7 @@ is deleted (--jobs at a time); --dry-run lists them without deleting.`,
 	f.BoolVar(&dryRun, "dry-run", false, "print what would be deleted, delete nothing")
 	f.BoolVarP(&quiet, "quiet", "q", false, "print nothing on success")
 	f.IntVar(&jobs, "jobs", 16, "deletes in flight with --recursive")
+	inc.add(f)
 	return cmd
 }
 

@@ -38,6 +38,7 @@ type s3Options struct {
 	domains         []string
 	shutdownTimeout time.Duration
 	metricsAddr     string
+	staleUploadAge  time.Duration
 }
 
 func newS3Cmd() *cobra.Command {
@@ -82,6 +83,8 @@ It serves until Ctrl-C or SIGTERM, then lets the requests in progress finish
 	f.StringSliceVar(&o.domains, "domain", nil, "domains for virtual-hosted-style requests (BUCKET.DOMAIN); path style always works")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long requests in progress may take to finish on a stop")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", metricsAddrUsage)
+	f.DurationVar(&o.staleUploadAge, "stale-upload-age", client.DefaultStaleUploadAge,
+		"abort the gateway's internal uploads (of PUTs above 64 MiB whose gateway died) once this old, hourly and when a bucket's uploads are listed; 0s: never")
 	return cmd
 }
 
@@ -130,7 +133,10 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
 	gopts := s3gw.Options{Client: cl, Credentials: creds,
-		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout}
+		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout, StaleUploadAge: o.staleUploadAge}
+	if o.staleUploadAge == 0 {
+		gopts.StaleUploadAge = -1 // never
+	}
 	var ms *metrics.Server
 	if o.metricsAddr != "" {
 		if ms, err = serveGatewayMetrics(ctx, o.metricsAddr, cl, &gopts, slog.Default()); err != nil {

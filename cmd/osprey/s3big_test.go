@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/md5"
 	"encoding/base64"
@@ -23,6 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/dustin/go-humanize"
 )
 
@@ -76,142 +78,265 @@ func startGateway(t *testing.T, bin string, args ...string) *gatewayProcess {
 	return g
 }
 
-// TestS3BigPutRSS streams a large PUT through `osprey s3`, a process of
-// its own, and GETs it back, while sampling the gateway's resident memory
-// (VmRSS of /proc/PID/status, and VmHWM, the kernel's high-water mark, at
-// the end): the gateway never holds a body whole, so its peak stays far
-// below the object's size, whatever that is. The body is generated as it
-// is sent, its MD5 and CRC32C taken on the way, and checked against the
-// PUT's ETag and the GET's bytes and x-amz-checksum-crc32c.
-//
-// 1 GiB by default; OSPREY_S3_BIG sets the size ("5GiB": S3's largest
-// single PUT).
-func TestS3BigPutRSS(t *testing.T) {
+// bigGateway is `osprey s3`, a process of its own, on a cluster of one OSD
+// (the cluster's cost is not what is measured), for a body of bigSize,
+// with the gateway's resident memory sampled (VmRSS of /proc/PID/status)
+// and checked at the end against VmHWM, the kernel's high-water mark.
+type bigGateway struct {
+	t              *testing.T
+	ctx            context.Context
+	gw             *gatewayProcess
+	s3             *s3.Client
+	access, secret string
+	pid            int
+	idle           int64 // KiB
+
+	mu   sync.Mutex
+	peak int64 // KiB, since the last takePeak
+	stop chan struct{}
+	done chan struct{}
+}
+
+// bigSize is OSPREY_S3_BIG ("5GiB": S3's largest PUT and part), or def.
+func bigSize(t *testing.T, def int64) int64 {
+	t.Helper()
 	if testing.Short() {
-		t.Skip("-short: a 1 GiB object through osprey up and osprey s3")
+		t.Skip("-short: a large body through osprey up and osprey s3")
 	}
-	size := int64(1 << 30)
-	if v := os.Getenv("OSPREY_S3_BIG"); v != "" {
-		n, err := humanize.ParseBytes(v)
-		if err != nil {
-			t.Fatalf("OSPREY_S3_BIG=%q: %v", v, err)
-		}
-		size = int64(n)
+	v := os.Getenv("OSPREY_S3_BIG")
+	if v == "" {
+		return def
 	}
-	// Well below any size this runs at: 64 MiB of send buffers (4 pieces of
-	// 16 MiB), the GET's read windows, and the Go runtime's share.
-	const bound = 256 << 20
+	n, err := humanize.ParseBytes(v)
+	if err != nil {
+		t.Fatalf("OSPREY_S3_BIG=%q: %v", v, err)
+	}
+	return int64(n)
+}
+
+// bigRSSBound is well below any size the big tests run at: 64 MiB of send
+// buffers (4 pieces of 16 MiB), the GET's read windows, and the Go
+// runtime's share.
+const bigRSSBound = 256 << 20
+
+func startBigGateway(t *testing.T) *bigGateway {
 	bin := buildCLI(t)
-	// One OSD: the cluster's cost is not what is measured.
 	up := startUp(t, bin, t.TempDir(), 0, "--osds", "1", "--pgs", "8")
-	access, _ := up.s3["access_key"].(string)
-	secret, _ := up.s3["secret_key"].(string)
-	gw := startGateway(t, bin, "--mon", up.mon, "--keyring", up.keyring, "--listen", "127.0.0.1:0", "--log-level", "warn")
+	b := &bigGateway{t: t, stop: make(chan struct{}), done: make(chan struct{})}
+	b.access, _ = up.s3["access_key"].(string)
+	b.secret, _ = up.s3["secret_key"].(string)
+	b.gw = startGateway(t, bin, "--mon", up.mon, "--keyring", up.keyring, "--listen", "127.0.0.1:0", "--log-level", "warn")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	c := s3Client(gw.addr, access, secret)
-	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("big")}); err != nil {
+	t.Cleanup(cancel)
+	b.ctx = ctx
+	b.s3 = s3Client(b.gw.addr, b.access, b.secret)
+	if _, err := b.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("big")}); err != nil {
 		t.Fatal(err)
 	}
-	pid := gw.cmd.Process.Pid
-	idle := procStatusKiB(t, pid, "VmRSS")
-
-	var (
-		mu   sync.Mutex
-		peak int64
-		stop = make(chan struct{})
-		done = make(chan struct{})
-	)
+	b.pid = b.gw.cmd.Process.Pid
+	b.idle = procStatusKiB(t, b.pid, "VmRSS")
 	go func() {
-		defer close(done)
+		defer close(b.done)
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
 		for {
 			select {
-			case <-stop:
+			case <-b.stop:
 				return
 			case <-tick.C:
 			}
-			if v, err := readProcStatus(pid, "VmRSS"); err == nil {
-				mu.Lock()
-				peak = max(peak, v)
-				mu.Unlock()
+			if v, err := readProcStatus(b.pid, "VmRSS"); err == nil {
+				b.mu.Lock()
+				b.peak = max(b.peak, v)
+				b.mu.Unlock()
 			}
 		}
 	}()
-	sign := func(req *http.Request) {
-		req.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
-		if err := v4.NewSigner().SignHTTP(ctx, aws.Credentials{AccessKeyID: access, SecretAccessKey: secret}, req,
-			"UNSIGNED-PAYLOAD", "s3", "us-east-1", time.Now()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	url := gw.addr + "/big/obj"
+	t.Cleanup(b.stopSampling)
+	return b
+}
 
-	// The PUT: a body made as it goes, hashed as it goes.
-	start := time.Now()
-	sum, crc := md5.New(), crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url, io.TeeReader(newGenReader(size), io.MultiWriter(sum, crc)))
+func (b *bigGateway) stopSampling() {
+	select {
+	case <-b.stop:
+	default:
+		close(b.stop)
+	}
+	<-b.done
+}
+
+// takePeak returns the peak RSS sampled since the last call, in KiB.
+func (b *bigGateway) takePeak() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.peak
+	b.peak = 0
+	return p
+}
+
+// sign signs req with an unsigned payload, as S3 clients do a stream.
+func (b *bigGateway) sign(req *http.Request) {
+	req.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+	if err := v4.NewSigner().SignHTTP(b.ctx, aws.Credentials{AccessKeyID: b.access, SecretAccessKey: b.secret}, req,
+		"UNSIGNED-PAYLOAD", "s3", "us-east-1", time.Now()); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// put PUTs size generated bytes to url (an object or a part) and returns
+// the ETag the gateway answered, the body's MD5 and its CRC32C.
+func (b *bigGateway) put(url string, size int64) (etag string, sum []byte, crc uint32) {
+	t := b.t
+	t.Helper()
+	md, c := md5.New(), crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	req, err := http.NewRequestWithContext(b.ctx, http.MethodPut, url, io.TeeReader(newGenReader(size), io.MultiWriter(md, c)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.ContentLength = size
-	sign(req)
+	b.sign(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	msg, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT %s of %s: %s\n%s\n%s", url, humanize.IBytes(uint64(size)), resp.Status, msg, b.gw.stderr)
+	}
+	return resp.Header.Get("ETag"), md.Sum(nil), c.Sum32()
+}
+
+// finish stops the sampling and checks the gateway's high-water mark
+// against bigRSSBound and half the body; it returns it, in KiB.
+func (b *bigGateway) finish(size int64) int64 {
+	t := b.t
+	t.Helper()
+	b.stopSampling()
+	hwm := procStatusKiB(t, b.pid, "VmHWM")
+	if hwm<<10 > bigRSSBound || hwm<<10 > size/2 {
+		t.Fatalf("osprey s3's peak RSS %s for a %s body: above %s or half the body", kibString(hwm), humanize.IBytes(uint64(size)),
+			kibString(bigRSSBound>>10))
+	}
+	return hwm
+}
+
+func kibString(kib int64) string { return fmt.Sprintf("%.0f MiB", float64(kib)/1024) }
+
+// TestS3BigPutRSS streams a large PUT through `osprey s3` and GETs it
+// back, while sampling the gateway's resident memory: the gateway never
+// holds a body whole, so its peak stays far below the object's size,
+// whatever that is. The body is generated as it is sent, its MD5 and
+// CRC32C taken on the way, and checked against the PUT's ETag and the
+// GET's bytes and x-amz-checksum-crc32c.
+//
+// 1 GiB by default; OSPREY_S3_BIG sets the size ("5GiB": S3's largest
+// single PUT).
+func TestS3BigPutRSS(t *testing.T) {
+	size := bigSize(t, 1<<30)
+	b := startBigGateway(t)
+	url := b.gw.addr + "/big/obj"
+
+	// The PUT: a body made as it goes, hashed as it goes.
+	start := time.Now()
+	etag, md, crc := b.put(url, size)
 	putTime := time.Since(start)
-	wantETag := `"` + hex.EncodeToString(sum.Sum(nil)) + `"`
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("ETag") != wantETag {
-		t.Fatalf("PUT of %s: %s, ETag %s (want the body's MD5 %s)\n%s\n%s", humanize.IBytes(uint64(size)), resp.Status,
-			resp.Header.Get("ETag"), wantETag, msg, gw.stderr)
+	wantETag := `"` + hex.EncodeToString(md) + `"`
+	if etag != wantETag {
+		t.Fatalf("PUT of %s: ETag %s, want the body's MD5 %s", humanize.IBytes(uint64(size)), etag, wantETag)
 	}
 	var c32 [4]byte
-	binary.BigEndian.PutUint32(c32[:], crc.Sum32())
+	binary.BigEndian.PutUint32(c32[:], crc)
 	wantCRC := base64.StdEncoding.EncodeToString(c32[:])
 
 	// The GET, streamed into the same digests.
-	mu.Lock()
-	putPeak := peak
-	peak = 0
-	mu.Unlock()
+	putPeak := b.takePeak()
 	start = time.Now()
-	req, err = http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, err := http.NewRequestWithContext(b.ctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("X-Amz-Checksum-Mode", "ENABLED")
-	sign(req)
-	resp, err = http.DefaultClient.Do(req)
+	b.sign(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum.Reset()
-	crc.Reset()
-	n, err := io.Copy(io.MultiWriter(sum, crc), resp.Body)
+	sum, crcs := md5.New(), crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	n, err := io.Copy(io.MultiWriter(sum, crcs), resp.Body)
 	resp.Body.Close()
 	getTime := time.Since(start)
-	if err != nil || n != size || `"`+hex.EncodeToString(sum.Sum(nil))+`"` != wantETag || crc.Sum32() != binary.BigEndian.Uint32(c32[:]) ||
+	if err != nil || n != size || `"`+hex.EncodeToString(sum.Sum(nil))+`"` != wantETag || crcs.Sum32() != crc ||
 		resp.Header.Get("X-Amz-Checksum-Crc32c") != wantCRC {
 		t.Fatalf("GET: %v, %d of %d bytes, MD5 %x (want %s), x-amz-checksum-crc32c %s (want %s)", err, n, size, sum.Sum(nil), wantETag,
 			resp.Header.Get("X-Amz-Checksum-Crc32c"), wantCRC)
 	}
-	close(stop)
-	<-done
-	hwm := procStatusKiB(t, pid, "VmHWM")
-	mu.Lock()
-	getPeak := peak
-	mu.Unlock()
-	mib := func(kib int64) string { return fmt.Sprintf("%.0f MiB", float64(kib)/1024) }
+	getPeak := b.takePeak()
+	hwm := b.finish(size)
 	t.Logf("%s: PUT %.1fs (%.0f MiB/s), GET %.1fs (%.0f MiB/s); osprey s3's RSS: idle %s, sampled peak %s in the PUT, %s in the GET; VmHWM %s (bound %s)",
 		humanize.IBytes(uint64(size)), putTime.Seconds(), float64(size)/(1<<20)/putTime.Seconds(), getTime.Seconds(),
-		float64(size)/(1<<20)/getTime.Seconds(), mib(idle), mib(putPeak), mib(getPeak), mib(hwm), mib(bound>>10))
-	if hwm<<10 > bound || hwm<<10 > size/2 {
-		t.Fatalf("osprey s3's peak RSS %s for a %s object: above %s or half the object", mib(hwm), humanize.IBytes(uint64(size)), mib(bound>>10))
+		float64(size)/(1<<20)/getTime.Seconds(), kibString(b.idle), kibString(putPeak), kibString(getPeak), kibString(hwm), kibString(bigRSSBound>>10))
+}
+
+// TestS3BigPartRSS uploads one large part through `osprey s3` (an
+// UploadPart streamed, then CompleteMultipartUpload with aws-sdk-go-v2),
+// while sampling the gateway's resident memory, as TestS3BigPutRSS does
+// for a PUT: the part goes to the cluster in pieces and the gateway's
+// peak stays far below the part's size. The part's ETag is its MD5, the
+// object's S3's multipart one of that MD5 ("MD5(MD5)-1"), and ranged
+// GETs at its ends and across its pieces' boundaries read the bytes sent.
+//
+// 512 MiB by default (in CI); OSPREY_S3_BIG sets the size ("5GiB": S3's
+// largest part).
+func TestS3BigPartRSS(t *testing.T) {
+	size := bigSize(t, 512<<20)
+	b := startBigGateway(t)
+	bkt, key := aws.String("big"), aws.String("part")
+	cr, err := b.s3.CreateMultipartUpload(b.ctx, &s3.CreateMultipartUploadInput{Bucket: bkt, Key: key})
+	if err != nil {
+		t.Fatal(err)
 	}
+	start := time.Now()
+	etag, md, _ := b.put(fmt.Sprintf("%s/big/part?partNumber=1&uploadId=%s", b.gw.addr, *cr.UploadId), size)
+	partTime := time.Since(start)
+	if want := `"` + hex.EncodeToString(md) + `"`; etag != want {
+		t.Fatalf("UploadPart of %s: ETag %s, want the part's MD5 %s", humanize.IBytes(uint64(size)), etag, want)
+	}
+	partPeak := b.takePeak()
+	start = time.Now()
+	out, err := b.s3.CompleteMultipartUpload(b.ctx, &s3.CompleteMultipartUploadInput{Bucket: bkt, Key: key, UploadId: cr.UploadId,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{PartNumber: aws.Int32(1), ETag: aws.String(etag)}}}})
+	completeTime := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mdmd := md5.Sum(md)
+	if want := `"` + hex.EncodeToString(mdmd[:]) + `-1"`; *out.ETag != want {
+		t.Fatalf("the object's ETag %s, want the multipart one %s", *out.ETag, want)
+	}
+	// Spot checks: its first and last bytes, and spans across the
+	// boundaries of 16 MiB pieces.
+	const piece = 16 << 20
+	for _, off := range []int64{0, piece - 1000, size/2/piece*piece - 3, size - 4096} {
+		n := min(int64(8192), size-off)
+		g, err := b.s3.GetObject(b.ctx, &s3.GetObjectInput{Bucket: bkt, Key: key, Range: aws.String(fmt.Sprintf("bytes=%d-%d", off, off+n-1))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(g.Body)
+		g.Body.Close()
+		want := make([]byte, n)
+		gen := newGenReader(size)
+		gen.off = off
+		io.ReadFull(gen, want)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("bytes %d-%d of the object: %v, %d bytes, equal %v", off, off+n-1, err, len(got), bytes.Equal(got, want))
+		}
+	}
+	hwm := b.finish(size)
+	t.Logf("a part of %s: UploadPart %.1fs (%.0f MiB/s), Complete %.2fs; osprey s3's RSS: idle %s, sampled peak %s in the UploadPart; VmHWM %s (bound %s)",
+		humanize.IBytes(uint64(size)), partTime.Seconds(), float64(size)/(1<<20)/partTime.Seconds(), completeTime.Seconds(),
+		kibString(b.idle), kibString(partPeak), kibString(hwm), kibString(bigRSSBound>>10))
 }
 
 // readProcStatus reads a "NAME: N kB" line of /proc/PID/status, in KiB.

@@ -1163,7 +1163,11 @@ type ObjectMeta struct {
 	UserMeta      map[string]string      `protobuf:"bytes,6,rep,name=user_meta,json=userMeta,proto3" json:"user_meta,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// A multipart object's parts, in order. Empty for a plain object, whose
 	// bytes the OSD holds itself.
-	Parts         []*PartRef `protobuf:"bytes,7,rep,name=parts,proto3" json:"parts,omitempty"`
+	Parts []*PartRef `protobuf:"bytes,7,rep,name=parts,proto3" json:"parts,omitempty"`
+	// An upload's record only: the upload is the SDK's own, of an object put
+	// whole in pieces (PutOptions.WholeETag), which ListMultipartUploads
+	// does not show and which is aborted once stale (docs/s3.md).
+	Internal      bool `protobuf:"varint,8,opt,name=internal,proto3" json:"internal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1245,6 +1249,13 @@ func (x *ObjectMeta) GetParts() []*PartRef {
 		return x.Parts
 	}
 	return nil
+}
+
+func (x *ObjectMeta) GetInternal() bool {
+	if x != nil {
+		return x.Internal
+	}
+	return false
 }
 
 type ObjectEntry struct {
@@ -4585,7 +4596,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x12\n" +
 	"\x04etag\x18\x04 \x01(\tR\x04etag\x12\x16\n" +
-	"\x06crc32c\x18\x05 \x01(\rR\x06crc32c\"\xc2\x02\n" +
+	"\x06crc32c\x18\x05 \x01(\rR\x06crc32c\"\xde\x02\n" +
 	"\n" +
 	"ObjectMeta\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x04R\x04size\x12\x12\n" +
@@ -4594,7 +4605,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x0fmtime_unix_nano\x18\x04 \x01(\x03R\rmtimeUnixNano\x12!\n" +
 	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\x12A\n" +
 	"\tuser_meta\x18\x06 \x03(\v2$.osprey.osd.ObjectMeta.UserMetaEntryR\buserMeta\x12)\n" +
-	"\x05parts\x18\a \x03(\v2\x13.osprey.osd.PartRefR\x05parts\x1a;\n" +
+	"\x05parts\x18\a \x03(\v2\x13.osprey.osd.PartRefR\x05parts\x12\x1a\n" +
+	"\binternal\x18\b \x01(\bR\binternal\x1a;\n" +
 	"\rUserMetaEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
