@@ -326,13 +326,9 @@ func (d *domain) allocLent(n int) (*wire.Buffer, error) {
 	if lr.out == nil {
 		lr.out, lr.spare = map[*region]struct{}{}, map[int][]*region{}
 	}
-	var r *region
 	var drop []*region
-	if rs := lr.spare[size]; len(rs) > 0 {
-		r = rs[len(rs)-1]
-		lr.spare[size] = rs[:len(rs)-1]
-		lr.spareBytes -= int64(size)
-	} else {
+	r := lr.takeSpare(size)
+	if r == nil {
 		if lr.bytes+int64(size) > limit {
 			drop = lr.dropSpare(lr.bytes + int64(size) - limit)
 		}
@@ -389,6 +385,29 @@ func (d *domain) putLent(r *region) {
 	lr.bytes -= int64(len(r.mem))
 	d.mu.Unlock()
 	r.free()
+}
+
+// takeSpare takes the smallest spare region of at least size bytes and
+// at most an eighth more, if there is one: objects of a cache are seldom
+// all of one size, and a region a little too large is cheaper than a new
+// one.
+//
+// REQUIRES: d.mu held.
+func (lr *lentRegions) takeSpare(size int) *region {
+	best := 0
+	for s, rs := range lr.spare {
+		if len(rs) > 0 && s >= size && s <= size+size/8 && (best == 0 || s < best) {
+			best = s
+		}
+	}
+	if best == 0 {
+		return nil
+	}
+	rs := lr.spare[best]
+	r := rs[len(rs)-1]
+	lr.spare[best] = rs[:len(rs)-1]
+	lr.spareBytes -= int64(best)
+	return r
 }
 
 // dropSpare takes spare regions of at least need bytes off the pool (all

@@ -7,6 +7,11 @@ package store
 // what the caller asked for out of one; ReadShared lends it, so the OSD
 // sends a get's bytes from the very memory the device wrote them into.
 //
+// The cache's extents may live in memory of the OSD's choosing
+// (Options.ReadCacheAlloc): on RDMA, memory registered with the public
+// messenger's transport, so that a get is sent from it with no copy there
+// either.
+//
 // Whole objects of up to cacheMaxObject bytes stay in a bounded LRU of
 // extents keyed by data id (readCache). A data file never changes and its
 // id is never reused, so an entry can never be stale: an overwrite or a
@@ -147,10 +152,13 @@ type Allocator interface {
 var ErrAllocUnavailable = errors.New("store: the read cache's allocator has no memory to give")
 
 // newExtent returns an extent of data file id from base, with n bytes of
-// memory aligned for O_DIRECT and one reference. With lend, the memory
-// comes from Options.ReadCacheAlloc where it gives any (registered memory
-// on an RDMA OSD, which a get's reply is then sent from with no copy),
-// else from the store's own pool (getAligned).
+// memory aligned for O_DIRECT and one reference. With lend (an extent
+// for the cache), the memory comes from Options.ReadCacheAlloc where it
+// gives any (registered memory on an RDMA OSD, which a get's reply is
+// then sent from with no copy), else from the store's own pool
+// (getAligned). Extents read for one call alone (ranges, objects too
+// large to cache) stay in the store's pool: fresh registered memory per
+// read would cost more than the copy it saves.
 func (s *Store) newExtent(id, base uint64, n int, lend bool) *extent {
 	x := &extent{id: id, base: base}
 	x.refs.Store(1)
@@ -466,7 +474,7 @@ func (s *Store) fileExtent(bucket, key string, h *head, off, end uint64, cached 
 	}
 	if x == nil {
 		var err error
-		if x, err = s.loadExtent(bucket, key, h, uint32(off/cs), uint32((end-1)/cs), cached); err != nil {
+		if x, err = s.loadExtent(bucket, key, h, uint32(off/cs), uint32((end-1)/cs), false); err != nil {
 			return nil, err
 		}
 	}
