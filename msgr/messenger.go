@@ -490,3 +490,40 @@ func (m *Messenger) newLinkRun(c *Conn, link wire.Link) *linkRun {
 	lr.space, _ = link.(interface{ WriteSpace() int })
 	return lr
 }
+
+// ErrNoRegisteredMemory is AllocRegistered's error on a messenger that
+// listens on no transport with registered memory (TCP, or not yet).
+var ErrNoRegisteredMemory = errors.New("msgr: no listener with registered memory")
+
+// registeredAllocator is a listener that hands out registered memory for
+// long-lived use (the RDMA transport's).
+type registeredAllocator interface {
+	AllocRegistered(n int) (*wire.Buffer, error)
+}
+
+// AllocRegistered returns a buffer of n bytes, starting on a
+// wire.DataAlign boundary, in memory registered with the transport of the
+// messenger's first listener that has any (RDMA), for data kept past any
+// one conn and sent later: an OSD keeps its read cache in it, so a large
+// reply sent from it on a session accepted there moves with no copy (see
+// Conn.AllocPayload). The caller holds one reference; the memory may
+// outlive the messenger and its transport (it is then ordinary memory
+// until its last Release). It fails with ErrNoRegisteredMemory when no
+// listener has registered memory, and with the transport's error when its
+// registered memory is spent or cannot be registered: the caller then
+// uses ordinary memory.
+func (m *Messenger) AllocRegistered(n int) (*wire.Buffer, error) {
+	m.mu.Lock()
+	var ra registeredAllocator
+	for _, ln := range m.listeners {
+		if a, ok := ln.(registeredAllocator); ok {
+			ra = a
+			break
+		}
+	}
+	m.mu.Unlock()
+	if ra == nil {
+		return nil, ErrNoRegisteredMemory
+	}
+	return ra.AllocRegistered(n)
+}

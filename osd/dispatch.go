@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
@@ -445,7 +446,9 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 // as a get's payload for c, with no copy in the OSD: the bytes of an object in a
 // data file are lent by the store's cache of verified extents, read into
 // it with O_DIRECT on a miss (store.ReadShared), and the buffer returns
-// them when the messenger is done with it; a small object's bytes, in
+// them when the messenger is done with it (on RDMA the cache is in
+// memory registered with the public messenger's transport, cacheMemory,
+// so the peer reads them from there too); a small object's bytes, in
 // Pebble, go into a buffer from c, which on RDMA is registered memory the
 // peer reads without a copy. The caller owns the returned buffer (nil for
 // an empty range or a manifest).
@@ -478,7 +481,30 @@ func (o *OSD) getInto(c *msgr.Conn, bucket, key string, off, length int64) (*osd
 		buf.B = sh.B // in buf's memory: the store appended to buf.B[:0]
 		return meta, buf, nil
 	}
-	return meta, wire.NewExternalBuffer(sh.B, func(*wire.Buffer) { sh.Release() }), nil
+	return meta, sh.Buffer(), nil
+}
+
+// cacheMemory is the store's read-cache allocator (store.Options.
+// ReadCacheAlloc): memory registered with the public messenger's
+// transport (Messenger.AllocRegistered), so that getInto's reply from a
+// cached extent carries a buffer the RDMA rendezvous sends where it lies,
+// with no copy, instead of copying 4 MiB into a registered buffer per get.
+// Before the messenger exists, and on TCP, it has none to give and the
+// store uses its own memory, as it always does for a TCP-only OSD.
+type cacheMemory struct {
+	pub atomic.Pointer[msgr.Messenger]
+}
+
+func (c *cacheMemory) AllocAligned(n int) (*wire.Buffer, error) {
+	m := c.pub.Load()
+	if m == nil {
+		return nil, store.ErrAllocUnavailable
+	}
+	buf, err := m.AllocRegistered(n)
+	if errors.Is(err, msgr.ErrNoRegisteredMemory) {
+		return nil, store.ErrAllocUnavailable
+	}
+	return buf, err
 }
 
 // readInto, recovery's read, reads [off, off+length) of an object (length

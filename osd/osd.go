@@ -289,6 +289,9 @@ type OSD struct {
 	// releaseTransports closes the messengers' transports if the OSD
 	// made them, once both have stopped.
 	releaseTransports func()
+	// cacheMem gives the store's read cache registered memory once the
+	// public messenger listens on RDMA (dispatch.go).
+	cacheMem cacheMemory
 }
 
 // Start opens the store, starts both messengers and begins serving.
@@ -350,6 +353,9 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	sopts.Dir = filepath.Join(cfg.DataDir, "store")
 	if sopts.Logger == nil {
 		sopts.Logger = o.log
+	}
+	if sopts.ReadCacheAlloc == nil {
+		sopts.ReadCacheAlloc = &o.cacheMem
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("osd: data directory: %w", err)
@@ -425,6 +431,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		o.abort()
 		return nil, err
 	}
+	o.cacheMem.pub.Store(o.pub)
 
 	o.shards = make([]chan func(), cfg.Shards)
 	for i := range o.shards {

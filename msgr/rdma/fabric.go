@@ -125,6 +125,7 @@ type domain struct {
 	nextLink  uint32
 	nextKey   uint64
 	large     map[int][]*region // cached rendezvous buffers by size class
+	lent      lentRegions       // handed out for long-lived use (region.go)
 	retired   []retiredRegion   // regions of closed endpoints, freed later
 	listeners map[*listener]struct{}
 	closed    bool
@@ -264,6 +265,7 @@ func (d *domain) close() {
 	}
 	d.large = nil
 	d.mu.Unlock()
+	d.closeLent()
 	d.reapRetired(true)
 	if d.waitFile != nil {
 		d.waitFile.Close()

@@ -8,7 +8,9 @@ package rdma
 import "C"
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"syscall"
 	"time"
@@ -25,7 +27,11 @@ type region struct {
 	d   *domain
 	wb  *wire.Buffer // handed up with received rendezvous payloads; reused
 	mem []byte
-	mr  *C.struct_fid_mr
+	// lent: the region was handed out by allocLent, not by getLarge; its
+	// buffer's last Release gives it back to the lent pool.
+	lent     bool
+	unmapped bool
+	mr       *C.struct_fid_mr
 	// desc is the provider's memory descriptor: an opaque handle that need
 	// not be a pointer (sockets returns small integers), so it is kept as an
 	// integer: a Go pointer-typed slot holding 0x1 crashes the stack copier.
@@ -34,7 +40,7 @@ type region struct {
 }
 
 func (d *domain) register(size int) (*region, error) {
-	size = (size + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
+	size = pageRound(size)
 	if int64(size) > d.t.cfg.MemBudget {
 		// Never satisfiable: a wire error of kind too-large, so the
 		// session ends with ErrMessageTooLarge instead of redialing.
@@ -73,11 +79,29 @@ func (d *domain) register(size int) (*region, error) {
 	return r, nil
 }
 
+func pageRound(n int) int { return (n + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1) }
+
 func (r *region) free() {
+	if r.mr != nil {
+		r.deregister()
+		r.unmap()
+	}
+}
+
+// deregister ends r's registration and leaves its memory mapped, for a
+// holder that still reads it (closeLent).
+func (r *region) deregister() {
 	if r.mr != nil {
 		C.osp_close(unsafe.Pointer(r.mr))
 		r.mr = nil
 		r.d.registered.Add(-int64(len(r.mem)))
+	}
+}
+
+// unmap gives r's memory back to the kernel, once it is deregistered.
+func (r *region) unmap() {
+	if !r.unmapped {
+		r.unmapped = true
 		syscall.Munmap(r.mem)
 	}
 }
@@ -107,11 +131,24 @@ func (r *region) ptr(off int) unsafe.Pointer { return unsafe.Pointer(&r.mem[off]
 // wrapper is made once per region, so a cached region costs no allocation.
 func (r *region) buffer(n int) *wire.Buffer {
 	if r.wb == nil {
-		r.wb = wire.NewExternalBuffer(r.mem, func(*wire.Buffer) { r.d.putLarge(r) })
+		r.wb = wire.NewExternalBuffer(r.mem, r.release)
 		r.wb.Owner = r
 	}
+	// A holder may have resliced B (to the bytes it used): from the
+	// region's start again.
+	r.wb.B = r.mem
 	r.wb.Reset(n)
 	return r.wb
+}
+
+// release is the last Release of r's buffer: r goes back to the pool it
+// came from.
+func (r *region) release(*wire.Buffer) {
+	if r.lent {
+		r.d.putLent(r)
+	} else {
+		r.d.putLarge(r)
+	}
 }
 
 // freeClosed frees a region of an endpoint whose fi_close has returned.
@@ -211,11 +248,15 @@ func (d *domain) putLarge(r *region) {
 	d.mu.Unlock()
 }
 
-// trimLarge frees cached rendezvous buffers to make room for need bytes.
+// trimLarge frees cached rendezvous buffers, and lent regions given back,
+// to make room for need bytes.
 func (d *domain) trimLarge(need int64) {
 	d.mu.Lock()
-	var drop []*region
+	drop := d.lent.dropSpare(need)
 	var freed int64
+	for _, r := range drop {
+		freed += int64(len(r.mem))
+	}
 	for c, rs := range d.large {
 		for len(rs) > 0 && freed < need {
 			drop = append(drop, rs[len(rs)-1])
@@ -226,6 +267,190 @@ func (d *domain) trimLarge(need int64) {
 	}
 	d.mu.Unlock()
 	for _, r := range drop {
+		r.free()
+	}
+}
+
+// Lent regions are registered memory handed out for as long as the
+// holder likes, not for one frame (Messenger.AllocRegistered): an OSD
+// keeps its read cache of whole objects in them, so that a cached get is
+// read by the peer where it lies, with no copy (rendezvousSource). Each is
+// its size rounded to a page, not to a power of two as the rendezvous
+// buffers are (largeClass): a cache of 4 MiB + 4 KiB objects would
+// otherwise register nearly twice what it holds.
+//
+// They may take at most lentShare of Config.MemBudget, so that links
+// always find room for their own buffers; past that, and when
+// registration fails (RLIMIT_MEMLOCK, a NIC's limits), allocLent fails
+// and the caller uses ordinary memory, which a send then copies.
+//
+// A region given back is kept for the next of its size, up to
+// lentSpareBytes: a fresh one costs an mmap, a registration and a page
+// fault per page (on this project's VMs about 13 ms per 4 MiB), and a
+// cache that churns asks for the sizes it just gave back.
+//
+// When the domain closes with regions still out, close deregisters them
+// (their registration must end before the domain's) but leaves them
+// mapped: their holders may still read them, and the last Release unmaps.
+type lentRegions struct {
+	out        map[*region]struct{} // handed out; nil once the domain closed
+	spare      map[int][]*region    // given back, by size
+	spareBytes int64
+	bytes      int64 // registered, out and spare
+}
+
+const (
+	lentShare      = 2 // lent regions take at most MemBudget/lentShare
+	lentSpareBytes = 64 << 20
+)
+
+// ErrLentBudget is the error of an allocation of lent memory beyond its
+// share of Config.MemBudget (see lentRegions).
+var ErrLentBudget = errors.New("rdma: the registered memory that may be lent is spent")
+
+// allocLent returns a buffer of n bytes in a lent region of d, page
+// aligned (mmap'd: a multiple of wire.DataAlign, so O_DIRECT can read into
+// it), with one reference.
+func (d *domain) allocLent(n int) (*wire.Buffer, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("rdma: lent region of %d bytes", n)
+	}
+	size := pageRound(n)
+	limit := d.t.cfg.MemBudget / lentShare
+	d.mu.Lock()
+	lr := &d.lent
+	if d.closed {
+		d.mu.Unlock()
+		return nil, net.ErrClosed
+	}
+	if lr.out == nil {
+		lr.out, lr.spare = map[*region]struct{}{}, map[int][]*region{}
+	}
+	var drop []*region
+	r := lr.takeSpare(size)
+	if r == nil {
+		if lr.bytes+int64(size) > limit {
+			drop = lr.dropSpare(lr.bytes + int64(size) - limit)
+		}
+		if lr.bytes+int64(size) > limit {
+			used := lr.bytes
+			d.mu.Unlock()
+			freeAll(drop)
+			return nil, fmt.Errorf("%w: %d bytes asked, %d of %d in use", ErrLentBudget, size, used, limit)
+		}
+		lr.bytes += int64(size) // reserved while it registers
+	}
+	d.mu.Unlock()
+	freeAll(drop)
+	if r == nil {
+		var err error
+		if r, err = d.register(size); err != nil {
+			d.mu.Lock()
+			lr.bytes -= int64(size)
+			d.mu.Unlock()
+			return nil, err
+		}
+		r.lent = true
+	}
+	d.mu.Lock()
+	if d.closed {
+		// The domain closed meanwhile (closeLent may have run).
+		d.mu.Unlock()
+		r.free()
+		return nil, net.ErrClosed
+	}
+	lr.out[r] = struct{}{}
+	d.mu.Unlock()
+	return r.buffer(n), nil
+}
+
+// putLent takes back a lent region whose last holder let it go.
+func (d *domain) putLent(r *region) {
+	d.mu.Lock()
+	lr := &d.lent
+	if _, ok := lr.out[r]; !ok {
+		// The domain closed while r was out, and closeLent deregistered
+		// it.
+		d.mu.Unlock()
+		r.unmap()
+		return
+	}
+	delete(lr.out, r)
+	if lr.spareBytes+int64(len(r.mem)) <= lentSpareBytes {
+		lr.spare[len(r.mem)] = append(lr.spare[len(r.mem)], r)
+		lr.spareBytes += int64(len(r.mem))
+		d.mu.Unlock()
+		return
+	}
+	lr.bytes -= int64(len(r.mem))
+	d.mu.Unlock()
+	r.free()
+}
+
+// takeSpare takes the smallest spare region of at least size bytes and
+// at most an eighth more, if there is one: objects of a cache are seldom
+// all of one size, and a region a little too large is cheaper than a new
+// one.
+//
+// REQUIRES: d.mu held.
+func (lr *lentRegions) takeSpare(size int) *region {
+	best := 0
+	for s, rs := range lr.spare {
+		if len(rs) > 0 && s >= size && s <= size+size/8 && (best == 0 || s < best) {
+			best = s
+		}
+	}
+	if best == 0 {
+		return nil
+	}
+	rs := lr.spare[best]
+	r := rs[len(rs)-1]
+	lr.spare[best] = rs[:len(rs)-1]
+	lr.spareBytes -= int64(best)
+	return r
+}
+
+// dropSpare takes spare regions of at least need bytes off the pool (all
+// there are, if fewer) for the caller to free outside d.mu.
+//
+// REQUIRES: d.mu held.
+func (lr *lentRegions) dropSpare(need int64) []*region {
+	var drop []*region
+	var freed int64
+	for size, rs := range lr.spare {
+		for len(rs) > 0 && freed < need {
+			drop = append(drop, rs[len(rs)-1])
+			rs = rs[:len(rs)-1]
+			freed += int64(size)
+		}
+		lr.spare[size] = rs
+	}
+	lr.spareBytes -= freed
+	lr.bytes -= freed
+	return drop
+}
+
+// closeLent ends the lent regions' registrations when the domain closes:
+// spare ones go at once, those out stay mapped until their last Release
+// (putLent). The links are closed: nothing moves from them any more.
+func (d *domain) closeLent() {
+	d.mu.Lock()
+	lr := &d.lent
+	out := lr.out
+	drop := lr.dropSpare(lr.spareBytes)
+	lr.out, lr.spare = nil, nil
+	// Under d.mu, so that a putLent of the same region, which unmaps it,
+	// waits for the deregistration.
+	for r := range out {
+		r.deregister()
+	}
+	lr.bytes = 0
+	d.mu.Unlock()
+	freeAll(drop)
+}
+
+func freeAll(rs []*region) {
+	for _, r := range rs {
 		r.free()
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/ospreystore/osprey/msgr/wire"
 )
 
 // offersWrite reports whether links on info's provider offer the write
@@ -135,7 +137,23 @@ type Stats struct {
 	// RDV_READY and RDV_DONE frames, beside the sessions' credits: part
 	// of RecvsPosted (or of the shared pool's buffers).
 	ControlRecvs int64
+	// LentBytes is registered memory handed out for long-lived use
+	// (Messenger.AllocRegistered: an OSD's read cache), out or kept for
+	// reuse; LentRegions the regions out now. Part of RegisteredBytes.
+	LentBytes, LentRegions int64
 }
+
+// AllocRegistered returns a buffer of n bytes of memory registered with
+// the listener's domain, which every link it accepts shares, for data
+// kept past any one link: a large payload sent from it later, on any link
+// of the domain, is read by the peer where it lies, with no copy. Unlike a
+// link's AllocPayload it is its exact size (rounded to a page), and it is
+// page-aligned, so O_DIRECT can read into it. It fails with ErrLentBudget
+// past half of Config.MemBudget, or when registration fails; the caller
+// then uses ordinary memory. The last Release gives it back; regions still
+// out when the transport closes are deregistered then and unmapped at
+// their last Release (region.go, lentRegions).
+func (l *listener) AllocRegistered(n int) (*wire.Buffer, error) { return l.d.allocLent(n) }
 
 // Stats sums the counters of the transport's domains.
 func (t *Transport) Stats() Stats {
@@ -155,6 +173,10 @@ func (t *Transport) Stats() Stats {
 		s.RendezvousWrites += d.writes.Load()
 		s.WritePieces += d.writePieces.Load()
 		s.ControlRecvs += d.ctlRecvs.Load()
+		d.mu.Lock()
+		s.LentBytes += d.lent.bytes
+		s.LentRegions += int64(len(d.lent.out))
+		d.mu.Unlock()
 		if d.srx != nil {
 			d.srx.mu.Lock()
 			s.SharedRecvBufs += int64(d.srx.n)

@@ -541,6 +541,9 @@ func (s *Store) closeDataFiles() error {
 	close(d.stop)
 	<-d.done
 	d.background.Wait()
+	// Memory from Options.ReadCacheAlloc (registered on RDMA) is not the
+	// GC's to take back.
+	d.cache.clear()
 	var ids []uint64
 	d.pool.Lock()
 	for _, pf := range d.pool.files {

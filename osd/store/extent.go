@@ -7,6 +7,11 @@ package store
 // what the caller asked for out of one; ReadShared lends it, so the OSD
 // sends a get's bytes from the very memory the device wrote them into.
 //
+// The cache's extents may live in memory of the OSD's choosing
+// (Options.ReadCacheAlloc): on RDMA, memory registered with the public
+// messenger's transport, so that a get is sent from it with no copy there
+// either.
+//
 // Whole objects of up to cacheMaxObject bytes stay in a bounded LRU of
 // extents keyed by data id (readCache). A data file never changes and its
 // id is never reused, so an entry can never be stale: an overwrite or a
@@ -36,6 +41,7 @@ package store
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/bits"
@@ -44,6 +50,7 @@ import (
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -65,7 +72,10 @@ type extent struct {
 	id   uint64
 	base uint64
 	b    []byte
-	mem  *[]byte // the aligned allocation b lies in, pooled by class
+	// b lies in mem, the store's aligned allocation pooled by class, or
+	// in buf, from Options.ReadCacheAlloc (newExtent).
+	mem  *[]byte
+	buf  *wire.Buffer
 	refs atomic.Int32
 	// wholeOK: b holds the whole object and it matched the object's
 	// CRC32C too (chunkwise, see checkWholeFile).
@@ -78,8 +88,12 @@ func (x *extent) ref() { x.refs.Add(1) }
 func (x *extent) release() {
 	switch n := x.refs.Add(-1); {
 	case n == 0:
-		putAligned(x.mem)
-		x.mem, x.b = nil, nil
+		if x.buf != nil {
+			x.buf.Release()
+		} else {
+			putAligned(x.mem)
+		}
+		x.mem, x.buf, x.b = nil, nil, nil
 	case n < 0:
 		panic("store: extent released more times than referenced")
 	}
@@ -97,6 +111,77 @@ func (sh Shared) Release() {
 	if sh.x != nil {
 		sh.x.release()
 	}
+}
+
+// Buffer wraps B for a message's payload: its last Release is sh's, and
+// its Owner is that of the Options.ReadCacheAlloc buffer B lies in, if
+// any, so that a transport recognises its own memory (a rendezvous over
+// RDMA then sends B with no copy). The caller gives its reference to sh
+// to the buffer.
+func (sh Shared) Buffer() *wire.Buffer {
+	wb := wire.NewExternalBuffer(sh.B, func(*wire.Buffer) { sh.Release() })
+	if sh.x != nil && sh.x.buf != nil {
+		wb.Owner = sh.x.buf.Owner
+	}
+	return wb
+}
+
+// cost is what x holds against the cache's limit: its whole allocation.
+func (x *extent) cost() int64 {
+	if x.buf != nil {
+		return int64(cap(x.buf.B))
+	}
+	return int64(cap(*x.mem))
+}
+
+// Allocator gives the read cache its memory (Options.ReadCacheAlloc).
+type Allocator interface {
+	// AllocAligned returns a buffer with len(B) == n, B starting on a
+	// 4 KiB boundary (an extent is read into it with O_DIRECT), and one
+	// reference, which the store releases when the extent goes. cap(B)
+	// is what the cache charges for it. An error makes the store use
+	// its own memory for that extent: ErrAllocUnavailable silently,
+	// others are counted (ReadCacheStats.AllocFailures) and the first
+	// is logged.
+	AllocAligned(n int) (*wire.Buffer, error)
+}
+
+// ErrAllocUnavailable is an Allocator's answer when it has no memory to
+// give and that is not a failure: an OSD's before its messenger listens,
+// or on a transport without registered memory.
+var ErrAllocUnavailable = errors.New("store: the read cache's allocator has no memory to give")
+
+// newExtent returns an extent of data file id from base, with n bytes of
+// memory aligned for O_DIRECT and one reference. With lend (an extent
+// for the cache), the memory comes from Options.ReadCacheAlloc where it
+// gives any (registered memory on an RDMA OSD, which a get's reply is
+// then sent from with no copy), else from the store's own pool
+// (getAligned). Extents read for one call alone (ranges, objects too
+// large to cache) stay in the store's pool: fresh registered memory per
+// read would cost more than the copy it saves.
+func (s *Store) newExtent(id, base uint64, n int, lend bool) *extent {
+	x := &extent{id: id, base: base}
+	x.refs.Store(1)
+	if a := s.opts.ReadCacheAlloc; lend && a != nil {
+		buf, err := a.AllocAligned(n)
+		if err == nil && (len(buf.B) < n || uintptr(unsafe.Pointer(unsafe.SliceData(buf.B)))%dataAlign != 0) {
+			buf.Release()
+			err = fmt.Errorf("store: the read cache's allocator returned %d bytes at %p, want %d on a %d-byte boundary",
+				len(buf.B), unsafe.SliceData(buf.B), n, dataAlign)
+		}
+		if err == nil {
+			x.buf, x.b = buf, buf.B[:n]
+			return x
+		}
+		if !errors.Is(err, ErrAllocUnavailable) {
+			c := &s.files.cache
+			if c.allocFailures.Add(1) == 1 {
+				s.opts.Logger.Info("store: the read cache's allocator failed; extents it cannot give are kept in ordinary memory (on RDMA a get from them copies)", "err", err)
+			}
+		}
+	}
+	x.b, x.mem = getAligned(n)
+	return x
 }
 
 // Aligned memory for extents, by power-of-two class: an extent is read
@@ -182,6 +267,9 @@ type readCache struct {
 	lru   list.List // of *extent, most recent first
 	hits  atomic.Int64
 	miss  atomic.Int64
+	// allocFailures counts extents kept in the store's memory because
+	// Options.ReadCacheAlloc failed (newExtent).
+	allocFailures atomic.Int64
 }
 
 func (c *readCache) init(limit int64) {
@@ -208,7 +296,7 @@ func (c *readCache) get(id uint64) *extent {
 // cached already, and returns the one cached (with a reference for the
 // caller, who gave up its reference to x if it is not that one).
 func (c *readCache) add(x *extent) *extent {
-	cost := int64(cap(*x.mem))
+	cost := x.cost()
 	if cost > c.limit {
 		return x
 	}
@@ -242,7 +330,7 @@ func (c *readCache) add(x *extent) *extent {
 func (c *readCache) removeLocked(x *extent) {
 	c.lru.Remove(x.elem)
 	delete(c.byID, x.id)
-	c.size -= int64(cap(*x.mem))
+	c.size -= x.cost()
 }
 
 // drop forgets the extents of dead data files: their memory goes back as
@@ -255,6 +343,22 @@ func (c *readCache) drop(ids []uint64) {
 			c.removeLocked(x)
 			gone = append(gone, x)
 		}
+	}
+	c.mu.Unlock()
+	for _, x := range gone {
+		x.release()
+	}
+}
+
+// clear empties the cache when the store closes: memory from
+// Options.ReadCacheAlloc goes back to its allocator as soon as the
+// extents' last readers are done.
+func (c *readCache) clear() {
+	c.mu.Lock()
+	var gone []*extent
+	for _, x := range c.byID {
+		c.removeLocked(x)
+		gone = append(gone, x)
 	}
 	c.mu.Unlock()
 	for _, x := range gone {
@@ -293,7 +397,7 @@ func (s *Store) readFileAt(f vfs.File, b []byte, at uint64) (int, error) {
 // mismatch, or a file too short for the chunks, is a *CorruptError.
 //
 // REQUIRES: the caller is in a read epoch that covers h's file.
-func (s *Store) loadExtent(bucket, key string, h *head, first, last uint32) (*extent, error) {
+func (s *Store) loadExtent(bucket, key string, h *head, first, last uint32, lend bool) (*extent, error) {
 	bad := func(n int64, format string, args ...any) error {
 		s.counters.corruptions.Add(1)
 		return &CorruptError{Bucket: bucket, Key: key, Chunk: n, Detail: fmt.Sprintf(format, args...)}
@@ -310,9 +414,8 @@ func (s *Store) loadExtent(bucket, key string, h *head, first, last uint32) (*ex
 	lo, hi := uint64(first)*cs, min(uint64(last+1)*cs, size)
 	base := lo &^ (dataAlign - 1)
 	top := uint64(paddedLen(int(hi)))
-	b, mem := getAligned(int(top - base))
-	x := &extent{id: h.dataID, base: base, b: b, mem: mem}
-	x.refs.Store(1)
+	x := s.newExtent(h.dataID, base, int(top-base), lend)
+	b := x.b
 	n, err := s.readFileAt(f, b, base)
 	if err == nil && base+uint64(n) < hi {
 		at := base + uint64(n)
@@ -364,14 +467,14 @@ func (s *Store) fileExtent(bucket, key string, h *head, off, end uint64, cached 
 		if x = c.get(h.dataID); x == nil {
 			// A damaged chunk fails only the ranges that touch it:
 			// then the load below reads just the range's chunks.
-			if y, err := s.loadExtent(bucket, key, h, 0, uint32((size-1)/cs)); err == nil {
+			if y, err := s.loadExtent(bucket, key, h, 0, uint32((size-1)/cs), true); err == nil {
 				x = s.cacheExtent(y)
 			}
 		}
 	}
 	if x == nil {
 		var err error
-		if x, err = s.loadExtent(bucket, key, h, uint32(off/cs), uint32((end-1)/cs)); err != nil {
+		if x, err = s.loadExtent(bucket, key, h, uint32(off/cs), uint32((end-1)/cs), false); err != nil {
 			return nil, err
 		}
 	}
@@ -440,6 +543,9 @@ type ReadCacheStats struct {
 	Hits, Misses int64
 	Bytes        int64 // held, in allocations
 	Extents      int
+	// AllocFailures counts extents kept in the store's memory because
+	// Options.ReadCacheAlloc failed.
+	AllocFailures int64
 }
 
 // ReadCacheStats reads the cache's counters.
@@ -447,5 +553,5 @@ func (s *Store) ReadCacheStats() ReadCacheStats {
 	c := &s.files.cache
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ReadCacheStats{Hits: c.hits.Load(), Misses: c.miss.Load(), Bytes: c.size, Extents: len(c.byID)}
+	return ReadCacheStats{Hits: c.hits.Load(), Misses: c.miss.Load(), Bytes: c.size, Extents: len(c.byID), AllocFailures: c.allocFailures.Load()}
 }

@@ -28,6 +28,12 @@ type Options struct {
 	// it with no read and no copy (osd/store/extent.go); size it to the
 	// hot objects, as BlueStore's cache is (1-3 GiB per OSD).
 	ReadCacheSize int64
+	// ReadCacheAlloc, if set, gives the read cache (and the O_DIRECT
+	// reads that fill it) its memory instead of the store's own pool. An
+	// OSD on RDMA passes memory registered with its public messenger's
+	// transport, so that a cached get's reply is read by the client where
+	// it lies, with no copy (extent.go).
+	ReadCacheAlloc Allocator
 	// MemTableSize is the steady-state memtable, default 64 MiB or 1/256
 	// of the data filesystem, whichever is smaller (at least 256 KiB): the
 	// WAL grows to a memtable's size and up to four memtables queue for

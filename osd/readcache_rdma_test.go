@@ -1,0 +1,128 @@
+//go:build rdma
+
+package osd_test
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/msgr/rdma"
+	"github.com/ospreystore/osprey/msgr/tcp"
+	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/osd"
+)
+
+// TestCachedGetsOverRDMAAreNotCopied: an OSD whose public network is
+// rdma+tcp keeps its read cache in memory registered with that transport,
+// so every get of an object in a data file is sent from where the cache
+// holds it: a zero-copy rendezvous send each, and no copied one. With a
+// cache of three objects and four readers of six, extents are evicted
+// while replies from them are in flight, and every read is still right.
+// Closing the OSD gives every region back, and the transports' Close
+// leaves nothing registered and no goroutine.
+func TestCachedGetsOverRDMAAreNotCopied(t *testing.T) {
+	before := runtime.NumGoroutine()
+	trOSD := rdma.NewTransport("tcp", rdma.Config{})
+	trCli := rdma.NewTransport("tcp", rdma.Config{})
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			trOSD.Close()
+			trCli.Close()
+		}
+	})
+	const size = 1 << 20 // in a data file, moved by rendezvous
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8, Public: "rdma+tcp", Tweak: func(cfg *osd.Config) {
+		cfg.Transports = []wire.Transport{tcp.Transport{}, trOSD}
+		cfg.Store.ReadCacheSize = 3*size + size/2
+	}})
+	cl := c.Client(t, func(o *client.Options) {
+		o.Transports = []wire.Transport{tcp.Transport{}, trCli}
+		o.OpTimeout = 20 * time.Second
+	})
+	ctx := ctxT(t, 2*time.Minute)
+	if err := cl.MakeBucket(ctx, "rcache"); err != nil {
+		t.Fatal(err)
+	}
+	bodies := make([][]byte, 6)
+	for i := range bodies {
+		bodies[i] = osdtest.Payload(size, uint64(i))
+		if _, err := osdtest.Put(ctx, cl, "rcache", fmt.Sprint(i), bodies[i], client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(i int) error {
+		got, _, err := osdtest.Get(ctx, cl, "rcache", fmt.Sprint(i), client.GetOptions{})
+		if err == nil && !bytes.Equal(got, bodies[i]) {
+			err = fmt.Errorf("object %d: %d bytes, not the ones put", i, len(got))
+		}
+		return err
+	}
+	st0 := trOSD.Stats()
+	// One object read twice: the second get is served from the cache.
+	for range 2 {
+		if err := get(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := c.OSDs[0]
+	if rc := o.Store().ReadCacheStats(); rc.Hits == 0 || rc.AllocFailures != 0 {
+		t.Fatalf("read cache %+v: want a hit, and no allocator failure", rc)
+	}
+	st := trOSD.Stats()
+	if z, cp := st.ZeroCopySends-st0.ZeroCopySends, st.CopiedSends-st0.CopiedSends; z < 2 || cp != 0 {
+		t.Fatalf("two gets sent %d payloads with no copy and copied %d, want 2 (more if one was retried) and 0", z, cp)
+	}
+	if st.LentRegions == 0 || st.LentBytes < size {
+		t.Fatalf("the cache holds no registered memory: %+v", st)
+	}
+
+	const readers, each = 4, 30
+	var wg sync.WaitGroup
+	for w := range readers {
+		wg.Go(func() {
+			for j := range each {
+				if err := get((w + j) % len(bodies)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	rc := o.Store().ReadCacheStats()
+	st1 := trOSD.Stats()
+	gets := uint64(2 + readers*each)
+	if z, cp := st1.ZeroCopySends-st0.ZeroCopySends, st1.CopiedSends-st0.CopiedSends; z < gets || cp != 0 {
+		t.Fatalf("%d gets sent %d payloads with no copy and copied %d (read cache %+v)", gets, z, cp, rc)
+	}
+	if rc.Extents > 3 || rc.Misses <= int64(len(bodies)) {
+		t.Fatalf("read cache %+v: want at most 3 extents, and evictions", rc)
+	}
+
+	c.StopOSD(0)
+	cl.Close()
+	if st := trOSD.Stats(); st.LentRegions != 0 {
+		t.Fatalf("%d registered regions still out after the OSD closed", st.LentRegions)
+	}
+	trOSD.Close()
+	trCli.Close()
+	closed = true
+	for _, tr := range []*rdma.Transport{trOSD, trCli} {
+		if st := tr.Stats(); st.RegisteredBytes != 0 {
+			t.Fatalf("%d bytes registered after Close", st.RegisteredBytes)
+		}
+	}
+	osdtest.Eventually(t, 10*time.Second, fmt.Sprintf("goroutines back to %d", before), func() bool {
+		return runtime.NumGoroutine() <= before
+	})
+}

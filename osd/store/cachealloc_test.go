@@ -1,0 +1,156 @@
+package store_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/osd/store"
+)
+
+// fakeCacheMem is a store.Allocator that counts what it hands out and
+// gets back, and fails on demand.
+type fakeCacheMem struct {
+	mu    sync.Mutex
+	out   map[*wire.Buffer]bool
+	freed atomic.Int64
+	fail  atomic.Pointer[error] // the next AllocAligned's error, if set
+	skew  atomic.Bool           // hand out memory off the 4 KiB boundary
+}
+
+var fakeOwner = new(int)
+
+func newFakeCacheMem() *fakeCacheMem { return &fakeCacheMem{out: map[*wire.Buffer]bool{}} }
+
+func (f *fakeCacheMem) AllocAligned(n int) (*wire.Buffer, error) {
+	if err := f.fail.Load(); err != nil {
+		return nil, *err
+	}
+	raw := make([]byte, n+2*4096)
+	off := -int(uintptr(unsafe.Pointer(&raw[0]))) & 4095
+	if f.skew.Load() {
+		off += 512
+	}
+	buf := wire.NewExternalBuffer(raw[off:off+n:off+n], func(b *wire.Buffer) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if !f.out[b] {
+			panic("store: a read-cache buffer was freed twice")
+		}
+		delete(f.out, b)
+		f.freed.Add(1)
+	})
+	buf.Owner = fakeOwner
+	f.mu.Lock()
+	f.out[buf] = true
+	f.mu.Unlock()
+	return buf, nil
+}
+
+func (f *fakeCacheMem) outstanding() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.out)
+}
+
+// TestReadCacheAllocator: with Options.ReadCacheAlloc the cache's extents
+// live in the allocator's memory, charged at its size, and lent with its
+// Owner (so a transport can send them where they lie); under concurrent
+// reads that evict, every read is right and an evicted extent a reader
+// still holds stays intact until its release; Close gives every buffer
+// back, each once. An allocator that fails, or hands out memory that is
+// not aligned for O_DIRECT, leaves the store on its own memory.
+func TestReadCacheAllocator(t *testing.T) {
+	mem := newFakeCacheMem()
+	const ext = 60 << 10 // each object's extent, its size padded to 4 KiB, which the fake allocates exactly
+	e := newEnv(t, store.Options{DataFileThreshold: 1, ReadCacheSize: 3 * ext, ReadCacheAlloc: mem})
+	e.createBucket(0, "b")
+	r := rand.New(rand.NewPCG(5, 6))
+	bodies := make([][]byte, 6)
+	for i := range bodies {
+		bodies[i] = randBytes(r, ext-100)
+		e.put(0, "b", fmt.Sprint(i), bodies[i])
+	}
+
+	// A reader holds object 0 while the others evict it.
+	_, held, err := e.s.ReadShared(e.ctx, "b", "0", 0, -1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb := held.Buffer()
+	if wb.Owner != fakeOwner || !bytes.Equal(wb.B, bodies[0]) {
+		t.Fatalf("the lent buffer's owner is %v, not the allocator's, or its bytes are wrong", wb.Owner)
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for j := range 60 {
+				i := 1 + (j+w)%(len(bodies)-1)
+				if got, err := e.readShared("b", fmt.Sprint(i), 0, -1); err != nil || !bytes.Equal(got, bodies[i]) {
+					t.Errorf("read %d: %v", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st := e.s.ReadCacheStats()
+	if st.Extents > 3 || st.Bytes != int64(st.Extents)*ext || st.Hits == 0 {
+		t.Fatalf("the cache holds %+v, want at most 3 extents of %d bytes each, and hits", st, ext)
+	}
+	if !bytes.Equal(wb.B, bodies[0]) {
+		t.Fatal("an evicted extent a reader still held was overwritten")
+	}
+	if n := mem.outstanding(); n != st.Extents+1 {
+		t.Fatalf("%d buffers out, want the %d cached and the one held", n, st.Extents)
+	}
+	wb.Release()
+	if n := mem.outstanding(); n != st.Extents {
+		t.Fatalf("%d buffers out after the holder's release, want the %d cached", n, st.Extents)
+	}
+	if mem.freed.Load() == 0 {
+		t.Fatal("nothing was evicted back to the allocator")
+	}
+
+	// Failures: ordinary memory, counted unless the allocator had none.
+	e.s.DropReadCacheForTest()
+	unavailable, broken := store.ErrAllocUnavailable, errors.New("registration failed")
+	for i, c := range []struct {
+		err    *error
+		skew   bool
+		counts int64
+	}{{&unavailable, false, 0}, {&broken, false, 1}, {nil, true, 1}} {
+		mem.fail.Store(c.err)
+		mem.skew.Store(c.skew)
+		before := e.s.ReadCacheStats().AllocFailures
+		_, sh, err := e.s.ReadShared(e.ctx, "b", fmt.Sprint(i), 0, -1, nil)
+		if err != nil || !bytes.Equal(sh.B, bodies[i]) {
+			t.Fatalf("case %d: read: %v", i, err)
+		}
+		if b := sh.Buffer(); b.Owner != nil {
+			t.Fatalf("case %d: bytes in the store's memory lent with the owner %v", i, b.Owner)
+		} else {
+			b.Release()
+		}
+		if got := e.s.ReadCacheStats().AllocFailures - before; got != c.counts {
+			t.Fatalf("case %d: %d allocator failures counted, want %d", i, got, c.counts)
+		}
+	}
+	mem.fail.Store(nil)
+	mem.skew.Store(false)
+	if _, err := e.readShared("b", "5", 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := mem.outstanding(); n != 0 {
+		t.Fatalf("%d read-cache buffers still out after Close", n)
+	}
+}
