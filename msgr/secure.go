@@ -253,7 +253,7 @@ func (s *sealedLink) WriteFrames(frames []wire.Frame) error {
 	defer s.releaseBatch()
 	pending := 0
 	for i := range frames {
-		of, err := s.sealFrame(&frames[i])
+		of, err := s.sealFrame(&frames[i], splitSealed(&frames[i]))
 		if err != nil {
 			return err
 		}
@@ -269,15 +269,14 @@ func (s *sealedLink) WriteFrames(frames []wire.Frame) error {
 	return s.Link.WriteFrames(s.out)
 }
 
-// sealFrame seals f into a buffer of the batch and returns the frame of
-// the link below that carries it.
-func (s *sealedLink) sealFrame(f *wire.Frame) (wire.Frame, error) {
+// sealFrame seals f, in two parts if split, into a buffer of the batch
+// and returns the frame of the link below that carries it.
+func (s *sealedLink) sealFrame(f *wire.Frame, split bool) (wire.Frame, error) {
 	p := f.Preamble
 	p.LinkWord = 0
 	p.Flags &^= wire.FlagNoDataCRC
 	p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
 	hs := p.Tag.Handshake()
-	split := splitSealed(f)
 	// The buffer holds what goes sealed in the outer frame's data first
 	// (in two parts, the data alone), so that on RDMA it starts the
 	// registered buffer the rendezvous reads from.

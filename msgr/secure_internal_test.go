@@ -14,7 +14,8 @@ import (
 
 // queueLink is a wire.Link in memory, for one goroutine: what is written
 // is copied into pooled buffers, as a transport would receive it, and
-// read back in order.
+// read back in order. As the transports place a received frame, its data
+// starts its buffer (aligned), its front after it.
 type queueLink struct {
 	q []wire.Frame
 }
@@ -23,11 +24,11 @@ func (l *queueLink) WriteFrames(frames []wire.Frame) error {
 	for i := range frames {
 		f := &frames[i]
 		buf := wire.GetBuffer(len(f.Front) + len(f.Data))
-		copy(buf.B, f.Front)
-		copy(buf.B[len(f.Front):], f.Data)
+		copy(buf.B, f.Data)
+		copy(buf.B[len(f.Data):], f.Front)
 		p := f.Preamble
 		p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
-		l.q = append(l.q, wire.Frame{Preamble: p, Front: buf.B[:len(f.Front)], Data: buf.B[len(f.Front):], Buf: buf})
+		l.q = append(l.q, wire.Frame{Preamble: p, Data: buf.B[:len(f.Data)], Front: buf.B[len(f.Data):], Buf: buf})
 	}
 	return nil
 }
