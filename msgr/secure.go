@@ -453,10 +453,16 @@ func innerPreamble(pt []byte, in *wire.Frame, lim wire.Limits) (wire.Preamble, e
 }
 
 // deliverSealed makes f the opened frame p, its segments front and data
-// in in's buffer, which f takes with in's charge.
+// in in's buffer, which f takes. A MESSAGE also takes in's charge of the
+// receive budget (the link charged the sealed frame before reading it,
+// as it charges a MESSAGE in clear); any other frame lets it go.
 func deliverSealed(f, in *wire.Frame, p wire.Preamble, front, data []byte) {
-	*f = wire.Frame{Preamble: p, Charge: in.Charge}
-	in.Charge = wire.Charge{}
+	*f = wire.Frame{Preamble: p}
+	if p.Tag == wire.TagMessage && p.HasSegments() {
+		f.Charge, in.Charge = in.Charge, wire.Charge{}
+	} else {
+		in.Charge.Release()
+	}
 	if !p.HasSegments() {
 		if in.Buf != nil {
 			in.Buf.Release()

@@ -183,3 +183,49 @@ func BenchmarkSealedForms(b *testing.B) {
 		}
 	}
 }
+
+// TestSealedLinkPassesCharge: what the link below charged of the receive
+// budget for a sealed frame (before reading it) is held by the MESSAGE
+// opened from it, in either form, until that is released; a frame that
+// is not a MESSAGE, or one refused, lets it go at once.
+func TestSealedLinkPassesCharge(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		f      wire.Frame
+		refuse bool
+		held   bool
+	}{
+		{"one part", wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage}, Front: []byte("f"), Data: []byte("data")}, false, true},
+		{"two parts", twoPartFrame, false, true},
+		{"ack", wire.Frame{Preamble: wire.Preamble{Tag: wire.TagAck, Ack: 3}}, false, false},
+		{"refused", twoPartFrame, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := wire.NewBudget(1 << 30)
+			w, r, q := sealedPair(t)
+			if err := w.WriteFrames([]wire.Frame{tc.f}); err != nil {
+				t.Fatal(err)
+			}
+			in := &q.q[0]
+			if tc.refuse {
+				in.Data[0] ^= 1
+			}
+			n := int64(len(in.Front) + len(in.Data))
+			if !b.Grow(&in.Charge, n, nil) {
+				t.Fatal("not charged")
+			}
+			var got wire.Frame
+			err := r.ReadFrame(&got)
+			if (err != nil) != tc.refuse {
+				t.Fatalf("read: %v", err)
+			}
+			if want := map[bool]int64{true: n}[tc.held]; got.Charge.Bytes() != want || b.Stats().InFlight != want {
+				t.Fatalf("the opened %v holds %d bytes of the budget, %d held in all, want %d", got.Tag, got.Charge.Bytes(), b.Stats().InFlight, want)
+			}
+			got.Release()
+			if st := b.Stats(); st.InFlight != 0 {
+				t.Fatalf("%d bytes held after the frame's release", st.InFlight)
+			}
+		})
+	}
+}

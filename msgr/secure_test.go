@@ -325,3 +325,12 @@ func testSecureDataPlaced(t *testing.T, env msgrtest.Env, aligned func(front, da
 		}
 	}
 }
+
+// TestRecvBudgetSecure: testRecvBudget in secure mode over TCP, where the
+// link charges each sealed frame before it reads it and the message
+// opened from it holds that charge: the budget holds as in crc mode, and
+// every byte charged is released. A message holds its front, its
+// preamble and two GCM tags beyond its data.
+func TestRecvBudgetSecure(t *testing.T) {
+	testRecvBudgetOver(t, msgrtest.WithSecure(t, tcpEnv, msgrtest.NewTestCA(t)), 16+wire.SealedOverhead+wire.SealTagSize)
+}
