@@ -253,11 +253,11 @@ func (s *sealedLink) WriteFrames(frames []wire.Frame) error {
 	defer s.releaseBatch()
 	pending := 0
 	for i := range frames {
-		of, err := s.sealFrame(&frames[i], splitSealed(&frames[i]))
-		if err != nil {
+		s.out = append(s.out, wire.Frame{})
+		of := &s.out[len(s.out)-1]
+		if err := s.sealFrame(of, &frames[i], splitSealed(&frames[i])); err != nil {
 			return err
 		}
-		s.out = append(s.out, of)
 		if pending += len(of.Front) + len(of.Data); pending >= sealFlushBytes && i < len(frames)-1 {
 			if err := s.Link.WriteFrames(s.out); err != nil {
 				return err
@@ -269,9 +269,9 @@ func (s *sealedLink) WriteFrames(frames []wire.Frame) error {
 	return s.Link.WriteFrames(s.out)
 }
 
-// sealFrame seals f, in two parts if split, into a buffer of the batch
-// and returns the frame of the link below that carries it.
-func (s *sealedLink) sealFrame(f *wire.Frame, split bool) (wire.Frame, error) {
+// sealFrame seals f, in two parts if split, into a buffer of the batch,
+// and makes of the frame of the link below that carries it.
+func (s *sealedLink) sealFrame(of, f *wire.Frame, split bool) error {
 	p := f.Preamble
 	p.LinkWord = 0
 	p.Flags &^= wire.FlagNoDataCRC
@@ -290,7 +290,7 @@ func (s *sealedLink) sealFrame(f *wire.Frame, split bool) (wire.Frame, error) {
 	}
 	buf, err := s.buffer(at+n+auth.Overhead, hs)
 	if err != nil {
-		return wire.Frame{}, err
+		return err
 	}
 	s.bufs = append(s.bufs, buf)
 	b := buf.B[at : at+n]
@@ -299,7 +299,7 @@ func (s *sealedLink) sealFrame(f *wire.Frame, split bool) (wire.Frame, error) {
 	}
 	copy(b[n-wire.PreambleSize-len(f.Front):], f.Front)
 	p.Put(b[n-wire.PreambleSize:])
-	of := wire.Frame{Buf: buf}
+	of.Buf = buf
 	switch {
 	case hs:
 		of.Tag = wire.TagSealedHandshake
@@ -316,7 +316,7 @@ func (s *sealedLink) sealFrame(f *wire.Frame, split bool) (wire.Frame, error) {
 			of.Data, err = s.sealPart(buf.B, f.Data, sealedDataAD)
 		}
 	}
-	return of, err
+	return err
 }
 
 // sealPart seals plaintext into dst's bytes (in place when they are the
@@ -393,8 +393,8 @@ func (s *sealedLink) openSplit(in, f *wire.Frame) error {
 	if err != nil {
 		return err
 	}
-	p, err := innerPreamble(head, in, s.lim)
-	if err != nil {
+	var p wire.Preamble
+	if err := innerPreamble(&p, head, in, s.lim); err != nil {
 		return err
 	}
 	if uint64(p.FrontLen)+wire.PreambleSize != uint64(len(head)) || uint64(p.DataLen)+auth.Overhead != uint64(len(in.Data)) {
@@ -405,7 +405,7 @@ func (s *sealedLink) openSplit(in, f *wire.Frame) error {
 	if err != nil {
 		return err
 	}
-	deliverSealed(f, in, p, head[:p.FrontLen], data)
+	deliverSealed(f, in, &p, head[:p.FrontLen], data)
 	return nil
 }
 
@@ -421,43 +421,42 @@ func (s *sealedLink) openPart(in *wire.Frame, sealed, additional []byte) ([]byte
 // parseSealed decodes an opened frame, pt (data, front, preamble), that
 // came in the sealed frame in, into f, which takes in's buffer and charge.
 func parseSealed(pt []byte, in, f *wire.Frame, lim wire.Limits) error {
-	p, err := innerPreamble(pt, in, lim)
-	if err != nil {
+	var p wire.Preamble
+	if err := innerPreamble(&p, pt, in, lim); err != nil {
 		return err
 	}
 	if uint64(p.FrontLen)+uint64(p.DataLen)+wire.PreambleSize != uint64(len(pt)) {
 		return &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("sealed %v frame of %d bytes says front %d, data %d", p.Tag, len(pt), p.FrontLen, p.DataLen)}
 	}
-	deliverSealed(f, in, p, pt[p.DataLen:p.DataLen+p.FrontLen], pt[:p.DataLen])
+	deliverSealed(f, in, &p, pt[p.DataLen:p.DataLen+p.FrontLen], pt[:p.DataLen])
 	return nil
 }
 
-// innerPreamble decodes and checks the preamble that ends pt, opened from
-// the sealed frame in: a session frame in SEALED, a handshake frame in
-// SEALED_HANDSHAKE, never a sealed or link frame.
-func innerPreamble(pt []byte, in *wire.Frame, lim wire.Limits) (wire.Preamble, error) {
-	var p wire.Preamble
+// innerPreamble decodes into p and checks the preamble that ends pt,
+// opened from the sealed frame in: a session frame in SEALED, a handshake
+// frame in SEALED_HANDSHAKE, never a sealed or link frame.
+func innerPreamble(p *wire.Preamble, pt []byte, in *wire.Frame, lim wire.Limits) error {
 	if len(pt) < wire.PreambleSize {
-		return p, &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("sealed frame of %d bytes is shorter than a preamble", len(pt))}
+		return &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("sealed frame of %d bytes is shorter than a preamble", len(pt))}
 	}
 	if err := p.Parse(pt[len(pt)-wire.PreambleSize:], lim); err != nil {
-		return p, err
+		return err
 	}
 	switch {
 	case p.Tag.Sealed() || p.Tag.LinkOnly() || p.Flags&wire.FlagRendezvous != 0 || p.LinkWord != 0:
-		return p, &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("%v frame (flags %#x, link word %d) inside a sealed frame", p.Tag, p.Flags, p.LinkWord)}
+		return &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("%v frame (flags %#x, link word %d) inside a sealed frame", p.Tag, p.Flags, p.LinkWord)}
 	case p.Tag.Handshake() != (in.Tag == wire.TagSealedHandshake):
-		return p, wire.Protocolf("%v frame sealed in a %v frame", p.Tag, in.Tag)
+		return wire.Protocolf("%v frame sealed in a %v frame", p.Tag, in.Tag)
 	}
-	return p, nil
+	return nil
 }
 
 // deliverSealed makes f the opened frame p, its segments front and data
 // in in's buffer, which f takes. A MESSAGE also takes in's charge of the
 // receive budget (the link charged the sealed frame before reading it,
 // as it charges a MESSAGE in clear); any other frame lets it go.
-func deliverSealed(f, in *wire.Frame, p wire.Preamble, front, data []byte) {
-	*f = wire.Frame{Preamble: p}
+func deliverSealed(f, in *wire.Frame, p *wire.Preamble, front, data []byte) {
+	*f = wire.Frame{Preamble: *p}
 	if p.Tag == wire.TagMessage && p.HasSegments() {
 		f.Charge, in.Charge = in.Charge, wire.Charge{}
 	} else {

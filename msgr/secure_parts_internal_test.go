@@ -167,8 +167,8 @@ func BenchmarkSealedForms(b *testing.B) {
 				b.SetBytes(int64(size))
 				b.ReportAllocs()
 				for b.Loop() {
-					of, err := w.sealFrame(&msg, split)
-					if err != nil {
+					var of wire.Frame
+					if err := w.sealFrame(&of, &msg, split); err != nil {
 						b.Fatal(err)
 					}
 					q.WriteFrames([]wire.Frame{of})
