@@ -171,8 +171,8 @@ var sealedHandshakeLimits = wire.Limits{MaxFront: wire.MaxHandshakeFront - wire.
 // preamble sealed as one message, the outer frame's front, and its data
 // sealed as the next, the outer frame's data. The data is then sealed
 // straight from the caller's memory into the outgoing buffer (GCM
-// encrypts out of place at no extra cost) rather than first copied
-// beside its front, and opened in place where the link put it. No
+// encrypts out of place) rather than first copied beside its front, and
+// opened in place where the link put it. No
 // epilogue: the GCM tags authenticate every byte, and the outer frame
 // goes without a data CRC. What stays in clear: the banner, the
 // handshake up to AUTH_DONE (HELLO, the auth method's rounds, the modes
@@ -219,9 +219,9 @@ var testHookTamper atomic.Pointer[func(sealed []byte)]
 const sealFlushBytes = 256 << 10
 
 // Which frames go in two parts. The second AEAD message costs a fixed
-// few hundred nanoseconds (its nonce, its tag, the GHASH of its
+// hundred nanoseconds or so (its nonce, its tag, the GHASH of its
 // additional data) and 16 bytes, which the copy it saves outweighs from
-// a few KiB of data (BenchmarkSealedForms); below that the one-part form
+// about 4 KiB of data (BenchmarkSealedForms); below that the one-part form
 // keeps small messages (a 64-byte ping-pong) at one AEAD call. The outer
 // front of a two-part frame (the sealed front and preamble) goes inline
 // on RDMA beside the rendezvous descriptor, so a frame with a larger
