@@ -14,7 +14,8 @@ import (
 
 // queueLink is a wire.Link in memory, for one goroutine: what is written
 // is copied into pooled buffers, as a transport would receive it, and
-// read back in order.
+// read back in order. As the transports place a received frame, its data
+// starts its buffer (aligned), its front after it.
 type queueLink struct {
 	q []wire.Frame
 }
@@ -23,11 +24,11 @@ func (l *queueLink) WriteFrames(frames []wire.Frame) error {
 	for i := range frames {
 		f := &frames[i]
 		buf := wire.GetBuffer(len(f.Front) + len(f.Data))
-		copy(buf.B, f.Front)
-		copy(buf.B[len(f.Front):], f.Data)
+		copy(buf.B, f.Data)
+		copy(buf.B[len(f.Data):], f.Front)
 		p := f.Preamble
 		p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
-		l.q = append(l.q, wire.Frame{Preamble: p, Front: buf.B[:len(f.Front)], Data: buf.B[len(f.Front):], Buf: buf})
+		l.q = append(l.q, wire.Frame{Preamble: p, Data: buf.B[:len(f.Data)], Front: buf.B[len(f.Data):], Buf: buf})
 	}
 	return nil
 }
@@ -164,7 +165,7 @@ func TestSealedLinkAllocatesNothing(t *testing.T) {
 	if raceDetector {
 		t.Skip("the race detector allocates")
 	}
-	for _, size := range []int{64, 1 << 20} {
+	for _, size := range []int{64, sealSplitMinData, 1 << 20} {
 		w, r, _ := sealedPair(t)
 		msg := wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage}, Front: make([]byte, 16), Data: make([]byte, size)}
 		release(roundTrip(t, w, r, msg))
@@ -188,44 +189,53 @@ func BenchmarkSealedLink(b *testing.B) {
 	}
 }
 
-// FuzzSealedFrame: whatever an authenticated peer seals (plain), and
-// whatever arrives where a sealed frame should (raw), the sealed link
-// returns a frame or an error, never panics, and what it returns lies
-// within its limits.
+// FuzzSealedFrame: whatever an authenticated peer seals (plain, and in
+// a two-part frame data, the data part), and whatever arrives where a
+// sealed frame should (raw), the sealed link returns a frame or an
+// error, never panics, and what it returns lies within its limits.
 func FuzzSealedFrame(f *testing.F) {
 	var p [wire.PreambleSize]byte
 	(&wire.Preamble{Tag: wire.TagMessage, FrontLen: 2, DataLen: 3}).Put(p[:])
-	f.Add(append([]byte("dddff"), p[:]...), false, false)
+	f.Add(append([]byte("dddff"), p[:]...), []byte(nil), false, false, false)
+	(&wire.Preamble{Tag: wire.TagMessage, FrontLen: 2, DataLen: 3}).Put(p[:])
+	f.Add(append([]byte("ff"), p[:]...), []byte("ddd"), false, false, true)
+	f.Add(append([]byte("ff"), p[:]...), []byte("dddd"), false, false, true)
+	(&wire.Preamble{Tag: wire.TagMessage}).Put(p[:])
+	f.Add(p[:], []byte{}, false, false, true)
 	(&wire.Preamble{Tag: wire.TagSessionReq, FrontLen: 4}).Put(p[:])
-	f.Add(append([]byte("sreq"), p[:]...), true, false)
+	f.Add(append([]byte("sreq"), p[:]...), []byte(nil), true, false, false)
+	f.Add(append([]byte("sreq"), p[:]...), []byte("data"), true, false, true)
 	(&wire.Preamble{Tag: wire.TagKeepalive}).Put(p[:])
-	f.Add(p[:], false, false)
+	f.Add(p[:], []byte(nil), false, false, false)
 	(&wire.Preamble{Tag: wire.TagRdvDone}).Put(p[:])
-	f.Add(p[:], false, false)
-	f.Add([]byte("not sealed at all"), false, true)
-	f.Add(make([]byte, 100), true, true)
-	f.Fuzz(func(t *testing.T, plain []byte, handshake, raw bool) {
+	f.Add(p[:], []byte(nil), false, false, false)
+	f.Add([]byte("not sealed at all"), []byte(nil), false, true, false)
+	f.Add(make([]byte, 100), []byte("not sealed either"), false, true, true)
+	f.Add(make([]byte, 100), []byte(nil), true, true, false)
+	f.Fuzz(func(t *testing.T, plain, data []byte, handshake, raw, split bool) {
 		w, r, q := sealedPair(t)
 		if handshake {
 			r.lim = sealedHandshakeLimits
 		}
-		tag := wire.TagSealed
-		if handshake {
-			tag = wire.TagSealedHandshake
-		}
-		body := plain
-		if !raw {
-			sealed, err := w.seal.Seal(nil, plain, nil)
+		seal := func(b, additional []byte) []byte {
+			if raw {
+				return b
+			}
+			sealed, err := w.seal.Seal(nil, b, additional)
 			if err != nil {
 				t.Fatal(err)
 			}
-			body = sealed
+			return sealed
 		}
-		fr := wire.Frame{Preamble: wire.Preamble{Tag: tag}}
-		if handshake {
-			fr.Front = body
-		} else {
-			fr.Data = body
+		var fr wire.Frame
+		switch {
+		case handshake:
+			fr = wire.Frame{Preamble: wire.Preamble{Tag: wire.TagSealedHandshake}, Front: seal(plain, nil), Data: data}
+		case split:
+			fr = wire.Frame{Preamble: wire.Preamble{Tag: wire.TagSealed}, Front: seal(plain, sealedHeadAD)}
+			fr.Data = seal(data, sealedDataAD)
+		default:
+			fr = wire.Frame{Preamble: wire.Preamble{Tag: wire.TagSealed}, Data: seal(plain, nil)}
 		}
 		q.WriteFrames([]wire.Frame{fr})
 		var got wire.Frame
@@ -240,6 +250,9 @@ func FuzzSealedFrame(f *testing.F) {
 		if uint32(len(got.Front)) != got.FrontLen || uint32(len(got.Data)) != got.DataLen ||
 			got.FrontLen > r.lim.MaxFront || got.DataLen > r.lim.MaxData || got.Tag.Sealed() || got.Tag.LinkOnly() {
 			t.Fatalf("accepted %+v (front %d, data %d)", got.Preamble, len(got.Front), len(got.Data))
+		}
+		if split && !handshake && (!bytes.Equal(got.Data, data) || !bytes.Equal(got.Front, plain[:got.FrontLen])) {
+			t.Fatalf("a two-part frame opened as front %q, data %q", got.Front, got.Data)
 		}
 	})
 }

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
+	"github.com/ospreystore/osprey/msgr/wire"
 )
 
 // withModes gives a messenger ca's keyring and modes.
@@ -129,37 +132,79 @@ func TestSecureFramesAreSealedOnTheWire(t *testing.T) {
 }
 
 // tamperOnce returns a tamper hook that flips one bit of the first sealed
-// segment longer than min bytes, and the count of segments it altered.
-func tamperOnce(min int) (func([]byte), *atomic.Int32) {
+// segment pick chooses, and the count of segments it altered. The hook
+// runs on every link's writer at once: pick must look at nothing but
+// the segment.
+func tamperOnce(pick func(sealed []byte) bool) (func([]byte), *atomic.Int32) {
 	var n atomic.Int32
 	return func(sealed []byte) {
-		if len(sealed) > min && n.CompareAndSwap(0, 1) {
+		if pick(sealed) && n.CompareAndSwap(0, 1) {
 			sealed[len(sealed)/2] ^= 0x10
 		}
 	}, &n
 }
 
+// tamperedPart is which sealed segment of a message testTamperedFrame
+// alters.
+type tamperedPart int
+
+const (
+	// tamperWhole: the message's frame in one part, or the data part of
+	// one in two: the first segment longer than the data.
+	tamperWhole tamperedPart = iota
+	// tamperHead: the front and preamble part of a frame in two parts,
+	// known by its length: tamperFront, a preamble and a tag, a length
+	// no other sealed frame of the test has (the sealed handshake frames
+	// are shorter, acks and keepalives a bare preamble).
+	tamperHead
+)
+
+// tamperFront is the front of testTamperedFrame's messages.
+var tamperFront = bytes.Repeat([]byte("front "), 70)
+
+// dialSecure starts a messenger osd.0 on env that dispatches to d, and
+// returns osd.1's Conn to it, both in secure mode with ca's keyrings.
+func dialSecure(t *testing.T, env msgrtest.Env, ca *msgrtest.TestCA, d msgr.Dispatcher) *msgr.Conn {
+	t.Helper()
+	addr := env.Listen(t, env.NewMessenger(t, "osd.0", d, withModes(t, ca, msgr.ModeSecure)))
+	cli := env.NewMessenger(t, "osd.1", msgrtest.NewRecorder(t), withModes(t, ca, msgr.ModeSecure))
+	c, err := cli.Connect(context.Background(), addr, "osd.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // TestSecureTamperedFrameTCP: a sealed frame altered on the way faults
-// its link on TCP; see testTamperedFrame.
-func TestSecureTamperedFrameTCP(t *testing.T) { testTamperedFrame(t, tcpEnv, 2000) }
+// its link on TCP, in one part (a small message) or in two (a large one:
+// its data part, then its front and preamble part); see testTamperedFrame.
+func TestSecureTamperedFrameTCP(t *testing.T) {
+	t.Run("one-part", func(t *testing.T) { testTamperedFrame(t, tcpEnv, 2000, tamperWhole) })
+	t.Run("data-part", func(t *testing.T) { testTamperedFrame(t, tcpEnv, 100<<10, tamperWhole) })
+	t.Run("head-part", func(t *testing.T) { testTamperedFrame(t, tcpEnv, 100<<10, tamperHead) })
+}
 
 // testTamperedFrame: a sealed frame altered on the way does not open. The
 // link faults and nothing of the frame is delivered: a lossless session
 // reconnects (new keys) and delivers the message exactly once; a lossy one
 // ends, and the message is never delivered. The receiving conn counts the
 // frame (SealFailures).
-func testTamperedFrame(t *testing.T, env msgrtest.Env, size int) {
+func testTamperedFrame(t *testing.T, env msgrtest.Env, size int, part tamperedPart) {
 	data := bytes.Repeat([]byte{0xab}, size)
+	pick := func(sealed []byte) bool { return len(sealed) > size }
+	if part == tamperHead {
+		pick = func(sealed []byte) bool { return len(sealed) == len(tamperFront)+wire.SealedOverhead }
+	}
 	t.Run("lossless", func(t *testing.T) {
 		ca := msgrtest.NewTestCA(t)
-		hook, tampered := tamperOnce(len(data))
+		hook, tampered := tamperOnce(pick)
 		defer msgr.SetTamperHook(hook)()
 		var (
 			mu    sync.Mutex
 			count int
 			conns = make(chan *msgr.Conn, 4)
 		)
-		srv := env.NewMessenger(t, "osd.0", msgr.DispatchFunc(func(m *msgr.Message) {
+		c := dialSecure(t, env, ca, msgr.DispatchFunc(func(m *msgr.Message) {
 			mu.Lock()
 			count++
 			mu.Unlock()
@@ -168,14 +213,8 @@ func testTamperedFrame(t *testing.T, env msgrtest.Env, size int) {
 			}
 			conns <- m.Conn()
 			m.Release()
-		}), withModes(t, ca, msgr.ModeSecure))
-		addr := env.Listen(t, srv)
-		cli := env.NewMessenger(t, "osd.1", msgrtest.NewRecorder(t), withModes(t, ca, msgr.ModeSecure))
-		c, err := cli.Connect(context.Background(), addr, "osd.0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Send(context.Background(), msgr.NewMessage(1, nil, data)); err != nil {
+		}))
+		if err := c.Send(context.Background(), msgr.NewMessage(1, tamperFront, data)); err != nil {
 			t.Fatal(err)
 		}
 		var sc *msgr.Conn
@@ -186,7 +225,7 @@ func testTamperedFrame(t *testing.T, env msgrtest.Env, size int) {
 		}
 		// A second message, after the first, proves the first was not
 		// delivered twice: the session is in order.
-		if err := c.Send(context.Background(), msgr.NewMessage(1, nil, data)); err != nil {
+		if err := c.Send(context.Background(), msgr.NewMessage(1, tamperFront, data)); err != nil {
 			t.Fatal(err)
 		}
 		<-conns
@@ -201,7 +240,7 @@ func testTamperedFrame(t *testing.T, env msgrtest.Env, size int) {
 	})
 	t.Run("lossy", func(t *testing.T) {
 		ca := msgrtest.NewTestCA(t)
-		hook, tampered := tamperOnce(len(data))
+		hook, tampered := tamperOnce(pick)
 		defer msgr.SetTamperHook(hook)()
 		var delivered atomic.Int32
 		srv := env.NewMessenger(t, "osd.0", msgr.DispatchFunc(func(m *msgr.Message) {
@@ -217,7 +256,7 @@ func testTamperedFrame(t *testing.T, env msgrtest.Env, size int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Send(context.Background(), msgr.NewMessage(1, nil, data)); err != nil {
+		if err := c.Send(context.Background(), msgr.NewMessage(1, tamperFront, data)); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -231,4 +270,67 @@ func testTamperedFrame(t *testing.T, env msgrtest.Env, size int) {
 			t.Fatalf("%d messages delivered from a tampered frame (%d tampered)", n, tampered.Load())
 		}
 	})
+}
+
+// TestSecureReceivedDataAlignedTCP: in secure mode too, over TCP, a
+// received message's data starts on a wire.DataAlign boundary, whatever
+// form its sealed frame took; see testSecureDataPlaced.
+func TestSecureReceivedDataAlignedTCP(t *testing.T) {
+	testSecureDataPlaced(t, tcpEnv, func(front, data int) bool { return true })
+}
+
+// testSecureDataPlaced sends secure messages with fronts and data either
+// side of the two-part form's thresholds (4 KiB of data, a 512-byte
+// front) and of the links' large-frame sizes: each arrives intact, and
+// its data starts on a wire.DataAlign boundary (where the OSD's store
+// writes it from with O_DIRECT) when aligned says the link places it so.
+func testSecureDataPlaced(t *testing.T, env msgrtest.Env, aligned func(front, data int) bool) {
+	type sent struct{ front, data []byte }
+	var want []sent
+	for i, size := range []int{1, 100, 4095, 4096, 4097, 16 << 10, 64 << 10, 100 << 10, 1 << 20, 4<<20 + 1} {
+		for j, front := range []int{0, 16, 512, 513} {
+			want = append(want, sent{bytes.Repeat([]byte{byte(j)}, front), dataOf(size, i)})
+		}
+	}
+	type placed struct {
+		seq  uint64
+		addr uintptr
+		same bool
+	}
+	got := make(chan placed, len(want))
+	c := dialSecure(t, env, msgrtest.NewTestCA(t), msgr.DispatchFunc(func(m *msgr.Message) {
+		defer m.Release()
+		w := want[m.Seq()-1]
+		got <- placed{m.Seq(), uintptr(unsafe.Pointer(unsafe.SliceData(m.Data))), bytes.Equal(m.Front, w.front) && bytes.Equal(m.Data, w.data)}
+	}))
+	for _, w := range want {
+		if err := c.Send(context.Background(), msgr.NewMessage(1, w.front, w.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range want {
+		var r placed
+		select {
+		case r = <-got:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("not all delivered; %s", c)
+		}
+		w := want[r.seq-1]
+		what := fmt.Sprintf("message %d (front %d, data %d)", r.seq, len(w.front), len(w.data))
+		if !r.same {
+			t.Errorf("%s: front or data differs", what)
+		}
+		if aligned(len(w.front), len(w.data)) && r.addr%wire.DataAlign != 0 {
+			t.Errorf("%s: data at %#x, not on a %d-byte boundary", what, r.addr, wire.DataAlign)
+		}
+	}
+}
+
+// TestRecvBudgetSecure: testRecvBudget in secure mode over TCP, where the
+// link charges each sealed frame before it reads it and the message
+// opened from it holds that charge: the budget holds as in crc mode, and
+// every byte charged is released. A message holds its front, its
+// preamble and two GCM tags beyond its data.
+func TestRecvBudgetSecure(t *testing.T) {
+	testRecvBudgetOver(t, msgrtest.WithSecure(t, tcpEnv, msgrtest.NewTestCA(t)), 16+wire.SealedOverhead+wire.SealTagSize)
 }

@@ -14,17 +14,18 @@ import (
 // does, with keys from the TLS handshake (Result.SessionKeys).
 //
 // Nonces never repeat: each direction has its own key and a 96-bit nonce
-// of a 32-bit salt and a 64-bit counter of the frames sealed so far, the
+// of a 32-bit salt and a 64-bit counter of the Seal calls so far (a frame
+// the messenger seals in two parts takes two; msgr's secure.go), the
 // construction of TLS 1.3 (RFC 8446 5.3) and the fix of CVE-2020-1759,
 // where msgr2 let two sessions share a nonce sequence. A session resumed
 // after a reconnect runs a new handshake and gets new keys: a counter
 // never restarts under an old key.
 //
-// Before a key has sealed rekeyFrames frames or rekeyBytes bytes, both
+// Before a key has sealed rekeyFrames messages or rekeyBytes bytes, both
 // sides replace it with the next one, derived by HKDF from the current
 // secret, as TLS 1.3's KeyUpdate does but without a message: sender and
-// receiver count the same frames and bytes, so they rekey at the same
-// frame. That keeps every key far inside AES-GCM's limits (2^24.5 full
+// receiver count the same messages and bytes, so they rekey at the same
+// one. That keeps every key far inside AES-GCM's limits (2^24.5 full
 // TLS records per key, RFC 8446 5.5) and the counter far from wrapping.
 
 // ErrOpen: a sealed frame that does not open: tampered, reordered,

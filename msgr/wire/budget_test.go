@@ -102,21 +102,31 @@ func TestBudgetCancel(t *testing.T) {
 }
 
 // TestStreamLinkChargesBeforeReading: a link with a budget charges a
-// MESSAGE frame's segments before reading them and stops reading while
-// the budget is spent; closing the link ends the wait.
+// MESSAGE frame's segments, or a SEALED frame's (secure mode: most often
+// a sealed MESSAGE), before reading them and stops reading while the
+// budget is spent; closing the link ends the wait.
 func TestStreamLinkChargesBeforeReading(t *testing.T) {
+	for _, tag := range []Tag{TagMessage, TagSealed} {
+		t.Run(tag.String(), func(t *testing.T) { testChargesBeforeReading(t, tag) })
+	}
+}
+
+func testChargesBeforeReading(t *testing.T, tag Tag) {
 	b := NewBudget(1000)
 	c1, c2 := net.Pipe()
 	defer c2.Close()
 	l := newStreamLink(c1, io.Discard, c1, 0, LinkOptions{Limits: testLimits, Budget: b})
+	// A front a SEALED frame in two parts may have: its smallest.
+	front := make([]byte, SealedOverhead)
 	msg := func(seq uint64, n int) []byte {
 		var out bytes.Buffer
 		w := newStreamLink(nil, &out, nil, 0, LinkOptions{Limits: testLimits})
-		if err := w.WriteFrames([]Frame{{Preamble: Preamble{Tag: TagMessage, Seq: seq}, Front: []byte("f"), Data: make([]byte, n)}}); err != nil {
+		if err := w.WriteFrames([]Frame{{Preamble: Preamble{Tag: tag, Seq: seq}, Front: front, Data: make([]byte, n)}}); err != nil {
 			t.Fatal(err)
 		}
 		return out.Bytes()
 	}
+	const charged = SealedOverhead + 700
 	go func() {
 		c2.Write(msg(1, 700))
 		c2.Write(msg(2, 700))
@@ -125,7 +135,7 @@ func TestStreamLinkChargesBeforeReading(t *testing.T) {
 	if err := l.ReadFrame(&f1); err != nil {
 		t.Fatal(err)
 	}
-	if f1.Charge.Bytes() != 701 || b.Stats().InFlight != 701 {
+	if f1.Charge.Bytes() != charged || b.Stats().InFlight != charged {
 		t.Fatalf("charge %d, budget %+v", f1.Charge.Bytes(), b.Stats())
 	}
 	read := make(chan error, 1)
@@ -133,7 +143,7 @@ func TestStreamLinkChargesBeforeReading(t *testing.T) {
 	go func() { read <- l.ReadFrame(&f2) }()
 	waitWaiting(t, b, 1)
 	f1.Release()
-	if err := <-read; err != nil || f2.Charge.Bytes() != 701 {
+	if err := <-read; err != nil || f2.Charge.Bytes() != charged {
 		t.Fatalf("second frame: %v, charge %d", err, f2.Charge.Bytes())
 	}
 	// Over the budget again; a close ends the wait and charges nothing.

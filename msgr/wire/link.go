@@ -15,8 +15,9 @@ type Frame struct {
 	// can recognise memory it registered and take its own reference
 	// instead of copying.
 	Buf *Buffer
-	// Charge, on a received MESSAGE frame, is what its segments hold of
-	// LinkOptions.Budget (zero if the link does not charge).
+	// Charge, on a received MESSAGE or SEALED frame, is what its
+	// segments hold of LinkOptions.Budget (zero if the link does not
+	// charge).
 	Charge Charge
 	// DataCRC is the CRC32C of Data when HasDataCRC is set. On a frame to
 	// write, the sender already knows it (the client computed it, the
@@ -62,10 +63,10 @@ type LinkOptions struct {
 	// and released when it closes. Nil admits everything.
 	Inbound *Inbound
 	// Budget bounds the bytes of received messages held over all the
-	// messenger's links. A link that honours it charges each MESSAGE
-	// frame's segments (Frame.Charge) before reading them, waiting while
-	// the budget is spent; the messenger charges frames from links that
-	// do not, once read. Nil: no bound.
+	// messenger's links. A link that honours it charges each MESSAGE or
+	// SEALED frame's segments (Frame.Charge) before reading them, waiting
+	// while the budget is spent; the messenger charges frames from links
+	// that do not, once read. Nil: no bound.
 	Budget *Budget
 }
 

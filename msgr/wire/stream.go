@@ -419,11 +419,14 @@ func (l *StreamLink) readBody(f *Frame, body int) (buf *Buffer, b []byte, err er
 	}
 }
 
-// charge brings a MESSAGE frame's charge of the budget up to upTo bytes of
-// its body, counted as its segments (the epilogue is not charged), waiting
-// while the budget is spent.
+// charge brings a MESSAGE or SEALED frame's charge of the budget up to
+// upTo bytes of its body, counted as its segments (the epilogue is not
+// charged), waiting while the budget is spent. A SEALED frame most often
+// seals a MESSAGE: charged here, before its payload is read, as a MESSAGE
+// in clear is, it holds the budget for the frame the secure link opens
+// from it.
 func (l *StreamLink) charge(f *Frame, upTo int) error {
-	if l.budget == nil || f.Tag != TagMessage || !f.HasSegments() {
+	if l.budget == nil || f.Tag != TagMessage && f.Tag != TagSealed || !f.HasSegments() {
 		return nil
 	}
 	want := min(int64(upTo), int64(f.FrontLen)+int64(f.DataLen))

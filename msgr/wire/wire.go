@@ -194,11 +194,14 @@ func (t Tag) Handshake() bool {
 // Sealed reports whether t carries a sealed frame (secure mode).
 func (t Tag) Sealed() bool { return t == TagSealed || t == TagSealedHandshake }
 
+// SealTagSize is what sealing adds to the bytes it seals: the AEAD tag
+// (16 bytes for GCM).
+const SealTagSize = 16
+
 // SealedOverhead is what a sealed frame's segment holds beyond the frame
-// it seals: that frame's preamble and the AEAD tag (16 bytes for GCM).
-// The sealed frame has no epilogue of its own inside: the tag
-// authenticates it.
-const SealedOverhead = PreambleSize + 16
+// it seals: that frame's preamble and the AEAD tag. The sealed frame has
+// no epilogue of its own inside: the tag authenticates it.
+const SealedOverhead = PreambleSize + SealTagSize
 
 // DataLimit is the largest data segment lim lets a frame of tag t carry:
 // MaxData, or for a SEALED frame the largest frame it may seal (front,
@@ -208,6 +211,17 @@ func (lim Limits) DataLimit(t Tag) uint64 {
 		return uint64(lim.MaxData) + uint64(lim.MaxFront) + SealedOverhead
 	}
 	return uint64(lim.MaxData)
+}
+
+// FrontLimit is the largest front segment lim lets a frame of tag t
+// carry: MaxFront, or for a SEALED frame in two parts (its front the
+// sealed front and preamble of the frame it carries) MaxFront and
+// SealedOverhead.
+func (lim Limits) FrontLimit(t Tag) uint64 {
+	if t == TagSealed {
+		return uint64(lim.MaxFront) + SealedOverhead
+	}
+	return uint64(lim.MaxFront)
 }
 
 // Parse decodes and validates a preamble. It checks the CRC, the tag, the
@@ -240,16 +254,23 @@ func (p *Preamble) Parse(b []byte, lim Limits) error {
 	if lim.HandshakeOnly && !p.Tag.Handshake() {
 		return &Error{Kind: ErrKindProtocol, Msg: fmt.Sprintf("%v frame before the handshake completed", p.Tag)}
 	}
-	if p.FrontLen > lim.MaxFront {
-		return &Error{Kind: ErrKindTooLarge, Msg: fmt.Sprintf("front segment of %d bytes exceeds the limit of %d", p.FrontLen, lim.MaxFront)}
+	if max := lim.FrontLimit(p.Tag); uint64(p.FrontLen) > max {
+		return &Error{Kind: ErrKindTooLarge, Msg: fmt.Sprintf("front segment of %d bytes exceeds the limit of %d", p.FrontLen, max)}
 	}
 	if max := lim.DataLimit(p.Tag); uint64(p.DataLen) > max {
 		return &Error{Kind: ErrKindTooLarge, Msg: fmt.Sprintf("data segment of %d bytes exceeds the limit of %d", p.DataLen, max)}
 	}
 	switch p.Tag {
 	case TagMessage:
-	case TagSealed: // the sealed frame is the data segment (or its rendezvous descriptor)
-		if p.FrontLen != 0 || p.DataLen < SealedOverhead && p.Flags&FlagRendezvous == 0 {
+	case TagSealed:
+		// One part: the sealed frame is the data segment (or its
+		// rendezvous descriptor), no front. Two parts: the front is the
+		// sealed front and preamble, the data segment the sealed data.
+		minData := uint32(SealedOverhead)
+		if p.FrontLen != 0 {
+			minData = SealTagSize
+		}
+		if p.FrontLen != 0 && p.FrontLen < SealedOverhead || p.DataLen < minData && p.Flags&FlagRendezvous == 0 {
 			return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("%v frame with a %d-byte front and %d-byte data segment", p.Tag, p.FrontLen, p.DataLen)}
 		}
 	case TagSealedHandshake: // the sealed frame is the front

@@ -379,8 +379,10 @@ func TestErrorIs(t *testing.T) {
 }
 
 // TestSealedFrameShapes: a SEALED frame may carry a sealed frame of the
-// largest front and data the limits allow, no more, and only as its data
-// segment; a SEALED_HANDSHAKE frame only as its front.
+// largest front and data the limits allow, no more, as its data segment
+// (one part) or as a front of at least a sealed preamble and a data
+// segment of at least a tag (two parts); a SEALED_HANDSHAKE frame only as
+// its front.
 func TestSealedFrameShapes(t *testing.T) {
 	lim := Limits{MaxFront: 100, MaxData: 1000}
 	for _, tc := range []struct {
@@ -392,6 +394,13 @@ func TestSealedFrameShapes(t *testing.T) {
 		{Preamble{Tag: TagSealed, DataLen: SealedOverhead - 1}, ErrKindMalformed},
 		{Preamble{Tag: TagSealed, Flags: FlagRendezvous, DataLen: 20}, 0},
 		{Preamble{Tag: TagSealed, FrontLen: 1, DataLen: SealedOverhead}, ErrKindMalformed},
+		{Preamble{Tag: TagSealed, FrontLen: SealedOverhead - 1, DataLen: SealedOverhead}, ErrKindMalformed},
+		{Preamble{Tag: TagSealed, FrontLen: SealedOverhead, DataLen: SealTagSize}, 0},
+		{Preamble{Tag: TagSealed, FrontLen: SealedOverhead, DataLen: SealTagSize - 1}, ErrKindMalformed},
+		{Preamble{Tag: TagSealed, FrontLen: SealedOverhead, Flags: FlagRendezvous, DataLen: 20}, 0},
+		{Preamble{Tag: TagSealed, FrontLen: 100 + SealedOverhead, DataLen: 1000 + SealTagSize}, 0},
+		{Preamble{Tag: TagSealed, FrontLen: 100 + SealedOverhead + 1, DataLen: 1000 + SealTagSize}, ErrKindTooLarge},
+		{Preamble{Tag: TagMessage, FrontLen: 101}, ErrKindTooLarge},
 		{Preamble{Tag: TagSealedHandshake, FrontLen: SealedOverhead}, 0},
 		{Preamble{Tag: TagSealedHandshake, FrontLen: SealedOverhead, DataLen: 1}, ErrKindMalformed},
 		{Preamble{Tag: TagSealedHandshake, FrontLen: 10}, ErrKindMalformed},
