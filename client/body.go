@@ -100,15 +100,35 @@ func (c *Client) payloadBuffer(ctx context.Context, tg target, n int) *wire.Buff
 	if n == 0 {
 		return nil
 	}
+	b, _ := c.payloadFor(ctx, tg, n)
+	return b
+}
+
+// payloadFor is payloadBuffer that also returns where the op goes under
+// the current map (nil when the primary could not be reached), for the
+// op's first attempt (target.via): a small put would otherwise route and
+// connect twice, which costs it several allocations.
+func (c *Client) payloadFor(ctx context.Context, tg target, n int) (*wire.Buffer, *routed) {
 	mp := c.Map()
 	pool, pg := c.route(mp, tg)
-	if conn, err := c.primaryConn(ctx, mp, pool.Id, pg); err == nil {
+	conn, err := c.primaryConn(ctx, mp, pool.Id, pg)
+	if err != nil {
+		conn = nil
+	}
+	var via *routed
+	if conn != nil {
+		via = &routed{mp: mp, pool: pool, pg: pg, conn: conn}
+	}
+	if n == 0 {
+		return nil, via
+	}
+	if conn != nil {
 		if b, err := conn.AllocPayload(n); err == nil {
-			return b
+			return b, via
 		}
 	}
 	// The op will fail or go elsewhere; a buffer of any link will do.
-	return wire.GetBuffer(n)
+	return wire.GetBuffer(n), via
 }
 
 // readBody reads up to len(buf.B) bytes of r into buf (which the body then

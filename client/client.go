@@ -441,6 +441,16 @@ type target struct {
 	meta        bool   // a bucket op: the meta PG
 	pg          uint32 // with hasPG: this PG (listings)
 	hasPG       bool
+	via         *routed // the first attempt's route, if already found
+}
+
+// routed is where an op goes under map mp: its pool, PG, and the session
+// with the PG's primary.
+type routed struct {
+	mp   *Map
+	pool *osdpb.Pool
+	pg   uint32
+	conn *msgr.Conn
 }
 
 // reply is any reply message: its header is field 1.
@@ -467,9 +477,18 @@ func (c *Client) do(ctx context.Context, t osdpb.MsgType, tg target, build func(
 	digestRetries := 0
 	for attempt := 0; ; attempt++ {
 		mp := c.Map()
-		pool, pg := c.route(mp, tg)
+		var (
+			pool *osdpb.Pool
+			pg   uint32
+			conn *msgr.Conn
+		)
+		if v := tg.via; attempt == 0 && v != nil && v.mp == mp {
+			pool, pg, conn = v.pool, v.pg, v.conn
+		} else {
+			pool, pg = c.route(mp, tg)
+		}
 		hdr := &osdpb.Header{Epoch: mp.Epoch(), Req: req, Pool: pool.Id, Pg: pg, Attempt: uint32(attempt)}
-		msg, err := c.attempt(ctx, mp, pool.Id, pg, t, build(hdr), payload, rep, keep)
+		msg, err := c.attempt(ctx, mp, pool.Id, pg, conn, t, build(hdr), payload, rep, keep)
 		if err == nil {
 			err = ops.FromReply(rep.GetHeader())
 			if h := rep.GetHeader(); h != nil {
@@ -543,11 +562,14 @@ func (c *Client) primaryConn(ctx context.Context, mp *placement.Map, pool, pg ui
 	return c.m.Connect(ctx, addr, msgr.EntityName(ops.OSDName(primary)))
 }
 
-// attempt sends one op to the primary of (pool, pg) and waits for its reply.
-func (c *Client) attempt(ctx context.Context, mp *placement.Map, pool, pg uint32, t osdpb.MsgType, front proto.Message, payload *wire.Buffer, rep reply, keep bool) (*msgr.Message, error) {
-	conn, err := c.primaryConn(ctx, mp, pool, pg)
-	if err != nil {
-		return nil, err
+// attempt sends one op to the primary of (pool, pg) (on conn when the
+// caller has its session already) and waits for its reply.
+func (c *Client) attempt(ctx context.Context, mp *placement.Map, pool, pg uint32, conn *msgr.Conn, t osdpb.MsgType, front proto.Message, payload *wire.Buffer, rep reply, keep bool) (*msgr.Message, error) {
+	if conn == nil {
+		var err error
+		if conn, err = c.primaryConn(ctx, mp, pool, pg); err != nil {
+			return nil, err
+		}
 	}
 	return c.roundTrip(ctx, conn, t, front, payload, rep, keep)
 }
@@ -627,8 +649,18 @@ func connName(conn *msgr.Conn) string {
 	return conn.Addr()
 }
 
-// dispatcher hands replies to their waiting calls.
+// dispatcher hands replies to their waiting calls. Its Dispatch only
+// takes a lock, looks the call up and sends on the call's buffered channel,
+// which never blocks (a call gets one reply: Dispatch removes it from
+// pending first), so it runs on the link's reader (msgr.FastDispatcher):
+// a reply that went through the Conn's queue started a goroutine to
+// deliver it, one goroutine start and wakeup per op that a small op's
+// client CPU was mostly made of. Events still go through the queue.
 type dispatcher struct{ c *Client }
+
+// CanFastDispatch: every message the client gets is a reply (see
+// dispatcher).
+func (dispatcher) CanFastDispatch(uint16) bool { return true }
 
 func (d dispatcher) Dispatch(m *msgr.Message) {
 	c := d.c

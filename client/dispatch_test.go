@@ -36,3 +36,19 @@ func TestDispatchByTid(t *testing.T) {
 		m.Release()
 	}
 }
+
+// TestDispatchOnReader: replies are handed over on the link's reader
+// (msgr.FastDispatcher), not through a goroutine the Conn's queue starts
+// per burst; every message type the client gets is a reply.
+func TestDispatchOnReader(t *testing.T) {
+	var d msgr.Dispatcher = dispatcher{}
+	fd, ok := d.(msgr.FastDispatcher)
+	if !ok {
+		t.Fatal("the client's dispatcher is not a msgr.FastDispatcher: each reply starts a goroutine")
+	}
+	for _, typ := range []uint16{0, 1, 2, 100, 0xffff} {
+		if !fd.CanFastDispatch(typ) {
+			t.Errorf("message type %d goes through the Conn's queue", typ)
+		}
+	}
+}

@@ -198,13 +198,14 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 		first = int(size)
 	}
 	tg := target{bucket: bucket, key: key}
-	bd, err := c.readBody(r, c.payloadBuffer(ctx, tg, first))
+	buf, via := c.payloadFor(ctx, tg, first)
+	bd, err := c.readBody(r, buf)
 	if size >= 0 && size <= opts.PartSize {
 		if err != nil {
 			bd.release()
 			return ObjectInfo{}, fmt.Errorf("client: reading %d bytes of %s/%s: %w", size, bucket, key, err)
 		}
-		return c.putSingle(ctx, bucket, key, bd, opts)
+		return c.putSingle(ctx, bucket, key, bd, via, opts)
 	}
 	var more [1]byte
 	k := 0
@@ -225,7 +226,7 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 			bd.release()
 			return ObjectInfo{}, fmt.Errorf("client: %s/%s: read %d bytes, expected %d", bucket, key, bd.n, size)
 		}
-		return c.putSingle(ctx, bucket, key, bd, opts)
+		return c.putSingle(ctx, bucket, key, bd, via, opts)
 	}
 	rest := io.MultiReader(bytes.NewReader(more[:]), r)
 	if wholeETag {
@@ -234,13 +235,14 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 	return c.putMultipart(ctx, bucket, key, bd, rest, size, opts)
 }
 
-// putSingle puts bd (and releases it) as bucket/key in one op.
-func (c *Client) putSingle(ctx context.Context, bucket, key string, bd body, opts PutOptions) (ObjectInfo, error) {
+// putSingle puts bd (and releases it) as bucket/key in one op, first
+// through via when its map is still the current one.
+func (c *Client) putSingle(ctx context.Context, bucket, key string, bd body, via *routed, opts PutOptions) (ObjectInfo, error) {
 	defer bd.release()
 	meta := &osdpb.ObjectMeta{Size: uint64(bd.n), Crc32C: bd.crc,
 		ContentType: opts.ContentType, UserMeta: opts.UserMetadata, Etag: bd.etag()}
 	var rep osdpb.ObjectReply
-	_, err := c.do(ctx, osdpb.MsgType_MSG_PUT_OBJECT, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
+	_, err := c.do(ctx, osdpb.MsgType_MSG_PUT_OBJECT, target{bucket: bucket, key: key, via: via}, func(h *osdpb.Header) proto.Message {
 		return &osdpb.PutObject{Header: h, Bucket: bucket, Key: key, Meta: meta}
 	}, bd.buf, &rep, false)
 	if err != nil {

@@ -329,16 +329,25 @@ func newcomerMaps(t *testing.T, c *osdtest.Cluster, newcomer uint32) (without, w
 	return without, with
 }
 
+// newcomer is the OSD that newcomerCluster's second map brings in.
+const newcomer = 3
+
+// newcomerCluster starts four OSDs under a map without the newcomer and
+// returns it and the next map, which has it in.
+func newcomerCluster(t *testing.T) (c *osdtest.Cluster, ctx context.Context, pool *osdpb.Pool, without, with *placement.Map) {
+	c = osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 16})
+	ctx = ctxT(t, 2*time.Minute)
+	pool, _ = c.Map.PoolByName(placement.DefaultPoolName)
+	without, with = newcomerMaps(t, c, newcomer)
+	return c, ctx, pool, without, with
+}
+
 // TestMapChangeNewPrimaryCatchesUp brings an OSD into the cluster with a
 // new map epoch: straw2 makes it the primary of some PGs whose objects it
 // does not hold. It must recover each such PG from the old members before
 // it serves it, and every object must read back.
 func TestMapChangeNewPrimaryCatchesUp(t *testing.T) {
-	c := osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 16})
-	ctx := ctxT(t, 2*time.Minute)
-	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
-	const newcomer = 3
-	without, with := newcomerMaps(t, c, newcomer)
+	c, ctx, pool, without, with := newcomerCluster(t)
 	var led []uint32
 	for pg := range pool.PgCount {
 		if p, _ := with.Primary(pool.Id, pg); p == newcomer {
@@ -396,6 +405,48 @@ func TestMapChangeNewPrimaryCatchesUp(t *testing.T) {
 	}
 	if _, err := osdtest.Put(ctx, cl, "moving", "after", []byte("new map"), client.PutOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPutFollowsNewPrimary: a client that has not seen the map that gave a
+// PG a new primary sends its put to the old one; that attempt is refused
+// (the op's payload buffer was taken from the old primary's session), and
+// the retry goes to the new primary under the map the client learns from
+// the refusal, not again down the first attempt's session.
+func TestPutFollowsNewPrimary(t *testing.T) {
+	c, ctx, pool, without, with := newcomerCluster(t)
+	cl := c.Client(t, func(o *client.Options) { o.RetryFor = 20 * time.Second })
+	if err := cl.MakeBucket(ctx, "moving"); err != nil {
+		t.Fatal(err)
+	}
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("obj%d", i)
+		if p, _ := with.Primary(pool.Id, placement.PGOf(pool, "moving", k)); p == newcomer {
+			key = k
+		}
+		if i > 10000 {
+			t.Skip("the newcomer leads no PG in this placement")
+		}
+	}
+	for _, o := range c.OSDs {
+		if err := o.AdoptMap(with); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cl.Map().Epoch() != without.Epoch() {
+		t.Fatalf("client at epoch %d, want %d", cl.Map().Epoch(), without.Epoch())
+	}
+	data := []byte("after the map changed")
+	osdtest.Eventually(t, 30*time.Second, "put "+key+" under the new map", func() bool {
+		_, err := osdtest.Put(ctx, cl, "moving", key, data, client.PutOptions{})
+		if err != nil && !errors.Is(err, client.ErrServiceUnavailable) {
+			t.Fatalf("%s: %v", key, err)
+		}
+		return err == nil
+	})
+	if _, got, err := c.OSDs[newcomer].Store().ReadRange(ctx, "moving", key, 0, -1, nil); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the new primary osd.%d: %s is %q, %v", newcomer, key, got, err)
 	}
 }
 

@@ -367,15 +367,16 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		done(nil, err)
 		return
 	}
-	oldParts := o.replacedParts(e)
 	// The replicas are sent the entry first and apply it while we do, as
 	// Ceph's primary does: a write waits for the slowest of the synced
 	// commits, not for ours and then theirs. Whoever finishes last of the
-	// two answers.
+	// two answers. oldParts is set before our finish, whose lock hands it
+	// to the replicas' finish when that one comes last.
 	var (
-		mu      sync.Mutex
-		pending = 2
-		first   error
+		mu       sync.Mutex
+		pending  = 2
+		first    error
+		oldParts []*osdpb.PartRef
 	)
 	finish := func(err error) {
 		mu.Lock()
@@ -409,6 +410,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		return
 	}
 	o.setLast(p, e.Version)
+	oldParts = replacedParts(e, ck.Replaced())
 	finish(nil)
 	if e.Version.Seq%o.trimEvery == 0 {
 		if err := o.st.TrimLog(o.ctx, sid); err != nil {
@@ -417,23 +419,20 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 	}
 }
 
-// replacedParts returns the parts of the multipart object that e is about
-// to overwrite or delete: they are garbage once e is applied. In the
-// multipart bucket, only a part uploaded again replaces anything: the
-// pieces of the part before that the new one does not name (a record of
-// pieces deleted at completion gives its pieces to the object).
-func (o *OSD) replacedParts(e *osdpb.LogEntry) []*osdpb.PartRef {
-	if e.Kind != osdpb.OpKind_OP_PUT && e.Kind != osdpb.OpKind_OP_DELETE {
+// replacedParts returns the parts of the multipart object (old, whose head
+// the apply of e replaced: store.Checked.Replaced) that e overwrote or
+// deleted: they are garbage now. In the multipart bucket, only a part
+// uploaded again replaces anything: the pieces of the part before that the
+// new one does not name (a record of pieces deleted at completion gives
+// its pieces to the object).
+func replacedParts(e *osdpb.LogEntry, old *osdpb.ObjectMeta) []*osdpb.PartRef {
+	if old == nil || e.Kind != osdpb.OpKind_OP_PUT && e.Kind != osdpb.OpKind_OP_DELETE {
 		return nil
 	}
 	if e.Bucket == ops.MultipartBucket {
 		if _, _, ok := ops.ParsePartKey(e.Key); !ok || e.Kind != osdpb.OpKind_OP_PUT {
 			return nil
 		}
-	}
-	old, err := o.st.Head(o.ctx, e.Bucket, e.Key)
-	if err != nil {
-		return nil
 	}
 	return garbageParts(old.GetParts(), e.GetMeta().GetParts())
 }

@@ -49,12 +49,26 @@ func (s *Store) Apply(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []
 }
 
 // Checked is an entry and body that passed Check: Apply need not read the
-// body again for its CRC32C.
+// body again for its CRC32C. ApplyChecked records in it the object it
+// replaced (Replaced).
 type Checked struct {
-	e      *osdpb.LogEntry
-	body   []byte
-	crcs   []uint32 // a data file's chunk CRC32Cs
-	inFile bool
+	e        *osdpb.LogEntry
+	body     []byte
+	crcs     []uint32 // a data file's chunk CRC32Cs
+	inFile   bool
+	replaced *osdpb.ObjectMeta
+}
+
+// Replaced is the meta of the object that the put or delete replaced or
+// removed, once ApplyChecked applied it; nil when there was none (or its
+// head was corrupt). The apply reads the old head anyway, to drop its
+// bytes; the OSD takes a multipart object's parts from here rather than
+// reading the head a second time.
+func (ck *Checked) Replaced() *osdpb.ObjectMeta {
+	if ck == nil {
+		return nil
+	}
+	return ck.replaced
 }
 
 // CheckOptions are what a caller of Check may hand in.
@@ -102,10 +116,18 @@ func (s *Store) Check(ctx context.Context, e *osdpb.LogEntry, body []byte, opts 
 		}
 	}
 	// Bucket records change only on the meta PG's shard, where its writes
-	// are applied in order; object writes are checked again at apply.
-	var exists bool
-	if err := s.withView(func(v *view) (err error) { exists, err = s.bucketExists(v, e.Bucket); return err }); err != nil {
-		return nil, err
+	// are applied in order; object writes are checked again at apply. A
+	// bucket an object commit found is known (knownBuckets, which a bucket
+	// delete clears) and costs no read; Check only reads the cache, since
+	// what it read without bucketMu could be a record being deleted.
+	exists := false
+	if e.Kind == osdpb.OpKind_OP_PUT || e.Kind == osdpb.OpKind_OP_DELETE {
+		_, exists = s.knownBuckets.Load(e.Bucket)
+	}
+	if !exists {
+		if err := s.withView(func(v *view) (err error) { exists, err = s.bucketExists(v, e.Bucket); return err }); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case e.Kind == osdpb.OpKind_OP_CREATE_BUCKET && exists:
@@ -195,7 +217,7 @@ func (s *Store) applyKind(ctx context.Context, pg uint32, e *osdpb.LogEntry, bod
 		if len(body) != 0 {
 			return fmt.Errorf("store: delete %q/%q: %w: body on a delete", e.Bucket, e.Key, ErrInvalidArgument)
 		}
-		return s.deleteObject(ctx, pg, e.Bucket, e.Key, record != nil, record)
+		return s.deleteObject(ctx, pg, e.Bucket, e.Key, record != nil, ck, record)
 	case osdpb.OpKind_OP_CREATE_BUCKET:
 		// A bucket record is metadata, which the reserve is for; the OSD
 		// refuses clients' new buckets by its full ratios.
@@ -236,7 +258,7 @@ func (s *Store) RemoveObject(ctx context.Context, pg uint32, bucket, key string)
 	defer s.leave()
 	st := s.lockPG(pg)
 	defer st.mu.Unlock()
-	return s.deleteObject(ctx, pg, bucket, key, false, nil)
+	return s.deleteObject(ctx, pg, bucket, key, false, nil, nil)
 }
 
 func objErr(op, bucket, key string, err error) error {
@@ -361,7 +383,7 @@ func (s *Store) putObject(ctx context.Context, pg uint32, e *osdpb.LogEntry, bod
 			}
 		}
 	}
-	committed, err := s.commitObject(ctx, pg, bucket, key, h, inline, pending, record)
+	committed, err := s.commitObject(ctx, pg, bucket, key, h, inline, pending, ck, record)
 	if err != nil {
 		if pending && !committed {
 			if h.inFile {
@@ -537,7 +559,7 @@ func (s *Store) oldHead(v getter, bucket, key string) (old *head, present bool, 
 // commitObject commits a put's head batch under bucketMu (shared). It
 // reports whether the commit was attempted: after a failed commit the
 // pending record must stay, since Pebble may have applied the batch.
-func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string, h *head, inline []byte, pending bool, record recordFn) (attempted bool, err error) {
+func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string, h *head, inline []byte, pending bool, ck *Checked, record recordFn) (attempted bool, err error) {
 	s.bucketMu.RLock()
 	defer s.bucketMu.RUnlock()
 	// Point reads of the latest state: bucketMu keeps the bucket record and
@@ -613,12 +635,20 @@ func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string,
 		return true, fmt.Errorf("commit: %w", err)
 	}
 	s.killDataFiles(fileOf(old)...)
+	ck.noteReplaced(old)
 	return true, nil
+}
+
+// noteReplaced records the head an apply replaced or removed (Replaced).
+func (ck *Checked) noteReplaced(old *head) {
+	if ck != nil && old != nil {
+		ck.replaced = old.meta
+	}
 }
 
 // deleteObject removes an object. requireBucket: Apply answers
 // ErrNoSuchBucket for a missing bucket (S3); backfill removals do not care.
-func (s *Store) deleteObject(ctx context.Context, pg uint32, bucket, key string, requireBucket bool, record recordFn) error {
+func (s *Store) deleteObject(ctx context.Context, pg uint32, bucket, key string, requireBucket bool, ck *Checked, record recordFn) error {
 	if err := checkName(bucket, key, true); err != nil {
 		return objErr("delete", bucket, key, err)
 	}
@@ -685,6 +715,7 @@ func (s *Store) deleteObject(ctx context.Context, pg uint32, bucket, key string,
 		return objErr("delete", bucket, key, err)
 	}
 	s.killDataFiles(fileOf(old)...)
+	ck.noteReplaced(old)
 	s.counters.deletes.Add(1)
 	return nil
 }

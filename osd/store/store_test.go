@@ -588,6 +588,63 @@ func TestCheck(t *testing.T) {
 	e.mustRead("b", "k", body)
 }
 
+// TestCheckedReplaced: ApplyChecked records the object a put replaced or
+// a delete removed (the OSD drops a multipart object's parts from it
+// instead of reading the head again); nothing for a new key or a delete of
+// a missing one.
+func TestCheckedReplaced(t *testing.T) {
+	e := newEnv(t, store.Options{})
+	e.createBucket(1, "b")
+	apply := func(le *osdpb.LogEntry, body []byte) *osdpb.ObjectMeta {
+		t.Helper()
+		ck, err := e.s.Check(e.ctx, le, body, store.CheckOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.s.ApplyChecked(e.ctx, 1, le, body, ck); err != nil {
+			t.Fatal(err)
+		}
+		return ck.Replaced()
+	}
+	first := putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "b", "k"), []byte("one"))
+	first.Meta.Parts = nil
+	if old := apply(first, []byte("one")); old != nil {
+		t.Fatalf("a put of a new key replaced %v", old)
+	}
+	second := putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "b", "k"), []byte("second"))
+	second.Meta.Etag = "second"
+	if old := apply(second, []byte("second")); old.GetSize() != 3 || old.GetEtag() != "etag" {
+		t.Fatalf("an overwrite replaced %v, want the first put's meta", old)
+	}
+	if old := apply(e.entry(1, osdpb.OpKind_OP_DELETE, "b", "k"), nil); old.GetSize() != 6 || old.GetEtag() != "second" {
+		t.Fatalf("a delete removed %v, want the second put's meta", old)
+	}
+	if old := apply(e.entry(1, osdpb.OpKind_OP_DELETE, "b", "k"), nil); old != nil {
+		t.Fatalf("a delete of a missing key removed %v", old)
+	}
+}
+
+// TestCheckSeesBucketDeleted: Check answers from the cache of buckets
+// object commits found, so that cache must lose a bucket when it is
+// deleted: a put to it is then refused by Check, before any replica could
+// get it.
+func TestCheckSeesBucketDeleted(t *testing.T) {
+	e := newEnv(t, store.Options{})
+	e.createBucket(1, "b")
+	e.put(2, "b", "k", []byte("x"))
+	e.del(2, "b", "k")
+	e.mustApply(1, e.entry(1, osdpb.OpKind_OP_DELETE_BUCKET, "b", ""), nil)
+	body := []byte("y")
+	_, err := e.s.Check(e.ctx, putEntry(e.entry(2, osdpb.OpKind_OP_PUT, "b", "k"), body), body, store.CheckOptions{})
+	wantErr(t, err, store.ErrNoSuchBucket)
+	_, err = e.s.Check(e.ctx, e.entry(2, osdpb.OpKind_OP_DELETE, "b", "k"), nil, store.CheckOptions{})
+	wantErr(t, err, store.ErrNoSuchBucket)
+	e.createBucket(1, "b")
+	if _, err := e.s.Check(e.ctx, putEntry(e.entry(2, osdpb.OpKind_OP_PUT, "b", "k"), body), body, store.CheckOptions{}); err != nil {
+		t.Fatalf("a put to the bucket made again: %v", err)
+	}
+}
+
 // TestCheckTakesTheCallersSpace: a put's room check measures the disk
 // (one statfs) unless the caller hands in what it measured just before
 // (CheckOptions.Space), which it then judges by: a measure that leaves no
