@@ -17,6 +17,7 @@ import (
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
+	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/spf13/cobra"
 )
@@ -30,6 +31,7 @@ func newOSDCmd() *cobra.Command {
 		memMiB     uint64
 		stopWithin time.Duration
 		keyring    string
+		memBudget  rdmaMemBudget
 	)
 	var metricsAddr string
 	cmd := &cobra.Command{
@@ -97,6 +99,17 @@ gracefully.`,
 					return err
 				}
 			}
+			if cmd.Flags().Changed("rdma-mem-budget") {
+				// The OSD closes only the transports it made itself:
+				// these close after it has stopped (defers run after the
+				// return's Close).
+				ts, err := osdTransports(memBudget)
+				if err != nil {
+					return err
+				}
+				defer ts.Close()
+				cfg.Transports = ts
+			}
 			o, err := startOSD(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -149,6 +162,7 @@ gracefully.`,
 	f.StringVar(&cfg.ClusterListen, "cluster", "", "listen address for OSDs (default: the map's)")
 	f.Int64Var(&cacheMiB, "cache-mib", 256, "Pebble block cache, MiB")
 	f.Int64Var(&readMiB, "read-cache-mib", 512, "cache of checked whole objects that gets are sent from without a read or copy, MiB; negative: off")
+	f.Var(&memBudget, "rdma-mem-budget", rdmaMemBudgetUsage)
 	f.Uint64Var(&memMiB, "memtable-mib", 0, "Pebble memtable size, MiB (0: 64, or 1/256 of a smaller data disk)")
 	f.Float64Var(&cfg.FailsafeFullRatio, "failsafe-full-ratio", 0.97, "fraction of the data disk in use over which the OSD takes no write but deletes, even a replica's (Ceph's osd_failsafe_full_ratio)")
 	f.DurationVar(&cfg.RepTimeout, "rep-timeout", 10*time.Second, "how long a write waits for its replicas before failing (retriable)")
@@ -162,6 +176,41 @@ gracefully.`,
 
 // startOSD is osd.Start; tests see the configuration the flags made.
 var startOSD = osd.Start
+
+// osdTransports are the build's transports as the environment tunes them
+// (transports.ConfigFromEnv), with --rdma-mem-budget over
+// OSPREY_RDMA_MEM_BUDGET.
+func osdTransports(memBudget rdmaMemBudget) (transports.Set, error) {
+	tcfg, err := transports.ConfigFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	tcfg.RDMAMemBudget = int64(memBudget)
+	return transports.New(tcfg)
+}
+
+// rdmaMemBudget is --rdma-mem-budget: bytes with or without a unit, read
+// and checked by transports.ParseRDMAMemBudget as OSPREY_RDMA_MEM_BUDGET
+// is.
+type rdmaMemBudget int64
+
+func (b *rdmaMemBudget) Type() string { return "bytes" }
+func (b *rdmaMemBudget) String() string {
+	if *b == 0 {
+		return "0" // the transport's default; pflag shows no default for "0"
+	}
+	return humanize.IBytes(uint64(*b))
+}
+func (b *rdmaMemBudget) Set(s string) error {
+	n, err := transports.ParseRDMAMemBudget(s)
+	if err != nil {
+		return err
+	}
+	*b = rdmaMemBudget(n)
+	return nil
+}
+
+const rdmaMemBudgetUsage = "registered memory each RDMA domain (NIC port) may hold, e.g. 4GiB: half of it may hold the read cache, the rest is for links; 0: 1 GiB (env OSPREY_RDMA_MEM_BUDGET; see docs/operations.md)"
 
 // byteSize is a flag of bytes written with units ("64MiB", "1.5GB", "0"),
 // parsed by go-humanize, the parser etcd and many Go CLIs already use.

@@ -254,6 +254,47 @@ func TestDaemonMetrics(t *testing.T) {
 		})
 	})
 
+	t.Run("read cache", func(t *testing.T) {
+		// "obj" (1 MiB, in a data file) has not been read: its first get
+		// misses and loads it into the primary's cache, the second hits.
+		const size = 1 << 20
+		get := func() {
+			t.Helper()
+			got, _, err := osdtest.Get(ctx, cl, "metrics", "obj", client.GetOptions{})
+			if err != nil || len(got) != size {
+				t.Fatalf("get: %d bytes, %v", len(got), err)
+			}
+		}
+		var hits, misses, objects, held float64
+		read := func() {
+			hits, misses = osdSum("osprey_osd_read_cache_hits_total"), osdSum("osprey_osd_read_cache_misses_total")
+			objects, held = osdSum("osprey_osd_read_cache_objects"), osdSum("osprey_osd_read_cache_bytes")
+		}
+		read()
+		hits0, misses0 := hits, misses
+		if objects != 0 || held != 0 {
+			t.Fatalf("the read caches hold %v objects in %v bytes before any get", objects, held)
+		}
+		describe := func() string {
+			return fmt.Sprintf("read cache hits %v -> %v, misses %v -> %v, %v objects in %v bytes", hits0, hits, misses0, misses, objects, held)
+		}
+		get()
+		msgrtest.EventuallyDescribed(t, 10*time.Second, describe, func() bool {
+			read()
+			return misses >= misses0+1 && objects == 1 && held >= size
+		})
+		get()
+		msgrtest.EventuallyDescribed(t, 10*time.Second, describe, func() bool {
+			read()
+			return hits >= hits0+1
+		})
+		// Over TCP the cache is in the store's own memory: no allocator
+		// to fail.
+		if n := osdSum("osprey_osd_read_cache_alloc_failures_total"); n != 0 {
+			t.Errorf("%v read cache allocation failures over TCP", n)
+		}
+	})
+
 	t.Run("gateway", func(t *testing.T) {
 		gw := startGateway(t, cl, logger)
 		body := []byte("hello, prometheus")
@@ -398,15 +439,7 @@ func checkDocs(t *testing.T, tool string, exposed map[string]bool) {
 	if queries < 10 {
 		t.Errorf("the dashboard has %d queries", queries)
 	}
-	doc, err := os.ReadFile("../../docs/operations.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name := range exposed {
-		if strings.HasPrefix(name, "osprey_") && !bytes.Contains(doc, []byte(name)) {
-			t.Errorf("docs/operations.md does not describe %s", name)
-		}
-	}
+	doc := checkDocumented(t, exposed)
 	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllSubmatch(doc, -1)
 	if len(blocks) != 2 {
 		t.Fatalf("docs/operations.md has %d yaml blocks, want the scrape configuration and the alerting rules", len(blocks))
@@ -420,4 +453,20 @@ func checkDocs(t *testing.T, tool string, exposed map[string]bool) {
 			t.Errorf("promtool check %s on docs/operations.md's block: %v\n%s", check, err, out)
 		}
 	}
+}
+
+// checkDocumented: docs/operations.md names every osprey_ family in
+// exposed; it returns the page.
+func checkDocumented(t *testing.T, exposed map[string]bool) []byte {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range exposed {
+		if strings.HasPrefix(name, "osprey_") && !bytes.Contains(doc, []byte(name)) {
+			t.Errorf("docs/operations.md does not describe %s", name)
+		}
+	}
+	return doc
 }

@@ -24,6 +24,14 @@ var (
 	osdRead       = newDesc("osprey_osd_store_read_bytes_total", "Object bytes the store read.")
 	osdCorrupt    = newDesc("osprey_osd_store_corruptions_total", "Corrupt records, chunks or data files the store detected.")
 
+	// The read cache of checked whole objects (store.ReadCacheStats).
+	readCacheBytes   = newDesc("osprey_osd_read_cache_bytes", "Memory the read cache holds, in its objects' allocations (against --read-cache-mib).")
+	readCacheObjects = newDesc("osprey_osd_read_cache_objects", "Whole objects in the read cache.")
+	readCacheHits    = newDesc("osprey_osd_read_cache_hits_total", "Gets of objects in data files served from the read cache.")
+	readCacheMisses  = newDesc("osprey_osd_read_cache_misses_total", "Gets of objects in data files the read cache did not hold (read from disk, then cached).")
+	readCacheNoReg   = newDesc("osprey_osd_read_cache_alloc_failures_total",
+		"Objects the read cache kept in ordinary memory because registered memory could not be had (RDMA: the lent half of the budget spent, or registration failed); gets of them copy.")
+
 	pebbleCompactions = newDesc("osprey_pebble_compactions_total", "Pebble compactions.")
 	pebbleFlushes     = newDesc("osprey_pebble_flushes_total", "Pebble memtable flushes.")
 	pebbleWALWritten  = newDesc("osprey_pebble_wal_written_bytes_total", "Bytes Pebble wrote to its write-ahead log.")
@@ -43,6 +51,7 @@ func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		osdOpDuration, osdInFlight, osdPGs, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
 		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt,
+		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheNoReg,
 		pebbleCompactions, pebbleFlushes, pebbleWALWritten, pebbleWAL, pebbleReadAmp, pebbleL0Files, pebbleDebt,
 		pebbleMemTable, pebbleCache, pebbleCacheHits, pebbleCacheMisses,
 	} {
@@ -86,6 +95,12 @@ func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, osdWritten, s.WrittenBytes)
 	counter(ch, osdRead, s.ReadBytes)
 	counter(ch, osdCorrupt, s.Corruptions)
+	rc := c.o.Store().ReadCacheStats()
+	gauge(ch, readCacheBytes, float64(rc.Bytes))
+	gauge(ch, readCacheObjects, float64(rc.Extents))
+	counter(ch, readCacheHits, rc.Hits)
+	counter(ch, readCacheMisses, rc.Misses)
+	counter(ch, readCacheNoReg, rc.AllocFailures)
 	counter(ch, pebbleCompactions, s.Compactions)
 	counter(ch, pebbleFlushes, s.Flushes)
 	counter(ch, pebbleWALWritten, s.WALBytesWritten)

@@ -4,9 +4,10 @@
 // Every daemon gets a registry of its own, never the global one, so that
 // several daemons in one process (tests, `osprey up`) do not collide. The
 // collectors read the daemons' own counters when scraped (msgr.Messenger's
-// TransportStats, the OSD's Stats, the RDMA transport's Stats): nothing
-// here runs on a message's path, which must stay allocation-free, and the
-// only per-request work is the gateway's, once a request has ended.
+// TransportStats, the OSD's Stats and its store's ReadCacheStats, the RDMA
+// transport's Stats and Config): nothing here runs on a message's path,
+// which must stay allocation-free, and the only per-request work is the
+// gateway's, once a request has ended.
 //
 // Names follow Prometheus's conventions (docs/operations.md lists them):
 // the osprey_ prefix, base units, _total on counters, histograms for

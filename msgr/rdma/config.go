@@ -127,6 +127,11 @@ func (m RendezvousMode) writes(prov string, sendAfterWrite bool) bool {
 	return false
 }
 
+// Config is what t runs with: its Config with the defaults filled in,
+// for monitoring (a daemon exports MemBudget) and for tests that check a
+// setting reached the transport.
+func (t *Transport) Config() Config { return t.cfg }
+
 func (c *Config) setDefaults() {
 	if c.BufSize <= 0 {
 		c.BufSize = 16 << 10

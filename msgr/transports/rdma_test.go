@@ -32,3 +32,27 @@ func TestDefaultRejectsBadRendezvous(t *testing.T) {
 		t.Fatal("OSPREY_RDMA_RENDEZVOUS=wirte: no error")
 	}
 }
+
+// TestNewSetsRDMAMemBudget: Config.RDMAMemBudget (flag or environment)
+// is every RDMA transport's MemBudget; 0 leaves the transport's default.
+func TestNewSetsRDMAMemBudget(t *testing.T) {
+	for budget, want := range map[int64]int64{64 << 20: 64 << 20, 0: 1 << 30} {
+		ts, err := transports.New(transports.Config{RDMAMemBudget: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, tr := range ts {
+			if rt, ok := tr.(*rdma.Transport); ok {
+				n++
+				if got := rt.Config().MemBudget; got != want {
+					t.Errorf("RDMAMemBudget %d: %s runs with MemBudget %d, want %d", budget, rt.Scheme(), got, want)
+				}
+			}
+		}
+		ts.Close()
+		if n != 3 {
+			t.Fatalf("%d RDMA transports, want 3", n)
+		}
+	}
+}

@@ -16,8 +16,8 @@
 // build tag alone decides which are real, as a driver's import would.
 //
 // This package is also the edge where a binary's environment reaches the
-// transports: Default reads OSPREY_RDMA_RENDEZVOUS and
-// OSPREY_RDMA_WRITE_CHUNK (New reads nothing). No constructor reads the
+// transports: Default reads OSPREY_RDMA_RENDEZVOUS, OSPREY_RDMA_WRITE_CHUNK
+// and OSPREY_RDMA_MEM_BUDGET (New reads nothing). No constructor reads the
 // environment, and FI_PROVIDER never picks a provider: an rdma+PROVIDER
 // address runs on PROVIDER, and one that FI_PROVIDER leaves out fails its
 // Listen and Dial (rdma.ProviderConflictError). This package must never
@@ -28,9 +28,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 
+	"github.com/dustin/go-humanize"
 	"github.com/ospreystore/osprey/msgr/tcp"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
@@ -56,11 +58,63 @@ type Config struct {
 	// RDMAWriteChunk is rdma.Config.WriteChunk: bytes, 0 for the
 	// provider's default, negative for one write per payload.
 	RDMAWriteChunk int
+	// RDMAMemBudget is rdma.Config.MemBudget: the registered memory each
+	// RDMA domain (NIC port) may hold, in bytes; 0 for the default,
+	// 1 GiB. Half of it may be lent for long-lived use (an OSD's read
+	// cache), the rest is for links. Else at least MinRDMAMemBudget.
+	RDMAMemBudget int64
+}
+
+// MinRDMAMemBudget is the smallest RDMAMemBudget New takes: with the
+// default buffers one link registers about 5 MiB (docs/rdma.md,
+// "Tuning"), so a smaller budget could not hold three links, and a
+// daemon would fail its sessions rather than serve.
+const MinRDMAMemBudget = 16 << 20
+
+// BadRDMAMemBudgetError is the error of an RDMA memory budget that does
+// not parse or is out of range.
+type BadRDMAMemBudgetError struct {
+	Value  string // as given
+	Reason string
+}
+
+func (e *BadRDMAMemBudgetError) Error() string {
+	return fmt.Sprintf("RDMA memory budget %q: %s", e.Value, e.Reason)
+}
+
+// ParseRDMAMemBudget reads an RDMA memory budget in bytes, with or
+// without a unit ("1073741824", "512MiB", "4GiB"; "MB" and "GB" are
+// powers of ten, as go-humanize reads them): 0 for the default, else at
+// least MinRDMAMemBudget. Anything else is a *BadRDMAMemBudgetError,
+// never the default: a budget misspelt in a flag or the environment must
+// not quietly run with 1 GiB.
+func ParseRDMAMemBudget(s string) (int64, error) {
+	n, err := humanize.ParseBytes(s)
+	if err != nil {
+		return 0, &BadRDMAMemBudgetError{Value: s, Reason: "want bytes, with or without a unit (512MiB, 4GiB)"}
+	}
+	if n > math.MaxInt64 {
+		return 0, &BadRDMAMemBudgetError{Value: s, Reason: "too large"}
+	}
+	if err := checkRDMAMemBudget(int64(n)); err != nil {
+		return 0, &BadRDMAMemBudgetError{Value: s, Reason: err.Error()}
+	}
+	return int64(n), nil
+}
+
+// checkRDMAMemBudget says why n cannot be Config.RDMAMemBudget, if it
+// cannot.
+func checkRDMAMemBudget(n int64) error {
+	if n != 0 && n < MinRDMAMemBudget {
+		return fmt.Errorf("want 0 (the default, 1 GiB) or at least %s: one link registers about 5 MiB", humanize.IBytes(MinRDMAMemBudget))
+	}
+	return nil
 }
 
 // ConfigFromEnv reads the transports' environment variables:
-// OSPREY_RDMA_RENDEZVOUS into RDMARendezvous and OSPREY_RDMA_WRITE_CHUNK
-// into RDMAWriteChunk. A value that does not parse is an error, not the
+// OSPREY_RDMA_RENDEZVOUS into RDMARendezvous, OSPREY_RDMA_WRITE_CHUNK
+// into RDMAWriteChunk and OSPREY_RDMA_MEM_BUDGET (ParseRDMAMemBudget) into
+// RDMAMemBudget. A value that does not parse is an error, not the
 // default.
 func ConfigFromEnv() (Config, error) {
 	cfg := Config{RDMARendezvous: os.Getenv("OSPREY_RDMA_RENDEZVOUS")}
@@ -70,6 +124,13 @@ func ConfigFromEnv() (Config, error) {
 			return Config{}, fmt.Errorf("transports: OSPREY_RDMA_WRITE_CHUNK=%q: want a number of bytes", s)
 		}
 		cfg.RDMAWriteChunk = n
+	}
+	if s := os.Getenv("OSPREY_RDMA_MEM_BUDGET"); s != "" {
+		n, err := ParseRDMAMemBudget(s)
+		if err != nil {
+			return Config{}, fmt.Errorf("transports: OSPREY_RDMA_MEM_BUDGET: %w", err)
+		}
+		cfg.RDMAMemBudget = n
 	}
 	return cfg, nil
 }
@@ -91,7 +152,12 @@ func (s Set) Close() error {
 }
 
 // New returns fresh instances of the build's transports, tuned by cfg.
+// A cfg field out of range is an error (cfg.RDMAMemBudget: a
+// *BadRDMAMemBudgetError).
 func New(cfg Config) (Set, error) {
+	if err := checkRDMAMemBudget(cfg.RDMAMemBudget); err != nil {
+		return nil, fmt.Errorf("transports: %w", &BadRDMAMemBudgetError{Value: strconv.FormatInt(cfg.RDMAMemBudget, 10), Reason: err.Error()})
+	}
 	rdma, err := rdmaTransports(cfg)
 	if err != nil {
 		return nil, err

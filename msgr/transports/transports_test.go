@@ -2,7 +2,9 @@ package transports_test
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +100,47 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	if _, err := transports.Default(); err == nil {
 		t.Fatal("Default with OSPREY_RDMA_WRITE_CHUNK=many: no error")
+	}
+	t.Setenv("OSPREY_RDMA_WRITE_CHUNK", "")
+	t.Setenv("OSPREY_RDMA_MEM_BUDGET", "256MiB")
+	if cfg, err := transports.ConfigFromEnv(); err != nil || cfg.RDMAMemBudget != 256<<20 {
+		t.Fatalf("OSPREY_RDMA_MEM_BUDGET=256MiB: ConfigFromEnv = %+v, %v", cfg, err)
+	}
+	t.Setenv("OSPREY_RDMA_MEM_BUDGET", "1MiB")
+	_, err = transports.ConfigFromEnv()
+	var bad *transports.BadRDMAMemBudgetError
+	if !errors.As(err, &bad) || bad.Value != "1MiB" || !strings.Contains(err.Error(), "OSPREY_RDMA_MEM_BUDGET") {
+		t.Fatalf("OSPREY_RDMA_MEM_BUDGET=1MiB: %v, want a BadRDMAMemBudgetError naming the variable", err)
+	}
+	if _, err := transports.Default(); !errors.As(err, &bad) {
+		t.Fatalf("Default with OSPREY_RDMA_MEM_BUDGET=1MiB: %v, want a BadRDMAMemBudgetError", err)
+	}
+}
+
+// TestParseRDMAMemBudget: bytes with or without a unit, 0 for the
+// default; below the minimum, negative or not a size is an error that
+// says what to give.
+func TestParseRDMAMemBudget(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "16MiB": transports.MinRDMAMemBudget, "512MiB": 512 << 20,
+		"4GiB": 4 << 30, "1073741824": 1 << 30, "2 GiB": 2 << 30, "100MB": 100_000_000} {
+		if got, err := transports.ParseRDMAMemBudget(in); err != nil || got != want {
+			t.Errorf("ParseRDMAMemBudget(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "lots", "-1", "-64MiB", "1", "15MiB", "16777215", "99999999999EiB", "1.5 furlongs"} {
+		got, err := transports.ParseRDMAMemBudget(in)
+		var bad *transports.BadRDMAMemBudgetError
+		if !errors.As(err, &bad) || bad.Value != in {
+			t.Errorf("ParseRDMAMemBudget(%q) = %d, %v; want a BadRDMAMemBudgetError", in, got, err)
+		}
+	}
+	if _, err := transports.ParseRDMAMemBudget("1MiB"); err == nil || !strings.Contains(err.Error(), "at least 16 MiB") {
+		t.Errorf("a budget below the minimum: %v, want an error that names the minimum", err)
+	}
+	for _, n := range []int64{-1, 1 << 20} {
+		if _, err := transports.New(transports.Config{RDMAMemBudget: n}); err == nil {
+			t.Errorf("New with RDMAMemBudget %d: no error", n)
+		}
 	}
 }
 
