@@ -593,22 +593,6 @@ func mayHideUploads(p, prefix string) bool {
 	return false
 }
 
-// listUploads lists bucket's uploads under prefix, the SDK's internal
-// ones too.
-func (c *Client) listUploads(ctx context.Context, bucket, prefix string) ([]MultipartUpload, error) {
-	if err := ops.CheckBucketName(bucket); err != nil {
-		return nil, err
-	}
-	var ups []MultipartUpload
-	for u, err := range c.uploads(ctx, bucket, UploadListOptions{Prefix: prefix}, true) {
-		if err != nil {
-			return nil, err
-		}
-		ups = append(ups, u)
-	}
-	return ups, nil
-}
-
 // DefaultStaleUploadAge is how old an upload must be for AbortStaleUploads
 // to take it by default: a day, as S3 lifecycle rules'
 // AbortIncompleteMultipartUpload commonly and MinIO's stale upload expiry.
@@ -645,13 +629,17 @@ func (c *Client) AbortStaleUploads(ctx context.Context, bucket string, opts Stal
 	if opts.Now != nil {
 		now = opts.Now
 	}
-	ups, err := c.listUploads(ctx, bucket, opts.Prefix)
-	if err != nil {
+	if err := ops.CheckBucketName(bucket); err != nil {
 		return nil, err
 	}
 	cutoff := now().Add(-opts.Age)
 	var aborted []MultipartUpload
-	for _, u := range ups {
+	// Aborted as listed, not all read first: the listing goes on after
+	// the last record it read, which an abort does not move.
+	for u, err := range c.uploads(ctx, bucket, UploadListOptions{Prefix: opts.Prefix}, true) {
+		if err != nil {
+			return aborted, err
+		}
 		if opts.Age > 0 && !u.Initiated.Before(cutoff) || !u.Internal && !opts.All {
 			continue
 		}
