@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"slices"
 	"strings"
 	"sync"
@@ -42,6 +43,9 @@ type MultipartUpload struct {
 	// (PutOptions.WholeETag, a PUT above 64 MiB through the S3 gateway),
 	// which ListMultipartUploads does not show (AbortStaleUploads does).
 	Internal bool
+	// IsPrefix: a common prefix of ListUploads' delimiter (Key), not an
+	// upload.
+	IsPrefix bool
 }
 
 // cleanupTimeout bounds the removal of what a failed or completed upload
@@ -394,29 +398,199 @@ func (c *Client) ListObjectParts(ctx context.Context, bucket, key, uploadID stri
 }
 
 // ListMultipartUploads lists the uploads in progress in bucket whose keys
-// start with prefix, by key; not the SDK's internal ones
-// (MultipartUpload.Internal), as S3 shows none for a PUT.
+// start with prefix; not the SDK's internal ones
+// (MultipartUpload.Internal), as S3 shows none for a PUT. ListUploads
+// streams them, with a delimiter and markers.
 func (c *Client) ListMultipartUploads(ctx context.Context, bucket, prefix string) ([]MultipartUpload, error) {
-	ups, err := c.listUploads(ctx, bucket, prefix)
-	return slices.DeleteFunc(ups, func(u MultipartUpload) bool { return u.Internal }), err
-}
-
-// listUploads lists bucket's uploads under prefix, the SDK's internal
-// ones too.
-func (c *Client) listUploads(ctx context.Context, bucket, prefix string) ([]MultipartUpload, error) {
-	if err := ops.CheckBucketName(bucket); err != nil {
-		return nil, err
-	}
 	var ups []MultipartUpload
-	for o, err := range c.list(ctx, ops.MultipartBucket, ListOptions{Prefix: bucket + "/" + prefix}) {
+	for u, err := range c.ListUploads(ctx, bucket, UploadListOptions{Prefix: prefix}) {
 		if err != nil {
 			return nil, err
 		}
-		if b, k, id, ok := ops.ParseUploadKey(o.Key); ok && b == bucket {
-			ups = append(ups, MultipartUpload{Key: k, UploadID: id, Initiated: o.LastModified, Internal: o.internal})
-		}
+		ups = append(ups, u)
 	}
 	return ups, nil
+}
+
+// UploadListOptions select a listing of uploads in progress, with S3
+// ListMultipartUploads' semantics.
+type UploadListOptions struct {
+	Prefix string
+	// Delimiter rolls the uploads of keys that have it after Prefix up
+	// into one entry (IsPrefix) per common prefix: the key up to and
+	// including its first Delimiter after Prefix.
+	Delimiter string
+	// KeyMarker and UploadIDMarker resume a listing after the upload
+	// UploadIDMarker of KeyMarker; KeyMarker alone resumes after all of
+	// that key's uploads (or, when it is a common prefix of Delimiter, as
+	// NextKeyMarker is after one, after all the prefix rolled up).
+	// UploadIDMarker without KeyMarker is ignored, as in S3.
+	KeyMarker      string
+	UploadIDMarker string
+	// MaxUploads bounds one ListUploadsPage (0: 1000), uploads and common
+	// prefixes together; ListUploads yields them all.
+	MaxUploads int
+}
+
+// UploadsPage is one page of a listing of uploads, as S3
+// ListMultipartUploads returns it.
+type UploadsPage struct {
+	Uploads     []MultipartUpload // and, with a delimiter, common prefixes (IsPrefix), in order
+	IsTruncated bool
+	// NextKeyMarker and NextUploadIDMarker (empty after a common prefix)
+	// continue the listing as UploadListOptions' markers when IsTruncated.
+	NextKeyMarker, NextUploadIDMarker string
+}
+
+// ListUploadsPage returns up to MaxUploads entries (1000 by default) of a
+// listing of uploads and, when more remain, the markers that continue it.
+func (c *Client) ListUploadsPage(ctx context.Context, bucket string, opts UploadListOptions) (UploadsPage, error) {
+	ups, truncated, err := takePage(c.ListUploads(ctx, bucket, opts), pageSize(opts.MaxUploads))
+	if err != nil {
+		return UploadsPage{}, err
+	}
+	page := UploadsPage{Uploads: ups, IsTruncated: truncated}
+	if len(ups) > 0 {
+		last := ups[len(ups)-1]
+		page.NextKeyMarker, page.NextUploadIDMarker = last.Key, last.UploadID
+	}
+	return page, nil
+}
+
+// ListUploads yields bucket's uploads in progress (and common prefixes,
+// with a delimiter), not the SDK's internal ones, in the order of their
+// records ("KEY/UPLOADID"): by key, then by upload id, except that a key
+// comes after the keys it starts followed by a byte below '/' ("a" after
+// "a.txt" and "a-1"); a common prefix comes after the last record it
+// rolled up. The records are read a page at a time from where the markers
+// point, not all at once, and those a common prefix rolls up are skipped
+// over, not read.
+func (c *Client) ListUploads(ctx context.Context, bucket string, opts UploadListOptions) iter.Seq2[MultipartUpload, error] {
+	return inBucket(ctx, c, bucket, c.uploads(ctx, bucket, opts, false))
+}
+
+// uploadIDMax sorts after every upload id.
+var uploadIDMax = strings.Repeat("f", len(ops.NewUploadID()))
+
+// uploads lists bucket's upload records from the multipart bucket, the
+// SDK's internal ones too with internal. The delimiter is applied here,
+// not by the OSDs: a record's key goes on after the upload's key
+// ("/UPLOADID"), where a delimiter may match too. A common prefix comes
+// where its records end, and the listing then resumes after them, so its
+// uploads are not read; resuming after it (ops.IsCommonPrefix) is
+// resuming there.
+func (c *Client) uploads(ctx context.Context, bucket string, opts UploadListOptions, internal bool) iter.Seq2[MultipartUpload, error] {
+	return func(yield func(MultipartUpload, error) bool) {
+		base := bucket + "/"
+		after := ""
+		switch {
+		case opts.KeyMarker == "":
+		case opts.UploadIDMarker != "":
+			after = ops.UploadKey(bucket, opts.KeyMarker, opts.UploadIDMarker)
+		default:
+			// After the key's last upload, or, when the marker is a
+			// common prefix (NextKeyMarker after one), after everything
+			// it rolled up.
+			after = ops.UploadKey(bucket, opts.KeyMarker, uploadIDMax)
+			if ops.IsCommonPrefix(opts.KeyMarker, opts.Prefix, opts.Delimiter) {
+				after = resumeAfter(ObjectInfo{Key: base + opts.KeyMarker, IsPrefix: true})
+			}
+		}
+		// upload is the record o as an upload to yield: one of bucket's,
+		// visible, under the prefix (a record of a shorter key can sort
+		// under it: "a/0..." of key "a" under prefix "a/0"), and p, if
+		// it rolls up into common prefix p.
+		upload := func(o ObjectInfo) (u MultipartUpload, p string, ok bool) {
+			b, k, id, ok := ops.ParseUploadKey(o.Key)
+			if !ok || b != bucket || o.internal && !internal || !strings.HasPrefix(k, opts.Prefix) {
+				return MultipartUpload{}, "", false
+			}
+			p, _ = ops.CommonPrefix(k, opts.Prefix, opts.Delimiter)
+			return MultipartUpload{Key: k, UploadID: id, Initiated: o.LastModified, Internal: o.internal}, p, true
+		}
+		// endPrefix yields what is left of common prefix p's records
+		// after from: the records of shorter keys that do not roll up
+		// but sort among p's ("a/UPLOADID" of key "a" among those of
+		// "a/b", delimiter "/"), then p, if any record rolls up into it
+		// (seen: one did). Those shorter keys' records have no '/' after
+		// p, where each of p's has one: the OSDs roll p's up by it and
+		// seek past them. It returns where the listing goes on.
+		endPrefix := func(p, from string, seen bool) (string, bool) {
+			if mayHideUploads(p, opts.Prefix) {
+				for h, err := range c.list(ctx, ops.MultipartBucket, ListOptions{Prefix: base + p, Delimiter: "/"}) {
+					if err != nil {
+						yield(MultipartUpload{}, err)
+						return "", false
+					}
+					if h.IsPrefix {
+						seen = true
+						continue
+					}
+					if u, up, ok := upload(h); ok && up == "" && h.Key > from && !yield(u, nil) {
+						return "", false
+					}
+				}
+			}
+			if seen && !yield(MultipartUpload{Key: p, IsPrefix: true}, nil) {
+				return "", false
+			}
+			return resumeAfter(ObjectInfo{Key: base + p, IsPrefix: true}), true
+		}
+		// A marker among a common prefix's records (an upload of a
+		// shorter key, as above) ends that prefix first.
+		if rel, ok := strings.CutPrefix(after, base); ok && opts.KeyMarker != "" {
+			if _, rolls := ops.CommonPrefix(opts.KeyMarker, opts.Prefix, opts.Delimiter); !rolls {
+				if p, ok := ops.CommonPrefix(rel, opts.Prefix, opts.Delimiter); ok {
+					if after, ok = endPrefix(p, after, false); !ok {
+						return
+					}
+				}
+			}
+		}
+		for {
+			jumped := false
+			for o, err := range c.list(ctx, ops.MultipartBucket, ListOptions{Prefix: base + opts.Prefix, StartAfter: after}) {
+				if err != nil {
+					yield(MultipartUpload{}, err)
+					return
+				}
+				u, p, ok := upload(o)
+				if !ok {
+					continue
+				}
+				if p == "" {
+					if !yield(u, nil) {
+						return
+					}
+					continue
+				}
+				if after, ok = endPrefix(p, o.Key, true); !ok {
+					return
+				}
+				jumped = true
+				break
+			}
+			if !jumped {
+				return
+			}
+		}
+	}
+}
+
+// mayHideUploads reports whether records of keys under prefix that do
+// not start with common prefix p can sort among p's records: a key
+// p[:j] whose record p[:j] + "/" + UPLOADID starts with p, where p[j] is
+// '/' and the rest of p the start of an upload id.
+func mayHideUploads(p, prefix string) bool {
+	for j := len(p) - 1; j >= len(prefix) && len(p)-j-1 <= len(uploadIDMax); j-- {
+		if p[j] == '/' {
+			return j > 0
+		}
+		if !strings.ContainsRune("0123456789abcdef", rune(p[j])) {
+			return false
+		}
+	}
+	return false
 }
 
 // DefaultStaleUploadAge is how old an upload must be for AbortStaleUploads
@@ -455,13 +629,17 @@ func (c *Client) AbortStaleUploads(ctx context.Context, bucket string, opts Stal
 	if opts.Now != nil {
 		now = opts.Now
 	}
-	ups, err := c.listUploads(ctx, bucket, opts.Prefix)
-	if err != nil {
+	if err := ops.CheckBucketName(bucket); err != nil {
 		return nil, err
 	}
 	cutoff := now().Add(-opts.Age)
 	var aborted []MultipartUpload
-	for _, u := range ups {
+	// Aborted as listed, not all read first: the listing goes on after
+	// the last record it read, which an abort does not move.
+	for u, err := range c.uploads(ctx, bucket, UploadListOptions{Prefix: opts.Prefix}, true) {
+		if err != nil {
+			return aborted, err
+		}
 		if opts.Age > 0 && !u.Initiated.Before(cutoff) || !u.Internal && !opts.All {
 			continue
 		}

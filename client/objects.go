@@ -440,30 +440,41 @@ type ListPage struct {
 // ListObjectsPage returns up to MaxKeys entries (1000 by default) of a
 // listing and, when more remain, the token that continues it.
 func (c *Client) ListObjectsPage(ctx context.Context, bucket string, opts ListOptions) (ListPage, error) {
-	if err := ops.CheckBucketName(bucket); err != nil {
-		return ListPage{}, err
-	}
-	if _, err := c.StatBucket(ctx, bucket); err != nil {
-		return ListPage{}, err
-	}
-	max := opts.MaxKeys
-	if max <= 0 {
-		max = ops.MaxListKeys
-	}
+	max := pageSize(opts.MaxKeys)
 	opts.MaxKeys = max + 1 // one more tells whether the page is truncated
-	var page ListPage
-	for o, err := range c.list(ctx, bucket, opts) {
-		if err != nil {
-			return ListPage{}, err
-		}
-		if len(page.Objects) == max {
-			page.IsTruncated = true
-			page.NextContinuationToken = continuationToken(resumeAfter(page.Objects[max-1]))
-			break
-		}
-		page.Objects = append(page.Objects, o)
+	objs, truncated, err := takePage(c.ListObjects(ctx, bucket, opts), max)
+	if err != nil {
+		return ListPage{}, err
+	}
+	page := ListPage{Objects: objs, IsTruncated: truncated}
+	if truncated {
+		page.NextContinuationToken = continuationToken(resumeAfter(objs[max-1]))
 	}
 	return page, nil
+}
+
+// pageSize is a page's size for a max of 0 or less: the default, 1000.
+func pageSize(max int) int {
+	if max <= 0 {
+		return ops.MaxListKeys
+	}
+	return max
+}
+
+// takePage takes the first max entries of a listing and reports whether
+// more remain.
+func takePage[T any](list iter.Seq2[T, error], max int) ([]T, bool, error) {
+	var page []T
+	for v, err := range list {
+		if err != nil {
+			return nil, false, err
+		}
+		if len(page) == max {
+			return page, true, nil
+		}
+		page = append(page, v)
+	}
+	return page, false, nil
 }
 
 // A continuation token is the position after which the listing resumes,
@@ -495,18 +506,24 @@ func resumeAfter(o ObjectInfo) string {
 // delimiter) in ascending byte order of key. The PGs are spread over their
 // primaries: each primary lists its PGs and the pages are merged.
 func (c *Client) ListObjects(ctx context.Context, bucket string, opts ListOptions) iter.Seq2[ObjectInfo, error] {
-	return func(yield func(ObjectInfo, error) bool) {
+	return inBucket(ctx, c, bucket, c.list(ctx, bucket, opts))
+}
+
+// inBucket is list, a listing of bucket, once bucket's name is checked
+// and it is found: a missing bucket is an error, not an empty listing.
+func inBucket[T any](ctx context.Context, c *Client, bucket string, list iter.Seq2[T, error]) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		var zero T
 		if err := ops.CheckBucketName(bucket); err != nil {
-			yield(ObjectInfo{}, err)
+			yield(zero, err)
 			return
 		}
-		// A missing bucket is an error, not an empty listing.
 		if _, err := c.StatBucket(ctx, bucket); err != nil {
-			yield(ObjectInfo{}, err)
+			yield(zero, err)
 			return
 		}
-		for o, err := range c.list(ctx, bucket, opts) {
-			if !yield(o, err) || err != nil {
+		for v, err := range list {
+			if !yield(v, err) || err != nil {
 				return
 			}
 		}

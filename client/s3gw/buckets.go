@@ -5,9 +5,9 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/ops"
 )
 
 type owner struct {
@@ -204,8 +204,7 @@ func (g *Gateway) listObjects(req *request, v2 bool) error {
 		m := enc(lq.marker)
 		res.Marker = &m
 		opts.StartAfter = lq.marker
-		if d := lq.delimiter; d != "" && strings.HasPrefix(lq.marker, lq.prefix) && strings.HasSuffix(lq.marker[len(lq.prefix):], d) &&
-			strings.Index(lq.marker[len(lq.prefix):], d) == len(lq.marker)-len(lq.prefix)-len(d) {
+		if ops.IsCommonPrefix(lq.marker, lq.prefix, lq.delimiter) {
 			// A NextMarker that was a common prefix: go on after
 			// everything it rolled up.
 			opts.StartAfter = lq.marker + "\U0010FFFF"

@@ -238,41 +238,76 @@ type listMultipartUploadsResult struct {
 	NextKeyMarker      string
 	NextUploadIDMarker string `xml:"NextUploadIdMarker"`
 	Prefix             string
+	Delimiter          string `xml:",omitempty"`
 	MaxUploads         int
+	EncodingType       string `xml:",omitempty"`
 	IsTruncated        bool
 	Uploads            []uploadEntry `xml:"Upload"`
+	CommonPrefixes     []commonPrefix
+}
+
+// uploadsQuery is ListMultipartUploads' parameters.
+type uploadsQuery struct {
+	opts         client.UploadListOptions
+	encodingType string // "" or "url"
+}
+
+// parseUploadsQuery reads ListMultipartUploads' query parameters:
+// max-uploads 0 to 1000 (more is 1000, as S3), encoding-type url or none.
+func parseUploadsQuery(q url.Values) (uploadsQuery, error) {
+	max, err := boundedInt(q, "max-uploads", 1000, 1000)
+	if err != nil {
+		return uploadsQuery{}, err
+	}
+	uq := uploadsQuery{opts: client.UploadListOptions{Prefix: q.Get("prefix"), Delimiter: q.Get("delimiter"),
+		KeyMarker: q.Get("key-marker"), UploadIDMarker: q.Get("upload-id-marker"), MaxUploads: max},
+		encodingType: q.Get("encoding-type")}
+	if uq.encodingType != "" && uq.encodingType != "url" {
+		return uploadsQuery{}, errf(ErrInvalidArgument, "invalid encoding-type %q: only url", uq.encodingType)
+	}
+	if uq.opts.KeyMarker == "" {
+		// S3 ignores upload-id-marker without key-marker.
+		uq.opts.UploadIDMarker = ""
+	}
+	return uq, nil
 }
 
 func (g *Gateway) listMultipartUploads(req *request) error {
-	q := req.r.URL.Query()
-	maxUploads, err := boundedInt(q, "max-uploads", 1000, 1000)
+	uq, err := parseUploadsQuery(req.r.URL.Query())
 	if err != nil {
 		return err
 	}
 	if _, err := g.cl.StatBucket(req.r.Context(), req.bucket); err != nil {
 		return err
 	}
-	prefix, keyMarker, idMarker := q.Get("prefix"), q.Get("key-marker"), q.Get("upload-id-marker")
-	g.abortStaleUploads(req.r.Context(), req.bucket, prefix)
-	ups, err := g.cl.ListMultipartUploads(req.r.Context(), req.bucket, prefix)
+	o := uq.opts
+	enc := func(s string) string {
+		if uq.encodingType == "url" {
+			return urlEncodeKey(s)
+		}
+		return s
+	}
+	g.abortStaleUploads(req.r.Context(), req.bucket, o.Prefix)
+	res := listMultipartUploadsResult{XMLNS: s3XMLNS, Bucket: req.bucket, KeyMarker: enc(o.KeyMarker), UploadIDMarker: o.UploadIDMarker,
+		Prefix: enc(o.Prefix), Delimiter: enc(o.Delimiter), MaxUploads: o.MaxUploads, EncodingType: uq.encodingType}
+	if o.MaxUploads == 0 {
+		// An empty page, not truncated, as for max-keys=0.
+		writeXML(req.w, http.StatusOK, res)
+		return nil
+	}
+	page, err := g.cl.ListUploadsPage(req.r.Context(), req.bucket, o)
 	if err != nil {
 		return err
 	}
-	res := listMultipartUploadsResult{XMLNS: s3XMLNS, Bucket: req.bucket, KeyMarker: keyMarker, UploadIDMarker: idMarker,
-		Prefix: prefix, MaxUploads: maxUploads}
-	for _, u := range ups {
-		// After the markers: later keys, or the marker's key's later
-		// uploads.
-		if keyMarker != "" && (u.Key < keyMarker || u.Key == keyMarker && (idMarker == "" || strings.Compare(u.UploadID, idMarker) <= 0)) {
+	res.IsTruncated = page.IsTruncated
+	res.NextKeyMarker, res.NextUploadIDMarker = enc(page.NextKeyMarker), page.NextUploadIDMarker
+	for _, u := range page.Uploads {
+		if u.IsPrefix {
+			res.CommonPrefixes = append(res.CommonPrefixes, commonPrefix{Prefix: enc(u.Key)})
 			continue
 		}
-		if len(res.Uploads) == maxUploads {
-			res.IsTruncated = true
-			break
-		}
-		res.Uploads = append(res.Uploads, uploadEntry{Key: u.Key, UploadID: u.UploadID, Initiator: ownerOf(req), Owner: ownerOf(req),
+		res.Uploads = append(res.Uploads, uploadEntry{Key: enc(u.Key), UploadID: u.UploadID, Initiator: ownerOf(req), Owner: ownerOf(req),
 			StorageClass: "STANDARD", Initiated: s3Time(u.Initiated)})
-		res.NextKeyMarker, res.NextUploadIDMarker = u.Key, u.UploadID
 	}
 	writeXML(req.w, http.StatusOK, res)
 	return nil

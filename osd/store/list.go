@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"strings"
 
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -67,7 +67,7 @@ func (s *Store) List(ctx context.Context, bucket string, opts ListOptions) (List
 	if opts.StartAfter != "" {
 		after := append(bytes.Clone(base), opts.StartAfter...)
 		var from []byte
-		if cp, ok := commonPrefix(opts.StartAfter, opts.Prefix, opts.Delimiter); ok && cp == opts.StartAfter {
+		if ops.IsCommonPrefix(opts.StartAfter, opts.Prefix, opts.Delimiter) {
 			from = prefixEnd(after)
 		} else {
 			from = keyAfter(after)
@@ -105,7 +105,7 @@ func (s *Store) List(ctx context.Context, bucket string, opts ListOptions) (List
 				return nil
 			}
 			count++
-			if cp, isCP := commonPrefix(key, opts.Prefix, opts.Delimiter); isCP {
+			if cp, isCP := ops.CommonPrefix(key, opts.Prefix, opts.Delimiter); isCP {
 				res.CommonPrefixes = append(res.CommonPrefixes, cp)
 				ok = v.it.SeekGE(prefixEnd(append(bytes.Clone(base), cp...)))
 				continue
@@ -128,17 +128,4 @@ func (s *Store) List(ctx context.Context, bucket string, opts ListOptions) (List
 		return ListResult{}, fmt.Errorf("store: list %q: %w", bucket, err)
 	}
 	return res, nil
-}
-
-// commonPrefix returns the common prefix key rolls up to: prefix plus the
-// remainder up to and including the first delimiter after prefix.
-func commonPrefix(key, prefix, delimiter string) (string, bool) {
-	if delimiter == "" || !strings.HasPrefix(key, prefix) {
-		return "", false
-	}
-	i := strings.Index(key[len(prefix):], delimiter)
-	if i < 0 {
-		return "", false
-	}
-	return key[:len(prefix)+i+len(delimiter)], true
 }
