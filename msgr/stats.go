@@ -101,16 +101,7 @@ func (m *Messenger) TransportStats() map[string]TransportStats {
 	for scheme, st := range m.retired {
 		out[scheme] = TransportStats{ConnStats: st}
 	}
-	open := make([]*Conn, 0, len(m.byPeer)+len(m.byAddr)+len(m.lossyIn))
-	for _, c := range m.byPeer {
-		open = append(open, c)
-	}
-	for _, c := range m.byAddr {
-		open = append(open, c)
-	}
-	for c := range m.lossyIn {
-		open = append(open, c)
-	}
+	open := m.openLocked()
 	m.mu.Unlock()
 	for _, c := range open {
 		ts := out[c.scheme]
