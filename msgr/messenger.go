@@ -317,6 +317,19 @@ func (m *Messenger) forget(c *Conn) {
 // Conns lists the open sessions.
 func (m *Messenger) Conns() iter.Seq[*Conn] {
 	m.mu.Lock()
+	conns := m.openLocked()
+	m.mu.Unlock()
+	return func(yield func(*Conn) bool) {
+		for _, c := range conns {
+			if !yield(c) {
+				return
+			}
+		}
+	}
+}
+
+// openLocked lists the sessions in the registry. REQUIRES: m.mu held.
+func (m *Messenger) openLocked() []*Conn {
 	conns := make([]*Conn, 0, len(m.byPeer)+len(m.byAddr)+len(m.lossyIn))
 	for _, c := range m.byPeer {
 		conns = append(conns, c)
@@ -327,14 +340,7 @@ func (m *Messenger) Conns() iter.Seq[*Conn] {
 	for c := range m.lossyIn {
 		conns = append(conns, c)
 	}
-	m.mu.Unlock()
-	return func(yield func(*Conn) bool) {
-		for _, c := range conns {
-			if !yield(c) {
-				return
-			}
-		}
-	}
+	return conns
 }
 
 // Shutdown closes listeners and sessions (telling peers) and waits for

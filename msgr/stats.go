@@ -88,16 +88,22 @@ type TransportStats struct {
 }
 
 // TransportStats sums the sessions' counters by transport scheme ("tcp",
-// "rdma+verbs", ...). It takes each session's lock once: for a scrape,
-// not for a hot path.
+// "rdma+verbs", ...): for a scrape, not for a hot path. It holds the
+// registry's lock only to copy the closed sessions' totals and the list of
+// open ones, and takes each session's lock after: a session's lock can be
+// held for long (an RDMA link draining its sends as it closes), and a
+// scrape waiting on it must not stall Connect, accepts and closes, which
+// need the registry. A session that closes meanwhile is counted once, as
+// open: the copied totals predate its retirement.
 func (m *Messenger) TransportStats() map[string]TransportStats {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	out := make(map[string]TransportStats, len(m.retired)+1)
 	for scheme, st := range m.retired {
 		out[scheme] = TransportStats{ConnStats: st}
 	}
-	add := func(c *Conn) {
+	open := m.openLocked()
+	m.mu.Unlock()
+	for _, c := range open {
 		ts := out[c.scheme]
 		ts.Sessions++
 		st := c.Stats()
@@ -108,15 +114,6 @@ func (m *Messenger) TransportStats() map[string]TransportStats {
 		ts.QueuedMsgs += st.QueuedMsgs
 		ts.QueuedBytes += st.QueuedBytes
 		out[c.scheme] = ts
-	}
-	for _, c := range m.byPeer {
-		add(c)
-	}
-	for _, c := range m.byAddr {
-		add(c)
-	}
-	for c := range m.lossyIn {
-		add(c)
 	}
 	return out
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,5 +98,55 @@ func TestHandshakeFailuresByReason(t *testing.T) {
 	}
 	if s := msgr.NumHandshakeReasons.String(); s != "other" {
 		t.Errorf("an out-of-range reason is %q, want other", s)
+	}
+}
+
+// TestTransportStatsScrapeFreesRegistry: a scrape waiting on a session's
+// lock (held for long by a link closing under it) leaves the registry's
+// lock free, so a Connect meanwhile goes through.
+func TestTransportStatsScrapeFreesRegistry(t *testing.T) {
+	ctx := t.Context()
+	discard := msgr.DispatchFunc(func(m *msgr.Message) { m.Release() })
+	server := func(name msgr.EntityName) string {
+		_, addr, _ := newLoggedServer(t, discard, func(o *msgr.Options) { o.Name, o.DefaultPolicy = name, msgr.StatelessServer })
+		return addr
+	}
+	addr1, addr2 := server("osd.1"), server("osd.2")
+	cli, err := msgr.New(msgr.Options{Name: "client.1", Transports: msgr.TCPOnly, DefaultPolicy: msgr.LossyClient, Dispatcher: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Shutdown(context.Background())
+	c1, err := cli.Connect(ctx, addr1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock := sync.OnceFunc(c1.LockForTest())
+	defer unlock() // before Shutdown, which waits for the scrape
+	scraped := make(chan map[string]msgr.TransportStats, 1)
+	go func() { scraped <- cli.TransportStats() }()
+	// The scrape is waiting on c1's lock once a goroutine's stack is in
+	// Conn.Stats; before the fix it waited there holding the registry.
+	msgrtest.Eventually(t, 10*time.Second, "the scrape to wait on the session's lock", func() bool {
+		buf := make([]byte, 1<<20)
+		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "msgr.(*Conn).Stats")
+	})
+	msgrtest.Eventually(t, 10*time.Second, "the registry's lock to be free during the scrape", cli.RegistryFreeForTest)
+	connected := make(chan error, 1)
+	go func() {
+		_, err := cli.Connect(ctx, addr2, "")
+		connected <- err
+	}()
+	select {
+	case err := <-connected:
+		if err != nil {
+			t.Fatalf("connect during the scrape: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("connect did not go through while a scrape waited on another session's lock")
+	}
+	unlock()
+	if ts := (<-scraped)["tcp"]; ts.Sessions < 1 {
+		t.Errorf("scrape %+v, want the first session counted", ts)
 	}
 }

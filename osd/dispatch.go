@@ -27,6 +27,9 @@ func (d publicDispatcher) Dispatch(m *msgr.Message) { d.o.dispatchClient(m, fals
 
 func (d publicDispatcher) HandleEvent(ev msgr.Event) {
 	d.o.log.Debug("public conn event", "event", ev.Kind, "conn", ev.Conn, "err", ev.Err)
+	if ev.Kind == msgr.EventReset {
+		d.o.opTimes.dropConn(ev.Conn)
+	}
 }
 
 // send sends pb (and payload, whose reference it takes over) as a message
@@ -342,14 +345,19 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 
 // onShard runs f on the shard of store PG sid; f owns m.
 func (o *OSD) onShard(m *msgr.Message, sid uint32, f func()) {
-	if !o.enqueue(o.shardOf(sid), f) {
-		m.Release()
-	}
+	o.queue(m, o.shardOf(sid), f)
 }
 
 // onReaders runs f on the reader pool; f owns m.
 func (o *OSD) onReaders(m *msgr.Message, f func()) {
-	if !o.enqueue(o.readers, f) {
+	o.queue(m, o.readers, f)
+}
+
+// queue runs f from q; f owns m. An op the OSD drops unqueued, as it
+// shuts down, gets no reply and leaves the ops in flight.
+func (o *OSD) queue(m *msgr.Message, q chan func(), f func()) {
+	if !o.enqueue(q, f) {
+		o.opTimes.drop(m)
 		m.Release()
 	}
 }

@@ -9,3 +9,13 @@ func SetBackfillFetched(f func(bucket, key string)) {
 	}
 	backfillFetched.Store(&f)
 }
+
+// SetPeeringForTest marks every PG o holds as peering (reads are answered
+// SERVICE_UNAVAILABLE) or not, until its next map change. Tests only.
+func (o *OSD) SetPeeringForTest(on bool) {
+	o.pgMu.Lock()
+	defer o.pgMu.Unlock()
+	for _, p := range o.pgs {
+		p.peering.Store(on)
+	}
+}

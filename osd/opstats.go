@@ -112,6 +112,32 @@ func (ot *opTimer) done(to dest, reply osdpb.MsgType) {
 	h.buckets[opBucket(d)].Add(1)
 }
 
+// drop forgets request m, which ends without a reply: the OSD is
+// shutting down and never queued it. Untimed, as no client saw it end.
+func (ot *opTimer) drop(m *msgr.Message) {
+	k := opKey{m.Conn(), m.Tid()}
+	s := &ot.shards[k.tid%opShards]
+	s.mu.Lock()
+	delete(s.m, k)
+	s.mu.Unlock()
+}
+
+// dropConn forgets every request of c, whose session ended: no reply can
+// reach it, so a request whose handler never answers (or answers after
+// this) must not stay in flight for the OSD's life.
+func (ot *opTimer) dropConn(c *msgr.Conn) {
+	for i := range ot.shards {
+		s := &ot.shards[i]
+		s.mu.Lock()
+		for k := range s.m {
+			if k.c == c {
+				delete(s.m, k)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
 func (ot *opTimer) inFlight() int {
 	n := 0
 	for i := range ot.shards {

@@ -1,6 +1,8 @@
 package osd
 
 import (
+	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -70,5 +72,45 @@ func BenchmarkOpTimer(b *testing.B) {
 		m.SetTid(tid)
 		ot.start(m, osdpb.MsgType_MSG_PUT_OBJECT)
 		ot.done(dest{tid: tid}, osdpb.MsgType_MSG_PUT_OBJECT_REPLY)
+	}
+}
+
+// TestDroppedOpsLeaveNoneInFlight: ops that end without a reply (the OSD
+// shutting down before they are queued, their session gone before they
+// are answered) leave the in-flight table, which the ops-in-flight gauge
+// reads.
+func TestDroppedOpsLeaveNoneInFlight(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // shutting down: nothing more is queued
+	o := &OSD{ctx: ctx, log: slog.New(slog.DiscardHandler), readers: make(chan func()), shards: []chan func(){make(chan func())}}
+	for tid, queue := range []func(*msgr.Message){
+		func(m *msgr.Message) { o.onReaders(m, func() { t.Error("a dropped op ran") }) },
+		func(m *msgr.Message) { o.onShard(m, 0, func() { t.Error("a dropped op ran") }) },
+	} {
+		m := msgr.NewMessage(uint16(osdpb.MsgType_MSG_GET_OBJECT), nil, nil)
+		m.SetTid(uint64(tid))
+		o.opTimes.start(m, osdpb.MsgType_MSG_GET_OBJECT)
+		queue(m)
+	}
+	if n := o.opTimes.inFlight(); n != 0 {
+		t.Fatalf("%d ops in flight after the OSD dropped them unqueued, want 0", n)
+	}
+
+	// Requests of a session that ended, whose handlers never answer.
+	for tid := range uint64(3) {
+		m := msgr.NewMessage(uint16(osdpb.MsgType_MSG_PUT_OBJECT), nil, nil)
+		m.SetTid(tid)
+		o.opTimes.start(m, osdpb.MsgType_MSG_PUT_OBJECT)
+	}
+	if n := o.opTimes.inFlight(); n != 3 {
+		t.Fatalf("%d ops in flight, want 3", n)
+	}
+	publicDispatcher{o}.HandleEvent(msgr.Event{Kind: msgr.EventRemoteReset})
+	if n := o.opTimes.inFlight(); n != 3 {
+		t.Fatalf("%d ops in flight after a remote reset (the session goes on), want 3", n)
+	}
+	publicDispatcher{o}.HandleEvent(msgr.Event{Kind: msgr.EventReset})
+	if n := o.opTimes.inFlight(); n != 0 {
+		t.Fatalf("%d ops in flight after their session ended, want 0", n)
 	}
 }

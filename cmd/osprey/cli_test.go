@@ -417,6 +417,37 @@ func TestCompletionCommand(t *testing.T) {
 	}
 }
 
+// TestStatusSeedsWithAuth: status --seeds on a cluster with auth on
+// probes each OSD with the command's keyring, so every OSD answers.
+func TestStatusSeedsWithAuth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	ctx := context.Background()
+	lc, err := local.Start(ctx, local.Options{OSDs: 2, Replicas: 2, PGs: 8, WithMon: true, Dir: t.TempDir(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close(ctx)
+	out, _, err := run(t, "status", "--json", "--seeds", strings.Join(lc.Seeds(), ","), "--keyring", lc.KeyringPath("client.admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, o := range rep.OSDs {
+		if !o.Up {
+			t.Errorf("osd.%d does not answer the probe: %s", o.ID, o.Error)
+		}
+	}
+	if rep.Health != "HEALTH_OK" {
+		t.Errorf("health %s, want HEALTH_OK: %+v", rep.Health, rep)
+	}
+}
+
 // TestStatusOSDDown stops one OSD of three and wants status to see it
 // down and derive the PG states from the acting sets.
 func TestStatusOSDDown(t *testing.T) {

@@ -105,7 +105,7 @@ status reports, it does not judge; scripts read "health" from --json.`,
 				return err
 			}
 			defer cl.Close()
-			rep := clusterStatus(ctx, cmd, cl, timeout)
+			rep := clusterStatus(ctx, cmd, cl, t, timeout)
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
 			}
@@ -119,7 +119,10 @@ status reports, it does not judge; scripts read "health" from --json.`,
 }
 
 // clusterStatus probes every OSD of the client's map and derives the rest.
-func clusterStatus(ctx context.Context, cmd *cobra.Command, cl *client.Client, timeout time.Duration) statusReport {
+// The probes are clients made as cl was, from t (its keyring and
+// connection modes: an OSD with auth on refuses any other), each seeded
+// with one OSD.
+func clusterStatus(ctx context.Context, cmd *cobra.Command, cl *client.Client, t targetFlags, timeout time.Duration) statusReport {
 	m := cl.Map()
 	rep := statusReport{FSID: m.FSID(), Epoch: m.Epoch()}
 	for info := range m.OSDs() {
@@ -137,7 +140,9 @@ func clusterStatus(ctx context.Context, cmd *cobra.Command, cl *client.Client, t
 			// A client seeded with this one OSD fetches the map from it:
 			// the same request a real client makes first, over whatever
 			// transport the address names.
-			pc, err := client.New(pctx, client.Options{Seeds: []string{o.Public}, Logger: cliLogger(cmd), OpTimeout: timeout})
+			pt := t
+			pt.mon.addrs, pt.seeds, pt.mapPath, pt.timeout = nil, []string{o.Public}, "", timeout
+			pc, err := connectWith(pctx, cmd, pt, client.Options{OpTimeout: timeout})
 			if err != nil {
 				o.Error = err.Error()
 				return

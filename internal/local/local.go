@@ -313,6 +313,31 @@ func (c *Cluster) RestartOSD(ctx context.Context, i int) error {
 		return fmt.Errorf("restarting osd.%d: %w", c.OSDs[i].ID(), err)
 	}
 	c.OSDs[i] = o
+	return c.reserveMetrics(ctx, i)
+}
+
+// reserveMetrics moves the metrics listener of c.OSDs[i]'s daemon, if
+// any, to c.OSDs[i]: the old one serves the registry of the OSD it
+// replaced, closed. The new listener takes the old one's address, which
+// the cluster printed and scrapers were given.
+func (c *Cluster) reserveMetrics(ctx context.Context, i int) error {
+	o := c.OSDs[i]
+	daemon := fmt.Sprintf("osd.%d", o.ID())
+	for j := range c.Metrics {
+		dm := &c.Metrics[j]
+		if dm.Daemon != daemon {
+			continue
+		}
+		addr := dm.Addr()
+		if err := dm.Close(ctx); err != nil {
+			return fmt.Errorf("%s: closing its metrics listener: %w", daemon, err)
+		}
+		s, err := metrics.Serve(ctx, metrics.ServerOptions{Addr: addr, Registry: metrics.OSDRegistry(o), Logger: c.osdConfigs[i].Logger})
+		if err != nil {
+			return fmt.Errorf("%s: metrics on %s again: %w", daemon, addr, err)
+		}
+		dm.Server = s
+	}
 	return nil
 }
 

@@ -470,3 +470,57 @@ func checkDocumented(t *testing.T, exposed map[string]bool) []byte {
 	}
 	return doc
 }
+
+// TestRestartOSDMovesMetrics: after local.Cluster.RestartOSD, the OSD's
+// metrics address (the one the cluster printed) serves the new OSD: its
+// op counters start again and move with its ops.
+func TestRestartOSDMovesMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c, err := local.Start(ctx, local.Options{OSDs: 1, Replicas: 1, PGs: 4, Dir: t.TempDir(), Metrics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if len(c.Metrics) != 1 || c.Metrics[0].Daemon != "osd.0" {
+		t.Fatalf("metrics listeners %v, want osd.0's", c.Metrics)
+	}
+	url := c.Metrics[0].URL()
+	cl, err := client.New(ctx, client.Options{Seeds: c.Seeds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.MakeBucket(ctx, "met"); err != nil {
+		t.Fatal(err)
+	}
+	// An op is timed before its reply goes, so a scrape after the reply
+	// counts it.
+	puts := func() float64 {
+		_, fams := scrape(t, url)
+		return value(fams, "osprey_osd_op_duration_seconds", "op=put_object")
+	}
+	for i := range 3 {
+		if _, err := osdtest.Put(ctx, cl, "met", fmt.Sprint("k", i), osdtest.Payload(100, uint64(i)), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := puts(); n != 3 {
+		t.Fatalf("%v puts on the first OSD's metrics, want 3", n)
+	}
+	if err := c.RestartOSD(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Metrics[0].URL(); got != url {
+		t.Fatalf("after the restart osd.0's metrics are at %s, want %s as before", got, url)
+	}
+	if n := puts(); n != 0 {
+		t.Fatalf("%v puts on the restarted OSD's metrics before any, want 0 (the old OSD's count?)", n)
+	}
+	if _, err := osdtest.Put(ctx, cl, "met", "k3", osdtest.Payload(100, 3), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := puts(); n != 1 {
+		t.Fatalf("%v puts on the restarted OSD's metrics after one, want 1", n)
+	}
+}

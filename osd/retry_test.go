@@ -1,0 +1,64 @@
+package osd_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
+)
+
+// TestClientRetriesPeeringPG: a PG that answers SERVICE_UNAVAILABLE (it
+// is peering after a map change, as after a mon takeover) makes the
+// client retry with backoff, within the op's deadline, not fail: the get
+// goes on until the PG serves it.
+func TestClientRetriesPeeringPG(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 4})
+	cl := c.Client(t, nil)
+	body := osdtest.Payload(100, 1)
+	if err := cl.MakeBucket(ctx, "retry"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := osdtest.Put(ctx, cl, "retry", "k", body, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	o := c.OSDs[0]
+	gets := func() uint64 {
+		for _, op := range o.Stats().Ops {
+			if op.Op == "get_object" {
+				return op.Count
+			}
+		}
+		return 0
+	}
+	before := gets()
+	o.SetPeeringForTest(true)
+	type result struct {
+		got []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, _, err := osdtest.Get(ctx, cl, "retry", "k", client.GetOptions{})
+		done <- result{got, err}
+	}()
+	// Each refused attempt is an answered get: three of them, and the
+	// get is still going.
+	osdtest.Eventually(t, 30*time.Second, "the peering PG to refuse the get three times", func() bool {
+		select {
+		case r := <-done:
+			t.Fatalf("the get ended while its PG was peering: %v", r.err)
+		default:
+		}
+		return gets() >= before+3
+	})
+	o.SetPeeringForTest(false)
+	r := <-done
+	if r.err != nil || !bytes.Equal(r.got, body) {
+		t.Fatalf("get once the PG peered: %d bytes, %v; want the %d put", len(r.got), r.err, len(body))
+	}
+}
