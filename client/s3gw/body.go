@@ -15,6 +15,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/ospreystore/osprey/client"
 )
 
 // A request body is checked as it streams: its SHA-256 when the signature
@@ -101,7 +103,7 @@ func (g *Gateway) newVerifiedBody(r *http.Request, auth authResult) (*verifiedBo
 		if err != nil || len(want) != 16 {
 			return nil, errf(ErrInvalidDigest, "the Content-MD5 you specified is not valid")
 		}
-		h := g.md5.NewHash()
+		h := client.NewMD5()
 		b.closer = h.Close
 		b.checks = append(b.checks, digestCheck{h, want, errf(ErrBadDigest, "the Content-MD5 you specified did not match what was received")})
 	}

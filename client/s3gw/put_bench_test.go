@@ -24,6 +24,22 @@ import (
 	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
+// benchGateway is a gateway over a one-OSD cluster in this process, its
+// client as the gateway's (Options.MD5), with a bucket "bench".
+func benchGateway(b *testing.B) (*client.Client, *s3gw.Gateway) {
+	c := osdtest.Start(b, osdtest.Options{OSDs: 1, PGs: 8})
+	cl := c.Client(b, func(o *client.Options) { o.MD5 = true })
+	gw, err := s3gw.New(s3gw.Options{Client: cl, Credentials: s3gw.StaticCredentials{testAccess: testSecret},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cl.MakeBucket(context.Background(), "bench"); err != nil {
+		b.Fatal(err)
+	}
+	return cl, gw
+}
+
 // processCPU is the user+system CPU time of the process so far.
 func processCPU() time.Duration {
 	var ru syscall.Rusage
@@ -44,17 +60,8 @@ func processCPU() time.Duration {
 //   - unsigned: UNSIGNED-PAYLOAD, only the SDK's MD5 and CRC32C.
 //   - sdk: PutObject with Options.MD5, as the gateway's client.
 func BenchmarkPut4MiB(b *testing.B) {
-	c := osdtest.Start(b, osdtest.Options{OSDs: 1, PGs: 8})
-	cl := c.Client(b, func(o *client.Options) { o.MD5 = true })
-	gw, err := s3gw.New(s3gw.Options{Client: cl, Credentials: s3gw.StaticCredentials{testAccess: testSecret},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		b.Fatal(err)
-	}
+	cl, gw := benchGateway(b)
 	ctx := context.Background()
-	if err := cl.MakeBucket(ctx, "bench"); err != nil {
-		b.Fatal(err)
-	}
 	const size = 4 << 20
 	data := osdtest.Payload(size, 1)
 	sum := sha256.Sum256(data)
