@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/md5"
 	"encoding/hex"
 	"fmt"
 	"hash/crc32"
@@ -36,6 +37,18 @@ var md5Server = sync.OnceValue(md5simd.NewServer)
 // NewMD5 starts an MD5 on the process's md5-simd server. Close releases
 // its lane.
 func NewMD5() md5simd.Hasher { return md5Server().NewHash() }
+
+// MD5Reader is a body that takes the MD5 of the bytes it returns, as the
+// S3 gateway's, which checks them against Content-MD5. A put of one op
+// (Options.MD5) reads such a body from its start takes that MD5 for its
+// ETag rather than hashing every byte a second time.
+type MD5Reader interface {
+	io.Reader
+	// ReadMD5 says whether the reader takes the MD5 (ok) and how many
+	// bytes it has returned (n); sum is their MD5 once it has returned
+	// its last, nil before.
+	ReadMD5() (sum []byte, n int64, ok bool)
+}
 
 // digestChunk is how much is read before it is checksummed: small enough
 // to be in the cache still, large enough that a read costs nothing.
@@ -147,7 +160,13 @@ func (c *Client) payloadFor(ctx context.Context, tg target, n int) (*wire.Buffer
 func (c *Client) readBody(r io.Reader, buf *wire.Buffer) (body, error) {
 	bd := body{buf: buf}
 	var h md5simd.Hasher
-	if c.opts.MD5 {
+	mr, _ := r.(MD5Reader)
+	if mr != nil {
+		if _, n, ok := mr.ReadMD5(); !ok || n != 0 {
+			mr = nil // none, or not of these bytes alone
+		}
+	}
+	if c.opts.MD5 && mr == nil {
 		h = NewMD5()
 		defer h.Close()
 	}
@@ -174,8 +193,18 @@ func (c *Client) readBody(r io.Reader, buf *wire.Buffer) (body, error) {
 		bd.release()
 		return body{}, err
 	}
-	if h != nil {
+	switch {
+	case h != nil:
 		bd.md5 = h.Sum(nil)
+	case c.opts.MD5:
+		// The reader's MD5, if it covers exactly these bytes: it has
+		// none when it holds more than the buffer took.
+		if sum, n, _ := mr.ReadMD5(); sum != nil && n == int64(bd.n) {
+			bd.md5 = sum
+		} else {
+			sum := md5.Sum(p[:bd.n])
+			bd.md5 = sum[:]
+		}
 	}
 	if bd.n == 0 && bd.buf != nil {
 		bd.release()
