@@ -40,8 +40,8 @@ func NewMD5() md5simd.Hasher { return md5Server().NewHash() }
 
 // MD5Reader is a body that takes the MD5 of the bytes it returns, as the
 // S3 gateway's, which checks them against Content-MD5. A put of one op
-// (Options.MD5) reads such a body from its start takes that MD5 for its
-// ETag rather than hashing every byte a second time.
+// (Options.MD5) that reads such a body from its start takes that MD5 for
+// its ETag rather than hashing every byte a second time.
 type MD5Reader interface {
 	io.Reader
 	// ReadMD5 says whether the reader takes the MD5 (ok) and how many
