@@ -122,7 +122,7 @@ func BenchmarkPut4MiB(b *testing.B) {
 	})
 }
 
-// put16 runs op with 16 in flight and reports, beside the usual, the
+// put16 runs op with 16 in flight (GOMAXPROCS where that is more) and reports, beside the usual, the
 // process's CPU time per GB of payload (cpu-s/GB).
 func put16(b *testing.B, size int64, op func(i int) error) {
 	b.SetBytes(size)
