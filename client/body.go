@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/md5"
 	"encoding/hex"
 	"fmt"
 	"hash/crc32"
@@ -21,11 +22,33 @@ import (
 // cache, and it is the only checksum of those bytes in the client: the
 // messenger sends them without a data CRC (see Options.DisableDataCRC).
 
-// md5Server hashes the MD5 of bodies (Options.MD5) in its own goroutine,
-// in SIMD lanes shared by every put of the process (MinIO's md5-simd, as
-// the OSDs use): a chunk is handed over as soon as it is read, so the MD5
-// runs alongside the reading of the next chunk rather than after it.
+// md5Server hashes every MD5 of the process in SIMD lanes (MinIO's
+// md5-simd, as the OSDs use): the ETag MD5 of bodies (Options.MD5) and,
+// through NewMD5, the S3 gateway's Content-MD5 checks. A chunk is handed
+// over as soon as it is read, so the MD5 runs in the server's goroutine
+// alongside the reading of the next chunk rather than after it. One
+// server for all: its AVX-512 code hashes up to 16 streams for about the
+// cost of one, but only streams with a block waiting at the same moment,
+// so a second server would split the streams and empty the lanes of
+// both. crypto/md5 inline, the alternative, measured dearer here (see
+// docs/s3.md).
 var md5Server = sync.OnceValue(md5simd.NewServer)
+
+// NewMD5 starts an MD5 on the process's md5-simd server. Close releases
+// its lane.
+func NewMD5() md5simd.Hasher { return md5Server().NewHash() }
+
+// MD5Reader is a body that takes the MD5 of the bytes it returns, as the
+// S3 gateway's, which checks them against Content-MD5. A put of one op
+// (Options.MD5) that reads such a body from its start takes that MD5 for
+// its ETag rather than hashing every byte a second time.
+type MD5Reader interface {
+	io.Reader
+	// ReadMD5 says whether the reader takes the MD5 (ok) and how many
+	// bytes it has returned (n); sum is their MD5 once it has returned
+	// its last, nil before.
+	ReadMD5() (sum []byte, n int64, ok bool)
+}
 
 // digestChunk is how much is read before it is checksummed: small enough
 // to be in the cache still, large enough that a read costs nothing.
@@ -67,7 +90,7 @@ func (c *Client) newWholeDigest() *wholeDigest {
 	if !c.opts.MD5 {
 		return nil
 	}
-	return &wholeDigest{md5Server().NewHash()}
+	return &wholeDigest{NewMD5()}
 }
 
 func (w *wholeDigest) Write(p []byte) (int, error) {
@@ -137,8 +160,14 @@ func (c *Client) payloadFor(ctx context.Context, tg target, n int) (*wire.Buffer
 func (c *Client) readBody(r io.Reader, buf *wire.Buffer) (body, error) {
 	bd := body{buf: buf}
 	var h md5simd.Hasher
-	if c.opts.MD5 {
-		h = md5Server().NewHash()
+	mr, _ := r.(MD5Reader)
+	if mr != nil {
+		if _, n, ok := mr.ReadMD5(); !ok || n != 0 {
+			mr = nil // none, or not of these bytes alone
+		}
+	}
+	if c.opts.MD5 && mr == nil {
+		h = NewMD5()
 		defer h.Close()
 	}
 	var p []byte
@@ -164,8 +193,18 @@ func (c *Client) readBody(r io.Reader, buf *wire.Buffer) (body, error) {
 		bd.release()
 		return body{}, err
 	}
-	if h != nil {
+	switch {
+	case h != nil:
 		bd.md5 = h.Sum(nil)
+	case c.opts.MD5:
+		// The reader's MD5, if it covers exactly these bytes: it has
+		// none when it holds more than the buffer took.
+		if sum, n, _ := mr.ReadMD5(); sum != nil && n == int64(bd.n) {
+			bd.md5 = sum
+		} else {
+			sum := md5.Sum(p[:bd.n])
+			bd.md5 = sum[:]
+		}
 	}
 	if bd.n == 0 && bd.buf != nil {
 		bd.release()

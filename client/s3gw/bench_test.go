@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -13,8 +12,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/client/s3gw"
-	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 // BenchmarkGet4KiB is a 4 KiB GET through the gateway's handler (served
@@ -22,18 +19,9 @@ import (
 // the SDK, so that the differences are what the gateway and HTTP add per
 // request.
 func BenchmarkGet4KiB(b *testing.B) {
-	c := osdtest.Start(b, osdtest.Options{OSDs: 1, PGs: 8})
-	cl := c.Client(b, func(o *client.Options) { o.MD5 = true })
-	gw, err := s3gw.New(s3gw.Options{Client: cl, Credentials: s3gw.StaticCredentials{testAccess: testSecret},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		b.Fatal(err)
-	}
+	cl, gw := benchGateway(b)
 	ctx := context.Background()
 	data := bytes.Repeat([]byte("x"), 4<<10)
-	if err := cl.MakeBucket(ctx, "bench"); err != nil {
-		b.Fatal(err)
-	}
 	if _, err := cl.PutObject(ctx, "bench", "k", bytes.NewReader(data), int64(len(data)), client.PutOptions{}); err != nil {
 		b.Fatal(err)
 	}

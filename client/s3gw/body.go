@@ -15,6 +15,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/ospreystore/osprey/client"
 )
 
 // A request body is checked as it streams: its SHA-256 when the signature
@@ -37,6 +39,10 @@ type verifiedBody struct {
 	n      int64
 	checks []digestCheck
 	closer func() // releases hashers
+	// contentMD5 is Content-MD5, and md5 the same once the body has
+	// been read whole and matched it: the SDK takes it for the ETag
+	// (client.MD5Reader) rather than hashing the bytes again.
+	contentMD5, md5 []byte
 	// deadline is the connection's read deadline, moved on at each read
 	// and cleared once the body has been read whole: net/http then reads on in the
 	// background to notice a client that hangs up, and a deadline left
@@ -101,8 +107,9 @@ func (g *Gateway) newVerifiedBody(r *http.Request, auth authResult) (*verifiedBo
 		if err != nil || len(want) != 16 {
 			return nil, errf(ErrInvalidDigest, "the Content-MD5 you specified is not valid")
 		}
-		h := g.md5.NewHash()
+		h := client.NewMD5()
 		b.closer = h.Close
+		b.contentMD5 = want
 		b.checks = append(b.checks, digestCheck{h, want, errf(ErrBadDigest, "the Content-MD5 you specified did not match what was received")})
 	}
 	for name, mk := range checksumAlgorithms {
@@ -213,7 +220,14 @@ func (b *verifiedBody) finish() error {
 			return c.err
 		}
 	}
+	b.md5 = b.contentMD5
 	return nil
+}
+
+// ReadMD5 implements client.MD5Reader: the MD5 of a body sent with
+// Content-MD5, which it matched.
+func (b *verifiedBody) ReadMD5() (sum []byte, n int64, ok bool) {
+	return b.md5, b.n, b.contentMD5 != nil
 }
 
 func (b *verifiedBody) Close() error {

@@ -33,7 +33,6 @@ import (
 	"sync"
 	"time"
 
-	md5simd "github.com/minio/md5-simd"
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/msgr/auth"
 )
@@ -112,7 +111,6 @@ type Gateway struct {
 	opts Options
 	cl   *client.Client
 	log  *slog.Logger
-	md5  md5simd.Server // Content-MD5 checks, alongside the transfer
 }
 
 // New makes a gateway.
@@ -156,7 +154,7 @@ func New(opts Options) (*Gateway, error) {
 	for i, d := range opts.Domains {
 		opts.Domains[i] = strings.ToLower(strings.Trim(d, "."))
 	}
-	return &Gateway{opts: opts, cl: opts.Client, log: opts.Logger, md5: md5simd.NewServer()}, nil
+	return &Gateway{opts: opts, cl: opts.Client, log: opts.Logger}, nil
 }
 
 // Serve serves HTTP on ln until ctx is done, then stops accepting and

@@ -247,9 +247,12 @@ func TestObjects(t *testing.T) {
 
 	// Content-MD5: right, then wrong (and nothing stored).
 	sum := md5.Sum([]byte("checked"))
-	if _, err := e.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("obj"), Key: aws.String("md5"), Body: strings.NewReader("checked"),
+	// The ETag is the MD5 the check took (client.MD5Reader), not hashed again.
+	if out, err := e.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("obj"), Key: aws.String("md5"), Body: strings.NewReader("checked"),
 		ContentMD5: aws.String(base64.StdEncoding.EncodeToString(sum[:]))}); err != nil {
 		t.Fatal(err)
+	} else if got, want := aws.ToString(out.ETag), fmt.Sprintf("%q", hex.EncodeToString(sum[:])); got != want {
+		t.Errorf("ETag of a Content-MD5 put: %s, want %s", got, want)
 	}
 	_, err = e.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("obj"), Key: aws.String("md5"), Body: strings.NewReader("CHECKED"),
 		ContentMD5: aws.String(base64.StdEncoding.EncodeToString(sum[:]))})
