@@ -3,7 +3,9 @@
 package rdma
 
 import (
+	"encoding/binary"
 	"fmt"
+	"os"
 	"sync/atomic"
 
 	"github.com/ospreystore/osprey/msgr/internal/invariants"
@@ -58,4 +60,54 @@ func (l *link) checkGrant(p *wire.Preamble) {
 		panic(fmt.Sprintf("rdma: invariant: granted the peer %d frames on link %d, but only %d receives were posted for them",
 			p.GrantMsgs, l.id, avail))
 	}
+}
+
+// poolCanary is written, in the invariants build, at the start of every
+// page of a rendezvous region put back in the large pool, and checked
+// when the region is handed out again: a write into a region while it
+// sits in the pool (a transfer still in flight into a buffer already
+// given back, a holder writing after its Release) shows as a changed
+// canary. One word a page is cheap and still catches a transfer, which
+// fills whole pages.
+const poolCanary = 0x6361_6e61_7279_6f73 // any pattern a payload is unlikely to hold
+
+// checkPool reports, for the caller to panic with once it let go of
+// d.mu, that r is already in the pool (putLarge twice: a stale Release of
+// its reused wrapper r.wb, or a source released twice); else it marks r
+// pooled and writes the canaries.
+//
+// REQUIRES: r.d.mu held.
+func (r *region) checkPool() (broken string) {
+	if !invariants.Enabled {
+		return ""
+	}
+	if r.pooled {
+		return fmt.Sprintf("rdma: invariant: rendezvous region %p (%d bytes) put back in the pool twice", &r.mem[0], len(r.mem))
+	}
+	r.pooled = true
+	for off := 0; off+8 <= len(r.mem); off += os.Getpagesize() {
+		binary.LittleEndian.PutUint64(r.mem[off:], poolCanary)
+	}
+	return ""
+}
+
+// checkUnpool reports, as checkPool does, that r was written to while in
+// the pool; else it marks r taken.
+//
+// REQUIRES: r.d.mu held.
+func (r *region) checkUnpool() (broken string) {
+	if !invariants.Enabled {
+		return ""
+	}
+	if !r.pooled {
+		return fmt.Sprintf("rdma: invariant: rendezvous region %p (%d bytes) taken from the pool but not marked pooled", &r.mem[0], len(r.mem))
+	}
+	r.pooled = false
+	for off := 0; off+8 <= len(r.mem); off += os.Getpagesize() {
+		if binary.LittleEndian.Uint64(r.mem[off:]) != poolCanary {
+			return fmt.Sprintf("rdma: invariant: rendezvous region %p (%d bytes) written at offset %d while in the pool",
+				&r.mem[0], len(r.mem), off)
+		}
+	}
+	return ""
 }

@@ -221,7 +221,7 @@ func (l *link) dropPending() {
 			p.buf.Release()
 		case p.r != nil:
 			l.d.inUse.Add(-1)
-			l.d.retire(p.r)
+			l.d.retire(p.r, l)
 		}
 		l.pend[i] = nil
 	}
