@@ -19,6 +19,7 @@ type recvLedger struct {
 	posted    atomic.Int64 // receives ever posted: the first ones, then every repost
 	handshake atomic.Int64 // handshake frames received: before the session's credits
 	control   atomic.Int64 // link-only frames received: on the ctlRecv receives
+	slots     slotLedger   // the link's own receives posted (not on the shared pool)
 }
 
 // ledgerPost records a receive posted.
@@ -110,4 +111,34 @@ func (r *region) checkUnpool() (broken string) {
 		}
 	}
 	return ""
+}
+
+// slotLedger marks, in the invariants build, which receive buffers of a
+// link or of the shared pool are posted to the provider (nil otherwise).
+// A buffer is posted again from its Release, after Reset gave its wrapper
+// one reference back, so a stale second Release of a frame whose buffer
+// was already reposted would post it twice: two frames would land in one
+// buffer, and the reader would see a frame with another's length, a
+// descriptor with another's CRC, or a handshake frame twice.
+type slotLedger []atomic.Bool
+
+func newSlotLedger(n int) slotLedger {
+	if !invariants.Enabled {
+		return nil
+	}
+	return make(slotLedger, n)
+}
+
+// posting panics if slot is posted already.
+func (s slotLedger) posting(owner string, slot uint32) {
+	if s != nil && s[slot].Swap(true) {
+		panic(fmt.Sprintf("rdma: invariant: receive buffer %d of %s posted while already posted (a frame released twice?)", slot, owner))
+	}
+}
+
+// completed panics if a completion names a slot that is not posted.
+func (s slotLedger) completed(owner string, slot uint32) {
+	if s != nil && !s[slot].Swap(false) {
+		panic(fmt.Sprintf("rdma: invariant: a receive completed in buffer %d of %s, which was not posted", slot, owner))
+	}
 }

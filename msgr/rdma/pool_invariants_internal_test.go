@@ -50,3 +50,16 @@ func TestLargePoolInvariants(t *testing.T) {
 		r.free() // taken off the pool by the refused getLarge
 	})
 }
+
+// TestReceiveSlotInvariants: in the invariants build a receive buffer
+// posted while it is posted already (a frame released twice, its second
+// Release coming after the first reposted the buffer) panics, as does a
+// completion for a buffer that is not posted.
+func TestReceiveSlotInvariants(t *testing.T) {
+	s := newSlotLedger(4)
+	s.posting("a link", 2)
+	s.completed("a link", 2)
+	s.posting("a link", 2) // reposted once the frame in it was released
+	wantPanic(t, "receive buffer 2 of a link posted while already posted", func() { s.posting("a link", 2) })
+	wantPanic(t, "a receive completed in buffer 3 of a link, which was not posted", func() { s.completed("a link", 3) })
+}
