@@ -3,7 +3,9 @@
 package rdma
 
 import (
+	"encoding/binary"
 	"fmt"
+	"os"
 	"sync/atomic"
 
 	"github.com/ospreystore/osprey/msgr/internal/invariants"
@@ -17,6 +19,7 @@ type recvLedger struct {
 	posted    atomic.Int64 // receives ever posted: the first ones, then every repost
 	handshake atomic.Int64 // handshake frames received: before the session's credits
 	control   atomic.Int64 // link-only frames received: on the ctlRecv receives
+	slots     slotLedger   // the link's own receives posted (not on the shared pool)
 }
 
 // ledgerPost records a receive posted.
@@ -57,5 +60,85 @@ func (l *link) checkGrant(p *wire.Preamble) {
 	if int32(uint32(avail)-p.GrantMsgs) < 0 {
 		panic(fmt.Sprintf("rdma: invariant: granted the peer %d frames on link %d, but only %d receives were posted for them",
 			p.GrantMsgs, l.id, avail))
+	}
+}
+
+// poolCanary is written, in the invariants build, at the start of every
+// page of a rendezvous region put back in the large pool, and checked
+// when the region is handed out again: a write into a region while it
+// sits in the pool (a transfer still in flight into a buffer already
+// given back, a holder writing after its Release) shows as a changed
+// canary. One word a page is cheap and still catches a transfer, which
+// fills whole pages.
+const poolCanary = 0x6361_6e61_7279_6f73 // any pattern a payload is unlikely to hold
+
+// checkPool reports, for the caller to panic with once it let go of
+// d.mu, that r is already in the pool (putLarge twice: a stale Release of
+// its reused wrapper r.wb, or a source released twice); else it marks r
+// pooled and writes the canaries.
+//
+// REQUIRES: r.d.mu held.
+func (r *region) checkPool() (broken string) {
+	if !invariants.Enabled {
+		return ""
+	}
+	if r.pooled {
+		return fmt.Sprintf("rdma: invariant: rendezvous region %p (%d bytes) put back in the pool twice", &r.mem[0], len(r.mem))
+	}
+	r.pooled = true
+	for off := 0; off+8 <= len(r.mem); off += os.Getpagesize() {
+		binary.LittleEndian.PutUint64(r.mem[off:], poolCanary)
+	}
+	return ""
+}
+
+// checkUnpool reports, as checkPool does, that r was written to while in
+// the pool; else it marks r taken.
+//
+// REQUIRES: r.d.mu held.
+func (r *region) checkUnpool() (broken string) {
+	if !invariants.Enabled {
+		return ""
+	}
+	if !r.pooled {
+		return fmt.Sprintf("rdma: invariant: rendezvous region %p (%d bytes) taken from the pool but not marked pooled", &r.mem[0], len(r.mem))
+	}
+	r.pooled = false
+	for off := 0; off+8 <= len(r.mem); off += os.Getpagesize() {
+		if binary.LittleEndian.Uint64(r.mem[off:]) != poolCanary {
+			return fmt.Sprintf("rdma: invariant: rendezvous region %p (%d bytes) written at offset %d while in the pool",
+				&r.mem[0], len(r.mem), off)
+		}
+	}
+	return ""
+}
+
+// slotLedger marks, in the invariants build, which receive buffers of a
+// link or of the shared pool are posted to the provider (nil otherwise).
+// A buffer is posted again from its Release, after Reset gave its wrapper
+// one reference back, so a stale second Release of a frame whose buffer
+// was already reposted would post it twice: two frames would land in one
+// buffer, and the reader would see a frame with another's length, a
+// descriptor with another's CRC, or a handshake frame twice.
+type slotLedger []atomic.Bool
+
+func newSlotLedger(n int) slotLedger {
+	if !invariants.Enabled {
+		return nil
+	}
+	return make(slotLedger, n)
+}
+
+// posting panics if slot is posted already.
+func (s slotLedger) posting(owner string, slot uint32) {
+	if s != nil && s[slot].Swap(true) {
+		panic(fmt.Sprintf("rdma: invariant: receive buffer %d of %s posted while already posted (a frame released twice?)", slot, owner))
+	}
+}
+
+// completed panics if a completion names a slot that is not posted.
+func (s slotLedger) completed(owner string, slot uint32) {
+	if s != nil && !s[slot].Swap(false) {
+		panic(fmt.Sprintf("rdma: invariant: a receive completed in buffer %d of %s, which was not posted", slot, owner))
 	}
 }

@@ -3,10 +3,7 @@
 package rdma
 
 import (
-	"context"
 	"testing"
-
-	"github.com/ospreystore/osprey/msgr/wire"
 )
 
 // TestLentRegionsEndWithTheDomain: the transport's Close ends the
@@ -15,14 +12,7 @@ import (
 // frees the spare ones, and leaves the held one mapped until its last
 // Release, which unmaps it.
 func TestLentRegionsEndWithTheDomain(t *testing.T) {
-	tr := NewTransport("tcp", Config{})
-	ln, err := tr.Listen(context.Background(), "127.0.0.1:0", wire.LinkOptions{
-		RecvWindow: 8, Banner: wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures},
-	})
-	if err != nil {
-		tr.Close()
-		t.Fatal(err)
-	}
+	tr, ln := testListener(t)
 	l := ln.(*listener)
 	d := l.d
 	base := d.registered.Load()

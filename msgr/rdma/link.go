@@ -182,6 +182,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 		return l, nil
 	}
 	l.recvBufs = make([]*wire.Buffer, l.recvs())
+	l.ledger.slots = newSlotLedger(l.recvs())
 	for i := range l.recvs() {
 		b := l.recv.mem[i*cfg.BufSize : (i+1)*cfg.BufSize : (i+1)*cfg.BufSize]
 		slot := uint32(i)

@@ -28,6 +28,7 @@ func (l *link) postRecv(slot uint32, lazy bool) {
 	if l.dead.Load() {
 		return
 	}
+	l.ledger.slots.posting("a link", slot)
 	b := l.recvBufs[slot].B
 	l.d.postMaybeLater(postOp{l: l, kind: opRecv, slot: slot, buf: unsafe.Pointer(&b[:1][0]), n: l.bufSize, desc: l.recvDesc}, lazy)
 }
@@ -46,6 +47,7 @@ func (l *link) complete(op uint8, slot uint32, n int, err error) {
 	case opRecv:
 		if !l.srx {
 			l.countPosted(-1) // the pool counts its own
+			l.ledger.slots.completed("a link", slot)
 		}
 		if err != nil {
 			l.fail(err)
@@ -221,7 +223,7 @@ func (l *link) dropPending() {
 			p.buf.Release()
 		case p.r != nil:
 			l.d.inUse.Add(-1)
-			l.d.retire(p.r)
+			l.d.retire(p.r, l)
 		}
 		l.pend[i] = nil
 	}

@@ -31,7 +31,10 @@ type region struct {
 	// buffer's last Release gives it back to the lent pool.
 	lent     bool
 	unmapped bool
-	mr       *C.struct_fid_mr
+	// pooled: r is in the domain's large pool (invariants build only;
+	// under d.mu), so a second putLarge or a write while there is caught.
+	pooled bool
+	mr     *C.struct_fid_mr
 	// desc is the provider's memory descriptor: an opaque handle that need
 	// not be a pointer (sockets returns small integers), so it is kept as an
 	// integer: a Go pointer-typed slot holding 0x1 crashes the stack copier.
@@ -160,40 +163,50 @@ func (r *region) release(*wire.Buffer) {
 // after fi_close (never reproduced here): it still retires them.
 func (d *domain) freeClosed(r *region) {
 	if d.t.prov == "sockets" {
-		d.retire(r)
+		d.retire(r, nil)
 		return
 	}
 	r.free()
 }
 
-// retire frees a region after retireDelay: a buffer of a transfer that
-// failed while its endpoint was still open may yet be written to until
-// the endpoint closes, and some providers' progress threads (sockets) are
-// said to touch an endpoint's buffers shortly after fi_close returns.
-func (d *domain) retire(r *region) {
+// retire frees a region once nothing can write into it any more: the
+// destination of a transfer that failed, or that was dropped with its
+// link, may be written to until the endpoint of ep (nil: none, already
+// closed) is closed, and some providers' progress threads (sockets) are
+// said to touch an endpoint's buffers shortly after fi_close returns. So
+// it goes retireDelay after it was retired and not before ep's fi_close
+// returned, however long that takes: the reader drops its transfers when
+// it sees the fault, and under load Close may close the endpoint
+// seconds later. A region unmapped while a read into it is still in
+// flight lets the provider write into whatever mmap puts at that address
+// next, such as another link's rendezvous source, which its reader then
+// refuses as corrupt.
+func (d *domain) retire(r *region, ep *link) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		r.free()
 		return
 	}
-	d.retired = append(d.retired, retiredRegion{r: r, at: time.Now()})
+	d.retired = append(d.retired, retiredRegion{r: r, ep: ep, at: time.Now()})
 	d.mu.Unlock()
 }
 
-// reapRetired frees retired regions whose delay has passed; all of them
-// when all is set (domain close).
+// reapRetired frees retired regions whose delay has passed and whose
+// endpoint is closed; all of them when all is set (domain close, after
+// every link's).
 func (d *domain) reapRetired(all bool) {
 	d.mu.Lock()
 	var drop []*region
 	keep := d.retired[:0]
 	for _, rr := range d.retired {
-		if all || time.Since(rr.at) > retireDelay {
+		if all || rr.freeable() {
 			drop = append(drop, rr.r)
 		} else {
 			keep = append(keep, rr)
 		}
 	}
+	clear(d.retired[len(keep):])
 	d.retired = keep
 	d.mu.Unlock()
 	for _, r := range drop {
@@ -203,7 +216,12 @@ func (d *domain) reapRetired(all bool) {
 
 type retiredRegion struct {
 	r  *region
+	ep *link // whose endpoint may still write into r; nil if none
 	at time.Time
+}
+
+func (rr retiredRegion) freeable() bool {
+	return time.Since(rr.at) > retireDelay && (rr.ep == nil || rr.ep.epClosed.Load())
 }
 
 const retireDelay = 2 * time.Second
@@ -223,7 +241,11 @@ func (d *domain) getLarge(n int) (*region, error) {
 	if rs := d.large[c]; len(rs) > 0 {
 		r := rs[len(rs)-1]
 		d.large[c] = rs[:len(rs)-1]
+		broken := r.checkUnpool()
 		d.mu.Unlock()
+		if broken != "" {
+			panic(broken)
+		}
 		d.inUse.Add(1)
 		return r, nil
 	}
@@ -242,6 +264,10 @@ func (d *domain) putLarge(r *region) {
 		d.mu.Unlock()
 		r.free()
 		return
+	}
+	if broken := r.checkPool(); broken != "" {
+		d.mu.Unlock()
+		panic(broken)
 	}
 	c := largeClass(len(r.mem))
 	d.large[c] = append(d.large[c], r)

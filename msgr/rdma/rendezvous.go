@@ -321,7 +321,7 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 		// rather than put it back in the cache.
 		if p.r != nil {
 			l.d.inUse.Add(-1)
-			l.d.retire(p.r)
+			l.d.retire(p.r, l)
 		}
 		return p.err
 	}

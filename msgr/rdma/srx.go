@@ -56,6 +56,7 @@ type srxPool struct {
 	descs []C.uintptr_t
 
 	out      atomic.Int64 // buffers handed up to links, not yet reposted
+	slots    slotLedger   // posted (invariants build)
 	closed   atomic.Bool
 	postErrs atomic.Uint64 // reposts the provider refused: buffers lost to the pool
 }
@@ -66,7 +67,7 @@ func openSRX(d *domain) *srxPool {
 	if d.t.cfg.NoSharedRecv || C.osp_info_cq_data(d.info) < 4 {
 		return nil
 	}
-	s := &srxPool{d: d, bufs: make([]*wire.Buffer, srxMaxBufs), descs: make([]C.uintptr_t, srxMaxBufs)}
+	s := &srxPool{d: d, bufs: make([]*wire.Buffer, srxMaxBufs), descs: make([]C.uintptr_t, srxMaxBufs), slots: newSlotLedger(srxMaxBufs)}
 	if C.osp_srx(d.dom, d.info, srxMaxBufs, &s.ep) != 0 {
 		C.osp_close(unsafe.Pointer(s.ep))
 		return nil
@@ -128,6 +129,7 @@ func (s *srxPool) endpoint() *C.struct_fid_ep {
 
 // post queues a receive of the pool, lazily for a repost (postMaybeLater).
 func (s *srxPool) post(slot uint32, lazy bool) {
+	s.slots.posting("the shared pool", slot)
 	b := s.bufs[slot].B
 	s.d.postMaybeLater(postOp{kind: opRecv, slot: slot, buf: unsafe.Pointer(&b[:1][0]), n: len(b), desc: s.descs[slot]}, lazy)
 }
@@ -161,6 +163,7 @@ func (s *srxPool) posted(err error) {
 func (s *srxPool) complete(slot uint32, n int, data uint64, err error) {
 	s.d.posted.Add(-1)
 	s.out.Add(1)
+	s.slots.completed("the shared pool", slot)
 	if err != nil {
 		// Cancelled as the pool closes, or a receive cut short when its
 		// endpoint went (a peer that failed mid-frame): the buffer goes
