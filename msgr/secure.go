@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/subtle"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/ospreystore/osprey/msgr/auth"
@@ -189,6 +192,14 @@ type sealedLink struct {
 	// tamper, if set (tests), sees each sealed segment before it is
 	// written, so a test can alter what goes on the wire.
 	tamper func(sealed []byte)
+
+	// sealRun and openRun describe the frame whose records the writer
+	// seals or the reader opens: one of each, as one goroutine writes
+	// and one reads.
+	sealRun, openRun recordRun
+	helpersMu        sync.Mutex
+	helpers          chan<- *recordRun // from recordHelpers, taken at the first record frame
+	closed           bool
 }
 
 func newSealedLink(l wire.Link, k *linkKeys, steady wire.Limits) (*sealedLink, error) {
@@ -201,6 +212,7 @@ func newSealedLink(l wire.Link, k *linkKeys, steady wire.Limits) (*sealedLink, e
 		return nil, err
 	}
 	s := &sealedLink{Link: l, seal: seal, open: open, lim: sealedHandshakeLimits, steady: steady}
+	s.openRun.open = true
 	if h := testHookTamper.Load(); h != nil {
 		s.tamper = *h
 	}
@@ -240,6 +252,194 @@ var (
 	sealedHeadAD = []byte("osprey sealed head")
 	sealedDataAD = []byte("osprey sealed data")
 )
+
+// A two-part frame with at least sealRecordMinData of data seals that
+// data as records of sealRecordSize bytes (the last shorter), each its
+// own AEAD message under the nonces after the header's, so that several
+// cores seal and open one frame: a GCM pass over a MiB costs about 200 µs
+// of one core, which bounds a secure stream of large messages, and a
+// 100 Gb/s NIC needs several cores of it anyway. On one core, 16 to 64
+// KiB records go as fast as any (BenchmarkSealRecords: 5.1-5.4 GB/s,
+// against 4.8 at 128 KiB and 3.5 for a whole MiB, whose pass outgrows
+// the caches); 64 KiB keeps the tags to 1/4096 of the data and a 1 MiB
+// frame in 16 records, enough to share between the cores of a node.
+// Below 256 KiB a frame goes in two parts: four records at most, not
+// worth waking helpers for.
+const (
+	sealRecordSize    = 64 << 10
+	sealRecordMinData = 256 << 10
+)
+
+// recordADPrefix starts each record's additional data, followed by its
+// index and the frame's record count (big-endian uint32s): a record opens
+// only at its own place in its own frame, and never as a part of a frame
+// in one or two parts. Its nonce ties it to the frame: the nonces after
+// the frame's header.
+const recordADPrefix = "osprey sealed record"
+
+// sealedRecords reports whether a frame with n bytes of data that goes in
+// two parts seals them as records, and how many.
+func sealedRecords(n int) (int, bool) {
+	if n < sealRecordMinData {
+		return 0, false
+	}
+	return (n + sealRecordSize - 1) / sealRecordSize, true
+}
+
+// recordScratch is one goroutine's scratch for sealing or opening a
+// record: heap memory of its own, so that handing it to the AEAD costs no
+// allocation.
+type recordScratch struct {
+	nb [12]byte
+	ad [len(recordADPrefix) + 8]byte
+}
+
+func (sc *recordScratch) additional(i, k int) []byte {
+	copy(sc.ad[:], recordADPrefix)
+	binary.BigEndian.PutUint32(sc.ad[len(recordADPrefix):], uint32(i))
+	binary.BigEndian.PutUint32(sc.ad[len(recordADPrefix)+4:], uint32(k))
+	return sc.ad[:]
+}
+
+// recordRun is the work of sealing or opening one frame's records: the
+// goroutine that owns the frame and any helpers it finds idle take
+// records by number until none is left.
+type recordRun struct {
+	recs auth.Records
+	open bool
+	// plain is the data, sealed its records with their tags, record i
+	// at i*(sealRecordSize+auth.Overhead).
+	plain, sealed []byte
+	k             int
+	next          atomic.Int64
+	failed        atomic.Bool
+	wg            sync.WaitGroup
+	sc            recordScratch // the owner's
+}
+
+// work seals or opens records until none is left.
+func (r *recordRun) work(sc *recordScratch) {
+	for {
+		i := int(r.next.Add(1)) - 1
+		if i >= r.k {
+			return
+		}
+		lo := i * sealRecordSize
+		hi := min(lo+sealRecordSize, len(r.plain))
+		at := lo + i*auth.Overhead
+		ad := sc.additional(i, r.k)
+		if !r.open {
+			r.recs.Seal(&sc.nb, r.sealed[at:at], i, r.plain[lo:hi], ad)
+		} else if _, err := r.recs.Open(&sc.nb, r.plain[lo:lo], i, r.sealed[at:at+hi-lo+auth.Overhead], ad); err != nil {
+			r.failed.Store(true)
+		}
+	}
+}
+
+// run does the run's k records, from records reserved: it offers the run
+// to helpers that are idle (never waiting for one), works on it itself,
+// and returns once every record is done. It reports whether every record
+// opened.
+func (s *sealedLink) run(r *recordRun, recs auth.Records, k int, plain, sealed []byte) bool {
+	r.recs, r.k, r.plain, r.sealed = recs, k, plain, sealed
+	r.next.Store(0)
+	r.failed.Store(false)
+	if helpers := s.recordHelpers(); helpers != nil {
+		for range k - 1 {
+			r.wg.Add(1)
+			sent := false
+			select {
+			case helpers <- r:
+				sent = true
+			default:
+			}
+			if !sent {
+				r.wg.Done()
+				break
+			}
+		}
+	}
+	r.work(&r.sc)
+	r.wg.Wait()
+	ok := !r.failed.Load()
+	r.recs, r.plain, r.sealed = auth.Records{}, nil, nil
+	return ok
+}
+
+// recordHelpers is the link's channel to the process's record helpers,
+// which it takes at its first frame in records; nil once it is closed.
+func (s *sealedLink) recordHelpers() chan<- *recordRun {
+	s.helpersMu.Lock()
+	defer s.helpersMu.Unlock()
+	if s.helpers == nil && !s.closed {
+		s.helpers = helperPool.acquire()
+	}
+	return s.helpers
+}
+
+// Close lets go of the record helpers and closes the link below.
+func (s *sealedLink) Close() error {
+	s.helpersMu.Lock()
+	if !s.closed {
+		s.closed = true
+		if s.helpers != nil {
+			helperPool.release()
+		}
+	}
+	s.helpersMu.Unlock()
+	return s.Link.Close()
+}
+
+// recordHelperPool is the process's goroutines that seal and open
+// records for the goroutines that own the frames: GOMAXPROCS of them,
+// started when a sealed link first needs them and stopped when the last
+// such link closes, so that nothing runs for links that never carry a
+// large frame, and nothing outlives the messengers.
+type recordHelperPool struct {
+	mu   sync.Mutex
+	refs int
+	work chan *recordRun // unbuffered: a send succeeds only to a helper that waits
+	stop chan struct{}
+}
+
+var helperPool recordHelperPool
+
+func (p *recordHelperPool) acquire() chan<- *recordRun {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.refs++; p.refs == 1 {
+		p.work, p.stop = make(chan *recordRun), make(chan struct{})
+		for range runtime.GOMAXPROCS(0) {
+			go recordHelper(p.work, p.stop)
+		}
+	}
+	return p.work
+}
+
+func (p *recordHelperPool) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.refs--; p.refs == 0 {
+		close(p.stop)
+		p.work, p.stop = nil, nil
+	}
+}
+
+// recordHelper works on the runs it is handed until the pool stops. A
+// link still holding the channel after that finds no helper waiting and
+// does its records itself.
+func recordHelper(work <-chan *recordRun, stop <-chan struct{}) {
+	sc := new(recordScratch)
+	for {
+		select {
+		case r := <-work:
+			r.work(sc)
+			r.wg.Done()
+		case <-stop:
+			return
+		}
+	}
+}
 
 // splitSealed reports whether f goes in two parts.
 func splitSealed(f *wire.Frame) bool {
@@ -281,7 +481,12 @@ func (s *sealedLink) sealFrame(of, f *wire.Frame, split bool) error {
 	// (in two parts, the data alone), so that on RDMA it starts the
 	// registered buffer the rendezvous reads from.
 	at := 0 // where the front and preamble are sealed
-	if split {
+	k, records := sealedRecords(len(f.Data))
+	records = records && split
+	switch {
+	case records:
+		at = len(f.Data) + k*auth.Overhead
+	case split:
 		at = len(f.Data) + auth.Overhead
 	}
 	n := len(f.Front) + wire.PreambleSize // what is sealed at at
@@ -312,8 +517,21 @@ func (s *sealedLink) sealFrame(of, f *wire.Frame, split bool) error {
 		// fixed order, so that neither part can be dropped, swapped or
 		// paired with another frame's without the open failing.
 		of.Tag, of.Flags = wire.TagSealed, wire.FlagNoDataCRC
-		if of.Front, err = s.sealPart(b, b, sealedHeadAD); err == nil {
+		if of.Front, err = s.sealPart(b, b, sealedHeadAD); err != nil {
+			break
+		}
+		if !records {
 			of.Data, err = s.sealPart(buf.B, f.Data, sealedDataAD)
+			break
+		}
+		var recs auth.Records
+		if recs, err = s.seal.Reserve(k, len(f.Data)); err != nil {
+			break
+		}
+		of.Data = buf.B[:at]
+		s.run(&s.sealRun, recs, k, f.Data, of.Data)
+		if s.tamper != nil {
+			s.tamper(of.Data)
 		}
 	}
 	return err
@@ -397,15 +615,47 @@ func (s *sealedLink) openSplit(in, f *wire.Frame) error {
 	if err := innerPreamble(&p, head, in, s.lim); err != nil {
 		return err
 	}
-	if uint64(p.FrontLen)+wire.PreambleSize != uint64(len(head)) || uint64(p.DataLen)+auth.Overhead != uint64(len(in.Data)) {
-		return &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("sealed %v frame of %d and %d bytes says front %d, data %d",
-			p.Tag, len(head), len(in.Data)-auth.Overhead, p.FrontLen, p.DataLen)}
+	k, records := sealedRecords(int(p.DataLen))
+	if !records {
+		k = 1
+	}
+	if uint64(p.FrontLen)+wire.PreambleSize != uint64(len(head)) || uint64(p.DataLen)+uint64(k)*auth.Overhead != uint64(len(in.Data)) {
+		return &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("sealed %v frame of %d and %d bytes in %d records says front %d, data %d",
+			p.Tag, len(head), len(in.Data)-k*auth.Overhead, k, p.FrontLen, p.DataLen)}
+	}
+	if records {
+		return s.openRecords(in, f, &p, head[:p.FrontLen], k)
 	}
 	data, err := s.openPart(in, in.Data, sealedDataAD)
 	if err != nil {
 		return err
 	}
 	deliverSealed(f, in, &p, head[:p.FrontLen], data)
+	return nil
+}
+
+// openRecords opens the k records of in's data, out of place and on
+// several cores, into a buffer that holds the data on a DataAlign
+// boundary and the front after it; f takes that buffer, and in's, the
+// sealed one, goes back.
+func (s *sealedLink) openRecords(in, f *wire.Frame, p *wire.Preamble, front []byte, k int) error {
+	n := int(p.DataLen)
+	buf, b := wire.GetAligned(n+len(front), 0)
+	recs, err := s.open.Reserve(k, n)
+	if err == nil && !s.run(&s.openRun, recs, k, b[:n], in.Data) {
+		s.open.Break()
+		err = auth.ErrOpen
+	}
+	if err != nil {
+		buf.Release()
+		return fmt.Errorf("msgr: %s: %d-byte %v frame in %d records: %w", s.RemoteAddr(), len(in.Front)+len(in.Data), in.Tag, k, err)
+	}
+	copy(b[n:], front)
+	if in.Buf != nil {
+		in.Buf.Release()
+	}
+	in.Buf = buf
+	deliverSealed(f, in, p, b[n:], b[:n])
 	return nil
 }
 

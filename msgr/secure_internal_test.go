@@ -53,18 +53,25 @@ var testLimits = wire.Limits{MaxFront: 64 << 10, MaxData: 4 << 20}
 // with the keys of the two ends of one link.
 func sealedPair(t testing.TB) (w, r *sealedLink, q *queueLink) {
 	t.Helper()
+	return sealedPairLimits(t, testLimits)
+}
+
+// sealedPairLimits is sealedPair with the session's limits lim.
+func sealedPairLimits(t testing.TB, lim wire.Limits) (w, r *sealedLink, q *queueLink) {
+	t.Helper()
 	q = &queueLink{}
 	k := &linkKeys{tx: bytes.Repeat([]byte{1}, auth.DirectionKeyLen), rx: bytes.Repeat([]byte{2}, auth.DirectionKeyLen)}
-	w, err := newSealedLink(q, k, testLimits)
+	w, err := newSealedLink(q, k, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err = newSealedLink(q, &linkKeys{tx: k.rx, rx: k.tx}, testLimits)
+	r, err = newSealedLink(q, &linkKeys{tx: k.rx, rx: k.tx}, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.EndHandshake()
 	r.EndHandshake()
+	t.Cleanup(func() { w.Close(); r.Close() })
 	return w, r, q
 }
 
@@ -190,29 +197,36 @@ func BenchmarkSealedLink(b *testing.B) {
 }
 
 // FuzzSealedFrame: whatever an authenticated peer seals (plain, and in
-// a two-part frame data, the data part), and whatever arrives where a
+// a two-part frame data, the data part, in records when records: data
+// after sealRecordMinData zero bytes), and whatever arrives where a
 // sealed frame should (raw), the sealed link returns a frame or an
 // error, never panics, and what it returns lies within its limits.
 func FuzzSealedFrame(f *testing.F) {
 	var p [wire.PreambleSize]byte
 	(&wire.Preamble{Tag: wire.TagMessage, FrontLen: 2, DataLen: 3}).Put(p[:])
-	f.Add(append([]byte("dddff"), p[:]...), []byte(nil), false, false, false)
+	f.Add(append([]byte("dddff"), p[:]...), []byte(nil), false, false, false, false)
 	(&wire.Preamble{Tag: wire.TagMessage, FrontLen: 2, DataLen: 3}).Put(p[:])
-	f.Add(append([]byte("ff"), p[:]...), []byte("ddd"), false, false, true)
-	f.Add(append([]byte("ff"), p[:]...), []byte("dddd"), false, false, true)
+	f.Add(append([]byte("ff"), p[:]...), []byte("ddd"), false, false, true, false)
+	f.Add(append([]byte("ff"), p[:]...), []byte("dddd"), false, false, true, false)
+	(&wire.Preamble{Tag: wire.TagMessage, FrontLen: 2, DataLen: sealRecordMinData + 3}).Put(p[:])
+	f.Add(append([]byte("ff"), p[:]...), []byte("ddd"), false, false, true, true)
+	f.Add(append([]byte("ff"), p[:]...), []byte("dddd"), false, false, true, true)
+	f.Add(append([]byte("ff"), p[:]...), []byte("ddd"), false, true, true, true)
+	(&wire.Preamble{Tag: wire.TagMessage, FrontLen: 2, DataLen: sealRecordMinData + sealRecordSize}).Put(p[:])
+	f.Add(append([]byte("ff"), p[:]...), make([]byte, sealRecordSize), false, false, true, true)
 	(&wire.Preamble{Tag: wire.TagMessage}).Put(p[:])
-	f.Add(p[:], []byte{}, false, false, true)
+	f.Add(p[:], []byte{}, false, false, true, false)
 	(&wire.Preamble{Tag: wire.TagSessionReq, FrontLen: 4}).Put(p[:])
-	f.Add(append([]byte("sreq"), p[:]...), []byte(nil), true, false, false)
-	f.Add(append([]byte("sreq"), p[:]...), []byte("data"), true, false, true)
+	f.Add(append([]byte("sreq"), p[:]...), []byte(nil), true, false, false, false)
+	f.Add(append([]byte("sreq"), p[:]...), []byte("data"), true, false, true, false)
 	(&wire.Preamble{Tag: wire.TagKeepalive}).Put(p[:])
-	f.Add(p[:], []byte(nil), false, false, false)
+	f.Add(p[:], []byte(nil), false, false, false, false)
 	(&wire.Preamble{Tag: wire.TagRdvDone}).Put(p[:])
-	f.Add(p[:], []byte(nil), false, false, false)
-	f.Add([]byte("not sealed at all"), []byte(nil), false, true, false)
-	f.Add(make([]byte, 100), []byte("not sealed either"), false, true, true)
-	f.Add(make([]byte, 100), []byte(nil), true, true, false)
-	f.Fuzz(func(t *testing.T, plain, data []byte, handshake, raw, split bool) {
+	f.Add(p[:], []byte(nil), false, false, false, false)
+	f.Add([]byte("not sealed at all"), []byte(nil), false, true, false, false)
+	f.Add(make([]byte, 100), []byte("not sealed either"), false, true, true, false)
+	f.Add(make([]byte, 100), []byte(nil), true, true, false, false)
+	f.Fuzz(func(t *testing.T, plain, data []byte, handshake, raw, split, records bool) {
 		w, r, q := sealedPair(t)
 		if handshake {
 			r.lim = sealedHandshakeLimits
@@ -227,10 +241,30 @@ func FuzzSealedFrame(f *testing.F) {
 			}
 			return sealed
 		}
+		if records {
+			data = append(make([]byte, sealRecordMinData), data...)
+		}
+		// sealRecords seals data as records, as the writer does.
+		sealRecords := func() []byte {
+			if raw {
+				return data
+			}
+			k, _ := sealedRecords(len(data))
+			recs, err := w.seal.Reserve(k, len(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sealed := make([]byte, len(data)+k*auth.Overhead)
+			w.run(&w.sealRun, recs, k, data, sealed)
+			return sealed
+		}
 		var fr wire.Frame
 		switch {
 		case handshake:
 			fr = wire.Frame{Preamble: wire.Preamble{Tag: wire.TagSealedHandshake}, Front: seal(plain, nil), Data: data}
+		case split && records:
+			fr = wire.Frame{Preamble: wire.Preamble{Tag: wire.TagSealed}, Front: seal(plain, sealedHeadAD)}
+			fr.Data = sealRecords()
 		case split:
 			fr = wire.Frame{Preamble: wire.Preamble{Tag: wire.TagSealed}, Front: seal(plain, sealedHeadAD)}
 			fr.Data = seal(data, sealedDataAD)
@@ -401,6 +435,8 @@ func TestSealedLinkFlushesLargeBatches(t *testing.T) {
 		}
 		w.EndHandshake()
 		r.EndHandshake()
+		defer w.Close()
+		defer r.Close()
 		batch := make([]wire.Frame, tc.frames)
 		for i := range batch {
 			batch[i] = wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage, Seq: uint64(i + 1)},

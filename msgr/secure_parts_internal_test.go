@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"unsafe"
 
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/wire"
@@ -13,8 +14,9 @@ import (
 // TestSealedLinkForms: a frame with at least sealSplitMinData of data and
 // a front of at most sealSplitMaxFront goes in two parts (the outer
 // frame's front the sealed front and preamble, its data the sealed
-// data), any other in one; either way it comes out as it went in, its
-// data where the link placed the outer frame's data segment.
+// data, as records from sealRecordMinData), any other in one; either way
+// it comes out as it went in, its data where the link placed the outer
+// frame's data segment, or in records on a DataAlign boundary.
 func TestSealedLinkForms(t *testing.T) {
 	for _, front := range []int{0, 16, sealSplitMaxFront, sealSplitMaxFront + 1} {
 		for _, size := range []int{0, 1, sealSplitMinData - 1, sealSplitMinData, sealSplitMinData + 1, 1 << 20} {
@@ -30,8 +32,12 @@ func TestSealedLinkForms(t *testing.T) {
 				if out.Tag != wire.TagSealed || (len(out.Front) != 0) != twoParts {
 					t.Fatalf("went as a %v frame with a %d-byte front, want two parts: %v", out.Tag, len(out.Front), twoParts)
 				}
-				if twoParts && (len(out.Front) != front+wire.SealedOverhead || len(out.Data) != size+auth.Overhead) {
-					t.Fatalf("parts of %d and %d bytes", len(out.Front), len(out.Data))
+				k, records := sealedRecords(size)
+				if !records {
+					k = 1
+				}
+				if twoParts && (len(out.Front) != front+wire.SealedOverhead || len(out.Data) != size+k*auth.Overhead) {
+					t.Fatalf("parts of %d and %d bytes, want %d records", len(out.Front), len(out.Data), k)
 				}
 				if bytes.Contains(out.Data, []byte("d\x5ad\x5ad\x5a")) || front > 3 && bytes.Contains(out.Front, []byte("ffff")) {
 					t.Fatal("plaintext on the wire")
@@ -46,7 +52,13 @@ func TestSealedLinkForms(t *testing.T) {
 				if got.Preamble != in.Preamble || !bytes.Equal(got.Front, in.Front) || !bytes.Equal(got.Data, in.Data) {
 					t.Fatalf("got %+v, want %+v", got.Preamble, in.Preamble)
 				}
-				if size > 0 && &got.Data[0] != &placed[0] {
+				switch {
+				case twoParts && records:
+					// Opened out of place, into a buffer of its own.
+					if uintptr(unsafe.Pointer(&got.Data[0]))%wire.DataAlign != 0 {
+						t.Fatal("the data of a frame in records is not aligned")
+					}
+				case size > 0 && &got.Data[0] != &placed[0]:
 					t.Fatal("the data does not lie where the link placed the data segment")
 				}
 			})
@@ -135,22 +147,30 @@ func TestSealedLinkTwoPartsRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w, r, q := sealedPair(t)
 			tc.send(t, w, q)
-			var f wire.Frame
-			err := r.ReadFrame(&f)
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("read %v, want %v", err, tc.want)
-			}
-			if f.Buf != nil || f.Data != nil || f.Front != nil || f.Tag != 0 {
-				t.Fatalf("delivered %+v with %d bytes of data", f.Preamble, len(f.Data))
-			}
-			if tc.want == auth.ErrOpen {
-				w.WriteFrames([]wire.Frame{twoPartFrame})
-				q.q = q.q[len(q.q)-1:]
-				if err := r.ReadFrame(&f); !errors.Is(err, auth.ErrOpen) {
-					t.Fatalf("the frame after a refused one: %v", err)
-				}
-			}
+			readRefused(t, w, r, q, tc.want, twoPartFrame)
 		})
+	}
+}
+
+// readRefused reads the frame at the head of q with r and checks that it
+// is refused with want and nothing of it delivered; after auth.ErrOpen,
+// that next, sealed by w, is refused too.
+func readRefused(t *testing.T, w, r *sealedLink, q *queueLink, want error, next wire.Frame) {
+	t.Helper()
+	var f wire.Frame
+	err := r.ReadFrame(&f)
+	if !errors.Is(err, want) {
+		t.Fatalf("read %v, want %v", err, want)
+	}
+	if f.Buf != nil || f.Data != nil || f.Front != nil || f.Tag != 0 {
+		t.Fatalf("delivered %+v with %d bytes of data", f.Preamble, len(f.Data))
+	}
+	if want == auth.ErrOpen {
+		w.WriteFrames([]wire.Frame{next})
+		q.q = q.q[len(q.q)-1:]
+		if err := r.ReadFrame(&f); !errors.Is(err, auth.ErrOpen) {
+			t.Fatalf("the frame after a refused one: %v", err)
+		}
 	}
 }
 

@@ -15,11 +15,12 @@ import (
 // message large enough that its sealed frame goes in two parts, its data
 // part in registered memory moved by a rendezvous: altered in its data
 // part or in its front and preamble part (inline beside the rendezvous
-// descriptor).
+// descriptor), or, larger, in a record.
 func TestSecureTamperedFrameRDMA(t *testing.T) {
 	env := msgrtest.Env{Scheme: "rdma+tcp", Host: "127.0.0.1:0", Tweak: func(o *msgr.Options) { o.RecvWindowMsgs = 64 }}
 	t.Run("data-part", func(t *testing.T) { testTamperedFrame(t, env, 64<<10, tamperWhole) })
 	t.Run("head-part", func(t *testing.T) { testTamperedFrame(t, env, 64<<10, tamperHead) })
+	t.Run("records", func(t *testing.T) { testTamperedFrame(t, env, 1<<20, tamperWhole) })
 }
 
 // TestSecureReceivedDataAlignedRDMA: testSecureDataPlaced over rdma+tcp

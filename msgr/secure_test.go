@@ -176,12 +176,15 @@ func dialSecure(t *testing.T, env msgrtest.Env, ca *msgrtest.TestCA, d msgr.Disp
 }
 
 // TestSecureTamperedFrameTCP: a sealed frame altered on the way faults
-// its link on TCP, in one part (a small message) or in two (a large one:
-// its data part, then its front and preamble part); see testTamperedFrame.
+// its link on TCP, in one part (a small message), in two (a large one:
+// its data part, then its front and preamble part) or in records (a
+// record in the middle, then the head); see testTamperedFrame.
 func TestSecureTamperedFrameTCP(t *testing.T) {
 	t.Run("one-part", func(t *testing.T) { testTamperedFrame(t, tcpEnv, 2000, tamperWhole) })
 	t.Run("data-part", func(t *testing.T) { testTamperedFrame(t, tcpEnv, 100<<10, tamperWhole) })
 	t.Run("head-part", func(t *testing.T) { testTamperedFrame(t, tcpEnv, 100<<10, tamperHead) })
+	t.Run("records", func(t *testing.T) { testTamperedFrame(t, tcpEnv, 1<<20, tamperWhole) })
+	t.Run("records-head", func(t *testing.T) { testTamperedFrame(t, tcpEnv, 1<<20, tamperHead) })
 }
 
 // testTamperedFrame: a sealed frame altered on the way does not open. The

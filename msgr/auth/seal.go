@@ -135,3 +135,61 @@ func (s *Sealer) Open(dst, sealed, additional []byte) ([]byte, error) {
 	}
 	return out, s.advance(len(sealed) - Overhead)
 }
+
+// Records are k consecutive nonces of a direction, reserved at once so
+// that k messages (the records of a large frame, msgr's secure.go) can be
+// sealed or opened independently: in any order, on several goroutines at
+// a time. They stay under the key current when they were reserved; the
+// Sealer counts them as k messages, and rekeys after them if they took
+// the key past its share, so sender and receiver, reserving the same
+// runs, rekey at the same message. A run may take a key up to k-1
+// messages past rekeyFrames, far inside AES-GCM's limits.
+type Records struct {
+	aead  cipher.AEAD
+	salt  [saltLen]byte
+	first uint64
+	k     int
+}
+
+// Reserve takes the next k nonces for records of n bytes in all. On an
+// opener that failed, it is ErrOpen.
+func (s *Sealer) Reserve(k, n int) (Records, error) {
+	if s.broken {
+		return Records{}, ErrOpen
+	}
+	r := Records{aead: s.aead, salt: s.salt, first: s.count, k: k}
+	s.count += uint64(k) - 1
+	return r, s.advance(n)
+}
+
+// Break marks an opener failed, as a failed Open does: a record of a run
+// did not open.
+func (s *Sealer) Break() { s.broken = true }
+
+// nonce writes record i's nonce into nb: scratch of the caller's, not a
+// local, so that handing it to the AEAD costs no allocation.
+func (r *Records) nonce(nb *[12]byte, i int) []byte {
+	if i < 0 || i >= r.k {
+		panic(fmt.Sprintf("auth: record %d of a run of %d", i, r.k))
+	}
+	copy(nb[:], r.salt[:])
+	binary.BigEndian.PutUint64(nb[4:], r.first+uint64(i))
+	return nb[:]
+}
+
+// Seal appends record i sealed to dst, as Sealer.Seal does. Safe for
+// concurrent use with other records' Seal, each with its own nb.
+func (r *Records) Seal(nb *[12]byte, dst []byte, i int, plaintext, additional []byte) []byte {
+	return r.aead.Seal(dst, r.nonce(nb, i), plaintext, additional)
+}
+
+// Open appends the plaintext of record i to dst, as Sealer.Open does; a
+// record that does not open is ErrOpen, and the caller must Break the
+// opener. Safe for concurrent use with other records' Open.
+func (r *Records) Open(nb *[12]byte, dst []byte, i int, sealed, additional []byte) ([]byte, error) {
+	out, err := r.aead.Open(dst, r.nonce(nb, i), sealed, additional)
+	if err != nil {
+		return nil, ErrOpen
+	}
+	return out, nil
+}

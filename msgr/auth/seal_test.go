@@ -119,3 +119,60 @@ func TestRekeyInStep(t *testing.T) {
 		t.Fatal("the key did not change at the rekey")
 	}
 }
+
+// TestRecords: a run of k records takes the nonces k Seals would, in
+// order, so record i seals as the i-th of k consecutive Seals; the run
+// counts as k messages, its bytes as sealed; a record opens only at its
+// own index; and a record that does not open is ErrOpen, after which an
+// opener the caller broke refuses everything.
+func TestRecords(t *testing.T) {
+	const k = 5
+	s, o := sealerPair(t)
+	ref, _ := sealerPair(t)
+	head, err := s.Seal(nil, []byte("head"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref.Seal(nil, []byte("head"), nil)
+	if _, err := o.Open(nil, head, nil); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.Reserve(k, 10*k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened, err := o.Reserve(k, 10*k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nb [12]byte
+	sealed := make([][]byte, k)
+	for i := k - 1; i >= 0; i-- { // any order
+		pt := bytes.Repeat([]byte{'r'}, 10)
+		sealed[i] = recs.Seal(&nb, nil, i, pt, []byte("ad"))
+	}
+	for i := range k {
+		want, _ := ref.Seal(nil, bytes.Repeat([]byte{'r'}, 10), []byte("ad"))
+		if !bytes.Equal(sealed[i], want) {
+			t.Fatalf("record %d sealed unlike the Seal %d after the head", i, i+1)
+		}
+		if _, err := opened.Open(&nb, nil, (i+1)%k, sealed[i], []byte("ad")); !errors.Is(err, ErrOpen) {
+			t.Fatalf("record %d opened as record %d: %v", i, (i+1)%k, err)
+		}
+		if got, err := opened.Open(&nb, nil, i, sealed[i], []byte("ad")); err != nil || string(got) != "rrrrrrrrrr" {
+			t.Fatalf("record %d: %q, %v", i, got, err)
+		}
+	}
+	if s.count != 1+k || s.bytes != 4+10*k {
+		t.Fatalf("after a head and %d records: %d messages, %d bytes counted", k, s.count, s.bytes)
+	}
+	// The Seal after the run takes the nonce after its last record.
+	next, _ := s.Seal(nil, []byte("next"), nil)
+	if want, _ := ref.Seal(nil, []byte("next"), nil); !bytes.Equal(next, want) {
+		t.Fatal("the Seal after a run of records does not take the next nonce")
+	}
+	o.Break()
+	if _, err := o.Reserve(1, 1); !errors.Is(err, ErrOpen) {
+		t.Fatalf("a broken opener reserved records: %v", err)
+	}
+}
