@@ -29,6 +29,7 @@ var (
 	readCacheObjects = newDesc("osprey_osd_read_cache_objects", "Whole objects in the read cache.")
 	readCacheHits    = newDesc("osprey_osd_read_cache_hits_total", "Gets of objects in data files served from the read cache.")
 	readCacheMisses  = newDesc("osprey_osd_read_cache_misses_total", "Gets of objects in data files the read cache did not hold (read from disk, then cached).")
+	readCacheEvicted = newDesc("osprey_osd_read_cache_evictions_total", "Objects the read cache let go to make room for others (a working set larger than --read-cache-mib).")
 	readCacheNoReg   = newDesc("osprey_osd_read_cache_alloc_failures_total",
 		"Objects the read cache kept in ordinary memory because registered memory could not be had (RDMA: the lent half of the budget spent, or registration failed); gets of them copy.")
 
@@ -51,7 +52,7 @@ func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		osdOpDuration, osdInFlight, osdPGs, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
 		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt,
-		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheNoReg,
+		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg,
 		pebbleCompactions, pebbleFlushes, pebbleWALWritten, pebbleWAL, pebbleReadAmp, pebbleL0Files, pebbleDebt,
 		pebbleMemTable, pebbleCache, pebbleCacheHits, pebbleCacheMisses,
 	} {
@@ -100,6 +101,7 @@ func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(ch, readCacheObjects, float64(rc.Extents))
 	counter(ch, readCacheHits, rc.Hits)
 	counter(ch, readCacheMisses, rc.Misses)
+	counter(ch, readCacheEvicted, rc.Evictions)
 	counter(ch, readCacheNoReg, rc.AllocFailures)
 	counter(ch, pebbleCompactions, s.Compactions)
 	counter(ch, pebbleFlushes, s.Flushes)

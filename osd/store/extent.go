@@ -267,6 +267,9 @@ type readCache struct {
 	lru   list.List // of *extent, most recent first
 	hits  atomic.Int64
 	miss  atomic.Int64
+	// evictions counts extents the LRU let go to make room (not those
+	// of dead data files, which drop forgets).
+	evictions atomic.Int64
 	// allocFailures counts extents kept in the store's memory because
 	// Options.ReadCacheAlloc failed (newExtent).
 	allocFailures atomic.Int64
@@ -320,6 +323,7 @@ func (c *readCache) add(x *extent) *extent {
 		c.removeLocked(v)
 		evicted = append(evicted, v)
 	}
+	c.evictions.Add(int64(len(evicted)))
 	c.mu.Unlock()
 	for _, v := range evicted {
 		v.release()
@@ -543,6 +547,9 @@ type ReadCacheStats struct {
 	Hits, Misses int64
 	Bytes        int64 // held, in allocations
 	Extents      int
+	// Evictions counts extents let go to make room for others: a
+	// working set larger than the cache shows here.
+	Evictions int64
 	// AllocFailures counts extents kept in the store's memory because
 	// Options.ReadCacheAlloc failed.
 	AllocFailures int64
@@ -553,5 +560,6 @@ func (s *Store) ReadCacheStats() ReadCacheStats {
 	c := &s.files.cache
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ReadCacheStats{Hits: c.hits.Load(), Misses: c.miss.Load(), Bytes: c.size, Extents: len(c.byID), AllocFailures: c.allocFailures.Load()}
+	return ReadCacheStats{Hits: c.hits.Load(), Misses: c.miss.Load(), Bytes: c.size, Extents: len(c.byID),
+		Evictions: c.evictions.Load(), AllocFailures: c.allocFailures.Load()}
 }
