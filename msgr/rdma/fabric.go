@@ -99,6 +99,18 @@ type domain struct {
 	// rdvWrite: this domain's links offer the rendezvous by RDMA write
 	// (Config.Rendezvous), so its memory is registered for remote writes.
 	rdvWrite bool
+	// readsBreakClose: the provider must not shut an endpoint down while
+	// an RDMA read's response is part way in. libfabric's tcp provider
+	// before 1.18 (upstream a74ea0fcd) then frees the read's transfer
+	// entry twice, from its queue of reads and as the receive in
+	// progress; its pool of entries hands that one out for several
+	// operations at once from then on, and every link of the domain sends
+	// and receives other frames' bytes. So Close waits for such reads
+	// (link.waitReads), and parks an endpoint whose reads never end.
+	readsBreakClose bool
+	// parked: links whose endpoint Close left open (readsBreakClose),
+	// closed with the domain (under mu).
+	parked []*link
 	// writeChunk is the longest RDMA write posted (Config.WriteChunk);
 	// 0: a payload goes in one. writePieces counts the writes posted.
 	writeChunk  int
@@ -169,10 +181,11 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 	}
 	d := &domain{
 		t: t, info: info, mrMode: uint64(C.osp_info_mr_mode(info)),
-		rdvWrite:   t.offersWrite(info),
-		writeChunk: t.cfg.writeChunk(C.GoString(C.osp_info_prov(info))),
-		name:       C.GoString(C.osp_info_domain(info)),
-		cmOwners:   map[uintptr]cmOwner{}, large: map[int][]*region{},
+		rdvWrite:        t.offersWrite(info),
+		readsBreakClose: C.GoString(C.osp_info_prov(info)) == "tcp" && uint32(C.fi_version()) < fixedTCPReads,
+		writeChunk:      t.cfg.writeChunk(C.GoString(C.osp_info_prov(info))),
+		name:            C.GoString(C.osp_info_domain(info)),
+		cmOwners:        map[uintptr]cmOwner{}, large: map[int][]*region{},
 		listeners:  map[*listener]struct{}{},
 		done:       make(chan struct{}),
 		poster:     newPoster(),
@@ -254,6 +267,7 @@ func (d *domain) close() {
 	d.tokenWanted.Add(1) // never to sleep again
 	d.wakeSleeper()
 	d.wg.Wait()
+	d.closeParked()
 	if d.srx != nil {
 		d.srx.close()
 	}
@@ -271,6 +285,34 @@ func (d *domain) close() {
 		d.waitFile.Close()
 	}
 	d.closeFids()
+}
+
+// fixedTCPReads is the first libfabric whose tcp provider may shut an
+// endpoint down with a read's response part way in (readsBreakClose).
+const fixedTCPReads = 1<<16 | 18
+
+// park keeps the endpoint of l open, with its memory, until the domain
+// closes: its reads did not end in time (link.waitReads), and shutting it
+// down might find one part way in.
+func (d *domain) park(l *link) {
+	d.mu.Lock()
+	d.parked = append(d.parked, l)
+	d.mu.Unlock()
+}
+
+// closeParked closes the parked endpoints and frees their memory, once
+// nothing polls the CQ any more: a transfer entry freed twice now is
+// freed into a pool that goes with the CQ.
+func (d *domain) closeParked() {
+	d.mu.Lock()
+	ls := d.parked
+	d.parked = nil
+	d.mu.Unlock()
+	for _, l := range ls {
+		l.shutdownEndpoint()
+		l.releaseMemory()
+		l.maybeFreeRecv()
+	}
 }
 
 // cmLoop reads connection-management events and routes them to their

@@ -26,6 +26,11 @@ const shutdownGrace = 100 * time.Millisecond
 // drainTimeout bounds how long Close waits for posted sends to complete.
 const drainTimeout = 500 * time.Millisecond
 
+// readDrainTimeout bounds how long Close waits for the RDMA reads of ours
+// still in flight where the provider must not see them at shutdown
+// (domain.readsBreakClose); an endpoint whose reads outlast it is parked.
+const readDrainTimeout = 500 * time.Millisecond
+
 // link is one connected MSG endpoint. One credit of the session above is
 // one of its posted receives: a receive buffer is posted again when the
 // frame in it is released, before the credit for it is granted.
@@ -64,11 +69,15 @@ type link struct {
 	recvBufs []*wire.Buffer
 	send     *region // SendSlots send buffers, then ctlSlots control buffers
 	sendFree chan uint32
-	// draining: Close waits for posted sends; sendsIdle wakes it when the
-	// last send slot comes back or the link fails.
+	// draining: Close waits for posted sends (and reads, waitReads);
+	// sendsIdle wakes it when the last send slot or the last read comes
+	// back, or the link fails.
 	draining  atomic.Bool
 	sendsIdle chan struct{}
-	ctlFree   chan uint32
+	// readsPosted: RDMA reads of ours the provider took and has not
+	// completed (posted, complete).
+	readsPosted atomic.Int32
+	ctlFree     chan uint32
 
 	rx       chan rxEvent
 	readDone chan readDoneEv
@@ -308,37 +317,60 @@ func (l *link) waitClosed() {
 }
 
 // closeEndpoint marks the link dead, closes the endpoint and gives back
-// what the link held of the domain's.
+// what the link held of the domain's. An endpoint whose reads did not end
+// in time (waitReads) is parked instead, open, with its memory, until the
+// domain closes.
 func (l *link) closeEndpoint() {
 	l.epMu.Lock()
 	defer l.epMu.Unlock()
 	l.dead.Store(true)
 	close(l.closed)
-	l.d.removeLink(l)
 	// Whatever is still queued for the endpoint is dropped from now.
 	l.d.passToken()
+	// Still in the domain's links, so that their completions count.
+	settled := l.waitReads()
+	l.d.removeLink(l)
 	if l.ep != nil {
 		l.d.setCMOwner(unsafe.Pointer(l.ep), nil)
-		if testHookProviderClose != nil {
-			testHookProviderClose()
+		if settled {
+			l.shutdownEndpoint()
+		} else {
+			l.d.park(l)
 		}
-		C.osp_shutdown(l.ep)
-		// After fi_close the provider no longer touches our
-		// buffers; pending completions for this link id are dropped
-		// by the poller.
-		l.d.closeCM(unsafe.Pointer(l.ep))
 		// Receives still posted die with the endpoint.
 		l.postMu.Lock()
 		l.d.posted.Add(-l.postedN)
 		l.postedN = 0
 		l.postMu.Unlock()
 	}
-	l.epClosed.Store(true)
-	l.d.freeClosed(l.send)
 	l.d.ctlRecvs.Add(-int64(l.ctlRecv))
 	if l.srx {
 		l.d.srx.unreserve(l.recvs())
 	}
+	if !settled {
+		return // closeParked frees the rest
+	}
+	l.releaseMemory()
+}
+
+// shutdownEndpoint shuts the endpoint down and closes it.
+func (l *link) shutdownEndpoint() {
+	if testHookProviderClose != nil {
+		testHookProviderClose()
+	}
+	C.osp_shutdown(l.ep)
+	// After fi_close the provider no longer touches our
+	// buffers; pending completions for this link id are dropped
+	// by the poller.
+	l.d.closeCM(unsafe.Pointer(l.ep))
+}
+
+// releaseMemory gives back the send region and rendezvous sources once
+// the endpoint is closed; the receive region follows when no frame above
+// holds a buffer of it (maybeFreeRecv).
+func (l *link) releaseMemory() {
+	l.epClosed.Store(true)
+	l.d.freeClosed(l.send)
 	l.rdvMu.Lock()
 	for _, src := range l.rdvOut {
 		src.release(l.d)
@@ -346,4 +378,27 @@ func (l *link) closeEndpoint() {
 	l.rdvOut = nil
 	l.rdvOutN.Store(0)
 	l.rdvMu.Unlock()
+}
+
+// waitReads waits, where the provider mishandles it
+// (domain.readsBreakClose), until no RDMA read of ours is in flight on
+// the endpoint, so that its shutdown cannot find a read's response part
+// way in. A peer that died fails them as soon as the provider sees its
+// socket go; a live one completes them. It reports false if some are
+// still out after readDrainTimeout. REQUIRES: the link is dead, and the
+// token passed since, so that no read can be posted any more.
+func (l *link) waitReads() bool {
+	if !l.d.readsBreakClose || l.readsPosted.Load() == 0 {
+		return true
+	}
+	deadline := time.NewTimer(readDrainTimeout)
+	defer deadline.Stop()
+	for l.readsPosted.Load() > 0 {
+		select {
+		case <-l.sendsIdle:
+		case <-deadline.C:
+			return l.readsPosted.Load() == 0
+		}
+	}
+	return true
 }

@@ -290,7 +290,9 @@ func (l *link) posted(kind uint8, slot uint32, err error, tried bool) {
 			}
 		}
 	case opRead:
-		if err != nil {
+		if err == nil {
+			l.readsPosted.Add(1)
+		} else {
 			select {
 			case l.readDone <- readDoneEv{slot: slot, err: err}:
 			default:

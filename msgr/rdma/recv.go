@@ -67,6 +67,9 @@ func (l *link) complete(op uint8, slot uint32, n int, err error) {
 			l.fail(err)
 		}
 	case opRead:
+		if l.readsPosted.Add(-1) == 0 && l.draining.Load() {
+			l.pokeDrain() // waitReads
+		}
 		select {
 		case l.readDone <- readDoneEv{slot: slot, err: err}:
 		default:
