@@ -66,3 +66,27 @@ func TestPutTakesReaderMD5(t *testing.T) {
 		})
 	}
 }
+
+// TestNewMD5Sizes: an MD5 started for any size, inline below the
+// threshold or on the md5-simd server above it or when the size is not
+// known, is the MD5 of what was written, whatever was announced.
+func TestNewMD5Sizes(t *testing.T) {
+	data := osdtest.Payload(300<<10, 7)
+	for _, c := range []struct{ announced, written int64 }{
+		{0, 0}, {-1, 0}, {4 << 10, 4 << 10}, {128 << 10, 128 << 10}, {128<<10 + 1, 128<<10 + 1},
+		{-1, 300 << 10}, {4 << 10, 300 << 10}, {300 << 10, 4 << 10},
+	} {
+		h := client.NewMD5(c.announced)
+		// In pieces, as a body arrives.
+		for p := data[:c.written]; len(p) > 0; {
+			k := min(len(p), 10_000)
+			h.Write(p[:k])
+			p = p[k:]
+		}
+		want := md5.Sum(data[:c.written])
+		if got := h.Sum(nil); !bytes.Equal(got, want[:]) {
+			t.Errorf("NewMD5(%d) of %d bytes: %x, want %x", c.announced, c.written, got, want)
+		}
+		h.Close()
+	}
+}

@@ -107,7 +107,7 @@ func (g *Gateway) newVerifiedBody(r *http.Request, auth authResult) (*verifiedBo
 		if err != nil || len(want) != 16 {
 			return nil, errf(ErrInvalidDigest, "the Content-MD5 you specified is not valid")
 		}
-		h := client.NewMD5()
+		h := client.NewMD5(b.size)
 		b.closer = h.Close
 		b.contentMD5 = want
 		b.checks = append(b.checks, digestCheck{h, want, errf(ErrBadDigest, "the Content-MD5 you specified did not match what was received")})

@@ -746,3 +746,38 @@ func TestMultipart(t *testing.T) {
 	_, err = e.s3.ListParts(ctx, &s3.ListPartsInput{Bucket: b, Key: k, UploadId: id})
 	wantCode(t, "parts of a completed upload", err, "NoSuchUpload", 404)
 }
+
+// TestPutETagSizes: a single PUT's ETag is its body's MD5 on both sides
+// of the size where the MD5 moves from inline to the md5-simd server,
+// with and without Content-MD5 (which the gateway checks with an MD5 of
+// its own), and a Content-MD5 that is wrong only past the first bytes is
+// refused at every size.
+func TestPutETagSizes(t *testing.T) {
+	e := newEnv(t)
+	e.mb(t, "sizes")
+	for _, size := range []int{0, 1, 4 << 10, 100 << 10, 128 << 10, 128<<10 + 1, 1 << 20} {
+		data := osdtest.Payload(size, uint64(size))
+		sum := md5.Sum(data)
+		want := fmt.Sprintf("%q", hex.EncodeToString(sum[:]))
+		key := fmt.Sprintf("k%d", size)
+		if got := aws.ToString(e.put(t, "sizes", key, data).ETag); got != want {
+			t.Errorf("%d bytes: ETag %s, want %s", size, got, want)
+		}
+		out, err := e.s3.PutObject(e.ctx, &s3.PutObjectInput{Bucket: aws.String("sizes"), Key: aws.String(key + "md5"),
+			Body: bytes.NewReader(data), ContentMD5: aws.String(base64.StdEncoding.EncodeToString(sum[:]))})
+		if err != nil {
+			t.Fatalf("%d bytes with Content-MD5: %v", size, err)
+		}
+		if got := aws.ToString(out.ETag); got != want {
+			t.Errorf("%d bytes with Content-MD5: ETag %s, want %s", size, got, want)
+		}
+		if size == 0 {
+			continue
+		}
+		other := bytes.Clone(data)
+		other[len(other)-1] ^= 1
+		_, err = e.s3.PutObject(e.ctx, &s3.PutObjectInput{Bucket: aws.String("sizes"), Key: aws.String(key + "bad"),
+			Body: bytes.NewReader(other), ContentMD5: aws.String(base64.StdEncoding.EncodeToString(sum[:]))})
+		wantCode(t, fmt.Sprintf("%d bytes, last byte off Content-MD5", size), err, "BadDigest", 400)
+	}
+}

@@ -38,6 +38,7 @@ type s3Options struct {
 	domains         []string
 	shutdownTimeout time.Duration
 	metricsAddr     string
+	pprof           bool
 	staleUploadAge  time.Duration
 }
 
@@ -83,6 +84,7 @@ It serves until Ctrl-C or SIGTERM, then lets the requests in progress finish
 	f.StringSliceVar(&o.domains, "domain", nil, "domains for virtual-hosted-style requests (BUCKET.DOMAIN); path style always works")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long requests in progress may take to finish on a stop")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", metricsAddrUsage)
+	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on --metrics-addr (go tool pprof http://ADDR/debug/pprof/profile)")
 	f.DurationVar(&o.staleUploadAge, "stale-upload-age", client.DefaultStaleUploadAge,
 		"abort the gateway's internal uploads (of PUTs above 64 MiB whose gateway died) once this old, hourly and when a bucket's uploads are listed; 0s: never")
 	return cmd
@@ -92,6 +94,9 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 	ctx := cmd.Context()
 	o.access = cmpOrEnv(o.access, envS3AccessKey)
 	o.secret = cmpOrEnv(o.secret, envS3SecretKey)
+	if o.pprof && o.metricsAddr == "" {
+		return usageErrorf("--pprof serves on the admin listener: give --metrics-addr too")
+	}
 	keyring, err := o.target.mon.loadKeyring(os.Getenv)
 	if err != nil {
 		return err
@@ -139,7 +144,7 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 	}
 	var ms *metrics.Server
 	if o.metricsAddr != "" {
-		if ms, err = serveGatewayMetrics(ctx, o.metricsAddr, cl, &gopts, slog.Default()); err != nil {
+		if ms, err = serveGatewayMetrics(ctx, o.metricsAddr, o.pprof, cl, &gopts, slog.Default()); err != nil {
 			ln.Close()
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
@@ -159,10 +164,10 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 
 // serveGatewayMetrics serves the gateway's metrics on addr and has
 // gopts report each request to them.
-func serveGatewayMetrics(ctx context.Context, addr string, cl *client.Client, gopts *s3gw.Options, logger *slog.Logger) (*metrics.Server, error) {
+func serveGatewayMetrics(ctx context.Context, addr string, pprof bool, cl *client.Client, gopts *s3gw.Options, logger *slog.Logger) (*metrics.Server, error) {
 	reg, gm := metrics.GatewayRegistry(cl)
 	gopts.OnRequest = gm.Observe
-	return metrics.Serve(ctx, metrics.ServerOptions{Addr: addr, Registry: reg, Logger: logger})
+	return metrics.Serve(ctx, metrics.ServerOptions{Addr: addr, Registry: reg, Logger: logger, Pprof: pprof})
 }
 
 func cmpOrEnv(flag, env string) string {
@@ -223,7 +228,7 @@ func startUpGateway(ctx context.Context, lc *localCluster, addr string, explicit
 	}
 	gopts := s3gw.Options{Client: g.cl, Credentials: creds, Logger: logger}
 	if withMetrics {
-		if g.metrics, err = serveGatewayMetrics(ctx, "127.0.0.1:0", g.cl, &gopts, logger); err != nil {
+		if g.metrics, err = serveGatewayMetrics(ctx, "127.0.0.1:0", false, g.cl, &gopts, logger); err != nil {
 			ln.Close()
 			g.cl.Close()
 			g.closeCreds()

@@ -122,6 +122,7 @@ func TestS3NeedsKeys(t *testing.T) {
 	}{
 		{[]string{"--keyring", "none", "--access-key", "AK"}, "anonymous"},
 		{[]string{"--keyring", "none"}, "no keyring"},
+		{[]string{"--keyring", "none", "--access-key", "AK", "--secret-key", "SK", "--pprof"}, "--metrics-addr"},
 	} {
 		_, _, err := run(t, append([]string{"s3", "--seeds", "127.0.0.1:1"}, c.args...)...)
 		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {

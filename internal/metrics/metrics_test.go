@@ -524,3 +524,40 @@ func TestRestartOSDMovesMetrics(t *testing.T) {
 		t.Fatalf("%v puts on the restarted OSD's metrics after one, want 1", n)
 	}
 }
+
+// TestServerPprof: Go's profiles are served only when asked for, since
+// they show a daemon's internals to whoever reaches the admin listener.
+func TestServerPprof(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		s, err := metrics.Serve(t.Context(), metrics.ServerOptions{Addr: "127.0.0.1:0", Registry: metrics.NewRegistry(), Pprof: on})
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := "http://" + s.Addr()
+		for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/profile?seconds=1"} {
+			resp, err := http.Get(base + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			want := http.StatusNotFound
+			if on {
+				want = http.StatusOK
+			}
+			if resp.StatusCode != want {
+				t.Errorf("Pprof %v: GET %s: %d, want %d (%.200s)", on, path, resp.StatusCode, want, b)
+			}
+			if on && path == "/debug/pprof/goroutine?debug=1" && !bytes.Contains(b, []byte("goroutine profile")) {
+				t.Errorf("GET %s: not a goroutine profile: %.200s", path, b)
+			}
+		}
+		if _, fams := scrape(t, s.URL()); fams["go_goroutines"] == nil {
+			t.Errorf("Pprof %v: /metrics lost its series", on)
+		}
+		http.DefaultClient.CloseIdleConnections()
+		if err := s.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

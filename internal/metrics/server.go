@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -46,6 +47,11 @@ type ServerOptions struct {
 	Registry *prometheus.Registry
 	// Logger gets the HTTP server's errors; default slog.Default().
 	Logger *slog.Logger
+	// Pprof also serves Go's profiles at /debug/pprof/ (net/http/pprof),
+	// to profile a daemon under load where it runs. Opt-in: a profile
+	// costs the daemon CPU and shows its internals to whoever can reach
+	// the admin listener.
+	Pprof bool
 }
 
 // Server is a daemon's admin HTTP listener: /metrics, in Prometheus's text
@@ -80,6 +86,13 @@ func Serve(ctx context.Context, opts ServerOptions) (*Server, error) {
 		// Prometheus (whose default timeout is 10s).
 		Timeout: 10 * time.Second,
 	}))
+	if opts.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	s := &Server{
 		srv: &http.Server{
 			Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute,
