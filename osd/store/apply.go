@@ -157,8 +157,9 @@ type Applied struct {
 }
 
 // Durable waits until the entry's commit is synced. REQUIRES: called exactly
-// once, from any goroutine. An error means the WAL could not be synced: the
-// entry may or may not survive a crash, and must not be acknowledged.
+// once, from any goroutine; Close waits for it. An error means the WAL could
+// not be synced: the entry may or may not survive a crash, and must not be
+// acknowledged.
 func (a *Applied) Durable() error {
 	defer a.s.leave()
 	if a.b == nil {
