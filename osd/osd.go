@@ -7,8 +7,10 @@
 // The primary orders a PG's writes in a PG log with (epoch, seq) versions,
 // applies each one to its store with a synced commit, forwards it to the
 // replicas in parallel, and answers the client only when every replica has
-// acknowledged its own synced commit. Ops of one PG run in order on one shard
-// goroutine; PGs run in parallel on different shards.
+// acknowledged its own synced commit. Ops of one PG are applied in order on
+// one shard goroutine, which goes on to the next op while the WAL syncs of
+// earlier ones are in flight (whenDurable); PGs run in parallel on
+// different shards.
 //
 // Invariants the recovery relies on (docs/osd.md):
 //   - a primary applies a write before any replica sees it, so a primary is

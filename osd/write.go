@@ -276,9 +276,10 @@ func (o *OSD) upPeers(mp *placement.Map, pg uint32) func(func(uint32) bool) {
 // (resend: the client's attempt > 0; a first send cannot have been applied,
 // which saves a log lookup per write) is answered from the PG log once the
 // replicas have it too; otherwise the
-// entry gets the next version, is applied with a synced commit, and is
-// forwarded to the replicas; done runs when all of them acked (or it
-// failed). release runs once body is no longer needed.
+// entry gets the next version, is forwarded to the replicas and applied
+// here, and done runs when our commit is synced and every replica acked
+// its own (or it failed). The shard does not wait for the sync
+// (whenDurable). release runs once body is no longer needed.
 func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byte, buf *wire.Buffer, resend bool, done func(*osdpb.LogEntry, error), release func()) {
 	if buf != nil {
 		callers := release
@@ -326,8 +327,13 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		}
 		if found {
 			// A resend: make sure the replicas are at least at its
-			// version before answering as the first time.
+			// version before answering as the first time. The first
+			// time's own sync may still be in flight (whenDurable).
 			release()
+			if err := o.st.SyncWAL(o.ctx); err != nil {
+				done(nil, err)
+				return
+			}
 			sync := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: prev.Version}
 			o.replicate(mp, p, replicas, sync, nil, nil, func(err error) { done(prev, err) })
 			return
@@ -399,7 +405,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		}
 	}
 	o.replicate(mp, p, replicas, e, body, buf, finish)
-	err = o.apply(sid, e, body, ck)
+	applied, err := o.apply(sid, e, body, ck)
 	if objectOp {
 		o.bucketGate.RUnlock()
 	}
@@ -411,7 +417,12 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 	}
 	o.setLast(p, e.Version)
 	oldParts = replacedParts(e, ck.Replaced())
-	finish(nil)
+	o.whenDurable(applied, func(err error) {
+		if err != nil {
+			o.applyFailed(p, e, err)
+		}
+		finish(err)
+	})
 	if e.Version.Seq%o.trimEvery == 0 {
 		if err := o.st.TrimLog(o.ctx, sid); err != nil {
 			o.log.Warn("trim pg log", "pg", sid, "err", err)
@@ -561,15 +572,28 @@ func (o *OSD) failPeer(id uint32, why string) {
 	}
 }
 
-// apply applies e to store PG sid (ck from Check, or nil). A bucket delete
-// holds bucketGate exclusively meanwhile, at the primary and at replicas
-// alike: this OSD's own checked object writes go first (see write).
-func (o *OSD) apply(sid uint32, e *osdpb.LogEntry, body []byte, ck *store.Checked) error {
+// apply applies e to store PG sid (ck from Check, or nil), without waiting
+// for its synced commit: whenDurable does. A bucket delete holds bucketGate
+// exclusively meanwhile, at the primary and at replicas alike: this OSD's
+// own checked object writes go first (see write).
+func (o *OSD) apply(sid uint32, e *osdpb.LogEntry, body []byte, ck *store.Checked) (*store.Applied, error) {
 	if e.Kind == osdpb.OpKind_OP_DELETE_BUCKET {
 		o.bucketGate.Lock()
 		defer o.bucketGate.Unlock()
 	}
-	return o.st.ApplyChecked(o.ctx, sid, e, body, ck)
+	return o.st.ApplyAsync(o.ctx, sid, e, body, ck)
+}
+
+// whenDurable calls f once the commit of an applied entry is synced (or
+// with the error that kept it from being so), off the caller's shard. The
+// shard goes on to its next op meanwhile: a PG's entries are applied in
+// order, one behind the other, while the WAL syncs of earlier ones are in
+// flight (Ceph's primary pipelines a PG's ops the same way), and every
+// entry applied while a sync runs rides on the next one. An entry's
+// acknowledgement, to the client or to the primary, waits here: never
+// before the sync that covers it.
+func (o *OSD) whenDurable(a *store.Applied, f func(error)) {
+	o.wg.Go(func() { f(a.Durable()) })
 }
 
 // applyFailed handles a local apply that failed after the entry went to
@@ -764,6 +788,12 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 		return
 	}
 	if versionLE(v, p.last) {
+		// Acked again, or a sync from the primary: what we have may
+		// still be on its way to the disk (whenDurable).
+		if err := o.st.SyncWAL(o.ctx); err != nil {
+			o.ackRepOp(m, r, nil, err)
+			return
+		}
 		o.ackRepOp(m, r, p.last, nil)
 		return
 	}
@@ -787,12 +817,21 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 		if r.Entry.Kind == osdpb.OpKind_OP_PUT {
 			ck, err = o.st.Check(o.ctx, r.Entry, m.Data, checkOpts)
 		}
+		var applied *store.Applied
 		if err == nil {
-			err = o.apply(p.sid, r.Entry, m.Data, ck)
+			applied, err = o.apply(p.sid, r.Entry, m.Data, ck)
 		}
 		if err == nil {
 			o.setLast(p, v)
-			o.ackRepOp(m, r, p.last, nil)
+			o.whenDurable(applied, func(err error) {
+				if err != nil {
+					// Applied but maybe lost: we cannot go on (applyFailed).
+					o.fatal(fmt.Errorf("pg %d.%x: syncing version %d.%d: %w", p.pool, p.pg, v.GetEpoch(), v.GetSeq(), err))
+					o.ackRepOp(m, r, nil, err)
+					return
+				}
+				o.ackRepOp(m, r, v, nil)
+			})
 			return
 		}
 		o.log.Warn("replica apply failed; recovering the pg from its primary", "pg", p.sid, "version", v, "err", err)

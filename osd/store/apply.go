@@ -141,10 +141,61 @@ func (s *Store) Check(ctx context.Context, e *osdpb.LogEntry, body []byte, opts 
 // ApplyChecked is Apply of an entry that passed Check (ck, or nil for
 // none): the same entry and body, or Apply checks the body itself.
 func (s *Store) ApplyChecked(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, ck *Checked) error {
-	if err := s.enter(ctx); err != nil {
+	a, err := s.ApplyAsync(ctx, pg, e, body, ck)
+	if err != nil {
 		return err
 	}
-	defer s.leave()
+	return a.Durable()
+}
+
+// Applied is an entry that ApplyAsync applied: its batch is in the WAL and
+// visible to reads, and its synced commit may still be in flight.
+type Applied struct {
+	s    *Store
+	b    *pebble.Batch // its batch, while the sync is in flight; nil when none is
+	dead []uint64      // data files its commit unlinked, reaped once it is durable
+}
+
+// Durable waits until the entry's commit is synced. REQUIRES: called exactly
+// once, from any goroutine; Close waits for it. An error means the WAL could
+// not be synced: the entry may or may not survive a crash, and must not be
+// acknowledged.
+func (a *Applied) Durable() error {
+	defer a.s.leave()
+	if a.b == nil {
+		return nil
+	}
+	err := a.b.SyncWait()
+	if err == nil {
+		// A crash before the sync would bring the old head back, which
+		// still names these files.
+		a.s.killDataFiles(a.dead...)
+	}
+	a.b.Close()
+	return err
+}
+
+// ApplyAsync is ApplyChecked that returns once the entry is applied (in the
+// WAL and visible, as after Pebble's synced commit, which publishes a batch
+// before its sync), without waiting for the sync: the caller waits with
+// Applied.Durable, and acknowledges nothing before it returns. The PG's
+// lock is free for the next entry meanwhile; the WAL is written in order,
+// so the sync that covers an entry covers every entry applied before it.
+// An object put is pipelined so; other kinds are synced before ApplyAsync
+// returns.
+func (s *Store) ApplyAsync(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, ck *Checked) (*Applied, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	a := &Applied{s: s}
+	if err := s.applyAsync(ctx, pg, e, body, ck, a); err != nil {
+		s.leave()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (s *Store) applyAsync(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, ck *Checked, a *Applied) error {
 	if e == nil || e.Version == nil {
 		return fmt.Errorf("store: apply pg %d: %w: log entry without a version", pg, ErrInvalidArgument)
 	}
@@ -182,12 +233,23 @@ func (s *Store) ApplyChecked(ctx context.Context, pg uint32, e *osdpb.LogEntry, 
 		}
 		return b.Set(pgKey(pg), appendPGInfo(nil, next), nil)
 	}
-	err = s.applyKind(ctx, pg, e, body, ck, record)
+	err = s.applyKind(ctx, pg, e, body, ck, record, a)
 	// Answers such as ErrNoSuchBucket leave the record as it was, but a
 	// failed commit may or may not have written it: any error drops the
 	// cache, and the next op reads the record again.
 	st.setPGRecord(next, err == nil)
 	return err
+}
+
+// SyncWAL returns once everything applied so far is synced: for an answer
+// that rests on entries applied earlier (a resent request found in the
+// log), whose own Durable may still be waiting.
+func (s *Store) SyncWAL(ctx context.Context) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	return s.db.LogData(nil, pebble.Sync)
 }
 
 // checkEntry validates an entry's kind and names before anything is
@@ -204,7 +266,8 @@ func checkEntry(e *osdpb.LogEntry) error {
 }
 
 // applyKind dispatches one entry for Apply (record != nil) or InstallObject.
-func (s *Store) applyKind(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, ck *Checked, record recordFn) error {
+// With a, a put's commit is not waited for (ApplyAsync).
+func (s *Store) applyKind(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, ck *Checked, record recordFn, a *Applied) error {
 	switch e.Kind {
 	case osdpb.OpKind_OP_PUT:
 		if ck == nil { // Check measured the room just before
@@ -212,7 +275,7 @@ func (s *Store) applyKind(ctx context.Context, pg uint32, e *osdpb.LogEntry, bod
 				return objErr("put", e.Bucket, e.Key, err)
 			}
 		}
-		return s.putObject(ctx, pg, e, body, ck, record)
+		return s.putObject(ctx, pg, e, body, ck, record, a)
 	case osdpb.OpKind_OP_DELETE:
 		if len(body) != 0 {
 			return fmt.Errorf("store: delete %q/%q: %w: body on a delete", e.Bucket, e.Key, ErrInvalidArgument)
@@ -246,7 +309,7 @@ func (s *Store) InstallObject(ctx context.Context, pg uint32, e *osdpb.LogEntry,
 	}
 	st := s.lockPG(pg)
 	defer st.mu.Unlock()
-	return s.applyKind(ctx, pg, e, body, nil, nil)
+	return s.applyKind(ctx, pg, e, body, nil, nil, nil)
 }
 
 // RemoveObject deletes one object of PG pg without touching the PG log
@@ -318,7 +381,7 @@ func (s *Store) checkBody(e *osdpb.LogEntry, body []byte) (crcs []uint32, inFile
 	return crcs, inFile, nil
 }
 
-func (s *Store) putObject(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, ck *Checked, record recordFn) error {
+func (s *Store) putObject(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte, ck *Checked, record recordFn, a *Applied) error {
 	bucket, key, meta := e.Bucket, e.Key, e.Meta
 	var crcs []uint32 // a data file's chunk CRC32Cs
 	var inFile bool
@@ -383,7 +446,7 @@ func (s *Store) putObject(ctx context.Context, pg uint32, e *osdpb.LogEntry, bod
 			}
 		}
 	}
-	committed, err := s.commitObject(ctx, pg, bucket, key, h, inline, pending, ck, record)
+	committed, err := s.commitObject(ctx, pg, bucket, key, h, inline, pending, ck, record, a)
 	if err != nil {
 		if pending && !committed {
 			if h.inFile {
@@ -559,7 +622,7 @@ func (s *Store) oldHead(v getter, bucket, key string) (old *head, present bool, 
 // commitObject commits a put's head batch under bucketMu (shared). It
 // reports whether the commit was attempted: after a failed commit the
 // pending record must stay, since Pebble may have applied the batch.
-func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string, h *head, inline []byte, pending bool, ck *Checked, record recordFn) (attempted bool, err error) {
+func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string, h *head, inline []byte, pending bool, ck *Checked, record recordFn, a *Applied) (attempted bool, err error) {
 	s.bucketMu.RLock()
 	defer s.bucketMu.RUnlock()
 	// Point reads of the latest state: bucketMu keeps the bucket record and
@@ -589,7 +652,6 @@ func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string,
 		return false, err
 	}
 	b := s.newDataBatch(len(inline) + len(hv) + 256)
-	defer b.Close()
 	err = func() error {
 		if len(inline) > 0 {
 			if err := addChunks(b, h, inline, 0, h.chunks); err != nil {
@@ -629,8 +691,19 @@ func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string,
 		return nil
 	}()
 	if err != nil {
+		b.Close()
 		return false, err
 	}
+	if a != nil {
+		if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+			b.Close()
+			return true, fmt.Errorf("commit: %w", err)
+		}
+		a.b, a.dead = b, fileOf(old)
+		ck.noteReplaced(old)
+		return true, nil
+	}
+	defer b.Close()
 	if err := b.Commit(pebble.Sync); err != nil {
 		return true, fmt.Errorf("commit: %w", err)
 	}

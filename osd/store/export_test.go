@@ -390,12 +390,6 @@ func (s *Store) SetBeforeFileReadForTest(fn func()) { s.files.beforeFileRead = f
 // a test can make a put span many of them.
 func (s *Store) SetChunkBatchBytesForTest(n int) { s.chunkBatchBytes = n }
 
-// WithFSForTest makes the store use fs instead of the OS filesystem.
-func WithFSForTest(o Options, fs vfs.FS) Options {
-	o.fs = fs
-	return o
-}
-
 // SetObjectCRCForTest rewrites an object's head, validly sealed, with a
 // different whole-object CRC32C: what a chunking bug would store.
 func (s *Store) SetObjectCRCForTest(bucket, key string, crc uint32) error {

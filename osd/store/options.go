@@ -91,6 +91,14 @@ type Options struct {
 	fs vfs.FS
 }
 
+// WithFSForTest makes the store use fs instead of the OS filesystem: tests,
+// here and in the OSD, run stores on Pebble's crashable in-memory
+// filesystem to cut the power under them.
+func WithFSForTest(o Options, fs vfs.FS) Options {
+	o.fs = fs
+	return o
+}
+
 // memTableFor is the default memtable for a filesystem of total bytes (0:
 // unknown); see Options.MemTableSize.
 func memTableFor(total uint64) uint64 {
