@@ -3,7 +3,6 @@ package osd_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"path/filepath"
@@ -104,23 +103,7 @@ func TestAckedPutsSurvivePowerLoss(t *testing.T) {
 		fss[i] = vfs.NewCrashableMem()
 	}
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, Tweak: func(cfg *osd.Config) {
-		fs := fss[cfg.ID]
-		// The store's directory, made durable first: a cut that kept
-		// nothing unsynced would otherwise take the directory itself.
-		dir := filepath.Join(cfg.DataDir, "store")
-		if err := fs.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for d := dir; d != filepath.Dir(d); d = filepath.Dir(d) {
-			f, err := fs.OpenDir(filepath.Dir(d))
-			if err == nil {
-				err = errors.Join(f.Sync(), f.Close())
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		cfg.Store = store.WithFSForTest(cfg.Store, slowSyncFS{fs})
+		cfg.Store = store.WithFSForTest(cfg.Store, slowSyncFS{fss[cfg.ID]})
 	}})
 	cl := c.Client(t, nil)
 	ctx := ctxT(t, 60*time.Second)

@@ -170,6 +170,35 @@ func (s *Store) startReaper() {
 	go s.reapLoop()
 }
 
+// mkdirDurable creates dir and its missing parents, and syncs the parent of
+// each directory it created. Pebble syncs only the entries it makes itself:
+// it finds dir already there, so without this a power cut right after a
+// store's first start could take the directory, and the acknowledged
+// writes in it, away.
+func mkdirDurable(fs vfs.FS, dir string) error {
+	var created []string
+	for d := dir; ; d = fs.PathDir(d) {
+		if _, err := fs.Stat(d); err == nil {
+			break
+		}
+		created = append(created, d)
+		if fs.PathDir(d) == d {
+			break
+		}
+	}
+	if err := fs.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	// Parents first, outermost to innermost, though the order does not
+	// matter once all are synced.
+	for i := len(created) - 1; i >= 0; i-- {
+		if err := syncDirs(fs, fs.PathDir(created[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // syncDirs fsyncs directories, making the entries created or removed in
 // them durable.
 func syncDirs(fs vfs.FS, dirs ...string) error {

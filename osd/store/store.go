@@ -86,7 +86,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if fs == nil {
 		fs = vfs.Default
 	}
-	if err := fs.MkdirAll(opts.Dir, 0o750); err != nil {
+	if err := mkdirDurable(fs, opts.Dir); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", opts.Dir, err)
 	}
 	res := &reserve{fs: fs, path: fs.PathJoin(opts.Dir, reserveName)}
