@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -437,13 +438,6 @@ func TestPutFollowsNewPrimary(t *testing.T) {
 	if cl.Map().Epoch() != without.Epoch() {
 		t.Fatalf("client at epoch %d, want %d", cl.Map().Epoch(), without.Epoch())
 	}
-	// The newcomer learns of the bucket when the meta PG catches it up;
-	// a put it leads before then is NoSuchBucket (docs/osd.md, Known gaps),
-	// which is not what this test is about.
-	osdtest.Eventually(t, 30*time.Second, "the newcomer to know the bucket", func() bool {
-		_, err := c.OSDs[newcomer].Store().HeadBucket(ctx, "moving")
-		return err == nil
-	})
 	data := []byte("after the map changed")
 	osdtest.Eventually(t, 30*time.Second, "put "+key+" under the new map", func() bool {
 		_, err := osdtest.Put(ctx, cl, "moving", key, data, client.PutOptions{})
@@ -454,6 +448,109 @@ func TestPutFollowsNewPrimary(t *testing.T) {
 	})
 	if _, got, err := c.OSDs[newcomer].Store().ReadRange(ctx, "moving", key, 0, -1, nil); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("the new primary osd.%d: %s is %q, %v", newcomer, key, got, err)
+	}
+}
+
+// TestNewPrimaryBucketNotCaughtUp: an OSD that comes back in as a PG's
+// primary learns of the buckets created while it was out when the meta
+// PG catches it up. Until then a put for such a bucket is retriable
+// (ServiceUnavailable), never NoSuchBucket, while a bucket nobody created
+// is NoSuchBucket at once (the newcomer asks the meta PG's primary); once
+// caught up, the put goes through. The test holds the newcomer's catch-up
+// of the meta PG (SetRecoveryStarting) so the window stays open.
+func TestNewPrimaryBucketNotCaughtUp(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 16})
+	ctx := ctxT(t, 2*time.Minute)
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "early"); err != nil {
+		t.Fatal(err)
+	}
+	without, with := newcomerMaps(t, c, newcomer)
+	if err := cl.MakeBucket(ctx, "moving"); err != nil { // while the newcomer is out
+		t.Fatal(err)
+	}
+	// A key of each bucket in one PG the newcomer leads under the new map:
+	// a put of "early" going through says the newcomer serves that PG.
+	var movingKey, earlyKey string
+	for i := 0; movingKey == "" || earlyKey == ""; i++ {
+		if i > 100000 {
+			t.Skip("the newcomer leads no PG in this placement")
+		}
+		k := fmt.Sprintf("obj%d", i)
+		if movingKey == "" {
+			if p, _ := with.Primary(pool.Id, placement.PGOf(pool, "moving", k)); p == newcomer {
+				movingKey = k
+			}
+			continue
+		}
+		if placement.PGOf(pool, "early", k) == placement.PGOf(pool, "moving", movingKey) {
+			earlyKey = k
+		}
+	}
+	metaPrimary, _ := with.Primary(pool.Id, placement.MetaPG)
+	t.Logf("osd.%d leads pg %d.%x under epoch %d; the meta PG's primary is osd.%d", newcomer, pool.Id,
+		placement.PGOf(pool, "moving", movingKey), with.Epoch(), metaPrimary)
+
+	held, release := make(chan struct{}), make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	osd.SetRecoveryStarting(func(id, sid uint32) {
+		if id == newcomer && sid == placement.MetaPG {
+			holdOnce.Do(func() { close(held) })
+			<-release
+		}
+	})
+	t.Cleanup(func() {
+		osd.SetRecoveryStarting(nil)
+		releaseOnce.Do(func() { close(release) })
+	})
+	for _, o := range c.OSDs {
+		if err := o.AdoptMap(with); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the newcomer did not start catching up on the meta PG")
+	}
+	if _, err := c.OSDs[newcomer].Store().HeadBucket(ctx, "moving"); err == nil {
+		t.Fatal("the newcomer knows the bucket before its catch-up: the test reproduces nothing")
+	}
+	osdtest.Eventually(t, 30*time.Second, "the newcomer to serve its pg", func() bool {
+		_, err := osdtest.Put(ctx, cl, "early", earlyKey, []byte("known"), client.PutOptions{})
+		return err == nil
+	})
+	if cl.Map().Epoch() != with.Epoch() {
+		t.Fatalf("client at epoch %d, want %d (it was at %d)", cl.Map().Epoch(), with.Epoch(), without.Epoch())
+	}
+
+	// A client that gives up soon sees the retriable answer.
+	quick := c.Client(t, func(o *client.Options) { o.RetryFor = 200 * time.Millisecond })
+	if _, err := osdtest.Put(ctx, quick, "moving", movingKey, []byte("x"), client.PutOptions{}); !errors.Is(err, client.ErrServiceUnavailable) {
+		t.Fatalf("put to a bucket the newcomer has not caught up on: %v, want ServiceUnavailable", err)
+	}
+	if _, _, err := osdtest.Get(ctx, quick, "moving", movingKey, client.GetOptions{}); !errors.Is(err, client.ErrServiceUnavailable) {
+		t.Fatalf("get from a bucket the newcomer has not caught up on: %v, want ServiceUnavailable", err)
+	}
+	wantMissing := client.ErrNoSuchBucket
+	if metaPrimary == newcomer {
+		wantMissing = client.ErrServiceUnavailable // nobody else can tell
+	}
+	if _, err := osdtest.Put(ctx, quick, "nosuch", movingKey, []byte("x"), client.PutOptions{}); !errors.Is(err, wantMissing) {
+		t.Fatalf("put to a bucket nobody created, before the catch-up: %v, want %v", err, wantMissing)
+	}
+
+	releaseOnce.Do(func() { close(release) })
+	data := []byte("after the catch-up")
+	if _, err := osdtest.Put(ctx, cl, "moving", movingKey, data, client.PutOptions{}); err != nil {
+		t.Fatalf("put after the catch-up: %v", err)
+	}
+	if _, got, err := c.OSDs[newcomer].Store().ReadRange(ctx, "moving", movingKey, 0, -1, nil); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the new primary osd.%d: %s is %q, %v", newcomer, movingKey, got, err)
+	}
+	if _, err := osdtest.Put(ctx, quick, "nosuch", movingKey, []byte("x"), client.PutOptions{}); !errors.Is(err, client.ErrNoSuchBucket) {
+		t.Fatalf("put to a bucket nobody created, after the catch-up: %v, want NoSuchBucket", err)
 	}
 }
 

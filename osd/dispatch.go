@@ -369,6 +369,11 @@ func (o *OSD) bucketRead(m *msgr.Message, req *osdpb.BucketRequest) {
 	t := osdpb.MsgType(m.Type)
 	isList := t == osdpb.MsgType_MSG_LIST_BUCKETS
 	_, _, _, err := o.target(req.Header, req.Bucket, "", true)
+	if err == nil {
+		// A new primary answers from the bucket records once it has
+		// caught up on them, not before.
+		err = o.peeringErr(placement.MetaPG)
+	}
 	if err == nil && !isList {
 		err = ops.CheckBucketName(req.Bucket)
 	}
@@ -407,9 +412,11 @@ func (o *OSD) bucketRead(m *msgr.Message, req *osdpb.BucketRequest) {
 // RDMA is registered memory the client reads without a copy.
 func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 	defer m.Release()
-	t := osdpb.MsgType(m.Type)
+	t, to := osdpb.MsgType(m.Type), replyTo(m)
 	fail := func(err error) {
-		o.send(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, err)}, nil)
+		o.bucketAnswer(req.Bucket, err, func(err error) {
+			o.send(to, ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, err)}, nil)
+		})
 	}
 	if err := checkNames(req.Bucket, req.Key); err != nil {
 		fail(err)
@@ -575,8 +582,16 @@ func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer bool
 			rep.Objects, rep.CommonPrefixes, rep.Truncated = res.Objects, res.CommonPrefixes, res.Truncated
 		}
 	}
-	rep.Header = o.header(req.Header, err)
-	o.send(replyTo(m), ops.ReplyType(t), rep, nil)
+	to := replyTo(m)
+	answer := func(err error) {
+		rep.Header = o.header(req.Header, err)
+		o.send(to, ops.ReplyType(t), rep, nil)
+	}
+	if fromPeer {
+		answer(err) // a bucket delete's emptiness check: its caller retries any failure
+		return
+	}
+	o.bucketAnswer(req.Bucket, err, answer)
 }
 
 func (o *OSD) listOptions(req *osdpb.ListObjects, fromPeer bool) (store.ListOptions, error) {
