@@ -453,15 +453,34 @@ func TestPutFollowsNewPrimary(t *testing.T) {
 
 // TestNewPrimaryBucketNotCaughtUp: an OSD that comes back in as a PG's
 // primary learns of the buckets created while it was out when the meta
-// PG catches it up. Until then a put for such a bucket is retriable
-// (ServiceUnavailable), never NoSuchBucket, while a bucket nobody created
-// is NoSuchBucket at once (the newcomer asks the meta PG's primary); once
-// caught up, the put goes through. The test holds the newcomer's catch-up
-// of the meta PG (SetRecoveryStarting) so the window stays open.
+// PG catches it up. Until then a put or get for such a bucket is
+// retriable (ServiceUnavailable), never NoSuchBucket; a bucket nobody
+// created is NoSuchBucket at once when the newcomer can ask the meta PG's
+// primary, and ServiceUnavailable when it is that primary itself. Once
+// caught up, the put goes through and the newcomer answers a missing
+// bucket itself. The test holds the newcomer's catch-up of the meta PG
+// (SetRecoveryStarting) so that the window stays open.
 func TestNewPrimaryBucketNotCaughtUp(t *testing.T) {
+	for _, metaPrimary := range []bool{false, true} {
+		name := "meta replica"
+		if metaPrimary {
+			name = "meta primary"
+		}
+		t.Run(name, func(t *testing.T) { testNewPrimaryBucketNotCaughtUp(t, metaPrimary) })
+	}
+}
+
+// testNewPrimaryBucketNotCaughtUp brings back as the newcomer the OSD that
+// is the meta PG's primary with every OSD in (asMetaPrimary), or another.
+func testNewPrimaryBucketNotCaughtUp(t *testing.T, asMetaPrimary bool) {
 	c := osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 16})
 	ctx := ctxT(t, 2*time.Minute)
 	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	metaPrimary, _ := c.Map.Primary(pool.Id, placement.MetaPG)
+	newcomer := (metaPrimary + 1) % uint32(len(c.OSDs))
+	if asMetaPrimary {
+		newcomer = metaPrimary
+	}
 	cl := c.Client(t, nil)
 	if err := cl.MakeBucket(ctx, "early"); err != nil {
 		t.Fatal(err)
@@ -470,27 +489,33 @@ func TestNewPrimaryBucketNotCaughtUp(t *testing.T) {
 	if err := cl.MakeBucket(ctx, "moving"); err != nil { // while the newcomer is out
 		t.Fatal(err)
 	}
-	// A key of each bucket in one PG the newcomer leads under the new map:
-	// a put of "early" going through says the newcomer serves that PG.
-	var movingKey, earlyKey string
-	for i := 0; movingKey == "" || earlyKey == ""; i++ {
-		if i > 100000 {
-			t.Skip("the newcomer leads no PG in this placement")
-		}
-		k := fmt.Sprintf("obj%d", i)
-		if movingKey == "" {
-			if p, _ := with.Primary(pool.Id, placement.PGOf(pool, "moving", k)); p == newcomer {
-				movingKey = k
+	if p, _ := with.Primary(pool.Id, placement.MetaPG); p != metaPrimary {
+		t.Fatalf("the meta PG's primary is osd.%d with the newcomer back, osd.%d at the start", p, metaPrimary)
+	}
+	// A key of each bucket in one PG the newcomer leads under the new map
+	// (a put of "early" going through says the newcomer serves that PG),
+	// and bucket "nosuch", which nobody creates.
+	keyIn := func(bucket string, pg uint32) string {
+		for i := range 100000 {
+			if k := fmt.Sprintf("obj%d", i); placement.PGOf(pool, bucket, k) == pg {
+				return k
 			}
-			continue
 		}
-		if placement.PGOf(pool, "early", k) == placement.PGOf(pool, "moving", movingKey) {
-			earlyKey = k
+		t.Fatalf("no key of %s in pg %d", bucket, pg)
+		return ""
+	}
+	pg, leads := uint32(0), false
+	for p, role := range with.PGsOf(pool.Id, newcomer) {
+		if role.IsPrimary() {
+			pg, leads = p, true
+			break
 		}
 	}
-	metaPrimary, _ := with.Primary(pool.Id, placement.MetaPG)
-	t.Logf("osd.%d leads pg %d.%x under epoch %d; the meta PG's primary is osd.%d", newcomer, pool.Id,
-		placement.PGOf(pool, "moving", movingKey), with.Epoch(), metaPrimary)
+	if !leads {
+		t.Skip("the newcomer leads no PG in this placement")
+	}
+	movingKey, earlyKey, nosuchKey := keyIn("moving", pg), keyIn("early", pg), keyIn("nosuch", pg)
+	t.Logf("osd.%d leads pg %d.%x under epoch %d; the meta PG's primary is osd.%d", newcomer, pool.Id, pg, with.Epoch(), metaPrimary)
 
 	held, release := make(chan struct{}), make(chan struct{})
 	var holdOnce, releaseOnce sync.Once
@@ -533,12 +558,28 @@ func TestNewPrimaryBucketNotCaughtUp(t *testing.T) {
 	if _, _, err := osdtest.Get(ctx, quick, "moving", movingKey, client.GetOptions{}); !errors.Is(err, client.ErrServiceUnavailable) {
 		t.Fatalf("get from a bucket the newcomer has not caught up on: %v, want ServiceUnavailable", err)
 	}
+	if _, err := quick.StatBucket(ctx, "moving"); asMetaPrimary && !errors.Is(err, client.ErrServiceUnavailable) || !asMetaPrimary && err != nil {
+		t.Fatalf("head bucket at the meta PG's primary: %v", err)
+	}
+	// A bucket nobody created: the newcomer asks the meta PG's primary.
+	headBuckets := func() uint64 {
+		for _, op := range c.OSDs[metaPrimary].Stats().Ops {
+			if op.Op == "head_bucket" {
+				return op.Count
+			}
+		}
+		return 0
+	}
+	asked := headBuckets()
 	wantMissing := client.ErrNoSuchBucket
-	if metaPrimary == newcomer {
+	if asMetaPrimary {
 		wantMissing = client.ErrServiceUnavailable // nobody else can tell
 	}
-	if _, err := osdtest.Put(ctx, quick, "nosuch", movingKey, []byte("x"), client.PutOptions{}); !errors.Is(err, wantMissing) {
+	if _, err := osdtest.Put(ctx, quick, "nosuch", nosuchKey, []byte("x"), client.PutOptions{}); !errors.Is(err, wantMissing) {
 		t.Fatalf("put to a bucket nobody created, before the catch-up: %v, want %v", err, wantMissing)
+	}
+	if !asMetaPrimary && headBuckets() == asked {
+		t.Fatal("the newcomer answered NoSuchBucket without asking the meta PG's primary")
 	}
 
 	releaseOnce.Do(func() { close(release) })
@@ -549,9 +590,16 @@ func TestNewPrimaryBucketNotCaughtUp(t *testing.T) {
 	if _, got, err := c.OSDs[newcomer].Store().ReadRange(ctx, "moving", movingKey, 0, -1, nil); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("the new primary osd.%d: %s is %q, %v", newcomer, movingKey, got, err)
 	}
-	if _, err := osdtest.Put(ctx, quick, "nosuch", movingKey, []byte("x"), client.PutOptions{}); !errors.Is(err, client.ErrNoSuchBucket) {
-		t.Fatalf("put to a bucket nobody created, after the catch-up: %v, want NoSuchBucket", err)
-	}
+	// Caught up, the newcomer answers a missing bucket itself (once the
+	// sync that waited for its catch-up is applied).
+	osdtest.Eventually(t, 10*time.Second, "the newcomer to answer NoSuchBucket without asking", func() bool {
+		asked := headBuckets()
+		_, err := osdtest.Put(ctx, quick, "nosuch", nosuchKey, []byte("x"), client.PutOptions{})
+		if err != nil && !errors.Is(err, client.ErrNoSuchBucket) && !(asMetaPrimary && errors.Is(err, client.ErrServiceUnavailable)) {
+			t.Fatalf("put to a bucket nobody created, after the catch-up: %v, want NoSuchBucket", err)
+		}
+		return errors.Is(err, client.ErrNoSuchBucket) && headBuckets() == asked
+	})
 }
 
 // TestReloadMap: an OSD started from a map file adopts a newer one written
