@@ -1,11 +1,13 @@
 package client_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 // entry is a listed upload ("key upload-id") or common prefix ("key/").
@@ -130,4 +132,69 @@ func containsAll(got, want []string) bool {
 		}
 	}
 	return true
+}
+
+// TestListPagesAskForTheirPage: a page of 3 uploads, or of 3 objects,
+// asks each primary for the 4 entries it may use (one more tells whether
+// it is truncated), not for 1000: it moves a small part of what the whole
+// listing of 120 moves.
+func TestListPagesAskForTheirPage(t *testing.T) {
+	cl, ctx := setup(t)
+	const n = 120
+	for i := range n {
+		key := fmt.Sprintf("k%03d", i)
+		if _, err := cl.NewMultipartUpload(ctx, "s3tests", key, client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := osdtest.Put(ctx, cl, "s3tests", key, []byte("x"), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// moved is how many bytes the client received during f.
+	moved := func(f func() int, want int) uint64 {
+		t.Helper()
+		before := client.BytesReceived(cl)
+		if got := f(); got != want {
+			t.Fatalf("%d entries, want %d", got, want)
+		}
+		return client.BytesReceived(cl) - before
+	}
+	uploadPage := moved(func() int {
+		page, err := cl.ListUploadsPage(ctx, "s3tests", client.UploadListOptions{MaxUploads: 3})
+		if err != nil || !page.IsTruncated {
+			t.Fatalf("a page of 3 uploads: truncated %v, %v", page.IsTruncated, err)
+		}
+		return len(page.Uploads)
+	}, 3)
+	uploadsAll := moved(func() int {
+		ups, err := cl.ListMultipartUploads(ctx, "s3tests", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ups)
+	}, n)
+	if uploadPage*4 > uploadsAll {
+		t.Errorf("a page of 3 uploads moved %d bytes, the listing of all %d uploads %d", uploadPage, n, uploadsAll)
+	}
+	objectPage := moved(func() int {
+		page, err := cl.ListObjectsPage(ctx, "s3tests", client.ListOptions{MaxKeys: 3})
+		if err != nil || !page.IsTruncated {
+			t.Fatalf("a page of 3 objects: truncated %v, %v", page.IsTruncated, err)
+		}
+		return len(page.Objects)
+	}, 3)
+	objectsAll := moved(func() int {
+		count := 0
+		for _, err := range cl.ListObjects(ctx, "s3tests", client.ListOptions{}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			count++
+		}
+		return count
+	}, n)
+	if objectPage*4 > objectsAll {
+		t.Errorf("a page of 3 objects moved %d bytes, the listing of all %d objects %d", objectPage, n, objectsAll)
+	}
+	t.Logf("bytes received: uploads page %d, all %d; objects page %d, all %d", uploadPage, uploadsAll, objectPage, objectsAll)
 }
