@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"testing"
@@ -150,51 +151,55 @@ func TestListPagesAskForTheirPage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// moved is how many bytes the client received during f.
-	moved := func(f func() int, want int) uint64 {
-		t.Helper()
-		before := client.BytesReceived(cl)
-		if got := f(); got != want {
-			t.Fatalf("%d entries, want %d", got, want)
-		}
-		return client.BytesReceived(cl) - before
-	}
-	uploadPage := moved(func() int {
-		page, err := cl.ListUploadsPage(ctx, "s3tests", client.UploadListOptions{MaxUploads: 3})
-		if err != nil || !page.IsTruncated {
-			t.Fatalf("a page of 3 uploads: truncated %v, %v", page.IsTruncated, err)
-		}
-		return len(page.Uploads)
-	}, 3)
-	uploadsAll := moved(func() int {
-		ups, err := cl.ListMultipartUploads(ctx, "s3tests", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(ups)
-	}, n)
-	if uploadPage*4 > uploadsAll {
-		t.Errorf("a page of 3 uploads moved %d bytes, the listing of all %d uploads %d", uploadPage, n, uploadsAll)
-	}
-	objectPage := moved(func() int {
-		page, err := cl.ListObjectsPage(ctx, "s3tests", client.ListOptions{MaxKeys: 3})
-		if err != nil || !page.IsTruncated {
-			t.Fatalf("a page of 3 objects: truncated %v, %v", page.IsTruncated, err)
-		}
-		return len(page.Objects)
-	}, 3)
-	objectsAll := moved(func() int {
-		count := 0
-		for _, err := range cl.ListObjects(ctx, "s3tests", client.ListOptions{}) {
+	count := func(list iter.Seq2[string, error]) (int, error) {
+		n := 0
+		for _, err := range list {
 			if err != nil {
-				t.Fatal(err)
+				return n, err
 			}
-			count++
+			n++
 		}
-		return count
-	}, n)
-	if objectPage*4 > objectsAll {
-		t.Errorf("a page of 3 objects moved %d bytes, the listing of all %d objects %d", objectPage, n, objectsAll)
+		return n, nil
 	}
-	t.Logf("bytes received: uploads page %d, all %d; objects page %d, all %d", uploadPage, uploadsAll, objectPage, objectsAll)
+	for _, l := range []struct {
+		what string
+		page func() (int, bool, error)
+		all  iter.Seq2[string, error]
+	}{
+		{"uploads", func() (int, bool, error) {
+			page, err := cl.ListUploadsPage(ctx, "s3tests", client.UploadListOptions{MaxUploads: 3})
+			return len(page.Uploads), page.IsTruncated, err
+		}, keysOf(cl.ListUploads(ctx, "s3tests", client.UploadListOptions{}), func(u client.MultipartUpload) string { return u.Key })},
+		{"objects", func() (int, bool, error) {
+			page, err := cl.ListObjectsPage(ctx, "s3tests", client.ListOptions{MaxKeys: 3})
+			return len(page.Objects), page.IsTruncated, err
+		}, keysOf(cl.ListObjects(ctx, "s3tests", client.ListOptions{}), func(o client.ObjectInfo) string { return o.Key })},
+	} {
+		before := client.BytesReceived(cl)
+		got, truncated, err := l.page()
+		if err != nil || got != 3 || !truncated {
+			t.Fatalf("a page of 3 %s: %d, truncated %v, %v", l.what, got, truncated, err)
+		}
+		page := client.BytesReceived(cl) - before
+		before = client.BytesReceived(cl)
+		if got, err := count(l.all); err != nil || got != n {
+			t.Fatalf("all %s: %d, %v; want %d", l.what, got, err, n)
+		}
+		all := client.BytesReceived(cl) - before
+		t.Logf("%s: a page of 3 moved %d bytes, the whole listing %d", l.what, page, all)
+		if page*4 > all {
+			t.Errorf("a page of 3 %s moved %d bytes, the listing of all %d of them %d", l.what, page, n, all)
+		}
+	}
+}
+
+// keysOf is list's keys.
+func keysOf[T any](list iter.Seq2[T, error], key func(T) string) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		for v, err := range list {
+			if !yield(key(v), err) || err != nil {
+				return
+			}
+		}
+	}
 }
