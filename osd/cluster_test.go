@@ -558,6 +558,13 @@ func testNewPrimaryBucketNotCaughtUp(t *testing.T, asMetaPrimary bool) {
 	if _, _, err := osdtest.Get(ctx, quick, "moving", movingKey, client.GetOptions{}); !errors.Is(err, client.ErrServiceUnavailable) {
 		t.Fatalf("get from a bucket the newcomer has not caught up on: %v, want ServiceUnavailable", err)
 	}
+	var listErr error
+	for _, err := range quick.ListObjects(ctx, "moving", client.ListOptions{}) {
+		listErr = err
+	}
+	if !errors.Is(listErr, client.ErrServiceUnavailable) {
+		t.Fatalf("listing a bucket the newcomer has not caught up on: %v, want ServiceUnavailable", listErr)
+	}
 	if _, err := quick.StatBucket(ctx, "moving"); asMetaPrimary && !errors.Is(err, client.ErrServiceUnavailable) || !asMetaPrimary && err != nil {
 		t.Fatalf("head bucket at the meta PG's primary: %v", err)
 	}

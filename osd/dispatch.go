@@ -582,16 +582,15 @@ func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer bool
 			rep.Objects, rep.CommonPrefixes, rep.Truncated = res.Objects, res.CommonPrefixes, res.Truncated
 		}
 	}
-	to := replyTo(m)
-	answer := func(err error) {
-		rep.Header = o.header(req.Header, err)
-		o.send(to, ops.ReplyType(t), rep, nil)
-	}
-	if fromPeer {
-		answer(err) // a bucket delete's emptiness check: its caller retries any failure
+	if err != nil && !fromPeer { // a peer's is a bucket delete's emptiness check, which retries any failure
+		to := replyTo(m)
+		o.bucketAnswer(req.Bucket, err, func(err error) {
+			o.send(to, ops.ReplyType(t), &osdpb.ListObjectsReply{Header: o.header(req.Header, err)}, nil)
+		})
 		return
 	}
-	o.bucketAnswer(req.Bucket, err, answer)
+	rep.Header = o.header(req.Header, err)
+	o.send(replyTo(m), ops.ReplyType(t), rep, nil)
 }
 
 func (o *OSD) listOptions(req *osdpb.ListObjects, fromPeer bool) (store.ListOptions, error) {
