@@ -517,6 +517,21 @@ func testNewPrimaryBucketNotCaughtUp(t *testing.T, asMetaPrimary bool) {
 	movingKey, earlyKey, nosuchKey := keyIn("moving", pg), keyIn("early", pg), keyIn("nosuch", pg)
 	t.Logf("osd.%d leads pg %d.%x under epoch %d; the meta PG's primary is osd.%d", newcomer, pool.Id, pg, with.Epoch(), metaPrimary)
 
+	// An upload of the bucket, made while the newcomer is out, to complete
+	// at the newcomer.
+	uploadID, err := cl.NewMultipartUpload(ctx, "moving", movingKey, client.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := cl.PutObjectPart(ctx, "moving", movingKey, uploadID, 1, bytes.NewReader([]byte("part")), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete := func(cl *client.Client) error {
+		_, err := cl.CompleteMultipartUpload(ctx, "moving", movingKey, uploadID, []client.CompletePart{{PartNumber: 1, ETag: part.ETag}})
+		return err
+	}
+
 	held, release := make(chan struct{}), make(chan struct{})
 	var holdOnce, releaseOnce sync.Once
 	osd.SetRecoveryStarting(func(id, sid uint32) {
@@ -558,6 +573,9 @@ func testNewPrimaryBucketNotCaughtUp(t *testing.T, asMetaPrimary bool) {
 	if _, _, err := osdtest.Get(ctx, quick, "moving", movingKey, client.GetOptions{}); !errors.Is(err, client.ErrServiceUnavailable) {
 		t.Fatalf("get from a bucket the newcomer has not caught up on: %v, want ServiceUnavailable", err)
 	}
+	if err := complete(quick); !errors.Is(err, client.ErrServiceUnavailable) {
+		t.Fatalf("completing an upload of a bucket the newcomer has not caught up on: %v, want ServiceUnavailable", err)
+	}
 	var listErr error
 	for _, err := range quick.ListObjects(ctx, "moving", client.ListOptions{}) {
 		listErr = err
@@ -590,6 +608,9 @@ func testNewPrimaryBucketNotCaughtUp(t *testing.T, asMetaPrimary bool) {
 	}
 
 	releaseOnce.Do(func() { close(release) })
+	if err := complete(cl); err != nil {
+		t.Fatalf("completing the upload after the catch-up: %v", err)
+	}
 	data := []byte("after the catch-up")
 	if _, err := osdtest.Put(ctx, cl, "moving", movingKey, data, client.PutOptions{}); err != nil {
 		t.Fatalf("put after the catch-up: %v", err)

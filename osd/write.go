@@ -136,7 +136,7 @@ func objectReply(h *osdpb.ReplyHeader, applied *osdpb.LogEntry) proto.Message {
 func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string, reply replyFunc, fill func(*osdpb.LogEntry) error) {
 	t, conn := osdpb.MsgType(m.Type), replyTo(m) // m is released before the reply goes
 	fail := func(err error) {
-		o.refuseWrite(conn, t, hdr, reply, bucket, err)
+		o.answerWrite(conn, t, hdr, reply, bucket, nil, err)
 		m.Release()
 	}
 	e := &osdpb.LogEntry{Req: hdr.GetReq(), Bucket: bucket, Key: key}
@@ -156,22 +156,22 @@ func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string
 	sid := storePG(pool.Id, pg)
 	o.onShard(m, sid, func() {
 		o.write(mp, sid, e, m.Data, m.RetainData(), hdr.GetAttempt() > 0, func(applied *osdpb.LogEntry, err error) {
-			if err != nil {
-				o.refuseWrite(conn, t, hdr, reply, bucket, err)
-				return
-			}
-			h := o.header(hdr, nil)
-			h.Version = applied.Version
-			o.send(conn, ops.ReplyType(t), reply(h, applied), nil)
+			o.answerWrite(conn, t, hdr, reply, bucket, applied, err)
 		}, m.Release)
 	})
 }
 
-// refuseWrite answers a write of type t on bucket that failed with err
-// (bucketAnswer: a missing bucket may be one this OSD has not heard of
-// yet).
-func (o *OSD) refuseWrite(to dest, t osdpb.MsgType, hdr *osdpb.Header, reply replyFunc, bucket string, err error) {
-	o.bucketAnswer(bucket, err, func(err error) { o.send(to, ops.ReplyType(t), reply(o.header(hdr, err), nil), nil) })
+// answerWrite answers a write of type t on bucket: the entry applied, or
+// err (through bucketAnswer: a missing bucket may be one this OSD has not
+// heard of yet).
+func (o *OSD) answerWrite(to dest, t osdpb.MsgType, hdr *osdpb.Header, reply replyFunc, bucket string, applied *osdpb.LogEntry, err error) {
+	if err != nil {
+		o.bucketAnswer(bucket, err, func(err error) { o.send(to, ops.ReplyType(t), reply(o.header(hdr, err), nil), nil) })
+		return
+	}
+	h := o.header(hdr, nil)
+	h.Version = applied.Version
+	o.send(to, ops.ReplyType(t), reply(h, applied), nil)
 }
 
 // bucketWrite creates or deletes a bucket, on the meta PG's shard at its
