@@ -30,3 +30,12 @@ const KeepExternal = keepExternal
 
 // MessengerStats are the counters of c's messenger.
 func MessengerStats(c *Client) msgr.Stats { return c.m.Stats() }
+
+// BytesReceived is how many bytes c's sessions have received.
+func BytesReceived(c *Client) uint64 {
+	var n uint64
+	for conn := range c.m.Conns() {
+		n += conn.Stats().BytesReceived
+	}
+	return n
+}

@@ -1,11 +1,14 @@
 package client_test
 
 import (
+	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 // entry is a listed upload ("key upload-id") or common prefix ("key/").
@@ -130,4 +133,73 @@ func containsAll(got, want []string) bool {
 		}
 	}
 	return true
+}
+
+// TestListPagesAskForTheirPage: a page of 3 uploads, or of 3 objects,
+// asks each primary for the 4 entries it may use (one more tells whether
+// it is truncated), not for 1000: it moves a small part of what the whole
+// listing of 120 moves.
+func TestListPagesAskForTheirPage(t *testing.T) {
+	cl, ctx := setup(t)
+	const n = 120
+	for i := range n {
+		key := fmt.Sprintf("k%03d", i)
+		if _, err := cl.NewMultipartUpload(ctx, "s3tests", key, client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := osdtest.Put(ctx, cl, "s3tests", key, []byte("x"), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(list iter.Seq2[string, error]) (int, error) {
+		n := 0
+		for _, err := range list {
+			if err != nil {
+				return n, err
+			}
+			n++
+		}
+		return n, nil
+	}
+	for _, l := range []struct {
+		what string
+		page func() (int, bool, error)
+		all  iter.Seq2[string, error]
+	}{
+		{"uploads", func() (int, bool, error) {
+			page, err := cl.ListUploadsPage(ctx, "s3tests", client.UploadListOptions{MaxUploads: 3})
+			return len(page.Uploads), page.IsTruncated, err
+		}, keysOf(cl.ListUploads(ctx, "s3tests", client.UploadListOptions{}), func(u client.MultipartUpload) string { return u.Key })},
+		{"objects", func() (int, bool, error) {
+			page, err := cl.ListObjectsPage(ctx, "s3tests", client.ListOptions{MaxKeys: 3})
+			return len(page.Objects), page.IsTruncated, err
+		}, keysOf(cl.ListObjects(ctx, "s3tests", client.ListOptions{}), func(o client.ObjectInfo) string { return o.Key })},
+	} {
+		before := client.BytesReceived(cl)
+		got, truncated, err := l.page()
+		if err != nil || got != 3 || !truncated {
+			t.Fatalf("a page of 3 %s: %d, truncated %v, %v", l.what, got, truncated, err)
+		}
+		page := client.BytesReceived(cl) - before
+		before = client.BytesReceived(cl)
+		if got, err := count(l.all); err != nil || got != n {
+			t.Fatalf("all %s: %d, %v; want %d", l.what, got, err, n)
+		}
+		all := client.BytesReceived(cl) - before
+		t.Logf("%s: a page of 3 moved %d bytes, the whole listing %d", l.what, page, all)
+		if page*4 > all {
+			t.Errorf("a page of 3 %s moved %d bytes, the listing of all %d of them %d", l.what, page, n, all)
+		}
+	}
+}
+
+// keysOf is list's keys.
+func keysOf[T any](list iter.Seq2[T, error], key func(T) string) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		for v, err := range list {
+			if !yield(key(v), err) || err != nil {
+				return
+			}
+		}
+	}
 }

@@ -549,7 +549,9 @@ func (c *Client) uploads(ctx context.Context, bucket string, opts UploadListOpti
 		}
 		for {
 			jumped := false
-			for o, err := range c.list(ctx, ops.MultipartBucket, ListOptions{Prefix: base + opts.Prefix, StartAfter: after}) {
+			// A page asks for its size (and one more, to tell whether it
+			// is truncated) in records, the fewest it can use.
+			for o, err := range c.list(ctx, ops.MultipartBucket, ListOptions{Prefix: base + opts.Prefix, StartAfter: after, batch: pageSize(opts.MaxUploads) + 1}) {
 				if err != nil {
 					yield(MultipartUpload{}, err)
 					return

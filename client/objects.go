@@ -428,6 +428,13 @@ type ListOptions struct {
 	// or one ListObjectsPage (0: 1000), objects and common prefixes
 	// together.
 	MaxKeys int
+
+	// batch, when set, is how many entries the listing's first round
+	// asks each primary for, where MaxKeys cannot say it: a page of
+	// uploads needs its size in upload records, but skips records it
+	// does not show. Each further round asks for twice as many, up to
+	// ops.MaxListKeys.
+	batch int
 }
 
 // ListPage is one page of a listing, as S3 ListObjectsV2 returns it.
@@ -542,9 +549,20 @@ func (c *Client) list(ctx context.Context, bucket string, opts ListOptions) iter
 				return
 			}
 		}
+		// Each primary is asked for no more than the listing can use (a
+		// page of 3 asks for 4, not 1000, from each): a truncated round
+		// yields at least that many, all of the limiting primary's.
+		batch := ops.MaxListKeys
+		if opts.batch > 0 {
+			batch = min(opts.batch, ops.MaxListKeys)
+		}
 		sent := 0
 		for {
-			page, truncated, err := c.listPage(ctx, bucket, opts.Prefix, opts.Delimiter, after)
+			n := batch
+			if opts.MaxKeys > 0 {
+				n = min(n, opts.MaxKeys-sent)
+			}
+			page, truncated, err := c.listPage(ctx, bucket, opts.Prefix, opts.Delimiter, after, n)
 			if err != nil {
 				yield(ObjectInfo{}, err)
 				return
@@ -562,13 +580,15 @@ func (c *Client) list(ctx context.Context, bucket string, opts ListOptions) iter
 			if !truncated || len(page) == 0 {
 				return
 			}
+			batch = min(2*batch, ops.MaxListKeys)
 		}
 	}
 }
 
-// listPage lists up to ops.MaxListKeys entries after `after` from every
-// primary and merges them; truncated when any primary has more.
-func (c *Client) listPage(ctx context.Context, bucket, prefix, delim, after string) ([]ObjectInfo, bool, error) {
+// listPage lists up to n entries (at most ops.MaxListKeys) after `after`
+// from every primary and merges them; truncated when any primary has
+// more.
+func (c *Client) listPage(ctx context.Context, bucket, prefix, delim, after string, n int) ([]ObjectInfo, bool, error) {
 	mp := c.Map()
 	pool := c.pool(mp)
 	byPrimary := map[uint32][]uint32{}
@@ -588,7 +608,7 @@ func (c *Client) listPage(ctx context.Context, bucket, prefix, delim, after stri
 			// The first PG routes the op to their primary.
 			_, err := c.do(ctx, osdpb.MsgType_MSG_LIST_OBJECTS, target{bucket: bucket, pg: pgs[0], hasPG: true}, func(h *osdpb.Header) proto.Message {
 				return &osdpb.ListObjects{Header: h, Bucket: bucket, Prefix: prefix, Delimiter: delim, StartAfter: after,
-					MaxKeys: ops.MaxListKeys, Pgs: pgs}
+					MaxKeys: uint32(n), Pgs: pgs}
 			}, nil, &rep, false)
 			results <- result{&rep, err}
 		}()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
@@ -103,10 +104,11 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 	case osdpb.MsgType_MSG_PG_QUERY, osdpb.MsgType_MSG_PG_LOG_PULL, osdpb.MsgType_MSG_PG_BACKFILL:
 		o.onReaders(m, func() { o.serveRecovery(m) })
 
-	case osdpb.MsgType_MSG_GET_MAP, osdpb.MsgType_MSG_LIST_OBJECTS, osdpb.MsgType_MSG_HEAD_OBJECT, osdpb.MsgType_MSG_DELETE_OBJECT:
+	case osdpb.MsgType_MSG_GET_MAP, osdpb.MsgType_MSG_LIST_OBJECTS, osdpb.MsgType_MSG_HEAD_OBJECT, osdpb.MsgType_MSG_DELETE_OBJECT,
+		osdpb.MsgType_MSG_HEAD_BUCKET:
 		o.dispatchClient(m, true)
 
-	case osdpb.MsgType_MSG_GET_MAP_REPLY, osdpb.MsgType_MSG_LIST_OBJECTS_REPLY, osdpb.MsgType_MSG_HEAD_OBJECT_REPLY,
+	case osdpb.MsgType_MSG_GET_MAP_REPLY, osdpb.MsgType_MSG_LIST_OBJECTS_REPLY, osdpb.MsgType_MSG_HEAD_OBJECT_REPLY, osdpb.MsgType_MSG_HEAD_BUCKET_REPLY,
 		osdpb.MsgType_MSG_DELETE_OBJECT_REPLY, osdpb.MsgType_MSG_PG_QUERY_REPLY,
 		osdpb.MsgType_MSG_PG_LOG_PULL_REPLY, osdpb.MsgType_MSG_PG_BACKFILL_REPLY:
 		if ch, ok := o.calls.take(m.Tid()); ok {
@@ -621,6 +623,9 @@ func (o *OSD) startRecovery(p *pgState, from uint32) {
 	p.recovering = true
 	have := p.last
 	o.wg.Go(func() {
+		if hook := recoveryStarting.Load(); hook != nil {
+			(*hook)(o.id, p.sid)
+		}
 		last, err := o.recover(p, from, have)
 		if o.ctx.Err() != nil {
 			return // closing
@@ -628,6 +633,11 @@ func (o *OSD) startRecovery(p *pgState, from uint32) {
 		o.enqueue(o.shardOf(p.sid), func() { o.endRecovery(p, from, last, err) })
 	})
 }
+
+// recoveryStarting, when set (tests, through export_test.go), runs on the
+// recovery goroutine of OSD osd's store PG sid before it copies anything:
+// a test holds a catch-up there.
+var recoveryStarting atomic.Pointer[func(osd, sid uint32)]
 
 // recoverySlot waits for one of the RecoveryMaxActive recovery slots,
 // except for a new primary that must catch up before it serves: throttling

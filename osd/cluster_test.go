@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -437,13 +438,6 @@ func TestPutFollowsNewPrimary(t *testing.T) {
 	if cl.Map().Epoch() != without.Epoch() {
 		t.Fatalf("client at epoch %d, want %d", cl.Map().Epoch(), without.Epoch())
 	}
-	// The newcomer learns of the bucket when the meta PG catches it up;
-	// a put it leads before then is NoSuchBucket (docs/osd.md, Known gaps),
-	// which is not what this test is about.
-	osdtest.Eventually(t, 30*time.Second, "the newcomer to know the bucket", func() bool {
-		_, err := c.OSDs[newcomer].Store().HeadBucket(ctx, "moving")
-		return err == nil
-	})
 	data := []byte("after the map changed")
 	osdtest.Eventually(t, 30*time.Second, "put "+key+" under the new map", func() bool {
 		_, err := osdtest.Put(ctx, cl, "moving", key, data, client.PutOptions{})
@@ -455,6 +449,185 @@ func TestPutFollowsNewPrimary(t *testing.T) {
 	if _, got, err := c.OSDs[newcomer].Store().ReadRange(ctx, "moving", key, 0, -1, nil); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("the new primary osd.%d: %s is %q, %v", newcomer, key, got, err)
 	}
+}
+
+// TestNewPrimaryBucketNotCaughtUp: an OSD that comes back in as a PG's
+// primary learns of the buckets created while it was out when the meta
+// PG catches it up. Until then a put or get for such a bucket is
+// retriable (ServiceUnavailable), never NoSuchBucket; a bucket nobody
+// created is NoSuchBucket at once when the newcomer can ask the meta PG's
+// primary, and ServiceUnavailable when it is that primary itself. Once
+// caught up, the put goes through and the newcomer answers a missing
+// bucket itself. The test holds the newcomer's catch-up of the meta PG
+// (SetRecoveryStarting) so that the window stays open.
+func TestNewPrimaryBucketNotCaughtUp(t *testing.T) {
+	for _, metaPrimary := range []bool{false, true} {
+		name := "meta replica"
+		if metaPrimary {
+			name = "meta primary"
+		}
+		t.Run(name, func(t *testing.T) { testNewPrimaryBucketNotCaughtUp(t, metaPrimary) })
+	}
+}
+
+// testNewPrimaryBucketNotCaughtUp brings back as the newcomer the OSD that
+// is the meta PG's primary with every OSD in (asMetaPrimary), or another.
+func testNewPrimaryBucketNotCaughtUp(t *testing.T, asMetaPrimary bool) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 16})
+	ctx := ctxT(t, 2*time.Minute)
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	metaPrimary, _ := c.Map.Primary(pool.Id, placement.MetaPG)
+	newcomer := (metaPrimary + 1) % uint32(len(c.OSDs))
+	if asMetaPrimary {
+		newcomer = metaPrimary
+	}
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "early"); err != nil {
+		t.Fatal(err)
+	}
+	without, with := newcomerMaps(t, c, newcomer)
+	if err := cl.MakeBucket(ctx, "moving"); err != nil { // while the newcomer is out
+		t.Fatal(err)
+	}
+	if p, _ := with.Primary(pool.Id, placement.MetaPG); p != metaPrimary {
+		t.Fatalf("the meta PG's primary is osd.%d with the newcomer back, osd.%d at the start", p, metaPrimary)
+	}
+	// A key of each bucket in one PG the newcomer leads under the new map
+	// (a put of "early" going through says the newcomer serves that PG),
+	// and bucket "nosuch", which nobody creates.
+	keyIn := func(bucket string, pg uint32) string {
+		for i := range 100000 {
+			if k := fmt.Sprintf("obj%d", i); placement.PGOf(pool, bucket, k) == pg {
+				return k
+			}
+		}
+		t.Fatalf("no key of %s in pg %d", bucket, pg)
+		return ""
+	}
+	pg, leads := uint32(0), false
+	for p, role := range with.PGsOf(pool.Id, newcomer) {
+		if role.IsPrimary() {
+			pg, leads = p, true
+			break
+		}
+	}
+	if !leads {
+		t.Skip("the newcomer leads no PG in this placement")
+	}
+	movingKey, earlyKey, nosuchKey := keyIn("moving", pg), keyIn("early", pg), keyIn("nosuch", pg)
+	t.Logf("osd.%d leads pg %d.%x under epoch %d; the meta PG's primary is osd.%d", newcomer, pool.Id, pg, with.Epoch(), metaPrimary)
+
+	// An upload of the bucket, made while the newcomer is out, to complete
+	// at the newcomer.
+	uploadID, err := cl.NewMultipartUpload(ctx, "moving", movingKey, client.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := cl.PutObjectPart(ctx, "moving", movingKey, uploadID, 1, bytes.NewReader([]byte("part")), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete := func(cl *client.Client) error {
+		_, err := cl.CompleteMultipartUpload(ctx, "moving", movingKey, uploadID, []client.CompletePart{{PartNumber: 1, ETag: part.ETag}})
+		return err
+	}
+
+	held, release := make(chan struct{}), make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	osd.SetRecoveryStarting(func(id, sid uint32) {
+		if id == newcomer && sid == placement.MetaPG {
+			holdOnce.Do(func() { close(held) })
+			<-release
+		}
+	})
+	t.Cleanup(func() {
+		osd.SetRecoveryStarting(nil)
+		releaseOnce.Do(func() { close(release) })
+	})
+	for _, o := range c.OSDs {
+		if err := o.AdoptMap(with); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the newcomer did not start catching up on the meta PG")
+	}
+	if _, err := c.OSDs[newcomer].Store().HeadBucket(ctx, "moving"); err == nil {
+		t.Fatal("the newcomer knows the bucket before its catch-up: the test reproduces nothing")
+	}
+	osdtest.Eventually(t, 30*time.Second, "the newcomer to serve its pg", func() bool {
+		_, err := osdtest.Put(ctx, cl, "early", earlyKey, []byte("known"), client.PutOptions{})
+		return err == nil
+	})
+	if cl.Map().Epoch() != with.Epoch() {
+		t.Fatalf("client at epoch %d, want %d (it was at %d)", cl.Map().Epoch(), with.Epoch(), without.Epoch())
+	}
+
+	// A client that gives up soon sees the retriable answer.
+	quick := c.Client(t, func(o *client.Options) { o.RetryFor = 200 * time.Millisecond })
+	if _, err := osdtest.Put(ctx, quick, "moving", movingKey, []byte("x"), client.PutOptions{}); !errors.Is(err, client.ErrServiceUnavailable) {
+		t.Fatalf("put to a bucket the newcomer has not caught up on: %v, want ServiceUnavailable", err)
+	}
+	if _, _, err := osdtest.Get(ctx, quick, "moving", movingKey, client.GetOptions{}); !errors.Is(err, client.ErrServiceUnavailable) {
+		t.Fatalf("get from a bucket the newcomer has not caught up on: %v, want ServiceUnavailable", err)
+	}
+	if err := complete(quick); !errors.Is(err, client.ErrServiceUnavailable) {
+		t.Fatalf("completing an upload of a bucket the newcomer has not caught up on: %v, want ServiceUnavailable", err)
+	}
+	var listErr error
+	for _, err := range quick.ListObjects(ctx, "moving", client.ListOptions{}) {
+		listErr = err
+	}
+	if !errors.Is(listErr, client.ErrServiceUnavailable) {
+		t.Fatalf("listing a bucket the newcomer has not caught up on: %v, want ServiceUnavailable", listErr)
+	}
+	if _, err := quick.StatBucket(ctx, "moving"); asMetaPrimary && !errors.Is(err, client.ErrServiceUnavailable) || !asMetaPrimary && err != nil {
+		t.Fatalf("head bucket at the meta PG's primary: %v", err)
+	}
+	// A bucket nobody created: the newcomer asks the meta PG's primary.
+	headBuckets := func() uint64 {
+		for _, op := range c.OSDs[metaPrimary].Stats().Ops {
+			if op.Op == "head_bucket" {
+				return op.Count
+			}
+		}
+		return 0
+	}
+	asked := headBuckets()
+	wantMissing := client.ErrNoSuchBucket
+	if asMetaPrimary {
+		wantMissing = client.ErrServiceUnavailable // nobody else can tell
+	}
+	if _, err := osdtest.Put(ctx, quick, "nosuch", nosuchKey, []byte("x"), client.PutOptions{}); !errors.Is(err, wantMissing) {
+		t.Fatalf("put to a bucket nobody created, before the catch-up: %v, want %v", err, wantMissing)
+	}
+	if !asMetaPrimary && headBuckets() == asked {
+		t.Fatal("the newcomer answered NoSuchBucket without asking the meta PG's primary")
+	}
+
+	releaseOnce.Do(func() { close(release) })
+	if err := complete(cl); err != nil {
+		t.Fatalf("completing the upload after the catch-up: %v", err)
+	}
+	data := []byte("after the catch-up")
+	if _, err := osdtest.Put(ctx, cl, "moving", movingKey, data, client.PutOptions{}); err != nil {
+		t.Fatalf("put after the catch-up: %v", err)
+	}
+	if _, got, err := c.OSDs[newcomer].Store().ReadRange(ctx, "moving", movingKey, 0, -1, nil); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the new primary osd.%d: %s is %q, %v", newcomer, movingKey, got, err)
+	}
+	// Caught up, the newcomer answers a missing bucket itself (once the
+	// sync that waited for its catch-up is applied).
+	osdtest.Eventually(t, 10*time.Second, "the newcomer to answer NoSuchBucket without asking", func() bool {
+		asked := headBuckets()
+		_, err := osdtest.Put(ctx, quick, "nosuch", nosuchKey, []byte("x"), client.PutOptions{})
+		if err != nil && !errors.Is(err, client.ErrNoSuchBucket) && !(asMetaPrimary && errors.Is(err, client.ErrServiceUnavailable)) {
+			t.Fatalf("put to a bucket nobody created, after the catch-up: %v, want NoSuchBucket", err)
+		}
+		return errors.Is(err, client.ErrNoSuchBucket) && headBuckets() == asked
+	})
 }
 
 // TestReloadMap: an OSD started from a map file adopts a newer one written

@@ -369,6 +369,11 @@ func (o *OSD) bucketRead(m *msgr.Message, req *osdpb.BucketRequest) {
 	t := osdpb.MsgType(m.Type)
 	isList := t == osdpb.MsgType_MSG_LIST_BUCKETS
 	_, _, _, err := o.target(req.Header, req.Bucket, "", true)
+	if err == nil {
+		// A new primary answers from the bucket records once it has
+		// caught up on them, not before.
+		err = o.peeringErr(placement.MetaPG)
+	}
 	if err == nil && !isList {
 		err = ops.CheckBucketName(req.Bucket)
 	}
@@ -407,9 +412,11 @@ func (o *OSD) bucketRead(m *msgr.Message, req *osdpb.BucketRequest) {
 // RDMA is registered memory the client reads without a copy.
 func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 	defer m.Release()
-	t := osdpb.MsgType(m.Type)
+	t, to := osdpb.MsgType(m.Type), replyTo(m)
 	fail := func(err error) {
-		o.send(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, err)}, nil)
+		o.bucketAnswer(req.Bucket, err, func(err error) {
+			o.send(to, ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, err)}, nil)
+		})
 	}
 	if err := checkNames(req.Bucket, req.Key); err != nil {
 		fail(err)
@@ -574,6 +581,13 @@ func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer bool
 		if res, err = o.st.List(o.ctx, req.Bucket, opts); err == nil {
 			rep.Objects, rep.CommonPrefixes, rep.Truncated = res.Objects, res.CommonPrefixes, res.Truncated
 		}
+	}
+	if err != nil && !fromPeer { // a peer's is a bucket delete's emptiness check, which retries any failure
+		to := replyTo(m)
+		o.bucketAnswer(req.Bucket, err, func(err error) {
+			o.send(to, ops.ReplyType(t), &osdpb.ListObjectsReply{Header: o.header(req.Header, err)}, nil)
+		})
+		return
 	}
 	rep.Header = o.header(req.Header, err)
 	o.send(replyTo(m), ops.ReplyType(t), rep, nil)

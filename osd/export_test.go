@@ -10,6 +10,17 @@ func SetBackfillFetched(f func(bucket, key string)) {
 	backfillFetched.Store(&f)
 }
 
+// SetRecoveryStarting installs a hook that runs when OSD osd starts to
+// recover its copy of store PG sid (a catch-up from a peer), before it
+// copies anything; nil removes it. Tests only.
+func SetRecoveryStarting(f func(osd, sid uint32)) {
+	if f == nil {
+		recoveryStarting.Store(nil)
+		return
+	}
+	recoveryStarting.Store(&f)
+}
+
 // SetPeeringForTest marks every PG o holds as peering (reads are answered
 // SERVICE_UNAVAILABLE) or not, until its next map change. Tests only.
 func (o *OSD) SetPeeringForTest(on bool) {

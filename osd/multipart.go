@@ -170,13 +170,7 @@ func (o *OSD) recordWrite(m *msgr.Message, req *osdpb.UploadRequest, reply reply
 	fill func(*placement.Map, *osdpb.LogEntry) error, after func(*placement.Map, uint32)) {
 	t, conn := osdpb.MsgType(m.Type), replyTo(m)
 	send := func(err error, applied *osdpb.LogEntry) {
-		h := o.header(req.Header, err)
-		if err != nil {
-			applied = nil
-		} else {
-			h.Version = applied.Version
-		}
-		o.send(conn, ops.ReplyType(t), reply(h, applied), nil)
+		o.answerWrite(conn, t, req.Header, reply, req.Bucket, applied, err)
 	}
 	mp, pool, pg, err := o.target(req.Header, req.Bucket, req.Key, false)
 	if err != nil {

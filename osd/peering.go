@@ -135,6 +135,7 @@ func (o *OSD) advance(p *pgState, mp *placement.Map) {
 		}
 	}
 	o.drive(p)
+	o.publish(p) // a map that kept the interval changes no state, but the epoch published
 }
 
 // drive carries out what PG p's machine wants done. On p's shard.
@@ -181,6 +182,7 @@ func (o *OSD) publish(p *pgState) {
 	reads := p.m.Serving() || errors.Is(p.m.CanServe(), pg.ErrBelowMinSize)
 	lagging := uint64(p.m.Epoch()) < p.peeringUntil.Load()
 	p.peering.Store((p.m.Role() == pg.RolePrimary && !reads) || lagging)
+	publishCurrent(p)
 }
 
 // query asks OSD to for its info of PG p, as the machine's Query of epoch

@@ -3,6 +3,7 @@ package osd_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -60,5 +61,35 @@ func TestClientRetriesPeeringPG(t *testing.T) {
 	r := <-done
 	if r.err != nil || !bytes.Equal(r.got, body) {
 		t.Fatalf("get once the PG peered: %d bytes, %v; want the %d put", len(r.got), r.err, len(body))
+	}
+}
+
+// TestBucketReadsWaitForMetaPeering: the meta PG's primary answers
+// HEAD_BUCKET and LIST_BUCKETS from its bucket records only once it has
+// peered the meta PG: a new primary's records may lack buckets created
+// while it was out, and NoSuchBucket would end the client's retries.
+func TestBucketReadsWaitForMetaPeering(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 4})
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "peered"); err != nil {
+		t.Fatal(err)
+	}
+	quick := c.Client(t, func(o *client.Options) { o.RetryFor = 100 * time.Millisecond })
+	o := c.OSDs[0]
+	o.SetPeeringForTest(true)
+	if _, err := quick.StatBucket(ctx, "nosuch"); !errors.Is(err, client.ErrServiceUnavailable) {
+		t.Fatalf("head bucket while the meta PG peers: %v, want ServiceUnavailable", err)
+	}
+	if _, err := quick.ListBuckets(ctx); !errors.Is(err, client.ErrServiceUnavailable) {
+		t.Fatalf("list buckets while the meta PG peers: %v, want ServiceUnavailable", err)
+	}
+	o.SetPeeringForTest(false)
+	if _, err := quick.StatBucket(ctx, "nosuch"); !errors.Is(err, client.ErrNoSuchBucket) {
+		t.Fatalf("head of a missing bucket once peered: %v, want NoSuchBucket", err)
+	}
+	if _, err := quick.StatBucket(ctx, "peered"); err != nil {
+		t.Fatalf("head bucket once peered: %v", err)
 	}
 }

@@ -53,6 +53,13 @@ type pgState struct {
 	// bf is set while a backfill of this replica's copy runs: RepOps go
 	// on during it (backfill.go).
 	bf atomic.Pointer[backfillState]
+	// Meta PG only (buckets.go): currentIn is the first epoch of the
+	// interval in which this replica applied a RepOp of its primary (the
+	// shard's); currentAt is the machine's epoch while the local copy of
+	// the bucket records is known to be current, else 0 (any goroutine
+	// reads it; publish sets it).
+	currentIn pg.Epoch
+	currentAt atomic.Uint64
 
 	// peerMu guards peerLast: where each replica said its log ends, in its
 	// last RepOp reply (the cluster dispatcher's goroutine writes it, the
@@ -129,7 +136,7 @@ func objectReply(h *osdpb.ReplyHeader, applied *osdpb.LogEntry) proto.Message {
 func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string, reply replyFunc, fill func(*osdpb.LogEntry) error) {
 	t, conn := osdpb.MsgType(m.Type), replyTo(m) // m is released before the reply goes
 	fail := func(err error) {
-		o.send(conn, ops.ReplyType(t), reply(o.header(hdr, err), nil), nil)
+		o.answerWrite(conn, t, hdr, reply, bucket, nil, err)
 		m.Release()
 	}
 	e := &osdpb.LogEntry{Req: hdr.GetReq(), Bucket: bucket, Key: key}
@@ -149,15 +156,22 @@ func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string
 	sid := storePG(pool.Id, pg)
 	o.onShard(m, sid, func() {
 		o.write(mp, sid, e, m.Data, m.RetainData(), hdr.GetAttempt() > 0, func(applied *osdpb.LogEntry, err error) {
-			h := o.header(hdr, err)
-			if err != nil {
-				applied = nil
-			} else {
-				h.Version = applied.Version
-			}
-			o.send(conn, ops.ReplyType(t), reply(h, applied), nil)
+			o.answerWrite(conn, t, hdr, reply, bucket, applied, err)
 		}, m.Release)
 	})
+}
+
+// answerWrite answers a write of type t on bucket: the entry applied, or
+// err (through bucketAnswer: a missing bucket may be one this OSD has not
+// heard of yet).
+func (o *OSD) answerWrite(to dest, t osdpb.MsgType, hdr *osdpb.Header, reply replyFunc, bucket string, applied *osdpb.LogEntry, err error) {
+	if err != nil {
+		o.bucketAnswer(bucket, err, func(err error) { o.send(to, ops.ReplyType(t), reply(o.header(hdr, err), nil), nil) })
+		return
+	}
+	h := o.header(hdr, nil)
+	h.Version = applied.Version
+	o.send(to, ops.ReplyType(t), reply(h, applied), nil)
 }
 
 // bucketWrite creates or deletes a bucket, on the meta PG's shard at its
@@ -794,6 +808,7 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 			o.ackRepOp(m, r, nil, err)
 			return
 		}
+		o.noteCurrent(p, r.Epoch)
 		o.ackRepOp(m, r, p.last, nil)
 		return
 	}
@@ -823,6 +838,7 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 		}
 		if err == nil {
 			o.setLast(p, v)
+			o.noteCurrent(p, r.Epoch)
 			o.whenDurable(applied, func(err error) {
 				if err != nil {
 					// Applied but maybe lost: we cannot go on (applyFailed).

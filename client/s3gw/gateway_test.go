@@ -44,6 +44,7 @@ const (
 
 // env is a cluster, a gateway on it and an S3 client of the gateway.
 type env struct {
+	osds    *osdtest.Cluster
 	cl      *client.Client
 	gw      *s3gw.Gateway
 	url     string
@@ -57,7 +58,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 16})
-	e := &env{cl: c.Client(t, func(o *client.Options) { o.MD5 = true }), domain: "s3.osprey.test"}
+	e := &env{osds: c, cl: c.Client(t, func(o *client.Options) { o.MD5 = true }), domain: "s3.osprey.test"}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	e.ctx = ctx

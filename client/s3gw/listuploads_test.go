@@ -2,6 +2,7 @@ package s3gw_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"slices"
@@ -13,7 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/client/s3gw"
 	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/msgr/auth"
 )
 
 // internalUpload starts a PUT through the SDK put whole in pieces, an
@@ -218,4 +221,98 @@ func TestListMultipartUploadsBadParameters(t *testing.T) {
 	}
 	_, err = e.s3.ListMultipartUploads(e.ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String("nosuchmpb")})
 	wantCode(t, "a missing bucket", err, "NoSuchBucket", 404)
+}
+
+// readOnly is the test key as a read-only user: osd 'allow r'.
+type readOnly struct{}
+
+func (readOnly) Lookup(_ context.Context, access string) (s3gw.Identity, error) {
+	if access != testAccess {
+		return s3gw.Identity{}, s3gw.ErrInvalidAccessKeyID
+	}
+	return s3gw.Identity{Secret: testSecret, Entity: "client.reader", Caps: auth.Caps{auth.ServiceOSD: {{Perm: auth.PermRead}}}}, nil
+}
+
+// TestListMultipartUploadsByReaderAbortsNothing: the gateway collects a
+// bucket's stale internal uploads when it lists the bucket's uploads, with
+// its own identity: only for a requester who may write the bucket. A
+// read-only user's listing deletes nothing; a writer's does.
+func TestListMultipartUploadsByReaderAbortsNothing(t *testing.T) {
+	e := newEnv(t)
+	e.mb(t, "reader")
+	internalUpload(t, e, "reader", "big")
+	internal := func() int {
+		t.Helper()
+		ups, err := e.cl.AbortStaleUploads(e.ctx, "reader", client.StaleUploadOptions{Age: -1, DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ups)
+	}
+	dayLater := func(o *s3gw.Options) {
+		o.StaleUploadNow = func() time.Time { return time.Now().Add(25 * time.Hour) }
+		o.StaleUploadSweep = -1
+	}
+	reader := serveWith(t, e, func(o *s3gw.Options) { dayLater(o); o.Credentials = readOnly{} })
+	if _, err := reader.s3.ListMultipartUploads(e.ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String("reader")}); err != nil {
+		t.Fatalf("a read-only user's ListMultipartUploads: %v", err)
+	}
+	if n := internal(); n != 1 {
+		t.Fatalf("a read-only user's listing aborted the stale internal upload: %d left", n)
+	}
+	writer := serveWith(t, e, dayLater)
+	if _, err := writer.s3.ListMultipartUploads(e.ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String("reader")}); err != nil {
+		t.Fatalf("a writer's ListMultipartUploads: %v", err)
+	}
+	if n := internal(); n != 0 {
+		t.Fatalf("a writer's listing left %d stale internal uploads", n)
+	}
+}
+
+// TestListingsCheckTheBucketOnce: each listing asks the meta PG's
+// primary about its bucket once (HEAD_BUCKET), not once in the gateway
+// and again in the SDK.
+func TestListingsCheckTheBucketOnce(t *testing.T) {
+	e := newEnv(t)
+	e.mb(t, "once")
+	headBuckets := func() uint64 {
+		var n uint64
+		for _, o := range e.osds.OSDs {
+			for _, op := range o.Stats().Ops {
+				if op.Op == "head_bucket" {
+					n += op.Count
+				}
+			}
+		}
+		return n
+	}
+	for _, l := range []struct {
+		what string
+		list func() error
+	}{
+		{"ListMultipartUploads", func() error {
+			_, err := e.s3.ListMultipartUploads(e.ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String("once")})
+			return err
+		}},
+		{"ListMultipartUploads max-uploads=0", func() error {
+			_, err := e.s3.ListMultipartUploads(e.ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String("once"), MaxUploads: aws.Int32(0)})
+			return err
+		}},
+		{"ListObjectsV2", func() error {
+			_, err := e.s3.ListObjectsV2(e.ctx, &s3.ListObjectsV2Input{Bucket: aws.String("once")})
+			return err
+		}},
+		{"ListObjects", func() error {
+			_, err := e.s3.ListObjects(e.ctx, &s3.ListObjectsInput{Bucket: aws.String("once")})
+			return err
+		}},
+	} {
+		before := headBuckets()
+		if err := l.list(); err != nil {
+			t.Fatalf("%s: %v", l.what, err)
+		}
+		if n := headBuckets() - before; n != 1 {
+			t.Errorf("%s checked the bucket %d times, want once", l.what, n)
+		}
+	}
 }

@@ -277,27 +277,31 @@ func (g *Gateway) listMultipartUploads(req *request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := g.cl.StatBucket(req.r.Context(), req.bucket); err != nil {
-		return err
-	}
-	o := uq.opts
+	ctx, o := req.r.Context(), uq.opts
 	enc := func(s string) string {
 		if uq.encodingType == "url" {
 			return urlEncodeKey(s)
 		}
 		return s
 	}
-	g.abortStaleUploads(req.r.Context(), req.bucket, o.Prefix)
 	res := listMultipartUploadsResult{XMLNS: s3XMLNS, Bucket: req.bucket, KeyMarker: enc(o.KeyMarker), UploadIDMarker: o.UploadIDMarker,
 		Prefix: enc(o.Prefix), Delimiter: enc(o.Delimiter), MaxUploads: o.MaxUploads, EncodingType: uq.encodingType}
+	var page client.UploadsPage
 	if o.MaxUploads == 0 {
-		// An empty page, not truncated, as for max-keys=0.
-		writeXML(req.w, http.StatusOK, res)
-		return nil
-	}
-	page, err := g.cl.ListUploadsPage(req.r.Context(), req.bucket, o)
-	if err != nil {
+		// An empty page, not truncated, as for max-keys=0; the bucket
+		// must exist all the same.
+		if _, err := g.cl.StatBucket(ctx, req.bucket); err != nil {
+			return err
+		}
+	} else if page, err = g.cl.ListUploadsPage(ctx, req.bucket, o); err != nil { // which checks the bucket
 		return err
+	}
+	// The gateway aborts with its own identity, which may do anything: a
+	// listing collects stale internal uploads only for a requester who
+	// may write the bucket, never on behalf of a read-only one (the
+	// hourly sweep is the gateway's own doing).
+	if req.authorize(write, req.bucket) == nil {
+		g.abortStaleUploads(ctx, req.bucket, o.Prefix)
 	}
 	res.IsTruncated = page.IsTruncated
 	res.NextKeyMarker, res.NextUploadIDMarker = enc(page.NextKeyMarker), page.NextUploadIDMarker

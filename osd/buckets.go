@@ -1,0 +1,118 @@
+package osd
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/osd/pg"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// Every OSD holds every bucket record (the meta PG's acting set is every
+// up and in OSD) and checks an object op's bucket locally. A copy can be
+// behind, though: an OSD that comes back into the acting sets with a new
+// map may lead a PG before the meta PG's primary has caught its copy up on
+// the buckets created while it was out. Its "no such bucket" then means
+// "not heard of yet", and answering NoSuchBucket would end a client's
+// retries for a bucket that exists. So a missing bucket is the op's answer
+// only while this OSD's copy is known to be current (bucketsCurrent);
+// otherwise the meta PG's primary, which serves only once peered, says
+// whether the bucket exists: if it does, the op gets SERVICE_UNAVAILABLE,
+// which the client retries until the catch-up lands.
+
+// askMetaTimeout bounds the question to the meta PG's primary.
+const askMetaTimeout = queryTimeout
+
+// bucketAnswer hands answer err, the outcome of an op on bucket, once it
+// can: at once, unless err says the bucket is missing and this OSD cannot
+// vouch for that (see above); then from a goroutine, after asking the meta
+// PG's primary.
+func (o *OSD) bucketAnswer(bucket string, err error, answer func(error)) {
+	if err == nil || bucket == ops.MultipartBucket || !errors.Is(opError(err), ops.ErrNoSuchBucket) {
+		answer(err) // every OSD makes the multipart bucket for itself at start
+		return
+	}
+	mp := o.Map()
+	if o.bucketsCurrent(mp) {
+		answer(err)
+		return
+	}
+	primary, ok := mp.Primary(metaPool(mp), placement.MetaPG)
+	if !ok || primary == o.id {
+		// Our own copy is the one being caught up: nobody else can tell.
+		answer(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is catching up on the bucket records (epoch %d)", o.id, mp.Epoch()))
+		return
+	}
+	o.wg.Go(func() { answer(o.askMetaPrimary(mp, primary, bucket, err)) })
+}
+
+// askMetaPrimary asks OSD primary, the meta PG's primary under mp, whether
+// bucket exists, and returns the answer to an op that found it missing
+// here (notFound, its error).
+func (o *OSD) askMetaPrimary(mp *placement.Map, primary uint32, bucket string, notFound error) error {
+	ctx, cancel := context.WithTimeout(o.ctx, askMetaTimeout)
+	defer cancel()
+	var rep osdpb.BucketReply
+	err := o.call(ctx, primary, osdpb.MsgType_MSG_HEAD_BUCKET,
+		&osdpb.BucketRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: metaPool(mp), Pg: placement.MetaPG}, Bucket: bucket}, &rep, nil)
+	if err == nil {
+		err = ops.FromReply(rep.Header)
+	}
+	switch {
+	case err == nil:
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "bucket %s exists; osd.%d is catching up on the bucket records", bucket, o.id)
+	case errors.Is(err, ops.ErrNoSuchBucket):
+		return notFound
+	}
+	return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is catching up on the bucket records, and the meta PG's primary osd.%d did not say whether bucket %s exists: %v",
+		o.id, primary, bucket, err)
+}
+
+// bucketsCurrent reports whether this OSD's copy of the bucket records is
+// known to hold every bucket created before now: at the newest map,
+// either its meta PG serves as the primary, or, a replica, it applied a
+// RepOp (a bucket write, or the sync that catches a member up) from the
+// primary of the current interval.
+func (o *OSD) bucketsCurrent(mp *placement.Map) bool {
+	o.pgMu.Lock()
+	p := o.pgs[placement.MetaPG]
+	o.pgMu.Unlock()
+	return p != nil && p.currentAt.Load() >= mp.Epoch()
+}
+
+// noteCurrent records, on the meta PG's shard, that its replica p holds
+// what its primary sent it in a RepOp stamped with epoch: a RepOp of the
+// current interval comes from its primary, after that primary peered and
+// pushed us its log; every bucket write the interval acknowledges comes to
+// us too.
+func (o *OSD) noteCurrent(p *pgState, epoch uint64) {
+	if p.sid != placement.MetaPG || p.m == nil || pg.Epoch(epoch) < p.m.IntervalStart() {
+		return
+	}
+	if p.currentIn != p.m.IntervalStart() {
+		p.currentIn = p.m.IntervalStart()
+		o.publish(p)
+	}
+}
+
+// publishCurrent sets the meta PG's currentAt from its machine: the
+// machine's epoch while the local copy is current, else 0. On p's shard.
+func publishCurrent(p *pgState) {
+	if p.sid != placement.MetaPG {
+		return
+	}
+	var at uint64
+	switch p.m.Role() {
+	case pg.RolePrimary:
+		if p.m.Serving() {
+			at = uint64(p.m.Epoch())
+		}
+	case pg.RoleReplica:
+		if p.currentIn == p.m.IntervalStart() {
+			at = uint64(p.m.Epoch())
+		}
+	}
+	p.currentAt.Store(at)
+}
