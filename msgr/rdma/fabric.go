@@ -117,11 +117,22 @@ type domain struct {
 	writePieces atomic.Uint64
 	// transfers counts rendezvous payloads moving: reads we posted and
 	// sources the peer has not finished reading. A software provider
-	// (tcp) moves them only inside our fi_cq_read calls and completes
-	// nothing on the source side, so the poller must not sleep while any
-	// is outstanding.
+	// (tcp) moves them only inside our CQ reads and completes nothing on
+	// the source side, so the poller must not sleep while any is
+	// outstanding, unless its sleep moves them too (sleepMoves).
 	transfers atomic.Int64
-	sleepBuf  *C.struct_osp_pollbuf // the poller's, for fi_cq_sread
+	// sleepMoves: the poller's sleep lets rendezvous payloads move, so it
+	// needs not spin for them (spinForTransfers). It does where the sleep
+	// is fi_cq_sread (tcp): libfabric's sread runs the provider's progress
+	// and wakes on its sockets' POLLIN, and on POLLOUT while it has data
+	// to send (1.17's tcpx_update_poll), which is every event a transfer
+	// waits for. Spinning for them instead kept every domain's poller on a
+	// core for as long as any payload moved (all the time under load).
+	// The sleep on a wait fd (verbs, sockets) keeps the spin: sockets'
+	// transfers stalled behind it (its conformance run hung), and verbs'
+	// was not measured.
+	sleepMoves bool
+	sleepBuf   *C.struct_osp_pollbuf // the poller's, for fi_cq_sread
 	// sleeping: the poller is in fi_cq_sread holding the token; wakeSent:
 	// fi_cq_signal was called to end that sleep; tokenWanted: goroutines
 	// waiting in lockToken.
@@ -214,6 +225,7 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 			}
 		}
 	}
+	d.sleepMoves = d.waitFile == nil
 	d.srx = openSRX(d)
 	d.wg.Add(2)
 	go d.cmLoop()

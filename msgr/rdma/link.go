@@ -358,7 +358,22 @@ func (l *link) shutdownEndpoint() {
 	if testHookProviderClose != nil {
 		testHookProviderClose()
 	}
-	C.osp_shutdown(l.ep)
+	// Under the token where a shared receive pool exists: libfabric
+	// 1.17's tcp provider frees a shared-pool receive the endpoint had
+	// part way filled (ep->cur_rx) under the CQ's lock, not the pool's
+	// (tcpx_ep_flush_all_queues calls tcpx_free_xfer, not tcpx_free_rx),
+	// so a post to the pool at the same moment (ofi_buf_alloc under
+	// srx->lock) would corrupt the pool's free list. Our posts to the pool
+	// all go under the token, so holding it serialises the two. The tcp
+	// shutdown does not block (one non-blocking flush of its buffered
+	// send), and the first flush leaves nothing for fi_close's.
+	if l.d.srx != nil {
+		l.d.lockToken()
+		C.osp_shutdown(l.ep)
+		l.d.fiMu.Unlock()
+	} else {
+		C.osp_shutdown(l.ep)
+	}
 	// After fi_close the provider no longer touches our
 	// buffers; pending completions for this link id are dropped
 	// by the poller.

@@ -73,7 +73,7 @@ func (d *domain) pollLoop() {
 			idleSince = time.Now()
 			continue
 		}
-		if again || d.pq.n.Load() > 0 || d.transfers.Load() > 0 || time.Since(idleSince) < d.t.cfg.BusyPoll {
+		if again || d.pq.n.Load() > 0 || d.spinForTransfers() || time.Since(idleSince) < d.t.cfg.BusyPoll {
 			runtime.Gosched()
 			continue
 		}
@@ -250,13 +250,20 @@ func (d *domain) pollFor(l *link) bool {
 		if i%turns == 0 {
 			now = time.Since(monoEpoch)
 			d.dutyPolled.Store(int64(now))
-			if now > deadline && d.transfers.Load() == 0 {
+			if now > deadline && !d.spinForTransfers() {
 				d.dropDuty(l)
 				return ready()
 			}
 			runtime.Gosched()
 		}
 	}
+}
+
+// spinForTransfers reports whether polling must go on without a pause
+// because rendezvous payloads move that only our CQ reads move
+// (domain.sleepMoves).
+func (d *domain) spinForTransfers() bool {
+	return !d.sleepMoves && d.transfers.Load() > 0
 }
 
 // dropDuty gives the polling back to the poller if l's reader has it.

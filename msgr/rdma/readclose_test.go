@@ -153,3 +153,33 @@ func frameData(id byte, i int) []byte {
 	}
 	return b
 }
+
+// TestPollerSleepsWhileAPeerHoldsAPayload pins that a domain whose only
+// work is a rendezvous source waiting for the peer's read does not keep a
+// core: on tcp the poller's fi_cq_sread moves such payloads, so it sleeps
+// there rather than spin for as long as the peer takes. The peer here
+// never reads the frame, so the source stays out for the whole test.
+func TestPollerSleepsWhileAPeerHoldsAPayload(t *testing.T) {
+	reader := ownTransport(t, rdma.Config{Rendezvous: rdma.RendezvousRead})
+	sender := ownTransport(t, rdma.Config{Rendezvous: rdma.RendezvousRead})
+	opts := wire.LinkOptions{RecvWindow: 8, Limits: wire.Limits{MaxFront: 4 << 10, MaxData: 4 << 20}, Banner: wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}}
+	ln, err := reader.Listen(context.Background(), "127.0.0.1:0", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	s, r := rdma.LinkPair(t, sender, ln, opts)
+	defer r.Close()
+	defer s.Close()
+	if err := s.WriteFrames([]wire.Frame{{Preamble: wire.Preamble{Tag: wire.TagMessage, Seq: 1}, Data: fill(1<<20, 5)}}); err != nil {
+		t.Fatal(err)
+	}
+	const sleeps = 20 // at most 2 ms each (pollSleepMax)
+	before := sender.Stats().PollerSleeps
+	for deadline := time.Now().Add(10 * time.Second); sender.Stats().PollerSleeps-before < sleeps; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sender's poller slept %d times in 10 s with a payload out: it spins for it", sender.Stats().PollerSleeps-before)
+		}
+		time.Sleep(time.Millisecond) // polling the counter, not synchronising
+	}
+}
