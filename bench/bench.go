@@ -101,8 +101,16 @@ type Row struct {
 	// Connect to the session ready: dial, banner, auth (a TLS 1.3
 	// handshake with --auth or --secure) and session, in microseconds.
 	HandshakeUs float64 `json:"handshake_us,omitempty"`
-	Msgs        uint64  `json:"msgs"` // messages (round trips for pingpong) measured
-	Seconds     float64 `json:"seconds"`
+	// Handshakes is how many more full handshakes the row measured
+	// (HandshakeSamples, each a new authenticated session Connect to
+	// ready, before the measured interval), and the others their
+	// distribution, in microseconds.
+	Handshakes     int     `json:"handshakes,omitempty"`
+	HandshakeP50Us float64 `json:"handshake_p50_us,omitempty"`
+	HandshakeP99Us float64 `json:"handshake_p99_us,omitempty"`
+	HandshakeMaxUs float64 `json:"handshake_max_us,omitempty"`
+	Msgs           uint64  `json:"msgs"` // messages (round trips for pingpong) measured
+	Seconds        float64 `json:"seconds"`
 
 	// InjectSocketFailures is the messengers' fault injection, about one
 	// link fault per N frames (msgr.FaultInjection.EveryNFrames, `bench
