@@ -109,6 +109,10 @@ type Row struct {
 	HandshakeP50Us float64 `json:"handshake_p50_us,omitempty"`
 	HandshakeP99Us float64 `json:"handshake_p99_us,omitempty"`
 	HandshakeMaxUs float64 `json:"handshake_max_us,omitempty"`
+	// HandshakeCPUUs is the process's CPU time per one of those
+	// handshakes: both ends' unless the server is remote (--connect).
+	// It reads the same on a loaded machine, where wall times do not.
+	HandshakeCPUUs float64 `json:"handshake_cpu_us,omitempty"`
 	Msgs           uint64  `json:"msgs"` // messages (round trips for pingpong) measured
 	Seconds        float64 `json:"seconds"`
 

@@ -621,12 +621,15 @@ type msgrRow struct {
 	remote      bool // the server is a --serve process: stream messages are acknowledged
 	// probe is probeHandshakes' messenger's name, set before any messenger
 	// starts: the server's handlers read it.
-	probe  msgr.EntityName
-	run    *run
-	ctx    context.Context // cancelled on failure
-	cancel context.CancelFunc
-	conns  []*msgrConn
-	echoes echoPool
+	probe msgr.EntityName
+	// handshakeCPU is the process's CPU time per probe handshake, both
+	// ends (the server is in this process unless remote).
+	handshakeCPU time.Duration
+	run          *run
+	ctx          context.Context // cancelled on failure
+	cancel       context.CancelFunc
+	conns        []*msgrConn
+	echoes       echoPool
 
 	// started is set once conns, run and the tallies are in place and
 	// before the first message is sent. The server's handlers load it
@@ -768,7 +771,7 @@ const HandshakeSamples = 32
 // probeHandshakes measures HandshakeSamples full handshakes to addr's
 // osd.0, each Connect to ready then closed, from one more client messenger
 // (the probe) with its own credential from the run's CA, appending each to
-// *d. Each is a new session, so each dials, authenticates (a TLS 1.3
+// *d, and the process's CPU time per handshake to r.handshakeCPU. Each is a new session, so each dials, authenticates (a TLS 1.3
 // handshake, mutual certificates) and takes fresh keys. The caller shuts
 // the probe down with the row's messengers.
 func (r *msgrRow) probeHandshakes(o *MsgrOptions, addr string, cm msgr.Mode, d *[]time.Duration) (*msgr.Messenger, transports.Set, error) {
@@ -782,6 +785,8 @@ func (r *msgrRow) probeHandshakes(o *MsgrOptions, addr string, cm msgr.Mode, d *
 	if err != nil {
 		return nil, nil, err
 	}
+	cpu0 := cpuTime()
+	defer func() { r.handshakeCPU = (cpuTime() - cpu0) / time.Duration(max(len(*d), 1)) }()
 	for range HandshakeSamples {
 		start := time.Now()
 		c, err := m.Connect(r.ctx, addr, "osd.0")
@@ -955,6 +960,7 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 			}
 			row.HandshakeUs = float64(handshake) / float64(time.Microsecond)
 			row.setHandshakes(handshakes)
+			row.HandshakeCPUUs = float64(r.handshakeCPU) / float64(time.Microsecond)
 			row.InjectSocketFailures = o.Faults.EveryNFrames
 			for _, c := range r.conns {
 				st := c.conn.Stats()

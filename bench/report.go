@@ -43,7 +43,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 	// --secure): that is when it costs a TLS handshake.
 	modes := slices.ContainsFunc(rows, func(r Row) bool { return r.ConnMode != "" })
 	if modes {
-		faultHead += "handshake µs first\thandshake µs p50/p99/max\t"
+		faultHead += "handshake µs first\thandshake µs p50/p99/max\thandshake cpu µs\t"
 	}
 	fmt.Fprintln(tw, "transport\tmode\tsize\t"+depthHead+"\tmsgs/s\tbytes/s\tseg msgs/s slow/med/fast\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tcpu s\tcpu µs/msg\tcpu s/GB\tallocs/msg\t"+faultHead)
 	for i := range rows {
@@ -69,8 +69,8 @@ func WriteTable(w io.Writer, rows []Row) error {
 			fmt.Fprintf(tw, "%d\t%d\t", r.Faults, r.Reconnects)
 		}
 		if modes {
-			fmt.Fprintf(tw, "%s\t%s/%s/%s\t", formatUs(r.HandshakeUs),
-				formatUs(r.HandshakeP50Us), formatUs(r.HandshakeP99Us), formatUs(r.HandshakeMaxUs))
+			fmt.Fprintf(tw, "%s\t%s/%s/%s\t%s\t", formatUs(r.HandshakeUs),
+				formatUs(r.HandshakeP50Us), formatUs(r.HandshakeP99Us), formatUs(r.HandshakeMaxUs), formatUs(r.HandshakeCPUUs))
 		}
 		fmt.Fprintln(tw)
 	}
