@@ -70,7 +70,7 @@ against size per transport and a latency CDF per combination;
 after its crc rows, and prints secure/crc ratios and each row's handshake.
 With --auth or --secure a row's "handshake µs first" is its first
 connection's, Connect to session ready; before its measured interval the
-row then opens and closes 32 more authenticated sessions from another
+row then opens and closes 100 more authenticated sessions from another
 client messenger and prints their p50/p99/max and the process's CPU time
 per handshake (both ends in one process, so it holds on a loaded machine).
 
