@@ -101,8 +101,20 @@ type Row struct {
 	// Connect to the session ready: dial, banner, auth (a TLS 1.3
 	// handshake with --auth or --secure) and session, in microseconds.
 	HandshakeUs float64 `json:"handshake_us,omitempty"`
-	Msgs        uint64  `json:"msgs"` // messages (round trips for pingpong) measured
-	Seconds     float64 `json:"seconds"`
+	// Handshakes is how many more full handshakes the row measured
+	// (HandshakeSamples, each a new authenticated session Connect to
+	// ready, before the measured interval), and the others their
+	// distribution, in microseconds.
+	Handshakes     int     `json:"handshakes,omitempty"`
+	HandshakeP50Us float64 `json:"handshake_p50_us,omitempty"`
+	HandshakeP99Us float64 `json:"handshake_p99_us,omitempty"`
+	HandshakeMaxUs float64 `json:"handshake_max_us,omitempty"`
+	// HandshakeCPUUs is the process's CPU time per one of those
+	// handshakes: both ends' unless the server is remote (--connect).
+	// It reads the same on a loaded machine, where wall times do not.
+	HandshakeCPUUs float64 `json:"handshake_cpu_us,omitempty"`
+	Msgs           uint64  `json:"msgs"` // messages (round trips for pingpong) measured
+	Seconds        float64 `json:"seconds"`
 
 	// InjectSocketFailures is the messengers' fault injection, about one
 	// link fault per N frames (msgr.FaultInjection.EveryNFrames, `bench

@@ -506,6 +506,14 @@ func TestRunMsgrSecure(t *testing.T) {
 		if r.Msgs == 0 || r.HandshakeUs <= 0 {
 			t.Errorf("%s %s row: %d msgs, handshake %v µs", r.Mode, r.ConnMode, r.Msgs, r.HandshakeUs)
 		}
+		// The distribution: every sample taken, ordered, and each a
+		// handshake's time, not a nanosecond or a timeout.
+		if r.Handshakes != HandshakeSamples || !(0 < r.HandshakeP50Us && r.HandshakeP50Us <= r.HandshakeP99Us &&
+			r.HandshakeP99Us <= r.HandshakeMaxUs && r.HandshakeMaxUs < float64(shutdownTimeout/time.Microsecond)) ||
+			r.HandshakeCPUUs <= 0 {
+			t.Errorf("%s %s row: %d handshakes, p50/p99/max %v/%v/%v µs, cpu %v µs", r.Mode, r.ConnMode,
+				r.Handshakes, r.HandshakeP50Us, r.HandshakeP99Us, r.HandshakeMaxUs, r.HandshakeCPUUs)
+		}
 	}
 	if want := "stream/crc stream/secure pingpong/crc pingpong/secure"; strings.Join(modes, " ") != want {
 		t.Fatalf("rows %v, want %s", modes, want)
@@ -515,7 +523,8 @@ func TestRunMsgrSecure(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), "tcp/secure") || !strings.Contains(b.String(), "secure / crc, same run:") ||
-		!strings.Contains(b.String(), "bytes/s") || !strings.Contains(b.String(), "p50") {
+		!strings.Contains(b.String(), "bytes/s") || !strings.Contains(b.String(), "p50") ||
+		!strings.Contains(b.String(), "handshake µs p50/p99/max") {
 		t.Fatalf("table:\n%s", b.String())
 	}
 	if _, err := RunMsgr(ctx, MsgrOptions{Remote: "tcp://127.0.0.1:1", Secure: true}); err == nil || !strings.Contains(err.Error(), "secure") {

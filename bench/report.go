@@ -43,7 +43,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 	// --secure): that is when it costs a TLS handshake.
 	modes := slices.ContainsFunc(rows, func(r Row) bool { return r.ConnMode != "" })
 	if modes {
-		faultHead += "handshake µs\t"
+		faultHead += "handshake µs first\thandshake µs p50/p99/max\thandshake cpu µs\t"
 	}
 	fmt.Fprintln(tw, "transport\tmode\tsize\t"+depthHead+"\tmsgs/s\tbytes/s\tseg msgs/s slow/med/fast\tp50 µs\tp99 µs\tp99.9 µs\tmax µs\tcpu s\tcpu µs/msg\tcpu s/GB\tallocs/msg\t"+faultHead)
 	for i := range rows {
@@ -69,7 +69,8 @@ func WriteTable(w io.Writer, rows []Row) error {
 			fmt.Fprintf(tw, "%d\t%d\t", r.Faults, r.Reconnects)
 		}
 		if modes {
-			fmt.Fprintf(tw, "%s\t", formatUs(r.HandshakeUs))
+			fmt.Fprintf(tw, "%s\t%s/%s/%s\t%s\t", formatUs(r.HandshakeUs),
+				formatUs(r.HandshakeP50Us), formatUs(r.HandshakeP99Us), formatUs(r.HandshakeMaxUs), formatUs(r.HandshakeCPUUs))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -178,7 +179,7 @@ func writeSecureRatios(w io.Writer, rows []Row) error {
 		}
 		c := &rows[j]
 		what := fmt.Sprintf("%s %s size %s depth %d:", s.Transport, s.Mode, FormatSize(int64(s.Size)), s.Depth)
-		hs := fmt.Sprintf("handshake %s µs (crc %s)", formatUs(s.HandshakeUs), formatUs(c.HandshakeUs))
+		hs := fmt.Sprintf("handshake p50 %s µs (crc %s)", formatUs(s.HandshakeP50Us), formatUs(c.HandshakeP50Us))
 		if s.Mode == Stream {
 			lines = append(lines, fmt.Sprintf("%s\tbytes/s %.2fx crc\t%s", what, ratio(s.BytesPerSec, c.BytesPerSec), hs))
 		} else {

@@ -158,11 +158,17 @@ func (m *Messenger) dialerAuth(ctx context.Context, link wire.Link, onHello func
 		}
 	} else {
 		var err error
-		if res, err = auth.Dial(ctx, m.opts.Auth.Keyring, &dialFlights{link: link, modes: offer, onHello: onHello}); err != nil {
+		// A dialer that offers no sealed mode never gets one (the
+		// acceptor picks among the offer), so its keys protect no secret.
+		dopts := auth.DialOptions{CleartextSession: !slices.Contains(modes, ModeSecure)}
+		if res, err = auth.Dial(ctx, m.opts.Auth.Keyring, &dialFlights{link: link, modes: offer, onHello: onHello}, dopts); err != nil {
 			if errors.Is(err, auth.ErrAuthFailed) {
 				return nil, fmt.Errorf("%w: %s: %w", ErrAuth, link.RemoteAddr(), err)
 			}
 			return nil, err
+		}
+		if h := m.afterDialAuth; h != nil {
+			h(res)
 		}
 	}
 	var done msgrpb.AuthDone

@@ -157,11 +157,13 @@ func (c *Conn) connectLoop() {
 		backoff = min(2*c.lastBackoff, c.m.opts.Reconnect.Max)
 	}
 	c.mu.Unlock()
-	timer := time.NewTimer(0)
+	// A first dial goes at once, not after a timer's wakeup: a new
+	// session's handshake waits for nothing but the peer.
+	timer := time.NewTimer(backoff)
 	defer timer.Stop()
-	<-timer.C
-	if backoff > c.m.opts.Reconnect.Min {
-		timer.Reset(backoff)
+	if backoff <= c.m.opts.Reconnect.Min {
+		timer.Stop()
+	} else {
 		select {
 		case <-timer.C:
 		case <-c.closedCh:

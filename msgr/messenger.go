@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/internal/guard"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
@@ -50,6 +51,9 @@ type Messenger struct {
 	// connect loop after each dial returns, before the loop looks at the
 	// outcome.
 	afterDial func(c *Conn, err error)
+	// afterDialAuth, if set (by tests, before any Connect), sees each
+	// dialer's finished TLS handshake.
+	afterDialAuth func(res *auth.Result)
 }
 
 // monotonic is nanoseconds since the messenger started, from the monotonic

@@ -353,7 +353,7 @@ func handshakePair(t *testing.T) (dialer, acceptor *auth.Result) {
 		acceptor, err = auth.Accept(t.Context(), ka, chanFlights{in: d2a, out: a2d})
 		done <- err
 	}()
-	dialer, err = auth.Dial(t.Context(), kd, chanFlights{in: a2d, out: d2a})
+	dialer, err = auth.Dial(t.Context(), kd, chanFlights{in: a2d, out: d2a}, auth.DialOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,6 +68,11 @@ against size per transport and a latency CDF per combination;
 --secure runs each combination's messenger rows again in secure mode
 (authenticated, every frame sealed with AES-256-GCM, docs/auth.md) right
 after its crc rows, and prints secure/crc ratios and each row's handshake.
+With --auth or --secure a row's "handshake µs first" is its first
+connection's, Connect to session ready; before its measured interval the
+row then opens and closes 100 more authenticated sessions from another
+client messenger and prints their p50/p99/max and the process's CPU time
+per handshake (both ends in one process, so it holds on a loaded machine).
 
 --conns N runs N connections at once, each from its own client messenger
 with --depth in flight. For two processes (or two hosts), start a server

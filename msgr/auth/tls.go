@@ -50,6 +50,9 @@ type Result struct {
 	state    tls.ConnectionState
 }
 
+// KeyExchange is the key agreement the handshake used (see DialOptions).
+func (r *Result) KeyExchange() tls.CurveID { return r.state.CurveID }
+
 // SessionKeys derives n bytes of key material bound to this handshake and
 // to binding (the transcript of whatever the caller exchanged outside
 // TLS, so a tampered outer frame gives the two sides different keys).
@@ -62,22 +65,45 @@ func (r *Result) SessionKeys(binding []byte, n int) ([]byte, error) {
 // certificates and TLS's framing fit in a few KiB.
 const maxFlight = 64 << 10
 
+// DialOptions tunes the dialer's side of the handshake.
+type DialOptions struct {
+	// CleartextSession: the session's keys will seal nothing (the dialer
+	// offers crc mode only, so the acceptor cannot choose secure), and the
+	// key exchange is X25519 alone instead of crypto/tls's default hybrid
+	// X25519MLKEM768. ML-KEM keeps recorded sealed traffic from a future
+	// quantum computer; a crc session's traffic is cleartext whatever the
+	// key exchange, and authentication (signatures, checked while the
+	// handshake runs) does not depend on it. ML-KEM's key generation,
+	// encapsulation and decapsulation are about a quarter of a handshake's
+	// CPU (docs/benchmarks.md). Sessions that may be sealed keep the hybrid.
+	CleartextSession bool
+}
+
+// classicalOnly is the key exchange of a CleartextSession.
+var classicalOnly = []tls.CurveID{tls.X25519}
+
 // Dial runs the dialer's (TLS client's) side of the handshake with k's
 // credential over f.
-func Dial(ctx context.Context, k *Keyring, f Flights) (*Result, error) {
-	return run(ctx, k, f, true)
+func Dial(ctx context.Context, k *Keyring, f Flights, opts DialOptions) (*Result, error) {
+	var curves []tls.CurveID // crypto/tls's defaults
+	if opts.CleartextSession {
+		curves = classicalOnly
+	}
+	return run(ctx, k, f, true, curves)
 }
 
-// Accept runs the acceptor's (TLS server's) side.
+// Accept runs the acceptor's (TLS server's) side. It takes the key
+// exchange the dialer offers (crypto/tls's defaults, hybrid first).
 func Accept(ctx context.Context, k *Keyring, f Flights) (*Result, error) {
-	return run(ctx, k, f, false)
+	return run(ctx, k, f, false, nil)
 }
 
-func run(ctx context.Context, k *Keyring, f Flights, client bool) (*Result, error) {
+func run(ctx context.Context, k *Keyring, f Flights, client bool, curves []tls.CurveID) (*Result, error) {
 	var peer string
 	cfg := &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{k.TLSCertificate()},
+		CurvePreferences: curves,
+		MinVersion:       tls.VersionTLS13,
+		Certificates:     []tls.Certificate{k.TLSCertificate()},
 		// Peers are entities, not host names: the chain is checked to
 		// the cluster's CA in VerifyConnection, with the entity name
 		// taken from it. TLS still checks the signature that proves the

@@ -3,6 +3,7 @@ package auth
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"testing"
 	"time"
@@ -47,6 +48,12 @@ type outcome struct {
 // handshake runs Dial with dk and Accept with ak over a pipe.
 func handshake(t *testing.T, dk, ak *Keyring, tamper func([]byte) []byte) (dial, acc outcome, dialFlights int) {
 	t.Helper()
+	return handshakeWith(t, dk, ak, tamper, DialOptions{})
+}
+
+// handshakeWith is handshake with the dialer's options.
+func handshakeWith(t *testing.T, dk, ak *Keyring, tamper func([]byte) []byte, opts DialOptions) (dial, acc outcome, dialFlights int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	dp, ap := newPipe()
@@ -59,7 +66,7 @@ func handshake(t *testing.T, dk, ak *Keyring, tamper func([]byte) []byte) (dial,
 		}
 		done <- outcome{r, err}
 	}()
-	r, err := Dial(ctx, dk, dp)
+	r, err := Dial(ctx, dk, dp, opts)
 	if err != nil {
 		close(dp.out)
 	}
@@ -140,22 +147,61 @@ func TestHandshakeRefuses(t *testing.T) {
 	}
 }
 
+// TestHandshakeKeyExchange: a session that may be sealed agrees on its
+// keys with the post-quantum hybrid; only a cleartext one uses X25519
+// alone, and it is authenticated as fully.
+func TestHandshakeKeyExchange(t *testing.T) {
+	ca := mustCA(t)
+	client, osd := mustIssue(t, ca, "client.backup"), mustIssue(t, ca, "osd.3")
+	for _, tc := range []struct {
+		opts DialOptions
+		want tls.CurveID
+	}{
+		{DialOptions{}, tls.X25519MLKEM768},
+		{DialOptions{CleartextSession: true}, tls.X25519},
+	} {
+		d, a, _ := handshakeWith(t, client, osd, nil, tc.opts)
+		if d.err != nil || a.err != nil {
+			t.Fatalf("%+v: dial %v, accept %v", tc.opts, d.err, a.err)
+		}
+		if d.r.state.CurveID != tc.want || a.r.state.CurveID != tc.want {
+			t.Errorf("%+v: key exchange %v (acceptor %v), want %v", tc.opts, d.r.state.CurveID, a.r.state.CurveID, tc.want)
+		}
+		if d.r.Peer != "osd.3" || a.r.Peer != "client.backup" {
+			t.Errorf("%+v: peers %q and %q", tc.opts, d.r.Peer, a.r.Peer)
+		}
+	}
+	// A rogue CA's credential is refused on the cleartext path too.
+	rogue := mustIssue(t, mustCA(t), "client.backup")
+	if _, a, _ := handshakeWith(t, rogue, osd, nil, DialOptions{CleartextSession: true}); !errors.Is(a.err, ErrAuthFailed) {
+		t.Errorf("a rogue dialer, cleartext session: accept %v", a.err)
+	}
+}
+
 // BenchmarkHandshake measures one mutual TLS 1.3 handshake, both sides in
-// this process: what authentication adds to each new link.
+// this process: what authentication adds to each new link, for a session
+// that may be sealed (the hybrid key exchange) and a cleartext one.
 func BenchmarkHandshake(b *testing.B) {
 	ca := mustCA(b)
 	dk, ak := mustIssue(b, ca, "client.a"), mustIssue(b, ca, "osd.0")
 	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		dp, ap := newPipe()
-		done := make(chan error, 1)
-		go func() { _, err := Accept(ctx, ak, ap); done <- err }()
-		if _, err := Dial(ctx, dk, dp); err != nil {
-			b.Fatal(err)
-		}
-		if err := <-done; err != nil {
-			b.Fatal(err)
-		}
+	for _, bc := range []struct {
+		name string
+		opts DialOptions
+	}{{"sealable", DialOptions{}}, {"cleartext", DialOptions{CleartextSession: true}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				dp, ap := newPipe()
+				done := make(chan error, 1)
+				go func() { _, err := Accept(ctx, ak, ap); done <- err }()
+				if _, err := Dial(ctx, dk, dp, bc.opts); err != nil {
+					b.Fatal(err)
+				}
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
