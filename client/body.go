@@ -5,12 +5,11 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
-	"hash"
 	"hash/crc32"
 	"io"
-	"sync"
 
 	md5simd "github.com/minio/md5-simd"
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
@@ -23,41 +22,11 @@ import (
 // cache, and it is the only checksum of those bytes in the client: the
 // messenger sends them without a data CRC (see Options.DisableDataCRC).
 
-// md5Server hashes every MD5 of the process in SIMD lanes (MinIO's
-// md5-simd, as the OSDs use): the ETag MD5 of bodies (Options.MD5) and,
-// through NewMD5, the S3 gateway's Content-MD5 checks. A chunk is handed
-// over as soon as it is read, so the MD5 runs in the server's goroutine
-// alongside the reading of the next chunk rather than after it. One
-// server for all: its AVX-512 code hashes up to 16 streams for about the
-// cost of one, but only streams with a block waiting at the same moment,
-// so a second server would split the streams and empty the lanes of
-// both. crypto/md5 inline, the alternative, measured dearer here (see
-// docs/s3.md).
-var md5Server = sync.OnceValue(md5simd.NewServer)
-
-// NewMD5 starts an MD5 of about size bytes (-1: not known): on the
-// process's md5-simd server, or, up to inlineMD5Max bytes, crypto/md5 on
-// the caller's goroutine. Close releases its lane.
-func NewMD5(size int64) md5simd.Hasher {
-	if size >= 0 && size <= inlineMD5Max {
-		return inlineMD5{md5.New()}
-	}
-	return md5Server().NewHash()
-}
-
-// inlineMD5Max is the largest body whose MD5 is cheaper inline. A stream
-// on the md5-simd server costs a fixed part besides its bytes (joining
-// the server, the handoff of each block and of the sum, and the server's
-// goroutine polling every stream's channel for blocks): about 165 µs of
-// CPU per 4 KiB PUT through the S3 gateway, where crypto/md5 hashes 4 KiB
-// in 8 µs (docs/s3.md). Its lanes save about 1.2 µs a KiB over crypto/md5
-// on a large body, so below some 128 KiB the fixed part outweighs them.
-const inlineMD5Max = 128 << 10
-
-// inlineMD5 is crypto/md5 as an md5simd.Hasher: no lane to release.
-type inlineMD5 struct{ hash.Hash }
-
-func (inlineMD5) Close() {}
+// NewMD5 starts an MD5 of about size bytes (-1: not known): crypto/md5
+// on the caller's goroutine for small bodies, else a lane of the
+// process's md5-simd server, shared with the SDK's ETags and the OSDs
+// (internal/ops.NewMD5 says when each). Close releases its lane.
+func NewMD5(size int64) md5simd.Hasher { return ops.NewMD5(size) }
 
 // MD5Reader is a body that takes the MD5 of the bytes it returns, as the
 // S3 gateway's, which checks them against Content-MD5. A put of one op

@@ -28,7 +28,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	md5simd "github.com/minio/md5-simd"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -278,12 +277,6 @@ type OSD struct {
 	space    atomic.Pointer[store.Space]
 	fullness atomic.Int32 // an osdpb.Fullness
 
-	// md5 hashes uploaded parts for S3's multipart ETag, many at once in
-	// SIMD lanes (github.com/minio/md5-simd, MinIO's): parts arrive in
-	// parallel, and one crypto/md5 stream per part cost about 1.4 CPU-s
-	// per GB here, a lane about half that with eight parts in flight.
-	md5 md5simd.Server
-
 	pubAddr, cluAddr string
 	closeOnce        sync.Once
 	closeErr         error
@@ -333,7 +326,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	}
 	cfg.Logger = cfg.Logger.With("osd", cfg.ID)
 	o := &OSD{cfg: cfg, id: cfg.ID, log: cfg.Logger, pgs: map[uint32]*pgState{}, peers: map[uint32]*peerState{}, started: time.Now(),
-		mon: mc, ident: ident, rebootCh: make(chan struct{}, 1), md5: md5simd.NewServer(), authz: authz}
+		mon: mc, ident: ident, rebootCh: make(chan struct{}, 1), authz: authz}
 	o.reps.init()
 	o.recoverySlots = make(chan struct{}, cfg.RecoveryMaxActive)
 	if cfg.RecoveryBytesPerSec > 0 {
@@ -494,7 +487,6 @@ func (o *OSD) abort() {
 	close(o.quit)
 	o.wg.Wait()
 	o.st.Close()
-	o.md5.Close()
 }
 
 // ID is the OSD's id.
@@ -530,7 +522,6 @@ func (o *OSD) Close(ctx context.Context) error {
 		})
 		o.calls.failAll(func(ch chan *msgr.Message) { close(ch) })
 		errs = append(errs, o.st.Close())
-		o.md5.Close()
 		if o.mon != nil {
 			o.mon.Close()
 		}
