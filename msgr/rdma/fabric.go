@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -164,6 +165,7 @@ type domain struct {
 	pollStats struct {
 		polls, blocked atomic.Uint64 // CQ reads, and the poller's sleeps
 	}
+	spin *spinBudget // how long the pollers spin before they sleep
 
 	registered atomic.Int64
 	highWater  atomic.Int64
@@ -201,6 +203,7 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 		done:       make(chan struct{}),
 		poster:     newPoster(),
 		pollResume: make(chan struct{}, 1),
+		spin:       newSpinBudget(t.cfg.BusyPoll),
 		sleepBuf:   (*C.struct_osp_pollbuf)(C.calloc(1, C.sizeof_struct_osp_pollbuf)),
 	}
 	cqSize := C.int(max(4096, 4*t.cfg.SendSlots))
@@ -226,6 +229,7 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 		}
 	}
 	d.sleepMoves = d.waitFile == nil
+	d.active.Store(int64(time.Since(monoEpoch))) // the first completion's gap counts from here
 	d.srx = openSRX(d)
 	d.wg.Add(2)
 	go d.cmLoop()

@@ -8,6 +8,8 @@ package rdma
 import "C"
 
 import (
+	"errors"
+	"os"
 	"runtime"
 	"syscall"
 	"time"
@@ -28,8 +30,9 @@ const pollSleepMax = 2 * time.Millisecond
 // So the bound is the netpoller sleep's, for the same reason.
 const sreadSleepMax = pollSleepMax
 
-// pollLoop is the domain's completion poller: it busy-polls for BusyPoll
-// after the last completion, then arms the CQ with fi_trywait and sleeps on
+// pollLoop is the domain's completion poller: it busy-polls for the spin
+// budget (spinBudget: up to BusyPoll, while spinning pays) after the last
+// completion, then arms the CQ with fi_trywait and sleeps on
 // its wait fd in the Go netpoller, so an idle transport burns no core. A CQ
 // whose wait object is not one fd (tcp's FI_WAIT_POLLFD) is slept on in
 // fi_cq_sread instead (sleepInRead). Each
@@ -73,7 +76,7 @@ func (d *domain) pollLoop() {
 			idleSince = time.Now()
 			continue
 		}
-		if again || d.pq.n.Load() > 0 || d.spinForTransfers() || time.Since(idleSince) < d.t.cfg.BusyPoll {
+		if again || d.pq.n.Load() > 0 || d.spinForTransfers() || time.Since(idleSince) < d.spin.budget() {
 			runtime.Gosched()
 			continue
 		}
@@ -90,20 +93,26 @@ func (d *domain) pollLoop() {
 				continue
 			}
 		}
+		slept := time.Now()
+		var idle bool
 		if armed {
 			// A deadline bounds the sleep, so a missed edge or a domain
 			// close can never strand the poller.
-			d.waitFile.SetReadDeadline(time.Now().Add(pollSleepMax))
-			rawConn.Read(func(uintptr) bool {
+			d.waitFile.SetReadDeadline(slept.Add(pollSleepMax))
+			err := rawConn.Read(func(uintptr) bool {
 				first := waitFirst
 				waitFirst = false
 				return !first
 			})
 			waitFirst = true
+			idle = errors.Is(err, os.ErrDeadlineExceeded)
 		} else if rawConn == nil {
-			d.sleepInRead()
+			idle = !d.sleepInRead()
 		}
 		idleSince = time.Now()
+		if idle && idleSince.Sub(slept) >= pollSleepMax {
+			d.spin.sleptIdle()
+		}
 	}
 }
 
@@ -112,7 +121,8 @@ func (d *domain) pollLoop() {
 // every completion read must (two goroutines each delivering a batch they
 // read would hand a link its frames out of order), so whoever needs the
 // token meanwhile ends the sleep with fi_cq_signal (wakeSleeper).
-func (d *domain) sleepInRead() {
+// It reports whether the sleep found completions.
+func (d *domain) sleepInRead() (found bool) {
 	d.fiMu.Lock()
 	defer d.fiMu.Unlock()
 	d.sleeping.Store(true)
@@ -120,10 +130,13 @@ func (d *domain) sleepInRead() {
 	// their want before they look at it: one of the two sees the other.
 	if d.tokenWanted.Load() == 0 && d.pq.n.Load() == 0 && d.pollDuty.Load() == nil {
 		pb := d.sleepBuf
-		d.deliver(pb, C.osp_cq_sread(d.cq, pb, C.int(sreadSleepMax/time.Millisecond)))
+		rc := C.osp_cq_sread(d.cq, pb, C.int(sreadSleepMax/time.Millisecond))
+		d.deliver(pb, rc)
+		found = rc != 0
 	}
 	d.sleeping.Store(false)
 	d.wakeSent.Store(false)
+	return found
 }
 
 // wakeSleeper ends the poller's sleep in fi_cq_sread, if it sleeps, for a
@@ -167,15 +180,17 @@ func (d *domain) pollLocked() (n int, posted, again bool) {
 	for partial && !again && d.pq.n.Load() > 0 {
 		again = d.postQueued()
 	}
-	if rc != 0 {
-		d.active.Store(int64(time.Since(monoEpoch)))
-	}
 	d.deliver(pb, rc)
 	return int(rc), posted, again
 }
 
-// deliver hands the completions of a poll to their links.
+// deliver hands the completions of a poll to their links. Caller holds
+// the token.
 func (d *domain) deliver(pb *C.struct_osp_pollbuf, rc C.ssize_t) {
+	if rc > 0 || rc == -C.FI_EAVAIL {
+		now := int64(time.Since(monoEpoch))
+		d.spin.found(time.Duration(now - d.active.Swap(now)))
+	}
 	switch {
 	case rc > 0:
 		for i := range int(rc) {
@@ -211,7 +226,8 @@ func (d *domain) readerPolls() bool {
 // hand-off costs a goroutine wake-up per frame on each side of a round
 // trip. One reader per domain at a time takes the duty (the others sleep
 // as before, woken by whoever polls); it keeps it across frames, and gives
-// it back to the poller after BusyPoll without completions for anyone. It
+// it back to the poller after the spin budget (spinBudget, at most
+// BusyPoll) without completions for anyone. It
 // reports whether l has something to read.
 func (d *domain) pollFor(l *link) bool {
 	if d.pollDuty.Load() != l && !d.pollDuty.CompareAndSwap(nil, l) {
@@ -225,7 +241,7 @@ func (d *domain) pollFor(l *link) bool {
 	// the clock and yielding on every one cost a third of a round trip.
 	const turns = 8
 	now := time.Since(monoEpoch)
-	deadline := now + d.t.cfg.BusyPoll
+	deadline := now + d.spin.budget()
 	for i := 1; ; i++ {
 		if ready() {
 			d.dutyPolled.Store(int64(now))
@@ -240,7 +256,7 @@ func (d *domain) pollFor(l *link) bool {
 				} else {
 					now = time.Since(monoEpoch)
 				}
-				deadline = now + d.t.cfg.BusyPoll
+				deadline = now + d.spin.budget()
 				d.dutyPolled.Store(int64(now))
 				continue
 			}

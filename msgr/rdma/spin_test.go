@@ -1,0 +1,90 @@
+//go:build rdma
+
+package rdma_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr/rdma"
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// TestSpinBudgetFollowsTheTraffic drives a domain's production pollers
+// through idleness and traffic and reads how long they spin from Stats:
+// idle, every sleep ends empty and the budget halves to zero; with frames
+// arriving within BusyPoll of each other, each wake-up that found one
+// doubles it back to BusyPoll.
+func TestSpinBudgetFollowsTheTraffic(t *testing.T) {
+	// A bound well above the pacing's jitter, and below the poller's 2 ms
+	// sleep, so a gap in the traffic is never an idle sleep.
+	const bound = 1600 * time.Microsecond
+	receiver := ownTransport(t, rdma.Config{BusyPoll: bound})
+	sender := ownTransport(t, rdma.Config{})
+	opts := wire.LinkOptions{RecvWindow: 8, Banner: wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}}
+	ln, err := receiver.Listen(context.Background(), "127.0.0.1:0", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	s, r := rdma.LinkPair(t, sender, ln, opts)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer r.Close()
+	defer s.Close()
+	wg.Go(func() {
+		for {
+			var f wire.Frame
+			if r.ReadFrame(&f) != nil {
+				return
+			}
+			f.Release()
+		}
+	})
+	waitStats := func(what string, ok func(rdma.Stats) bool) rdma.Stats {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			st := receiver.Stats()
+			if ok(st) {
+				return st
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 20 s: spin budget %v after %d grows and %d shrinks", what, st.SpinBudget, st.SpinGrows, st.SpinShrinks)
+			}
+			time.Sleep(time.Millisecond) // polling the counters, not synchronising
+		}
+	}
+	if b := receiver.Stats().SpinBudget; b <= 0 || b > bound {
+		t.Fatalf("spin budget %v at the start, want within (0, %v]", b, bound)
+	}
+
+	idle := waitStats("idle, the budget falls to zero", func(s rdma.Stats) bool { return s.SpinBudget == 0 })
+	if idle.SpinShrinks < 5 { // 1600, 800, 400, 200, 100 µs, 0
+		t.Fatalf("the budget fell to zero in %d halvings, want at least 5", idle.SpinShrinks)
+	}
+
+	stop := make(chan struct{})
+	wg.Go(func() {
+		// Pacing the traffic, not synchronising: gaps of about half the
+		// bound, longer than every budget on the way up but the last.
+		tick := time.NewTicker(bound / 2)
+		defer tick.Stop()
+		for i := uint64(0); ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if s.WriteFrames([]wire.Frame{{Preamble: wire.Preamble{Tag: wire.TagMessage, Seq: i}, Data: []byte("spin")}}) != nil {
+				return
+			}
+		}
+	})
+	busy := waitStats("under traffic, the budget grows back to BusyPoll", func(s rdma.Stats) bool { return s.SpinBudget == bound })
+	close(stop)
+	if grows := busy.SpinGrows - idle.SpinGrows; grows < 5 { // 0, 100, 200, 400, 800, 1600 µs
+		t.Fatalf("the budget grew back to %v in %d doublings, want at least 5", bound, grows)
+	}
+}
