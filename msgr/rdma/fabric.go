@@ -17,7 +17,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 	"unsafe"
 )
 
@@ -229,7 +228,6 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 		}
 	}
 	d.sleepMoves = d.waitFile == nil
-	d.active.Store(int64(time.Since(monoEpoch))) // the first completion's gap counts from here
 	d.srx = openSRX(d)
 	d.wg.Add(2)
 	go d.cmLoop()

@@ -46,6 +46,11 @@ func (d *domain) pollLoop() {
 		rawConn, _ = d.waitFile.SyscallConn()
 	}
 	idleSince := time.Now()
+	// spinning: the poller spins since work of its own (spinBudget
+	// learns how that ends). woke: the last sleep was on the wait fd,
+	// slept long, and the next poll says whether the wake-up found work.
+	spinning, woke, timedOut := false, false, false
+	var slept time.Duration
 	waitFirst := true
 	duty := time.NewTimer(time.Hour)
 	defer duty.Stop()
@@ -67,19 +72,38 @@ func (d *domain) pollLoop() {
 				return
 			}
 			idleSince = d.lastActive()
+			spinning, woke = false, false
 			continue
 		}
 		d.fiMu.Lock()
 		n, posted, again := d.pollLocked()
 		d.fiMu.Unlock()
+		if woke {
+			d.spin.woke(slept, n != 0, timedOut)
+			woke = false
+		}
 		if n != 0 || posted {
+			if n != 0 && spinning {
+				d.spin.caught()
+			}
 			idleSince = time.Now()
+			spinning = true
 			continue
 		}
 		if again || d.pq.n.Load() > 0 || d.spinForTransfers() || time.Since(idleSince) < d.spin.budget() {
 			runtime.Gosched()
 			continue
 		}
+		if rawConn == nil && !d.maySleepInRead() {
+			// Whoever wants the token would end the sleep at once: go
+			// round instead, as a spin would.
+			runtime.Gosched()
+			continue
+		}
+		if spinning && d.spin.budget() > 0 {
+			d.spin.spunEmpty()
+		}
+		spinning = false
 		d.pollStats.blocked.Add(1)
 		d.reapRetired(false)
 		var armed bool
@@ -93,25 +117,27 @@ func (d *domain) pollLoop() {
 				continue
 			}
 		}
-		slept := time.Now()
-		var idle bool
+		start, found := time.Now(), false
 		if armed {
 			// A deadline bounds the sleep, so a missed edge or a domain
 			// close can never strand the poller.
-			d.waitFile.SetReadDeadline(slept.Add(pollSleepMax))
+			d.waitFile.SetReadDeadline(start.Add(pollSleepMax))
 			err := rawConn.Read(func(uintptr) bool {
 				first := waitFirst
 				waitFirst = false
 				return !first
 			})
 			waitFirst = true
-			idle = errors.Is(err, os.ErrDeadlineExceeded)
+			woke, timedOut = true, errors.Is(err, os.ErrDeadlineExceeded)
 		} else if rawConn == nil {
-			idle = !d.sleepInRead()
+			found = d.sleepInRead()
 		}
 		idleSince = time.Now()
-		if idle && idleSince.Sub(slept) >= pollSleepMax {
-			d.spin.sleptIdle()
+		slept = idleSince.Sub(start)
+		if rawConn == nil {
+			// fi_cq_sread delivered what woke it, if anything.
+			d.spin.woke(slept, found, !found && slept >= sreadSleepMax)
+			spinning = found
 		}
 	}
 }
@@ -128,7 +154,7 @@ func (d *domain) sleepInRead() (found bool) {
 	d.sleeping.Store(true)
 	// Checked after sleeping is set, as wakeSleeper's callers publish
 	// their want before they look at it: one of the two sees the other.
-	if d.tokenWanted.Load() == 0 && d.pq.n.Load() == 0 && d.pollDuty.Load() == nil {
+	if d.maySleepInRead() {
 		pb := d.sleepBuf
 		rc := C.osp_cq_sread(d.cq, pb, C.int(sreadSleepMax/time.Millisecond))
 		d.deliver(pb, rc)
@@ -137,6 +163,14 @@ func (d *domain) sleepInRead() (found bool) {
 	d.sleeping.Store(false)
 	d.wakeSent.Store(false)
 	return found
+}
+
+// maySleepInRead reports whether no one wants the token that a sleep in
+// fi_cq_sread holds: no goroutine waits for it, nothing is queued to post,
+// and no reader has the poll duty (one that went off to handle its frame
+// takes it back without waiting).
+func (d *domain) maySleepInRead() bool {
+	return d.tokenWanted.Load() == 0 && d.pq.n.Load() == 0 && d.pollDuty.Load() == nil
 }
 
 // wakeSleeper ends the poller's sleep in fi_cq_sread, if it sleeps, for a
@@ -180,17 +214,15 @@ func (d *domain) pollLocked() (n int, posted, again bool) {
 	for partial && !again && d.pq.n.Load() > 0 {
 		again = d.postQueued()
 	}
+	if rc != 0 {
+		d.active.Store(int64(time.Since(monoEpoch)))
+	}
 	d.deliver(pb, rc)
 	return int(rc), posted, again
 }
 
-// deliver hands the completions of a poll to their links. Caller holds
-// the token.
+// deliver hands the completions of a poll to their links.
 func (d *domain) deliver(pb *C.struct_osp_pollbuf, rc C.ssize_t) {
-	if rc > 0 || rc == -C.FI_EAVAIL {
-		now := int64(time.Since(monoEpoch))
-		d.spin.found(time.Duration(now - d.active.Swap(now)))
-	}
 	switch {
 	case rc > 0:
 		for i := range int(rc) {
@@ -226,8 +258,9 @@ func (d *domain) readerPolls() bool {
 // hand-off costs a goroutine wake-up per frame on each side of a round
 // trip. One reader per domain at a time takes the duty (the others sleep
 // as before, woken by whoever polls); it keeps it across frames, and gives
-// it back to the poller after the spin budget (spinBudget, at most
-// BusyPoll) without completions for anyone. It
+// it back to the poller after BusyPoll without completions for anyone
+// (the full bound: the reader waits for its own frame, as a raw
+// libfabric loop does, where the poller's spin adapts). It
 // reports whether l has something to read.
 func (d *domain) pollFor(l *link) bool {
 	if d.pollDuty.Load() != l && !d.pollDuty.CompareAndSwap(nil, l) {
@@ -241,7 +274,7 @@ func (d *domain) pollFor(l *link) bool {
 	// the clock and yielding on every one cost a third of a round trip.
 	const turns = 8
 	now := time.Since(monoEpoch)
-	deadline := now + d.spin.budget()
+	deadline := now + d.t.cfg.BusyPoll
 	for i := 1; ; i++ {
 		if ready() {
 			d.dutyPolled.Store(int64(now))
@@ -256,7 +289,7 @@ func (d *domain) pollFor(l *link) bool {
 				} else {
 					now = time.Since(monoEpoch)
 				}
-				deadline = now + d.spin.budget()
+				deadline = now + d.t.cfg.BusyPoll
 				d.dutyPolled.Store(int64(now))
 				continue
 			}

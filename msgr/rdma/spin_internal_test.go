@@ -8,37 +8,40 @@ import (
 )
 
 // TestSpinBudgetSteps walks a budget of 1.6 ms (steps of 100 µs) through
-// the gaps and idle sleeps its rules name, one step at a time.
+// each way a spin or a sleep can end, checking it after each.
 func TestSpinBudgetSteps(t *testing.T) {
 	const us = time.Microsecond
 	b := newSpinBudget(1600 * us)
+	empty := func(n int) func() {
+		return func() {
+			for range n {
+				b.spunEmpty()
+			}
+		}
+	}
 	steps := []struct {
 		what  string
-		gap   time.Duration // 0: an idle sleep instead
+		do    func()
 		want  time.Duration
 		grows uint64
 	}{
-		{"a gap within the budget changes nothing", 1600 * us, 1600 * us, 0},
-		{"a gap beyond the bound halves it", 1601 * us, 800 * us, 0},
-		{"and again", time.Second, 400 * us, 0},
-		{"an idle sleep halves it", 0, 200 * us, 0},
-		{"a gap within it changes nothing", 150 * us, 200 * us, 0},
-		{"below a sixteenth of the bound it is zero", 0, 100 * us, 0},
-		{"", 0, 0, 0},
-		{"zero stays zero", 0, 0, 0},
-		{"a gap a spin up to the bound would have caught grows it from zero to a step", 1 * us, 100 * us, 1},
-		{"then doubles it", 1000 * us, 200 * us, 2},
-		{"", 1000 * us, 400 * us, 3},
-		{"", 1000 * us, 800 * us, 4},
-		{"up to the bound", 1000 * us, 1600 * us, 5},
-		{"and no further", 1600 * us, 1600 * us, 5},
+		{"a wake-up that found work at the bound changes nothing", func() { b.woke(1600*us, true, false) }, 1600 * us, 0},
+		{"seven empty spins change nothing", empty(spinMisses - 1), 1600 * us, 0},
+		{"the eighth halves it", empty(1), 800 * us, 0},
+		{"seven more and a catch change nothing", func() { empty(spinMisses - 1)(); b.caught() }, 800 * us, 0},
+		{"eight more in a row after the catch halve it", empty(spinMisses), 400 * us, 0},
+		{"a sleep of its whole bound that found nothing halves it", func() { b.woke(2*time.Millisecond, false, true) }, 200 * us, 0},
+		{"a sleep that found work after the bound changes nothing", func() { b.woke(1601*us, true, false) }, 200 * us, 0},
+		{"nor does one ended early with nothing (a goroutine wanted the token)", func() { b.woke(10*us, false, false) }, 200 * us, 0},
+		{"halved below a sixteenth of the bound it is zero", func() { b.woke(time.Second, false, true); b.woke(time.Second, false, true) }, 0, 0},
+		{"zero stays zero", func() { b.woke(time.Second, false, true); empty(spinMisses)() }, 0, 0},
+		{"a wake-up that found work within the bound grows it to a step", func() { b.woke(1*us, true, false) }, 100 * us, 1},
+		{"then doubles it", func() { b.woke(1600*us, true, false) }, 200 * us, 2},
+		{"up to the bound", func() { b.woke(us, true, false); b.woke(us, true, false); b.woke(us, true, false) }, 1600 * us, 5},
+		{"and no further", func() { b.woke(us, true, false) }, 1600 * us, 5},
 	}
 	for i, s := range steps {
-		if s.gap == 0 {
-			b.sleptIdle()
-		} else {
-			b.found(s.gap)
-		}
+		s.do()
 		if got := b.budget(); got != s.want || b.grows.Load() != s.grows {
 			t.Fatalf("step %d (%s): budget %v after %d grows, want %v after %d", i, s.what, got, b.grows.Load(), s.want, s.grows)
 		}
@@ -53,13 +56,13 @@ func TestSpinBudgetSteps(t *testing.T) {
 func TestSpinBudgetTinyBound(t *testing.T) {
 	b := newSpinBudget(4)
 	for range 3 { // 4, 2, 1, 0 ns
-		b.sleptIdle()
+		b.woke(time.Second, false, true)
 	}
 	if b.budget() != 0 {
 		t.Fatalf("budget %v after three idle sleeps, want 0", b.budget())
 	}
-	b.found(2)
+	b.woke(2, true, false)
 	if b.budget() == 0 {
-		t.Fatal("a gap within the bound left the budget at zero")
+		t.Fatal("a wake-up that found work within the bound left the budget at zero")
 	}
 }

@@ -12,11 +12,11 @@ import (
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
-// TestSpinBudgetFollowsTheTraffic drives a domain's production pollers
-// through idleness and traffic and reads how long they spin from Stats:
-// idle, every sleep ends empty and the budget halves to zero; with frames
-// arriving within BusyPoll of each other, each wake-up that found one
-// doubles it back to BusyPoll.
+// TestSpinBudgetFollowsTheTraffic drives a domain's production poller
+// through idleness and traffic and reads how long it spins from Stats:
+// idle, every sleep lasts its whole bound with nothing to find, and the
+// budget halves to zero; with frames arriving within BusyPoll of each
+// other, each wake-up that found one soon doubles it back to BusyPoll.
 func TestSpinBudgetFollowsTheTraffic(t *testing.T) {
 	// A bound well above the pacing's jitter, and below the poller's 2 ms
 	// sleep, so a gap in the traffic is never an idle sleep.
@@ -68,7 +68,8 @@ func TestSpinBudgetFollowsTheTraffic(t *testing.T) {
 	stop := make(chan struct{})
 	wg.Go(func() {
 		// Pacing the traffic, not synchronising: gaps of about half the
-		// bound, longer than every budget on the way up but the last.
+		// bound, so each spin on the way up ends empty and the sleep
+		// after it wakes for the frame, well within the bound.
 		tick := time.NewTicker(bound / 2)
 		defer tick.Stop()
 		for i := uint64(0); ; i++ {
