@@ -75,6 +75,14 @@ func (d *domain) pollLoop() {
 			spinning, woke = false, false
 			continue
 		}
+		if l := d.pollDuty.Load(); l != nil {
+			// Its reader returned a frame and has not come back to poll
+			// for the next (its session waits, or the link is quiet):
+			// take the duty back, or the poller could never sleep
+			// (maySleepInRead) and an idle domain would keep a core. The
+			// reader takes it again when it next polls.
+			d.pollDuty.CompareAndSwap(l, nil)
+		}
 		d.fiMu.Lock()
 		n, posted, again := d.pollLocked()
 		d.fiMu.Unlock()

@@ -66,3 +66,38 @@ func TestSpinBudgetTinyBound(t *testing.T) {
 		t.Fatal("a wake-up that found work within the bound left the budget at zero")
 	}
 }
+
+// TestPollerTakesBackAStaleDuty: a reader that polled for its frame keeps
+// the poll duty when it returns it; if it does not come back for the next
+// (its session waits, the link goes quiet), the poller takes the duty
+// back and sleeps, rather than poll without pause for as long as the
+// reader stays away.
+func TestPollerTakesBackAStaleDuty(t *testing.T) {
+	tr, ln := testListener(t)
+	defer tr.Close()
+	defer ln.Close()
+	d := ln.(*listener).d
+	l, peer := testLink(t, tr, ln)
+	defer peer.Close()
+	defer l.Close()
+	// As pollFor leaves it when it returns a frame.
+	d.dutyPolled.Store(int64(time.Since(monoEpoch)))
+	d.pollDuty.Store(l)
+	// Each sleep is at most 2 ms (pollSleepMax) and is followed by a poll
+	// or two; a poller that cannot sleep polls some hundred thousand
+	// times a second.
+	const sleeps, pollsPerSleep = 20, 50
+	polls, slept := d.pollStats.polls.Load(), d.pollStats.blocked.Load()
+	for deadline := time.Now().Add(10 * time.Second); d.pollStats.blocked.Load()-slept < sleeps; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the poller slept %d times in 10 s with a stale duty, and polled %d times", d.pollStats.blocked.Load()-slept, d.pollStats.polls.Load()-polls)
+		}
+		time.Sleep(time.Millisecond) // polling the counter, not synchronising
+	}
+	if d.pollDuty.Load() != nil {
+		t.Fatal("the poller sleeps with the duty still held")
+	}
+	if p, s := d.pollStats.polls.Load()-polls, d.pollStats.blocked.Load()-slept; p > pollsPerSleep*s {
+		t.Fatalf("the poller polled %d times for %d sleeps with a stale duty: it spins", p, s)
+	}
+}

@@ -5,12 +5,17 @@ package rdma_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ospreystore/osprey/msgr/rdma"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
+
+// spinLinkOptions are the links' options in these tests.
+var spinLinkOptions = wire.LinkOptions{RecvWindow: 8, Limits: wire.Limits{MaxFront: 4 << 10, MaxData: 4 << 10},
+	Banner: wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}}
 
 // TestSpinBudgetFollowsTheTraffic drives a domain's production poller
 // through idleness and traffic and reads how long it spins from Stats:
@@ -23,7 +28,7 @@ func TestSpinBudgetFollowsTheTraffic(t *testing.T) {
 	const bound = 1600 * time.Microsecond
 	receiver := ownTransport(t, rdma.Config{BusyPoll: bound})
 	sender := ownTransport(t, rdma.Config{})
-	opts := wire.LinkOptions{RecvWindow: 8, Banner: wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}}
+	opts := spinLinkOptions
 	ln, err := receiver.Listen(context.Background(), "127.0.0.1:0", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -31,13 +36,18 @@ func TestSpinBudgetFollowsTheTraffic(t *testing.T) {
 	defer ln.Close()
 	s, r := rdma.LinkPair(t, sender, ln, opts)
 	var wg sync.WaitGroup
+	var ending atomic.Bool
 	defer wg.Wait()
 	defer r.Close()
 	defer s.Close()
+	defer ending.Store(true)
 	wg.Go(func() {
 		for {
 			var f wire.Frame
-			if r.ReadFrame(&f) != nil {
+			if err := r.ReadFrame(&f); err != nil {
+				if !ending.Load() {
+					t.Errorf("read: %v", err)
+				}
 				return
 			}
 			f.Release()
@@ -63,6 +73,14 @@ func TestSpinBudgetFollowsTheTraffic(t *testing.T) {
 	idle := waitStats("idle, the budget falls to zero", func(s rdma.Stats) bool { return s.SpinBudget == 0 })
 	if idle.SpinShrinks < 5 { // 1600, 800, 400, 200, 100 µs, 0
 		t.Fatalf("the budget fell to zero in %d halvings, want at least 5", idle.SpinShrinks)
+	}
+	// At zero the poller no longer spins after a wake-up: a poll or two
+	// per sleep, where a spin of BusyPoll would be hundreds.
+	const sleeps, pollsPerSleep = 20, 50
+	zero := idle
+	idle = waitStats("idle, the poller sleeps", func(s rdma.Stats) bool { return s.PollerSleeps-zero.PollerSleeps >= sleeps })
+	if polls, slept := idle.CQPolls-zero.CQPolls, idle.PollerSleeps-zero.PollerSleeps; polls > pollsPerSleep*slept {
+		t.Fatalf("idle at a budget of zero, the poller polled %d times for %d sleeps: it spins", polls, slept)
 	}
 
 	stop := make(chan struct{})
