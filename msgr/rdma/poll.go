@@ -75,7 +75,7 @@ func (d *domain) pollLoop() {
 			spinning, woke = false, false
 			continue
 		}
-		if l := d.pollDuty.Load(); l != nil {
+		if l := d.pollDuty.Load(); l != nil && time.Since(monoEpoch)-time.Duration(d.dutyPolled.Load()) > dutyStale {
 			// Its reader returned a frame and has not come back to poll
 			// for the next (its session waits, or the link is quiet):
 			// take the duty back, or the poller could never sleep
@@ -245,6 +245,12 @@ func (d *domain) deliver(pb *C.struct_osp_pollbuf, rc C.ssize_t) {
 // polls for the domain still does: the longest a completion for another
 // link can wait while that reader runs a long handler.
 const dutyCheck = 200 * time.Microsecond
+
+// dutyStale is how long a reader that keeps the poll duty may stay away
+// before the poller takes it back to sleep. Meanwhile the poller polls
+// for it: taken back sooner, from a reader busy with its frame, the duty
+// cost ping-pong round trips a wake-up of the sleeping poller each.
+const dutyStale = pollSleepMax
 
 // monoEpoch turns monotonic times into integers for atomics.
 var monoEpoch = time.Now()
