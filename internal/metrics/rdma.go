@@ -20,13 +20,14 @@ var (
 	rdmaWrites     = newDesc("osprey_rdma_rendezvous_writes_total", "Rendezvous payloads sent by an RDMA write this side posted.", "transport")
 	rdmaPolls      = newDesc("osprey_rdma_cq_polls_total", "Completion queue reads.", "transport")
 	rdmaSleeps     = newDesc("osprey_rdma_poller_sleeps_total", "Times the completion poller found nothing and slept.", "transport")
+	rdmaSpin       = newDesc("osprey_rdma_spin_budget_seconds", "How long the completion poller spins for a completion before it sleeps now: up to BusyPoll while spinning pays (the largest of the transport's domains).", "transport")
 	rdmaBudget     = newDesc("osprey_rdma_registered_budget_bytes", "Registered memory each of the transport's domains (NIC ports) may hold (--rdma-mem-budget); half of it may be lent.", "transport")
 	rdmaLentBytes  = newDesc("osprey_rdma_lent_bytes", "Registered memory lent for long-lived use (an OSD's read cache), held or kept for reuse; part of the registered bytes.", "transport")
 	rdmaLentRegs   = newDesc("osprey_rdma_lent_regions", "Lent regions held now (an OSD's cached objects in registered memory).", "transport")
 )
 
 var rdmaDescs = []*prometheus.Desc{rdmaRegistered, rdmaHighWater, rdmaBufsInUse, rdmaRecvs, rdmaZeroCopy, rdmaCopied, rdmaReads, rdmaWrites, rdmaPolls, rdmaSleeps,
-	rdmaBudget, rdmaLentBytes, rdmaLentRegs}
+	rdmaSpin, rdmaBudget, rdmaLentBytes, rdmaLentRegs}
 
 // rdmaCollect adds the series of the RDMA transports the messengers
 // use, each once.
@@ -56,6 +57,7 @@ func rdmaCollect(ch chan<- prometheus.Metric, nets []Network) {
 			counter(ch, rdmaWrites, s.RendezvousWrites, l)
 			counter(ch, rdmaPolls, s.CQPolls, l)
 			counter(ch, rdmaSleeps, s.PollerSleeps, l)
+			gauge(ch, rdmaSpin, s.SpinBudget.Seconds(), l)
 			gauge(ch, rdmaBudget, float64(rt.Config().MemBudget), l)
 			gauge(ch, rdmaLentBytes, float64(s.LentBytes), l)
 			gauge(ch, rdmaLentRegs, float64(s.LentRegions), l)

@@ -22,8 +22,10 @@ type Config struct {
 	// (one credit is one posted BufSize receive). Default 256, and never
 	// above the provider's receive queue.
 	MaxRecvWindow int
-	// BusyPoll is how long the completion poller spins after the last
-	// completion before it sleeps on the CQ's wait fd. Default 50µs.
+	// BusyPoll is how long a link's reader polling for the domain spins
+	// after the last completion, and the most the completion poller does
+	// before it sleeps: its budget adapts below it (spinBudget). Default
+	// 50µs.
 	BusyPoll time.Duration
 	// NoSharedRecv makes every link post its own receives even where the
 	// provider has a shared receive context (srx.go).

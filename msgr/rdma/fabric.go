@@ -164,6 +164,7 @@ type domain struct {
 	pollStats struct {
 		polls, blocked atomic.Uint64 // CQ reads, and the poller's sleeps
 	}
+	spin *spinBudget // how long the pollers spin before they sleep
 
 	registered atomic.Int64
 	highWater  atomic.Int64
@@ -201,6 +202,7 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 		done:       make(chan struct{}),
 		poster:     newPoster(),
 		pollResume: make(chan struct{}, 1),
+		spin:       newSpinBudget(t.cfg.BusyPoll),
 		sleepBuf:   (*C.struct_osp_pollbuf)(C.calloc(1, C.sizeof_struct_osp_pollbuf)),
 	}
 	cqSize := C.int(max(4096, 4*t.cfg.SendSlots))

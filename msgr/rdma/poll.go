@@ -8,6 +8,8 @@ package rdma
 import "C"
 
 import (
+	"errors"
+	"os"
 	"runtime"
 	"syscall"
 	"time"
@@ -28,8 +30,9 @@ const pollSleepMax = 2 * time.Millisecond
 // So the bound is the netpoller sleep's, for the same reason.
 const sreadSleepMax = pollSleepMax
 
-// pollLoop is the domain's completion poller: it busy-polls for BusyPoll
-// after the last completion, then arms the CQ with fi_trywait and sleeps on
+// pollLoop is the domain's completion poller: it busy-polls for the spin
+// budget (spinBudget: up to BusyPoll, while spinning pays) after the last
+// completion, then arms the CQ with fi_trywait and sleeps on
 // its wait fd in the Go netpoller, so an idle transport burns no core. A CQ
 // whose wait object is not one fd (tcp's FI_WAIT_POLLFD) is slept on in
 // fi_cq_sread instead (sleepInRead). Each
@@ -43,6 +46,11 @@ func (d *domain) pollLoop() {
 		rawConn, _ = d.waitFile.SyscallConn()
 	}
 	idleSince := time.Now()
+	// spinning: the poller spins since work of its own (spinBudget
+	// learns how that ends). woke: the last sleep was on the wait fd,
+	// slept long, and the next poll says whether the wake-up found work.
+	spinning, woke, timedOut := false, false, false
+	var slept time.Duration
 	waitFirst := true
 	duty := time.NewTimer(time.Hour)
 	defer duty.Stop()
@@ -64,19 +72,46 @@ func (d *domain) pollLoop() {
 				return
 			}
 			idleSince = d.lastActive()
+			spinning, woke = false, false
 			continue
+		}
+		if l := d.pollDuty.Load(); l != nil && time.Since(monoEpoch)-time.Duration(d.dutyPolled.Load()) > dutyStale {
+			// Its reader returned a frame and has not come back to poll
+			// for the next (its session waits, or the link is quiet):
+			// take the duty back, or the poller could never sleep
+			// (maySleepInRead) and an idle domain would keep a core. The
+			// reader takes it again when it next polls.
+			d.pollDuty.CompareAndSwap(l, nil)
 		}
 		d.fiMu.Lock()
 		n, posted, again := d.pollLocked()
 		d.fiMu.Unlock()
+		if woke {
+			d.spin.woke(slept, n != 0, timedOut)
+			woke = false
+		}
 		if n != 0 || posted {
+			if n != 0 && spinning {
+				d.spin.caught()
+			}
 			idleSince = time.Now()
+			spinning = true
 			continue
 		}
-		if again || d.pq.n.Load() > 0 || d.spinForTransfers() || time.Since(idleSince) < d.t.cfg.BusyPoll {
+		if again || d.pq.n.Load() > 0 || d.spinForTransfers() || time.Since(idleSince) < d.spin.budget() {
 			runtime.Gosched()
 			continue
 		}
+		if rawConn == nil && !d.maySleepInRead() {
+			// Whoever wants the token would end the sleep at once: go
+			// round instead, as a spin would.
+			runtime.Gosched()
+			continue
+		}
+		if spinning && d.spin.budget() > 0 {
+			d.spin.spunEmpty()
+		}
+		spinning = false
 		d.pollStats.blocked.Add(1)
 		d.reapRetired(false)
 		var armed bool
@@ -90,20 +125,28 @@ func (d *domain) pollLoop() {
 				continue
 			}
 		}
+		start, found := time.Now(), false
 		if armed {
 			// A deadline bounds the sleep, so a missed edge or a domain
 			// close can never strand the poller.
-			d.waitFile.SetReadDeadline(time.Now().Add(pollSleepMax))
-			rawConn.Read(func(uintptr) bool {
+			d.waitFile.SetReadDeadline(start.Add(pollSleepMax))
+			err := rawConn.Read(func(uintptr) bool {
 				first := waitFirst
 				waitFirst = false
 				return !first
 			})
 			waitFirst = true
+			woke, timedOut = true, errors.Is(err, os.ErrDeadlineExceeded)
 		} else if rawConn == nil {
-			d.sleepInRead()
+			found = d.sleepInRead()
 		}
 		idleSince = time.Now()
+		slept = idleSince.Sub(start)
+		if rawConn == nil {
+			// fi_cq_sread delivered what woke it, if anything.
+			d.spin.woke(slept, found, !found && slept >= sreadSleepMax)
+			spinning = found
+		}
 	}
 }
 
@@ -112,18 +155,30 @@ func (d *domain) pollLoop() {
 // every completion read must (two goroutines each delivering a batch they
 // read would hand a link its frames out of order), so whoever needs the
 // token meanwhile ends the sleep with fi_cq_signal (wakeSleeper).
-func (d *domain) sleepInRead() {
+// It reports whether the sleep found completions.
+func (d *domain) sleepInRead() (found bool) {
 	d.fiMu.Lock()
 	defer d.fiMu.Unlock()
 	d.sleeping.Store(true)
 	// Checked after sleeping is set, as wakeSleeper's callers publish
 	// their want before they look at it: one of the two sees the other.
-	if d.tokenWanted.Load() == 0 && d.pq.n.Load() == 0 && d.pollDuty.Load() == nil {
+	if d.maySleepInRead() {
 		pb := d.sleepBuf
-		d.deliver(pb, C.osp_cq_sread(d.cq, pb, C.int(sreadSleepMax/time.Millisecond)))
+		rc := C.osp_cq_sread(d.cq, pb, C.int(sreadSleepMax/time.Millisecond))
+		d.deliver(pb, rc)
+		found = rc != 0
 	}
 	d.sleeping.Store(false)
 	d.wakeSent.Store(false)
+	return found
+}
+
+// maySleepInRead reports whether no one wants the token that a sleep in
+// fi_cq_sread holds: no goroutine waits for it, nothing is queued to post,
+// and no reader has the poll duty (one that went off to handle its frame
+// takes it back without waiting).
+func (d *domain) maySleepInRead() bool {
+	return d.tokenWanted.Load() == 0 && d.pq.n.Load() == 0 && d.pollDuty.Load() == nil
 }
 
 // wakeSleeper ends the poller's sleep in fi_cq_sread, if it sleeps, for a
@@ -191,6 +246,12 @@ func (d *domain) deliver(pb *C.struct_osp_pollbuf, rc C.ssize_t) {
 // link can wait while that reader runs a long handler.
 const dutyCheck = 200 * time.Microsecond
 
+// dutyStale is how long a reader that keeps the poll duty may stay away
+// before the poller takes it back to sleep. Meanwhile the poller polls
+// for it: taken back sooner, from a reader busy with its frame, the duty
+// cost ping-pong round trips a wake-up of the sleeping poller each.
+const dutyStale = pollSleepMax
+
 // monoEpoch turns monotonic times into integers for atomics.
 var monoEpoch = time.Now()
 
@@ -211,7 +272,9 @@ func (d *domain) readerPolls() bool {
 // hand-off costs a goroutine wake-up per frame on each side of a round
 // trip. One reader per domain at a time takes the duty (the others sleep
 // as before, woken by whoever polls); it keeps it across frames, and gives
-// it back to the poller after BusyPoll without completions for anyone. It
+// it back to the poller after BusyPoll without completions for anyone
+// (the full bound: the reader waits for its own frame, as a raw
+// libfabric loop does, where the poller's spin adapts). It
 // reports whether l has something to read.
 func (d *domain) pollFor(l *link) bool {
 	if d.pollDuty.Load() != l && !d.pollDuty.CompareAndSwap(nil, l) {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/ospreystore/osprey/msgr/wire"
@@ -118,6 +119,13 @@ type Stats struct {
 	// PollerSleeps the times the poller found nothing and slept.
 	CQPolls      uint64
 	PollerSleeps uint64
+	// SpinBudget is how long the pollers spin for a completion before
+	// they sleep (the largest of the domains'): Config.BusyPoll while
+	// spinning pays, less down to zero while it does not. SpinGrows and
+	// SpinShrinks count its doublings and halvings (docs/rdma.md,
+	// "Completions").
+	SpinBudget             time.Duration
+	SpinGrows, SpinShrinks uint64
 	// SharedRecvBufs is the size of the shared receive pools (0 when the
 	// provider has none or Config.NoSharedRecv); SharedRecvLost counts
 	// their buffers the provider refused to take back (each one a buffer
@@ -167,6 +175,9 @@ func (t *Transport) Stats() Stats {
 		s.RecvsPosted += d.posted.Load()
 		s.CQPolls += d.pollStats.polls.Load()
 		s.PollerSleeps += d.pollStats.blocked.Load()
+		s.SpinBudget = max(s.SpinBudget, d.spin.budget())
+		s.SpinGrows += d.spin.grows.Load()
+		s.SpinShrinks += d.spin.shrinks.Load()
 		s.ZeroCopySends += d.zeroCopy.Load()
 		s.CopiedSends += d.copied.Load()
 		s.RendezvousReads += d.reads.Load()
