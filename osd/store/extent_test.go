@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/ospreystore/osprey/osd/store"
@@ -289,37 +288,15 @@ func TestReadSharedDuringOverwrite(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	v1, v2 := randBytes(r, 4000), randBytes(r, 5000)
 	e.put(0, "b", "k", v1)
-
-	parked, release := make(chan struct{}), make(chan struct{})
-	// Only the first read parks (sync.Once would make the later ones
-	// wait for it).
-	var first atomic.Bool
-	first.Store(true)
-	e.s.SetBeforeFileReadForTest(func() {
-		if first.Swap(false) {
-			close(parked)
-			<-release
-		}
-	})
-	type result struct {
-		body []byte
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		got, err := e.readShared("b", "k", 0, -1)
-		done <- result{got, err}
-	}()
-	<-parked
+	release, wait := e.parkedRead(func() ([]byte, error) { return e.readShared("b", "k", 0, -1) })
 	e.put(0, "b", "k", v2)
 	if got, err := e.readShared("b", "k", 0, -1); err != nil || !bytes.Equal(got, v2) {
 		t.Fatalf("read of the overwrite: %v", err)
 	}
 	e.del(0, "b", "k")
-	close(release)
-	res := <-done
-	if res.err != nil || !bytes.Equal(res.body, v1) {
-		t.Fatalf("parked reader: %d bytes, %v", len(res.body), res.err)
+	release()
+	if body, err := wait(); err != nil || !bytes.Equal(body, v1) {
+		t.Fatalf("parked reader: %d bytes, %v", len(body), err)
 	}
 	if st := e.s.ReadCacheStats(); st.Extents != 0 {
 		t.Fatalf("a dead file's extent stayed cached: %+v", st)
