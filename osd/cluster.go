@@ -111,7 +111,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 	case osdpb.MsgType_MSG_GET_MAP_REPLY, osdpb.MsgType_MSG_LIST_OBJECTS_REPLY, osdpb.MsgType_MSG_HEAD_OBJECT_REPLY, osdpb.MsgType_MSG_HEAD_BUCKET_REPLY,
 		osdpb.MsgType_MSG_DELETE_OBJECT_REPLY, osdpb.MsgType_MSG_PG_QUERY_REPLY,
 		osdpb.MsgType_MSG_PG_LOG_PULL_REPLY, osdpb.MsgType_MSG_PG_BACKFILL_REPLY:
-		if ch, ok := o.calls.take(m.Tid()); ok {
+		if ch, ok := o.calls.Take(m.Tid()); ok {
 			ch <- m
 			return
 		}
@@ -141,8 +141,8 @@ func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, req proto.Me
 		return err
 	}
 	ch := make(chan *msgr.Message, 1)
-	tid := o.calls.add(ch)
-	defer o.calls.take(tid)
+	tid := o.calls.Add(ch)
+	defer o.calls.Take(tid)
 	m, err := msgr.NewProtoMessage(uint16(t), req, nil)
 	if err != nil {
 		return err
