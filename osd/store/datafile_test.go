@@ -515,20 +515,12 @@ func TestDataFileRanges(t *testing.T) {
 			offs = append(offs, b-1, b, b+1)
 		}
 		offs = append(offs, int64(size)-1)
-		for _, off := range offs {
-			if off < 0 || off >= int64(size) {
-				continue
-			}
-			for _, end := range append(offs, int64(size)) {
-				if end <= off || end > int64(size) {
-					continue
-				}
-				want := body[off:end]
-				for i, dst := range [][]byte{nil, make([]byte, 0, end-off), aligned, unaligned} {
-					_, got, err := e.s.ReadRange(e.ctx, "b", key, off, end-off, dst)
-					if err != nil || !bytes.Equal(got, want) {
-						t.Fatalf("%s [%d, %d) into buffer %d: %d bytes, %v", key, off, end, i, len(got), err)
-					}
+		for off, end := range rangesOf(offs, int64(size)) {
+			want := body[off:end]
+			for i, dst := range [][]byte{nil, make([]byte, 0, end-off), aligned, unaligned} {
+				_, got, err := e.s.ReadRange(e.ctx, "b", key, off, end-off, dst)
+				if err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("%s [%d, %d) into buffer %d: %d bytes, %v", key, off, end, i, len(got), err)
 				}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
+	"iter"
 	"log/slog"
 	"math/rand/v2"
 	"sync/atomic"
@@ -208,4 +209,21 @@ func (e *env) parkedRead(read func() ([]byte, error)) (release func(), wait func
 	}()
 	<-parked
 	return func() { close(rel) }, func() ([]byte, error) { r := <-done; return r.body, r.err }
+}
+
+// rangesOf yields every range [off, end) of an object of size bytes with
+// off one of offs and end one of offs or size.
+func rangesOf(offs []int64, size int64) iter.Seq2[int64, int64] {
+	return func(yield func(int64, int64) bool) {
+		for _, off := range offs {
+			if off < 0 || off >= size {
+				continue
+			}
+			for _, end := range append(offs, size) {
+				if end > off && end <= size && !yield(off, end) {
+					return
+				}
+			}
+		}
+	}
 }
