@@ -132,7 +132,7 @@ type Client struct {
 	nonce uint64
 	tid   atomic.Uint64
 
-	pending pending.Table[*call]
+	pending pending.Calls
 
 	held holds // bytes of the windows Objects keep
 
@@ -143,13 +143,6 @@ type Client struct {
 	transports        []wire.Transport
 	releaseTransports func()
 }
-
-type call struct {
-	conn *msgr.Conn
-	ch   chan *msgr.Message // the reply, or nil when the conn failed
-}
-
-func failCall(p *call) { close(p.ch) }
 
 // New connects to the cluster: it fetches the map from a seed.
 func New(ctx context.Context, opts Options) (*Client, error) {
@@ -239,7 +232,7 @@ func (c *Client) Messenger() *msgr.Messenger { return c.m }
 
 // Close ends the client's sessions; ops in progress fail.
 func (c *Client) Close() error {
-	if !c.pending.Close(failCall) {
+	if !c.pending.Close() {
 		return nil
 	}
 	if c.mon != nil {
@@ -312,14 +305,14 @@ func (c *Client) adoptMap(m *placement.Map) {
 // acting set instead of waiting out OpTimeout for a hung OSD, whose
 // connections stay open.
 func (c *Client) abandonDown(m *placement.Map) {
-	c.pending.FailIf(func(p *call) bool {
-		id, ok := ops.ParseOSDName(string(p.conn.Peer()))
+	c.pending.FailIf(func(p *pending.Call) bool {
+		id, ok := ops.ParseOSDName(string(p.Conn.Peer()))
 		if !ok {
 			return false
 		}
 		info, ok := m.OSD(id)
 		return !ok || !info.Up
-	}, failCall)
+	})
 }
 
 // fetchMap asks the addresses for the map, the next one whenever the last
@@ -394,12 +387,7 @@ func uniqueAddrs(addrs []string) []string {
 // the same session meanwhile retries at once.
 func (c *Client) dropConn(conn *msgr.Conn) {
 	conn.Close()
-	c.failCalls(conn)
-}
-
-// failCalls fails the calls waiting for a reply on conn.
-func (c *Client) failCalls(conn *msgr.Conn) {
-	c.pending.FailIf(func(p *call) bool { return p.conn == conn }, failCall)
+	c.pending.FailConn(conn)
 }
 
 // refreshMap fetches the map from any OSD of the current map (seeds first,
@@ -568,11 +556,11 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 		return nil, err
 	}
 	key := c.tid.Add(1)
-	p := &call{conn: conn, ch: make(chan *msgr.Message, 1)}
-	if !c.pending.Put(key, p) {
+	p := c.pending.Start(key, conn)
+	if p == nil {
 		return nil, ErrClosed
 	}
-	defer c.pending.Take(key)
+	defer c.pending.End(key)
 	m := msgr.NewMessage(uint16(t), b, nil)
 	m.SetTid(key)
 	if payload != nil {
@@ -589,7 +577,7 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "sending to %s: %v", connName(conn), err)
 	}
 	select {
-	case r, ok := <-p.ch:
+	case r, ok := <-p.Reply:
 		if !ok || r == nil {
 			if err := conn.Err(); errors.Is(err, msgr.ErrAuth) {
 				return nil, refused(err)
@@ -636,21 +624,11 @@ type dispatcher struct{ c *Client }
 func (dispatcher) CanFastDispatch(uint16) bool { return true }
 
 func (d dispatcher) Dispatch(m *msgr.Message) {
-	p, ok := d.c.pending.Take(m.Tid())
-	if !ok {
-		m.Release() // a reply to an attempt that gave up
-		return
-	}
-	p.ch <- m
+	d.c.pending.Deliver(m, false)
 }
 
 // HandleEvent fails the calls waiting on a conn that reset.
-func (d dispatcher) HandleEvent(ev msgr.Event) {
-	if ev.Kind != msgr.EventReset && ev.Kind != msgr.EventRemoteReset {
-		return
-	}
-	d.c.failCalls(ev.Conn)
-}
+func (d dispatcher) HandleEvent(ev msgr.Event) { d.c.pending.HandleEvent(ev) }
 
 // ErrorCode is the S3 error code of err ("NoSuchKey", "BucketNotEmpty",
 // ...) when it is, or wraps, an OSD's answer (*Error); "" otherwise.

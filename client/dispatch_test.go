@@ -12,8 +12,7 @@ import (
 // changes nothing.
 func TestDispatchByTid(t *testing.T) {
 	c := &Client{}
-	p := &call{ch: make(chan *msgr.Message, 1)}
-	c.pending.Put(5, p)
+	p := c.pending.Start(5, nil)
 	reply := func(tid uint64) *msgr.Message {
 		m := msgr.NewMessage(1, []byte("reply"), nil)
 		m.SetTid(tid)
@@ -22,15 +21,15 @@ func TestDispatchByTid(t *testing.T) {
 
 	for _, tid := range []uint64{0, 4, 6, 5 | 1<<63} {
 		dispatcher{c}.Dispatch(reply(tid))
-		if got, _ := c.pending.Get(5); len(p.ch) != 0 || got != p || c.pending.Len() != 1 {
+		if len(p.Reply) != 0 || c.pending.Len() != 1 {
 			t.Fatalf("a reply with tid %#x reached the call of tid 5 (%d pending)", tid, c.pending.Len())
 		}
 	}
 	dispatcher{c}.Dispatch(reply(5))
-	if len(p.ch) != 1 || c.pending.Len() != 0 {
-		t.Fatalf("the reply with tid 5: %d delivered, %d calls pending", len(p.ch), c.pending.Len())
+	if len(p.Reply) != 1 || c.pending.Len() != 0 {
+		t.Fatalf("the reply with tid 5: %d delivered, %d calls pending", len(p.Reply), c.pending.Len())
 	}
-	if m := <-p.ch; m.Tid() != 5 {
+	if m := <-p.Reply; m.Tid() != 5 {
 		t.Fatalf("delivered the reply of tid %d", m.Tid())
 	} else {
 		m.Release()

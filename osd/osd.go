@@ -240,8 +240,8 @@ type OSD struct {
 	pgMu sync.Mutex
 	pgs  map[uint32]*pgState // by store PG id
 
-	reps  pending.Table[*pendingRep]        // RepOps waiting for replicas
-	calls pending.Table[chan *msgr.Message] // OSD-to-OSD requests waiting for replies
+	reps  pending.Table[*pendingRep] // RepOps waiting for replicas
+	calls pending.Calls              // OSD-to-OSD requests waiting for replies
 
 	peerMu  sync.Mutex
 	peers   map[uint32]*peerState
@@ -519,7 +519,7 @@ func (o *OSD) Close(ctx context.Context) error {
 		o.reps.FailIf(nil, func(p *pendingRep) {
 			p.finish(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is shutting down", o.id))
 		})
-		o.calls.FailIf(nil, func(ch chan *msgr.Message) { close(ch) })
+		o.calls.FailIf(nil)
 		errs = append(errs, o.st.Close())
 		if o.mon != nil {
 			o.mon.Close()

@@ -3,6 +3,8 @@ package pending
 import (
 	"slices"
 	"testing"
+
+	"github.com/ospreystore/osprey/msgr"
 )
 
 // TestTableOnce: an entry leaves the table once, by whichever of Take,
@@ -45,5 +47,48 @@ func TestTableOnce(t *testing.T) {
 	}
 	if tb.Put(102, "e") || tb.Len() != 0 {
 		t.Fatal("Put registered an entry in a closed table")
+	}
+}
+
+// TestCallsDeliver: a reply reaches the call of its tid once, on its
+// session when that is asked for; a call whose session resets, or whose
+// table closes, sees its Reply closed; a closed table starts no call.
+func TestCallsDeliver(t *testing.T) {
+	var cs Calls
+	other := new(msgr.Conn) // identity only: a session the replies do not come on
+	reply := func(tid uint64) *msgr.Message {
+		m := msgr.NewMessage(1, nil, nil)
+		m.SetTid(tid)
+		return m
+	}
+	onNil, onOther := cs.Start(1, nil), cs.Start(2, other)
+	if cs.Deliver(reply(2), true) || len(onOther.Reply) != 0 {
+		t.Fatal("a reply on another session reached the call")
+	}
+	if !cs.Deliver(reply(2), false) || len(onOther.Reply) != 1 {
+		t.Fatal("a reply did not reach its call")
+	}
+	if !cs.Deliver(reply(1), true) || cs.Deliver(reply(1), true) || len(onNil.Reply) != 1 {
+		t.Fatal("a call got other than one reply")
+	}
+	(<-onNil.Reply).Release()
+	(<-onOther.Reply).Release()
+
+	tid, c := cs.Add(other)
+	cs.HandleEvent(msgr.Event{Kind: msgr.EventConnect, Conn: other})
+	if cs.Len() != 1 {
+		t.Fatal("a connect failed a call")
+	}
+	cs.HandleEvent(msgr.Event{Kind: msgr.EventReset, Conn: other})
+	if _, ok := <-c.Reply; ok || cs.Len() != 0 {
+		t.Fatal("a reset left its call waiting")
+	}
+	cs.End(tid)
+	last := cs.Start(3, nil)
+	if !cs.Close() || cs.Start(4, nil) != nil {
+		t.Fatal("a closed table started a call")
+	}
+	if _, ok := <-last.Reply; ok {
+		t.Fatal("Close left a call waiting")
 	}
 }

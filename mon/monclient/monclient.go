@@ -93,7 +93,7 @@ type Client struct {
 	tid atomic.Uint64
 	// releaseTransports closes ms's transports if New made them.
 	releaseTransports func()
-	pending           pending.Table[*call]
+	pending           pending.Calls
 
 	mu     sync.Mutex
 	leader string // the address to try first; "" when unknown
@@ -119,13 +119,6 @@ type Client struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
-
-type call struct {
-	conn *msgr.Conn
-	ch   chan *msgr.Message // the reply; closed when the conn failed
-}
-
-func failCall(p *call) { close(p.ch) }
 
 // New makes a client with a messenger of its own. It does not contact the
 // mons: the first request does.
@@ -180,7 +173,7 @@ func New(ctx context.Context, o Options) (*Client, error) {
 
 // Close ends the client: requests in progress fail with ErrClosed.
 func (c *Client) Close() error {
-	if !c.pending.Close(failCall) {
+	if !c.pending.Close() {
 		return nil
 	}
 	c.cancel()
@@ -436,11 +429,11 @@ func (c *Client) roundTrip(ctx context.Context, addr string, t osdpb.MsgType, ti
 		}
 		return nil, err
 	}
-	p := &call{conn: conn, ch: make(chan *msgr.Message, 1)}
-	if !c.pending.Put(tid, p) {
+	p := c.pending.Start(tid, conn)
+	if p == nil {
 		return nil, ErrClosed
 	}
-	defer c.pending.Take(tid)
+	defer c.pending.End(tid)
 	actx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	m := msgr.NewMessage(uint16(t), front, nil)
@@ -450,7 +443,7 @@ func (c *Client) roundTrip(ctx context.Context, addr string, t osdpb.MsgType, ti
 		return nil, fmt.Errorf("sending to %s: %w", addr, err)
 	}
 	select {
-	case r, ok := <-p.ch:
+	case r, ok := <-p.Reply:
 		if !ok {
 			if c.ctx.Err() != nil {
 				return nil, ErrClosed
@@ -566,21 +559,11 @@ func (d dispatcher) Dispatch(m *msgr.Message) {
 		c.noteMap(mm.Map)
 		return
 	}
-	p, ok := c.pending.TakeIf(m.Tid(), func(p *call) bool { return p.conn == m.Conn() })
-	if !ok {
-		m.Release() // a reply to an attempt that gave up
-		return
-	}
-	p.ch <- m
+	c.pending.Deliver(m, true) // a reply on another session is an old attempt's
 }
 
 // HandleEvent fails the calls waiting on a conn that closed.
-func (d dispatcher) HandleEvent(ev msgr.Event) {
-	if ev.Kind != msgr.EventReset && ev.Kind != msgr.EventRemoteReset {
-		return
-	}
-	d.c.pending.FailIf(func(p *call) bool { return p.conn == ev.Conn }, failCall)
-}
+func (d dispatcher) HandleEvent(ev msgr.Event) { d.c.pending.HandleEvent(ev) }
 
 // sleep waits d or until ctx ends; false if ctx ended.
 func sleep(ctx context.Context, d time.Duration) bool {
