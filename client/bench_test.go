@@ -6,20 +6,11 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
 )
-
-// processCPU is the user+system CPU time of the process so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // benchCluster is a one-OSD, one-replica cluster in this process with a
 // bucket, so a benchmark's CPU is the client's, one loopback transfer and
@@ -34,25 +25,8 @@ func benchCluster(b *testing.B) (*client.Client, context.Context) {
 	return cl, ctx
 }
 
-// benchOps runs op with 8 in flight and reports, beside the usual, the
-// process's CPU time per GB of payload (cpu-s/GB).
-func benchOps(b *testing.B, size int64, op func(i int) error) {
-	b.SetBytes(size)
-	b.ReportAllocs()
-	b.SetParallelism(4)
-	cpu0 := processCPU()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for i := 0; pb.Next(); i++ {
-			if err := op(i); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-	b.StopTimer()
-	b.ReportMetric((processCPU()-cpu0).Seconds()/(float64(int64(b.N)*size)/1e9), "cpu-s/GB")
-}
+// benchOps runs op with 8 in flight on 2 CPUs (osdtest.BenchOps).
+func benchOps(b *testing.B, size int64, op func(i int) error) { osdtest.BenchOps(b, size, 4, op) }
 
 // BenchmarkPut4MiB puts 4 MiB objects from a bytes.Reader (the SDK reads
 // it into the messenger's send buffer).

@@ -18,11 +18,11 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/pending"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
@@ -132,9 +132,7 @@ type Client struct {
 	nonce uint64
 	tid   atomic.Uint64
 
-	mu      sync.Mutex
-	pending map[uint64]*call
-	closed  bool
+	pending pending.Calls
 
 	held holds // bytes of the windows Objects keep
 
@@ -144,11 +142,6 @@ type Client struct {
 	// them if New made them.
 	transports        []wire.Transport
 	releaseTransports func()
-}
-
-type call struct {
-	conn *msgr.Conn
-	ch   chan *msgr.Message // the reply, or nil when the conn failed
 }
 
 // New connects to the cluster: it fetches the map from a seed.
@@ -168,7 +161,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 	}
 	var nb [8]byte
 	rand.Read(nb[:])
-	c := &Client{opts: opts, log: opts.Logger, nonce: binary.LittleEndian.Uint64(nb[:]) | 1, pending: map[uint64]*call{}}
+	c := &Client{opts: opts, log: opts.Logger, nonce: binary.LittleEndian.Uint64(nb[:]) | 1}
 	ts, release, err := transports.OrDefault(opts.Transports)
 	if err != nil {
 		return nil, err
@@ -239,17 +232,9 @@ func (c *Client) Messenger() *msgr.Messenger { return c.m }
 
 // Close ends the client's sessions; ops in progress fail.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.pending.Close() {
 		return nil
 	}
-	c.closed = true
-	for tid, p := range c.pending {
-		close(p.ch)
-		delete(c.pending, tid)
-	}
-	c.mu.Unlock()
 	if c.mon != nil {
 		c.mon.Close()
 	}
@@ -320,18 +305,14 @@ func (c *Client) adoptMap(m *placement.Map) {
 // acting set instead of waiting out OpTimeout for a hung OSD, whose
 // connections stay open.
 func (c *Client) abandonDown(m *placement.Map) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, p := range c.pending {
-		id, ok := ops.ParseOSDName(string(p.conn.Peer()))
+	c.pending.FailIf(func(p *pending.Call) bool {
+		id, ok := ops.ParseOSDName(string(p.Conn.Peer()))
 		if !ok {
-			continue
+			return false
 		}
-		if info, ok := m.OSD(id); !ok || !info.Up {
-			delete(c.pending, k)
-			close(p.ch)
-		}
-	}
+		info, ok := m.OSD(id)
+		return !ok || !info.Up
+	})
 }
 
 // fetchMap asks the addresses for the map, the next one whenever the last
@@ -406,19 +387,7 @@ func uniqueAddrs(addrs []string) []string {
 // the same session meanwhile retries at once.
 func (c *Client) dropConn(conn *msgr.Conn) {
 	conn.Close()
-	c.failCalls(conn)
-}
-
-// failCalls fails the calls waiting for a reply on conn.
-func (c *Client) failCalls(conn *msgr.Conn) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, p := range c.pending {
-		if p.conn == conn {
-			delete(c.pending, k)
-			close(p.ch)
-		}
-	}
+	c.pending.FailConn(conn)
 }
 
 // refreshMap fetches the map from any OSD of the current map (seeds first,
@@ -587,19 +556,11 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 		return nil, err
 	}
 	key := c.tid.Add(1)
-	p := &call{conn: conn, ch: make(chan *msgr.Message, 1)}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	p := c.pending.Start(key, conn)
+	if p == nil {
 		return nil, ErrClosed
 	}
-	c.pending[key] = p
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.pending, key)
-		c.mu.Unlock()
-	}()
+	defer c.pending.End(key)
 	m := msgr.NewMessage(uint16(t), b, nil)
 	m.SetTid(key)
 	if payload != nil {
@@ -616,7 +577,7 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "sending to %s: %v", connName(conn), err)
 	}
 	select {
-	case r, ok := <-p.ch:
+	case r, ok := <-p.Reply:
 		if !ok || r == nil {
 			if err := conn.Err(); errors.Is(err, msgr.ErrAuth) {
 				return nil, refused(err)
@@ -663,28 +624,11 @@ type dispatcher struct{ c *Client }
 func (dispatcher) CanFastDispatch(uint16) bool { return true }
 
 func (d dispatcher) Dispatch(m *msgr.Message) {
-	c := d.c
-	key := m.Tid()
-	c.mu.Lock()
-	p := c.pending[key]
-	if p != nil {
-		delete(c.pending, key)
-	}
-	c.mu.Unlock()
-	if p == nil {
-		m.Release() // a reply to an attempt that gave up
-		return
-	}
-	p.ch <- m
+	d.c.pending.Deliver(m, false)
 }
 
 // HandleEvent fails the calls waiting on a conn that reset.
-func (d dispatcher) HandleEvent(ev msgr.Event) {
-	if ev.Kind != msgr.EventReset && ev.Kind != msgr.EventRemoteReset {
-		return
-	}
-	d.c.failCalls(ev.Conn)
-}
+func (d dispatcher) HandleEvent(ev msgr.Event) { d.c.pending.HandleEvent(ev) }
 
 // ErrorCode is the S3 error code of err ("NoSuchKey", "BucketNotEmpty",
 // ...) when it is, or wraps, an OSD's answer (*Error); "" otherwise.

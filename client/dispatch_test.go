@@ -11,9 +11,8 @@ import (
 // attempt that gave up, a confused or hostile OSD) is released and
 // changes nothing.
 func TestDispatchByTid(t *testing.T) {
-	c := &Client{pending: map[uint64]*call{}}
-	p := &call{ch: make(chan *msgr.Message, 1)}
-	c.pending[5] = p
+	c := &Client{}
+	p := c.pending.Start(5, nil)
 	reply := func(tid uint64) *msgr.Message {
 		m := msgr.NewMessage(1, []byte("reply"), nil)
 		m.SetTid(tid)
@@ -22,15 +21,15 @@ func TestDispatchByTid(t *testing.T) {
 
 	for _, tid := range []uint64{0, 4, 6, 5 | 1<<63} {
 		dispatcher{c}.Dispatch(reply(tid))
-		if len(p.ch) != 0 || c.pending[5] != p || len(c.pending) != 1 {
-			t.Fatalf("a reply with tid %#x reached the call of tid 5 (pending %v)", tid, c.pending)
+		if len(p.Reply) != 0 || c.pending.Len() != 1 {
+			t.Fatalf("a reply with tid %#x reached the call of tid 5 (%d pending)", tid, c.pending.Len())
 		}
 	}
 	dispatcher{c}.Dispatch(reply(5))
-	if len(p.ch) != 1 || len(c.pending) != 0 {
-		t.Fatalf("the reply with tid 5: %d delivered, %d calls pending", len(p.ch), len(c.pending))
+	if len(p.Reply) != 1 || c.pending.Len() != 0 {
+		t.Fatalf("the reply with tid 5: %d delivered, %d calls pending", len(p.Reply), c.pending.Len())
 	}
-	if m := <-p.ch; m.Tid() != 5 {
+	if m := <-p.Reply; m.Tid() != 5 {
 		t.Fatalf("delivered the reply of tid %d", m.Tid())
 	} else {
 		m.Release()

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
@@ -40,15 +39,6 @@ func dialTo(t *testing.T, env msgrtest.Env, d msgr.Dispatcher, tweak func(*msgr.
 	return c
 }
 
-type received struct {
-	seq     uint64
-	addr    uintptr
-	data    bool // the bytes sent
-	crc     uint32
-	crcOK   bool
-	wantCRC uint32
-}
-
 // TestReceivedDataAlignedAndChecked: over TCP and the in-memory transport,
 // a received message's data starts on a 4096-byte boundary (so the OSD's
 // store writes it with O_DIRECT and no bounce copy) for every size, holds
@@ -57,48 +47,14 @@ type received struct {
 func TestReceivedDataAlignedAndChecked(t *testing.T) {
 	for _, env := range []msgrtest.Env{tcpEnv, {Scheme: "mem", Transports: memTransports()}} {
 		t.Run(env.Scheme, func(t *testing.T) {
-			type sent struct{ data []byte }
-			var want []sent // by seq-1; written before the sends
-			got := make(chan received, 2*len(dataSizes))
-			c := dialTo(t, env, msgr.DispatchFunc(func(m *msgr.Message) {
-				defer m.Release()
-				w := want[m.Seq()-1]
-				crc, ok := m.DataCRC()
-				got <- received{seq: m.Seq(), addr: uintptr(unsafe.Pointer(unsafe.SliceData(m.Data))),
-					data: bytes.Equal(m.Data, w.data), crc: crc, crcOK: ok, wantCRC: wire.CRC(w.data)}
-			}), nil)
+			dc := &msgrtest.DataCheck{CRC: true, Wait: 30 * time.Second, Aligned: func(int, int) bool { return true }}
 			for i, size := range dataSizes {
 				d := dataOf(size, i)
-				want = append(want, sent{d}, sent{d})
-			}
-			for i := range want {
-				d := want[i].data
-				m := msgr.NewMessage(1, []byte(fmt.Sprintf("front %d", i)), d)
-				if i%2 == 1 { // the sender knows the CRC; else its link computes it
-					m.SetDataCRC(wire.CRC(d))
-				}
-				if err := c.Send(context.Background(), m); err != nil {
-					t.Fatal(err)
+				for range 2 {
+					dc.Sent = append(dc.Sent, msgrtest.Sent{Front: fmt.Appendf(nil, "front %d", len(dc.Sent)), Data: d})
 				}
 			}
-			for range want {
-				var r received
-				select {
-				case r = <-got:
-				case <-time.After(30 * time.Second):
-					t.Fatalf("not all delivered; %s", c)
-				}
-				size := len(want[r.seq-1].data)
-				if r.addr%wire.DataAlign != 0 {
-					t.Errorf("message %d, %d bytes: data at %#x, not on a %d-byte boundary", r.seq, size, r.addr, wire.DataAlign)
-				}
-				if !r.data {
-					t.Errorf("message %d, %d bytes: data differs", r.seq, size)
-				}
-				if !r.crcOK || r.crc != r.wantCRC {
-					t.Errorf("message %d, %d bytes: DataCRC %08x, %v; want %08x, true", r.seq, size, r.crc, r.crcOK, r.wantCRC)
-				}
-			}
+			dc.Run(t, dialTo(t, env, dc.Dispatcher(), nil))
 		})
 	}
 }

@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
@@ -288,45 +286,13 @@ func TestSecureReceivedDataAlignedTCP(t *testing.T) {
 // its data starts on a wire.DataAlign boundary (where the OSD's store
 // writes it from with O_DIRECT) when aligned says the link places it so.
 func testSecureDataPlaced(t *testing.T, env msgrtest.Env, aligned func(front, data int) bool) {
-	type sent struct{ front, data []byte }
-	var want []sent
+	dc := &msgrtest.DataCheck{Aligned: aligned, Wait: 60 * time.Second}
 	for i, size := range []int{1, 100, 4095, 4096, 4097, 16 << 10, 64 << 10, 100 << 10, 1 << 20, 4<<20 + 1} {
 		for j, front := range []int{0, 16, 512, 513} {
-			want = append(want, sent{bytes.Repeat([]byte{byte(j)}, front), dataOf(size, i)})
+			dc.Sent = append(dc.Sent, msgrtest.Sent{Front: bytes.Repeat([]byte{byte(j)}, front), Data: dataOf(size, i)})
 		}
 	}
-	type placed struct {
-		seq  uint64
-		addr uintptr
-		same bool
-	}
-	got := make(chan placed, len(want))
-	c := dialSecure(t, env, msgrtest.NewTestCA(t), msgr.DispatchFunc(func(m *msgr.Message) {
-		defer m.Release()
-		w := want[m.Seq()-1]
-		got <- placed{m.Seq(), uintptr(unsafe.Pointer(unsafe.SliceData(m.Data))), bytes.Equal(m.Front, w.front) && bytes.Equal(m.Data, w.data)}
-	}))
-	for _, w := range want {
-		if err := c.Send(context.Background(), msgr.NewMessage(1, w.front, w.data)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range want {
-		var r placed
-		select {
-		case r = <-got:
-		case <-time.After(60 * time.Second):
-			t.Fatalf("not all delivered; %s", c)
-		}
-		w := want[r.seq-1]
-		what := fmt.Sprintf("message %d (front %d, data %d)", r.seq, len(w.front), len(w.data))
-		if !r.same {
-			t.Errorf("%s: front or data differs", what)
-		}
-		if aligned(len(w.front), len(w.data)) && r.addr%wire.DataAlign != 0 {
-			t.Errorf("%s: data at %#x, not on a %d-byte boundary", what, r.addr, wire.DataAlign)
-		}
-	}
+	dc.Run(t, dialSecure(t, env, msgrtest.NewTestCA(t), dc.Dispatcher()))
 }
 
 // TestRecvBudgetSecure: testRecvBudget in secure mode over TCP, where the

@@ -22,15 +22,8 @@ func BenchmarkClusterPut4KiB(b *testing.B) {
 	}
 	body := osdtest.Payload(4<<10, 1)
 	var n atomic.Int64
-	b.SetBytes(int64(len(body)))
-	b.SetParallelism(8)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := osdtest.Put(ctx, cl, "bench", fmt.Sprintf("k%d", n.Add(1)), body, client.PutOptions{}); err != nil {
-				b.Error(err)
-				return
-			}
-		}
+	osdtest.BenchOps(b, int64(len(body)), 8, func(int) error {
+		_, err := osdtest.Put(ctx, cl, "bench", fmt.Sprintf("k%d", n.Add(1)), body, client.PutOptions{})
+		return err
 	})
 }

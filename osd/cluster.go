@@ -111,11 +111,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 	case osdpb.MsgType_MSG_GET_MAP_REPLY, osdpb.MsgType_MSG_LIST_OBJECTS_REPLY, osdpb.MsgType_MSG_HEAD_OBJECT_REPLY, osdpb.MsgType_MSG_HEAD_BUCKET_REPLY,
 		osdpb.MsgType_MSG_DELETE_OBJECT_REPLY, osdpb.MsgType_MSG_PG_QUERY_REPLY,
 		osdpb.MsgType_MSG_PG_LOG_PULL_REPLY, osdpb.MsgType_MSG_PG_BACKFILL_REPLY:
-		if ch, ok := o.calls.take(m.Tid()); ok {
-			ch <- m
-			return
-		}
-		m.Release() // its caller gave up
+		o.calls.Deliver(m, false) // released when its caller gave up
 
 	default:
 		o.badRequest(m, errors.New("unknown cluster op"))
@@ -140,9 +136,8 @@ func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, req proto.Me
 	if err != nil {
 		return err
 	}
-	ch := make(chan *msgr.Message, 1)
-	tid := o.calls.add(ch)
-	defer o.calls.take(tid)
+	tid, call := o.calls.Add(c)
+	defer o.calls.End(tid)
 	m, err := msgr.NewProtoMessage(uint16(t), req, nil)
 	if err != nil {
 		return err
@@ -153,7 +148,7 @@ func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, req proto.Me
 		return fmt.Errorf("osd.%d: %w", id, err)
 	}
 	select {
-	case r, ok := <-ch:
+	case r, ok := <-call.Reply:
 		if !ok {
 			return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is shutting down", o.id)
 		}

@@ -171,6 +171,23 @@ func (o *OSD) permitted(m *msgr.Message, bucket string) bool {
 	return false
 }
 
+// bucketRequest is a client request on a bucket: every one but GET_MAP.
+type bucketRequest interface {
+	proto.Message
+	GetBucket() string
+}
+
+// admit decodes m's front into req and checks the peer may do m's op on
+// req's bucket. When either fails, m is answered and released, and admit
+// returns false.
+func (o *OSD) admit(m *msgr.Message, req bucketRequest) bool {
+	if err := m.DecodeFront(req); err != nil {
+		o.badRequest(m, err)
+		return false
+	}
+	return o.permitted(m, req.GetBucket())
+}
+
 // target checks that the op of hdr on (bucket, key) belongs here: epochs,
 // pool, PG and primary. key "" with meta set means the bucket's meta PG.
 func (o *OSD) target(hdr *osdpb.Header, bucket, key string, meta bool) (*placement.Map, *osdpb.Pool, uint32, error) {
@@ -233,33 +250,21 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 
 	case osdpb.MsgType_MSG_CREATE_BUCKET, osdpb.MsgType_MSG_DELETE_BUCKET:
 		var req osdpb.BucketRequest
-		if err := m.DecodeFront(&req); err != nil {
-			o.badRequest(m, err)
-			return
-		}
-		if !o.permitted(m, req.Bucket) {
+		if !o.admit(m, &req) {
 			return
 		}
 		o.onShard(m, storePG(0, placement.MetaPG), func() { o.bucketWrite(m, &req) })
 
 	case osdpb.MsgType_MSG_HEAD_BUCKET, osdpb.MsgType_MSG_LIST_BUCKETS:
 		var req osdpb.BucketRequest
-		if err := m.DecodeFront(&req); err != nil {
-			o.badRequest(m, err)
-			return
-		}
-		if !o.permitted(m, req.Bucket) {
+		if !o.admit(m, &req) {
 			return
 		}
 		o.onReaders(m, func() { o.bucketRead(m, &req) })
 
 	case osdpb.MsgType_MSG_PUT_OBJECT:
 		var req osdpb.PutObject
-		if err := m.DecodeFront(&req); err != nil {
-			o.badRequest(m, err)
-			return
-		}
-		if !o.permitted(m, req.Bucket) {
+		if !o.admit(m, &req) {
 			return
 		}
 		o.objectWrite(m, req.Header, req.Bucket, req.Key, objectReply, func(e *osdpb.LogEntry) error {
@@ -280,11 +285,7 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 
 	case osdpb.MsgType_MSG_DELETE_OBJECT:
 		var req osdpb.ObjectRequest
-		if err := m.DecodeFront(&req); err != nil {
-			o.badRequest(m, err)
-			return
-		}
-		if !o.permitted(m, req.Bucket) {
+		if !o.admit(m, &req) {
 			return
 		}
 		o.objectWrite(m, req.Header, req.Bucket, req.Key, objectReply, func(e *osdpb.LogEntry) error {
@@ -294,22 +295,14 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 
 	case osdpb.MsgType_MSG_GET_OBJECT:
 		var req osdpb.GetObject
-		if err := m.DecodeFront(&req); err != nil {
-			o.badRequest(m, err)
-			return
-		}
-		if !o.permitted(m, req.Bucket) {
+		if !o.admit(m, &req) {
 			return
 		}
 		o.onReaders(m, func() { o.getObject(m, &req) })
 
 	case osdpb.MsgType_MSG_HEAD_OBJECT:
 		var req osdpb.ObjectRequest
-		if err := m.DecodeFront(&req); err != nil {
-			o.badRequest(m, err)
-			return
-		}
-		if !o.permitted(m, req.Bucket) {
+		if !o.admit(m, &req) {
 			return
 		}
 		o.onReaders(m, func() {
@@ -318,22 +311,14 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 
 	case osdpb.MsgType_MSG_LIST_OBJECTS:
 		var req osdpb.ListObjects
-		if err := m.DecodeFront(&req); err != nil {
-			o.badRequest(m, err)
-			return
-		}
-		if !o.permitted(m, req.Bucket) {
+		if !o.admit(m, &req) {
 			return
 		}
 		o.onReaders(m, func() { o.listObjects(m, &req, fromPeer) })
 
 	case osdpb.MsgType_MSG_CREATE_UPLOAD, osdpb.MsgType_MSG_UPLOAD_PART, osdpb.MsgType_MSG_COMPLETE_UPLOAD, osdpb.MsgType_MSG_ABORT_UPLOAD:
 		var req osdpb.UploadRequest
-		if err := m.DecodeFront(&req); err != nil {
-			o.badRequest(m, err)
-			return
-		}
-		if !o.permitted(m, req.Bucket) {
+		if !o.admit(m, &req) {
 			return
 		}
 		o.upload(m, &req)

@@ -38,12 +38,8 @@ func TestFullDisk(t *testing.T) {
 		Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: 10 * time.Minute,
 			Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 8}}})
 	ctx := ctxT(t, 3*time.Minute)
-	mc.waitStatus(ctx, "3 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 3 && s.Health.Status == mon.HealthOK })
+	cl := mc.healthyClient(ctx, 20*time.Second, "full")
 	full := fmt.Sprintf("osd.%d", mc.idOf(2))
-	cl := mc.client(t, 20*time.Second)
-	if err := cl.MakeBucket(ctx, "full"); err != nil {
-		t.Fatal(err)
-	}
 	acked := map[string][]byte{}
 	put := func(key string, size int) error {
 		body := osdtest.Payload(size, uint64(len(acked)+1))
@@ -191,11 +187,7 @@ func TestBackfillWaitsForRoom(t *testing.T) {
 		Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: 10 * time.Minute,
 			Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 2, MinSize: 1, PgCount: 8}}})
 	ctx := ctxT(t, 3*time.Minute)
-	mc.waitStatus(ctx, "2 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 2 && s.Health.Status == mon.HealthOK })
-	cl := mc.client(t, 20*time.Second)
-	if err := cl.MakeBucket(ctx, "room"); err != nil {
-		t.Fatal(err)
-	}
+	cl := mc.healthyClient(ctx, 20*time.Second, "room")
 	acked := map[string][]byte{}
 	for i := range 40 {
 		key := fmt.Sprintf("k%02d", i)

@@ -269,6 +269,20 @@ func (mc *monCluster) client(t *testing.T, retryFor time.Duration) *client.Clien
 	return cl
 }
 
+// healthyClient waits until all of mc's OSDs are up and its health is
+// HEALTH_OK, then makes bucket with a client that retries for retryFor
+// and returns the client.
+func (mc *monCluster) healthyClient(ctx context.Context, retryFor time.Duration, bucket string) *client.Client {
+	mc.t.Helper()
+	n := mc.opts.OSDs
+	mc.waitStatus(ctx, fmt.Sprintf("%d OSDs up, HEALTH_OK", n), func(s *mon.Status) bool { return s.OSDs.Up == n && s.Health.Status == mon.HealthOK })
+	cl := mc.client(mc.t, retryFor)
+	if err := cl.MakeBucket(ctx, bucket); err != nil {
+		mc.t.Fatal(err)
+	}
+	return cl
+}
+
 // idOf is the OSD id process i got from the mon at its first boot.
 func (mc *monCluster) idOf(i int) uint32 {
 	mc.t.Helper()
@@ -386,11 +400,7 @@ func TestMonKillOSD(t *testing.T) {
 	mc := startMonCluster(t, monClusterOptions{OSDs: 4, Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: 4 * time.Second,
 		Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}}})
 	ctx := ctxT(t, 3*time.Minute)
-	mc.waitStatus(ctx, "4 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 4 && s.Health.Status == "HEALTH_OK" })
-	cl := mc.client(t, time.Minute)
-	if err := cl.MakeBucket(ctx, "killtest"); err != nil {
-		t.Fatal(err)
-	}
+	cl := mc.healthyClient(ctx, time.Minute, "killtest")
 	w := newWorkload(cl, "killtest")
 	w.write(ctx)
 	w.read(ctx, 1)
@@ -438,10 +448,7 @@ func TestMonKillRestartOSD(t *testing.T) {
 	mc := startMonCluster(t, monClusterOptions{OSDs: 4, Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: time.Hour,
 		Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}}})
 	ctx := ctxT(t, 3*time.Minute)
-	mc.waitStatus(ctx, "4 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 4 && s.Health.Status == "HEALTH_OK" })
-	if err := mc.client(t, time.Minute).MakeBucket(ctx, "midwrite"); err != nil {
-		t.Fatal(err)
-	}
+	mc.healthyClient(ctx, time.Minute, "midwrite")
 	// One attempt per put: a retry would finish what the SIGKILL cut
 	// short, and the failed puts are what this test is about.
 	w := newWorkload(mc.client(t, time.Nanosecond), "midwrite")
@@ -484,11 +491,7 @@ func TestMonAddOSD(t *testing.T) {
 		Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: time.Minute,
 			Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}}})
 	ctx := ctxT(t, 3*time.Minute)
-	mc.waitStatus(ctx, "4 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 4 && s.Health.Status == "HEALTH_OK" })
-	cl := mc.client(t, time.Minute)
-	if err := cl.MakeBucket(ctx, "addtest"); err != nil {
-		t.Fatal(err)
-	}
+	cl := mc.healthyClient(ctx, time.Minute, "addtest")
 	w := newWorkload(cl, "addtest")
 	w.write(ctx)
 	w.read(ctx, 1)
@@ -551,11 +554,7 @@ func TestMonBelowMinSize(t *testing.T) {
 	mc := startMonCluster(t, monClusterOptions{OSDs: 3, Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: 10 * time.Minute,
 		Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}}})
 	ctx := ctxT(t, 3*time.Minute)
-	mc.waitStatus(ctx, "3 OSDs up, HEALTH_OK", func(s *mon.Status) bool { return s.OSDs.Up == 3 && s.Health.Status == "HEALTH_OK" })
-	cl := mc.client(t, time.Minute)
-	if err := cl.MakeBucket(ctx, "minsize"); err != nil {
-		t.Fatal(err)
-	}
+	cl := mc.healthyClient(ctx, time.Minute, "minsize")
 	w := newWorkload(cl, "minsize")
 	w.write(ctx)
 	w.waitFlowing(ctx, t, 30, time.Now().Add(-time.Second))

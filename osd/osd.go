@@ -37,6 +37,7 @@ import (
 
 	"github.com/ospreystore/osprey/internal/guard"
 	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/pending"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
@@ -239,8 +240,8 @@ type OSD struct {
 	pgMu sync.Mutex
 	pgs  map[uint32]*pgState // by store PG id
 
-	reps  pendingTable[*pendingRep]        // RepOps waiting for replicas
-	calls pendingTable[chan *msgr.Message] // OSD-to-OSD requests waiting for replies
+	reps  pending.Table[*pendingRep] // RepOps waiting for replicas
+	calls pending.Calls              // OSD-to-OSD requests waiting for replies
 
 	peerMu  sync.Mutex
 	peers   map[uint32]*peerState
@@ -327,7 +328,6 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	cfg.Logger = cfg.Logger.With("osd", cfg.ID)
 	o := &OSD{cfg: cfg, id: cfg.ID, log: cfg.Logger, pgs: map[uint32]*pgState{}, peers: map[uint32]*peerState{}, started: time.Now(),
 		mon: mc, ident: ident, rebootCh: make(chan struct{}, 1), authz: authz}
-	o.reps.init()
 	o.recoverySlots = make(chan struct{}, cfg.RecoveryMaxActive)
 	if cfg.RecoveryBytesPerSec > 0 {
 		// A burst of a tenth of a second (at least 1 MiB): big objects go
@@ -339,7 +339,6 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		keep = 2000
 	}
 	o.trimEvery = uint64(max(1, keep/8))
-	o.calls.init()
 	o.mapv.Store(cfg.Map)
 	o.ctx, o.cancel = context.WithCancel(context.Background())
 	o.quit = make(chan struct{})
@@ -517,10 +516,10 @@ func (o *OSD) Close(ctx context.Context) error {
 		o.releaseTransports()
 		close(o.quit)
 		o.wg.Wait()
-		o.reps.failAll(func(p *pendingRep) {
+		o.reps.FailIf(nil, func(p *pendingRep) {
 			p.finish(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is shutting down", o.id))
 		})
-		o.calls.failAll(func(ch chan *msgr.Message) { close(ch) })
+		o.calls.FailIf(nil)
 		errs = append(errs, o.st.Close())
 		if o.mon != nil {
 			o.mon.Close()

@@ -570,19 +570,11 @@ func (p *pendingRep) waitsFor(id uint32) bool {
 // RepTimeout (10 s); now the client retries after its backoff, and the
 // retry finds the entry in the PG log and only syncs the replicas.
 func (o *OSD) failPeer(id uint32, why string) {
-	var tids []uint64
-	o.reps.mu.Lock()
-	for tid, pr := range o.reps.m {
-		if pr.waitsFor(id) {
-			tids = append(tids, tid)
-		}
-	}
-	o.reps.mu.Unlock()
-	for _, tid := range tids {
-		o.failRep(tid, fmt.Errorf("replica osd.%d %s", id, why))
-	}
-	if len(tids) > 0 {
-		o.log.Info("writes waiting for a replica failed at once (retriable)", "peer", id, "why", why, "writes", len(tids))
+	n := o.reps.FailIf(func(pr *pendingRep) bool { return pr.waitsFor(id) }, func(pr *pendingRep) {
+		pr.finish(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "replica osd.%d %s", id, why))
+	})
+	if n > 0 {
+		o.log.Info("writes waiting for a replica failed at once (retriable)", "peer", id, "why", why, "writes", n)
 	}
 }
 
@@ -658,9 +650,9 @@ func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osd
 		return
 	}
 	pr := &pendingRep{done: done, waiting: slices.Clone(replicas)}
-	tid := o.reps.add(pr)
+	tid := o.reps.Add(pr)
 	pr.timer = time.AfterFunc(o.cfg.RepTimeout, func() {
-		if pr, ok := o.reps.take(tid); ok {
+		if pr, ok := o.reps.Take(tid); ok {
 			pr.finish(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x: replicas did not ack version %d.%d within %v",
 				p.pool, p.pg, e.Version.GetEpoch(), e.Version.GetSeq(), o.cfg.RepTimeout))
 		}
@@ -713,7 +705,7 @@ func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osd
 }
 
 func (o *OSD) failRep(tid uint64, err error) {
-	if pr, ok := o.reps.take(tid); ok {
+	if pr, ok := o.reps.Take(tid); ok {
 		pr.finish(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "%v", err))
 	}
 }
@@ -741,14 +733,14 @@ func (o *OSD) repReply(r *osdpb.RepOpReply, from uint32) {
 		if r.Tid == 0 && errors.Is(err, ops.ErrStaleEpoch) {
 			o.resync(r.Pool, r.Pg, from)
 		}
-		if pr, ok := o.reps.take(r.Tid); ok {
+		if pr, ok := o.reps.Take(r.Tid); ok {
 			pr.finish(err)
 		}
 		return
 	}
-	pr, ok := o.reps.get(r.Tid)
+	pr, ok := o.reps.Get(r.Tid)
 	if ok && pr.acked(from) {
-		if pr, ok := o.reps.take(r.Tid); ok {
+		if pr, ok := o.reps.Take(r.Tid); ok {
 			pr.finish(nil)
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,13 +37,6 @@ func benchGateway(b *testing.B) (*client.Client, *s3gw.Gateway) {
 		b.Fatal(err)
 	}
 	return cl, gw
-}
-
-// processCPU is the user+system CPU time of the process so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkPut4MiB is a 4 MiB PUT through the gateway's handler (no
@@ -128,24 +120,8 @@ func benchPut(b *testing.B, size int64) {
 	})
 }
 
-// put16 runs op with 16 in flight (GOMAXPROCS where that is more) and reports, beside the usual, the
-// process's CPU time per GB of payload (cpu-s/GB).
+// put16 runs op with 16 in flight (GOMAXPROCS where that is more), with
+// osdtest.BenchOps's CPU figures.
 func put16(b *testing.B, size int64, op func(i int) error) {
-	b.SetBytes(size)
-	b.ReportAllocs()
-	b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0)))
-	cpu0 := processCPU()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for i := 0; pb.Next(); i++ {
-			if err := op(i); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-	b.StopTimer()
-	cpu := processCPU() - cpu0
-	b.ReportMetric(cpu.Seconds()/(float64(int64(b.N)*size)/1e9), "cpu-s/GB")
-	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+	osdtest.BenchOps(b, size, max(1, 16/runtime.GOMAXPROCS(0)), op)
 }

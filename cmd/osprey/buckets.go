@@ -27,32 +27,44 @@ that exists already is BucketAlreadyExists (exit 1) unless
   osprey mb -p logs backups`,
 		Args: argsBetween(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			buckets, err := bucketArgs(args, "")
-			if err != nil {
-				return err
-			}
-			cl, err := connect(ctx, cmd, c.target)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			p := c.printer(cmd)
-			for _, b := range buckets {
-				err = cl.MakeBucket(ctx, b)
+			return forBuckets(cmd, &c, args, "", func(ctx context.Context, cl *client.Client, p *printer, b string) error {
+				err := cl.MakeBucket(ctx, b)
 				existed := errors.Is(err, client.ErrBucketAlreadyExists) && ignoreExisting
 				if err != nil && !existed {
 					return fmt.Errorf("%s: %w", remoteScheme+b, err)
 				}
 				p.result("make_bucket: "+b, map[string]any{"op": "make_bucket", "bucket": b, "existed": existed})
-			}
-			return nil
+				return nil
+			})
 		},
 		ValidArgsFunction: cobra.NoFileCompletions,
 	}
 	c.add(cmd)
 	cmd.Flags().BoolVarP(&ignoreExisting, "ignore-existing", "p", false, "a bucket that exists already is not an error")
 	return cmd
+}
+
+// forBuckets does do to each bucket args name, in order, over one
+// connection, and stops at the first error. Every argument is checked
+// first (bucketArgs, hint included), so a bad one changes nothing.
+func forBuckets(cmd *cobra.Command, c *commonFlags, args []string, hint string, do func(ctx context.Context, cl *client.Client, p *printer, bucket string) error) error {
+	ctx := cmd.Context()
+	buckets, err := bucketArgs(args, hint)
+	if err != nil {
+		return err
+	}
+	cl, err := connect(ctx, cmd, c.target)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	p := c.printer(cmd)
+	for _, b := range buckets {
+		if err := do(ctx, cl, p, b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // bucketArgs checks that every argument names a bucket alone, before
@@ -88,23 +100,9 @@ in progress, as aws s3 rb --force does.`,
   osprey rb --force scratch`,
 		Args: argsBetween(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			buckets, err := bucketArgs(args, "; to delete objects use rm")
-			if err != nil {
-				return err
-			}
-			cl, err := connect(ctx, cmd, c.target)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			p := c.printer(cmd)
-			for _, b := range buckets {
-				if err := removeBucket(ctx, cl, p, b, force, jobs); err != nil {
-					return err
-				}
-			}
-			return nil
+			return forBuckets(cmd, &c, args, "; to delete objects use rm", func(ctx context.Context, cl *client.Client, p *printer, b string) error {
+				return removeBucket(ctx, cl, p, b, force, jobs)
+			})
 		},
 	}
 	c.add(cmd)

@@ -159,30 +159,30 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		c.Map = m
 	}
+	if err := c.startDaemons(ctx, opts); err != nil {
+		c.Close(context.Background())
+		return nil, err
+	}
+	return c, nil
+}
+
+// startDaemons starts the OSDs (through a mon with opts.WithMon, else on
+// the map as it is) and the metrics endpoint.
+func (c *Cluster) startDaemons(ctx context.Context, opts Options) error {
 	if opts.WithMon {
 		if err := c.startWithMon(ctx, opts); err != nil {
-			c.Close(context.Background())
-			return nil, err
+			return err
 		}
-		if err := c.serveMetrics(ctx, opts); err != nil {
-			c.Close(context.Background())
-			return nil, err
-		}
-		return c, nil
+		return c.serveMetrics(ctx, opts)
 	}
 	for info := range c.Map.OSDs() {
 		if err := c.startOSD(ctx, info.Id, osd.Config{ID: info.Id, Map: c.Map, MapPath: c.MapPath,
 			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
 			Store: store.Options{ReadCacheSize: opts.ReadCacheSize}}); err != nil {
-			c.Close(context.Background())
-			return nil, err
+			return err
 		}
 	}
-	if err := c.serveMetrics(ctx, opts); err != nil {
-		c.Close(context.Background())
-		return nil, err
-	}
-	return c, nil
+	return c.serveMetrics(ctx, opts)
 }
 
 // serveMetrics starts the daemons' metrics listeners, with opts.Metrics.

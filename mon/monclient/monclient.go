@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/pending"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
@@ -92,12 +93,11 @@ type Client struct {
 	tid atomic.Uint64
 	// releaseTransports closes ms's transports if New made them.
 	releaseTransports func()
+	pending           pending.Calls
 
-	mu      sync.Mutex
-	pending map[uint64]*call
-	leader  string // the address to try first; "" when unknown
-	next    int    // the next of o.Addrs to try when no leader is known
-	closed  bool
+	mu     sync.Mutex
+	leader string // the address to try first; "" when unknown
+	next   int    // the next of o.Addrs to try when no leader is known
 
 	mapMu sync.Mutex // orders map adoption and the OnMap queue
 	// authMu orders OnAuth calls; authRev is the last table's revision.
@@ -120,11 +120,6 @@ type Client struct {
 	wg     sync.WaitGroup
 }
 
-type call struct {
-	conn *msgr.Conn
-	ch   chan *msgr.Message // the reply; closed when the conn failed
-}
-
 // New makes a client with a messenger of its own. It does not contact the
 // mons: the first request does.
 func New(ctx context.Context, o Options) (*Client, error) {
@@ -145,7 +140,7 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	}
 	o.Addrs = slices.Clone(o.Addrs)
 	c := &Client{
-		o: o, log: o.Logger, pending: map[uint64]*call{},
+		o: o, log: o.Logger,
 		wake: make(chan struct{}, 1), subscribed: make(chan struct{}), refused: make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -178,17 +173,9 @@ func New(ctx context.Context, o Options) (*Client, error) {
 
 // Close ends the client: requests in progress fail with ErrClosed.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !c.pending.Close() {
 		return nil
 	}
-	c.closed = true
-	for tid, p := range c.pending {
-		close(p.ch)
-		delete(c.pending, tid)
-	}
-	c.mu.Unlock()
 	c.cancel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -442,19 +429,11 @@ func (c *Client) roundTrip(ctx context.Context, addr string, t osdpb.MsgType, ti
 		}
 		return nil, err
 	}
-	p := &call{conn: conn, ch: make(chan *msgr.Message, 1)}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	p := c.pending.Start(tid, conn)
+	if p == nil {
 		return nil, ErrClosed
 	}
-	c.pending[tid] = p
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.pending, tid)
-		c.mu.Unlock()
-	}()
+	defer c.pending.End(tid)
 	actx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	m := msgr.NewMessage(uint16(t), front, nil)
@@ -464,7 +443,7 @@ func (c *Client) roundTrip(ctx context.Context, addr string, t osdpb.MsgType, ti
 		return nil, fmt.Errorf("sending to %s: %w", addr, err)
 	}
 	select {
-	case r, ok := <-p.ch:
+	case r, ok := <-p.Reply:
 		if !ok {
 			if c.ctx.Err() != nil {
 				return nil, ErrClosed
@@ -580,37 +559,11 @@ func (d dispatcher) Dispatch(m *msgr.Message) {
 		c.noteMap(mm.Map)
 		return
 	}
-	tid := m.Tid()
-	c.mu.Lock()
-	p := c.pending[tid]
-	if p != nil && p.conn == m.Conn() {
-		delete(c.pending, tid)
-	} else {
-		p = nil
-	}
-	c.mu.Unlock()
-	if p == nil {
-		m.Release() // a reply to an attempt that gave up
-		return
-	}
-	p.ch <- m
+	c.pending.Deliver(m, true) // a reply on another session is an old attempt's
 }
 
 // HandleEvent fails the calls waiting on a conn that closed.
-func (d dispatcher) HandleEvent(ev msgr.Event) {
-	if ev.Kind != msgr.EventReset && ev.Kind != msgr.EventRemoteReset {
-		return
-	}
-	c := d.c
-	c.mu.Lock()
-	for k, p := range c.pending {
-		if p.conn == ev.Conn {
-			delete(c.pending, k)
-			close(p.ch)
-		}
-	}
-	c.mu.Unlock()
-}
+func (d dispatcher) HandleEvent(ev msgr.Event) { d.c.pending.HandleEvent(ev) }
 
 // sleep waits d or until ctx ends; false if ctx ended.
 func sleep(ctx context.Context, d time.Duration) bool {

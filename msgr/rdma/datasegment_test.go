@@ -48,14 +48,6 @@ func dialData(t *testing.T, cfg rdma.Config, d msgr.Dispatcher, srvOpt, cliOpt f
 	return connect(t, cli, addr, "osd.0"), trS, trC
 }
 
-type receivedData struct {
-	seq   uint64
-	addr  uintptr
-	same  bool // the bytes sent
-	crc   uint32
-	crcOK bool
-}
-
 // TestRDMAReceivedDataAlignedAndChecked sends payloads from 1 byte to
 // 8 MiB, with fronts of 0, 16 and 4097 bytes, each once with the CRC
 // handed in and once without: every one arrives intact with
@@ -69,8 +61,7 @@ func TestRDMAReceivedDataAlignedAndChecked(t *testing.T) {
 }
 
 func testReceivedDataAlignedAndChecked(t *testing.T, mode rdma.RendezvousMode) {
-	type sent struct{ front, data []byte }
-	var want []sent // by seq-1, built before the first send
+	dc := &msgrtest.DataCheck{Aligned: goesByRendezvous, CRC: true, Wait: 60 * time.Second}
 	sizes := []int{1, 100, 4096, rdvBufSize - 100, rdvBufSize + 1, 64 << 10, 1 << 20, 4 << 20, 4<<20 + 1, 8 << 20}
 	fronts := []int{0, 16, 4097}
 	rdv := 0
@@ -78,49 +69,14 @@ func testReceivedDataAlignedAndChecked(t *testing.T, mode rdma.RendezvousMode) {
 		d := fill(size, uint64(i))
 		for j := range 2 {
 			f := bytes.Repeat([]byte{byte('a' + i)}, fronts[(i+j)%len(fronts)])
-			want = append(want, sent{f, d})
+			dc.Sent = append(dc.Sent, msgrtest.Sent{Front: f, Data: d})
 			if goesByRendezvous(len(f), len(d)) {
 				rdv++
 			}
 		}
 	}
-	got := make(chan receivedData, len(want))
-	cfg := rdma.Config{BufSize: rdvBufSize, Rendezvous: mode}
-	c, trS, trC := dialData(t, cfg, msgr.DispatchFunc(func(m *msgr.Message) {
-		defer m.Release()
-		w := want[m.Seq()-1]
-		crc, ok := m.DataCRC()
-		got <- receivedData{seq: m.Seq(), addr: uintptr(unsafe.Pointer(unsafe.SliceData(m.Data))),
-			same: bytes.Equal(m.Data, w.data) && bytes.Equal(m.Front, w.front), crc: crc, crcOK: ok}
-	}), nil, nil)
-	for i, w := range want {
-		m := msgr.NewMessage(1, w.front, w.data)
-		if i%2 == 1 { // the sender knows the CRC; else its link computes it
-			m.SetDataCRC(wire.CRC(w.data))
-		}
-		if err := c.Send(context.Background(), m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range want {
-		var r receivedData
-		select {
-		case r = <-got:
-		case <-time.After(60 * time.Second):
-			t.Fatalf("not all delivered; %s", c)
-		}
-		w := want[r.seq-1]
-		what := fmt.Sprintf("message %d (front %d, data %d)", r.seq, len(w.front), len(w.data))
-		if goesByRendezvous(len(w.front), len(w.data)) && r.addr%wire.DataAlign != 0 {
-			t.Errorf("%s, by rendezvous: data at %#x, not on a %d-byte boundary", what, r.addr, wire.DataAlign)
-		}
-		if !r.same {
-			t.Errorf("%s: front or data differs", what)
-		}
-		if wantCRC := wire.CRC(w.data); !r.crcOK || r.crc != wantCRC {
-			t.Errorf("%s: DataCRC %08x, %v; want %08x, true", what, r.crc, r.crcOK, wantCRC)
-		}
-	}
+	c, trS, trC := dialData(t, rdma.Config{BufSize: rdvBufSize, Rendezvous: mode}, dc.Dispatcher(), nil, nil)
+	dc.Run(t, c)
 	// The big ones did go by rendezvous, the way mode says.
 	checkMoved(t, mode, trC, trS, uint64(rdv))
 }

@@ -196,19 +196,7 @@ func TestDataFileCorruption(t *testing.T) {
 	if err != nil || !bytes.Equal(got, body[512:]) {
 		t.Fatalf("clean tail: %v", err)
 	}
-	for _, rg := range [][2]int64{{0, -1}, {300, 1}, {255, 2}, {511, 10}, {256, 256}} {
-		_, got, err := e.s.ReadRange(e.ctx, "b", "k", rg[0], rg[1], []byte("x"))
-		var ce *store.CorruptError
-		if !errors.As(err, &ce) || ce.Bucket != "b" || ce.Key != "k" || ce.Chunk != 1 {
-			t.Fatalf("range %v: %#v", rg, err)
-		}
-		if string(got) != "x" {
-			t.Fatalf("corrupt read returned bytes %q", got)
-		}
-	}
-	if e.s.Stats().Corruptions == 0 {
-		t.Fatal("corruption not counted")
-	}
+	e.wantCorrupt("b", "k", 1, [2]int64{0, -1}, [2]int64{300, 1}, [2]int64{255, 2}, [2]int64{511, 10}, [2]int64{256, 256})
 
 	// A short file fails the chunks it lacks; a missing one fails every read.
 	e.put(0, "b", "short", body)
@@ -259,25 +247,10 @@ func TestReadDuringOverwrite(t *testing.T) {
 	v1, v2 := randBytes(r, 4000), randBytes(r, 5000)
 	e.put(0, "b", "k", v1)
 	id1 := e.fileID("b", "k")
-
-	parked, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	e.s.SetBeforeFileReadForTest(func() {
-		once.Do(func() {
-			close(parked)
-			<-release
-		})
-	})
-	type result struct {
-		body []byte
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
+	release, wait := e.parkedRead(func() ([]byte, error) {
 		_, body, err := e.s.ReadRange(e.ctx, "b", "k", 0, -1, nil)
-		done <- result{body, err}
-	}()
-	<-parked
+		return body, err
+	})
 
 	e.put(0, "b", "k", v2)
 	id2 := e.fileID("b", "k")
@@ -295,10 +268,9 @@ func TestReadDuringOverwrite(t *testing.T) {
 	}
 	e.checkIntegrity() // dead files held by readers are accounted for
 
-	close(release)
-	res := <-done
-	if res.err != nil || !bytes.Equal(res.body, v1) {
-		t.Fatalf("parked reader: %d bytes, %v", len(res.body), res.err)
+	release()
+	if body, err := wait(); err != nil || !bytes.Equal(body, v1) {
+		t.Fatalf("parked reader: %d bytes, %v", len(body), err)
 	}
 	e.waitReaped()
 	if e.s.DataFileExistsForTest(id1) || e.s.DataFileExistsForTest(id2) {
@@ -543,20 +515,12 @@ func TestDataFileRanges(t *testing.T) {
 			offs = append(offs, b-1, b, b+1)
 		}
 		offs = append(offs, int64(size)-1)
-		for _, off := range offs {
-			if off < 0 || off >= int64(size) {
-				continue
-			}
-			for _, end := range append(offs, int64(size)) {
-				if end <= off || end > int64(size) {
-					continue
-				}
-				want := body[off:end]
-				for i, dst := range [][]byte{nil, make([]byte, 0, end-off), aligned, unaligned} {
-					_, got, err := e.s.ReadRange(e.ctx, "b", key, off, end-off, dst)
-					if err != nil || !bytes.Equal(got, want) {
-						t.Fatalf("%s [%d, %d) into buffer %d: %d bytes, %v", key, off, end, i, len(got), err)
-					}
+		for off, end := range rangesOf(offs, int64(size)) {
+			want := body[off:end]
+			for i, dst := range [][]byte{nil, make([]byte, 0, end-off), aligned, unaligned} {
+				_, got, err := e.s.ReadRange(e.ctx, "b", key, off, end-off, dst)
+				if err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("%s [%d, %d) into buffer %d: %d bytes, %v", key, off, end, i, len(got), err)
 				}
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/ospreystore/osprey/osd/store"
@@ -59,25 +58,17 @@ func TestReadSharedRanges(t *testing.T) {
 			offs = slices.Compact(offs)
 			e.s.DropReadCacheForTest()
 			for pass := range 2 { // cold, then cached
-				for _, off := range offs {
-					if off < 0 || off >= int64(size) {
-						continue
+				for off, end := range rangesOf(offs, int64(size)) {
+					got, err := e.readShared("b", key, off, end-off)
+					if err != nil || !bytes.Equal(got, body[off:end]) {
+						t.Fatalf("chunk %d, %s [%d, %d), pass %d: %d bytes, %v", cs, key, off, end, pass, len(got), err)
 					}
-					for _, end := range append(offs, int64(size)) {
-						if end <= off || end > int64(size) {
-							continue
-						}
-						got, err := e.readShared("b", key, off, end-off)
-						if err != nil || !bytes.Equal(got, body[off:end]) {
-							t.Fatalf("chunk %d, %s [%d, %d), pass %d: %d bytes, %v", cs, key, off, end, pass, len(got), err)
-						}
-						if pass > 0 {
-							continue // ReadRange has no cache: once will do
-						}
-						_, got, err = e.s.ReadRange(e.ctx, "b", key, off, end-off, nil)
-						if err != nil || !bytes.Equal(got, body[off:end]) {
-							t.Fatalf("ReadRange: chunk %d, %s [%d, %d): %d bytes, %v", cs, key, off, end, len(got), err)
-						}
+					if pass > 0 {
+						continue // ReadRange has no cache: once will do
+					}
+					_, got, err = e.s.ReadRange(e.ctx, "b", key, off, end-off, nil)
+					if err != nil || !bytes.Equal(got, body[off:end]) {
+						t.Fatalf("ReadRange: chunk %d, %s [%d, %d): %d bytes, %v", cs, key, off, end, len(got), err)
 					}
 				}
 				if got, err := e.readShared("b", key, 0, -1); err != nil || !bytes.Equal(got, body) {
@@ -289,37 +280,15 @@ func TestReadSharedDuringOverwrite(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	v1, v2 := randBytes(r, 4000), randBytes(r, 5000)
 	e.put(0, "b", "k", v1)
-
-	parked, release := make(chan struct{}), make(chan struct{})
-	// Only the first read parks (sync.Once would make the later ones
-	// wait for it).
-	var first atomic.Bool
-	first.Store(true)
-	e.s.SetBeforeFileReadForTest(func() {
-		if first.Swap(false) {
-			close(parked)
-			<-release
-		}
-	})
-	type result struct {
-		body []byte
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		got, err := e.readShared("b", "k", 0, -1)
-		done <- result{got, err}
-	}()
-	<-parked
+	release, wait := e.parkedRead(func() ([]byte, error) { return e.readShared("b", "k", 0, -1) })
 	e.put(0, "b", "k", v2)
 	if got, err := e.readShared("b", "k", 0, -1); err != nil || !bytes.Equal(got, v2) {
 		t.Fatalf("read of the overwrite: %v", err)
 	}
 	e.del(0, "b", "k")
-	close(release)
-	res := <-done
-	if res.err != nil || !bytes.Equal(res.body, v1) {
-		t.Fatalf("parked reader: %d bytes, %v", len(res.body), res.err)
+	release()
+	if body, err := wait(); err != nil || !bytes.Equal(body, v1) {
+		t.Fatalf("parked reader: %d bytes, %v", len(body), err)
 	}
 	if st := e.s.ReadCacheStats(); st.Extents != 0 {
 		t.Fatalf("a dead file's extent stayed cached: %+v", st)

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
+	"iter"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ospreystore/osprey/osd/store"
@@ -159,5 +161,69 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// wantCorrupt checks that each range (offset, length) of bucket/key fails
+// with a CorruptError naming chunk, appends nothing to the caller's bytes,
+// and that the store counted the corruption.
+func (e *env) wantCorrupt(bucket, key string, chunk int64, ranges ...[2]int64) {
+	e.t.Helper()
+	for _, rg := range ranges {
+		_, got, err := e.s.ReadRange(e.ctx, bucket, key, rg[0], rg[1], []byte("x"))
+		wantErr(e.t, err, store.ErrCorrupt)
+		var ce *store.CorruptError
+		if !errors.As(err, &ce) || ce.Bucket != bucket || ce.Key != key || ce.Chunk != chunk {
+			e.t.Fatalf("range %v: %#v", rg, err)
+		}
+		if string(got) != "x" {
+			e.t.Fatalf("corrupt read returned bytes %q", got)
+		}
+	}
+	if e.s.Stats().Corruptions == 0 {
+		e.t.Fatal("corruption not counted")
+	}
+}
+
+// parkedRead runs read on a goroutine of its own and returns once read
+// has reached its first data-file read, where it stays parked until
+// release; later file reads pass. wait returns what read returned.
+func (e *env) parkedRead(read func() ([]byte, error)) (release func(), wait func() ([]byte, error)) {
+	parked, rel := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	first.Store(true)
+	e.s.SetBeforeFileReadForTest(func() {
+		if first.Swap(false) {
+			close(parked)
+			<-rel
+		}
+	})
+	type result struct {
+		body []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		body, err := read()
+		done <- result{body, err}
+	}()
+	<-parked
+	return func() { close(rel) }, func() ([]byte, error) { r := <-done; return r.body, r.err }
+}
+
+// rangesOf yields every range [off, end) of an object of size bytes with
+// off one of offs and end one of offs or size.
+func rangesOf(offs []int64, size int64) iter.Seq2[int64, int64] {
+	return func(yield func(int64, int64) bool) {
+		for _, off := range offs {
+			if off < 0 || off >= size {
+				continue
+			}
+			for _, end := range append(offs, size) {
+				if end > off && end <= size && !yield(off, end) {
+					return
+				}
+			}
+		}
 	}
 }

@@ -78,12 +78,8 @@ func (s *Store) List(ctx context.Context, bucket string, opts ListOptions) (List
 	}
 
 	err := s.withView(func(v *view) error {
-		exists, err := s.bucketExists(v, bucket)
-		if err != nil {
+		if err := s.needBucket(v, bucket); err != nil {
 			return err
-		}
-		if !exists {
-			return ErrNoSuchBucket
 		}
 		if bytes.Compare(lo, hi) >= 0 {
 			return nil

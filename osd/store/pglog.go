@@ -296,30 +296,15 @@ const pgObjectsPage = 64
 // the object. An error is yielded once, last. Each page is one consistent
 // view; objects changed between pages are seen as of the later page.
 func (s *Store) PGObjects(ctx context.Context, pg uint32, afterBucket, afterKey string) iter.Seq2[*osdpb.LogEntry, error] {
-	return func(yield func(*osdpb.LogEntry, error) bool) {
-		prefix := pgIndexPrefix(pg)
-		hi := prefixEnd(prefix)
-		lo := prefix
-		if afterBucket != "" || afterKey != "" {
-			lo = keyAfter(pgIndexKey(pg, afterBucket, afterKey))
-		}
-		for size := 1; ; size = min(size*8, pgObjectsPage) {
-			page, next, err := s.pgObjectsPage(ctx, pg, lo, hi, size)
-			for _, e := range page {
-				if !yield(e, nil) {
-					return
-				}
-			}
-			if err != nil {
-				yield(nil, err)
-				return
-			}
-			if next == nil {
-				return
-			}
-			lo = next
-		}
+	prefix := pgIndexPrefix(pg)
+	hi := prefixEnd(prefix)
+	lo := prefix
+	if afterBucket != "" || afterKey != "" {
+		lo = keyAfter(pgIndexKey(pg, afterBucket, afterKey))
 	}
+	return paged(lo, 1, pgObjectsPage, func(lo []byte, size int) ([]*osdpb.LogEntry, []byte, error) {
+		return s.pgObjectsPage(ctx, pg, lo, hi, size)
+	})
 }
 
 func (s *Store) pgObjectsPage(ctx context.Context, pg uint32, lo, hi []byte, size int) (page []*osdpb.LogEntry, next []byte, err error) {

@@ -46,12 +46,8 @@ func (s *Store) lookup(v *view, bucket, key string) (*head, error) {
 		// tell the two "not found" answers apart.
 		return h, nil
 	}
-	exists, err := s.bucketExists(v, bucket)
-	if err != nil {
+	if err := s.needBucket(v, bucket); err != nil {
 		return nil, err
-	}
-	if !exists {
-		return nil, ErrNoSuchBucket
 	}
 	return nil, ErrNoSuchKey
 }
@@ -259,18 +255,31 @@ const bucketPage = 256
 // Buckets yields every bucket record in ascending name order. An error is
 // yielded once, last.
 func (s *Store) Buckets(ctx context.Context) iter.Seq2[*osdpb.BucketInfo, error] {
-	return func(yield func(*osdpb.BucketInfo, error) bool) {
-		lo := []byte{nsBucket}
-		hi := prefixEnd(lo)
-		for {
-			page, next, err := s.bucketPage(ctx, lo, hi)
-			for _, b := range page {
-				if !yield(b, nil) {
+	lo := []byte{nsBucket}
+	hi := prefixEnd(lo)
+	return paged(lo, bucketPage, bucketPage, func(lo []byte, size int) ([]*osdpb.BucketInfo, []byte, error) {
+		return s.bucketPage(ctx, lo, hi, size)
+	})
+}
+
+// paged yields the items of the pages read from lo on, in order, until a
+// page has no next (where the following page starts) or read fails; the
+// error is yielded once, last. Pages grow from first to most items,
+// eightfold a page, so that a caller who stops after a few items has
+// read few.
+func paged[T any](lo []byte, first, most int, read func(lo []byte, size int) (page []T, next []byte, err error)) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		var zero T
+		lo := lo
+		for size := first; ; size = min(size*8, most) {
+			page, next, err := read(lo, size)
+			for _, x := range page {
+				if !yield(x, nil) {
 					return
 				}
 			}
 			if err != nil {
-				yield(nil, err)
+				yield(zero, err)
 				return
 			}
 			if next == nil {
@@ -281,16 +290,16 @@ func (s *Store) Buckets(ctx context.Context) iter.Seq2[*osdpb.BucketInfo, error]
 	}
 }
 
-// bucketPage reads up to bucketPage records from lo; next is where the
+// bucketPage reads up to size records from lo; next is where the
 // following page starts, nil at the end.
-func (s *Store) bucketPage(ctx context.Context, lo, hi []byte) (page []*osdpb.BucketInfo, next []byte, err error) {
+func (s *Store) bucketPage(ctx context.Context, lo, hi []byte, size int) (page []*osdpb.BucketInfo, next []byte, err error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, nil, err
 	}
 	defer s.leave()
 	err = s.withView(func(v *view) error {
 		for ok := v.scan(lo, hi); ok; ok = v.it.Next() {
-			if len(page) == bucketPage {
+			if len(page) == size {
 				next = slices.Clone(v.it.Key())
 				return nil
 			}
@@ -325,12 +334,8 @@ func (s *Store) BucketEmpty(ctx context.Context, bucket string) (bool, error) {
 	}
 	empty := false
 	err := s.withView(func(v *view) error {
-		exists, err := s.bucketExists(v, bucket)
-		if err != nil {
+		if err := s.needBucket(v, bucket); err != nil {
 			return err
-		}
-		if !exists {
-			return ErrNoSuchBucket
 		}
 		lo := headPrefix(bucket)
 		empty = !v.scan(lo, prefixEnd(lo))

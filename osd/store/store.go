@@ -429,6 +429,15 @@ func (s *Store) bucketKnown(v getter, bucket string) (bool, error) {
 	return exists, err
 }
 
+// needBucket is nil if the bucket record is present, else ErrNoSuchBucket.
+func (s *Store) needBucket(v getter, bucket string) error {
+	exists, err := s.bucketExists(v, bucket)
+	if err == nil && !exists {
+		err = ErrNoSuchBucket
+	}
+	return err
+}
+
 // bucketExists reports whether the bucket record is present.
 func (s *Store) bucketExists(v getter, bucket string) (bool, error) {
 	_, ok, err := v.get(bucketKey(bucket))

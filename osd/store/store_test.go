@@ -219,20 +219,7 @@ func TestCorruptionDetected(t *testing.T) {
 	if err != nil || !bytes.Equal(got, body[:100]) {
 		t.Fatalf("clean chunk: %v", err)
 	}
-	for _, rg := range [][2]int64{{0, -1}, {150, 1}, {99, 2}, {199, 10}} {
-		_, got, err := e.s.ReadRange(e.ctx, "b", "k", rg[0], rg[1], []byte("x"))
-		wantErr(t, err, store.ErrCorrupt)
-		var ce *store.CorruptError
-		if !errors.As(err, &ce) || ce.Bucket != "b" || ce.Key != "k" || ce.Chunk != 1 {
-			t.Fatalf("range %v: %#v", rg, err)
-		}
-		if string(got) != "x" {
-			t.Fatalf("corrupt read returned bytes %q", got)
-		}
-	}
-	if e.s.Stats().Corruptions == 0 {
-		t.Fatal("corruption not counted")
-	}
+	e.wantCorrupt("b", "k", 1, [2]int64{0, -1}, [2]int64{150, 1}, [2]int64{99, 2}, [2]int64{199, 10})
 
 	// A corrupt head is reported too, and a new put makes the key whole.
 	e.put(0, "b", "h", []byte("head"))
