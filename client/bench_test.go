@@ -6,20 +6,11 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
 )
-
-// processCPU is the user+system CPU time of the process so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // benchCluster is a one-OSD, one-replica cluster in this process with a
 // bucket, so a benchmark's CPU is the client's, one loopback transfer and
@@ -40,7 +31,7 @@ func benchOps(b *testing.B, size int64, op func(i int) error) {
 	b.SetBytes(size)
 	b.ReportAllocs()
 	b.SetParallelism(4)
-	cpu0 := processCPU()
+	cpu0 := osdtest.ProcessCPU()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for i := 0; pb.Next(); i++ {
@@ -51,7 +42,7 @@ func benchOps(b *testing.B, size int64, op func(i int) error) {
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric((processCPU()-cpu0).Seconds()/(float64(int64(b.N)*size)/1e9), "cpu-s/GB")
+	b.ReportMetric((osdtest.ProcessCPU()-cpu0).Seconds()/(float64(int64(b.N)*size)/1e9), "cpu-s/GB")
 }
 
 // BenchmarkPut4MiB puts 4 MiB objects from a bytes.Reader (the SDK reads

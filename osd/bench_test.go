@@ -24,7 +24,10 @@ func BenchmarkClusterPut4KiB(b *testing.B) {
 	var n atomic.Int64
 	b.SetBytes(int64(len(body)))
 	b.SetParallelism(8)
+	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := osdtest.ProcessCPU()
+	defer osdtest.ReportCPU(b, cpu0)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if _, err := osdtest.Put(ctx, cl, "bench", fmt.Sprintf("k%d", n.Add(1)), body, client.PutOptions{}); err != nil {
