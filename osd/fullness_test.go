@@ -248,10 +248,10 @@ func TestBackfillWaitsForRoom(t *testing.T) {
 	}
 }
 
-// TestOnePutOneStatfs: a put measures each member's data disk once (the
-// OSD's full-ratio check and the store's own floor share one statfs), on
-// the primary and on its replicas alike; the OSDs' once-a-second polls
-// come on top.
+// TestOnePutOneStatfs: a put measures each member's data disk at most once
+// (the OSD's full-ratio check and the store's own floor share one statfs,
+// or a recent one), on the primary and on its replicas alike; the OSDs'
+// once-a-second polls come on top.
 func TestOnePutOneStatfs(t *testing.T) {
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
 	cl := c.Client(t, nil)

@@ -816,7 +816,7 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 	if adds(r.Entry) {
 		// A write that raced our heartbeat to a primary that thought us
 		// not yet full.
-		lvl, sp := o.measureSpace()
+		lvl, sp := o.measureSpace(true)
 		if lvl >= osdpb.Fullness_FULLNESS_FAILSAFE {
 			o.ackRepOp(m, r, p.last, o.fullError(lvl))
 			return

@@ -64,6 +64,8 @@ type Store struct {
 	files dataFiles
 	// res is the reserve kept for a full disk (space.go).
 	res *reserve
+	// lastSpace is Space's last measure, for RecentSpace.
+	lastSpace atomic.Pointer[spaceMeasure]
 
 	counters struct {
 		puts, deletes, readBytes, writtenBytes, corruptions, garbageCollected atomic.Int64
