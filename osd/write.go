@@ -607,7 +607,7 @@ func (o *OSD) apply(sid uint32, e *osdpb.LogEntry, body []byte, ck *store.Checke
 // acknowledgement, to the client or to the primary, waits here: never
 // before the sync that covers it.
 func (o *OSD) whenDurable(a *store.Applied, f func(error)) {
-	o.wg.Go(func() { f(a.Durable()) })
+	o.durable.Go(func() { f(a.Durable()) })
 }
 
 // applyFailed handles a local apply that failed after the entry went to
