@@ -416,3 +416,10 @@ func SetSpaceClockForTest(now func() time.Time) func() {
 	spaceClock = now
 	return func() { spaceClock = old }
 }
+
+// HoldSpaceMeasureForTest makes RecentSpace behave as while another caller
+// measures anew, until the returned release.
+func (s *Store) HoldSpaceMeasureForTest() (release func()) {
+	s.measuring.Store(true)
+	return func() { s.measuring.Store(false) }
+}

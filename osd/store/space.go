@@ -208,15 +208,21 @@ type spaceMeasure struct {
 // recentSpaceAge, and under a quarter of a memtable put since) with twice
 // the bytes put since taken off Avail: for the full-ratio check and room
 // of each write, where a statfs per put costs more than its news is worth.
+//
+// One caller measures at a time: the writes that find the measure stale
+// while it runs take the stale one, so a burst costs one statfs, not one
+// per write in flight.
 func (s *Store) RecentSpace() Space {
 	if m := s.lastSpace.Load(); m != nil {
 		put := s.counters.writtenBytes.Load() - m.written
-		if put >= 0 && uint64(put) < s.opts.MemTableSize/4 && spaceClock().Sub(m.at) < recentSpaceAge {
+		fresh := put >= 0 && uint64(put) < s.opts.MemTableSize/4 && spaceClock().Sub(m.at) < recentSpaceAge
+		if fresh || !s.measuring.CompareAndSwap(false, true) {
 			sp := m.sp
-			sp.Avail -= min(sp.Avail, 2*uint64(put))
+			sp.Avail -= min(sp.Avail, 2*uint64(max(put, 0)))
 			sp.Reserve = s.res.have.Load()
 			return sp
 		}
+		defer s.measuring.Store(false)
 	}
 	return s.Space()
 }

@@ -136,7 +136,7 @@ func TestPebbleENOSPCReleasesTheReserve(t *testing.T) {
 // TestRecentSpace: a write's usage (RecentSpace) reuses the last statfs
 // while it is recent, with twice the bytes put since taken off Avail, and
 // measures again once it is 100 ms old or a quarter of a memtable was put
-// since it.
+// since it, unless another caller is measuring already.
 func TestRecentSpace(t *testing.T) {
 	now := time.Unix(1000, 0)
 	defer store.SetSpaceClockForTest(func() time.Time { return now })()
@@ -172,6 +172,12 @@ func TestRecentSpace(t *testing.T) {
 	}
 
 	now = now.Add(100 * time.Millisecond)
+	// While another caller measures anew, a stale measure is taken as it is.
+	release := e.s.HoldSpaceMeasureForTest()
+	if got := e.s.RecentSpace(); measures() != before || got.Avail != sp.Avail-2*uint64(len(body)) {
+		t.Fatalf("RecentSpace while another measures: %d measures, Avail %d; want none, %d", measures()-before, got.Avail, sp.Avail-2*uint64(len(body)))
+	}
+	release()
 	e.s.RecentSpace()
 	if n := measures() - before; n != 1 {
 		t.Fatalf("RecentSpace of a 100 ms old measure measured the disk %d times, want 1", n)
