@@ -43,15 +43,21 @@ func (o *OSD) spaceLoop() { o.every(spaceInterval, func() { o.checkSpace() }) }
 // map's ratios and our failsafe, logs when that changes, and makes the
 // store's reserve again once a full disk has room for it.
 func (o *OSD) checkSpace() osdpb.Fullness {
-	lvl, _ := o.measureSpace()
+	lvl, _ := o.measureSpace(false)
 	return lvl
 }
 
 // measureSpace is checkSpace that also returns the usage it measured, for
 // a write to hand to the store's Check (store.CheckOptions.Space), so
-// that the two checks of a put share one statfs.
-func (o *OSD) measureSpace() (osdpb.Fullness, store.Space) {
-	sp := o.st.Space()
+// that the two checks of a put share one statfs. recent: a write's, which
+// may reuse a recent measure (store.RecentSpace) instead.
+func (o *OSD) measureSpace(recent bool) (osdpb.Fullness, store.Space) {
+	var sp store.Space
+	if recent {
+		sp = o.st.RecentSpace()
+	} else {
+		sp = o.st.Space()
+	}
 	if sp.Reserve == 0 && o.st.ReserveReleased() > 0 {
 		if made, err := o.st.MaintainReserve(); err != nil {
 			o.log.Warn("make the store's reserve again", "err", err)
@@ -120,7 +126,7 @@ func adds(e *osdpb.LogEntry) bool {
 // a replica in acting (acting[0] is us) are full. It returns our disk's
 // usage as it measured it, for the store's Check.
 func (o *OSD) fullCheck(mp *placement.Map, pool, pg uint32, acting []uint32) (store.Space, error) {
-	lvl, sp := o.measureSpace()
+	lvl, sp := o.measureSpace(true)
 	if lvl >= osdpb.Fullness_FULLNESS_FULL {
 		return sp, o.fullError(lvl)
 	}

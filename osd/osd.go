@@ -232,6 +232,8 @@ type OSD struct {
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// durable runs whenDurable's waits, on goroutines it keeps.
+	durable *waiters
 
 	shards  []chan func()
 	readers chan func()
@@ -341,6 +343,9 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	o.trimEvery = uint64(max(1, keep/8))
 	o.mapv.Store(cfg.Map)
 	o.ctx, o.cancel = context.WithCancel(context.Background())
+	// Up to 256 idle, more than a busy OSD has waits in flight (48 at 16
+	// puts in flight over three replicas), a few MiB of stacks at most.
+	o.durable = newWaiters(o.ctx, &o.wg, 256)
 	o.quit = make(chan struct{})
 
 	sopts := cfg.Store

@@ -179,7 +179,7 @@ func (o *OSD) publish(p *pgState) {
 	if p.m == nil {
 		return
 	}
-	reads := p.m.Serving() || errors.Is(p.m.CanServe(), pg.ErrBelowMinSize)
+	reads := p.m.ServesReads()
 	lagging := uint64(p.m.Epoch()) < p.peeringUntil.Load()
 	p.peering.Store((p.m.Role() == pg.RolePrimary && !reads) || lagging)
 	publishCurrent(p)

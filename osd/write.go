@@ -599,7 +599,7 @@ func (o *OSD) apply(sid uint32, e *osdpb.LogEntry, body []byte, ck *store.Checke
 // acknowledgement, to the client or to the primary, waits here: never
 // before the sync that covers it.
 func (o *OSD) whenDurable(a *store.Applied, f func(error)) {
-	o.wg.Go(func() { f(a.Durable()) })
+	o.durable.Go(func() { f(a.Durable()) })
 }
 
 // applyFailed handles a local apply that failed after the entry went to
@@ -808,7 +808,7 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 	if adds(r.Entry) {
 		// A write that raced our heartbeat to a primary that thought us
 		// not yet full.
-		lvl, sp := o.measureSpace()
+		lvl, sp := o.measureSpace(true)
 		if lvl >= osdpb.Fullness_FULLNESS_FAILSAFE {
 			o.ackRepOp(m, r, p.last, o.fullError(lvl))
 			return

@@ -1,14 +1,14 @@
 package ops
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 )
 
 // OSDName is OSD id's messenger entity name, "osd.ID", the name OSDs give
-// themselves and clients and peers dial them by.
-func OSDName(id uint32) string { return fmt.Sprintf("osd.%d", id) }
+// themselves and clients and peers dial them by. It uses no fmt: a primary
+// names each replica it sends a RepOp to.
+func OSDName(id uint32) string { return "osd." + strconv.FormatUint(uint64(id), 10) }
 
 // ParseOSDName is OSDName's inverse; false for any other name.
 func ParseOSDName(name string) (uint32, bool) {

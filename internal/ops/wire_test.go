@@ -3,6 +3,9 @@ package ops
 import "testing"
 
 func TestOSDName(t *testing.T) {
+	if got := OSDName(12); got != "osd.12" {
+		t.Errorf("OSDName(12) = %q, want osd.12", got)
+	}
 	for _, id := range []uint32{0, 7, 1<<32 - 1} {
 		if got, ok := ParseOSDName(OSDName(id)); !ok || got != id {
 			t.Errorf("ParseOSDName(%q) = %d, %v", OSDName(id), got, ok)

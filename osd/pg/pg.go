@@ -346,23 +346,36 @@ func (p *PG) Serving() bool {
 // ErrNotPrimary, ErrPeering, ErrDown, ErrIncomplete or ErrBelowMinSize.
 // Each is retriable by the client after a new map.
 func (p *PG) CanServe() error {
-	if p.Serving() {
+	why := p.refusal()
+	if why == nil {
 		return nil
 	}
-	var why error
-	switch {
-	case !p.isPrimary():
-		why = ErrNotPrimary
-	case p.phase == phaseDown:
-		why = ErrDown
-	case p.phase == phaseIncomplete:
-		why = ErrIncomplete
-	case p.phase == phaseActive && len(p.cur.acting) < p.cur.minSize:
-		why = ErrBelowMinSize
-	default:
-		why = ErrPeering
-	}
 	return fmt.Errorf("pg %s on osd.%d at epoch %d: %w (%s)", p.id, p.self, p.epoch, why, p.State())
+}
+
+// ServesReads reports whether the PG serves reads: when Serving, and
+// while active below min_size. Unlike CanServe it formats nothing: a
+// replica asks for every RepOp it takes.
+func (p *PG) ServesReads() bool {
+	why := p.refusal()
+	return why == nil || why == ErrBelowMinSize
+}
+
+// refusal is CanServe's sentinel, nil when Serving.
+func (p *PG) refusal() error {
+	switch {
+	case p.Serving():
+		return nil
+	case !p.isPrimary():
+		return ErrNotPrimary
+	case p.phase == phaseDown:
+		return ErrDown
+	case p.phase == phaseIncomplete:
+		return ErrIncomplete
+	case p.phase == phaseActive && len(p.cur.acting) < p.cur.minSize:
+		return ErrBelowMinSize
+	}
+	return ErrPeering
 }
 
 // NextVersion returns the version the primary gives its next write: the

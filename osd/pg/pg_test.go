@@ -245,8 +245,8 @@ func TestIncompleteWhenMapsAreMissing(t *testing.T) {
 	m := newMachine(t, 1, pg.PeerInfo{}).maps(5, osds(1, 2, 3))
 	m.step(pg.Info{From: 2, Epoch: 5, Info: pg.PeerInfo{Last: v(4, 1), LastEpochStarted: 3}}, pg.Info{From: 3, Epoch: 5})
 	m.expect("incomplete", false)
-	if err := m.CanServe(); !errors.Is(err, pg.ErrIncomplete) {
-		t.Fatalf("CanServe: %v", err)
+	if err := m.CanServe(); !errors.Is(err, pg.ErrIncomplete) || m.ServesReads() {
+		t.Fatalf("incomplete: CanServe %v, ServesReads %v; want ErrIncomplete, no reads", err, m.ServesReads())
 	}
 }
 
@@ -255,8 +255,8 @@ func TestBelowMinSize(t *testing.T) {
 	wantQueries(t, m.Ready(), 2, 2, 3) // members of epoch 1
 	m.step(pg.Unreachable{From: 2, Epoch: 2}, pg.Unreachable{From: 3, Epoch: 2})
 	rd := m.expect("undersized+degraded+peered", false)
-	if err := m.CanServe(); !errors.Is(err, pg.ErrBelowMinSize) {
-		t.Fatalf("CanServe below min_size: %v", err)
+	if err := m.CanServe(); !errors.Is(err, pg.ErrBelowMinSize) || !m.ServesReads() {
+		t.Fatalf("below min_size: CanServe %v, ServesReads %v; want ErrBelowMinSize, reads served", err, m.ServesReads())
 	}
 	if rd.LastEpochStarted != 0 || m.LastEpochStarted() != 1 {
 		t.Fatalf("a peered PG moved LastEpochStarted: %d %d", rd.LastEpochStarted, m.LastEpochStarted())
@@ -265,6 +265,9 @@ func TestBelowMinSize(t *testing.T) {
 	m.maps(3, osds(1, 2))
 	m.step(pg.Info{From: 2, Epoch: 3, Info: pg.PeerInfo{Last: v(1, 3), LastEpochStarted: 1}}, pg.Unreachable{From: 3, Epoch: 3})
 	m.expect("active+undersized+degraded", true)
+	if !m.ServesReads() {
+		t.Fatal("an active PG does not serve reads")
+	}
 }
 
 func TestPushesToReplicasBehind(t *testing.T) {

@@ -4,10 +4,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
+	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
@@ -29,20 +28,6 @@ var benchSizes = []struct {
 	{"1MiB-pebble", 1 << 20, -1},
 	{"4MiB", 4 << 20, 0},
 	{"4MiB-pebble", 4 << 20, -1},
-}
-
-// processCPU is the user+system CPU time of the process so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// reportCPU adds the process's CPU time per op since cpu0 (cpu-us/op):
-// a synced put's ns/op is mostly waiting for the disk, and on a shared
-// machine the CPU it costs is the steadier figure.
-func reportCPU(b *testing.B, cpu0 time.Duration) {
-	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
 }
 
 // BenchmarkApplyPut measures a synced put, overwriting 16 keys in turn so
@@ -129,9 +114,9 @@ func parallelPuts(b *testing.B, opts store.Options, size int, fresh bool, put fu
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	b.SetParallelism(8) // 16 writers on 2 CPUs
-	cpu0 := processCPU()
+	cpu0 := osdtest.ProcessCPU()
 	b.ResetTimer()
-	defer reportCPU(b, cpu0)
+	defer osdtest.ReportCPU(b, cpu0)
 	b.RunParallel(func(pb *testing.PB) {
 		pg := pgs.Add(1)
 		seq := uint64(1)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -408,3 +409,17 @@ func (s *Store) SetObjectCRCForTest(bucket, key string, crc uint32) error {
 // DirectIOForTest reports whether data files are written with O_DIRECT
 // (false once the filesystem refused it).
 func (s *Store) DirectIOForTest() bool { return !s.files.buffered.Load() }
+
+// SetSpaceClockForTest replaces RecentSpace's clock and returns a restore.
+func SetSpaceClockForTest(now func() time.Time) func() {
+	old := spaceClock
+	spaceClock = now
+	return func() { spaceClock = old }
+}
+
+// HoldSpaceMeasureForTest makes RecentSpace behave as while another caller
+// measures anew, until the returned release.
+func (s *Store) HoldSpaceMeasureForTest() (release func()) {
+	s.measuring.Store(true)
+	return func() { s.measuring.Store(false) }
+}

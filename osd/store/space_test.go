@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ospreystore/osprey/internal/smallfs"
 	"github.com/ospreystore/osprey/osd/store"
@@ -129,5 +130,69 @@ func TestPebbleENOSPCReleasesTheReserve(t *testing.T) {
 	e.reopen()
 	if _, _, err := e.read("b", "k0"); !errors.Is(err, store.ErrNoSuchKey) {
 		t.Fatalf("read a deleted object after reopen: %v", err)
+	}
+}
+
+// TestRecentSpace: a write's usage (RecentSpace) reuses the last statfs
+// while it is recent, with twice the bytes put since taken off Avail, and
+// measures again once it is 100 ms old or a quarter of a memtable was put
+// since it, unless another caller is measuring already.
+func TestRecentSpace(t *testing.T) {
+	now := time.Unix(1000, 0)
+	defer store.SetSpaceClockForTest(func() time.Time { return now })()
+	e := newEnv(t, store.Options{MemTableSize: 1 << 20})
+	e.createBucket(1, "b")
+	sp := e.s.Space()
+	if sp.Total == 0 {
+		t.Skip("the test directory's filesystem does not report its usage")
+	}
+	measures := func() int64 { return e.s.Stats().SpaceMeasures }
+	body := make([]byte, 4<<10)
+	// put is an OSD's: checked with the usage RecentSpace gives.
+	put := func(key string) {
+		t.Helper()
+		sp := e.s.RecentSpace()
+		le := putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "b", key), body)
+		ck, err := e.s.Check(e.ctx, le, body, store.CheckOptions{Space: &sp})
+		if err == nil {
+			err = e.s.ApplyChecked(e.ctx, 1, le, body, ck)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := measures()
+	put("k0")
+	got := e.s.RecentSpace()
+	if n := measures() - before; n != 0 {
+		t.Fatalf("a put and RecentSpace right after Space measured the disk %d times, want 0", n)
+	}
+	if want := sp.Avail - 2*uint64(len(body)); got.Avail != want || got.Total != sp.Total {
+		t.Fatalf("RecentSpace after a %d-byte put: %+v, want Avail %d of %d", len(body), got, want, sp.Total)
+	}
+
+	now = now.Add(100 * time.Millisecond)
+	// While another caller measures anew, a stale measure is taken as it is.
+	release := e.s.HoldSpaceMeasureForTest()
+	if got := e.s.RecentSpace(); measures() != before || got.Avail != sp.Avail-2*uint64(len(body)) {
+		t.Fatalf("RecentSpace while another measures: %d measures, Avail %d; want none, %d", measures()-before, got.Avail, sp.Avail-2*uint64(len(body)))
+	}
+	release()
+	e.s.RecentSpace()
+	if n := measures() - before; n != 1 {
+		t.Fatalf("RecentSpace of a 100 ms old measure measured the disk %d times, want 1", n)
+	}
+
+	// The next 63 puts reuse that measure; with the 64th, a quarter of the
+	// 1 MiB memtable was put since it.
+	for i := range 64 {
+		put(fmt.Sprint("q", i))
+	}
+	if n := measures() - before; n != 1 {
+		t.Fatalf("64 recent puts measured the disk %d times in all, want 1", n)
+	}
+	e.s.RecentSpace()
+	if n := measures() - before; n != 2 {
+		t.Fatalf("RecentSpace after 256 KiB of puts measured the disk %d times in all, want 2", n)
 	}
 }

@@ -64,6 +64,10 @@ type Store struct {
 	files dataFiles
 	// res is the reserve kept for a full disk (space.go).
 	res *reserve
+	// lastSpace is Space's last measure, for RecentSpace; measuring is
+	// set while a RecentSpace measures anew.
+	lastSpace atomic.Pointer[spaceMeasure]
+	measuring atomic.Bool
 
 	counters struct {
 		puts, deletes, readBytes, writtenBytes, corruptions, garbageCollected atomic.Int64
