@@ -467,3 +467,8 @@ func (s *Store) withView(fn func(v *view) error) error {
 	}
 	return err
 }
+
+// ChunkSize is the size of the chunks the store splits objects into
+// (Options.ChunkSize): chunk CRCs of that size (CheckOptions.ChunkCRCs)
+// spare it a pass over a put's body.
+func (s *Store) ChunkSize() int { return s.opts.ChunkSize }
