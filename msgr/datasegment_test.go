@@ -222,7 +222,9 @@ func TestDataCRCForOneSend(t *testing.T) {
 // large message, its data's CRC32Cs in chunks of that size, computed as
 // the bytes arrived, whether the sender sent a data CRC or not; for
 // another chunk size, or once Data is another slice, it has none.
-func TestDataChunkCRCs(t *testing.T) {
+func TestDataChunkCRCs(t *testing.T) { testDataChunkCRCs(t, tcpEnv) }
+
+func testDataChunkCRCs(t *testing.T, env msgrtest.Env) {
 	const chunk = 1 << 20
 	type got struct {
 		size  int
@@ -231,7 +233,7 @@ func TestDataChunkCRCs(t *testing.T) {
 		other bool // chunks claimed for another size or slice
 	}
 	out := make(chan got, 8)
-	srv := tcpEnv.NewMessenger(t, "osd.0", msgr.DispatchFunc(func(m *msgr.Message) {
+	srv := env.NewMessenger(t, "osd.0", msgr.DispatchFunc(func(m *msgr.Message) {
 		defer m.Release()
 		crcs, ok := m.DataChunkCRCs(chunk)
 		_, other := m.DataChunkCRCs(chunk / 2)
@@ -241,10 +243,10 @@ func TestDataChunkCRCs(t *testing.T) {
 		m.Data = data
 		out <- got{len(m.Data), slices.Clone(crcs), ok, other || cut}
 	}), func(o *msgr.Options) { o.DataChunkCRC = chunk })
-	addr := tcpEnv.Listen(t, srv)
+	addr := env.Listen(t, srv)
 	for j, noCRC := range []bool{false, true} {
 		name := msgr.EntityName(fmt.Sprintf("osd.%d", j+1))
-		cli := tcpEnv.NewMessenger(t, name, msgrtest.NewRecorder(t), func(o *msgr.Options) { o.DisableDataCRC = noCRC })
+		cli := env.NewMessenger(t, name, msgrtest.NewRecorder(t), func(o *msgr.Options) { o.DisableDataCRC = noCRC })
 		c, err := cli.Connect(context.Background(), addr, "osd.0")
 		if err != nil {
 			t.Fatal(err)
