@@ -391,10 +391,10 @@ func (s *Store) checkBody(e *osdpb.LogEntry, body []byte, opts *CheckOptions) (c
 	case inFile:
 		// One pass over the body: the object's CRC32C follows from the
 		// chunks' (which the head keeps).
-		crcs = chunkCRCs(body, uint32(s.opts.ChunkSize))
+		crcs = s.chunkCRCs(body, uint32(s.opts.ChunkSize))
 		sum = crc32cOfChunks(crcs, uint32(s.opts.ChunkSize), uint64(len(body)))
 	default:
-		sum = bodyCRC(body)
+		sum = s.bodyCRC(body)
 	}
 	if sum != meta.Crc32C {
 		return nil, false, objErr("put", bucket, key, fmt.Errorf("%w: body crc32c %08x, meta says %08x", ErrBadDigest, sum, meta.Crc32C))

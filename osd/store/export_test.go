@@ -408,10 +408,3 @@ func (s *Store) SetObjectCRCForTest(bucket, key string, crc uint32) error {
 // DirectIOForTest reports whether data files are written with O_DIRECT
 // (false once the filesystem refused it).
 func (s *Store) DirectIOForTest() bool { return !s.files.buffered.Load() }
-
-// CountBodyCRCForTest counts the bytes of put bodies the store checksums
-// itself into n, until the returned restore.
-func CountBodyCRCForTest(n *int) func() {
-	testHookBodyCRC = func(k int) { *n += k }
-	return func() { testHookBodyCRC = nil }
-}

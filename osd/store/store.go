@@ -67,7 +67,7 @@ type Store struct {
 
 	counters struct {
 		puts, deletes, readBytes, writtenBytes, corruptions, garbageCollected atomic.Int64
-		spaceMeasures                                                         atomic.Int64
+		spaceMeasures, bodyCRCBytes                                           atomic.Int64
 	}
 }
 

@@ -1,0 +1,44 @@
+package osd_test
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
+)
+
+// TestPutBodyChecksummedByLink: the body of a put that goes to data
+// files is checksummed once per OSD, by the link it arrived on, on the
+// primary and the replicas alike: no store computes a CRC over it again
+// (store.Stats.BodyCRCBytes), and it reads back whole.
+func TestPutBodyChecksummedByLink(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
+	cl := c.Client(t, nil)
+	ctx := ctxT(t, time.Minute)
+	if err := cl.MakeBucket(ctx, "once"); err != nil {
+		t.Fatal(err)
+	}
+	summed := func() (n int64) {
+		for _, o := range c.OSDs {
+			n += o.Store().Stats().BodyCRCBytes
+		}
+		return n
+	}
+	before := summed()
+	for i, size := range []int{300 << 10, 1 << 20, 4<<20 + 5} {
+		body := osdtest.Payload(size, uint64(i))
+		if _, err := osdtest.Put(ctx, cl, "once", fmt.Sprint(i), body, client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := osdtest.Get(ctx, cl, "once", fmt.Sprint(i), client.GetOptions{})
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("get %d: %d bytes of %d, %v", i, len(got), size, err)
+		}
+	}
+	if n := summed() - before; n != 0 {
+		t.Fatalf("the stores checksummed %d bytes of bodies their links had checksummed", n)
+	}
+}
