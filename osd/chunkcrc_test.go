@@ -8,6 +8,7 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/osd/store"
 )
 
 // TestPutBodyChecksummedByLink: the body of a put that goes to data
@@ -21,12 +22,7 @@ func TestPutBodyChecksummedByLink(t *testing.T) {
 	if err := cl.MakeBucket(ctx, "once"); err != nil {
 		t.Fatal(err)
 	}
-	summed := func() (n int64) {
-		for _, o := range c.OSDs {
-			n += o.Store().Stats().BodyCRCBytes
-		}
-		return n
-	}
+	summed := func() int64 { return storeStat(c, func(st store.Stats) int64 { return st.BodyCRCBytes }) }
 	before := summed()
 	for i, size := range []int{300 << 10, 1 << 20, 4<<20 + 5} {
 		body := osdtest.Payload(size, uint64(i))
@@ -41,4 +37,12 @@ func TestPutBodyChecksummedByLink(t *testing.T) {
 	if n := summed() - before; n != 0 {
 		t.Fatalf("the stores checksummed %d bytes of bodies their links had checksummed", n)
 	}
+}
+
+// storeStat sums a store counter over the cluster's OSDs.
+func storeStat(c *osdtest.Cluster, stat func(store.Stats) int64) (n int64) {
+	for _, o := range c.OSDs {
+		n += stat(o.Store().Stats())
+	}
+	return n
 }

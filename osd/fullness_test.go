@@ -17,6 +17,7 @@ import (
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/smallfs"
 	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -259,12 +260,7 @@ func TestOnePutOneStatfs(t *testing.T) {
 	if err := cl.MakeBucket(ctx, "statfs"); err != nil {
 		t.Fatal(err)
 	}
-	measures := func() (n int64) {
-		for _, o := range c.OSDs {
-			n += o.Store().Stats().SpaceMeasures
-		}
-		return n
-	}
+	measures := func() int64 { return storeStat(c, func(st store.Stats) int64 { return st.SpaceMeasures }) }
 	const puts = 30
 	start, before := time.Now(), measures()
 	for i := range puts {
