@@ -11,8 +11,8 @@ import (
 	"github.com/ospreystore/osprey/osd/store"
 )
 
-// TestPutBodyChecksummedByLink: the body of a put that goes to data
-// files is checksummed once per OSD, by the link it arrived on, on the
+// TestPutBodyChecksummedByLink: the body of a put is checksummed once
+// per OSD, by the link it arrived on, on the
 // primary and the replicas alike: no store computes a CRC over it again
 // (store.Stats.BodyCRCBytes), and it reads back whole.
 func TestPutBodyChecksummedByLink(t *testing.T) {
@@ -24,7 +24,7 @@ func TestPutBodyChecksummedByLink(t *testing.T) {
 	}
 	summed := func() int64 { return storeStat(c, func(st store.Stats) int64 { return st.BodyCRCBytes }) }
 	before := summed()
-	for i, size := range []int{300 << 10, 1 << 20, 4<<20 + 5} {
+	for i, size := range []int{1000, 100 << 10, 300 << 10, 1 << 20, 4<<20 + 5} {
 		body := osdtest.Payload(size, uint64(i))
 		if _, err := osdtest.Put(ctx, cl, "once", fmt.Sprint(i), body, client.PutOptions{}); err != nil {
 			t.Fatal(err)

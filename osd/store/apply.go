@@ -84,9 +84,9 @@ type CheckOptions struct {
 	// last one the remainder), as the messenger computed them while the
 	// body arrived (msgr.Message.DataChunkCRCs). A put to a data file then
 	// checks the meta's CRC32C by combining them, with no pass over the
-	// body, and keeps them as its chunks'; a list that does not give the
-	// meta's CRC32C, or has the wrong count, is ErrBadDigest. Otherwise
-	// (another chunk size, a body kept inline) the store computes them.
+	// body, and keeps them as its chunks' (a body kept inline, its CRC32C
+	// only); a list that does not give the meta's CRC32C, or has the wrong
+	// count, is ErrBadDigest. For another chunk size the store computes.
 	// REQUIRES: they are the CRCs of body as Check is given it.
 	ChunkCRCs []uint32
 	ChunkSize int
@@ -381,13 +381,15 @@ func (s *Store) checkBody(e *osdpb.LogEntry, body []byte, opts *CheckOptions) (c
 	}
 	var sum uint32
 	switch {
-	case inFile && opts != nil && opts.ChunkCRCs != nil && opts.ChunkSize == s.opts.ChunkSize:
+	case len(body) > 0 && opts != nil && opts.ChunkCRCs != nil && opts.ChunkSize == s.opts.ChunkSize:
 		// The messenger's, computed as the body arrived: no pass here.
 		if n := chunkCount(uint64(len(body)), uint32(s.opts.ChunkSize)); uint64(len(opts.ChunkCRCs)) != n {
 			return nil, false, objErr("put", bucket, key, fmt.Errorf("%w: %d chunk crcs for %d chunks", ErrBadDigest, len(opts.ChunkCRCs), n))
 		}
-		crcs = slices.Clone(opts.ChunkCRCs) // the head keeps them; the caller's are valid only until its message goes
-		sum = crc32cOfChunks(crcs, uint32(s.opts.ChunkSize), uint64(len(body)))
+		sum = crc32cOfChunks(opts.ChunkCRCs, uint32(s.opts.ChunkSize), uint64(len(body)))
+		if inFile {
+			crcs = slices.Clone(opts.ChunkCRCs) // the head keeps them; the caller's are valid only until its message goes
+		}
 	case inFile:
 		// One pass over the body: the object's CRC32C follows from the
 		// chunks' (which the head keeps).
