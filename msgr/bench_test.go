@@ -96,6 +96,13 @@ func BenchmarkStreamSecure(b *testing.B) {
 	})
 }
 
+// BenchmarkStreamChunkCRCs is BenchmarkStream with the receiver computing
+// each data segment's 1 MiB chunk CRCs as it arrives, as an OSD's links
+// do (Options.DataChunkCRC): still no allocation per message.
+func BenchmarkStreamChunkCRCs(b *testing.B) {
+	benchStream(b, func(o *msgr.Options) { o.DataChunkCRC = 1 << 20 })
+}
+
 func benchStream(b *testing.B, tweaks ...func(*msgr.Options)) {
 	for _, tc := range []struct{ size, depth int }{{64, 128}, {4096, 128}, {1 << 20, 16}} {
 		b.Run(fmt.Sprintf("size=%d/depth=%d", tc.size, tc.depth), func(b *testing.B) {

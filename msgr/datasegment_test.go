@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -170,5 +171,60 @@ func TestDataCRCForOneSend(t *testing.T) {
 	}
 	if _, ok := (<-back).DataCRC(); ok {
 		t.Fatal("a message back from the messenger still claims the CRC of its last Send")
+	}
+}
+
+// TestDataChunkCRCs: a messenger with DataChunkCRC hands over, with each
+// large message, its data's CRC32Cs in chunks of that size, computed as
+// the bytes arrived, whether the sender sent a data CRC or not; for
+// another chunk size, or once Data is another slice, it has none.
+func TestDataChunkCRCs(t *testing.T) { testDataChunkCRCs(t, tcpEnv) }
+
+func testDataChunkCRCs(t *testing.T, env msgrtest.Env) {
+	const chunk = 1 << 20
+	type got struct {
+		size  int
+		crcs  []uint32
+		ok    bool
+		other bool // chunks claimed for another size or slice
+	}
+	out := make(chan got, 8)
+	srv := env.NewMessenger(t, "osd.0", msgr.DispatchFunc(func(m *msgr.Message) {
+		defer m.Release()
+		crcs, ok := m.DataChunkCRCs(chunk)
+		_, other := m.DataChunkCRCs(chunk / 2)
+		data := m.Data
+		m.Data = m.Data[:len(m.Data)-1]
+		_, cut := m.DataChunkCRCs(chunk)
+		m.Data = data
+		out <- got{len(m.Data), slices.Clone(crcs), ok, other || cut}
+	}), func(o *msgr.Options) { o.DataChunkCRC = chunk })
+	addr := env.Listen(t, srv)
+	for j, noCRC := range []bool{false, true} {
+		name := msgr.EntityName(fmt.Sprintf("osd.%d", j+1))
+		cli := env.NewMessenger(t, name, msgrtest.NewRecorder(t), func(o *msgr.Options) { o.DisableDataCRC = noCRC })
+		c, err := cli.Connect(context.Background(), addr, "osd.0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, size := range []int{100 << 10, chunk, 4<<20 + 1} {
+			d := dataOf(size, i)
+			if err := c.Send(context.Background(), msgr.NewMessage(1, nil, d)); err != nil {
+				t.Fatal(err)
+			}
+			var g got
+			select {
+			case g = <-out:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("not delivered; %s", c)
+			}
+			var want []uint32
+			for o := 0; o < size; o += chunk {
+				want = append(want, wire.CRC(d[o:min(o+chunk, size)]))
+			}
+			if !g.ok || !slices.Equal(g.crcs, want) || g.other {
+				t.Fatalf("no data crc %v, %d bytes: chunk crcs %x, %v (want %x); claimed for another size or slice: %v", noCRC, size, g.crcs, g.ok, want, g.other)
+			}
+		}
 	}
 }

@@ -49,6 +49,10 @@ type Message struct {
 	// known for, and for no other slice.
 	dataCRC uint32
 	crcOf   []byte
+	// The CRC32Cs of crcOf's chunkSize-byte chunks, which its link
+	// computed as the data arrived; they live in buf.
+	chunkCRCs []uint32
+	chunkSize int
 
 	// send-side session bookkeeping
 	out struct {
@@ -148,21 +152,41 @@ func (m *Message) KeepData() (buf *wire.Buffer, data []byte) {
 // bound to the slice m.Data is now: assigning another slice to m.Data
 // (or SetPayload) forgets it, and the link computes the CRC as without.
 // With Options.DisableDataCRC (agreed by the peer) no data CRC is sent.
-func (m *Message) SetDataCRC(crc uint32) { m.dataCRC, m.crcOf = crc, m.Data }
+func (m *Message) SetDataCRC(crc uint32) {
+	m.dataCRC, m.crcOf, m.chunkCRCs, m.chunkSize = crc, m.Data, nil, 0
+}
 
 // DataCRC returns the CRC32C of m.Data when the messenger knows it: on a
-// received message, the CRC its link verified the data against, so the
-// receiver can compare it with a CRC it was promised instead of computing
-// one; on an outgoing one, what SetDataCRC set. ok is false when nobody
-// checksummed the data (the sender's DisableDataCRC, or a transport that
-// does not report it), when Data is empty, or when m.Data is
-// no longer the slice the CRC was known for. A received message sent on
-// unchanged keeps its CRC, so forwarding costs no CRC pass.
+// received message, the CRC its link verified the data against (or, for
+// data sent without one, computed as it arrived: Options.DataChunkCRC),
+// so the receiver can compare it with a CRC it was promised instead of
+// computing one; on an outgoing one, what SetDataCRC set. ok is false
+// when nobody checksummed the data (the sender's DisableDataCRC, or a
+// transport that does not report it), when Data is empty, or when m.Data
+// is no longer the slice the CRC was known for. A received message sent
+// on unchanged keeps its CRC, so forwarding costs no CRC pass.
 func (m *Message) DataCRC() (crc uint32, ok bool) {
-	if len(m.Data) == 0 || len(m.crcOf) != len(m.Data) || unsafe.SliceData(m.crcOf) != unsafe.SliceData(m.Data) {
+	if !m.crcHolds() {
 		return 0, false
 	}
 	return m.dataCRC, true
+}
+
+// DataChunkCRCs returns the CRC32Cs of a received message's Data in
+// chunkSize-byte chunks from its start (the last one the remainder), when
+// its link computed them as the bytes arrived (Options.DataChunkCRC) in
+// chunks of that size; ok is false otherwise, or when m.Data is no longer
+// the slice they were computed for. They are valid until Release.
+func (m *Message) DataChunkCRCs(chunkSize int) (crcs []uint32, ok bool) {
+	if m.chunkCRCs == nil || chunkSize != m.chunkSize || !m.crcHolds() {
+		return nil, false
+	}
+	return m.chunkCRCs, true
+}
+
+// crcHolds reports whether the CRCs m knows are of m.Data as it is now.
+func (m *Message) crcHolds() bool {
+	return len(m.Data) != 0 && len(m.crcOf) == len(m.Data) && unsafe.SliceData(m.crcOf) == unsafe.SliceData(m.Data)
 }
 
 // DecodeFront unmarshals the front into pb; a malformed front is an error,
@@ -223,7 +247,7 @@ func (m *Message) recycle() {
 	if fn := m.OnRelease; fn != nil {
 		// The CRC was a promise for one Send: a message its owner
 		// reuses with other bytes in the same slice must not keep it.
-		m.dataCRC, m.crcOf = 0, nil
+		m.dataCRC, m.crcOf, m.chunkCRCs, m.chunkSize = 0, nil, nil, 0
 		fn(m)
 		return
 	}

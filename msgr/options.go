@@ -113,6 +113,15 @@ type Options struct {
 	// ms_crc_data=false) when the peer agrees. Preamble and front CRCs
 	// are always on.
 	DisableDataCRC bool
+	// DataChunkCRC, when positive, has the links compute the CRC32C of
+	// each DataChunkCRC-byte chunk of a received data segment as its bytes
+	// arrive, whether or not the sender sent a data CRC
+	// (wire.LinkOptions.DataChunk), and the messages hand them over
+	// (Message.DataChunkCRCs): a store that keeps chunks of that size
+	// checks a body against them instead of reading it again. Transports
+	// that cannot hand them up check a data CRC as before. Sealed
+	// (secure) sessions carry no data CRC and hand up none. 0: off.
+	DataChunkCRC int
 	// Faults injects link failures.
 	Faults FaultInjection
 	// Transports are the transports Listen and Connect use, by address

@@ -137,6 +137,7 @@ func (c *Conn) handleFrame(lr *linkRun, f *wire.Frame) (*Message, error) {
 		m.tid = f.Tid
 		if f.HasDataCRC {
 			m.dataCRC, m.crcOf = f.DataCRC, f.Data
+			m.chunkCRCs, m.chunkSize = f.DataChunkCRCs, f.DataChunk
 		}
 		f.Buf, f.Charge = nil, wire.Charge{} // the message's now
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/smallfs"
 	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -254,12 +255,7 @@ func TestOnePutOneStatfs(t *testing.T) {
 	if err := cl.MakeBucket(ctx, "statfs"); err != nil {
 		t.Fatal(err)
 	}
-	measures := func() (n int64) {
-		for _, o := range c.OSDs {
-			n += o.Store().Stats().SpaceMeasures
-		}
-		return n
-	}
+	measures := func() int64 { return storeStat(c, func(st store.Stats) int64 { return st.SpaceMeasures }) }
 	const puts, inFlight = 200, 16
 	start, before := time.Now(), measures()
 	var wg sync.WaitGroup

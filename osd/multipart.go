@@ -156,7 +156,7 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 				o.wg.Go(func() { o.dropParts(mp, req.Header.GetPool(), pieced) })
 			}
 			e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: rec}
-			o.write(mp, sid, e, nil, nil, false, func(_ *osdpb.LogEntry, err error) {
+			o.write(mp, sid, e, nil, nil, nil, false, func(_ *osdpb.LogEntry, err error) {
 				if err != nil {
 					o.log.Warn("removing a completed upload's record", "upload", req.UploadId, "err", err)
 				}
@@ -189,7 +189,7 @@ func (o *OSD) recordWrite(m *msgr.Message, req *osdpb.UploadRequest, reply reply
 		if e.Req != nil && resend {
 			if _, found, err := o.st.FindRequest(o.ctx, sid, e.Req); err == nil && found {
 				// A resend: write answers it from the log.
-				o.write(mp, sid, e, nil, nil, true, func(applied *osdpb.LogEntry, err error) { send(err, applied) }, func() {})
+				o.write(mp, sid, e, nil, nil, nil, true, func(applied *osdpb.LogEntry, err error) { send(err, applied) }, func() {})
 				return
 			}
 		}
@@ -197,7 +197,7 @@ func (o *OSD) recordWrite(m *msgr.Message, req *osdpb.UploadRequest, reply reply
 			send(err, nil)
 			return
 		}
-		o.write(mp, sid, e, nil, nil, resend, func(applied *osdpb.LogEntry, err error) {
+		o.write(mp, sid, e, nil, nil, nil, resend, func(applied *osdpb.LogEntry, err error) {
 			send(err, applied)
 			if err == nil && after != nil {
 				o.enqueue(o.shardOf(sid), func() { after(mp, sid) })

@@ -411,14 +411,16 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		Name: name, Dispatcher: publicDispatcher{o}, DefaultPolicy: msgr.StatelessServer, Auth: pubAuth,
 		Logger: o.log.With("net", "public"), MaxMessageSize: ops.MaxMessageSize,
 		Transports: ts, Faults: cfg.Faults, DisableDataCRC: cfg.DisableDataCRC,
+		DataChunkCRC: st.ChunkSize(),
 	})
 	if err == nil {
 		o.clu, err = msgr.New(msgr.Options{
 			Name: name, Dispatcher: clusterDispatcher{o}, DefaultPolicy: msgr.LosslessPeer, Auth: cluAuth,
 			Logger: o.log.With("net", "cluster"), MaxMessageSize: ops.MaxMessageSize,
 			Transports: ts, Faults: cfg.Faults, DisableDataCRC: true,
-			Reconnect:   msgr.Backoff{Min: 10 * time.Millisecond, Max: time.Second},
-			OnDialError: o.onDialError,
+			DataChunkCRC: st.ChunkSize(),
+			Reconnect:    msgr.Backoff{Min: 10 * time.Millisecond, Max: time.Second},
+			OnDialError:  o.onDialError,
 			// No receive budget between OSDs, as Ceph caps only client
 			// messages (osd_client_message_size_cap): a replica holds
 			// RepOps while it pulls a gap over this same messenger, and a

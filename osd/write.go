@@ -155,7 +155,7 @@ func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string
 	}
 	sid := storePG(pool.Id, pg)
 	o.onShard(m, sid, func() {
-		o.write(mp, sid, e, m.Data, m.RetainData(), hdr.GetAttempt() > 0, func(applied *osdpb.LogEntry, err error) {
+		o.write(mp, sid, e, m.Data, m.RetainData(), o.chunkCRCs(m), hdr.GetAttempt() > 0, func(applied *osdpb.LogEntry, err error) {
 			o.answerWrite(conn, t, hdr, reply, bucket, applied, err)
 		}, m.Release)
 	})
@@ -211,7 +211,7 @@ func (o *OSD) bucketWrite(m *msgr.Message, req *osdpb.BucketRequest) {
 			return
 		}
 	}
-	o.write(mp, placement.MetaPG, e, nil, nil, req.Header.GetAttempt() > 0, func(_ *osdpb.LogEntry, err error) { done(err) }, m.Release)
+	o.write(mp, placement.MetaPG, e, nil, nil, nil, req.Header.GetAttempt() > 0, func(_ *osdpb.LogEntry, err error) { done(err) }, m.Release)
 }
 
 // checkBucketEmpty asks every OSD (ourselves included) whether it holds an
@@ -293,8 +293,9 @@ func (o *OSD) upPeers(mp *placement.Map, pg uint32) func(func(uint32) bool) {
 // entry gets the next version, is forwarded to the replicas and applied
 // here, and done runs when our commit is synced and every replica acked
 // its own (or it failed). The shard does not wait for the sync
-// (whenDurable). release runs once body is no longer needed.
-func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byte, buf *wire.Buffer, resend bool, done func(*osdpb.LogEntry, error), release func()) {
+// (whenDurable). release runs once body is no longer needed; chunks, when
+// not nil, are body's chunk CRCs (chunkCRCs), valid until then.
+func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byte, buf *wire.Buffer, chunks []uint32, resend bool, done func(*osdpb.LogEntry, error), release func()) {
 	if buf != nil {
 		callers := release
 		release = func() {
@@ -353,7 +354,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 			return
 		}
 	}
-	var checkOpts store.CheckOptions
+	checkOpts := store.CheckOptions{ChunkCRCs: chunks, ChunkSize: o.st.ChunkSize()}
 	if adds(e) {
 		sp, err := o.fullCheck(mp, p.pool, p.pg, acting)
 		if err != nil {
@@ -505,7 +506,7 @@ func (o *OSD) dropParts(mp *placement.Map, poolID uint32, parts []*osdpb.PartRef
 			sid := storePG(pool.Id, pg)
 			e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: part.Key}
 			o.enqueue(o.shardOf(sid), func() {
-				o.write(o.Map(), sid, e, nil, nil, false, func(_ *osdpb.LogEntry, err error) {
+				o.write(o.Map(), sid, e, nil, nil, nil, false, func(_ *osdpb.LogEntry, err error) {
 					if err != nil {
 						o.log.Warn("deleting a replaced object's part", "part", part.Key, "err", err)
 					}
@@ -787,6 +788,15 @@ func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, sid, from uint32) {
 	o.applyRepOp(p, m, r, from)
 }
 
+// chunkCRCs are the CRC32Cs of m's data in the store's chunks, as its
+// link computed them while the data arrived (msgr.Options.DataChunkCRC),
+// so that the store's check of a put reads no byte of it again; nil when
+// the link did not (a sealed session, a transport that does not).
+func (o *OSD) chunkCRCs(m *msgr.Message) []uint32 {
+	crcs, _ := m.DataChunkCRCs(o.st.ChunkSize())
+	return crcs
+}
+
 func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint32) {
 	v := r.Entry.GetVersion()
 	if v == nil {
@@ -804,7 +814,7 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 		o.ackRepOp(m, r, p.last, nil)
 		return
 	}
-	var checkOpts store.CheckOptions
+	checkOpts := store.CheckOptions{ChunkCRCs: o.chunkCRCs(m), ChunkSize: o.st.ChunkSize()}
 	if adds(r.Entry) {
 		// A write that raced our heartbeat to a primary that thought us
 		// not yet full.

@@ -133,21 +133,26 @@ func (h crcRefusals) Handle(_ context.Context, r slog.Record) error {
 // session replays it with the same wrong CRC and is refused again, so
 // neither it nor what was sent after it is ever delivered; what went
 // before arrives once. Inline, and by rendezvous in both modes (the CRC
-// is checked in different places for the two).
+// is checked in different places for the two), and with the receiver
+// computing chunk CRCs (Options.DataChunkCRC), which the CRC is then
+// checked from.
 func TestRDMAWrongDataCRCRefused(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		size int
-		mode rdma.RendezvousMode
+		name  string
+		size  int
+		mode  rdma.RendezvousMode
+		chunk int
 	}{
-		{"inline", 10 << 10, rdma.RendezvousRead},
-		{"read", 100 << 10, rdma.RendezvousRead},
-		{"write", 100 << 10, rdma.RendezvousWrite},
+		{"inline", 10 << 10, rdma.RendezvousRead, 0},
+		{"read", 100 << 10, rdma.RendezvousRead, 0},
+		{"write", 100 << 10, rdma.RendezvousWrite, 0},
+		{"read-chunks", 100 << 10, rdma.RendezvousRead, 32 << 10},
+		{"write-chunks", 100 << 10, rdma.RendezvousWrite, 32 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var delivered, refusals atomic.Int64
 			var bad atomic.Bool
-			logTo := func(o *msgr.Options) { o.Logger = slog.New(crcRefusals{&refusals}) }
+			logTo := func(o *msgr.Options) { o.Logger, o.DataChunkCRC = slog.New(crcRefusals{&refusals}), tc.chunk }
 			c, _, _ := dialData(t, rdma.Config{BufSize: rdvBufSize, Rendezvous: tc.mode}, msgr.DispatchFunc(func(m *msgr.Message) {
 				if m.Type != 1 {
 					bad.Store(true)

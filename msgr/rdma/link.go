@@ -42,9 +42,13 @@ type link struct {
 	lim      wire.Limits // in force: wire.HandshakeLimits until EndHandshake
 	steady   wire.Limits
 	noCRC    bool
-	bufSize  int
-	onClose  func() // the listener's accounting of open connections
-	nrecv    int
+	// dataChunk: wire.LinkOptions.DataChunk; sum computes a rendezvous
+	// payload's chunk CRCs with it (reader goroutine only).
+	dataChunk int
+	sum       wire.DataSum
+	bufSize   int
+	onClose   func() // the listener's accounting of open connections
+	nrecv     int
 	// sendLimit is the largest frame sent inline: our buffers and the
 	// peer's, from the connection data, whichever is smaller.
 	sendLimit int
@@ -133,7 +137,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 		return nil, fmt.Errorf("rdma: receive window of %d exceeds the provider's receive queue of %d", nrecv, rx)
 	}
 	l := &link{
-		d: d, lim: opts.Limits, steady: opts.Limits, noCRC: opts.NoDataCRC, bufSize: cfg.BufSize, nrecv: nrecv,
+		d: d, lim: opts.Limits, steady: opts.Limits, noCRC: opts.NoDataCRC, dataChunk: max(opts.DataChunk, 0), bufSize: cfg.BufSize, nrecv: nrecv,
 		readDone: make(chan readDoneEv, maxReads), connected: make(chan error, 1),
 		closed: make(chan struct{}), closeDone: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots), sendsIdle: make(chan struct{}, 1),
 	}

@@ -329,7 +329,23 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 	at := rdvFrontAt(p)
 	data := p.r.mem[:p.size]
 	front := p.r.mem[at : at+p.frontLen]
-	if err := wire.CheckEpilogue(p.epi[:], front, data, p.f.Flags&wire.FlagNoDataCRC != 0); err != nil {
+	// One pass over the payload, which the NIC wrote: the check of the
+	// sender's data CRC, and the chunk CRCs the receiver asked for
+	// (LinkOptions.DataChunk), which then give the data CRC.
+	noCRC := p.f.Flags&wire.FlagNoDataCRC != 0
+	chunk := 0
+	if p.f.Tag == wire.TagMessage && p.size > 0 {
+		chunk = l.dataChunk
+	}
+	var dcrc uint32
+	var crcs []uint32
+	summed := chunk > 0 || !noCRC
+	if summed {
+		l.sum.Start(chunk)
+		l.sum.Add(data)
+		dcrc, crcs = l.sum.Finish()
+	}
+	if err := wire.CheckEpilogueCRC(p.epi[:], front, dcrc, noCRC); err != nil {
 		l.d.putLarge(p.r)
 		return err
 	}
@@ -337,8 +353,11 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 	f.Flags &^= wire.FlagRendezvous
 	f.DataLen = uint32(p.size)
 	f.Front, f.Data = front, data
-	f.DataCRC, f.HasDataCRC = checkedDataCRC(f, p.epi[:])
+	f.DataCRC, f.HasDataCRC = dcrc, summed && p.size > 0
 	f.Buf = p.r.buffer(p.size + p.frontLen)
+	if crcs != nil {
+		f.DataChunkCRCs, f.DataChunk = f.Buf.SetChunkCRCs(crcs), chunk
+	}
 	return nil
 }
 

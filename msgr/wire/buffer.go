@@ -27,6 +27,10 @@ type Buffer struct {
 	// received bytes past the message's release copies them out of such
 	// a buffer (msgr's Message.KeepData) instead of taking a reference.
 	Lent bool
+	// crcs holds the chunk CRC32Cs of a received data segment in b
+	// (Frame.DataChunkCRCs); the array stays with b in its pool, so a
+	// frame hands them up without an allocation.
+	crcs []uint32
 }
 
 // NewExternalBuffer wraps memory the caller owns (registered memory, say)
@@ -104,6 +108,14 @@ func sizeClass(n int) int {
 	step := base / classSteps
 	q := (n - base + step - 1) / step // 1 to classSteps
 	return 1 + (shift-1-minClassShift)*classSteps + q - 1
+}
+
+// SetChunkCRCs copies crcs into storage that lives with b and returns it:
+// a link's chunk CRC32Cs of the data segment it read into b, valid for as
+// long as b is referenced.
+func (b *Buffer) SetChunkCRCs(crcs []uint32) []uint32 {
+	b.crcs = append(b.crcs[:0], crcs...)
+	return b.crcs
 }
 
 // Ref adds a reference.

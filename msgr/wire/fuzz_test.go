@@ -48,11 +48,13 @@ func streamSeeds() [][]byte {
 // panic; every frame it returns must be within its limits, consistent, and
 // encode back to exactly the bytes it was read from; every error must be
 // a *wire.Error or an I/O error of the reader, and a bare io.EOF only at a
-// frame boundary.
+// frame boundary. With mode's 0x40 bit the link computes chunk CRCs
+// (LinkOptions.DataChunk), which must be those of the data it returns.
 func FuzzReadFrame(f *testing.F) {
 	for _, s := range streamSeeds() {
 		f.Add(uint8(0), s)
 		f.Add(uint8(FeatureNoDataCRC|0x80), s)
+		f.Add(uint8(FeatureNoDataCRC|0x40|0x14), s)
 	}
 	f.Fuzz(func(t *testing.T, mode uint8, b []byte) {
 		features := uint64(mode) & KnownFeatures
@@ -64,6 +66,9 @@ func FuzzReadFrame(f *testing.F) {
 			r = &choppyReader{r: r, rng: rand.New(rand.NewPCG(uint64(len(b)), 0)), max: 512}
 		}
 		l := NewReaderLink(r, features, fuzzLimits)
+		if mode&0x40 != 0 {
+			l.dataChunk = 1 + int(mode&0x3c)*16
+		}
 		off := 0
 		for {
 			var fr Frame
@@ -92,6 +97,7 @@ func FuzzReadFrame(f *testing.F) {
 				return
 			}
 			checkFuzzedFrame(t, &fr, features, b[off:])
+			checkFuzzedChunks(t, &fr, l.dataChunk)
 			off += fr.WireSize()
 			fr.Release()
 		}
@@ -131,6 +137,24 @@ func checkFuzzedFrame(t *testing.T, fr *Frame, features uint64, rest []byte) {
 	}
 	if !bytes.Equal(re, orig) {
 		t.Fatalf("frame %+v does not encode back to the bytes it came from", fr.Preamble)
+	}
+}
+
+// checkFuzzedChunks checks the chunk CRCs a link with DataChunk chunk
+// handed up with fr, and the data CRC they give.
+func checkFuzzedChunks(t *testing.T, fr *Frame, chunk int) {
+	t.Helper()
+	if chunk == 0 || fr.Tag != TagMessage || len(fr.Data) == 0 {
+		if fr.DataChunkCRCs != nil {
+			t.Fatalf("chunk crcs %x on a %v frame with %d data bytes, chunk %d", fr.DataChunkCRCs, fr.Tag, len(fr.Data), chunk)
+		}
+		return
+	}
+	if want := wantChunkCRCs(fr.Data, chunk); fr.DataChunk != chunk || !slicesEqual(fr.DataChunkCRCs, want) {
+		t.Fatalf("chunk crcs %x of %d, want %x of %d", fr.DataChunkCRCs, fr.DataChunk, want, chunk)
+	}
+	if !fr.HasDataCRC || fr.DataCRC != CRC(fr.Data) {
+		t.Fatalf("data crc %08x %v, want %08x", fr.DataCRC, fr.HasDataCRC, CRC(fr.Data))
 	}
 }
 

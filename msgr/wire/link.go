@@ -27,6 +27,13 @@ type Frame struct {
 	// Data against it, so the receiver need not checksum Data again.
 	DataCRC    uint32
 	HasDataCRC bool
+	// DataChunkCRCs, on a received frame, are the CRC32Cs of Data's
+	// DataChunk-byte chunks from its start (the last one the remainder),
+	// which the link computed as the bytes arrived (LinkOptions.DataChunk);
+	// DataCRC is then their combination. They live with Buf. Nil when the
+	// link did not compute them.
+	DataChunkCRCs []uint32
+	DataChunk     int
 }
 
 // Release drops the frame's hold on its receive buffer and budget.
@@ -37,6 +44,7 @@ func (f *Frame) Release() {
 	}
 	f.Charge.Release()
 	f.Front, f.Data = nil, nil
+	f.DataChunkCRCs, f.DataChunk = nil, 0
 }
 
 // LinkOptions are what the messenger tells a transport about a link.
@@ -53,6 +61,14 @@ type LinkOptions struct {
 	// NoDataCRC asks the link to skip the data CRC on frames it writes,
 	// when the peer agreed to FeatureNoDataCRC.
 	NoDataCRC bool
+	// DataChunk, when positive, asks the link to compute the CRC32C of
+	// each DataChunk-byte chunk of a received MESSAGE's data segment as
+	// the bytes arrive, whether or not the sender sent a data CRC, and
+	// hand them up (Frame.DataChunkCRCs): a store that keeps chunks of
+	// that size then needs no pass over the data of its own. A data CRC
+	// in the epilogue is checked by combining them. Links that cannot
+	// (sealed frames, which carry no data CRC) hand up none.
+	DataChunk int
 	// Handshake starts the link in its handshake phase: until
 	// EndHandshake it reads only handshake frames of at most
 	// HandshakeLimits, and refuses anything else before allocating for it.

@@ -44,15 +44,16 @@ const (
 
 // StreamLink is a Link over a byte stream.
 type StreamLink struct {
-	r        io.Reader
-	w        io.Writer
-	closer   io.Closer
-	local    string
-	remote   string
-	features uint64
-	lim      Limits // in force: HandshakeLimits until EndHandshake, then steady
-	steady   Limits
-	noCRC    bool // write frames without data CRC
+	r         io.Reader
+	w         io.Writer
+	closer    io.Closer
+	local     string
+	remote    string
+	features  uint64
+	lim       Limits // in force: HandshakeLimits until EndHandshake, then steady
+	steady    Limits
+	noCRC     bool // write frames without data CRC
+	dataChunk int  // LinkOptions.DataChunk
 
 	onClose func()      // runs once, at the first Close
 	closed  atomic.Bool // onClose ran
@@ -78,6 +79,8 @@ type StreamLink struct {
 	need       int           // bytes fill wants at rpos
 	chunkSize  int           // size of the next chunk
 	burst      int           // bytes read since the peer last fell silent
+	sum        DataSum       // the data segment being read, as it arrives
+	summing    bool          // sum is in use for the frame being read
 }
 
 // PollReader is a byte stream that can wait for bytes without holding a
@@ -102,6 +105,7 @@ func newStreamLink(r io.Reader, w io.Writer, closer io.Closer, features uint64, 
 		r: r, w: w, closer: closer, features: features, lim: opts.Limits, steady: opts.Limits,
 		noCRC:  opts.NoDataCRC && features&FeatureNoDataCRC != 0,
 		budget: opts.Budget, done: make(chan struct{}), chunkSize: minReadChunk,
+		dataChunk: max(opts.DataChunk, 0),
 	}
 	if opts.Handshake {
 		l.lim = HandshakeLimits
@@ -308,7 +312,10 @@ func (l *StreamLink) readFrame(f *Frame) error {
 		front := b[PreambleSize : PreambleSize+int(f.FrontLen)]
 		data := b[len(front)+PreambleSize : total-EpilogueSize]
 		epi := b[total-EpilogueSize:]
-		if err := l.checkEpilogue(f, epi, front, data); err != nil {
+		if l.startSum(f) {
+			l.sum.Add(data)
+		}
+		if err := l.checkEpilogue(f, epi, front); err != nil {
 			return err
 		}
 		if len(data) == 0 {
@@ -325,6 +332,7 @@ func (l *StreamLink) readFrame(f *Frame) error {
 		copy(placed, data)
 		copy(placed[len(data):], front)
 		f.Data, f.Front, f.Buf = placed[:len(data)], placed[len(data):], buf
+		l.handChunks(f)
 		return nil
 	}
 	// A large frame: its segments and epilogue go into a buffer of their own.
@@ -339,25 +347,58 @@ func (l *StreamLink) readFrame(f *Frame) error {
 	}
 	front := b[:f.FrontLen]
 	data := b[f.FrontLen : body-EpilogueSize]
-	if err := l.checkEpilogue(f, b[body-EpilogueSize:], front, data); err != nil {
+	if err := l.checkEpilogue(f, b[body-EpilogueSize:], front); err != nil {
 		buf.Release()
 		return err
 	}
 	f.Front, f.Data, f.Buf = front, data, buf
+	l.handChunks(f)
 	return nil
 }
 
-// checkEpilogue verifies a frame's segment CRCs and, when the data CRC
-// was checked, hands it up with the frame (Frame.DataCRC).
-func (l *StreamLink) checkEpilogue(f *Frame, epi, front, data []byte) error {
+// startSum starts l.sum for f's data segment when it is to be
+// checksummed: to check the sender's data CRC, or for the chunk CRCs of
+// a MESSAGE (LinkOptions.DataChunk), which the sender's CRC is then
+// checked against. It reports whether it did.
+func (l *StreamLink) startSum(f *Frame) bool {
+	chunk := 0
+	if f.Tag == TagMessage && f.DataLen > 0 {
+		chunk = l.dataChunk
+	}
+	l.summing = chunk > 0 || f.Flags&FlagNoDataCRC == 0 && f.HasSegments()
+	if l.summing {
+		l.sum.Start(chunk)
+	}
+	return l.summing
+}
+
+// checkEpilogue verifies a frame's segment CRCs, the data's as l.sum
+// folded it, and hands the data CRC up with the frame (Frame.DataCRC)
+// when it was computed: checked against the sender's, or, for a frame
+// sent without one, the CRC of the bytes as they arrived.
+func (l *StreamLink) checkEpilogue(f *Frame, epi, front []byte) error {
 	noDataCRC := f.Flags&FlagNoDataCRC != 0
-	if err := CheckEpilogue(epi, front, data, noDataCRC); err != nil {
+	var dcrc uint32
+	if l.summing {
+		dcrc, _ = l.sum.Finish()
+	}
+	if err := CheckEpilogueCRC(epi, front, dcrc, noDataCRC); err != nil {
 		return err
 	}
-	if !noDataCRC {
-		f.DataCRC, f.HasDataCRC = EpilogueDataCRC(epi), true
+	if l.summing && f.DataLen > 0 {
+		f.DataCRC, f.HasDataCRC = dcrc, true
 	}
 	return nil
+}
+
+// handChunks hands the chunk CRCs l.sum computed for f's data up with f,
+// in storage of f.Buf's.
+func (l *StreamLink) handChunks(f *Frame) {
+	if !l.summing || l.sum.chunk == 0 {
+		return
+	}
+	_, crcs := l.sum.Finish()
+	f.DataChunkCRCs, f.DataChunk = f.Buf.SetChunkCRCs(crcs), l.sum.chunk
 }
 
 // dataCRC is the CRC32C of a data segment the link writes without one
@@ -395,17 +436,27 @@ func (l *StreamLink) readBody(f *Frame, body int) (buf *Buffer, b []byte, err er
 	}
 	at := int(f.FrontLen)
 	buf, b = GetAligned(first, at)
+	l.startSum(f)
 	n := 0
 	for {
 		// What the chunk read ahead comes first: it may hold more than a
 		// small first buffer.
 		m := copy(b[n:], l.chunk.B[l.rpos:l.rend])
 		l.rpos += m
-		if _, err := io.ReadFull(l.r, b[n+m:]); err != nil {
-			buf.Release()
-			return nil, nil, err
+		n += m
+		l.sumTo(f, b, n)
+		for n < len(b) {
+			// Each read's bytes are checksummed right after it, while
+			// they are in the cache, not in a second pass over the body.
+			k, err := l.r.Read(b[n:])
+			n += k
+			l.sumTo(f, b, n)
+			if err != nil && n < len(b) {
+				buf.Release()
+				return nil, nil, err
+			}
 		}
-		if n = len(b); n == body {
+		if n == body {
 			return buf, b, nil
 		}
 		if err := l.charge(f, min(2*n, body)); err != nil {
@@ -416,6 +467,18 @@ func (l *StreamLink) readBody(f *Frame, body int) (buf *Buffer, b []byte, err er
 		copy(nb, b)
 		buf.Release()
 		buf, b = next, nb
+	}
+}
+
+// sumTo folds into l.sum the data segment's bytes among the first n of
+// body b.
+func (l *StreamLink) sumTo(f *Frame, b []byte, n int) {
+	if !l.summing {
+		return
+	}
+	from := int(f.FrontLen) + l.sum.Len()
+	if to := min(n, int(f.FrontLen)+int(f.DataLen)); to > from {
+		l.sum.Add(b[from:to])
 	}
 }
 

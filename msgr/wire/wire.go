@@ -306,6 +306,16 @@ func EpilogueDataCRC(epi []byte) uint32 { return binary.LittleEndian.Uint32(epi[
 // CheckEpilogue verifies the segment CRCs in epi against front and data.
 // With noDataCRC the data CRC is not checked (the sender set FlagNoDataCRC).
 func CheckEpilogue(epi, front, data []byte, noDataCRC bool) error {
+	var dataCRC uint32
+	if !noDataCRC && len(epi) >= EpilogueSize {
+		dataCRC = CRC(data)
+	}
+	return CheckEpilogueCRC(epi, front, dataCRC, noDataCRC)
+}
+
+// CheckEpilogueCRC is CheckEpilogue for a link that computed the data
+// segment's CRC32C, dataCRC, as the segment arrived.
+func CheckEpilogueCRC(epi, front []byte, dataCRC uint32, noDataCRC bool) error {
 	if len(epi) < EpilogueSize {
 		return &Error{Kind: ErrKindShort, Msg: "short epilogue"}
 	}
@@ -313,8 +323,8 @@ func CheckEpilogue(epi, front, data []byte, noDataCRC bool) error {
 		return &Error{Kind: ErrKindCRC, Msg: fmt.Sprintf("front segment crc %08x, computed %08x", got, want)}
 	}
 	if !noDataCRC {
-		if got, want := binary.LittleEndian.Uint32(epi[4:]), CRC(data); got != want {
-			return &Error{Kind: ErrKindCRC, Msg: fmt.Sprintf("data segment crc %08x, computed %08x", got, want)}
+		if got := binary.LittleEndian.Uint32(epi[4:]); got != dataCRC {
+			return &Error{Kind: ErrKindCRC, Msg: fmt.Sprintf("data segment crc %08x, computed %08x", got, dataCRC)}
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -78,6 +79,17 @@ type CheckOptions struct {
 	// measuring again: the OSD measures its disk for its full ratios
 	// before every write that adds data, so a put costs one statfs.
 	Space *Space
+	// ChunkCRCs, when ChunkSize is the store's (Options.ChunkSize), are
+	// the CRC32Cs of the body's ChunkSize-byte chunks from its start (the
+	// last one the remainder), as the messenger computed them while the
+	// body arrived (msgr.Message.DataChunkCRCs). A put to a data file then
+	// checks the meta's CRC32C by combining them, with no pass over the
+	// body, and keeps them as its chunks' (a body kept inline, its CRC32C
+	// only); a list that does not give the meta's CRC32C, or has the wrong
+	// count, is ErrBadDigest. For another chunk size the store computes.
+	// REQUIRES: they are the CRCs of body as Check is given it.
+	ChunkCRCs []uint32
+	ChunkSize int
 }
 
 // Check runs the checks of Apply that depend only on the entry, its body
@@ -105,7 +117,7 @@ func (s *Store) Check(ctx context.Context, e *osdpb.LogEntry, body []byte, opts 
 		if err := s.room(len(body), opts.Space); err != nil {
 			return nil, objErr("put", e.Bucket, e.Key, err)
 		}
-		crcs, inFile, err := s.checkBody(e, body)
+		crcs, inFile, err := s.checkBody(e, body, &opts)
 		if err != nil {
 			return nil, err
 		}
@@ -347,8 +359,9 @@ func objErr(op, bucket, key string, err error) error {
 //     pending record, and Open deletes those chunks.
 //
 // checkBody checks a put's meta and body: sizes, and the body's CRC32C
-// against the meta's. It returns a data file's chunk CRC32Cs (inFile).
-func (s *Store) checkBody(e *osdpb.LogEntry, body []byte) (crcs []uint32, inFile bool, err error) {
+// against the meta's, from the chunk CRCs in opts where they serve. It
+// returns a data file's chunk CRC32Cs (inFile).
+func (s *Store) checkBody(e *osdpb.LogEntry, body []byte, opts *CheckOptions) (crcs []uint32, inFile bool, err error) {
 	bucket, key, meta := e.Bucket, e.Key, e.Meta
 	if err := checkName(bucket, key, true); err != nil {
 		return nil, false, objErr("put", bucket, key, err)
@@ -367,13 +380,23 @@ func (s *Store) checkBody(e *osdpb.LogEntry, body []byte) (crcs []uint32, inFile
 		return nil, false, objErr("put", bucket, key, fmt.Errorf("%w: body has %d bytes, meta says %d", ErrBadDigest, len(body), meta.Size))
 	}
 	var sum uint32
-	if inFile {
+	switch {
+	case len(body) > 0 && opts != nil && opts.ChunkCRCs != nil && opts.ChunkSize == s.opts.ChunkSize:
+		// The messenger's, computed as the body arrived: no pass here.
+		if n := chunkCount(uint64(len(body)), uint32(s.opts.ChunkSize)); uint64(len(opts.ChunkCRCs)) != n {
+			return nil, false, objErr("put", bucket, key, fmt.Errorf("%w: %d chunk crcs for %d chunks", ErrBadDigest, len(opts.ChunkCRCs), n))
+		}
+		sum = crc32cOfChunks(opts.ChunkCRCs, uint32(s.opts.ChunkSize), uint64(len(body)))
+		if inFile {
+			crcs = slices.Clone(opts.ChunkCRCs) // the head keeps them; the caller's are valid only until its message goes
+		}
+	case inFile:
 		// One pass over the body: the object's CRC32C follows from the
 		// chunks' (which the head keeps).
-		crcs = chunkCRCs(body, uint32(s.opts.ChunkSize))
+		crcs = s.chunkCRCs(body, uint32(s.opts.ChunkSize))
 		sum = crc32cOfChunks(crcs, uint32(s.opts.ChunkSize), uint64(len(body)))
-	} else {
-		sum = crc32c(body)
+	default:
+		sum = s.bodyCRC(body)
 	}
 	if sum != meta.Crc32C {
 		return nil, false, objErr("put", bucket, key, fmt.Errorf("%w: body crc32c %08x, meta says %08x", ErrBadDigest, sum, meta.Crc32C))
@@ -389,7 +412,7 @@ func (s *Store) putObject(ctx context.Context, pg uint32, e *osdpb.LogEntry, bod
 		crcs, inFile = ck.crcs, ck.inFile
 	} else {
 		var err error
-		if crcs, inFile, err = s.checkBody(e, body); err != nil {
+		if crcs, inFile, err = s.checkBody(e, body, nil); err != nil {
 			return err
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"hash/crc32"
 
-	"github.com/ospreystore/osprey/internal/ops"
+	crcc "github.com/ospreystore/osprey/internal/crc32c"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -378,16 +378,5 @@ func (c *counters) add(d counters) {
 // crc32cOfChunks is the CRC32C of a body of size bytes from the CRC32Cs of
 // its chunks of chunkSize bytes (the last one the remainder).
 func crc32cOfChunks(crcs []uint32, chunkSize uint32, size uint64) uint32 {
-	if len(crcs) == 0 {
-		return crc32c(nil)
-	}
-	sum := crcs[0]
-	for n := 1; n < len(crcs); n++ {
-		l := int64(chunkSize)
-		if n == len(crcs)-1 {
-			l = int64(size - uint64(n)*uint64(chunkSize))
-		}
-		sum = ops.CRC32CCombine(sum, crcs[n], l)
-	}
-	return sum
+	return crcc.OfChunks(crcs, int64(chunkSize), int64(size))
 }

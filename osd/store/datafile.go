@@ -378,14 +378,21 @@ func (s *Store) writeBody(f vfs.File, body []byte) error {
 	return nil
 }
 
-// chunkCRCs returns the CRC32C of each chunkSize chunk of body.
-func chunkCRCs(body []byte, chunkSize uint32) []uint32 {
+// chunkCRCs returns the CRC32C of each chunkSize chunk of body, a put's.
+func (s *Store) chunkCRCs(body []byte, chunkSize uint32) []uint32 {
 	cs := int(chunkSize)
 	crcs := make([]uint32, 0, chunkCount(uint64(len(body)), chunkSize))
 	for start := 0; start < len(body); start += cs {
-		crcs = append(crcs, crc32c(body[start:min(start+cs, len(body))]))
+		crcs = append(crcs, s.bodyCRC(body[start:min(start+cs, len(body))]))
 	}
 	return crcs
+}
+
+// bodyCRC is the CRC32C of a put's body, or part of it, that the store
+// computes to check it (Stats.BodyCRCBytes).
+func (s *Store) bodyCRC(b []byte) uint32 {
+	s.counters.bodyCRCBytes.Add(int64(len(b)))
+	return crc32c(b)
 }
 
 func isNotExist(err error) bool { return errors.Is(err, iofs.ErrNotExist) }

@@ -32,6 +32,12 @@ type Stats struct {
 	// polls and one per put.
 	SpaceMeasures int64
 
+	// BodyCRCBytes counts the bytes of put bodies the store checksummed
+	// itself since Open, those that came without chunk CRCs from the
+	// messenger (CheckOptions.ChunkCRCs): inline bodies, and those of
+	// secure sessions.
+	BodyCRCBytes int64
+
 	// DiskBytes is Pebble's on-disk size (tables, blob files, WAL) plus
 	// DataFileBytes. The rest is Pebble's: memtable bytes, L0 shape, read
 	// amplification, bytes compactions are behind, flush and compaction
@@ -69,6 +75,7 @@ func (s *Store) Stats() Stats {
 	st.Corruptions = s.counters.corruptions.Load()
 	st.GarbageCollected = s.counters.garbageCollected.Load()
 	st.SpaceMeasures = s.counters.spaceMeasures.Load()
+	st.BodyCRCBytes = s.counters.bodyCRCBytes.Load()
 
 	v, closer, err := s.db.Get(keyCounters)
 	switch {

@@ -71,7 +71,7 @@ type Store struct {
 
 	counters struct {
 		puts, deletes, readBytes, writtenBytes, corruptions, garbageCollected atomic.Int64
-		spaceMeasures                                                         atomic.Int64
+		spaceMeasures, bodyCRCBytes                                           atomic.Int64
 	}
 }
 
@@ -480,3 +480,8 @@ func (s *Store) withView(fn func(v *view) error) error {
 	}
 	return err
 }
+
+// ChunkSize is the size of the chunks the store splits objects into
+// (Options.ChunkSize): chunk CRCs of that size (CheckOptions.ChunkCRCs)
+// spare it a pass over a put's body.
+func (s *Store) ChunkSize() int { return s.opts.ChunkSize }
