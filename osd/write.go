@@ -154,11 +154,17 @@ func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string
 		return
 	}
 	sid := storePG(pool.Id, pg)
-	o.onShard(m, sid, func() {
-		o.write(mp, sid, e, m.Data, m.RetainData(), hdr.GetAttempt() > 0, func(applied *osdpb.LogEntry, err error) {
-			o.answerWrite(conn, t, hdr, reply, bucket, applied, err)
-		}, m.Release)
-	})
+	run := func() {
+		o.onShard(m, sid, func() {
+			o.write(mp, sid, e, m.Data, m.RetainData(), hdr.GetAttempt() > 0, func(applied *osdpb.LogEntry, err error) {
+				o.answerWrite(conn, t, hdr, reply, bucket, applied, err)
+			}, m.Release)
+		})
+	}
+	o.vouchedWrite(mp, bucket, func(err error) {
+		o.send(conn, ops.ReplyType(t), reply(o.header(hdr, err), nil), nil)
+		m.Release()
+	}, run)
 }
 
 // answerWrite answers a write of type t on bucket: the entry applied, or
