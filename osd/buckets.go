@@ -100,19 +100,22 @@ func (o *OSD) metaBucket(ctx context.Context, bucket string) (*osdpb.BucketInfo,
 	return o.st.HeadBucket(ctx, bucket)
 }
 
-// vouchedWrite runs write, an object write to bucket, at once while this
-// OSD's copy of the bucket records is current (or the bucket is the
-// multipart one, which every OSD makes for itself). Otherwise that copy
-// may still hold a bucket deleted while we were out, and the write would
-// store an object in a bucket that is gone: the meta PG's primary vouches
-// for the bucket first (a round trip per write until our copy is current:
-// the primary's sync after each new map makes that brief), and refuse gets NoSuchBucket, or a retriable error when nobody can
-// tell yet.
-func (o *OSD) vouchedWrite(mp *placement.Map, bucket string, refuse func(error), write func()) {
-	if bucket == ops.MultipartBucket || o.bucketsCurrent(mp) {
-		write()
-		return
-	}
+// bucketVouched reports whether this OSD may write an object of bucket on
+// its own word: while its copy of the bucket records is current (and
+// always for the multipart bucket, which every OSD makes for itself).
+// Otherwise that copy may still hold a bucket deleted while we were out,
+// and the write would store an object in a bucket that is gone: vouch
+// asks the meta PG's primary first (a round trip per write until our
+// copy is current: the primary's sync after each new map makes that
+// brief).
+func (o *OSD) bucketVouched(mp *placement.Map, bucket string) bool {
+	return bucket == ops.MultipartBucket || o.bucketsCurrent(mp)
+}
+
+// vouch runs write once the meta PG's primary has said that bucket
+// exists; refuse gets NoSuchBucket when it does not, or a retriable error
+// when nobody can tell yet (we are that primary, still catching up).
+func (o *OSD) vouch(bucket string, refuse func(error), write func()) {
 	o.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(o.ctx, askMetaTimeout)
 		_, err := o.metaBucket(ctx, bucket)
