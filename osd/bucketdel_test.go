@@ -234,10 +234,12 @@ func testDeletedBucketStaysDeleted(t *testing.T, metaPrimary bool) {
 // PG before its copy of the bucket records has caught up, and that copy
 // still has a bucket deleted meanwhile. A put to that bucket through it
 // must not be acknowledged (it would store an object in a bucket that is
-// gone), and no OSD must take the bucket's record back from it: the
-// replicas of its PG, which have no such bucket, must not copy the record
-// along with the object. The test holds the returning OSD's catch-up of
-// the meta PG (SetRecoveryStarting) to keep the window open.
+// gone). And no OSD may take the bucket's record back from it: before it
+// left, it applied a put to the bucket that no replica received, which
+// its PG's replicas now copy from it (its log is the newest); they have
+// no such bucket, and must not copy the record along with the object.
+// The test holds the returning OSD's catch-up of the meta PG
+// (SetRecoveryStarting) to keep the window open.
 func TestPutToDeletedBucketAtReturningOSD(t *testing.T) {
 	forMetaRoles(t, testPutToDeletedBucketAtReturningOSD)
 }
