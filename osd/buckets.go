@@ -54,12 +54,7 @@ func (o *OSD) bucketAnswer(bucket string, err error, answer func(error)) {
 func (o *OSD) askMetaPrimary(mp *placement.Map, primary uint32, bucket string, notFound error) error {
 	ctx, cancel := context.WithTimeout(o.ctx, askMetaTimeout)
 	defer cancel()
-	var rep osdpb.BucketReply
-	err := o.call(ctx, primary, osdpb.MsgType_MSG_HEAD_BUCKET,
-		&osdpb.BucketRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: metaPool(mp), Pg: placement.MetaPG}, Bucket: bucket}, &rep, nil)
-	if err == nil {
-		err = ops.FromReply(rep.Header)
-	}
+	_, err := o.headMetaBucket(ctx, mp, primary, bucket)
 	switch {
 	case err == nil:
 		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "bucket %s exists; osd.%d is catching up on the bucket records", bucket, o.id)
@@ -68,6 +63,72 @@ func (o *OSD) askMetaPrimary(mp *placement.Map, primary uint32, bucket string, n
 	}
 	return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is catching up on the bucket records, and the meta PG's primary osd.%d did not say whether bucket %s exists: %v",
 		o.id, primary, bucket, err)
+}
+
+// headMetaBucket asks OSD primary, the meta PG's primary under mp, for
+// bucket's record: it answers only once it has peered the meta PG, so its
+// answer (ErrNoSuchBucket included) holds every bucket write acknowledged.
+func (o *OSD) headMetaBucket(ctx context.Context, mp *placement.Map, primary uint32, bucket string) (*osdpb.BucketInfo, error) {
+	var rep osdpb.BucketReply
+	err := o.call(ctx, primary, osdpb.MsgType_MSG_HEAD_BUCKET,
+		&osdpb.BucketRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: metaPool(mp), Pg: placement.MetaPG}, Bucket: bucket}, &rep, nil)
+	if err == nil {
+		err = ops.FromReply(rep.Header)
+	}
+	if err == nil && rep.Info == nil {
+		err = ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d sent no record of bucket %s", primary, bucket)
+	}
+	return rep.Info, err
+}
+
+// metaBucket returns bucket's record as the meta PG's primary has it,
+// asking it over the cluster network unless it is us: ErrNoSuchBucket
+// when the bucket does not exist, a retriable error when nobody can tell
+// yet (the primary has not peered the meta PG).
+func (o *OSD) metaBucket(ctx context.Context, bucket string) (*osdpb.BucketInfo, error) {
+	mp := o.Map()
+	primary, ok := mp.Primary(metaPool(mp), placement.MetaPG)
+	if !ok {
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "the meta PG has no primary (epoch %d)", mp.Epoch())
+	}
+	if primary != o.id {
+		return o.headMetaBucket(ctx, mp, primary, bucket)
+	}
+	if err := o.peeringErr(placement.MetaPG); err != nil {
+		return nil, err
+	}
+	return o.st.HeadBucket(ctx, bucket)
+}
+
+// bucketVouched reports whether this OSD may write an object of bucket on
+// its own word: while its copy of the bucket records is current (and
+// always for the multipart bucket, which every OSD makes for itself).
+// Otherwise that copy may still hold a bucket deleted while we were out,
+// and the write would store an object in a bucket that is gone: vouch
+// asks the meta PG's primary first (a round trip per write until our
+// copy is current: the primary's sync after each new map makes that
+// brief).
+func (o *OSD) bucketVouched(mp *placement.Map, bucket string) bool {
+	return bucket == ops.MultipartBucket || o.bucketsCurrent(mp)
+}
+
+// vouch runs write once the meta PG's primary has said that bucket
+// exists; refuse gets NoSuchBucket when it does not, or a retriable error
+// when nobody can tell yet (we are that primary, still catching up).
+func (o *OSD) vouch(bucket string, refuse func(error), write func()) {
+	o.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(o.ctx, askMetaTimeout)
+		_, err := o.metaBucket(ctx, bucket)
+		cancel()
+		if err = opError(err); err == nil {
+			write()
+			return
+		}
+		if !errors.Is(err, ops.ErrNoSuchBucket) {
+			err = ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is catching up on the bucket records, and nobody vouched for bucket %s: %v", o.id, bucket, err)
+		}
+		refuse(err)
+	})
 }
 
 // bucketsCurrent reports whether this OSD's copy of the bucket records is

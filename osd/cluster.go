@@ -860,8 +860,13 @@ func (o *OSD) fetch(ctx context.Context, p *pgState, from uint32, q *osdpb.PGBac
 // install applies one entry copied from OSD from to our store, outside the
 // PG log. An object whose bucket record has not reached us yet (the meta
 // PG recovers on its own, maybe later: an OSD that just came in has none)
-// gets the record from the same peer first, rather than failing the whole
-// recovery until the meta PG happens to finish first.
+// gets the record first, rather than failing the whole recovery until the
+// meta PG happens to finish first. The record comes from the meta PG's
+// primary, never from the object's source: a source back from being out
+// may still hold a bucket deleted meanwhile, and its copy of the record
+// would bring that bucket back here, outside the meta PG's log, for good.
+// An object of a bucket the meta PG's primary no longer has goes, as the
+// bucket's delete removes it wherever it lands.
 func (o *OSD) install(ctx context.Context, p *pgState, from uint32, e *osdpb.LogEntry, data []byte) error {
 	if e == nil {
 		return nil
@@ -871,10 +876,17 @@ func (o *OSD) install(ctx context.Context, p *pgState, from uint32, e *osdpb.Log
 	}
 	err := o.st.InstallObject(ctx, p.sid, e, data)
 	if errors.Is(err, store.ErrNoSuchBucket) && e.Key != "" {
-		if err := o.copyOne(ctx, p, from, e.Bucket, "", true); err != nil {
+		info, err := o.metaBucket(ctx, e.Bucket)
+		if errors.Is(opError(err), ops.ErrNoSuchBucket) {
+			return o.st.RemoveObject(ctx, p.sid, e.Bucket, e.Key)
+		}
+		if err != nil {
+			return fmt.Errorf("bucket %s of %s: %w", e.Bucket, e.Key, err)
+		}
+		if err := o.st.InstallObject(ctx, placement.MetaPG, bucketEntry(info), nil); err != nil {
 			return err
 		}
-		err = o.st.InstallObject(ctx, p.sid, e, data)
+		return o.st.InstallObject(ctx, p.sid, e, data)
 	}
 	return err
 }

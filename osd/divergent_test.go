@@ -47,25 +47,7 @@ func TestDivergentEntryRolledBack(t *testing.T) {
 	// The victim stops, and its store gets the dead primary's last
 	// write: an object no one else has, at the next version of the epoch.
 	c.StopOSD(victim)
-	st, err := store.Open(ctx, store.Options{Dir: filepath.Join(c.Config(victim).DataDir, "store"),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, _, err := st.PGInfo(ctx, sid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := []byte("never acknowledged")
-	e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: "div", Key: ghost,
-		Version: &osdpb.Version{Epoch: last.GetEpoch(), Seq: last.GetSeq() + 1},
-		Meta:    &osdpb.ObjectMeta{Size: uint64(len(body)), Crc32C: crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))}}
-	if err := st.Apply(ctx, sid, e, body); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	applyAlone(ctx, t, c, victim, sid, "div", ghost, []byte("never acknowledged"))
 
 	// A new epoch without the victim: the PG writes on (its log now
 	// passes the divergent version in epoch order).
@@ -97,5 +79,30 @@ func TestDivergentEntryRolledBack(t *testing.T) {
 		if _, err := o.Store().Head(context.Background(), "div", ghost); err == nil {
 			t.Fatalf("osd.%d still has %s, which only a dead primary wrote (never acknowledged)", id, ghost)
 		}
+	}
+}
+
+// applyAlone writes bucket/key into stopped OSD id's copy of store PG sid,
+// at the PG's next version: what a primary that applied a put and died
+// before any replica had it leaves behind.
+func applyAlone(ctx context.Context, t *testing.T, c *osdtest.Cluster, id, sid uint32, bucket, key string, body []byte) {
+	t.Helper()
+	st, err := store.Open(ctx, store.Options{Dir: filepath.Join(c.Config(id).DataDir, "store"),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _, err := st.PGInfo(ctx, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: bucket, Key: key,
+		Version: &osdpb.Version{Epoch: last.GetEpoch(), Seq: last.GetSeq() + 1},
+		Meta:    &osdpb.ObjectMeta{Size: uint64(len(body)), Crc32C: crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))}}
+	if err := st.Apply(ctx, sid, e, body); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

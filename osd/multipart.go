@@ -182,6 +182,19 @@ func (o *OSD) recordWrite(m *msgr.Message, req *osdpb.UploadRequest, reply reply
 		return
 	}
 	sid := storePG(pool.Id, pg)
+	if o.bucketVouched(mp, req.Bucket) {
+		o.recordOnShard(m, req, mp, sid, send, fill, after)
+		return
+	}
+	o.vouch(req.Bucket, func(err error) {
+		o.send(conn, ops.ReplyType(t), reply(o.header(req.Header, err), nil), nil)
+		m.Release()
+	}, func() { o.recordOnShard(m, req, mp, sid, send, fill, after) })
+}
+
+// recordOnShard is recordWrite's part on the PG's shard.
+func (o *OSD) recordOnShard(m *msgr.Message, req *osdpb.UploadRequest, mp *placement.Map, sid uint32, send func(error, *osdpb.LogEntry),
+	fill func(*placement.Map, *osdpb.LogEntry) error, after func(*placement.Map, uint32)) {
 	o.onShard(m, sid, func() {
 		defer m.Release()
 		e := &osdpb.LogEntry{Req: req.Header.GetReq()}

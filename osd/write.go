@@ -154,6 +154,20 @@ func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string
 		return
 	}
 	sid := storePG(pool.Id, pg)
+	if o.bucketVouched(mp, bucket) {
+		o.queueWrite(m, mp, sid, hdr, bucket, e, reply)
+		return
+	}
+	o.vouch(bucket, func(err error) {
+		o.send(conn, ops.ReplyType(t), reply(o.header(hdr, err), nil), nil)
+		m.Release()
+	}, func() { o.queueWrite(m, mp, sid, hdr, bucket, e, reply) })
+}
+
+// queueWrite runs objectWrite's entry e, an op on bucket, on its PG's
+// shard.
+func (o *OSD) queueWrite(m *msgr.Message, mp *placement.Map, sid uint32, hdr *osdpb.Header, bucket string, e *osdpb.LogEntry, reply replyFunc) {
+	t, conn := osdpb.MsgType(m.Type), replyTo(m)
 	o.onShard(m, sid, func() {
 		o.write(mp, sid, e, m.Data, m.RetainData(), o.chunkCRCs(m), hdr.GetAttempt() > 0, func(applied *osdpb.LogEntry, err error) {
 			o.answerWrite(conn, t, hdr, reply, bucket, applied, err)

@@ -261,6 +261,9 @@ func (s *Store) SyncWAL(ctx context.Context) error {
 		return err
 	}
 	defer s.leave()
+	if f := s.opts.syncWALStarting; f != nil {
+		f()
+	}
 	return s.db.LogData(nil, pebble.Sync)
 }
 

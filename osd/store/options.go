@@ -89,6 +89,8 @@ type Options struct {
 	// fs replaces the OS filesystem; tests set it to Pebble's crashable
 	// in-memory filesystem to simulate power loss.
 	fs vfs.FS
+	// syncWALStarting, when set (tests), runs as SyncWAL starts.
+	syncWALStarting func()
 }
 
 // WithFSForTest makes the store use fs instead of the OS filesystem: tests,
@@ -96,6 +98,13 @@ type Options struct {
 // filesystem to cut the power under them.
 func WithFSForTest(o Options, fs vfs.FS) Options {
 	o.fs = fs
+	return o
+}
+
+// WithSyncWALHookForTest makes the store call f each time SyncWAL starts:
+// a test holding the WAL's syncs learns that an answer now waits for one.
+func WithSyncWALHookForTest(o Options, f func()) Options {
+	o.syncWALStarting = f
 	return o
 }
 
