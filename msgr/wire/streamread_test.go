@@ -264,3 +264,45 @@ func TestReadFrameRejectsGarbage(t *testing.T) {
 		}
 	}
 }
+
+// maxReadReader records the largest read asked of it.
+type maxReadReader struct {
+	r   io.Reader
+	max int
+}
+
+func (m *maxReadReader) Read(p []byte) (int, error) {
+	m.max = max(m.max, len(p))
+	return m.r.Read(p)
+}
+
+// TestReadFrameLargeBodyReadsInCachePieces: a large frame whose data is
+// checksummed as it arrives is read in pieces of at most sumReadMax, so
+// the CRC runs on bytes still in the cache; one sent without a data CRC
+// (and no chunk CRCs asked) is read in reads as large as its body.
+func TestReadFrameLargeBodyReadsInCachePieces(t *testing.T) {
+	f := msgFrame(1, 100, 4<<20)
+	for _, noCRC := range []bool{false, true} {
+		p := f.Preamble
+		if noCRC {
+			p.Flags |= FlagNoDataCRC
+		}
+		want := f
+		want.Preamble = p
+		stream := encodeFrame(p, f.Front, f.Data)
+		m := &maxReadReader{r: bytes.NewReader(stream)}
+		l := NewReaderLink(m, FeatureNoDataCRC, testLimits)
+		var got Frame
+		if err := l.ReadFrame(&got); err != nil {
+			t.Fatalf("noCRC=%v: %v", noCRC, err)
+		}
+		checkFrame(t, 0, &got, &want)
+		got.Release()
+		if !noCRC && m.max > sumReadMax {
+			t.Errorf("checksummed body: a read of %d bytes, want at most %d", m.max, sumReadMax)
+		}
+		if noCRC && m.max <= sumReadMax {
+			t.Errorf("body without CRC: largest read %d bytes, want the body's size in one", m.max)
+		}
+	}
+}
