@@ -265,6 +265,9 @@ func (o *ObjOptions) defaults() error {
 	return nil
 }
 
+// newObjClient is client.New; tests see the options RunObj gives it.
+var newObjClient = client.New
+
 // RunObj runs the object benchmark and returns, for each size, one row per
 // operation of o.Ops, then with a Mix one row per operation of the mix and
 // its OpMixed total, in the order they ran. Whatever ran is returned with
@@ -296,7 +299,7 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 			}
 		}
 	}
-	cl, err := client.New(ctx, client.Options{Seeds: seeds, Logger: o.Logger, Transports: ts})
+	cl, err := newObjClient(ctx, client.Options{Seeds: seeds, Logger: o.Logger, Transports: ts})
 	if err != nil {
 		return nil, err
 	}
