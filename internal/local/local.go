@@ -293,25 +293,26 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 	return m.Save(c.MapPath)
 }
 
-// rdmaBudgetPerDaemon is what one daemon's RDMA domain may register by
-// default (rdma.Config.MemBudget).
-const rdmaBudgetPerDaemon = 1 << 30
+// rdmaBudgetPerOSD is what one OSD's RDMA domain may register by default
+// (rdma.Config.MemBudget).
+const rdmaBudgetPerOSD = 1 << 30
 
 // sharedTransports are the cluster's one set of transports, tuned by the
 // environment as each daemon's own would be (transports.ConfigFromEnv).
-// The registered-memory budget is per domain, and the daemons (and a
-// client) now share one: it is each one's budget times their number, so
-// the OSDs' read caches, which may fill half of it, keep the room they had.
+// The registered-memory budget is per domain, and the daemons now share
+// one: it is an OSD's budget times the OSDs, so their read caches, which
+// may fill half of it, keep the room they had. The mon's and a client's
+// links take little beside them.
 func sharedTransports(m *placement.Map) (transports.Set, error) {
 	cfg, err := transports.ConfigFromEnv()
 	if err != nil {
 		return nil, err
 	}
-	users := int64(2) // a mon and a client
+	var osds int64
 	for range m.OSDs() {
-		users++
+		osds++
 	}
-	cfg.RDMAMemBudget = users * cmp.Or(cfg.RDMAMemBudget, rdmaBudgetPerDaemon)
+	cfg.RDMAMemBudget = max(osds, 1) * cmp.Or(cfg.RDMAMemBudget, rdmaBudgetPerOSD)
 	return transports.New(cfg)
 }
 
