@@ -19,6 +19,7 @@ import (
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/transports"
 )
 
 // ObjOp is an object benchmark operation.
@@ -264,6 +265,9 @@ func (o *ObjOptions) defaults() error {
 	return nil
 }
 
+// newObjClient is client.New; tests see the options RunObj gives it.
+var newObjClient = client.New
+
 // RunObj runs the object benchmark and returns, for each size, one row per
 // operation of o.Ops, then with a Mix one row per operation of the mix and
 // its OpMixed total, in the order they ran. Whatever ran is returned with
@@ -277,6 +281,10 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 	}
 	seeds := o.Seeds
 	var ceiling DiskCeiling
+	// The client of a local cluster shares its transports (one RDMA
+	// domain and poller for the process, local.Cluster.Transports); nil:
+	// the build's own.
+	var ts transports.Set
 	if len(seeds) == 0 {
 		lc, err := local.Start(ctx, local.Options{OSDs: o.OSDs, Replicas: o.Replicas, PGs: o.PGs,
 			Public: o.Public, Cluster: o.Cluster, Dir: o.Dir, Logger: o.Logger, Faults: o.Faults, ReadCacheSize: o.ReadCacheSize})
@@ -284,14 +292,14 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 			return nil, err
 		}
 		defer lc.Close(context.Background())
-		seeds = lc.Seeds()
+		seeds, ts = lc.Seeds(), lc.Transports
 		if !o.NoCeiling {
 			if ceiling, err = MeasureDisk(ctx, lc.Dir); err != nil {
 				return nil, err
 			}
 		}
 	}
-	cl, err := client.New(ctx, client.Options{Seeds: seeds, Logger: o.Logger})
+	cl, err := newObjClient(ctx, client.Options{Seeds: seeds, Logger: o.Logger, Transports: ts})
 	if err != nil {
 		return nil, err
 	}

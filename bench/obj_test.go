@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/msgr/wire"
 )
 
 // objJSONKeys are the keys every object row has in --json (mix only in a
@@ -158,4 +161,27 @@ func TestMeasureDisk(t *testing.T) {
 		t.Fatalf("left %v behind", left)
 	}
 	t.Logf("%s: write %.0f MB/s, read %.0f MB/s, O_DIRECT %v", dir, c.WriteBytesPerSec/1e6, c.ReadBytesPerSec/1e6, c.Direct)
+}
+
+// TestRunObjClientSharesClusterTransports: the client of a local cluster
+// runs on the cluster's transports (local.Cluster.Transports), so over
+// RDMA the process has one domain and one poller, not one more for it.
+func TestRunObjClientSharesClusterTransports(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local cluster")
+	}
+	var given []wire.Transport
+	newObjClient = func(ctx context.Context, opts client.Options) (*client.Client, error) {
+		given = opts.Transports
+		return client.New(ctx, opts)
+	}
+	t.Cleanup(func() { newObjClient = client.New })
+	_, err := RunObj(t.Context(), ObjOptions{OSDs: 1, PGs: 4, Dir: t.TempDir(), Sizes: []int{4 << 10}, Ops: []ObjOp{OpPut},
+		Objects: 4, Concurrency: 1, Duration: 20 * time.Millisecond, Segment: 10 * time.Millisecond, NoCeiling: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(given) == 0 {
+		t.Fatal("the client got no transports: it opened its own, not the cluster's")
+	}
 }

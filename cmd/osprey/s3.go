@@ -217,7 +217,8 @@ func startUpGateway(ctx context.Context, lc *localCluster, addr string, explicit
 		ln.Close()
 		return nil, err
 	}
-	opts := client.Options{Seeds: lc.Seeds(), Logger: logger, MD5: true, Keyring: keyring, Modes: lc.clientModes}
+	// On the cluster's transports: one RDMA domain for the process.
+	opts := client.Options{Seeds: lc.Seeds(), Logger: logger, MD5: true, Keyring: keyring, Modes: lc.clientModes, Transports: lc.Transports}
 	if lc.Mon != nil {
 		opts.Seeds, opts.Mon = nil, []string{lc.Mon.Addr()}
 	}

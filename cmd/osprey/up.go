@@ -340,7 +340,7 @@ func checkReuse(cmd *cobra.Command, o upOptions, m *placement.Map, path string) 
 func waitReady(ctx context.Context, lc *localCluster, within time.Duration, logger *slog.Logger) error {
 	rctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	cl, err := client.New(rctx, client.Options{Seeds: lc.Seeds(), Logger: logger, Keyring: lc.AdminKeyring, Modes: lc.clientModes})
+	cl, err := client.New(rctx, client.Options{Seeds: lc.Seeds(), Logger: logger, Keyring: lc.AdminKeyring, Modes: lc.clientModes, Transports: lc.Transports})
 	if err != nil {
 		return fmt.Errorf("the OSDs started but do not answer: %w", err)
 	}
@@ -545,7 +545,7 @@ func runDemo(ctx context.Context, w io.Writer, o upOptions, lc *localCluster, lo
 		}
 		sizes = append(sizes, n)
 	}
-	cl, err := client.New(ctx, client.Options{Seeds: lc.Seeds(), Logger: logger, Keyring: lc.AdminKeyring, Modes: lc.clientModes})
+	cl, err := client.New(ctx, client.Options{Seeds: lc.Seeds(), Logger: logger, Keyring: lc.AdminKeyring, Modes: lc.clientModes, Transports: lc.Transports})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/ospreystore/osprey/mon/dashboard"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
+	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -110,6 +111,12 @@ type Cluster struct {
 	// Dashboard is the mon's status page, with Options.DashboardAddr.
 	Dashboard *dashboard.Server
 	temp      bool
+	// Transports are the one set every daemon of the cluster uses, and a
+	// client in the same process may use too (client.Options.Transports):
+	// one libfabric domain per RDMA provider for the whole process, as one
+	// NIC has, so one completion poller instead of one per daemon. Close
+	// closes them after the daemons.
+	Transports transports.Set
 	// osdConfigs are what OSDs[i] started with, for RestartOSD.
 	osdConfigs []osd.Config
 }
@@ -159,6 +166,11 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		c.Map = m
 	}
+	var err error
+	if c.Transports, err = sharedTransports(c.Map); err != nil {
+		c.Close(context.Background())
+		return nil, err
+	}
 	if err := c.startDaemons(ctx, opts); err != nil {
 		c.Close(context.Background())
 		return nil, err
@@ -176,7 +188,7 @@ func (c *Cluster) startDaemons(ctx context.Context, opts Options) error {
 		return c.serveMetrics(ctx, opts)
 	}
 	for info := range c.Map.OSDs() {
-		if err := c.startOSD(ctx, info.Id, osd.Config{ID: info.Id, Map: c.Map, MapPath: c.MapPath,
+		if err := c.startOSD(ctx, info.Id, osd.Config{ID: info.Id, Map: c.Map, MapPath: c.MapPath, Transports: c.Transports,
 			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
 			Store: store.Options{ReadCacheSize: opts.ReadCacheSize}}); err != nil {
 			return err
@@ -242,7 +254,7 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 		pub, _, _ = strings.Cut(info.PublicAddr, "://")
 	}
 	c.Mon, err = mon.Start(ctx, mon.Config{Name: "a", Listen: pub + "://" + net.JoinHostPort(host, fmt.Sprint(port)),
-		Etcd: c.Etcd.Endpoints(), HeartbeatGrace: opts.HeartbeatGrace, DownOutInterval: opts.DownOutInterval,
+		Etcd: c.Etcd.Endpoints(), Transports: c.Transports, HeartbeatGrace: opts.HeartbeatGrace, DownOutInterval: opts.DownOutInterval,
 		Pool: pool, Logger: opts.Logger, NoAuth: opts.NoAuth, ServiceModes: opts.ServiceModes})
 	if err != nil {
 		return fmt.Errorf("starting the mon: %w", err)
@@ -261,7 +273,7 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 		}
 	}
 	for info := range c.Map.OSDs() {
-		if err := c.startOSD(ctx, info.Id, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr,
+		if err := c.startOSD(ctx, info.Id, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr, Transports: c.Transports,
 			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
 			Keyring: bootstrap, NoAuth: opts.NoAuth, ClusterModes: opts.ClusterModes, ServiceModes: opts.ServiceModes, Store: store.Options{ReadCacheSize: opts.ReadCacheSize}}); err != nil {
 			return err
@@ -279,6 +291,29 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 		return err
 	}
 	return m.Save(c.MapPath)
+}
+
+// rdmaBudgetPerOSD is what one OSD's RDMA domain may register by default
+// (rdma.Config.MemBudget).
+const rdmaBudgetPerOSD = 1 << 30
+
+// sharedTransports are the cluster's one set of transports, tuned by the
+// environment as each daemon's own would be (transports.ConfigFromEnv).
+// The registered-memory budget is per domain, and the daemons now share
+// one: it is an OSD's budget times the OSDs, so their read caches, which
+// may fill half of it, keep the room they had. The mon's and a client's
+// links take little beside them.
+func sharedTransports(m *placement.Map) (transports.Set, error) {
+	cfg, err := transports.ConfigFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	var osds int64
+	for range m.OSDs() {
+		osds++
+	}
+	cfg.RDMAMemBudget = max(osds, 1) * cmp.Or(cfg.RDMAMemBudget, rdmaBudgetPerOSD)
+	return transports.New(cfg)
 }
 
 // startOSD starts the OSD of map entry id and appends it to c.OSDs.
@@ -409,6 +444,7 @@ func (c *Cluster) Close(ctx context.Context) error {
 	if c.Etcd != nil {
 		c.Etcd.Close()
 	}
+	errs = append(errs, c.Transports.Close())
 	if c.temp {
 		errs = append(errs, os.RemoveAll(c.Dir))
 	}

@@ -34,27 +34,33 @@ func TestReadCacheSizeReachesTheOSDs(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer cl.Close()
-			if err := cl.MakeBucket(ctx, "cache"); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := cl.PutObject(ctx, "cache", "k", bytes.NewReader(body), int64(len(body)), client.PutOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			for range 2 {
-				o, err := cl.GetObject(ctx, "cache", "k", client.GetOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := io.ReadAll(o)
-				o.Close()
-				if err != nil || !bytes.Equal(got, body) {
-					t.Fatalf("get: %v (%d bytes)", err, len(got))
-				}
-			}
+			putGet(ctx, t, cl, "cache", body, 2)
 			st := c.OSDs[0].Store().ReadCacheStats()
 			if (st.Hits > 0) != tc.cached || (st.Extents > 0) != tc.cached {
 				t.Fatalf("read cache %+v, want cached=%v", st, tc.cached)
 			}
 		})
+	}
+}
+
+// putGet makes bucket, puts body in it as "k" and gets it back gets times.
+func putGet(ctx context.Context, t *testing.T, cl *client.Client, bucket string, body []byte, gets int) {
+	t.Helper()
+	if err := cl.MakeBucket(ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.PutObject(ctx, bucket, "k", bytes.NewReader(body), int64(len(body)), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for range gets {
+		o, err := cl.GetObject(ctx, bucket, "k", client.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(o)
+		o.Close()
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("get: %v (%d bytes)", err, len(got))
+		}
 	}
 }

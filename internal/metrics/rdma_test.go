@@ -102,8 +102,10 @@ func TestRDMAMetrics(t *testing.T) {
 		for name := range fams {
 			exposed[name] = true
 		}
-		if got := value(fams, "osprey_rdma_registered_budget_bytes", "transport=rdma+tcp"); got != 1<<30 {
-			t.Errorf("%s: registered budget %v, want the default 1 GiB", m.Daemon, got)
+		// The daemons of a local cluster share one transport, whose
+		// budget is the default 1 GiB for each OSD.
+		if got := value(fams, "osprey_rdma_registered_budget_bytes", "transport=rdma+tcp"); got != 2<<30 {
+			t.Errorf("%s: registered budget %v, want 2 GiB, the default for each of 2 OSDs", m.Daemon, got)
 		}
 	}
 	// TestDaemonMetrics's cluster runs on tcp: the osprey_rdma_ families
