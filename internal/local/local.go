@@ -297,12 +297,19 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 // (rdma.Config.MemBudget).
 const rdmaBudgetPerOSD = 1 << 30
 
+// rdmaCQPerDaemon is the completion queue one daemon's RDMA domain has by
+// default (rdma.Config.CQEntries with the default send slots).
+const rdmaCQPerDaemon = 4096
+
 // sharedTransports are the cluster's one set of transports, tuned by the
 // environment as each daemon's own would be (transports.ConfigFromEnv).
 // The registered-memory budget is per domain, and the daemons now share
 // one: it is an OSD's budget times the OSDs, so their read caches, which
 // may fill half of it, keep the room they had. The mon's and a client's
-// links take little beside them.
+// links take little beside them. The completion queue is shared too, and
+// every link of the cluster, both its ends, completes into it: it gets
+// each daemon's (the OSDs, the mon and a client), so that the verbs
+// provider, which does not detect an overrun, has the room it had.
 func sharedTransports(m *placement.Map) (transports.Set, error) {
 	cfg, err := transports.ConfigFromEnv()
 	if err != nil {
@@ -313,6 +320,7 @@ func sharedTransports(m *placement.Map) (transports.Set, error) {
 		osds++
 	}
 	cfg.RDMAMemBudget = max(osds, 1) * cmp.Or(cfg.RDMAMemBudget, rdmaBudgetPerOSD)
+	cfg.RDMACQEntries = int(osds+2) * rdmaCQPerDaemon
 	return transports.New(cfg)
 }
 

@@ -18,7 +18,8 @@ import (
 // (each OSD's public and cluster networks) and a client given
 // Cluster.Transports run on one RDMA transport, so the process has one
 // domain and one completion poller per provider, whose registered-memory
-// budget is that of each OSD together; objects move over it, and Close
+// budget is that of each OSD together and whose completion queue that of
+// each daemon and the client together; objects move over it, and Close
 // ends it.
 func TestDaemonsShareOneRDMATransport(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -36,6 +37,9 @@ func TestDaemonsShareOneRDMATransport(t *testing.T) {
 	shared := rdmaTCP(t, c.Transports)
 	if got, want := shared.Config().MemBudget, int64(2)<<30; got != want {
 		t.Errorf("shared MemBudget %d, want %d (2 OSDs, 1 GiB each)", got, want)
+	}
+	if got, want := shared.Config().CQEntries, 4*4096; got != want {
+		t.Errorf("shared CQEntries %d, want %d (2 OSDs, a mon and a client, 4096 each)", got, want)
 	}
 	for _, o := range c.OSDs {
 		pub, clu := o.Messengers()

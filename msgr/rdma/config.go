@@ -15,6 +15,12 @@ type Config struct {
 	BufSize int
 	// SendSlots is the number of send buffers per link. Default 64.
 	SendSlots int
+	// CQEntries is the size of the domain's completion queue, which every
+	// link of the transport shares. Verbs does not detect an overrun
+	// (fi_verbs(7)), so a transport that carries many busy links (several
+	// daemons in one process) needs a larger one. Default max(4096,
+	// 4 × SendSlots).
+	CQEntries int
 	// MemBudget bounds all registered memory of the transport. Default
 	// 1 GiB.
 	MemBudget int64
@@ -141,6 +147,9 @@ func (c *Config) setDefaults() {
 	c.BufSize = max(c.BufSize, 1024)
 	if c.SendSlots <= 0 {
 		c.SendSlots = 64
+	}
+	if c.CQEntries <= 0 {
+		c.CQEntries = max(4096, 4*c.SendSlots)
 	}
 	if c.MemBudget <= 0 {
 		c.MemBudget = 1 << 30

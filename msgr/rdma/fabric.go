@@ -205,7 +205,7 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 		spin:       newSpinBudget(t.cfg.BusyPoll),
 		sleepBuf:   (*C.struct_osp_pollbuf)(C.calloc(1, C.sizeof_struct_osp_pollbuf)),
 	}
-	cqSize := C.int(max(4096, 4*t.cfg.SendSlots))
+	cqSize := C.int(t.cfg.CQEntries)
 	var waitObj, eqWrite C.int
 	if err := fiErrI("open fabric/domain", C.osp_fabric_domain(info, &d.fabric, &d.dom, &d.eq, &eqWrite, &d.cq, cqSize, &waitObj)); err != nil {
 		d.closeFids()

@@ -17,7 +17,7 @@ func rdmaTransports(cfg Config) ([]wire.Transport, error) {
 	}
 	var ts []wire.Transport
 	for _, prov := range rdmaProviders {
-		ts = append(ts, rdma.NewTransport(prov, rdma.Config{Rendezvous: mode, WriteChunk: cfg.RDMAWriteChunk, MemBudget: cfg.RDMAMemBudget}))
+		ts = append(ts, rdma.NewTransport(prov, rdma.Config{Rendezvous: mode, WriteChunk: cfg.RDMAWriteChunk, MemBudget: cfg.RDMAMemBudget, CQEntries: cfg.RDMACQEntries}))
 	}
 	return ts, nil
 }

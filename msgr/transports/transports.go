@@ -63,6 +63,9 @@ type Config struct {
 	// 1 GiB. Half of it may be lent for long-lived use (an OSD's read
 	// cache), the rest is for links. Else at least MinRDMAMemBudget.
 	RDMAMemBudget int64
+	// RDMACQEntries is rdma.Config.CQEntries: the completion queue of each
+	// RDMA domain, shared by all its links; 0 for the default.
+	RDMACQEntries int
 }
 
 // MinRDMAMemBudget is the smallest RDMAMemBudget New takes: with the
