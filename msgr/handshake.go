@@ -167,7 +167,19 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.HandshakeTimeout)
 	defer cancel()
-	keys, err := m.dialerAuth(ctx, held, onHello, func() EntityName { return peer })
+	newReq := func() *msgrpb.SessionRequest {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		// Another link may be live (a peer's simultaneous dial): leave its
+		// window alone until this handshake succeeds.
+		grantMsgs, grantBytes := c.cw.nextGrant()
+		return &msgrpb.SessionRequest{
+			Cookie: c.cookie, PeerCookie: c.peerCookie, InSeq: c.sess.inSeq,
+			WindowMsgs: c.cw.windowMsgs, WindowBytes: c.cw.windowBytes, Lossy: c.lossy,
+			GrantMsgs: grantMsgs, GrantBytes: grantBytes, MaxMessage: uint64(m.opts.MaxMessageSize),
+		}
+	}
+	link, mode, sent, err := m.dialerAuth(ctx, held, onHello, func() EntityName { return peer }, newReq)
 	if err != nil {
 		if errors.Is(err, ErrAuth) || errors.Is(err, ErrMode) {
 			// Not a fault that a redial mends: a credential that does not
@@ -177,29 +189,16 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 		}
 		return nil, err
 	}
-	mode := ModeCRC
-	if keys != nil {
-		if link, err = newSealedLink(link, keys, m.limits); err != nil {
-			return nil, err
-		}
-		mode = ModeSecure
-	}
-
 	lr := m.newLinkRun(c, link)
 	lr.mode = mode
 	for resets := 0; ; resets++ {
-		c.mu.Lock()
-		// Another link may be live (a peer's simultaneous dial): leave its
-		// window alone until this handshake succeeds.
-		grantMsgs, grantBytes := c.cw.nextGrant()
-		req := &msgrpb.SessionRequest{
-			Cookie: c.cookie, PeerCookie: c.peerCookie, InSeq: c.sess.inSeq,
-			WindowMsgs: c.cw.windowMsgs, WindowBytes: c.cw.windowBytes, Lossy: c.lossy,
-			GrantMsgs: grantMsgs, GrantBytes: grantBytes, MaxMessage: uint64(m.opts.MaxMessageSize),
-		}
-		c.mu.Unlock()
-		if err := writeHS(link, wire.TagSessionReq, req); err != nil {
-			return nil, err
+		req := sent // the first, if it went with the auth step's last flight
+		sent = nil
+		if req == nil {
+			req = newReq()
+			if err := writeHS(link, wire.TagSessionReq, req); err != nil {
+				return nil, err
+			}
 		}
 		var (
 			ready msgrpb.SessionReady

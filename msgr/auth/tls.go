@@ -47,7 +47,10 @@ type Result struct {
 	// PeerCert is that certificate: its serial says which of the entity's
 	// certificates it used (Serial).
 	PeerCert *x509.Certificate
-	state    tls.ConnectionState
+	// LastFlight is the dialer's last flight, not yet sent
+	// (DialOptions.KeepLastFlight).
+	LastFlight []byte
+	state      tls.ConnectionState
 }
 
 // KeyExchange is the key agreement the handshake used (see DialOptions).
@@ -77,6 +80,10 @@ type DialOptions struct {
 	// encapsulation and decapsulation are about a quarter of a handshake's
 	// CPU (docs/benchmarks.md). Sessions that may be sealed keep the hybrid.
 	CleartextSession bool
+	// KeepLastFlight: the dialer's last flight (its certificate and
+	// Finished) is not sent but returned in Result.LastFlight, for the
+	// caller to send in one write with what follows it.
+	KeepLastFlight bool
 }
 
 // classicalOnly is the key exchange of a CleartextSession.
@@ -89,16 +96,16 @@ func Dial(ctx context.Context, k *Keyring, f Flights, opts DialOptions) (*Result
 	if opts.CleartextSession {
 		curves = classicalOnly
 	}
-	return run(ctx, k, f, true, curves)
+	return run(ctx, k, f, true, curves, opts.KeepLastFlight)
 }
 
 // Accept runs the acceptor's (TLS server's) side. It takes the key
 // exchange the dialer offers (crypto/tls's defaults, hybrid first).
 func Accept(ctx context.Context, k *Keyring, f Flights) (*Result, error) {
-	return run(ctx, k, f, false, nil)
+	return run(ctx, k, f, false, nil, false)
 }
 
-func run(ctx context.Context, k *Keyring, f Flights, client bool, curves []tls.CurveID) (*Result, error) {
+func run(ctx context.Context, k *Keyring, f Flights, client bool, curves []tls.CurveID, keepLast bool) (*Result, error) {
 	var peer string
 	cfg := &tls.Config{
 		CurvePreferences: curves,
@@ -144,11 +151,14 @@ func run(ctx context.Context, k *Keyring, f Flights, client bool, curves []tls.C
 	}
 	// The dialer's last flight is written but not yet sent: nothing reads
 	// after it.
-	if err := c.flush(); err != nil {
+	var last []byte
+	if keepLast {
+		last = bytes.Clone(c.out.Bytes())
+	} else if err := c.flush(); err != nil {
 		return nil, err
 	}
 	cs := tc.ConnectionState()
-	return &Result{Peer: peer, PeerCert: cs.PeerCertificates[0], state: cs}, nil
+	return &Result{Peer: peer, PeerCert: cs.PeerCertificates[0], LastFlight: last, state: cs}, nil
 }
 
 // flightConn is the net.Conn crypto/tls runs on: what TLS writes
