@@ -95,3 +95,80 @@ func TestSecureOfferStripped(t *testing.T) {
 		t.Fatalf("the session ended with %v, want ErrAuth: the offer was altered", err)
 	}
 }
+
+// proofAlteringProxy forwards TCP connections to target, passing the
+// dialer's bytes as they are and flipping a bit of the acceptor's
+// AUTH_DONE.mode_proof (CRCs recomputed).
+func proofAlteringProxy(t *testing.T, target string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() { alterProof(s, c); c.Close() }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func alterProof(s, c net.Conn) {
+	var banner [wire.BannerSize]byte
+	if _, err := io.ReadFull(s, banner[:]); err != nil {
+		return
+	}
+	c.Write(banner[:])
+	in := wire.NewReaderLink(s, 0, wire.HandshakeLimits)
+	out := wire.NewStreamLink(c, 0, wire.LinkOptions{})
+	for {
+		var f wire.Frame
+		if err := in.ReadFrame(&f); err != nil {
+			return
+		}
+		if f.Tag == wire.TagAuthDone {
+			var done msgrpb.AuthDone
+			if proto.Unmarshal(f.Front, &done) == nil && len(done.ModeProof) > 0 {
+				done.ModeProof[0] ^= 1
+				f.Front, _ = proto.Marshal(&done)
+			}
+		}
+		err := out.WriteFrames([]wire.Frame{{Preamble: wire.Preamble{Tag: f.Tag}, Front: f.Front}})
+		f.Release()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestModeProofAfterEarlySessionRequest: a dialer that offers one mode
+// sends its session request before AUTH_DONE (TestHandshakeWrites), yet
+// still checks AUTH_DONE's mode proof: altered on the way, the link is
+// refused (ErrAuth) and no session starts, in either mode.
+func TestModeProofAfterEarlySessionRequest(t *testing.T) {
+	ca := msgrtest.NewTestCA(t)
+	for _, mode := range []msgr.Mode{msgr.ModeCRC, msgr.ModeSecure} {
+		t.Run(string(mode), func(t *testing.T) {
+			addr, got, _ := peerServer(t, withModes(t, ca, mode))
+			cli := tcpEnv.NewMessenger(t, "client.x", msgrtest.NewRecorder(t), withModes(t, ca, mode))
+			proxy := proofAlteringProxy(t, strings.TrimPrefix(addr, "tcp://"))
+			c, err := cli.Connect(context.Background(), "tcp://"+proxy, "osd.0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sendOne(t, c, got); !errors.Is(err, msgr.ErrAuth) || !strings.Contains(err.Error(), "altered") {
+				t.Fatalf("the session ended with %v, want ErrAuth: the offer was altered", err)
+			}
+		})
+	}
+}
