@@ -14,17 +14,40 @@ import (
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
-// writesTransport records, per dialed link, the tags of each batch the
-// dialer writes: the handshake's writes, one string per write.
+// writesTransport records the tags of each batch the dialer (writes)
+// and the acceptor (accepted) write: the handshake's writes, one string
+// per write.
 type writesTransport struct {
 	*msgrtest.MemTransport
-	mu     sync.Mutex
-	writes []string
+	mu               sync.Mutex
+	writes, accepted []string
 }
 
 type writesLink struct {
 	wire.Link
+	t      *writesTransport
+	writes *[]string
+}
+
+type writesListener struct {
+	wire.Listener
 	t *writesTransport
+}
+
+func (t *writesTransport) Listen(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Listener, error) {
+	l, err := t.MemTransport.Listen(ctx, addr, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &writesListener{Listener: l, t: t}, nil
+}
+
+func (l *writesListener) Accept(ctx context.Context) (wire.Link, error) {
+	link, err := l.Listener.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &writesLink{Link: link, t: l.t, writes: &l.t.accepted}, nil
 }
 
 func (t *writesTransport) Dial(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Link, error) {
@@ -32,7 +55,7 @@ func (t *writesTransport) Dial(ctx context.Context, addr string, opts wire.LinkO
 	if err != nil {
 		return nil, err
 	}
-	return &writesLink{Link: l, t: t}, nil
+	return &writesLink{Link: l, t: t, writes: &t.writes}, nil
 }
 
 func (l *writesLink) WriteFrames(frames []wire.Frame) error {
@@ -41,7 +64,7 @@ func (l *writesLink) WriteFrames(frames []wire.Frame) error {
 		tags[i] = frames[i].Tag.String()
 	}
 	l.t.mu.Lock()
-	l.t.writes = append(l.t.writes, strings.Join(tags, "+"))
+	*l.writes = append(*l.writes, strings.Join(tags, "+"))
 	l.t.mu.Unlock()
 	return l.Link.WriteFrames(frames)
 }
@@ -57,6 +80,7 @@ func (l *writesLink) EndHandshake() {
 // last TLS flight with its first SESSION_REQUEST (sealed in secure mode)
 // when it offers one mode, and so knows the mode before AUTH_DONE says
 // it. Offering two, it waits for AUTH_DONE before it asks for a session.
+// The acceptor's HELLO goes with its TLS flight.
 func TestHandshakeWrites(t *testing.T) {
 	ca := msgrtest.NewTestCA(t)
 	for _, c := range []struct {
@@ -99,9 +123,13 @@ func TestHandshakeWrites(t *testing.T) {
 			}
 			tr.mu.Lock()
 			got := slices.Clone(tr.writes[:min(len(tr.writes), len(c.want))])
+			acc := slices.Clone(tr.accepted[:min(len(tr.accepted), 1)])
 			tr.mu.Unlock()
 			if !slices.Equal(got, c.want) {
 				t.Fatalf("the dialer's first writes: %q, want %q", got, c.want)
+			}
+			if want := []string{"HELLO+AUTH_MORE"}; !slices.Equal(acc, want) {
+				t.Fatalf("the acceptor's first write: %q, want %q", acc, want)
 			}
 		})
 	}
