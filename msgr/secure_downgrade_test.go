@@ -27,30 +27,41 @@ func strippingProxy(t *testing.T, target string) string {
 // stripSecure relays the dialer's banner and handshake frames from c to s,
 // with "secure" taken out of AUTH_REQUEST.modes.
 func stripSecure(c, s net.Conn) {
+	relayHandshake(c, s, wire.TagAuthRequest, func(front []byte) []byte {
+		var req msgrpb.AuthRequest
+		if proto.Unmarshal(front, &req) != nil {
+			return front
+		}
+		var kept []string
+		for _, m := range req.Modes {
+			if m != "secure" {
+				kept = append(kept, m)
+			}
+		}
+		req.Modes = kept
+		front, _ = proto.Marshal(&req)
+		return front
+	})
+}
+
+// relayHandshake relays a banner and then handshake frames from one end
+// to the other, the fronts of frames tagged tag changed by alter (CRCs
+// recomputed), as an attacker on the path would change them.
+func relayHandshake(from, to net.Conn, tag wire.Tag, alter func(front []byte) []byte) {
 	var banner [wire.BannerSize]byte
-	if _, err := io.ReadFull(c, banner[:]); err != nil {
+	if _, err := io.ReadFull(from, banner[:]); err != nil {
 		return
 	}
-	s.Write(banner[:])
-	in := wire.NewReaderLink(c, 0, wire.HandshakeLimits)
-	out := wire.NewStreamLink(s, 0, wire.LinkOptions{})
+	to.Write(banner[:])
+	in := wire.NewReaderLink(from, 0, wire.HandshakeLimits)
+	out := wire.NewStreamLink(to, 0, wire.LinkOptions{})
 	for {
 		var f wire.Frame
 		if err := in.ReadFrame(&f); err != nil {
 			return
 		}
-		if f.Tag == wire.TagAuthRequest {
-			var req msgrpb.AuthRequest
-			if proto.Unmarshal(f.Front, &req) == nil {
-				var kept []string
-				for _, m := range req.Modes {
-					if m != "secure" {
-						kept = append(kept, m)
-					}
-				}
-				req.Modes = kept
-				f.Front, _ = proto.Marshal(&req)
-			}
+		if f.Tag == tag {
+			f.Front = alter(f.Front)
 		}
 		err := out.WriteFrames([]wire.Frame{{Preamble: wire.Preamble{Tag: f.Tag}, Front: f.Front}})
 		f.Release()
@@ -98,57 +109,20 @@ func TestSecureOfferStripped(t *testing.T) {
 
 // proofAlteringProxy forwards TCP connections to target, passing the
 // dialer's bytes as they are and flipping a bit of the acceptor's
-// AUTH_DONE.mode_proof (CRCs recomputed).
+// AUTH_DONE.mode_proof.
 func proofAlteringProxy(t *testing.T, target string) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go func() { io.Copy(s, c); s.Close() }()
-			go func() { alterProof(s, c); c.Close() }()
-		}
-	}()
-	return ln.Addr().String()
-}
-
-func alterProof(s, c net.Conn) {
-	var banner [wire.BannerSize]byte
-	if _, err := io.ReadFull(s, banner[:]); err != nil {
-		return
-	}
-	c.Write(banner[:])
-	in := wire.NewReaderLink(s, 0, wire.HandshakeLimits)
-	out := wire.NewStreamLink(c, 0, wire.LinkOptions{})
-	for {
-		var f wire.Frame
-		if err := in.ReadFrame(&f); err != nil {
-			return
-		}
-		if f.Tag == wire.TagAuthDone {
+	copyTo := func(c, s net.Conn) { io.Copy(s, c) }
+	return tcpProxyBoth(t, target, copyTo, func(s, c net.Conn) {
+		relayHandshake(s, c, wire.TagAuthDone, func(front []byte) []byte {
 			var done msgrpb.AuthDone
-			if proto.Unmarshal(f.Front, &done) == nil && len(done.ModeProof) > 0 {
-				done.ModeProof[0] ^= 1
-				f.Front, _ = proto.Marshal(&done)
+			if proto.Unmarshal(front, &done) != nil || len(done.ModeProof) == 0 {
+				return front
 			}
-		}
-		err := out.WriteFrames([]wire.Frame{{Preamble: wire.Preamble{Tag: f.Tag}, Front: f.Front}})
-		f.Release()
-		if err != nil {
-			return
-		}
-	}
+			done.ModeProof[0] ^= 1
+			front, _ = proto.Marshal(&done)
+			return front
+		})
+	}).Addr().String()
 }
 
 // TestModeProofAfterEarlySessionRequest: a dialer that offers one mode
