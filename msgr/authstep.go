@@ -168,7 +168,8 @@ func (m *Messenger) dialerAuth(ctx context.Context, link *heldLink, onHello func
 	} else {
 		// A dialer that offers no sealed mode never gets one (the
 		// acceptor picks among the offer), so its keys protect no secret.
-		dopts := auth.DialOptions{CleartextSession: !slices.Contains(modes, ModeSecure), KeepLastFlight: true}
+		dopts := auth.DialOptions{CleartextSession: !slices.Contains(modes, ModeSecure), KeepLastFlight: true,
+			Resume: m.resume, Peer: link.RemoteAddr()}
 		if res, err = auth.Dial(ctx, m.opts.Auth.Keyring, &dialFlights{link: link, modes: offer, onHello: onHello}, dopts); err != nil {
 			if errors.Is(err, auth.ErrAuthFailed) {
 				return nil, "", nil, fmt.Errorf("%w: %s: %w", ErrAuth, link.RemoteAddr(), err)
@@ -178,7 +179,7 @@ func (m *Messenger) dialerAuth(ctx context.Context, link *heldLink, onHello func
 		if h := m.afterDialAuth; h != nil {
 			h(res)
 		}
-		last, err := hsFrame(wire.TagAuthMore, &msgrpb.AuthMore{Payload: res.LastFlight})
+		last, err := hsFrame(wire.TagAuthMore, &msgrpb.AuthMore{Payload: res.Unsent})
 		if err != nil {
 			return nil, "", nil, err
 		}
@@ -216,6 +217,7 @@ func (m *Messenger) dialerAuth(ctx context.Context, link *heldLink, onHello func
 	if err := checkModeProof(res, offer, mode, done.ModeProof); err != nil {
 		return nil, "", nil, err
 	}
+	res.TakeTicket(done.Payload) // for the next dial to this peer
 	if sent == nil {
 		sess, err = m.sessionLink(link.Link, res, offer, mode)
 	}
@@ -320,7 +322,7 @@ func (m *Messenger) acceptorAuth(ctx context.Context, link wire.Link, peer Entit
 	if modeErr != nil {
 		return nil, refuse(modeErr)
 	}
-	res, err := auth.Accept(ctx, m.opts.Auth.Keyring, &acceptFlights{link: link, first: req.Payload})
+	res, err := auth.Accept(ctx, m.opts.Auth.Keyring, &acceptFlights{link: link, first: req.Payload}, auth.AcceptOptions{Resume: m.resume})
 	if err != nil {
 		if errors.Is(err, auth.ErrAuthFailed) {
 			return nil, refuse(fmt.Errorf("%w: %s: %w", ErrAuth, peer, err))
@@ -340,5 +342,6 @@ func (m *Messenger) acceptorAuth(ctx context.Context, link wire.Link, peer Entit
 			return nil, err
 		}
 	}
-	return keys, writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Method: authTLS13, Mode: string(mode), ModeProof: proof})
+	// The payload is the session ticket for the dialer's next dial.
+	return keys, writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Method: authTLS13, Mode: string(mode), ModeProof: proof, Payload: res.Unsent})
 }
