@@ -32,6 +32,12 @@ func newRecordingProxy(t *testing.T, target string) *recordingProxy {
 // what target sends goes back unchanged, what the dialer sends goes
 // through fromDialer (on a goroutine of its own; s is closed after it).
 func tcpProxy(t *testing.T, target string, fromDialer func(c, s net.Conn)) net.Listener {
+	return tcpProxyBoth(t, target, fromDialer, func(s, c net.Conn) { io.Copy(c, s) })
+}
+
+// tcpProxyBoth is tcpProxy with what target sends going through
+// fromAcceptor (c is closed after it).
+func tcpProxyBoth(t *testing.T, target string, fromDialer func(c, s net.Conn), fromAcceptor func(s, c net.Conn)) net.Listener {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +55,7 @@ func tcpProxy(t *testing.T, target string, fromDialer func(c, s net.Conn)) net.L
 				continue
 			}
 			go func() {
-				io.Copy(c, s)
+				fromAcceptor(s, c)
 				c.Close()
 			}()
 			go func() {

@@ -140,64 +140,114 @@ func (e *authRefusedError) Unwrap() []error {
 	return []error{ErrAuth}
 }
 
-// dialerAuth runs the dialer's auth step after its HELLO; onHello reads
-// and checks the acceptor's HELLO, which comes between the acceptor's
-// reading AUTH_REQUEST and answering it. It returns once the peer proved
-// it is claimed, the name its HELLO gave, with the link's keys if the
-// acceptor chose secure mode (nil: crc).
-func (m *Messenger) dialerAuth(ctx context.Context, link wire.Link, onHello func() error, claimed func() EntityName) (*linkKeys, error) {
+// dialerAuth runs the dialer's auth step after its HELLO (held, to go
+// with its first auth frame); onHello reads and checks the acceptor's
+// HELLO, which comes between the acceptor's reading AUTH_REQUEST and
+// answering it. It returns once the peer proved it is claimed, the name
+// its HELLO gave, with the mode the acceptor chose and the link the
+// session runs on: link's own, sealed in secure mode.
+//
+// A dialer that offers one mode knows the mode before AUTH_DONE says it,
+// so once the peer has proved itself (and Authorize allowed it) it sends
+// its first SESSION_REQUEST, newReq's, in the write of its last auth
+// flight instead of a round trip later (docs/protocol.md §6.5). sent is
+// that request; nil if it went without one.
+func (m *Messenger) dialerAuth(ctx context.Context, link *heldLink, onHello func() error, claimed func() EntityName,
+	newReq func() *msgrpb.SessionRequest) (sess wire.Link, mode Mode, sent *msgrpb.SessionRequest, err error) {
 	var res *auth.Result
 	modes := m.modes()
 	offer := modeStrings(modes)
+	var peerErr error // the peer's check, told after any refusal of ours
 	if m.opts.Auth == nil {
 		if err := writeHS(link, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: m.authMethods(), Modes: offer}); err != nil {
-			return nil, err
+			return nil, "", nil, err
 		}
 		if err := onHello(); err != nil {
-			return nil, err
+			return nil, "", nil, err
 		}
 	} else {
-		var err error
 		// A dialer that offers no sealed mode never gets one (the
 		// acceptor picks among the offer), so its keys protect no secret.
-		dopts := auth.DialOptions{CleartextSession: !slices.Contains(modes, ModeSecure)}
+		dopts := auth.DialOptions{CleartextSession: !slices.Contains(modes, ModeSecure), KeepLastFlight: true,
+			Resume: m.resume, Peer: link.RemoteAddr()}
 		if res, err = auth.Dial(ctx, m.opts.Auth.Keyring, &dialFlights{link: link, modes: offer, onHello: onHello}, dopts); err != nil {
 			if errors.Is(err, auth.ErrAuthFailed) {
-				return nil, fmt.Errorf("%w: %s: %w", ErrAuth, link.RemoteAddr(), err)
+				return nil, "", nil, fmt.Errorf("%w: %s: %w", ErrAuth, link.RemoteAddr(), err)
 			}
-			return nil, err
+			return nil, "", nil, err
 		}
 		if h := m.afterDialAuth; h != nil {
 			h(res)
 		}
+		last, err := hsFrame(wire.TagAuthMore, &msgrpb.AuthMore{Payload: res.Unsent})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		if peerErr = m.checkPeer(ctx, claimed(), res); peerErr == nil && len(modes) == 1 {
+			if sess, err = m.sessionLink(link.Link, res, offer, modes[0]); err != nil {
+				return nil, "", nil, err
+			}
+			sent = newReq()
+			if err := writeAfter(sess, last, sent); err != nil {
+				return nil, "", nil, err
+			}
+		} else if err := link.WriteFrames([]wire.Frame{last}); err != nil {
+			return nil, "", nil, err
+		}
 	}
 	var done msgrpb.AuthDone
 	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagAuthDone: &done}); err != nil {
-		return nil, err
+		return nil, "", nil, err
 	}
 	if done.Refused != "" {
-		return nil, refusedBy(done.Refused)
+		return nil, "", nil, refusedBy(done.Refused)
 	}
 	if want := m.authMethods()[0]; done.Method != want {
-		return nil, wire.Protocolf("handshake: peer ended auth with method %q, want %q", done.Method, want)
+		return nil, "", nil, wire.Protocolf("handshake: peer ended auth with method %q, want %q", done.Method, want)
 	}
-	mode, err := modeChosen(done.Mode, modes)
+	if mode, err = modeChosen(done.Mode, modes); err != nil {
+		return nil, "", nil, err
+	}
+	if res == nil {
+		return link.Link, mode, nil, nil
+	}
+	if peerErr != nil {
+		return nil, "", nil, peerErr
+	}
+	if err := checkModeProof(res, offer, mode, done.ModeProof); err != nil {
+		return nil, "", nil, err
+	}
+	res.TakeTicket(done.Payload) // for the next dial to this peer
+	if sent == nil {
+		sess, err = m.sessionLink(link.Link, res, offer, mode)
+	}
+	return sess, mode, sent, err
+}
+
+// sessionLink is the link a session in mode runs on, the dialer's: link
+// itself in crc mode, link sealed under res's keys in secure mode.
+func (m *Messenger) sessionLink(link wire.Link, res *auth.Result, offer []string, mode Mode) (wire.Link, error) {
+	if mode != ModeSecure {
+		return link, nil
+	}
+	keys, err := secureKeys(res, offer, true)
 	if err != nil {
 		return nil, err
 	}
-	if res == nil {
-		return nil, nil
+	return newSealedLink(link, keys, m.limits)
+}
+
+// writeAfter writes clear as it is, then req on sess (sealed, if sess
+// seals), in one write.
+func writeAfter(sess wire.Link, clear wire.Frame, req *msgrpb.SessionRequest) error {
+	f, err := hsFrame(wire.TagSessionReq, req)
+	if err != nil {
+		return err
 	}
-	if err := m.checkPeer(ctx, claimed(), res); err != nil {
-		return nil, err
+	if s, ok := sess.(*sealedLink); ok {
+		return s.writeAfter([]wire.Frame{clear}, []wire.Frame{f})
 	}
-	if err := checkModeProof(res, offer, mode, done.ModeProof); err != nil {
-		return nil, err
-	}
-	if mode != ModeSecure {
-		return nil, nil
-	}
-	return secureKeys(res, offer, true)
+	return sess.WriteFrames([]wire.Frame{clear, f})
 }
 
 // checkPeer checks an authenticated peer: the name it claimed is the one
@@ -272,7 +322,7 @@ func (m *Messenger) acceptorAuth(ctx context.Context, link wire.Link, peer Entit
 	if modeErr != nil {
 		return nil, refuse(modeErr)
 	}
-	res, err := auth.Accept(ctx, m.opts.Auth.Keyring, &acceptFlights{link: link, first: req.Payload})
+	res, err := auth.Accept(ctx, m.opts.Auth.Keyring, &acceptFlights{link: link, first: req.Payload}, auth.AcceptOptions{Resume: m.resume})
 	if err != nil {
 		if errors.Is(err, auth.ErrAuthFailed) {
 			return nil, refuse(fmt.Errorf("%w: %s: %w", ErrAuth, peer, err))
@@ -292,5 +342,6 @@ func (m *Messenger) acceptorAuth(ctx context.Context, link wire.Link, peer Entit
 			return nil, err
 		}
 	}
-	return keys, writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Method: authTLS13, Mode: string(mode), ModeProof: proof})
+	// The payload is the session ticket for the dialer's next dial.
+	return keys, writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Method: authTLS13, Mode: string(mode), ModeProof: proof, Payload: res.Unsent})
 }

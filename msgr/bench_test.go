@@ -104,7 +104,7 @@ func BenchmarkStreamChunkCRCs(b *testing.B) {
 }
 
 func benchStream(b *testing.B, tweaks ...func(*msgr.Options)) {
-	for _, tc := range []struct{ size, depth int }{{64, 128}, {4096, 128}, {1 << 20, 16}} {
+	for _, tc := range []struct{ size, depth int }{{64, 128}, {4096, 128}, {1 << 20, 1}, {1 << 20, 16}} {
 		b.Run(fmt.Sprintf("size=%d/depth=%d", tc.size, tc.depth), func(b *testing.B) {
 			sink := &benchSink{sem: make(chan struct{}, tc.depth)}
 			_, _, c := benchPair(b, sink, &benchSink{}, tweaks...)

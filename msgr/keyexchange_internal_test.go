@@ -15,18 +15,7 @@ import (
 // its keys with the post-quantum hybrid; only one that offers crc alone
 // (its session cannot be sealed) uses X25519 alone.
 func TestDialerKeyExchange(t *testing.T) {
-	ca, err := auth.NewCA("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyring := func(name string) *auth.Keyring {
-		k, err := ca.Issue(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	keyring, quiet := testKeyrings(t), slog.New(slog.NewTextHandler(io.Discard, nil))
 	drop := DispatchFunc(func(m *Message) { m.Release() })
 	for _, tc := range []struct {
 		offer []Mode
@@ -66,5 +55,20 @@ func TestDialerKeyExchange(t *testing.T) {
 		cli.Shutdown(ctx)
 		srv.Shutdown(ctx)
 		cancel()
+	}
+}
+
+// testKeyrings issues keyrings from a CA of the test's own.
+func testKeyrings(t *testing.T) func(name string) *auth.Keyring {
+	ca, err := auth.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(name string) *auth.Keyring {
+		k, err := ca.Issue(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
 	}
 }

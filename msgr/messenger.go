@@ -54,6 +54,9 @@ type Messenger struct {
 	// afterDialAuth, if set (by tests, before any Connect), sees each
 	// dialer's finished TLS handshake.
 	afterDialAuth func(res *auth.Result)
+	// resume lets this messenger's authenticated reconnects, and its
+	// peers' to it, resume their TLS sessions (auth.Resumption).
+	resume *auth.Resumption
 }
 
 // monotonic is nanoseconds since the messenger started, from the monotonic
@@ -85,6 +88,9 @@ func New(opts Options) (*Messenger, error) {
 	}
 	m.coarseNow.Store(time.Now().UnixNano())
 	m.wg.Add(1)
+	if opts.Auth != nil {
+		m.resume = auth.NewResumption()
+	}
 	go m.tick()
 	return m, nil
 }

@@ -448,8 +448,12 @@ func splitSealed(f *wire.Frame) bool {
 
 // WriteFrames seals each frame into a pooled buffer and writes them,
 // in batches of about sealFlushBytes.
-func (s *sealedLink) WriteFrames(frames []wire.Frame) error {
-	s.out = s.out[:0]
+func (s *sealedLink) WriteFrames(frames []wire.Frame) error { return s.writeAfter(nil, frames) }
+
+// writeAfter writes the frames clear as they are (a dialer's last auth
+// flight), then frames sealed.
+func (s *sealedLink) writeAfter(clear, frames []wire.Frame) error {
+	s.out = append(s.out[:0], clear...)
 	defer s.releaseBatch()
 	pending := 0
 	for i := range frames {

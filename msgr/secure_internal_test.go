@@ -350,7 +350,7 @@ func handshakePair(t *testing.T) (dialer, acceptor *auth.Result) {
 	done := make(chan error, 1)
 	go func() {
 		var err error
-		acceptor, err = auth.Accept(t.Context(), ka, chanFlights{in: d2a, out: a2d})
+		acceptor, err = auth.Accept(t.Context(), ka, chanFlights{in: d2a, out: a2d}, auth.AcceptOptions{})
 		done <- err
 	}()
 	dialer, err = auth.Dial(t.Context(), kd, chanFlights{in: a2d, out: d2a}, auth.DialOptions{})

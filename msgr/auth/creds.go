@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"math/big"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -288,7 +290,21 @@ func stripComments(b []byte) []byte {
 // Verify checks that cert was issued by ca for an entity, valid at now,
 // and returns the entity's name: the name a peer gets is the one its CA
 // signed, never one it claims.
+//
+// A certificate that passed is remembered (verified), so that the next
+// handshake with the same peer skips the CA's signature, an Ed25519
+// verification on each side of every handshake: the outcome depends only
+// on the two certificates' bytes, which the cache is keyed by, and on the
+// time, which is checked again on every hit. Revocation is not Verify's
+// business (the caller checks the serial against the entity's record).
 func Verify(ca, cert *x509.Certificate, now time.Time) (string, error) {
+	key := verifiedKey{ca: sha256.Sum256(ca.Raw), cert: sha256.Sum256(cert.Raw)}
+	if name, ok := verified.get(key); ok {
+		if !validAt(ca, now) || !validAt(cert, now) {
+			return "", fmt.Errorf("%w: x509: certificate has expired or is not yet valid at %v", ErrBadCredential, now.UTC())
+		}
+		return name, nil
+	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	if _, err := cert.Verify(x509.VerifyOptions{
@@ -302,7 +318,45 @@ func Verify(ca, cert *x509.Certificate, now time.Time) (string, error) {
 	if err := ValidateEntity(name); err != nil {
 		return "", fmt.Errorf("%w: certificate names %q: %v", ErrBadCredential, name, err)
 	}
+	verified.put(key, name)
 	return name, nil
+}
+
+// validAt is x509's validity check of one certificate, as Verify's chain
+// check applies it to both.
+func validAt(c *x509.Certificate, now time.Time) bool {
+	return !now.Before(c.NotBefore) && !now.After(c.NotAfter)
+}
+
+// verifiedCerts remembers, up to maxVerified, the certificates Verify
+// passed, by the hashes of the certificate and of its CA's, with the
+// entity each names. Full, it starts over: a cluster's entities are far
+// fewer, and a miss only costs the check again.
+type verifiedCerts struct {
+	mu sync.Mutex
+	m  map[verifiedKey]string
+}
+
+type verifiedKey struct{ ca, cert [sha256.Size]byte }
+
+const maxVerified = 4096
+
+var verified verifiedCerts
+
+func (v *verifiedCerts) get(k verifiedKey) (string, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	name, ok := v.m[k]
+	return name, ok
+}
+
+func (v *verifiedCerts) put(k verifiedKey, name string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m == nil || len(v.m) >= maxVerified {
+		v.m = make(map[verifiedKey]string)
+	}
+	v.m[k] = name
 }
 
 // TLSCertificate is the keyring's certificate and key as crypto/tls takes

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"bytes"
+	"crypto/x509"
 	"errors"
 	"os"
 	"path/filepath"
@@ -68,6 +69,57 @@ func TestKeyringRoundTrip(t *testing.T) {
 	}
 	if _, err := ParseCA(mustPEM(t, k)); !errors.Is(err, ErrBadCredential) {
 		t.Fatalf("a keyring taken for a CA: %v", err)
+	}
+}
+
+// TestVerifyRemembers: a certificate Verify passed once is remembered by
+// its exact bytes and its CA's, never by its name or serial, and its
+// validity is checked again at every use.
+func TestVerifyRemembers(t *testing.T) {
+	ca, other := mustCA(t), mustCA(t)
+	k := mustIssue(t, ca, "osd.7")
+	now := time.Now()
+	for range 2 {
+		if name, err := Verify(ca.Cert, k.Cert, now); err != nil || name != "osd.7" {
+			t.Fatalf("Verify: %q %v", name, err)
+		}
+	}
+	if _, err := Verify(ca.Cert, k.Cert, now.Add(11*365*24*time.Hour)); !errors.Is(err, ErrBadCredential) {
+		t.Fatalf("a remembered certificate, expired: %v", err)
+	}
+	if _, err := Verify(ca.Cert, k.Cert, k.Cert.NotBefore.Add(-time.Second)); !errors.Is(err, ErrBadCredential) {
+		t.Fatalf("a remembered certificate, not yet valid: %v", err)
+	}
+	if _, err := Verify(other.Cert, k.Cert, now); !errors.Is(err, ErrBadCredential) {
+		t.Fatalf("a remembered certificate against another CA: %v", err)
+	}
+	// The same certificate with its signature altered: same name, serial
+	// and key, other bytes.
+	raw := bytes.Clone(k.Cert.Raw)
+	raw[len(raw)-1] ^= 1
+	forged, err := x509.ParseCertificate(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Verify(ca.Cert, forged, now); !errors.Is(err, ErrBadCredential) {
+		t.Fatalf("a remembered certificate with another signature: %v", err)
+	}
+	// Another CA's certificate for the same entity.
+	if _, err := Verify(ca.Cert, mustIssue(t, other, "osd.7").Cert, now); !errors.Is(err, ErrBadCredential) {
+		t.Fatalf("another CA's certificate of a remembered entity: %v", err)
+	}
+}
+
+// BenchmarkVerify: checking a peer's certificate, as every handshake does
+// on both sides, once it was checked before.
+func BenchmarkVerify(b *testing.B) {
+	ca := mustCA(b)
+	k := mustIssue(b, ca, "osd.1")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Verify(ca.Cert, k.Cert, time.Now()); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

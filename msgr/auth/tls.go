@@ -3,6 +3,7 @@ package auth
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -47,7 +48,29 @@ type Result struct {
 	// PeerCert is that certificate: its serial says which of the entity's
 	// certificates it used (Serial).
 	PeerCert *x509.Certificate
-	state    tls.ConnectionState
+	// Unsent is what TLS wrote last and the handshake did not send: the
+	// dialer's last flight (DialOptions.KeepLastFlight), or the session
+	// ticket the acceptor hands out (AcceptOptions.Resume), for the
+	// dialer's TakeTicket.
+	Unsent []byte
+	state  tls.ConnectionState
+	tc     *tls.Conn
+	fc     *flightConn
+}
+
+// Resumed reports whether the handshake resumed an earlier session.
+func (r *Result) Resumed() bool { return r.state.DidResume }
+
+// TakeTicket hands the dialer's TLS what the acceptor's Result.Unsent
+// held, its session ticket, which it keeps for the next dial to the same
+// peer (DialOptions.Resume). Anything else in it is ignored.
+func (r *Result) TakeTicket(b []byte) {
+	if len(b) == 0 || r.tc == nil {
+		return
+	}
+	r.fc.in, r.fc.ended = b, true
+	var buf [1]byte
+	r.tc.Read(buf[:]) // processes the ticket, then meets the end
 }
 
 // KeyExchange is the key agreement the handshake used (see DialOptions).
@@ -77,6 +100,52 @@ type DialOptions struct {
 	// encapsulation and decapsulation are about a quarter of a handshake's
 	// CPU (docs/benchmarks.md). Sessions that may be sealed keep the hybrid.
 	CleartextSession bool
+	// KeepLastFlight: the dialer's last flight (its certificate and
+	// Finished) is not sent but returned in Result.Unsent, for the
+	// caller to send in one write with what follows it.
+	KeepLastFlight bool
+	// Resume, if set, keeps the session tickets acceptors hand out
+	// (Result.TakeTicket) and offers them on later dials to the same
+	// Peer, so that those resume the session (see Resumption).
+	Resume *Resumption
+	// Peer names the acceptor (its address) for Resume.
+	Peer string
+}
+
+// AcceptOptions tunes the acceptor's side of the handshake.
+type AcceptOptions struct {
+	// Resume, if set, lets dialers resume their sessions with the tickets
+	// this side hands out (Result.Unsent, after the handshake).
+	Resume *Resumption
+}
+
+// Resumption lets a messenger's reconnects skip certificates: TLS 1.3
+// session resumption in psk_dhe_ke mode (RFC 8446 4.2.9), as crypto/tls
+// does it. The acceptor hands the dialer a ticket, sealed under a key of
+// this Resumption's that never leaves the process, holding the session's
+// resumption secret and the dialer's certificate; a later dial to the same
+// acceptor presents it. A resumed handshake runs a fresh (EC)DHE exchange,
+// so its keys are new and forward secret; each side proves it holds the
+// previous session's secret, which only the two ends of that
+// certificate-authenticated session had; and the peer's certificate (the
+// dialer's from the ticket, the acceptor's from the dialer's cache) is
+// checked again, against the CA, the clock and the caller's
+// authorization, as in a full handshake. It saves the two signatures, the
+// two signature checks and the certificates' transfer and parsing.
+type Resumption struct {
+	ticketKeys [][32]byte
+	cache      tls.ClientSessionCache
+}
+
+// resumptionCacheSize bounds the sessions a dialer keeps: one per peer.
+const resumptionCacheSize = 1024
+
+// NewResumption makes the state one messenger resumes with: a random
+// ticket key and an empty session cache.
+func NewResumption() *Resumption {
+	var key [32]byte
+	rand.Read(key[:])
+	return &Resumption{ticketKeys: [][32]byte{key}, cache: tls.NewLRUClientSessionCache(resumptionCacheSize)}
 }
 
 // classicalOnly is the key exchange of a CleartextSession.
@@ -89,17 +158,17 @@ func Dial(ctx context.Context, k *Keyring, f Flights, opts DialOptions) (*Result
 	if opts.CleartextSession {
 		curves = classicalOnly
 	}
-	return run(ctx, k, f, true, curves)
+	return run(ctx, k, f, true, curves, opts.KeepLastFlight, opts.Resume, opts.Peer)
 }
 
 // Accept runs the acceptor's (TLS server's) side. It takes the key
 // exchange the dialer offers (crypto/tls's defaults, hybrid first).
-func Accept(ctx context.Context, k *Keyring, f Flights) (*Result, error) {
-	return run(ctx, k, f, false, nil)
+func Accept(ctx context.Context, k *Keyring, f Flights, opts AcceptOptions) (*Result, error) {
+	return run(ctx, k, f, false, nil, opts.Resume != nil, opts.Resume, "")
 }
 
-func run(ctx context.Context, k *Keyring, f Flights, client bool, curves []tls.CurveID) (*Result, error) {
-	var peer string
+func run(ctx context.Context, k *Keyring, f Flights, client bool, curves []tls.CurveID, keep bool, resume *Resumption, peer string) (*Result, error) {
+	var name string
 	cfg := &tls.Config{
 		CurvePreferences: curves,
 		MinVersion:       tls.VersionTLS13,
@@ -110,22 +179,26 @@ func run(ctx context.Context, k *Keyring, f Flights, client bool, curves []tls.C
 		// peer holds the certificate's key.
 		InsecureSkipVerify: true,
 		ClientAuth:         tls.RequireAnyClientCert,
-		// No resumption: every session proves its identity afresh, and
-		// the acceptor sends nothing after its Finished.
-		SessionTicketsDisabled: true,
+		// Resumption only with a Resumption: the acceptor's tickets
+		// are then kept out of the flights (Result.Unsent).
+		SessionTicketsDisabled: resume == nil,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return fmt.Errorf("%w: the peer showed no certificate", ErrAuthFailed)
 			}
-			name, err := Verify(k.CA, cs.PeerCertificates[0], time.Now())
+			n, err := Verify(k.CA, cs.PeerCertificates[0], time.Now())
 			if err != nil {
 				return fmt.Errorf("%w: %v", ErrAuthFailed, err)
 			}
-			peer = name
+			name = n
 			return nil
 		},
 	}
-	c := &flightConn{f: f}
+	if resume != nil {
+		cfg.ClientSessionCache = resume.cache
+		cfg.SetSessionTicketKeys(resume.ticketKeys)
+	}
+	c := &flightConn{f: f, peer: peer}
 	var tc *tls.Conn
 	if client {
 		tc = tls.Client(c, cfg)
@@ -144,21 +217,27 @@ func run(ctx context.Context, k *Keyring, f Flights, client bool, curves []tls.C
 	}
 	// The dialer's last flight is written but not yet sent: nothing reads
 	// after it.
-	if err := c.flush(); err != nil {
+	var unsent []byte
+	if keep {
+		unsent = bytes.Clone(c.out.Bytes())
+		c.out.Reset()
+	} else if err := c.flush(); err != nil {
 		return nil, err
 	}
 	cs := tc.ConnectionState()
-	return &Result{Peer: peer, PeerCert: cs.PeerCertificates[0], state: cs}, nil
+	return &Result{Peer: name, PeerCert: cs.PeerCertificates[0], Unsent: unsent, state: cs, tc: tc, fc: c}, nil
 }
 
 // flightConn is the net.Conn crypto/tls runs on: what TLS writes
 // collects into a flight, sent as one message when TLS next wants to read
 // (it has said all it will until the peer answers).
 type flightConn struct {
-	f   Flights
-	out bytes.Buffer
-	in  []byte
-	err error // the carrier's first error
+	f     Flights
+	out   bytes.Buffer
+	in    []byte
+	err   error  // the carrier's first error
+	peer  string // RemoteAddr, the dialer's session cache key
+	ended bool   // in is the last there is (TakeTicket)
 }
 
 func (c *flightConn) Write(b []byte) (int, error) {
@@ -181,6 +260,9 @@ func (c *flightConn) flush() error {
 }
 
 func (c *flightConn) Read(b []byte) (int, error) {
+	if len(c.in) == 0 && c.ended {
+		return 0, io.EOF
+	}
 	if len(c.in) == 0 {
 		if err := c.flush(); err != nil {
 			return 0, err
@@ -206,13 +288,15 @@ func (c *flightConn) Read(b []byte) (int, error) {
 }
 
 func (c *flightConn) Close() error                     { return nil }
-func (c *flightConn) LocalAddr() net.Addr              { return flightAddr{} }
-func (c *flightConn) RemoteAddr() net.Addr             { return flightAddr{} }
+func (c *flightConn) LocalAddr() net.Addr              { return flightAddr("") }
+func (c *flightConn) RemoteAddr() net.Addr             { return flightAddr(c.peer) }
 func (c *flightConn) SetDeadline(time.Time) error      { return nil }
 func (c *flightConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *flightConn) SetWriteDeadline(time.Time) error { return nil }
 
-type flightAddr struct{}
+// flightAddr is the peer's address, which the dialer's session cache
+// keys its tickets by.
+type flightAddr string
 
-func (flightAddr) Network() string { return "msgr" }
-func (flightAddr) String() string  { return "msgr-handshake" }
+func (flightAddr) Network() string  { return "msgr" }
+func (a flightAddr) String() string { return "msgr-handshake " + string(a) }

@@ -60,7 +60,7 @@ func handshakeWith(t *testing.T, dk, ak *Keyring, tamper func([]byte) []byte, op
 	dp.tamper = tamper
 	done := make(chan outcome, 1)
 	go func() {
-		r, err := Accept(ctx, ak, ap)
+		r, err := Accept(ctx, ak, ap, AcceptOptions{})
 		if err != nil {
 			close(ap.out) // the dialer's Recv then sees a closed carrier
 		}
@@ -194,7 +194,7 @@ func BenchmarkHandshake(b *testing.B) {
 			for b.Loop() {
 				dp, ap := newPipe()
 				done := make(chan error, 1)
-				go func() { _, err := Accept(ctx, ak, ap); done <- err }()
+				go func() { _, err := Accept(ctx, ak, ap, AcceptOptions{}); done <- err }()
 				if _, err := Dial(ctx, dk, dp, bc.opts); err != nil {
 					b.Fatal(err)
 				}

@@ -1,0 +1,108 @@
+package msgr
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr/auth"
+)
+
+// TestResumedSessions: a messenger's second session with a peer resumes
+// the first's TLS session (no certificates), yet gets keys of its own,
+// carries messages in either mode, and is still refused once the peer's
+// authorization refuses it (revocation holds at the next reconnect).
+func TestResumedSessions(t *testing.T) {
+	keyring, quiet := testKeyrings(t), slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, mode := range []Mode{ModeCRC, ModeSecure} {
+		t.Run(string(mode), func(t *testing.T) {
+			var revoked atomic.Bool
+			got := make(chan []byte, 4)
+			srv, err := New(Options{Name: "osd.0", Transports: tcpOnly, Logger: quiet,
+				Dispatcher: DispatchFunc(func(m *Message) { got <- bytes.Clone(m.Data); m.Release() }),
+				Auth: &AuthOptions{Keyring: keyring("osd.0"), Modes: []Mode{mode},
+					Authorize: func(_ context.Context, peer EntityName, _ *x509.Certificate) error {
+						if revoked.Load() {
+							return errors.New(string(peer) + " has no auth record")
+						}
+						return nil
+					}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr, err := srv.Listen(t.Context(), "tcp://127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cli, err := New(Options{Name: "osd.1", Transports: tcpOnly, Logger: quiet,
+				Dispatcher: DispatchFunc(func(m *Message) { m.Release() }),
+				Auth:       &AuthOptions{Keyring: keyring("osd.1"), Modes: []Mode{mode}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			defer srv.Shutdown(ctx)
+			defer cli.Shutdown(ctx)
+			results := make(chan *auth.Result, 4)
+			cli.afterDialAuth = func(res *auth.Result) { results <- res }
+			session := func(payload string) (*auth.Result, error) {
+				c, err := cli.Connect(ctx, addr, "osd.0")
+				if err != nil {
+					return nil, err
+				}
+				defer c.Close()
+				if err := c.WaitReady(ctx); err != nil {
+					return <-results, err
+				}
+				if err := c.Send(ctx, NewMessage(1, nil, []byte(payload))); err != nil {
+					return nil, err
+				}
+				select {
+				case b := <-got:
+					if string(b) != payload {
+						t.Fatalf("delivered %q, want %q", b, payload)
+					}
+				case <-ctx.Done():
+					t.Fatal("the message never arrived")
+				}
+				return <-results, nil
+			}
+			first, err := session("first")
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := session("second")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first.Resumed() || !second.Resumed() {
+				t.Fatalf("resumed: first %v, second %v; want the second only", first.Resumed(), second.Resumed())
+			}
+			k1, err := first.SessionKeys([]byte("test"), 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k2, err := second.SessionKeys([]byte("test"), 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Equal(k1, k2) {
+				t.Fatal("the resumed session has the first's keys")
+			}
+			if second.Peer != "osd.0" || second.PeerCert == nil {
+				t.Fatalf("resumed session's peer %q (certificate %v)", second.Peer, second.PeerCert != nil)
+			}
+			revoked.Store(true)
+			if _, err := session("third"); !errors.Is(err, ErrAuth) {
+				t.Fatalf("a revoked peer's resumed session: %v, want ErrAuth", err)
+			}
+		})
+	}
+}
