@@ -211,7 +211,8 @@ type request struct {
 // transfer. It is moved only when less than 7/8 of the timeout is left,
 // not at every call.
 type movingDeadline struct {
-	set     func(time.Time) error
+	rc      *http.ResponseController
+	read    bool // the read deadline, else the write one
 	timeout time.Duration
 	until   time.Time
 }
@@ -222,12 +223,33 @@ func (d *movingDeadline) touch() {
 		return
 	}
 	d.until = now.Add(d.timeout)
-	d.set(d.until) // ErrNotSupported where there is no connection: no deadline
+	d.set(d.until)
 }
 
 func (d *movingDeadline) clear() {
 	d.until = time.Time{}
 	d.set(time.Time{})
+}
+
+// set sets the deadline; ErrNotSupported where there is no connection
+// (a recorder in tests): no deadline.
+func (d *movingDeadline) set(t time.Time) {
+	if d.read {
+		d.rc.SetReadDeadline(t)
+	} else {
+		d.rc.SetWriteDeadline(t)
+	}
+}
+
+// exchange is what a request needs of the heap, in one allocation: its
+// state, its response writer, the connection's deadlines and the request
+// ID's header value.
+type exchange struct {
+	req    request
+	w      loggedWriter
+	rc     http.ResponseController
+	rd, wd movingDeadline
+	ids    [1]string
 }
 
 // loggedWriter counts what goes out, for the access log, and gives the
@@ -275,15 +297,18 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Deadlines that move on with each read and write (stalls are bounded,
 	// not transfers); the write one is set now as well, for the response
 	// net/http writes after the handler.
-	rc := http.NewResponseController(w)
-	wd := &movingDeadline{set: rc.SetWriteDeadline, timeout: g.opts.ClientTimeout}
-	wd.touch()
-	req := &request{id: newRequestID(), w: &loggedWriter{ResponseWriter: w, deadline: wd}, r: r}
+	x := &exchange{rc: *http.NewResponseController(w)}
+	x.wd = movingDeadline{rc: &x.rc, timeout: g.opts.ClientTimeout}
+	x.rd = movingDeadline{rc: &x.rc, read: true, timeout: g.opts.ClientTimeout}
+	x.wd.touch()
+	x.w = loggedWriter{ResponseWriter: w, deadline: &x.wd}
+	x.req = request{id: newRequestID(), w: &x.w, r: r}
+	req := &x.req
 	h := w.Header()
 	// Canonical keys set directly: Set would canonicalize them on every
 	// request.
-	ids := []string{req.id}
-	h["X-Amz-Request-Id"], h["X-Amz-Id-2"], h["Server"] = ids, ids, serverHeader
+	x.ids[0] = req.id
+	h["X-Amz-Request-Id"], h["X-Amz-Id-2"], h["Server"] = x.ids[:], x.ids[:], serverHeader
 	var body *verifiedBody
 	// The access log's arguments are built only when it is on (a gateway
 	// run at warn level pays nothing for it).
@@ -324,7 +349,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.fail(req, err)
 		return
 	}
-	body.deadline = &movingDeadline{set: rc.SetReadDeadline, timeout: g.opts.ClientTimeout}
+	body.deadline = &x.rd
 	defer body.Close()
 	r.Body = body
 	if err := g.dispatch(req); err != nil {

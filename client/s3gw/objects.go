@@ -115,10 +115,10 @@ func objectHeaders(h http.Header, info client.ObjectInfo) {
 	if ct == "" {
 		ct = "binary/octet-stream"
 	}
-	h.Set("Content-Type", ct)
-	h.Set("ETag", quoteETag(info.ETag))
-	h.Set("Last-Modified", info.LastModified.UTC().Format(http.TimeFormat))
-	h.Set("Accept-Ranges", "bytes")
+	// Canonical keys, the values in one array: Set would canonicalize
+	// each key and allocate each value's slice.
+	v := &[4]string{ct, quoteETag(info.ETag), info.LastModified.UTC().Format(http.TimeFormat), "bytes"}
+	h["Content-Type"], h["Etag"], h["Last-Modified"], h["Accept-Ranges"] = v[0:1:1], v[1:2:2], v[2:3:3], v[3:4:4]
 	for k, v := range info.UserMetadata {
 		if std, ok := strings.CutPrefix(k, storedHeaderPrefix); ok {
 			h.Set(std, v)

@@ -1,9 +1,7 @@
 package s3gw
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"net/http"
 	"net/url"
@@ -39,6 +37,7 @@ type sigV4 struct {
 	Region        string
 	Service       string
 	SignedHeaders []string // lower case, in the order signed
+	signedHeaders string   // the same as sent, joined by ';'
 	Signature     string   // hex
 
 	presigned bool
@@ -46,16 +45,31 @@ type sigV4 struct {
 	expires   time.Duration // presigned only
 }
 
-func (s sigV4) scope() string {
-	return s.Date + "/" + s.Region + "/" + s.Service + "/" + scopeTerminal
+func (s sigV4) scope() string { return string(s.appendScope(nil)) }
+
+func (s sigV4) appendScope(b []byte) []byte {
+	b = append(b, s.Date...)
+	b = append(b, '/')
+	b = append(b, s.Region...)
+	b = append(b, '/')
+	b = append(b, s.Service...)
+	b = append(b, '/')
+	return append(b, scopeTerminal...)
 }
 
 // parseCredential splits "AKID/20130524/us-east-1/s3/aws4_request".
 func parseCredential(v string, s *sigV4) bool {
 	// The access key may not contain '/', the rest is fixed: split from
 	// the right.
-	parts := strings.Split(v, "/")
-	if len(parts) != 5 || parts[0] == "" || parts[4] != scopeTerminal || len(parts[1]) != 8 || parts[2] == "" || parts[3] == "" {
+	var parts [5]string
+	for i := range 4 {
+		var ok bool
+		if parts[i], v, ok = strings.Cut(v, "/"); !ok {
+			return false
+		}
+	}
+	parts[4] = v
+	if parts[0] == "" || parts[4] != scopeTerminal || len(parts[1]) != 8 || parts[2] == "" || parts[3] == "" {
 		return false
 	}
 	if _, err := time.Parse("20060102", parts[1]); err != nil {
@@ -78,11 +92,15 @@ func parseSignedHeaders(v string) ([]string, bool) {
 }
 
 func validSignature(v string) bool {
-	if len(v) != 64 {
+	if len(v) != 2*sha256.Size {
 		return false
 	}
-	_, err := hex.DecodeString(v)
-	return err == nil
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // parseAuthorization parses
@@ -114,7 +132,7 @@ func parseAuthorization(h string) (sigV4, error) {
 			if haveSH || !ok {
 				return s, errf(ErrAuthorizationHeaderMalformed, "malformed SignedHeaders %q (lower case, sorted, with host)", val)
 			}
-			s.SignedHeaders, haveSH = hs, true
+			s.SignedHeaders, s.signedHeaders, haveSH = hs, val, true
 		case "Signature":
 			if haveSig || !validSignature(val) {
 				return s, errf(ErrAuthorizationHeaderMalformed, "malformed Signature")
@@ -142,7 +160,8 @@ func parsePresigned(q url.Values) (sigV4, error) {
 	if !parseCredential(q.Get("X-Amz-Credential"), &s) {
 		return bad("malformed X-Amz-Credential")
 	}
-	hs, ok := parseSignedHeaders(q.Get("X-Amz-SignedHeaders"))
+	s.signedHeaders = q.Get("X-Amz-SignedHeaders")
+	hs, ok := parseSignedHeaders(s.signedHeaders)
 	if !ok {
 		return bad("malformed X-Amz-SignedHeaders (lower case, sorted, with host)")
 	}
@@ -167,11 +186,22 @@ func parsePresigned(q url.Values) (sigV4, error) {
 // - . _ ~ as %XX in upper case hex, and '/' too unless keepSlash.
 func awsEscape(s string, keepSlash bool) string {
 	const hexd = "0123456789ABCDEF"
+	unreserved := func(c byte) bool {
+		return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' || c == '/' && keepSlash
+	}
+	i := 0
+	for i < len(s) && unreserved(s[i]) {
+		i++
+	}
+	if i == len(s) {
+		return s // the usual key: nothing to escape, nothing to copy
+	}
 	var b strings.Builder
-	b.Grow(len(s))
-	for i := 0; i < len(s); i++ {
+	b.Grow(len(s) + 8)
+	b.WriteString(s[:i])
+	for ; i < len(s); i++ {
 		c := s[i]
-		if 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' || c == '/' && keepSlash {
+		if unreserved(c) {
 			b.WriteByte(c)
 			continue
 		}
@@ -285,38 +315,61 @@ func headerValue(r *http.Request, name string) string {
 	return strings.Join(out, ",")
 }
 
-// canonicalRequest builds the canonical request of r for s, with path as
-// the canonical URI and payloadHash as its last line.
-func canonicalRequest(r *http.Request, s sigV4, path, query, payloadHash string) string {
-	var b strings.Builder
-	b.WriteString(r.Method)
-	b.WriteByte('\n')
-	b.WriteString(path)
-	b.WriteByte('\n')
-	b.WriteString(query)
-	b.WriteByte('\n')
+// appendCanonicalRequest appends the canonical request of r for s to b,
+// with path as the canonical URI and payloadHash as its last line.
+func appendCanonicalRequest(b []byte, r *http.Request, s sigV4, path, query, payloadHash string) []byte {
+	b = append(b, r.Method...)
+	b = append(b, '\n')
+	b = append(b, path...)
+	b = append(b, '\n')
+	b = append(b, query...)
+	b = append(b, '\n')
 	for _, h := range s.SignedHeaders {
-		b.WriteString(h)
-		b.WriteByte(':')
-		b.WriteString(headerValue(r, h))
-		b.WriteByte('\n')
+		b = append(b, h...)
+		b = append(b, ':')
+		b = append(b, headerValue(r, h)...)
+		b = append(b, '\n')
 	}
-	b.WriteByte('\n')
-	b.WriteString(strings.Join(s.SignedHeaders, ";"))
-	b.WriteByte('\n')
-	b.WriteString(payloadHash)
-	return b.String()
+	b = append(b, '\n')
+	b = append(b, s.signedHeaders...)
+	b = append(b, '\n')
+	return append(b, payloadHash...)
+}
+
+// hmacSum is HMAC-SHA256 (RFC 2104) of msg under key, in buffers of the
+// caller's stack for a string to sign's length: crypto/hmac allocates
+// its state and two hashes per use, a third of a GET's allocations in
+// the gateway.
+func hmacSum(key, msg []byte) [sha256.Size]byte {
+	var k [sha256.BlockSize]byte
+	if len(key) > len(k) {
+		d := sha256.Sum256(key)
+		copy(k[:], d[:])
+	} else {
+		copy(k[:], key)
+	}
+	var in [512]byte
+	b := in[:0]
+	for _, c := range k {
+		b = append(b, c^0x36)
+	}
+	inner := sha256.Sum256(append(b, msg...))
+	var out [sha256.BlockSize + sha256.Size]byte
+	for i, c := range k {
+		out[i] = c ^ 0x5c
+	}
+	copy(out[sha256.BlockSize:], inner[:])
+	return sha256.Sum256(out[:])
 }
 
 func hmacSHA256(key []byte, data string) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(data))
-	return m.Sum(nil)
+	m := hmacSum(key, []byte(data))
+	return m[:]
 }
 
 // signingKey derives the key of one day, region and service.
 func signingKey(secret string, s sigV4) []byte {
-	ck := secret + "\x00" + s.scope()
+	ck := keyScope{secret, s.Date, s.Region, s.Service}
 	if k, ok := signingKeys.get(ck); ok {
 		return k
 	}
@@ -324,6 +377,9 @@ func signingKey(secret string, s sigV4) []byte {
 	signingKeys.put(ck, k)
 	return k
 }
+
+// keyScope is what a signing key is derived from.
+type keyScope struct{ secret, date, region, service string }
 
 // signingKeys caches derived signing keys by secret and scope: a key is
 // good for its scope's day, and deriving it is four HMACs, as much as
@@ -334,21 +390,21 @@ var signingKeys = keyCache{max: 4096}
 // enough for keys that change once a day.
 type keyCache struct {
 	mu  sync.RWMutex
-	m   map[string][]byte
+	m   map[keyScope][]byte
 	max int
 }
 
-func (c *keyCache) get(k string) ([]byte, bool) {
+func (c *keyCache) get(k keyScope) ([]byte, bool) {
 	c.mu.RLock()
 	v, ok := c.m[k]
 	c.mu.RUnlock()
 	return v, ok
 }
 
-func (c *keyCache) put(k string, v []byte) {
+func (c *keyCache) put(k keyScope, v []byte) {
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= c.max {
-		c.m = make(map[string][]byte)
+		c.m = make(map[keyScope][]byte)
 	}
 	c.m[k] = v
 	c.mu.Unlock()
@@ -361,11 +417,31 @@ func deriveSigningKey(secret string, s sigV4) []byte {
 	return hmacSHA256(k, scopeTerminal)
 }
 
-// signature computes the hex signature of a canonical request.
-func signature(key []byte, s sigV4, amzDate, canonical string) string {
-	h := sha256.Sum256([]byte(canonical))
-	sts := sigAlgorithm + "\n" + amzDate + "\n" + s.scope() + "\n" + hex.EncodeToString(h[:])
-	return hex.EncodeToString(hmacSHA256(key, sts))
+// appendSignature appends the hex signature of a canonical request to b.
+func appendSignature(b []byte, key []byte, s sigV4, amzDate string, canonical []byte) []byte {
+	h := sha256.Sum256(canonical)
+	var buf [256]byte
+	sts := append(buf[:0], sigAlgorithm+"\n"...)
+	sts = append(sts, amzDate...)
+	sts = append(sts, '\n')
+	sts = s.appendScope(sts)
+	sts = append(sts, '\n')
+	sts = hex.AppendEncode(sts, h[:])
+	mac := hmacSum(key, sts)
+	return hex.AppendEncode(b, mac[:])
+}
+
+// equalHex compares a computed hex signature with the one sent, in time
+// that does not depend on where they differ.
+func equalHex(want []byte, got string) bool {
+	if len(want) != len(got) {
+		return false
+	}
+	var d byte
+	for i := range want {
+		d |= want[i] ^ got[i]
+	}
+	return d == 0
 }
 
 // authResult is a verified request's identity and what its body must hash
@@ -383,7 +459,10 @@ type authResult struct {
 
 // verify checks r's signature (header or presigned) at now against creds.
 func verify(r *http.Request, creds Credentials, now time.Time) (authResult, error) {
-	q := r.URL.Query()
+	var q url.Values // nil, which has nothing, for the usual request without a query
+	if r.URL.RawQuery != "" {
+		q = r.URL.Query()
+	}
 	authz := r.Header.Get("Authorization")
 	var (
 		s   sigV4
@@ -428,7 +507,7 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 			return authResult{}, errf(ErrAccessDenied, "malformed X-Amz-Date %q", amzDate)
 		}
 	}
-	if s.amzDate.Format("20060102") != s.Date {
+	if amzDate[:len("20060102")] != s.Date { // amzDate parsed as amzDateLayout
 		return authResult{}, errf(ErrSignatureDoesNotMatch, "the credential scope's date %s is not the request's %s", s.Date, amzDate)
 	}
 	switch {
@@ -475,13 +554,16 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 	// The canonical URI is the path as the client escaped it for the wire,
 	// which for S3 is escaped once with SigV4's rules; a client that
 	// escaped it otherwise signed what it sent.
-	paths := []string{awsEscape(r.URL.Path, true)}
+	var pathBuf [2]string
+	paths := append(pathBuf[:0], awsEscape(r.URL.Path, true))
 	if raw, _, _ := strings.Cut(r.RequestURI, "?"); raw != paths[0] && strings.HasPrefix(raw, "/") {
 		paths = append(paths, raw)
 	}
 	for _, p := range paths {
-		want := signature(key, s, amzDate, canonicalRequest(r, s, p, query, payload))
-		if subtle.ConstantTimeCompare([]byte(want), []byte(s.Signature)) == 1 {
+		var cbuf [1024]byte
+		var sbuf [2 * sha256.Size]byte
+		want := appendSignature(sbuf[:0], key, s, amzDate, appendCanonicalRequest(cbuf[:0], r, s, p, query, payload))
+		if equalHex(want, s.Signature) {
 			res := authResult{AccessKey: s.AccessKey, Identity: id}
 			switch payload {
 			case unsignedPay:

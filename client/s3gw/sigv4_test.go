@@ -1,6 +1,9 @@
 package s3gw
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"net/http"
 	"net/url"
@@ -18,7 +21,7 @@ var docCreds = StaticCredentials{"AKIAIOSFODNN7EXAMPLE": "wJalrXUtnFEMI/K7MDENG/
 
 var docTime = time.Date(2013, 5, 24, 0, 0, 0, 0, time.UTC)
 
-func docGet(t *testing.T) *http.Request {
+func docGet(t testing.TB) *http.Request {
 	t.Helper()
 	r, err := http.NewRequest(http.MethodGet, "http://examplebucket.s3.amazonaws.com/test.txt", nil)
 	if err != nil {
@@ -275,4 +278,33 @@ func FuzzCollapsed(f *testing.F) {
 			t.Fatalf("collapsed(%q), but its canonical form is %q", v, strings.Join(strings.Fields(v), " "))
 		}
 	})
+}
+
+// BenchmarkVerify is the signature check of a GET as aws-sdk-go-v2
+// signs it (the documented example's request): what each request pays
+// for SigV4, with its allocations.
+func BenchmarkVerify(b *testing.B) {
+	r := docGet(b)
+	now := docTime.Add(time.Minute)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := verify(r, docCreds, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// hmacSum is crypto/hmac's HMAC-SHA256 for keys shorter and longer than
+// SHA-256's block and messages on either side of its stack buffer.
+func TestHMACSum(t *testing.T) {
+	for _, kn := range []int{0, 32, 63, 64, 65, 200} {
+		for _, mn := range []int{0, 1, 150, 448, 449, 4096} {
+			key, msg := bytes.Repeat([]byte{0xa5}, kn), bytes.Repeat([]byte("m"), mn)
+			m := hmac.New(sha256.New, key)
+			m.Write(msg)
+			if got := hmacSum(key, msg); !bytes.Equal(got[:], m.Sum(nil)) {
+				t.Errorf("key %d bytes, message %d: %x, want %x", kn, mn, got, m.Sum(nil))
+			}
+		}
+	}
 }
