@@ -30,3 +30,22 @@ func (o *OSD) SetPeeringForTest(on bool) {
 		p.peering.Store(on)
 	}
 }
+
+// SetVouchAnswered installs a hook that runs when the meta PG's primary
+// answered OSD osd's question about bucket for a write, before the write
+// takes its turn; nil removes it. Tests only.
+func SetVouchAnswered(f func(osd uint32, bucket string)) {
+	if f == nil {
+		vouchAnswered.Store(nil)
+		return
+	}
+	vouchAnswered.Store(&f)
+}
+
+// HeldWritesForTest is the number of writes waiting in o's lines behind
+// (or for) a vouch for their bucket.
+func (o *OSD) HeldWritesForTest() int64 { return o.lines.held.Load() }
+
+// BucketsCurrentForTest reports whether o vouches for its buckets itself
+// at its map.
+func (o *OSD) BucketsCurrentForTest() bool { return o.bucketsCurrent(o.Map()) }

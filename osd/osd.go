@@ -242,6 +242,10 @@ type OSD struct {
 	pgMu sync.Mutex
 	pgs  map[uint32]*pgState // by store PG id
 
+	// lines keeps each PG's writes in arrival order behind one waiting
+	// for its bucket to be vouched for (vouchedWrite).
+	lines writeLines
+
 	reps  pending.Table[*pendingRep] // RepOps waiting for replicas
 	calls pending.Calls              // OSD-to-OSD requests waiting for replies
 
