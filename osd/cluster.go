@@ -28,6 +28,9 @@ func (d clusterDispatcher) HandleEvent(ev msgr.Event) {
 	o := d.o
 	id, ok := osdID(ev.Conn)
 	o.log.Debug("cluster conn event", "event", ev.Kind, "peer", ev.Conn, "err", ev.Err)
+	// A request the peer's lost session held gets no reply: its caller
+	// hears so now, not at its deadline (a recovery's pull waits minutes).
+	o.calls.HandleEvent(ev)
 	if ok && ev.Kind == msgr.EventRemoteReset {
 		// What we sent its previous incarnation is gone with it.
 		o.failPeer(id, "restarted")
@@ -39,6 +42,11 @@ func (d clusterDispatcher) HandleEvent(ev msgr.Event) {
 	}
 }
 
+// clusterReceived, when set (tests, through export_test.go), runs as OSD
+// osd receives a cluster message of type t, and drops it when it returns
+// true.
+var clusterReceived atomic.Pointer[func(osd uint32, t osdpb.MsgType) bool]
+
 // osdID is the id of the OSD at the other end of c.
 func osdID(c *msgr.Conn) (uint32, bool) { return ops.ParseOSDName(string(c.Peer())) }
 
@@ -48,6 +56,10 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 	t := osdpb.MsgType(m.Type)
 	if !isOSD {
 		o.badRequest(m, fmt.Errorf("cluster message from %s, which is not an OSD", m.Conn().Peer()))
+		return
+	}
+	if hook := clusterReceived.Load(); hook != nil && (*hook)(o.id, t) {
+		m.Release() // lost, as to a peer that died before it answered
 		return
 	}
 	switch t {
@@ -150,7 +162,7 @@ func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, req proto.Me
 	select {
 	case r, ok := <-call.Reply:
 		if !ok {
-			return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is shutting down", o.id)
+			return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d: no reply to %v: the session was lost, or osd.%d is shutting down", id, t, o.id)
 		}
 		err := r.DecodeFront(rep)
 		if err != nil || data == nil {

@@ -1,5 +1,11 @@
 package osd
 
+import (
+	"context"
+
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
 // SetBackfillFetched installs a hook that runs after a backfill's walk
 // fetched an object and before it installs it; nil removes it. Tests only.
 func SetBackfillFetched(f func(bucket, key string)) {
@@ -49,3 +55,25 @@ func (o *OSD) HeldWritesForTest() int64 { return o.lines.held.Load() }
 // BucketsCurrentForTest reports whether o vouches for its buckets itself
 // at its map.
 func (o *OSD) BucketsCurrentForTest() bool { return o.bucketsCurrent(o.Map()) }
+
+// CallForTest asks OSD id for its map through o.call, as the OSD asks its
+// peers everything.
+func (o *OSD) CallForTest(ctx context.Context, id uint32) error {
+	var rep osdpb.GetMapReply
+	return o.call(ctx, id, osdpb.MsgType_MSG_GET_MAP, &osdpb.GetMap{}, &rep, nil)
+}
+
+// PendingCallsForTest is the number of o's calls to its peers that wait
+// for a reply.
+func (o *OSD) PendingCallsForTest() int { return o.calls.Len() }
+
+// SetClusterReceived installs a hook that runs as an OSD receives a
+// cluster message, which it drops unanswered when the hook returns true;
+// nil removes it. Tests only.
+func SetClusterReceived(f func(osd uint32, t osdpb.MsgType) bool) {
+	if f == nil {
+		clusterReceived.Store(nil)
+		return
+	}
+	clusterReceived.Store(&f)
+}
