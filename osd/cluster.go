@@ -43,9 +43,9 @@ func (d clusterDispatcher) HandleEvent(ev msgr.Event) {
 }
 
 // clusterReceived, when set (tests, through export_test.go), runs as OSD
-// osd receives a cluster message of type t, and drops it when it returns
-// true.
-var clusterReceived atomic.Pointer[func(osd uint32, t osdpb.MsgType) bool]
+// osd receives a cluster message of type t from OSD from, and drops it
+// when it returns true.
+var clusterReceived atomic.Pointer[func(osd, from uint32, t osdpb.MsgType) bool]
 
 // osdID is the id of the OSD at the other end of c.
 func osdID(c *msgr.Conn) (uint32, bool) { return ops.ParseOSDName(string(c.Peer())) }
@@ -58,7 +58,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 		o.badRequest(m, fmt.Errorf("cluster message from %s, which is not an OSD", m.Conn().Peer()))
 		return
 	}
-	if hook := clusterReceived.Load(); hook != nil && (*hook)(o.id, t) {
+	if hook := clusterReceived.Load(); hook != nil && (*hook)(o.id, from, t) {
 		m.Release() // lost, as to a peer that died before it answered
 		return
 	}

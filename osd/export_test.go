@@ -70,7 +70,7 @@ func (o *OSD) PendingCallsForTest() int { return o.calls.Len() }
 // SetClusterReceived installs a hook that runs as an OSD receives a
 // cluster message, which it drops unanswered when the hook returns true;
 // nil removes it. Tests only.
-func SetClusterReceived(f func(osd uint32, t osdpb.MsgType) bool) {
+func SetClusterReceived(f func(osd, from uint32, t osdpb.MsgType) bool) {
 	if f == nil {
 		clusterReceived.Store(nil)
 		return

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -25,8 +26,8 @@ func TestCallFailsWhenPeerRestarts(t *testing.T) {
 	}
 	// osd.2 gets the request and dies before it answers.
 	var dropped atomic.Bool
-	osd.SetClusterReceived(func(id uint32, t osdpb.MsgType) bool {
-		return id == 2 && t == osdpb.MsgType_MSG_GET_MAP && !dropped.Swap(true)
+	osd.SetClusterReceived(func(id, from uint32, t osdpb.MsgType) bool {
+		return id == 2 && from == 0 && t == osdpb.MsgType_MSG_GET_MAP && !dropped.Swap(true)
 	})
 	t.Cleanup(func() { osd.SetClusterReceived(nil) })
 	const deadline = 20 * time.Second
@@ -38,8 +39,10 @@ func TestCallFailsWhenPeerRestarts(t *testing.T) {
 	c.StopOSD(2)
 	c.StartOSD(2)
 	err := <-done
-	t.Logf("call: %v", err)
 	if errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the call to the restarted osd.2 waited out its %v deadline: %v", deadline, err)
+	}
+	if !errors.Is(err, client.ErrServiceUnavailable) {
+		t.Fatalf("the call whose request died with osd.2: %v, want a retriable ServiceUnavailable", err)
 	}
 }
