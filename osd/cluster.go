@@ -886,22 +886,54 @@ func (o *OSD) install(ctx context.Context, p *pgState, from uint32, e *osdpb.Log
 	if e.Kind == osdpb.OpKind_OP_DELETE {
 		return o.st.RemoveObject(ctx, p.sid, e.Bucket, e.Key)
 	}
+	if e.Kind == osdpb.OpKind_OP_DELETE_BUCKET {
+		return o.dropBuckets(func() error { return o.st.InstallObject(ctx, p.sid, e, data) })
+	}
 	err := o.st.InstallObject(ctx, p.sid, e, data)
-	if errors.Is(err, store.ErrNoSuchBucket) && e.Key != "" {
+	if !errors.Is(err, store.ErrNoSuchBucket) || e.Key == "" {
+		return err
+	}
+	// A delete of the bucket applied here after the answer must not be
+	// undone by installing the record after it: the record goes in only
+	// if no bucket was dropped since the question, else we ask again.
+	for range 3 {
+		drops := o.bucketDrops.Load()
 		info, err := o.metaBucket(ctx, e.Bucket)
+		if hook := bucketAnswered.Load(); hook != nil {
+			(*hook)(o.id, e.Bucket)
+		}
 		if errors.Is(opError(err), ops.ErrNoSuchBucket) {
 			return o.st.RemoveObject(ctx, p.sid, e.Bucket, e.Key)
 		}
 		if err != nil {
 			return fmt.Errorf("bucket %s of %s: %w", e.Bucket, e.Key, err)
 		}
-		if err := o.st.InstallObject(ctx, placement.MetaPG, bucketEntry(info), nil); err != nil {
+		if done, err := o.installWithRecord(ctx, p, e, data, info, drops); done || err != nil {
 			return err
 		}
-		return o.st.InstallObject(ctx, p.sid, e, data)
 	}
-	return err
+	return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "bucket %s of %s: buckets kept being deleted while osd.%d asked about it", e.Bucket, e.Key, o.id)
 }
+
+// installWithRecord installs bucket record info and then entry e of p,
+// unless a bucket record was dropped here since bucketDrops was drops
+// (done false).
+func (o *OSD) installWithRecord(ctx context.Context, p *pgState, e *osdpb.LogEntry, data []byte, info *osdpb.BucketInfo, drops uint64) (done bool, err error) {
+	o.bucketGate.RLock()
+	defer o.bucketGate.RUnlock()
+	if o.bucketDrops.Load() != drops {
+		return false, nil
+	}
+	if err := o.st.InstallObject(ctx, placement.MetaPG, bucketEntry(info), nil); err != nil {
+		return true, err
+	}
+	return true, o.st.InstallObject(ctx, p.sid, e, data)
+}
+
+// bucketAnswered, when set (tests, through export_test.go), runs on OSD
+// osd's recovery once the meta PG's primary answered whether bucket, the
+// bucket of an object it copies, exists: a test holds the install there.
+var bucketAnswered atomic.Pointer[func(osd uint32, bucket string)]
 
 // backfill copies every object of the PG from OSD from and removes the
 // local ones it no longer has. Writes to the PG go on meanwhile
@@ -1008,7 +1040,9 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func()
 		}
 		var err error
 		if isMeta {
-			err = o.st.InstallObject(ctx, p.sid, &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE_BUCKET, Bucket: k[0]}, nil)
+			err = o.dropBuckets(func() error {
+				return o.st.InstallObject(ctx, p.sid, &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE_BUCKET, Bucket: k[0]}, nil)
+			})
 		} else {
 			err = o.st.RemoveObject(ctx, p.sid, k[0], k[1])
 		}

@@ -77,3 +77,23 @@ func SetClusterReceived(f func(osd, from uint32, t osdpb.MsgType) bool) {
 	}
 	clusterReceived.Store(&f)
 }
+
+// SetBucketAnswered installs a hook that runs when a recovery at OSD osd
+// learnt from the meta PG's primary whether bucket, the bucket of an
+// object it copies, exists; nil removes it. Tests only.
+func SetBucketAnswered(f func(osd uint32, bucket string)) {
+	if f == nil {
+		bucketAnswered.Store(nil)
+		return
+	}
+	bucketAnswered.Store(&f)
+}
+
+// InstallForTest installs entry e of store PG sid with its body, as a
+// recovery does with what it copied.
+func (o *OSD) InstallForTest(ctx context.Context, sid uint32, e *osdpb.LogEntry, body []byte) error {
+	o.pgMu.Lock()
+	p := o.pgs[sid]
+	o.pgMu.Unlock()
+	return o.install(ctx, p, 0, e, body)
+}
