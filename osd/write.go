@@ -154,6 +154,10 @@ func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string
 		return
 	}
 	sid := storePG(pool.Id, pg)
+	if o.writeNow(mp, bucket) {
+		o.queueWrite(m, mp, sid, hdr, bucket, e, reply)
+		return
+	}
 	o.vouchedWrite(mp, sid, bucket, func(err error) {
 		o.send(conn, ops.ReplyType(t), reply(o.header(hdr, err), nil), nil)
 		m.Release()
