@@ -105,6 +105,67 @@ func (b *bucketsAway) settled(t *testing.T) bool {
 	return err == nil
 }
 
+// ledPG is a PG of pool that OSD id, who in words, leads under m; the
+// test is skipped when it leads none.
+func ledPG(t *testing.T, m *placement.Map, pool *osdpb.Pool, id uint32, who string) uint32 {
+	t.Helper()
+	for p, role := range m.PGsOf(pool.Id, id) {
+		if role.IsPrimary() {
+			return p
+		}
+	}
+	t.Skipf("%s leads no PG in this placement", who)
+	return 0
+}
+
+// keyInPG is a key of bucket in pool's PG seed, other than not.
+func keyInPG(t *testing.T, pool *osdpb.Pool, bucket string, seed uint32, not string) string {
+	t.Helper()
+	for i := range 100000 {
+		if k := fmt.Sprintf("obj%d", i); k != not && placement.PGOf(pool, bucket, k) == seed {
+			return k
+		}
+	}
+	t.Fatalf("no key of %s in pg %x", bucket, seed)
+	return ""
+}
+
+// metaCatchUpHold holds OSD id's catch-up of the meta PG
+// (SetRecoveryStarting) from its start until release: it keeps open the
+// window in which that OSD's copy of the bucket records is behind.
+type metaCatchUpHold struct {
+	held, let chan struct{}
+	letOnce   sync.Once
+}
+
+func holdMetaCatchUp(t *testing.T, id uint32) *metaCatchUpHold {
+	h := &metaCatchUpHold{held: make(chan struct{}), let: make(chan struct{})}
+	var heldOnce sync.Once
+	osd.SetRecoveryStarting(func(osdID, sid uint32) {
+		if osdID == id && sid == placement.MetaPG {
+			heldOnce.Do(func() { close(h.held) })
+			<-h.let
+		}
+	})
+	t.Cleanup(func() {
+		osd.SetRecoveryStarting(nil)
+		h.release()
+	})
+	return h
+}
+
+// started waits until the catch-up of who (the OSD, in words) started.
+func (h *metaCatchUpHold) started(ctx context.Context, t *testing.T, who string) {
+	t.Helper()
+	select {
+	case <-h.held:
+	case <-ctx.Done():
+		t.Fatalf("%s did not start catching up on the meta PG", who)
+	}
+}
+
+func (h *metaCatchUpHold) release() { h.letOnce.Do(func() { close(h.let) }) }
+
 // TestDeletedBucketStaysDeleted: a bucket deleted (or deleted and made
 // again) while an OSD holding its record was out stays deleted when the
 // OSD comes back with its stale copy: peering and recovery roll the
@@ -253,25 +314,8 @@ func testPutToDeletedBucketAtReturningOSD(t *testing.T, metaPrimary bool) {
 		}
 	}
 	// A PG the returning OSD leads, and a key of each bucket in it.
-	seed, leads := uint32(0), false
-	for p, role := range b.back.PGsOf(b.pool.Id, b.away) {
-		if role.IsPrimary() {
-			seed, leads = p, true
-			break
-		}
-	}
-	if !leads {
-		t.Skip("the returning OSD leads no PG in this placement")
-	}
-	keyIn := func(bucket, not string) string {
-		for i := range 100000 {
-			if k := fmt.Sprintf("obj%d", i); k != not && placement.PGOf(b.pool, bucket, k) == seed {
-				return k
-			}
-		}
-		t.Fatalf("no key of %s in pg %x", bucket, seed)
-		return ""
-	}
+	seed := ledPG(t, b.back, b.pool, b.away, "the returning OSD")
+	keyIn := func(bucket, not string) string { return keyInPG(t, b.pool, bucket, seed, not) }
 	doomedKey, keptKey := keyIn("doomed", ""), keyIn("kept", "")
 	ghostKey := keyIn("doomed", doomedKey)
 	if _, err := osdtest.Put(ctx, cl, "kept", keptKey, []byte("known"), client.PutOptions{}); err != nil {
@@ -294,25 +338,10 @@ func testPutToDeletedBucketAtReturningOSD(t *testing.T, metaPrimary bool) {
 		t.Fatal(err)
 	}
 
-	held, release := make(chan struct{}), make(chan struct{})
-	var holdOnce, releaseOnce sync.Once
-	osd.SetRecoveryStarting(func(id, sid uint32) {
-		if id == b.away && sid == placement.MetaPG {
-			holdOnce.Do(func() { close(held) })
-			<-release
-		}
-	})
-	t.Cleanup(func() {
-		osd.SetRecoveryStarting(nil)
-		releaseOnce.Do(func() { close(release) })
-	})
+	catchUp := holdMetaCatchUp(t, b.away)
 	b.adopt(t, b.back)
 	back := b.c.StartOSD(b.away)
-	select {
-	case <-held:
-	case <-ctx.Done():
-		t.Fatal("the returning OSD did not start catching up on the meta PG")
-	}
+	catchUp.started(ctx, t, "the returning OSD")
 	if _, err := back.Store().HeadBucket(ctx, "doomed"); err != nil {
 		t.Fatalf("the returning OSD lost the record before its catch-up: the test reproduces nothing (%v)", err)
 	}
@@ -343,7 +372,7 @@ func testPutToDeletedBucketAtReturningOSD(t *testing.T, metaPrimary bool) {
 		t.Errorf("put to the deleted bucket: %v, want NoSuchBucket or ServiceUnavailable", err)
 	}
 
-	releaseOnce.Do(func() { close(release) })
+	catchUp.release()
 	// A write to the PG brings a replica whose catch-up failed (it could
 	// not learn about the bucket then) to try again.
 	osdtest.Eventually(t, 30*time.Second, "a put to the returning OSD's pg", func() bool {

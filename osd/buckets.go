@@ -3,6 +3,8 @@ package osd
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
@@ -104,31 +106,141 @@ func (o *OSD) metaBucket(ctx context.Context, bucket string) (*osdpb.BucketInfo,
 // its own word: while its copy of the bucket records is current (and
 // always for the multipart bucket, which every OSD makes for itself).
 // Otherwise that copy may still hold a bucket deleted while we were out,
-// and the write would store an object in a bucket that is gone: vouch
-// asks the meta PG's primary first (a round trip per write until our
+// and the write would store an object in a bucket that is gone:
+// vouchedWrite asks the meta PG's primary first (a round trip per write until our
 // copy is current: the primary's sync after each new map makes that
 // brief).
 func (o *OSD) bucketVouched(mp *placement.Map, bucket string) bool {
 	return bucket == ops.MultipartBucket || o.bucketsCurrent(mp)
 }
 
-// vouch runs write once the meta PG's primary has said that bucket
-// exists; refuse gets NoSuchBucket when it does not, or a retriable error
-// when nobody can tell yet (we are that primary, still catching up).
-func (o *OSD) vouch(bucket string, refuse func(error), write func()) {
+// vouchedWrite runs write, an op on bucket in store PG sid, once this OSD
+// may write to bucket: at once while it vouches for the bucket itself
+// (bucketVouched), else once the meta PG's primary has said that the
+// bucket exists; refuse gets NoSuchBucket when it does not, or a
+// retriable error when nobody can tell yet (we are that primary, still
+// catching up). Either way the PG's writes reach its shard in the order
+// they arrived: a write that arrives behind one still waiting for its
+// answer waits too, so two puts to one key from one client, sent back to
+// back, apply in the order sent.
+//
+// Callers run the write themselves when writeNow allows, which costs the
+// common case no closure and no lock.
+func (o *OSD) vouchedWrite(mp *placement.Map, sid uint32, bucket string, refuse func(error), write func()) {
+	vouched := o.bucketVouched(mp, bucket)
+	w := &lineWrite{ready: vouched, write: write, refuse: refuse}
+	o.lines.join(sid, w)
+	if vouched {
+		o.lines.drain(sid)
+		return
+	}
 	o.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(o.ctx, askMetaTimeout)
 		_, err := o.metaBucket(ctx, bucket)
 		cancel()
-		if err = opError(err); err == nil {
-			write()
-			return
-		}
-		if !errors.Is(err, ops.ErrNoSuchBucket) {
+		if err = opError(err); err != nil && !errors.Is(err, ops.ErrNoSuchBucket) {
 			err = ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is catching up on the bucket records, and nobody vouched for bucket %s: %v", o.id, bucket, err)
 		}
-		refuse(err)
+		if hook := vouchAnswered.Load(); hook != nil {
+			(*hook)(o.id, bucket)
+		}
+		o.lines.settle(sid, w, err)
 	})
+}
+
+// writeNow reports whether a write on bucket may go to its PG's shard at
+// once: this OSD vouches for the bucket, and no write of any PG waits in a
+// line (vouchedWrite).
+func (o *OSD) writeNow(mp *placement.Map, bucket string) bool {
+	return o.bucketVouched(mp, bucket) && o.lines.held.Load() == 0
+}
+
+// vouchAnswered, when set (tests, through export_test.go), runs on the
+// goroutine of OSD osd's vouch for bucket once the meta PG's primary
+// answered, before the write takes its turn: a test holds a write there.
+var vouchAnswered atomic.Pointer[func(osd uint32, bucket string)]
+
+// writeLines holds, per store PG, the writes that arrived while an
+// earlier write of the PG waited for a vouch, so that they reach the
+// PG's shard in arrival order (vouchedWrite).
+type writeLines struct {
+	// held counts the writes in lines or being handed on from them; at
+	// zero a write that needs no vouch skips the lines.
+	held  atomic.Int64
+	mu    sync.Mutex
+	lines map[uint32]*writeLine
+}
+
+type writeLine struct {
+	writes   []*lineWrite
+	draining bool // a goroutine is handing the line's ready writes on
+}
+
+// lineWrite is a write in a line: ready once vouched for (err nil) or
+// refused (err).
+type lineWrite struct {
+	ready  bool
+	err    error
+	write  func()
+	refuse func(error)
+}
+
+// join puts w at the end of sid's line.
+func (ls *writeLines) join(sid uint32, w *lineWrite) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.held.Add(1)
+	if ls.lines == nil {
+		ls.lines = make(map[uint32]*writeLine)
+	}
+	l := ls.lines[sid]
+	if l == nil {
+		l = &writeLine{}
+		ls.lines[sid] = l
+	}
+	l.writes = append(l.writes, w)
+}
+
+// settle marks w, in sid's line, answered with err, and hands on what
+// is ready.
+func (ls *writeLines) settle(sid uint32, w *lineWrite, err error) {
+	ls.mu.Lock()
+	w.ready, w.err = true, err
+	ls.mu.Unlock()
+	ls.drain(sid)
+}
+
+// drain runs, in order, the writes at the head of sid's line that are
+// ready, until one is not. One goroutine drains a line at a time, outside
+// the lock (a write waits for room in its shard's queue); a write made
+// ready meanwhile is seen when it takes the lock again.
+func (ls *writeLines) drain(sid uint32) {
+	ls.mu.Lock()
+	l := ls.lines[sid]
+	if l == nil || l.draining {
+		ls.mu.Unlock()
+		return
+	}
+	l.draining = true
+	for len(l.writes) > 0 && l.writes[0].ready {
+		w := l.writes[0]
+		l.writes[0] = nil
+		l.writes = l.writes[1:]
+		ls.mu.Unlock()
+		if w.err != nil {
+			w.refuse(w.err)
+		} else {
+			w.write()
+		}
+		// Only now: a write that finds none held must come after this one.
+		ls.held.Add(-1)
+		ls.mu.Lock()
+	}
+	l.draining = false
+	if len(l.writes) == 0 {
+		delete(ls.lines, sid)
+	}
+	ls.mu.Unlock()
 }
 
 // bucketsCurrent reports whether this OSD's copy of the bucket records is

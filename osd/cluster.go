@@ -28,6 +28,9 @@ func (d clusterDispatcher) HandleEvent(ev msgr.Event) {
 	o := d.o
 	id, ok := osdID(ev.Conn)
 	o.log.Debug("cluster conn event", "event", ev.Kind, "peer", ev.Conn, "err", ev.Err)
+	// A request the peer's lost session held gets no reply: its caller
+	// hears so now, not at its deadline (a recovery's pull waits minutes).
+	o.calls.HandleEvent(ev)
 	if ok && ev.Kind == msgr.EventRemoteReset {
 		// What we sent its previous incarnation is gone with it.
 		o.failPeer(id, "restarted")
@@ -39,6 +42,11 @@ func (d clusterDispatcher) HandleEvent(ev msgr.Event) {
 	}
 }
 
+// clusterReceived, when set (tests, through export_test.go), runs as OSD
+// osd receives a cluster message of type t from OSD from, and drops it
+// when it returns true.
+var clusterReceived atomic.Pointer[func(osd, from uint32, t osdpb.MsgType) bool]
+
 // osdID is the id of the OSD at the other end of c.
 func osdID(c *msgr.Conn) (uint32, bool) { return ops.ParseOSDName(string(c.Peer())) }
 
@@ -48,6 +56,10 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 	t := osdpb.MsgType(m.Type)
 	if !isOSD {
 		o.badRequest(m, fmt.Errorf("cluster message from %s, which is not an OSD", m.Conn().Peer()))
+		return
+	}
+	if hook := clusterReceived.Load(); hook != nil && (*hook)(o.id, from, t) {
+		m.Release() // lost, as to a peer that died before it answered
 		return
 	}
 	switch t {
@@ -150,7 +162,7 @@ func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, req proto.Me
 	select {
 	case r, ok := <-call.Reply:
 		if !ok {
-			return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is shutting down", o.id)
+			return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d: no reply to %v: the session was lost, or osd.%d is shutting down", id, t, o.id)
 		}
 		err := r.DecodeFront(rep)
 		if err != nil || data == nil {
@@ -874,22 +886,54 @@ func (o *OSD) install(ctx context.Context, p *pgState, from uint32, e *osdpb.Log
 	if e.Kind == osdpb.OpKind_OP_DELETE {
 		return o.st.RemoveObject(ctx, p.sid, e.Bucket, e.Key)
 	}
+	if e.Kind == osdpb.OpKind_OP_DELETE_BUCKET {
+		return o.dropBuckets(func() error { return o.st.InstallObject(ctx, p.sid, e, data) })
+	}
 	err := o.st.InstallObject(ctx, p.sid, e, data)
-	if errors.Is(err, store.ErrNoSuchBucket) && e.Key != "" {
+	if !errors.Is(err, store.ErrNoSuchBucket) || e.Key == "" {
+		return err
+	}
+	// A delete of the bucket applied here after the answer must not be
+	// undone by installing the record after it: the record goes in only
+	// if no bucket was dropped since the question, else we ask again.
+	for range 3 {
+		drops := o.bucketDrops.Load()
 		info, err := o.metaBucket(ctx, e.Bucket)
+		if hook := bucketAnswered.Load(); hook != nil {
+			(*hook)(o.id, e.Bucket)
+		}
 		if errors.Is(opError(err), ops.ErrNoSuchBucket) {
 			return o.st.RemoveObject(ctx, p.sid, e.Bucket, e.Key)
 		}
 		if err != nil {
 			return fmt.Errorf("bucket %s of %s: %w", e.Bucket, e.Key, err)
 		}
-		if err := o.st.InstallObject(ctx, placement.MetaPG, bucketEntry(info), nil); err != nil {
+		if done, err := o.installWithRecord(ctx, p, e, data, info, drops); done || err != nil {
 			return err
 		}
-		return o.st.InstallObject(ctx, p.sid, e, data)
 	}
-	return err
+	return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "bucket %s of %s: buckets kept being deleted while osd.%d asked about it", e.Bucket, e.Key, o.id)
 }
+
+// installWithRecord installs bucket record info and then entry e of p,
+// unless a bucket record was dropped here since bucketDrops was drops
+// (done false).
+func (o *OSD) installWithRecord(ctx context.Context, p *pgState, e *osdpb.LogEntry, data []byte, info *osdpb.BucketInfo, drops uint64) (done bool, err error) {
+	o.bucketGate.RLock()
+	defer o.bucketGate.RUnlock()
+	if o.bucketDrops.Load() != drops {
+		return false, nil
+	}
+	if err := o.st.InstallObject(ctx, placement.MetaPG, bucketEntry(info), nil); err != nil {
+		return true, err
+	}
+	return true, o.st.InstallObject(ctx, p.sid, e, data)
+}
+
+// bucketAnswered, when set (tests, through export_test.go), runs on OSD
+// osd's recovery once the meta PG's primary answered whether bucket, the
+// bucket of an object it copies, exists: a test holds the install there.
+var bucketAnswered atomic.Pointer[func(osd uint32, bucket string)]
 
 // backfill copies every object of the PG from OSD from and removes the
 // local ones it no longer has. Writes to the PG go on meanwhile
@@ -996,7 +1040,9 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func()
 		}
 		var err error
 		if isMeta {
-			err = o.st.InstallObject(ctx, p.sid, &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE_BUCKET, Bucket: k[0]}, nil)
+			err = o.dropBuckets(func() error {
+				return o.st.InstallObject(ctx, p.sid, &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE_BUCKET, Bucket: k[0]}, nil)
+			})
 		} else {
 			err = o.st.RemoveObject(ctx, p.sid, k[0], k[1])
 		}

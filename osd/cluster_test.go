@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -487,26 +486,8 @@ func testNewPrimaryBucketNotCaughtUp(t *testing.T, asMetaPrimary bool) {
 	// A key of each bucket in one PG the newcomer leads under the new map
 	// (a put of "early" going through says the newcomer serves that PG),
 	// and bucket "nosuch", which nobody creates.
-	keyIn := func(bucket string, pg uint32) string {
-		for i := range 100000 {
-			if k := fmt.Sprintf("obj%d", i); placement.PGOf(pool, bucket, k) == pg {
-				return k
-			}
-		}
-		t.Fatalf("no key of %s in pg %d", bucket, pg)
-		return ""
-	}
-	pg, leads := uint32(0), false
-	for p, role := range with.PGsOf(pool.Id, newcomer) {
-		if role.IsPrimary() {
-			pg, leads = p, true
-			break
-		}
-	}
-	if !leads {
-		t.Skip("the newcomer leads no PG in this placement")
-	}
-	movingKey, earlyKey, nosuchKey := keyIn("moving", pg), keyIn("early", pg), keyIn("nosuch", pg)
+	pg := ledPG(t, with, pool, newcomer, "the newcomer")
+	movingKey, earlyKey, nosuchKey := keyInPG(t, pool, "moving", pg, ""), keyInPG(t, pool, "early", pg, ""), keyInPG(t, pool, "nosuch", pg, "")
 	t.Logf("osd.%d leads pg %d.%x under epoch %d; the meta PG's primary is osd.%d", newcomer, pool.Id, pg, with.Epoch(), metaPrimary)
 
 	// An upload of the bucket, made while the newcomer is out, to complete
@@ -528,28 +509,13 @@ func testNewPrimaryBucketNotCaughtUp(t *testing.T, asMetaPrimary bool) {
 		t.Fatal(err)
 	}
 
-	held, release := make(chan struct{}), make(chan struct{})
-	var holdOnce, releaseOnce sync.Once
-	osd.SetRecoveryStarting(func(id, sid uint32) {
-		if id == newcomer && sid == placement.MetaPG {
-			holdOnce.Do(func() { close(held) })
-			<-release
-		}
-	})
-	t.Cleanup(func() {
-		osd.SetRecoveryStarting(nil)
-		releaseOnce.Do(func() { close(release) })
-	})
+	catchUp := holdMetaCatchUp(t, newcomer)
 	for _, o := range c.OSDs {
 		if err := o.AdoptMap(with); err != nil {
 			t.Fatal(err)
 		}
 	}
-	select {
-	case <-held:
-	case <-ctx.Done():
-		t.Fatal("the newcomer did not start catching up on the meta PG")
-	}
+	catchUp.started(ctx, t, "the newcomer")
 	if _, err := c.OSDs[newcomer].Store().HeadBucket(ctx, "moving"); err == nil {
 		t.Fatal("the newcomer knows the bucket before its catch-up: the test reproduces nothing")
 	}
@@ -610,7 +576,7 @@ func testNewPrimaryBucketNotCaughtUp(t *testing.T, asMetaPrimary bool) {
 		t.Fatal("the newcomer answered NoSuchBucket without asking the meta PG's primary")
 	}
 
-	releaseOnce.Do(func() { close(release) })
+	catchUp.release()
 	if err := complete(cl); err != nil {
 		t.Fatalf("completing the upload after the catch-up: %v", err)
 	}

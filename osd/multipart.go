@@ -182,11 +182,11 @@ func (o *OSD) recordWrite(m *msgr.Message, req *osdpb.UploadRequest, reply reply
 		return
 	}
 	sid := storePG(pool.Id, pg)
-	if o.bucketVouched(mp, req.Bucket) {
+	if o.writeNow(mp, req.Bucket) {
 		o.recordOnShard(m, req, mp, sid, send, fill, after)
 		return
 	}
-	o.vouch(req.Bucket, func(err error) {
+	o.vouchedWrite(mp, sid, req.Bucket, func(err error) {
 		o.send(conn, ops.ReplyType(t), reply(o.header(req.Header, err), nil), nil)
 		m.Release()
 	}, func() { o.recordOnShard(m, req, mp, sid, send, fill, after) })

@@ -227,7 +227,12 @@ type OSD struct {
 	// local apply (held shared): a write sent to its replicas before it is
 	// applied here must not then fail here for a bucket deleted meanwhile.
 	bucketGate sync.RWMutex
-	hist       history // past maps, for peering
+	// bucketDrops counts the bucket records this OSD removed, each under
+	// bucketGate held exclusively (dropBuckets): a recovery that installs
+	// a record the meta PG's primary sent checks, under the gate, that no
+	// delete came in between (install).
+	bucketDrops atomic.Uint64
+	hist        history // past maps, for peering
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -241,6 +246,10 @@ type OSD struct {
 
 	pgMu sync.Mutex
 	pgs  map[uint32]*pgState // by store PG id
+
+	// lines keeps each PG's writes in arrival order behind one waiting
+	// for its bucket to be vouched for (vouchedWrite).
+	lines writeLines
 
 	reps  pending.Table[*pendingRep] // RepOps waiting for replicas
 	calls pending.Calls              // OSD-to-OSD requests waiting for replies

@@ -154,11 +154,11 @@ func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string
 		return
 	}
 	sid := storePG(pool.Id, pg)
-	if o.bucketVouched(mp, bucket) {
+	if o.writeNow(mp, bucket) {
 		o.queueWrite(m, mp, sid, hdr, bucket, e, reply)
 		return
 	}
-	o.vouch(bucket, func(err error) {
+	o.vouchedWrite(mp, sid, bucket, func(err error) {
 		o.send(conn, ops.ReplyType(t), reply(o.header(hdr, err), nil), nil)
 		m.Release()
 	}, func() { o.queueWrite(m, mp, sid, hdr, bucket, e, reply) })
@@ -599,10 +599,23 @@ func (o *OSD) failPeer(id uint32, why string) {
 // own checked object writes go first (see write).
 func (o *OSD) apply(sid uint32, e *osdpb.LogEntry, body []byte, ck *store.Checked) (*store.Applied, error) {
 	if e.Kind == osdpb.OpKind_OP_DELETE_BUCKET {
-		o.bucketGate.Lock()
-		defer o.bucketGate.Unlock()
+		var applied *store.Applied
+		err := o.dropBuckets(func() (err error) {
+			applied, err = o.st.ApplyAsync(o.ctx, sid, e, body, ck)
+			return err
+		})
+		return applied, err
 	}
 	return o.st.ApplyAsync(o.ctx, sid, e, body, ck)
+}
+
+// dropBuckets runs drop, which removes bucket records, with bucketGate
+// held exclusively, and counts it in bucketDrops.
+func (o *OSD) dropBuckets(drop func() error) error {
+	o.bucketGate.Lock()
+	defer o.bucketGate.Unlock()
+	defer o.bucketDrops.Add(1)
+	return drop()
 }
 
 // whenDurable calls f once the commit of an applied entry is synced (or

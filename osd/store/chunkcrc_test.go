@@ -1,6 +1,8 @@
 package store_test
 
 import (
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -81,5 +83,45 @@ func TestCheckTakesChunkCRCs(t *testing.T) {
 		}
 		must(t, e.s.ApplyChecked(e.ctx, 1, le, tc.body, ck))
 		e.mustRead("b", "other", slices.Clone(tc.body))
+	}
+}
+
+// TestChunkCRCsBodyChangedAfterLink: a body that changes after its link
+// computed its chunk CRCs (memory trouble between the messenger and the
+// store) passes Check, which reads none of it, but never reaches a
+// reader: the CRCs the store keeps are the link's, so a read of the
+// object fails as corrupt, inline or in a data file, wherever the
+// changed byte lies.
+func TestChunkCRCsBodyChangedAfterLink(t *testing.T) {
+	const chunk = 64 << 10
+	e := newEnv(t, store.Options{ChunkSize: chunk, DataFileThreshold: 256 << 10})
+	e.createBucket(1, "b")
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, tc := range []struct {
+		name string
+		size int
+		at   []int
+	}{
+		{"inline", 1000, []int{0, 999}},
+		{"data file", 5*chunk + 7, []int{0, chunk - 1, 3 * chunk, 5*chunk + 6}},
+	} {
+		for _, at := range tc.at {
+			key := fmt.Sprintf("%s-%d", tc.name, at)
+			body := randBytes(rng, tc.size)
+			var crcs []uint32
+			for o := 0; o < len(body); o += chunk {
+				crcs = append(crcs, crc(body[o:min(o+chunk, len(body))]))
+			}
+			le := putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "b", key), body)
+			body[at] ^= 0x20
+			ck, err := e.s.Check(e.ctx, le, body, store.CheckOptions{ChunkCRCs: crcs, ChunkSize: chunk})
+			if err != nil {
+				continue // refused: it never reaches a reader either
+			}
+			must(t, e.s.ApplyChecked(e.ctx, 1, le, body, ck))
+			if _, got, err := e.read("b", key); !errors.Is(err, store.ErrCorrupt) {
+				t.Errorf("%s, byte %d changed after the link: read %d bytes, %v; want ErrCorrupt", tc.name, at, len(got), err)
+			}
+		}
 	}
 }
