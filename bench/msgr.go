@@ -771,8 +771,9 @@ const HandshakeSamples = 100
 // probeHandshakes measures HandshakeSamples full handshakes to addr's
 // osd.0, each Connect to ready then closed, from one more client messenger
 // (the probe) with its own credential from the run's CA, appending each to
-// *d, and the process's CPU time per handshake to r.handshakeCPU. Each is a new session, so each dials, authenticates (a TLS 1.3
-// handshake, mutual certificates) and takes fresh keys. The caller shuts
+// *d, and the process's CPU time per handshake to r.handshakeCPU. Each is
+// a new session, so each dials, authenticates (a full TLS 1.3 handshake,
+// mutual certificates: the probe does not resume) and takes fresh keys. The caller shuts
 // the probe down with the row's messengers.
 func (r *msgrRow) probeHandshakes(o *MsgrOptions, addr string, cm msgr.Mode, d *[]time.Duration) (*msgr.Messenger, transports.Set, error) {
 	opts := msgr.Options{Name: r.probe, Dispatcher: probeDispatcher{}, Logger: o.messengerLogger(),
@@ -780,6 +781,9 @@ func (r *msgrRow) probeHandshakes(o *MsgrOptions, addr string, cm msgr.Mode, d *
 	var err error
 	if opts.Auth, err = o.authFor(opts.Name, cm); err != nil {
 		return nil, nil, err
+	}
+	if opts.Auth != nil { // full handshakes, not the resumed ones its reconnects would make
+		opts.Auth.NoResumption = true
 	}
 	m, ts, err := newMessenger(opts)
 	if err != nil {

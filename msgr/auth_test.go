@@ -232,26 +232,37 @@ func (f *rawFlights) read(pb proto.Message) wire.Tag {
 	return fr.Tag
 }
 
-// BenchmarkAuthHandshake measures one full authenticated session over TCP
+// BenchmarkAuthHandshake measures one authenticated session over TCP
 // loopback, both ends in this process: Connect to ready (dial, banner,
-// the TLS 1.3 handshake, session), then Close. What `osprey bench msgr
-// --auth` samples per row, here with a CPU profile at hand.
+// the TLS 1.3 handshake, session), then Close; "full" with both
+// certificates each time (what `osprey bench msgr --auth` samples per
+// row), "resumed" as a reconnect does it.
 func BenchmarkAuthHandshake(b *testing.B) {
 	ca := msgrtest.NewTestCA(b)
-	kr := func(o *msgr.Options) { o.Auth = &msgr.AuthOptions{Keyring: ca.Keyring(b, o.Name)} }
-	srv := tcpEnv.NewMessenger(b, "osd.0", msgrtest.NewRecorder(b), kr)
-	addr := tcpEnv.Listen(b, srv)
-	cli := tcpEnv.NewMessenger(b, "osd.1", msgrtest.NewRecorder(b), kr)
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		c, err := cli.Connect(ctx, addr, "osd.0")
-		if err != nil {
-			b.Fatal(err)
+	for _, resume := range []bool{false, true} {
+		name := "full"
+		if resume {
+			name = "resumed"
 		}
-		if err := c.WaitReady(ctx); err != nil {
-			b.Fatal(err)
-		}
-		c.Close()
+		b.Run(name, func(b *testing.B) {
+			kr := func(o *msgr.Options) {
+				o.Auth = &msgr.AuthOptions{Keyring: ca.Keyring(b, o.Name), NoResumption: !resume}
+			}
+			srv := tcpEnv.NewMessenger(b, "osd.0", msgrtest.NewRecorder(b), kr)
+			addr := tcpEnv.Listen(b, srv)
+			cli := tcpEnv.NewMessenger(b, "osd.1", msgrtest.NewRecorder(b), kr)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				c, err := cli.Connect(ctx, addr, "osd.0")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := c.WaitReady(ctx); err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+			}
+		})
 	}
 }

@@ -47,6 +47,11 @@ type AuthOptions struct {
 	// a peer with none in common is refused with ErrMode. Nil is crc only.
 	// ModeSecure seals every frame after the handshake (docs/auth.md).
 	Modes []Mode
+	// NoResumption turns TLS session resumption off: every handshake,
+	// reconnects included, sends and checks both certificates and
+	// signatures, as a first one does. Benchmarks of full handshakes use
+	// it; a peer that resumes gains nothing from it (docs/auth.md).
+	NoResumption bool
 }
 
 func (a *AuthOptions) check(name EntityName) error {

@@ -88,7 +88,7 @@ func New(opts Options) (*Messenger, error) {
 	}
 	m.coarseNow.Store(time.Now().UnixNano())
 	m.wg.Add(1)
-	if opts.Auth != nil {
+	if opts.Auth != nil && !opts.Auth.NoResumption {
 		m.resume = auth.NewResumption()
 	}
 	go m.tick()

@@ -99,6 +99,29 @@ func TestResumedSessions(t *testing.T) {
 			if second.Peer != "osd.0" || second.PeerCert == nil {
 				t.Fatalf("resumed session's peer %q (certificate %v)", second.Peer, second.PeerCert != nil)
 			}
+			// A dialer with NoResumption keeps no ticket: each of its
+			// sessions is a full handshake.
+			full, err := New(Options{Name: "osd.2", Transports: tcpOnly, Logger: quiet,
+				Dispatcher: DispatchFunc(func(m *Message) { m.Release() }),
+				Auth:       &AuthOptions{Keyring: keyring("osd.2"), Modes: []Mode{mode}, NoResumption: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer full.Shutdown(ctx)
+			full.afterDialAuth = func(res *auth.Result) { results <- res }
+			for range 2 {
+				c, err := full.Connect(ctx, addr, "osd.0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := c.WaitReady(ctx); err != nil {
+					t.Fatal(err)
+				}
+				c.Close()
+				if res := <-results; res.Resumed() {
+					t.Fatal("a session of a dialer with NoResumption resumed")
+				}
+			}
 			revoked.Store(true)
 			if _, err := session("third"); !errors.Is(err, ErrAuth) {
 				t.Fatalf("a revoked peer's resumed session: %v, want ErrAuth", err)
