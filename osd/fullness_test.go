@@ -242,13 +242,13 @@ func TestBackfillWaitsForRoom(t *testing.T) {
 	}
 }
 
-// TestOnePutOneStatfs: a put measures each member's data disk at most once
+// TestPutsShareStatfs: a put measures each member's data disk at most once
 // (the OSD's full-ratio check and the store's own floor share one statfs),
 // on the primary and on its replicas alike, and puts within 100 ms of a
 // measure reuse it (store.RecentSpace): a burst of small puts costs each
 // member at most one statfs per 100 ms, whatever the machine's speed; the
 // OSDs' once-a-second polls come on top.
-func TestOnePutOneStatfs(t *testing.T) {
+func TestPutsShareStatfs(t *testing.T) {
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
 	cl := c.Client(t, nil)
 	ctx := ctxT(t, time.Minute)
