@@ -431,8 +431,11 @@ func (m *Messenger) tick() {
 				lastKeepalive = now
 			}
 			// A reader waiting for the receive budget does not read: its
-			// link is silent by our choice, not dead.
-			budgetWait := m.budget.Stats().Waiting > 0
+			// link is silent by our choice, not dead; nor is it until it
+			// has read the frame it waited for, so a wait that ended less
+			// than an idle timeout ago counts too.
+			bs := m.budget.Stats()
+			budgetWait := bs.Waiting > 0 || (bs.WaitEnded != 0 && now.UnixNano()-bs.WaitEnded < int64(m.opts.IdleTimeout))
 			for c := range m.Conns() {
 				c.tick(now, sendKA, budgetWait)
 			}

@@ -1,6 +1,9 @@
 package wire
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Budget bounds the bytes of received messages a messenger holds at once,
 // over all its links, as Ceph's osd_client_message_size_cap does for an
@@ -33,6 +36,7 @@ type Budget struct {
 	stalls  uint64
 	waiters []*budgetWaiter // first come, first served
 	stalled int64           // bytes the waiters already hold
+	ended   int64           // time.Now().UnixNano() when a waiter last went
 }
 
 type budgetWaiter struct {
@@ -56,6 +60,10 @@ type BudgetStats struct {
 	Peak     int64  // the most ever charged at once
 	Stalls   uint64 // times a reader had to wait for bytes
 	Waiting  int    // readers waiting now
+	// WaitEnded is when a reader last stopped waiting (Unix ns; 0 never):
+	// a link whose reader just went on has not read its frame yet, and
+	// its silence until then was the budget's, not the peer's.
+	WaitEnded int64
 }
 
 // Stats returns the counters.
@@ -65,7 +73,7 @@ func (b *Budget) Stats() BudgetStats {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return BudgetStats{Limit: b.limit, InFlight: b.used, Peak: b.peak, Stalls: b.stalls, Waiting: len(b.waiters)}
+	return BudgetStats{Limit: b.limit, InFlight: b.used, Peak: b.peak, Stalls: b.stalls, Waiting: len(b.waiters), WaitEnded: b.ended}
 }
 
 // Charge is the bytes one received frame holds of a Budget. The zero
@@ -140,6 +148,7 @@ func (b *Budget) Grow(c *Charge, n int64, cancel <-chan struct{}) bool {
 			if x == w {
 				b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
 				b.stalled -= c.n
+				b.ended = time.Now().UnixNano()
 				break
 			}
 		}
@@ -192,6 +201,7 @@ func (b *Budget) grantLocked() {
 		b.waiters = b.waiters[1:]
 		b.stalled -= w.c.n
 		b.takeLocked(w.c, w.n)
+		b.ended = time.Now().UnixNano()
 		close(w.ready)
 	}
 	if len(b.waiters) == 0 {

@@ -58,8 +58,17 @@ func TestBudgetWaitsFIFO(t *testing.T) {
 	if granted(big) || granted(small) {
 		t.Fatal("charged over the budget, or out of order")
 	}
+	if st := b.Stats(); st.WaitEnded != 0 {
+		t.Fatalf("no wait has ended, but WaitEnded is %d", st.WaitEnded)
+	}
+	before := time.Now().UnixNano()
 	a.Release()
 	c := <-big
+	// The messenger's idle check reads WaitEnded: the granted reader has
+	// not read its frame yet.
+	if st := b.Stats(); st.WaitEnded < before {
+		t.Fatalf("a wait ended at %d, but WaitEnded is %d", before, st.WaitEnded)
+	}
 	if st := b.Stats(); st.InFlight != 250 || st.Peak != 250 || st.Stalls != 2 {
 		t.Fatalf("with the oversized message alone: %+v", st)
 	}
