@@ -145,8 +145,7 @@ func (e *authRefusedError) Unwrap() []error {
 	return []error{ErrAuth}
 }
 
-// dialerAuth runs the dialer's auth step after its HELLO (held, to go
-// with its first auth frame); onHello reads and checks the acceptor's
+// dialerAuth runs the dialer's auth step after its HELLO; onHello reads and checks the acceptor's
 // HELLO, which comes between the acceptor's reading AUTH_REQUEST and
 // answering it. It returns once the peer proved it is claimed, the name
 // its HELLO gave, with the mode the acceptor chose and the link the
@@ -157,7 +156,7 @@ func (e *authRefusedError) Unwrap() []error {
 // its first SESSION_REQUEST, newReq's, in the write of its last auth
 // flight instead of a round trip later (docs/protocol.md §6.5). sent is
 // that request; nil if it went without one.
-func (m *Messenger) dialerAuth(ctx context.Context, link *heldLink, onHello func() error, claimed func() EntityName,
+func (m *Messenger) dialerAuth(ctx context.Context, link wire.Link, onHello func() error, claimed func() EntityName,
 	newReq func() *msgrpb.SessionRequest) (sess wire.Link, mode Mode, sent *msgrpb.SessionRequest, err error) {
 	var res *auth.Result
 	modes := m.modes()
@@ -189,7 +188,7 @@ func (m *Messenger) dialerAuth(ctx context.Context, link *heldLink, onHello func
 			return nil, "", nil, err
 		}
 		if peerErr = m.checkPeer(ctx, claimed(), res); peerErr == nil && len(modes) == 1 {
-			if sess, err = m.sessionLink(link.Link, res, offer, modes[0]); err != nil {
+			if sess, err = m.sessionLink(link, res, offer, modes[0]); err != nil {
 				return nil, "", nil, err
 			}
 			sent = newReq()
@@ -214,7 +213,7 @@ func (m *Messenger) dialerAuth(ctx context.Context, link *heldLink, onHello func
 		return nil, "", nil, err
 	}
 	if res == nil {
-		return link.Link, mode, nil, nil
+		return link, mode, nil, nil
 	}
 	if peerErr != nil {
 		return nil, "", nil, peerErr
@@ -224,7 +223,7 @@ func (m *Messenger) dialerAuth(ctx context.Context, link *heldLink, onHello func
 	}
 	res.TakeTicket(done.Payload) // for the next dial to this peer
 	if sent == nil {
-		sess, err = m.sessionLink(link.Link, res, offer, mode)
+		sess, err = m.sessionLink(link, res, offer, mode)
 	}
 	return sess, mode, sent, err
 }

@@ -41,28 +41,14 @@ func hsFrame(tag wire.Tag, pb proto.Message) (wire.Frame, error) {
 	return wire.Frame{Preamble: wire.Preamble{Tag: tag}, Front: front}, err
 }
 
-// heldLink holds a side's HELLO back until its first auth frame, so that
-// both go in one write: one syscall, and one wakeup of the peer, fewer
-// per handshake. Neither side waits for the other's HELLO before it
-// writes its auth frame (docs/protocol.md §6.1), so holding it back
-// delays nothing.
-type heldLink struct {
-	wire.Link
-	held []wire.Frame
-}
-
-func holdHello(link wire.Link, m *Messenger) (*heldLink, error) {
-	hello, err := hsFrame(wire.TagHello, &msgrpb.Hello{
+// writeHello sends this side's HELLO at once. (Holding it back to go in
+// one write with the first auth frame saved a syscall a side, but made
+// OSD backfill stall now and then in TestRecoveryThrottle, for a reason
+// not yet understood; see the commit that removed it.)
+func writeHello(link wire.Link, m *Messenger) error {
+	return writeHS(link, wire.TagHello, &msgrpb.Hello{
 		EntityName: string(m.opts.Name), InstanceNonce: m.nonce, PeerAddr: link.RemoteAddr(),
 	})
-	return &heldLink{Link: link, held: []wire.Frame{hello}}, err
-}
-
-func (h *heldLink) WriteFrames(frames []wire.Frame) error {
-	if h.held != nil {
-		frames, h.held = append(h.held, frames...), nil
-	}
-	return h.Link.WriteFrames(frames)
 }
 
 // readHS reads a handshake frame, which must have one of the wanted tags,
@@ -136,8 +122,7 @@ func (m *Messenger) dial(c *Conn, addr string) error {
 }
 
 func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
-	held, err := holdHello(link, m)
-	if err != nil {
+	if err := writeHello(link, m); err != nil {
 		return nil, err
 	}
 	var (
@@ -179,7 +164,7 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 			GrantMsgs: grantMsgs, GrantBytes: grantBytes, MaxMessage: uint64(m.opts.MaxMessageSize),
 		}
 	}
-	link, mode, sent, err := m.dialerAuth(ctx, held, onHello, func() EntityName { return peer }, newReq)
+	link, mode, sent, err := m.dialerAuth(ctx, link, onHello, func() EntityName { return peer }, newReq)
 	if err != nil {
 		if errors.Is(err, ErrAuth) || errors.Is(err, ErrMode) {
 			// Not a fault that a redial mends: a credential that does not
@@ -282,14 +267,13 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) error {
 	if peer == m.opts.Name {
 		return fmt.Errorf("msgr: refusing a session with our own name %s", peer)
 	}
-	held, err := holdHello(link, m)
-	if err != nil {
+	if err := writeHello(link, m); err != nil {
 		return err
 	}
 	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagAuthRequest: &authReq}); err != nil {
 		return err
 	}
-	keys, err := m.acceptorAuth(ctx, held, peer, &authReq)
+	keys, err := m.acceptorAuth(ctx, link, peer, &authReq)
 	if err != nil {
 		return err
 	}
