@@ -633,7 +633,11 @@ func (o *OSD) startRecovery(p *pgState, from uint32) {
 		if hook := recoveryStarting.Load(); hook != nil {
 			(*hook)(o.id, p.sid)
 		}
-		last, err := o.recover(p, from, have)
+		var last *osdpb.Version
+		err := failRecovery(o.id, p.sid)
+		if err == nil {
+			last, err = o.recover(p, from, have)
+		}
 		if o.ctx.Err() != nil {
 			return // closing
 		}
@@ -645,6 +649,17 @@ func (o *OSD) startRecovery(p *pgState, from uint32) {
 // recovery goroutine of OSD osd's store PG sid before it copies anything:
 // a test holds a catch-up there.
 var recoveryStarting atomic.Pointer[func(osd, sid uint32)]
+
+// recoveryFails, when set (tests), may fail a recovery of OSD osd's store
+// PG sid before it starts, as a source that cannot serve it yet would.
+var recoveryFails atomic.Pointer[func(osd, sid uint32) error]
+
+func failRecovery(osd, sid uint32) error {
+	if hook := recoveryFails.Load(); hook != nil {
+		return (*hook)(osd, sid)
+	}
+	return nil
+}
 
 // recoverySlot waits for one of the RecoveryMaxActive recovery slots,
 // except for a new primary that must catch up before it serves: throttling

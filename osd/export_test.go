@@ -27,6 +27,16 @@ func SetRecoveryStarting(f func(osd, sid uint32)) {
 	recoveryStarting.Store(&f)
 }
 
+// SetRecoveryFails installs a hook that may fail each recovery OSD osd
+// starts of store PG sid, before it copies anything; nil removes it.
+func SetRecoveryFails(f func(osd, sid uint32) error) {
+	if f == nil {
+		recoveryFails.Store(nil)
+		return
+	}
+	recoveryFails.Store(&f)
+}
+
 // SetPeeringForTest marks every PG o holds as peering (reads are answered
 // SERVICE_UNAVAILABLE) or not, until its next map change. Tests only.
 func (o *OSD) SetPeeringForTest(on bool) {

@@ -3,13 +3,16 @@ package osd_test
 import (
 	"bytes"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/osd"
+	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // TestRecoveryThrottle: an OSD that comes in backfills the PGs it joins as
@@ -63,5 +66,63 @@ func TestRecoveryThrottle(t *testing.T) {
 	t.Logf("%d objects, %.1f MiB backfilled in %v at a cap of 2 MiB/s (floor %v)", len(want), float64(total)/(1<<20), took.Round(time.Millisecond), floor)
 	if took < floor {
 		t.Fatalf("backfill took %v, faster than its cap allows (%v)", took, floor)
+	}
+}
+
+// TestReplicaRecoveryRetriedAfterFailure: a newcomer whose backfill of a
+// PG fails with a retriable error (its source could not serve it yet: its
+// bucket records were peering) gets that PG after its backoff without any
+// further write to it: the primary, told ServiceUnavailable in answer to
+// its sync, syncs again. It used to stay behind until the next write.
+func TestReplicaRecoveryRetriedAfterFailure(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 16})
+	ctx := ctxT(t, time.Minute)
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	const newcomer = 3
+	_, with := newcomerMaps(t, c, newcomer)
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "retry"); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{}
+	for i := 0; len(want) < 4; i++ {
+		key := fmt.Sprintf("obj%d", i)
+		pg := placement.PGOf(pool, "retry", key)
+		if role, ok := with.RoleOf(pool.Id, pg, newcomer); !ok || role.IsPrimary() {
+			continue
+		}
+		want[key] = osdtest.Payload(4<<10, uint64(i))
+		if _, err := osdtest.Put(ctx, cl, "retry", key, want[key], client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	failed := map[uint32]bool{}
+	osd.SetRecoveryFails(func(id, sid uint32) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if id != newcomer || failed[sid] {
+			return nil
+		}
+		failed[sid] = true
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg meta is peering (test)")
+	})
+	t.Cleanup(func() { osd.SetRecoveryFails(nil) })
+	for _, o := range c.OSDs {
+		if err := o.AdoptMap(with); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := c.OSDs[newcomer].Store()
+	for key, data := range want {
+		osdtest.Eventually(t, 30*time.Second, "the newcomer holds "+key, func() bool {
+			_, got, err := st.ReadRange(ctx, "retry", key, 0, -1, nil)
+			return err == nil && bytes.Equal(got, data)
+		})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failed) == 0 {
+		t.Fatal("no recovery of the newcomer failed: the test tested nothing")
 	}
 }

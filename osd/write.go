@@ -758,7 +758,7 @@ func (o *OSD) repReply(r *osdpb.RepOpReply, from uint32) {
 		}
 	}
 	if err := ops.FromReply(r.Header); err != nil {
-		if r.Tid == 0 && errors.Is(err, ops.ErrStaleEpoch) {
+		if r.Tid == 0 && (errors.Is(err, ops.ErrStaleEpoch) || errors.Is(err, ops.ErrServiceUnavailable)) {
 			o.resync(r.Pool, r.Pg, from)
 		}
 		if pr, ok := o.reps.Take(r.Tid); ok {
@@ -775,9 +775,11 @@ func (o *OSD) repReply(r *osdpb.RepOpReply, from uint32) {
 }
 
 // resync sends replica id the sync of PG (pool, pg) again, a second after
-// it refused one for its epoch: a replica that had not yet adopted the map
-// the sync came with fetches it meanwhile, and without a second sync it
-// would stay behind until the next write to the PG.
+// it refused one for its epoch (a replica that had not yet adopted the map
+// the sync came with fetches it meanwhile) or could not act on it now (its
+// catch-up failed, e.g. a source's bucket records were peering, and waits
+// out its backoff): without a second sync it would stay behind until the
+// next write to the PG.
 func (o *OSD) resync(pool, pg, id uint32) {
 	time.AfterFunc(time.Second, func() {
 		mp := o.Map()
