@@ -237,19 +237,21 @@ func (f *rawFlights) read(pb proto.Message) wire.Tag {
 // loopback, both ends in this process: Connect to ready (dial, banner,
 // the TLS 1.3 handshake, session), then Close; "full" with both
 // certificates each time (what `osprey bench msgr --auth` samples per
-// row), "resumed" as a reconnect does it. cpu-µs/op is both ends' CPU
-// per handshake, the figure to compare on a shared machine, where ns/op
-// is mostly waiting for a core.
+// row), "resumed" as a reconnect does it, both in crc mode (key exchange
+// X25519); "full-secure" is "full" in secure mode (X25519MLKEM768, and the
+// link's keys derived). cpu-µs/op is both ends' CPU per handshake, the
+// figure to compare on a shared machine, where ns/op is mostly waiting
+// for a core.
 func BenchmarkAuthHandshake(b *testing.B) {
 	ca := msgrtest.NewTestCA(b)
-	for _, resume := range []bool{false, true} {
-		name := "full"
-		if resume {
-			name = "resumed"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		resume bool
+		modes  []msgr.Mode
+	}{{"full", false, nil}, {"resumed", true, nil}, {"full-secure", false, []msgr.Mode{msgr.ModeSecure}}} {
+		b.Run(c.name, func(b *testing.B) {
 			kr := func(o *msgr.Options) {
-				o.Auth = &msgr.AuthOptions{Keyring: ca.Keyring(b, o.Name), NoResumption: !resume}
+				o.Auth = &msgr.AuthOptions{Keyring: ca.Keyring(b, o.Name), NoResumption: !c.resume, Modes: c.modes}
 			}
 			srv := tcpEnv.NewMessenger(b, "osd.0", msgrtest.NewRecorder(b), kr)
 			addr := tcpEnv.Listen(b, srv)
