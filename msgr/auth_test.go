@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"runtime/metrics"
 	"strings"
 	"syscall"
 	"testing"
@@ -241,7 +242,7 @@ func (f *rawFlights) read(pb proto.Message) wire.Tag {
 // X25519); "full-secure" is "full" in secure mode (X25519MLKEM768, and the
 // link's keys derived). cpu-µs/op is both ends' CPU per handshake, the
 // figure to compare on a shared machine, where ns/op is mostly waiting
-// for a core.
+// for a core; goroutines/op counts the goroutines each one starts.
 func BenchmarkAuthHandshake(b *testing.B) {
 	ca := msgrtest.NewTestCA(b)
 	for _, c := range []struct {
@@ -258,7 +259,7 @@ func BenchmarkAuthHandshake(b *testing.B) {
 			cli := tcpEnv.NewMessenger(b, "osd.1", msgrtest.NewRecorder(b), kr)
 			ctx := context.Background()
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0, g0 := processCPU(), goroutinesCreated()
 			for b.Loop() {
 				c, err := cli.Connect(ctx, addr, "osd.0")
 				if err != nil {
@@ -270,8 +271,16 @@ func BenchmarkAuthHandshake(b *testing.B) {
 				c.Close()
 			}
 			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
 		})
 	}
+}
+
+// goroutinesCreated counts the goroutines the process has started.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // processCPU is the CPU time, user and system, the process has used.
