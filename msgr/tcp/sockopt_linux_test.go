@@ -8,8 +8,8 @@ import (
 )
 
 // TestSocketOptions: both ends of a link have TCP_NODELAY (a handshake
-// flight or a small message must not wait for Nagle) and no TCP
-// keepalive (the messenger keeps links alive itself).
+// flight or a small message must not wait for Nagle), which the transport
+// leaves to Go's net package, and TCP keepalive (see dial).
 func TestSocketOptions(t *testing.T) {
 	ctx := context.Background()
 	ln, err := listen(ctx, "127.0.0.1:0")
@@ -31,8 +31,8 @@ func TestSocketOptions(t *testing.T) {
 		if v := sockopt(t, c, syscall.IPPROTO_TCP, syscall.TCP_NODELAY); v == 0 {
 			t.Errorf("%s socket: TCP_NODELAY is off", name)
 		}
-		if v := sockopt(t, c, syscall.SOL_SOCKET, syscall.SO_KEEPALIVE); v != 0 {
-			t.Errorf("%s socket: SO_KEEPALIVE is on", name)
+		if v := sockopt(t, c, syscall.SOL_SOCKET, syscall.SO_KEEPALIVE); v == 0 {
+			t.Errorf("%s socket: SO_KEEPALIVE is off", name)
 		}
 	}
 }
