@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
@@ -128,8 +129,13 @@ func TestHandshakeWrites(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := conn.WaitReady(t.Context()); err != nil {
-				t.Fatal(err)
+			// Bounded: an acceptor that held AUTH_DONE for a request that
+			// is not coming stalls the handshake until HandshakeTimeout,
+			// and the dialer then redials for ever.
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			if err := conn.WaitReady(ctx); err != nil {
+				t.Fatalf("no session: %v", err)
 			}
 			if got := conn.Stats().Mode; got != c.acceptor[0] {
 				t.Fatalf("mode %q, want %q", got, c.acceptor[0])
