@@ -192,7 +192,7 @@ func (m *Messenger) dialerAuth(ctx context.Context, link wire.Link, onHello func
 				return nil, "", nil, err
 			}
 			sent = newReq()
-			if err := writeAfter(sess, last, wire.TagSessionReq, sent); err != nil {
+			if err := writeAfter(sess, last, sent); err != nil {
 				return nil, "", nil, err
 			}
 		} else if err := link.WriteFrames([]wire.Frame{last}); err != nil {
@@ -241,10 +241,10 @@ func (m *Messenger) sessionLink(link wire.Link, res *auth.Result, offer []string
 	return newSealedLink(link, keys, m.limits)
 }
 
-// writeAfter writes clear as it is, then the handshake frame of tag and
-// pb on sess (sealed, if sess seals), in one write.
-func writeAfter(sess wire.Link, clear wire.Frame, tag wire.Tag, pb proto.Message) error {
-	f, err := hsFrame(tag, pb)
+// writeAfter writes clear as it is, then req on sess (sealed, if sess
+// seals), in one write.
+func writeAfter(sess wire.Link, clear wire.Frame, req *msgrpb.SessionRequest) error {
+	f, err := hsFrame(wire.TagSessionReq, req)
 	if err != nil {
 		return err
 	}
@@ -292,12 +292,10 @@ func (f *acceptFlights) Recv() ([]byte, error) {
 	return more.Payload, nil
 }
 
-// acceptorAuth runs the acceptor's auth step on the dialer's AUTH_REQUEST.
-// A refusal it answers itself, with an AUTH_DONE that says why; an
-// accepted dialer's AUTH_DONE (the method and mode) it returns unsent, for
-// the caller to send (acceptAnswer). It returns the link's keys if it
-// chose secure mode (nil: crc).
-func (m *Messenger) acceptorAuth(ctx context.Context, link wire.Link, peer EntityName, req *msgrpb.AuthRequest) (keys *linkKeys, done wire.Frame, err error) {
+// acceptorAuth runs the acceptor's auth step on the dialer's AUTH_REQUEST
+// and answers AUTH_DONE: the method and mode, or why the dialer is
+// refused. It returns the link's keys if it chose secure mode (nil: crc).
+func (m *Messenger) acceptorAuth(ctx context.Context, link wire.Link, peer EntityName, req *msgrpb.AuthRequest) (*linkKeys, error) {
 	refuse := func(err error) error {
 		writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Refused: err.Error()})
 		m.ratelog.Log(m.log, slog.LevelWarn, "auth refused", "msgr: refused a peer", "peer", peer, "remote", link.RemoteAddr(), "err", err)
@@ -315,70 +313,39 @@ func (m *Messenger) acceptorAuth(ctx context.Context, link wire.Link, peer Entit
 	}
 	if m.opts.Auth == nil {
 		if !slices.Contains(req.Methods, authNone) {
-			return nil, done, refuse(fmt.Errorf("%w: %s offers auth methods %v; %s does none (it has no keyring)", ErrAuth, peer, req.Methods, m.opts.Name))
+			return nil, refuse(fmt.Errorf("%w: %s offers auth methods %v; %s does none (it has no keyring)", ErrAuth, peer, req.Methods, m.opts.Name))
 		}
 		if modeErr != nil {
-			return nil, done, refuse(modeErr)
+			return nil, refuse(modeErr)
 		}
-		done, err = hsFrame(wire.TagAuthDone, &msgrpb.AuthDone{Method: authNone, Mode: string(mode)})
-		return nil, done, err
+		return nil, writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Method: authNone, Mode: string(mode)})
 	}
 	if !slices.Contains(req.Methods, authTLS13) {
-		return nil, done, refuse(fmt.Errorf("%w: %s offers auth methods %v; %s requires %s (give it a keyring)", ErrAuth, peer, req.Methods, m.opts.Name, authTLS13))
+		return nil, refuse(fmt.Errorf("%w: %s offers auth methods %v; %s requires %s (give it a keyring)", ErrAuth, peer, req.Methods, m.opts.Name, authTLS13))
 	}
 	if modeErr != nil {
-		return nil, done, refuse(modeErr)
+		return nil, refuse(modeErr)
 	}
 	res, err := auth.Accept(ctx, m.opts.Auth.Keyring, &acceptFlights{link: link, first: req.Payload}, auth.AcceptOptions{Resume: m.resume})
 	if err != nil {
 		if errors.Is(err, auth.ErrAuthFailed) {
-			return nil, done, refuse(fmt.Errorf("%w: %s: %w", ErrAuth, peer, err))
+			return nil, refuse(fmt.Errorf("%w: %s: %w", ErrAuth, peer, err))
 		}
-		return nil, done, err
+		return nil, err
 	}
 	if err := m.checkPeer(ctx, peer, res); err != nil {
-		return nil, done, refuse(err)
+		return nil, refuse(err)
 	}
 	proof, err := modeProof(res, req.Modes, mode)
 	if err != nil {
-		return nil, done, err
+		return nil, err
 	}
+	var keys *linkKeys
 	if mode == ModeSecure {
 		if keys, err = secureKeys(res, req.Modes, false); err != nil {
-			return nil, done, err
+			return nil, err
 		}
 	}
 	// The payload is the session ticket for the dialer's next dial.
-	done, err = hsFrame(wire.TagAuthDone, &msgrpb.AuthDone{Method: authTLS13, Mode: string(mode), ModeProof: proof, Payload: res.Unsent})
-	return keys, done, err
-}
-
-// acceptAnswer writes the acceptor's answers to SESSION_REQUEST on sess,
-// the link the session runs on. The first goes in one write after held,
-// the accepted dialer's AUTH_DONE (in clear), when the acceptor held it
-// back: a dialer that offers one mode sends its SESSION_REQUEST with its
-// last auth flight (docs/protocol.md §6.5), so the acceptor, finding it
-// already read in, answers both at once: one write and one wakeup of the
-// dialer fewer. Held only then: a request the dialer sent without waiting
-// for AUTH_DONE is sure to come whole.
-type acceptAnswer struct {
-	sess wire.Link
-	held *wire.Frame
-}
-
-// holdAuthDone sends done at once unless link has read further (the
-// dialer's SESSION_REQUEST), in which case it goes with the answer.
-func holdAuthDone(link, sess wire.Link, done wire.Frame) (*acceptAnswer, error) {
-	if b, ok := link.(interface{ Buffered() bool }); ok && b.Buffered() {
-		return &acceptAnswer{sess: sess, held: &done}, nil
-	}
-	return &acceptAnswer{sess: sess}, link.WriteFrames([]wire.Frame{done})
-}
-
-func (a *acceptAnswer) write(tag wire.Tag, pb proto.Message) error {
-	if held := a.held; held != nil {
-		a.held = nil
-		return writeAfter(a.sess, *held, tag, pb)
-	}
-	return writeHS(a.sess, tag, pb)
+	return keys, writeHS(link, wire.TagAuthDone, &msgrpb.AuthDone{Method: authTLS13, Mode: string(mode), ModeProof: proof, Payload: res.Unsent})
 }

@@ -271,22 +271,17 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) error {
 	if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagAuthRequest: &authReq}); err != nil {
 		return err
 	}
-	keys, authDone, err := m.acceptorAuth(ctx, link, peer, &authReq)
+	keys, err := m.acceptorAuth(ctx, link, peer, &authReq)
 	if err != nil {
 		return err
 	}
-	sess, mode := link, ModeCRC
+	mode := ModeCRC
 	if keys != nil {
-		if sess, err = newSealedLink(link, keys, m.limits); err != nil {
+		if link, err = newSealedLink(link, keys, m.limits); err != nil {
 			return err
 		}
 		mode = ModeSecure
 	}
-	ans, err := holdAuthDone(link, sess, authDone)
-	if err != nil {
-		return err
-	}
-	link = sess
 	policy := m.opts.policyFor(peer)
 	for {
 		var req msgrpb.SessionRequest
@@ -294,27 +289,26 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) error {
 			return err
 		}
 		if req.Lossy != policy.Lossy {
-			ans.write(wire.TagSessionReset, &msgrpb.SessionReset{Fatal: true, Reason: fmt.Sprintf(
+			writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Fatal: true, Reason: fmt.Sprintf(
 				"policy mismatch: dialer lossy=%v, %s applies %v to %s", req.Lossy, m.opts.Name, policy, peer.Type())})
 			return fmt.Errorf("msgr: %s: policy mismatch (dialer lossy=%v, ours %v)", peer, req.Lossy, policy)
 		}
 		if req.WindowMsgs < 2 || req.GrantMsgs < 1 {
 			return wire.Protocolf("handshake: peer window of %d messages (grant %d) is too small", req.WindowMsgs, req.GrantMsgs)
 		}
-		done, err := m.acceptSession(ans, mode, peer, hello.InstanceNonce, policy, &req, window, scheme)
+		done, err := m.acceptSession(link, mode, peer, hello.InstanceNonce, policy, &req, window, scheme)
 		if done || err != nil {
 			return err
 		}
 	}
 }
 
-// acceptSession answers one SESSION_REQUEST, on ans.sess. done is false
-// after a SESSION_RESET, when the dialer will ask again on the same link.
-func (m *Messenger) acceptSession(ans *acceptAnswer, mode Mode, peer EntityName, nonce uint64, policy Policy, req *msgrpb.SessionRequest, window int, scheme string) (done bool, err error) {
-	link := ans.sess
+// acceptSession answers one SESSION_REQUEST. done is false after a
+// SESSION_RESET, when the dialer will ask again on the same link.
+func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, nonce uint64, policy Policy, req *msgrpb.SessionRequest, window int, scheme string) (done bool, err error) {
 	if policy.Lossy && req.PeerCookie != 0 {
 		// Lossy sessions are never resumed; answer before creating one.
-		err := ans.write(wire.TagSessionReset, &msgrpb.SessionReset{Reason: "lossy sessions are not resumed"})
+		err := writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Reason: "lossy sessions are not resumed"})
 		return err != nil, err
 	}
 	var c *Conn
@@ -349,12 +343,12 @@ func (m *Messenger) acceptSession(ans *acceptAnswer, mode Mode, peer EntityName,
 	// A simultaneous connect: both sides dial; the larger name's dial wins.
 	if c.dialing && c.link == nil && m.opts.Name > peer {
 		c.mu.Unlock()
-		ans.write(wire.TagWait, &msgrpb.Wait{})
+		writeHS(link, wire.TagWait, &msgrpb.Wait{})
 		return true, errWait
 	}
 	if req.PeerCookie != 0 && req.PeerCookie != c.cookie {
 		c.mu.Unlock()
-		err := ans.write(wire.TagSessionReset, &msgrpb.SessionReset{Reason: "no such session (restarted or closed)"})
+		err := writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Reason: "no such session (restarted or closed)"})
 		return err != nil, err
 	}
 	var dropped []*Message
@@ -395,7 +389,7 @@ func (m *Messenger) acceptSession(ans *acceptAnswer, mode Mode, peer EntityName,
 		c.pushEvent(Event{Kind: EventRemoteReset, Conn: c, Err: ErrRemoteReset, Dropped: len(dropped)})
 	}
 	if err == nil {
-		err = ans.write(wire.TagSessionReady, ready)
+		err = writeHS(link, wire.TagSessionReady, ready)
 	}
 	lr.wmu.Unlock()
 	if err != nil {
