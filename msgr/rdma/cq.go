@@ -147,7 +147,9 @@ func (d *domain) reserveCQ(n int) (*compQueue, error) {
 		}
 		if p.releasing.Load() > 0 && try < 4 {
 			d.lockToken()
-			d.pollLocked()
+			if p.arr != nil { // the domain has not closed its CQs
+				d.pollLocked()
+			}
 			d.fiMu.Unlock()
 			continue
 		}
@@ -166,6 +168,9 @@ func (d *domain) openCQ(n int) (*compQueue, error) {
 	// Another link may have opened one, or released room, meanwhile.
 	if q := p.take(n); q != nil {
 		return q, nil
+	}
+	if p.arr == nil {
+		return nil, errTransportClosed
 	}
 	if len(p.qs) >= min(maxCQs, cqSlots) {
 		return nil, &CQFullError{Need: n, Entries: size, CQs: len(p.qs)}
@@ -256,8 +261,11 @@ func (d *domain) cqReserved() int64 {
 }
 
 // close closes the CQs, the extra ones first, and frees the C array;
-// after every endpoint of the domain is closed.
+// after every endpoint of the domain is closed. Caller holds the token
+// (reserveCQ polls under it while the CQs are open).
 func (p *cqPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for i := len(p.qs) - 1; i >= 0; i-- {
 		C.osp_close(unsafe.Pointer(p.qs[i].cq))
 	}

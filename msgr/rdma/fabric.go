@@ -247,7 +247,9 @@ func (d *domain) closeFids() {
 	if len(d.cqs.qs) == 0 {
 		C.osp_close(unsafe.Pointer(d.cq)) // opened, or not, before the pool had it
 	}
+	d.lockToken()
 	d.cqs.close()
+	d.fiMu.Unlock()
 	C.osp_close(unsafe.Pointer(d.eq))
 	C.osp_close(unsafe.Pointer(d.dom))
 	C.osp_close(unsafe.Pointer(d.fabric))
