@@ -308,8 +308,9 @@ const rdmaCQPerDaemon = 4096
 // may fill half of it, keep the room they had. The mon's and a client's
 // links take little beside them. The completion queue is shared too, and
 // every link of the cluster, both its ends, completes into it: it gets
-// each daemon's (the OSDs, the mon and a client), so that the verbs
-// provider, which does not detect an overrun, has the room it had.
+// each daemon's (the OSDs, the mon and a client), so that their links
+// fit the CQ the poller sleeps on rather than spill into more CQs, which
+// it only polls (docs/rdma.md, "Completion queues").
 func sharedTransports(m *placement.Map) (transports.Set, error) {
 	cfg, err := transports.ConfigFromEnv()
 	if err != nil {

@@ -24,10 +24,12 @@ var (
 	rdmaBudget     = newDesc("osprey_rdma_registered_budget_bytes", "Registered memory each of the transport's domains (NIC ports) may hold (--rdma-mem-budget); half of it may be lent.", "transport")
 	rdmaLentBytes  = newDesc("osprey_rdma_lent_bytes", "Registered memory lent for long-lived use (an OSD's read cache), held or kept for reuse; part of the registered bytes.", "transport")
 	rdmaLentRegs   = newDesc("osprey_rdma_lent_regions", "Lent regions held now (an OSD's cached objects in registered memory).", "transport")
+	rdmaCQs        = newDesc("osprey_rdma_completion_queues", "Completion queues open: one per domain, more when its links' reservations fill it.", "transport")
+	rdmaCQReserved = newDesc("osprey_rdma_cq_reserved_entries", "Completion-queue entries reserved by links: the most completions they can have outstanding.", "transport")
 )
 
 var rdmaDescs = []*prometheus.Desc{rdmaRegistered, rdmaHighWater, rdmaBufsInUse, rdmaRecvs, rdmaZeroCopy, rdmaCopied, rdmaReads, rdmaWrites, rdmaPolls, rdmaSleeps,
-	rdmaSpin, rdmaBudget, rdmaLentBytes, rdmaLentRegs}
+	rdmaSpin, rdmaBudget, rdmaLentBytes, rdmaLentRegs, rdmaCQs, rdmaCQReserved}
 
 // rdmaCollect adds the series of the RDMA transports the messengers
 // use, each once.
@@ -61,6 +63,8 @@ func rdmaCollect(ch chan<- prometheus.Metric, nets []Network) {
 			gauge(ch, rdmaBudget, float64(rt.Config().MemBudget), l)
 			gauge(ch, rdmaLentBytes, float64(s.LentBytes), l)
 			gauge(ch, rdmaLentRegs, float64(s.LentRegions), l)
+			gauge(ch, rdmaCQs, float64(s.CQs), l)
+			gauge(ch, rdmaCQReserved, float64(s.CQReserved), l)
 		}
 	}
 }

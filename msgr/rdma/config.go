@@ -15,11 +15,11 @@ type Config struct {
 	BufSize int
 	// SendSlots is the number of send buffers per link. Default 64.
 	SendSlots int
-	// CQEntries is the size of the domain's completion queue, which every
-	// link of the transport shares. Verbs does not detect an overrun
-	// (fi_verbs(7)), so a transport that carries many busy links (several
-	// daemons in one process) needs a larger one. Default max(4096,
-	// 4 × SendSlots).
+	// CQEntries is the size of each of a domain's completion queues. Each
+	// link reserves in one the most completions it can have outstanding,
+	// since verbs does not detect an overrun (fi_verbs(7)); a link that
+	// fits none opens another CQ, which the poller polls but does not
+	// sleep on (cq.go). Default max(4096, 4 × SendSlots).
 	CQEntries int
 	// MemBudget bounds all registered memory of the transport. Default
 	// 1 GiB.

@@ -248,7 +248,7 @@ func (t *Transport) Dial(ctx context.Context, addr string, opts wire.LinkOptions
 		if fe := (*FabricError)(nil); errors.As(err, &fe) && fe.Code == C.FI_ECONNREFUSED {
 			// A reject carries no reason that every provider passes on,
 			// so name both of ours (listener.cmEvent).
-			err = fmt.Errorf("rdma: %s refused the connection (nothing listens there, or its listener is at its connection limit): %w", addr, err)
+			err = fmt.Errorf("rdma: %s refused the connection (nothing listens there, its listener is at its connection limit, or its completion queues are full): %w", addr, err)
 		}
 		return nil, err
 	}

@@ -79,7 +79,11 @@ type domain struct {
 	fabric *C.struct_fid_fabric
 	dom    *C.struct_fid_domain
 	eq     *C.struct_fid_eq
+	// cq is the first of the domain's completion queues, the one the
+	// poller sleeps on; cqs has it and those opened when it was full
+	// (cq.go).
 	cq     *C.struct_fid_cq
+	cqs    *cqPool
 	mrMode uint64
 	name   string
 
@@ -178,6 +182,8 @@ type domain struct {
 	ctlRecvs      atomic.Int64 // receives for control frames, of the links alive
 }
 
+var errTransportClosed = errors.New("rdma: transport closed")
+
 // cmOwner receives CM events for an endpoint. cmEvent runs on the CM
 // loop, which also closes endpoints (closeCM): it must not wait for a close.
 type cmOwner interface {
@@ -204,6 +210,7 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 		pollResume: make(chan struct{}, 1),
 		spin:       newSpinBudget(t.cfg.BusyPoll),
 		sleepBuf:   (*C.struct_osp_pollbuf)(C.calloc(1, C.sizeof_struct_osp_pollbuf)),
+		cqs:        newCQPool(),
 	}
 	cqSize := C.int(t.cfg.CQEntries)
 	var waitObj, eqWrite C.int
@@ -212,6 +219,7 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 		return nil, err
 	}
 	d.eqWake = eqWrite != 0
+	d.cqs.add(&compQueue{cq: d.cq, size: t.cfg.CQEntries}) // nothing polls yet
 	// A FI_WAIT_POLLFD set (tcp) holds signal fds of the provider's that
 	// only its own wait resets: one left set would wake every sleep at
 	// once. Such a CQ is slept on in fi_cq_sread instead.
@@ -236,7 +244,12 @@ func openDomain(t *Transport, src *C.struct_fi_info) (*domain, error) {
 }
 
 func (d *domain) closeFids() {
-	C.osp_close(unsafe.Pointer(d.cq))
+	if len(d.cqs.qs) == 0 {
+		C.osp_close(unsafe.Pointer(d.cq)) // opened, or not, before the pool had it
+	}
+	d.lockToken()
+	d.cqs.close()
+	d.fiMu.Unlock()
 	C.osp_close(unsafe.Pointer(d.eq))
 	C.osp_close(unsafe.Pointer(d.dom))
 	C.osp_close(unsafe.Pointer(d.fabric))
@@ -447,7 +460,7 @@ func (d *domain) addLink(l *link) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return errors.New("rdma: transport closed")
+		return errTransportClosed
 	}
 	d.nextLink++
 	l.id = d.nextLink

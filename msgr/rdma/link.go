@@ -57,6 +57,12 @@ type link struct {
 	// too, so our rendezvous payloads are written by the peer.
 	ctlRecv  int
 	rdvWrite bool
+	// cq is the completion queue the endpoint is bound to, and cqNeed
+	// the entries of it the link reserved (cq.go); writesOut counts its
+	// RDMA write pieces posted and not completed (at most maxWritesOut).
+	cq        *compQueue
+	cqNeed    int
+	writesOut atomic.Int32
 
 	// srx: our receives come from the domain's shared pool (srx.go), and
 	// recv/recvBufs are unused; peerSRX: the peer's do, so our sends
@@ -148,9 +154,16 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 	if d.rdvWrite {
 		l.ctlRecv, nctl = ctlRecvs, ctlSlots
 	}
+	// Room in a CQ for every completion the link can have outstanding,
+	// before anything else is taken (freeRegions or Close gives it back).
+	l.cqNeed = linkCQEntries(l.recvs(), cfg.SendSlots, nctl, d.rdvWrite)
+	q, err := d.reserveCQ(l.cqNeed)
+	if err != nil {
+		return nil, err
+	}
+	l.cq = q
 	d.ctlRecvs.Add(int64(l.ctlRecv)) // freeRegions or Close takes it back
 	l.rx = make(chan rxEvent, l.recvs()+16)
-	var err error
 	// A full pool (or a provider without one) leaves the link its own
 	// receive queue.
 	l.srx = d.srx != nil && d.srx.reserve(l.recvs()) == nil
@@ -183,7 +196,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 	if l.srx {
 		srxEP = d.srx.ep
 	}
-	if err := fiErrI("fi_endpoint", C.osp_endpoint(d.dom, info, d.eq, d.cq, srxEP, &l.ep)); err != nil {
+	if err := fiErrI("fi_endpoint", C.osp_endpoint(d.dom, info, d.eq, l.cq.cq, srxEP, &l.ep)); err != nil {
 		d.removeLink(l)
 		d.closeCM(unsafe.Pointer(l.ep))
 		l.freeRegions()
@@ -219,6 +232,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 func (l *link) recvs() int { return l.nrecv + l.ctlRecv }
 
 func (l *link) freeRegions() {
+	l.d.unreserveCQ(l.cq, l.cqNeed) // no endpoint took an operation
 	l.d.ctlRecvs.Add(-int64(l.ctlRecv))
 	if l.srx {
 		l.d.srx.unreserve(l.recvs())
@@ -352,8 +366,9 @@ func (l *link) closeEndpoint() {
 		l.d.srx.unreserve(l.recvs())
 	}
 	if !settled {
-		return // closeParked frees the rest
+		return // closeParked frees the rest; the CQ goes with the domain
 	}
+	l.d.releaseCQ(l.cq, l.cqNeed)
 	l.releaseMemory()
 }
 

@@ -207,9 +207,13 @@ func (d *domain) lockToken() {
 // posted, and whether the provider refused a post for now. Caller holds
 // the token.
 func (d *domain) pollLocked() (n int, posted, again bool) {
-	pb := d.poster.pb
+	pb, cqs := d.poster.pb, d.cqs
 	nops := d.preparePosts()
-	rc := C.osp_poll(d.cq, &d.poster.cops[0], nops, pb)
+	releases := cqs.snapReleases()
+	rc := C.osp_poll(&cqs.arr[0], cqs.n, &d.poster.cops[0], nops, pb)
+	if releases && pb.drained != 0 {
+		cqs.settleReleases(uint64(pb.drained))
+	}
 	d.pollStats.polls.Add(1) // under fiMu: no other writer contends
 	again, partial := d.settlePosts(pb.nposted)
 	// A piece of a write (osp_write) is progress too, though the write
@@ -324,9 +328,10 @@ func (d *domain) pollFor(l *link) bool {
 
 // spinForTransfers reports whether polling must go on without a pause
 // because rendezvous payloads move that only our CQ reads move
-// (domain.sleepMoves).
+// (domain.sleepMoves): a sleep in fi_cq_sread moves those of the first
+// CQ's endpoints only.
 func (d *domain) spinForTransfers() bool {
-	return !d.sleepMoves && d.transfers.Load() > 0
+	return (!d.sleepMoves || d.cqs.many.Load()) && d.transfers.Load() > 0
 }
 
 // dropDuty gives the polling back to the poller if l's reader has it.

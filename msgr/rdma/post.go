@@ -103,6 +103,10 @@ type poster struct {
 	ntaken  int
 	nlive   int
 	liveIdx [postBatch]int // cops[j] is taken[liveIdx[j]]
+	// held: the batch stops at a write whose link has maxWritesOut
+	// pieces out; it waits at the head of the queue, as one the provider
+	// refused with FI_EAGAIN, until completions free room.
+	held bool
 }
 
 func newPoster() *poster {
@@ -127,7 +131,7 @@ func (p *poster) free() {
 // Caller holds the token.
 func (d *domain) preparePosts() C.int {
 	p, q := d.poster, &d.pq
-	p.ntaken, p.nlive = 0, 0
+	p.ntaken, p.nlive, p.held = 0, 0, false
 	if q.n.Load() == 0 {
 		return 0
 	}
@@ -145,6 +149,11 @@ func (d *domain) preparePosts() C.int {
 		}
 		if !p.live[i] {
 			continue
+		}
+		if op.kind == opWrite && op.l.writesOut.Load() >= maxWritesOut {
+			// Its completions must fit the link's CQ reservation.
+			p.ntaken, p.held = i, true
+			break
 		}
 		c := &p.cops[p.nlive]
 		c.ep, c.buf, c.len, c.desc = ep, op.buf, C.uint64_t(op.n), op.desc
@@ -168,9 +177,10 @@ func (d *domain) preparePosts() C.int {
 func (d *domain) settlePosts(nposted C.int) (again, partial bool) {
 	p, q := d.poster, &d.pq
 	if p.ntaken == 0 {
-		return false, false
+		return p.held, false
 	}
 	consumed := p.ntaken
+	again = p.held
 	if int(nposted) < p.nlive {
 		// Refused for now, or a write with more pieces to post.
 		partial = p.cops[nposted].rc == 1
@@ -182,6 +192,7 @@ func (d *domain) settlePosts(nposted C.int) (again, partial bool) {
 	q.n.Add(-int32(consumed))
 	if partial {
 		q.ops[q.head].off = int(p.cops[nposted].off)
+		q.ops[q.head].l.writesOut.Add(1)
 		d.writePieces.Add(1)
 	}
 	q.mu.Unlock()
@@ -193,6 +204,7 @@ func (d *domain) settlePosts(nposted C.int) (again, partial bool) {
 			err = fiErr(opName[op.kind], C.ssize_t(p.cops[j].rc))
 			j++
 			if op.kind == opWrite && err == nil {
+				op.l.writesOut.Add(1)
 				d.writePieces.Add(1) // its last piece (osp_write posts one a call)
 			}
 		} else {

@@ -59,3 +59,45 @@ func TestWritePiecesQueue(t *testing.T) {
 
 // set stores v in a field of a cgo type (a test file cannot name C types).
 func set[T ~uint64 | ~int32, V uint64 | int32](p *T, v V) { *p = T(v) }
+
+// TestWriteBudgetHoldsQueue: a link with maxWritesOut write pieces posted
+// and not completed posts no more (their completions must fit its CQ
+// reservation): its write waits at the head of the queue, reported as a
+// refusal, with what it posted, until a write completion frees room.
+func TestWriteBudgetHoldsQueue(t *testing.T) {
+	d := &domain{poster: newPoster(), writeChunk: 300}
+	defer d.poster.free()
+	l := &link{d: d, id: 1}
+	l.writesOut.Store(maxWritesOut - 1)
+	d.pq.push(postOp{l: l, kind: opWrite, n: 600})
+	d.pq.push(postOp{l: l, kind: opSend, n: 10})
+
+	// The first piece fills the budget.
+	if n := d.preparePosts(); n != 2 {
+		t.Fatalf("%d ops to post, want the write and the send", n)
+	}
+	set(&d.poster.cops[0].off, uint64(300))
+	set(&d.poster.cops[0].rc, int32(1))
+	if _, partial := d.settlePosts(0); !partial || l.writesOut.Load() != maxWritesOut {
+		t.Fatalf("after a piece: partial %v, %d writes out; want true, %d", partial, l.writesOut.Load(), maxWritesOut)
+	}
+
+	// Held: nothing goes to C, and the queue reports a refusal.
+	if n := d.preparePosts(); n != 0 {
+		t.Fatalf("%d ops to post with the write budget spent, want 0", n)
+	}
+	if again, _ := d.settlePosts(0); !again || d.pq.n.Load() != 2 {
+		t.Fatalf("held write: refusal %v, %d queued; want true, 2", again, d.pq.n.Load())
+	}
+
+	// A completion frees room: the rest of the write goes, then the send.
+	l.complete(opWrite, 0, 0, nil)
+	if n := d.preparePosts(); n != 2 || uint64(d.poster.cops[0].off) != 300 {
+		t.Fatalf("after a completion: %d ops, the write from %d; want 2, from 300", n, d.poster.cops[0].off)
+	}
+	d.poster.cops[0].rc, d.poster.cops[1].rc = 0, 0
+	if again, partial := d.settlePosts(2); again || partial || d.pq.n.Load() != 0 || l.writesOut.Load() != maxWritesOut {
+		t.Fatalf("last piece: refusal %v, partial %v, %d queued, %d writes out; want false, false, 0, %d",
+			again, partial, d.pq.n.Load(), l.writesOut.Load(), maxWritesOut)
+	}
+}

@@ -80,6 +80,7 @@ func (l *link) complete(op uint8, slot uint32, n int, err error) {
 			l.fail(err)
 		}
 	case opWrite:
+		l.writesOut.Add(-1)
 		if err != nil {
 			l.fail(err)
 		}

@@ -266,9 +266,12 @@ static int osp_post(struct osp_op *ops, int n) {
 // The completions one poll read, in C memory so the Go side passes no
 // pointers of its own: contexts, lengths and remote CQ data (0 when the
 // completion has none), or for an error entry its context and error.
+// drained has bit i set when CQ i of the poll was read empty (-FI_EAGAIN),
+// which releases the reservations of endpoints closed before the poll
+// (msgr/rdma/cq.go); next is the CQ the next multi-CQ poll reads first.
 struct osp_pollbuf {
-	uint64_t ctx[64], lens[64], data[64], errctx;
-	int err, nposted;
+	uint64_t ctx[64], lens[64], data[64], errctx, drained;
+	int err, nposted, next;
 };
 
 // osp_cq_result turns the result of fi_cq_read/fi_cq_sread into what the
@@ -295,10 +298,44 @@ static ssize_t osp_cq_result(struct fid_cq *cq, ssize_t rc, struct fi_cq_data_en
 
 // osp_poll is a poll's one cgo call: post what is queued (pb->nposted
 // taken), then read up to 64 completions into pb without waiting.
-static ssize_t osp_poll(struct fid_cq *cq, struct osp_op *ops, int nops, struct osp_pollbuf *pb) {
+//
+// With several CQs (cqs[0..ncq)) it reads them in turn, starting one
+// further each poll so that none waits behind a busy one, until 64
+// completions are read; an error entry is returned alone, from the first
+// CQ that has one when nothing was read before it.
+static ssize_t osp_poll(struct fid_cq **cqs, int ncq, struct osp_op *ops, int nops, struct osp_pollbuf *pb) {
 	pb->nposted = nops > 0 ? osp_post(ops, nops) : 0;
 	struct fi_cq_data_entry e[64];
-	return osp_cq_result(cq, fi_cq_read(cq, e, 64), e, pb);
+	if (ncq == 1) {
+		ssize_t rc = fi_cq_read(cqs[0], e, 64);
+		pb->drained = rc == -FI_EAGAIN;
+		return osp_cq_result(cqs[0], rc, e, pb);
+	}
+	pb->drained = 0;
+	ssize_t total = 0;
+	int first = pb->next % ncq;
+	pb->next = first + 1;
+	for (int k = 0; k < ncq && total < 64; k++) {
+		int i = (first + k) % ncq;
+		ssize_t rc = fi_cq_read(cqs[i], e + total, 64 - total);
+		if (rc == -FI_EAGAIN) {
+			pb->drained |= 1ull << i;
+		} else if (rc == -FI_EAVAIL) {
+			if (total == 0) return osp_cq_result(cqs[i], rc, e, pb);
+			break; // read on the next poll, which starts one further
+		} else if (rc > 0) {
+			total += rc;
+		}
+	}
+	return osp_cq_result(cqs[0], total, e, pb);
+}
+
+// osp_cq_open opens one more completion queue of size entries for the
+// domain's completion queue pool (msgr/rdma/cq.go). No wait object: the
+// poller sleeps on the first CQ only and reads the others when it polls.
+static int osp_cq_open(struct fid_domain *dom, int size, struct fid_cq **cq) {
+	struct fi_cq_attr cqa = { .size = size, .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE };
+	return fi_cq_open(dom, &cqa, cq, NULL);
 }
 
 static int osp_cq_waitfd(struct fid_cq *cq, int *fd) { return fi_control(&cq->fid, FI_GETWAIT, fd); }

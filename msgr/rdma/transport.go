@@ -149,6 +149,11 @@ type Stats struct {
 	// (Messenger.AllocRegistered: an OSD's read cache), out or kept for
 	// reuse; LentRegions the regions out now. Part of RegisteredBytes.
 	LentBytes, LentRegions int64
+	// CQs is the completion queues open, and CQReserved the entries of
+	// them promised to links: the most completions each link can have
+	// outstanding, held from its creation until its endpoint is closed
+	// and its CQ read empty (docs/rdma.md, "Completion queues").
+	CQs, CQReserved int64
 }
 
 // AllocRegistered returns a buffer of n bytes of memory registered with
@@ -184,6 +189,8 @@ func (t *Transport) Stats() Stats {
 		s.RendezvousWrites += d.writes.Load()
 		s.WritePieces += d.writePieces.Load()
 		s.ControlRecvs += d.ctlRecvs.Load()
+		s.CQs += int64(d.numCQs())
+		s.CQReserved += d.cqReserved()
 		d.mu.Lock()
 		s.LentBytes += d.lent.bytes
 		s.LentRegions += int64(len(d.lent.out))

@@ -63,8 +63,9 @@ type Config struct {
 	// 1 GiB. Half of it may be lent for long-lived use (an OSD's read
 	// cache), the rest is for links. Else at least MinRDMAMemBudget.
 	RDMAMemBudget int64
-	// RDMACQEntries is rdma.Config.CQEntries: the completion queue of each
-	// RDMA domain, shared by all its links; 0 for the default.
+	// RDMACQEntries is rdma.Config.CQEntries: the entries of each
+	// completion queue of an RDMA domain, which its links share (more
+	// CQs open as links fill them); 0 for the default.
 	RDMACQEntries int
 }
 
