@@ -66,8 +66,11 @@ func TestSpinBudgetFollowsTheTraffic(t *testing.T) {
 			time.Sleep(time.Millisecond) // polling the counters, not synchronising
 		}
 	}
-	if b := receiver.Stats().SpinBudget; b <= 0 || b > bound {
-		t.Fatalf("spin budget %v at the start, want within (0, %v]", b, bound)
+	// The domain starts at BusyPoll; on a loaded machine its poller may
+	// have slept through halvings while the link was set up, so a budget
+	// below it must come with a halving.
+	if st := receiver.Stats(); st.SpinBudget > bound || st.SpinBudget < bound && st.SpinShrinks == 0 {
+		t.Fatalf("spin budget %v after %d halvings at the start, want %v (less only after a halving)", st.SpinBudget, st.SpinShrinks, bound)
 	}
 
 	idle := waitStats("idle, the budget falls to zero", func(s rdma.Stats) bool { return s.SpinBudget == 0 })
