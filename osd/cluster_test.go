@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -770,5 +771,21 @@ func TestPrimaryWitnessesSkippedInterval(t *testing.T) {
 	})
 	if _, got, err := p.Store().ReadRange(ctx, "skipped", key, 0, -1, nil); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("osd.%d does not hold %s after peering: %v", primary, key, err)
+	}
+}
+
+// TestRepTimeoutBeforeTimerStored: with a RepTimeout shorter than it takes
+// to send a RepOp, the timer finishes the entry before replicate has stored
+// it; the write fails as ServiceUnavailable, the daemon keeps serving, and
+// the race detector finds nothing (finish reads the timer under the lock).
+func TestRepTimeoutBeforeTimerStored(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 4, Tweak: func(cfg *osd.Config) { cfg.RepTimeout = time.Nanosecond }})
+	ctx := ctxT(t, time.Minute)
+	cl := c.Client(t, func(o *client.Options) { o.RetryFor = 200 * time.Millisecond })
+	for i := range 3 {
+		err := cl.MakeBucket(ctx, fmt.Sprintf("data%d", i))
+		if !errors.Is(err, client.ErrServiceUnavailable) || !strings.Contains(err.Error(), "did not ack") {
+			t.Fatalf("make bucket with a 1ns RepTimeout: %v, want ServiceUnavailable (replicas did not ack)", err)
+		}
 	}
 }

@@ -549,16 +549,22 @@ func (o *OSD) dropParts(mp *placement.Map, poolID uint32, parts []*osdpb.PartRef
 // pendingRep is one entry on its way to the replicas.
 type pendingRep struct {
 	mu      sync.Mutex
-	waiting []uint32 // replicas that have not acked yet
+	waiting []uint32    // replicas that have not acked yet
+	timer   *time.Timer // under mu: set after the entry is published
 	once    sync.Once
-	timer   *time.Timer
 	done    func(error)
 }
 
 func (p *pendingRep) finish(err error) {
 	p.once.Do(func() {
-		if p.timer != nil {
-			p.timer.Stop()
+		// An ack (or the timer itself) can finish the entry before
+		// replicate has stored its timer; that timer then finds the
+		// entry taken and does nothing.
+		p.mu.Lock()
+		t := p.timer
+		p.mu.Unlock()
+		if t != nil {
+			t.Stop()
 		}
 		p.done(err)
 	})
@@ -679,12 +685,15 @@ func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osd
 	}
 	pr := &pendingRep{done: done, waiting: slices.Clone(replicas)}
 	tid := o.reps.Add(pr)
-	pr.timer = time.AfterFunc(o.cfg.RepTimeout, func() {
+	timer := time.AfterFunc(o.cfg.RepTimeout, func() {
 		if pr, ok := o.reps.Take(tid); ok {
 			pr.finish(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x: replicas did not ack version %d.%d within %v",
 				p.pool, p.pg, e.Version.GetEpoch(), e.Version.GetSeq(), o.cfg.RepTimeout))
 		}
 	})
+	pr.mu.Lock()
+	pr.timer = timer
+	pr.mu.Unlock()
 	front, err := proto.Marshal(&osdpb.RepOp{Epoch: mp.Epoch(), Pool: p.pool, Pg: p.pg, Entry: e, Tid: tid})
 	if err != nil {
 		o.failRep(tid, err)
