@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/placement"
@@ -30,7 +29,7 @@ import (
 // backfillFetched, when set (tests, through export_test.go), runs after
 // the walk fetched an object and before it installs it: the window where a
 // write can overtake the copy.
-var backfillFetched atomic.Pointer[func(bucket, key string)]
+var backfillFetched testHook[func(bucket, key string)]
 
 // bfKey is an object's place in the walk's order.
 type bfKey [2]string // bucket, key

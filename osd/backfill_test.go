@@ -177,7 +177,7 @@ func TestBackfillRecopiesOvertakenObjects(t *testing.T) {
 		put(k, uint64(i))
 	}
 	var fired atomic.Int32
-	osd.SetBackfillFetched(func(bucket, key string) {
+	osd.BackfillFetched.Set(func(bucket, key string) {
 		if bucket != "race" {
 			return
 		}
@@ -190,7 +190,7 @@ func TestBackfillRecopiesOvertakenObjects(t *testing.T) {
 			fired.Add(1)
 		}
 	})
-	t.Cleanup(func() { osd.SetBackfillFetched(nil) })
+	t.Cleanup(func() { osd.BackfillFetched.Set(nil) })
 	for _, o := range c.OSDs {
 		if err := o.AdoptMap(with); err != nil {
 			t.Fatal(err)

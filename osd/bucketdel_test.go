@@ -131,7 +131,7 @@ func keyInPG(t *testing.T, pool *osdpb.Pool, bucket string, seed uint32, not str
 }
 
 // metaCatchUpHold holds OSD id's catch-up of the meta PG
-// (SetRecoveryStarting) from its start until release: it keeps open the
+// (RecoveryStarting) from its start until release: it keeps open the
 // window in which that OSD's copy of the bucket records is behind.
 type metaCatchUpHold struct {
 	held, let chan struct{}
@@ -141,14 +141,15 @@ type metaCatchUpHold struct {
 func holdMetaCatchUp(t *testing.T, id uint32) *metaCatchUpHold {
 	h := &metaCatchUpHold{held: make(chan struct{}), let: make(chan struct{})}
 	var heldOnce sync.Once
-	osd.SetRecoveryStarting(func(osdID, sid uint32) {
+	osd.RecoveryStarting.Set(func(osdID, sid uint32) error {
 		if osdID == id && sid == placement.MetaPG {
 			heldOnce.Do(func() { close(h.held) })
 			<-h.let
 		}
+		return nil
 	})
 	t.Cleanup(func() {
-		osd.SetRecoveryStarting(nil)
+		osd.RecoveryStarting.Set(nil)
 		h.release()
 	})
 	return h
@@ -300,7 +301,7 @@ func testDeletedBucketStaysDeleted(t *testing.T, metaPrimary bool) {
 // its PG's replicas now copy from it (its log is the newest); they have
 // no such bucket, and must not copy the record along with the object.
 // The test holds the returning OSD's catch-up of the meta PG
-// (SetRecoveryStarting) to keep the window open.
+// (RecoveryStarting) to keep the window open.
 func TestPutToDeletedBucketAtReturningOSD(t *testing.T) {
 	forMetaRoles(t, testPutToDeletedBucketAtReturningOSD)
 }

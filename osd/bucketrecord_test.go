@@ -55,7 +55,7 @@ func TestRecoveredRecordAfterBucketDelete(t *testing.T) {
 
 	answered, goOn := make(chan struct{}), make(chan struct{})
 	var answerOnce, goOnce sync.Once
-	osd.SetBucketAnswered(func(id uint32, bucket string) {
+	osd.BucketAnswered.Set(func(id uint32, bucket string) {
 		if id == x && bucket == "doomed" {
 			answerOnce.Do(func() {
 				close(answered)
@@ -64,7 +64,7 @@ func TestRecoveredRecordAfterBucketDelete(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() {
-		osd.SetBucketAnswered(nil)
+		osd.BucketAnswered.Set(nil)
 		goOnce.Do(func() { close(goOn) })
 	})
 	done := make(chan error, 1)

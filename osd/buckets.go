@@ -142,7 +142,7 @@ func (o *OSD) vouchedWrite(mp *placement.Map, sid uint32, bucket string, refuse 
 			err = ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is catching up on the bucket records, and nobody vouched for bucket %s: %v", o.id, bucket, err)
 		}
 		if hook := vouchAnswered.Load(); hook != nil {
-			(*hook)(o.id, bucket)
+			hook(o.id, bucket)
 		}
 		o.lines.settle(sid, w, err)
 	})
@@ -158,7 +158,7 @@ func (o *OSD) writeNow(mp *placement.Map, bucket string) bool {
 // vouchAnswered, when set (tests, through export_test.go), runs on the
 // goroutine of OSD osd's vouch for bucket once the meta PG's primary
 // answered, before the write takes its turn: a test holds a write there.
-var vouchAnswered atomic.Pointer[func(osd uint32, bucket string)]
+var vouchAnswered testHook[func(osd uint32, bucket string)]
 
 // writeLines holds, per store PG, the writes that arrived while an
 // earlier write of the PG waited for a vouch, so that they reach the

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
@@ -45,7 +44,7 @@ func (d clusterDispatcher) HandleEvent(ev msgr.Event) {
 // clusterReceived, when set (tests, through export_test.go), runs as OSD
 // osd receives a cluster message of type t from OSD from, and drops it
 // when it returns true.
-var clusterReceived atomic.Pointer[func(osd, from uint32, t osdpb.MsgType) bool]
+var clusterReceived testHook[func(osd, from uint32, t osdpb.MsgType) bool]
 
 // osdID is the id of the OSD at the other end of c.
 func osdID(c *msgr.Conn) (uint32, bool) { return ops.ParseOSDName(string(c.Peer())) }
@@ -58,7 +57,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 		o.badRequest(m, fmt.Errorf("cluster message from %s, which is not an OSD", m.Conn().Peer()))
 		return
 	}
-	if hook := clusterReceived.Load(); hook != nil && (*hook)(o.id, from, t) {
+	if hook := clusterReceived.Load(); hook != nil && hook(o.id, from, t) {
 		m.Release() // lost, as to a peer that died before it answered
 		return
 	}
@@ -630,11 +629,11 @@ func (o *OSD) startRecovery(p *pgState, from uint32) {
 	p.recovering = true
 	have := p.last
 	o.wg.Go(func() {
-		if hook := recoveryStarting.Load(); hook != nil {
-			(*hook)(o.id, p.sid)
-		}
 		var last *osdpb.Version
-		err := failRecovery(o.id, p.sid)
+		var err error
+		if hook := recoveryStarting.Load(); hook != nil {
+			err = hook(o.id, p.sid)
+		}
 		if err == nil {
 			last, err = o.recover(p, from, have)
 		}
@@ -647,19 +646,9 @@ func (o *OSD) startRecovery(p *pgState, from uint32) {
 
 // recoveryStarting, when set (tests, through export_test.go), runs on the
 // recovery goroutine of OSD osd's store PG sid before it copies anything:
-// a test holds a catch-up there.
-var recoveryStarting atomic.Pointer[func(osd, sid uint32)]
-
-// recoveryFails, when set (tests), may fail a recovery of OSD osd's store
-// PG sid before it starts, as a source that cannot serve it yet would.
-var recoveryFails atomic.Pointer[func(osd, sid uint32) error]
-
-func failRecovery(osd, sid uint32) error {
-	if hook := recoveryFails.Load(); hook != nil {
-		return (*hook)(osd, sid)
-	}
-	return nil
-}
+// a test holds a catch-up there, or fails it with the hook's error, as a
+// source that cannot serve it yet would.
+var recoveryStarting testHook[func(osd, sid uint32) error]
 
 // recoverySlot waits for one of the RecoveryMaxActive recovery slots,
 // except for a new primary that must catch up before it serves: throttling
@@ -915,7 +904,7 @@ func (o *OSD) install(ctx context.Context, p *pgState, from uint32, e *osdpb.Log
 		drops := o.bucketDrops.Load()
 		info, err := o.metaBucket(ctx, e.Bucket)
 		if hook := bucketAnswered.Load(); hook != nil {
-			(*hook)(o.id, e.Bucket)
+			hook(o.id, e.Bucket)
 		}
 		if errors.Is(opError(err), ops.ErrNoSuchBucket) {
 			return o.st.RemoveObject(ctx, p.sid, e.Bucket, e.Key)
@@ -948,7 +937,7 @@ func (o *OSD) installWithRecord(ctx context.Context, p *pgState, e *osdpb.LogEnt
 // bucketAnswered, when set (tests, through export_test.go), runs on OSD
 // osd's recovery once the meta PG's primary answered whether bucket, the
 // bucket of an object it copies, exists: a test holds the install there.
-var bucketAnswered atomic.Pointer[func(osd uint32, bucket string)]
+var bucketAnswered testHook[func(osd uint32, bucket string)]
 
 // backfill copies every object of the PG from OSD from and removes the
 // local ones it no longer has. Writes to the PG go on meanwhile
@@ -1022,7 +1011,7 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func()
 			break
 		}
 		if hook := backfillFetched.Load(); hook != nil && bf != nil {
-			(*hook)(f.Entry.Bucket, f.Entry.Key)
+			hook(f.Entry.Bucket, f.Entry.Key)
 		}
 		err = o.install(ctx, p, from, f.Entry, f.data)
 		release()

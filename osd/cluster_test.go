@@ -459,7 +459,7 @@ func TestPutFollowsNewPrimary(t *testing.T) {
 // primary, and ServiceUnavailable when it is that primary itself. Once
 // caught up, the put goes through and the newcomer answers a missing
 // bucket itself. The test holds the newcomer's catch-up of the meta PG
-// (SetRecoveryStarting) so that the window stays open.
+// (RecoveryStarting) so that the window stays open.
 func TestNewPrimaryBucketNotCaughtUp(t *testing.T) { forMetaRoles(t, testNewPrimaryBucketNotCaughtUp) }
 
 // testNewPrimaryBucketNotCaughtUp brings back as the newcomer the OSD that

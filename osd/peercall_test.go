@@ -26,10 +26,10 @@ func TestCallFailsWhenPeerRestarts(t *testing.T) {
 	}
 	// osd.2 gets the request and dies before it answers.
 	var dropped atomic.Bool
-	osd.SetClusterReceived(func(id, from uint32, t osdpb.MsgType) bool {
+	osd.ClusterReceived.Set(func(id, from uint32, t osdpb.MsgType) bool {
 		return id == 2 && from == 0 && t == osdpb.MsgType_MSG_GET_MAP && !dropped.Swap(true)
 	})
-	t.Cleanup(func() { osd.SetClusterReceived(nil) })
+	t.Cleanup(func() { osd.ClusterReceived.Set(nil) })
 	const deadline = 20 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()

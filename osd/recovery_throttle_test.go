@@ -98,16 +98,20 @@ func TestReplicaRecoveryRetriedAfterFailure(t *testing.T) {
 	}
 	var mu sync.Mutex
 	failed := map[uint32]bool{}
-	osd.SetRecoveryFails(func(id, sid uint32) error {
+	starts := map[uint32]int{} // the newcomer's recoveries started, per store PG
+	osd.RecoveryStarting.Set(func(id, sid uint32) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if id != newcomer || failed[sid] {
+		if id != newcomer {
+			return nil
+		}
+		if starts[sid]++; failed[sid] {
 			return nil
 		}
 		failed[sid] = true
 		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg meta is peering (test)")
 	})
-	t.Cleanup(func() { osd.SetRecoveryFails(nil) })
+	t.Cleanup(func() { osd.RecoveryStarting.Set(nil) })
 	for _, o := range c.OSDs {
 		if err := o.AdoptMap(with); err != nil {
 			t.Fatal(err)
@@ -124,5 +128,15 @@ func TestReplicaRecoveryRetriedAfterFailure(t *testing.T) {
 	defer mu.Unlock()
 	if len(failed) == 0 {
 		t.Fatal("no recovery of the newcomer failed: the test tested nothing")
+	}
+	// The data came by a second recovery of its PG: the first failed.
+	retried := 0
+	for sid := range failed {
+		if starts[sid] > 1 {
+			retried++
+		}
+	}
+	if retried == 0 {
+		t.Fatal("the newcomer has its data but recovered no PG twice: the failures failed nothing")
 	}
 }

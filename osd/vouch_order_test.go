@@ -43,7 +43,7 @@ func TestPutsInOrderWhileVouching(t *testing.T) {
 	catchUp := holdMetaCatchUp(t, newcomer)
 	answered, go1 := make(chan struct{}), make(chan struct{})
 	var answerOnce, go1Once sync.Once
-	osd.SetVouchAnswered(func(id uint32, bucket string) {
+	osd.VouchAnswered.Set(func(id uint32, bucket string) {
 		if id == newcomer {
 			answerOnce.Do(func() {
 				close(answered)
@@ -52,7 +52,7 @@ func TestPutsInOrderWhileVouching(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() {
-		osd.SetVouchAnswered(nil)
+		osd.VouchAnswered.Set(nil)
 		go1Once.Do(func() { close(go1) })
 	})
 	for _, o := range c.OSDs {

@@ -151,10 +151,7 @@ func decodeChunked(r *http.Request, b *verifiedBody, auth authResult) error {
 		mk = checksumAlgorithms[alg]
 	}
 	cr := newChunkedReader(b.r, auth.chunks, decoded, trailer, mk)
-	b.r = struct {
-		io.Reader
-		io.Closer
-	}{cr, b.r}
+	cr.body, cr.pooled, b.r = b.r, true, cr
 	b.size = decoded
 	r.ContentLength = decoded
 	r.Trailer = cr.trailers

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // aws-chunked bodies
@@ -75,14 +76,28 @@ func (s *chunkSigner) trailer(sum []byte) string {
 	return hex.EncodeToString(hmacSHA256(s.key, sts))
 }
 
+// chunkedBufSize is a decoder's read buffer: a whole chunk of the size
+// SDKs send (64 KiB) in one read.
+const chunkedBufSize = 64 << 10
+
+// chunkedBufs holds decoders' read buffers between requests: one per PUT
+// would be 64 KiB of garbage each.
+var chunkedBufs = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, chunkedBufSize) }}
+
+// errChunkedClosed is what a decoder's Read returns after Close.
+var errChunkedClosed = errors.New("s3gw: read of an aws-chunked body after it was closed")
+
 // chunkedReader decodes an aws-chunked body.
 type chunkedReader struct {
-	br        *bufio.Reader
-	signer    *chunkSigner // nil: unsigned chunks
-	trailer   string       // the checksum header the trailer must carry (canonical form); "" none
-	trailerH  hash.Hash    // its algorithm, over the decoded bytes
-	trailers  http.Header  // the trailer lines read
-	remaining int64        // decoded bytes still allowed (x-amz-decoded-content-length)
+	src       io.Reader
+	body      io.Closer     // closed by Close; nil: none
+	pooled    bool          // br comes from chunkedBufs (a request's decoder)
+	br        *bufio.Reader // taken at the first Read, back to the pool at Close
+	signer    *chunkSigner  // nil: unsigned chunks
+	trailer   string        // the checksum header the trailer must carry (canonical form); "" none
+	trailerH  hash.Hash     // its algorithm, over the decoded bytes
+	trailers  http.Header   // the trailer lines read
+	remaining int64         // decoded bytes still allowed (x-amz-decoded-content-length)
 
 	left   int64     // bytes of the current chunk not yet read
 	sig    string    // the current chunk's claimed signature
@@ -94,7 +109,7 @@ type chunkedReader struct {
 // trailer the checksum header that must come in the trailer ("" for
 // none), hashed by mk.
 func newChunkedReader(r io.Reader, signer *chunkSigner, decoded int64, trailer string, mk func() hash.Hash) *chunkedReader {
-	c := &chunkedReader{br: bufio.NewReaderSize(r, 64<<10), signer: signer, remaining: decoded, trailers: http.Header{}}
+	c := &chunkedReader{src: r, signer: signer, remaining: decoded, trailers: http.Header{}}
 	if trailer != "" {
 		c.trailer, c.trailerH = http.CanonicalHeaderKey(trailer), mk()
 	}
@@ -162,6 +177,9 @@ func (c *chunkedReader) Read(p []byte) (int, error) {
 	if c.err != nil {
 		return 0, c.err
 	}
+	if c.br == nil {
+		c.takeBuffer()
+	}
 	if c.left == 0 {
 		if c.err = c.nextChunk(); c.err != nil {
 			return 0, c.err
@@ -203,6 +221,35 @@ func (c *chunkedReader) Read(p []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// takeBuffer gives the decoder its read buffer: at the first Read, so that
+// a request refused before its body is read takes none. Only a request's
+// decoder takes it from the pool: tests and fuzzing make their own, as the
+// pool's paths, which vary with the P and the GC, would pass for new
+// coverage and stall the fuzzer minimizing inputs.
+func (c *chunkedReader) takeBuffer() {
+	if !c.pooled {
+		c.br = bufio.NewReaderSize(c.src, chunkedBufSize)
+		return
+	}
+	c.br = chunkedBufs.Get().(*bufio.Reader)
+	c.br.Reset(c.src)
+}
+
+// Close gives the read buffer back, once, and closes the body under the
+// decoder. Reads after it fail.
+func (c *chunkedReader) Close() error {
+	if c.br != nil && c.pooled {
+		c.br.Reset(nil) // holds no request's body while pooled
+		chunkedBufs.Put(c.br)
+	}
+	c.br = nil
+	c.err = errChunkedClosed
+	if c.body == nil {
+		return nil
+	}
+	return c.body.Close()
 }
 
 // nextChunk reads a chunk's header; after the last chunk (size 0), the

@@ -9,7 +9,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -214,4 +218,87 @@ func FuzzChunkedReader(f *testing.F) {
 			t.Fatalf("round trip in chunks of %d: %v, %d of %d bytes", size, err, len(back), len(body))
 		}
 	})
+}
+
+// chunkedRequestBody is the verified body the gateway makes of a PUT of
+// data sent aws-chunked (unsigned, CRC32C trailer), and the request's own
+// body under it.
+func chunkedRequestBody(t testing.TB, data []byte) (*verifiedBody, *closeCount) {
+	t.Helper()
+	under := &closeCount{Reader: bytes.NewReader(encodeChunked(data, 7, crc32cTrailer(data)))}
+	r := httptest.NewRequest(http.MethodPut, "http://gw/b/k", under)
+	r.Header.Set("X-Amz-Decoded-Content-Length", strconv.Itoa(len(data)))
+	r.Header.Set("X-Amz-Trailer", "x-amz-checksum-crc32c")
+	vb, err := (&Gateway{}).newVerifiedBody(r, authResult{Streaming: streamingUnsignedTrailer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vb, under
+}
+
+// TestChunkedBodiesReuseBuffers: aws-chunked requests one after another
+// share one read buffer instead of leaving 64 KiB each to the GC.
+func TestChunkedBodiesReuseBuffers(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop buffers")
+	}
+	data := []byte("hello, chunked world")
+	const requests = 100
+	bodies := make([]*verifiedBody, requests)
+	for i := range bodies {
+		bodies[i], _ = chunkedRequestBody(t, data)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, vb := range bodies {
+		if _, err := io.Copy(io.Discard, vb); err != nil {
+			t.Fatal(err)
+		}
+		vb.Close()
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / requests; per > chunkedBufSize/4 {
+		t.Fatalf("%d bytes allocated per request's body read: a read buffer each", per)
+	}
+}
+
+// closeCount is a body that counts its closes.
+type closeCount struct {
+	io.Reader
+	n int
+}
+
+func (c *closeCount) Close() error { c.n++; return nil }
+
+// TestChunkedBodyClose: a request's aws-chunked body gives its read buffer
+// back to the pool once, however often it is closed (twice back, two
+// requests would share it), closes the request's body, and fails a read
+// after Close instead of touching the buffer; a body not read takes none.
+func TestChunkedBodyClose(t *testing.T) {
+	data := []byte("hello, chunked world")
+	vb, under := chunkedRequestBody(t, data)
+	if got, err := io.ReadAll(vb); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("decoded %q: %v", got, err)
+	}
+	cr := vb.r.(*chunkedReader)
+	for range 2 {
+		if err := vb.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if under.n == 0 {
+		t.Fatal("Close left the request's body open")
+	}
+	if n, err := cr.Read(make([]byte, 8)); n != 0 || !errors.Is(err, errChunkedClosed) {
+		t.Fatalf("read after Close: %d bytes, %v", n, err)
+	}
+	a, b := chunkedBufs.Get(), chunkedBufs.Get()
+	if a == b {
+		t.Fatal("the pool handed one buffer out twice: it went back twice")
+	}
+	chunkedBufs.Put(a)
+	chunkedBufs.Put(b)
+	if unread, _ := chunkedRequestBody(t, data); unread.r.(*chunkedReader).br != nil {
+		t.Fatal("an unread body holds a buffer")
+	}
 }

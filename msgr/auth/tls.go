@@ -2,6 +2,7 @@ package auth
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -10,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"sync"
 	"time"
 )
 
@@ -63,12 +66,15 @@ func (r *Result) Resumed() bool { return r.state.DidResume }
 
 // TakeTicket hands the dialer's TLS what the acceptor's Result.Unsent
 // held, its session ticket, which it keeps for the next dial to the same
-// peer (DialOptions.Resume). Anything else in it is ignored.
+// peer (DialOptions.Resume). Anything else in it is ignored. A resumed
+// handshake's ticket came in the acceptor's last flight instead, and is
+// still unread: it is taken too, so the dialer's next ticket is sealed
+// under the acceptor's current key (Resumption.KeyRotation).
 func (r *Result) TakeTicket(b []byte) {
-	if len(b) == 0 || r.tc == nil {
+	if r.tc == nil {
 		return
 	}
-	r.fc.in, r.fc.ended = b, true
+	r.fc.in, r.fc.ended = append(r.fc.in, b...), true
 	var buf [1]byte
 	r.tc.Read(buf[:]) // processes the ticket, then meets the end
 }
@@ -132,20 +138,72 @@ type AcceptOptions struct {
 // checked again, against the CA, the clock and the caller's
 // authorization, as in a full handshake. It saves the two signatures, the
 // two signature checks and the certificates' transfer and parsing.
+//
+// Ticket keys rotate as crypto/tls rotates its own: a new one seals
+// tickets every KeyRotation, and each opens its tickets for KeyLifetime,
+// so a key stolen from memory exposes a bounded window of tickets.
 type Resumption struct {
-	ticketKeys [][32]byte
-	cache      tls.ClientSessionCache
+	// KeyRotation is how long one ticket key seals new tickets before a
+	// fresh one takes over; zero is DefaultKeyRotation. A key taken from
+	// the process then opens only the tickets of its own period.
+	KeyRotation time.Duration
+	// KeyLifetime is how long a key still opens the tickets it sealed;
+	// zero is DefaultKeyLifetime. A ticket older than its key's lifetime
+	// buys a full handshake instead of a resumption.
+	KeyLifetime time.Duration
+
+	now   func() time.Time // the clock rotation reads; tests set it
+	cache tls.ClientSessionCache
+
+	mu      sync.Mutex
+	keys    []ticketKey // newest first: keys[0] seals, all of them open
+	current [][32]byte  // keys' keys, for Config.SetSessionTicketKeys
+}
+
+// The defaults are crypto/tls's own for the keys it manages itself
+// (Config.SetSessionTicketKeys turns that off, so Resumption does it).
+const (
+	DefaultKeyRotation = 24 * time.Hour
+	DefaultKeyLifetime = 7 * 24 * time.Hour
+)
+
+type ticketKey struct {
+	key     [32]byte
+	created time.Time
 }
 
 // resumptionCacheSize bounds the sessions a dialer keeps: one per peer.
 const resumptionCacheSize = 1024
 
-// NewResumption makes the state one messenger resumes with: a random
-// ticket key and an empty session cache.
+// NewResumption makes the state one messenger resumes with: no ticket key
+// yet (the first acceptance makes one) and an empty session cache.
 func NewResumption() *Resumption {
-	var key [32]byte
-	rand.Read(key[:])
-	return &Resumption{ticketKeys: [][32]byte{key}, cache: tls.NewLRUClientSessionCache(resumptionCacheSize)}
+	return &Resumption{now: time.Now, cache: tls.NewLRUClientSessionCache(resumptionCacheSize)}
+}
+
+// ticketKeys returns the keys an acceptance uses, the sealing one first:
+// it makes a new key when the newest is KeyRotation old and drops those
+// past KeyLifetime, so that no expired key stays in memory. The slice is
+// shared until the keys change: Config.SetSessionTicketKeys copies it.
+func (r *Resumption) ticketKeys() [][32]byte {
+	rotation, lifetime := cmp.Or(r.KeyRotation, DefaultKeyRotation), cmp.Or(r.KeyLifetime, DefaultKeyLifetime)
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := len(r.keys)
+	r.keys = slices.DeleteFunc(r.keys, func(k ticketKey) bool { return now.Sub(k.created) >= lifetime })
+	if len(r.keys) == 0 || now.Sub(r.keys[0].created) >= rotation {
+		k := ticketKey{created: now}
+		rand.Read(k.key[:])
+		r.keys = slices.Insert(r.keys, 0, k)
+	} else if len(r.keys) == n {
+		return r.current
+	}
+	r.current = make([][32]byte, len(r.keys))
+	for i, k := range r.keys {
+		r.current[i] = k.key
+	}
+	return r.current
 }
 
 // classicalOnly is the key exchange of a CleartextSession.
@@ -195,8 +253,11 @@ func run(ctx context.Context, k *Keyring, f Flights, client bool, curves []tls.C
 		},
 	}
 	if resume != nil {
-		cfg.ClientSessionCache = resume.cache
-		cfg.SetSessionTicketKeys(resume.ticketKeys)
+		if client {
+			cfg.ClientSessionCache = resume.cache
+		} else {
+			cfg.SetSessionTicketKeys(resume.ticketKeys())
+		}
 	}
 	c := &flightConn{f: f, peer: peer}
 	var tc *tls.Conn

@@ -54,13 +54,19 @@ func handshake(t *testing.T, dk, ak *Keyring, tamper func([]byte) []byte) (dial,
 // handshakeWith is handshake with the dialer's options.
 func handshakeWith(t *testing.T, dk, ak *Keyring, tamper func([]byte) []byte, opts DialOptions) (dial, acc outcome, dialFlights int) {
 	t.Helper()
+	return handshakeBoth(t, dk, ak, tamper, opts, AcceptOptions{})
+}
+
+// handshakeBoth is handshake with both sides' options.
+func handshakeBoth(t *testing.T, dk, ak *Keyring, tamper func([]byte) []byte, opts DialOptions, aopts AcceptOptions) (dial, acc outcome, dialFlights int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	dp, ap := newPipe()
 	dp.tamper = tamper
 	done := make(chan outcome, 1)
 	go func() {
-		r, err := Accept(ctx, ak, ap, AcceptOptions{})
+		r, err := Accept(ctx, ak, ap, aopts)
 		if err != nil {
 			close(ap.out) // the dialer's Recv then sees a closed carrier
 		}
@@ -203,5 +209,58 @@ func BenchmarkHandshake(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// resumeHandshake runs Dial and Accept with resumption state on both
+// sides, then hands the dialer the acceptor's ticket, as the messenger
+// does.
+func resumeHandshake(t *testing.T, dk, ak *Keyring, dres, ares *Resumption) (dial, acc outcome) {
+	t.Helper()
+	dial, acc, _ = handshakeBoth(t, dk, ak, nil, DialOptions{Resume: dres, Peer: "osd.3"}, AcceptOptions{Resume: ares})
+	if dial.err != nil || acc.err != nil {
+		t.Fatalf("dial %v, accept %v", dial.err, acc.err)
+	}
+	dial.r.TakeTicket(acc.r.Unsent)
+	return dial, acc
+}
+
+// TestTicketKeyRotation: a ticket resumes while the key that sealed it
+// still opens tickets, though a newer key seals them by then; once that
+// key is past its lifetime the same dialer gets a full handshake, and a
+// ticket from the newer key still resumes.
+func TestTicketKeyRotation(t *testing.T) {
+	ca := mustCA(t)
+	client, osd := mustIssue(t, ca, "client.backup"), mustIssue(t, ca, "osd.3")
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ares := NewResumption()
+	ares.KeyRotation, ares.KeyLifetime = time.Hour, 3*time.Hour
+	ares.now = func() time.Time { return now }
+	early, late := NewResumption(), NewResumption()
+
+	resumed := func(step string, dres *Resumption, want bool) {
+		t.Helper()
+		d, a := resumeHandshake(t, client, osd, dres, ares)
+		if d.r.Resumed() != want || a.r.Resumed() != want {
+			t.Fatalf("%s: resumed %v (acceptor %v), want %v", step, d.r.Resumed(), a.r.Resumed(), want)
+		}
+		if d.r.Peer != "osd.3" || a.r.Peer != "client.backup" {
+			t.Fatalf("%s: peers %q and %q", step, d.r.Peer, a.r.Peer)
+		}
+	}
+	// Both dialers take a ticket sealed under the first key.
+	resumed("early's first session", early, false)
+	resumed("late's first session", late, false)
+	// Two hours on a second key seals tickets; the first still opens
+	// early's, which early swaps for one under the second key.
+	now = now.Add(2 * time.Hour)
+	resumed("early, first key rotated out", early, true)
+	// Past the first key's lifetime: late's ticket opens no more, so late
+	// authenticates in full; early's, under the second key, resumes.
+	now = now.Add(time.Hour)
+	resumed("late, first key expired", late, false)
+	resumed("early, second key", early, true)
+	if n := len(ares.ticketKeys()); n != 2 {
+		t.Fatalf("the acceptor holds %d ticket keys, want 2 (the expired one dropped)", n)
 	}
 }

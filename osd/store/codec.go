@@ -313,27 +313,28 @@ func appendProto(dst []byte, m proto.Message) ([]byte, error) {
 }
 
 func decodeLogEntry(v []byte) (*osdpb.LogEntry, error) {
-	p, err := unseal(v)
-	if err != nil {
-		return nil, err
-	}
-	e := new(osdpb.LogEntry)
-	if err := proto.Unmarshal(p, e); err != nil {
-		return nil, fmt.Errorf("log entry: %w", err)
-	}
-	return e, nil
+	return decodeProto[osdpb.LogEntry](v, "log entry")
 }
 
 func decodeBucket(v []byte) (*osdpb.BucketInfo, error) {
+	return decodeProto[osdpb.BucketInfo](v, "bucket record")
+}
+
+// decodeProto opens what appendProto sealed: a message of type T, named
+// what in errors.
+func decodeProto[T any, P interface {
+	*T
+	proto.Message
+}](v []byte, what string) (P, error) {
 	p, err := unseal(v)
 	if err != nil {
 		return nil, err
 	}
-	b := new(osdpb.BucketInfo)
-	if err := proto.Unmarshal(p, b); err != nil {
-		return nil, fmt.Errorf("bucket record: %w", err)
+	m := P(new(T))
+	if err := proto.Unmarshal(p, m); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	return b, nil
+	return m, nil
 }
 
 // counters are the Store-wide object and byte totals. They live under one
