@@ -24,7 +24,9 @@ type recordingProxy struct {
 
 func newRecordingProxy(t *testing.T, target string) *recordingProxy {
 	p := &recordingProxy{target: target}
-	p.ln = tcpProxy(t, target, func(c, s net.Conn) { io.Copy(io.MultiWriter(s, p), c) })
+	// Recorded before forwarded: a test that checks the recording once
+	// the server has a message finds the message's bytes in it.
+	p.ln = tcpProxy(t, target, func(c, s net.Conn) { io.Copy(io.MultiWriter(p, s), c) })
 	return p
 }
 
