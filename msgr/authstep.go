@@ -132,17 +132,17 @@ func refusedBy(reason string) error {
 }
 
 // authRefusedError: the acceptor refused us. Final: redialing would be
-// refused again, so the Conn closes with it. A refusal for want of a
-// common mode is ErrMode as well; the acceptor's reason starts with its
-// text.
+// refused again, so the Conn closes with it. It matches ErrAuth and
+// ErrRefused; a refusal for want of a common mode is ErrMode as well (the
+// acceptor's reason starts with its text).
 type authRefusedError struct{ reason string }
 
 func (e *authRefusedError) Error() string { return "msgr: the peer refused us: " + e.reason }
 func (e *authRefusedError) Unwrap() []error {
 	if strings.HasPrefix(e.reason, ErrMode.Error()) {
-		return []error{ErrAuth, ErrMode}
+		return []error{ErrAuth, ErrRefused, ErrMode}
 	}
-	return []error{ErrAuth}
+	return []error{ErrAuth, ErrRefused}
 }
 
 // dialerAuth runs the dialer's auth step after its HELLO; onHello reads and checks the acceptor's

@@ -20,7 +20,7 @@ import (
 // send consumes one posted receive; control frames are consumed the moment
 // they arrive, data frames when the dispatcher releases the message. The
 // last credit is kept for frames that carry a grant and nothing to dispatch
-// (ACK, KEEPALIVE), so two sides that both run out can still tell each other
+// (a grant that is due, KEEPALIVE_ACK, CLOSE), so two sides that both run out can still tell each other
 // about freed slots: neither can deadlock. Beside the message count a byte
 // budget bounds receiver memory; a single message larger than the whole
 // byte window may still go once every byte before it was consumed.

@@ -31,7 +31,26 @@ var (
 	// ErrSessionExpired: a lossless session waited StandbyTimeout for a
 	// peer that did not come back, and was closed.
 	ErrSessionExpired = errors.New("msgr: session expired waiting for its peer")
+	// ErrRefused: the peer refused the session for good (a *RefusedError
+	// for its session policy, ErrAuth for authentication); redialing
+	// would be refused again, so the Conn closes and is not retried.
+	ErrRefused = errors.New("msgr: session refused by peer")
 )
+
+// RefusedError is a session the peer refused for good at the session
+// step, with the peer's reason (a policy mismatch: a lossless dialer that
+// the acceptor serves as a lossy client, or the reverse). It matches
+// ErrRefused.
+type RefusedError struct {
+	Peer   EntityName
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("msgr: %s refused the session: %s", e.Peer, e.Reason)
+}
+
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 
 // Re-exported so users need not import msgr/wire to classify errors.
 var (

@@ -199,7 +199,7 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 			return nil, errWait
 		case wire.TagSessionReset:
 			if reset.Fatal {
-				err := fmt.Errorf("msgr: %s refused the session: %s", peer, reset.Reason)
+				err := &RefusedError{Peer: peer, Reason: reset.Reason}
 				c.closeWith(err, true, false)
 				return nil, err
 			}

@@ -27,8 +27,12 @@ func TestPolicyMismatchIsFatal(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := rec.WaitEvent(t, msgr.EventReset, 10*time.Second)
-	if ev.Err == nil || !strings.Contains(ev.Err.Error(), "policy mismatch") {
-		t.Fatalf("reset event error %v, want a policy mismatch", ev.Err)
+	var re *msgr.RefusedError
+	if !errors.As(ev.Err, &re) || !errors.Is(ev.Err, msgr.ErrRefused) || re.Peer != "osd.0" || !strings.Contains(re.Reason, "policy mismatch") {
+		t.Fatalf("reset event error %v, want a *RefusedError from osd.0 for a policy mismatch", ev.Err)
+	}
+	if errors.Is(ev.Err, msgr.ErrRemoteReset) || errors.Is(ev.Err, msgr.ErrAuth) {
+		t.Fatalf("a policy refusal %v matches ErrRemoteReset or ErrAuth", ev.Err)
 	}
 	<-c.Done()
 	if st := c.Stats(); st.Reconnects != 0 {

@@ -102,8 +102,9 @@ type Link interface {
 	// segments are no longer referenced, except through a reference the
 	// link took on a frame's Buf.
 	WriteFrames(frames []Frame) error
-	// ReadFrame reads the next frame into f. Malformed input returns a
-	// *Error; the link is then unusable.
+	// ReadFrame reads the next frame into f. A frame without segments
+	// comes back with f.Buf == nil. Malformed input returns a *Error; the
+	// link is then unusable.
 	ReadFrame(f *Frame) error
 	// Features returns the features both banners agreed on.
 	Features() uint64
