@@ -106,7 +106,10 @@ type Options struct {
 	// IdleTimeout ends a link on which nothing arrived for this long.
 	// Default 60s. It must exceed Keepalive.
 	IdleTimeout time.Duration
-	// HandshakeTimeout bounds the banner exchange and handshake. Default 10s.
+	// HandshakeTimeout bounds a dial's banner exchange and handshake, and
+	// an accepted link's handshake. Default 10s. An accepted link's banner
+	// comes before the messenger sees the link: the transport bounds it
+	// (tcp.BannerTimeout, 10s; RDMA allows 10s for the connection request).
 	HandshakeTimeout time.Duration
 	// Reconnect bounds the backoff of lossless reconnects.
 	// Default 5ms to 2s.
