@@ -36,8 +36,17 @@ func (o *OSD) bucketAnswer(bucket string, err error, answer func(error)) {
 		answer(err) // every OSD makes the multipart bucket for itself at start
 		return
 	}
+	if hook := bucketAnswering.Load(); hook != nil {
+		hook(o.id, bucket)
+	}
 	mp := o.Map()
 	if o.bucketsCurrent(mp) {
+		// Current now, but the op may have looked before a catch-up (or a
+		// create) put the bucket here: then it is retried, not refused.
+		if _, herr := o.st.HeadBucket(o.ctx, bucket); herr == nil {
+			answer(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "bucket %s arrived at osd.%d while the op ran", bucket, o.id))
+			return
+		}
 		answer(err)
 		return
 	}
@@ -49,6 +58,11 @@ func (o *OSD) bucketAnswer(bucket string, err error, answer func(error)) {
 	}
 	o.wg.Go(func() { answer(o.askMetaPrimary(mp, primary, bucket, err)) })
 }
+
+// bucketAnswering, when set (tests, through export_test.go), runs on OSD
+// osd when an op on bucket found it missing, before bucketAnswer decides
+// the answer: a test creates the bucket there.
+var bucketAnswering testHook[func(osd uint32, bucket string)]
 
 // askMetaPrimary asks OSD primary, the meta PG's primary under mp, whether
 // bucket exists, and returns the answer to an op that found it missing

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -787,5 +788,39 @@ func TestRepTimeoutBeforeTimerStored(t *testing.T) {
 		if !errors.Is(err, client.ErrServiceUnavailable) || !strings.Contains(err.Error(), "did not ack") {
 			t.Fatalf("make bucket with a 1ns RepTimeout: %v, want ServiceUnavailable (replicas did not ack)", err)
 		}
+	}
+}
+
+// TestBucketArrivingWhileOpAnswers: an op that found its bucket missing
+// while the bucket was on its way (a catch-up installing the records, a
+// create landing) is answered ServiceUnavailable, which the client
+// retries, not NoSuchBucket, when the bucket is there by the time the
+// answer is decided. (An OSD that became current between the op's look
+// and its answer used to refuse a bucket it held by then.)
+func TestBucketArrivingWhileOpAnswers(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 4})
+	ctx := ctxT(t, time.Minute)
+	cl := c.Client(t, func(o *client.Options) { o.RetryFor = 10 * time.Second })
+	st, metaPG := c.OSDs[0].Store(), osd.MetaStorePG(c.Map)
+	var arrived atomic.Int32
+	osd.BucketAnswering.Set(func(_ uint32, bucket string) {
+		if bucket != "late" || arrived.Add(1) != 1 {
+			return
+		}
+		e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_CREATE_BUCKET, Bucket: "late", Version: &osdpb.Version{Epoch: 1 << 40, Seq: 1}}
+		if err := st.Apply(ctx, metaPG, e, nil); err != nil {
+			t.Errorf("creating the bucket in the store: %v", err)
+		}
+	})
+	t.Cleanup(func() { osd.BucketAnswering.Set(nil) })
+	if _, err := osdtest.Put(ctx, cl, "late", "k", []byte("x"), client.PutOptions{}); err != nil {
+		t.Fatalf("put to a bucket that arrived while the op answered: %v, want it retried and stored", err)
+	}
+	if arrived.Load() == 0 {
+		t.Fatal("the put never found the bucket missing: the test reproduces nothing")
+	}
+	// A bucket that stays missing is still NoSuchBucket.
+	if _, err := osdtest.Put(ctx, cl, "never", "k", []byte("x"), client.PutOptions{}); !errors.Is(err, client.ErrNoSuchBucket) {
+		t.Fatalf("put to a missing bucket: %v, want NoSuchBucket", err)
 	}
 }

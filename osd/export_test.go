@@ -3,6 +3,7 @@ package osd
 import (
 	"context"
 
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -25,7 +26,13 @@ var (
 	// PG's primary whether bucket, the bucket of an object it copies,
 	// exists.
 	BucketAnswered = &bucketAnswered
+	// BucketAnswering runs when an op at OSD osd found bucket missing,
+	// before the OSD decides what to answer.
+	BucketAnswering = &bucketAnswering
 )
+
+// MetaStorePG is the store PG id of the meta PG under m.
+func MetaStorePG(m *placement.Map) uint32 { return storePG(metaPool(m), placement.MetaPG) }
 
 // SetPeeringForTest marks every PG o holds as peering (reads are answered
 // SERVICE_UNAVAILABLE) or not, until its next map change. Tests only.
