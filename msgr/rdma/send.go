@@ -72,7 +72,7 @@ func (l *link) AllocPayload(n int) (*wire.Buffer, error) {
 // else as a rendezvous descriptor over a registered copy of the payload.
 // The sends are queued and go to the provider together, in one call
 // (post.go), not a call each: a batch of small frames costs one cgo call
-// and, on a NIC, one doorbell. What is queued goes early wherever the
+// and one turn of the domain's token. What is queued goes early wherever the
 // writer could hold its own sends back: before it waits for a send buffer
 // (queued sends free them as they complete) and before the long CRC and
 // copy of a rendezvous payload.
