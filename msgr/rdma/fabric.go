@@ -167,6 +167,7 @@ type domain struct {
 	waitFile  *os.File // the CQ's wait fd, through the netpoller
 	pollStats struct {
 		polls, blocked atomic.Uint64 // CQ reads, and the poller's sleeps
+		posts          atomic.Uint64 // calls that only posted (postQueued)
 	}
 	spin *spinBudget // how long the pollers spin before they sleep
 

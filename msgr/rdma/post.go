@@ -225,6 +225,7 @@ var opName = [...]string{opRecv: "fi_recv", opSend: "fi_send", opRead: "fi_read"
 // postQueued posts up to postBatch queued operations in one cgo call and
 // reports whether the provider refused one for now. Caller holds the token.
 func (d *domain) postQueued() (again bool) {
+	d.pollStats.posts.Add(1) // under fiMu, as polls
 	again, _ = d.settlePosts(C.osp_post(&d.poster.cops[0], d.preparePosts()))
 	return again
 }

@@ -32,15 +32,23 @@ func (l *link) pokeDrain() {
 // takeSlot takes a free buffer's index from free, waiting for one unless
 // closed is closed first.
 func takeSlot(free chan uint32, closed chan struct{}) (uint32, bool) {
-	select {
-	case s := <-free: // the common case, without the two-way select
+	if s, ok := takeFreeSlot(free); ok { // the common case, without the two-way select
 		return s, true
-	default:
 	}
 	select {
 	case s := <-free:
 		return s, true
 	case <-closed:
+		return 0, false
+	}
+}
+
+// takeFreeSlot takes a free buffer's index from free if one is there now.
+func takeFreeSlot(free chan uint32) (uint32, bool) {
+	select {
+	case s := <-free:
+		return s, true
+	default:
 		return 0, false
 	}
 }
@@ -62,7 +70,14 @@ func (l *link) AllocPayload(n int) (*wire.Buffer, error) {
 
 // WriteFrames posts one send per frame, inline when it fits a buffer,
 // else as a rendezvous descriptor over a registered copy of the payload.
+// The sends are queued and go to the provider together, in one call
+// (post.go), not a call each: a batch of small frames costs one cgo call
+// and one turn of the domain's token. What is queued goes early wherever the
+// writer could hold its own sends back: before it waits for a send buffer
+// (queued sends free them as they complete) and before the long CRC and
+// copy of a rendezvous payload.
 func (l *link) WriteFrames(frames []wire.Frame) error {
+	defer l.d.kickPosts()
 	for i := range frames {
 		if err := l.writeFrame(&frames[i]); err != nil {
 			return err
@@ -71,10 +86,14 @@ func (l *link) WriteFrames(frames []wire.Frame) error {
 	return nil
 }
 
+// writeFrame queues the send of f; the caller posts the queue.
 func (l *link) writeFrame(f *wire.Frame) error {
-	slot, ok := takeSlot(l.sendFree, l.closed)
+	slot, ok := takeFreeSlot(l.sendFree)
 	if !ok {
-		return net.ErrClosed
+		l.d.kickPosts()
+		if slot, ok = takeSlot(l.sendFree, l.closed); !ok {
+			return net.ErrClosed
+		}
 	}
 	l.epMu.RLock()
 	defer l.epMu.RUnlock()
@@ -90,6 +109,10 @@ func (l *link) writeFrame(f *wire.Frame) error {
 	if noCRC {
 		p.Flags |= wire.FlagNoDataCRC
 	}
+	n := p.WireSize()
+	if n > l.sendLimit {
+		l.d.kickPosts()
+	}
 	var dcrc uint32
 	switch {
 	case noCRC:
@@ -102,7 +125,6 @@ func (l *link) writeFrame(f *wire.Frame) error {
 	default:
 		dcrc = wire.CRC(f.Data)
 	}
-	n := p.WireSize()
 	if n > l.sendLimit {
 		// Rendezvous: the descriptor goes inline, the payload stays in
 		// registered memory until the peer has read it.
@@ -136,7 +158,7 @@ func (l *link) writeFrame(f *wire.Frame) error {
 		}
 	}
 	// A send the provider refuses fails the link (post.go).
-	l.d.post(postOp{l: l, kind: opSend, slot: slot, buf: unsafe.Pointer(&sb[0]), n: n, desc: l.send.desc,
+	l.d.pq.push(postOp{l: l, kind: opSend, slot: slot, buf: unsafe.Pointer(&sb[0]), n: n, desc: l.send.desc,
 		imm: l.peerSRX, data: l.peerTag})
 	return nil
 }
