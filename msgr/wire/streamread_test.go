@@ -232,14 +232,15 @@ func TestReadFrameLimits(t *testing.T) {
 	// before anything is allocated for it.
 	f := msgFrame(1, 10, 1000)
 	b := encodeFrame(f.Preamble, f.Front, f.Data)
-	for _, lim := range []Limits{{MaxFront: 9, MaxData: 1000}, {MaxFront: 10, MaxData: 999}} {
+	// MaxData bounds front and data together: 1009 is one byte short.
+	for _, lim := range []Limits{{MaxFront: 9, MaxData: 1010}, {MaxFront: 10, MaxData: 1009}, {MaxFront: 10, MaxData: 999}} {
 		l := NewReaderLink(bytes.NewReader(b), 0, lim)
 		var got Frame
 		if err := l.ReadFrame(&got); !errors.Is(err, ErrTooLarge) {
 			t.Errorf("%+v: %v", lim, err)
 		}
 	}
-	l := NewReaderLink(bytes.NewReader(b), 0, Limits{MaxFront: 10, MaxData: 1000})
+	l := NewReaderLink(bytes.NewReader(b), 0, Limits{MaxFront: 10, MaxData: 1010})
 	var got Frame
 	if err := l.ReadFrame(&got); err != nil {
 		t.Fatal(err)

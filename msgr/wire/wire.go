@@ -169,7 +169,9 @@ func (p *Preamble) WireSize() int {
 // Limits bound what a peer may make us allocate.
 type Limits struct {
 	MaxFront uint32 // largest front segment
-	MaxData  uint32 // largest data segment (the maximum message payload)
+	// MaxData bounds the data segment, and a MESSAGE's front and data
+	// together: it is the max_message a side announces.
+	MaxData uint32
 	// HandshakeOnly refuses every frame but the handshake's (HELLO to
 	// WAIT), as a link does before its session is established.
 	HandshakeOnly bool
@@ -203,6 +205,10 @@ const SealTagSize = 16
 // no epilogue of its own inside: the tag authenticates it.
 const SealedOverhead = PreambleSize + SealTagSize
 
+// SealRecordSize is the size of the records a large sealed frame's data
+// is sealed in (docs/protocol.md §6.7), each with its own SealTagSize tag.
+const SealRecordSize = 64 << 10
+
 // DataLimit is the largest data segment lim lets a frame of tag t carry:
 // MaxData, or for a SEALED frame the largest frame it may seal (front,
 // data and SealedOverhead).
@@ -222,6 +228,31 @@ func (lim Limits) FrontLimit(t Tag) uint64 {
 		return uint64(lim.MaxFront) + SealedOverhead
 	}
 	return uint64(lim.MaxFront)
+}
+
+// MessageLimit is the most a MESSAGE or SEALED frame may carry in its
+// front and data together: MaxData, for a SEALED frame plus what sealing a
+// message of that size adds (SealedOverhead, and a tag per record).
+func (lim Limits) MessageLimit(t Tag) uint64 {
+	if t == TagSealed {
+		records := (uint64(lim.MaxData) + SealRecordSize - 1) / SealRecordSize
+		return uint64(lim.MaxData) + SealedOverhead + SealTagSize*max(records, 1)
+	}
+	return uint64(lim.MaxData)
+}
+
+// CheckMessageSize refuses a MESSAGE or SEALED frame whose front and data
+// (a rendezvous payload's length, not its descriptor's) together exceed
+// MessageLimit: checked apart, they would let one message take MaxFront
+// and MaxData, above what this side announced.
+func (lim Limits) CheckMessageSize(t Tag, front, data uint64) error {
+	if t != TagMessage && t != TagSealed {
+		return nil
+	}
+	if max := lim.MessageLimit(t); front+data > max {
+		return &Error{Kind: ErrKindTooLarge, Msg: fmt.Sprintf("%v of %d bytes (front %d, data %d) exceeds the limit of %d", t, front+data, front, data, max)}
+	}
+	return nil
 }
 
 // Parse decodes and validates a preamble. It checks the CRC, the tag, the
@@ -259,6 +290,9 @@ func (p *Preamble) Parse(b []byte, lim Limits) error {
 	}
 	if max := lim.DataLimit(p.Tag); uint64(p.DataLen) > max {
 		return &Error{Kind: ErrKindTooLarge, Msg: fmt.Sprintf("data segment of %d bytes exceeds the limit of %d", p.DataLen, max)}
+	}
+	if err := lim.CheckMessageSize(p.Tag, uint64(p.FrontLen), uint64(p.DataLen)); err != nil {
+		return err
 	}
 	switch p.Tag {
 	case TagMessage:

@@ -1,0 +1,134 @@
+package msgrtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// RunLinks runs the link-level checks against tr, listening on host: what
+// the core relies on every transport's receiver to refuse, and how, so
+// that a peer cannot get past one transport what another refuses. Each
+// check writes frames on a fresh link and reads them on the other end.
+func RunLinks(t *testing.T, tr wire.Transport, host string) {
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, tr wire.Transport, host string)
+	}{
+		{"MessageSizeBoundsFrontPlusData", linkMessageSize},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, tr, host) })
+	}
+}
+
+// linkBanner is the banner of the links RunLinks opens, with features.
+func linkBanner(features uint64) wire.Banner {
+	return wire.Banner{Version: wire.Version, Supported: features}
+}
+
+// linkPair opens a link to a listener of tr with recv's options: the
+// dialed end writes, the accepted end reads what the test reads.
+func linkPair(t *testing.T, tr wire.Transport, host string, send, recv wire.LinkOptions) (w, r wire.Link) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ln, err := tr.Listen(ctx, host, recv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan wire.Link, 1)
+	go func() {
+		a, err := ln.Accept(ctx)
+		if err != nil {
+			t.Errorf("accept: %v", err)
+		}
+		accepted <- a
+	}()
+	w, err = tr.Dial(ctx, ln.Addr(), send)
+	if err != nil {
+		<-accepted
+		t.Fatal(err)
+	}
+	// The writing end reads too, as the messenger's links do: an RDMA
+	// link takes its peer's rendezvous control frames in ReadFrame.
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for {
+			var f wire.Frame
+			if w.ReadFrame(&f) != nil {
+				return
+			}
+			f.Release()
+		}
+	}()
+	t.Cleanup(func() { w.Close(); <-drained })
+	if r = <-accepted; r == nil {
+		t.FailNow()
+	}
+	t.Cleanup(func() { r.Close() })
+	return w, r
+}
+
+// readOne reads a frame from r, failing the test if none comes in 10 s.
+func readOne(t *testing.T, r wire.Link) (wire.Frame, error) {
+	t.Helper()
+	type read struct {
+		f   wire.Frame
+		err error
+	}
+	got := make(chan read, 1)
+	go func() {
+		var f wire.Frame
+		err := r.ReadFrame(&f)
+		got <- read{f, err}
+	}()
+	select {
+	case g := <-got:
+		return g.f, g.err
+	case <-time.After(10 * time.Second):
+		r.Close()
+		t.Fatal("no frame and no error in 10 s")
+		return wire.Frame{}, nil
+	}
+}
+
+// linkMessageSize: MaxData, the max_message a side announces, bounds a
+// MESSAGE's front and data together, inline and (RDMA) by rendezvous; one
+// byte more is refused as too large.
+func linkMessageSize(t *testing.T, tr wire.Transport, host string) {
+	const front = 1 << 10
+	for _, maxData := range []uint32{2 << 10, 64 << 10} {
+		recv := wire.LinkOptions{Banner: linkBanner(wire.KnownFeatures), RecvWindow: 8,
+			Limits: wire.Limits{MaxFront: 4 << 10, MaxData: maxData}}
+		send := recv
+		send.Limits.MaxData = 1 << 20
+		for _, extra := range []int{0, 1} {
+			w, r := linkPair(t, tr, host, send, recv)
+			in := wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage, Seq: 1},
+				Front: bytes.Repeat([]byte{1}, front), Data: bytes.Repeat([]byte{2}, int(maxData)-front+extra)}
+			if err := w.WriteFrames([]wire.Frame{in}); err != nil {
+				t.Fatal(err)
+			}
+			f, err := readOne(t, r)
+			if extra == 0 {
+				if err != nil {
+					t.Fatalf("%d bytes in all, at the limit: %v", maxData, err)
+				}
+				if !bytes.Equal(f.Front, in.Front) || !bytes.Equal(f.Data, in.Data) {
+					t.Fatalf("%d bytes in all: the frame came out changed", maxData)
+				}
+				f.Release()
+				continue
+			}
+			if !errors.Is(err, wire.ErrTooLarge) {
+				t.Fatalf("%d bytes in all, limit %d: got %v, want a too-large error", int(maxData)+1, maxData, err)
+			}
+		}
+	}
+}
