@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,10 @@ func RunLinks(t *testing.T, tr wire.Transport, host string) {
 		run  func(t *testing.T, tr wire.Transport, host string)
 	}{
 		{"MessageSizeBoundsFrontPlusData", linkMessageSize},
+		{"FeaturesPerTransport", linkFeatures},
+		{"NoDataCRCNeedsAgreement", linkNoDataCRC},
+		{"RendezvousNeedsAgreement", linkRendezvous},
+		{"StreamFramesOnly", linkStreamFramesOnly},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, tr, host) })
 	}
@@ -129,6 +134,110 @@ func linkMessageSize(t *testing.T, tr wire.Transport, host string) {
 			if !errors.Is(err, wire.ErrTooLarge) {
 				t.Fatalf("%d bytes in all, limit %d: got %v, want a too-large error", int(maxData)+1, maxData, err)
 			}
+		}
+	}
+}
+
+// rdmaLink reports whether tr's links are RDMA links, which carry
+// rendezvous frames and own the link word.
+func rdmaLink(tr wire.Transport) bool { return strings.HasPrefix(tr.Scheme(), "rdma+") }
+
+// simpleOpts are the options of a link offering features, within the
+// limits of every check here.
+func simpleOpts(features uint64) wire.LinkOptions {
+	return wire.LinkOptions{Banner: linkBanner(features), RecvWindow: 8, Limits: wire.Limits{MaxFront: 4 << 10, MaxData: 1 << 20}}
+}
+
+// linkFeatures: both ends offering every feature, a link agrees on those
+// its transport uses: RENDEZVOUS only on RDMA, which alone moves payloads
+// by rendezvous.
+func linkFeatures(t *testing.T, tr wire.Transport, host string) {
+	want := wire.KnownFeatures &^ wire.FeatureRendezvous
+	if rdmaLink(tr) {
+		want = wire.KnownFeatures
+	}
+	w, r := linkPair(t, tr, host, simpleOpts(wire.KnownFeatures), simpleOpts(wire.KnownFeatures))
+	if w.Features() != want || r.Features() != want {
+		t.Fatalf("agreed %#x and %#x, want %#x", w.Features(), r.Features(), want)
+	}
+}
+
+// linkNoDataCRC: a frame without data CRC is refused as a protocol error
+// unless NO_DATA_CRC was agreed, and taken if it was.
+func linkNoDataCRC(t *testing.T, tr wire.Transport, host string) {
+	for _, agreed := range []bool{false, true} {
+		var features uint64
+		if agreed {
+			features = wire.FeatureNoDataCRC
+		}
+		w, r := linkPair(t, tr, host, simpleOpts(features), simpleOpts(features))
+		in := wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage, Seq: 1, Flags: wire.FlagNoDataCRC}, Data: []byte("data")}
+		if err := w.WriteFrames([]wire.Frame{in}); err != nil {
+			t.Fatal(err)
+		}
+		f, err := readOne(t, r)
+		switch {
+		case agreed && err != nil:
+			t.Fatalf("NO_DATA_CRC agreed: %v", err)
+		case agreed:
+			f.Release()
+		case !errors.Is(err, wire.ErrProtocol):
+			t.Fatalf("NO_DATA_CRC not agreed: got %v, want a protocol error", err)
+		}
+	}
+}
+
+// linkRendezvous: without RENDEZVOUS agreed, an RDMA link refuses to
+// write a frame that does not fit the peer's receive buffers (it would
+// need a rendezvous), as too large; other links carry it as any frame.
+func linkRendezvous(t *testing.T, tr wire.Transport, host string) {
+	opts := simpleOpts(wire.FeatureNoDataCRC)
+	w, r := linkPair(t, tr, host, opts, opts)
+	in := wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage, Seq: 1}, Data: bytes.Repeat([]byte{3}, 256<<10)}
+	err := w.WriteFrames([]wire.Frame{in})
+	if rdmaLink(tr) {
+		if !errors.Is(err, wire.ErrTooLarge) {
+			t.Fatalf("a frame that needs a rendezvous, not agreed: got %v, want a too-large error", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := readOne(t, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+}
+
+// linkStreamFramesOnly: a link that is not RDMA refuses a rendezvous flag
+// and the RDMA link's own frames (PROTOCOL) and a non-zero link word
+// (MALFORMED), whatever the banners agreed. Only what the transport's
+// writer lets through is tried: a stream link writes the link word as 0.
+func linkStreamFramesOnly(t *testing.T, tr wire.Transport, host string) {
+	if rdmaLink(tr) {
+		t.Skip("an RDMA link carries these")
+	}
+	for _, tc := range []struct {
+		f    wire.Frame
+		want error
+	}{
+		{wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage, Seq: 1, Flags: wire.FlagRendezvous}, Data: make([]byte, 20)}, wire.ErrProtocol},
+		{wire.Frame{Preamble: wire.Preamble{Tag: wire.TagRdvDone}}, wire.ErrProtocol},
+		{wire.Frame{Preamble: wire.Preamble{Tag: wire.TagAck, LinkWord: 7}}, wire.ErrMalformed},
+	} {
+		w, r := linkPair(t, tr, host, simpleOpts(wire.KnownFeatures), simpleOpts(wire.KnownFeatures))
+		if err := w.WriteFrames([]wire.Frame{tc.f}); err != nil {
+			t.Fatal(err)
+		}
+		f, err := readOne(t, r)
+		if tc.f.LinkWord != 0 && err == nil && f.LinkWord == 0 {
+			f.Release()
+			continue // the writer cleared it, as a stream link's does
+		}
+		if !errors.Is(err, tc.want) {
+			t.Fatalf("%v frame, flags %#x, link word %d: got %v, want %v", tc.f.Tag, tc.f.Flags, tc.f.LinkWord, err, tc.want)
 		}
 	}
 }

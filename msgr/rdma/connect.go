@@ -84,7 +84,7 @@ func (l *link) setPeer(cm cmInfo) {
 	l.features = cm.features
 	l.sendLimit = min(l.bufSize, cm.peerBuf)
 	l.peerTag, l.peerSRX = cm.peerTag, cm.peerSRX
-	l.rdvWrite = l.ctlRecv > 0 && cm.peerWrite
+	l.rdvWrite = l.ctlRecv > 0 && cm.peerWrite && cm.features&wire.FeatureRendezvous != 0
 }
 
 // Listen binds host:port and accepts connections through libfabric's CM.

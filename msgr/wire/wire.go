@@ -327,6 +327,29 @@ func (p *Preamble) Parse(b []byte, lim Limits) error {
 	return nil
 }
 
+// CheckAgreed checks what Parse cannot know of a received frame: that its
+// flags and link-only tag use only features the banners agreed (agreed),
+// and, on a link whose transport does not own the link word (rdmaLink
+// false: a stream or in-memory link), that it is zero and no rendezvous
+// frame comes at all. Every transport calls it, so a peer cannot get a
+// frame past one that another refuses.
+func (p *Preamble) CheckAgreed(agreed uint64, rdmaLink bool) error {
+	rendezvous := p.Flags&FlagRendezvous != 0 || p.Tag.LinkOnly()
+	switch {
+	case !rdmaLink && p.LinkWord != 0:
+		return &Error{Kind: ErrKindMalformed, Msg: "link word is not zero on a stream link"}
+	case !rdmaLink && rendezvous:
+		return &Error{Kind: ErrKindProtocol, Msg: "rendezvous frame on a stream link"}
+	case rendezvous && agreed&FeatureRendezvous == 0:
+		return &Error{Kind: ErrKindProtocol, Msg: fmt.Sprintf("%v rendezvous frame, but that feature was not agreed", p.Tag)}
+	// A sealed frame's AEAD tag protects its data better than a CRC, so
+	// it may go without one whatever the banners agreed.
+	case p.Flags&FlagNoDataCRC != 0 && agreed&FeatureNoDataCRC == 0 && !p.Tag.Sealed():
+		return &Error{Kind: ErrKindProtocol, Msg: "frame without data crc, but that feature was not agreed"}
+	}
+	return nil
+}
+
 // PutEpilogue writes the segment CRCs into b[:EpilogueSize].
 func PutEpilogue(b []byte, frontCRC, dataCRC uint32) {
 	binary.LittleEndian.PutUint32(b[0:], frontCRC)
