@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ func RunLinks(t *testing.T, tr wire.Transport, host string) {
 		{"NoDataCRCNeedsAgreement", linkNoDataCRC},
 		{"RendezvousNeedsAgreement", linkRendezvous},
 		{"StreamFramesOnly", linkStreamFramesOnly},
+		{"AcceptedLinkNamesItsPeer", linkRemoteAddr},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, tr, host) })
 	}
@@ -239,5 +241,21 @@ func linkStreamFramesOnly(t *testing.T, tr wire.Transport, host string) {
 		if !errors.Is(err, tc.want) {
 			t.Fatalf("%v frame, flags %#x, link word %d: got %v, want %v", tc.f.Tag, tc.f.Flags, tc.f.LinkWord, err, tc.want)
 		}
+	}
+}
+
+// linkRemoteAddr: an accepted link names its peer (Conn.Addr and fault
+// logs show it), as host:port on a transport of IP addresses.
+func linkRemoteAddr(t *testing.T, tr wire.Transport, host string) {
+	_, r := linkPair(t, tr, host, simpleOpts(wire.KnownFeatures), simpleOpts(wire.KnownFeatures))
+	got := r.RemoteAddr()
+	if got == "" {
+		t.Fatal("the accepted link has no remote address")
+	}
+	if _, err := netip.ParseAddrPort(host); err != nil {
+		return // mem: a name
+	}
+	if ap, err := netip.ParseAddrPort(got); err != nil || ap.Port() == 0 {
+		t.Fatalf("remote address %q: %v", got, err)
 	}
 }
