@@ -341,8 +341,8 @@ func (l *StreamLink) readFrame(f *Frame) error {
 	body := total - PreambleSize
 	buf, b, err := l.readBody(f, body)
 	if err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF // the preamble was read: this is mid-frame
+		if err == io.EOF || err == io.ErrUnexpectedEOF { // the preamble was read: this is mid-frame
+			return truncated("the stream ended inside a %d-byte frame", total)
 		}
 		return fmt.Errorf("msgr wire: reading %d-byte frame: %w", total, err)
 	}
@@ -535,7 +535,7 @@ func (l *StreamLink) fill(n int) error {
 				return nil
 			}
 			if err == io.EOF && l.rend > l.rpos {
-				err = io.ErrUnexpectedEOF
+				return truncated("the stream ended %d bytes into a frame", l.rend-l.rpos)
 			}
 			return err
 		}
@@ -593,7 +593,10 @@ func ExchangeBanner(rw io.ReadWriter, mine Banner) (uint64, error) {
 	if _, err := rw.Write(b[:]); err != nil {
 		return 0, fmt.Errorf("msgr wire: writing banner: %w", err)
 	}
-	if _, err := io.ReadFull(rw, b[:]); err != nil {
+	switch n, err := io.ReadFull(rw, b[:]); {
+	case err == io.ErrUnexpectedEOF:
+		return 0, truncated("the stream ended %d bytes into the banner", n)
+	case err != nil:
 		return 0, fmt.Errorf("msgr wire: reading banner: %w", err)
 	}
 	peer, err := ParseBanner(b[:])

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 )
 
 // castagnoli is the CRC32C table; the stdlib uses the SSE4.2/ARMv8
@@ -409,9 +410,20 @@ var errKindNames = map[ErrKind]string{
 type Error struct {
 	Kind ErrKind
 	Msg  string
+	// err is what it also is (Unwrap): io.ErrUnexpectedEOF for a stream
+	// cut short, so errors.Is finds both that and ErrShort.
+	err error
 }
 
 func (e *Error) Error() string { return "msgr wire: " + errKindNames[e.Kind] + ": " + e.Msg }
+
+func (e *Error) Unwrap() error { return e.err }
+
+// truncated is the error of a stream that ended inside a frame or a
+// banner: ErrShort, and io.ErrUnexpectedEOF as a stream's reader says it.
+func truncated(format string, args ...any) error {
+	return &Error{Kind: ErrKindShort, Msg: fmt.Sprintf(format, args...), err: io.ErrUnexpectedEOF}
+}
 
 // Is makes errors.Is(err, ErrMalformed) and friends match by kind.
 func (e *Error) Is(target error) bool {
@@ -424,6 +436,7 @@ var (
 	ErrMalformed = &Error{Kind: ErrKindMalformed}
 	ErrCRC       = &Error{Kind: ErrKindCRC}
 	ErrTooLarge  = &Error{Kind: ErrKindTooLarge}
+	ErrShort     = &Error{Kind: ErrKindShort}
 	ErrBanner    = &Error{Kind: ErrKindBanner}
 	ErrProtocol  = &Error{Kind: ErrKindProtocol}
 )

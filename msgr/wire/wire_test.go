@@ -211,7 +211,7 @@ func TestPreambleParseRejects(t *testing.T) {
 		b    []byte
 		want error
 	}{"RDV_READY with front", rawPreamble(Preamble{Tag: TagRdvReady, DataLen: 20}, func(b []byte) { le.PutUint32(b[4:], 1) }), ErrMalformed})
-	sentinels := []error{ErrMalformed, ErrCRC, ErrTooLarge, ErrBanner, ErrProtocol}
+	sentinels := []error{ErrMalformed, ErrCRC, ErrTooLarge, ErrShort, ErrBanner, ErrProtocol}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var p Preamble
