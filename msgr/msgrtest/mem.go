@@ -195,8 +195,8 @@ func (l *memLink) ReadFrame(f *wire.Frame) error {
 	}
 	// The same checks a stream link makes, the agreed features and link
 	// word included, minus the preamble and front CRCs a copy in memory
-	// cannot break. The data CRC is checked, since
-	// a sender may hand in a wrong one (Frame.DataCRC).
+	// cannot break. The data CRC is checked, since a sender may hand in a
+	// wrong one (Frame.DataCRC).
 	var b [wire.PreambleSize]byte
 	mf.p.Put(b[:])
 	err := f.Preamble.Parse(b[:], l.lim)
