@@ -11,11 +11,27 @@ import (
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
-// Lock order (docs/architecture.md): Conn.deliverMu, then Messenger.mu,
-// then Conn.mu. No lock is held while calling a Dispatcher, OnRelease or a
-// Link's read/write, except deliverMu around the receive path (fast
-// dispatch, and then OnRelease of messages acked by the frame); Link.Close
-// and address getters are called under Conn.mu and must not block.
+// Lock order (docs/architecture.md §4.1), acquired downwards only:
+//
+//	Conn.deliverMu  a link's reader, from sequencing a frame to dispatching it
+//	linkRun.wmu     whoever collects and writes a batch: the writer goroutine,
+//	                or a sender writing inline, which only TryLocks it
+//	Messenger.mu
+//	Conn.mu
+//
+// NB: acceptSession locks a new link's wmu under Conn.mu, and holds it
+// while it waits for the retired link's (drainWriter): nothing else can
+// reach the new link's wmu yet but by TryLock, so no one waits the other
+// way round.
+//
+// No lock is held while calling a Dispatcher or OnRelease, except
+// deliverMu around the receive path (fast dispatch, and then OnRelease of
+// messages acked by the frame). Link.WriteFrames runs under wmu (and
+// deliverMu when a fast handler writes inline), Link.ReadFrame under none.
+// Link.Close and address getters are called under Conn.mu and must not
+// block. slog handlers run under Conn.mu (fault's log) and under a new
+// link's wmu (acceptSession's log of a restarted peer): a Logger must not
+// call into msgr.
 
 type connState uint8
 

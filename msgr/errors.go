@@ -52,11 +52,15 @@ func (e *RefusedError) Error() string {
 
 func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 
-// Re-exported so users need not import msgr/wire to classify errors.
+// Re-exported so users need not import msgr/wire to classify errors. A
+// stream cut short inside a frame or banner is ErrShort and also
+// io.ErrUnexpectedEOF.
 var (
 	ErrMalformed = wire.ErrMalformed
 	ErrCRC       = wire.ErrCRC
 	ErrTooLarge  = wire.ErrTooLarge
+	ErrShort     = wire.ErrShort
+	ErrBanner    = wire.ErrBanner
 	ErrProtocol  = wire.ErrProtocol
 )
 

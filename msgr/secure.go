@@ -266,7 +266,7 @@ var (
 // Below 256 KiB a frame goes in two parts: four records at most, not
 // worth waking helpers for.
 const (
-	sealRecordSize    = 64 << 10
+	sealRecordSize    = wire.SealRecordSize
 	sealRecordMinData = 256 << 10
 )
 

@@ -53,7 +53,7 @@ func (t *MemTransport) Dial(ctx context.Context, addr string, opts wire.LinkOpti
 	if l == nil {
 		return nil, fmt.Errorf("mem %s: connection refused", addr)
 	}
-	features, err := wire.Negotiate(opts.Banner, l.opts.Banner)
+	features, err := wire.Negotiate(opts.Banner.Stream(), l.opts.Banner.Stream())
 	if err != nil {
 		return nil, err
 	}
@@ -193,12 +193,17 @@ func (l *memLink) ReadFrame(f *wire.Frame) error {
 			return net.ErrClosed
 		}
 	}
-	// The same checks a stream link makes, minus the preamble and front
-	// CRCs a copy in memory cannot break. The data CRC is checked, since
-	// a sender may hand in a wrong one (Frame.DataCRC).
+	// The same checks a stream link makes, the agreed features and link
+	// word included, minus the preamble and front CRCs a copy in memory
+	// cannot break. The data CRC is checked, since a sender may hand in a
+	// wrong one (Frame.DataCRC).
 	var b [wire.PreambleSize]byte
 	mf.p.Put(b[:])
-	if err := f.Preamble.Parse(b[:], l.lim); err != nil {
+	err := f.Preamble.Parse(b[:], l.lim)
+	if err == nil {
+		err = f.Preamble.CheckAgreed(l.features, false)
+	}
+	if err != nil {
 		if mf.buf != nil {
 			mf.buf.Release()
 		}

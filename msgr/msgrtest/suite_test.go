@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/ospreystore/osprey/msgr/msgrtest"
+	"github.com/ospreystore/osprey/msgr/tcp"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
@@ -27,3 +28,7 @@ func TestConformanceTCPAuth(t *testing.T) {
 func TestConformanceTCPSecure(t *testing.T) {
 	msgrtest.Run(t, msgrtest.WithSecure(t, msgrtest.Env{Scheme: "tcp", Host: "127.0.0.1:0"}, msgrtest.NewTestCA(t)))
 }
+
+func TestLinksMem(t *testing.T) { msgrtest.RunLinks(t, msgrtest.NewMemTransport(), "") }
+
+func TestLinksTCP(t *testing.T) { msgrtest.RunLinks(t, tcp.Transport{}, "127.0.0.1:0") }

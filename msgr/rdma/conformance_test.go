@@ -9,6 +9,7 @@ import (
 
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
+	"github.com/ospreystore/osprey/msgr/rdma"
 )
 
 // rdmaEnv runs the conformance suite over a libfabric provider. A smaller
@@ -77,4 +78,14 @@ func TestConformanceRDMATCPAuth(t *testing.T) {
 // large sealed frame is the payload a rendezvous moves.
 func TestConformanceRDMATCPSecure(t *testing.T) {
 	msgrtest.Run(t, msgrtest.WithSecure(t, rdmaEnv("tcp", 0.05), msgrtest.NewTestCA(t)))
+}
+
+// TestLinksRDMATCP runs the link-level checks over the tcp provider, with
+// the write rendezvous and with RDMA reads.
+func TestLinksRDMATCP(t *testing.T) {
+	for _, mode := range []rdma.RendezvousMode{rdma.RendezvousWrite, rdma.RendezvousRead} {
+		t.Run(mode.String(), func(t *testing.T) {
+			msgrtest.RunLinks(t, ownTransport(t, rdma.Config{Rendezvous: mode}), "127.0.0.1:0")
+		})
+	}
 }

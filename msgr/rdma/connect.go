@@ -13,7 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -84,7 +86,7 @@ func (l *link) setPeer(cm cmInfo) {
 	l.features = cm.features
 	l.sendLimit = min(l.bufSize, cm.peerBuf)
 	l.peerTag, l.peerSRX = cm.peerTag, cm.peerSRX
-	l.rdvWrite = l.ctlRecv > 0 && cm.peerWrite
+	l.rdvWrite = l.ctlRecv > 0 && cm.peerWrite && cm.features&wire.FeatureRendezvous != 0
 }
 
 // Listen binds host:port and accepts connections through libfabric's CM.
@@ -148,7 +150,7 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 		return
 	default:
 	}
-	if !l.opts.Inbound.Admit(l.name(), "") {
+	if !l.opts.Inbound.Admit(l.name(), peerAddr(nil, info)) {
 		C.osp_reject(l.pep, C.osp_info_handle(info))
 		C.fi_freeinfo(info)
 		return
@@ -182,6 +184,7 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 			lk.Close()
 			return
 		}
+		lk.remote = peerAddr(lk.ep, info) // before the link is shared
 		select {
 		case l.links <- lk:
 		case <-l.done:
@@ -316,4 +319,34 @@ func (l *link) waitConnected(cancel <-chan struct{}, timeout time.Duration) erro
 	case <-t.C:
 		return errors.New("rdma: connect timed out")
 	}
+}
+
+// peerAddr is a connection's peer address as host:port, for Conn.Addr and
+// logs: ep's peer, else the connection request's source (info). Empty if
+// the provider tells neither, or not as an IP socket address.
+func peerAddr(ep *C.struct_fid_ep, info *C.struct_fi_info) string {
+	var ss C.struct_sockaddr_storage
+	n := C.osp_peer(ep, info, &ss)
+	return sockaddrString(unsafe.Slice((*byte)(unsafe.Pointer(&ss)), int(n)))
+}
+
+// sockaddrString formats a Linux sockaddr_in or sockaddr_in6 as host:port;
+// "" for anything else, or too short.
+func sockaddrString(b []byte) string {
+	if len(b) < 2 {
+		return ""
+	}
+	switch binary.NativeEndian.Uint16(b) {
+	case syscall.AF_INET:
+		if len(b) < 8 {
+			return ""
+		}
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[4:8])), binary.BigEndian.Uint16(b[2:])).String()
+	case syscall.AF_INET6:
+		if len(b) < 24 {
+			return ""
+		}
+		return netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[8:24])).Unmap(), binary.BigEndian.Uint16(b[2:])).String()
+	}
+	return ""
 }

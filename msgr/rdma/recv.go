@@ -267,6 +267,10 @@ func (l *link) frameFrom(ev rxEvent, f *wire.Frame) (*pendingRead, error) {
 		buf.Release()
 		return nil, err
 	}
+	if err := f.Preamble.CheckAgreed(l.features, true); err != nil {
+		buf.Release()
+		return nil, err
+	}
 	l.peerReadsDone(f.LinkWord)
 	if f.Tag.LinkOnly() {
 		err := l.control(f, buf, b)

@@ -88,6 +88,10 @@ func (l *link) rendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRe
 		buf.Release()
 		return nil, &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rendezvous payload of %d bytes exceeds the limit of %d", src.n, max)}
 	}
+	if err := l.lim.CheckMessageSize(f.Tag, uint64(f.FrontLen), uint64(src.n)); err != nil {
+		buf.Release()
+		return nil, err
+	}
 	p := l.newPending()
 	p.f, p.buf, p.frontLen, p.size, p.src = *f, buf, int(f.FrontLen), src.n, src
 	p.id = l.rdvSeen

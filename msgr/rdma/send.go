@@ -128,6 +128,10 @@ func (l *link) writeFrame(f *wire.Frame) error {
 	if n > l.sendLimit {
 		// Rendezvous: the descriptor goes inline, the payload stays in
 		// registered memory until the peer has read it.
+		if l.features&wire.FeatureRendezvous == 0 {
+			l.freeSendSlot(slot)
+			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: a %d-byte frame does not fit a %d-byte buffer, and the peer did not agree to rendezvous", n, l.sendLimit)}
+		}
 		if wire.PreambleSize+len(f.Front)+rdvDescSize+wire.EpilogueSize > l.sendLimit {
 			l.freeSendSlot(slot)
 			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: front of %d bytes does not fit a %d-byte buffer", len(f.Front), l.sendLimit)}

@@ -110,6 +110,20 @@ static int osp_port(fid_t fid) {
 	return -FI_EINVAL;
 }
 
+// osp_peer copies a connection's peer address into ss and returns its
+// length, 0 if none is known: the endpoint's peer (fi_getpeer), when ep is
+// given and the provider tells, else the connection request's source
+// (dest_addr of the CONNREQ's info).
+static size_t osp_peer(struct fid_ep *ep, struct fi_info *info, struct sockaddr_storage *ss) {
+	size_t len = sizeof(*ss);
+	if (ep && fi_getpeer(ep, ss, &len) == 0) return len;
+	if (info && info->dest_addr && info->dest_addrlen <= sizeof(*ss)) {
+		memcpy(ss, info->dest_addr, info->dest_addrlen);
+		return info->dest_addrlen;
+	}
+	return 0;
+}
+
 // osp_srx opens the domain's shared receive context of size entries; the
 // provider may not have one (-FI_ENOSYS and the like).
 static int osp_srx(struct fid_domain *dom, struct fi_info *info, size_t size, struct fid_ep **srx) {

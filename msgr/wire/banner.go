@@ -32,11 +32,20 @@ const (
 	// FeatureNoDataCRC: the peer accepts frames whose data segment has no
 	// CRC (FlagNoDataCRC), like Ceph's ms_crc_data=false.
 	FeatureNoDataCRC uint64 = 1 << 0
-	// FeatureRendezvous: the peer can pull large payloads by RDMA read.
+	// FeatureRendezvous: the peer can move large payloads by rendezvous
+	// (RDMA read or write). Only RDMA links offer it (Banner.Stream).
 	FeatureRendezvous uint64 = 1 << 1
 	// KnownFeatures is every bit this version understands.
 	KnownFeatures = FeatureNoDataCRC | FeatureRendezvous
 )
+
+// Stream is the banner a link that moves bytes, not RDMA operations
+// (TCP, in memory), sends for bn: without RENDEZVOUS, which it refuses.
+// A peer that offers it still agrees on the rest.
+func (bn Banner) Stream() Banner {
+	bn.Supported &^= FeatureRendezvous
+	return bn
+}
 
 // Put encodes the banner into b[:BannerSize].
 func (bn *Banner) Put(b []byte) {

@@ -112,7 +112,8 @@ func checkFuzzedFrame(t *testing.T, fr *Frame, features uint64, rest []byte) {
 	if fr.Flags&FlagNoDataCRC != 0 && features&FeatureNoDataCRC == 0 {
 		t.Fatalf("no-data-crc frame without the feature: %+v", fr.Preamble)
 	}
-	if fr.FrontLen > fuzzLimits.MaxFront || fr.DataLen > fuzzLimits.MaxData {
+	if fr.FrontLen > fuzzLimits.MaxFront || fr.DataLen > fuzzLimits.MaxData ||
+		fr.Tag == TagMessage && uint64(fr.FrontLen)+uint64(fr.DataLen) > uint64(fuzzLimits.MaxData) {
 		t.Fatalf("frame above the limits: %+v", fr.Preamble)
 	}
 	if len(fr.Front) != int(fr.FrontLen) || len(fr.Data) != int(fr.DataLen) {

@@ -292,16 +292,8 @@ func (l *StreamLink) readFrame(f *Frame) error {
 	if err := f.Preamble.Parse(l.chunk.B[l.rpos:l.rend], l.lim); err != nil {
 		return err
 	}
-	if f.LinkWord != 0 {
-		return &Error{Kind: ErrKindMalformed, Msg: "link word is not zero on a stream link"}
-	}
-	if f.Flags&FlagRendezvous != 0 || f.Tag.LinkOnly() {
-		return &Error{Kind: ErrKindProtocol, Msg: "rendezvous frame on a stream link"}
-	}
-	// A sealed frame's AEAD tag protects its data better than a CRC, so
-	// it may go without one whatever the banners agreed.
-	if f.Flags&FlagNoDataCRC != 0 && l.features&FeatureNoDataCRC == 0 && !f.Tag.Sealed() {
-		return &Error{Kind: ErrKindProtocol, Msg: "frame without data crc, but that feature was not agreed"}
+	if err := f.Preamble.CheckAgreed(l.features, false); err != nil {
+		return err
 	}
 	total := f.WireSize()
 	if total <= bigFrameBytes {
@@ -349,8 +341,8 @@ func (l *StreamLink) readFrame(f *Frame) error {
 	body := total - PreambleSize
 	buf, b, err := l.readBody(f, body)
 	if err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF // the preamble was read: this is mid-frame
+		if err == io.EOF || err == io.ErrUnexpectedEOF { // the preamble was read: this is mid-frame
+			return truncated("the stream ended inside a %d-byte frame", total)
 		}
 		return fmt.Errorf("msgr wire: reading %d-byte frame: %w", total, err)
 	}
@@ -543,7 +535,7 @@ func (l *StreamLink) fill(n int) error {
 				return nil
 			}
 			if err == io.EOF && l.rend > l.rpos {
-				err = io.ErrUnexpectedEOF
+				return truncated("the stream ended %d bytes into a frame", l.rend-l.rpos)
 			}
 			return err
 		}
@@ -592,14 +584,19 @@ func (l *StreamLink) readIdle() {
 	l.rpos, l.rend = 0, 0
 }
 
-// ExchangeBanner writes our banner to rw, reads the peer's and negotiates.
+// ExchangeBanner writes our banner to rw, reads the peer's and negotiates,
+// for a stream link: mine as Banner.Stream makes it.
 func ExchangeBanner(rw io.ReadWriter, mine Banner) (uint64, error) {
+	mine = mine.Stream()
 	var b [BannerSize]byte
 	mine.Put(b[:])
 	if _, err := rw.Write(b[:]); err != nil {
 		return 0, fmt.Errorf("msgr wire: writing banner: %w", err)
 	}
-	if _, err := io.ReadFull(rw, b[:]); err != nil {
+	switch n, err := io.ReadFull(rw, b[:]); {
+	case err == io.ErrUnexpectedEOF:
+		return 0, truncated("the stream ended %d bytes into the banner", n)
+	case err != nil:
 		return 0, fmt.Errorf("msgr wire: reading banner: %w", err)
 	}
 	peer, err := ParseBanner(b[:])

@@ -129,24 +129,32 @@ func TestReadFrameTruncated(t *testing.T) {
 					t.Fatalf("cut at %d, inside frame %d: %d frames, %v", cut, fi, n, err)
 				}
 				// See TestReadFrameTruncatedBigFrameIsUnexpectedEOF for big frames.
-				if !big && !errors.Is(err, io.ErrUnexpectedEOF) {
-					t.Fatalf("cut at %d, inside frame %d: %v, want io.ErrUnexpectedEOF", cut, fi, err)
+				if !big && !isTruncated(err) {
+					t.Fatalf("cut at %d, inside frame %d: %v, want ErrShort and io.ErrUnexpectedEOF", cut, fi, err)
 				}
 			}
 		}
 	}
 }
 
+// isTruncated reports whether err says a stream ended mid-frame: a
+// *Error of kind ErrShort that is io.ErrUnexpectedEOF too, as a reader
+// of a stream says it.
+func isTruncated(err error) bool {
+	var we *Error
+	return errors.As(err, &we) && we.Kind == ErrKindShort && errors.Is(err, ErrShort) && errors.Is(err, io.ErrUnexpectedEOF)
+}
+
 // TestReadFrameTruncatedBigFrameIsUnexpectedEOF: a stream that ends in the
-// middle of a frame must say so (io.ErrUnexpectedEOF), not look like a
-// clean close between frames (io.EOF).
+// middle of a frame must say so (ErrShort, io.ErrUnexpectedEOF), not look
+// like a clean close between frames (io.EOF).
 func TestReadFrameTruncatedBigFrameIsUnexpectedEOF(t *testing.T) {
 	f := msgFrame(1, 0, bigFrameBytes+100)
 	b := encodeFrame(f.Preamble, f.Front, f.Data)
 	for _, cut := range []int{PreambleSize, PreambleSize + 1, PreambleSize + 1000, len(b) - 1} {
 		_, err := readUntilError(t, bytes.NewReader(b[:cut]), []Frame{f})
-		if !errors.Is(err, io.ErrUnexpectedEOF) {
-			t.Errorf("cut at %d of %d: got %v, want io.ErrUnexpectedEOF", cut, len(b), err)
+		if !isTruncated(err) {
+			t.Errorf("cut at %d of %d: got %v, want ErrShort and io.ErrUnexpectedEOF", cut, len(b), err)
 		}
 	}
 }
@@ -232,14 +240,15 @@ func TestReadFrameLimits(t *testing.T) {
 	// before anything is allocated for it.
 	f := msgFrame(1, 10, 1000)
 	b := encodeFrame(f.Preamble, f.Front, f.Data)
-	for _, lim := range []Limits{{MaxFront: 9, MaxData: 1000}, {MaxFront: 10, MaxData: 999}} {
+	// MaxData bounds front and data together: 1009 is one byte short.
+	for _, lim := range []Limits{{MaxFront: 9, MaxData: 1010}, {MaxFront: 10, MaxData: 1009}, {MaxFront: 10, MaxData: 999}} {
 		l := NewReaderLink(bytes.NewReader(b), 0, lim)
 		var got Frame
 		if err := l.ReadFrame(&got); !errors.Is(err, ErrTooLarge) {
 			t.Errorf("%+v: %v", lim, err)
 		}
 	}
-	l := NewReaderLink(bytes.NewReader(b), 0, Limits{MaxFront: 10, MaxData: 1000})
+	l := NewReaderLink(bytes.NewReader(b), 0, Limits{MaxFront: 10, MaxData: 1010})
 	var got Frame
 	if err := l.ReadFrame(&got); err != nil {
 		t.Fatal(err)

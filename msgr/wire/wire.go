@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 )
 
 // castagnoli is the CRC32C table; the stdlib uses the SSE4.2/ARMv8
@@ -169,7 +170,9 @@ func (p *Preamble) WireSize() int {
 // Limits bound what a peer may make us allocate.
 type Limits struct {
 	MaxFront uint32 // largest front segment
-	MaxData  uint32 // largest data segment (the maximum message payload)
+	// MaxData bounds the data segment, and a MESSAGE's front and data
+	// together: it is the max_message a side announces.
+	MaxData uint32
 	// HandshakeOnly refuses every frame but the handshake's (HELLO to
 	// WAIT), as a link does before its session is established.
 	HandshakeOnly bool
@@ -203,6 +206,10 @@ const SealTagSize = 16
 // no epilogue of its own inside: the tag authenticates it.
 const SealedOverhead = PreambleSize + SealTagSize
 
+// SealRecordSize is the size of the records a large sealed frame's data
+// is sealed in (docs/protocol.md §6.7), each with its own SealTagSize tag.
+const SealRecordSize = 64 << 10
+
 // DataLimit is the largest data segment lim lets a frame of tag t carry:
 // MaxData, or for a SEALED frame the largest frame it may seal (front,
 // data and SealedOverhead).
@@ -222,6 +229,31 @@ func (lim Limits) FrontLimit(t Tag) uint64 {
 		return uint64(lim.MaxFront) + SealedOverhead
 	}
 	return uint64(lim.MaxFront)
+}
+
+// MessageLimit is the most a MESSAGE or SEALED frame may carry in its
+// front and data together: MaxData, for a SEALED frame plus what sealing a
+// message of that size adds (SealedOverhead, and a tag per record).
+func (lim Limits) MessageLimit(t Tag) uint64 {
+	if t == TagSealed {
+		records := (uint64(lim.MaxData) + SealRecordSize - 1) / SealRecordSize
+		return uint64(lim.MaxData) + SealedOverhead + SealTagSize*max(records, 1)
+	}
+	return uint64(lim.MaxData)
+}
+
+// CheckMessageSize refuses a MESSAGE or SEALED frame whose front and data
+// (a rendezvous payload's length, not its descriptor's) together exceed
+// MessageLimit: checked apart, they would let one message take MaxFront
+// and MaxData, above what this side announced.
+func (lim Limits) CheckMessageSize(t Tag, front, data uint64) error {
+	if t != TagMessage && t != TagSealed {
+		return nil
+	}
+	if max := lim.MessageLimit(t); front+data > max {
+		return &Error{Kind: ErrKindTooLarge, Msg: fmt.Sprintf("%v of %d bytes (front %d, data %d) exceeds the limit of %d", t, front+data, front, data, max)}
+	}
+	return nil
 }
 
 // Parse decodes and validates a preamble. It checks the CRC, the tag, the
@@ -260,6 +292,9 @@ func (p *Preamble) Parse(b []byte, lim Limits) error {
 	if max := lim.DataLimit(p.Tag); uint64(p.DataLen) > max {
 		return &Error{Kind: ErrKindTooLarge, Msg: fmt.Sprintf("data segment of %d bytes exceeds the limit of %d", p.DataLen, max)}
 	}
+	if err := lim.CheckMessageSize(p.Tag, uint64(p.FrontLen), uint64(p.DataLen)); err != nil {
+		return err
+	}
 	switch p.Tag {
 	case TagMessage:
 	case TagSealed:
@@ -289,6 +324,29 @@ func (p *Preamble) Parse(b []byte, lim Limits) error {
 		if p.DataLen != 0 {
 			return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("%v frame carries a data segment", p.Tag)}
 		}
+	}
+	return nil
+}
+
+// CheckAgreed checks what Parse cannot know of a received frame: that its
+// flags and link-only tag use only features the banners agreed (agreed),
+// and, on a link whose transport does not own the link word (rdmaLink
+// false: a stream or in-memory link), that it is zero and no rendezvous
+// frame comes at all. Every transport calls it, so a peer cannot get a
+// frame past one that another refuses.
+func (p *Preamble) CheckAgreed(agreed uint64, rdmaLink bool) error {
+	rendezvous := p.Flags&FlagRendezvous != 0 || p.Tag.LinkOnly()
+	switch {
+	case !rdmaLink && p.LinkWord != 0:
+		return &Error{Kind: ErrKindMalformed, Msg: "link word is not zero on a stream link"}
+	case !rdmaLink && rendezvous:
+		return &Error{Kind: ErrKindProtocol, Msg: "rendezvous frame on a stream link"}
+	case rendezvous && agreed&FeatureRendezvous == 0:
+		return &Error{Kind: ErrKindProtocol, Msg: fmt.Sprintf("%v rendezvous frame, but that feature was not agreed", p.Tag)}
+	// A sealed frame's AEAD tag protects its data better than a CRC, so
+	// it may go without one whatever the banners agreed.
+	case p.Flags&FlagNoDataCRC != 0 && agreed&FeatureNoDataCRC == 0 && !p.Tag.Sealed():
+		return &Error{Kind: ErrKindProtocol, Msg: "frame without data crc, but that feature was not agreed"}
 	}
 	return nil
 }
@@ -352,9 +410,20 @@ var errKindNames = map[ErrKind]string{
 type Error struct {
 	Kind ErrKind
 	Msg  string
+	// err is what it also is (Unwrap): io.ErrUnexpectedEOF for a stream
+	// cut short, so errors.Is finds both that and ErrShort.
+	err error
 }
 
 func (e *Error) Error() string { return "msgr wire: " + errKindNames[e.Kind] + ": " + e.Msg }
+
+func (e *Error) Unwrap() error { return e.err }
+
+// truncated is the error of a stream that ended inside a frame or a
+// banner: ErrShort, and io.ErrUnexpectedEOF as a stream's reader says it.
+func truncated(format string, args ...any) error {
+	return &Error{Kind: ErrKindShort, Msg: fmt.Sprintf(format, args...), err: io.ErrUnexpectedEOF}
+}
 
 // Is makes errors.Is(err, ErrMalformed) and friends match by kind.
 func (e *Error) Is(target error) bool {
@@ -367,6 +436,7 @@ var (
 	ErrMalformed = &Error{Kind: ErrKindMalformed}
 	ErrCRC       = &Error{Kind: ErrKindCRC}
 	ErrTooLarge  = &Error{Kind: ErrKindTooLarge}
+	ErrShort     = &Error{Kind: ErrKindShort}
 	ErrBanner    = &Error{Kind: ErrKindBanner}
 	ErrProtocol  = &Error{Kind: ErrKindProtocol}
 )

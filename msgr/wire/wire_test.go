@@ -211,7 +211,7 @@ func TestPreambleParseRejects(t *testing.T) {
 		b    []byte
 		want error
 	}{"RDV_READY with front", rawPreamble(Preamble{Tag: TagRdvReady, DataLen: 20}, func(b []byte) { le.PutUint32(b[4:], 1) }), ErrMalformed})
-	sentinels := []error{ErrMalformed, ErrCRC, ErrTooLarge, ErrBanner, ErrProtocol}
+	sentinels := []error{ErrMalformed, ErrCRC, ErrTooLarge, ErrShort, ErrBanner, ErrProtocol}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var p Preamble
@@ -235,7 +235,8 @@ func TestPreambleParseRejects(t *testing.T) {
 func TestPreambleParseAtLimits(t *testing.T) {
 	lim := Limits{MaxFront: 1000, MaxData: 5000}
 	for _, p := range []Preamble{
-		{Tag: TagMessage, FrontLen: lim.MaxFront, DataLen: lim.MaxData},
+		{Tag: TagMessage, FrontLen: lim.MaxFront, DataLen: lim.MaxData - lim.MaxFront},
+		{Tag: TagMessage, DataLen: lim.MaxData},
 		{Tag: TagMessage},
 		{Tag: TagHello, FrontLen: lim.MaxFront},
 		{Tag: TagHello}, // an empty handshake front decodes as an empty protobuf
@@ -389,8 +390,10 @@ func TestSealedFrameShapes(t *testing.T) {
 		p    Preamble
 		kind ErrKind // 0: accepted
 	}{
-		{Preamble{Tag: TagSealed, DataLen: 1000 + 100 + SealedOverhead}, 0},
-		{Preamble{Tag: TagSealed, DataLen: 1000 + 100 + SealedOverhead + 1}, ErrKindTooLarge},
+		// One part: a message of MaxData, front and data, sealed.
+		{Preamble{Tag: TagSealed, DataLen: 1000 + SealedOverhead}, 0},
+		{Preamble{Tag: TagSealed, DataLen: 1000 + SealedOverhead + SealTagSize + 1}, ErrKindTooLarge},
+		{Preamble{Tag: TagSealed, DataLen: 1000 + 100 + SealedOverhead}, ErrKindTooLarge},
 		{Preamble{Tag: TagSealed, DataLen: SealedOverhead - 1}, ErrKindMalformed},
 		{Preamble{Tag: TagSealed, Flags: FlagRendezvous, DataLen: 20}, 0},
 		{Preamble{Tag: TagSealed, FrontLen: 1, DataLen: SealedOverhead}, ErrKindMalformed},
@@ -398,8 +401,10 @@ func TestSealedFrameShapes(t *testing.T) {
 		{Preamble{Tag: TagSealed, FrontLen: SealedOverhead, DataLen: SealTagSize}, 0},
 		{Preamble{Tag: TagSealed, FrontLen: SealedOverhead, DataLen: SealTagSize - 1}, ErrKindMalformed},
 		{Preamble{Tag: TagSealed, FrontLen: SealedOverhead, Flags: FlagRendezvous, DataLen: 20}, 0},
-		{Preamble{Tag: TagSealed, FrontLen: 100 + SealedOverhead, DataLen: 1000 + SealTagSize}, 0},
-		{Preamble{Tag: TagSealed, FrontLen: 100 + SealedOverhead + 1, DataLen: 1000 + SealTagSize}, ErrKindTooLarge},
+		// Two parts: the largest front, and data up to MaxData in all.
+		{Preamble{Tag: TagSealed, FrontLen: 100 + SealedOverhead, DataLen: 900 + SealTagSize}, 0},
+		{Preamble{Tag: TagSealed, FrontLen: 100 + SealedOverhead, DataLen: 900 + SealTagSize + 1}, ErrKindTooLarge},
+		{Preamble{Tag: TagSealed, FrontLen: 100 + SealedOverhead + 1, DataLen: SealTagSize}, ErrKindTooLarge},
 		{Preamble{Tag: TagMessage, FrontLen: 101}, ErrKindTooLarge},
 		{Preamble{Tag: TagSealedHandshake, FrontLen: SealedOverhead}, 0},
 		{Preamble{Tag: TagSealedHandshake, FrontLen: SealedOverhead, DataLen: 1}, ErrKindMalformed},
@@ -422,5 +427,43 @@ func TestSealedFrameShapes(t *testing.T) {
 	}
 	if got := HandshakeLimits.DataLimit(TagSealed); got != MaxHandshakeFront+SealedOverhead {
 		t.Errorf("handshake DataLimit(SEALED) = %d", got)
+	}
+}
+
+// TestMessageSizeBoundsFrontPlusData: a MESSAGE's front and data together
+// are bounded by MaxData (the max_message a side announces), not each by
+// its own limit; a SEALED frame in records by that plus a tag per record.
+func TestMessageSizeBoundsFrontPlusData(t *testing.T) {
+	lim := Limits{MaxFront: 100, MaxData: 1000}
+	big := Limits{MaxFront: 1 << 20, MaxData: 4 << 20} // 64 records at most
+	for _, tc := range []struct {
+		lim  Limits
+		p    Preamble
+		kind ErrKind // 0: accepted
+	}{
+		{lim, Preamble{Tag: TagMessage, FrontLen: 100, DataLen: 900}, 0},
+		{lim, Preamble{Tag: TagMessage, FrontLen: 100, DataLen: 901}, ErrKindTooLarge},
+		{lim, Preamble{Tag: TagMessage, FrontLen: 1, DataLen: 1000}, ErrKindTooLarge},
+		{lim, Preamble{Tag: TagMessage, DataLen: 1000}, 0},
+		{lim, Preamble{Tag: TagMessage, FrontLen: 100, DataLen: 20, Flags: FlagRendezvous}, 0},
+		{big, Preamble{Tag: TagMessage, FrontLen: 1 << 20, DataLen: 3 << 20}, 0},
+		{big, Preamble{Tag: TagMessage, FrontLen: 1 << 20, DataLen: 4 << 20}, ErrKindTooLarge},
+		{big, Preamble{Tag: TagSealed, FrontLen: SealedOverhead, DataLen: 4<<20 + 64*SealTagSize}, 0},
+		{big, Preamble{Tag: TagSealed, FrontLen: SealedOverhead, DataLen: 4<<20 + 64*SealTagSize + 1}, ErrKindTooLarge},
+	} {
+		var b [PreambleSize]byte
+		tc.p.Put(b[:])
+		var got Preamble
+		err := got.Parse(b[:], tc.lim)
+		if tc.kind == 0 {
+			if err != nil {
+				t.Errorf("%+v: %v", tc.p, err)
+			}
+			continue
+		}
+		var we *Error
+		if !errors.As(err, &we) || we.Kind != tc.kind || !errors.Is(err, ErrTooLarge) {
+			t.Errorf("%+v: %v, want %s", tc.p, err, errKindNames[tc.kind])
+		}
 	}
 }
