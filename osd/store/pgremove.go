@@ -33,7 +33,8 @@ func removingKey(pg uint32) []byte { return binary.BigEndian.AppendUint32([]byte
 
 // RemovePG deletes every trace of PG pg from the store: its objects (data
 // files included), PG index, log, request index, PG record, marks and
-// counters. between runs after each page of objects (nil: none); it paces
+// counters. between runs after each page of objects, the last one too
+// (nil: none); it paces
 // the removal and may stop it with an error, which leaves the removal for
 // the next RemovePG or Open to finish. It returns the objects removed.
 //
@@ -85,13 +86,13 @@ func (s *Store) removePG(ctx context.Context, st *pgState, pg uint32, between fu
 		if err != nil {
 			return removed, err
 		}
-		if !more {
-			break
-		}
 		if between != nil {
 			if err := between(ctx); err != nil {
 				return removed, err
 			}
+		}
+		if !more {
+			break
 		}
 	}
 	b.Reset()

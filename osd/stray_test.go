@@ -1,0 +1,293 @@
+package osd_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/osd"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// strayCluster is four OSDs (three replicas) with a bucket of objects,
+// small and in data files, in every PG; leaver is an OSD that a map with
+// it out takes out of the acting set of seed, a PG it holds.
+type strayCluster struct {
+	c          *osdtest.Cluster
+	ctx        context.Context
+	cl         *client.Client
+	pool       *osdpb.Pool
+	want       map[string][]byte
+	leaver     uint32
+	seed, sid  uint32
+	out        *placement.Map
+	joiner     uint32 // the OSD that takes leaver's place in seed
+	keysOfSeed []string
+	// strayInterval is what OSDs (re)started from now on get.
+	strayInterval time.Duration
+}
+
+const strayBucket = "stray"
+
+func startStrayCluster(t *testing.T) *strayCluster {
+	t.Helper()
+	s := &strayCluster{ctx: ctxT(t, 2*time.Minute), want: map[string][]byte{}, strayInterval: 50 * time.Millisecond}
+	c := osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 8, Tweak: func(cfg *osd.Config) {
+		cfg.StrayInterval = s.strayInterval
+	}})
+	s.c = c
+	s.pool, _ = c.Map.PoolByName(placement.DefaultPoolName)
+	s.cl = c.Client(t, nil)
+	if err := s.cl.MakeBucket(s.ctx, strayBucket); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		key := fmt.Sprintf("k%03d", i)
+		n := 1000 + i
+		if i%4 == 0 {
+			n = 300 << 10 // a data file
+		}
+		s.want[key] = osdtest.Payload(n, uint64(i))
+		if _, err := osdtest.Put(s.ctx, s.cl, strayBucket, key, s.want[key], client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.leaver = 1
+	var err error
+	s.out, err = c.Map.With(func(pb *osdpb.ClusterMap) { pb.Osds[s.leaver].In = false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s.seed = 0; s.seed < s.pool.PgCount; s.seed++ {
+		before, after := c.Map.ActingSet(s.pool.Id, s.seed), s.out.ActingSet(s.pool.Id, s.seed)
+		if !slices.Contains(before, s.leaver) || len(after) != int(s.pool.Size) {
+			continue
+		}
+		for k := range s.want {
+			if placement.PGOf(s.pool, strayBucket, k) == s.seed {
+				s.keysOfSeed = append(s.keysOfSeed, k)
+			}
+		}
+		if len(s.keysOfSeed) == 0 {
+			continue
+		}
+		for _, id := range after {
+			if !slices.Contains(before, id) {
+				s.joiner = id
+			}
+		}
+		break
+	}
+	if len(s.keysOfSeed) == 0 {
+		t.Skip("no PG with objects moves off the leaver in this placement")
+	}
+	slices.Sort(s.keysOfSeed)
+	s.sid, err = placement.PGID{Pool: s.pool.Id, Seed: s.seed}.StoreID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (s *strayCluster) adopt(t *testing.T, m *placement.Map) {
+	t.Helper()
+	for _, o := range s.c.OSDs {
+		if err := o.AdoptMap(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// objectsAt is how many of seed's objects OSD id's store holds.
+func (s *strayCluster) objectsAt(t *testing.T, id uint32) int {
+	t.Helper()
+	n := 0
+	for _, k := range s.keysOfSeed {
+		if _, err := s.c.OSDs[id].Store().Head(s.ctx, strayBucket, k); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// dataFileBytes is what the data files under OSD id's store take: the
+// space a removal must give back.
+func (s *strayCluster) dataFileBytes(t *testing.T, id uint32) int64 {
+	t.Helper()
+	var n int64
+	root := filepath.Join(s.c.Dir, fmt.Sprintf("osd.%d", id), "store", "data")
+	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // reaped meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		n += info.Size()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// leaverPGs are the PGs the leaver's store holds, but the meta PG.
+func (s *strayCluster) leaverPGs(t *testing.T) []uint32 {
+	t.Helper()
+	pgs, err := s.c.OSDs[s.leaver].Store().HeldPGs(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := osd.MetaStorePG(s.out)
+	return slices.DeleteFunc(pgs, func(sid uint32) bool { return sid == meta })
+}
+
+// leaverGone waits until the leaver, out of every acting set, holds no
+// object, no PG (but the meta PG) and no data-file bytes.
+func (s *strayCluster) leaverGone(t *testing.T) {
+	t.Helper()
+	st := s.c.OSDs[s.leaver].Store()
+	osdtest.Eventually(t, time.Minute, "the leaver's stray copies are removed", func() bool {
+		return len(s.leaverPGs(t)) == 0 && st.Stats().Objects == 0 && s.dataFileBytes(t, s.leaver) == 0
+	})
+	if n := s.objectsAt(t, s.leaver); n != 0 {
+		t.Fatalf("the leaver still has %d objects of pg %x", n, s.seed)
+	}
+}
+
+// everyCopy checks that every member of seed's acting set under m holds
+// every object of seed, and that the cluster serves every object.
+func (s *strayCluster) everyCopy(t *testing.T, m *placement.Map) {
+	t.Helper()
+	for _, id := range m.ActingSet(s.pool.Id, s.seed) {
+		osdtest.Eventually(t, 30*time.Second, fmt.Sprintf("osd.%d holds pg %x", id, s.seed), func() bool {
+			return s.objectsAt(t, id) == len(s.keysOfSeed)
+		})
+	}
+	for k, want := range s.want {
+		got, _, err := osdtest.Get(s.ctx, s.cl, strayBucket, k, client.GetOptions{})
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("get %s: %v (%d bytes, want %d)", k, err, len(got), len(want))
+		}
+	}
+}
+
+// TestStrayRemoved: an OSD marked out keeps its copies until the PGs are
+// clean on their new acting sets, then removes them, data files and all;
+// marked in again, it is backfilled from nothing.
+func TestStrayRemoved(t *testing.T) {
+	s := startStrayCluster(t)
+	before := s.dataFileBytes(t, s.leaver)
+	if before == 0 || s.objectsAt(t, s.leaver) != len(s.keysOfSeed) {
+		t.Fatalf("the leaver holds %d data-file bytes and %d of %d objects before it leaves", before, s.objectsAt(t, s.leaver), len(s.keysOfSeed))
+	}
+	s.adopt(t, s.out)
+	s.leaverGone(t)
+	s.everyCopy(t, s.out)
+
+	// Back in: the leaver rejoins its PGs with empty copies and is
+	// backfilled.
+	back, err := s.out.With(func(pb *osdpb.ClusterMap) { pb.Osds[s.leaver].In = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.adopt(t, back)
+	s.everyCopy(t, back)
+	for _, k := range s.keysOfSeed {
+		_, got, err := s.c.OSDs[s.leaver].Store().ReadRange(s.ctx, strayBucket, k, 0, -1, nil)
+		if err != nil || !bytes.Equal(got, s.want[k]) {
+			t.Fatalf("the leaver's copy of %s after it came back: %v", k, err)
+		}
+	}
+}
+
+// TestStrayKeptWhileBackfilling: while the OSD that takes the leaver's
+// place in a PG has not copied it, the PG is not clean, and the leaver's
+// copy stays however often it asks.
+func TestStrayKeptWhileBackfilling(t *testing.T) {
+	s := startStrayCluster(t)
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(func() { osd.RecoveryStarting.Set(nil); free() })
+	osd.RecoveryStarting.Set(func(id, sid uint32) error {
+		if id == s.joiner && sid == s.sid {
+			<-release
+		}
+		return nil
+	})
+	primary := s.c.OSDs[s.out.ActingSet(s.pool.Id, s.seed)[0]]
+	s.adopt(t, s.out)
+	// The other PGs the leaver left become clean and go; this one stays.
+	osdtest.Eventually(t, time.Minute, "the leaver keeps only the held pg", func() bool {
+		return slices.Equal(s.leaverPGs(t), []uint32{s.sid})
+	})
+	// The leaver asks every 50 ms, now about this PG alone; its primary
+	// refuses while the joiner is held.
+	_, kept0 := primary.StrayAnswers()
+	osdtest.Eventually(t, 30*time.Second, "the primary refuses the leaver's removal a few times", func() bool {
+		_, kept := primary.StrayAnswers()
+		return kept >= kept0+5
+	})
+	if n := s.objectsAt(t, s.leaver); n != len(s.keysOfSeed) {
+		t.Fatalf("the leaver's copy of pg %x lost %d objects while the joiner had not copied them", s.seed, len(s.keysOfSeed)-n)
+	}
+	if n := s.objectsAt(t, s.joiner); n == len(s.keysOfSeed) {
+		t.Fatal("the joiner copied the pg though its recovery was held")
+	}
+	free()
+	s.leaverGone(t)
+	s.everyCopy(t, s.out)
+}
+
+// TestStrayRemovalInterrupted: a removal cut short (here after its first
+// page, as a crash would) leaves the PG refused, and the next start
+// finishes it before the OSD serves.
+func TestStrayRemovalInterrupted(t *testing.T) {
+	s := startStrayCluster(t)
+	stopped := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { osd.RemovalPage.Set(nil) })
+	osd.RemovalPage.Set(func(id, sid uint32) error {
+		if id != s.leaver || sid != s.sid {
+			return nil
+		}
+		once.Do(func() { close(stopped) })
+		return errors.New("crash")
+	})
+	s.adopt(t, s.out)
+	select {
+	case <-stopped:
+	case <-s.ctx.Done():
+		t.Fatal("the removal of the leaver's copy never began")
+	}
+	// The removal keeps failing until the OSD stops, as after a crash;
+	// the restarted OSD asks nobody (an hour between looks): only its
+	// store's Open can finish the removal.
+	s.c.StopOSD(s.leaver)
+	osd.RemovalPage.Set(nil)
+	s.strayInterval = time.Hour
+	s.c.StartOSD(s.leaver)
+	if slices.Contains(s.leaverPGs(t), s.sid) || s.objectsAt(t, s.leaver) != 0 {
+		t.Fatalf("the restarted leaver still holds pg %x, whose removal was cut", s.seed)
+	}
+	if err := s.c.OSDs[s.leaver].AdoptMap(s.out); err != nil {
+		t.Fatal(err)
+	}
+	s.everyCopy(t, s.out)
+}
