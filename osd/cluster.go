@@ -481,11 +481,7 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 		if err := m.DecodeFront(&q); err != nil {
 			return
 		}
-		sid, err := o.peerPG(q.Pool, q.Pg)
-		from, ok := osdID(c)
-		if err == nil && !ok {
-			err = ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg query from %s, not an OSD", c.Peer())
-		}
+		sid, from, err := o.fromPeerOSD(c, q.Pool, q.Pg, "pg query")
 		if err != nil {
 			o.send(to, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err)}, nil)
 			return
@@ -538,11 +534,7 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 		if err := m.DecodeFront(&q); err != nil {
 			return
 		}
-		sid, err := o.peerPG(q.Pool, q.Pg)
-		from, ok := osdID(c)
-		if err == nil && !ok {
-			err = ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg stray from %s, not an OSD", c.Peer())
-		}
+		sid, from, err := o.fromPeerOSD(c, q.Pool, q.Pg, "pg stray")
 		if err != nil {
 			o.send(to, ops.ReplyType(t), &osdpb.PGStrayReply{Header: hdr(err)}, nil)
 			return
@@ -557,6 +549,17 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 			o.send(to, ops.ReplyType(t), &osdpb.PGStrayReply{Header: hdr(err), Remove: remove}, nil)
 		})
 	}
+}
+
+// fromPeerOSD checks a PG request that only an OSD may make: the PG's
+// store id (peerPG) and the asking OSD's id.
+func (o *OSD) fromPeerOSD(c *msgr.Conn, pool, pg uint32, what string) (sid, from uint32, err error) {
+	sid, err = o.peerPG(pool, pg)
+	from, ok := osdID(c)
+	if err == nil && !ok {
+		err = ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%s from %s, not an OSD", what, c.Peer())
+	}
+	return sid, from, err
 }
 
 // backfillStep finds the object (or bucket record) a backfill asks for:
