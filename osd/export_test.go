@@ -38,6 +38,9 @@ var (
 // with a removal and with a refusal.
 func (o *OSD) StrayAnswers() (allowed, kept uint64) { return o.strayAllowed.Load(), o.strayKept.Load() }
 
+// StrayRounds is how many times o looked for stray copies.
+func (o *OSD) StrayRounds() uint64 { return o.strayRounds.Load() }
+
 // MetaStorePG is the store PG id of the meta PG under m.
 func MetaStorePG(m *placement.Map) uint32 { return storePG(metaPool(m), placement.MetaPG) }
 

@@ -285,6 +285,8 @@ type OSD struct {
 	// strayAllowed and strayKept count this primary's answers to PG_STRAY: removals
 	// allowed and refused.
 	strayAllowed, strayKept atomic.Uint64
+	// strayRounds counts the looks for stray copies (checkStrays).
+	strayRounds atomic.Uint64
 	// opsServed and the client byte counters are what beacons report for
 	// the mon's throughput (ops a client sent us, bodies in and out).
 	opsServed        atomic.Uint64

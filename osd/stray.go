@@ -44,7 +44,15 @@ func (o *OSD) strayLoop() { o.every(o.cfg.StrayInterval, o.checkStrays) }
 // whether our copy may go, and starts the removal of the first it
 // allows. Nothing while a removal runs.
 func (o *OSD) checkStrays() {
+	o.strayRounds.Add(1)
 	if o.removingStray.Load() {
+		return
+	}
+	// A map that has us down moved our PGs only until we are marked up
+	// again (a restart: the mon's map says down until we boot): those
+	// copies are about to be ours again, and removing them would cost a
+	// backfill of all of them.
+	if info, ok := o.Map().OSD(o.id); !ok || !info.Up {
 		return
 	}
 	sids, err := o.st.HeldPGs(o.ctx)
@@ -215,8 +223,8 @@ func (o *OSD) answerStray(q *osdpb.PGStray, sid, from uint32) (bool, error) {
 	if p.m == nil || p.m.Role() != pg.RolePrimary {
 		return false, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "pg %d.%x: not its primary", q.Pool, q.Pg)
 	}
-	if slices.Contains(p.m.Acting(), pg.OSDID(from)) {
-		return false, nil
+	if info, ok := mp.OSD(from); !ok || !info.Up || slices.Contains(p.m.Acting(), pg.OSDID(from)) {
+		return false, nil // a member, or one about to be again
 	}
 	if s := p.m.State(); s&(pg.StateActive|pg.StateClean) != pg.StateActive|pg.StateClean ||
 		p.peering.Load() || p.recovering || p.m.Local().Incomplete {

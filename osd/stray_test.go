@@ -291,3 +291,33 @@ func TestStrayRemovalInterrupted(t *testing.T) {
 	}
 	s.everyCopy(t, s.out)
 }
+
+// TestStrayKeptWhileDown: a map that has the leaver down takes it out of
+// its PGs' acting sets (they run undersized until it is up again, as
+// after a restart): it keeps its copies, and removes them only once it is
+// up and out and they are clean elsewhere.
+func TestStrayKeptWhileDown(t *testing.T) {
+	s := startStrayCluster(t)
+	down, err := s.c.Map.With(func(pb *osdpb.ClusterMap) { pb.Osds[s.leaver].Up = false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.adopt(t, down)
+	s.everyCopy(t, down)
+	leaver := s.c.OSDs[s.leaver]
+	rounds := leaver.StrayRounds()
+	osdtest.Eventually(t, 30*time.Second, "the leaver looks for strays a few times", func() bool {
+		return leaver.StrayRounds() >= rounds+5
+	})
+	if n := s.objectsAt(t, s.leaver); n != len(s.keysOfSeed) {
+		t.Fatalf("the leaver, down in its map, removed %d objects of pg %x", len(s.keysOfSeed)-n, s.seed)
+	}
+	out, err := down.With(func(pb *osdpb.ClusterMap) { pb.Osds[s.leaver].Up, pb.Osds[s.leaver].In = true, false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.out = out
+	s.adopt(t, out)
+	s.leaverGone(t)
+	s.everyCopy(t, out)
+}
