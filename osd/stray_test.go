@@ -321,3 +321,55 @@ func TestStrayKeptWhileDown(t *testing.T) {
 	s.leaverGone(t)
 	s.everyCopy(t, out)
 }
+
+// TestPrimaryAnswersStrays: the primary allows a stray's removal only
+// once the PG is clean without it, and never to a copy ahead of its own
+// log (the only holder of some write), to an OSD it does not know, to
+// one whose map it has not seen, nor as a non-primary; PG ids out of
+// range are refused.
+func TestPrimaryAnswersStrays(t *testing.T) {
+	s := startStrayCluster(t)
+	// The leaver's questions are asked here, under its name.
+	s.c.StopOSD(s.leaver)
+	for _, o := range s.c.OSDs {
+		if o != nil {
+			if err := o.AdoptMap(s.out); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	acting := s.out.ActingSet(s.pool.Id, s.seed)
+	primary, replica := acting[0], acting[1]
+	ask := func(as, to uint32, q *osdpb.PGStray) (osdpb.Status, bool) {
+		t.Helper()
+		var rep osdpb.PGStrayReply
+		st := askAs(s.ctx, t, s.c, as, to, osdpb.MsgType_MSG_PG_STRAY, q, &rep)
+		return st, rep.Remove
+	}
+	q := func(epoch uint64, pool, pgn uint32, last *osdpb.Version) *osdpb.PGStray {
+		return &osdpb.PGStray{Epoch: epoch, Pool: pool, Pg: pgn, Last: last}
+	}
+	e := s.out.Epoch()
+	osdtest.Eventually(t, 30*time.Second, "the primary allows the leaver's removal once the pg is clean", func() bool {
+		st, remove := ask(s.leaver, primary, q(e, s.pool.Id, s.seed, &osdpb.Version{}))
+		return st == osdpb.Status_OK && remove
+	})
+	const stranger = 7 // not in the map
+	for _, tc := range []struct {
+		name   string
+		as, to uint32
+		q      *osdpb.PGStray
+		want   osdpb.Status
+	}{
+		{"a copy ahead of the primary's log", s.leaver, primary, q(e, s.pool.Id, s.seed, &osdpb.Version{Epoch: e + 100, Seq: 1}), osdpb.Status_OK},
+		{"an OSD not in the map", stranger, primary, q(e, s.pool.Id, s.seed, &osdpb.Version{}), osdpb.Status_OK},
+		{"a map the primary has not seen", s.leaver, primary, q(e+5, s.pool.Id, s.seed, &osdpb.Version{}), osdpb.Status_STALE_EPOCH},
+		{"asking a replica", s.leaver, replica, q(e, s.pool.Id, s.seed, &osdpb.Version{}), osdpb.Status_WRONG_PRIMARY},
+		{"pool 65536", s.leaver, primary, q(e, 65536+s.pool.Id, s.seed, nil), osdpb.Status_INVALID_ARGUMENT},
+		{"pg out of range", s.leaver, primary, q(e, s.pool.Id, 9999, nil), osdpb.Status_INVALID_ARGUMENT},
+	} {
+		if st, remove := ask(tc.as, tc.to, tc.q); st != tc.want || remove {
+			t.Errorf("%s: status %v, remove %v; want %v and keep", tc.name, st, remove, tc.want)
+		}
+	}
+}
