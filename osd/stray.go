@@ -134,7 +134,9 @@ func (o *OSD) removeStray(sid uint32) bool {
 			return
 		}
 		p.removing.Store(true)
-		p.m = nil // rebuilt from the empty copy once it is gone
+		// Rebuilt from the empty copy once it is gone; nothing may count
+		// the old copy meanwhile.
+		p.m, p.last = nil, &osdpb.Version{}
 		started <- true
 		o.wg.Go(func() { o.runRemoval(p) })
 	}) {

@@ -373,3 +373,50 @@ func TestPrimaryAnswersStrays(t *testing.T) {
 		}
 	}
 }
+
+// TestStrayRejoinsMidRemoval: a stray marked in again while its copy is
+// being removed takes no RepOp, push or query for the PG until the copy
+// is gone (a half-removed copy that acked a push as current would leave
+// the PG "clean" with an empty replica), then is backfilled whole.
+func TestStrayRejoinsMidRemoval(t *testing.T) {
+	s := startStrayCluster(t)
+	inRemoval, release := make(chan struct{}), make(chan struct{})
+	var once, freed sync.Once
+	free := func() { freed.Do(func() { close(release) }) }
+	t.Cleanup(func() { osd.RemovalPage.Set(nil); free() })
+	osd.RemovalPage.Set(func(id, sid uint32) error {
+		if id == s.leaver && sid == s.sid {
+			once.Do(func() { close(inRemoval) })
+			<-release
+		}
+		return nil
+	})
+	s.adopt(t, s.out)
+	select {
+	case <-inRemoval:
+	case <-s.ctx.Done():
+		t.Fatal("the removal of the leaver's copy never began")
+	}
+	back, err := s.out.With(func(pb *osdpb.ClusterMap) { pb.Osds[s.leaver].In = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.adopt(t, back)
+	// The PG peers without the leaver's answer and serves; its push to
+	// the leaver is refused while the removal holds.
+	if _, _, err := osdtest.Get(s.ctx, s.cl, strayBucket, s.keysOfSeed[0], client.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rounds := s.c.OSDs[s.leaver].StrayRounds()
+	osdtest.Eventually(t, 30*time.Second, "a few rounds pass while the removal holds", func() bool {
+		return s.c.OSDs[s.leaver].StrayRounds() >= rounds+5
+	})
+	free()
+	s.everyCopy(t, back)
+	for _, k := range s.keysOfSeed {
+		_, got, err := s.c.OSDs[s.leaver].Store().ReadRange(s.ctx, strayBucket, k, 0, -1, nil)
+		if err != nil || !bytes.Equal(got, s.want[k]) {
+			t.Fatalf("the leaver's copy of %s after its removal and backfill: %v", k, err)
+		}
+	}
+}
