@@ -112,7 +112,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 			o.notePeerFullness(from, h.Fullness)
 		}
 
-	case osdpb.MsgType_MSG_PG_QUERY, osdpb.MsgType_MSG_PG_LOG_PULL, osdpb.MsgType_MSG_PG_BACKFILL:
+	case osdpb.MsgType_MSG_PG_QUERY, osdpb.MsgType_MSG_PG_LOG_PULL, osdpb.MsgType_MSG_PG_BACKFILL, osdpb.MsgType_MSG_PG_STRAY:
 		o.onReaders(m, func() { o.serveRecovery(m) })
 
 	case osdpb.MsgType_MSG_GET_MAP, osdpb.MsgType_MSG_LIST_OBJECTS, osdpb.MsgType_MSG_HEAD_OBJECT, osdpb.MsgType_MSG_DELETE_OBJECT,
@@ -121,7 +121,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 
 	case osdpb.MsgType_MSG_GET_MAP_REPLY, osdpb.MsgType_MSG_LIST_OBJECTS_REPLY, osdpb.MsgType_MSG_HEAD_OBJECT_REPLY, osdpb.MsgType_MSG_HEAD_BUCKET_REPLY,
 		osdpb.MsgType_MSG_DELETE_OBJECT_REPLY, osdpb.MsgType_MSG_PG_QUERY_REPLY,
-		osdpb.MsgType_MSG_PG_LOG_PULL_REPLY, osdpb.MsgType_MSG_PG_BACKFILL_REPLY:
+		osdpb.MsgType_MSG_PG_LOG_PULL_REPLY, osdpb.MsgType_MSG_PG_BACKFILL_REPLY, osdpb.MsgType_MSG_PG_STRAY_REPLY:
 		o.calls.Deliver(m, false) // released when its caller gave up
 
 	default:
@@ -481,11 +481,7 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 		if err := m.DecodeFront(&q); err != nil {
 			return
 		}
-		sid, err := o.peerPG(q.Pool, q.Pg)
-		from, ok := osdID(c)
-		if err == nil && !ok {
-			err = ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg query from %s, not an OSD", c.Peer())
-		}
+		sid, from, err := o.fromPeerOSD(c, q.Pool, q.Pg, "pg query")
 		if err != nil {
 			o.send(to, ops.ReplyType(t), &osdpb.PGQueryReply{Header: hdr(err)}, nil)
 			return
@@ -509,6 +505,9 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 		var floor *osdpb.Version
 		sid, err := o.peerPG(q.Pool, q.Pg)
 		if err == nil {
+			err = o.removingErr(sid)
+		}
+		if err == nil {
 			floor, diverged, err = o.st.Diverged(o.ctx, sid, q.After)
 		}
 		if err == nil {
@@ -529,7 +528,38 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 		rep, body, err := o.backfillStep(c, &q)
 		rep.Header = hdr(err)
 		o.send(to, ops.ReplyType(t), rep, body)
+
+	case osdpb.MsgType_MSG_PG_STRAY:
+		var q osdpb.PGStray
+		if err := m.DecodeFront(&q); err != nil {
+			return
+		}
+		sid, from, err := o.fromPeerOSD(c, q.Pool, q.Pg, "pg stray")
+		if err != nil {
+			o.send(to, ops.ReplyType(t), &osdpb.PGStrayReply{Header: hdr(err)}, nil)
+			return
+		}
+		o.enqueue(o.shardOf(sid), func() {
+			remove, err := o.answerStray(&q, sid, from)
+			if remove {
+				o.strayAllowed.Add(1)
+			} else {
+				o.strayKept.Add(1)
+			}
+			o.send(to, ops.ReplyType(t), &osdpb.PGStrayReply{Header: hdr(err), Remove: remove}, nil)
+		})
 	}
+}
+
+// fromPeerOSD checks a PG request that only an OSD may make: the PG's
+// store id (peerPG) and the asking OSD's id.
+func (o *OSD) fromPeerOSD(c *msgr.Conn, pool, pg uint32, what string) (sid, from uint32, err error) {
+	sid, err = o.peerPG(pool, pg)
+	from, ok := osdID(c)
+	if err == nil && !ok {
+		err = ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%s from %s, not an OSD", what, c.Peer())
+	}
+	return sid, from, err
 }
 
 // backfillStep finds the object (or bucket record) a backfill asks for:
@@ -537,6 +567,9 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 func (o *OSD) backfillStep(c *msgr.Conn, q *osdpb.PGBackfill) (*osdpb.PGBackfillReply, *wire.Buffer, error) {
 	rep := &osdpb.PGBackfillReply{}
 	sid, err := o.peerPG(q.Pool, q.Pg)
+	if err == nil {
+		err = o.removingErr(sid)
+	}
 	if err != nil {
 		return rep, nil, err
 	}

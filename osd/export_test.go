@@ -29,7 +29,17 @@ var (
 	// BucketAnswering runs when an op at OSD osd found bucket missing,
 	// before the OSD decides what to answer.
 	BucketAnswering = &bucketAnswering
+	// RemovalPage runs after each page of the removal of a stray copy at
+	// OSD osd; an error stops the removal there, as a crash would.
+	RemovalPage = &removalPage
 )
+
+// StrayAnswers is how many PG_STRAY questions o answered, as primary,
+// with a removal and with a refusal.
+func (o *OSD) StrayAnswers() (allowed, kept uint64) { return o.strayAllowed.Load(), o.strayKept.Load() }
+
+// StrayRounds is how many times o looked for stray copies.
+func (o *OSD) StrayRounds() uint64 { return o.strayRounds.Load() }
 
 // MetaStorePG is the store PG id of the meta PG under m.
 func MetaStorePG(m *placement.Map) uint32 { return storePG(metaPool(m), placement.MetaPG) }

@@ -131,6 +131,10 @@ type Config struct {
 	FailsafeFullRatio float64
 	// Readers is the number of goroutines serving reads. Default 8.
 	Readers int
+	// StrayInterval is how often the OSD looks for copies of PGs whose
+	// acting set it left and asks their primaries whether it may remove
+	// them (stray.go). Default 10s.
+	StrayInterval time.Duration
 	// Logger defaults to slog.Default(), with osd=ID.
 	Logger *slog.Logger
 	// Transports are both messengers' (tests); nil: the build's defaults
@@ -192,6 +196,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Readers <= 0 {
 		c.Readers = 8
+	}
+	if c.StrayInterval <= 0 {
+		c.StrayInterval = 10 * time.Second
 	}
 	if c.RecoveryMaxActive <= 0 {
 		c.RecoveryMaxActive = 3
@@ -272,6 +279,14 @@ type OSD struct {
 	// nil when unlimited.
 	recoverySlots chan struct{}
 	recoveryRate  *rate.Limiter
+	// removingStray: a stray PG copy is being removed (stray.go); one at
+	// a time.
+	removingStray atomic.Bool
+	// strayAllowed and strayKept count this primary's answers to PG_STRAY: removals
+	// allowed and refused.
+	strayAllowed, strayKept atomic.Uint64
+	// strayRounds counts the looks for stray copies (checkStrays).
+	strayRounds atomic.Uint64
 	// opsServed and the client byte counters are what beacons report for
 	// the mon's throughput (ops a client sent us, bodies in and out).
 	opsServed        atomic.Uint64
@@ -480,6 +495,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	o.wg.Go(o.probeLoop)
 	o.wg.Go(o.heartbeatLoop)
 	o.wg.Go(o.spaceLoop)
+	o.wg.Go(o.strayLoop)
 	o.wg.Go(func() { o.peerAll("start") })
 	o.log.Info("osd started", "public", o.pubAddr, "cluster", o.cluAddr, "epoch", cfg.Map.Epoch(), "data", cfg.DataDir)
 	return o, nil

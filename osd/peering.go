@@ -65,6 +65,9 @@ func (o *OSD) advanceOf(p *pgState, m *placement.Map) (pg.AdvanceMap, bool) {
 // the persisted info and the map history, then carries out what it asks.
 // On p's shard.
 func (o *OSD) advance(p *pgState, mp *placement.Map) {
+	if p.removing.Load() {
+		return // no machine until the copy is gone (stray.go)
+	}
 	if p.m != nil && uint64(p.m.Epoch()) >= mp.Epoch() {
 		o.publish(p) // a peering mark set since may be cleared
 		return

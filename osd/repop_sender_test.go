@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,59 @@ import (
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
+
+// repliedTo is a reply with a header.
+type repliedTo interface {
+	proto.Message
+	GetHeader() *osdpb.ReplyHeader
+}
+
+// askAs sends req to OSD to of c on the cluster network as osd.<as>, and
+// decodes the reply into rep, whose status it returns.
+func askAs(ctx context.Context, t *testing.T, c *osdtest.Cluster, as, to uint32, mt osdpb.MsgType, req proto.Message, rep repliedTo) osdpb.Status {
+	t.Helper()
+	got := make(replies, 4)
+	m, err := msgr.New(msgr.Options{Name: msgr.EntityName(fmt.Sprintf("osd.%d", as)), Dispatcher: got, DefaultPolicy: msgr.LosslessPeer, Transports: tcpOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	addr, _ := c.Map.ClusterAddr(to)
+	conn, err := m.Connect(ctx, addr, msgr.EntityName(fmt.Sprintf("osd.%d", to)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	front, _ := proto.Marshal(req)
+	msg := msgr.NewMessage(uint16(mt), front, []byte("evil"))
+	// A tid of its own: the OSD may replay to us, under a name a real OSD
+	// used before, replies meant for that one.
+	tid := askTid.Add(1)
+	msg.SetTid(tid)
+	if err := conn.Send(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case r := <-got:
+			if r.Tid() != tid {
+				r.Release()
+				continue
+			}
+			defer r.Release()
+			if err := r.DecodeFront(rep); err != nil {
+				t.Fatal(err)
+			}
+			return rep.GetHeader().GetStatus()
+		case <-timeout:
+			t.Fatal("no reply")
+			return 0
+		}
+	}
+}
+
+// askTid numbers askAs's requests.
+var askTid atomic.Uint64
 
 // TestReplicaRefusesForeignRepOps: a replica applies a PG's RepOps, and
 // answers its PG queries, only from that PG's primary at the current
@@ -47,39 +101,9 @@ func TestReplicaRefusesForeignRepOps(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// ask sends req to the replica as osd.<as> and returns the status of
-	// its reply.
-	ask := func(as uint32, mt osdpb.MsgType, req proto.Message, rep interface {
-		proto.Message
-		GetHeader() *osdpb.ReplyHeader
-	}) osdpb.Status {
+	ask := func(as uint32, mt osdpb.MsgType, req proto.Message, rep repliedTo) osdpb.Status {
 		t.Helper()
-		got := make(replies, 4)
-		m, err := msgr.New(msgr.Options{Name: msgr.EntityName(fmt.Sprintf("osd.%d", as)), Dispatcher: got, DefaultPolicy: msgr.LosslessPeer, Transports: tcpOnly})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Shutdown(context.Background())
-		addr, _ := c.Map.ClusterAddr(replica)
-		conn, err := m.Connect(ctx, addr, msgr.EntityName(fmt.Sprintf("osd.%d", replica)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		front, _ := proto.Marshal(req)
-		if err := conn.Send(ctx, msgr.NewMessage(uint16(mt), front, []byte("evil"))); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case r := <-got:
-			defer r.Release()
-			if err := r.DecodeFront(rep); err != nil {
-				t.Fatal(err)
-			}
-			return rep.GetHeader().GetStatus()
-		case <-time.After(10 * time.Second):
-			t.Fatal("no reply")
-			return 0
-		}
+		return askAs(ctx, t, c, as, replica, mt, req, rep)
 	}
 	send := func(as uint32, op *osdpb.RepOp) osdpb.Status {
 		return ask(as, osdpb.MsgType_MSG_REP_OP, op, &osdpb.RepOpReply{})

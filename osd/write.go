@@ -50,6 +50,10 @@ type pgState struct {
 	// state is the machine's pg.State as its last Ready said (the beacon
 	// reads it).
 	state atomic.Uint32
+	// removing is set while this stray's copy is being removed
+	// (stray.go): the PG has no machine, and refuses RepOps, queries and
+	// recovery reads until it is gone.
+	removing atomic.Bool
 	// bf is set while a backfill of this replica's copy runs: RepOps go
 	// on during it (backfill.go).
 	bf atomic.Pointer[backfillState]

@@ -23,6 +23,7 @@ var (
 	osdWritten    = newDesc("osprey_osd_store_written_bytes_total", "Object bytes the store wrote.")
 	osdRead       = newDesc("osprey_osd_store_read_bytes_total", "Object bytes the store read.")
 	osdCorrupt    = newDesc("osprey_osd_store_corruptions_total", "Corrupt records, chunks or data files the store detected.")
+	osdStrays     = newDesc("osprey_osd_stray_pgs_removed_total", "Copies of PGs this OSD left (stray copies) that it removed once their PG was clean elsewhere.")
 
 	// The read cache of checked whole objects (store.ReadCacheStats).
 	readCacheBytes   = newDesc("osprey_osd_read_cache_bytes", "Memory the read cache holds, in its objects' allocations (against --read-cache-mib).")
@@ -51,7 +52,7 @@ type osdCollector struct{ o *osd.OSD }
 func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		osdOpDuration, osdInFlight, osdPGs, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
-		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt,
+		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdStrays,
 		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg,
 		pebbleCompactions, pebbleFlushes, pebbleWALWritten, pebbleWAL, pebbleReadAmp, pebbleL0Files, pebbleDebt,
 		pebbleMemTable, pebbleCache, pebbleCacheHits, pebbleCacheMisses,
@@ -96,6 +97,7 @@ func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, osdWritten, s.WrittenBytes)
 	counter(ch, osdRead, s.ReadBytes)
 	counter(ch, osdCorrupt, s.Corruptions)
+	counter(ch, osdStrays, s.PGsRemoved)
 	rc := c.o.Store().ReadCacheStats()
 	gauge(ch, readCacheBytes, float64(rc.Bytes))
 	gauge(ch, readCacheObjects, float64(rc.Extents))

@@ -28,6 +28,9 @@
 //	'L' pg(4) epoch(8) seq(8)   -> sealed LogEntry
 //	'R' pg(4) client(8) tid(8)  -> sealed version of the answering entry
 //	'G' pg(4)                   -> sealed (last, tail) versions
+//	'E' pg(4)                   -> sealed last_epoch_started
+//	'I' pg(4)                   -> "": a backfill of the PG is under way
+//	'X' pg(4)                   -> "": the PG's removal is under way
 //	'N'                         -> sealed data-id high-water mark
 //	'S'                         -> object, byte, data-file and data-file
 //	                               byte counters (merge deltas)
@@ -57,6 +60,9 @@
 // entry are durable together and a resent request is answered from the
 // log. TrimLog moves the tail; SetPGLast (after a backfill) resets the log
 // to start at the new last version.
+//
+// RemovePG deletes a PG's copy in pages (pgremove.go says how a crash
+// midway is made safe: Open finishes the removal).
 //
 // # Data files
 //

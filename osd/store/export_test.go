@@ -423,3 +423,10 @@ func (s *Store) HoldSpaceMeasureForTest() (release func()) {
 	s.measuring.Store(true)
 	return func() { s.measuring.Store(false) }
 }
+
+// SetRemovePageForTest shrinks the PG removal page and returns a restore.
+func SetRemovePageForTest(n int) func() {
+	old := removePage
+	removePage = n
+	return func() { removePage = old }
+}

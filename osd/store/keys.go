@@ -13,19 +13,20 @@ import (
 // letters only so that a hex dump of the LSM is readable; their relative
 // order does not matter, because every scan is bounded to one namespace.
 const (
-	nsBucket  = 'B' // 'B' bucket                     -> sealed BucketInfo
-	nsData    = 'D' // 'D' dataID(8) chunk(4)         -> crc32c(4) bytes
-	nsLES     = 'E' // 'E' pg(4)                      -> sealed last_epoch_started
-	nsPG      = 'G' // 'G' pg(4)                      -> sealed pgInfo
-	nsLog     = 'L' // 'L' pg(4) epoch(8) seq(8)      -> sealed LogEntry
-	nsMap     = 'M' // 'M' epoch(8)                   -> sealed ClusterMap
-	nsIDs     = 'N' // 'N'                            -> sealed data-id high-water mark
-	nsBackfil = 'I' // 'I' pg(4)                      -> "": a backfill of the PG is under way
-	nsHead    = 'O' // 'O' bucket 0x00 key            -> sealed head
-	nsPGIndex = 'P' // 'P' pg(4) bucket 0x00 key      -> empty
-	nsReq     = 'R' // 'R' pg(4) client(8) tid(8)     -> sealed version
-	nsStats   = 'S' // 'S' [pg(4)]                    -> counters (merge operands): the store's, a PG's
-	nsPending = 'W' // 'W' dataID(8)                  -> "": chunks written, head not yet; "F": unnamed data file
+	nsBucket   = 'B' // 'B' bucket                     -> sealed BucketInfo
+	nsData     = 'D' // 'D' dataID(8) chunk(4)         -> crc32c(4) bytes
+	nsLES      = 'E' // 'E' pg(4)                      -> sealed last_epoch_started
+	nsPG       = 'G' // 'G' pg(4)                      -> sealed pgInfo
+	nsLog      = 'L' // 'L' pg(4) epoch(8) seq(8)      -> sealed LogEntry
+	nsMap      = 'M' // 'M' epoch(8)                   -> sealed ClusterMap
+	nsIDs      = 'N' // 'N'                            -> sealed data-id high-water mark
+	nsBackfil  = 'I' // 'I' pg(4)                      -> "": a backfill of the PG is under way
+	nsHead     = 'O' // 'O' bucket 0x00 key            -> sealed head
+	nsPGIndex  = 'P' // 'P' pg(4) bucket 0x00 key      -> empty
+	nsReq      = 'R' // 'R' pg(4) client(8) tid(8)     -> sealed version
+	nsStats    = 'S' // 'S' [pg(4)]                    -> counters (merge operands): the store's, a PG's
+	nsPending  = 'W' // 'W' dataID(8)                  -> "": chunks written, head not yet; "F": unnamed data file
+	nsRemoving = 'X' // 'X' pg(4)                     -> "": the PG's removal is under way (pgremove.go)
 )
 
 const (

@@ -38,6 +38,9 @@ type Stats struct {
 	// secure sessions.
 	BodyCRCBytes int64
 
+	// PGsRemoved counts the PG copies RemovePG removed since Open.
+	PGsRemoved int64
+
 	// DiskBytes is Pebble's on-disk size (tables, blob files, WAL) plus
 	// DataFileBytes. The rest is Pebble's: memtable bytes, L0 shape, read
 	// amplification, bytes compactions are behind, flush and compaction
@@ -76,6 +79,7 @@ func (s *Store) Stats() Stats {
 	st.GarbageCollected = s.counters.garbageCollected.Load()
 	st.SpaceMeasures = s.counters.spaceMeasures.Load()
 	st.BodyCRCBytes = s.counters.bodyCRCBytes.Load()
+	st.PGsRemoved = s.counters.pgsRemoved.Load()
 
 	v, closer, err := s.db.Get(keyCounters)
 	switch {

@@ -71,7 +71,7 @@ type Store struct {
 
 	counters struct {
 		puts, deletes, readBytes, writtenBytes, corruptions, garbageCollected atomic.Int64
-		spaceMeasures, bodyCRCBytes                                           atomic.Int64
+		spaceMeasures, bodyCRCBytes, pgsRemoved                               atomic.Int64
 	}
 }
 
@@ -142,6 +142,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, errors.Join(err, db.Close())
 	}
 	s.startReaper()
+	if err := s.finishRemovals(ctx); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
 	return s, nil
 }
 

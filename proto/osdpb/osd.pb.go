@@ -73,6 +73,8 @@ const (
 	MsgType_MSG_PG_BACKFILL_REPLY MsgType = 108
 	MsgType_MSG_HEARTBEAT         MsgType = 109
 	MsgType_MSG_HEARTBEAT_REPLY   MsgType = 110
+	MsgType_MSG_PG_STRAY          MsgType = 111
+	MsgType_MSG_PG_STRAY_REPLY    MsgType = 112
 	// Between daemons or clients and the mon (docs/osd.md, "The mon").
 	MsgType_MSG_MON_BOOT            MsgType = 201
 	MsgType_MSG_MON_BOOT_REPLY      MsgType = 202
@@ -132,6 +134,8 @@ var (
 		108: "MSG_PG_BACKFILL_REPLY",
 		109: "MSG_HEARTBEAT",
 		110: "MSG_HEARTBEAT_REPLY",
+		111: "MSG_PG_STRAY",
+		112: "MSG_PG_STRAY_REPLY",
 		201: "MSG_MON_BOOT",
 		202: "MSG_MON_BOOT_REPLY",
 		203: "MSG_MON_BEACON",
@@ -185,6 +189,8 @@ var (
 		"MSG_PG_BACKFILL_REPLY":     108,
 		"MSG_HEARTBEAT":             109,
 		"MSG_HEARTBEAT_REPLY":       110,
+		"MSG_PG_STRAY":              111,
+		"MSG_PG_STRAY_REPLY":        112,
 		"MSG_MON_BOOT":              201,
 		"MSG_MON_BOOT_REPLY":        202,
 		"MSG_MON_BEACON":            203,
@@ -2822,6 +2828,131 @@ func (x *PGQueryReply) GetInfo() *PGInfo {
 	return nil
 }
 
+// PGStray: an OSD outside a PG's acting set that holds a copy of it asks
+// the PG's primary whether it may remove that copy (docs/osd.md, "Stray
+// copies").
+type PGStray struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"` // the asker's map, in which it is not in the acting set
+	Pool          uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	Last          *Version               `protobuf:"bytes,4,opt,name=last,proto3" json:"last,omitempty"` // where the asker's copy of the PG log ends
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGStray) Reset() {
+	*x = PGStray{}
+	mi := &file_osd_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGStray) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGStray) ProtoMessage() {}
+
+func (x *PGStray) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGStray.ProtoReflect.Descriptor instead.
+func (*PGStray) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PGStray) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *PGStray) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *PGStray) GetPg() uint32 {
+	if x != nil {
+		return x.Pg
+	}
+	return 0
+}
+
+func (x *PGStray) GetLast() *Version {
+	if x != nil {
+		return x.Last
+	}
+	return nil
+}
+
+type PGStrayReply struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// remove: the PG is active+clean without the asker and holds every
+	// write the asker's copy has; the copy may go.
+	Remove        bool `protobuf:"varint,2,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGStrayReply) Reset() {
+	*x = PGStrayReply{}
+	mi := &file_osd_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGStrayReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGStrayReply) ProtoMessage() {}
+
+func (x *PGStrayReply) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGStrayReply.ProtoReflect.Descriptor instead.
+func (*PGStrayReply) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PGStrayReply) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *PGStrayReply) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
+}
+
 type PGLogPull struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -2835,7 +2966,7 @@ type PGLogPull struct {
 
 func (x *PGLogPull) Reset() {
 	*x = PGLogPull{}
-	mi := &file_osd_proto_msgTypes[32]
+	mi := &file_osd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2847,7 +2978,7 @@ func (x *PGLogPull) String() string {
 func (*PGLogPull) ProtoMessage() {}
 
 func (x *PGLogPull) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[32]
+	mi := &file_osd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2860,7 +2991,7 @@ func (x *PGLogPull) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGLogPull.ProtoReflect.Descriptor instead.
 func (*PGLogPull) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{32}
+	return file_osd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PGLogPull) GetEpoch() uint64 {
@@ -2916,7 +3047,7 @@ type PGLogPullReply struct {
 
 func (x *PGLogPullReply) Reset() {
 	*x = PGLogPullReply{}
-	mi := &file_osd_proto_msgTypes[33]
+	mi := &file_osd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2928,7 +3059,7 @@ func (x *PGLogPullReply) String() string {
 func (*PGLogPullReply) ProtoMessage() {}
 
 func (x *PGLogPullReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[33]
+	mi := &file_osd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2941,7 +3072,7 @@ func (x *PGLogPullReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGLogPullReply.ProtoReflect.Descriptor instead.
 func (*PGLogPullReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{33}
+	return file_osd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PGLogPullReply) GetHeader() *ReplyHeader {
@@ -3005,7 +3136,7 @@ type PGBackfill struct {
 
 func (x *PGBackfill) Reset() {
 	*x = PGBackfill{}
-	mi := &file_osd_proto_msgTypes[34]
+	mi := &file_osd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3148,7 @@ func (x *PGBackfill) String() string {
 func (*PGBackfill) ProtoMessage() {}
 
 func (x *PGBackfill) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[34]
+	mi := &file_osd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3161,7 @@ func (x *PGBackfill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGBackfill.ProtoReflect.Descriptor instead.
 func (*PGBackfill) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{34}
+	return file_osd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PGBackfill) GetEpoch() uint64 {
@@ -3094,7 +3225,7 @@ type PGBackfillReply struct {
 
 func (x *PGBackfillReply) Reset() {
 	*x = PGBackfillReply{}
-	mi := &file_osd_proto_msgTypes[35]
+	mi := &file_osd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3106,7 +3237,7 @@ func (x *PGBackfillReply) String() string {
 func (*PGBackfillReply) ProtoMessage() {}
 
 func (x *PGBackfillReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[35]
+	mi := &file_osd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3119,7 +3250,7 @@ func (x *PGBackfillReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGBackfillReply.ProtoReflect.Descriptor instead.
 func (*PGBackfillReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{35}
+	return file_osd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PGBackfillReply) GetHeader() *ReplyHeader {
@@ -3161,7 +3292,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_osd_proto_msgTypes[36]
+	mi := &file_osd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3304,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[36]
+	mi := &file_osd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3317,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{36}
+	return file_osd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Heartbeat) GetFrom() uint32 {
@@ -3224,7 +3355,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_osd_proto_msgTypes[37]
+	mi := &file_osd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3236,7 +3367,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[37]
+	mi := &file_osd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3249,7 +3380,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{37}
+	return file_osd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HeartbeatReply) GetFrom() uint32 {
@@ -3301,7 +3432,7 @@ type MonBoot struct {
 
 func (x *MonBoot) Reset() {
 	*x = MonBoot{}
-	mi := &file_osd_proto_msgTypes[38]
+	mi := &file_osd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3444,7 @@ func (x *MonBoot) String() string {
 func (*MonBoot) ProtoMessage() {}
 
 func (x *MonBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[38]
+	mi := &file_osd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3457,7 @@ func (x *MonBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBoot.ProtoReflect.Descriptor instead.
 func (*MonBoot) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{38}
+	return file_osd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MonBoot) GetFsid() string {
@@ -3404,7 +3535,7 @@ type MonBootReply struct {
 
 func (x *MonBootReply) Reset() {
 	*x = MonBootReply{}
-	mi := &file_osd_proto_msgTypes[39]
+	mi := &file_osd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3416,7 +3547,7 @@ func (x *MonBootReply) String() string {
 func (*MonBootReply) ProtoMessage() {}
 
 func (x *MonBootReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[39]
+	mi := &file_osd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3429,7 +3560,7 @@ func (x *MonBootReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBootReply.ProtoReflect.Descriptor instead.
 func (*MonBootReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{39}
+	return file_osd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MonBootReply) GetHeader() *ReplyHeader {
@@ -3477,7 +3608,7 @@ type PGStat struct {
 
 func (x *PGStat) Reset() {
 	*x = PGStat{}
-	mi := &file_osd_proto_msgTypes[40]
+	mi := &file_osd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3489,7 +3620,7 @@ func (x *PGStat) String() string {
 func (*PGStat) ProtoMessage() {}
 
 func (x *PGStat) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[40]
+	mi := &file_osd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3502,7 +3633,7 @@ func (x *PGStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGStat.ProtoReflect.Descriptor instead.
 func (*PGStat) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{40}
+	return file_osd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PGStat) GetPool() uint32 {
@@ -3585,7 +3716,7 @@ type MonBeacon struct {
 
 func (x *MonBeacon) Reset() {
 	*x = MonBeacon{}
-	mi := &file_osd_proto_msgTypes[41]
+	mi := &file_osd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3597,7 +3728,7 @@ func (x *MonBeacon) String() string {
 func (*MonBeacon) ProtoMessage() {}
 
 func (x *MonBeacon) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[41]
+	mi := &file_osd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3610,7 +3741,7 @@ func (x *MonBeacon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeacon.ProtoReflect.Descriptor instead.
 func (*MonBeacon) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{41}
+	return file_osd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MonBeacon) GetFsid() string {
@@ -3706,7 +3837,7 @@ type MonBeaconReply struct {
 
 func (x *MonBeaconReply) Reset() {
 	*x = MonBeaconReply{}
-	mi := &file_osd_proto_msgTypes[42]
+	mi := &file_osd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3718,7 +3849,7 @@ func (x *MonBeaconReply) String() string {
 func (*MonBeaconReply) ProtoMessage() {}
 
 func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[42]
+	mi := &file_osd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3731,7 +3862,7 @@ func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeaconReply.ProtoReflect.Descriptor instead.
 func (*MonBeaconReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{42}
+	return file_osd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *MonBeaconReply) GetHeader() *ReplyHeader {
@@ -3758,7 +3889,7 @@ type MonFailure struct {
 
 func (x *MonFailure) Reset() {
 	*x = MonFailure{}
-	mi := &file_osd_proto_msgTypes[43]
+	mi := &file_osd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3770,7 +3901,7 @@ func (x *MonFailure) String() string {
 func (*MonFailure) ProtoMessage() {}
 
 func (x *MonFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[43]
+	mi := &file_osd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3783,7 +3914,7 @@ func (x *MonFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailure.ProtoReflect.Descriptor instead.
 func (*MonFailure) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{43}
+	return file_osd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MonFailure) GetFsid() string {
@@ -3844,7 +3975,7 @@ type MonFailureReply struct {
 
 func (x *MonFailureReply) Reset() {
 	*x = MonFailureReply{}
-	mi := &file_osd_proto_msgTypes[44]
+	mi := &file_osd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3856,7 +3987,7 @@ func (x *MonFailureReply) String() string {
 func (*MonFailureReply) ProtoMessage() {}
 
 func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[44]
+	mi := &file_osd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3869,7 +4000,7 @@ func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailureReply.ProtoReflect.Descriptor instead.
 func (*MonFailureReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{44}
+	return file_osd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MonFailureReply) GetHeader() *ReplyHeader {
@@ -3891,7 +4022,7 @@ type MonSubscribe struct {
 
 func (x *MonSubscribe) Reset() {
 	*x = MonSubscribe{}
-	mi := &file_osd_proto_msgTypes[45]
+	mi := &file_osd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3903,7 +4034,7 @@ func (x *MonSubscribe) String() string {
 func (*MonSubscribe) ProtoMessage() {}
 
 func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[45]
+	mi := &file_osd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3916,7 +4047,7 @@ func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
 func (*MonSubscribe) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{45}
+	return file_osd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
@@ -3944,7 +4075,7 @@ type MonSubscribeReply struct {
 
 func (x *MonSubscribeReply) Reset() {
 	*x = MonSubscribeReply{}
-	mi := &file_osd_proto_msgTypes[46]
+	mi := &file_osd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3956,7 +4087,7 @@ func (x *MonSubscribeReply) String() string {
 func (*MonSubscribeReply) ProtoMessage() {}
 
 func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[46]
+	mi := &file_osd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3969,7 +4100,7 @@ func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
 func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{46}
+	return file_osd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
@@ -4006,7 +4137,7 @@ type AuthTable struct {
 
 func (x *AuthTable) Reset() {
 	*x = AuthTable{}
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4018,7 +4149,7 @@ func (x *AuthTable) String() string {
 func (*AuthTable) ProtoMessage() {}
 
 func (x *AuthTable) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4031,7 +4162,7 @@ func (x *AuthTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
 func (*AuthTable) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{47}
+	return file_osd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AuthTable) GetRevision() int64 {
@@ -4063,7 +4194,7 @@ type AuthEntry struct {
 
 func (x *AuthEntry) Reset() {
 	*x = AuthEntry{}
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4075,7 +4206,7 @@ func (x *AuthEntry) String() string {
 func (*AuthEntry) ProtoMessage() {}
 
 func (x *AuthEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4088,7 +4219,7 @@ func (x *AuthEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
 func (*AuthEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{48}
+	return file_osd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AuthEntry) GetEntity() string {
@@ -4131,7 +4262,7 @@ type S3Key struct {
 
 func (x *S3Key) Reset() {
 	*x = S3Key{}
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4143,7 +4274,7 @@ func (x *S3Key) String() string {
 func (*S3Key) ProtoMessage() {}
 
 func (x *S3Key) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4156,7 +4287,7 @@ func (x *S3Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
 func (*S3Key) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{49}
+	return file_osd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *S3Key) GetAccessKey() string {
@@ -4182,7 +4313,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4194,7 +4325,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4207,7 +4338,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{50}
+	return file_osd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -4226,7 +4357,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4238,7 +4369,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4251,7 +4382,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{51}
+	return file_osd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -4282,7 +4413,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4294,7 +4425,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4307,7 +4438,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{52}
+	return file_osd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -4387,7 +4518,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4399,7 +4530,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4412,7 +4543,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{53}
+	return file_osd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -4471,7 +4602,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[54]
+	mi := &file_osd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4483,7 +4614,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[54]
+	mi := &file_osd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4496,7 +4627,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{54}
+	return file_osd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -4739,7 +4870,15 @@ const file_osd_proto_rawDesc = "" +
 	"\fPGQueryReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12&\n" +
 	"\x04info\x18\x02 \x01(\v2\x12.osprey.osd.PGInfoR\x04infoJ\x04\b\n" +
-	"\x10\v\"\x97\x01\n" +
+	"\x10\v\"l\n" +
+	"\aPGStray\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
+	"\x02pg\x18\x03 \x01(\rR\x02pg\x12'\n" +
+	"\x04last\x18\x04 \x01(\v2\x13.osprey.osd.VersionR\x04last\"W\n" +
+	"\fPGStrayReply\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x16\n" +
+	"\x06remove\x18\x02 \x01(\bR\x06remove\"\x97\x01\n" +
 	"\tPGLogPull\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
@@ -4895,7 +5034,7 @@ const file_osd_proto_rawDesc = "" +
 	"\as3_keys\x18\x05 \x03(\v2\x11.osprey.osd.S3KeyR\x06s3Keys\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc3\t\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xed\t\n" +
 	"\aMsgType\x12\x0f\n" +
 	"\vMSG_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vMSG_GET_MAP\x10\x01\x12\x15\n" +
@@ -4937,7 +5076,9 @@ const file_osd_proto_rawDesc = "" +
 	"\x0fMSG_PG_BACKFILL\x10k\x12\x19\n" +
 	"\x15MSG_PG_BACKFILL_REPLY\x10l\x12\x11\n" +
 	"\rMSG_HEARTBEAT\x10m\x12\x17\n" +
-	"\x13MSG_HEARTBEAT_REPLY\x10n\x12\x11\n" +
+	"\x13MSG_HEARTBEAT_REPLY\x10n\x12\x10\n" +
+	"\fMSG_PG_STRAY\x10o\x12\x16\n" +
+	"\x12MSG_PG_STRAY_REPLY\x10p\x12\x11\n" +
 	"\fMSG_MON_BOOT\x10\xc9\x01\x12\x17\n" +
 	"\x12MSG_MON_BOOT_REPLY\x10\xca\x01\x12\x13\n" +
 	"\x0eMSG_MON_BEACON\x10\xcb\x01\x12\x19\n" +
@@ -5007,7 +5148,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),              // 0: osprey.osd.MsgType
 	(Status)(0),               // 1: osprey.osd.Status
@@ -5045,33 +5186,35 @@ var file_osd_proto_goTypes = []any{
 	(*PGQuery)(nil),           // 33: osprey.osd.PGQuery
 	(*PGInfo)(nil),            // 34: osprey.osd.PGInfo
 	(*PGQueryReply)(nil),      // 35: osprey.osd.PGQueryReply
-	(*PGLogPull)(nil),         // 36: osprey.osd.PGLogPull
-	(*PGLogPullReply)(nil),    // 37: osprey.osd.PGLogPullReply
-	(*PGBackfill)(nil),        // 38: osprey.osd.PGBackfill
-	(*PGBackfillReply)(nil),   // 39: osprey.osd.PGBackfillReply
-	(*Heartbeat)(nil),         // 40: osprey.osd.Heartbeat
-	(*HeartbeatReply)(nil),    // 41: osprey.osd.HeartbeatReply
-	(*MonBoot)(nil),           // 42: osprey.osd.MonBoot
-	(*MonBootReply)(nil),      // 43: osprey.osd.MonBootReply
-	(*PGStat)(nil),            // 44: osprey.osd.PGStat
-	(*MonBeacon)(nil),         // 45: osprey.osd.MonBeacon
-	(*MonBeaconReply)(nil),    // 46: osprey.osd.MonBeaconReply
-	(*MonFailure)(nil),        // 47: osprey.osd.MonFailure
-	(*MonFailureReply)(nil),   // 48: osprey.osd.MonFailureReply
-	(*MonSubscribe)(nil),      // 49: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil), // 50: osprey.osd.MonSubscribeReply
-	(*AuthTable)(nil),         // 51: osprey.osd.AuthTable
-	(*AuthEntry)(nil),         // 52: osprey.osd.AuthEntry
-	(*S3Key)(nil),             // 53: osprey.osd.S3Key
-	(*MonAuth)(nil),           // 54: osprey.osd.MonAuth
-	(*MonMap)(nil),            // 55: osprey.osd.MonMap
-	(*MonCommand)(nil),        // 56: osprey.osd.MonCommand
-	(*MonCommandReply)(nil),   // 57: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),        // 58: osprey.osd.AuthRecord
-	nil,                       // 59: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                       // 60: osprey.osd.AuthEntry.CapsEntry
-	nil,                       // 61: osprey.osd.MonCommand.CapsEntry
-	nil,                       // 62: osprey.osd.AuthRecord.CapsEntry
+	(*PGStray)(nil),           // 36: osprey.osd.PGStray
+	(*PGStrayReply)(nil),      // 37: osprey.osd.PGStrayReply
+	(*PGLogPull)(nil),         // 38: osprey.osd.PGLogPull
+	(*PGLogPullReply)(nil),    // 39: osprey.osd.PGLogPullReply
+	(*PGBackfill)(nil),        // 40: osprey.osd.PGBackfill
+	(*PGBackfillReply)(nil),   // 41: osprey.osd.PGBackfillReply
+	(*Heartbeat)(nil),         // 42: osprey.osd.Heartbeat
+	(*HeartbeatReply)(nil),    // 43: osprey.osd.HeartbeatReply
+	(*MonBoot)(nil),           // 44: osprey.osd.MonBoot
+	(*MonBootReply)(nil),      // 45: osprey.osd.MonBootReply
+	(*PGStat)(nil),            // 46: osprey.osd.PGStat
+	(*MonBeacon)(nil),         // 47: osprey.osd.MonBeacon
+	(*MonBeaconReply)(nil),    // 48: osprey.osd.MonBeaconReply
+	(*MonFailure)(nil),        // 49: osprey.osd.MonFailure
+	(*MonFailureReply)(nil),   // 50: osprey.osd.MonFailureReply
+	(*MonSubscribe)(nil),      // 51: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil), // 52: osprey.osd.MonSubscribeReply
+	(*AuthTable)(nil),         // 53: osprey.osd.AuthTable
+	(*AuthEntry)(nil),         // 54: osprey.osd.AuthEntry
+	(*S3Key)(nil),             // 55: osprey.osd.S3Key
+	(*MonAuth)(nil),           // 56: osprey.osd.MonAuth
+	(*MonMap)(nil),            // 57: osprey.osd.MonMap
+	(*MonCommand)(nil),        // 58: osprey.osd.MonCommand
+	(*MonCommandReply)(nil),   // 59: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),        // 60: osprey.osd.AuthRecord
+	nil,                       // 61: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                       // 62: osprey.osd.AuthEntry.CapsEntry
+	nil,                       // 63: osprey.osd.MonCommand.CapsEntry
+	nil,                       // 64: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	5,  // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -5082,7 +5225,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,  // 5: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	7,  // 6: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	8,  // 7: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	59, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	61, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	11, // 9: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	12, // 10: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	10, // 11: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -5122,40 +5265,42 @@ var file_osd_proto_depIdxs = []int32{
 	7,  // 45: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
 	10, // 46: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
 	34, // 47: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
-	7,  // 48: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
-	10, // 49: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
-	30, // 50: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
-	7,  // 51: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
-	10, // 52: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
-	30, // 53: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
-	7,  // 54: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
-	2,  // 55: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
-	2,  // 56: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
-	10, // 57: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 58: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
-	7,  // 59: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
-	44, // 60: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	2,  // 61: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
-	10, // 62: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 63: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 64: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 65: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	51, // 66: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	52, // 67: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	60, // 68: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	53, // 69: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	51, // 70: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,  // 71: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	61, // 72: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	10, // 73: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 74: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	62, // 75: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	53, // 76: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	77, // [77:77] is the sub-list for method output_type
-	77, // [77:77] is the sub-list for method input_type
-	77, // [77:77] is the sub-list for extension type_name
-	77, // [77:77] is the sub-list for extension extendee
-	0,  // [0:77] is the sub-list for field type_name
+	7,  // 48: osprey.osd.PGStray.last:type_name -> osprey.osd.Version
+	10, // 49: osprey.osd.PGStrayReply.header:type_name -> osprey.osd.ReplyHeader
+	7,  // 50: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
+	10, // 51: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
+	30, // 52: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
+	7,  // 53: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
+	10, // 54: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
+	30, // 55: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
+	7,  // 56: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
+	2,  // 57: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
+	2,  // 58: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
+	10, // 59: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 60: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
+	7,  // 61: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
+	46, // 62: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	2,  // 63: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
+	10, // 64: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 65: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 66: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 67: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	53, // 68: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	54, // 69: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	62, // 70: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	55, // 71: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	53, // 72: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,  // 73: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	63, // 74: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	10, // 75: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 76: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	64, // 77: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	55, // 78: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	79, // [79:79] is the sub-list for method output_type
+	79, // [79:79] is the sub-list for method input_type
+	79, // [79:79] is the sub-list for extension type_name
+	79, // [79:79] is the sub-list for extension extendee
+	0,  // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -5169,7 +5314,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   59,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

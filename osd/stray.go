@@ -1,0 +1,250 @@
+package osd
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/osd/pg"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// Stray copies. A PG that moves (an OSD marked out, one added) leaves its
+// old copy on the OSD that left the acting set. As in Ceph, that copy goes
+// only once the PG is active+clean without it, and only at its primary's
+// say-so: every StrayInterval, an OSD asks the primary of each PG it holds
+// and is not a member of (PG_STRAY), and removes its copy when the
+// primary answers that the PG is active, clean (every member at the
+// primary's version, none backfilling or being pushed to), and holds
+// every write the stray's copy has. Until then the copy stays: it may be
+// the only one of some write, or a source the new primary's peering
+// pulls from. Data loss is far worse than a leak, so every doubt (no
+// answer, a map that disagrees, a recovery under way) keeps the copy.
+//
+// The removal runs one PG at a time, in pages with a pause between them
+// (store.RemovePG, which also makes a crash midway safe), while the PG
+// refuses RepOps, queries and recovery reads (pgState.removing). A stray
+// that later rejoins the acting set starts from an empty copy and is
+// backfilled like a new member.
+
+// strayQueryTimeout bounds one PG_STRAY question.
+const strayQueryTimeout = 2 * time.Second
+
+// removalPause is the pause between two pages of a removal: it keeps a
+// removal's share of the disk and of the WAL's syncs small next to client
+// writes (Ceph's osd_delete_sleep).
+var removalPause = 10 * time.Millisecond
+
+// strayLoop looks for stray copies every StrayInterval.
+func (o *OSD) strayLoop() { o.every(o.cfg.StrayInterval, o.checkStrays) }
+
+// checkStrays asks the primary of each PG we hold outside its acting set
+// whether our copy may go, and starts the removal of the first it
+// allows. Nothing while a removal runs.
+func (o *OSD) checkStrays() {
+	o.strayRounds.Add(1)
+	if o.removingStray.Load() {
+		return
+	}
+	// A map that has us down moved our PGs only until we are marked up
+	// again (a restart: the mon's map says down until we boot): those
+	// copies are about to be ours again, and removing them would cost a
+	// backfill of all of them.
+	if info, ok := o.Map().OSD(o.id); !ok || !info.Up {
+		return
+	}
+	sids, err := o.st.HeldPGs(o.ctx)
+	if err != nil {
+		o.log.Warn("listing the pgs the store holds", "err", err)
+		return
+	}
+	for _, sid := range sids {
+		if o.ctx.Err() != nil {
+			return
+		}
+		if o.removingErr(sid) != nil {
+			// A removal that failed midway: the copy is marked, and
+			// unusable whatever the map says now; finish it.
+			if o.removeStray(sid) {
+				return
+			}
+			continue
+		}
+		mp := o.Map()
+		pool, pgn, primary, ok := o.strayOf(mp, sid)
+		if !ok {
+			continue
+		}
+		last, _, err := o.st.PGInfo(o.ctx, sid)
+		if err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(o.ctx, strayQueryTimeout)
+		var rep osdpb.PGStrayReply
+		err = o.call(ctx, primary, osdpb.MsgType_MSG_PG_STRAY, &osdpb.PGStray{Epoch: mp.Epoch(), Pool: pool, Pg: pgn, Last: last}, &rep, nil)
+		cancel()
+		if err == nil {
+			err = ops.FromReply(rep.Header)
+		}
+		if err != nil || !rep.Remove {
+			o.log.Debug("stray pg copy kept", "pg", placement.PGIDOf(sid), "primary", primary, "err", err)
+			continue
+		}
+		if o.removeStray(sid) {
+			return
+		}
+	}
+}
+
+// strayOf says whether store PG sid is a stray of ours in map mp: a PG of
+// a pool of mp (not the meta PG, which every OSD holds) whose acting set
+// does not have us. It returns the PG's primary.
+func (o *OSD) strayOf(mp *placement.Map, sid uint32) (pool, pgn, primary uint32, ok bool) {
+	pool, pgn = splitStorePG(sid)
+	if pgn == placement.MetaPG {
+		return 0, 0, 0, false
+	}
+	p, found := mp.Pool(pool)
+	if !found || pgn >= p.PgCount {
+		return 0, 0, 0, false // a pool deleted or shrunk: not ours to decide
+	}
+	acting := mp.ActingSet(pool, pgn)
+	if len(acting) == 0 || slices.Contains(acting, o.id) {
+		return 0, 0, 0, false
+	}
+	return pool, pgn, acting[0], true
+}
+
+// removeStray starts removing our copy of store PG sid, unless the map
+// now makes us a member again or the PG is busy (a recovery, RepOps
+// waiting); false when it did not start.
+func (o *OSD) removeStray(sid uint32) bool {
+	p, err := o.pgOf(sid)
+	if err != nil {
+		return false
+	}
+	started := make(chan bool, 1)
+	if !o.enqueue(o.shardOf(sid), func() {
+		retry := p.removing.Load() // a removal that failed midway
+		if _, _, _, ok := o.strayOf(o.Map(), sid); !retry && (!ok || p.recovering || p.bf.Load() != nil || len(p.queued) > 0) ||
+			!o.removingStray.CompareAndSwap(false, true) {
+			started <- false
+			return
+		}
+		p.removing.Store(true)
+		// Rebuilt from the empty copy once it is gone; nothing may count
+		// the old copy meanwhile.
+		p.m, p.last = nil, &osdpb.Version{}
+		started <- true
+		o.wg.Go(func() { o.runRemoval(p) })
+	}) {
+		return false
+	}
+	return <-started
+}
+
+// runRemoval removes stray PG p's copy, then lets the PG be used again.
+func (o *OSD) runRemoval(p *pgState) {
+	defer o.removingStray.Store(false)
+	id := placement.PGIDOf(p.sid)
+	start := time.Now()
+	n, err := o.st.RemovePG(o.ctx, p.sid, func(ctx context.Context) error {
+		if hook := removalPage.Load(); hook != nil {
+			if err := hook(o.id, p.sid); err != nil {
+				return err
+			}
+		}
+		t := time.NewTimer(removalPause)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	if err != nil {
+		// The PG stays refused: the store holds its removal mark, and the
+		// next start (Open) finishes it.
+		if o.ctx.Err() == nil {
+			o.log.Error("removing a stray pg copy failed; the next start finishes it", "pg", id, "objects", n, "err", err)
+		}
+		return
+	}
+	o.log.Info("removed a stray pg copy", "pg", id, "objects", n, "took", time.Since(start).Round(time.Millisecond))
+	o.enqueue(o.shardOf(p.sid), func() {
+		last, _, err := o.st.PGInfo(o.ctx, p.sid)
+		if err != nil {
+			o.log.Warn("pg info after its removal", "pg", id, "err", err)
+			return
+		}
+		p.last = last
+		p.peerMu.Lock()
+		p.peerLast = nil
+		p.peerMu.Unlock()
+		p.removing.Store(false)
+		o.advance(p, o.Map())
+	})
+}
+
+// removalPage, when set (tests, through export_test.go), runs after each
+// page of a stray's removal on OSD osd; an error stops the removal there,
+// as a crash would.
+var removalPage testHook[func(osd, sid uint32) error]
+
+// removingErr refuses what a PG whose copy is being removed cannot serve.
+func (o *OSD) removingErr(sid uint32) error {
+	o.pgMu.Lock()
+	p := o.pgs[sid]
+	o.pgMu.Unlock()
+	if p != nil && p.removing.Load() {
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: this OSD's copy is being removed", placement.PGIDOf(sid))
+	}
+	return nil
+}
+
+// answerStray answers OSD from's PG_STRAY on the PG's shard: remove only
+// when we are the PG's primary in a map at least as new as the asker's,
+// the asker is not in the acting set, the PG is active+clean (the
+// machine's view: peered, no push under way, Size members; and every
+// replica's last RepOp reply at our version), and our log is at or past
+// the asker's. Anything else keeps the copy.
+func (o *OSD) answerStray(q *osdpb.PGStray, sid, from uint32) (bool, error) {
+	mp := o.Map()
+	if q.Epoch > mp.Epoch() {
+		o.learnEpoch(q.Epoch, from)
+		return false, ops.Errorf(osdpb.Status_STALE_EPOCH, "pg %d.%x: asked at epoch %d, we are at %d", q.Pool, q.Pg, q.Epoch, mp.Epoch())
+	}
+	p, err := o.pgOf(sid)
+	if err != nil {
+		return false, err
+	}
+	o.advance(p, mp)
+	if p.m == nil || p.m.Role() != pg.RolePrimary {
+		return false, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "pg %d.%x: not its primary", q.Pool, q.Pg)
+	}
+	if info, ok := mp.OSD(from); !ok || !info.Up || slices.Contains(p.m.Acting(), pg.OSDID(from)) {
+		return false, nil // a member, or one about to be again
+	}
+	if s := p.m.State(); s&(pg.StateActive|pg.StateClean) != pg.StateActive|pg.StateClean ||
+		p.peering.Load() || p.recovering || p.m.Local().Incomplete {
+		return false, nil
+	}
+	last, _, err := o.st.PGInfo(o.ctx, sid)
+	if err != nil {
+		return false, err
+	}
+	if !versionLE(q.Last, last) {
+		o.log.Warn("a stray copy is ahead of the primary; keeping it", "pg", p.m.ID(), "stray", from, "its_last", q.Last, "our_last", last)
+		return false, nil
+	}
+	for _, id := range p.m.Acting()[1:] {
+		at, known := p.peerAt(uint32(id))
+		if last.GetSeq() != 0 && (!known || !versionLE(last, at)) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
