@@ -33,7 +33,12 @@ func TestRedialWhenNewLinkFailsBeforeConnectLoopReturns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shutdownAtEnd(t, cli, srv)
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		cli.Shutdown(sctx)
+		srv.Shutdown(sctx)
+	}()
 	var broke atomic.Bool
 	cli.afterDial = func(c *Conn, err error) {
 		if err != nil || broke.Swap(true) {
@@ -74,17 +79,6 @@ func TestRedialWhenNewLinkFailsBeforeConnectLoopReturns(t *testing.T) {
 	if !pollUntil(deadline, redialed) {
 		t.Fatalf("the first link was not broken and redialed: %+v", c.Stats())
 	}
-}
-
-// shutdownAtEnd shuts ms down, in order, when the test ends.
-func shutdownAtEnd(t *testing.T, ms ...*Messenger) {
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, m := range ms {
-			m.Shutdown(ctx)
-		}
-	})
 }
 
 // pollUntil checks cond every millisecond until it holds or deadline

@@ -1,58 +1,18 @@
-package msgr
+package msgr_test
 
 import (
 	"context"
-	"errors"
-	"io"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/msgr/tcp"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
-
-// gateTransport is TCP whose dials can be refused (a peer out of reach)
-// and whose dialed links can swallow what is written on them (frames that
-// left this side and were lost on the way).
-type gateTransport struct {
-	tcp.Transport
-	refuse, swallow atomic.Bool
-}
-
-type gateLink struct {
-	wire.Link
-	g *gateTransport
-}
-
-var errGateRefused = errors.New("gate: refused")
-
-func (g *gateTransport) Dial(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Link, error) {
-	if g.refuse.Load() {
-		return nil, errGateRefused
-	}
-	l, err := g.Transport.Dial(ctx, addr, opts)
-	if err != nil {
-		return nil, err
-	}
-	return &gateLink{Link: l, g: g}, nil
-}
-
-func (l *gateLink) WriteFrames(frames []wire.Frame) error {
-	if l.g.swallow.Load() {
-		return nil
-	}
-	return l.Link.WriteFrames(frames)
-}
-
-func (l *gateLink) EndHandshake() {
-	if h, ok := l.Link.(wire.HandshakeEnder); ok {
-		h.EndHandshake()
-	}
-}
 
 // received is what a peer's dispatcher got: fronts and seqs, in order.
 type received struct {
@@ -61,7 +21,7 @@ type received struct {
 	seqs   []uint64
 }
 
-func (r *received) Dispatch(m *Message) {
+func (r *received) Dispatch(m *msgr.Message) {
 	r.mu.Lock()
 	r.fronts = append(r.fronts, string(m.Front))
 	r.seqs = append(r.seqs, m.Seq())
@@ -69,7 +29,7 @@ func (r *received) Dispatch(m *Message) {
 	m.Release()
 }
 
-func (r *received) HandleEvent(Event) {}
+func (r *received) HandleEvent(msgr.Event) {}
 
 func (r *received) get() ([]string, []uint64) {
 	r.mu.Lock()
@@ -83,39 +43,39 @@ func (r *received) get() ([]string, []uint64) {
 // refused and still delivered exactly once. The queue's counts follow,
 // and a sender blocked on a full queue gets the room.
 func TestWithdraw(t *testing.T) {
+	mem := msgrtest.NewMemTransport()
+	for _, tc := range []struct {
+		env msgrtest.Env
+		tr  wire.Transport // what the dialer's gate wraps
+	}{
+		{tcpEnv, tcp.Transport{}},
+		{msgrtest.Env{Scheme: "mem", Transports: func() []wire.Transport { return []wire.Transport{mem} }}, mem},
+	} {
+		t.Run(tc.env.Scheme, func(t *testing.T) { testWithdraw(t, tc.env, tc.tr) })
+	}
+}
+
+func testWithdraw(t *testing.T, env msgrtest.Env, tr wire.Transport) {
 	ctx := context.Background()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var rec received
-	srv, err := New(Options{Name: "osd.0", Transports: tcpOnly, Logger: quiet, Dispatcher: &rec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := srv.Listen(ctx, "tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gateTransport{}
-	cli, err := New(Options{Name: "osd.1", Transports: []wire.Transport{g}, Logger: quiet,
-		Dispatcher: DispatchFunc(func(m *Message) { m.Release() }),
-		Reconnect:  Backoff{Min: time.Millisecond, Max: 5 * time.Millisecond}, SendQueueMsgs: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	shutdownAtEnd(t, cli, srv)
+	srv := env.NewMessenger(t, "osd.0", &rec, nil)
+	addr := env.Listen(t, srv)
+	gate := msgrtest.NewGate(tr)
+	cli := env.NewMessenger(t, "osd.1", msgrtest.NewRecorder(t), func(o *msgr.Options) {
+		o.Transports = []wire.Transport{gate}
+		o.SendQueueMsgs = 4
+	})
 	c, err := cli.Connect(ctx, addr, "osd.0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	wait := func(what string, cond func() bool) {
 		t.Helper()
-		if !pollUntil(deadline, cond) {
-			t.Fatalf("%s: %v", what, c)
-		}
+		msgrtest.EventuallyDescribed(t, 10*time.Second, func() string { return what + ": " + c.String() }, cond)
 	}
-	send := func(front string, opt ...func(*Message)) Ticket {
+	send := func(front string, opt ...func(*msgr.Message)) msgr.Ticket {
 		t.Helper()
-		m := NewMessage(1, []byte(front), nil)
+		m := msgr.NewMessage(1, []byte(front), nil)
 		for _, f := range opt {
 			f(m)
 		}
@@ -136,9 +96,9 @@ func TestWithdraw(t *testing.T) {
 		t.Fatal("withdrew a delivered message")
 	}
 
-	// b is written and lost on the way: it may have arrived, as far as
-	// this side knows, so it stays for the replay.
-	g.swallow.Store(true)
+	// b is written and lost on the way: as far as this side knows it may
+	// have arrived, so it stays for the replay.
+	gate.Swallow(true)
 	tB := send("b")
 	wait("b written", func() bool { return c.Stats().MsgsSent == 2 })
 	if c.Withdraw(tB) {
@@ -146,20 +106,16 @@ func TestWithdraw(t *testing.T) {
 	}
 
 	// The link goes down and stays down.
-	g.refuse.Store(true)
-	c.mu.Lock()
-	lr := c.link
-	c.mu.Unlock()
-	lr.link.Close()
-	wait("link down", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.link == nil })
-	g.swallow.Store(false)
+	gate.Down()
+	wait("link down", func() bool { return c.Stats().Faults != 0 })
+	gate.Swallow(false)
 	if c.Withdraw(tB) {
 		t.Fatal("withdrew a message to replay")
 	}
 
 	tC := send("c")
 	var releasedD atomic.Int32
-	tD := send("d", func(m *Message) { m.OnRelease = func(*Message) { releasedD.Add(1) } })
+	tD := send("d", func(m *msgr.Message) { m.OnRelease = func(*msgr.Message) { releasedD.Add(1) } })
 	send("e")
 	if !c.Withdraw(tD) || c.Withdraw(tD) {
 		t.Fatal("withdraw of d: want true once, then false")
@@ -174,8 +130,8 @@ func TestWithdraw(t *testing.T) {
 	// A full queue (b c e f) blocks the next sender until f is withdrawn.
 	tF := send("f")
 	sent := make(chan error, 1)
-	go func() { sent <- c.Send(ctx, NewMessage(1, []byte("g"), nil)) }()
-	wait("g blocked", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.spaceWait != nil })
+	go func() { sent <- c.Send(ctx, msgr.NewMessage(1, []byte("g"), nil)) }()
+	wait("g blocked", c.SenderWaitsForTest)
 	if !c.Withdraw(tF) {
 		t.Fatal("withdraw of f failed")
 	}
@@ -184,19 +140,19 @@ func TestWithdraw(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(time.Until(deadline)):
+	case <-time.After(10 * time.Second):
 		t.Fatal("the blocked sender did not get f's room")
 	}
 
-	other, err := cli.Connect(ctx, "tcp://127.0.0.1:1", "osd.9")
+	other, err := cli.Connect(ctx, addr, "osd.9")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if other.Withdraw(tC) || c.Withdraw(Ticket{}) {
+	if other.Withdraw(tC) || c.Withdraw(msgr.Ticket{}) {
 		t.Fatal("withdrew with a ticket of another conn, or the zero ticket")
 	}
 
-	g.refuse.Store(false)
+	gate.Up()
 	wait("all delivered", delivered(5))
 	wait("all acked", func() bool { return c.Stats().QueuedMsgs == 0 })
 	fronts, seqs := rec.get()
