@@ -212,6 +212,9 @@ func (o *OSD) heartbeat() {
 		if info.Id == o.id {
 			continue
 		}
+		// It waits behind what the session queued (docs/known-issues.md).
+		// An older heartbeat still queued is not withdrawn: it would
+		// arrive before this one, and any heartbeat shows we are alive.
 		if c, err := o.peerConn(info.Id); err == nil {
 			c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_HEARTBEAT), front, nil))
 		}
