@@ -104,6 +104,7 @@ type ConnStats struct {
 	BytesSent, BytesReceived uint64
 	Faults, Reconnects       uint64
 	Replayed                 uint64 // messages sent again after a reconnect
+	Withdrawn                uint64 // messages withdrawn before any link had them (Withdraw)
 	DuplicatesDropped        uint64
 	CreditStalls             uint64 // times sending stopped for lack of credit
 	GrantsSent               uint64 // explicit ACK frames carrying a grant
@@ -229,12 +230,56 @@ func (c *Conn) Err() error {
 // enough or ctx ends (back-pressure). On success the messenger owns m; on
 // error the caller keeps it.
 func (c *Conn) Send(ctx context.Context, m *Message) error {
-	return c.send(ctx, m, true)
+	_, err := c.send(ctx, m, true)
+	return err
 }
 
 // TrySend is Send that returns ErrWouldBlock instead of waiting.
 func (c *Conn) TrySend(m *Message) error {
-	return c.send(context.Background(), m, false)
+	_, err := c.send(context.Background(), m, false)
+	return err
+}
+
+// Ticket names a message sent with SendTicket, for Withdraw. The zero
+// Ticket names none.
+type Ticket struct {
+	c  *Conn
+	id uint64
+}
+
+// SendTicket is Send that also returns a Ticket with which the caller can
+// withdraw m while no link has had it: a request whose caller stopped
+// waiting for the reply.
+func (c *Conn) SendTicket(ctx context.Context, m *Message) (Ticket, error) {
+	id, err := c.send(ctx, m, true)
+	if err != nil {
+		return Ticket{}, err
+	}
+	return Ticket{c: c, id: id}, nil
+}
+
+// Withdraw takes the message of t out of the send queue if it has not been
+// written to any link yet, and reports whether it did, as time.Timer.Stop
+// does. A withdrawn message never reaches the peer and takes no sequence
+// number (the messages queued after it move up one), its room in the queue
+// goes to blocked senders, and the messenger releases it as if a reset had
+// dropped it (OnRelease, or back to the pool). Once a link had it, even one
+// that failed since, it may have arrived, so it stays and is delivered
+// exactly once like any other: Withdraw is false, as it is for a message
+// acked, dropped or withdrawn already, and for a Ticket of another Conn.
+func (c *Conn) Withdraw(t Ticket) bool {
+	if t.c != c || t.id == 0 {
+		return false
+	}
+	c.mu.Lock()
+	m, fx := c.withdraw(t.id)
+	c.applyLocked(c.link, fx)
+	c.mu.Unlock()
+	if m == nil {
+		return false
+	}
+	m.recycle()
+	return true
 }
 
 // AllocPayload returns a buffer of n bytes for a message's data
@@ -255,10 +300,11 @@ func (c *Conn) AllocPayload(n int) (*wire.Buffer, error) {
 	return wire.GetBuffer(n), nil
 }
 
-func (c *Conn) send(ctx context.Context, m *Message, block bool) error {
+// send queues m and returns its ticket id.
+func (c *Conn) send(ctx context.Context, m *Message, block bool) (uint64, error) {
 	size := m.Len()
 	if size > int64(c.m.opts.MaxMessageSize) || len(m.Front) > int(c.m.limits.MaxFront) {
-		return fmt.Errorf("%w: %d bytes (front %d), limit %d (front %d)", ErrMessageTooLarge,
+		return 0, fmt.Errorf("%w: %d bytes (front %d), limit %d (front %d)", ErrMessageTooLarge,
 			size, len(m.Front), c.m.opts.MaxMessageSize, c.m.limits.MaxFront)
 	}
 	c.mu.Lock()
@@ -266,7 +312,7 @@ func (c *Conn) send(ctx context.Context, m *Message, block bool) error {
 		(c.sess.queued() >= c.m.opts.SendQueueMsgs || c.sess.queuedBytes+size > c.m.opts.SendQueueBytes) {
 		if !block {
 			c.mu.Unlock()
-			return ErrWouldBlock
+			return 0, ErrWouldBlock
 		}
 		if c.spaceWait == nil {
 			c.spaceWait = make(chan struct{})
@@ -276,23 +322,24 @@ func (c *Conn) send(ctx context.Context, m *Message, block bool) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		}
 		c.mu.Lock()
 	}
 	if c.state == stateClosed {
 		err := c.closeErr
 		c.mu.Unlock()
-		return fmt.Errorf("%w: %w", ErrClosed, err)
+		return 0, fmt.Errorf("%w: %w", ErrClosed, err)
 	}
 	if c.peerMaxMsg > 0 && uint64(size) > c.peerMaxMsg {
 		c.mu.Unlock()
-		return fmt.Errorf("%w: %d bytes, the peer's limit is %d", ErrMessageTooLarge, size, c.peerMaxMsg)
+		return 0, fmt.Errorf("%w: %d bytes, the peer's limit is %d", ErrMessageTooLarge, size, c.peerMaxMsg)
 	}
 	// Idle: nothing is queued or unacked, as in a request/response
 	// exchange, so the sender may write this one itself (writeInline). A
 	// stream always has messages in flight and keeps the writer's batching.
 	idle := c.enqueue(m)
+	id := m.out.id // m may be acked and reused once the lock is dropped
 	lr := c.link
 	c.mu.Unlock()
 	switch {
@@ -302,7 +349,7 @@ func (c *Conn) send(ctx context.Context, m *Message, block bool) error {
 	default:
 		lr.kick()
 	}
-	return nil
+	return id, nil
 }
 
 func (c *Conn) peerMaxMessage() uint64 {

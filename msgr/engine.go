@@ -17,7 +17,7 @@ import (
 // events and carries out what it answers:
 //
 //	inputs                          outputs
-//	enqueue (Send)                  collect: the frames to write next
+//	enqueue (Send), withdraw        collect: the frames to write next
 //	onFrame (a frame read)          rxDeliver: a message to dispatch
 //	onRelease (Message.Release)     effects: wake the writer, arm the ack
 //	onAckTimer, onTick                timer, wake blocked senders
@@ -60,7 +60,7 @@ type effects uint8
 const (
 	fxWake   effects = 1 << iota // wake the link's writer: collect has work
 	fxArmAck                     // start the ack timer (ackDelay), then onAckTimer
-	fxSpace                      // acks freed send-queue space: wake blocked senders
+	fxSpace                      // acks or a withdrawal freed send-queue space: wake blocked senders
 )
 
 // verdict is what onFrame decided about a received frame.
@@ -83,6 +83,23 @@ func (e *engine) enqueue(m *Message) (idle bool) {
 	idle = e.sess.queued() == 0
 	e.sess.enqueue(m)
 	return idle
+}
+
+// withdraw takes the message of ticket id out of the queue if no link has
+// had it, and returns it for the shell to release (nil otherwise). The
+// room it held goes to blocked senders, and the writer wakes: a message
+// that waited for credit may have been what held the next ones back.
+func (e *engine) withdraw(id uint64) (*Message, effects) {
+	m := e.sess.withdraw(id)
+	if m == nil {
+		return nil, 0
+	}
+	e.st.Withdrawn++
+	fx := fxSpace
+	if e.sess.nextUnsent() != nil {
+		fx |= fxWake
+	}
+	return m, fx
 }
 
 // startLink sets up the credits of a new link from the handshake: floor

@@ -19,3 +19,10 @@ func SetTamperHook(fn func(sealed []byte)) func() {
 	testHookTamper.Store(&fn)
 	return func() { testHookTamper.Store(nil) }
 }
+
+// SenderWaitsForTest reports whether a Send waits for room in c's queue.
+func (c *Conn) SenderWaitsForTest() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.spaceWait != nil
+}

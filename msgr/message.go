@@ -57,6 +57,7 @@ type Message struct {
 	// send-side session bookkeeping
 	out struct {
 		seq uint64
+		id  uint64 // its Ticket's (session.lastID)
 	}
 }
 

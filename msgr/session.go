@@ -1,6 +1,11 @@
 package msgr
 
-import "github.com/ospreystore/osprey/msgr/wire"
+import (
+	"fmt"
+
+	"github.com/ospreystore/osprey/msgr/internal/invariants"
+	"github.com/ospreystore/osprey/msgr/wire"
+)
 
 // session is the sequencing state of one lossless (or lossy) session, a
 // state machine with no I/O in the style of etcd-io/raft: the conn calls it
@@ -13,6 +18,10 @@ import "github.com/ospreystore/osprey/msgr/wire"
 // sent again (rewind). Incoming messages are delivered only in order, and
 // one at or below inSeq is a duplicate from such a replay and dropped, so
 // the dispatcher sees every message exactly once.
+//
+// A message no link has had yet may be withdrawn (Conn.Withdraw): it
+// leaves the ring and the messages behind it, which no link has had
+// either, move up one seq each, so the seqs on the wire stay gap-free.
 type session struct {
 	outSeq uint64 // last sequence number assigned
 	ring   []*Message
@@ -26,6 +35,10 @@ type session struct {
 
 	queuedBytes int64
 
+	// lastID is the last ticket id given (Message.out.id). It survives a
+	// reset, so that a ticket never names a later message.
+	lastID uint64
+
 	inSeq     uint64 // last message received in order
 	ackedSent uint64 // last ack value we sent
 }
@@ -38,7 +51,8 @@ func (s *session) enqueue(m *Message) {
 		s.grow()
 	}
 	s.outSeq++
-	m.out.seq = s.outSeq
+	s.lastID++
+	m.out.seq, m.out.id = s.outSeq, s.lastID
 	s.ring[(s.head+s.n)&(len(s.ring)-1)] = m
 	s.n++
 	s.queuedBytes += m.Len()
@@ -65,8 +79,55 @@ func (s *session) nextUnsent() *Message {
 
 // markSent records that nextUnsent went out.
 func (s *session) markSent() {
-	s.sentSeq = max(s.sentSeq, s.at(s.sent).out.seq)
+	seq := s.at(s.sent).out.seq
+	if invariants.Enabled && seq > s.sentSeq+1 {
+		panic(fmt.Sprintf("msgr: invariant: writing seq %d after %d: a gap on the wire", seq, s.sentSeq))
+	}
+	s.sentSeq = max(s.sentSeq, seq)
 	s.sent++
+}
+
+// withdraw takes the message of ticket id out of the ring if no link has
+// had it (seq beyond sentSeq) and returns it; nil if it was written (a
+// link may have delivered it, and a replay must carry the same message
+// under the same seq), acked, dropped or withdrawn already.
+func (s *session) withdraw(id uint64) *Message {
+	// Ids and seqs grow along the ring, and what links had is a prefix
+	// of it: search back from the newest.
+	for i := s.n - 1; i >= s.sent; i-- {
+		m := s.at(i)
+		if m.out.seq <= s.sentSeq || m.out.id < id {
+			return nil
+		}
+		if m.out.id != id {
+			continue
+		}
+		mask := len(s.ring) - 1
+		for j := i; j < s.n-1; j++ {
+			next := s.at(j + 1)
+			next.out.seq--
+			s.ring[(s.head+j)&mask] = next
+		}
+		s.ring[(s.head+s.n-1)&mask] = nil
+		s.n--
+		s.outSeq--
+		s.queuedBytes -= m.Len()
+		if invariants.Enabled {
+			s.checkSeqs()
+		}
+		return m
+	}
+	return nil
+}
+
+// checkSeqs panics unless the ring holds consecutive seqs up to outSeq
+// (invariants build).
+func (s *session) checkSeqs() {
+	for i := range s.n {
+		if want := s.outSeq - uint64(s.n-1-i); s.at(i).out.seq != want {
+			panic(fmt.Sprintf("msgr: invariant: queued message %d of %d has seq %d, want %d", i, s.n, s.at(i).out.seq, want))
+		}
+	}
 }
 
 // onAck releases every message up to ack into released and returns it.
@@ -140,6 +201,6 @@ func (s *session) reset(released []*Message) []*Message {
 		s.head = (s.head + 1) & (len(s.ring) - 1)
 		s.n--
 	}
-	*s = session{ring: s.ring}
+	*s = session{ring: s.ring, lastID: s.lastID}
 	return released
 }

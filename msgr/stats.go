@@ -139,6 +139,7 @@ func (s *ConnStats) addCounters(o *ConnStats) {
 	s.Faults += o.Faults
 	s.Reconnects += o.Reconnects
 	s.Replayed += o.Replayed
+	s.Withdrawn += o.Withdrawn
 	s.DuplicatesDropped += o.DuplicatesDropped
 	s.CreditStalls += o.CreditStalls
 	s.GrantsSent += o.GrantsSent

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -68,6 +69,9 @@ func (o *OSD) CallForTest(ctx context.Context, id uint32) error {
 	var rep osdpb.GetMapReply
 	return o.call(ctx, id, osdpb.MsgType_MSG_GET_MAP, &osdpb.GetMap{}, &rep, nil)
 }
+
+// PeerConnForTest is o's cluster session to OSD id.
+func (o *OSD) PeerConnForTest(id uint32) (*msgr.Conn, error) { return o.peerConn(id) }
 
 // PendingCallsForTest is the number of o's calls to its peers that wait
 // for a reply.

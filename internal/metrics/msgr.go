@@ -30,6 +30,7 @@ var (
 	msgrFaults        = newDesc("osprey_msgr_faults_total", "Links lost under a session.", msgrLabels...)
 	msgrReconnects    = newDesc("osprey_msgr_reconnects_total", "Sessions resumed on a new link.", msgrLabels...)
 	msgrReplayed      = newDesc("osprey_msgr_replayed_messages_total", "Messages sent again after a reconnect.", msgrLabels...)
+	msgrWithdrawn     = newDesc("osprey_msgr_withdrawn_messages_total", "Messages withdrawn by their senders before any link carried them.", msgrLabels...)
 	msgrDuplicates    = newDesc("osprey_msgr_duplicate_messages_total", "Duplicate messages received and dropped.", msgrLabels...)
 	msgrHandshakeFail = newDesc("osprey_msgr_handshake_failures_total", "Handshakes that failed, dialed or accepted, by reason.", "network", "reason")
 	msgrInbound       = newDesc("osprey_msgr_inbound_connections", "Accepted connections open (handshaking or not).", "network")
@@ -53,7 +54,7 @@ func (messengerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		msgrSessions, msgrMsgsSent, msgrMsgsRecv, msgrBytesSent, msgrBytesRecv, msgrCreditStalls, msgrGrantsSent,
 		msgrGrantsRecv, msgrSendCredits, msgrSendCreditB, msgrRecvWindow, msgrQueuedMsgs, msgrQueuedBytes, msgrFaults,
-		msgrReconnects, msgrReplayed, msgrDuplicates, msgrHandshakeFail, msgrInbound, msgrRefused, msgrAcceptErrors,
+		msgrReconnects, msgrReplayed, msgrWithdrawn, msgrDuplicates, msgrHandshakeFail, msgrInbound, msgrRefused, msgrAcceptErrors,
 		msgrRecvBudget, msgrBudgetStalls, msgrReaped,
 	} {
 		ch <- d
@@ -80,6 +81,7 @@ func (c messengerCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(ch, msgrFaults, ts.Faults, l...)
 			counter(ch, msgrReconnects, ts.Reconnects, l...)
 			counter(ch, msgrReplayed, ts.Replayed, l...)
+			counter(ch, msgrWithdrawn, ts.Withdrawn, l...)
 			counter(ch, msgrDuplicates, ts.DuplicatesDropped, l...)
 			gauge(ch, msgrSessions, float64(ts.Sessions), l...)
 			gauge(ch, msgrSendCredits, float64(ts.SendCredits), l...)
