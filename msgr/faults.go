@@ -22,16 +22,11 @@ type faultyLink struct {
 	failed bool
 }
 
-var faultSeq struct {
-	sync.Mutex
-	n uint64
-}
-
-func newFaultyLink(l wire.Link, fi FaultInjection) *faultyLink {
-	faultSeq.Lock()
-	faultSeq.n++
-	n := faultSeq.n
-	faultSeq.Unlock()
+// newFaultyLink wraps the n-th link of its messenger: the fault points
+// follow from Seed and n alone, so a messenger that makes its links in the
+// same order fails them at the same frames, whatever other messengers of
+// the process do.
+func newFaultyLink(l wire.Link, fi FaultInjection, n uint64) *faultyLink {
 	f := &faultyLink{Link: l, fi: fi, rng: rand.New(rand.NewPCG(uint64(fi.Seed), n))}
 	f.arm()
 	return f

@@ -33,6 +33,7 @@ type Messenger struct {
 	ratelog    guard.RateLog // lines a peer can make us repeat
 	reaped     atomic.Uint64 // sessions closed after StandbyTimeout
 	hsFailures [NumHandshakeReasons]atomic.Uint64
+	faultLinks atomic.Uint64 // links wrapped for FaultInjection so far: each one's stream of faults
 
 	mu        sync.Mutex
 	listeners []wire.Listener
@@ -503,7 +504,7 @@ func (m *Messenger) startLink(lr *linkRun) {
 
 func (m *Messenger) newLinkRun(c *Conn, link wire.Link) *linkRun {
 	if m.opts.Faults.enabled() {
-		link = newFaultyLink(link, m.opts.Faults)
+		link = newFaultyLink(link, m.opts.Faults, m.faultLinks.Add(1))
 	}
 	lr := &linkRun{c: c, link: link, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	lr.buffered, _ = link.(interface{ Buffered() bool })
