@@ -33,6 +33,9 @@ var (
 	// RemovalPage runs after each page of the removal of a stray copy at
 	// OSD osd; an error stops the removal there, as a crash would.
 	RemovalPage = &removalPage
+	// StrayAllowed runs at OSD osd between its primary's "remove" for
+	// store PG sid and the start of the removal.
+	StrayAllowed = &strayAllowed
 )
 
 // StrayAnswers is how many PG_STRAY questions o answered, as primary,

@@ -51,7 +51,10 @@ func askAs(ctx context.Context, t *testing.T, c *osdtest.Cluster, as, to uint32,
 	for {
 		select {
 		case r := <-got:
-			if r.Tid() != tid {
+			// The OSD also sends this name its own requests (PG queries,
+			// heartbeats), whose tids come from its own counter: only
+			// the reply type with our tid answers us.
+			if r.Tid() != tid || r.Type != uint16(mt)+1 {
 				r.Release()
 				continue
 			}

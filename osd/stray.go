@@ -67,7 +67,7 @@ func (o *OSD) checkStrays() {
 		if o.removingErr(sid) != nil {
 			// A removal that failed midway: the copy is marked, and
 			// unusable whatever the map says now; finish it.
-			if o.removeStray(sid) {
+			if o.removeStray(sid, 0) {
 				return
 			}
 			continue
@@ -92,11 +92,18 @@ func (o *OSD) checkStrays() {
 			o.log.Debug("stray pg copy kept", "pg", placement.PGIDOf(sid), "primary", primary, "err", err)
 			continue
 		}
-		if o.removeStray(sid) {
+		if hook := strayAllowed.Load(); hook != nil {
+			hook(o.id, sid)
+		}
+		if o.removeStray(sid, mp.Epoch()) {
 			return
 		}
 	}
 }
+
+// strayAllowed, when set (tests, through export_test.go), runs on OSD osd
+// between its primary's "remove" for store PG sid and the removal's start.
+var strayAllowed testHook[func(osd, sid uint32)]
 
 // strayOf says whether store PG sid is a stray of ours in map mp: a PG of
 // a pool of mp (not the meta PG, which every OSD holds) whose acting set
@@ -119,8 +126,12 @@ func (o *OSD) strayOf(mp *placement.Map, sid uint32) (pool, pgn, primary uint32,
 
 // removeStray starts removing our copy of store PG sid, unless the map
 // now makes us a member again or the PG is busy (a recovery, RepOps
-// waiting); false when it did not start.
-func (o *OSD) removeStray(sid uint32) bool {
+// waiting); false when it did not start. asked is the epoch of the map we
+// asked the primary with: an answer holds for that map only. Had we been a
+// member since (marked in and out again), we may have taken writes the
+// primary's answer knew nothing of, and they may be on no other OSD. A
+// removal that failed midway (asked 0) is finished whatever the map.
+func (o *OSD) removeStray(sid uint32, asked uint64) bool {
 	p, err := o.pgOf(sid)
 	if err != nil {
 		return false
@@ -128,6 +139,10 @@ func (o *OSD) removeStray(sid uint32) bool {
 	started := make(chan bool, 1)
 	if !o.enqueue(o.shardOf(sid), func() {
 		retry := p.removing.Load() // a removal that failed midway
+		if !retry && o.Map().Epoch() != asked {
+			started <- false
+			return
+		}
 		if _, _, _, ok := o.strayOf(o.Map(), sid); !retry && (!ok || p.recovering || p.bf.Load() != nil || len(p.queued) > 0) ||
 			!o.removingStray.CompareAndSwap(false, true) {
 			started <- false
@@ -155,6 +170,11 @@ func (o *OSD) runRemoval(p *pgState) {
 			if err := hook(o.id, p.sid); err != nil {
 				return err
 			}
+		}
+		if _, _, _, stray := o.strayOf(o.Map(), p.sid); !stray {
+			// A member again: the PG waits for the removal to end before
+			// it serves, so finish it at full speed.
+			return nil
 		}
 		t := time.NewTimer(removalPause)
 		defer t.Stop()

@@ -420,3 +420,94 @@ func TestStrayRejoinsMidRemoval(t *testing.T) {
 		}
 	}
 }
+
+// TestStrayAnswerHoldsForItsMapOnly: a primary's "remove" answers the map
+// the stray asked with. Here the stray is marked in again before it acts
+// on the answer, takes an acknowledged write as the only member of a
+// one-replica PG, and is marked out again: removing its copy on the old
+// answer would lose that write, which no other OSD has yet.
+func TestStrayAnswerHoldsForItsMapOnly(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, Size: 1, PGs: 8, Tweak: func(cfg *osd.Config) {
+		cfg.StrayInterval = 50 * time.Millisecond
+	}})
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, strayBucket); err != nil {
+		t.Fatal(err)
+	}
+	const leaver = uint32(1)
+	out, err := c.Map.With(func(pb *osdpb.ClusterMap) { pb.Osds[leaver].In = false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := uint32(0)
+	for ; seed < pool.PgCount; seed++ {
+		if slices.Equal(c.Map.ActingSet(pool.Id, seed), []uint32{leaver}) && len(out.ActingSet(pool.Id, seed)) == 1 {
+			break
+		}
+	}
+	if seed == pool.PgCount {
+		t.Skip("no PG of the leaver's alone in this placement")
+	}
+	keyOf := func(prefix string) string {
+		for i := 0; ; i++ {
+			if k := fmt.Sprintf("%s%d", prefix, i); placement.PGOf(pool, strayBucket, k) == seed {
+				return k
+			}
+		}
+	}
+	late := keyOf("late")
+	if _, err := osdtest.Put(ctx, cl, strayBucket, keyOf("old"), []byte("old"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sid, _ := placement.PGID{Pool: pool.Id, Seed: seed}.StoreID()
+	answered, release := make(chan struct{}), make(chan struct{})
+	var once, freed sync.Once
+	free := func() { freed.Do(func() { close(release) }) }
+	t.Cleanup(func() { osd.StrayAllowed.Set(nil); free() })
+	osd.StrayAllowed.Set(func(id, s uint32) {
+		if id == leaver && s == sid {
+			once.Do(func() { close(answered); <-release })
+		}
+	})
+	adopt := func(m *placement.Map, ids ...uint32) {
+		for _, id := range ids {
+			if err := c.OSDs[id].AdoptMap(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	adopt(out, 0, 1, 2)
+	select {
+	case <-answered:
+	case <-ctx.Done():
+		t.Fatal("the primary never allowed the removal")
+	}
+	// The leaver holds the answer; meanwhile it is a member again.
+	back, _ := out.With(func(pb *osdpb.ClusterMap) { pb.Osds[leaver].In = true })
+	adopt(back, 0, 1, 2)
+	if got := back.ActingSet(pool.Id, seed); !slices.Equal(got, []uint32{leaver}) {
+		t.Skipf("marked in again, the PG's acting set is %v", got)
+	}
+	if _, err := osdtest.Put(ctx, cl, strayBucket, late, []byte("acknowledged"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out2, _ := back.With(func(pb *osdpb.ClusterMap) { pb.Osds[leaver].In = false })
+	adopt(out2, leaver)
+	free() // the leaver acts on the answer now, at a newer map
+	rounds := c.OSDs[leaver].StrayRounds()
+	osdtest.Eventually(t, 30*time.Second, "the leaver looks for strays again", func() bool {
+		return c.OSDs[leaver].StrayRounds() > rounds+1
+	})
+	adopt(out2, 0, 2)
+	var lastErr error
+	osdtest.Eventually(t, time.Minute, "the acknowledged write is read back", func() bool {
+		got, _, err := osdtest.Get(ctx, cl, strayBucket, late, client.GetOptions{})
+		lastErr = err
+		return err == nil && bytes.Equal(got, []byte("acknowledged"))
+	})
+	if lastErr != nil {
+		t.Fatal(lastErr)
+	}
+}

@@ -184,7 +184,15 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 			lk.Close()
 			return
 		}
-		lk.remote = peerAddr(lk.ep, info) // before the link is shared
+		// Before the link is shared; under epMu, as a receive error may
+		// already be closing the endpoint (fail → Close).
+		lk.epMu.RLock()
+		ep := lk.ep
+		if lk.dead.Load() {
+			ep = nil
+		}
+		lk.remote = peerAddr(ep, info)
+		lk.epMu.RUnlock()
 		select {
 		case l.links <- lk:
 		case <-l.done:

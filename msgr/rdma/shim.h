@@ -116,7 +116,8 @@ static int osp_port(fid_t fid) {
 // (dest_addr of the CONNREQ's info).
 static size_t osp_peer(struct fid_ep *ep, struct fi_info *info, struct sockaddr_storage *ss) {
 	size_t len = sizeof(*ss);
-	if (ep && fi_getpeer(ep, ss, &len) == 0) return len;
+	// A provider may report the length the address needs, more than ss.
+	if (ep && fi_getpeer(ep, ss, &len) == 0 && len <= sizeof(*ss)) return len;
 	if (info && info->dest_addr && info->dest_addrlen <= sizeof(*ss)) {
 		memcpy(ss, info->dest_addr, info->dest_addrlen);
 		return info->dest_addrlen;
