@@ -93,15 +93,21 @@ func noGoroutineLeak(t *testing.T) {
 // lossless session: each message arrives on its own conn, and a backlog on
 // the lossless one (its credits spent) does not hold the side one back.
 func TestSideSessionBesideLossless(t *testing.T) {
+	for _, env := range []msgrtest.Env{tcpEnv, {Scheme: "mem", Transports: memTransports()}} {
+		t.Run(env.Scheme, func(t *testing.T) { testSideSessionBesideLossless(t, env) })
+	}
+}
+
+func testSideSessionBesideLossless(t *testing.T, env msgrtest.Env) {
 	noGoroutineLeak(t)
 	const window, total = 8, 40
 	rec := &sideRecorder{hold: true, side: make(chan *msgr.Conn, 16)}
-	srv := tcpEnv.NewMessenger(t, "osd.0", rec, func(o *msgr.Options) {
+	srv := env.NewMessenger(t, "osd.0", rec, func(o *msgr.Options) {
 		o.AcceptLossySide = true
 		o.RecvWindowMsgs = window
 	})
-	addr := tcpEnv.Listen(t, srv)
-	cli := tcpEnv.NewMessenger(t, "osd.1", msgrtest.NewRecorder(t), nil)
+	addr := env.Listen(t, srv)
+	cli := env.NewMessenger(t, "osd.1", msgrtest.NewRecorder(t), nil)
 	ctx := context.Background()
 
 	main, err := cli.Connect(ctx, addr, "osd.0")
