@@ -256,17 +256,24 @@ func (mc *monCluster) status(ctx context.Context) *mon.Status {
 	return st
 }
 
-// waitStatus polls the mon's status until ok holds.
+// waitStatus polls the mon's status until ok holds. A status call cut
+// short by ctx's end fails as the wait does, with the last status.
 func (mc *monCluster) waitStatus(ctx context.Context, what string, ok func(*mon.Status) bool) *mon.Status {
 	mc.t.Helper()
+	var last *mon.Status
 	for {
-		st := mc.status(ctx)
-		if ok(st) {
+		st, err := mc.mon.Status(ctx)
+		switch {
+		case err == nil && ok(st):
 			return st
+		case err == nil:
+			last = st
+		case ctx.Err() == nil:
+			mc.t.Fatal(err)
 		}
 		select {
 		case <-ctx.Done():
-			b, _ := json.Marshal(st)
+			b, _ := json.Marshal(last)
 			mc.t.Fatalf("waiting for %s: %s%s", what, b, osdtest.HostDiskNote(mc.dir))
 		case <-time.After(100 * time.Millisecond): // polling interval
 		}
