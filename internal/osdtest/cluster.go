@@ -138,7 +138,6 @@ func (c *Cluster) Config(id uint32) osd.Config {
 	}
 	cfg.Store.CacheSize = 8 << 20
 	cfg.Store.MemTableSize = 4 << 20
-	cfg.FailsafeFullRatio = IgnoreHostDisk
 	if c.opts.Tweak != nil {
 		c.opts.Tweak(&cfg)
 	}

@@ -8,8 +8,9 @@ import (
 )
 
 // IgnoreHostDisk is the full ratio (nearfull, backfillfull and full in
-// the first map, and each OSD's failsafe) of test clusters that are not
-// about full disks. Their OSDs keep their data under TMPDIR, on the
+// the first map; each OSD's failsafe too in the process and local
+// clusters, not in Start's) of test clusters that are not about full
+// disks. Their OSDs keep their data under TMPDIR, on the
 // host's disk, whose fullness is none of the test's business: at the
 // defaults a host disk 85% used makes every OSD nearfull and the
 // cluster HEALTH_WARN. A ratio of 1 is reached only by the last byte.
