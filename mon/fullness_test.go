@@ -104,3 +104,32 @@ func TestFullness(t *testing.T) {
 		t.Fatalf("full ratio %v after set-full-ratio 0.97", full)
 	}
 }
+
+// TestFirstMapRatios: a mon that creates the cluster writes its Config's
+// full ratios into the first map (which the OSDs judge their disks
+// against); a mon joining the cluster later leaves the map's ratios alone; ratios out of order or out of range stop Start.
+func TestFirstMapRatios(t *testing.T) {
+	e := startTestEtcd(t)
+	cfg := testConfig(e, "a")
+	cfg.NearfullRatio, cfg.BackfillfullRatio, cfg.FullRatio = 0.97, 0.98, 0.99
+	m := startTestMon(t, cfg)
+	if near, back, full := m.Map().FullRatios(); near != 0.97 || back != 0.98 || full != 0.99 {
+		t.Fatalf("first map's ratios %v %v %v, want the Config's 0.97 0.98 0.99", near, back, full)
+	}
+	b := testConfig(e, "b")
+	b.NearfullRatio = 0.5
+	if mb := startTestMon(t, b); mb.Map().FSID() != m.Map().FSID() {
+		t.Fatalf("mon.b made cluster %s, want to join %s", mb.Map().FSID(), m.Map().FSID())
+	} else if near, _, _ := mb.Map().FullRatios(); near != 0.97 {
+		t.Fatalf("mon.b, joining, sees nearfull_ratio %v, want the cluster's 0.97", near)
+	}
+
+	for _, bad := range [][3]float64{{0.9, 0.8, 0.95}, {0.85, 0.9, 1.5}, {-0.1, 0, 0}} {
+		cfg := testConfig(e, "c")
+		cfg.NearfullRatio, cfg.BackfillfullRatio, cfg.FullRatio = bad[0], bad[1], bad[2]
+		if m, err := Start(ctxFor(t, 10*time.Second), cfg); err == nil {
+			m.Close(ctxFor(t, 10*time.Second))
+			t.Errorf("Start with ratios %v: no error", bad)
+		}
+	}
+}

@@ -49,6 +49,12 @@ type Config struct {
 	// Pool is the pool of the first map, when this mon creates the
 	// cluster. Default {Id: 1, Name: "default", Size: 3, PgCount: 128}.
 	Pool *osdpb.Pool
+	// NearfullRatio, BackfillfullRatio and FullRatio are the first map's
+	// full ratios, when this mon creates the cluster (Ceph's
+	// mon_osd_nearfull_ratio and its siblings); 0: Ceph's defaults (0.85,
+	// 0.90, 0.95). Later, `osd set-nearfull-ratio` and its siblings change
+	// them.
+	NearfullRatio, BackfillfullRatio, FullRatio float64
 	// NoAuth turns authentication off: sessions use method "none", a peer
 	// is whoever its HELLO claims, and no caps are checked. For tests and
 	// closed networks only; Start logs a warning. By default the mon
@@ -98,6 +104,9 @@ func (c *Config) setDefaults() error {
 	if c.Pool == nil {
 		c.Pool = &osdpb.Pool{Id: placement.DefaultPoolID, Name: placement.DefaultPoolName, Size: 3, PgCount: placement.DefaultPGCount}
 	}
+	if err := placement.CheckRatios(c.firstMap("")); err != nil {
+		return fmt.Errorf("mon: %w", err)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -109,6 +118,12 @@ func (c *Config) setDefaults() error {
 		c.prefix = defaultPrefix
 	}
 	return nil
+}
+
+// firstMap is the map this mon creates a cluster with, at epoch 1.
+func (c *Config) firstMap(fsid string) *osdpb.ClusterMap {
+	return &osdpb.ClusterMap{Epoch: 1, Fsid: fsid, Pools: []*osdpb.Pool{c.Pool},
+		NearfullRatio: c.NearfullRatio, BackfillfullRatio: c.BackfillfullRatio, FullRatio: c.FullRatio}
 }
 
 // tick is how often the leader looks for OSDs to mark out and for failure
@@ -211,7 +226,7 @@ func Start(ctx context.Context, cfg Config) (*Mon, error) {
 	}
 	m.cli = cli
 	m.store = &mapStore{cli: cli, k: m.k}
-	first, _, err := m.store.create(ctx, newUUID(), cfg.Pool)
+	first, _, err := m.store.create(ctx, cfg.firstMap(newUUID()))
 	if err != nil {
 		return nil, err
 	}

@@ -94,11 +94,11 @@ func unmarshalMap(b []byte) (*placement.Map, error) {
 	return placement.FromProto(&pb)
 }
 
-// create makes the cluster, once: the fsid and the epoch-1 map holding
-// only pool, no OSDs. If the cluster exists it is left alone and its
+// create makes the cluster, once: the fsid and the epoch-1 map pb (a
+// pool and the full ratios, no OSDs). If the cluster exists it is left alone and its
 // current map returned, so every mon can call create at start.
-func (s *mapStore) create(ctx context.Context, fsid string, pool *osdpb.Pool) (*placement.Map, int64, error) {
-	first, err := placement.FromProto(&osdpb.ClusterMap{Epoch: 1, Fsid: fsid, Pools: []*osdpb.Pool{pool}})
+func (s *mapStore) create(ctx context.Context, pb *osdpb.ClusterMap) (*placement.Map, int64, error) {
+	first, err := placement.FromProto(pb)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -108,7 +108,7 @@ func (s *mapStore) create(ctx context.Context, fsid string, pool *osdpb.Pool) (*
 	}
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Version(s.k.fsid()), "=", 0)).
-		Then(clientv3.OpPut(s.k.fsid(), fsid), clientv3.OpPut(s.k.current(), string(b)), clientv3.OpPut(s.k.history(1), string(b))).
+		Then(clientv3.OpPut(s.k.fsid(), pb.Fsid), clientv3.OpPut(s.k.current(), string(b)), clientv3.OpPut(s.k.history(1), string(b))).
 		Commit()
 	if err != nil {
 		return nil, 0, fmt.Errorf("mon: creating the cluster in etcd: %w", err)

@@ -32,11 +32,11 @@ func TestConcurrentUpdatesNeverShareAnEpoch(t *testing.T) {
 	const pfx = "/epochs/"
 	stores := []*mapStore{newTestStore(t, e, pfx), newTestStore(t, e, pfx)}
 	ctx := ctxFor(t, 60*time.Second)
-	if _, _, err := stores[0].create(ctx, "fsid-epochs", &osdpb.Pool{Id: 1, Name: "p", Size: 1, PgCount: 4}); err != nil {
+	if _, _, err := stores[0].create(ctx, &osdpb.ClusterMap{Epoch: 1, Fsid: "fsid-epochs", Pools: []*osdpb.Pool{{Id: 1, Name: "p", Size: 1, PgCount: 4}}}); err != nil {
 		t.Fatal(err)
 	}
 	// The second create finds the cluster and changes nothing.
-	if mp, _, err := stores[1].create(ctx, "another-fsid", &osdpb.Pool{Id: 1, Name: "p", Size: 1, PgCount: 4}); err != nil || mp.FSID() != "fsid-epochs" {
+	if mp, _, err := stores[1].create(ctx, &osdpb.ClusterMap{Epoch: 1, Fsid: "another-fsid", Pools: []*osdpb.Pool{{Id: 1, Name: "p", Size: 1, PgCount: 4}}}); err != nil || mp.FSID() != "fsid-epochs" {
 		t.Fatalf("second create: %v, %v", mp, err)
 	}
 	const writers, each = 4, 12
@@ -101,7 +101,7 @@ func TestHistoryTrimAndGet(t *testing.T) {
 	s := newTestStore(t, e, "/trim/")
 	s.keep = 5
 	ctx := ctxFor(t, 30*time.Second)
-	if _, _, err := s.create(ctx, "fsid-trim", &osdpb.Pool{Id: 1, Name: "p", Size: 1, PgCount: 4}); err != nil {
+	if _, _, err := s.create(ctx, &osdpb.ClusterMap{Epoch: 1, Fsid: "fsid-trim", Pools: []*osdpb.Pool{{Id: 1, Name: "p", Size: 1, PgCount: 4}}}); err != nil {
 		t.Fatal(err)
 	}
 	for range 11 {
@@ -138,7 +138,7 @@ func TestFenceStopsAnOldLeader(t *testing.T) {
 	e := startTestEtcd(t)
 	s := newTestStore(t, e, "/fence/")
 	ctx := ctxFor(t, 30*time.Second)
-	if _, _, err := s.create(ctx, "fsid-fence", &osdpb.Pool{Id: 1, Name: "p", Size: 1, PgCount: 4}); err != nil {
+	if _, _, err := s.create(ctx, &osdpb.ClusterMap{Epoch: 1, Fsid: "fsid-fence", Pools: []*osdpb.Pool{{Id: 1, Name: "p", Size: 1, PgCount: 4}}}); err != nil {
 		t.Fatal(err)
 	}
 	put, err := s.cli.Put(ctx, "/fence/election/x", "addr")

@@ -22,6 +22,12 @@ import (
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
+// roomyDisk is the tmpfs of the OSDs that a fullness test does not fill:
+// a filesystem of their own, so that only the test decides how full any
+// OSD is, never the host's disk; the most these tests store stays under
+// a quarter of it.
+const roomyDisk = 512 << 20
+
 // TestFullDisk fills one replica's data disk (a 96 MiB tmpfs under OSD
 // process 2; every PG of the 3-OSD, size-3 pool has it). Writes must then
 // fail with StorageFull, never an internal error or a panic; health says
@@ -36,7 +42,7 @@ func TestFullDisk(t *testing.T) {
 		t.Skip("multi-process")
 	}
 	const disk = 96 << 20
-	mc := startMonCluster(t, monClusterOptions{OSDs: 3, SmallDisks: map[int]int64{2: disk},
+	mc := startMonCluster(t, monClusterOptions{OSDs: 3, DefaultFullRatios: true, SmallDisks: map[int]int64{0: roomyDisk, 1: roomyDisk, 2: disk},
 		Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: 10 * time.Minute,
 			Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 8}}})
 	ctx := ctxT(t, 3*time.Minute)
@@ -185,7 +191,7 @@ func TestBackfillWaitsForRoom(t *testing.T) {
 	// made) is well under the 8% left: the PGs it becomes primary of must
 	// still copy what they serve.
 	const disk = 192 << 20
-	mc := startMonCluster(t, monClusterOptions{OSDs: 2, SmallDisks: map[int]int64{2: disk},
+	mc := startMonCluster(t, monClusterOptions{OSDs: 2, DefaultFullRatios: true, SmallDisks: map[int]int64{0: roomyDisk, 1: roomyDisk, 2: disk},
 		Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: 10 * time.Minute,
 			Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 2, MinSize: 1, PgCount: 8}}})
 	ctx := ctxT(t, 3*time.Minute)

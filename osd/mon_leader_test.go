@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -32,9 +33,11 @@ type monProcSpec struct {
 	// KeyringDir, with auth, is where the mon writes client.admin's and
 	// client.bootstrap-osd's keyrings before it says READY.
 	KeyringDir string
-	// Pool is the first map's pool (protojson), for a mon that creates
-	// the cluster.
-	Pool json.RawMessage
+	// Pool is the first map's pool (protojson), and the Ratios its
+	// nearfull, backfillfull and full ratios, for a mon that creates the
+	// cluster.
+	Pool   json.RawMessage
+	Ratios [3]float64
 }
 
 // TestMonProcess is not a test: it is the body of the mon child processes
@@ -54,6 +57,7 @@ func TestMonProcess(t *testing.T) {
 	}
 	cfg := mon.Config{Name: sp.Name, Listen: sp.Listen, Etcd: sp.Etcd, HeartbeatGrace: sp.HeartbeatGrace,
 		DownOutInterval: sp.DownOutInterval, MinDownReporters: sp.MinDownReporters, NoAuth: sp.NoAuth,
+		NearfullRatio: sp.Ratios[0], BackfillfullRatio: sp.Ratios[1], FullRatio: sp.Ratios[2],
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	if len(sp.Pool) > 0 {
 		cfg.Pool = &osdpb.Pool{}
@@ -86,7 +90,7 @@ func (mc *monCluster) startMonB(ctx context.Context, cfg mon.Config) {
 	}
 	sp := monProcSpec{Etcd: cfg.Etcd, Name: "b", Listen: fmt.Sprintf("tcp://127.0.0.1:%d", port),
 		HeartbeatGrace: cfg.HeartbeatGrace, DownOutInterval: cfg.DownOutInterval, MinDownReporters: cfg.MinDownReporters,
-		NoAuth: cfg.NoAuth}
+		NoAuth: cfg.NoAuth, Ratios: [3]float64{cfg.NearfullRatio, cfg.BackfillfullRatio, cfg.FullRatio}}
 	if !cfg.NoAuth {
 		sp.KeyringDir = mc.dir
 	}
@@ -152,7 +156,7 @@ func (mc *monCluster) waitCLIStatus(ctx context.Context, addrs []string, what st
 		select {
 		case <-ctx.Done():
 			b, _ := json.Marshal(st)
-			t.Fatalf("waiting for %s in `osprey status` via %v: %s (last error: %v)", what, addrs, b, err)
+			t.Fatalf("waiting for %s in `osprey status` via %v: %s (last error: %v)%s", what, addrs, b, err, osdtest.HostDiskNote(mc.dir))
 		case <-time.After(100 * time.Millisecond): // polling interval
 		}
 	}

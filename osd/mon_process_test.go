@@ -48,6 +48,8 @@ type monChildSpec struct {
 	// Keyring is client.bootstrap-osd's keyring file, with which a new
 	// OSD gets its own; none: auth is off.
 	Keyring string
+	// FailsafeFullRatio is the OSD's (osd.Config); 0: the default.
+	FailsafeFullRatio float64
 }
 
 // monOSDProcess is the body of an OSD child that boots through a mon.
@@ -59,7 +61,7 @@ func monOSDProcess(spec string) {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := osd.Config{Mon: sp.Mons, DataDir: sp.Data, PublicListen: sp.Public, ClusterListen: sp.Cluster,
-		RecoveryBytesPerSec: sp.RecoveryBytesPerSec, Logger: log, NoAuth: sp.Keyring == ""}
+		RecoveryBytesPerSec: sp.RecoveryBytesPerSec, Logger: log, NoAuth: sp.Keyring == "", FailsafeFullRatio: sp.FailsafeFullRatio}
 	if sp.Keyring != "" {
 		var err error
 		if cfg.Keyring, err = auth.LoadKeyring(sp.Keyring); err != nil {
@@ -122,11 +124,18 @@ type monClusterOptions struct {
 	// SmallDisks[i] bytes, to fill up (unless the test mounted one there
 	// already).
 	SmallDisks map[int]int64
+	// DefaultFullRatios keeps the default full ratios, for a test about
+	// full disks; every OSD must then have a SmallDisk, so that the host's
+	// disk plays no part. Otherwise every ratio is osdtest.IgnoreHostDisk.
+	DefaultFullRatios bool
 }
 
 func startMonCluster(t *testing.T, opts monClusterOptions) *monCluster {
 	ctx := ctxT(t, time.Minute)
 	cfg := opts.Mon
+	if !opts.DefaultFullRatios {
+		cfg.NearfullRatio, cfg.BackfillfullRatio, cfg.FullRatio = osdtest.IgnoreHostDisk, osdtest.IgnoreHostDisk, osdtest.IgnoreHostDisk
+	}
 	mc := &monCluster{t: t, dir: t.TempDir(), procs: map[int]*osdProc{}, logs: map[int]*bytes.Buffer{}, opts: opts}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if opts.Mons > 2 {
@@ -188,6 +197,13 @@ func (mc *monCluster) start(i int) {
 	data := filepath.Join(mc.dir, fmt.Sprintf("osd-%d", i))
 	pub, clu := "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
 	small := mc.opts.SmallDisks[i]
+	failsafe := osdtest.IgnoreHostDisk
+	if mc.opts.DefaultFullRatios {
+		failsafe = 0
+		if small == 0 {
+			mc.t.Fatalf("osd process %d at the default full ratios on the host's disk: give it a SmallDisk", i)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(data, "identity.json")); err != nil {
 		if _, err := os.Stat(data); err != nil && small > 0 {
 			smallfs.MountAt(mc.t, data, small)
@@ -201,7 +217,7 @@ func (mc *monCluster) start(i int) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestOSDProcess$")
 	spec, _ := json.Marshal(monChildSpec{Mons: mc.monAddrs, Data: data, Public: pub, Cluster: clu,
 		RecoveryBytesPerSec: mc.opts.RecoveryBytesPerSec, Defaults: mc.opts.Defaults, SmallDisk: small > 0,
-		Keyring: mc.bootstrap})
+		Keyring: mc.bootstrap, FailsafeFullRatio: failsafe})
 	cmd.Env = append(os.Environ(), "OSPREY_TEST_OSD=mon:"+string(spec))
 	mc.mu.Lock()
 	logs := mc.logs[i]
@@ -240,18 +256,25 @@ func (mc *monCluster) status(ctx context.Context) *mon.Status {
 	return st
 }
 
-// waitStatus polls the mon's status until ok holds.
+// waitStatus polls the mon's status until ok holds. A status call cut
+// short by ctx's end fails as the wait does, with the last status.
 func (mc *monCluster) waitStatus(ctx context.Context, what string, ok func(*mon.Status) bool) *mon.Status {
 	mc.t.Helper()
+	var last *mon.Status
 	for {
-		st := mc.status(ctx)
-		if ok(st) {
+		st, err := mc.mon.Status(ctx)
+		switch {
+		case err == nil && ok(st):
 			return st
+		case err == nil:
+			last = st
+		case ctx.Err() == nil:
+			mc.t.Fatal(err)
 		}
 		select {
 		case <-ctx.Done():
-			b, _ := json.Marshal(st)
-			mc.t.Fatalf("waiting for %s: %s", what, b)
+			b, _ := json.Marshal(last)
+			mc.t.Fatalf("waiting for %s: %s%s", what, b, osdtest.HostDiskNote(mc.dir))
 		case <-time.After(100 * time.Millisecond): // polling interval
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/msgr/transports"
 )
 
@@ -36,7 +37,10 @@ func TestEndToEnd(t *testing.T) {
 	data := filepath.Join(work, "data")
 	base := freePortRange(t, 6)
 
-	up := startUp(t, bin, data, base)
+	// How full the host's disk is plays no part: the OSDs' failsafe here,
+	// the map's ratios by command below.
+	hostDisk := []string{"--failsafe-full-ratio", fmt.Sprint(osdtest.IgnoreHostDisk)}
+	up := startUp(t, bin, data, base, hostDisk...)
 	if len(up.seeds) != 3 || up.seeds[0] != fmt.Sprintf("tcp://127.0.0.1:%d", base) {
 		t.Fatalf("up serves at %v, want 3 OSDs from port %d", up.seeds, base)
 	}
@@ -47,6 +51,7 @@ func TestEndToEnd(t *testing.T) {
 	// users to (OSPREY_MON); the seeds are there to show they lose.
 	// The keyring is client.admin's, which up wrote and names.
 	cli := &cliRunner{t: t, bin: bin, dir: work, env: []string{envMon + "=" + up.mon, envSeeds + "=tcp://127.0.0.1:1", envKeyring + "=" + up.keyring}}
+	cli.ignoreHostDisk()
 
 	// Files of the sizes the issue asks for, incompressible.
 	sizes := map[string]int{"empty": 0, "one": 1, "1m": 1 << 20, "10m": 10 << 20, "100m": 100 << 20}
@@ -132,15 +137,23 @@ func TestEndToEnd(t *testing.T) {
 	if len(st) != 1 || st[0]["size"] != float64(100<<20) || st[0]["crc32c"] != crc {
 		t.Errorf("stat --json: %v, want size %d and crc32c %s", st, 100<<20, crc)
 	}
-	// Through the mon, status is its `ceph -s` view.
-	status := cli.jsonLines("status", "--json")
-	if len(status) != 1 {
-		t.Fatalf("status --json: %v", status)
+	// Through the mon, status is its `ceph -s` view. The OSDs heard of
+	// the ratios ignoreHostDisk set within a beacon or two: wait for that.
+	var status []map[string]any
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		status = cli.jsonLines("status", "--json")
+		if len(status) != 1 {
+			t.Fatalf("status --json: %v", status)
+		}
+		if health, _ := status[0]["health"].(map[string]any); health["status"] == "HEALTH_OK" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval
 	}
 	health, _ := status[0]["health"].(map[string]any)
 	osds, _ := status[0]["osds"].(map[string]any)
 	if health["status"] != "HEALTH_OK" || osds["up"] != float64(3) || status[0]["pg_total"] != float64(128) {
-		t.Errorf("status --json: %v", status)
+		t.Errorf("status --json: %v%s", status, osdtest.HostDiskNote(data))
 	}
 
 	// Exit codes and error lines.
@@ -170,7 +183,7 @@ func TestEndToEnd(t *testing.T) {
 	up.interrupt(t)
 
 	// A restart on the same directory serves the same objects.
-	up = startUp(t, bin, data, base)
+	up = startUp(t, bin, data, base, hostDisk...)
 	if !up.reused {
 		t.Error("the restart made a new cluster instead of reusing the map")
 	}
@@ -464,6 +477,17 @@ func (c *cliRunner) expect(code int, want string, args ...string) {
 }
 
 // jsonLines runs a command and parses its stdout as JSON lines.
+// ignoreHostDisk sets the cluster's full ratios to osdtest.IgnoreHostDisk
+// (full first: they must not decrease from nearfull to full), so that how
+// full the host's disk is, where the OSDs keep their data, plays no part
+// in the cluster's health. The map keeps them across restarts.
+func (c *cliRunner) ignoreHostDisk() {
+	c.t.Helper()
+	for _, which := range []string{"full", "backfillfull", "nearfull"} {
+		c.ok("osd", "set-"+which+"-ratio", fmt.Sprint(osdtest.IgnoreHostDisk))
+	}
+}
+
 func (c *cliRunner) jsonLines(args ...string) []map[string]any {
 	c.t.Helper()
 	var out []map[string]any

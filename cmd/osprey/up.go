@@ -44,6 +44,7 @@ type upOptions struct {
 	readyTimeout    time.Duration
 	stopTimeout     time.Duration
 	grace, downOut  time.Duration
+	failsafe        float64 // each OSD's failsafe full ratio
 	faults          msgr.FaultInjection
 	s3              string // the S3 gateway's address; "" none
 	metrics         bool   // serve each daemon's /metrics on loopback
@@ -102,6 +103,7 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "bound on a graceful stop")
 	f.DurationVar(&o.grace, "heartbeat-grace", 20*time.Second, "the mon marks an OSD down after this long without heartbeats (at once when its connections are refused)")
 	f.DurationVar(&o.downOut, "down-out-interval", 10*time.Minute, "the mon marks a down OSD out (its data is re-replicated) after this long")
+	f.Float64Var(&o.failsafe, "failsafe-full-ratio", 0.97, "fraction of an OSD's data disk in use over which it takes no write but deletes, even a replica's, as osprey osd's flag")
 	f.Var((*socketFailures)(&o.faults), "inject-socket-failures", socketFailuresUsage)
 	f.Var(authFlag{&o.noAuth}, "auth", `"cert": every daemon and client proves who it is and is checked against its caps; "none": no authentication (tests and closed networks only)`)
 	f.Var(modesFlag{&o.clusterModes}, "ms-cluster-mode", clusterModeUsage)
@@ -240,7 +242,7 @@ func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string
 	lo := local.Options{OSDs: o.osds, Replicas: o.replicas, PGs: o.pgs, Public: o.public, Cluster: o.cluster,
 		Host: o.host, BasePort: o.port, Dir: dir, Logger: logger, WithMon: true,
 		HeartbeatGrace: o.grace, DownOutInterval: o.downOut, Faults: o.faults, NoAuth: o.noAuth, DashboardAddr: o.dashboard,
-		ClusterModes: o.clusterModes, ServiceModes: o.serviceModes,
+		ClusterModes: o.clusterModes, ServiceModes: o.serviceModes, FailsafeFullRatio: o.failsafe,
 		Metrics: o.metrics && !o.demo} // a demo stops before anyone could scrape
 	path := filepath.Join(dir, "map.json")
 	m, err := placement.Load(path)

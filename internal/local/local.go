@@ -70,6 +70,12 @@ type Options struct {
 	// modes (osd.Config, mon.Config; osprey up --ms-cluster-mode and
 	// --ms-service-mode). Nil: crc.
 	ClusterModes, ServiceModes []msgr.Mode
+	// NearfullRatio, BackfillfullRatio and FullRatio are a new cluster's
+	// full ratios, with WithMon (mon.Config), and FailsafeFullRatio every
+	// OSD's (osd.Config); 0: the defaults. Tests that are not about full
+	// disks set them to 1, so that how full the host's disk is plays no
+	// part.
+	NearfullRatio, BackfillfullRatio, FullRatio, FailsafeFullRatio float64
 	// ReadCacheSize is each OSD's cache of checked whole objects
 	// (store.Options.ReadCacheSize): 0 the store's default, negative off.
 	ReadCacheSize int64
@@ -189,7 +195,7 @@ func (c *Cluster) startDaemons(ctx context.Context, opts Options) error {
 	}
 	for info := range c.Map.OSDs() {
 		if err := c.startOSD(ctx, info.Id, osd.Config{ID: info.Id, Map: c.Map, MapPath: c.MapPath, Transports: c.Transports,
-			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
+			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults, FailsafeFullRatio: opts.FailsafeFullRatio,
 			Store: store.Options{ReadCacheSize: opts.ReadCacheSize}}); err != nil {
 			return err
 		}
@@ -255,7 +261,8 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 	}
 	c.Mon, err = mon.Start(ctx, mon.Config{Name: "a", Listen: pub + "://" + net.JoinHostPort(host, fmt.Sprint(port)),
 		Etcd: c.Etcd.Endpoints(), Transports: c.Transports, HeartbeatGrace: opts.HeartbeatGrace, DownOutInterval: opts.DownOutInterval,
-		Pool: pool, Logger: opts.Logger, NoAuth: opts.NoAuth, ServiceModes: opts.ServiceModes})
+		Pool: pool, Logger: opts.Logger, NoAuth: opts.NoAuth, ServiceModes: opts.ServiceModes,
+		NearfullRatio: opts.NearfullRatio, BackfillfullRatio: opts.BackfillfullRatio, FullRatio: opts.FullRatio})
 	if err != nil {
 		return fmt.Errorf("starting the mon: %w", err)
 	}
@@ -275,7 +282,8 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 	for info := range c.Map.OSDs() {
 		if err := c.startOSD(ctx, info.Id, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr, Transports: c.Transports,
 			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
-			Keyring: bootstrap, NoAuth: opts.NoAuth, ClusterModes: opts.ClusterModes, ServiceModes: opts.ServiceModes, Store: store.Options{ReadCacheSize: opts.ReadCacheSize}}); err != nil {
+			Keyring: bootstrap, NoAuth: opts.NoAuth, ClusterModes: opts.ClusterModes, ServiceModes: opts.ServiceModes, FailsafeFullRatio: opts.FailsafeFullRatio,
+			Store: store.Options{ReadCacheSize: opts.ReadCacheSize}}); err != nil {
 			return err
 		}
 	}

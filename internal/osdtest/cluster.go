@@ -55,7 +55,8 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// NewMap returns a map for n OSDs on fresh loopback ports.
+// NewMap returns a map for n OSDs on fresh loopback ports, at full ratios
+// that ignore the host's disk (IgnoreHostDisk).
 func NewMap(t testing.TB, opts Options) *placement.Map {
 	t.Helper()
 	opts.defaults()
@@ -66,6 +67,11 @@ func NewMap(t testing.TB, opts Options) *placement.Map {
 	}
 	m, err := placement.NewLocal(placement.LocalOptions{PublicAddrs: pub, ClusterAddrs: clu, PGCount: opts.PGs, Size: opts.Size})
 	if err != nil {
+		t.Fatal(err)
+	}
+	pb := m.Proto()
+	pb.NearfullRatio, pb.BackfillfullRatio, pb.FullRatio = IgnoreHostDisk, IgnoreHostDisk, IgnoreHostDisk
+	if m, err = placement.FromProto(pb); err != nil {
 		t.Fatal(err)
 	}
 	return m

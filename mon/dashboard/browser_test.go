@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 // The browser tests load the page in headless Chromium (Debian's
@@ -87,7 +88,7 @@ func (p *browserPage) wait(t *testing.T, within time.Duration, what, expr string
 	_, err := chromedp.Run(p.ctx, chromedp.Poll[chromedp.Void](expr,
 		chromedp.WithPollingTimeout(within), chromedp.WithPollingInterval(50*time.Millisecond)))
 	if err != nil {
-		t.Fatalf("waiting %v for %s: %v; the page shows: %s", within, what, err, p.eval(t, `document.querySelector("header").innerText + " | " + document.getElementById("checks").innerText`))
+		t.Fatalf("waiting %v for %s: %v; the page shows: %s%s", within, what, err, p.eval(t, `document.querySelector("header").innerText + " | " + document.getElementById("checks").innerText`), osdtest.HostDiskNote(os.TempDir()))
 	}
 }
 

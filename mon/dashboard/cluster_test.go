@@ -8,12 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/mon/dashboard"
 	"github.com/ospreystore/osprey/mon/monclient"
@@ -29,11 +31,13 @@ func fast(src dashboard.Source) dashboard.Options {
 }
 
 // startCluster runs a 3-OSD cluster (3 replicas) with a mon in this
-// process, and a dashboard on it that samples every 200ms.
+// process, and a dashboard on it that samples every 200ms. How full the
+// host's disk is plays no part (osdtest.IgnoreHostDisk).
 func startCluster(t *testing.T, o local.Options) (*local.Cluster, *dashboard.Server) {
 	t.Helper()
 	ctx := context.Background()
 	o.OSDs, o.PGs, o.WithMon, o.NoAuth, o.Dir, o.Logger = 3, 16, true, true, t.TempDir(), quiet()
+	o.NearfullRatio, o.BackfillfullRatio, o.FullRatio, o.FailsafeFullRatio = osdtest.IgnoreHostDisk, osdtest.IgnoreHostDisk, osdtest.IgnoreHostDisk, osdtest.IgnoreHostDisk
 	c, err := local.Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +89,7 @@ func waitView(t *testing.T, base string, within time.Duration, what string, cond
 	var v dashboard.View
 	msgrtest.EventuallyDescribed(t, within, func() string {
 		b, _ := json.Marshal(v)
-		return fmt.Sprintf("for %s; last status: %s", what, b)
+		return fmt.Sprintf("for %s; last status: %s%s", what, b, osdtest.HostDiskNote(os.TempDir()))
 	}, func() bool {
 		v = dashboard.View{}
 		return getJSON(t, base, "/api/status", &v) == http.StatusOK && cond(&v)
