@@ -212,7 +212,10 @@ func TestMonLeaderKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
 	}
-	mc := startMonCluster(t, monClusterOptions{Mons: 2, OSDs: 3, Mon: mon.Config{HeartbeatGrace: 3 * time.Second, DownOutInterval: 10 * time.Minute,
+	// A grace of 6 s, twice the 3 s the mons' etcd sessions take to hand
+	// over the lead: with 3 s, one OSD's beacon reached the new leader
+	// just past its grace under CI load, and it was marked down.
+	mc := startMonCluster(t, monClusterOptions{Mons: 2, OSDs: 3, Mon: mon.Config{HeartbeatGrace: 6 * time.Second, DownOutInterval: 10 * time.Minute,
 		Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}}})
 	ctx := ctxT(t, 2*time.Minute)
 	// by bounds a phase: it ends d after t0.
@@ -272,7 +275,7 @@ func TestMonLeaderKilled(t *testing.T) {
 	st = mc.waitStatus(by(killed, 20*time.Second), "3 OSDs up and HEALTH_OK under mon.a", func(s *mon.Status) bool {
 		return s.OSDs.Up == 3 && s.Health.Status == mon.HealthOK
 	})
-	// The failover itself marks no OSD down: a lease (HeartbeatGrace, 3 s
+	// The failover itself marks no OSD down: a lease (HeartbeatGrace, 6 s
 	// here) that ran out while no mon led, nobody renewing it, is granted
 	// again by the new leader rather than taken as a dead OSD.
 	for o := range mc.mon.Map().OSDs() {
