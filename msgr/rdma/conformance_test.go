@@ -41,6 +41,14 @@ func TestConformanceRDMASockets(t *testing.T) {
 		t.Skip("OSPREY_TEST_SOCKETS=0")
 	case "child", "full-child":
 		env := rdmaEnv("sockets", 0.05)
+		// A window of 16, not 64: the provider can wedge a connection
+		// for good when the receiver's socket buffer fills (docs/rdma.md,
+		// Known limitations 4). Ordering hung so in about one run in 500
+		// under load (the sender's socket rwnd-limited with 300 KB unsent,
+		// the receiver's holding a few bytes, less than a header, that the
+		// provider peeks at and never reads; our receives posted, our CQ
+		// polled); none in 1,600 runs at 16.
+		env.Tweak = func(o *msgr.Options) { o.RecvWindowMsgs = 16 }
 		if os.Getenv("OSPREY_TEST_SOCKETS") == "child" {
 			why := "the sockets provider loses a reconnected link's first frame now and then (docs/rdma.md, Known limitations 4); OSPREY_TEST_SOCKETS=full runs it"
 			env.Skip = map[string]string{"ExactlyOnceUnderFaults": why, "SimultaneousConnect": why, "DialerRestartIsRemoteReset": why}
