@@ -59,7 +59,7 @@ e.g. tcp://10.0.0.1:6800 or rdma+verbs://10.0.1.1:6801, as Ceph's
 ms_public_type and ms_cluster_type. --public and --cluster listen elsewhere
 (a wildcard address, say) while peers still use the map's.
 
-The map is a JSON file (see docs/osd.md); the OSD reads it again on SIGHUP and
+The map is a JSON file (see docs/mon.md, "The cluster map"); the OSD reads it again on SIGHUP and
 when a peer or client shows a newer epoch. SIGINT or SIGTERM stops it
 gracefully.`,
 		Example: `  osprey osd --mon tcp://10.0.0.1:3300 --data /var/lib/osprey/osd.0 \

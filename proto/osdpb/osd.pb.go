@@ -75,7 +75,7 @@ const (
 	MsgType_MSG_HEARTBEAT_REPLY   MsgType = 110
 	MsgType_MSG_PG_STRAY          MsgType = 111
 	MsgType_MSG_PG_STRAY_REPLY    MsgType = 112
-	// Between daemons or clients and the mon (docs/osd.md, "The mon").
+	// Between daemons or clients and the mon (docs/mon.md).
 	MsgType_MSG_MON_BOOT            MsgType = 201
 	MsgType_MSG_MON_BOOT_REPLY      MsgType = 202
 	MsgType_MSG_MON_BEACON          MsgType = 203
