@@ -351,9 +351,17 @@ func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, no
 		err := writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Reason: "no such session (restarted or closed)"})
 		return err != nil, err
 	}
+	restarted := (c.peerCookie != 0 && req.Cookie != c.peerCookie) || (c.peerNonce != 0 && nonce != c.peerNonce)
+	// Checked before the old link is let go: a peer whose in_seq cannot
+	// be rewound to (it claims messages never sent) is refused, and the
+	// session keeps the link it has.
+	if err := c.sess.checkRewind(req.InSeq, restarted); err != nil {
+		c.mu.Unlock()
+		return true, err
+	}
 	var dropped []*Message
 	remoteReset := false
-	if (c.peerCookie != 0 && req.Cookie != c.peerCookie) || (c.peerNonce != 0 && nonce != c.peerNonce) {
+	if restarted {
 		// The peer restarted: its old session is gone.
 		if old := c.link; old != nil {
 			c.detachLocked(old)

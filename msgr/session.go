@@ -133,8 +133,8 @@ func (s *session) checkSeqs() {
 // onAck releases every message up to ack into released and returns it.
 // Acking a message that never went out is a protocol violation.
 func (s *session) onAck(ack uint64, released []*Message) ([]*Message, error) {
-	if ack > s.sentSeq {
-		return released, wire.Protocolf("peer acked seq %d beyond the last sent %d", ack, s.sentSeq)
+	if err := checkAck(ack, s.sentSeq); err != nil {
+		return released, err
 	}
 	for s.n > 0 {
 		m := s.at(0)
@@ -151,6 +151,23 @@ func (s *session) onAck(ack uint64, released []*Message) ([]*Message, error) {
 		released = append(released, m)
 	}
 	return released, nil
+}
+
+// checkAck refuses an ack of messages never sent.
+func checkAck(ack, sentSeq uint64) error {
+	if ack > sentSeq {
+		return wire.Protocolf("peer acked seq %d beyond the last sent %d", ack, sentSeq)
+	}
+	return nil
+}
+
+// checkRewind reports whether a new link whose peer has received up to
+// peerInSeq could be attached: reset, the session will start over first.
+func (s *session) checkRewind(peerInSeq uint64, reset bool) error {
+	if reset {
+		return checkAck(peerInSeq, 0)
+	}
+	return checkAck(peerInSeq, s.sentSeq)
 }
 
 // rewind starts a new link: the peer has received up to peerInSeq; what
