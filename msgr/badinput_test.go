@@ -120,11 +120,17 @@ func (r *rawPeer) handshake(id uint64) *msgrpb.SessionReady {
 // handshakeFrames is a dialer's side of the handshake as peer name, with
 // cookie and nonce id: HELLO, AUTH_REQUEST and SESSION_REQUEST.
 func handshakeFrames(t testing.TB, name string, id uint64) []byte {
+	return resumeFrames(t, name, id, 0, 0)
+}
+
+// resumeFrames is handshakeFrames resuming the acceptor's session
+// peerCookie, with the peer's in_seq.
+func resumeFrames(t testing.TB, name string, id, peerCookie, inSeq uint64) []byte {
 	var b []byte
 	b = append(b, hsFrame(t, wire.TagHello, &msgrpb.Hello{EntityName: name, InstanceNonce: id})...)
 	b = append(b, hsFrame(t, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"none"}})...)
 	return append(b, hsFrame(t, wire.TagSessionReq, &msgrpb.SessionRequest{
-		Cookie: id, WindowMsgs: 64, WindowBytes: 1 << 20, GrantMsgs: 64, GrantBytes: 1 << 20,
+		Cookie: id, PeerCookie: peerCookie, InSeq: inSeq, WindowMsgs: 64, WindowBytes: 1 << 20, GrantMsgs: 64, GrantBytes: 1 << 20,
 	})...)
 }
 

@@ -7,7 +7,6 @@ import (
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/msgr/wire"
-	"github.com/ospreystore/osprey/proto/msgrpb"
 )
 
 // TestBadInSeqKeepsTheSession: a second link of the same peer instance
@@ -38,14 +37,7 @@ func TestBadInSeqKeepsTheSession(t *testing.T) {
 	if _, err := wire.ExchangeBanner(second.c, bn); err != nil {
 		t.Fatal(err)
 	}
-	var b []byte
-	b = append(b, hsFrame(t, wire.TagHello, &msgrpb.Hello{EntityName: "osd.9", InstanceNonce: 7})...)
-	b = append(b, hsFrame(t, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"none"}})...)
-	b = append(b, hsFrame(t, wire.TagSessionReq, &msgrpb.SessionRequest{
-		Cookie: 7, PeerCookie: ready.Cookie, InSeq: 5,
-		WindowMsgs: 64, WindowBytes: 1 << 20, GrantMsgs: 64, GrantBytes: 1 << 20,
-	})...)
-	second.c.Write(b) // the server may close before reading it all
+	second.c.Write(resumeFrames(t, "osd.9", 7, ready.Cookie, 5)) // the server may close before reading it all
 	second.waitClosed(10 * time.Second)
 
 	// The first link still carries the session.
