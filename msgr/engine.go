@@ -253,9 +253,10 @@ func (e *engine) stamp(fr []wire.Frame) {
 // onFrame applies a received frame (after wire decoding) to the session.
 // buffered says more frames are already read and waiting, so acks can
 // wait for the end of the burst. The messages the frame acked are
-// appended to released, for the shell to hand back to their owners. A
-// duplicate's buffer is released here, before its credit returns (see
-// Message.Release). On rxDeliver the shell makes a message of f; on an
+// appended to released, for the shell to hand back to their owners. The
+// buffer of a frame that spends a credit and is no message to deliver
+// (a duplicate, an ACK, a KEEPALIVE or its answer) is released here,
+// before its credit returns (see Message.Release). On rxDeliver the shell makes a message of f; on an
 // error, the link must end.
 func (e *engine) onFrame(f *wire.Frame, buffered bool, released []*Message) (_ []*Message, v verdict, fx effects, err error) {
 	size := uint64(len(f.Front) + len(f.Data))
@@ -307,16 +308,19 @@ func (e *engine) onFrame(f *wire.Frame, buffered bool, released []*Message) (_ [
 			}
 		}
 	case wire.TagAck:
+		f.Release() // before the credit, as a duplicate's
 		e.cw.consume(0)
 	case wire.TagKeepalive:
-		e.cw.consume(0)
 		e.kaAck, e.kaAckValue = true, f.Seq
+		f.Release()
+		e.cw.consume(0)
 		fx |= fxWake
 	case wire.TagKeepaliveAck:
-		e.cw.consume(0)
 		if rtt := int64(e.clock() - f.Seq); rtt >= 0 {
 			e.st.RTT = time.Duration(rtt)
 		}
+		f.Release()
+		e.cw.consume(0)
 	case wire.TagClose:
 		return released, rxClose, fx, nil
 	default:
