@@ -65,7 +65,7 @@ func (o *OSD) advanceOf(p *pgState, m *placement.Map) (pg.AdvanceMap, bool) {
 // the persisted info and the map history, then carries out what it asks.
 // On p's shard.
 func (o *OSD) advance(p *pgState, mp *placement.Map) {
-	if p.removing.Load() {
+	if p.removing() {
 		return // no machine until the copy is gone (stray.go)
 	}
 	if p.m != nil && uint64(p.m.Epoch()) >= mp.Epoch() {
@@ -335,11 +335,13 @@ func (o *OSD) advanceAll(mp *placement.Map) {
 		}
 	}
 	for sid := range sids {
-		p, err := o.pgOf(sid)
-		if err != nil {
-			continue
-		}
-		o.enqueue(o.shardOf(sid), func() { o.advance(p, mp) })
+		// Looked up on the shard: a removal's end drops a stray's state
+		// there (stray.go).
+		o.enqueue(o.shardOf(sid), func() {
+			if p, err := o.pgOf(sid); err == nil {
+				o.advance(p, mp)
+			}
+		})
 	}
 }
 
