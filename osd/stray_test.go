@@ -41,7 +41,11 @@ type strayCluster struct {
 
 const strayBucket = "stray"
 
-func startStrayCluster(t *testing.T) *strayCluster {
+func startStrayCluster(t *testing.T) *strayCluster { t.Helper(); return startStray(t, false) }
+
+// startStray starts a strayCluster; with leads, seed is a PG the leaver
+// is the primary of before it leaves.
+func startStray(t *testing.T, leads bool) *strayCluster {
 	t.Helper()
 	s := &strayCluster{ctx: ctxT(t, 2*time.Minute), want: map[string][]byte{}, strayInterval: 50 * time.Millisecond}
 	c := osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 8, Tweak: func(cfg *osd.Config) {
@@ -72,7 +76,7 @@ func startStrayCluster(t *testing.T) *strayCluster {
 	}
 	for s.seed = 0; s.seed < s.pool.PgCount; s.seed++ {
 		before, after := c.Map.ActingSet(s.pool.Id, s.seed), s.out.ActingSet(s.pool.Id, s.seed)
-		if !slices.Contains(before, s.leaver) || len(after) != int(s.pool.Size) {
+		if !slices.Contains(before, s.leaver) || len(after) != int(s.pool.Size) || leads && before[0] != s.leaver {
 			continue
 		}
 		for k := range s.want {
@@ -451,6 +455,49 @@ func TestStrayRejoinsMidRemoval(t *testing.T) {
 			t.Fatalf("the leaver's copy of %s after its removal and backfill: %v", k, err)
 		}
 	}
+}
+
+// TestStrayRejoinsAsPrimaryMidRemoval: a stray that the map makes the
+// PG's primary again while its copy is being removed keeps the PG's state
+// (and its peering mark) when the removal ends: it serves nothing until
+// it has peered and pulled the PG back, then serves every object.
+func TestStrayRejoinsAsPrimaryMidRemoval(t *testing.T) {
+	s := startStray(t, true)
+	inRemoval, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(func() { osd.RemovalPage.Set(nil); free() })
+	osd.RemovalPage.Set(func(id, sid uint32) error {
+		if id == s.leaver && sid == s.sid {
+			once.Do(func() { close(inRemoval) })
+			<-release
+		}
+		return nil
+	})
+	s.adopt(t, s.out)
+	select {
+	case <-inRemoval:
+	case <-s.ctx.Done():
+		t.Fatal("the removal of the leaver's copy never began")
+	}
+	back, err := s.out.With(func(pb *osdpb.ClusterMap) { pb.Osds[s.leaver].In = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.ActingSet(s.pool.Id, s.seed)[0] != s.leaver {
+		t.Skip("marked in again, the leaver does not lead the pg")
+	}
+	s.adopt(t, back)
+	free()
+	// Read at once: every read waits for the PG to peer (the client
+	// retries), none finds the emptied copy.
+	for _, k := range s.keysOfSeed {
+		got, _, err := osdtest.Get(s.ctx, s.cl, strayBucket, k, client.GetOptions{})
+		if err != nil || !bytes.Equal(got, s.want[k]) {
+			t.Fatalf("get %s from the rejoined primary: %v (%d bytes, want %d)", k, err, len(got), len(s.want[k]))
+		}
+	}
+	s.everyCopy(t, back)
 }
 
 // TestStrayAnswerHoldsForItsMapOnly: a primary's "remove" answers the map
