@@ -410,15 +410,14 @@ func TestPrimaryAnswersStrays(t *testing.T) {
 	}
 }
 
-// TestStrayRejoinsMidRemoval: a stray marked in again while its copy is
-// being removed takes no RepOp, push or query for the PG until the copy
-// is gone (a half-removed copy that acked a push as current would leave
-// the PG "clean" with an empty replica), then is backfilled whole.
-func TestStrayRejoinsMidRemoval(t *testing.T) {
-	s := startStrayCluster(t)
+// backMidRemoval takes the leaver out, holds the removal of its copy of
+// seed after its first page, and returns a map with the leaver in again
+// and what lets the removal go on.
+func (s *strayCluster) backMidRemoval(t *testing.T) (back *placement.Map, free func()) {
+	t.Helper()
 	inRemoval, release := make(chan struct{}), make(chan struct{})
-	var once, freed sync.Once
-	free := func() { freed.Do(func() { close(release) }) }
+	var once sync.Once
+	free = sync.OnceFunc(func() { close(release) })
 	t.Cleanup(func() { osd.RemovalPage.Set(nil); free() })
 	osd.RemovalPage.Set(func(id, sid uint32) error {
 		if id == s.leaver && sid == s.sid {
@@ -437,6 +436,16 @@ func TestStrayRejoinsMidRemoval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return back, free
+}
+
+// TestStrayRejoinsMidRemoval: a stray marked in again while its copy is
+// being removed takes no RepOp, push or query for the PG until the copy
+// is gone (a half-removed copy that acked a push as current would leave
+// the PG "clean" with an empty replica), then is backfilled whole.
+func TestStrayRejoinsMidRemoval(t *testing.T) {
+	s := startStrayCluster(t)
+	back, free := s.backMidRemoval(t)
 	s.adopt(t, back)
 	// The PG peers without the leaver's answer and serves; its push to
 	// the leaver is refused while the removal holds.
@@ -463,27 +472,7 @@ func TestStrayRejoinsMidRemoval(t *testing.T) {
 // it has peered and pulled the PG back, then serves every object.
 func TestStrayRejoinsAsPrimaryMidRemoval(t *testing.T) {
 	s := startStray(t, true)
-	inRemoval, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	free := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(func() { osd.RemovalPage.Set(nil); free() })
-	osd.RemovalPage.Set(func(id, sid uint32) error {
-		if id == s.leaver && sid == s.sid {
-			once.Do(func() { close(inRemoval) })
-			<-release
-		}
-		return nil
-	})
-	s.adopt(t, s.out)
-	select {
-	case <-inRemoval:
-	case <-s.ctx.Done():
-		t.Fatal("the removal of the leaver's copy never began")
-	}
-	back, err := s.out.With(func(pb *osdpb.ClusterMap) { pb.Osds[s.leaver].In = true })
-	if err != nil {
-		t.Fatal(err)
-	}
+	back, free := s.backMidRemoval(t)
 	if back.ActingSet(s.pool.Id, s.seed)[0] != s.leaver {
 		t.Skip("marked in again, the leaver does not lead the pg")
 	}
