@@ -211,25 +211,19 @@ func (o *OSD) runRemoval(p *pgState) {
 		}
 	})
 	if err != nil {
-		// The PG stays refused: the store holds its removal mark, and the
-		// next start (Open) finishes it.
+		// The PG stays refused: the store holds its removal mark, and
+		// checkStrays or the next start finishes it.
 		if o.ctx.Err() == nil {
-			o.log.Error("removing a stray pg copy failed; the next start finishes it", "pg", id, "objects", n, "err", err)
+			o.log.Error("removing a stray pg copy failed; it is retried", "pg", id, "objects", n, "err", err)
 		}
 		return
 	}
 	o.log.Info("removed a stray pg copy", "pg", id, "objects", n, "took", time.Since(start).Round(time.Millisecond))
 	o.enqueue(o.shardOf(p.sid), func() {
-		last, _, err := o.st.PGInfo(o.ctx, p.sid)
-		if err != nil {
-			o.log.Warn("pg info after its removal", "pg", id, "err", err)
-			return
-		}
-		p.removals.Add(1)
+		p.removals.Add(1) // p.last is already the empty copy's (markRemoving)
 		if o.forgetRemoved(p) {
 			return
 		}
-		p.last = last
 		p.peerMu.Lock()
 		p.peerLast = nil
 		p.peerMu.Unlock()
