@@ -335,13 +335,11 @@ func (o *OSD) advanceAll(mp *placement.Map) {
 		}
 	}
 	for sid := range sids {
-		// Looked up on the shard: a removal's end drops a stray's state
-		// there (stray.go).
-		o.enqueue(o.shardOf(sid), func() {
-			if p, err := o.pgOf(sid); err == nil {
-				o.advance(p, mp)
-			}
-		})
+		p, err := o.pgOf(sid)
+		if err != nil {
+			continue
+		}
+		o.enqueue(o.shardOf(sid), func() { o.advance(p, mp) })
 	}
 }
 

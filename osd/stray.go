@@ -234,7 +234,7 @@ func (o *OSD) runRemoval(p *pgState) {
 // forgetRemoved drops the state of PG p, whose copy is gone, unless the
 // map has us in its acting set again. Under mapMu, so that a map being
 // installed (markPeering marks the PGs we lead) finds either this state,
-// kept, or none. On p's shard, whose tasks look PGs up again (advanceAll).
+// kept, or none. On p's shard.
 func (o *OSD) forgetRemoved(p *pgState) bool {
 	o.mapMu.Lock()
 	defer o.mapMu.Unlock()
