@@ -511,9 +511,10 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 		var entries []*osdpb.LogEntry
 		var tooOld, diverged bool
 		var floor *osdpb.Version
+		var rd copyRead
 		sid, err := o.peerPG(q.Pool, q.Pg)
 		if err == nil {
-			err = o.removingErr(sid)
+			rd, err = o.readCopy(sid)
 		}
 		if err == nil {
 			floor, diverged, err = o.st.Diverged(o.ctx, sid, q.After)
@@ -524,6 +525,12 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 				after = floor
 			}
 			entries, tooOld, err = o.st.LogAfter(o.ctx, sid, after, max)
+		}
+		if err == nil {
+			err = rd.done()
+		}
+		if err != nil {
+			entries, tooOld, diverged, floor = nil, false, false, nil
 		}
 		o.send(to, ops.ReplyType(t), &osdpb.PGLogPullReply{Header: hdr(err),
 			Entries: entries, TooOld: tooOld, Complete: len(entries) < max, Diverged: diverged, Floor: floor}, nil)
@@ -573,14 +580,30 @@ func (o *OSD) fromPeerOSD(c *msgr.Conn, pool, pg uint32, what string) (sid, from
 // backfillStep finds the object (or bucket record) a backfill asks for:
 // the one at the position with exact, else the next after it.
 func (o *OSD) backfillStep(c *msgr.Conn, q *osdpb.PGBackfill) (*osdpb.PGBackfillReply, *wire.Buffer, error) {
-	rep := &osdpb.PGBackfillReply{}
 	sid, err := o.peerPG(q.Pool, q.Pg)
+	var rd copyRead
 	if err == nil {
-		err = o.removingErr(sid)
+		rd, err = o.readCopy(sid)
 	}
 	if err != nil {
-		return rep, nil, err
+		return &osdpb.PGBackfillReply{}, nil, err
 	}
+	rep, buf, err := o.backfillRead(c, q, sid)
+	if err == nil {
+		err = rd.done()
+	}
+	if err != nil {
+		if buf != nil {
+			buf.Release()
+		}
+		return &osdpb.PGBackfillReply{}, nil, err
+	}
+	return rep, buf, nil
+}
+
+// backfillRead reads for backfillStep.
+func (o *OSD) backfillRead(c *msgr.Conn, q *osdpb.PGBackfill, sid uint32) (*osdpb.PGBackfillReply, *wire.Buffer, error) {
+	rep := &osdpb.PGBackfillReply{}
 	last, _, err := o.st.PGInfo(o.ctx, sid)
 	if err != nil {
 		return rep, nil, err

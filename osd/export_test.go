@@ -2,6 +2,7 @@ package osd
 
 import (
 	"context"
+	"errors"
 
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
@@ -36,7 +37,39 @@ var (
 	// StrayAllowed runs at OSD osd between its primary's "remove" for
 	// store PG sid and the start of the removal.
 	StrayAllowed = &strayAllowed
+	// CopyReadBegun runs at OSD osd once a peer's read of store PG sid
+	// (a log pull, a backfill step) passed its first check.
+	CopyReadBegun = &copyReadBegun
 )
+
+// HoldsPGStateForTest reports whether o keeps state for store PG sid.
+func (o *OSD) HoldsPGStateForTest(sid uint32) bool {
+	o.pgMu.Lock()
+	defer o.pgMu.Unlock()
+	return o.pgs[sid] != nil
+}
+
+// QueryForTest answers, on the PG's shard, a PG query from OSD from at
+// o's map epoch, as o answers a peer's.
+func (o *OSD) QueryForTest(pool, pgn, from uint32) (*osdpb.PGInfo, error) {
+	sid, err := o.peerPG(pool, pgn)
+	if err != nil {
+		return nil, err
+	}
+	type answer struct {
+		info *osdpb.PGInfo
+		err  error
+	}
+	got := make(chan answer, 1)
+	if !o.enqueue(o.shardOf(sid), func() {
+		info, err := o.answerQuery(&osdpb.PGQuery{Epoch: o.Map().Epoch(), Pool: pool, Pg: pgn}, sid, from)
+		got <- answer{info, err}
+	}) {
+		return nil, errors.New("osd closing")
+	}
+	a := <-got
+	return a.info, a.err
+}
 
 // StrayAnswers is how many PG_STRAY questions o answered, as primary,
 // with a removal and with a refusal.

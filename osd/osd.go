@@ -402,6 +402,22 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		o.mapv.Store(newest)
 	}
 	o.remember(o.Map())
+	// Removals a stop cut short: their PGs refuse until resumeRemovals
+	// has finished them.
+	cut, err := st.RemovingPGs(ctx)
+	var resumed []*pgState
+	for _, sid := range cut {
+		var p *pgState
+		if p, err = o.pgOf(sid); err != nil {
+			break
+		}
+		o.markRemoving(p)
+		resumed = append(resumed, p)
+	}
+	if err != nil {
+		o.abort()
+		return nil, err
+	}
 	// Every OSD holds the multipart bucket's record itself: it is not a
 	// user bucket and is never created or deleted through the meta PG.
 	if _, err := st.HeadBucket(ctx, ops.MultipartBucket); err != nil {
@@ -495,6 +511,10 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	o.wg.Go(o.probeLoop)
 	o.wg.Go(o.heartbeatLoop)
 	o.wg.Go(o.spaceLoop)
+	if len(resumed) > 0 {
+		o.removingStray.Store(true) // before strayLoop starts
+		o.wg.Go(func() { o.resumeRemovals(resumed) })
+	}
 	o.wg.Go(o.strayLoop)
 	o.wg.Go(func() { o.peerAll("start") })
 	o.log.Info("osd started", "public", o.pubAddr, "cluster", o.cluAddr, "epoch", cfg.Map.Epoch(), "data", cfg.DataDir)

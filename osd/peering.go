@@ -65,7 +65,7 @@ func (o *OSD) advanceOf(p *pgState, m *placement.Map) (pg.AdvanceMap, bool) {
 // the persisted info and the map history, then carries out what it asks.
 // On p's shard.
 func (o *OSD) advance(p *pgState, mp *placement.Map) {
-	if p.removing.Load() {
+	if p.removing() {
 		return // no machine until the copy is gone (stray.go)
 	}
 	if p.m != nil && uint64(p.m.Epoch()) >= mp.Epoch() {

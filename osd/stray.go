@@ -24,10 +24,12 @@ import (
 // answer, a map that disagrees, a recovery under way) keeps the copy.
 //
 // The removal runs one PG at a time, in pages with a pause between them
-// (store.RemovePG, which also makes a crash midway safe), while the PG
-// refuses RepOps, queries and recovery reads (pgState.removing). A stray
-// that later rejoins the acting set starts from an empty copy and is
-// backfilled like a new member.
+// (store.RemovePG, which also makes a crash midway safe: Start resumes
+// one it finds marked), while the PG refuses RepOps, queries and recovery
+// reads (pgState.removals). Its end drops the PG's state, unless the map
+// made us a member again meanwhile. The empty copy left stays marked
+// incomplete, so peering never takes it as a witness; a stray that
+// rejoins the acting set is backfilled like a new member.
 
 // strayQueryTimeout bounds one PG_STRAY question.
 const strayQueryTimeout = 2 * time.Second
@@ -64,7 +66,7 @@ func (o *OSD) checkStrays() {
 		if o.ctx.Err() != nil {
 			return
 		}
-		if o.removingErr(sid) != nil {
+		if o.removing(sid) {
 			// A removal that failed midway: the copy is marked, and
 			// unusable whatever the map says now; finish it.
 			if o.removeStray(sid, 0) {
@@ -138,7 +140,7 @@ func (o *OSD) removeStray(sid uint32, asked uint64) bool {
 	}
 	started := make(chan bool, 1)
 	if !o.enqueue(o.shardOf(sid), func() {
-		retry := p.removing.Load() // a removal that failed midway
+		retry := p.removing() // a removal that failed midway
 		if !retry && o.Map().Epoch() != asked {
 			started <- false
 			return
@@ -148,21 +150,44 @@ func (o *OSD) removeStray(sid uint32, asked uint64) bool {
 			started <- false
 			return
 		}
-		p.removing.Store(true)
-		// Rebuilt from the empty copy once it is gone; nothing may count
-		// the old copy meanwhile.
-		p.m, p.last = nil, &osdpb.Version{}
+		o.markRemoving(p)
 		started <- true
-		o.wg.Go(func() { o.runRemoval(p) })
+		o.wg.Go(func() {
+			defer o.removingStray.Store(false)
+			o.runRemoval(p)
+		})
 	}) {
 		return false
 	}
 	return <-started
 }
 
-// runRemoval removes stray PG p's copy, then lets the PG be used again.
-func (o *OSD) runRemoval(p *pgState) {
+// markRemoving makes PG p refuse what its copy cannot serve until its
+// removal ends. On p's shard, or before the OSD serves.
+func (o *OSD) markRemoving(p *pgState) {
+	if !p.removing() {
+		p.removals.Add(1)
+	}
+	// Rebuilt from the empty copy once it is gone; nothing may count the
+	// old copy meanwhile.
+	p.m, p.last = nil, &osdpb.Version{}
+}
+
+// resumeRemovals finishes, one by one, the removals a stop cut short
+// (Start marked their PGs), paced as any.
+func (o *OSD) resumeRemovals(ps []*pgState) {
 	defer o.removingStray.Store(false)
+	for _, p := range ps {
+		if o.ctx.Err() != nil {
+			return
+		}
+		o.runRemoval(p)
+	}
+}
+
+// runRemoval removes stray PG p's copy, then lets the PG be used again,
+// or forgets it. The caller holds removingStray.
+func (o *OSD) runRemoval(p *pgState) {
 	id := placement.PGIDOf(p.sid)
 	start := time.Now()
 	n, err := o.st.RemovePG(o.ctx, p.sid, func(ctx context.Context) error {
@@ -186,27 +211,42 @@ func (o *OSD) runRemoval(p *pgState) {
 		}
 	})
 	if err != nil {
-		// The PG stays refused: the store holds its removal mark, and the
-		// next start (Open) finishes it.
+		// The PG stays refused: the store holds its removal mark, and
+		// checkStrays or the next start finishes it.
 		if o.ctx.Err() == nil {
-			o.log.Error("removing a stray pg copy failed; the next start finishes it", "pg", id, "objects", n, "err", err)
+			o.log.Error("removing a stray pg copy failed; it is retried", "pg", id, "objects", n, "err", err)
 		}
 		return
 	}
 	o.log.Info("removed a stray pg copy", "pg", id, "objects", n, "took", time.Since(start).Round(time.Millisecond))
 	o.enqueue(o.shardOf(p.sid), func() {
-		last, _, err := o.st.PGInfo(o.ctx, p.sid)
-		if err != nil {
-			o.log.Warn("pg info after its removal", "pg", id, "err", err)
+		p.removals.Add(1) // p.last is already the empty copy's (markRemoving)
+		if o.forgetRemoved(p) {
 			return
 		}
-		p.last = last
 		p.peerMu.Lock()
 		p.peerLast = nil
 		p.peerMu.Unlock()
-		p.removing.Store(false)
 		o.advance(p, o.Map())
 	})
+}
+
+// forgetRemoved drops the state of PG p, whose copy is gone, unless the
+// map has us in its acting set again. Under mapMu, so that a map being
+// installed (markPeering marks the PGs we lead) finds either this state,
+// kept, or none. On p's shard.
+func (o *OSD) forgetRemoved(p *pgState) bool {
+	o.mapMu.Lock()
+	defer o.mapMu.Unlock()
+	if _, member := o.Map().RoleOf(p.pool, p.pg, o.id); member {
+		return false
+	}
+	o.pgMu.Lock()
+	defer o.pgMu.Unlock()
+	if o.pgs[p.sid] == p {
+		delete(o.pgs, p.sid)
+	}
+	return true
 }
 
 // removalPage, when set (tests, through export_test.go), runs after each
@@ -214,15 +254,58 @@ func (o *OSD) runRemoval(p *pgState) {
 // as a crash would.
 var removalPage testHook[func(osd, sid uint32) error]
 
-// removingErr refuses what a PG whose copy is being removed cannot serve.
-func (o *OSD) removingErr(sid uint32) error {
+// removing reports whether store PG sid's copy is being removed.
+func (o *OSD) removing(sid uint32) bool {
 	o.pgMu.Lock()
 	p := o.pgs[sid]
 	o.pgMu.Unlock()
-	if p != nil && p.removing.Load() {
-		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: this OSD's copy is being removed", placement.PGIDOf(sid))
+	return p != nil && p.removing()
+}
+
+// copyRead is a peer's read of a PG's copy off the PG's shard (a log
+// pull, a backfill step). A removal can start while one reads (a
+// primary's "remove" and another's request cross), and a read that saw
+// part of the copy gone must not be handed to a primary as if whole: the
+// read takes the PG's removal count before and after (a seqlock), and
+// fails, retriably, if a removal ran in between, even one that has ended
+// since. The count is bumped on the PG's shard before the removal's
+// first write to the store; a read that sees any of them sees the count
+// moved. Its cost is what a check alone costs: pgMu and two atomic loads.
+type copyRead struct {
+	p  *pgState
+	at uint64
+}
+
+// readCopy begins a peer's read of store PG sid's copy.
+func (o *OSD) readCopy(sid uint32) (copyRead, error) {
+	o.pgMu.Lock()
+	p := o.pgEntry(sid)
+	o.pgMu.Unlock()
+	r := copyRead{p, p.removals.Load()}
+	if r.at&1 != 0 {
+		return r, removingError(sid)
+	}
+	if hook := copyReadBegun.Load(); hook != nil {
+		hook(o.id, sid)
+	}
+	return r, nil
+}
+
+// done says whether the read saw the copy whole: an error if a removal
+// began since readCopy.
+func (r copyRead) done() error {
+	if r.p.removals.Load() != r.at {
+		return removingError(r.p.sid)
 	}
 	return nil
+}
+
+// copyReadBegun, when set (tests, through export_test.go), runs on OSD
+// osd once a peer's read of store PG sid passed its first check.
+var copyReadBegun testHook[func(osd, sid uint32)]
+
+func removingError(sid uint32) error {
+	return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: this OSD's copy is being removed", placement.PGIDOf(sid))
 }
 
 // answerStray answers OSD from's PG_STRAY on the PG's shard: remove only

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // strayCluster is four OSDs (three replicas) with a bucket of objects,
@@ -39,7 +41,11 @@ type strayCluster struct {
 
 const strayBucket = "stray"
 
-func startStrayCluster(t *testing.T) *strayCluster {
+func startStrayCluster(t *testing.T) *strayCluster { t.Helper(); return startStray(t, false) }
+
+// startStray starts a strayCluster; with leads, seed is a PG the leaver
+// is the primary of before it leaves.
+func startStray(t *testing.T, leads bool) *strayCluster {
 	t.Helper()
 	s := &strayCluster{ctx: ctxT(t, 2*time.Minute), want: map[string][]byte{}, strayInterval: 50 * time.Millisecond}
 	c := osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 8, Tweak: func(cfg *osd.Config) {
@@ -70,7 +76,7 @@ func startStrayCluster(t *testing.T) *strayCluster {
 	}
 	for s.seed = 0; s.seed < s.pool.PgCount; s.seed++ {
 		before, after := c.Map.ActingSet(s.pool.Id, s.seed), s.out.ActingSet(s.pool.Id, s.seed)
-		if !slices.Contains(before, s.leaver) || len(after) != int(s.pool.Size) {
+		if !slices.Contains(before, s.leaver) || len(after) != int(s.pool.Size) || leads && before[0] != s.leaver {
 			continue
 		}
 		for k := range s.want {
@@ -188,8 +194,10 @@ func (s *strayCluster) everyCopy(t *testing.T, m *placement.Map) {
 }
 
 // TestStrayRemoved: an OSD marked out keeps its copies until the PGs are
-// clean on their new acting sets, then removes them, data files and all;
-// marked in again, it is backfilled from nothing.
+// clean on their new acting sets, then removes them, data files and all,
+// and forgets them; its empty copy answers peering as incomplete (no
+// witness of what it held); marked in again, it is backfilled from
+// nothing.
 func TestStrayRemoved(t *testing.T) {
 	s := startStrayCluster(t)
 	before := s.dataFileBytes(t, s.leaver)
@@ -199,6 +207,14 @@ func TestStrayRemoved(t *testing.T) {
 	s.adopt(t, s.out)
 	s.leaverGone(t)
 	s.everyCopy(t, s.out)
+	leaver := s.c.OSDs[s.leaver]
+	osdtest.Eventually(t, 30*time.Second, "the leaver forgets the removed pg", func() bool {
+		return !leaver.HoldsPGStateForTest(s.sid)
+	})
+	info, err := leaver.QueryForTest(s.pool.Id, s.seed, s.out.ActingSet(s.pool.Id, s.seed)[0])
+	if err != nil || !info.Incomplete || info.Last.GetSeq() != 0 {
+		t.Fatalf("the removed copy answers a query with %v (%v); want an empty, incomplete copy", info, err)
+	}
 
 	// Back in: the leaver rejoins its PGs with empty copies and is
 	// backfilled.
@@ -256,8 +272,8 @@ func TestStrayKeptWhileBackfilling(t *testing.T) {
 }
 
 // TestStrayRemovalInterrupted: a removal cut short (here after its first
-// page, as a crash would) leaves the PG refused, and the next start
-// finishes it before the OSD serves.
+// page, as a crash would) leaves the PG refused; the next start finishes
+// it in the background, paced as any, the PG refused until it is gone.
 func TestStrayRemovalInterrupted(t *testing.T) {
 	s := startStrayCluster(t)
 	stopped := make(chan struct{})
@@ -278,14 +294,34 @@ func TestStrayRemovalInterrupted(t *testing.T) {
 	}
 	// The removal keeps failing until the OSD stops, as after a crash;
 	// the restarted OSD asks nobody (an hour between looks): only its
-	// store's Open can finish the removal.
+	// start can resume the removal, which is held after a page here.
 	s.c.StopOSD(s.leaver)
-	osd.RemovalPage.Set(nil)
+	paged, release := make(chan struct{}), make(chan struct{})
+	var pagedOnce, freed sync.Once
+	free := func() { freed.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	osd.RemovalPage.Set(func(id, sid uint32) error {
+		if id == s.leaver && sid == s.sid {
+			pagedOnce.Do(func() { close(paged) })
+			<-release
+		}
+		return nil
+	})
 	s.strayInterval = time.Hour
 	s.c.StartOSD(s.leaver)
-	if slices.Contains(s.leaverPGs(t), s.sid) || s.objectsAt(t, s.leaver) != 0 {
-		t.Fatalf("the restarted leaver still holds pg %x, whose removal was cut", s.seed)
+	select {
+	case <-paged:
+	case <-s.ctx.Done():
+		t.Fatal("the restarted leaver never resumed the cut removal")
 	}
+	var rep osdpb.PGLogPullReply
+	if st := askAs(s.ctx, t, s.c, 7, s.leaver, osdpb.MsgType_MSG_PG_LOG_PULL, &osdpb.PGLogPull{Pool: s.pool.Id, Pg: s.seed}, &rep); st != osdpb.Status_SERVICE_UNAVAILABLE {
+		t.Fatalf("a log pull from the part-removed copy: %v, %d entries; want SERVICE_UNAVAILABLE", st, len(rep.Entries))
+	}
+	free()
+	osdtest.Eventually(t, 30*time.Second, "the restarted leaver finishes the cut removal", func() bool {
+		return !slices.Contains(s.leaverPGs(t), s.sid) && s.objectsAt(t, s.leaver) == 0
+	})
 	if err := s.c.OSDs[s.leaver].AdoptMap(s.out); err != nil {
 		t.Fatal(err)
 	}
@@ -374,15 +410,14 @@ func TestPrimaryAnswersStrays(t *testing.T) {
 	}
 }
 
-// TestStrayRejoinsMidRemoval: a stray marked in again while its copy is
-// being removed takes no RepOp, push or query for the PG until the copy
-// is gone (a half-removed copy that acked a push as current would leave
-// the PG "clean" with an empty replica), then is backfilled whole.
-func TestStrayRejoinsMidRemoval(t *testing.T) {
-	s := startStrayCluster(t)
+// backMidRemoval takes the leaver out, holds the removal of its copy of
+// seed after its first page, and returns a map with the leaver in again
+// and what lets the removal go on.
+func (s *strayCluster) backMidRemoval(t *testing.T) (back *placement.Map, free func()) {
+	t.Helper()
 	inRemoval, release := make(chan struct{}), make(chan struct{})
-	var once, freed sync.Once
-	free := func() { freed.Do(func() { close(release) }) }
+	var once sync.Once
+	free = sync.OnceFunc(func() { close(release) })
 	t.Cleanup(func() { osd.RemovalPage.Set(nil); free() })
 	osd.RemovalPage.Set(func(id, sid uint32) error {
 		if id == s.leaver && sid == s.sid {
@@ -401,6 +436,16 @@ func TestStrayRejoinsMidRemoval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return back, free
+}
+
+// TestStrayRejoinsMidRemoval: a stray marked in again while its copy is
+// being removed takes no RepOp, push or query for the PG until the copy
+// is gone (a half-removed copy that acked a push as current would leave
+// the PG "clean" with an empty replica), then is backfilled whole.
+func TestStrayRejoinsMidRemoval(t *testing.T) {
+	s := startStrayCluster(t)
+	back, free := s.backMidRemoval(t)
 	s.adopt(t, back)
 	// The PG peers without the leaver's answer and serves; its push to
 	// the leaver is refused while the removal holds.
@@ -419,6 +464,29 @@ func TestStrayRejoinsMidRemoval(t *testing.T) {
 			t.Fatalf("the leaver's copy of %s after its removal and backfill: %v", k, err)
 		}
 	}
+}
+
+// TestStrayRejoinsAsPrimaryMidRemoval: a stray that the map makes the
+// PG's primary again while its copy is being removed keeps the PG's state
+// (and its peering mark) when the removal ends: it serves nothing until
+// it has peered and pulled the PG back, then serves every object.
+func TestStrayRejoinsAsPrimaryMidRemoval(t *testing.T) {
+	s := startStray(t, true)
+	back, free := s.backMidRemoval(t)
+	if back.ActingSet(s.pool.Id, s.seed)[0] != s.leaver {
+		t.Skip("marked in again, the leaver does not lead the pg")
+	}
+	s.adopt(t, back)
+	free()
+	// Read at once: every read waits for the PG to peer (the client
+	// retries), none finds the emptied copy.
+	for _, k := range s.keysOfSeed {
+		got, _, err := osdtest.Get(s.ctx, s.cl, strayBucket, k, client.GetOptions{})
+		if err != nil || !bytes.Equal(got, s.want[k]) {
+			t.Fatalf("get %s from the rejoined primary: %v (%d bytes, want %d)", k, err, len(got), len(s.want[k]))
+		}
+	}
+	s.everyCopy(t, back)
 }
 
 // TestStrayAnswerHoldsForItsMapOnly: a primary's "remove" answers the map
@@ -509,5 +577,111 @@ func TestStrayAnswerHoldsForItsMapOnly(t *testing.T) {
 	})
 	if lastErr != nil {
 		t.Fatal(lastErr)
+	}
+}
+
+// TestStrayReadRacingRemoval: a peer's log pull or backfill step that was
+// admitted just before the stray's removal began, and reads while part
+// of the copy is gone (or after it is all gone), is refused, retriably,
+// instead of handing the asker a part of the copy as if whole.
+func TestStrayReadRacingRemoval(t *testing.T) {
+	s := startStrayCluster(t)
+	type gate struct {
+		ch   chan struct{}
+		open func()
+	}
+	newGate := func() gate {
+		ch := make(chan struct{})
+		g := gate{ch, sync.OnceFunc(func() { close(ch) })}
+		t.Cleanup(g.open)
+		return g
+	}
+	allowed, start, paged, finish := newGate(), newGate(), newGate(), newGate()
+	held := [2]gate{newGate(), newGate()}
+	goOn := [2]gate{newGate(), newGate()}
+	var reads atomic.Int32
+	var armed atomic.Bool
+	t.Cleanup(func() {
+		osd.StrayAllowed.Set(nil)
+		osd.RemovalPage.Set(nil)
+		osd.CopyReadBegun.Set(nil)
+	})
+	var allowedOnce, pagedOnce sync.Once
+	osd.StrayAllowed.Set(func(id, sid uint32) {
+		if id == s.leaver && sid == s.sid {
+			allowedOnce.Do(func() { allowed.open(); <-start.ch })
+		}
+	})
+	osd.RemovalPage.Set(func(id, sid uint32) error {
+		if id == s.leaver && sid == s.sid {
+			pagedOnce.Do(func() { paged.open(); <-finish.ch })
+		}
+		return nil
+	})
+	osd.CopyReadBegun.Set(func(id, sid uint32) {
+		if id != s.leaver || sid != s.sid || !armed.Load() {
+			return
+		}
+		if i := reads.Add(1) - 1; i < 2 {
+			held[i].open()
+			<-goOn[i].ch
+		}
+	})
+	wait := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-s.ctx.Done():
+			t.Fatalf("%s never happened", what)
+		}
+	}
+	ask := func(as uint32, mt osdpb.MsgType, req proto.Message, rep repliedTo) <-chan osdpb.Status {
+		got := make(chan osdpb.Status, 1)
+		go func() {
+			st := osdpb.Status(-1) // askAs gave up (no reply)
+			defer func() { got <- st }()
+			st = askAs(s.ctx, t, s.c, as, s.leaver, mt, req, rep)
+		}()
+		return got
+	}
+	status := func(got <-chan osdpb.Status) osdpb.Status {
+		t.Helper()
+		select {
+		case st := <-got:
+			return st
+		case <-s.ctx.Done():
+			t.Fatal("no answer")
+			return 0
+		}
+	}
+	s.adopt(t, s.out)
+	wait(allowed.ch, "the primary's remove")
+
+	// Two reads pass their first check before the removal begins: a
+	// backfill step and a log pull, both from the start of the PG.
+	armed.Store(true)
+	var bfRep osdpb.PGBackfillReply
+	var lpRep osdpb.PGLogPullReply
+	bf := ask(7, osdpb.MsgType_MSG_PG_BACKFILL, &osdpb.PGBackfill{Pool: s.pool.Id, Pg: s.seed}, &bfRep)
+	wait(held[0].ch, "the backfill step's admission")
+	lp := ask(8, osdpb.MsgType_MSG_PG_LOG_PULL, &osdpb.PGLogPull{Pool: s.pool.Id, Pg: s.seed}, &lpRep)
+	wait(held[1].ch, "the log pull's admission")
+
+	start.open()
+	wait(paged.ch, "the removal's first page")
+	// The backfill step reads now, with the first page gone.
+	goOn[0].open()
+	if st := status(bf); st != osdpb.Status_SERVICE_UNAVAILABLE {
+		t.Errorf("a backfill step that read a part-removed copy: %v (done %v, entry %v); want SERVICE_UNAVAILABLE", st, bfRep.Done, bfRep.Entry)
+	}
+	// The log pull reads once the removal has ended and the PG's state
+	// is gone: what it reads is not the copy it was admitted to.
+	finish.open()
+	osdtest.Eventually(t, 30*time.Second, "the removal ends", func() bool {
+		return !s.c.OSDs[s.leaver].HoldsPGStateForTest(s.sid)
+	})
+	goOn[1].open()
+	if st := status(lp); st != osdpb.Status_SERVICE_UNAVAILABLE {
+		t.Errorf("a log pull admitted before the removal: %v (%d entries); want SERVICE_UNAVAILABLE", st, len(lpRep.Entries))
 	}
 }

@@ -50,10 +50,11 @@ type pgState struct {
 	// state is the machine's pg.State as its last Ready said (the beacon
 	// reads it).
 	state atomic.Uint32
-	// removing is set while this stray's copy is being removed
-	// (stray.go): the PG has no machine, and refuses RepOps, queries and
-	// recovery reads until it is gone.
-	removing atomic.Bool
+	// removals counts the starts and ends of removals of this stray's
+	// copy (stray.go): odd while one runs, when the PG has no machine and
+	// refuses RepOps, queries and recovery reads. A peer's read off the
+	// shard compares it before and after (copyRead).
+	removals atomic.Uint64
 	// bf is set while a backfill of this replica's copy runs: RepOps go
 	// on during it (backfill.go).
 	bf atomic.Pointer[backfillState]
@@ -97,10 +98,27 @@ type queuedRepOp struct {
 	from uint32 // its sender: the primary that sent it, which a gap is pulled from
 }
 
+// removing reports whether p's copy is being removed.
+func (p *pgState) removing() bool { return p.removals.Load()&1 != 0 }
+
 // pgOf returns the state of store PG sid, loading its version on first use.
 func (o *OSD) pgOf(sid uint32) (*pgState, error) {
 	o.pgMu.Lock()
 	defer o.pgMu.Unlock()
+	p := o.pgEntry(sid)
+	if !p.loaded {
+		last, _, err := o.st.PGInfo(o.ctx, sid)
+		if err != nil {
+			return nil, err
+		}
+		p.last, p.loaded = last, true
+	}
+	return p, nil
+}
+
+// pgEntry returns the state of store PG sid, made (not loaded) on first
+// use. REQUIRES: o.pgMu held.
+func (o *OSD) pgEntry(sid uint32) *pgState {
 	p := o.pgs[sid]
 	if p == nil {
 		pool, pg := splitStorePG(sid)
@@ -110,14 +128,7 @@ func (o *OSD) pgOf(sid uint32) (*pgState, error) {
 		p = &pgState{sid: sid, pool: pool, pg: pg}
 		o.pgs[sid] = p
 	}
-	if !p.loaded {
-		last, _, err := o.st.PGInfo(o.ctx, sid)
-		if err != nil {
-			return nil, err
-		}
-		p.last, p.loaded = last, true
-	}
-	return p, nil
+	return p
 }
 
 func versionLE(a, b *osdpb.Version) bool {

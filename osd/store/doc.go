@@ -62,7 +62,7 @@
 // to start at the new last version.
 //
 // RemovePG deletes a PG's copy in pages (pgremove.go says how a crash
-// midway is made safe: Open finishes the removal).
+// midway is made safe: RemovingPGs lists it for the owner to finish).
 //
 // # Data files
 //

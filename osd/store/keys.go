@@ -20,7 +20,7 @@ const (
 	nsLog      = 'L' // 'L' pg(4) epoch(8) seq(8)      -> sealed LogEntry
 	nsMap      = 'M' // 'M' epoch(8)                   -> sealed ClusterMap
 	nsIDs      = 'N' // 'N'                            -> sealed data-id high-water mark
-	nsBackfil  = 'I' // 'I' pg(4)                      -> "": a backfill of the PG is under way
+	nsBackfil  = 'I' // 'I' pg(4)                      -> "": a backfill of the PG is under way, or due (a removed copy)
 	nsHead     = 'O' // 'O' bucket 0x00 key            -> sealed head
 	nsPGIndex  = 'P' // 'P' pg(4) bucket 0x00 key      -> empty
 	nsReq      = 'R' // 'R' pg(4) client(8) tid(8)     -> sealed version

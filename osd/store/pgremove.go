@@ -19,10 +19,14 @@ import (
 //     would take it as no witness of anything (incomplete).
 //  2. Synced pages of objects: heads, PG index entries, chunks, and 'W' "F"
 //     records for data files, which the reaper then unlinks.
-//  3. One synced batch drops both marks and the PG's counters.
+//  3. One synced batch drops the removing mark and the PG's counters. The
+//     backfilling mark stays: an empty copy that held writes is no
+//     witness of the intervals it held them in, so peering takes it as
+//     one mid-backfill (incomplete) until a backfill fills it (SetPGLast).
 //
-// A crash between 1 and 3 leaves the 'X' mark, and Open finishes the
-// removal before anyone can read the half-removed copy.
+// A crash between 1 and 3 leaves the 'X' mark: RemovingPGs lists the PG
+// for its owner (the OSD) to finish, paced, before it serves the copy.
+// Open does not, so a start is not held behind a big removal.
 
 // removePage bounds the objects one removal batch deletes: small enough
 // that a page's commit and the PG lock it holds are brief next to client
@@ -31,12 +35,12 @@ var removePage = 256
 
 func removingKey(pg uint32) []byte { return binary.BigEndian.AppendUint32([]byte{nsRemoving}, pg) }
 
-// RemovePG deletes every trace of PG pg from the store: its objects (data
-// files included), PG index, log, request index, PG record, marks and
-// counters. between runs after each page of objects, the last one too
-// (nil: none); it paces
-// the removal and may stop it with an error, which leaves the removal for
-// the next RemovePG or Open to finish. It returns the objects removed.
+// RemovePG deletes PG pg's copy from the store: its objects (data files
+// included), PG index, log, request index, PG record, removal mark and
+// counters; a backfilling mark stays (see above). between runs after each
+// page of objects, the last one too (nil: none); it paces the removal and
+// may stop it with an error, which leaves the removal for the next
+// RemovePG to finish (RemovingPGs). It returns the objects removed.
 //
 // REQUIRES: the caller lets no other writer touch pg meanwhile (the OSD
 // does not hold the PG: it is in no acting set of its map).
@@ -98,7 +102,6 @@ func (s *Store) removePG(ctx context.Context, st *pgState, pg uint32, between fu
 	b.Reset()
 	for _, err := range []error{
 		b.Delete(removingKey(pg), nil),
-		b.Delete(backfillKey(pg), nil),
 		b.Delete(pgCountersKey(pg), nil),
 	} {
 		if err != nil {
@@ -170,8 +173,9 @@ func (s *Store) removePGPage(pg uint32) (n int, more bool, err error) {
 	return n, more, nil
 }
 
-// HeldPGs returns every PG of which the store holds anything: a PG record,
-// a log, objects, a backfill or removal mark.
+// HeldPGs returns every PG of which the store holds a copy: a PG record,
+// a log, objects, a removal mark. A bare backfill mark (what a removal
+// leaves) holds nothing.
 func (s *Store) HeldPGs(ctx context.Context) ([]uint32, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
@@ -180,7 +184,7 @@ func (s *Store) HeldPGs(ctx context.Context) ([]uint32, error) {
 	seen := map[uint32]bool{}
 	var pgs []uint32
 	err := s.withView(func(v *view) error {
-		for _, ns := range []byte{nsPG, nsLog, nsPGIndex, nsBackfil, nsLES, nsRemoving} {
+		for _, ns := range []byte{nsPG, nsLog, nsPGIndex, nsLES, nsRemoving} {
 			lo := []byte{ns}
 			// One seek per PG: skip past the rest of its keys.
 			for ok := v.scan(lo, prefixEnd(lo)); ok; {
@@ -211,8 +215,13 @@ func (s *Store) HeldPGs(ctx context.Context) ([]uint32, error) {
 	return pgs, nil
 }
 
-// finishRemovals completes the PG removals a crash interrupted (Open).
-func (s *Store) finishRemovals(ctx context.Context) error {
+// RemovingPGs returns the PGs whose removal a stop cut short (RemovePG
+// finishes one). Until then a copy reads as one mid-backfill with no log.
+func (s *Store) RemovingPGs(ctx context.Context) ([]uint32, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
 	var pgs []uint32
 	err := s.withView(func(v *view) error {
 		lo := []byte{nsRemoving}
@@ -224,16 +233,7 @@ func (s *Store) finishRemovals(ctx context.Context) error {
 		return v.it.Error()
 	})
 	if err != nil {
-		return fmt.Errorf("store: scan pg removals: %w", err)
+		return nil, fmt.Errorf("store: scan pg removals: %w", err)
 	}
-	for _, pg := range pgs {
-		st := s.lockPG(pg)
-		n, err := s.removePG(ctx, st, pg, nil)
-		st.mu.Unlock()
-		if err != nil {
-			return fmt.Errorf("store: finish the removal of pg %d: %w", pg, err)
-		}
-		s.opts.Logger.Info("store: finished removing a pg a crash interrupted", "pg", pg, "objects", n)
-	}
-	return nil
+	return pgs, nil
 }

@@ -43,7 +43,8 @@ func fillTwoPGs(t *testing.T, ctx context.Context, s *store.Store) (removed, kep
 }
 
 // checkRemoved asserts that removedPG left nothing (objects, log, record,
-// marks, data files) and that keptPG is whole.
+// removal mark, data files) but a backfilling mark, which keeps peering
+// from trusting the empty copy, and that keptPG is whole.
 func checkRemoved(t *testing.T, ctx context.Context, s *store.Store, removed, kept []string) {
 	t.Helper()
 	for _, k := range removed {
@@ -61,13 +62,16 @@ func checkRemoved(t *testing.T, ctx context.Context, s *store.Store, removed, ke
 	if last.GetSeq() != 0 || tail.GetSeq() != 0 {
 		t.Errorf("removed pg info: last %v tail %v, want zero", last, tail)
 	}
-	if bf, err := s.PGBackfilling(ctx, removedPG); err != nil || bf {
-		t.Errorf("removed pg still marked backfilling (%v, %v)", bf, err)
+	if bf, err := s.PGBackfilling(ctx, removedPG); err != nil || !bf {
+		t.Errorf("removed pg not marked backfilling (%v, %v): peering would take its empty copy as complete", bf, err)
 	}
 	pgs, err := s.HeldPGs(ctx)
 	must(t, err)
 	if slices.Contains(pgs, removedPG) || !slices.Contains(pgs, keptPG) {
 		t.Errorf("held pgs %v: want %d and not %d", pgs, keptPG, removedPG)
+	}
+	if cut, err := s.RemovingPGs(ctx); err != nil || len(cut) != 0 {
+		t.Errorf("removals left to finish: %v (%v)", cut, err)
 	}
 	if st, err := s.PGStats(ctx, removedPG); err != nil || st.Objects != 0 {
 		t.Errorf("removed pg stats %+v (%v)", st, err)
@@ -104,8 +108,10 @@ func TestRemovePG(t *testing.T) {
 	checkRemoved(t, ctx, e.s, removed, kept)
 }
 
-// A crash in the middle of a removal: the store that comes back shows the
-// PG either whole or gone, never a part of it; Open finishes the removal.
+// A crash in the middle of a removal: the store that comes back lists the
+// removal to finish (Open does not hold a start behind it), and shows the
+// part left as no copy to trust: no log, no record, backfilling. A
+// RemovePG finishes it.
 func TestRemovePGCrash(t *testing.T) {
 	defer store.SetRemovePageForTest(2)()
 	ctx := context.Background()
@@ -133,6 +139,19 @@ func TestRemovePGCrash(t *testing.T) {
 			c, err := store.Open(ctx, store.WithFSForTest(crashOptions("/db"), clone))
 			must(t, err)
 			defer c.Close()
+			cut, err := c.RemovingPGs(ctx)
+			must(t, err)
+			if !slices.Equal(cut, []uint32{removedPG}) {
+				t.Fatalf("removals to finish after the crash: %v, want [%d]", cut, removedPG)
+			}
+			last, tail, err := c.PGInfo(ctx, removedPG)
+			must(t, err)
+			if bf, err := c.PGBackfilling(ctx, removedPG); err != nil || !bf || last.GetSeq() != 0 || tail.GetSeq() != 0 {
+				t.Fatalf("the part-removed pg: last %v tail %v backfilling %v (%v); want none and backfilling", last, tail, bf, err)
+			}
+			if _, err := c.RemovePG(ctx, removedPG, nil); err != nil {
+				t.Fatal(err)
+			}
 			checkRemoved(t, ctx, c, removed, kept)
 		})
 	}

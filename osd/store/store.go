@@ -142,9 +142,6 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, errors.Join(err, db.Close())
 	}
 	s.startReaper()
-	if err := s.finishRemovals(ctx); err != nil {
-		return nil, errors.Join(err, s.Close())
-	}
 	return s, nil
 }
 
