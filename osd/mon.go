@@ -397,8 +397,11 @@ func (o *OSD) reportFailure(id uint32, silent time.Duration, immediate, alive bo
 	o.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
 		defer cancel()
-		err := o.mon.ReportFailure(ctx, &osdpb.MonFailure{Fsid: o.ident.FSID, Reporter: o.id, Target: id,
-			Epoch: o.Map().Epoch(), FailedForNanos: int64(silent), Immediate: immediate, Alive: alive})
+		// The map's fsid, not ident's: a new OSD's boot writes that
+		// while a refused dial may already report.
+		mp := o.Map()
+		err := o.mon.ReportFailure(ctx, &osdpb.MonFailure{Fsid: mp.FSID(), Reporter: o.id, Target: id,
+			Epoch: mp.Epoch(), FailedForNanos: int64(silent), Immediate: immediate, Alive: alive})
 		if err != nil && o.ctx.Err() == nil {
 			o.log.Warn("reporting a failure to the mon", "peer", id, "err", err)
 		}

@@ -324,7 +324,10 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	var (
 		mc    *monclient.Client
 		ident identity
-		osdp  atomic.Pointer[OSD] // for the mon's map pushes, which may come before Start returns
+		// osdp is the OSD for the mon's map pushes once Start has built
+		// it: those that come before are dropped, and Start adopts the
+		// newest map the client saw instead.
+		osdp  atomic.Pointer[OSD]
 		authz = &authTables{}
 		own   *auth.Keyring // the OSD's keyring, when it authenticates
 	)
@@ -380,10 +383,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	if sopts.ReadCacheAlloc == nil {
 		sopts.ReadCacheAlloc = &o.cacheMem
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("osd: data directory: %w", err)
-	}
-	st, err := store.Open(ctx, sopts)
+	st, err := openStore(ctx, cfg.DataDir, sopts)
 	if err != nil {
 		if mc != nil {
 			mc.Close()
@@ -423,7 +423,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	if _, err := st.HeadBucket(ctx, ops.MultipartBucket); err != nil {
 		err = st.InstallObject(ctx, placement.MetaPG, &osdpb.LogEntry{Kind: osdpb.OpKind_OP_CREATE_BUCKET, Bucket: ops.MultipartBucket}, nil)
 		if err != nil {
-			st.Close()
+			o.abort()
 			return nil, fmt.Errorf("osd: creating the multipart bucket: %w", err)
 		}
 	}
@@ -496,7 +496,6 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	}
 	if mc != nil {
 		o.fillHistoryFromMon()
-		osdp.Store(o)
 		if err := o.boot(ctx); err != nil {
 			o.abort()
 			return nil, err
@@ -505,9 +504,13 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	}
 	// Every PG we lead peers before it serves, a restart included: our
 	// store may be behind what the others acknowledged while we were
-	// away.
-	o.markPeering(nil, o.Map())
-	o.advanceAll(o.Map())
+	// away. Under mapMu, as adoptMap marks: a map a peer showed us may be
+	// adopted meanwhile, and its marks must not go back to our epoch.
+	o.mapMu.Lock()
+	mp := o.Map()
+	o.markPeering(nil, mp)
+	o.mapMu.Unlock()
+	o.advanceAll(mp)
 	o.wg.Go(o.probeLoop)
 	o.wg.Go(o.heartbeatLoop)
 	o.wg.Go(o.spaceLoop)
@@ -517,8 +520,25 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	}
 	o.wg.Go(o.strayLoop)
 	o.wg.Go(func() { o.peerAll("start") })
+	if mc != nil {
+		// Only now do the mon's pushes reach the OSD (they stop again
+		// first thing in Close): those dropped meanwhile end in the
+		// client's newest map.
+		osdp.Store(o)
+		if m := mc.Map(); m.Epoch() > o.Map().Epoch() {
+			o.onMonMap(m)
+		}
+	}
 	o.log.Info("osd started", "public", o.pubAddr, "cluster", o.cluAddr, "epoch", cfg.Map.Epoch(), "data", cfg.DataDir)
 	return o, nil
+}
+
+// openStore makes the data directory and opens the store in it.
+func openStore(ctx context.Context, dir string, opts store.Options) (*store.Store, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("osd: data directory: %w", err)
+	}
+	return store.Open(ctx, opts)
 }
 
 // abort undoes a failed Start.
@@ -557,13 +577,19 @@ func (o *OSD) Map() *placement.Map { return o.mapv.Load() }
 // Store is the OSD's store, for tests and tools that inspect it.
 func (o *OSD) Store() *store.Store { return o.st }
 
-// Close stops serving: listeners and sessions first, so nothing new
-// arrives, then the queues drain, writes still waiting for replicas fail,
-// and the store closes.
+// Close stops serving: the mon's map pushes, listeners and sessions
+// first, so nothing new arrives, then the queues drain, writes still
+// waiting for replicas fail, and the store closes.
 func (o *OSD) Close(ctx context.Context) error {
 	o.closeOnce.Do(func() {
 		o.log.Info("osd stopping")
 		o.cancel()
+		// The mon client first: a map it hands us starts goroutines and
+		// uses the messengers and the store, and its Close returns once
+		// none is being handled, so none comes after the Wait below.
+		if o.mon != nil {
+			o.mon.Close()
+		}
 		errs := []error{o.pub.Shutdown(ctx), o.clu.Shutdown(ctx)}
 		o.releaseTransports()
 		close(o.quit)
@@ -573,9 +599,6 @@ func (o *OSD) Close(ctx context.Context) error {
 		})
 		o.calls.FailIf(nil)
 		errs = append(errs, o.st.Close())
-		if o.mon != nil {
-			o.mon.Close()
-		}
 		o.closeErr = errors.Join(errs...)
 		o.log.Info("osd stopped")
 	})

@@ -184,18 +184,8 @@ func TestDaemonMetrics(t *testing.T) {
 	tool := promtool(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := t.Context()
-	lc, err := local.Start(ctx, local.Options{OSDs: 3, Replicas: 3, PGs: 8, Dir: t.TempDir(), Logger: logger,
+	lc := osdtest.StartLocal(t, local.Options{OSDs: 3, Replicas: 3, PGs: 8, Dir: t.TempDir(), Logger: logger,
 		WithMon: true, NoAuth: true, HeartbeatGrace: 2 * time.Second, Metrics: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := lc.Close(cctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
 	if len(lc.Metrics) != 4 || lc.Metrics[0].Daemon != "mon.a" || lc.Metrics[1].Daemon != "osd.0" {
 		t.Fatalf("metrics listeners %v, want mon.a and osd.0..2", lc.Metrics)
 	}

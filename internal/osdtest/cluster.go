@@ -1,6 +1,7 @@
 // Package osdtest starts real OSD clusters for tests: in this process
-// (Start) with fast failure detection, on loopback ports of their own. It
-// must never be imported by non-test code.
+// (Start) with fast failure detection, on loopback ports of their own, or
+// a local cluster (StartLocal). It must never be imported by non-test
+// code.
 package osdtest
 
 import (
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/osd"
@@ -123,6 +125,24 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 	})
 	return c
+}
+
+// StartLocal starts a local cluster (internal/local: with a mon, if
+// opts says so); t.Cleanup stops it and fails t if that fails.
+func StartLocal(t testing.TB, opts local.Options) *local.Cluster {
+	t.Helper()
+	lc, err := local.Start(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := lc.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return lc
 }
 
 // Config is the configuration OSD id starts with.

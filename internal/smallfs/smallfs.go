@@ -29,12 +29,32 @@ func MountAt(t testing.TB, dir string, size int64) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	err := unix.Mount("osprey-smallfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0700", size))
-	if err != nil {
+	if err := mount(t, dir, size); err != nil {
 		if os.Getenv("OSPREY_REQUIRE_SMALLFS") == "1" {
 			t.Fatalf("mount a %d-byte tmpfs on %s: %v (OSPREY_REQUIRE_SMALLFS=1)", size, dir, err)
 		}
 		t.Skipf("mount a %d-byte tmpfs: %v (needs root)", size, err)
+	}
+}
+
+// TryMount is Mount where mounting is allowed (root), else a plain
+// t.TempDir(): for tests that only go faster on memory, where nothing
+// waits for a disk's fsync.
+func TryMount(t testing.TB, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := mount(t, dir, size); err != nil {
+		t.Logf("on the host's disk: mount a %d-byte tmpfs: %v", size, err)
+	}
+	return dir
+}
+
+// mount mounts a tmpfs of size bytes on dir, unmounted at the test's
+// cleanup.
+func mount(t testing.TB, dir string, size int64) error {
+	err := unix.Mount("osprey-smallfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0700", size))
+	if err != nil {
+		return err
 	}
 	// Registered after TempDir's own cleanup, so it runs first: the
 	// directory is unmounted before it is removed.
@@ -43,6 +63,7 @@ func MountAt(t testing.TB, dir string, size int64) {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 	})
+	return nil
 }
 
 // Fill writes a file in dir until the filesystem has at most leave bytes

@@ -62,7 +62,8 @@ type Options struct {
 	// OnMap is called, one call at a time and in increasing epoch order,
 	// with every newer map the client sees (pushed, or in a reply); never
 	// with an older or equal epoch, nor with another cluster's map. It
-	// runs on a goroutine of its own, so it may call the client.
+	// runs on a goroutine of its own, so it may call the client. Close
+	// waits for a call in progress and none follows.
 	OnMap func(*placement.Map)
 	// OnAuth, if set, subscribes to the auth table too (entities, caps and
 	// certificate serials, no keyrings; S3 secrets only for an S3

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +59,49 @@ func TestOnMapOrder(t *testing.T) {
 	if c.Map().Epoch() != 7 || c.Map().FSID() != "a" {
 		t.Fatalf("Map: epoch %d fsid %s", c.Map().Epoch(), c.Map().FSID())
 	}
+}
+
+// TestCloseWaitsForOnMap: Close returns only once the OnMap call in
+// progress has, and no call follows: the OSD closes its mon client first
+// so that no map reaches what it tears down next.
+func TestCloseWaitsForOnMap(t *testing.T) {
+	var (
+		c                *Client
+		entered          = make(chan struct{})
+		inCall, returned atomic.Bool
+	)
+	c, err := New(context.Background(), Options{Addrs: []string{"tcp://127.0.0.1:1"}, Logger: quiet(), OnMap: func(mp *placement.Map) {
+		if returned.Load() {
+			t.Errorf("OnMap(epoch %d) after Close returned", mp.Epoch())
+		}
+		inCall.Store(true)
+		defer inCall.Store(false)
+		if mp.Epoch() == 3 {
+			close(entered)
+			// Stay in the call until Close has begun.
+			for deadline := time.Now().Add(10 * time.Second); c.ctx.Err() == nil; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Error("Close did not begin within 10s")
+					return
+				}
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(epoch uint64) *osdpb.ClusterMap {
+		return &osdpb.ClusterMap{Epoch: epoch, Fsid: "a", Pools: []*osdpb.Pool{{Id: 1, Name: "p", Size: 1, PgCount: 1}}}
+	}
+	c.noteMap(mk(3))
+	<-entered
+	c.noteMap(mk(4)) // queued behind the call in progress
+	c.Close()
+	if inCall.Load() {
+		t.Error("Close returned while OnMap was running")
+	}
+	returned.Store(true)
+	c.noteMap(mk(5)) // a push the dispatcher was still handling
 }
 
 // TestNoMonAnswers: with no mon reachable a request keeps trying until its
