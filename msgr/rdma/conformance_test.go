@@ -3,6 +3,7 @@
 package rdma_test
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"testing"
@@ -56,17 +57,29 @@ func TestConformanceRDMASockets(t *testing.T) {
 		msgrtest.Run(t, env)
 		return
 	}
-	args := []string{"-test.run=^TestConformanceRDMASockets$", "-test.count=1"}
+	// The child's own timeout turns a hang into a failure with every
+	// goroutine's stack, well inside the parent's. A child that hung is
+	// run once more: the provider can wedge a connection for good under
+	// load (docs/rdma.md, Known limitations 4), and one CI run hung so in
+	// a test's teardown; a second hang, or any other failure, fails.
+	args := []string{"-test.run=^TestConformanceRDMASockets$", "-test.count=1", "-test.timeout=5m"}
 	if testing.Verbose() {
 		args = append(args, "-test.v")
 	}
-	cmd := exec.Command(os.Args[0], args...)
 	child := "OSPREY_TEST_SOCKETS=child"
 	if os.Getenv("OSPREY_TEST_SOCKETS") == "full" {
 		child = "OSPREY_TEST_SOCKETS=full-child"
 	}
-	cmd.Env = append(os.Environ(), child)
-	out, err := cmd.CombinedOutput()
+	run := func() ([]byte, error) {
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), child)
+		return cmd.CombinedOutput()
+	}
+	out, err := run()
+	if err != nil && bytes.Contains(out, []byte("panic: test timed out")) {
+		t.Logf("the child hung, running it once more; its output:\n%s", out)
+		out, err = run()
+	}
 	if err != nil || testing.Verbose() {
 		t.Logf("child process output:\n%s", out)
 	}
