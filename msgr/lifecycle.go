@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"time"
+
+	"github.com/ospreystore/osprey/msgr/wire"
 )
 
 // Close ends the session: queued messages are dropped, the peer is told
@@ -82,10 +84,23 @@ func (c *Conn) detachLocked(lr *linkRun) {
 	select {
 	case <-lr.done:
 	default:
+		// Counted before done closes: the link's reader holds a count
+		// until it sees done, so the messenger's Wait cannot be at zero.
+		c.m.wg.Add(1)
 		close(lr.done)
-		lr.link.Close()
+		go c.m.closeLink(lr.link)
 		c.retired = lr
 	}
+}
+
+// closeLink closes a detached link off the session's lock: a transport's
+// Close may wait (an RDMA link drains its posted sends, up to
+// drainTimeout), and under Conn.mu that wait would stall Send, Stats and
+// the ticker. The link's writer, if blocked in a write, returns once the
+// close lands; drainWriter waits for it either way.
+func (m *Messenger) closeLink(l wire.Link) {
+	defer m.wg.Done()
+	l.Close()
 }
 
 // takeRetiredLocked returns the link detached last, if any, for the caller

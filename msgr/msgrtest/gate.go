@@ -24,6 +24,10 @@ type Gate struct {
 	mu    sync.Mutex
 	down  bool
 	links map[*gateLink]struct{}
+	// hold, while set, is waited on by every link's Close, after it
+	// has said so on closing: a transport whose teardown takes a while.
+	hold    chan struct{}
+	closing chan struct{}
 }
 
 // NewGate returns an open gate over t.
@@ -53,6 +57,18 @@ func (g *Gate) Up() {
 // Swallow makes the links' writes, while on, succeed without sending
 // anything: frames that left this side and were lost.
 func (g *Gate) Swallow(on bool) { g.swallow.Store(on) }
+
+// HoldCloses makes the links' Close calls, from now on, wait until release
+// is called, as an RDMA link's does for its posted sends; each Close sends
+// on closing as it starts waiting. Down's own closes must not be held.
+func (g *Gate) HoldCloses() (closing <-chan struct{}, release func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.hold, g.closing = make(chan struct{}), make(chan struct{}, 64)
+	hold := g.hold
+	var once sync.Once
+	return g.closing, func() { once.Do(func() { close(hold) }) }
+}
 
 // admit wraps l, or closes it while g is down.
 func (g *Gate) admit(l wire.Link) (wire.Link, bool) {
@@ -133,6 +149,14 @@ func (l *gateLink) EndHandshake() {
 func (l *gateLink) Close() error {
 	l.g.mu.Lock()
 	delete(l.g.links, l)
+	hold, closing := l.g.hold, l.g.closing
 	l.g.mu.Unlock()
+	if hold != nil {
+		select {
+		case closing <- struct{}{}:
+		default:
+		}
+		<-hold
+	}
 	return l.Link.Close()
 }
