@@ -46,9 +46,8 @@ func TestConformanceRDMASockets(t *testing.T) {
 		// for good when the receiver's socket buffer fills (docs/rdma.md,
 		// Known limitations 4). Ordering hung so in about one run in 500
 		// under load (the sender's socket rwnd-limited with 300 KB unsent,
-		// the receiver's holding a few bytes, less than a header, that the
-		// provider peeks at and never reads; our receives posted, our CQ
-		// polled); none in 1,600 runs at 16.
+		// the receiver's holding a few bytes the provider never read; our
+		// receives posted, our CQ polled); none in 1,600 runs at 16.
 		env.Tweak = func(o *msgr.Options) { o.RecvWindowMsgs = 16 }
 		if os.Getenv("OSPREY_TEST_SOCKETS") == "child" {
 			why := "the sockets provider loses a reconnected link's first frame now and then (docs/rdma.md, Known limitations 4); OSPREY_TEST_SOCKETS=full runs it"
