@@ -250,14 +250,22 @@ func (e *engine) stamp(fr []wire.Frame) {
 	}
 }
 
+// spent returns the credit of a received frame that is no message to
+// deliver, after its buffer: on RDMA the buffer is a receive that must be
+// posted again before a grant counts it (see Message.Release).
+func (e *engine) spent(f *wire.Frame, size int64) {
+	f.Release()
+	e.cw.consume(size)
+}
+
 // onFrame applies a received frame (after wire decoding) to the session.
 // buffered says more frames are already read and waiting, so acks can
 // wait for the end of the burst. The messages the frame acked are
-// appended to released, for the shell to hand back to their owners. The
-// buffer of a frame that spends a credit and is no message to deliver
-// (a duplicate, an ACK, a KEEPALIVE or its answer) is released here,
-// before its credit returns (see Message.Release). On rxDeliver the shell makes a message of f; on an
-// error, the link must end.
+// appended to released, for the shell to hand back to their owners. A
+// frame that spends a credit and is no message to deliver (a duplicate,
+// an ACK, a KEEPALIVE or its answer) is done with here (spent). On
+// rxDeliver the shell makes a message of f; on an error, the link must
+// end.
 func (e *engine) onFrame(f *wire.Frame, buffered bool, released []*Message) (_ []*Message, v verdict, fx effects, err error) {
 	size := uint64(len(f.Front) + len(f.Data))
 	released, err = e.sess.onAck(f.Ack, released)
@@ -292,8 +300,7 @@ func (e *engine) onFrame(f *wire.Frame, buffered bool, released []*Message) (_ [
 			v = rxDeliver
 		} else {
 			e.st.DuplicatesDropped++
-			f.Release() // before the credit: see Message.Release
-			e.cw.consume(int64(size))
+			e.spent(f, int64(size))
 		}
 		// Ack once the reader has drained what is buffered, so a burst
 		// costs one ack frame: now if a quarter window is unacked, else
@@ -308,19 +315,16 @@ func (e *engine) onFrame(f *wire.Frame, buffered bool, released []*Message) (_ [
 			}
 		}
 	case wire.TagAck:
-		f.Release() // before the credit, as a duplicate's
-		e.cw.consume(0)
+		e.spent(f, 0)
 	case wire.TagKeepalive:
 		e.kaAck, e.kaAckValue = true, f.Seq
-		f.Release()
-		e.cw.consume(0)
+		e.spent(f, 0)
 		fx |= fxWake
 	case wire.TagKeepaliveAck:
 		if rtt := int64(e.clock() - f.Seq); rtt >= 0 {
 			e.st.RTT = time.Duration(rtt)
 		}
-		f.Release()
-		e.cw.consume(0)
+		e.spent(f, 0)
 	case wire.TagClose:
 		return released, rxClose, fx, nil
 	default:
