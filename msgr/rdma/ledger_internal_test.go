@@ -1,0 +1,53 @@
+//go:build rdma && invariants
+
+package rdma
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// TestGrantCheckWhileControlFramesArrive: the invariants build's grant
+// check must not report a receive missing while the link's control frames
+// come and go. A control frame's receive is posted again before the frame
+// is counted (link.control), so at every instant the receives left for
+// the session's frames are the window; a check that read its counts one
+// at a time could see the count without the repost and panic on a grant
+// that was right (CI saw "granted the peer 26 frames ..., but only 24
+// receives were posted" on a rendezvous-heavy run).
+func TestGrantCheckWhileControlFramesArrive(t *testing.T) {
+	const window = 24
+	l := &link{id: 1, nrecv: window, ctlRecv: ctlRecvs}
+	for range l.recvs() {
+		l.ledgerPost()
+	}
+	// A handshake frame holds its receive until it is posted again.
+	l.ledgerRead(wire.TagHello)
+	wantPanic(t, "only 23 receives", func() { l.checkGrant(&wire.Preamble{Tag: wire.TagAck, GrantMsgs: window}) })
+	l.ledgerPost()
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for range 64 {
+				l.ledgerPost() // link.control: the receive goes back first,
+				l.ledgerRead(wire.TagRdvDone)
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	p := &wire.Preamble{Tag: wire.TagMessage, GrantMsgs: window}
+	for range 2_000_000 {
+		l.checkGrant(p)
+	}
+}
