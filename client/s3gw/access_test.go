@@ -19,6 +19,7 @@ import (
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/client/s3gw"
 	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr/auth"
@@ -40,11 +41,7 @@ func TestS3KeysOfEntities(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := local.Start(ctx, local.Options{OSDs: 1, Replicas: 1, PGs: 8, WithMon: true, Dir: t.TempDir(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	c := osdtest.StartLocal(t, local.Options{OSDs: 1, Replicas: 1, PGs: 8, WithMon: true, Dir: t.TempDir(), Logger: quiet})
 	mons := []string{c.Mon.Addr()}
 	pem, err := c.Mon.GetOrCreateKeyring(ctx, "client.s3-gateway", mon.S3GatewayCaps)
 	if err != nil {

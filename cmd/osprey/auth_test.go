@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/msgr/auth"
 )
@@ -23,12 +24,8 @@ func TestAuthCLI(t *testing.T) {
 		t.Skip("starts a cluster")
 	}
 	ctx := context.Background()
-	c, err := local.Start(ctx, local.Options{OSDs: 1, Replicas: 1, PGs: 8, WithMon: true, Dir: t.TempDir(),
+	c := osdtest.StartLocal(t, local.Options{OSDs: 1, Replicas: 1, PGs: 8, WithMon: true, Dir: t.TempDir(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
 	adminPath := c.KeyringPath("client.admin")
 	admin, err := auth.LoadKeyring(adminPath)
 	if err != nil || admin.Entity != "client.admin" {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
@@ -423,13 +424,8 @@ func TestStatusSeedsWithAuth(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	ctx := context.Background()
-	lc, err := local.Start(ctx, local.Options{OSDs: 2, Replicas: 2, PGs: 8, WithMon: true, Dir: t.TempDir(),
+	lc := osdtest.StartLocal(t, local.Options{OSDs: 2, Replicas: 2, PGs: 8, WithMon: true, Dir: t.TempDir(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close(ctx)
 	out, _, err := run(t, "status", "--json", "--seeds", strings.Join(lc.Seeds(), ","), "--keyring", lc.KeyringPath("client.admin"))
 	if err != nil {
 		t.Fatal(err)
@@ -454,13 +450,8 @@ func TestStatusOSDDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	ctx := context.Background()
-	lc, err := local.Start(ctx, local.Options{OSDs: 3, Replicas: 2, PGs: 32,
+	lc := osdtest.StartLocal(t, local.Options{OSDs: 3, Replicas: 2, PGs: 32,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close(ctx)
 	seeds := strings.Join(lc.Seeds(), ",")
 
 	out, _, err := run(t, "status", "--json", "--seeds", seeds)
@@ -475,7 +466,7 @@ func TestStatusOSDDown(t *testing.T) {
 		t.Errorf("all up: %+v", rep)
 	}
 
-	if err := lc.OSDs[2].Close(ctx); err != nil {
+	if err := lc.OSDs[2].Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	out, _, err = run(t, "status", "--json", "--seeds", seeds, "--timeout", "1s")

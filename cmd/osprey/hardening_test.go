@@ -26,6 +26,7 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 // startTestCluster starts a one-OSD cluster in this process, stopped by
@@ -35,12 +36,7 @@ func startTestCluster(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	ctx := context.Background()
-	lc, err := local.Start(ctx, local.Options{OSDs: 1, PGs: 8, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lc.Close(ctx) })
+	lc := osdtest.StartLocal(t, local.Options{OSDs: 1, PGs: 8, Logger: slog.New(slog.DiscardHandler)})
 	return strings.Join(lc.Seeds(), ",")
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
 )
@@ -24,12 +25,8 @@ func TestSecureCluster(t *testing.T) {
 	}
 	ctx := context.Background()
 	secure := []msgr.Mode{msgr.ModeSecure}
-	c, err := local.Start(ctx, local.Options{OSDs: 2, Replicas: 2, PGs: 8, WithMon: true, Dir: t.TempDir(),
+	c := osdtest.StartLocal(t, local.Options{OSDs: 2, Replicas: 2, PGs: 8, WithMon: true, Dir: t.TempDir(),
 		ClusterModes: secure, ServiceModes: secure, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
 	admin, err := auth.LoadKeyring(c.KeyringPath("client.admin"))
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"hash/crc32"
 	"io"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 // TestRecursiveAndSync runs cp --recursive and sync in process against a
@@ -30,12 +30,7 @@ func TestRecursiveAndSync(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	ctx := context.Background()
-	lc, err := local.Start(ctx, local.Options{OSDs: 1, PGs: 8, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lc.Close(ctx) })
+	lc := osdtest.StartLocal(t, local.Options{OSDs: 1, PGs: 8, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	seeds := strings.Join(lc.Seeds(), ",")
 	work := t.TempDir()
 	t.Chdir(work) // output lines name local paths as given: relative ones

@@ -467,11 +467,7 @@ func checkDocumented(t *testing.T, exposed map[string]bool) []byte {
 func TestRestartOSDMovesMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	c, err := local.Start(ctx, local.Options{OSDs: 1, Replicas: 1, PGs: 4, Dir: t.TempDir(), Metrics: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	c := osdtest.StartLocal(t, local.Options{OSDs: 1, Replicas: 1, PGs: 4, Dir: t.TempDir(), Metrics: true})
 	if len(c.Metrics) != 1 || c.Metrics[0].Daemon != "osd.0" {
 		t.Fatalf("metrics listeners %v, want osd.0's", c.Metrics)
 	}

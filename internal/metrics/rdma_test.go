@@ -3,7 +3,6 @@
 package metrics_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,16 +21,8 @@ import (
 func startRDMA(t *testing.T, osds int) (*local.Cluster, *client.Client) {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	lc, err := local.Start(t.Context(), local.Options{OSDs: osds, Replicas: osds, PGs: 4, Public: "rdma+tcp", Cluster: "rdma+tcp",
+	lc := osdtest.StartLocal(t, local.Options{OSDs: osds, Replicas: osds, PGs: 4, Public: "rdma+tcp", Cluster: "rdma+tcp",
 		Dir: t.TempDir(), Logger: logger, Metrics: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		lc.Close(cctx)
-	})
 	cl, err := client.New(t.Context(), client.Options{Seeds: lc.Seeds(), Logger: logger})
 	if err != nil {
 		t.Fatal(err)

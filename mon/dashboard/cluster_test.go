@@ -35,18 +35,9 @@ func fast(src dashboard.Source) dashboard.Options {
 // host's disk is plays no part (osdtest.IgnoreHostDisk).
 func startCluster(t *testing.T, o local.Options) (*local.Cluster, *dashboard.Server) {
 	t.Helper()
-	ctx := context.Background()
 	o.OSDs, o.PGs, o.WithMon, o.NoAuth, o.Dir, o.Logger = 3, 16, true, true, t.TempDir(), quiet()
 	o.NearfullRatio, o.BackfillfullRatio, o.FullRatio, o.FailsafeFullRatio = osdtest.IgnoreHostDisk, osdtest.IgnoreHostDisk, osdtest.IgnoreHostDisk, osdtest.IgnoreHostDisk
-	c, err := local.Start(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c.Close(ctx)
-	})
+	c := osdtest.StartLocal(t, o)
 	return c, serve(t, c.Mon)
 }
 
