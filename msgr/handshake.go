@@ -288,7 +288,11 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) error {
 		if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagSessionReq: &req}); err != nil {
 			return err
 		}
-		if req.Lossy != policy.Lossy {
+		sess := policy
+		if req.Lossy && !policy.Lossy && m.opts.AcceptLossySide {
+			sess = StatelessServer // a side session; the lossless one is untouched
+		}
+		if req.Lossy != sess.Lossy {
 			writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Fatal: true, Reason: fmt.Sprintf(
 				"policy mismatch: dialer lossy=%v, %s applies %v to %s", req.Lossy, m.opts.Name, policy, peer.Type())})
 			return fmt.Errorf("msgr: %s: policy mismatch (dialer lossy=%v, ours %v)", peer, req.Lossy, policy)
@@ -296,7 +300,7 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) error {
 		if req.WindowMsgs < 2 || req.GrantMsgs < 1 {
 			return wire.Protocolf("handshake: peer window of %d messages (grant %d) is too small", req.WindowMsgs, req.GrantMsgs)
 		}
-		done, err := m.acceptSession(link, mode, peer, hello.InstanceNonce, policy, &req, window, scheme)
+		done, err := m.acceptSession(link, mode, peer, hello.InstanceNonce, sess, &req, window, scheme)
 		if done || err != nil {
 			return err
 		}

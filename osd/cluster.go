@@ -27,6 +27,11 @@ func (d clusterDispatcher) HandleEvent(ev msgr.Event) {
 	o := d.o
 	id, ok := osdID(ev.Conn)
 	o.log.Debug("cluster conn event", "event", ev.Kind, "peer", ev.Conn, "err", ev.Err)
+	if ev.Conn.Policy().Lossy {
+		// A heartbeat session (heartbeatConn): it carries no requests and
+		// no PG state, and its faults only mean a new one at the next beat.
+		return
+	}
 	// A request the peer's lost session held gets no reply: its caller
 	// hears so now, not at its deadline (a recovery's pull waits minutes).
 	o.calls.HandleEvent(ev)
@@ -131,11 +136,33 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 
 // peerConn is the lossless session to OSD id's cluster address.
 func (o *OSD) peerConn(id uint32) (*msgr.Conn, error) {
+	addr, name, err := o.clusterPeer(id)
+	if err != nil {
+		return nil, err
+	}
+	return o.clu.Connect(o.ctx, addr, name)
+}
+
+// heartbeatConn is the lossy side session to OSD id's cluster address that
+// carries heartbeats only, so that they never wait behind the lossless
+// session's replays, replies and recovery (msgr.Messenger.ConnectPolicy),
+// as Ceph's heartbeat messengers. One that faulted is gone; this makes a
+// new one.
+func (o *OSD) heartbeatConn(id uint32) (*msgr.Conn, error) {
+	addr, name, err := o.clusterPeer(id)
+	if err != nil {
+		return nil, err
+	}
+	return o.clu.ConnectPolicy(o.ctx, addr, name, msgr.LossyClient)
+}
+
+// clusterPeer is OSD id's cluster address and entity name.
+func (o *OSD) clusterPeer(id uint32) (string, msgr.EntityName, error) {
 	addr, ok := o.Map().ClusterAddr(id)
 	if !ok {
-		return nil, fmt.Errorf("osd.%d is not in the map", id)
+		return "", "", fmt.Errorf("osd.%d is not in the map", id)
 	}
-	return o.clu.Connect(o.ctx, addr, msgr.EntityName(ops.OSDName(id)))
+	return addr, msgr.EntityName(ops.OSDName(id)), nil
 }
 
 // call sends req to OSD id with a tid of its own in the envelope, and
@@ -174,7 +201,7 @@ func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, req proto.Me
 	case <-ctx.Done():
 		// A request still queued behind a link that is down is taken
 		// back: the peer would do work nobody waits for, and everything
-		// sent after it, heartbeats included, would wait behind it.
+		// sent after it would wait behind it.
 		c.Withdraw(tk)
 		return fmt.Errorf("osd.%d: no reply to %v: %w", id, t, ctx.Err())
 	}
@@ -212,10 +239,10 @@ func (o *OSD) heartbeat() {
 		if info.Id == o.id {
 			continue
 		}
-		// It waits behind what the session queued (docs/known-issues.md).
-		// An older heartbeat still queued is not withdrawn: it would
-		// arrive before this one, and any heartbeat shows we are alive.
-		if c, err := o.peerConn(info.Id); err == nil {
+		// The lossless session is kept dialed all the same: its refused
+		// dials fail a dead peer at once (onDialError).
+		o.peerConn(info.Id)
+		if c, err := o.heartbeatConn(info.Id); err == nil {
 			c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_HEARTBEAT), front, nil))
 		}
 		o.checkPeer(info.Id)

@@ -445,6 +445,8 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 			DataChunkCRC: st.ChunkSize(),
 			Reconnect:    msgr.Backoff{Min: 10 * time.Millisecond, Max: time.Second},
 			OnDialError:  o.onDialError,
+			// Peers' heartbeats come on side sessions of their own.
+			AcceptLossySide: true,
 			// No receive budget between OSDs, as Ceph caps only client
 			// messages (osd_client_message_size_cap): a replica holds
 			// RepOps while it pulls a gap over this same messenger, and a
