@@ -30,11 +30,20 @@ func (d clusterDispatcher) HandleEvent(ev msgr.Event) {
 	if ev.Conn.Policy().Lossy {
 		// A heartbeat session (heartbeatConn): it carries no requests and
 		// no PG state, and its faults only mean a new one at the next beat.
+		var refused *msgr.RefusedError
+		if ok && ev.Kind == msgr.EventReset && errors.As(ev.Err, &refused) {
+			o.sideRefused(id, refused)
+		}
 		return
 	}
 	// A request the peer's lost session held gets no reply: its caller
 	// hears so now, not at its deadline (a recovery's pull waits minutes).
 	o.calls.HandleEvent(ev)
+	if ok && (ev.Kind == msgr.EventRemoteReset || ev.Kind == msgr.EventReset) {
+		// Another incarnation of the peer, maybe of another build, may
+		// take heartbeat side sessions.
+		o.sideAgain(id)
+	}
 	if ok && ev.Kind == msgr.EventRemoteReset {
 		// What we sent its previous incarnation is gone with it.
 		o.failPeer(id, "restarted")
@@ -42,9 +51,16 @@ func (d clusterDispatcher) HandleEvent(ev msgr.Event) {
 	if ok && (ev.Kind == msgr.EventRemoteReset || ev.Kind == msgr.EventAccept) {
 		// The peer restarted, or dialed us anew: what it missed while
 		// away reaches it through a sync of every PG we share.
+		if hook := peeringStarted.Load(); hook != nil {
+			hook(o.id, id, ev.Kind.String())
+		}
 		o.wg.Go(func() { o.peerWith(id, ev.Kind.String()) })
 	}
 }
+
+// peeringStarted, when set (tests), runs as OSD osd starts a sync of every
+// PG it shares with OSD peer on a session event (why).
+var peeringStarted testHook[func(osd, peer uint32, why string)]
 
 // clusterReceived, when set (tests, through export_test.go), runs as OSD
 // osd receives a cluster message of type t from OSD from, and drops it
@@ -147,13 +163,52 @@ func (o *OSD) peerConn(id uint32) (*msgr.Conn, error) {
 // carries heartbeats only, so that they never wait behind the lossless
 // session's replays, replies and recovery (msgr.Messenger.ConnectPolicy),
 // as Ceph's heartbeat messengers. One that faulted is gone; this makes a
-// new one.
+// new one. A peer that refuses side sessions (a build without them) gets
+// its heartbeats on the lossless session, as before side sessions.
 func (o *OSD) heartbeatConn(id uint32) (*msgr.Conn, error) {
+	o.peerMu.Lock()
+	lossless := o.noSide[id] || !o.sideSessions
+	o.peerMu.Unlock()
+	if lossless {
+		return o.peerConn(id)
+	}
 	addr, name, err := o.clusterPeer(id)
 	if err != nil {
 		return nil, err
 	}
 	return o.clu.ConnectPolicy(o.ctx, addr, name, msgr.LossyClient)
+}
+
+// withoutSideSessions, when set (tests), makes each OSD it returns true
+// for start as a build without heartbeat side sessions: it refuses its
+// peers' and sends its heartbeats on the lossless session.
+var withoutSideSessions testHook[func(osd uint32) bool]
+
+func takesSideSessions(id uint32) bool {
+	f := withoutSideSessions.Load()
+	return f == nil || !f(id)
+}
+
+// sideRefused notes that OSD id refused a heartbeat side session: the
+// only refusal at the session step is of the policy, by a peer without
+// msgr.Options.AcceptLossySide, which refuses every one. Redialing it at
+// each beat would cost a handshake and lose the beat.
+func (o *OSD) sideRefused(id uint32, err *msgr.RefusedError) {
+	o.peerMu.Lock()
+	was := o.noSide[id]
+	o.noSide[id] = true
+	o.peerMu.Unlock()
+	if !was {
+		o.log.Warn("peer refuses heartbeat side sessions (a build without them?): its heartbeats go on the cluster session, behind its backlog", "peer", id, "reason", err.Reason)
+	}
+}
+
+// sideAgain forgets that OSD id refused side sessions, once the session
+// with that incarnation of it is gone.
+func (o *OSD) sideAgain(id uint32) {
+	o.peerMu.Lock()
+	delete(o.noSide, id)
+	o.peerMu.Unlock()
 }
 
 // clusterPeer is OSD id's cluster address and entity name.

@@ -36,6 +36,13 @@ var (
 	// StrayAllowed runs at OSD osd between its primary's "remove" for
 	// store PG sid and the start of the removal.
 	StrayAllowed = &strayAllowed
+	// PeeringStarted runs as OSD osd starts a sync of every PG it shares
+	// with OSD peer on a session event (why).
+	PeeringStarted = &peeringStarted
+	// WithoutSideSessions makes each OSD started while it is set, that it
+	// returns true for, a build without heartbeat side sessions: it
+	// refuses its peers' and heartbeats on the lossless session.
+	WithoutSideSessions = &withoutSideSessions
 )
 
 // StrayAnswers is how many PG_STRAY questions o answered, as primary,
