@@ -311,10 +311,12 @@ func (m *Messenger) ConnectPolicy(ctx context.Context, addr string, peer EntityN
 		return c, nil
 	}
 	window := m.windowFor(t)
-	if policy.Lossy && peer != "" && !m.opts.policyFor(peer).Lossy {
+	side := policy.Lossy && peer != "" && !m.opts.policyFor(peer).Lossy
+	if side {
 		window = min(window, sideWindowMsgs)
 	}
 	c := m.newConn(policy, addr, peer, window)
+	c.side = side
 	if policy.Lossy {
 		m.byAddr[addr] = c
 	} else {

@@ -3,6 +3,7 @@ package msgr_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -216,5 +217,84 @@ func TestSideSessionRefusedWithoutOption(t *testing.T) {
 			}
 			<-c.Done()
 		})
+	}
+}
+
+// A side session's window is small at both ends, whatever the messengers'
+// RecvWindowMsgs: it carries a few small messages each way.
+func TestSideSessionSmallWindow(t *testing.T) {
+	for _, env := range []msgrtest.Env{tcpEnv, {Scheme: "mem", Transports: memTransports()}} {
+		t.Run(env.Scheme, func(t *testing.T) {
+			noGoroutineLeak(t)
+			testSideSessionSmallWindow(t, env, nil, nil)
+		})
+	}
+}
+
+// testSideSessionSmallWindow opens a side session to a server with env's
+// window; srvTweak adjusts the server's options, and posted, when not nil,
+// is how many receives the server's transport has posted now.
+func testSideSessionSmallWindow(t *testing.T, env msgrtest.Env, srvTweak func(*msgr.Options), posted func() int64) {
+	rec := &sideRecorder{side: make(chan *msgr.Conn, 16)}
+	srv := env.NewMessenger(t, "osd.0", rec, func(o *msgr.Options) {
+		o.AcceptLossySide = true
+		if srvTweak != nil {
+			srvTweak(o)
+		}
+	})
+	addr := env.Listen(t, srv)
+	crec := msgrtest.NewRecorder(t)
+	cli := env.NewMessenger(t, "osd.1", crec, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	main, err := cli.Connect(ctx, addr, "osd.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := main.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var before int64
+	if posted != nil {
+		before = posted()
+	}
+	side, err := cli.ConnectPolicy(ctx, addr, "osd.0", msgr.LossyClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := side.Send(ctx, msgr.NewMessage(2, []byte("beat"), nil)); err != nil {
+		t.Fatal(err)
+	}
+	var sideIn *msgr.Conn
+	select {
+	case sideIn = <-rec.side:
+	case <-ctx.Done():
+		t.Fatal("the side session's message never arrived")
+	}
+	const want = 16
+	if got := side.Stats().RecvWindowMsgs; got != want {
+		t.Errorf("the dialer's end of the side session has a window of %d messages, want %d", got, want)
+	}
+	if got := sideIn.Stats().RecvWindowMsgs; got != want {
+		t.Errorf("the acceptor's end of the side session has a window of %d messages, want %d", got, want)
+	}
+	if got := main.Stats().RecvWindowMsgs; got <= want {
+		t.Errorf("the lossless session's window is %d messages: the side session's shrank it", got)
+	}
+	if posted != nil {
+		var n int64
+		msgrtest.EventuallyDescribed(t, 10*time.Second, func() string {
+			return fmt.Sprintf("the server's transport to post %d receives for the side session; it posted %d", want, n)
+		}, func() bool { n = posted() - before; return n == want })
+	}
+	// Both ways: the acceptor's end answers within its peer's credits.
+	for i := range want + 4 {
+		if err := sideIn.Send(ctx, msgr.NewMessage(3, msgrtest.Payload(9, uint64(i), nil), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgrtest.Eventually(t, 10*time.Second, "the replies on the side session", func() bool { return crec.Next(9) == want+4 })
+	if err := crec.Err(); err != nil {
+		t.Fatal(err)
 	}
 }
