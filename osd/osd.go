@@ -357,9 +357,9 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		}
 	}
 	cfg.Logger = cfg.Logger.With("osd", cfg.ID)
-	o := &OSD{cfg: cfg, id: cfg.ID, log: cfg.Logger, pgs: map[uint32]*pgState{}, peers: map[uint32]*peerState{}, noSide: map[uint32]bool{}, started: time.Now(),
-		sideSessions: takesSideSessions(cfg.ID),
-		mon:          mc, ident: ident, rebootCh: make(chan struct{}, 1), authz: authz}
+	o := &OSD{cfg: cfg, id: cfg.ID, log: cfg.Logger, pgs: map[uint32]*pgState{}, peers: map[uint32]*peerState{}, started: time.Now(),
+		mon: mc, ident: ident, rebootCh: make(chan struct{}, 1), authz: authz,
+		noSide: map[uint32]bool{}, sideSessions: takesSideSessions(cfg.ID)}
 	o.recoverySlots = make(chan struct{}, cfg.RecoveryMaxActive)
 	if cfg.RecoveryBytesPerSec > 0 {
 		// A burst of a tenth of a second (at least 1 MiB): big objects go
