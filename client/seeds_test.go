@@ -129,7 +129,8 @@ func TestDeadSeedFirst(t *testing.T) {
 	}
 	var now int
 	msgrtest.EventuallyDescribed(t, 10*time.Second, func() string {
-		return fmt.Sprintf("goroutines to return to their count before New (leak?): %d, were %d", now, before)
+		buf := make([]byte, 4<<20)
+		return fmt.Sprintf("goroutines to return to their count before New (leak?): %d, were %d:\n%s", now, before, buf[:runtime.Stack(buf, true)])
 	}, func() bool { now = osdtest.Goroutines(); return now <= before })
 }
 
