@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -81,7 +82,10 @@ func (d *deadSeed) counts() (accepted, closed int) {
 func TestDeadSeedFirst(t *testing.T) {
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 16})
 	dead := startDeadSeed(t)
-	before := runtime.NumGoroutine()
+	// Counted once the cluster's own startup is over; what the client's
+	// work leaves in the OSDs' pools of idle goroutines is theirs.
+	c.WaitSettled(t, 30*time.Second)
+	before := osdtest.Goroutines()
 
 	const timeout = 10 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -123,9 +127,11 @@ func TestDeadSeedFirst(t *testing.T) {
 	if err := cl.Close(); err != nil {
 		t.Fatal(err)
 	}
+	var now int
 	msgrtest.EventuallyDescribed(t, 10*time.Second, func() string {
-		return "goroutines to return to their count before New (leak?)"
-	}, func() bool { return runtime.NumGoroutine() <= before })
+		buf := make([]byte, 4<<20)
+		return fmt.Sprintf("goroutines to return to their count before New (leak?): %d, were %d:\n%s", now, before, buf[:runtime.Stack(buf, true)])
+	}, func() bool { now = osdtest.Goroutines(); return now <= before })
 }
 
 // TestAllSeedsDead: with no seed answering, New fails when its context

@@ -63,6 +63,7 @@ type Conn struct {
 	m      *Messenger
 	policy Policy
 	lossy  bool // policy.Lossy, readable without the lock
+	side   bool // a lossy side session we dialed beside a lossless one (ConnectPolicy)
 
 	deliverMu sync.Mutex // held by a reader from sequencing to dispatch
 

@@ -101,6 +101,7 @@ func (m *Messenger) dial(c *Conn, addr string) error {
 	}()
 	opts := m.linkOptions(t)
 	opts.RecvWindow = int(c.cw.windowMsgs) // the session's, fixed when it was created
+	opts.SmallWindow = c.side
 	link, err := t.Dial(ctx, a.Host, opts)
 	if err != nil {
 		if errors.Is(err, wire.ErrBanner) {
@@ -246,6 +247,12 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 // accept runs the acceptor's handshake on a new link of the transport
 // named scheme.
 func (m *Messenger) accept(link wire.Link, window int, scheme string) error {
+	if rw, ok := link.(interface{ RecvWindow() int }); ok {
+		// The transport posted fewer receives for this link, as its
+		// dialer asked (wire.LinkOptions.SmallWindow): no session on it
+		// may grant more.
+		window = min(window, rw.RecvWindow())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.HandshakeTimeout)
 	defer cancel()
 	stop := withLinkDeadline(ctx, link)
@@ -288,7 +295,13 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) error {
 		if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagSessionReq: &req}); err != nil {
 			return err
 		}
-		if req.Lossy != policy.Lossy {
+		sess, sessWindow := policy, window
+		if req.Lossy && !policy.Lossy && m.opts.AcceptLossySide {
+			// A side session; the lossless one is untouched. Its few
+			// messages need no more credits than the dialer's end has.
+			sess, sessWindow = StatelessServer, min(window, sideWindowMsgs)
+		}
+		if req.Lossy != sess.Lossy {
 			writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Fatal: true, Reason: fmt.Sprintf(
 				"policy mismatch: dialer lossy=%v, %s applies %v to %s", req.Lossy, m.opts.Name, policy, peer.Type())})
 			return fmt.Errorf("msgr: %s: policy mismatch (dialer lossy=%v, ours %v)", peer, req.Lossy, policy)
@@ -296,7 +309,7 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) error {
 		if req.WindowMsgs < 2 || req.GrantMsgs < 1 {
 			return wire.Protocolf("handshake: peer window of %d messages (grant %d) is too small", req.WindowMsgs, req.GrantMsgs)
 		}
-		done, err := m.acceptSession(link, mode, peer, hello.InstanceNonce, policy, &req, window, scheme)
+		done, err := m.acceptSession(link, mode, peer, hello.InstanceNonce, sess, &req, sessWindow, scheme)
 		if done || err != nil {
 			return err
 		}

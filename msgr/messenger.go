@@ -249,6 +249,26 @@ func (m *Messenger) Stats() Stats {
 // peer is the expected entity name; it selects the policy and may be empty
 // to accept whoever answers (the default policy then applies).
 func (m *Messenger) Connect(ctx context.Context, addr string, peer EntityName) (*Conn, error) {
+	policy := m.opts.DefaultPolicy
+	if peer != "" {
+		policy = m.opts.policyFor(peer)
+	}
+	return m.ConnectPolicy(ctx, addr, peer, policy)
+}
+
+// sideWindowMsgs is the receive window of a side session (below): it
+// carries a few small messages a second, and on RDMA each credit is a
+// posted receive.
+const sideWindowMsgs = 16
+
+// ConnectPolicy is Connect with policy instead of the one the options give
+// peer. A lossy session to a peer whose policy is lossless is a side
+// session beside the lossless one, as Ceph gives heartbeats messengers of
+// their own: it shares no queue with the lossless session, so its messages
+// never wait behind that session's backlog. Lossy sessions are keyed by
+// address, lossless ones by peer; the peer must accept it
+// (Options.AcceptLossySide).
+func (m *Messenger) ConnectPolicy(ctx context.Context, addr string, peer EntityName, policy Policy) (*Conn, error) {
 	a, err := ParseAddr(addr)
 	if err != nil {
 		return nil, err
@@ -261,10 +281,6 @@ func (m *Messenger) Connect(ctx context.Context, addr string, peer EntityName) (
 		if err := peer.Validate(); err != nil {
 			return nil, err
 		}
-	}
-	policy := m.opts.DefaultPolicy
-	if peer != "" {
-		policy = m.opts.policyFor(peer)
 	}
 	if peer == m.opts.Name {
 		return nil, fmt.Errorf("msgr: connect %s: that is this messenger's own name %s", addr, peer)
@@ -294,7 +310,13 @@ func (m *Messenger) Connect(ctx context.Context, addr string, peer EntityName) (
 		c.mu.Unlock()
 		return c, nil
 	}
-	c := m.newConn(policy, addr, peer, m.windowFor(t))
+	window := m.windowFor(t)
+	side := policy.Lossy && peer != "" && !m.opts.policyFor(peer).Lossy
+	if side {
+		window = min(window, sideWindowMsgs)
+	}
+	c := m.newConn(policy, addr, peer, window)
+	c.side = side
 	if policy.Lossy {
 		m.byAddr[addr] = c
 	} else {

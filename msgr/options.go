@@ -173,6 +173,11 @@ type Options struct {
 	// as Ceph's osd_fast_fail_on_connection_refused. It runs on the
 	// connect loop's goroutine and must not block.
 	OnDialError func(c *Conn, err error)
+	// AcceptLossySide lets a peer whose policy is lossless also open lossy
+	// side sessions (Messenger.ConnectPolicy), which get StatelessServer
+	// and never touch the peer's lossless session. Without it such a
+	// dialer is refused as a policy mismatch.
+	AcceptLossySide bool
 }
 
 const (

@@ -27,9 +27,23 @@ func (d clusterDispatcher) HandleEvent(ev msgr.Event) {
 	o := d.o
 	id, ok := osdID(ev.Conn)
 	o.log.Debug("cluster conn event", "event", ev.Kind, "peer", ev.Conn, "err", ev.Err)
+	if ev.Conn.Policy().Lossy {
+		// A heartbeat session (heartbeatConn): it carries no requests and
+		// no PG state, and its faults only mean a new one at the next beat.
+		var refused *msgr.RefusedError
+		if ok && ev.Kind == msgr.EventReset && errors.As(ev.Err, &refused) {
+			o.sideRefused(id, refused)
+		}
+		return
+	}
 	// A request the peer's lost session held gets no reply: its caller
 	// hears so now, not at its deadline (a recovery's pull waits minutes).
 	o.calls.HandleEvent(ev)
+	if ok && (ev.Kind == msgr.EventRemoteReset || ev.Kind == msgr.EventReset) {
+		// Another incarnation of the peer, maybe of another build, may
+		// take heartbeat side sessions.
+		o.sideAgain(id)
+	}
 	if ok && ev.Kind == msgr.EventRemoteReset {
 		// What we sent its previous incarnation is gone with it.
 		o.failPeer(id, "restarted")
@@ -37,9 +51,16 @@ func (d clusterDispatcher) HandleEvent(ev msgr.Event) {
 	if ok && (ev.Kind == msgr.EventRemoteReset || ev.Kind == msgr.EventAccept) {
 		// The peer restarted, or dialed us anew: what it missed while
 		// away reaches it through a sync of every PG we share.
+		if hook := peeringStarted.Load(); hook != nil {
+			hook(o.id, id, ev.Kind.String())
+		}
 		o.wg.Go(func() { o.peerWith(id, ev.Kind.String()) })
 	}
 }
+
+// peeringStarted, when set (tests), runs as OSD osd starts a sync of every
+// PG it shares with OSD peer on a session event (why).
+var peeringStarted testHook[func(osd, peer uint32, why string)]
 
 // clusterReceived, when set (tests, through export_test.go), runs as OSD
 // osd receives a cluster message of type t from OSD from, and drops it
@@ -131,11 +152,72 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 
 // peerConn is the lossless session to OSD id's cluster address.
 func (o *OSD) peerConn(id uint32) (*msgr.Conn, error) {
+	addr, name, err := o.clusterPeer(id)
+	if err != nil {
+		return nil, err
+	}
+	return o.clu.Connect(o.ctx, addr, name)
+}
+
+// heartbeatConn is the lossy side session to OSD id's cluster address that
+// carries heartbeats only, so that they never wait behind the lossless
+// session's replays, replies and recovery (msgr.Messenger.ConnectPolicy),
+// as Ceph's heartbeat messengers. One that faulted is gone; this makes a
+// new one. A peer that refuses side sessions (a build without them) gets
+// its heartbeats on the lossless session, as before side sessions.
+func (o *OSD) heartbeatConn(id uint32) (*msgr.Conn, error) {
+	o.peerMu.Lock()
+	lossless := o.noSide[id] || !o.sideSessions
+	o.peerMu.Unlock()
+	if lossless {
+		return o.peerConn(id)
+	}
+	addr, name, err := o.clusterPeer(id)
+	if err != nil {
+		return nil, err
+	}
+	return o.clu.ConnectPolicy(o.ctx, addr, name, msgr.LossyClient)
+}
+
+// withoutSideSessions, when set (tests), makes each OSD it returns true
+// for start as a build without heartbeat side sessions: it refuses its
+// peers' and sends its heartbeats on the lossless session.
+var withoutSideSessions testHook[func(osd uint32) bool]
+
+func takesSideSessions(id uint32) bool {
+	f := withoutSideSessions.Load()
+	return f == nil || !f(id)
+}
+
+// sideRefused notes that OSD id refused a heartbeat side session: the
+// only refusal at the session step is of the policy, by a peer without
+// msgr.Options.AcceptLossySide, which refuses every one. Redialing it at
+// each beat would cost a handshake and lose the beat.
+func (o *OSD) sideRefused(id uint32, err *msgr.RefusedError) {
+	o.peerMu.Lock()
+	was := o.noSide[id]
+	o.noSide[id] = true
+	o.peerMu.Unlock()
+	if !was {
+		o.log.Warn("peer refuses heartbeat side sessions (a build without them?): its heartbeats go on the cluster session, behind its backlog", "peer", id, "reason", err.Reason)
+	}
+}
+
+// sideAgain forgets that OSD id refused side sessions, once the session
+// with that incarnation of it is gone.
+func (o *OSD) sideAgain(id uint32) {
+	o.peerMu.Lock()
+	delete(o.noSide, id)
+	o.peerMu.Unlock()
+}
+
+// clusterPeer is OSD id's cluster address and entity name.
+func (o *OSD) clusterPeer(id uint32) (string, msgr.EntityName, error) {
 	addr, ok := o.Map().ClusterAddr(id)
 	if !ok {
-		return nil, fmt.Errorf("osd.%d is not in the map", id)
+		return "", "", fmt.Errorf("osd.%d is not in the map", id)
 	}
-	return o.clu.Connect(o.ctx, addr, msgr.EntityName(ops.OSDName(id)))
+	return addr, msgr.EntityName(ops.OSDName(id)), nil
 }
 
 // call sends req to OSD id with a tid of its own in the envelope, and
@@ -174,7 +256,7 @@ func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, req proto.Me
 	case <-ctx.Done():
 		// A request still queued behind a link that is down is taken
 		// back: the peer would do work nobody waits for, and everything
-		// sent after it, heartbeats included, would wait behind it.
+		// sent after it would wait behind it.
 		c.Withdraw(tk)
 		return fmt.Errorf("osd.%d: no reply to %v: %w", id, t, ctx.Err())
 	}
@@ -212,10 +294,10 @@ func (o *OSD) heartbeat() {
 		if info.Id == o.id {
 			continue
 		}
-		// It waits behind what the session queued (docs/known-issues.md).
-		// An older heartbeat still queued is not withdrawn: it would
-		// arrive before this one, and any heartbeat shows we are alive.
-		if c, err := o.peerConn(info.Id); err == nil {
+		// The lossless session is kept dialed all the same: its refused
+		// dials fail a dead peer at once (onDialError).
+		o.peerConn(info.Id)
+		if c, err := o.heartbeatConn(info.Id); err == nil {
 			c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_HEARTBEAT), front, nil))
 		}
 		o.checkPeer(info.Id)

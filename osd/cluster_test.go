@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -306,6 +307,66 @@ func TestHeartbeatsKeepPeersUp(t *testing.T) {
 	}
 	c.StopOSD(2)
 	osdtest.Eventually(t, 5*time.Second, "osd.2 seen down", func() bool { return c.OSDs[0].PeerDown(2) && c.OSDs[1].PeerDown(2) })
+}
+
+// TestHeartbeatsPassALosslessBacklog: while osd.0 is stuck on a request
+// from osd.1, everything else osd.1 sent it on their lossless session
+// waits behind it, but heartbeats come on a session of their own: neither
+// sees the other down well past the grace, and a stopped osd.1 is still
+// seen down in time.
+func TestHeartbeatsPassALosslessBacklog(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 4})
+	o0, o1 := c.OSDs[0], c.OSDs[1]
+	if err := o1.CallForTest(ctxT(t, 30*time.Second), 0); err != nil {
+		t.Fatal(err) // the lossless session osd.1 -> osd.0 is up
+	}
+	release := make(chan struct{})
+	var blocked atomic.Bool
+	var maps, beats atomic.Int64 // map requests and heartbeats osd.0 took from osd.1 since the block
+	osd.ClusterReceived.Set(func(id, from uint32, mt osdpb.MsgType) bool {
+		if id != 0 || from != 1 || !blocked.Load() && mt != osdpb.MsgType_MSG_GET_MAP {
+			return false
+		}
+		switch mt {
+		case osdpb.MsgType_MSG_HEARTBEAT, osdpb.MsgType_MSG_HEARTBEAT_REPLY:
+			beats.Add(1)
+		case osdpb.MsgType_MSG_GET_MAP:
+			maps.Add(1)
+			if blocked.CompareAndSwap(false, true) {
+				<-release // osd.0's dispatch of this session stops here
+			}
+		}
+		return false
+	})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(func() { unblock(); osd.ClusterReceived.Set(nil) })
+
+	calls := make(chan error, 2)
+	go func() { calls <- o1.CallForTest(context.Background(), 0) }()
+	osdtest.Eventually(t, 10*time.Second, "osd.0 to be stuck on osd.1's request", blocked.Load)
+	go func() { calls <- o1.CallForTest(context.Background(), 0) }() // queued behind it
+	start, seen := time.Now(), beats.Load()
+	for time.Since(start) < 2500*time.Millisecond { // 2.5 x the grace
+		if o0.PeerDown(1) || o1.PeerDown(0) {
+			t.Fatalf("a peer is seen down while heartbeats flow (osd.0 sees osd.1 down: %v, osd.1 sees osd.0 down: %v)", o0.PeerDown(1), o1.PeerDown(0))
+		}
+		time.Sleep(20 * time.Millisecond) // sampling the liveness view
+	}
+	if n := beats.Load() - seen; n < 10 {
+		t.Fatalf("osd.0 took %d heartbeats from osd.1 in 2.5 s of backlog, want at least 10 (one each 100 ms)", n)
+	}
+	if n := maps.Load(); n != 1 {
+		t.Fatalf("osd.0 took %d map requests from osd.1 while stuck on the first; the lossless session was not held back", n)
+	}
+	unblock()
+	for range 2 {
+		if err := <-calls; err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.StopOSD(1)
+	osdtest.Eventually(t, 5*time.Second, "osd.1 seen down", func() bool { return o0.PeerDown(1) && c.OSDs[2].PeerDown(1) })
 }
 
 // newcomerMaps marks OSD newcomer out in a new map that every OSD adopts,

@@ -40,6 +40,13 @@ var (
 	// CopyReadBegun runs at OSD osd once a peer's read of store PG sid
 	// (a log pull, a backfill step) passed its first check.
 	CopyReadBegun = &copyReadBegun
+	// PeeringStarted runs as OSD osd starts a sync of every PG it shares
+	// with OSD peer on a session event (why).
+	PeeringStarted = &peeringStarted
+	// WithoutSideSessions makes each OSD started while it is set, that it
+	// returns true for, a build without heartbeat side sessions: it
+	// refuses its peers' and heartbeats on the lossless session.
+	WithoutSideSessions = &withoutSideSessions
 )
 
 // HoldsPGStateForTest reports whether o keeps state for store PG sid.

@@ -261,9 +261,14 @@ type OSD struct {
 	reps  pending.Table[*pendingRep] // RepOps waiting for replicas
 	calls pending.Calls              // OSD-to-OSD requests waiting for replies
 
-	peerMu  sync.Mutex
-	peers   map[uint32]*peerState
-	started time.Time
+	peerMu sync.Mutex
+	peers  map[uint32]*peerState
+	// noSide holds the peers that refused our heartbeat side sessions
+	// (heartbeatConn); sideSessions is false when we take none ourselves
+	// (a test's stand-in for a build without them).
+	noSide       map[uint32]bool
+	sideSessions bool
+	started      time.Time
 
 	trimEvery uint64 // trim a PG's log every this many versions
 
@@ -356,7 +361,8 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	}
 	cfg.Logger = cfg.Logger.With("osd", cfg.ID)
 	o := &OSD{cfg: cfg, id: cfg.ID, log: cfg.Logger, pgs: map[uint32]*pgState{}, peers: map[uint32]*peerState{}, started: time.Now(),
-		mon: mc, ident: ident, rebootCh: make(chan struct{}, 1), authz: authz}
+		mon: mc, ident: ident, rebootCh: make(chan struct{}, 1), authz: authz,
+		noSide: map[uint32]bool{}, sideSessions: takesSideSessions(cfg.ID)}
 	o.recoverySlots = make(chan struct{}, cfg.RecoveryMaxActive)
 	if cfg.RecoveryBytesPerSec > 0 {
 		// A burst of a tenth of a second (at least 1 MiB): big objects go
@@ -461,6 +467,8 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 			DataChunkCRC: st.ChunkSize(),
 			Reconnect:    msgr.Backoff{Min: 10 * time.Millisecond, Max: time.Second},
 			OnDialError:  o.onDialError,
+			// Peers' heartbeats come on side sessions of their own.
+			AcceptLossySide: o.sideSessions,
 			// No receive budget between OSDs, as Ceph caps only client
 			// messages (osd_client_message_size_cap): a replica holds
 			// RepOps while it pulls a gap over this same messenger, and a

@@ -229,10 +229,11 @@ func TestUpDemoWithSocketFailures(t *testing.T) {
 	}
 	// 16 PGs, not the default 128: the demo writes to a few, and peering
 	// 128 over links that fail every 50 frames queued up to 1,700
-	// messages on a session under load (race detector, CI), so that
-	// heartbeats came seconds late, peers flapped and the demo's first
-	// write outlasted the client's retries (3 of 12 runs at load 20-25;
-	// 0 of 6 with 16 PGs).
+	// messages on a session under load (race detector, CI). Before
+	// heartbeats had side sessions of their own that made them seconds
+	// late, peers flapped and the demo's first write outlasted the
+	// client's retries (3 of 12 runs at load 20-25; 0 of 6 with 16 PGs);
+	// 128 has not been measured since.
 	out, _, err := run(t, "up", "--demo", "--temp", "--osds", "3", "--pgs", "16", "--demo-sizes", "0,1KiB,1MiB",
 		"--inject-socket-failures", "50", "--log-level", "warn")
 	if err != nil {

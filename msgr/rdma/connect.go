@@ -27,20 +27,25 @@ import (
 // receive buffers, whatever its own BufSize; our link tag (u64: link id and
 // a random token), which the peer attaches to its sends when we receive
 // from a shared pool; and flags (u32; bit 0: we do; bit 1: we offer the
-// write rendezvous, with receives posted for its control frames).
+// write rendezvous, with receives posted for its control frames; bit 2,
+// from a dialer: our session is light both ways, post no more receives
+// than we do, wire.LinkOptions.SmallWindow). Unknown flags are ignored.
 const cmDataSize = wire.BannerSize + 20
 
 const (
 	cmFlagSRX   = 1
 	cmFlagWrite = 2
+	cmFlagSmall = 4
 )
 
 type cmInfo struct {
 	features  uint64
+	peerRecvs int // receives the peer posts for its window
 	peerBuf   int
 	peerTag   uint64
 	peerSRX   bool
 	peerWrite bool
+	peerSmall bool // the dialer asks for a small window (cmFlagSmall)
 }
 
 func cmData(bn wire.Banner, l *link) []byte {
@@ -56,6 +61,9 @@ func cmData(bn wire.Banner, l *link) []byte {
 	if l.ctlRecv > 0 {
 		flags |= cmFlagWrite
 	}
+	if l.small {
+		flags |= cmFlagSmall
+	}
 	binary.LittleEndian.PutUint32(b[wire.BannerSize+16:], flags)
 	return b
 }
@@ -70,13 +78,14 @@ func parseCM(mine wire.Banner, data []byte) (cm cmInfo, err error) {
 	if err != nil {
 		return cm, err
 	}
+	cm.peerRecvs = int(binary.LittleEndian.Uint32(data[wire.BannerSize:]))
 	cm.peerBuf = int(binary.LittleEndian.Uint32(data[wire.BannerSize+4:]))
 	if minBuf := wire.PreambleSize + rdvDescSize + wire.EpilogueSize; cm.peerBuf < minBuf {
 		return cm, &wire.Error{Kind: wire.ErrKindBanner, Msg: fmt.Sprintf("peer receive buffers of %d bytes, below %d", cm.peerBuf, minBuf)}
 	}
 	cm.peerTag = binary.LittleEndian.Uint64(data[wire.BannerSize+8:])
 	flags := binary.LittleEndian.Uint32(data[wire.BannerSize+16:])
-	cm.peerSRX, cm.peerWrite = flags&cmFlagSRX != 0, flags&cmFlagWrite != 0
+	cm.peerSRX, cm.peerWrite, cm.peerSmall = flags&cmFlagSRX != 0, flags&cmFlagWrite != 0, flags&cmFlagSmall != 0
 	cm.features, err = wire.Negotiate(mine, peer)
 	return cm, err
 }
@@ -166,7 +175,14 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 			l.opts.Inbound.Done()
 			return
 		}
-		lk, err := newLink(l.d, info, l.opts)
+		opts := l.opts
+		if cm.peerSmall {
+			// A side session: as many receives as the dialer posts, not
+			// the listener's full window (the messenger's sessions on
+			// the link grant no more: link.RecvWindow).
+			opts.RecvWindow, opts.SmallWindow = min(opts.RecvWindow, cm.peerRecvs), true
+		}
+		lk, err := newLink(l.d, info, opts)
 		if err != nil {
 			C.osp_reject(l.pep, C.osp_info_handle(info))
 			l.opts.Inbound.Done()

@@ -144,8 +144,8 @@ func FuzzControlFrame(f *testing.F) {
 // and what it accepts names receive buffers a rendezvous frame fits in.
 func FuzzParseCM(f *testing.F) {
 	mine := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
-	for _, flags := range []uint32{0, cmFlagSRX, cmFlagWrite, cmFlagSRX | cmFlagWrite, 0xffffffff} {
-		l := &link{nrecv: 16, bufSize: 16 << 10, tag: 5<<32 | 3, srx: flags&cmFlagSRX != 0}
+	for _, flags := range []uint32{0, cmFlagSRX, cmFlagWrite, cmFlagSmall, cmFlagSRX | cmFlagWrite, 0xffffffff} {
+		l := &link{nrecv: 16, bufSize: 16 << 10, tag: 5<<32 | 3, srx: flags&cmFlagSRX != 0, small: flags&cmFlagSmall != 0}
 		if flags&cmFlagWrite != 0 {
 			l.ctlRecv = ctlRecvs
 		}
@@ -173,16 +173,16 @@ func FuzzParseCM(f *testing.F) {
 // TestParseCMRoundTrip: what cmData writes, parseCM reads back.
 func TestParseCMRoundTrip(t *testing.T) {
 	mine := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
-	l := &link{nrecv: 16, bufSize: 32 << 10, tag: 7<<32 | 9, srx: true, ctlRecv: ctlRecvs}
+	l := &link{nrecv: 16, bufSize: 32 << 10, tag: 7<<32 | 9, srx: true, ctlRecv: ctlRecvs, small: true}
 	cm, err := parseCM(mine, cmData(mine, l))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cm.peerBuf != 32<<10 || cm.peerTag != 7<<32|9 || !cm.peerSRX || !cm.peerWrite {
+	if cm.peerRecvs != 16 || cm.peerBuf != 32<<10 || cm.peerTag != 7<<32|9 || !cm.peerSRX || !cm.peerWrite || !cm.peerSmall {
 		t.Fatalf("round trip: %+v", cm)
 	}
-	l.srx, l.ctlRecv = false, 0
-	if cm, err = parseCM(mine, cmData(mine, l)); err != nil || cm.peerSRX || cm.peerWrite {
+	l.srx, l.ctlRecv, l.small = false, 0, false
+	if cm, err = parseCM(mine, cmData(mine, l)); err != nil || cm.peerSRX || cm.peerWrite || cm.peerSmall {
 		t.Fatalf("without the flags: %+v, %v", cm, err)
 	}
 }

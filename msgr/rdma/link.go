@@ -49,6 +49,7 @@ type link struct {
 	bufSize   int
 	onClose   func() // the listener's accounting of open connections
 	nrecv     int
+	small     bool // wire.LinkOptions.SmallWindow: no write rendezvous either
 	// sendLimit is the largest frame sent inline: our buffers and the
 	// peer's, from the connection data, whichever is smaller.
 	sendLimit int
@@ -143,7 +144,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 		return nil, fmt.Errorf("rdma: receive window of %d exceeds the provider's receive queue of %d", nrecv, rx)
 	}
 	l := &link{
-		d: d, lim: opts.Limits, steady: opts.Limits, noCRC: opts.NoDataCRC, dataChunk: max(opts.DataChunk, 0), bufSize: cfg.BufSize, nrecv: nrecv,
+		d: d, lim: opts.Limits, steady: opts.Limits, noCRC: opts.NoDataCRC, dataChunk: max(opts.DataChunk, 0), bufSize: cfg.BufSize, nrecv: nrecv, small: opts.SmallWindow,
 		readDone: make(chan readDoneEv, maxReads), connected: make(chan error, 1),
 		closed: make(chan struct{}), closeDone: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots), sendsIdle: make(chan struct{}, 1),
 	}
@@ -151,7 +152,10 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 		l.lim = wire.HandshakeLimits
 	}
 	nctl := 0
-	if d.rdvWrite {
+	if d.rdvWrite && !l.small {
+		// A small window's messages are few and small (a large one
+		// takes the read rendezvous): the control frames' receives
+		// would outnumber its credits.
 		l.ctlRecv, nctl = ctlRecvs, ctlSlots
 	}
 	// Room in a CQ for every completion the link can have outstanding,
@@ -226,6 +230,10 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 	l.local = d.name
 	return l, nil
 }
+
+// RecvWindow is the receives the link posts for its session's window:
+// fewer than asked when its dialer asked for a small window.
+func (l *link) RecvWindow() int { return l.nrecv }
 
 // recvs is the number of receives the link posts: its window and those
 // for control frames.

@@ -58,6 +58,11 @@ type LinkOptions struct {
 	// whose receives must be posted ahead (RDMA) posts this many, so one
 	// credit is one posted receive.
 	RecvWindow int
+	// SmallWindow, on a Dial, says the session's traffic is light both
+	// ways (a side session): the acceptor's transport may post no more
+	// receives for the link than this side's RecvWindow, and no more
+	// than it needs beside them. Links that post no receives ignore it.
+	SmallWindow bool
 	// NoDataCRC asks the link to skip the data CRC on frames it writes,
 	// when the peer agreed to FeatureNoDataCRC.
 	NoDataCRC bool
