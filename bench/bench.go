@@ -298,10 +298,36 @@ func (r *run) timeline(ctx context.Context) {
 			waiting = false
 		}
 	}
+	r.atLeastOne(ctx)
 	r.phase.Store(phaseStop)
 	r.t1 = r.clk.now()
 	r.cpu1 = cpuTime()
 	r.allocs1 = heapAllocs()
+}
+
+// atLeastOne keeps measuring past the row's duration until one message
+// was counted, for up to ten durations (at least a second): a row of zeros
+// says nothing. A loop that counts messages in batches (the raw libfabric
+// baseline's, a call of up to 20ms each) can count none in a short
+// interval on a machine whose other load starved it. The row's rates
+// divide by the interval actually measured.
+func (r *run) atLeastOne(ctx context.Context) {
+	if r.live.Load() > 0 {
+		return
+	}
+	limit := time.NewTimer(max(10*r.opts.duration, time.Second))
+	defer limit.Stop()
+	poll := time.NewTicker(time.Millisecond)
+	defer poll.Stop()
+	for r.live.Load() == 0 {
+		select {
+		case <-poll.C:
+		case <-limit.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // report calls the progress callback with the live count.

@@ -138,7 +138,8 @@ func (t *tally) record(now, lat int64) {
 	// land in the last slot, which wholeSegments never reports.
 	t.segs[min(i, int64(len(t.segs)-1))]++
 	t.n++
-	if now-t.pubAt >= livePublish {
+	// The first one at once: the run waits for one (atLeastOne).
+	if now-t.pubAt >= livePublish || t.pubN == 0 {
 		t.run.live.Add(t.n - t.pubN)
 		t.pubN, t.pubAt = t.n, now
 	}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ospreystore/osprey/msgr/msgrtest"
 )
 
 func TestSpread(t *testing.T) {
@@ -202,5 +204,27 @@ func TestRunProgress(t *testing.T) {
 	row := r.row("x", Stream, 10, 1, ta)
 	if len(row.SegmentCounts) != 3 || row.Msgs != ta.hist.Count() || len(row.LatencyHist) != 1 {
 		t.Errorf("row: %d segments, %d msgs, hist %v", len(row.SegmentCounts), row.Msgs, row.LatencyHist)
+	}
+}
+
+// TestRunMeasuresAtLeastOne: a row whose first message completes after
+// its duration keeps measuring until it does, and reports it over the
+// interval actually measured, instead of a row of zeros (the raw
+// libfabric baseline, which counts in batches, on a starved machine).
+func TestRunMeasuresAtLeastOne(t *testing.T) {
+	const duration = 5 * time.Millisecond
+	r := startRun(t.Context(), runOptions{duration: duration})
+	<-r.started
+	// Well past the duration, by the run's own clock.
+	msgrtest.Eventually(t, 10*time.Second, "the run clock to pass the duration", func() bool { return r.clk.now()-r.t0 > int64(duration+100*time.Millisecond) })
+	if !r.measuring() {
+		t.Fatal("the run stopped measuring with no message counted")
+	}
+	ta := r.newTally()
+	ta.record(r.clk.now(), 1000)
+	<-r.stopped
+	row := r.row("x", Stream, 10, 1, ta)
+	if row.Msgs != 1 || row.Seconds < (duration+100*time.Millisecond).Seconds() || row.MsgsPerSec <= 0 || row.MsgsPerSec > 10 {
+		t.Errorf("row: %d msgs over %vs, %v/s", row.Msgs, row.Seconds, row.MsgsPerSec)
 	}
 }
