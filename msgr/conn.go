@@ -69,7 +69,7 @@ type Conn struct {
 
 	mu        sync.Mutex
 	addr      string // address to dial; "" for a conn we only accepted
-	scheme    string // its transport's, fixed at creation (TransportStats)
+	scheme    string // the transport it was created over, kept if it moves: TransportStats never go down
 	peer      EntityName
 	peerNonce uint64
 	state     connState
