@@ -69,7 +69,7 @@ type Conn struct {
 
 	mu        sync.Mutex
 	addr      string // address to dial; "" for a conn we only accepted
-	scheme    string // its transport's, fixed at creation (TransportStats)
+	scheme    string // the transport it was created over, kept if it moves: TransportStats never go down
 	peer      EntityName
 	peerNonce uint64
 	state     connState
@@ -112,7 +112,7 @@ type ConnStats struct {
 	GrantsReceived           uint64 // frames that raised our send limit
 	SendCredits              int64  // messages we may still send on this link
 	SendBytesCredit          int64
-	RecvWindowMsgs           uint64
+	RecvWindowMsgs           uint64 // the current (or last) link's receive window, frames
 	QueuedMsgs               int
 	QueuedBytes              int64
 	RTT                      time.Duration // last keepalive round trip
@@ -143,8 +143,8 @@ type linkRun struct {
 
 func newCookie() uint64 { return rand.Uint64() | 1 }
 
-// newConn creates a session; window is its receive window in messages,
-// fixed for its life because it is read without the lock.
+// newConn creates a session; window is its receive window in messages
+// until its first link, whose transport sets it (startLink).
 func (m *Messenger) newConn(policy Policy, addr string, peer EntityName, window int) *Conn {
 	c := &Conn{
 		m: m, policy: policy, lossy: policy.Lossy, addr: addr, peer: peer,
@@ -192,7 +192,7 @@ func (c *Conn) Stats() ConnStats {
 	s := c.st
 	s.SendCredits = int64(c.cw.limitMsgs) - int64(c.cw.sentMsgs)
 	s.SendBytesCredit = int64(c.cw.limitBytes) - int64(c.cw.sentBytes)
-	s.RecvWindowMsgs = c.cw.windowMsgs
+	s.RecvWindowMsgs = c.cw.windowMsgs.Load()
 	s.QueuedMsgs = c.sess.queued()
 	s.QueuedBytes = c.sess.queuedBytes
 	return s

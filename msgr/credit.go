@@ -36,8 +36,11 @@ type creditWindow struct {
 	peerWindowBytes       uint64 // the peer's byte window, from the handshake
 	stalled               bool   // blocked on credit since the last grant
 
-	// receive side: what we allow the peer
-	windowMsgs, windowBytes         uint64 // fixed at init; read without the lock
+	// receive side: what we allow the peer. windowMsgs is the current
+	// link's (reset), read without the lock by Message.Release; windowBytes
+	// is fixed at init.
+	windowMsgs                      atomic.Uint64
+	windowBytes                     uint64
 	recvMsgs                        atomic.Uint64
 	recvBytes                       uint64
 	consumedMsgs, consumedBytes     atomic.Int64 // may start negative: see reset
@@ -46,12 +49,17 @@ type creditWindow struct {
 	floorMsgs, floorBytes           uint64      // the handshake's promise (reset), for checkGrant
 }
 
-// reset starts the window of a new link. Messages from earlier links that
-// the dispatcher still holds count against the new window (consumed starts
-// at minus their number), so a reconnect never doubles receiver memory. The
-// fold is one atomic add, so a concurrent Release is never lost. floorMsgs
-// and floorBytes are a grant already promised to the peer in the handshake.
-func (w *creditWindow) reset(floorMsgs, floorBytes uint64) {
+// reset starts the window of a new link, of window frames: what that
+// link can post (RDMA) may differ from the last link's. Messages from
+// earlier links that the dispatcher still holds count against the new
+// window (consumed starts at minus their number), so a reconnect never
+// doubles receiver memory, even onto a smaller window: the grant is then
+// the one frame a grant needs until enough are released. The fold is one
+// atomic add, so a concurrent Release is never lost. floorMsgs and
+// floorBytes are a grant already promised to the peer in the handshake
+// (nextGrant with the same window).
+func (w *creditWindow) reset(window, floorMsgs, floorBytes uint64) {
+	w.windowMsgs.Store(window)
 	w.consumedMsgs.Add(-int64(w.recvMsgs.Swap(0)))
 	w.consumedBytes.Add(-int64(w.recvBytes))
 	w.recvBytes = 0
@@ -65,10 +73,10 @@ func (w *creditWindow) reset(floorMsgs, floorBytes uint64) {
 	w.advertisedBytes.Store(b)
 }
 
-// nextGrant is the grant a new link would start with (see reset), without
-// touching the current link's state.
-func (w *creditWindow) nextGrant() (msgs, bytes uint64) {
-	cm := w.consumedMsgs.Load() - int64(w.recvMsgs.Load()) + int64(w.windowMsgs)
+// nextGrant is the grant a new link of window frames would start with
+// (see reset), without touching the current link's state.
+func (w *creditWindow) nextGrant(window uint64) (msgs, bytes uint64) {
+	cm := w.consumedMsgs.Load() - int64(w.recvMsgs.Load()) + int64(window)
 	cb := w.consumedBytes.Load() - int64(w.recvBytes) + int64(w.windowBytes)
 	return uint64(max(cm, 1)), uint64(max(cb, 0))
 }
@@ -82,7 +90,7 @@ func (w *creditWindow) peerWindow(windowBytes, grantMsgs, grantBytes uint64) {
 // grant is what we advertise now: consumed + window, never below what was
 // already advertised (grants are monotonic) nor below zero.
 func (w *creditWindow) grant() (msgs, bytes uint64) {
-	cm := w.consumedMsgs.Load() + int64(w.windowMsgs)
+	cm := w.consumedMsgs.Load() + int64(w.windowMsgs.Load())
 	cb := w.consumedBytes.Load() + int64(w.windowBytes)
 	msgs, bytes = uint64(max(cm, 1)), uint64(max(cb, 0))
 	return max(msgs, w.advertisedMsgs.Load()), max(bytes, w.advertisedBytes.Load())
@@ -114,10 +122,11 @@ func (w *creditWindow) checkGrant() {
 		panic(fmt.Sprintf("msgr: invariant: consumed %d bytes of %d received (%v)", c, w.recvBytes, w))
 	}
 	am, ab := w.advertisedMsgs.Load(), w.advertisedBytes.Load()
-	cm := w.consumedMsgs.Load() + int64(w.windowMsgs)
+	wm := w.windowMsgs.Load()
+	cm := w.consumedMsgs.Load() + int64(wm)
 	cb := w.consumedBytes.Load() + int64(w.windowBytes)
 	if am > uint64(max(cm, 1)) && am != w.floorMsgs {
-		panic(fmt.Sprintf("msgr: invariant: granted %d messages, %d consumed + window %d (%v)", am, cm-int64(w.windowMsgs), w.windowMsgs, w))
+		panic(fmt.Sprintf("msgr: invariant: granted %d messages, %d consumed + window %d (%v)", am, cm-int64(wm), wm, w))
 	}
 	if ab > uint64(max(cb, 0)) && ab != w.floorBytes {
 		panic(fmt.Sprintf("msgr: invariant: granted %d bytes, %d consumed + window %d (%v)", ab, cb-int64(w.windowBytes), w.windowBytes, w))
@@ -129,7 +138,7 @@ func (w *creditWindow) checkGrant() {
 func (w *creditWindow) grantUrgent() bool {
 	m, b := w.grant()
 	am, ab := w.advertisedMsgs.Load(), w.advertisedBytes.Load()
-	return m-am >= max(w.windowMsgs/2, 1) || (w.windowBytes > 0 && b-ab >= w.windowBytes/2)
+	return m-am >= max(w.windowMsgs.Load()/2, 1) || (w.windowBytes > 0 && b-ab >= w.windowBytes/2)
 }
 
 // grantIdle reports whether a grant should go soon, batched like acks: the

@@ -12,8 +12,8 @@ import (
 // runs it.
 
 func newWindow(msgs, bytes uint64) *creditWindow {
-	w := &creditWindow{windowMsgs: msgs, windowBytes: bytes}
-	w.reset(0, 0)
+	w := &creditWindow{windowBytes: bytes}
+	w.reset(msgs, 0, 0)
 	return w
 }
 
@@ -41,7 +41,7 @@ func TestCreditResetGrantsWindow(t *testing.T) {
 	if m, b := w.grant(); m != 8 || b != 1000 {
 		t.Fatalf("grant %d %d", m, b)
 	}
-	if m, b := w.nextGrant(); m != 8 || b != 1000 {
+	if m, b := w.nextGrant(8); m != 8 || b != 1000 {
 		t.Fatalf("nextGrant %d %d", m, b)
 	}
 	// Nothing may be sent before the peer's grant arrives.
@@ -390,7 +390,7 @@ func TestCreditResetCarriesOutstanding(t *testing.T) {
 	w.consumeData(100)
 	// Three messages (300 bytes) are still with the dispatcher when the
 	// link fails. The next link's grant leaves room for them.
-	if m, b := w.nextGrant(); m != 5 || b != 700 {
+	if m, b := w.nextGrant(8); m != 5 || b != 700 {
 		t.Fatalf("nextGrant %d %d, want 5 700", m, b)
 	}
 	if w.recvMsgs.Load() != 5 {
@@ -398,7 +398,7 @@ func TestCreditResetCarriesOutstanding(t *testing.T) {
 	}
 	w.peerWindow(1000, 8, 1000)
 	w.onSend(10)
-	w.reset(0, 0)
+	w.reset(8, 0, 0)
 	wantAdvertised(t, w, 5, 700)
 	if w.sentMsgs != 0 || w.sentBytes != 0 || w.limitMsgs != 0 || w.limitBytes != 0 || w.recvMsgs.Load() != 0 || w.recvBytes != 0 {
 		t.Fatalf("reset left state: %v", w)
@@ -417,7 +417,7 @@ func TestCreditResetCarriesOutstanding(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w.reset(0, 0)
+	w.reset(8, 0, 0)
 	wantAdvertised(t, w, 5, 700)
 	// The old messages are released on the new link: the credit comes back.
 	for range 3 {
@@ -442,9 +442,9 @@ func TestCreditResetFloor(t *testing.T) {
 	}
 	// A floor promised in the handshake is kept even where the window
 	// (with 5 messages and 1000 bytes outstanding) would give less.
-	w.reset(4, 100)
+	w.reset(8, 4, 100)
 	wantAdvertised(t, w, 4, 100)
-	w.reset(0, 0)
+	w.reset(8, 0, 0)
 	wantAdvertised(t, w, 3, 0)
 	// More messages outstanding than the window: the grant never goes
 	// below one message (the reserved one, for a grant frame) nor below
@@ -453,12 +453,12 @@ func TestCreditResetFloor(t *testing.T) {
 	for range 4 {
 		w.onReceive(50)
 	}
-	w.reset(0, 0)
-	w.reset(0, 0) // twice, as a failed handshake and its retry do
+	w.reset(4, 0, 0)
+	w.reset(4, 0, 0) // twice, as a failed handshake and its retry do
 	if m, b := w.grant(); m < 1 || b > 1<<62 {
 		t.Fatalf("grant %d %d", m, b)
 	}
-	if m, _ := w.nextGrant(); m < 1 {
+	if m, _ := w.nextGrant(4); m < 1 {
 		t.Fatalf("nextGrant %d msgs", m)
 	}
 }

@@ -3,6 +3,7 @@ package msgr
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -29,7 +30,8 @@ var rewriteCreditScripts = flag.Bool("credit.rewrite", false, "rewrite the expec
 //	timer a                    a's ack timer fires (if armed)
 //	tick a [keepalive]         a's Conn.tick
 //	inject b TAG seq=N size=N  a frame to b that bypasses a's credit check
-//	fault | handshake          the link fails | is re-established
+//	fault                      the link fails
+//	handshake [a=N] [b=N]      a new link, with a's and b's windows (default msgs)
 //	state                      both nodes
 //
 // go test -run TestCreditScripts -credit.rewrite ./msgr rewrites the outputs.
@@ -214,7 +216,9 @@ func runCreditScript(t *testing.T, file string) {
 			s.fault()
 			printf("link down; in flight dropped")
 		case "handshake":
-			s.handshake(false)
+			w := map[string]uint64{"a": s.cfg.windowMsgs, "b": s.cfg.windowMsgs}
+			maps.Copy(w, kv(1))
+			s.handshake(false, w["a"], w["b"])
 			printf("%s", s.trace[len(s.trace)-1][7:])
 		case "state":
 			for _, n := range []*simNode{s.a, s.b} {

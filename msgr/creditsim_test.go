@@ -55,6 +55,7 @@ type simulation struct {
 	step  int
 
 	handshakes, carried int // links, and links that began with messages held
+	overheld            int // links that began with a side holding at least its new window
 }
 
 type simConfig struct {
@@ -67,6 +68,7 @@ type simConfig struct {
 	ticks       bool    // Conn.tick sets ackNow now and then
 	keepalive   bool    // ticks send keepalives (and come often)
 	faults      bool    // links fail and are re-established
+	linkWindows bool    // each new link has a window of its own, 4 to 2×windowMsgs (its transport's)
 	queueMsgs   int     // SendQueueMsgs
 }
 
@@ -198,15 +200,19 @@ func (n *simNode) tick(keepalive bool) {
 	n.apply(fx)
 }
 
-// handshake is clientHandshake (a dials) and acceptSession (b). Each
-// side's InSeq is read when its handshake frame goes out; with stale,
-// messages that arrived on the old link after that, which the peer sends
-// again and the receiver must drop as duplicates.
-func (s *simulation) handshake(stale bool) {
+// handshake is clientHandshake (a dials) and acceptSession (b) on a link
+// whose receive windows are wa and wb frames. Each side's InSeq is read
+// when its handshake frame goes out; with stale, messages that arrived on
+// the old link after that, which the peer sends again and the receiver
+// must drop as duplicates.
+func (s *simulation) handshake(stale bool, wa, wb uint64) {
 	a, b := s.a, s.b
 	s.handshakes++
 	if len(a.dq)+len(b.dq) > 0 {
 		s.carried++
+	}
+	if uint64(len(a.dq)) >= wa || uint64(len(b.dq)) >= wb {
+		s.overheld++
 	}
 	inSeq := func(n *simNode) uint64 {
 		in := n.e.sess.inSeq
@@ -215,18 +221,18 @@ func (s *simulation) handshake(stale bool) {
 		}
 		return in
 	}
-	gm, gb := a.e.cw.nextGrant()
+	gm, gb := a.e.cw.nextGrant(wa)
 	if gm < 1 {
 		s.fail("dialer grant %d refused", gm)
 		return
 	}
-	b.e.startLink(0, 0, a.e.cw.windowBytes, gm, gb, 0)
+	b.e.startLink(wb, 0, 0, a.e.cw.windowBytes, gm, gb, 0)
 	rm, rb := advertised(&b.e.cw)
 	if _, _, err := b.e.attach(inSeq(a), nil); err != nil {
 		s.fail("acceptor attach: %v", err)
 		return
 	}
-	a.e.startLink(gm, gb, b.e.cw.windowBytes, rm, rb, 0)
+	a.e.startLink(wa, gm, gb, b.e.cw.windowBytes, rm, rb, 0)
 	if _, _, err := a.e.attach(inSeq(b), nil); err != nil {
 		s.fail("dialer attach: %v", err)
 		return
@@ -235,7 +241,21 @@ func (s *simulation) handshake(stale bool) {
 		n.linkUp, n.running, n.wake = true, false, true // startLink kicks the writer
 		n.link++
 	}
-	s.logf("handshake: a grants %d/%d, b grants %d/%d", gm, gb, rm, rb)
+	windows := ""
+	if wa != s.cfg.windowMsgs || wb != s.cfg.windowMsgs {
+		windows = fmt.Sprintf(" (windows %d and %d)", wa, wb)
+	}
+	s.logf("handshake: a grants %d/%d, b grants %d/%d%s", gm, gb, rm, rb, windows)
+}
+
+// linkWindow is the receive window of one side of a new link: the
+// configured one, or with linkWindows one as a transport that posts more
+// or fewer receives than the last link's would give.
+func (s *simulation) linkWindow() uint64 {
+	if !s.cfg.linkWindows {
+		return s.cfg.windowMsgs
+	}
+	return 4 + s.rng.Uint64N(2*s.cfg.windowMsgs-3) // 4: Options' least, and windowFor's
 }
 
 func (s *simulation) fault() {
@@ -269,9 +289,9 @@ func (s *simulation) checkCredits() {
 				bytes += int64(h.size)
 			}
 		}
-		if msgs > int64(r.e.cw.windowMsgs) || bytes > int64(r.e.cw.windowBytes) {
+		if w := r.e.cw.windowMsgs.Load(); msgs > int64(w) || bytes > int64(r.e.cw.windowBytes) {
 			s.fail("%s was granted room for %d messages and %d bytes beyond what it holds, more than its window of %d and %d",
-				r.name, msgs, bytes, r.e.cw.windowMsgs, r.e.cw.windowBytes)
+				r.name, msgs, bytes, w, r.e.cw.windowBytes)
 		}
 		if snd.e.cw.sentMsgs > snd.e.cw.limitMsgs {
 			s.fail("%s sent %d frames beyond its limit %d", snd.name, snd.e.cw.sentMsgs, snd.e.cw.limitMsgs)
@@ -286,7 +306,7 @@ func (n *simNode) done(peer *simNode) bool {
 func newSimNode(name string, cfg simConfig, rng *rand.Rand) *simNode {
 	n := &simNode{name: name, sendQueueMsgs: cfg.queueMsgs}
 	n.e.init(cfg.windowMsgs, cfg.windowBytes, simClock)
-	n.e.cw.reset(0, 0)
+	n.e.cw.reset(cfg.windowMsgs, 0, 0)
 	for range cfg.msgs {
 		size := rng.IntN(cfg.maxSize + 1)
 		if rng.Float64() < cfg.oversize {
@@ -301,7 +321,7 @@ func newSimulation(t *testing.T, cfg simConfig) *simulation {
 	rng := rand.New(rand.NewPCG(cfg.seed, 0x5eed))
 	s := &simulation{t: t, cfg: cfg, rng: rng}
 	s.a, s.b = newSimNode("a", cfg, rng), newSimNode("b", cfg, rng)
-	s.handshake(false)
+	s.handshake(false, s.linkWindow(), s.linkWindow())
 	return s
 }
 
@@ -388,7 +408,7 @@ func runSimulation(t *testing.T, cfg simConfig) *simulation {
 				acts = append(acts, simAction{0.002, "fault", s.fault})
 			} else {
 				// Half the reconnects race a message on the old link.
-				acts = append(acts, simAction{1, "handshake", func() { s.handshake(rng.IntN(2) == 0) }})
+				acts = append(acts, simAction{1, "handshake", func() { s.handshake(rng.IntN(2) == 0, s.linkWindow(), s.linkWindow()) }})
 			}
 		}
 		if len(acts) == 0 {
@@ -459,6 +479,10 @@ func TestCreditSimulation(t *testing.T) {
 		// Link faults: reconnects with messages outstanding on both sides.
 		{windowMsgs: 4, windowBytes: 1000, msgs: 200, maxSize: 300, oversize: 0.05, queueMsgs: 64, faults: true},
 		{windowMsgs: 8, windowBytes: 2000, msgs: 200, maxSize: 700, oversize: 0.05, queueMsgs: 16, faults: true, ticks: true},
+		// Each link a window of its own (a peer back over another
+		// transport), often smaller than what the dispatcher holds.
+		{windowMsgs: 8, windowBytes: 2000, msgs: 200, maxSize: 300, queueMsgs: 64, faults: true, linkWindows: true},
+		{windowMsgs: 16, windowBytes: 4000, msgs: 300, maxSize: 500, oversize: 0.03, queueMsgs: 32, faults: true, ticks: true, linkWindows: true},
 	}
 	seeds := 16
 	if testing.Short() {
@@ -466,19 +490,24 @@ func TestCreditSimulation(t *testing.T) {
 	}
 	for ci, cfg := range configs {
 		t.Run(fmt.Sprintf("config%d", ci), func(t *testing.T) {
-			handshakes, carried, dupes := 0, 0, uint64(0)
+			handshakes, carried, overheld, dupes := 0, 0, 0, uint64(0)
 			for seed := range seeds {
 				cfg.seed = uint64(ci*1000 + seed)
 				s := runSimulation(t, cfg)
 				handshakes += s.handshakes
 				carried += s.carried
+				overheld += s.overheld
 				dupes += s.a.e.st.DuplicatesDropped + s.b.e.st.DuplicatesDropped
 			}
 			if cfg.faults && (carried == 0 || dupes == 0) {
 				t.Fatalf("%d reconnects, %d with messages held by a dispatcher, %d duplicates dropped: want some of each",
 					handshakes-seeds, carried, dupes)
 			}
-			t.Logf("%d seeds, %d reconnects, %d with messages held, %d duplicates dropped", seeds, handshakes-seeds, carried, dupes)
+			if cfg.linkWindows && overheld == 0 {
+				t.Fatalf("%d reconnects, none onto a window no larger than what a dispatcher held", handshakes-seeds)
+			}
+			t.Logf("%d seeds, %d reconnects, %d with messages held (%d of them at least the new window), %d duplicates dropped",
+				seeds, handshakes-seeds, carried, overheld, dupes)
 		})
 	}
 }

@@ -72,8 +72,11 @@ const (
 	rxClose                  // the peer closed the session
 )
 
+// init sets the session's byte window and the frame window it has until
+// its first link (startLink sets each link's).
 func (e *engine) init(windowMsgs, windowBytes uint64, clock func() uint64) {
-	e.cw.windowMsgs, e.cw.windowBytes = windowMsgs, windowBytes
+	e.cw.windowMsgs.Store(windowMsgs)
+	e.cw.windowBytes = windowBytes
 	e.clock = clock
 }
 
@@ -102,12 +105,13 @@ func (e *engine) withdraw(id uint64) (*Message, effects) {
 	return m, fx
 }
 
-// startLink sets up the credits of a new link from the handshake: floor
-// is the grant this side already promised (a dialer's request), the rest
-// is what the peer told us. A failed attach leaves no harm: the next
+// startLink sets up the credits of a new link from the handshake: window
+// is the frames this link can take (its transport's receives), floor is
+// the grant this side already promised (a dialer's request), the rest is
+// what the peer told us. A failed attach leaves no harm: the next
 // handshake starts over.
-func (e *engine) startLink(floorMsgs, floorBytes, peerWindowBytes, peerGrantMsgs, peerGrantBytes, peerMaxMsg uint64) {
-	e.cw.reset(floorMsgs, floorBytes)
+func (e *engine) startLink(window, floorMsgs, floorBytes, peerWindowBytes, peerGrantMsgs, peerGrantBytes, peerMaxMsg uint64) {
+	e.cw.reset(window, floorMsgs, floorBytes)
 	e.cw.peerWindow(peerWindowBytes, peerGrantMsgs, peerGrantBytes)
 	e.peerMaxMsg = peerMaxMsg
 }
@@ -307,7 +311,7 @@ func (e *engine) onFrame(f *wire.Frame, buffered bool, released []*Message) (_ [
 		// through the ack timer, so a reply (which carries the ack) can
 		// go first without the writer waking for nothing.
 		if !buffered {
-			if e.sess.inSeq-e.sess.ackedSent >= e.cw.windowMsgs/4 {
+			if e.sess.inSeq-e.sess.ackedSent >= e.cw.windowMsgs.Load()/4 {
 				e.ackNow = true
 				fx |= fxWake
 			} else {

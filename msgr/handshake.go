@@ -99,9 +99,14 @@ func (m *Messenger) dial(c *Conn, addr string) error {
 		case <-ctx.Done():
 		}
 	}()
+	// The link posts the receives its own transport can (linkOptions), not
+	// the session's last window: the address may name another transport.
 	opts := m.linkOptions(t)
-	opts.RecvWindow = int(c.cw.windowMsgs) // the session's, fixed when it was created
-	opts.SmallWindow = c.side
+	if c.side {
+		// A side session's few messages need few credits, and its peer
+		// may then post no more receives than we do.
+		opts.RecvWindow, opts.SmallWindow = min(opts.RecvWindow, sideWindowMsgs), true
+	}
 	link, err := t.Dial(ctx, a.Host, opts)
 	if err != nil {
 		if errors.Is(err, wire.ErrBanner) {
@@ -110,7 +115,7 @@ func (m *Messenger) dial(c *Conn, addr string) error {
 		return err
 	}
 	stop := withLinkDeadline(ctx, link)
-	_, err = m.clientHandshake(c, link)
+	_, err = m.clientHandshake(c, link, uint64(opts.RecvWindow))
 	stop()
 	if err != nil {
 		m.countHandshakeFailure(err)
@@ -120,7 +125,9 @@ func (m *Messenger) dial(c *Conn, addr string) error {
 	return nil
 }
 
-func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
+// clientHandshake runs the dialer's handshake on link, whose receive
+// window is window frames.
+func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*linkRun, error) {
 	if err := writeHello(link, m); err != nil {
 		return nil, err
 	}
@@ -156,10 +163,10 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 		defer c.mu.Unlock()
 		// Another link may be live (a peer's simultaneous dial): leave its
 		// window alone until this handshake succeeds.
-		grantMsgs, grantBytes := c.cw.nextGrant()
+		grantMsgs, grantBytes := c.cw.nextGrant(window)
 		return &msgrpb.SessionRequest{
 			Cookie: c.cookie, PeerCookie: c.peerCookie, InSeq: c.sess.inSeq,
-			WindowMsgs: c.cw.windowMsgs, WindowBytes: c.cw.windowBytes, Lossy: c.lossy,
+			WindowMsgs: window, WindowBytes: c.cw.windowBytes, Lossy: c.lossy,
 			GrantMsgs: grantMsgs, GrantBytes: grantBytes, MaxMessage: uint64(m.opts.MaxMessageSize),
 		}
 	}
@@ -228,7 +235,7 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 		if old := c.link; old != nil {
 			c.detachLocked(old)
 		}
-		c.startLink(req.GrantMsgs, req.GrantBytes, ready.WindowBytes, ready.GrantMsgs, ready.GrantBytes, ready.MaxMessage)
+		c.startLink(window, req.GrantMsgs, req.GrantBytes, ready.WindowBytes, ready.GrantMsgs, ready.GrantBytes, ready.MaxMessage)
 		released, err := c.attachLocked(lr, ready.InSeq)
 		retired := c.takeRetiredLocked()
 		c.mu.Unlock()
@@ -245,7 +252,7 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link) (*linkRun, error) {
 }
 
 // accept runs the acceptor's handshake on a new link of the transport
-// named scheme.
+// named scheme, whose receive window is window frames.
 func (m *Messenger) accept(link wire.Link, window int, scheme string) error {
 	if rw, ok := link.(interface{ RecvWindow() int }); ok {
 		// The transport posted fewer receives for this link, as its
@@ -347,12 +354,6 @@ func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, no
 		c.mu.Unlock()
 		return true, ErrClosed
 	}
-	if int(c.cw.windowMsgs) > window {
-		// The session was made over a transport with deeper receive
-		// queues than this link can post: its credits would overrun.
-		c.mu.Unlock()
-		return true, fmt.Errorf("msgr: session with %s has a window of %d, more than this transport's %d", peer, c.cw.windowMsgs, window)
-	}
 	// A simultaneous connect: both sides dial; the larger name's dial wins.
 	if c.dialing && c.link == nil && m.opts.Name > peer {
 		c.mu.Unlock()
@@ -388,10 +389,12 @@ func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, no
 	if old := c.link; old != nil {
 		c.detachLocked(old)
 	}
-	c.startLink(0, 0, req.WindowBytes, req.GrantMsgs, req.GrantBytes, req.MaxMessage)
+	// The session takes this link's window, whatever the last link's was:
+	// a peer may come back over a transport that posts fewer receives.
+	c.startLink(uint64(window), 0, 0, req.WindowBytes, req.GrantMsgs, req.GrantBytes, req.MaxMessage)
 	ready := &msgrpb.SessionReady{
 		Cookie: c.cookie, PeerCookie: req.Cookie, InSeq: c.sess.inSeq,
-		WindowMsgs: c.cw.windowMsgs, WindowBytes: c.cw.windowBytes,
+		WindowMsgs: uint64(window), WindowBytes: c.cw.windowBytes,
 		GrantMsgs: c.cw.advertisedMsgs.Load(), GrantBytes: c.cw.advertisedBytes.Load(),
 		ResetOld: remoteReset, MaxMessage: uint64(m.opts.MaxMessageSize),
 	}

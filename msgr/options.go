@@ -88,9 +88,9 @@ type Options struct {
 	// RecvWindowMsgs and RecvWindowBytes are the credits each session
 	// grants its peer: how many messages and bytes may sit in our
 	// dispatch queue. Defaults 1024 and 64 MiB. A transport that posts
-	// receives caps the message window at what it can post (RDMA: 256
-	// by default and at most the provider's receive queue; one posted
-	// receive per credit).
+	// receives caps the message window of each of its links at what it
+	// can post (RDMA: 256 by default and at most the provider's receive
+	// queue; one posted receive per credit).
 	RecvWindowMsgs  int
 	RecvWindowBytes int64
 	// SendQueueMsgs and SendQueueBytes bound what a Conn holds for its

@@ -35,6 +35,15 @@ func NewGate(t wire.Transport) *Gate {
 	return &Gate{Transport: t, links: map[*gateLink]struct{}{}}
 }
 
+// MaxRecvWindow is the wrapped transport's cap on sessions' windows (an
+// RDMA transport's), 0 if it has none: a gate must not lift it.
+func (g *Gate) MaxRecvWindow() int {
+	if mr, ok := g.Transport.(interface{ MaxRecvWindow() int }); ok {
+		return mr.MaxRecvWindow()
+	}
+	return 0
+}
+
 // Down closes every link made through g and, until Up, fails its dials
 // with ErrGateDown and closes the links it accepts.
 func (g *Gate) Down() {

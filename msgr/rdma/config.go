@@ -24,7 +24,7 @@ type Config struct {
 	// MemBudget bounds all registered memory of the transport. Default
 	// 1 GiB.
 	MemBudget int64
-	// MaxRecvWindow caps the sessions' receive window over this transport
+	// MaxRecvWindow caps the receive window of this transport's links
 	// (one credit is one posted BufSize receive). Default 256, and never
 	// above the provider's receive queue.
 	MaxRecvWindow int

@@ -90,9 +90,9 @@ func providerAllowed(filter, prov string) bool {
 
 func (t *Transport) Scheme() string { return t.scheme }
 
-// MaxRecvWindow is the deepest receive window a session over this
-// transport may have: Config.MaxRecvWindow, capped by the provider's
-// receive queue size.
+// MaxRecvWindow is the deepest receive window a link of this transport
+// may have: Config.MaxRecvWindow, capped by the provider's receive queue
+// size.
 func (t *Transport) MaxRecvWindow() int {
 	t.rxOnce.Do(func() {
 		t.rxMax = t.cfg.MaxRecvWindow

@@ -54,9 +54,10 @@ type LinkOptions struct {
 	Banner Banner
 	// Limits bound incoming segment sizes.
 	Limits Limits
-	// RecvWindow is the session's receive window in frames. A transport
-	// whose receives must be posted ahead (RDMA) posts this many, so one
-	// credit is one posted receive.
+	// RecvWindow is the link's receive window in frames, which the
+	// session takes while the link is attached. A transport whose
+	// receives must be posted ahead (RDMA) posts this many, so one credit
+	// is one posted receive.
 	RecvWindow int
 	// SmallWindow, on a Dial, says the session's traffic is light both
 	// ways (a side session): the acceptor's transport may post no more
