@@ -180,7 +180,7 @@ func (g *Gateway) listObjectsV1(req *request) error { return g.listObjects(req, 
 func (g *Gateway) listObjectsV2(req *request) error { return g.listObjects(req, true) }
 
 func (g *Gateway) listObjects(req *request, v2 bool) error {
-	lq, err := parseListQuery(req.r.URL.Query(), v2)
+	lq, err := parseListQuery(req.query(), v2)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package s3gw
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
 	"net/url"
 	"slices"
@@ -38,9 +37,8 @@ type sigV4 struct {
 	Date          string // the scope's YYYYMMDD
 	Region        string
 	Service       string
-	SignedHeaders []string // lower case, in the order signed
-	signedHeaders string   // the same as sent, joined by ';'
-	Signature     string   // hex
+	signedHeaders string // lower case, sorted, joined by ';', as sent
+	Signature     string // hex
 
 	presigned bool
 	amzDate   time.Time
@@ -73,16 +71,28 @@ func parseCredential(v string, s *sigV4) bool {
 	return true
 }
 
-// parseSignedHeaders splits "host;range;x-amz-date": lower case, sorted,
+// validSignedHeaders checks "host;range;x-amz-date": lower case, sorted,
 // no duplicates, host among them, as the spec requires.
-func parseSignedHeaders(v string) ([]string, bool) {
-	hs := strings.Split(v, ";")
-	for i, h := range hs {
-		if h == "" || h != strings.ToLower(h) || i > 0 && hs[i-1] >= h || strings.ContainsAny(h, " \t:") {
-			return nil, false
+func validSignedHeaders(v string) bool {
+	prev, host := "", false
+	for h := range strings.SplitSeq(v, ";") {
+		if h == "" || !isLower(h) || prev >= h && prev != "" || strings.ContainsAny(h, " \t:") {
+			return false
+		}
+		prev, host = h, host || h == "host"
+	}
+	return host
+}
+
+// isLower reports whether s has no upper-case ASCII letter (a header
+// name in SignedHeaders is ASCII, and strings.ToLower would copy it).
+func isLower(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return false
 		}
 	}
-	return hs, slices.Contains(hs, "host")
+	return true
 }
 
 func validSignature(v string) bool {
@@ -122,11 +132,10 @@ func parseAuthorization(h string) (sigV4, error) {
 			}
 			haveCred = true
 		case "SignedHeaders":
-			hs, ok := parseSignedHeaders(val)
-			if haveSH || !ok {
+			if haveSH || !validSignedHeaders(val) {
 				return s, errf(ErrAuthorizationHeaderMalformed, "malformed SignedHeaders %q (lower case, sorted, with host)", val)
 			}
-			s.SignedHeaders, s.signedHeaders, haveSH = hs, val, true
+			s.signedHeaders, haveSH = val, true
 		case "Signature":
 			if haveSig || !validSignature(val) {
 				return s, errf(ErrAuthorizationHeaderMalformed, "malformed Signature")
@@ -155,11 +164,9 @@ func parsePresigned(q url.Values) (sigV4, error) {
 		return bad("malformed X-Amz-Credential")
 	}
 	s.signedHeaders = q.Get("X-Amz-SignedHeaders")
-	hs, ok := parseSignedHeaders(s.signedHeaders)
-	if !ok {
+	if !validSignedHeaders(s.signedHeaders) {
 		return bad("malformed X-Amz-SignedHeaders (lower case, sorted, with host)")
 	}
-	s.SignedHeaders = hs
 	if s.Signature = q.Get("X-Amz-Signature"); !validSignature(s.Signature) {
 		return bad("malformed X-Amz-Signature")
 	}
@@ -288,7 +295,7 @@ func appendCanonicalRequest(b []byte, r *http.Request, s sigV4, path, query, pay
 	b = append(b, '\n')
 	b = append(b, query...)
 	b = append(b, '\n')
-	for _, h := range s.SignedHeaders {
+	for h := range strings.SplitSeq(s.signedHeaders, ";") {
 		b = append(b, h...)
 		b = append(b, ':')
 		b = append(b, headerValue(r, h)...)
@@ -447,12 +454,8 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 	case strings.HasPrefix(payload, "STREAMING-"):
 		return authResult{}, errf(ErrNotImplemented, "x-amz-content-sha256 %s is not supported: send %s, %s, %s, UNSIGNED-PAYLOAD or the body's SHA-256",
 			payload, streamingSigned, streamingSignedTrailer, streamingUnsignedTrailer)
-	case len(payload) != 64:
+	case !validSignature(payload): // 64 hex digits, as a signature
 		return authResult{}, errf(ErrInvalidArgument, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD or a hex SHA-256")
-	default:
-		if _, err := hex.DecodeString(payload); err != nil {
-			return authResult{}, errf(ErrInvalidArgument, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD or a hex SHA-256")
-		}
 	}
 
 	id, err := creds.Lookup(r.Context(), s.AccessKey)
