@@ -55,6 +55,30 @@ type s3Conn struct {
 	c   net.Conn
 	br  *bufio.Reader
 	buf []byte // the request's head, and a small body after it
+	// scratch is where a large body is read to be dropped: in reads of
+	// up to its size, where io.Discard reads 8 KiB at a time.
+	scratch []byte
+}
+
+// discard reads r to its end, size bytes if known, and drops it.
+func (conn *s3Conn) discard(r io.Reader, size int64) (int64, error) {
+	if size >= 0 && size <= 64<<10 {
+		return io.Copy(io.Discard, r)
+	}
+	if conn.scratch == nil {
+		conn.scratch = make([]byte, 256<<10)
+	}
+	var n int64
+	for {
+		m, err := r.Read(conn.scratch)
+		n += int64(m)
+		switch {
+		case err == io.EOF:
+			return n, nil
+		case err != nil:
+			return n, err
+		}
+	}
 }
 
 // maxInlineBody is the largest body written in the same write as the
@@ -288,10 +312,12 @@ func (c *s3Client) exchange(conn *s3Conn, method, bucket, key, query string, bod
 		}
 		return resp, true, !resp.Close && resp.Body.Close() == nil, e
 	}
+	var n int64
 	if sink == nil {
-		sink = io.Discard
+		n, err = conn.discard(resp.Body, resp.ContentLength)
+	} else {
+		n, err = io.Copy(sink, resp.Body)
 	}
-	n, err := io.Copy(sink, resp.Body)
 	if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength && method != http.MethodHead {
 		err = fmt.Errorf("%s /%s/%s: %d bytes of %d", method, bucket, key, n, resp.ContentLength)
 	}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,6 +105,11 @@ func TestS3ClientConnections(t *testing.T) {
 		case "/b/short":
 			w.Header().Set("Content-Length", "10")
 			io.WriteString(w, "abc")
+		case "/b/big": // read past the 256 KiB of one read
+			w.Write(make([]byte, 1<<20))
+		case "/b/bigshort":
+			w.Header().Set("Content-Length", strconv.Itoa(1<<20))
+			w.Write(make([]byte, 300<<10))
 		case "/b/stall":
 			select {
 			case <-release:
@@ -147,8 +153,13 @@ func TestS3ClientConnections(t *testing.T) {
 	if _, err := cl.do(ctx, http.MethodGet, "b", "ok", "", nil, false, nil); err != nil {
 		t.Fatalf("GET after an error answer: %v", err)
 	}
-	if _, err := cl.do(ctx, http.MethodGet, "b", "short", "", nil, false, nil); err == nil {
-		t.Fatal("GET of a short body succeeded")
+	if _, err := cl.do(ctx, http.MethodGet, "b", "big", "", nil, false, nil); err != nil {
+		t.Fatalf("GET of 1 MiB: %v", err)
+	}
+	for _, k := range []string{"short", "bigshort"} {
+		if _, err := cl.do(ctx, http.MethodGet, "b", k, "", nil, false, nil); err == nil {
+			t.Fatalf("GET of a short body (%s) succeeded", k)
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
