@@ -109,7 +109,7 @@ type ObjOptions struct {
 	// temporary directory when empty, removed afterwards).
 	Seeds []string
 	// S3, if set, is measured instead of an Osprey cluster: any S3
-	// endpoint, through aws-sdk-go-v2, with the same workloads. The
+	// endpoint (s3Store), with the same workloads. The
 	// objects the run wrote are deleted at its end (the bucket too when
 	// the run made it) unless KeepObjects.
 	S3          *S3Target
@@ -321,7 +321,11 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 // runObjS3 runs the rows against an S3 endpoint, then deletes what they
 // wrote.
 func runObjS3(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
-	st := newS3Store(*o.S3, o.Concurrency)
+	st, err := newS3Store(*o.S3, o.Concurrency)
+	if err != nil {
+		return nil, err
+	}
+	defer st.close()
 	rows, written, err := runObjRows(ctx, &o, st, func(r *ObjRow) { r.Transport = "s3" })
 	if !o.KeepObjects && (written.bucketMade || len(written.keys) > 0) {
 		if cerr := st.cleanup(context.WithoutCancel(ctx), o.Bucket, written.keys, written.bucketMade); cerr != nil {

@@ -7,19 +7,20 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/sigv4"
 )
 
 // objStore is what the object benchmark measures: Osprey's SDK, or any S3
-// endpoint (Osprey's gateway, Ceph's RGW, ...) through aws-sdk-go-v2, so
-// that one tool measures them all with the same workloads.
+// endpoint (Osprey's gateway, Ceph's RGW, ...), so that one tool measures
+// them all with the same workloads.
 type objStore interface {
 	// makeBucket makes the bucket; made is false when it existed.
 	makeBucket(ctx context.Context, bucket string) (made bool, err error)
@@ -89,24 +90,26 @@ type S3Target struct {
 	SignPayload bool
 }
 
-// s3Store is an S3 endpoint through aws-sdk-go-v2, path-style.
-type s3Store struct{ c *s3.Client }
+// s3Store is an S3 endpoint, path-style: the measured operations through
+// the benchmark's own client (s3Client), the run's setup and cleanup
+// (CreateBucket, DeleteObjects, DeleteBucket) through aws-sdk-go-v2.
+type s3Store struct {
+	c    *s3.Client
+	fast *s3Client
+}
 
-func newS3Store(t S3Target, concurrency int) s3Store {
+func newS3Store(t S3Target, concurrency int) (s3Store, error) {
+	fast, err := newS3Client(t, concurrency)
+	if err != nil {
+		return s3Store{}, err
+	}
 	region := t.Region
 	if region == "" {
 		region = "us-east-1"
 	}
-	// Connections for every worker, kept: Go's default keeps 2 a host,
-	// and a benchmark would measure reconnecting.
-	hc := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
-		tr.MaxIdleConns = 2 * concurrency
-		tr.MaxIdleConnsPerHost = 2 * concurrency
-	})
-	opts := s3.Options{Region: region, BaseEndpoint: aws.String(t.Endpoint), UsePathStyle: true, HTTPClient: hc,
+	opts := s3.Options{Region: region, BaseEndpoint: aws.String(t.Endpoint), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(t.AccessKey, t.SecretKey, ""),
-		// No CRC32 of every body on top: the stores are compared on
-		// moving objects, and S3 needs no checksum on these calls.
+		// No CRC32 of every body on top: S3 needs no checksum on these calls.
 		RequestChecksumCalculation:                aws.RequestChecksumCalculationWhenRequired,
 		ResponseChecksumValidation:                aws.ResponseChecksumValidationWhenRequired,
 		RetryMaxAttempts:                          1,
@@ -116,7 +119,7 @@ func newS3Store(t S3Target, concurrency int) s3Store {
 	if !t.SignPayload {
 		fns = append(fns, s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware))
 	}
-	return s3Store{c: s3.New(opts, fns...)}
+	return s3Store{c: s3.New(opts, fns...), fast: fast}, nil
 }
 
 func (s s3Store) makeBucket(ctx context.Context, bucket string) (bool, error) {
@@ -130,39 +133,37 @@ func (s s3Store) makeBucket(ctx context.Context, bucket string) (bool, error) {
 }
 
 func (s s3Store) put(ctx context.Context, bucket, key string, body []byte) error {
-	_, err := s.c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key),
-		Body: bytes.NewReader(body), ContentLength: aws.Int64(int64(len(body)))})
+	_, err := s.fast.do(ctx, http.MethodPut, bucket, key, "", body, true, nil)
 	return err
 }
 
+// get reads the object whole (and checks it came whole).
 func (s s3Store) get(ctx context.Context, bucket, key string) error {
-	out, err := s.c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
-	if err != nil {
-		return err
-	}
-	defer out.Body.Close()
-	n, err := io.Copy(io.Discard, out.Body)
-	if err == nil && out.ContentLength != nil && n != *out.ContentLength {
-		err = fmt.Errorf("GET %s/%s: %d bytes of %d", bucket, key, n, *out.ContentLength)
-	}
+	_, err := s.fast.do(ctx, http.MethodGet, bucket, key, "", nil, false, nil)
 	return err
 }
 
 func (s s3Store) stat(ctx context.Context, bucket, key string) error {
-	_, err := s.c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	_, err := s.fast.do(ctx, http.MethodHead, bucket, key, "", nil, false, nil)
 	return err
 }
 
 func (s s3Store) remove(ctx context.Context, bucket, key string) error {
-	_, err := s.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	_, err := s.fast.do(ctx, http.MethodDelete, bucket, key, "", nil, false, nil)
 	return err
 }
 
+// list is ListObjectsV2; its answer is read, not parsed.
 func (s s3Store) list(ctx context.Context, bucket, prefix, startAfter string, max int) error {
-	_, err := s.c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String(prefix),
-		StartAfter: aws.String(startAfter), MaxKeys: aws.Int32(int32(max))})
+	// The canonical query: parameters sorted by name, SigV4-escaped.
+	q := "list-type=2&max-keys=" + strconv.Itoa(max) + "&prefix=" + sigv4.Escape(prefix, false) +
+		"&start-after=" + sigv4.Escape(startAfter, false)
+	_, err := s.fast.do(ctx, http.MethodGet, bucket, "", q, nil, false, nil)
 	return err
 }
+
+// close closes the client's connections.
+func (s s3Store) close() { s.fast.close() }
 
 // cleanup deletes keys (by DeleteObjects, 100 a request, each tried up to
 // 3 times), and the bucket when the run made it. Smaller batches than S3's

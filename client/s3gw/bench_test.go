@@ -3,6 +3,7 @@ package s3gw_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
 // BenchmarkGet4KiB is a 4 KiB GET through the gateway's handler (served
@@ -39,19 +41,15 @@ func BenchmarkGet4KiB(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run("handler", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetBytes(int64(len(data)))
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				r := httptest.NewRequest(http.MethodGet, signed.URL.String(), nil)
-				r.Header = signed.Header.Clone()
-				w := httptest.NewRecorder()
-				gw.ServeHTTP(w, r)
-				if w.Code != http.StatusOK || w.Body.Len() != len(data) {
-					b.Errorf("GET: %d, %d bytes", w.Code, w.Body.Len())
-					return
-				}
+		osdtest.BenchOps(b, int64(len(data)), 1, func(int) error {
+			r := httptest.NewRequest(http.MethodGet, signed.URL.String(), nil)
+			r.Header = signed.Header.Clone()
+			w := httptest.NewRecorder()
+			gw.ServeHTTP(w, r)
+			if w.Code != http.StatusOK || w.Body.Len() != len(data) {
+				return fmt.Errorf("GET: %d, %d bytes", w.Code, w.Body.Len())
 			}
+			return nil
 		})
 	})
 	b.Run("http", func(b *testing.B) {
@@ -78,23 +76,16 @@ func BenchmarkGet4KiB(b *testing.B) {
 		})
 	})
 	b.Run("sdk", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetBytes(int64(len(data)))
-		b.RunParallel(func(pb *testing.PB) {
-			buf := make([]byte, 8<<10)
-			for pb.Next() {
-				o, err := cl.GetObject(ctx, "bench", "k", client.GetOptions{})
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				n, _ := io.ReadFull(o, buf)
-				o.Close()
-				if n != len(data) {
-					b.Errorf("GET: %d bytes", n)
-					return
-				}
+		osdtest.BenchOps(b, int64(len(data)), 1, func(int) error {
+			o, err := cl.GetObject(ctx, "bench", "k", client.GetOptions{})
+			if err != nil {
+				return err
 			}
+			defer o.Close()
+			if n, err := io.Copy(io.Discard, o); err != nil || n != int64(len(data)) {
+				return fmt.Errorf("GET: %d bytes, %v", n, err)
+			}
+			return nil
 		})
 	})
 }

@@ -38,7 +38,10 @@ type verifiedBody struct {
 	size   int64 // Content-Length; -1 unknown
 	n      int64
 	checks []digestCheck
-	closer func() // releases hashers
+	// checksBuf backs checks for the usual body, which has at most
+	// these.
+	checksBuf [2]digestCheck
+	closer    func() // releases hashers
 	// contentMD5 is Content-MD5, and md5 the same once the body has
 	// been read whole and matched it: the SDK takes it for the ETag
 	// (client.MD5Reader) rather than hashing the bytes again.
@@ -86,15 +89,17 @@ func headerOf(h http.Header, key string) string {
 	return ""
 }
 
-// newVerifiedBody wraps r's body in the checks its headers ask for.
-func (g *Gateway) newVerifiedBody(r *http.Request, auth authResult) (*verifiedBody, error) {
-	b := &verifiedBody{r: r.Body, size: r.ContentLength}
+// newVerifiedBody makes b r's body, wrapped in the checks its headers ask
+// for.
+func (g *Gateway) newVerifiedBody(b *verifiedBody, r *http.Request, auth authResult) error {
+	*b = verifiedBody{r: r.Body, size: r.ContentLength}
+	b.checks = b.checksBuf[:0]
 	if b.r == nil {
 		b.r = http.NoBody
 	}
 	if auth.Streaming != "" {
 		if err := decodeChunked(r, b, auth); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if auth.PayloadHash != "" {
@@ -105,7 +110,7 @@ func (g *Gateway) newVerifiedBody(r *http.Request, auth authResult) (*verifiedBo
 	if v, ok := r.Header["Content-Md5"]; ok {
 		want, err := base64.StdEncoding.DecodeString(strings.TrimSpace(strings.Join(v, "")))
 		if err != nil || len(want) != 16 {
-			return nil, errf(ErrInvalidDigest, "the Content-MD5 you specified is not valid")
+			return errf(ErrInvalidDigest, "the Content-MD5 you specified is not valid")
 		}
 		h := client.NewMD5(b.size)
 		b.closer = h.Close
@@ -120,12 +125,12 @@ func (g *Gateway) newVerifiedBody(r *http.Request, auth authResult) (*verifiedBo
 		h := mk()
 		want, err := base64.StdEncoding.DecodeString(v)
 		if err != nil || len(want) != h.Size() {
-			return nil, errf(ErrInvalidRequest, "value for x-amz-checksum-%s header is invalid", name)
+			return errf(ErrInvalidRequest, "value for x-amz-checksum-%s header is invalid", name)
 		}
 		b.checks = append(b.checks, digestCheck{h, want,
 			errf(ErrBadDigest, "the %s you specified did not match the calculated checksum", strings.ToUpper(name))})
 	}
-	return b, nil
+	return nil
 }
 
 // decodeChunked puts the decoding of an aws-chunked body under b, and

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/sigv4"
 )
 
 type owner struct {
@@ -138,7 +139,7 @@ func parseListQuery(q url.Values, v2 bool) (listQuery, error) {
 // space is %20. That is what ceph/s3-tests expects
 // (test_bucket_list_encoding_basic: "quux%20ab/"), and it decodes the same
 // whether a client unescapes '+' as a space (boto3) or not.
-func urlEncodeKey(s string) string { return awsEscape(s, true) }
+func urlEncodeKey(s string) string { return sigv4.Escape(s, true) }
 
 type listEntry struct {
 	Key          string
@@ -179,7 +180,7 @@ func (g *Gateway) listObjectsV1(req *request) error { return g.listObjects(req, 
 func (g *Gateway) listObjectsV2(req *request) error { return g.listObjects(req, true) }
 
 func (g *Gateway) listObjects(req *request, v2 bool) error {
-	lq, err := parseListQuery(req.r.URL.Query(), v2)
+	lq, err := parseListQuery(req.query(), v2)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/ospreystore/osprey/internal/sigv4"
 )
 
 // aws-chunked bodies
@@ -55,7 +57,7 @@ const (
 // chunkSigner computes the chain of chunk signatures of a signed
 // streaming body.
 type chunkSigner struct {
-	key     []byte // the request's signing key
+	key     *sigv4.Key // the request's signing key
 	amzDate string
 	scope   string
 	prev    string // hex: the request's signature, then each chunk's
@@ -65,7 +67,7 @@ type chunkSigner struct {
 // becomes the previous one.
 func (s *chunkSigner) next(sum []byte) string {
 	sts := chunkSigAlgorithm + "\n" + s.amzDate + "\n" + s.scope + "\n" + s.prev + "\n" + emptySHA256 + "\n" + hex.EncodeToString(sum)
-	s.prev = hex.EncodeToString(hmacSHA256(s.key, sts))
+	s.prev = hex.EncodeToString(s.key.AppendMAC(nil, []byte(sts)))
 	return s.prev
 }
 
@@ -73,7 +75,7 @@ func (s *chunkSigner) next(sum []byte) string {
 // sum, chained from the final chunk's. It ends the chain.
 func (s *chunkSigner) trailer(sum []byte) string {
 	sts := trailerSigAlgorithm + "\n" + s.amzDate + "\n" + s.scope + "\n" + s.prev + "\n" + hex.EncodeToString(sum)
-	return hex.EncodeToString(hmacSHA256(s.key, sts))
+	return hex.EncodeToString(s.key.AppendMAC(nil, []byte(sts)))
 }
 
 // chunkedBufSize is a decoder's read buffer: a whole chunk of the size

@@ -36,8 +36,8 @@ func BenchmarkChunkedBody(b *testing.B) {
 			for b.Loop() {
 				body.Reset(encoded)
 				r.Body, r.ContentLength = body, int64(len(encoded))
-				vb, err := g.newVerifiedBody(r, auth)
-				if err != nil {
+				vb := new(verifiedBody)
+				if err := g.newVerifiedBody(vb, r, auth); err != nil {
 					b.Fatal(err)
 				}
 				if n, err := io.Copy(io.Discard, vb); err != nil || n != int64(size) {

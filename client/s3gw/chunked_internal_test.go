@@ -229,8 +229,8 @@ func chunkedRequestBody(t testing.TB, data []byte) (*verifiedBody, *closeCount) 
 	r := httptest.NewRequest(http.MethodPut, "http://gw/b/k", under)
 	r.Header.Set("X-Amz-Decoded-Content-Length", strconv.Itoa(len(data)))
 	r.Header.Set("X-Amz-Trailer", "x-amz-checksum-crc32c")
-	vb, err := (&Gateway{}).newVerifiedBody(r, authResult{Streaming: streamingUnsignedTrailer})
-	if err != nil {
+	vb := new(verifiedBody)
+	if err := (&Gateway{}).newVerifiedBody(vb, r, authResult{Streaming: streamingUnsignedTrailer}); err != nil {
 		t.Fatal(err)
 	}
 	return vb, under

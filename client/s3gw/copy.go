@@ -141,7 +141,7 @@ func (g *Gateway) uploadPartCopy(req *request) error {
 	if r.Method != http.MethodPut {
 		return errf(ErrInvalidRequest, "x-amz-copy-source belongs on a PUT")
 	}
-	q := r.URL.Query()
+	q := req.query()
 	n, err := partNumber(q)
 	if err != nil {
 		return err

@@ -20,12 +20,12 @@ package s3gw
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -204,6 +204,20 @@ type request struct {
 	key    string
 	access string   // the verified access key
 	who    Identity // its owner
+	q      url.Values
+	qDone  bool
+}
+
+// query is the request's query, parsed once; nil (which has nothing) for
+// the usual request without one.
+func (req *request) query() url.Values {
+	if !req.qDone {
+		if req.r.URL.RawQuery != "" {
+			req.q = req.r.URL.Query()
+		}
+		req.qDone = true
+	}
+	return req.q
 }
 
 // movingDeadline is a connection's read or write deadline that each
@@ -242,13 +256,14 @@ func (d *movingDeadline) set(t time.Time) {
 }
 
 // exchange is what a request needs of the heap, in one allocation: its
-// state, its response writer, the connection's deadlines and the request
-// ID's header value.
+// state, its response writer, the connection's deadlines, its body's
+// checks and the request ID's header value.
 type exchange struct {
 	req    request
 	w      loggedWriter
 	rc     http.ResponseController
 	rd, wd movingDeadline
+	body   verifiedBody
 	ids    [1]string
 }
 
@@ -280,13 +295,16 @@ func (w *loggedWriter) Write(p []byte) (int, error) {
 
 func (w *loggedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// newRequestID is 64 random bits in hex: unique, not secret, so from
+// math/rand/v2's per-thread ChaCha8 (seeded by the OS), with no getrandom
+// per request as crypto/rand would make.
 func newRequestID() string {
 	const digits = "0123456789ABCDEF"
-	var b [8]byte
-	rand.Read(b[:])
+	v := rand.Uint64()
 	var out [16]byte
-	for i, c := range b {
-		out[2*i], out[2*i+1] = digits[c>>4], digits[c&15]
+	for i := range out {
+		out[i] = digits[v>>60]
+		v <<= 4
 	}
 	return string(out[:])
 }
@@ -344,11 +362,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.access, req.who = auth.AccessKey, auth.Identity
-	body, err = g.newVerifiedBody(r, auth)
-	if err != nil {
+	if err := g.newVerifiedBody(&x.body, r, auth); err != nil {
 		g.fail(req, err)
 		return
 	}
+	body = &x.body
 	body.deadline = &x.rd
 	defer body.Close()
 	r.Body = body
@@ -508,7 +526,7 @@ func (rt route) matches(sc scope, method string, q url.Values) bool {
 // dispatch runs the operation a verified request names.
 func (g *Gateway) dispatch(req *request) error {
 	r := req.r
-	q := r.URL.Query()
+	q := req.query()
 	for _, s := range unsupportedSubresources {
 		if q.Has(s) {
 			req.op = "Unsupported"

@@ -52,7 +52,7 @@ func partNumber(q url.Values) (int, error) {
 
 func (g *Gateway) uploadPart(req *request) error {
 	r := req.r
-	q := r.URL.Query()
+	q := req.query()
 	n, err := partNumber(q)
 	if err != nil {
 		return err
@@ -114,7 +114,7 @@ func (g *Gateway) completeMultipartUpload(req *request) error {
 	for i, p := range c.Parts {
 		parts[i] = client.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag}
 	}
-	info, err := g.cl.CompleteMultipartUpload(req.r.Context(), req.bucket, req.key, req.r.URL.Query().Get("uploadId"), parts)
+	info, err := g.cl.CompleteMultipartUpload(req.r.Context(), req.bucket, req.key, req.query().Get("uploadId"), parts)
 	if client.ErrorCode(err) == "NoSuchUpload" {
 		info, err = g.completedBefore(req, parts, err)
 	}
@@ -146,7 +146,7 @@ func (g *Gateway) completedBefore(req *request, parts []client.CompletePart, err
 }
 
 func (g *Gateway) abortMultipartUpload(req *request) error {
-	if err := g.cl.AbortMultipartUpload(req.r.Context(), req.bucket, req.key, req.r.URL.Query().Get("uploadId")); err != nil {
+	if err := g.cl.AbortMultipartUpload(req.r.Context(), req.bucket, req.key, req.query().Get("uploadId")); err != nil {
 		return err
 	}
 	req.w.WriteHeader(http.StatusNoContent)
@@ -189,7 +189,7 @@ func boundedInt(q url.Values, name string, def, most int) (int, error) {
 }
 
 func (g *Gateway) listParts(req *request) error {
-	q := req.r.URL.Query()
+	q := req.query()
 	maxParts, err := boundedInt(q, "max-parts", 1000, 1000)
 	if err != nil {
 		return err
@@ -273,7 +273,7 @@ func parseUploadsQuery(q url.Values) (uploadsQuery, error) {
 }
 
 func (g *Gateway) listMultipartUploads(req *request) error {
-	uq, err := parseUploadsQuery(req.r.URL.Query())
+	uq, err := parseUploadsQuery(req.query())
 	if err != nil {
 		return err
 	}

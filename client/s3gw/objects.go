@@ -82,11 +82,11 @@ func (g *Gateway) putObject(req *request) error {
 	}
 	h := req.w.Header()
 	h.Set("ETag", quoteETag(info.ETag))
-	for name := range checksumAlgorithms {
+	for _, name := range checksumHeaders {
 		// Checked already, whether sent as a header or in an aws-chunked
 		// body's trailer.
-		if v := cmp.Or(r.Header.Get("X-Amz-Checksum-"+name), r.Trailer.Get("X-Amz-Checksum-"+name)); v != "" {
-			h.Set("x-amz-checksum-"+name, v)
+		if v := cmp.Or(headerOf(r.Header, name), headerOf(r.Trailer, name)); v != "" {
+			h[name] = []string{v}
 		}
 	}
 	req.w.WriteHeader(http.StatusOK)
@@ -109,16 +109,28 @@ func (g *Gateway) putOptions(contentType string, meta map[string]string, size in
 // quoteETag is an ETag as S3 sends it, in double quotes.
 func quoteETag(etag string) string { return `"` + strings.Trim(etag, `"`) + `"` }
 
-// objectHeaders sets the headers that describe an object.
-func objectHeaders(h http.Header, info client.ObjectInfo) {
-	ct := info.ContentType
-	if ct == "" {
-		ct = "binary/octet-stream"
-	}
-	// Canonical keys, the values in one array: Set would canonicalize
-	// each key and allocate each value's slice.
-	v := &[4]string{ct, quoteETag(info.ETag), info.LastModified.UTC().Format(http.TimeFormat), "bytes"}
-	h["Content-Type"], h["Etag"], h["Last-Modified"], h["Accept-Ranges"] = v[0:1:1], v[1:2:2], v[2:3:3], v[3:4:4]
+func appendQuotedETag(b []byte, etag string) []byte {
+	b = append(b, '"')
+	b = append(b, strings.Trim(etag, `"`)...)
+	return append(b, '"')
+}
+
+// objectHeaders sets the headers that describe an object, and the
+// Content-Length of a response of length bytes of it.
+func objectHeaders(h http.Header, info client.ObjectInfo, length int64) {
+	ct := cmp.Or(info.ContentType, "binary/octet-stream")
+	// Canonical keys, the values in one array, and the ETag, Last-Modified
+	// and Content-Length made in one string: Set would canonicalize each
+	// key and allocate each value's slice, and each value would be a
+	// string of its own.
+	var buf [128]byte
+	b := appendQuotedETag(buf[:0], info.ETag)
+	etag := len(b)
+	b = info.LastModified.UTC().AppendFormat(b, http.TimeFormat)
+	lm := len(b)
+	s := string(strconv.AppendInt(b, length, 10))
+	v := &[5]string{ct, s[:etag], s[etag:lm], "bytes", s[lm:]}
+	h["Content-Type"], h["Etag"], h["Last-Modified"], h["Accept-Ranges"], h["Content-Length"] = v[0:1:1], v[1:2:2], v[2:3:3], v[3:4:4], v[4:5:5]
 	for k, v := range info.UserMetadata {
 		if std, ok := strings.CutPrefix(k, storedHeaderPrefix); ok {
 			h.Set(std, v)
@@ -167,7 +179,7 @@ func partSpan(info client.ObjectInfo, n int) (off, size int64, ok bool) {
 func (g *Gateway) getObject(req *request, head bool) error {
 	r := req.r
 	ctx := r.Context()
-	q := r.URL.Query()
+	q := req.query()
 	rng, ranged := parseRange(r.Header.Get("Range"))
 	part := 0
 	if q.Has("partNumber") {
@@ -261,7 +273,7 @@ func (g *Gateway) getObject(req *request, head bool) error {
 		off, n = 0, info.Size
 	}
 	h := req.w.Header()
-	objectHeaders(h, info)
+	objectHeaders(h, info, n)
 	for p, name := range responseOverrides {
 		if v := q.Get(p); v != "" {
 			h.Set(name, v)
@@ -278,7 +290,6 @@ func (g *Gateway) getObject(req *request, head bool) error {
 	if part > 0 && len(info.Parts) > 0 {
 		h.Set("x-amz-mp-parts-count", strconv.Itoa(len(info.Parts)))
 	}
-	h.Set("Content-Length", strconv.FormatInt(n, 10))
 	status := http.StatusOK
 	if ranged || part > 0 && n > 0 {
 		status = http.StatusPartialContent

@@ -1,9 +1,7 @@
 package s3gw
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/hex"
 	"net/http"
 	"net/url"
 	"slices"
@@ -11,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ospreystore/osprey/internal/sigv4"
 )
 
 // AWS Signature Version 4, verified as the spec describes it
@@ -21,9 +21,9 @@ import (
 // made twice cannot hide itself.
 
 const (
-	sigAlgorithm   = "AWS4-HMAC-SHA256"
-	scopeTerminal  = "aws4_request"
-	amzDateLayout  = "20060102T150405Z"
+	sigAlgorithm   = sigv4.Algorithm
+	scopeTerminal  = sigv4.ScopeTerminal
+	amzDateLayout  = sigv4.AmzDateLayout
 	unsignedPay    = "UNSIGNED-PAYLOAD"
 	maxClockSkew   = 15 * time.Minute
 	maxPresignTime = 7 * 24 * time.Hour
@@ -37,9 +37,8 @@ type sigV4 struct {
 	Date          string // the scope's YYYYMMDD
 	Region        string
 	Service       string
-	SignedHeaders []string // lower case, in the order signed
-	signedHeaders string   // the same as sent, joined by ';'
-	Signature     string   // hex
+	signedHeaders string // lower case, sorted, joined by ';', as sent
+	Signature     string // hex
 
 	presigned bool
 	amzDate   time.Time
@@ -48,15 +47,7 @@ type sigV4 struct {
 
 func (s sigV4) scope() string { return string(s.appendScope(nil)) }
 
-func (s sigV4) appendScope(b []byte) []byte {
-	b = append(b, s.Date...)
-	b = append(b, '/')
-	b = append(b, s.Region...)
-	b = append(b, '/')
-	b = append(b, s.Service...)
-	b = append(b, '/')
-	return append(b, scopeTerminal...)
-}
+func (s sigV4) appendScope(b []byte) []byte { return sigv4.AppendScope(b, s.Date, s.Region, s.Service) }
 
 // parseCredential splits "AKID/20130524/us-east-1/s3/aws4_request".
 func parseCredential(v string, s *sigV4) bool {
@@ -80,16 +71,28 @@ func parseCredential(v string, s *sigV4) bool {
 	return true
 }
 
-// parseSignedHeaders splits "host;range;x-amz-date": lower case, sorted,
+// validSignedHeaders checks "host;range;x-amz-date": lower case, sorted,
 // no duplicates, host among them, as the spec requires.
-func parseSignedHeaders(v string) ([]string, bool) {
-	hs := strings.Split(v, ";")
-	for i, h := range hs {
-		if h == "" || h != strings.ToLower(h) || i > 0 && hs[i-1] >= h || strings.ContainsAny(h, " \t:") {
-			return nil, false
+func validSignedHeaders(v string) bool {
+	prev, host := "", false
+	for h := range strings.SplitSeq(v, ";") {
+		if h == "" || !isLower(h) || prev >= h && prev != "" || strings.ContainsAny(h, " \t:") {
+			return false
+		}
+		prev, host = h, host || h == "host"
+	}
+	return host
+}
+
+// isLower reports whether s has no upper-case ASCII letter (a header
+// name in SignedHeaders is ASCII, and strings.ToLower would copy it).
+func isLower(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return false
 		}
 	}
-	return hs, slices.Contains(hs, "host")
+	return true
 }
 
 func validSignature(v string) bool {
@@ -129,11 +132,10 @@ func parseAuthorization(h string) (sigV4, error) {
 			}
 			haveCred = true
 		case "SignedHeaders":
-			hs, ok := parseSignedHeaders(val)
-			if haveSH || !ok {
+			if haveSH || !validSignedHeaders(val) {
 				return s, errf(ErrAuthorizationHeaderMalformed, "malformed SignedHeaders %q (lower case, sorted, with host)", val)
 			}
-			s.SignedHeaders, s.signedHeaders, haveSH = hs, val, true
+			s.signedHeaders, haveSH = val, true
 		case "Signature":
 			if haveSig || !validSignature(val) {
 				return s, errf(ErrAuthorizationHeaderMalformed, "malformed Signature")
@@ -162,11 +164,9 @@ func parsePresigned(q url.Values) (sigV4, error) {
 		return bad("malformed X-Amz-Credential")
 	}
 	s.signedHeaders = q.Get("X-Amz-SignedHeaders")
-	hs, ok := parseSignedHeaders(s.signedHeaders)
-	if !ok {
+	if !validSignedHeaders(s.signedHeaders) {
 		return bad("malformed X-Amz-SignedHeaders (lower case, sorted, with host)")
 	}
-	s.SignedHeaders = hs
 	if s.Signature = q.Get("X-Amz-Signature"); !validSignature(s.Signature) {
 		return bad("malformed X-Amz-Signature")
 	}
@@ -181,36 +181,6 @@ func parsePresigned(q url.Values) (sigV4, error) {
 	}
 	s.expires = time.Duration(secs) * time.Second
 	return s, nil
-}
-
-// awsEscape URI-encodes s as SigV4 does: every byte but A-Z a-z 0-9
-// - . _ ~ as %XX in upper case hex, and '/' too unless keepSlash.
-func awsEscape(s string, keepSlash bool) string {
-	const hexd = "0123456789ABCDEF"
-	unreserved := func(c byte) bool {
-		return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' || c == '/' && keepSlash
-	}
-	i := 0
-	for i < len(s) && unreserved(s[i]) {
-		i++
-	}
-	if i == len(s) {
-		return s // the usual key: nothing to escape, nothing to copy
-	}
-	var b strings.Builder
-	b.Grow(len(s) + 8)
-	b.WriteString(s[:i])
-	for ; i < len(s); i++ {
-		c := s[i]
-		if unreserved(c) {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(hexd[c>>4])
-		b.WriteByte(hexd[c&15])
-	}
-	return b.String()
 }
 
 // canonicalQuery is SigV4's canonical query string of a raw query:
@@ -236,7 +206,7 @@ func canonicalQuery(raw string, presigned bool) (string, error) {
 		if presigned && dk == "X-Amz-Signature" {
 			continue
 		}
-		params = append(params, kv{awsEscape(dk, false), awsEscape(dv, false)})
+		params = append(params, kv{sigv4.Escape(dk, false), sigv4.Escape(dv, false)})
 	}
 	slices.SortFunc(params, func(a, b kv) int {
 		if c := strings.Compare(a.k, b.k); c != 0 {
@@ -325,7 +295,7 @@ func appendCanonicalRequest(b []byte, r *http.Request, s sigV4, path, query, pay
 	b = append(b, '\n')
 	b = append(b, query...)
 	b = append(b, '\n')
-	for _, h := range s.SignedHeaders {
+	for h := range strings.SplitSeq(s.signedHeaders, ";") {
 		b = append(b, h...)
 		b = append(b, ':')
 		b = append(b, headerValue(r, h)...)
@@ -337,29 +307,14 @@ func appendCanonicalRequest(b []byte, r *http.Request, s sigV4, path, query, pay
 	return append(b, payloadHash...)
 }
 
-// hmacSum is HMAC-SHA256 of msg under key. crypto/hmac, not a
-// construction of our own: its few allocations per request are not worth
-// hand-rolled cryptography.
-func hmacSum(key, msg []byte) [sha256.Size]byte {
-	m := hmac.New(sha256.New, key)
-	m.Write(msg)
-	var out [sha256.Size]byte
-	m.Sum(out[:0])
-	return out
-}
-
-func hmacSHA256(key []byte, data string) []byte {
-	m := hmacSum(key, []byte(data))
-	return m[:]
-}
-
-// signingKey derives the key of one day, region and service.
-func signingKey(secret string, s sigV4) []byte {
+// signingKey is the key of one day, region and service, derived once
+// per secret and day.
+func signingKey(secret string, s sigV4) *sigv4.Key {
 	ck := keyScope{secret, s.Date, s.Region, s.Service}
 	if k, ok := signingKeys.get(ck); ok {
 		return k
 	}
-	k := deriveSigningKey(secret, s)
+	k := sigv4.DeriveKey(secret, s.Date, s.Region, s.Service)
 	signingKeys.put(ck, k)
 	return k
 }
@@ -376,45 +331,24 @@ var signingKeys = keyCache{max: 4096}
 // enough for keys that change once a day.
 type keyCache struct {
 	mu  sync.RWMutex
-	m   map[keyScope][]byte
+	m   map[keyScope]*sigv4.Key
 	max int
 }
 
-func (c *keyCache) get(k keyScope) ([]byte, bool) {
+func (c *keyCache) get(k keyScope) (*sigv4.Key, bool) {
 	c.mu.RLock()
 	v, ok := c.m[k]
 	c.mu.RUnlock()
 	return v, ok
 }
 
-func (c *keyCache) put(k keyScope, v []byte) {
+func (c *keyCache) put(k keyScope, v *sigv4.Key) {
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= c.max {
-		c.m = make(map[keyScope][]byte)
+		c.m = make(map[keyScope]*sigv4.Key)
 	}
 	c.m[k] = v
 	c.mu.Unlock()
-}
-
-func deriveSigningKey(secret string, s sigV4) []byte {
-	k := hmacSHA256([]byte("AWS4"+secret), s.Date)
-	k = hmacSHA256(k, s.Region)
-	k = hmacSHA256(k, s.Service)
-	return hmacSHA256(k, scopeTerminal)
-}
-
-// appendSignature appends the hex signature of a canonical request to b.
-func appendSignature(b []byte, key []byte, s sigV4, amzDate string, canonical []byte) []byte {
-	h := sha256.Sum256(canonical)
-	var buf [256]byte
-	sts := append(buf[:0], sigAlgorithm+"\n"...)
-	sts = append(sts, amzDate...)
-	sts = append(sts, '\n')
-	sts = s.appendScope(sts)
-	sts = append(sts, '\n')
-	sts = hex.AppendEncode(sts, h[:])
-	mac := hmacSum(key, sts)
-	return hex.AppendEncode(b, mac[:])
 }
 
 // equalHex compares a computed hex signature with the one sent, in time
@@ -520,12 +454,8 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 	case strings.HasPrefix(payload, "STREAMING-"):
 		return authResult{}, errf(ErrNotImplemented, "x-amz-content-sha256 %s is not supported: send %s, %s, %s, UNSIGNED-PAYLOAD or the body's SHA-256",
 			payload, streamingSigned, streamingSignedTrailer, streamingUnsignedTrailer)
-	case len(payload) != 64:
+	case !validSignature(payload): // 64 hex digits, as a signature
 		return authResult{}, errf(ErrInvalidArgument, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD or a hex SHA-256")
-	default:
-		if _, err := hex.DecodeString(payload); err != nil {
-			return authResult{}, errf(ErrInvalidArgument, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD or a hex SHA-256")
-		}
 	}
 
 	id, err := creds.Lookup(r.Context(), s.AccessKey)
@@ -541,14 +471,15 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 	// which for S3 is escaped once with SigV4's rules; a client that
 	// escaped it otherwise signed what it sent.
 	var pathBuf [2]string
-	paths := append(pathBuf[:0], awsEscape(r.URL.Path, true))
+	paths := append(pathBuf[:0], sigv4.Escape(r.URL.Path, true))
 	if raw, _, _ := strings.Cut(r.RequestURI, "?"); raw != paths[0] && strings.HasPrefix(raw, "/") {
 		paths = append(paths, raw)
 	}
 	for _, p := range paths {
 		var cbuf [1024]byte
 		var sbuf [2 * sha256.Size]byte
-		want := appendSignature(sbuf[:0], key, s, amzDate, appendCanonicalRequest(cbuf[:0], r, s, p, query, payload))
+		var scope [128]byte
+		want := sigv4.AppendSignature(sbuf[:0], key, amzDate, s.appendScope(scope[:0]), appendCanonicalRequest(cbuf[:0], r, s, p, query, payload))
 		if equalHex(want, s.Signature) {
 			res := authResult{AccessKey: s.AccessKey, Identity: id}
 			switch payload {

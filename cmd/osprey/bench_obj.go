@@ -54,7 +54,7 @@ it; in a bucket that existed, only the keys the run added. --no-cleanup
 keeps them.
 
 With --s3 URL, the same workloads run against any S3 endpoint (Osprey's
-gateway, Ceph's RGW, ...) through aws-sdk-go-v2, path-style, signed with
+gateway, Ceph's RGW, ...), path-style, signed (SigV4) with
 --access-key and --secret-key (env OSPREY_S3_ACCESS_KEY, OSPREY_S3_SECRET_KEY):
 get is GetObject, stat HeadObject, list ListObjectsV2. Requests are signed
 UNSIGNED-PAYLOAD and carry no checksum unless --s3-sign-payload. The keys

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"strconv"
+	"sync"
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/client/s3gw"
@@ -14,6 +15,22 @@ type Gateway struct {
 	requests *prometheus.CounterVec
 	in, out  *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+
+	// series are each operation's and status's series, found once:
+	// WithLabelValues hashes the labels and takes the vector's lock on
+	// every call. Operations and statuses are few.
+	mu     sync.RWMutex
+	series map[seriesKey]*gatewaySeries
+}
+
+type seriesKey struct {
+	op     string
+	status int
+}
+
+type gatewaySeries struct {
+	requests, in, out prometheus.Counter
+	latency           prometheus.Observer
 }
 
 // NewGateway registers the gateway's series in reg.
@@ -49,16 +66,32 @@ func GatewayRegistry(cl *client.Client) (*prometheus.Registry, *Gateway) {
 
 // Observe counts one finished request.
 func (g *Gateway) Observe(r s3gw.RequestInfo) {
-	op := r.Op
+	s := g.seriesOf(r.Op, r.Status)
+	s.requests.Inc()
+	s.in.Add(float64(r.BytesIn))
+	s.out.Add(float64(r.BytesOut))
+	s.latency.Observe(r.Duration.Seconds())
+}
+
+func (g *Gateway) seriesOf(op string, status int) *gatewaySeries {
+	k := seriesKey{op, status}
+	g.mu.RLock()
+	s := g.series[k]
+	g.mu.RUnlock()
+	if s != nil {
+		return s
+	}
 	if op == "" {
 		op = "Unknown" // refused before its operation was known
 	}
-	status := "0" // cut before a status was sent
-	if r.Status != 0 {
-		status = strconv.Itoa(r.Status)
+	// "0": cut before a status was sent.
+	s = &gatewaySeries{requests: g.requests.WithLabelValues(op, strconv.Itoa(status)), in: g.in.WithLabelValues(op),
+		out: g.out.WithLabelValues(op), latency: g.latency.WithLabelValues(op)}
+	g.mu.Lock()
+	if g.series == nil {
+		g.series = make(map[seriesKey]*gatewaySeries)
 	}
-	g.requests.WithLabelValues(op, status).Inc()
-	g.in.WithLabelValues(op).Add(float64(r.BytesIn))
-	g.out.WithLabelValues(op).Add(float64(r.BytesOut))
-	g.latency.WithLabelValues(op).Observe(r.Duration.Seconds())
+	g.series[k] = s
+	g.mu.Unlock()
+	return s
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/ospreystore/osprey/internal/metrics"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 )
@@ -544,6 +545,50 @@ func TestServerPprof(t *testing.T) {
 		http.DefaultClient.CloseIdleConnections()
 		if err := s.Close(context.Background()); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestGatewayObserve: each operation and status is a series of its own,
+// however the gateway caches them, and a request cut before its status
+// or refused before its operation is counted as such.
+func TestGatewayObserve(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g := metrics.NewGateway(reg)
+	for _, r := range []s3gw.RequestInfo{
+		{Op: "GetObject", Status: 200, BytesOut: 10},
+		{Op: "GetObject", Status: 200, BytesOut: 5},
+		{Op: "GetObject", Status: 404},
+		{Op: "PutObject", Status: 200, BytesIn: 7},
+		{Op: "", Status: 403},
+		{Op: "GetObject", Status: 0},
+	} {
+		g.Observe(r)
+	}
+	fams := map[string]*dto.MetricFamily{}
+	got, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range got {
+		fams[f.GetName()] = f
+	}
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"osprey_s3_requests_total", []string{"op=GetObject", "status=200"}, 2},
+		{"osprey_s3_requests_total", []string{"op=GetObject", "status=404"}, 1},
+		{"osprey_s3_requests_total", []string{"op=GetObject", "status=0"}, 1},
+		{"osprey_s3_requests_total", []string{"op=PutObject", "status=200"}, 1},
+		{"osprey_s3_requests_total", []string{"op=Unknown", "status=403"}, 1},
+		{"osprey_s3_sent_bytes_total", []string{"op=GetObject"}, 15},
+		{"osprey_s3_received_bytes_total", []string{"op=PutObject"}, 7},
+		{"osprey_s3_request_duration_seconds", []string{"op=GetObject"}, 4},
+	} {
+		if v := value(fams, c.name, c.labels...); v != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)
 		}
 	}
 }

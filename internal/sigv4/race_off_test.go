@@ -1,0 +1,5 @@
+//go:build !race
+
+package sigv4
+
+const raceEnabled = false
