@@ -201,6 +201,9 @@ func (c *Conn) connectLoop() {
 			h(c, err)
 		}
 
+		if errors.Is(err, errAttached) {
+			c.m.log.Debug("msgr: dial abandoned: the peer's link to us was accepted", "addr", addr)
+		}
 		c.mu.Lock()
 		c.dial, c.dialAbort = dialIdle, nil
 		c.lastBackoff = backoff

@@ -35,7 +35,11 @@ type Gate struct {
 	// writeHold, while set, holds writes of frames tagged holdTag.
 	writeHold *writeHold
 	holdTag   wire.Tag
+	// dialHold, while set, holds dials (HoldDials).
+	dialHold *dialHold
 }
+
+type dialHold struct{ held, release chan struct{} }
 
 // writeHold is one HoldWrites: fail is set before release closes.
 type writeHold struct {
@@ -107,6 +111,28 @@ func (g *Gate) HoldCloses() (closing <-chan struct{}, release func()) {
 	return g.closing, func() { once.Do(func() { close(hold) }) }
 }
 
+// HoldDials makes dials from now on wait until release, whatever their
+// ctx, and then go through with a ctx that is never cancelled: a connect
+// that cannot be interrupted and gets through late. Each sends on held
+// as it starts waiting.
+func (g *Gate) HoldDials() (held <-chan struct{}, release func()) {
+	h := &dialHold{held: make(chan struct{}, 64), release: make(chan struct{})}
+	g.mu.Lock()
+	g.dialHold = h
+	g.mu.Unlock()
+	var once sync.Once
+	return h.held, func() {
+		once.Do(func() {
+			g.mu.Lock()
+			if g.dialHold == h {
+				g.dialHold = nil
+			}
+			g.mu.Unlock()
+			close(h.release)
+		})
+	}
+}
+
 // HoldWrites makes each write of a frame tagged tag, on any link of g,
 // wait until release; each sends on held as it starts waiting. release
 // ends the hold: the held writes go on, or with fail return
@@ -166,6 +192,17 @@ func (g *Gate) Dial(ctx context.Context, addr string, opts wire.LinkOptions) (wi
 		defer g.hanging.Add(-1)
 		<-ctx.Done()
 		return nil, ctx.Err()
+	}
+	g.mu.Lock()
+	hold := g.dialHold
+	g.mu.Unlock()
+	if hold != nil {
+		select {
+		case hold.held <- struct{}{}:
+		default:
+		}
+		<-hold.release
+		ctx = context.WithoutCancel(ctx)
 	}
 	g.mu.Lock()
 	down := g.down
