@@ -157,7 +157,7 @@ func (e *authRefusedError) Unwrap() []error {
 // flight instead of a round trip later (docs/protocol.md §6.5). sent is
 // that request; nil if it went without one.
 func (m *Messenger) dialerAuth(ctx context.Context, link wire.Link, onHello func() error, claimed func() EntityName,
-	newReq func() *msgrpb.SessionRequest) (sess wire.Link, mode Mode, sent *msgrpb.SessionRequest, err error) {
+	newReq func() (*msgrpb.SessionRequest, error)) (sess wire.Link, mode Mode, sent *msgrpb.SessionRequest, err error) {
 	var res *auth.Result
 	modes := m.modes()
 	offer := modeStrings(modes)
@@ -191,7 +191,9 @@ func (m *Messenger) dialerAuth(ctx context.Context, link wire.Link, onHello func
 			if sess, err = m.sessionLink(link, res, offer, modes[0]); err != nil {
 				return nil, "", nil, err
 			}
-			sent = newReq()
+			if sent, err = newReq(); err != nil {
+				return nil, "", nil, err
+			}
 			if err := writeAfter(sess, last, sent); err != nil {
 				return nil, "", nil, err
 			}

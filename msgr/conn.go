@@ -80,15 +80,20 @@ type Conn struct {
 	cookie      uint64 // our session incarnation
 	peerCookie  uint64 // the peer's, 0 until the first handshake
 	link        *linkRun
-	dialing     bool // a dial handshake is in flight
-	redialing   bool // the connect loop runs
+	dial        dialPhase // how far our dial in flight has got (connrace.go)
+	dialAbort   func()    // abandons the dial in flight; nil when there is none
+	redialing   bool      // the connect loop runs
 	ackTimer    *time.Timer
 	attachedAt  time.Time     // when the current (or last) link was attached
 	lastBackoff time.Duration // the redial delay last used
 	spaceWait   chan struct{} // closed when queue space frees; nil if no waiter
-	readyCh     chan struct{} // closed once the session is up, or closed
-	closedCh    chan struct{}
-	established bool
+	attachWait  chan struct{} // closed when a link attaches, after a WAIT (waitForPeerLink); nil if no waiter
+	// peerHSFailed counts handshakes from the peer that failed here
+	// (peerHandshakeFailed), for waitForPeerLink.
+	peerHSFailed uint64
+	readyCh      chan struct{} // closed once the session is up, or closed
+	closedCh     chan struct{}
+	established  bool
 	// retired (under mu) is the last link detached; its writer may still
 	// be in a write (takeRetiredLocked).
 	retired *linkRun
@@ -121,6 +126,10 @@ type ConnStats struct {
 	// SealFailures counts sealed frames that did not open (secure mode):
 	// altered, replayed or reordered on the way. Each faulted its link.
 	SealFailures uint64
+	// WaitsSent counts the peer's dials answered with WAIT (both sides
+	// dialed, and ours had reached the peer); WaitsReceived, our dials
+	// that got WAIT.
+	WaitsSent, WaitsReceived uint64
 }
 
 // linkRun is one link attached to a Conn, with its reader and writer.
@@ -375,6 +384,6 @@ const (
 func (c *Conn) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return fmt.Sprintf("conn{peer %s addr %q state %s dialing %v redialing %v link %v %s stats %+v}",
-		c.peer, c.addr, c.state, c.dialing, c.redialing, c.link != nil, c.engine.String(), c.st)
+	return fmt.Sprintf("conn{peer %s addr %q state %s dial %v redialing %v link %v %s stats %+v}",
+		c.peer, c.addr, c.state, c.dial, c.redialing, c.link != nil, c.engine.String(), c.st)
 }

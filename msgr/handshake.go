@@ -88,14 +88,19 @@ func (m *Messenger) dial(c *Conn, addr string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), m.opts.HandshakeTimeout)
-	defer cancel()
+	tctx, cancelTimeout := context.WithTimeout(context.Background(), m.opts.HandshakeTimeout)
+	defer cancelTimeout()
+	ctx, cancel := context.WithCancelCause(tctx)
+	defer cancel(nil)
+	c.mu.Lock()
+	c.dialAbort = func() { cancel(errAttached) }
+	c.mu.Unlock()
 	go func() {
 		select {
 		case <-m.done:
-			cancel()
+			cancel(nil)
 		case <-c.closedCh:
-			cancel()
+			cancel(nil)
 		case <-ctx.Done():
 		}
 	}()
@@ -108,7 +113,21 @@ func (m *Messenger) dial(c *Conn, addr string) error {
 		opts.RecvWindow, opts.SmallWindow = min(opts.RecvWindow, sideWindowMsgs), true
 	}
 	link, err := t.Dial(ctx, a.Host, opts)
+	if err == nil {
+		// Checked before HELLO goes: a dial that got through after the
+		// peer's was accepted here stops without troubling the peer.
+		c.mu.Lock()
+		err = c.dialAdvanceLocked(dialConnecting)
+		c.mu.Unlock()
+		if err != nil {
+			link.Close()
+			return err
+		}
+	}
 	if err != nil {
+		if errors.Is(context.Cause(ctx), errAttached) {
+			return errAttached
+		}
 		if errors.Is(err, wire.ErrBanner) {
 			m.countHandshakeFailure(err) // the peer answered, but not as a messenger we speak with
 		}
@@ -118,8 +137,16 @@ func (m *Messenger) dial(c *Conn, addr string) error {
 	_, err = m.clientHandshake(c, link, uint64(opts.RecvWindow))
 	stop()
 	if err != nil {
-		m.countHandshakeFailure(err)
+		// A failed dial is no longer one the peer's dial must WAIT for:
+		// say so before the peer can see the link close and dial again.
+		c.mu.Lock()
+		c.dial = dialConnecting
+		c.mu.Unlock()
 		link.Close()
+		if errors.Is(context.Cause(ctx), errAttached) {
+			return errAttached // its link closed under it
+		}
+		m.countHandshakeFailure(err)
 		return err
 	}
 	return nil
@@ -150,25 +177,31 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 		if want == "" {
 			c.peer = peer
 		}
-		c.mu.Unlock()
 		if want != "" && want != peer {
+			c.mu.Unlock()
 			return fmt.Errorf("msgr: %s answered as %s, expected %s", link.RemoteAddr(), peer, want)
 		}
-		return nil
+		err := c.dialAdvanceLocked(dialReached)
+		c.mu.Unlock()
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.HandshakeTimeout)
 	defer cancel()
-	newReq := func() *msgrpb.SessionRequest {
+	newReq := func() (*msgrpb.SessionRequest, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		// Another link may be live (a peer's simultaneous dial): leave its
-		// window alone until this handshake succeeds.
+		if err := c.dialAdvanceLocked(dialRequested); err != nil {
+			return nil, err
+		}
+		// Another link may be live (a peer's simultaneous dial, which may
+		// still attach before the answer when our name is the smaller):
+		// leave its window alone until this handshake succeeds.
 		grantMsgs, grantBytes := c.cw.nextGrant(window)
 		return &msgrpb.SessionRequest{
 			Cookie: c.cookie, PeerCookie: c.peerCookie, InSeq: c.sess.inSeq,
 			WindowMsgs: window, WindowBytes: c.cw.windowBytes, Lossy: c.lossy,
 			GrantMsgs: grantMsgs, GrantBytes: grantBytes, MaxMessage: uint64(m.opts.MaxMessageSize),
-		}
+		}, nil
 	}
 	link, mode, sent, err := m.dialerAuth(ctx, link, onHello, func() EntityName { return peer }, newReq)
 	if err != nil {
@@ -186,7 +219,9 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 		req := sent // the first, if it went with the auth step's last flight
 		sent = nil
 		if req == nil {
-			req = newReq()
+			if req, err = newReq(); err != nil {
+				return nil, err
+			}
 			if err := writeHS(link, wire.TagSessionReq, req); err != nil {
 				return nil, err
 			}
@@ -204,6 +239,9 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 		}
 		switch tag {
 		case wire.TagWait:
+			c.mu.Lock()
+			c.st.WaitsReceived++
+			c.mu.Unlock()
 			return nil, errWait
 		case wire.TagSessionReset:
 			if reset.Fatal {
@@ -253,7 +291,7 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 
 // accept runs the acceptor's handshake on a new link of the transport
 // named scheme, whose receive window is window frames.
-func (m *Messenger) accept(link wire.Link, window int, scheme string) error {
+func (m *Messenger) accept(link wire.Link, window int, scheme string) (err error) {
 	if rw, ok := link.(interface{ RecvWindow() int }); ok {
 		// The transport posted fewer receives for this link, as its
 		// dialer asked (wire.LinkOptions.SmallWindow): no session on it
@@ -279,6 +317,11 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) error {
 	if peer == m.opts.Name {
 		return fmt.Errorf("msgr: refusing a session with our own name %s", peer)
 	}
+	defer func() {
+		if err != nil && !errors.Is(err, errWait) {
+			m.peerHandshakeFailed(peer) // our dial may wait for this link
+		}
+	}()
 	if err := writeHello(link, m); err != nil {
 		return err
 	}
@@ -354,8 +397,10 @@ func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, no
 		c.mu.Unlock()
 		return true, ErrClosed
 	}
-	// A simultaneous connect: both sides dial; the larger name's dial wins.
-	if c.dialing && c.link == nil && m.opts.Name > peer {
+	// A simultaneous connect: both sides dial; the larger name's dial
+	// wins once it has reached the peer (connrace.go).
+	if c.waitForOwnDialLocked(m.opts.Name, peer) {
+		c.st.WaitsSent++
 		c.mu.Unlock()
 		writeHS(link, wire.TagWait, &msgrpb.Wait{})
 		return true, errWait
@@ -402,6 +447,9 @@ func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, no
 	// starts below, and wmu keeps inline senders off until then.
 	lr.wmu.Lock()
 	released, err := c.attachLocked(lr, req.InSeq)
+	if err == nil {
+		c.abandonDialLocked()
+	}
 	retired := c.takeRetiredLocked()
 	c.mu.Unlock()
 	retired.drainWriter()

@@ -192,8 +192,8 @@ func (c *Conn) connectLoop() {
 			c.mu.Unlock()
 			return
 		}
-		c.dialing = true
-		addr := c.addr
+		c.dial = dialConnecting
+		addr, failed := c.addr, c.peerHSFailed
 		c.mu.Unlock()
 
 		err := c.m.dial(c, addr)
@@ -201,8 +201,11 @@ func (c *Conn) connectLoop() {
 			h(c, err)
 		}
 
+		if errors.Is(err, errAttached) {
+			c.m.log.Debug("msgr: dial abandoned: the peer's link to us was accepted", "addr", addr)
+		}
 		c.mu.Lock()
-		c.dialing = false
+		c.dial, c.dialAbort = dialIdle, nil
 		c.lastBackoff = backoff
 		// A lossless session is done only with a link attached now, not
 		// merely with a dial that succeeded: the new link may already have
@@ -221,7 +224,13 @@ func (c *Conn) connectLoop() {
 			c.closeWith(&ConnError{Peer: c.Peer(), Addr: addr, Op: "dial", Err: err}, true, false)
 			return
 		}
-		if !errors.Is(err, errWait) {
+		if errors.Is(err, errWait) {
+			// Not a failure: the peer's dial has reached us. Its link
+			// replaces the backoff, and no backoff grows.
+			c.waitForPeerLink(timer, failed)
+			continue
+		}
+		if !errors.Is(err, errAttached) {
 			c.m.log.Debug("msgr: dial failed", "addr", addr, "err", err, "retry_in", backoff)
 			if h := c.m.opts.OnDialError; h != nil {
 				h(c, err)
@@ -263,6 +272,7 @@ func (c *Conn) attachLocked(lr *linkRun, peerInSeq uint64) ([]*Message, error) {
 		close(c.readyCh)
 	}
 	c.wakeSendersLocked()
+	c.wakeAttachWaiterLocked()
 	return released, nil
 }
 

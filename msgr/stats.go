@@ -70,9 +70,10 @@ func handshakeReason(err error) HandshakeReason {
 }
 
 // countHandshakeFailure counts a failed handshake (dialed or accepted);
-// errWait, the losing side of a simultaneous connect, is no failure.
+// errWait, the losing side of a simultaneous connect, is no failure, nor
+// errAttached, a dial that the peer's made needless.
 func (m *Messenger) countHandshakeFailure(err error) {
-	if err == nil || errors.Is(err, errWait) {
+	if err == nil || errors.Is(err, errWait) || errors.Is(err, errAttached) {
 		return
 	}
 	m.hsFailures[handshakeReason(err)].Add(1)
@@ -144,6 +145,8 @@ func (s *ConnStats) addCounters(o *ConnStats) {
 	s.CreditStalls += o.CreditStalls
 	s.GrantsSent += o.GrantsSent
 	s.GrantsReceived += o.GrantsReceived
+	s.WaitsSent += o.WaitsSent
+	s.WaitsReceived += o.WaitsReceived
 }
 
 // Transports are the messenger's transports (Options.Transports), for

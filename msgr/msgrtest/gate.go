@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,9 @@ var ErrGateDown = errors.New("msgrtest: gate down")
 type Gate struct {
 	wire.Transport
 	swallow atomic.Bool
+	hang    atomic.Bool
+	hanging atomic.Int64 // dials blocked by hang now
+	dials   atomic.Int64 // Dial calls
 
 	mu    sync.Mutex
 	down  bool
@@ -28,7 +32,25 @@ type Gate struct {
 	// has said so on closing: a transport whose teardown takes a while.
 	hold    chan struct{}
 	closing chan struct{}
+	// writeHold, while set, holds writes of frames tagged holdTag.
+	writeHold *writeHold
+	holdTag   wire.Tag
+	// dialHold, while set, holds dials (HoldDials).
+	dialHold *dialHold
 }
+
+type dialHold struct{ held, release chan struct{} }
+
+// writeHold is one HoldWrites: fail is set before release closes.
+type writeHold struct {
+	held    chan struct{}
+	release chan struct{}
+	fail    bool
+}
+
+// ErrWriteFailed is what a write held by HoldWrites returns when released
+// to fail.
+var ErrWriteFailed = errors.New("msgrtest: held write failed")
 
 // NewGate returns an open gate over t.
 func NewGate(t wire.Transport) *Gate {
@@ -67,6 +89,16 @@ func (g *Gate) Up() {
 // anything: frames that left this side and were lost.
 func (g *Gate) Swallow(on bool) { g.swallow.Store(on) }
 
+// HangDials makes dials, while on, block until their ctx ends, without
+// dialing: a peer this side cannot reach, whose packets are dropped.
+func (g *Gate) HangDials(on bool) { g.hang.Store(on) }
+
+// Hanging is how many dials HangDials blocks now.
+func (g *Gate) Hanging() int { return int(g.hanging.Load()) }
+
+// Dials is how many times Dial was called.
+func (g *Gate) Dials() int { return int(g.dials.Load()) }
+
 // HoldCloses makes the links' Close calls, from now on, wait until release
 // is called, as an RDMA link's does for its posted sends; each Close sends
 // on closing as it starts waiting. Down's own closes must not be held.
@@ -79,6 +111,67 @@ func (g *Gate) HoldCloses() (closing <-chan struct{}, release func()) {
 	return g.closing, func() { once.Do(func() { close(hold) }) }
 }
 
+// HoldDials makes dials from now on wait until release, whatever their
+// ctx, and then go through with a ctx that is never cancelled: a connect
+// that cannot be interrupted and gets through late. Each sends on held
+// as it starts waiting.
+func (g *Gate) HoldDials() (held <-chan struct{}, release func()) {
+	h := &dialHold{held: make(chan struct{}, 64), release: make(chan struct{})}
+	g.mu.Lock()
+	g.dialHold = h
+	g.mu.Unlock()
+	var once sync.Once
+	return h.held, func() {
+		once.Do(func() {
+			g.mu.Lock()
+			if g.dialHold == h {
+				g.dialHold = nil
+			}
+			g.mu.Unlock()
+			close(h.release)
+		})
+	}
+}
+
+// HoldWrites makes each write of a frame tagged tag, on any link of g,
+// wait until release; each sends on held as it starts waiting. release
+// ends the hold: the held writes go on, or with fail return
+// ErrWriteFailed (the link stays open: its owner closes it, as after any
+// failed write). A held write also returns once its link is closed.
+func (g *Gate) HoldWrites(tag wire.Tag) (held <-chan struct{}, release func(fail bool)) {
+	h := &writeHold{held: make(chan struct{}, 64), release: make(chan struct{})}
+	g.mu.Lock()
+	g.writeHold, g.holdTag = h, tag
+	g.mu.Unlock()
+	var once sync.Once
+	return h.held, func(fail bool) {
+		once.Do(func() {
+			g.mu.Lock()
+			if g.writeHold == h {
+				g.writeHold = nil
+			}
+			g.mu.Unlock()
+			h.fail = fail
+			close(h.release)
+		})
+	}
+}
+
+// holdFor returns the hold that frames are subject to, if any.
+func (g *Gate) holdFor(frames []wire.Frame) *writeHold {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.writeHold == nil {
+		return nil
+	}
+	for i := range frames {
+		if frames[i].Tag == g.holdTag {
+			return g.writeHold
+		}
+	}
+	return nil
+}
+
 // admit wraps l, or closes it while g is down.
 func (g *Gate) admit(l wire.Link) (wire.Link, bool) {
 	g.mu.Lock()
@@ -87,12 +180,30 @@ func (g *Gate) admit(l wire.Link) (wire.Link, bool) {
 		l.Close()
 		return nil, false
 	}
-	gl := &gateLink{Link: l, g: g}
+	gl := &gateLink{Link: l, g: g, closed: make(chan struct{})}
 	g.links[gl] = struct{}{}
 	return gl, true
 }
 
 func (g *Gate) Dial(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Link, error) {
+	g.dials.Add(1)
+	if g.hang.Load() {
+		g.hanging.Add(1)
+		defer g.hanging.Add(-1)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	g.mu.Lock()
+	hold := g.dialHold
+	g.mu.Unlock()
+	if hold != nil {
+		select {
+		case hold.held <- struct{}{}:
+		default:
+		}
+		<-hold.release
+		ctx = context.WithoutCancel(ctx)
+	}
 	g.mu.Lock()
 	down := g.down
 	g.mu.Unlock()
@@ -137,12 +248,28 @@ func (l *gateListener) Accept(ctx context.Context) (wire.Link, error) {
 
 type gateLink struct {
 	wire.Link
-	g *Gate
+	g         *Gate
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 func (l *gateLink) WriteFrames(frames []wire.Frame) error {
 	if l.g.swallow.Load() {
 		return nil
+	}
+	if h := l.g.holdFor(frames); h != nil {
+		select {
+		case h.held <- struct{}{}:
+		default:
+		}
+		select {
+		case <-h.release:
+		case <-l.closed:
+			return net.ErrClosed
+		}
+		if h.fail { // written before release closed
+			return ErrWriteFailed
+		}
 	}
 	return l.Link.WriteFrames(frames)
 }
@@ -156,6 +283,7 @@ func (l *gateLink) EndHandshake() {
 }
 
 func (l *gateLink) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
 	l.g.mu.Lock()
 	delete(l.g.links, l)
 	hold, closing := l.g.hold, l.g.closing

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -134,6 +135,15 @@ func testSimultaneousConnect(t *testing.T, env Env) {
 	if t.Failed() {
 		return
 	}
+	exchangeOneSession(t, a, b, ca, cb, recA, recB, n)
+}
+
+// exchangeOneSession sends n messages each way on a's session ca and b's
+// cb, waits for them (the recorders check order and exactly-once), and
+// checks that each side has that one session.
+func exchangeOneSession(t *testing.T, a, b *msgr.Messenger, ca, cb *msgr.Conn, recA, recB *Recorder, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); sendN(t, ca, 1, 0, n, func(i int) int { return i % 100 }) }()
 	go func() { defer wg.Done(); sendN(t, cb, 2, 0, n, func(i int) int { return i % 100 }) }()
@@ -148,6 +158,67 @@ func testSimultaneousConnect(t *testing.T, env Env) {
 	}
 	if count(a) != 1 || count(b) != 1 {
 		t.Fatalf("sessions: a has %d, b has %d; want one each", count(a), count(b))
+	}
+}
+
+// testSimultaneousConnectUnreachable: both sides dial, but the larger
+// name's dial cannot reach the smaller (it hangs in the transport's
+// connect). Its acceptor must take the smaller name's dial at once, not
+// answer WAIT while its own dial cannot get through, and its own dial must
+// then end: one link, no WAIT, no reconnect, exactly once both ways.
+func testSimultaneousConnectUnreachable(t *testing.T, env Env) {
+	ctx := context.Background()
+	recA, recB := NewRecorder(t), NewRecorder(t)
+	// Far above the deadlines below: were the hung dial answered with
+	// WAITs, the session would not come up before the test gives up.
+	long := func(o *msgr.Options) { o.HandshakeTimeout = 5 * time.Minute }
+	a := env.NewMessenger(t, "osd.1", recA, long)
+	var gate *Gate
+	b := env.NewMessenger(t, "osd.2", recB, func(o *msgr.Options) {
+		long(o)
+		o.Transports = slices.Clone(o.Transports)
+		for i, tr := range o.Transports {
+			if tr.Scheme() == env.Scheme {
+				gate = NewGate(tr)
+				o.Transports[i] = gate
+			}
+		}
+	})
+	gate.HangDials(true)
+	addrA, addrB := env.Listen(t, a), env.Listen(t, b)
+
+	cb, err := b.Connect(ctx, addrA, "osd.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 10*time.Second, "osd.2's dial hanging", func() bool { return gate.Hanging() == 1 })
+	ca, err := a.Connect(ctx, addrB, "osd.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*msgr.Conn{ca, cb} {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := c.WaitReady(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("session not up: %v (osd.1: %v; osd.2: %v)", err, ca, cb)
+		}
+	}
+	Eventually(t, 10*time.Second, "osd.2's hung dial given up", func() bool { return gate.Hanging() == 0 })
+
+	exchangeOneSession(t, a, b, ca, cb, recA, recB, env.n(500))
+
+	// osd.2's connect loop ended with its abandoned dial: it would have
+	// dialed again (every 50 ms at most) while the messages went.
+	if d := gate.Dials(); d != 1 {
+		t.Errorf("osd.2 dialed %d times, want 1", d)
+	}
+	sa, sb := ca.Stats(), cb.Stats()
+	if sa.WaitsReceived != 0 || sb.WaitsSent != 0 {
+		t.Errorf("WAITs: osd.1 got %d, osd.2 sent %d; want none", sa.WaitsReceived, sb.WaitsSent)
+	}
+	if sa.Reconnects != 0 || sb.Reconnects != 0 || sa.Faults != 0 || sb.Faults != 0 {
+		t.Errorf("the link was replaced: osd.1 %+v; osd.2 %+v", sa, sb)
 	}
 }
 

@@ -63,6 +63,7 @@ func Run(t *testing.T, env Env) {
 		{"PeerRestartIsRemoteReset", testPeerRestart},
 		{"DialerRestartIsRemoteReset", testDialerRestart},
 		{"SimultaneousConnect", testSimultaneousConnect},
+		{"SimultaneousConnectUnreachable", testSimultaneousConnectUnreachable},
 		{"KeepaliveRTT", testKeepalive},
 		{"CloseTellsPeer", testCloseTellsPeer},
 		{"ShutdownLeavesNoGoroutines", testNoGoroutineLeak},

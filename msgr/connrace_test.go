@@ -1,0 +1,183 @@
+package msgr_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/msgrtest"
+	"github.com/ospreystore/osprey/msgr/tcp"
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// racePair is osd.1 and osd.2 about to dial each other, each through a
+// gate that counts its dials. Both back off a minute after a failed dial
+// and time handshakes out after five, so nothing in a test moves on by a
+// timer.
+type racePair struct {
+	a, b           *msgr.Messenger // osd.1, osd.2
+	recA, recB     *msgrtest.Recorder
+	aDials, bDials *msgrtest.Gate
+	addrA, addrB   string
+	ca, cb         *msgr.Conn // a's session with b, b's with a
+}
+
+func newRacePair(t *testing.T) *racePair {
+	r := &racePair{recA: msgrtest.NewRecorder(t), recB: msgrtest.NewRecorder(t),
+		aDials: msgrtest.NewGate(tcp.Transport{}), bDials: msgrtest.NewGate(tcp.Transport{})}
+	slow := func(g *msgrtest.Gate) func(*msgr.Options) {
+		return func(o *msgr.Options) {
+			o.Reconnect = msgr.Backoff{Min: time.Minute, Max: time.Minute}
+			o.HandshakeTimeout = 5 * time.Minute
+			o.Transports = []wire.Transport{g}
+		}
+	}
+	r.a = tcpEnv.NewMessenger(t, "osd.1", r.recA, slow(r.aDials))
+	r.b = tcpEnv.NewMessenger(t, "osd.2", r.recB, slow(r.bDials))
+	r.addrA, r.addrB = tcpEnv.Listen(t, r.a), tcpEnv.Listen(t, r.b)
+	return r
+}
+
+// connect starts osd.1's dial (a) or osd.2's.
+func (r *racePair) connect(t *testing.T, fromA bool) {
+	t.Helper()
+	var err error
+	if fromA {
+		r.ca, err = r.a.Connect(context.Background(), r.addrB, "osd.2")
+	} else {
+		r.cb, err = r.b.Connect(context.Background(), r.addrA, "osd.1")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitHeld waits for a gate's hold to catch what it holds.
+func waitHeld(t *testing.T, held <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s never came", what)
+	}
+}
+
+// newWaitRace holds a simultaneous connect where WAIT is answered:
+// osd.2's dial has reached osd.1 (it read osd.1's HELLO) and its
+// SESSION_REQUEST is held, and osd.1's dial got WAIT from osd.2. release
+// lets the request go on, or fail.
+func newWaitRace(t *testing.T) (r *racePair, release func(fail bool)) {
+	r = newRacePair(t)
+	held, release := r.bDials.HoldWrites(wire.TagSessionReq)
+	t.Cleanup(func() { release(true) })
+	r.connect(t, false)
+	waitHeld(t, held, "osd.2's SESSION_REQUEST")
+	r.connect(t, true)
+	msgrtest.Eventually(t, 10*time.Second, "osd.1's dial answered with WAIT", func() bool { return r.ca.Stats().WaitsReceived == 1 })
+	return r, release
+}
+
+// upAndExactlyOnce waits for both sides' sessions and sends n messages
+// each way, checked for order and exactly-once by the recorders.
+func (r *racePair) upAndExactlyOnce(t *testing.T, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []*msgr.Conn{r.ca, r.cb} {
+		if err := c.WaitReady(ctx); err != nil {
+			t.Fatalf("session not up: %v (osd.1: %v; osd.2: %v)", err, r.ca, r.cb)
+		}
+	}
+	for i := range n {
+		for id, c := range map[uint32]*msgr.Conn{1: r.ca, 2: r.cb} {
+			if err := c.Send(ctx, msgr.NewMessage(1, msgrtest.Payload(id, uint64(i), nil), nil)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	msgrtest.Eventually(t, 10*time.Second, "every message delivered", func() bool {
+		return r.recA.Next(2) == uint64(n) && r.recB.Next(1) == uint64(n)
+	})
+	for _, rec := range []*msgrtest.Recorder{r.recA, r.recB} {
+		if err := rec.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkNoLinkReplaced fails if either side ever lost or replaced its
+// first link.
+func (r *racePair) checkNoLinkReplaced(t *testing.T) {
+	t.Helper()
+	sa, sb := r.ca.Stats(), r.cb.Stats()
+	if sa.Reconnects != 0 || sb.Reconnects != 0 || sa.Faults != 0 || sb.Faults != 0 {
+		t.Errorf("a link was replaced: osd.1 %+v; osd.2 %+v", sa, sb)
+	}
+}
+
+// checkWaits checks the WAITs osd.2 sent and osd.1 got.
+func (r *racePair) checkWaits(t *testing.T, want uint64) {
+	t.Helper()
+	if got, sent := r.ca.Stats().WaitsReceived, r.cb.Stats().WaitsSent; got != want || sent != want {
+		t.Errorf("WAITs: osd.1 got %d, osd.2 sent %d; want %d", got, sent, want)
+	}
+}
+
+// TestWaitThenThePeersLinkAttaches: the dial that got WAIT does not
+// redial once the peer's link it waited for is attached; that link is the
+// only one either side ever attaches.
+func TestWaitThenThePeersLinkAttaches(t *testing.T) {
+	r, release := newWaitRace(t)
+	release(false)
+	r.upAndExactlyOnce(t, 100)
+	if d := r.aDials.Dials(); d != 1 {
+		t.Errorf("osd.1 dialed %d times, want 1", d)
+	}
+	r.checkWaits(t, 1)
+	r.checkNoLinkReplaced(t)
+}
+
+// TestWaitThenThePeersDialFails: WAIT promised the peer's link; when the
+// peer's dial fails instead, the dial that got WAIT dials again at once
+// (not after its minute of backoff), and the peer, its own dial over,
+// accepts it.
+func TestWaitThenThePeersDialFails(t *testing.T) {
+	r, release := newWaitRace(t)
+	release(true)
+	r.upAndExactlyOnce(t, 100)
+	if da, db := r.aDials.Dials(), r.bDials.Dials(); da != 2 || db != 1 {
+		t.Errorf("osd.1 dialed %d times, osd.2 %d; want 2 and 1 (osd.2 backs off a minute)", da, db)
+	}
+	r.checkWaits(t, 1)
+}
+
+// TestLateDialFindsTheSessionAttached: osd.2's dial to osd.1 cannot be
+// interrupted and gets through only after osd.2 accepted osd.1's dial
+// (which it did, its own dial not having reached osd.1). It must stop
+// before it asks for the session, so that the working link stays: no
+// WAIT, no link replaced, no second dial, exactly once both ways.
+func TestLateDialFindsTheSessionAttached(t *testing.T) {
+	r := newRacePair(t)
+	held, release := r.bDials.HoldDials()
+	t.Cleanup(release)
+	r.connect(t, false)
+	waitHeld(t, held, "osd.2's dial")
+	r.connect(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.ca.WaitReady(ctx); err != nil {
+		t.Fatalf("osd.1's dial not accepted: %v (osd.2: %v)", err, r.cb)
+	}
+	release()
+	// The late link reaches osd.1 and closes before its HELLO.
+	msgrtest.Eventually(t, 10*time.Second, "osd.2's late link closed at osd.1", func() bool {
+		return r.a.Stats().HandshakeFailures[msgr.HandshakeClosed] == 1
+	})
+	r.upAndExactlyOnce(t, 100)
+	if d := r.bDials.Dials(); d != 1 {
+		t.Errorf("osd.2 dialed %d times, want 1", d)
+	}
+	r.checkWaits(t, 0)
+	r.checkNoLinkReplaced(t)
+}
