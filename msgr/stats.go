@@ -147,6 +147,7 @@ func (s *ConnStats) addCounters(o *ConnStats) {
 	s.GrantsReceived += o.GrantsReceived
 	s.WaitsSent += o.WaitsSent
 	s.WaitsReceived += o.WaitsReceived
+	s.SealFailures += o.SealFailures
 }
 
 // Transports are the messenger's transports (Options.Transports), for
