@@ -46,6 +46,25 @@ func newMsgPool(n, size int) msgPool {
 	return p
 }
 
+// newFrontPool is newMsgPool for messages that carry size bytes of front
+// and no data: on TCP those are sliced out of the link's read chunk.
+func newFrontPool(n, size int) msgPool {
+	p := make(msgPool, n)
+	front := make([]byte, size)
+	for range n {
+		m := &msgr.Message{Type: 1, Front: front}
+		m.OnRelease = func(m *msgr.Message) { p <- m }
+		p <- m
+	}
+	return p
+}
+
+// reportCPU reports the CPU time, both ends together, per message since
+// cpu0: on a loaded machine a steadier figure than ns/op.
+func reportCPU(b *testing.B, cpu0 time.Duration) {
+	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
 // benchPair connects two messengers on loopback, each given tweaks.
 func benchPair(b *testing.B, srvD, cliD msgr.Dispatcher, tweaks ...func(*msgr.Options)) (*msgr.Messenger, *msgr.Messenger, *msgr.Conn) {
 	b.Helper()
@@ -112,12 +131,37 @@ func benchStream(b *testing.B, tweaks ...func(*msgr.Options)) {
 			ctx := context.Background()
 			b.SetBytes(int64(tc.size))
 			b.ReportAllocs()
+			cpu0 := processCPU()
 			for b.Loop() {
 				sink.sem <- struct{}{}
 				if err := c.Send(ctx, <-pool); err != nil {
 					b.Fatal(err)
 				}
 			}
+			reportCPU(b, cpu0)
+		})
+	}
+}
+
+// BenchmarkStreamFront is BenchmarkStream with messages of a front and no
+// data, which a TCP link hands out as slices of its read chunk.
+func BenchmarkStreamFront(b *testing.B) {
+	for _, tc := range []struct{ size, depth int }{{64, 128}, {4096, 128}} {
+		b.Run(fmt.Sprintf("size=%d/depth=%d", tc.size, tc.depth), func(b *testing.B) {
+			sink := &benchSink{sem: make(chan struct{}, tc.depth)}
+			_, _, c := benchPair(b, sink, &benchSink{})
+			pool := newFrontPool(4*tc.depth+64, tc.size)
+			ctx := context.Background()
+			b.SetBytes(int64(tc.size))
+			b.ReportAllocs()
+			cpu0 := processCPU()
+			for b.Loop() {
+				sink.sem <- struct{}{}
+				if err := c.Send(ctx, <-pool); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportCPU(b, cpu0)
 		})
 	}
 }
@@ -162,12 +206,14 @@ func BenchmarkPingPong(b *testing.B) {
 			ctx := context.Background()
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
+			cpu0 := processCPU()
 			for b.Loop() {
 				if err := c.Send(ctx, <-pings); err != nil {
 					b.Fatal(err)
 				}
 				<-got
 			}
+			reportCPU(b, cpu0)
 		})
 	}
 }
