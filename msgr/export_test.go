@@ -1,6 +1,8 @@
 package msgr
 
 import (
+	"unsafe"
+
 	"github.com/ospreystore/osprey/msgr/tcp"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
@@ -25,4 +27,39 @@ func (c *Conn) SenderWaitsForTest() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.spaceWait != nil
+}
+
+// PinnedForTest is what Pinned reports of c's current link, when it is a
+// stream link: read chunks it moved past that held messages keep alive.
+func (c *Conn) PinnedForTest() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.link == nil {
+		return 0
+	}
+	p, _ := c.link.link.(interface{ Pinned() int64 })
+	if p == nil {
+		return 0
+	}
+	return p.Pinned()
+}
+
+// HeldMemoryForTest is the memory the received messages ms keep alive,
+// counted by buffer: buffers a front was copied into (own), and the read
+// chunks or other buffers they point into (shared).
+func HeldMemoryForTest(ms []*Message) (own, shared int) {
+	seen := map[*wire.Buffer]bool{}
+	for _, m := range ms {
+		b := m.buf
+		if b == nil || seen[b] {
+			continue
+		}
+		seen[b] = true
+		if unsafe.SliceData(m.Front) == unsafe.SliceData(b.B) {
+			own += cap(b.B)
+		} else {
+			shared += cap(b.B)
+		}
+	}
+	return own, shared
 }
