@@ -68,7 +68,7 @@ const (
 )
 
 // Small classes, 64 B to 2 KiB in powers of two, after the others: only
-// GetFitted hands them out, for bytes copied out of a read chunk, so that
+// getFitted hands them out, for bytes copied out of a read chunk, so that
 // a small message kept that way costs about its size. Elsewhere buffers
 // start at 4 KiB, on a page (GetAligned relies on it).
 const (
@@ -108,10 +108,10 @@ func GetBuffer(n int) *Buffer {
 	return b
 }
 
-// GetFitted is GetBuffer for a buffer that is kept for its bytes rather
+// getFitted is GetBuffer for a buffer that is kept for its bytes rather
 // than read into: below 2 KiB it comes from a class of at most twice n,
 // not a 4 KiB one, and it need not start on a page.
-func GetFitted(n int) *Buffer {
+func getFitted(n int) *Buffer {
 	if n > 1<<maxSmallShift {
 		return GetBuffer(n)
 	}

@@ -115,13 +115,13 @@ func TestReleasedFramesAreNotCopied(t *testing.T) {
 	}
 }
 
-// TestGetFitted: buffers for kept bytes come from a class of at most twice
+// TestFittedBuffers: buffers for kept bytes come from a class of at most twice
 // their size (4 KiB and up: GetBuffer's), and go back to their pool.
-func TestGetFitted(t *testing.T) {
+func TestFittedBuffers(t *testing.T) {
 	for _, n := range []int{1, 63, 64, 65, 100, 1000, 2047, 2048, 2049, 4096, 5000, 60000} {
-		b := GetFitted(n)
+		b := getFitted(n)
 		if len(b.B) != n || cap(b.B) > max(2*n, 64) {
-			t.Errorf("GetFitted(%d): len %d cap %d", n, len(b.B), cap(b.B))
+			t.Errorf("getFitted(%d): len %d cap %d", n, len(b.B), cap(b.B))
 		}
 		b.Release()
 	}

@@ -27,7 +27,7 @@ import (
 // count the message's bytes only. So a link lets chunks it has moved past
 // stay pinned by held frames up to pinAllowance bytes; beyond that it
 // copies such frames out of the chunk into buffers of their size
-// (GetFitted) until held frames let enough go. A dispatcher that releases
+// (getFitted) until held frames let enough go. A dispatcher that releases
 // promptly pins nothing past the chunk being read, and pays no copy.
 const (
 	readChunkSize  = 256 << 10 // the largest read chunk
@@ -342,7 +342,7 @@ func (l *StreamLink) readFrame(f *Frame) error {
 				f.Front, f.Data, f.Buf = front, nil, l.chunk
 				return nil
 			}
-			buf := GetFitted(len(front))
+			buf := getFitted(len(front))
 			copy(buf.B, front)
 			f.Front, f.Data, f.Buf = buf.B, nil, buf
 			return nil
