@@ -125,20 +125,7 @@ func BenchmarkStreamChunkCRCs(b *testing.B) {
 func benchStream(b *testing.B, tweaks ...func(*msgr.Options)) {
 	for _, tc := range []struct{ size, depth int }{{64, 128}, {4096, 128}, {1 << 20, 1}, {1 << 20, 16}} {
 		b.Run(fmt.Sprintf("size=%d/depth=%d", tc.size, tc.depth), func(b *testing.B) {
-			sink := &benchSink{sem: make(chan struct{}, tc.depth)}
-			_, _, c := benchPair(b, sink, &benchSink{}, tweaks...)
-			pool := newMsgPool(4*tc.depth+64, tc.size)
-			ctx := context.Background()
-			b.SetBytes(int64(tc.size))
-			b.ReportAllocs()
-			cpu0 := processCPU()
-			for b.Loop() {
-				sink.sem <- struct{}{}
-				if err := c.Send(ctx, <-pool); err != nil {
-					b.Fatal(err)
-				}
-			}
-			reportCPU(b, cpu0)
+			runStream(b, tc.depth, newMsgPool(4*tc.depth+64, tc.size), tc.size, tweaks...)
 		})
 	}
 }
@@ -148,22 +135,27 @@ func benchStream(b *testing.B, tweaks ...func(*msgr.Options)) {
 func BenchmarkStreamFront(b *testing.B) {
 	for _, tc := range []struct{ size, depth int }{{64, 128}, {4096, 128}} {
 		b.Run(fmt.Sprintf("size=%d/depth=%d", tc.size, tc.depth), func(b *testing.B) {
-			sink := &benchSink{sem: make(chan struct{}, tc.depth)}
-			_, _, c := benchPair(b, sink, &benchSink{})
-			pool := newFrontPool(4*tc.depth+64, tc.size)
-			ctx := context.Background()
-			b.SetBytes(int64(tc.size))
-			b.ReportAllocs()
-			cpu0 := processCPU()
-			for b.Loop() {
-				sink.sem <- struct{}{}
-				if err := c.Send(ctx, <-pool); err != nil {
-					b.Fatal(err)
-				}
-			}
-			reportCPU(b, cpu0)
+			runStream(b, tc.depth, newFrontPool(4*tc.depth+64, tc.size), tc.size)
 		})
 	}
+}
+
+// runStream sends pool's messages of size bytes with depth of them in
+// flight at most.
+func runStream(b *testing.B, depth int, pool msgPool, size int, tweaks ...func(*msgr.Options)) {
+	sink := &benchSink{sem: make(chan struct{}, depth)}
+	_, _, c := benchPair(b, sink, &benchSink{}, tweaks...)
+	ctx := context.Background()
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	for b.Loop() {
+		sink.sem <- struct{}{}
+		if err := c.Send(ctx, <-pool); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportCPU(b, cpu0)
 }
 
 // queued hides a sink's CanFastDispatch: its messages go through the
