@@ -132,19 +132,41 @@ func benchStream(b *testing.B, tweaks ...func(*msgr.Options)) {
 
 // BenchmarkStreamFront is BenchmarkStream with messages of a front and no
 // data, which a TCP link hands out as slices of its read chunk.
+// With its dispatch queued, the reader may run ahead of the dispatcher,
+// and the frames in flight pin more of its chunks: copied/op is the share
+// of fronts it copied out of them instead (docs/messenger.md §6).
 func BenchmarkStreamFront(b *testing.B) {
-	for _, tc := range []struct{ size, depth int }{{64, 128}, {4096, 128}} {
-		b.Run(fmt.Sprintf("size=%d/depth=%d", tc.size, tc.depth), func(b *testing.B) {
-			runStream(b, tc.depth, newFrontPool(4*tc.depth+64, tc.size), tc.size)
+	for _, tc := range []struct {
+		size, depth int
+		fast        bool
+	}{{64, 128, true}, {4096, 128, true}, {4096, 128, false}} {
+		name := fmt.Sprintf("size=%d/depth=%d", tc.size, tc.depth)
+		if !tc.fast {
+			name += "/queued"
+		}
+		b.Run(name, func(b *testing.B) {
+			srv := runStreamTo(b, tc.fast, tc.depth, newFrontPool(4*tc.depth+64, tc.size), tc.size)
+			var copied int64
+			for c := range srv.Conns() {
+				_, n := c.PinnedForTest()
+				copied += n
+			}
+			b.ReportMetric(float64(copied)/float64(b.N), "copied/op")
 		})
 	}
 }
 
 // runStream sends pool's messages of size bytes with depth of them in
-// flight at most.
+// flight at most, to a fast dispatcher.
 func runStream(b *testing.B, depth int, pool msgPool, size int, tweaks ...func(*msgr.Options)) {
+	runStreamTo(b, true, depth, pool, size, tweaks...)
+}
+
+// runStreamTo is runStream to a fast dispatcher or a queued one; it
+// returns the receiving messenger.
+func runStreamTo(b *testing.B, fast bool, depth int, pool msgPool, size int, tweaks ...func(*msgr.Options)) *msgr.Messenger {
 	sink := &benchSink{sem: make(chan struct{}, depth)}
-	_, _, c := benchPair(b, sink, &benchSink{}, tweaks...)
+	srv, _, c := benchPair(b, wrapSink(sink, fast), &benchSink{}, tweaks...)
 	ctx := context.Background()
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
@@ -156,6 +178,7 @@ func runStream(b *testing.B, depth int, pool msgPool, size int, tweaks ...func(*
 		}
 	}
 	reportCPU(b, cpu0)
+	return srv
 }
 
 // queued hides a sink's CanFastDispatch: its messages go through the

@@ -29,19 +29,23 @@ func (c *Conn) SenderWaitsForTest() bool {
 	return c.spaceWait != nil
 }
 
-// PinnedForTest is what Pinned reports of c's current link, when it is a
-// stream link: read chunks it moved past that held messages keep alive.
-func (c *Conn) PinnedForTest() int64 {
+// PinnedForTest is what c's current link, when it is a stream link,
+// reports: the bytes of read chunks it moved past that held messages keep
+// alive (Pinned), and the frames it copied out of its chunk (Copied).
+func (c *Conn) PinnedForTest() (pinned, copied int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.link == nil {
-		return 0
+		return 0, 0
 	}
-	p, _ := c.link.link.(interface{ Pinned() int64 })
-	if p == nil {
-		return 0
+	l, _ := c.link.link.(interface {
+		Pinned() int64
+		Copied() int64
+	})
+	if l == nil {
+		return 0, 0
 	}
-	return p.Pinned()
+	return l.Pinned(), l.Copied()
 }
 
 // HeldMemoryForTest is the memory the received messages ms keep alive,

@@ -107,6 +107,7 @@ type StreamLink struct {
 	// pinned: bytes of the chunks the reader has moved past that frames
 	// still point into (Buffer.pin); their releases take them off.
 	pinned atomic.Int64
+	copied atomic.Int64 // frames copied out of the chunk for that
 }
 
 // PollReader is a byte stream that can wait for bytes without holding a
@@ -342,6 +343,7 @@ func (l *StreamLink) readFrame(f *Frame) error {
 				f.Front, f.Data, f.Buf = front, nil, l.chunk
 				return nil
 			}
+			l.copied.Add(1)
 			buf := getFitted(len(front))
 			copy(buf.B, front)
 			f.Front, f.Data, f.Buf = buf.B, nil, buf
@@ -625,6 +627,10 @@ func (l *StreamLink) retire() {
 // it handed out still keep alive (at most 512 KiB: see pinAllowance). The
 // chunk being read is not counted. Safe for concurrent use.
 func (l *StreamLink) Pinned() int64 { return l.pinned.Load() }
+
+// Copied is how many frames the link copied out of its read chunk because
+// held frames pinned too much of its chunks. Safe for concurrent use.
+func (l *StreamLink) Copied() int64 { return l.copied.Load() }
 
 // ExchangeBanner writes our banner to rw, reads the peer's and negotiates,
 // for a stream link: mine as Banner.Stream makes it.
