@@ -613,9 +613,10 @@ func (l *StreamLink) readIdle() {
 // it alive: it counts as pinned until the last of them is released.
 func (l *StreamLink) retire() {
 	c := l.chunk
-	// Only the reader adds references, so one it sees gone stays gone;
-	// one it sees may go meanwhile, and then the link's Release below
-	// is the last and takes the chunk off pinned again.
+	// Only a holder of a reference adds one (a frame in the chunk taken
+	// on by a writer, say), so with the link's the last, none comes
+	// back; others seen may go meanwhile, and then the link's Release
+	// below is the last and takes the chunk off pinned again.
 	if c.refs.Load() > 1 {
 		c.pin = &l.pinned
 		l.pinned.Add(int64(cap(c.B)))
