@@ -46,6 +46,25 @@ func newMsgPool(n, size int) msgPool {
 	return p
 }
 
+// newFrontPool is newMsgPool for messages that carry size bytes of front
+// and no data: on TCP those are sliced out of the link's read chunk.
+func newFrontPool(n, size int) msgPool {
+	p := make(msgPool, n)
+	front := make([]byte, size)
+	for range n {
+		m := &msgr.Message{Type: 1, Front: front}
+		m.OnRelease = func(m *msgr.Message) { p <- m }
+		p <- m
+	}
+	return p
+}
+
+// reportCPU reports the CPU time, both ends together, per message since
+// cpu0: on a loaded machine a steadier figure than ns/op.
+func reportCPU(b *testing.B, cpu0 time.Duration) {
+	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
 // benchPair connects two messengers on loopback, each given tweaks.
 func benchPair(b *testing.B, srvD, cliD msgr.Dispatcher, tweaks ...func(*msgr.Options)) (*msgr.Messenger, *msgr.Messenger, *msgr.Conn) {
 	b.Helper()
@@ -106,20 +125,60 @@ func BenchmarkStreamChunkCRCs(b *testing.B) {
 func benchStream(b *testing.B, tweaks ...func(*msgr.Options)) {
 	for _, tc := range []struct{ size, depth int }{{64, 128}, {4096, 128}, {1 << 20, 1}, {1 << 20, 16}} {
 		b.Run(fmt.Sprintf("size=%d/depth=%d", tc.size, tc.depth), func(b *testing.B) {
-			sink := &benchSink{sem: make(chan struct{}, tc.depth)}
-			_, _, c := benchPair(b, sink, &benchSink{}, tweaks...)
-			pool := newMsgPool(4*tc.depth+64, tc.size)
-			ctx := context.Background()
-			b.SetBytes(int64(tc.size))
-			b.ReportAllocs()
-			for b.Loop() {
-				sink.sem <- struct{}{}
-				if err := c.Send(ctx, <-pool); err != nil {
-					b.Fatal(err)
-				}
-			}
+			runStream(b, tc.depth, newMsgPool(4*tc.depth+64, tc.size), tc.size, tweaks...)
 		})
 	}
+}
+
+// BenchmarkStreamFront is BenchmarkStream with messages of a front and no
+// data, which a TCP link hands out as slices of its read chunk.
+// With its dispatch queued, the reader may run ahead of the dispatcher,
+// and the frames in flight pin more of its chunks: copied/op is the share
+// of fronts it copied out of them instead (docs/messenger.md §6).
+func BenchmarkStreamFront(b *testing.B) {
+	for _, tc := range []struct {
+		size, depth int
+		fast        bool
+	}{{64, 128, true}, {4096, 128, true}, {4096, 128, false}} {
+		name := fmt.Sprintf("size=%d/depth=%d", tc.size, tc.depth)
+		if !tc.fast {
+			name += "/queued"
+		}
+		b.Run(name, func(b *testing.B) {
+			srv := runStreamTo(b, tc.fast, tc.depth, newFrontPool(4*tc.depth+64, tc.size), tc.size)
+			var copied int64
+			for c := range srv.Conns() {
+				_, n := c.PinnedForTest()
+				copied += n
+			}
+			b.ReportMetric(float64(copied)/float64(b.N), "copied/op")
+		})
+	}
+}
+
+// runStream sends pool's messages of size bytes with depth of them in
+// flight at most, to a fast dispatcher.
+func runStream(b *testing.B, depth int, pool msgPool, size int, tweaks ...func(*msgr.Options)) {
+	runStreamTo(b, true, depth, pool, size, tweaks...)
+}
+
+// runStreamTo is runStream to a fast dispatcher or a queued one; it
+// returns the receiving messenger.
+func runStreamTo(b *testing.B, fast bool, depth int, pool msgPool, size int, tweaks ...func(*msgr.Options)) *msgr.Messenger {
+	sink := &benchSink{sem: make(chan struct{}, depth)}
+	srv, _, c := benchPair(b, wrapSink(sink, fast), &benchSink{}, tweaks...)
+	ctx := context.Background()
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	cpu0 := processCPU()
+	for b.Loop() {
+		sink.sem <- struct{}{}
+		if err := c.Send(ctx, <-pool); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportCPU(b, cpu0)
+	return srv
 }
 
 // queued hides a sink's CanFastDispatch: its messages go through the
@@ -162,12 +221,14 @@ func BenchmarkPingPong(b *testing.B) {
 			ctx := context.Background()
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
+			cpu0 := processCPU()
 			for b.Loop() {
 				if err := c.Send(ctx, <-pings); err != nil {
 					b.Fatal(err)
 				}
 				<-got
 			}
+			reportCPU(b, cpu0)
 		})
 	}
 }

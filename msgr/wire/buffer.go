@@ -31,6 +31,10 @@ type Buffer struct {
 	// (Frame.DataChunkCRCs); the array stays with b in its pool, so a
 	// frame hands them up without an allocation.
 	crcs []uint32
+	// pin, set by a stream link on a read chunk it lets go while frames
+	// still point into it, is the link's count of such chunks' bytes;
+	// the last Release takes the chunk off it.
+	pin *atomic.Int64
 }
 
 // NewExternalBuffer wraps memory the caller owns (registered memory, say)
@@ -63,7 +67,17 @@ const (
 	numClasses    = 1 + (maxClassShift-minClassShift)*classSteps
 )
 
-var bufPools [numClasses]sync.Pool
+// Small classes, 64 B to 2 KiB in powers of two, after the others: only
+// getFitted hands them out, for bytes copied out of a read chunk, so that
+// a small message kept that way costs about its size. Elsewhere buffers
+// start at 4 KiB, on a page (GetAligned relies on it).
+const (
+	minSmallShift   = 6  // 64 B
+	maxSmallShift   = 11 // 2 KiB
+	numSmallClasses = maxSmallShift - minSmallShift + 1
+)
+
+var bufPools [numClasses + numSmallClasses]sync.Pool
 
 // classSize is the capacity of class c's buffers.
 func classSize(c int) int {
@@ -90,6 +104,29 @@ func GetBuffer(n int) *Buffer {
 		return b
 	}
 	b := &Buffer{B: make([]byte, n, classSize(c)), class: int8(c)}
+	b.refs.Store(1)
+	return b
+}
+
+// getFitted is GetBuffer for a buffer that is kept for its bytes rather
+// than read into: below 2 KiB it comes from a class of at most twice n,
+// not a 4 KiB one, and it need not start on a page.
+func getFitted(n int) *Buffer {
+	if n > 1<<maxSmallShift {
+		return GetBuffer(n)
+	}
+	shift := minSmallShift
+	if n > 1<<minSmallShift {
+		shift = bits.Len(uint(n - 1)) // n <= 1<<shift
+	}
+	c := numClasses + shift - minSmallShift
+	if v := bufPools[c].Get(); v != nil {
+		b := v.(*Buffer)
+		b.B = b.B[:n]
+		b.refs.Store(1)
+		return b
+	}
+	b := &Buffer{B: make([]byte, n, 1<<shift), class: int8(c)}
 	b.refs.Store(1)
 	return b
 }
@@ -125,6 +162,10 @@ func (b *Buffer) Ref() { b.refs.Add(1) }
 func (b *Buffer) Release() {
 	switch n := b.refs.Add(-1); {
 	case n == 0:
+		if p := b.pin; p != nil {
+			b.pin = nil
+			p.Add(-int64(cap(b.B)))
+		}
 		if b.free != nil {
 			b.free(b)
 		} else if b.class >= 0 {

@@ -20,7 +20,15 @@ import (
 // go when the peer falls silent at a frame boundary and takes one again when
 // bytes arrive. Chunks follow the traffic: the next one is sized by the last
 // burst (4 KiB for a request, up to 256 KiB for a stream), so a silent
-// connection costs a few KiB and a held small message pins a small chunk.
+// connection costs a few KiB.
+//
+// A frame without data that is handed out as slices of a chunk keeps the
+// whole chunk alive while its message is held, and windows and budgets
+// count the message's bytes only. So a link lets chunks it has moved past
+// stay pinned by held frames up to pinAllowance bytes; beyond that it
+// copies such frames out of the chunk into buffers of their size
+// (getFitted) until held frames let enough go. A dispatcher that releases
+// promptly pins nothing past the chunk being read, and pays no copy.
 const (
 	readChunkSize  = 256 << 10 // the largest read chunk
 	minReadChunk   = 4 << 10   // the smallest, for a link that just woke up
@@ -40,6 +48,11 @@ const (
 	// sends little costs little. An ordinary message (a 4 MiB object and
 	// its front) is read with no copy.
 	growFrom = 8 << 20
+	// pinAllowance: how many bytes of chunks the link has moved past its
+	// held frames may pin before it copies new frames out of the chunk.
+	// A link's retired chunks pin at most pinAllowance plus one chunk
+	// (the last one sliced before the allowance ran out): 512 KiB.
+	pinAllowance = readChunkSize
 )
 
 // sumReadMax bounds each read of a large frame's body while its data is
@@ -90,6 +103,11 @@ type StreamLink struct {
 	burst      int           // bytes read since the peer last fell silent
 	sum        DataSum       // the data segment being read, as it arrives
 	summing    bool          // sum is in use for the frame being read
+
+	// pinned: bytes of the chunks the reader has moved past that frames
+	// still point into (Buffer.pin); their releases take them off.
+	pinned atomic.Int64
+	copied atomic.Int64 // frames copied out of the chunk for that
 }
 
 // PollReader is a byte stream that can wait for bytes without holding a
@@ -320,8 +338,15 @@ func (l *StreamLink) readFrame(f *Frame) error {
 			return err
 		}
 		if len(data) == 0 {
-			l.chunk.Ref()
-			f.Front, f.Data, f.Buf = front, data, l.chunk
+			if l.pinned.Load() <= pinAllowance {
+				l.chunk.Ref()
+				f.Front, f.Data, f.Buf = front, nil, l.chunk
+				return nil
+			}
+			l.copied.Add(1)
+			buf := getFitted(len(front))
+			copy(buf.B, front)
+			f.Front, f.Data, f.Buf = buf.B, nil, buf
 			return nil
 		}
 		// The data lies wherever the stream put it in the chunk: it moves
@@ -550,7 +575,7 @@ func (l *StreamLink) newChunk() {
 	c.B = c.B[:cap(c.B)] // the whole size class
 	if l.chunk != nil {
 		copy(c.B, l.chunk.B[l.rpos:l.rend])
-		l.chunk.Release()
+		l.retire()
 	}
 	l.rend -= l.rpos
 	l.rpos = 0
@@ -579,10 +604,34 @@ func (l *StreamLink) readIdle() {
 		l.chunkSize *= 2
 	}
 	l.burst = 0
-	l.chunk.Release()
+	l.retire()
 	l.chunk = nil
 	l.rpos, l.rend = 0, 0
 }
+
+// retire lets the read chunk go. Frames that still point into it keep
+// it alive: it counts as pinned until the last of them is released.
+func (l *StreamLink) retire() {
+	c := l.chunk
+	// Only a holder of a reference adds one (a frame in the chunk taken
+	// on by a writer, say), so with the link's the last, none comes
+	// back; others seen may go meanwhile, and then the link's Release
+	// below is the last and takes the chunk off pinned again.
+	if c.refs.Load() > 1 {
+		c.pin = &l.pinned
+		l.pinned.Add(int64(cap(c.B)))
+	}
+	c.Release()
+}
+
+// Pinned is the bytes of read chunks the link has moved past that frames
+// it handed out still keep alive (at most 512 KiB: see pinAllowance). The
+// chunk being read is not counted. Safe for concurrent use.
+func (l *StreamLink) Pinned() int64 { return l.pinned.Load() }
+
+// Copied is how many frames the link copied out of its read chunk because
+// held frames pinned too much of its chunks. Safe for concurrent use.
+func (l *StreamLink) Copied() int64 { return l.copied.Load() }
 
 // ExchangeBanner writes our banner to rw, reads the peer's and negotiates,
 // for a stream link: mine as Banner.Stream makes it.
