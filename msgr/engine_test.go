@@ -19,7 +19,7 @@ func FuzzEngineFrames(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var e engine
 		e.init(4, 1000, simClock)
-		e.startLink(4, 0, 0, 1000, 4, 1000, 0)
+		e.startLink(4, 0, 0, 1000, 4, 1000, 0, false)
 		next := func() byte {
 			if len(in) == 0 {
 				return 0
