@@ -21,6 +21,17 @@ const (
 
 func ctlTimers(o *msgr.Options) { o.Keepalive, o.IdleTimeout = ctlKeepalive, ctlIdle }
 
+// silentClient is the options of the peer that goes silent: its own idle
+// timeout is out of the way, since what it sends vanishes (Gate.Swallow)
+// and so does the credit it would return to us, which can silence us too.
+func silentClient(noControlSlots bool) func(*msgr.Options) {
+	return func(o *msgr.Options) {
+		o.Keepalive, o.IdleTimeout = ctlKeepalive, time.Hour
+		o.DefaultPolicy = msgr.LossyClient
+		o.NoControlSlots = noControlSlots
+	}
+}
+
 // gated returns a tweak that routes the messenger's links of env through
 // a Gate, stored in *g.
 func gated(env Env, g **Gate, more func(*msgr.Options)) func(*msgr.Options) {
@@ -91,10 +102,7 @@ func testSilentPeerHoldingWindow(t *testing.T, env Env) {
 	srv := env.NewMessenger(t, "osd.0", srvRec, ctlTimers)
 	addr := env.Listen(t, srv)
 	var gate *Gate
-	cli := env.NewMessenger(t, "client.1", cliRec, gated(env, &gate, func(o *msgr.Options) {
-		ctlTimers(o)
-		o.DefaultPolicy = msgr.LossyClient
-	}))
+	cli := env.NewMessenger(t, "client.1", cliRec, gated(env, &gate, silentClient(false)))
 	c := connectReady(t, cli, addr)
 	sc := onlyConn(t, srv)
 	fillWindow(t, c, sc, srvRec, 1)
@@ -113,11 +121,7 @@ func testSilentOldPeerHoldingWindow(t *testing.T, env Env) {
 	srv := env.NewMessenger(t, "osd.0", srvRec, ctlTimers)
 	addr := env.Listen(t, srv)
 	var gate *Gate
-	cli := env.NewMessenger(t, "client.1", cliRec, gated(env, &gate, func(o *msgr.Options) {
-		ctlTimers(o)
-		o.DefaultPolicy = msgr.LossyClient
-		o.NoControlSlots = true
-	}))
+	cli := env.NewMessenger(t, "client.1", cliRec, gated(env, &gate, silentClient(true)))
 	c := connectReady(t, cli, addr)
 	sc := onlyConn(t, srv)
 	fillWindow(t, c, sc, srvRec, 1)
