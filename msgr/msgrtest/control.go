@@ -49,10 +49,10 @@ func gated(env Env, g **Gate, more func(*msgr.Options)) func(*msgr.Options) {
 	}
 }
 
-// connectReady connects m to osd.0 at addr and waits for the session.
-func connectReady(t *testing.T, m *msgr.Messenger, addr string) *msgr.Conn {
+// connectReady connects m to peer at addr and waits for the session.
+func connectReady(t *testing.T, m *msgr.Messenger, addr string, peer msgr.EntityName) *msgr.Conn {
 	t.Helper()
-	c, err := m.Connect(context.Background(), addr, "osd.0")
+	c, err := m.Connect(context.Background(), addr, peer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,24 +89,51 @@ func waitIdleReset(t *testing.T, rec *Recorder, start time.Time) time.Duration {
 	return time.Since(start)
 }
 
+// silencedHoldingWindow sets up a server osd.0 that holds the whole
+// window of a client, whose frames then stop reaching it (Gate.Swallow);
+// noControlSlots makes the client a peer without CONTROL_SLOTS. A client,
+// so that the server's end of the session is lossy and a fault ends it
+// with its reason. It returns the server's recorder and session.
+func silencedHoldingWindow(t *testing.T, env Env, noControlSlots bool) (*Recorder, *msgr.Conn) {
+	srvRec := NewRecorder(t)
+	srvRec.Hold(true)
+	t.Cleanup(func() { srvRec.ReleaseHeld() })
+	srv := env.NewMessenger(t, "osd.0", srvRec, ctlTimers)
+	addr := env.Listen(t, srv)
+	var gate *Gate
+	cli := env.NewMessenger(t, "client.1", NewRecorder(t), gated(env, &gate, silentClient(noControlSlots)))
+	c := connectReady(t, cli, addr, "osd.0")
+	sc := onlyConn(t, srv)
+	fillWindow(t, c, sc, srvRec, 1)
+	gate.Swallow(true)
+	return srvRec, sc
+}
+
+// holdingPair is newPair with both dispatchers holding what they get,
+// and the server's session.
+func holdingPair(t *testing.T, env Env, tweak func(*msgr.Options)) (*pair, *msgr.Conn) {
+	p := newPair(t, env, tweak, tweak)
+	p.srvRec.Hold(true)
+	p.cliRec.Hold(true)
+	t.Cleanup(p.releaseBoth)
+	return p, onlyConn(t, p.srv)
+}
+
+// releaseBoth has both dispatchers release what they hold and hold no
+// more.
+func (p *pair) releaseBoth() {
+	for _, r := range []*Recorder{p.srvRec, p.cliRec} {
+		r.Hold(false)
+		r.ReleaseHeld()
+	}
+}
+
 // testSilentPeerHoldingWindow: a peer that stops delivering while we hold
 // its whole window is timed out like any silent peer. Without the control
 // slots its silence would be our own back-pressure (it could send only on
 // its reserved credit), and the idle timeout spared the link.
 func testSilentPeerHoldingWindow(t *testing.T, env Env) {
-	srvRec, cliRec := NewRecorder(t), NewRecorder(t)
-	srvRec.Hold(true)
-	defer srvRec.ReleaseHeld()
-	// A client: the server's end of the session is lossy, so the fault
-	// ends it with its reason.
-	srv := env.NewMessenger(t, "osd.0", srvRec, ctlTimers)
-	addr := env.Listen(t, srv)
-	var gate *Gate
-	cli := env.NewMessenger(t, "client.1", cliRec, gated(env, &gate, silentClient(false)))
-	c := connectReady(t, cli, addr)
-	sc := onlyConn(t, srv)
-	fillWindow(t, c, sc, srvRec, 1)
-	gate.Swallow(true)
+	srvRec, _ := silencedHoldingWindow(t, env, false)
 	took := waitIdleReset(t, srvRec, time.Now())
 	t.Logf("the silent peer timed out %v after it went silent (IdleTimeout %v)", took, ctlIdle)
 }
@@ -115,17 +142,7 @@ func testSilentPeerHoldingWindow(t *testing.T, env Env) {
 // rules are as before it: while we hold its window but the reserved
 // credit, its silence is not idleness; once we release, it is.
 func testSilentOldPeerHoldingWindow(t *testing.T, env Env) {
-	srvRec, cliRec := NewRecorder(t), NewRecorder(t)
-	srvRec.Hold(true)
-	defer srvRec.ReleaseHeld()
-	srv := env.NewMessenger(t, "osd.0", srvRec, ctlTimers)
-	addr := env.Listen(t, srv)
-	var gate *Gate
-	cli := env.NewMessenger(t, "client.1", cliRec, gated(env, &gate, silentClient(true)))
-	c := connectReady(t, cli, addr)
-	sc := onlyConn(t, srv)
-	fillWindow(t, c, sc, srvRec, 1)
-	gate.Swallow(true)
+	srvRec, sc := silencedHoldingWindow(t, env, true)
 	// The exemption is the point here: the link outlives several idle
 	// timeouts while the window is held.
 	time.Sleep(3 * ctlIdle)
@@ -148,12 +165,7 @@ func testOversizedBothWays(t *testing.T, env Env) {
 		ctlTimers(o)
 		o.RecvWindowBytes = window
 	}
-	p := newPair(t, env, tweak, tweak)
-	p.srvRec.Hold(true)
-	p.cliRec.Hold(true)
-	defer p.srvRec.ReleaseHeld()
-	defer p.cliRec.ReleaseHeld()
-	sc := onlyConn(t, p.srv)
+	p, sc := holdingPair(t, env, tweak)
 	sendN(t, p.conn, 1, 0, 1, func(int) int { return 2 * window })
 	sendN(t, sc, 2, 0, 1, func(int) int { return 2 * window })
 	Eventually(t, 30*time.Second, "each side holding the other's message", func() bool {
@@ -168,10 +180,7 @@ func testOversizedBothWays(t *testing.T, env Env) {
 			t.Fatalf("a link holding oversized messages both ways was dropped: %+v", st)
 		}
 	}
-	p.srvRec.Hold(false)
-	p.cliRec.Hold(false)
-	p.srvRec.ReleaseHeld()
-	p.cliRec.ReleaseHeld()
+	p.releaseBoth()
 	sendN(t, p.conn, 1, 1, 1, func(int) int { return 2 * window })
 	waitCount(t, p.srvRec, 2, 30*time.Second, p.conn)
 }
@@ -207,12 +216,7 @@ func testCloseWithoutCredit(t *testing.T, env Env) {
 // the grants against them) nor fault the link.
 func testKeepalivesFullWindows(t *testing.T, env Env) {
 	tweak := func(o *msgr.Options) { o.Keepalive, o.IdleTimeout = time.Millisecond, 10*time.Second }
-	p := newPair(t, env, tweak, tweak)
-	p.srvRec.Hold(true)
-	p.cliRec.Hold(true)
-	defer p.srvRec.ReleaseHeld()
-	defer p.cliRec.ReleaseHeld()
-	sc := onlyConn(t, p.srv)
+	p, sc := holdingPair(t, env, tweak)
 	wc := fillWindow(t, p.conn, sc, p.srvRec, 1)
 	ws := fillWindow(t, sc, p.conn, p.cliRec, 2)
 	// Some hundreds of keepalive intervals with every credit spent.
@@ -222,10 +226,7 @@ func testKeepalivesFullWindows(t *testing.T, env Env) {
 			t.Fatalf("full windows with keepalives every ms: %+v", st)
 		}
 	}
-	p.srvRec.Hold(false)
-	p.cliRec.Hold(false)
-	p.srvRec.ReleaseHeld()
-	p.cliRec.ReleaseHeld()
+	p.releaseBoth()
 	waitCount(t, p.srvRec, int64(wc), 30*time.Second, p.conn)
 	waitCount(t, p.cliRec, int64(ws), 30*time.Second, sc)
 }
