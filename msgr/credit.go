@@ -19,9 +19,12 @@ import (
 // while sent < limit. Every frame costs one credit, because on RDMA every
 // send consumes one posted receive; control frames are consumed the moment
 // they arrive, data frames when the dispatcher releases the message. The
-// last credit is kept for frames that carry a grant and nothing to dispatch
-// (a grant that is due, KEEPALIVE_ACK, CLOSE), so two sides that both run out can still tell each other
-// about freed slots: neither can deadlock. Beside the message count a byte
+// exception is KEEPALIVE, KEEPALIVE_ACK and CLOSE on a link that agreed
+// CONTROL_SLOTS, which take slots of their own and never reach this
+// window (engine.ctl). The last credit is kept for frames that carry a
+// grant and nothing to dispatch (a grant that is due, and without
+// CONTROL_SLOTS KEEPALIVE_ACK and CLOSE), so two sides that both run out
+// can still tell each other about freed slots: neither can deadlock. Beside the message count a byte
 // budget bounds receiver memory; a single message larger than the whole
 // byte window may still go once every byte before it was consumed.
 //

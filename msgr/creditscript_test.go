@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ospreystore/osprey/msgr/wire"
 )
@@ -22,13 +23,16 @@ var rewriteCreditScripts = flag.Bool("credit.rewrite", false, "rewrite the expec
 // interaction tests. Each case is a command, a "----" line and the expected
 // output, ending at a blank line. Commands:
 //
-//	init msgs=N bytes=N        two nodes a (dialer) and b, handshake done
+//	init msgs=N bytes=N [ctl=1] two nodes a (dialer) and b, handshake done
+//	                           (ctl=1: the links agree CONTROL_SLOTS)
 //	send a SIZE...             queue messages at a
 //	write a                    a's writer runs (if kicked) until collect is empty
 //	deliver b [N]              deliver N (default all) frames in flight to b
 //	consume b [N]              b's dispatcher releases N (default all) messages
 //	timer a                    a's ack timer fires (if armed)
 //	tick a [keepalive]         a's Conn.tick
+//	idle a                     a's Conn.tick after IdleTimeout of silence
+//	close a                    a closes the session (CLOSE goes next)
 //	inject b TAG seq=N size=N  a frame to b that bypasses a's credit check
 //	fault                      the link fails
 //	handshake [a=N] [b=N]      a new link, with a's and b's windows (default msgs)
@@ -138,7 +142,7 @@ func runCreditScript(t *testing.T, file string) {
 		switch fields[0] {
 		case "init":
 			args := kv(1)
-			cfg := simConfig{windowMsgs: args["msgs"], windowBytes: args["bytes"], queueMsgs: 1 << 20}
+			cfg := simConfig{windowMsgs: args["msgs"], windowBytes: args["bytes"], queueMsgs: 1 << 20, ctl: args["ctl"] != 0}
 			s = newSimulation(t, cfg)
 			s.failf = func(msg string) { printf("error: %s", msg) }
 			printf("%s", s.trace[len(s.trace)-1][7:])
@@ -180,6 +184,10 @@ func runCreditScript(t *testing.T, file string) {
 				n.in = n.in[1:]
 				printf("%s <- %s", n.name, fmtSimFrame(f))
 				s.handle(n, f)
+				if n.closed {
+					n.closed = false
+					printf("%s: session closed by peer", n.name)
+				}
 			}
 			if len(out) == 0 {
 				printf("nothing in flight to %s", n.name)
@@ -205,10 +213,20 @@ func runCreditScript(t *testing.T, file string) {
 			n := node(1)
 			n.tick(len(fields) > 2 && fields[2] == "keepalive")
 			printf("%s: tick", n.name)
+		case "idle":
+			n := node(1)
+			fx, dead := n.e.onTick(2*time.Minute, time.Minute, false, false)
+			n.apply(fx)
+			printf("%s: %s", n.name, map[bool]string{true: "link dead (idle timeout)", false: "link kept"}[dead])
+		case "close":
+			n := node(1)
+			n.apply(n.e.closeLink())
+			printf("%s: closing", n.name)
 		case "inject":
 			n := node(1)
 			args := kv(3)
-			tag := map[string]wire.Tag{"MESSAGE": wire.TagMessage, "ACK": wire.TagAck, "KEEPALIVE": wire.TagKeepalive}[fields[2]]
+			tag := map[string]wire.Tag{"MESSAGE": wire.TagMessage, "ACK": wire.TagAck, "KEEPALIVE": wire.TagKeepalive,
+				"KEEPALIVE_ACK": wire.TagKeepaliveAck, "CLOSE": wire.TagClose}[fields[2]]
 			f := wire.Frame{Preamble: wire.Preamble{Tag: tag, Seq: args["seq"], Ack: args["ack"]}, Front: simPayload[:args["size"]]}
 			printf("%s <- %s (injected)", n.name, fmtSimFrame(f))
 			s.handle(n, f)

@@ -37,6 +37,11 @@ type simNode struct {
 	consumedN     int
 	sendQueueMsgs int
 	framesSent    int
+	// ticksDeaf counts this side's keepalive ticks since a frame last
+	// arrived on the link: under CONTROL_SLOTS a live peer is never
+	// silent for long, whatever the credits.
+	ticksDeaf int
+	closed    bool // a CLOSE arrived (scripts)
 }
 
 // simHeld is a message with the dispatcher.
@@ -70,9 +75,16 @@ type simConfig struct {
 	faults      bool    // links fail and are re-established
 	linkWindows bool    // each new link has a window of its own, 4 to 2×windowMsgs (its transport's)
 	queueMsgs   int     // SendQueueMsgs
+	ctl         bool    // the links agree CONTROL_SLOTS
 }
 
 var simPayload = make([]byte, 1<<16)
+
+// simDeafTicks bounds, under CONTROL_SLOTS, the keepalive ticks a side may
+// see with nothing arriving: its keepalive goes on the first and the
+// answer comes back as soon as both writers and readers run, which the
+// schedule makes near certain within a few ticks.
+const simDeafTicks = 40
 
 // simClock is the engines' clock: constant, so transcripts do not depend
 // on timing (keepalive stamps read seq=1).
@@ -146,6 +158,7 @@ func (s *simulation) collect(n *simNode) []wire.Frame {
 // handle is the reader's Conn.handleFrame and its dispatch.
 func (s *simulation) handle(n *simNode, f wire.Frame) {
 	_, v, fx, err := n.e.onFrame(&f, len(n.in) > 0, nil)
+	n.ticksDeaf = 0
 	if err != nil {
 		s.fail("%s receiving %v seq %d size %d: %v", n.name, f.Tag, f.Seq, len(f.Front), err)
 		return
@@ -164,8 +177,11 @@ func (s *simulation) handle(n *simNode, f wire.Frame) {
 		n.delivered++
 		n.dq = append(n.dq, simHeld{size: uint64(len(f.Front)), link: n.link})
 	case rxClose:
-		s.fail("%s: unexpected CLOSE", n.name)
-		return
+		if s.failf == nil {
+			s.fail("%s: unexpected CLOSE", n.name)
+			return
+		}
+		n.closed = true
 	}
 	n.apply(fx)
 }
@@ -197,6 +213,9 @@ func (n *simNode) tick(keepalive bool) {
 	if dead {
 		panic("a link that just received is dead")
 	}
+	if keepalive {
+		n.ticksDeaf++
+	}
 	n.apply(fx)
 }
 
@@ -226,13 +245,13 @@ func (s *simulation) handshake(stale bool, wa, wb uint64) {
 		s.fail("dialer grant %d refused", gm)
 		return
 	}
-	b.e.startLink(wb, 0, 0, a.e.cw.windowBytes, gm, gb, 0)
+	b.e.startLink(wb, 0, 0, a.e.cw.windowBytes, gm, gb, 0, s.cfg.ctl)
 	rm, rb := advertised(&b.e.cw)
 	if _, _, err := b.e.attach(inSeq(a), nil); err != nil {
 		s.fail("acceptor attach: %v", err)
 		return
 	}
-	a.e.startLink(wa, gm, gb, b.e.cw.windowBytes, rm, rb, 0)
+	a.e.startLink(wa, gm, gb, b.e.cw.windowBytes, rm, rb, 0, s.cfg.ctl)
 	if _, _, err := a.e.attach(inSeq(b), nil); err != nil {
 		s.fail("dialer attach: %v", err)
 		return
@@ -240,6 +259,7 @@ func (s *simulation) handshake(stale bool, wa, wb uint64) {
 	for _, n := range []*simNode{a, b} {
 		n.linkUp, n.running, n.wake = true, false, true // startLink kicks the writer
 		n.link++
+		n.ticksDeaf = 0
 	}
 	windows := ""
 	if wa != s.cfg.windowMsgs || wb != s.cfg.windowMsgs {
@@ -278,10 +298,36 @@ func (s *simulation) checkCredits() {
 		if !r.linkUp {
 			continue
 		}
-		msgs := int64(snd.e.cw.limitMsgs) - int64(snd.e.cw.sentMsgs) + int64(len(r.in))
+		msgs := int64(snd.e.cw.limitMsgs) - int64(snd.e.cw.sentMsgs)
 		bytes := int64(snd.e.cw.limitBytes) - int64(snd.e.cw.sentBytes)
+		// Under CONTROL_SLOTS the control frames in flight take the
+		// receiver's slots, not credits: one each of KEEPALIVE,
+		// KEEPALIVE_ACK and CLOSE.
+		var slots [3]int
 		for _, f := range r.in {
 			bytes += int64(len(f.Front))
+			switch {
+			case !s.cfg.ctl:
+				msgs++
+			case f.Tag == wire.TagKeepalive:
+				slots[0]++
+			case f.Tag == wire.TagKeepaliveAck:
+				slots[1]++
+			case f.Tag == wire.TagClose:
+				slots[2]++
+			default:
+				msgs++
+			}
+		}
+		if r.e.kaAck && slots[0] > 0 {
+			s.fail("%s has a KEEPALIVE in flight to %s, which has not answered the last", snd.name, r.name)
+		}
+		if slots[0] > 1 || slots[1] > 1 || slots[2] > 1 {
+			s.fail("%s has %d KEEPALIVEs, %d KEEPALIVE_ACKs and %d CLOSEs in flight to %s: more than its slots",
+				snd.name, slots[0], slots[1], slots[2], r.name)
+		}
+		if s.cfg.ctl && s.cfg.keepalive && r.ticksDeaf > simDeafTicks {
+			s.fail("%s heard nothing on a live link for %d keepalive ticks", r.name, r.ticksDeaf)
 		}
 		for _, h := range r.dq {
 			if h.link == r.link {
@@ -489,36 +535,54 @@ func TestCreditSimulation(t *testing.T) {
 		seeds = 4
 	}
 	for ci, cfg := range configs {
-		t.Run(fmt.Sprintf("config%d", ci), func(t *testing.T) {
-			handshakes, carried, overheld, dupes := 0, 0, 0, uint64(0)
-			for seed := range seeds {
-				cfg.seed = uint64(ci*1000 + seed)
-				s := runSimulation(t, cfg)
-				handshakes += s.handshakes
-				carried += s.carried
-				overheld += s.overheld
-				dupes += s.a.e.st.DuplicatesDropped + s.b.e.st.DuplicatesDropped
-			}
-			if cfg.faults && (carried == 0 || dupes == 0) {
-				t.Fatalf("%d reconnects, %d with messages held by a dispatcher, %d duplicates dropped: want some of each",
-					handshakes-seeds, carried, dupes)
-			}
-			if cfg.linkWindows && overheld == 0 {
-				t.Fatalf("%d reconnects, none onto a window no larger than what a dispatcher held", handshakes-seeds)
-			}
-			t.Logf("%d seeds, %d reconnects, %d with messages held (%d of them at least the new window), %d duplicates dropped",
-				seeds, handshakes-seeds, carried, overheld, dupes)
-		})
+		// Both modes: CONTROL_SLOTS agreed, and a peer without it.
+		for _, ctl := range []bool{true, false} {
+			cfg.ctl = ctl
+			t.Run(fmt.Sprintf("config%d/ctl=%v", ci, ctl), func(t *testing.T) {
+				handshakes, carried, overheld, dupes := 0, 0, 0, uint64(0)
+				for seed := range seeds {
+					cfg.seed = uint64(ci*1000 + seed)
+					s := runSimulation(t, cfg)
+					handshakes += s.handshakes
+					carried += s.carried
+					overheld += s.overheld
+					dupes += s.a.e.st.DuplicatesDropped + s.b.e.st.DuplicatesDropped
+				}
+				if cfg.faults && (carried == 0 || dupes == 0) {
+					t.Fatalf("%d reconnects, %d with messages held by a dispatcher, %d duplicates dropped: want some of each",
+						handshakes-seeds, carried, dupes)
+				}
+				if cfg.linkWindows && overheld == 0 {
+					t.Fatalf("%d reconnects, none onto a window no larger than what a dispatcher held", handshakes-seeds)
+				}
+				t.Logf("%d seeds, %d reconnects, %d with messages held (%d of them at least the new window), %d duplicates dropped",
+					seeds, handshakes-seeds, carried, overheld, dupes)
+			})
+		}
 	}
 }
 
-// TestCreditSimulationKeepalives runs the simulation with keepalive ticks.
-// Keepalives once could spend the reserved credit (see
-// TestCreditKeepalivesKeepGrantCredit): seed 0 then ended with both sides
-// at sent == limit, each owing the other a KEEPALIVE_ACK and a grant.
+// TestCreditSimulationKeepalives runs the simulation with keepalive ticks,
+// in both modes. Without CONTROL_SLOTS keepalives once could spend the
+// reserved credit (see TestCreditKeepalivesKeepGrantCredit): seed 0 then
+// ended with both sides at sent == limit, each owing the other a
+// KEEPALIVE_ACK and a grant. Under CONTROL_SLOTS the simulation also
+// checks that a side always hears from its peer within a few keepalive
+// ticks (simDeafTicks), here with oversized messages and slow consumers
+// that starve both sides of credit and bytes, and across reconnects onto
+// smaller windows.
 func TestCreditSimulationKeepalives(t *testing.T) {
-	for seed := range 40 {
-		cfg := simConfig{seed: uint64(seed), windowMsgs: 4, windowBytes: 1000, msgs: 150, maxSize: 300, queueMsgs: 64, keepalive: true}
-		runSimulation(t, cfg)
+	configs := []simConfig{
+		{windowMsgs: 4, windowBytes: 1000, msgs: 150, maxSize: 300, queueMsgs: 64, keepalive: true},
+		{windowMsgs: 4, windowBytes: 500, msgs: 100, maxSize: 400, oversize: 0.2, queueMsgs: 16, keepalive: true},
+		{windowMsgs: 8, windowBytes: 2000, msgs: 150, maxSize: 500, oversize: 0.05, queueMsgs: 32, keepalive: true, faults: true, linkWindows: true},
+	}
+	for ci, cfg := range configs {
+		for _, ctl := range []bool{true, false} {
+			for seed := range 40 {
+				cfg.seed, cfg.ctl = uint64(ci*1000+seed), ctl
+				runSimulation(t, cfg)
+			}
+		}
 	}
 }

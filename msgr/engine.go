@@ -40,6 +40,12 @@ type engine struct {
 	kaPending  bool // a keepalive is due (onTick)
 	kaAck      bool // a keepalive to answer
 	kaAckValue uint64
+	// ctl: CONTROL_SLOTS was agreed on this link, so KEEPALIVE,
+	// KEEPALIVE_ACK and CLOSE take no credit; each side keeps a receive
+	// slot for each instead, which holds while at most one keepalive is
+	// unanswered each way (kaOut: ours is).
+	ctl        bool
+	kaOut      bool
 	ackNow     bool   // an ack-only frame may go without waiting
 	ackArmed   bool   // the ack timer runs
 	closeFrame bool   // CLOSE goes next, and is the link's last frame
@@ -108,12 +114,30 @@ func (e *engine) withdraw(id uint64) (*Message, effects) {
 // startLink sets up the credits of a new link from the handshake: window
 // is the frames this link can take (its transport's receives), floor is
 // the grant this side already promised (a dialer's request), the rest is
-// what the peer told us. A failed attach leaves no harm: the next
-// handshake starts over.
-func (e *engine) startLink(window, floorMsgs, floorBytes, peerWindowBytes, peerGrantMsgs, peerGrantBytes, peerMaxMsg uint64) {
+// what the peer told us, and ctl whether the link agreed CONTROL_SLOTS.
+// A failed attach leaves no harm: the next handshake starts over.
+func (e *engine) startLink(window, floorMsgs, floorBytes, peerWindowBytes, peerGrantMsgs, peerGrantBytes, peerMaxMsg uint64, ctl bool) {
 	e.cw.reset(window, floorMsgs, floorBytes)
 	e.cw.peerWindow(peerWindowBytes, peerGrantMsgs, peerGrantBytes)
 	e.peerMaxMsg = peerMaxMsg
+	// A keepalive of an earlier link is answered there or not at all:
+	// under CONTROL_SLOTS an answer the new link's peer never asked for
+	// would take a slot it does not keep.
+	e.ctl, e.kaOut, e.kaAck = ctl, false, false
+}
+
+// controlGoes reports whether a KEEPALIVE_ACK or CLOSE may go now, and
+// takes its credit if it costs one: under CONTROL_SLOTS none, else it may
+// spend the reserved credit.
+func (e *engine) controlGoes() bool {
+	if e.ctl {
+		return true
+	}
+	if !e.cw.canSendControl() {
+		return false
+	}
+	e.cw.onSend(0)
+	return true
 }
 
 // attach makes the link set up by startLink the session's: what the peer
@@ -159,30 +183,45 @@ func (e *engine) collect(fr []wire.Frame, maxFrames, maxBytes int) ([]wire.Frame
 	cw := &e.cw
 	var fx effects
 	if e.closeFrame {
-		// The last frame: it may spend the reserved credit; without any
-		// credit the link just ends.
+		// The last frame. Without CONTROL_SLOTS it may spend the
+		// reserved credit, and without any credit the link just ends.
 		e.closeFrame = false
 		e.closing = true
-		if cw.canSendControl() {
+		if e.controlGoes() {
 			fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagClose}})
-			cw.onSend(0)
 			e.stamp(fr)
 		}
 		return fr, 0
 	}
-	// A keepalive answer may spend the reserved credit (it returns the
-	// credit its keepalive took); a keepalive may not, or two stalled
-	// sides whose keepalives cross would both end with no credit at all.
-	// A sender silenced by our own back-pressure is not idle: see onTick.
-	if e.kaAck && cw.canSendControl() {
+	// Without CONTROL_SLOTS a keepalive answer may spend the reserved
+	// credit (it returns the credit its keepalive took); a keepalive may
+	// not, or two stalled sides whose keepalives cross would both end
+	// with no credit at all, and a sender silenced by our own
+	// back-pressure is not idle (onTick). Under CONTROL_SLOTS neither
+	// costs credit; our next keepalive waits for the answer to the last,
+	// which frees the peer's slot for it.
+	if e.kaAck && e.controlGoes() {
 		e.kaAck = false
 		fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagKeepaliveAck, Seq: e.kaAckValue}})
-		cw.onSend(0)
 	}
-	if e.kaPending && cw.canSendData(0) {
-		e.kaPending = false
-		fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagKeepalive, Seq: e.clock()}})
-		cw.onSend(0)
+	if e.kaPending {
+		switch {
+		case e.ctl && !e.kaOut:
+			e.kaPending, e.kaOut = false, true
+			fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagKeepalive, Seq: e.clock()}})
+		case cw.canSendData(0):
+			// Under CONTROL_SLOTS our last keepalive is unanswered: the
+			// peer may not be reading (its reader waits for its receive
+			// budget) and so never sees the answer. An ACK on credit
+			// still tells it that we live.
+			e.kaPending = false
+			p := wire.Preamble{Tag: wire.TagKeepalive, Seq: e.clock()}
+			if e.ctl {
+				p = wire.Preamble{Tag: wire.TagAck}
+			}
+			fr = append(fr, wire.Frame{Preamble: p})
+			cw.onSend(0)
+		}
 	}
 	bytes := 0
 	for len(fr) < maxFrames && bytes < maxBytes {
@@ -262,6 +301,17 @@ func (e *engine) spent(f *wire.Frame, size int64) {
 	e.cw.consume(size)
 }
 
+// spentOrSlotted is spent for a frame that took a credit; one that took a
+// control slot (slotted) only gives its buffer back, which on RDMA posts
+// the receive again for the peer's next control frame.
+func (e *engine) spentOrSlotted(f *wire.Frame, slotted bool) {
+	if slotted {
+		f.Release()
+		return
+	}
+	e.spent(f, 0)
+}
+
 // onFrame applies a received frame (after wire decoding) to the session.
 // buffered says more frames are already read and waiting, so acks can
 // wait for the end of the burst. The messages the frame acked are
@@ -273,7 +323,10 @@ func (e *engine) spent(f *wire.Frame, size int64) {
 func (e *engine) onFrame(f *wire.Frame, buffered bool, released []*Message) (_ []*Message, v verdict, fx effects, err error) {
 	size := uint64(len(f.Front) + len(f.Data))
 	released, err = e.sess.onAck(f.Ack, released)
-	if err == nil {
+	// Under CONTROL_SLOTS a control frame took one of the slots kept
+	// for it, not a credit (the tags carry no segments: wire.Parse).
+	slotted := e.ctl && (f.Tag == wire.TagKeepalive || f.Tag == wire.TagKeepaliveAck || f.Tag == wire.TagClose)
+	if err == nil && !slotted {
 		err = e.cw.onReceive(size)
 	}
 	if err != nil {
@@ -321,14 +374,27 @@ func (e *engine) onFrame(f *wire.Frame, buffered bool, released []*Message) (_ [
 	case wire.TagAck:
 		e.spent(f, 0)
 	case wire.TagKeepalive:
+		if slotted && e.kaAck {
+			// Its slot holds the one we have not answered yet.
+			return released, rxNone, fx, wire.Protocolf("KEEPALIVE before the answer to the last one")
+		}
 		e.kaAck, e.kaAckValue = true, f.Seq
-		e.spent(f, 0)
+		e.spentOrSlotted(f, slotted)
 		fx |= fxWake
 	case wire.TagKeepaliveAck:
+		if slotted {
+			if !e.kaOut {
+				return released, rxNone, fx, wire.Protocolf("KEEPALIVE_ACK without a KEEPALIVE to answer")
+			}
+			e.kaOut = false
+			if e.kaPending {
+				fx |= fxWake
+			}
+		}
 		if rtt := int64(e.clock() - f.Seq); rtt >= 0 {
 			e.st.RTT = time.Duration(rtt)
 		}
-		e.spent(f, 0)
+		e.spentOrSlotted(f, slotted)
 	case wire.TagClose:
 		return released, rxClose, fx, nil
 	default:
@@ -374,10 +440,13 @@ func (e *engine) onAckTimer() effects {
 // link's reader waits for the receive budget. dead reports that the link
 // has been silent too long and must end.
 func (e *engine) onTick(idle, idleTimeout time.Duration, keepalive, budgetWait bool) (fx effects, dead bool) {
-	// A peer we left with at most its reserved credit may only send
-	// grants and keepalive answers, and a reader waiting for the budget
-	// does not read: the silence is our back-pressure, not a dead link.
-	starved := e.cw.advertisedMsgs.Load()-e.cw.recvMsgs.Load() <= 1 || budgetWait
+	// A reader waiting for the budget does not read: the silence is our
+	// back-pressure, not a dead link. Without CONTROL_SLOTS neither is
+	// that of a peer we left with at most its reserved credit, which may
+	// only send grants and keepalive answers. Under CONTROL_SLOTS a live
+	// peer always answers our keepalive and sends its own, whatever its
+	// credit: silence means the link is dead.
+	starved := budgetWait || !e.ctl && e.cw.advertisedMsgs.Load()-e.cw.recvMsgs.Load() <= 1
 	if idle > idleTimeout && !starved {
 		return 0, true
 	}

@@ -26,7 +26,7 @@ func TestCreditAfterBufferBack(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var e engine
 			e.init(4, 1000, simClock)
-			e.startLink(4, 0, 0, 1000, 4, 1000, 0)
+			e.startLink(4, 0, 0, 1000, 4, 1000, 0, false)
 			if tc.p.Tag == wire.TagMessage {
 				// Seq 1 arrives once and is consumed; the test sends it again.
 				first := wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage, Seq: 1}}

@@ -11,7 +11,9 @@ import (
 // order, beside sends, releases, ticks and timers of its own: a frame
 // that breaks the protocol is an error (the Conn then ends the link),
 // never a panic, and whatever the engine collects stays within the
-// credit the peer granted and acks only what arrived.
+// credit the peer granted and acks only what arrived. Odd-length inputs
+// run a link that agreed CONTROL_SLOTS, where the engine must also keep
+// to one unanswered keepalive and answer only keepalives that came.
 func FuzzEngineFrames(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 0, 4, 1, 2, 3, 3})
 	f.Add([]byte{1, 0, 0, 1, 0, 1, 1, 2, 0, 4, 5, 1, 2, 3, 3, 0, 0, 9, 200, 7, 7})
@@ -19,7 +21,9 @@ func FuzzEngineFrames(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var e engine
 		e.init(4, 1000, simClock)
-		e.startLink(4, 0, 0, 1000, 4, 1000, 0)
+		ctl := len(in)%2 == 1
+		e.startLink(4, 0, 0, 1000, 4, 1000, 0, ctl)
+		answerable := false // a KEEPALIVE arrived that we have not answered
 		next := func() byte {
 			if len(in) == 0 {
 				return 0
@@ -47,6 +51,9 @@ func FuzzEngineFrames(f *testing.F) {
 					}
 					return // the link ends
 				}
+				if tag == wire.TagKeepalive {
+					answerable = true
+				}
 				if v == rxDeliver {
 					if fr.Seq != inSeq+1 {
 						t.Fatalf("delivered seq %d after %d", fr.Seq, inSeq)
@@ -56,8 +63,27 @@ func FuzzEngineFrames(f *testing.F) {
 			case 2: // a send
 				e.enqueue(&Message{Front: simPayload[:int(next())*4]})
 			case 3: // the writer
+				wasOut := e.kaOut
 				fr, _ := e.collect(scratch, maxBatchFrames, maxBatchBytes)
 				scratch = fr
+				kas, answers := 0, 0
+				for _, f := range fr {
+					switch f.Tag {
+					case wire.TagKeepalive:
+						kas++
+					case wire.TagKeepaliveAck:
+						answers++
+					}
+				}
+				if answers > 1 || answers == 1 && !answerable {
+					t.Fatalf("%d KEEPALIVE_ACKs with a keepalive to answer %v", answers, answerable)
+				}
+				if answers > 0 {
+					answerable = false
+				}
+				if ctl && (kas > 1 || kas == 1 && wasOut) {
+					t.Fatalf("%d KEEPALIVEs sent, one unanswered before: %v", kas, wasOut)
+				}
 				if e.cw.sentMsgs > e.cw.limitMsgs {
 					t.Fatalf("sent %d frames on a limit of %d", e.cw.sentMsgs, e.cw.limitMsgs)
 				}

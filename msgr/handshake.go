@@ -273,7 +273,7 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 		if old := c.link; old != nil {
 			c.detachLocked(old)
 		}
-		c.startLink(window, req.GrantMsgs, req.GrantBytes, ready.WindowBytes, ready.GrantMsgs, ready.GrantBytes, ready.MaxMessage)
+		c.startLink(window, req.GrantMsgs, req.GrantBytes, ready.WindowBytes, ready.GrantMsgs, ready.GrantBytes, ready.MaxMessage, controlSlots(link))
 		released, err := c.attachLocked(lr, ready.InSeq)
 		retired := c.takeRetiredLocked()
 		c.mu.Unlock()
@@ -436,7 +436,7 @@ func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, no
 	}
 	// The session takes this link's window, whatever the last link's was:
 	// a peer may come back over a transport that posts fewer receives.
-	c.startLink(uint64(window), 0, 0, req.WindowBytes, req.GrantMsgs, req.GrantBytes, req.MaxMessage)
+	c.startLink(uint64(window), 0, 0, req.WindowBytes, req.GrantMsgs, req.GrantBytes, req.MaxMessage, controlSlots(link))
 	ready := &msgrpb.SessionReady{
 		Cookie: c.cookie, PeerCookie: req.Cookie, InSeq: c.sess.inSeq,
 		WindowMsgs: uint64(window), WindowBytes: c.cw.windowBytes,
@@ -473,3 +473,7 @@ func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, no
 	c.pushEvent(Event{Kind: EventAccept, Conn: c})
 	return true, nil
 }
+
+// controlSlots reports whether link's banners agreed CONTROL_SLOTS (§3.3):
+// then its control frames take no credit (engine.ctl).
+func controlSlots(link wire.Link) bool { return link.Features()&wire.FeatureControlSlots != 0 }

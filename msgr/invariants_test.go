@@ -38,7 +38,7 @@ func TestInvariantMessageReleasedOnce(t *testing.T) {
 func linkedEngine(t *testing.T) (e *engine, f *wire.Frame) {
 	e = new(engine)
 	e.init(4, 1000, simClock)
-	e.startLink(4, 0, 0, 1000, 4, 1000, 0)
+	e.startLink(4, 0, 0, 1000, 4, 1000, 0, false)
 	f = &wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage, Seq: 1}, Front: []byte("x")}
 	if _, v, _, err := e.onFrame(f, false, nil); err != nil || v != rxDeliver {
 		t.Fatalf("seq 1: %v %v", v, err)

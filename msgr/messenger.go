@@ -104,6 +104,9 @@ func (m *Messenger) Nonce() uint64 { return m.nonce }
 
 func (m *Messenger) linkOptions(t wire.Transport) wire.LinkOptions {
 	bn := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
+	if m.opts.NoControlSlots {
+		bn.Supported &^= wire.FeatureControlSlots
+	}
 	return wire.LinkOptions{Banner: bn, Limits: m.limits, NoDataCRC: m.opts.DisableDataCRC, RecvWindow: m.windowFor(t),
 		DataChunk: m.opts.DataChunkCRC,
 		Handshake: true, Inbound: m.inbound, Budget: m.budget}

@@ -119,6 +119,12 @@ type Options struct {
 	// ms_crc_data=false) when the peer agrees. Preamble and front CRCs
 	// are always on.
 	DisableDataCRC bool
+	// NoControlSlots leaves CONTROL_SLOTS (wire.FeatureControlSlots) out
+	// of this messenger's banners, so its links keep the rules of a peer
+	// that lacks it: KEEPALIVE, KEEPALIVE_ACK and CLOSE cost credit, and
+	// the idle timeout spares a link whose peer has at most one credit
+	// left. For interoperability tests.
+	NoControlSlots bool
 	// DataChunkCRC, when positive, has the links compute the CRC32C of
 	// each DataChunkCRC-byte chunk of a received data segment as its bytes
 	// arrive, whether or not the sender sent a data CRC

@@ -20,8 +20,9 @@ func TestSideSessionBesideLosslessRDMA(t *testing.T) {
 
 // TestSideSessionSmallWindowRDMA: testSideSessionSmallWindow over
 // rdma+tcp, where the acceptor posts only as many receives as the side
-// session's dialer asks for (wire.LinkOptions.SmallWindow), not the 64 of
-// the server's window and the write rendezvous's control receives.
+// session's dialer asks for (wire.LinkOptions.SmallWindow) and the 3 for
+// the session's control frames, not the 64 of the server's window and the
+// write rendezvous's control receives.
 func TestSideSessionSmallWindowRDMA(t *testing.T) {
 	noGoroutineLeak(t)
 	tr := rdma.NewTransport("tcp", rdma.Config{NoSharedRecv: true}) // receives counted per link

@@ -67,15 +67,9 @@ func testLossy(t *testing.T, env Env) {
 		o.Policies = map[string]msgr.Policy{"osd": msgr.LossyClient}
 		o.Faults = msgr.FaultInjection{EveryNFrames: 40, Seed: 3}
 	})
-	c, err := cli.Connect(context.Background(), addr, "osd.0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := connectReady(t, cli, addr, "osd.0")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	// Send until the injected fault ends the session.
 	sent := 0
 	for ; ; sent++ {

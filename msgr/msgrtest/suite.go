@@ -65,6 +65,11 @@ func Run(t *testing.T, env Env) {
 		{"SimultaneousConnect", testSimultaneousConnect},
 		{"SimultaneousConnectUnreachable", testSimultaneousConnectUnreachable},
 		{"KeepaliveRTT", testKeepalive},
+		{"SilentPeerHoldingWindow", testSilentPeerHoldingWindow},
+		{"SilentOldPeerHoldingWindow", testSilentOldPeerHoldingWindow},
+		{"OversizedBothWays", testOversizedBothWays},
+		{"CloseWithoutCredit", testCloseWithoutCredit},
+		{"KeepalivesFullWindows", testKeepalivesFullWindows},
 		{"CloseTellsPeer", testCloseTellsPeer},
 		{"ShutdownLeavesNoGoroutines", testNoGoroutineLeak},
 	}

@@ -27,7 +27,7 @@ func TestCQFullRefusesLink(t *testing.T) {
 		if d.rdvWrite {
 			nctl = ctlSlots
 		}
-		return linkCQEntries(8+nctl, tr.cfg.SendSlots, nctl, d.rdvWrite)
+		return linkCQEntries(8+nctl+sessCtlRecvs, tr.cfg.SendSlots, nctl, d.rdvWrite)
 	}
 	dial := func(tr *Transport) (wire.Link, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

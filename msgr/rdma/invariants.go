@@ -18,7 +18,8 @@ import (
 type recvLedger struct {
 	// free is the receives ever posted (the first ones, then every
 	// repost) less the frames read that no session credit paid for:
-	// handshake frames, and link-only frames on the ctlRecv receives. One
+	// handshake frames, link-only frames on the ctlRecv receives, and
+	// under CONTROL_SLOTS the session's control frames. One
 	// counter, not one per kind, so that checkGrant reads it in one load:
 	// summing separate counters while frames arrive could see a control
 	// frame's count without the repost that came before it, and report
@@ -44,10 +45,23 @@ func (l *link) ledgerRead(t wire.Tag) {
 	}
 }
 
+// ledgerSlotted records a session control frame read on a link that
+// agreed CONTROL_SLOTS, which took one of the sessCtlRecvs receives and
+// no credit. Called once its receive was posted again, as for control.
+// A sealed one reads as SEALED here and is counted as a credited frame:
+// the ledger then shows one receive more than there is for each, which
+// loosens the check on sealed sessions but never fails a good grant.
+func (l *link) ledgerSlotted(t wire.Tag) {
+	if invariants.Enabled && l.features&wire.FeatureControlSlots != 0 &&
+		(t == wire.TagKeepalive || t == wire.TagKeepaliveAck || t == wire.TagClose) {
+		l.ledger.free.Add(-1)
+	}
+}
+
 // checkGrant panics if the grant in p lets the peer send a frame for
 // which no receive was posted: on verbs a receiver-not-ready error. The
 // grant counts the session's frames on this link; the receives that can
-// take them are those posted (recvLedger.free), but for the ctlRecv ones
+// take them are those posted (recvLedger.free), but for the controlRecvs ones
 // kept for control frames. A link on the shared pool (srx.go) has no
 // receives of its own to count: the pool grows to cover every link's
 // window instead.
@@ -55,7 +69,7 @@ func (l *link) checkGrant(p *wire.Preamble) {
 	if !invariants.Enabled || l.srx || p.Tag.Handshake() || p.Tag.LinkOnly() {
 		return
 	}
-	avail := l.ledger.free.Load() - int64(l.ctlRecv)
+	avail := l.ledger.free.Load() - int64(l.controlRecvs())
 	// Grants travel mod 2^32 (creditWindow.onGrant).
 	if int32(uint32(avail)-p.GrantMsgs) < 0 {
 		panic(fmt.Sprintf("rdma: invariant: granted the peer %d frames on link %d, but only %d receives were posted for them",

@@ -51,3 +51,32 @@ func TestGrantCheckWhileControlFramesArrive(t *testing.T) {
 		l.checkGrant(p)
 	}
 }
+
+// TestLedgerSessionControlSlots: under CONTROL_SLOTS the peer's KEEPALIVE,
+// KEEPALIVE_ACK and CLOSE land in the sessCtlRecvs receives and take no
+// credit, so after any number of them the receives left for the session
+// are still the window; without the feature each is a credited frame,
+// whose reposted receive backs one more credit.
+func TestLedgerSessionControlSlots(t *testing.T) {
+	const window, frames = 8, 6
+	for _, agreed := range []bool{true, false} {
+		l := &link{id: 1, nrecv: window}
+		if agreed {
+			l.features = wire.FeatureControlSlots
+		}
+		for range l.recvs() {
+			l.ledgerPost()
+		}
+		for i := range frames {
+			l.ledgerPost() // posted again before it is counted (frameFrom)
+			l.ledgerSlotted([]wire.Tag{wire.TagKeepalive, wire.TagKeepaliveAck}[i%2])
+		}
+		beyond := &wire.Preamble{Tag: wire.TagAck, GrantMsgs: window + frames}
+		if agreed {
+			l.checkGrant(&wire.Preamble{Tag: wire.TagAck, GrantMsgs: window})
+			wantPanic(t, "only 8 receives", func() { l.checkGrant(beyond) })
+		} else {
+			l.checkGrant(beyond)
+		}
+	}
+}

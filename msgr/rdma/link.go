@@ -31,6 +31,15 @@ const drainTimeout = 500 * time.Millisecond
 // (domain.readsBreakClose); an endpoint whose reads outlast it is parked.
 const readDrainTimeout = 500 * time.Millisecond
 
+// sessCtlRecvs are the receives every link posts beside its window for
+// the session's control frames under CONTROL_SLOTS (protocol.md §3.3,
+// §13.2): the peer's one unanswered KEEPALIVE, its KEEPALIVE_ACK and its
+// CLOSE, none of which takes a credit there. They are posted whatever the
+// banners agree: a link posts its receives before the connection data
+// says what the peer supports, and three buffers cost less than posting
+// them later, once the connection is up and the peer may already send.
+const sessCtlRecvs = 3
+
 // link is one connected MSG endpoint. One credit of the session above is
 // one of its posted receives: a receive buffer is posted again when the
 // frame in it is released, before the credit for it is granted.
@@ -53,9 +62,10 @@ type link struct {
 	// sendLimit is the largest frame sent inline: our buffers and the
 	// peer's, from the connection data, whichever is smaller.
 	sendLimit int
-	// ctlRecv: receives posted for control frames (ctlRecvs when the
-	// domain offers the write rendezvous); rdvWrite: the peer offers it
-	// too, so our rendezvous payloads are written by the peer.
+	// ctlRecv: receives posted for the write rendezvous's control frames
+	// (ctlRecvs when the domain offers it; sessCtlRecvs come beside
+	// them); rdvWrite: the peer offers it too, so our rendezvous payloads
+	// are written by the peer.
 	ctlRecv  int
 	rdvWrite bool
 	// cq is the completion queue the endpoint is bound to, and cqNeed
@@ -166,7 +176,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 		return nil, err
 	}
 	l.cq = q
-	d.ctlRecvs.Add(int64(l.ctlRecv)) // freeRegions or Close takes it back
+	d.ctlRecvs.Add(int64(l.controlRecvs())) // freeRegions or Close takes it back
 	l.rx = make(chan rxEvent, l.recvs()+16)
 	// A full pool (or a provider without one) leaves the link its own
 	// receive queue.
@@ -237,11 +247,15 @@ func (l *link) RecvWindow() int { return l.nrecv }
 
 // recvs is the number of receives the link posts: its window and those
 // for control frames.
-func (l *link) recvs() int { return l.nrecv + l.ctlRecv }
+func (l *link) recvs() int { return l.nrecv + l.controlRecvs() }
+
+// controlRecvs is the receives the link posts for control frames, which no
+// session credit pays for: the write rendezvous's and the session's.
+func (l *link) controlRecvs() int { return l.ctlRecv + sessCtlRecvs }
 
 func (l *link) freeRegions() {
 	l.d.unreserveCQ(l.cq, l.cqNeed) // no endpoint took an operation
-	l.d.ctlRecvs.Add(-int64(l.ctlRecv))
+	l.d.ctlRecvs.Add(-int64(l.controlRecvs()))
 	if l.srx {
 		l.d.srx.unreserve(l.recvs())
 	}
@@ -369,7 +383,7 @@ func (l *link) closeEndpoint() {
 		l.postedN = 0
 		l.postMu.Unlock()
 	}
-	l.d.ctlRecvs.Add(-int64(l.ctlRecv))
+	l.d.ctlRecvs.Add(-int64(l.controlRecvs()))
 	if l.srx {
 		l.d.srx.unreserve(l.recvs())
 	}

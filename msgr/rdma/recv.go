@@ -287,6 +287,7 @@ func (l *link) frameFrom(ev rxEvent, f *wire.Frame) (*pendingRead, error) {
 	}
 	if !f.HasSegments() {
 		buf.Release() // posted again now: nothing points into it
+		l.ledgerSlotted(f.Tag)
 		f.Front, f.Data, f.Buf = nil, nil, nil
 		return nil, nil
 	}

@@ -98,8 +98,9 @@ func (t *Transport) MaxRecvWindow() int {
 		t.rxMax = t.cfg.MaxRecvWindow
 		if info, err := t.getinfo("127.0.0.1", "0", true); err == nil {
 			if rx := int(C.osp_info_rx_size(info)); rx > 0 {
+				rx -= sessCtlRecvs // the session's control frames need their own
 				if t.offersWrite(info) {
-					rx -= ctlRecvs // the write rendezvous's control frames need their own
+					rx -= ctlRecvs // and so do the write rendezvous's
 				}
 				t.rxMax = min(t.rxMax, rx)
 			}
@@ -141,9 +142,11 @@ type Stats struct {
 	// WritePieces counts the RDMA writes posted for RendezvousWrites:
 	// more than one a payload where Config.WriteChunk splits them.
 	WritePieces uint64
-	// ControlRecvs are the receives posted for the write rendezvous's
-	// RDV_READY and RDV_DONE frames, beside the sessions' credits: part
-	// of RecvsPosted (or of the shared pool's buffers).
+	// ControlRecvs are the receives posted for control frames beside the
+	// sessions' credits: three a link for the session's KEEPALIVE,
+	// KEEPALIVE_ACK and CLOSE (CONTROL_SLOTS), and 32 a link that offers
+	// the write rendezvous for its RDV_READY and RDV_DONE frames. Part of
+	// RecvsPosted (or of the shared pool's buffers).
 	ControlRecvs int64
 	// LentBytes is registered memory handed out for long-lived use
 	// (Messenger.AllocRegistered: an OSD's read cache), out or kept for

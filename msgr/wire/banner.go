@@ -35,8 +35,13 @@ const (
 	// FeatureRendezvous: the peer can move large payloads by rendezvous
 	// (RDMA read or write). Only RDMA links offer it (Banner.Stream).
 	FeatureRendezvous uint64 = 1 << 1
+	// FeatureControlSlots: KEEPALIVE, KEEPALIVE_ACK and CLOSE take no
+	// credit; the receiver keeps a slot for each instead (one unanswered
+	// keepalive each way, one CLOSE), so a side can always probe, answer
+	// and close, and a silent link is a dead one.
+	FeatureControlSlots uint64 = 1 << 2
 	// KnownFeatures is every bit this version understands.
-	KnownFeatures = FeatureNoDataCRC | FeatureRendezvous
+	KnownFeatures = FeatureNoDataCRC | FeatureRendezvous | FeatureControlSlots
 )
 
 // Stream is the banner a link that moves bytes, not RDMA operations
