@@ -73,10 +73,17 @@ func Run(t *testing.T, env Env) {
 		{"CloseTellsPeer", testCloseTellsPeer},
 		{"ShutdownLeavesNoGoroutines", testNoGoroutineLeak},
 	}
+	// The control-slot cases mostly wait out idle timeouts: they run side
+	// by side, after the others (so not beside ShutdownLeavesNoGoroutines).
+	parallel := map[string]bool{"SilentPeerHoldingWindow": true, "SilentOldPeerHoldingWindow": true,
+		"OversizedBothWays": true, "CloseWithoutCredit": true, "KeepalivesFullWindows": true}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if why, ok := env.Skip[tc.name]; ok {
 				t.Skip(why)
+			}
+			if parallel[tc.name] {
+				t.Parallel()
 			}
 			tc.fn(t, env)
 		})
