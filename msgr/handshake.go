@@ -244,6 +244,12 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 			c.mu.Unlock()
 			return nil, errWait
 		case wire.TagSessionReset:
+			if reset.Closed {
+				// The CLOSE of this session never reached us: end it as
+				// that CLOSE would have (reader.go), with no redial.
+				c.closeWith(ErrClosedByPeer, true, false)
+				return nil, ErrClosedByPeer
+			}
 			if reset.Fatal {
 				err := &RefusedError{Peer: peer, Reason: reset.Reason}
 				c.closeWith(err, true, false)
@@ -340,9 +346,15 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) (err error
 		mode = ModeSecure
 	}
 	policy := m.opts.policyFor(peer)
+	toldClosed := false
 	for {
 		var req msgrpb.SessionRequest
 		if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagSessionReq: &req}); err != nil {
+			if toldClosed && handshakeReason(err) == HandshakeClosed {
+				// The dialer ended its session, as told: no failure.
+				link.Close()
+				return nil
+			}
 			return err
 		}
 		sess, sessWindow := policy, window
@@ -359,11 +371,34 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) (err error
 		if req.WindowMsgs < 2 || req.GrantMsgs < 1 {
 			return wire.Protocolf("handshake: peer window of %d messages (grant %d) is too small", req.WindowMsgs, req.GrantMsgs)
 		}
+		if !sess.Lossy && req.PeerCookie != 0 && m.closedSession(req.PeerCookie, peer) {
+			// We closed the session the dialer resumes, and our CLOSE
+			// never reached it: it ends the session as on that CLOSE. An
+			// older dialer ignores closed and asks again for a new
+			// session, which the next round accepts.
+			if err := writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Closed: true, Reason: closedSessionReason}); err != nil {
+				return err
+			}
+			toldClosed = true
+			continue
+		}
 		done, err := m.acceptSession(link, mode, peer, hello.InstanceNonce, sess, &req, sessWindow, scheme)
 		if done || err != nil {
 			return err
 		}
 	}
+}
+
+// closedSessionReason is the reason of the SESSION_RESET that tells a
+// dialer we closed its session, for people (and older dialers' logs).
+const closedSessionReason = "session closed (its CLOSE was lost)"
+
+// closedSession reports whether cookie, ours, names a lossless session
+// with peer that we closed with CLOSE, recently enough (tombstones).
+func (m *Messenger) closedSession(cookie uint64, peer EntityName) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tombs.closed(cookie, peer)
 }
 
 // acceptSession answers one SESSION_REQUEST. done is false after a

@@ -82,6 +82,10 @@ func handshakeSeeds() [][]byte {
 		concat(good, hello),
 		// An unknown session: SESSION_RESET, then the dialer asks again.
 		concat(hello, auth, req(func(r *msgrpb.SessionRequest) { r.PeerCookie = 12345 }), req(nil), msg(1, 0, "", "")),
+		// A session the acceptor closed (fuzzClosedCookie): SESSION_RESET
+		// closed, then a dialer that predates closed asks again.
+		concat(hello, auth, req(func(r *msgrpb.SessionRequest) { r.PeerCookie = fuzzClosedCookie }), req(nil), msg(1, 0, "", "")),
+		concat(hello, auth, req(func(r *msgrpb.SessionRequest) { r.PeerCookie = fuzzClosedCookie })),
 		// Wrong in the handshake.
 		concat(fuzzHS(wire.TagHello, &msgrpb.Hello{EntityName: "not a name"}), auth, req(nil)),
 		concat(hello, fuzzHS(wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"kerberos"}}), req(nil)),
@@ -122,6 +126,10 @@ func FuzzHandshakeAuth(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) { fuzzAccept(t, in, &AuthOptions{Keyring: k}) })
 }
 
+// fuzzClosedCookie names a session the fuzzed acceptor closed with osd.1
+// (a tombstone), so that its answer "closed" is fuzzed too.
+const fuzzClosedCookie = 777
+
 // fuzzAccept drives the acceptor's side of the handshake, and the link it
 // starts, with arbitrary bytes from a dialer: accept must return (an error
 // or nil), never panic, and the messenger must shut down cleanly.
@@ -139,6 +147,9 @@ func fuzzAccept(t *testing.T, in []byte, a *AuthOptions) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.mu.Lock()
+	m.tombs.add(fuzzClosedCookie, "osd.1")
+	m.mu.Unlock()
 	cli, srv := net.Pipe()
 	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
 

@@ -66,6 +66,8 @@ func Run(t *testing.T, env Env) {
 		{"SimultaneousConnectUnreachable", testSimultaneousConnectUnreachable},
 		{"KeepaliveRTT", testKeepalive},
 		{"CloseTellsPeer", testCloseTellsPeer},
+		{"CloseWhileDownAccepted", func(t *testing.T, env Env) { testCloseWhileDown(t, env, false) }},
+		{"CloseWhileDownDialed", func(t *testing.T, env Env) { testCloseWhileDown(t, env, true) }},
 		{"ShutdownLeavesNoGoroutines", testNoGoroutineLeak},
 	}
 	for _, tc := range tests {

@@ -521,7 +521,12 @@ type SessionReset struct {
 	Reason string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
 	// fatal: do not retry (e.g. a policy mismatch); the dialer ends the
 	// session instead of starting a new one.
-	Fatal         bool `protobuf:"varint,2,opt,name=fatal,proto3" json:"fatal,omitempty"`
+	Fatal bool `protobuf:"varint,2,opt,name=fatal,proto3" json:"fatal,omitempty"`
+	// closed: the acceptor closed the session the request names
+	// deliberately (its CLOSE never arrived): the dialer ends the session as
+	// on a received CLOSE. A dialer that predates the field reads false and
+	// asks again for a new session.
+	Closed        bool `protobuf:"varint,3,opt,name=closed,proto3" json:"closed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -566,6 +571,13 @@ func (x *SessionReset) GetReason() string {
 func (x *SessionReset) GetFatal() bool {
 	if x != nil {
 		return x.Fatal
+	}
+	return false
+}
+
+func (x *SessionReset) GetClosed() bool {
+	if x != nil {
+		return x.Closed
 	}
 	return false
 }
@@ -714,10 +726,11 @@ const file_msgr_proto_rawDesc = "" +
 	"grantBytes\x12\x1f\n" +
 	"\vmax_message\x18\t \x01(\x04R\n" +
 	"maxMessage\x12\x1b\n" +
-	"\treset_old\x18\x06 \x01(\bR\bresetOld\"<\n" +
+	"\treset_old\x18\x06 \x01(\bR\bresetOld\"T\n" +
 	"\fSessionReset\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x14\n" +
-	"\x05fatal\x18\x02 \x01(\bR\x05fatal\"\x06\n" +
+	"\x05fatal\x18\x02 \x01(\bR\x05fatal\x12\x16\n" +
+	"\x06closed\x18\x03 \x01(\bR\x06closed\"\x06\n" +
 	"\x04Wait\"A\n" +
 	"\tBenchPing\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12$\n" +

@@ -1,0 +1,90 @@
+package msgr
+
+import "time"
+
+// maxTombstones bounds the closed sessions a messenger remembers. An entry
+// is a cookie, a name and a time, under 200 bytes with the map's share
+// (the name, at most 128 bytes, is the closed Conn's string), so the bound
+// costs under 1 MiB. It is far above the lossless sessions a daemon closes
+// deliberately within a StandbyTimeout (they are sessions with other
+// daemons); past it the oldest go first, and their peers get what an
+// unknown session gets (docs/protocol.md §11).
+const maxTombstones = 4096
+
+// tombstones remembers the lossless sessions this side closed with CLOSE
+// (Conn.Close, a message the peer can never take), by this side's cookie,
+// for as long as a session in standby waits for its peer (StandbyTimeout).
+// A peer whose CLOSE never arrived (the link was down, or failed under it)
+// dials back to resume; told "closed" instead of "no such session"
+// (SESSION_RESET closed, §6.4 rule 4.4a), it ends its session as the CLOSE
+// would have made it, instead of starting a new one here. A peer that
+// comes back later than StandbyTimeout would have found no session had
+// this side not closed it either: it gets what an unknown session gets.
+//
+// Only this side's own closes add entries, so a peer cannot grow it.
+// Guarded by Messenger.mu.
+type tombstones struct {
+	ttl time.Duration // <0: entries expire only by count
+	max int
+	now func() time.Time
+
+	byCookie map[uint64]tomb
+	order    []uint64 // cookies, oldest close first: expiry and eviction take from the front
+}
+
+type tomb struct {
+	peer EntityName
+	at   time.Time
+}
+
+func newTombstones(ttl time.Duration) *tombstones {
+	return &tombstones{ttl: ttl, max: maxTombstones, now: time.Now, byCookie: map[uint64]tomb{}}
+}
+
+// add records that the session whose cookie (ours) is cookie, with peer,
+// was closed now.
+func (t *tombstones) add(cookie uint64, peer EntityName) {
+	now := t.now()
+	t.prune(now)
+	if _, ok := t.byCookie[cookie]; ok {
+		return // a cookie names one session: closed once
+	}
+	t.byCookie[cookie] = tomb{peer: peer, at: now}
+	t.order = append(t.order, cookie)
+	for len(t.order) > t.max {
+		t.dropOldest()
+	}
+}
+
+// closed reports whether cookie names a session this side closed with
+// peer. The entry stays: an answer lost on the way brings the peer back
+// with the same cookie, and it must hear the same.
+func (t *tombstones) closed(cookie uint64, peer EntityName) bool {
+	t.prune(t.now())
+	e, ok := t.byCookie[cookie]
+	return ok && e.peer == peer
+}
+
+// len is the number of entries, expired ones included until the next
+// add or closed.
+func (t *tombstones) len() int { return len(t.byCookie) }
+
+func (t *tombstones) prune(now time.Time) {
+	if t.ttl < 0 {
+		return
+	}
+	for len(t.order) > 0 && now.Sub(t.byCookie[t.order[0]].at) >= t.ttl {
+		t.dropOldest()
+	}
+}
+
+func (t *tombstones) dropOldest() {
+	delete(t.byCookie, t.order[0])
+	t.order = t.order[1:]
+}
+
+// clear forgets every entry (the messenger is closing).
+func (t *tombstones) clear() {
+	clear(t.byCookie)
+	t.order = nil
+}
