@@ -86,6 +86,12 @@ func handshakeSeeds() [][]byte {
 		// closed, then a dialer that predates closed asks again.
 		concat(hello, auth, req(func(r *msgrpb.SessionRequest) { r.PeerCookie = fuzzClosedCookie }), req(nil), msg(1, 0, "", "")),
 		concat(hello, auth, req(func(r *msgrpb.SessionRequest) { r.PeerCookie = fuzzClosedCookie })),
+		// A new session naming one the dialer closed (fuzzAccept's
+		// session with osd.2), then a resumption of that one.
+		concat(fuzzHS(wire.TagHello, &msgrpb.Hello{EntityName: "osd.2", InstanceNonce: 7}), auth,
+			req(func(r *msgrpb.SessionRequest) { r.ClosedCookie = fuzzOpenPeerCookie }), msg(1, 0, "", "")),
+		concat(fuzzHS(wire.TagHello, &msgrpb.Hello{EntityName: "osd.2", InstanceNonce: 7}), auth,
+			req(func(r *msgrpb.SessionRequest) { r.Cookie = fuzzOpenPeerCookie }), msg(1, 0, "", "")),
 		// Wrong in the handshake.
 		concat(fuzzHS(wire.TagHello, &msgrpb.Hello{EntityName: "not a name"}), auth, req(nil)),
 		concat(hello, fuzzHS(wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"kerberos"}}), req(nil)),
@@ -127,8 +133,13 @@ func FuzzHandshakeAuth(f *testing.F) {
 }
 
 // fuzzClosedCookie names a session the fuzzed acceptor closed with osd.1
-// (a tombstone), so that its answer "closed" is fuzzed too.
-const fuzzClosedCookie = 777
+// (a tombstone), so that its answer "closed" is fuzzed too; it has a
+// session in standby with osd.2, whose cookie there is
+// fuzzOpenPeerCookie, so that a dialer naming it closed is fuzzed too.
+const (
+	fuzzClosedCookie   = 777
+	fuzzOpenPeerCookie = 5
+)
 
 // fuzzAccept drives the acceptor's side of the handshake, and the link it
 // starts, with arbitrary bytes from a dialer: accept must return (an error
@@ -149,6 +160,9 @@ func fuzzAccept(t *testing.T, in []byte, a *AuthOptions) {
 	}
 	m.mu.Lock()
 	m.tombs.add(fuzzClosedCookie, "osd.1")
+	c := m.newConn(LosslessPeer, "", "osd.2", 8)
+	c.peerCookie, c.peerNonce, c.state = fuzzOpenPeerCookie, 7, stateStandby
+	m.byPeer["osd.2"] = c
 	m.mu.Unlock()
 	cli, srv := net.Pipe()
 	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))

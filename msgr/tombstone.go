@@ -30,6 +30,9 @@ type tombstones struct {
 
 	byCookie map[uint64]tomb
 	order    []uint64 // cookies, oldest close first: expiry and eviction take from the front
+	// byPeer is the cookie of the last session closed with each peer, for
+	// a new session with it (SessionRequest.closed_cookie).
+	byPeer map[EntityName]uint64
 }
 
 type tomb struct {
@@ -38,7 +41,7 @@ type tomb struct {
 }
 
 func newTombstones(ttl time.Duration) *tombstones {
-	return &tombstones{ttl: ttl, max: maxTombstones, now: time.Now, byCookie: map[uint64]tomb{}}
+	return &tombstones{ttl: ttl, max: maxTombstones, now: time.Now, byCookie: map[uint64]tomb{}, byPeer: map[EntityName]uint64{}}
 }
 
 // add records that the session whose cookie (ours) is cookie, with peer,
@@ -50,6 +53,7 @@ func (t *tombstones) add(cookie uint64, peer EntityName) {
 		return // a cookie names one session: closed once
 	}
 	t.byCookie[cookie] = tomb{peer: peer, at: now}
+	t.byPeer[peer] = cookie
 	t.order = append(t.order, cookie)
 	for len(t.order) > t.max {
 		t.dropOldest()
@@ -63,6 +67,13 @@ func (t *tombstones) closed(cookie uint64, peer EntityName) bool {
 	t.prune(t.now())
 	e, ok := t.byCookie[cookie]
 	return ok && e.peer == peer
+}
+
+// lastWith returns the cookie of the last session closed with peer, 0 if
+// none is remembered.
+func (t *tombstones) lastWith(peer EntityName) uint64 {
+	t.prune(t.now())
+	return t.byPeer[peer]
 }
 
 // len is the number of entries, expired ones included until the next
@@ -79,12 +90,17 @@ func (t *tombstones) prune(now time.Time) {
 }
 
 func (t *tombstones) dropOldest() {
-	delete(t.byCookie, t.order[0])
+	cookie := t.order[0]
+	if peer := t.byCookie[cookie].peer; t.byPeer[peer] == cookie {
+		delete(t.byPeer, peer)
+	}
+	delete(t.byCookie, cookie)
 	t.order = t.order[1:]
 }
 
 // clear forgets every entry (the messenger is closing).
 func (t *tombstones) clear() {
 	clear(t.byCookie)
+	clear(t.byPeer)
 	t.order = nil
 }

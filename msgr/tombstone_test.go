@@ -2,6 +2,7 @@ package msgr
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"testing"
@@ -82,6 +83,39 @@ func TestTombstonesCountBound(t *testing.T) {
 	}
 }
 
+// TestTombstonesLastWith: a new session names the last session closed
+// with its peer, while that one is remembered.
+func TestTombstonesLastWith(t *testing.T) {
+	ts, clk := newTestTombstones(time.Minute, 3)
+	ts.add(3, "osd.1")
+	clk.t = clk.t.Add(30 * time.Second)
+	ts.add(5, "osd.1")
+	ts.add(7, "osd.2")
+	if got := ts.lastWith("osd.1"); got != 5 {
+		t.Fatalf("last closed with osd.1: %d, want 5", got)
+	}
+	clk.t = clk.t.Add(30 * time.Second) // 3 expires: 5 is still the last
+	if got := ts.lastWith("osd.1"); got != 5 {
+		t.Fatalf("last closed with osd.1 after an older expired: %d, want 5", got)
+	}
+	ts.add(9, "osd.3")
+	ts.add(11, "osd.3")
+	ts.add(13, "osd.3") // the bound evicts 5 and 7
+	if got, got2 := ts.lastWith("osd.1"), ts.lastWith("osd.2"); got != 0 || got2 != 0 {
+		t.Fatalf("evicted sessions still named: osd.1 %d, osd.2 %d", got, got2)
+	}
+	if got := ts.lastWith("osd.3"); got != 13 {
+		t.Fatalf("last closed with osd.3: %d, want 13", got)
+	}
+	if len(ts.byPeer) != 1 {
+		t.Fatalf("%d peers indexed, want 1", len(ts.byPeer))
+	}
+	ts.clear()
+	if ts.lastWith("osd.3") != 0 || len(ts.byPeer) != 0 {
+		t.Fatal("clear kept the peer index")
+	}
+}
+
 func TestTombstonesMatchPeer(t *testing.T) {
 	ts, _ := newTestTombstones(time.Minute, 100)
 	ts.add(3, "osd.1")
@@ -154,45 +188,12 @@ func TestClosedAnswerOlderDialer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Shutdown(context.Background())
+	t.Cleanup(func() { m.Shutdown(context.Background()) }) // after rawDial's
 	m.mu.Lock()
 	m.tombs.add(777, "osd.1")
 	m.mu.Unlock()
 
-	cli, srv := net.Pipe()
-	defer cli.Close()
-	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
-	acceptErr := make(chan error, 1)
-	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
-	type reply struct {
-		tag   wire.Tag
-		front []byte
-	}
-	replies := make(chan reply, 16)
-	go func() {
-		r := wire.NewReaderLink(cli, wire.KnownFeatures, wire.Limits{MaxFront: 1 << 16, MaxData: 1 << 20})
-		for {
-			var f wire.Frame
-			if err := r.ReadFrame(&f); err != nil {
-				close(replies)
-				return
-			}
-			replies <- reply{f.Tag, append([]byte(nil), f.Front...)}
-			f.Release()
-		}
-	}()
-	req := func(peerCookie uint64) []byte {
-		return fuzzHS(wire.TagSessionReq, &msgrpb.SessionRequest{Cookie: 11, PeerCookie: peerCookie,
-			WindowMsgs: 8, WindowBytes: 1 << 16, GrantMsgs: 8, GrantBytes: 1 << 16})
-	}
-	in := concat(fuzzHS(wire.TagHello, &msgrpb.Hello{EntityName: "osd.1", InstanceNonce: 7}),
-		fuzzHS(wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"none"}}), req(777), req(0))
-	if _, err := cli.Write(in); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-acceptErr; err != nil {
-		t.Fatalf("accept: %v", err)
-	}
+	replies := rawDial(t, m, rawRequest(777, 0), rawRequest(0, 0))
 	for _, want := range []wire.Tag{wire.TagHello, wire.TagAuthDone, wire.TagSessionReset, wire.TagSessionReady} {
 		got := <-replies
 		if got.tag != want {
@@ -211,6 +212,115 @@ func TestClosedAnswerOlderDialer(t *testing.T) {
 	if ev := <-accepted; ev.Kind != EventAccept {
 		t.Fatalf("event %v, want an accept of the new session", ev.Kind)
 	}
+}
+
+// TestClosedCookieEndsOldSession: a new session whose dialer names, in
+// closed_cookie, the session it closed ends that session here as its
+// CLOSE would have, and starts in a new Conn; a closed_cookie that names
+// another session leaves the rules as they were (a new cookie: the dialer
+// restarted, §6.4 rule 10).
+func TestClosedCookieEndsOldSession(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		closedCookie uint64
+		wantClosed   bool
+	}{
+		{"names it", 5, true},
+		{"names another", 6, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			events := make(chan Event, 8)
+			m, err := New(Options{Name: "osd.0", Dispatcher: eventsTo(events), Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Before rawDial's cleanup, so after it: the dialer end closes
+			// first, and Shutdown's CLOSE need not wait closeGrace.
+			t.Cleanup(func() { m.Shutdown(context.Background()) })
+			m.mu.Lock()
+			old := m.newConn(LosslessPeer, "", "osd.1", 8)
+			old.peerCookie, old.peerNonce, old.state = 5, 7, stateStandby
+			m.byPeer["osd.1"] = old
+			m.mu.Unlock()
+			for range 2 {
+				if err := old.TrySend(NewMessage(1, nil, nil)); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			replies := rawDial(t, m, rawRequest(0, tc.closedCookie))
+			for _, want := range []wire.Tag{wire.TagHello, wire.TagAuthDone, wire.TagSessionReady} {
+				if got := <-replies; got.tag != want {
+					t.Fatalf("acceptor sent %v, want %v", got.tag, want)
+				}
+			}
+			want := []EventKind{EventReset, EventAccept}
+			if !tc.wantClosed {
+				want = []EventKind{EventRemoteReset, EventAccept}
+			}
+			for _, k := range want {
+				ev := <-events
+				wantDropped := 2 // both queued messages, by the close or the reset
+				if k == EventAccept {
+					wantDropped = 0
+				}
+				if ev.Kind != k || ev.Dropped != wantDropped {
+					t.Fatalf("event %v (dropped %d, err %v), want %v", ev.Kind, ev.Dropped, ev.Err, k)
+				}
+				if k == EventReset && (ev.Conn != old || !errors.Is(ev.Err, ErrClosedByPeer)) {
+					t.Fatalf("reset of the new session, or with %v", ev.Err)
+				}
+				if k == EventAccept && (ev.Conn == old) == tc.wantClosed {
+					t.Fatalf("accepted into the old Conn: %v, want %v", ev.Conn == old, !tc.wantClosed)
+				}
+			}
+		})
+	}
+}
+
+type rawReply struct {
+	tag   wire.Tag
+	front []byte
+}
+
+// rawRequest is a SESSION_REQUEST of osd.1's session with cookie 11.
+func rawRequest(peerCookie, closedCookie uint64) []byte {
+	return fuzzHS(wire.TagSessionReq, &msgrpb.SessionRequest{Cookie: 11, PeerCookie: peerCookie, ClosedCookie: closedCookie,
+		WindowMsgs: 8, WindowBytes: 1 << 16, GrantMsgs: 8, GrantBytes: 1 << 16})
+}
+
+// rawDial runs m's accept on a pipe whose dialer end, osd.1 (nonce 7,
+// auth none), writes HELLO, AUTH_REQUEST and reqs, and returns the frames
+// the acceptor writes. The dialer end stays open until the test ends.
+func rawDial(t *testing.T, m *Messenger, reqs ...[]byte) <-chan rawReply {
+	t.Helper()
+	cli, srv := net.Pipe()
+	t.Cleanup(func() { cli.Close() })
+	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
+	acceptErr := make(chan error, 1)
+	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
+	replies := make(chan rawReply, 16)
+	go func() {
+		r := wire.NewReaderLink(cli, wire.KnownFeatures, wire.Limits{MaxFront: 1 << 16, MaxData: 1 << 20})
+		for {
+			var f wire.Frame
+			if err := r.ReadFrame(&f); err != nil {
+				close(replies)
+				return
+			}
+			replies <- rawReply{f.Tag, append([]byte(nil), f.Front...)}
+			f.Release()
+		}
+	}()
+	in := concat(fuzzHS(wire.TagHello, &msgrpb.Hello{EntityName: "osd.1", InstanceNonce: 7}),
+		fuzzHS(wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"none"}}), concat(reqs...))
+	if _, err := cli.Write(in); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-acceptErr; err != nil {
+		t.Fatalf("accept: %v", err)
+	}
+	return replies
 }
 
 // eventsTo is a Dispatcher that passes its events to a channel.

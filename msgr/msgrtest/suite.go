@@ -68,6 +68,7 @@ func Run(t *testing.T, env Env) {
 		{"CloseTellsPeer", testCloseTellsPeer},
 		{"CloseWhileDownAccepted", func(t *testing.T, env Env) { testCloseWhileDown(t, env, false) }},
 		{"CloseWhileDownDialed", func(t *testing.T, env Env) { testCloseWhileDown(t, env, true) }},
+		{"CloseWhileDownNewSession", testCloseWhileDownNewSession},
 		{"ShutdownLeavesNoGoroutines", testNoGoroutineLeak},
 	}
 	for _, tc := range tests {
