@@ -211,35 +211,11 @@ func TestHandshakeSeedsAccepted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Shutdown(context.Background())
-	cli, srv := net.Pipe()
-	defer cli.Close()
-	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
-	acceptErr := make(chan error, 1)
-	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
-	replies := make(chan wire.Tag, 16)
-	go func() {
-		r := wire.NewReaderLink(cli, wire.KnownFeatures, wire.Limits{MaxFront: 1 << 16, MaxData: 1 << 20})
-		for {
-			var f wire.Frame
-			if err := r.ReadFrame(&f); err != nil {
-				close(replies)
-				return
-			}
-			replies <- f.Tag
-			f.Release()
-		}
-	}()
-	seeds := handshakeSeeds()
-	if _, err := cli.Write(seeds[4]); err != nil { // handshake, two messages, ack, keepalive
-		t.Fatal(err)
-	}
-	if err := <-acceptErr; err != nil {
-		t.Fatalf("accept: %v", err)
-	}
+	t.Cleanup(func() { m.Shutdown(context.Background()) }) // after rawAccept's
+	replies := rawAccept(t, m, handshakeSeeds()[4])        // handshake, two messages, ack, keepalive
 	for _, want := range []wire.Tag{wire.TagHello, wire.TagAuthDone, wire.TagSessionReady} {
-		if got := <-replies; got != want {
-			t.Fatalf("acceptor sent %v, want %v", got, want)
+		if got := <-replies; got.tag != want {
+			t.Fatalf("acceptor sent %v, want %v", got.tag, want)
 		}
 	}
 	for _, want := range []string{"payload", ""} {
@@ -249,4 +225,46 @@ func TestHandshakeSeedsAccepted(t *testing.T) {
 		}
 		msg.Release()
 	}
+}
+
+type rawReply struct {
+	tag   wire.Tag
+	front []byte
+}
+
+// rawAccept runs m's accept on a pipe whose dialer end writes in, and
+// returns the frames the acceptor writes once accept has returned. The
+// dialer end stays open until the test ends.
+func rawAccept(t *testing.T, m *Messenger, in []byte) <-chan rawReply {
+	t.Helper()
+	cli, srv := net.Pipe()
+	t.Cleanup(func() { cli.Close() })
+	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
+	acceptErr := make(chan error, 1)
+	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
+	replies := make(chan rawReply, 16)
+	go func() {
+		r := wire.NewReaderLink(cli, wire.KnownFeatures, wire.Limits{MaxFront: 1 << 16, MaxData: 1 << 20})
+		for {
+			var f wire.Frame
+			if err := r.ReadFrame(&f); err != nil {
+				close(replies)
+				return
+			}
+			replies <- rawReply{f.Tag, append([]byte(nil), f.Front...)}
+			f.Release()
+		}
+	}()
+	if _, err := cli.Write(in); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-acceptErr:
+		if err != nil {
+			t.Fatalf("accept: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("accept did not return")
+	}
+	return replies
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -278,54 +277,18 @@ func TestClosedCookieEndsOldSession(t *testing.T) {
 	}
 }
 
-type rawReply struct {
-	tag   wire.Tag
-	front []byte
-}
-
 // rawRequest is a SESSION_REQUEST of osd.1's session with cookie 11.
 func rawRequest(peerCookie, closedCookie uint64) []byte {
 	return fuzzHS(wire.TagSessionReq, &msgrpb.SessionRequest{Cookie: 11, PeerCookie: peerCookie, ClosedCookie: closedCookie,
 		WindowMsgs: 8, WindowBytes: 1 << 16, GrantMsgs: 8, GrantBytes: 1 << 16})
 }
 
-// rawDial runs m's accept on a pipe whose dialer end, osd.1 (nonce 7,
-// auth none), writes HELLO, AUTH_REQUEST and reqs, and returns the frames
-// the acceptor writes. The dialer end stays open until the test ends.
+// rawDial is rawAccept of a dialer osd.1 (nonce 7, auth none) that
+// writes HELLO, AUTH_REQUEST and reqs.
 func rawDial(t *testing.T, m *Messenger, reqs ...[]byte) <-chan rawReply {
 	t.Helper()
-	cli, srv := net.Pipe()
-	t.Cleanup(func() { cli.Close() })
-	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
-	acceptErr := make(chan error, 1)
-	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
-	replies := make(chan rawReply, 16)
-	go func() {
-		r := wire.NewReaderLink(cli, wire.KnownFeatures, wire.Limits{MaxFront: 1 << 16, MaxData: 1 << 20})
-		for {
-			var f wire.Frame
-			if err := r.ReadFrame(&f); err != nil {
-				close(replies)
-				return
-			}
-			replies <- rawReply{f.Tag, append([]byte(nil), f.Front...)}
-			f.Release()
-		}
-	}()
-	in := concat(fuzzHS(wire.TagHello, &msgrpb.Hello{EntityName: "osd.1", InstanceNonce: 7}),
-		fuzzHS(wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"none"}}), concat(reqs...))
-	if _, err := cli.Write(in); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-acceptErr:
-		if err != nil {
-			t.Fatalf("accept: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("accept did not return")
-	}
-	return replies
+	return rawAccept(t, m, concat(fuzzHS(wire.TagHello, &msgrpb.Hello{EntityName: "osd.1", InstanceNonce: 7}),
+		fuzzHS(wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"none"}}), concat(reqs...)))
 }
 
 // eventsTo is a Dispatcher that passes its events to a channel, dropping
