@@ -3,12 +3,13 @@ package msgr
 import "time"
 
 // maxTombstones bounds the closed sessions a messenger remembers. An entry
-// is a cookie, a name and a time, under 200 bytes with the map's share
-// (the name, at most 128 bytes, is the closed Conn's string), so the bound
-// costs under 1 MiB. It is far above the lossless sessions a daemon closes
-// deliberately within a StandbyTimeout (they are sessions with other
-// daemons); past it the oldest go first, and their peers get what an
-// unknown session gets (docs/protocol.md §11).
+// is a cookie, a name and a time in two maps and a queue: about 300 bytes
+// with a name of the longest (128 bytes, kept alive once its Conn is
+// gone), so the bound costs 1.2 MiB at most (BenchmarkTombstonesMemory).
+// It is far above the lossless sessions a daemon closes deliberately
+// within a StandbyTimeout (they are sessions with other daemons); past it
+// the oldest go first, and their peers get what an unknown session gets
+// (docs/protocol.md §11).
 const maxTombstones = 4096
 
 // tombstones remembers the lossless sessions this side closed with CLOSE

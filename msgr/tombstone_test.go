@@ -3,7 +3,10 @@ package msgr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -302,4 +305,31 @@ func (ch eventsTo) HandleEvent(ev Event) {
 	case ch <- ev:
 	default:
 	}
+}
+
+// BenchmarkTombstonesMemory reports the heap a full set of tombstones
+// takes, each with a peer name of its own of the longest kind (128 bytes),
+// which the set keeps alive once the closed Conns are gone.
+func BenchmarkTombstonesMemory(b *testing.B) {
+	names := make([]EntityName, maxTombstones)
+	for i := range names {
+		s := fmt.Sprintf("osd.%d", i)
+		names[i] = EntityName(s + strings.Repeat("x", 128-len(s)))
+	}
+	var perEntry float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		ts := newTombstones(-1)
+		for i, name := range names {
+			ts.add(uint64(2*i+1), EntityName(strings.Clone(string(name))))
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perEntry = float64(after.HeapAlloc-before.HeapAlloc) / float64(ts.len())
+		runtime.KeepAlive(ts)
+	}
+	b.ReportMetric(perEntry, "B/tombstone")
+	b.ReportMetric(perEntry*maxTombstones/(1<<20), "MiB/full")
 }
