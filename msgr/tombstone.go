@@ -17,7 +17,7 @@ const maxTombstones = 4096
 // for as long as a session in standby waits for its peer (StandbyTimeout).
 // A peer whose CLOSE never arrived (the link was down, or failed under it)
 // dials back to resume; told "closed" instead of "no such session"
-// (SESSION_RESET closed, §6.4 rule 4.4a), it ends its session as the CLOSE
+// (SESSION_RESET closed, §6.4 rule 4a), it ends its session as the CLOSE
 // would have made it, instead of starting a new one here. A peer that
 // comes back later than StandbyTimeout would have found no session had
 // this side not closed it either: it gets what an unknown session gets.
