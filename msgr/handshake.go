@@ -187,6 +187,7 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.HandshakeTimeout)
 	defer cancel()
+	closedCookie := m.lastClosedWith(c)
 	newReq := func() (*msgrpb.SessionRequest, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -197,11 +198,15 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 		// still attach before the answer when our name is the smaller):
 		// leave its window alone until this handshake succeeds.
 		grantMsgs, grantBytes := c.cw.nextGrant(window)
-		return &msgrpb.SessionRequest{
+		req := &msgrpb.SessionRequest{
 			Cookie: c.cookie, PeerCookie: c.peerCookie, InSeq: c.sess.inSeq,
 			WindowMsgs: window, WindowBytes: c.cw.windowBytes, Lossy: c.lossy,
 			GrantMsgs: grantMsgs, GrantBytes: grantBytes, MaxMessage: uint64(m.opts.MaxMessageSize),
-		}, nil
+		}
+		if req.PeerCookie == 0 {
+			req.ClosedCookie = closedCookie
+		}
+		return req, nil
 	}
 	link, mode, sent, err := m.dialerAuth(ctx, link, onHello, func() EntityName { return peer }, newReq)
 	if err != nil {
@@ -244,6 +249,12 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 			c.mu.Unlock()
 			return nil, errWait
 		case wire.TagSessionReset:
+			if reset.Closed {
+				// The CLOSE of this session never reached us: end it as
+				// that CLOSE would have (reader.go), with no redial.
+				c.closeWith(ErrClosedByPeer, true, false)
+				return nil, ErrClosedByPeer
+			}
 			if reset.Fatal {
 				err := &RefusedError{Peer: peer, Reason: reset.Reason}
 				c.closeWith(err, true, false)
@@ -340,9 +351,15 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) (err error
 		mode = ModeSecure
 	}
 	policy := m.opts.policyFor(peer)
+	toldClosed := false
 	for {
 		var req msgrpb.SessionRequest
 		if _, err := readHS(link, map[wire.Tag]proto.Message{wire.TagSessionReq: &req}); err != nil {
+			if toldClosed && handshakeReason(err) == HandshakeClosed {
+				// The dialer ended its session, as told: no failure.
+				link.Close()
+				return nil
+			}
 			return err
 		}
 		sess, sessWindow := policy, window
@@ -359,11 +376,47 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) (err error
 		if req.WindowMsgs < 2 || req.GrantMsgs < 1 {
 			return wire.Protocolf("handshake: peer window of %d messages (grant %d) is too small", req.WindowMsgs, req.GrantMsgs)
 		}
+		if !sess.Lossy && req.PeerCookie != 0 && m.closedSession(req.PeerCookie, peer) {
+			// We closed the session the dialer resumes, and our CLOSE
+			// never reached it: it ends the session as on that CLOSE. An
+			// older dialer ignores closed and asks again for a new
+			// session, which the next round accepts.
+			if err := writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Closed: true, Reason: closedSessionReason}); err != nil {
+				return err
+			}
+			toldClosed = true
+			continue
+		}
 		done, err := m.acceptSession(link, mode, peer, hello.InstanceNonce, sess, &req, sessWindow, scheme)
 		if done || err != nil {
 			return err
 		}
 	}
+}
+
+// closedSessionReason is the reason of the SESSION_RESET that tells a
+// dialer we closed its session, for people (and older dialers' logs).
+const closedSessionReason = "session closed (its CLOSE was lost)"
+
+// closedSession reports whether cookie, ours, names a lossless session
+// with peer that we closed with CLOSE, recently enough (tombstones).
+func (m *Messenger) closedSession(cookie uint64, peer EntityName) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tombs.closed(cookie, peer)
+}
+
+// lastClosedWith returns our cookie of the last lossless session we closed
+// with c's peer, if we remember one, for c's new session to name: the
+// peer may have missed its CLOSE and still hold it (§6.4 rule 5a).
+func (m *Messenger) lastClosedWith(c *Conn) uint64 {
+	if c.lossy {
+		return 0
+	}
+	peer := c.Peer()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tombs.lastWith(peer)
 }
 
 // acceptSession answers one SESSION_REQUEST. done is false after a
@@ -375,27 +428,35 @@ func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, no
 		return err != nil, err
 	}
 	var c *Conn
-	m.mu.Lock()
-	if m.closing.Load() {
+	for {
+		m.mu.Lock()
+		if m.closing.Load() {
+			m.mu.Unlock()
+			return true, ErrClosed
+		}
+		if policy.Lossy {
+			c = m.newConn(policy, "", peer, window)
+			c.scheme = scheme
+			m.lossyIn[c] = struct{}{}
+		} else if c = m.byPeer[peer]; c == nil {
+			c = m.newConn(policy, "", peer, window)
+			c.scheme = scheme
+			c.state = stateStandby // no address to dial: it waits for the peer
+			m.byPeer[peer] = c
+		}
 		m.mu.Unlock()
-		return true, ErrClosed
-	}
-	if policy.Lossy {
-		c = m.newConn(policy, "", peer, window)
-		c.scheme = scheme
-		m.lossyIn[c] = struct{}{}
-	} else if c = m.byPeer[peer]; c == nil {
-		c = m.newConn(policy, "", peer, window)
-		c.scheme = scheme
-		c.state = stateStandby // no address to dial: it waits for the peer
-		m.byPeer[peer] = c
-	}
-	m.mu.Unlock()
 
-	c.mu.Lock()
-	if c.state == stateClosed {
-		c.mu.Unlock()
-		return true, ErrClosed
+		c.mu.Lock()
+		if c.state == stateClosed {
+			c.mu.Unlock()
+			return true, ErrClosed
+		}
+		if policy.Lossy || req.PeerCookie != 0 || req.ClosedCookie == 0 || req.ClosedCookie != c.peerCookie {
+			break
+		}
+		// The dialer closed this session, and its CLOSE never came: end it
+		// as that CLOSE would have, and take the request into a new one.
+		c.closeLocked(ErrClosedByPeer, true, false)
 	}
 	// A simultaneous connect: both sides dial; the larger name's dial
 	// wins once it has reached the peer (connrace.go).

@@ -82,6 +82,16 @@ func handshakeSeeds() [][]byte {
 		concat(good, hello),
 		// An unknown session: SESSION_RESET, then the dialer asks again.
 		concat(hello, auth, req(func(r *msgrpb.SessionRequest) { r.PeerCookie = 12345 }), req(nil), msg(1, 0, "", "")),
+		// A session the acceptor closed (fuzzClosedCookie): SESSION_RESET
+		// closed, then a dialer that predates closed asks again.
+		concat(hello, auth, req(func(r *msgrpb.SessionRequest) { r.PeerCookie = fuzzClosedCookie }), req(nil), msg(1, 0, "", "")),
+		concat(hello, auth, req(func(r *msgrpb.SessionRequest) { r.PeerCookie = fuzzClosedCookie })),
+		// A new session naming one the dialer closed (fuzzAccept's
+		// session with osd.2), then a resumption of that one.
+		concat(fuzzHS(wire.TagHello, &msgrpb.Hello{EntityName: "osd.2", InstanceNonce: 7}), auth,
+			req(func(r *msgrpb.SessionRequest) { r.ClosedCookie = fuzzOpenPeerCookie }), msg(1, 0, "", "")),
+		concat(fuzzHS(wire.TagHello, &msgrpb.Hello{EntityName: "osd.2", InstanceNonce: 7}), auth,
+			req(func(r *msgrpb.SessionRequest) { r.Cookie = fuzzOpenPeerCookie }), msg(1, 0, "", "")),
 		// Wrong in the handshake.
 		concat(fuzzHS(wire.TagHello, &msgrpb.Hello{EntityName: "not a name"}), auth, req(nil)),
 		concat(hello, fuzzHS(wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"kerberos"}}), req(nil)),
@@ -122,6 +132,15 @@ func FuzzHandshakeAuth(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) { fuzzAccept(t, in, &AuthOptions{Keyring: k}) })
 }
 
+// fuzzClosedCookie names a session the fuzzed acceptor closed with osd.1
+// (a tombstone), so that its answer "closed" is fuzzed too; it has a
+// session in standby with osd.2, whose cookie there is
+// fuzzOpenPeerCookie, so that a dialer naming it closed is fuzzed too.
+const (
+	fuzzClosedCookie   = 777
+	fuzzOpenPeerCookie = 5
+)
+
 // fuzzAccept drives the acceptor's side of the handshake, and the link it
 // starts, with arbitrary bytes from a dialer: accept must return (an error
 // or nil), never panic, and the messenger must shut down cleanly.
@@ -139,6 +158,12 @@ func fuzzAccept(t *testing.T, in []byte, a *AuthOptions) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.mu.Lock()
+	m.tombs.add(fuzzClosedCookie, "osd.1")
+	c := m.newConn(LosslessPeer, "", "osd.2", 8)
+	c.peerCookie, c.peerNonce, c.state = fuzzOpenPeerCookie, 7, stateStandby
+	m.byPeer["osd.2"] = c
+	m.mu.Unlock()
 	cli, srv := net.Pipe()
 	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
 
@@ -186,35 +211,11 @@ func TestHandshakeSeedsAccepted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Shutdown(context.Background())
-	cli, srv := net.Pipe()
-	defer cli.Close()
-	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
-	acceptErr := make(chan error, 1)
-	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
-	replies := make(chan wire.Tag, 16)
-	go func() {
-		r := wire.NewReaderLink(cli, wire.KnownFeatures, wire.Limits{MaxFront: 1 << 16, MaxData: 1 << 20})
-		for {
-			var f wire.Frame
-			if err := r.ReadFrame(&f); err != nil {
-				close(replies)
-				return
-			}
-			replies <- f.Tag
-			f.Release()
-		}
-	}()
-	seeds := handshakeSeeds()
-	if _, err := cli.Write(seeds[4]); err != nil { // handshake, two messages, ack, keepalive
-		t.Fatal(err)
-	}
-	if err := <-acceptErr; err != nil {
-		t.Fatalf("accept: %v", err)
-	}
+	t.Cleanup(func() { m.Shutdown(context.Background()) }) // after rawAccept's
+	replies := rawAccept(t, m, handshakeSeeds()[4])        // handshake, two messages, ack, keepalive
 	for _, want := range []wire.Tag{wire.TagHello, wire.TagAuthDone, wire.TagSessionReady} {
-		if got := <-replies; got != want {
-			t.Fatalf("acceptor sent %v, want %v", got, want)
+		if got := <-replies; got.tag != want {
+			t.Fatalf("acceptor sent %v, want %v", got.tag, want)
 		}
 	}
 	for _, want := range []string{"payload", ""} {
@@ -224,4 +225,46 @@ func TestHandshakeSeedsAccepted(t *testing.T) {
 		}
 		msg.Release()
 	}
+}
+
+type rawReply struct {
+	tag   wire.Tag
+	front []byte
+}
+
+// rawAccept runs m's accept on a pipe whose dialer end writes in, and
+// returns the frames the acceptor writes once accept has returned. The
+// dialer end stays open until the test ends.
+func rawAccept(t *testing.T, m *Messenger, in []byte) <-chan rawReply {
+	t.Helper()
+	cli, srv := net.Pipe()
+	t.Cleanup(func() { cli.Close() })
+	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
+	acceptErr := make(chan error, 1)
+	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
+	replies := make(chan rawReply, 16)
+	go func() {
+		r := wire.NewReaderLink(cli, wire.KnownFeatures, wire.Limits{MaxFront: 1 << 16, MaxData: 1 << 20})
+		for {
+			var f wire.Frame
+			if err := r.ReadFrame(&f); err != nil {
+				close(replies)
+				return
+			}
+			replies <- rawReply{f.Tag, append([]byte(nil), f.Front...)}
+			f.Release()
+		}
+	}()
+	if _, err := cli.Write(in); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-acceptErr:
+		if err != nil {
+			t.Fatalf("accept: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("accept did not return")
+	}
+	return replies
 }

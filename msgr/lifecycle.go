@@ -57,7 +57,7 @@ func (c *Conn) closeLocked(err error, notify, tell bool) {
 		close(c.readyCh)
 	}
 	c.mu.Unlock()
-	c.m.forget(c)
+	c.m.forget(c, tell)
 	for _, m := range released {
 		m.recycle()
 	}

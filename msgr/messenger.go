@@ -41,6 +41,7 @@ type Messenger struct {
 	byAddr    map[string]*Conn     // lossy sessions we dialed
 	lossyIn   map[*Conn]struct{}   // lossy sessions peers dialed
 	retired   map[string]ConnStats // by scheme: counters of sessions closed (TransportStats)
+	tombs     *tombstones          // lossless sessions we closed, for peers that missed the CLOSE
 
 	closing   atomic.Bool
 	done      chan struct{}
@@ -81,6 +82,7 @@ func New(opts Options) (*Messenger, error) {
 		byPeer:     map[EntityName]*Conn{},
 		byAddr:     map[string]*Conn{},
 		lossyIn:    map[*Conn]struct{}{},
+		tombs:      newTombstones(opts.StandbyTimeout),
 		done:       make(chan struct{}),
 		start:      time.Now(),
 	}
@@ -331,10 +333,16 @@ func (m *Messenger) ConnectPolicy(ctx context.Context, addr string, peer EntityN
 	return c, nil
 }
 
-// forget drops a closed conn from the registry.
-func (m *Messenger) forget(c *Conn) {
+// forget drops a closed conn from the registry. told: c closed with CLOSE
+// (closeLocked), which a lossless peer may have missed: it is remembered
+// (tombstones) in the same step that drops it, so a redial of the peer
+// finds one or the other.
+func (m *Messenger) forget(c *Conn, told bool) {
 	c.mu.Lock()
-	peer, addr := c.peer, c.addr
+	peer, addr, cookie := c.peer, c.addr, c.cookie
+	// A peer that never finished a handshake does not know our cookie,
+	// and a lossy one never resumes (§6.4 rule 4.3).
+	told = told && !c.lossy && c.peerCookie != 0
 	c.mu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -344,6 +352,9 @@ func (m *Messenger) forget(c *Conn) {
 	}
 	if m.byPeer[peer] == c {
 		delete(m.byPeer, peer)
+		if told && !m.closing.Load() {
+			m.tombs.add(cookie, peer)
+		}
 	}
 	if m.byAddr[addr] == c {
 		delete(m.byAddr, addr)
@@ -403,6 +414,9 @@ func (m *Messenger) stopListening() bool {
 	}
 	lns := m.listeners
 	m.listeners = nil
+	// Sessions closed from here on are not remembered (forget), and no
+	// handshake will ask.
+	m.tombs.clear()
 	m.mu.Unlock()
 	close(m.done)
 	for _, ln := range lns {

@@ -71,9 +71,10 @@ func handshakeReason(err error) HandshakeReason {
 
 // countHandshakeFailure counts a failed handshake (dialed or accepted);
 // errWait, the losing side of a simultaneous connect, is no failure, nor
-// errAttached, a dial that the peer's made needless.
+// errAttached, a dial that the peer's made needless, nor ErrClosedByPeer,
+// a dial told that the peer closed the session (its CLOSE lost).
 func (m *Messenger) countHandshakeFailure(err error) {
-	if err == nil || errors.Is(err, errWait) || errors.Is(err, errAttached) {
+	if err == nil || errors.Is(err, errWait) || errors.Is(err, errAttached) || errors.Is(err, ErrClosedByPeer) {
 		return
 	}
 	m.hsFailures[handshakeReason(err)].Add(1)

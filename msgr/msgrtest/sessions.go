@@ -288,3 +288,217 @@ func testNoGoroutineLeak(t *testing.T, env Env) {
 	release() // an RDMA transport's pollers are goroutines too
 	Eventually(t, 10*time.Second, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }
+
+// testCloseWhileDown: osd.0 closes a lossless session while its link is
+// down, so no CLOSE goes; osd.1, which knows osd.0's address, redials to
+// resume. It must end the session as a delivered CLOSE would have made it
+// (EventReset with ErrClosedByPeer, its queued messages dropped, no
+// redial), and osd.0 must not take it back into a new session; a new
+// session afterwards works. closerDialed: osd.0 dialed the session (and
+// osd.1 learned osd.0's address by a Connect of its own), else osd.1 did.
+func testCloseWhileDown(t *testing.T, env Env, closerDialed bool) {
+	ctx := context.Background()
+	recX, recY := NewRecorder(t), NewRecorder(t)
+	x, gateX := newGated(t, env, "osd.0", recX)
+	y, gateY := newGated(t, env, "osd.1", recY)
+	addrX, addrY := env.Listen(t, x), env.Listen(t, y)
+
+	var cx, cy *msgr.Conn
+	var err error
+	if closerDialed {
+		if cx, err = x.Connect(ctx, addrY, "osd.1"); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, cx)
+		cy = onlyConn(t, y)
+	} else {
+		if cy, err = y.Connect(ctx, addrX, "osd.0"); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, cy)
+		cx = onlyConn(t, x)
+	}
+	// osd.1 learns where to redial (the same session, already open).
+	if c, err := y.Connect(ctx, addrX, "osd.0"); err != nil || c != cy {
+		t.Fatalf("osd.1's Connect: %v, %v; want its session %v", c, err, cy)
+	}
+	sendN(t, cy, 1, 0, 10, func(int) int { return 1 })
+	waitCount(t, recX, 10, 10*time.Second, cy)
+	// Acked, so that the messages queued below are all osd.1 has queued.
+	Eventually(t, 10*time.Second, "osd.1's queue acked", func() bool { return cy.Stats().QueuedMsgs == 0 })
+	accepts := len(eventsOf(recX, msgr.EventAccept))
+
+	// osd.1's gate first: its dials fail before they reach osd.0 from now
+	// on, so it counts no handshake failure of its own. osd.0's, when it
+	// dials, may reach osd.1 before its gate goes down too: a handshake
+	// that fails on osd.0.
+	gateY.Down()
+	gateX.Down()
+	Eventually(t, 10*time.Second, "both sides to see the link fail", func() bool {
+		return cx.Stats().Faults > 0 && cy.Stats().Faults > 0
+	})
+	cx.Close() // no link: the CLOSE cannot go
+	const queued = 3
+	sendN(t, cy, 1, 10, queued, func(int) int { return 1 })
+	gateX.Up()
+	gateY.Up()
+
+	var ev msgr.Event
+	Eventually(t, 30*time.Second, "osd.1 to hear of the close", func() bool {
+		evs := append(eventsOf(recY, msgr.EventReset), eventsOf(recY, msgr.EventRemoteReset)...)
+		if len(evs) > 0 {
+			ev = evs[0]
+		}
+		return len(evs) > 0
+	})
+	if ev.Kind != msgr.EventReset || !errors.Is(ev.Err, msgr.ErrClosedByPeer) || ev.Conn != cy {
+		t.Fatalf("osd.1 got %v (%v), on the closed session: %v; want EventReset with ErrClosedByPeer", ev.Kind, ev.Err, ev.Conn == cy)
+	}
+	if ev.Dropped != queued {
+		t.Errorf("Dropped = %d, want the %d messages osd.1 queued", ev.Dropped, queued)
+	}
+	if err := cy.Send(ctx, msgr.NewMessage(1, nil, nil)); !errors.Is(err, msgr.ErrClosed) {
+		t.Fatalf("send on the closed session: %v", err)
+	}
+	// Neither side keeps a session: osd.1's connect loop ended, osd.0 made
+	// none for the redial.
+	Eventually(t, 10*time.Second, "no sessions left", func() bool {
+		return x.Stats().Sessions == 0 && y.Stats().Sessions == 0
+	})
+	if n := len(eventsOf(recY, msgr.EventRemoteReset)); n != 0 {
+		t.Errorf("osd.1 got %d EventRemoteReset", n)
+	}
+	// Told closed is no failure: not for osd.1, and not for osd.0 when the
+	// link it answered on closes (but for its own dials, above).
+	checked := map[string]*msgr.Messenger{"osd.1": y}
+	if !closerDialed {
+		checked["osd.0"] = x
+	}
+	for name, m := range checked {
+		if f := m.Stats().HandshakeFailures; f != ([msgr.NumHandshakeReasons]uint64{}) {
+			t.Errorf("%s counted handshake failures %v", name, f)
+		}
+	}
+
+	// A new session is accepted as any.
+	cy2, err := y.Connect(ctx, addrX, "osd.0")
+	if err != nil || cy2 == cy {
+		t.Fatalf("new Connect: %v, %v (the closed session is %v)", cy2, err, cy)
+	}
+	sendN(t, cy2, 2, 0, 5, func(int) int { return 1 })
+	waitCount(t, recX, 15, 10*time.Second, cy2)
+	// The accept event may follow the session's first messages.
+	Eventually(t, 10*time.Second, "osd.0's accept of the new session", func() bool {
+		return len(eventsOf(recX, msgr.EventAccept)) > accepts
+	})
+	if n := len(eventsOf(recX, msgr.EventAccept)); n != accepts+1 {
+		t.Errorf("osd.0 accepted %d sessions since the close, want 1 (the new one)", n-accepts)
+	}
+	if n := len(eventsOf(recY, msgr.EventReset)); n != 1 {
+		t.Errorf("osd.1 got %d EventReset, want 1", n)
+	}
+}
+
+func waitReady(t testing.TB, c *msgr.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatalf("session not up: %v (%v)", err, c)
+	}
+}
+
+// eventsOf is the events of kind k that r got so far.
+func eventsOf(r *Recorder, k msgr.EventKind) []msgr.Event {
+	var out []msgr.Event
+	for _, ev := range r.Events() {
+		if ev.Kind == k {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// newGated starts a messenger for env whose transport of env's scheme
+// goes through a Gate.
+func newGated(t *testing.T, env Env, name msgr.EntityName, rec *Recorder) (*msgr.Messenger, *Gate) {
+	var gate *Gate
+	m := env.NewMessenger(t, name, rec, func(o *msgr.Options) {
+		o.Transports = slices.Clone(o.Transports)
+		for i, tr := range o.Transports {
+			if tr.Scheme() == env.Scheme {
+				gate = NewGate(tr)
+				o.Transports[i] = gate
+			}
+		}
+	})
+	return m, gate
+}
+
+// testCloseWhileDownNewSession: osd.0 dialed a lossless session, then
+// closes it while its link is down; osd.1, which has no address of osd.0,
+// waits in standby and cannot ask. When osd.0 opens a new session with
+// it, osd.1 must end the old one as the CLOSE would have (EventReset with
+// ErrClosedByPeer, its queued messages dropped) and accept the new one as
+// a new Conn, not take it for a restart of osd.0 (EventRemoteReset).
+func testCloseWhileDownNewSession(t *testing.T, env Env) {
+	ctx := context.Background()
+	recX, recY := NewRecorder(t), NewRecorder(t)
+	x, gateX := newGated(t, env, "osd.0", recX)
+	y, gateY := newGated(t, env, "osd.1", recY)
+	addrY := env.Listen(t, y)
+	cx, err := x.Connect(ctx, addrY, "osd.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, cx)
+	cy := onlyConn(t, y)
+	sendN(t, cx, 1, 0, 10, func(int) int { return 1 })
+	waitCount(t, recY, 10, 10*time.Second, cx)
+
+	gateX.Down()
+	gateY.Down()
+	Eventually(t, 10*time.Second, "both sides to see the link fail", func() bool {
+		return cx.Stats().Faults > 0 && cy.Stats().Faults > 0
+	})
+	cx.Close()
+	const queued = 3 // osd.1's, in standby: they wait for osd.0 to dial
+	sendN(t, cy, 2, 0, queued, func(int) int { return 1 })
+	gateX.Up()
+	gateY.Up()
+
+	cx2, err := x.Connect(ctx, addrY, "osd.1")
+	if err != nil || cx2 == cx {
+		t.Fatalf("new Connect: %v, %v (the closed session is %v)", cx2, err, cx)
+	}
+	sendN(t, cx2, 3, 0, 5, func(int) int { return 1 })
+	waitCount(t, recY, 15, 10*time.Second, cx2)
+
+	resets := eventsOf(recY, msgr.EventReset)
+	Eventually(t, 10*time.Second, "osd.1's old session to end", func() bool {
+		resets = eventsOf(recY, msgr.EventReset)
+		return len(resets) > 0
+	})
+	if ev := resets[0]; len(resets) != 1 || ev.Conn != cy || !errors.Is(ev.Err, msgr.ErrClosedByPeer) || ev.Dropped != queued {
+		t.Fatalf("osd.1's resets: %d, the first on the old session: %v, err %v, dropped %d; want one, ErrClosedByPeer, %d dropped",
+			len(resets), ev.Conn == cy, ev.Err, ev.Dropped, queued)
+	}
+	if n := len(eventsOf(recY, msgr.EventRemoteReset)); n != 0 {
+		t.Errorf("osd.1 got %d EventRemoteReset", n)
+	}
+	var accepts []msgr.Event
+	Eventually(t, 10*time.Second, "osd.1's accept of the new session", func() bool {
+		accepts = eventsOf(recY, msgr.EventAccept)
+		return len(accepts) > 1
+	})
+	if len(accepts) != 2 || accepts[1].Conn == cy {
+		t.Errorf("osd.1 accepted %d times, the second into the old Conn: %v; want twice, the second a new Conn",
+			len(accepts), accepts[1].Conn == cy)
+	}
+	if cy2 := onlyConn(t, y); cy2 == cy {
+		t.Errorf("osd.1 keeps the closed session")
+	}
+	if err := cy.Send(ctx, msgr.NewMessage(1, nil, nil)); !errors.Is(err, msgr.ErrClosed) {
+		t.Fatalf("send on the closed session: %v", err)
+	}
+}

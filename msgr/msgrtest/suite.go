@@ -71,6 +71,9 @@ func Run(t *testing.T, env Env) {
 		{"CloseWithoutCredit", testCloseWithoutCredit},
 		{"KeepalivesFullWindows", testKeepalivesFullWindows},
 		{"CloseTellsPeer", testCloseTellsPeer},
+		{"CloseWhileDownAccepted", func(t *testing.T, env Env) { testCloseWhileDown(t, env, false) }},
+		{"CloseWhileDownDialed", func(t *testing.T, env Env) { testCloseWhileDown(t, env, true) }},
+		{"CloseWhileDownNewSession", testCloseWhileDownNewSession},
 		{"ShutdownLeavesNoGoroutines", testNoGoroutineLeak},
 	}
 	// The control-slot cases mostly wait out idle timeouts: they run side

@@ -304,7 +304,12 @@ type SessionRequest struct {
 	GrantMsgs   uint64 `protobuf:"varint,7,opt,name=grant_msgs,json=grantMsgs,proto3" json:"grant_msgs,omitempty"`
 	GrantBytes  uint64 `protobuf:"varint,8,opt,name=grant_bytes,json=grantBytes,proto3" json:"grant_bytes,omitempty"`
 	// Largest message (front plus data) the dialer accepts.
-	MaxMessage    uint64 `protobuf:"varint,9,opt,name=max_message,json=maxMessage,proto3" json:"max_message,omitempty"`
+	MaxMessage uint64 `protobuf:"varint,9,opt,name=max_message,json=maxMessage,proto3" json:"max_message,omitempty"`
+	// With peer_cookie 0: the dialer's cookie of its last session with the
+	// acceptor, which it closed with CLOSE that may not have arrived. An
+	// acceptor that still has that session ends it as on CLOSE before it
+	// starts the new one. 0: none.
+	ClosedCookie  uint64 `protobuf:"varint,10,opt,name=closed_cookie,json=closedCookie,proto3" json:"closed_cookie,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -398,6 +403,13 @@ func (x *SessionRequest) GetGrantBytes() uint64 {
 func (x *SessionRequest) GetMaxMessage() uint64 {
 	if x != nil {
 		return x.MaxMessage
+	}
+	return 0
+}
+
+func (x *SessionRequest) GetClosedCookie() uint64 {
+	if x != nil {
+		return x.ClosedCookie
 	}
 	return 0
 }
@@ -521,7 +533,12 @@ type SessionReset struct {
 	Reason string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
 	// fatal: do not retry (e.g. a policy mismatch); the dialer ends the
 	// session instead of starting a new one.
-	Fatal         bool `protobuf:"varint,2,opt,name=fatal,proto3" json:"fatal,omitempty"`
+	Fatal bool `protobuf:"varint,2,opt,name=fatal,proto3" json:"fatal,omitempty"`
+	// closed: the acceptor closed the session the request names
+	// deliberately (its CLOSE never arrived): the dialer ends the session as
+	// on a received CLOSE. A dialer that predates the field reads false and
+	// asks again for a new session.
+	Closed        bool `protobuf:"varint,3,opt,name=closed,proto3" json:"closed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -566,6 +583,13 @@ func (x *SessionReset) GetReason() string {
 func (x *SessionReset) GetFatal() bool {
 	if x != nil {
 		return x.Fatal
+	}
+	return false
+}
+
+func (x *SessionReset) GetClosed() bool {
+	if x != nil {
+		return x.Closed
 	}
 	return false
 }
@@ -684,7 +708,7 @@ const file_msgr_proto_rawDesc = "" +
 	"\arefused\x18\x03 \x01(\tR\arefused\x12\x12\n" +
 	"\x04mode\x18\x04 \x01(\tR\x04mode\x12\x1d\n" +
 	"\n" +
-	"mode_proof\x18\x05 \x01(\fR\tmodeProof\"\x9b\x02\n" +
+	"mode_proof\x18\x05 \x01(\fR\tmodeProof\"\xc0\x02\n" +
 	"\x0eSessionRequest\x12\x16\n" +
 	"\x06cookie\x18\x01 \x01(\x04R\x06cookie\x12\x1f\n" +
 	"\vpeer_cookie\x18\x02 \x01(\x04R\n" +
@@ -699,7 +723,9 @@ const file_msgr_proto_rawDesc = "" +
 	"\vgrant_bytes\x18\b \x01(\x04R\n" +
 	"grantBytes\x12\x1f\n" +
 	"\vmax_message\x18\t \x01(\x04R\n" +
-	"maxMessage\"\xa0\x02\n" +
+	"maxMessage\x12#\n" +
+	"\rclosed_cookie\x18\n" +
+	" \x01(\x04R\fclosedCookie\"\xa0\x02\n" +
 	"\fSessionReady\x12\x16\n" +
 	"\x06cookie\x18\x01 \x01(\x04R\x06cookie\x12\x1f\n" +
 	"\vpeer_cookie\x18\x02 \x01(\x04R\n" +
@@ -714,10 +740,11 @@ const file_msgr_proto_rawDesc = "" +
 	"grantBytes\x12\x1f\n" +
 	"\vmax_message\x18\t \x01(\x04R\n" +
 	"maxMessage\x12\x1b\n" +
-	"\treset_old\x18\x06 \x01(\bR\bresetOld\"<\n" +
+	"\treset_old\x18\x06 \x01(\bR\bresetOld\"T\n" +
 	"\fSessionReset\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x14\n" +
-	"\x05fatal\x18\x02 \x01(\bR\x05fatal\"\x06\n" +
+	"\x05fatal\x18\x02 \x01(\bR\x05fatal\x12\x16\n" +
+	"\x06closed\x18\x03 \x01(\bR\x06closed\"\x06\n" +
 	"\x04Wait\"A\n" +
 	"\tBenchPing\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12$\n" +
