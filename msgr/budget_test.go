@@ -153,11 +153,11 @@ func TestRecvBudgetWaitIsNotIdle(t *testing.T) {
 	rec.Hold(true)
 	srv := tcpEnv.NewMessenger(t, "osd.0", rec, func(o *msgr.Options) {
 		o.MaxRecvBytes = 64 << 10
-		o.Keepalive, o.IdleTimeout = 20*time.Millisecond, 200*time.Millisecond
+		o.Keepalive, o.IdleTimeout = 100*time.Millisecond, time.Second
 	})
 	addr := tcpEnv.Listen(t, srv)
 	cli := tcpEnv.NewMessenger(t, "osd.1", msgrtest.NewRecorder(t), func(o *msgr.Options) {
-		o.Keepalive, o.IdleTimeout = 20*time.Millisecond, 200*time.Millisecond
+		o.Keepalive, o.IdleTimeout = 100*time.Millisecond, time.Second
 	})
 	c, err := cli.Connect(context.Background(), addr, "osd.0")
 	if err != nil {
@@ -173,8 +173,9 @@ func TestRecvBudgetWaitIsNotIdle(t *testing.T) {
 		n, _ := rec.Held()
 		return n == 1 && srv.Stats().Recv.Waiting == 1
 	})
-	// Hold the first for several idle timeouts.
-	held := time.NewTimer(5 * 200 * time.Millisecond)
+	// Hold the first for several idle timeouts (of 1 s, which a loaded
+	// machine's scheduling cannot reach between keepalives).
+	held := time.NewTimer(3 * time.Second)
 	<-held.C
 	rec.Hold(false)
 	rec.ReleaseHeld()
