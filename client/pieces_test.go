@@ -8,6 +8,7 @@ import (
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/osd"
 )
 
 // hiddenKeys counts the multipart bucket's objects: upload records and
@@ -76,8 +77,15 @@ func TestPartInPieces(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a 65 MiB part")
 	}
-	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 16})
-	cl := c.Client(t, func(o *client.Options) { o.MD5 = true })
+	// Four 16 MiB pieces go at once, each stored by three OSDs of one
+	// process: on a loaded machine under the race detector a piece's
+	// synced acks have taken more than 20 s, past the harness's
+	// RepTimeout (3 s) and the client's RetryFor (20 s) both. The
+	// daemon's default RepTimeout (10 s) and a client that retries for
+	// minutes leave them the time; nothing here waits for a replica that
+	// is down, so a real loss still fails the test, later.
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 16, Tweak: func(cfg *osd.Config) { cfg.RepTimeout = 10 * time.Second }})
+	cl := c.Client(t, func(o *client.Options) { o.MD5, o.RetryFor = true, 3*time.Minute })
 	ctx := t.Context()
 	if err := cl.MakeBucket(ctx, "pieces"); err != nil {
 		t.Fatal(err)

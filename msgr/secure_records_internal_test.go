@@ -156,13 +156,17 @@ func TestSealedLinkRecordHelpersEnd(t *testing.T) {
 	waitHelpers(t, 0)
 }
 
-// recordHelpers counts the goroutines running recordHelper.
+// recordHelpers counts the live goroutines the helper pool started. It
+// goes by each goroutine's "created by" line, which a goroutine has from
+// the go statement on: one that has not run yet shows only the wrapper
+// the compiler makes for the go statement's arguments, not recordHelper,
+// and a loaded machine leaves fresh helpers unscheduled for a while.
 func recordHelpers() int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return bytes.Count(buf[:n], []byte("msgr.recordHelper("))
+			return bytes.Count(buf[:n], []byte("\ncreated by github.com/ospreystore/osprey/msgr.(*recordHelperPool).acquire in goroutine "))
 		}
 		buf = make([]byte, 2*len(buf))
 	}
