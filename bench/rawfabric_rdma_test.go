@@ -47,9 +47,11 @@ func TestFabricRow(t *testing.T) {
 						t.Errorf("measured %.3fs of 0.2s", r.Seconds)
 					}
 					// The process's allocations: none is the baseline's, but
-					// the runtime and the test allocate a little meanwhile.
-					if r.AllocsPerMsg > 0.5 {
-						t.Errorf("%.3f allocations per message", r.AllocsPerMsg)
+					// the runtime and the test allocate a little meanwhile,
+					// which a row slowed to a few dozen messages on a loaded
+					// machine spreads over few: a fixed slack of 200.
+					if allocs := r.AllocsPerMsg * float64(r.Msgs); allocs > 0.5*float64(r.Msgs)+200 {
+						t.Errorf("%.3f allocations per message (%.0f in %d messages)", r.AllocsPerMsg, allocs, r.Msgs)
 					}
 					t.Logf("%s, %.0f msgs/s, p50 %.1fµs, p99 %.1fµs", FormatRate(r.BytesPerSec), r.MsgsPerSec, r.P50Us, r.P99Us)
 				})
