@@ -429,6 +429,14 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 		off, length = req.Offset, req.Length
 	}
 	meta, buf, err := o.getInto(m.Conn(), req.Bucket, req.Key, int64(off), length)
+	if repairable(err) {
+		// Our copy is damaged: a replica's serves (repair.go).
+		if rerr := o.readRepair(pool.Id, pg, req.Bucket, req.Key, err); rerr != nil {
+			err = rerr
+		} else {
+			meta, buf, err = o.getInto(m.Conn(), req.Bucket, req.Key, int64(off), length)
+		}
+	}
 	if err != nil {
 		fail(err)
 		return

@@ -170,7 +170,11 @@ type Stats struct {
 	DegradedObjects, MisplacedObjects uint64
 	// RecoveryBytes counts the bytes recovered or backfilled since start.
 	RecoveryBytes uint64
-	Store         store.Stats
+	// ReadRepairs counts objects this primary found damaged in its store
+	// on a get and replaced with a replica's intact copy;
+	// ReadRepairFailures, those no replica could repair (repair.go).
+	ReadRepairs, ReadRepairFailures uint64
+	Store                           store.Stats
 	// Space is the data disk's last measure.
 	Space store.Space
 }
@@ -178,7 +182,8 @@ type Stats struct {
 // Stats reads the OSD's counters. It is meant for scrapes: it reads the
 // store's counters and Pebble's metrics.
 func (o *OSD) Stats() Stats {
-	st := Stats{OpsInFlight: o.opTimes.inFlight(), PGs: map[string]int{}, RecoveryBytes: o.recoveredBytes.Load(), Store: o.st.Stats()}
+	st := Stats{OpsInFlight: o.opTimes.inFlight(), PGs: map[string]int{}, RecoveryBytes: o.recoveredBytes.Load(), Store: o.st.Stats(),
+		ReadRepairs: o.readRepairs.Load(), ReadRepairFailures: o.readRepairFailures.Load()}
 	for i := range o.opTimes.hist {
 		h := &o.opTimes.hist[i]
 		n := h.count.Load()

@@ -47,6 +47,7 @@ import (
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 
+	"golang.org/x/sync/singleflight"
 	"golang.org/x/time/rate"
 )
 
@@ -278,8 +279,12 @@ type OSD struct {
 	rebootCh       chan struct{}
 	refused        refusedPeers
 	recoveredBytes atomic.Uint64
-	fetchingMap    atomic.Bool // learnEpoch has a fetch in flight
-	fenced         atomic.Bool // fatal stopped the OSD
+	// repairs runs one read repair per object at a time (repair.go);
+	// readRepairs and readRepairFailures count them.
+	repairs                         singleflight.Group
+	readRepairs, readRepairFailures atomic.Uint64
+	fetchingMap                     atomic.Bool // learnEpoch has a fetch in flight
+	fenced                          atomic.Bool // fatal stopped the OSD
 	// recoverySlots and recoveryRate throttle recovery (Config); rate is
 	// nil when unlimited.
 	recoverySlots chan struct{}

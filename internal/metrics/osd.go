@@ -23,6 +23,8 @@ var (
 	osdWritten    = newDesc("osprey_osd_store_written_bytes_total", "Object bytes the store wrote.")
 	osdRead       = newDesc("osprey_osd_store_read_bytes_total", "Object bytes the store read.")
 	osdCorrupt    = newDesc("osprey_osd_store_corruptions_total", "Corrupt records, chunks or data files the store detected.")
+	osdRepairs    = newDesc("osprey_osd_read_repairs_total", "Objects a get found damaged in this OSD's store (checksum or I/O error) and that were replaced with a replica's intact copy.")
+	osdRepairFail = newDesc("osprey_osd_read_repair_failures_total", "Damaged objects a get found that no replica could repair (the get failed).")
 	osdStrays     = newDesc("osprey_osd_stray_pgs_removed_total", "Copies of PGs this OSD left (stray copies) that it removed once their PG was clean elsewhere.")
 
 	// The read cache of checked whole objects (store.ReadCacheStats).
@@ -52,7 +54,7 @@ type osdCollector struct{ o *osd.OSD }
 func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		osdOpDuration, osdInFlight, osdPGs, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
-		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdStrays,
+		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdRepairs, osdRepairFail, osdStrays,
 		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg,
 		pebbleCompactions, pebbleFlushes, pebbleWALWritten, pebbleWAL, pebbleReadAmp, pebbleL0Files, pebbleDebt,
 		pebbleMemTable, pebbleCache, pebbleCacheHits, pebbleCacheMisses,
@@ -97,6 +99,8 @@ func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, osdWritten, s.WrittenBytes)
 	counter(ch, osdRead, s.ReadBytes)
 	counter(ch, osdCorrupt, s.Corruptions)
+	counter(ch, osdRepairs, st.ReadRepairs)
+	counter(ch, osdRepairFail, st.ReadRepairFailures)
 	counter(ch, osdStrays, s.PGsRemoved)
 	rc := c.o.Store().ReadCacheStats()
 	gauge(ch, readCacheBytes, float64(rc.Bytes))

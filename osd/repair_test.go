@@ -1,0 +1,127 @@
+package osd_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/internal/placement"
+)
+
+// damageDataFile flips one byte at offset at of the data file holding body
+// on OSD id (found by its first 4 KiB: a fresh cluster holds few), as a
+// disk that rotted under the store would.
+func damageDataFile(t *testing.T, c *osdtest.Cluster, id uint32, body []byte, at int64) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(c.Config(id).DataDir, "store", "data", "*", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files {
+		f, err := os.OpenFile(name, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := make([]byte, 4096)
+		if n, _ := f.ReadAt(head, 0); n == len(head) && bytes.Equal(head, body[:4096]) {
+			b := []byte{body[at] ^ 0x10}
+			if _, err := f.WriteAt(b, at); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		f.Close()
+	}
+	t.Fatalf("osd.%d has no data file holding the object (%d files)", id, len(files))
+}
+
+// TestReadRepair: a get of an object whose copy at the primary rotted is
+// served whole from a replica's copy, which replaces the damaged one; the
+// next get needs no repair. With the copies of the primary and of one
+// replica damaged, the other replica's serves.
+func TestReadRepair(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
+	cl := c.Client(t, nil)
+	ctx := ctxT(t, time.Minute)
+	if err := cl.MakeBucket(ctx, "rot"); err != nil {
+		t.Fatal(err)
+	}
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	repairs := func(id uint32) (ok, failed uint64) {
+		st := c.OSDs[id].Stats()
+		return st.ReadRepairs, st.ReadRepairFailures
+	}
+	for i, damaged := range []int{1, 2} {
+		key := []string{"one-copy", "two-copies"}[i]
+		body := osdtest.Payload(1<<20+5, uint64(i))
+		if _, err := osdtest.Put(ctx, cl, "rot", key, body, client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		acting := c.Map.ActingSet(pool.Id, placement.PGOf(pool, "rot", key))
+		primary := acting[0]
+		for _, id := range acting[:damaged] {
+			damageDataFile(t, c, id, body, 300_000)
+		}
+		before, _ := repairs(primary)
+		got, _, err := osdtest.Get(ctx, cl, "rot", key, client.GetOptions{})
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("%s: get with %d damaged copies: %d bytes, %v", key, damaged, len(got), err)
+		}
+		if n, _ := repairs(primary); n != before+1 {
+			t.Fatalf("%s: primary osd.%d counted %d read repairs, want %d", key, primary, n, before+1)
+		}
+		// The primary's copy is whole again: the store reads it itself.
+		_, own, err := c.OSDs[primary].Store().ReadRange(ctx, "rot", key, 0, -1, nil)
+		if err != nil || !bytes.Equal(own, body) {
+			t.Fatalf("%s: primary's copy after the repair: %d bytes, %v", key, len(own), err)
+		}
+		if got, _, err := osdtest.Get(ctx, cl, "rot", key, client.GetOptions{}); err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("%s: second get: %d bytes, %v", key, len(got), err)
+		}
+		if n, _ := repairs(primary); n != before+1 {
+			t.Fatalf("%s: the second get repaired again (%d repairs)", key, n)
+		}
+	}
+}
+
+// TestReadRepairEveryCopyDamaged: with every copy damaged the get fails
+// with InternalError (never damaged bytes), the failure is counted, and no
+// damaged copy was installed over another.
+func TestReadRepairEveryCopyDamaged(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
+	cl := c.Client(t, nil)
+	ctx := ctxT(t, time.Minute)
+	if err := cl.MakeBucket(ctx, "rot"); err != nil {
+		t.Fatal(err)
+	}
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	body := osdtest.Payload(1<<20, 7)
+	if _, err := osdtest.Put(ctx, cl, "rot", "k", body, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	acting := c.Map.ActingSet(pool.Id, placement.PGOf(pool, "rot", "k"))
+	for i, id := range acting {
+		damageDataFile(t, c, id, body, int64(100_000*(i+1)))
+	}
+	_, _, err := osdtest.Get(ctx, cl, "rot", "k", client.GetOptions{})
+	if !errors.Is(err, ops.ErrInternal) {
+		t.Fatalf("get of an object damaged everywhere: %v, want InternalError", err)
+	}
+	if st := c.OSDs[acting[0]].Stats(); st.ReadRepairs != 0 || st.ReadRepairFailures == 0 {
+		t.Fatalf("primary counted %d repairs and %d failures, want 0 and some", st.ReadRepairs, st.ReadRepairFailures)
+	}
+	for _, id := range acting {
+		if _, _, err := c.OSDs[id].Store().ReadRange(ctx, "rot", "k", 0, -1, nil); err == nil {
+			t.Fatalf("osd.%d's damaged copy reads whole: a damaged copy was installed, or the damage missed", id)
+		}
+	}
+}
