@@ -112,6 +112,7 @@ type beaconRecord struct {
 	WriteBytes          uint64     `json:"client_write_bytes"`
 	ReadBytesPerSec     float64    `json:"client_read_bytes_per_sec"`
 	WriteBytesPerSec    float64    `json:"client_write_bytes_per_sec"`
+	ScrubErrors         uint64     `json:"scrub_errors,omitempty"`
 	// The rates are measured from this earlier beacon's counters, at
 	// least rateWindow back.
 	BaseAtUnixNano    int64  `json:"base_at_unix_nano"`
@@ -142,7 +143,7 @@ func newBeaconRecord(b *osdpb.MonBeacon, now time.Time, prev *beaconRecord) *bea
 	r := &beaconRecord{
 		ID: b.Id, AtUnixNano: now.UnixNano(), Epoch: b.Epoch,
 		UsedBytes: b.UsedBytes, AvailBytes: b.AvailBytes, RecoveryBytes: b.RecoveryBytes, Ops: b.Ops,
-		ReadBytes: b.ClientReadBytes, WriteBytes: b.ClientWriteBytes,
+		ReadBytes: b.ClientReadBytes, WriteBytes: b.ClientWriteBytes, ScrubErrors: b.ScrubErrors,
 	}
 	for _, s := range b.Pgs {
 		if s == nil {
@@ -342,6 +343,9 @@ func computeStatus(in statusInput) *Status {
 	}
 	e, w := fullnessChecks(mp, in.beacons)
 	errs, warns = append(errs, e...), append(warns, w...)
+	if line := scrubErrorsCheck(mp, in.beacons); line != "" {
+		errs = append(errs, line)
+	}
 	switch {
 	case len(errs) > 0:
 		st.Health.Status = HealthErr
@@ -385,6 +389,23 @@ func fullnessChecks(mp *placement.Map, beacons map[uint32]*beaconRecord) (errs, 
 		warns = append(warns, line(osdpb.Fullness_FULLNESS_NEARFULL, near))
 	}
 	return errs, warns
+}
+
+// scrubErrorsCheck is Ceph's OSD_SCRUB_ERRORS, an error: objects the
+// up OSDs' deep scrubs found damaged that no replica could repair.
+func scrubErrorsCheck(mp *placement.Map, beacons map[uint32]*beaconRecord) string {
+	var total uint64
+	var names []string
+	for o := range mp.OSDs() {
+		if b := beacons[o.Id]; o.Up && b != nil && b.ScrubErrors > 0 {
+			total += b.ScrubErrors
+			names = append(names, fmt.Sprintf("osd.%d (%d)", o.Id, b.ScrubErrors))
+		}
+	}
+	if total == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d scrub errors: damaged objects no replica could repair on %s", total, strings.Join(names, ", "))
 }
 
 // hasToken reports whether the "+"-joined state has one of the words.

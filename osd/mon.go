@@ -284,7 +284,8 @@ func (o *OSD) beacon() *osdpb.MonBeacon {
 	mp := o.Map()
 	b := &osdpb.MonBeacon{Fsid: o.ident.FSID, Id: o.id, Uuid: o.ident.UUID, Epoch: mp.Epoch(),
 		RecoveryBytes: o.recoveredBytes.Load(), Ops: o.opsServed.Load(), Fullness: o.checkSpace(),
-		ClientReadBytes: o.clientReadBytes.Load(), ClientWriteBytes: o.clientWriteBytes.Load()}
+		ClientReadBytes: o.clientReadBytes.Load(), ClientWriteBytes: o.clientWriteBytes.Load(),
+		ScrubErrors: o.scrub.unrepaired()}
 	if sp := o.space.Load(); sp != nil {
 		b.UsedBytes, b.AvailBytes = sp.Used(), sp.Avail
 	}

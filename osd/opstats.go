@@ -174,7 +174,11 @@ type Stats struct {
 	// on a get and replaced with a replica's intact copy;
 	// ReadRepairFailures, those no replica could repair (repair.go).
 	ReadRepairs, ReadRepairFailures uint64
-	Store                           store.Stats
+	// Deep scrubs (scrub.go): objects and bytes read back, damaged
+	// objects found and repaired, and those the PGs' last scrubs left
+	// unrepaired (the beacon's scrub errors).
+	ScrubbedObjects, ScrubbedBytes, ScrubDamaged, ScrubRepaired, ScrubErrors uint64
+	Store                                                                    store.Stats
 	// Space is the data disk's last measure.
 	Space store.Space
 }
@@ -183,7 +187,9 @@ type Stats struct {
 // store's counters and Pebble's metrics.
 func (o *OSD) Stats() Stats {
 	st := Stats{OpsInFlight: o.opTimes.inFlight(), PGs: map[string]int{}, RecoveryBytes: o.recoveredBytes.Load(), Store: o.st.Stats(),
-		ReadRepairs: o.readRepairs.Load(), ReadRepairFailures: o.readRepairFailures.Load()}
+		ReadRepairs: o.readRepairs.Load(), ReadRepairFailures: o.readRepairFailures.Load(),
+		ScrubbedObjects: o.scrub.objects.Load(), ScrubbedBytes: o.scrub.bytes.Load(), ScrubDamaged: o.scrub.errs.Load(),
+		ScrubRepaired: o.scrub.repaired.Load(), ScrubErrors: o.scrub.unrepaired()}
 	for i := range o.opTimes.hist {
 		h := &o.opTimes.hist[i]
 		n := h.count.Load()

@@ -125,6 +125,14 @@ type Config struct {
 	// it may serve is exempt from both: its PG's client I/O waits for it.
 	RecoveryMaxActive   int
 	RecoveryBytesPerSec int64
+	// DeepScrubInterval is how often each PG copy this OSD holds is deep
+	// scrubbed: every object read back and checked against its CRC32Cs,
+	// a damaged one repaired from another member (scrub.go; Ceph's
+	// osd_deep_scrub_interval). Default 7 days; negative: never.
+	// ScrubBytesPerSec paces the scrub's reads; default 32 MiB/s,
+	// negative: unpaced.
+	DeepScrubInterval time.Duration
+	ScrubBytesPerSec  int64
 	// FailsafeFullRatio is the fraction of the data disk in use over which
 	// this OSD applies no write that adds data, even a replica's (Ceph's
 	// osd_failsafe_full_ratio); default 0.97. The map's full ratios stop
@@ -203,6 +211,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.RecoveryMaxActive <= 0 {
 		c.RecoveryMaxActive = 3
+	}
+	if c.DeepScrubInterval == 0 {
+		c.DeepScrubInterval = 7 * 24 * time.Hour
+	}
+	if c.ScrubBytesPerSec == 0 {
+		c.ScrubBytesPerSec = 32 << 20
 	}
 	switch r := c.FailsafeFullRatio; {
 	case r == 0:
@@ -283,6 +297,7 @@ type OSD struct {
 	// readRepairs and readRepairFailures count them.
 	repairs                         singleflight.Group
 	readRepairs, readRepairFailures atomic.Uint64
+	scrub                           *scrubber
 	fetchingMap                     atomic.Bool // learnEpoch has a fetch in flight
 	fenced                          atomic.Bool // fatal stopped the OSD
 	// recoverySlots and recoveryRate throttle recovery (Config); rate is
@@ -369,6 +384,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		mon: mc, ident: ident, rebootCh: make(chan struct{}, 1), authz: authz,
 		noSide: map[uint32]bool{}, sideSessions: takesSideSessions(cfg.ID)}
 	o.recoverySlots = make(chan struct{}, cfg.RecoveryMaxActive)
+	o.scrub = newScrubber(cfg.ScrubBytesPerSec)
 	if cfg.RecoveryBytesPerSec > 0 {
 		// A burst of a tenth of a second (at least 1 MiB): big objects go
 		// in steps of it, and no second copies much more than the cap.
@@ -532,6 +548,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		o.wg.Go(func() { o.resumeRemovals(resumed) })
 	}
 	o.wg.Go(o.strayLoop)
+	o.wg.Go(o.scrubLoop)
 	o.wg.Go(func() { o.peerAll("start") })
 	if mc != nil {
 		// Only now do the mon's pushes reach the OSD (they stop again

@@ -46,10 +46,22 @@ func repairable(err error) bool {
 	return errors.Is(err, store.ErrCorrupt) || errors.Is(err, syscall.EIO)
 }
 
-// readRepair replaces our copy of bucket/key in PG (pool, pg) with an
-// intact one from a replica. Concurrent gets of one object share one
-// repair.
+// readRepair replaces our copy of bucket/key in PG (pool, pg), which a
+// get found damaged (readErr), with an intact one from another member, and
+// counts the outcome.
 func (o *OSD) readRepair(pool, pg uint32, bucket, key string, readErr error) error {
+	err := o.repairShared(pool, pg, bucket, key, readErr)
+	if err != nil {
+		o.readRepairFailures.Add(1)
+	} else {
+		o.readRepairs.Add(1)
+	}
+	return err
+}
+
+// repairShared runs repairObject once per object at a time: the gets and
+// the scrub that find one object damaged together share one repair.
+func (o *OSD) repairShared(pool, pg uint32, bucket, key string, readErr error) error {
 	_, err, _ := o.repairs.Do(bucket+"\x00"+key, func() (any, error) {
 		ctx, cancel := context.WithTimeout(o.ctx, repairTimeout)
 		defer cancel()
@@ -58,15 +70,16 @@ func (o *OSD) readRepair(pool, pg uint32, bucket, key string, readErr error) err
 	return err
 }
 
+// repairObject installs another member's copy of bucket/key over ours,
+// trying the members of the acting set in order (the primary first).
 func (o *OSD) repairObject(ctx context.Context, pool, pg uint32, bucket, key string, readErr error) error {
 	sid := storePG(pool, pg)
 	id := placement.PGIDOf(sid)
 	want, err := o.st.Head(ctx, bucket, key)
 	if err != nil {
-		o.readRepairFailures.Add(1)
-		return fmt.Errorf("read repair of %s/%s: our head: %w", bucket, key, err)
+		return fmt.Errorf("repair of %s/%s: our head: %w", bucket, key, err)
 	}
-	o.log.Warn("read error: repairing the object from a replica", "pg", id, "bucket", bucket, "key", key, "err", readErr)
+	o.log.Warn("damaged object: repairing it from another member", "pg", id, "bucket", bucket, "key", key, "err", readErr)
 	o.pgMu.Lock()
 	p := o.pgEntry(sid)
 	o.pgMu.Unlock()
@@ -77,8 +90,7 @@ func (o *OSD) repairObject(ctx context.Context, pool, pg uint32, bucket, key str
 		}
 		err := o.repairFrom(ctx, p, from, bucket, key, want)
 		if err == nil {
-			o.readRepairs.Add(1)
-			o.log.Warn("read repair: object repaired", "pg", id, "bucket", bucket, "key", key, "from", from)
+			o.log.Warn("damaged object repaired", "pg", id, "bucket", bucket, "key", key, "from", from)
 			return nil
 		}
 		if errors.Is(err, errRepairRaced) {
@@ -86,12 +98,11 @@ func (o *OSD) repairObject(ctx context.Context, pool, pg uint32, bucket, key str
 		}
 		errs = append(errs, fmt.Errorf("osd.%d: %w", from, err))
 	}
-	o.readRepairFailures.Add(1)
 	if len(errs) == 0 {
-		errs = append(errs, errors.New("no replica"))
+		errs = append(errs, errors.New("no other member"))
 	}
-	err = fmt.Errorf("read repair of %s/%s in pg %s failed: %w", bucket, key, id, errors.Join(errs...))
-	o.log.Error("read repair failed", "pg", id, "bucket", bucket, "key", key, "err", err)
+	err = fmt.Errorf("repair of %s/%s in pg %s failed: %w", bucket, key, id, errors.Join(errs...))
+	o.log.Error("damaged object: no member could repair it", "pg", id, "bucket", bucket, "key", key, "err", err)
 	return err
 }
 

@@ -25,6 +25,11 @@ var (
 	osdCorrupt    = newDesc("osprey_osd_store_corruptions_total", "Corrupt records, chunks or data files the store detected.")
 	osdRepairs    = newDesc("osprey_osd_read_repairs_total", "Objects a get found damaged in this OSD's store (checksum or I/O error) and that were replaced with a replica's intact copy.")
 	osdRepairFail = newDesc("osprey_osd_read_repair_failures_total", "Damaged objects a get found that no replica could repair (the get failed).")
+	osdScrubObj   = newDesc("osprey_osd_scrub_objects_total", "Objects this OSD's deep scrubs read back and checked.")
+	osdScrubBytes = newDesc("osprey_osd_scrub_bytes_total", "Bytes this OSD's deep scrubs read back and checked.")
+	osdScrubDmg   = newDesc("osprey_osd_scrub_damaged_total", "Damaged objects (checksum or I/O error) this OSD's deep scrubs found.")
+	osdScrubFixed = newDesc("osprey_osd_scrub_repaired_total", "Damaged objects this OSD's deep scrubs replaced with another member's intact copy.")
+	osdScrubErrs  = newDesc("osprey_osd_scrub_errors", "Damaged objects the last deep scrubs of this OSD's PG copies could not repair (Ceph's OSD_SCRUB_ERRORS).")
 	osdStrays     = newDesc("osprey_osd_stray_pgs_removed_total", "Copies of PGs this OSD left (stray copies) that it removed once their PG was clean elsewhere.")
 
 	// The read cache of checked whole objects (store.ReadCacheStats).
@@ -55,6 +60,7 @@ func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		osdOpDuration, osdInFlight, osdPGs, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
 		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdRepairs, osdRepairFail, osdStrays,
+		osdScrubObj, osdScrubBytes, osdScrubDmg, osdScrubFixed, osdScrubErrs,
 		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg,
 		pebbleCompactions, pebbleFlushes, pebbleWALWritten, pebbleWAL, pebbleReadAmp, pebbleL0Files, pebbleDebt,
 		pebbleMemTable, pebbleCache, pebbleCacheHits, pebbleCacheMisses,
@@ -102,6 +108,11 @@ func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, osdRepairs, st.ReadRepairs)
 	counter(ch, osdRepairFail, st.ReadRepairFailures)
 	counter(ch, osdStrays, s.PGsRemoved)
+	counter(ch, osdScrubObj, st.ScrubbedObjects)
+	counter(ch, osdScrubBytes, st.ScrubbedBytes)
+	counter(ch, osdScrubDmg, st.ScrubDamaged)
+	counter(ch, osdScrubFixed, st.ScrubRepaired)
+	gauge(ch, osdScrubErrs, float64(st.ScrubErrors))
 	rc := c.o.Store().ReadCacheStats()
 	gauge(ch, readCacheBytes, float64(rc.Bytes))
 	gauge(ch, readCacheObjects, float64(rc.Extents))

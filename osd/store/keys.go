@@ -14,6 +14,7 @@ import (
 // order does not matter, because every scan is bounded to one namespace.
 const (
 	nsBucket   = 'B' // 'B' bucket                     -> sealed BucketInfo
+	nsScrub    = 'C' // 'C' pg(4)                      -> sealed unix nanoseconds of the PG's last deep scrub
 	nsData     = 'D' // 'D' dataID(8) chunk(4)         -> crc32c(4) bytes
 	nsLES      = 'E' // 'E' pg(4)                      -> sealed last_epoch_started
 	nsPG       = 'G' // 'G' pg(4)                      -> sealed pgInfo

@@ -84,19 +84,26 @@ func (s *Store) PGLastEpochStarted(ctx context.Context, pg uint32) (uint64, erro
 		return 0, err
 	}
 	defer s.leave()
-	v, closer, err := s.db.Get(lesKey(pg))
+	return s.getSealedUint64(lesKey(pg), "pg %d last_epoch_started", pg)
+}
+
+// getSealedUint64 reads a sealed number (0 where the key is absent); what
+// and args name it in errors.
+func (s *Store) getSealedUint64(k []byte, what string, args ...any) (uint64, error) {
+	v, closer, err := s.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("store: pg %d last_epoch_started: %w", pg, err)
+		return 0, fmt.Errorf("store: %s: %w", fmt.Sprintf(what, args...), err)
 	}
 	defer closer.Close()
-	e, err := decodeSealedUint64(v)
+	n, err := decodeSealedUint64(v)
 	if err != nil {
-		return 0, corrupt("", "", "pg %d last_epoch_started: %v", pg, err)
+		s.counters.corruptions.Add(1)
+		return 0, corrupt("", "", "%s: %v", fmt.Sprintf(what, args...), err)
 	}
-	return e, nil
+	return n, nil
 }
 
 // SetPGLastEpochStarted records PG pg's last_epoch_started. Not synced:

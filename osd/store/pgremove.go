@@ -68,6 +68,7 @@ func (s *Store) removePG(ctx context.Context, st *pgState, pg uint32, between fu
 		b.Set(backfillKey(pg), nil, nil),
 		b.Delete(pgKey(pg), nil),
 		b.Delete(lesKey(pg), nil),
+		b.Delete(scrubKey(pg), nil),
 		b.DeleteRange(lp, prefixEnd(lp), nil),
 		b.DeleteRange(rp, prefixEnd(rp), nil),
 	} {

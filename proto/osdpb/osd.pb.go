@@ -3710,8 +3710,12 @@ type MonBeacon struct {
 	// parts) and sent out (gets), for the dashboard's throughput.
 	ClientWriteBytes uint64 `protobuf:"varint,12,opt,name=client_write_bytes,json=clientWriteBytes,proto3" json:"client_write_bytes,omitempty"`
 	ClientReadBytes  uint64 `protobuf:"varint,13,opt,name=client_read_bytes,json=clientReadBytes,proto3" json:"client_read_bytes,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Damaged objects the last deep scrubs of this OSD's PG copies found
+	// and no member could repair (the mon's health is HEALTH_ERR while any
+	// OSD reports some).
+	ScrubErrors   uint64 `protobuf:"varint,14,opt,name=scrub_errors,json=scrubErrors,proto3" json:"scrub_errors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MonBeacon) Reset() {
@@ -3824,6 +3828,13 @@ func (x *MonBeacon) GetClientWriteBytes() uint64 {
 func (x *MonBeacon) GetClientReadBytes() uint64 {
 	if x != nil {
 		return x.ClientReadBytes
+	}
+	return 0
+}
+
+func (x *MonBeacon) GetScrubErrors() uint64 {
+	if x != nil {
+		return x.ScrubErrors
 	}
 	return 0
 }
@@ -4945,7 +4956,7 @@ const file_osd_proto_rawDesc = "" +
 	"\bdegraded\x18\x05 \x01(\x04R\bdegraded\x12\x1c\n" +
 	"\tmisplaced\x18\x06 \x01(\x04R\tmisplaced\x12'\n" +
 	"\x04last\x18\a \x01(\v2\x13.osprey.osd.VersionR\x04last\x12\x14\n" +
-	"\x05epoch\x18\b \x01(\x04R\x05epoch\"\x8a\x03\n" +
+	"\x05epoch\x18\b \x01(\x04R\x05epoch\"\xad\x03\n" +
 	"\tMonBeacon\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
@@ -4961,7 +4972,8 @@ const file_osd_proto_rawDesc = "" +
 	" \x01(\x04R\x03ops\x120\n" +
 	"\bfullness\x18\v \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12,\n" +
 	"\x12client_write_bytes\x18\f \x01(\x04R\x10clientWriteBytes\x12*\n" +
-	"\x11client_read_bytes\x18\r \x01(\x04R\x0fclientReadBytesJ\x04\b\x01\x10\x02\"G\n" +
+	"\x11client_read_bytes\x18\r \x01(\x04R\x0fclientReadBytes\x12!\n" +
+	"\fscrub_errors\x18\x0e \x01(\x04R\vscrubErrorsJ\x04\b\x01\x10\x02\"G\n" +
 	"\x0eMonBeaconReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06headerJ\x04\b\x02\x10\x03\"\xce\x01\n" +
 	"\n" +

@@ -1,0 +1,49 @@
+package mon
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// TestScrubErrorsHealth: scrub errors an OSD's beacon reports make the
+// health HEALTH_ERR with a line naming the OSDs and counts; a later
+// beacon without them clears it.
+func TestScrubErrorsHealth(t *testing.T) {
+	e := startTestEtcd(t)
+	m := startTestMon(t, testConfig(e, "a"))
+	c := newTestClient(t, nil, m.Addr())
+	for n := range 3 {
+		mustBoot(t, c, bootOf(n))
+	}
+	beaconAll(t, c, m.Map(), "active+clean")
+	beacon := func(id uint32, scrubErrors uint64) {
+		t.Helper()
+		mp := m.Map()
+		o, _ := mp.OSD(id)
+		if err := c.Beacon(ctxFor(t, 10*time.Second), &osdpb.MonBeacon{Fsid: mp.FSID(), Id: id, Uuid: o.Uuid, Epoch: mp.Epoch(),
+			UsedBytes: 100, AvailBytes: 900, ScrubErrors: scrubErrors}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := statusCmd(t, c); st.Health.Status != HealthOK {
+		t.Fatalf("before any scrub error: %s %q", st.Health.Status, st.Health.Checks)
+	}
+	beacon(2, 3)
+	beacon(0, 1)
+	const want = "4 scrub errors: damaged objects no replica could repair on osd.0 (1), osd.2 (3)"
+	if st := statusCmd(t, c); st.Health.Status != HealthErr || !hasCheck(st, want) {
+		t.Fatalf("with scrub errors on osd.0 and osd.2: %s %q, want %q", st.Health.Status, st.Health.Checks, want)
+	}
+	beacon(2, 0)
+	beacon(0, 0)
+	// (These beacons carry no PG states: the PGs read unknown, a warning.)
+	if st := statusCmd(t, c); st.Health.Status == HealthErr || slices.ContainsFunc(st.Health.Checks, func(c string) bool {
+		return strings.Contains(c, "scrub errors")
+	}) {
+		t.Fatalf("after the errors were cleared: %s %q", st.Health.Status, st.Health.Checks)
+	}
+}

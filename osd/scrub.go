@@ -1,0 +1,287 @@
+package osd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/osd/store"
+)
+
+// Deep scrub. A bit that rots in an object nobody reads is found by no
+// get, and a replica's copy is read only when it is needed most, after
+// its primary failed. So, as Ceph's deep scrub does, every OSD reads
+// back every object of every PG copy it holds once per DeepScrubInterval,
+// checking each chunk against the CRC32C recorded when it was written. A
+// damaged copy is repaired from another member of the acting set (the
+// primary first) by the read repair's path (repair.go): fetched, compared
+// with our head, checked against its CRC32C and installed on the PG's
+// shard. What no member can repair is counted as a scrub error: the
+// OSD's beacon reports it and the mon's health turns HEALTH_ERR until a
+// later scrub of that PG finds it repaired or gone.
+//
+// Each copy scrubs on its own (Ceph's primary gathers its replicas'
+// scrub maps and compares them; here every copy is checked against its
+// own CRCs, which the primary's CRC32C of the body made and every member
+// shares). The PGs due go one at a time, oldest stamp first; reads go
+// past the read cache and are paced by ScrubBytesPerSec. A PG's stamp is
+// kept in the store, and a PG never scrubbed gets a random one within the
+// last interval, so a new OSD's PGs come due spread over the interval
+// rather than all at once.
+
+// scrubWindow is the most one scrub read takes.
+const scrubWindow = 4 << 20
+
+// ScrubResult is what a deep scrub of one PG copy found.
+type ScrubResult struct {
+	Objects, Bytes uint64
+	// Damaged objects failed their checksums (or an I/O error); Repaired
+	// of them were replaced with another member's copy.
+	Damaged, Repaired uint64
+}
+
+type scrubber struct {
+	rate *rate.Limiter // nil: unpaced
+
+	mu      sync.Mutex
+	stamps  map[uint32]time.Time // by store PG id, loaded from the store
+	damaged map[uint32]uint64    // objects the PG's last scrub could not repair
+
+	objects, bytes, errs, repaired atomic.Uint64
+	running                        atomic.Uint32 // store PG id + 1 of the scrub under way
+}
+
+func newScrubber(bytesPerSec int64) *scrubber {
+	s := &scrubber{stamps: map[uint32]time.Time{}, damaged: map[uint32]uint64{}}
+	if bytesPerSec > 0 {
+		s.rate = rate.NewLimiter(rate.Limit(bytesPerSec), int(max(bytesPerSec/10, scrubWindow)))
+	}
+	return s
+}
+
+// unrepaired is the number of damaged objects the PGs' last scrubs left.
+func (s *scrubber) unrepaired() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n uint64
+	for _, d := range s.damaged {
+		n += d
+	}
+	return n
+}
+
+// scrubLoop scrubs the PG copies that are due, checking several times per
+// interval.
+func (o *OSD) scrubLoop() {
+	if o.cfg.DeepScrubInterval < 0 {
+		return
+	}
+	o.every(min(max(o.cfg.DeepScrubInterval/8, 10*time.Millisecond), time.Minute), o.scrubDue)
+}
+
+// scrubDue deep-scrubs, one after the other, every PG copy whose last
+// scrub is an interval old.
+func (o *OSD) scrubDue() {
+	for o.ctx.Err() == nil {
+		sid, ok := o.nextScrub()
+		if !ok {
+			return
+		}
+		pool, pg := splitStorePG(sid)
+		if pg == placement.MetaPG {
+			pool = metaPool(o.Map())
+		}
+		if _, err := o.DeepScrub(o.ctx, pool, pg); err != nil && o.ctx.Err() == nil {
+			// Tried again at the next interval: a copy that cannot be
+			// read whole now (being removed, a corrupt head) is not read
+			// in a tight loop.
+			o.log.Warn("deep scrub failed", "pg", placement.PGIDOf(sid), "err", err)
+			o.setScrubbed(sid, time.Now())
+		}
+	}
+}
+
+// nextScrub picks the due PG copy with the oldest stamp, among those we
+// hold as a member of the acting set that are not peering, recovering or
+// being removed.
+func (o *OSD) nextScrub() (uint32, bool) {
+	mp := o.Map()
+	if info, ok := mp.OSD(o.id); !ok || !info.Up {
+		return 0, false
+	}
+	sids, err := o.st.HeldPGs(o.ctx)
+	if err != nil {
+		o.log.Warn("listing the pgs the store holds", "err", err)
+		return 0, false
+	}
+	now := time.Now()
+	var best uint32
+	var bestAt time.Time
+	for _, sid := range sids {
+		if !o.scrubbable(mp, sid) {
+			continue
+		}
+		at, err := o.scrubStamp(sid, now)
+		if err != nil {
+			o.log.Warn("reading a pg's scrub stamp", "pg", placement.PGIDOf(sid), "err", err)
+			continue
+		}
+		if now.Sub(at) >= o.cfg.DeepScrubInterval && (bestAt.IsZero() || at.Before(bestAt)) {
+			best, bestAt = sid, at
+		}
+	}
+	return best, !bestAt.IsZero()
+}
+
+func (o *OSD) scrubbable(mp *placement.Map, sid uint32) bool {
+	pool, pg := splitStorePG(sid)
+	if pg == placement.MetaPG {
+		pool = metaPool(mp)
+	}
+	member := false
+	for _, id := range mp.ActingSet(pool, pg) {
+		member = member || id == o.id
+	}
+	if !member || o.removing(sid) {
+		return false
+	}
+	o.pgMu.Lock()
+	p := o.pgs[sid]
+	o.pgMu.Unlock()
+	if p != nil && (p.peering.Load() || p.bf.Load() != nil) {
+		return false
+	}
+	incomplete, err := o.st.PGBackfilling(o.ctx, sid)
+	return err == nil && !incomplete
+}
+
+// scrubStamp is when PG copy sid was last scrubbed: from the store on
+// first use; a copy never scrubbed gets a random time within the last
+// interval (see the package comment above).
+func (o *OSD) scrubStamp(sid uint32, now time.Time) (time.Time, error) {
+	s := o.scrub
+	s.mu.Lock()
+	at, ok := s.stamps[sid]
+	s.mu.Unlock()
+	if ok {
+		return at, nil
+	}
+	at, err := o.st.PGScrubbed(o.ctx, sid)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if at.IsZero() {
+		at = now.Add(-time.Duration(rand.Int64N(int64(o.cfg.DeepScrubInterval) + 1)))
+		if err := o.st.SetPGScrubbed(o.ctx, sid, at); err != nil {
+			return time.Time{}, err
+		}
+	}
+	s.mu.Lock()
+	s.stamps[sid] = at
+	s.mu.Unlock()
+	return at, nil
+}
+
+func (o *OSD) setScrubbed(sid uint32, at time.Time) {
+	s := o.scrub
+	s.mu.Lock()
+	s.stamps[sid] = at
+	s.mu.Unlock()
+	if err := o.st.SetPGScrubbed(o.ctx, sid, at); err != nil {
+		o.log.Warn("recording a pg's scrub", "pg", placement.PGIDOf(sid), "err", err)
+	}
+}
+
+// DeepScrub reads back every object of this OSD's copy of PG (pool, pg),
+// checks it against its CRC32Cs, and repairs a damaged one from another
+// member of the acting set. The OSD runs it on its own every
+// DeepScrubInterval; tools and tests may run it at any time.
+func (o *OSD) DeepScrub(ctx context.Context, pool, pg uint32) (ScrubResult, error) {
+	sid, err := o.peerPG(pool, pg)
+	if err != nil {
+		return ScrubResult{}, err
+	}
+	s := o.scrub
+	s.running.Store(sid + 1)
+	defer s.running.Store(0)
+	started := time.Now()
+	var res ScrubResult
+	var buf []byte
+	for e, err := range o.st.PGObjects(ctx, sid, "", "") {
+		if err != nil {
+			return res, fmt.Errorf("deep scrub of pg %s: %w", placement.PGIDOf(sid), err)
+		}
+		size := e.Meta.GetSize()
+		if len(e.Meta.GetParts()) > 0 {
+			size = 0 // a manifest: its parts are objects of their own PGs
+		}
+		n, err := o.scrubObject(ctx, s, e.Bucket, e.Key, size, &buf)
+		res.Objects++
+		res.Bytes += n
+		s.objects.Add(1)
+		s.bytes.Add(n)
+		if err == nil {
+			continue
+		}
+		if !repairable(err) {
+			return res, fmt.Errorf("deep scrub of pg %s: %w", placement.PGIDOf(sid), err)
+		}
+		res.Damaged++
+		s.errs.Add(1)
+		if rerr := o.repairShared(pool, pg, e.Bucket, e.Key, err); rerr == nil {
+			res.Repaired++
+			s.repaired.Add(1)
+		}
+	}
+	s.mu.Lock()
+	if left := res.Damaged - res.Repaired; left > 0 {
+		s.damaged[sid] = left
+	} else {
+		delete(s.damaged, sid)
+	}
+	s.mu.Unlock()
+	o.setScrubbed(sid, started)
+	lvl := "deep scrub ok"
+	if res.Damaged > 0 {
+		lvl = "deep scrub found damaged objects"
+	}
+	o.log.Info(lvl, "pg", placement.PGIDOf(sid), "objects", res.Objects, "bytes", res.Bytes,
+		"damaged", res.Damaged, "repaired", res.Repaired, "took", time.Since(started).Round(time.Millisecond))
+	return res, nil
+}
+
+// scrubObject reads bucket/key back in windows, paced, and returns how
+// many bytes it read. An object gone meanwhile is no error.
+func (o *OSD) scrubObject(ctx context.Context, s *scrubber, bucket, key string, size uint64, buf *[]byte) (uint64, error) {
+	var read uint64
+	for off := uint64(0); off < size; off += scrubWindow {
+		n := min(size-off, scrubWindow)
+		if s.rate != nil {
+			if err := s.rate.WaitN(ctx, int(n)); err != nil {
+				return read, err
+			}
+		}
+		if cap(*buf) < int(n) {
+			*buf = make([]byte, 0, scrubWindow)
+		}
+		_, data, err := o.st.ReadRange(ctx, bucket, key, int64(off), int64(n), (*buf)[:0])
+		if errors.Is(err, store.ErrNoSuchKey) {
+			return read, nil
+		}
+		if err != nil {
+			return read, err
+		}
+		read += uint64(len(data))
+		if uint64(len(data)) < n {
+			return read, nil // overwritten by a smaller object meanwhile
+		}
+	}
+	return read, nil
+}
