@@ -32,6 +32,7 @@ func newOSDCmd() *cobra.Command {
 		stopWithin time.Duration
 		keyring    string
 		memBudget  rdmaMemBudget
+		scrubOff   bool
 	)
 	var metricsAddr string
 	cmd := &cobra.Command{
@@ -74,6 +75,12 @@ gracefully.`,
 			cfg.Store.CacheSize = cacheMiB << 20
 			cfg.Store.ReadCacheSize = readMiB << 20
 			cfg.Store.MemTableSize = memMiB << 20
+			if cfg.ScrubBytesPerSec == 0 {
+				cfg.ScrubBytesPerSec = -1 // the flag's 0 is unpaced, the Config's the default
+			}
+			if scrubOff {
+				cfg.DeepScrubInterval = -1
+			}
 			cfg.Logger = slog.Default()
 			cfg.Store.OnFatal = func(msg string) {
 				// Pebble cannot go on (a WAL write failed, say): stop
@@ -169,6 +176,10 @@ gracefully.`,
 	f.DurationVar(&stopWithin, "stop-timeout", 30*time.Second, "bound on a graceful stop")
 	f.IntVar(&cfg.RecoveryMaxActive, "recovery-max-active", 3, "PGs recovered or backfilled at once (Ceph's osd_recovery_max_active)")
 	f.Var((*byteSize)(&cfg.RecoveryBytesPerSec), "recovery-bytes-per-sec", "cap on recovery and backfill copying, e.g. 100MiB (0: none)")
+	cfg.ScrubBytesPerSec = 32 << 20
+	f.DurationVar(&cfg.DeepScrubInterval, "deep-scrub-interval", 7*24*time.Hour, "how often each PG copy is deep scrubbed: every object read back and checked against its CRC32Cs, a damaged one repaired from another member (Ceph's osd_deep_scrub_interval)")
+	f.BoolVar(&scrubOff, "no-scrub", false, "never deep scrub (Ceph's nodeep-scrub flag)")
+	f.Var((*byteSize)(&cfg.ScrubBytesPerSec), "scrub-bytes-per-sec", "pace of the deep scrub's reads, e.g. 64MiB (0: unpaced)")
 	f.Var((*socketFailures)(&cfg.Faults), "inject-socket-failures", socketFailuresUsage)
 	cmd.AddCommand(newOSDAdminCmds()...)
 	return cmd
