@@ -2,7 +2,9 @@ package osd_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,6 +14,8 @@ import (
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/osd"
+	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // damageDataFile flips one byte at offset at of the data file holding body
@@ -44,18 +48,26 @@ func damageDataFile(t *testing.T, c *osdtest.Cluster, id uint32, body []byte, at
 	t.Fatalf("osd.%d has no data file holding the object (%d files)", id, len(files))
 }
 
-// TestReadRepair: a get of an object whose copy at the primary rotted is
-// served whole from a replica's copy, which replaces the damaged one; the
-// next get needs no repair. With the copies of the primary and of one
-// replica damaged, the other replica's serves.
-func TestReadRepair(t *testing.T) {
-	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
+// rotCluster starts a 3-OSD cluster with the bucket "rot" for the tests
+// of damaged objects.
+func rotCluster(t *testing.T, tweak func(*osd.Config)) (*osdtest.Cluster, *client.Client, context.Context, *osdpb.Pool) {
+	t.Helper()
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: tweak})
 	cl := c.Client(t, nil)
 	ctx := ctxT(t, time.Minute)
 	if err := cl.MakeBucket(ctx, "rot"); err != nil {
 		t.Fatal(err)
 	}
 	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	return c, cl, ctx, pool
+}
+
+// TestReadRepair: a get of an object whose copy at the primary rotted is
+// served whole from a replica's copy, which replaces the damaged one; the
+// next get needs no repair. With the copies of the primary and of one
+// replica damaged, the other replica's serves.
+func TestReadRepair(t *testing.T) {
+	c, cl, ctx, pool := rotCluster(t, nil)
 	repairs := func(id uint32) (ok, failed uint64) {
 		st := c.OSDs[id].Stats()
 		return st.ReadRepairs, st.ReadRepairFailures
@@ -97,13 +109,7 @@ func TestReadRepair(t *testing.T) {
 // with InternalError (never damaged bytes), the failure is counted, and no
 // damaged copy was installed over another.
 func TestReadRepairEveryCopyDamaged(t *testing.T) {
-	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
-	cl := c.Client(t, nil)
-	ctx := ctxT(t, time.Minute)
-	if err := cl.MakeBucket(ctx, "rot"); err != nil {
-		t.Fatal(err)
-	}
-	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	c, cl, ctx, pool := rotCluster(t, nil)
 	body := osdtest.Payload(1<<20, 7)
 	if _, err := osdtest.Put(ctx, cl, "rot", "k", body, client.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -123,5 +129,42 @@ func TestReadRepairEveryCopyDamaged(t *testing.T) {
 		if _, _, err := c.OSDs[id].Store().ReadRange(ctx, "rot", "k", 0, -1, nil); err == nil {
 			t.Fatalf("osd.%d's damaged copy reads whole: a damaged copy was installed, or the damage missed", id)
 		}
+	}
+}
+
+// TestReadRepairTakesOnlyTheSameVersion: a replica holding another
+// version of the object (as one behind or ahead of its primary does) is
+// not a source: with the primary's copy and the only other same-version
+// copy damaged, the get fails rather than serve the other version.
+func TestReadRepairTakesOnlyTheSameVersion(t *testing.T) {
+	c, cl, ctx, pool := rotCluster(t, nil)
+	body := osdtest.Payload(1<<20, 3)
+	if _, err := osdtest.Put(ctx, cl, "rot", "k", body, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pg := placement.PGOf(pool, "rot", "k")
+	sid, err := placement.PGID{Pool: pool.Id, Seed: pg}.StoreID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	acting := c.Map.ActingSet(pool.Id, pg)
+	other := osdtest.Payload(1<<20, 4)
+	if err := c.OSDs[acting[1]].InstallForTest(ctx, sid, &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: "rot", Key: "k",
+		Meta: &osdpb.ObjectMeta{Size: uint64(len(other)), Crc32C: crc32.Checksum(other, crc32.MakeTable(crc32.Castagnoli))}}, other); err != nil {
+		t.Fatal(err)
+	}
+	damageDataFile(t, c, acting[0], body, 4096)
+	damageDataFile(t, c, acting[2], body, 4096)
+	// The other version may be a replica behind, about to catch up: the
+	// get is answered ServiceUnavailable, which the client retries.
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	got, _, err := osdtest.Get(short, cl, "rot", "k", client.GetOptions{})
+	if err == nil || bytes.Equal(got, other) {
+		t.Fatalf("get with the only intact copy another version: %d bytes (the other version: %v), %v; want an error",
+			len(got), bytes.Equal(got, other), err)
+	}
+	if st := c.OSDs[acting[0]].Stats(); st.ReadRepairs != 0 || st.ReadRepairFailures == 0 {
+		t.Fatalf("primary counted %d repairs and %d failures, want 0 and some", st.ReadRepairs, st.ReadRepairFailures)
 	}
 }

@@ -16,15 +16,9 @@ import (
 // from another member; an object damaged on every member is counted as a
 // scrub error until the PG's next scrub finds it rewritten.
 func TestDeepScrub(t *testing.T) {
-	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: func(cfg *osd.Config) {
+	c, cl, ctx, pool := rotCluster(t, func(cfg *osd.Config) {
 		cfg.DeepScrubInterval = -1 // the test scrubs by hand
-	}})
-	cl := c.Client(t, nil)
-	ctx := ctxT(t, time.Minute)
-	if err := cl.MakeBucket(ctx, "rot"); err != nil {
-		t.Fatal(err)
-	}
-	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	})
 	body := osdtest.Payload(1<<20+5, 1)
 	if _, err := osdtest.Put(ctx, cl, "rot", "k", body, client.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -77,16 +71,10 @@ func TestDeepScrub(t *testing.T) {
 // on their own, and a replica's damaged copy is repaired with nobody
 // reading it.
 func TestDeepScrubScheduled(t *testing.T) {
-	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: func(cfg *osd.Config) {
+	c, cl, ctx, pool := rotCluster(t, func(cfg *osd.Config) {
 		cfg.DeepScrubInterval = 300 * time.Millisecond
 		cfg.ScrubBytesPerSec = -1
-	}})
-	cl := c.Client(t, nil)
-	ctx := ctxT(t, time.Minute)
-	if err := cl.MakeBucket(ctx, "rot"); err != nil {
-		t.Fatal(err)
-	}
-	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	})
 	body := osdtest.Payload(1<<20, 2)
 	if _, err := osdtest.Put(ctx, cl, "rot", "k", body, client.PutOptions{}); err != nil {
 		t.Fatal(err)
