@@ -2388,14 +2388,20 @@ func (x *UploadInfo) GetInitiatedUnixNano() int64 {
 // LogEntry is one entry of a PG log: what was applied at which version, and
 // for whom, so a resent request is answered from the log.
 type LogEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       *Version               `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
-	Req           *ReqID                 `protobuf:"bytes,2,opt,name=req,proto3" json:"req,omitempty"`
-	Kind          OpKind                 `protobuf:"varint,3,opt,name=kind,proto3,enum=osprey.osd.OpKind" json:"kind,omitempty"`
-	Bucket        string                 `protobuf:"bytes,4,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Key           string                 `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
-	Meta          *ObjectMeta            `protobuf:"bytes,6,opt,name=meta,proto3" json:"meta,omitempty"`                             // put: the new object's metadata
-	Status        Status                 `protobuf:"varint,7,opt,name=status,proto3,enum=osprey.osd.Status" json:"status,omitempty"` // what the op returned
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version *Version               `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	Req     *ReqID                 `protobuf:"bytes,2,opt,name=req,proto3" json:"req,omitempty"`
+	Kind    OpKind                 `protobuf:"varint,3,opt,name=kind,proto3,enum=osprey.osd.OpKind" json:"kind,omitempty"`
+	Bucket  string                 `protobuf:"bytes,4,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Key     string                 `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	Meta    *ObjectMeta            `protobuf:"bytes,6,opt,name=meta,proto3" json:"meta,omitempty"`                             // put: the new object's metadata
+	Status  Status                 `protobuf:"varint,7,opt,name=status,proto3,enum=osprey.osd.Status" json:"status,omitempty"` // what the op returned
+	// Keys, in the multipart bucket, of the parts (and pieces) that this put
+	// or delete made garbage: those of the multipart object it replaced that
+	// its own meta does not name. The primary deletes them once the entry is
+	// on every replica, and again when a resend of the op is answered from
+	// the log, so a write whose first attempt timed out leaves none behind.
+	DroppedParts  []string `protobuf:"bytes,8,rep,name=dropped_parts,json=droppedParts,proto3" json:"dropped_parts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2477,6 +2483,13 @@ func (x *LogEntry) GetStatus() Status {
 		return x.Status
 	}
 	return Status_OK
+}
+
+func (x *LogEntry) GetDroppedParts() []string {
+	if x != nil {
+		return x.DroppedParts
+	}
+	return nil
 }
 
 // RepOp carries one applied op from the primary to a replica; a put's body is
@@ -4841,7 +4854,7 @@ const file_osd_proto_rawDesc = "" +
 	"UploadInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
 	"\tupload_id\x18\x02 \x01(\tR\buploadId\x12.\n" +
-	"\x13initiated_unix_nano\x18\x03 \x01(\x03R\x11initiatedUnixNano\"\x88\x02\n" +
+	"\x13initiated_unix_nano\x18\x03 \x01(\x03R\x11initiatedUnixNano\"\xad\x02\n" +
 	"\bLogEntry\x12-\n" +
 	"\aversion\x18\x01 \x01(\v2\x13.osprey.osd.VersionR\aversion\x12#\n" +
 	"\x03req\x18\x02 \x01(\v2\x11.osprey.osd.ReqIDR\x03req\x12&\n" +
@@ -4849,7 +4862,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x06bucket\x18\x04 \x01(\tR\x06bucket\x12\x10\n" +
 	"\x03key\x18\x05 \x01(\tR\x03key\x12*\n" +
 	"\x04meta\x18\x06 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x12*\n" +
-	"\x06status\x18\a \x01(\x0e2\x12.osprey.osd.StatusR\x06status\"\x7f\n" +
+	"\x06status\x18\a \x01(\x0e2\x12.osprey.osd.StatusR\x06status\x12#\n" +
+	"\rdropped_parts\x18\b \x03(\tR\fdroppedParts\"\x7f\n" +
 	"\x05RepOp\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
