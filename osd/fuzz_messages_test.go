@@ -25,7 +25,7 @@ import (
 func FuzzOSDMessages(f *testing.F) {
 	hdr := &osdpb.Header{Epoch: 1, Pool: 1, Req: &osdpb.ReqID{Client: 9, Tid: 1}}
 	entry := &osdpb.LogEntry{Version: &osdpb.Version{Epoch: 1, Seq: 1}, Kind: osdpb.OpKind_OP_PUT, Bucket: "fz", Key: "k",
-		Meta: &osdpb.ObjectMeta{Size: 3}}
+		Meta: &osdpb.ObjectMeta{Size: 3}, DroppedParts: []string{"0123456789abcdef0123456789abcdef/00001"}}
 	fronts := map[osdpb.MsgType]proto.Message{
 		osdpb.MsgType_MSG_GET_MAP:         &osdpb.GetMap{},
 		osdpb.MsgType_MSG_CREATE_BUCKET:   &osdpb.BucketRequest{Header: hdr, Bucket: "fz"},

@@ -134,7 +134,7 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 
 	case osdpb.MsgType_MSG_COMPLETE_UPLOAD:
 		rec := ops.UploadKey(req.Bucket, req.Key, req.UploadId)
-		var pieced []*osdpb.PartRef // the records of the parts in pieces, which the object does not name
+		var pieced []string // the records of the parts in pieces, which the object does not name
 		o.recordWrite(m, req, uploadReply, func(mp *placement.Map, e *osdpb.LogEntry) error {
 			upl, err := o.st.Head(o.ctx, ops.MultipartBucket, rec)
 			if err != nil {
@@ -144,7 +144,7 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 			if err != nil {
 				return err
 			}
-			pieced = records
+			pieced = partKeys(records)
 			e.Kind, e.Bucket, e.Key, e.Meta = osdpb.OpKind_OP_PUT, req.Bucket, req.Key, meta
 			return nil
 		}, func(mp *placement.Map, sid uint32) {

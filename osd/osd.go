@@ -410,6 +410,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	if sopts.ReadCacheAlloc == nil {
 		sopts.ReadCacheAlloc = &o.cacheMem
 	}
+	sopts.DroppedParts = replacedParts
 	st, err := openStore(ctx, cfg.DataDir, sopts)
 	if err != nil {
 		if mc != nil {

@@ -379,7 +379,16 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 				return
 			}
 			sync := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: prev.Version}
-			o.replicate(mp, p, replicas, sync, nil, nil, func(err error) { done(prev, err) })
+			o.replicate(mp, p, replicas, sync, nil, nil, func(err error) {
+				done(prev, err)
+				if err == nil {
+					// The first attempt may have failed before its drop
+					// (its replicas did not ack in time), or this is a
+					// new primary, which never saw it: deleting a part
+					// again is harmless.
+					o.dropReplaced(mp, p.pool, prev)
+				}
+			})
 			return
 		}
 	}
@@ -420,13 +429,13 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 	// The replicas are sent the entry first and apply it while we do, as
 	// Ceph's primary does: a write waits for the slowest of the synced
 	// commits, not for ours and then theirs. Whoever finishes last of the
-	// two answers. oldParts is set before our finish, whose lock hands it
-	// to the replicas' finish when that one comes last.
+	// two answers. Our apply sets e.DroppedParts (store.Options.DroppedParts)
+	// before our finish, whose lock hands it to the replicas' finish when
+	// that one comes last.
 	var (
-		mu       sync.Mutex
-		pending  = 2
-		first    error
-		oldParts []*osdpb.PartRef
+		mu      sync.Mutex
+		pending = 2
+		first   error
 	)
 	finish := func(err error) {
 		mu.Lock()
@@ -444,9 +453,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 			return
 		}
 		done(e, nil)
-		if len(oldParts) > 0 {
-			o.wg.Go(func() { o.dropParts(mp, p.pool, oldParts) })
-		}
+		o.dropReplaced(mp, p.pool, e)
 	}
 	o.replicate(mp, p, replicas, e, body, buf, finish)
 	applied, err := o.apply(sid, e, body, ck)
@@ -460,7 +467,6 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		return
 	}
 	o.setLast(p, e.Version)
-	oldParts = replacedParts(e, ck.Replaced())
 	o.whenDurable(applied, func(err error) {
 		if err != nil {
 			o.applyFailed(p, e, err)
@@ -474,13 +480,14 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 	}
 }
 
-// replacedParts returns the parts of the multipart object (old, whose head
-// the apply of e replaced: store.Checked.Replaced) that e overwrote or
-// deleted: they are garbage now. In the multipart bucket, only a part
-// uploaded again replaces anything: the pieces of the part before that the
-// new one does not name (a record of pieces deleted at completion gives
-// its pieces to the object).
-func replacedParts(e *osdpb.LogEntry, old *osdpb.ObjectMeta) []*osdpb.PartRef {
+// replacedParts returns the keys of the parts of the multipart object (old,
+// whose head the apply of e replaced) that e overwrote or deleted: they are
+// garbage now. Every member's store asks it at its apply
+// (store.Options.DroppedParts) and logs the answer in the entry. In the
+// multipart bucket, only a part uploaded again replaces anything: the
+// pieces of the part before that the new one does not name (a record of
+// pieces deleted at completion gives its pieces to the object).
+func replacedParts(e *osdpb.LogEntry, old *osdpb.ObjectMeta) []string {
 	if old == nil || e.Kind != osdpb.OpKind_OP_PUT && e.Kind != osdpb.OpKind_OP_DELETE {
 		return nil
 	}
@@ -489,7 +496,19 @@ func replacedParts(e *osdpb.LogEntry, old *osdpb.ObjectMeta) []*osdpb.PartRef {
 			return nil
 		}
 	}
-	return garbageParts(old.GetParts(), e.GetMeta().GetParts())
+	return partKeys(garbageParts(old.GetParts(), e.GetMeta().GetParts()))
+}
+
+// partKeys is the keys of parts, nil for none.
+func partKeys(parts []*osdpb.PartRef) []string {
+	if len(parts) == 0 {
+		return nil
+	}
+	keys := make([]string, len(parts))
+	for i, p := range parts {
+		keys[i] = p.Key
+	}
+	return keys
 }
 
 // garbageParts is the parts of a replaced object that its replacement does
@@ -515,17 +534,54 @@ func garbageParts(old, kept []*osdpb.PartRef) []*osdpb.PartRef {
 	return garbage
 }
 
-// dropParts deletes the parts of a multipart object that was overwritten or
-// deleted, each at its PG's primary (here, or over the cluster network). A
-// part that cannot be deleted now stays behind (logged), taking space but
-// never visible.
-func (o *OSD) dropParts(mp *placement.Map, poolID uint32, parts []*osdpb.PartRef) {
+// dropReplaced deletes, off the shard, the parts that the applied entry e
+// made garbage (e.DroppedParts), but those that the object now at e's key
+// names (garbageKeys). Only deleting is unsafe: a part kept by mistake
+// costs space, so a failed read of the object keeps them all.
+func (o *OSD) dropReplaced(mp *placement.Map, pool uint32, e *osdpb.LogEntry) {
+	if len(e.DroppedParts) == 0 {
+		return
+	}
+	o.wg.Go(func() {
+		cur, err := o.st.Head(o.ctx, e.Bucket, e.Key)
+		if err != nil && !errors.Is(err, store.ErrNoSuchKey) && !errors.Is(err, store.ErrNoSuchBucket) {
+			o.log.Warn("keeping a replaced object's parts: cannot read what replaced it", "bucket", e.Bucket, "key", e.Key, "err", err)
+			return
+		}
+		o.dropParts(mp, pool, garbageKeys(e.DroppedParts, cur))
+	})
+}
+
+// garbageKeys is what may be deleted of dropped, the keys an entry made
+// garbage, given cur, the object now at the entry's key (nil for none): the
+// parts and pieces among them (an entry naming an upload record is bad or
+// garbled, and must not remove a pending upload) that cur does not name. A
+// later write may have made them live again (a completion of the same
+// upload repeated before its record's removal landed), and a resend
+// answered from the log can come long after its entry.
+func garbageKeys(dropped []string, cur *osdpb.ObjectMeta) []string {
+	live := make(map[string]bool, len(cur.GetParts()))
+	for _, p := range cur.GetParts() {
+		live[p.Key] = true
+	}
+	return slices.DeleteFunc(slices.Clone(dropped), func(k string) bool {
+		_, _, isPart := ops.ParsePartKey(k)
+		_, _, _, _, isPiece := ops.ParsePieceKey(k)
+		return live[k] || !isPart && !isPiece
+	})
+}
+
+// dropParts deletes the parts (keys of the multipart bucket) of a multipart
+// object that was overwritten or deleted, each at its PG's primary (here, or
+// over the cluster network). A part that cannot be deleted now stays behind
+// (logged), taking space but never visible.
+func (o *OSD) dropParts(mp *placement.Map, poolID uint32, parts []string) {
 	pool, ok := mp.Pool(poolID)
 	if !ok {
 		return
 	}
 	for _, part := range parts {
-		pg := placement.PGOf(pool, ops.MultipartBucket, part.Key)
+		pg := placement.PGOf(pool, ops.MultipartBucket, part)
 		primary, ok := mp.Primary(pool.Id, pg)
 		if !ok {
 			continue
@@ -533,18 +589,18 @@ func (o *OSD) dropParts(mp *placement.Map, poolID uint32, parts []*osdpb.PartRef
 		if primary == o.id {
 			// Our own PG: a delete on its shard, like any other.
 			sid := storePG(pool.Id, pg)
-			e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: part.Key}
+			e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: part}
 			o.enqueue(o.shardOf(sid), func() {
 				o.write(o.Map(), sid, e, nil, nil, nil, false, func(_ *osdpb.LogEntry, err error) {
 					if err != nil {
-						o.log.Warn("deleting a replaced object's part", "part", part.Key, "err", err)
+						o.log.Warn("deleting a replaced object's part", "part", part, "err", err)
 					}
 				}, func() {})
 			})
 			continue
 		}
 		front, err := proto.Marshal(&osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: pool.Id, Pg: pg},
-			Bucket: ops.MultipartBucket, Key: part.Key})
+			Bucket: ops.MultipartBucket, Key: part})
 		if err != nil {
 			continue
 		}
@@ -556,7 +612,7 @@ func (o *OSD) dropParts(mp *placement.Map, poolID uint32, parts []*osdpb.PartRef
 		}
 		if err != nil {
 			m.Release()
-			o.log.Warn("deleting a replaced object's part", "part", part.Key, "osd", primary, "err", err)
+			o.log.Warn("deleting a replaced object's part", "part", part, "osd", primary, "err", err)
 		}
 	}
 }

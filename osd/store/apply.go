@@ -14,7 +14,8 @@ import (
 
 // recordFn adds an op's PG-log bookkeeping (log entry, reqid index, PG
 // record) to the op's batch; nil for backfill installs, which bypass the log.
-type recordFn func(b *pebble.Batch) error
+// replaced is the meta of the object a put or delete replaces, nil when none.
+type recordFn func(b *pebble.Batch, replaced *osdpb.ObjectMeta) error
 
 // Apply applies one PG log entry to PG pg atomically with appending it to
 // the PG log, indexing its request id and advancing the PG's last version to
@@ -42,6 +43,9 @@ type recordFn func(b *pebble.Batch) error
 //     every local object of the bucket in any PG (the caller checked
 //     emptiness cluster-wide; puts that raced it are purged).
 //
+// A put or delete that replaces an object sets e.DroppedParts to what
+// Options.DroppedParts says of it (when it says anything), and logs it so.
+//
 // REQUIRES: the caller serialises Applies per PG (the OSD's op queue). A
 // violation cannot corrupt the store (a per-PG lock orders them) but one of
 // two racing entries for the same version gets ErrStaleVersion.
@@ -50,26 +54,12 @@ func (s *Store) Apply(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []
 }
 
 // Checked is an entry and body that passed Check: Apply need not read the
-// body again for its CRC32C. ApplyChecked records in it the object it
-// replaced (Replaced).
+// body again for its CRC32C.
 type Checked struct {
-	e        *osdpb.LogEntry
-	body     []byte
-	crcs     []uint32 // a data file's chunk CRC32Cs
-	inFile   bool
-	replaced *osdpb.ObjectMeta
-}
-
-// Replaced is the meta of the object that the put or delete replaced or
-// removed, once ApplyChecked applied it; nil when there was none (or its
-// head was corrupt). The apply reads the old head anyway, to drop its
-// bytes; the OSD takes a multipart object's parts from here rather than
-// reading the head a second time.
-func (ck *Checked) Replaced() *osdpb.ObjectMeta {
-	if ck == nil {
-		return nil
-	}
-	return ck.replaced
+	e      *osdpb.LogEntry
+	body   []byte
+	crcs   []uint32 // a data file's chunk CRC32Cs
+	inFile bool
 }
 
 // CheckOptions are what a caller of Check may hand in.
@@ -234,7 +224,17 @@ func (s *Store) applyAsync(ctx context.Context, pg uint32, e *osdpb.LogEntry, bo
 	}
 	next := info
 	next.last = ver
-	record := func(b *pebble.Batch) error {
+	record := func(b *pebble.Batch, replaced *osdpb.ObjectMeta) error {
+		if replaced != nil && s.opts.DroppedParts != nil {
+			if keys := s.opts.DroppedParts(e, replaced); len(keys) > 0 {
+				e.DroppedParts = keys
+				relogged, err := appendProto(nil, e)
+				if err != nil {
+					return err
+				}
+				logged = relogged
+			}
+		}
 		if err := b.Set(logKey(pg, e.Version), logged, nil); err != nil {
 			return err
 		}
@@ -712,7 +712,7 @@ func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string,
 			}
 		}
 		if record != nil {
-			return record(b)
+			return record(b, old.metaOrNil())
 		}
 		return nil
 	}()
@@ -726,7 +726,6 @@ func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string,
 			return true, fmt.Errorf("commit: %w", err)
 		}
 		a.b, a.dead = b, fileOf(old)
-		ck.noteReplaced(old)
 		return true, nil
 	}
 	defer b.Close()
@@ -734,15 +733,15 @@ func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string,
 		return true, fmt.Errorf("commit: %w", err)
 	}
 	s.killDataFiles(fileOf(old)...)
-	ck.noteReplaced(old)
 	return true, nil
 }
 
-// noteReplaced records the head an apply replaced or removed (Replaced).
-func (ck *Checked) noteReplaced(old *head) {
-	if ck != nil && old != nil {
-		ck.replaced = old.meta
+// metaOrNil is h's meta, nil for no head.
+func (h *head) metaOrNil() *osdpb.ObjectMeta {
+	if h == nil {
+		return nil
 	}
+	return h.meta
 }
 
 // deleteObject removes an object. requireBucket: Apply answers
@@ -803,7 +802,7 @@ func (s *Store) deleteObject(ctx context.Context, pg uint32, bucket, key string,
 			}
 		}
 		if record != nil {
-			return record(b)
+			return record(b, old.metaOrNil())
 		}
 		return nil
 	}()
@@ -814,7 +813,6 @@ func (s *Store) deleteObject(ctx context.Context, pg uint32, bucket, key string,
 		return objErr("delete", bucket, key, err)
 	}
 	s.killDataFiles(fileOf(old)...)
-	ck.noteReplaced(old)
 	s.counters.deletes.Add(1)
 	return nil
 }
@@ -847,7 +845,7 @@ func (s *Store) createBucket(e *osdpb.LogEntry, record recordFn) error {
 	defer b.Close()
 	err = b.Set(bucketKey(e.Bucket), val, nil)
 	if err == nil && record != nil {
-		err = record(b)
+		err = record(b, nil)
 	}
 	if err == nil {
 		err = b.Commit(pebble.Sync)
@@ -948,7 +946,7 @@ func (s *Store) deleteBucket(ctx context.Context, bucket string, record recordFn
 			} else {
 				err = b.Delete(bucketKey(bucket), nil)
 				if err == nil && record != nil {
-					err = record(b)
+					err = record(b, nil)
 				}
 				if err == nil {
 					err = b.Commit(pebble.Sync)

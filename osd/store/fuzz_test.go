@@ -130,7 +130,7 @@ func FuzzDecodeIDMark(f *testing.F) {
 
 func FuzzDecodeLogEntry(f *testing.F) {
 	valid, err := appendProto(nil, &osdpb.LogEntry{Version: &osdpb.Version{Epoch: 1, Seq: 2}, Kind: osdpb.OpKind_OP_PUT,
-		Bucket: "b", Key: "k", Meta: sampleHead().meta, Req: &osdpb.ReqID{Client: 1, Tid: 2}})
+		Bucket: "b", Key: "k", Meta: sampleHead().meta, Req: &osdpb.ReqID{Client: 1, Tid: 2}, DroppedParts: []string{"u/00001", "u/00002"}})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/ospreystore/osprey/internal/guard"
+	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // Options configures a Store. The zero value of every field but Dir picks
@@ -85,6 +86,14 @@ type Options struct {
 	// return. The daemon exits cleanly there; the default panics, which keeps
 	// the stack for a library user.
 	OnFatal func(msg string)
+	// DroppedParts, if set, is asked by the apply of a put or delete that
+	// replaces an object, with that object's meta, which keys of the
+	// multipart bucket the entry makes garbage; the apply records them in
+	// the entry (LogEntry.DroppedParts) before it logs it. The apply reads
+	// the replaced head anyway, so the entry that every member logs says
+	// what to delete at no second read, and a resend answered from any
+	// member's log can delete it again.
+	DroppedParts func(e *osdpb.LogEntry, replaced *osdpb.ObjectMeta) []string
 
 	// fs replaces the OS filesystem; tests set it to Pebble's crashable
 	// in-memory filesystem to simulate power loss.

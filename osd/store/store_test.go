@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
@@ -575,39 +577,102 @@ func TestCheck(t *testing.T) {
 	e.mustRead("b", "k", body)
 }
 
-// TestCheckedReplaced: ApplyChecked records the object a put replaced or
-// a delete removed (the OSD drops a multipart object's parts from it
-// instead of reading the head again); nothing for a new key or a delete of
-// a missing one.
-func TestCheckedReplaced(t *testing.T) {
-	e := newEnv(t, store.Options{})
-	e.createBucket(1, "b")
-	apply := func(le *osdpb.LogEntry, body []byte) *osdpb.ObjectMeta {
-		t.Helper()
-		ck, err := e.s.Check(e.ctx, le, body, store.CheckOptions{})
-		if err != nil {
-			t.Fatal(err)
+// TestDroppedPartsLogged: a put or delete that replaces an object asks
+// Options.DroppedParts about it, with the head the apply replaced, and logs
+// the keys it names in the entry, which the PG log returns as written
+// (FindRequest, LogAfter) across a restart; an apply that replaces nothing
+// asks nothing. A replica that applies the same entries logs the same keys
+// from its own head, and keeps those an entry arrives with (a log
+// catch-up copies the primary's).
+func TestDroppedPartsLogged(t *testing.T) {
+	var asked [2][]string // what each store's calls saw replaced: the old object's ETag
+	opts := func(i int) store.Options {
+		return store.Options{DroppedParts: func(e *osdpb.LogEntry, old *osdpb.ObjectMeta) []string {
+			asked[i] = append(asked[i], old.GetEtag())
+			var keys []string
+			for _, p := range old.GetParts() {
+				if !slices.ContainsFunc(e.GetMeta().GetParts(), func(q *osdpb.PartRef) bool { return q.Key == p.Key }) {
+					keys = append(keys, p.Key)
+				}
+			}
+			return keys
+		}}
+	}
+	primary, replica := newEnv(t, opts(0)), newEnv(t, opts(1))
+	manifest := func(etag string, keys ...string) *osdpb.ObjectMeta {
+		m := &osdpb.ObjectMeta{Etag: etag}
+		for i, k := range keys {
+			m.Parts = append(m.Parts, &osdpb.PartRef{Number: uint32(i + 1), Key: k, Size: 5})
+			m.Size += 5
 		}
-		if err := e.s.ApplyChecked(e.ctx, 1, le, body, ck); err != nil {
-			t.Fatal(err)
+		return m
+	}
+	plain := []byte("plain")
+	steps := []struct {
+		le   *osdpb.LogEntry
+		body []byte
+		want []string // DroppedParts logged
+	}{
+		{le: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Meta: manifest("m1", "u1/00001", "u1/00002")}},
+		{le: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Meta: manifest("m2", "u1/00002", "u2/00001")}, want: []string{"u1/00001"}},
+		{le: putEntry(&osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT}, plain), body: plain, want: []string{"u1/00002", "u2/00001"}},
+		{le: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE}},
+		{le: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE}}, // nothing to replace
+		{le: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Meta: manifest("m3", "u3/00001")}},
+		{le: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE}, want: []string{"u3/00001"}},
+	}
+	for _, e := range []*env{primary, replica} {
+		e.createBucket(1, "b")
+	}
+	for i, st := range steps {
+		le := primary.entry(1, st.le.Kind, "b", "k")
+		le.Meta = st.le.Meta
+		sent := proto.Clone(le).(*osdpb.LogEntry) // what a RepOp carries: the entry before the apply
+		primary.mustApply(1, le, st.body)
+		if !slices.Equal(le.DroppedParts, st.want) {
+			t.Fatalf("step %d: the applied entry drops %q, want %q", i, le.DroppedParts, st.want)
 		}
-		return ck.Replaced()
+		replica.seq[1]++
+		replica.mustApply(1, sent, st.body)
+		if !slices.Equal(sent.DroppedParts, st.want) {
+			t.Fatalf("step %d: the replica's entry drops %q, want %q", i, sent.DroppedParts, st.want)
+		}
 	}
-	first := putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "b", "k"), []byte("one"))
-	first.Meta.Parts = nil
-	if old := apply(first, []byte("one")); old != nil {
-		t.Fatalf("a put of a new key replaced %v", old)
+	for i, asked := range asked {
+		if want := []string{"m1", "m2", "etag", "m3"}; !slices.Equal(asked, want) {
+			t.Fatalf("store %d asked about %q, want %q", i, asked, want)
+		}
 	}
-	second := putEntry(e.entry(1, osdpb.OpKind_OP_PUT, "b", "k"), []byte("second"))
-	second.Meta.Etag = "second"
-	if old := apply(second, []byte("second")); old.GetSize() != 3 || old.GetEtag() != "etag" {
-		t.Fatalf("an overwrite replaced %v, want the first put's meta", old)
+	for _, e := range []*env{primary, replica} {
+		e.reopen()
+		logged, _, err := e.s.LogAfter(e.ctx, 1, &osdpb.Version{}, 100)
+		must(t, err)
+		logged = logged[1:] // the bucket's create
+		if len(logged) != len(steps) {
+			t.Fatalf("%d entries logged, want %d", len(logged), len(steps))
+		}
+		for i, st := range steps {
+			if !slices.Equal(logged[i].DroppedParts, st.want) {
+				t.Fatalf("step %d: logged %q, want %q", i, logged[i].DroppedParts, st.want)
+			}
+			found, ok, err := e.s.FindRequest(e.ctx, 1, logged[i].Req)
+			must(t, err)
+			if !ok || !slices.Equal(found.DroppedParts, st.want) {
+				t.Fatalf("step %d: the request's entry drops %q (found %v), want %q", i, found.GetDroppedParts(), ok, st.want)
+			}
+		}
 	}
-	if old := apply(e.entry(1, osdpb.OpKind_OP_DELETE, "b", "k"), nil); old.GetSize() != 6 || old.GetEtag() != "second" {
-		t.Fatalf("a delete removed %v, want the second put's meta", old)
-	}
-	if old := apply(e.entry(1, osdpb.OpKind_OP_DELETE, "b", "k"), nil); old != nil {
-		t.Fatalf("a delete of a missing key removed %v", old)
+
+	// A log catch-up applies the primary's entry as logged: what it names
+	// stays, though this copy's own head (a plain object) has no parts.
+	replica.mustApply(1, putEntry(replica.entry(1, osdpb.OpKind_OP_PUT, "b", "k"), plain), plain)
+	catchUp := replica.entry(1, osdpb.OpKind_OP_DELETE, "b", "k")
+	catchUp.DroppedParts = []string{"u9/00001"}
+	replica.mustApply(1, catchUp, nil)
+	found, ok, err := replica.s.FindRequest(replica.ctx, 1, catchUp.Req)
+	must(t, err)
+	if !ok || !slices.Equal(found.DroppedParts, []string{"u9/00001"}) {
+		t.Fatalf("a caught-up entry logged %q, want what it came with", found.GetDroppedParts())
 	}
 }
 

@@ -1,0 +1,163 @@
+package osd_test
+
+import (
+	"bytes"
+	"errors"
+	"hash/crc32"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/osd"
+	"github.com/ospreystore/osprey/osd/store"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// TestMultipartPartsDroppedOnResend: a multipart object is overwritten (or
+// deleted) while a replica withholds its ack past RepTimeout, so the first
+// attempt fails; the retry is answered from the PG log as a resend, and the
+// parts the write replaced must still be deleted (from the log entry, since
+// the primary applies nothing the second time). With failover, the primary
+// stops after the first attempt, and the new one answers the retry from its
+// own copy of the log, which it logged as a replica.
+func TestMultipartPartsDroppedOnResend(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		del, failover bool
+	}{{"overwrite", false, false}, {"delete", true, false}, {"failover", false, true}} {
+		t.Run(c.name, func(t *testing.T) { testPartsDroppedOnResend(t, c.del, c.failover) })
+	}
+}
+
+func testPartsDroppedOnResend(t *testing.T, del, failover bool) {
+	gates := make([]*syncGate, 3)
+	for i := range gates {
+		gates[i] = newSyncGate()
+	}
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: func(cfg *osd.Config) {
+		cfg.Store = store.WithFSForTest(cfg.Store, heldSyncFS{vfs.NewMem(), gates[cfg.ID]})
+	}})
+	ctx := ctxT(t, 2*time.Minute)
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "mpbucket"); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitSettled(t, 30*time.Second)
+	data := osdtest.Payload(11<<20, 3)
+	// A loaded machine can take a PG's first writes past RepTimeout.
+	for try := 0; ; try++ {
+		_, err := cl.PutObject(ctx, "mpbucket", "big", bytes.NewReader(data), int64(len(data)), client.PutOptions{PartSize: 5 << 20})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, client.ErrServiceUnavailable) || try == 4 {
+			t.Fatal(err)
+		}
+	}
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	pg := placement.PGOf(pool, "mpbucket", "big")
+	set := c.Map.ActingSet(pool.Id, pg)
+	callers := map[uint32]func(osdpb.MsgType, []byte, []byte, proto.Message) error{}
+	for _, id := range set {
+		callers[id] = rawCaller(ctx, t, c, id)
+	}
+	mp := c.Map
+	// head asks the primary of bucket/key for its head.
+	head := func(bucket, key string) *osdpb.ObjectReply {
+		t.Helper()
+		pg := placement.PGOf(pool, bucket, key)
+		primary, _ := mp.Primary(pool.Id, pg)
+		front, _ := proto.Marshal(&osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: pool.Id, Pg: pg}, Bucket: bucket, Key: key})
+		var rep osdpb.ObjectReply
+		if err := callers[primary](osdpb.MsgType_MSG_HEAD_OBJECT, front, nil, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return &rep
+	}
+	manifest := head("mpbucket", "big")
+	parts := manifest.GetMeta().GetParts()
+	if len(parts) != 3 {
+		t.Fatalf("the multipart object has %d parts, want 3: %v", len(parts), manifest.Header)
+	}
+	for _, p := range parts {
+		if st := head(ops.MultipartBucket, p.Key).Header.GetStatus(); st != osdpb.Status_OK {
+			t.Fatalf("part %s before the write: %v", p.Key, st)
+		}
+	}
+
+	body := []byte("small now")
+	write := func(attempt uint32) *osdpb.ObjectReply {
+		t.Helper()
+		hdr := &osdpb.Header{Epoch: mp.Epoch(), Pool: pool.Id, Pg: pg, Req: &osdpb.ReqID{Client: 4242, Tid: 9}, Attempt: attempt}
+		typ, data := osdpb.MsgType_MSG_PUT_OBJECT, body
+		var front []byte
+		if del {
+			typ, data = osdpb.MsgType_MSG_DELETE_OBJECT, nil
+			front, _ = proto.Marshal(&osdpb.ObjectRequest{Header: hdr, Bucket: "mpbucket", Key: "big"})
+		} else {
+			front, _ = proto.Marshal(&osdpb.PutObject{Header: hdr, Bucket: "mpbucket", Key: "big",
+				Meta: &osdpb.ObjectMeta{Size: uint64(len(body)), Crc32C: crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))}})
+		}
+		var rep osdpb.ObjectReply
+		primary, _ := mp.Primary(pool.Id, pg)
+		if err := callers[primary](typ, front, data, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return &rep
+	}
+	// A replica applies the first attempt but cannot sync it, so it never
+	// acks in time: the primary answers it retriably after RepTimeout.
+	gates[set[1]].hold()
+	defer gates[set[1]].release()
+	if rep := write(0); rep.Header.GetStatus() != osdpb.Status_SERVICE_UNAVAILABLE {
+		t.Fatalf("the first attempt, its replica held: %v, want SERVICE_UNAVAILABLE (RepTimeout)", rep.Header)
+	}
+	gates[set[1]].release()
+	if failover {
+		down, err := mp.With(func(pb *osdpb.ClusterMap) { pb.Osds[set[0]].Up = false })
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.StopOSD(set[0])
+		for _, id := range set[1:] {
+			if err := c.OSDs[id].AdoptMap(down); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mp = down
+		if p, _ := mp.Primary(pool.Id, pg); p == set[0] {
+			t.Fatalf("osd.%d, down, is still the primary", p)
+		}
+	}
+	// The new primary answers once it has peered.
+	var rep *osdpb.ObjectReply
+	osdtest.Eventually(t, 30*time.Second, "the resend answered", func() bool {
+		rep = write(1)
+		return rep.Header.GetStatus() != osdpb.Status_SERVICE_UNAVAILABLE
+	})
+	if rep.Header.GetStatus() != osdpb.Status_OK {
+		t.Fatalf("the resend: %v", rep.Header)
+	}
+	osdtest.Eventually(t, 20*time.Second, "the replaced parts deleted", func() bool {
+		for _, p := range parts {
+			if head(ops.MultipartBucket, p.Key).Header.GetStatus() != osdpb.Status_NO_SUCH_KEY {
+				return false
+			}
+		}
+		return true
+	})
+	got := head("mpbucket", "big")
+	if del {
+		if got.Header.GetStatus() != osdpb.Status_NO_SUCH_KEY {
+			t.Fatalf("the deleted object: %v", got.Header)
+		}
+	} else if got.Header.GetStatus() != osdpb.Status_OK || got.Meta.GetSize() != uint64(len(body)) {
+		t.Fatalf("the overwritten object: %v, %v", got.Header, got.Meta)
+	}
+}
