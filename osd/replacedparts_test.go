@@ -2,7 +2,6 @@ package osd_test
 
 import (
 	"bytes"
-	"errors"
 	"hash/crc32"
 	"testing"
 	"time"
@@ -43,22 +42,28 @@ func testPartsDroppedOnResend(t *testing.T, del, failover bool) {
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: func(cfg *osd.Config) {
 		cfg.Store = store.WithFSForTest(cfg.Store, heldSyncFS{vfs.NewMem(), gates[cfg.ID]})
 	}})
-	ctx := ctxT(t, 2*time.Minute)
+	ctx := ctxT(t, 3*time.Minute)
 	cl := c.Client(t, nil)
 	if err := cl.MakeBucket(ctx, "mpbucket"); err != nil {
 		t.Fatal(err)
 	}
 	c.WaitSettled(t, 30*time.Second)
-	data := osdtest.Payload(11<<20, 3)
-	// A loaded machine can take a PG's first writes past RepTimeout.
-	for try := 0; ; try++ {
-		_, err := cl.PutObject(ctx, "mpbucket", "big", bytes.NewReader(data), int64(len(data)), client.PutOptions{PartSize: 5 << 20})
-		if err == nil {
-			break
+	// Two parts, the least data a multipart object of more than one part
+	// takes (all but the last part are 5 MiB at least).
+	id, err := cl.NewMultipartUpload(ctx, "mpbucket", "big", client.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done []client.CompletePart
+	for i, data := range [][]byte{osdtest.Payload(5<<20, 1), osdtest.Payload(1000, 2)} {
+		p, err := cl.PutObjectPart(ctx, "mpbucket", "big", id, i+1, bytes.NewReader(data), int64(len(data)))
+		if err != nil {
+			t.Fatalf("part %d: %v", i+1, err)
 		}
-		if !errors.Is(err, client.ErrServiceUnavailable) || try == 4 {
-			t.Fatal(err)
-		}
+		done = append(done, client.CompletePart{PartNumber: i + 1, ETag: p.ETag})
+	}
+	if _, err := cl.CompleteMultipartUpload(ctx, "mpbucket", "big", id, done); err != nil {
+		t.Fatal(err)
 	}
 	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
 	pg := placement.PGOf(pool, "mpbucket", "big")
@@ -82,8 +87,8 @@ func testPartsDroppedOnResend(t *testing.T, del, failover bool) {
 	}
 	manifest := head("mpbucket", "big")
 	parts := manifest.GetMeta().GetParts()
-	if len(parts) != 3 {
-		t.Fatalf("the multipart object has %d parts, want 3: %v", len(parts), manifest.Header)
+	if len(parts) != 2 {
+		t.Fatalf("the multipart object has %d parts, want 2: %v", len(parts), manifest.Header)
 	}
 	for _, p := range parts {
 		if st := head(ops.MultipartBucket, p.Key).Header.GetStatus(); st != osdpb.Status_OK {
