@@ -526,3 +526,40 @@ func storePGOf(t *testing.T, pool *osdpb.Pool, seed uint32) uint32 {
 	}
 	return sid
 }
+
+// TestBucketNotEmptyWhereverItsObjectIs: one object keeps its bucket from
+// being deleted whether its PG is led by the meta PG's primary (which
+// checks its own PGs) or by another OSD (which it asks), and the bucket
+// goes once the object does.
+func TestBucketNotEmptyWhereverItsObjectIs(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
+	ctx := ctxT(t, time.Minute)
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	metaAt, _ := c.Map.Primary(pool.Id, placement.MetaPG)
+	cl := c.Client(t, nil)
+	const bucket = "holder"
+	if err := cl.MakeBucket(ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	for _, atMeta := range []bool{true, false} {
+		key := ""
+		for i := 0; key == ""; i++ {
+			k := fmt.Sprintf("obj%d", i)
+			if p, _ := c.Map.Primary(pool.Id, placement.PGOf(pool, bucket, k)); (p == metaAt) == atMeta {
+				key = k
+			}
+		}
+		if _, err := osdtest.Put(ctx, cl, bucket, key, []byte("kept"), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.RemoveBucket(ctx, bucket); !errors.Is(err, client.ErrBucketNotEmpty) {
+			t.Errorf("deleting a bucket holding %s (its pg led by the meta pg's primary: %v): %v, want BucketNotEmpty", key, atMeta, err)
+		}
+		if err := cl.RemoveObject(ctx, bucket, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.RemoveBucket(ctx, bucket); err != nil {
+		t.Fatalf("deleting the emptied bucket: %v", err)
+	}
+}
