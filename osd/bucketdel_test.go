@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -398,5 +399,167 @@ func testPutToDeletedBucketAtReturningOSD(t *testing.T, metaPrimary bool) {
 	}
 	if _, err := cl.StatBucket(ctx, "doomed"); !errors.Is(err, client.ErrNoSuchBucket) {
 		t.Errorf("head of the deleted bucket: %v, want NoSuchBucket", err)
+	}
+}
+
+// TestEmptiedBucketDeletesDuringBackfill: a bucket's last object is
+// deleted while a newcomer's backfill walk holds a copy it fetched before
+// the delete. The newcomer acks the delete unapplied (the walk copies the
+// object again before it moves past it), so its store shows the deleted
+// object until then; a bucket delete acknowledged-empty by every other OSD
+// must not be refused for it (BucketNotEmpty), nor leave the object
+// anywhere. The primary holds the walk's next fetch until the bucket is
+// gone, keeping the stale copy in place.
+func TestEmptiedBucketDeletesDuringBackfill(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 16, Tweak: func(cfg *osd.Config) {
+		cfg.Store.LogKeep = 4 // the newcomer backfills
+	}})
+	ctx := ctxT(t, 2*time.Minute)
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	_, with := newcomerMaps(t, c, newcomer)
+	// A PG the newcomer joins as a replica, led by an OSD other than the
+	// meta PG's primary: holding the primary's dispatch of the newcomer's
+	// messages must not hold the bucket delete's replication.
+	metaAt, _ := with.Primary(pool.Id, placement.MetaPG)
+	seed, primary := uint32(0), uint32(0)
+	for ; ; seed++ {
+		if seed == pool.PgCount {
+			t.Skip("the newcomer joins no PG as a replica of another OSD than the meta PG's primary in this placement")
+		}
+		role, ok := with.RoleOf(pool.Id, seed, newcomer)
+		primary, _ = with.Primary(pool.Id, seed)
+		if ok && !role.IsPrimary() && primary != metaAt {
+			break
+		}
+	}
+	cl := c.Client(t, nil)
+	const bucket = "emptied"
+	if err := cl.MakeBucket(ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for i := 0; len(keys) < 6; i++ { // more writes than the log keeps
+		k := fmt.Sprintf("k%04d", i)
+		if placement.PGOf(pool, bucket, k) != seed {
+			continue
+		}
+		keys = append(keys, k)
+		if _, err := osdtest.Put(ctx, cl, bucket, k, []byte("doomed "+k), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := slices.Max(keys) // the walk's last object: only this bucket has objects in the PG
+
+	var holding atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	var heldOnce, releaseOnce sync.Once
+	unhold := func() { releaseOnce.Do(func() { close(release) }) }
+	osd.ClusterReceived.Set(func(id, from uint32, mt osdpb.MsgType) bool {
+		if id == primary && from == newcomer && mt == osdpb.MsgType_MSG_PG_BACKFILL && holding.Load() {
+			heldOnce.Do(func() { close(held) })
+			<-release // the primary's dispatch of the newcomer's messages waits here
+		}
+		return false
+	})
+	var fired atomic.Bool
+	osd.BackfillFetched.Set(func(b, key string) {
+		if b != bucket || key != last || !fired.CompareAndSwap(false, true) {
+			return
+		}
+		// The walk fetched the last object; empty the bucket before it
+		// installs that copy.
+		for _, k := range keys {
+			if err := cl.RemoveObject(ctx, bucket, k); err != nil {
+				t.Error(err) // in the hook: no FailNow off the test goroutine
+			}
+		}
+		holding.Store(true)
+	})
+	t.Cleanup(func() {
+		unhold()
+		osd.ClusterReceived.Set(nil)
+		osd.BackfillFetched.Set(nil)
+	})
+	for _, o := range c.OSDs {
+		if err := o.AdoptMap(with); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatalf("the newcomer's walk never fetched %s/%s again after its delete", bucket, last)
+	}
+	if t.Failed() {
+		return
+	}
+	st := c.OSDs[newcomer].Store()
+	osdtest.Eventually(t, 30*time.Second, "the newcomer to install its stale copy", func() bool {
+		_, err := st.Head(ctx, bucket, last)
+		return err == nil
+	})
+
+	if err := cl.RemoveBucket(ctx, bucket); err != nil {
+		t.Fatalf("deleting the emptied bucket while the newcomer's walk holds a stale copy of its last object: %v", err)
+	}
+	unhold()
+	osdtest.Eventually(t, time.Minute, "the newcomer's backfill to end", func() bool {
+		b, err := st.PGBackfilling(ctx, storePGOf(t, pool, seed))
+		return err == nil && !b
+	})
+	for id, o := range c.OSDs {
+		if _, err := o.Store().HeadBucket(ctx, bucket); err == nil {
+			t.Errorf("osd.%d holds the deleted bucket's record", id)
+		}
+		if _, err := o.Store().Head(ctx, bucket, last); err == nil {
+			t.Errorf("osd.%d holds %s/%s, deleted with its bucket", id, bucket, last)
+		}
+	}
+}
+
+// storePGOf is pool's PG seed as the store numbers it.
+func storePGOf(t *testing.T, pool *osdpb.Pool, seed uint32) uint32 {
+	t.Helper()
+	sid, err := placement.PGID{Pool: pool.Id, Seed: seed}.StoreID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sid
+}
+
+// TestBucketNotEmptyWhereverItsObjectIs: one object keeps its bucket from
+// being deleted whether its PG is led by the meta PG's primary (which
+// checks its own PGs) or by another OSD (which it asks), and the bucket
+// goes once the object does.
+func TestBucketNotEmptyWhereverItsObjectIs(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
+	ctx := ctxT(t, time.Minute)
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	metaAt, _ := c.Map.Primary(pool.Id, placement.MetaPG)
+	cl := c.Client(t, nil)
+	const bucket = "holder"
+	if err := cl.MakeBucket(ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	for _, atMeta := range []bool{true, false} {
+		key := ""
+		for i := 0; key == ""; i++ {
+			k := fmt.Sprintf("obj%d", i)
+			if p, _ := c.Map.Primary(pool.Id, placement.PGOf(pool, bucket, k)); (p == metaAt) == atMeta {
+				key = k
+			}
+		}
+		if _, err := osdtest.Put(ctx, cl, bucket, key, []byte("kept"), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.RemoveBucket(ctx, bucket); !errors.Is(err, client.ErrBucketNotEmpty) {
+			t.Errorf("deleting a bucket holding %s (its pg led by the meta pg's primary: %v): %v, want BucketNotEmpty", key, atMeta, err)
+		}
+		if err := cl.RemoveObject(ctx, bucket, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.RemoveBucket(ctx, bucket); err != nil {
+		t.Fatalf("deleting the emptied bucket: %v", err)
 	}
 }

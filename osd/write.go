@@ -243,34 +243,64 @@ func (o *OSD) bucketWrite(m *msgr.Message, req *osdpb.BucketRequest) {
 	o.write(mp, placement.MetaPG, e, nil, nil, nil, req.Header.GetAttempt() > 0, func(_ *osdpb.LogEntry, err error) { done(err) }, m.Release)
 }
 
-// checkBucketEmpty asks every OSD (ourselves included) whether it holds an
-// object of bucket. Objects a racing put adds after the check are removed
-// with the bucket (store: OP_DELETE_BUCKET purges the bucket's objects).
+// checkBucketEmpty asks the primary of every PG (ourselves included)
+// whether the PG holds an object of bucket, as a client's listing does: a
+// primary that has peered holds every acknowledged write of its PG, and
+// one still peering answers ServiceUnavailable. Other copies are not
+// asked, since they can still show an object whose delete was
+// acknowledged: a stray's copy never gets the delete, and a replica being
+// backfilled acks a delete ahead of its walk unapplied while the copy it
+// fetched just before shows until the walk copies the object again.
+// Objects a racing put adds after the check are removed with the bucket
+// (store: OP_DELETE_BUCKET purges the bucket's objects).
 func (o *OSD) checkBucketEmpty(mp *placement.Map, bucket string) error {
 	if _, err := o.st.HeadBucket(o.ctx, bucket); err != nil {
 		return err
 	}
-	if empty, err := o.st.BucketEmpty(o.ctx, bucket); err != nil || !empty {
-		if err == nil {
-			err = ops.Errorf(osdpb.Status_BUCKET_NOT_EMPTY, "bucket %s is not empty", bucket)
+	for pool := range mp.Pools() {
+		led := map[uint32][]uint32{} // primary -> its PGs of pool
+		for pg := range pool.PgCount {
+			if id, ok := mp.Primary(pool.Id, pg); ok {
+				led[id] = append(led[id], pg)
+			}
 		}
+		for id, pgs := range led {
+			req := &osdpb.ListObjects{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: pool.Id}, Bucket: bucket, MaxKeys: 1, Pgs: pgs}
+			var rep osdpb.ListObjectsReply
+			var err error
+			if id == o.id {
+				err = o.listLed(req, &rep)
+			} else {
+				ctx, cancel := context.WithTimeout(o.ctx, o.cfg.RepTimeout)
+				err = o.call(ctx, id, osdpb.MsgType_MSG_LIST_OBJECTS, req, &rep, nil)
+				cancel()
+				if err == nil {
+					err = ops.FromReply(rep.Header)
+				}
+			}
+			if err != nil {
+				return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "checking osd.%d's pgs of pool %d for objects of %s: %v", id, pool.Id, bucket, err)
+			}
+			if len(rep.Objects) > 0 || len(rep.CommonPrefixes) > 0 {
+				return ops.Errorf(osdpb.Status_BUCKET_NOT_EMPTY, "bucket %s is not empty", bucket)
+			}
+		}
+	}
+	return nil
+}
+
+// listLed lists, here, the PGs req names, which must be ours to lead,
+// as a peer's LIST_OBJECTS would.
+func (o *OSD) listLed(req *osdpb.ListObjects, rep *osdpb.ListObjectsReply) error {
+	opts, err := o.listOptions(req, false)
+	if err != nil {
 		return err
 	}
-	for id := range o.upPeers(mp, placement.MetaPG) {
-		ctx, cancel := context.WithTimeout(o.ctx, o.cfg.RepTimeout)
-		var rep osdpb.ListObjectsReply
-		err := o.call(ctx, id, osdpb.MsgType_MSG_LIST_OBJECTS, &osdpb.ListObjects{Header: &osdpb.Header{Epoch: mp.Epoch()}, Bucket: bucket, MaxKeys: 1}, &rep, nil)
-		cancel()
-		if err == nil {
-			err = ops.FromReply(rep.Header)
-		}
-		if err != nil {
-			return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "checking osd.%d for objects of %s: %v", id, bucket, err)
-		}
-		if len(rep.Objects) > 0 || len(rep.CommonPrefixes) > 0 {
-			return ops.Errorf(osdpb.Status_BUCKET_NOT_EMPTY, "bucket %s is not empty", bucket)
-		}
+	res, err := o.st.List(o.ctx, req.Bucket, opts)
+	if err != nil {
+		return err
 	}
+	rep.Objects, rep.CommonPrefixes = res.Objects, res.CommonPrefixes
 	return nil
 }
 
@@ -301,18 +331,6 @@ func metaPool(mp *placement.Map) uint32 {
 		}
 	}
 	return id
-}
-
-// upPeers yields the other members of the meta PG's acting set: every
-// other OSD that is up and in.
-func (o *OSD) upPeers(mp *placement.Map, pg uint32) func(func(uint32) bool) {
-	return func(yield func(uint32) bool) {
-		for _, id := range mp.ActingSet(metaPool(mp), pg) {
-			if id != o.id && !yield(id) {
-				return
-			}
-		}
-	}
 }
 
 // write runs on the shard of store PG sid at its primary: a resent request

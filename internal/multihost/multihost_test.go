@@ -261,16 +261,19 @@ func TestMonLeaderCutOff(t *testing.T) {
 // mon's etcd client may still be on a cut-off member's endpoint until its
 // keepalive gives up on it (2+2 s), so a write can fail as unavailable,
 // which an operator retries. Such a write went to a member without quorum
-// and cannot have been applied, so the callers' epoch checks hold.
+// and cannot have been applied, so the callers' epoch checks hold. The
+// CLI logs at debug level, so that a failure shows what each attempt at
+// each mon got (no reply within its wait, or a lost session).
 func (c *cluster) setFullRatio(ctx context.Context, mons []string, ratio string) string {
 	c.t.Helper()
 	for {
-		out, err := c.ospreyOn(ctx, c.client, mons, "osd", "set-full-ratio", ratio)
+		start := time.Now()
+		out, err := c.ospreyOn(ctx, c.client, mons, "osd", "set-full-ratio", ratio, "--log-level", "debug")
 		if err == nil {
 			return out
 		}
 		if !strings.Contains(err.Error(), "ServiceUnavailable") || ctx.Err() != nil {
-			c.t.Fatalf("a map change through %v: %v", mons, err)
+			c.t.Fatalf("a map change through %v, after %v: %v", mons, time.Since(start).Round(time.Millisecond), err)
 		}
 		c.t.Logf("retrying: %v", err)
 		select {
