@@ -70,7 +70,7 @@ FUZZMINTIME ?= 1s
 FUZZ_TARGETS = \
 	"FuzzControlFrame ./msgr/rdma" "FuzzParseCM ./msgr/rdma" \
 	"FuzzReadFrame ./msgr/wire" "FuzzBanner ./msgr/wire" "FuzzHandshake ./msgr" "FuzzHandshakeAuth ./msgr" "FuzzSealedFrame ./msgr" "FuzzModes ./msgr" "FuzzEngineFrames ./msgr" \
-	"FuzzUnmarshal ./internal/placement" "FuzzLoad ./internal/placement" "FuzzFromProto ./internal/placement" \
+	"FuzzUnmarshal ./internal/placement" "FuzzLoad ./internal/placement" "FuzzFromProto ./internal/placement" "FuzzParsePGID ./internal/placement" \
 	"FuzzDecodeHead ./osd/store" "FuzzDecodeChunk ./osd/store" "FuzzDecodePGInfo ./osd/store" \
 	"FuzzDecodeReqVersion ./osd/store" "FuzzDecodeIDMark ./osd/store" "FuzzDecodeLogEntry ./osd/store" \
 	"FuzzDecodeBucket ./osd/store" "FuzzDecodeCounters ./osd/store" "FuzzKeys ./osd/store" \

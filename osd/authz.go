@@ -88,3 +88,20 @@ func (a *authTables) opAllowed(peer msgr.EntityName, t osdpb.MsgType, bucket str
 	}
 	return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not %s %s (its caps: %s)", peer, verb, what, auth.FormatCaps(r.Caps.Strings()))
 }
+
+// adminAllowed checks an admin-only request (what: "scrub") from peer:
+// only an entity that may change the map (mon 'allow *', as
+// client.admin) may make one.
+func (a *authTables) adminAllowed(peer msgr.EntityName, what string) *ops.Error {
+	if !a.enforce {
+		return nil
+	}
+	r, err := a.Record(string(peer))
+	if err != nil {
+		return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%v", err)
+	}
+	if r.Caps.Allows(auth.ServiceMon, auth.PermWrite, "") {
+		return nil
+	}
+	return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not %s: admins only, with mon caps that allow writes (its caps: %s)", peer, what, auth.FormatCaps(r.Caps.Strings()))
+}

@@ -109,3 +109,23 @@ func TestAuthzSessions(t *testing.T) {
 }
 
 func msgrName(s string) msgr.EntityName { return msgr.EntityName(s) }
+
+// TestAuthzAdmin: an admin-only request (a scrub) is allowed to entities
+// whose mon caps allow writes, and to nobody else, whatever its osd caps.
+func TestAuthzAdmin(t *testing.T) {
+	a := &authTables{enforce: true}
+	a.note(&osdpb.AuthTable{Revision: 1, Entries: []*osdpb.AuthEntry{
+		{Entity: "client.admin", Caps: map[string]string{"mon": "allow *", "osd": "allow *"}},
+		{Entity: "client.rw", Caps: map[string]string{"mon": "allow r", "osd": "allow *"}},
+		{Entity: "osd.1", Caps: map[string]string{"mon": "allow profile osd", "osd": "allow profile osd"}},
+	}})
+	for peer, ok := range map[string]bool{"client.admin": true, "client.rw": false, "osd.1": false, "client.nobody": false} {
+		err := a.adminAllowed(msgrName(peer), "scrub")
+		if (err == nil) != ok || (err != nil && err.Status != osdpb.Status_ACCESS_DENIED) {
+			t.Errorf("%s: %v, want allowed=%v", peer, err, ok)
+		}
+	}
+	if err := a.adminAllowed("client.rw", "scrub"); !strings.Contains(err.Message, "client.rw may not scrub: admins only") {
+		t.Fatalf("message: %q", err.Message)
+	}
+}

@@ -323,6 +323,20 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 		}
 		o.upload(m, &req)
 
+	case osdpb.MsgType_MSG_PG_SCRUB:
+		var req osdpb.PGScrub
+		if err := m.DecodeFront(&req); err != nil {
+			o.badRequest(m, err)
+			return
+		}
+		if err := o.authz.adminAllowed(m.Conn().Peer(), "scrub"); err != nil {
+			o.refuse(m, "access denied", err)
+			return
+		}
+		n, err := o.requestScrub(&req)
+		o.send(replyTo(m), ops.ReplyType(t), &osdpb.PGScrubReply{Header: o.header(req.Header, err), Queued: uint32(n)}, nil)
+		m.Release()
+
 	default:
 		o.badRequest(m, errors.New("unknown op"))
 	}

@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
 
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/osd/store"
+	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // Deep scrub. A bit that rots in an object nobody reads is found by no
@@ -49,17 +52,20 @@ type ScrubResult struct {
 
 type scrubber struct {
 	rate *rate.Limiter // nil: unpaced
+	poke chan struct{} // an admin asked for scrubs (requested)
 
-	mu      sync.Mutex
-	stamps  map[uint32]time.Time // by store PG id, loaded from the store
-	damaged map[uint32]uint64    // objects the PG's last scrub could not repair
+	mu        sync.Mutex
+	stamps    map[uint32]time.Time // by store PG id, loaded from the store
+	damaged   map[uint32]uint64    // objects the PG's last scrub could not repair
+	requested map[uint32]bool      // PG copies an admin asked to scrub now
 
 	objects, bytes, errs, repaired atomic.Uint64
 	running                        atomic.Uint32 // store PG id + 1 of the scrub under way
 }
 
 func newScrubber(bytesPerSec int64) *scrubber {
-	s := &scrubber{stamps: map[uint32]time.Time{}, damaged: map[uint32]uint64{}}
+	s := &scrubber{stamps: map[uint32]time.Time{}, damaged: map[uint32]uint64{}, requested: map[uint32]bool{},
+		poke: make(chan struct{}, 1)}
 	if bytesPerSec > 0 {
 		s.rate = rate.NewLimiter(rate.Limit(bytesPerSec), int(max(bytesPerSec/10, scrubWindow)))
 	}
@@ -78,12 +84,63 @@ func (s *scrubber) unrepaired() uint64 {
 }
 
 // scrubLoop scrubs the PG copies that are due, checking several times per
-// interval.
+// interval, and those an admin asks for at once.
 func (o *OSD) scrubLoop() {
+	d := min(max(o.cfg.DeepScrubInterval/8, 10*time.Millisecond), time.Minute)
 	if o.cfg.DeepScrubInterval < 0 {
-		return
+		d = time.Hour // only requested scrubs, which poke
 	}
-	o.every(min(max(o.cfg.DeepScrubInterval/8, 10*time.Millisecond), time.Minute), o.scrubDue)
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-o.ctx.Done():
+			return
+		case <-t.C:
+		case <-o.scrub.poke:
+		}
+		o.scrubDue()
+	}
+}
+
+// requestScrub queues this OSD's copy of the PG req names, or with all
+// every PG copy it holds as a member of its acting set, to be scrubbed
+// now (MSG_PG_SCRUB), and returns how many it queued.
+func (o *OSD) requestScrub(req *osdpb.PGScrub) (int, error) {
+	mp := o.Map()
+	var sids []uint32
+	if req.All {
+		held, err := o.st.HeldPGs(o.ctx)
+		if err != nil {
+			return 0, err
+		}
+		for _, sid := range held {
+			if o.member(mp, sid) {
+				sids = append(sids, sid)
+			}
+		}
+	} else {
+		sid, err := o.peerPG(req.Header.GetPool(), req.Header.GetPg())
+		if err != nil {
+			return 0, err
+		}
+		if !o.member(mp, sid) {
+			return 0, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd.%d is not in the acting set of pg %s (epoch %d)", o.id, placement.PGIDOf(sid), mp.Epoch())
+		}
+		sids = []uint32{sid}
+	}
+	s := o.scrub
+	s.mu.Lock()
+	for _, sid := range sids {
+		s.requested[sid] = true
+	}
+	s.mu.Unlock()
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
+	o.log.Info("deep scrub requested", "pgs", len(sids))
+	return len(sids), nil
 }
 
 // scrubDue deep-scrubs, one after the other, every PG copy whose last
@@ -124,8 +181,18 @@ func (o *OSD) nextScrub() (uint32, bool) {
 	now := time.Now()
 	var best uint32
 	var bestAt time.Time
+	s := o.scrub
 	for _, sid := range sids {
 		if !o.scrubbable(mp, sid) {
+			continue
+		}
+		s.mu.Lock()
+		asked := s.requested[sid]
+		s.mu.Unlock()
+		if asked {
+			return sid, true
+		}
+		if o.cfg.DeepScrubInterval < 0 {
 			continue
 		}
 		at, err := o.scrubStamp(sid, now)
@@ -141,15 +208,7 @@ func (o *OSD) nextScrub() (uint32, bool) {
 }
 
 func (o *OSD) scrubbable(mp *placement.Map, sid uint32) bool {
-	pool, pg := splitStorePG(sid)
-	if pg == placement.MetaPG {
-		pool = metaPool(mp)
-	}
-	member := false
-	for _, id := range mp.ActingSet(pool, pg) {
-		member = member || id == o.id
-	}
-	if !member || o.removing(sid) {
+	if !o.member(mp, sid) || o.removing(sid) {
 		return false
 	}
 	o.pgMu.Lock()
@@ -160,6 +219,16 @@ func (o *OSD) scrubbable(mp *placement.Map, sid uint32) bool {
 	}
 	incomplete, err := o.st.PGBackfilling(o.ctx, sid)
 	return err == nil && !incomplete
+}
+
+// member reports whether this OSD is in the acting set of store PG sid
+// under mp.
+func (o *OSD) member(mp *placement.Map, sid uint32) bool {
+	pool, pg := splitStorePG(sid)
+	if pg == placement.MetaPG {
+		pool = metaPool(mp)
+	}
+	return slices.Contains(mp.ActingSet(pool, pg), o.id)
 }
 
 // scrubStamp is when PG copy sid was last scrubbed: from the store on
@@ -193,6 +262,7 @@ func (o *OSD) setScrubbed(sid uint32, at time.Time) {
 	s := o.scrub
 	s.mu.Lock()
 	s.stamps[sid] = at
+	delete(s.requested, sid)
 	s.mu.Unlock()
 	if err := o.st.SetPGScrubbed(o.ctx, sid, at); err != nil {
 		o.log.Warn("recording a pg's scrub", "pg", placement.PGIDOf(sid), "err", err)

@@ -2,6 +2,7 @@ package osd_test
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 	"time"
 
@@ -90,5 +91,47 @@ func TestDeepScrubScheduled(t *testing.T) {
 	}
 	if _, got, err := c.OSDs[id].Store().ReadRange(ctx, "rot", "k", 0, -1, nil); err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("osd.%d's copy after its scrub: %d bytes, %v", id, len(got), err)
+	}
+}
+
+// TestDeepScrubRequested: an admin's request scrubs at once a PG's copies
+// on every member (a damaged replica copy repaired), even on OSDs that
+// never scrub on their own; an OSD asked for all its PGs queues each copy
+// it holds.
+func TestDeepScrubRequested(t *testing.T) {
+	c, cl, ctx, pool := rotCluster(t, func(cfg *osd.Config) {
+		cfg.DeepScrubInterval = -1 // --no-scrub: only requests
+		cfg.ScrubBytesPerSec = -1
+	})
+	body := osdtest.Payload(1<<20, 5)
+	if _, err := osdtest.Put(ctx, cl, "rot", "k", body, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pg := placement.PGOf(pool, "rot", "k")
+	acting := c.Map.ActingSet(pool.Id, pg)
+	damageDataFile(t, c, acting[1], body, 123_456)
+	osds, err := cl.DeepScrubPG(ctx, placement.PGID{Pool: pool.Id, Seed: pg})
+	if err != nil || !slices.Equal(osds, acting) {
+		t.Fatalf("DeepScrubPG: %v, %v; want the acting set %v", osds, err, acting)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, id := range acting {
+		done := func(st osd.Stats) bool { return st.ScrubbedObjects > 0 }
+		if id == acting[1] {
+			done = func(st osd.Stats) bool { return st.ScrubRepaired == 1 }
+		}
+		for !done(c.OSDs[id].Stats()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("osd.%d did not scrub pg %d.%x within 30 s of the request: %+v", id, pool.Id, pg, c.OSDs[id].Stats())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	n, err := cl.DeepScrubOSD(ctx, acting[0])
+	if err != nil || n < 2 { // the object's PG and the meta PG at least
+		t.Fatalf("DeepScrubOSD: %d queued, %v", n, err)
+	}
+	if _, err := cl.DeepScrubPG(ctx, placement.PGID{Pool: 77, Seed: 1}); err == nil {
+		t.Fatal("DeepScrubPG of a pool that does not exist: no error")
 	}
 }

@@ -69,7 +69,7 @@ TCP and RDMA (libfabric) transports.`,
 		c.GroupID = "objects"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newUpCmd(), newS3Cmd(), newStatusCmd(), newMonCmd(), newOSDCmd(), newAuthCmd(), newBenchCmd()} {
+	for _, c := range []*cobra.Command{newUpCmd(), newS3Cmd(), newStatusCmd(), newMonCmd(), newOSDCmd(), newPGCmd(), newAuthCmd(), newBenchCmd()} {
 		c.GroupID = "cluster"
 		root.AddCommand(c)
 	}

@@ -2,6 +2,8 @@ package placement
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
@@ -59,4 +61,32 @@ func MinSize(p *osdpb.Pool) int {
 	}
 	s := int(p.GetSize())
 	return s - s/2
+}
+
+// ParsePGID parses String's form: "POOL.SEED" with SEED in hex ("1.1f"),
+// or "meta" for the meta PG of pool 0.
+func ParsePGID(s string) (PGID, error) {
+	if s == "meta" {
+		return PGID{Seed: MetaPG}, nil
+	}
+	pool, seed, ok := strings.Cut(s, ".")
+	if !ok {
+		return PGID{}, fmt.Errorf("pg id %q: want POOL.SEED, the seed in hex (1.1f)", s)
+	}
+	p, err := strconv.ParseUint(pool, 10, 32)
+	if err != nil {
+		return PGID{}, fmt.Errorf("pg id %q: pool %q is not a number", s, pool)
+	}
+	n, err := strconv.ParseUint(seed, 16, 32)
+	if err != nil {
+		return PGID{}, fmt.Errorf("pg id %q: seed %q is not hex", s, seed)
+	}
+	id := PGID{Pool: uint32(p), Seed: uint32(n)}
+	if _, err := id.StoreID(); err != nil || id.Seed == MetaPG {
+		return PGID{}, fmt.Errorf("pg id %q is out of range", s)
+	}
+	if id.String() != s {
+		return PGID{}, fmt.Errorf("pg id %q: write it %q", s, id)
+	}
+	return id, nil
 }

@@ -62,6 +62,11 @@ const (
 	MsgType_MSG_COMPLETE_UPLOAD_REPLY MsgType = 26
 	MsgType_MSG_ABORT_UPLOAD          MsgType = 27
 	MsgType_MSG_ABORT_UPLOAD_REPLY    MsgType = 28
+	// 29-32 reserved: parts and uploads are listed with LIST_OBJECTS on the
+	// multipart bucket (docs/osd.md, "Multipart uploads").
+	// An admin's request that an OSD deep-scrub its copies of PGs now.
+	MsgType_MSG_PG_SCRUB       MsgType = 33
+	MsgType_MSG_PG_SCRUB_REPLY MsgType = 34
 	// Between OSDs, on the cluster network.
 	MsgType_MSG_REP_OP            MsgType = 101
 	MsgType_MSG_REP_OP_REPLY      MsgType = 102
@@ -124,6 +129,8 @@ var (
 		26:  "MSG_COMPLETE_UPLOAD_REPLY",
 		27:  "MSG_ABORT_UPLOAD",
 		28:  "MSG_ABORT_UPLOAD_REPLY",
+		33:  "MSG_PG_SCRUB",
+		34:  "MSG_PG_SCRUB_REPLY",
 		101: "MSG_REP_OP",
 		102: "MSG_REP_OP_REPLY",
 		103: "MSG_PG_QUERY",
@@ -179,6 +186,8 @@ var (
 		"MSG_COMPLETE_UPLOAD_REPLY": 26,
 		"MSG_ABORT_UPLOAD":          27,
 		"MSG_ABORT_UPLOAD_REPLY":    28,
+		"MSG_PG_SCRUB":              33,
+		"MSG_PG_SCRUB_REPLY":        34,
 		"MSG_REP_OP":                101,
 		"MSG_REP_OP_REPLY":          102,
 		"MSG_PG_QUERY":              103,
@@ -3705,6 +3714,115 @@ func (x *PGStat) GetEpoch() uint64 {
 	return 0
 }
 
+// PGScrub asks the OSD it is sent to, a member of the PG's acting set
+// (header.pool, header.pg), to deep-scrub its copy now, ahead of its
+// schedule; with all, every PG copy it holds. Admins only. The reply
+// comes at once, with how many copies were queued; the scrubs' findings go
+// to the OSD's log, metrics and beacon (scrub errors).
+type PGScrub struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	All           bool                   `protobuf:"varint,2,opt,name=all,proto3" json:"all,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGScrub) Reset() {
+	*x = PGScrub{}
+	mi := &file_osd_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGScrub) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGScrub) ProtoMessage() {}
+
+func (x *PGScrub) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGScrub.ProtoReflect.Descriptor instead.
+func (*PGScrub) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *PGScrub) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *PGScrub) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+type PGScrubReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Queued        uint32                 `protobuf:"varint,2,opt,name=queued,proto3" json:"queued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGScrubReply) Reset() {
+	*x = PGScrubReply{}
+	mi := &file_osd_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGScrubReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGScrubReply) ProtoMessage() {}
+
+func (x *PGScrubReply) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGScrubReply.ProtoReflect.Descriptor instead.
+func (*PGScrubReply) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *PGScrubReply) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *PGScrubReply) GetQueued() uint32 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
 // MonBeacon: an OSD is alive (it keeps the OSD's lease in etcd) and what
 // its PGs are doing.
 type MonBeacon struct {
@@ -3733,7 +3851,7 @@ type MonBeacon struct {
 
 func (x *MonBeacon) Reset() {
 	*x = MonBeacon{}
-	mi := &file_osd_proto_msgTypes[43]
+	mi := &file_osd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3745,7 +3863,7 @@ func (x *MonBeacon) String() string {
 func (*MonBeacon) ProtoMessage() {}
 
 func (x *MonBeacon) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[43]
+	mi := &file_osd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3758,7 +3876,7 @@ func (x *MonBeacon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeacon.ProtoReflect.Descriptor instead.
 func (*MonBeacon) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{43}
+	return file_osd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MonBeacon) GetFsid() string {
@@ -3861,7 +3979,7 @@ type MonBeaconReply struct {
 
 func (x *MonBeaconReply) Reset() {
 	*x = MonBeaconReply{}
-	mi := &file_osd_proto_msgTypes[44]
+	mi := &file_osd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +3991,7 @@ func (x *MonBeaconReply) String() string {
 func (*MonBeaconReply) ProtoMessage() {}
 
 func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[44]
+	mi := &file_osd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +4004,7 @@ func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeaconReply.ProtoReflect.Descriptor instead.
 func (*MonBeaconReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{44}
+	return file_osd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MonBeaconReply) GetHeader() *ReplyHeader {
@@ -3913,7 +4031,7 @@ type MonFailure struct {
 
 func (x *MonFailure) Reset() {
 	*x = MonFailure{}
-	mi := &file_osd_proto_msgTypes[45]
+	mi := &file_osd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3925,7 +4043,7 @@ func (x *MonFailure) String() string {
 func (*MonFailure) ProtoMessage() {}
 
 func (x *MonFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[45]
+	mi := &file_osd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3938,7 +4056,7 @@ func (x *MonFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailure.ProtoReflect.Descriptor instead.
 func (*MonFailure) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{45}
+	return file_osd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MonFailure) GetFsid() string {
@@ -3999,7 +4117,7 @@ type MonFailureReply struct {
 
 func (x *MonFailureReply) Reset() {
 	*x = MonFailureReply{}
-	mi := &file_osd_proto_msgTypes[46]
+	mi := &file_osd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4011,7 +4129,7 @@ func (x *MonFailureReply) String() string {
 func (*MonFailureReply) ProtoMessage() {}
 
 func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[46]
+	mi := &file_osd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4024,7 +4142,7 @@ func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailureReply.ProtoReflect.Descriptor instead.
 func (*MonFailureReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{46}
+	return file_osd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MonFailureReply) GetHeader() *ReplyHeader {
@@ -4046,7 +4164,7 @@ type MonSubscribe struct {
 
 func (x *MonSubscribe) Reset() {
 	*x = MonSubscribe{}
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4058,7 +4176,7 @@ func (x *MonSubscribe) String() string {
 func (*MonSubscribe) ProtoMessage() {}
 
 func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4071,7 +4189,7 @@ func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
 func (*MonSubscribe) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{47}
+	return file_osd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
@@ -4099,7 +4217,7 @@ type MonSubscribeReply struct {
 
 func (x *MonSubscribeReply) Reset() {
 	*x = MonSubscribeReply{}
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4111,7 +4229,7 @@ func (x *MonSubscribeReply) String() string {
 func (*MonSubscribeReply) ProtoMessage() {}
 
 func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4124,7 +4242,7 @@ func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
 func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{48}
+	return file_osd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
@@ -4161,7 +4279,7 @@ type AuthTable struct {
 
 func (x *AuthTable) Reset() {
 	*x = AuthTable{}
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4173,7 +4291,7 @@ func (x *AuthTable) String() string {
 func (*AuthTable) ProtoMessage() {}
 
 func (x *AuthTable) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4186,7 +4304,7 @@ func (x *AuthTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
 func (*AuthTable) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{49}
+	return file_osd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AuthTable) GetRevision() int64 {
@@ -4218,7 +4336,7 @@ type AuthEntry struct {
 
 func (x *AuthEntry) Reset() {
 	*x = AuthEntry{}
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4230,7 +4348,7 @@ func (x *AuthEntry) String() string {
 func (*AuthEntry) ProtoMessage() {}
 
 func (x *AuthEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4243,7 +4361,7 @@ func (x *AuthEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
 func (*AuthEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{50}
+	return file_osd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *AuthEntry) GetEntity() string {
@@ -4286,7 +4404,7 @@ type S3Key struct {
 
 func (x *S3Key) Reset() {
 	*x = S3Key{}
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4298,7 +4416,7 @@ func (x *S3Key) String() string {
 func (*S3Key) ProtoMessage() {}
 
 func (x *S3Key) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4311,7 +4429,7 @@ func (x *S3Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
 func (*S3Key) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{51}
+	return file_osd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *S3Key) GetAccessKey() string {
@@ -4337,7 +4455,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4349,7 +4467,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4362,7 +4480,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{52}
+	return file_osd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -4381,7 +4499,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4393,7 +4511,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4406,7 +4524,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{53}
+	return file_osd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -4437,7 +4555,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[54]
+	mi := &file_osd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4449,7 +4567,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[54]
+	mi := &file_osd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4462,7 +4580,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{54}
+	return file_osd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -4542,7 +4660,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[55]
+	mi := &file_osd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4554,7 +4672,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[55]
+	mi := &file_osd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4567,7 +4685,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{55}
+	return file_osd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -4626,7 +4744,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[56]
+	mi := &file_osd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4638,7 +4756,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[56]
+	mi := &file_osd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4651,7 +4769,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{56}
+	return file_osd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -4970,7 +5088,13 @@ const file_osd_proto_rawDesc = "" +
 	"\bdegraded\x18\x05 \x01(\x04R\bdegraded\x12\x1c\n" +
 	"\tmisplaced\x18\x06 \x01(\x04R\tmisplaced\x12'\n" +
 	"\x04last\x18\a \x01(\v2\x13.osprey.osd.VersionR\x04last\x12\x14\n" +
-	"\x05epoch\x18\b \x01(\x04R\x05epoch\"\xad\x03\n" +
+	"\x05epoch\x18\b \x01(\x04R\x05epoch\"G\n" +
+	"\aPGScrub\x12*\n" +
+	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x10\n" +
+	"\x03all\x18\x02 \x01(\bR\x03all\"W\n" +
+	"\fPGScrubReply\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x16\n" +
+	"\x06queued\x18\x02 \x01(\rR\x06queued\"\xad\x03\n" +
 	"\tMonBeacon\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
@@ -5060,7 +5184,8 @@ const file_osd_proto_rawDesc = "" +
 	"\as3_keys\x18\x05 \x03(\v2\x11.osprey.osd.S3KeyR\x06s3Keys\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xed\t\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x97\n" +
+	"\n" +
 	"\aMsgType\x12\x0f\n" +
 	"\vMSG_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vMSG_GET_MAP\x10\x01\x12\x15\n" +
@@ -5091,7 +5216,9 @@ const file_osd_proto_rawDesc = "" +
 	"\x13MSG_COMPLETE_UPLOAD\x10\x19\x12\x1d\n" +
 	"\x19MSG_COMPLETE_UPLOAD_REPLY\x10\x1a\x12\x14\n" +
 	"\x10MSG_ABORT_UPLOAD\x10\x1b\x12\x1a\n" +
-	"\x16MSG_ABORT_UPLOAD_REPLY\x10\x1c\x12\x0e\n" +
+	"\x16MSG_ABORT_UPLOAD_REPLY\x10\x1c\x12\x10\n" +
+	"\fMSG_PG_SCRUB\x10!\x12\x16\n" +
+	"\x12MSG_PG_SCRUB_REPLY\x10\"\x12\x0e\n" +
 	"\n" +
 	"MSG_REP_OP\x10e\x12\x14\n" +
 	"\x10MSG_REP_OP_REPLY\x10f\x12\x10\n" +
@@ -5174,7 +5301,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),              // 0: osprey.osd.MsgType
 	(Status)(0),               // 1: osprey.osd.Status
@@ -5223,24 +5350,26 @@ var file_osd_proto_goTypes = []any{
 	(*MonBoot)(nil),           // 44: osprey.osd.MonBoot
 	(*MonBootReply)(nil),      // 45: osprey.osd.MonBootReply
 	(*PGStat)(nil),            // 46: osprey.osd.PGStat
-	(*MonBeacon)(nil),         // 47: osprey.osd.MonBeacon
-	(*MonBeaconReply)(nil),    // 48: osprey.osd.MonBeaconReply
-	(*MonFailure)(nil),        // 49: osprey.osd.MonFailure
-	(*MonFailureReply)(nil),   // 50: osprey.osd.MonFailureReply
-	(*MonSubscribe)(nil),      // 51: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil), // 52: osprey.osd.MonSubscribeReply
-	(*AuthTable)(nil),         // 53: osprey.osd.AuthTable
-	(*AuthEntry)(nil),         // 54: osprey.osd.AuthEntry
-	(*S3Key)(nil),             // 55: osprey.osd.S3Key
-	(*MonAuth)(nil),           // 56: osprey.osd.MonAuth
-	(*MonMap)(nil),            // 57: osprey.osd.MonMap
-	(*MonCommand)(nil),        // 58: osprey.osd.MonCommand
-	(*MonCommandReply)(nil),   // 59: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),        // 60: osprey.osd.AuthRecord
-	nil,                       // 61: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                       // 62: osprey.osd.AuthEntry.CapsEntry
-	nil,                       // 63: osprey.osd.MonCommand.CapsEntry
-	nil,                       // 64: osprey.osd.AuthRecord.CapsEntry
+	(*PGScrub)(nil),           // 47: osprey.osd.PGScrub
+	(*PGScrubReply)(nil),      // 48: osprey.osd.PGScrubReply
+	(*MonBeacon)(nil),         // 49: osprey.osd.MonBeacon
+	(*MonBeaconReply)(nil),    // 50: osprey.osd.MonBeaconReply
+	(*MonFailure)(nil),        // 51: osprey.osd.MonFailure
+	(*MonFailureReply)(nil),   // 52: osprey.osd.MonFailureReply
+	(*MonSubscribe)(nil),      // 53: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil), // 54: osprey.osd.MonSubscribeReply
+	(*AuthTable)(nil),         // 55: osprey.osd.AuthTable
+	(*AuthEntry)(nil),         // 56: osprey.osd.AuthEntry
+	(*S3Key)(nil),             // 57: osprey.osd.S3Key
+	(*MonAuth)(nil),           // 58: osprey.osd.MonAuth
+	(*MonMap)(nil),            // 59: osprey.osd.MonMap
+	(*MonCommand)(nil),        // 60: osprey.osd.MonCommand
+	(*MonCommandReply)(nil),   // 61: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),        // 62: osprey.osd.AuthRecord
+	nil,                       // 63: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                       // 64: osprey.osd.AuthEntry.CapsEntry
+	nil,                       // 65: osprey.osd.MonCommand.CapsEntry
+	nil,                       // 66: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	5,  // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -5251,7 +5380,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,  // 5: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	7,  // 6: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	8,  // 7: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	61, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	63, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	11, // 9: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	12, // 10: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	10, // 11: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -5305,28 +5434,30 @@ var file_osd_proto_depIdxs = []int32{
 	10, // 59: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
 	4,  // 60: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
 	7,  // 61: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
-	46, // 62: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	2,  // 63: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
-	10, // 64: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 65: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 66: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 67: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	53, // 68: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	54, // 69: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	62, // 70: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	55, // 71: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	53, // 72: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,  // 73: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	63, // 74: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	10, // 75: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 76: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	64, // 77: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	55, // 78: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	79, // [79:79] is the sub-list for method output_type
-	79, // [79:79] is the sub-list for method input_type
-	79, // [79:79] is the sub-list for extension type_name
-	79, // [79:79] is the sub-list for extension extendee
-	0,  // [0:79] is the sub-list for field type_name
+	9,  // 62: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
+	10, // 63: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
+	46, // 64: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	2,  // 65: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
+	10, // 66: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 67: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 68: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 69: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	55, // 70: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	56, // 71: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	64, // 72: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	57, // 73: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	55, // 74: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,  // 75: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	65, // 76: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	10, // 77: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 78: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	66, // 79: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	57, // 80: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	81, // [81:81] is the sub-list for method output_type
+	81, // [81:81] is the sub-list for method input_type
+	81, // [81:81] is the sub-list for extension type_name
+	81, // [81:81] is the sub-list for extension extendee
+	0,  // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -5340,7 +5471,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   61,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
