@@ -41,6 +41,7 @@ func FuzzOSDMessages(f *testing.F) {
 		osdpb.MsgType_MSG_UPLOAD_PART:     &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u", PartNumber: 1},
 		osdpb.MsgType_MSG_COMPLETE_UPLOAD: &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u"},
 		osdpb.MsgType_MSG_ABORT_UPLOAD:    &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u"},
+		osdpb.MsgType_MSG_PG_SCRUB:        &osdpb.PGScrub{Header: hdr},
 		osdpb.MsgType_MSG_REP_OP:          &osdpb.RepOp{Epoch: 1, Pool: 1, Entry: entry},
 		osdpb.MsgType_MSG_REP_OP_REPLY:    &osdpb.RepOpReply{Header: &osdpb.ReplyHeader{Epoch: 1}, Pool: 1},
 		osdpb.MsgType_MSG_PG_QUERY:        &osdpb.PGQuery{Epoch: 1, Pool: 1},

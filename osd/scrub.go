@@ -182,6 +182,14 @@ func (o *OSD) nextScrub() (uint32, bool) {
 	var best uint32
 	var bestAt time.Time
 	s := o.scrub
+	// A requested PG copy the store holds nothing of has nothing to scrub.
+	s.mu.Lock()
+	for sid := range s.requested {
+		if !slices.Contains(sids, sid) {
+			delete(s.requested, sid)
+		}
+	}
+	s.mu.Unlock()
 	for _, sid := range sids {
 		if !o.scrubbable(mp, sid) {
 			continue
