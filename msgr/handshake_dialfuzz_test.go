@@ -37,7 +37,7 @@ type dialScript struct {
 	// authDone is the front of AUTH_DONE, written after the auth step
 	// (dialCtlScripted: not at all).
 	authDone []byte
-	// answers are frames after AUTH_DONE (dialScriptFrames), sealed when
+	// answers are frames after AUTH_DONE (scriptFrames), sealed when
 	// AUTH_DONE chose secure mode.
 	answers []byte
 	// tail is raw bytes after the answers.
@@ -71,10 +71,12 @@ const (
 
 var dialModeChoices = [4][]Mode{{ModeCRC}, {ModeSecure}, {ModeSecure, ModeCRC}, {ModeCRC, ModeSecure}}
 
-// dialScriptFrames encodes answers: each a tag, preamble flags, a
+// scriptFrames encodes frames of a fuzzed side's script (a dialScript's
+// answers, a dialer's session step): each a tag, preamble flags, a
 // little-endian u16 length and that many bytes of front. A last entry cut
-// short keeps what there is.
-func dialScriptFrames(frames ...dialFrame) []byte {
+// short keeps what there is. The fuzzer mutates the fronts' fields, the
+// harness frames them (lengths, CRCs).
+func scriptFrames(frames ...scriptFrame) []byte {
 	var b []byte
 	for _, f := range frames {
 		b = append(b, byte(f.tag), f.flags)
@@ -84,16 +86,16 @@ func dialScriptFrames(frames ...dialFrame) []byte {
 	return b
 }
 
-type dialFrame struct {
+type scriptFrame struct {
 	tag   wire.Tag
 	flags uint8
 	front []byte
 }
 
-func parseDialFrames(b []byte) []dialFrame {
-	var out []dialFrame
+func parseScriptFrames(b []byte) []scriptFrame {
+	var out []scriptFrame
 	for len(b) >= 4 {
-		f := dialFrame{tag: wire.Tag(b[0]), flags: b[1]}
+		f := scriptFrame{tag: wire.Tag(b[0]), flags: b[1]}
 		n := min(int(binary.LittleEndian.Uint16(b[2:])), len(b)-4)
 		f.front, b = b[4:4+n], b[4+n:]
 		out = append(out, f)
@@ -114,7 +116,10 @@ func hsFront(pb proto.Message) []byte {
 // banners as the tcp transport does.
 type fuzzDialTransport struct {
 	script func(srv net.Conn)
-	wg     sync.WaitGroup
+	// pipe makes the two ends; nil: net.Pipe, whose writes wait for the
+	// reader, so the script must read what the dialer writes meanwhile.
+	pipe func() (cli, srv net.Conn, err error)
+	wg   sync.WaitGroup
 }
 
 func (*fuzzDialTransport) Scheme() string { return "fz" }
@@ -125,6 +130,12 @@ func (*fuzzDialTransport) Listen(context.Context, string, wire.LinkOptions) (wir
 
 func (t *fuzzDialTransport) Dial(ctx context.Context, _ string, opts wire.LinkOptions) (wire.Link, error) {
 	cli, srv := net.Pipe()
+	if t.pipe != nil {
+		var err error
+		if cli, srv, err = t.pipe(); err != nil {
+			return nil, err
+		}
+	}
 	t.wg.Go(func() {
 		defer srv.Close()
 		t.script(srv)
@@ -245,7 +256,7 @@ func runScript(srv net.Conn, s *dialScript, keys *dialFuzzKeys) {
 			return
 		}
 	}
-	for _, f := range parseDialFrames(s.answers) {
+	for _, f := range parseScriptFrames(s.answers) {
 		p := wire.Preamble{Tag: f.tag, Flags: f.flags}
 		var err error
 		if sealed != nil {
@@ -431,8 +442,8 @@ func dialSeedBanner(mod func(*wire.Banner)) []byte {
 	return b
 }
 
-func dialSeedFrame(tag wire.Tag, pb proto.Message) dialFrame {
-	return dialFrame{tag: tag, front: hsFront(pb)}
+func dialSeedFrame(tag wire.Tag, pb proto.Message) scriptFrame {
+	return scriptFrame{tag: tag, front: hsFront(pb)}
 }
 
 // dialSeed is a seed of the crc targets and the outcome the dialer must
@@ -450,9 +461,9 @@ type dialSeed struct {
 func dialSeeds() []dialSeed {
 	ready := dialSeedFrame(wire.TagSessionReady, &msgrpb.SessionReady{Cookie: 21, WindowMsgs: 8, WindowBytes: 1 << 16,
 		GrantMsgs: 8, GrantBytes: 1 << 16, MaxMessage: 1 << 20})
-	reset := func(r *msgrpb.SessionReset) dialFrame { return dialSeedFrame(wire.TagSessionReset, r) }
-	good := func(answers ...dialFrame) dialScript {
-		return dialScript{hello: dialSeedHello, authDone: dialSeedDoneCRC, answers: dialScriptFrames(answers...)}
+	reset := func(r *msgrpb.SessionReset) scriptFrame { return dialSeedFrame(wire.TagSessionReset, r) }
+	good := func(answers ...scriptFrame) dialScript {
+		return dialScript{hello: dialSeedHello, authDone: dialSeedDoneCRC, answers: scriptFrames(answers...)}
 	}
 	with := func(s dialScript, mod func(*dialScript)) dialScript {
 		mod(&s)
@@ -472,8 +483,8 @@ func dialSeeds() []dialSeed {
 		{"reset fatal", good(reset(&msgrpb.SessionReset{Fatal: true, Reason: "policy mismatch"})), ErrRefused},
 		{"no answer", good(), io.EOF},
 		{"answer not a session answer", good(dialSeedFrame(wire.TagHello, &msgrpb.Hello{EntityName: "osd.0"})), ErrProtocol},
-		{"answer undecodable", good(dialFrame{tag: wire.TagSessionReady, front: []byte{0xff, 0xff}}), ErrMalformed},
-		{"answer with flags", good(dialFrame{tag: wire.TagSessionReady, flags: 0xff, front: dialSeedReady}), ErrMalformed},
+		{"answer undecodable", good(scriptFrame{tag: wire.TagSessionReady, front: []byte{0xff, 0xff}}), ErrMalformed},
+		{"answer with flags", good(scriptFrame{tag: wire.TagSessionReady, flags: 0xff, front: dialSeedReady}), ErrMalformed},
 		{"banner magic", with(good(ready), func(s *dialScript) { s.banner = []byte("NOTOSPREY-------------------------") }), ErrBanner},
 		{"banner version", with(good(ready), func(s *dialScript) {
 			s.banner = dialSeedBanner(func(b *wire.Banner) { b.Version = 1 })
@@ -507,12 +518,12 @@ func dialSeeds() []dialSeed {
 // dialAuthSeeds are the seeds of a dialer with auth, which the fuzzed
 // acceptor answers after a real TLS step.
 func dialAuthSeeds() []dialSeed {
-	ready := dialFrame{tag: wire.TagSessionReady, front: dialSeedReady}
+	ready := scriptFrame{tag: wire.TagSessionReady, front: dialSeedReady}
 	done := func(mode Mode) []byte {
 		return hsFront(&msgrpb.AuthDone{Method: authTLS13, Mode: string(mode)})
 	}
-	script := func(mode Mode, ctl uint8, answers ...dialFrame) dialScript {
-		return dialScript{hello: dialSeedHello, authDone: done(mode), answers: dialScriptFrames(answers...), ctl: ctl}
+	script := func(mode Mode, ctl uint8, answers ...scriptFrame) dialScript {
+		return dialScript{hello: dialSeedHello, authDone: done(mode), answers: scriptFrames(answers...), ctl: ctl}
 	}
 	const (
 		secure       = 1 * dialCtlModes
@@ -529,7 +540,7 @@ func dialAuthSeeds() []dialSeed {
 			dialSeedFrame(wire.TagSessionReset, &msgrpb.SessionReset{Reason: "no such session"}), ready), nil},
 		{"secure reset closed", script(ModeSecure, dialCtlProve|secure,
 			dialSeedFrame(wire.TagSessionReset, &msgrpb.SessionReset{Closed: true})), ErrClosedByPeer},
-		{"secure session frame", script(ModeSecure, dialCtlProve|secure, dialFrame{tag: wire.TagAck}), ErrProtocol},
+		{"secure session frame", script(ModeSecure, dialCtlProve|secure, scriptFrame{tag: wire.TagAck}), ErrProtocol},
 		{"secure answer in clear", script(ModeSecure, dialCtlProve|dialCtlClear|secure, ready), ErrProtocol},
 		{"secure without proof", script(ModeSecure, secure, ready), ErrAuth},
 		{"crc chosen, secure offered", script(ModeCRC, dialCtlProve|secure, ready), ErrProtocol},
@@ -537,11 +548,11 @@ func dialAuthSeeds() []dialSeed {
 		{"refused", dialScript{hello: dialSeedHello, authDone: hsFront(&msgrpb.AuthDone{Refused: ErrMode.Error() + ": none"}),
 			ctl: dialCtlProve | secure}, ErrMode},
 		{"hello not the certificate's", dialScript{hello: hsFront(&msgrpb.Hello{EntityName: "osd.5"}),
-			authDone: done(ModeSecure), answers: dialScriptFrames(ready), ctl: dialCtlProve | secure}, ErrWrongPeer},
+			authDone: done(ModeSecure), answers: scriptFrames(ready), ctl: dialCtlProve | secure}, ErrWrongPeer},
 		{"scripted garbage flight", dialScript{hello: dialSeedHello, ctl: dialCtlScripted | secure,
-			answers: dialScriptFrames(dialSeedFrame(wire.TagAuthMore, &msgrpb.AuthMore{Payload: []byte("\x15\x03\x03\x00\x02\x02\x28")}))}, ErrAuth},
+			answers: scriptFrames(dialSeedFrame(wire.TagAuthMore, &msgrpb.AuthMore{Payload: []byte("\x15\x03\x03\x00\x02\x02\x28")}))}, ErrAuth},
 		{"scripted done before tls", dialScript{hello: dialSeedHello, ctl: dialCtlScripted | secure,
-			answers: dialScriptFrames(dialSeedFrame(wire.TagAuthDone, &msgrpb.AuthDone{Method: authTLS13, Mode: "secure"}))}, ErrAuth},
+			answers: scriptFrames(dialSeedFrame(wire.TagAuthDone, &msgrpb.AuthDone{Method: authTLS13, Mode: "secure"}))}, ErrAuth},
 	}
 }
 

@@ -135,38 +135,22 @@ func FuzzHandshakeAuth(f *testing.F) {
 // fuzzClosedCookie names a session the fuzzed acceptor closed with osd.1
 // (a tombstone), so that its answer "closed" is fuzzed too; it has a
 // session in standby with osd.2, whose cookie there is
-// fuzzOpenPeerCookie, so that a dialer naming it closed is fuzzed too.
+// fuzzOpenPeerCookie, so that a dialer naming it closed is fuzzed too,
+// and whose cookie here is fuzzOpenCookie, so that a dialer resuming it
+// by name (SESSION_REQUEST.peer_cookie) is.
 const (
 	fuzzClosedCookie   = 777
 	fuzzOpenPeerCookie = 5
+	fuzzOpenCookie     = 6
 )
 
 // fuzzAccept drives the acceptor's side of the handshake, and the link it
 // starts, with arbitrary bytes from a dialer: accept must return (an error
 // or nil), never panic, and the messenger must shut down cleanly.
 func fuzzAccept(t *testing.T, in []byte, a *AuthOptions) {
-	m, err := New(Options{
-		Name:             "osd.0",
-		Dispatcher:       DispatchFunc(func(m *Message) { m.Release() }),
-		Logger:           slog.New(slog.DiscardHandler),
-		RecvWindowMsgs:   8,
-		RecvWindowBytes:  1 << 16,
-		MaxMessageSize:   1 << 20,
-		HandshakeTimeout: 10 * time.Second,
-		Auth:             a,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.mu.Lock()
-	m.tombs.add(fuzzClosedCookie, "osd.1")
-	c := m.newConn(LosslessPeer, "", "osd.2", 8)
-	c.peerCookie, c.peerNonce, c.state = fuzzOpenPeerCookie, 7, stateStandby
-	m.byPeer["osd.2"] = c
-	m.mu.Unlock()
+	m := newFuzzAcceptor(t, a)
 	cli, srv := net.Pipe()
 	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
-
 	acceptErr := make(chan error, 1)
 	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
 	// Whatever the acceptor writes is read and dropped (net.Pipe is
@@ -196,6 +180,32 @@ func fuzzAccept(t *testing.T, in []byte, a *AuthOptions) {
 	for c := range m.Conns() {
 		t.Fatalf("conn with %s still registered after shutdown", c.Peer())
 	}
+}
+
+// newFuzzAcceptor is the acceptor osd.0 of the handshake fuzz targets,
+// with the tombstone and the standby session that fuzzClosedCookie and
+// fuzzOpenCookie name.
+func newFuzzAcceptor(t testing.TB, a *AuthOptions) *Messenger {
+	m, err := New(Options{
+		Name:             "osd.0",
+		Dispatcher:       DispatchFunc(func(m *Message) { m.Release() }),
+		Logger:           slog.New(slog.DiscardHandler),
+		RecvWindowMsgs:   8,
+		RecvWindowBytes:  1 << 16,
+		MaxMessageSize:   1 << 20,
+		HandshakeTimeout: 10 * time.Second,
+		Auth:             a,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	m.tombs.add(fuzzClosedCookie, "osd.1")
+	c := m.newConn(LosslessPeer, "", "osd.2", 8)
+	c.cookie, c.peerCookie, c.peerNonce, c.state = fuzzOpenCookie, fuzzOpenPeerCookie, 7, stateStandby
+	m.byPeer["osd.2"] = c
+	m.mu.Unlock()
+	return m
 }
 
 // TestHandshakeSeedsAccepted checks the valid seed really gets through
