@@ -152,9 +152,10 @@ func (t *fuzzDialTransport) Dial(ctx context.Context, _ string, opts wire.LinkOp
 	return wire.NewStreamLink(cli, features, opts), nil
 }
 
-// dialFuzzKeys are the credentials of the auth targets: the acceptor is
-// osd.0, the dialer osd.1, both of one CA.
-type dialFuzzKeys struct{ acceptor, dialer *auth.Keyring }
+// dialFuzzKeys are the credentials of the auth targets, of one CA: the
+// acceptor is osd.0, the dialer osd.1 (or osd.2, whose session the
+// acceptor of the FuzzHandshake targets holds).
+type dialFuzzKeys struct{ acceptor, dialer, dialer2 *auth.Keyring }
 
 func newDialFuzzKeys(tb testing.TB) *dialFuzzKeys {
 	ca, err := auth.NewCA("fuzz")
@@ -169,7 +170,11 @@ func newDialFuzzKeys(tb testing.TB) *dialFuzzKeys {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &dialFuzzKeys{acceptor: a, dialer: d}
+	d2, err := ca.Issue("osd.2")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &dialFuzzKeys{acceptor: a, dialer: d, dialer2: d2}
 }
 
 // dialFuzzLimits bound the frames the fuzzed acceptor seals.

@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/proto/msgrpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // acceptFields are a dialer's side of the handshake as fields: the fronts
@@ -404,5 +406,240 @@ func recordSeeds(t *testing.T) {
 			s.answers = scriptFrames(answers...)
 			write("FuzzDialHandshake", name, s.banner, s.hello, s.authDone, s.answers, s.tail, s.ctl)
 		}
+	}
+}
+
+// acceptAuthFields are a dialer's side of the handshake with an acceptor
+// that requires auth: acceptFields, whose AUTH_REQUEST carries the real
+// first TLS flight of a dialer with osd.1's credential (its methods and
+// modes are the fuzzed front's), and whose session frames are sealed
+// under the link's keys if the acceptor chooses secure mode. With
+// authFieldsRaw the AUTH_REQUEST front goes as it is, and no TLS step
+// follows; with authFieldsOSD2 the dialer's credential is osd.2's.
+type acceptAuthFields struct {
+	acceptFields
+	ctl uint8
+}
+
+const (
+	authFieldsRaw = 1 << iota
+	authFieldsOSD2
+)
+
+// fuzzAcceptAuth runs a through the fuzz targets' acceptor, requiring the
+// tls13 method and accepting both modes, and returns what its accept
+// returned. As fuzzAccept, accept must return, never panic, and the
+// messenger must shut down cleanly.
+func fuzzAcceptAuth(t *testing.T, a acceptAuthFields, keys *dialFuzzKeys) error {
+	m := newFuzzAcceptor(t, &AuthOptions{Keyring: keys.acceptor, Modes: []Mode{ModeSecure, ModeCRC}})
+	cli, srv := net.Pipe()
+	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
+	acceptErr := make(chan error, 1)
+	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
+	// Whatever the acceptor writes is read, so that it never blocks on
+	// the pipe; the handshake's frames go to the dialer, the rest is
+	// dropped.
+	in := make(chan rawReply, 16)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(in)
+		r := wire.NewReaderLink(cli, wire.KnownFeatures, wire.HandshakeLimits)
+		for {
+			var f wire.Frame
+			if err := r.ReadFrame(&f); err != nil {
+				io.Copy(io.Discard, cli)
+				return
+			}
+			select {
+			case in <- rawReply{f.Tag, append([]byte(nil), f.Front...)}:
+			default:
+			}
+			f.Release()
+		}
+	})
+	wg.Go(func() {
+		defer cli.Close()
+		k := keys.dialer
+		if a.ctl&authFieldsOSD2 != 0 {
+			k = keys.dialer2
+		}
+		dialAuthFields(cli, in, a, k)
+	})
+	err := <-acceptErr
+	if err != nil {
+		link.Close() // as acceptLoop does
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	for c := range m.Conns() {
+		t.Fatalf("conn with %s still registered after shutdown", c.Peer())
+	}
+	return err
+}
+
+// dialAuthFields plays the dialer of a on cli, reading the acceptor's
+// frames from in.
+func dialAuthFields(cli net.Conn, in <-chan rawReply, a acceptAuthFields, k *auth.Keyring) {
+	var req msgrpb.AuthRequest
+	if a.ctl&authFieldsRaw != 0 || proto.Unmarshal(a.authReq, &req) != nil {
+		cli.Write(a.acceptFields.bytes())
+		return
+	}
+	if _, err := cli.Write(fuzzFrame(wire.Preamble{Tag: wire.TagHello}, a.hello, nil)); err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := auth.Dial(ctx, k, &fieldFlights{w: cli, in: in, req: &req},
+		auth.DialOptions{CleartextSession: !slices.Contains(req.Modes, string(ModeSecure)), KeepLastFlight: true})
+	if err != nil {
+		return
+	}
+	if _, err := cli.Write(fuzzHS(wire.TagAuthMore, &msgrpb.AuthMore{Payload: res.Unsent})); err != nil {
+		return
+	}
+	var done msgrpb.AuthDone
+	if r, ok := <-in; !ok || r.tag != wire.TagAuthDone || proto.Unmarshal(r.front, &done) != nil {
+		return
+	}
+	var sealed *sealedLink
+	if Mode(done.Mode) == ModeSecure {
+		lk, err := secureKeys(res, req.Modes, true)
+		if err != nil {
+			return
+		}
+		if sealed, err = newSealedLink(wire.NewStreamLink(cli, wire.KnownFeatures, wire.LinkOptions{}), lk, dialFuzzLimits); err != nil {
+			return
+		}
+		defer sealed.Close()
+	}
+	for _, f := range parseScriptFrames(a.session) {
+		p := wire.Preamble{Tag: f.tag, Flags: f.flags}
+		if sealed != nil {
+			err = sealed.WriteFrames([]wire.Frame{{Preamble: p, Front: f.front}})
+		} else {
+			_, err = cli.Write(fuzzFrame(p, f.front, nil))
+		}
+		if err != nil {
+			return
+		}
+	}
+	cli.Write(a.tail)
+}
+
+// fieldFlights carries the fuzzing dialer's TLS flights: the first in an
+// AUTH_REQUEST with req's methods and modes, later ones in AUTH_MORE; the
+// acceptor's come after its HELLO, in AUTH_MORE.
+type fieldFlights struct {
+	w       io.Writer
+	in      <-chan rawReply
+	req     *msgrpb.AuthRequest
+	sent    bool
+	helloed bool
+}
+
+func (f *fieldFlights) Send(b []byte) error {
+	var frame []byte
+	if !f.sent {
+		f.sent = true
+		frame = fuzzHS(wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: f.req.Methods, Modes: f.req.Modes, Payload: b})
+	} else {
+		frame = fuzzHS(wire.TagAuthMore, &msgrpb.AuthMore{Payload: b})
+	}
+	_, err := f.w.Write(frame)
+	return err
+}
+
+func (f *fieldFlights) Recv() ([]byte, error) {
+	for r := range f.in {
+		if r.tag == wire.TagHello && !f.helloed {
+			f.helloed = true
+			continue
+		}
+		var more msgrpb.AuthMore
+		if r.tag != wire.TagAuthMore || proto.Unmarshal(r.front, &more) != nil {
+			return nil, fmt.Errorf("fuzz dialer: got %v from the acceptor, want AUTH_MORE", r.tag)
+		}
+		return more.Payload, nil
+	}
+	return nil, io.EOF
+}
+
+// acceptAuthSeed is a seed of FuzzHandshakeAuthFields, and whether the
+// acceptor's accept must succeed on it.
+type acceptAuthSeed struct {
+	name string
+	acceptAuthFields
+	ok bool
+}
+
+func acceptAuthSeeds() []acceptAuthSeed {
+	hello := func(name string) []byte {
+		return hsFront(&msgrpb.Hello{EntityName: name, InstanceNonce: 7, PeerAddr: "pipe"})
+	}
+	authReq := func(methods []string, modes ...Mode) []byte {
+		return hsFront(&msgrpb.AuthRequest{Methods: methods, Modes: modeStrings(modes)})
+	}
+	tls := []string{authTLS13}
+	req := func(mod func(*msgrpb.SessionRequest)) scriptFrame {
+		r := &msgrpb.SessionRequest{Cookie: 11, WindowMsgs: 8, WindowBytes: 1 << 16,
+			GrantMsgs: 8, GrantBytes: 1 << 16, MaxMessage: 1 << 20}
+		if mod != nil {
+			mod(r)
+		}
+		return scriptFrame{tag: wire.TagSessionReq, front: hsFront(r)}
+	}
+	seed := func(name string, ok bool, peer EntityName, ar []byte, ctl uint8, reqs ...scriptFrame) acceptAuthSeed {
+		return acceptAuthSeed{name, acceptAuthFields{acceptFields{hello: hello(string(peer)), authReq: ar, session: scriptFrames(reqs...)}, ctl}, ok}
+	}
+	return []acceptAuthSeed{
+		seed("secure", true, "osd.1", authReq(tls, ModeSecure), 0, req(nil)),
+		seed("crc", true, "osd.1", authReq(tls, ModeCRC), 0, req(nil)),
+		seed("prefer crc", true, "osd.1", authReq(tls, ModeCRC, ModeSecure), 0, req(nil)),
+		seed("secure, unknown session then new", true, "osd.1", authReq(tls, ModeSecure), 0,
+			req(func(r *msgrpb.SessionRequest) { r.PeerCookie = 12345 }), req(nil)),
+		seed("secure, closed session", true, "osd.1", authReq(tls, ModeSecure), 0,
+			req(func(r *msgrpb.SessionRequest) { r.PeerCookie = fuzzClosedCookie }), req(nil)),
+		seed("secure, resume by cookie", true, "osd.2", authReq(tls, ModeSecure), authFieldsOSD2,
+			req(func(r *msgrpb.SessionRequest) { r.Cookie, r.PeerCookie = fuzzOpenPeerCookie, fuzzOpenCookie })),
+		seed("secure, session frame", false, "osd.1", authReq(tls, ModeSecure), 0, scriptFrame{tag: wire.TagAck}),
+		seed("secure, undecodable request", false, "osd.1", authReq(tls, ModeSecure), 0, scriptFrame{tag: wire.TagSessionReq, front: []byte{0xff}}),
+		seed("hello not the certificate's", false, "osd.2", authReq(tls, ModeSecure), 0, req(nil)),
+		seed("no tls13", false, "osd.1", authReq([]string{authNone}, ModeSecure), 0, req(nil)),
+		seed("no mode in common", false, "osd.1", authReq(tls, "legacy"), 0, req(nil)),
+		seed("raw", false, "osd.1", hsFront(&msgrpb.AuthRequest{Methods: tls, Payload: []byte("\x16\x03\x01\x00\x05hello")}), authFieldsRaw, req(nil)),
+	}
+}
+
+// FuzzHandshakeAuthFields is FuzzHandshakeFields against an acceptor that
+// requires the tls13 method: the fuzzing dialer runs a real TLS step, so
+// the acceptor's session step is reached in crc and secure modes, its
+// frames sealed under the link's real keys; the fuzzer mutates HELLO,
+// the AUTH_REQUEST's methods and modes, and the session's frames.
+func FuzzHandshakeAuthFields(f *testing.F) {
+	keys := newDialFuzzKeys(f)
+	for _, s := range acceptAuthSeeds() {
+		f.Add(s.hello, s.authReq, s.session, s.tail, s.ctl)
+	}
+	f.Fuzz(func(t *testing.T, hello, authReq, session, tail []byte, ctl uint8) {
+		fuzzAcceptAuth(t, acceptAuthFields{acceptFields{hello, authReq, session, tail}, ctl}, keys)
+	})
+}
+
+// TestHandshakeAuthFieldSeeds: each seed of FuzzHandshakeAuthFields ends
+// the acceptor's handshake as it was written to, so the fuzzer starts
+// from sessions that get through a real TLS step in each mode.
+func TestHandshakeAuthFieldSeeds(t *testing.T) {
+	keys := newDialFuzzKeys(t)
+	for _, sd := range acceptAuthSeeds() {
+		t.Run(sd.name, func(t *testing.T) {
+			if err := fuzzAcceptAuth(t, sd.acceptAuthFields, keys); (err == nil) != sd.ok {
+				t.Fatalf("accept: %v, want success %v", err, sd.ok)
+			}
+		})
 	}
 }
