@@ -366,8 +366,16 @@ func (s *sealedLink) run(r *recordRun, recs auth.Records, k int, plain, sealed [
 	return ok
 }
 
-// recordHelpers is the link's channel to the process's record helpers,
-// which it takes at its first frame in records; nil once it is closed.
+// recordHelpers is the channel to the process's record helpers, which the
+// link takes from the pool at its first frame in records (a reference
+// that Close gives back) and keeps. A link closed before then gets nil
+// and does its records alone: a reference taken after Close would never
+// be given back, and would keep the helpers running for good. A link
+// closed after keeps returning the channel, as its reader or writer may
+// still be in a frame: the pool never closes the channel (it closes
+// stop), so an offer on it cannot panic, and once the pool has stopped no
+// helper takes the offer and the link does the records itself (run never
+// waits for a helper).
 func (s *sealedLink) recordHelpers() chan<- *recordRun {
 	s.helpersMu.Lock()
 	defer s.helpersMu.Unlock()
