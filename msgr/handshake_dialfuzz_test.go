@@ -189,18 +189,10 @@ func runScript(srv net.Conn, s *dialScript, keys *dialFuzzKeys) {
 	if _, err := io.ReadFull(srv, bn[:]); err != nil {
 		return
 	}
-	if len(s.banner) == 0 {
-		valid := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}.Stream()
-		valid.Put(bn[:])
-		if _, err := srv.Write(bn[:]); err != nil {
-			return
-		}
-	} else if _, err := srv.Write(s.banner); err != nil || len(s.banner) < wire.BannerSize {
-		return // a short banner: the dialer waits for the rest, until srv closes
-	}
-	// Everything the dialer writes is read, so that it never blocks on
-	// the pipe; the handshake's frames are handed to the script, the rest
-	// dropped.
+	// From here on everything the dialer writes is read, so that it
+	// never blocks on the pipe while we write (a banner with more bytes
+	// than a banner's); the handshake's frames are handed to the script,
+	// the rest dropped.
 	in := make(chan rawReply, 16)
 	var reader sync.WaitGroup
 	defer reader.Wait()
@@ -221,6 +213,15 @@ func runScript(srv net.Conn, s *dialScript, keys *dialFuzzKeys) {
 		}
 	})
 	defer srv.Close() // ends the reader, should the dialer still be there
+	if len(s.banner) == 0 {
+		valid := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}.Stream()
+		valid.Put(bn[:])
+		if _, err := srv.Write(bn[:]); err != nil {
+			return
+		}
+	} else if _, err := srv.Write(s.banner); err != nil || len(s.banner) < wire.BannerSize {
+		return // a short banner: the dialer waits for the rest, until srv closes
+	}
 	if r, ok := <-in; !ok || r.tag != wire.TagHello {
 		return
 	}
