@@ -117,13 +117,18 @@ func fuzzAcceptorAnswers(t *testing.T, in []byte) []wire.Tag {
 	m := newFuzzAcceptor(t, nil)
 	t.Cleanup(func() { m.Shutdown(context.Background()) })
 	cli, srv := net.Pipe()
-	t.Cleanup(func() { cli.Close() })
 	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
+	accepted := make(chan struct{})
 	go func() {
+		defer close(accepted)
 		if m.accept(link, m.opts.RecvWindowMsgs, "tcp") != nil {
 			link.Close()
 		}
 	}()
+	t.Cleanup(func() { // before the shutdown, which must not race accept's start of the link
+		cli.Close()
+		<-accepted
+	})
 	go cli.Write(in)
 	r := wire.NewReaderLink(cli, wire.KnownFeatures, wire.HandshakeLimits)
 	var tags []wire.Tag
@@ -432,7 +437,7 @@ const (
 // messenger must shut down cleanly.
 func fuzzAcceptAuth(t *testing.T, a acceptAuthFields, keys *dialFuzzKeys) error {
 	m := newFuzzAcceptor(t, &AuthOptions{Keyring: keys.acceptor, Modes: []Mode{ModeSecure, ModeCRC}})
-	cli, srv := net.Pipe()
+	cli, srv := newHalfPipes()
 	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
 	acceptErr := make(chan error, 1)
 	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
@@ -458,7 +463,7 @@ func fuzzAcceptAuth(t *testing.T, a acceptAuthFields, keys *dialFuzzKeys) error 
 		}
 	})
 	wg.Go(func() {
-		defer cli.Close()
+		defer cli.CloseWrite() // the acceptor reads all, then EOF
 		k := keys.dialer
 		if a.ctl&authFieldsOSD2 != 0 {
 			k = keys.dialer2
@@ -469,12 +474,12 @@ func fuzzAcceptAuth(t *testing.T, a acceptAuthFields, keys *dialFuzzKeys) error 
 	if err != nil {
 		link.Close() // as acceptLoop does
 	}
-	wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := m.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
+	wg.Wait() // the reader, once the acceptor's end is closed
 	for c := range m.Conns() {
 		t.Fatalf("conn with %s still registered after shutdown", c.Peer())
 	}
@@ -483,7 +488,7 @@ func fuzzAcceptAuth(t *testing.T, a acceptAuthFields, keys *dialFuzzKeys) error 
 
 // dialAuthFields plays the dialer of a on cli, reading the acceptor's
 // frames from in.
-func dialAuthFields(cli net.Conn, in <-chan rawReply, a acceptAuthFields, k *auth.Keyring) {
+func dialAuthFields(cli *halfPipe, in <-chan rawReply, a acceptAuthFields, k *auth.Keyring) {
 	var req msgrpb.AuthRequest
 	if a.ctl&authFieldsRaw != 0 || proto.Unmarshal(a.authReq, &req) != nil {
 		cli.Write(a.acceptFields.bytes())

@@ -149,12 +149,12 @@ const (
 // or nil), never panic, and the messenger must shut down cleanly.
 func fuzzAccept(t *testing.T, in []byte, a *AuthOptions) {
 	m := newFuzzAcceptor(t, a)
-	cli, srv := net.Pipe()
+	cli, srv := newHalfPipes()
 	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
 	acceptErr := make(chan error, 1)
 	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
-	// Whatever the acceptor writes is read and dropped (net.Pipe is
-	// synchronous), until the dialer end closes.
+	// Whatever the acceptor writes is read and dropped, until it closes
+	// its end; the input ends in EOF, so every byte of it is read.
 	drained := make(chan struct{})
 	go func() {
 		io.Copy(io.Discard, cli)
@@ -163,7 +163,7 @@ func fuzzAccept(t *testing.T, in []byte, a *AuthOptions) {
 	written := make(chan struct{})
 	go func() {
 		cli.Write(in) // fails once the acceptor closes its end
-		cli.Close()
+		cli.CloseWrite()
 		close(written)
 	}()
 
@@ -171,12 +171,12 @@ func fuzzAccept(t *testing.T, in []byte, a *AuthOptions) {
 		link.Close() // as acceptLoop does
 	}
 	<-written
-	<-drained
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := m.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
+	<-drained
 	for c := range m.Conns() {
 		t.Fatalf("conn with %s still registered after shutdown", c.Peer())
 	}
@@ -278,3 +278,38 @@ func rawAccept(t *testing.T, m *Messenger, in []byte) <-chan rawReply {
 	}
 	return replies
 }
+
+// halfPipe is one end of an in-memory connection whose two directions
+// close apart (CloseWrite), as TCP's do: a fuzzing peer says it has sent
+// all it will while it still reads what the messenger answers, so the
+// messenger reads every byte of the input, then EOF, and none of its
+// writes fails for want of a reader.
+type halfPipe struct {
+	r *io.PipeReader
+	w *io.PipeWriter
+}
+
+func newHalfPipes() (a, b *halfPipe) {
+	ar, bw := io.Pipe()
+	br, aw := io.Pipe()
+	return &halfPipe{ar, aw}, &halfPipe{br, bw}
+}
+
+func (p *halfPipe) Read(b []byte) (int, error)       { return p.r.Read(b) }
+func (p *halfPipe) Write(b []byte) (int, error)      { return p.w.Write(b) }
+func (p *halfPipe) CloseWrite() error                { return p.w.Close() }
+func (p *halfPipe) LocalAddr() net.Addr              { return pipeAddr{} }
+func (p *halfPipe) RemoteAddr() net.Addr             { return pipeAddr{} }
+func (p *halfPipe) SetDeadline(time.Time) error      { return nil }
+func (p *halfPipe) SetReadDeadline(time.Time) error  { return nil }
+func (p *halfPipe) SetWriteDeadline(time.Time) error { return nil }
+
+func (p *halfPipe) Close() error {
+	p.r.Close()
+	return p.w.Close()
+}
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "pipe" }
