@@ -191,27 +191,10 @@ func runScript(srv net.Conn, s *dialScript, keys *dialFuzzKeys) {
 	}
 	// From here on everything the dialer writes is read, so that it
 	// never blocks on the pipe while we write (a banner with more bytes
-	// than a banner's); the handshake's frames are handed to the script,
-	// the rest dropped.
-	in := make(chan rawReply, 16)
+	// than a banner's).
 	var reader sync.WaitGroup
 	defer reader.Wait()
-	reader.Go(func() {
-		defer close(in)
-		r := wire.NewReaderLink(srv, wire.KnownFeatures, wire.HandshakeLimits)
-		for {
-			var f wire.Frame
-			if err := r.ReadFrame(&f); err != nil {
-				io.Copy(io.Discard, srv)
-				return
-			}
-			select {
-			case in <- rawReply{f.Tag, append([]byte(nil), f.Front...)}:
-			default:
-			}
-			f.Release()
-		}
-	})
+	in := readPeer(&reader, srv)
 	defer srv.Close() // ends the reader, should the dialer still be there
 	if len(s.banner) == 0 {
 		valid := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}.Stream()
@@ -275,6 +258,32 @@ func runScript(srv net.Conn, s *dialScript, keys *dialFuzzKeys) {
 		}
 	}
 	srv.Write(s.tail)
+}
+
+// readPeer reads the frames the messenger under test writes on c, so that
+// its writes never wait on a pipe, and hands its handshake frames to the
+// fuzzing side (those the channel has no room for, and anything after a
+// frame that does not parse, are dropped), until c fails. wg tracks the
+// reading goroutine.
+func readPeer(wg *sync.WaitGroup, c io.Reader) <-chan rawReply {
+	in := make(chan rawReply, 16)
+	wg.Go(func() {
+		defer close(in)
+		r := wire.NewReaderLink(c, wire.KnownFeatures, wire.HandshakeLimits)
+		for {
+			var f wire.Frame
+			if err := r.ReadFrame(&f); err != nil {
+				io.Copy(io.Discard, c)
+				return
+			}
+			select {
+			case in <- rawReply{f.Tag, append([]byte(nil), f.Front...)}:
+			default:
+			}
+			f.Release()
+		}
+	})
+	return in
 }
 
 // acceptorTLS runs the acceptor's TLS step on the dialer's AUTH_REQUEST

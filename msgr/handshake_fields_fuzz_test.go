@@ -305,6 +305,27 @@ func splitRecorded(t *testing.T, b []byte) []recordedFrame {
 	return out
 }
 
+// splitHandshake splits one side's recorded stream into the fields of a
+// fuzz target's seed: the fronts of its HELLO and of its auth frame (auth,
+// AUTH_REQUEST or AUTH_DONE), its other handshake frames (scriptFrames),
+// and the bytes of the session's frames after them.
+func splitHandshake(t *testing.T, b []byte, auth wire.Tag) (hello, authFront, session, tail []byte) {
+	var frames []scriptFrame
+	for _, f := range splitRecorded(t, b) {
+		switch {
+		case f.tag == wire.TagHello:
+			hello = f.front
+		case f.tag == auth:
+			authFront = f.front
+		case f.tag.Handshake():
+			frames = append(frames, scriptFrame{tag: f.tag, front: f.front})
+		default:
+			tail = append(tail, f.raw...)
+		}
+	}
+	return hello, authFront, scriptFrames(frames...), tail
+}
+
 // corpusFile is a fuzz corpus file as the go command writes one.
 func corpusFile(args ...any) []byte {
 	b := []byte("go test fuzz v1\n")
@@ -379,36 +400,10 @@ func recordSeeds(t *testing.T) {
 			name := fmt.Sprintf("%s-%d", sc.name, i)
 			write("FuzzHandshake", name, rec.dialer)
 			var fields acceptFields
-			var session []scriptFrame
-			for _, f := range splitRecorded(t, rec.dialer) {
-				switch {
-				case f.tag == wire.TagHello:
-					fields.hello = f.front
-				case f.tag == wire.TagAuthRequest:
-					fields.authReq = f.front
-				case f.tag.Handshake():
-					session = append(session, scriptFrame{tag: f.tag, front: f.front})
-				default:
-					fields.tail = append(fields.tail, f.raw...)
-				}
-			}
-			fields.session = scriptFrames(session...)
+			fields.hello, fields.authReq, fields.session, fields.tail = splitHandshake(t, rec.dialer, wire.TagAuthRequest)
 			write("FuzzHandshakeFields", name, fields.hello, fields.authReq, fields.session, fields.tail)
 			var s dialScript
-			var answers []scriptFrame
-			for _, f := range splitRecorded(t, rec.acceptor) {
-				switch {
-				case f.tag == wire.TagHello:
-					s.hello = f.front
-				case f.tag == wire.TagAuthDone:
-					s.authDone = f.front
-				case f.tag.Handshake():
-					answers = append(answers, scriptFrame{tag: f.tag, front: f.front})
-				default:
-					s.tail = append(s.tail, f.raw...)
-				}
-			}
-			s.answers = scriptFrames(answers...)
+			s.hello, s.authDone, s.answers, s.tail = splitHandshake(t, rec.acceptor, wire.TagAuthDone)
 			write("FuzzDialHandshake", name, s.banner, s.hello, s.authDone, s.answers, s.tail, s.ctl)
 		}
 	}
@@ -441,27 +436,8 @@ func fuzzAcceptAuth(t *testing.T, a acceptAuthFields, keys *dialFuzzKeys) error 
 	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
 	acceptErr := make(chan error, 1)
 	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
-	// Whatever the acceptor writes is read, so that it never blocks on
-	// the pipe; the handshake's frames go to the dialer, the rest is
-	// dropped.
-	in := make(chan rawReply, 16)
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		defer close(in)
-		r := wire.NewReaderLink(cli, wire.KnownFeatures, wire.HandshakeLimits)
-		for {
-			var f wire.Frame
-			if err := r.ReadFrame(&f); err != nil {
-				io.Copy(io.Discard, cli)
-				return
-			}
-			select {
-			case in <- rawReply{f.Tag, append([]byte(nil), f.Front...)}:
-			default:
-			}
-			f.Release()
-		}
-	})
+	in := readPeer(&wg, cli)
 	wg.Go(func() {
 		defer cli.CloseWrite() // the acceptor reads all, then EOF
 		k := keys.dialer
