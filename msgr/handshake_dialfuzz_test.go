@@ -245,19 +245,27 @@ func runScript(srv net.Conn, s *dialScript, keys *dialFuzzKeys) {
 			return
 		}
 	}
-	for _, f := range parseScriptFrames(s.answers) {
+	if writeScriptFrames(srv, sealed, s.answers) == nil {
+		srv.Write(s.tail)
+	}
+}
+
+// writeScriptFrames writes frames (scriptFrames) on w, framed, or sealed
+// by sealed if it is not nil.
+func writeScriptFrames(w io.Writer, sealed *sealedLink, frames []byte) error {
+	for _, f := range parseScriptFrames(frames) {
 		p := wire.Preamble{Tag: f.tag, Flags: f.flags}
 		var err error
 		if sealed != nil {
 			err = sealed.WriteFrames([]wire.Frame{{Preamble: p, Front: f.front}})
 		} else {
-			_, err = srv.Write(fuzzFrame(p, f.front, nil))
+			_, err = w.Write(fuzzFrame(p, f.front, nil))
 		}
 		if err != nil {
-			return
+			return err
 		}
 	}
-	srv.Write(s.tail)
+	return nil
 }
 
 // readPeer reads the frames the messenger under test writes on c, so that

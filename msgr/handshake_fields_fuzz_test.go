@@ -46,6 +46,17 @@ type acceptFieldSeed struct {
 	want []wire.Tag
 }
 
+// seedSessionReq is a valid SESSION_REQUEST of a new session, changed by
+// mod if it is not nil, for the seeds.
+func seedSessionReq(mod func(*msgrpb.SessionRequest)) scriptFrame {
+	r := &msgrpb.SessionRequest{Cookie: 11, WindowMsgs: 8, WindowBytes: 1 << 16,
+		GrantMsgs: 8, GrantBytes: 1 << 16, MaxMessage: 1 << 20}
+	if mod != nil {
+		mod(r)
+	}
+	return scriptFrame{tag: wire.TagSessionReq, front: hsFront(r)}
+}
+
 // acceptFieldSeeds reach each answer of the acceptor's session step:
 // fuzzAccept's acceptor has a tombstone of a session with osd.1 and a
 // session with osd.2 in standby.
@@ -54,14 +65,7 @@ func acceptFieldSeeds() []acceptFieldSeed {
 		return hsFront(&msgrpb.Hello{EntityName: name, InstanceNonce: 7, PeerAddr: "pipe"})
 	}
 	authReq := hsFront(&msgrpb.AuthRequest{Methods: []string{authNone}, Modes: []string{string(ModeCRC)}})
-	req := func(mod func(*msgrpb.SessionRequest)) scriptFrame {
-		r := &msgrpb.SessionRequest{Cookie: 11, WindowMsgs: 8, WindowBytes: 1 << 16,
-			GrantMsgs: 8, GrantBytes: 1 << 16, MaxMessage: 1 << 20}
-		if mod != nil {
-			mod(r)
-		}
-		return scriptFrame{tag: wire.TagSessionReq, front: hsFront(r)}
-	}
+	req := seedSessionReq
 	msg := fuzzFrame(wire.Preamble{Tag: wire.TagMessage, Type: 1, Seq: 1, GrantMsgs: 8, GrantBytes: 1 << 16}, []byte("op"), []byte("data"))
 	seed := func(name string, peer EntityName, want []wire.Tag, tail []byte, reqs ...scriptFrame) acceptFieldSeed {
 		return acceptFieldSeed{name, acceptFields{hello: hello(string(peer)), authReq: authReq, session: scriptFrames(reqs...), tail: tail}, want}
@@ -498,18 +502,9 @@ func dialAuthFields(cli *halfPipe, in <-chan rawReply, a acceptAuthFields, k *au
 		}
 		defer sealed.Close()
 	}
-	for _, f := range parseScriptFrames(a.session) {
-		p := wire.Preamble{Tag: f.tag, Flags: f.flags}
-		if sealed != nil {
-			err = sealed.WriteFrames([]wire.Frame{{Preamble: p, Front: f.front}})
-		} else {
-			_, err = cli.Write(fuzzFrame(p, f.front, nil))
-		}
-		if err != nil {
-			return
-		}
+	if writeScriptFrames(cli, sealed, a.session) == nil {
+		cli.Write(a.tail)
 	}
-	cli.Write(a.tail)
 }
 
 // fieldFlights carries the fuzzing dialer's TLS flights: the first in an
@@ -566,14 +561,7 @@ func acceptAuthSeeds() []acceptAuthSeed {
 		return hsFront(&msgrpb.AuthRequest{Methods: methods, Modes: modeStrings(modes)})
 	}
 	tls := []string{authTLS13}
-	req := func(mod func(*msgrpb.SessionRequest)) scriptFrame {
-		r := &msgrpb.SessionRequest{Cookie: 11, WindowMsgs: 8, WindowBytes: 1 << 16,
-			GrantMsgs: 8, GrantBytes: 1 << 16, MaxMessage: 1 << 20}
-		if mod != nil {
-			mod(r)
-		}
-		return scriptFrame{tag: wire.TagSessionReq, front: hsFront(r)}
-	}
+	req := seedSessionReq
 	seed := func(name string, ok bool, peer EntityName, ar []byte, ctl uint8, reqs ...scriptFrame) acceptAuthSeed {
 		return acceptAuthSeed{name, acceptAuthFields{acceptFields{hello: hello(string(peer)), authReq: ar, session: scriptFrames(reqs...)}, ctl}, ok}
 	}
