@@ -69,7 +69,7 @@ FUZZMINTIME ?= 1s
 # run with TAGS (rdma), so the RDMA link's parsers are fuzzed too.
 FUZZ_TARGETS = \
 	"FuzzControlFrame ./msgr/rdma" "FuzzParseCM ./msgr/rdma" \
-	"FuzzReadFrame ./msgr/wire" "FuzzBanner ./msgr/wire" "FuzzHandshake ./msgr" "FuzzHandshakeAuth ./msgr" "FuzzSealedFrame ./msgr" "FuzzModes ./msgr" "FuzzEngineFrames ./msgr" \
+	"FuzzReadFrame ./msgr/wire" "FuzzBanner ./msgr/wire" "FuzzHandshake ./msgr" "FuzzHandshakeAuth ./msgr" "FuzzHandshakeFields ./msgr" "FuzzHandshakeAuthFields ./msgr" "FuzzDialHandshake ./msgr" "FuzzDialHandshakeAuth ./msgr" "FuzzSealedFrame ./msgr" "FuzzModes ./msgr" "FuzzEngineFrames ./msgr" \
 	"FuzzUnmarshal ./internal/placement" "FuzzLoad ./internal/placement" "FuzzFromProto ./internal/placement" "FuzzParsePGID ./internal/placement" \
 	"FuzzDecodeHead ./osd/store" "FuzzDecodeChunk ./osd/store" "FuzzDecodePGInfo ./osd/store" \
 	"FuzzDecodeReqVersion ./osd/store" "FuzzDecodeIDMark ./osd/store" "FuzzDecodeLogEntry ./osd/store" \

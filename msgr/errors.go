@@ -35,6 +35,9 @@ var (
 	// for its session policy, ErrAuth for authentication); redialing
 	// would be refused again, so the Conn closes and is not retried.
 	ErrRefused = errors.New("msgr: session refused by peer")
+	// ErrWrongPeer: a dial reached a messenger of another name than the
+	// session's peer (the address now belongs to another entity).
+	ErrWrongPeer = errors.New("msgr: the address answered as another entity")
 )
 
 // RefusedError is a session the peer refused for good at the session

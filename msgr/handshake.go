@@ -179,7 +179,7 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 		}
 		if want != "" && want != peer {
 			c.mu.Unlock()
-			return fmt.Errorf("msgr: %s answered as %s, expected %s", link.RemoteAddr(), peer, want)
+			return fmt.Errorf("%w: %s answered as %s, expected %s", ErrWrongPeer, link.RemoteAddr(), peer, want)
 		}
 		err := c.dialAdvanceLocked(dialReached)
 		c.mu.Unlock()

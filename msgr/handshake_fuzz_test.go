@@ -135,16 +135,57 @@ func FuzzHandshakeAuth(f *testing.F) {
 // fuzzClosedCookie names a session the fuzzed acceptor closed with osd.1
 // (a tombstone), so that its answer "closed" is fuzzed too; it has a
 // session in standby with osd.2, whose cookie there is
-// fuzzOpenPeerCookie, so that a dialer naming it closed is fuzzed too.
+// fuzzOpenPeerCookie, so that a dialer naming it closed is fuzzed too,
+// and whose cookie here is fuzzOpenCookie, so that a dialer resuming it
+// by name (SESSION_REQUEST.peer_cookie) is.
 const (
 	fuzzClosedCookie   = 777
 	fuzzOpenPeerCookie = 5
+	fuzzOpenCookie     = 6
 )
 
 // fuzzAccept drives the acceptor's side of the handshake, and the link it
 // starts, with arbitrary bytes from a dialer: accept must return (an error
 // or nil), never panic, and the messenger must shut down cleanly.
 func fuzzAccept(t *testing.T, in []byte, a *AuthOptions) {
+	m := newFuzzAcceptor(t, a)
+	cli, srv := newHalfPipes()
+	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
+	acceptErr := make(chan error, 1)
+	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
+	// Whatever the acceptor writes is read and dropped, until it closes
+	// its end; the input ends in EOF, so every byte of it is read.
+	drained := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, cli)
+		close(drained)
+	}()
+	written := make(chan struct{})
+	go func() {
+		cli.Write(in) // fails once the acceptor closes its end
+		cli.CloseWrite()
+		close(written)
+	}()
+
+	if err := <-acceptErr; err != nil {
+		link.Close() // as acceptLoop does
+	}
+	<-written
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	<-drained
+	for c := range m.Conns() {
+		t.Fatalf("conn with %s still registered after shutdown", c.Peer())
+	}
+}
+
+// newFuzzAcceptor is the acceptor osd.0 of the handshake fuzz targets,
+// with the tombstone and the standby session that fuzzClosedCookie and
+// fuzzOpenCookie name.
+func newFuzzAcceptor(t testing.TB, a *AuthOptions) *Messenger {
 	m, err := New(Options{
 		Name:             "osd.0",
 		Dispatcher:       DispatchFunc(func(m *Message) { m.Release() }),
@@ -161,41 +202,10 @@ func fuzzAccept(t *testing.T, in []byte, a *AuthOptions) {
 	m.mu.Lock()
 	m.tombs.add(fuzzClosedCookie, "osd.1")
 	c := m.newConn(LosslessPeer, "", "osd.2", 8)
-	c.peerCookie, c.peerNonce, c.state = fuzzOpenPeerCookie, 7, stateStandby
+	c.cookie, c.peerCookie, c.peerNonce, c.state = fuzzOpenCookie, fuzzOpenPeerCookie, 7, stateStandby
 	m.byPeer["osd.2"] = c
 	m.mu.Unlock()
-	cli, srv := net.Pipe()
-	link := wire.NewStreamLink(srv, wire.KnownFeatures, m.linkOptions(nil))
-
-	acceptErr := make(chan error, 1)
-	go func() { acceptErr <- m.accept(link, m.opts.RecvWindowMsgs, "tcp") }()
-	// Whatever the acceptor writes is read and dropped (net.Pipe is
-	// synchronous), until the dialer end closes.
-	drained := make(chan struct{})
-	go func() {
-		io.Copy(io.Discard, cli)
-		close(drained)
-	}()
-	written := make(chan struct{})
-	go func() {
-		cli.Write(in) // fails once the acceptor closes its end
-		cli.Close()
-		close(written)
-	}()
-
-	if err := <-acceptErr; err != nil {
-		link.Close() // as acceptLoop does
-	}
-	<-written
-	<-drained
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := m.Shutdown(ctx); err != nil {
-		t.Fatalf("shutdown: %v", err)
-	}
-	for c := range m.Conns() {
-		t.Fatalf("conn with %s still registered after shutdown", c.Peer())
-	}
+	return m
 }
 
 // TestHandshakeSeedsAccepted checks the valid seed really gets through
@@ -268,3 +278,38 @@ func rawAccept(t *testing.T, m *Messenger, in []byte) <-chan rawReply {
 	}
 	return replies
 }
+
+// halfPipe is one end of an in-memory connection whose two directions
+// close apart (CloseWrite), as TCP's do: a fuzzing peer says it has sent
+// all it will while it still reads what the messenger answers, so the
+// messenger reads every byte of the input, then EOF, and none of its
+// writes fails for want of a reader.
+type halfPipe struct {
+	r *io.PipeReader
+	w *io.PipeWriter
+}
+
+func newHalfPipes() (a, b *halfPipe) {
+	ar, bw := io.Pipe()
+	br, aw := io.Pipe()
+	return &halfPipe{ar, aw}, &halfPipe{br, bw}
+}
+
+func (p *halfPipe) Read(b []byte) (int, error)       { return p.r.Read(b) }
+func (p *halfPipe) Write(b []byte) (int, error)      { return p.w.Write(b) }
+func (p *halfPipe) CloseWrite() error                { return p.w.Close() }
+func (p *halfPipe) LocalAddr() net.Addr              { return pipeAddr{} }
+func (p *halfPipe) RemoteAddr() net.Addr             { return pipeAddr{} }
+func (p *halfPipe) SetDeadline(time.Time) error      { return nil }
+func (p *halfPipe) SetReadDeadline(time.Time) error  { return nil }
+func (p *halfPipe) SetWriteDeadline(time.Time) error { return nil }
+
+func (p *halfPipe) Close() error {
+	p.r.Close()
+	return p.w.Close()
+}
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "pipe" }

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ospreystore/osprey/msgr/auth"
+	"github.com/ospreystore/osprey/msgr/internal/invariants"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
@@ -185,6 +186,7 @@ type sealedLink struct {
 	wire.Link
 	seal, open  *auth.Sealer
 	alloc       wire.PayloadAllocator // the link's registered memory; nil if none
+	ledger      wire.SealedLedger     // invariants build: the link's ledger, if it keeps one
 	lim, steady wire.Limits           // the plaintext's: handshake, then the session's
 	in          wire.Frame            // reader scratch
 	out         []wire.Frame          // writer scratch
@@ -217,6 +219,9 @@ func newSealedLink(l wire.Link, k *linkKeys, steady wire.Limits) (*sealedLink, e
 		s.tamper = *h
 	}
 	s.alloc, _ = l.(wire.PayloadAllocator)
+	if invariants.Enabled {
+		s.ledger, _ = l.(wire.SealedLedger)
+	}
 	return s, nil
 }
 
@@ -366,8 +371,16 @@ func (s *sealedLink) run(r *recordRun, recs auth.Records, k int, plain, sealed [
 	return ok
 }
 
-// recordHelpers is the link's channel to the process's record helpers,
-// which it takes at its first frame in records; nil once it is closed.
+// recordHelpers is the channel to the process's record helpers, which the
+// link takes from the pool at its first frame in records (a reference
+// that Close gives back) and keeps. A link closed before then gets nil
+// and does its records alone: a reference taken after Close would never
+// be given back, and would keep the helpers running for good. A link
+// closed after keeps returning the channel, as its reader or writer may
+// still be in a frame: the pool never closes the channel (it closes
+// stop), so an offer on it cannot panic, and once the pool has stopped no
+// helper takes the offer and the link does the records itself (run never
+// waits for a helper).
 func (s *sealedLink) recordHelpers() chan<- *recordRun {
 	s.helpersMu.Lock()
 	defer s.helpersMu.Unlock()
@@ -476,6 +489,9 @@ func (s *sealedLink) writeAfter(clear, frames []wire.Frame) error {
 // sealFrame seals f, in two parts if split, into a buffer of the batch,
 // and makes of the frame of the link below that carries it.
 func (s *sealedLink) sealFrame(of, f *wire.Frame, split bool) error {
+	if invariants.Enabled && s.ledger != nil {
+		s.ledger.SealedGrant(f.Preamble)
+	}
 	p := f.Preamble
 	p.LinkWord = 0
 	p.Flags &^= wire.FlagNoDataCRC
@@ -583,6 +599,8 @@ func (s *sealedLink) ReadFrame(f *wire.Frame) error {
 	err := s.openFrame(in, f)
 	if err != nil {
 		in.Release()
+	} else if invariants.Enabled && s.ledger != nil && !f.HasSegments() {
+		s.ledger.OpenedControl(f.Tag)
 	}
 	*in = wire.Frame{}
 	return err

@@ -48,9 +48,8 @@ func (l *link) ledgerRead(t wire.Tag) {
 // ledgerSlotted records a session control frame read on a link that
 // agreed CONTROL_SLOTS, which took one of the sessCtlRecvs receives and
 // no credit. Called once its receive was posted again, as for control.
-// A sealed one reads as SEALED here and is counted as a credited frame:
-// the ledger then shows one receive more than there is for each, which
-// loosens the check on sealed sessions but never fails a good grant.
+// A sealed one reads as SEALED here: the link that opens it says what it
+// was (OpenedControl).
 func (l *link) ledgerSlotted(t wire.Tag) {
 	if invariants.Enabled && l.features&wire.FeatureControlSlots != 0 &&
 		(t == wire.TagKeepalive || t == wire.TagKeepaliveAck || t == wire.TagClose) {
@@ -76,6 +75,18 @@ func (l *link) checkGrant(p *wire.Preamble) {
 			p.GrantMsgs, l.id, avail))
 	}
 }
+
+// SealedGrant checks the grant of a frame a secure session seals for the
+// link (wire.SealedLedger), which the SEALED frame that carries it does
+// not show.
+func (l *link) SealedGrant(p wire.Preamble) { l.checkGrant(&p) }
+
+// OpenedControl records a frame without segments opened from a SEALED
+// frame this link read (wire.SealedLedger), as frameFrom records one in
+// clear: the SEALED frame's receive, posted again when its buffer was let
+// go, was one of the sessCtlRecvs if the frame is a control frame under
+// CONTROL_SLOTS.
+func (l *link) OpenedControl(t wire.Tag) { l.ledgerSlotted(t) }
 
 // poolCanary is written, in the invariants build, at the start of every
 // page of a rendezvous region put back in the large pool, and checked

@@ -56,27 +56,41 @@ func TestGrantCheckWhileControlFramesArrive(t *testing.T) {
 // KEEPALIVE_ACK and CLOSE land in the sessCtlRecvs receives and take no
 // credit, so after any number of them the receives left for the session
 // are still the window; without the feature each is a credited frame,
-// whose reposted receive backs one more credit.
+// whose reposted receive backs one more credit. A secure session's come
+// sealed, told by the link that opens them (OpenedControl), and its
+// grants too (SealedGrant): the ledger counts them as it counts frames in
+// clear.
 func TestLedgerSessionControlSlots(t *testing.T) {
 	const window, frames = 8, 6
-	for _, agreed := range []bool{true, false} {
-		l := &link{id: 1, nrecv: window}
-		if agreed {
-			l.features = wire.FeatureControlSlots
-		}
-		for range l.recvs() {
-			l.ledgerPost()
-		}
-		for i := range frames {
-			l.ledgerPost() // posted again before it is counted (frameFrom)
-			l.ledgerSlotted([]wire.Tag{wire.TagKeepalive, wire.TagKeepaliveAck}[i%2])
-		}
-		beyond := &wire.Preamble{Tag: wire.TagAck, GrantMsgs: window + frames}
-		if agreed {
-			l.checkGrant(&wire.Preamble{Tag: wire.TagAck, GrantMsgs: window})
-			wantPanic(t, "only 8 receives", func() { l.checkGrant(beyond) })
-		} else {
-			l.checkGrant(beyond)
+	for _, sealed := range []bool{false, true} {
+		for _, agreed := range []bool{true, false} {
+			l := &link{id: 1, nrecv: window}
+			if agreed {
+				l.features = wire.FeatureControlSlots
+			}
+			for range l.recvs() {
+				l.ledgerPost()
+			}
+			check := l.checkGrant
+			sealedCheck := func(p *wire.Preamble) { l.SealedGrant(*p) }
+			for i := range frames {
+				l.ledgerPost() // posted again before it is counted (frameFrom)
+				tag := []wire.Tag{wire.TagKeepalive, wire.TagKeepaliveAck}[i%2]
+				if sealed {
+					l.ledgerSlotted(wire.TagSealed) // frameFrom sees SEALED
+					l.OpenedControl(tag)
+					check = sealedCheck
+				} else {
+					l.ledgerSlotted(tag)
+				}
+			}
+			beyond := &wire.Preamble{Tag: wire.TagAck, GrantMsgs: window + frames}
+			if agreed {
+				check(&wire.Preamble{Tag: wire.TagAck, GrantMsgs: window})
+				wantPanic(t, "only 8 receives", func() { check(beyond) })
+			} else {
+				check(beyond)
+			}
 		}
 	}
 }

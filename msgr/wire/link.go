@@ -92,6 +92,22 @@ type LinkOptions struct {
 	Budget *Budget
 }
 
+// SealedLedger is implemented by links that, in the invariants build,
+// check each grant they carry against the receives they posted
+// (msgr/rdma). A secure session's frames reach such a link sealed, their
+// grants and tags hidden in the SEALED frame, so the layer that seals and
+// opens them tells the link what it hides. Both methods are no-ops
+// outside the invariants build.
+type SealedLedger interface {
+	// SealedGrant checks the grant of p, a frame sealed for the link,
+	// before the sealed frame is written.
+	SealedGrant(p Preamble)
+	// OpenedControl records a frame without segments, tagged t, opened
+	// from a sealed frame read on the link, once the sealed frame's
+	// buffer was let go.
+	OpenedControl(t Tag)
+}
+
 // HandshakeEnder is implemented by links that honour
 // LinkOptions.Handshake. The messenger calls EndHandshake once the session
 // is established, before its reader starts; from then on the link applies
