@@ -248,8 +248,8 @@ func (s *Store) TrimLog(ctx context.Context, pg uint32) error {
 	return nil
 }
 
-// SetPGLast sets PG pg's last version after a backfill and resets its log
-// to start there (tail = last): LogAfter from any older version then says
+// SetPGLast sets PG pg's last version after a backfill that could not
+// copy its source's log (CopyLog) and resets its log to start there (tail = last): LogAfter from any older version then says
 // tooOld. The request index of the dropped log goes with it, and the
 // backfill mark (SetPGBackfilling).
 func (s *Store) SetPGLast(ctx context.Context, pg uint32, last *osdpb.Version) error {
