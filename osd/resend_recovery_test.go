@@ -32,11 +32,9 @@ func TestResendAfterRecovery(t *testing.T) {
 
 func testResendAfterRecovery(t *testing.T, backfill bool) {
 	const keep = 8
-	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: func(cfg *osd.Config) {
-		if backfill {
-			cfg.Store.LogKeep = keep
-		}
-	}})
+	// A primary trims its log at every write to its newest keep entries
+	// (a replica, at the end of a recovery).
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: func(cfg *osd.Config) { cfg.Store.LogKeep = keep }})
 	ctx := ctxT(t, 2*time.Minute)
 	cl := c.Client(t, nil)
 	if err := cl.MakeBucket(ctx, "once"); err != nil {
@@ -79,6 +77,24 @@ func testResendAfterRecovery(t *testing.T, backfill bool) {
 	if _, err := osdtest.Put(ctx, cl, "once", key, []byte("zero"), client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// fill writes n other objects of the PG.
+	fill := func(n int) {
+		t.Helper()
+		for i := 0; n > 0; i++ {
+			k := fmt.Sprintf("fill%d", i)
+			if placement.PGOf(pool, "once", k) != pg {
+				continue
+			}
+			if _, err := osdtest.Put(ctx, cl, "once", k, []byte("x"), client.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			n--
+		}
+	}
+	if !backfill {
+		// The victim's log passes keep entries: its recovery trims it.
+		fill(keep + 2)
+	}
 	had, _, err := c.OSDs[victim].Store().PGInfo(ctx, sid)
 	if err != nil {
 		t.Fatal(err)
@@ -110,17 +126,8 @@ func testResendAfterRecovery(t *testing.T, backfill bool) {
 
 	adopt(down)
 	if backfill {
-		// Writes enough for the primary's log to pass the victim's version.
-		for i, n := 0, 0; n < 2*keep; i++ {
-			k := fmt.Sprintf("fill%d", i)
-			if placement.PGOf(pool, "once", k) != pg {
-				continue
-			}
-			if _, err := osdtest.Put(ctx, cl, "once", k, []byte("x"), client.PutOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			n++
-		}
+		// Enough writes for the primary's log to pass the victim's version.
+		fill(2 * keep)
 	}
 	first := put(primary, 1, 0, []byte("first"))
 	second := put(primary, 2, 0, []byte("second"))
@@ -144,8 +151,9 @@ func testResendAfterRecovery(t *testing.T, backfill bool) {
 	if _, got, err := vs.ReadRange(ctx, "once", key, 0, -1, nil); err != nil || !bytes.Equal(got, []byte("second")) {
 		t.Fatalf("the victim's copy after recovery: %q, %v", got, err)
 	}
-	// The victim's log is the primary's, entries and request ids, back to
-	// where the primary's reached (its whole window after a backfill).
+	// The victim's log is the primary's window: what the primary kept of
+	// the victim's own entries (a catch-up) or of its log (a backfill),
+	// and the copied entries.
 	_, vtail, err := vs.PGInfo(ctx, sid)
 	if err != nil {
 		t.Fatal(err)
