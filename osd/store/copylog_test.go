@@ -35,6 +35,9 @@ func (e *env) wantLog(pg uint32, last, tail *osdpb.Version, want ...*osdpb.LogEn
 	if tooOld || !slices.EqualFunc(got, want, func(a, b *osdpb.LogEntry) bool { return proto.Equal(a, b) }) {
 		e.t.Fatalf("pg %d log: too old %v, versions %v, want %v", pg, tooOld, versions(got), versions(want))
 	}
+	if err := e.s.CheckRequestIndexForTest(pg); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 func versions(entries []*osdpb.LogEntry) []string {
@@ -134,6 +137,7 @@ func TestCopyLogRollsBack(t *testing.T) {
 	if want := []string{"1.1", "1.2", "2.3", "2.4"}; !slices.Equal(versions(all), want) {
 		t.Fatalf("log after the rollback: %q, want %q", versions(all), want)
 	}
+	must(t, e.s.CheckRequestIndexForTest(pg))
 	e.wantRequest(pg, gone.Req, nil)
 	e.wantRequest(pg, resent.Req, in[0])
 	e.wantRequest(pg, kept.Req, kept)

@@ -209,26 +209,7 @@ func (s *Store) TrimLog(ctx context.Context, pg uint32) error {
 		if err != nil {
 			return err
 		}
-		end := keyAfter(bytes.Clone(v.it.Key()))
-		for ok := v.scan(lo, end); ok; ok = v.it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			e, err := s.logEntryAt(v, pg)
-			if err != nil {
-				return err
-			}
-			if e.Req != nil {
-				if err := b.Delete(reqKey(pg, e.Req), nil); err != nil {
-					return err
-				}
-			}
-			trimmed++
-		}
-		if err := v.it.Error(); err != nil {
-			return err
-		}
-		if err := b.DeleteRange(lo, end, nil); err != nil {
+		if trimmed, err = s.dropEntries(ctx, v, b, pg, lo, keyAfter(bytes.Clone(v.it.Key()))); err != nil {
 			return err
 		}
 		g.tail = versionOf(newest)
@@ -339,9 +320,13 @@ func (s *Store) CopyLog(ctx context.Context, pg uint32, c LogCopy) error {
 		if g, err = s.pgInfoOf(v, pg); err != nil {
 			return err
 		}
+		lp, rp := logPrefix(pg), reqPrefix(pg)
 		if c.Reset {
 			g.tail = from
-			if err := s.dropLog(v, b, pg, logPrefix(pg), false); err != nil {
+			if err := b.DeleteRange(rp, prefixEnd(rp), nil); err != nil {
+				return err
+			}
+			if err := b.DeleteRange(lp, prefixEnd(lp), nil); err != nil {
 				return err
 			}
 		} else {
@@ -351,7 +336,7 @@ func (s *Store) CopyLog(ctx context.Context, pg uint32, c LogCopy) error {
 			if from.less(g.tail) {
 				g.tail = from
 			}
-			if err := s.dropLog(v, b, pg, keyAfter(logKey(pg, c.After)), true); err != nil {
+			if _, err := s.dropEntries(ctx, v, b, pg, keyAfter(logKey(pg, c.After)), prefixEnd(lp)); err != nil {
 				return err
 			}
 		}
@@ -386,35 +371,28 @@ func (s *Store) CopyLog(ctx context.Context, pg uint32, c LogCopy) error {
 	return nil
 }
 
-// dropLog deletes, in b, PG pg's log entries from key lo on and their
-// request index: with read, entry by entry (a catch-up drops a few
-// divergent ones); else the whole log and index by range.
-func (s *Store) dropLog(v *view, b *pebble.Batch, pg uint32, lo []byte, read bool) error {
-	hi := prefixEnd(logPrefix(pg))
-	if !read {
-		rp := reqPrefix(pg)
-		if err := b.DeleteRange(rp, prefixEnd(rp), nil); err != nil {
-			return err
-		}
-		return b.DeleteRange(lo, hi, nil)
-	}
-	n := 0
+// dropEntries deletes, in b, PG pg's log entries with keys in [lo, hi)
+// and their request index, and returns how many there were.
+func (s *Store) dropEntries(ctx context.Context, v *view, b *pebble.Batch, pg uint32, lo, hi []byte) (n int, err error) {
 	for ok := v.scan(lo, hi); ok; ok = v.it.Next() {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
 		e, err := s.logEntryAt(v, pg)
 		if err != nil {
-			return err
+			return n, err
 		}
 		if e.Req != nil {
 			if err := b.Delete(reqKey(pg, e.Req), nil); err != nil {
-				return err
+				return n, err
 			}
 		}
 		n++
 	}
 	if err := v.it.Error(); err != nil || n == 0 {
-		return err
+		return n, err
 	}
-	return b.DeleteRange(lo, hi, nil)
+	return n, b.DeleteRange(lo, hi, nil)
 }
 
 // PGObjects reads a page of objects per view and yields it with the store
