@@ -13,6 +13,7 @@ import (
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
@@ -137,8 +138,13 @@ func testResendAfterRecovery(t *testing.T, backfill bool) {
 
 	adopt(back)
 	vs := c.OSDs[victim].Store()
-	osdtest.Eventually(t, time.Minute, "the victim recovers the puts it missed", func() bool {
-		last, _, err := vs.PGInfo(ctx, sid)
+	// The victim recovers, and its log becomes the primary's window: what
+	// the primary kept of the victim's own entries (a catch-up) or of its
+	// log (a backfill), and the copied entries. A recovery trims the log
+	// after it recorded the last entries: poll for both.
+	ps := c.OSDs[primary].Store()
+	behind := func() string {
+		last, vtail, err := vs.PGInfo(ctx, sid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,28 +152,26 @@ func testResendAfterRecovery(t *testing.T, backfill bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return !b && proto.Equal(last, second.Header.Version)
-	})
+		if b || !proto.Equal(last, second.Header.Version) {
+			return fmt.Sprintf("backfilling %v, at %v, want %v", b, last, second.Header.Version)
+		}
+		if _, ptail, _ := ps.PGInfo(ctx, sid); !proto.Equal(vtail, ptail) {
+			return fmt.Sprintf("its log starts after %v, the primary's after %v", vtail, ptail)
+		}
+		mine, _, err := vs.LogAfter(ctx, sid, vtail, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		theirs, _, err := ps.LogAfter(ctx, sid, vtail, 0)
+		if err != nil || !slices.EqualFunc(mine, theirs, func(a, b *osdpb.LogEntry) bool { return proto.Equal(a, b) }) {
+			return fmt.Sprintf("its log has %d entries, the primary's %d (%v)", len(mine), len(theirs), err)
+		}
+		return ""
+	}
+	msgrtest.EventuallyDescribed(t, time.Minute, func() string { return "the victim to recover with the primary's log: " + behind() },
+		func() bool { return behind() == "" })
 	if _, got, err := vs.ReadRange(ctx, "once", key, 0, -1, nil); err != nil || !bytes.Equal(got, []byte("second")) {
 		t.Fatalf("the victim's copy after recovery: %q, %v", got, err)
-	}
-	// The victim's log is the primary's window: what the primary kept of
-	// the victim's own entries (a catch-up) or of its log (a backfill),
-	// and the copied entries.
-	_, vtail, err := vs.PGInfo(ctx, sid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ptail, _ := c.OSDs[primary].Store().PGInfo(ctx, sid); !proto.Equal(vtail, ptail) {
-		t.Fatalf("the victim's log starts after %v, the primary's after %v", vtail, ptail)
-	}
-	mine, _, err := vs.LogAfter(ctx, sid, vtail, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	theirs, _, err := c.OSDs[primary].Store().LogAfter(ctx, sid, vtail, 0)
-	if err != nil || !slices.EqualFunc(mine, theirs, func(a, b *osdpb.LogEntry) bool { return proto.Equal(a, b) }) {
-		t.Fatalf("the victim's log has %d entries, the primary's %d (%v)", len(mine), len(theirs), err)
 	}
 
 	c.StopOSD(primary)
