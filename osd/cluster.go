@@ -1238,9 +1238,9 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func()
 }
 
 // backfillLog ends p's backfill at version last with a copy of the log of
-// OSD from up to last: its entries and their request ids, as Ceph's
-// backfill brings the PG log and its dups, so that were we to lead the PG,
-// a resend of one of their ops is answered from our log. The source's
+// OSD from up to last: its entries and their request ids (a Ceph backfill
+// target gets the primary's log and its dups too), so that were we to lead
+// the PG, a resend of one of their ops is answered from our log. The source's
 // log goes from its tail, which its too_old answer to a pull of the whole
 // log names (floor), in pages of 500 entries, each one synced batch; the
 // first drops our own log. The last page ends the backfill. A source
@@ -1285,6 +1285,7 @@ func (o *OSD) backfillLog(ctx context.Context, p *pgState, from uint32, last *os
 		}
 		after, reset = end, false
 	}
-	o.log.Info("backfill: the source's log does not reach our version; our log starts there", "pg", placement.PGIDOf(p.sid), "from", from, "version", last)
+	o.log.Info("backfill: no copy of the source's log (it names no tail, or does not reach our version); our log starts at our version",
+		"pg", placement.PGIDOf(p.sid), "from", from, "version", last)
 	return o.st.SetPGLast(ctx, p.sid, last)
 }
