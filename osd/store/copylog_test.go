@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -190,4 +191,49 @@ func TestCopyLogReset(t *testing.T) {
 	e.wantRequest(pg, page1[1].Req, page1[1])
 	e.reopen()
 	e.wantRequest(pg, page2[0].Req, page2[0])
+}
+
+// FuzzCopyLog: the entries of a peer's log pull reply, whatever they
+// hold, are recorded whole or refused with ErrInvalidArgument; once
+// recorded, the log is exactly them, the request index agrees with it and
+// the PG's version is the newest entry's.
+func FuzzCopyLog(f *testing.F) {
+	good, err := proto.Marshal(&osdpb.PGLogPullReply{Entries: []*osdpb.LogEntry{copied(ver(1, 2), 1, "a"), copied(ver(2, 1), 1, "b"), copied(ver(2, 2), 0, "c")}})
+	must(f, err)
+	f.Add(good, uint64(1), uint64(1), false)
+	f.Add(good, uint64(2), uint64(1), true)
+	f.Add([]byte{}, uint64(0), uint64(0), true)
+	e := newEnv(f, store.Options{})
+	pg := uint32(0)
+	f.Fuzz(func(t *testing.T, front []byte, epoch, seq uint64, reset bool) {
+		var rep osdpb.PGLogPullReply
+		if proto.Unmarshal(front, &rep) != nil {
+			return
+		}
+		pg++
+		after := ver(epoch, seq)
+		if !reset {
+			must(t, e.s.SetPGLast(e.ctx, pg, after)) // the log reaches After
+		}
+		err := e.s.CopyLog(e.ctx, pg, store.LogCopy{After: after, Entries: rep.Entries, Reset: reset})
+		if errors.Is(err, store.ErrInvalidArgument) {
+			return
+		}
+		must(t, err)
+		last, tail, err := e.s.PGInfo(e.ctx, pg)
+		must(t, err)
+		want := after
+		if n := len(rep.Entries); n > 0 {
+			want = rep.Entries[n-1].Version
+		}
+		if !proto.Equal(last, want) || !proto.Equal(tail, after) {
+			t.Fatalf("last %v tail %v, want %v %v", last, tail, want, after)
+		}
+		got, _, err := e.s.LogAfter(e.ctx, pg, tail, 0)
+		must(t, err)
+		if !slices.EqualFunc(got, rep.Entries, func(a, b *osdpb.LogEntry) bool { return proto.Equal(a, b) }) {
+			t.Fatalf("log %v, want %v", versions(got), versions(rep.Entries))
+		}
+		must(t, e.s.CheckRequestIndexForTest(pg))
+	})
 }
