@@ -608,6 +608,11 @@ func (o *OSD) serveRecovery(m *msgr.Message) {
 			}
 			entries, tooOld, err = o.st.LogAfter(o.ctx, sid, after, max)
 		}
+		if err == nil && tooOld {
+			// floor is where our log starts: a backfill copies the log
+			// from there (backfillLog).
+			_, floor, err = o.st.PGInfo(o.ctx, sid)
+		}
 		if err == nil {
 			err = rd.done()
 		}
@@ -783,6 +788,13 @@ func (o *OSD) startRecovery(p *pgState, from uint32) {
 		if err == nil {
 			last, err = o.recover(p, from, have)
 		}
+		if err == nil {
+			// The copied log (CopyLog) can outgrow LogKeep, as a
+			// primary's log between its trims does.
+			if err := o.st.TrimLog(o.ctx, p.sid); err != nil {
+				o.log.Warn("trim pg log after recovery", "pg", placement.PGIDOf(p.sid), "err", err)
+			}
+		}
 		if o.ctx.Err() != nil {
 			return // closing
 		}
@@ -921,11 +933,7 @@ func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Vers
 		return o.backfill(ctx, p, from, slot)
 	}
 	for {
-		var rep osdpb.PGLogPullReply
-		err := o.call(ctx, from, osdpb.MsgType_MSG_PG_LOG_PULL, &osdpb.PGLogPull{Epoch: o.Map().Epoch(), Pool: p.pool, Pg: p.pg, After: have, MaxEntries: 500}, &rep, nil)
-		if err == nil {
-			err = ops.FromReply(rep.Header)
-		}
+		rep, err := o.pullLog(ctx, p, from, have)
 		if err != nil {
 			return nil, err
 		}
@@ -939,7 +947,7 @@ func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Vers
 		if rep.Diverged {
 			// Our entries after the floor were never acknowledged (an old
 			// primary's, which no member that serves has): their objects
-			// go back to what the source has, and SetPGLast below drops
+			// go back to what the source has, and CopyLog below drops
 			// them from our log and request index.
 			ours, _, err := o.st.LogAfter(ctx, p.sid, rep.Floor, 0)
 			if err != nil {
@@ -963,16 +971,31 @@ func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Vers
 				return nil, err
 			}
 		}
+		// The entries themselves, with their request ids: were we to lead
+		// the PG, a resend of one of their ops is answered from our log.
+		if err := o.st.CopyLog(ctx, p.sid, store.LogCopy{After: have, Entries: rep.Entries}); err != nil {
+			return nil, err
+		}
 		if len(rep.Entries) > 0 {
 			have = rep.Entries[len(rep.Entries)-1].Version
-		}
-		if err := o.st.SetPGLast(ctx, p.sid, have); err != nil {
-			return nil, err
 		}
 		if rep.Complete {
 			return have, nil
 		}
 	}
+}
+
+// pullLog asks OSD from for p's log entries after `after`, 500 at a time.
+func (o *OSD) pullLog(ctx context.Context, p *pgState, from uint32, after *osdpb.Version) (*osdpb.PGLogPullReply, error) {
+	var rep osdpb.PGLogPullReply
+	err := o.call(ctx, from, osdpb.MsgType_MSG_PG_LOG_PULL, &osdpb.PGLogPull{Epoch: o.Map().Epoch(), Pool: p.pool, Pg: p.pg, After: after, MaxEntries: 500}, &rep, nil)
+	if err == nil {
+		err = ops.FromReply(rep.Header)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &rep, nil
 }
 
 // copyOne copies one object (or bucket record) from OSD from as it is now.
@@ -1208,8 +1231,61 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func()
 		last = bf.end(last) // the writes acked during the walk, up to a hole
 		bf.mu.Unlock()
 	}
-	if err := o.st.SetPGLast(ctx, p.sid, last); err != nil {
+	if err := o.backfillLog(ctx, p, from, last); err != nil {
 		return nil, err
 	}
 	return last, nil
+}
+
+// backfillLog ends p's backfill at version last with a copy of the log of
+// OSD from up to last: its entries and their request ids (a Ceph backfill
+// target gets the primary's log and its dups too), so that were we to lead
+// the PG, a resend of one of their ops is answered from our log. The source's
+// log goes from its tail, which its too_old answer to a pull of the whole
+// log names (floor), in pages of 500 entries, each one synced batch; the
+// first drops our own log. The last page ends the backfill. A source
+// that names no tail (an older OSD), or whose log no longer reaches last,
+// leaves our log empty, starting at last.
+func (o *OSD) backfillLog(ctx context.Context, p *pgState, from uint32, last *osdpb.Version) error {
+	after, reset := &osdpb.Version{}, true
+	for starts := 0; ; {
+		rep, err := o.pullLog(ctx, p, from, after)
+		if err != nil {
+			return err
+		}
+		if rep.TooOld {
+			// Its log starts later: at its tail, or (a trim since our
+			// last page) there again.
+			if starts++; rep.Floor == nil || !versionLE(rep.Floor, last) || starts > 3 {
+				break
+			}
+			after, reset = rep.Floor, true
+			continue
+		}
+		if rep.Diverged {
+			break // its log no longer holds our last page's end: not the log we copied
+		}
+		n := 0
+		for n < len(rep.Entries) && versionLE(rep.Entries[n].GetVersion(), last) {
+			n++
+		}
+		end := after
+		if n > 0 {
+			end = rep.Entries[n-1].Version
+		}
+		done := versionLE(last, end)
+		if !done && (n < len(rep.Entries) || rep.Complete || n == 0) {
+			break // the source's log skips or lacks last
+		}
+		if err := o.st.CopyLog(ctx, p.sid, store.LogCopy{After: after, Entries: rep.Entries[:n], Reset: reset, Backfilled: done}); err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		after, reset = end, false
+	}
+	o.log.Info("backfill: no copy of the source's log (it names no tail, or does not reach our version); our log starts at our version",
+		"pg", placement.PGIDOf(p.sid), "from", from, "version", last)
+	return o.st.SetPGLast(ctx, p.sid, last)
 }

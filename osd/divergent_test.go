@@ -7,8 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
@@ -70,7 +73,20 @@ func TestDivergentEntryRolledBack(t *testing.T) {
 		_, err := osdtest.Put(ctx, cl, "div", key, []byte("three"), client.PutOptions{})
 		return err == nil
 	})
-	for _, id := range with.ActingSet(pool.Id, pg) {
+	set := with.ActingSet(pool.Id, pg)
+	logOf := func(id uint32) []*osdpb.LogEntry {
+		entries, _, err := c.OSDs[id].Store().LogAfter(context.Background(), sid, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return entries
+	}
+	// The victim's log is the primary's: the divergent entry went, and the
+	// entries it caught up on came with their request ids.
+	if mine, theirs := logOf(victim), logOf(set[0]); !slices.EqualFunc(mine, theirs, func(a, b *osdpb.LogEntry) bool { return proto.Equal(a, b) }) {
+		t.Fatalf("osd.%d's log has %d entries, its primary's %d", victim, len(mine), len(theirs))
+	}
+	for _, id := range set {
 		o := c.OSDs[id]
 		_, got, err := o.Store().ReadRange(context.Background(), "div", key, 0, -1, nil)
 		if err != nil || !bytes.Equal(got, []byte("three")) {

@@ -308,12 +308,13 @@ func (s *Store) applyKind(ctx context.Context, pg uint32, e *osdpb.LogEntry, bod
 }
 
 // InstallObject installs one entry pulled by backfill on a replica, without
-// touching the PG log (SetPGLast sets the version afterwards). OP_PUT
-// stores the object (checked like Apply's put; the bucket must exist, so
-// backfill pulls bucket records first), OP_DELETE removes it,
-// OP_CREATE_BUCKET writes the bucket record (replacing one present; created
-// time from e.Meta.MtimeUnixNano), OP_DELETE_BUCKET removes the record and
-// the bucket's local objects (a missing bucket is not an error).
+// touching the PG log (CopyLog or SetPGLast sets the version afterwards).
+// OP_PUT stores the object (checked like Apply's put; the bucket must
+// exist, so backfill pulls bucket records first), OP_DELETE removes it,
+// OP_CREATE_BUCKET writes the bucket record (replacing one present;
+// created time from e.Meta.MtimeUnixNano), OP_DELETE_BUCKET removes the
+// record and the bucket's local objects (a missing bucket is not an
+// error).
 func (s *Store) InstallObject(ctx context.Context, pg uint32, e *osdpb.LogEntry, body []byte) error {
 	if err := s.enter(ctx); err != nil {
 		return err

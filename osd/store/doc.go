@@ -58,8 +58,10 @@
 // is exclusive, as in Ceph. Apply writes the log entry, the request index
 // and the new last version in the op's own batch, so an op and its log
 // entry are durable together and a resent request is answered from the
-// log. TrimLog moves the tail; SetPGLast (after a backfill) resets the log
-// to start at the new last version.
+// log. CopyLog records the entries a recovery copied, with their request
+// index and the new last version, in one batch too (a backfill's copy
+// replaces the log). TrimLog moves the tail; SetPGLast resets the log to
+// start at a new last version.
 //
 // RemovePG deletes a PG's copy in pages (pgremove.go says how a crash
 // midway is made safe: RemovingPGs lists it for the owner to finish).

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"strconv"
 	"time"
 
@@ -429,4 +430,37 @@ func SetRemovePageForTest(n int) func() {
 	old := removePage
 	removePage = n
 	return func() { removePage = old }
+}
+
+// CheckRequestIndexForTest checks that PG pg's request index and log
+// agree: every index key names a log entry with that request id, and
+// every logged request id is indexed.
+func (s *Store) CheckRequestIndexForTest(pg uint32) error {
+	return s.withView(func(v *view) error {
+		logged := map[[2]uint64]version{}
+		lp := logPrefix(pg)
+		for ok := v.scan(lp, prefixEnd(lp)); ok; ok = v.it.Next() {
+			e, err := s.logEntryAt(v, pg)
+			if err != nil {
+				return err
+			}
+			if e.Req != nil {
+				logged[[2]uint64{e.Req.Client, e.Req.Tid}] = versionOf(e.Version)
+			}
+		}
+		indexed := map[[2]uint64]version{}
+		rp := reqPrefix(pg)
+		for ok := v.scan(rp, prefixEnd(rp)); ok; ok = v.it.Next() {
+			k := v.it.Key()
+			ver, err := decodeReqVersion(v.it.Value())
+			if err != nil {
+				return err
+			}
+			indexed[[2]uint64{binary.BigEndian.Uint64(k[5:]), binary.BigEndian.Uint64(k[13:])}] = ver
+		}
+		if !maps.Equal(logged, indexed) {
+			return fmt.Errorf("pg %d: request ids logged %v, indexed %v", pg, logged, indexed)
+		}
+		return nil
+	})
 }

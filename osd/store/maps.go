@@ -121,7 +121,7 @@ func (s *Store) SetPGLastEpochStarted(ctx context.Context, pg uint32, epoch uint
 }
 
 // SetPGBackfilling records, synced, that a backfill of PG pg is under way:
-// until SetPGLast ends it, the local copy may lack writes it acknowledged
+// until SetPGLast or CopyLog (Backfilled) ends it, the local copy may lack writes it acknowledged
 // (a replica being backfilled acks writes to objects the walk has not
 // reached yet, which it copies later), so peering must not take it as a
 // witness of its intervals. A restart keeps the mark.
@@ -137,7 +137,7 @@ func (s *Store) SetPGBackfilling(ctx context.Context, pg uint32) error {
 }
 
 // PGBackfilling reports whether a backfill of PG pg began and has not
-// ended (SetPGLast).
+// ended (SetPGLast, CopyLog).
 func (s *Store) PGBackfilling(ctx context.Context, pg uint32) (bool, error) {
 	if err := s.enter(ctx); err != nil {
 		return false, err

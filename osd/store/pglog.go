@@ -209,26 +209,7 @@ func (s *Store) TrimLog(ctx context.Context, pg uint32) error {
 		if err != nil {
 			return err
 		}
-		end := keyAfter(bytes.Clone(v.it.Key()))
-		for ok := v.scan(lo, end); ok; ok = v.it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			e, err := s.logEntryAt(v, pg)
-			if err != nil {
-				return err
-			}
-			if e.Req != nil {
-				if err := b.Delete(reqKey(pg, e.Req), nil); err != nil {
-					return err
-				}
-			}
-			trimmed++
-		}
-		if err := v.it.Error(); err != nil {
-			return err
-		}
-		if err := b.DeleteRange(lo, end, nil); err != nil {
+		if trimmed, err = s.dropEntries(ctx, v, b, pg, lo, keyAfter(bytes.Clone(v.it.Key()))); err != nil {
 			return err
 		}
 		g.tail = versionOf(newest)
@@ -248,8 +229,8 @@ func (s *Store) TrimLog(ctx context.Context, pg uint32) error {
 	return nil
 }
 
-// SetPGLast sets PG pg's last version after a backfill and resets its log
-// to start there (tail = last): LogAfter from any older version then says
+// SetPGLast sets PG pg's last version after a backfill that could not
+// copy its source's log (CopyLog) and resets its log to start there (tail = last): LogAfter from any older version then says
 // tooOld. The request index of the dropped log goes with it, and the
 // backfill mark (SetPGBackfilling).
 func (s *Store) SetPGLast(ctx context.Context, pg uint32, last *osdpb.Version) error {
@@ -281,6 +262,137 @@ func (s *Store) SetPGLast(ctx context.Context, pg uint32, last *osdpb.Version) e
 		return fmt.Errorf("store: set pg %d last to %v: %w", pg, ver, err)
 	}
 	return nil
+}
+
+// LogCopy is a run of a PG's log entries that recovery copied from a peer
+// (CopyLog).
+type LogCopy struct {
+	// After is the version the entries follow. The PG's own entries after
+	// it go first, with their request ids: a log catch-up that rolls back
+	// divergent entries passes the floor the source named.
+	After *osdpb.Version
+	// Entries, in increasing version order, all after After.
+	Entries []*osdpb.LogEntry
+	// Reset drops the whole log first and starts it at After (tail =
+	// After): a backfill's copy of its source's log.
+	Reset bool
+	// Backfilled ends the PG's backfill (SetPGBackfilling) in the same
+	// commit.
+	Backfilled bool
+}
+
+// CopyLog records, in one synced batch, log entries that recovery copied
+// from a peer whose objects the caller installed already (InstallObject,
+// RemoveObject): each entry and its request index, as Apply records them,
+// so that a resend of one of their ops is answered from the log here too
+// (this OSD may lead the PG later). The PG's last version becomes the
+// newest entry's, or c.After when there are none. Without Reset the log
+// must reach c.After (c.After at or below the PG's last version); the
+// tail moves back to c.After if it was past it, since the log then holds
+// every entry after c.After. Entries out of order, without a version or
+// not after c.After are refused with ErrInvalidArgument and change
+// nothing. Their kinds are not checked: the entries are history (their
+// objects may have changed since), not ops to apply.
+func (s *Store) CopyLog(ctx context.Context, pg uint32, c LogCopy) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	from := versionOf(c.After)
+	last := from
+	logged := make([][]byte, len(c.Entries))
+	for i, e := range c.Entries {
+		if e == nil || e.Version == nil || !last.less(versionOf(e.Version)) {
+			return fmt.Errorf("store: copy log of pg %d: %w: entry %d is not after %v", pg, ErrInvalidArgument, i, last)
+		}
+		last = versionOf(e.Version)
+		var err error
+		if logged[i], err = appendProto(nil, e); err != nil {
+			return fmt.Errorf("store: copy log of pg %d: %w", pg, err)
+		}
+	}
+	st := s.lockPG(pg)
+	defer st.mu.Unlock()
+	b := s.db.NewBatch()
+	defer b.Close()
+	var g pgInfo
+	err := s.withView(func(v *view) (err error) {
+		if g, err = s.pgInfoOf(v, pg); err != nil {
+			return err
+		}
+		lp, rp := logPrefix(pg), reqPrefix(pg)
+		if c.Reset {
+			g.tail = from
+			if err := b.DeleteRange(rp, prefixEnd(rp), nil); err != nil {
+				return err
+			}
+			if err := b.DeleteRange(lp, prefixEnd(lp), nil); err != nil {
+				return err
+			}
+		} else {
+			if g.last.less(from) {
+				return fmt.Errorf("%w: the log ends at %v, before %v", ErrInvalidArgument, g.last, from)
+			}
+			if from.less(g.tail) {
+				g.tail = from
+			}
+			if _, err := s.dropEntries(ctx, v, b, pg, keyAfter(logKey(pg, c.After)), prefixEnd(lp)); err != nil {
+				return err
+			}
+		}
+		// After the deletes: a copied entry may carry the request id of
+		// one dropped (a divergent entry whose op was resent to the new
+		// primary), and the later write in a batch wins.
+		for i, e := range c.Entries {
+			if err := b.Set(logKey(pg, e.Version), logged[i], nil); err != nil {
+				return err
+			}
+			if e.Req != nil {
+				if err := b.Set(reqKey(pg, e.Req), appendReqVersion(nil, versionOf(e.Version)), nil); err != nil {
+					return err
+				}
+			}
+		}
+		g.last = last
+		if c.Backfilled {
+			if err := b.Delete(backfillKey(pg), nil); err != nil {
+				return err
+			}
+		}
+		return b.Set(pgKey(pg), appendPGInfo(nil, g), nil)
+	})
+	if err == nil {
+		err = b.Commit(pebble.Sync)
+	}
+	st.setPGRecord(g, err == nil)
+	if err != nil {
+		return fmt.Errorf("store: copy log of pg %d after %v: %w", pg, from, err)
+	}
+	return nil
+}
+
+// dropEntries deletes, in b, PG pg's log entries with keys in [lo, hi)
+// and their request index, and returns how many there were.
+func (s *Store) dropEntries(ctx context.Context, v *view, b *pebble.Batch, pg uint32, lo, hi []byte) (n int, err error) {
+	for ok := v.scan(lo, hi); ok; ok = v.it.Next() {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		e, err := s.logEntryAt(v, pg)
+		if err != nil {
+			return n, err
+		}
+		if e.Req != nil {
+			if err := b.Delete(reqKey(pg, e.Req), nil); err != nil {
+				return n, err
+			}
+		}
+		n++
+	}
+	if err := v.it.Error(); err != nil || n == 0 {
+		return n, err
+	}
+	return n, b.DeleteRange(lo, hi, nil)
 }
 
 // PGObjects reads a page of objects per view and yields it with the store

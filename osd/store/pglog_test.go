@@ -72,6 +72,7 @@ func TestPGLog(t *testing.T) {
 
 	// Trim to the newest 3: 1.9, 1.10, 2.1. The tail is the newest dropped.
 	must(t, e.s.TrimLog(e.ctx, pg))
+	must(t, e.s.CheckRequestIndexForTest(pg))
 	last, tail, err = e.s.PGInfo(e.ctx, pg)
 	must(t, err)
 	if last.Epoch != 2 || last.Seq != 1 || tail.Epoch != 1 || tail.Seq != 8 {

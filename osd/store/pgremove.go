@@ -22,7 +22,7 @@ import (
 //  3. One synced batch drops the removing mark and the PG's counters. The
 //     backfilling mark stays: an empty copy that held writes is no
 //     witness of the intervals it held them in, so peering takes it as
-//     one mid-backfill (incomplete) until a backfill fills it (SetPGLast).
+//     one mid-backfill (incomplete) until a backfill fills it (CopyLog, SetPGLast).
 //
 // A crash between 1 and 3 leaves the 'X' mark: RemovingPGs lists the PG
 // for its owner (the OSD) to finish, paced, before it serves the copy.
