@@ -491,10 +491,19 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		}
 		finish(err)
 	})
-	if e.Version.Seq%o.trimEvery == 0 {
-		if err := o.st.TrimLog(o.ctx, sid); err != nil {
-			o.log.Warn("trim pg log", "pg", sid, "err", err)
-		}
+	o.trimSometimes(sid, e.Version)
+}
+
+// trimSometimes trims PG sid's log to its window (store Options.LogKeep)
+// every trimEvery versions, on the primary and on replicas alike: a
+// replica's log grows with every RepOp as its primary's does, and a
+// replica that comes to lead answers resends from it.
+func (o *OSD) trimSometimes(sid uint32, v *osdpb.Version) {
+	if v.GetSeq()%o.trimEvery != 0 {
+		return
+	}
+	if err := o.st.TrimLog(o.ctx, sid); err != nil {
+		o.log.Warn("trim pg log", "pg", sid, "err", err)
 	}
 }
 
@@ -968,6 +977,7 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 		if err == nil {
 			o.setLast(p, v)
 			o.noteCurrent(p, r.Epoch)
+			o.trimSometimes(p.sid, v)
 			o.whenDurable(applied, func(err error) {
 				if err != nil {
 					// Applied but maybe lost: we cannot go on (applyFailed).
