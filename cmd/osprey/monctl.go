@@ -114,19 +114,22 @@ func monCommand(cmd *cobra.Command, m monFlags, req *osdpb.MonCommand) (*osdpb.M
 
 // newOSDAdminCmds are `osprey osd out|in|down|rm|reweight|tree`, Ceph's
 // `ceph osd ...`.
+// parseOSDIDs parses OSD ids, "3" or "osd.3".
+func parseOSDIDs(args []string) ([]uint32, error) {
+	var out []uint32
+	for _, a := range args {
+		n, err := strconv.ParseUint(strings.TrimPrefix(a, "osd."), 10, 32)
+		if err != nil {
+			return nil, usageErrorf("%q is not an OSD id", a)
+		}
+		out = append(out, uint32(n))
+	}
+	return out, nil
+}
+
 func newOSDAdminCmds() []*cobra.Command {
 	var mf monFlags
-	ids := func(args []string) ([]uint32, error) {
-		var out []uint32
-		for _, a := range args {
-			n, err := strconv.ParseUint(strings.TrimPrefix(a, "osd."), 10, 32)
-			if err != nil {
-				return nil, usageErrorf("%q is not an OSD id", a)
-			}
-			out = append(out, uint32(n))
-		}
-		return out, nil
-	}
+	ids := parseOSDIDs
 	simple := func(verb, short string) *cobra.Command {
 		c := &cobra.Command{
 			Use:   verb + " ID...",

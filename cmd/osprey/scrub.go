@@ -87,13 +87,9 @@ func newOSDDeepScrubCmd() *cobra.Command {
 		Example: `  osprey osd deep-scrub 3`,
 		Args:    argsBetween(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var ids []uint32
-			for _, a := range args {
-				n, err := strconv.ParseUint(strings.TrimPrefix(a, "osd."), 10, 32)
-				if err != nil {
-					return usageErrorf("%q is not an OSD id", a)
-				}
-				ids = append(ids, uint32(n))
+			ids, err := parseOSDIDs(args)
+			if err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			cl, err := connect(ctx, cmd, c.target)
