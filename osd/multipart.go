@@ -128,6 +128,13 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 			if _, err := o.st.Head(o.ctx, ops.MultipartBucket, rec); err != nil {
 				return ops.Errorf(osdpb.Status_NO_SUCH_UPLOAD, "no upload %s of %s/%s", req.UploadId, req.Bucket, req.Key)
 			}
+			if o.completedAs(req) {
+				// A record left behind by a completion (its removal
+				// failed): the object's data are this upload's parts,
+				// which the client deletes after an abort. S3 answers
+				// an abort of a completed upload NoSuchUpload.
+				return ops.Errorf(osdpb.Status_NO_SUCH_UPLOAD, "upload %s of %s/%s was completed", req.UploadId, req.Bucket, req.Key)
+			}
 			e.Kind, e.Bucket, e.Key = osdpb.OpKind_OP_DELETE, ops.MultipartBucket, rec
 			return nil
 		}, nil)
@@ -163,6 +170,22 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 			}, func() {})
 		})
 	}
+}
+
+// completedAs reports whether the object at req's key is made of the parts
+// of req's upload (its completion): its manifest names parts (or pieces)
+// under the upload id.
+func (o *OSD) completedAs(req *osdpb.UploadRequest) bool {
+	meta, err := o.st.Head(o.ctx, req.Bucket, req.Key)
+	if err != nil {
+		return false
+	}
+	for _, p := range meta.GetParts() {
+		if strings.HasPrefix(p.GetKey(), req.UploadId+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // recordWrite runs an op on an upload record at the final key's primary:
@@ -201,8 +224,16 @@ func (o *OSD) recordOnShard(m *msgr.Message, req *osdpb.UploadRequest, mp *place
 		resend := req.Header.GetAttempt() > 0
 		if e.Req != nil && resend {
 			if _, found, err := o.st.FindRequest(o.ctx, sid, e.Req); err == nil && found {
-				// A resend: write answers it from the log.
-				o.write(mp, sid, e, nil, nil, nil, true, func(applied *osdpb.LogEntry, err error) { send(err, applied) }, func() {})
+				// A resend: write answers it from the log. The first
+				// attempt may have failed after its apply (its replicas
+				// did not ack in time), before its after ran: after runs
+				// again, as it would have (it must be idempotent).
+				o.write(mp, sid, e, nil, nil, nil, true, func(applied *osdpb.LogEntry, err error) {
+					send(err, applied)
+					if err == nil && after != nil {
+						o.enqueue(o.shardOf(sid), func() { after(mp, sid) })
+					}
+				}, func() {})
 				return
 			}
 		}
