@@ -11,7 +11,6 @@ import (
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/proto/osdpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -50,12 +49,7 @@ func (d dispatcher) Dispatch(msg *msgr.Message) {
 	}
 	m.handlers.Go(func() {
 		defer func() { <-m.slots }()
-		// A member of an etcd that lost its leader (this mon cut off
-		// from the others, or an election under way) fails a request at
-		// once instead of holding it until requestTimeout, longer than
-		// a client waits for one mon: the client hears ServiceUnavailable
-		// and tries again, or another mon.
-		ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(m.ctx), requestTimeout)
+		ctx, cancel := context.WithTimeout(m.ctx, requestTimeout)
 		defer cancel()
 		rt, rep := m.handle(ctx, conn, t, front)
 		if rep != nil {
