@@ -707,6 +707,16 @@ func splitStorePG(sid uint32) (pool, pg uint32) {
 	return id.Pool, id.Seed
 }
 
+// poolPGOf is the pool and PG of store PG sid under mp: the meta PG, which
+// every pool's store id names alike, is the meta pool's (metaPool).
+func poolPGOf(mp *placement.Map, sid uint32) (pool, pg uint32) {
+	pool, pg = splitStorePG(sid)
+	if pg == placement.MetaPG {
+		pool = metaPool(mp)
+	}
+	return pool, pg
+}
+
 // PeerDown reports whether this OSD considers OSD id down (it missed its
 // heartbeats for HeartbeatGrace).
 func (o *OSD) PeerDown(id uint32) bool { return o.peerDown(id) }

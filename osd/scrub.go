@@ -151,10 +151,7 @@ func (o *OSD) scrubDue() {
 		if !ok {
 			return
 		}
-		pool, pg := splitStorePG(sid)
-		if pg == placement.MetaPG {
-			pool = metaPool(o.Map())
-		}
+		pool, pg := poolPGOf(o.Map(), sid)
 		if _, err := o.DeepScrub(o.ctx, pool, pg); err != nil && o.ctx.Err() == nil {
 			// Tried again at the next interval: a copy that cannot be
 			// read whole now (being removed, a corrupt head) is not read
@@ -232,11 +229,9 @@ func (o *OSD) scrubbable(mp *placement.Map, sid uint32) bool {
 // member reports whether this OSD is in the acting set of store PG sid
 // under mp.
 func (o *OSD) member(mp *placement.Map, sid uint32) bool {
-	pool, pg := splitStorePG(sid)
-	if pg == placement.MetaPG {
-		pool = metaPool(mp)
-	}
-	return slices.Contains(mp.ActingSet(pool, pg), o.id)
+	pool, pg := poolPGOf(mp, sid)
+	_, ok := mp.RoleOf(pool, pg, o.id)
+	return ok
 }
 
 // scrubStamp is when PG copy sid was last scrubbed: from the store on

@@ -121,10 +121,7 @@ func (o *OSD) pgOf(sid uint32) (*pgState, error) {
 func (o *OSD) pgEntry(sid uint32) *pgState {
 	p := o.pgs[sid]
 	if p == nil {
-		pool, pg := splitStorePG(sid)
-		if pg == placement.MetaPG {
-			pool = metaPool(o.Map())
-		}
+		pool, pg := poolPGOf(o.Map(), sid)
 		p = &pgState{sid: sid, pool: pool, pg: pg}
 		o.pgs[sid] = p
 	}
