@@ -6,14 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
-	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
@@ -23,13 +21,7 @@ import (
 // the PG log as a resend still removes the upload's record, so the upload
 // is no longer listed and an abort cannot take the object's parts.
 func TestCompleteResendRemovesRecord(t *testing.T) {
-	gates := make([]*syncGate, 3)
-	for i := range gates {
-		gates[i] = newSyncGate()
-	}
-	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: func(cfg *osd.Config) {
-		cfg.Store = store.WithFSForTest(cfg.Store, heldSyncFS{vfs.NewMem(), gates[cfg.ID]})
-	}})
+	c, gates := heldSyncCluster(t)
 	ctx := ctxT(t, 2*time.Minute)
 	cl := c.Client(t, nil)
 	if err := cl.MakeBucket(ctx, "mpb"); err != nil {

@@ -34,7 +34,10 @@ func TestMultipartPartsDroppedOnResend(t *testing.T) {
 	}
 }
 
-func testPartsDroppedOnResend(t *testing.T, del, failover bool) {
+// heldSyncCluster starts 3 OSDs whose WAL syncs each gate can hold (a
+// replica that applies a write but cannot ack it in time).
+func heldSyncCluster(t *testing.T) (*osdtest.Cluster, []*syncGate) {
+	t.Helper()
 	gates := make([]*syncGate, 3)
 	for i := range gates {
 		gates[i] = newSyncGate()
@@ -42,6 +45,11 @@ func testPartsDroppedOnResend(t *testing.T, del, failover bool) {
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: func(cfg *osd.Config) {
 		cfg.Store = store.WithFSForTest(cfg.Store, heldSyncFS{vfs.NewMem(), gates[cfg.ID]})
 	}})
+	return c, gates
+}
+
+func testPartsDroppedOnResend(t *testing.T, del, failover bool) {
+	c, gates := heldSyncCluster(t)
 	ctx := ctxT(t, 3*time.Minute)
 	cl := c.Client(t, nil)
 	if err := cl.MakeBucket(ctx, "mpbucket"); err != nil {
