@@ -24,10 +24,9 @@ func TestFullness(t *testing.T) {
 	}
 	beaconAll(t, c, m.Map(), "active+clean")
 	beacon := func(id uint32, f osdpb.Fullness, used, avail uint64) error {
-		mp := m.Map()
-		o, _ := mp.OSD(id)
-		return c.Beacon(ctxFor(t, 10*time.Second), &osdpb.MonBeacon{Fsid: mp.FSID(), Id: id, Uuid: o.Uuid, Epoch: mp.Epoch(),
-			UsedBytes: used, AvailBytes: avail, Fullness: f})
+		b := beaconOf(m.Map(), id)
+		b.UsedBytes, b.AvailBytes, b.Fullness = used, avail, f
+		return c.Beacon(ctxFor(t, 10*time.Second), b)
 	}
 
 	before := m.Map().Epoch()

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // TestScrubErrorsHealth: scrub errors an OSD's beacon reports make the
@@ -22,10 +20,9 @@ func TestScrubErrorsHealth(t *testing.T) {
 	beaconAll(t, c, m.Map(), "active+clean")
 	beacon := func(id uint32, scrubErrors uint64) {
 		t.Helper()
-		mp := m.Map()
-		o, _ := mp.OSD(id)
-		if err := c.Beacon(ctxFor(t, 10*time.Second), &osdpb.MonBeacon{Fsid: mp.FSID(), Id: id, Uuid: o.Uuid, Epoch: mp.Epoch(),
-			UsedBytes: 100, AvailBytes: 900, ScrubErrors: scrubErrors}); err != nil {
+		b := beaconOf(m.Map(), id)
+		b.UsedBytes, b.AvailBytes, b.ScrubErrors = 100, 900, scrubErrors
+		if err := c.Beacon(ctxFor(t, 10*time.Second), b); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -14,13 +14,20 @@ import (
 
 // beaconAll sends each up OSD's beacon with state for the PGs it is
 // primary of in mp, at mp's epoch.
+// beaconOf is a beacon of OSD id under mp, saying nothing yet.
+func beaconOf(mp *placement.Map, id uint32) *osdpb.MonBeacon {
+	o, _ := mp.OSD(id)
+	return &osdpb.MonBeacon{Fsid: mp.FSID(), Id: id, Uuid: o.Uuid, Epoch: mp.Epoch()}
+}
+
 func beaconAll(t *testing.T, c *monclient.Client, mp *placement.Map, state string) {
 	t.Helper()
 	for o := range mp.OSDs() {
 		if !o.Up {
 			continue
 		}
-		b := &osdpb.MonBeacon{Fsid: mp.FSID(), Id: o.Id, Uuid: o.Uuid, Epoch: mp.Epoch(), UsedBytes: 100, AvailBytes: 900}
+		b := beaconOf(mp, o.Id)
+		b.UsedBytes, b.AvailBytes = 100, 900
 		for pool := range mp.Pools() {
 			for pg, role := range mp.PGsOf(pool.Id, o.Id) {
 				if role.IsPrimary() {
