@@ -11,9 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -426,14 +428,49 @@ func NewMap(opts Options) (*placement.Map, error) {
 }
 
 // FreePort returns a TCP port on host that nobody listens on now (another
-// process may take it before it is bound).
+// process may take it before it is bound). It draws the port from below the
+// kernel's ephemeral range (ip_local_port_range) where it can read it: a
+// daemon restarted on its old address fails with "address already in use"
+// if, while it was down, the port became the local end of some outgoing
+// connection, which any port of the ephemeral range can. Ceph binds its
+// daemons to 6800-7300 for the same reason.
 func FreePort(host string) (int, error) {
+	if lo := ephemeralLow(); lo > freePortFloor {
+		for range 64 {
+			p := freePortFloor + rand.IntN(lo-freePortFloor)
+			if l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p))); err == nil {
+				l.Close()
+				return p, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freePortFloor keeps FreePort above the ports well-known services use.
+const freePortFloor = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range, or 0
+// where that is unknown (not Linux).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return lo
 }
 
 // Seeds are the OSDs' public addresses.

@@ -68,3 +68,27 @@ func TestStartAndRestart(t *testing.T) {
 		t.Fatalf("restart: fsid %s (was %s), %d OSDs", c.Map.FSID(), fsid, len(c.OSDs))
 	}
 }
+
+// TestFreePortOutsideEphemeralRange: FreePort's ports lie below the
+// kernel's ephemeral range, so that no outgoing connection can hold one
+// while its daemon restarts, and nobody listens on them.
+func TestFreePortOutsideEphemeralRange(t *testing.T) {
+	lo := ephemeralLow()
+	if lo == 0 {
+		t.Skip("no ip_local_port_range here")
+	}
+	for range 20 {
+		p, err := FreePort("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p < freePortFloor || p >= lo {
+			t.Fatalf("FreePort = %d, want within [%d, %d)", p, freePortFloor, lo)
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			t.Fatalf("port %d is not free: %v", p, err)
+		}
+		l.Close()
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -49,12 +48,11 @@ type Cluster struct {
 // FreePort returns a loopback port nobody listens on now.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := local.FreePort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // NewMap returns a map for n OSDs on fresh loopback ports, at full ratios
