@@ -262,12 +262,15 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 		}
 		o.onReaders(m, func() { o.bucketRead(m, &req) })
 
-	case osdpb.MsgType_MSG_PUT_OBJECT:
+	case osdpb.MsgType_MSG_PUT_OBJECT, osdpb.MsgType_MSG_PUT_OBJECT_IF:
 		var req osdpb.PutObject
 		if !o.admit(m, &req) {
 			return
 		}
-		o.objectWrite(m, req.Header, req.Bucket, req.Key, objectReply, func(e *osdpb.LogEntry) error {
+		o.objectWrite(m, req.Header, req.Bucket, req.Key, req.Condition, objectReply, func(e *osdpb.LogEntry) error {
+			if err := conditionFor(t, t == osdpb.MsgType_MSG_PUT_OBJECT_IF, req.Condition); err != nil {
+				return err
+			}
 			meta := req.Meta
 			if meta == nil {
 				meta = &osdpb.ObjectMeta{}
@@ -288,7 +291,7 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 		if !o.admit(m, &req) {
 			return
 		}
-		o.objectWrite(m, req.Header, req.Bucket, req.Key, objectReply, func(e *osdpb.LogEntry) error {
+		o.objectWrite(m, req.Header, req.Bucket, req.Key, nil, objectReply, func(e *osdpb.LogEntry) error {
 			e.Kind = osdpb.OpKind_OP_DELETE
 			return nil
 		})
@@ -316,7 +319,8 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 		}
 		o.onReaders(m, func() { o.listObjects(m, &req, fromPeer) })
 
-	case osdpb.MsgType_MSG_CREATE_UPLOAD, osdpb.MsgType_MSG_UPLOAD_PART, osdpb.MsgType_MSG_COMPLETE_UPLOAD, osdpb.MsgType_MSG_ABORT_UPLOAD:
+	case osdpb.MsgType_MSG_CREATE_UPLOAD, osdpb.MsgType_MSG_UPLOAD_PART, osdpb.MsgType_MSG_COMPLETE_UPLOAD, osdpb.MsgType_MSG_COMPLETE_UPLOAD_IF,
+		osdpb.MsgType_MSG_ABORT_UPLOAD:
 		var req osdpb.UploadRequest
 		if !o.admit(m, &req) {
 			return

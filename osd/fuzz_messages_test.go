@@ -42,6 +42,10 @@ func FuzzOSDMessages(f *testing.F) {
 		osdpb.MsgType_MSG_COMPLETE_UPLOAD: &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u"},
 		osdpb.MsgType_MSG_ABORT_UPLOAD:    &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u"},
 		osdpb.MsgType_MSG_PG_SCRUB:        &osdpb.PGScrub{Header: hdr},
+		osdpb.MsgType_MSG_PUT_OBJECT_IF: &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k", Meta: &osdpb.ObjectMeta{Size: 3},
+			Condition: &osdpb.Condition{IfMatch: []string{"*", "0123456789abcdef0123456789abcdef"}, IfNoneMatchStar: true}},
+		osdpb.MsgType_MSG_COMPLETE_UPLOAD_IF: &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u",
+			Condition: &osdpb.Condition{IfNoneMatchStar: true}},
 		osdpb.MsgType_MSG_REP_OP:          &osdpb.RepOp{Epoch: 1, Pool: 1, Entry: entry},
 		osdpb.MsgType_MSG_REP_OP_REPLY:    &osdpb.RepOpReply{Header: &osdpb.ReplyHeader{Epoch: 1}, Pool: 1},
 		osdpb.MsgType_MSG_PG_QUERY:        &osdpb.PGQuery{Epoch: 1, Pool: 1},
@@ -65,6 +69,11 @@ func FuzzOSDMessages(f *testing.F) {
 		osdpb.MsgType_MSG_REP_OP:     &osdpb.RepOp{Epoch: 1, Pool: 1},
 		osdpb.MsgType_MSG_PUT_OBJECT: &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k"},
 		osdpb.MsgType_MSG_GET_OBJECT: &osdpb.GetObject{Header: &osdpb.Header{Epoch: 1, Pool: 1}},
+		// Conditions on the wrong type, empty, or with bad tags.
+		osdpb.MsgType_MSG_PUT_OBJECT_IF: &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k", Meta: &osdpb.ObjectMeta{}, Condition: &osdpb.Condition{}},
+		osdpb.MsgType_MSG_DELETE_OBJECT: &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k", Condition: &osdpb.Condition{IfMatch: []string{"\"", ""}}},
+		osdpb.MsgType_MSG_COMPLETE_UPLOAD: &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u",
+			Condition: &osdpb.Condition{IfNoneMatchStar: true}},
 	} {
 		front, _ := proto.Marshal(pb)
 		f.Add(true, uint16(t), front, []byte(nil))

@@ -23,7 +23,7 @@ import (
 // move in parallel. Completing writes the final key as a manifest: its
 // metadata lists the parts, and readers fetch them from their PGs.
 
-// upload routes the four upload ops.
+// upload routes the four upload ops, and the conditional complete.
 func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 	t, conn := osdpb.MsgType(m.Type), replyTo(m)
 	uploadReply := func(h *osdpb.ReplyHeader, applied *osdpb.LogEntry) proto.Message {
@@ -38,7 +38,7 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 			_, n, _ := ops.ParsePartKey(applied.Key)
 			mt := applied.Meta
 			rep.Part = &osdpb.PartRef{Number: n, Key: applied.Key, Size: mt.GetSize(), Etag: mt.GetEtag(), Crc32C: mt.GetCrc32C()}
-		case osdpb.MsgType_MSG_COMPLETE_UPLOAD:
+		case osdpb.MsgType_MSG_COMPLETE_UPLOAD, osdpb.MsgType_MSG_COMPLETE_UPLOAD_IF:
 			rep.Meta = applied.Meta
 		}
 		return rep
@@ -61,9 +61,13 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 			return
 		}
 	}
+	if err := conditionFor(t, t == osdpb.MsgType_MSG_COMPLETE_UPLOAD_IF, req.Condition); err != nil {
+		fail(err)
+		return
+	}
 	switch t {
 	case osdpb.MsgType_MSG_CREATE_UPLOAD:
-		o.objectWrite(m, req.Header, req.Bucket, req.Key, uploadReply, func(e *osdpb.LogEntry) error {
+		o.objectWrite(m, req.Header, req.Bucket, req.Key, nil, uploadReply, func(e *osdpb.LogEntry) error {
 			if _, err := o.st.HeadBucket(o.ctx, req.Bucket); err != nil {
 				return err
 			}
@@ -94,7 +98,7 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 		if req.Piece > 0 {
 			key = ops.PieceKey(req.UploadId, req.PartNumber, req.PieceSet, req.Piece)
 		}
-		o.objectWrite(m, req.Header, ops.MultipartBucket, key, uploadReply, func(e *osdpb.LogEntry) error {
+		o.objectWrite(m, req.Header, ops.MultipartBucket, key, nil, uploadReply, func(e *osdpb.LogEntry) error {
 			meta := req.Meta
 			if req.Piece == 0 && len(meta.GetParts()) > 0 {
 				rec, err := pieceRecord(req, len(m.Data))
@@ -139,7 +143,9 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 			return nil
 		}, nil)
 
-	case osdpb.MsgType_MSG_COMPLETE_UPLOAD:
+	case osdpb.MsgType_MSG_COMPLETE_UPLOAD, osdpb.MsgType_MSG_COMPLETE_UPLOAD_IF:
+		// The condition (MSG_COMPLETE_UPLOAD_IF) is on the final key, and
+		// write checks it on the shard, after the resend lookup.
 		rec := ops.UploadKey(req.Bucket, req.Key, req.UploadId)
 		var pieced []string // the records of the parts in pieces, which the object does not name
 		o.recordWrite(m, req, uploadReply, func(mp *placement.Map, e *osdpb.LogEntry) error {
@@ -163,7 +169,7 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 				o.wg.Go(func() { o.dropParts(mp, req.Header.GetPool(), pieced) })
 			}
 			e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: rec}
-			o.write(mp, sid, e, nil, nil, nil, false, func(_ *osdpb.LogEntry, err error) {
+			o.write(mp, sid, e, nil, nil, nil, false, nil, func(_ *osdpb.LogEntry, err error) {
 				if err != nil {
 					o.log.Warn("removing a completed upload's record", "upload", req.UploadId, "err", err)
 				}
@@ -228,7 +234,7 @@ func (o *OSD) recordOnShard(m *msgr.Message, req *osdpb.UploadRequest, mp *place
 				// attempt may have failed after its apply (its replicas
 				// did not ack in time), before its after ran: after runs
 				// again, as it would have (it must be idempotent).
-				o.write(mp, sid, e, nil, nil, nil, true, func(applied *osdpb.LogEntry, err error) {
+				o.write(mp, sid, e, nil, nil, nil, true, nil, func(applied *osdpb.LogEntry, err error) {
 					send(err, applied)
 					if err == nil && after != nil {
 						o.enqueue(o.shardOf(sid), func() { after(mp, sid) })
@@ -241,7 +247,7 @@ func (o *OSD) recordOnShard(m *msgr.Message, req *osdpb.UploadRequest, mp *place
 			send(err, nil)
 			return
 		}
-		o.write(mp, sid, e, nil, nil, nil, resend, func(applied *osdpb.LogEntry, err error) {
+		o.write(mp, sid, e, nil, nil, nil, resend, req.Condition, func(applied *osdpb.LogEntry, err error) {
 			send(err, applied)
 			if err == nil && after != nil {
 				o.enqueue(o.shardOf(sid), func() { after(mp, sid) })

@@ -30,8 +30,8 @@ var OpBucketBounds = func() []time.Duration {
 const (
 	opFirstBound = 16 // log2 of the first bound, in ns
 	opBuckets    = 20 // 19 bounds and +Inf
-	maxClientOp  = osdpb.MsgType_MSG_PG_SCRUB
-	opKinds      = int(maxClientOp)/2 + 1 // request types are odd: 1, 3, ... 33
+	maxClientOp  = osdpb.MsgType_MSG_COMPLETE_UPLOAD_IF
+	opKinds      = int(maxClientOp)/2 + 1 // request types are odd: 1, 3, ... 37
 )
 
 // opBucket is the bucket of an op that took d.

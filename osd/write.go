@@ -144,8 +144,9 @@ func objectReply(h *osdpb.ReplyHeader, applied *osdpb.LogEntry) proto.Message {
 }
 
 // objectWrite checks a put or delete and queues it on its PG's shard;
-// fill completes the log entry from the request.
-func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string, reply replyFunc, fill func(*osdpb.LogEntry) error) {
+// fill completes the log entry from the request; cond, when not nil, is
+// checked on the shard (write).
+func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string, cond *osdpb.Condition, reply replyFunc, fill func(*osdpb.LogEntry) error) {
 	t, conn := osdpb.MsgType(m.Type), replyTo(m) // m is released before the reply goes
 	fail := func(err error) {
 		o.answerWrite(conn, t, hdr, reply, bucket, nil, err)
@@ -167,21 +168,21 @@ func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string
 	}
 	sid := storePG(pool.Id, pg)
 	if o.writeNow(mp, bucket) {
-		o.queueWrite(m, mp, sid, hdr, bucket, e, reply)
+		o.queueWrite(m, mp, sid, hdr, bucket, e, cond, reply)
 		return
 	}
 	o.vouchedWrite(mp, sid, bucket, func(err error) {
 		o.send(conn, ops.ReplyType(t), reply(o.header(hdr, err), nil), nil)
 		m.Release()
-	}, func() { o.queueWrite(m, mp, sid, hdr, bucket, e, reply) })
+	}, func() { o.queueWrite(m, mp, sid, hdr, bucket, e, cond, reply) })
 }
 
 // queueWrite runs objectWrite's entry e, an op on bucket, on its PG's
 // shard.
-func (o *OSD) queueWrite(m *msgr.Message, mp *placement.Map, sid uint32, hdr *osdpb.Header, bucket string, e *osdpb.LogEntry, reply replyFunc) {
+func (o *OSD) queueWrite(m *msgr.Message, mp *placement.Map, sid uint32, hdr *osdpb.Header, bucket string, e *osdpb.LogEntry, cond *osdpb.Condition, reply replyFunc) {
 	t, conn := osdpb.MsgType(m.Type), replyTo(m)
 	o.onShard(m, sid, func() {
-		o.write(mp, sid, e, m.Data, m.RetainData(), o.chunkCRCs(m), hdr.GetAttempt() > 0, func(applied *osdpb.LogEntry, err error) {
+		o.write(mp, sid, e, m.Data, m.RetainData(), o.chunkCRCs(m), hdr.GetAttempt() > 0, cond, func(applied *osdpb.LogEntry, err error) {
 			o.answerWrite(conn, t, hdr, reply, bucket, applied, err)
 		}, m.Release)
 	})
@@ -237,7 +238,7 @@ func (o *OSD) bucketWrite(m *msgr.Message, req *osdpb.BucketRequest) {
 			return
 		}
 	}
-	o.write(mp, placement.MetaPG, e, nil, nil, nil, req.Header.GetAttempt() > 0, func(_ *osdpb.LogEntry, err error) { done(err) }, m.Release)
+	o.write(mp, placement.MetaPG, e, nil, nil, nil, req.Header.GetAttempt() > 0, nil, func(_ *osdpb.LogEntry, err error) { done(err) }, m.Release)
 }
 
 // checkBucketEmpty asks the primary of every PG (ourselves included)
@@ -338,8 +339,13 @@ func metaPool(mp *placement.Map) uint32 {
 // here, and done runs when our commit is synced and every replica acked
 // its own (or it failed). The shard does not wait for the sync
 // (whenDurable). release runs once body is no longer needed; chunks, when
-// not nil, are body's chunk CRCs (chunkCRCs), valid until then.
-func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byte, buf *wire.Buffer, chunks []uint32, resend bool, done func(*osdpb.LogEntry, error), release func()) {
+// not nil, are body's chunk CRCs (chunkCRCs), valid until then. cond, when
+// not nil, is checked against the object e replaces after the resend
+// lookup (a resend of a conditional write that was applied answers as the
+// first time, though the object is now its own) and before anything is
+// written: the shard runs no other write to the PG in between.
+func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byte, buf *wire.Buffer, chunks []uint32, resend bool, cond *osdpb.Condition,
+	done func(*osdpb.LogEntry, error), release func()) {
 	if buf != nil {
 		callers := release
 		release = func() {
@@ -406,6 +412,11 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 			})
 			return
 		}
+	}
+	if err := o.checkCondition(e.Bucket, e.Key, cond); err != nil {
+		release()
+		done(nil, err)
+		return
 	}
 	checkOpts := store.CheckOptions{ChunkCRCs: chunks, ChunkSize: o.st.ChunkSize()}
 	if adds(e) {
@@ -615,7 +626,7 @@ func (o *OSD) dropParts(mp *placement.Map, poolID uint32, parts []string) {
 			sid := storePG(pool.Id, pg)
 			e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: part}
 			o.enqueue(o.shardOf(sid), func() {
-				o.write(o.Map(), sid, e, nil, nil, nil, false, func(_ *osdpb.LogEntry, err error) {
+				o.write(o.Map(), sid, e, nil, nil, nil, false, nil, func(_ *osdpb.LogEntry, err error) {
 					if err != nil {
 						o.log.Warn("deleting a replaced object's part", "part", part, "err", err)
 					}

@@ -88,6 +88,8 @@ var (
 	ErrNoSuchEntity = &Error{Status: osdpb.Status_NO_SUCH_ENTITY}
 	ErrAccessDenied = &Error{Status: osdpb.Status_ACCESS_DENIED}
 	ErrEntityExists = &Error{Status: osdpb.Status_ENTITY_EXISTS}
+	// ErrPreconditionFailed: a conditional write's condition is false.
+	ErrPreconditionFailed = &Error{Status: osdpb.Status_PRECONDITION_FAILED}
 )
 
 // Errorf returns an *Error with status s.
@@ -156,6 +158,7 @@ var codes = map[osdpb.Status]string{
 	osdpb.Status_NO_SUCH_ENTITY:        "NoSuchEntity", // IAM's
 	osdpb.Status_ACCESS_DENIED:         "AccessDenied",
 	osdpb.Status_ENTITY_EXISTS:         "EntityAlreadyExists", // IAM's
+	osdpb.Status_PRECONDITION_FAILED:   "PreconditionFailed",
 }
 
 // FullnessWord is an OSD's fullness in Ceph's words ("nearfull",

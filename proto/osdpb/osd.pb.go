@@ -67,6 +67,15 @@ const (
 	// An admin's request that an OSD deep-scrub its copies of PGs now.
 	MsgType_MSG_PG_SCRUB       MsgType = 33
 	MsgType_MSG_PG_SCRUB_REPLY MsgType = 34
+	// Conditional writes (S3's If-Match / If-None-Match on PUT, copy and
+	// complete): PutObject and UploadRequest with their condition set. They
+	// are types of their own so that an OSD that predates conditions refuses
+	// them as unknown (INVALID_ARGUMENT) rather than ignore the field and
+	// overwrite.
+	MsgType_MSG_PUT_OBJECT_IF            MsgType = 35
+	MsgType_MSG_PUT_OBJECT_IF_REPLY      MsgType = 36
+	MsgType_MSG_COMPLETE_UPLOAD_IF       MsgType = 37
+	MsgType_MSG_COMPLETE_UPLOAD_IF_REPLY MsgType = 38
 	// Between OSDs, on the cluster network.
 	MsgType_MSG_REP_OP            MsgType = 101
 	MsgType_MSG_REP_OP_REPLY      MsgType = 102
@@ -131,6 +140,10 @@ var (
 		28:  "MSG_ABORT_UPLOAD_REPLY",
 		33:  "MSG_PG_SCRUB",
 		34:  "MSG_PG_SCRUB_REPLY",
+		35:  "MSG_PUT_OBJECT_IF",
+		36:  "MSG_PUT_OBJECT_IF_REPLY",
+		37:  "MSG_COMPLETE_UPLOAD_IF",
+		38:  "MSG_COMPLETE_UPLOAD_IF_REPLY",
 		101: "MSG_REP_OP",
 		102: "MSG_REP_OP_REPLY",
 		103: "MSG_PG_QUERY",
@@ -157,61 +170,65 @@ var (
 		212: "MSG_MON_AUTH",
 	}
 	MsgType_value = map[string]int32{
-		"MSG_UNKNOWN":               0,
-		"MSG_GET_MAP":               1,
-		"MSG_GET_MAP_REPLY":         2,
-		"MSG_CREATE_BUCKET":         3,
-		"MSG_CREATE_BUCKET_REPLY":   4,
-		"MSG_DELETE_BUCKET":         5,
-		"MSG_DELETE_BUCKET_REPLY":   6,
-		"MSG_HEAD_BUCKET":           7,
-		"MSG_HEAD_BUCKET_REPLY":     8,
-		"MSG_LIST_BUCKETS":          9,
-		"MSG_LIST_BUCKETS_REPLY":    10,
-		"MSG_PUT_OBJECT":            11,
-		"MSG_PUT_OBJECT_REPLY":      12,
-		"MSG_GET_OBJECT":            13,
-		"MSG_GET_OBJECT_REPLY":      14,
-		"MSG_HEAD_OBJECT":           15,
-		"MSG_HEAD_OBJECT_REPLY":     16,
-		"MSG_DELETE_OBJECT":         17,
-		"MSG_DELETE_OBJECT_REPLY":   18,
-		"MSG_LIST_OBJECTS":          19,
-		"MSG_LIST_OBJECTS_REPLY":    20,
-		"MSG_CREATE_UPLOAD":         21,
-		"MSG_CREATE_UPLOAD_REPLY":   22,
-		"MSG_UPLOAD_PART":           23,
-		"MSG_UPLOAD_PART_REPLY":     24,
-		"MSG_COMPLETE_UPLOAD":       25,
-		"MSG_COMPLETE_UPLOAD_REPLY": 26,
-		"MSG_ABORT_UPLOAD":          27,
-		"MSG_ABORT_UPLOAD_REPLY":    28,
-		"MSG_PG_SCRUB":              33,
-		"MSG_PG_SCRUB_REPLY":        34,
-		"MSG_REP_OP":                101,
-		"MSG_REP_OP_REPLY":          102,
-		"MSG_PG_QUERY":              103,
-		"MSG_PG_QUERY_REPLY":        104,
-		"MSG_PG_LOG_PULL":           105,
-		"MSG_PG_LOG_PULL_REPLY":     106,
-		"MSG_PG_BACKFILL":           107,
-		"MSG_PG_BACKFILL_REPLY":     108,
-		"MSG_HEARTBEAT":             109,
-		"MSG_HEARTBEAT_REPLY":       110,
-		"MSG_PG_STRAY":              111,
-		"MSG_PG_STRAY_REPLY":        112,
-		"MSG_MON_BOOT":              201,
-		"MSG_MON_BOOT_REPLY":        202,
-		"MSG_MON_BEACON":            203,
-		"MSG_MON_BEACON_REPLY":      204,
-		"MSG_MON_FAILURE":           205,
-		"MSG_MON_FAILURE_REPLY":     206,
-		"MSG_MON_SUBSCRIBE":         207,
-		"MSG_MON_SUBSCRIBE_REPLY":   208,
-		"MSG_MON_COMMAND":           209,
-		"MSG_MON_COMMAND_REPLY":     210,
-		"MSG_MON_MAP":               211,
-		"MSG_MON_AUTH":              212,
+		"MSG_UNKNOWN":                  0,
+		"MSG_GET_MAP":                  1,
+		"MSG_GET_MAP_REPLY":            2,
+		"MSG_CREATE_BUCKET":            3,
+		"MSG_CREATE_BUCKET_REPLY":      4,
+		"MSG_DELETE_BUCKET":            5,
+		"MSG_DELETE_BUCKET_REPLY":      6,
+		"MSG_HEAD_BUCKET":              7,
+		"MSG_HEAD_BUCKET_REPLY":        8,
+		"MSG_LIST_BUCKETS":             9,
+		"MSG_LIST_BUCKETS_REPLY":       10,
+		"MSG_PUT_OBJECT":               11,
+		"MSG_PUT_OBJECT_REPLY":         12,
+		"MSG_GET_OBJECT":               13,
+		"MSG_GET_OBJECT_REPLY":         14,
+		"MSG_HEAD_OBJECT":              15,
+		"MSG_HEAD_OBJECT_REPLY":        16,
+		"MSG_DELETE_OBJECT":            17,
+		"MSG_DELETE_OBJECT_REPLY":      18,
+		"MSG_LIST_OBJECTS":             19,
+		"MSG_LIST_OBJECTS_REPLY":       20,
+		"MSG_CREATE_UPLOAD":            21,
+		"MSG_CREATE_UPLOAD_REPLY":      22,
+		"MSG_UPLOAD_PART":              23,
+		"MSG_UPLOAD_PART_REPLY":        24,
+		"MSG_COMPLETE_UPLOAD":          25,
+		"MSG_COMPLETE_UPLOAD_REPLY":    26,
+		"MSG_ABORT_UPLOAD":             27,
+		"MSG_ABORT_UPLOAD_REPLY":       28,
+		"MSG_PG_SCRUB":                 33,
+		"MSG_PG_SCRUB_REPLY":           34,
+		"MSG_PUT_OBJECT_IF":            35,
+		"MSG_PUT_OBJECT_IF_REPLY":      36,
+		"MSG_COMPLETE_UPLOAD_IF":       37,
+		"MSG_COMPLETE_UPLOAD_IF_REPLY": 38,
+		"MSG_REP_OP":                   101,
+		"MSG_REP_OP_REPLY":             102,
+		"MSG_PG_QUERY":                 103,
+		"MSG_PG_QUERY_REPLY":           104,
+		"MSG_PG_LOG_PULL":              105,
+		"MSG_PG_LOG_PULL_REPLY":        106,
+		"MSG_PG_BACKFILL":              107,
+		"MSG_PG_BACKFILL_REPLY":        108,
+		"MSG_HEARTBEAT":                109,
+		"MSG_HEARTBEAT_REPLY":          110,
+		"MSG_PG_STRAY":                 111,
+		"MSG_PG_STRAY_REPLY":           112,
+		"MSG_MON_BOOT":                 201,
+		"MSG_MON_BOOT_REPLY":           202,
+		"MSG_MON_BEACON":               203,
+		"MSG_MON_BEACON_REPLY":         204,
+		"MSG_MON_FAILURE":              205,
+		"MSG_MON_FAILURE_REPLY":        206,
+		"MSG_MON_SUBSCRIBE":            207,
+		"MSG_MON_SUBSCRIBE_REPLY":      208,
+		"MSG_MON_COMMAND":              209,
+		"MSG_MON_COMMAND_REPLY":        210,
+		"MSG_MON_MAP":                  211,
+		"MSG_MON_AUTH":                 212,
 	}
 )
 
@@ -288,6 +305,10 @@ const (
 	// An auth command would create an entity that exists, or give one other
 	// caps than it has (Ceph's EEXIST).
 	Status_ENTITY_EXISTS Status = 25
+	// A conditional write's condition is false: If-None-Match "*" and the
+	// key exists, or If-Match and the object's ETag is another (S3's 412
+	// PreconditionFailed). If-Match on a missing key is NO_SUCH_KEY.
+	Status_PRECONDITION_FAILED Status = 26
 )
 
 // Enum value maps for Status.
@@ -319,6 +340,7 @@ var (
 		23: "NO_SUCH_ENTITY",
 		24: "ACCESS_DENIED",
 		25: "ENTITY_EXISTS",
+		26: "PRECONDITION_FAILED",
 	}
 	Status_value = map[string]int32{
 		"OK":                    0,
@@ -347,6 +369,7 @@ var (
 		"NO_SUCH_ENTITY":        23,
 		"ACCESS_DENIED":         24,
 		"ENTITY_EXISTS":         25,
+		"PRECONDITION_FAILED":   26,
 	}
 )
 
@@ -1684,20 +1707,80 @@ func (x *ListBucketsReply) GetBuckets() []*BucketInfo {
 	return nil
 }
 
+// Condition makes a write conditional on the object it replaces, checked
+// on the PG's primary atomically with the write (docs/osd.md, "Conditional
+// writes").
+type Condition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The write goes on only if the key holds an object whose ETag is one of
+	// these (quotes optional), or any object for "*"; NO_SUCH_KEY if none.
+	IfMatch []string `protobuf:"bytes,1,rep,name=if_match,json=ifMatch,proto3" json:"if_match,omitempty"`
+	// The write goes on only if the key holds no object (If-None-Match: *).
+	IfNoneMatchStar bool `protobuf:"varint,2,opt,name=if_none_match_star,json=ifNoneMatchStar,proto3" json:"if_none_match_star,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Condition) Reset() {
+	*x = Condition{}
+	mi := &file_osd_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Condition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Condition) ProtoMessage() {}
+
+func (x *Condition) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Condition.ProtoReflect.Descriptor instead.
+func (*Condition) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Condition) GetIfMatch() []string {
+	if x != nil {
+		return x.IfMatch
+	}
+	return nil
+}
+
+func (x *Condition) GetIfNoneMatchStar() bool {
+	if x != nil {
+		return x.IfNoneMatchStar
+	}
+	return false
+}
+
 // PutObject: the body is the message's data segment.
 type PutObject struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Bucket        string                 `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Key           string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
-	Meta          *ObjectMeta            `protobuf:"bytes,4,opt,name=meta,proto3" json:"meta,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Bucket string                 `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Key    string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Meta   *ObjectMeta            `protobuf:"bytes,4,opt,name=meta,proto3" json:"meta,omitempty"`
+	// MSG_PUT_OBJECT_IF only (MSG_PUT_OBJECT refuses it).
+	Condition     *Condition `protobuf:"bytes,5,opt,name=condition,proto3" json:"condition,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PutObject) Reset() {
 	*x = PutObject{}
-	mi := &file_osd_proto_msgTypes[17]
+	mi := &file_osd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1792,7 @@ func (x *PutObject) String() string {
 func (*PutObject) ProtoMessage() {}
 
 func (x *PutObject) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[17]
+	mi := &file_osd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1805,7 @@ func (x *PutObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutObject.ProtoReflect.Descriptor instead.
 func (*PutObject) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{17}
+	return file_osd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PutObject) GetHeader() *Header {
@@ -1753,6 +1836,13 @@ func (x *PutObject) GetMeta() *ObjectMeta {
 	return nil
 }
 
+func (x *PutObject) GetCondition() *Condition {
+	if x != nil {
+		return x.Condition
+	}
+	return nil
+}
+
 type GetObject struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -1767,7 +1857,7 @@ type GetObject struct {
 
 func (x *GetObject) Reset() {
 	*x = GetObject{}
-	mi := &file_osd_proto_msgTypes[18]
+	mi := &file_osd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1869,7 @@ func (x *GetObject) String() string {
 func (*GetObject) ProtoMessage() {}
 
 func (x *GetObject) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[18]
+	mi := &file_osd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1882,7 @@ func (x *GetObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObject.ProtoReflect.Descriptor instead.
 func (*GetObject) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{18}
+	return file_osd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetObject) GetHeader() *Header {
@@ -1850,7 +1940,7 @@ type ObjectReply struct {
 
 func (x *ObjectReply) Reset() {
 	*x = ObjectReply{}
-	mi := &file_osd_proto_msgTypes[19]
+	mi := &file_osd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +1952,7 @@ func (x *ObjectReply) String() string {
 func (*ObjectReply) ProtoMessage() {}
 
 func (x *ObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[19]
+	mi := &file_osd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +1965,7 @@ func (x *ObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectReply.ProtoReflect.Descriptor instead.
 func (*ObjectReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{19}
+	return file_osd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ObjectReply) GetHeader() *ReplyHeader {
@@ -1910,7 +2000,7 @@ type ObjectRequest struct {
 
 func (x *ObjectRequest) Reset() {
 	*x = ObjectRequest{}
-	mi := &file_osd_proto_msgTypes[20]
+	mi := &file_osd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2012,7 @@ func (x *ObjectRequest) String() string {
 func (*ObjectRequest) ProtoMessage() {}
 
 func (x *ObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[20]
+	mi := &file_osd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2025,7 @@ func (x *ObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRequest.ProtoReflect.Descriptor instead.
 func (*ObjectRequest) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{20}
+	return file_osd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ObjectRequest) GetHeader() *Header {
@@ -1978,7 +2068,7 @@ type ListObjects struct {
 
 func (x *ListObjects) Reset() {
 	*x = ListObjects{}
-	mi := &file_osd_proto_msgTypes[21]
+	mi := &file_osd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2080,7 @@ func (x *ListObjects) String() string {
 func (*ListObjects) ProtoMessage() {}
 
 func (x *ListObjects) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[21]
+	mi := &file_osd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2093,7 @@ func (x *ListObjects) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjects.ProtoReflect.Descriptor instead.
 func (*ListObjects) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{21}
+	return file_osd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListObjects) GetHeader() *Header {
@@ -2067,7 +2157,7 @@ type ListObjectsReply struct {
 
 func (x *ListObjectsReply) Reset() {
 	*x = ListObjectsReply{}
-	mi := &file_osd_proto_msgTypes[22]
+	mi := &file_osd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2169,7 @@ func (x *ListObjectsReply) String() string {
 func (*ListObjectsReply) ProtoMessage() {}
 
 func (x *ListObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[22]
+	mi := &file_osd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2182,7 @@ func (x *ListObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsReply.ProtoReflect.Descriptor instead.
 func (*ListObjectsReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{22}
+	return file_osd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListObjectsReply) GetHeader() *ReplyHeader {
@@ -2145,14 +2235,16 @@ type UploadRequest struct {
 	// upload part with piece: the set the piece belongs to (ops.NewPieceSet),
 	// one per upload of the part, so that uploading a part again, or failing
 	// to, never overwrites the pieces its record names.
-	PieceSet      string `protobuf:"bytes,10,opt,name=piece_set,json=pieceSet,proto3" json:"piece_set,omitempty"`
+	PieceSet string `protobuf:"bytes,10,opt,name=piece_set,json=pieceSet,proto3" json:"piece_set,omitempty"`
+	// MSG_COMPLETE_UPLOAD_IF only: the condition on the final key.
+	Condition     *Condition `protobuf:"bytes,11,opt,name=condition,proto3" json:"condition,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UploadRequest) Reset() {
 	*x = UploadRequest{}
-	mi := &file_osd_proto_msgTypes[23]
+	mi := &file_osd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2256,7 @@ func (x *UploadRequest) String() string {
 func (*UploadRequest) ProtoMessage() {}
 
 func (x *UploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[23]
+	mi := &file_osd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2269,7 @@ func (x *UploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadRequest.ProtoReflect.Descriptor instead.
 func (*UploadRequest) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{23}
+	return file_osd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UploadRequest) GetHeader() *Header {
@@ -2250,6 +2342,13 @@ func (x *UploadRequest) GetPieceSet() string {
 	return ""
 }
 
+func (x *UploadRequest) GetCondition() *Condition {
+	if x != nil {
+		return x.Condition
+	}
+	return nil
+}
+
 type UploadReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -2264,7 +2363,7 @@ type UploadReply struct {
 
 func (x *UploadReply) Reset() {
 	*x = UploadReply{}
-	mi := &file_osd_proto_msgTypes[24]
+	mi := &file_osd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2375,7 @@ func (x *UploadReply) String() string {
 func (*UploadReply) ProtoMessage() {}
 
 func (x *UploadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[24]
+	mi := &file_osd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2388,7 @@ func (x *UploadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadReply.ProtoReflect.Descriptor instead.
 func (*UploadReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{24}
+	return file_osd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UploadReply) GetHeader() *ReplyHeader {
@@ -2345,7 +2444,7 @@ type UploadInfo struct {
 
 func (x *UploadInfo) Reset() {
 	*x = UploadInfo{}
-	mi := &file_osd_proto_msgTypes[25]
+	mi := &file_osd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2456,7 @@ func (x *UploadInfo) String() string {
 func (*UploadInfo) ProtoMessage() {}
 
 func (x *UploadInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[25]
+	mi := &file_osd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2469,7 @@ func (x *UploadInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadInfo.ProtoReflect.Descriptor instead.
 func (*UploadInfo) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{25}
+	return file_osd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UploadInfo) GetKey() string {
@@ -2417,7 +2516,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_osd_proto_msgTypes[26]
+	mi := &file_osd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +2528,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[26]
+	mi := &file_osd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +2541,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{26}
+	return file_osd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LogEntry) GetVersion() *Version {
@@ -2516,7 +2615,7 @@ type RepOp struct {
 
 func (x *RepOp) Reset() {
 	*x = RepOp{}
-	mi := &file_osd_proto_msgTypes[27]
+	mi := &file_osd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2627,7 @@ func (x *RepOp) String() string {
 func (*RepOp) ProtoMessage() {}
 
 func (x *RepOp) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[27]
+	mi := &file_osd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +2640,7 @@ func (x *RepOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepOp.ProtoReflect.Descriptor instead.
 func (*RepOp) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{27}
+	return file_osd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RepOp) GetEpoch() uint64 {
@@ -2594,7 +2693,7 @@ type RepOpReply struct {
 
 func (x *RepOpReply) Reset() {
 	*x = RepOpReply{}
-	mi := &file_osd_proto_msgTypes[28]
+	mi := &file_osd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2705,7 @@ func (x *RepOpReply) String() string {
 func (*RepOpReply) ProtoMessage() {}
 
 func (x *RepOpReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[28]
+	mi := &file_osd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2718,7 @@ func (x *RepOpReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepOpReply.ProtoReflect.Descriptor instead.
 func (*RepOpReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{28}
+	return file_osd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RepOpReply) GetHeader() *ReplyHeader {
@@ -2668,7 +2767,7 @@ type PGQuery struct {
 
 func (x *PGQuery) Reset() {
 	*x = PGQuery{}
-	mi := &file_osd_proto_msgTypes[29]
+	mi := &file_osd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2680,7 +2779,7 @@ func (x *PGQuery) String() string {
 func (*PGQuery) ProtoMessage() {}
 
 func (x *PGQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[29]
+	mi := &file_osd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2693,7 +2792,7 @@ func (x *PGQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGQuery.ProtoReflect.Descriptor instead.
 func (*PGQuery) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{29}
+	return file_osd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PGQuery) GetEpoch() uint64 {
@@ -2735,7 +2834,7 @@ type PGInfo struct {
 
 func (x *PGInfo) Reset() {
 	*x = PGInfo{}
-	mi := &file_osd_proto_msgTypes[30]
+	mi := &file_osd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2846,7 @@ func (x *PGInfo) String() string {
 func (*PGInfo) ProtoMessage() {}
 
 func (x *PGInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[30]
+	mi := &file_osd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2859,7 @@ func (x *PGInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGInfo.ProtoReflect.Descriptor instead.
 func (*PGInfo) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{30}
+	return file_osd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PGInfo) GetPg() uint32 {
@@ -2808,7 +2907,7 @@ type PGQueryReply struct {
 
 func (x *PGQueryReply) Reset() {
 	*x = PGQueryReply{}
-	mi := &file_osd_proto_msgTypes[31]
+	mi := &file_osd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2820,7 +2919,7 @@ func (x *PGQueryReply) String() string {
 func (*PGQueryReply) ProtoMessage() {}
 
 func (x *PGQueryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[31]
+	mi := &file_osd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2833,7 +2932,7 @@ func (x *PGQueryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGQueryReply.ProtoReflect.Descriptor instead.
 func (*PGQueryReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{31}
+	return file_osd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PGQueryReply) GetHeader() *ReplyHeader {
@@ -2865,7 +2964,7 @@ type PGStray struct {
 
 func (x *PGStray) Reset() {
 	*x = PGStray{}
-	mi := &file_osd_proto_msgTypes[32]
+	mi := &file_osd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +2976,7 @@ func (x *PGStray) String() string {
 func (*PGStray) ProtoMessage() {}
 
 func (x *PGStray) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[32]
+	mi := &file_osd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +2989,7 @@ func (x *PGStray) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGStray.ProtoReflect.Descriptor instead.
 func (*PGStray) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{32}
+	return file_osd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PGStray) GetEpoch() uint64 {
@@ -2933,7 +3032,7 @@ type PGStrayReply struct {
 
 func (x *PGStrayReply) Reset() {
 	*x = PGStrayReply{}
-	mi := &file_osd_proto_msgTypes[33]
+	mi := &file_osd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2945,7 +3044,7 @@ func (x *PGStrayReply) String() string {
 func (*PGStrayReply) ProtoMessage() {}
 
 func (x *PGStrayReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[33]
+	mi := &file_osd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2958,7 +3057,7 @@ func (x *PGStrayReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGStrayReply.ProtoReflect.Descriptor instead.
 func (*PGStrayReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{33}
+	return file_osd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PGStrayReply) GetHeader() *ReplyHeader {
@@ -2988,7 +3087,7 @@ type PGLogPull struct {
 
 func (x *PGLogPull) Reset() {
 	*x = PGLogPull{}
-	mi := &file_osd_proto_msgTypes[34]
+	mi := &file_osd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3099,7 @@ func (x *PGLogPull) String() string {
 func (*PGLogPull) ProtoMessage() {}
 
 func (x *PGLogPull) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[34]
+	mi := &file_osd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3112,7 @@ func (x *PGLogPull) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGLogPull.ProtoReflect.Descriptor instead.
 func (*PGLogPull) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{34}
+	return file_osd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PGLogPull) GetEpoch() uint64 {
@@ -3069,7 +3168,7 @@ type PGLogPullReply struct {
 
 func (x *PGLogPullReply) Reset() {
 	*x = PGLogPullReply{}
-	mi := &file_osd_proto_msgTypes[35]
+	mi := &file_osd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3180,7 @@ func (x *PGLogPullReply) String() string {
 func (*PGLogPullReply) ProtoMessage() {}
 
 func (x *PGLogPullReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[35]
+	mi := &file_osd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3193,7 @@ func (x *PGLogPullReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGLogPullReply.ProtoReflect.Descriptor instead.
 func (*PGLogPullReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{35}
+	return file_osd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PGLogPullReply) GetHeader() *ReplyHeader {
@@ -3158,7 +3257,7 @@ type PGBackfill struct {
 
 func (x *PGBackfill) Reset() {
 	*x = PGBackfill{}
-	mi := &file_osd_proto_msgTypes[36]
+	mi := &file_osd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3170,7 +3269,7 @@ func (x *PGBackfill) String() string {
 func (*PGBackfill) ProtoMessage() {}
 
 func (x *PGBackfill) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[36]
+	mi := &file_osd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3183,7 +3282,7 @@ func (x *PGBackfill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGBackfill.ProtoReflect.Descriptor instead.
 func (*PGBackfill) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{36}
+	return file_osd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PGBackfill) GetEpoch() uint64 {
@@ -3247,7 +3346,7 @@ type PGBackfillReply struct {
 
 func (x *PGBackfillReply) Reset() {
 	*x = PGBackfillReply{}
-	mi := &file_osd_proto_msgTypes[37]
+	mi := &file_osd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3358,7 @@ func (x *PGBackfillReply) String() string {
 func (*PGBackfillReply) ProtoMessage() {}
 
 func (x *PGBackfillReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[37]
+	mi := &file_osd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,7 +3371,7 @@ func (x *PGBackfillReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGBackfillReply.ProtoReflect.Descriptor instead.
 func (*PGBackfillReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{37}
+	return file_osd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PGBackfillReply) GetHeader() *ReplyHeader {
@@ -3314,7 +3413,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_osd_proto_msgTypes[38]
+	mi := &file_osd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3326,7 +3425,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[38]
+	mi := &file_osd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3339,7 +3438,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{38}
+	return file_osd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Heartbeat) GetFrom() uint32 {
@@ -3377,7 +3476,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_osd_proto_msgTypes[39]
+	mi := &file_osd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3389,7 +3488,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[39]
+	mi := &file_osd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3402,7 +3501,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{39}
+	return file_osd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *HeartbeatReply) GetFrom() uint32 {
@@ -3454,7 +3553,7 @@ type MonBoot struct {
 
 func (x *MonBoot) Reset() {
 	*x = MonBoot{}
-	mi := &file_osd_proto_msgTypes[40]
+	mi := &file_osd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3466,7 +3565,7 @@ func (x *MonBoot) String() string {
 func (*MonBoot) ProtoMessage() {}
 
 func (x *MonBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[40]
+	mi := &file_osd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3479,7 +3578,7 @@ func (x *MonBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBoot.ProtoReflect.Descriptor instead.
 func (*MonBoot) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{40}
+	return file_osd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MonBoot) GetFsid() string {
@@ -3557,7 +3656,7 @@ type MonBootReply struct {
 
 func (x *MonBootReply) Reset() {
 	*x = MonBootReply{}
-	mi := &file_osd_proto_msgTypes[41]
+	mi := &file_osd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3569,7 +3668,7 @@ func (x *MonBootReply) String() string {
 func (*MonBootReply) ProtoMessage() {}
 
 func (x *MonBootReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[41]
+	mi := &file_osd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3582,7 +3681,7 @@ func (x *MonBootReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBootReply.ProtoReflect.Descriptor instead.
 func (*MonBootReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{41}
+	return file_osd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MonBootReply) GetHeader() *ReplyHeader {
@@ -3630,7 +3729,7 @@ type PGStat struct {
 
 func (x *PGStat) Reset() {
 	*x = PGStat{}
-	mi := &file_osd_proto_msgTypes[42]
+	mi := &file_osd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3642,7 +3741,7 @@ func (x *PGStat) String() string {
 func (*PGStat) ProtoMessage() {}
 
 func (x *PGStat) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[42]
+	mi := &file_osd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3655,7 +3754,7 @@ func (x *PGStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGStat.ProtoReflect.Descriptor instead.
 func (*PGStat) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{42}
+	return file_osd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PGStat) GetPool() uint32 {
@@ -3729,7 +3828,7 @@ type PGScrub struct {
 
 func (x *PGScrub) Reset() {
 	*x = PGScrub{}
-	mi := &file_osd_proto_msgTypes[43]
+	mi := &file_osd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3741,7 +3840,7 @@ func (x *PGScrub) String() string {
 func (*PGScrub) ProtoMessage() {}
 
 func (x *PGScrub) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[43]
+	mi := &file_osd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3754,7 +3853,7 @@ func (x *PGScrub) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGScrub.ProtoReflect.Descriptor instead.
 func (*PGScrub) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{43}
+	return file_osd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PGScrub) GetHeader() *Header {
@@ -3781,7 +3880,7 @@ type PGScrubReply struct {
 
 func (x *PGScrubReply) Reset() {
 	*x = PGScrubReply{}
-	mi := &file_osd_proto_msgTypes[44]
+	mi := &file_osd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3793,7 +3892,7 @@ func (x *PGScrubReply) String() string {
 func (*PGScrubReply) ProtoMessage() {}
 
 func (x *PGScrubReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[44]
+	mi := &file_osd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3806,7 +3905,7 @@ func (x *PGScrubReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGScrubReply.ProtoReflect.Descriptor instead.
 func (*PGScrubReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{44}
+	return file_osd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PGScrubReply) GetHeader() *ReplyHeader {
@@ -3851,7 +3950,7 @@ type MonBeacon struct {
 
 func (x *MonBeacon) Reset() {
 	*x = MonBeacon{}
-	mi := &file_osd_proto_msgTypes[45]
+	mi := &file_osd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3863,7 +3962,7 @@ func (x *MonBeacon) String() string {
 func (*MonBeacon) ProtoMessage() {}
 
 func (x *MonBeacon) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[45]
+	mi := &file_osd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3876,7 +3975,7 @@ func (x *MonBeacon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeacon.ProtoReflect.Descriptor instead.
 func (*MonBeacon) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{45}
+	return file_osd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MonBeacon) GetFsid() string {
@@ -3979,7 +4078,7 @@ type MonBeaconReply struct {
 
 func (x *MonBeaconReply) Reset() {
 	*x = MonBeaconReply{}
-	mi := &file_osd_proto_msgTypes[46]
+	mi := &file_osd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3991,7 +4090,7 @@ func (x *MonBeaconReply) String() string {
 func (*MonBeaconReply) ProtoMessage() {}
 
 func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[46]
+	mi := &file_osd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4004,7 +4103,7 @@ func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeaconReply.ProtoReflect.Descriptor instead.
 func (*MonBeaconReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{46}
+	return file_osd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MonBeaconReply) GetHeader() *ReplyHeader {
@@ -4031,7 +4130,7 @@ type MonFailure struct {
 
 func (x *MonFailure) Reset() {
 	*x = MonFailure{}
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4043,7 +4142,7 @@ func (x *MonFailure) String() string {
 func (*MonFailure) ProtoMessage() {}
 
 func (x *MonFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4056,7 +4155,7 @@ func (x *MonFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailure.ProtoReflect.Descriptor instead.
 func (*MonFailure) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{47}
+	return file_osd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MonFailure) GetFsid() string {
@@ -4117,7 +4216,7 @@ type MonFailureReply struct {
 
 func (x *MonFailureReply) Reset() {
 	*x = MonFailureReply{}
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4129,7 +4228,7 @@ func (x *MonFailureReply) String() string {
 func (*MonFailureReply) ProtoMessage() {}
 
 func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4142,7 +4241,7 @@ func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailureReply.ProtoReflect.Descriptor instead.
 func (*MonFailureReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{48}
+	return file_osd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MonFailureReply) GetHeader() *ReplyHeader {
@@ -4164,7 +4263,7 @@ type MonSubscribe struct {
 
 func (x *MonSubscribe) Reset() {
 	*x = MonSubscribe{}
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4176,7 +4275,7 @@ func (x *MonSubscribe) String() string {
 func (*MonSubscribe) ProtoMessage() {}
 
 func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4189,7 +4288,7 @@ func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
 func (*MonSubscribe) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{49}
+	return file_osd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
@@ -4217,7 +4316,7 @@ type MonSubscribeReply struct {
 
 func (x *MonSubscribeReply) Reset() {
 	*x = MonSubscribeReply{}
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4229,7 +4328,7 @@ func (x *MonSubscribeReply) String() string {
 func (*MonSubscribeReply) ProtoMessage() {}
 
 func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4242,7 +4341,7 @@ func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
 func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{50}
+	return file_osd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
@@ -4279,7 +4378,7 @@ type AuthTable struct {
 
 func (x *AuthTable) Reset() {
 	*x = AuthTable{}
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4291,7 +4390,7 @@ func (x *AuthTable) String() string {
 func (*AuthTable) ProtoMessage() {}
 
 func (x *AuthTable) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4304,7 +4403,7 @@ func (x *AuthTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
 func (*AuthTable) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{51}
+	return file_osd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *AuthTable) GetRevision() int64 {
@@ -4336,7 +4435,7 @@ type AuthEntry struct {
 
 func (x *AuthEntry) Reset() {
 	*x = AuthEntry{}
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4348,7 +4447,7 @@ func (x *AuthEntry) String() string {
 func (*AuthEntry) ProtoMessage() {}
 
 func (x *AuthEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4361,7 +4460,7 @@ func (x *AuthEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
 func (*AuthEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{52}
+	return file_osd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AuthEntry) GetEntity() string {
@@ -4404,7 +4503,7 @@ type S3Key struct {
 
 func (x *S3Key) Reset() {
 	*x = S3Key{}
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4416,7 +4515,7 @@ func (x *S3Key) String() string {
 func (*S3Key) ProtoMessage() {}
 
 func (x *S3Key) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4429,7 +4528,7 @@ func (x *S3Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
 func (*S3Key) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{53}
+	return file_osd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *S3Key) GetAccessKey() string {
@@ -4455,7 +4554,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[54]
+	mi := &file_osd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4467,7 +4566,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[54]
+	mi := &file_osd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4480,7 +4579,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{54}
+	return file_osd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -4499,7 +4598,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[55]
+	mi := &file_osd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4511,7 +4610,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[55]
+	mi := &file_osd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4524,7 +4623,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{55}
+	return file_osd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -4555,7 +4654,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[56]
+	mi := &file_osd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4567,7 +4666,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[56]
+	mi := &file_osd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4580,7 +4679,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{56}
+	return file_osd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -4660,7 +4759,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[57]
+	mi := &file_osd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4672,7 +4771,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[57]
+	mi := &file_osd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4685,7 +4784,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{57}
+	return file_osd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -4744,7 +4843,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[58]
+	mi := &file_osd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4756,7 +4855,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[58]
+	mi := &file_osd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4769,7 +4868,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{58}
+	return file_osd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -4909,12 +5008,16 @@ const file_osd_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\"u\n" +
 	"\x10ListBucketsReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x120\n" +
-	"\abuckets\x18\x02 \x03(\v2\x16.osprey.osd.BucketInfoR\abuckets\"\x8d\x01\n" +
+	"\abuckets\x18\x02 \x03(\v2\x16.osprey.osd.BucketInfoR\abuckets\"S\n" +
+	"\tCondition\x12\x19\n" +
+	"\bif_match\x18\x01 \x03(\tR\aifMatch\x12+\n" +
+	"\x12if_none_match_star\x18\x02 \x01(\bR\x0fifNoneMatchStar\"\xc2\x01\n" +
 	"\tPutObject\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12*\n" +
-	"\x04meta\x18\x04 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\"\xae\x01\n" +
+	"\x04meta\x18\x04 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x123\n" +
+	"\tcondition\x18\x05 \x01(\v2\x15.osprey.osd.ConditionR\tcondition\"\xae\x01\n" +
 	"\tGetObject\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
@@ -4947,7 +5050,7 @@ const file_osd_proto_rawDesc = "" +
 	"\aobjects\x18\x02 \x03(\v2\x17.osprey.osd.ObjectEntryR\aobjects\x12'\n" +
 	"\x0fcommon_prefixes\x18\x03 \x03(\tR\x0ecommonPrefixes\x12\x1c\n" +
 	"\ttruncated\x18\x04 \x01(\bR\ttruncatedJ\x04\b\n" +
-	"\x10\v\"\xc3\x02\n" +
+	"\x10\v\"\xf8\x02\n" +
 	"\rUploadRequest\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
@@ -4960,7 +5063,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x05piece\x18\b \x01(\rR\x05piece\x12\x14\n" +
 	"\x05whole\x18\t \x01(\bR\x05whole\x12\x1b\n" +
 	"\tpiece_set\x18\n" +
-	" \x01(\tR\bpieceSet\"\x8d\x02\n" +
+	" \x01(\tR\bpieceSet\x123\n" +
+	"\tcondition\x18\v \x01(\v2\x15.osprey.osd.ConditionR\tcondition\"\x8d\x02\n" +
 	"\vUploadReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x1b\n" +
 	"\tupload_id\x18\x02 \x01(\tR\buploadId\x12'\n" +
@@ -5184,8 +5288,7 @@ const file_osd_proto_rawDesc = "" +
 	"\as3_keys\x18\x05 \x03(\v2\x11.osprey.osd.S3KeyR\x06s3Keys\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x97\n" +
-	"\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x89\v\n" +
 	"\aMsgType\x12\x0f\n" +
 	"\vMSG_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vMSG_GET_MAP\x10\x01\x12\x15\n" +
@@ -5218,7 +5321,11 @@ const file_osd_proto_rawDesc = "" +
 	"\x10MSG_ABORT_UPLOAD\x10\x1b\x12\x1a\n" +
 	"\x16MSG_ABORT_UPLOAD_REPLY\x10\x1c\x12\x10\n" +
 	"\fMSG_PG_SCRUB\x10!\x12\x16\n" +
-	"\x12MSG_PG_SCRUB_REPLY\x10\"\x12\x0e\n" +
+	"\x12MSG_PG_SCRUB_REPLY\x10\"\x12\x15\n" +
+	"\x11MSG_PUT_OBJECT_IF\x10#\x12\x1b\n" +
+	"\x17MSG_PUT_OBJECT_IF_REPLY\x10$\x12\x1a\n" +
+	"\x16MSG_COMPLETE_UPLOAD_IF\x10%\x12 \n" +
+	"\x1cMSG_COMPLETE_UPLOAD_IF_REPLY\x10&\x12\x0e\n" +
 	"\n" +
 	"MSG_REP_OP\x10e\x12\x14\n" +
 	"\x10MSG_REP_OP_REPLY\x10f\x12\x10\n" +
@@ -5243,7 +5350,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x0fMSG_MON_COMMAND\x10\xd1\x01\x12\x1a\n" +
 	"\x15MSG_MON_COMMAND_REPLY\x10\xd2\x01\x12\x10\n" +
 	"\vMSG_MON_MAP\x10\xd3\x01\x12\x11\n" +
-	"\fMSG_MON_AUTH\x10\xd4\x01*\x85\x04\n" +
+	"\fMSG_MON_AUTH\x10\xd4\x01*\x9e\x04\n" +
 	"\x06Status\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eNO_SUCH_BUCKET\x10\x01\x12\x0f\n" +
@@ -5273,7 +5380,8 @@ const file_osd_proto_rawDesc = "" +
 	"\fSTORAGE_FULL\x10\x16\x12\x12\n" +
 	"\x0eNO_SUCH_ENTITY\x10\x17\x12\x11\n" +
 	"\rACCESS_DENIED\x10\x18\x12\x11\n" +
-	"\rENTITY_EXISTS\x10\x19*y\n" +
+	"\rENTITY_EXISTS\x10\x19\x12\x17\n" +
+	"\x13PRECONDITION_FAILED\x10\x1a*y\n" +
 	"\bFullness\x12\x11\n" +
 	"\rFULLNESS_NONE\x10\x00\x12\x15\n" +
 	"\x11FULLNESS_NEARFULL\x10\x01\x12\x19\n" +
@@ -5301,7 +5409,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),              // 0: osprey.osd.MsgType
 	(Status)(0),               // 1: osprey.osd.Status
@@ -5324,52 +5432,53 @@ var file_osd_proto_goTypes = []any{
 	(*BucketReply)(nil),       // 18: osprey.osd.BucketReply
 	(*ListBuckets)(nil),       // 19: osprey.osd.ListBuckets
 	(*ListBucketsReply)(nil),  // 20: osprey.osd.ListBucketsReply
-	(*PutObject)(nil),         // 21: osprey.osd.PutObject
-	(*GetObject)(nil),         // 22: osprey.osd.GetObject
-	(*ObjectReply)(nil),       // 23: osprey.osd.ObjectReply
-	(*ObjectRequest)(nil),     // 24: osprey.osd.ObjectRequest
-	(*ListObjects)(nil),       // 25: osprey.osd.ListObjects
-	(*ListObjectsReply)(nil),  // 26: osprey.osd.ListObjectsReply
-	(*UploadRequest)(nil),     // 27: osprey.osd.UploadRequest
-	(*UploadReply)(nil),       // 28: osprey.osd.UploadReply
-	(*UploadInfo)(nil),        // 29: osprey.osd.UploadInfo
-	(*LogEntry)(nil),          // 30: osprey.osd.LogEntry
-	(*RepOp)(nil),             // 31: osprey.osd.RepOp
-	(*RepOpReply)(nil),        // 32: osprey.osd.RepOpReply
-	(*PGQuery)(nil),           // 33: osprey.osd.PGQuery
-	(*PGInfo)(nil),            // 34: osprey.osd.PGInfo
-	(*PGQueryReply)(nil),      // 35: osprey.osd.PGQueryReply
-	(*PGStray)(nil),           // 36: osprey.osd.PGStray
-	(*PGStrayReply)(nil),      // 37: osprey.osd.PGStrayReply
-	(*PGLogPull)(nil),         // 38: osprey.osd.PGLogPull
-	(*PGLogPullReply)(nil),    // 39: osprey.osd.PGLogPullReply
-	(*PGBackfill)(nil),        // 40: osprey.osd.PGBackfill
-	(*PGBackfillReply)(nil),   // 41: osprey.osd.PGBackfillReply
-	(*Heartbeat)(nil),         // 42: osprey.osd.Heartbeat
-	(*HeartbeatReply)(nil),    // 43: osprey.osd.HeartbeatReply
-	(*MonBoot)(nil),           // 44: osprey.osd.MonBoot
-	(*MonBootReply)(nil),      // 45: osprey.osd.MonBootReply
-	(*PGStat)(nil),            // 46: osprey.osd.PGStat
-	(*PGScrub)(nil),           // 47: osprey.osd.PGScrub
-	(*PGScrubReply)(nil),      // 48: osprey.osd.PGScrubReply
-	(*MonBeacon)(nil),         // 49: osprey.osd.MonBeacon
-	(*MonBeaconReply)(nil),    // 50: osprey.osd.MonBeaconReply
-	(*MonFailure)(nil),        // 51: osprey.osd.MonFailure
-	(*MonFailureReply)(nil),   // 52: osprey.osd.MonFailureReply
-	(*MonSubscribe)(nil),      // 53: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil), // 54: osprey.osd.MonSubscribeReply
-	(*AuthTable)(nil),         // 55: osprey.osd.AuthTable
-	(*AuthEntry)(nil),         // 56: osprey.osd.AuthEntry
-	(*S3Key)(nil),             // 57: osprey.osd.S3Key
-	(*MonAuth)(nil),           // 58: osprey.osd.MonAuth
-	(*MonMap)(nil),            // 59: osprey.osd.MonMap
-	(*MonCommand)(nil),        // 60: osprey.osd.MonCommand
-	(*MonCommandReply)(nil),   // 61: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),        // 62: osprey.osd.AuthRecord
-	nil,                       // 63: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                       // 64: osprey.osd.AuthEntry.CapsEntry
-	nil,                       // 65: osprey.osd.MonCommand.CapsEntry
-	nil,                       // 66: osprey.osd.AuthRecord.CapsEntry
+	(*Condition)(nil),         // 21: osprey.osd.Condition
+	(*PutObject)(nil),         // 22: osprey.osd.PutObject
+	(*GetObject)(nil),         // 23: osprey.osd.GetObject
+	(*ObjectReply)(nil),       // 24: osprey.osd.ObjectReply
+	(*ObjectRequest)(nil),     // 25: osprey.osd.ObjectRequest
+	(*ListObjects)(nil),       // 26: osprey.osd.ListObjects
+	(*ListObjectsReply)(nil),  // 27: osprey.osd.ListObjectsReply
+	(*UploadRequest)(nil),     // 28: osprey.osd.UploadRequest
+	(*UploadReply)(nil),       // 29: osprey.osd.UploadReply
+	(*UploadInfo)(nil),        // 30: osprey.osd.UploadInfo
+	(*LogEntry)(nil),          // 31: osprey.osd.LogEntry
+	(*RepOp)(nil),             // 32: osprey.osd.RepOp
+	(*RepOpReply)(nil),        // 33: osprey.osd.RepOpReply
+	(*PGQuery)(nil),           // 34: osprey.osd.PGQuery
+	(*PGInfo)(nil),            // 35: osprey.osd.PGInfo
+	(*PGQueryReply)(nil),      // 36: osprey.osd.PGQueryReply
+	(*PGStray)(nil),           // 37: osprey.osd.PGStray
+	(*PGStrayReply)(nil),      // 38: osprey.osd.PGStrayReply
+	(*PGLogPull)(nil),         // 39: osprey.osd.PGLogPull
+	(*PGLogPullReply)(nil),    // 40: osprey.osd.PGLogPullReply
+	(*PGBackfill)(nil),        // 41: osprey.osd.PGBackfill
+	(*PGBackfillReply)(nil),   // 42: osprey.osd.PGBackfillReply
+	(*Heartbeat)(nil),         // 43: osprey.osd.Heartbeat
+	(*HeartbeatReply)(nil),    // 44: osprey.osd.HeartbeatReply
+	(*MonBoot)(nil),           // 45: osprey.osd.MonBoot
+	(*MonBootReply)(nil),      // 46: osprey.osd.MonBootReply
+	(*PGStat)(nil),            // 47: osprey.osd.PGStat
+	(*PGScrub)(nil),           // 48: osprey.osd.PGScrub
+	(*PGScrubReply)(nil),      // 49: osprey.osd.PGScrubReply
+	(*MonBeacon)(nil),         // 50: osprey.osd.MonBeacon
+	(*MonBeaconReply)(nil),    // 51: osprey.osd.MonBeaconReply
+	(*MonFailure)(nil),        // 52: osprey.osd.MonFailure
+	(*MonFailureReply)(nil),   // 53: osprey.osd.MonFailureReply
+	(*MonSubscribe)(nil),      // 54: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil), // 55: osprey.osd.MonSubscribeReply
+	(*AuthTable)(nil),         // 56: osprey.osd.AuthTable
+	(*AuthEntry)(nil),         // 57: osprey.osd.AuthEntry
+	(*S3Key)(nil),             // 58: osprey.osd.S3Key
+	(*MonAuth)(nil),           // 59: osprey.osd.MonAuth
+	(*MonMap)(nil),            // 60: osprey.osd.MonMap
+	(*MonCommand)(nil),        // 61: osprey.osd.MonCommand
+	(*MonCommandReply)(nil),   // 62: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),        // 63: osprey.osd.AuthRecord
+	nil,                       // 64: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                       // 65: osprey.osd.AuthEntry.CapsEntry
+	nil,                       // 66: osprey.osd.MonCommand.CapsEntry
+	nil,                       // 67: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	5,  // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -5380,7 +5489,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,  // 5: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	7,  // 6: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	8,  // 7: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	63, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	64, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	11, // 9: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	12, // 10: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	10, // 11: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -5393,71 +5502,73 @@ var file_osd_proto_depIdxs = []int32{
 	14, // 18: osprey.osd.ListBucketsReply.buckets:type_name -> osprey.osd.BucketInfo
 	9,  // 19: osprey.osd.PutObject.header:type_name -> osprey.osd.Header
 	12, // 20: osprey.osd.PutObject.meta:type_name -> osprey.osd.ObjectMeta
-	9,  // 21: osprey.osd.GetObject.header:type_name -> osprey.osd.Header
-	10, // 22: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
-	12, // 23: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
-	9,  // 24: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
-	9,  // 25: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
-	10, // 26: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
-	13, // 27: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
-	9,  // 28: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
-	12, // 29: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
-	11, // 30: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
-	10, // 31: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
-	11, // 32: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
-	12, // 33: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
-	11, // 34: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
-	29, // 35: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
-	7,  // 36: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
-	8,  // 37: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
-	3,  // 38: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
-	12, // 39: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
-	1,  // 40: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
-	30, // 41: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
-	10, // 42: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
-	7,  // 43: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
-	7,  // 44: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
-	7,  // 45: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
-	10, // 46: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
-	34, // 47: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
-	7,  // 48: osprey.osd.PGStray.last:type_name -> osprey.osd.Version
-	10, // 49: osprey.osd.PGStrayReply.header:type_name -> osprey.osd.ReplyHeader
-	7,  // 50: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
-	10, // 51: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
-	30, // 52: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
-	7,  // 53: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
-	10, // 54: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
-	30, // 55: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
-	7,  // 56: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
-	2,  // 57: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
-	2,  // 58: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
-	10, // 59: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 60: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
-	7,  // 61: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
-	9,  // 62: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
-	10, // 63: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
-	46, // 64: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	2,  // 65: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
-	10, // 66: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 67: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 68: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 69: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	55, // 70: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	56, // 71: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	64, // 72: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	57, // 73: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	55, // 74: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,  // 75: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	65, // 76: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	10, // 77: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 78: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	66, // 79: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	57, // 80: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	81, // [81:81] is the sub-list for method output_type
-	81, // [81:81] is the sub-list for method input_type
-	81, // [81:81] is the sub-list for extension type_name
-	81, // [81:81] is the sub-list for extension extendee
-	0,  // [0:81] is the sub-list for field type_name
+	21, // 21: osprey.osd.PutObject.condition:type_name -> osprey.osd.Condition
+	9,  // 22: osprey.osd.GetObject.header:type_name -> osprey.osd.Header
+	10, // 23: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
+	12, // 24: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
+	9,  // 25: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
+	9,  // 26: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
+	10, // 27: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
+	13, // 28: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
+	9,  // 29: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
+	12, // 30: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
+	11, // 31: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
+	21, // 32: osprey.osd.UploadRequest.condition:type_name -> osprey.osd.Condition
+	10, // 33: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
+	11, // 34: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
+	12, // 35: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
+	11, // 36: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
+	30, // 37: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
+	7,  // 38: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
+	8,  // 39: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
+	3,  // 40: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
+	12, // 41: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
+	1,  // 42: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
+	31, // 43: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
+	10, // 44: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
+	7,  // 45: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
+	7,  // 46: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
+	7,  // 47: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
+	10, // 48: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
+	35, // 49: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
+	7,  // 50: osprey.osd.PGStray.last:type_name -> osprey.osd.Version
+	10, // 51: osprey.osd.PGStrayReply.header:type_name -> osprey.osd.ReplyHeader
+	7,  // 52: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
+	10, // 53: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
+	31, // 54: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
+	7,  // 55: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
+	10, // 56: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
+	31, // 57: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
+	7,  // 58: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
+	2,  // 59: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
+	2,  // 60: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
+	10, // 61: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 62: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
+	7,  // 63: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
+	9,  // 64: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
+	10, // 65: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
+	47, // 66: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	2,  // 67: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
+	10, // 68: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 69: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 70: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 71: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	56, // 72: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	57, // 73: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	65, // 74: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	58, // 75: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	56, // 76: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,  // 77: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	66, // 78: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	10, // 79: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 80: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	67, // 81: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	58, // 82: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	83, // [83:83] is the sub-list for method output_type
+	83, // [83:83] is the sub-list for method input_type
+	83, // [83:83] is the sub-list for extension type_name
+	83, // [83:83] is the sub-list for extension extendee
+	0,  // [0:83] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -5471,7 +5582,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   63,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
