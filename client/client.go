@@ -63,6 +63,9 @@ var (
 	// ErrStorageFull: an OSD the object maps to is full; reads and deletes
 	// still work, and writes do once space is freed.
 	ErrStorageFull = ops.ErrStorageFull
+	// ErrPreconditionFailed: a conditional write's condition
+	// (PutOptions.IfMatch, IfNoneMatch) is false; nothing was written.
+	ErrPreconditionFailed = ops.ErrPreconditionFailed
 )
 
 // ErrClosed is returned by ops on a closed Client.

@@ -235,8 +235,24 @@ func (c *Client) putPieces(ctx context.Context, bucket, key, uploadID string, pa
 // discarded: once the object is made, every part and piece of the upload
 // it does not name is removed (best effort, within a minute even if ctx
 // is cancelled; what fails is logged and stays, hidden).
-func (c *Client) CompleteMultipartUpload(ctx context.Context, bucket, key, uploadID string, parts []CompletePart) (ObjectInfo, error) {
-	meta, err := c.complete(ctx, bucket, key, uploadID, parts, false)
+//
+// At most one opts: a condition on the key (S3's conditional writes),
+// checked by the OSD atomically with the completion. If it is false the
+// upload stays, to be completed again or aborted.
+func (c *Client) CompleteMultipartUpload(ctx context.Context, bucket, key, uploadID string, parts []CompletePart, opts ...CompleteOptions) (ObjectInfo, error) {
+	var o CompleteOptions
+	switch len(opts) {
+	case 0:
+	case 1:
+		o = opts[0]
+	default:
+		return ObjectInfo{}, fmt.Errorf("client: CompleteMultipartUpload takes at most one CompleteOptions, not %d", len(opts))
+	}
+	cond, err := condition(o.IfMatch, o.IfNoneMatch)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	meta, err := c.complete(ctx, bucket, key, uploadID, parts, false, cond)
 	if err != nil {
 		return ObjectInfo{}, err
 	}
@@ -267,9 +283,18 @@ func (c *Client) removeUnlisted(ctx context.Context, uploadID string, meta *osdp
 	return errors.Join(err, c.removeHiddenKeys(ctx, keys))
 }
 
+// CompleteOptions are CompleteMultipartUpload's options.
+type CompleteOptions struct {
+	// IfMatch and IfNoneMatch are PutOptions' conditions, on the object
+	// the completion would replace.
+	IfMatch     string
+	IfNoneMatch string
+}
+
 // complete completes an upload and returns the object's metadata; whole:
-// as an object put whole, of its one part (PutOptions.WholeETag).
-func (c *Client) complete(ctx context.Context, bucket, key, uploadID string, parts []CompletePart, whole bool) (*osdpb.ObjectMeta, error) {
+// as an object put whole, of its one part (PutOptions.WholeETag); cond,
+// when not nil, makes it MSG_COMPLETE_UPLOAD_IF.
+func (c *Client) complete(ctx context.Context, bucket, key, uploadID string, parts []CompletePart, whole bool, cond *osdpb.Condition) (*osdpb.ObjectMeta, error) {
 	if err := checkNames(bucket, key); err != nil {
 		return nil, err
 	}
@@ -280,9 +305,13 @@ func (c *Client) complete(ctx context.Context, bucket, key, uploadID string, par
 	for i, p := range parts {
 		refs[i] = &osdpb.PartRef{Number: uint32(p.PartNumber), Etag: strings.Trim(p.ETag, `"`)}
 	}
+	t := osdpb.MsgType_MSG_COMPLETE_UPLOAD
+	if cond != nil {
+		t = osdpb.MsgType_MSG_COMPLETE_UPLOAD_IF
+	}
 	var rep osdpb.UploadReply
-	_, err := c.do(ctx, osdpb.MsgType_MSG_COMPLETE_UPLOAD, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
-		return &osdpb.UploadRequest{Header: h, Bucket: bucket, Key: key, UploadId: uploadID, Parts: refs, Whole: whole}
+	_, err := c.do(ctx, t, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
+		return &osdpb.UploadRequest{Header: h, Bucket: bucket, Key: key, UploadId: uploadID, Parts: refs, Whole: whole, Condition: cond}
 	}, nil, &rep, false)
 	if err != nil {
 		return nil, err

@@ -153,6 +153,43 @@ type PutOptions struct {
 	// Options.MD5) rather than the multipart "MD5-of-MD5s-N", and no
 	// parts (ObjectInfo.Parts nil). The S3 gateway puts with it.
 	WholeETag bool
+	// IfMatch makes the put conditional (S3's If-Match): it replaces the
+	// object only if the key holds one whose ETag is this one (quotes
+	// optional; a comma-separated list of them, as in HTTP, or "*" for
+	// any object), else ErrPreconditionFailed, or ErrNoSuchKey if the key
+	// holds none.
+	IfMatch string
+	// IfNoneMatch "*" makes the put conditional (S3's If-None-Match): it
+	// writes only if the key holds no object, else ErrPreconditionFailed.
+	// Any other value but "" is ErrInvalidArgument.
+	IfNoneMatch string
+}
+
+// condition is the OSD's form of an IfMatch and IfNoneMatch pair (nil
+// when both are empty): the PG's primary checks it atomically with the
+// write, so of two puts with If-None-Match "*" to one key one fails. A
+// large object's condition is checked when its upload is completed,
+// after its parts went up.
+func condition(ifMatch, ifNoneMatch string) (*osdpb.Condition, error) {
+	if ifMatch == "" && ifNoneMatch == "" {
+		return nil, nil
+	}
+	c := &osdpb.Condition{}
+	switch ifNoneMatch {
+	case "":
+	case "*":
+		c.IfNoneMatchStar = true
+	default:
+		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "If-None-Match %.40q: a write takes only *", ifNoneMatch)
+	}
+	if ifMatch != "" {
+		tags, err := ops.ParseETagList(ifMatch)
+		if err != nil {
+			return nil, err
+		}
+		c.IfMatch = tags
+	}
+	return c, nil
 }
 
 func (o *PutOptions) defaults() error {
@@ -181,6 +218,10 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 	if err := opts.defaults(); err != nil {
 		return ObjectInfo{}, err
 	}
+	cond, err := condition(opts.IfMatch, opts.IfNoneMatch)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
 	if size > int64(ops.MaxParts)*opts.PartSize {
 		return ObjectInfo{}, ops.Errorf(ErrEntityTooLarge.Status, "%d bytes: more than %d parts of %d", size, ops.MaxParts, opts.PartSize)
 	}
@@ -205,7 +246,7 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 			bd.release()
 			return ObjectInfo{}, fmt.Errorf("client: reading %d bytes of %s/%s: %w", size, bucket, key, err)
 		}
-		return c.putSingle(ctx, bucket, key, bd, via, opts)
+		return c.putSingle(ctx, bucket, key, bd, via, opts, cond)
 	}
 	var more [1]byte
 	k := 0
@@ -226,24 +267,30 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 			bd.release()
 			return ObjectInfo{}, fmt.Errorf("client: %s/%s: read %d bytes, expected %d", bucket, key, bd.n, size)
 		}
-		return c.putSingle(ctx, bucket, key, bd, via, opts)
+		return c.putSingle(ctx, bucket, key, bd, via, opts, cond)
 	}
 	rest := io.MultiReader(bytes.NewReader(more[:]), r)
 	if wholeETag {
-		return c.putWhole(ctx, bucket, key, bd, rest, size, whole, opts)
+		return c.putWhole(ctx, bucket, key, bd, rest, size, whole, opts, cond)
 	}
-	return c.putMultipart(ctx, bucket, key, bd, rest, size, opts)
+	return c.putMultipart(ctx, bucket, key, bd, rest, size, opts, cond)
 }
 
 // putSingle puts bd (and releases it) as bucket/key in one op, first
-// through via when its map is still the current one.
-func (c *Client) putSingle(ctx context.Context, bucket, key string, bd body, via *routed, opts PutOptions) (ObjectInfo, error) {
+// through via when its map is still the current one; cond, when not nil,
+// goes as a conditional put (MSG_PUT_OBJECT_IF, which an OSD without
+// conditions refuses rather than ignores).
+func (c *Client) putSingle(ctx context.Context, bucket, key string, bd body, via *routed, opts PutOptions, cond *osdpb.Condition) (ObjectInfo, error) {
 	defer bd.release()
 	meta := &osdpb.ObjectMeta{Size: uint64(bd.n), Crc32C: bd.crc,
 		ContentType: opts.ContentType, UserMeta: opts.UserMetadata, Etag: bd.etag()}
+	t := osdpb.MsgType_MSG_PUT_OBJECT
+	if cond != nil {
+		t = osdpb.MsgType_MSG_PUT_OBJECT_IF
+	}
 	var rep osdpb.ObjectReply
-	_, err := c.do(ctx, osdpb.MsgType_MSG_PUT_OBJECT, target{bucket: bucket, key: key, via: via}, func(h *osdpb.Header) proto.Message {
-		return &osdpb.PutObject{Header: h, Bucket: bucket, Key: key, Meta: meta}
+	_, err := c.do(ctx, t, target{bucket: bucket, key: key, via: via}, func(h *osdpb.Header) proto.Message {
+		return &osdpb.PutObject{Header: h, Bucket: bucket, Key: key, Meta: meta, Condition: cond}
 	}, bd.buf, &rep, false)
 	if err != nil {
 		return ObjectInfo{}, err
@@ -254,7 +301,7 @@ func (c *Client) putSingle(ctx context.Context, bucket, key string, bd body, via
 // putMultipart uploads first and then the rest of the object from r in
 // parts of opts.PartSize, Concurrency at a time, and completes the
 // upload; on failure it aborts it.
-func (c *Client) putMultipart(ctx context.Context, bucket, key string, first body, r io.Reader, size int64, opts PutOptions) (ObjectInfo, error) {
+func (c *Client) putMultipart(ctx context.Context, bucket, key string, first body, r io.Reader, size int64, opts PutOptions, cond *osdpb.Condition) (ObjectInfo, error) {
 	id, err := c.NewMultipartUpload(ctx, bucket, key, opts)
 	if err != nil {
 		first.release()
@@ -284,8 +331,9 @@ func (c *Client) putMultipart(ctx context.Context, bucket, key string, first bod
 		return ObjectInfo{}, err
 	}
 	slices.SortFunc(parts, func(a, b CompletePart) int { return a.PartNumber - b.PartNumber })
-	meta, err := c.complete(ctx, bucket, key, id, parts, false)
+	meta, err := c.complete(ctx, bucket, key, id, parts, false, cond)
 	if err != nil {
+		c.abortRefused(ctx, bucket, key, id, err)
 		return ObjectInfo{}, err
 	}
 	return objectInfo(key, meta), nil
@@ -294,7 +342,7 @@ func (c *Client) putMultipart(ctx context.Context, bucket, key string, first bod
 // putWhole puts an object larger than one op as S3 puts a single PUT
 // (PutOptions.WholeETag): an upload of one part, stored in pieces, whose
 // completion gives the object that part's ETag, the whole body's digest.
-func (c *Client) putWhole(ctx context.Context, bucket, key string, first body, r io.Reader, size int64, whole *wholeDigest, opts PutOptions) (ObjectInfo, error) {
+func (c *Client) putWhole(ctx context.Context, bucket, key string, first body, r io.Reader, size int64, whole *wholeDigest, opts PutOptions, cond *osdpb.Condition) (ObjectInfo, error) {
 	// Internal: S3 shows no upload for a PUT (ListMultipartUploads
 	// skips it), and one left by a writer that died is AbortStaleUploads'.
 	id, err := c.newUpload(ctx, bucket, key, opts, true)
@@ -307,11 +355,23 @@ func (c *Client) putWhole(ctx context.Context, bucket, key string, first body, r
 		c.abortFailed(ctx, bucket, key, id)
 		return ObjectInfo{}, err
 	}
-	meta, err := c.complete(ctx, bucket, key, id, []CompletePart{{PartNumber: 1, ETag: p.ETag}}, true)
+	meta, err := c.complete(ctx, bucket, key, id, []CompletePart{{PartNumber: 1, ETag: p.ETag}}, true, cond)
 	if err != nil {
+		c.abortRefused(ctx, bucket, key, id, err)
 		return ObjectInfo{}, err
 	}
 	return objectInfo(key, meta), nil
+}
+
+// abortRefused aborts an upload the SDK made for a conditional put whose
+// completion err says the condition was false: the OSD wrote nothing, so
+// the parts are garbage. Any other failure of a completion may be one
+// that was applied and whose answer was lost, whose parts are the
+// object's: those uploads stay.
+func (c *Client) abortRefused(ctx context.Context, bucket, key, id string, err error) {
+	if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrNoSuchKey) {
+		c.abortFailed(ctx, bucket, key, id)
+	}
 }
 
 // abortFailed aborts an upload the SDK made and could not finish.

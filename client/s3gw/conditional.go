@@ -11,9 +11,37 @@ import (
 // Conditional requests (RFC 9110 13, as S3 applies them): If-Match,
 // If-None-Match, If-Modified-Since and If-Unmodified-Since on GET and
 // HEAD, and their x-amz-copy-source-if-* forms on the source of a copy.
+// On writes (PutObject, CopyObject's destination, CompleteMultipartUpload)
+// If-Match and If-None-Match "*" are S3's conditional writes, which the
+// SDK sends to the OSD that checks them atomically with the write.
 
 // ErrPreconditionFailed: a condition of the request is false.
 var ErrPreconditionFailed = &Error{Code: "PreconditionFailed", Status: http.StatusPreconditionFailed}
+
+// writeConditions are a write's If-Match and If-None-Match for the SDK
+// (client.PutOptions.IfMatch, IfNoneMatch). As on S3, If-None-Match on a
+// write takes only "*": another value is NotImplemented, refused rather
+// than ignored, as is any condition on a DELETE (deleteConditions).
+func writeConditions(h http.Header) (ifMatch, ifNoneMatch string, err error) {
+	ifMatch = strings.Join(h.Values("If-Match"), ",")
+	ifNoneMatch = strings.TrimSpace(strings.Join(h.Values("If-None-Match"), ","))
+	if ifNoneMatch != "" && ifNoneMatch != "*" {
+		return "", "", errf(ErrNotImplemented, "If-None-Match on a write takes only *, not %.40q", ifNoneMatch)
+	}
+	return ifMatch, ifNoneMatch, nil
+}
+
+// deleteConditions refuses S3's conditional deletes (If-Match, and the
+// x-amz-if-match-* headers), which the OSDs do not check: a delete done
+// unconditionally would remove what the caller meant to keep.
+func deleteConditions(h http.Header) error {
+	for _, name := range []string{"If-Match", "X-Amz-If-Match-Last-Modified-Time", "X-Amz-If-Match-Size"} {
+		if h.Get(name) != "" {
+			return errf(ErrNotImplemented, "conditional deletes (%s) are not implemented", name)
+		}
+	}
+	return nil
+}
 
 // condition is the outcome of a request's conditions.
 type condition int

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 )
 
 func TestConditionalRequests(t *testing.T) {
@@ -58,11 +59,93 @@ func TestConditionalRequests(t *testing.T) {
 			t.Errorf("%s: %v (status %d), want status %d", tc.what, tc.err, status, tc.status)
 		}
 	}
-	// A conditional PUT is refused, never done unconditionally.
-	_, err := e.s3.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("cond"), Key: aws.String("k"),
-		Body: bytes.NewReader([]byte("other")), IfNoneMatch: aws.String("*")})
-	wantCode(t, "PUT If-None-Match", err, "NotImplemented", http.StatusNotImplemented)
+	// A conditional DELETE is refused, never done unconditionally.
+	_, err := e.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("cond"), Key: aws.String("k"), IfMatch: aws.String(etag)})
+	wantCode(t, "DELETE If-Match", err, "NotImplemented", http.StatusNotImplemented)
 	if b, _ := e.get(t, "cond", "k", ""); !bytes.Equal(b, data) {
-		t.Fatal("a refused conditional PUT changed the object")
+		t.Fatal("a refused conditional DELETE removed the object")
 	}
+}
+
+// TestConditionalWrites: S3's conditional writes on PutObject, CopyObject's
+// destination and CompleteMultipartUpload: If-None-Match "*" writes only a
+// new key, If-Match only over the ETag named (404 NoSuchKey with no
+// object); a false condition is 412 PreconditionFailed and changes
+// nothing.
+func TestConditionalWrites(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	b := e.newBucket(t)
+	put := func(key, body string, set func(*s3.PutObjectInput)) (*s3.PutObjectOutput, error) {
+		in := &s3.PutObjectInput{Bucket: aws.String(b), Key: aws.String(key), Body: bytes.NewReader([]byte(body))}
+		set(in)
+		return e.s3.PutObject(ctx, in)
+	}
+	first, err := put("k", "first", func(in *s3.PutObjectInput) { in.IfNoneMatch = aws.String("*") })
+	if err != nil {
+		t.Fatalf("PUT If-None-Match * of a new key: %v", err)
+	}
+	_, err = put("k", "second", func(in *s3.PutObjectInput) { in.IfNoneMatch = aws.String("*") })
+	wantCode(t, "PUT If-None-Match * over an object", err, "PreconditionFailed", http.StatusPreconditionFailed)
+	_, err = put("k", "second", func(in *s3.PutObjectInput) { in.IfMatch = aws.String(`"0123456789abcdef0123456789abcdef"`) })
+	wantCode(t, "PUT If-Match of another ETag", err, "PreconditionFailed", http.StatusPreconditionFailed)
+	if got, _ := e.get(t, b, "k", ""); string(got) != "first" {
+		t.Fatalf("after refused PUTs the key holds %q", got)
+	}
+	_, err = put("missing", "x", func(in *s3.PutObjectInput) { in.IfMatch = first.ETag })
+	wantCode(t, "PUT If-Match on a missing key", err, "NoSuchKey", http.StatusNotFound)
+	_, err = put("k", "x", func(in *s3.PutObjectInput) { in.IfMatch = aws.String(`"a"b"`) })
+	wantCode(t, "PUT with a malformed If-Match", err, "InvalidArgument", http.StatusBadRequest)
+	second, err := put("k", "second", func(in *s3.PutObjectInput) { in.IfMatch = first.ETag })
+	if err != nil {
+		t.Fatalf("PUT If-Match of the object's ETag: %v", err)
+	}
+
+	// CopyObject: If-Match and If-None-Match are the destination's.
+	e.put(t, b, "src", []byte("source"))
+	cp := func(set func(*s3.CopyObjectInput)) error {
+		in := &s3.CopyObjectInput{Bucket: aws.String(b), Key: aws.String("k"), CopySource: aws.String(b + "/src")}
+		set(in)
+		_, err := e.s3.CopyObject(ctx, in)
+		return err
+	}
+	wantCode(t, "copy If-None-Match * over an object", cp(func(in *s3.CopyObjectInput) { in.IfNoneMatch = aws.String("*") }),
+		"PreconditionFailed", http.StatusPreconditionFailed)
+	wantCode(t, "copy If-Match of the replaced ETag", cp(func(in *s3.CopyObjectInput) { in.IfMatch = first.ETag }),
+		"PreconditionFailed", http.StatusPreconditionFailed)
+	if got, _ := e.get(t, b, "k", ""); string(got) != "second" {
+		t.Fatalf("after refused copies the key holds %q", got)
+	}
+	if err := cp(func(in *s3.CopyObjectInput) { in.IfMatch = second.ETag }); err != nil {
+		t.Fatalf("copy If-Match of the destination's ETag: %v", err)
+	}
+	if got, _ := e.get(t, b, "k", ""); string(got) != "source" {
+		t.Fatalf("after the copy the key holds %q", got)
+	}
+
+	// CompleteMultipartUpload: a refused completion leaves the upload,
+	// which completes once the condition holds.
+	id, data, parts := e.mpUpload(t, b, "k", 5*mib+1, 5*mib, nil)
+	complete := func(set func(*s3.CompleteMultipartUploadInput)) error {
+		in := &s3.CompleteMultipartUploadInput{Bucket: aws.String(b), Key: aws.String("k"), UploadId: aws.String(id),
+			MultipartUpload: &types.CompletedMultipartUpload{Parts: parts}}
+		set(in)
+		_, err := e.s3.CompleteMultipartUpload(ctx, in)
+		return err
+	}
+	wantCode(t, "complete If-None-Match * over an object", complete(func(in *s3.CompleteMultipartUploadInput) { in.IfNoneMatch = aws.String("*") }),
+		"PreconditionFailed", http.StatusPreconditionFailed)
+	wantCode(t, "complete If-None-Match of an ETag", complete(func(in *s3.CompleteMultipartUploadInput) { in.IfNoneMatch = second.ETag }),
+		"NotImplemented", http.StatusNotImplemented)
+	if got, _ := e.get(t, b, "k", ""); string(got) != "source" {
+		t.Fatalf("after refused completions the key holds %q", got)
+	}
+	h, err := e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(b), Key: aws.String("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := complete(func(in *s3.CompleteMultipartUploadInput) { in.IfMatch = h.ETag }); err != nil {
+		t.Fatalf("complete If-Match of the object's ETag: %v", err)
+	}
+	e.wantObject(t, b, "k", data, "", nil)
 }

@@ -108,7 +108,13 @@ func (g *Gateway) copyObject(req *request) error {
 		}
 		contentType = r.Header.Get("Content-Type")
 	}
-	out, err := g.cl.PutObject(r.Context(), req.bucket, req.key, src, info.Size, g.putOptions(contentType, meta, info.Size))
+	// If-Match and If-None-Match (not x-amz-copy-source-if-*) are the
+	// destination's conditions, checked by the OSD as the copy is written.
+	opts, err := g.putOptions(r.Header, contentType, meta, info.Size)
+	if err != nil {
+		return err
+	}
+	out, err := g.cl.PutObject(r.Context(), req.bucket, req.key, src, info.Size, opts)
 	if err != nil {
 		return err
 	}

@@ -82,6 +82,7 @@ var sdkStatus = map[string]int{
 	"StaleEpoch":          http.StatusServiceUnavailable,
 	"WrongPrimary":        http.StatusServiceUnavailable,
 	"NotLeader":           http.StatusServiceUnavailable,
+	"PreconditionFailed":  http.StatusPreconditionFailed,
 }
 
 // defaultMessages are S3's messages of the codes that often come without
@@ -94,6 +95,8 @@ var defaultMessages = map[string]string{
 	"NoSuchUpload":   "The specified upload does not exist.",
 	"BucketNotEmpty": "The bucket you tried to delete is not empty",
 	"InvalidRange":   "The requested range is not satisfiable",
+	// S3's words for a failed conditional write.
+	"PreconditionFailed": "At least one of the pre-conditions you specified did not hold",
 }
 
 // toS3Error turns any error of a handler into the S3 error to answer,

@@ -114,7 +114,12 @@ func (g *Gateway) completeMultipartUpload(req *request) error {
 	for i, p := range c.Parts {
 		parts[i] = client.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag}
 	}
-	info, err := g.cl.CompleteMultipartUpload(req.r.Context(), req.bucket, req.key, req.query().Get("uploadId"), parts)
+	ifMatch, ifNoneMatch, err := writeConditions(req.r.Header)
+	if err != nil {
+		return err
+	}
+	info, err := g.cl.CompleteMultipartUpload(req.r.Context(), req.bucket, req.key, req.query().Get("uploadId"), parts,
+		client.CompleteOptions{IfMatch: ifMatch, IfNoneMatch: ifNoneMatch})
 	if client.ErrorCode(err) == "NoSuchUpload" {
 		info, err = g.completedBefore(req, parts, err)
 	}

@@ -66,17 +66,15 @@ func (g *Gateway) putObject(req *request) error {
 	if r.ContentLength > maxObjectSize {
 		return errf(ErrEntityTooLarge, "your proposed upload exceeds the maximum allowed size of 5 GiB")
 	}
-	if r.Header.Get("If-Match") != "" || r.Header.Get("If-None-Match") != "" {
-		// Refused, not ignored: a conditional write that went through
-		// unconditionally would overwrite what the caller meant to keep.
-		return errf(ErrNotImplemented, "conditional writes (If-Match, If-None-Match on PUT) are not implemented")
-	}
 	meta, err := objectMetadata(r.Header)
 	if err != nil {
 		return err
 	}
-	info, err := g.cl.PutObject(r.Context(), req.bucket, req.key, r.Body, r.ContentLength,
-		g.putOptions(r.Header.Get("Content-Type"), meta, r.ContentLength))
+	opts, err := g.putOptions(r.Header, r.Header.Get("Content-Type"), meta, r.ContentLength)
+	if err != nil {
+		return err
+	}
+	info, err := g.cl.PutObject(r.Context(), req.bucket, req.key, r.Body, r.ContentLength, opts)
 	if err != nil {
 		return err
 	}
@@ -93,17 +91,23 @@ func (g *Gateway) putObject(req *request) error {
 	return nil
 }
 
-// putOptions are the SDK's options for a PUT of size bytes: one op up to
-// maxSinglePut; above, pieces of PartSize, Concurrency in flight, kept one
-// part (WholeETag), so that its ETag is the MD5 of the body, as S3's for
-// any single PUT, and it has no parts (a GET of partNumber=1 is all of it).
-func (g *Gateway) putOptions(contentType string, meta map[string]string, size int64) client.PutOptions {
+// putOptions are the SDK's options for a PUT (or copy) of size bytes
+// with request headers h: one op up to maxSinglePut; above, pieces of
+// PartSize, Concurrency in flight, kept one part (WholeETag), so that its
+// ETag is the MD5 of the body, as S3's for any single PUT, and it has no
+// parts (a GET of partNumber=1 is all of it). The write's conditions come
+// from h (writeConditions).
+func (g *Gateway) putOptions(h http.Header, contentType string, meta map[string]string, size int64) (client.PutOptions, error) {
+	ifMatch, ifNoneMatch, err := writeConditions(h)
+	if err != nil {
+		return client.PutOptions{}, err
+	}
 	opts := client.PutOptions{ContentType: contentType, UserMetadata: meta, PartSize: g.opts.PartSize, Concurrency: g.opts.Concurrency,
-		WholeETag: true}
+		WholeETag: true, IfMatch: ifMatch, IfNoneMatch: ifNoneMatch}
 	if size <= maxSinglePut {
 		opts.PartSize = maxSinglePut
 	}
-	return opts
+	return opts, nil
 }
 
 // quoteETag is an ETag as S3 sends it, in double quotes.
@@ -313,6 +317,9 @@ func invalidRange(req *request, size int64) error {
 }
 
 func (g *Gateway) deleteObject(req *request) error {
+	if err := deleteConditions(req.r.Header); err != nil {
+		return err
+	}
 	if err := g.cl.RemoveObject(req.r.Context(), req.bucket, req.key); err != nil {
 		return err
 	}
