@@ -11,6 +11,7 @@ import (
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/proto/osdpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -49,7 +50,11 @@ func (d dispatcher) Dispatch(msg *msgr.Message) {
 	}
 	m.handlers.Go(func() {
 		defer func() { <-m.slots }()
-		ctx, cancel := context.WithTimeout(m.ctx, requestTimeout)
+		// WithRequireLeader: an etcd member cut off from its leader
+		// refuses at once ("etcdserver: no leader") instead of holding
+		// the request until requestTimeout, so the client hears
+		// SERVICE_UNAVAILABLE quickly and tries another mon.
+		ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(m.ctx), requestTimeout)
 		defer cancel()
 		rt, rep := m.handle(ctx, conn, t, front)
 		if rep != nil {

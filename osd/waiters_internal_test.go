@@ -2,6 +2,7 @@ package osd
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +25,9 @@ func TestWaitersReuseGoroutines(t *testing.T) {
 		done := make(chan struct{})
 		w.Go(func() { ran++; close(done) })
 		<-done
-		msgrtest.Eventually(t, 10*time.Second, "the goroutine to be idle again", func() bool { return w.idle.Load() == 1 })
+		msgrtest.EventuallyDescribed(t, 10*time.Second, func() string {
+			return fmt.Sprintf("waiting for the goroutine to be idle again: %d idle, %d started", w.idleCount(), w.started.Load())
+		}, func() bool { return w.idleCount() == 1 })
 	}
 	if ran != 20 || w.started.Load() != 1 {
 		t.Fatalf("20 functions in turn: ran %d on %d goroutines, want 20 on 1", ran, w.started.Load())
@@ -44,7 +47,7 @@ func TestWaitersReuseGoroutines(t *testing.T) {
 		t.Fatalf("%d blocked functions started %d goroutines in all, want %d", maxIdle+3, got, maxIdle+3)
 	}
 	close(release)
-	msgrtest.Eventually(t, 10*time.Second, "maxIdle goroutines idle", func() bool { return w.idle.Load() == maxIdle })
+	msgrtest.Eventually(t, 10*time.Second, "maxIdle goroutines idle", func() bool { return w.idleCount() == maxIdle })
 
 	cancel()
 	ended := make(chan struct{})

@@ -6,12 +6,15 @@
 // believes leads; a standby answers NOT_LEADER with the leader's address,
 // and the client follows it. A mon that does not answer (within
 // Options.Timeout; within firstTry while no mon has answered yet and
-// there are others to try) or drops the connection is skipped for the
-// next. The
-// client retries like this until the request's context ends; every other
-// reply status comes back as an *ops.Error (WRONG_CLUSTER, or
-// SERVICE_UNAVAILABLE "marked down; boot again" to a beacon, ...), which the
-// caller acts on.
+// there are others to try), drops the connection, or answers
+// SERVICE_UNAVAILABLE (its etcd member lost its leader, say) is skipped
+// for the next; once every mon failed, the client backs off (capped
+// exponential, with jitter) and goes round again. It retries like this
+// until the request's context ends, and then returns a *NoMonError with
+// each mon's last answer. Every other reply status comes back as an
+// *ops.Error (WRONG_CLUSTER, or SERVICE_UNAVAILABLE "marked down; boot
+// again" to a beacon, which is never retried, ...), which the caller acts
+// on.
 //
 // It must never deliver an older map after a newer one, nor another
 // cluster's map after the first one it saw.
@@ -22,7 +25,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -302,9 +307,15 @@ type reply interface {
 // call sends build() to a mon and decodes its reply into rep, moving
 // over the mons (and following NOT_LEADER) until ctx ends. anyMon: a
 // standby's answer will do. It returns the conn that answered.
+//
+// A mon that answers SERVICE_UNAVAILABLE (its etcd member has no leader,
+// say) is passed over like one that does not answer: the others are
+// tried at once, and a round in which every mon failed is followed by a
+// backoff. Beacons are the exception: their SERVICE_UNAVAILABLE means
+// "boot again", and the next beacon comes soon anyway.
 func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.Message, rep reply, anyMon bool) (*msgr.Conn, error) {
-	var lastErr error
-	delay := 20 * time.Millisecond
+	var answers monAnswers
+	bo := backoff{next: minBackoff}
 	misses := 0
 	// The first round, with no leader known yet, gives each mon only
 	// firstTry: a dead mon first in the list (one that accepts and never
@@ -313,8 +324,8 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 	round := 0
 	for {
 		if err := ctx.Err(); err != nil {
-			if lastErr != nil {
-				return nil, fmt.Errorf("monclient: %v: no mon answered (last: %v): %w", t, lastErr, err)
+			if len(answers) > 0 {
+				return nil, &NoMonError{Type: t, Answers: answers, Err: err}
 			}
 			return nil, err
 		}
@@ -349,17 +360,26 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 				err = ops.FromReply(h)
 				if h.Leader != "" && h.Leader != addr {
 					c.setLeader(h.Leader)
-					lastErr = err
+					answers.note(addr, err)
 					misses++
 					if misses <= 2*len(c.o.Addrs) {
 						continue // follow the redirect at once
 					}
 				}
+			case st == osdpb.Status_SERVICE_UNAVAILABLE && t != osdpb.MsgType_MSG_MON_BEACON:
+				err = ops.FromReply(h)
 			default:
 				return conn, ops.FromReply(h)
 			}
 		}
-		lastErr = err
+		switch {
+		case ctx.Err() == nil || !errors.Is(err, ctx.Err()):
+			answers.note(addr, err)
+		case !answers.has(addr):
+			answers.note(addr, errors.New("no reply before the request's deadline"))
+			// else: cut short by the deadline; what the mon said before
+			// tells more than that it had no time left.
+		}
 		c.skip(addr)
 		c.log.Debug("monclient: mon did not serve the request", "mon", addr, "type", t, "err", err)
 		misses++
@@ -368,12 +388,75 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 			// election takes a few seconds).
 			misses = 0
 			round++
-			if !sleep(ctx, delay) {
-				continue
-			}
-			delay = min(2*delay, time.Second)
+			sleep(ctx, bo.wait())
 		}
 	}
+}
+
+// Backoff between rounds of a request in which every mon failed.
+const (
+	minBackoff = 20 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// backoff is capped exponential backoff with jitter: each wait is drawn
+// from [next/2, next], then next doubles up to maxBackoff. The jitter
+// keeps the clients that one mon's trouble failed at the same moment
+// from coming back in step.
+type backoff struct{ next time.Duration }
+
+func (b *backoff) wait() time.Duration {
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(2*b.next, maxBackoff)
+	return d
+}
+
+// NoMonError is a request's failure when its context ended before any mon
+// served it: what each mon it tried answered last. errors.Is sees the
+// context's error.
+type NoMonError struct {
+	Type    osdpb.MsgType
+	Answers []MonAnswer // in the order the mons were first tried
+	Err     error       // the context's
+}
+
+// MonAnswer is one mon's last answer to a request: an *ops.Error
+// (SERVICE_UNAVAILABLE, NOT_LEADER), or why there was none.
+type MonAnswer struct {
+	Addr string
+	Err  error
+}
+
+func (e *NoMonError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "monclient: %v: no mon answered: ", e.Type)
+	for i, a := range e.Answers {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %v", a.Addr, a.Err)
+	}
+	fmt.Fprintf(&b, " (%v)", e.Err)
+	return b.String()
+}
+
+func (e *NoMonError) Unwrap() error { return e.Err }
+
+// monAnswers keeps each mon's last answer to one request.
+type monAnswers []MonAnswer
+
+func (as *monAnswers) note(addr string, err error) {
+	for i := range *as {
+		if (*as)[i].Addr == addr {
+			(*as)[i].Err = err
+			return
+		}
+	}
+	*as = append(*as, MonAnswer{Addr: addr, Err: err})
+}
+
+func (as monAnswers) has(addr string) bool {
+	return slices.ContainsFunc(as, func(a MonAnswer) bool { return a.Addr == addr })
 }
 
 // firstTry bounds an attempt at one mon in a request's first round while

@@ -6,11 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/tcp"
@@ -137,35 +139,13 @@ func TestNoMonAnswers(t *testing.T) {
 // nothing pending) sees it dropped harmlessly: the call takes the reply
 // that carries its tid.
 func TestReplyMatchedByTid(t *testing.T) {
-	ms, err := msgr.New(msgr.Options{
-		Name: "mon.fake", Logger: quiet(), Transports: []wire.Transport{tcp.Transport{}},
-		Policies: map[string]msgr.Policy{"client": msgr.StatelessServer},
-		Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) {
-			defer m.Release()
-			if osdpb.MsgType(m.Type) != osdpb.MsgType_MSG_MON_COMMAND {
-				return
-			}
-			for _, r := range []struct {
-				tid uint64
-				out string
-			}{{m.Tid() + 1000, "stray"}, {m.Tid(), "mine"}} {
-				front, _ := proto.Marshal(&osdpb.MonCommandReply{Header: &osdpb.ReplyHeader{}, Output: r.out})
-				rep := msgr.NewMessage(uint16(osdpb.MsgType_MSG_MON_COMMAND_REPLY), front, nil)
-				rep.SetTid(r.tid)
-				if err := m.Conn().Send(context.Background(), rep); err != nil {
-					rep.Release()
-				}
-			}
-		}),
+	addr := startFakeMon(t, func(m *msgr.Message) {
+		if osdpb.MsgType(m.Type) != osdpb.MsgType_MSG_MON_COMMAND {
+			return
+		}
+		sendReply(m, m.Tid()+1000, &osdpb.MonCommandReply{Header: &osdpb.ReplyHeader{}, Output: "stray"})
+		sendReply(m, m.Tid(), &osdpb.MonCommandReply{Header: &osdpb.ReplyHeader{}, Output: "mine"})
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ms.Kill()
-	addr, err := ms.Listen(context.Background(), "tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	c, err := New(context.Background(), Options{Addrs: []string{addr}, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -182,4 +162,165 @@ func TestReplyMatchedByTid(t *testing.T) {
 			t.Fatalf("command %d: got the reply %q, want the one with its tid", i, rep.Output)
 		}
 	}
+}
+
+// startFakeMon listens on loopback with a messenger that hands each
+// message to handle (which answers with sendReply, or not), and returns
+// its address. It stands in for a mon where a test needs answers a real
+// one gives only under failures (etcd without a leader).
+func startFakeMon(t *testing.T, handle func(*msgr.Message)) string {
+	t.Helper()
+	ms, err := msgr.New(msgr.Options{
+		Name: "mon.fake", Logger: quiet(), Transports: []wire.Transport{tcp.Transport{}},
+		Policies: map[string]msgr.Policy{"client": msgr.StatelessServer},
+		Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) {
+			defer m.Release()
+			handle(m)
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ms.Kill)
+	addr, err := ms.Listen(context.Background(), "tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// sendReply answers req with pb under tid.
+func sendReply(req *msgr.Message, tid uint64, pb proto.Message) {
+	front, _ := proto.Marshal(pb)
+	rep := msgr.NewMessage(uint16(ops.ReplyType(osdpb.MsgType(req.Type))), front, nil)
+	rep.SetTid(tid)
+	if err := req.Conn().Send(context.Background(), rep); err != nil {
+		rep.Release()
+	}
+}
+
+// flakyMon answers the first `unavailable` requests of every type with
+// SERVICE_UNAVAILABLE, as a mon whose etcd member lost its leader does
+// (-1: all of them), and the rest with OK. It counts what it was asked.
+type flakyMon struct {
+	addr        string
+	unavailable int64
+	asked       atomic.Int64
+}
+
+func startFlakyMon(t *testing.T, unavailable int64) *flakyMon {
+	f := &flakyMon{unavailable: unavailable}
+	f.addr = startFakeMon(t, func(m *msgr.Message) {
+		n := f.asked.Add(1)
+		h := &osdpb.ReplyHeader{}
+		if f.unavailable < 0 || n <= f.unavailable {
+			h = &osdpb.ReplyHeader{Status: osdpb.Status_SERVICE_UNAVAILABLE, Message: "etcd: etcdserver: no leader"}
+		}
+		switch osdpb.MsgType(m.Type) {
+		case osdpb.MsgType_MSG_MON_COMMAND:
+			sendReply(m, m.Tid(), &osdpb.MonCommandReply{Header: h, Output: "{}"})
+		case osdpb.MsgType_MSG_MON_BEACON:
+			sendReply(m, m.Tid(), &osdpb.MonBeaconReply{Header: h})
+		}
+	})
+	return f
+}
+
+// TestUnavailableRetried: a mon that answers SERVICE_UNAVAILABLE (its
+// etcd member has no leader) is retried, on the other mons first and
+// then after a backoff, until the request's deadline; a beacon is not.
+func TestUnavailableRetried(t *testing.T) {
+	newClient := func(t *testing.T, mons ...*flakyMon) *Client {
+		var addrs []string
+		for _, f := range mons {
+			addrs = append(addrs, f.addr)
+		}
+		c, err := New(context.Background(), Options{Addrs: addrs, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	out := &osdpb.MonCommand{Prefix: "osd out", Ids: []uint32{1}} // for the leader
+
+	t.Run("once", func(t *testing.T) {
+		f := startFlakyMon(t, 1)
+		c := newClient(t, f)
+		if _, err := c.Command(ctxFor(t, 10*time.Second), out); err != nil {
+			t.Fatalf("a mon unavailable once, then fine: %v", err)
+		}
+		if n := f.asked.Load(); n != 2 {
+			t.Fatalf("the mon was asked %d times, want 2", n)
+		}
+	})
+
+	t.Run("other mon", func(t *testing.T) {
+		down, up := startFlakyMon(t, -1), startFlakyMon(t, 1)
+		c := newClient(t, down, up)
+		if _, err := c.Command(ctxFor(t, 10*time.Second), out); err != nil {
+			t.Fatalf("one mon always unavailable, the other once: %v", err)
+		}
+		if down.asked.Load() == 0 || up.asked.Load() != 2 {
+			t.Fatalf("asked: the unavailable mon %d times, the other %d; want at least 1 and 2", down.asked.Load(), up.asked.Load())
+		}
+		// The mon that served is the leader now: the next request goes
+		// straight to it.
+		before := down.asked.Load()
+		if _, err := c.Command(ctxFor(t, 10*time.Second), out); err != nil || down.asked.Load() != before {
+			t.Fatalf("the next request: %v; the unavailable mon was asked %d more times", err, down.asked.Load()-before)
+		}
+	})
+
+	t.Run("deadline", func(t *testing.T) {
+		a, b := startFlakyMon(t, -1), startFlakyMon(t, -1)
+		c := newClient(t, a, b)
+		const limit = 800 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
+		start := time.Now()
+		_, err := c.Command(ctx, out)
+		took := time.Since(start)
+		var nm *NoMonError
+		if !errors.As(err, &nm) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("after %v: %v, want a *NoMonError with the deadline", took, err)
+		}
+		if took < limit || took > limit+time.Second {
+			t.Fatalf("gave up after %v with a %v deadline", took, limit)
+		}
+		// Each mon's answer is in the error, as what it said.
+		if len(nm.Answers) != 2 || nm.Answers[0].Addr != a.addr || nm.Answers[1].Addr != b.addr {
+			t.Fatalf("answers %v, want one for each of %s and %s", nm.Answers, a.addr, b.addr)
+		}
+		for _, an := range nm.Answers {
+			if !errors.Is(an.Err, ops.ErrServiceUnavailable) || !strings.Contains(an.Err.Error(), "no leader") {
+				t.Fatalf("%s's answer: %v, want its SERVICE_UNAVAILABLE", an.Addr, an.Err)
+			}
+		}
+		if !strings.Contains(err.Error(), "no mon answered: "+a.addr+": ServiceUnavailable: etcd: etcdserver: no leader; "+b.addr+": ") {
+			t.Fatalf("the error does not name each mon's answer: %v", err)
+		}
+		// Backoff, not a busy loop: a few rounds in the time given
+		// (20+40+80+160+320 ms at most, less with jitter).
+		if n := a.asked.Load() + b.asked.Load(); n > 20 {
+			t.Fatalf("the mons were asked %d times in %v", n, limit)
+		}
+		t.Log(err)
+	})
+
+	t.Run("beacon", func(t *testing.T) {
+		f := startFlakyMon(t, 1)
+		c := newClient(t, f)
+		err := c.Beacon(ctxFor(t, 10*time.Second), &osdpb.MonBeacon{Id: 1})
+		if !errors.Is(err, ops.ErrServiceUnavailable) || f.asked.Load() != 1 {
+			t.Fatalf("a beacon answered SERVICE_UNAVAILABLE (boot again): %v after %d attempts; want the answer after one", err, f.asked.Load())
+		}
+	})
+}
+
+// ctxFor is a context that ends after d or with the test.
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
