@@ -307,7 +307,7 @@ func (o *OSD) RepairPG(ctx context.Context, pool, pg uint32) (ScrubResult, error
 	}
 	res, err := o.deepScrub(ctx, pool, pg, true)
 	if err == nil && !res.Compared {
-		err = ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s is not active+clean: its copies cannot be compared now", placement.PGIDOf(sid))
+		err = ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s is not active, or a replica is being backfilled: its copies cannot be compared now", placement.PGIDOf(sid))
 	}
 	return res, err
 }
@@ -408,8 +408,10 @@ func (o *OSD) scrubObject(ctx context.Context, s *scrubber, bucket, key string, 
 }
 
 // compareScrub compares our copy of store PG sid with its replicas'
-// when we lead it and it is active+clean (a copy still recovering is
-// behind by design), and records what it found with the PG's scrub.
+// when we lead it and it is active and no replica is being backfilled (a
+// backfill's copy lacks objects by design; a replica recovering from the
+// log, or behind by the writes in flight, catches up before a difference
+// counts: see confirm), and records what it found with the PG's scrub.
 func (o *OSD) compareScrub(ctx context.Context, sid, pool, pg uint32, damaged map[objName]bool, repair bool, res *ScrubResult) error {
 	mp := o.Map()
 	acting := mp.ActingSet(pool, pg)
@@ -417,8 +419,8 @@ func (o *OSD) compareScrub(ctx context.Context, sid, pool, pg uint32, damaged ma
 	if pg == placement.MetaPG || !ok || len(acting) < 2 || acting[0] != o.id {
 		return nil
 	}
-	if st := o.pgStat(mp, p, pg); !hasState(st.State, "clean") {
-		o.log.Info("deep scrub: pg not clean, copies not compared", "pg", placement.PGIDOf(sid), "state", st.State)
+	if st := o.pgStat(mp, p, pg); !hasState(st.State, "active") || hasState(st.State, "backfilling") || hasState(st.State, "backfill_toofull") {
+		o.log.Info("deep scrub: copies not compared", "pg", placement.PGIDOf(sid), "state", st.State)
 		return nil
 	}
 	found, fixed, err := o.compareReplicas(ctx, sid, pool, pg, acting, damaged, repair)

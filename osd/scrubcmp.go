@@ -166,6 +166,12 @@ func (o *OSD) answerScrubMap(c *msgr.Conn, q *osdpb.PGScrubMap) (*osdpb.PGScrubM
 	if err := o.fromPrimary(q.Pool, q.Pg, from); err != nil {
 		return nil, err
 	}
+	if incomplete, err := o.st.PGBackfilling(o.ctx, sid); err != nil || incomplete {
+		if err == nil {
+			err = ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d's copy of pg %s is being backfilled", o.id, placement.PGIDOf(sid))
+		}
+		return nil, err
+	}
 	rd, err := o.readCopy(sid)
 	if err != nil {
 		return nil, err
