@@ -307,7 +307,7 @@ func (o *OSD) RepairPG(ctx context.Context, pool, pg uint32) (ScrubResult, error
 	}
 	res, err := o.deepScrub(ctx, pool, pg, true)
 	if err == nil && !res.Compared {
-		err = ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s is not active, or a replica is being backfilled: its copies cannot be compared now", placement.PGIDOf(sid))
+		err = ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: its copies cannot be compared now (it has one copy, is not active, or a replica is being backfilled)", placement.PGIDOf(sid))
 	}
 	return res, err
 }
