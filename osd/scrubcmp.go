@@ -56,11 +56,11 @@ const (
 
 // Error kinds of an inconsistent object, Ceph's words.
 const (
-	errMissing       = "missing"
-	errStaleVersion  = "stale_version"
-	errSizeMismatch  = "size_mismatch"
-	errDigestMismatc = "data_digest_mismatch"
-	errReadError     = "read_error"
+	errMissing        = "missing"
+	errStaleVersion   = "stale_version"
+	errSizeMismatch   = "size_mismatch"
+	errDigestMismatch = "data_digest_mismatch"
+	errReadError      = "read_error"
 )
 
 // objName is one object of a PG.
@@ -292,7 +292,7 @@ func compareObject(acting []uint32, sm shardMaps, n objName) *osdpb.Inconsistent
 			if so.Size != auth.Size {
 				sh.Errors = append(sh.Errors, errSizeMismatch)
 			} else if so.Crc32C != auth.Crc32C {
-				sh.Errors = append(sh.Errors, errDigestMismatc)
+				sh.Errors = append(sh.Errors, errDigestMismatch)
 			}
 		}
 		for _, k := range sh.Errors {

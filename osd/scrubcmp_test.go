@@ -62,8 +62,8 @@ func TestScrubCompare(t *testing.T) {
 	sid := storePGOf(t, pool, pg)
 	acting := c.Map.ActingSet(pool.Id, pg)
 	primary := c.OSDs[acting[0]]
-	keys := keysInPG(pool, "rot", pg, "k", 4)
-	changed, missing, older := keys[0], keys[1], keys[2] // keys[3] stays intact
+	keys := keysInPG(pool, "rot", pg, "k", 5)
+	changed, missing, older, lost := keys[0], keys[1], keys[2], keys[4] // keys[3] stays intact
 	bodies := map[string][]byte{}
 	for i, k := range keys {
 		bodies[k] = osdtest.Payload(64<<10+i, uint64(10+i))
@@ -97,30 +97,35 @@ func TestScrubCompare(t *testing.T) {
 	if res, err := c.OSDs[acting[1]].DeepScrub(ctx, pool.Id, pg); err != nil || res.Damaged != 0 {
 		t.Fatalf("the changed replica's own scrub: %+v, %v; want nothing damaged", res, err)
 	}
-	// The missing copy.
+	// The missing copy, and one the primary lost: a replica's copy is
+	// then the authoritative one.
 	if err := c.OSDs[acting[2]].Store().RemoveObject(ctx, sid, "rot", missing); err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.Store().RemoveObject(ctx, sid, "rot", lost); err != nil {
 		t.Fatal(err)
 	}
 
 	res, err = primary.DeepScrub(ctx, pool.Id, pg)
-	if err != nil || !res.Compared || res.Inconsistent != 3 || res.Fixed != 0 {
-		t.Fatalf("scrub: %+v, %v; want 3 inconsistent", res, err)
+	if err != nil || !res.Compared || res.Inconsistent != 4 || res.Fixed != 0 {
+		t.Fatalf("scrub: %+v, %v; want 4 inconsistent", res, err)
 	}
-	if n := primary.Stats().ScrubInconsistent; n != 3 {
-		t.Fatalf("primary's gauge: %d inconsistent objects, want 3", n)
+	if n := primary.Stats().ScrubInconsistent; n != 4 {
+		t.Fatalf("primary's gauge: %d inconsistent objects, want 4", n)
 	}
 	id := placement.PGID{Pool: pool.Id, Seed: pg}
 	list, err := cl.ListInconsistent(ctx, id)
-	if err != nil || len(list.Objects) != 3 || list.Scrubbed.IsZero() {
+	if err != nil || len(list.Objects) != 4 || list.Scrubbed.IsZero() {
 		t.Fatalf("ListInconsistent: %+v, %v", list, err)
 	}
 	want := map[string]struct {
-		osd  uint32
-		errs []string
+		osd, auth uint32
+		errs      []string
 	}{
-		changed: {acting[1], []string{"data_digest_mismatch"}},
-		missing: {acting[2], []string{"missing"}},
-		older:   {acting[2], []string{"data_digest_mismatch", "stale_version"}},
+		changed: {acting[1], acting[0], []string{"data_digest_mismatch"}},
+		missing: {acting[2], acting[0], []string{"missing"}},
+		older:   {acting[2], acting[0], []string{"data_digest_mismatch", "stale_version"}},
+		lost:    {acting[0], acting[1], []string{"missing"}},
 	}
 	for _, io := range list.Objects {
 		w, ok := want[io.Key]
@@ -128,8 +133,8 @@ func TestScrubCompare(t *testing.T) {
 			t.Fatalf("listed %s: errors %v, %d shards; want %v", io.Key, io.Errors, len(io.Shards), w.errs)
 		}
 		for _, sh := range io.Shards {
-			if sh.Authoritative != (sh.Osd == acting[0]) {
-				t.Fatalf("%s: osd.%d authoritative %v; want the primary's copy", io.Key, sh.Osd, sh.Authoritative)
+			if sh.Authoritative != (sh.Osd == w.auth) {
+				t.Fatalf("%s: osd.%d authoritative %v; want osd.%d's copy", io.Key, sh.Osd, sh.Authoritative, w.auth)
 			}
 			if bad := len(sh.Errors) > 0; bad != (sh.Osd == w.osd) {
 				t.Fatalf("%s: osd.%d errors %v; want errors on osd.%d only", io.Key, sh.Osd, sh.Errors, w.osd)
@@ -137,16 +142,14 @@ func TestScrubCompare(t *testing.T) {
 		}
 	}
 
-	// A restarted count (the store's record) says the same: a scrub of a
-	// replica copy does not clear it, a second scrub of the primary finds
-	// the same.
-	if res, err = primary.DeepScrub(ctx, pool.Id, pg); err != nil || res.Inconsistent != 3 {
+	// Nothing but a repair clears it: a second scrub finds the same.
+	if res, err = primary.DeepScrub(ctx, pool.Id, pg); err != nil || res.Inconsistent != 4 {
 		t.Fatalf("second scrub: %+v, %v", res, err)
 	}
 
 	found, repaired, err := cl.RepairPG(ctx, id)
-	if err != nil || found != 3 || repaired != 3 {
-		t.Fatalf("RepairPG: %d found, %d repaired, %v; want 3, 3", found, repaired, err)
+	if err != nil || found != 4 || repaired != 4 {
+		t.Fatalf("RepairPG: %d found, %d repaired, %v; want 4, 4", found, repaired, err)
 	}
 	if res, err = primary.DeepScrub(ctx, pool.Id, pg); err != nil || !res.Compared || res.Inconsistent != 0 {
 		t.Fatalf("scrub after the repair: %+v, %v; want clean", res, err)
@@ -158,8 +161,8 @@ func TestScrubCompare(t *testing.T) {
 		t.Fatalf("ListInconsistent after the repair: %+v, %v", list, err)
 	}
 	for _, k := range keys {
-		want, _ := copyOf(t, ctx, primary, "rot", k)
-		for _, o := range acting[1:] {
+		want, _ := copyOf(t, ctx, c.OSDs[acting[1]], "rot", k)
+		for _, o := range acting {
 			got, body := copyOf(t, ctx, c.OSDs[o], "rot", k)
 			if !proto.Equal(got, want) || !bytes.Equal(body, bodies[k]) {
 				t.Fatalf("osd.%d's copy of %s after the repair: %v, want %v", o, k, got, want)

@@ -107,6 +107,16 @@ func TestPGRepairCLI(t *testing.T) {
 		t.Fatalf("list-inconsistent text:\n%s", text)
 	}
 
+	// Admins only: an entity that may read everything may not list or repair.
+	roPath := filepath.Join(t.TempDir(), "ro.keyring")
+	cli("auth", "get-or-create", "client.ro", "mon", "allow r", "osd", "allow r", "-o", roPath)
+	for _, cmd := range []string{"repair", "list-inconsistent"} {
+		_, _, err := run(t, "pg", cmd, pgid.String(), "--mon", lc.Mon.Addr(), "--keyring", roPath)
+		if err == nil || !strings.Contains(err.Error(), "admins only") {
+			t.Fatalf("pg %s as client.ro: %v; want admins only", cmd, err)
+		}
+	}
+
 	if out := cli("pg", "repair", pgid.String()); !strings.Contains(out, "1 inconsistent objects, 1 repaired") {
 		t.Fatalf("repair: %s", out)
 	}
