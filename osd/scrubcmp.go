@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -522,11 +523,22 @@ func (o *OSD) installNewer(ctx context.Context, p *pgState, from uint32, e *osdp
 	return o.install(ctx, p, from, e, data)
 }
 
-// onShardWait runs f on store PG sid's shard and waits for it.
+// onShardWait runs f on store PG sid's shard and waits for it. When it
+// returns, f has run or never will: a caller that gave up waiting (ctx)
+// still owns what f uses, a body to install say, and may release it.
 func (o *OSD) onShardWait(ctx context.Context, sid uint32, f func() error) error {
+	var mu sync.Mutex // held while f runs
+	abandoned := false
 	done := make(chan error, 1)
+	run := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !abandoned {
+			done <- f()
+		}
+	}
 	select {
-	case o.shardOf(sid) <- func() { done <- f() }:
+	case o.shardOf(sid) <- run:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -534,7 +546,15 @@ func (o *OSD) onShardWait(ctx context.Context, sid uint32, f func() error) error
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
+		mu.Lock() // an f under way ends first (it sees ctx too)
+		abandoned = true
+		mu.Unlock()
+		select {
+		case err := <-done:
+			return err
+		default:
+			return ctx.Err()
+		}
 	}
 }
 

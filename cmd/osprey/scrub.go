@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -43,32 +44,14 @@ an admin keyring.`,
 		Example: `  osprey pg deep-scrub 1.1f 1.20`,
 		Args:    argsBetween(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pgs, err := parsePGIDs(args)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			cl, err := connect(ctx, cmd, c.target)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			for _, pg := range pgs {
+			return forEachPG(cmd, c, args, func(ctx context.Context, cl *client.Client, pg placement.PGID) (map[string]any, string, error) {
 				osds, err := cl.DeepScrubPG(ctx, pg)
-				if err != nil {
-					return fmt.Errorf("pg %s: %w", pg, err)
-				}
-				if c.asJSON {
-					json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"pg": pg.String(), "osds": osds})
-					continue
-				}
 				names := make([]string, len(osds))
 				for i, id := range osds {
 					names[i] = "osd." + strconv.FormatUint(uint64(id), 10)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "instructing pg %s on %s to deep-scrub\n", pg, strings.Join(names, ", "))
-			}
-			return nil
+				return map[string]any{"osds": osds}, fmt.Sprintf("instructing pg %s on %s to deep-scrub", pg, strings.Join(names, ", ")), err
+			})
 		},
 	}
 	c.add(cmd)
@@ -91,28 +74,57 @@ func newOSDDeepScrubCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			cl, err := connect(ctx, cmd, c.target)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			for _, id := range ids {
+			return adminEach(cmd, c, ids, func(ctx context.Context, cl *client.Client, id uint32) (map[string]any, string, error) {
 				n, err := cl.DeepScrubOSD(ctx, id)
-				if err != nil {
-					return err
-				}
-				if c.asJSON {
-					json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"osd": id, "queued": n})
-					continue
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "instructing osd.%d to deep-scrub its %d pg copies\n", id, n)
-			}
-			return nil
+				return map[string]any{"osd": id, "queued": n}, fmt.Sprintf("instructing osd.%d to deep-scrub its %d pg copies", id, n), err
+			})
 		},
 	}
 	c.add(cmd)
 	return cmd
+}
+
+// forEachPG runs do for each PG id of args (adminEach), naming the PG in
+// its errors and JSON lines.
+func forEachPG(cmd *cobra.Command, c commonFlags, args []string,
+	do func(context.Context, *client.Client, placement.PGID) (asJSON map[string]any, text string, err error)) error {
+	pgs, err := parsePGIDs(args)
+	if err != nil {
+		return err
+	}
+	return adminEach(cmd, c, pgs, func(ctx context.Context, cl *client.Client, pg placement.PGID) (map[string]any, string, error) {
+		j, text, err := do(ctx, cl, pg)
+		if err != nil {
+			return nil, "", fmt.Errorf("pg %s: %w", pg, err)
+		}
+		j["pg"] = pg.String()
+		return j, text, nil
+	})
+}
+
+// adminEach runs do for each of ids, in order, on one connection, and
+// prints what it says: one JSON line or one text line each. The first
+// error stops it.
+func adminEach[T any](cmd *cobra.Command, c commonFlags, ids []T,
+	do func(context.Context, *client.Client, T) (asJSON map[string]any, text string, err error)) error {
+	ctx := cmd.Context()
+	cl, err := connect(ctx, cmd, c.target)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for _, id := range ids {
+		j, text, err := do(ctx, cl, id)
+		if err != nil {
+			return err
+		}
+		if c.asJSON {
+			json.NewEncoder(cmd.OutOrStdout()).Encode(j)
+			continue
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), text)
+	}
+	return nil
 }
 
 // parsePGIDs parses PG ids as Ceph writes them (POOL.SEED, seed in hex).
@@ -144,28 +156,11 @@ admin keyring.`,
 		Example: `  osprey pg repair 1.1f`,
 		Args:    argsBetween(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pgs, err := parsePGIDs(args)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			cl, err := connect(ctx, cmd, c.target)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			for _, pg := range pgs {
+			return forEachPG(cmd, c, args, func(ctx context.Context, cl *client.Client, pg placement.PGID) (map[string]any, string, error) {
 				found, repaired, err := cl.RepairPG(ctx, pg)
-				if err != nil {
-					return fmt.Errorf("pg %s: %w", pg, err)
-				}
-				if c.asJSON {
-					json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"pg": pg.String(), "inconsistent": found, "repaired": repaired})
-					continue
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "pg %s: %d inconsistent objects, %d repaired\n", pg, found, repaired)
-			}
-			return nil
+				return map[string]any{"inconsistent": found, "repaired": repaired},
+					fmt.Sprintf("pg %s: %d inconsistent objects, %d repaired", pg, found, repaired), err
+			})
 		},
 	}
 	c.add(cmd)
