@@ -3,6 +3,7 @@ package osd_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/osd"
@@ -231,4 +233,41 @@ func TestScrubCompareUnderWrites(t *testing.T) {
 		t.Fatalf("%d of 20 scrubs compared, %d writes: the test did not test", compared, writes.Load())
 	}
 	t.Logf("%d scrubs compared during %d writes", compared, writes.Load())
+}
+
+// TestPushRefused: a replica installs a pushed copy only from its PG's
+// primary, only of an object of that PG, and never over a newer version
+// of its own (a write that came after the scrub looked).
+func TestPushRefused(t *testing.T) {
+	c, cl, ctx, pool := rotCluster(t, func(cfg *osd.Config) { cfg.DeepScrubInterval = -1 })
+	pg := placement.PGOf(pool, "rot", "seed")
+	acting := c.Map.ActingSet(pool.Id, pg)
+	primary, replica := c.OSDs[acting[0]], acting[1]
+	key := keysInPG(pool, "rot", pg, "p", 1)[0]
+	if _, err := osdtest.Put(ctx, cl, "rot", key, osdtest.Payload(5000, 1), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	old, oldBody := copyOf(t, ctx, primary, "rot", key)
+	body := osdtest.Payload(6000, 2)
+	if _, err := osdtest.Put(ctx, cl, "rot", key, body, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := copyOf(t, ctx, c.OSDs[replica], "rot", key)
+
+	err := primary.PushForTest(ctx, replica, pool.Id, pg, old, oldBody)
+	if !errors.Is(err, ops.ErrServiceUnavailable) {
+		t.Fatalf("push of an older version: %v; want ServiceUnavailable", err)
+	}
+	if got, gotBody := copyOf(t, ctx, c.OSDs[replica], "rot", key); !proto.Equal(got, cur) || !bytes.Equal(gotBody, body) {
+		t.Fatalf("the replica's copy after a refused push: %v", got)
+	}
+	other := keysInPG(pool, "rot", (pg+1)%pool.PgCount, "q", 1)[0]
+	e := proto.Clone(old).(*osdpb.LogEntry)
+	e.Key = other
+	if err := primary.PushForTest(ctx, replica, pool.Id, pg, e, oldBody); !errors.Is(err, ops.ErrInvalidArgument) {
+		t.Fatalf("push of another PG's object: %v; want InvalidArgument", err)
+	}
+	if err := c.OSDs[acting[2]].PushForTest(ctx, replica, pool.Id, pg, old, oldBody); err == nil {
+		t.Fatal("push from a replica, not the primary: no error")
+	}
 }
