@@ -267,7 +267,11 @@ func TestPushRefused(t *testing.T) {
 	if err := primary.PushForTest(ctx, replica, pool.Id, pg, e, oldBody); !errors.Is(err, ops.ErrInvalidArgument) {
 		t.Fatalf("push of another PG's object: %v; want InvalidArgument", err)
 	}
-	if err := c.OSDs[acting[2]].PushForTest(ctx, replica, pool.Id, pg, old, oldBody); err == nil {
-		t.Fatal("push from a replica, not the primary: no error")
+	// The current copy, which the primary may push: a replica may not.
+	if err := c.OSDs[acting[2]].PushForTest(ctx, replica, pool.Id, pg, cur, body); !errors.Is(err, ops.ErrWrongPrimary) {
+		t.Fatalf("push from a replica, not the primary: %v; want WrongPrimary", err)
+	}
+	if err := primary.PushForTest(ctx, replica, pool.Id, pg, cur, body); err != nil {
+		t.Fatalf("the primary's push of the current copy: %v", err)
 	}
 }
