@@ -139,3 +139,10 @@ func (o *OSD) PushForTest(ctx context.Context, to, pool, pg uint32, e *osdpb.Log
 	}
 	return err
 }
+
+// ScrubMapForTest asks OSD from for its scrub map of the whole of PG
+// (pool, pg), as a primary's compare does.
+func (o *OSD) ScrubMapForTest(ctx context.Context, from, pool, pg uint32) ([]*osdpb.ScrubObject, error) {
+	objs, _, err := o.replicaMap(ctx, from, &osdpb.PGScrubMap{Epoch: o.Map().Epoch(), Pool: pool, Pg: pg, ToEnd: true})
+	return objs, err
+}

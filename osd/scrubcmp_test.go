@@ -237,7 +237,8 @@ func TestScrubCompareUnderWrites(t *testing.T) {
 
 // TestPushRefused: a replica installs a pushed copy only from its PG's
 // primary, only of an object of that PG, and never over a newer version
-// of its own (a write that came after the scrub looked).
+// of its own (a write that came after the scrub looked); it gives its
+// scrub map only to the primary.
 func TestPushRefused(t *testing.T) {
 	c, cl, ctx, pool := rotCluster(t, func(cfg *osd.Config) { cfg.DeepScrubInterval = -1 })
 	pg := placement.PGOf(pool, "rot", "seed")
@@ -273,5 +274,12 @@ func TestPushRefused(t *testing.T) {
 	}
 	if err := primary.PushForTest(ctx, replica, pool.Id, pg, cur, body); err != nil {
 		t.Fatalf("the primary's push of the current copy: %v", err)
+	}
+	// Scrub maps, too, are the primary's to ask for.
+	if objs, err := primary.ScrubMapForTest(ctx, replica, pool.Id, pg); err != nil || len(objs) != 1 || objs[0].Key != key || objs[0].Damaged {
+		t.Fatalf("the primary's scrub map request: %v, %v", objs, err)
+	}
+	if _, err := c.OSDs[acting[2]].ScrubMapForTest(ctx, replica, pool.Id, pg); !errors.Is(err, ops.ErrWrongPrimary) {
+		t.Fatalf("a replica's scrub map request: %v; want WrongPrimary", err)
 	}
 }
