@@ -145,12 +145,12 @@ func (o *OSD) scrubMap(ctx context.Context, sid uint32, q *osdpb.PGScrubMap, dam
 // paced, and would hold a reader for that long. A primary scrubs one PG
 // at a time, so there are at most as many as there are OSDs.
 func (o *OSD) serveScrubMap(m *msgr.Message) {
-	defer m.Release()
 	var q osdpb.PGScrubMap
 	if err := m.DecodeFront(&q); err != nil {
-		o.badRequest(m, err)
+		o.badRequest(m, err) // releases m
 		return
 	}
+	defer m.Release()
 	rep, err := o.answerScrubMap(m.Conn(), &q)
 	if rep == nil {
 		rep = &osdpb.PGScrubMapReply{}
