@@ -3,6 +3,9 @@ package client
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
@@ -44,14 +47,9 @@ func (c *Client) DeepScrubOSD(ctx context.Context, id uint32) (int, error) {
 
 // scrubRequest sends req to OSD id, once.
 func (c *Client) scrubRequest(ctx context.Context, mp *Map, id uint32, req *osdpb.PGScrub) (int, error) {
-	info, ok := mp.OSD(id)
-	if !ok || !info.Up {
-		return 0, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is not up (map epoch %d)", id, mp.Epoch())
-	}
-	addr, _ := mp.PublicAddr(id)
-	conn, err := c.m.Connect(ctx, addr, msgr.EntityName(ops.OSDName(id)))
+	conn, err := c.adminConn(ctx, mp, id)
 	if err != nil {
-		return 0, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d: %v", id, err)
+		return 0, err
 	}
 	var rep osdpb.PGScrubReply
 	if _, err := c.roundTrip(ctx, conn, osdpb.MsgType_MSG_PG_SCRUB, req, nil, &rep, false); err != nil {
@@ -61,4 +59,84 @@ func (c *Client) scrubRequest(ctx context.Context, mp *Map, id uint32, req *osdp
 		return 0, fmt.Errorf("osd.%d: %w", id, err)
 	}
 	return int(rep.Queued), nil
+}
+
+// InconsistentPG is what a PG's last deep scrub compare recorded: the
+// objects whose copies differ (Ceph's "rados list-inconsistent-obj").
+type InconsistentPG struct {
+	Scrubbed time.Time
+	Epoch    uint64 // the map epoch the scrub compared under
+	Objects  []*osdpb.InconsistentObject
+}
+
+// ListInconsistent asks PG pg's primary for the objects its last deep
+// scrub found inconsistent: per object, each copy's version, size and
+// CRC32C and what is wrong with it. Admins only.
+func (c *Client) ListInconsistent(ctx context.Context, pg placement.PGID) (*InconsistentPG, error) {
+	var rep osdpb.PGListInconsistentReply
+	if err := c.toPrimary(ctx, pg, osdpb.MsgType_MSG_PG_LIST_INCONSISTENT, func(h *osdpb.Header) proto.Message {
+		return &osdpb.PGListInconsistent{Header: h}
+	}, &rep, func() *osdpb.ReplyHeader { return rep.Header }); err != nil {
+		return nil, err
+	}
+	r := &InconsistentPG{Epoch: rep.Result.GetEpoch(), Objects: rep.Result.GetObjects()}
+	if n := rep.Result.GetScrubbedUnixNano(); n != 0 {
+		r.Scrubbed = time.Unix(0, n)
+	}
+	return r, nil
+}
+
+// RepairPG asks PG pg's primary to deep-scrub it now and install the
+// authoritative copy of each inconsistent object on the copies that
+// differ (Ceph's "ceph pg repair"). It returns when the repair is done:
+// how many objects were inconsistent and how many were repaired. Admins
+// only.
+func (c *Client) RepairPG(ctx context.Context, pg placement.PGID) (inconsistent, repaired int, err error) {
+	var rep osdpb.PGRepairReply
+	if err := c.toPrimary(ctx, pg, osdpb.MsgType_MSG_PG_REPAIR, func(h *osdpb.Header) proto.Message {
+		return &osdpb.PGRepair{Header: h}
+	}, &rep, func() *osdpb.ReplyHeader { return rep.Header }); err != nil {
+		return 0, 0, err
+	}
+	return int(rep.Inconsistent), int(rep.Repaired), nil
+}
+
+// toPrimary sends an admin request about PG pg to its primary, once.
+func (c *Client) toPrimary(ctx context.Context, pg placement.PGID, t osdpb.MsgType, req func(*osdpb.Header) proto.Message, rep proto.Message, hdr func() *osdpb.ReplyHeader) error {
+	mp := c.Map()
+	if pg.Seed == placement.MetaPG {
+		pg.Pool = lowestPool(mp).Id
+	}
+	if _, ok := mp.Pool(pg.Pool); !ok {
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "no pool %d (map epoch %d)", pg.Pool, mp.Epoch())
+	}
+	id, ok := mp.Primary(pg.Pool, pg.Seed)
+	if !ok {
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s has no OSD up (map epoch %d)", pg, mp.Epoch())
+	}
+	conn, err := c.adminConn(ctx, mp, id)
+	if err != nil {
+		return err
+	}
+	if _, err := c.roundTrip(ctx, conn, t, req(&osdpb.Header{Epoch: mp.Epoch(), Pool: pg.Pool, Pg: pg.Seed}), nil, rep, false); err != nil {
+		return err
+	}
+	if err := ops.FromReply(hdr()); err != nil {
+		return fmt.Errorf("osd.%d: %w", id, err)
+	}
+	return nil
+}
+
+// adminConn is the session to OSD id for an admin request.
+func (c *Client) adminConn(ctx context.Context, mp *Map, id uint32) (*msgr.Conn, error) {
+	info, ok := mp.OSD(id)
+	if !ok || !info.Up {
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is not up (map epoch %d)", id, mp.Epoch())
+	}
+	addr, _ := mp.PublicAddr(id)
+	conn, err := c.m.Connect(ctx, addr, msgr.EntityName(ops.OSDName(id)))
+	if err != nil {
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d: %v", id, err)
+	}
+	return conn, nil
 }

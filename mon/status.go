@@ -31,13 +31,16 @@ type Status struct {
 	Pools  []PoolInfo  `json:"pools"`
 	// PGs counts the PGs of every pool by state ("active+clean",
 	// "undersized+peered", "unknown", ...); PGTotal is their sum.
-	PGs                 map[string]int `json:"pgs"`
-	PGTotal             int            `json:"pg_total"`
-	Objects             uint64         `json:"objects"`
-	DegradedObjects     uint64         `json:"degraded_objects"`
-	MisplacedObjects    uint64         `json:"misplaced_objects"`
-	RecoveryBytesPerSec float64        `json:"recovery_bytes_per_sec"`
-	OpsPerSec           float64        `json:"ops_per_sec"`
+	PGs              map[string]int `json:"pgs"`
+	PGTotal          int            `json:"pg_total"`
+	Objects          uint64         `json:"objects"`
+	DegradedObjects  uint64         `json:"degraded_objects"`
+	MisplacedObjects uint64         `json:"misplaced_objects"`
+	// Objects whose copies differ, as the PGs' last deep scrubs compared
+	// them (docs/osd.md, "Comparing the copies").
+	InconsistentObjects uint64  `json:"inconsistent_objects,omitempty"`
+	RecoveryBytesPerSec float64 `json:"recovery_bytes_per_sec"`
+	OpsPerSec           float64 `json:"ops_per_sec"`
 	// Client object bytes the up OSDs took in (puts) and sent (gets).
 	WriteBytesPerSec float64 `json:"client_write_bytes_per_sec"`
 	ReadBytesPerSec  float64 `json:"client_read_bytes_per_sec"`
@@ -135,6 +138,8 @@ type pgRecord struct {
 	Degraded  uint64 `json:"degraded"`
 	Misplaced uint64 `json:"misplaced"`
 	Epoch     uint64 `json:"epoch"`
+	// Inconsistent objects the PG's last deep scrub compare found.
+	Inconsistent uint64 `json:"inconsistent,omitempty"`
 }
 
 // newBeaconRecord makes the record of beacon b received at now; prev, if
@@ -149,7 +154,8 @@ func newBeaconRecord(b *osdpb.MonBeacon, now time.Time, prev *beaconRecord) *bea
 		if s == nil {
 			continue
 		}
-		r.PGs = append(r.PGs, pgRecord{Pool: s.Pool, PG: s.Pg, State: s.State, Objects: s.Objects, Degraded: s.Degraded, Misplaced: s.Misplaced, Epoch: s.Epoch})
+		r.PGs = append(r.PGs, pgRecord{Pool: s.Pool, PG: s.Pg, State: s.State, Objects: s.Objects, Degraded: s.Degraded, Misplaced: s.Misplaced, Epoch: s.Epoch,
+			Inconsistent: s.Inconsistent})
 	}
 	r.BaseAtUnixNano, r.BaseRecoveryBytes, r.BaseOps = r.AtUnixNano, r.RecoveryBytes, r.Ops
 	r.BaseReadBytes, r.BaseWriteBytes = r.ReadBytes, r.WriteBytes
@@ -252,6 +258,7 @@ func computeStatus(in statusInput) *Status {
 		belowMin    int // fewer than min_size up
 		undersized  int // fewer than size up (belowMin included)
 		unknown     int // no current report from the primary
+		damagedPGs  int // reported inconsistent by their primary
 		broken      = map[string]int{}
 		tokens      = map[string]int{}
 	)
@@ -268,6 +275,10 @@ func computeStatus(in statusInput) *Status {
 				st.Objects += r.Objects
 				st.DegradedObjects += r.Degraded
 				st.MisplacedObjects += r.Misplaced
+				st.InconsistentObjects += r.Inconsistent
+				if r.Inconsistent > 0 {
+					damagedPGs++
+				}
 			}
 			fresh := reported && len(acting) > 0 && from[k] == acting[0] && r.Epoch >= mp.Epoch()
 			var state string
@@ -304,7 +315,8 @@ func computeStatus(in statusInput) *Status {
 					broken[r.State]++
 				} else if fresh && r.State != "active+clean" {
 					for _, t := range strings.Split(r.State, "+") {
-						if t != "active" && t != "clean" && t != "undersized" && t != "" {
+						// inconsistent is an error of its own (PG_DAMAGED below).
+						if t != "active" && t != "clean" && t != "undersized" && t != "inconsistent" && t != "" {
 							tokens[t]++
 						}
 					}
@@ -345,6 +357,11 @@ func computeStatus(in statusInput) *Status {
 	errs, warns = append(errs, e...), append(warns, w...)
 	if line := scrubErrorsCheck(mp, in.beacons); line != "" {
 		errs = append(errs, line)
+	}
+	if damagedPGs > 0 {
+		// Ceph's PG_DAMAGED: copies differ; "osprey pg list-inconsistent"
+		// names the objects, "osprey pg repair" makes them agree.
+		errs = append(errs, fmt.Sprintf("Possible data damage: %d pgs inconsistent", damagedPGs))
 	}
 	switch {
 	case len(errs) > 0:

@@ -136,13 +136,20 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 	case osdpb.MsgType_MSG_PG_QUERY, osdpb.MsgType_MSG_PG_LOG_PULL, osdpb.MsgType_MSG_PG_BACKFILL, osdpb.MsgType_MSG_PG_STRAY:
 		o.onReaders(m, func() { o.serveRecovery(m) })
 
+	case osdpb.MsgType_MSG_PG_SCRUB_MAP:
+		o.wg.Go(func() { o.serveScrubMap(m) })
+
+	case osdpb.MsgType_MSG_PG_PUSH:
+		o.servePush(m)
+
 	case osdpb.MsgType_MSG_GET_MAP, osdpb.MsgType_MSG_LIST_OBJECTS, osdpb.MsgType_MSG_HEAD_OBJECT, osdpb.MsgType_MSG_DELETE_OBJECT,
 		osdpb.MsgType_MSG_HEAD_BUCKET:
 		o.dispatchClient(m, true)
 
 	case osdpb.MsgType_MSG_GET_MAP_REPLY, osdpb.MsgType_MSG_LIST_OBJECTS_REPLY, osdpb.MsgType_MSG_HEAD_OBJECT_REPLY, osdpb.MsgType_MSG_HEAD_BUCKET_REPLY,
 		osdpb.MsgType_MSG_DELETE_OBJECT_REPLY, osdpb.MsgType_MSG_PG_QUERY_REPLY,
-		osdpb.MsgType_MSG_PG_LOG_PULL_REPLY, osdpb.MsgType_MSG_PG_BACKFILL_REPLY, osdpb.MsgType_MSG_PG_STRAY_REPLY:
+		osdpb.MsgType_MSG_PG_LOG_PULL_REPLY, osdpb.MsgType_MSG_PG_BACKFILL_REPLY, osdpb.MsgType_MSG_PG_STRAY_REPLY,
+		osdpb.MsgType_MSG_PG_SCRUB_MAP_REPLY, osdpb.MsgType_MSG_PG_PUSH_REPLY:
 		o.calls.Deliver(m, false) // released when its caller gave up
 
 	default:
@@ -225,13 +232,18 @@ func (o *OSD) clusterPeer(id uint32) (string, msgr.EntityName, error) {
 // reply's message is handed to it (it must Release it) instead of being
 // released. When ctx ends first, req is withdrawn if no link had it yet.
 func (o *OSD) call(ctx context.Context, id uint32, t osdpb.MsgType, req proto.Message, rep proto.Message, data func(*msgr.Message)) error {
+	return o.callWith(ctx, id, t, req, nil, rep, data)
+}
+
+// callWith is call with payload as the request's data segment.
+func (o *OSD) callWith(ctx context.Context, id uint32, t osdpb.MsgType, req proto.Message, payload []byte, rep proto.Message, data func(*msgr.Message)) error {
 	c, err := o.peerConn(id)
 	if err != nil {
 		return err
 	}
 	tid, call := o.calls.Add(c)
 	defer o.calls.End(tid)
-	m, err := msgr.NewProtoMessage(uint16(t), req, nil)
+	m, err := msgr.NewProtoMessage(uint16(t), req, payload)
 	if err != nil {
 		return err
 	}
@@ -733,12 +745,12 @@ func (o *OSD) backfillRead(c *msgr.Conn, q *osdpb.PGBackfill, sid uint32) (*osdp
 			return rep, nil, nil
 		}
 	}
-	meta, err := o.st.Head(o.ctx, bucket, key)
+	meta, version, err := o.st.HeadVersion(o.ctx, bucket, key)
 	if err != nil {
 		rep.Entry = &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: bucket, Key: key}
 		return rep, nil, nil
 	}
-	meta, buf, err := o.readInto(c, bucket, key, meta, 0, -1)
+	read, buf, err := o.readInto(c, bucket, key, meta, 0, -1)
 	if err != nil {
 		if errors.Is(opError(err), ops.ErrNoSuchKey) {
 			rep.Entry = &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: bucket, Key: key}
@@ -746,7 +758,13 @@ func (o *OSD) backfillRead(c *msgr.Conn, q *osdpb.PGBackfill, sid uint32) (*osdp
 		}
 		return rep, nil, err
 	}
-	rep.Entry = &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: bucket, Key: key, Meta: meta}
+	if !proto.Equal(read, meta) {
+		version = nil // rewritten between the two reads: its version is unknown
+	}
+	meta = read
+	// The version goes along, so that the copy installed from it is as
+	// new as ours to a later scrub's compare (scrubcmp.go).
+	rep.Entry = &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: bucket, Key: key, Meta: meta, Version: version}
 	return rep, buf, nil
 }
 

@@ -341,6 +341,39 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 		o.send(replyTo(m), ops.ReplyType(t), &osdpb.PGScrubReply{Header: o.header(req.Header, err), Queued: uint32(n)}, nil)
 		m.Release()
 
+	case osdpb.MsgType_MSG_PG_REPAIR:
+		var req osdpb.PGRepair
+		if err := m.DecodeFront(&req); err != nil {
+			o.badRequest(m, err)
+			return
+		}
+		if err := o.authz.adminAllowed(m.Conn().Peer(), "repair"); err != nil {
+			o.refuse(m, "access denied", err)
+			return
+		}
+		// A repair reads the whole PG back: it answers when done, from a
+		// goroutine of its own, not the dispatcher's.
+		o.wg.Go(func() {
+			defer m.Release()
+			res, err := o.RepairPG(o.ctx, req.Header.GetPool(), req.Header.GetPg())
+			o.send(replyTo(m), ops.ReplyType(t), &osdpb.PGRepairReply{Header: o.header(req.Header, err),
+				Inconsistent: uint32(res.Inconsistent), Repaired: uint32(res.Fixed)}, nil)
+		})
+
+	case osdpb.MsgType_MSG_PG_LIST_INCONSISTENT:
+		var req osdpb.PGListInconsistent
+		if err := m.DecodeFront(&req); err != nil {
+			o.badRequest(m, err)
+			return
+		}
+		if err := o.authz.adminAllowed(m.Conn().Peer(), "list inconsistent objects"); err != nil {
+			o.refuse(m, "access denied", err)
+			return
+		}
+		r, err := o.listInconsistent(req.Header.GetPool(), req.Header.GetPg())
+		o.send(replyTo(m), ops.ReplyType(t), &osdpb.PGListInconsistentReply{Header: o.header(req.Header, err), Result: r}, nil)
+		m.Release()
+
 	default:
 		o.badRequest(m, errors.New("unknown op"))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -127,4 +128,21 @@ func (o *OSD) InstallForTest(ctx context.Context, sid uint32, e *osdpb.LogEntry,
 	p := o.pgs[sid]
 	o.pgMu.Unlock()
 	return o.install(ctx, p, 0, e, body)
+}
+
+// PushForTest sends a repair's MSG_PG_PUSH of e with body to OSD to.
+func (o *OSD) PushForTest(ctx context.Context, to, pool, pg uint32, e *osdpb.LogEntry, body []byte) error {
+	var rep osdpb.PGPushReply
+	err := o.callWith(ctx, to, osdpb.MsgType_MSG_PG_PUSH, &osdpb.PGPush{Epoch: o.Map().Epoch(), Pool: pool, Pg: pg, Entry: e}, body, &rep, nil)
+	if err == nil {
+		err = ops.FromReply(rep.Header)
+	}
+	return err
+}
+
+// ScrubMapForTest asks OSD from for its scrub map of the whole of PG
+// (pool, pg), as a primary's compare does.
+func (o *OSD) ScrubMapForTest(ctx context.Context, from, pool, pg uint32) ([]*osdpb.ScrubObject, error) {
+	objs, _, err := o.replicaMap(ctx, from, &osdpb.PGScrubMap{Epoch: o.Map().Epoch(), Pool: pool, Pg: pg, ToEnd: true})
+	return objs, err
 }

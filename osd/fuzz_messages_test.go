@@ -3,6 +3,7 @@ package osd_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -27,21 +28,26 @@ func FuzzOSDMessages(f *testing.F) {
 	entry := &osdpb.LogEntry{Version: &osdpb.Version{Epoch: 1, Seq: 1}, Kind: osdpb.OpKind_OP_PUT, Bucket: "fz", Key: "k",
 		Meta: &osdpb.ObjectMeta{Size: 3}, DroppedParts: []string{"0123456789abcdef0123456789abcdef/00001"}}
 	fronts := map[osdpb.MsgType]proto.Message{
-		osdpb.MsgType_MSG_GET_MAP:         &osdpb.GetMap{},
-		osdpb.MsgType_MSG_CREATE_BUCKET:   &osdpb.BucketRequest{Header: hdr, Bucket: "fz"},
-		osdpb.MsgType_MSG_DELETE_BUCKET:   &osdpb.BucketRequest{Header: hdr, Bucket: "fz"},
-		osdpb.MsgType_MSG_HEAD_BUCKET:     &osdpb.BucketRequest{Header: hdr, Bucket: "fz"},
-		osdpb.MsgType_MSG_LIST_BUCKETS:    &osdpb.BucketRequest{Header: hdr},
-		osdpb.MsgType_MSG_PUT_OBJECT:      &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k", Meta: &osdpb.ObjectMeta{Size: 3}},
-		osdpb.MsgType_MSG_GET_OBJECT:      &osdpb.GetObject{Header: hdr, Bucket: "fz", Key: "k", HasRange: true, Offset: 1, Length: 1},
-		osdpb.MsgType_MSG_HEAD_OBJECT:     &osdpb.ObjectRequest{Header: hdr, Bucket: "fz", Key: "k"},
-		osdpb.MsgType_MSG_DELETE_OBJECT:   &osdpb.ObjectRequest{Header: hdr, Bucket: "fz", Key: "k"},
-		osdpb.MsgType_MSG_LIST_OBJECTS:    &osdpb.ListObjects{Header: hdr, Bucket: "fz", Prefix: "k", Delimiter: "/", MaxKeys: 5},
-		osdpb.MsgType_MSG_CREATE_UPLOAD:   &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k"},
-		osdpb.MsgType_MSG_UPLOAD_PART:     &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u", PartNumber: 1},
-		osdpb.MsgType_MSG_COMPLETE_UPLOAD: &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u"},
-		osdpb.MsgType_MSG_ABORT_UPLOAD:    &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u"},
-		osdpb.MsgType_MSG_PG_SCRUB:        &osdpb.PGScrub{Header: hdr},
+		osdpb.MsgType_MSG_GET_MAP:              &osdpb.GetMap{},
+		osdpb.MsgType_MSG_CREATE_BUCKET:        &osdpb.BucketRequest{Header: hdr, Bucket: "fz"},
+		osdpb.MsgType_MSG_DELETE_BUCKET:        &osdpb.BucketRequest{Header: hdr, Bucket: "fz"},
+		osdpb.MsgType_MSG_HEAD_BUCKET:          &osdpb.BucketRequest{Header: hdr, Bucket: "fz"},
+		osdpb.MsgType_MSG_LIST_BUCKETS:         &osdpb.BucketRequest{Header: hdr},
+		osdpb.MsgType_MSG_PUT_OBJECT:           &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k", Meta: &osdpb.ObjectMeta{Size: 3}},
+		osdpb.MsgType_MSG_GET_OBJECT:           &osdpb.GetObject{Header: hdr, Bucket: "fz", Key: "k", HasRange: true, Offset: 1, Length: 1},
+		osdpb.MsgType_MSG_HEAD_OBJECT:          &osdpb.ObjectRequest{Header: hdr, Bucket: "fz", Key: "k"},
+		osdpb.MsgType_MSG_DELETE_OBJECT:        &osdpb.ObjectRequest{Header: hdr, Bucket: "fz", Key: "k"},
+		osdpb.MsgType_MSG_LIST_OBJECTS:         &osdpb.ListObjects{Header: hdr, Bucket: "fz", Prefix: "k", Delimiter: "/", MaxKeys: 5},
+		osdpb.MsgType_MSG_CREATE_UPLOAD:        &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k"},
+		osdpb.MsgType_MSG_UPLOAD_PART:          &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u", PartNumber: 1},
+		osdpb.MsgType_MSG_COMPLETE_UPLOAD:      &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u"},
+		osdpb.MsgType_MSG_ABORT_UPLOAD:         &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u"},
+		osdpb.MsgType_MSG_PG_SCRUB:             &osdpb.PGScrub{Header: hdr},
+		osdpb.MsgType_MSG_PG_REPAIR:            &osdpb.PGRepair{Header: hdr},
+		osdpb.MsgType_MSG_PG_LIST_INCONSISTENT: &osdpb.PGListInconsistent{Header: hdr},
+		osdpb.MsgType_MSG_PG_SCRUB_MAP: &osdpb.PGScrubMap{Epoch: 1, Pool: 1, AfterBucket: "fz", UptoBucket: "fz", UptoKey: "z",
+			Names: []*osdpb.ObjectName{{Bucket: "fz", Key: "k"}}, Shallow: true},
+		osdpb.MsgType_MSG_PG_PUSH: &osdpb.PGPush{Epoch: 1, Pool: 1, Entry: entry},
 		osdpb.MsgType_MSG_PUT_OBJECT_IF: &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k", Meta: &osdpb.ObjectMeta{Size: 3},
 			Condition: &osdpb.Condition{IfMatch: []string{"*", "0123456789abcdef0123456789abcdef"}, IfNoneMatchStar: true}},
 		osdpb.MsgType_MSG_COMPLETE_UPLOAD_IF: &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u",
@@ -69,6 +75,10 @@ func FuzzOSDMessages(f *testing.F) {
 		osdpb.MsgType_MSG_REP_OP:     &osdpb.RepOp{Epoch: 1, Pool: 1},
 		osdpb.MsgType_MSG_PUT_OBJECT: &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k"},
 		osdpb.MsgType_MSG_GET_OBJECT: &osdpb.GetObject{Header: &osdpb.Header{Epoch: 1, Pool: 1}},
+		osdpb.MsgType_MSG_PG_PUSH:    &osdpb.PGPush{Epoch: 1, Pool: 1},
+		osdpb.MsgType_MSG_PG_SCRUB_MAP: &osdpb.PGScrubMap{Epoch: 1, Pool: 1, ToEnd: true,
+			Names: slices.Repeat([]*osdpb.ObjectName{{Bucket: "fz", Key: "k"}}, 300)},
+		osdpb.MsgType_MSG_PG_REPAIR: &osdpb.PGRepair{},
 		// Conditions on the wrong type, empty, or with bad tags.
 		osdpb.MsgType_MSG_PUT_OBJECT_IF: &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k", Meta: &osdpb.ObjectMeta{}, Condition: &osdpb.Condition{}},
 		osdpb.MsgType_MSG_DELETE_OBJECT: &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k", Condition: &osdpb.Condition{IfMatch: []string{"\"", ""}}},

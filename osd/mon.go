@@ -321,6 +321,7 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 		return st
 	}
 	st.Last = last
+	st.Inconsistent = o.inconsistentIn(sid)
 	objects := uint64(0)
 	if c, err := o.st.PGStats(o.ctx, sid); err == nil && c.Objects > 0 {
 		objects = uint64(c.Objects)
@@ -384,6 +385,9 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 		tokens = append(tokens, "degraded")
 	} else {
 		tokens = append(tokens, "clean")
+	}
+	if st.Inconsistent > 0 {
+		tokens = append(tokens, "inconsistent")
 	}
 	st.State = strings.Join(tokens, "+")
 	return st

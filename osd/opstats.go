@@ -30,8 +30,8 @@ var OpBucketBounds = func() []time.Duration {
 const (
 	opFirstBound = 16 // log2 of the first bound, in ns
 	opBuckets    = 20 // 19 bounds and +Inf
-	maxClientOp  = osdpb.MsgType_MSG_COMPLETE_UPLOAD_IF
-	opKinds      = int(maxClientOp)/2 + 1 // request types are odd: 1, 3, ... 37
+	maxClientOp  = osdpb.MsgType_MSG_PG_LIST_INCONSISTENT
+	opKinds      = int(maxClientOp)/2 + 1 // request types are odd: 1, 3, ... 41
 )
 
 // opBucket is the bucket of an op that took d.
@@ -178,7 +178,10 @@ type Stats struct {
 	// objects found and repaired, and those the PGs' last scrubs left
 	// unrepaired (the beacon's scrub errors).
 	ScrubbedObjects, ScrubbedBytes, ScrubDamaged, ScrubRepaired, ScrubErrors uint64
-	Store                                                                    store.Stats
+	// ScrubInconsistent: objects whose copies differ, as the last
+	// compares of the PGs we lead found (scrubcmp.go).
+	ScrubInconsistent uint64
+	Store             store.Stats
 	// Space is the data disk's last measure.
 	Space store.Space
 }
@@ -189,7 +192,7 @@ func (o *OSD) Stats() Stats {
 	st := Stats{OpsInFlight: o.opTimes.inFlight(), PGs: map[string]int{}, RecoveryBytes: o.recoveredBytes.Load(), Store: o.st.Stats(),
 		ReadRepairs: o.readRepairs.Load(), ReadRepairFailures: o.readRepairFailures.Load(),
 		ScrubbedObjects: o.scrub.objects.Load(), ScrubbedBytes: o.scrub.bytes.Load(), ScrubDamaged: o.scrub.errs.Load(),
-		ScrubRepaired: o.scrub.repaired.Load(), ScrubErrors: o.scrub.unrepaired()}
+		ScrubRepaired: o.scrub.repaired.Load(), ScrubErrors: o.scrub.unrepaired(), ScrubInconsistent: o.inconsistentObjects()}
 	for i := range o.opTimes.hist {
 		h := &o.opTimes.hist[i]
 		n := h.count.Load()

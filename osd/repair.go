@@ -118,36 +118,18 @@ func (o *OSD) repairFrom(ctx context.Context, p *pgState, from uint32, bucket, k
 		release()
 		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "its copy is another version of the object")
 	}
-	done := make(chan error, 1)
-	// The shard owns the body from here: a repair whose wait timed out
-	// still releases it when its turn comes.
-	install := func() {
-		defer release()
+	defer release()
+	return o.onShardWait(ctx, p.sid, func() error {
 		if err := ctx.Err(); err != nil {
-			done <- err
-			return
+			return err
 		}
 		cur, err := o.st.Head(ctx, bucket, key)
 		if err != nil {
-			done <- err
-			return
+			return err
 		}
 		if !proto.Equal(cur, want) {
-			done <- errRepairRaced
-			return
+			return errRepairRaced
 		}
-		done <- o.st.InstallObject(ctx, p.sid, e, f.data)
-	}
-	select {
-	case o.shardOf(p.sid) <- install:
-	case <-ctx.Done():
-		release()
-		return ctx.Err()
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+		return o.st.InstallObject(ctx, p.sid, e, f.data)
+	})
 }

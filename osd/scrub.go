@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,10 +31,11 @@ import (
 // OSD's beacon reports it and the mon's health turns HEALTH_ERR until a
 // later scrub of that PG finds it repaired or gone.
 //
-// Each copy scrubs on its own (Ceph's primary gathers its replicas'
-// scrub maps and compares them; here every copy is checked against its
-// own CRCs, which the primary's CRC32C of the body made and every member
-// shares). The PGs due go one at a time, oldest stamp first; reads go
+// Each copy scrubs itself against its own CRCs, which the primary's
+// CRC32C of the body made and every member shares; the primary of a clean
+// PG then compares its copy with its replicas' (scrubcmp.go), which finds
+// copies that are each intact but differ. The PGs due go one at a time,
+// oldest stamp first; reads go
 // past the read cache and are paced by ScrubBytesPerSec. A PG's stamp is
 // kept in the store, and a PG never scrubbed gets a random one within the
 // last interval, so a new OSD's PGs come due spread over the interval
@@ -48,24 +50,35 @@ type ScrubResult struct {
 	// Damaged objects failed their checksums (or an I/O error); Repaired
 	// of them were replaced with another member's copy.
 	Damaged, Repaired uint64
+	// Compared: the primary compared the copies (scrubcmp.go).
+	// Inconsistent objects have copies that differ; Fixed of them a
+	// repair made agree (only a repair fixes any).
+	Compared            bool
+	Inconsistent, Fixed uint64
 }
 
 type scrubber struct {
 	rate *rate.Limiter // nil: unpaced
 	poke chan struct{} // an admin asked for scrubs (requested)
 
-	mu        sync.Mutex
-	stamps    map[uint32]time.Time // by store PG id, loaded from the store
-	damaged   map[uint32]uint64    // objects the PG's last scrub could not repair
-	requested map[uint32]bool      // PG copies an admin asked to scrub now
+	mu      sync.Mutex
+	stamps  map[uint32]time.Time // by store PG id, loaded from the store
+	damaged map[uint32]uint64    // objects the PG's last scrub could not repair
+	// inconsistent: objects the last compare of a PG we lead found
+	// inconsistent, by store PG id; loaded from the store on first use.
+	inconsistent map[uint32]uint64
+	requested    map[uint32]bool // PG copies an admin asked to scrub now
 
 	objects, bytes, errs, repaired atomic.Uint64
 	running                        atomic.Uint32 // store PG id + 1 of the scrub under way
+	// one serializes the deep scrubs of this OSD: the scheduled ones and
+	// an admin's repair.
+	one sync.Mutex
 }
 
 func newScrubber(bytesPerSec int64) *scrubber {
 	s := &scrubber{stamps: map[uint32]time.Time{}, damaged: map[uint32]uint64{}, requested: map[uint32]bool{},
-		poke: make(chan struct{}, 1)}
+		inconsistent: map[uint32]uint64{}, poke: make(chan struct{}, 1)}
 	if bytesPerSec > 0 {
 		s.rate = rate.NewLimiter(rate.Limit(bytesPerSec), int(max(bytesPerSec/10, scrubWindow)))
 	}
@@ -277,16 +290,42 @@ func (o *OSD) setScrubbed(sid uint32, at time.Time) {
 // member of the acting set. The OSD runs it on its own every
 // DeepScrubInterval; tools and tests may run it at any time.
 func (o *OSD) DeepScrub(ctx context.Context, pool, pg uint32) (ScrubResult, error) {
+	return o.deepScrub(ctx, pool, pg, false)
+}
+
+// RepairPG deep-scrubs PG (pool, pg), which this OSD must lead, and
+// installs the authoritative copy of each inconsistent object on the
+// copies that differ (Ceph's "ceph pg repair").
+func (o *OSD) RepairPG(ctx context.Context, pool, pg uint32) (ScrubResult, error) {
+	sid, err := o.peerPG(pool, pg)
+	if err != nil {
+		return ScrubResult{}, err
+	}
+	mp := o.Map()
+	if primary, ok := mp.Primary(pool, pg); !ok || primary != o.id {
+		return ScrubResult{}, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "osd.%d is not the primary of pg %s (epoch %d)", o.id, placement.PGIDOf(sid), mp.Epoch())
+	}
+	res, err := o.deepScrub(ctx, pool, pg, true)
+	if err == nil && !res.Compared {
+		err = ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: its copies cannot be compared now (it has one copy, is not active, or a replica is being backfilled)", placement.PGIDOf(sid))
+	}
+	return res, err
+}
+
+func (o *OSD) deepScrub(ctx context.Context, pool, pg uint32, repair bool) (ScrubResult, error) {
 	sid, err := o.peerPG(pool, pg)
 	if err != nil {
 		return ScrubResult{}, err
 	}
 	s := o.scrub
+	s.one.Lock()
+	defer s.one.Unlock()
 	s.running.Store(sid + 1)
 	defer s.running.Store(0)
 	started := time.Now()
 	var res ScrubResult
 	var buf []byte
+	damaged := map[objName]bool{} // what no member could repair
 	for e, err := range o.st.PGObjects(ctx, sid, "", "") {
 		if err != nil {
 			return res, fmt.Errorf("deep scrub of pg %s: %w", placement.PGIDOf(sid), err)
@@ -311,7 +350,12 @@ func (o *OSD) DeepScrub(ctx context.Context, pool, pg uint32) (ScrubResult, erro
 		if rerr := o.repairShared(pool, pg, e.Bucket, e.Key, err); rerr == nil {
 			res.Repaired++
 			s.repaired.Add(1)
+		} else {
+			damaged[objName{e.Bucket, e.Key}] = true
 		}
+	}
+	if err := o.compareScrub(ctx, sid, pool, pg, damaged, repair, &res); err != nil {
+		return res, fmt.Errorf("deep scrub of pg %s: comparing the copies: %w", placement.PGIDOf(sid), err)
 	}
 	s.mu.Lock()
 	if left := res.Damaged - res.Repaired; left > 0 {
@@ -322,11 +366,15 @@ func (o *OSD) DeepScrub(ctx context.Context, pool, pg uint32) (ScrubResult, erro
 	s.mu.Unlock()
 	o.setScrubbed(sid, started)
 	lvl := "deep scrub ok"
-	if res.Damaged > 0 {
+	switch {
+	case res.Damaged > 0:
 		lvl = "deep scrub found damaged objects"
+	case res.Inconsistent > 0:
+		lvl = "deep scrub found inconsistent objects"
 	}
 	o.log.Info(lvl, "pg", placement.PGIDOf(sid), "objects", res.Objects, "bytes", res.Bytes,
-		"damaged", res.Damaged, "repaired", res.Repaired, "took", time.Since(started).Round(time.Millisecond))
+		"damaged", res.Damaged, "repaired", res.Repaired, "compared", res.Compared,
+		"inconsistent", res.Inconsistent, "fixed", res.Fixed, "took", time.Since(started).Round(time.Millisecond))
 	return res, nil
 }
 
@@ -357,4 +405,84 @@ func (o *OSD) scrubObject(ctx context.Context, s *scrubber, bucket, key string, 
 		}
 	}
 	return read, nil
+}
+
+// compareScrub compares our copy of store PG sid with its replicas'
+// when we lead it and it is active and no replica is being backfilled (a
+// backfill's copy lacks objects by design; a replica recovering from the
+// log, or behind by the writes in flight, catches up before a difference
+// counts: see confirm), and records what it found with the PG's scrub.
+func (o *OSD) compareScrub(ctx context.Context, sid, pool, pg uint32, damaged map[objName]bool, repair bool, res *ScrubResult) error {
+	mp := o.Map()
+	acting := mp.ActingSet(pool, pg)
+	p, ok := mp.Pool(pool)
+	if pg == placement.MetaPG || !ok || len(acting) < 2 || acting[0] != o.id {
+		return nil
+	}
+	if st := o.pgStat(mp, p, pg); !hasState(st.State, "active") || hasState(st.State, "backfilling") || hasState(st.State, "backfill_toofull") {
+		o.log.Info("deep scrub: copies not compared", "pg", placement.PGIDOf(sid), "state", st.State)
+		return nil
+	}
+	found, fixed, err := o.compareReplicas(ctx, sid, pool, pg, acting, damaged, repair)
+	if err != nil {
+		return err
+	}
+	res.Compared = true
+	res.Inconsistent = uint64(len(found.Objects) + fixed)
+	res.Fixed = uint64(fixed)
+	o.setInconsistent(sid, found)
+	return nil
+}
+
+// hasState reports whether the "+"-joined state has word.
+func hasState(state, word string) bool {
+	return slices.Contains(strings.Split(state, "+"), word)
+}
+
+// setInconsistent records the last compare of store PG sid.
+func (o *OSD) setInconsistent(sid uint32, r *osdpb.PGInconsistent) {
+	if err := o.st.SetPGInconsistent(o.ctx, sid, r); err != nil {
+		o.log.Warn("recording a pg's inconsistent objects", "pg", placement.PGIDOf(sid), "err", err)
+	}
+	s := o.scrub
+	s.mu.Lock()
+	s.inconsistent[sid] = uint64(len(r.GetObjects()))
+	s.mu.Unlock()
+}
+
+// inconsistentIn is how many objects the last compare of store PG sid
+// found inconsistent.
+func (o *OSD) inconsistentIn(sid uint32) uint64 {
+	s := o.scrub
+	s.mu.Lock()
+	n, ok := s.inconsistent[sid]
+	s.mu.Unlock()
+	if ok {
+		return n
+	}
+	r, err := o.st.PGInconsistent(o.ctx, sid)
+	if err != nil {
+		o.log.Warn("reading a pg's inconsistent objects", "pg", placement.PGIDOf(sid), "err", err)
+		return 0
+	}
+	n = uint64(len(r.GetObjects()))
+	s.mu.Lock()
+	s.inconsistent[sid] = n
+	s.mu.Unlock()
+	return n
+}
+
+// inconsistentObjects is how many objects the last compares of the PGs
+// we lead found inconsistent (osprey_osd_scrub_inconsistent_objects).
+func (o *OSD) inconsistentObjects() uint64 {
+	mp := o.Map()
+	var n uint64
+	for p := range mp.Pools() {
+		for pg, role := range mp.PGsOf(p.Id, o.id) {
+			if role.IsPrimary() && pg != placement.MetaPG {
+				n += o.inconsistentIn(storePG(p.Id, pg))
+			}
+		}
+	}
+	return n
 }

@@ -1,23 +1,28 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // newPGCmd is `osprey pg`, the commands on placement groups.
 func newPGCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pg",
-		Short: "Placement group commands (deep-scrub)",
+		Short: "Placement group commands (deep-scrub, repair, list-inconsistent)",
 	}
-	cmd.AddCommand(newPGDeepScrubCmd())
+	cmd.AddCommand(newPGDeepScrubCmd(), newPGRepairCmd(), newPGListInconsistentCmd())
 	return cmd
 }
 
@@ -39,36 +44,14 @@ an admin keyring.`,
 		Example: `  osprey pg deep-scrub 1.1f 1.20`,
 		Args:    argsBetween(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var pgs []placement.PGID
-			for _, a := range args {
-				id, err := placement.ParsePGID(a)
-				if err != nil {
-					return usageErrorf("%v", err)
-				}
-				pgs = append(pgs, id)
-			}
-			ctx := cmd.Context()
-			cl, err := connect(ctx, cmd, c.target)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			for _, pg := range pgs {
+			return forEachPG(cmd, c, args, func(ctx context.Context, cl *client.Client, pg placement.PGID) (map[string]any, string, error) {
 				osds, err := cl.DeepScrubPG(ctx, pg)
-				if err != nil {
-					return fmt.Errorf("pg %s: %w", pg, err)
-				}
-				if c.asJSON {
-					json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"pg": pg.String(), "osds": osds})
-					continue
-				}
 				names := make([]string, len(osds))
 				for i, id := range osds {
 					names[i] = "osd." + strconv.FormatUint(uint64(id), 10)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "instructing pg %s on %s to deep-scrub\n", pg, strings.Join(names, ", "))
-			}
-			return nil
+				return map[string]any{"osds": osds}, fmt.Sprintf("instructing pg %s on %s to deep-scrub", pg, strings.Join(names, ", ")), err
+			})
 		},
 	}
 	c.add(cmd)
@@ -91,26 +74,217 @@ func newOSDDeepScrubCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			return adminEach(cmd, c, ids, func(ctx context.Context, cl *client.Client, id uint32) (map[string]any, string, error) {
+				n, err := cl.DeepScrubOSD(ctx, id)
+				return map[string]any{"osd": id, "queued": n}, fmt.Sprintf("instructing osd.%d to deep-scrub its %d pg copies", id, n), err
+			})
+		},
+	}
+	c.add(cmd)
+	return cmd
+}
+
+// forEachPG runs do for each PG id of args (adminEach), naming the PG in
+// its errors and JSON lines.
+func forEachPG(cmd *cobra.Command, c commonFlags, args []string,
+	do func(context.Context, *client.Client, placement.PGID) (asJSON map[string]any, text string, err error)) error {
+	pgs, err := parsePGIDs(args)
+	if err != nil {
+		return err
+	}
+	return adminEach(cmd, c, pgs, func(ctx context.Context, cl *client.Client, pg placement.PGID) (map[string]any, string, error) {
+		j, text, err := do(ctx, cl, pg)
+		if err != nil {
+			return nil, "", fmt.Errorf("pg %s: %w", pg, err)
+		}
+		j["pg"] = pg.String()
+		return j, text, nil
+	})
+}
+
+// adminEach runs do for each of ids, in order, on one connection, and
+// prints what it says: one JSON line or one text line each. The first
+// error stops it.
+func adminEach[T any](cmd *cobra.Command, c commonFlags, ids []T,
+	do func(context.Context, *client.Client, T) (asJSON map[string]any, text string, err error)) error {
+	ctx := cmd.Context()
+	cl, err := connect(ctx, cmd, c.target)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for _, id := range ids {
+		j, text, err := do(ctx, cl, id)
+		if err != nil {
+			return err
+		}
+		if c.asJSON {
+			json.NewEncoder(cmd.OutOrStdout()).Encode(j)
+			continue
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), text)
+	}
+	return nil
+}
+
+// parsePGIDs parses PG ids as Ceph writes them (POOL.SEED, seed in hex).
+func parsePGIDs(args []string) ([]placement.PGID, error) {
+	var pgs []placement.PGID
+	for _, a := range args {
+		id, err := placement.ParsePGID(a)
+		if err != nil {
+			return nil, usageErrorf("%v", err)
+		}
+		pgs = append(pgs, id)
+	}
+	return pgs, nil
+}
+
+// newPGRepairCmd is `osprey pg repair PGID...`, as `ceph pg repair`.
+func newPGRepairCmd() *cobra.Command {
+	var c commonFlags
+	cmd := &cobra.Command{
+		Use:   "repair PGID...",
+		Short: "Repair PGs now: compare every copy and install the authoritative one where they differ",
+		Long: `Asks each PG's primary to deep-scrub the PG now, comparing its copy of every
+object with its replicas', and to install the authoritative copy (the newest
+version that reads back intact, the primary's on a tie) on every copy that
+differs or lacks the object. Waits until the repair is done and prints how
+many objects were inconsistent and how many were repaired; a scrub after it
+finds the PG consistent, and "osprey status" turns HEALTH_OK again. Needs an
+admin keyring.`,
+		Example: `  osprey pg repair 1.1f`,
+		Args:    argsBetween(1, -1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return forEachPG(cmd, c, args, func(ctx context.Context, cl *client.Client, pg placement.PGID) (map[string]any, string, error) {
+				found, repaired, err := cl.RepairPG(ctx, pg)
+				return map[string]any{"inconsistent": found, "repaired": repaired},
+					fmt.Sprintf("pg %s: %d inconsistent objects, %d repaired", pg, found, repaired), err
+			})
+		},
+	}
+	c.add(cmd)
+	return cmd
+}
+
+// newPGListInconsistentCmd is `osprey pg list-inconsistent PGID`, as
+// `rados list-inconsistent-obj`.
+func newPGListInconsistentCmd() *cobra.Command {
+	var c commonFlags
+	cmd := &cobra.Command{
+		Use:   "list-inconsistent PGID",
+		Short: "List the objects whose copies differ, as the PG's last deep scrub found them",
+		Long: `Prints the objects the last deep scrub of the PG found inconsistent (as
+"rados list-inconsistent-obj" does): per object, the kinds of error, and per
+copy (OSD) its version, size and CRC32C, what is wrong with it, and which copy
+is authoritative (the one "osprey pg repair" installs on the others). Error
+kinds: missing (the copy lacks the object), stale_version (an older version),
+size_mismatch and data_digest_mismatch (other bytes than the authoritative
+copy's), read_error (the copy failed its own checksums). Needs an admin
+keyring.`,
+		Example: `  osprey pg list-inconsistent 1.1f
+  osprey pg list-inconsistent 1.1f --json`,
+		Args: argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pgs, err := parsePGIDs(args)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			cl, err := connect(ctx, cmd, c.target)
 			if err != nil {
 				return err
 			}
 			defer cl.Close()
-			for _, id := range ids {
-				n, err := cl.DeepScrubOSD(ctx, id)
-				if err != nil {
-					return err
-				}
-				if c.asJSON {
-					json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"osd": id, "queued": n})
-					continue
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "instructing osd.%d to deep-scrub its %d pg copies\n", id, n)
+			r, err := cl.ListInconsistent(ctx, pgs[0])
+			if err != nil {
+				return fmt.Errorf("pg %s: %w", pgs[0], err)
 			}
+			if c.asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(inconsistentJSON(pgs[0], r))
+			}
+			printInconsistent(cmd.OutOrStdout(), pgs[0], r)
 			return nil
 		},
 	}
 	c.add(cmd)
 	return cmd
+}
+
+// The JSON of list-inconsistent, after rados list-inconsistent-obj's.
+type (
+	inconsistentOut struct {
+		PG            string            `json:"pg"`
+		Epoch         uint64            `json:"epoch"`
+		Scrubbed      string            `json:"scrubbed,omitempty"`
+		Inconsistents []inconsistentObj `json:"inconsistents"`
+	}
+	inconsistentObj struct {
+		Bucket string       `json:"bucket"`
+		Key    string       `json:"key"`
+		Errors []string     `json:"union_shard_errors"`
+		Shards []shardState `json:"shards"`
+	}
+	shardState struct {
+		OSD           uint32   `json:"osd"`
+		Errors        []string `json:"errors"`
+		Missing       bool     `json:"missing,omitempty"`
+		Version       string   `json:"version,omitempty"`
+		Size          uint64   `json:"size"`
+		DataDigest    string   `json:"data_digest,omitempty"`
+		Authoritative bool     `json:"authoritative,omitempty"`
+	}
+)
+
+func inconsistentJSON(pg placement.PGID, r *client.InconsistentPG) inconsistentOut {
+	out := inconsistentOut{PG: pg.String(), Epoch: r.Epoch, Inconsistents: []inconsistentObj{}}
+	if !r.Scrubbed.IsZero() {
+		out.Scrubbed = r.Scrubbed.UTC().Format(time.RFC3339)
+	}
+	for _, io := range r.Objects {
+		o := inconsistentObj{Bucket: io.Bucket, Key: io.Key, Errors: io.Errors}
+		for _, sh := range io.Shards {
+			s := shardState{OSD: sh.Osd, Errors: sh.Errors, Missing: sh.Missing, Authoritative: sh.Authoritative}
+			if s.Errors == nil {
+				s.Errors = []string{}
+			}
+			if !sh.Missing {
+				s.Version, s.Size, s.DataDigest = versionString(sh.Version), sh.Size, fmt.Sprintf("0x%08x", sh.Crc32C)
+			}
+			o.Shards = append(o.Shards, s)
+		}
+		out.Inconsistents = append(out.Inconsistents, o)
+	}
+	return out
+}
+
+func versionString(v *osdpb.Version) string { return fmt.Sprintf("%d.%d", v.GetEpoch(), v.GetSeq()) }
+
+func printInconsistent(w io.Writer, pg placement.PGID, r *client.InconsistentPG) {
+	if len(r.Objects) == 0 {
+		fmt.Fprintf(w, "pg %s: no inconsistent objects\n", pg)
+		return
+	}
+	fmt.Fprintf(w, "pg %s: %d inconsistent objects (scrubbed %s, epoch %d)\n", pg, len(r.Objects),
+		r.Scrubbed.UTC().Format(time.RFC3339), r.Epoch)
+	for _, io := range r.Objects {
+		fmt.Fprintf(w, "%s/%s: %s\n", io.Bucket, io.Key, strings.Join(io.Errors, ", "))
+		for _, sh := range io.Shards {
+			line := fmt.Sprintf("  osd.%-3d", sh.Osd)
+			if sh.Missing {
+				line += " missing"
+			} else {
+				line += fmt.Sprintf(" version %s  size %d  crc32c 0x%08x", versionString(sh.Version), sh.Size, sh.Crc32C)
+			}
+			if sh.Authoritative {
+				line += "  authoritative"
+			}
+			if len(sh.Errors) > 0 {
+				line += "  " + strings.Join(sh.Errors, ", ")
+			}
+			fmt.Fprintln(w, line)
+		}
+	}
 }

@@ -30,6 +30,7 @@ var (
 	osdScrubDmg   = newDesc("osprey_osd_scrub_damaged_total", "Damaged objects (checksum or I/O error) this OSD's deep scrubs found.")
 	osdScrubFixed = newDesc("osprey_osd_scrub_repaired_total", "Damaged objects this OSD's deep scrubs replaced with another member's intact copy.")
 	osdScrubErrs  = newDesc("osprey_osd_scrub_errors", "Damaged objects the last deep scrubs of this OSD's PG copies could not repair (Ceph's OSD_SCRUB_ERRORS).")
+	osdScrubIncon = newDesc("osprey_osd_scrub_inconsistent_objects", "Objects whose copies differ, as the last deep scrubs of the PGs this OSD leads compared them (Ceph's PG_DAMAGED); osprey pg list-inconsistent names them.")
 	osdStrays     = newDesc("osprey_osd_stray_pgs_removed_total", "Copies of PGs this OSD left (stray copies) that it removed once their PG was clean elsewhere.")
 
 	// The read cache of checked whole objects (store.ReadCacheStats).
@@ -60,7 +61,7 @@ func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		osdOpDuration, osdInFlight, osdPGs, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
 		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdRepairs, osdRepairFail, osdStrays,
-		osdScrubObj, osdScrubBytes, osdScrubDmg, osdScrubFixed, osdScrubErrs,
+		osdScrubObj, osdScrubBytes, osdScrubDmg, osdScrubFixed, osdScrubErrs, osdScrubIncon,
 		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg,
 		pebbleCompactions, pebbleFlushes, pebbleWALWritten, pebbleWAL, pebbleReadAmp, pebbleL0Files, pebbleDebt,
 		pebbleMemTable, pebbleCache, pebbleCacheHits, pebbleCacheMisses,
@@ -113,6 +114,7 @@ func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, osdScrubDmg, st.ScrubDamaged)
 	counter(ch, osdScrubFixed, st.ScrubRepaired)
 	gauge(ch, osdScrubErrs, float64(st.ScrubErrors))
+	gauge(ch, osdScrubIncon, float64(st.ScrubInconsistent))
 	rc := c.o.Store().ReadCacheStats()
 	gauge(ch, readCacheBytes, float64(rc.Bytes))
 	gauge(ch, readCacheObjects, float64(rc.Extents))

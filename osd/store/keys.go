@@ -24,6 +24,7 @@ const (
 	nsBackfil  = 'I' // 'I' pg(4)                      -> "": a backfill of the PG is under way, or due (a removed copy)
 	nsHead     = 'O' // 'O' bucket 0x00 key            -> sealed head
 	nsPGIndex  = 'P' // 'P' pg(4) bucket 0x00 key      -> empty
+	nsIncons   = 'Q' // 'Q' pg(4)                      -> sealed PGInconsistent: the PG's last cross-replica scrub
 	nsReq      = 'R' // 'R' pg(4) client(8) tid(8)     -> sealed version
 	nsStats    = 'S' // 'S' [pg(4)]                    -> counters (merge operands): the store's, a PG's
 	nsPending  = 'W' // 'W' dataID(8)                  -> "": chunks written, head not yet; "F": unnamed data file

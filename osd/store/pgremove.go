@@ -69,6 +69,7 @@ func (s *Store) removePG(ctx context.Context, st *pgState, pg uint32, between fu
 		b.Delete(pgKey(pg), nil),
 		b.Delete(lesKey(pg), nil),
 		b.Delete(scrubKey(pg), nil),
+		b.Delete(inconsistentKey(pg), nil),
 		b.DeleteRange(lp, prefixEnd(lp), nil),
 		b.DeleteRange(rp, prefixEnd(rp), nil),
 	} {

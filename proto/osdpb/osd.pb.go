@@ -76,6 +76,13 @@ const (
 	MsgType_MSG_PUT_OBJECT_IF_REPLY      MsgType = 36
 	MsgType_MSG_COMPLETE_UPLOAD_IF       MsgType = 37
 	MsgType_MSG_COMPLETE_UPLOAD_IF_REPLY MsgType = 38
+	// An admin's request that a PG's primary compare its replicas now and
+	// push the authoritative copy of every inconsistent object to the others.
+	MsgType_MSG_PG_REPAIR       MsgType = 39
+	MsgType_MSG_PG_REPAIR_REPLY MsgType = 40
+	// The inconsistent objects the PG's last cross-replica scrub recorded.
+	MsgType_MSG_PG_LIST_INCONSISTENT       MsgType = 41
+	MsgType_MSG_PG_LIST_INCONSISTENT_REPLY MsgType = 42
 	// Between OSDs, on the cluster network.
 	MsgType_MSG_REP_OP            MsgType = 101
 	MsgType_MSG_REP_OP_REPLY      MsgType = 102
@@ -89,6 +96,12 @@ const (
 	MsgType_MSG_HEARTBEAT_REPLY   MsgType = 110
 	MsgType_MSG_PG_STRAY          MsgType = 111
 	MsgType_MSG_PG_STRAY_REPLY    MsgType = 112
+	// A primary's deep scrub asks a replica for its scrub map of a chunk.
+	MsgType_MSG_PG_SCRUB_MAP       MsgType = 113
+	MsgType_MSG_PG_SCRUB_MAP_REPLY MsgType = 114
+	// A primary's repair pushes the authoritative copy of an object.
+	MsgType_MSG_PG_PUSH       MsgType = 115
+	MsgType_MSG_PG_PUSH_REPLY MsgType = 116
 	// Between daemons or clients and the mon (docs/mon.md).
 	MsgType_MSG_MON_BOOT            MsgType = 201
 	MsgType_MSG_MON_BOOT_REPLY      MsgType = 202
@@ -144,6 +157,10 @@ var (
 		36:  "MSG_PUT_OBJECT_IF_REPLY",
 		37:  "MSG_COMPLETE_UPLOAD_IF",
 		38:  "MSG_COMPLETE_UPLOAD_IF_REPLY",
+		39:  "MSG_PG_REPAIR",
+		40:  "MSG_PG_REPAIR_REPLY",
+		41:  "MSG_PG_LIST_INCONSISTENT",
+		42:  "MSG_PG_LIST_INCONSISTENT_REPLY",
 		101: "MSG_REP_OP",
 		102: "MSG_REP_OP_REPLY",
 		103: "MSG_PG_QUERY",
@@ -156,6 +173,10 @@ var (
 		110: "MSG_HEARTBEAT_REPLY",
 		111: "MSG_PG_STRAY",
 		112: "MSG_PG_STRAY_REPLY",
+		113: "MSG_PG_SCRUB_MAP",
+		114: "MSG_PG_SCRUB_MAP_REPLY",
+		115: "MSG_PG_PUSH",
+		116: "MSG_PG_PUSH_REPLY",
 		201: "MSG_MON_BOOT",
 		202: "MSG_MON_BOOT_REPLY",
 		203: "MSG_MON_BEACON",
@@ -170,65 +191,73 @@ var (
 		212: "MSG_MON_AUTH",
 	}
 	MsgType_value = map[string]int32{
-		"MSG_UNKNOWN":                  0,
-		"MSG_GET_MAP":                  1,
-		"MSG_GET_MAP_REPLY":            2,
-		"MSG_CREATE_BUCKET":            3,
-		"MSG_CREATE_BUCKET_REPLY":      4,
-		"MSG_DELETE_BUCKET":            5,
-		"MSG_DELETE_BUCKET_REPLY":      6,
-		"MSG_HEAD_BUCKET":              7,
-		"MSG_HEAD_BUCKET_REPLY":        8,
-		"MSG_LIST_BUCKETS":             9,
-		"MSG_LIST_BUCKETS_REPLY":       10,
-		"MSG_PUT_OBJECT":               11,
-		"MSG_PUT_OBJECT_REPLY":         12,
-		"MSG_GET_OBJECT":               13,
-		"MSG_GET_OBJECT_REPLY":         14,
-		"MSG_HEAD_OBJECT":              15,
-		"MSG_HEAD_OBJECT_REPLY":        16,
-		"MSG_DELETE_OBJECT":            17,
-		"MSG_DELETE_OBJECT_REPLY":      18,
-		"MSG_LIST_OBJECTS":             19,
-		"MSG_LIST_OBJECTS_REPLY":       20,
-		"MSG_CREATE_UPLOAD":            21,
-		"MSG_CREATE_UPLOAD_REPLY":      22,
-		"MSG_UPLOAD_PART":              23,
-		"MSG_UPLOAD_PART_REPLY":        24,
-		"MSG_COMPLETE_UPLOAD":          25,
-		"MSG_COMPLETE_UPLOAD_REPLY":    26,
-		"MSG_ABORT_UPLOAD":             27,
-		"MSG_ABORT_UPLOAD_REPLY":       28,
-		"MSG_PG_SCRUB":                 33,
-		"MSG_PG_SCRUB_REPLY":           34,
-		"MSG_PUT_OBJECT_IF":            35,
-		"MSG_PUT_OBJECT_IF_REPLY":      36,
-		"MSG_COMPLETE_UPLOAD_IF":       37,
-		"MSG_COMPLETE_UPLOAD_IF_REPLY": 38,
-		"MSG_REP_OP":                   101,
-		"MSG_REP_OP_REPLY":             102,
-		"MSG_PG_QUERY":                 103,
-		"MSG_PG_QUERY_REPLY":           104,
-		"MSG_PG_LOG_PULL":              105,
-		"MSG_PG_LOG_PULL_REPLY":        106,
-		"MSG_PG_BACKFILL":              107,
-		"MSG_PG_BACKFILL_REPLY":        108,
-		"MSG_HEARTBEAT":                109,
-		"MSG_HEARTBEAT_REPLY":          110,
-		"MSG_PG_STRAY":                 111,
-		"MSG_PG_STRAY_REPLY":           112,
-		"MSG_MON_BOOT":                 201,
-		"MSG_MON_BOOT_REPLY":           202,
-		"MSG_MON_BEACON":               203,
-		"MSG_MON_BEACON_REPLY":         204,
-		"MSG_MON_FAILURE":              205,
-		"MSG_MON_FAILURE_REPLY":        206,
-		"MSG_MON_SUBSCRIBE":            207,
-		"MSG_MON_SUBSCRIBE_REPLY":      208,
-		"MSG_MON_COMMAND":              209,
-		"MSG_MON_COMMAND_REPLY":        210,
-		"MSG_MON_MAP":                  211,
-		"MSG_MON_AUTH":                 212,
+		"MSG_UNKNOWN":                    0,
+		"MSG_GET_MAP":                    1,
+		"MSG_GET_MAP_REPLY":              2,
+		"MSG_CREATE_BUCKET":              3,
+		"MSG_CREATE_BUCKET_REPLY":        4,
+		"MSG_DELETE_BUCKET":              5,
+		"MSG_DELETE_BUCKET_REPLY":        6,
+		"MSG_HEAD_BUCKET":                7,
+		"MSG_HEAD_BUCKET_REPLY":          8,
+		"MSG_LIST_BUCKETS":               9,
+		"MSG_LIST_BUCKETS_REPLY":         10,
+		"MSG_PUT_OBJECT":                 11,
+		"MSG_PUT_OBJECT_REPLY":           12,
+		"MSG_GET_OBJECT":                 13,
+		"MSG_GET_OBJECT_REPLY":           14,
+		"MSG_HEAD_OBJECT":                15,
+		"MSG_HEAD_OBJECT_REPLY":          16,
+		"MSG_DELETE_OBJECT":              17,
+		"MSG_DELETE_OBJECT_REPLY":        18,
+		"MSG_LIST_OBJECTS":               19,
+		"MSG_LIST_OBJECTS_REPLY":         20,
+		"MSG_CREATE_UPLOAD":              21,
+		"MSG_CREATE_UPLOAD_REPLY":        22,
+		"MSG_UPLOAD_PART":                23,
+		"MSG_UPLOAD_PART_REPLY":          24,
+		"MSG_COMPLETE_UPLOAD":            25,
+		"MSG_COMPLETE_UPLOAD_REPLY":      26,
+		"MSG_ABORT_UPLOAD":               27,
+		"MSG_ABORT_UPLOAD_REPLY":         28,
+		"MSG_PG_SCRUB":                   33,
+		"MSG_PG_SCRUB_REPLY":             34,
+		"MSG_PUT_OBJECT_IF":              35,
+		"MSG_PUT_OBJECT_IF_REPLY":        36,
+		"MSG_COMPLETE_UPLOAD_IF":         37,
+		"MSG_COMPLETE_UPLOAD_IF_REPLY":   38,
+		"MSG_PG_REPAIR":                  39,
+		"MSG_PG_REPAIR_REPLY":            40,
+		"MSG_PG_LIST_INCONSISTENT":       41,
+		"MSG_PG_LIST_INCONSISTENT_REPLY": 42,
+		"MSG_REP_OP":                     101,
+		"MSG_REP_OP_REPLY":               102,
+		"MSG_PG_QUERY":                   103,
+		"MSG_PG_QUERY_REPLY":             104,
+		"MSG_PG_LOG_PULL":                105,
+		"MSG_PG_LOG_PULL_REPLY":          106,
+		"MSG_PG_BACKFILL":                107,
+		"MSG_PG_BACKFILL_REPLY":          108,
+		"MSG_HEARTBEAT":                  109,
+		"MSG_HEARTBEAT_REPLY":            110,
+		"MSG_PG_STRAY":                   111,
+		"MSG_PG_STRAY_REPLY":             112,
+		"MSG_PG_SCRUB_MAP":               113,
+		"MSG_PG_SCRUB_MAP_REPLY":         114,
+		"MSG_PG_PUSH":                    115,
+		"MSG_PG_PUSH_REPLY":              116,
+		"MSG_MON_BOOT":                   201,
+		"MSG_MON_BOOT_REPLY":             202,
+		"MSG_MON_BEACON":                 203,
+		"MSG_MON_BEACON_REPLY":           204,
+		"MSG_MON_FAILURE":                205,
+		"MSG_MON_FAILURE_REPLY":          206,
+		"MSG_MON_SUBSCRIBE":              207,
+		"MSG_MON_SUBSCRIBE_REPLY":        208,
+		"MSG_MON_COMMAND":                209,
+		"MSG_MON_COMMAND_REPLY":          210,
+		"MSG_MON_MAP":                    211,
+		"MSG_MON_AUTH":                   212,
 	}
 )
 
@@ -3714,15 +3743,18 @@ func (x *MonBootReply) GetMap() *ClusterMap {
 
 // PGStat is what a PG's primary reports of it in its beacons.
 type PGStat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
-	Pg            uint32                 `protobuf:"varint,2,opt,name=pg,proto3" json:"pg,omitempty"`
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // Ceph's words: "active+clean", "peering", ...
-	Objects       uint64                 `protobuf:"varint,4,opt,name=objects,proto3" json:"objects,omitempty"`
-	Degraded      uint64                 `protobuf:"varint,5,opt,name=degraded,proto3" json:"degraded,omitempty"`   // object copies missing on acting members
-	Misplaced     uint64                 `protobuf:"varint,6,opt,name=misplaced,proto3" json:"misplaced,omitempty"` // objects still to move to a new member
-	Last          *Version               `protobuf:"bytes,7,opt,name=last,proto3" json:"last,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,8,opt,name=epoch,proto3" json:"epoch,omitempty"` // the map epoch the state was seen at
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Pool      uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pg        uint32                 `protobuf:"varint,2,opt,name=pg,proto3" json:"pg,omitempty"`
+	State     string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // Ceph's words: "active+clean", "peering", ...
+	Objects   uint64                 `protobuf:"varint,4,opt,name=objects,proto3" json:"objects,omitempty"`
+	Degraded  uint64                 `protobuf:"varint,5,opt,name=degraded,proto3" json:"degraded,omitempty"`   // object copies missing on acting members
+	Misplaced uint64                 `protobuf:"varint,6,opt,name=misplaced,proto3" json:"misplaced,omitempty"` // objects still to move to a new member
+	Last      *Version               `protobuf:"bytes,7,opt,name=last,proto3" json:"last,omitempty"`
+	Epoch     uint64                 `protobuf:"varint,8,opt,name=epoch,proto3" json:"epoch,omitempty"` // the map epoch the state was seen at
+	// Objects the PG's last cross-replica deep scrub found inconsistent
+	// (the state then has +inconsistent).
+	Inconsistent  uint64 `protobuf:"varint,9,opt,name=inconsistent,proto3" json:"inconsistent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3809,6 +3841,13 @@ func (x *PGStat) GetLast() *Version {
 func (x *PGStat) GetEpoch() uint64 {
 	if x != nil {
 		return x.Epoch
+	}
+	return 0
+}
+
+func (x *PGStat) GetInconsistent() uint64 {
+	if x != nil {
+		return x.Inconsistent
 	}
 	return 0
 }
@@ -3922,6 +3961,895 @@ func (x *PGScrubReply) GetQueued() uint32 {
 	return 0
 }
 
+// ObjectName names one object of a PG.
+type ObjectName struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObjectName) Reset() {
+	*x = ObjectName{}
+	mi := &file_osd_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObjectName) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObjectName) ProtoMessage() {}
+
+func (x *ObjectName) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObjectName.ProtoReflect.Descriptor instead.
+func (*ObjectName) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ObjectName) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *ObjectName) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+// ScrubObject is one object of a scrub map: what one copy holds.
+type ScrubObject struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Bucket  string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Key     string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Version *Version               `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"` // the PG version that wrote this copy (0.0: unknown)
+	Size    uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Crc32C  uint32                 `protobuf:"varint,5,opt,name=crc32c,proto3" json:"crc32c,omitempty"` // of the whole body, as its metadata records it
+	// damaged: reading the copy back failed its own chunk CRC32Cs (or the
+	// disk returned an I/O error).
+	Damaged       bool `protobuf:"varint,6,opt,name=damaged,proto3" json:"damaged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScrubObject) Reset() {
+	*x = ScrubObject{}
+	mi := &file_osd_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubObject) ProtoMessage() {}
+
+func (x *ScrubObject) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubObject.ProtoReflect.Descriptor instead.
+func (*ScrubObject) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ScrubObject) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *ScrubObject) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ScrubObject) GetVersion() *Version {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
+func (x *ScrubObject) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ScrubObject) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *ScrubObject) GetDamaged() bool {
+	if x != nil {
+		return x.Damaged
+	}
+	return false
+}
+
+// PGScrubMap asks a replica for its scrub map of the objects of PG
+// (pool, pg) after (after_bucket, after_key) up to and including
+// (upto_bucket, upto_key), or to the end with to_end; with names, of
+// exactly those objects instead. Each object is read back and checked.
+type PGScrubMap struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Epoch       uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Pool        uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pg          uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	AfterBucket string                 `protobuf:"bytes,4,opt,name=after_bucket,json=afterBucket,proto3" json:"after_bucket,omitempty"`
+	AfterKey    string                 `protobuf:"bytes,5,opt,name=after_key,json=afterKey,proto3" json:"after_key,omitempty"`
+	UptoBucket  string                 `protobuf:"bytes,6,opt,name=upto_bucket,json=uptoBucket,proto3" json:"upto_bucket,omitempty"`
+	UptoKey     string                 `protobuf:"bytes,7,opt,name=upto_key,json=uptoKey,proto3" json:"upto_key,omitempty"`
+	ToEnd       bool                   `protobuf:"varint,8,opt,name=to_end,json=toEnd,proto3" json:"to_end,omitempty"`
+	Names       []*ObjectName          `protobuf:"bytes,9,rep,name=names,proto3" json:"names,omitempty"`
+	// shallow: metadata only, no read back (the primary's second look at
+	// objects the first found differing).
+	Shallow       bool `protobuf:"varint,10,opt,name=shallow,proto3" json:"shallow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGScrubMap) Reset() {
+	*x = PGScrubMap{}
+	mi := &file_osd_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGScrubMap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGScrubMap) ProtoMessage() {}
+
+func (x *PGScrubMap) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGScrubMap.ProtoReflect.Descriptor instead.
+func (*PGScrubMap) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *PGScrubMap) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *PGScrubMap) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *PGScrubMap) GetPg() uint32 {
+	if x != nil {
+		return x.Pg
+	}
+	return 0
+}
+
+func (x *PGScrubMap) GetAfterBucket() string {
+	if x != nil {
+		return x.AfterBucket
+	}
+	return ""
+}
+
+func (x *PGScrubMap) GetAfterKey() string {
+	if x != nil {
+		return x.AfterKey
+	}
+	return ""
+}
+
+func (x *PGScrubMap) GetUptoBucket() string {
+	if x != nil {
+		return x.UptoBucket
+	}
+	return ""
+}
+
+func (x *PGScrubMap) GetUptoKey() string {
+	if x != nil {
+		return x.UptoKey
+	}
+	return ""
+}
+
+func (x *PGScrubMap) GetToEnd() bool {
+	if x != nil {
+		return x.ToEnd
+	}
+	return false
+}
+
+func (x *PGScrubMap) GetNames() []*ObjectName {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *PGScrubMap) GetShallow() bool {
+	if x != nil {
+		return x.Shallow
+	}
+	return false
+}
+
+type PGScrubMapReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Header  *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Objects []*ScrubObject         `protobuf:"bytes,2,rep,name=objects,proto3" json:"objects,omitempty"` // in (bucket, key) order
+	// more: the range holds more objects than one reply carries; ask again
+	// after the last.
+	More bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	// Where the copy's PG log ended once the map was read: every write the
+	// map reflects is at or below it.
+	Last          *Version `protobuf:"bytes,4,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGScrubMapReply) Reset() {
+	*x = PGScrubMapReply{}
+	mi := &file_osd_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGScrubMapReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGScrubMapReply) ProtoMessage() {}
+
+func (x *PGScrubMapReply) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGScrubMapReply.ProtoReflect.Descriptor instead.
+func (*PGScrubMapReply) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *PGScrubMapReply) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *PGScrubMapReply) GetObjects() []*ScrubObject {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+func (x *PGScrubMapReply) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *PGScrubMapReply) GetLast() *Version {
+	if x != nil {
+		return x.Last
+	}
+	return nil
+}
+
+// PGPush installs the authoritative copy of one object (entry kind
+// OP_PUT with its version; the body is the data segment) on a replica,
+// outside the PG log: a repair.
+type PGPush struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Pool          uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	Entry         *LogEntry              `protobuf:"bytes,4,opt,name=entry,proto3" json:"entry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGPush) Reset() {
+	*x = PGPush{}
+	mi := &file_osd_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGPush) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGPush) ProtoMessage() {}
+
+func (x *PGPush) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGPush.ProtoReflect.Descriptor instead.
+func (*PGPush) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *PGPush) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *PGPush) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *PGPush) GetPg() uint32 {
+	if x != nil {
+		return x.Pg
+	}
+	return 0
+}
+
+func (x *PGPush) GetEntry() *LogEntry {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+type PGPushReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGPushReply) Reset() {
+	*x = PGPushReply{}
+	mi := &file_osd_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGPushReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGPushReply) ProtoMessage() {}
+
+func (x *PGPushReply) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGPushReply.ProtoReflect.Descriptor instead.
+func (*PGPushReply) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *PGPushReply) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+// ScrubShard is one copy of an inconsistent object.
+type ScrubShard struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Osd           uint32                 `protobuf:"varint,1,opt,name=osd,proto3" json:"osd,omitempty"`
+	Missing       bool                   `protobuf:"varint,2,opt,name=missing,proto3" json:"missing,omitempty"` // the copy has no such object
+	Version       *Version               `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Crc32C        uint32                 `protobuf:"varint,5,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	Damaged       bool                   `protobuf:"varint,6,opt,name=damaged,proto3" json:"damaged,omitempty"`
+	Authoritative bool                   `protobuf:"varint,7,opt,name=authoritative,proto3" json:"authoritative,omitempty"` // the copy a repair pushes to the others
+	Errors        []string               `protobuf:"bytes,8,rep,name=errors,proto3" json:"errors,omitempty"`                // what is wrong with this copy
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScrubShard) Reset() {
+	*x = ScrubShard{}
+	mi := &file_osd_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrubShard) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrubShard) ProtoMessage() {}
+
+func (x *ScrubShard) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrubShard.ProtoReflect.Descriptor instead.
+func (*ScrubShard) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ScrubShard) GetOsd() uint32 {
+	if x != nil {
+		return x.Osd
+	}
+	return 0
+}
+
+func (x *ScrubShard) GetMissing() bool {
+	if x != nil {
+		return x.Missing
+	}
+	return false
+}
+
+func (x *ScrubShard) GetVersion() *Version {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
+func (x *ScrubShard) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ScrubShard) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *ScrubShard) GetDamaged() bool {
+	if x != nil {
+		return x.Damaged
+	}
+	return false
+}
+
+func (x *ScrubShard) GetAuthoritative() bool {
+	if x != nil {
+		return x.Authoritative
+	}
+	return false
+}
+
+func (x *ScrubShard) GetErrors() []string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+// InconsistentObject is an object whose copies differ.
+type InconsistentObject struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Bucket string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Key    string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// Ceph's kinds: missing, stale_version, size_mismatch,
+	// data_digest_mismatch, read_error; the union of its shards'.
+	Errors        []string      `protobuf:"bytes,3,rep,name=errors,proto3" json:"errors,omitempty"`
+	Shards        []*ScrubShard `protobuf:"bytes,4,rep,name=shards,proto3" json:"shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InconsistentObject) Reset() {
+	*x = InconsistentObject{}
+	mi := &file_osd_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InconsistentObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InconsistentObject) ProtoMessage() {}
+
+func (x *InconsistentObject) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InconsistentObject.ProtoReflect.Descriptor instead.
+func (*InconsistentObject) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *InconsistentObject) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *InconsistentObject) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *InconsistentObject) GetErrors() []string {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+func (x *InconsistentObject) GetShards() []*ScrubShard {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+// PGInconsistent is what a PG's last cross-replica scrub found, kept in
+// the primary's store with the PG's scrub stamp.
+type PGInconsistent struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ScrubbedUnixNano int64                  `protobuf:"varint,1,opt,name=scrubbed_unix_nano,json=scrubbedUnixNano,proto3" json:"scrubbed_unix_nano,omitempty"`
+	Objects          []*InconsistentObject  `protobuf:"bytes,2,rep,name=objects,proto3" json:"objects,omitempty"`
+	Epoch            uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"` // the map epoch the scrub compared under
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PGInconsistent) Reset() {
+	*x = PGInconsistent{}
+	mi := &file_osd_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGInconsistent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGInconsistent) ProtoMessage() {}
+
+func (x *PGInconsistent) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGInconsistent.ProtoReflect.Descriptor instead.
+func (*PGInconsistent) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *PGInconsistent) GetScrubbedUnixNano() int64 {
+	if x != nil {
+		return x.ScrubbedUnixNano
+	}
+	return 0
+}
+
+func (x *PGInconsistent) GetObjects() []*InconsistentObject {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+func (x *PGInconsistent) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// PGRepair asks the primary of PG (header.pool, header.pg) to compare its
+// replicas now and push the authoritative copy of each inconsistent
+// object to the copies that differ. Admins only. The reply comes when the
+// repair is done.
+type PGRepair struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGRepair) Reset() {
+	*x = PGRepair{}
+	mi := &file_osd_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGRepair) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGRepair) ProtoMessage() {}
+
+func (x *PGRepair) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGRepair.ProtoReflect.Descriptor instead.
+func (*PGRepair) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *PGRepair) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+type PGRepairReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Inconsistent  uint32                 `protobuf:"varint,2,opt,name=inconsistent,proto3" json:"inconsistent,omitempty"` // objects the repair's scrub found inconsistent
+	Repaired      uint32                 `protobuf:"varint,3,opt,name=repaired,proto3" json:"repaired,omitempty"`         // of them, repaired
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGRepairReply) Reset() {
+	*x = PGRepairReply{}
+	mi := &file_osd_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGRepairReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGRepairReply) ProtoMessage() {}
+
+func (x *PGRepairReply) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGRepairReply.ProtoReflect.Descriptor instead.
+func (*PGRepairReply) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *PGRepairReply) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *PGRepairReply) GetInconsistent() uint32 {
+	if x != nil {
+		return x.Inconsistent
+	}
+	return 0
+}
+
+func (x *PGRepairReply) GetRepaired() uint32 {
+	if x != nil {
+		return x.Repaired
+	}
+	return 0
+}
+
+// PGListInconsistent asks the primary of PG (header.pool, header.pg) for
+// the inconsistent objects its last scrub recorded. Admins only.
+type PGListInconsistent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGListInconsistent) Reset() {
+	*x = PGListInconsistent{}
+	mi := &file_osd_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGListInconsistent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGListInconsistent) ProtoMessage() {}
+
+func (x *PGListInconsistent) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGListInconsistent.ProtoReflect.Descriptor instead.
+func (*PGListInconsistent) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *PGListInconsistent) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+type PGListInconsistentReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Result        *PGInconsistent        `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGListInconsistentReply) Reset() {
+	*x = PGListInconsistentReply{}
+	mi := &file_osd_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGListInconsistentReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGListInconsistentReply) ProtoMessage() {}
+
+func (x *PGListInconsistentReply) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGListInconsistentReply.ProtoReflect.Descriptor instead.
+func (*PGListInconsistentReply) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *PGListInconsistentReply) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *PGListInconsistentReply) GetResult() *PGInconsistent {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 // MonBeacon: an OSD is alive (it keeps the OSD's lease in etcd) and what
 // its PGs are doing.
 type MonBeacon struct {
@@ -3950,7 +4878,7 @@ type MonBeacon struct {
 
 func (x *MonBeacon) Reset() {
 	*x = MonBeacon{}
-	mi := &file_osd_proto_msgTypes[46]
+	mi := &file_osd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3962,7 +4890,7 @@ func (x *MonBeacon) String() string {
 func (*MonBeacon) ProtoMessage() {}
 
 func (x *MonBeacon) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[46]
+	mi := &file_osd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3975,7 +4903,7 @@ func (x *MonBeacon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeacon.ProtoReflect.Descriptor instead.
 func (*MonBeacon) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{46}
+	return file_osd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *MonBeacon) GetFsid() string {
@@ -4078,7 +5006,7 @@ type MonBeaconReply struct {
 
 func (x *MonBeaconReply) Reset() {
 	*x = MonBeaconReply{}
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4090,7 +5018,7 @@ func (x *MonBeaconReply) String() string {
 func (*MonBeaconReply) ProtoMessage() {}
 
 func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4103,7 +5031,7 @@ func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeaconReply.ProtoReflect.Descriptor instead.
 func (*MonBeaconReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{47}
+	return file_osd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *MonBeaconReply) GetHeader() *ReplyHeader {
@@ -4130,7 +5058,7 @@ type MonFailure struct {
 
 func (x *MonFailure) Reset() {
 	*x = MonFailure{}
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4142,7 +5070,7 @@ func (x *MonFailure) String() string {
 func (*MonFailure) ProtoMessage() {}
 
 func (x *MonFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4155,7 +5083,7 @@ func (x *MonFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailure.ProtoReflect.Descriptor instead.
 func (*MonFailure) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{48}
+	return file_osd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *MonFailure) GetFsid() string {
@@ -4216,7 +5144,7 @@ type MonFailureReply struct {
 
 func (x *MonFailureReply) Reset() {
 	*x = MonFailureReply{}
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4228,7 +5156,7 @@ func (x *MonFailureReply) String() string {
 func (*MonFailureReply) ProtoMessage() {}
 
 func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4241,7 +5169,7 @@ func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailureReply.ProtoReflect.Descriptor instead.
 func (*MonFailureReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{49}
+	return file_osd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *MonFailureReply) GetHeader() *ReplyHeader {
@@ -4263,7 +5191,7 @@ type MonSubscribe struct {
 
 func (x *MonSubscribe) Reset() {
 	*x = MonSubscribe{}
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4275,7 +5203,7 @@ func (x *MonSubscribe) String() string {
 func (*MonSubscribe) ProtoMessage() {}
 
 func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4288,7 +5216,7 @@ func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
 func (*MonSubscribe) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{50}
+	return file_osd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
@@ -4316,7 +5244,7 @@ type MonSubscribeReply struct {
 
 func (x *MonSubscribeReply) Reset() {
 	*x = MonSubscribeReply{}
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4328,7 +5256,7 @@ func (x *MonSubscribeReply) String() string {
 func (*MonSubscribeReply) ProtoMessage() {}
 
 func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4341,7 +5269,7 @@ func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
 func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{51}
+	return file_osd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
@@ -4378,7 +5306,7 @@ type AuthTable struct {
 
 func (x *AuthTable) Reset() {
 	*x = AuthTable{}
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4390,7 +5318,7 @@ func (x *AuthTable) String() string {
 func (*AuthTable) ProtoMessage() {}
 
 func (x *AuthTable) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4403,7 +5331,7 @@ func (x *AuthTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
 func (*AuthTable) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{52}
+	return file_osd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *AuthTable) GetRevision() int64 {
@@ -4435,7 +5363,7 @@ type AuthEntry struct {
 
 func (x *AuthEntry) Reset() {
 	*x = AuthEntry{}
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4447,7 +5375,7 @@ func (x *AuthEntry) String() string {
 func (*AuthEntry) ProtoMessage() {}
 
 func (x *AuthEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4460,7 +5388,7 @@ func (x *AuthEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
 func (*AuthEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{53}
+	return file_osd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *AuthEntry) GetEntity() string {
@@ -4503,7 +5431,7 @@ type S3Key struct {
 
 func (x *S3Key) Reset() {
 	*x = S3Key{}
-	mi := &file_osd_proto_msgTypes[54]
+	mi := &file_osd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4515,7 +5443,7 @@ func (x *S3Key) String() string {
 func (*S3Key) ProtoMessage() {}
 
 func (x *S3Key) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[54]
+	mi := &file_osd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4528,7 +5456,7 @@ func (x *S3Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
 func (*S3Key) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{54}
+	return file_osd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *S3Key) GetAccessKey() string {
@@ -4554,7 +5482,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[55]
+	mi := &file_osd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4566,7 +5494,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[55]
+	mi := &file_osd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4579,7 +5507,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{55}
+	return file_osd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -4598,7 +5526,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[56]
+	mi := &file_osd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4610,7 +5538,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[56]
+	mi := &file_osd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4623,7 +5551,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{56}
+	return file_osd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -4654,7 +5582,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[57]
+	mi := &file_osd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4666,7 +5594,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[57]
+	mi := &file_osd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4679,7 +5607,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{57}
+	return file_osd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -4759,7 +5687,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[58]
+	mi := &file_osd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4771,7 +5699,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[58]
+	mi := &file_osd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4784,7 +5712,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{58}
+	return file_osd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -4843,7 +5771,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[59]
+	mi := &file_osd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4855,7 +5783,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[59]
+	mi := &file_osd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4868,7 +5796,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{59}
+	return file_osd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -5183,7 +6111,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
 	"\x04fsid\x18\x04 \x01(\tR\x04fsid\x12(\n" +
-	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03mapJ\x04\b\x02\x10\x03\"\xd5\x01\n" +
+	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03mapJ\x04\b\x02\x10\x03\"\xf9\x01\n" +
 	"\x06PGStat\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x14\n" +
@@ -5192,13 +6120,81 @@ const file_osd_proto_rawDesc = "" +
 	"\bdegraded\x18\x05 \x01(\x04R\bdegraded\x12\x1c\n" +
 	"\tmisplaced\x18\x06 \x01(\x04R\tmisplaced\x12'\n" +
 	"\x04last\x18\a \x01(\v2\x13.osprey.osd.VersionR\x04last\x12\x14\n" +
-	"\x05epoch\x18\b \x01(\x04R\x05epoch\"G\n" +
+	"\x05epoch\x18\b \x01(\x04R\x05epoch\x12\"\n" +
+	"\finconsistent\x18\t \x01(\x04R\finconsistent\"G\n" +
 	"\aPGScrub\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"W\n" +
 	"\fPGScrubReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x16\n" +
-	"\x06queued\x18\x02 \x01(\rR\x06queued\"\xad\x03\n" +
+	"\x06queued\x18\x02 \x01(\rR\x06queued\"6\n" +
+	"\n" +
+	"ObjectName\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xac\x01\n" +
+	"\vScrubObject\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12-\n" +
+	"\aversion\x18\x03 \x01(\v2\x13.osprey.osd.VersionR\aversion\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06crc32c\x18\x05 \x01(\rR\x06crc32c\x12\x18\n" +
+	"\adamaged\x18\x06 \x01(\bR\adamaged\"\xa1\x02\n" +
+	"\n" +
+	"PGScrubMap\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
+	"\x02pg\x18\x03 \x01(\rR\x02pg\x12!\n" +
+	"\fafter_bucket\x18\x04 \x01(\tR\vafterBucket\x12\x1b\n" +
+	"\tafter_key\x18\x05 \x01(\tR\bafterKey\x12\x1f\n" +
+	"\vupto_bucket\x18\x06 \x01(\tR\n" +
+	"uptoBucket\x12\x19\n" +
+	"\bupto_key\x18\a \x01(\tR\auptoKey\x12\x15\n" +
+	"\x06to_end\x18\b \x01(\bR\x05toEnd\x12,\n" +
+	"\x05names\x18\t \x03(\v2\x16.osprey.osd.ObjectNameR\x05names\x12\x18\n" +
+	"\ashallow\x18\n" +
+	" \x01(\bR\ashallow\"\xb2\x01\n" +
+	"\x0fPGScrubMapReply\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x121\n" +
+	"\aobjects\x18\x02 \x03(\v2\x17.osprey.osd.ScrubObjectR\aobjects\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\x12'\n" +
+	"\x04last\x18\x04 \x01(\v2\x13.osprey.osd.VersionR\x04last\"n\n" +
+	"\x06PGPush\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
+	"\x02pg\x18\x03 \x01(\rR\x02pg\x12*\n" +
+	"\x05entry\x18\x04 \x01(\v2\x14.osprey.osd.LogEntryR\x05entry\">\n" +
+	"\vPGPushReply\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\"\xeb\x01\n" +
+	"\n" +
+	"ScrubShard\x12\x10\n" +
+	"\x03osd\x18\x01 \x01(\rR\x03osd\x12\x18\n" +
+	"\amissing\x18\x02 \x01(\bR\amissing\x12-\n" +
+	"\aversion\x18\x03 \x01(\v2\x13.osprey.osd.VersionR\aversion\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06crc32c\x18\x05 \x01(\rR\x06crc32c\x12\x18\n" +
+	"\adamaged\x18\x06 \x01(\bR\adamaged\x12$\n" +
+	"\rauthoritative\x18\a \x01(\bR\rauthoritative\x12\x16\n" +
+	"\x06errors\x18\b \x03(\tR\x06errors\"\x86\x01\n" +
+	"\x12InconsistentObject\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06errors\x18\x03 \x03(\tR\x06errors\x12.\n" +
+	"\x06shards\x18\x04 \x03(\v2\x16.osprey.osd.ScrubShardR\x06shards\"\x8e\x01\n" +
+	"\x0ePGInconsistent\x12,\n" +
+	"\x12scrubbed_unix_nano\x18\x01 \x01(\x03R\x10scrubbedUnixNano\x128\n" +
+	"\aobjects\x18\x02 \x03(\v2\x1e.osprey.osd.InconsistentObjectR\aobjects\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"6\n" +
+	"\bPGRepair\x12*\n" +
+	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\"\x80\x01\n" +
+	"\rPGRepairReply\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\"\n" +
+	"\finconsistent\x18\x02 \x01(\rR\finconsistent\x12\x1a\n" +
+	"\brepaired\x18\x03 \x01(\rR\brepaired\"@\n" +
+	"\x12PGListInconsistent\x12*\n" +
+	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\"~\n" +
+	"\x17PGListInconsistentReply\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x122\n" +
+	"\x06result\x18\x02 \x01(\v2\x1a.osprey.osd.PGInconsistentR\x06result\"\xad\x03\n" +
 	"\tMonBeacon\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
@@ -5288,7 +6284,7 @@ const file_osd_proto_rawDesc = "" +
 	"\as3_keys\x18\x05 \x03(\v2\x11.osprey.osd.S3KeyR\x06s3Keys\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x89\v\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xd1\f\n" +
 	"\aMsgType\x12\x0f\n" +
 	"\vMSG_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vMSG_GET_MAP\x10\x01\x12\x15\n" +
@@ -5325,7 +6321,11 @@ const file_osd_proto_rawDesc = "" +
 	"\x11MSG_PUT_OBJECT_IF\x10#\x12\x1b\n" +
 	"\x17MSG_PUT_OBJECT_IF_REPLY\x10$\x12\x1a\n" +
 	"\x16MSG_COMPLETE_UPLOAD_IF\x10%\x12 \n" +
-	"\x1cMSG_COMPLETE_UPLOAD_IF_REPLY\x10&\x12\x0e\n" +
+	"\x1cMSG_COMPLETE_UPLOAD_IF_REPLY\x10&\x12\x11\n" +
+	"\rMSG_PG_REPAIR\x10'\x12\x17\n" +
+	"\x13MSG_PG_REPAIR_REPLY\x10(\x12\x1c\n" +
+	"\x18MSG_PG_LIST_INCONSISTENT\x10)\x12\"\n" +
+	"\x1eMSG_PG_LIST_INCONSISTENT_REPLY\x10*\x12\x0e\n" +
 	"\n" +
 	"MSG_REP_OP\x10e\x12\x14\n" +
 	"\x10MSG_REP_OP_REPLY\x10f\x12\x10\n" +
@@ -5338,7 +6338,11 @@ const file_osd_proto_rawDesc = "" +
 	"\rMSG_HEARTBEAT\x10m\x12\x17\n" +
 	"\x13MSG_HEARTBEAT_REPLY\x10n\x12\x10\n" +
 	"\fMSG_PG_STRAY\x10o\x12\x16\n" +
-	"\x12MSG_PG_STRAY_REPLY\x10p\x12\x11\n" +
+	"\x12MSG_PG_STRAY_REPLY\x10p\x12\x14\n" +
+	"\x10MSG_PG_SCRUB_MAP\x10q\x12\x1a\n" +
+	"\x16MSG_PG_SCRUB_MAP_REPLY\x10r\x12\x0f\n" +
+	"\vMSG_PG_PUSH\x10s\x12\x15\n" +
+	"\x11MSG_PG_PUSH_REPLY\x10t\x12\x11\n" +
 	"\fMSG_MON_BOOT\x10\xc9\x01\x12\x17\n" +
 	"\x12MSG_MON_BOOT_REPLY\x10\xca\x01\x12\x13\n" +
 	"\x0eMSG_MON_BEACON\x10\xcb\x01\x12\x19\n" +
@@ -5409,76 +6413,89 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_osd_proto_goTypes = []any{
-	(MsgType)(0),              // 0: osprey.osd.MsgType
-	(Status)(0),               // 1: osprey.osd.Status
-	(Fullness)(0),             // 2: osprey.osd.Fullness
-	(OpKind)(0),               // 3: osprey.osd.OpKind
-	(*ClusterMap)(nil),        // 4: osprey.osd.ClusterMap
-	(*OSDInfo)(nil),           // 5: osprey.osd.OSDInfo
-	(*Pool)(nil),              // 6: osprey.osd.Pool
-	(*Version)(nil),           // 7: osprey.osd.Version
-	(*ReqID)(nil),             // 8: osprey.osd.ReqID
-	(*Header)(nil),            // 9: osprey.osd.Header
-	(*ReplyHeader)(nil),       // 10: osprey.osd.ReplyHeader
-	(*PartRef)(nil),           // 11: osprey.osd.PartRef
-	(*ObjectMeta)(nil),        // 12: osprey.osd.ObjectMeta
-	(*ObjectEntry)(nil),       // 13: osprey.osd.ObjectEntry
-	(*BucketInfo)(nil),        // 14: osprey.osd.BucketInfo
-	(*GetMap)(nil),            // 15: osprey.osd.GetMap
-	(*GetMapReply)(nil),       // 16: osprey.osd.GetMapReply
-	(*BucketRequest)(nil),     // 17: osprey.osd.BucketRequest
-	(*BucketReply)(nil),       // 18: osprey.osd.BucketReply
-	(*ListBuckets)(nil),       // 19: osprey.osd.ListBuckets
-	(*ListBucketsReply)(nil),  // 20: osprey.osd.ListBucketsReply
-	(*Condition)(nil),         // 21: osprey.osd.Condition
-	(*PutObject)(nil),         // 22: osprey.osd.PutObject
-	(*GetObject)(nil),         // 23: osprey.osd.GetObject
-	(*ObjectReply)(nil),       // 24: osprey.osd.ObjectReply
-	(*ObjectRequest)(nil),     // 25: osprey.osd.ObjectRequest
-	(*ListObjects)(nil),       // 26: osprey.osd.ListObjects
-	(*ListObjectsReply)(nil),  // 27: osprey.osd.ListObjectsReply
-	(*UploadRequest)(nil),     // 28: osprey.osd.UploadRequest
-	(*UploadReply)(nil),       // 29: osprey.osd.UploadReply
-	(*UploadInfo)(nil),        // 30: osprey.osd.UploadInfo
-	(*LogEntry)(nil),          // 31: osprey.osd.LogEntry
-	(*RepOp)(nil),             // 32: osprey.osd.RepOp
-	(*RepOpReply)(nil),        // 33: osprey.osd.RepOpReply
-	(*PGQuery)(nil),           // 34: osprey.osd.PGQuery
-	(*PGInfo)(nil),            // 35: osprey.osd.PGInfo
-	(*PGQueryReply)(nil),      // 36: osprey.osd.PGQueryReply
-	(*PGStray)(nil),           // 37: osprey.osd.PGStray
-	(*PGStrayReply)(nil),      // 38: osprey.osd.PGStrayReply
-	(*PGLogPull)(nil),         // 39: osprey.osd.PGLogPull
-	(*PGLogPullReply)(nil),    // 40: osprey.osd.PGLogPullReply
-	(*PGBackfill)(nil),        // 41: osprey.osd.PGBackfill
-	(*PGBackfillReply)(nil),   // 42: osprey.osd.PGBackfillReply
-	(*Heartbeat)(nil),         // 43: osprey.osd.Heartbeat
-	(*HeartbeatReply)(nil),    // 44: osprey.osd.HeartbeatReply
-	(*MonBoot)(nil),           // 45: osprey.osd.MonBoot
-	(*MonBootReply)(nil),      // 46: osprey.osd.MonBootReply
-	(*PGStat)(nil),            // 47: osprey.osd.PGStat
-	(*PGScrub)(nil),           // 48: osprey.osd.PGScrub
-	(*PGScrubReply)(nil),      // 49: osprey.osd.PGScrubReply
-	(*MonBeacon)(nil),         // 50: osprey.osd.MonBeacon
-	(*MonBeaconReply)(nil),    // 51: osprey.osd.MonBeaconReply
-	(*MonFailure)(nil),        // 52: osprey.osd.MonFailure
-	(*MonFailureReply)(nil),   // 53: osprey.osd.MonFailureReply
-	(*MonSubscribe)(nil),      // 54: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil), // 55: osprey.osd.MonSubscribeReply
-	(*AuthTable)(nil),         // 56: osprey.osd.AuthTable
-	(*AuthEntry)(nil),         // 57: osprey.osd.AuthEntry
-	(*S3Key)(nil),             // 58: osprey.osd.S3Key
-	(*MonAuth)(nil),           // 59: osprey.osd.MonAuth
-	(*MonMap)(nil),            // 60: osprey.osd.MonMap
-	(*MonCommand)(nil),        // 61: osprey.osd.MonCommand
-	(*MonCommandReply)(nil),   // 62: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),        // 63: osprey.osd.AuthRecord
-	nil,                       // 64: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                       // 65: osprey.osd.AuthEntry.CapsEntry
-	nil,                       // 66: osprey.osd.MonCommand.CapsEntry
-	nil,                       // 67: osprey.osd.AuthRecord.CapsEntry
+	(MsgType)(0),                    // 0: osprey.osd.MsgType
+	(Status)(0),                     // 1: osprey.osd.Status
+	(Fullness)(0),                   // 2: osprey.osd.Fullness
+	(OpKind)(0),                     // 3: osprey.osd.OpKind
+	(*ClusterMap)(nil),              // 4: osprey.osd.ClusterMap
+	(*OSDInfo)(nil),                 // 5: osprey.osd.OSDInfo
+	(*Pool)(nil),                    // 6: osprey.osd.Pool
+	(*Version)(nil),                 // 7: osprey.osd.Version
+	(*ReqID)(nil),                   // 8: osprey.osd.ReqID
+	(*Header)(nil),                  // 9: osprey.osd.Header
+	(*ReplyHeader)(nil),             // 10: osprey.osd.ReplyHeader
+	(*PartRef)(nil),                 // 11: osprey.osd.PartRef
+	(*ObjectMeta)(nil),              // 12: osprey.osd.ObjectMeta
+	(*ObjectEntry)(nil),             // 13: osprey.osd.ObjectEntry
+	(*BucketInfo)(nil),              // 14: osprey.osd.BucketInfo
+	(*GetMap)(nil),                  // 15: osprey.osd.GetMap
+	(*GetMapReply)(nil),             // 16: osprey.osd.GetMapReply
+	(*BucketRequest)(nil),           // 17: osprey.osd.BucketRequest
+	(*BucketReply)(nil),             // 18: osprey.osd.BucketReply
+	(*ListBuckets)(nil),             // 19: osprey.osd.ListBuckets
+	(*ListBucketsReply)(nil),        // 20: osprey.osd.ListBucketsReply
+	(*Condition)(nil),               // 21: osprey.osd.Condition
+	(*PutObject)(nil),               // 22: osprey.osd.PutObject
+	(*GetObject)(nil),               // 23: osprey.osd.GetObject
+	(*ObjectReply)(nil),             // 24: osprey.osd.ObjectReply
+	(*ObjectRequest)(nil),           // 25: osprey.osd.ObjectRequest
+	(*ListObjects)(nil),             // 26: osprey.osd.ListObjects
+	(*ListObjectsReply)(nil),        // 27: osprey.osd.ListObjectsReply
+	(*UploadRequest)(nil),           // 28: osprey.osd.UploadRequest
+	(*UploadReply)(nil),             // 29: osprey.osd.UploadReply
+	(*UploadInfo)(nil),              // 30: osprey.osd.UploadInfo
+	(*LogEntry)(nil),                // 31: osprey.osd.LogEntry
+	(*RepOp)(nil),                   // 32: osprey.osd.RepOp
+	(*RepOpReply)(nil),              // 33: osprey.osd.RepOpReply
+	(*PGQuery)(nil),                 // 34: osprey.osd.PGQuery
+	(*PGInfo)(nil),                  // 35: osprey.osd.PGInfo
+	(*PGQueryReply)(nil),            // 36: osprey.osd.PGQueryReply
+	(*PGStray)(nil),                 // 37: osprey.osd.PGStray
+	(*PGStrayReply)(nil),            // 38: osprey.osd.PGStrayReply
+	(*PGLogPull)(nil),               // 39: osprey.osd.PGLogPull
+	(*PGLogPullReply)(nil),          // 40: osprey.osd.PGLogPullReply
+	(*PGBackfill)(nil),              // 41: osprey.osd.PGBackfill
+	(*PGBackfillReply)(nil),         // 42: osprey.osd.PGBackfillReply
+	(*Heartbeat)(nil),               // 43: osprey.osd.Heartbeat
+	(*HeartbeatReply)(nil),          // 44: osprey.osd.HeartbeatReply
+	(*MonBoot)(nil),                 // 45: osprey.osd.MonBoot
+	(*MonBootReply)(nil),            // 46: osprey.osd.MonBootReply
+	(*PGStat)(nil),                  // 47: osprey.osd.PGStat
+	(*PGScrub)(nil),                 // 48: osprey.osd.PGScrub
+	(*PGScrubReply)(nil),            // 49: osprey.osd.PGScrubReply
+	(*ObjectName)(nil),              // 50: osprey.osd.ObjectName
+	(*ScrubObject)(nil),             // 51: osprey.osd.ScrubObject
+	(*PGScrubMap)(nil),              // 52: osprey.osd.PGScrubMap
+	(*PGScrubMapReply)(nil),         // 53: osprey.osd.PGScrubMapReply
+	(*PGPush)(nil),                  // 54: osprey.osd.PGPush
+	(*PGPushReply)(nil),             // 55: osprey.osd.PGPushReply
+	(*ScrubShard)(nil),              // 56: osprey.osd.ScrubShard
+	(*InconsistentObject)(nil),      // 57: osprey.osd.InconsistentObject
+	(*PGInconsistent)(nil),          // 58: osprey.osd.PGInconsistent
+	(*PGRepair)(nil),                // 59: osprey.osd.PGRepair
+	(*PGRepairReply)(nil),           // 60: osprey.osd.PGRepairReply
+	(*PGListInconsistent)(nil),      // 61: osprey.osd.PGListInconsistent
+	(*PGListInconsistentReply)(nil), // 62: osprey.osd.PGListInconsistentReply
+	(*MonBeacon)(nil),               // 63: osprey.osd.MonBeacon
+	(*MonBeaconReply)(nil),          // 64: osprey.osd.MonBeaconReply
+	(*MonFailure)(nil),              // 65: osprey.osd.MonFailure
+	(*MonFailureReply)(nil),         // 66: osprey.osd.MonFailureReply
+	(*MonSubscribe)(nil),            // 67: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil),       // 68: osprey.osd.MonSubscribeReply
+	(*AuthTable)(nil),               // 69: osprey.osd.AuthTable
+	(*AuthEntry)(nil),               // 70: osprey.osd.AuthEntry
+	(*S3Key)(nil),                   // 71: osprey.osd.S3Key
+	(*MonAuth)(nil),                 // 72: osprey.osd.MonAuth
+	(*MonMap)(nil),                  // 73: osprey.osd.MonMap
+	(*MonCommand)(nil),              // 74: osprey.osd.MonCommand
+	(*MonCommandReply)(nil),         // 75: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),              // 76: osprey.osd.AuthRecord
+	nil,                             // 77: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                             // 78: osprey.osd.AuthEntry.CapsEntry
+	nil,                             // 79: osprey.osd.MonCommand.CapsEntry
+	nil,                             // 80: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	5,  // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -5489,7 +6506,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,  // 5: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	7,  // 6: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	8,  // 7: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	64, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	77, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	11, // 9: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	12, // 10: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	10, // 11: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -5547,28 +6564,43 @@ var file_osd_proto_depIdxs = []int32{
 	7,  // 63: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
 	9,  // 64: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
 	10, // 65: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
-	47, // 66: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	2,  // 67: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
-	10, // 68: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 69: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 70: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 71: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	56, // 72: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	57, // 73: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	65, // 74: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	58, // 75: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	56, // 76: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,  // 77: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	66, // 78: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	10, // 79: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 80: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	67, // 81: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	58, // 82: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	83, // [83:83] is the sub-list for method output_type
-	83, // [83:83] is the sub-list for method input_type
-	83, // [83:83] is the sub-list for extension type_name
-	83, // [83:83] is the sub-list for extension extendee
-	0,  // [0:83] is the sub-list for field type_name
+	7,  // 66: osprey.osd.ScrubObject.version:type_name -> osprey.osd.Version
+	50, // 67: osprey.osd.PGScrubMap.names:type_name -> osprey.osd.ObjectName
+	10, // 68: osprey.osd.PGScrubMapReply.header:type_name -> osprey.osd.ReplyHeader
+	51, // 69: osprey.osd.PGScrubMapReply.objects:type_name -> osprey.osd.ScrubObject
+	7,  // 70: osprey.osd.PGScrubMapReply.last:type_name -> osprey.osd.Version
+	31, // 71: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
+	10, // 72: osprey.osd.PGPushReply.header:type_name -> osprey.osd.ReplyHeader
+	7,  // 73: osprey.osd.ScrubShard.version:type_name -> osprey.osd.Version
+	56, // 74: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
+	57, // 75: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
+	9,  // 76: osprey.osd.PGRepair.header:type_name -> osprey.osd.Header
+	10, // 77: osprey.osd.PGRepairReply.header:type_name -> osprey.osd.ReplyHeader
+	9,  // 78: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
+	10, // 79: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
+	58, // 80: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
+	47, // 81: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	2,  // 82: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
+	10, // 83: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 84: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	10, // 85: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 86: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	69, // 87: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	70, // 88: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	78, // 89: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	71, // 90: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	69, // 91: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,  // 92: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	79, // 93: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	10, // 94: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 95: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	80, // 96: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	71, // 97: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	98, // [98:98] is the sub-list for method output_type
+	98, // [98:98] is the sub-list for method input_type
+	98, // [98:98] is the sub-list for extension type_name
+	98, // [98:98] is the sub-list for extension extendee
+	0,  // [0:98] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -5582,7 +6614,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   64,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// TestPGRepairCLI: a replica's copy changed under CRCs of its own; the
+// PG's deep scrub (osprey pg deep-scrub) finds it inconsistent, the mon's
+// health turns HEALTH_ERR (PG_DAMAGED), osprey pg list-inconsistent shows
+// each copy, and osprey pg repair makes the copies agree: health returns
+// to HEALTH_OK and nothing is listed.
+func TestPGRepairCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	lc := osdtest.StartLocal(t, local.Options{OSDs: 3, Replicas: 3, PGs: 8, WithMon: true, Dir: t.TempDir(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	m := []string{"--mon", lc.Mon.Addr(), "--keyring", lc.KeyringPath("client.admin")}
+	cli := func(args ...string) string {
+		t.Helper()
+		out, _, err := run(t, append(args, m...)...)
+		if err != nil {
+			t.Fatalf("osprey %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	body := osdtest.Payload(100_000, 3)
+	file := filepath.Join(t.TempDir(), "obj")
+	if err := os.WriteFile(file, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cli("mb", "scrub")
+	cli("put", file, "scrub/obj")
+	mp := lc.OSDs[0].Map()
+	pool, _ := mp.PoolByName(placement.DefaultPoolName)
+	pgid := placement.PGID{Pool: pool.Id, Seed: placement.PGOf(pool, "scrub", "obj")}
+	sid, err := pgid.StoreID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	acting := mp.ActingSet(pgid.Pool, pgid.Seed)
+	replica := lc.OSDs[acting[1]]
+	ctx := t.Context()
+	meta, v, err := replica.Store().HeadVersion(ctx, "scrub", "obj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := slices.Clone(body)
+	changed[500] ^= 1
+	meta.Crc32C = crc32.Checksum(changed, crc32.MakeTable(crc32.Castagnoli))
+	if err := replica.Store().InstallObject(ctx, sid, &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: "scrub", Key: "obj", Meta: meta, Version: v}, changed); err != nil {
+		t.Fatal(err)
+	}
+
+	health := func(want, line string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			out := cli("status")
+			if strings.Contains(out, want) && strings.Contains(out, line) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("status never showed %s %q:\n%s", want, line, out)
+			}
+			time.Sleep(100 * time.Millisecond) // polls the mon's view, beaconed every second
+		}
+	}
+	health("HEALTH_OK", "")
+	cli("pg", "deep-scrub", pgid.String())
+	health("HEALTH_ERR", "Possible data damage: 1 pgs inconsistent")
+
+	var rep inconsistentOut
+	if err := json.Unmarshal([]byte(cli("pg", "list-inconsistent", pgid.String(), "--json")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.PG != pgid.String() || len(rep.Inconsistents) != 1 {
+		t.Fatalf("list-inconsistent: %+v", rep)
+	}
+	obj := rep.Inconsistents[0]
+	if obj.Bucket != "scrub" || obj.Key != "obj" || !slices.Equal(obj.Errors, []string{"data_digest_mismatch"}) || len(obj.Shards) != 3 {
+		t.Fatalf("listed object: %+v", obj)
+	}
+	for i, sh := range obj.Shards {
+		bad := sh.OSD == acting[1]
+		if sh.OSD != acting[i] || sh.Authoritative != (i == 0) || (len(sh.Errors) > 0) != bad || sh.Size != uint64(len(body)) ||
+			sh.Version != versionString(v) {
+			t.Fatalf("shard %d: %+v", i, sh)
+		}
+	}
+	text := cli("pg", "list-inconsistent", pgid.String())
+	if !strings.Contains(text, "scrub/obj: data_digest_mismatch") || !strings.Contains(text, "authoritative") {
+		t.Fatalf("list-inconsistent text:\n%s", text)
+	}
+
+	// Admins only: an entity that may read everything may not list or repair.
+	roPath := filepath.Join(t.TempDir(), "ro.keyring")
+	cli("auth", "get-or-create", "client.ro", "mon", "allow r", "osd", "allow r", "-o", roPath)
+	for _, cmd := range []string{"repair", "list-inconsistent"} {
+		_, _, err := run(t, "pg", cmd, pgid.String(), "--mon", lc.Mon.Addr(), "--keyring", roPath)
+		if err == nil || !strings.Contains(err.Error(), "admins only") {
+			t.Fatalf("pg %s as client.ro: %v; want admins only", cmd, err)
+		}
+	}
+
+	if out := cli("pg", "repair", pgid.String()); !strings.Contains(out, "1 inconsistent objects, 1 repaired") {
+		t.Fatalf("repair: %s", out)
+	}
+	health("HEALTH_OK", "")
+	if out := cli("pg", "list-inconsistent", pgid.String()); !strings.Contains(out, "no inconsistent objects") {
+		t.Fatalf("list-inconsistent after the repair:\n%s", out)
+	}
+	if _, got, err := replica.Store().ReadRange(ctx, "scrub", "obj", 0, -1, nil); err != nil || !slices.Equal(got, body) {
+		t.Fatalf("the replica's copy after the repair: %v", err)
+	}
+}

@@ -1,0 +1,285 @@
+package osd_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/osd"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// keysInPG returns n keys of bucket that map to PG pg of pool.
+func keysInPG(pool *osdpb.Pool, bucket string, pg uint32, prefix string, n int) []string {
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprintf("%s-%d", prefix, i)
+		if placement.PGOf(pool, bucket, k) == pg {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// copyOf reads OSD id's copy of bucket/key as an entry to install, with
+// its version.
+func copyOf(t *testing.T, ctx context.Context, o *osd.OSD, bucket, key string) (*osdpb.LogEntry, []byte) {
+	t.Helper()
+	meta, v, err := o.Store().HeadVersion(ctx, bucket, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body, err := o.Store().ReadRange(ctx, bucket, key, 0, -1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: bucket, Key: key, Meta: meta, Version: v}, body
+}
+
+// TestScrubCompare: the primary's deep scrub compares its copy with its
+// replicas' and finds what no copy's own CRCs can: a replica whose bytes
+// changed under CRCs of their own at the same version, an object missing
+// on a replica, a replica left at an older version. Each is recorded
+// (listed with each copy's state and the authoritative copy), counted,
+// and survives nothing but a repair, after which a scrub finds the PG
+// clean and every copy equal to the primary's.
+func TestScrubCompare(t *testing.T) {
+	c, cl, ctx, pool := rotCluster(t, func(cfg *osd.Config) {
+		cfg.DeepScrubInterval = -1 // the test scrubs by hand
+		cfg.ScrubBytesPerSec = -1
+	})
+	pg := placement.PGOf(pool, "rot", "seed")
+	sid := storePGOf(t, pool, pg)
+	acting := c.Map.ActingSet(pool.Id, pg)
+	primary := c.OSDs[acting[0]]
+	keys := keysInPG(pool, "rot", pg, "k", 5)
+	changed, missing, older, lost := keys[0], keys[1], keys[2], keys[4] // keys[3] stays intact
+	bodies := map[string][]byte{}
+	for i, k := range keys {
+		bodies[k] = osdtest.Payload(64<<10+i, uint64(10+i))
+		if _, err := osdtest.Put(ctx, cl, "rot", k, bodies[k], client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := primary.DeepScrub(ctx, pool.Id, pg)
+	if err != nil || !res.Compared || res.Inconsistent != 0 {
+		t.Fatalf("scrub of agreeing copies: %+v, %v; want compared, none inconsistent", res, err)
+	}
+
+	// The older copy: osd acting[2] keeps the first version of `older`.
+	oldEntry, oldBody := copyOf(t, ctx, c.OSDs[acting[2]], "rot", older)
+	bodies[older] = osdtest.Payload(64<<10+2, 99)
+	if _, err := osdtest.Put(ctx, cl, "rot", older, bodies[older], client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.OSDs[acting[2]].Store().InstallObject(ctx, sid, oldEntry, oldBody); err != nil {
+		t.Fatal(err)
+	}
+	// The changed copy: other bytes, with CRCs of their own, at the same
+	// version, so that the replica's own scrub finds nothing.
+	e, body := copyOf(t, ctx, c.OSDs[acting[1]], "rot", changed)
+	body = slices.Clone(body)
+	body[1000] ^= 0xff
+	e.Meta.Crc32C = crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))
+	if err := c.OSDs[acting[1]].Store().InstallObject(ctx, sid, e, body); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.OSDs[acting[1]].DeepScrub(ctx, pool.Id, pg); err != nil || res.Damaged != 0 {
+		t.Fatalf("the changed replica's own scrub: %+v, %v; want nothing damaged", res, err)
+	}
+	// The missing copy, and one the primary lost: a replica's copy is
+	// then the authoritative one.
+	if err := c.OSDs[acting[2]].Store().RemoveObject(ctx, sid, "rot", missing); err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.Store().RemoveObject(ctx, sid, "rot", lost); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err = primary.DeepScrub(ctx, pool.Id, pg)
+	if err != nil || !res.Compared || res.Inconsistent != 4 || res.Fixed != 0 {
+		t.Fatalf("scrub: %+v, %v; want 4 inconsistent", res, err)
+	}
+	if n := primary.Stats().ScrubInconsistent; n != 4 {
+		t.Fatalf("primary's gauge: %d inconsistent objects, want 4", n)
+	}
+	id := placement.PGID{Pool: pool.Id, Seed: pg}
+	list, err := cl.ListInconsistent(ctx, id)
+	if err != nil || len(list.Objects) != 4 || list.Scrubbed.IsZero() {
+		t.Fatalf("ListInconsistent: %+v, %v", list, err)
+	}
+	want := map[string]struct {
+		osd, auth uint32
+		errs      []string
+	}{
+		changed: {acting[1], acting[0], []string{"data_digest_mismatch"}},
+		missing: {acting[2], acting[0], []string{"missing"}},
+		older:   {acting[2], acting[0], []string{"data_digest_mismatch", "stale_version"}},
+		lost:    {acting[0], acting[1], []string{"missing"}},
+	}
+	for _, io := range list.Objects {
+		w, ok := want[io.Key]
+		if !ok || !slices.Equal(io.Errors, w.errs) || len(io.Shards) != 3 {
+			t.Fatalf("listed %s: errors %v, %d shards; want %v", io.Key, io.Errors, len(io.Shards), w.errs)
+		}
+		for _, sh := range io.Shards {
+			if sh.Authoritative != (sh.Osd == w.auth) {
+				t.Fatalf("%s: osd.%d authoritative %v; want osd.%d's copy", io.Key, sh.Osd, sh.Authoritative, w.auth)
+			}
+			if bad := len(sh.Errors) > 0; bad != (sh.Osd == w.osd) {
+				t.Fatalf("%s: osd.%d errors %v; want errors on osd.%d only", io.Key, sh.Osd, sh.Errors, w.osd)
+			}
+		}
+	}
+
+	// Nothing but a repair clears it: a second scrub finds the same.
+	if res, err = primary.DeepScrub(ctx, pool.Id, pg); err != nil || res.Inconsistent != 4 {
+		t.Fatalf("second scrub: %+v, %v", res, err)
+	}
+
+	found, repaired, err := cl.RepairPG(ctx, id)
+	if err != nil || found != 4 || repaired != 4 {
+		t.Fatalf("RepairPG: %d found, %d repaired, %v; want 4, 4", found, repaired, err)
+	}
+	if res, err = primary.DeepScrub(ctx, pool.Id, pg); err != nil || !res.Compared || res.Inconsistent != 0 {
+		t.Fatalf("scrub after the repair: %+v, %v; want clean", res, err)
+	}
+	if n := primary.Stats().ScrubInconsistent; n != 0 {
+		t.Fatalf("primary's gauge after the repair: %d", n)
+	}
+	if list, err := cl.ListInconsistent(ctx, id); err != nil || len(list.Objects) != 0 {
+		t.Fatalf("ListInconsistent after the repair: %+v, %v", list, err)
+	}
+	for _, k := range keys {
+		want, _ := copyOf(t, ctx, c.OSDs[acting[1]], "rot", k)
+		for _, o := range acting {
+			got, body := copyOf(t, ctx, c.OSDs[o], "rot", k)
+			if !proto.Equal(got, want) || !bytes.Equal(body, bodies[k]) {
+				t.Fatalf("osd.%d's copy of %s after the repair: %v, want %v", o, k, got, want)
+			}
+		}
+	}
+	if _, _, err := cl.RepairPG(ctx, placement.PGID{Pool: 77, Seed: 1}); err == nil {
+		t.Fatal("RepairPG of a pool that does not exist: no error")
+	}
+}
+
+// TestScrubCompareUnderWrites: a primary's scrubs of a PG that clients
+// keep writing to (puts and deletes of the same few keys, so that copies
+// are caught between versions) report no object inconsistent.
+func TestScrubCompareUnderWrites(t *testing.T) {
+	c, cl, ctx, pool := rotCluster(t, func(cfg *osd.Config) {
+		cfg.DeepScrubInterval = -1
+		cfg.ScrubBytesPerSec = -1
+	})
+	pg := placement.PGOf(pool, "rot", "seed")
+	primary := c.OSDs[c.Map.ActingSet(pool.Id, pg)[0]]
+	keys := keysInPG(pool, "rot", pg, "w", 8)
+	for _, k := range keys {
+		if _, err := osdtest.Put(ctx, cl, "rot", k, osdtest.Payload(4<<10, 1), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, stop := context.WithCancel(ctx)
+	var writes atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; wctx.Err() == nil; i++ {
+				k := keys[(i*4+w)%len(keys)]
+				var err error
+				if i%5 == 4 {
+					err = cl.RemoveObject(wctx, "rot", k)
+				} else {
+					_, err = osdtest.Put(wctx, cl, "rot", k, osdtest.Payload(4<<10+i%7, uint64(i)), client.PutOptions{})
+				}
+				if err != nil && wctx.Err() == nil {
+					t.Errorf("write %d of %s: %v", i, k, err)
+					return
+				}
+				writes.Add(1)
+			}
+		})
+	}
+	compared := 0
+	for range 20 {
+		res, err := primary.DeepScrub(ctx, pool.Id, pg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Inconsistent != 0 {
+			list, _ := cl.ListInconsistent(ctx, placement.PGID{Pool: pool.Id, Seed: pg})
+			t.Fatalf("scrub under writes found %d inconsistent: %v", res.Inconsistent, list.Objects)
+		}
+		if res.Compared {
+			compared++
+		}
+	}
+	stop()
+	wg.Wait()
+	if compared == 0 || writes.Load() < 20 {
+		t.Fatalf("%d of 20 scrubs compared, %d writes: the test did not test", compared, writes.Load())
+	}
+	t.Logf("%d scrubs compared during %d writes", compared, writes.Load())
+}
+
+// TestPushRefused: a replica installs a pushed copy only from its PG's
+// primary, only of an object of that PG, and never over a newer version
+// of its own (a write that came after the scrub looked); it gives its
+// scrub map only to the primary.
+func TestPushRefused(t *testing.T) {
+	c, cl, ctx, pool := rotCluster(t, func(cfg *osd.Config) { cfg.DeepScrubInterval = -1 })
+	pg := placement.PGOf(pool, "rot", "seed")
+	acting := c.Map.ActingSet(pool.Id, pg)
+	primary, replica := c.OSDs[acting[0]], acting[1]
+	key := keysInPG(pool, "rot", pg, "p", 1)[0]
+	if _, err := osdtest.Put(ctx, cl, "rot", key, osdtest.Payload(5000, 1), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	old, oldBody := copyOf(t, ctx, primary, "rot", key)
+	body := osdtest.Payload(6000, 2)
+	if _, err := osdtest.Put(ctx, cl, "rot", key, body, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ := copyOf(t, ctx, c.OSDs[replica], "rot", key)
+
+	err := primary.PushForTest(ctx, replica, pool.Id, pg, old, oldBody)
+	if !errors.Is(err, ops.ErrServiceUnavailable) {
+		t.Fatalf("push of an older version: %v; want ServiceUnavailable", err)
+	}
+	if got, gotBody := copyOf(t, ctx, c.OSDs[replica], "rot", key); !proto.Equal(got, cur) || !bytes.Equal(gotBody, body) {
+		t.Fatalf("the replica's copy after a refused push: %v", got)
+	}
+	other := keysInPG(pool, "rot", (pg+1)%pool.PgCount, "q", 1)[0]
+	e := proto.Clone(old).(*osdpb.LogEntry)
+	e.Key = other
+	if err := primary.PushForTest(ctx, replica, pool.Id, pg, e, oldBody); !errors.Is(err, ops.ErrInvalidArgument) {
+		t.Fatalf("push of another PG's object: %v; want InvalidArgument", err)
+	}
+	// The current copy, which the primary may push: a replica may not.
+	if err := c.OSDs[acting[2]].PushForTest(ctx, replica, pool.Id, pg, cur, body); !errors.Is(err, ops.ErrWrongPrimary) {
+		t.Fatalf("push from a replica, not the primary: %v; want WrongPrimary", err)
+	}
+	if err := primary.PushForTest(ctx, replica, pool.Id, pg, cur, body); err != nil {
+		t.Fatalf("the primary's push of the current copy: %v", err)
+	}
+	// Scrub maps, too, are the primary's to ask for.
+	if objs, err := primary.ScrubMapForTest(ctx, replica, pool.Id, pg); err != nil || len(objs) != 1 || objs[0].Key != key || objs[0].Damaged {
+		t.Fatalf("the primary's scrub map request: %v, %v", objs, err)
+	}
+	if _, err := c.OSDs[acting[2]].ScrubMapForTest(ctx, replica, pool.Id, pg); !errors.Is(err, ops.ErrWrongPrimary) {
+		t.Fatalf("a replica's scrub map request: %v; want WrongPrimary", err)
+	}
+}
