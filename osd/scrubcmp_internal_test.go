@@ -45,7 +45,7 @@ func TestCompareObject(t *testing.T) {
 				}
 				sm.add(id, objs)
 			}
-			got := compareMaps(acting, sm)
+			got := compareMaps(acting, sm, nil)
 			if tc.agree {
 				if len(got) != 0 {
 					t.Fatalf("copies that agree: %v", got)
