@@ -268,6 +268,19 @@ func TestPushRefused(t *testing.T) {
 	if err := primary.PushForTest(ctx, replica, pool.Id, pg, e, oldBody); !errors.Is(err, ops.ErrInvalidArgument) {
 		t.Fatalf("push of another PG's object: %v; want InvalidArgument", err)
 	}
+	// A pushed delete, too, must carry its version and never removes a
+	// newer copy.
+	del := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: "rot", Key: key}
+	if err := primary.PushForTest(ctx, replica, pool.Id, pg, del, nil); !errors.Is(err, ops.ErrInvalidArgument) {
+		t.Fatalf("push of a delete without its version: %v; want InvalidArgument", err)
+	}
+	del.Version = old.Version
+	if err := primary.PushForTest(ctx, replica, pool.Id, pg, del, nil); !errors.Is(err, ops.ErrServiceUnavailable) {
+		t.Fatalf("push of a delete older than the copy: %v; want ServiceUnavailable", err)
+	}
+	if got, _ := copyOf(t, ctx, c.OSDs[replica], "rot", key); !proto.Equal(got, cur) {
+		t.Fatalf("the replica's copy after a refused delete: %v", got)
+	}
 	// The current copy, which the primary may push: a replica may not.
 	if err := c.OSDs[acting[2]].PushForTest(ctx, replica, pool.Id, pg, cur, body); !errors.Is(err, ops.ErrWrongPrimary) {
 		t.Fatalf("push from a replica, not the primary: %v; want WrongPrimary", err)
