@@ -40,7 +40,14 @@ import (
 // The authoritative copy is the newest version among those that read
 // back intact, the primary's on a tie; a repair (MSG_PG_REPAIR) installs
 // it on the copies that differ (MSG_PG_PUSH), outside the PG log, as a
-// recovery does. Nothing is deleted: a copy missing an object gets it.
+// recovery does. A copy missing an object gets it, unless the
+// primary's PG log holds a delete of the object newer than every
+// present copy: then the present copies are ones a delete missed (its
+// RepOp lost, say), the authoritative state is "deleted", and the repair
+// removes them (a push of the delete) rather than bring the object back.
+// A copy newer than the logged delete is a put after it, and wins as any
+// newer copy does. A delete already trimmed from the log cannot be told
+// from a lost write, and the present copy wins.
 
 // ScrubChunkObjects is how many objects one scrub map holds.
 const ScrubChunkObjects = 256
@@ -236,8 +243,9 @@ func (sm shardMaps) add(id uint32, objs []*osdpb.ScrubObject) {
 
 // compareMaps returns the objects whose copies in maps differ, in key
 // order. acting is the PG's acting set, its primary first: the primary's
-// copy wins a tie for authoritative.
-func compareMaps(acting []uint32, sm shardMaps) []*osdpb.InconsistentObject {
+// copy wins a tie for authoritative. dels are the newest logged deletes
+// of objects some copy lacks (see compareObject).
+func compareMaps(acting []uint32, sm shardMaps, dels map[objName]*osdpb.Version) []*osdpb.InconsistentObject {
 	names := map[objName]bool{}
 	for _, m := range sm {
 		for n := range m {
@@ -247,15 +255,21 @@ func compareMaps(acting []uint32, sm shardMaps) []*osdpb.InconsistentObject {
 	sorted := slices.SortedFunc(maps.Keys(names), objName.compare)
 	var out []*osdpb.InconsistentObject
 	for _, n := range sorted {
-		if io := compareObject(acting, sm, n); io != nil {
+		if io := compareObject(acting, sm, n, dels[n]); io != nil {
 			out = append(out, io)
 		}
 	}
 	return out
 }
 
-// compareObject compares the copies of object n: nil if they agree.
-func compareObject(acting []uint32, sm shardMaps, n objName) *osdpb.InconsistentObject {
+// compareObject compares the copies of object n: nil if they agree. del
+// is the version of n's newest delete in the primary's log, nil if none:
+// when it is newer than every present copy, those copies are ones the
+// delete missed (deletedObject).
+func compareObject(acting []uint32, sm shardMaps, n objName, del *osdpb.Version) *osdpb.InconsistentObject {
+	if del != nil && deletedAfterAll(acting, sm, n, del) {
+		return deletedObject(acting, sm, n, del)
+	}
 	var auth *osdpb.ScrubObject
 	authOSD := uint32(0)
 	for _, id := range acting {
@@ -306,6 +320,98 @@ func compareObject(acting []uint32, sm shardMaps, n objName) *osdpb.Inconsistent
 	}
 	io.Errors = slices.Sorted(maps.Keys(kinds))
 	return io
+}
+
+// deletedAfterAll reports whether some copy lacks n and delete del is
+// newer than every present copy of it. A copy of unknown version (0.0,
+// installed by a recovery) may be a put after the delete: then no.
+func deletedAfterAll(acting []uint32, sm shardMaps, n objName, del *osdpb.Version) bool {
+	absent := false
+	for _, id := range acting {
+		so := sm[id][n]
+		switch {
+		case so == nil:
+			absent = true
+		case zeroVersion(so.Version) || !versionLess(so.Version, del):
+			return false
+		}
+	}
+	return absent
+}
+
+// deletedObject is object n whose authoritative state is deleted at
+// version del: the first copy that lacks it (in acting order, so the
+// primary's if it does) is authoritative, a missing shard whose version
+// is the delete's; every present copy is stale_version.
+func deletedObject(acting []uint32, sm shardMaps, n objName, del *osdpb.Version) *osdpb.InconsistentObject {
+	io := &osdpb.InconsistentObject{Bucket: n.bucket, Key: n.key, Errors: []string{errStaleVersion}}
+	authSet := false
+	for _, id := range acting {
+		so := sm[id][n]
+		sh := &osdpb.ScrubShard{Osd: id}
+		if so == nil {
+			sh.Missing = true
+			if !authSet {
+				sh.Authoritative, sh.Version, authSet = true, del, true
+			}
+		} else {
+			sh.Version, sh.Size, sh.Crc32C, sh.Damaged = so.Version, so.Size, so.Crc32C, so.Damaged
+			sh.Errors = []string{errStaleVersion}
+			if so.Damaged {
+				sh.Errors = []string{errReadError, errStaleVersion}
+				io.Errors = []string{errReadError, errStaleVersion}
+			}
+		}
+		io.Shards = append(io.Shards, sh)
+	}
+	return io
+}
+
+// absentSomewhere returns the objects of found that some copy lacks.
+func absentSomewhere(found []*osdpb.InconsistentObject) map[objName]bool {
+	out := map[objName]bool{}
+	for _, io := range found {
+		if slices.ContainsFunc(io.Shards, func(sh *osdpb.ScrubShard) bool { return sh.Missing }) {
+			out[objName{io.Bucket, io.Key}] = true
+		}
+	}
+	return out
+}
+
+// loggedDeletesPage is how many log entries loggedDeletes reads at once.
+const loggedDeletesPage = 1024
+
+// loggedDeletes returns the version of the newest OP_DELETE of each of
+// names in our log of store PG sid. A delete already trimmed is not
+// found: the log is all that remembers one.
+func (o *OSD) loggedDeletes(ctx context.Context, sid uint32, names map[objName]bool) (map[objName]*osdpb.Version, error) {
+	_, after, err := o.st.PGInfo(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	dels := map[objName]*osdpb.Version{}
+	for {
+		entries, tooOld, err := o.st.LogAfter(ctx, sid, after, loggedDeletesPage)
+		if err != nil {
+			return nil, err
+		}
+		if tooOld {
+			// Trimmed between PGInfo and here: read from the new tail.
+			if _, after, err = o.st.PGInfo(ctx, sid); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		for _, e := range entries {
+			if n := (objName{e.Bucket, e.Key}); e.Kind == osdpb.OpKind_OP_DELETE && names[n] {
+				dels[n] = e.Version // entries come in version order
+			}
+		}
+		if len(entries) < loggedDeletesPage {
+			return dels, nil
+		}
+		after = entries[len(entries)-1].Version
+	}
 }
 
 func zeroVersion(v *osdpb.Version) bool { return v.GetEpoch() == 0 && v.GetSeq() == 0 }
@@ -360,7 +466,16 @@ func (o *OSD) compareReplicas(ctx context.Context, sid, pool, pg uint32, acting 
 				settle = last
 			}
 		}
-		found := compareMaps(acting, sm)
+		found := compareMaps(acting, sm, nil)
+		if absent := absentSomewhere(found); len(absent) > 0 {
+			dels, err := o.loggedDeletes(ctx, sid, absent)
+			if err != nil {
+				return nil, 0, err
+			}
+			if len(dels) > 0 {
+				found = compareMaps(acting, sm, dels)
+			}
+		}
 		if len(found) > 0 {
 			found, err = o.confirm(ctx, sid, pool, pg, acting, found, settle, damaged)
 			if err != nil {
@@ -452,7 +567,8 @@ func (o *OSD) lookAgain(ctx context.Context, sid uint32, acting []uint32, q *osd
 // repairCopies installs the authoritative copy of io on every copy that
 // differs from it: fetched first when it is a replica's (the backfill's
 // exact read, which carries the object's version), then pushed to the
-// replicas that differ.
+// replicas that differ. An authoritative copy that is missing is a logged
+// delete (deletedObject): the delete is installed instead.
 func (o *OSD) repairCopies(ctx context.Context, p *pgState, io *osdpb.InconsistentObject) error {
 	i := slices.IndexFunc(io.Shards, func(sh *osdpb.ScrubShard) bool { return sh.Authoritative })
 	if i < 0 {
@@ -461,7 +577,15 @@ func (o *OSD) repairCopies(ctx context.Context, p *pgState, io *osdpb.Inconsiste
 	auth := io.Shards[i]
 	var e *osdpb.LogEntry
 	var data []byte
-	if auth.Osd == o.id {
+	switch {
+	case auth.Missing:
+		e = &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: io.Bucket, Key: io.Key, Version: auth.Version}
+		if auth.Osd != o.id {
+			if err := o.onShardWait(ctx, p.sid, func() error { return o.installNewer(ctx, p, o.id, e, nil) }); err != nil {
+				return fmt.Errorf("removing our stale copy: %w", err)
+			}
+		}
+	case auth.Osd == o.id:
 		meta, v, err := o.st.HeadVersion(ctx, io.Bucket, io.Key)
 		if err != nil {
 			return err
@@ -475,7 +599,7 @@ func (o *OSD) repairCopies(ctx context.Context, p *pgState, io *osdpb.Inconsiste
 			}
 		}
 		e = &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: io.Bucket, Key: io.Key, Meta: meta, Version: v}
-	} else {
+	default:
 		f, release, err := o.fetch(ctx, p, auth.Osd, &osdpb.PGBackfill{AfterBucket: io.Bucket, AfterKey: io.Key, Exact: true})
 		if err != nil {
 			return err
@@ -512,9 +636,9 @@ func (o *OSD) repairCopies(ctx context.Context, p *pgState, io *osdpb.Inconsiste
 	return nil
 }
 
-// installNewer installs e (a repair's copy, from OSD from) unless our
-// copy is already newer: a write that came after the scrub looked is
-// not undone. Runs on p's shard, where RepOps of the PG apply.
+// installNewer installs e (a repair's copy or delete, from OSD from)
+// unless our copy is already newer: a write that came after the scrub
+// looked is not undone. Runs on p's shard, where RepOps of the PG apply.
 func (o *OSD) installNewer(ctx context.Context, p *pgState, from uint32, e *osdpb.LogEntry, data []byte) error {
 	_, cur, err := o.st.HeadVersion(ctx, e.Bucket, e.Key)
 	if err == nil && versionLess(e.Version, cur) {
@@ -592,11 +716,14 @@ func (o *OSD) servePush(m *msgr.Message) {
 	})
 }
 
-// checkPush checks that a push is an object of its PG, with a version.
+// checkPush checks that a push is an object of its PG (or its delete),
+// with a version.
 func (o *OSD) checkPush(q *osdpb.PGPush) error {
 	e := q.Entry
-	if e.GetKind() != osdpb.OpKind_OP_PUT || e.GetVersion() == nil || e.GetMeta() == nil {
-		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "push: want an object (OP_PUT) with its version and metadata")
+	put := e.GetKind() == osdpb.OpKind_OP_PUT && e.GetMeta() != nil
+	del := e.GetKind() == osdpb.OpKind_OP_DELETE && e.GetMeta() == nil
+	if !put && !del || e.GetVersion() == nil {
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "push: want an object (OP_PUT) with its version and metadata, or its delete (OP_DELETE) with its version")
 	}
 	pool, ok := o.Map().Pool(q.Pool)
 	if !ok || q.Pg == placement.MetaPG || placement.PGOf(pool, e.Bucket, e.Key) != q.Pg {

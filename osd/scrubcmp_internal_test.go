@@ -21,6 +21,7 @@ func TestCompareObject(t *testing.T) {
 		copies [3]*osdpb.ScrubObject // by acting position; nil: missing
 		auth   int                   // acting position; -1: none
 		errs   [3][]string
+		del    *osdpb.Version // the newest logged delete; nil: none
 	}{
 		{name: "agree", agree: true, copies: [3]*osdpb.ScrubObject{obj(v(2, 5), 10, 9, false), obj(v(2, 5), 10, 9, false), obj(v(2, 5), 10, 9, false)}},
 		{name: "tie goes to the primary", copies: [3]*osdpb.ScrubObject{obj(v(2, 5), 10, 9, false), obj(v(2, 5), 10, 8, false), obj(v(2, 5), 10, 9, false)},
@@ -35,6 +36,16 @@ func TestCompareObject(t *testing.T) {
 			auth: 1, errs: [3][]string{{errMissing}, nil, nil}},
 		{name: "every copy damaged", copies: [3]*osdpb.ScrubObject{obj(v(2, 5), 10, 9, true), obj(v(2, 5), 10, 9, true), nil},
 			auth: -1, errs: [3][]string{{errReadError}, {errReadError}, {errMissing}}},
+		{name: "a delete newer than every copy is authoritative", copies: [3]*osdpb.ScrubObject{nil, nil, obj(v(2, 5), 10, 9, false)},
+			del: v(2, 6), auth: 0, errs: [3][]string{nil, nil, {errStaleVersion}}},
+		{name: "the primary's copy a delete missed", copies: [3]*osdpb.ScrubObject{obj(v(2, 5), 10, 9, true), nil, obj(v(2, 4), 10, 8, false)},
+			del: v(3, 1), auth: 1, errs: [3][]string{{errReadError, errStaleVersion}, nil, {errStaleVersion}}},
+		{name: "a put after the delete wins", copies: [3]*osdpb.ScrubObject{nil, obj(v(2, 7), 10, 9, false), obj(v(2, 7), 10, 9, false)},
+			del: v(2, 6), auth: 1, errs: [3][]string{{errMissing}, nil, nil}},
+		{name: "a copy of unknown version may be a put after the delete", copies: [3]*osdpb.ScrubObject{nil, obj(v(0, 0), 10, 9, false), obj(v(0, 0), 10, 9, false)},
+			del: v(2, 6), auth: 1, errs: [3][]string{{errMissing}, nil, nil}},
+		{name: "a delete with every copy present is no lost delete", copies: [3]*osdpb.ScrubObject{obj(v(2, 5), 10, 9, false), obj(v(2, 5), 10, 8, false), obj(v(2, 5), 10, 9, false)},
+			del: v(2, 6), auth: 0, errs: [3][]string{nil, {errDigestMismatch}, nil}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sm := shardMaps{}
@@ -45,7 +56,11 @@ func TestCompareObject(t *testing.T) {
 				}
 				sm.add(id, objs)
 			}
-			got := compareMaps(acting, sm)
+			var dels map[objName]*osdpb.Version
+			if tc.del != nil {
+				dels = map[objName]*osdpb.Version{{"b", "k"}: tc.del}
+			}
+			got := compareMaps(acting, sm, dels)
 			if tc.agree {
 				if len(got) != 0 {
 					t.Fatalf("copies that agree: %v", got)
@@ -58,6 +73,10 @@ func TestCompareObject(t *testing.T) {
 			for i, sh := range got[0].Shards {
 				if sh.Osd != acting[i] || sh.Authoritative != (i == tc.auth) || !slices.Equal(sh.Errors, tc.errs[i]) {
 					t.Errorf("shard %d: osd.%d authoritative %v errors %v; want osd.%d %v %v", i, sh.Osd, sh.Authoritative, sh.Errors, acting[i], i == tc.auth, tc.errs[i])
+				}
+				// The delete stands in for the authoritative copy it removed.
+				if deleted := tc.del != nil && tc.copies[i] == nil && i == tc.auth; deleted && !(sh.Missing && sh.Version == tc.del) {
+					t.Errorf("shard %d, authoritative: missing %v at %v; want missing at the delete's %v", i, sh.Missing, sh.Version, tc.del)
 				}
 			}
 		})

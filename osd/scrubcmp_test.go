@@ -268,6 +268,19 @@ func TestPushRefused(t *testing.T) {
 	if err := primary.PushForTest(ctx, replica, pool.Id, pg, e, oldBody); !errors.Is(err, ops.ErrInvalidArgument) {
 		t.Fatalf("push of another PG's object: %v; want InvalidArgument", err)
 	}
+	// A pushed delete, too, must carry its version and never removes a
+	// newer copy.
+	del := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: "rot", Key: key}
+	if err := primary.PushForTest(ctx, replica, pool.Id, pg, del, nil); !errors.Is(err, ops.ErrInvalidArgument) {
+		t.Fatalf("push of a delete without its version: %v; want InvalidArgument", err)
+	}
+	del.Version = old.Version
+	if err := primary.PushForTest(ctx, replica, pool.Id, pg, del, nil); !errors.Is(err, ops.ErrServiceUnavailable) {
+		t.Fatalf("push of a delete older than the copy: %v; want ServiceUnavailable", err)
+	}
+	if got, _ := copyOf(t, ctx, c.OSDs[replica], "rot", key); !proto.Equal(got, cur) {
+		t.Fatalf("the replica's copy after a refused delete: %v", got)
+	}
 	// The current copy, which the primary may push: a replica may not.
 	if err := c.OSDs[acting[2]].PushForTest(ctx, replica, pool.Id, pg, cur, body); !errors.Is(err, ops.ErrWrongPrimary) {
 		t.Fatalf("push from a replica, not the primary: %v; want WrongPrimary", err)
@@ -282,4 +295,128 @@ func TestPushRefused(t *testing.T) {
 	if _, err := c.OSDs[acting[2]].ScrubMapForTest(ctx, replica, pool.Id, pg); !errors.Is(err, ops.ErrWrongPrimary) {
 		t.Fatalf("a replica's scrub map request: %v; want WrongPrimary", err)
 	}
+}
+
+// TestScrubCompareLostDelete: a copy that a delete missed (its RepOp
+// lost) is stale, not authoritative: the primary's PG log holds the
+// delete, newer than the copy, so a repair removes the copy (a replica's
+// by a pushed delete, the primary's own in place) rather than bring the
+// deleted object back everywhere. A copy newer than a logged delete (a
+// put after it) stays authoritative: the copy that lacks it gets it.
+func TestScrubCompareLostDelete(t *testing.T) {
+	c, cl, ctx, pool := rotCluster(t, func(cfg *osd.Config) {
+		cfg.DeepScrubInterval = -1
+		cfg.ScrubBytesPerSec = -1
+	})
+	pg := placement.PGOf(pool, "rot", "seed")
+	sid := storePGOf(t, pool, pg)
+	acting := c.Map.ActingSet(pool.Id, pg)
+	primary := c.OSDs[acting[0]]
+	keys := keysInPG(pool, "rot", pg, "d", 3)
+	onReplica, onPrimary, putAfter := keys[0], keys[1], keys[2]
+	stale := map[string]uint32{onReplica: acting[2], onPrimary: acting[0]}
+	old := map[string]*osdpb.LogEntry{}
+	oldBodies := map[string][]byte{}
+	for i, k := range keys {
+		if _, err := osdtest.Put(ctx, cl, "rot", k, osdtest.Payload(8<<10+i, uint64(i)), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		old[k], oldBodies[k] = copyOf(t, ctx, primary, "rot", k)
+		if err := cl.RemoveObject(ctx, "rot", k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := osdtest.Payload(9<<10, 7)
+	if _, err := osdtest.Put(ctx, cl, "rot", putAfter, body, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The lost deletes: one replica, and the primary, still hold the
+	// version the delete removed. The put after the delete is lost on a
+	// replica, which is left at the delete.
+	for k, id := range stale {
+		if err := c.OSDs[id].Store().InstallObject(ctx, sid, old[k], oldBodies[k]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.OSDs[acting[1]].Store().RemoveObject(ctx, sid, "rot", putAfter); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := primary.DeepScrub(ctx, pool.Id, pg)
+	if err != nil || !res.Compared || res.Inconsistent != 3 {
+		t.Fatalf("scrub: %+v, %v; want 3 inconsistent", res, err)
+	}
+	id := placement.PGID{Pool: pool.Id, Seed: pg}
+	list, err := cl.ListInconsistent(ctx, id)
+	if err != nil || len(list.Objects) != 3 {
+		t.Fatalf("ListInconsistent: %+v, %v", list, err)
+	}
+	for _, io := range list.Objects {
+		var bad, auth uint32
+		var errs []string
+		if io.Key == putAfter {
+			bad, auth, errs = acting[1], acting[0], []string{"missing"}
+		} else {
+			// The first copy that lacks it, in acting order, stands for the delete.
+			bad, auth, errs = stale[io.Key], acting[0], []string{"stale_version"}
+			if bad == acting[0] {
+				auth = acting[1]
+			}
+		}
+		if !slices.Equal(io.Errors, errs) {
+			t.Fatalf("%s: errors %v, want %v", io.Key, io.Errors, errs)
+		}
+		for _, sh := range io.Shards {
+			if sh.Authoritative != (sh.Osd == auth) || (len(sh.Errors) > 0) != (sh.Osd == bad) {
+				t.Fatalf("%s: osd.%d authoritative %v, errors %v; want osd.%d authoritative, errors on osd.%d",
+					io.Key, sh.Osd, sh.Authoritative, sh.Errors, auth, bad)
+			}
+			if io.Key != putAfter && sh.Authoritative && (!sh.Missing || !proto.Equal(sh.Version, deleteVersion(t, ctx, primary, sid, io.Key))) {
+				t.Fatalf("%s: authoritative shard %v; want missing at the logged delete's version", io.Key, sh)
+			}
+		}
+	}
+
+	found, repaired, err := cl.RepairPG(ctx, id)
+	if err != nil || found != 3 || repaired != 3 {
+		t.Fatalf("RepairPG: %d found, %d repaired, %v; want 3, 3", found, repaired, err)
+	}
+	for _, o := range acting {
+		for k := range stale {
+			if _, _, err := c.OSDs[o].Store().HeadVersion(ctx, "rot", k); err == nil {
+				t.Fatalf("osd.%d still holds %s, deleted, after the repair", o, k)
+			}
+		}
+		if _, got := copyOf(t, ctx, c.OSDs[o], "rot", putAfter); !bytes.Equal(got, body) {
+			t.Fatalf("osd.%d's copy of %s, put after its delete, is not the put's", o, putAfter)
+		}
+	}
+	if res, err = primary.DeepScrub(ctx, pool.Id, pg); err != nil || !res.Compared || res.Inconsistent != 0 {
+		t.Fatalf("scrub after the repair: %+v, %v; want clean", res, err)
+	}
+	for k := range stale {
+		if _, err := cl.StatObject(ctx, "rot", k); err == nil {
+			t.Fatalf("%s is back after the repair", k)
+		}
+	}
+}
+
+// deleteVersion is the version of the newest delete of rot/key in o's
+// log of store PG sid.
+func deleteVersion(t *testing.T, ctx context.Context, o *osd.OSD, sid uint32, key string) *osdpb.Version {
+	t.Helper()
+	entries, _, err := o.Store().LogAfter(ctx, sid, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v *osdpb.Version
+	for _, e := range entries {
+		if e.Kind == osdpb.OpKind_OP_DELETE && e.Bucket == "rot" && e.Key == key {
+			v = e.Version
+		}
+	}
+	if v == nil {
+		t.Fatalf("no delete of %s in the log", key)
+	}
+	return v
 }

@@ -252,6 +252,8 @@ func inconsistentJSON(pg placement.PGID, r *client.InconsistentPG) inconsistentO
 			}
 			if !sh.Missing {
 				s.Version, s.Size, s.DataDigest = versionString(sh.Version), sh.Size, fmt.Sprintf("0x%08x", sh.Crc32C)
+			} else if sh.Version != nil {
+				s.Version = versionString(sh.Version) // the logged delete that stands for the copy
 			}
 			o.Shards = append(o.Shards, s)
 		}
@@ -273,9 +275,12 @@ func printInconsistent(w io.Writer, pg placement.PGID, r *client.InconsistentPG)
 		fmt.Fprintf(w, "%s/%s: %s\n", io.Bucket, io.Key, strings.Join(io.Errors, ", "))
 		for _, sh := range io.Shards {
 			line := fmt.Sprintf("  osd.%-3d", sh.Osd)
-			if sh.Missing {
+			switch {
+			case sh.Missing && sh.Version != nil:
+				line += " deleted at " + versionString(sh.Version) // a logged delete, authoritative
+			case sh.Missing:
 				line += " missing"
-			} else {
+			default:
 				line += fmt.Sprintf(" version %s  size %d  crc32c 0x%08x", versionString(sh.Version), sh.Size, sh.Crc32C)
 			}
 			if sh.Authoritative {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
@@ -126,5 +127,31 @@ func TestPGRepairCLI(t *testing.T) {
 	}
 	if _, got, err := replica.Store().ReadRange(ctx, "scrub", "obj", 0, -1, nil); err != nil || !slices.Equal(got, body) {
 		t.Fatalf("the replica's copy after the repair: %v", err)
+	}
+}
+
+// TestPrintInconsistentDeleted: a copy a logged delete stands for is
+// shown as deleted at the delete's version, in text and JSON; a plain
+// missing copy as missing, with no version.
+func TestPrintInconsistentDeleted(t *testing.T) {
+	r := &client.InconsistentPG{Scrubbed: time.Unix(1, 0), Objects: []*osdpb.InconsistentObject{{
+		Bucket: "b", Key: "k", Errors: []string{"stale_version"},
+		Shards: []*osdpb.ScrubShard{
+			{Osd: 4, Missing: true, Authoritative: true, Version: &osdpb.Version{Epoch: 3, Seq: 9}},
+			{Osd: 1, Missing: true},
+			{Osd: 7, Version: &osdpb.Version{Epoch: 3, Seq: 2}, Size: 10, Errors: []string{"stale_version"}},
+		},
+	}}}
+	pg := placement.PGID{Pool: 1, Seed: 2}
+	var sb strings.Builder
+	printInconsistent(&sb, pg, r)
+	for _, want := range []string{"osd.4   deleted at 3.9  authoritative\n", "osd.1   missing\n", "osd.7   version 3.2  size 10  crc32c 0x00000000  stale_version\n"} {
+		if !strings.Contains(sb.String(), want) {
+			t.Errorf("text output lacks %q:\n%s", want, sb.String())
+		}
+	}
+	out := inconsistentJSON(pg, r)
+	if sh := out.Inconsistents[0].Shards; sh[0].Version != "3.9" || !sh[0].Missing || sh[1].Version != "" {
+		t.Errorf("JSON shards: %+v; want the deleted one at 3.9, the missing one with no version", sh)
 	}
 }

@@ -4412,15 +4412,17 @@ func (x *PGPushReply) GetHeader() *ReplyHeader {
 
 // ScrubShard is one copy of an inconsistent object.
 type ScrubShard struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Osd           uint32                 `protobuf:"varint,1,opt,name=osd,proto3" json:"osd,omitempty"`
-	Missing       bool                   `protobuf:"varint,2,opt,name=missing,proto3" json:"missing,omitempty"` // the copy has no such object
-	Version       *Version               `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
-	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
-	Crc32C        uint32                 `protobuf:"varint,5,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
-	Damaged       bool                   `protobuf:"varint,6,opt,name=damaged,proto3" json:"damaged,omitempty"`
-	Authoritative bool                   `protobuf:"varint,7,opt,name=authoritative,proto3" json:"authoritative,omitempty"` // the copy a repair pushes to the others
-	Errors        []string               `protobuf:"bytes,8,rep,name=errors,proto3" json:"errors,omitempty"`                // what is wrong with this copy
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Osd     uint32                 `protobuf:"varint,1,opt,name=osd,proto3" json:"osd,omitempty"`
+	Missing bool                   `protobuf:"varint,2,opt,name=missing,proto3" json:"missing,omitempty"` // the copy has no such object
+	// The copy's version; on a missing authoritative shard, the version of
+	// the logged delete that makes "deleted" the authoritative state.
+	Version       *Version `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	Size          uint64   `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Crc32C        uint32   `protobuf:"varint,5,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	Damaged       bool     `protobuf:"varint,6,opt,name=damaged,proto3" json:"damaged,omitempty"`
+	Authoritative bool     `protobuf:"varint,7,opt,name=authoritative,proto3" json:"authoritative,omitempty"` // the copy a repair pushes to the others
+	Errors        []string `protobuf:"bytes,8,rep,name=errors,proto3" json:"errors,omitempty"`                // what is wrong with this copy
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
