@@ -210,3 +210,49 @@ func BenchmarkSealRecords(b *testing.B) {
 		})
 	}
 }
+
+// TestRecordRunInvites: a run wakes a helper only while the records still
+// free give every worker, the new one included, recordsPerWorker of them:
+// none for a frame of up to four records or for records others took
+// meanwhile, for a 1 MiB frame (16 records) at most three, each
+// invited by the one before, and for the largest frame as many as the
+// pool has. Helpers here are a buffered channel, so
+// every invitation finds one idle.
+func TestRecordRunInvites(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		k, taken  int
+		noHelpers bool
+		want      int
+	}{
+		{"256 KiB", 4, 0, false, 0},
+		{"320 KiB", 5, 0, false, 0},
+		{"512 KiB", 8, 0, false, 1},
+		{"1 MiB", 16, 0, false, 3},
+		{"1 MiB, 10 records taken", 16, 10, false, 0},
+		{"1 MiB, 6 records taken", 16, 6, false, 1},
+		{"64 MiB", 1024, 0, false, 255}, // the pool bounds it: GOMAXPROCS helpers
+		{"1 MiB, no helpers", 16, 0, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ch := make(chan *recordRun, 100)
+			r := &recordRun{k: tc.k}
+			if !tc.noHelpers {
+				r.helpers = ch
+			}
+			r.next.Store(int64(tc.taken))
+			r.workers.Store(1)
+			r.invite() // the owner's
+			invited := 0
+			for len(ch) > 0 {
+				<-ch
+				invited++
+				r.invite() // the helper's, as it starts
+				r.wg.Done()
+			}
+			if invited != tc.want || int(r.workers.Load()) != invited+1 {
+				t.Fatalf("%d helpers invited (%d workers), want %d", invited, r.workers.Load(), tc.want)
+			}
+		})
+	}
+}
