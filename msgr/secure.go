@@ -334,6 +334,7 @@ type recordRun struct {
 	k             int
 	next          atomic.Int64
 	workers       atomic.Int32 // the owner and the helpers that joined
+	most          int32        // workers at most: GOMAXPROCS, as no more run at once
 	failed        atomic.Bool
 	helpers       chan<- *recordRun // nil: the owner works alone
 	wg            sync.WaitGroup
@@ -341,13 +342,15 @@ type recordRun struct {
 }
 
 // invite wakes one idle helper onto the run if the records still free
-// give each worker, the new one included, recordsPerWorker or more. It
+// give each worker, the new one included, recordsPerWorker or more, and
+// the new one could run beside the others (a helper woken with every P
+// busy only waits behind the one that woke it, then finds nothing). It
 // never waits for a helper. The caller holds a share of wg (the owner
 // before its Wait, a helper before its Done), so the Add here never
 // races a Wait that saw zero.
 func (r *recordRun) invite() {
 	w := r.workers.Load()
-	if r.helpers == nil || int64(r.k)-r.next.Load() < int64(w+1)*recordsPerWorker || !r.workers.CompareAndSwap(w, w+1) {
+	if r.helpers == nil || w >= r.most || int64(r.k)-r.next.Load() < int64(w+1)*recordsPerWorker || !r.workers.CompareAndSwap(w, w+1) {
 		return
 	}
 	r.wg.Add(1)
@@ -385,6 +388,7 @@ func (s *sealedLink) run(r *recordRun, recs auth.Records, k int, plain, sealed [
 	r.recs, r.k, r.plain, r.sealed = recs, k, plain, sealed
 	r.next.Store(0)
 	r.workers.Store(1)
+	r.most = int32(runtime.GOMAXPROCS(0))
 	r.failed.Store(false)
 	r.helpers = s.recordHelpers()
 	r.invite()

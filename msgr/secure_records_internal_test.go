@@ -215,28 +215,30 @@ func BenchmarkSealRecords(b *testing.B) {
 // free give every worker, the new one included, recordsPerWorker of them:
 // none for a frame of up to four records or for records others took
 // meanwhile, for a 1 MiB frame (16 records) at most three, each
-// invited by the one before, and for the largest frame as many as the
-// pool has. Helpers here are a buffered channel, so
+// invited by the one before, and never more workers than GOMAXPROCS.
+// Helpers here are a buffered channel, so
 // every invitation finds one idle.
 func TestRecordRunInvites(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		k, taken  int
-		noHelpers bool
-		want      int
+		name            string
+		k, taken, procs int
+		noHelpers       bool
+		want            int
 	}{
-		{"256 KiB", 4, 0, false, 0},
-		{"320 KiB", 5, 0, false, 0},
-		{"512 KiB", 8, 0, false, 1},
-		{"1 MiB", 16, 0, false, 3},
-		{"1 MiB, 10 records taken", 16, 10, false, 0},
-		{"1 MiB, 6 records taken", 16, 6, false, 1},
-		{"64 MiB", 1024, 0, false, 255}, // the pool bounds it: GOMAXPROCS helpers
-		{"1 MiB, no helpers", 16, 0, true, 0},
+		{"256 KiB", 4, 0, 64, false, 0},
+		{"320 KiB", 5, 0, 64, false, 0},
+		{"512 KiB", 8, 0, 64, false, 1},
+		{"1 MiB", 16, 0, 64, false, 3},
+		{"1 MiB, 10 records taken", 16, 10, 64, false, 0},
+		{"1 MiB, 6 records taken", 16, 6, 64, false, 1},
+		{"1 MiB, GOMAXPROCS 2", 16, 0, 2, false, 1},
+		{"64 MiB", 1024, 0, 64, false, 63},
+		{"64 MiB, GOMAXPROCS 1", 1024, 0, 1, false, 0},
+		{"1 MiB, no helpers", 16, 0, 64, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ch := make(chan *recordRun, 100)
-			r := &recordRun{k: tc.k}
+			r := &recordRun{k: tc.k, most: int32(tc.procs)}
 			if !tc.noHelpers {
 				r.helpers = ch
 			}
