@@ -312,8 +312,8 @@ func (sc *recordScratch) additional(i, k int) []byte {
 // futex call and, on a host with idle cores, an idle thread woken and
 // spinning for more work before it sleeps again, a good part of a record
 // each time, on the sender and the receiver alike. Handing every record
-// of a MiB to its own helper thus cost a 16-core host more CPU than the
-// GCM work it spread. Four records (about 50 µs) to each worker keep the
+// of a MiB to its own helper can thus cost a host with many idle cores
+// more CPU than the GCM work it spreads. Four records (about 50 µs) to each worker keep the
 // wakeups to a few per frame and still spread a 1 MiB frame over four
 // cores; a frame of four records or fewer (up to 256 KiB) is the owner's
 // alone.
