@@ -306,25 +306,9 @@ func (sc *recordScratch) additional(i, k int) []byte {
 	return sc.ad[:]
 }
 
-// recordsPerWorker is how many records a goroutine that joins a run
-// should find waiting for it, or it is not woken. A record is about 13 µs
-// of GCM (64 KiB at 5 GB/s); waking a parked helper costs its waker a
-// futex call and, on a host with idle cores, an idle thread woken and
-// spinning for more work before it sleeps again, a good part of a record
-// each time, on the sender and the receiver alike. Handing every record
-// of a MiB to its own helper can thus cost a host with many idle cores
-// more CPU than the GCM work it spreads. Four records (about 50 µs) to each worker keep the
-// wakeups to a few per frame and still spread a 1 MiB frame over four
-// cores; a frame of four records or fewer (up to 256 KiB) is the owner's
-// alone.
-const recordsPerWorker = 4
-
 // recordRun is the work of sealing or opening one frame's records: the
-// goroutine that owns the frame works on them at once, and helpers join
-// while there is enough left for one more (recordsPerWorker), each
-// inviting the next as it starts, so that the owner spends one wakeup,
-// not one per helper, and a helper is never woken for records that
-// others took meanwhile.
+// goroutine that owns the frame and any helpers it finds idle take
+// records by number until none is left.
 type recordRun struct {
 	recs auth.Records
 	open bool
@@ -333,33 +317,9 @@ type recordRun struct {
 	plain, sealed []byte
 	k             int
 	next          atomic.Int64
-	workers       atomic.Int32 // the owner and the helpers that joined
-	most          int32        // workers at most: GOMAXPROCS, as no more run at once
 	failed        atomic.Bool
-	helpers       chan<- *recordRun // nil: the owner works alone
 	wg            sync.WaitGroup
 	sc            recordScratch // the owner's
-}
-
-// invite wakes one idle helper onto the run if the records still free
-// give each worker, the new one included, recordsPerWorker or more, and
-// the new one could run beside the others (a helper woken with every P
-// busy only waits behind the one that woke it, then finds nothing). It
-// never waits for a helper. The caller holds a share of wg (the owner
-// before its Wait, a helper before its Done), so the Add here never
-// races a Wait that saw zero.
-func (r *recordRun) invite() {
-	w := r.workers.Load()
-	if r.helpers == nil || w >= r.most || int64(r.k)-r.next.Load() < int64(w+1)*recordsPerWorker || !r.workers.CompareAndSwap(w, w+1) {
-		return
-	}
-	r.wg.Add(1)
-	select {
-	case r.helpers <- r:
-	default:
-		r.workers.Add(-1)
-		r.wg.Done()
-	}
 }
 
 // work seals or opens records until none is left.
@@ -381,21 +341,33 @@ func (r *recordRun) work(sc *recordScratch) {
 	}
 }
 
-// run does the run's k records, from records reserved: it invites a
-// helper if the run is worth sharing, works on it itself, and returns
-// once every record is done. It reports whether every record opened.
+// run does the run's k records, from records reserved: it offers the run
+// to helpers that are idle (never waiting for one), works on it itself,
+// and returns once every record is done. It reports whether every record
+// opened.
 func (s *sealedLink) run(r *recordRun, recs auth.Records, k int, plain, sealed []byte) bool {
 	r.recs, r.k, r.plain, r.sealed = recs, k, plain, sealed
 	r.next.Store(0)
-	r.workers.Store(1)
-	r.most = int32(runtime.GOMAXPROCS(0))
 	r.failed.Store(false)
-	r.helpers = s.recordHelpers()
-	r.invite()
+	if helpers := s.recordHelpers(); helpers != nil {
+		for range k - 1 {
+			r.wg.Add(1)
+			sent := false
+			select {
+			case helpers <- r:
+				sent = true
+			default:
+			}
+			if !sent {
+				r.wg.Done()
+				break
+			}
+		}
+	}
 	r.work(&r.sc)
 	r.wg.Wait()
 	ok := !r.failed.Load()
-	r.recs, r.plain, r.sealed, r.helpers = auth.Records{}, nil, nil, nil
+	r.recs, r.plain, r.sealed = auth.Records{}, nil, nil
 	return ok
 }
 
@@ -474,7 +446,6 @@ func recordHelper(work <-chan *recordRun, stop <-chan struct{}) {
 	for {
 		select {
 		case r := <-work:
-			r.invite()
 			r.work(sc)
 			r.wg.Done()
 		case <-stop:
