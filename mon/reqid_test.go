@@ -1,0 +1,241 @@
+package mon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/mon/monclient"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// replyDropper drops the mon's next n command replies, as a network that
+// loses them would: the client hears nothing and sends the command again.
+type replyDropper struct{ left atomic.Int32 }
+
+func (d *replyDropper) drop(t osdpb.MsgType) bool {
+	if t != osdpb.MsgType_MSG_MON_COMMAND_REPLY {
+		return false
+	}
+	for n := d.left.Load(); n > 0; n = d.left.Load() {
+		if d.left.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+	return false
+}
+
+// lossyMon is a mon whose command replies d drops on demand, and a client
+// that gives up on a reply after 300ms and sends again.
+func lossyMon(t *testing.T, cfg Config) (*Mon, *monclient.Client, *replyDropper) {
+	t.Helper()
+	d := &replyDropper{}
+	cfg.dropReply = d.drop
+	m := startTestMon(t, cfg)
+	c, err := monclient.New(context.Background(), monclient.Options{Addrs: []string{m.Addr()}, Name: "client.test",
+		Logger: testLogger().With("test", "monclient"), Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return m, c, d
+}
+
+// lost runs cmd with its first reply dropped: the client's retry gets
+// the answer.
+func lost(t *testing.T, c *monclient.Client, d *replyDropper, cmd *osdpb.MonCommand) (*osdpb.MonCommandReply, error) {
+	t.Helper()
+	d.left.Store(1)
+	rep, err := c.Command(ctxFor(t, 20*time.Second), cmd)
+	if n := d.left.Load(); n != 0 {
+		t.Fatalf("%s: the reply was not dropped (%d drops left)", cmd.Prefix, n)
+	}
+	return rep, err
+}
+
+func authEntry(t *testing.T, c *monclient.Client, entity string) (AuthEntry, *osdpb.MonCommandReply) {
+	t.Helper()
+	rep := mustCommand(t, c, authCmd("auth get", entity, nil))
+	var e AuthEntry
+	if err := json.Unmarshal([]byte(rep.Output), &e); err != nil {
+		t.Fatalf("auth get %s: %q: %v", entity, rep.Output, err)
+	}
+	return e, rep
+}
+
+// TestLostReplyAppliedOnce: a command whose reply is lost, and which the
+// client therefore sends again, is applied once, and the retry answers
+// what the first attempt did: "auth add" creates the entity (not "exists"),
+// "auth s3-key add" makes one key (the one it prints), "osd out" makes one
+// epoch, "auth rm" removes (not "no such entity").
+func TestLostReplyAppliedOnce(t *testing.T) {
+	e := startTestEtcd(t)
+	m, c, d := lossyMon(t, testConfig(e, "a"))
+
+	rep, err := lost(t, c, d, authCmd("auth add", "client.u", map[string]string{"osd": "allow r"}))
+	if err != nil {
+		t.Fatalf("auth add with its reply lost: %v", err)
+	}
+	_, get := authEntry(t, c, "client.u")
+	if !bytes.Equal(rep.Keyring, get.Keyring) || len(rep.Keyring) == 0 {
+		t.Fatal("auth add's retry answered with another keyring than the one the entity holds")
+	}
+
+	rep, err = lost(t, c, d, authCmd("auth s3-key add", "client.u", nil))
+	if err != nil {
+		t.Fatalf("s3-key add with its reply lost: %v", err)
+	}
+	var k S3KeyEntry
+	if err := json.Unmarshal([]byte(rep.Output), &k); err != nil {
+		t.Fatal(err)
+	}
+	if ent, _ := authEntry(t, c, "client.u"); len(ent.S3Keys) != 1 || ent.S3Keys[0] != k {
+		t.Fatalf("after one s3-key add, retried: keys %+v; the reply named %+v", ent.S3Keys, k)
+	}
+
+	mustBoot(t, c, bootOf(0))
+	before := m.Map().Epoch()
+	rep, err = lost(t, c, d, &osdpb.MonCommand{Prefix: "osd out", Ids: []uint32{0}})
+	if err != nil {
+		t.Fatalf("osd out with its reply lost: %v", err)
+	}
+	var res commandResult
+	if err := json.Unmarshal([]byte(rep.Output), &res); err != nil || len(res.Changed) != 1 || res.Epoch != before+1 {
+		t.Fatalf("osd out, retried: %q %v; want osd.0 changed at epoch %d", rep.Output, err, before+1)
+	}
+	if mp := m.Map(); mp.Epoch() != before+1 || osdOf(t, mp, 0).In {
+		t.Fatalf("after one osd out, retried: epoch %d (want %d), in %v", mp.Epoch(), before+1, osdOf(t, mp, 0).In)
+	}
+
+	if _, err := lost(t, c, d, authCmd("auth rm", "client.u", nil)); err != nil {
+		t.Fatalf("auth rm with its reply lost: %v", err)
+	}
+}
+
+// TestRequestIDCopiesRace: copies of one request that reach the mon at
+// once apply it once, and all answer alike.
+func TestRequestIDCopiesRace(t *testing.T) {
+	e := startTestEtcd(t)
+	a := startTestMon(t, testConfig(e, "a"))
+	c := newTestClient(t, nil, a.Addr())
+	mustCommand(t, c, authCmd("auth add", "client.u", nil))
+	cmd := authCmd("auth s3-key add", "client.u", nil)
+	cmd.RequestId = monclient.NewRequestID()
+	outs := make([]string, 4)
+	var wg sync.WaitGroup
+	for i := range outs {
+		wg.Go(func() {
+			rep, err := c.Command(ctxFor(t, 20*time.Second), cmd)
+			if err != nil {
+				t.Errorf("copy %d: %v", i, err)
+				return
+			}
+			outs[i] = rep.Output
+		})
+	}
+	wg.Wait()
+	for _, o := range outs[1:] {
+		if o != outs[0] {
+			t.Fatalf("copies answered differently: %q", outs)
+		}
+	}
+	if ent, _ := authEntry(t, c, "client.u"); len(ent.S3Keys) != 1 {
+		t.Fatalf("%d copies of one s3-key add made %d keys", len(outs), len(ent.S3Keys))
+	}
+}
+
+// TestRequestIDReused: an id the mon recorded for one command is refused
+// for another with ErrRequestIDReused, applying nothing; an id that is
+// not 16 bytes is refused as invalid.
+func TestRequestIDReused(t *testing.T) {
+	e := startTestEtcd(t)
+	a := startTestMon(t, testConfig(e, "a"))
+	c := newTestClient(t, nil, a.Addr())
+	id := monclient.NewRequestID()
+	first := authCmd("auth add", "client.u", map[string]string{"osd": "allow r"})
+	first.RequestId = id
+	mustCommand(t, c, first)
+	again := mustCommand(t, c, first) // the caller's own retry, same id
+	if ent, _ := authEntry(t, c, "client.u"); ent.Serial == "" || again.Keyring == nil {
+		t.Fatalf("a repeat of auth add: %+v", again)
+	}
+
+	other := authCmd("auth add", "client.v", nil)
+	other.RequestId = id
+	_, err := c.Command(ctxFor(t, 10*time.Second), other)
+	if !errors.Is(err, ops.ErrRequestIDReused) {
+		t.Fatalf("another command under a used id: %v, want RequestIdReused", err)
+	}
+	if _, err := c.Command(ctxFor(t, 10*time.Second), authCmd("auth get", "client.v", nil)); statusOf(err) != osdpb.Status_NO_SUCH_ENTITY {
+		t.Fatalf("the refused command was applied: auth get client.v: %v", err)
+	}
+
+	bad := authCmd("auth add", "client.w", nil)
+	bad.RequestId = []byte{1, 2, 3}
+	if _, err := c.Command(ctxFor(t, 10*time.Second), bad); statusOf(err) != osdpb.Status_INVALID_ARGUMENT {
+		t.Fatalf("a 3-byte request id: %v, want InvalidArgument", err)
+	}
+}
+
+// TestRequestRecordsExpire: a request's record lasts RequestTTL; after
+// it, the id is free and a resent command is a new one (applied again).
+func TestRequestRecordsExpire(t *testing.T) {
+	e := startTestEtcd(t)
+	cfg := testConfig(e, "a")
+	cfg.RequestTTL = 2 * time.Second
+	a := startTestMon(t, cfg)
+	c := newTestClient(t, nil, a.Addr())
+	mustCommand(t, c, authCmd("auth add", "client.u", nil))
+	cmd := authCmd("auth s3-key add", "client.u", nil)
+	cmd.RequestId = monclient.NewRequestID()
+	mustCommand(t, c, cmd)
+	mustCommand(t, c, cmd)
+	if ent, _ := authEntry(t, c, "client.u"); len(ent.S3Keys) != 1 {
+		t.Fatalf("a repeat within the TTL made a key: %d keys", len(ent.S3Keys))
+	}
+	key := a.k.request(cmd.RequestId)
+	eventually(t, 30*time.Second, "the request record expires", func() bool {
+		resp, err := a.cli.Get(ctxFor(t, 5*time.Second), key)
+		return err == nil && len(resp.Kvs) == 0
+	})
+	mustCommand(t, c, cmd)
+	if ent, _ := authEntry(t, c, "client.u"); len(ent.S3Keys) != 2 {
+		t.Fatalf("the id after its TTL: %d keys, want 2", len(ent.S3Keys))
+	}
+}
+
+// TestRequestWithoutID: a command without an id (an older client) is
+// applied every time it comes, as before request ids, and leaves no
+// record.
+func TestRequestWithoutID(t *testing.T) {
+	e := startTestEtcd(t)
+	a := startTestMon(t, testConfig(e, "a"))
+	c := newTestClient(t, nil, a.Addr())
+	mustCommand(t, c, authCmd("auth add", "client.u", nil))
+	records := func() int64 {
+		resp, err := a.cli.Get(ctxFor(t, 5*time.Second), a.k.request(nil), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	before := records()
+	for range 2 {
+		if _, err := a.command(ctxFor(t, 10*time.Second), authCmd("auth s3-key add", "client.u", nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ent, _ := authEntry(t, c, "client.u"); len(ent.S3Keys) != 2 {
+		t.Fatalf("two s3-key adds without an id: %d keys", len(ent.S3Keys))
+	}
+	if n := records(); n != before {
+		t.Fatalf("commands without ids left %d request records", n-before)
+	}
+}
