@@ -60,6 +60,21 @@ func lost(t *testing.T, c *monclient.Client, d *replyDropper, cmd *osdpb.MonComm
 	return rep, err
 }
 
+// monWithUser is a mon (its config as cfg leaves it), a client of it, and
+// the entity client.u, made without a request id.
+func monWithUser(t *testing.T, cfg func(*Config)) (*Mon, *monclient.Client) {
+	t.Helper()
+	c := testConfig(startTestEtcd(t), "a")
+	if cfg != nil {
+		cfg(&c)
+	}
+	m := startTestMon(t, c)
+	if _, err := m.command(ctxFor(t, 10*time.Second), authCmd("auth add", "client.u", nil)); err != nil {
+		t.Fatal(err)
+	}
+	return m, newTestClient(t, nil, m.Addr())
+}
+
 func authEntry(t *testing.T, c *monclient.Client, entity string) (AuthEntry, *osdpb.MonCommandReply) {
 	t.Helper()
 	rep := mustCommand(t, c, authCmd("auth get", entity, nil))
@@ -119,20 +134,18 @@ func TestLostReplyAppliedOnce(t *testing.T) {
 	}
 }
 
-// TestRequestIDCopiesRace: copies of one request that reach the mon at
-// once apply it once, and all answer alike.
+// TestRequestIDCopiesRace: copies of one request that the mon serves at
+// once apply it once, and every copy answers with the one reply (none
+// fails as busy, which would cost the client a retry).
 func TestRequestIDCopiesRace(t *testing.T) {
-	e := startTestEtcd(t)
-	a := startTestMon(t, testConfig(e, "a"))
-	c := newTestClient(t, nil, a.Addr())
-	mustCommand(t, c, authCmd("auth add", "client.u", nil))
+	a, c := monWithUser(t, nil)
 	cmd := authCmd("auth s3-key add", "client.u", nil)
 	cmd.RequestId = monclient.NewRequestID()
 	outs := make([]string, 4)
 	var wg sync.WaitGroup
 	for i := range outs {
 		wg.Go(func() {
-			rep, err := c.Command(ctxFor(t, 20*time.Second), cmd)
+			rep, err := a.command(ctxFor(t, 20*time.Second), cmd)
 			if err != nil {
 				t.Errorf("copy %d: %v", i, err)
 				return
@@ -187,12 +200,7 @@ func TestRequestIDReused(t *testing.T) {
 // TestRequestRecordsExpire: a request's record lasts RequestTTL; after
 // it, the id is free and a resent command is a new one (applied again).
 func TestRequestRecordsExpire(t *testing.T) {
-	e := startTestEtcd(t)
-	cfg := testConfig(e, "a")
-	cfg.RequestTTL = 2 * time.Second
-	a := startTestMon(t, cfg)
-	c := newTestClient(t, nil, a.Addr())
-	mustCommand(t, c, authCmd("auth add", "client.u", nil))
+	a, c := monWithUser(t, func(cfg *Config) { cfg.RequestTTL = 2 * time.Second })
 	cmd := authCmd("auth s3-key add", "client.u", nil)
 	cmd.RequestId = monclient.NewRequestID()
 	mustCommand(t, c, cmd)
@@ -215,10 +223,7 @@ func TestRequestRecordsExpire(t *testing.T) {
 // applied every time it comes, as before request ids, and leaves no
 // record.
 func TestRequestWithoutID(t *testing.T) {
-	e := startTestEtcd(t)
-	a := startTestMon(t, testConfig(e, "a"))
-	c := newTestClient(t, nil, a.Addr())
-	mustCommand(t, c, authCmd("auth add", "client.u", nil))
+	a, c := monWithUser(t, nil)
 	records := func() int64 {
 		resp, err := a.cli.Get(ctxFor(t, 5*time.Second), a.k.request(nil), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
