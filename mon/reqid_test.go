@@ -18,7 +18,8 @@ import (
 
 // replyDropper drops the mon's next n command replies, as a network that
 // loses them would: the client hears nothing and sends the command again.
-type replyDropper struct{ left atomic.Int32 }
+// sent counts the command replies it let through.
+type replyDropper struct{ left, sent atomic.Int32 }
 
 func (d *replyDropper) drop(t osdpb.MsgType) bool {
 	if t != osdpb.MsgType_MSG_MON_COMMAND_REPLY {
@@ -29,6 +30,7 @@ func (d *replyDropper) drop(t osdpb.MsgType) bool {
 			return true
 		}
 	}
+	d.sent.Add(1)
 	return false
 }
 
@@ -39,13 +41,20 @@ func lossyMon(t *testing.T, cfg Config) (*Mon, *monclient.Client, *replyDropper)
 	d := &replyDropper{}
 	cfg.dropReply = d.drop
 	m := startTestMon(t, cfg)
-	c, err := monclient.New(context.Background(), monclient.Options{Addrs: []string{m.Addr()}, Name: "client.test",
+	return m, impatientClient(t, m.Addr()), d
+}
+
+// impatientClient is a client of the mons at addrs that gives up on a
+// reply after 300ms and sends again.
+func impatientClient(t *testing.T, addrs ...string) *monclient.Client {
+	t.Helper()
+	c, err := monclient.New(context.Background(), monclient.Options{Addrs: addrs, Name: "client.test",
 		Logger: testLogger().With("test", "monclient"), Timeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return m, c, d
+	return c
 }
 
 // lost runs cmd with its first reply dropped: the client's retry gets
@@ -131,6 +140,35 @@ func TestLostReplyAppliedOnce(t *testing.T) {
 
 	if _, err := lost(t, c, d, authCmd("auth rm", "client.u", nil)); err != nil {
 		t.Fatalf("auth rm with its reply lost: %v", err)
+	}
+}
+
+// TestLostReplyRetriedAtAnotherMon: the retry of a command whose reply
+// one mon lost goes to another mon, which answers from the record the
+// first one wrote: one key pair, and the reply names it.
+func TestLostReplyRetriedAtAnotherMon(t *testing.T) {
+	e := startTestEtcd(t)
+	da, db := &replyDropper{}, &replyDropper{}
+	ca, cb := testConfig(e, "a"), testConfig(e, "b")
+	ca.dropReply, cb.dropReply = da.drop, db.drop
+	a, b := startTestMon(t, ca), startTestMon(t, cb)
+	if _, err := a.command(ctxFor(t, 10*time.Second), authCmd("auth add", "client.u", nil)); err != nil {
+		t.Fatal(err)
+	}
+	c := impatientClient(t, a.Addr(), b.Addr()) // a first: no leader is known yet
+	rep, err := lost(t, c, da, authCmd("auth s3-key add", "client.u", nil))
+	if err != nil {
+		t.Fatalf("s3-key add with its reply lost at mon.a: %v", err)
+	}
+	if db.sent.Load() == 0 {
+		t.Fatal("mon.b did not answer the retry")
+	}
+	var k S3KeyEntry
+	if err := json.Unmarshal([]byte(rep.Output), &k); err != nil {
+		t.Fatal(err)
+	}
+	if ent, _ := authEntry(t, c, "client.u"); len(ent.S3Keys) != 1 || ent.S3Keys[0] != k {
+		t.Fatalf("after one s3-key add, retried at mon.b: keys %+v; the reply named %+v", ent.S3Keys, k)
 	}
 }
 
