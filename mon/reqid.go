@@ -33,7 +33,11 @@ const defaultRequestTTL = 10 * time.Minute
 type requestGuard struct {
 	key    string // keys.request(id)
 	digest []byte // requestDigest of the command
-	lease  clientv3.LeaseID
+	// grant makes the record's lease. It is called at the first extra,
+	// so that a command that writes nothing (refused, nothing to change,
+	// a standby's NOT_LEADER) leaves no lease behind.
+	grant func() (clientv3.LeaseID, error)
+	lease clientv3.LeaseID // 0 until granted
 }
 
 // extra is what the command's transaction adds so that it records rep
@@ -42,6 +46,14 @@ type requestGuard struct {
 func (g *requestGuard) extra(rep *osdpb.MonCommandReply) (txnExtra, error) {
 	if g == nil {
 		return txnExtra{}, nil
+	}
+	if g.lease == 0 {
+		// An edit may run again after a conflict: the lease is made once.
+		id, err := g.grant()
+		if err != nil {
+			return txnExtra{}, unavailable("etcd", err)
+		}
+		g.lease = id
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&osdpb.MonRequestRecord{Digest: g.digest, Reply: rep})
 	if err != nil {
@@ -92,19 +104,28 @@ func (m *Mon) commandOnce(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonC
 	if rep, found, err := m.replay(ctx, key, c.RequestId, digest); found || err != nil {
 		return rep, err
 	}
-	lease, err := m.cli.Grant(ctx, int64((m.cfg.RequestTTL+time.Second-1)/time.Second))
-	if err != nil {
-		return nil, unavailable("etcd", err)
-	}
-	rep, err := m.runCommand(ctx, c, &requestGuard{key: key, digest: digest, lease: lease.ID})
-	if err != nil {
-		// Our transaction's guard fails when a copy of this request (at
-		// another mon, or resent here) applied it first: answer as it.
-		if rep, found, rerr := m.replay(ctx, key, c.RequestId, digest); found || rerr != nil {
-			return rep, rerr
+	g := &requestGuard{key: key, digest: digest, grant: func() (clientv3.LeaseID, error) {
+		resp, err := m.cli.Grant(ctx, int64((m.cfg.RequestTTL+time.Second-1)/time.Second))
+		if err != nil {
+			return 0, err
 		}
+		return resp.ID, nil
+	}}
+	rep, err := m.runCommand(ctx, c, g)
+	if err == nil {
+		return rep, nil
 	}
-	return rep, err
+	// Our transaction's guard fails when a copy of this request (at
+	// another mon, or resent here) applied it first: answer as it.
+	if rep, found, rerr := m.replay(ctx, key, c.RequestId, digest); found || rerr != nil {
+		return rep, rerr
+	}
+	if g.lease != 0 {
+		// Nothing was written on it; leases that hold nothing would pile
+		// up for RequestTTL with a client that keeps failing.
+		m.cli.Revoke(ctx, g.lease)
+	}
+	return nil, err
 }
 
 // replay answers a repeat of a recorded request: found is false when the

@@ -307,3 +307,28 @@ func BenchmarkCommandRequestID(b *testing.B) {
 		})
 	}
 }
+
+// TestRequestWithoutWriteLeavesNoLease: a command with an id that writes
+// nothing (refused, or nothing to change) leaves no lease in etcd.
+func TestRequestWithoutWriteLeavesNoLease(t *testing.T) {
+	a, c := monWithUser(t, nil)
+	leases := func() int {
+		resp, err := a.cli.Leases(ctxFor(t, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(resp.Leases)
+	}
+	before := leases()
+	if _, err := c.Command(ctxFor(t, 10*time.Second), authCmd("auth s3-key add", "client.nobody", nil)); statusOf(err) != osdpb.Status_NO_SUCH_ENTITY {
+		t.Fatalf("s3-key add to no entity: %v", err)
+	}
+	mustCommand(t, c, authCmd("auth get-or-create", "client.u", nil)) // exists with these caps: no change
+	if n := leases(); n != before {
+		t.Fatalf("commands that wrote nothing left %d leases", n-before)
+	}
+	mustCommand(t, c, authCmd("auth s3-key add", "client.u", nil))
+	if n := leases(); n != before+1 {
+		t.Fatalf("a command that wrote its record: %d new leases, want 1", n-before)
+	}
+}
