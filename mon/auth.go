@@ -6,7 +6,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/mon/monclient"
@@ -97,19 +96,37 @@ func (s *authStore) get(ctx context.Context, entity string) (*osdpb.AuthRecord, 
 	return rec, resp.Kvs[0].ModRevision, nil
 }
 
-// put writes rec if the entity's record is still at rev (0: absent).
-func (s *authStore) put(ctx context.Context, rec *osdpb.AuthRecord, rev int64) (bool, error) {
+// put writes rec if the entity's record is still at rev (0: absent) and
+// x's comparisons hold, with x's operations.
+func (s *authStore) put(ctx context.Context, rec *osdpb.AuthRecord, rev int64, x txnExtra) (bool, error) {
 	b, err := marshalRecord(rec)
 	if err != nil {
 		return false, err
 	}
-	key := s.k.auth(rec.Entity)
-	tx, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-		Then(clientv3.OpPut(key, string(b))).Commit()
+	return s.commit(ctx, rec.Entity, rev, clientv3.OpPut(s.k.auth(rec.Entity), string(b)), x)
+}
+
+// commit runs op on entity's record if the record is still at rev and
+// x's comparisons hold, with x's operations, in one transaction.
+func (s *authStore) commit(ctx context.Context, entity string, rev int64, op clientv3.Op, x txnExtra) (bool, error) {
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.k.auth(entity)), "=", rev)}, x.cmps...)
+	tx, err := s.cli.Txn(ctx).If(cmps...).Then(append([]clientv3.Op{op}, x.ops...)...).Commit()
 	if err != nil {
 		return false, unavailable("etcd", err)
 	}
 	return tx.Succeeded, nil
+}
+
+// authThen is what an auth command's transaction adds, given the record
+// it writes (nil: it removes it) and the S3 key pair it adds, if any:
+// the command's request record (reqid.go). A nil authThen adds nothing.
+type authThen func(rec *osdpb.AuthRecord, key *osdpb.S3Key) (txnExtra, error)
+
+func (then authThen) extra(rec *osdpb.AuthRecord, key *osdpb.S3Key) (txnExtra, error) {
+	if then == nil {
+		return txnExtra{}, nil
+	}
+	return then(rec, key)
 }
 
 func marshalRecord(rec *osdpb.AuthRecord) ([]byte, error) {
@@ -118,7 +135,7 @@ func marshalRecord(rec *osdpb.AuthRecord) ([]byte, error) {
 
 // create issues entity a keyring and writes its record with caps, unless
 // it has one: then it returns the existing record and false.
-func (s *authStore) create(ctx context.Context, entity string, caps auth.Caps) (*osdpb.AuthRecord, bool, error) {
+func (s *authStore) create(ctx context.Context, entity string, caps auth.Caps, then authThen) (*osdpb.AuthRecord, bool, error) {
 	ca, err := s.ca(ctx)
 	if err != nil {
 		return nil, false, err
@@ -137,7 +154,11 @@ func (s *authStore) create(ctx context.Context, entity string, caps auth.Caps) (
 			return nil, false, err
 		}
 		rec = &osdpb.AuthRecord{Entity: entity, Caps: caps.Strings(), Keyring: pem, Serial: auth.Serial(k.Cert)}
-		ok, err := s.put(ctx, rec, 0)
+		x, err := then.extra(rec, nil)
+		if err != nil {
+			return nil, false, err
+		}
+		ok, err := s.put(ctx, rec, 0, x)
 		if err != nil || ok {
 			return rec, ok, err
 		}
@@ -145,18 +166,31 @@ func (s *authStore) create(ctx context.Context, entity string, caps auth.Caps) (
 	return nil, false, busy(entity)
 }
 
-// remove deletes entity's record; false when it had none.
-func (s *authStore) remove(ctx context.Context, entity string) (bool, error) {
-	resp, err := s.cli.Delete(ctx, s.k.auth(entity))
-	if err != nil {
-		return false, unavailable("etcd", err)
+// remove deletes entity's record.
+func (s *authStore) remove(ctx context.Context, entity string, then authThen) error {
+	for range 3 {
+		rec, rev, err := s.get(ctx, entity)
+		if err != nil {
+			return err
+		}
+		if rec == nil {
+			return noSuchEntity(entity)
+		}
+		x, err := then.extra(nil, nil)
+		if err != nil {
+			return err
+		}
+		ok, err := s.commit(ctx, entity, rev, clientv3.OpDelete(s.k.auth(entity)), x)
+		if err != nil || ok {
+			return err
+		}
 	}
-	return resp.Deleted > 0, nil
+	return busy(entity)
 }
 
 // update applies change to entity's record in a compared write, read
 // again and retried when another command got there first.
-func (s *authStore) update(ctx context.Context, entity string, change func(*osdpb.AuthRecord) error) (*osdpb.AuthRecord, error) {
+func (s *authStore) update(ctx context.Context, entity string, change func(*osdpb.AuthRecord) error, then authThen) (*osdpb.AuthRecord, error) {
 	for range 3 {
 		rec, rev, err := s.get(ctx, entity)
 		if err != nil {
@@ -168,7 +202,11 @@ func (s *authStore) update(ctx context.Context, entity string, change func(*osdp
 		if err := change(rec); err != nil {
 			return nil, err
 		}
-		ok, err := s.put(ctx, rec, rev)
+		x, err := then.extra(rec, nil)
+		if err != nil {
+			return nil, err
+		}
+		ok, err := s.put(ctx, rec, rev, x)
 		if err != nil || ok {
 			return rec, err
 		}
@@ -177,17 +215,17 @@ func (s *authStore) update(ctx context.Context, entity string, change func(*osdp
 }
 
 // setCaps replaces entity's caps.
-func (s *authStore) setCaps(ctx context.Context, entity string, caps auth.Caps) (*osdpb.AuthRecord, error) {
+func (s *authStore) setCaps(ctx context.Context, entity string, caps auth.Caps, then authThen) (*osdpb.AuthRecord, error) {
 	return s.update(ctx, entity, func(r *osdpb.AuthRecord) error {
 		r.Caps = caps.Strings()
 		return nil
-	})
+	}, then)
 }
 
 // rotate issues entity a new keyring, caps unchanged; its record then
 // names the new certificate, so the old keyring is refused from the next
 // session on.
-func (s *authStore) rotate(ctx context.Context, entity string) (*osdpb.AuthRecord, error) {
+func (s *authStore) rotate(ctx context.Context, entity string, then authThen) (*osdpb.AuthRecord, error) {
 	ca, err := s.ca(ctx)
 	if err != nil {
 		return nil, err
@@ -202,7 +240,7 @@ func (s *authStore) rotate(ctx context.Context, entity string) (*osdpb.AuthRecor
 		}
 		r.Serial = auth.Serial(k.Cert)
 		return nil
-	})
+	}, then)
 }
 
 // busy: three reads and compared writes of entity's record all lost to
@@ -224,8 +262,11 @@ func noSuchEntity(entity string) error {
 //	auth rm ENTITY                 remove it: its certificate stops working
 //	auth caps ENTITY CAPS          replace its caps
 //	auth rotate ENTITY             a new keyring, caps unchanged
-//	auth s3-key add|rm ENTITY ...  its S3 key pairs (s3keys.go)
-func (m *Mon) authCommand(ctx context.Context, c *osdpb.MonCommand, rep *osdpb.MonCommandReply) (any, error) {
+//	auth s3-key add ENTITY         a new S3 key pair, its secret shown once (s3keys.go)
+//	auth s3-key rm ENTITY KEY      remove one
+//
+// A change also records its reply under g's request id (g nil: none).
+func (m *Mon) authCommand(ctx context.Context, c *osdpb.MonCommand, rep *osdpb.MonCommandReply, g *requestGuard) (any, error) {
 	if c.Prefix == "auth ls" {
 		t, err := m.auth.listTable(ctx)
 		if err != nil {
@@ -257,13 +298,21 @@ func (m *Mon) authCommand(ctx context.Context, c *osdpb.MonCommand, rep *osdpb.M
 			}
 		}()
 	}
-	if strings.HasPrefix(c.Prefix, "auth s3-key ") {
-		return m.s3KeyCommand(ctx, c)
+	var then authThen
+	if g != nil {
+		then = func(rec *osdpb.AuthRecord, key *osdpb.S3Key) (txnExtra, error) {
+			r, err := commandReply(authOutput(c, rec, key))
+			if err != nil {
+				return txnExtra{}, err
+			}
+			return g.extra(r)
+		}
 	}
 	var rec *osdpb.AuthRecord
+	var key *osdpb.S3Key
 	switch c.Prefix {
 	case "auth add", "auth get-or-create":
-		r, created, err := m.auth.create(ctx, c.Entity, caps)
+		r, created, err := m.auth.create(ctx, c.Entity, caps, then)
 		if err != nil {
 			return nil, err
 		}
@@ -286,29 +335,61 @@ func (m *Mon) authCommand(ctx context.Context, c *osdpb.MonCommand, rep *osdpb.M
 		}
 		rec = r
 	case "auth rm":
-		ok, err := m.auth.remove(ctx, c.Entity)
-		if err != nil {
+		if err := m.auth.remove(ctx, c.Entity, then); err != nil {
 			return nil, err
 		}
-		if !ok {
-			return nil, noSuchEntity(c.Entity)
-		}
-		return map[string]string{"removed": c.Entity}, nil
 	case "auth caps":
-		r, err := m.auth.setCaps(ctx, c.Entity, caps)
-		if err != nil {
-			return nil, err
-		}
-		return entryOf(r), nil
-	case "auth rotate":
-		r, err := m.auth.rotate(ctx, c.Entity)
+		r, err := m.auth.setCaps(ctx, c.Entity, caps, then)
 		if err != nil {
 			return nil, err
 		}
 		rec = r
+	case "auth rotate":
+		r, err := m.auth.rotate(ctx, c.Entity, then)
+		if err != nil {
+			return nil, err
+		}
+		rec = r
+	case "auth s3-key add":
+		r, k, err := m.auth.addS3Key(ctx, c.Entity, then)
+		if err != nil {
+			return nil, err
+		}
+		rec, key = r, k
+	case "auth s3-key rm":
+		if err := auth.ValidateS3AccessKey(c.AccessKey); err != nil {
+			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%v", err)
+		}
+		r, err := m.auth.removeS3Key(ctx, c.Entity, c.AccessKey, then)
+		if err != nil {
+			return nil, err
+		}
+		rec = r
+	default:
+		return nil, fmt.Errorf("mon: %q is not an auth command", c.Prefix)
 	}
-	rep.Keyring = rec.Keyring
-	return entryOf(rec), nil
+	out, keyring := authOutput(c, rec, key)
+	rep.Keyring = keyring
+	return out, nil
+}
+
+// authOutput is an auth command's output and the keyring its reply
+// carries, given the record it read or wrote (nil after "auth rm") and
+// the S3 key pair "auth s3-key add" made: one function for the reply sent
+// and the reply recorded for repeats.
+func authOutput(c *osdpb.MonCommand, rec *osdpb.AuthRecord, key *osdpb.S3Key) (any, []byte) {
+	switch c.Prefix {
+	case "auth rm":
+		return map[string]string{"removed": c.Entity}, nil
+	case "auth s3-key add":
+		return struct {
+			Entity string `json:"entity"`
+			S3KeyEntry
+		}{c.Entity, S3KeyEntry{AccessKey: key.AccessKey, Secret: key.Secret}}, nil
+	case "auth caps", "auth s3-key rm":
+		return entryOf(rec), nil
+	}
+	return entryOf(rec), rec.Keyring
 }
 
 func entryOf(r *osdpb.AuthRecord) AuthEntry {
@@ -320,7 +401,7 @@ func entryOf(r *osdpb.AuthRecord) AuthEntry {
 // keyring file's bytes.
 func (m *Mon) GetOrCreateKeyring(ctx context.Context, entity string, caps map[string]string) ([]byte, error) {
 	rep := &osdpb.MonCommandReply{}
-	if _, err := m.authCommand(ctx, &osdpb.MonCommand{Prefix: "auth get-or-create", Entity: entity, Caps: caps}, rep); err != nil {
+	if _, err := m.authCommand(ctx, &osdpb.MonCommand{Prefix: "auth get-or-create", Entity: entity, Caps: caps}, rep, nil); err != nil {
 		return nil, err
 	}
 	return rep.Keyring, nil

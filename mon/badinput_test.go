@@ -204,6 +204,8 @@ func FuzzMonRequest(f *testing.F) {
 		seed(osdpb.MsgType_MSG_MON_COMMAND, &osdpb.MonCommand{Prefix: p, Ids: []uint32{0, 2}, Weight: 0.5})
 	}
 	seed(osdpb.MsgType_MSG_MON_COMMAND, &osdpb.MonCommand{Prefix: "osd create", Uuid: "new"})
+	seed(osdpb.MsgType_MSG_MON_COMMAND, &osdpb.MonCommand{Prefix: "auth s3-key add", Entity: "client.u", RequestId: make([]byte, 16)})
+	seed(osdpb.MsgType_MSG_MON_COMMAND, &osdpb.MonCommand{Prefix: "osd out", Ids: []uint32{1}, RequestId: []byte{1, 2, 3}})
 	f.Add(uint16(osdpb.MsgType_MSG_MON_BOOT), []byte{0xff})
 	f.Add(uint16(osdpb.MsgType_MSG_PUT_OBJECT), []byte{})
 

@@ -3,12 +3,12 @@ package mon
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -57,7 +57,7 @@ func (d dispatcher) Dispatch(msg *msgr.Message) {
 		ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(m.ctx), requestTimeout)
 		defer cancel()
 		rt, rep := m.handle(ctx, conn, t, front)
-		if rep != nil {
+		if rep != nil && (m.cfg.dropReply == nil || !m.cfg.dropReply(rt)) {
 			m.send(conn, tid, rt, rep)
 		}
 	})
@@ -173,8 +173,19 @@ func (m *Mon) notLeader() error {
 }
 
 // command serves a MonCommand: the read-only ones on any mon, the ones
-// that change the map on the leader.
+// that change the map on the leader. One that changes something and
+// carries a request id is applied once however often it comes
+// (commandOnce).
 func (m *Mon) command(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonCommandReply, error) {
+	if len(c.RequestId) > 0 && monclient.Mutating(c.Prefix) {
+		return m.commandOnce(ctx, c)
+	}
+	return m.runCommand(ctx, c, nil)
+}
+
+// runCommand serves c; its change, if any, also records its reply under
+// g's request id (g nil: none).
+func (m *Mon) runCommand(ctx context.Context, c *osdpb.MonCommand, g *requestGuard) (*osdpb.MonCommandReply, error) {
 	rep := &osdpb.MonCommandReply{}
 	var out any
 	switch c.Prefix {
@@ -201,7 +212,7 @@ func (m *Mon) command(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonComma
 		rep.Ids = []uint32{id}
 		out = map[string]any{"id": id}
 	case "auth add", "auth get-or-create", "auth get", "auth ls", "auth rm", "auth caps", "auth rotate", "auth s3-key add", "auth s3-key rm": // authCommands
-		res, err := m.authCommand(ctx, c, rep)
+		res, err := m.authCommand(ctx, c, rep, g)
 		if err != nil {
 			return nil, err
 		}
@@ -218,17 +229,17 @@ func (m *Mon) command(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonComma
 		if l == nil {
 			return nil, m.notLeader()
 		}
-		res, err := l.command(ctx, commandOf(c))
+		res, err := l.command(ctx, commandOf(c), g)
 		if err != nil {
 			return nil, err
 		}
 		out = res
 	}
-	b, err := json.Marshal(out)
+	r, err := commandReply(out, rep.Keyring)
 	if err != nil {
 		return nil, err
 	}
-	rep.Output = string(b)
+	rep.Output = r.Output
 	rep.Header = m.header(nil)
 	rep.Epoch = m.Map().Epoch()
 	return rep, nil

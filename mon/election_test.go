@@ -166,7 +166,7 @@ func TestLostElectionKeyStepsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := m.Map().Epoch()
-	_, err := l.command(ctx, osdCommand{prefix: "osd reweight", ids: []uint32{0}, weight: 3})
+	_, err := l.command(ctx, osdCommand{prefix: "osd reweight", ids: []uint32{0}, weight: 3}, nil)
 	if statusOf(err) != osdpb.Status_NOT_LEADER {
 		t.Fatalf("write without the election key: %v", err)
 	}

@@ -389,8 +389,9 @@ type commandResult struct {
 	Message string   `json:"message"`
 }
 
-// command runs a map-changing command as one map change.
-func (l *leadership) command(ctx context.Context, c osdCommand) (*commandResult, error) {
+// command runs a map-changing command as one map change, which records
+// its reply under g's request id (g nil: none).
+func (l *leadership) command(ctx context.Context, c osdCommand, g *requestGuard) (*commandResult, error) {
 	m := l.m
 	now := time.Now()
 	var changed []uint32
@@ -411,33 +412,51 @@ func (l *leadership) command(ctx context.Context, c osdCommand) (*commandResult,
 				x.ops = append(x.ops, clientv3.OpDelete(m.k.alive(id)), clientv3.OpDelete(m.k.stats(id)))
 			}
 		}
-		return x, nil
+		if g == nil {
+			return x, nil
+		}
+		epoch := pb.Epoch + 1 // the epoch this edit makes
+		rep, err := commandReply(c.result(changed, epoch), nil)
+		if err != nil {
+			return txnExtra{}, err
+		}
+		rep.Epoch = epoch
+		gx, err := g.extra(rep)
+		return x.join(gx), err
 	})
 	if err != nil {
 		return nil, err
 	}
-	res := &commandResult{Command: c.prefix, IDs: c.ids, Changed: changed, Epoch: next.Epoch()}
-	if slices.Contains(ratioCommands, c.prefix) {
-		res.IDs = []uint32{}
-		if changed == nil {
-			res.Changed, res.Message = []uint32{}, "nothing to change"
-		} else {
-			res.Message = fmt.Sprintf("%s %g at epoch %d", c.prefix, c.ratio, next.Epoch())
-			m.log.Info("command", "command", c.prefix, "ratio", c.ratio, "epoch", next.Epoch())
-		}
-		return res, nil
-	}
-	if res.Changed == nil {
-		res.Changed = []uint32{}
-		res.Message = "nothing to change"
-	} else {
-		res.Message = fmt.Sprintf("%s: %v at epoch %d", c.prefix, changed, next.Epoch())
+	res := c.result(changed, next.Epoch())
+	switch {
+	case changed == nil:
+	case slices.Contains(ratioCommands, c.prefix):
+		m.log.Info("command", "command", c.prefix, "ratio", c.ratio, "epoch", next.Epoch())
+	default:
 		m.log.Info("command", "command", c.prefix, "osds", changed, "epoch", next.Epoch())
 	}
 	if c.prefix == "osd down" || c.prefix == "osd rm" {
 		l.dropOSDs(changed)
 	}
 	return res, nil
+}
+
+// result is c's output when it changed the OSDs changed (nil: nothing)
+// and the map is at epoch.
+func (c osdCommand) result(changed []uint32, epoch uint64) *commandResult {
+	res := &commandResult{Command: c.prefix, IDs: c.ids, Changed: changed, Epoch: epoch}
+	if slices.Contains(ratioCommands, c.prefix) {
+		res.IDs = []uint32{}
+	}
+	switch {
+	case changed == nil:
+		res.Changed, res.Message = []uint32{}, "nothing to change"
+	case slices.Contains(ratioCommands, c.prefix):
+		res.Message = fmt.Sprintf("%s %g at epoch %d", c.prefix, c.ratio, epoch)
+	default:
+		res.Message = fmt.Sprintf("%s: %v at epoch %d", c.prefix, changed, epoch)
+	}
+	return res
 }
 
 // watchLiveness marks down the OSDs whose liveness keys vanish (their

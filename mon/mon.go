@@ -71,12 +71,20 @@ type Config struct {
 	Transports []wire.Transport
 	// Logger defaults to slog.Default(), with mon=NAME.
 	Logger *slog.Logger
+	// RequestTTL is how long the mon keeps the reply of a command that
+	// carried a request id, to answer the client's repeats of it with
+	// that reply instead of applying the command again. Default 10m: far
+	// beyond any client's retries. Rounded up to whole seconds.
+	RequestTTL time.Duration
 
 	// sessionTTL is the etcd session's TTL in seconds: how long a dead
 	// leader holds the election. Default 3; etcd's minimum is 2.
 	sessionTTL int
 	// prefix is the etcd key prefix. Default "/osprey/".
 	prefix string
+	// dropReply, when set, is asked before each reply is sent; true drops
+	// it, as a lost reply would be (tests of retried commands).
+	dropReply func(t osdpb.MsgType) bool
 }
 
 func (c *Config) setDefaults() error {
@@ -113,6 +121,9 @@ func (c *Config) setDefaults() error {
 	c.Logger = c.Logger.With("mon", c.Name)
 	if c.sessionTTL <= 0 {
 		c.sessionTTL = 3
+	}
+	if c.RequestTTL <= 0 {
+		c.RequestTTL = defaultRequestTTL
 	}
 	if c.prefix == "" {
 		c.prefix = defaultPrefix

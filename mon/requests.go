@@ -44,6 +44,9 @@ func decodeRequest(t osdpb.MsgType, front []byte) (proto.Message, error) {
 			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "failure report: failed_for %dns is negative", r.FailedForNanos)
 		}
 	case *osdpb.MonCommand:
+		if err := checkRequestID(r.RequestId); err != nil {
+			return r, err
+		}
 		if len(r.Ids) > maxCommandIDs {
 			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "command names %d OSDs; at most %d", len(r.Ids), maxCommandIDs)
 		}

@@ -2,7 +2,6 @@ package mon
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/ospreystore/osprey/internal/ops"
@@ -43,7 +42,7 @@ func s3KeyEntries(ks []*osdpb.S3Key) []S3KeyEntry {
 // unique in the cluster, so the write compares the whole auth prefix
 // with the revision the uniqueness check read: any record written since
 // (a key another command added) makes it read and check again.
-func (s *authStore) addS3Key(ctx context.Context, entity string) (*osdpb.AuthRecord, *osdpb.S3Key, error) {
+func (s *authStore) addS3Key(ctx context.Context, entity string, then authThen) (*osdpb.AuthRecord, *osdpb.S3Key, error) {
 	for range 3 {
 		t, err := s.listTable(ctx)
 		if err != nil {
@@ -67,18 +66,16 @@ func (s *authStore) addS3Key(ctx context.Context, entity string) (*osdpb.AuthRec
 		}
 		key := &osdpb.S3Key{AccessKey: k.AccessKey, Secret: k.Secret}
 		rec.S3Keys = append(rec.S3Keys, key)
-		b, err := marshalRecord(rec)
+		x, err := then.extra(rec, key)
 		if err != nil {
 			return nil, nil, err
 		}
-		tx, err := s.cli.Txn(ctx).If(
-			clientv3.Compare(clientv3.ModRevision(s.k.auth(entity)), "=", rev),
-			clientv3.Compare(clientv3.ModRevision(s.k.authPrefix()), "<", t.Revision+1).WithPrefix(),
-		).Then(clientv3.OpPut(s.k.auth(entity), string(b))).Commit()
+		x.cmps = append(x.cmps, clientv3.Compare(clientv3.ModRevision(s.k.authPrefix()), "<", t.Revision+1).WithPrefix())
+		ok, err := s.put(ctx, rec, rev, x)
 		if err != nil {
-			return nil, nil, unavailable("etcd", err)
+			return nil, nil, err
 		}
-		if tx.Succeeded {
+		if ok {
 			return rec, key, nil
 		}
 	}
@@ -86,7 +83,7 @@ func (s *authStore) addS3Key(ctx context.Context, entity string) (*osdpb.AuthRec
 }
 
 // removeS3Key removes one of entity's key pairs.
-func (s *authStore) removeS3Key(ctx context.Context, entity, accessKey string) (*osdpb.AuthRecord, error) {
+func (s *authStore) removeS3Key(ctx context.Context, entity, accessKey string, then authThen) (*osdpb.AuthRecord, error) {
 	return s.update(ctx, entity, func(r *osdpb.AuthRecord) error {
 		i := slices.IndexFunc(r.S3Keys, func(k *osdpb.S3Key) bool { return k.AccessKey == accessKey })
 		if i < 0 {
@@ -94,7 +91,7 @@ func (s *authStore) removeS3Key(ctx context.Context, entity, accessKey string) (
 		}
 		r.S3Keys = slices.Delete(r.S3Keys, i, i+1)
 		return nil
-	})
+	}, then)
 }
 
 // mayReadS3Secrets reports whether peer's auth table carries the S3
@@ -134,32 +131,6 @@ func withoutS3Keys(t *osdpb.AuthTable) *osdpb.AuthTable {
 	return out
 }
 
-// s3KeyCommand serves "auth s3-key add ENTITY" (a new pair, printed
-// once with its secret) and "auth s3-key rm ENTITY ACCESS_KEY".
-func (m *Mon) s3KeyCommand(ctx context.Context, c *osdpb.MonCommand) (any, error) {
-	switch c.Prefix {
-	case "auth s3-key add":
-		_, k, err := m.auth.addS3Key(ctx, c.Entity)
-		if err != nil {
-			return nil, err
-		}
-		return struct {
-			Entity string `json:"entity"`
-			S3KeyEntry
-		}{c.Entity, S3KeyEntry{AccessKey: k.AccessKey, Secret: k.Secret}}, nil
-	case "auth s3-key rm":
-		if err := auth.ValidateS3AccessKey(c.AccessKey); err != nil {
-			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%v", err)
-		}
-		r, err := m.auth.removeS3Key(ctx, c.Entity, c.AccessKey)
-		if err != nil {
-			return nil, err
-		}
-		return entryOf(r), nil
-	}
-	return nil, fmt.Errorf("mon: %q is not an S3 key command", c.Prefix)
-}
-
 // S3Key returns entity's first S3 key pair, making one if it has none:
 // how `osprey up` gives client.admin the pair it prints, the same one on
 // every start of a cluster kept on disk.
@@ -174,7 +145,7 @@ func (m *Mon) S3Key(ctx context.Context, entity string) (auth.S3Key, error) {
 	if len(rec.S3Keys) > 0 {
 		return auth.S3Key{AccessKey: rec.S3Keys[0].AccessKey, Secret: rec.S3Keys[0].Secret}, nil
 	}
-	_, k, err := m.auth.addS3Key(ctx, entity)
+	_, k, err := m.auth.addS3Key(ctx, entity, nil)
 	if err != nil {
 		return auth.S3Key{}, err
 	}

@@ -3,6 +3,7 @@ package mon
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -28,6 +29,7 @@ import (
 //	election/             concurrency.Election; values are msgr addresses
 //	auth-ca               the cluster's CA, its key included (PEM; auth.go)
 //	auth/<entity>         an entity's AuthRecord (protobuf): caps, keyring, serial
+//	reqs/<id, hex>        a mon command's MonRequestRecord, on a lease of Config.RequestTTL
 const (
 	defaultPrefix = "/osprey/"
 	// historyKeep is how many maps "get map" can still return, as Ceph's
@@ -51,6 +53,7 @@ func (k keys) election() string            { return k.pfx + "election/" }
 func (k keys) authCA() string              { return k.pfx + "auth-ca" }
 func (k keys) auth(entity string) string   { return k.pfx + "auth/" + entity }
 func (k keys) authPrefix() string          { return k.pfx + "auth/" }
+func (k keys) request(id []byte) string    { return k.pfx + "reqs/" + hex.EncodeToString(id) }
 
 // idOf parses the OSD id at the end of an alive/ or stats/ key.
 func idOf(key, prefix string) (uint32, bool) {

@@ -90,6 +90,19 @@ func TestAuthCLI(t *testing.T) {
 	if out, err := cli("auth", "ls"); err != nil || !strings.Contains(out, "client.admin") || !strings.Contains(out, "mon 'allow *' osd 'allow *'") {
 		t.Fatalf("auth ls table: %v\n%s", err, out)
 	}
+	// A command rerun with the request id of a run that timed out is
+	// applied once: the rerun prints the key pair the first run made.
+	rerun := []string{"auth", "s3-key", "add", "client.backup", "--request-id", "00112233445566778899aabbccddeeff"}
+	first, err := cli(rerun...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := cli(rerun...); err != nil || again != first {
+		t.Fatalf("s3-key add rerun with its request id: %v %q, want %q", err, again, first)
+	}
+	if out, err := cli("auth", "get", "client.backup"); err != nil || strings.Count(out, "# S3 key of client.backup") != 1 {
+		t.Fatalf("after s3-key add and its rerun: %v\n%s", err, out)
+	}
 	// The OSD checks what a client may do: a read-only key may list but
 	// not make a bucket; the admin may.
 	roPath := filepath.Join(t.TempDir(), "ro.keyring")
@@ -125,6 +138,8 @@ func TestAuthCLI(t *testing.T) {
 		{"auth", "add", "client.x", "osd", "allow q"},
 		{"auth", "get", "client.x", "osd", "allow r"},
 		{"auth", "rm"},
+		{"auth", "s3-key", "add", "client.x", "--request-id", "0011"},
+		{"auth", "s3-key", "add", "client.x", "--request-id", "not hex"},
 	} {
 		if _, err := cli(args...); exitCode(err) != exitUsage {
 			t.Errorf("%v: %v, want a usage error", args, err)

@@ -244,6 +244,20 @@ func TestUsageExitCodes(t *testing.T) {
 	}
 }
 
+// TestMonCommandTimeoutNamesRequestID: a command that changes something
+// and reaches no mon says how to rerun it safely: with its request id.
+func TestMonCommandTimeoutNamesRequestID(t *testing.T) {
+	t.Chdir(t.TempDir())
+	_, _, err := run(t, "osd", "out", "0", "--mon", "tcp://127.0.0.1:1", "--mon-timeout", "300ms", "--keyring", "none")
+	if exitCode(err) != exitUnavailable || !strings.Contains(errorLine(err), "rerun with --request-id ") {
+		t.Fatalf("osd out with no mon: %v (exit %d)", err, exitCode(err))
+	}
+	_, _, err = run(t, "status", "--mon", "tcp://127.0.0.1:1", "--mon-timeout", "300ms", "--keyring", "none")
+	if exitCode(err) != exitUnavailable || strings.Contains(errorLine(err), "--request-id") {
+		t.Fatalf("status with no mon: %v (exit %d)", err, exitCode(err))
+	}
+}
+
 func TestUpRefusesConflictingFlags(t *testing.T) {
 	dir := t.TempDir()
 	writeMap(t, dir, 7000, 3)

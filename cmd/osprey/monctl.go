@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -36,6 +37,10 @@ type monFlags struct {
 	timeout time.Duration
 	keyring string
 	modes   []msgr.Mode // --ms-client-mode
+	// requestID is --request-id: a command that changes something and
+	// timed out is rerun with the id it printed, so that the mon applies
+	// it at most once over both runs.
+	requestID string
 }
 
 const envKeyring = "OSPREY_KEYRING"
@@ -47,6 +52,7 @@ func addMonFlags(f *pflag.FlagSet, m *monFlags) {
 	f.StringSliceVar(&m.addrs, "mon", nil, "mon addresses, e.g. tcp://10.0.0.1:3300,tcp://10.0.0.2:3300 (env "+envMon+"; default the one in ./"+monAddrFile+")")
 	f.DurationVar(&m.timeout, "mon-timeout", 10*time.Second, "how long to try to reach a mon")
 	f.Var(modesFlag{&m.modes}, "ms-client-mode", clientModeUsage)
+	f.StringVar(&m.requestID, "request-id", "", "the request id (32 hex digits) of a command that changes something: rerun one that timed out with the id it printed, and the mon applies it at most once (default a new one)")
 	f.StringVar(&m.keyring, "keyring", "", "keyring file of the entity to act as (env "+envKeyring+"; default ./"+adminKeyringFile+" when it exists); 'none' to connect without authentication")
 }
 
@@ -94,6 +100,16 @@ func monCommand(cmd *cobra.Command, m monFlags, req *osdpb.MonCommand) (*osdpb.M
 	if !ok {
 		return nil, usageErrorf("no mon given: use --mon tcp://HOST:PORT or set %s (or run in the directory of `osprey up`)", envMon)
 	}
+	if monclient.Mutating(req.Prefix) {
+		id, err := hex.DecodeString(m.requestID)
+		if err != nil || (m.requestID != "" && len(id) != monclient.RequestIDLen) {
+			return nil, usageErrorf("--request-id %q: want %d hex digits", m.requestID, 2*monclient.RequestIDLen)
+		}
+		if len(id) == 0 {
+			id = monclient.NewRequestID()
+		}
+		req.RequestId = id
+	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), m.timeout)
 	defer cancel()
 	k, err := m.loadKeyring(os.Getenv)
@@ -107,6 +123,11 @@ func monCommand(cmd *cobra.Command, m monFlags, req *osdpb.MonCommand) (*osdpb.M
 	defer mc.Close()
 	rep, err := mc.Command(ctx, req)
 	if err != nil && ctx.Err() != nil {
+		if req.RequestId != nil {
+			// A mon may have applied it and lost the reply: the same id
+			// makes a rerun apply it at most once.
+			err = fmt.Errorf("%w; it may have been applied: rerun with --request-id %x to apply it at most once", err, req.RequestId)
+		}
 		return nil, &unreachableError{target: clusterTarget{Seeds: addrs, Source: "the mon addresses"}, err: err}
 	}
 	return rep, err

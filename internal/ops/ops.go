@@ -90,6 +90,9 @@ var (
 	ErrEntityExists = &Error{Status: osdpb.Status_ENTITY_EXISTS}
 	// ErrPreconditionFailed: a conditional write's condition is false.
 	ErrPreconditionFailed = &Error{Status: osdpb.Status_PRECONDITION_FAILED}
+	// ErrRequestIDReused: a mon command's request id names another,
+	// earlier command (MonCommand.request_id).
+	ErrRequestIDReused = &Error{Status: osdpb.Status_REQUEST_ID_REUSED}
 )
 
 // Errorf returns an *Error with status s.
@@ -159,6 +162,7 @@ var codes = map[osdpb.Status]string{
 	osdpb.Status_ACCESS_DENIED:         "AccessDenied",
 	osdpb.Status_ENTITY_EXISTS:         "EntityAlreadyExists", // IAM's
 	osdpb.Status_PRECONDITION_FAILED:   "PreconditionFailed",
+	osdpb.Status_REQUEST_ID_REUSED:     "RequestIdReused",
 }
 
 // FullnessWord is an OSD's fullness in Ceph's words ("nearfull",

@@ -22,6 +22,7 @@ package monclient
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -90,6 +91,24 @@ const resubscribeEvery = 10 * time.Second
 
 // readCommands are the commands any mon answers; the rest go to the leader.
 var readCommands = []string{"status", "osd tree", "get map"}
+
+// Mutating reports whether the command prefix changes something (the map,
+// an auth record): Command gives such a command a request id, so that
+// the mon applies it once however often it is sent.
+func Mutating(prefix string) bool {
+	return !slices.Contains(readCommands, prefix) && prefix != "auth get" && prefix != "auth ls"
+}
+
+// RequestIDLen is the length of a mon command's request id: 128 random
+// bits, unique without coordination among clients.
+const RequestIDLen = 16
+
+// NewRequestID is a new request id for a mon command.
+func NewRequestID() []byte {
+	id := make([]byte, RequestIDLen)
+	crand.Read(id) // never fails (crypto/rand)
+	return id
+}
 
 // Client talks to a cluster's mons. It is safe for concurrent use.
 type Client struct {
@@ -286,7 +305,17 @@ func (c *Client) ReportFailure(ctx context.Context, f *osdpb.MonFailure) error {
 
 // Command runs an operator command. "status", "osd tree" and "get map"
 // go to any mon; the others to the leader.
+//
+// A command that changes something (Mutating) is sent with a request id,
+// the same in every retry, so that it is applied once even when a reply
+// is lost and the command sent again: a repeat gets the first one's
+// reply. cmd's own RequestId is kept if set (a caller that retries a
+// whole Command call sets it, once); else each call is a new request.
 func (c *Client) Command(ctx context.Context, cmd *osdpb.MonCommand) (*osdpb.MonCommandReply, error) {
+	if len(cmd.GetRequestId()) == 0 && Mutating(cmd.GetPrefix()) {
+		cmd = proto.CloneOf(cmd)
+		cmd.RequestId = NewRequestID()
+	}
 	var rep osdpb.MonCommandReply
 	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_COMMAND, func() proto.Message { return cmd }, &rep, slices.Contains(readCommands, cmd.GetPrefix()))
 	if err != nil {

@@ -1,11 +1,13 @@
 package monclient
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -323,4 +325,68 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// TestRequestIDKeptAcrossRetries: a command that changes something is
+// sent with a request id, the same in every retry; each Command call is
+// a new request unless the caller set the id; read-only commands carry
+// none; the caller's message is left as it was.
+func TestRequestIDKeptAcrossRetries(t *testing.T) {
+	var mu sync.Mutex
+	var ids [][]byte
+	var asked atomic.Int64
+	addr := startFakeMon(t, func(m *msgr.Message) {
+		var cmd osdpb.MonCommand
+		if osdpb.MsgType(m.Type) != osdpb.MsgType_MSG_MON_COMMAND || m.DecodeFront(&cmd) != nil {
+			return
+		}
+		mu.Lock()
+		ids = append(ids, cmd.RequestId)
+		mu.Unlock()
+		h := &osdpb.ReplyHeader{}
+		if asked.Add(1)%3 != 0 { // two of every three attempts fail
+			h = &osdpb.ReplyHeader{Status: osdpb.Status_SERVICE_UNAVAILABLE, Message: "etcd: etcdserver: no leader"}
+		}
+		sendReply(m, m.Tid(), &osdpb.MonCommandReply{Header: h, Output: "{}"})
+	})
+	c, err := New(context.Background(), Options{Addrs: []string{addr}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sent := func(cmd *osdpb.MonCommand) [][]byte {
+		t.Helper()
+		mu.Lock()
+		ids = nil
+		mu.Unlock()
+		if _, err := c.Command(ctxFor(t, 10*time.Second), cmd); err != nil {
+			t.Fatalf("%s: %v", cmd.Prefix, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(ids) != 3 {
+			t.Fatalf("%s: %d attempts, want 3", cmd.Prefix, len(ids))
+		}
+		return slices.Clone(ids)
+	}
+	out := &osdpb.MonCommand{Prefix: "osd out", Ids: []uint32{1}}
+	first := sent(out)
+	if len(first[0]) != RequestIDLen || !bytes.Equal(first[0], first[1]) || !bytes.Equal(first[0], first[2]) {
+		t.Fatalf("the attempts of one command carried ids %x, want one id of %d bytes", first, RequestIDLen)
+	}
+	if out.RequestId != nil {
+		t.Fatal("Command set the caller's message's id")
+	}
+	if second := sent(out); bytes.Equal(second[0], first[0]) {
+		t.Fatal("a second Command call reused the first one's id")
+	}
+	own := NewRequestID()
+	if got := sent(&osdpb.MonCommand{Prefix: "auth s3-key add", Entity: "client.u", RequestId: own}); !bytes.Equal(got[0], own) || !bytes.Equal(got[2], own) {
+		t.Fatalf("the caller's id %x was sent as %x", own, got)
+	}
+	for _, read := range []string{"status", "auth get", "auth ls"} {
+		if got := sent(&osdpb.MonCommand{Prefix: read}); got[0] != nil {
+			t.Fatalf("%s carried a request id", read)
+		}
+	}
 }

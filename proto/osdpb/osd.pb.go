@@ -338,6 +338,9 @@ const (
 	// key exists, or If-Match and the object's ETag is another (S3's 412
 	// PreconditionFailed). If-Match on a missing key is NO_SUCH_KEY.
 	Status_PRECONDITION_FAILED Status = 26
+	// A mon command carries a request id that the mon recorded for another
+	// request: ids are never reused, so this is a client's bug. Not retriable.
+	Status_REQUEST_ID_REUSED Status = 27
 )
 
 // Enum value maps for Status.
@@ -370,6 +373,7 @@ var (
 		24: "ACCESS_DENIED",
 		25: "ENTITY_EXISTS",
 		26: "PRECONDITION_FAILED",
+		27: "REQUEST_ID_REUSED",
 	}
 	Status_value = map[string]int32{
 		"OK":                    0,
@@ -399,6 +403,7 @@ var (
 		"ACCESS_DENIED":         24,
 		"ENTITY_EXISTS":         25,
 		"PRECONDITION_FAILED":   26,
+		"REQUEST_ID_REUSED":     27,
 	}
 )
 
@@ -5568,16 +5573,21 @@ func (x *MonMap) GetMap() *ClusterMap {
 // create", with which a new OSD gets its id (by uuid) before it listens
 // under its name and boots.
 type MonCommand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Prefix        string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	Ids           []uint32               `protobuf:"varint,3,rep,packed,name=ids,proto3" json:"ids,omitempty"`
-	Weight        float64                `protobuf:"fixed64,4,opt,name=weight,proto3" json:"weight,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`                                                                        // "get map": that epoch (0: the newest)
-	Uuid          string                 `protobuf:"bytes,6,opt,name=uuid,proto3" json:"uuid,omitempty"`                                                                           // "osd create": the new OSD's uuid
-	Ratio         float64                `protobuf:"fixed64,7,opt,name=ratio,proto3" json:"ratio,omitempty"`                                                                       // "osd set-nearfull-ratio", "osd set-backfillfull-ratio", "osd set-full-ratio"
-	Entity        string                 `protobuf:"bytes,8,opt,name=entity,proto3" json:"entity,omitempty"`                                                                       // "auth ...": the entity, e.g. client.backup
-	Caps          map[string]string      `protobuf:"bytes,9,rep,name=caps,proto3" json:"caps,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // "auth add", "auth get-or-create", "auth caps": per service
-	AccessKey     string                 `protobuf:"bytes,10,opt,name=access_key,json=accessKey,proto3" json:"access_key,omitempty"`                                               // "auth s3-key rm": the key to remove
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Prefix    string                 `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Ids       []uint32               `protobuf:"varint,3,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	Weight    float64                `protobuf:"fixed64,4,opt,name=weight,proto3" json:"weight,omitempty"`
+	Epoch     uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`                                                                        // "get map": that epoch (0: the newest)
+	Uuid      string                 `protobuf:"bytes,6,opt,name=uuid,proto3" json:"uuid,omitempty"`                                                                           // "osd create": the new OSD's uuid
+	Ratio     float64                `protobuf:"fixed64,7,opt,name=ratio,proto3" json:"ratio,omitempty"`                                                                       // "osd set-nearfull-ratio", "osd set-backfillfull-ratio", "osd set-full-ratio"
+	Entity    string                 `protobuf:"bytes,8,opt,name=entity,proto3" json:"entity,omitempty"`                                                                       // "auth ...": the entity, e.g. client.backup
+	Caps      map[string]string      `protobuf:"bytes,9,rep,name=caps,proto3" json:"caps,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // "auth add", "auth get-or-create", "auth caps": per service
+	AccessKey string                 `protobuf:"bytes,10,opt,name=access_key,json=accessKey,proto3" json:"access_key,omitempty"`                                               // "auth s3-key rm": the key to remove
+	// A command that changes something carries an id (16 random bytes) that
+	// stays the same when the client sends it again (after a timeout, to
+	// another mon): the mon applies it once and answers every repeat with
+	// the reply it recorded. Empty: no such guard (an older client).
+	RequestId     []byte `protobuf:"bytes,11,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5675,6 +5685,68 @@ func (x *MonCommand) GetAccessKey() string {
 	return ""
 }
 
+func (x *MonCommand) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+// MonRequestRecord is what the mon keeps of a command with a request id
+// (etcd reqs/<id, hex>, on a lease): written in the same transaction as
+// the command's change, so a repeat finds either nothing done or the reply.
+type MonRequestRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Digest        []byte                 `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"` // SHA-256 of the command without its id: a reused id differs
+	Reply         *MonCommandReply       `protobuf:"bytes,2,opt,name=reply,proto3" json:"reply,omitempty"`   // header and epoch are set again when it is replayed
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonRequestRecord) Reset() {
+	*x = MonRequestRecord{}
+	mi := &file_osd_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonRequestRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonRequestRecord) ProtoMessage() {}
+
+func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonRequestRecord.ProtoReflect.Descriptor instead.
+func (*MonRequestRecord) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *MonRequestRecord) GetDigest() []byte {
+	if x != nil {
+		return x.Digest
+	}
+	return nil
+}
+
+func (x *MonRequestRecord) GetReply() *MonCommandReply {
+	if x != nil {
+		return x.Reply
+	}
+	return nil
+}
+
 type MonCommandReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -5689,7 +5761,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5701,7 +5773,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5714,7 +5786,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{71}
+	return file_osd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -5773,7 +5845,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5785,7 +5857,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5798,7 +5870,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{72}
+	return file_osd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -6253,7 +6325,7 @@ const file_osd_proto_rawDesc = "" +
 	"\aMonAuth\x12+\n" +
 	"\x05table\x18\x01 \x01(\v2\x15.osprey.osd.AuthTableR\x05table\"2\n" +
 	"\x06MonMap\x12(\n" +
-	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xba\x02\n" +
+	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xd9\x02\n" +
 	"\n" +
 	"MonCommand\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x10\n" +
@@ -6266,10 +6338,15 @@ const file_osd_proto_rawDesc = "" +
 	"\x04caps\x18\t \x03(\v2 .osprey.osd.MonCommand.CapsEntryR\x04caps\x12\x1d\n" +
 	"\n" +
 	"access_key\x18\n" +
-	" \x01(\tR\taccessKey\x1a7\n" +
+	" \x01(\tR\taccessKey\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\v \x01(\fR\trequestId\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x01\x10\x02\"\xcc\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x01\x10\x02\"]\n" +
+	"\x10MonRequestRecord\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\fR\x06digest\x121\n" +
+	"\x05reply\x18\x02 \x01(\v2\x1b.osprey.osd.MonCommandReplyR\x05reply\"\xcc\x01\n" +
 	"\x0fMonCommandReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x16\n" +
 	"\x06output\x18\x03 \x01(\tR\x06output\x12\x14\n" +
@@ -6356,7 +6433,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x0fMSG_MON_COMMAND\x10\xd1\x01\x12\x1a\n" +
 	"\x15MSG_MON_COMMAND_REPLY\x10\xd2\x01\x12\x10\n" +
 	"\vMSG_MON_MAP\x10\xd3\x01\x12\x11\n" +
-	"\fMSG_MON_AUTH\x10\xd4\x01*\x9e\x04\n" +
+	"\fMSG_MON_AUTH\x10\xd4\x01*\xb5\x04\n" +
 	"\x06Status\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eNO_SUCH_BUCKET\x10\x01\x12\x0f\n" +
@@ -6387,7 +6464,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x0eNO_SUCH_ENTITY\x10\x17\x12\x11\n" +
 	"\rACCESS_DENIED\x10\x18\x12\x11\n" +
 	"\rENTITY_EXISTS\x10\x19\x12\x17\n" +
-	"\x13PRECONDITION_FAILED\x10\x1a*y\n" +
+	"\x13PRECONDITION_FAILED\x10\x1a\x12\x15\n" +
+	"\x11REQUEST_ID_REUSED\x10\x1b*y\n" +
 	"\bFullness\x12\x11\n" +
 	"\rFULLNESS_NONE\x10\x00\x12\x15\n" +
 	"\x11FULLNESS_NEARFULL\x10\x01\x12\x19\n" +
@@ -6415,7 +6493,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),                    // 0: osprey.osd.MsgType
 	(Status)(0),                     // 1: osprey.osd.Status
@@ -6492,12 +6570,13 @@ var file_osd_proto_goTypes = []any{
 	(*MonAuth)(nil),                 // 72: osprey.osd.MonAuth
 	(*MonMap)(nil),                  // 73: osprey.osd.MonMap
 	(*MonCommand)(nil),              // 74: osprey.osd.MonCommand
-	(*MonCommandReply)(nil),         // 75: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),              // 76: osprey.osd.AuthRecord
-	nil,                             // 77: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                             // 78: osprey.osd.AuthEntry.CapsEntry
-	nil,                             // 79: osprey.osd.MonCommand.CapsEntry
-	nil,                             // 80: osprey.osd.AuthRecord.CapsEntry
+	(*MonRequestRecord)(nil),        // 75: osprey.osd.MonRequestRecord
+	(*MonCommandReply)(nil),         // 76: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),              // 77: osprey.osd.AuthRecord
+	nil,                             // 78: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                             // 79: osprey.osd.AuthEntry.CapsEntry
+	nil,                             // 80: osprey.osd.MonCommand.CapsEntry
+	nil,                             // 81: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	5,  // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -6508,7 +6587,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,  // 5: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	7,  // 6: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	8,  // 7: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	77, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	78, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	11, // 9: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	12, // 10: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	10, // 11: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -6589,20 +6668,21 @@ var file_osd_proto_depIdxs = []int32{
 	4,  // 86: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
 	69, // 87: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
 	70, // 88: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	78, // 89: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	79, // 89: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
 	71, // 90: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
 	69, // 91: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
 	4,  // 92: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	79, // 93: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	10, // 94: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 95: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	80, // 96: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	71, // 97: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	98, // [98:98] is the sub-list for method output_type
-	98, // [98:98] is the sub-list for method input_type
-	98, // [98:98] is the sub-list for extension type_name
-	98, // [98:98] is the sub-list for extension extendee
-	0,  // [0:98] is the sub-list for field type_name
+	80, // 93: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	76, // 94: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	10, // 95: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,  // 96: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	81, // 97: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	71, // 98: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	99, // [99:99] is the sub-list for method output_type
+	99, // [99:99] is the sub-list for method input_type
+	99, // [99:99] is the sub-list for extension type_name
+	99, // [99:99] is the sub-list for extension extendee
+	0,  // [0:99] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -6616,7 +6696,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   77,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
