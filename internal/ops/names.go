@@ -39,8 +39,13 @@ func CheckBucketName(name string) error {
 	if strings.Contains(name, "..") {
 		return bad("must not contain \"..\"")
 	}
-	if a, err := netip.ParseAddr(name); err == nil && a.Is4() {
-		return bad("must not be an IP address")
+	// Only digits and dots can be an IPv4 address: the usual name is not
+	// handed to ParseAddr, whose error for it is an allocation on every
+	// op that names a bucket.
+	if strings.Trim(name, "0123456789.") == "" {
+		if a, err := netip.ParseAddr(name); err == nil && a.Is4() {
+			return bad("must not be an IP address")
+		}
 	}
 	if strings.HasPrefix(name, "xn--") || strings.HasSuffix(name, "-s3alias") {
 		return bad("reserved prefix or suffix")

@@ -10,9 +10,10 @@ import (
 )
 
 func TestBucketNames(t *testing.T) {
-	good := []string{"abc", "my-bucket", "my.bucket.1", "a" + strings.Repeat("b", 61) + "c", "123"}
+	good := []string{"abc", "my-bucket", "my.bucket.1", "a" + strings.Repeat("b", 61) + "c", "123",
+		"1.2.3", "1.2.3.4.5", "1.2.3.4a", "256.1.1.1"}
 	bad := []string{"", "ab", strings.Repeat("a", 64), "My-Bucket", "-abc", "abc-", ".abc", "a..b",
-		"192.168.1.1", "xn--abc", "abc-s3alias", "a_b", "a b", "ab\x00", MultipartBucket}
+		"192.168.1.1", "0.0.0.0", "xn--abc", "abc-s3alias", "a_b", "a b", "ab\x00", MultipartBucket}
 	for _, n := range good {
 		if err := CheckBucketName(n); err != nil {
 			t.Errorf("%q: %v", n, err)
@@ -23,6 +24,9 @@ func TestBucketNames(t *testing.T) {
 		if !errors.Is(err, ErrInvalidBucketName) {
 			t.Errorf("%q: got %v, want InvalidBucketName", n, err)
 		}
+	}
+	if n := testing.AllocsPerRun(100, func() { CheckBucketName("my.bucket-1") }); n != 0 {
+		t.Errorf("a good name cost %v allocations, want 0", n)
 	}
 }
 
