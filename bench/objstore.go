@@ -133,23 +133,23 @@ func (s s3Store) makeBucket(ctx context.Context, bucket string) (bool, error) {
 }
 
 func (s s3Store) put(ctx context.Context, bucket, key string, body []byte) error {
-	_, err := s.fast.do(ctx, http.MethodPut, bucket, key, "", body, true, nil)
+	err := s.fast.do(ctx, http.MethodPut, bucket, key, "", body, true, nil)
 	return err
 }
 
 // get reads the object whole (and checks it came whole).
 func (s s3Store) get(ctx context.Context, bucket, key string) error {
-	_, err := s.fast.do(ctx, http.MethodGet, bucket, key, "", nil, false, nil)
+	err := s.fast.do(ctx, http.MethodGet, bucket, key, "", nil, false, nil)
 	return err
 }
 
 func (s s3Store) stat(ctx context.Context, bucket, key string) error {
-	_, err := s.fast.do(ctx, http.MethodHead, bucket, key, "", nil, false, nil)
+	err := s.fast.do(ctx, http.MethodHead, bucket, key, "", nil, false, nil)
 	return err
 }
 
 func (s s3Store) remove(ctx context.Context, bucket, key string) error {
-	_, err := s.fast.do(ctx, http.MethodDelete, bucket, key, "", nil, false, nil)
+	err := s.fast.do(ctx, http.MethodDelete, bucket, key, "", nil, false, nil)
 	return err
 }
 
@@ -158,7 +158,7 @@ func (s s3Store) list(ctx context.Context, bucket, prefix, startAfter string, ma
 	// The canonical query: parameters sorted by name, SigV4-escaped.
 	q := "list-type=2&max-keys=" + strconv.Itoa(max) + "&prefix=" + sigv4.Escape(prefix, false) +
 		"&start-after=" + sigv4.Escape(startAfter, false)
-	_, err := s.fast.do(ctx, http.MethodGet, bucket, "", q, nil, false, nil)
+	err := s.fast.do(ctx, http.MethodGet, bucket, "", q, nil, false, nil)
 	return err
 }
 

@@ -58,6 +58,7 @@ type s3Conn struct {
 	// scratch is where a large body is read to be dropped: in reads of
 	// up to its size, where io.Discard reads 8 KiB at a time.
 	scratch []byte
+	body    io.LimitedReader // a simple response's body (parseHead)
 }
 
 // discard reads r to its end, size bytes if known, and drops it.
@@ -79,6 +80,22 @@ func (conn *s3Conn) discard(r io.Reader, size int64) (int64, error) {
 			return n, err
 		}
 	}
+}
+
+// readBody reads r, a body of length bytes (-1: not known), to sink, or
+// drops it when sink is nil.
+func (conn *s3Conn) readBody(r io.Reader, length int64, sink io.Writer) error {
+	var n int64
+	var err error
+	if sink == nil {
+		n, err = conn.discard(r, length)
+	} else {
+		n, err = io.Copy(sink, r)
+	}
+	if err == nil && length >= 0 && n != length {
+		err = fmt.Errorf("%d bytes of %d: %w", n, length, io.ErrUnexpectedEOF)
+	}
+	return err
 }
 
 // maxInlineBody is the largest body written in the same write as the
@@ -230,35 +247,35 @@ var (
 // do sends a request and reads its response. A 2xx response's body goes
 // to sink (io.Discard when nil), the length of a whole one checked; any
 // other status is an *s3Error.
-func (c *s3Client) do(ctx context.Context, method, bucket, key, query string, body []byte, withBody bool, sink io.Writer) (*http.Response, error) {
+func (c *s3Client) do(ctx context.Context, method, bucket, key, query string, body []byte, withBody bool, sink io.Writer) error {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	for attempt := 0; ; attempt++ {
 		conn, reused, err := c.conn(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		resp, sent, err := c.roundTrip(ctx, conn, method, bucket, key, query, body, withBody, sink)
+		sent, err := c.roundTrip(ctx, conn, method, bucket, key, query, body, withBody, sink)
 		if err != nil && reused && !sent && attempt == 0 && ctx.Err() == nil {
 			// The server closed a kept connection before this request
 			// reached it (an idle timeout): once more, on a new one.
 			continue
 		}
-		return resp, err
+		return err
 	}
 }
 
 // roundTrip is one request on conn, which it keeps for the next request
 // or closes. sent is whether any of the response came back.
-func (c *s3Client) roundTrip(ctx context.Context, conn *s3Conn, method, bucket, key, query string, body []byte, withBody bool, sink io.Writer) (*http.Response, bool, error) {
+func (c *s3Client) roundTrip(ctx context.Context, conn *s3Conn, method, bucket, key, query string, body []byte, withBody bool, sink io.Writer) (bool, error) {
 	var stop func() bool
 	if ctx.Done() != nil {
 		// Unblocks the connection's I/O when ctx ends; the connection is
 		// then closed rather than kept.
 		stop = context.AfterFunc(ctx, func() { conn.c.SetDeadline(time.Unix(1, 0)) })
 	}
-	resp, sent, keep, err := c.exchange(conn, method, bucket, key, query, body, withBody, sink)
+	sent, keep, err := c.exchange(conn, method, bucket, key, query, body, withBody, sink)
 	if stop != nil && !stop() {
 		keep = false
 		if err != nil {
@@ -267,19 +284,19 @@ func (c *s3Client) roundTrip(ctx context.Context, conn *s3Conn, method, bucket, 
 	}
 	if !keep {
 		conn.c.Close()
-		return resp, sent, err
+		return sent, err
 	}
 	select {
 	case c.idle <- conn:
 	default:
 		conn.c.Close()
 	}
-	return resp, sent, err
+	return sent, err
 }
 
 // exchange writes the request and reads its response; keep says whether
 // conn may serve another.
-func (c *s3Client) exchange(conn *s3Conn, method, bucket, key, query string, body []byte, withBody bool, sink io.Writer) (resp *http.Response, sent, keep bool, err error) {
+func (c *s3Client) exchange(conn *s3Conn, method, bucket, key, query string, body []byte, withBody bool, sink io.Writer) (sent, keep bool, err error) {
 	size := -1
 	if withBody {
 		size = len(body)
@@ -293,38 +310,48 @@ func (c *s3Client) exchange(conn *s3Conn, method, bucket, key, query string, bod
 		_, err = conn.c.Write(body)
 	}
 	if err != nil {
-		return nil, false, false, err
+		return false, false, err
 	}
 	if _, err = conn.br.Peek(1); err != nil {
-		return nil, false, false, err
+		return false, false, err
+	}
+	// The usual response is read from its head in the buffer; any other
+	// by net/http.
+	buffered, _ := conn.br.Peek(conn.br.Buffered())
+	if h, ok := parseHead(buffered); ok {
+		conn.br.Discard(h.n)
+		if method != http.MethodHead {
+			conn.body = io.LimitedReader{R: conn.br, N: h.length}
+			err = conn.readBody(&conn.body, h.length, sink)
+		}
+		if err != nil {
+			return true, false, fmt.Errorf("%s /%s/%s: %w", method, bucket, key, err)
+		}
+		return true, true, nil
 	}
 	req := otherRequest
 	if method == http.MethodHead {
 		req = headRequest
 	}
-	if resp, err = http.ReadResponse(conn.br, req); err != nil {
-		return nil, true, false, err
+	resp, err := http.ReadResponse(conn.br, req)
+	if err != nil {
+		return true, false, err
 	}
 	if resp.StatusCode/100 != 2 {
 		e := &s3Error{Method: method, Path: "/" + bucket + "/" + key, Status: resp.StatusCode}
 		if b, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20)); rerr == nil {
 			xml.Unmarshal(b, e) // a body that is not S3's error document leaves only the status
 		}
-		return resp, true, !resp.Close && resp.Body.Close() == nil, e
+		return true, !resp.Close && resp.Body.Close() == nil, e
 	}
-	var n int64
-	if sink == nil {
-		n, err = conn.discard(resp.Body, resp.ContentLength)
-	} else {
-		n, err = io.Copy(sink, resp.Body)
+	length := resp.ContentLength
+	if method == http.MethodHead {
+		length = -1 // the object's, with no body
 	}
-	if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength && method != http.MethodHead {
-		err = fmt.Errorf("%s /%s/%s: %d bytes of %d", method, bucket, key, n, resp.ContentLength)
+	if err = conn.readBody(resp.Body, length, sink); err != nil {
+		return true, false, fmt.Errorf("%s /%s/%s: %w", method, bucket, key, err)
 	}
-	if err != nil {
-		return resp, true, false, err
-	}
-	return resp, true, !resp.Close && resp.Body.Close() == nil, nil
+	return true, !resp.Close && resp.Body.Close() == nil, nil
 }
 
 // conn takes a kept connection, or dials one; reused says which.

@@ -134,30 +134,38 @@ func TestS3ClientConnections(t *testing.T) {
 	var got bytes.Buffer
 	for range 3 {
 		got.Reset()
-		if _, err := cl.do(ctx, http.MethodGet, "b", "ok", "", nil, false, &got); err != nil || got.String() != "abc" {
+		if err := cl.do(ctx, http.MethodGet, "b", "ok", "", nil, false, &got); err != nil || got.String() != "abc" {
 			t.Fatalf("GET: %q, %v", got.String(), err)
 		}
 	}
+	// A HEAD's Content-Length is the object's, with no body after it.
+	if err := cl.do(ctx, http.MethodHead, "b", "ok", "", nil, false, nil); err != nil {
+		t.Fatalf("HEAD: %v", err)
+	}
+	got.Reset()
+	if err := cl.do(ctx, http.MethodGet, "b", "ok", "", nil, false, &got); err != nil || got.String() != "abc" {
+		t.Fatalf("GET after a HEAD: %q, %v", got.String(), err)
+	}
 	if n := conns.Load(); n != 1 {
-		t.Fatalf("3 GETs in turn took %d connections, want 1 kept", n)
+		t.Fatalf("3 GETs, a HEAD and a GET in turn took %d connections, want 1 kept", n)
 	}
 	srv.CloseClientConnections()
-	if _, err := cl.do(ctx, http.MethodGet, "b", "ok", "", nil, false, nil); err != nil {
+	if err := cl.do(ctx, http.MethodGet, "b", "ok", "", nil, false, nil); err != nil {
 		t.Fatalf("GET after the server closed the kept connection: %v", err)
 	}
-	_, err = cl.do(ctx, http.MethodGet, "b", "missing", "", nil, false, nil)
+	err = cl.do(ctx, http.MethodGet, "b", "missing", "", nil, false, nil)
 	var e *s3Error
 	if !errors.As(err, &e) || e.Status != http.StatusNotFound || e.Code != "NoSuchKey" {
 		t.Fatalf("GET of a missing key: %v", err)
 	}
-	if _, err := cl.do(ctx, http.MethodGet, "b", "ok", "", nil, false, nil); err != nil {
+	if err := cl.do(ctx, http.MethodGet, "b", "ok", "", nil, false, nil); err != nil {
 		t.Fatalf("GET after an error answer: %v", err)
 	}
-	if _, err := cl.do(ctx, http.MethodGet, "b", "big", "", nil, false, nil); err != nil {
+	if err := cl.do(ctx, http.MethodGet, "b", "big", "", nil, false, nil); err != nil {
 		t.Fatalf("GET of 1 MiB: %v", err)
 	}
 	for _, k := range []string{"short", "bigshort"} {
-		if _, err := cl.do(ctx, http.MethodGet, "b", k, "", nil, false, nil); err == nil {
+		if err := cl.do(ctx, http.MethodGet, "b", k, "", nil, false, nil); err == nil {
 			t.Fatalf("GET of a short body (%s) succeeded", k)
 		}
 	}
@@ -165,7 +173,7 @@ func TestS3ClientConnections(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := cl.do(cctx, http.MethodGet, "b", "stall", "", nil, false, nil)
+		err := cl.do(cctx, http.MethodGet, "b", "stall", "", nil, false, nil)
 		done <- err
 	}()
 	select {
@@ -194,14 +202,14 @@ func TestS3ClientTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.close()
-	if _, err := cl.do(context.Background(), http.MethodGet, "b", "k", "", nil, false, nil); err == nil {
+	if err := cl.do(context.Background(), http.MethodGet, "b", "k", "", nil, false, nil); err == nil {
 		t.Fatal("a server whose certificate is not trusted was spoken to")
 	}
 	cl.tls.RootCAs = x509.NewCertPool()
 	cl.tls.RootCAs.AddCert(srv.Certificate())
 	cl.tls.ServerName = "example.com" // the name httptest's certificate is for
 	var got bytes.Buffer
-	if _, err := cl.do(context.Background(), http.MethodGet, "b", "k", "", nil, false, &got); err != nil || got.String() != "abc" {
+	if err := cl.do(context.Background(), http.MethodGet, "b", "k", "", nil, false, &got); err != nil || got.String() != "abc" {
 		t.Fatalf("GET over TLS: %q, %v", got.String(), err)
 	}
 }
