@@ -20,8 +20,7 @@ import (
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
-	"github.com/ospreystore/osprey/msgr/tcp"
-	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -253,9 +252,9 @@ func TestUsageExitCodes(t *testing.T) {
 // is safe), nor does one that changes nothing.
 func TestMonCommandTimeoutNamesRequestID(t *testing.T) {
 	t.Chdir(t.TempDir())
-	const hint = "rerun with --request-id "
-	_, _, err := run(t, "osd", "out", "0", "--mon", silentMon(t), "--mon-timeout", "300ms", "--keyring", "none")
-	if exitCode(err) != exitUnavailable || !strings.Contains(errorLine(err), "it may have been applied: "+hint) {
+	silent := msgrtest.Serve(t, "mon.silent", func(*msgr.Message) {}) // takes requests, never answers
+	_, _, err := run(t, "osd", "out", "0", "--mon", silent, "--mon-timeout", "300ms", "--keyring", "none")
+	if exitCode(err) != exitUnavailable || !strings.Contains(errorLine(err), "it may have been applied: rerun with --request-id ") {
 		t.Fatalf("osd out to a mon that never answers: %v (exit %d)", err, exitCode(err))
 	}
 	_, _, err = run(t, "osd", "out", "0", "--mon", "tcp://127.0.0.1:1", "--mon-timeout", "300ms", "--keyring", "none")
@@ -266,27 +265,6 @@ func TestMonCommandTimeoutNamesRequestID(t *testing.T) {
 	if exitCode(err) != exitUnavailable || strings.Contains(errorLine(err), "--request-id") {
 		t.Fatalf("status with no mon: %v (exit %d)", err, exitCode(err))
 	}
-}
-
-// silentMon is the address of a messenger that accepts sessions and
-// drops every request unanswered: a mon that lost the replies.
-func silentMon(t *testing.T) string {
-	t.Helper()
-	ms, err := msgr.New(msgr.Options{
-		Name: "mon.silent", Transports: []wire.Transport{tcp.Transport{}},
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Policies:   map[string]msgr.Policy{"client": msgr.StatelessServer},
-		Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) { m.Release() }),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ms.Kill)
-	addr, err := ms.Listen(context.Background(), "tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 func TestUpRefusesConflictingFlags(t *testing.T) {

@@ -17,8 +17,7 @@ import (
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
-	"github.com/ospreystore/osprey/msgr/tcp"
-	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -223,29 +222,11 @@ func TestReplyMatchedByTid(t *testing.T) {
 	}
 }
 
-// startFakeMon listens on loopback with a messenger that hands each
-// message to handle (which answers with sendReply, or not), and returns
-// its address. It stands in for a mon where a test needs answers a real
-// one gives only under failures (etcd without a leader).
+// startFakeMon is the address of a stand-in mon that hands each message
+// to handle (which answers with sendReply, or not): for answers a real
+// mon gives only under failures (etcd without a leader).
 func startFakeMon(t *testing.T, handle func(*msgr.Message)) string {
-	t.Helper()
-	ms, err := msgr.New(msgr.Options{
-		Name: "mon.fake", Logger: quiet(), Transports: []wire.Transport{tcp.Transport{}},
-		Policies: map[string]msgr.Policy{"client": msgr.StatelessServer},
-		Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) {
-			defer m.Release()
-			handle(m)
-		}),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ms.Kill)
-	addr, err := ms.Listen(context.Background(), "tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
+	return msgrtest.Serve(t, "mon.fake", handle)
 }
 
 // sendReply answers req with pb under tid.
