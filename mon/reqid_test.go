@@ -332,3 +332,39 @@ func TestRequestWithoutWriteLeavesNoLease(t *testing.T) {
 		t.Fatalf("a command that wrote its record: %d new leases, want 1", n-before)
 	}
 }
+
+// TestFailedRequestRevokesLease: a command with an id whose write fails
+// after its record's lease was granted (here the fenced map write, once
+// the mon's election key is gone) revokes that lease: it holds nothing,
+// and a client that keeps failing would otherwise pile them up for
+// RequestTTL each.
+func TestFailedRequestRevokesLease(t *testing.T) {
+	e := startTestEtcd(t)
+	cfg := testConfig(e, "a")
+	// A TTL no other lease here has (sessions: 2s, OSDs: the grace), so
+	// that a request record's lease is told apart.
+	cfg.RequestTTL = 777 * time.Second
+	m := startTestMon(t, cfg)
+	mustBoot(t, newTestClient(t, nil, m.Addr()), bootOf(0))
+	ctx := ctxFor(t, 20*time.Second)
+	if _, err := m.cli.Delete(ctx, m.k.election(), clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	cmd := &osdpb.MonCommand{Prefix: "osd reweight", Ids: []uint32{0}, Weight: 3, RequestId: monclient.NewRequestID()}
+	if _, err := m.command(ctx, cmd); statusOf(err) != osdpb.Status_NOT_LEADER {
+		t.Fatalf("a write without the election key: %v, want NOT_LEADER", err)
+	}
+	resp, err := m.cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range resp.Leases {
+		ttl, err := m.cli.TimeToLive(ctx, l.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl.GrantedTTL == int64(cfg.RequestTTL/time.Second) {
+			t.Fatalf("the failed request's lease %x is left (%ds to live)", l.ID, ttl.TTL)
+		}
+	}
+}

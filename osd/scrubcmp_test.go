@@ -48,6 +48,21 @@ func copyOf(t *testing.T, ctx context.Context, o *osd.OSD, bucket, key string) (
 	return &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: bucket, Key: key, Meta: meta, Version: v}, body
 }
 
+// scrubbedPG is rotCluster with scrubs only by hand (none on a timer) and
+// unthrottled, and the PG a test works in: the one "rot"/"seed" maps to,
+// its store id, acting set and primary.
+func scrubbedPG(t *testing.T) (c *osdtest.Cluster, cl *client.Client, ctx context.Context, pool *osdpb.Pool, pg, sid uint32, acting []uint32, primary *osd.OSD) {
+	t.Helper()
+	c, cl, ctx, pool = rotCluster(t, func(cfg *osd.Config) {
+		cfg.DeepScrubInterval = -1
+		cfg.ScrubBytesPerSec = -1
+	})
+	pg = placement.PGOf(pool, "rot", "seed")
+	sid = storePGOf(t, pool, pg)
+	acting = c.Map.ActingSet(pool.Id, pg)
+	return c, cl, ctx, pool, pg, sid, acting, c.OSDs[acting[0]]
+}
+
 // TestScrubCompare: the primary's deep scrub compares its copy with its
 // replicas' and finds what no copy's own CRCs can: a replica whose bytes
 // changed under CRCs of their own at the same version, an object missing
@@ -56,14 +71,7 @@ func copyOf(t *testing.T, ctx context.Context, o *osd.OSD, bucket, key string) (
 // and survives nothing but a repair, after which a scrub finds the PG
 // clean and every copy equal to the primary's.
 func TestScrubCompare(t *testing.T) {
-	c, cl, ctx, pool := rotCluster(t, func(cfg *osd.Config) {
-		cfg.DeepScrubInterval = -1 // the test scrubs by hand
-		cfg.ScrubBytesPerSec = -1
-	})
-	pg := placement.PGOf(pool, "rot", "seed")
-	sid := storePGOf(t, pool, pg)
-	acting := c.Map.ActingSet(pool.Id, pg)
-	primary := c.OSDs[acting[0]]
+	c, cl, ctx, pool, pg, sid, acting, primary := scrubbedPG(t)
 	keys := keysInPG(pool, "rot", pg, "k", 5)
 	changed, missing, older, lost := keys[0], keys[1], keys[2], keys[4] // keys[3] stays intact
 	bodies := map[string][]byte{}
@@ -304,14 +312,7 @@ func TestPushRefused(t *testing.T) {
 // deleted object back everywhere. A copy newer than a logged delete (a
 // put after it) stays authoritative: the copy that lacks it gets it.
 func TestScrubCompareLostDelete(t *testing.T) {
-	c, cl, ctx, pool := rotCluster(t, func(cfg *osd.Config) {
-		cfg.DeepScrubInterval = -1
-		cfg.ScrubBytesPerSec = -1
-	})
-	pg := placement.PGOf(pool, "rot", "seed")
-	sid := storePGOf(t, pool, pg)
-	acting := c.Map.ActingSet(pool.Id, pg)
-	primary := c.OSDs[acting[0]]
+	c, cl, ctx, pool, pg, sid, acting, primary := scrubbedPG(t)
 	keys := keysInPG(pool, "rot", pg, "d", 3)
 	onReplica, onPrimary, putAfter := keys[0], keys[1], keys[2]
 	stale := map[string]uint32{onReplica: acting[2], onPrimary: acting[0]}

@@ -19,6 +19,8 @@ import (
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -245,12 +247,19 @@ func TestUsageExitCodes(t *testing.T) {
 }
 
 // TestMonCommandTimeoutNamesRequestID: a command that changes something
-// and reaches no mon says how to rerun it safely: with its request id.
+// and timed out after a mon may have got it says how to rerun it safely:
+// with its request id. One that reached no mon does not (a plain rerun
+// is safe), nor does one that changes nothing.
 func TestMonCommandTimeoutNamesRequestID(t *testing.T) {
 	t.Chdir(t.TempDir())
-	_, _, err := run(t, "osd", "out", "0", "--mon", "tcp://127.0.0.1:1", "--mon-timeout", "300ms", "--keyring", "none")
-	if exitCode(err) != exitUnavailable || !strings.Contains(errorLine(err), "rerun with --request-id ") {
-		t.Fatalf("osd out with no mon: %v (exit %d)", err, exitCode(err))
+	silent := msgrtest.Serve(t, "mon.silent", func(*msgr.Message) {}) // takes requests, never answers
+	_, _, err := run(t, "osd", "out", "0", "--mon", silent, "--mon-timeout", "300ms", "--keyring", "none")
+	if exitCode(err) != exitUnavailable || !strings.Contains(errorLine(err), "it may have been applied: rerun with --request-id ") {
+		t.Fatalf("osd out to a mon that never answers: %v (exit %d)", err, exitCode(err))
+	}
+	_, _, err = run(t, "osd", "out", "0", "--mon", "tcp://127.0.0.1:1", "--mon-timeout", "300ms", "--keyring", "none")
+	if exitCode(err) != exitUnavailable || strings.Contains(errorLine(err), "may have been applied") {
+		t.Fatalf("osd out with no mon listening: %v (exit %d), want no rerun hint", err, exitCode(err))
 	}
 	_, _, err = run(t, "status", "--mon", "tcp://127.0.0.1:1", "--mon-timeout", "300ms", "--keyring", "none")
 	if exitCode(err) != exitUnavailable || strings.Contains(errorLine(err), "--request-id") {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -123,9 +124,11 @@ func monCommand(cmd *cobra.Command, m monFlags, req *osdpb.MonCommand) (*osdpb.M
 	defer mc.Close()
 	rep, err := mc.Command(ctx, req)
 	if err != nil && ctx.Err() != nil {
-		if req.RequestId != nil {
+		var nm *monclient.NoMonError
+		if req.RequestId != nil && errors.As(err, &nm) && nm.Sent {
 			// A mon may have applied it and lost the reply: the same id
-			// makes a rerun apply it at most once.
+			// makes a rerun apply it at most once. Not said when no mon
+			// can have it (none reached): a plain rerun is safe then.
 			err = fmt.Errorf("%w; it may have been applied: rerun with --request-id %x to apply it at most once", err, req.RequestId)
 		}
 		return nil, &unreachableError{target: clusterTarget{Seeds: addrs, Source: "the mon addresses"}, err: err}

@@ -344,6 +344,7 @@ type reply interface {
 // "boot again", and the next beacon comes soon anyway.
 func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.Message, rep reply, anyMon bool) (*msgr.Conn, error) {
 	var answers monAnswers
+	sent := false // some attempt was sent and had no reply
 	bo := backoff{next: minBackoff}
 	misses := 0
 	// The first round, with no leader known yet, gives each mon only
@@ -354,7 +355,7 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 	for {
 		if err := ctx.Err(); err != nil {
 			if len(answers) > 0 {
-				return nil, &NoMonError{Type: t, Answers: answers, Err: err}
+				return nil, &NoMonError{Type: t, Answers: answers, Err: err, Sent: sent}
 			}
 			return nil, err
 		}
@@ -364,7 +365,8 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 		if round == 0 && len(c.o.Addrs) > 1 && !c.knowsLeader() {
 			wait = min(wait, firstTry)
 		}
-		conn, err := c.roundTrip(ctx, addr, t, tid, build(), rep, wait)
+		conn, out, err := c.roundTrip(ctx, addr, t, tid, build(), rep, wait)
+		sent = sent || (out && err != nil)
 		if errors.Is(err, ErrClosed) {
 			return nil, err
 		}
@@ -447,6 +449,12 @@ type NoMonError struct {
 	Type    osdpb.MsgType
 	Answers []MonAnswer // in the order the mons were first tried
 	Err     error       // the context's
+	// Sent: some attempt went out on an established session and no reply
+	// came back (lost, timed out, or the connection dropped), so a mon
+	// may have received, even applied, the request. False when none got
+	// that far: every mon refused or failed the session, or answered
+	// (NOT_LEADER, SERVICE_UNAVAILABLE) without applying it.
+	Sent bool
 }
 
 // MonAnswer is one mon's last answer to a request: an *ops.Error
@@ -529,54 +537,71 @@ func (c *Client) skip(addr string) {
 }
 
 // roundTrip sends one request to addr and waits (up to wait) for the
-// reply with its tid.
-func (c *Client) roundTrip(ctx context.Context, addr string, t osdpb.MsgType, tid uint64, req proto.Message, rep reply, wait time.Duration) (*msgr.Conn, error) {
+// reply with its tid. sent reports whether the request went out: it is
+// sent only once the session is up, so that a mon that refused or failed
+// the session is known not to have it (NoMonError.Sent).
+func (c *Client) roundTrip(ctx context.Context, addr string, t osdpb.MsgType, tid uint64, req proto.Message, rep reply, wait time.Duration) (_ *msgr.Conn, sent bool, _ error) {
 	front, err := proto.Marshal(req)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	conn, err := c.ms.Connect(ctx, addr, "")
 	if err != nil {
 		if errors.Is(err, msgr.ErrClosed) {
-			return nil, ErrClosed
+			return nil, false, ErrClosed
 		}
-		return nil, err
+		return nil, false, err
 	}
 	p := c.pending.Start(tid, conn)
 	if p == nil {
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
 	defer c.pending.End(tid)
 	actx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	// Connect does not wait for the network and Send only queues: without
+	// this, a request to a mon that refused the connection would look
+	// sent.
+	if err := conn.WaitReady(actx); err != nil {
+		if c.ctx.Err() != nil {
+			return nil, false, ErrClosed
+		}
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
+		if actx.Err() != nil {
+			return nil, false, fmt.Errorf("no session with %s within %v", addr, wait)
+		}
+		return nil, false, fmt.Errorf("connecting to %s: %w", addr, err)
+	}
 	m := msgr.NewMessage(uint16(t), front, nil)
 	m.SetTid(tid)
 	if err := conn.Send(actx, m); err != nil {
 		m.Release()
-		return nil, fmt.Errorf("sending to %s: %w", addr, err)
+		return nil, false, fmt.Errorf("sending to %s: %w", addr, err)
 	}
 	select {
 	case r, ok := <-p.Reply:
 		if !ok {
 			if c.ctx.Err() != nil {
-				return nil, ErrClosed
+				return nil, true, ErrClosed
 			}
 			if err := conn.Err(); err != nil {
-				return nil, fmt.Errorf("connection to %s lost: %w", addr, err)
+				return nil, true, fmt.Errorf("connection to %s lost: %w", addr, err)
 			}
-			return nil, fmt.Errorf("connection to %s lost", addr)
+			return nil, true, fmt.Errorf("connection to %s lost", addr)
 		}
 		err := r.DecodeFront(rep)
 		r.Release()
 		if err != nil {
-			return nil, fmt.Errorf("malformed %v from %s: %w", ops.ReplyType(t), addr, err)
+			return nil, true, fmt.Errorf("malformed %v from %s: %w", ops.ReplyType(t), addr, err)
 		}
-		return conn, nil
+		return conn, true, nil
 	case <-actx.Done():
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, true, ctx.Err()
 		}
-		return nil, fmt.Errorf("no reply from %s within %v", addr, wait)
+		return nil, true, fmt.Errorf("no reply from %s within %v", addr, wait)
 	}
 }
 

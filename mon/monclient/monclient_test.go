@@ -17,8 +17,7 @@ import (
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
-	"github.com/ospreystore/osprey/msgr/tcp"
-	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -136,6 +135,63 @@ func TestNoMonAnswers(t *testing.T) {
 	}
 }
 
+// TestNoMonErrorSent: a request that timed out says whether a mon may
+// have it (NoMonError.Sent), which is what tells the CLI whether a rerun
+// needs the same request id: not when no session came up (refused, or a
+// peer that never completes the handshake), yes when it went out and no
+// reply came.
+func TestNoMonErrorSent(t *testing.T) {
+	refused, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused.Close() // nothing listens there now
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	go func() {
+		// Accept and say nothing: the session never comes up.
+		var conns []net.Conn
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				for _, c := range conns {
+					c.Close()
+				}
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	silent := startFakeMon(t, func(*msgr.Message) {}) // takes the request, never answers
+	for _, tc := range []struct {
+		name, addr string
+		sent       bool
+	}{
+		{"refused", "tcp://" + refused.Addr().String(), false},
+		{"no handshake", "tcp://" + mute.Addr().String(), false},
+		{"no reply", silent, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := New(context.Background(), Options{Addrs: []string{tc.addr}, Logger: quiet(), Timeout: 200 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, err = c.Command(ctxFor(t, 700*time.Millisecond), &osdpb.MonCommand{Prefix: "osd out", Ids: []uint32{1}})
+			var nm *NoMonError
+			if !errors.As(err, &nm) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("%v, want a *NoMonError with the deadline", err)
+			}
+			if nm.Sent != tc.sent {
+				t.Fatalf("Sent %v, want %v: %v", nm.Sent, tc.sent, err)
+			}
+		})
+	}
+}
+
 // TestReplyMatchedByTid: replies are matched to requests by the tid of
 // their envelope. A mon that first answers with another tid (a reply to
 // nothing pending) sees it dropped harmlessly: the call takes the reply
@@ -166,29 +222,11 @@ func TestReplyMatchedByTid(t *testing.T) {
 	}
 }
 
-// startFakeMon listens on loopback with a messenger that hands each
-// message to handle (which answers with sendReply, or not), and returns
-// its address. It stands in for a mon where a test needs answers a real
-// one gives only under failures (etcd without a leader).
+// startFakeMon is the address of a stand-in mon that hands each message
+// to handle (which answers with sendReply, or not): for answers a real
+// mon gives only under failures (etcd without a leader).
 func startFakeMon(t *testing.T, handle func(*msgr.Message)) string {
-	t.Helper()
-	ms, err := msgr.New(msgr.Options{
-		Name: "mon.fake", Logger: quiet(), Transports: []wire.Transport{tcp.Transport{}},
-		Policies: map[string]msgr.Policy{"client": msgr.StatelessServer},
-		Dispatcher: msgr.DispatchFunc(func(m *msgr.Message) {
-			defer m.Release()
-			handle(m)
-		}),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ms.Kill)
-	addr, err := ms.Listen(context.Background(), "tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
+	return msgrtest.Serve(t, "mon.fake", handle)
 }
 
 // sendReply answers req with pb under tid.
@@ -298,6 +336,9 @@ func TestUnavailableRetried(t *testing.T) {
 			if !errors.Is(an.Err, ops.ErrServiceUnavailable) || !strings.Contains(an.Err.Error(), "no leader") {
 				t.Fatalf("%s's answer: %v, want its SERVICE_UNAVAILABLE", an.Addr, an.Err)
 			}
+		}
+		if nm.Sent {
+			t.Fatal("NoMonError.Sent with every attempt answered SERVICE_UNAVAILABLE: none was applied")
 		}
 		if !strings.Contains(err.Error(), "no mon answered: "+a.addr+": ServiceUnavailable: etcd: etcdserver: no leader; "+b.addr+": ") {
 			t.Fatalf("the error does not name each mon's answer: %v", err)
