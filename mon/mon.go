@@ -85,6 +85,14 @@ type Config struct {
 	// dropReply, when set, is asked before each reply is sent; true drops
 	// it, as a lost reply would be (tests of retried commands).
 	dropReply func(t osdpb.MsgType) bool
+	// requestGranted, when set, is called once a command's request record
+	// has its lease and before the command's transaction: a test runs a
+	// copy of the request there, which wins, so that this one loses.
+	requestGranted func()
+	// requestRan, when set, may replace what a command with a request id
+	// returned: a test fails one whose transaction wrote its record, as
+	// one whose commit etcd applied but whose answer was lost fails.
+	requestRan func(*osdpb.MonCommandReply, error) (*osdpb.MonCommandReply, error)
 }
 
 func (c *Config) setDefaults() error {

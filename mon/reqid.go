@@ -101,7 +101,7 @@ func (m *Mon) commandOnce(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonC
 		return nil, err
 	}
 	key := m.k.request(c.RequestId)
-	if rep, found, err := m.replay(ctx, key, c.RequestId, digest); found || err != nil {
+	if rep, _, found, err := m.replay(ctx, key, c.RequestId, digest); found || err != nil {
 		return rep, err
 	}
 	g := &requestGuard{key: key, digest: digest, grant: func() (clientv3.LeaseID, error) {
@@ -109,41 +109,55 @@ func (m *Mon) commandOnce(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonC
 		if err != nil {
 			return 0, err
 		}
+		if m.cfg.requestGranted != nil {
+			m.cfg.requestGranted()
+		}
 		return resp.ID, nil
 	}}
 	rep, err := m.runCommand(ctx, c, g)
+	if m.cfg.requestRan != nil {
+		rep, err = m.cfg.requestRan(rep, err)
+	}
 	if err == nil {
 		return rep, nil
 	}
 	// Our transaction's guard fails when a copy of this request (at
 	// another mon, or resent here) applied it first: answer as it.
-	if rep, found, rerr := m.replay(ctx, key, c.RequestId, digest); found || rerr != nil {
-		return rep, rerr
-	}
-	if g.lease != 0 {
-		// Nothing was written on it; leases that hold nothing would pile
-		// up for RequestTTL with a client that keeps failing.
+	rep, held, found, rerr := m.replay(ctx, key, c.RequestId, digest)
+	// Our lease holds nothing unless the record found is on it: the
+	// command can fail after its own transaction wrote the record (etcd's
+	// answer to the commit lost), and revoking would delete that record.
+	// It holds nothing when no record is found or another lease holds the
+	// one found (a copy that won); leases that hold nothing would pile up
+	// for RequestTTL with a client that keeps failing or racing itself.
+	// When etcd could not be read we cannot tell, and keep it.
+	if g.lease != 0 && (found && held != g.lease || !found && rerr == nil) {
 		m.cli.Revoke(ctx, g.lease)
+	}
+	if found || rerr != nil {
+		return rep, rerr
 	}
 	return nil, err
 }
 
 // replay answers a repeat of a recorded request: found is false when the
-// id has no record (it expired, or the request was never applied).
-func (m *Mon) replay(ctx context.Context, key string, id, digest []byte) (rep *osdpb.MonCommandReply, found bool, err error) {
+// id has no record (it expired, or the request was never applied). lease
+// is the lease the record found is on.
+func (m *Mon) replay(ctx context.Context, key string, id, digest []byte) (rep *osdpb.MonCommandReply, lease clientv3.LeaseID, found bool, err error) {
 	resp, err := m.cli.Get(ctx, key)
 	if err != nil {
-		return nil, false, unavailable("etcd", err)
+		return nil, 0, false, unavailable("etcd", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, false, nil
+		return nil, 0, false, nil
 	}
+	lease = clientv3.LeaseID(resp.Kvs[0].Lease)
 	var rec osdpb.MonRequestRecord
 	if err := proto.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
-		return nil, true, fmt.Errorf("mon: request record %s in etcd: %w", key, err)
+		return nil, lease, true, fmt.Errorf("mon: request record %s in etcd: %w", key, err)
 	}
 	if !bytes.Equal(rec.Digest, digest) {
-		return nil, true, ops.Errorf(osdpb.Status_REQUEST_ID_REUSED, "request id %x names another command; every command needs an id of its own", id)
+		return nil, lease, true, ops.Errorf(osdpb.Status_REQUEST_ID_REUSED, "request id %x names another command; every command needs an id of its own", id)
 	}
 	rep = rec.Reply
 	if rep == nil {
@@ -151,7 +165,7 @@ func (m *Mon) replay(ctx context.Context, key string, id, digest []byte) (rep *o
 	}
 	rep.Header = m.header(nil)
 	rep.Epoch = max(rep.Epoch, m.Map().Epoch())
-	return rep, true, nil
+	return rep, lease, true, nil
 }
 
 // commandReply is a command's reply with out as its JSON output; the

@@ -333,6 +333,46 @@ func TestRequestWithoutWriteLeavesNoLease(t *testing.T) {
 	}
 }
 
+// requestTestTTL is the RequestTTL of tests that look for request
+// records' leases: a TTL no other lease here has (sessions: 2s, OSDs: the
+// grace), so that those leases are told apart.
+const requestTestTTL = 777 * time.Second
+
+// requestLeases are the leases in m's etcd granted for requestTestTTL.
+func requestLeases(t *testing.T, m *Mon) []clientv3.LeaseID {
+	t.Helper()
+	ctx := ctxFor(t, 10*time.Second)
+	resp, err := m.cli.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []clientv3.LeaseID
+	for _, l := range resp.Leases {
+		ttl, err := m.cli.TimeToLive(ctx, l.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl.GrantedTTL == int64(requestTestTTL/time.Second) {
+			ids = append(ids, l.ID)
+		}
+	}
+	return ids
+}
+
+// recordLease is the lease that request id's record is on; it fails t
+// when the id has no record.
+func recordLease(t *testing.T, m *Mon, id []byte) clientv3.LeaseID {
+	t.Helper()
+	resp, err := m.cli.Get(ctxFor(t, 5*time.Second), m.k.request(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		t.Fatalf("request %x has no record", id)
+	}
+	return clientv3.LeaseID(resp.Kvs[0].Lease)
+}
+
 // TestFailedRequestRevokesLease: a command with an id whose write fails
 // after its record's lease was granted (here the fenced map write, once
 // the mon's election key is gone) revokes that lease: it holds nothing,
@@ -341,9 +381,7 @@ func TestRequestWithoutWriteLeavesNoLease(t *testing.T) {
 func TestFailedRequestRevokesLease(t *testing.T) {
 	e := startTestEtcd(t)
 	cfg := testConfig(e, "a")
-	// A TTL no other lease here has (sessions: 2s, OSDs: the grace), so
-	// that a request record's lease is told apart.
-	cfg.RequestTTL = 777 * time.Second
+	cfg.RequestTTL = requestTestTTL
 	m := startTestMon(t, cfg)
 	mustBoot(t, newTestClient(t, nil, m.Addr()), bootOf(0))
 	ctx := ctxFor(t, 20*time.Second)
@@ -354,17 +392,86 @@ func TestFailedRequestRevokesLease(t *testing.T) {
 	if _, err := m.command(ctx, cmd); statusOf(err) != osdpb.Status_NOT_LEADER {
 		t.Fatalf("a write without the election key: %v, want NOT_LEADER", err)
 	}
-	resp, err := m.cli.Leases(ctx)
-	if err != nil {
-		t.Fatal(err)
+	if ls := requestLeases(t, m); len(ls) != 0 {
+		t.Fatalf("the failed request's leases %x are left", ls)
 	}
-	for _, l := range resp.Leases {
-		ttl, err := m.cli.TimeToLive(ctx, l.ID)
-		if err != nil {
-			t.Fatal(err)
+}
+
+// TestRaceLoserRevokesLease: of two copies of a request, the one whose
+// transaction loses to the other's answers with the winner's reply and
+// revokes the lease it granted (it holds nothing), and the winner's
+// record stays on its own lease.
+func TestRaceLoserRevokesLease(t *testing.T) {
+	cmd := authCmd("auth s3-key add", "client.u", nil)
+	cmd.RequestId = monclient.NewRequestID()
+	ctx := ctxFor(t, 20*time.Second)
+	var m *Mon
+	var won *osdpb.MonCommandReply
+	var raced atomic.Bool
+	m, c := monWithUser(t, func(cfg *Config) {
+		cfg.RequestTTL = requestTestTTL
+		// The first copy, its lease granted, lets a second copy run to
+		// the end before its own transaction: the second wins.
+		cfg.requestGranted = func() {
+			if !raced.CompareAndSwap(false, true) {
+				return // the second copy's own grant
+			}
+			var err error
+			if won, err = m.command(ctx, cmd); err != nil {
+				t.Errorf("the winning copy: %v", err)
+			}
 		}
-		if ttl.GrantedTTL == int64(cfg.RequestTTL/time.Second) {
-			t.Fatalf("the failed request's lease %x is left (%ds to live)", l.ID, ttl.TTL)
+	})
+	lost, err := m.command(ctx, cmd)
+	if err != nil {
+		t.Fatalf("the losing copy: %v", err)
+	}
+	if won == nil {
+		t.Fatal("no second copy ran")
+	}
+	if lost.Output != won.Output {
+		t.Fatalf("the losing copy answered %q, the winner %q", lost.Output, won.Output)
+	}
+	if ent, _ := authEntry(t, c, "client.u"); len(ent.S3Keys) != 1 {
+		t.Fatalf("two copies of one s3-key add made %d keys", len(ent.S3Keys))
+	}
+	held := recordLease(t, m, cmd.RequestId)
+	if ls := requestLeases(t, m); len(ls) != 1 || ls[0] != held {
+		t.Fatalf("request leases %x are left; want only the record's, %x", ls, held)
+	}
+}
+
+// TestFailedRequestKeepsOwnRecord: a command with an id that fails after
+// its own transaction wrote its record (etcd applied the commit, its
+// answer was lost) answers with that record's reply and keeps the record
+// and its lease: revoking would delete the record, and a retry would
+// apply the command again.
+func TestFailedRequestKeepsOwnRecord(t *testing.T) {
+	cmd := authCmd("auth s3-key add", "client.u", nil)
+	cmd.RequestId = monclient.NewRequestID()
+	var ran *osdpb.MonCommandReply
+	m, c := monWithUser(t, func(cfg *Config) {
+		cfg.RequestTTL = requestTestTTL
+		cfg.requestRan = func(rep *osdpb.MonCommandReply, err error) (*osdpb.MonCommandReply, error) {
+			if err != nil {
+				t.Errorf("the command: %v", err)
+			}
+			ran = rep
+			return nil, errors.New("etcd's answer to the commit was lost")
 		}
+	})
+	rep, err := m.command(ctxFor(t, 20*time.Second), cmd)
+	if err != nil {
+		t.Fatalf("a command whose record was written: %v", err)
+	}
+	if ran == nil || rep.Output != ran.Output {
+		t.Fatalf("answered %q; the command's reply was %v", rep.Output, ran)
+	}
+	held := recordLease(t, m, cmd.RequestId)
+	if ls := requestLeases(t, m); len(ls) != 1 || ls[0] != held {
+		t.Fatalf("request leases %x are left; want only the record's, %x", ls, held)
+	}
+	if ent, _ := authEntry(t, c, "client.u"); len(ent.S3Keys) != 1 {
+		t.Fatalf("one s3-key add made %d keys", len(ent.S3Keys))
 	}
 }
