@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -45,7 +44,7 @@ func (s sdkStore) makeBucket(ctx context.Context, bucket string) (bool, error) {
 }
 
 func (s sdkStore) put(ctx context.Context, bucket, key string, body []byte) error {
-	_, err := s.cl.PutObject(ctx, bucket, key, bytes.NewReader(body), int64(len(body)), client.PutOptions{})
+	_, err := s.cl.PutObjectBytes(ctx, bucket, key, body, client.PutOptions{})
 	return err
 }
 

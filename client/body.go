@@ -144,6 +144,20 @@ func (c *Client) payloadFor(ctx context.Context, tg target, n int) (*wire.Buffer
 	return wire.GetBuffer(n), via
 }
 
+// bytesBody is data as a put's body where it lies (PutObjectBytes): its
+// buffer wraps data, with one reference, and free runs when the last is
+// released.
+func (c *Client) bytesBody(data []byte, free func(*wire.Buffer)) body {
+	bd := body{buf: wire.NewExternalBuffer(data, free), n: len(data), crc: crc32.Checksum(data, castagnoli)}
+	if c.opts.MD5 {
+		h := NewMD5(int64(len(data)))
+		h.Write(data)
+		bd.md5 = h.Sum(nil)
+		h.Close()
+	}
+	return bd
+}
+
 // readBody reads up to len(buf.B) bytes of r into buf (which the body then
 // owns, and releases on an error) and checksums them. It returns what
 // io.ReadFull would: io.EOF for no bytes, io.ErrUnexpectedEOF for fewer.

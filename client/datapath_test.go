@@ -24,7 +24,8 @@ func crc32c(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Ca
 
 // TestETags: a single put's ETag is S3's hex MD5 with Options.MD5 and the
 // CRC32C without; a multipart object's is S3's MD5 of the parts' MD5s and
-// "-N" either way. Around the part size, and with the size unknown.
+// "-N" either way. Around the part size, with the size unknown, and put
+// from bytes (PutObjectBytes, size -2 here).
 func TestETags(t *testing.T) {
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 16})
 	plain := c.Client(t, nil)
@@ -39,10 +40,16 @@ func TestETags(t *testing.T) {
 	for _, n := range []int{0, 1000, part, part + 1} {
 		data := osdtest.Payload(n, uint64(n))
 		sum := md5.Sum(data)
-		for _, size := range []int64{int64(n), -1} {
+		for _, size := range []int64{int64(n), -1, -2} {
 			for _, cl := range []*client.Client{plain, withMD5} {
 				key := fmt.Sprintf("o%d", n)
-				info, err := cl.PutObject(ctx, "etags", key, bytes.NewReader(data), size, opts)
+				var info client.ObjectInfo
+				var err error
+				if size == -2 {
+					info, err = cl.PutObjectBytes(ctx, "etags", key, data, opts)
+				} else {
+					info, err = cl.PutObject(ctx, "etags", key, bytes.NewReader(data), size, opts)
+				}
 				if err != nil {
 					t.Fatalf("%d bytes (size %d): %v", n, size, err)
 				}

@@ -39,3 +39,11 @@ func BytesReceived(c *Client) uint64 {
 	}
 	return n
 }
+
+// SetWaitReleased replaces how PutObjectBytes waits for the messenger to
+// let go of its body, for the test's lifetime.
+func SetWaitReleased(t interface{ Cleanup(func()) }, f func(released <-chan struct{})) {
+	old := waitReleased
+	waitReleased = f
+	t.Cleanup(func() { waitReleased = old })
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -275,6 +276,41 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 	}
 	return c.putMultipart(ctx, bucket, key, bd, rest, size, opts, cond)
 }
+
+// PutObjectBytes stores data as bucket/key, as PutObject of a reader of
+// data does, but without copying it: a body that goes in one op (up to
+// PartSize) is sent from data itself where the transport can (TCP writes
+// it to the socket from there; RDMA copies it into registered memory, as
+// PutObject reads into it). So data must not change until
+// PutObjectBytes returns, and it returns only once the messenger has let
+// go of data: once the put is answered, or, when ctx ends first or the
+// put fails, once data was written or its connection failed. Larger
+// bodies go as PutObject's, by multipart upload.
+func (c *Client) PutObjectBytes(ctx context.Context, bucket, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
+	if err := opts.defaults(); err != nil {
+		return ObjectInfo{}, err
+	}
+	if len(data) == 0 || int64(len(data)) > opts.PartSize {
+		return c.PutObject(ctx, bucket, key, bytes.NewReader(data), int64(len(data)), opts)
+	}
+	if err := checkNames(bucket, key); err != nil {
+		return ObjectInfo{}, err
+	}
+	cond, err := condition(opts.IfMatch, opts.IfNoneMatch)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	released := make(chan struct{})
+	bd := c.bytesBody(data, func(*wire.Buffer) { close(released) })
+	_, via := c.payloadFor(ctx, target{bucket: bucket, key: key}, 0)
+	info, err := c.putSingle(ctx, bucket, key, bd, via, opts, cond)
+	waitReleased(released)
+	return info, err
+}
+
+// waitReleased waits until the messenger has let go of a PutObjectBytes
+// body; a variable so that a test can see a put get there.
+var waitReleased = func(released <-chan struct{}) { <-released }
 
 // putSingle puts bd (and releases it) as bucket/key in one op, first
 // through via when its map is still the current one; cond, when not nil,

@@ -29,7 +29,8 @@ flight, and reports ops/s, MB/s, throughput per --segment (slowest, median,
 fastest), latency percentiles and the CPU the process used (per op and per
 GB). Every acknowledged write is synced on every replica.
 
-  put     writes fresh objects
+  put     writes fresh objects (the SDK's PutObjectBytes: each body sent from
+          the benchmark's memory, with no copy)
   get     reads random objects of the working set, whole
   stat    stats random objects of the working set
   list    lists --list-keys keys after a random one

@@ -1,0 +1,150 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/msgr/tcp"
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+// watchingTCP is TCP whose links report each data segment written from
+// the caller's memory, watched (the same bytes, not a copy of them), and
+// hold such a write at gate while one is set.
+type watchingTCP struct {
+	tcp.Transport
+	watched *atomic.Pointer[byte] // the first byte of the caller's body
+	sent    *atomic.Int32         // segments written from it
+	gate    *atomic.Pointer[chan struct{}]
+	held    chan struct{} // a write waits at the gate
+}
+
+func (t watchingTCP) Dial(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Link, error) {
+	l, err := t.Transport.Dial(ctx, addr, opts)
+	if err != nil {
+		return nil, err
+	}
+	return watchingLink{l, t}, nil
+}
+
+type watchingLink struct {
+	wire.Link
+	t watchingTCP
+}
+
+func (l watchingLink) EndHandshake() {
+	if e, ok := l.Link.(wire.HandshakeEnder); ok {
+		e.EndHandshake()
+	}
+}
+
+func (l watchingLink) WriteFrames(frames []wire.Frame) error {
+	for i := range frames {
+		if d := frames[i].Data; len(d) > 0 && unsafe.SliceData(d) == l.t.watched.Load() {
+			l.t.sent.Add(1)
+			if g := l.t.gate.Load(); g != nil {
+				l.t.held <- struct{}{}
+				<-*g
+			}
+		}
+	}
+	return l.Link.WriteFrames(frames)
+}
+
+func watchedClient(t *testing.T) (*client.Client, context.Context, watchingTCP) {
+	t.Helper()
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8})
+	w := watchingTCP{watched: new(atomic.Pointer[byte]), sent: new(atomic.Int32), gate: new(atomic.Pointer[chan struct{}]), held: make(chan struct{}, 1)}
+	cl := c.Client(t, func(o *client.Options) { o.Transports = []wire.Transport{w} })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	if err := cl.MakeBucket(ctx, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	return cl, ctx, w
+}
+
+// TestPutObjectBytesSendsInPlace: over TCP, PutObjectBytes writes the
+// body to the socket from the caller's bytes, where PutObject copies
+// them into a send buffer first; both store the same object. A body
+// larger than a part goes by multipart upload, as PutObject's.
+func TestPutObjectBytesSendsInPlace(t *testing.T) {
+	cl, ctx, w := watchedClient(t)
+	data := osdtest.Payload(1<<20+5, 3)
+	w.watched.Store(&data[0])
+	if _, err := osdtest.Put(ctx, cl, "bkt", "reader", data, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.sent.Load(); n != 0 {
+		t.Fatalf("PutObject wrote %d data segments from the caller's reader's bytes, want a copy", n)
+	}
+	info, err := cl.PutObjectBytes(ctx, "bkt", "bytes", data, client.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := w.sent.Load(); n != 1 {
+		t.Fatalf("PutObjectBytes wrote %d data segments from the caller's bytes, want 1", n)
+	}
+	if info.Size != int64(len(data)) || info.CRC32C != crc32c(data) {
+		t.Fatalf("PutObjectBytes: %+v", info)
+	}
+	for _, key := range []string{"reader", "bytes"} {
+		if got, _, err := osdtest.Get(ctx, cl, "bkt", key, client.GetOptions{}); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s: read back %d bytes: %v", key, len(got), err)
+		}
+	}
+	const part = 5 << 20
+	big := osdtest.Payload(part+1, 4)
+	if info, err := cl.PutObjectBytes(ctx, "bkt", "big", big, client.PutOptions{PartSize: part}); err != nil || info.ETag[len(info.ETag)-2:] != "-2" {
+		t.Fatalf("PutObjectBytes of a part and a byte: %+v, %v; want a multipart ETag", info, err)
+	}
+	if got, _, err := osdtest.Get(ctx, cl, "bkt", "big", client.GetOptions{}); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("big: read back %d bytes: %v", len(got), err)
+	}
+}
+
+// TestPutObjectBytesHoldsUntilReleased: PutObjectBytes does not return
+// while the messenger may still read the caller's bytes, even once its
+// context has ended: here the write of the body is held up, the put's
+// context times out, and it returns only after the write.
+func TestPutObjectBytesHoldsUntilReleased(t *testing.T) {
+	cl, ctx, w := watchedClient(t)
+	data := osdtest.Payload(256<<10, 5)
+	w.watched.Store(&data[0])
+	gate := make(chan struct{})
+	w.gate.Store(&gate)
+	waiting := make(chan struct{})
+	client.SetWaitReleased(t, func(released <-chan struct{}) {
+		close(waiting)
+		<-released
+	})
+	putCtx, cancel := context.WithCancel(ctx)
+	returned := make(chan error, 1)
+	go func() {
+		_, err := cl.PutObjectBytes(putCtx, "bkt", "k", data, client.PutOptions{})
+		returned <- err
+	}()
+	select {
+	case <-w.held: // the body's write waits at the gate
+	case err := <-returned:
+		t.Fatalf("PutObjectBytes returned (%v) without writing from the caller's bytes", err)
+	}
+	cancel()
+	select {
+	case <-waiting: // the put gave up and waits for its bytes
+	case err := <-returned:
+		t.Fatalf("PutObjectBytes returned (%v) while the messenger was writing its bytes", err)
+	}
+	w.gate.Store(nil)
+	close(gate)
+	if err := <-returned; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a put whose context ended: %v, want context.Canceled", err)
+	}
+}
