@@ -323,6 +323,7 @@ func (m *Mon) authCommand(ctx context.Context, c *osdpb.MonCommand, rep *osdpb.M
 			if !maps.Equal(r.Caps, caps.Strings()) { // records hold canonical caps
 				return nil, ops.Errorf(osdpb.Status_ENTITY_EXISTS, "entity %s exists with caps %s, not %s; change them with auth caps", c.Entity, auth.FormatCaps(r.Caps), caps)
 			}
+			g.wroteNothing()
 		}
 		rec = r
 	case "auth get":

@@ -427,6 +427,9 @@ func (l *leadership) command(ctx context.Context, c osdCommand, g *requestGuard)
 	if err != nil {
 		return nil, err
 	}
+	if changed == nil {
+		g.wroteNothing()
+	}
 	res := c.result(changed, next.Epoch())
 	switch {
 	case changed == nil:

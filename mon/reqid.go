@@ -38,6 +38,19 @@ type requestGuard struct {
 	// a standby's NOT_LEADER) leaves no lease behind.
 	grant func() (clientv3.LeaseID, error)
 	lease clientv3.LeaseID // 0 until granted
+	// unwritten: the command succeeded without writing the record, as
+	// when it found nothing left to change. A copy of it that won the
+	// race may be why (its change came first), and then its record, not
+	// our "nothing to change", is the answer.
+	unwritten bool
+}
+
+// wroteNothing notes that the command succeeds without writing its
+// record. A nil guard (a command without an id) notes nothing.
+func (g *requestGuard) wroteNothing() {
+	if g != nil {
+		g.unwritten = true
+	}
 }
 
 // extra is what the command's transaction adds so that it records rep
@@ -118,12 +131,14 @@ func (m *Mon) commandOnce(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonC
 	if m.cfg.requestRan != nil {
 		rep, err = m.cfg.requestRan(rep, err)
 	}
-	if err == nil {
-		return rep, nil
+	if err == nil && !g.unwritten {
+		return rep, nil // it wrote its record ("osd create" keeps none): no need to look
 	}
 	// Our transaction's guard fails when a copy of this request (at
-	// another mon, or resent here) applied it first: answer as it.
-	rep, held, found, rerr := m.replay(ctx, key, c.RequestId, digest)
+	// another mon, or resent here) applied it first: answer as it. An
+	// edit run again on the copy's map finds nothing to change and
+	// succeeds instead, so a command that wrote nothing looks too.
+	recorded, held, found, rerr := m.replay(ctx, key, c.RequestId, digest)
 	// Our lease holds nothing unless the record found is on it: the
 	// command can fail after its own transaction wrote the record (etcd's
 	// answer to the commit lost), and revoking would delete that record.
@@ -135,7 +150,10 @@ func (m *Mon) commandOnce(ctx context.Context, c *osdpb.MonCommand) (*osdpb.MonC
 		m.cli.Revoke(ctx, g.lease)
 	}
 	if found || rerr != nil {
-		return rep, rerr
+		return recorded, rerr
+	}
+	if err == nil {
+		return rep, nil // nothing to change, and no copy of ours changed it
 	}
 	return nil, err
 }

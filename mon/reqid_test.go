@@ -397,48 +397,105 @@ func TestFailedRequestRevokesLease(t *testing.T) {
 	}
 }
 
+// racingMon is monWithUser with RequestTTL requestTestTTL, and race,
+// which runs two copies of cmd (it carries a request id) so that the
+// second wins: the first, its lease granted, lets the second run to the
+// end before its own transaction. race returns the loser's reply and the
+// winner's.
+func racingMon(t *testing.T) (*Mon, *monclient.Client, func(cmd *osdpb.MonCommand) (lost, won *osdpb.MonCommandReply)) {
+	t.Helper()
+	ctx := ctxFor(t, 20*time.Second)
+	var m *Mon
+	var pending atomic.Pointer[osdpb.MonCommand] // the copy to run at the next grant
+	var won *osdpb.MonCommandReply
+	m, c := monWithUser(t, func(cfg *Config) {
+		cfg.RequestTTL = requestTestTTL
+		cfg.requestGranted = func() {
+			cmd := pending.Swap(nil)
+			if cmd == nil {
+				return // the winning copy's own grant
+			}
+			var err error
+			if won, err = m.command(ctx, cmd); err != nil {
+				t.Errorf("the winning copy of %s: %v", cmd.Prefix, err)
+			}
+		}
+	})
+	return m, c, func(cmd *osdpb.MonCommand) (*osdpb.MonCommandReply, *osdpb.MonCommandReply) {
+		t.Helper()
+		won = nil
+		pending.Store(cmd)
+		lost, err := m.command(ctx, cmd)
+		if err != nil {
+			t.Fatalf("the losing copy of %s: %v", cmd.Prefix, err)
+		}
+		if won == nil {
+			t.Fatalf("no second copy of %s ran", cmd.Prefix)
+		}
+		if lost.Output != won.Output || !bytes.Equal(lost.Keyring, won.Keyring) {
+			t.Fatalf("the losing copy of %s answered %q, the winner %q", cmd.Prefix, lost.Output, won.Output)
+		}
+		return lost, won
+	}
+}
+
+// onlyRecordLease fails t unless the one request lease left in m's etcd
+// is the one request id's record is on.
+func onlyRecordLease(t *testing.T, m *Mon, id []byte) {
+	t.Helper()
+	held := recordLease(t, m, id)
+	if ls := requestLeases(t, m); len(ls) != 1 || ls[0] != held {
+		t.Fatalf("request leases %x are left; want only the record's, %x", ls, held)
+	}
+}
+
 // TestRaceLoserRevokesLease: of two copies of a request, the one whose
 // transaction loses to the other's answers with the winner's reply and
 // revokes the lease it granted (it holds nothing), and the winner's
 // record stays on its own lease.
 func TestRaceLoserRevokesLease(t *testing.T) {
+	m, c, race := racingMon(t)
 	cmd := authCmd("auth s3-key add", "client.u", nil)
 	cmd.RequestId = monclient.NewRequestID()
-	ctx := ctxFor(t, 20*time.Second)
-	var m *Mon
-	var won *osdpb.MonCommandReply
-	var raced atomic.Bool
-	m, c := monWithUser(t, func(cfg *Config) {
-		cfg.RequestTTL = requestTestTTL
-		// The first copy, its lease granted, lets a second copy run to
-		// the end before its own transaction: the second wins.
-		cfg.requestGranted = func() {
-			if !raced.CompareAndSwap(false, true) {
-				return // the second copy's own grant
-			}
-			var err error
-			if won, err = m.command(ctx, cmd); err != nil {
-				t.Errorf("the winning copy: %v", err)
-			}
-		}
-	})
-	lost, err := m.command(ctx, cmd)
-	if err != nil {
-		t.Fatalf("the losing copy: %v", err)
-	}
-	if won == nil {
-		t.Fatal("no second copy ran")
-	}
-	if lost.Output != won.Output {
-		t.Fatalf("the losing copy answered %q, the winner %q", lost.Output, won.Output)
-	}
+	race(cmd)
 	if ent, _ := authEntry(t, c, "client.u"); len(ent.S3Keys) != 1 {
 		t.Fatalf("two copies of one s3-key add made %d keys", len(ent.S3Keys))
 	}
-	held := recordLease(t, m, cmd.RequestId)
-	if ls := requestLeases(t, m); len(ls) != 1 || ls[0] != held {
-		t.Fatalf("request leases %x are left; want only the record's, %x", ls, held)
+	onlyRecordLease(t, m, cmd.RequestId)
+}
+
+// TestRaceLoserOfMapCommand: a map command whose copy won the race finds
+// nothing to change when it edits the copy's map, and answers with the
+// copy's reply (the OSD changed, at the copy's epoch), not "nothing to
+// change"; it revokes its lease; the map changed once.
+func TestRaceLoserOfMapCommand(t *testing.T) {
+	m, c, race := racingMon(t)
+	mustBoot(t, c, bootOf(0))
+	before := m.Map().Epoch()
+	cmd := &osdpb.MonCommand{Prefix: "osd reweight", Ids: []uint32{0}, Weight: 3, RequestId: monclient.NewRequestID()}
+	lost, _ := race(cmd)
+	var res commandResult
+	if err := json.Unmarshal([]byte(lost.Output), &res); err != nil || len(res.Changed) != 1 || res.Epoch != before+1 {
+		t.Fatalf("the losing copy answered %q (%v); want osd.0 changed at epoch %d", lost.Output, err, before+1)
 	}
+	if mp := m.Map(); mp.Epoch() != before+1 || osdOf(t, mp, 0).Weight != 3 {
+		t.Fatalf("after two copies of one reweight: epoch %d (want %d), weight %v", mp.Epoch(), before+1, osdOf(t, mp, 0).Weight)
+	}
+	onlyRecordLease(t, m, cmd.RequestId)
+}
+
+// TestRaceLoserOfGetOrCreate: an "auth get-or-create" whose copy created
+// the entity first finds it with the caps asked for, answers as the copy
+// (its keyring), and revokes its lease.
+func TestRaceLoserOfGetOrCreate(t *testing.T) {
+	m, c, race := racingMon(t)
+	cmd := authCmd("auth get-or-create", "client.v", map[string]string{"osd": "allow r"})
+	cmd.RequestId = monclient.NewRequestID()
+	lost, _ := race(cmd)
+	if _, get := authEntry(t, c, "client.v"); !bytes.Equal(lost.Keyring, get.Keyring) || len(lost.Keyring) == 0 {
+		t.Fatal("the losing copy answered with another keyring than the one the entity holds")
+	}
+	onlyRecordLease(t, m, cmd.RequestId)
 }
 
 // TestFailedRequestKeepsOwnRecord: a command with an id that fails after
@@ -467,10 +524,7 @@ func TestFailedRequestKeepsOwnRecord(t *testing.T) {
 	if ran == nil || rep.Output != ran.Output {
 		t.Fatalf("answered %q; the command's reply was %v", rep.Output, ran)
 	}
-	held := recordLease(t, m, cmd.RequestId)
-	if ls := requestLeases(t, m); len(ls) != 1 || ls[0] != held {
-		t.Fatalf("request leases %x are left; want only the record's, %x", ls, held)
-	}
+	onlyRecordLease(t, m, cmd.RequestId)
 	if ent, _ := authEntry(t, c, "client.u"); len(ent.S3Keys) != 1 {
 		t.Fatalf("one s3-key add made %d keys", len(ent.S3Keys))
 	}
