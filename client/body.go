@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"sync"
 
 	md5simd "github.com/minio/md5-simd"
 	"github.com/ospreystore/osprey/internal/ops"
@@ -156,6 +157,49 @@ func (c *Client) bytesBody(data []byte, free func(*wire.Buffer)) body {
 		h.Close()
 	}
 	return bd
+}
+
+// inPlace is a PutObjectBytes body as the reader of a put's bodies
+// (nextBody): each body is the next bytes of data where they lie, and
+// held counts those the messenger may still read. Read, for any other
+// reader of it, copies.
+type inPlace struct {
+	data []byte
+	held sync.WaitGroup
+}
+
+func (p *inPlace) Read(b []byte) (int, error) {
+	if len(p.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b, p.data)
+	p.data = p.data[n:]
+	return n, nil
+}
+
+// next takes up to size bytes as a body, with readBody's errors: io.EOF
+// for none, io.ErrUnexpectedEOF for fewer.
+func (p *inPlace) next(c *Client, size int) (body, error) {
+	if len(p.data) == 0 {
+		return body{}, io.EOF
+	}
+	n := min(size, len(p.data))
+	p.held.Add(1)
+	bd := c.bytesBody(p.data[:n], func(*wire.Buffer) { p.held.Done() })
+	p.data = p.data[n:]
+	if n < size {
+		return bd, io.ErrUnexpectedEOF
+	}
+	return bd, nil
+}
+
+// nextBody is a put's next body, up to size bytes of r: read into a send
+// buffer for tg, or taken in place from PutObjectBytes' bytes.
+func (c *Client) nextBody(ctx context.Context, r io.Reader, tg target, size int) (body, error) {
+	if p, ok := r.(*inPlace); ok {
+		return p.next(c, size)
+	}
+	return c.readBody(r, c.payloadBuffer(ctx, tg, size))
 }
 
 // readBody reads up to len(buf.B) bytes of r into buf (which the body then

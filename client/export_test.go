@@ -42,7 +42,7 @@ func BytesReceived(c *Client) uint64 {
 
 // SetWaitReleased replaces how PutObjectBytes waits for the messenger to
 // let go of its body, for the test's lifetime.
-func SetWaitReleased(t interface{ Cleanup(func()) }, f func(released <-chan struct{})) {
+func SetWaitReleased(t interface{ Cleanup(func()) }, f func(wait func())) {
 	old := waitReleased
 	waitReleased = f
 	t.Cleanup(func() { waitReleased = old })

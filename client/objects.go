@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
-	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -206,6 +205,15 @@ func (o *PutOptions) defaults() error {
 	return nil
 }
 
+// checkSize refuses a body of size bytes that takes more than MaxParts
+// parts.
+func (o *PutOptions) checkSize(size int64) error {
+	if size > int64(ops.MaxParts)*o.PartSize {
+		return ops.Errorf(ErrEntityTooLarge.Status, "%d bytes: more than %d parts of %d", size, ops.MaxParts, o.PartSize)
+	}
+	return nil
+}
+
 // PutObject stores size bytes from r as bucket/key, replacing any object
 // there; size -1 reads r to its end. Objects up to PartSize go in one op,
 // larger ones by multipart upload with Concurrency parts in flight (their
@@ -223,8 +231,8 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 	if err != nil {
 		return ObjectInfo{}, err
 	}
-	if size > int64(ops.MaxParts)*opts.PartSize {
-		return ObjectInfo{}, ops.Errorf(ErrEntityTooLarge.Status, "%d bytes: more than %d parts of %d", size, ops.MaxParts, opts.PartSize)
+	if err := opts.checkSize(size); err != nil {
+		return ObjectInfo{}, err
 	}
 	var whole *wholeDigest // nil without Options.MD5
 	wholeETag := opts.WholeETag && (size < 0 || size > opts.PartSize)
@@ -278,39 +286,52 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 }
 
 // PutObjectBytes stores data as bucket/key, as PutObject of a reader of
-// data does, but without copying it: a body that goes in one op (up to
-// PartSize) is sent from data itself where the transport can (TCP writes
-// it to the socket from there; RDMA copies it into registered memory, as
-// PutObject reads into it). So data must not change until
+// data does, but sends the bytes from data itself, with no copy, where
+// the transport can (TCP writes them to the socket from there; RDMA
+// copies them into registered memory, as PutObject reads into it), in one
+// op or, above PartSize, in parts of it. So data must not change until
 // PutObjectBytes returns, and it returns only once the messenger has let
-// go of data: once the put is answered, or, when ctx ends first or the
-// put fails, once data was written or its connection failed. Larger
-// bodies go as PutObject's, by multipart upload.
+// go of all of it: once the put is answered, or, when ctx ends first or
+// the put fails, once every send of it was written or its connection
+// failed.
 func (c *Client) PutObjectBytes(ctx context.Context, bucket, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
-	if err := opts.defaults(); err != nil {
-		return ObjectInfo{}, err
-	}
-	if len(data) == 0 || int64(len(data)) > opts.PartSize {
-		return c.PutObject(ctx, bucket, key, bytes.NewReader(data), int64(len(data)), opts)
+	size := int64(len(data))
+	if size == 0 {
+		return c.PutObject(ctx, bucket, key, bytes.NewReader(nil), 0, opts)
 	}
 	if err := checkNames(bucket, key); err != nil {
+		return ObjectInfo{}, err
+	}
+	if err := opts.defaults(); err != nil {
 		return ObjectInfo{}, err
 	}
 	cond, err := condition(opts.IfMatch, opts.IfNoneMatch)
 	if err != nil {
 		return ObjectInfo{}, err
 	}
-	released := make(chan struct{})
-	bd := c.bytesBody(data, func(*wire.Buffer) { close(released) })
-	_, via := c.payloadFor(ctx, target{bucket: bucket, key: key}, 0)
-	info, err := c.putSingle(ctx, bucket, key, bd, via, opts, cond)
-	waitReleased(released)
-	return info, err
+	if err := opts.checkSize(size); err != nil {
+		return ObjectInfo{}, err
+	}
+	src := &inPlace{data: data}
+	defer waitReleased(src.held.Wait)
+	first, _ := src.next(c, int(min(size, opts.PartSize)))
+	if size <= opts.PartSize {
+		_, via := c.payloadFor(ctx, target{bucket: bucket, key: key}, 0)
+		return c.putSingle(ctx, bucket, key, first, via, opts, cond)
+	}
+	if opts.WholeETag {
+		whole := c.newWholeDigest()
+		defer whole.close()
+		whole.Write(data)
+		return c.putWhole(ctx, bucket, key, first, src, size, whole, opts, cond)
+	}
+	return c.putMultipart(ctx, bucket, key, first, src, size, opts, cond)
 }
 
-// waitReleased waits until the messenger has let go of a PutObjectBytes
-// body; a variable so that a test can see a put get there.
-var waitReleased = func(released <-chan struct{}) { <-released }
+// waitReleased waits (wait) until the messenger has let go of a
+// PutObjectBytes' bytes; a variable so that a test can see a put get
+// there.
+var waitReleased = func(wait func()) { wait() }
 
 // putSingle puts bd (and releases it) as bucket/key in one op, first
 // through via when its map is still the current one; cond, when not nil,
@@ -451,7 +472,7 @@ func (c *Client) putStream(ctx context.Context, first body, r io.Reader, opts Pu
 		}
 		bd, rerr := first, error(nil)
 		if n > 1 {
-			bd, rerr = c.readBody(r, c.payloadBuffer(ctx, tgOf(n), int(opts.PartSize)))
+			bd, rerr = c.nextBody(ctx, r, tgOf(n), int(opts.PartSize))
 			if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
 				fail(rerr)
 				break

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,8 +74,8 @@ func watchedClient(t *testing.T) (*client.Client, context.Context, watchingTCP) 
 
 // TestPutObjectBytesSendsInPlace: over TCP, PutObjectBytes writes the
 // body to the socket from the caller's bytes, where PutObject copies
-// them into a send buffer first; both store the same object. A body
-// larger than a part goes by multipart upload, as PutObject's.
+// them into a send buffer first; both store the same object. So does
+// each part of a body larger than PartSize.
 func TestPutObjectBytesSendsInPlace(t *testing.T) {
 	cl, ctx, w := watchedClient(t)
 	data := osdtest.Payload(1<<20+5, 3)
@@ -100,13 +101,26 @@ func TestPutObjectBytesSendsInPlace(t *testing.T) {
 			t.Fatalf("%s: read back %d bytes: %v", key, len(got), err)
 		}
 	}
+	// Above PartSize, by multipart upload, or as one part in pieces
+	// (WholeETag): each part or piece from the caller's bytes too.
 	const part = 5 << 20
-	big := osdtest.Payload(part+1, 4)
-	if info, err := cl.PutObjectBytes(ctx, "bkt", "big", big, client.PutOptions{PartSize: part}); err != nil || info.ETag[len(info.ETag)-2:] != "-2" {
-		t.Fatalf("PutObjectBytes of a part and a byte: %+v, %v; want a multipart ETag", info, err)
-	}
-	if got, _, err := osdtest.Get(ctx, cl, "bkt", "big", client.GetOptions{}); err != nil || !bytes.Equal(got, big) {
-		t.Fatalf("big: read back %d bytes: %v", len(got), err)
+	big := osdtest.Payload(2*part+1, 4)
+	for _, whole := range []bool{false, true} {
+		w.watched.Store(&big[part])
+		before := w.sent.Load()
+		info, err := cl.PutObjectBytes(ctx, "bkt", "big", big, client.PutOptions{PartSize: part, WholeETag: whole})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := w.sent.Load() - before; n != 1 {
+			t.Errorf("WholeETag %v: the second part was written %d times from the caller's bytes, want 1", whole, n)
+		}
+		if multi := strings.HasSuffix(info.ETag, "-3"); multi == whole || info.Size != int64(len(big)) {
+			t.Errorf("WholeETag %v: %+v", whole, info)
+		}
+		if got, _, err := osdtest.Get(ctx, cl, "bkt", "big", client.GetOptions{}); err != nil || !bytes.Equal(got, big) {
+			t.Fatalf("big: read back %d bytes: %v", len(got), err)
+		}
 	}
 }
 
@@ -121,9 +135,9 @@ func TestPutObjectBytesHoldsUntilReleased(t *testing.T) {
 	gate := make(chan struct{})
 	w.gate.Store(&gate)
 	waiting := make(chan struct{})
-	client.SetWaitReleased(t, func(released <-chan struct{}) {
+	client.SetWaitReleased(t, func(wait func()) {
 		close(waiting)
-		<-released
+		wait()
 	})
 	putCtx, cancel := context.WithCancel(ctx)
 	returned := make(chan error, 1)
