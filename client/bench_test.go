@@ -28,16 +28,26 @@ func benchCluster(b *testing.B) (*client.Client, context.Context) {
 // benchOps runs op with 8 in flight on 2 CPUs (osdtest.BenchOps).
 func benchOps(b *testing.B, size int64, op func(i int) error) { osdtest.BenchOps(b, size, 4, op) }
 
-// BenchmarkPut4MiB puts 4 MiB objects from a bytes.Reader (the SDK reads
-// it into the messenger's send buffer).
+// BenchmarkPut4MiB puts 4 MiB objects from a bytes.Reader (reader: the
+// SDK reads it into the messenger's send buffer) and with PutObjectBytes
+// (bytes: sent from where they lie).
 func BenchmarkPut4MiB(b *testing.B) {
-	cl, ctx := benchCluster(b)
 	const size = 4 << 20
 	data := osdtest.Payload(size, 1)
-	benchOps(b, size, func(i int) error {
-		_, err := cl.PutObject(ctx, "bench", fmt.Sprintf("k%d", i%16), bytes.NewReader(data), size, client.PutOptions{})
-		return err
-	})
+	for _, in := range []string{"reader", "bytes"} {
+		b.Run(in, func(b *testing.B) {
+			cl, ctx := benchCluster(b)
+			benchOps(b, size, func(i int) error {
+				key := fmt.Sprintf("k%d", i%16)
+				if in == "bytes" {
+					_, err := cl.PutObjectBytes(ctx, "bench", key, data, client.PutOptions{})
+					return err
+				}
+				_, err := cl.PutObject(ctx, "bench", key, bytes.NewReader(data), size, client.PutOptions{})
+				return err
+			})
+		})
+	}
 }
 
 // BenchmarkPut4KiB puts 4 KiB objects, each to a fresh key as `osprey
