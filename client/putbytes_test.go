@@ -59,6 +59,11 @@ func (l watchingLink) WriteFrames(frames []wire.Frame) error {
 	return l.Link.WriteFrames(frames)
 }
 
+// putBytes is osdtest.Put through PutObjectBytes.
+func putBytes(ctx context.Context, cl *client.Client, bucket, key string, data []byte, opts client.PutOptions) (client.ObjectInfo, error) {
+	return cl.PutObjectBytes(ctx, bucket, key, data, opts)
+}
+
 func watchedClient(t *testing.T) (*client.Client, context.Context, watchingTCP) {
 	t.Helper()
 	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8})
