@@ -9,7 +9,6 @@ import (
 	"hash/crc32"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/msgr/transports"
 )
@@ -265,36 +265,18 @@ func buildCLI(t *testing.T) string {
 	return built.path
 }
 
-// freePortRange finds n consecutive free loopback ports. Another process
-// could take them before osprey up listens; the test then fails loudly
+// freePortRange finds n consecutive free loopback ports, below the
+// ephemeral range (local.FreePortRange), so that no outgoing connection of
+// a test running beside this one takes one before osprey up listens.
+// Another process could still take them; the test then fails loudly
 // rather than flakily passing.
 func freePortRange(t *testing.T, n int) int {
 	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		base := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if base+n > 65535 {
-			continue
-		}
-		ok := true
-		for p := base; p < base+n && ok; p++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				ok = false
-				break
-			}
-			l.Close()
-		}
-		if ok {
-			return base
-		}
+	base, err := local.FreePortRange("127.0.0.1", n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no %d consecutive free ports", n)
-	return 0
+	return base
 }
 
 // upProcess is a running `osprey up --json`.

@@ -434,22 +434,40 @@ func NewMap(opts Options) (*placement.Map, error) {
 // if, while it was down, the port became the local end of some outgoing
 // connection, which any port of the ephemeral range can. Ceph binds its
 // daemons to 6800-7300 for the same reason.
-func FreePort(host string) (int, error) {
-	if lo := ephemeralLow(); lo > freePortFloor {
+func FreePort(host string) (int, error) { return FreePortRange(host, 1) }
+
+// FreePortRange returns the first of n consecutive TCP ports on host that
+// nobody listens on now, drawn as FreePort draws one.
+func FreePortRange(host string, n int) (int, error) {
+	free := func(base int) bool {
+		for p := base; p < base+n; p++ {
+			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+			if err != nil {
+				return false
+			}
+			l.Close()
+		}
+		return true
+	}
+	if lo := ephemeralLow(); lo-n > freePortFloor {
 		for range 64 {
-			p := freePortFloor + rand.IntN(lo-freePortFloor)
-			if l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p))); err == nil {
-				l.Close()
+			if p := freePortFloor + rand.IntN(lo-n-freePortFloor); free(p) {
 				return p, nil
 			}
 		}
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, err
+	for range 64 {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return 0, err
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if p+n <= 65536 && free(p) {
+			return p, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("local: no %d consecutive free ports on %s", n, host)
 }
 
 // freePortFloor keeps FreePort above the ports well-known services use.
