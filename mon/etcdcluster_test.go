@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/freeport"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -47,15 +47,16 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// freeLoopbackPort returns a port nobody listens on now.
+// freeLoopbackPort returns a port nobody listens on now, below the
+// ephemeral range (freeport.Port): etcd binds it later, while other tests
+// connect out.
 func freeLoopbackPort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Port("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // etcdBinary is Debian's etcd-server (`etcd`); the test is skipped without

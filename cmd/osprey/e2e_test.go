@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/freeport"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/msgr/transports"
 )
@@ -266,13 +266,13 @@ func buildCLI(t *testing.T) string {
 }
 
 // freePortRange finds n consecutive free loopback ports, below the
-// ephemeral range (local.FreePortRange), so that no outgoing connection of
-// a test running beside this one takes one before osprey up listens.
+// ephemeral range (freeport.Range), so that no outgoing connection of a
+// test running beside this one takes one before osprey up listens.
 // Another process could still take them; the test then fails loudly
 // rather than flakily passing.
 func freePortRange(t *testing.T, n int) int {
 	t.Helper()
-	base, err := local.FreePortRange("127.0.0.1", n)
+	base, err := freeport.Range("127.0.0.1", n)
 	if err != nil {
 		t.Fatal(err)
 	}

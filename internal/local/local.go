@@ -11,15 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/freeport"
 	"github.com/ospreystore/osprey/internal/metrics"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon"
@@ -427,69 +426,9 @@ func NewMap(opts Options) (*placement.Map, error) {
 	return placement.NewLocal(placement.LocalOptions{PublicAddrs: pub, ClusterAddrs: clu, PGCount: opts.PGs, Size: uint32(opts.Replicas)})
 }
 
-// FreePort returns a TCP port on host that nobody listens on now (another
-// process may take it before it is bound). It draws the port from below the
-// kernel's ephemeral range (ip_local_port_range) where it can read it: a
-// daemon restarted on its old address fails with "address already in use"
-// if, while it was down, the port became the local end of some outgoing
-// connection, which any port of the ephemeral range can. Ceph binds its
-// daemons to 6800-7300 for the same reason.
-func FreePort(host string) (int, error) { return FreePortRange(host, 1) }
-
-// FreePortRange returns the first of n consecutive TCP ports on host that
-// nobody listens on now, drawn as FreePort draws one.
-func FreePortRange(host string, n int) (int, error) {
-	free := func(base int) bool {
-		for p := base; p < base+n; p++ {
-			l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
-			if err != nil {
-				return false
-			}
-			l.Close()
-		}
-		return true
-	}
-	if lo := ephemeralLow(); lo-n > freePortFloor {
-		for range 64 {
-			if p := freePortFloor + rand.IntN(lo-n-freePortFloor); free(p) {
-				return p, nil
-			}
-		}
-	}
-	for range 64 {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			return 0, err
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if p+n <= 65536 && free(p) {
-			return p, nil
-		}
-	}
-	return 0, fmt.Errorf("local: no %d consecutive free ports on %s", n, host)
-}
-
-// freePortFloor keeps FreePort above the ports well-known services use.
-const freePortFloor = 10000
-
-// ephemeralLow is the first port of the kernel's ephemeral range, or 0
-// where that is unknown (not Linux).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0
-	}
-	lo, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 0
-	}
-	return lo
-}
+// FreePort returns a TCP port on host that nobody listens on now, from
+// below the kernel's ephemeral range where it can (freeport.Port says why).
+func FreePort(host string) (int, error) { return freeport.Port(host) }
 
 // Seeds are the OSDs' public addresses.
 func (c *Cluster) Seeds() []string {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/freeport"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/msgr/transports"
@@ -304,14 +304,15 @@ func (h *helper) stop() string {
 	return final
 }
 
+// freePort is a loopback port nobody listens on now, below the ephemeral
+// range (freeport.Port): a child process binds it later, while other
+// tests connect out.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	return port
 }
 
