@@ -205,13 +205,24 @@ func (o *PutOptions) defaults() error {
 	return nil
 }
 
-// checkSize refuses a body of size bytes that takes more than MaxParts
-// parts.
-func (o *PutOptions) checkSize(size int64) error {
-	if size > int64(ops.MaxParts)*o.PartSize {
-		return ops.Errorf(ErrEntityTooLarge.Status, "%d bytes: more than %d parts of %d", size, ops.MaxParts, o.PartSize)
+// checkPut checks a put of size bytes (-1: unknown) as bucket/key before
+// anything is read or sent, fills in opts' defaults and returns its
+// condition, if any.
+func checkPut(bucket, key string, size int64, opts *PutOptions) (*osdpb.Condition, error) {
+	if err := checkNames(bucket, key); err != nil {
+		return nil, err
 	}
-	return nil
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	cond, err := condition(opts.IfMatch, opts.IfNoneMatch)
+	if err != nil {
+		return nil, err
+	}
+	if size > int64(ops.MaxParts)*opts.PartSize {
+		return nil, ops.Errorf(ErrEntityTooLarge.Status, "%d bytes: more than %d parts of %d", size, ops.MaxParts, opts.PartSize)
+	}
+	return cond, nil
 }
 
 // PutObject stores size bytes from r as bucket/key, replacing any object
@@ -221,17 +232,8 @@ func (o *PutOptions) checkSize(size int64) error {
 // CRC32C of every body travels with it and the primary checks it before
 // it commits.
 func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader, size int64, opts PutOptions) (ObjectInfo, error) {
-	if err := checkNames(bucket, key); err != nil {
-		return ObjectInfo{}, err
-	}
-	if err := opts.defaults(); err != nil {
-		return ObjectInfo{}, err
-	}
-	cond, err := condition(opts.IfMatch, opts.IfNoneMatch)
+	cond, err := checkPut(bucket, key, size, &opts)
 	if err != nil {
-		return ObjectInfo{}, err
-	}
-	if err := opts.checkSize(size); err != nil {
 		return ObjectInfo{}, err
 	}
 	var whole *wholeDigest // nil without Options.MD5
@@ -299,17 +301,8 @@ func (c *Client) PutObjectBytes(ctx context.Context, bucket, key string, data []
 	if size == 0 {
 		return c.PutObject(ctx, bucket, key, bytes.NewReader(nil), 0, opts)
 	}
-	if err := checkNames(bucket, key); err != nil {
-		return ObjectInfo{}, err
-	}
-	if err := opts.defaults(); err != nil {
-		return ObjectInfo{}, err
-	}
-	cond, err := condition(opts.IfMatch, opts.IfNoneMatch)
+	cond, err := checkPut(bucket, key, size, &opts)
 	if err != nil {
-		return ObjectInfo{}, err
-	}
-	if err := opts.checkSize(size); err != nil {
 		return ObjectInfo{}, err
 	}
 	src := &inPlace{data: data}
