@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/freeport"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/mon/monclient"
@@ -84,7 +84,7 @@ func TestMonProcess(t *testing.T) {
 func (mc *monCluster) startMonB(ctx context.Context, cfg mon.Config) {
 	t := mc.t
 	t.Helper()
-	port, err := local.FreePort("127.0.0.1")
+	port, err := freeport.Port("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

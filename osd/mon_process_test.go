@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/freeport"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
@@ -208,8 +208,8 @@ func (mc *monCluster) start(i int) {
 		if _, err := os.Stat(data); err != nil && small > 0 {
 			smallfs.MountAt(mc.t, data, small)
 		}
-		p1, _ := local.FreePort("127.0.0.1")
-		p2, _ := local.FreePort("127.0.0.1")
+		p1, _ := freeport.Port("127.0.0.1")
+		p2, _ := freeport.Port("127.0.0.1")
 		pub, clu = fmt.Sprintf("tcp://127.0.0.1:%d", p1), fmt.Sprintf("tcp://127.0.0.1:%d", p2)
 	} else {
 		pub, clu = "", "" // the map's

@@ -243,7 +243,7 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 	}
 	if port == 0 {
 		var err error
-		if port, err = FreePort(host); err != nil {
+		if port, err = freeport.Port(host); err != nil {
 			return err
 		}
 	}
@@ -413,8 +413,8 @@ func NewMap(opts Options) (*placement.Map, error) {
 		pp, cp := opts.BasePort+2*i, opts.BasePort+2*i+1
 		if opts.BasePort == 0 {
 			var err error
-			if pp, err = FreePort(opts.Host); err == nil {
-				cp, err = FreePort(opts.Host)
+			if pp, err = freeport.Port(opts.Host); err == nil {
+				cp, err = freeport.Port(opts.Host)
 			}
 			if err != nil {
 				return nil, err
@@ -425,10 +425,6 @@ func NewMap(opts Options) (*placement.Map, error) {
 	}
 	return placement.NewLocal(placement.LocalOptions{PublicAddrs: pub, ClusterAddrs: clu, PGCount: opts.PGs, Size: uint32(opts.Replicas)})
 }
-
-// FreePort returns a TCP port on host that nobody listens on now, from
-// below the kernel's ephemeral range where it can (freeport.Port says why).
-func FreePort(host string) (int, error) { return freeport.Port(host) }
 
 // Seeds are the OSDs' public addresses.
 func (c *Cluster) Seeds() []string {

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ospreystore/osprey/internal/freeport"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/osd"
 )
@@ -22,7 +23,7 @@ func TestAddrInUseIsDetectable(t *testing.T) {
 	}
 	defer l.Close()
 	port := l.Addr().(*net.TCPAddr).Port
-	free, err := FreePort("127.0.0.1")
+	free, err := freeport.Port("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

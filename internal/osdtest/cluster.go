@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/freeport"
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
@@ -48,7 +49,7 @@ type Cluster struct {
 // FreePort returns a loopback port nobody listens on now.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	p, err := local.FreePort("127.0.0.1")
+	p, err := freeport.Port("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
