@@ -494,7 +494,9 @@ func (s *sealedLink) sealFrame(of, f *wire.Frame, split bool) error {
 	}
 	p := f.Preamble
 	p.LinkWord = 0
-	p.Flags &^= wire.FlagNoDataCRC
+	// A sealed frame carries no data CRC inside: its tag protects the
+	// data, and the receiver computes a CRC if it wants one.
+	p.Flags &^= wire.FlagNoDataCRC | wire.FlagSourceCRC
 	p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
 	hs := p.Tag.Handshake()
 	// The buffer holds what goes sealed in the outer frame's data first
@@ -715,7 +717,7 @@ func innerPreamble(p *wire.Preamble, pt []byte, in *wire.Frame, lim wire.Limits)
 		return err
 	}
 	switch {
-	case p.Tag.Sealed() || p.Tag.LinkOnly() || p.Flags&wire.FlagRendezvous != 0 || p.LinkWord != 0:
+	case p.Tag.Sealed() || p.Tag.LinkOnly() || p.Flags&(wire.FlagRendezvous|wire.FlagSourceCRC) != 0 || p.LinkWord != 0:
 		return &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("%v frame (flags %#x, link word %d) inside a sealed frame", p.Tag, p.Flags, p.LinkWord)}
 	case p.Tag.Handshake() != (in.Tag == wire.TagSealedHandshake):
 		return wire.Protocolf("%v frame sealed in a %v frame", p.Tag, in.Tag)

@@ -216,6 +216,9 @@ func FuzzSealedFrame(f *testing.F) {
 	f.Add(append([]byte("ff"), p[:]...), make([]byte, sealRecordSize), false, false, true, true)
 	(&wire.Preamble{Tag: wire.TagMessage}).Put(p[:])
 	f.Add(p[:], []byte{}, false, false, true, false)
+	// A source CRC has no place inside a sealed frame, which has none.
+	(&wire.Preamble{Tag: wire.TagMessage, Flags: wire.FlagSourceCRC, FrontLen: 2, DataLen: 3}).Put(p[:])
+	f.Add(append([]byte("dddff"), p[:]...), []byte(nil), false, false, false, false)
 	(&wire.Preamble{Tag: wire.TagSessionReq, FrontLen: 4}).Put(p[:])
 	f.Add(append([]byte("sreq"), p[:]...), []byte(nil), true, false, false, false)
 	f.Add(append([]byte("sreq"), p[:]...), []byte("data"), true, false, true, false)
@@ -284,6 +287,9 @@ func FuzzSealedFrame(f *testing.F) {
 		if uint32(len(got.Front)) != got.FrontLen || uint32(len(got.Data)) != got.DataLen ||
 			got.FrontLen > r.lim.MaxFront || got.DataLen > r.lim.MaxData || got.Tag.Sealed() || got.Tag.LinkOnly() {
 			t.Fatalf("accepted %+v (front %d, data %d)", got.Preamble, len(got.Front), len(got.Data))
+		}
+		if got.Flags&wire.FlagSourceCRC != 0 || got.SourceCRCMismatch || got.HasDataCRC {
+			t.Fatalf("a sealed frame opened with a data crc: %+v, %08x %v, mismatch %v", got.Preamble, got.DataCRC, got.HasDataCRC, got.SourceCRCMismatch)
 		}
 		if split && !handshake && (!bytes.Equal(got.Data, data) || !bytes.Equal(got.Front, plain[:got.FrontLen])) {
 			t.Fatalf("a two-part frame opened as front %q, data %q", got.Front, got.Data)

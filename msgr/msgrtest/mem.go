@@ -153,12 +153,9 @@ func (l *memLink) WriteFrames(frames []wire.Frame) error {
 			copy(b[copy(b, f.Front):], f.Data)
 			mf.front, mf.data = b[:len(f.Front)], b[len(f.Front):]
 			// The data CRC travels as in a stream link's epilogue: the
-			// sender's if it knows it (a wrong one is refused on read).
-			if f.HasDataCRC {
-				mf.crc = f.DataCRC
-			} else {
-				mf.crc = wire.CRC(f.Data)
-			}
+			// sender's if it knows it (a wrong one is refused on read,
+			// or, a source's under FlagSourceCRC, reported).
+			mf.crc = f.SendDataCRC(&mf.p, l.features)
 		}
 		select {
 		case <-l.closed:
@@ -212,12 +209,17 @@ func (l *memLink) ReadFrame(f *wire.Frame) error {
 	if mf.buf == nil {
 		return nil
 	}
-	if got := wire.CRC(mf.data); got != mf.crc {
+	got := wire.CRC(mf.data)
+	switch {
+	case f.Flags&wire.FlagSourceCRC != 0:
+		f.SourceCRCMismatch = got != mf.crc
+	case f.Flags&wire.FlagNoDataCRC != 0: // the sender sent none
+	case got != mf.crc:
 		mf.buf.Release()
 		return &wire.Error{Kind: wire.ErrKindCRC, Msg: fmt.Sprintf("data segment crc %08x, computed %08x", mf.crc, got)}
 	}
 	f.Buf, f.Front, f.Data = mf.buf, mf.front, mf.data
-	f.DataCRC, f.HasDataCRC = mf.crc, true
+	f.DataCRC, f.HasDataCRC = got, true
 	return nil
 }
 

@@ -301,22 +301,15 @@ func (l *link) frameFrom(ev rxEvent, f *wire.Frame) (*pendingRead, error) {
 	front := b[wire.PreambleSize : wire.PreambleSize+int(f.FrontLen)]
 	data := b[wire.PreambleSize+len(front) : ev.n-wire.EpilogueSize]
 	epi := b[ev.n-wire.EpilogueSize:]
-	if err := wire.CheckEpilogue(epi, front, data, f.Flags&wire.FlagNoDataCRC != 0); err != nil {
+	summed := f.Flags&wire.FlagNoDataCRC == 0
+	var dcrc uint32
+	if summed {
+		dcrc = wire.CRC(data)
+	}
+	if err := f.CheckEpilogue(epi, front, dcrc, summed); err != nil {
 		buf.Release()
 		return nil, err
 	}
 	f.Front, f.Data, f.Buf = front, data, buf
-	f.DataCRC, f.HasDataCRC = checkedDataCRC(f, epi)
 	return nil, nil
-}
-
-// checkedDataCRC is the data CRC to hand up with f (Frame.DataCRC), once
-// CheckEpilogue accepted epi: the CRC the data was verified against, so
-// the layer above (Message.DataCRC) need not read the data again; none
-// when the sender skipped it (FLAG_NO_DATA_CRC) or there is no data.
-func checkedDataCRC(f *wire.Frame, epi []byte) (uint32, bool) {
-	if f.Flags&wire.FlagNoDataCRC != 0 || len(f.Data) == 0 {
-		return 0, false
-	}
-	return wire.EpilogueDataCRC(epi), true
 }

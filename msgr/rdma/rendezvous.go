@@ -349,15 +349,15 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 		l.sum.Add(data)
 		dcrc, crcs = l.sum.Finish()
 	}
-	if err := wire.CheckEpilogueCRC(p.epi[:], front, dcrc, noCRC); err != nil {
+	g := p.f
+	g.Flags &^= wire.FlagRendezvous
+	g.DataLen = uint32(p.size)
+	if err := g.CheckEpilogue(p.epi[:], front, dcrc, summed); err != nil {
 		l.d.putLarge(p.r)
 		return err
 	}
-	*f = p.f
-	f.Flags &^= wire.FlagRendezvous
-	f.DataLen = uint32(p.size)
+	*f = g
 	f.Front, f.Data = front, data
-	f.DataCRC, f.HasDataCRC = dcrc, summed && p.size > 0
 	f.Buf = p.r.buffer(p.size + p.frontLen)
 	if crcs != nil {
 		f.DataChunkCRCs, f.DataChunk = f.Buf.SetChunkCRCs(crcs), chunk

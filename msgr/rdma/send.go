@@ -113,17 +113,13 @@ func (l *link) writeFrame(f *wire.Frame) error {
 	if n > l.sendLimit {
 		l.d.kickPosts()
 	}
+	// The sender's CRC (Message.SetDataCRC, SetSourceCRC), if it has
+	// one, is not checked here: the receiver refuses a wrong one as
+	// corrupt (or reports a wrong source CRC), and recomputing it would
+	// launder data that changed after its CRC was taken (protocol.md §4.2).
 	var dcrc uint32
-	switch {
-	case noCRC:
-	case f.HasDataCRC:
-		// The sender's (Message.SetDataCRC): one pass over the data
-		// fewer. It is not checked here: the receiver refuses a wrong
-		// one as corrupt, and recomputing it would launder data that
-		// changed after its CRC was taken (protocol.md §4.2).
-		dcrc = f.DataCRC
-	default:
-		dcrc = wire.CRC(f.Data)
+	if p.HasSegments() {
+		dcrc = f.SendDataCRC(&p, l.features)
 	}
 	if n > l.sendLimit {
 		// Rendezvous: the descriptor goes inline, the payload stays in

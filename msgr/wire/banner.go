@@ -40,8 +40,13 @@ const (
 	// keepalive each way, one CLOSE), so a side can always probe, answer
 	// and close, and a silent link is a dead one.
 	FeatureControlSlots uint64 = 1 << 2
+	// FeatureSourceCRC: the peer accepts frames whose data CRC is their
+	// source's claim (FlagSourceCRC), which it checks without failing
+	// the link on a mismatch. A sender whose peer lacks it computes the
+	// data CRC over the bytes it sends instead.
+	FeatureSourceCRC uint64 = 1 << 3
 	// KnownFeatures is every bit this version understands.
-	KnownFeatures = FeatureNoDataCRC | FeatureRendezvous | FeatureControlSlots
+	KnownFeatures = FeatureNoDataCRC | FeatureRendezvous | FeatureControlSlots | FeatureSourceCRC
 )
 
 // Stream is the banner a link that moves bytes, not RDMA operations

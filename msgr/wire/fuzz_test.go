@@ -35,6 +35,12 @@ func streamSeeds() [][]byte {
 	noCRC := msgFrame(4, 3, 30)
 	noCRC.Flags = FlagNoDataCRC
 	seeds = append(seeds, encodeFrame(noCRC.Preamble, noCRC.Front, noCRC.Data))
+	// A source's data CRC, right and wrong (a mismatch, not an error).
+	source := msgFrame(6, 3, 30)
+	source.Flags = FlagSourceCRC
+	b := encodeFrame(source.Preamble, source.Front, source.Data)
+	seeds = append(seeds, b, bytes.Clone(b))
+	seeds[len(seeds)-1][len(b)-1] ^= 0x10
 	// The preamble of a frame big enough for a buffer of its own, with
 	// part of its body. No complete one: an input above 64 KiB makes each
 	// run slow, and the fuzzer's minimizer runs new inputs thousands of
@@ -55,6 +61,8 @@ func FuzzReadFrame(f *testing.F) {
 		f.Add(uint8(0), s)
 		f.Add(uint8(FeatureNoDataCRC|0x80), s)
 		f.Add(uint8(FeatureNoDataCRC|0x40|0x14), s)
+		f.Add(uint8(FeatureSourceCRC|0x80), s)
+		f.Add(uint8(FeatureSourceCRC|0x40|0x14), s)
 	}
 	f.Fuzz(func(t *testing.T, mode uint8, b []byte) {
 		features := uint64(mode) & KnownFeatures
@@ -112,6 +120,12 @@ func checkFuzzedFrame(t *testing.T, fr *Frame, features uint64, rest []byte) {
 	if fr.Flags&FlagNoDataCRC != 0 && features&FeatureNoDataCRC == 0 {
 		t.Fatalf("no-data-crc frame without the feature: %+v", fr.Preamble)
 	}
+	if fr.Flags&FlagSourceCRC != 0 && (features&FeatureSourceCRC == 0 || fr.Tag != TagMessage || fr.DataLen == 0 || fr.Flags&FlagNoDataCRC != 0) {
+		t.Fatalf("source-crc frame without the feature or a data crc: %+v", fr.Preamble)
+	}
+	if fr.DataLen > 0 && fr.Flags&FlagNoDataCRC == 0 && (!fr.HasDataCRC || fr.DataCRC != CRC(fr.Data)) {
+		t.Fatalf("data crc %08x %v, want that of the data, %08x", fr.DataCRC, fr.HasDataCRC, CRC(fr.Data))
+	}
 	if fr.FrontLen > fuzzLimits.MaxFront || fr.DataLen > fuzzLimits.MaxData ||
 		fr.Tag == TagMessage && uint64(fr.FrontLen)+uint64(fr.DataLen) > uint64(fuzzLimits.MaxData) {
 		t.Fatalf("frame above the limits: %+v", fr.Preamble)
@@ -131,10 +145,16 @@ func checkFuzzedFrame(t *testing.T, fr *Frame, features uint64, rest []byte) {
 	}
 	re := encodeFrame(fr.Preamble, fr.Front, fr.Data)
 	orig := rest[:n]
-	if fr.Flags&FlagNoDataCRC != 0 {
-		// The data CRC is not checked; whatever the sender put there.
+	if fr.Flags&(FlagNoDataCRC|FlagSourceCRC) != 0 {
+		// The data CRC is not checked, or a claim that may be wrong;
+		// whatever the sender put there.
+		if mismatch := EpilogueDataCRC(orig[n-EpilogueSize:]) != CRC(fr.Data); fr.Flags&FlagSourceCRC != 0 && mismatch != fr.SourceCRCMismatch {
+			t.Fatalf("source crc mismatch %v, want %v", fr.SourceCRCMismatch, mismatch)
+		}
 		orig = bytes.Clone(orig)
 		copy(orig[n-4:], re[n-4:])
+	} else if fr.SourceCRCMismatch {
+		t.Fatalf("source crc mismatch on a frame without FLAG_SOURCE_CRC: %+v", fr.Preamble)
 	}
 	if !bytes.Equal(re, orig) {
 		t.Fatalf("frame %+v does not encode back to the bytes it came from", fr.Preamble)

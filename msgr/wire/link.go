@@ -27,6 +27,17 @@ type Frame struct {
 	// Data against it, so the receiver need not checksum Data again.
 	DataCRC    uint32
 	HasDataCRC bool
+	// SourceCRC, on a frame to write, says DataCRC (with HasDataCRC) is
+	// the claim of the data's source (a store's recorded chunk CRCs),
+	// not known to be the CRC of Data: a link sends it as such
+	// (FlagSourceCRC) when the peer agreed FeatureSourceCRC, so that a
+	// wrong one reaches the receiver as a mismatch, not a corrupt frame,
+	// and otherwise computes the CRC of Data (SendDataCRC).
+	SourceCRC bool
+	// SourceCRCMismatch, on a received frame sent with FlagSourceCRC,
+	// says the source's CRC was not that of the data as it arrived;
+	// DataCRC is the latter.
+	SourceCRCMismatch bool
 	// DataChunkCRCs, on a received frame, are the CRC32Cs of Data's
 	// DataChunk-byte chunks from its start (the last one the remainder),
 	// which the link computed as the bytes arrived (LinkOptions.DataChunk);
@@ -34,6 +45,30 @@ type Frame struct {
 	// link did not compute them.
 	DataChunkCRCs []uint32
 	DataChunk     int
+}
+
+// SendDataCRC returns the data CRC a link puts in the epilogue of f, whose
+// preamble as the link writes it is p (FlagNoDataCRC decided), to a peer
+// that agreed the features agreed: none under FlagNoDataCRC; the
+// sender's (HasDataCRC), one pass over the data fewer, setting
+// FlagSourceCRC in p for a source's claim (SourceCRC) if the peer takes
+// it; else the CRC of f.Data. A source CRC to a peer without
+// FeatureSourceCRC is not sent as a promise: the peer would refuse a
+// wrong one as corrupt.
+func (f *Frame) SendDataCRC(p *Preamble, agreed uint64) uint32 {
+	switch {
+	case p.Flags&FlagNoDataCRC != 0:
+		return 0
+	case f.HasDataCRC && f.SourceCRC && len(f.Data) > 0 && p.Tag == TagMessage:
+		if agreed&FeatureSourceCRC == 0 {
+			return dataCRC(f.Data)
+		}
+		p.Flags |= FlagSourceCRC
+		return f.DataCRC
+	case f.HasDataCRC && !f.SourceCRC:
+		return f.DataCRC
+	}
+	return dataCRC(f.Data)
 }
 
 // Release drops the frame's hold on its receive buffer and budget.

@@ -207,6 +207,10 @@ func (l *StreamLink) WriteFrames(frames []Frame) error {
 		if l.noCRC && len(f.Data) > 0 {
 			p.Flags |= FlagNoDataCRC
 		}
+		var dcrc uint32
+		if p.HasSegments() {
+			dcrc = f.SendDataCRC(&p, l.features) // before Put: it may set FlagSourceCRC
+		}
 		inline := inlineBytes(f)
 		if len(l.wbuf)+inline > cap(l.wbuf) {
 			if err := l.flush(mark); err != nil {
@@ -222,14 +226,6 @@ func (l *StreamLink) WriteFrames(frames []Frame) error {
 		}
 		mark = l.addSegment(f.Front, mark)
 		mark = l.addSegment(f.Data, mark)
-		var dcrc uint32
-		switch {
-		case p.Flags&FlagNoDataCRC != 0:
-		case f.HasDataCRC:
-			dcrc = f.DataCRC // the sender's: one pass over the data fewer
-		default:
-			dcrc = dataCRC(f.Data)
-		}
 		n = len(l.wbuf)
 		l.wbuf = l.wbuf[:n+EpilogueSize]
 		PutEpilogue(l.wbuf[n:], CRC(f.Front), dcrc)
@@ -399,22 +395,13 @@ func (l *StreamLink) startSum(f *Frame) bool {
 }
 
 // checkEpilogue verifies a frame's segment CRCs, the data's as l.sum
-// folded it, and hands the data CRC up with the frame (Frame.DataCRC)
-// when it was computed: checked against the sender's, or, for a frame
-// sent without one, the CRC of the bytes as they arrived.
+// folded it (Frame.CheckEpilogue, which hands that CRC up with the frame).
 func (l *StreamLink) checkEpilogue(f *Frame, epi, front []byte) error {
-	noDataCRC := f.Flags&FlagNoDataCRC != 0
 	var dcrc uint32
 	if l.summing {
 		dcrc, _ = l.sum.Finish()
 	}
-	if err := CheckEpilogueCRC(epi, front, dcrc, noDataCRC); err != nil {
-		return err
-	}
-	if l.summing && f.DataLen > 0 {
-		f.DataCRC, f.HasDataCRC = dcrc, true
-	}
-	return nil
+	return f.CheckEpilogue(epi, front, dcrc, l.summing)
 }
 
 // handChunks hands the chunk CRCs l.sum computed for f's data up with f,
@@ -427,7 +414,7 @@ func (l *StreamLink) handChunks(f *Frame) {
 	f.DataChunkCRCs, f.DataChunk = f.Buf.SetChunkCRCs(crcs), l.sum.chunk
 }
 
-// dataCRC is the CRC32C of a data segment the link writes without one
+// dataCRC is the CRC32C of a data segment a link writes without one
 // from its sender. Tests count it through testHookDataCRC.
 func dataCRC(b []byte) uint32 {
 	if testHookDataCRC != nil {
@@ -437,7 +424,8 @@ func dataCRC(b []byte) uint32 {
 }
 
 // testHookDataCRC, when set (tests, before any link runs), is called with
-// the size of each data segment a stream link checksums to write it.
+// the size of each data segment a link checksums to write it
+// (Frame.SendDataCRC).
 var testHookDataCRC func(n int)
 
 // readBody reads a large frame's body (segments and epilogue) into a

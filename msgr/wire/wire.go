@@ -93,7 +93,17 @@ const (
 	// FlagNoDataCRC: the sender did not compute the data CRC (the epilogue
 	// carries zero for it); only allowed when FeatureNoDataCRC was agreed.
 	FlagNoDataCRC uint8 = 1 << 1
-	knownFlags          = FlagRendezvous | FlagNoDataCRC
+	// FlagSourceCRC: the epilogue's data CRC is the one the sender's
+	// source recorded for the data (a store's chunk CRCs), not one the
+	// sender computed over the bytes it sent: a claim the receiver
+	// checks, not a promise. A mismatch is not corruption on the link but
+	// data its source got wrong, so the receiver hands the frame up with
+	// the CRC of the bytes as they arrived (Frame.SourceCRCMismatch)
+	// instead of failing the link, which would replay the same bytes
+	// forever. Only on a MESSAGE with data and a data CRC, and only when
+	// FeatureSourceCRC was agreed.
+	FlagSourceCRC uint8 = 1 << 2
+	knownFlags          = FlagRendezvous | FlagNoDataCRC | FlagSourceCRC
 )
 
 // PreambleSize is the fixed size of every frame's preamble; EpilogueSize the
@@ -347,6 +357,12 @@ func (p *Preamble) CheckAgreed(agreed uint64, rdmaLink bool) error {
 	// it may go without one whatever the banners agreed.
 	case p.Flags&FlagNoDataCRC != 0 && agreed&FeatureNoDataCRC == 0 && !p.Tag.Sealed():
 		return &Error{Kind: ErrKindProtocol, Msg: "frame without data crc, but that feature was not agreed"}
+	case p.Flags&FlagSourceCRC != 0 && agreed&FeatureSourceCRC == 0:
+		return &Error{Kind: ErrKindProtocol, Msg: "frame with a source data crc, but that feature was not agreed"}
+	// A source CRC is a claim about a message's data: a frame without
+	// data, or without a data CRC, has none to make.
+	case p.Flags&FlagSourceCRC != 0 && (p.Tag != TagMessage || p.DataLen == 0 || p.Flags&FlagNoDataCRC != 0):
+		return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("%v frame (flags %#x, %d-byte data segment) with a source data crc", p.Tag, p.Flags, p.DataLen)}
 	}
 	return nil
 }
@@ -363,6 +379,8 @@ func EpilogueDataCRC(epi []byte) uint32 { return binary.LittleEndian.Uint32(epi[
 
 // CheckEpilogue verifies the segment CRCs in epi against front and data.
 // With noDataCRC the data CRC is not checked (the sender set FlagNoDataCRC).
+// It is strict: for a received frame, which may carry FlagSourceCRC, use
+// Frame.CheckEpilogue.
 func CheckEpilogue(epi, front, data []byte, noDataCRC bool) error {
 	var dataCRC uint32
 	if !noDataCRC && len(epi) >= EpilogueSize {
@@ -384,6 +402,27 @@ func CheckEpilogueCRC(epi, front []byte, dataCRC uint32, noDataCRC bool) error {
 		if got := binary.LittleEndian.Uint32(epi[4:]); got != dataCRC {
 			return &Error{Kind: ErrKindCRC, Msg: fmt.Sprintf("data segment crc %08x, computed %08x", got, dataCRC)}
 		}
+	}
+	return nil
+}
+
+// CheckEpilogue verifies the segment CRCs in epi, as CheckEpilogueCRC
+// does, for the received frame f, whose data segment's CRC32C the link
+// computed as dataCRC if summed (it must have, but under FlagNoDataCRC).
+// Under FlagSourceCRC a data CRC other than dataCRC is no error: the
+// frame is good, the source's CRC was wrong, and f.SourceCRCMismatch says
+// so. When summed and f has data it hands dataCRC up with f (DataCRC,
+// HasDataCRC): checked against the sender's, or the CRC of the bytes as
+// they arrived.
+func (f *Frame) CheckEpilogue(epi, front []byte, dataCRC uint32, summed bool) error {
+	noDataCRC := f.Flags&FlagNoDataCRC != 0
+	source := f.Flags&FlagSourceCRC != 0
+	if err := CheckEpilogueCRC(epi, front, dataCRC, noDataCRC || source); err != nil {
+		return err
+	}
+	f.SourceCRCMismatch = source && EpilogueDataCRC(epi) != dataCRC
+	if summed && f.DataLen > 0 {
+		f.DataCRC, f.HasDataCRC = dataCRC, true
 	}
 	return nil
 }
