@@ -24,6 +24,8 @@ func RunLinks(t *testing.T, tr wire.Transport, host string) {
 		{"MessageSizeBoundsFrontPlusData", linkMessageSize},
 		{"FeaturesPerTransport", linkFeatures},
 		{"NoDataCRCNeedsAgreement", linkNoDataCRC},
+		{"SourceCRC", linkSourceCRC},
+		{"SourceCRCNeedsAgreement", linkSourceCRCAgreement},
 		{"RendezvousNeedsAgreement", linkRendezvous},
 		{"StreamFramesOnly", linkStreamFramesOnly},
 		{"AcceptedLinkNamesItsPeer", linkRemoteAddr},
@@ -186,6 +188,86 @@ func linkNoDataCRC(t *testing.T, tr wire.Transport, host string) {
 		case !errors.Is(err, wire.ErrProtocol):
 			t.Fatalf("NO_DATA_CRC not agreed: got %v, want a protocol error", err)
 		}
+	}
+}
+
+// sourceCRCSizes are the data sizes the source-CRC checks send: one
+// inline, one that needs a rendezvous on RDMA (as linkRendezvous's).
+var sourceCRCSizes = []int{100, 256 << 10}
+
+// sourceCRCFrame is a MESSAGE whose data CRC is its source's claim, the
+// CRC of data or, if wrong, not.
+func sourceCRCFrame(seq uint64, data []byte, wrong bool) wire.Frame {
+	claim := wire.CRC(data)
+	if wrong {
+		claim ^= 0x5a
+	}
+	return wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage, Seq: seq}, Front: []byte("front"), Data: data,
+		DataCRC: claim, HasDataCRC: true, SourceCRC: true}
+}
+
+// sendOne writes in on w and reads it from r.
+func sendOne(t *testing.T, w, r wire.Link, in wire.Frame) (wire.Frame, error) {
+	t.Helper()
+	if err := w.WriteFrames([]wire.Frame{in}); err != nil {
+		t.Fatal(err)
+	}
+	return readOne(t, r)
+}
+
+// linkSourceCRC: a frame whose data CRC is its source's claim
+// (Frame.SourceCRC) reaches a peer that agreed SOURCE_CRC whether the
+// claim holds or not, as FLAG_SOURCE_CRC, with the CRC of the data as it
+// arrived and SourceCRCMismatch saying whether they differed; the link
+// reads on after a mismatch. Inline and, on RDMA, by rendezvous.
+func linkSourceCRC(t *testing.T, tr wire.Transport, host string) {
+	opts := simpleOpts(wire.KnownFeatures)
+	w, r := linkPair(t, tr, host, opts, opts)
+	if r.Features()&wire.FeatureSourceCRC == 0 {
+		t.Fatalf("agreed %#x, without SOURCE_CRC", r.Features())
+	}
+	seq := uint64(0)
+	for _, size := range sourceCRCSizes {
+		data := bytes.Repeat([]byte("source"), size/6+1)[:size]
+		for _, wrong := range []bool{true, false} {
+			seq++
+			f, err := sendOne(t, w, r, sourceCRCFrame(seq, data, wrong))
+			if err != nil {
+				t.Fatalf("%d bytes, claim wrong %v: %v", size, wrong, err)
+			}
+			ok := f.Seq == seq && f.Flags&wire.FlagSourceCRC != 0 && f.HasDataCRC && f.DataCRC == wire.CRC(data) &&
+				f.SourceCRCMismatch == wrong && bytes.Equal(f.Data, data)
+			if !ok {
+				t.Fatalf("%d bytes, claim wrong %v: seq %d, flags %#x, data crc %08x %v (want %08x), mismatch %v",
+					size, wrong, f.Seq, f.Flags, f.DataCRC, f.HasDataCRC, wire.CRC(data), f.SourceCRCMismatch)
+			}
+			f.Release()
+		}
+	}
+}
+
+// linkSourceCRCAgreement: to a peer that did not agree SOURCE_CRC a
+// source's claim goes as a CRC the sender computes, in a plain frame, so
+// a wrong claim does not make the peer refuse the data as corrupt; and a
+// frame with FLAG_SOURCE_CRC is refused there as a protocol error.
+func linkSourceCRCAgreement(t *testing.T, tr wire.Transport, host string) {
+	recv := simpleOpts(wire.KnownFeatures &^ wire.FeatureSourceCRC)
+	w, r := linkPair(t, tr, host, simpleOpts(wire.KnownFeatures), recv)
+	for i, size := range sourceCRCSizes {
+		data := bytes.Repeat([]byte{7}, size)
+		f, err := sendOne(t, w, r, sourceCRCFrame(uint64(i+1), data, true))
+		if err != nil {
+			t.Fatalf("%d bytes with a wrong source crc, SOURCE_CRC not agreed: %v", size, err)
+		}
+		if f.Flags&wire.FlagSourceCRC != 0 || f.SourceCRCMismatch || !f.HasDataCRC || f.DataCRC != wire.CRC(data) {
+			t.Fatalf("%d bytes, SOURCE_CRC not agreed: flags %#x, mismatch %v, data crc %08x %v",
+				size, f.Flags, f.SourceCRCMismatch, f.DataCRC, f.HasDataCRC)
+		}
+		f.Release()
+	}
+	in := wire.Frame{Preamble: wire.Preamble{Tag: wire.TagMessage, Seq: 3, Flags: wire.FlagSourceCRC}, Data: []byte("data")}
+	if _, err := sendOne(t, w, r, in); !errors.Is(err, wire.ErrProtocol) {
+		t.Fatalf("FLAG_SOURCE_CRC, not agreed: got %v, want a protocol error", err)
 	}
 }
 

@@ -30,7 +30,8 @@ func encodeFrame(p wire.Preamble, front, data []byte) []byte {
 
 // TestReceivedFramesNeedAgreedFeatures: the RDMA receiver refuses, as a
 // stream link does, a frame without data CRC unless NO_DATA_CRC was
-// agreed, and a rendezvous frame (or the write rendezvous's control
+// agreed, one with a source's data CRC unless SOURCE_CRC was, and a
+// rendezvous frame (or the write rendezvous's control
 // frames) unless RENDEZVOUS was; agreed, it takes them. The link word is
 // the transport's own: any value passes.
 func TestReceivedFramesNeedAgreedFeatures(t *testing.T) {
@@ -39,6 +40,7 @@ func TestReceivedFramesNeedAgreedFeatures(t *testing.T) {
 	noCRC := encodeFrame(wire.Preamble{Tag: wire.TagMessage, Seq: 1, LinkWord: 5, Flags: wire.FlagNoDataCRC}, []byte("f"), []byte("data"))
 	rdv := encodeFrame(wire.Preamble{Tag: wire.TagMessage, Seq: 1, Flags: wire.FlagRendezvous}, []byte("f"), desc[:])
 	ready := encodeFrame(wire.Preamble{Tag: wire.TagRdvReady}, nil, desc[:])
+	source := encodeFrame(wire.Preamble{Tag: wire.TagMessage, Seq: 1, Flags: wire.FlagSourceCRC}, []byte("f"), []byte("data"))
 	for _, tc := range []struct {
 		name   string
 		agreed uint64
@@ -50,6 +52,8 @@ func TestReceivedFramesNeedAgreedFeatures(t *testing.T) {
 		{"rendezvous, not agreed", wire.FeatureNoDataCRC, rdv, wire.ErrProtocol},
 		{"rendezvous, agreed", wire.FeatureRendezvous, rdv, nil},
 		{"RDV_READY, not agreed", wire.FeatureNoDataCRC, ready, wire.ErrProtocol},
+		{"source crc, not agreed", wire.KnownFeatures &^ wire.FeatureSourceCRC, source, wire.ErrProtocol},
+		{"source crc, agreed", wire.FeatureSourceCRC, source, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, ev := agreedLink(tc.agreed, tc.b)
