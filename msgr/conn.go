@@ -130,6 +130,9 @@ type ConnStats struct {
 	// dialed, and ours had reached the peer); WaitsReceived, our dials
 	// that got WAIT.
 	WaitsSent, WaitsReceived uint64
+	// SourceCRCMismatches counts messages delivered whose data did not
+	// match the CRC their sender's source recorded (Message.SetSourceCRC).
+	SourceCRCMismatches uint64
 }
 
 // linkRun is one link attached to a Conn, with its reader and writer.

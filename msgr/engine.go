@@ -242,11 +242,11 @@ func (e *engine) collect(fr []wire.Frame, maxFrames, maxBytes int) ([]wire.Frame
 			}
 			break
 		}
-		crc, known := m.DataCRC()
+		crc, known, source := m.sendCRC()
 		fr = append(fr, wire.Frame{
 			Preamble: wire.Preamble{Tag: wire.TagMessage, Type: m.Type, Seq: m.out.seq, Tid: m.tid},
 			Front:    m.Front, Data: m.Data, Buf: m.buf,
-			DataCRC: crc, HasDataCRC: known,
+			DataCRC: crc, HasDataCRC: known, SourceCRC: source,
 		})
 		cw.onSend(size)
 		e.sess.markSent()
@@ -355,6 +355,9 @@ func (e *engine) onFrame(f *wire.Frame, buffered bool, released []*Message) (_ [
 			}
 			e.delivered = f.Seq
 			v = rxDeliver
+			if f.SourceCRCMismatch {
+				e.st.SourceCRCMismatches++
+			}
 		} else {
 			e.st.DuplicatesDropped++
 			e.spent(f, int64(size))

@@ -49,6 +49,9 @@ type Message struct {
 	// known for, and for no other slice.
 	dataCRC uint32
 	crcOf   []byte
+	// sourceCRC: dataCRC is a source's claim (SetSourceCRC), not known
+	// to be the CRC of crcOf.
+	sourceCRC bool
 	// The CRC32Cs of crcOf's chunkSize-byte chunks, which its link
 	// computed as the data arrived; they live in buf.
 	chunkCRCs []uint32
@@ -155,22 +158,59 @@ func (m *Message) KeepData() (buf *wire.Buffer, data []byte) {
 // With Options.DisableDataCRC (agreed by the peer) no data CRC is sent.
 func (m *Message) SetDataCRC(crc uint32) {
 	m.dataCRC, m.crcOf, m.chunkCRCs, m.chunkSize = crc, m.Data, nil, 0
+	m.sourceCRC = false
+}
+
+// SetSourceCRC tells the messenger that crc is the CRC32C (Castagnoli)
+// that m.Data's source recorded for it (a store's chunk CRCs, combined),
+// without anyone having checked that m.Data still has it: a disk may have
+// returned other bytes. The link then sends crc as that claim instead of
+// computing a CRC (SetDataCRC's saving), and the receiver's link, which
+// checksums the data anyway, reports a mismatch instead of refusing the
+// frame. So a read costs one CRC pass, the receiver's, and still catches
+// a damaged copy at its source.
+//
+// A wrong crc is not an error for the messenger: m is delivered, with
+// DataCRC() on the receiver the CRC of the bytes as they arrived (and the
+// receiver's Stats().SourceCRCMismatches counting it). The receiver must
+// compare DataCRC() with the CRC it was promised, which the sender puts
+// in the front for it. A peer that did not agree wire.FeatureSourceCRC
+// gets a CRC the link computes over m.Data. Secure links and
+// Options.DisableDataCRC send no data CRC at all: there DataCRC() is !ok
+// on the receiver, which must compute the CRC itself.
+//
+// On m, DataCRC() reports ok=false: crc is not known to be m.Data's. As
+// for SetDataCRC, m.Data must not change until the messenger is done
+// with m, and assigning another slice to m.Data forgets crc.
+func (m *Message) SetSourceCRC(crc uint32) {
+	m.SetDataCRC(crc)
+	m.sourceCRC = true
 }
 
 // DataCRC returns the CRC32C of m.Data when the messenger knows it: on a
 // received message, the CRC its link verified the data against (or, for
 // data sent without one, computed as it arrived: Options.DataChunkCRC),
 // so the receiver can compare it with a CRC it was promised instead of
-// computing one; on an outgoing one, what SetDataCRC set. ok is false
+// computing one; on an outgoing one, what SetDataCRC set (not
+// SetSourceCRC's claim). ok is false
 // when nobody checksummed the data (the sender's DisableDataCRC, or a
 // transport that does not report it), when Data is empty, or when m.Data
 // is no longer the slice the CRC was known for. A received message sent
 // on unchanged keeps its CRC, so forwarding costs no CRC pass.
 func (m *Message) DataCRC() (crc uint32, ok bool) {
-	if !m.crcHolds() {
+	if m.sourceCRC || !m.crcHolds() {
 		return 0, false
 	}
 	return m.dataCRC, true
+}
+
+// sendCRC is the data CRC the link is to send m with (wire.Frame): what
+// SetDataCRC or, a source's claim, SetSourceCRC set, if it holds.
+func (m *Message) sendCRC() (crc uint32, known, source bool) {
+	if !m.crcHolds() {
+		return 0, false, false
+	}
+	return m.dataCRC, true, m.sourceCRC
 }
 
 // DataChunkCRCs returns the CRC32Cs of a received message's Data in
@@ -249,6 +289,7 @@ func (m *Message) recycle() {
 		// The CRC was a promise for one Send: a message its owner
 		// reuses with other bytes in the same slice must not keep it.
 		m.dataCRC, m.crcOf, m.chunkCRCs, m.chunkSize = 0, nil, nil, 0
+		m.sourceCRC = false
 		fn(m)
 		return
 	}

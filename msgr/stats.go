@@ -149,6 +149,7 @@ func (s *ConnStats) addCounters(o *ConnStats) {
 	s.WaitsSent += o.WaitsSent
 	s.WaitsReceived += o.WaitsReceived
 	s.SealFailures += o.SealFailures
+	s.SourceCRCMismatches += o.SourceCRCMismatches
 }
 
 // Transports are the messenger's transports (Options.Transports), for
