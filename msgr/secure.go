@@ -495,7 +495,10 @@ func (s *sealedLink) sealFrame(of, f *wire.Frame, split bool) error {
 	p := f.Preamble
 	p.LinkWord = 0
 	// A sealed frame carries no data CRC inside: its tag protects the
-	// data, and the receiver computes a CRC if it wants one.
+	// data, and the receiver computes a CRC if it wants one. Links set
+	// FLAG_SOURCE_CRC in their own copy of a preamble, so it is not
+	// expected here; it goes all the same, as the peer refuses it inside
+	// a sealed frame (innerPreamble).
 	p.Flags &^= wire.FlagNoDataCRC | wire.FlagSourceCRC
 	p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
 	hs := p.Tag.Handshake()
