@@ -172,7 +172,7 @@ func (m *Message) SetDataCRC(crc uint32) {
 //
 // A wrong crc is not an error for the messenger: m is delivered, with
 // DataCRC() on the receiver the CRC of the bytes as they arrived (and the
-// receiver's Stats().SourceCRCMismatches counting it). The receiver must
+// receiver's Conn.Stats().SourceCRCMismatches counting it). The receiver must
 // compare DataCRC() with the CRC it was promised, which the sender puts
 // in the front for it. A peer that did not agree wire.FeatureSourceCRC
 // gets a CRC the link computes over m.Data. Secure links and
@@ -189,7 +189,9 @@ func (m *Message) SetSourceCRC(crc uint32) {
 
 // DataCRC returns the CRC32C of m.Data when the messenger knows it: on a
 // received message, the CRC its link verified the data against (or, for
-// data sent without one, computed as it arrived: Options.DataChunkCRC),
+// data sent without one, computed as it arrived: Options.DataChunkCRC;
+// for data sent with a source's CRC, SetSourceCRC, computed as it arrived
+// whether that matched or not),
 // so the receiver can compare it with a CRC it was promised instead of
 // computing one; on an outgoing one, what SetDataCRC set (not
 // SetSourceCRC's claim). ok is false

@@ -24,7 +24,8 @@ type Frame struct {
 	// store keeps it) and a link that checksums the data segment puts it
 	// in the epilogue instead of computing it: a wrong one makes the peer
 	// refuse the frame as corrupt. On a received frame, the link verified
-	// Data against it, so the receiver need not checksum Data again.
+	// Data against it (or, under FlagSourceCRC, computed it as Data
+	// arrived), so the receiver need not checksum Data again.
 	DataCRC    uint32
 	HasDataCRC bool
 	// SourceCRC, on a frame to write, says DataCRC (with HasDataCRC) is
