@@ -454,9 +454,11 @@ func TestBodiesNotCopied(t *testing.T) {
 
 // TestGetChecksWhatTheOSDSent: bytes an OSD sends wrong, with a frame CRC
 // that matches them (the messenger's check passes, and its CRC stands for
-// the bytes in the client's), still fail the object's CRC32C: a whole read
-// is BadDigest, for a plain object in one window or several and for a
-// part, and the next read, sent right, succeeds.
+// the bytes in the client's), do not match the CRC32C the OSD's store
+// recorded for them (the reply's data_crc32c): the client reads them again,
+// checked by the OSD, and gets them right. Sent wrong twice, the object's
+// CRC32C still fails them: a whole read is BadDigest, for a plain object in
+// one window or several and for a part, and the next read succeeds.
 func TestGetChecksWhatTheOSDSent(t *testing.T) {
 	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8})
 	var left, done, withCRC, readLeft atomic.Int32
@@ -476,8 +478,15 @@ func TestGetChecksWhatTheOSDSent(t *testing.T) {
 	}
 	for _, k := range []string{"one", "two", "mp"} {
 		readLeft.Store(1)
+		if got, _, err := osdtest.Get(ctx, cl, "bkt", k, client.GetOptions{}); err != nil || !bytes.Equal(got, objs[k]) {
+			t.Errorf("%s sent wrong once: %d bytes, %v; want it read again, right", k, len(got), err)
+		}
+		if n := readLeft.Load(); n >= 0 {
+			t.Errorf("%s: %d frames left to corrupt; the get read nothing wrong", k, n+1)
+		}
+		readLeft.Store(2)
 		if got, _, err := osdtest.Get(ctx, cl, "bkt", k, client.GetOptions{}); !errors.Is(err, client.ErrBadDigest) {
-			t.Errorf("%s sent wrong: %d bytes, %v; want BadDigest", k, len(got), err)
+			t.Errorf("%s sent wrong twice: %d bytes, %v; want BadDigest", k, len(got), err)
 		}
 		readLeft.Store(0)
 		if got, _, err := osdtest.Get(ctx, cl, "bkt", k, client.GetOptions{}); err != nil || !bytes.Equal(got, objs[k]) {

@@ -80,11 +80,13 @@ func (c *Client) GetObject(ctx context.Context, bucket, key string, opts GetOpti
 	if opts.Length >= 0 {
 		first = min(first, opts.Length)
 	}
-	meta, msg, err := c.getRange(ctx, bucket, key, opts.Offset, first, nil)
+	var crcd atomic.Int64
+	meta, msg, err := c.getRange(ctx, bucket, key, opts.Offset, first, nil, &crcd)
 	if err != nil {
 		return nil, err
 	}
 	o := &Object{c: c, ctx: ctx, bucket: bucket, key: key, meta: meta, info: objectInfo(key, meta), start: opts.Offset}
+	o.crcBytes.Store(crcd.Load())
 	o.size = int64(meta.Size) - opts.Offset
 	if opts.Length >= 0 && opts.Length < o.size {
 		o.size = opts.Length
@@ -273,7 +275,7 @@ func (o *Object) spanAt(abs int64) span {
 // fetch gets n bytes at abs, all within sp. The caller releases the
 // reply, whose data they are.
 func (o *Object) fetch(sp span, abs, n int64) (*msgr.Message, error) {
-	_, msg, err := o.c.getRange(o.ctx, sp.bucket, sp.key, abs-sp.start, n, sp.want)
+	_, msg, err := o.c.getRange(o.ctx, sp.bucket, sp.key, abs-sp.start, n, sp.want, &o.crcBytes)
 	if err != nil && sp.want == nil {
 		err = fmt.Errorf("%s/%s part %d: %w", o.bucket, o.key, o.meta.Parts[sp.part].GetNumber(), err)
 	}
@@ -406,10 +408,33 @@ func (c *Client) head(ctx context.Context, bucket, key string) (*osdpb.ObjectMet
 // end) and its metadata; the reply message, which the caller releases,
 // holds the bytes as its data. With want set, the object must still be
 // that version: a read in windows never mixes two versions of an object.
-func (c *Client) getRange(ctx context.Context, bucket, key string, off, n int64, want *osdpb.ObjectMeta) (*osdpb.ObjectMeta, *msgr.Message, error) {
+//
+// The OSD may send bytes of a data file it did not check, with the CRC32C
+// its store recorded for them (GetObject.client_checks, the reply's
+// data_crc32c): they are checked here, once, by the messenger as they
+// arrive (Message.DataCRC) or else by this client (counted in crcd). A
+// mismatch means the OSD's copy is damaged (or the bytes were on the way),
+// so the range is asked for again for bytes the OSD checks itself; it
+// repairs its copy from a replica (docs/osd.md, "Reads").
+func (c *Client) getRange(ctx context.Context, bucket, key string, off, n int64, want *osdpb.ObjectMeta, crcd *atomic.Int64) (*osdpb.ObjectMeta, *msgr.Message, error) {
+	meta, msg, err := c.getRangeOnce(ctx, bucket, key, off, n, want, true, crcd)
+	if errors.Is(err, errSourceCRC) {
+		c.log.Warn("client: an OSD sent bytes that do not match the CRC32C its store recorded for them; reading them again, checked by the OSD", "bucket", bucket, "key", key, "offset", off, "err", err)
+		meta, msg, err = c.getRangeOnce(ctx, bucket, key, off, n, want, false, crcd)
+	}
+	return meta, msg, err
+}
+
+// errSourceCRC: a get's bytes did not match the CRC32C the OSD's store
+// recorded for them (getRange asks again).
+var errSourceCRC = errors.New("client: the bytes do not match the CRC32C the OSD's store recorded for them")
+
+// getRangeOnce is one get of getRange; clientChecks asks the OSD for
+// bytes this client checks (errSourceCRC when they do not match).
+func (c *Client) getRangeOnce(ctx context.Context, bucket, key string, off, n int64, want *osdpb.ObjectMeta, clientChecks bool, crcd *atomic.Int64) (*osdpb.ObjectMeta, *msgr.Message, error) {
 	var rep osdpb.ObjectReply
 	msg, err := c.do(ctx, osdpb.MsgType_MSG_GET_OBJECT, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
-		return &osdpb.GetObject{Header: h, Bucket: bucket, Key: key, HasRange: true, Offset: uint64(off), Length: n}
+		return &osdpb.GetObject{Header: h, Bucket: bucket, Key: key, HasRange: true, Offset: uint64(off), Length: n, ClientChecks: clientChecks}
 	}, nil, &rep, true)
 	if err != nil {
 		return nil, nil, err
@@ -427,6 +452,20 @@ func (c *Client) getRange(ctx context.Context, bucket, key string, off, n int64,
 		if int64(len(msg.Data)) != avail {
 			msg.Release()
 			return nil, nil, fmt.Errorf("client: %s/%s: %d bytes at %d expected, %d came", bucket, key, avail, off, len(msg.Data))
+		}
+	}
+	if rep.DataCrc32C != nil && len(msg.Data) > 0 {
+		crc, ok := msg.DataCRC()
+		if !ok {
+			// A secure session, or a link that does not checksum:
+			// the one pass is the client's.
+			crc = crc32.Checksum(msg.Data, castagnoli)
+			crcd.Add(int64(len(msg.Data)))
+			msg.SetDataCRC(crc)
+		}
+		if crc != rep.GetDataCrc32C() {
+			msg.Release()
+			return nil, nil, fmt.Errorf("%w: %s/%s at %d: %08x, recorded %08x", errSourceCRC, bucket, key, off, crc, rep.GetDataCrc32C())
 		}
 	}
 	return meta, msg, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/store"
 )
 
@@ -45,4 +46,44 @@ func storeStat(c *osdtest.Cluster, stat func(store.Stats) int64) (n int64) {
 		n += stat(o.Store().Stats())
 	}
 	return n
+}
+
+// TestGetNotChecksummedInOSD: a get of an object in a data file costs the
+// OSD no CRC pass: its store reads the bytes without checking them
+// (store.Stats.UncheckedReadBytes), and the client checks them once
+// against the CRC32C the store recorded. With the read cache off every
+// get reads the disk; with it on the first one does.
+func TestGetNotChecksummedInOSD(t *testing.T) {
+	for _, cacheMiB := range []int64{-1, 64} {
+		t.Run(fmt.Sprintf("cache %d MiB", cacheMiB), func(t *testing.T) {
+			c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8, Tweak: func(cfg *osd.Config) { cfg.Store.ReadCacheSize = cacheMiB << 20 }})
+			cl := c.Client(t, nil)
+			ctx := ctxT(t, time.Minute)
+			if err := cl.MakeBucket(ctx, "once"); err != nil {
+				t.Fatal(err)
+			}
+			const size = 4<<20 + 5
+			body := osdtest.Payload(size, 1)
+			if _, err := osdtest.Put(ctx, cl, "once", "k", body, client.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			checked := func() int64 { return storeStat(c, func(st store.Stats) int64 { return st.ReadCRCBytes }) }
+			unchecked := func() int64 { return storeStat(c, func(st store.Stats) int64 { return st.UncheckedReadBytes }) }
+			c0, u0 := checked(), unchecked()
+			const gets = 3
+			for range gets {
+				got, _, err := osdtest.Get(ctx, cl, "once", "k", client.GetOptions{})
+				if err != nil || !bytes.Equal(got, body) {
+					t.Fatalf("get: %d bytes of %d, %v", len(got), size, err)
+				}
+			}
+			wantRead := int64(gets * size)
+			if cacheMiB > 0 {
+				wantRead = size
+			}
+			if c, u := checked()-c0, unchecked()-u0; c != 0 || u != wantRead {
+				t.Fatalf("%d gets: the OSD checked %d bytes and read %d unchecked; want 0 and %d", gets, c, u, wantRead)
+			}
+		})
+	}
 }

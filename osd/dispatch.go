@@ -39,7 +39,7 @@ func (d publicDispatcher) HandleEvent(ev msgr.Event) {
 // the message to a goroutine that waits up to replyTimeout. Errors are
 // the peer's problem: it is gone or not reading.
 func (o *OSD) send(to dest, t osdpb.MsgType, pb proto.Message, payload *wire.Buffer) {
-	o.sendCRC(to, t, pb, payload, 0, false)
+	o.sendCRC(to, t, pb, payload, payloadCRC{})
 }
 
 // dest is where a message goes: a session, and the tid the message
@@ -53,10 +53,19 @@ type dest struct {
 // replyTo is the destination of the reply to req.
 func replyTo(req *msgr.Message) dest { return dest{req.Conn(), req.Tid()} }
 
+// payloadCRC is what the OSD knows of a payload's CRC32C without reading
+// it: nothing, the CRC of bytes it checked (known), or the CRC the store
+// recorded for bytes it did not check (source).
+type payloadCRC struct {
+	crc           uint32
+	known, source bool
+}
+
 // sendCRC is send with the payload's CRC32C, when known, handed to the
-// messenger (Message.SetDataCRC) so that it does not read the payload
-// again to compute it.
-func (o *OSD) sendCRC(to dest, t osdpb.MsgType, pb proto.Message, payload *wire.Buffer, crc uint32, known bool) {
+// messenger so that it does not read the payload again to compute it: as
+// the data's (Message.SetDataCRC), or as what the data should be
+// (Message.SetSourceCRC), which the receiver checks them against.
+func (o *OSD) sendCRC(to dest, t osdpb.MsgType, pb proto.Message, payload *wire.Buffer, pc payloadCRC) {
 	o.opTimes.done(to, t)
 	c := to.c
 	front, err := proto.Marshal(pb)
@@ -71,8 +80,11 @@ func (o *OSD) sendCRC(to dest, t osdpb.MsgType, pb proto.Message, payload *wire.
 	m.SetTid(to.tid)
 	if payload != nil {
 		m.SetPayload(payload)
-		if known {
-			m.SetDataCRC(crc)
+		switch {
+		case pc.known:
+			m.SetDataCRC(pc.crc)
+		case pc.source:
+			m.SetSourceCRC(pc.crc)
 		}
 	}
 	err = c.TrySend(m)
@@ -479,26 +491,32 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 	if req.HasRange {
 		off, length = req.Offset, req.Length
 	}
-	meta, buf, err := o.getInto(m.Conn(), req.Bucket, req.Key, int64(off), length)
+	meta, buf, pc, err := o.getInto(m.Conn(), req.Bucket, req.Key, int64(off), length, req.ClientChecks)
 	if repairable(err) {
 		// Our copy is damaged: a replica's serves (repair.go).
 		if rerr := o.readRepair(pool.Id, pg, req.Bucket, req.Key, err); rerr != nil {
 			err = rerr
 		} else {
-			meta, buf, err = o.getInto(m.Conn(), req.Bucket, req.Key, int64(off), length)
+			meta, buf, pc, err = o.getInto(m.Conn(), req.Bucket, req.Key, int64(off), length, req.ClientChecks)
 		}
 	}
 	if err != nil {
 		fail(err)
 		return
 	}
-	// A whole object was checked chunk by chunk against the chunks' CRCs,
-	// which make up its CRC32C: the messenger need not read it again.
+	rep := &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}
 	if buf != nil {
 		o.clientReadBytes.Add(uint64(len(buf.B)))
+		if !pc.known && !pc.source && off == 0 && uint64(len(buf.B)) == meta.Size && len(meta.Parts) == 0 {
+			// A whole object was checked chunk by chunk against the
+			// chunks' CRCs, which make up its CRC32C.
+			pc = payloadCRC{crc: meta.Crc32C, known: true}
+		}
+		if req.ClientChecks && (pc.known || pc.source) {
+			rep.DataCrc32C = &pc.crc
+		}
 	}
-	whole := buf != nil && off == 0 && uint64(len(buf.B)) == meta.Size && len(meta.Parts) == 0
-	o.sendCRC(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}, buf, meta.Crc32C, whole)
+	o.sendCRC(replyTo(m), ops.ReplyType(t), rep, buf, pc)
 }
 
 // getInto reads [off, off+length) of an object (length -1: to the end)
@@ -510,8 +528,11 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 // so the peer reads them from there too); a small object's bytes, in
 // Pebble, go into a buffer from c, which on RDMA is registered memory the
 // peer reads without a copy. The caller owns the returned buffer (nil for
-// an empty range or a manifest).
-func (o *OSD) getInto(c *msgr.Conn, bucket, key string, off, length int64) (*osdpb.ObjectMeta, *wire.Buffer, error) {
+// an empty range or a manifest). With clientChecks (the client checks
+// the bytes against the reply's data_crc32c), a data file's bytes are
+// not checked here: the CRC comes back as source, the store's record of
+// what they should be.
+func (o *OSD) getInto(c *msgr.Conn, bucket, key string, off, length int64, clientChecks bool) (*osdpb.ObjectMeta, *wire.Buffer, payloadCRC, error) {
 	var buf *wire.Buffer
 	alloc := func(n int) []byte {
 		var err error
@@ -523,24 +544,25 @@ func (o *OSD) getInto(c *msgr.Conn, bucket, key string, off, length int64) (*osd
 		}
 		return buf.B
 	}
-	meta, sh, err := o.st.ReadShared(o.ctx, bucket, key, off, length, alloc)
+	meta, sh, err := o.st.ReadShared(o.ctx, bucket, key, off, length, store.ReadOptions{Alloc: alloc, Unchecked: clientChecks})
+	pc := payloadCRC{crc: sh.CRC, known: sh.HasCRC && !sh.Unchecked, source: sh.HasCRC && sh.Unchecked}
 	switch {
 	case err != nil:
 		if buf != nil {
 			buf.Release()
 		}
-		return nil, nil, err
+		return nil, nil, payloadCRC{}, err
 	case len(sh.B) == 0:
 		if buf != nil {
 			buf.Release()
 		}
 		sh.Release()
-		return meta, nil, nil
+		return meta, nil, payloadCRC{}, nil
 	case buf != nil:
 		buf.B = sh.B // in buf's memory: the store appended to buf.B[:0]
-		return meta, buf, nil
+		return meta, buf, pc, nil
 	}
-	return meta, sh.Buffer(), nil
+	return meta, sh.Buffer(), pc, nil
 }
 
 // cacheMemory is the store's read-cache allocator (store.Options.

@@ -23,6 +23,8 @@ var (
 	osdWritten    = newDesc("osprey_osd_store_written_bytes_total", "Object bytes the store wrote.")
 	osdRead       = newDesc("osprey_osd_store_read_bytes_total", "Object bytes the store read.")
 	osdCorrupt    = newDesc("osprey_osd_store_corruptions_total", "Corrupt records, chunks or data files the store detected.")
+	osdReadCRC    = newDesc("osprey_osd_store_read_checked_bytes_total", "Bytes of data files the store read and checked against their chunk CRC32Cs (gets of clients that do not check them, a client's second read after a mismatch, recovery, scrub).")
+	osdReadNoCRC  = newDesc("osprey_osd_store_read_unchecked_bytes_total", "Bytes of data files the store read for gets without checking them: the client checks them against the CRC32C the store recorded.")
 	osdRepairs    = newDesc("osprey_osd_read_repairs_total", "Objects a get found damaged in this OSD's store (checksum or I/O error) and that were replaced with a replica's intact copy.")
 	osdRepairFail = newDesc("osprey_osd_read_repair_failures_total", "Damaged objects a get found that no replica could repair (the get failed).")
 	osdScrubObj   = newDesc("osprey_osd_scrub_objects_total", "Objects this OSD's deep scrubs read back and checked.")
@@ -60,7 +62,7 @@ type osdCollector struct{ o *osd.OSD }
 func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		osdOpDuration, osdInFlight, osdPGs, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
-		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdRepairs, osdRepairFail, osdStrays,
+		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdReadCRC, osdReadNoCRC, osdRepairs, osdRepairFail, osdStrays,
 		osdScrubObj, osdScrubBytes, osdScrubDmg, osdScrubFixed, osdScrubErrs, osdScrubIncon,
 		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg,
 		pebbleCompactions, pebbleFlushes, pebbleWALWritten, pebbleWAL, pebbleReadAmp, pebbleL0Files, pebbleDebt,
@@ -106,6 +108,8 @@ func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, osdWritten, s.WrittenBytes)
 	counter(ch, osdRead, s.ReadBytes)
 	counter(ch, osdCorrupt, s.Corruptions)
+	counter(ch, osdReadCRC, s.ReadCRCBytes)
+	counter(ch, osdReadNoCRC, s.UncheckedReadBytes)
 	counter(ch, osdRepairs, st.ReadRepairs)
 	counter(ch, osdRepairFail, st.ReadRepairFailures)
 	counter(ch, osdStrays, s.PGsRemoved)

@@ -164,7 +164,7 @@ func BenchmarkReadShared(b *testing.B) {
 		b.SetBytes(size)
 		b.ReportAllocs()
 		for b.Loop() {
-			_, sh, err := e.s.ReadShared(e.ctx, "b", "obj", 0, -1, nil)
+			_, sh, err := e.s.ReadShared(e.ctx, "b", "obj", 0, -1, store.ReadOptions{})
 			if err != nil || len(sh.B) != size {
 				b.Fatal(err, len(sh.B))
 			}
@@ -176,7 +176,7 @@ func BenchmarkReadShared(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			e.s.DropReadCacheForTest()
-			_, sh, err := e.s.ReadShared(e.ctx, "b", "obj", 0, -1, nil)
+			_, sh, err := e.s.ReadShared(e.ctx, "b", "obj", 0, -1, store.ReadOptions{})
 			if err != nil || len(sh.B) != size {
 				b.Fatal(err, len(sh.B))
 			}

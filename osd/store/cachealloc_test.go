@@ -79,7 +79,7 @@ func TestReadCacheAllocator(t *testing.T) {
 	}
 
 	// A reader holds object 0 while the others evict it.
-	_, held, err := e.s.ReadShared(e.ctx, "b", "0", 0, -1, nil)
+	_, held, err := e.s.ReadShared(e.ctx, "b", "0", 0, -1, store.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestReadCacheAllocator(t *testing.T) {
 		mem.fail.Store(c.err)
 		mem.skew.Store(c.skew)
 		before := e.s.ReadCacheStats().AllocFailures
-		_, sh, err := e.s.ReadShared(e.ctx, "b", fmt.Sprint(i), 0, -1, nil)
+		_, sh, err := e.s.ReadShared(e.ctx, "b", fmt.Sprint(i), 0, -1, store.ReadOptions{})
 		if err != nil || !bytes.Equal(sh.B, bodies[i]) {
 			t.Fatalf("case %d: read: %v", i, err)
 		}

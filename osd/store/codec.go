@@ -381,3 +381,16 @@ func (c *counters) add(d counters) {
 func crc32cOfChunks(crcs []uint32, chunkSize uint32, size uint64) uint32 {
 	return crcc.OfChunks(crcs, int64(chunkSize), int64(size))
 }
+
+// rangeCRC is the CRC32C of bytes [lo, hi) of an object in a data file,
+// combined from its chunks' CRC32Cs with no pass over the bytes: known
+// when the range starts on a chunk boundary and ends on one or at the
+// object's end (a range cut inside a chunk needs the bytes).
+func (h *head) rangeCRC(lo, hi uint64) (crc uint32, known bool) {
+	cs, size := uint64(h.chunkSize), h.meta.GetSize()
+	if !h.inFile || cs == 0 || lo >= hi || lo%cs != 0 || (hi%cs != 0 && hi != size) {
+		return 0, false
+	}
+	first, last := lo/cs, (hi-1)/cs
+	return crc32cOfChunks(h.crcs[first:last+1], h.chunkSize, hi-lo), true
+}

@@ -334,7 +334,7 @@ func TestConcurrentReadsOfDataFiles(t *testing.T) {
 					meta, got, err = e.s.ReadRange(e.ctx, "b", key, off, length, nil)
 				} else {
 					var sh store.Shared
-					meta, sh, err = e.s.ReadShared(e.ctx, "b", key, off, length, nil)
+					meta, sh, err = e.s.ReadShared(e.ctx, "b", key, off, length, store.ReadOptions{})
 					got = bytes.Clone(sh.B)
 					sh.Release()
 				}

@@ -66,8 +66,10 @@ const (
 )
 
 // extent is bytes [base, base+len(b)) of data file id, every chunk that
-// lies wholly in them checked. It is immutable once made; refs counts its
-// holders (the cache is one), and the last release pools its memory.
+// lies wholly in them checked unless unchecked is set (a read for a reader
+// that checks the bytes itself, ReadOptions.Unchecked). It is immutable
+// once made; refs counts its holders (the cache is one), and the last
+// release pools its memory.
 type extent struct {
 	id   uint64
 	base uint64
@@ -80,7 +82,10 @@ type extent struct {
 	// wholeOK: b holds the whole object and it matched the object's
 	// CRC32C too (chunkwise, see checkWholeFile).
 	wholeOK bool
-	elem    *list.Element // in readCache.lru, while cached
+	// unchecked: the chunks were read but not checked against their
+	// CRC32Cs; only readers that check the bytes themselves get them.
+	unchecked bool
+	elem      *list.Element // in readCache.lru, while cached
 }
 
 func (x *extent) ref() { x.refs.Add(1) }
@@ -103,7 +108,32 @@ func (x *extent) release() {
 // Release, and must not be written to. Release once.
 type Shared struct {
 	B []byte
-	x *extent
+	// CRC, when HasCRC, is the CRC32C B must have, combined from the
+	// CRC32Cs the store recorded for its chunks when they were written
+	// (B starts on a chunk boundary and ends on one or at the object's
+	// end), so that nobody need read B to know it.
+	CRC    uint32
+	HasCRC bool
+	// Unchecked: B came from the disk (or the cache) without being
+	// checked against those CRC32Cs (ReadOptions.Unchecked): the reader
+	// must check it against CRC.
+	Unchecked bool
+	x         *extent
+}
+
+// ReadOptions tune ReadShared.
+type ReadOptions struct {
+	// Alloc gives the memory an object in Pebble (a small one) is read
+	// into: Alloc(n)'s result, n bytes; nil: a new slice.
+	Alloc func(n int) []byte
+	// Unchecked is for a reader that checks the bytes against
+	// Shared.CRC itself (the OSD's client, end to end): a data file's
+	// chunks are then not checked here (Stats.UncheckedReadBytes), and
+	// the bytes are lent with Unchecked set. It applies to a range of a
+	// data file whose CRC32C follows from its chunks' (HasCRC); other
+	// ranges are checked as without it. A checked reader never gets an
+	// unchecked extent from the cache.
+	Unchecked bool
 }
 
 // Release returns the bytes to the store.
@@ -304,13 +334,20 @@ func (c *readCache) add(x *extent) *extent {
 		return x
 	}
 	c.mu.Lock()
-	if old := c.byID[x.id]; old != nil {
+	old := c.byID[x.id]
+	if old != nil && (!old.unchecked || x.unchecked) {
 		// Another reader loaded it meanwhile: share that one.
 		old.ref()
 		c.lru.MoveToFront(old.elem)
 		c.mu.Unlock()
 		x.release()
 		return old
+	}
+	if old != nil {
+		// x is checked and old is not: x takes its place, so that
+		// checked readers find it (and unchecked ones lose nothing).
+		c.removeLocked(old)
+		defer old.release()
 	}
 	x.ref() // the cache's
 	x.elem = c.lru.PushFront(x)
@@ -395,13 +432,15 @@ func (s *Store) readFileAt(f vfs.File, b []byte, at uint64) (int, error) {
 }
 
 // loadExtent reads chunks [first, last] of h's data file, rounded out to
-// dataAlign (the file is padded to it), and checks each chunk's CRC32C; a
-// load of the whole object checks the object's CRC32C too, and a failure
-// of that alone leaves the extent usable for ranges (wholeOK false). A
-// mismatch, or a file too short for the chunks, is a *CorruptError.
+// dataAlign (the file is padded to it), and checks each chunk's CRC32C
+// unless unchecked (the extent is then marked so); a load of the whole
+// object checks the object's CRC32C too (from the chunks' CRC32Cs, no
+// pass over the bytes), and a failure of that alone leaves the extent
+// usable for ranges (wholeOK false). A mismatch, or a file too short for
+// the chunks, is a *CorruptError.
 //
 // REQUIRES: the caller is in a read epoch that covers h's file.
-func (s *Store) loadExtent(bucket, key string, h *head, first, last uint32, lend bool) (*extent, error) {
+func (s *Store) loadExtent(bucket, key string, h *head, first, last uint32, lend, unchecked bool) (*extent, error) {
 	bad := func(n int64, format string, args ...any) error {
 		s.counters.corruptions.Add(1)
 		return &CorruptError{Bucket: bucket, Key: key, Chunk: n, Detail: fmt.Sprintf(format, args...)}
@@ -427,7 +466,12 @@ func (s *Store) loadExtent(bucket, key string, h *head, first, last uint32, lend
 	} else if err != nil {
 		err = fmt.Errorf("read data file %016x: %w", h.dataID, err)
 	}
-	for c := first; err == nil && c <= last; c++ {
+	if err == nil && unchecked {
+		s.counters.uncheckedReadBytes.Add(int64(hi - lo))
+	} else if err == nil {
+		s.counters.readCRCBytes.Add(int64(hi - lo))
+	}
+	for c := first; err == nil && !unchecked && c <= last; c++ {
 		at := uint64(c)*cs - base
 		if sum := crc32c(b[at : at+uint64(h.chunkLen(c))]); sum != h.crcs[c] {
 			err = bad(int64(c), "chunk crc32c %08x, head says %08x (data file %016x)", sum, h.crcs[c], h.dataID)
@@ -437,6 +481,7 @@ func (s *Store) loadExtent(bucket, key string, h *head, first, last uint32, lend
 		x.release()
 		return nil, err
 	}
+	x.unchecked = unchecked
 	x.b = b[:hi-base]
 	if lo == 0 && hi == size {
 		x.wholeOK = s.checkWholeFile(bucket, key, h, bad) == nil
@@ -455,30 +500,36 @@ func (s *Store) checkWholeFile(bucket, key string, h *head, bad func(int64, stri
 	return nil
 }
 
-// fileExtent returns a verified extent that holds bytes [off, end) of h's
-// data file, with a reference for the caller: from the cache when cached
-// is set and the object is small enough to keep there, else read for this
-// call alone. A whole-object range of an object whose chunks match but
-// whose CRC32C does not is a *CorruptError.
+// fileExtent returns an extent that holds bytes [off, end) of h's data
+// file, with a reference for the caller: from the cache when cached is
+// set and the object is small enough to keep there, else read for this
+// call alone. Its chunks are checked unless unchecked is set; a checked
+// caller never gets an unchecked extent (one cached is read again, and
+// the checked one replaces it). A whole-object range of an object whose
+// chunks match but whose CRC32C does not is a *CorruptError.
 //
 // REQUIRES: the caller is in a read epoch that covers h's file.
-func (s *Store) fileExtent(bucket, key string, h *head, off, end uint64, cached bool) (*extent, error) {
+func (s *Store) fileExtent(bucket, key string, h *head, off, end uint64, cached, unchecked bool) (*extent, error) {
 	cs, size := uint64(h.chunkSize), h.meta.GetSize()
 	whole := off == 0 && end == size
 	c := &s.files.cache
 	var x *extent
 	if cached && size <= cacheMaxObject && c.limit > 0 {
-		if x = c.get(h.dataID); x == nil {
+		if x = c.get(h.dataID); x != nil && x.unchecked && !unchecked {
+			x.release()
+			x = nil
+		}
+		if x == nil {
 			// A damaged chunk fails only the ranges that touch it:
 			// then the load below reads just the range's chunks.
-			if y, err := s.loadExtent(bucket, key, h, 0, uint32((size-1)/cs), true); err == nil {
+			if y, err := s.loadExtent(bucket, key, h, 0, uint32((size-1)/cs), true, unchecked); err == nil {
 				x = s.cacheExtent(y)
 			}
 		}
 	}
 	if x == nil {
 		var err error
-		if x, err = s.loadExtent(bucket, key, h, uint32(off/cs), uint32((end-1)/cs), false); err != nil {
+		if x, err = s.loadExtent(bucket, key, h, uint32(off/cs), uint32((end-1)/cs), false, unchecked); err != nil {
 			return nil, err
 		}
 	}
@@ -510,10 +561,10 @@ func (s *Store) cacheExtent(x *extent) *extent {
 // an object in a data file comes from the cache of verified extents (read
 // into it with O_DIRECT on a miss, see extent.go), so the caller can send
 // it without a copy; Release gives it back. Other objects (small ones, in
-// Pebble) are appended to alloc(n)'s result (n bytes; nil alloc: a new
-// slice), and Release does nothing. The checks and the consistency are
-// ReadRange's.
-func (s *Store) ReadShared(ctx context.Context, bucket, key string, off, length int64, alloc func(n int) []byte) (*osdpb.ObjectMeta, Shared, error) {
+// Pebble) are appended to opts.Alloc(n)'s result, and Release does
+// nothing. The checks and the consistency are ReadRange's, but for what
+// opts.Unchecked leaves to the caller.
+func (s *Store) ReadShared(ctx context.Context, bucket, key string, off, length int64, opts ReadOptions) (*osdpb.ObjectMeta, Shared, error) {
 	var sh Shared
 	meta, err := s.readRange(ctx, bucket, key, off, length,
 		func(v *view, h *head, lo, hi uint64) error {
@@ -521,19 +572,20 @@ func (s *Store) ReadShared(ctx context.Context, bucket, key string, off, length 
 				return nil
 			}
 			var dst []byte
-			if alloc != nil {
-				dst = alloc(int(hi - lo))[:0]
+			if opts.Alloc != nil {
+				dst = opts.Alloc(int(hi - lo))[:0]
 			}
 			b, err := s.readChunks(v, bucket, key, h, lo, hi, dst)
 			sh.B = b
 			return err
 		},
 		func(h *head, lo, hi uint64) error {
-			x, err := s.fileExtent(bucket, key, h, lo, hi, true)
+			crc, known := h.rangeCRC(lo, hi)
+			x, err := s.fileExtent(bucket, key, h, lo, hi, true, opts.Unchecked && known)
 			if err != nil {
 				return err
 			}
-			sh = Shared{B: x.b[lo-x.base : hi-x.base : hi-x.base], x: x}
+			sh = Shared{B: x.b[lo-x.base : hi-x.base : hi-x.base], CRC: crc, HasCRC: known, Unchecked: x.unchecked, x: x}
 			return nil
 		})
 	if err != nil {

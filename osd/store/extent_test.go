@@ -15,7 +15,7 @@ import (
 // readShared reads a range with ReadShared and returns a copy of it, the
 // lent bytes given back.
 func (e *env) readShared(bucket, key string, off, length int64) ([]byte, error) {
-	_, sh, err := e.s.ReadShared(e.ctx, bucket, key, off, length, nil)
+	_, sh, err := e.s.ReadShared(e.ctx, bucket, key, off, length, store.ReadOptions{})
 	if err != nil {
 		if sh.B != nil {
 			e.t.Fatalf("read %s/%s [%d, +%d) failed (%v) and lent %d bytes", bucket, key, off, length, err, len(sh.B))
@@ -178,6 +178,86 @@ func TestReadSharedCorruption(t *testing.T) {
 	t.Logf("O_DIRECT: %v", e.s.DirectIOForTest())
 }
 
+// TestReadSharedUnchecked: a reader that checks the bytes itself
+// (ReadOptions.Unchecked) gets a data file's chunk-aligned ranges with no
+// CRC pass in the store, and the CRC32C they must have from the chunks'
+// records: a damaged chunk comes back as it is, its CRC telling it. A
+// checked reader never gets such bytes from the cache: it reads the disk
+// and finds the damage, and its checked extent of a whole object replaces
+// the unchecked one. A range cut inside a chunk is checked as without
+// the option.
+func TestReadSharedUnchecked(t *testing.T) {
+	e := newEnv(t, store.Options{ChunkSize: 4096, DataFileThreshold: 1})
+	e.createBucket(0, "b")
+	body := randBytes(rand.New(rand.NewPCG(7, 8)), 5*4096+100) // chunks 0-5
+	read := func(key string, off, length int64, unchecked bool) ([]byte, store.Shared) {
+		t.Helper()
+		_, sh, err := e.s.ReadShared(e.ctx, "b", key, off, length, store.ReadOptions{Unchecked: unchecked})
+		if err != nil {
+			t.Fatalf("%s [%d, +%d), unchecked %v: %v", key, off, length, unchecked, err)
+		}
+		defer sh.Release()
+		return bytes.Clone(sh.B), sh
+	}
+	end := func(off, length int64) int64 {
+		if length < 0 {
+			return int64(len(body))
+		}
+		return off + length
+	}
+	checkedBytes := func() (checked, unchecked int64) {
+		st := e.s.Stats()
+		return st.ReadCRCBytes, st.UncheckedReadBytes
+	}
+
+	e.put(0, "b", "k", body)
+	c0, u0 := checkedBytes()
+	for i, rg := range [][2]int64{{0, -1}, {4096, 2 * 4096}, {5 * 4096, -1}} {
+		got, sh := read("k", rg[0], rg[1], true)
+		want := body[rg[0]:end(rg[0], rg[1])]
+		if !bytes.Equal(got, want) || !sh.HasCRC || !sh.Unchecked || sh.CRC != crc(want) {
+			t.Fatalf("range %v: %d bytes, HasCRC %v, Unchecked %v, CRC %08x; want the bytes, unchecked, CRC %08x",
+				rg, len(got), sh.HasCRC, sh.Unchecked, sh.CRC, crc(want))
+		}
+		if c, u := checkedBytes(); c != c0 || u != u0+int64(len(body)) {
+			t.Fatalf("after unchecked read %d: the store checked %d bytes and read %d unchecked; want 0 and %d (one load, then the cache)",
+				i, c-c0, u-u0, len(body))
+		}
+	}
+	// Cut inside a chunk: checked, from the disk, and the checked extent
+	// of the whole object takes the unchecked one's place in the cache.
+	if got, sh := read("k", 1, 4096, true); !bytes.Equal(got, body[1:4097]) || sh.HasCRC || sh.Unchecked {
+		t.Fatalf("unaligned range: HasCRC %v, Unchecked %v; want neither", sh.HasCRC, sh.Unchecked)
+	}
+	if c, _ := checkedBytes(); c != c0+int64(len(body)) {
+		t.Fatalf("the unaligned read checked %d bytes, want the whole object's %d", c-c0, len(body))
+	}
+	if got, sh := read("k", 0, -1, true); !bytes.Equal(got, body) || !sh.HasCRC || sh.Unchecked {
+		t.Fatalf("whole read after a checked one: HasCRC %v, Unchecked %v; want the cached checked extent", sh.HasCRC, sh.Unchecked)
+	}
+
+	// Damage on the disk.
+	e.put(0, "b", "rot", body)
+	must(t, e.s.CorruptDataFileForTest("b", "rot", 2*4096+17)) // chunk 2
+	got, sh := read("rot", 0, -1, true)
+	if bytes.Equal(got, body) || !sh.Unchecked || sh.CRC != crc(body) || crc(got) == sh.CRC {
+		t.Fatalf("unchecked read of a damaged object: damaged %v, Unchecked %v, CRC %08x (the object's %08x, the bytes' %08x)",
+			!bytes.Equal(got, body), sh.Unchecked, sh.CRC, crc(body), crc(got))
+	}
+	if got, sh := read("rot", 3*4096, -1, true); !bytes.Equal(got, body[3*4096:]) || sh.CRC != crc(got) {
+		t.Fatalf("unchecked range past the damage: CRC %08x, the bytes' %08x", sh.CRC, crc(got))
+	}
+	for _, rg := range [][2]int64{{0, -1}, {2 * 4096, 4096}} {
+		_, err := e.readShared("b", "rot", rg[0], rg[1])
+		var ce *store.CorruptError
+		if !errors.As(err, &ce) || ce.Chunk != 2 {
+			t.Fatalf("checked read %v of the damaged object, its unchecked extent cached: %v; want chunk 2 corrupt", rg, err)
+		}
+	}
+	e.put(0, "b", "rot", body)
+	e.checkIntegrity()
+}
+
 // TestReadSharedVersions: an overwrite or delete is seen by the next read
 // at once (the cache is keyed by data file, never by name), the dead
 // file's extent leaves the cache, and bytes lent before stay intact until
@@ -188,7 +268,7 @@ func TestReadSharedVersions(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 7))
 	v1, v2 := randBytes(r, 8000), randBytes(r, 8000)
 	e.put(0, "b", "k", v1)
-	_, held, err := e.s.ReadShared(e.ctx, "b", "k", 0, -1, nil)
+	_, held, err := e.s.ReadShared(e.ctx, "b", "k", 0, -1, store.ReadOptions{})
 	if err != nil || !bytes.Equal(held.B, v1) {
 		t.Fatalf("read v1: %v", err)
 	}

@@ -74,7 +74,7 @@ func (s *Store) ReadRange(ctx context.Context, bucket, key string, off, length i
 			return err
 		},
 		func(h *head, lo, hi uint64) error {
-			x, err := s.fileExtent(bucket, key, h, lo, hi, false)
+			x, err := s.fileExtent(bucket, key, h, lo, hi, false, false)
 			if err != nil {
 				return err
 			}

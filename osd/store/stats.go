@@ -38,6 +38,13 @@ type Stats struct {
 	// secure sessions.
 	BodyCRCBytes int64
 
+	// ReadCRCBytes counts the bytes of data files read and checked
+	// against their chunk CRC32Cs since Open (gets whose client does not
+	// check them, reads for recovery and scrub); UncheckedReadBytes those
+	// read unchecked for a reader that checks them itself
+	// (ReadOptions.Unchecked). Reads the cache serves count in neither.
+	ReadCRCBytes, UncheckedReadBytes int64
+
 	// PGsRemoved counts the PG copies RemovePG removed since Open.
 	PGsRemoved int64
 
@@ -79,6 +86,8 @@ func (s *Store) Stats() Stats {
 	st.GarbageCollected = s.counters.garbageCollected.Load()
 	st.SpaceMeasures = s.counters.spaceMeasures.Load()
 	st.BodyCRCBytes = s.counters.bodyCRCBytes.Load()
+	st.ReadCRCBytes = s.counters.readCRCBytes.Load()
+	st.UncheckedReadBytes = s.counters.uncheckedReadBytes.Load()
 	st.PGsRemoved = s.counters.pgsRemoved.Load()
 
 	v, closer, err := s.db.Get(keyCounters)

@@ -72,6 +72,7 @@ type Store struct {
 	counters struct {
 		puts, deletes, readBytes, writtenBytes, corruptions, garbageCollected atomic.Int64
 		spaceMeasures, bodyCRCBytes, pgsRemoved                               atomic.Int64
+		readCRCBytes, uncheckedReadBytes                                      atomic.Int64
 	}
 }
 

@@ -1878,13 +1878,20 @@ func (x *PutObject) GetCondition() *Condition {
 }
 
 type GetObject struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Bucket        string                 `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Key           string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
-	HasRange      bool                   `protobuf:"varint,4,opt,name=has_range,json=hasRange,proto3" json:"has_range,omitempty"`
-	Offset        uint64                 `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
-	Length        int64                  `protobuf:"varint,6,opt,name=length,proto3" json:"length,omitempty"` // -1: to the end
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Header   *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Bucket   string                 `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Key      string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	HasRange bool                   `protobuf:"varint,4,opt,name=has_range,json=hasRange,proto3" json:"has_range,omitempty"`
+	Offset   uint64                 `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length   int64                  `protobuf:"varint,6,opt,name=length,proto3" json:"length,omitempty"` // -1: to the end
+	// client_checks: the client checks the bytes it gets against
+	// ObjectReply.data_crc32c, so the OSD may send bytes of a data file it did
+	// not check against their chunk CRC32Cs (one CRC pass fewer per get, in
+	// the OSD). A client that finds them damaged asks again without it: the
+	// OSD then checks them, and repairs its copy from a replica (docs/osd.md,
+	// "Reads").
+	ClientChecks  bool `protobuf:"varint,7,opt,name=client_checks,json=clientChecks,proto3" json:"client_checks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1961,13 +1968,25 @@ func (x *GetObject) GetLength() int64 {
 	return 0
 }
 
+func (x *GetObject) GetClientChecks() bool {
+	if x != nil {
+		return x.ClientChecks
+	}
+	return false
+}
+
 // ObjectReply answers put, get, head and delete. A get's bytes (the range
 // asked for) are the data segment.
 type ObjectReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Meta          *ObjectMeta            `protobuf:"bytes,2,opt,name=meta,proto3" json:"meta,omitempty"`
-	Offset        uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"` // of the data segment within the object
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Meta   *ObjectMeta            `protobuf:"bytes,2,opt,name=meta,proto3" json:"meta,omitempty"`
+	Offset uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"` // of the data segment within the object
+	// data_crc32c, when set, is the CRC32C the data segment's bytes must
+	// have, from the CRC32Cs the store recorded for their chunks when they
+	// were written; the OSD may not have checked the bytes against it
+	// (GetObject.client_checks), so the client must.
+	DataCrc32C    *uint32 `protobuf:"fixed32,4,opt,name=data_crc32c,json=dataCrc32c,proto3,oneof" json:"data_crc32c,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2019,6 +2038,13 @@ func (x *ObjectReply) GetMeta() *ObjectMeta {
 func (x *ObjectReply) GetOffset() uint64 {
 	if x != nil {
 		return x.Offset
+	}
+	return 0
+}
+
+func (x *ObjectReply) GetDataCrc32C() uint32 {
+	if x != nil && x.DataCrc32C != nil {
+		return *x.DataCrc32C
 	}
 	return 0
 }
@@ -6019,18 +6045,22 @@ const file_osd_proto_rawDesc = "" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12*\n" +
 	"\x04meta\x18\x04 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x123\n" +
-	"\tcondition\x18\x05 \x01(\v2\x15.osprey.osd.ConditionR\tcondition\"\xae\x01\n" +
+	"\tcondition\x18\x05 \x01(\v2\x15.osprey.osd.ConditionR\tcondition\"\xd3\x01\n" +
 	"\tGetObject\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12\x1b\n" +
 	"\thas_range\x18\x04 \x01(\bR\bhasRange\x12\x16\n" +
 	"\x06offset\x18\x05 \x01(\x04R\x06offset\x12\x16\n" +
-	"\x06length\x18\x06 \x01(\x03R\x06length\"\x88\x01\n" +
+	"\x06length\x18\x06 \x01(\x03R\x06length\x12#\n" +
+	"\rclient_checks\x18\a \x01(\bR\fclientChecks\"\xbe\x01\n" +
 	"\vObjectReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12*\n" +
 	"\x04meta\x18\x02 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x12\x16\n" +
-	"\x06offset\x18\x03 \x01(\x04R\x06offsetJ\x04\b\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12$\n" +
+	"\vdata_crc32c\x18\x04 \x01(\aH\x00R\n" +
+	"dataCrc32c\x88\x01\x01B\x0e\n" +
+	"\f_data_crc32cJ\x04\b\n" +
 	"\x10\v\"k\n" +
 	"\rObjectRequest\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
@@ -6690,6 +6720,7 @@ func file_osd_proto_init() {
 	if File_osd_proto != nil {
 		return
 	}
+	file_osd_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
