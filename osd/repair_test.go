@@ -18,18 +18,24 @@ import (
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
-// damageDataFile flips one byte at offset at of the data file holding body
-// on OSD id (found by its first 4 KiB: a fresh cluster holds few), as a
-// disk that rotted under the store would.
+// damageDataFile flips one byte at offset at of the data files holding
+// body on OSD id (found by their first 4 KiB: a fresh cluster holds few),
+// as a disk that rotted under the store would. Every such file: one a
+// repair replaced may not be removed yet, and damaging only that one
+// would leave the live copy whole.
 func damageDataFile(t *testing.T, c *osdtest.Cluster, id uint32, body []byte, at int64) {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(c.Config(id).DataDir, "store", "data", "*", "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	damaged := 0
 	for _, name := range files {
 		f, err := os.OpenFile(name, os.O_RDWR, 0)
 		if err != nil {
+			if os.IsNotExist(err) {
+				continue // removed since the glob
+			}
 			t.Fatal(err)
 		}
 		head := make([]byte, 4096)
@@ -38,14 +44,15 @@ func damageDataFile(t *testing.T, c *osdtest.Cluster, id uint32, body []byte, at
 			if _, err := f.WriteAt(b, at); err != nil {
 				t.Fatal(err)
 			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			return
+			damaged++
 		}
-		f.Close()
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	t.Fatalf("osd.%d has no data file holding the object (%d files)", id, len(files))
+	if damaged == 0 {
+		t.Fatalf("osd.%d has no data file holding the object (%d files)", id, len(files))
+	}
 }
 
 // rotCluster starts a 3-OSD cluster with the bucket "rot" for the tests
