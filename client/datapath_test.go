@@ -481,8 +481,8 @@ func TestGetChecksWhatTheOSDSent(t *testing.T) {
 		if got, _, err := osdtest.Get(ctx, cl, "bkt", k, client.GetOptions{}); err != nil || !bytes.Equal(got, objs[k]) {
 			t.Errorf("%s sent wrong once: %d bytes, %v; want it read again, right", k, len(got), err)
 		}
-		if n := readLeft.Load(); n >= 0 {
-			t.Errorf("%s: %d frames left to corrupt; the get read nothing wrong", k, n+1)
+		if readLeft.Load() >= 0 {
+			t.Errorf("%s: the get read no window twice", k)
 		}
 		readLeft.Store(2)
 		if got, _, err := osdtest.Get(ctx, cl, "bkt", k, client.GetOptions{}); !errors.Is(err, client.ErrBadDigest) {
