@@ -32,6 +32,7 @@ var (
 	msgrReplayed      = newDesc("osprey_msgr_replayed_messages_total", "Messages sent again after a reconnect.", msgrLabels...)
 	msgrWithdrawn     = newDesc("osprey_msgr_withdrawn_messages_total", "Messages withdrawn by their senders before any link carried them.", msgrLabels...)
 	msgrDuplicates    = newDesc("osprey_msgr_duplicate_messages_total", "Duplicate messages received and dropped.", msgrLabels...)
+	msgrSourceCRC     = newDesc("osprey_msgr_source_crc_mismatches_total", "Messages received whose data did not match the CRC32C their sender's source recorded (a get of an OSD copy that is damaged; the client reads it again, checked).", msgrLabels...)
 	msgrWaits         = newDesc("osprey_msgr_connect_waits_total", "WAIT answers in simultaneous connects: sent to the peer's dials, or received by ours.", "network", "transport", "direction")
 	msgrHandshakeFail = newDesc("osprey_msgr_handshake_failures_total", "Handshakes that failed, dialed or accepted, by reason.", "network", "reason")
 	msgrInbound       = newDesc("osprey_msgr_inbound_connections", "Accepted connections open (handshaking or not).", "network")
@@ -55,7 +56,7 @@ func (messengerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		msgrSessions, msgrMsgsSent, msgrMsgsRecv, msgrBytesSent, msgrBytesRecv, msgrCreditStalls, msgrGrantsSent,
 		msgrGrantsRecv, msgrSendCredits, msgrSendCreditB, msgrRecvWindow, msgrQueuedMsgs, msgrQueuedBytes, msgrFaults,
-		msgrReconnects, msgrReplayed, msgrWithdrawn, msgrDuplicates, msgrWaits, msgrHandshakeFail, msgrInbound, msgrRefused, msgrAcceptErrors,
+		msgrReconnects, msgrReplayed, msgrWithdrawn, msgrDuplicates, msgrSourceCRC, msgrWaits, msgrHandshakeFail, msgrInbound, msgrRefused, msgrAcceptErrors,
 		msgrRecvBudget, msgrBudgetStalls, msgrReaped,
 	} {
 		ch <- d
@@ -84,6 +85,7 @@ func (c messengerCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(ch, msgrReplayed, ts.Replayed, l...)
 			counter(ch, msgrWithdrawn, ts.Withdrawn, l...)
 			counter(ch, msgrDuplicates, ts.DuplicatesDropped, l...)
+			counter(ch, msgrSourceCRC, ts.SourceCRCMismatches, l...)
 			counter(ch, msgrWaits, ts.WaitsSent, n.Name, scheme, "sent")
 			counter(ch, msgrWaits, ts.WaitsReceived, n.Name, scheme, "received")
 			gauge(ch, msgrSessions, float64(ts.Sessions), l...)
