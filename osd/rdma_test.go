@@ -52,6 +52,11 @@ func TestClusterRDMA(t *testing.T) {
 	}
 }
 
+// TestReadRepairRDMA is TestReadRepair with both networks on rdma+tcp:
+// the damaged bytes come by rendezvous, and their source CRC mismatch is
+// reported there too.
+func TestReadRepairRDMA(t *testing.T) { readRepair(t, "rdma+tcp") }
+
 // TestClusterProcessesSurviveKillsRDMA is TestClusterProcessesSurviveKills
 // with the replication network on rdma+tcp.
 func TestClusterProcessesSurviveKillsRDMA(t *testing.T) { survivesKills(t, "rdma+tcp") }

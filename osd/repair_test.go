@@ -59,7 +59,13 @@ func damageDataFile(t *testing.T, c *osdtest.Cluster, id uint32, body []byte, at
 // of damaged objects.
 func rotCluster(t *testing.T, tweak func(*osd.Config)) (*osdtest.Cluster, *client.Client, context.Context, *osdpb.Pool) {
 	t.Helper()
-	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: tweak})
+	return rotClusterOn(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: tweak})
+}
+
+// rotClusterOn is rotCluster with the cluster's options (its networks).
+func rotClusterOn(t *testing.T, opts osdtest.Options) (*osdtest.Cluster, *client.Client, context.Context, *osdpb.Pool) {
+	t.Helper()
+	c := osdtest.Start(t, opts)
 	cl := c.Client(t, nil)
 	ctx := ctxT(t, time.Minute)
 	if err := cl.MakeBucket(ctx, "rot"); err != nil {
@@ -72,12 +78,23 @@ func rotCluster(t *testing.T, tweak func(*osd.Config)) (*osdtest.Cluster, *clien
 // TestReadRepair: a get of an object whose copy at the primary rotted is
 // served whole from a replica's copy, which replaces the damaged one; the
 // next get needs no repair. With the copies of the primary and of one
-// replica damaged, the other replica's serves.
-func TestReadRepair(t *testing.T) {
-	c, cl, ctx, pool := rotCluster(t, nil)
+// replica damaged, the other replica's serves. The OSD sends the damaged
+// bytes unchecked (the client checks them, docs/osd.md "Reads"): the
+// client's messenger reports them as a source CRC mismatch, not a corrupt
+// link, and the client reads them again, checked by the OSD.
+func TestReadRepair(t *testing.T) { readRepair(t, "tcp") }
+
+func readRepair(t *testing.T, network string) {
+	c, cl, ctx, pool := rotClusterOn(t, osdtest.Options{OSDs: 3, PGs: 8, Public: network, Cluster: network})
 	repairs := func(id uint32) (ok, failed uint64) {
 		st := c.OSDs[id].Stats()
 		return st.ReadRepairs, st.ReadRepairFailures
+	}
+	mismatches := func() (n, faults uint64) {
+		for _, ts := range cl.Messenger().TransportStats() {
+			n, faults = n+ts.SourceCRCMismatches, faults+ts.Faults
+		}
+		return n, faults
 	}
 	for i, damaged := range []int{1, 2} {
 		key := []string{"one-copy", "two-copies"}[i]
@@ -91,12 +108,16 @@ func TestReadRepair(t *testing.T) {
 			damageDataFile(t, c, id, body, 300_000)
 		}
 		before, _ := repairs(primary)
+		seen, faulted := mismatches()
 		got, _, err := osdtest.Get(ctx, cl, "rot", key, client.GetOptions{})
 		if err != nil || !bytes.Equal(got, body) {
 			t.Fatalf("%s: get with %d damaged copies: %d bytes, %v", key, damaged, len(got), err)
 		}
 		if n, _ := repairs(primary); n != before+1 {
 			t.Fatalf("%s: primary osd.%d counted %d read repairs, want %d", key, primary, n, before+1)
+		}
+		if n, faults := mismatches(); n != seen+1 || faults != faulted {
+			t.Fatalf("%s: the client's messenger counted %d source CRC mismatches and %d faults; want 1 and none", key, n-seen, faults-faulted)
 		}
 		// The primary's copy is whole again: the store reads it itself.
 		_, own, err := c.OSDs[primary].Store().ReadRange(ctx, "rot", key, 0, -1, nil)
