@@ -413,9 +413,10 @@ func (c *Client) head(ctx context.Context, bucket, key string) (*osdpb.ObjectMet
 // its store recorded for them (GetObject.client_checks, the reply's
 // data_crc32c): they are checked here, once, by the messenger as they
 // arrive (Message.DataCRC) or else by this client (counted in crcd). A
-// mismatch means the OSD's copy is damaged (or the bytes were on the way),
-// so the range is asked for again for bytes the OSD checks itself; it
-// repairs its copy from a replica (docs/osd.md, "Reads").
+// mismatch means the OSD's copy is damaged (on disk, or in its read cache)
+// or the bytes were hurt on the way, so the range is asked for again
+// (GetObject.recheck): the OSD reads it from the disk past its cache and
+// checks it, and repairs its copy from a replica (docs/osd.md, "Reads").
 func (c *Client) getRange(ctx context.Context, bucket, key string, off, n int64, want *osdpb.ObjectMeta, crcd *atomic.Int64) (*osdpb.ObjectMeta, *msgr.Message, error) {
 	meta, msg, err := c.getRangeOnce(ctx, bucket, key, off, n, want, true, crcd)
 	if errors.Is(err, errSourceCRC) {
@@ -430,11 +431,13 @@ func (c *Client) getRange(ctx context.Context, bucket, key string, off, n int64,
 var errSourceCRC = errors.New("client: the bytes do not match the CRC32C the OSD's store recorded for them")
 
 // getRangeOnce is one get of getRange; clientChecks asks the OSD for
-// bytes this client checks (errSourceCRC when they do not match).
+// bytes this client checks (errSourceCRC when they do not match), and
+// without it the OSD rechecks them, past its cache.
 func (c *Client) getRangeOnce(ctx context.Context, bucket, key string, off, n int64, want *osdpb.ObjectMeta, clientChecks bool, crcd *atomic.Int64) (*osdpb.ObjectMeta, *msgr.Message, error) {
 	var rep osdpb.ObjectReply
 	msg, err := c.do(ctx, osdpb.MsgType_MSG_GET_OBJECT, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
-		return &osdpb.GetObject{Header: h, Bucket: bucket, Key: key, HasRange: true, Offset: uint64(off), Length: n, ClientChecks: clientChecks}
+		return &osdpb.GetObject{Header: h, Bucket: bucket, Key: key, HasRange: true, Offset: uint64(off), Length: n,
+			ClientChecks: clientChecks, Recheck: !clientChecks}
 	}, nil, &rep, true)
 	if err != nil {
 		return nil, nil, err

@@ -491,13 +491,14 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 	if req.HasRange {
 		off, length = req.Offset, req.Length
 	}
-	meta, buf, pc, err := o.getInto(m.Conn(), req.Bucket, req.Key, int64(off), length, req.ClientChecks)
+	ropts := store.ReadOptions{Unchecked: req.ClientChecks, Recheck: req.Recheck}
+	meta, buf, crc, known, err := o.getInto(m.Conn(), req.Bucket, req.Key, int64(off), length, ropts)
 	if repairable(err) {
 		// Our copy is damaged: a replica's serves (repair.go).
 		if rerr := o.readRepair(pool.Id, pg, req.Bucket, req.Key, err); rerr != nil {
 			err = rerr
 		} else {
-			meta, buf, pc, err = o.getInto(m.Conn(), req.Bucket, req.Key, int64(off), length, req.ClientChecks)
+			meta, buf, crc, known, err = o.getInto(m.Conn(), req.Bucket, req.Key, int64(off), length, ropts)
 		}
 	}
 	if err != nil {
@@ -505,15 +506,27 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 		return
 	}
 	rep := &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}
+	var pc payloadCRC
 	if buf != nil {
 		o.clientReadBytes.Add(uint64(len(buf.B)))
-		if !pc.known && !pc.source && off == 0 && uint64(len(buf.B)) == meta.Size && len(meta.Parts) == 0 {
-			// A whole object was checked chunk by chunk against the
-			// chunks' CRCs, which make up its CRC32C.
-			pc = payloadCRC{crc: meta.Crc32C, known: true}
+		whole := off == 0 && uint64(len(buf.B)) == meta.Size && len(meta.Parts) == 0
+		if !known && whole {
+			crc, known = meta.Crc32C, true
 		}
-		if req.ClientChecks && (pc.known || pc.source) {
-			rep.DataCrc32C = &pc.crc
+		switch {
+		case req.ClientChecks && known:
+			// The client checks the bytes against the CRC the store
+			// recorded, checked here or not: sent as the source's
+			// claim, bytes damaged on disk, or in the read cache's
+			// memory since they were checked, reach it as a mismatch
+			// it reads again, never as a link fault replayed forever.
+			rep.DataCrc32C = &crc
+			pc = payloadCRC{crc: crc, source: true}
+		case whole:
+			// Checked chunk by chunk against the chunks' CRCs, which
+			// make up the object's CRC32C: the messenger need not read
+			// it again.
+			pc = payloadCRC{crc: meta.Crc32C, known: true}
 		}
 	}
 	o.sendCRC(replyTo(m), ops.ReplyType(t), rep, buf, pc)
@@ -528,11 +541,12 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 // so the peer reads them from there too); a small object's bytes, in
 // Pebble, go into a buffer from c, which on RDMA is registered memory the
 // peer reads without a copy. The caller owns the returned buffer (nil for
-// an empty range or a manifest). With clientChecks (the client checks
-// the bytes against the reply's data_crc32c), a data file's bytes are
-// not checked here: the CRC comes back as source, the store's record of
-// what they should be.
-func (o *OSD) getInto(c *msgr.Conn, bucket, key string, off, length int64, clientChecks bool) (*osdpb.ObjectMeta, *wire.Buffer, payloadCRC, error) {
+// an empty range or a manifest). crc, when known, is the CRC32C the store
+// recorded for the bytes (store.Shared.CRC). opts are the store's: with
+// Unchecked (the client checks the bytes against the reply's data_crc32c)
+// a data file's bytes are not checked here; Recheck reads them from the
+// disk, checked. Its Alloc is getInto's.
+func (o *OSD) getInto(c *msgr.Conn, bucket, key string, off, length int64, opts store.ReadOptions) (_ *osdpb.ObjectMeta, _ *wire.Buffer, crc uint32, known bool, _ error) {
 	var buf *wire.Buffer
 	alloc := func(n int) []byte {
 		var err error
@@ -544,25 +558,25 @@ func (o *OSD) getInto(c *msgr.Conn, bucket, key string, off, length int64, clien
 		}
 		return buf.B
 	}
-	meta, sh, err := o.st.ReadShared(o.ctx, bucket, key, off, length, store.ReadOptions{Alloc: alloc, Unchecked: clientChecks})
-	pc := payloadCRC{crc: sh.CRC, known: sh.HasCRC && !sh.Unchecked, source: sh.HasCRC && sh.Unchecked}
+	opts.Alloc = alloc
+	meta, sh, err := o.st.ReadShared(o.ctx, bucket, key, off, length, opts)
 	switch {
 	case err != nil:
 		if buf != nil {
 			buf.Release()
 		}
-		return nil, nil, payloadCRC{}, err
+		return nil, nil, 0, false, err
 	case len(sh.B) == 0:
 		if buf != nil {
 			buf.Release()
 		}
 		sh.Release()
-		return meta, nil, payloadCRC{}, nil
+		return meta, nil, 0, false, nil
 	case buf != nil:
 		buf.B = sh.B // in buf's memory: the store appended to buf.B[:0]
-		return meta, buf, pc, nil
+		return meta, buf, sh.CRC, sh.HasCRC, nil
 	}
-	return meta, sh.Buffer(), pc, nil
+	return meta, sh.Buffer(), sh.CRC, sh.HasCRC, nil
 }
 
 // cacheMemory is the store's read-cache allocator (store.Options.

@@ -464,3 +464,19 @@ func (s *Store) CheckRequestIndexForTest(pg uint32) error {
 		return nil
 	})
 }
+
+// CorruptCachedForTest flips one byte at off of an object's extent in the
+// read cache, as memory that went bad after the extent was checked.
+func (s *Store) CorruptCachedForTest(bucket, key string, off int64) error {
+	h, err := s.rawHead(bucket, key)
+	if err != nil {
+		return err
+	}
+	x := s.files.cache.get(h.dataID)
+	if x == nil {
+		return fmt.Errorf("%q/%q is not cached", bucket, key)
+	}
+	defer x.release()
+	x.b[off-int64(x.base)] ^= 0x5a
+	return nil
+}

@@ -134,6 +134,11 @@ type ReadOptions struct {
 	// ranges are checked as without it. A checked reader never gets an
 	// unchecked extent from the cache.
 	Unchecked bool
+	// Recheck is for a reader that found bytes it was lent damaged: the
+	// object's cached extent is dropped (it may be what was damaged, in
+	// memory, after it was checked), and a data file is read from the
+	// disk again, checked (and cached anew). Unchecked is ignored.
+	Recheck bool
 }
 
 // Release returns the bytes to the store.
@@ -581,7 +586,10 @@ func (s *Store) ReadShared(ctx context.Context, bucket, key string, off, length 
 		},
 		func(h *head, lo, hi uint64) error {
 			crc, known := h.rangeCRC(lo, hi)
-			x, err := s.fileExtent(bucket, key, h, lo, hi, true, opts.Unchecked && known)
+			if opts.Recheck {
+				s.files.cache.drop([]uint64{h.dataID})
+			}
+			x, err := s.fileExtent(bucket, key, h, lo, hi, true, opts.Unchecked && known && !opts.Recheck)
 			if err != nil {
 				return err
 			}

@@ -258,6 +258,45 @@ func TestReadSharedUnchecked(t *testing.T) {
 	e.checkIntegrity()
 }
 
+// TestReadSharedRecheck: bytes the cache lends that went bad after they
+// were checked come back as they are, with the CRC that tells it; a
+// Recheck read drops the cached copy and takes them from the disk,
+// checked, so the next read is right too.
+func TestReadSharedRecheck(t *testing.T) {
+	e := newEnv(t, store.Options{ChunkSize: 4096, DataFileThreshold: 1})
+	e.createBucket(0, "b")
+	body := randBytes(rand.New(rand.NewPCG(9, 10)), 3*4096+7)
+	e.put(0, "b", "k", body)
+	read := func(opts store.ReadOptions) ([]byte, store.Shared) {
+		t.Helper()
+		_, sh, err := e.s.ReadShared(e.ctx, "b", "k", 0, -1, opts)
+		if err != nil {
+			t.Fatalf("%+v: %v", opts, err)
+		}
+		defer sh.Release()
+		return bytes.Clone(sh.B), sh
+	}
+	if got, _ := read(store.ReadOptions{}); !bytes.Equal(got, body) {
+		t.Fatal("first read")
+	}
+	must(t, e.s.CorruptCachedForTest("b", "k", 5000))
+	for _, opts := range []store.ReadOptions{{}, {Unchecked: true}} {
+		if got, sh := read(opts); bytes.Equal(got, body) || !sh.HasCRC || sh.CRC != crc(body) {
+			t.Fatalf("%+v read of the damaged cached copy: damaged %v, CRC %08x (the object's %08x)", opts, !bytes.Equal(got, body), sh.CRC, crc(body))
+		}
+	}
+	c0 := e.s.Stats().ReadCRCBytes
+	if got, sh := read(store.ReadOptions{Unchecked: true, Recheck: true}); !bytes.Equal(got, body) || sh.Unchecked || sh.CRC != crc(body) {
+		t.Fatalf("recheck: right bytes %v, Unchecked %v", bytes.Equal(got, body), sh.Unchecked)
+	}
+	if n := e.s.Stats().ReadCRCBytes - c0; n != int64(len(body)) {
+		t.Fatalf("the recheck checked %d bytes, want the object's %d", n, len(body))
+	}
+	if got, _ := read(store.ReadOptions{Unchecked: true}); !bytes.Equal(got, body) {
+		t.Fatal("the read after the recheck lent the damaged copy again")
+	}
+}
+
 // TestReadSharedVersions: an overwrite or delete is seen by the next read
 // at once (the cache is keyed by data file, never by name), the dead
 // file's extent leaves the cache, and bytes lent before stay intact until

@@ -1891,7 +1891,12 @@ type GetObject struct {
 	// the OSD). A client that finds them damaged asks again without it: the
 	// OSD then checks them, and repairs its copy from a replica (docs/osd.md,
 	// "Reads").
-	ClientChecks  bool `protobuf:"varint,7,opt,name=client_checks,json=clientChecks,proto3" json:"client_checks,omitempty"`
+	ClientChecks bool `protobuf:"varint,7,opt,name=client_checks,json=clientChecks,proto3" json:"client_checks,omitempty"`
+	// recheck: the client found the bytes of a client_checks get damaged
+	// and asks again: the OSD reads them from the disk, past its read cache
+	// (whose copy of the object it drops), checks them, and repairs its copy
+	// if they are damaged.
+	Recheck       bool `protobuf:"varint,8,opt,name=recheck,proto3" json:"recheck,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1971,6 +1976,13 @@ func (x *GetObject) GetLength() int64 {
 func (x *GetObject) GetClientChecks() bool {
 	if x != nil {
 		return x.ClientChecks
+	}
+	return false
+}
+
+func (x *GetObject) GetRecheck() bool {
+	if x != nil {
+		return x.Recheck
 	}
 	return false
 }
@@ -6045,7 +6057,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12*\n" +
 	"\x04meta\x18\x04 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x123\n" +
-	"\tcondition\x18\x05 \x01(\v2\x15.osprey.osd.ConditionR\tcondition\"\xd3\x01\n" +
+	"\tcondition\x18\x05 \x01(\v2\x15.osprey.osd.ConditionR\tcondition\"\xed\x01\n" +
 	"\tGetObject\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
@@ -6053,7 +6065,8 @@ const file_osd_proto_rawDesc = "" +
 	"\thas_range\x18\x04 \x01(\bR\bhasRange\x12\x16\n" +
 	"\x06offset\x18\x05 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x06 \x01(\x03R\x06length\x12#\n" +
-	"\rclient_checks\x18\a \x01(\bR\fclientChecks\"\xbe\x01\n" +
+	"\rclient_checks\x18\a \x01(\bR\fclientChecks\x12\x18\n" +
+	"\arecheck\x18\b \x01(\bR\arecheck\"\xbe\x01\n" +
 	"\vObjectReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12*\n" +
 	"\x04meta\x18\x02 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x12\x16\n" +
