@@ -472,7 +472,7 @@ func (s *Store) CorruptCachedForTest(bucket, key string, off int64) error {
 	if err != nil {
 		return err
 	}
-	x := s.files.cache.get(h.dataID)
+	x := s.files.cache.get(h.dataID, false)
 	if x == nil {
 		return fmt.Errorf("%q/%q is not cached", bucket, key)
 	}

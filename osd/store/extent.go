@@ -315,12 +315,13 @@ func (c *readCache) init(limit int64) {
 	c.byID = make(map[uint64]*extent)
 }
 
-// get returns the cached extent of id, with a reference for the caller.
-func (c *readCache) get(id uint64) *extent {
+// get returns the cached extent of id, with a reference for the caller:
+// none (a miss) for a checked caller when that extent is unchecked.
+func (c *readCache) get(id uint64, checked bool) *extent {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	x := c.byID[id]
-	if x == nil {
+	if x == nil || checked && x.unchecked {
 		c.miss.Add(1)
 		return nil
 	}
@@ -520,11 +521,7 @@ func (s *Store) fileExtent(bucket, key string, h *head, off, end uint64, cached,
 	c := &s.files.cache
 	var x *extent
 	if cached && size <= cacheMaxObject && c.limit > 0 {
-		if x = c.get(h.dataID); x != nil && x.unchecked && !unchecked {
-			x.release()
-			x = nil
-		}
-		if x == nil {
+		if x = c.get(h.dataID, !unchecked); x == nil {
 			// A damaged chunk fails only the ranges that touch it:
 			// then the load below reads just the range's chunks.
 			if y, err := s.loadExtent(bucket, key, h, 0, uint32((size-1)/cs), true, unchecked); err == nil {

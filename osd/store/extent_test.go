@@ -224,10 +224,15 @@ func TestReadSharedUnchecked(t *testing.T) {
 				i, c-c0, u-u0, len(body))
 		}
 	}
-	// Cut inside a chunk: checked, from the disk, and the checked extent
-	// of the whole object takes the unchecked one's place in the cache.
+	// Cut inside a chunk: checked, from the disk (a miss: the cached
+	// extent is unchecked), and the checked extent of the whole object
+	// takes the unchecked one's place in the cache.
+	rc := e.s.ReadCacheStats()
 	if got, sh := read("k", 1, 4096, true); !bytes.Equal(got, body[1:4097]) || sh.HasCRC || sh.Unchecked {
 		t.Fatalf("unaligned range: HasCRC %v, Unchecked %v; want neither", sh.HasCRC, sh.Unchecked)
+	}
+	if st := e.s.ReadCacheStats(); st.Hits != rc.Hits || st.Misses != rc.Misses+1 || st.Extents != rc.Extents {
+		t.Fatalf("cache stats %+v after a checked read of an unchecked cached object (before %+v): want one miss more, the extent replaced", st, rc)
 	}
 	if c, _ := checkedBytes(); c != c0+int64(len(body)) {
 		t.Fatalf("the unaligned read checked %d bytes, want the whole object's %d", c-c0, len(body))
