@@ -162,7 +162,7 @@ unless --no-cleanup.`,
 	f.StringVar(&o.Public, "public", "tcp", "local cluster: client network transport")
 	f.StringVar(&o.Cluster, "cluster", "tcp", "local cluster: replication network transport (e.g. rdma+tcp)")
 	f.StringVar(&o.Dir, "dir", "", "local cluster: data directory (default: a temporary one)")
-	f.Var((*mibFlag)(&o.ReadCacheSize), "read-cache-mib", "local cluster: each OSD's cache of checked objects, MiB (default the OSD's, 512; negative: off), as osprey osd --read-cache-mib")
+	f.Var((*mibFlag)(&o.ReadCacheSize), "read-cache-mib", "local cluster: each OSD's cache of whole objects, MiB (default the OSD's, 512; negative: off), as osprey osd --read-cache-mib")
 	f.Var((*socketFailures)(&o.Faults), "inject-socket-failures", "local cluster: "+socketFailuresUsage)
 	f.StringVar(&o.Bucket, "bucket", "osprey-bench", "bucket the objects go to (made if missing)")
 	f.BoolVar(&noCleanup, "no-cleanup", false, "with --seeds or --s3: keep the objects (and the bucket) the run wrote")

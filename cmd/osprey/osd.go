@@ -168,7 +168,7 @@ gracefully.`,
 	f.StringVar(&cfg.PublicListen, "public", "", "listen address for clients (default: the map's)")
 	f.StringVar(&cfg.ClusterListen, "cluster", "", "listen address for OSDs (default: the map's)")
 	f.Int64Var(&cacheMiB, "cache-mib", 256, "Pebble block cache, MiB")
-	f.Int64Var(&readMiB, "read-cache-mib", 512, "cache of checked whole objects that gets are sent from without a read or copy, MiB; negative: off")
+	f.Int64Var(&readMiB, "read-cache-mib", 512, "cache of whole objects that gets are sent from without a read or copy, MiB; negative: off")
 	f.Var(&memBudget, "rdma-mem-budget", rdmaMemBudgetUsage)
 	f.Uint64Var(&memMiB, "memtable-mib", 0, "Pebble memtable size, MiB (0: 64, or 1/256 of a smaller data disk)")
 	f.Float64Var(&cfg.FailsafeFullRatio, "failsafe-full-ratio", 0.97, "fraction of the data disk in use over which the OSD takes no write but deletes, even a replica's (Ceph's osd_failsafe_full_ratio)")
