@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/guard"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/pending"
 	"github.com/ospreystore/osprey/internal/placement"
@@ -136,6 +137,10 @@ type Client struct {
 	tid   atomic.Uint64
 
 	pending pending.Calls
+
+	// ratelog limits the lines a damaged copy can make us repeat (every
+	// get of an object no replica can repair would log one).
+	ratelog guard.RateLog
 
 	held holds // bytes of the windows Objects keep
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -420,7 +421,8 @@ func (c *Client) head(ctx context.Context, bucket, key string) (*osdpb.ObjectMet
 func (c *Client) getRange(ctx context.Context, bucket, key string, off, n int64, want *osdpb.ObjectMeta, crcd *atomic.Int64) (*osdpb.ObjectMeta, *msgr.Message, error) {
 	meta, msg, err := c.getRangeOnce(ctx, bucket, key, off, n, want, true, crcd)
 	if errors.Is(err, errSourceCRC) {
-		c.log.Warn("client: an OSD sent bytes that do not match the CRC32C its store recorded for them; reading them again, checked by the OSD", "bucket", bucket, "key", key, "offset", off, "err", err)
+		c.ratelog.Log(c.log, slog.LevelWarn, "source crc mismatch", "client: an OSD sent bytes that do not match the CRC32C its store recorded for them; reading them again, checked by the OSD",
+			"bucket", bucket, "key", key, "offset", off, "err", err)
 		meta, msg, err = c.getRangeOnce(ctx, bucket, key, off, n, want, false, crcd)
 	}
 	return meta, msg, err
