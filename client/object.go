@@ -30,6 +30,17 @@ type GetOptions struct {
 // Object keeps, and is far below a session's receive window (recvWindow).
 const readWindow = 8 << 20
 
+// windowAlign is the grid a window of a read that did not start on it is
+// cut back to, so that the windows after it start on it: the store's
+// chunks (1 MiB at most, a power of two) have a recorded CRC32C only for
+// ranges on their boundaries, and only such ranges come without a CRC
+// pass in the OSD (GetObject.client_checks).
+const windowAlign = 1 << 20
+
+// windowAt is the most one window at pos (of a stored object) asks for:
+// readWindow, cut back to end on windowAlign.
+func windowAt(pos int64) int64 { return readWindow - pos%windowAlign }
+
 // Object is an object being read: an io.ReadSeekCloser that is also an
 // io.ReaderAt and an io.WriterTo. Reads fetch ranges from the primary as
 // needed (a multipart object's from each part's primary), a window at a
@@ -77,7 +88,7 @@ func (c *Client) GetObject(ctx context.Context, bucket, key string, opts GetOpti
 	if !opts.Range {
 		opts.Offset, opts.Length = 0, -1
 	}
-	first := int64(readWindow)
+	first := windowAt(opts.Offset)
 	if opts.Length >= 0 {
 		first = min(first, opts.Length)
 	}
@@ -170,7 +181,7 @@ func (o *Object) next(max int) ([]byte, error) {
 		o.c.drop(&o.win)
 		abs := o.start + o.off
 		sp := o.spanAt(abs)
-		msg, err := o.fetch(sp, abs, min(sp.start+sp.size-abs, readWindow, o.size-o.off))
+		msg, err := o.fetch(sp, abs, min(sp.start+sp.size-abs, windowAt(abs-sp.start), o.size-o.off))
 		if err != nil {
 			return nil, err
 		}
@@ -228,7 +239,7 @@ func (o *Object) ReadAt(p []byte, off int64) (int, error) {
 	for done := 0; done < n; {
 		abs := o.start + off + int64(done)
 		sp := o.spanAt(abs)
-		msg, err := o.fetch(sp, abs, min(sp.start+sp.size-abs, readWindow, int64(n-done)))
+		msg, err := o.fetch(sp, abs, min(sp.start+sp.size-abs, windowAt(abs-sp.start), int64(n-done)))
 		if err != nil {
 			return done, err
 		}

@@ -87,3 +87,33 @@ func TestGetNotChecksummedInOSD(t *testing.T) {
 		})
 	}
 }
+
+// TestRangedGetWindowsAligned: a read from an offset inside a chunk cuts
+// its first window back to the next 1 MiB boundary, so that the windows
+// after it start on the store's chunks and come unchecked by the OSD (the
+// client checks them); only the first window's chunks are checked there.
+func TestRangedGetWindowsAligned(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8, Tweak: func(cfg *osd.Config) { cfg.Store.ReadCacheSize = -1 }})
+	cl := c.Client(t, nil)
+	ctx := ctxT(t, time.Minute)
+	if err := cl.MakeBucket(ctx, "once"); err != nil {
+		t.Fatal(err)
+	}
+	const size, off = 9<<20 + 5, 100
+	body := osdtest.Payload(size, 2)
+	if _, err := osdtest.Put(ctx, cl, "once", "k", body, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	checked := func() int64 { return storeStat(c, func(st store.Stats) int64 { return st.ReadCRCBytes }) }
+	unchecked := func() int64 { return storeStat(c, func(st store.Stats) int64 { return st.UncheckedReadBytes }) }
+	c0, u0 := checked(), unchecked()
+	got, _, err := osdtest.Get(ctx, cl, "once", "k", client.GetOptions{Range: true, Offset: off, Length: -1})
+	if err != nil || !bytes.Equal(got, body[off:]) {
+		t.Fatalf("get from %d: %d bytes, %v", off, len(got), err)
+	}
+	// The first window, [100, 8 MiB), reads chunks 0-7, checked; the
+	// second, [8 MiB, end), the rest, unchecked.
+	if c, u := checked()-c0, unchecked()-u0; c != 8<<20 || u != size-8<<20 {
+		t.Fatalf("the OSD checked %d bytes and read %d unchecked; want %d and %d", c, u, 8<<20, size-8<<20)
+	}
+}
