@@ -92,13 +92,12 @@ func (c *Client) GetObject(ctx context.Context, bucket, key string, opts GetOpti
 	if opts.Length >= 0 {
 		first = min(first, opts.Length)
 	}
-	var crcd atomic.Int64
-	meta, msg, err := c.getRange(ctx, bucket, key, opts.Offset, first, nil, &crcd)
+	o := &Object{c: c, ctx: ctx, bucket: bucket, key: key, start: opts.Offset}
+	meta, msg, err := c.getRange(ctx, bucket, key, opts.Offset, first, nil, &o.crcBytes)
 	if err != nil {
 		return nil, err
 	}
-	o := &Object{c: c, ctx: ctx, bucket: bucket, key: key, meta: meta, info: objectInfo(key, meta), start: opts.Offset}
-	o.crcBytes.Store(crcd.Load())
+	o.meta, o.info = meta, objectInfo(key, meta)
 	o.size = int64(meta.Size) - opts.Offset
 	if opts.Length >= 0 && opts.Length < o.size {
 		o.size = opts.Length

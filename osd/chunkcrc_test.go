@@ -2,6 +2,7 @@ package osd_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -56,20 +57,9 @@ func storeStat(c *osdtest.Cluster, stat func(store.Stats) int64) (n int64) {
 func TestGetNotChecksummedInOSD(t *testing.T) {
 	for _, cacheMiB := range []int64{-1, 64} {
 		t.Run(fmt.Sprintf("cache %d MiB", cacheMiB), func(t *testing.T) {
-			c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8, Tweak: func(cfg *osd.Config) { cfg.Store.ReadCacheSize = cacheMiB << 20 }})
-			cl := c.Client(t, nil)
-			ctx := ctxT(t, time.Minute)
-			if err := cl.MakeBucket(ctx, "once"); err != nil {
-				t.Fatal(err)
-			}
 			const size = 4<<20 + 5
-			body := osdtest.Payload(size, 1)
-			if _, err := osdtest.Put(ctx, cl, "once", "k", body, client.PutOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			checked := func() int64 { return storeStat(c, func(st store.Stats) int64 { return st.ReadCRCBytes }) }
-			unchecked := func() int64 { return storeStat(c, func(st store.Stats) int64 { return st.UncheckedReadBytes }) }
-			c0, u0 := checked(), unchecked()
+			cl, ctx, body, readBytes := oneStoredObject(t, cacheMiB, size)
+			c0, u0 := readBytes()
 			const gets = 3
 			for range gets {
 				got, _, err := osdtest.Get(ctx, cl, "once", "k", client.GetOptions{})
@@ -81,8 +71,8 @@ func TestGetNotChecksummedInOSD(t *testing.T) {
 			if cacheMiB > 0 {
 				wantRead = size
 			}
-			if c, u := checked()-c0, unchecked()-u0; c != 0 || u != wantRead {
-				t.Fatalf("%d gets: the OSD checked %d bytes and read %d unchecked; want 0 and %d", gets, c, u, wantRead)
+			if c, u := readBytes(); c-c0 != 0 || u-u0 != wantRead {
+				t.Fatalf("%d gets: the OSD checked %d bytes and read %d unchecked; want 0 and %d", gets, c-c0, u-u0, wantRead)
 			}
 		})
 	}
@@ -93,27 +83,37 @@ func TestGetNotChecksummedInOSD(t *testing.T) {
 // after it start on the store's chunks and come unchecked by the OSD (the
 // client checks them); only the first window's chunks are checked there.
 func TestRangedGetWindowsAligned(t *testing.T) {
-	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8, Tweak: func(cfg *osd.Config) { cfg.Store.ReadCacheSize = -1 }})
-	cl := c.Client(t, nil)
-	ctx := ctxT(t, time.Minute)
-	if err := cl.MakeBucket(ctx, "once"); err != nil {
-		t.Fatal(err)
-	}
 	const size, off = 9<<20 + 5, 100
-	body := osdtest.Payload(size, 2)
-	if _, err := osdtest.Put(ctx, cl, "once", "k", body, client.PutOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	checked := func() int64 { return storeStat(c, func(st store.Stats) int64 { return st.ReadCRCBytes }) }
-	unchecked := func() int64 { return storeStat(c, func(st store.Stats) int64 { return st.UncheckedReadBytes }) }
-	c0, u0 := checked(), unchecked()
+	cl, ctx, body, readBytes := oneStoredObject(t, -1, size)
+	c0, u0 := readBytes()
 	got, _, err := osdtest.Get(ctx, cl, "once", "k", client.GetOptions{Range: true, Offset: off, Length: -1})
 	if err != nil || !bytes.Equal(got, body[off:]) {
 		t.Fatalf("get from %d: %d bytes, %v", off, len(got), err)
 	}
 	// The first window, [100, 8 MiB), reads chunks 0-7, checked; the
 	// second, [8 MiB, end), the rest, unchecked.
-	if c, u := checked()-c0, unchecked()-u0; c != 8<<20 || u != size-8<<20 {
-		t.Fatalf("the OSD checked %d bytes and read %d unchecked; want %d and %d", c, u, 8<<20, size-8<<20)
+	if c, u := readBytes(); c-c0 != 8<<20 || u-u0 != size-8<<20 {
+		t.Fatalf("the OSD checked %d bytes and read %d unchecked; want %d and %d", c-c0, u-u0, 8<<20, size-8<<20)
+	}
+}
+
+// oneStoredObject starts one OSD with a read cache of cacheMiB (negative:
+// off) and puts size bytes at once/k. readBytes sums the bytes of data
+// files its store read checked and unchecked (store.Stats).
+func oneStoredObject(t *testing.T, cacheMiB int64, size int) (cl *client.Client, ctx context.Context, body []byte, readBytes func() (checked, unchecked int64)) {
+	t.Helper()
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8, Tweak: func(cfg *osd.Config) { cfg.Store.ReadCacheSize = cacheMiB << 20 }})
+	cl = c.Client(t, nil)
+	ctx = ctxT(t, time.Minute)
+	if err := cl.MakeBucket(ctx, "once"); err != nil {
+		t.Fatal(err)
+	}
+	body = osdtest.Payload(size, uint64(size))
+	if _, err := osdtest.Put(ctx, cl, "once", "k", body, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return cl, ctx, body, func() (int64, int64) {
+		return storeStat(c, func(st store.Stats) int64 { return st.ReadCRCBytes }),
+			storeStat(c, func(st store.Stats) int64 { return st.UncheckedReadBytes })
 	}
 }

@@ -526,7 +526,7 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 			// Checked chunk by chunk against the chunks' CRCs, which
 			// make up the object's CRC32C: the messenger need not read
 			// it again.
-			pc = payloadCRC{crc: meta.Crc32C, known: true}
+			pc = payloadCRC{crc: crc, known: true}
 		}
 	}
 	o.sendCRC(replyTo(m), ops.ReplyType(t), rep, buf, pc)
