@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -21,8 +22,10 @@ var dataSizes = []int{1, 100, 4095, 4096, 4097, 60 << 10, 64 << 10, 100 << 10, 1
 
 func dataOf(size, seed int) []byte {
 	b := make([]byte, size)
+	rng := rand.New(rand.NewPCG(uint64(size), uint64(seed)))
 	for i := range b {
-		b[i] = byte(i*31 + seed)
+		// Not periodic: bytes put in the wrong place show.
+		b[i] = byte(rng.Uint32())
 	}
 	return b
 }

@@ -99,12 +99,12 @@ func newCQPool() *cqPool {
 // per posted receive (its window and control receives, from its own queue
 // or the shared pool, whose buffers it is credited for), per send buffer
 // and control send buffer, and per RDMA operation in flight (maxReads
-// reads, or maxWritesOut write pieces where the write rendezvous may be
-// agreed).
+// reads of up to maxReadPieces pieces each, or maxWritesOut write pieces
+// where the write rendezvous may be agreed).
 func linkCQEntries(recvs, sendSlots, ctlSlots int, writes bool) int {
-	rma := maxReads
+	rma := maxReads * maxReadPieces
 	if writes {
-		rma = max(maxReads, maxWritesOut)
+		rma = max(rma, maxWritesOut)
 	}
 	return recvs + sendSlots + ctlSlots + rma
 }

@@ -119,6 +119,9 @@ type domain struct {
 	// 0: a payload goes in one. writePieces counts the writes posted.
 	writeChunk  int
 	writePieces atomic.Uint64
+	// readPieces counts the RDMA reads posted, pieces of the payloads
+	// counted in reads (readPieces in rendezvous.go).
+	readPieces atomic.Uint64
 	// transfers counts rendezvous payloads moving: reads we posted and
 	// sources the peer has not finished reading. A software provider
 	// (tcp) moves them only inside our CQ reads and completes nothing on

@@ -51,10 +51,9 @@ type link struct {
 	lim      wire.Limits // in force: wire.HandshakeLimits until EndHandshake
 	steady   wire.Limits
 	noCRC    bool
-	// dataChunk: wire.LinkOptions.DataChunk; sum computes a rendezvous
-	// payload's chunk CRCs with it (reader goroutine only).
+	// dataChunk: wire.LinkOptions.DataChunk, the chunks a rendezvous
+	// payload's CRCs are computed in (pendingRead.sum).
 	dataChunk int
-	sum       wire.DataSum
 	bufSize   int
 	onClose   func() // the listener's accounting of open connections
 	nrecv     int
@@ -155,7 +154,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 	}
 	l := &link{
 		d: d, lim: opts.Limits, steady: opts.Limits, noCRC: opts.NoDataCRC, dataChunk: max(opts.DataChunk, 0), bufSize: cfg.BufSize, nrecv: nrecv, small: opts.SmallWindow,
-		readDone: make(chan readDoneEv, maxReads), connected: make(chan error, 1),
+		readDone: make(chan readDoneEv, maxReads*maxReadPieces), connected: make(chan error, 1),
 		closed: make(chan struct{}), closeDone: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots), sendsIdle: make(chan struct{}, 1),
 	}
 	if opts.Handshake {

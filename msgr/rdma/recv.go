@@ -160,7 +160,7 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 				return err
 			}
 		case d := <-l.readDone:
-			l.transferDone(d.slot, d.err)
+			l.pieceDone(d)
 		case <-l.closed:
 			select {
 			case ev := <-l.rx:

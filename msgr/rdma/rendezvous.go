@@ -50,6 +50,35 @@ const (
 // it posted, or destinations it offered the peer's writes.
 const maxReads = 16
 
+// A payload the receiver reads is read in up to maxReadPieces pieces of at
+// least minReadPiece bytes, each an RDMA read with its own completion, and
+// the reader checksums each piece as soon as it and those before it have
+// landed (pendingRead.fold): while the bytes are still in the cache the
+// NIC (DDIO) or the provider's copy left them in, and while the rest of
+// the payload is still moving. One read of the whole payload left the
+// pass until the last byte had come: on tcp, 4 MiB payloads checksummed
+// at 0.15 CPU-s per GB against 0.06 for bytes just read, a quarter of a
+// 1-replica object get's CPU (docs/rdma.md, "Reads in pieces").
+const (
+	maxReadPieces = 4
+	minReadPiece  = 256 << 10
+)
+
+// readPieces is how a read of n bytes is cut: pieces of size bytes (the
+// last may be shorter), count of them. A piece is a whole number of
+// wire.DataAlign blocks, so that every piece starts aligned in the
+// destination.
+func readPieces(n int) (size, count int) {
+	size = max(minReadPiece, (n+maxReadPieces-1)/maxReadPieces)
+	size = (size + wire.DataAlign - 1) &^ (wire.DataAlign - 1)
+	return size, max(1, (n+size-1)/size)
+}
+
+// A read's completion context carries its transfer slot and its piece.
+func pieceSlot(slot uint32, piece int) uint32 { return slot | uint32(piece)<<8 }
+
+func splitPieceSlot(s uint32) (slot uint32, piece int) { return s & 0xff, int(s >> 8) }
+
 // pendingRead is a received frame waiting for its turn: a rendezvous whose
 // payload is moving (or waiting for a transfer slot), or an inline frame
 // queued behind one.
@@ -69,8 +98,20 @@ type pendingRead struct {
 	waiting bool
 	buf     *wire.Buffer
 	src     rdvDesc
+	// sum folds the payload into its data CRC and chunk CRCs (summed),
+	// piece by piece as they land: folded is the bytes summed so far,
+	// piece the bytes of each read piece, landed a bit for each piece
+	// that completed, left the pieces whose completion has not come.
+	sum    wire.DataSum
+	summed bool
+	folded int
+	piece  int
+	landed uint32
+	left   int
 }
 
+// readDoneEv is the completion of one piece of a rendezvous read: slot is
+// pieceSlot's.
 type readDoneEv struct {
 	slot uint32
 	err  error
@@ -94,6 +135,15 @@ func (l *link) rendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRe
 	}
 	p := l.newPending()
 	p.f, p.buf, p.frontLen, p.size, p.src = *f, buf, int(f.FrontLen), src.n, src
+	// One pass over the payload, as it lands: the check of the sender's
+	// data CRC, and the chunk CRCs the receiver asked for
+	// (LinkOptions.DataChunk), which then give the data CRC.
+	chunk := 0
+	if f.Tag == wire.TagMessage && src.n > 0 {
+		chunk = l.dataChunk
+	}
+	p.summed = chunk > 0 || f.Flags&wire.FlagNoDataCRC == 0
+	p.sum.Start(chunk)
 	p.id = l.rdvSeen
 	l.rdvSeen++
 	p.epi = [wire.EpilogueSize]byte(b[len(b)-wire.EpilogueSize:])
@@ -142,9 +192,20 @@ func (l *link) startTransfer(p *pendingRead) error {
 	l.readsOut++
 	l.d.transfers.Add(1)
 	if !l.rdvWrite {
-		// A read the provider refuses comes back as a failed read (post.go).
-		l.d.post(postOp{l: l, kind: opRead, slot: slot, buf: r.ptr(0), n: p.size, desc: r.desc, raddr: p.src.addr, rkey: p.src.key})
+		// A piece the provider refuses comes back as a failed piece
+		// (post.go). Pieces are posted in order, and a provider
+		// completes them in order where it can, so each usually finds
+		// those before it landed and is checksummed at once.
+		size, count := readPieces(p.size)
+		p.piece, p.left = size, count
+		for i := range count {
+			off := i * size
+			n := min(size, p.size-off)
+			l.d.post(postOp{l: l, kind: opRead, slot: pieceSlot(slot, i), buf: r.ptr(off), n: n, desc: r.desc,
+				raddr: p.src.addr + uint64(off), rkey: p.src.key})
+		}
 		l.d.reads.Add(1)
+		l.d.readPieces.Add(uint64(count))
 		l.epMu.RUnlock()
 		return nil
 	}
@@ -157,9 +218,54 @@ func (l *link) startTransfer(p *pendingRead) error {
 // payload, which starts the buffer (startTransfer).
 func rdvFrontAt(p *pendingRead) int { return p.size }
 
-// transferDone marks the transfer in slot finished (its read completed or
-// its RDV_DONE came) and starts those waiting for a slot, in order.
-func (l *link) transferDone(slot uint32, err error) {
+// pieceDone takes the completion of a piece of the read in a transfer
+// slot: it checksums what has now landed in order, and ends the transfer
+// with its last piece. A failed piece fails the frame, and with it the
+// link, when its turn comes; the slot stays taken, so that the pieces
+// still out cannot complete into another transfer.
+func (l *link) pieceDone(ev readDoneEv) {
+	slot, piece := splitPieceSlot(ev.slot)
+	if slot >= maxReads {
+		return
+	}
+	p := l.readSlots[slot]
+	if p == nil || p.left == 0 {
+		return // dropped with the link
+	}
+	p.left--
+	switch {
+	case p.err != nil:
+	case ev.err != nil:
+		p.done, p.err = true, ev.err
+	default:
+		p.landed |= 1 << piece
+		p.fold()
+		if p.left == 0 {
+			l.transferDone(slot)
+		}
+	}
+}
+
+// fold checksums the pieces that have landed in order and were not yet.
+func (p *pendingRead) fold() {
+	for p.folded < p.size && p.landed&(1<<(p.folded/p.piece)) != 0 {
+		n := min(p.piece, p.size-p.folded)
+		p.add(p.folded + n)
+	}
+}
+
+// add checksums the payload up to byte end.
+func (p *pendingRead) add(end int) {
+	if p.summed {
+		p.sum.Add(p.r.mem[p.folded:end])
+	}
+	p.folded = end
+}
+
+// transferDone marks the transfer in slot finished (its last read piece
+// completed or its RDV_DONE came) and starts those waiting for a slot, in
+// order.
+func (l *link) transferDone(slot uint32) {
 	p := l.readSlots[slot]
 	if p == nil {
 		return // dropped with the link
@@ -168,7 +274,7 @@ func (l *link) transferDone(slot uint32, err error) {
 	l.freeReads = append(l.freeReads, slot)
 	l.readsOut--
 	l.d.transfers.Add(-1)
-	p.done, p.err = true, err
+	p.done = true
 	for _, q := range l.pend {
 		if len(l.freeReads) == 0 {
 			break
@@ -193,7 +299,7 @@ func (l *link) control(f *wire.Frame, buf *wire.Buffer, b []byte) error {
 		return err
 	}
 	if f.Tag == wire.TagRdvDone {
-		l.transferDone(uint32(f.Seq>>32), nil)
+		l.transferDone(uint32(f.Seq >> 32))
 		return errConsumed
 	}
 	return l.writePayload(f.Seq, dst)
@@ -309,7 +415,7 @@ func (l *link) newPending() *pendingRead {
 }
 
 func (l *link) putPending(p *pendingRead) {
-	*p = pendingRead{}
+	*p = pendingRead{sum: p.sum} // its chunk CRC array is reused
 	l.pendFree = append(l.pendFree, p)
 }
 
@@ -333,26 +439,18 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 	at := rdvFrontAt(p)
 	data := p.r.mem[:p.size]
 	front := p.r.mem[at : at+p.frontLen]
-	// One pass over the payload, which the NIC wrote: the check of the
-	// sender's data CRC, and the chunk CRCs the receiver asked for
-	// (LinkOptions.DataChunk), which then give the data CRC.
-	noCRC := p.f.Flags&wire.FlagNoDataCRC != 0
-	chunk := 0
-	if p.f.Tag == wire.TagMessage && p.size > 0 {
-		chunk = l.dataChunk
-	}
+	// The payload's CRCs, folded as its pieces landed; a payload the
+	// peer wrote (RDV_DONE) is checksummed here, whole.
+	p.add(p.size)
 	var dcrc uint32
 	var crcs []uint32
-	summed := chunk > 0 || !noCRC
-	if summed {
-		l.sum.Start(chunk)
-		l.sum.Add(data)
-		dcrc, crcs = l.sum.Finish()
+	if p.summed {
+		dcrc, crcs = p.sum.Finish()
 	}
 	g := p.f
 	g.Flags &^= wire.FlagRendezvous
 	g.DataLen = uint32(p.size)
-	if err := g.CheckEpilogue(p.epi[:], front, dcrc, summed); err != nil {
+	if err := g.CheckEpilogue(p.epi[:], front, dcrc, p.summed); err != nil {
 		l.d.putLarge(p.r)
 		return err
 	}
@@ -360,7 +458,7 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 	f.Front, f.Data = front, data
 	f.Buf = p.r.buffer(p.size + p.frontLen)
 	if crcs != nil {
-		f.DataChunkCRCs, f.DataChunk = f.Buf.SetChunkCRCs(crcs), chunk
+		f.DataChunkCRCs, f.DataChunk = f.Buf.SetChunkCRCs(crcs), p.sum.Chunk()
 	}
 	return nil
 }

@@ -118,6 +118,10 @@ func testRendezvousPayloadSizes(t *testing.T, mode rdma.RendezvousMode) {
 	if mode == rdma.RendezvousWrite {
 		// tcp splits writes at DefaultWriteChunk.
 		checkPieces(t, trC, sizes, im, rdma.DefaultWriteChunk)
+	} else if got := trS.Stats().ReadPieces; got != 16 {
+		// Four payloads up to 64 KiB in one read each, and 1 MiB,
+		// 7 MiB and 64 MiB in four pieces each.
+		t.Fatalf("the receiver posted %d RDMA reads for payloads of %v bytes, want 16", got, sizes)
 	}
 	// Everything read has been released: no rendezvous buffer in use.
 	msgrtest.Eventually(t, 10*time.Second, "rendezvous buffers returned", func() bool {

@@ -142,6 +142,10 @@ type Stats struct {
 	// WritePieces counts the RDMA writes posted for RendezvousWrites:
 	// more than one a payload where Config.WriteChunk splits them.
 	WritePieces uint64
+	// ReadPieces counts the RDMA reads posted for RendezvousReads: a
+	// payload above 256 KiB is read in up to four pieces, each
+	// checksummed as it lands.
+	ReadPieces uint64
 	// ControlRecvs are the receives posted for control frames beside the
 	// sessions' credits: three a link for the session's KEEPALIVE,
 	// KEEPALIVE_ACK and CLOSE (CONTROL_SLOTS), and 32 a link that offers
@@ -191,6 +195,7 @@ func (t *Transport) Stats() Stats {
 		s.RendezvousReads += d.reads.Load()
 		s.RendezvousWrites += d.writes.Load()
 		s.WritePieces += d.writePieces.Load()
+		s.ReadPieces += d.readPieces.Load()
 		s.ControlRecvs += d.ctlRecvs.Load()
 		s.CQs += int64(d.numCQs())
 		s.CQReserved += d.cqReserved()

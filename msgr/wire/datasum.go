@@ -20,6 +20,9 @@ func (s *DataSum) Start(chunk int) {
 	s.chunk, s.n, s.cur, s.crcs = max(chunk, 0), 0, 0, s.crcs[:0]
 }
 
+// Chunk is the chunk size Start was given (0: none).
+func (s *DataSum) Chunk() int { return s.chunk }
+
 // Len is the number of bytes folded since Start.
 func (s *DataSum) Len() int { return s.n }
 

@@ -1,0 +1,107 @@
+//go:build rdma
+
+package rdma
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/ospreystore/osprey/msgr/wire"
+)
+
+func TestReadPieces(t *testing.T) {
+	for _, c := range []struct{ n, size, count int }{
+		{1, 256 << 10, 1},
+		{256 << 10, 256 << 10, 1},
+		{256<<10 + 1, 256 << 10, 2},
+		{1 << 20, 256 << 10, 4},
+		{4 << 20, 1 << 20, 4},
+		{4<<20 + 1, 1<<20 + 4096, 4},
+		{64 << 20, 16 << 20, 4},
+	} {
+		size, count := readPieces(c.n)
+		if size != c.size || count != c.count {
+			t.Errorf("readPieces(%d) = %d bytes x %d, want %d x %d", c.n, size, count, c.size, c.count)
+		}
+	}
+}
+
+// pieceLink is a link with one read of n bytes in transfer slot 3, its
+// pieces not yet landed, as startTransfer leaves it; the payload is random.
+func pieceLink(t *testing.T, n, chunk int) (*link, *pendingRead) {
+	t.Helper()
+	l := &link{d: &domain{}, freeReads: []uint32{0, 1, 2}}
+	p := &pendingRead{r: &region{mem: make([]byte, n)}, size: n, summed: true}
+	rng := rand.New(rand.NewPCG(uint64(n), 7))
+	for i := range p.r.mem {
+		p.r.mem[i] = byte(rng.Uint32())
+	}
+	p.sum.Start(chunk)
+	p.piece, p.left = readPieces(n)
+	l.readSlots[3], l.readsOut = p, 1
+	l.d.transfers.Add(1)
+	return l, p
+}
+
+// TestPiecesFoldInOrder lands a read's pieces out of order: each is
+// checksummed only once those before it have landed, so the data CRC and
+// the chunk CRCs (chunks that straddle pieces) come out as those of the
+// payload read whole, and the transfer slot is free with the last piece.
+func TestPiecesFoldInOrder(t *testing.T) {
+	const n, chunk = 4<<20 + 1, 1 << 20
+	l, p := pieceLink(t, n, chunk)
+	if p.left != 4 {
+		t.Fatalf("%d pieces, want 4", p.left)
+	}
+	steps := []struct{ piece, folded int }{{2, 0}, {0, p.piece}, {3, p.piece}, {1, n}}
+	for i, s := range steps {
+		if p.done {
+			t.Fatalf("done after %d of 4 pieces", i)
+		}
+		l.pieceDone(readDoneEv{slot: pieceSlot(3, s.piece)})
+		if p.folded != s.folded {
+			t.Fatalf("after piece %d: %d bytes checksummed, want %d", s.piece, p.folded, s.folded)
+		}
+	}
+	if !p.done || p.err != nil || l.readSlots[3] != nil || !slices.Contains(l.freeReads, 3) || l.readsOut != 0 {
+		t.Fatalf("after the last piece: done %v err %v, slot %v, free %v, out %d", p.done, p.err, l.readSlots[3], l.freeReads, l.readsOut)
+	}
+	crc, crcs := p.sum.Finish()
+	if want := wire.CRC(p.r.mem); crc != want {
+		t.Fatalf("data CRC %#x, want %#x", crc, want)
+	}
+	var want []uint32
+	for o := 0; o < n; o += chunk {
+		want = append(want, wire.CRC(p.r.mem[o:min(o+chunk, n)]))
+	}
+	if !slices.Equal(crcs, want) {
+		t.Fatalf("chunk CRCs %x, want %x", crcs, want)
+	}
+	// A completion for a slot no read holds is dropped.
+	l.pieceDone(readDoneEv{slot: pieceSlot(3, 1)})
+	l.pieceDone(readDoneEv{slot: pieceSlot(200, 0)})
+}
+
+// TestFailedPieceKeepsItsSlot fails the second of a read's four pieces:
+// the frame is done with the error at once (the link ends at its turn),
+// nothing after the gap is checksummed, and the slot stays taken while
+// the other pieces still complete, so none lands in another transfer.
+func TestFailedPieceKeepsItsSlot(t *testing.T) {
+	l, p := pieceLink(t, 1<<20, 0)
+	bad := errors.New("remote access error")
+	l.pieceDone(readDoneEv{slot: pieceSlot(3, 0)})
+	l.pieceDone(readDoneEv{slot: pieceSlot(3, 1), err: bad})
+	if !p.done || !errors.Is(p.err, bad) {
+		t.Fatalf("after the failed piece: done %v, err %v", p.done, p.err)
+	}
+	l.pieceDone(readDoneEv{slot: pieceSlot(3, 2)})
+	l.pieceDone(readDoneEv{slot: pieceSlot(3, 3)})
+	if p.left != 0 || p.folded != p.piece || !errors.Is(p.err, bad) {
+		t.Fatalf("after every piece: %d left, %d bytes checksummed, err %v", p.left, p.folded, p.err)
+	}
+	if l.readSlots[3] != p || slices.Contains(l.freeReads, 3) || l.readsOut != 1 {
+		t.Fatalf("the failed read's slot was given back: slot %v, free %v, out %d", l.readSlots[3], l.freeReads, l.readsOut)
+	}
+}
