@@ -53,12 +53,13 @@ const maxReads = 16
 // A payload the receiver reads is read in up to maxReadPieces pieces of at
 // least minReadPiece bytes, each an RDMA read with its own completion, and
 // the reader checksums each piece as soon as it and those before it have
-// landed (pendingRead.fold): while the bytes are still in the cache the
-// NIC (DDIO) or the provider's copy left them in, and while the rest of
-// the payload is still moving. One read of the whole payload left the
-// pass until the last byte had come: on tcp, 4 MiB payloads checksummed
-// at 0.15 CPU-s per GB against 0.06 for bytes just read, a quarter of a
-// 1-replica object get's CPU (docs/rdma.md, "Reads in pieces").
+// landed (pendingRead.fold): while the bytes are still in the cache where
+// the provider's copy (or a NIC's DMA, with cache injection) left them,
+// and while the rest of the payload is still moving. One read of the
+// whole payload left the pass until its last byte had come: on tcp, 4 MiB
+// payloads checksummed at 0.15 CPU-s per GB against 0.09 in pieces
+// (docs/rdma.md, "Reads in pieces"). At least 256 KiB, so that a piece's
+// completion and wake-up stay small beside its transfer and checksum.
 const (
 	maxReadPieces = 4
 	minReadPiece  = 256 << 10
