@@ -3,9 +3,11 @@
 package rdma
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ospreystore/osprey/msgr/wire"
 )
@@ -90,4 +92,33 @@ func TestProviderAllowed(t *testing.T) {
 			t.Errorf("FI_PROVIDER=%q, provider %q: allowed %v, want %v", c.filter, c.prov, got, c.want)
 		}
 	}
+}
+
+// TestSendQueueTooSmall: a link whose sends and RDMA operations could
+// outnumber the provider's send queue (256 entries on tcp) is refused
+// with an error that says so, rather than left to posts that fail with
+// FI_EAGAIN and hold back every link of its domain.
+func TestSendQueueTooSmall(t *testing.T) {
+	opts := wire.LinkOptions{RecvWindow: 8, Banner: wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}}
+	tr, ln := testListener(t)
+	defer tr.Close()
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	big := NewTransport("tcp", Config{SendSlots: 1000, BufSize: 1024})
+	defer big.Close()
+	l, err := big.Dial(ctx, ln.Addr(), opts)
+	if err == nil {
+		l.Close()
+		t.Fatal("a link of 1000 send slots dialed")
+	}
+	if !strings.Contains(err.Error(), "more than the provider's send queue of") {
+		t.Fatalf("dial: %v, want the send queue named", err)
+	}
+	// The defaults fit.
+	l, err = tr.Dial(ctx, ln.Addr(), opts)
+	if err != nil {
+		t.Fatalf("a link of the default send slots: %v", err)
+	}
+	l.Close()
 }

@@ -98,15 +98,19 @@ func newCQPool() *cqPool {
 // linkCQEntries is the most completions a link can have outstanding: one
 // per posted receive (its window and control receives, from its own queue
 // or the shared pool, whose buffers it is credited for), per send buffer
-// and control send buffer, and per RDMA operation in flight (maxReads
-// reads of up to maxReadPieces pieces each, or maxWritesOut write pieces
-// where the write rendezvous may be agreed).
+// and control send buffer, and per RDMA operation in flight (linkRMAOut).
 func linkCQEntries(recvs, sendSlots, ctlSlots int, writes bool) int {
-	rma := maxReads * maxReadPieces
+	return recvs + sendSlots + ctlSlots + linkRMAOut(writes)
+}
+
+// linkRMAOut is the most RDMA operations a link has posted at once:
+// maxPiecesOut read pieces, or maxWritesOut write pieces where the write
+// rendezvous may be agreed.
+func linkRMAOut(writes bool) int {
 	if writes {
-		rma = max(rma, maxWritesOut)
+		return max(maxPiecesOut, maxWritesOut)
 	}
-	return recvs + sendSlots + ctlSlots + rma
+	return maxPiecesOut
 }
 
 // take reserves n entries of the first CQ with room, or returns nil.

@@ -109,10 +109,13 @@ type link struct {
 	readSlots [maxReads]*pendingRead
 	freeReads []uint32
 	readsOut  int
-	pendFree  []*pendingRead
-	connected chan error
-	peerCM    []byte
-	closed    chan struct{}
+	piecesOut int // read pieces posted and not completed (maxPiecesOut)
+	// piecesHigh is piecesOut's high-water mark, for tests.
+	piecesHigh int
+	pendFree   []*pendingRead
+	connected  chan error
+	peerCM     []byte
+	closed     chan struct{}
 	// closing is set by the first Close, which closes closeDone once the
 	// endpoint is closed and the link's memory given back.
 	closing   atomic.Bool
@@ -154,7 +157,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 	}
 	l := &link{
 		d: d, lim: opts.Limits, steady: opts.Limits, noCRC: opts.NoDataCRC, dataChunk: max(opts.DataChunk, 0), bufSize: cfg.BufSize, nrecv: nrecv, small: opts.SmallWindow,
-		readDone: make(chan readDoneEv, maxReads*maxReadPieces), connected: make(chan error, 1),
+		readDone: make(chan readDoneEv, maxPiecesOut), connected: make(chan error, 1),
 		closed: make(chan struct{}), closeDone: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots), sendsIdle: make(chan struct{}, 1),
 	}
 	if opts.Handshake {
@@ -166,6 +169,13 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 		// takes the read rendezvous): the control frames' receives
 		// would outnumber its credits.
 		l.ctlRecv, nctl = ctlRecvs, ctlSlots
+	}
+	// Every send, read and write the link can have posted at once must
+	// fit the provider's send queue: past it a post fails with FI_EAGAIN
+	// and waits at the head of the domain's post queue, holding back
+	// every link's posts until this one's completions come.
+	if tx, need := int(C.osp_info_tx_size(info)), cfg.SendSlots+nctl+linkRMAOut(d.rdvWrite); tx > 0 && need > tx {
+		return nil, fmt.Errorf("rdma: a link posts up to %d sends and RDMA operations at once (SendSlots %d), more than the provider's send queue of %d", need, cfg.SendSlots, tx)
 	}
 	// Room in a CQ for every completion the link can have outstanding,
 	// before anything else is taken (freeRegions or Close gives it back).

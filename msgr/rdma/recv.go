@@ -233,7 +233,7 @@ func (l *link) dropPending() {
 	}
 	l.pend = l.pend[:0]
 	l.d.transfers.Add(-int64(l.readsOut))
-	l.readsOut = 0
+	l.readsOut, l.piecesOut = 0, 0
 	clear(l.readSlots[:])
 }
 

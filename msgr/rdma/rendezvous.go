@@ -50,28 +50,39 @@ const (
 // it posted, or destinations it offered the peer's writes.
 const maxReads = 16
 
-// A payload the receiver reads is read in up to maxReadPieces pieces of at
-// least minReadPiece bytes, each an RDMA read with its own completion, and
-// the reader checksums each piece as soon as it and those before it have
-// landed (pendingRead.fold): while the bytes are still in the cache where
-// the provider's copy (or a NIC's DMA, with cache injection) left them,
-// and while the rest of the payload is still moving. One read of the
+// A payload the receiver reads is read in up to maxReadPieces pieces of
+// about minReadPiece bytes or more, each an RDMA read with its own
+// completion, and the reader checksums each piece as soon as it and those
+// before it have landed (pendingRead.fold): while the bytes are still in
+// the cache where the provider's copy (or a NIC's DMA, with cache
+// injection) left them, and while the rest of the payload is still moving. One read of the
 // whole payload left the pass until its last byte had come: on tcp, 4 MiB
-// payloads checksummed at 0.15 CPU-s per GB against 0.09 in pieces
-// (docs/rdma.md, "Reads in pieces"). At least 256 KiB, so that a piece's
-// completion and wake-up stay small beside its transfer and checksum.
+// payloads checksummed at 0.15 CPU-s per GB against 0.09 in pieces,
+// though tcp's own CPU rose as much with its request and response per
+// piece (docs/rdma.md, "Reads in pieces"). About 256 KiB or more, so that
+// a piece's completion and wake-up stay small beside its transfer and
+// checksum.
 const (
 	maxReadPieces = 4
 	minReadPiece  = 256 << 10
 )
 
-// readPieces is how a read of n bytes is cut: pieces of size bytes (the
-// last may be shorter), count of them. A piece is a whole number of
-// wire.DataAlign blocks, so that every piece starts aligned in the
-// destination.
+// maxPiecesOut bounds the read pieces one link has posted and not seen
+// complete, as maxReads bounded its reads before they were cut: a verbs
+// queue pair has at most its initiator depth of RDMA reads outstanding
+// (16 on common NICs), and reads past it wait in its send queue, in front
+// of the link's sends. More pieces wait in their transfers (postPieces).
+// It also bounds the read completions in readDone and the CQ.
+const maxPiecesOut = maxReads
+
+// readPieces is how a read of n bytes is cut: count pieces of size bytes
+// (the last may be shorter), about equal, each at least about
+// minReadPiece, and a whole number of wire.DataAlign blocks, so that
+// every piece starts aligned in the destination.
 func readPieces(n int) (size, count int) {
-	size = max(minReadPiece, (n+maxReadPieces-1)/maxReadPieces)
-	size = (size + wire.DataAlign - 1) &^ (wire.DataAlign - 1)
+	count = min(max(n/minReadPiece, 1), maxReadPieces)
+	size = (n + count - 1) / count
+	size = max((size+wire.DataAlign-1)&^(wire.DataAlign-1), wire.DataAlign)
 	return size, max(1, (n+size-1)/size)
 }
 
@@ -100,15 +111,19 @@ type pendingRead struct {
 	buf     *wire.Buffer
 	src     rdvDesc
 	// sum folds the payload into its data CRC and chunk CRCs (summed),
-	// piece by piece as they land: folded is the bytes summed so far,
-	// piece the bytes of each read piece, landed a bit for each piece
-	// that completed, left the pieces whose completion has not come.
+	// piece by piece as they land: folded is the bytes summed so far.
+	// A read's pieces are pieces of piece bytes each; posted of them were
+	// posted, out of those are still to complete, and landed has a bit
+	// for each that completed.
 	sum    wire.DataSum
 	summed bool
 	folded int
 	piece  int
+	pieces int
+	posted int
+	out    int
 	landed uint32
-	left   int
+	slot   uint32 // the transfer slot, once it has one
 }
 
 // readDoneEv is the completion of one piece of a rendezvous read: slot is
@@ -193,20 +208,10 @@ func (l *link) startTransfer(p *pendingRead) error {
 	l.readsOut++
 	l.d.transfers.Add(1)
 	if !l.rdvWrite {
-		// A piece the provider refuses comes back as a failed piece
-		// (post.go). Pieces are posted in order, and a provider
-		// completes them in order where it can, so each usually finds
-		// those before it landed and is checksummed at once.
-		size, count := readPieces(p.size)
-		p.piece, p.left = size, count
-		for i := range count {
-			off := i * size
-			n := min(size, p.size-off)
-			l.d.post(postOp{l: l, kind: opRead, slot: pieceSlot(slot, i), buf: r.ptr(off), n: n, desc: r.desc,
-				raddr: p.src.addr + uint64(off), rkey: p.src.key})
-		}
+		p.piece, p.pieces = readPieces(p.size)
+		p.slot = slot
+		l.postPieces(p)
 		l.d.reads.Add(1)
-		l.d.readPieces.Add(uint64(count))
 		l.epMu.RUnlock()
 		return nil
 	}
@@ -215,36 +220,81 @@ func (l *link) startTransfer(p *pendingRead) error {
 	return nil
 }
 
+// postPieces posts the next pieces of p's read, as many as the
+// link's budget (maxPiecesOut) allows; the rest go as pieces complete
+// (pieceDone). Pieces are posted in order, and a provider completes them
+// in order where it can, so each usually finds those before it landed and
+// is checksummed at once. A piece the provider refuses comes back as a
+// failed piece (post.go). REQUIRES: epMu read-locked, the link not dead.
+func (l *link) postPieces(p *pendingRead) {
+	n0 := p.posted
+	for p.posted < p.pieces && l.piecesOut < maxPiecesOut {
+		off := p.posted * p.piece
+		l.d.pq.push(postOp{l: l, kind: opRead, slot: pieceSlot(p.slot, p.posted), buf: p.r.ptr(off),
+			n: min(p.piece, p.size-off), desc: p.r.desc, raddr: p.src.addr + uint64(off), rkey: p.src.key})
+		p.posted++
+		p.out++
+		l.piecesOut++
+		l.piecesHigh = max(l.piecesHigh, l.piecesOut)
+	}
+	if n := p.posted - n0; n > 0 {
+		l.d.readPieces.Add(uint64(n))
+		l.d.kickPosts() // one call for them all
+	}
+}
+
+// morePieces posts pieces that wait for the budget, oldest transfer first.
+func (l *link) morePieces() {
+	if l.piecesOut >= maxPiecesOut {
+		return
+	}
+	l.epMu.RLock()
+	defer l.epMu.RUnlock()
+	if l.dead.Load() {
+		return // ReadFrame ends at l.closed
+	}
+	for _, p := range l.pend {
+		if p.r != nil && p.err == nil && p.posted < p.pieces {
+			l.postPieces(p)
+		}
+	}
+}
+
 // rdvFrontAt is where p's front lies in its rendezvous buffer: after the
 // payload, which starts the buffer (startTransfer).
 func rdvFrontAt(p *pendingRead) int { return p.size }
 
 // pieceDone takes the completion of a piece of the read in a transfer
-// slot: it checksums what has now landed in order, and ends the transfer
-// with its last piece. A failed piece fails the frame, and with it the
-// link, when its turn comes; the slot stays taken, so that the pieces
-// still out cannot complete into another transfer.
+// slot: it checksums what has now landed in order, ends the transfer with
+// its last piece, and posts pieces that waited for the budget. A failed
+// piece fails the frame, and with it the link, when its turn comes; the
+// transfer no longer counts as moving, but its slot stays taken, so that
+// the pieces still out cannot complete into another transfer.
 func (l *link) pieceDone(ev readDoneEv) {
 	slot, piece := splitPieceSlot(ev.slot)
 	if slot >= maxReads {
 		return
 	}
 	p := l.readSlots[slot]
-	if p == nil || p.left == 0 {
+	if p == nil || p.out == 0 {
 		return // dropped with the link
 	}
-	p.left--
+	p.out--
+	l.piecesOut--
 	switch {
 	case p.err != nil:
 	case ev.err != nil:
 		p.done, p.err = true, ev.err
+		l.readsOut--
+		l.d.transfers.Add(-1)
 	default:
 		p.landed |= 1 << piece
 		p.fold()
-		if p.left == 0 {
+		if p.folded == p.size && p.out == 0 {
 			l.transferDone(slot)
 		}
 	}
+	l.morePieces()
 }
 
 // fold checksums the pieces that have landed in order and were not yet.

@@ -143,7 +143,7 @@ type Stats struct {
 	// more than one a payload where Config.WriteChunk splits them.
 	WritePieces uint64
 	// ReadPieces counts the RDMA reads posted for RendezvousReads: a
-	// payload above 256 KiB is read in up to four pieces, each
+	// payload of 512 KiB or more is read in two to four pieces, each
 	// checksummed as it lands.
 	ReadPieces uint64
 	// ControlRecvs are the receives posted for control frames beside the
