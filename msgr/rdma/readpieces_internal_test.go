@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ospreystore/osprey/msgr/wire"
 )
@@ -147,6 +148,10 @@ func TestReadPiecesBudget(t *testing.T) {
 	if err := peer.WriteFrames(out); err != nil {
 		t.Fatal(err)
 	}
+	// Pieces held back and never posted would leave ReadFrame waiting:
+	// past the deadline the link is closed, which ends it.
+	stuck := time.AfterFunc(30*time.Second, func() { l.Close() })
+	defer stuck.Stop()
 	var f wire.Frame
 	for i := range frames {
 		if err := l.ReadFrame(&f); err != nil {
