@@ -55,13 +55,13 @@ const maxReads = 16
 // completion, and the reader checksums each piece as soon as it and those
 // before it have landed (pendingRead.fold): while the bytes are still in
 // the cache where the provider's copy (or a NIC's DMA, with cache
-// injection) left them, and while the rest of the payload is still moving. One read of the
-// whole payload left the pass until its last byte had come: on tcp, 4 MiB
-// payloads checksummed at 0.15 CPU-s per GB against 0.09 in pieces,
-// though tcp's own CPU rose as much with its request and response per
-// piece (docs/rdma.md, "Reads in pieces"). About 256 KiB or more, so that
-// a piece's completion and wake-up stay small beside its transfer and
-// checksum.
+// injection) left them, and while the rest of the payload is still
+// moving. One read of the whole payload left the pass until its last
+// byte had come: on tcp, 4 MiB payloads checksummed at 0.15 CPU-s per GB
+// against 0.09 in pieces, though tcp's own CPU rose as much with its
+// request and response per piece (docs/rdma.md, "Reads in pieces").
+// About 256 KiB or more, so that a piece's completion and wake-up stay
+// small beside its transfer and checksum.
 const (
 	maxReadPieces = 4
 	minReadPiece  = 256 << 10
@@ -220,8 +220,8 @@ func (l *link) startTransfer(p *pendingRead) error {
 	return nil
 }
 
-// postPieces posts the next pieces of p's read, as many as the
-// link's budget (maxPiecesOut) allows; the rest go as pieces complete
+// postPieces posts the next pieces of p's read, as many as the link's
+// budget (maxPiecesOut) allows; the rest go as pieces complete
 // (pieceDone). Pieces are posted in order, and a provider completes them
 // in order where it can, so each usually finds those before it landed and
 // is checksummed at once. A piece the provider refuses comes back as a
