@@ -290,7 +290,7 @@ func (l *link) pieceDone(ev readDoneEv) {
 	default:
 		p.landed |= 1 << piece
 		p.fold()
-		if p.folded == p.size && p.out == 0 {
+		if p.folded == p.size { // every piece landed
 			l.transferDone(slot)
 		}
 	}
