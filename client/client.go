@@ -65,7 +65,8 @@ var (
 	// still work, and writes do once space is freed.
 	ErrStorageFull = ops.ErrStorageFull
 	// ErrPreconditionFailed: a conditional write's condition
-	// (PutOptions.IfMatch, IfNoneMatch) is false; nothing was written.
+	// (PutOptions.IfMatch, IfNoneMatch, RemoveObjectIf's ifMatch) is
+	// false; nothing was written or deleted.
 	ErrPreconditionFailed = ops.ErrPreconditionFailed
 )
 

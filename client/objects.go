@@ -515,12 +515,41 @@ func (c *Client) StatObject(ctx context.Context, bucket, key string) (ObjectInfo
 
 // RemoveObject deletes an object; deleting a missing key succeeds, as in S3.
 func (c *Client) RemoveObject(ctx context.Context, bucket, key string) error {
+	return c.remove(ctx, bucket, key, nil)
+}
+
+// RemoveObjectIf deletes an object only if the key holds one whose ETag is
+// ifMatch (S3's conditional delete, If-Match on DELETE): quotes optional, a
+// comma-separated list of ETags as in HTTP, or "*" for any object. A false
+// condition is ErrPreconditionFailed, a key that holds no object
+// ErrNoSuchKey; either way nothing is deleted. The PG's primary checks the
+// condition atomically with the delete, so a put that replaced the object
+// in between makes it fail rather than be deleted.
+func (c *Client) RemoveObjectIf(ctx context.Context, bucket, key, ifMatch string) error {
+	if ifMatch == "" {
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "a conditional delete without If-Match")
+	}
+	cond, err := condition(ifMatch, "")
+	if err != nil {
+		return err
+	}
+	return c.remove(ctx, bucket, key, cond)
+}
+
+// remove deletes bucket/key, as a conditional delete (MSG_DELETE_OBJECT_IF,
+// which an OSD without conditional deletes refuses rather than ignores)
+// when cond is not nil.
+func (c *Client) remove(ctx context.Context, bucket, key string, cond *osdpb.Condition) error {
 	if err := checkNames(bucket, key); err != nil {
 		return err
 	}
+	t := osdpb.MsgType_MSG_DELETE_OBJECT
+	if cond != nil {
+		t = osdpb.MsgType_MSG_DELETE_OBJECT_IF
+	}
 	var rep osdpb.ObjectReply
-	_, err := c.do(ctx, osdpb.MsgType_MSG_DELETE_OBJECT, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
-		return &osdpb.ObjectRequest{Header: h, Bucket: bucket, Key: key}
+	_, err := c.do(ctx, t, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
+		return &osdpb.ObjectRequest{Header: h, Bucket: bucket, Key: key, Condition: cond}
 	}, nil, &rep, false)
 	return err
 }

@@ -57,7 +57,7 @@ func opPerm(t osdpb.MsgType) auth.Perm {
 	case osdpb.MsgType_MSG_CREATE_BUCKET, osdpb.MsgType_MSG_DELETE_BUCKET, osdpb.MsgType_MSG_PUT_OBJECT,
 		osdpb.MsgType_MSG_DELETE_OBJECT, osdpb.MsgType_MSG_CREATE_UPLOAD, osdpb.MsgType_MSG_UPLOAD_PART,
 		osdpb.MsgType_MSG_COMPLETE_UPLOAD, osdpb.MsgType_MSG_ABORT_UPLOAD,
-		osdpb.MsgType_MSG_PUT_OBJECT_IF, osdpb.MsgType_MSG_COMPLETE_UPLOAD_IF:
+		osdpb.MsgType_MSG_PUT_OBJECT_IF, osdpb.MsgType_MSG_COMPLETE_UPLOAD_IF, osdpb.MsgType_MSG_DELETE_OBJECT_IF:
 		return auth.PermWrite
 	}
 	return auth.PermRead

@@ -237,3 +237,88 @@ func TestConditionalPutResend(t *testing.T) {
 	}
 	replicasHave(t, c, "idem", "k", []byte("first"))
 }
+
+// TestConditionalDelete: a delete with If-Match (MSG_DELETE_OBJECT_IF)
+// removes the object only if its ETag is one named, on every replica; a
+// stale ETag (the object was replaced since) is PRECONDITION_FAILED and a
+// missing object NO_SUCH_KEY, and both leave everything as it was. A
+// condition on any other type, or an If-None-Match on a delete, is
+// INVALID_ARGUMENT; a resend of an applied conditional delete is answered
+// from the PG log, not checked again against the now missing object.
+func TestConditionalDelete(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
+	ctx := ctxT(t, time.Minute)
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "cdel"); err != nil {
+		t.Fatal(err)
+	}
+	old, err := osdtest.Put(ctx, cl, "cdel", "k", []byte("old"), client.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := osdtest.Put(ctx, cl, "cdel", "k", []byte("current"), client.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.RemoveObjectIf(ctx, "cdel", "k", old.ETag); !errors.Is(err, client.ErrPreconditionFailed) {
+		t.Fatalf("a delete If-Match the replaced object's ETag: %v, want ErrPreconditionFailed", err)
+	}
+	replicasHave(t, c, "cdel", "k", []byte("current"))
+	if err := cl.RemoveObjectIf(ctx, "cdel", "k", `"`+old.ETag+`", `+cur.ETag); err != nil {
+		t.Fatalf("a delete If-Match a list with the ETag: %v", err)
+	}
+	replicasHave(t, c, "cdel", "k", nil)
+	if err := cl.RemoveObjectIf(ctx, "cdel", "k", "*"); !errors.Is(err, client.ErrNoSuchKey) {
+		t.Fatalf("a delete If-Match * of a missing object: %v, want ErrNoSuchKey", err)
+	}
+	if err := cl.RemoveObjectIf(ctx, "cdel", "k", ""); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("a conditional delete without a condition: %v, want ErrInvalidArgument", err)
+	}
+
+	// On the wire.
+	if _, err := osdtest.Put(ctx, cl, "cdel", "k", []byte("again"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitSettled(t, 30*time.Second)
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	pg := placement.PGOf(pool, "cdel", "k")
+	primary, _ := c.Map.Primary(pool.Id, pg)
+	call := rawCaller(ctx, t, c, primary)
+	send := func(typ osdpb.MsgType, tid uint64, attempt uint32, cond *osdpb.Condition) *osdpb.ReplyHeader {
+		t.Helper()
+		front, _ := proto.Marshal(&osdpb.ObjectRequest{
+			Header: &osdpb.Header{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: pg, Req: &osdpb.ReqID{Client: 78, Tid: tid}, Attempt: attempt},
+			Bucket: "cdel", Key: "k", Condition: cond})
+		var rep osdpb.ObjectReply
+		if err := call(typ, front, nil, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep.Header
+	}
+	any := &osdpb.Condition{IfMatch: []string{"*"}}
+	for _, tc := range []struct {
+		typ  osdpb.MsgType
+		cond *osdpb.Condition
+	}{
+		{osdpb.MsgType_MSG_DELETE_OBJECT, any},
+		{osdpb.MsgType_MSG_HEAD_OBJECT, any},
+		{osdpb.MsgType_MSG_DELETE_OBJECT_IF, nil},
+		{osdpb.MsgType_MSG_DELETE_OBJECT_IF, &osdpb.Condition{IfNoneMatchStar: true}},
+	} {
+		if h := send(tc.typ, 1, 0, tc.cond); h.GetStatus() != osdpb.Status_INVALID_ARGUMENT {
+			t.Fatalf("%v with condition %v: %v, want INVALID_ARGUMENT", tc.typ, tc.cond, h)
+		}
+	}
+	replicasHave(t, c, "cdel", "k", []byte("again"))
+	first := send(osdpb.MsgType_MSG_DELETE_OBJECT_IF, 2, 0, any)
+	if first.GetStatus() != osdpb.Status_OK {
+		t.Fatalf("a conditional delete: %v", first)
+	}
+	if again := send(osdpb.MsgType_MSG_DELETE_OBJECT_IF, 2, 1, any); again.GetStatus() != osdpb.Status_OK || !proto.Equal(first.Version, again.Version) {
+		t.Fatalf("its resend: %v, want OK at version %v", again, first.Version)
+	}
+	if h := send(osdpb.MsgType_MSG_DELETE_OBJECT_IF, 3, 0, any); h.GetStatus() != osdpb.Status_NO_SUCH_KEY {
+		t.Fatalf("a new conditional delete of the deleted object: %v, want NO_SUCH_KEY", h)
+	}
+	replicasHave(t, c, "cdel", "k", nil)
+}

@@ -298,12 +298,18 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			return nil
 		})
 
-	case osdpb.MsgType_MSG_DELETE_OBJECT:
+	case osdpb.MsgType_MSG_DELETE_OBJECT, osdpb.MsgType_MSG_DELETE_OBJECT_IF:
 		var req osdpb.ObjectRequest
 		if !o.admit(m, &req) {
 			return
 		}
-		o.objectWrite(m, req.Header, req.Bucket, req.Key, nil, objectReply, func(e *osdpb.LogEntry) error {
+		o.objectWrite(m, req.Header, req.Bucket, req.Key, req.Condition, objectReply, func(e *osdpb.LogEntry) error {
+			if err := conditionFor(t, t == osdpb.MsgType_MSG_DELETE_OBJECT_IF, req.Condition); err != nil {
+				return err
+			}
+			if req.Condition.GetIfNoneMatchStar() {
+				return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "If-None-Match on a delete: a delete takes If-Match only")
+			}
 			e.Kind = osdpb.OpKind_OP_DELETE
 			return nil
 		})
@@ -318,6 +324,11 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 	case osdpb.MsgType_MSG_HEAD_OBJECT:
 		var req osdpb.ObjectRequest
 		if !o.admit(m, &req) {
+			return
+		}
+		if err := conditionFor(t, false, req.Condition); err != nil {
+			o.send(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, err)}, nil)
+			m.Release()
 			return
 		}
 		o.onReaders(m, func() {

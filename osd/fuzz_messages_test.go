@@ -52,6 +52,8 @@ func FuzzOSDMessages(f *testing.F) {
 			Condition: &osdpb.Condition{IfMatch: []string{"*", "0123456789abcdef0123456789abcdef"}, IfNoneMatchStar: true}},
 		osdpb.MsgType_MSG_COMPLETE_UPLOAD_IF: &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u",
 			Condition: &osdpb.Condition{IfNoneMatchStar: true}},
+		osdpb.MsgType_MSG_DELETE_OBJECT_IF: &osdpb.ObjectRequest{Header: hdr, Bucket: "fz", Key: "k",
+			Condition: &osdpb.Condition{IfMatch: []string{"0123456789abcdef0123456789abcdef"}}},
 		osdpb.MsgType_MSG_REP_OP:          &osdpb.RepOp{Epoch: 1, Pool: 1, Entry: entry},
 		osdpb.MsgType_MSG_REP_OP_REPLY:    &osdpb.RepOpReply{Header: &osdpb.ReplyHeader{Epoch: 1}, Pool: 1},
 		osdpb.MsgType_MSG_PG_QUERY:        &osdpb.PGQuery{Epoch: 1, Pool: 1},
@@ -84,6 +86,8 @@ func FuzzOSDMessages(f *testing.F) {
 		osdpb.MsgType_MSG_DELETE_OBJECT: &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k", Condition: &osdpb.Condition{IfMatch: []string{"\"", ""}}},
 		osdpb.MsgType_MSG_COMPLETE_UPLOAD: &osdpb.UploadRequest{Header: hdr, Bucket: "fz", Key: "k", UploadId: "u",
 			Condition: &osdpb.Condition{IfNoneMatchStar: true}},
+		osdpb.MsgType_MSG_DELETE_OBJECT_IF: &osdpb.ObjectRequest{Header: hdr, Bucket: "fz", Key: "k", Condition: &osdpb.Condition{IfNoneMatchStar: true}},
+		osdpb.MsgType_MSG_HEAD_OBJECT:      &osdpb.ObjectRequest{Header: hdr, Bucket: "fz", Key: "k", Condition: &osdpb.Condition{IfMatch: []string{"*"}}},
 	} {
 		front, _ := proto.Marshal(pb)
 		f.Add(true, uint16(t), front, []byte(nil))

@@ -30,8 +30,8 @@ var OpBucketBounds = func() []time.Duration {
 const (
 	opFirstBound = 16 // log2 of the first bound, in ns
 	opBuckets    = 20 // 19 bounds and +Inf
-	maxClientOp  = osdpb.MsgType_MSG_PG_LIST_INCONSISTENT
-	opKinds      = int(maxClientOp)/2 + 1 // request types are odd: 1, 3, ... 41
+	maxClientOp  = osdpb.MsgType_MSG_DELETE_OBJECT_IF
+	opKinds      = int(maxClientOp)/2 + 1 // request types are odd: 1, 3, ... 43
 )
 
 // opBucket is the bucket of an op that took d.

@@ -1,6 +1,7 @@
 package s3gw
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"time"
@@ -13,7 +14,9 @@ import (
 // HEAD, and their x-amz-copy-source-if-* forms on the source of a copy.
 // On writes (PutObject, CopyObject's destination, CompleteMultipartUpload)
 // If-Match and If-None-Match "*" are S3's conditional writes, which the
-// SDK sends to the OSD that checks them atomically with the write.
+// SDK sends to the OSD that checks them atomically with the write; so is
+// If-Match on a DELETE (and an object's ETag in DeleteObjects), S3's
+// conditional delete.
 
 // ErrPreconditionFailed: a condition of the request is false.
 var ErrPreconditionFailed = &Error{Code: "PreconditionFailed", Status: http.StatusPreconditionFailed}
@@ -21,7 +24,7 @@ var ErrPreconditionFailed = &Error{Code: "PreconditionFailed", Status: http.Stat
 // writeConditions are a write's If-Match and If-None-Match for the SDK
 // (client.PutOptions.IfMatch, IfNoneMatch). As on S3, If-None-Match on a
 // write takes only "*": another value is NotImplemented, refused rather
-// than ignored, as is any condition on a DELETE (deleteConditions).
+// than ignored.
 func writeConditions(h http.Header) (ifMatch, ifNoneMatch string, err error) {
 	ifMatch = strings.Join(h.Values("If-Match"), ",")
 	ifNoneMatch = strings.TrimSpace(strings.Join(h.Values("If-None-Match"), ","))
@@ -31,16 +34,28 @@ func writeConditions(h http.Header) (ifMatch, ifNoneMatch string, err error) {
 	return ifMatch, ifNoneMatch, nil
 }
 
-// deleteConditions refuses S3's conditional deletes (If-Match, and the
-// x-amz-if-match-* headers), which the OSDs do not check: a delete done
-// unconditionally would remove what the caller meant to keep.
-func deleteConditions(h http.Header) error {
-	for _, name := range []string{"If-Match", "X-Amz-If-Match-Last-Modified-Time", "X-Amz-If-Match-Size"} {
+// deleteConditions is a DELETE's If-Match for the SDK
+// (client.RemoveObjectIf), "" for none. S3 checks an object's last
+// modified time and size (x-amz-if-match-last-modified-time,
+// x-amz-if-match-size) on directory buckets only: NotImplemented here,
+// refused rather than ignored, since a delete done unconditionally would
+// remove what the caller meant to keep.
+func deleteConditions(h http.Header) (ifMatch string, err error) {
+	for _, name := range []string{"X-Amz-If-Match-Last-Modified-Time", "X-Amz-If-Match-Size"} {
 		if h.Get(name) != "" {
-			return errf(ErrNotImplemented, "conditional deletes (%s) are not implemented", name)
+			return "", errf(ErrNotImplemented, "conditional deletes on %s are not implemented (S3 has them on directory buckets only)", name)
 		}
 	}
-	return nil
+	return strings.Join(h.Values("If-Match"), ","), nil
+}
+
+// remove deletes bucket/key, only if its ETag is one of ifMatch when that
+// is not "".
+func (g *Gateway) remove(ctx context.Context, bucket, key, ifMatch string) error {
+	if ifMatch != "" {
+		return g.cl.RemoveObjectIf(ctx, bucket, key, ifMatch)
+	}
+	return g.cl.RemoveObject(ctx, bucket, key)
 }
 
 // condition is the outcome of a request's conditions.

@@ -59,12 +59,88 @@ func TestConditionalRequests(t *testing.T) {
 			t.Errorf("%s: %v (status %d), want status %d", tc.what, tc.err, status, tc.status)
 		}
 	}
-	// A conditional DELETE is refused, never done unconditionally.
-	_, err := e.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("cond"), Key: aws.String("k"), IfMatch: aws.String(etag)})
-	wantCode(t, "DELETE If-Match", err, "NotImplemented", http.StatusNotImplemented)
-	if b, _ := e.get(t, "cond", "k", ""); !bytes.Equal(b, data) {
-		t.Fatal("a refused conditional DELETE removed the object")
+}
+
+// TestConditionalDeletes: S3's conditional deletes, If-Match on DeleteObject
+// and an object's ETag in DeleteObjects: the object goes only if its ETag
+// is the one named (or for "*", if there is one); a wrong ETag is 412
+// PreconditionFailed, a key without an object 404 NoSuchKey, and neither
+// deletes anything. Conditions S3 checks on directory buckets only are
+// refused, never ignored.
+func TestConditionalDeletes(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	b := e.newBucket(t)
+	data := []byte("conditional delete")
+	etag := `"` + md5hex(data) + `"`
+	del := func(key string, set func(*s3.DeleteObjectInput)) error {
+		in := &s3.DeleteObjectInput{Bucket: aws.String(b), Key: aws.String(key)}
+		set(in)
+		_, err := e.s3.DeleteObject(ctx, in)
+		return err
 	}
+	stays := func(what, key string) {
+		t.Helper()
+		if got, _ := e.get(t, b, key, ""); !bytes.Equal(got, data) {
+			t.Fatalf("%s: the object is gone", what)
+		}
+	}
+	gone := func(what, key string) {
+		t.Helper()
+		_, err := e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(b), Key: aws.String(key)})
+		if _, status := code(err); status != http.StatusNotFound {
+			t.Fatalf("%s: the object is still there (%v)", what, err)
+		}
+	}
+
+	e.put(t, b, "k", data)
+	wantCode(t, "DELETE If-Match wrong", del("k", func(in *s3.DeleteObjectInput) { in.IfMatch = aws.String(`"0123456789abcdef0123456789abcdef"`) }),
+		"PreconditionFailed", http.StatusPreconditionFailed)
+	stays("DELETE If-Match wrong", "k")
+	wantCode(t, "DELETE x-amz-if-match-size", del("k", func(in *s3.DeleteObjectInput) { in.IfMatchSize = aws.Int64(int64(len(data))) }),
+		"NotImplemented", http.StatusNotImplemented)
+	stays("DELETE x-amz-if-match-size", "k")
+	if err := del("k", func(in *s3.DeleteObjectInput) { in.IfMatch = aws.String(etag) }); err != nil {
+		t.Fatalf("DELETE If-Match right: %v", err)
+	}
+	gone("DELETE If-Match right", "k")
+	wantCode(t, "DELETE If-Match, no object", del("k", func(in *s3.DeleteObjectInput) { in.IfMatch = aws.String(etag) }),
+		"NoSuchKey", http.StatusNotFound)
+	wantCode(t, "DELETE If-Match *, no object", del("k", func(in *s3.DeleteObjectInput) { in.IfMatch = aws.String("*") }),
+		"NoSuchKey", http.StatusNotFound)
+	e.put(t, b, "k", data)
+	if err := del("k", func(in *s3.DeleteObjectInput) { in.IfMatch = aws.String("*") }); err != nil {
+		t.Fatalf("DELETE If-Match *: %v", err)
+	}
+	gone("DELETE If-Match *", "k")
+
+	// DeleteObjects: each object's ETag is its own condition.
+	for _, k := range []string{"a", "b", "c"} {
+		e.put(t, b, k, data)
+	}
+	out, err := e.s3.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String(b), Delete: &types.Delete{Objects: []types.ObjectIdentifier{
+		{Key: aws.String("a"), ETag: aws.String(etag)},
+		{Key: aws.String("b"), ETag: aws.String(`"0123456789abcdef0123456789abcdef"`)},
+		{Key: aws.String("c")},
+		{Key: aws.String("missing"), ETag: aws.String(etag)},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := map[string]bool{}
+	for _, d := range out.Deleted {
+		deleted[aws.ToString(d.Key)] = true
+	}
+	failed := map[string]string{}
+	for _, f := range out.Errors {
+		failed[aws.ToString(f.Key)] = aws.ToString(f.Code)
+	}
+	if !deleted["a"] || !deleted["c"] || len(deleted) != 2 || failed["b"] != "PreconditionFailed" || failed["missing"] != "NoSuchKey" || len(failed) != 2 {
+		t.Fatalf("DeleteObjects with ETags: deleted %v, errors %v", deleted, failed)
+	}
+	gone("DeleteObjects, ETag right", "a")
+	stays("DeleteObjects, ETag wrong", "b")
+	gone("DeleteObjects, no ETag", "c")
 }
 
 // TestConditionalWrites: S3's conditional writes on PutObject, CopyObject's

@@ -317,10 +317,11 @@ func invalidRange(req *request, size int64) error {
 }
 
 func (g *Gateway) deleteObject(req *request) error {
-	if err := deleteConditions(req.r.Header); err != nil {
+	ifMatch, err := deleteConditions(req.r.Header)
+	if err != nil {
 		return err
 	}
-	if err := g.cl.RemoveObject(req.r.Context(), req.bucket, req.key); err != nil {
+	if err := g.remove(req.r.Context(), req.bucket, req.key, ifMatch); err != nil {
 		return err
 	}
 	req.w.WriteHeader(http.StatusNoContent)
@@ -333,6 +334,12 @@ type deleteRequest struct {
 	Objects []struct {
 		Key       string
 		VersionID string `xml:"VersionId"`
+		// ETag makes the object's delete conditional, as If-Match does
+		// a DELETE's; LastModifiedTime and Size, which S3 checks on
+		// directory buckets only, are refused (deleteConditions).
+		ETag             string
+		LastModifiedTime string
+		Size             string
 	} `xml:"Object"`
 }
 
@@ -383,7 +390,12 @@ func (g *Gateway) deleteObjects(req *request) error {
 	}
 	errs := make([]error, len(d.Objects))
 	parallel(len(d.Objects), 16, func(i int) {
-		errs[i] = g.cl.RemoveObject(ctx, req.bucket, d.Objects[i].Key)
+		o := &d.Objects[i]
+		if o.LastModifiedTime != "" || o.Size != "" {
+			errs[i] = errf(ErrNotImplemented, "conditional deletes on LastModifiedTime and Size are not implemented (S3 has them on directory buckets only)")
+			return
+		}
+		errs[i] = g.remove(ctx, req.bucket, o.Key, o.ETag)
 	})
 	res := deleteResult{XMLNS: s3XMLNS}
 	for i, o := range d.Objects {

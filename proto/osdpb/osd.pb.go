@@ -83,6 +83,10 @@ const (
 	// The inconsistent objects the PG's last cross-replica scrub recorded.
 	MsgType_MSG_PG_LIST_INCONSISTENT       MsgType = 41
 	MsgType_MSG_PG_LIST_INCONSISTENT_REPLY MsgType = 42
+	// A conditional delete (S3's If-Match on DELETE): ObjectRequest with its
+	// condition set, a type of its own for the reason MSG_PUT_OBJECT_IF is.
+	MsgType_MSG_DELETE_OBJECT_IF       MsgType = 43
+	MsgType_MSG_DELETE_OBJECT_IF_REPLY MsgType = 44
 	// Between OSDs, on the cluster network.
 	MsgType_MSG_REP_OP            MsgType = 101
 	MsgType_MSG_REP_OP_REPLY      MsgType = 102
@@ -161,6 +165,8 @@ var (
 		40:  "MSG_PG_REPAIR_REPLY",
 		41:  "MSG_PG_LIST_INCONSISTENT",
 		42:  "MSG_PG_LIST_INCONSISTENT_REPLY",
+		43:  "MSG_DELETE_OBJECT_IF",
+		44:  "MSG_DELETE_OBJECT_IF_REPLY",
 		101: "MSG_REP_OP",
 		102: "MSG_REP_OP_REPLY",
 		103: "MSG_PG_QUERY",
@@ -230,6 +236,8 @@ var (
 		"MSG_PG_REPAIR_REPLY":            40,
 		"MSG_PG_LIST_INCONSISTENT":       41,
 		"MSG_PG_LIST_INCONSISTENT_REPLY": 42,
+		"MSG_DELETE_OBJECT_IF":           43,
+		"MSG_DELETE_OBJECT_IF_REPLY":     44,
 		"MSG_REP_OP":                     101,
 		"MSG_REP_OP_REPLY":               102,
 		"MSG_PG_QUERY":                   103,
@@ -2062,10 +2070,13 @@ func (x *ObjectReply) GetDataCrc32C() uint32 {
 }
 
 type ObjectRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Bucket        string                 `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Key           string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Bucket string                 `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Key    string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// MSG_DELETE_OBJECT_IF only (the other types refuse it): if_match alone,
+	// as a delete has no If-None-Match.
+	Condition     *Condition `protobuf:"bytes,4,opt,name=condition,proto3" json:"condition,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2119,6 +2130,13 @@ func (x *ObjectRequest) GetKey() string {
 		return x.Key
 	}
 	return ""
+}
+
+func (x *ObjectRequest) GetCondition() *Condition {
+	if x != nil {
+		return x.Condition
+	}
+	return nil
 }
 
 // ListObjects lists one bucket's objects in the PGs named, which must be PGs
@@ -6074,11 +6092,12 @@ const file_osd_proto_rawDesc = "" +
 	"\vdata_crc32c\x18\x04 \x01(\aH\x00R\n" +
 	"dataCrc32c\x88\x01\x01B\x0e\n" +
 	"\f_data_crc32cJ\x04\b\n" +
-	"\x10\v\"k\n" +
+	"\x10\v\"\xa0\x01\n" +
 	"\rObjectRequest\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
-	"\x03key\x18\x03 \x01(\tR\x03keyJ\x04\b\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x123\n" +
+	"\tcondition\x18\x04 \x01(\v2\x15.osprey.osd.ConditionR\tconditionJ\x04\b\n" +
 	"\x10\v\"\xdb\x01\n" +
 	"\vListObjects\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
@@ -6406,7 +6425,7 @@ const file_osd_proto_rawDesc = "" +
 	"\as3_keys\x18\x05 \x03(\v2\x11.osprey.osd.S3KeyR\x06s3Keys\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xd1\f\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x8b\r\n" +
 	"\aMsgType\x12\x0f\n" +
 	"\vMSG_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vMSG_GET_MAP\x10\x01\x12\x15\n" +
@@ -6447,7 +6466,9 @@ const file_osd_proto_rawDesc = "" +
 	"\rMSG_PG_REPAIR\x10'\x12\x17\n" +
 	"\x13MSG_PG_REPAIR_REPLY\x10(\x12\x1c\n" +
 	"\x18MSG_PG_LIST_INCONSISTENT\x10)\x12\"\n" +
-	"\x1eMSG_PG_LIST_INCONSISTENT_REPLY\x10*\x12\x0e\n" +
+	"\x1eMSG_PG_LIST_INCONSISTENT_REPLY\x10*\x12\x18\n" +
+	"\x14MSG_DELETE_OBJECT_IF\x10+\x12\x1e\n" +
+	"\x1aMSG_DELETE_OBJECT_IF_REPLY\x10,\x12\x0e\n" +
 	"\n" +
 	"MSG_REP_OP\x10e\x12\x14\n" +
 	"\x10MSG_REP_OP_REPLY\x10f\x12\x10\n" +
@@ -6622,110 +6643,111 @@ var file_osd_proto_goTypes = []any{
 	nil,                             // 81: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
-	5,  // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
-	6,  // 1: osprey.osd.ClusterMap.pools:type_name -> osprey.osd.Pool
-	2,  // 2: osprey.osd.OSDInfo.fullness:type_name -> osprey.osd.Fullness
-	8,  // 3: osprey.osd.Header.req:type_name -> osprey.osd.ReqID
-	1,  // 4: osprey.osd.ReplyHeader.status:type_name -> osprey.osd.Status
-	4,  // 5: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
-	7,  // 6: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
-	8,  // 7: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	78, // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
-	11, // 9: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
-	12, // 10: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
-	10, // 11: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 12: osprey.osd.GetMapReply.map:type_name -> osprey.osd.ClusterMap
-	9,  // 13: osprey.osd.BucketRequest.header:type_name -> osprey.osd.Header
-	10, // 14: osprey.osd.BucketReply.header:type_name -> osprey.osd.ReplyHeader
-	14, // 15: osprey.osd.BucketReply.info:type_name -> osprey.osd.BucketInfo
-	9,  // 16: osprey.osd.ListBuckets.header:type_name -> osprey.osd.Header
-	10, // 17: osprey.osd.ListBucketsReply.header:type_name -> osprey.osd.ReplyHeader
-	14, // 18: osprey.osd.ListBucketsReply.buckets:type_name -> osprey.osd.BucketInfo
-	9,  // 19: osprey.osd.PutObject.header:type_name -> osprey.osd.Header
-	12, // 20: osprey.osd.PutObject.meta:type_name -> osprey.osd.ObjectMeta
-	21, // 21: osprey.osd.PutObject.condition:type_name -> osprey.osd.Condition
-	9,  // 22: osprey.osd.GetObject.header:type_name -> osprey.osd.Header
-	10, // 23: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
-	12, // 24: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
-	9,  // 25: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
-	9,  // 26: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
-	10, // 27: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
-	13, // 28: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
-	9,  // 29: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
-	12, // 30: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
-	11, // 31: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
-	21, // 32: osprey.osd.UploadRequest.condition:type_name -> osprey.osd.Condition
-	10, // 33: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
-	11, // 34: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
-	12, // 35: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
-	11, // 36: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
-	30, // 37: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
-	7,  // 38: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
-	8,  // 39: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
-	3,  // 40: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
-	12, // 41: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
-	1,  // 42: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
-	31, // 43: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
-	10, // 44: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
-	7,  // 45: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
-	7,  // 46: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
-	7,  // 47: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
-	10, // 48: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
-	35, // 49: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
-	7,  // 50: osprey.osd.PGStray.last:type_name -> osprey.osd.Version
-	10, // 51: osprey.osd.PGStrayReply.header:type_name -> osprey.osd.ReplyHeader
-	7,  // 52: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
-	10, // 53: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
-	31, // 54: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
-	7,  // 55: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
-	10, // 56: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
-	31, // 57: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
-	7,  // 58: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
-	2,  // 59: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
-	2,  // 60: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
-	10, // 61: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 62: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
-	7,  // 63: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
-	9,  // 64: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
-	10, // 65: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
-	7,  // 66: osprey.osd.ScrubObject.version:type_name -> osprey.osd.Version
-	50, // 67: osprey.osd.PGScrubMap.names:type_name -> osprey.osd.ObjectName
-	10, // 68: osprey.osd.PGScrubMapReply.header:type_name -> osprey.osd.ReplyHeader
-	51, // 69: osprey.osd.PGScrubMapReply.objects:type_name -> osprey.osd.ScrubObject
-	7,  // 70: osprey.osd.PGScrubMapReply.last:type_name -> osprey.osd.Version
-	31, // 71: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
-	10, // 72: osprey.osd.PGPushReply.header:type_name -> osprey.osd.ReplyHeader
-	7,  // 73: osprey.osd.ScrubShard.version:type_name -> osprey.osd.Version
-	56, // 74: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
-	57, // 75: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
-	9,  // 76: osprey.osd.PGRepair.header:type_name -> osprey.osd.Header
-	10, // 77: osprey.osd.PGRepairReply.header:type_name -> osprey.osd.ReplyHeader
-	9,  // 78: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
-	10, // 79: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
-	58, // 80: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
-	47, // 81: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	2,  // 82: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
-	10, // 83: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 84: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	10, // 85: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 86: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	69, // 87: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	70, // 88: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	79, // 89: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	71, // 90: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	69, // 91: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,  // 92: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	80, // 93: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	76, // 94: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
-	10, // 95: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,  // 96: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	81, // 97: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	71, // 98: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	99, // [99:99] is the sub-list for method output_type
-	99, // [99:99] is the sub-list for method input_type
-	99, // [99:99] is the sub-list for extension type_name
-	99, // [99:99] is the sub-list for extension extendee
-	0,  // [0:99] is the sub-list for field type_name
+	5,   // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
+	6,   // 1: osprey.osd.ClusterMap.pools:type_name -> osprey.osd.Pool
+	2,   // 2: osprey.osd.OSDInfo.fullness:type_name -> osprey.osd.Fullness
+	8,   // 3: osprey.osd.Header.req:type_name -> osprey.osd.ReqID
+	1,   // 4: osprey.osd.ReplyHeader.status:type_name -> osprey.osd.Status
+	4,   // 5: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
+	7,   // 6: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
+	8,   // 7: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
+	78,  // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	11,  // 9: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
+	12,  // 10: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
+	10,  // 11: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 12: osprey.osd.GetMapReply.map:type_name -> osprey.osd.ClusterMap
+	9,   // 13: osprey.osd.BucketRequest.header:type_name -> osprey.osd.Header
+	10,  // 14: osprey.osd.BucketReply.header:type_name -> osprey.osd.ReplyHeader
+	14,  // 15: osprey.osd.BucketReply.info:type_name -> osprey.osd.BucketInfo
+	9,   // 16: osprey.osd.ListBuckets.header:type_name -> osprey.osd.Header
+	10,  // 17: osprey.osd.ListBucketsReply.header:type_name -> osprey.osd.ReplyHeader
+	14,  // 18: osprey.osd.ListBucketsReply.buckets:type_name -> osprey.osd.BucketInfo
+	9,   // 19: osprey.osd.PutObject.header:type_name -> osprey.osd.Header
+	12,  // 20: osprey.osd.PutObject.meta:type_name -> osprey.osd.ObjectMeta
+	21,  // 21: osprey.osd.PutObject.condition:type_name -> osprey.osd.Condition
+	9,   // 22: osprey.osd.GetObject.header:type_name -> osprey.osd.Header
+	10,  // 23: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
+	12,  // 24: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
+	9,   // 25: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
+	21,  // 26: osprey.osd.ObjectRequest.condition:type_name -> osprey.osd.Condition
+	9,   // 27: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
+	10,  // 28: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
+	13,  // 29: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
+	9,   // 30: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
+	12,  // 31: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
+	11,  // 32: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
+	21,  // 33: osprey.osd.UploadRequest.condition:type_name -> osprey.osd.Condition
+	10,  // 34: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
+	11,  // 35: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
+	12,  // 36: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
+	11,  // 37: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
+	30,  // 38: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
+	7,   // 39: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
+	8,   // 40: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
+	3,   // 41: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
+	12,  // 42: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
+	1,   // 43: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
+	31,  // 44: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
+	10,  // 45: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
+	7,   // 46: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
+	7,   // 47: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
+	7,   // 48: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
+	10,  // 49: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
+	35,  // 50: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
+	7,   // 51: osprey.osd.PGStray.last:type_name -> osprey.osd.Version
+	10,  // 52: osprey.osd.PGStrayReply.header:type_name -> osprey.osd.ReplyHeader
+	7,   // 53: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
+	10,  // 54: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
+	31,  // 55: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
+	7,   // 56: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
+	10,  // 57: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
+	31,  // 58: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
+	7,   // 59: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
+	2,   // 60: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
+	2,   // 61: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
+	10,  // 62: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 63: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
+	7,   // 64: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
+	9,   // 65: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
+	10,  // 66: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
+	7,   // 67: osprey.osd.ScrubObject.version:type_name -> osprey.osd.Version
+	50,  // 68: osprey.osd.PGScrubMap.names:type_name -> osprey.osd.ObjectName
+	10,  // 69: osprey.osd.PGScrubMapReply.header:type_name -> osprey.osd.ReplyHeader
+	51,  // 70: osprey.osd.PGScrubMapReply.objects:type_name -> osprey.osd.ScrubObject
+	7,   // 71: osprey.osd.PGScrubMapReply.last:type_name -> osprey.osd.Version
+	31,  // 72: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
+	10,  // 73: osprey.osd.PGPushReply.header:type_name -> osprey.osd.ReplyHeader
+	7,   // 74: osprey.osd.ScrubShard.version:type_name -> osprey.osd.Version
+	56,  // 75: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
+	57,  // 76: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
+	9,   // 77: osprey.osd.PGRepair.header:type_name -> osprey.osd.Header
+	10,  // 78: osprey.osd.PGRepairReply.header:type_name -> osprey.osd.ReplyHeader
+	9,   // 79: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
+	10,  // 80: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
+	58,  // 81: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
+	47,  // 82: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	2,   // 83: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
+	10,  // 84: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 85: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 86: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 87: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	69,  // 88: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	70,  // 89: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	79,  // 90: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	71,  // 91: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	69,  // 92: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,   // 93: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	80,  // 94: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	76,  // 95: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	10,  // 96: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 97: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	81,  // 98: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	71,  // 99: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	100, // [100:100] is the sub-list for method output_type
+	100, // [100:100] is the sub-list for method input_type
+	100, // [100:100] is the sub-list for extension type_name
+	100, // [100:100] is the sub-list for extension extendee
+	0,   // [0:100] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
