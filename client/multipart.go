@@ -303,6 +303,10 @@ func (c *Client) complete(ctx context.Context, bucket, key, uploadID string, par
 	}
 	refs := make([]*osdpb.PartRef, len(parts))
 	for i, p := range parts {
+		// Checked before the conversion: 2^32+1 must not name part 1.
+		if p.PartNumber < 1 || p.PartNumber > ops.MaxParts {
+			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "part number %d: must be 1 to %d", p.PartNumber, ops.MaxParts)
+		}
 		refs[i] = &osdpb.PartRef{Number: uint32(p.PartNumber), Etag: strings.Trim(p.ETag, `"`)}
 	}
 	t := osdpb.MsgType_MSG_COMPLETE_UPLOAD

@@ -76,6 +76,13 @@ func TestMultipartExplicit(t *testing.T) {
 	if _, err := cl.CompleteMultipartUpload(ctx, "s3tests", "mp/obj", id, []client.CompletePart{done[0], done[1], {PartNumber: 4, ETag: done[2].ETag}}); !errors.Is(err, client.ErrInvalidPart) {
 		t.Fatalf("a part never uploaded: %v", err)
 	}
+	// Part numbers past 1 to 10000 are refused, never wrapped into
+	// range: 2^32+1 is not part 1.
+	for _, n := range []int{0, -1, 10001, 1<<32 + 1} {
+		if _, err := cl.CompleteMultipartUpload(ctx, "s3tests", "mp/obj", id, []client.CompletePart{{PartNumber: n, ETag: done[0].ETag}}); !errors.Is(err, client.ErrInvalidArgument) {
+			t.Fatalf("complete with part number %d: %v, want ErrInvalidArgument", n, err)
+		}
+	}
 	if _, err := cl.CompleteMultipartUpload(ctx, "s3tests", "mp/obj", id, []client.CompletePart{{PartNumber: 1, ETag: md5hex(nil)}}); !errors.Is(err, client.ErrInvalidPart) {
 		t.Fatalf("a wrong ETag: %v", err)
 	}

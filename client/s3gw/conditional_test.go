@@ -225,3 +225,45 @@ func TestConditionalWrites(t *testing.T) {
 	}
 	e.wantObject(t, b, "k", data, "", nil)
 }
+
+// TestVersionIDRefused: the gateway keeps one version of an object, so a
+// request for another version (versionId on GET, HEAD and DELETE, and
+// VersionId in DeleteObjects) is 501 NotImplemented, never done on the
+// current object; versionId "null", the one version there is, works.
+func TestVersionIDRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	b := e.newBucket(t)
+	data := []byte("the one version")
+	e.put(t, b, "k", data)
+	e.put(t, b, "k2", data)
+	v := aws.String("3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY")
+	_, err := e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b), Key: aws.String("k"), VersionId: v})
+	wantCode(t, "GET a version", err, "NotImplemented", http.StatusNotImplemented)
+	_, err = e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(b), Key: aws.String("k"), VersionId: v})
+	_, status := code(err)
+	if status != http.StatusNotImplemented {
+		t.Fatalf("HEAD a version: %v, want 501", err)
+	}
+	_, err = e.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(b), Key: aws.String("k"), VersionId: v})
+	wantCode(t, "DELETE a version", err, "NotImplemented", http.StatusNotImplemented)
+	out, err := e.s3.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String(b), Delete: &types.Delete{Objects: []types.ObjectIdentifier{
+		{Key: aws.String("k2"), VersionId: v},
+	}}})
+	if err != nil || len(out.Errors) != 1 || aws.ToString(out.Errors[0].Code) != "NotImplemented" || len(out.Deleted) != 0 {
+		t.Fatalf("DeleteObjects of a version: %+v, %v", out, err)
+	}
+	for _, k := range []string{"k", "k2"} {
+		if got, _ := e.get(t, b, k, ""); !bytes.Equal(got, data) {
+			t.Fatalf("%s changed by requests for another version", k)
+		}
+	}
+	g, err := e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b), Key: aws.String("k"), VersionId: aws.String("null")})
+	if err != nil {
+		t.Fatalf("GET versionId=null: %v", err)
+	}
+	g.Body.Close()
+	if _, err := e.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(b), Key: aws.String("k"), VersionId: aws.String("null")}); err != nil {
+		t.Fatalf("DELETE versionId=null: %v", err)
+	}
+}

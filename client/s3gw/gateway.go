@@ -533,6 +533,12 @@ func (g *Gateway) dispatch(req *request) error {
 			return errf(ErrNotImplemented, "the ?%s operation is not implemented", s)
 		}
 	}
+	if v := q["versionId"]; len(v) > 0 && (len(v) > 1 || v[0] != "null") {
+		// Done on the current object instead, a GET would read and a
+		// DELETE remove what the caller did not name.
+		req.op = "Unsupported"
+		return errf(ErrNotImplemented, "versioning is not implemented: no version %.80q (only versionId=null, the one version there is)", v[0])
+	}
 	if r.Header.Get("X-Amz-Copy-Source") != "" {
 		// The source's read is checked where it is opened.
 		switch {

@@ -522,6 +522,35 @@ func TestAuth(t *testing.T) {
 	if resp.StatusCode != 403 {
 		t.Fatalf("presigned URL of another key: %d", resp.StatusCode)
 	}
+	// x-amz-* headers the signer did not sign, added to a presigned PUT
+	// (a copy's source: the upload would become a copy of what the signer
+	// can read) or to a signed request (metadata): refused, nothing done.
+	for _, h := range [][2]string{{"X-Amz-Copy-Source", "auth/k"}, {"x-amz-meta-added", "on the way"}} {
+		req, _ = http.NewRequest(http.MethodPut, pp.URL, strings.NewReader(""))
+		for k, v := range pp.SignedHeader {
+			req.Header[k] = v
+		}
+		req.Header.Set(h[0], h[1])
+		resp, body = send(t, req, "")
+		if resp.StatusCode != 403 || !bytes.Contains(body, []byte("<Code>AccessDenied</Code>")) || !bytes.Contains(body, []byte("not signed")) {
+			t.Fatalf("a presigned PUT with %s added: %d %s", h[0], resp.StatusCode, body)
+		}
+	}
+	if b, _ := e.get(t, "auth", "up", ""); string(b) != "uploaded" {
+		t.Fatalf("after refused presigned PUTs with headers added: %q", b)
+	}
+	req, _ = http.NewRequest(http.MethodPut, e.url+"/auth/up", strings.NewReader("replaced"))
+	req.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+	if err := v4.NewSigner().SignHTTP(ctx, aws.Credentials{AccessKeyID: testAccess, SecretAccessKey: testSecret}, req, "UNSIGNED-PAYLOAD", "s3", "us-east-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Amz-Meta-Added", "after signing")
+	if resp, body = send(t, req, ""); resp.StatusCode != 403 || !bytes.Contains(body, []byte("not signed")) {
+		t.Fatalf("a signed PUT with x-amz-meta-added added: %d %s", resp.StatusCode, body)
+	}
+	if b, _ := e.get(t, "auth", "up", ""); string(b) != "uploaded" {
+		t.Fatalf("after a refused PUT with a header added: %q", b)
+	}
 
 	// A body that is not what x-amz-content-sha256 says: refused, and
 	// nothing stored.

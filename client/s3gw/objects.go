@@ -391,6 +391,10 @@ func (g *Gateway) deleteObjects(req *request) error {
 	errs := make([]error, len(d.Objects))
 	parallel(len(d.Objects), 16, func(i int) {
 		o := &d.Objects[i]
+		if o.VersionID != "" && o.VersionID != "null" {
+			errs[i] = errf(ErrNotImplemented, "versioning is not implemented: no version %.80q", o.VersionID)
+			return
+		}
 		if o.LastModifiedTime != "" || o.Size != "" {
 			errs[i] = errf(ErrNotImplemented, "conditional deletes on LastModifiedTime and Size are not implemented (S3 has them on directory buckets only)")
 			return

@@ -71,6 +71,32 @@ func parseCredential(v string, s *sigV4) bool {
 	return true
 }
 
+// unsignedAmzHeader returns an x-amz-* header of h that signed (SignedHeaders,
+// lower case, joined by ';') does not name, "" if there is none. S3 refuses
+// such a request, as it must: the headers say what a request does (a copy's
+// source, metadata, a condition), and one added on the way, to a presigned
+// URL say, would turn it into a request its signer never made. Only
+// x-amz-content-sha256 may go unsigned: a presigned request's payload is
+// unsigned anyway, and a header request's is its signed canonical request's.
+func unsignedAmzHeader(h http.Header, signed string) string {
+	for name := range h {
+		if len(name) <= len("x-amz-") || !strings.EqualFold(name[:len("x-amz-")], "x-amz-") || strings.EqualFold(name, "x-amz-content-sha256") {
+			continue
+		}
+		found := false
+		for sh := range strings.SplitSeq(signed, ";") {
+			if strings.EqualFold(sh, name) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return name
+		}
+	}
+	return ""
+}
+
 // validSignedHeaders checks "host;range;x-amz-date": lower case, sorted,
 // no duplicates, host among them, as the spec requires.
 func validSignedHeaders(v string) bool {
@@ -458,6 +484,9 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 		return authResult{}, errf(ErrInvalidArgument, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD or a hex SHA-256")
 	}
 
+	if h := unsignedAmzHeader(r.Header, s.signedHeaders); h != "" {
+		return authResult{}, errf(ErrAccessDenied, "there were headers present in the request which were not signed: %.100s (sign every x-amz-* header)", h)
+	}
 	id, err := creds.Lookup(r.Context(), s.AccessKey)
 	if err != nil {
 		return authResult{}, err

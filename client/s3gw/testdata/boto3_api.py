@@ -87,6 +87,10 @@ etag = s3.head_object(Bucket=B, Key="dir/a.bin")["ETag"]
 assert s3.get_object(Bucket=B, Key="dir/a.bin", IfMatch=etag)["Body"].read() == data
 assert error_of(s3.get_object, Bucket=B, Key="dir/a.bin", IfMatch='"nope"') == ("PreconditionFailed", 412)
 assert error_of(s3.get_object, Bucket=B, Key="dir/a.bin", IfNoneMatch=etag)[1] == 304
+s3.put_object(Bucket=B, Key="cond-del", Body=b"delete me if")
+assert error_of(s3.delete_object, Bucket=B, Key="cond-del", IfMatch='"%s"' % md5(b"other")) == ("PreconditionFailed", 412)
+s3.delete_object(Bucket=B, Key="cond-del", IfMatch='"%s"' % md5(b"delete me if"))
+assert error_of(s3.delete_object, Bucket=B, Key="cond-del", IfMatch="*") == ("NoSuchKey", 404)
 
 step("listings")
 for i in range(5):
