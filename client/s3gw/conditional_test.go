@@ -2,6 +2,8 @@ package s3gw_test
 
 import (
 	"bytes"
+	"crypto/md5"
+	"encoding/base64"
 	"net/http"
 	"testing"
 	"time"
@@ -265,5 +267,53 @@ func TestVersionIDRefused(t *testing.T) {
 	g.Body.Close()
 	if _, err := e.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(b), Key: aws.String("k"), VersionId: aws.String("null")}); err != nil {
 		t.Fatalf("DELETE versionId=null: %v", err)
+	}
+}
+
+// TestUnsupportedWriteHeaders: a write that asks for a feature the gateway
+// does not implement (encryption, SSE-C, object lock, tagging, a public
+// ACL, another storage class) is refused, and nothing is written: the
+// object would otherwise silently lack what the client relies on. What
+// the gateway does anyway (a private ACL, STANDARD) is accepted.
+func TestUnsupportedWriteHeaders(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	b := e.newBucket(t)
+	put := func(set func(*s3.PutObjectInput)) error {
+		in := &s3.PutObjectInput{Bucket: aws.String(b), Key: aws.String("k"), Body: bytes.NewReader([]byte("refused"))}
+		set(in)
+		_, err := e.s3.PutObject(ctx, in)
+		return err
+	}
+	key := "0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		what   string
+		set    func(*s3.PutObjectInput)
+		code   string
+		status int
+	}{
+		{"SSE-S3", func(in *s3.PutObjectInput) { in.ServerSideEncryption = types.ServerSideEncryptionAes256 }, "NotImplemented", 501},
+		{"SSE-C", func(in *s3.PutObjectInput) {
+			in.SSECustomerAlgorithm, in.SSECustomerKey = aws.String("AES256"), aws.String(base64.StdEncoding.EncodeToString([]byte(key)))
+			sum := md5.Sum([]byte(key))
+			in.SSECustomerKeyMD5 = aws.String(base64.StdEncoding.EncodeToString(sum[:]))
+		}, "NotImplemented", 501},
+		{"object lock", func(in *s3.PutObjectInput) { in.ObjectLockLegalHoldStatus = types.ObjectLockLegalHoldStatusOn }, "NotImplemented", 501},
+		{"tagging", func(in *s3.PutObjectInput) { in.Tagging = aws.String("a=b") }, "NotImplemented", 501},
+		{"public ACL", func(in *s3.PutObjectInput) { in.ACL = types.ObjectCannedACLPublicRead }, "NotImplemented", 501},
+		{"GLACIER", func(in *s3.PutObjectInput) { in.StorageClass = types.StorageClassGlacier }, "InvalidStorageClass", 400},
+	} {
+		wantCode(t, tc.what, put(tc.set), tc.code, tc.status)
+		if _, err := e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(b), Key: aws.String("k")}); err == nil {
+			t.Fatalf("%s: the refused PUT wrote the object", tc.what)
+		}
+	}
+	if err := put(func(in *s3.PutObjectInput) { in.ACL, in.StorageClass = types.ObjectCannedACLPrivate, types.StorageClassStandard }); err != nil {
+		t.Fatalf("a PUT with a private ACL and STANDARD: %v", err)
+	}
+	_, err := e.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(b + "-locked"), ObjectLockEnabledForBucket: aws.Bool(true)})
+	wantCode(t, "a bucket with object lock", err, "NotImplemented", 501)
+	if _, err := e.s3.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(b + "-locked")}); err == nil {
+		t.Fatal("the refused CreateBucket made the bucket")
 	}
 }

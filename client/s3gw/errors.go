@@ -55,6 +55,7 @@ var (
 	ErrInvalidBucketName                 = &Error{Code: "InvalidBucketName", Status: http.StatusBadRequest}
 	ErrMethodNotAllowed                  = &Error{Code: "MethodNotAllowed", Status: http.StatusMethodNotAllowed}
 	ErrNotImplemented                    = &Error{Code: "NotImplemented", Status: http.StatusNotImplemented}
+	ErrInvalidStorageClass               = &Error{Code: "InvalidStorageClass", Status: http.StatusBadRequest}
 	ErrInternalError                     = &Error{Code: "InternalError", Status: http.StatusInternalServerError}
 	ErrServiceUnavailable                = &Error{Code: "ServiceUnavailable", Status: http.StatusServiceUnavailable}
 	ErrRequestTimeout                    = &Error{Code: "RequestTimeout", Status: http.StatusBadRequest}

@@ -460,6 +460,52 @@ var unsupportedSubresources = []string{
 	"analytics", "inventory", "metrics", "intelligent-tiering", "select", "restore", "torrent", "attributes",
 }
 
+// notImplementedHeaders name S3 features the gateway does not implement,
+// refused on the writes that carry them rather than ignored: each asks for
+// something a client relies on (its data encrypted, under its own key or
+// the service's, kept from deletion, tagged, shared, redirected) that the
+// object written without it would silently lack.
+var notImplementedHeaders = []string{
+	"X-Amz-Server-Side-Encryption",
+	"X-Amz-Server-Side-Encryption-Customer-Algorithm",
+	"X-Amz-Server-Side-Encryption-Customer-Key",
+	"X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id",
+	"X-Amz-Copy-Source-Server-Side-Encryption-Customer-Algorithm",
+	"X-Amz-Object-Lock-Mode",
+	"X-Amz-Object-Lock-Retain-Until-Date",
+	"X-Amz-Object-Lock-Legal-Hold",
+	"X-Amz-Tagging",
+	"X-Amz-Website-Redirect-Location",
+	"X-Amz-Grant-Read",
+	"X-Amz-Grant-Write",
+	"X-Amz-Grant-Read-Acp",
+	"X-Amz-Grant-Write-Acp",
+	"X-Amz-Grant-Full-Control",
+}
+
+// unsupportedWriteHeaders refuses a write (PUT or POST) that asks for a
+// feature the gateway does not implement: NotImplemented for the headers
+// above, a canned ACL other than private, or object lock on a new bucket;
+// InvalidStorageClass for a storage class other than STANDARD, the one
+// there is.
+func unsupportedWriteHeaders(h http.Header) error {
+	for _, name := range notImplementedHeaders {
+		if _, ok := h[name]; ok {
+			return errf(ErrNotImplemented, "%s is not implemented: the request is refused rather than done without it", name)
+		}
+	}
+	if acl := h.Get("X-Amz-Acl"); acl != "" && acl != "private" {
+		return errf(ErrNotImplemented, "ACLs are not implemented: x-amz-acl %.40q (only private, the default)", acl)
+	}
+	if strings.EqualFold(h.Get("X-Amz-Bucket-Object-Lock-Enabled"), "true") {
+		return errf(ErrNotImplemented, "object lock is not implemented")
+	}
+	if sc := h.Get("X-Amz-Storage-Class"); sc != "" && sc != "STANDARD" {
+		return errf(ErrInvalidStorageClass, "the storage class you specified is not valid: %.40q (there is one, STANDARD)", sc)
+	}
+	return nil
+}
+
 // scope is what a request addresses.
 type scope int
 
@@ -538,6 +584,12 @@ func (g *Gateway) dispatch(req *request) error {
 		// DELETE remove what the caller did not name.
 		req.op = "Unsupported"
 		return errf(ErrNotImplemented, "versioning is not implemented: no version %.80q (only versionId=null, the one version there is)", v[0])
+	}
+	if r.Method == http.MethodPut || r.Method == http.MethodPost {
+		if err := unsupportedWriteHeaders(r.Header); err != nil {
+			req.op = "Unsupported"
+			return err
+		}
 	}
 	if r.Header.Get("X-Amz-Copy-Source") != "" {
 		// The source's read is checked where it is opened.
