@@ -2,6 +2,7 @@ package placement
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -135,7 +136,20 @@ func FuzzFromProto(f *testing.F) {
 			return
 		}
 		checkMap(t, m)
-		next, err := m.With(func(pb *osdpb.ClusterMap) { pb.Osds[0].Up = !pb.Osds[0].Up })
+		// A map may have no OSDs (FromProto accepts that), and one at
+		// the highest epoch cannot advance.
+		next, err := m.With(func(pb *osdpb.ClusterMap) {
+			if len(pb.Osds) > 0 {
+				pb.Osds[0].Up = !pb.Osds[0].Up
+			}
+		})
+		if m.Epoch() == math.MaxUint64 {
+			var me *MapError
+			if !errors.As(err, &me) {
+				t.Fatalf("With at the highest epoch: %v, want a *MapError", err)
+			}
+			return
+		}
 		if err != nil || next.Epoch() != m.Epoch()+1 {
 			t.Fatalf("With: %v", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 //go:embed assets
@@ -38,7 +39,9 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /assets/", func(w http.ResponseWriter, r *http.Request) {
 		r2 := r.Clone(r.Context())
 		r2.URL.Path = r.URL.Path[len("/assets"):]
-		if r2.URL.Path == "/" || r2.URL.Path == "/index.html" {
+		// A name that is not valid UTF-8 is no file of ours; the file
+		// server's fs.ErrInvalid for it would be a 500.
+		if r2.URL.Path == "/" || r2.URL.Path == "/index.html" || !utf8.ValidString(r2.URL.Path) {
 			http.NotFound(w, r)
 			return
 		}
