@@ -247,9 +247,22 @@ func TestBadInput(t *testing.T) {
 			{"Complete, no parts", sv.url + "/bad/mp?uploadId=" + *up.UploadId, "<CompleteMultipartUpload/>"},
 			{"Complete, a number that is not", sv.url + "/bad/mp?uploadId=" + *up.UploadId,
 				"<CompleteMultipartUpload><Part><PartNumber>one</PartNumber><ETag>x</ETag></Part></CompleteMultipartUpload>"},
+			{"DeleteObjects, another root", sv.url + "/bad?delete", "<Undelete><Object><Key>k</Key></Object></Undelete>"},
+			{"Complete, another root", sv.url + "/bad/mp?uploadId=" + *up.UploadId,
+				"<Delete><Part><PartNumber>1</PartNumber><ETag>x</ETag></Part></Delete>"},
 		} {
 			resp, body := send(t, signed(t, http.MethodPost, tc.url, []byte(tc.body)), "")
 			wantS3Error(t, tc.what, resp, body, "MalformedXML", 400)
+		}
+		// A CreateBucket's configuration, cut or of another root: refused,
+		// and no bucket made.
+		for i, body := range []string{"<CreateBucketConfiguration><LocationConstraint>eu", "<Delete><Object><Key>k</Key></Object></Delete>"} {
+			name := fmt.Sprint("badxml", i)
+			resp, rbody := send(t, signed(t, http.MethodPut, sv.url+"/"+name, []byte(body)), "")
+			wantS3Error(t, "CreateBucket "+body, resp, rbody, "MalformedXML", 400)
+			if _, err := e.s3.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(name)}); err == nil {
+				t.Fatalf("CreateBucket %q made the bucket", body)
+			}
 		}
 		big := "<Delete>" + strings.Repeat("<Object><Key>k</Key></Object>", 100<<10) + "</Delete>"
 		resp, body := send(t, signed(t, http.MethodPost, sv.url+"/bad?delete", []byte(big)), "")

@@ -1,6 +1,7 @@
 package s3gw
 
 import (
+	"bytes"
 	"encoding/xml"
 	"net/http"
 	"net/url"
@@ -55,8 +56,12 @@ func (g *Gateway) listBuckets(req *request) error {
 
 func (g *Gateway) createBucket(req *request) error {
 	// A CreateBucketConfiguration (LocationConstraint) may come; one
-	// region here, so it is read and not kept.
-	if _, err := readSmall(req.r.Body, 64<<10); err != nil {
+	// region here, so it is read, checked and not kept.
+	b, err := readSmall(req.r.Body, 64<<10)
+	if err != nil {
+		return err
+	}
+	if err := parseCreateBucket(b); err != nil {
 		return err
 	}
 	if err := g.cl.MakeBucket(req.r.Context(), req.bucket); err != nil {
@@ -81,6 +86,22 @@ func (g *Gateway) headBucket(req *request) error {
 	}
 	req.w.Header().Set("x-amz-bucket-region", g.opts.Region)
 	req.w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// parseCreateBucket checks a CreateBucket's body: none, or a well-formed
+// CreateBucketConfiguration.
+func parseCreateBucket(b []byte) error {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	var c struct {
+		XMLName            xml.Name `xml:"CreateBucketConfiguration"`
+		LocationConstraint string
+	}
+	if err := xml.Unmarshal(b, &c); err != nil {
+		return errf(ErrMalformedXML, "the XML you provided was not well-formed or did not validate against our published schema: %v", err)
+	}
 	return nil
 }
 

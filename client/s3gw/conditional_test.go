@@ -308,7 +308,9 @@ func TestUnsupportedWriteHeaders(t *testing.T) {
 			t.Fatalf("%s: the refused PUT wrote the object", tc.what)
 		}
 	}
-	if err := put(func(in *s3.PutObjectInput) { in.ACL, in.StorageClass = types.ObjectCannedACLPrivate, types.StorageClassStandard }); err != nil {
+	if err := put(func(in *s3.PutObjectInput) {
+		in.ACL, in.StorageClass = types.ObjectCannedACLPrivate, types.StorageClassStandard
+	}); err != nil {
 		t.Fatalf("a PUT with a private ACL and STANDARD: %v", err)
 	}
 	_, err := e.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(b + "-locked"), ObjectLockEnabledForBucket: aws.Bool(true)})

@@ -74,7 +74,8 @@ func (g *Gateway) uploadPart(req *request) error {
 
 // completeRequest is CompleteMultipartUpload's body.
 type completeRequest struct {
-	Parts []struct {
+	XMLName xml.Name `xml:"CompleteMultipartUpload"`
+	Parts   []struct {
 		PartNumber int
 		ETag       string
 	} `xml:"Part"`

@@ -330,6 +330,7 @@ func (g *Gateway) deleteObject(req *request) error {
 
 // deleteRequest is DeleteObjects' body.
 type deleteRequest struct {
+	XMLName xml.Name `xml:"Delete"`
 	Quiet   bool
 	Objects []struct {
 		Key       string

@@ -216,6 +216,18 @@ func FuzzParseDeleteRequest(f *testing.F) {
 	})
 }
 
+func FuzzParseCreateBucket(f *testing.F) {
+	f.Add([]byte(``))
+	f.Add([]byte(`<CreateBucketConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><LocationConstraint>eu-west-1</LocationConstraint></CreateBucketConfiguration>`))
+	f.Add([]byte(`<CreateBucketConfiguration><LocationConstraint>`))
+	f.Add([]byte(`<Delete><Object><Key>a</Key></Object></Delete>`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if err := parseCreateBucket(b); err != nil && !errors.Is(err, ErrMalformedXML) {
+			t.Fatalf("%q: %v, want MalformedXML", b, err)
+		}
+	})
+}
+
 func FuzzCanonicalQuery(f *testing.F) {
 	f.Add("prefix=a%20b&list-type=2&delete&max-keys=10")
 	f.Add("X-Amz-Signature=00&X-Amz-Date=20130524T000000Z&a=%2F")
