@@ -26,7 +26,9 @@ var ErrPreconditionFailed = &Error{Code: "PreconditionFailed", Status: http.Stat
 // write takes only "*": another value is NotImplemented, refused rather
 // than ignored.
 func writeConditions(h http.Header) (ifMatch, ifNoneMatch string, err error) {
-	ifMatch = strings.Join(h.Values("If-Match"), ",")
+	if ifMatch, err = ifMatchOf(h); err != nil {
+		return "", "", err
+	}
 	ifNoneMatch = strings.TrimSpace(strings.Join(h.Values("If-None-Match"), ","))
 	if ifNoneMatch != "" && ifNoneMatch != "*" {
 		return "", "", errf(ErrNotImplemented, "If-None-Match on a write takes only *, not %.40q", ifNoneMatch)
@@ -46,7 +48,22 @@ func deleteConditions(h http.Header) (ifMatch string, err error) {
 			return "", errf(ErrNotImplemented, "conditional deletes on %s are not implemented (S3 has them on directory buckets only)", name)
 		}
 	}
-	return strings.Join(h.Values("If-Match"), ","), nil
+	return ifMatchOf(h)
+}
+
+// ifMatchOf is a write's or delete's If-Match, "" for none. One that is
+// there but blank is InvalidArgument: taken as none, it would make the
+// write or delete unconditional.
+func ifMatchOf(h http.Header) (string, error) {
+	vs, ok := h["If-Match"]
+	if !ok {
+		return "", nil
+	}
+	v := strings.Join(vs, ",")
+	if strings.Trim(v, " \t,") == "" {
+		return "", errf(ErrInvalidArgument, "an If-Match header without an entity tag")
+	}
+	return v, nil
 }
 
 // remove deletes bucket/key, only if its ETag is one of ifMatch when that

@@ -102,6 +102,10 @@ func TestConditionalDeletes(t *testing.T) {
 	wantCode(t, "DELETE x-amz-if-match-size", del("k", func(in *s3.DeleteObjectInput) { in.IfMatchSize = aws.Int64(int64(len(data))) }),
 		"NotImplemented", http.StatusNotImplemented)
 	stays("DELETE x-amz-if-match-size", "k")
+	// An If-Match without a tag is no condition to drop: refused.
+	resp, body := send(t, signedWith(t, http.MethodDelete, e.url+"/"+b+"/k", nil, map[string]string{"If-Match": " "}), "")
+	wantS3Error(t, "DELETE If-Match blank", resp, body, "InvalidArgument", http.StatusBadRequest)
+	stays("DELETE If-Match blank", "k")
 	if err := del("k", func(in *s3.DeleteObjectInput) { in.IfMatch = aws.String(etag) }); err != nil {
 		t.Fatalf("DELETE If-Match right: %v", err)
 	}
@@ -312,6 +316,9 @@ func TestUnsupportedWriteHeaders(t *testing.T) {
 		in.ACL, in.StorageClass = types.ObjectCannedACLPrivate, types.StorageClassStandard
 	}); err != nil {
 		t.Fatalf("a PUT with a private ACL and STANDARD: %v", err)
+	}
+	if err := put(func(in *s3.PutObjectInput) { in.ACL = types.ObjectCannedACLBucketOwnerFullControl }); err != nil {
+		t.Fatalf("a PUT with bucket-owner-full-control: %v", err)
 	}
 	_, err := e.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(b + "-locked"), ObjectLockEnabledForBucket: aws.Bool(true)})
 	wantCode(t, "a bucket with object lock", err, "NotImplemented", 501)

@@ -485,7 +485,8 @@ var notImplementedHeaders = []string{
 
 // unsupportedWriteHeaders refuses a write (PUT or POST) that asks for a
 // feature the gateway does not implement: NotImplemented for the headers
-// above, a canned ACL other than private, or object lock on a new bucket;
+// above, a canned ACL other than private and the bucket-owner ones, or
+// object lock on a new bucket;
 // InvalidStorageClass for a storage class other than STANDARD, the one
 // there is.
 func unsupportedWriteHeaders(h http.Header) error {
@@ -494,8 +495,12 @@ func unsupportedWriteHeaders(h http.Header) error {
 			return errf(ErrNotImplemented, "%s is not implemented: the request is refused rather than done without it", name)
 		}
 	}
-	if acl := h.Get("X-Amz-Acl"); acl != "" && acl != "private" {
-		return errf(ErrNotImplemented, "ACLs are not implemented: x-amz-acl %.40q (only private, the default)", acl)
+	// The bucket-owner ACLs change nothing with one owner, and clients
+	// set up for AWS's default object ownership send them.
+	switch acl := h.Get("X-Amz-Acl"); acl {
+	case "", "private", "bucket-owner-full-control", "bucket-owner-read":
+	default:
+		return errf(ErrNotImplemented, "ACLs are not implemented: x-amz-acl %.40q (only private, the default, and the bucket-owner ones)", acl)
 	}
 	if strings.EqualFold(h.Get("X-Amz-Bucket-Object-Lock-Enabled"), "true") {
 		return errf(ErrNotImplemented, "object lock is not implemented")
