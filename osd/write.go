@@ -608,48 +608,93 @@ func garbageKeys(dropped []string, cur *osdpb.ObjectMeta) []string {
 
 // dropParts deletes the parts (keys of the multipart bucket) of a multipart
 // object that was overwritten or deleted, each at its PG's primary (here, or
-// over the cluster network). A part that cannot be deleted now stays behind
-// (logged), taking space but never visible.
+// over the cluster network), and waits for them. A part that cannot be
+// deleted (dropPart) stays behind (logged), taking space but never visible.
 func (o *OSD) dropParts(mp *placement.Map, poolID uint32, parts []string) {
+	sem := make(chan struct{}, partDropsAtOnce)
+	var wg sync.WaitGroup
+	for _, part := range parts {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			o.dropPart(mp, poolID, part)
+		})
+	}
+	wg.Wait()
+}
+
+// A part's delete that its PG's primary cannot take yet (the PG peers,
+// the primary moved, a map it has not seen) is tried again for up to
+// partDropRetry: after a failover, the primary that answers a client's
+// resend drops the replaced parts just as their PGs peer. partDropsAtOnce
+// bounds the deletes in flight for one object.
+const (
+	partDropRetry   = 30 * time.Second
+	partDropsAtOnce = 16
+)
+
+// dropPart deletes part, a key of the multipart bucket in pool poolID, at
+// its PG's primary, first by mp, then, when tried again, by the map of the
+// moment; it logs a failure it gives up on.
+func (o *OSD) dropPart(mp *placement.Map, poolID uint32, part string) {
+	deadline := time.Now().Add(partDropRetry)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		err := o.dropPartOnce(mp, poolID, part)
+		var oe *ops.Error
+		retry := err != nil && o.ctx.Err() == nil && (!errors.As(err, &oe) || oe.Retriable())
+		if !retry || time.Now().After(deadline) {
+			if err != nil && o.ctx.Err() == nil {
+				o.log.Warn("deleting a replaced object's part", "part", part, "err", err)
+			}
+			return
+		}
+		select {
+		case <-time.After(wait):
+		case <-o.ctx.Done():
+			return
+		}
+		mp = o.Map()
+	}
+}
+
+// dropPartOnce sends part's delete to its PG's primary by mp, and waits
+// for the answer.
+func (o *OSD) dropPartOnce(mp *placement.Map, poolID uint32, part string) error {
 	pool, ok := mp.Pool(poolID)
 	if !ok {
-		return
+		return nil // the pool is gone, and its objects with it
 	}
-	for _, part := range parts {
-		pg := placement.PGOf(pool, ops.MultipartBucket, part)
-		primary, ok := mp.Primary(pool.Id, pg)
-		if !ok {
-			continue
+	pg := placement.PGOf(pool, ops.MultipartBucket, part)
+	primary, ok := mp.Primary(pool.Id, pg)
+	if !ok {
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%d has no primary in epoch %d", pool.Id, pg, mp.Epoch())
+	}
+	if primary == o.id {
+		// Our own PG: a delete on its shard, like any other.
+		sid := storePG(pool.Id, pg)
+		e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: part}
+		done := make(chan error, 1)
+		if !o.enqueue(o.shardOf(sid), func() {
+			o.write(o.Map(), sid, e, nil, nil, nil, false, nil, func(_ *osdpb.LogEntry, err error) { done <- err }, func() {})
+		}) {
+			return o.ctx.Err()
 		}
-		if primary == o.id {
-			// Our own PG: a delete on its shard, like any other.
-			sid := storePG(pool.Id, pg)
-			e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: part}
-			o.enqueue(o.shardOf(sid), func() {
-				o.write(o.Map(), sid, e, nil, nil, nil, false, nil, func(_ *osdpb.LogEntry, err error) {
-					if err != nil {
-						o.log.Warn("deleting a replaced object's part", "part", part, "err", err)
-					}
-				}, func() {})
-			})
-			continue
-		}
-		front, err := proto.Marshal(&osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: pool.Id, Pg: pg},
-			Bucket: ops.MultipartBucket, Key: part})
-		if err != nil {
-			continue
-		}
-		// Its reply comes back to the cluster dispatcher, which drops it.
-		m := msgr.NewMessage(uint16(osdpb.MsgType_MSG_DELETE_OBJECT), front, nil)
-		c, err := o.peerConn(primary)
-		if err == nil {
-			err = c.TrySend(m)
-		}
-		if err != nil {
-			m.Release()
-			o.log.Warn("deleting a replaced object's part", "part", part, "osd", primary, "err", err)
+		select {
+		case err := <-done:
+			return err
+		case <-o.ctx.Done():
+			return o.ctx.Err()
 		}
 	}
+	ctx, cancel := context.WithTimeout(o.ctx, o.cfg.RepTimeout)
+	defer cancel()
+	var rep osdpb.ObjectReply
+	err := o.call(ctx, primary, osdpb.MsgType_MSG_DELETE_OBJECT, &osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: pool.Id, Pg: pg},
+		Bucket: ops.MultipartBucket, Key: part}, &rep, nil)
+	if err == nil {
+		err = ops.FromReply(rep.Header)
+	}
+	return err
 }
 
 // pendingRep is one entry on its way to the replicas.
