@@ -2,7 +2,9 @@ package osd_test
 
 import (
 	"bytes"
+	"fmt"
 	"hash/crc32"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,4 +175,83 @@ func testPartsDroppedOnResend(t *testing.T, del, failover bool) {
 	} else if got.Header.GetStatus() != osdpb.Status_OK || got.Meta.GetSize() != uint64(len(body)) {
 		t.Fatalf("the overwritten object: %v, %v", got.Header, got.Meta)
 	}
+}
+
+// TestPartDeleteRetried: a replaced part's delete that is lost on the way
+// to its PG's primary (dropped unanswered, as by a primary that died or
+// was peering) is sent again, and the part goes.
+func TestPartDeleteRetried(t *testing.T) {
+	var dropped atomic.Int32
+	osd.ClusterReceived.Set(func(_, _ uint32, typ osdpb.MsgType) bool {
+		return typ == osdpb.MsgType_MSG_DELETE_OBJECT && dropped.CompareAndSwap(0, 1)
+	})
+	defer osd.ClusterReceived.Set(nil)
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: func(cfg *osd.Config) { cfg.RepTimeout = 500 * time.Millisecond }})
+	ctx := ctxT(t, 2*time.Minute)
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "retried"); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitSettled(t, 30*time.Second)
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	callers := map[uint32]func(osdpb.MsgType, []byte, []byte, proto.Message) error{}
+	for id := range c.OSDs {
+		callers[uint32(id)] = rawCaller(ctx, t, c, uint32(id))
+	}
+	head := func(bucket, key string) (*osdpb.ObjectReply, uint32) {
+		t.Helper()
+		pg := placement.PGOf(pool, bucket, key)
+		primary, _ := c.Map.Primary(pool.Id, pg)
+		front, _ := proto.Marshal(&osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: c.Map.Epoch(), Pool: pool.Id, Pg: pg}, Bucket: bucket, Key: key})
+		var rep osdpb.ObjectReply
+		if err := callers[primary](osdpb.MsgType_MSG_HEAD_OBJECT, front, nil, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return &rep, primary
+	}
+	// Four parts, so that (all but surely) one lives in a PG another OSD
+	// leads: its delete goes over the cluster network.
+	var parts []*osdpb.PartRef
+	for try := 0; dropped.Load() == 0 && try < 3; try++ {
+		key := fmt.Sprint("big", try)
+		id, err := cl.NewMultipartUpload(ctx, "retried", key, client.PutOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var done []client.CompletePart
+		for i, n := range []int{5 << 20, 5 << 20, 5 << 20, 1000} {
+			p, err := cl.PutObjectPart(ctx, "retried", key, id, i+1, bytes.NewReader(osdtest.Payload(n, uint64(i))), int64(n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			done = append(done, client.CompletePart{PartNumber: i + 1, ETag: p.ETag})
+		}
+		if _, err := cl.CompleteMultipartUpload(ctx, "retried", key, id, done); err != nil {
+			t.Fatal(err)
+		}
+		manifest, objPrimary := head("retried", key)
+		parts = manifest.GetMeta().GetParts()
+		remote := false
+		for _, p := range parts {
+			if _, at := head(ops.MultipartBucket, p.Key); at != objPrimary {
+				remote = true
+			}
+		}
+		if !remote {
+			continue
+		}
+		if _, err := osdtest.Put(ctx, cl, "retried", key, []byte("small now"), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	osdtest.Eventually(t, 20*time.Second, "the first part delete over the network dropped", func() bool { return dropped.Load() == 1 })
+	osdtest.Eventually(t, 20*time.Second, "every replaced part deleted", func() bool {
+		for _, p := range parts {
+			if rep, _ := head(ops.MultipartBucket, p.Key); rep.Header.GetStatus() != osdpb.Status_NO_SUCH_KEY {
+				return false
+			}
+		}
+		return true
+	})
 }
