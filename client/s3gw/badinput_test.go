@@ -268,6 +268,66 @@ func TestBadInput(t *testing.T) {
 		resp, body := send(t, signed(t, http.MethodPost, sv.url+"/bad?delete", []byte(big)), "")
 		wantS3Error(t, "DeleteObjects of 3 MiB", resp, body, "MalformedXML", 400)
 	})
+	t.Run("UnreadBodyEndsConnection", func(t *testing.T) {
+		// A request refused before its body is read whole: the rest of
+		// that body must not be read as the connection's next request.
+		// One connection, reused when the server allows it.
+		cl := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
+		defer cl.CloseIdleConnections()
+		// The leftover ends in a request of its own, which must not run.
+		smuggled := []byte("DELETE /bad/k HTTP/1.1\r\nHost: x\r\n\r\n")
+		bigXML := "<Delete>" + strings.Repeat("<Object><Key>k</Key></Object>", 100<<10) + "</Delete>"
+		for _, tc := range []struct {
+			what   string
+			req    *http.Request
+			code   string
+			status int
+		}{
+			{"an oversized DeleteObjects", signed(t, http.MethodPost, sv.url+"/bad?delete", append([]byte(bigXML), smuggled...)), "MalformedXML", 400},
+			{"a PUT with a malformed Content-MD5", signedWith(t, http.MethodPut, url, append(osdtest.Payload(1<<20, 54), smuggled...),
+				map[string]string{"Content-MD5": "not base64"}), "InvalidDigest", 400},
+			{"a PUT to no bucket", signed(t, http.MethodPut, sv.url+"/nobucket/k", append(osdtest.Payload(1<<20, 55), smuggled...)), "NoSuchBucket", 404},
+		} {
+			resp, body := sendOn(t, cl, tc.req)
+			wantS3Error(t, tc.what, resp, body, tc.code, tc.status)
+			resp, body = sendOn(t, cl, signed(t, http.MethodGet, url, nil))
+			if resp.StatusCode != http.StatusOK || string(body) != "before" {
+				t.Fatalf("the request after %s: %d %q", tc.what, resp.StatusCode, body)
+			}
+		}
+	})
+	t.Run("SubresourceOfAnotherMethod", func(t *testing.T) {
+		// A subresource selects the operation: with a method it has no
+		// operation for, the request is refused, not taken for the plain
+		// operation of that method (a DELETE ?location is no DeleteBucket).
+		e.mb(t, "keep")
+		for _, tc := range []struct{ method, url string }{
+			{http.MethodDelete, sv.url + "/keep?location"},
+			{http.MethodPut, sv.url + "/keep?delete"},
+			{http.MethodDelete, sv.url + "/keep?uploads"},
+			{http.MethodPut, url + "?uploads"},
+			{http.MethodDelete, url + "?uploads"},
+			{http.MethodHead, url + "?uploads"},
+		} {
+			resp, body := send(t, signed(t, tc.method, tc.url, []byte("x")), "")
+			if tc.method == http.MethodHead {
+				if resp.StatusCode != http.StatusMethodNotAllowed {
+					t.Fatalf("%s %s: %d, want 405", tc.method, tc.url, resp.StatusCode)
+				}
+				continue
+			}
+			wantS3Error(t, tc.method+" "+tc.url, resp, body, "MethodNotAllowed", http.StatusMethodNotAllowed)
+		}
+		if _, err := e.s3.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String("keep")}); err != nil {
+			t.Fatalf("the bucket is gone: %v", err)
+		}
+		// Where the subresource belongs to another scope, the plain
+		// operation runs: ?location and ?delete name bucket operations.
+		resp, body := send(t, signed(t, http.MethodGet, url+"?location", nil), "")
+		if resp.StatusCode != http.StatusOK || string(body) != "before" {
+			t.Fatalf("GET /bad/k?location: %d %q", resp.StatusCode, body)
+		}
+	})
 	t.Run("SlowBody", func(t *testing.T) {
 		// Headers and 10 bytes of 100000, then nothing: RequestTimeout
 		// after ClientTimeout, and nothing stored.

@@ -133,7 +133,7 @@ type copyPartResult struct {
 // must be "bytes=first-last" with both ends.
 func parseCopySourceRange(v string) (byteRange, error) {
 	rng, ok := parseRange(v)
-	if !ok || rng.suffix > 0 || rng.last < 0 {
+	if !ok || rng.suffix > 0 || rng.none || rng.last < 0 {
 		return rng, errf(ErrInvalidArgument, "the x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy")
 	}
 	return rng, nil

@@ -138,6 +138,7 @@ func TestUploadPartCopy(t *testing.T) {
 		{"a range starting past the end", "upc/small", "bytes=5000-5001", 4, "InvalidRange", http.StatusRequestedRangeNotSatisfiable},
 		{"an open range", "upc/big", "bytes=5-", 4, "InvalidArgument", http.StatusBadRequest},
 		{"a suffix range", "upc/big", "bytes=-5", 4, "InvalidArgument", http.StatusBadRequest},
+		{"an empty suffix range", "upc/big", "bytes=-0", 4, "InvalidArgument", http.StatusBadRequest},
 		{"a missing source", "upc/nope", "", 4, "NoSuchKey", http.StatusNotFound},
 		{"part 0", "upc/small", "", 0, "InvalidArgument", http.StatusBadRequest},
 	} {

@@ -29,6 +29,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -369,6 +370,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body = &x.body
 	body.deadline = &x.rd
 	defer body.Close()
+	// net/http learns from r.Body, once the handler is done, whether the
+	// body was read to its end: put back, it sees one closed early and
+	// does not take the rest of that body for the connection's next
+	// request.
+	orig := r.Body
+	defer func() { r.Body = orig }()
 	r.Body = body
 	if err := g.dispatch(req); err != nil {
 		g.fail(req, err)
@@ -560,6 +567,20 @@ var routes = []route{
 	{objectScope, http.MethodDelete, "", "DeleteObject", write, (*Gateway).deleteObject},
 }
 
+// subresources are, per scope, the bare query parameters that select an
+// operation (?uploads, ?location, ?delete, ?uploadId). A route without one
+// runs only when none is there: a DELETE /bucket?location is not a
+// DeleteBucket, nor a PUT /bucket/key?uploads a PutObject.
+var subresources = func() map[scope][]string {
+	m := map[scope][]string{}
+	for _, rt := range routes {
+		if rt.param != "" && !strings.Contains(rt.param, "=") && !slices.Contains(m[rt.scope], rt.param) {
+			m[rt.scope] = append(m[rt.scope], rt.param)
+		}
+	}
+	return m
+}()
+
 func (rt route) matches(sc scope, method string, q url.Values) bool {
 	if rt.scope != sc || rt.method != method {
 		return false
@@ -567,7 +588,7 @@ func (rt route) matches(sc scope, method string, q url.Values) bool {
 	name, val, withVal := strings.Cut(rt.param, "=")
 	switch {
 	case rt.param == "":
-		return true
+		return !slices.ContainsFunc(subresources[sc], q.Has)
 	case withVal:
 		return q.Get(name) == val
 	}

@@ -348,6 +348,9 @@ func TestRanges(t *testing.T) {
 	e.put(t, "rng", "empty", nil)
 	_, err = e.s3.GetObject(e.ctx, &s3.GetObjectInput{Bucket: aws.String("rng"), Key: aws.String("empty"), Range: aws.String("bytes=-1")})
 	wantCode(t, "suffix of empty", err, "InvalidRange", 416)
+	// The last 0 bytes: no byte of any object (RFC 9110).
+	_, err = e.s3.GetObject(e.ctx, &s3.GetObjectInput{Bucket: aws.String("rng"), Key: aws.String("big"), Range: aws.String("bytes=-0")})
+	wantCode(t, "the last 0 bytes", err, "InvalidRange", 416)
 	h, err := e.s3.HeadObject(e.ctx, &s3.HeadObjectInput{Bucket: aws.String("rng"), Key: aws.String("big"), Range: aws.String("bytes=0-99")})
 	if err != nil || *h.ContentLength != 100 {
 		t.Fatalf("ranged head: %v %+v", err, h)
@@ -655,7 +658,13 @@ func send(t *testing.T, req *http.Request, url string) (*http.Response, []byte) 
 			t.Fatal(err)
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	return sendOn(t, http.DefaultClient, req)
+}
+
+// sendOn does req with cl and reads its response.
+func sendOn(t *testing.T, cl *http.Client, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := cl.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,9 @@ import (
 type byteRange struct {
 	first, last int64 // last -1: to the end
 	suffix      int64 // > 0 for "bytes=-n"; first and last unused
+	// none is "bytes=-0", the last 0 bytes: a valid range no object can
+	// satisfy (RFC 9110 14.1.2).
+	none bool
 }
 
 // parseRange parses a Range header. ok is false for a header S3 ignores
@@ -33,10 +36,10 @@ func parseRange(h string) (r byteRange, ok bool) {
 	}
 	if a == "" {
 		n, ok := num(b)
-		if !ok || n == 0 {
+		if !ok {
 			return r, false
 		}
-		return byteRange{suffix: n}, true
+		return byteRange{suffix: n, none: n == 0}, true
 	}
 	first, ok := num(a)
 	if !ok {
@@ -55,6 +58,9 @@ func parseRange(h string) (r byteRange, ok bool) {
 // resolve gives the offset and length of r within an object of size
 // bytes; ok is false when no byte of it exists (InvalidRange).
 func (r byteRange) resolve(size int64) (off, n int64, ok bool) {
+	if r.none {
+		return 0, 0, false
+	}
 	if r.suffix > 0 {
 		if size == 0 {
 			return 0, 0, false

@@ -125,7 +125,8 @@ func TestParseRange(t *testing.T) {
 		{"bytes=5-4", false, 100, 0, 0, false},
 		{"bytes=0-1,3-4", false, 100, 0, 0, false},
 		{"items=0-1", false, 100, 0, 0, false},
-		{"bytes=-0", false, 100, 0, 0, false},
+		{"bytes=-0", true, 100, 0, 0, false},
+		{"bytes=-0", true, 0, 0, 0, false},
 		{"bytes=+1-2", false, 100, 0, 0, false},
 		{"bytes=", false, 100, 0, 0, false},
 	} {
