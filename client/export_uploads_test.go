@@ -7,3 +7,7 @@ import "context"
 func NewInternalUpload(ctx context.Context, c *Client, bucket, key string) (string, error) {
 	return c.newUpload(ctx, bucket, key, PutOptions{}, true)
 }
+
+// RemoveHidden deletes an object of the multipart bucket, for tests that
+// leave what a lost delete would.
+func RemoveHidden(ctx context.Context, c *Client, key string) error { return c.removeHidden(ctx, key) }

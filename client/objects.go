@@ -45,12 +45,15 @@ type ObjectInfo struct {
 	Parts []ObjectPart
 	// internal: an upload record of the SDK's own (MultipartUpload.Internal).
 	internal bool
+	// meta is what the OSD said of the object (CollectGarbage reads the
+	// hidden keys of its parts).
+	meta *osdpb.ObjectMeta
 }
 
 func objectInfo(key string, m *osdpb.ObjectMeta) ObjectInfo {
 	info := ObjectInfo{Key: key, Size: int64(m.GetSize()), ETag: m.GetEtag(), CRC32C: wholeCRC32C(m),
 		LastModified: time.Unix(0, m.GetMtimeUnixNano()), ContentType: m.GetContentType(), UserMetadata: m.GetUserMeta(),
-		internal: m.GetInternal()}
+		internal: m.GetInternal(), meta: m}
 	// A part in pieces is named by its pieces, in a row, each with the
 	// part's number and ETag; an object put whole in pieces has none
 	// (number 0).

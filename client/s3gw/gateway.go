@@ -656,17 +656,3 @@ func (g *Gateway) dispatch(req *request) error {
 
 // s3Time is S3's time format in XML.
 func s3Time(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
-
-// parallel runs f(i) for i in [0, n), at most limit at once.
-func parallel(n, limit int, f func(i int)) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, limit)
-	for i := range n {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			f(i)
-		})
-	}
-	wg.Wait()
-}

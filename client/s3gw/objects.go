@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/ops"
 )
 
 const (
@@ -390,7 +391,7 @@ func (g *Gateway) deleteObjects(req *request) error {
 		return err
 	}
 	errs := make([]error, len(d.Objects))
-	parallel(len(d.Objects), 16, func(i int) {
+	ops.Parallel(len(d.Objects), 16, func(i int) {
 		o := &d.Objects[i]
 		if o.VersionID != "" && o.VersionID != "null" {
 			errs[i] = errf(ErrNotImplemented, "versioning is not implemented: no version %.80q", o.VersionID)

@@ -91,3 +91,54 @@ func TestRmIncomplete(t *testing.T) {
 		t.Fatalf("after rb --force: %v", err)
 	}
 }
+
+// TestGC: gc removes the upload of a deleted bucket with its part, after
+// --min-age, and --dry-run only reports it.
+func TestGC(t *testing.T) {
+	seeds := startTestCluster(t)
+	cl := testClient(t, seeds)
+	ctx := t.Context()
+	if err := cl.MakeBucket(ctx, "gcd"); err != nil {
+		t.Fatal(err)
+	}
+	id, err := cl.NewMultipartUpload(ctx, "gcd", "mp", client.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.PutObjectPart(ctx, "gcd", "mp", id, 1, bytes.NewReader([]byte("part")), 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.RemoveBucket(ctx, "gcd"); err != nil {
+		t.Fatal(err)
+	}
+	gc := func(args ...string) string {
+		t.Helper()
+		out, errOut, err := run(t, append(append([]string{"gc"}, args...), "--seeds", seeds)...)
+		if err != nil {
+			t.Fatalf("gc %s: %v\n%s", strings.Join(args, " "), err, errOut)
+		}
+		return out
+	}
+	none := "remove: 0 uploads of deleted buckets, 0 parts and pieces of nothing (0 B); kept 1 parts and pieces\n"
+	if out := gc(); out != none {
+		t.Fatalf("gc within --min-age: %q, want %q", out, none)
+	}
+	want := "remove: upload " + id + " of osprey://gcd/mp (initiated "
+	sum := "remove: 1 uploads of deleted buckets, 1 parts and pieces of nothing (4 B); kept 0 parts and pieces\n"
+	for _, dry := range []bool{true, false} {
+		args, prefix := []string{"--min-age", "1ns"}, ""
+		if dry {
+			args, prefix = append(args, "--dry-run"), "(dryrun) "
+		}
+		out := gc(args...)
+		if lines := strings.SplitAfter(out, "\n"); len(lines) != 3 || !strings.HasPrefix(lines[0], prefix+want) || lines[1] != prefix+sum {
+			t.Fatalf("gc %s: %q, want %q... and %q", strings.Join(args, " "), out, prefix+want, prefix+sum)
+		}
+	}
+	if out := gc("--min-age", "1ns", "--json"); !strings.Contains(out, `"op":"gc"`) || !strings.Contains(out, `"uploads":0`) {
+		t.Fatalf("a second gc --json: %q, want nothing removed", out)
+	}
+	if _, _, err := run(t, "gc", "--min-age", "0s", "--seeds", seeds); exitCode(err) != exitUsage {
+		t.Fatalf("--min-age 0s: %v (exit %d), want a usage error", err, exitCode(err))
+	}
+}
