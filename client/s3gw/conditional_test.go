@@ -259,6 +259,11 @@ func TestVersionIDRefused(t *testing.T) {
 	if err != nil || len(out.Errors) != 1 || aws.ToString(out.Errors[0].Code) != "NotImplemented" || len(out.Deleted) != 0 {
 		t.Fatalf("DeleteObjects of a version: %+v, %v", out, err)
 	}
+	// An empty or repeated versionId names no version: 400.
+	for _, q := range []string{"?versionId=", "?versionId=null&versionId=null"} {
+		resp, body := send(t, signed(t, http.MethodDelete, e.url+"/"+b+"/k"+q, nil), "")
+		wantS3Error(t, "DELETE "+q, resp, body, "InvalidArgument", http.StatusBadRequest)
+	}
 	for _, k := range []string{"k", "k2"} {
 		if got, _ := e.get(t, b, k, ""); !bytes.Equal(got, data) {
 			t.Fatalf("%s changed by requests for another version", k)

@@ -33,8 +33,8 @@ func parseCopySource(v string) (bucket, key string, err error) {
 		if perr != nil || len(q) != 1 || q.Get("versionId") == "" {
 			return "", "", errf(ErrInvalidArgument, "x-amz-copy-source %q: only ?versionId may follow the key", v)
 		}
-		if q.Get("versionId") != "null" {
-			return "", "", errf(ErrNotImplemented, "versioning is not implemented: no version %q", q.Get("versionId"))
+		if err := oneVersion(q.Get("versionId")); err != nil {
+			return "", "", err
 		}
 	}
 	path, err = url.PathUnescape(path)

@@ -595,6 +595,15 @@ func (rt route) matches(sc scope, method string, q url.Values) bool {
 	return q.Has(name)
 }
 
+// oneVersion refuses a version id other than "null", the one version of
+// an object there is ("" names none): versioning is not implemented.
+func oneVersion(id string) error {
+	if id == "" || id == "null" {
+		return nil
+	}
+	return errf(ErrNotImplemented, "versioning is not implemented: no version %.80q (only versionId=null, the one version there is)", id)
+}
+
 // dispatch runs the operation a verified request names.
 func (g *Gateway) dispatch(req *request) error {
 	r := req.r
@@ -605,11 +614,20 @@ func (g *Gateway) dispatch(req *request) error {
 			return errf(ErrNotImplemented, "the ?%s operation is not implemented", s)
 		}
 	}
-	if v := q["versionId"]; len(v) > 0 && (len(v) > 1 || v[0] != "null") {
+	if v := q["versionId"]; len(v) > 0 {
 		// Done on the current object instead, a GET would read and a
 		// DELETE remove what the caller did not name.
-		req.op = "Unsupported"
-		return errf(ErrNotImplemented, "versioning is not implemented: no version %.80q (only versionId=null, the one version there is)", v[0])
+		err := oneVersion(v[0])
+		switch {
+		case len(v) > 1:
+			err = errf(ErrInvalidArgument, "versionId is given %d times", len(v))
+		case v[0] == "":
+			err = errf(ErrInvalidArgument, "version id cannot be the empty string")
+		}
+		if err != nil {
+			req.op = "Unsupported"
+			return err
+		}
 	}
 	if r.Method == http.MethodPut || r.Method == http.MethodPost {
 		if err := unsupportedWriteHeaders(r.Header); err != nil {

@@ -393,8 +393,7 @@ func (g *Gateway) deleteObjects(req *request) error {
 	errs := make([]error, len(d.Objects))
 	ops.Parallel(len(d.Objects), 16, func(i int) {
 		o := &d.Objects[i]
-		if o.VersionID != "" && o.VersionID != "null" {
-			errs[i] = errf(ErrNotImplemented, "versioning is not implemented: no version %.80q", o.VersionID)
+		if errs[i] = oneVersion(o.VersionID); errs[i] != nil {
 			return
 		}
 		if o.LastModifiedTime != "" || o.Size != "" {
