@@ -340,6 +340,26 @@ func TestBadInput(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		wantS3Error(t, "a stalled body", resp, body, "RequestTimeout", 400)
 	})
+	t.Run("SlowSteadyBody", func(t *testing.T) {
+		// A body that never stalls for ClientTimeout (1 s) but takes
+		// twice that in all: stored, and the 200 arrives.
+		req := signed(t, http.MethodPut, sv.url+"/bad/steady", []byte("0123456789"))
+		conn := rawConn(t, sv.addr, req, 0)
+		for i := range 10 {
+			time.Sleep(200 * time.Millisecond) // a slow client's pace, not synchronization
+			if _, err := conn.Write([]byte{byte('0' + i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conn.SetReadDeadline(time.Now().Add(time.Minute))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("a slow, steady PUT of 2 s: %v %v; want 200", resp, err)
+		}
+		if b, _ := e.get(t, "bad", "steady", ""); string(b) != "0123456789" {
+			t.Fatalf("stored %q", b)
+		}
+	})
 	t.Run("SlowHeaders", func(t *testing.T) {
 		conn, err := net.Dial("tcp", sv.addr)
 		if err != nil {

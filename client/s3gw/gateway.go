@@ -281,6 +281,9 @@ func (w *loggedWriter) WriteHeader(status int) {
 	if w.status == 0 {
 		w.status = status
 	}
+	// The deadline is a stall's, not the request's: an answer after a
+	// long body that kept coming must still go out.
+	w.deadline.touch()
 	w.ResponseWriter.WriteHeader(status)
 }
 
@@ -380,6 +383,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := g.dispatch(req); err != nil {
 		g.fail(req, err)
 	}
+	// net/http writes what is buffered of the response once the handler
+	// returns: that write has a stall's time too.
+	x.wd.touch()
 }
 
 var serverHeader = []string{"Osprey"}
