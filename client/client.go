@@ -61,6 +61,7 @@ var (
 	ErrInvalidPartOrder    = ops.ErrInvalidPartOrder
 	ErrNoSuchUpload        = ops.ErrNoSuchUpload
 	ErrInvalidArgument     = ops.ErrInvalidArgument
+	ErrAccessDenied        = ops.ErrAccessDenied
 	// ErrStorageFull: an OSD the object maps to is full; reads and deletes
 	// still work, and writes do once space is freed.
 	ErrStorageFull = ops.ErrStorageFull

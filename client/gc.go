@@ -183,3 +183,49 @@ func (c *Client) CollectGarbage(ctx context.Context, opts GCOptions) (GCReport, 
 	}
 	return rep, errors.Join(errs...)
 }
+
+// dropBucketUploads turns off RemoveBucket's removal of the bucket's
+// uploads, for tests that leave what a cleanup cut short would.
+var dropBucketUploads = true
+
+// dropUploads removes the uploads of a bucket RemoveBucket just deleted,
+// with their parts, as S3 does: nobody could complete or abort them any
+// more, and a bucket made again under the name would list them. The
+// records are listed first and removed only if the bucket is still gone
+// after, so that each was of the deleted bucket, never of one made again
+// meanwhile (whose uploads CollectGarbage judges by their times). Best
+// effort, past ctx's end for a while as other cleanups: what it misses,
+// CollectGarbage removes.
+func (c *Client) dropUploads(ctx context.Context, bucket string) {
+	if !dropBucketUploads {
+		return
+	}
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	type upload struct{ record, id string }
+	var ups []upload
+	for o, err := range c.list(ctx, ops.MultipartBucket, ListOptions{Prefix: bucket + "/"}) {
+		if err != nil {
+			c.log.Warn("client: listing the uploads of a deleted bucket (osprey gc removes them)", "bucket", bucket, "err", err)
+			return
+		}
+		if b, _, id, ok := ops.ParseUploadKey(o.Key); ok && b == bucket {
+			ups = append(ups, upload{o.Key, id})
+		}
+	}
+	if len(ups) == 0 {
+		return
+	}
+	if _, err := c.StatBucket(ctx, bucket); !errors.Is(err, ErrNoSuchBucket) {
+		return
+	}
+	for _, u := range ups {
+		err := c.removeHidden(ctx, u.record)
+		if err == nil {
+			err = c.removeParts(ctx, u.id)
+		}
+		if err != nil {
+			c.log.Warn("client: removing an upload of a deleted bucket (osprey gc removes what is left)", "bucket", bucket, "upload", u.id, "err", err)
+		}
+	}
+}

@@ -68,7 +68,9 @@ func TestCollectGarbage(t *testing.T) {
 	if err := client.RemoveHidden(ctx, cl, ops.UploadKey("keep", "lost", lostID)); err != nil {
 		t.Fatal(err)
 	}
-	// Uploads whose bucket was deleted, and one made again since.
+	// Uploads whose bucket was deleted, and one made again since, which
+	// RemoveBucket did not remove (a client that died first).
+	client.KeepBucketUploads(t)
 	goneID, _ := upload("gone", "x", 4000)
 	againID, _ := upload("again", "y", 5000)
 	for _, b := range []string{"gone", "again"} {
@@ -148,5 +150,52 @@ func TestCollectGarbage(t *testing.T) {
 	rep, err = cl.CollectGarbage(context.Background(), old)
 	if err != nil || len(rep.Uploads)+len(rep.Parts) != 0 || rep.Kept != 3 {
 		t.Fatalf("a second collection: %+v %v (want nothing removed, 3 parts kept)", rep, err)
+	}
+}
+
+// TestRemoveBucketDropsUploads: a bucket deleted with uploads in progress
+// takes them with it, parts and pieces too, as on S3; a bucket made again
+// under the name lists none, and another bucket's uploads stay.
+func TestRemoveBucketDropsUploads(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 16})
+	cl := c.Client(t, nil)
+	ctx := t.Context()
+	for _, b := range []string{"drp", "drpx"} {
+		if err := cl.MakeBucket(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []string
+	for _, bk := range [][2]string{{"drp", "a"}, {"drp", "dir/b"}, {"drpx", "c"}} {
+		id, err := cl.NewMultipartUpload(ctx, bk[0], bk[1], client.PutOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := 1; n <= 2; n++ {
+			if _, err := cl.PutObjectPart(ctx, bk[0], bk[1], id, n, bytes.NewReader([]byte("part")), 4); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids = append(ids, id)
+	}
+	internal, err := client.NewInternalUpload(ctx, cl, "drp", "whole")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.RemoveBucket(ctx, "drp"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{ops.PartKey(ids[2], 1), ops.PartKey(ids[2], 2), ops.UploadKey("drpx", "c", ids[2])}
+	if got := hiddenList(t, cl); !slices.Equal(got, want) {
+		t.Fatalf("after the bucket's delete the multipart bucket holds %v, want %v (uploads %v and %s gone)", got, want, ids[:2], internal)
+	}
+	if err := cl.MakeBucket(ctx, "drp"); err != nil {
+		t.Fatal(err)
+	}
+	if ups, err := cl.ListMultipartUploads(ctx, "drp", ""); err != nil || len(ups) != 0 {
+		t.Fatalf("the bucket made again lists %v, %v", ups, err)
+	}
+	if ups, err := cl.ListMultipartUploads(ctx, "drpx", ""); err != nil || len(ups) != 1 {
+		t.Fatalf("the other bucket lists %v, %v", ups, err)
 	}
 }

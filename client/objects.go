@@ -85,7 +85,8 @@ func (c *Client) MakeBucket(ctx context.Context, bucket string) error {
 	return err
 }
 
-// RemoveBucket deletes an empty bucket.
+// RemoveBucket deletes a bucket that holds no objects. Its multipart
+// uploads in progress go with it, with their parts, as on S3.
 func (c *Client) RemoveBucket(ctx context.Context, bucket string) error {
 	if err := ops.CheckBucketName(bucket); err != nil {
 		return err
@@ -94,7 +95,11 @@ func (c *Client) RemoveBucket(ctx context.Context, bucket string) error {
 	_, err := c.do(ctx, osdpb.MsgType_MSG_DELETE_BUCKET, target{bucket: bucket, meta: true}, func(h *osdpb.Header) proto.Message {
 		return &osdpb.BucketRequest{Header: h, Bucket: bucket}
 	}, nil, &rep, false)
-	return err
+	if err != nil {
+		return err
+	}
+	c.dropUploads(ctx, bucket)
+	return nil
 }
 
 // StatBucket returns a bucket's record; ErrNoSuchBucket if it has none.

@@ -122,6 +122,21 @@ func TestMultipartExplicit(t *testing.T) {
 	if _, err := cl.ListObjectParts(ctx, "s3tests", "mp/obj", id); !errors.Is(err, client.ErrNoSuchUpload) {
 		t.Fatalf("parts of a completed upload: %v", err)
 	}
+	// The object's parts are the completed upload's: a part sent with its
+	// id, under its key or another (a writer of another bucket who learnt
+	// the id), is refused by the part's OSD, and the object reads the same.
+	for _, key := range []string{"mp/obj", "elsewhere"} {
+		if _, err := cl.PutObjectPart(ctx, "s3tests", key, id, 1, bytes.NewReader([]byte("replaced")), 8); !errors.Is(err, client.ErrNoSuchUpload) {
+			t.Fatalf("a part of the completed upload under %s: %v, want NoSuchUpload", key, err)
+		}
+	}
+	if obj, err = cl.GetObject(ctx, "s3tests", "mp/obj", client.GetOptions{}); err == nil {
+		got, err = io.ReadAll(obj)
+		obj.Close()
+	}
+	if err != nil || !bytes.Equal(got, slices.Concat(parts...)) {
+		t.Fatalf("the object after refused parts: %d bytes, %v", len(got), err)
+	}
 }
 
 func TestMultipartSmallPartAndAbort(t *testing.T) {

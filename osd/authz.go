@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"strings"
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/mon/monclient"
@@ -88,6 +89,49 @@ func (a *authTables) opAllowed(peer msgr.EntityName, t osdpb.MsgType, bucket str
 		verb = "write"
 	}
 	return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not %s %s (its caps: %s)", peer, verb, what, auth.FormatCaps(r.Caps.Strings()))
+}
+
+// hiddenAllowed checks a client op of type t on the multipart bucket,
+// whose objects belong to the users' buckets (docs/auth.md): key is the
+// object's key, or with list a listing's prefix. Caps that cover the
+// multipart bucket itself (an admin's, a gateway's, an OSD's) may do
+// anything there. Otherwise:
+//   - an upload's record "BUCKET/KEY/ID", and a listing under "BUCKET/",
+//     are BUCKET's, checked on it;
+//   - a part or piece "ID/..." names no bucket. Its upload id, 128 random
+//     bits that only the uploader and the readers of the upload's bucket
+//     learn (from the upload listing, or the object's metadata), is the
+//     capability to read it: reading one, or listing "ID/", takes read on
+//     some bucket, and such a listing shows parts and pieces only
+//     (partsOnly), whatever else its prefix matches. Writing or deleting
+//     one takes caps that cover the multipart bucket: a user writes its
+//     parts with UPLOAD_PART, checked on the upload's bucket.
+func (a *authTables) hiddenAllowed(peer msgr.EntityName, t osdpb.MsgType, key string, list bool) (partsOnly bool, _ *ops.Error) {
+	err := a.opAllowed(peer, t, ops.MultipartBucket)
+	if err == nil {
+		return false, nil
+	}
+	first, _, cut := strings.Cut(key, "/")
+	bucket := ""
+	if list && cut && ops.CheckBucketName(first) == nil {
+		bucket = first
+	} else if b, _, _, ok := ops.ParseUploadKey(key); !list && ok {
+		bucket = b
+	}
+	if bucket != "" {
+		berr := a.opAllowed(peer, t, bucket)
+		if berr == nil {
+			return false, nil
+		}
+		err = berr // says what the caller lacks on its own bucket
+	}
+	part := list && cut && ops.CheckUploadID(first) == nil || !list && ops.IsPartOrPiece(key)
+	if part && opPerm(t) == auth.PermRead {
+		if r, rerr := a.Record(string(peer)); rerr == nil && r.Caps.AllowsSome(auth.ServiceOSD, auth.PermRead) {
+			return list, nil
+		}
+	}
+	return false, err
 }
 
 // adminAllowed checks an admin-only request (what: "scrub") from peer:

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -55,6 +56,63 @@ func TestAuthzOps(t *testing.T) {
 	a.enforce = false
 	if err := a.opAllowed("client.nobody", osdpb.MsgType_MSG_PUT_OBJECT, "b"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAuthzHidden: the multipart bucket's objects are their buckets'
+// (authTables.hiddenAllowed). A user whose caps name its bucket reads and
+// writes its uploads' records and lists them, reads parts and pieces by
+// upload id (a listing of "ID/" showing parts and pieces only), and may
+// not delete or write one, nor list the whole bucket; caps that cover
+// every bucket may do anything there.
+func TestAuthzHidden(t *testing.T) {
+	a := &authTables{enforce: true}
+	a.note(&osdpb.AuthTable{Revision: 1, Entries: []*osdpb.AuthEntry{
+		{Entity: "client.admin", Caps: map[string]string{"osd": "allow *"}},
+		{Entity: "client.photos", Caps: map[string]string{"osd": "allow rw bucket=photos"}},
+		{Entity: "client.wo", Caps: map[string]string{"osd": "allow w bucket=photos"}},
+		{Entity: "client.mon", Caps: map[string]string{"mon": "allow r"}},
+	}})
+	id := ops.NewUploadID()
+	rec, part, piece := ops.UploadKey("photos", "a/b", id), ops.PartKey(id, 3), ops.PieceKey(id, 3, ops.NewPieceSet(), 1)
+	get, del, list := osdpb.MsgType_MSG_GET_OBJECT, osdpb.MsgType_MSG_DELETE_OBJECT, osdpb.MsgType_MSG_LIST_OBJECTS
+	for _, tc := range []struct {
+		peer      string
+		t         osdpb.MsgType
+		key       string
+		list      bool
+		ok, parts bool
+	}{
+		{"client.admin", del, part, false, true, false},
+		{"client.admin", list, "", true, true, false},
+		{"client.photos", osdpb.MsgType_MSG_HEAD_OBJECT, rec, false, true, false},
+		{"client.photos", del, rec, false, true, false},
+		{"client.photos", get, ops.UploadKey("other", "k", id), false, false, false},
+		{"client.photos", list, "photos/", true, true, false},
+		{"client.photos", list, "photos/a/", true, true, false},
+		{"client.photos", list, "other/", true, false, false},
+		{"client.photos", list, "", true, false, false},
+		{"client.photos", get, part, false, true, false},
+		{"client.photos", get, piece, false, true, false},
+		{"client.photos", list, id + "/", true, true, true},
+		{"client.photos", del, part, false, false, false},
+		{"client.photos", del, piece, false, false, false},
+		{"client.photos", get, "not/a/hidden/key", false, false, false},
+		{"client.wo", get, part, false, false, false},
+		{"client.wo", list, "photos/", true, false, false},
+		{"client.wo", del, rec, false, true, false},
+		{"client.mon", get, part, false, false, false},
+		{"client.nobody", get, part, false, false, false},
+	} {
+		parts, err := a.hiddenAllowed(msgrName(tc.peer), tc.t, tc.key, tc.list)
+		if (err == nil) != tc.ok || parts != tc.parts || (err != nil && err.Status != osdpb.Status_ACCESS_DENIED) {
+			t.Errorf("%s %v %q: partsOnly %v, %v; want allowed=%v partsOnly=%v", tc.peer, tc.t, tc.key, parts, err, tc.ok, tc.parts)
+		}
+	}
+	// A refusal on the user's own bucket says what it lacks there.
+	_, err := a.hiddenAllowed("client.wo", get, rec, false)
+	if err == nil || !strings.Contains(err.Message, "client.wo may not read bucket photos") {
+		t.Fatalf("message: %v", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -197,7 +198,31 @@ func (o *OSD) admit(m *msgr.Message, req bucketRequest) bool {
 		o.badRequest(m, err)
 		return false
 	}
+	if req.GetBucket() == ops.MultipartBucket {
+		_, ok := o.admitHidden(m, req)
+		return ok
+	}
 	return o.permitted(m, req.GetBucket())
+}
+
+// admitHidden checks an op on the multipart bucket by the object's key,
+// or a listing's prefix (authTables.hiddenAllowed); when it is refused,
+// m is answered ACCESS_DENIED and released. partsOnly: the listing may
+// show parts and pieces only.
+func (o *OSD) admitHidden(m *msgr.Message, req bucketRequest) (partsOnly, ok bool) {
+	key, list := "", false
+	switch r := req.(type) {
+	case *osdpb.ListObjects:
+		key, list = r.GetPrefix(), true
+	case interface{ GetKey() string }:
+		key = r.GetKey()
+	}
+	partsOnly, err := o.authz.hiddenAllowed(m.Conn().Peer(), osdpb.MsgType(m.Type), key, list)
+	if err != nil {
+		o.refuse(m, "access denied", err)
+		return false, false
+	}
+	return partsOnly, true
 }
 
 // target checks that the op of hdr on (bucket, key) belongs here: epochs,
@@ -337,10 +362,20 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 
 	case osdpb.MsgType_MSG_LIST_OBJECTS:
 		var req osdpb.ListObjects
-		if !o.admit(m, &req) {
+		if err := m.DecodeFront(&req); err != nil {
+			o.badRequest(m, err)
 			return
 		}
-		o.onReaders(m, func() { o.listObjects(m, &req, fromPeer) })
+		partsOnly := false
+		if req.Bucket == ops.MultipartBucket {
+			var ok bool
+			if partsOnly, ok = o.admitHidden(m, &req); !ok {
+				return
+			}
+		} else if !o.permitted(m, req.Bucket) {
+			return
+		}
+		o.onReaders(m, func() { o.listObjects(m, &req, fromPeer, partsOnly) })
 
 	case osdpb.MsgType_MSG_CREATE_UPLOAD, osdpb.MsgType_MSG_UPLOAD_PART, osdpb.MsgType_MSG_COMPLETE_UPLOAD, osdpb.MsgType_MSG_COMPLETE_UPLOAD_IF,
 		osdpb.MsgType_MSG_ABORT_UPLOAD:
@@ -654,8 +689,11 @@ func (o *OSD) readInto(c *msgr.Conn, bucket, key string, meta *osdpb.ObjectMeta,
 
 // listObjects serves LIST_OBJECTS for the PGs named, which must all be
 // ours as primary; between OSDs with no PGs named it checks every local
-// object (bucket deletes use it to see that a bucket is empty).
-func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer bool) {
+// object (bucket deletes use it to see that a bucket is empty). With
+// partsOnly (a listing of the multipart bucket a user may see only parts
+// of, authTables.hiddenAllowed) it shows no other object and no common
+// prefix.
+func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer, partsOnly bool) {
 	defer m.Release()
 	t := osdpb.MsgType(m.Type)
 	rep := &osdpb.ListObjectsReply{}
@@ -671,6 +709,10 @@ func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer bool
 		var res store.ListResult
 		if res, err = o.st.List(o.ctx, req.Bucket, opts); err == nil {
 			rep.Objects, rep.CommonPrefixes, rep.Truncated = res.Objects, res.CommonPrefixes, res.Truncated
+			if partsOnly {
+				rep.Objects = slices.DeleteFunc(rep.Objects, func(e *osdpb.ObjectEntry) bool { return !ops.IsPartOrPiece(e.GetKey()) })
+				rep.CommonPrefixes = nil
+			}
 		}
 	}
 	if err != nil && !fromPeer { // a peer's is a bucket delete's emptiness check, which retries any failure

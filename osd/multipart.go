@@ -98,32 +98,17 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 		if req.Piece > 0 {
 			key = ops.PieceKey(req.UploadId, req.PartNumber, req.PieceSet, req.Piece)
 		}
-		o.objectWrite(m, req.Header, ops.MultipartBucket, key, nil, uploadReply, func(e *osdpb.LogEntry) error {
-			meta := req.Meta
-			if req.Piece == 0 && len(meta.GetParts()) > 0 {
-				rec, err := pieceRecord(req, len(m.Data))
-				if err != nil {
-					return err
-				}
-				e.Kind, e.Meta = osdpb.OpKind_OP_PUT, rec
-				return nil
+		// The upload must be in progress, in the bucket the caps were
+		// checked on: else a writer of one bucket could replace the parts
+		// of another's upload, or of an object completed from one, by its
+		// id. Its record's primary is asked from a goroutine of its own,
+		// so the dispatcher never waits on another OSD.
+		o.wg.Go(func() {
+			if err := o.uploadInProgress(req); err != nil {
+				fail(err)
+				return
 			}
-			if meta == nil || meta.Size != uint64(len(m.Data)) {
-				return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "part meta says %d bytes, the body has %d", meta.GetSize(), len(m.Data))
-			}
-			if len(m.Data) > ops.MaxPutSize {
-				return ops.Errorf(osdpb.Status_ENTITY_TOO_LARGE, "part of %d bytes; at most %d", len(m.Data), ops.MaxPutSize)
-			}
-			// Parts arrive in parallel: large ones share the process's
-			// md5-simd lanes (a lane cost half of a crypto/md5 stream with
-			// eight parts in flight), small ones hash inline.
-			h := ops.NewMD5(int64(len(m.Data)))
-			h.Write(m.Data)
-			sum := h.Sum(nil)
-			h.Close()
-			meta = &osdpb.ObjectMeta{Size: meta.Size, Crc32C: meta.Crc32C, Etag: hex.EncodeToString(sum), MtimeUnixNano: time.Now().UnixNano()}
-			e.Kind, e.Meta = osdpb.OpKind_OP_PUT, meta
-			return nil
+			o.writePart(m, req, key, uploadReply)
 		})
 
 	case osdpb.MsgType_MSG_ABORT_UPLOAD:
@@ -360,7 +345,7 @@ func (o *OSD) manifest(mp *placement.Map, req *osdpb.UploadRequest, upl *osdpb.O
 // headAnywhere reads an object's metadata from its PG's primary: here, or
 // over the cluster network.
 func (o *OSD) headAnywhere(mp *placement.Map, pool *osdpb.Pool, bucket, key string) (*osdpb.ObjectMeta, error) {
-	pg := placement.PGOf(pool, bucket, key)
+	pg := ops.StoredPG(pool, bucket, key)
 	primary, ok := mp.Primary(pool.Id, pg)
 	if !ok {
 		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x has no OSD", pool.Id, pg)
@@ -379,4 +364,51 @@ func (o *OSD) headAnywhere(mp *placement.Map, pool *osdpb.Pool, bucket, key stri
 		return nil, err
 	}
 	return rep.Meta, nil
+}
+
+// writePart writes an upload's part or piece (UPLOAD_PART) at key, in
+// its own PG, once uploadInProgress has found the upload.
+func (o *OSD) writePart(m *msgr.Message, req *osdpb.UploadRequest, key string, reply replyFunc) {
+	o.objectWrite(m, req.Header, ops.MultipartBucket, key, nil, reply, func(e *osdpb.LogEntry) error {
+		meta := req.Meta
+		if req.Piece == 0 && len(meta.GetParts()) > 0 {
+			rec, err := pieceRecord(req, len(m.Data))
+			if err != nil {
+				return err
+			}
+			e.Kind, e.Meta = osdpb.OpKind_OP_PUT, rec
+			return nil
+		}
+		if meta == nil || meta.Size != uint64(len(m.Data)) {
+			return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "part meta says %d bytes, the body has %d", meta.GetSize(), len(m.Data))
+		}
+		if len(m.Data) > ops.MaxPutSize {
+			return ops.Errorf(osdpb.Status_ENTITY_TOO_LARGE, "part of %d bytes; at most %d", len(m.Data), ops.MaxPutSize)
+		}
+		// Parts arrive in parallel: large ones share the process's
+		// md5-simd lanes (a lane cost half of a crypto/md5 stream with
+		// eight parts in flight), small ones hash inline.
+		h := ops.NewMD5(int64(len(m.Data)))
+		h.Write(m.Data)
+		sum := h.Sum(nil)
+		h.Close()
+		meta = &osdpb.ObjectMeta{Size: meta.Size, Crc32C: meta.Crc32C, Etag: hex.EncodeToString(sum), MtimeUnixNano: time.Now().UnixNano()}
+		e.Kind, e.Meta = osdpb.OpKind_OP_PUT, meta
+		return nil
+	})
+}
+
+// uploadInProgress checks that req's upload is in progress: its record is
+// at its final key's primary (NoSuchUpload otherwise).
+func (o *OSD) uploadInProgress(req *osdpb.UploadRequest) error {
+	mp := o.Map()
+	pool, ok := mp.Pool(req.Header.GetPool())
+	if !ok {
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "no pool %d in epoch %d", req.Header.GetPool(), mp.Epoch())
+	}
+	_, err := o.headAnywhere(mp, pool, ops.MultipartBucket, ops.UploadKey(req.Bucket, req.Key, req.UploadId))
+	if errors.Is(opError(err), ops.ErrNoSuchKey) {
+		return ops.Errorf(osdpb.Status_NO_SUCH_UPLOAD, "no upload %s of %s/%s", req.UploadId, req.Bucket, req.Key)
+	}
+	return err
 }

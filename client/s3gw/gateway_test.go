@@ -195,6 +195,18 @@ func TestBuckets(t *testing.T) {
 	e.put(t, "alpha", "k", []byte("x"))
 	_, err = e.s3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String("alpha")})
 	wantCode(t, "delete non-empty", err, "BucketNotEmpty", 409)
+	// An upload in progress does not keep a bucket, and goes with it, as
+	// on S3: the bucket made again has none.
+	if _, err := e.s3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("beta"), Key: aws.String("mp")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String("beta")}); err != nil {
+		t.Fatal(err)
+	}
+	e.mb(t, "beta")
+	if ups, err := e.s3.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String("beta")}); err != nil || len(ups.Uploads) != 0 {
+		t.Fatalf("the bucket made again lists %v, %v", ups, err)
+	}
 	if _, err := e.s3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String("beta")}); err != nil {
 		t.Fatal(err)
 	}

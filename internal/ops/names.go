@@ -170,6 +170,15 @@ func ParsePieceKey(k string) (uploadID string, n uint32, set string, p uint32, o
 	return k[:uploadIDLen], uint32(nv), k[setAt : pAt-1], uint32(pv), true
 }
 
+// IsPartOrPiece reports whether k is the hidden key of a part or a piece.
+func IsPartOrPiece(k string) bool {
+	if _, _, ok := ParsePartKey(k); ok {
+		return true
+	}
+	_, _, _, _, ok := ParsePieceKey(k)
+	return ok
+}
+
 // CheckObjectNames checks a (bucket, key) an object op names: a valid
 // bucket and key, or a part, piece or upload record of the multipart
 // bucket.

@@ -268,6 +268,20 @@ func (c Caps) Allows(service string, want Perm, bucket string) bool {
 	return want&^have == 0
 }
 
+// AllowsSome reports whether c grants want on service for some bucket
+// (one grant, whatever bucket it names).
+func (c Caps) AllowsSome(service string, want Perm) bool {
+	for _, g := range c[service] {
+		if g.Profile == ProfileBootstrapOSD {
+			continue
+		}
+		if g.Profile == ProfileOSD || g.Profile == ProfileS3Gateway || want&^g.Perm == 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // HasProfile reports whether c grants service's profile name.
 func (c Caps) HasProfile(service, name string) bool {
 	return slices.ContainsFunc(c[service], func(g Grant) bool { return g.Profile == name })
