@@ -402,6 +402,9 @@ func (o *OSD) writePart(m *msgr.Message, req *osdpb.UploadRequest, key string, r
 // at its final key's primary (NoSuchUpload otherwise).
 func (o *OSD) uploadInProgress(req *osdpb.UploadRequest) error {
 	mp := o.Map()
+	if req.Header.GetEpoch() > mp.Epoch() {
+		mp = o.refreshMap() // the client's map places the record where ours may not
+	}
 	pool, ok := mp.Pool(req.Header.GetPool())
 	if !ok {
 		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "no pool %d in epoch %d", req.Header.GetPool(), mp.Epoch())
