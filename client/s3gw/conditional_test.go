@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/md5"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -59,6 +60,59 @@ func TestConditionalRequests(t *testing.T) {
 		_, status := code(tc.err)
 		if tc.status == 0 && tc.err != nil || tc.status != 0 && status != tc.status {
 			t.Errorf("%s: %v (status %d), want status %d", tc.what, tc.err, status, tc.status)
+		}
+	}
+}
+
+// TestConditionsBeforeRange: a GET or HEAD's conditions are evaluated
+// before its Range (RFC 9110 13.2.2, as S3 does): a failing condition is
+// 412 and a not-modified one 304 even when the range is unsatisfiable,
+// which is 416 only once the conditions pass.
+func TestConditionsBeforeRange(t *testing.T) {
+	e := newEnv(t)
+	e.mb(t, "condrange")
+	out := e.put(t, "condrange", "k", []byte("0123456789"))
+	empty := e.put(t, "condrange", "empty", nil)
+	future := time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)
+	for _, tc := range []struct {
+		what   string
+		method string
+		key    string
+		h      map[string]string
+		status int
+	}{
+		{"GET If-Match wrong, range past the end", http.MethodGet, "k", map[string]string{"If-Match": `"nope"`, "Range": "bytes=100-200"}, 412},
+		{"GET If-Match wrong, the last 0 bytes", http.MethodGet, "k", map[string]string{"If-Match": `"nope"`, "Range": "bytes=-0"}, 412},
+		{"GET If-Match wrong, suffix range of an empty object", http.MethodGet, "empty", map[string]string{"If-Match": `"nope"`, "Range": "bytes=-1"}, 412},
+		{"HEAD If-Match wrong, range past the end", http.MethodHead, "k", map[string]string{"If-Match": `"nope"`, "Range": "bytes=100-200"}, 412},
+		{"GET If-None-Match same, range past the end", http.MethodGet, "k", map[string]string{"If-None-Match": *out.ETag, "Range": "bytes=100-"}, 304},
+		{"HEAD If-None-Match same, range past the end", http.MethodHead, "k", map[string]string{"If-None-Match": *out.ETag, "Range": "bytes=100-"}, 304},
+		{"GET If-Unmodified-Since past, range past the end", http.MethodGet, "k", map[string]string{"If-Unmodified-Since": "Mon, 01 Jan 2001 00:00:00 GMT", "Range": "bytes=100-"}, 412},
+		{"GET If-Modified-Since future, range past the end", http.MethodGet, "k", map[string]string{"If-Modified-Since": future, "Range": "bytes=100-"}, 304},
+		// Conditions that pass: the range's 416.
+		{"GET If-Match right, range past the end", http.MethodGet, "k", map[string]string{"If-Match": *out.ETag, "Range": "bytes=100-"}, 416},
+		{"HEAD If-Match right, range past the end", http.MethodHead, "k", map[string]string{"If-Match": *out.ETag, "Range": "bytes=100-"}, 416},
+		{"GET If-None-Match other, range past the end", http.MethodGet, "k", map[string]string{"If-None-Match": `"nope"`, "Range": "bytes=100-"}, 416},
+		{"GET If-Match right, suffix range of an empty object", http.MethodGet, "empty", map[string]string{"If-Match": *empty.ETag, "Range": "bytes=-1"}, 416},
+	} {
+		resp, body := send(t, signedWith(t, tc.method, e.url+"/condrange/"+tc.key, nil, tc.h), "")
+		if resp.StatusCode != tc.status {
+			t.Errorf("%s: %d %s, want %d", tc.what, resp.StatusCode, body, tc.status)
+			continue
+		}
+		etag := *out.ETag
+		if tc.key == "empty" {
+			etag = *empty.ETag
+		}
+		switch tc.status {
+		case 304:
+			if resp.Header.Get("ETag") != etag {
+				t.Errorf("%s: ETag %q, want %q", tc.what, resp.Header.Get("ETag"), etag)
+			}
+		case 416:
+			if want := fmt.Sprintf("bytes */%d", map[string]int{"k": 10, "empty": 0}[tc.key]); resp.Header.Get("Content-Range") != want {
+				t.Errorf("%s: Content-Range %q, want %q", tc.what, resp.Header.Get("Content-Range"), want)
+			}
 		}
 	}
 }

@@ -217,7 +217,7 @@ func (g *Gateway) getObject(req *request, head bool) error {
 			}
 		case ranged:
 			if off, n, ok = rng.resolve(info.Size); !ok {
-				return invalidRange(req, info.Size)
+				return unsatisfiable(req, info)
 			}
 		}
 		if head {
@@ -235,11 +235,13 @@ func (g *Gateway) getObject(req *request, head bool) error {
 		obj, err = g.cl.GetObject(ctx, req.bucket, req.key, client.GetOptions{})
 	}
 	if errors.Is(err, client.ErrInvalidRange) {
-		size := int64(-1)
-		if st, serr := g.cl.StatObject(ctx, req.bucket, req.key); serr == nil {
-			size = st.Size
+		// Only now the stat, for the object's size and the conditions:
+		// a plain ranged GET pays for none.
+		st, serr := g.cl.StatObject(ctx, req.bucket, req.key)
+		if serr != nil {
+			return invalidRange(req, -1)
 		}
-		return invalidRange(req, size)
+		return unsatisfiable(req, st)
 	}
 	if err != nil {
 		return err
@@ -256,15 +258,8 @@ func (g *Gateway) getObject(req *request, head bool) error {
 		}
 		info = got
 	}
-	switch evalConditions(r.Header, "", info) {
-	case condFailed:
-		return errf(ErrPreconditionFailed, "at least one of the preconditions you specified did not hold")
-	case condNotModified:
-		h := req.w.Header()
-		h.Set("ETag", quoteETag(info.ETag))
-		h.Set("Last-Modified", info.LastModified.UTC().Format(http.TimeFormat))
-		req.w.WriteHeader(http.StatusNotModified)
-		return nil
+	if done, err := answerConditions(req, info); done {
+		return err
 	}
 	switch {
 	case part > 0:
@@ -308,6 +303,33 @@ func (g *Gateway) getObject(req *request, head bool) error {
 		return err
 	}
 	return nil
+}
+
+// answerConditions evaluates a GET or HEAD's conditions against info
+// and, unless they pass, answers it: 412 PreconditionFailed (the error
+// returned) or 304 Not Modified. done is true when it answered.
+func answerConditions(req *request, info client.ObjectInfo) (done bool, err error) {
+	switch evalConditions(req.r.Header, "", info) {
+	case condFailed:
+		return true, errf(ErrPreconditionFailed, "at least one of the preconditions you specified did not hold")
+	case condNotModified:
+		h := req.w.Header()
+		h.Set("ETag", quoteETag(info.ETag))
+		h.Set("Last-Modified", info.LastModified.UTC().Format(http.TimeFormat))
+		req.w.WriteHeader(http.StatusNotModified)
+		return true, nil
+	}
+	return false, nil
+}
+
+// unsatisfiable answers a GET or HEAD whose range no byte of the object
+// info satisfies: its conditions come first (RFC 9110 13.2.2, as S3
+// does), so a failed one is 412 and a not-modified one 304, else 416.
+func unsatisfiable(req *request, info client.ObjectInfo) error {
+	if done, err := answerConditions(req, info); done {
+		return err
+	}
+	return invalidRange(req, info.Size)
 }
 
 func invalidRange(req *request, size int64) error {
