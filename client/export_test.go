@@ -14,6 +14,14 @@ func ListHidden(ctx context.Context, c *Client) iter.Seq2[ObjectInfo, error] {
 	return c.list(ctx, ops.MultipartBucket, ListOptions{})
 }
 
+// ListBatch is ListObjects asking each primary for batch entries in its
+// first round (twice as many in each further one), so that a small
+// listing takes several rounds.
+func ListBatch(ctx context.Context, c *Client, bucket string, opts ListOptions, batch int) iter.Seq2[ObjectInfo, error] {
+	opts.batch = batch
+	return c.list(ctx, bucket, opts)
+}
+
 // WholePartFetches is how many parts o fetched whole (CRC-checked).
 func WholePartFetches(o *Object) int { return int(o.wholeParts.Load()) }
 

@@ -506,6 +506,12 @@ func (c *Client) ListUploads(ctx context.Context, bucket string, opts UploadList
 	return inBucket(ctx, c, bucket, c.uploads(ctx, bucket, opts, false))
 }
 
+// pastRecords is where a listing of the multipart bucket goes on after
+// the upload records under common prefix p. That listing has no
+// delimiter (uploads applies it), so the OSDs cannot skip p for being a
+// common prefix: it goes on after p + U+10FFFF, the largest rune.
+func pastRecords(p string) string { return p + "\U0010FFFF" }
+
 // uploadIDMax sorts after every upload id.
 var uploadIDMax = strings.Repeat("f", len(ops.NewUploadID()))
 
@@ -530,7 +536,7 @@ func (c *Client) uploads(ctx context.Context, bucket string, opts UploadListOpti
 			// it rolled up.
 			after = ops.UploadKey(bucket, opts.KeyMarker, uploadIDMax)
 			if ops.IsCommonPrefix(opts.KeyMarker, opts.Prefix, opts.Delimiter) {
-				after = resumeAfter(ObjectInfo{Key: base + opts.KeyMarker, IsPrefix: true})
+				after = pastRecords(base + opts.KeyMarker)
 			}
 		}
 		// upload is the record o as an upload to yield: one of bucket's,
@@ -571,7 +577,7 @@ func (c *Client) uploads(ctx context.Context, bucket string, opts UploadListOpti
 			if seen && !yield(MultipartUpload{Key: p, IsPrefix: true}, nil) {
 				return "", false
 			}
-			return resumeAfter(ObjectInfo{Key: base + p, IsPrefix: true}), true
+			return pastRecords(base + p), true
 		}
 		// A marker among a common prefix's records (an upload of a
 		// shorter key, as above) ends that prefix first.

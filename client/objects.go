@@ -647,14 +647,12 @@ func parseToken(tok string) (string, error) {
 	return string(b[len(tokenPrefix):]), nil
 }
 
-// resumeAfter is where a listing goes on after entry o: after the key, or
-// after everything a common prefix rolled up.
-func resumeAfter(o ObjectInfo) string {
-	if o.IsPrefix {
-		return o.Key + "\U0010FFFF"
-	}
-	return o.Key
-}
+// resumeAfter is where a listing goes on after entry o: its key. For a
+// common prefix that is the prefix itself, which the OSDs take as after
+// everything it rolled up (a StartAfter that is a common prefix of the
+// listing's Prefix and Delimiter, store.ListOptions); no key would do, as
+// a key may go on after the prefix with any rune, U+10FFFF too.
+func resumeAfter(o ObjectInfo) string { return o.Key }
 
 // ListObjects yields the bucket's objects (and common prefixes, with a
 // delimiter) in ascending byte order of key. The PGs are spread over their

@@ -369,6 +369,64 @@ func TestListingPages(t *testing.T) {
 	}
 }
 
+// TestListingPastMaxRune: a listing goes on after a common prefix past
+// all of it, a key that goes on with U+10FFFF (the largest rune) right
+// after the prefix too: by continuation tokens, and in the rounds a
+// listing takes within itself.
+func TestListingPastMaxRune(t *testing.T) {
+	cl, ctx := setup(t)
+	keys := []string{"a/\U0010FFFFz", "b", "c"}
+	for i := range 20 {
+		// Keys of the prefix, and after it, on every primary.
+		keys = append(keys, fmt.Sprintf("a/%02d", i), fmt.Sprintf("d%02d", i))
+	}
+	for _, k := range keys {
+		if _, err := osdtest.Put(ctx, cl, "s3tests", k, []byte("x"), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want []string
+	for o, err := range cl.ListObjects(ctx, "s3tests", client.ListOptions{Delimiter: "/"}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, o.Key)
+	}
+	if len(want) != 23 || want[0] != "a/" {
+		t.Fatalf("listing with a delimiter: %q", want)
+	}
+	var paged []string
+	opts := client.ListOptions{Delimiter: "/", MaxKeys: 1}
+	for pages := 0; ; pages++ {
+		p, err := cl.ListObjectsPage(ctx, "s3tests", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range p.Objects {
+			paged = append(paged, o.Key)
+		}
+		if !p.IsTruncated || pages > 30 {
+			break
+		}
+		opts.ContinuationToken = p.NextContinuationToken
+	}
+	if !slices.Equal(paged, want) {
+		t.Errorf("by pages of 1: %q, want %q", paged, want)
+	}
+	var rounds []string
+	for o, err := range client.ListBatch(ctx, cl, "s3tests", client.ListOptions{Delimiter: "/"}, 1) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rounds = append(rounds, o.Key); len(rounds) > 100 {
+			break
+		}
+	}
+	if !slices.Equal(rounds, want) {
+		t.Errorf("in rounds from 1 entry a primary: %q, want %q", rounds, want)
+	}
+}
+
 // TestMultipartPartsCollected: overwriting or deleting a multipart object
 // deletes its parts (they are hidden objects of their own PGs).
 func TestMultipartPartsCollected(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/sigv4"
 )
 
@@ -225,12 +224,9 @@ func (g *Gateway) listObjects(req *request, v2 bool) error {
 	} else {
 		m := enc(lq.marker)
 		res.Marker = &m
+		// A NextMarker that was a common prefix goes on after everything
+		// it rolled up: the OSDs skip a StartAfter that is one.
 		opts.StartAfter = lq.marker
-		if ops.IsCommonPrefix(lq.marker, lq.prefix, lq.delimiter) {
-			// A NextMarker that was a common prefix: go on after
-			// everything it rolled up.
-			opts.StartAfter = lq.marker + "\U0010FFFF"
-		}
 	}
 	var page client.ListPage
 	if lq.maxKeys == 0 {

@@ -477,6 +477,69 @@ func TestListing(t *testing.T) {
 	}
 }
 
+// TestListingPastMaxRune: paging on from a common prefix skips all of
+// it, a key that goes on with U+10FFFF (the largest rune) right after the
+// prefix too, by v1 marker and by v2 continuation token.
+func TestListingPastMaxRune(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx
+	e.mb(t, "maxrune")
+	for _, k := range []string{"a/1", "a/\U0010FFFFz", "b", "c"} {
+		e.put(t, "maxrune", k, []byte("x"))
+	}
+	want := []string{"P:a/", "b", "c"}
+	var v2 []string
+	var token *string
+	for range 10 {
+		out, err := e.s3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("maxrune"), Delimiter: aws.String("/"), MaxKeys: aws.Int32(1),
+			ContinuationToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range out.CommonPrefixes {
+			v2 = append(v2, "P:"+*p.Prefix)
+		}
+		for _, o := range out.Contents {
+			v2 = append(v2, *o.Key)
+		}
+		if !*out.IsTruncated {
+			break
+		}
+		token = out.NextContinuationToken
+	}
+	if !slices.Equal(v2, want) {
+		t.Errorf("v2 by pages of 1: %q, want %q", v2, want)
+	}
+	var v1 []string
+	marker := ""
+	for range 10 {
+		out, err := e.s3.ListObjects(ctx, &s3.ListObjectsInput{Bucket: aws.String("maxrune"), Delimiter: aws.String("/"), MaxKeys: aws.Int32(1),
+			Marker: aws.String(marker)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range out.CommonPrefixes {
+			v1 = append(v1, "P:"+*p.Prefix)
+		}
+		for _, o := range out.Contents {
+			v1 = append(v1, *o.Key)
+		}
+		if !*out.IsTruncated {
+			break
+		}
+		marker = *out.NextMarker
+	}
+	if !slices.Equal(v1, want) {
+		t.Errorf("v1 by pages of 1: %q, want %q", v1, want)
+	}
+	// A marker that is a common prefix skips it, as a start-after does.
+	for _, v2 := range []bool{false, true} {
+		if got := e.list(t, v2, "maxrune", listReq{delim: aws.String("/"), after: aws.String("a/")}); !slices.Equal(got.keys, []string{"b", "c"}) || len(got.prefixes) != 0 {
+			t.Errorf("v2 %v, marker or start-after a/: %q %q, want [b c] and no prefix", v2, got.keys, got.prefixes)
+		}
+	}
+}
+
 func TestAuth(t *testing.T) {
 	e := newEnv(t)
 	ctx := e.ctx
