@@ -378,6 +378,37 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("presigned GET with response-content-disposition: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Disposition"), body)
 		}
 	})
+	t.Run("ExpectContinueMissingBucket", func(t *testing.T) {
+		// A PUT that waits for 100 Continue before sending its body: to a
+		// missing bucket it is answered 404 at once, as S3 does, its body
+		// never asked for; to a bucket that is there it is asked for.
+		up, err := e.s3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("bad"), Key: aws.String("expect")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := osdtest.Payload(1<<20, 56)
+		first := func(u string) (*http.Response, []byte) {
+			t.Helper()
+			req := signedWith(t, http.MethodPut, u, body, map[string]string{"Expect": "100-continue"})
+			conn := rawConn(t, sv.addr, req, 0)
+			conn.SetReadDeadline(time.Now().Add(time.Minute))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			return resp, b
+		}
+		for _, u := range []string{sv.url + "/nobucket/k", sv.url + "/nobucket/k?partNumber=1&uploadId=" + *up.UploadId} {
+			resp, b := first(u)
+			wantS3Error(t, "PUT "+u+" waiting for 100 Continue", resp, b, "NoSuchBucket", 404)
+		}
+		for _, u := range []string{url, sv.url + "/bad/expect?partNumber=1&uploadId=" + *up.UploadId} {
+			if resp, b := first(u); resp.StatusCode != http.StatusContinue {
+				t.Fatalf("PUT %s waiting for 100 Continue: %d %s, want 100", u, resp.StatusCode, b)
+			}
+		}
+	})
 	t.Run("SlowBody", func(t *testing.T) {
 		// Headers and 10 bytes of 100000, then nothing: RequestTimeout
 		// after ClientTimeout, and nothing stored.

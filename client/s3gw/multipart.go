@@ -63,6 +63,9 @@ func (g *Gateway) uploadPart(req *request) error {
 	if r.ContentLength > maxObjectSize {
 		return errf(ErrEntityTooLarge, "your proposed upload exceeds the maximum allowed size of 5 GiB")
 	}
+	if err := g.bucketBeforeContinue(req); err != nil {
+		return err
+	}
 	p, err := g.cl.PutObjectPart(r.Context(), req.bucket, req.key, q.Get("uploadId"), n, r.Body, r.ContentLength)
 	if err != nil {
 		return err

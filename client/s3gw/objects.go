@@ -75,6 +75,9 @@ func (g *Gateway) putObject(req *request) error {
 	if err != nil {
 		return err
 	}
+	if err := g.bucketBeforeContinue(req); err != nil {
+		return err
+	}
 	info, err := g.cl.PutObject(r.Context(), req.bucket, req.key, r.Body, r.ContentLength, opts)
 	if err != nil {
 		return err
@@ -90,6 +93,20 @@ func (g *Gateway) putObject(req *request) error {
 	}
 	req.w.WriteHeader(http.StatusOK)
 	return nil
+}
+
+// bucketBeforeContinue checks that a write's bucket is there when its
+// client waits for 100 Continue before sending the body (which net/http
+// sends at the body's first read): a missing bucket is answered 404 at
+// once, as S3 does, not once the whole body came. Other writes learn it
+// from the write, without a round trip more.
+func (g *Gateway) bucketBeforeContinue(req *request) error {
+	r := req.r
+	if r.ContentLength == 0 || !strings.Contains(strings.ToLower(r.Header.Get("Expect")), "100-continue") {
+		return nil
+	}
+	_, err := g.cl.StatBucket(r.Context(), req.bucket)
+	return err
 }
 
 // putOptions are the SDK's options for a PUT (or copy) of size bytes
