@@ -369,6 +369,18 @@ func TestRanges(t *testing.T) {
 	}
 }
 
+// appendEntries appends a page's common prefixes ("P:" and the prefix)
+// and keys.
+func appendEntries(dst []string, prefixes []types.CommonPrefix, objects []types.Object) []string {
+	for _, p := range prefixes {
+		dst = append(dst, "P:"+*p.Prefix)
+	}
+	for _, o := range objects {
+		dst = append(dst, *o.Key)
+	}
+	return dst
+}
+
 func TestListing(t *testing.T) {
 	e := newEnv(t)
 	ctx := e.ctx
@@ -496,12 +508,7 @@ func TestListingPastMaxRune(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range out.CommonPrefixes {
-			v2 = append(v2, "P:"+*p.Prefix)
-		}
-		for _, o := range out.Contents {
-			v2 = append(v2, *o.Key)
-		}
+		v2 = appendEntries(v2, out.CommonPrefixes, out.Contents)
 		if !*out.IsTruncated {
 			break
 		}
@@ -518,12 +525,7 @@ func TestListingPastMaxRune(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range out.CommonPrefixes {
-			v1 = append(v1, "P:"+*p.Prefix)
-		}
-		for _, o := range out.Contents {
-			v1 = append(v1, *o.Key)
-		}
+		v1 = appendEntries(v1, out.CommonPrefixes, out.Contents)
 		if !*out.IsTruncated {
 			break
 		}
