@@ -1,6 +1,11 @@
 package client
 
-import "context"
+import (
+	"bytes"
+	"context"
+
+	"github.com/ospreystore/osprey/internal/ops"
+)
 
 // NewInternalUpload starts an upload of the SDK's own (as a PUT put whole
 // in pieces does), for tests that check listings hide it.
@@ -17,4 +22,18 @@ func RemoveHidden(ctx context.Context, c *Client, key string) error { return c.r
 func KeepBucketUploads(t interface{ Cleanup(func()) }) {
 	dropBucketUploads = false
 	t.Cleanup(func() { dropBucketUploads = true })
+}
+
+// PutPartUnchecked sends part n of an upload without asking first whether
+// the upload exists, as a client that skips the SDK's check would, for
+// tests of the OSD's own.
+func PutPartUnchecked(ctx context.Context, c *Client, bucket, key, uploadID string, n int, data []byte) error {
+	tg := target{bucket: ops.MultipartBucket, key: ops.PartKey(uploadID, uint32(n))}
+	bd, err := c.readBody(bytes.NewReader(data), c.payloadBuffer(ctx, tg, len(data)))
+	if err != nil {
+		bd.release()
+		return err
+	}
+	_, err = c.putPart(ctx, bucket, key, uploadID, n, "", 0, bd)
+	return err
 }

@@ -97,10 +97,15 @@ func (c *Client) PutObjectPart(ctx context.Context, bucket, key, uploadID string
 	if size < 0 || size > MaxPartSize {
 		return ObjectPart{}, ops.Errorf(ErrEntityTooLarge.Status, "part of %d bytes: at most %d", size, MaxPartSize)
 	}
-	// The part's OSD asks the upload's record first (as RGW reads an
-	// upload's meta object before each part): a part of an unknown or
-	// aborted upload is NoSuchUpload, not an orphan. (An abort racing
-	// this part can still leave one behind.)
+	// A part of an unknown or aborted upload is NoSuchUpload, not an
+	// orphan, before its body is read (as RGW reads an upload's meta
+	// object before each part; an S3 client waiting for 100 Continue
+	// sends none). The part's OSD asks the record again, which is what
+	// keeps one user from writing the parts of another's upload. (An
+	// abort racing this part can still leave one behind.)
+	if err := c.uploadExists(ctx, bucket, key, uploadID); err != nil {
+		return ObjectPart{}, err
+	}
 	// A part uploaded again replaces the one before: its OSD drops the
 	// pieces of that one the new part does not overwrite.
 	partKey := ops.PartKey(uploadID, uint32(partNumber))

@@ -124,9 +124,10 @@ func TestMultipartExplicit(t *testing.T) {
 	}
 	// The object's parts are the completed upload's: a part sent with its
 	// id, under its key or another (a writer of another bucket who learnt
-	// the id), is refused by the part's OSD, and the object reads the same.
+	// the id), is refused by the part's OSD, also from a client that does
+	// not ask first, and the object reads the same.
 	for _, key := range []string{"mp/obj", "elsewhere"} {
-		if _, err := cl.PutObjectPart(ctx, "s3tests", key, id, 1, bytes.NewReader([]byte("replaced")), 8); !errors.Is(err, client.ErrNoSuchUpload) {
+		if err := client.PutPartUnchecked(ctx, cl, "s3tests", key, id, 1, []byte("replaced")); !errors.Is(err, client.ErrNoSuchUpload) {
 			t.Fatalf("a part of the completed upload under %s: %v, want NoSuchUpload", key, err)
 		}
 	}
