@@ -544,6 +544,14 @@ func (c *Client) uploads(ctx context.Context, bucket string, opts UploadListOpti
 				after = pastRecords(base + opts.KeyMarker)
 			}
 		}
+		// last is the common prefix yielded last, or the marker when it is
+		// one: a record that still rolls up into it is skipped. Going on
+		// after p + U+10FFFF leaves out p's records but those of keys that
+		// go on after p with U+10FFFF, which would yield p again, forever.
+		last := ""
+		if opts.KeyMarker != "" && opts.UploadIDMarker == "" && ops.IsCommonPrefix(opts.KeyMarker, opts.Prefix, opts.Delimiter) {
+			last = opts.KeyMarker
+		}
 		// upload is the record o as an upload to yield: one of bucket's,
 		// visible, under the prefix (a record of a shorter key can sort
 		// under it: "a/0..." of key "a" under prefix "a/0"), and p, if
@@ -582,6 +590,7 @@ func (c *Client) uploads(ctx context.Context, bucket string, opts UploadListOpti
 			if seen && !yield(MultipartUpload{Key: p, IsPrefix: true}, nil) {
 				return "", false
 			}
+			last = p
 			return pastRecords(base + p), true
 		}
 		// A marker among a common prefix's records (an upload of a
@@ -605,7 +614,7 @@ func (c *Client) uploads(ctx context.Context, bucket string, opts UploadListOpti
 					return
 				}
 				u, p, ok := upload(o)
-				if !ok {
+				if !ok || p != "" && p == last {
 					continue
 				}
 				if p == "" {
