@@ -200,6 +200,11 @@ func parseGrant(service string, f []string) (Grant, error) {
 	if v == "" {
 		return Grant{}, fmt.Errorf("%q: want bucket=NAME or bucket_prefix=PREFIX", f[2])
 	}
+	// A name or prefix no bucket can have would grant nothing, or, as
+	// ".multipart", the hidden objects of every bucket's uploads.
+	if !bucketChars(v) {
+		return Grant{}, fmt.Errorf("%q: a bucket name starts with a lowercase letter or digit and holds only those, '.' and '-'", f[2])
+	}
 	switch k {
 	case "bucket":
 		g.Bucket = v
@@ -209,6 +214,20 @@ func parseGrant(service string, f []string) (Grant, error) {
 		return Grant{}, fmt.Errorf("%q: want bucket=NAME or bucket_prefix=PREFIX", f[2])
 	}
 	return g, nil
+}
+
+// bucketChars reports whether s could start a bucket's name (S3's rules,
+// ops.CheckBucketName): a lowercase letter or digit first, then those,
+// '.' and '-'.
+func bucketChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '-') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // Strings formats the caps per service, canonically (ParseCaps of the

@@ -84,6 +84,10 @@ func TestParseCapsRefuses(t *testing.T) {
 		{"osd", "allow profile admin"},
 		{"osd", "allow r,"},
 		{"osd", ", allow r"},
+		{"osd", "allow rw bucket=.multipart"},
+		{"osd", "allow rw bucket_prefix=."},
+		{"osd", "allow r bucket=Photos"},
+		{"osd", "allow r bucket_prefix=-a"},
 	} {
 		if _, err := ParseCaps(map[string]string{tc.svc: tc.s}); !errors.Is(err, ErrInvalidCaps) {
 			t.Errorf("%s %q: %v, want ErrInvalidCaps", tc.svc, tc.s, err)
