@@ -34,6 +34,7 @@ var (
 	ErrAccessDenied                      = &Error{Code: "AccessDenied", Status: http.StatusForbidden}
 	ErrSignatureDoesNotMatch             = &Error{Code: "SignatureDoesNotMatch", Status: http.StatusForbidden}
 	ErrInvalidAccessKeyID                = &Error{Code: "InvalidAccessKeyId", Status: http.StatusForbidden}
+	ErrInvalidToken                      = &Error{Code: "InvalidToken", Status: http.StatusBadRequest}
 	ErrRequestTimeTooSkewed              = &Error{Code: "RequestTimeTooSkewed", Status: http.StatusForbidden}
 	ErrAuthorizationHeaderMalformed      = &Error{Code: "AuthorizationHeaderMalformed", Status: http.StatusBadRequest}
 	ErrAuthorizationQueryParametersError = &Error{Code: "AuthorizationQueryParametersError", Status: http.StatusBadRequest}

@@ -552,6 +552,19 @@ func TestAuth(t *testing.T) {
 	wantCode(t, "wrong secret", err, "SignatureDoesNotMatch", 403)
 	_, err = e.client("NOSUCHKEY", testSecret, true).ListBuckets(ctx, &s3.ListBucketsInput{})
 	wantCode(t, "unknown key", err, "InvalidAccessKeyId", 403)
+	// A session token, signed, in the header or a presigned URL: the
+	// gateway issues none, so it can only be refused.
+	withToken := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(e.url), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(testAccess, testSecret, "a-session-token")})
+	_, err = withToken.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("auth"), Key: aws.String("k")})
+	wantCode(t, "a session token", err, "InvalidToken", 400)
+	pt, err := s3.NewPresignClient(withToken).PresignGetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("auth"), Key: aws.String("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := send(t, nil, pt.URL); resp.StatusCode != 400 || !bytes.Contains(body, []byte("<Code>InvalidToken</Code>")) {
+		t.Fatalf("a presigned URL with a session token: %d %s", resp.StatusCode, body)
+	}
 
 	// Anonymous: refused, in S3's XML, with a request id.
 	resp, body := send(t, nil, e.url+"/auth/k")

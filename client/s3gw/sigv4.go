@@ -487,6 +487,11 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 	if h := unsignedAmzHeader(r.Header, s.signedHeaders); h != "" {
 		return authResult{}, errf(ErrAccessDenied, "there were headers present in the request which were not signed: %.100s (sign every x-amz-* header)", h)
 	}
+	if r.Header.Get("X-Amz-Security-Token") != "" || q.Get("X-Amz-Security-Token") != "" {
+		// Temporary credentials come with a session token, which the
+		// gateway never issued: AWS refuses one it cannot check too.
+		return authResult{}, errf(ErrInvalidToken, "the provided token is malformed or otherwise invalid: this gateway issues no temporary credentials")
+	}
 	id, err := creds.Lookup(r.Context(), s.AccessKey)
 	if err != nil {
 		return authResult{}, err
