@@ -105,11 +105,15 @@ func (a *authTables) opAllowed(peer msgr.EntityName, t osdpb.MsgType, bucket str
 //     some bucket, and such a listing shows parts and pieces only
 //     (partsOnly), whatever else its prefix matches. Writing or deleting
 //     one takes caps that cover the multipart bucket: a user writes its
-//     parts with UPLOAD_PART, checked on the upload's bucket.
+//     parts with UPLOAD_PART, checked on the upload's bucket;
+//   - a put takes caps that cover the multipart bucket, whatever the key.
 func (a *authTables) hiddenAllowed(peer msgr.EntityName, t osdpb.MsgType, key string, list bool) (partsOnly bool, _ *ops.Error) {
 	err := a.opAllowed(peer, t, ops.MultipartBucket)
-	if err == nil {
-		return false, nil
+	if err == nil || t == osdpb.MsgType_MSG_PUT_OBJECT || t == osdpb.MsgType_MSG_PUT_OBJECT_IF {
+		// Nobody else puts a hidden object: a record made by hand could
+		// name another upload's id, whose parts UPLOAD_PART would then
+		// let its maker replace.
+		return false, err
 	}
 	first, _, cut := strings.Cut(key, "/")
 	bucket := ""
