@@ -301,11 +301,16 @@ func (o *OSD) manifest(mp *placement.Map, req *osdpb.UploadRequest, upl *osdpb.O
 	}
 	pool, _ := mp.Pool(req.Header.GetPool())
 	meta = &osdpb.ObjectMeta{ContentType: upl.GetContentType(), UserMeta: upl.GetUserMeta(), MtimeUnixNano: time.Now().UnixNano()}
+	// The order first, as S3 checks it: parts listed in the order their
+	// uploads finished are InvalidPartOrder, whatever else is wrong with
+	// them (the small last part listed early is not EntityTooSmall).
+	for i := 1; i < len(req.Parts); i++ {
+		if req.Parts[i].Number <= req.Parts[i-1].Number {
+			return nil, nil, ops.Errorf(osdpb.Status_INVALID_PART_ORDER, "part %d after part %d", req.Parts[i].Number, req.Parts[i-1].Number)
+		}
+	}
 	etags := md5.New()
 	for i, want := range req.Parts {
-		if i > 0 && want.Number <= req.Parts[i-1].Number {
-			return nil, nil, ops.Errorf(osdpb.Status_INVALID_PART_ORDER, "part %d after part %d", want.Number, req.Parts[i-1].Number)
-		}
 		key := ops.PartKey(req.UploadId, want.Number)
 		got, err := o.headAnywhere(mp, pool, ops.MultipartBucket, key)
 		if err != nil {

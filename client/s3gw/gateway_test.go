@@ -856,6 +856,15 @@ func TestMultipart(t *testing.T) {
 	_, err = e.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: b, Key: k, UploadId: id,
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{done[1], done[0], done[2]}}})
 	wantCode(t, "parts out of order", err, "InvalidPartOrder", 400)
+	// The order is checked before the parts: the small last part listed
+	// before a larger one (parts in the order their uploads finished) is
+	// out of order, as on S3, not a part too small.
+	_, err = e.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: b, Key: k, UploadId: id,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{done[0], done[2], done[1]}}})
+	wantCode(t, "the small last part listed before another", err, "InvalidPartOrder", 400)
+	_, err = e.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: b, Key: k, UploadId: id,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{PartNumber: aws.Int32(9), ETag: done[0].ETag}, done[0]}}})
+	wantCode(t, "a part never uploaded listed before another", err, "InvalidPartOrder", 400)
 	co, err := e.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: b, Key: k, UploadId: id, MultipartUpload: &types.CompletedMultipartUpload{Parts: done}})
 	if err != nil {
 		t.Fatal(err)
