@@ -250,6 +250,12 @@ func TestBadInput(t *testing.T) {
 			{"DeleteObjects, another root", sv.url + "/bad?delete", "<Undelete><Object><Key>k</Key></Object></Undelete>"},
 			{"Complete, another root", sv.url + "/bad/mp?uploadId=" + *up.UploadId,
 				"<Delete><Part><PartNumber>1</PartNumber><ETag>x</ETag></Part></Delete>"},
+			// A part without its number or its ETag, as S3 answers (not a
+			// part 0, InvalidArgument, or a part not found, InvalidPart).
+			{"Complete, a part without a number", sv.url + "/bad/mp?uploadId=" + *up.UploadId,
+				"<CompleteMultipartUpload><Part><ETag>x</ETag></Part></CompleteMultipartUpload>"},
+			{"Complete, a part without an ETag", sv.url + "/bad/mp?uploadId=" + *up.UploadId,
+				"<CompleteMultipartUpload><Part><PartNumber>1</PartNumber></Part></CompleteMultipartUpload>"},
 		} {
 			resp, body := send(t, signed(t, http.MethodPost, tc.url, []byte(tc.body)), "")
 			wantS3Error(t, tc.what, resp, body, "MalformedXML", 400)

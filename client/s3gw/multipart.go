@@ -79,8 +79,10 @@ func (g *Gateway) uploadPart(req *request) error {
 type completeRequest struct {
 	XMLName xml.Name `xml:"CompleteMultipartUpload"`
 	Parts   []struct {
-		PartNumber int
-		ETag       string
+		// Pointers, to tell an element left out, which S3 answers
+		// MalformedXML, from a 0 or an empty ETag.
+		PartNumber *int
+		ETag       *string
 	} `xml:"Part"`
 }
 
@@ -92,6 +94,11 @@ func parseCompleteRequest(b []byte) (completeRequest, error) {
 	}
 	if len(c.Parts) == 0 || len(c.Parts) > 10000 {
 		return c, errf(ErrMalformedXML, "a CompleteMultipartUpload names 1 to 10000 parts, not %d", len(c.Parts))
+	}
+	for i, p := range c.Parts {
+		if p.PartNumber == nil || p.ETag == nil {
+			return c, errf(ErrMalformedXML, "part %d of the CompleteMultipartUpload lacks its PartNumber or its ETag", i+1)
+		}
 	}
 	return c, nil
 }
@@ -116,7 +123,7 @@ func (g *Gateway) completeMultipartUpload(req *request) error {
 	}
 	parts := make([]client.CompletePart, len(c.Parts))
 	for i, p := range c.Parts {
-		parts[i] = client.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag}
+		parts[i] = client.CompletePart{PartNumber: *p.PartNumber, ETag: *p.ETag}
 	}
 	ifMatch, ifNoneMatch, err := writeConditions(req.r.Header)
 	if err != nil {

@@ -266,6 +266,11 @@ func FuzzParseCompleteRequest(f *testing.F) {
 		if err == nil && (len(c.Parts) == 0 || len(c.Parts) > 10000) {
 			t.Fatalf("accepted %d parts", len(c.Parts))
 		}
+		for i, p := range c.Parts {
+			if err == nil && (p.PartNumber == nil || p.ETag == nil) {
+				t.Fatalf("accepted part %d without its number or ETag", i+1)
+			}
+		}
 	})
 }
 
