@@ -13,7 +13,6 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
-	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -205,10 +204,7 @@ func TestConditionalPutResend(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitSettled(t, 30*time.Second)
-	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
-	pg := placement.PGOf(pool, "idem", "k")
-	primary, _ := c.Map.Primary(pool.Id, pg)
-	call := rawCaller(ctx, t, c, primary)
+	call, pool, pg := keyCaller(ctx, t, c, "idem", "k")
 	put := func(typ osdpb.MsgType, tid uint64, attempt uint32, body []byte) *osdpb.ObjectReply {
 		t.Helper()
 		front, _ := proto.Marshal(&osdpb.PutObject{
@@ -280,10 +276,7 @@ func TestConditionalDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitSettled(t, 30*time.Second)
-	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
-	pg := placement.PGOf(pool, "cdel", "k")
-	primary, _ := c.Map.Primary(pool.Id, pg)
-	call := rawCaller(ctx, t, c, primary)
+	call, pool, pg := keyCaller(ctx, t, c, "cdel", "k")
 	send := func(typ osdpb.MsgType, tid uint64, attempt uint32, cond *osdpb.Condition) *osdpb.ReplyHeader {
 		t.Helper()
 		front, _ := proto.Marshal(&osdpb.ObjectRequest{
