@@ -521,6 +521,9 @@ func TestMonAddOSD(t *testing.T) {
 	w.read(ctx, 2)
 	// Enough data that the newcomer's backfill overlaps the readers.
 	w.waitFlowing(ctx, t, 150, time.Now().Add(-time.Second))
+	// From now on writes go on at a pace the throttled backfill outruns
+	// (about 1 MiB/s of new objects, a third of it for the newcomer).
+	w.setPace(200 * time.Millisecond)
 	before := mc.status(ctx).Epoch
 	mc.start(4)
 	added := mc.idOf(4)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,9 +34,19 @@ type workload struct {
 	reads      int
 	readFails  int
 
+	// pace, when set, is the writer's least time between two puts.
+	pace atomic.Int64
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
+
+// setPace slows the writer to one put per d at most. A backfill copies
+// every object ahead of its cursor, and the writer's new keys sort after
+// all the others: an unpaced writer on a fast machine adds data faster
+// than a throttled backfill copies it, and the backfill never ends (as
+// Ceph's would not).
+func (w *workload) setPace(d time.Duration) { w.pace.Store(int64(d)) }
 
 func newWorkload(cl *client.Client, bucket string) *workload {
 	return &workload{cl: cl, bucket: bucket, acked: map[string][]byte{}, failed: map[string][]byte{}, stop: make(chan struct{}),
@@ -45,12 +56,18 @@ func newWorkload(cl *client.Client, bucket string) *workload {
 // write starts the writer.
 func (w *workload) write(ctx context.Context) {
 	w.wg.Go(func() {
+		var last time.Time
 		for n := 0; ; n++ {
+			wait := time.Duration(0)
+			if pace := time.Duration(w.pace.Load()); pace > 0 {
+				wait = time.Until(last.Add(pace))
+			}
 			select {
 			case <-w.stop:
 				return
-			default:
+			case <-time.After(max(wait, 0)):
 			}
+			last = time.Now()
 			key := fmt.Sprintf("k%05d", n)
 			body := w.size(key)
 			if _, err := osdtest.Put(ctx, w.cl, w.bucket, key, body, client.PutOptions{}); err != nil {

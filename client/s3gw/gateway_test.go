@@ -829,6 +829,10 @@ func TestMultipart(t *testing.T) {
 	if err != nil || len(lp.Parts) != 2 || !*lp.IsTruncated || *lp.NextPartNumberMarker != "2" || *lp.Parts[1].Size != 5<<20 {
 		t.Fatalf("ListParts: %v %+v", err, lp)
 	}
+	lp, err = e.s3.ListParts(ctx, &s3.ListPartsInput{Bucket: b, Key: k, UploadId: id, MaxParts: aws.Int32(0)})
+	if err != nil || len(lp.Parts) != 0 || *lp.IsTruncated {
+		t.Fatalf("ListParts max-parts=0: %v %+v; want an empty page, not truncated", err, lp)
+	}
 	lp, err = e.s3.ListParts(ctx, &s3.ListPartsInput{Bucket: b, Key: k, UploadId: id, PartNumberMarker: aws.String("2")})
 	if err != nil || len(lp.Parts) != 1 || *lp.Parts[0].PartNumber != 3 || *lp.IsTruncated {
 		t.Fatalf("ListParts after 2: %v %+v", err, lp)
@@ -871,6 +875,9 @@ func TestMultipart(t *testing.T) {
 	}
 	if !strings.HasSuffix(*co.ETag, `-3"`) {
 		t.Fatalf("ETag %s, want a multipart one of 3 parts", *co.ETag)
+	}
+	if want := e.url + "/mpu/big/obj"; co.Location == nil || *co.Location != want {
+		t.Fatalf("Location %v, want the object's absolute URL %s", co.Location, want)
 	}
 	got, out := e.get(t, "mpu", "big/obj", "")
 	if !bytes.Equal(got, slices.Concat(parts...)) || *out.ETag != *co.ETag || *out.ContentType != "text/x-parts" || out.Metadata["m"] != "v" {

@@ -137,9 +137,20 @@ func (g *Gateway) completeMultipartUpload(req *request) error {
 	if err != nil {
 		return err
 	}
-	writeXML(req.w, http.StatusOK, completeMultipartUploadResult{XMLNS: s3XMLNS, Location: "/" + req.bucket + "/" + req.key,
+	writeXML(req.w, http.StatusOK, completeMultipartUploadResult{XMLNS: s3XMLNS, Location: objectURL(req.r),
 		Bucket: req.bucket, Key: req.key, ETag: quoteETag(info.ETag)})
 	return nil
+}
+
+// objectURL is the object's absolute URL, as S3 gives it in a completed
+// upload's Location: the request's own path (/BUCKET/KEY, or /KEY on a
+// virtual-hosted bucket) on the host and scheme the client used.
+func objectURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + r.URL.EscapedPath()
 }
 
 // completedBefore answers a CompleteMultipartUpload of an upload that is
@@ -224,6 +235,12 @@ func (g *Gateway) listParts(req *request) error {
 	for _, p := range parts {
 		if p.PartNumber <= marker {
 			continue
+		}
+		// max-parts=0 asks for an empty page, as max-keys=0 and
+		// max-uploads=0 do: not truncated, or a client paging until
+		// IsTruncated is false would ask forever without moving.
+		if maxParts == 0 {
+			break
 		}
 		if len(res.Parts) == maxParts {
 			res.IsTruncated = true
