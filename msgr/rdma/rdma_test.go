@@ -196,7 +196,7 @@ func testCreditExhaustion(t *testing.T, cfg rdma.Config) {
 	const (
 		window    = 4
 		senders   = 8
-		perSender = 2500
+		perSender = 1000 // 8,000 messages: 2,000 times out of credit
 	)
 	trS, trC := ownTransport(t, cfg), ownTransport(t, cfg)
 	tiny := func(o *msgr.Options) { o.RecvWindowMsgs = window }
