@@ -56,12 +56,10 @@ func TestEndToEnd(t *testing.T) {
 	// Files of the sizes the issue asks for, incompressible.
 	sizes := map[string]int{"empty": 0, "one": 1, "1m": 1 << 20, "10m": 10 << 20, "100m": 100 << 20}
 	files := map[string][]byte{}
-	rng := rand.New(rand.NewChaCha8([32]byte{1}))
+	rng := rand.NewChaCha8([32]byte{1})
 	for name, n := range sizes {
 		b := make([]byte, n)
-		for i := range b {
-			b[i] = byte(rng.Uint32())
-		}
+		rng.Read(b)
 		files[name] = b
 		if err := os.WriteFile(filepath.Join(work, name), b, 0o644); err != nil {
 			t.Fatal(err)
