@@ -128,9 +128,6 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// rawCaller connects to OSD id as a client of its own, bypassing the SDK
-// (to choose request ids and attempts), and returns a function that sends
-// one request and decodes its reply into rep.
 // keyCaller is rawCaller to the primary of the PG of (bucket, key), with
 // the pool and PG a request's header names.
 func keyCaller(ctx context.Context, t *testing.T, c *osdtest.Cluster, bucket, key string) (func(typ osdpb.MsgType, front, data []byte, rep proto.Message) error, *osdpb.Pool, uint32) {
@@ -141,6 +138,9 @@ func keyCaller(ctx context.Context, t *testing.T, c *osdtest.Cluster, bucket, ke
 	return rawCaller(ctx, t, c, primary), pool, pg
 }
 
+// rawCaller connects to OSD id as a client of its own, bypassing the SDK
+// (to choose request ids and attempts), and returns a function that sends
+// one request and decodes its reply into rep.
 func rawCaller(ctx context.Context, t *testing.T, c *osdtest.Cluster, id uint32) func(typ osdpb.MsgType, front, data []byte, rep proto.Message) error {
 	t.Helper()
 	got := make(replies, 4)
