@@ -181,3 +181,110 @@ func TestLateDialFindsTheSessionAttached(t *testing.T) {
 	r.checkWaits(t, 0)
 	r.checkNoLinkReplaced(t)
 }
+
+// TestStaleResetAfterPeerRestart: osd.2 restarts while osd.1 redials it.
+// osd.1's dial reaches the new instance and asks to resume the old
+// session, and that request is held on the way; meanwhile the new
+// instance dials osd.1, which takes it for the restart (one
+// EventRemoteReset) and runs a new session over the accepted link. The
+// held request then reaches osd.2, which answers SESSION_RESET: no such
+// session. That answer is about the old session, long reset: osd.1 must
+// not reset the new one under the link that carries it (it did, and the
+// two sides' sequence numbers parted for good: messages dropped as
+// duplicates, "peer acked seq 6 beyond the last sent 0").
+func TestStaleResetAfterPeerRestart(t *testing.T) {
+	ctx := context.Background()
+	long := func(o *msgr.Options) { o.HandshakeTimeout = 5 * time.Minute }
+	recA, recB := msgrtest.NewRecorder(t), msgrtest.NewRecorder(t)
+	gateA := msgrtest.NewGate(tcp.Transport{})
+	a := tcpEnv.NewMessenger(t, "osd.1", recA, func(o *msgr.Options) {
+		long(o)
+		o.Transports = []wire.Transport{gateA}
+	})
+	b := tcpEnv.NewMessenger(t, "osd.2", recB, long)
+	addrA, addrB := tcpEnv.Listen(t, a), tcpEnv.Listen(t, b)
+	ca, err := a.Connect(ctx, addrB, "osd.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb := onlyConnOf(t, b)
+	exchange(t, ca, cb, recA, recB, 1, 2, 0, 10)
+
+	heldReq, releaseReq := gateA.HoldWrites(wire.TagSessionReq)
+	t.Cleanup(func() { releaseReq(true) })
+	heldDial, releaseDial := gateA.HoldDials()
+	t.Cleanup(releaseDial)
+	b.Kill()
+	waitHeld(t, heldDial, "osd.1's redial")
+	recB2 := msgrtest.NewRecorder(t)
+	b2 := tcpEnv.NewMessenger(t, "osd.2", recB2, long)
+	if _, err := b2.Listen(ctx, addrB); err != nil {
+		t.Fatalf("relisten on %s: %v", addrB, err)
+	}
+	releaseDial()
+	waitHeld(t, heldReq, "osd.1's SESSION_REQUEST for the old session")
+
+	cb2, err := b2.Connect(ctx, addrA, "osd.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recA.WaitEvent(t, msgr.EventRemoteReset, 10*time.Second)
+	exchange(t, ca, cb2, recA, recB2, 3, 4, 0, 10)
+	faults := ca.Stats().Faults
+
+	releaseReq(false)
+	// osd.2 answers SESSION_RESET; osd.1's dial then ends, closing its link.
+	msgrtest.Eventually(t, 10*time.Second, "osd.1's stale dial ended at osd.2", func() bool {
+		return b2.Stats().HandshakeFailures[msgr.HandshakeClosed] == 1
+	})
+	exchange(t, ca, cb2, recA, recB2, 3, 4, 10, 100)
+	var resets int
+	for _, ev := range recA.Events() {
+		if ev.Kind == msgr.EventRemoteReset {
+			resets++
+		}
+	}
+	if resets != 1 {
+		t.Errorf("osd.1 got %d EventRemoteReset, want 1 (the restart)", resets)
+	}
+	if f := ca.Stats().Faults; f != faults {
+		t.Errorf("osd.1's session faulted %d times after the stale answer", f-faults)
+	}
+}
+
+// onlyConnOf waits for m's one session.
+func onlyConnOf(t *testing.T, m *msgr.Messenger) *msgr.Conn {
+	t.Helper()
+	var c *msgr.Conn
+	msgrtest.Eventually(t, 10*time.Second, "the accepted session", func() bool {
+		for cc := range m.Conns() {
+			c = cc
+		}
+		return c != nil
+	})
+	return c
+}
+
+// exchange sends messages from to from+n-1 each way, on ca as stream idA
+// and on cb as stream idB, and waits for them, checked for order and
+// exactly-once.
+func exchange(t *testing.T, ca, cb *msgr.Conn, recA, recB *msgrtest.Recorder, idA, idB uint32, from, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := from; i < from+n; i++ {
+		for id, c := range map[uint32]*msgr.Conn{idA: ca, idB: cb} {
+			if err := c.Send(ctx, msgr.NewMessage(1, msgrtest.Payload(id, uint64(i), nil), nil)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	msgrtest.Eventually(t, 10*time.Second, "every message delivered", func() bool {
+		return recA.Next(idB) == uint64(from+n) && recB.Next(idA) == uint64(from+n)
+	})
+	for _, rec := range []*msgrtest.Recorder{recA, recB} {
+		if err := rec.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

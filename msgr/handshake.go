@@ -220,7 +220,7 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 	}
 	lr := m.newLinkRun(c, link)
 	lr.mode = mode
-	for resets := 0; ; resets++ {
+	for resets := 0; ; {
 		req := sent // the first, if it went with the auth step's last flight
 		sent = nil
 		if req == nil {
@@ -267,8 +267,29 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 				return nil, fmt.Errorf("%w: %s", ErrRemoteReset, reset.Reason)
 			}
 			c.mu.Lock()
+			if c.cookie != req.Cookie || c.peerCookie != req.PeerCookie {
+				// The answer is about a session we no longer have: while
+				// the request was on its way, a link the peer dialed was
+				// accepted here and replaced that session (the peer had
+				// restarted). Resetting now would reset the new session
+				// under the link that carries it, and the two sides'
+				// sequence numbers would part for good. Ask again, for
+				// the session we have; with that link attached, newReq
+				// abandons this dial instead.
+				c.mu.Unlock()
+				continue
+			}
+			resets++
+			// A link still attached carries the session the peer lost (a
+			// link to its old instance, not yet failed here): its
+			// sequence numbers end with the session.
+			if old := c.link; old != nil {
+				c.detachLocked(old)
+			}
 			dropped := c.resetSessionLocked()
+			retired := c.takeRetiredLocked()
 			c.mu.Unlock()
+			retired.drainWriter()
 			c.recycle(dropped)
 			m.ratelog.Log(m.log, slog.LevelInfo, "peer lost the session", "msgr: peer lost the session",
 				"peer", peer, "reason", reset.Reason, "dropped", len(dropped))
@@ -476,8 +497,19 @@ func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, no
 	// be rewound to (it claims messages never sent) is refused, and the
 	// session keeps the link it has.
 	if err := c.sess.checkRewind(req.InSeq, restarted); err != nil {
+		if c.link != nil {
+			c.mu.Unlock()
+			return true, err
+		}
+		// No link carries the session, and the dialer would ask with the
+		// same in_seq each time: refusing would part the two for good.
+		// The session is beyond repair; reset it. The dialer resets its
+		// side and asks for a new session, which this side then takes as
+		// a restart (EventRemoteReset on both).
 		c.mu.Unlock()
-		return true, err
+		m.log.Warn("msgr: resetting a session whose state the peer contradicts", "peer", peer, "err", err)
+		werr := writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Reason: fmt.Sprintf("session state mismatch: %v", err)})
+		return werr != nil, werr
 	}
 	var dropped []*Message
 	remoteReset := false

@@ -80,7 +80,7 @@ func acceptFieldSeeds() []acceptFieldSeed {
 		seed("resume by cookie", "osd.2", ready, msg, req(func(r *msgrpb.SessionRequest) { r.Cookie, r.PeerCookie = fuzzOpenPeerCookie, fuzzOpenCookie })),
 		seed("peer restarted", "osd.2", ready, msg, req(func(r *msgrpb.SessionRequest) { r.PeerCookie = fuzzOpenCookie })),
 		seed("dialer closed it", "osd.2", ready, msg, req(func(r *msgrpb.SessionRequest) { r.ClosedCookie = fuzzOpenPeerCookie })),
-		seed("rewind to messages never sent", "osd.2", nil, nil, req(func(r *msgrpb.SessionRequest) { r.Cookie, r.InSeq = fuzzOpenPeerCookie, 1000 })),
+		seed("rewind to messages never sent (no link: reset)", "osd.2", []wire.Tag{wire.TagSessionReset}, nil, req(func(r *msgrpb.SessionRequest) { r.Cookie, r.InSeq = fuzzOpenPeerCookie, 1000 })),
 		seed("policy mismatch", "osd.1", []wire.Tag{wire.TagSessionReset}, nil, req(func(r *msgrpb.SessionRequest) { r.Lossy = true })),
 		seed("window too small", "osd.1", nil, nil, req(func(r *msgrpb.SessionRequest) { r.WindowMsgs = 1 })),
 	}

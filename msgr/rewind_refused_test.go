@@ -7,6 +7,8 @@ import (
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/proto/msgrpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestBadInSeqKeepsTheSession: a second link of the same peer instance
@@ -15,16 +17,7 @@ import (
 // it has: the session goes on over that link. It used to detach the old
 // link first and, the rewind failing, leave the session linkless.
 func TestBadInSeqKeepsTheSession(t *testing.T) {
-	rec := msgrtest.NewRecorder(t)
-	got := make(chan string, 16)
-	rec.OnMsg = func(m *msgr.Message) bool {
-		if m.Conn().Peer() == "osd.9" {
-			got <- string(m.Front)
-			m.Release()
-			return true
-		}
-		return false
-	}
+	rec, got := osd9Recorder(t)
 	_, addr, logs := newLoggedServer(t, rec, nil)
 
 	first := dialRaw(t, addr)
@@ -42,12 +35,102 @@ func TestBadInSeqKeepsTheSession(t *testing.T) {
 
 	// The first link still carries the session.
 	first.write(encodeFrame(wire.Preamble{Tag: wire.TagMessage, Type: 1, Seq: 1, GrantMsgs: 64, GrantBytes: 1 << 20}, []byte("still here"), nil))
+	waitFront(t, got, "still here", "the session's first link stopped delivering after a refused resume", logs)
+}
+
+// TestBadInSeqWithoutLinkResetsTheSession: the same claim on a session
+// that has no link left cannot be refused for ever (the dialer would ask
+// again with the same in_seq, and the two would never talk again): the
+// server answers SESSION_RESET, and the dialer's new session is taken as
+// a restart (EventRemoteReset) and carries messages.
+func TestBadInSeqWithoutLinkResetsTheSession(t *testing.T) {
+	rec, got := osd9Recorder(t)
+	srv, addr, logs := newLoggedServer(t, rec, nil)
+
+	first := dialRaw(t, addr)
+	ready := first.handshake(7)
+	var sess *msgr.Conn
+	msgrtest.Eventually(t, 10*time.Second, "the server's session with osd.9", func() bool {
+		for c := range srv.Conns() {
+			sess = c
+		}
+		return sess != nil
+	})
+	first.c.Close()
+	msgrtest.Eventually(t, 10*time.Second, "the server to see the link fail", func() bool { return sess.Stats().Faults == 1 })
+
+	second := dialRaw(t, addr)
+	bn := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
+	features, err := wire.ExchangeBanner(second.c, bn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := wire.NewStreamLink(second.c, features, wire.LinkOptions{Banner: bn, Limits: wire.Limits{MaxFront: 1 << 20, MaxData: 1 << 20}})
+	second.write(resumeFrames(t, "osd.9", 7, ready.Cookie, 5))
+	read := func(want wire.Tag, pb proto.Message) {
+		t.Helper()
+		var f wire.Frame
+		if err := link.ReadFrame(&f); err != nil {
+			t.Fatalf("reading %v: %v; server log:\n%s", want, err, logs.String())
+		}
+		defer f.Release()
+		if f.Tag != want {
+			t.Fatalf("got %v, want %v; server log:\n%s", f.Tag, want, logs.String())
+		}
+		if pb != nil {
+			if err := proto.Unmarshal(f.Front, pb); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	read(wire.TagHello, nil)
+	read(wire.TagAuthDone, nil)
+	var reset msgrpb.SessionReset
+	read(wire.TagSessionReset, &reset)
+	if reset.Fatal || reset.Closed {
+		t.Fatalf("SESSION_RESET %v, want a plain reset", &reset)
+	}
+
+	// As a dialer does after SESSION_RESET: a new cookie, no peer cookie.
+	second.write(hsFrame(t, wire.TagSessionReq, &msgrpb.SessionRequest{
+		Cookie: 70, WindowMsgs: 64, WindowBytes: 1 << 20, GrantMsgs: 64, GrantBytes: 1 << 20,
+	}))
+	var ready2 msgrpb.SessionReady
+	read(wire.TagSessionReady, &ready2)
+	if !ready2.ResetOld || ready2.InSeq != 0 {
+		t.Errorf("SESSION_READY reset_old=%v in_seq=%d, want a reset session", ready2.ResetOld, ready2.InSeq)
+	}
+	if ev := rec.WaitEvent(t, msgr.EventRemoteReset, 10*time.Second); ev.Conn != sess {
+		t.Errorf("EventRemoteReset on %v, want the session %v", ev.Conn, sess)
+	}
+	second.write(encodeFrame(wire.Preamble{Tag: wire.TagMessage, Type: 1, Seq: 1, GrantMsgs: 64, GrantBytes: 1 << 20}, []byte("new session"), nil))
+	waitFront(t, got, "new session", "the new session delivered nothing", logs)
+}
+
+// osd9Recorder is a recorder that hands osd.9's messages' fronts to got.
+func osd9Recorder(t *testing.T) (*msgrtest.Recorder, <-chan string) {
+	rec := msgrtest.NewRecorder(t)
+	got := make(chan string, 16)
+	rec.OnMsg = func(m *msgr.Message) bool {
+		if m.Conn().Peer() == "osd.9" {
+			got <- string(m.Front)
+			m.Release()
+			return true
+		}
+		return false
+	}
+	return rec, got
+}
+
+// waitFront waits for the next front on got, which must be want.
+func waitFront(t *testing.T, got <-chan string, want, failure string, logs *syncBuffer) {
+	t.Helper()
 	select {
 	case front := <-got:
-		if front != "still here" {
-			t.Fatalf("delivered %q", front)
+		if front != want {
+			t.Fatalf("delivered %q, want %q", front, want)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatalf("the session's first link stopped delivering after a refused resume; server log:\n%s", logs.String())
+		t.Fatalf("%s; server log:\n%s", failure, logs.String())
 	}
 }
