@@ -240,22 +240,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildCLI builds this package's binary with the test binary's RDMA
-// build tag, so both exercise the same transports.
+// buildCLI builds this package's binary with the test binary's build
+// tags, so both exercise the same transports.
 func buildCLI(t *testing.T) string {
 	t.Helper()
 	built.once.Do(func() {
 		if built.dir, built.err = os.MkdirTemp("", "osprey-e2e-"); built.err != nil {
 			return
 		}
-		built.path = filepath.Join(built.dir, "osprey")
-		args := []string{"build", "-o", built.path}
-		if transports.RDMABuilt {
-			args = append(args, "-tags", "rdma")
-		}
-		if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
-			built.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		built.path, built.err = osdtest.BuildOsprey(built.dir)
 	})
 	if built.err != nil {
 		t.Fatal(built.err)

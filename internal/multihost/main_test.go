@@ -7,16 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/netns"
+	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr/auth"
-	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -58,22 +56,14 @@ func testingShort() bool {
 	return false
 }
 
-// buildOsprey builds cmd/osprey with the test binary's RDMA build tag, so
-// the daemons have the transports the test expects.
+// buildOsprey builds cmd/osprey with the test binary's build tags, so the
+// daemons have the transports the test expects.
 func buildOsprey() (dir, bin string, err error) {
 	if dir, err = os.MkdirTemp("", "osprey-multihost-"); err != nil {
 		return "", "", err
 	}
-	bin = filepath.Join(dir, "osprey")
-	args := []string{"build", "-o", bin}
-	if transports.RDMABuilt {
-		args = append(args, "-tags", "rdma")
-	}
-	cmd := exec.Command("go", append(args, "github.com/ospreystore/osprey/cmd/osprey")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return dir, "", fmt.Errorf("go build cmd/osprey: %v\n%s", err, out)
-	}
-	return dir, bin, nil
+	bin, err = osdtest.BuildOsprey(dir)
+	return dir, bin, err
 }
 
 // needLab skips the test where the lab cannot be built (or with -short),
