@@ -250,6 +250,10 @@ func TestStaleResetAfterPeerRestart(t *testing.T) {
 	if f := ca.Stats().Faults; f != faults {
 		t.Errorf("osd.1's session faulted %d times after the stale answer", f-faults)
 	}
+	// The stale dial was abandoned, no failure: its session has a link.
+	if f := a.Stats().HandshakeFailures; f != ([msgr.NumHandshakeReasons]uint64{}) {
+		t.Errorf("osd.1 counted handshake failures %v", f)
+	}
 }
 
 // onlyConnOf waits for m's one session.
