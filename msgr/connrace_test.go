@@ -2,6 +2,7 @@ package msgr_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -194,34 +195,11 @@ func TestLateDialFindsTheSessionAttached(t *testing.T) {
 // duplicates, "peer acked seq 6 beyond the last sent 0").
 func TestStaleResetAfterPeerRestart(t *testing.T) {
 	ctx := context.Background()
-	long := func(o *msgr.Options) { o.HandshakeTimeout = 5 * time.Minute }
-	recA, recB := msgrtest.NewRecorder(t), msgrtest.NewRecorder(t)
-	gateA := msgrtest.NewGate(tcp.Transport{})
-	a := tcpEnv.NewMessenger(t, "osd.1", recA, func(o *msgr.Options) {
-		long(o)
-		o.Transports = []wire.Transport{gateA}
-	})
-	b := tcpEnv.NewMessenger(t, "osd.2", recB, long)
-	addrA, addrB := tcpEnv.Listen(t, a), tcpEnv.Listen(t, b)
-	ca, err := a.Connect(ctx, addrB, "osd.2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cb := onlyConnOf(t, b)
-	exchange(t, ca, cb, recA, recB, 1, 2, 0, 10)
-
-	heldReq, releaseReq := gateA.HoldWrites(wire.TagSessionReq)
+	r := newRestart(t)
+	a, ca, recA, addrA := r.a, r.ca, r.recA, r.addrA
+	heldReq, releaseReq := r.gateA.HoldWrites(wire.TagSessionReq)
 	t.Cleanup(func() { releaseReq(true) })
-	heldDial, releaseDial := gateA.HoldDials()
-	t.Cleanup(releaseDial)
-	b.Kill()
-	waitHeld(t, heldDial, "osd.1's redial")
-	recB2 := msgrtest.NewRecorder(t)
-	b2 := tcpEnv.NewMessenger(t, "osd.2", recB2, long)
-	if _, err := b2.Listen(ctx, addrB); err != nil {
-		t.Fatalf("relisten on %s: %v", addrB, err)
-	}
-	releaseDial()
+	b2, recB2 := r.restartB(t)
 	waitHeld(t, heldReq, "osd.1's SESSION_REQUEST for the old session")
 
 	cb2, err := b2.Connect(ctx, addrA, "osd.1")
@@ -254,6 +232,114 @@ func TestStaleResetAfterPeerRestart(t *testing.T) {
 	if f := a.Stats().HandshakeFailures; f != ([msgr.NumHandshakeReasons]uint64{}) {
 		t.Errorf("osd.1 counted handshake failures %v", f)
 	}
+}
+
+// TestRestartedPeerDialsInAfterReset: osd.2 restarts; osd.1's redial asks
+// the new instance for the old session and is told SESSION_RESET, and
+// before its next request gets an answer the new instance's own dial
+// reaches osd.1 (and, the larger name, answers that request with WAIT).
+// osd.1 reset its session once, on the SESSION_RESET, and queued messages
+// since: the new instance's link must carry them, not be taken for a
+// second restart that drops them (osd.1 had kept the old instance's nonce
+// through the reset).
+func TestRestartedPeerDialsInAfterReset(t *testing.T) {
+	ctx := context.Background()
+	r := newRestart(t)
+	gateB := msgrtest.NewGate(tcp.Transport{})
+	heldReset, releaseReset := gateB.HoldWrites(wire.TagSessionReset)
+	t.Cleanup(func() { releaseReset(true) })
+	b2, recB2 := r.restartB(t, gateB)
+	waitHeld(t, heldReset, "osd.2's SESSION_RESET of the old session")
+
+	// osd.2 dials osd.1 meanwhile: its request is held once it has
+	// reached osd.1.
+	heldReq, releaseReq := gateB.HoldWrites(wire.TagSessionReq)
+	t.Cleanup(func() { releaseReq(true) })
+	cb2, err := b2.Connect(ctx, r.addrA, "osd.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, heldReq, "osd.2's SESSION_REQUEST")
+
+	releaseReset(false)
+	r.recA.WaitEvent(t, msgr.EventRemoteReset, 10*time.Second)
+	msgrtest.Eventually(t, 10*time.Second, "osd.1's next request answered with WAIT", func() bool {
+		return r.ca.Stats().WaitsReceived == 1
+	})
+	// Queued on the reset session, with no link yet.
+	for i := range 10 {
+		if err := r.ca.Send(ctx, msgr.NewMessage(1, msgrtest.Payload(3, uint64(i), nil), nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	releaseReq(false)
+	msgrtest.EventuallyDescribed(t, 10*time.Second, func() string {
+		return fmt.Sprintf("the queued messages delivered: %d of 10; osd.1 %v; osd.2 %v; osd.1's events %v", recB2.Next(3), r.ca, cb2, r.recA.Events())
+	}, func() bool { return recB2.Next(3) == 10 })
+	exchange(t, r.ca, cb2, r.recA, recB2, 5, 6, 0, 100)
+	var resets int
+	for _, ev := range r.recA.Events() {
+		if ev.Kind == msgr.EventRemoteReset {
+			resets++
+		}
+	}
+	if resets != 1 {
+		t.Errorf("osd.1 got %d EventRemoteReset, want 1 (the restart)", resets)
+	}
+}
+
+// restart is osd.1 (a, through gateA) with a session with osd.2 (b) that
+// carried messages both ways; osd.2 is then killed, and osd.1's redial
+// held by the gate until restartB.
+type restart struct {
+	a            *msgr.Messenger
+	gateA        *msgrtest.Gate
+	recA         *msgrtest.Recorder
+	ca           *msgr.Conn
+	addrA, addrB string
+	releaseDial  func()
+}
+
+// restartLong keeps handshakes from timing out while a test holds them.
+func restartLong(o *msgr.Options) { o.HandshakeTimeout = 5 * time.Minute }
+
+func newRestart(t *testing.T) *restart {
+	r := &restart{recA: msgrtest.NewRecorder(t), gateA: msgrtest.NewGate(tcp.Transport{})}
+	r.a = tcpEnv.NewMessenger(t, "osd.1", r.recA, func(o *msgr.Options) {
+		restartLong(o)
+		o.Transports = []wire.Transport{r.gateA}
+	})
+	recB := msgrtest.NewRecorder(t)
+	b := tcpEnv.NewMessenger(t, "osd.2", recB, restartLong)
+	r.addrA, r.addrB = tcpEnv.Listen(t, r.a), tcpEnv.Listen(t, b)
+	var err error
+	if r.ca, err = r.a.Connect(context.Background(), r.addrB, "osd.2"); err != nil {
+		t.Fatal(err)
+	}
+	exchange(t, r.ca, onlyConnOf(t, b), r.recA, recB, 1, 2, 0, 10)
+	held, release := r.gateA.HoldDials()
+	t.Cleanup(release)
+	r.releaseDial = release
+	b.Kill()
+	waitHeld(t, held, "osd.1's redial")
+	return r
+}
+
+// restartB starts osd.2 again on its address, through a gate of its own
+// if gate is set, and lets osd.1's redial go on.
+func (r *restart) restartB(t *testing.T, gate ...*msgrtest.Gate) (*msgr.Messenger, *msgrtest.Recorder) {
+	rec := msgrtest.NewRecorder(t)
+	b2 := tcpEnv.NewMessenger(t, "osd.2", rec, func(o *msgr.Options) {
+		restartLong(o)
+		if len(gate) > 0 {
+			o.Transports = []wire.Transport{gate[0]}
+		}
+	})
+	if _, err := b2.Listen(context.Background(), r.addrB); err != nil {
+		t.Fatalf("relisten on %s: %v", r.addrB, err)
+	}
+	r.releaseDial()
+	return b2, rec
 }
 
 // onlyConnOf waits for m's one session.

@@ -287,6 +287,10 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 				c.detachLocked(old)
 			}
 			dropped := c.resetSessionLocked()
+			// The instance that answered is the peer now: its own dial,
+			// should it get in first, starts the new session and is no
+			// second restart (which would drop what was queued since).
+			c.peerNonce = hello.InstanceNonce
 			retired := c.takeRetiredLocked()
 			c.mu.Unlock()
 			retired.drainWriter()

@@ -32,9 +32,8 @@ type Gate struct {
 	// has said so on closing: a transport whose teardown takes a while.
 	hold    chan struct{}
 	closing chan struct{}
-	// writeHold, while set, holds writes of frames tagged holdTag.
-	writeHold *writeHold
-	holdTag   wire.Tag
+	// writeHolds hold writes of frames by tag (HoldWrites).
+	writeHolds map[wire.Tag]*writeHold
 	// dialHold, while set, holds dials (HoldDials).
 	dialHold *dialHold
 }
@@ -138,17 +137,22 @@ func (g *Gate) HoldDials() (held <-chan struct{}, release func()) {
 // ends the hold: the held writes go on, or with fail return
 // ErrWriteFailed (the link stays open: its owner closes it, as after any
 // failed write). A held write also returns once its link is closed.
+// Holds of different tags are independent; a second hold of one tag
+// replaces the first for writes from then on.
 func (g *Gate) HoldWrites(tag wire.Tag) (held <-chan struct{}, release func(fail bool)) {
 	h := &writeHold{held: make(chan struct{}, 64), release: make(chan struct{})}
 	g.mu.Lock()
-	g.writeHold, g.holdTag = h, tag
+	if g.writeHolds == nil {
+		g.writeHolds = map[wire.Tag]*writeHold{}
+	}
+	g.writeHolds[tag] = h
 	g.mu.Unlock()
 	var once sync.Once
 	return h.held, func(fail bool) {
 		once.Do(func() {
 			g.mu.Lock()
-			if g.writeHold == h {
-				g.writeHold = nil
+			if g.writeHolds[tag] == h {
+				delete(g.writeHolds, tag)
 			}
 			g.mu.Unlock()
 			h.fail = fail
@@ -161,12 +165,9 @@ func (g *Gate) HoldWrites(tag wire.Tag) (held <-chan struct{}, release func(fail
 func (g *Gate) holdFor(frames []wire.Frame) *writeHold {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.writeHold == nil {
-		return nil
-	}
 	for i := range frames {
-		if frames[i].Tag == g.holdTag {
-			return g.writeHold
+		if h := g.writeHolds[frames[i].Tag]; h != nil {
+			return h
 		}
 	}
 	return nil
