@@ -511,7 +511,7 @@ func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, no
 		// side and asks for a new session, which this side then takes as
 		// a restart (EventRemoteReset on both).
 		c.mu.Unlock()
-		m.log.Warn("msgr: resetting a session whose state the peer contradicts", "peer", peer, "err", err)
+		m.ratelog.Log(m.log, slog.LevelWarn, "session state mismatch", "msgr: resetting a session whose state the peer contradicts", "peer", peer, "err", err)
 		werr := writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Reason: fmt.Sprintf("session state mismatch: %v", err)})
 		return werr != nil, werr
 	}
