@@ -47,9 +47,9 @@ build:
 # filled, crash clones of in-memory file systems, multi-process clusters
 # moving data), 5 to 100 times their plain run, or that run on one
 # goroutine (the credit protocol's simulations): NORACE names them, and
-# each runs in exactly one of the two passes. The code they drive runs under the race detector in the other tests (the
-# messenger's conformance suites, the client's and OSD's concurrency
-# tests). The attack test's memory bounds mean something only without the
+# each runs in exactly one of the two passes. The code they drive runs
+# under the race detector in the other tests (the messenger's conformance
+# suites, the client's and OSD's concurrency tests). The attack test's memory bounds mean something only without the
 # race detector (its shadow memory swamps RSS), so it runs in both.
 # `make test NORACE=` runs everything under the race detector (about 21
 # minutes on 2 cores, against 14).
@@ -62,9 +62,11 @@ NORACE ?= TestLargePut|TestLargePart|TestS3Tests|TestInternalUploads|TestUploadP
 	TestAutomaticMultipartAndStreaming|TestCompleteRemovesUnlistedParts|TestETags|$\
 	TestGC|TestRDMAMemBudgetMetrics|TestCreditSimulation|TestCreditSimulationKeepalives
 lparen := (
+# dirs_of is the directories of the files $(1), each once, without a slash.
+dirs_of = $(sort $(patsubst %/,%,$(dir $(1))))
 # The second pass builds only the packages (of PKGS) that define its tests.
 PLAIN = $(if $(NORACE),$(NORACE)|)TestDaemonUnderAttack
-PLAIN_PKGS = $(sort $(patsubst %/,%,$(dir $(shell grep -rlE '^func ($(PLAIN))[$(lparen)]' --include='*_test.go' $(patsubst %/...,%,$(PKGS))))))
+PLAIN_PKGS = $(call dirs_of,$(shell grep -rlE '^func ($(PLAIN))[$(lparen)]' --include='*_test.go' $(patsubst %/...,%,$(PKGS))))
 REQUIRE := OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_AWSCLI=1 OSPREY_REQUIRE_S3CMD=1 OSPREY_REQUIRE_BOTO3=1 OSPREY_REQUIRE_SMALLFS=1 OSPREY_REQUIRE_PROMTOOL=1 OSPREY_REQUIRE_CHROMIUM=1 OSPREY_REQUIRE_NETNS=1
 # go test starts packages' test binaries in the order it is given them, two
 # at a time on two cores: the longest start first, so that the short ones
@@ -72,8 +74,10 @@ REQUIRE := OSPREY_REQUIRE_ETCD=1 OSPREY_REQUIRE_AWSCLI=1 OSPREY_REQUIRE_S3CMD=1 
 # (the OSD's, a quarter of the race pass, came last but one by name).
 LONG_PKGS := ./osd ./msgr/rdma ./cmd/osprey ./msgr/msgrtest ./client/s3gw ./client ./internal/multihost ./mon ./msgr
 ALL_PKGS = $(shell $(GO) list -tags $(TEST_TAGS) -f '{{.Dir}}' ./... | sed 's|^$(CURDIR)|.|')
-# (A package of LONG_PKGS that no longer exists is left out, not an error.)
-ORDERED_PKGS = $(if $(filter ./...,$(PKGS)),$(filter $(ALL_PKGS),$(LONG_PKGS)) $(filter-out $(LONG_PKGS),$(ALL_PKGS)),$(PKGS))
+# long_first orders the packages $(1) (one go list, expanded once by call); a
+# package of LONG_PKGS that no longer exists is left out, not an error.
+long_first = $(filter $(1),$(LONG_PKGS)) $(filter-out $(LONG_PKGS),$(1))
+ORDERED_PKGS = $(if $(filter ./...,$(PKGS)),$(call long_first,$(ALL_PKGS)),$(PKGS))
 test: deps
 	$(REQUIRE) $(GO) test -race -count=1 -timeout 20m -tags $(TEST_TAGS) $(if $(NORACE),-skip '^($(NORACE))$$') $(ORDERED_PKGS)
 	$(REQUIRE) $(GO) test -count=1 -timeout 10m -tags $(TEST_TAGS) -run '^($(PLAIN))$$' $(PLAIN_PKGS)
@@ -91,7 +95,7 @@ bench:
 # second pass reuses), and again without tags only the packages that have
 # files those tags leave out (//go:build !rdma, !invariants): a whole second
 # vet recompiles everything above msgr/transports for nothing.
-UNTAGGED_PKGS = $(sort $(patsubst %/,%,$(dir $(shell grep -rlE '^//go:build.*!(rdma|invariants)' --include='*.go' .))))
+UNTAGGED_PKGS = $(call dirs_of,$(shell grep -rlE '^//go:build.*!(rdma|invariants)' --include='*.go' .))
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet -tags $(TEST_TAGS) ./...

@@ -90,21 +90,7 @@ func (r *racePair) upAndExactlyOnce(t *testing.T, n int) {
 			t.Fatalf("session not up: %v (osd.1: %v; osd.2: %v)", err, r.ca, r.cb)
 		}
 	}
-	for i := range n {
-		for id, c := range map[uint32]*msgr.Conn{1: r.ca, 2: r.cb} {
-			if err := c.Send(ctx, msgr.NewMessage(1, msgrtest.Payload(id, uint64(i), nil), nil)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	msgrtest.Eventually(t, 10*time.Second, "every message delivered", func() bool {
-		return r.recA.Next(2) == uint64(n) && r.recB.Next(1) == uint64(n)
-	})
-	for _, rec := range []*msgrtest.Recorder{r.recA, r.recB} {
-		if err := rec.Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	exchange(t, r.ca, r.cb, r.recA, r.recB, 1, 2, 0, n)
 }
 
 // checkNoLinkReplaced fails if either side ever lost or replaced its
