@@ -104,31 +104,20 @@ func (m *Message) SetPayload(b *wire.Buffer) {
 	m.buf, m.Data = b, b.B
 }
 
-// RetainData returns the buffer that holds a received message's Data,
-// with a reference for the caller to release, so the bytes can be sent on
-// (SetPayload, then Data set to the same slice) after m is released,
-// without a copy: an OSD forwards a client's put to its replicas so. It
-// returns nil when m has no such buffer (no data, or an outgoing message).
-// On RDMA the buffer is the receiving domain's registered memory: a link
-// of another domain copies it into registered memory of its own to send it.
-func (m *Message) RetainData() *wire.Buffer {
-	if m.buf == nil || len(m.Data) == 0 {
-		return nil
-	}
-	m.buf.Ref()
-	return m.buf
-}
-
 // KeepData hands over a received message's data for the caller to keep
-// after m is released, for as long as it likes (an SDK reader's window):
-// buf holds a reference for the caller to release, and data is the bytes,
-// in buf. Unlike RetainData it never keeps what the transport needs back
-// to receive more: data in a buffer lent for one frame (an RDMA receive
-// buffer, wire.Buffer.Lent) is copied to a pooled buffer, a small copy
-// since only inline frames land there. Otherwise the bytes stay where
-// they were received, with no copy. Release m as usual: its receive
-// credit and budget bytes go back then, whatever the caller keeps. It
-// returns nil, nil when m has no data.
+// after m is released, for as long as it likes (an SDK reader's window),
+// or to send on without a copy (SetPayload(buf), then Data = data: an OSD
+// forwards a client's put to its replicas so): buf holds a reference for
+// the caller to release, and data is the bytes, in buf. It never keeps
+// what the transport needs back to receive more: data in a buffer lent
+// for one frame (an RDMA receive buffer, wire.Buffer.Lent) is copied to a
+// pooled buffer, a small copy since only inline frames land there. Were
+// such a buffer kept, m's release would grant the peer a receive that is
+// not posted again until the caller lets go (on verbs, a
+// receiver-not-ready error). Otherwise the bytes stay where they were
+// received, with no copy. Release m as usual: its receive credit and
+// budget bytes go back then, whatever the caller keeps. It returns nil,
+// nil when m has no data.
 func (m *Message) KeepData() (buf *wire.Buffer, data []byte) {
 	if len(m.Data) == 0 {
 		return nil, nil

@@ -8,8 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/msgr/rdma"
+	"github.com/ospreystore/osprey/msgr/tcp"
+	"github.com/ospreystore/osprey/msgr/wire"
+	"github.com/ospreystore/osprey/osd"
 )
 
 // TestClusterRDMA runs the cluster network (replication and recovery) over
@@ -60,3 +66,50 @@ func TestReadRepairRDMA(t *testing.T) { readRepair(t, "rdma+tcp") }
 // TestClusterProcessesSurviveKillsRDMA is TestClusterProcessesSurviveKills
 // with the replication network on rdma+tcp.
 func TestClusterProcessesSurviveKillsRDMA(t *testing.T) { survivesKills(t, "rdma+tcp") }
+
+// TestSmallPutsForwardedRDMA puts small objects over RDMA on both
+// networks, so that the primary receives each body inline, in a receive
+// buffer the RDMA link lends for one frame, and forwards it to the
+// replicas. The primary must not keep that buffer past the message's
+// release: the release grants the client that receive again, so a buffer
+// still held by a RepOp waiting for its ack would be a receive granted but
+// not posted (on verbs, a receiver-not-ready error). The links post
+// receives of their own (no shared pool), which the invariants build
+// (`make test`) counts, checking every grant against them; any build
+// checks that the bodies reach every replica.
+func TestSmallPutsForwardedRDMA(t *testing.T) {
+	tr := rdma.NewTransport("tcp", rdma.Config{NoSharedRecv: true})
+	t.Cleanup(func() { tr.Close() }) // after the cluster's and client's
+	ts := []wire.Transport{tcp.Transport{}, tr}
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Public: "rdma+tcp", Cluster: "rdma+tcp",
+		Tweak: func(cfg *osd.Config) { cfg.Transports = ts }})
+	cl := c.Client(t, func(o *client.Options) { o.Transports = ts })
+	ctx := ctxT(t, 2*time.Minute)
+	if err := cl.MakeBucket(ctx, "small"); err != nil {
+		t.Fatal(err)
+	}
+	// Several puts at once, so that frames go to the client while earlier
+	// bodies are still out to the replicas.
+	const writers, each = 8, 16
+	body := func(w, i int) []byte { return osdtest.Payload(1<<10+i, uint64(w*each+i)) }
+	var g errgroup.Group
+	for w := range writers {
+		g.Go(func() error {
+			for i := range each {
+				key := fmt.Sprintf("obj%d.%d", w, i)
+				if _, err := osdtest.Put(ctx, cl, "small", key, body(w, i), client.PutOptions{}); err != nil {
+					return fmt.Errorf("put %s: %w", key, err)
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for w := range writers {
+		for i := range each {
+			replicasHave(t, c, "small", fmt.Sprintf("obj%d.%d", w, i), body(w, i))
+		}
+	}
+}

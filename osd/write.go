@@ -182,7 +182,11 @@ func (o *OSD) objectWrite(m *msgr.Message, hdr *osdpb.Header, bucket, key string
 func (o *OSD) queueWrite(m *msgr.Message, mp *placement.Map, sid uint32, hdr *osdpb.Header, bucket string, e *osdpb.LogEntry, cond *osdpb.Condition, reply replyFunc) {
 	t, conn := osdpb.MsgType(m.Type), replyTo(m)
 	o.onShard(m, sid, func() {
-		o.write(mp, sid, e, m.Data, m.RetainData(), o.chunkCRCs(m), hdr.GetAttempt() > 0, cond, func(applied *osdpb.LogEntry, err error) {
+		// The body outlives m (each RepOp holds it until its replica
+		// acks), so it is kept, not borrowed: an inline one is copied out
+		// of the RDMA receive buffer m's release gives back to the client.
+		buf, body := m.KeepData()
+		o.write(mp, sid, e, body, buf, o.chunkCRCs(m), hdr.GetAttempt() > 0, cond, func(applied *osdpb.LogEntry, err error) {
 			o.answerWrite(conn, t, hdr, reply, bucket, applied, err)
 		}, m.Release)
 	})

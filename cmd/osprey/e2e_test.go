@@ -240,8 +240,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildCLI builds this package's binary with the test binary's RDMA
-// build tag, so both exercise the same transports.
+// buildCLI builds this package's binary with the test binary's build
+// tags, so both exercise the same transports.
 func buildCLI(t *testing.T) string {
 	t.Helper()
 	built.once.Do(func() {

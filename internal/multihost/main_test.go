@@ -56,8 +56,8 @@ func testingShort() bool {
 	return false
 }
 
-// buildOsprey builds cmd/osprey with the test binary's RDMA build tag, so
-// the daemons have the transports the test expects.
+// buildOsprey builds cmd/osprey with the test binary's build tags, so the
+// daemons have the transports the test expects.
 func buildOsprey() (dir, bin string, err error) {
 	if dir, err = os.MkdirTemp("", "osprey-multihost-"); err != nil {
 		return "", "", err

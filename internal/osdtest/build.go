@@ -4,20 +4,24 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-
-	"github.com/ospreystore/osprey/msgr/transports"
+	"runtime/debug"
 )
 
-// BuildOsprey builds cmd/osprey into dir with the test binary's RDMA build
-// tag, so the daemons it starts have the transports the test expects. It
-// is built without the race detector or the invariants tag, whatever the
-// test binary has: the processes it runs are the system under test at
-// its own speed.
+// BuildOsprey builds cmd/osprey into dir with this test binary's build
+// tags (rdma, invariants), so the daemons it starts run the transports
+// and checks the test expects, and reuse the packages the build cache
+// holds for those tags (make lint vets with them). It is built without
+// the race detector, whatever the test binary has: the processes it runs
+// are the system under test at its own speed.
 func BuildOsprey(dir string) (string, error) {
 	bin := filepath.Join(dir, "osprey")
 	args := []string{"build", "-o", bin}
-	if transports.RDMABuilt {
-		args = append(args, "-tags", "rdma")
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "-tags" && s.Value != "" {
+				args = append(args, "-tags", s.Value)
+			}
+		}
 	}
 	out, err := exec.Command("go", append(args, "github.com/ospreystore/osprey/cmd/osprey")...).CombinedOutput()
 	if err != nil {
