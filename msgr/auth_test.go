@@ -16,7 +16,6 @@ import (
 	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/proto/msgrpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // withKeyring gives a messenger ca's keyring for its name, and az as its
@@ -167,30 +166,26 @@ func TestAuthClaimMustMatchCertificate(t *testing.T) {
 	ca := msgrtest.NewTestCA(t)
 	addr, _, _ := peerServer(t, withKeyring(t, ca, nil))
 	r := dialRaw(t, addr)
-	bn := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
-	features, err := wire.ExchangeBanner(r.c, bn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.link = wire.NewStreamLink(r.c, features, wire.LinkOptions{Banner: bn, Limits: wire.Limits{MaxFront: 1 << 20, MaxData: 1 << 20}})
+	r.banner()
 	r.write(hsFrame(t, wire.TagHello, &msgrpb.Hello{EntityName: "osd.1", InstanceNonce: 1}))
-	f := &rawFlights{t: t, r: r}
+	// The server answers HELLO with its own before it reads AUTH_REQUEST,
+	// so every frame rawFlights reads is a TLS flight's.
+	r.expect(wire.TagHello, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = auth.Dial(ctx, ca.Keyring(t, "client.x"), f, auth.DialOptions{})
-	if err != nil {
+	if _, err := auth.Dial(ctx, ca.Keyring(t, "client.x"), &rawFlights{r: r}, auth.DialOptions{}); err != nil {
 		t.Fatalf("the TLS handshake itself should pass: %v", err)
 	}
 	var done msgrpb.AuthDone
-	if tag := f.read(&done); tag != wire.TagAuthDone || !strings.Contains(done.Refused, "claims to be osd.1 but its certificate is client.x's") {
-		t.Fatalf("got %v %+v", tag, &done)
+	r.expect(wire.TagAuthDone, &done)
+	if !strings.Contains(done.Refused, "claims to be osd.1 but its certificate is client.x's") {
+		t.Fatalf("got %+v", &done)
 	}
 	r.waitClosed(10 * time.Second)
 }
 
 // rawFlights carries a raw dialer's TLS flights.
 type rawFlights struct {
-	t    *testing.T
 	r    *rawPeer
 	sent int
 }
@@ -198,40 +193,17 @@ type rawFlights struct {
 func (f *rawFlights) Send(b []byte) error {
 	f.sent++
 	if f.sent == 1 {
-		f.r.write(hsFrame(f.t, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"tls13"}, Payload: b}))
+		f.r.write(hsFrame(f.r.t, wire.TagAuthRequest, &msgrpb.AuthRequest{Methods: []string{"tls13"}, Payload: b}))
 	} else {
-		f.r.write(hsFrame(f.t, wire.TagAuthMore, &msgrpb.AuthMore{Payload: b}))
+		f.r.write(hsFrame(f.r.t, wire.TagAuthMore, &msgrpb.AuthMore{Payload: b}))
 	}
 	return nil
 }
 
 func (f *rawFlights) Recv() ([]byte, error) {
-	for {
-		var more msgrpb.AuthMore
-		switch tag := f.read(&more); tag {
-		case wire.TagHello:
-			continue
-		case wire.TagAuthMore:
-			return more.Payload, nil
-		default:
-			return nil, fmt.Errorf("got %v", tag)
-		}
-	}
-}
-
-// read reads a frame and decodes its front into pb when it is not HELLO.
-func (f *rawFlights) read(pb proto.Message) wire.Tag {
-	var fr wire.Frame
-	if err := f.r.link.ReadFrame(&fr); err != nil {
-		f.t.Fatal(err)
-	}
-	defer fr.Release()
-	if fr.Tag != wire.TagHello {
-		if err := proto.Unmarshal(fr.Front, pb); err != nil {
-			f.t.Fatal(err)
-		}
-	}
-	return fr.Tag
+	var more msgrpb.AuthMore
+	f.r.expect(wire.TagAuthMore, &more)
+	return more.Payload, nil
 }
 
 // BenchmarkAuthHandshake measures one authenticated session over TCP

@@ -64,7 +64,8 @@ func hsFrame(t testing.TB, tag wire.Tag, pb proto.Message) []byte {
 type rawPeer struct {
 	t    testing.TB
 	c    net.Conn
-	link *wire.StreamLink
+	link *wire.StreamLink // set by banner
+	logs *syncBuffer      // the server's log, quoted in expect's failures when set
 }
 
 func dialRaw(t testing.TB, addr string) *rawPeer {
@@ -86,10 +87,10 @@ func (r *rawPeer) write(b []byte) {
 	}
 }
 
-// handshake does the banner and handshake as osd.9 and returns SESSION_READY.
-// Each call is a new instance of osd.9 (cookie and nonce from id), so the
-// server starts a fresh session for it.
-func (r *rawPeer) handshake(id uint64) *msgrpb.SessionReady {
+// banner exchanges banners as a dialer does and sets up r.link, from
+// which expect reads the server's handshake frames. The limits only bound
+// what this peer reads, so they are generous.
+func (r *rawPeer) banner() {
 	bn := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
 	features, err := wire.ExchangeBanner(r.c, bn)
 	if err != nil {
@@ -97,23 +98,46 @@ func (r *rawPeer) handshake(id uint64) *msgrpb.SessionReady {
 	}
 	lim := wire.Limits{MaxFront: 16 << 20, MaxData: 64 << 20}
 	r.link = wire.NewStreamLink(r.c, features, wire.LinkOptions{Banner: bn, Limits: lim})
-	r.write(handshakeFrames(r.t, "osd.9", id))
-	var ready msgrpb.SessionReady
-	for _, want := range []wire.Tag{wire.TagHello, wire.TagAuthDone, wire.TagSessionReady} {
-		var f wire.Frame
-		if err := r.link.ReadFrame(&f); err != nil {
-			r.t.Fatalf("reading %v: %v", want, err)
-		}
-		if f.Tag != want {
-			r.t.Fatalf("got %v, want %v", f.Tag, want)
-		}
-		if want == wire.TagSessionReady {
-			if err := proto.Unmarshal(f.Front, &ready); err != nil {
-				r.t.Fatal(err)
-			}
-		}
-		f.Release()
+}
+
+// expect reads the server's next handshake frame, which must be tagged
+// want, and decodes its front into pb unless pb is nil.
+func (r *rawPeer) expect(want wire.Tag, pb proto.Message) {
+	r.t.Helper()
+	var f wire.Frame
+	if err := r.link.ReadFrame(&f); err != nil {
+		r.t.Fatalf("reading %v: %v%s", want, err, r.serverLog())
 	}
+	defer f.Release()
+	if f.Tag != want {
+		r.t.Fatalf("got %v, want %v%s", f.Tag, want, r.serverLog())
+	}
+	if pb != nil {
+		if err := proto.Unmarshal(f.Front, pb); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// serverLog is the server's log as a failure's tail, read at the failure
+// so that it says what the server made of the exchange; "" without logs.
+func (r *rawPeer) serverLog() string {
+	if r.logs == nil {
+		return ""
+	}
+	return "; server log:\n" + r.logs.String()
+}
+
+// handshake does the banner and handshake as osd.9 and returns SESSION_READY.
+// Each call is a new instance of osd.9 (cookie and nonce from id), so the
+// server starts a fresh session for it.
+func (r *rawPeer) handshake(id uint64) *msgrpb.SessionReady {
+	r.banner()
+	r.write(handshakeFrames(r.t, "osd.9", id))
+	r.expect(wire.TagHello, nil)
+	r.expect(wire.TagAuthDone, nil)
+	var ready msgrpb.SessionReady
+	r.expect(wire.TagSessionReady, &ready)
 	return &ready
 }
 

@@ -8,7 +8,6 @@ import (
 	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/proto/msgrpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // TestBadInSeqKeepsTheSession: a second link of the same peer instance
@@ -26,10 +25,7 @@ func TestBadInSeqKeepsTheSession(t *testing.T) {
 	// The same instance (cookie and nonce 7) dials again, resuming the
 	// session, and claims to have received up to seq 5 of the server's 0.
 	second := dialRaw(t, addr)
-	bn := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
-	if _, err := wire.ExchangeBanner(second.c, bn); err != nil {
-		t.Fatal(err)
-	}
+	second.banner()
 	second.c.Write(resumeFrames(t, "osd.9", 7, ready.Cookie, 5)) // the server may close before reading it all
 	second.waitClosed(10 * time.Second)
 
@@ -49,44 +45,18 @@ func TestBadInSeqWithoutLinkResetsTheSession(t *testing.T) {
 
 	first := dialRaw(t, addr)
 	ready := first.handshake(7)
-	var sess *msgr.Conn
-	msgrtest.Eventually(t, 10*time.Second, "the server's session with osd.9", func() bool {
-		for c := range srv.Conns() {
-			sess = c
-		}
-		return sess != nil
-	})
+	sess := onlyConnOf(t, srv) // osd.9's, the server's only session
 	first.c.Close()
 	msgrtest.Eventually(t, 10*time.Second, "the server to see the link fail", func() bool { return sess.Stats().Faults == 1 })
 
 	second := dialRaw(t, addr)
-	bn := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
-	features, err := wire.ExchangeBanner(second.c, bn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	link := wire.NewStreamLink(second.c, features, wire.LinkOptions{Banner: bn, Limits: wire.Limits{MaxFront: 1 << 20, MaxData: 1 << 20}})
+	second.logs = logs
+	second.banner()
 	second.write(resumeFrames(t, "osd.9", 7, ready.Cookie, 5))
-	read := func(want wire.Tag, pb proto.Message) {
-		t.Helper()
-		var f wire.Frame
-		if err := link.ReadFrame(&f); err != nil {
-			t.Fatalf("reading %v: %v; server log:\n%s", want, err, logs.String())
-		}
-		defer f.Release()
-		if f.Tag != want {
-			t.Fatalf("got %v, want %v; server log:\n%s", f.Tag, want, logs.String())
-		}
-		if pb != nil {
-			if err := proto.Unmarshal(f.Front, pb); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	read(wire.TagHello, nil)
-	read(wire.TagAuthDone, nil)
+	second.expect(wire.TagHello, nil)
+	second.expect(wire.TagAuthDone, nil)
 	var reset msgrpb.SessionReset
-	read(wire.TagSessionReset, &reset)
+	second.expect(wire.TagSessionReset, &reset)
 	if reset.Fatal || reset.Closed {
 		t.Fatalf("SESSION_RESET %v, want a plain reset", &reset)
 	}
@@ -96,7 +66,7 @@ func TestBadInSeqWithoutLinkResetsTheSession(t *testing.T) {
 		Cookie: 70, WindowMsgs: 64, WindowBytes: 1 << 20, GrantMsgs: 64, GrantBytes: 1 << 20,
 	}))
 	var ready2 msgrpb.SessionReady
-	read(wire.TagSessionReady, &ready2)
+	second.expect(wire.TagSessionReady, &ready2)
 	if !ready2.ResetOld || ready2.InSeq != 0 {
 		t.Errorf("SESSION_READY reset_old=%v in_seq=%d, want a reset session", ready2.ResetOld, ready2.InSeq)
 	}
