@@ -73,12 +73,17 @@ func TestClusterProcessesSurviveKillsRDMA(t *testing.T) { survivesKills(t, "rdma
 // replicas. The primary must not keep that buffer past the message's
 // release: the release grants the client that receive again, so a buffer
 // still held by a RepOp waiting for its ack would be a receive granted but
-// not posted (on verbs, a receiver-not-ready error). The links post
-// receives of their own (no shared pool), which the invariants build
-// (`make test`) counts, checking every grant against them; any build
+// not posted (on verbs, a receiver-not-ready error). The invariants build
+// (`make test`) counts the receives of every link, its own or its share
+// of the shared pool, and checks every grant against them; any build
 // checks that the bodies reach every replica.
 func TestSmallPutsForwardedRDMA(t *testing.T) {
-	tr := rdma.NewTransport("tcp", rdma.Config{NoSharedRecv: true})
+	t.Run("SharedPool", func(t *testing.T) { smallPutsForwarded(t, rdma.Config{}) })
+	t.Run("PerEndpoint", func(t *testing.T) { smallPutsForwarded(t, rdma.Config{NoSharedRecv: true}) })
+}
+
+func smallPutsForwarded(t *testing.T, cfg rdma.Config) {
+	tr := rdma.NewTransport("tcp", cfg)
 	t.Cleanup(func() { tr.Close() }) // after the cluster's and client's
 	ts := []wire.Transport{tcp.Transport{}, tr}
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Public: "rdma+tcp", Cluster: "rdma+tcp",
@@ -106,6 +111,9 @@ func TestSmallPutsForwardedRDMA(t *testing.T) {
 	}
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
+	}
+	if st := tr.Stats(); (st.SharedRecvBufs > 0) == cfg.NoSharedRecv {
+		t.Fatalf("links on the shared pool: %v, want %v (%+v)", st.SharedRecvBufs > 0, !cfg.NoSharedRecv, st)
 	}
 	for w := range writers {
 		for i := range each {

@@ -12,12 +12,13 @@ import (
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
-// recvLedger counts, in the invariants build, what a link's own receive
-// queue took and gave, so that every grant it sends can be checked
-// against the receives posted for it (checkGrant).
+// recvLedger counts, in the invariants build, what a link's receives
+// (its own, or its share of the shared pool) took and gave, so that every
+// grant it sends can be checked against the receives posted for it
+// (checkGrant).
 type recvLedger struct {
-	// free is the receives ever posted (the first ones, then every
-	// repost) less the frames read that no session credit paid for:
+	// free is the receives ever posted (the first ones, or the share
+	// reserved in the pool, then every repost) less the frames read that no session credit paid for:
 	// handshake frames, link-only frames on the ctlRecv receives, and
 	// under CONTROL_SLOTS the session's control frames. One
 	// counter, not one per kind, so that checkGrant reads it in one load:
@@ -61,11 +62,14 @@ func (l *link) ledgerSlotted(t wire.Tag) {
 // which no receive was posted: on verbs a receiver-not-ready error. The
 // grant counts the session's frames on this link; the receives that can
 // take them are those posted (recvLedger.free), but for the controlRecvs ones
-// kept for control frames. A link on the shared pool (srx.go) has no
-// receives of its own to count: the pool grows to cover every link's
-// window instead.
+// kept for control frames. A link on the shared pool (srx.go) is counted
+// as if the pool's receives were split among its links, each owning the
+// recvs() it reserved: the pool holds at least their sum, and a buffer
+// one link's frame took is that link's again once it is given back
+// (srxPool.returned). So a grant within every link's share never
+// promises more receives than the pool has posted.
 func (l *link) checkGrant(p *wire.Preamble) {
-	if !invariants.Enabled || l.srx || p.Tag.Handshake() || p.Tag.LinkOnly() {
+	if !invariants.Enabled || p.Tag.Handshake() || p.Tag.LinkOnly() {
 		return
 	}
 	avail := l.ledger.free.Load() - int64(l.controlRecvs())
@@ -73,6 +77,31 @@ func (l *link) checkGrant(p *wire.Preamble) {
 	if int32(uint32(avail)-p.GrantMsgs) < 0 {
 		panic(fmt.Sprintf("rdma: invariant: granted the peer %d frames on link %d, but only %d receives were posted for them",
 			p.GrantMsgs, l.id, avail))
+	}
+}
+
+// ledgerShared records the share of the shared pool a link reserved, as
+// the receives it would have posted of its own.
+func (l *link) ledgerShared() {
+	if invariants.Enabled {
+		l.ledger.free.Add(int64(l.recvs()))
+	}
+}
+
+// routed records that the pool's buffer in slot holds a frame for l.
+func (s *srxPool) routed(slot uint32, l *link) {
+	if invariants.Enabled {
+		s.owner[slot].Store(l)
+	}
+}
+
+// returned credits the link a pool buffer was routed to with a receive
+// posted again, as link.repost does for a link's own.
+func (s *srxPool) returned(slot uint32) {
+	if invariants.Enabled {
+		if l := s.owner[slot].Swap(nil); l != nil {
+			l.ledgerPost()
+		}
 	}
 }
 

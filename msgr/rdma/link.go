@@ -190,7 +190,9 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 	// A full pool (or a provider without one) leaves the link its own
 	// receive queue.
 	l.srx = d.srx != nil && d.srx.reserve(l.recvs()) == nil
-	if !l.srx {
+	if l.srx {
+		l.ledgerShared()
+	} else {
 		if l.recv, err = d.register(l.recvs() * cfg.BufSize); err != nil {
 			l.freeRegions()
 			return nil, err

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ospreystore/osprey/msgr/internal/invariants"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
@@ -55,8 +56,11 @@ type srxPool struct {
 	bufs  []*wire.Buffer
 	descs []C.uintptr_t
 
-	out      atomic.Int64 // buffers handed up to links, not yet reposted
-	slots    slotLedger   // posted (invariants build)
+	out   atomic.Int64 // buffers handed up to links, not yet reposted
+	slots slotLedger   // posted (invariants build)
+	// owner is, in the invariants build, the link each buffer out was
+	// routed to, whose recvLedger its return credits (returned).
+	owner    []atomic.Pointer[link]
 	closed   atomic.Bool
 	postErrs atomic.Uint64 // reposts the provider refused: buffers lost to the pool
 }
@@ -68,6 +72,9 @@ func openSRX(d *domain) *srxPool {
 		return nil
 	}
 	s := &srxPool{d: d, bufs: make([]*wire.Buffer, srxMaxBufs), descs: make([]C.uintptr_t, srxMaxBufs), slots: newSlotLedger(srxMaxBufs)}
+	if invariants.Enabled {
+		s.owner = make([]atomic.Pointer[link], srxMaxBufs)
+	}
 	if C.osp_srx(d.dom, d.info, srxMaxBufs, &s.ep) != 0 {
 		C.osp_close(unsafe.Pointer(s.ep))
 		return nil
@@ -137,6 +144,7 @@ func (s *srxPool) post(slot uint32, lazy bool) {
 // repost puts a buffer back in the pool when the frame in it is released;
 // after the pool closed, the last one back frees the memory.
 func (s *srxPool) repost(slot uint32) {
+	s.returned(slot)
 	s.bufs[slot].Reset(s.d.t.cfg.BufSize)
 	out := s.out.Add(-1)
 	if s.closed.Load() {
@@ -177,6 +185,7 @@ func (s *srxPool) complete(slot uint32, n int, data uint64, err error) {
 		s.repost(slot)
 		return
 	}
+	s.routed(slot, l)
 	l.complete(opRecv, slot, n, nil)
 	if l.dead.Load() {
 		// Closed meanwhile: its reader may never take this one.
