@@ -70,6 +70,13 @@ func TestPutsInOrderWhileVouching(t *testing.T) {
 		return err == nil
 	})
 
+	// The vouch must be answered: a meta PG's primary still peering
+	// under the new map refuses it, and the first put, refused, would be
+	// sent again after the second and win, as it may (the two overlap).
+	// The client retries a bucket read until that primary serves one.
+	if _, err := cl.StatBucket(ctx, "ordered"); err != nil {
+		t.Fatal(err)
+	}
 	put := func(data string) chan error {
 		done := make(chan error, 1)
 		go func() {
