@@ -254,6 +254,11 @@ func (m *Message) Release() {
 	// The buffer goes first: on RDMA it is a receive buffer that must be
 	// posted again before the credit for it is granted.
 	if m.buf != nil {
+		if invariants.Enabled && m.buf.Lent && m.buf.Refs() != 1 {
+			// The credit below would grant the peer a receive that stays
+			// out until the other holder lets go (KeepData copies instead).
+			panic("msgr: invariant: a received message released while something else holds its transport's receive buffer (KeepData copies out of it)")
+		}
 		m.buf.Release()
 		m.buf = nil
 	}

@@ -158,6 +158,11 @@ func (b *Buffer) SetChunkCRCs(crcs []uint32) []uint32 {
 // Ref adds a reference.
 func (b *Buffer) Ref() { b.refs.Add(1) }
 
+// Refs is the references held now, for checks (msgr's invariants build
+// asserts that nobody else holds a Lent buffer when its message is
+// released).
+func (b *Buffer) Refs() int32 { return b.refs.Load() }
+
 // Release drops a reference; the last one returns the buffer to the pool.
 func (b *Buffer) Release() {
 	switch n := b.refs.Add(-1); {
