@@ -74,9 +74,9 @@ func TestClusterProcessesSurviveKillsRDMA(t *testing.T) { survivesKills(t, "rdma
 // release: the release grants the client that receive again, so a buffer
 // still held by a RepOp waiting for its ack would be a receive granted but
 // not posted (on verbs, a receiver-not-ready error). The invariants build
-// (`make test`) counts the receives of every link, its own or its share
-// of the shared pool, and checks every grant against them; any build
-// checks that the bodies reach every replica.
+// (`make test`) panics on such a release, and checks every grant against
+// the receives of its link, its own or its share of the shared pool; any
+// build checks that the bodies reach every replica.
 func TestSmallPutsForwardedRDMA(t *testing.T) {
 	t.Run("SharedPool", func(t *testing.T) { smallPutsForwarded(t, rdma.Config{}) })
 	t.Run("PerEndpoint", func(t *testing.T) { smallPutsForwarded(t, rdma.Config{NoSharedRecv: true}) })
