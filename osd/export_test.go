@@ -25,6 +25,13 @@ var (
 	// ClusterReceived runs as an OSD receives a cluster message, which it
 	// drops unanswered when the hook returns true.
 	ClusterReceived = &clusterReceived
+	// RepOpApplying runs on OSD osd's shard of store PG sid as it takes up
+	// a RepOp.
+	RepOpApplying = &repOpApplying
+	// ScrubMapRead runs as OSD osd has read the objects of a scrub map of
+	// store PG sid, before it reads where its log ends (names: a second
+	// look's map).
+	ScrubMapRead = &scrubMapRead
 	// BucketAnswered runs when a recovery at OSD osd learnt from the meta
 	// PG's primary whether bucket, the bucket of an object it copies,
 	// exists.
@@ -143,6 +150,6 @@ func (o *OSD) PushForTest(ctx context.Context, to, pool, pg uint32, e *osdpb.Log
 // ScrubMapForTest asks OSD from for its scrub map of the whole of PG
 // (pool, pg), as a primary's compare does.
 func (o *OSD) ScrubMapForTest(ctx context.Context, from, pool, pg uint32) ([]*osdpb.ScrubObject, error) {
-	objs, _, err := o.replicaMap(ctx, from, &osdpb.PGScrubMap{Epoch: o.Map().Epoch(), Pool: pool, Pg: pg, ToEnd: true})
+	objs, _, _, err := o.replicaMap(ctx, from, &osdpb.PGScrubMap{Epoch: o.Map().Epoch(), Pool: pool, Pg: pg, ToEnd: true})
 	return objs, err
 }

@@ -30,10 +30,11 @@ import (
 //
 // Writes go on during the compare. Ceph blocks writes to the chunk's
 // range; here a chunk is compared twice instead. Every map says where
-// its copy's PG log ended once it was read (last); an object found
-// differing is looked at again, metadata only, once every copy's log has
-// reached the newest of those lasts, so that every write any first look
-// saw has reached every copy. It is inconsistent only if no copy of it
+// its copy's PG log ended before (first) and once (last) it was read; an
+// object found differing is looked at again, metadata only, once every
+// copy's log had reached the newest of the first look's lasts before its
+// second map was read, so that every write any first look saw has reached
+// every copy. It is inconsistent only if no copy of it
 // changed between the two looks: a difference a write in flight made
 // goes away or changes with it, one that survives a settled PG does not.
 //
@@ -87,7 +88,11 @@ func (o *OSD) scrubMap(ctx context.Context, sid uint32, q *osdpb.PGScrubMap, dam
 	if len(q.Names) > ScrubChunkObjects {
 		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "scrub map of %d names: at most %d", len(q.Names), ScrubChunkObjects)
 	}
-	rep := &osdpb.PGScrubMapReply{}
+	first, _, err := o.st.PGInfo(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	rep := &osdpb.PGScrubMapReply{First: first}
 	var buf []byte
 	add := func(bucket, key string, meta *osdpb.ObjectMeta, v *osdpb.Version) error {
 		so := &osdpb.ScrubObject{Bucket: bucket, Key: key, Version: v, Size: meta.GetSize(), Crc32C: meta.GetCrc32C(),
@@ -139,6 +144,9 @@ func (o *OSD) scrubMap(ctx context.Context, sid uint32, q *osdpb.PGScrubMap, dam
 			}
 		}
 	}
+	if hook := scrubMapRead.Load(); hook != nil {
+		hook(o.id, sid, len(q.Names) > 0)
+	}
 	last, _, err := o.st.PGInfo(ctx, sid)
 	if err != nil {
 		return nil, err
@@ -146,6 +154,11 @@ func (o *OSD) scrubMap(ctx context.Context, sid uint32, q *osdpb.PGScrubMap, dam
 	rep.Last = last
 	return rep, nil
 }
+
+// scrubMapRead, when set (tests, through export_test.go), runs as OSD osd
+// has read the objects of a scrub map of store PG sid, before it reads
+// where its log ends; names: a second look's map.
+var scrubMapRead testHook[func(osd, sid uint32, names bool)]
 
 // serveScrubMap answers a primary's MSG_PG_SCRUB_MAP. It runs on a
 // goroutine of its own: a map reads up to ScrubChunkObjects objects back,
@@ -206,10 +219,10 @@ func (o *OSD) fromPrimary(pool, pg, from uint32) error {
 }
 
 // replicaMap gathers OSD id's scrub map of the range q names, asking
-// again while a reply says there is more, and where its log ended.
-func (o *OSD) replicaMap(ctx context.Context, id uint32, q *osdpb.PGScrubMap) ([]*osdpb.ScrubObject, *osdpb.Version, error) {
+// again while a reply says there is more, and where its log ended before
+// (first) and after (last) it was read.
+func (o *OSD) replicaMap(ctx context.Context, id uint32, q *osdpb.PGScrubMap) (objs []*osdpb.ScrubObject, first, last *osdpb.Version, err error) {
 	q = proto.Clone(q).(*osdpb.PGScrubMap)
-	var objs []*osdpb.ScrubObject
 	for {
 		var rep osdpb.PGScrubMapReply
 		cctx, cancel := context.WithTimeout(ctx, scrubMapTimeout)
@@ -219,11 +232,14 @@ func (o *OSD) replicaMap(ctx context.Context, id uint32, q *osdpb.PGScrubMap) ([
 			err = ops.FromReply(rep.Header)
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("scrub map from osd.%d: %w", id, err)
+			return nil, nil, nil, fmt.Errorf("scrub map from osd.%d: %w", id, err)
+		}
+		if first == nil {
+			first = rep.First
 		}
 		objs = append(objs, rep.Objects...)
 		if !rep.More || len(rep.Objects) == 0 || len(q.Names) > 0 {
-			return objs, rep.Last, nil
+			return objs, first, rep.Last, nil
 		}
 		l := rep.Objects[len(rep.Objects)-1]
 		q.AfterBucket, q.AfterKey = l.Bucket, l.Key
@@ -457,7 +473,7 @@ func (o *OSD) compareReplicas(ctx context.Context, sid, pool, pg uint32, acting 
 		sm.add(o.id, own.Objects)
 		settle := own.Last
 		for _, id := range acting[1:] {
-			objs, last, err := o.replicaMap(ctx, id, q)
+			objs, _, last, err := o.replicaMap(ctx, id, q)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -544,7 +560,9 @@ func (o *OSD) confirm(ctx context.Context, sid, pool, pg uint32, acting []uint32
 }
 
 // lookAgain gathers every copy's shallow map of q's names; settled when
-// every copy's log has reached settle.
+// every copy's log had reached settle before its map was read (a log
+// that reached it only while the map was read may have objects read
+// before the writes that took it there).
 func (o *OSD) lookAgain(ctx context.Context, sid uint32, acting []uint32, q *osdpb.PGScrubMap, settle *osdpb.Version, damaged map[objName]bool) (shardMaps, bool, error) {
 	sm := shardMaps{}
 	own, err := o.scrubMap(ctx, sid, q, damaged)
@@ -552,14 +570,14 @@ func (o *OSD) lookAgain(ctx context.Context, sid uint32, acting []uint32, q *osd
 		return nil, false, err
 	}
 	sm.add(o.id, own.Objects)
-	settled := versionLE(settle, own.Last)
+	settled := versionLE(settle, own.First)
 	for _, id := range acting[1:] {
-		objs, last, err := o.replicaMap(ctx, id, q)
+		objs, first, _, err := o.replicaMap(ctx, id, q)
 		if err != nil {
 			return nil, false, err
 		}
 		sm.add(id, objs)
-		settled = settled && versionLE(settle, last)
+		settled = settled && versionLE(settle, first)
 	}
 	return sm, settled, nil
 }

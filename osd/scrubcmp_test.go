@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -420,4 +421,90 @@ func deleteVersion(t *testing.T, ctx context.Context, o *osd.OSD, sid uint32, ke
 		t.Fatalf("no delete of %s in the log", key)
 	}
 	return v
+}
+
+// TestScrubSecondLookWaitsForTheLog: a replica behind on a write differs
+// from the primary at the first look; the second look may compare it only
+// once its log had reached that write *before* its map was read. Here the
+// replica's RepOp is held until its second-look map has read the object,
+// and then let in, so that its log passes the write while that map is
+// read: a second look that trusted where the log ended afterwards would
+// take the stale copy, read before, for settled and report the object
+// inconsistent. The scrub must look again and find it consistent.
+func TestScrubSecondLookWaitsForTheLog(t *testing.T) {
+	c, cl, ctx, pool := rotCluster(t, func(cfg *osd.Config) {
+		cfg.DeepScrubInterval = -1
+		cfg.ScrubBytesPerSec = -1
+	})
+	pg := placement.PGOf(pool, "rot", "seed")
+	acting := c.Map.ActingSet(pool.Id, pg)
+	primary, replica := c.OSDs[acting[0]], acting[len(acting)-1]
+	sid := storePGOf(t, pool, pg)
+	key := keysInPG(pool, "rot", pg, "late", 1)[0]
+	if _, err := osdtest.Put(ctx, cl, "rot", key, osdtest.Payload(4<<10, 1), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before, _, err := c.OSDs[replica].Store().PGInfo(ctx, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The replica's shard of the PG waits, with the next RepOp, until let
+	// is closed.
+	let := make(chan struct{})
+	var letOnce sync.Once
+	release := func() { letOnce.Do(func() { close(let) }) }
+	osd.RepOpApplying.Set(func(id, s uint32) {
+		if id == replica && s == sid {
+			<-let
+		}
+	})
+	// The replica's second-look map, once it has read the stale object:
+	// the held write goes in, and its log passes it before the map reads
+	// where the log ends.
+	var secondLooks atomic.Int64
+	osd.ScrubMapRead.Set(func(id, s uint32, names bool) {
+		if id != replica || s != sid || !names || secondLooks.Add(1) != 1 {
+			return
+		}
+		release()
+		// Polled here, not with Eventually: this is the replica's
+		// goroutine, not the test's.
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if last, _, err := c.OSDs[replica].Store().PGInfo(ctx, sid); err == nil && last.GetSeq() > before.GetSeq() {
+				return
+			}
+		}
+		t.Error("the replica's log did not pass the held write")
+	})
+	t.Cleanup(func() {
+		osd.RepOpApplying.Set(nil)
+		osd.ScrubMapRead.Set(nil)
+		release()
+	})
+	put := make(chan error, 1)
+	go func() {
+		_, err := osdtest.Put(ctx, cl, "rot", key, osdtest.Payload(4<<10+1, 2), client.PutOptions{})
+		put <- err
+	}()
+	// The primary has the new version; the replica, holding its RepOp,
+	// the old one.
+	osdtest.Eventually(t, 30*time.Second, "the primary to apply the put", func() bool {
+		_, got, err := primary.Store().ReadRange(ctx, "rot", key, 0, -1, nil)
+		return err == nil && len(got) == 4<<10+1
+	})
+	res, err := primary.DeepScrub(ctx, pool.Id, pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secondLooks.Load() == 0 {
+		t.Fatalf("the scrub took no second look (%+v): the test reproduces nothing", res)
+	}
+	if res.Inconsistent != 0 {
+		list, _ := cl.ListInconsistent(ctx, placement.PGID{Pool: pool.Id, Seed: pg})
+		t.Fatalf("a write that landed during the second look reported as %d inconsistent: %v", res.Inconsistent, list.Objects)
+	}
+	if err := <-put; err != nil {
+		t.Fatal(err)
+	}
 }

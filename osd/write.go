@@ -957,10 +957,18 @@ func (o *OSD) resync(pool, pg, id uint32) {
 	})
 }
 
+// repOpApplying, when set (tests, through export_test.go), runs on OSD
+// osd's shard of store PG sid as it takes up a RepOp: a test holds the
+// replica's writes there.
+var repOpApplying testHook[func(osd, sid uint32)]
+
 // repOp applies a RepOp at a replica, on the PG's shard: in version order;
 // a duplicate is acked again; a gap (or a sync entry ahead of us) starts a
 // recovery from the sender, and the op waits for it.
 func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, sid, from uint32) {
+	if hook := repOpApplying.Load(); hook != nil {
+		hook(o.id, sid)
+	}
 	p, err := o.pgOf(sid)
 	if err != nil {
 		o.ackRepOp(m, r, nil, err)

@@ -4293,7 +4293,13 @@ type PGScrubMapReply struct {
 	More bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
 	// Where the copy's PG log ended once the map was read: every write the
 	// map reflects is at or below it.
-	Last          *Version `protobuf:"bytes,4,opt,name=last,proto3" json:"last,omitempty"`
+	Last *Version `protobuf:"bytes,4,opt,name=last,proto3" json:"last,omitempty"`
+	// Where the copy's PG log ended before the map was read: the map
+	// reflects every write at or below it. A primary's second look waits
+	// for this, not last, to reach the writes its first look saw: writes
+	// landing while the map is read raise last over objects read before
+	// them.
+	First         *Version `protobuf:"bytes,5,opt,name=first,proto3" json:"first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4352,6 +4358,13 @@ func (x *PGScrubMapReply) GetMore() bool {
 func (x *PGScrubMapReply) GetLast() *Version {
 	if x != nil {
 		return x.Last
+	}
+	return nil
+}
+
+func (x *PGScrubMapReply) GetFirst() *Version {
+	if x != nil {
+		return x.First
 	}
 	return nil
 }
@@ -6288,12 +6301,13 @@ const file_osd_proto_rawDesc = "" +
 	"\x06to_end\x18\b \x01(\bR\x05toEnd\x12,\n" +
 	"\x05names\x18\t \x03(\v2\x16.osprey.osd.ObjectNameR\x05names\x12\x18\n" +
 	"\ashallow\x18\n" +
-	" \x01(\bR\ashallow\"\xb2\x01\n" +
+	" \x01(\bR\ashallow\"\xdd\x01\n" +
 	"\x0fPGScrubMapReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x121\n" +
 	"\aobjects\x18\x02 \x03(\v2\x17.osprey.osd.ScrubObjectR\aobjects\x12\x12\n" +
 	"\x04more\x18\x03 \x01(\bR\x04more\x12'\n" +
-	"\x04last\x18\x04 \x01(\v2\x13.osprey.osd.VersionR\x04last\"n\n" +
+	"\x04last\x18\x04 \x01(\v2\x13.osprey.osd.VersionR\x04last\x12)\n" +
+	"\x05first\x18\x05 \x01(\v2\x13.osprey.osd.VersionR\x05first\"n\n" +
 	"\x06PGPush\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
@@ -6715,39 +6729,40 @@ var file_osd_proto_depIdxs = []int32{
 	10,  // 69: osprey.osd.PGScrubMapReply.header:type_name -> osprey.osd.ReplyHeader
 	51,  // 70: osprey.osd.PGScrubMapReply.objects:type_name -> osprey.osd.ScrubObject
 	7,   // 71: osprey.osd.PGScrubMapReply.last:type_name -> osprey.osd.Version
-	31,  // 72: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
-	10,  // 73: osprey.osd.PGPushReply.header:type_name -> osprey.osd.ReplyHeader
-	7,   // 74: osprey.osd.ScrubShard.version:type_name -> osprey.osd.Version
-	56,  // 75: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
-	57,  // 76: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
-	9,   // 77: osprey.osd.PGRepair.header:type_name -> osprey.osd.Header
-	10,  // 78: osprey.osd.PGRepairReply.header:type_name -> osprey.osd.ReplyHeader
-	9,   // 79: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
-	10,  // 80: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
-	58,  // 81: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
-	47,  // 82: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	2,   // 83: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
-	10,  // 84: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	10,  // 85: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	10,  // 86: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 87: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	69,  // 88: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	70,  // 89: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	79,  // 90: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	71,  // 91: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	69,  // 92: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,   // 93: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	80,  // 94: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	76,  // 95: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
-	10,  // 96: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 97: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	81,  // 98: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	71,  // 99: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	100, // [100:100] is the sub-list for method output_type
-	100, // [100:100] is the sub-list for method input_type
-	100, // [100:100] is the sub-list for extension type_name
-	100, // [100:100] is the sub-list for extension extendee
-	0,   // [0:100] is the sub-list for field type_name
+	7,   // 72: osprey.osd.PGScrubMapReply.first:type_name -> osprey.osd.Version
+	31,  // 73: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
+	10,  // 74: osprey.osd.PGPushReply.header:type_name -> osprey.osd.ReplyHeader
+	7,   // 75: osprey.osd.ScrubShard.version:type_name -> osprey.osd.Version
+	56,  // 76: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
+	57,  // 77: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
+	9,   // 78: osprey.osd.PGRepair.header:type_name -> osprey.osd.Header
+	10,  // 79: osprey.osd.PGRepairReply.header:type_name -> osprey.osd.ReplyHeader
+	9,   // 80: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
+	10,  // 81: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
+	58,  // 82: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
+	47,  // 83: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	2,   // 84: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
+	10,  // 85: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 86: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 87: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 88: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	69,  // 89: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	70,  // 90: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	79,  // 91: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	71,  // 92: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	69,  // 93: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,   // 94: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	80,  // 95: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	76,  // 96: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	10,  // 97: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 98: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	81,  // 99: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	71,  // 100: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	101, // [101:101] is the sub-list for method output_type
+	101, // [101:101] is the sub-list for method input_type
+	101, // [101:101] is the sub-list for extension type_name
+	101, // [101:101] is the sub-list for extension extendee
+	0,   // [0:101] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
