@@ -49,8 +49,9 @@ build:
 # goroutine (the credit protocol's simulations): NORACE names them, and
 # each runs in exactly one of the two passes. The code they drive runs
 # under the race detector in the other tests (the messenger's conformance
-# suites, the client's and OSD's concurrency tests). The attack test's memory bounds mean something only without the
-# race detector (its shadow memory swamps RSS), so it runs in both.
+# suites, the client's and OSD's concurrency tests). The attack test's
+# memory bounds mean something only without the race detector (its shadow
+# memory swamps RSS), so it runs in both.
 # `make test NORACE=` runs everything under the race detector (about 21
 # minutes on 2 cores, against 14).
 NORACE ?= TestLargePut|TestLargePart|TestS3Tests|TestInternalUploads|TestUploadPartCopy|$\

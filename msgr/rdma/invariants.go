@@ -18,13 +18,13 @@ import (
 // (checkGrant).
 type recvLedger struct {
 	// free is the receives ever posted (the first ones, or the share
-	// reserved in the pool, then every repost) less the frames read that no session credit paid for:
-	// handshake frames, link-only frames on the ctlRecv receives, and
-	// under CONTROL_SLOTS the session's control frames. One
-	// counter, not one per kind, so that checkGrant reads it in one load:
-	// summing separate counters while frames arrive could see a control
-	// frame's count without the repost that came before it, and report
-	// a receive missing that was there.
+	// reserved in the pool, then every repost) less the frames read that
+	// no session credit paid for: handshake frames, link-only frames on
+	// the ctlRecv receives, and under CONTROL_SLOTS the session's control
+	// frames. One counter, not one per kind, so that checkGrant reads it
+	// in one load: summing separate counters while frames arrive could see
+	// a control frame's count without the repost that came before it, and
+	// report a receive missing that was there.
 	free  atomic.Int64
 	slots slotLedger // the link's own receives posted (not on the shared pool)
 }
