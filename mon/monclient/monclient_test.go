@@ -316,9 +316,12 @@ func TestUnavailableRetried(t *testing.T) {
 		a, b := startFlakyMon(t, -1), startFlakyMon(t, -1)
 		c := newClient(t, a, b)
 		const limit = 800 * time.Millisecond
+		// start is taken before the context, so that took < limit means
+		// the client gave up before the deadline, not that the clock
+		// moved on between the two.
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), limit)
 		defer cancel()
-		start := time.Now()
 		_, err := c.Command(ctx, out)
 		took := time.Since(start)
 		var nm *NoMonError
