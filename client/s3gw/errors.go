@@ -120,8 +120,9 @@ func s3Error(err error) *Error {
 	if errors.As(err, &ce) {
 		code := client.ErrorCode(ce)
 		if code == "BucketAlreadyExists" {
-			// One owner per gateway: the bucket is the caller's.
-			return errf(ErrBucketAlreadyOwnedByYou, "%s", ce.Message)
+			// One owner per gateway: the bucket is the caller's. S3's
+			// words, not the store's (which name our own packages).
+			return errf(ErrBucketAlreadyOwnedByYou, "Your previous request to create the named bucket succeeded and you already own it.")
 		}
 		status, ok := sdkStatus[code]
 		if !ok {

@@ -326,6 +326,18 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.w = loggedWriter{ResponseWriter: w, deadline: &x.wd}
 	x.req = request{id: newRequestID(), w: &x.w, r: r}
 	req := &x.req
+	if r.ContentLength == 0 && r.ProtoAtLeast(1, 1) && expectsContinue(r) {
+		// net/http sends 100 Continue at a body's first read, and so
+		// never for an empty one, which the RFC allows. botocore before
+		// 1.43.77 (aws-cli and boto3 on Debian 12 among them) sends the
+		// expectation on empty PUTs too, and when the final answer comes
+		// without the 100 it misparses the connection's next response:
+		// that request stalls its 60 s read timeout and is sent again
+		// (boto/botocore#3755). Sent first, before any header is set (a
+		// 1xx carries the headers set so far), the 100 puts such a
+		// client on the path it takes for every PUT with a body.
+		w.WriteHeader(http.StatusContinue)
+	}
 	h := w.Header()
 	// Canonical keys set directly: Set would canonicalize them on every
 	// request.
@@ -390,7 +402,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() { r.Body = orig }()
 	r.Body = body
 	if err := g.dispatch(req); err != nil {
-		g.fail(req, err)
+		g.fail(req, g.uploadOrBucket(req, err))
 	}
 	// net/http writes what is buffered of the response once the handler
 	// returns: that write has a stall's time too.

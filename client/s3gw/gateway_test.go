@@ -161,6 +161,9 @@ func TestBuckets(t *testing.T) {
 	e.mb(t, "beta")
 	_, err := e.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("alpha")})
 	wantCode(t, "create twice", err, "BucketAlreadyOwnedByYou", 409)
+	if !strings.Contains(err.Error(), "you already own it") || strings.Contains(err.Error(), "store:") {
+		t.Fatalf("create twice: %v; want S3's message, not the store's", err)
+	}
 	_, err = e.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("Bad_Name")})
 	wantCode(t, "bad name", err, "InvalidBucketName", 400)
 

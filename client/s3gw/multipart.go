@@ -142,6 +142,21 @@ func (g *Gateway) completeMultipartUpload(req *request) error {
 	return nil
 }
 
+// uploadOrBucket answers NoSuchBucket for an upload's operation in a
+// bucket that is not there, as S3 answers any request to a missing
+// bucket: the upload's record is found by bucket, key and upload ID, so
+// the SDK can only say NoSuchUpload. The stat is paid on that error
+// alone.
+func (g *Gateway) uploadOrBucket(req *request, err error) error {
+	if client.ErrorCode(err) != "NoSuchUpload" || req.bucket == "" {
+		return err
+	}
+	if _, serr := g.cl.StatBucket(req.r.Context(), req.bucket); client.ErrorCode(serr) == "NoSuchBucket" {
+		return serr
+	}
+	return err
+}
+
 // objectURL is the object's absolute URL, as S3 gives it in a completed
 // upload's Location: the request's own path (/BUCKET/KEY, or /KEY on a
 // virtual-hosted bucket) on the host and scheme the client used.

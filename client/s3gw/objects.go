@@ -102,11 +102,16 @@ func (g *Gateway) putObject(req *request) error {
 // from the write, without a round trip more.
 func (g *Gateway) bucketBeforeContinue(req *request) error {
 	r := req.r
-	if r.ContentLength == 0 || !strings.Contains(strings.ToLower(r.Header.Get("Expect")), "100-continue") {
+	if r.ContentLength == 0 || !expectsContinue(r) {
 		return nil
 	}
 	_, err := g.cl.StatBucket(r.Context(), req.bucket)
 	return err
+}
+
+// expectsContinue reports whether r's client waits for 100 Continue.
+func expectsContinue(r *http.Request) bool {
+	return strings.Contains(strings.ToLower(r.Header.Get("Expect")), "100-continue")
 }
 
 // putOptions are the SDK's options for a PUT (or copy) of size bytes
