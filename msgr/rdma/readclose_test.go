@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,8 +82,9 @@ func TestRDMACloseDuringReadKeepsDomainSound(t *testing.T) {
 	defer s.Close()
 	const n = 400
 	errs := make(chan error, 2)
-	go func() { errs <- exchange(r, s, n, 1) }()
-	go func() { errs <- exchange(s, r, n, 2) }()
+	var got [2]atomic.Int64
+	go func() { errs <- exchange(r, s, n, 1, &got[0]) }()
+	go func() { errs <- exchange(s, r, n, 2, &got[1]) }()
 	timeout := time.After(20 * time.Second)
 	for range 2 {
 		select {
@@ -91,17 +93,22 @@ func TestRDMACloseDuringReadKeepsDomainSound(t *testing.T) {
 				t.Fatal(err)
 			}
 		case <-timeout:
+			// What each side had when it stalled tells a provider that
+			// lost frames from one whose progress stopped.
+			t.Errorf("frames on a new link did not arrive within 20s: %d of %d from the reader's side, %d from the sender's; the reader's transport %+v; the sender's %+v",
+				got[0].Load(), n, got[1].Load(), reader.Stats(), sender.Stats())
 			r.Close()
 			s.Close()
-			t.Fatal("frames on a new link did not arrive within 20s")
+			t.FailNow()
 		}
 	}
 }
 
 // exchange writes n frames of sender id from w, numbered in Seq and
 // their data, and checks that r reads exactly them, in order. At most a
-// window's worth is outstanding: no credits flow at this level.
-func exchange(w, r wire.Link, n int, id byte) error {
+// window's worth is outstanding: no credits flow at this level. got counts
+// the frames read.
+func exchange(w, r wire.Link, n int, id byte, got *atomic.Int64) error {
 	const window = 6
 	read := make(chan error, 1)
 	acks := make(chan struct{}, window)
@@ -122,6 +129,7 @@ func exchange(w, r wire.Link, n int, id byte) error {
 				return
 			}
 			f.Release()
+			got.Add(1)
 			acks <- struct{}{}
 		}
 		read <- nil
