@@ -19,6 +19,7 @@ import (
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/transports"
 )
 
@@ -108,6 +109,10 @@ type ObjOptions struct {
 	// process with OSDs OSDs and Replicas replicas, its data under Dir (a
 	// temporary directory when empty, removed afterwards).
 	Seeds []string
+	// Keyring authenticates the run's client to the cluster of Seeds
+	// (nil: none, for a cluster run with auth off). A local cluster runs
+	// with auth off: there it is not used.
+	Keyring *auth.Keyring
 	// S3, if set, is measured instead of an Osprey cluster: any S3
 	// endpoint (s3Store), with the same workloads. The
 	// objects the run wrote are deleted at its end (the bucket too when
@@ -285,7 +290,9 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 	// domain and poller for the process, local.Cluster.Transports); nil:
 	// the build's own.
 	var ts transports.Set
+	keyring := o.Keyring
 	if len(seeds) == 0 {
+		keyring = nil
 		lc, err := local.Start(ctx, local.Options{OSDs: o.OSDs, Replicas: o.Replicas, PGs: o.PGs,
 			Public: o.Public, Cluster: o.Cluster, Dir: o.Dir, Logger: o.Logger, Faults: o.Faults, ReadCacheSize: o.ReadCacheSize})
 		if err != nil {
@@ -299,7 +306,7 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 			}
 		}
 	}
-	cl, err := newObjClient(ctx, client.Options{Seeds: seeds, Logger: o.Logger, Transports: ts})
+	cl, err := newObjClient(ctx, client.Options{Seeds: seeds, Logger: o.Logger, Transports: ts, Keyring: keyring})
 	if err != nil {
 		return nil, err
 	}

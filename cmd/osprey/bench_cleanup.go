@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/spf13/cobra"
 )
 
@@ -25,10 +26,10 @@ type benchCleanup struct {
 }
 
 // prepareBenchCleanup notes, before the run, what the bucket holds.
-func prepareBenchCleanup(ctx context.Context, cmd *cobra.Command, seeds []string, bucket string) (*benchCleanup, error) {
+func prepareBenchCleanup(ctx context.Context, cmd *cobra.Command, seeds []string, keyring *auth.Keyring, bucket string) (*benchCleanup, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cl, err := client.New(cctx, client.Options{Seeds: seeds, Logger: cliLogger(cmd)})
+	cl, err := client.New(cctx, client.Options{Seeds: seeds, Keyring: keyring, Logger: cliLogger(cmd)})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"time"
 
@@ -19,6 +20,7 @@ func newBenchObjCmd() *cobra.Command {
 		cpuProf   string
 		out       benchOutput
 		noCleanup bool
+		keyring   string
 		s3t       bench.S3Target
 	)
 	cmd := &cobra.Command{
@@ -52,7 +54,9 @@ disk, and removes it afterwards.
 With --seeds, the objects go to --bucket on that cluster, and are deleted
 at the end, as rados bench and warp do: the bucket too when the run made
 it; in a bucket that existed, only the keys the run added. --no-cleanup
-keeps them.
+keeps them. The run authenticates with --keyring (env OSPREY_KEYRING;
+default ./osprey-data/client.admin.keyring when it exists), as the other
+commands that reach a cluster do.
 
 With --s3 URL, the same workloads run against any S3 endpoint (Osprey's
 gateway, Ceph's RGW, ...), path-style, signed (SigV4) with
@@ -107,9 +111,16 @@ unless --no-cleanup.`,
 			// table: warnings only, unless --log-level says otherwise.
 			o.Logger = cliLogger(cmd)
 			o.Segment, o.Progress = out.segment, out.progress(cmd)
+			if len(o.Seeds) > 0 {
+				if o.Keyring, err = (monFlags{keyring: keyring}).loadKeyring(os.Getenv); err != nil {
+					return err
+				}
+			} else if keyring != "" {
+				return usageErrorf("--keyring is for a running cluster (--seeds): the local one runs without authentication")
+			}
 			var cleanup *benchCleanup
 			if len(o.Seeds) > 0 && !noCleanup {
-				if cleanup, err = prepareBenchCleanup(cmd.Context(), cmd, o.Seeds, o.Bucket); err != nil {
+				if cleanup, err = prepareBenchCleanup(cmd.Context(), cmd, o.Seeds, o.Keyring, o.Bucket); err != nil {
 					return err
 				}
 			}
@@ -157,6 +168,7 @@ unless --no-cleanup.`,
 	f.DurationVar(&o.Duration, "duration", 10*time.Second, "measured time per size and op")
 	f.DurationVar(&o.Warmup, "warmup", 0, "discarded time before each row's measurement")
 	f.StringSliceVar(&o.Seeds, "seeds", nil, "OSD public addresses of a running cluster (default: start a local one)")
+	f.StringVar(&keyring, "keyring", "", "with --seeds: keyring file of the entity to act as (env "+envKeyring+"; default ./"+adminKeyringFile+" when it exists); 'none' to connect without authentication")
 	f.IntVar(&o.OSDs, "osds", 3, "local cluster: OSDs")
 	f.IntVar(&o.Replicas, "replicas", 0, "local cluster: replicas (default min(3, osds))")
 	f.StringVar(&o.Public, "public", "tcp", "local cluster: client network transport")

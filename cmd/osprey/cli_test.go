@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/osdtest"
@@ -464,6 +465,43 @@ func TestStatusSeedsWithAuth(t *testing.T) {
 	}
 	if rep.Health != "HEALTH_OK" {
 		t.Errorf("health %s, want HEALTH_OK: %+v", rep.Health, rep)
+	}
+}
+
+// TestBenchObjSeedsWithAuth: bench obj --seeds on a cluster with auth on
+// runs as the keyring's entity, and cleans up after itself; without a
+// keyring it is refused, and says why.
+func TestBenchObjSeedsWithAuth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	lc := osdtest.StartLocal(t, local.Options{OSDs: 2, Replicas: 2, PGs: 8, WithMon: true, Dir: t.TempDir(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	seeds := strings.Join(lc.Seeds(), ",")
+	args := []string{"bench", "obj", "--seeds", seeds, "--size", "4KiB", "--op", "put,get", "--concurrency", "2",
+		"--objects", "4", "--duration", "100ms", "--json", "--bucket", "authbench"}
+	out, _, err := run(t, append(args, "--keyring", lc.KeyringPath("client.admin"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out, `"op":`); n != 2 {
+		t.Fatalf("%d rows, want put and get:\n%s", n, out)
+	}
+	cl, err := client.New(t.Context(), client.Options{Seeds: lc.Seeds(), Keyring: lc.AdminKeyring})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if ok, err := cl.BucketExists(t.Context(), "authbench"); err != nil || ok {
+		t.Fatalf("the run's bucket after it: exists %v, %v; want removed", ok, err)
+	}
+	_, _, err = run(t, append(args, "--keyring", "none")...)
+	if err == nil || !strings.Contains(errorLine(err), "keyring") {
+		t.Fatalf("without a keyring: %v; want the refusal, naming the keyring", err)
+	}
+	_, _, err = run(t, "bench", "obj", "--keyring", "k", "--duration", "100ms")
+	if exitCode(err) != exitUsage {
+		t.Fatalf("--keyring without --seeds: %v (exit %d), want a usage error", err, exitCode(err))
 	}
 }
 
