@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/proto/msgrpb"
@@ -73,10 +74,24 @@ func readHS(link wire.Link, msgs map[wire.Tag]proto.Message) (wire.Tag, error) {
 }
 
 // withLinkDeadline closes link if ctx ends first, so a stalled peer cannot
-// hold a handshake goroutine.
+// hold a handshake goroutine. The handshake disarms it (the returned
+// stop) before the link becomes its session's: from then on only the
+// session closes it, after its CLOSE where it ends deliberately. A
+// deadline that fired after the attach would close the socket under the
+// session: a dialer's Close soon after its connect (which ends the dial's
+// context) reached the peer as a fault, and its session waited for a
+// redial that never came.
 func withLinkDeadline(ctx context.Context, link wire.Link) func() bool {
 	return context.AfterFunc(ctx, func() { link.Close() })
 }
+
+// testHookConnected, when set (tests), runs on a dial's goroutine once
+// its link is the session's, before the dial returns.
+var testHookConnected atomic.Pointer[func(*Conn)]
+
+// errHandshakeCut: the handshake's deadline closed the link (it expired,
+// or the session or messenger closed) before the session could take it.
+var errHandshakeCut = errors.New("msgr: the handshake was cut short before its link was attached")
 
 // dial opens one link to addr and runs the dialer's handshake for c.
 func (m *Messenger) dial(c *Conn, addr string) error {
@@ -134,7 +149,7 @@ func (m *Messenger) dial(c *Conn, addr string) error {
 		return err
 	}
 	stop := withLinkDeadline(ctx, link)
-	_, err = m.clientHandshake(c, link, uint64(opts.RecvWindow))
+	_, err = m.clientHandshake(c, link, uint64(opts.RecvWindow), stop)
 	stop()
 	if err != nil {
 		// A failed dial is no longer one the peer's dial must WAIT for:
@@ -153,8 +168,9 @@ func (m *Messenger) dial(c *Conn, addr string) error {
 }
 
 // clientHandshake runs the dialer's handshake on link, whose receive
-// window is window frames.
-func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*linkRun, error) {
+// window is window frames. disarm stops the handshake's deadline
+// (withLinkDeadline), and reports false if it already fired.
+func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64, disarm func() bool) (*linkRun, error) {
 	if err := writeHello(link, m); err != nil {
 		return nil, err
 	}
@@ -305,6 +321,10 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 			c.mu.Unlock()
 			return nil, ErrClosed
 		}
+		if !disarm() {
+			c.mu.Unlock()
+			return nil, errHandshakeCut
+		}
 		c.peerCookie, c.peerNonce = ready.Cookie, hello.InstanceNonce
 		if old := c.link; old != nil {
 			c.detachLocked(old)
@@ -321,6 +341,9 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64) (*li
 		m.startLink(lr)
 		m.log.Debug("msgr: connected", "peer", peer, "addr", link.RemoteAddr())
 		c.pushEvent(Event{Kind: EventConnect, Conn: c})
+		if h := testHookConnected.Load(); h != nil {
+			(*h)(c)
+		}
 		return lr, nil
 	}
 }
@@ -412,7 +435,7 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) (err error
 			toldClosed = true
 			continue
 		}
-		done, err := m.acceptSession(link, mode, peer, hello.InstanceNonce, sess, &req, sessWindow, scheme)
+		done, err := m.acceptSession(link, mode, peer, hello.InstanceNonce, sess, &req, sessWindow, scheme, stop)
 		if done || err != nil {
 			return err
 		}
@@ -445,8 +468,9 @@ func (m *Messenger) lastClosedWith(c *Conn) uint64 {
 }
 
 // acceptSession answers one SESSION_REQUEST. done is false after a
-// SESSION_RESET, when the dialer will ask again on the same link.
-func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, nonce uint64, policy Policy, req *msgrpb.SessionRequest, window int, scheme string) (done bool, err error) {
+// SESSION_RESET, when the dialer will ask again on the same link. disarm
+// is clientHandshake's.
+func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, nonce uint64, policy Policy, req *msgrpb.SessionRequest, window int, scheme string, disarm func() bool) (done bool, err error) {
 	if policy.Lossy && req.PeerCookie != 0 {
 		// Lossy sessions are never resumed; answer before creating one.
 		err := writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Reason: "lossy sessions are not resumed"})
@@ -514,6 +538,10 @@ func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, no
 		m.ratelog.Log(m.log, slog.LevelWarn, "session state mismatch", "msgr: resetting a session whose state the peer contradicts", "peer", peer, "err", err)
 		werr := writeHS(link, wire.TagSessionReset, &msgrpb.SessionReset{Reason: fmt.Sprintf("session state mismatch: %v", err)})
 		return werr != nil, werr
+	}
+	if !disarm() {
+		c.mu.Unlock()
+		return true, errHandshakeCut
 	}
 	var dropped []*Message
 	remoteReset := false
