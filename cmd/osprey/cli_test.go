@@ -282,6 +282,32 @@ func TestUpRefusesConflictingFlags(t *testing.T) {
 	}
 }
 
+// TestUpRefusesDirInUse: a second `osprey up` on a directory a running
+// cluster holds fails at once (exit 1) and names the directory. It used
+// to block for ever in the embedded etcd's open of its database, which
+// waits on its own file lock and heeds no signal.
+func TestUpRefusesDirInUse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	dir := t.TempDir()
+	osdtest.StartLocal(t, local.Options{OSDs: 1, PGs: 8, WithMon: true, Dir: dir,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := run(t, "up", "--dir", dir, "--log-level", "warn")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if exitCode(err) != exitError || !strings.Contains(errorLine(err), dir+" is in use") {
+			t.Fatalf("second up on %s: %v (exit %d), want exit %d naming the directory", dir, err, exitCode(err), exitError)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("second up on %s still running after 20s, want it to fail at once", dir)
+	}
+}
+
 // TestUpDemo runs `osprey up --demo` in process on a one-OSD cluster with
 // small objects: the demo must pass and say what it did.
 func TestUpDemo(t *testing.T) {

@@ -260,12 +260,11 @@ func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string
 	if errors.Is(err, placement.ErrInvalidMap) {
 		return nil, usageErrorf("%v", err) // only flags go into a new map
 	}
+	var inUse *local.DirInUseError
+	if errors.As(err, &inUse) {
+		return nil, fmt.Errorf("%w (another `osprey up` on this --dir? stop it first, or use another --dir)", err)
+	}
 	if err != nil {
-		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
-			// Pebble's lock on the store: the usual cause is a second
-			// `osprey up` on the same directory.
-			return nil, fmt.Errorf("%s is in use by another process (another `osprey up` on this --dir?): %w", dir, err)
-		}
 		return nil, err
 	}
 	return &localCluster{Cluster: c, reused: lo.Map != nil, clientModes: o.clientModes}, nil

@@ -49,7 +49,9 @@ type Options struct {
 	Host            string
 	BasePort        int
 	// Dir holds the map and each OSD's data (DIR/osd.N); created if
-	// missing. Empty: a temporary directory that Close removes.
+	// missing. Empty: a temporary directory that Close removes. The
+	// cluster holds a lock on it (DIR/LOCK) until Close: Start on a
+	// directory in use fails at once with *DirInUseError.
 	Dir    string
 	Logger *slog.Logger // default slog.Default()
 
@@ -118,6 +120,7 @@ type Cluster struct {
 	// Dashboard is the mon's status page, with Options.DashboardAddr.
 	Dashboard *dashboard.Server
 	temp      bool
+	lock      *os.File // holds Dir (lockDir); nil once Close released it
 	// Transports are the one set every daemon of the cluster uses, and a
 	// client in the same process may use too (client.Options.Transports):
 	// one libfabric domain per RDMA provider for the whole process, as one
@@ -160,6 +163,11 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		c.Dir, c.temp = d, true
 	}
+	var err error
+	if c.lock, err = lockDir(c.Dir); err != nil {
+		c.Close(context.Background())
+		return nil, err
+	}
 	c.MapPath = filepath.Join(c.Dir, "map.json")
 	c.Map = opts.Map
 	if c.Map == nil {
@@ -173,7 +181,6 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		c.Map = m
 	}
-	var err error
 	if c.Transports, err = sharedTransports(c.Map); err != nil {
 		c.Close(context.Background())
 		return nil, err
@@ -435,7 +442,7 @@ func (c *Cluster) Seeds() []string {
 	return s
 }
 
-// Close stops the OSDs and removes a temporary directory.
+// Close stops the OSDs, releases the directory and removes it if temporary.
 func (c *Cluster) Close(ctx context.Context) error {
 	var errs []error
 	for _, m := range c.Metrics {
@@ -452,6 +459,11 @@ func (c *Cluster) Close(ctx context.Context) error {
 		c.Etcd.Close()
 	}
 	errs = append(errs, c.Transports.Close())
+	if c.lock != nil {
+		// Last, once nothing of the cluster touches the directory.
+		errs = append(errs, c.lock.Close())
+		c.lock = nil
+	}
 	if c.temp {
 		errs = append(errs, os.RemoveAll(c.Dir))
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -67,5 +69,47 @@ func TestStartAndRestart(t *testing.T) {
 	defer c.Close(ctx)
 	if c.Map.FSID() != fsid || len(c.OSDs) != 2 {
 		t.Fatalf("restart: fsid %s (was %s), %d OSDs", c.Map.FSID(), fsid, len(c.OSDs))
+	}
+}
+
+// TestStartRefusesDirInUse: a second cluster on a directory a running one
+// holds fails at once with *DirInUseError, before it writes anything
+// there (a new map would replace the running cluster's), and the
+// directory is free again once the first is closed.
+func TestStartRefusesDirInUse(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	c, err := Start(ctx, Options{OSDs: 1, PGs: 8, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	fsid := c.Map.FSID()
+
+	_, err = Start(ctx, Options{OSDs: 1, PGs: 8, Dir: dir})
+	var inUse *DirInUseError
+	if !errors.As(err, &inUse) || inUse.Dir != dir || inUse.PID != os.Getpid() {
+		t.Fatalf("second Start on %s: %v, want a *DirInUseError naming it and this process", dir, err)
+	}
+	if !strings.Contains(err.Error(), dir) {
+		t.Errorf("error %q does not name the directory", err)
+	}
+	m, err := placement.Load(c.MapPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.FSID() != fsid {
+		t.Fatalf("after the refused Start the map has fsid %s, want the running cluster's %s", m.FSID(), fsid)
+	}
+
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err = Start(ctx, Options{Map: c.Map, Dir: dir})
+	if err != nil {
+		t.Fatalf("Start after the holder closed: %v", err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
