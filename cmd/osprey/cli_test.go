@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -528,6 +530,48 @@ func TestBenchObjSeedsWithAuth(t *testing.T) {
 	_, _, err = run(t, "bench", "obj", "--keyring", "k", "--duration", "100ms")
 	if exitCode(err) != exitUsage {
 		t.Fatalf("--keyring without --seeds: %v (exit %d), want a usage error", err, exitCode(err))
+	}
+}
+
+// TestStatusSeedsMinSizeAsMon: status through the OSDs (--seeds) reports
+// the pool's effective min_size, as the mon's status does, not the map's
+// field, which is 0 for "the default" (placement.MinSize).
+func TestStatusSeedsMinSizeAsMon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	lc := osdtest.StartLocal(t, local.Options{OSDs: 3, Replicas: 3, PGs: 8, WithMon: true, Dir: t.TempDir(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	keyring := lc.KeyringPath("client.admin")
+	out, _, err := run(t, "status", "--json", "--mon", lc.Mon.Addr(), "--keyring", keyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms mon.Status
+	if err := json.Unmarshal([]byte(out), &ms); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(ms.Pools) != 1 || ms.Pools[0].MinSize != 2 {
+		t.Fatalf("the mon's pools %+v, want one of min_size 2 (size 3)", ms.Pools)
+	}
+	seeds := strings.Join(lc.Seeds(), ",")
+	out, _, err = run(t, "status", "--json", "--seeds", seeds, "--keyring", keyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(rep.Pools) != 1 || int(rep.Pools[0].MinSize) != ms.Pools[0].MinSize {
+		t.Errorf("status --seeds pools %+v, want min_size %d as the mon says", rep.Pools, ms.Pools[0].MinSize)
+	}
+	text, _, err := run(t, "status", "--seeds", seeds, "--keyring", keyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^  \d+\s+\S+\s+3\s+2\s+8\s`).MatchString(text) {
+		t.Errorf("status --seeds text lacks the pool row with SIZE 3, MIN_SIZE 2, PGS 8:\n%s", text)
 	}
 }
 

@@ -159,7 +159,9 @@ func clusterStatus(ctx context.Context, cmd *cobra.Command, cl *client.Client, t
 
 	first := true
 	for p := range m.Pools() { // ascending id: the first holds the meta PG
-		sp := statusPool{ID: p.Id, Name: p.Name, Size: p.Size, MinSize: p.MinSize, PGCount: p.PgCount, PGStates: map[string]int{}}
+		// The effective min_size, as the mon reports it: the map's field
+		// is 0 for "the default".
+		sp := statusPool{ID: p.Id, Name: p.Name, Size: p.Size, MinSize: uint32(placement.MinSize(p)), PGCount: p.PgCount, PGStates: map[string]int{}}
 		for pg := range p.PgCount {
 			sp.PGStates[pgState(m.ActingSet(p.Id, pg), p.Size, up)]++
 		}
