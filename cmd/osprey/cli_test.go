@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/proto/osdpb"
+	"github.com/spf13/cobra"
 )
 
 func TestParseRemote(t *testing.T) {
@@ -246,6 +248,55 @@ func TestUsageExitCodes(t *testing.T) {
 	_, _, err = run(t, "stat", "b/k")
 	if exitCode(err) != exitUnavailable || !strings.Contains(errorLine(err), envMap+"=/nonexistent/map.json") {
 		t.Errorf("stat with %s naming no file: %v (exit %d)", envMap, err, exitCode(err))
+	}
+}
+
+// TestUnknownSubcommandIsUsageError walks the whole command tree: every
+// command with subcommands, at any depth, must refuse one it does not
+// have with exit 2, as the root does, not print its help and exit 0, which
+// a script would take for success.
+func TestUnknownSubcommandIsUsageError(t *testing.T) {
+	t.Chdir(t.TempDir())
+	var parents [][]string
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.HasSubCommands() {
+			parents = append(parents, strings.Fields(c.CommandPath())[1:])
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
+	// The walk must see the parents there are now, the default
+	// completion command among them; new ones add themselves.
+	for _, want := range []string{"", "auth", "auth s3-key", "pg", "bench", "completion", "osd"} {
+		if !slices.ContainsFunc(parents, func(p []string) bool { return strings.Join(p, " ") == want }) {
+			t.Errorf("the walk found no parent command %q among %q", want, parents)
+		}
+	}
+	for _, p := range parents {
+		args := append(slices.Clone(p), "bogus")
+		out, _, err := run(t, args...)
+		if exitCode(err) != exitUsage || !strings.Contains(errorLine(err), `unknown command "bogus"`) {
+			t.Errorf("osprey %s: %v (exit %d), want exit %d for an unknown command\n%s",
+				strings.Join(args, " "), err, exitCode(err), exitUsage, out)
+		}
+	}
+	// A near miss with arguments after it, as the probe typed it.
+	_, _, err := run(t, "auth", "s3-key", "ls", "client.x")
+	if exitCode(err) != exitUsage || !strings.Contains(errorLine(err), `unknown command "ls"`) {
+		t.Errorf("osprey auth s3-key ls client.x: %v (exit %d), want exit %d", err, exitCode(err), exitUsage)
+	}
+	// A typo gets the command it is near.
+	_, _, err = run(t, "pg", "deep-scrb", "1.0")
+	if exitCode(err) != exitUsage || !strings.Contains(errorLine(err), "did you mean deep-scrub?") {
+		t.Errorf("osprey pg deep-scrb 1.0: %v (exit %d), want exit %d with a suggestion", err, exitCode(err), exitUsage)
+	}
+	// With no subcommand at all a parent still shows its help.
+	out, _, err := run(t, "auth")
+	if err != nil || !strings.Contains(out, "Available Commands") {
+		t.Errorf("osprey auth: %v, want its help:\n%s", err, out)
 	}
 }
 

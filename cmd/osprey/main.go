@@ -76,7 +76,53 @@ TCP and RDMA (libfabric) transports.`,
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageErrorf("%v (see %s --help)", err, cmd.CommandPath())
 	})
+	// Cobra adds its completion command as it executes; added now, it is
+	// in the tree rejectUnknownSubcommands walks, and cobra keeps it. It
+	// writes its scripts to the root's output as it is when it is added:
+	// for that moment, a writer that looks the output up at each write,
+	// so that a SetOut after newRootCmd (the tests') still holds.
+	root.SetOut(outputOf{root})
+	root.InitDefaultCompletionCmd()
+	root.SetOut(nil)
+	rejectUnknownSubcommands(root)
 	return root
+}
+
+// outputOf writes to cmd's output as it is at each write.
+type outputOf struct{ cmd *cobra.Command }
+
+func (o outputOf) Write(b []byte) (int, error) { return o.cmd.OutOrStdout().Write(b) }
+
+// rejectUnknownSubcommands makes each command under c that only groups
+// subcommands (auth, auth s3-key, pg, bench, completion) refuse one it
+// does not have as a usage error, exit 2, as the root does and as osd
+// does by taking no arguments. Cobra's default for a command that does
+// not run is to print its help and exit 0, so a typo (`osprey auth
+// s3-key ls` for list) looked to a script like success. With no
+// subcommand such a command still prints its help.
+func rejectUnknownSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		rejectUnknownSubcommands(sub)
+	}
+	// The root has cobra's own check, which runs only for the root;
+	// a command that runs checks its own arguments.
+	if !c.HasSubCommands() || c.Runnable() || !c.HasParent() {
+		return
+	}
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2 // cobra's default, which it sets on the root only
+	}
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if near := cmd.SuggestionsFor(args[0]); len(near) > 0 {
+			msg += "; did you mean " + strings.Join(near, " or ") + "?"
+		}
+		return usageErrorf("%s (see %s --help)", msg, cmd.CommandPath())
+	}
+	c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
 }
 
 func parseLevel(s string) (slog.Level, error) {
