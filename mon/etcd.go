@@ -17,6 +17,7 @@ import (
 // on its own (three or five members) and gives the mons its endpoints.
 type Etcd struct {
 	e         *embed.Etcd
+	dir       string
 	endpoints []string
 }
 
@@ -65,7 +66,7 @@ func StartEtcd(ctx context.Context, dir string, logger *slog.Logger) (*Etcd, err
 		e.Close()
 		return nil, fmt.Errorf("mon: embedded etcd in %s not ready within %v", dir, etcdStartTimeout)
 	}
-	ee := &Etcd{e: e}
+	ee := &Etcd{e: e, dir: dir}
 	for _, l := range e.Clients {
 		ee.endpoints = append(ee.endpoints, "http://"+l.Addr().String())
 	}
@@ -81,6 +82,9 @@ func StartEtcd(ctx context.Context, dir string, logger *slog.Logger) (*Etcd, err
 
 // Endpoints are the client URLs to give clientv3 (and Config.Etcd).
 func (e *Etcd) Endpoints() []string { return append([]string(nil), e.endpoints...) }
+
+// Dir is the directory that holds its data, as StartEtcd was given it.
+func (e *Etcd) Dir() string { return e.dir }
 
 // Close stops the server; its data stays in its directory.
 func (e *Etcd) Close() { e.e.Close() }

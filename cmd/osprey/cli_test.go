@@ -361,6 +361,69 @@ func TestUpRefusesDirInUse(t *testing.T) {
 	}
 }
 
+// TestUpPrintsHowToReachIt follows what `osprey up` prints for commands
+// run in another directory, in both its forms (the default --dir, and
+// another), and looks in the directory it names for etcd's data.
+func TestUpPrintsHowToReachIt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	top := t.TempDir()
+	c := osdtest.StartLocal(t, local.Options{OSDs: 1, PGs: 8, WithMon: true, Dir: filepath.Join(top, defaultDataDir),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	lc := &localCluster{Cluster: c, keyring: c.KeyringPath("client.admin")}
+	elsewhere := t.TempDir()
+	for _, wd := range []string{top, elsewhere} {
+		t.Chdir(wd)
+		var b strings.Builder
+		printServing(&b, upOptions{}, lc)
+		out := b.String()
+
+		m := regexp.MustCompile(`etcd embedded, data in (\S+)\)`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("in %s: no etcd data directory printed:\n%s", wd, out)
+		}
+		if fi, err := os.Stat(filepath.Join(m[1], "member")); err != nil || !fi.IsDir() {
+			t.Errorf("in %s: the printed etcd data directory %s holds no etcd member/: %v", wd, m[1], err)
+		}
+
+		// "  export K=V" lines, or "(from elsewhere: export K=V K=V)".
+		env := map[string]string{}
+		for _, line := range strings.Split(out, "\n") {
+			line = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(line), "(from elsewhere: "), ")")
+			if rest, ok := strings.CutPrefix(line, "export "); ok {
+				for _, kv := range strings.Fields(rest) {
+					k, v, _ := strings.Cut(kv, "=")
+					env[k] = v
+				}
+			}
+		}
+		for _, k := range []string{envMon, envSeeds, envMap, envKeyring} {
+			t.Setenv(k, env[k])
+		}
+		t.Chdir(t.TempDir())
+		if _, _, err := run(t, "ls"); err != nil {
+			t.Errorf("printed in %s, ls elsewhere with %v: %v\n%s", wd, env, err, out)
+		}
+	}
+}
+
+// TestShellWord: what up prints to paste into a shell quotes a path only
+// when the shell would split or expand it.
+func TestShellWord(t *testing.T) {
+	for in, want := range map[string]string{
+		"/tmp/osp/client.admin.keyring":         "/tmp/osp/client.admin.keyring",
+		"/home/me/My Data/client.admin.keyring": "'/home/me/My Data/client.admin.keyring'",
+		"/data/$HOME":                           "'/data/$HOME'",
+		"it's":                                  `'it'\''s'`,
+		"":                                      "''",
+	} {
+		if got := shellWord(in); got != want {
+			t.Errorf("shellWord(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
 // TestUpDemo runs `osprey up --demo` in process on a one-OSD cluster with
 // small objects: the demo must pass and say what it did.
 func TestUpDemo(t *testing.T) {

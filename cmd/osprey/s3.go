@@ -317,6 +317,14 @@ func (g *upGateway) printS3(w io.Writer) {
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
+// shellWord is s as one shell word: quoted only if it must be.
+func shellWord(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\n'\"\\$`!*?[]{}()<>|&;#~") {
+		return s
+	}
+	return shellQuote(s)
+}
+
 // upS3Addr is where `osprey up` serves S3: --s3, or a free port when the
 // cluster takes free ports too.
 func upS3Addr(cmd *cobra.Command, o upOptions) string {

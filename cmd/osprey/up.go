@@ -405,7 +405,7 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 		fmt.Fprintf(w, "  osd.%d  public %s  cluster %s\n", e.ID, e.Public, e.Cluster)
 	}
 	if lc.Mon != nil {
-		fmt.Fprintf(w, "  mon.a  %s (etcd embedded, data in %s)\n", lc.Mon.Addr(), filepath.Join(lc.Dir, "mon"))
+		fmt.Fprintf(w, "  mon.a  %s (etcd embedded, data in %s)\n", lc.Mon.Addr(), lc.Etcd.Dir())
 		fmt.Fprintf(w, "  admin  client.admin's keyring in %s (keep it secret)\n", lc.keyring)
 	}
 	if u := lc.dashboardURL(); u != "" {
@@ -421,18 +421,22 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 	}
 	name := cliName()
 	wd, _ := os.Getwd()
-	// The mon is where commands should look: it has every map change.
-	envName, addrs := envSeeds, seeds
+	// What commands run elsewhere need: where the cluster is (the mon,
+	// which has every map change), and with auth on the admin's keyring,
+	// which they look for in ./osprey-data only.
+	exports := []string{envSeeds + "=" + seeds}
 	if lc.Mon != nil {
-		envName, addrs = envMon, lc.Mon.Addr()
+		exports[0] = envMon + "=" + lc.Mon.Addr()
+	}
+	if lc.keyring != "" {
+		exports = append(exports, envKeyring+"="+shellWord(lc.keyring))
 	}
 	env := ""
 	if def, _ := filepath.Abs(defaultDataDir); def != lc.Dir {
-		// Not where the commands look by default: name it, and the
-		// admin's keyring in it.
-		env = "export " + envName + "=" + addrs + "\n  "
-		if lc.keyring != "" {
-			env += "export " + envKeyring + "=" + lc.keyring + "\n  "
+		// Not where the commands look by default, even in the directory
+		// up runs in: the Try lines need them too.
+		for _, e := range exports {
+			env += "export " + e + "\n  "
 		}
 	}
 	// Daemons that accept only secure links refuse a crc client.
@@ -443,7 +447,7 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 	fmt.Fprintf(w, "\nTry, from another shell in %s:\n  %s%s mb mybucket\n  %s put FILE mybucket/KEY\n  %s ls mybucket\n",
 		wd, env, cmdName, cmdName, cmdName)
 	if env == "" {
-		fmt.Fprintf(w, "(from elsewhere: export %s=%s)\n", envName, addrs)
+		fmt.Fprintf(w, "(from elsewhere: export %s)\n", strings.Join(exports, " "))
 	}
 	if o.temp {
 		fmt.Fprintln(w, "Ctrl-C stops it and removes its data.")
