@@ -121,6 +121,9 @@ const (
 	MsgType_MSG_MON_MAP MsgType = 211
 	// One-way, mon to an auth subscriber: the auth table changed (MonAuth).
 	MsgType_MSG_MON_AUTH MsgType = 212
+	// An OSD that stops cleanly asks to be marked down now (MonMarkMeDown).
+	MsgType_MSG_MON_MARK_ME_DOWN       MsgType = 213
+	MsgType_MSG_MON_MARK_ME_DOWN_REPLY MsgType = 214
 )
 
 // Enum value maps for MsgType.
@@ -195,6 +198,8 @@ var (
 		210: "MSG_MON_COMMAND_REPLY",
 		211: "MSG_MON_MAP",
 		212: "MSG_MON_AUTH",
+		213: "MSG_MON_MARK_ME_DOWN",
+		214: "MSG_MON_MARK_ME_DOWN_REPLY",
 	}
 	MsgType_value = map[string]int32{
 		"MSG_UNKNOWN":                    0,
@@ -266,6 +271,8 @@ var (
 		"MSG_MON_COMMAND_REPLY":          210,
 		"MSG_MON_MAP":                    211,
 		"MSG_MON_AUTH":                   212,
+		"MSG_MON_MARK_ME_DOWN":           213,
+		"MSG_MON_MARK_ME_DOWN_REPLY":     214,
 	}
 )
 
@@ -5255,6 +5262,123 @@ func (x *MonFailureReply) GetHeader() *ReplyHeader {
 	return nil
 }
 
+// MonMarkMeDown: an OSD that stops cleanly asks to be marked down now
+// rather than after the heartbeat grace, as Ceph's MOSDMarkMeDown. An OSD
+// may ask only for itself. epoch is the map it holds, one that has it up: a
+// request from an earlier incarnation (epoch before the OSD's up_from)
+// marks nothing down.
+type MonMarkMeDown struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fsid          string                 `protobuf:"bytes,1,opt,name=fsid,proto3" json:"fsid,omitempty"`
+	Id            uint32                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Uuid          string                 `protobuf:"bytes,3,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonMarkMeDown) Reset() {
+	*x = MonMarkMeDown{}
+	mi := &file_osd_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonMarkMeDown) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonMarkMeDown) ProtoMessage() {}
+
+func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonMarkMeDown.ProtoReflect.Descriptor instead.
+func (*MonMarkMeDown) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *MonMarkMeDown) GetFsid() string {
+	if x != nil {
+		return x.Fsid
+	}
+	return ""
+}
+
+func (x *MonMarkMeDown) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *MonMarkMeDown) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *MonMarkMeDown) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type MonMarkMeDownReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"` // its epoch: a map that has the OSD down
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MonMarkMeDownReply) Reset() {
+	*x = MonMarkMeDownReply{}
+	mi := &file_osd_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MonMarkMeDownReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MonMarkMeDownReply) ProtoMessage() {}
+
+func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MonMarkMeDownReply.ProtoReflect.Descriptor instead.
+func (*MonMarkMeDownReply) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *MonMarkMeDownReply) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
 // MonSubscribe asks for the map now and every newer one as MSG_MON_MAP;
 // with auth, also the auth table now and on every change as MSG_MON_AUTH.
 type MonSubscribe struct {
@@ -5267,7 +5391,7 @@ type MonSubscribe struct {
 
 func (x *MonSubscribe) Reset() {
 	*x = MonSubscribe{}
-	mi := &file_osd_proto_msgTypes[63]
+	mi := &file_osd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5279,7 +5403,7 @@ func (x *MonSubscribe) String() string {
 func (*MonSubscribe) ProtoMessage() {}
 
 func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[63]
+	mi := &file_osd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5292,7 +5416,7 @@ func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
 func (*MonSubscribe) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{63}
+	return file_osd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
@@ -5320,7 +5444,7 @@ type MonSubscribeReply struct {
 
 func (x *MonSubscribeReply) Reset() {
 	*x = MonSubscribeReply{}
-	mi := &file_osd_proto_msgTypes[64]
+	mi := &file_osd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5332,7 +5456,7 @@ func (x *MonSubscribeReply) String() string {
 func (*MonSubscribeReply) ProtoMessage() {}
 
 func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[64]
+	mi := &file_osd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5345,7 +5469,7 @@ func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
 func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{64}
+	return file_osd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
@@ -5382,7 +5506,7 @@ type AuthTable struct {
 
 func (x *AuthTable) Reset() {
 	*x = AuthTable{}
-	mi := &file_osd_proto_msgTypes[65]
+	mi := &file_osd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5394,7 +5518,7 @@ func (x *AuthTable) String() string {
 func (*AuthTable) ProtoMessage() {}
 
 func (x *AuthTable) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[65]
+	mi := &file_osd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5407,7 +5531,7 @@ func (x *AuthTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
 func (*AuthTable) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{65}
+	return file_osd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *AuthTable) GetRevision() int64 {
@@ -5439,7 +5563,7 @@ type AuthEntry struct {
 
 func (x *AuthEntry) Reset() {
 	*x = AuthEntry{}
-	mi := &file_osd_proto_msgTypes[66]
+	mi := &file_osd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5451,7 +5575,7 @@ func (x *AuthEntry) String() string {
 func (*AuthEntry) ProtoMessage() {}
 
 func (x *AuthEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[66]
+	mi := &file_osd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5464,7 +5588,7 @@ func (x *AuthEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
 func (*AuthEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{66}
+	return file_osd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *AuthEntry) GetEntity() string {
@@ -5507,7 +5631,7 @@ type S3Key struct {
 
 func (x *S3Key) Reset() {
 	*x = S3Key{}
-	mi := &file_osd_proto_msgTypes[67]
+	mi := &file_osd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5519,7 +5643,7 @@ func (x *S3Key) String() string {
 func (*S3Key) ProtoMessage() {}
 
 func (x *S3Key) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[67]
+	mi := &file_osd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5532,7 +5656,7 @@ func (x *S3Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
 func (*S3Key) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{67}
+	return file_osd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *S3Key) GetAccessKey() string {
@@ -5558,7 +5682,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[68]
+	mi := &file_osd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5570,7 +5694,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[68]
+	mi := &file_osd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5583,7 +5707,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{68}
+	return file_osd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -5602,7 +5726,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[69]
+	mi := &file_osd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5614,7 +5738,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[69]
+	mi := &file_osd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5627,7 +5751,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{69}
+	return file_osd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -5663,7 +5787,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5675,7 +5799,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5688,7 +5812,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{70}
+	return file_osd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -5774,7 +5898,7 @@ type MonRequestRecord struct {
 
 func (x *MonRequestRecord) Reset() {
 	*x = MonRequestRecord{}
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5786,7 +5910,7 @@ func (x *MonRequestRecord) String() string {
 func (*MonRequestRecord) ProtoMessage() {}
 
 func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5799,7 +5923,7 @@ func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonRequestRecord.ProtoReflect.Descriptor instead.
 func (*MonRequestRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{71}
+	return file_osd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *MonRequestRecord) GetDigest() []byte {
@@ -5830,7 +5954,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5842,7 +5966,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5855,7 +5979,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{72}
+	return file_osd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -5914,7 +6038,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5926,7 +6050,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5939,7 +6063,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{73}
+	return file_osd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -6374,7 +6498,14 @@ const file_osd_proto_rawDesc = "" +
 	"\timmediate\x18\a \x01(\bR\timmediate\x12\x14\n" +
 	"\x05alive\x18\b \x01(\bR\x05aliveJ\x04\b\x01\x10\x02\"H\n" +
 	"\x0fMonFailureReply\x12/\n" +
-	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06headerJ\x04\b\x02\x10\x03\"G\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06headerJ\x04\b\x02\x10\x03\"]\n" +
+	"\rMonMarkMeDown\x12\x12\n" +
+	"\x04fsid\x18\x01 \x01(\tR\x04fsid\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\rR\x02id\x12\x12\n" +
+	"\x04uuid\x18\x03 \x01(\tR\x04uuid\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"E\n" +
+	"\x12MonMarkMeDownReply\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\"G\n" +
 	"\fMonSubscribe\x12\x1d\n" +
 	"\n" +
 	"have_epoch\x18\x02 \x01(\x04R\thaveEpoch\x12\x12\n" +
@@ -6439,7 +6570,7 @@ const file_osd_proto_rawDesc = "" +
 	"\as3_keys\x18\x05 \x03(\v2\x11.osprey.osd.S3KeyR\x06s3Keys\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x8b\r\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc7\r\n" +
 	"\aMsgType\x12\x0f\n" +
 	"\vMSG_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vMSG_GET_MAP\x10\x01\x12\x15\n" +
@@ -6511,7 +6642,9 @@ const file_osd_proto_rawDesc = "" +
 	"\x0fMSG_MON_COMMAND\x10\xd1\x01\x12\x1a\n" +
 	"\x15MSG_MON_COMMAND_REPLY\x10\xd2\x01\x12\x10\n" +
 	"\vMSG_MON_MAP\x10\xd3\x01\x12\x11\n" +
-	"\fMSG_MON_AUTH\x10\xd4\x01*\xb5\x04\n" +
+	"\fMSG_MON_AUTH\x10\xd4\x01\x12\x19\n" +
+	"\x14MSG_MON_MARK_ME_DOWN\x10\xd5\x01\x12\x1f\n" +
+	"\x1aMSG_MON_MARK_ME_DOWN_REPLY\x10\xd6\x01*\xb5\x04\n" +
 	"\x06Status\x12\x06\n" +
 	"\x02OK\x10\x00\x12\x12\n" +
 	"\x0eNO_SUCH_BUCKET\x10\x01\x12\x0f\n" +
@@ -6571,7 +6704,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),                    // 0: osprey.osd.MsgType
 	(Status)(0),                     // 1: osprey.osd.Status
@@ -6640,21 +6773,23 @@ var file_osd_proto_goTypes = []any{
 	(*MonBeaconReply)(nil),          // 64: osprey.osd.MonBeaconReply
 	(*MonFailure)(nil),              // 65: osprey.osd.MonFailure
 	(*MonFailureReply)(nil),         // 66: osprey.osd.MonFailureReply
-	(*MonSubscribe)(nil),            // 67: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil),       // 68: osprey.osd.MonSubscribeReply
-	(*AuthTable)(nil),               // 69: osprey.osd.AuthTable
-	(*AuthEntry)(nil),               // 70: osprey.osd.AuthEntry
-	(*S3Key)(nil),                   // 71: osprey.osd.S3Key
-	(*MonAuth)(nil),                 // 72: osprey.osd.MonAuth
-	(*MonMap)(nil),                  // 73: osprey.osd.MonMap
-	(*MonCommand)(nil),              // 74: osprey.osd.MonCommand
-	(*MonRequestRecord)(nil),        // 75: osprey.osd.MonRequestRecord
-	(*MonCommandReply)(nil),         // 76: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),              // 77: osprey.osd.AuthRecord
-	nil,                             // 78: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                             // 79: osprey.osd.AuthEntry.CapsEntry
-	nil,                             // 80: osprey.osd.MonCommand.CapsEntry
-	nil,                             // 81: osprey.osd.AuthRecord.CapsEntry
+	(*MonMarkMeDown)(nil),           // 67: osprey.osd.MonMarkMeDown
+	(*MonMarkMeDownReply)(nil),      // 68: osprey.osd.MonMarkMeDownReply
+	(*MonSubscribe)(nil),            // 69: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil),       // 70: osprey.osd.MonSubscribeReply
+	(*AuthTable)(nil),               // 71: osprey.osd.AuthTable
+	(*AuthEntry)(nil),               // 72: osprey.osd.AuthEntry
+	(*S3Key)(nil),                   // 73: osprey.osd.S3Key
+	(*MonAuth)(nil),                 // 74: osprey.osd.MonAuth
+	(*MonMap)(nil),                  // 75: osprey.osd.MonMap
+	(*MonCommand)(nil),              // 76: osprey.osd.MonCommand
+	(*MonRequestRecord)(nil),        // 77: osprey.osd.MonRequestRecord
+	(*MonCommandReply)(nil),         // 78: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),              // 79: osprey.osd.AuthRecord
+	nil,                             // 80: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                             // 81: osprey.osd.AuthEntry.CapsEntry
+	nil,                             // 82: osprey.osd.MonCommand.CapsEntry
+	nil,                             // 83: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	5,   // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -6665,7 +6800,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,   // 5: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	7,   // 6: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	8,   // 7: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	78,  // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	80,  // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	11,  // 9: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	12,  // 10: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	10,  // 11: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -6744,25 +6879,26 @@ var file_osd_proto_depIdxs = []int32{
 	2,   // 84: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
 	10,  // 85: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
 	10,  // 86: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	10,  // 87: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 88: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	69,  // 89: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	70,  // 90: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	79,  // 91: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	71,  // 92: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	69,  // 93: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,   // 94: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	80,  // 95: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	76,  // 96: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
-	10,  // 97: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 98: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	81,  // 99: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	71,  // 100: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	101, // [101:101] is the sub-list for method output_type
-	101, // [101:101] is the sub-list for method input_type
-	101, // [101:101] is the sub-list for extension type_name
-	101, // [101:101] is the sub-list for extension extendee
-	0,   // [0:101] is the sub-list for field type_name
+	10,  // 87: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 88: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 89: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	71,  // 90: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	72,  // 91: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	81,  // 92: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	73,  // 93: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	71,  // 94: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,   // 95: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	82,  // 96: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	78,  // 97: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	10,  // 98: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 99: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	83,  // 100: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	73,  // 101: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	102, // [102:102] is the sub-list for method output_type
+	102, // [102:102] is the sub-list for method input_type
+	102, // [102:102] is the sub-list for extension type_name
+	102, // [102:102] is the sub-list for extension extendee
+	0,   // [0:102] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -6777,7 +6913,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   78,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
