@@ -27,8 +27,9 @@ import (
 //   - every other command (map changes): w;
 //   - the auth table: x, profile osd, or profile s3-gateway (which alone
 //     with x gets the S3 secrets in it, s3keys.go);
-//   - boot, beacons and failure reports: profile osd, and only for the
-//     OSD the peer is (osd.3 cannot boot or beacon as osd.5).
+//   - boot, beacons, failure reports and mark-me-down: profile osd, and
+//     only for the OSD the peer is (osd.3 cannot boot, beacon or ask to be
+//     marked down as osd.5).
 
 // monCaps are the mon's own: it may do everything.
 var monCaps = map[string]string{auth.ServiceMon: "allow *", auth.ServiceOSD: "allow *"}
@@ -116,6 +117,8 @@ func (m *Mon) allowed(conn *msgr.Conn, req proto.Message) error {
 		return osdSelf(r.Id, "send beacons")
 	case *osdpb.MonFailure:
 		return osdSelf(r.Reporter, "report failures")
+	case *osdpb.MonMarkMeDown:
+		return osdSelf(r.Id, "ask to be marked down")
 	case *osdpb.MonCommand:
 		switch {
 		case slices.Contains(readOnly, r.Prefix):

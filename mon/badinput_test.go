@@ -138,7 +138,7 @@ func TestBadInput(t *testing.T) {
 	// Random fronts of every mon type: every request answered, no panic.
 	rng := rand.New(rand.NewPCG(1, 2))
 	types := []osdpb.MsgType{osdpb.MsgType_MSG_MON_BOOT, osdpb.MsgType_MSG_MON_BEACON, osdpb.MsgType_MSG_MON_FAILURE,
-		osdpb.MsgType_MSG_MON_SUBSCRIBE, osdpb.MsgType_MSG_MON_COMMAND, osdpb.MsgType_MSG_GET_MAP}
+		osdpb.MsgType_MSG_MON_MARK_ME_DOWN, osdpb.MsgType_MSG_MON_SUBSCRIBE, osdpb.MsgType_MSG_MON_COMMAND, osdpb.MsgType_MSG_GET_MAP}
 	const n = 60
 	for i := range n {
 		b := make([]byte, rng.IntN(40))
@@ -186,7 +186,7 @@ func fuzzMap() *placement.Map {
 
 // FuzzMonRequest feeds arbitrary bytes to the mon's request path without
 // etcd: decode and validate, then the pure core each request reaches (the
-// boot and command edits, the failure tracker, the beacon record and the
+// boot, command and mark-me-down edits, the failure tracker, the beacon record and the
 // status it feeds). Nothing may panic, errors must be typed, and every
 // edit that succeeds must leave a valid map.
 func FuzzMonRequest(f *testing.F) {
@@ -199,6 +199,7 @@ func FuzzMonRequest(f *testing.F) {
 	seed(osdpb.MsgType_MSG_MON_BEACON, &osdpb.MonBeacon{Id: 1, Pgs: []*osdpb.PGStat{{Pool: 1, Pg: 3, State: "active+clean", Epoch: 7}}})
 	seed(osdpb.MsgType_MSG_MON_FAILURE, &osdpb.MonFailure{Reporter: 0, Target: 1, Epoch: 7, FailedForNanos: int64(time.Minute)})
 	seed(osdpb.MsgType_MSG_MON_FAILURE, &osdpb.MonFailure{Reporter: 1, Target: 0, Epoch: 7, Immediate: true})
+	seed(osdpb.MsgType_MSG_MON_MARK_ME_DOWN, &osdpb.MonMarkMeDown{Fsid: "fuzz", Id: 1, Uuid: "y", Epoch: 7})
 	seed(osdpb.MsgType_MSG_MON_SUBSCRIBE, &osdpb.MonSubscribe{HaveEpoch: 3})
 	for _, p := range append(append([]string{}, mutatingCommands...), readCommands...) {
 		seed(osdpb.MsgType_MSG_MON_COMMAND, &osdpb.MonCommand{Prefix: p, Ids: []uint32{0, 2}, Weight: 0.5})
@@ -233,6 +234,13 @@ func FuzzMonRequest(f *testing.F) {
 			}
 		case *osdpb.MonFailure:
 			newFailureTracker(time.Second, 2).report(mp, r, now)
+		case *osdpb.MonMarkMeDown:
+			edit = func(pb *osdpb.ClusterMap) error {
+				if len(markDown(pb, []uint32{r.Id}, now, r.Epoch)) == 0 {
+					return errNoChange
+				}
+				return nil
+			}
 		case *osdpb.MonBeacon:
 			rec := newBeaconRecord(r, now, &beaconRecord{AtUnixNano: now.Add(-time.Second).UnixNano()})
 			computeStatus(statusInput{mp: mp, beacons: map[uint32]*beaconRecord{r.Id: rec}, now: now, fresh: time.Minute})

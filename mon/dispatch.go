@@ -143,6 +143,8 @@ func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (pr
 		fsid = r.Fsid
 	case *osdpb.MonFailure:
 		fsid = r.Fsid
+	case *osdpb.MonMarkMeDown:
+		fsid = r.Fsid
 	}
 	if fsid != "" && fsid != m.fsid {
 		return nil, ops.Errorf(osdpb.Status_WRONG_CLUSTER, "fsid %s is not this cluster's (%s)", fsid, m.fsid)
@@ -161,6 +163,11 @@ func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (pr
 			return nil, err
 		}
 		return &osdpb.MonFailureReply{Header: m.header(nil)}, nil
+	case *osdpb.MonMarkMeDown:
+		if err := l.markMeDown(ctx, r); err != nil {
+			return nil, err
+		}
+		return &osdpb.MonMarkMeDownReply{Header: m.header(nil)}, nil
 	}
 	return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "unhandled request %T", req)
 }

@@ -5,9 +5,10 @@
 // an etcd lease alive with beacons (MSG_MON_BEACON, which also carry their
 // PGs' states for "status"), and report peers they cannot reach
 // (MSG_MON_FAILURE). The mon marks an OSD down when its lease expires, when
-// MinDownReporters hosts report it for the grace, or at once when a peer's
-// connection was refused; and out when it stayed down for the down-out
-// interval. Operators change the map with commands (MSG_MON_COMMAND: "osd
+// MinDownReporters hosts report it for the grace, at once when a peer's
+// connection was refused, and at once when the OSD, stopping cleanly, asks
+// for itself (MSG_MON_MARK_ME_DOWN); and out when it stayed down for the
+// down-out interval. Operators change the map with commands (MSG_MON_COMMAND: "osd
 // out", "osd in", "osd down", "osd rm", "osd reweight", "osd create") and
 // read it ("status", "osd tree", "get map"). Everyone may subscribe
 // (MSG_MON_SUBSCRIBE) and then gets every newer map pushed (MSG_MON_MAP).

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -236,5 +237,96 @@ func TestLeaseExpiry(t *testing.T) {
 	})
 	if o := osdOf(t, m.Map(), 0); !o.Up || !o.In {
 		t.Fatalf("osd.0 after osd.1's down-out: %v", o)
+	}
+}
+
+// TestMarkMeDown: an OSD that stops cleanly asks to be marked down and is,
+// at once and at a new epoch, though the grace is long. It may ask only
+// for itself: another OSD, or a client, is refused and nothing changes.
+// A request from an earlier incarnation (sent before the OSD booted
+// again) marks the new one nothing down.
+func TestMarkMeDown(t *testing.T) {
+	e := startTestEtcd(t)
+	cfg := testConfig(e, "a")
+	cfg.NoAuth = false
+	cfg.HeartbeatGrace = time.Minute
+	m := startTestMon(t, cfg)
+	ctx := ctxFor(t, 30*time.Second)
+	bootstrap := authClient(t, m.Addr(), keyringOf(t, m, "client.bootstrap-osd", BootstrapOSDCaps))
+	var osds [2]*monclient.Client
+	for n := range osds {
+		rep, err := bootstrap.Command(ctx, &osdpb.MonCommand{Prefix: "osd create", Uuid: fmt.Sprintf("uuid-%d", n)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Ids[0] != uint32(n) {
+			t.Fatalf("osd create gave id %d, want %d", rep.Ids[0], n)
+		}
+		osds[n] = authClient(t, m.Addr(), mustKeyring(t, rep))
+		b := bootOf(n)
+		b.HasId, b.Id = true, uint32(n)
+		mustBoot(t, osds[n], b)
+	}
+	req := func(id uint32) *osdpb.MonMarkMeDown {
+		mp := m.Map()
+		return &osdpb.MonMarkMeDown{Fsid: m.FSID(), Id: id, Uuid: osdOf(t, mp, id).Uuid, Epoch: mp.Epoch()}
+	}
+
+	before := m.Map().Epoch()
+	_, err := osds[0].MarkMeDown(ctx, req(1))
+	wantDenied(t, err, "osd.0 may not ask to be marked down for osd.1")
+	admin := authClient(t, m.Addr(), keyringOf(t, m, "client.admin", AdminCaps))
+	_, err = admin.MarkMeDown(ctx, req(1))
+	wantDenied(t, err, "client.admin may not ask to be marked down (needs mon 'allow profile osd')")
+	if o := osdOf(t, m.Map(), 1); !o.Up || m.Map().Epoch() != before {
+		t.Fatalf("refused requests changed the map: epoch %d (was %d), osd.1 %v", m.Map().Epoch(), before, o)
+	}
+
+	stale := req(1)
+	epoch, err := osds[1].MarkMeDown(ctx, req(1))
+	if err != nil {
+		t.Fatalf("osd.1 asking to be marked down: %v", err)
+	}
+	mp := m.Map()
+	if o := osdOf(t, mp, 1); o.Up || o.DownSinceUnixNano == 0 || epoch != before+1 || mp.Epoch() != epoch {
+		t.Fatalf("after osd.1's mark-me-down: reply epoch %d, map epoch %d (was %d), osd.1 %v", epoch, mp.Epoch(), before, o)
+	}
+	if !osdOf(t, mp, 0).Up {
+		t.Fatal("osd.1's mark-me-down marked osd.0 down")
+	}
+	// Asking again changes nothing and is no error: the reply may have
+	// been lost.
+	if _, err := osds[1].MarkMeDown(ctx, stale); err != nil || m.Map().Epoch() != epoch {
+		t.Fatalf("a second mark-me-down: %v, epoch %d (was %d)", err, m.Map().Epoch(), epoch)
+	}
+
+	b := bootOf(1)
+	b.HasId, b.Id = true, 1
+	mustBoot(t, osds[1], b)
+	if _, err := osds[1].MarkMeDown(ctx, stale); err != nil {
+		t.Fatalf("a stale mark-me-down: %v", err)
+	}
+	if !osdOf(t, m.Map(), 1).Up {
+		t.Fatal("a mark-me-down from before osd.1's boot marked the new incarnation down")
+	}
+
+	wrong := req(1)
+	wrong.Uuid = "uuid-other"
+	_, err = osds[1].MarkMeDown(ctx, wrong)
+	if statusOf(err) != osdpb.Status_WRONG_CLUSTER {
+		t.Fatalf("mark-me-down with another daemon's uuid: %v", err)
+	}
+	wrong = req(1)
+	wrong.Fsid = "other"
+	if _, err = osds[1].MarkMeDown(ctx, wrong); statusOf(err) != osdpb.Status_WRONG_CLUSTER {
+		t.Fatalf("mark-me-down with another fsid: %v", err)
+	}
+	wrong = req(1)
+	wrong.Epoch = 0
+	if _, err = osds[1].MarkMeDown(ctx, wrong); statusOf(err) != osdpb.Status_INVALID_ARGUMENT {
+		t.Fatalf("mark-me-down without an epoch: %v", err)
+	}
+	if !osdOf(t, m.Map(), 1).Up {
+		t.Fatal("a refused mark-me-down marked osd.1 down")
 	}
 }

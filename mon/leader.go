@@ -266,6 +266,21 @@ func (l *leadership) failure(ctx context.Context, f *osdpb.MonFailure) error {
 	return err
 }
 
+// markMeDown serves MSG_MON_MARK_ME_DOWN: an OSD that stops cleanly is
+// marked down now, as Ceph's MOSDMarkMeDown, so its PGs re-peer without
+// it instead of waiting out the grace (its peers' refused connections
+// would say as much only where a stop shows as a refusal, and only to
+// peers that had seen it). One sent by an earlier incarnation (the OSD
+// booted again after the map the request names) marks nothing down, nor
+// does one for an OSD already down.
+func (l *leadership) markMeDown(ctx context.Context, r *osdpb.MonMarkMeDown) error {
+	if o, ok := l.m.Map().OSD(r.Id); ok && r.Uuid != "" && o.Uuid != "" && r.Uuid != o.Uuid {
+		return ops.Errorf(osdpb.Status_WRONG_CLUSTER, "osd.%d belongs to another daemon (uuid %s, not %s)", r.Id, o.Uuid, r.Uuid)
+	}
+	_, err := l.markDown(ctx, []uint32{r.Id}, fmt.Sprintf("osd.%d asked to be marked down: it is stopping", r.Id), r.Epoch, false)
+	return err
+}
+
 // markDown marks ids down in one map change. upFromAtMost (when not 0)
 // spares an OSD that booted again since the evidence; onlyIfDead also
 // requires its liveness key to be gone (lease expiry), so a boot that

@@ -26,6 +26,8 @@ func decodeRequest(t osdpb.MsgType, front []byte) (proto.Message, error) {
 		req = &osdpb.MonBeacon{}
 	case osdpb.MsgType_MSG_MON_FAILURE:
 		req = &osdpb.MonFailure{}
+	case osdpb.MsgType_MSG_MON_MARK_ME_DOWN:
+		req = &osdpb.MonMarkMeDown{}
 	case osdpb.MsgType_MSG_MON_SUBSCRIBE:
 		req = &osdpb.MonSubscribe{}
 	case osdpb.MsgType_MSG_MON_COMMAND:
@@ -42,6 +44,12 @@ func decodeRequest(t osdpb.MsgType, front []byte) (proto.Message, error) {
 	case *osdpb.MonFailure:
 		if r.FailedForNanos < 0 {
 			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "failure report: failed_for %dns is negative", r.FailedForNanos)
+		}
+	case *osdpb.MonMarkMeDown:
+		// An OSD that is up holds a map; without an epoch the request
+		// could not be told from an earlier incarnation's.
+		if r.Epoch == 0 {
+			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "mark-me-down of osd.%d names no map epoch", r.Id)
 		}
 	case *osdpb.MonCommand:
 		if err := checkRequestID(r.RequestId); err != nil {
@@ -74,6 +82,8 @@ func replyTo(t osdpb.MsgType, h *osdpb.ReplyHeader) proto.Message {
 		return &osdpb.MonBootReply{Header: h}
 	case osdpb.MsgType_MSG_MON_FAILURE:
 		return &osdpb.MonFailureReply{Header: h}
+	case osdpb.MsgType_MSG_MON_MARK_ME_DOWN:
+		return &osdpb.MonMarkMeDownReply{Header: h}
 	case osdpb.MsgType_MSG_MON_SUBSCRIBE:
 		return &osdpb.MonSubscribeReply{Header: h}
 	case osdpb.MsgType_MSG_MON_COMMAND:
@@ -88,7 +98,7 @@ func replyTo(t osdpb.MsgType, h *osdpb.ReplyHeader) proto.Message {
 func isMonRequest(t osdpb.MsgType) bool {
 	switch t {
 	case osdpb.MsgType_MSG_MON_BOOT, osdpb.MsgType_MSG_MON_BEACON, osdpb.MsgType_MSG_MON_FAILURE,
-		osdpb.MsgType_MSG_MON_SUBSCRIBE, osdpb.MsgType_MSG_MON_COMMAND:
+		osdpb.MsgType_MSG_MON_MARK_ME_DOWN, osdpb.MsgType_MSG_MON_SUBSCRIBE, osdpb.MsgType_MSG_MON_COMMAND:
 		return true
 	}
 	return false

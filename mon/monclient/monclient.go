@@ -303,6 +303,17 @@ func (c *Client) ReportFailure(ctx context.Context, f *osdpb.MonFailure) error {
 	return err
 }
 
+// MarkMeDown asks the leader to mark the OSD down now, as it stops
+// cleanly, and returns the epoch of a map that has it down. Callers bound
+// ctx tightly: with no mon answering, the grace marks the OSD down anyway.
+func (c *Client) MarkMeDown(ctx context.Context, r *osdpb.MonMarkMeDown) (uint64, error) {
+	var rep osdpb.MonMarkMeDownReply
+	if _, err := c.call(ctx, osdpb.MsgType_MSG_MON_MARK_ME_DOWN, func() proto.Message { return r }, &rep, false); err != nil {
+		return 0, err
+	}
+	return rep.GetHeader().GetEpoch(), nil
+}
+
 // Command runs an operator command. "status", "osd tree" and "get map"
 // go to any mon; the others to the leader.
 //
