@@ -234,20 +234,20 @@ func (o *OSD) monLoop() {
 	defer t.Stop()
 	for {
 		select {
-		case <-o.ctx.Done():
+		case <-o.monCtx.Done():
 			return
 		case <-o.rebootCh:
 			o.rebootIfDown()
 			continue
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(o.ctx, o.cfg.BeaconInterval*2)
+		ctx, cancel := context.WithTimeout(o.monCtx, o.cfg.BeaconInterval*2)
 		err := o.mon.Beacon(ctx, o.beacon())
 		cancel()
 		var oe *ops.Error
 		if errors.As(err, &oe) && oe.Status == osdpb.Status_SERVICE_UNAVAILABLE {
 			o.rebootIfDown()
-		} else if err != nil && o.ctx.Err() == nil {
+		} else if err != nil && o.monCtx.Err() == nil {
 			o.log.Warn("beacon to the mon", "err", err)
 		}
 	}
@@ -258,11 +258,41 @@ func (o *OSD) rebootIfDown() {
 		return
 	}
 	o.log.Warn("the map has us down; booting again", "epoch", o.Map().Epoch())
-	ctx, cancel := context.WithTimeout(o.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(o.monCtx, 30*time.Second)
 	defer cancel()
-	if err := o.boot(ctx); err != nil && o.ctx.Err() == nil {
+	if err := o.boot(ctx); err != nil && o.monCtx.Err() == nil {
 		o.log.Warn("boot", "err", err)
 	}
+}
+
+// markDownWait bounds how long a stopping OSD waits for the mon to mark
+// it down: many round trips to a live mon, and little delay to a stop
+// that finds no mon answering (the grace then marks it down, as after a
+// crash).
+const markDownWait = time.Second
+
+// markMeDown asks the mon to mark us down now, as a Ceph OSD sends
+// MOSDMarkMeDown when it stops: clients and peers then turn to the PGs'
+// new acting sets at once instead of sending to an OSD that is gone
+// until the mon's heartbeat grace passes. We still serve meanwhile, so
+// nothing sent before the new map arrives is refused. Best effort, for at
+// most markDownWait. REQUIRES: monLoop has returned, so no beacon or
+// boot of ours comes after the request and marks us up again.
+func (o *OSD) markMeDown(ctx context.Context) {
+	mp := o.Map()
+	if info, ok := mp.OSD(o.id); !ok || !info.Up {
+		return // down already: nothing to ask
+	}
+	ctx, cancel := context.WithTimeout(ctx, markDownWait)
+	defer cancel()
+	start := time.Now()
+	epoch, err := o.mon.MarkMeDown(ctx, &osdpb.MonMarkMeDown{Fsid: mp.FSID(), Id: o.id, Uuid: o.ident.UUID, Epoch: mp.Epoch()})
+	took := time.Since(start).Round(time.Millisecond)
+	if err != nil {
+		o.log.Warn("the mon did not mark us down; its heartbeat grace or our peers' reports will", "waited", took, "err", err)
+		return
+	}
+	o.log.Info("the mon marked us down", "epoch", epoch, "took", took)
 }
 
 // onMonMap adopts a map the mon pushed.

@@ -288,9 +288,15 @@ type OSD struct {
 	trimEvery uint64 // trim a PG's log every this many versions
 
 	// With a mon (Config.Mon).
-	mon            *monclient.Client
-	ident          identity
-	rebootCh       chan struct{}
+	mon      *monclient.Client
+	ident    identity
+	rebootCh chan struct{}
+	// monCtx is monLoop's: Close ends it (monStop) and waits for monDone
+	// before it asks the mon to mark us down, so that no beacon or boot
+	// of ours follows that request.
+	monCtx         context.Context
+	monStop        context.CancelFunc
+	monDone        chan struct{}
 	refused        refusedPeers
 	recoveredBytes atomic.Uint64
 	// repairs runs one read repair per object at a time (repair.go);
@@ -530,7 +536,12 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 			o.abort()
 			return nil, err
 		}
-		o.wg.Go(o.monLoop)
+		o.monCtx, o.monStop = context.WithCancel(o.ctx)
+		o.monDone = make(chan struct{})
+		o.wg.Go(func() {
+			defer close(o.monDone)
+			o.monLoop()
+		})
 	}
 	// Every PG we lead peers before it serves, a restart included: our
 	// store may be behind what the others acknowledged while we were
@@ -608,12 +619,19 @@ func (o *OSD) Map() *placement.Map { return o.mapv.Load() }
 // Store is the OSD's store, for tests and tools that inspect it.
 func (o *OSD) Store() *store.Store { return o.st }
 
-// Close stops serving: the mon's map pushes, listeners and sessions
-// first, so nothing new arrives, then the queues drain, writes still
-// waiting for replicas fail, and the store closes.
+// Close stops serving. With a mon, it first asks the mon to mark it down
+// (markMeDown, a second at most) while it still serves. Then the mon's
+// map pushes, listeners and sessions stop, so nothing new arrives, the
+// queues drain, writes still waiting for replicas fail, and the store
+// closes.
 func (o *OSD) Close(ctx context.Context) error {
 	o.closeOnce.Do(func() {
 		o.log.Info("osd stopping")
+		if o.mon != nil {
+			o.monStop()
+			<-o.monDone
+			o.markMeDown(ctx)
+		}
 		o.cancel()
 		// The mon client first: a map it hands us starts goroutines and
 		// uses the messengers and the store, and its Close returns once

@@ -352,9 +352,9 @@ func (c *Cluster) startOSD(ctx context.Context, id uint32, cfg osd.Config) error
 	return nil
 }
 
-// StopOSD stops c.OSDs[i]. To its peers it looks like a crash: its
-// connections are refused from then on, so they report it and the mon
-// marks it down.
+// StopOSD stops c.OSDs[i] cleanly: with a mon, it asks the mon to mark
+// it down first (as osprey osd does on SIGTERM), and its connections are
+// refused from then on.
 func (c *Cluster) StopOSD(ctx context.Context, i int) error {
 	if i < 0 || i >= len(c.OSDs) {
 		return fmt.Errorf("local: no OSD at index %d (%d OSDs)", i, len(c.OSDs))
