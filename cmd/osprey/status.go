@@ -23,7 +23,7 @@ import (
 const (
 	pgActiveClean = "active+clean"      // every member answers: reads and writes
 	pgUndersized  = "active+undersized" // fewer OSDs than the pool's size exist; all of those answer
-	pgDegraded    = "degraded"          // a replica does not answer: reads only, writes fail until it returns
+	pgDegraded    = "degraded"          // a replica does not answer: reads only, writes fail until it returns (or the mon marks it down)
 	pgDown        = "down"              // the primary does not answer: no I/O
 )
 
@@ -84,7 +84,9 @@ PG's state from its acting set:
 
   active+clean       every member answers: reads and writes work
   active+undersized  the pool wants more replicas than there are OSDs
-  degraded           a replica does not answer: reads work, writes fail
+  degraded           a replica does not answer, and the map still has it:
+                     reads work; writes fail until it returns without a
+                     mon, until the mon marks it down with one
   down               the primary does not answer: no I/O
 
 The health line is HEALTH_OK when every OSD answers and every PG is
