@@ -212,6 +212,33 @@ type Mon struct {
 // settleTimeout bounds how long Start waits to learn who leads.
 const settleTimeout = 10 * time.Second
 
+// etcdWaitNotice is how often a starting mon says that it still waits for
+// etcd (a var for tests).
+var etcdWaitNotice = 5 * time.Second
+
+// noticeEtcdWait logs, every etcdWaitNotice until stop is called, that
+// the mon waits for etcd at endpoints. The etcd client retries an
+// endpoint that does not answer for as long as the context allows (a mon
+// may well start before its etcd does), and a mon given a wrong address
+// would otherwise wait without a word.
+func (m *Mon) noticeEtcdWait(endpoints []string) (stop func()) {
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		t := time.NewTicker(etcdWaitNotice)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				m.log.Warn("mon: waiting for etcd", "endpoints", endpoints, "waited", time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
 // Start connects to etcd (or starts the embedded one), creates the cluster
 // if etcd holds none yet, listens, and joins the election. It returns once
 // it knows who leads (itself or another mon), or after settleTimeout.
@@ -245,7 +272,9 @@ func Start(ctx context.Context, cfg Config) (*Mon, error) {
 	}
 	m.cli = cli
 	m.store = &mapStore{cli: cli, k: m.k}
+	stopNotice := m.noticeEtcdWait(endpoints)
 	first, _, err := m.store.create(ctx, cfg.firstMap(newUUID()))
+	stopNotice()
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,9 @@ package mon
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -177,5 +180,31 @@ func TestGetMapCommand(t *testing.T) {
 	}
 	if _, err := c.Command(context.Background(), &osdpb.MonCommand{Prefix: "get map", Epoch: 50}); statusOf(err) != osdpb.Status_NO_SUCH_KEY {
 		t.Fatalf("get map 50: %v", err)
+	}
+}
+
+// TestStartSaysItWaitsForEtcd: a mon whose etcd does not answer says so,
+// naming the endpoints, while it waits, and gives up with its context.
+func TestStartSaysItWaitsForEtcd(t *testing.T) {
+	defer func(d time.Duration) { etcdWaitNotice = d }(etcdWaitNotice)
+	etcdWaitNotice = 50 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := "http://" + ln.Addr().String()
+	ln.Close() // nothing answers there now
+	var logs lockedBuffer
+	cfg := Config{NoAuth: true, Name: "a", Listen: "tcp://127.0.0.1:0", Etcd: []string{endpoint},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	m, err := Start(ctx, cfg)
+	if err == nil {
+		m.Close(context.Background())
+		t.Fatal("a mon started with no etcd")
+	}
+	if !strings.Contains(logs.String(), "waiting for etcd") || !strings.Contains(logs.String(), endpoint) {
+		t.Fatalf("the mon waited without saying so (err %v); its log:\n%s", err, logs.String())
 	}
 }
