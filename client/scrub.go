@@ -20,11 +20,9 @@ import (
 // in the mon's health (docs/osd.md, "Damaged objects"). Admins only.
 func (c *Client) DeepScrubPG(ctx context.Context, pg placement.PGID) ([]uint32, error) {
 	mp := c.Map()
-	if pg.Seed == placement.MetaPG {
-		pg.Pool = lowestPool(mp).Id
-	}
-	if _, ok := mp.Pool(pg.Pool); !ok {
-		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "no pool %d (map epoch %d)", pg.Pool, mp.Epoch())
+	pg, err := checkPG(mp, pg)
+	if err != nil {
+		return nil, err
 	}
 	acting := mp.ActingSet(pg.Pool, pg.Seed)
 	if len(acting) == 0 {
@@ -104,11 +102,9 @@ func (c *Client) RepairPG(ctx context.Context, pg placement.PGID) (inconsistent,
 // toPrimary sends an admin request about PG pg to its primary, once.
 func (c *Client) toPrimary(ctx context.Context, pg placement.PGID, t osdpb.MsgType, req func(*osdpb.Header) proto.Message, rep proto.Message, hdr func() *osdpb.ReplyHeader) error {
 	mp := c.Map()
-	if pg.Seed == placement.MetaPG {
-		pg.Pool = lowestPool(mp).Id
-	}
-	if _, ok := mp.Pool(pg.Pool); !ok {
-		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "no pool %d (map epoch %d)", pg.Pool, mp.Epoch())
+	pg, err := checkPG(mp, pg)
+	if err != nil {
+		return err
 	}
 	id, ok := mp.Primary(pg.Pool, pg.Seed)
 	if !ok {
@@ -127,10 +123,31 @@ func (c *Client) toPrimary(ctx context.Context, pg placement.PGID, t osdpb.MsgTy
 	return nil
 }
 
+// checkPG resolves the bucket records' PG (MetaPG) to its pool and checks
+// that pg is in the map: a PG or pool that does not exist is the caller's
+// mistake (INVALID_ARGUMENT), not an outage.
+func checkPG(mp *Map, pg placement.PGID) (placement.PGID, error) {
+	if pg.Seed == placement.MetaPG {
+		pg.Pool = lowestPool(mp).Id
+	}
+	pool, ok := mp.Pool(pg.Pool)
+	if !ok {
+		return pg, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "no pool %d (map epoch %d)", pg.Pool, mp.Epoch())
+	}
+	if pg.Seed != placement.MetaPG && pg.Seed >= pool.PgCount {
+		return pg, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "no pg %s: pool %d has %d PGs, %d.0 to %d.%x (map epoch %d)",
+			pg, pg.Pool, pool.PgCount, pg.Pool, pg.Pool, pool.PgCount-1, mp.Epoch())
+	}
+	return pg, nil
+}
+
 // adminConn is the session to OSD id for an admin request.
 func (c *Client) adminConn(ctx context.Context, mp *Map, id uint32) (*msgr.Conn, error) {
 	info, ok := mp.OSD(id)
-	if !ok || !info.Up {
+	if !ok {
+		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "no osd.%d in the map (epoch %d)", id, mp.Epoch())
+	}
+	if !info.Up {
 		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is not up (map epoch %d)", id, mp.Epoch())
 	}
 	addr, _ := mp.PublicAddr(id)

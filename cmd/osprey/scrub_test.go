@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"log/slog"
@@ -115,6 +116,23 @@ func TestPGRepairCLI(t *testing.T) {
 		_, _, err := run(t, "pg", cmd, pgid.String(), "--mon", lc.Mon.Addr(), "--keyring", roPath)
 		if err == nil || !strings.Contains(err.Error(), "admins only") {
 			t.Fatalf("pg %s as client.ro: %v; want admins only", cmd, err)
+		}
+	}
+
+	// A PG or OSD that is not in the map is the caller's mistake, said
+	// so, not an outage (exit 4).
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pg", "deep-scrub", fmt.Sprintf("%d.8", pool.Id)}, fmt.Sprintf("no pg %d.8: pool %d has 8 PGs", pool.Id, pool.Id)},
+		{[]string{"pg", "repair", fmt.Sprintf("%d.1f", pool.Id)}, fmt.Sprintf("no pg %d.1f", pool.Id)},
+		{[]string{"pg", "list-inconsistent", fmt.Sprintf("%d.8", pool.Id)}, fmt.Sprintf("no pg %d.8", pool.Id)},
+		{[]string{"osd", "deep-scrub", "9"}, "no osd.9 in the map"},
+	} {
+		_, _, err := run(t, append(c.args, m...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) || exitCode(err) == exitUnavailable {
+			t.Fatalf("osprey %s: %v (exit %d); want %q, not unavailable", strings.Join(c.args, " "), err, exitCode(err), c.want)
 		}
 	}
 
