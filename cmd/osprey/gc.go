@@ -57,10 +57,16 @@ bucket).`,
 					u.Initiated.UTC().Format(time.RFC3339)),
 					map[string]any{"op": "remove_upload", "bucket": u.Bucket, "key": u.Key, "upload_id": u.UploadID, "initiated": u.Initiated, "dry_run": dryRun})
 			}
+			if err != nil {
+				// What was removed is listed above; a summary of a sweep
+				// that failed part-way (or never ran: AccessDenied) would
+				// tell a script that nothing more is there.
+				return err
+			}
 			p.result(fmt.Sprintf("%s: %d uploads of deleted buckets, %d parts and pieces of nothing (%s); kept %d parts and pieces",
 				op, len(rep.Uploads), len(rep.Parts), humanBytes(rep.Bytes), rep.Kept),
 				map[string]any{"op": "gc", "uploads": len(rep.Uploads), "parts": len(rep.Parts), "bytes": rep.Bytes, "kept": rep.Kept, "dry_run": dryRun})
-			return err
+			return nil
 		},
 	}
 	c.add(cmd)

@@ -219,6 +219,16 @@ func TestGC(t *testing.T) {
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("the object after gc: %d bytes, %v", len(got), err)
 	}
+	// An entity limited to some buckets may not sweep: it gets the
+	// refusal and no summary, which a script reading stdout would take
+	// for "nothing to remove".
+	ro := filepath.Join(t.TempDir(), "ro.keyring")
+	if _, _, err := run(t, append([]string{"auth", "get-or-create", "client.gcro", "mon", "allow r", "osd", "allow rw bucket_prefix=zz", "-o", ro}, admin...)...); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := run(t, "gc", "--json", "--mon", c.Mon.Addr(), "--keyring", ro); err == nil || strings.Contains(out, `"op":"gc"`) {
+		t.Fatalf("gc as an entity of some buckets: %v, printing %q; want the refusal alone", err, out)
+	}
 	if _, _, err := run(t, append([]string{"gc", "--min-age", "0s"}, admin...)...); exitCode(err) != exitUsage {
 		t.Fatalf("--min-age 0s: %v (exit %d), want a usage error", err, exitCode(err))
 	}
