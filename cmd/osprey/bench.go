@@ -118,9 +118,6 @@ row reports its faults and reconnects.`,
 			if warmup == 0 {
 				o.Warmup = -1 // explicitly none, not the default
 			}
-			if duration <= 0 {
-				return usageErrorf("--duration %v: must be positive", duration)
-			}
 			var err error
 			if o.Sizes, err = bench.ParseSizes(sizes); err != nil {
 				return usageErrorf("--size: %v", err)
@@ -171,6 +168,7 @@ row reports its faults and reconnects.`,
 	f.BoolVar(&histogram, "histogram", false, "after the table, print each messenger row's latency histogram in octaves of µs, its --baseline row beside it")
 	out.register(cmd)
 	f.IntVar(&conns, "conns", 1, "connections per row, each from its own client messenger with --depth in flight")
+	markPositive(f, "depth", "duration", "conns")
 	f.StringVar(&serve, "serve", "", "serve the benchmark on this address (e.g. tcp://0.0.0.0:7300) for --connect clients, until interrupted")
 	f.StringVar(&connect, "connect", "", "run against a --serve server at this address instead of both ends in this process")
 	cmd.MarkFlagsMutuallyExclusive("serve", "connect")

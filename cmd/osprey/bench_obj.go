@@ -171,6 +171,7 @@ unless --no-cleanup.`,
 	f.StringVar(&keyring, "keyring", "", "with --seeds: keyring file of the entity to act as (env "+envKeyring+"; default ./"+adminKeyringFile+" when it exists); 'none' to connect without authentication")
 	f.IntVar(&o.OSDs, "osds", 3, "local cluster: OSDs")
 	f.IntVar(&o.Replicas, "replicas", 0, "local cluster: replicas (default min(3, osds))")
+	markPositive(f, "concurrency", "duration", "osds", "replicas", "list-keys")
 	f.StringVar(&o.Public, "public", "tcp", "local cluster: client network transport")
 	f.StringVar(&o.Cluster, "cluster", "tcp", "local cluster: replication network transport (e.g. rdma+tcp)")
 	f.StringVar(&o.Dir, "dir", "", "local cluster: data directory (default: a temporary one)")

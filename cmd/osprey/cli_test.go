@@ -27,6 +27,7 @@ import (
 	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func TestParseRemote(t *testing.T) {
@@ -745,5 +746,60 @@ func TestStatusOSDDown(t *testing.T) {
 	text, _, err := run(t, "status", "--seeds", seeds, "--timeout", "1s")
 	if err != nil || !strings.Contains(text, "HEALTH_WARN: 1 of 3 OSDs do not answer") || !strings.Contains(text, "down") {
 		t.Errorf("text status: %v\n%s", err, text)
+	}
+}
+
+// TestPositiveFlagsRefuseZero: every flag marked positive (markPositive)
+// refuses 0 as a usage error instead of running with its default. The
+// walk finds them all; each command's entry gives the arguments it needs
+// to get as far as its flags' check.
+func TestPositiveFlagsRefuseZero(t *testing.T) {
+	t.Chdir(t.TempDir())
+	argsOf := map[string][]string{
+		"bench msgr": nil, "bench obj": nil, "up": nil, "mon": {"--embed-etcd", "etcd"},
+		"put": {"file", "b/k"}, "cp": {"file", "b/k"}, "sync": {".", "osprey://b"},
+	}
+	var checked int
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if _, ok := f.Annotations[positiveAnnotation]; !ok {
+				return
+			}
+			path := strings.Join(strings.Fields(c.CommandPath())[1:], " ")
+			pre, ok := argsOf[path]
+			if !ok {
+				t.Errorf("--%s of osprey %s is marked positive, but this test has no arguments for the command", f.Name, path)
+				return
+			}
+			zero := "0"
+			if f.Value.Type() == "duration" {
+				zero = "0s"
+			}
+			args := append(append(strings.Fields(path), pre...), "--"+f.Name, zero)
+			// Bounded: a command that took the 0 would start a cluster
+			// and serve.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			root := newRootCmd()
+			root.SetOut(io.Discard)
+			root.SetErr(io.Discard)
+			root.SetArgs(args)
+			err := root.ExecuteContext(ctx)
+			if exitCode(err) != exitUsage || !strings.Contains(errorLine(err), "--"+f.Name+" ") || !strings.Contains(errorLine(err), "must be positive") {
+				t.Errorf("osprey %s: %v (exit %d), want a usage error naming --%s", strings.Join(args, " "), err, exitCode(err), f.Name)
+			}
+			checked++
+		})
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
+	if checked < 12 {
+		t.Fatalf("checked %d positive flags, want the 12 or more there are", checked)
+	}
+	if _, _, err := run(t, "bench", "msgr", "--log-level", "bogus"); exitCode(err) != exitUsage {
+		t.Errorf("--log-level bogus: %v (exit %d), want a usage error", err, exitCode(err))
 	}
 }

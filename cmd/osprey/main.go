@@ -15,10 +15,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func main() {
@@ -52,6 +55,9 @@ TCP and RDMA (libfabric) transports.`,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			level, err := parseLevel(logLevel)
 			if err != nil {
+				return err
+			}
+			if err := checkPositive(cmd); err != nil {
 				return err
 			}
 			slog.SetDefault(slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})))
@@ -125,10 +131,49 @@ func rejectUnknownSubcommands(c *cobra.Command) {
 	c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
 }
 
+// positiveAnnotation marks a flag whose value must be above zero
+// (markPositive): 0 or less given is a usage error, not silently the
+// default.
+const positiveAnnotation = "osprey_positive"
+
+// markPositive marks the flags names of f as positive.
+func markPositive(f *pflag.FlagSet, names ...string) {
+	for _, n := range names {
+		if err := f.SetAnnotation(n, positiveAnnotation, []string{"true"}); err != nil {
+			panic(err) // a flag name the code misspelled
+		}
+	}
+}
+
+// checkPositive refuses a positive flag that was given a value of zero or
+// less (a count, or a duration).
+func checkPositive(cmd *cobra.Command) error {
+	var err error
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if _, ok := f.Annotations[positiveAnnotation]; !ok || err != nil {
+			return
+		}
+		v := f.Value.String()
+		if d, derr := time.ParseDuration(v); derr == nil {
+			if d <= 0 {
+				err = usageErrorf("--%s %s: must be positive", f.Name, v)
+			}
+			return
+		}
+		for _, one := range strings.Split(strings.Trim(v, "[]"), ",") {
+			if n, perr := strconv.ParseInt(strings.TrimSpace(one), 10, 64); perr == nil && n <= 0 {
+				err = usageErrorf("--%s %s: must be positive", f.Name, v)
+				return
+			}
+		}
+	})
+	return err
+}
+
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(strings.ToUpper(s))); err != nil {
-		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+		return 0, usageErrorf("--log-level %q: want debug, info, warn or error", s)
 	}
 	return l, nil
 }

@@ -135,6 +135,7 @@ loopback or an admin network.`,
 	f.IntVar(&cfg.MinDownReporters, "min-down-reporters", 2, "reporters (hosts) needed to mark an OSD down")
 	f.Uint32Var(&pgs, "pgs", placement.DefaultPGCount, "PGs of the default pool (new cluster only)")
 	f.Uint32Var(&replicas, "replicas", 3, "replicas of the default pool (new cluster only)")
+	markPositive(f, "pgs", "replicas")
 	f.Uint32Var(&minSize, "min-size", 0, "min_size of the default pool; 0: replicas - replicas/2 (new cluster only)")
 	f.DurationVar(&stopWithin, "stop-timeout", 10*time.Second, "bound on a graceful stop")
 	f.Var(modesFlag{&cfg.ServiceModes}, "ms-service-mode", "connection modes the mon accepts from clients and daemons: crc, secure (needs --auth cert), prefer-secure or prefer-crc (Ceph's ms_mon_service_mode)")

@@ -40,6 +40,7 @@ func (t *transferFlags) add(cmd *cobra.Command, upload bool) {
 		t.partSize = partSizeValue{16 << 20}
 		f.Var(&t.partSize, "part-size", "objects larger than this, or of unknown size, go by multipart upload in parts of this size (5MiB..64MiB)")
 		f.IntVar(&t.concurrency, "concurrency", 4, "parts in flight in a multipart upload")
+		markPositive(f, "concurrency")
 	}
 }
 

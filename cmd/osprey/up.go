@@ -91,6 +91,7 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	f.IntVar(&o.osds, "osds", 3, "number of OSDs")
 	f.IntVar(&o.replicas, "replicas", 0, "replicas per object (default min(3, --osds))")
 	f.Uint32Var(&o.pgs, "pgs", placement.DefaultPGCount, "placement groups in the pool")
+	markPositive(f, "osds", "replicas", "pgs")
 	f.StringVar(&o.host, "host", "127.0.0.1", "IP address or host name the OSDs listen on and the map names")
 	f.IntVar(&o.port, "port", 6800, "first port: OSD i uses port+2i (public) and port+2i+1 (cluster); 0 picks free ports")
 	f.StringVar(&o.transport, "transport", "tcp", "transport of both networks: tcp or rdma+PROVIDER (needs -tags rdma)")
