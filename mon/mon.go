@@ -222,10 +222,11 @@ var etcdWaitNotice = 5 * time.Second
 // may well start before its etcd does), and a mon given a wrong address
 // would otherwise wait without a word.
 func (m *Mon) noticeEtcdWait(endpoints []string) (stop func()) {
-	done := make(chan struct{})
-	start := time.Now()
+	done, exited := make(chan struct{}), make(chan struct{})
+	start, every := time.Now(), etcdWaitNotice
 	go func() {
-		t := time.NewTicker(etcdWaitNotice)
+		defer close(exited)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
@@ -236,7 +237,10 @@ func (m *Mon) noticeEtcdWait(endpoints []string) (stop func()) {
 			}
 		}
 	}()
-	return func() { close(done) }
+	return func() {
+		close(done)
+		<-exited
+	}
 }
 
 // Start connects to etcd (or starts the embedded one), creates the cluster
