@@ -71,15 +71,7 @@ func connectReady(t *testing.T, m *msgr.Messenger, addr string, peer msgr.Entity
 // CONTROL_SLOTS only: without, see fillUntilStalled.
 func fillWindow(t *testing.T, c, peer *msgr.Conn, rec *Recorder, id uint32) int {
 	t.Helper()
-	window := int(peer.Stats().RecvWindowMsgs)
-	sendN(t, c, id, 0, window, func(int) int { return 16 })
-	var held int
-	var st msgr.ConnStats
-	EventuallyDescribed(t, 30*time.Second, func() string {
-		return fmt.Sprintf("waiting for the peer to hold the window but one (held %d of %d; sender %+v)", held, window, st)
-	}, func() bool {
-		held, _ = rec.Held()
-		st = c.Stats()
+	window, _ := fill(t, c, peer, rec, id, "the peer to hold the window but one", func(held, window int, st msgr.ConnStats) bool {
 		return held == window-1 && st.SendCredits == 1
 	})
 	return window
@@ -95,15 +87,26 @@ func fillWindow(t *testing.T, c, peer *msgr.Conn, rec *Recorder, id uint32) int 
 // messages the peer holds.
 func fillUntilStalled(t *testing.T, c, peer *msgr.Conn, rec *Recorder, id uint32) (window, held int) {
 	t.Helper()
+	return fill(t, c, peer, rec, id, "the sender to stall", func(held, window int, st msgr.ConnStats) bool {
+		return held >= window-2 && uint64(held) == st.MsgsSent && st.QueuedMsgs > 0 && st.SendCredits <= 1
+	})
+}
+
+// fill has c send a window's worth of messages to its peer, whose
+// dispatcher rec holds them, until done says of what the peer holds and
+// c's stats that the fill is over (what says what that waits for). It
+// returns the window and how many messages the peer holds.
+func fill(t *testing.T, c, peer *msgr.Conn, rec *Recorder, id uint32, what string, done func(held, window int, st msgr.ConnStats) bool) (window, held int) {
+	t.Helper()
 	window = int(peer.Stats().RecvWindowMsgs)
 	sendN(t, c, id, 0, window, func(int) int { return 16 })
 	var st msgr.ConnStats
 	EventuallyDescribed(t, 30*time.Second, func() string {
-		return fmt.Sprintf("waiting for the sender to stall (held %d of %d; sender %+v)", held, window, st)
+		return fmt.Sprintf("waiting for %s (held %d of %d; sender %+v)", what, held, window, st)
 	}, func() bool {
 		held, _ = rec.Held()
 		st = c.Stats()
-		return held >= window-2 && uint64(held) == st.MsgsSent && st.QueuedMsgs > 0 && st.SendCredits <= 1
+		return done(held, window, st)
 	})
 	return window, held
 }

@@ -17,15 +17,23 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 ENDPOINT = os.environ["OSPREY_S3_ENDPOINT"]
-s3 = boto3.client(
-    "s3",
-    endpoint_url=ENDPOINT,
-    aws_access_key_id=os.environ["OSPREY_S3_ACCESS_KEY"],
-    aws_secret_access_key=os.environ["OSPREY_S3_SECRET_KEY"],
-    region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
-                  retries={"max_attempts": 1}),
-)
+
+
+def new_client(**config):
+    """A client of the gateway, path-style, SigV4, no retries; config adds
+    to botocore's Config."""
+    return boto3.client(
+        "s3",
+        endpoint_url=ENDPOINT,
+        aws_access_key_id=os.environ["OSPREY_S3_ACCESS_KEY"],
+        aws_secret_access_key=os.environ["OSPREY_S3_SECRET_KEY"],
+        region_name="us-east-1",
+        config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
+                      retries={"max_attempts": 1}, **config),
+    )
+
+
+s3 = new_client()
 B = "boto-bucket"
 
 
@@ -82,15 +90,7 @@ step("empty PUTs keep the connection sound")
 # (boto/botocore#3755): the next request stalled its read timeout and was
 # sent again, so the conditional PUT below failed PreconditionFailed after
 # it had been stored. One connection, a short timeout, no retries.
-quick = boto3.client(
-    "s3",
-    endpoint_url=ENDPOINT,
-    aws_access_key_id=os.environ["OSPREY_S3_ACCESS_KEY"],
-    aws_secret_access_key=os.environ["OSPREY_S3_SECRET_KEY"],
-    region_name="us-east-1",
-    config=Config(signature_version="s3v4", s3={"addressing_style": "path"},
-                  retries={"max_attempts": 1}, read_timeout=5, max_pool_connections=1),
-)
+quick = new_client(read_timeout=5, max_pool_connections=1)
 for i in range(3):
     r = quick.put_object(Bucket=B, Key="empty-%d" % i, Body=b"")
     assert r["ETag"] == '"%s"' % md5(b""), r["ETag"]
