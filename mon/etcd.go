@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"time"
+
+	"github.com/ospreystore/osprey/internal/dirlock"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -18,6 +21,7 @@ import (
 type Etcd struct {
 	e         *embed.Etcd
 	dir       string
+	lock      *os.File // dirlock on dir, released after the server stopped
 	endpoints []string
 }
 
@@ -28,11 +32,32 @@ const etcdStartTimeout = 30 * time.Second
 // StartEtcd starts a single-node etcd with its data in dir, serving clients
 // and its (unused) peer port on free loopback ports. etcd's own (zap) logs
 // are dropped; a fatal server error after the start goes to logger, and
-// the mon logs what matters through slog.
+// the mon logs what matters through slog. A directory another etcd (of
+// this process or another) has fails at once with *dirlock.InUseError:
+// etcd's own database lock waits for ever.
 func StartEtcd(ctx context.Context, dir string, logger *slog.Logger) (*Etcd, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	// etcd makes its directory 0700 itself; so does this, before the lock
+	// file goes in it.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("mon: embedded etcd: %w", err)
+	}
+	lock, err := dirlock.Lock(dir)
+	if err != nil {
+		return nil, fmt.Errorf("mon: embedded etcd: %w", err)
+	}
+	ee, err := startEtcd(ctx, dir, logger)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	ee.lock = lock
+	return ee, nil
+}
+
+func startEtcd(ctx context.Context, dir string, logger *slog.Logger) (*Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "osprey-mon"
 	cfg.Dir = dir
@@ -86,8 +111,11 @@ func (e *Etcd) Endpoints() []string { return append([]string(nil), e.endpoints..
 // Dir is the directory that holds its data, as StartEtcd was given it.
 func (e *Etcd) Dir() string { return e.dir }
 
-// Close stops the server; its data stays in its directory.
-func (e *Etcd) Close() { e.e.Close() }
+// Close stops the server, then frees its directory; its data stays there.
+func (e *Etcd) Close() {
+	e.e.Close()
+	e.lock.Close()
+}
 
 // newEtcdClient connects to endpoints with etcd's own logging off.
 func newEtcdClient(endpoints []string) (*clientv3.Client, error) {

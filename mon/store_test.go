@@ -2,14 +2,17 @@ package mon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/dirlock"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -206,5 +209,58 @@ func TestStartSaysItWaitsForEtcd(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "waiting for etcd") || !strings.Contains(logs.String(), endpoint) {
 		t.Fatalf("the mon waited without saying so (err %v); its log:\n%s", err, logs.String())
+	}
+}
+
+// TestStartEtcdRefusesDirInUse: a second embedded etcd on a directory one
+// is running in fails at once, naming it (etcd's own database lock waited
+// for ever, and `osprey mon --embed-etcd` hung), and the directory is free
+// again once the first is closed, with its data.
+func TestStartEtcdRefusesDirInUse(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	e, err := StartEtcd(ctx, dir, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if e != nil {
+			e.Close()
+		}
+	}()
+	cli, err := newEtcdClient(e.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	cli.Close()
+
+	// A context that would end a hang: the refusal must come before it.
+	hang, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_, err = StartEtcd(hang, dir, testLogger())
+	var inUse *dirlock.InUseError
+	if !errors.As(err, &inUse) || inUse.Dir != dir || inUse.PID != os.Getpid() {
+		t.Fatalf("second StartEtcd on %s: %v, want a *dirlock.InUseError naming it and this process", dir, err)
+	}
+	if !strings.Contains(err.Error(), dir) {
+		t.Errorf("error %q does not name the directory", err)
+	}
+
+	e.Close()
+	e, err = StartEtcd(ctx, dir, testLogger())
+	if err != nil {
+		t.Fatalf("StartEtcd after the first closed: %v", err)
+	}
+	cli, err = newEtcdClient(e.Endpoints())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	r, err := cli.Get(ctx, "k")
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "v" {
+		t.Fatalf("after the restart k = %v (err %v), want the first server's v", r, err)
 	}
 }

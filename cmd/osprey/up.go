@@ -21,6 +21,7 @@ import (
 
 	"github.com/ospreystore/osprey/bench"
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/dirlock"
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
@@ -261,8 +262,8 @@ func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string
 	if errors.Is(err, placement.ErrInvalidMap) {
 		return nil, usageErrorf("%v", err) // only flags go into a new map
 	}
-	var inUse *local.DirInUseError
-	if errors.As(err, &inUse) {
+	var inUse *dirlock.InUseError
+	if errors.As(err, &inUse) && inUse.Dir == lo.Dir {
 		return nil, fmt.Errorf("%w (another `osprey up` on this --dir? stop it first, or use another --dir)", err)
 	}
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/dirlock"
 	"github.com/ospreystore/osprey/internal/freeport"
 	"github.com/ospreystore/osprey/internal/metrics"
 	"github.com/ospreystore/osprey/internal/placement"
@@ -51,7 +52,7 @@ type Options struct {
 	// Dir holds the map and each OSD's data (DIR/osd.N); created if
 	// missing. Empty: a temporary directory that Close removes. The
 	// cluster holds a lock on it (DIR/LOCK) until Close: Start on a
-	// directory in use fails at once with *DirInUseError.
+	// directory in use fails at once with *dirlock.InUseError.
 	Dir    string
 	Logger *slog.Logger // default slog.Default()
 
@@ -120,7 +121,7 @@ type Cluster struct {
 	// Dashboard is the mon's status page, with Options.DashboardAddr.
 	Dashboard *dashboard.Server
 	temp      bool
-	lock      *os.File // holds Dir (lockDir); nil once Close released it
+	lock      *os.File // holds Dir (dirlock.Lock); nil once Close released it
 	// Transports are the one set every daemon of the cluster uses, and a
 	// client in the same process may use too (client.Options.Transports):
 	// one libfabric domain per RDMA provider for the whole process, as one
@@ -164,7 +165,7 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 		c.Dir, c.temp = d, true
 	}
 	var err error
-	if c.lock, err = lockDir(c.Dir); err != nil {
+	if c.lock, err = dirlock.Lock(c.Dir); err != nil {
 		c.Close(context.Background())
 		return nil, err
 	}

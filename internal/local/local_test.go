@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ospreystore/osprey/internal/dirlock"
 	"github.com/ospreystore/osprey/internal/freeport"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/osd"
@@ -73,7 +74,7 @@ func TestStartAndRestart(t *testing.T) {
 }
 
 // TestStartRefusesDirInUse: a second cluster on a directory a running one
-// holds fails at once with *DirInUseError, before it writes anything
+// holds fails at once with *dirlock.InUseError, before it writes anything
 // there (a new map would replace the running cluster's), and the
 // directory is free again once the first is closed.
 func TestStartRefusesDirInUse(t *testing.T) {
@@ -87,9 +88,9 @@ func TestStartRefusesDirInUse(t *testing.T) {
 	fsid := c.Map.FSID()
 
 	_, err = Start(ctx, Options{OSDs: 1, PGs: 8, Dir: dir})
-	var inUse *DirInUseError
+	var inUse *dirlock.InUseError
 	if !errors.As(err, &inUse) || inUse.Dir != dir || inUse.PID != os.Getpid() {
-		t.Fatalf("second Start on %s: %v, want a *DirInUseError naming it and this process", dir, err)
+		t.Fatalf("second Start on %s: %v, want a *dirlock.InUseError naming it and this process", dir, err)
 	}
 	if !strings.Contains(err.Error(), dir) {
 		t.Errorf("error %q does not name the directory", err)

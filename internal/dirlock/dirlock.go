@@ -1,4 +1,6 @@
-package local
+// Package dirlock holds a data directory for one process at a time, with
+// an exclusive flock on DIR/LOCK that never waits.
+package dirlock
 
 import (
 	"errors"
@@ -11,20 +13,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A cluster holds its directory with an exclusive flock on DIR/LOCK from
-// before Start reads or writes anything there until Close. The lock never
-// waits: a second cluster on the directory must fail at once, naming it.
-// Without it, the second one's embedded etcd blocked for ever in bbolt's
-// open, which waits on its own lock with no timeout and heeds no context
-// (so no signal either); and without a mon, a new map overwrote the
-// running cluster's before Pebble refused the OSDs' stores. The kernel
-// drops the lock when its holder exits, however it exits, so the file
-// left behind is harmless and stays.
+// A local cluster (internal/local) and an embedded etcd (mon.StartEtcd)
+// hold their directory from before they read or write anything there
+// until they close. The lock never waits: a second holder must fail at
+// once, naming the directory. Without it, a second embedded etcd on the
+// directory blocked for ever in bbolt's open, which waits on its own lock
+// with no timeout and heeds no context (so no signal either); and a second
+// local cluster overwrote the running one's map before Pebble refused the
+// OSDs' stores. The kernel drops the lock when its holder exits, however
+// it exits, so the file left behind is harmless and stays.
 const lockFile = "LOCK"
 
-// DirInUseError is Start's error for a directory another cluster runs in:
-// another process's, or one of this process's not yet closed.
-type DirInUseError struct {
+// InUseError is Lock's error for a directory another holder has: another
+// process, or a holder in this process not yet closed.
+type InUseError struct {
 	Dir string
 	// PID is the holder's process id, as it wrote it in the lock file; 0
 	// when unknown.
@@ -32,7 +34,7 @@ type DirInUseError struct {
 	Err error // flock's
 }
 
-func (e *DirInUseError) Error() string {
+func (e *InUseError) Error() string {
 	holder := "another process"
 	if e.PID > 0 {
 		holder = "process " + strconv.Itoa(e.PID)
@@ -40,11 +42,11 @@ func (e *DirInUseError) Error() string {
 	return fmt.Sprintf("%s is in use by %s: it holds the lock on %s", e.Dir, holder, filepath.Join(e.Dir, lockFile))
 }
 
-func (e *DirInUseError) Unwrap() error { return e.Err }
+func (e *InUseError) Unwrap() error { return e.Err }
 
-// lockDir takes dir's lock, or fails with *DirInUseError. Closing the file
+// Lock takes dir's lock, or fails with *InUseError. Closing the file
 // releases it.
-func lockDir(dir string) (*os.File, error) {
+func Lock(dir string) (*os.File, error) {
 	path := filepath.Join(dir, lockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -53,7 +55,7 @@ func lockDir(dir string) (*os.File, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, &DirInUseError{Dir: dir, PID: lockHolder(path), Err: err}
+			return nil, &InUseError{Dir: dir, PID: lockHolder(path), Err: err}
 		}
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
