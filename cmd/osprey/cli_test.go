@@ -294,6 +294,16 @@ func TestUnknownSubcommandIsUsageError(t *testing.T) {
 	if exitCode(err) != exitUsage || !strings.Contains(errorLine(err), "did you mean deep-scrub?") {
 		t.Errorf("osprey pg deep-scrb 1.0: %v (exit %d), want exit %d with a suggestion", err, exitCode(err), exitUsage)
 	}
+	// help takes only commands that exist, at any depth.
+	for _, topic := range [][]string{{"bogus"}, {"osd", "bogus"}, {"osd", "tree", "bogus"}} {
+		_, _, err = run(t, append([]string{"help"}, topic...)...)
+		if exitCode(err) != exitUsage || !strings.Contains(errorLine(err), "unknown help topic") {
+			t.Errorf("osprey help %s: %v (exit %d), want exit %d", strings.Join(topic, " "), err, exitCode(err), exitUsage)
+		}
+	}
+	if out, _, err := run(t, "help", "osd", "tree"); err != nil || !strings.Contains(out, "osprey osd tree [flags]") {
+		t.Errorf("osprey help osd tree: %v, want the tree's help:\n%s", err, out)
+	}
 	// With no subcommand at all a parent still shows its help.
 	out, _, err := run(t, "auth")
 	if err != nil || !strings.Contains(out, "Available Commands") {

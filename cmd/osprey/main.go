@@ -90,8 +90,43 @@ TCP and RDMA (libfabric) transports.`,
 	root.SetOut(outputOf{root})
 	root.InitDefaultCompletionCmd()
 	root.SetOut(nil)
+	root.SetHelpCommand(newHelpCmd())
 	rejectUnknownSubcommands(root)
 	return root
+}
+
+// newHelpCmd is `osprey help [command]`. Cobra's own printed "Unknown help
+// topic" and the root's usage with exit 0, and for `help osd bogus` the
+// osd's help, as if bogus were a command: a script checking that a
+// command exists took both for yes.
+func newHelpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Long:  "Help prints the help of any command: osprey help [path to command].",
+		ValidArgsFunction: func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			var names []cobra.Completion
+			cmd, _, err := c.Root().Find(args)
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			for _, sub := range cmd.Commands() {
+				if sub.IsAvailableCommand() && strings.HasPrefix(sub.Name(), toComplete) {
+					names = append(names, cobra.CompletionWithDesc(sub.Name(), sub.Short))
+				}
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil || len(rest) > 0 {
+				return usageErrorf("unknown help topic %q (see %s --help)", strings.Join(args, " "), c.Root().Name())
+			}
+			cmd.InitDefaultHelpFlag()
+			cmd.InitDefaultVersionFlag()
+			return cmd.Help()
+		},
+	}
 }
 
 // outputOf writes to cmd's output as it is at each write.
