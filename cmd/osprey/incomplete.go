@@ -45,7 +45,7 @@ func abortIncomplete(ctx context.Context, cl *client.Client, p *printer, rp remo
 			kind = "internal upload"
 		}
 		text := fmt.Sprintf("%s: %s (%s %s, initiated %s)", op, remotePath{rp.Bucket, u.Key}, kind, u.UploadID, u.Initiated.UTC().Format(time.RFC3339))
-		p.result(text, map[string]any{"op": "abort", "bucket": rp.Bucket, "key": u.Key, "upload_id": u.UploadID,
+		p.result(text, map[string]any{"op": "abort_upload", "bucket": rp.Bucket, "key": u.Key, "upload_id": u.UploadID,
 			"internal": u.Internal, "initiated": u.Initiated, "dry_run": dryRun})
 	}
 	if err != nil {

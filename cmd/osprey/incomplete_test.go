@@ -59,6 +59,15 @@ func TestRmIncomplete(t *testing.T) {
 	if out := rm("--older-than", "0s", "--dry-run", "inc/dir/"); !strings.HasPrefix(out, "(dryrun) "+want) || left() != 1 {
 		t.Fatalf("--dry-run: %q, %d uploads left; want %q..., 1 left", out, left(), "(dryrun) "+want)
 	}
+	// --json names the op as rb --force does for the uploads it aborts.
+	var j struct {
+		Op, Bucket, Key, UploadID string
+		DryRun                    bool `json:"dry_run"`
+	}
+	out := rm("--older-than", "0s", "--dry-run", "--json", "inc/dir/")
+	if err := json.Unmarshal([]byte(out), &j); err != nil || j.Op != "abort_upload" || j.Bucket != "inc" || j.Key != "dir/mp" || !j.DryRun {
+		t.Fatalf("--dry-run --json: %q (%v), want op abort_upload of inc/dir/mp", out, err)
+	}
 	if out := rm("--older-than", "0s", "inc/dir/"); !strings.HasPrefix(out, want) || left() != 0 {
 		t.Fatalf("rm --incomplete --older-than 0s: %q, %d uploads left; want %q..., none left", out, left(), want)
 	}
