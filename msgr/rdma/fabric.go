@@ -297,6 +297,15 @@ func (d *domain) close() {
 	close(d.done)
 	d.tokenWanted.Add(1) // never to sleep again
 	d.wakeSleeper()
+	// The CM loop sees done between two reads of the EQ: wake the one it
+	// is in, which would otherwise hold every transport's Close for its
+	// 100 ms timeout. Under mu, as closeCM's wake: the loop, once it has
+	// stopped (cmStopped), may be past the EQ's last use.
+	d.mu.Lock()
+	if d.eqWake && !d.cmStopped {
+		C.osp_eq_wake(d.eq)
+	}
+	d.mu.Unlock()
 	d.wg.Wait()
 	d.closeParked()
 	if d.srx != nil {

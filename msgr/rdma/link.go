@@ -20,8 +20,13 @@ import (
 )
 
 // shutdownGrace is how long a peer's shutdown waits behind its last
-// completions; more than the poller's longest sleep.
-const shutdownGrace = 100 * time.Millisecond
+// completions: a few of the poller's longest sleeps (pollSleepMax), so
+// that a poller about to deliver them does. It is not what makes them
+// safe: peerShutDown's own poll to an empty queue, under the token, takes
+// whatever the poller did not, however busy the machine. It is short
+// because the side that closed a session waits through it for the end of
+// its link (the peer's answer to its CLOSE), so every Close paid it.
+const shutdownGrace = 5 * pollSleepMax
 
 // drainTimeout bounds how long Close waits for posted sends to complete.
 const drainTimeout = 500 * time.Millisecond
