@@ -1,7 +1,6 @@
 package mon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,12 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/freeport"
+	"github.com/ospreystore/osprey/internal/logbuf"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -30,22 +29,8 @@ type etcdMember struct {
 	initialCluser string
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is an etcd member's log, written and read at once.
+type lockedBuffer = logbuf.Buffer
 
 // freeLoopbackPort returns a port nobody listens on now, below the
 // ephemeral range (freeport.Port): etcd binds it later, while other tests

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/logbuf"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/msgr/wire"
@@ -20,22 +21,7 @@ import (
 )
 
 // syncBuffer collects log output from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = logbuf.Buffer
 
 // encodeFrame encodes one frame as a stream link would.
 func encodeFrame(p wire.Preamble, front, data []byte) []byte {

@@ -624,13 +624,28 @@ func (o *OSD) Store() *store.Store { return o.st }
 // map pushes, listeners and sessions stop, so nothing new arrives, the
 // queues drain, writes still waiting for replicas fail, and the store
 // closes.
-func (o *OSD) Close(ctx context.Context) error {
+func (o *OSD) Close(ctx context.Context) error { return o.CloseWith(ctx, CloseOptions{}) }
+
+// CloseOptions change how CloseWith stops an OSD.
+type CloseOptions struct {
+	// StayUp stops without asking the mon to mark the OSD down, as after
+	// a crash: for a whole cluster stopping together (`osprey up`), where
+	// each mark would only have the OSDs not yet stopped peer again, and
+	// warn of PGs going down, for nothing.
+	StayUp bool
+}
+
+// CloseWith is Close with options; only the first Close or CloseWith
+// stops the OSD.
+func (o *OSD) CloseWith(ctx context.Context, opts CloseOptions) error {
 	o.closeOnce.Do(func() {
 		o.log.Info("osd stopping")
 		if o.mon != nil {
 			o.monStop()
 			<-o.monDone
-			o.markMeDown(ctx)
+			if !opts.StayUp {
+				o.markMeDown(ctx)
+			}
 		}
 		o.cancel()
 		// The mon client first: a map it hands us starts goroutines and

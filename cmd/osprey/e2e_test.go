@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/internal/freeport"
+	"github.com/ospreystore/osprey/internal/logbuf"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/msgr/transports"
 )
@@ -378,22 +379,7 @@ func (u *upProcess) interrupt(t *testing.T) {
 
 // syncBuffer is up's stderr: the exec package writes it while a failing
 // test may read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = logbuf.Buffer
 
 // cliRunner runs the binary's one-shot commands.
 type cliRunner struct {

@@ -450,8 +450,10 @@ func (c *Cluster) Close(ctx context.Context) error {
 		errs = append(errs, m.Close(ctx))
 	}
 	errs = append(errs, c.Dashboard.Close(ctx))
+	// The mon stops with them: marking each down would only have the
+	// rest peer again, and warn, on the way out.
 	for _, o := range c.OSDs {
-		errs = append(errs, o.Close(ctx))
+		errs = append(errs, o.CloseWith(ctx, osd.CloseOptions{StayUp: c.Mon != nil}))
 	}
 	if c.Mon != nil {
 		errs = append(errs, c.Mon.Close(ctx))

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ospreystore/osprey/internal/dirlock"
 	"github.com/ospreystore/osprey/internal/freeport"
+	"github.com/ospreystore/osprey/internal/logbuf"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/osd"
 )
@@ -112,5 +115,46 @@ func TestStartRefusesDirInUse(t *testing.T) {
 	}
 	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCloseStopsTogether: a cluster with a mon stops its OSDs without
+// having the mon mark each down in turn (which had the OSDs not yet
+// stopped peer again and warn of every PG going down, at the end of each
+// `osprey up --demo`), and a single OSD stopped alone still is.
+func TestCloseStopsTogether(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var logs logbuf.Buffer
+	c, err := Start(ctx, Options{OSDs: 3, PGs: 16, WithMon: true, Dir: t.TempDir(),
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			c.Close(context.Background())
+		}
+	}()
+	if err := c.StopOSD(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), `msg="osds marked down"`); n != 1 {
+		t.Fatalf("an OSD stopped alone: the mon marked OSDs down %d times, want once\n%s", n, logs.String())
+	}
+	closed = true
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if n := strings.Count(out, `msg="osds marked down"`); n != 1 {
+		t.Errorf("Close had the mon mark OSDs down: %d marks in all, want only the lone stop's\n%s", n, out)
+	}
+	if n := strings.Count(out, `msg="osd stopped"`); n != 3 {
+		t.Errorf("%d OSDs logged their stop, want 3", n)
 	}
 }
