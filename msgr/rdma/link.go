@@ -20,13 +20,16 @@ import (
 )
 
 // shutdownGrace is how long a peer's shutdown waits behind its last
-// completions: a few of the poller's longest sleeps (pollSleepMax), so
-// that a poller about to deliver them does. It is not what makes them
-// safe: peerShutDown's own poll to an empty queue, under the token, takes
-// whatever the poller did not, however busy the machine. It is short
-// because the side that closed a session waits through it for the end of
-// its link (the peer's answer to its CLOSE), so every Close paid it.
-const shutdownGrace = 5 * pollSleepMax
+// completions before peerShutDown's own poll to an empty queue: on a
+// provider that moves data on a thread of its own (sockets) the CM event
+// can come before the peer's last frames reach the CQ, and no poll of
+// ours can hurry that thread. It is also all the time a reader busy
+// elsewhere has to take those frames from rx: fail closes the link, and a
+// closed link drops what its reader has not taken (a reader that gets
+// them, then the error, as TCP's reader gets data before EOF, is still to
+// do). The side that closed a session waits through it for the end of its
+// link, the peer's answer to its CLOSE.
+const shutdownGrace = 100 * time.Millisecond
 
 // drainTimeout bounds how long Close waits for posted sends to complete.
 const drainTimeout = 500 * time.Millisecond
