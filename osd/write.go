@@ -1054,6 +1054,13 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 			})
 			return
 		}
+		if o.ctx.Err() != nil {
+			// We are stopping (Close): nothing was applied, and a
+			// recovery would only be canceled too. The primary's write
+			// fails retriably, as with any replica that goes.
+			o.ackRepOp(m, r, p.last, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is shutting down", o.id))
+			return
+		}
 		o.log.Warn("replica apply failed; recovering the pg from its primary", "pg", p.sid, "version", v, "err", err)
 	}
 	if !p.recovering {
