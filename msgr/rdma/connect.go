@@ -327,7 +327,7 @@ func (l *link) peerShutDown() {
 		}
 	}
 	d.fiMu.Unlock()
-	l.fail(errors.New("rdma: peer shut the connection down"))
+	l.endOfStream(errors.New("rdma: peer shut the connection down"))
 }
 
 func (l *link) waitConnected(cancel <-chan struct{}, timeout time.Duration) error {

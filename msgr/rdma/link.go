@@ -23,12 +23,8 @@ import (
 // completions before peerShutDown's own poll to an empty queue: on a
 // provider that moves data on a thread of its own (sockets) the CM event
 // can come before the peer's last frames reach the CQ, and no poll of
-// ours can hurry that thread. It is also all the time a reader busy
-// elsewhere has to take those frames from rx: fail closes the link, and a
-// closed link drops what its reader has not taken (a reader that gets
-// them, then the error, as TCP's reader gets data before EOF, is still to
-// do). The side that closed a session waits through it for the end of its
-// link, the peer's answer to its CLOSE.
+// ours can hurry that thread. The side that closed a session waits
+// through it for the end of its link, the peer's answer to its CLOSE.
 const shutdownGrace = 100 * time.Millisecond
 
 // drainTimeout bounds how long Close waits for posted sends to complete.
@@ -301,6 +297,33 @@ func (l *link) fail(err error) {
 	// Not inline: fail runs on the poller, which Close's drain waits on.
 	go l.Close()
 }
+
+// endOfStream is fail for a peer's orderly shutdown: the reader gets the
+// frames that arrived before it, then err, as a TCP reader gets the data
+// before EOF, and the link closes once the reader took err (frameFrom),
+// or after endCloseAfter if it does not read. fail's Close at once drops
+// them (Close marks the link dead), so a peer's last words (a WAIT, a
+// SESSION_RESET) were lost to a reader busy elsewhere for longer than the
+// grace.
+func (l *link) endOfStream(err error) {
+	select {
+	case l.connected <- err:
+	default:
+	}
+	select {
+	case l.rx <- rxEvent{err: err, eof: true}:
+	default:
+		l.fail(err) // no room behind the frames: the reader learns it from closed
+		return
+	}
+	l.failed.Store(true)
+	l.pokeDrain()
+	time.AfterFunc(endCloseAfter, func() { l.Close() })
+}
+
+// endCloseAfter bounds how long a link the peer shut down stays open for
+// its reader to take what came before (endOfStream).
+const endCloseAfter = time.Second
 
 func (l *link) failure() error { return net.ErrClosed }
 

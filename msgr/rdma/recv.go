@@ -19,6 +19,7 @@ type rxEvent struct {
 	slot uint32
 	n    int
 	err  error
+	eof  bool // err is the peer's shutdown (endOfStream)
 }
 
 // postRecv queues a receive into buffer slot; a failure to post fails the
@@ -242,6 +243,12 @@ func (l *link) dropPending() {
 // frame of the link's own is handled here (errConsumed).
 func (l *link) frameFrom(ev rxEvent, f *wire.Frame) (*pendingRead, error) {
 	if ev.err != nil {
+		if ev.eof {
+			// The peer's shutdown, after its last frames (endOfStream):
+			// the link is done. Not inline: the reader holds readMu,
+			// which Close takes.
+			go l.Close()
+		}
 		return nil, ev.err
 	}
 	var buf *wire.Buffer
