@@ -659,7 +659,7 @@ func (o *OSD) CloseWith(ctx context.Context, opts CloseOptions) error {
 		close(o.quit)
 		o.wg.Wait()
 		o.reps.FailIf(nil, func(p *pendingRep) {
-			p.finish(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is shutting down", o.id))
+			p.finish(o.shuttingDown())
 		})
 		o.calls.FailIf(nil)
 		errs = append(errs, o.st.Close())
@@ -667,6 +667,12 @@ func (o *OSD) CloseWith(ctx context.Context, opts CloseOptions) error {
 		o.log.Info("osd stopped")
 	})
 	return o.closeErr
+}
+
+// shuttingDown is the answer to work that Close cut short: retriable, as
+// from any OSD that goes.
+func (o *OSD) shuttingDown() error {
+	return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is shutting down", o.id)
 }
 
 // runQueue runs a queue's work items until the OSD stops. Items still

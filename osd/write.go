@@ -1058,7 +1058,7 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 			// We are stopping (Close): nothing was applied, and a
 			// recovery would only be canceled too. The primary's write
 			// fails retriably, as with any replica that goes.
-			o.ackRepOp(m, r, p.last, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is shutting down", o.id))
+			o.ackRepOp(m, r, p.last, o.shuttingDown())
 			return
 		}
 		o.log.Warn("replica apply failed; recovering the pg from its primary", "pg", p.sid, "version", v, "err", err)

@@ -299,12 +299,9 @@ func (d *domain) close() {
 	d.wakeSleeper()
 	// The CM loop sees done between two reads of the EQ: wake the one it
 	// is in, which would otherwise hold every transport's Close for its
-	// 100 ms timeout. Under mu, as closeCM's wake: the loop, once it has
-	// stopped (cmStopped), may be past the EQ's last use.
+	// 100 ms timeout.
 	d.mu.Lock()
-	if d.eqWake && !d.cmStopped {
-		C.osp_eq_wake(d.eq)
-	}
+	d.wakeCMLocked()
 	d.mu.Unlock()
 	d.wg.Wait()
 	d.closeParked()
@@ -446,13 +443,19 @@ func (d *domain) closeCM(fid unsafe.Pointer) {
 		return
 	}
 	d.cmCloses = append(d.cmCloses, c)
-	if d.eqWake {
-		// Under mu: the loop cannot have taken c and left yet, so the EQ
-		// is still open.
-		C.osp_eq_wake(d.eq)
-	}
+	d.wakeCMLocked()
 	d.mu.Unlock()
 	<-c.done
+}
+
+// wakeCMLocked ends the CM loop's blocking read of the EQ, where the EQ
+// takes writes (else the read ends at its 100 ms timeout). d.mu is held:
+// a loop that has not stopped (cmStopped, set under mu) cannot have left
+// and closed the EQ meanwhile.
+func (d *domain) wakeCMLocked() {
+	if d.eqWake && !d.cmStopped {
+		C.osp_eq_wake(d.eq)
+	}
 }
 
 // runCMCloses closes what closeCM queued; with stop, the CM loop is

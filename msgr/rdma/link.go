@@ -283,20 +283,7 @@ func (l *link) freeRegions() {
 }
 
 // fail makes the link report err to its reader and writer.
-func (l *link) fail(err error) {
-	select {
-	case l.connected <- err:
-	default:
-	}
-	select {
-	case l.rx <- rxEvent{err: err}:
-	default:
-	}
-	l.failed.Store(true)
-	l.pokeDrain()
-	// Not inline: fail runs on the poller, which Close's drain waits on.
-	go l.Close()
-}
+func (l *link) fail(err error) { l.failWith(err, false) }
 
 // endOfStream is fail for a peer's orderly shutdown: the reader gets the
 // frames that arrived before it, then err, as a TCP reader gets the data
@@ -305,20 +292,30 @@ func (l *link) fail(err error) {
 // them (Close marks the link dead), so a peer's last words (a WAIT, a
 // SESSION_RESET) were lost to a reader busy elsewhere for longer than the
 // grace.
-func (l *link) endOfStream(err error) {
+func (l *link) endOfStream(err error) { l.failWith(err, true) }
+
+// failWith is fail, and with eof endOfStream.
+func (l *link) failWith(err error, eof bool) {
 	select {
 	case l.connected <- err:
 	default:
 	}
+	queued := false
 	select {
-	case l.rx <- rxEvent{err: err, eof: true}:
+	case l.rx <- rxEvent{err: err, eof: eof}:
+		queued = true
 	default:
-		l.fail(err) // no room behind the frames: the reader learns it from closed
-		return
 	}
 	l.failed.Store(true)
 	l.pokeDrain()
-	time.AfterFunc(endCloseAfter, func() { l.Close() })
+	if eof && queued {
+		time.AfterFunc(endCloseAfter, func() { l.Close() })
+		return
+	}
+	// No room behind the frames (the reader learns it from closed), or
+	// any other failure: close now. Not inline: fail runs on the poller,
+	// which Close's drain waits on.
+	go l.Close()
 }
 
 // endCloseAfter bounds how long a link the peer shut down stays open for
