@@ -154,18 +154,26 @@ func TestIdleConnectionCost(t *testing.T) {
 					return k == n
 				})
 			}
+			// The last connections' handshake goroutines may not have
+			// ended yet (CI saw 1,002 goroutines for 500 sessions once):
+			// wait a while for the count to come down to the limit, which
+			// one goroutine too many per connection still exceeds.
+			limit := base.goroutines + int(tc.maxGor*float64(n))
+			for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > limit && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond) // polling interval, not synchronization
+			}
 			during := measureMem()
 			per := (float64(during.bytes()) - float64(base.bytes())) / float64(n)
 			gor := float64(during.goroutines-base.goroutines) / float64(n)
-			t.Logf("%d connections, %s: %.0f bytes each (heap %.0f, stacks %.0f), %.2f goroutines each",
+			t.Logf("%d connections, %s: %.0f bytes each (heap %.0f, stacks %.0f), %.2f goroutines each (%d in all)",
 				n, tc.name, per, (float64(during.heap)-float64(base.heap))/float64(n),
-				(float64(during.stacks)-float64(base.stacks))/float64(n), gor)
+				(float64(during.stacks)-float64(base.stacks))/float64(n), gor, during.goroutines-base.goroutines)
 			if raceEnabled {
 				tc.maxBytes *= 2 // the race detector's stacks are larger
 			}
-			if per > float64(tc.maxBytes) || gor > tc.maxGor {
-				t.Errorf("an idle connection (%s) costs %.0f bytes and %.2f goroutines, want at most %d and %.0f",
-					tc.name, per, gor, tc.maxBytes, tc.maxGor)
+			if per > float64(tc.maxBytes) || during.goroutines > limit {
+				t.Errorf("an idle connection (%s) costs %.0f bytes and %.2f goroutines (%d in all), want at most %d and %.0f",
+					tc.name, per, gor, during.goroutines-base.goroutines, tc.maxBytes, tc.maxGor)
 			}
 
 			for _, c := range conns {

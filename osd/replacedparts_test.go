@@ -212,7 +212,9 @@ func TestPartDeleteRetried(t *testing.T) {
 	// Four parts, so that (all but surely) one lives in a PG another OSD
 	// leads: its delete goes over the cluster network.
 	var parts []*osdpb.PartRef
-	for try := 0; dropped.Load() == 0 && try < 3; try++ {
+	const tries = 10
+	try := 0
+	for ; dropped.Load() == 0 && try < tries; try++ {
 		key := fmt.Sprint("big", try)
 		id, err := cl.NewMultipartUpload(ctx, "retried", key, client.PutOptions{})
 		if err != nil {
@@ -244,6 +246,9 @@ func TestPartDeleteRetried(t *testing.T) {
 			t.Fatal(err)
 		}
 		break
+	}
+	if try == tries {
+		t.Fatalf("in %d objects of 4 parts, every part sat in a PG its object's primary leads", tries)
 	}
 	osdtest.Eventually(t, 20*time.Second, "the first part delete over the network dropped", func() bool { return dropped.Load() == 1 })
 	osdtest.Eventually(t, 20*time.Second, "every replaced part deleted", func() bool {
