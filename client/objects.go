@@ -360,7 +360,7 @@ func (c *Client) putSingle(ctx context.Context, bucket, key string, bd body, via
 // parts of opts.PartSize, Concurrency at a time, and completes the
 // upload; on failure it aborts it.
 func (c *Client) putMultipart(ctx context.Context, bucket, key string, first body, r io.Reader, size int64, opts PutOptions, cond *osdpb.Condition) (ObjectInfo, error) {
-	id, err := c.NewMultipartUpload(ctx, bucket, key, opts)
+	id, err := c.startOwnUpload(ctx, bucket, key, opts, false)
 	if err != nil {
 		first.release()
 		return ObjectInfo{}, err
@@ -403,7 +403,7 @@ func (c *Client) putMultipart(ctx context.Context, bucket, key string, first bod
 func (c *Client) putWhole(ctx context.Context, bucket, key string, first body, r io.Reader, size int64, whole *wholeDigest, opts PutOptions, cond *osdpb.Condition) (ObjectInfo, error) {
 	// Internal: S3 shows no upload for a PUT (ListMultipartUploads
 	// skips it), and one left by a writer that died is AbortStaleUploads'.
-	id, err := c.newUpload(ctx, bucket, key, opts, true)
+	id, err := c.startOwnUpload(ctx, bucket, key, opts, true)
 	if err != nil {
 		first.release()
 		return ObjectInfo{}, err
@@ -430,6 +430,35 @@ func (c *Client) abortRefused(ctx context.Context, bucket, key, id string, err e
 	if errors.Is(err, ErrPreconditionFailed) || errors.Is(err, ErrNoSuchKey) {
 		c.abortFailed(ctx, bucket, key, id)
 	}
+}
+
+// ownCreateGrace is how long startOwnUpload still waits for a create's
+// answer once its caller has given up.
+const ownCreateGrace = 5 * time.Second
+
+// startOwnUpload starts an upload the SDK itself finishes or aborts (a
+// PutObject in parts). A create the caller gives up on while it is in
+// flight may still make the upload at its OSD, and then nobody would
+// know its ID to abort it: a user's Ctrl-C would leave an upload in the
+// bucket's listing. So the create outlives the caller's context by up to
+// ownCreateGrace for its answer, and an upload made for a caller who has
+// gone is aborted at once.
+func (c *Client) startOwnUpload(ctx context.Context, bucket, key string, opts PutOptions, internal bool) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(ownCreateGrace, cancel) })
+	defer stop()
+	id, err := c.newUpload(cctx, bucket, key, opts, internal)
+	if ctx.Err() != nil {
+		if err == nil {
+			c.abortFailed(ctx, bucket, key, id)
+		}
+		return "", ctx.Err()
+	}
+	return id, err
 }
 
 // abortFailed aborts an upload the SDK made and could not finish.

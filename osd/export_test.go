@@ -22,6 +22,9 @@ var (
 	// VouchAnswered runs when the meta PG's primary answered OSD osd's
 	// question about bucket for a write, before the write takes its turn.
 	VouchAnswered = &vouchAnswered
+	// UploadCreating runs as OSD osd makes an upload of bucket/key,
+	// before the upload's record is written.
+	UploadCreating = &uploadCreating
 	// ClusterReceived runs as an OSD receives a cluster message, which it
 	// drops unanswered when the hook returns true.
 	ClusterReceived = &clusterReceived

@@ -23,6 +23,10 @@ import (
 // move in parallel. Completing writes the final key as a manifest: its
 // metadata lists the parts, and readers fetch them from their PGs.
 
+// uploadCreating runs as OSD osd makes an upload of bucket/key, before
+// the upload's record is written.
+var uploadCreating testHook[func(osd uint32, bucket, key string)]
+
 // upload routes the four upload ops, and the conditional complete.
 func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 	t, conn := osdpb.MsgType(m.Type), replyTo(m)
@@ -70,6 +74,9 @@ func (o *OSD) upload(m *msgr.Message, req *osdpb.UploadRequest) {
 		o.objectWrite(m, req.Header, req.Bucket, req.Key, nil, uploadReply, func(e *osdpb.LogEntry) error {
 			if _, err := o.st.HeadBucket(o.ctx, req.Bucket); err != nil {
 				return err
+			}
+			if hook := uploadCreating.Load(); hook != nil {
+				hook(o.id, req.Bucket, req.Key)
 			}
 			meta := &osdpb.ObjectMeta{MtimeUnixNano: time.Now().UnixNano(),
 				ContentType: req.Meta.GetContentType(), UserMeta: req.Meta.GetUserMeta(), Internal: req.Meta.GetInternal()}
