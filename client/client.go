@@ -139,6 +139,8 @@ type Client struct {
 	tid   atomic.Uint64
 
 	pending pending.Calls
+	// closed: Close was called; an op that fails then is not retried.
+	closed atomic.Bool
 
 	// ratelog limits the lines a damaged copy can make us repeat (every
 	// get of an object no replica can repair would log one).
@@ -242,6 +244,7 @@ func (c *Client) Messenger() *msgr.Messenger { return c.m }
 
 // Close ends the client's sessions; ops in progress fail.
 func (c *Client) Close() error {
+	c.closed.Store(true)
 	if !c.pending.Close() {
 		return nil
 	}
@@ -485,6 +488,11 @@ func (c *Client) do(ctx context.Context, t osdpb.MsgType, tg target, build func(
 		if oe != nil && oe.Status == osdpb.Status_BAD_DIGEST && payload != nil && digestRetries < maxDigestRetries {
 			retriable = true
 			digestRetries++
+		}
+		if c.closed.Load() {
+			// Its messenger is shut down: every retry would fail the same
+			// way until RetryFor ran out.
+			return nil, ErrClosed
 		}
 		if !retriable || ctx.Err() != nil || time.Now().After(deadline) {
 			if ctx.Err() != nil && !errors.As(err, &oe) {

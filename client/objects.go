@@ -452,13 +452,17 @@ func (c *Client) startOwnUpload(ctx context.Context, bucket, key string, opts Pu
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(ownCreateGrace, cancel) })
 	defer stop()
 	id, err := c.newUpload(cctx, bucket, key, opts, internal)
-	if ctx.Err() != nil {
-		if err == nil {
-			c.abortFailed(ctx, bucket, key, id)
-		}
-		return "", ctx.Err()
+	var oe *ops.Error
+	switch {
+	case ctx.Err() == nil || errors.As(err, &oe): // the OSD's answer stands
+		return id, err
+	case err == nil:
+		c.abortFailed(ctx, bucket, key, id)
+	case cctx.Err() != nil:
+		c.log.Warn("client: a cancelled put's upload was still being made when its wait ended; if it was made, a stale-upload cleanup (osprey rm --incomplete --internal) removes it",
+			"bucket", bucket, "key", key, "internal", internal, "err", err)
 	}
-	return id, err
+	return "", ctx.Err()
 }
 
 // abortFailed aborts an upload the SDK made and could not finish.
