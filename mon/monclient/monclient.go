@@ -215,9 +215,17 @@ func (c *Client) Map() *placement.Map { return c.mapv.Load() }
 
 // Subscribe returns the mons' current map, waiting for it, and keeps newer
 // maps coming (to OnMap and Map) until Close: it subscribes again after a
-// mon fails or the connection drops.
+// mon fails or the connection drops. A refusal (the session refused at
+// authentication, or ACCESS_DENIED: caps without mon 'allow r') ends the
+// wait at once with the mons' reason: errors.Is matches msgr.ErrAuth or
+// ops.ErrAccessDenied.
 func (c *Client) Subscribe(ctx context.Context) (*placement.Map, error) {
 	c.subOnce.Do(func() { c.wg.Go(c.subscribeLoop) })
+	select {
+	case <-c.subscribed: // a refusal an operator has since fixed is past
+		return c.Map(), nil
+	default:
+	}
 	select {
 	case <-c.subscribed:
 		return c.Map(), nil
@@ -240,10 +248,13 @@ func (c *Client) subscribeLoop() {
 			}
 			return &osdpb.MonSubscribe{HaveEpoch: have, Auth: c.o.OnAuth != nil}
 		}, &rep, true)
-		if errors.Is(err, msgr.ErrAuth) {
+		if refusal(err) {
 			// Refused: Subscribe says why. The loop goes on (slowly), for a
 			// key that an operator fixes at the mon ("auth caps", a record
 			// restored) while this client runs.
+			if !errors.Is(err, msgr.ErrAuth) {
+				err = fmt.Errorf("monclient: %v: %w", osdpb.MsgType_MSG_MON_SUBSCRIBE, err)
+			}
 			c.refuseOnce.Do(func() {
 				c.refusedErr = err
 				close(c.refused)
@@ -272,6 +283,16 @@ func (c *Client) subscribeLoop() {
 		}
 		t.Stop()
 	}
+}
+
+// refusal reports whether err is the mons refusing this client for
+// good, not a failure that a retry may get past: the session refused at
+// authentication (msgr.ErrAuth: bad key, unknown entity), or a request its
+// caps do not allow (ACCESS_DENIED: a subscription without mon 'allow r').
+// Every mon checks the same records, so asking the others, or again, only
+// repeats the answer.
+func refusal(err error) bool {
+	return errors.Is(err, msgr.ErrAuth) || errors.Is(err, ops.ErrAccessDenied)
 }
 
 // Boot announces an OSD (MSG_MON_BOOT) and returns its id, the fsid and
