@@ -1,6 +1,7 @@
 package mon
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -133,6 +134,12 @@ func TestOperatorOutSurvivesReboot(t *testing.T) {
 	}
 	if _, err := c.Command(ctxFor(t, 10*time.Second), &osdpb.MonCommand{Prefix: "osd rm", Ids: []uint32{0}}); statusOf(err) != osdpb.Status_INVALID_ARGUMENT {
 		t.Fatalf("osd rm of an up OSD: %v", err)
+	}
+	// A weight beyond CRUSH's limit would take every PG.
+	for _, w := range []float64{MaxWeight + 1, 1e300, math.Inf(1), math.NaN(), -1} {
+		if _, err := c.Command(ctxFor(t, 10*time.Second), &osdpb.MonCommand{Prefix: "osd reweight", Ids: []uint32{0}, Weight: w}); statusOf(err) != osdpb.Status_INVALID_ARGUMENT {
+			t.Fatalf("osd reweight to %v: %v", w, err)
+		}
 	}
 	if got := m.Map().Epoch(); got != before {
 		t.Fatalf("refused commands moved the epoch from %d to %d", before, got)

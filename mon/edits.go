@@ -145,8 +145,8 @@ func (c osdCommand) validate() error {
 		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%q needs at least one OSD id", c.prefix)
 	}
 	if c.prefix == "osd reweight" {
-		if w := c.weight; math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
-			return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd reweight: weight %v: want a finite number >= 0", w)
+		if w := c.weight; !validWeight(w) {
+			return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd reweight: weight %v: want a number from 0 to %d", w, MaxWeight)
 		}
 	}
 	return nil
@@ -259,8 +259,8 @@ func validateBoot(b *osdpb.MonBoot) error {
 			return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "boot: host %s", r)
 		}
 	}
-	if w := b.Weight; math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
-		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "boot: weight %v: want a finite number >= 0", w)
+	if w := b.Weight; !validWeight(w) {
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "boot: weight %v: want a number from 0 to %d", w, MaxWeight)
 	}
 	return nil
 }
@@ -321,3 +321,11 @@ func dedup(ids []uint32) []uint32 {
 	slices.Sort(s)
 	return slices.Compact(s)
 }
+
+// MaxWeight is the largest straw2 weight an OSD may have, Ceph's CRUSH
+// limit (16.16 fixed point): weights are a disk's TiB by convention, and
+// one of 1e300 took every PG of a cluster.
+const MaxWeight = 65535
+
+// validWeight: a weight from 0 to MaxWeight (NaN is neither).
+func validWeight(w float64) bool { return w >= 0 && w <= MaxWeight }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -56,20 +58,28 @@ with one, through osprey s3, act as the entity, with its osd caps.`,
 				if withCaps {
 					req.Caps = capsArgs(args[1:])
 				}
+				// A file that cannot be written fails before the mon
+				// issues anything: a rotate would otherwise revoke the
+				// old key and lose the new one.
+				if err := checkKeyringPath(out); err != nil {
+					return err
+				}
 				rep, err := monCommand(cmd, mf, req)
 				if err != nil {
 					return err
 				}
-				if err := writeKeyring(cmd.OutOrStdout(), out, args[0], rep.Keyring); err != nil {
-					return err
-				}
-				// After the PEM, as comment lines: a keyring file saved
-				// from this output still parses.
+				// The S3 keys after the PEM, as comment lines (a keyring
+				// file with them still parses), and with -o in the file,
+				// not on the terminal: they are as secret as the key.
+				keyring := rep.Keyring
 				var e mon.AuthEntry
 				if json.Unmarshal([]byte(rep.Output), &e) == nil {
 					for _, k := range e.S3Keys {
-						fmt.Fprintf(cmd.OutOrStdout(), "# S3 key of %s: access key %s secret key %s\n", args[0], k.AccessKey, k.Secret)
+						keyring = fmt.Appendf(keyring, "# S3 key of %s: access key %s secret key %s\n", args[0], k.AccessKey, k.Secret)
 					}
+				}
+				if err := writeKeyring(cmd.OutOrStdout(), out, args[0], keyring); err != nil {
+					return fmt.Errorf("%w (the mon has issued it: osprey auth get %s -o FILE writes it again)", err, args[0])
 				}
 				return nil
 			},
@@ -242,6 +252,20 @@ func capsArgs(args []string) map[string]string {
 }
 
 // writeKeyring prints a keyring, or writes it to path with mode 0600.
+// checkKeyringPath fails when writeKeyring could not write a file at
+// path: its directory is missing or not writable.
+func checkKeyringPath(path string) error {
+	if path == "" || path == "-" {
+		return nil
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("cannot write the keyring to %s: %w", path, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
 func writeKeyring(w io.Writer, path, entity string, keyring []byte) error {
 	if path == "" || path == "-" {
 		_, err := w.Write(keyring)

@@ -103,6 +103,36 @@ func TestAuthCLI(t *testing.T) {
 	if out, err := cli("auth", "get", "client.backup"); err != nil || strings.Count(out, "# S3 key of client.backup") != 1 {
 		t.Fatalf("after s3-key add and its rerun: %v\n%s", err, out)
 	}
+	// With -o the S3 secret goes to the file with the keyring, not to the
+	// terminal, and the file still parses.
+	withS3 := filepath.Join(t.TempDir(), "backup-s3.keyring")
+	if out, err := cli("auth", "get", "client.backup", "-o", withS3); err != nil || strings.Contains(out, "secret") {
+		t.Fatalf("auth get -o printed %q (%v), want no secret", out, err)
+	}
+	if b, err := os.ReadFile(withS3); err != nil || strings.Count(string(b), "# S3 key of client.backup") != 1 {
+		t.Fatalf("auth get -o wrote %q (%v), want the S3 key in it", b, err)
+	}
+	if k2, err := auth.LoadKeyring(withS3); err != nil || !k2.Cert.Equal(k.Cert) {
+		t.Fatalf("the keyring written with its S3 keys: %v", err)
+	}
+	// A rotate whose file cannot be written fails before the mon rotates:
+	// the old keyring still works.
+	if _, err := cli("auth", "rotate", "client.backup", "-o", filepath.Join(t.TempDir(), "missing", "x.keyring")); err == nil {
+		t.Fatal("auth rotate -o into a missing directory succeeded")
+	}
+	if out, err := cli("auth", "get", "client.backup"); err != nil {
+		t.Fatal(err)
+	} else if now, err := auth.ParseKeyring([]byte(out)); err != nil || !now.Cert.Equal(k.Cert) {
+		t.Fatalf("after a rotate that could not write its file the keyring changed: %v", err)
+	}
+	// The OSD commands say what they did not need to change, and a
+	// weight beyond CRUSH's limit is refused.
+	if out, err := cli("osd", "in", "0"); err != nil || !strings.Contains(out, "nothing to change (osd.0 already in)") {
+		t.Fatalf("osd in of an OSD in: %v %q", err, out)
+	}
+	if _, err := cli("osd", "reweight", "0", "1e300"); exitCode(err) != exitUsage {
+		t.Fatalf("osd reweight 0 1e300: %v, want a usage error", err)
+	}
 	// The OSD checks what a client may do: a read-only key may list but
 	// not make a bucket; the admin may.
 	roPath := filepath.Join(t.TempDir(), "ro.keyring")
@@ -140,6 +170,8 @@ func TestAuthCLI(t *testing.T) {
 		{"auth", "rm"},
 		{"auth", "s3-key", "add", "client.x", "--request-id", "0011"},
 		{"auth", "s3-key", "add", "client.x", "--request-id", "not hex"},
+		{"auth", "ls", "--mon", "bogus"},
+		{"auth", "ls", "--mon", "tcp://127.0.0.1:99999"},
 	} {
 		if _, err := cli(args...); exitCode(err) != exitUsage {
 			t.Errorf("%v: %v, want a usage error", args, err)

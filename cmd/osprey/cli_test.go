@@ -80,15 +80,20 @@ func TestParseSeeds(t *testing.T) {
 	if err != nil || strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("parseSeeds = %v, %v; want %v", got, err, want)
 	}
+	for _, bad := range []string{"bogus", "tcp://bogus", "10.0.0.1:", "10.0.0.1:0", "10.0.0.1:65536", "10.0.0.1:http", "tcp://", "tcp://10.0.0.1:6800/x"} {
+		if _, err := parseSeeds([]string{bad}); exitCode(err) != exitUsage {
+			t.Errorf("parseSeeds(%q): %v, want a usage error", bad, err)
+		}
+	}
 	if _, err := parseSeeds([]string{" , "}); exitCode(err) != exitUsage {
 		t.Errorf("empty seeds: %v, want a usage error", err)
 	}
 	// The mon commands (osprey osd out, ...) take bare addresses too.
 	env := func(string) string { return "10.0.0.3:3300, 10.0.0.4:3300" }
-	if got, ok := resolveMons(monFlags{addrs: []string{"10.0.0.1:3300"}}, env); !ok || strings.Join(got, " ") != "tcp://10.0.0.1:3300" {
+	if got, ok, err := resolveMons(monFlags{addrs: []string{"10.0.0.1:3300"}}, env); !ok || err != nil || strings.Join(got, " ") != "tcp://10.0.0.1:3300" {
 		t.Errorf("resolveMons(--mon) = %v, %v", got, ok)
 	}
-	if got, ok := resolveMons(monFlags{}, env); !ok || strings.Join(got, " ") != "tcp://10.0.0.3:3300 tcp://10.0.0.4:3300" {
+	if got, ok, err := resolveMons(monFlags{}, env); !ok || err != nil || strings.Join(got, " ") != "tcp://10.0.0.3:3300 tcp://10.0.0.4:3300" {
 		t.Errorf("resolveMons($%s) = %v, %v", envMon, got, ok)
 	}
 }

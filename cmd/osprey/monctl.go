@@ -16,7 +16,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
@@ -79,25 +78,32 @@ func (m monFlags) loadKeyring(getenv func(string) string) (*auth.Keyring, error)
 	return k, nil
 }
 
-// resolveMons returns the mon addresses, and false when nothing names one.
-func resolveMons(m monFlags, getenv func(string) string) ([]string, bool) {
-	if len(m.addrs) > 0 {
-		return client.ParseAddrs(m.addrs...), true
-	}
-	if v := getenv(envMon); strings.TrimSpace(v) != "" {
-		return client.ParseAddrs(v), true
-	}
-	if b, err := os.ReadFile(monAddrFile); err == nil {
-		if a := strings.TrimSpace(string(b)); a != "" {
-			return client.ParseAddrs(a), true
+// resolveMons returns the mon addresses, and false when nothing names one;
+// a malformed one is a usage error.
+func resolveMons(m monFlags, getenv func(string) string) ([]string, bool, error) {
+	in, source := m.addrs, "--mon"
+	if len(in) == 0 {
+		if v := getenv(envMon); strings.TrimSpace(v) != "" {
+			in, source = []string{v}, envMon
+		} else if b, err := os.ReadFile(monAddrFile); err == nil && strings.TrimSpace(string(b)) != "" {
+			in, source = []string{string(b)}, "./"+monAddrFile
+		} else {
+			return nil, false, nil
 		}
 	}
-	return nil, false
+	addrs, err := parseSeeds(in)
+	if err != nil {
+		return nil, true, fmt.Errorf("%s: %w", source, err)
+	}
+	return addrs, true, nil
 }
 
 // monCommand sends one command to the mons and returns its reply.
 func monCommand(cmd *cobra.Command, m monFlags, req *osdpb.MonCommand) (*osdpb.MonCommandReply, error) {
-	addrs, ok := resolveMons(m, os.Getenv)
+	addrs, ok, err := resolveMons(m, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
 	if !ok {
 		return nil, usageErrorf("no mon given: use --mon tcp://HOST:PORT or set %s (or run in the directory of `osprey up`)", envMon)
 	}
@@ -151,6 +157,33 @@ func parseOSDIDs(args []string) ([]uint32, error) {
 	return out, nil
 }
 
+// osdVerbOutcome says what `osd VERB ids` changed, from the mon's output
+// (its changed OSDs): "done" when it changed them all; else which were
+// already so, as Ceph says "osd.2 is already in".
+func osdVerbOutcome(verb string, ids []uint32, output string) string {
+	var res struct {
+		Changed []uint32 `json:"changed"`
+	}
+	if json.Unmarshal([]byte(output), &res) != nil || res.Changed == nil {
+		return "done" // a mon that does not say
+	}
+	var already []string
+	for _, id := range ids {
+		if !slices.Contains(res.Changed, id) {
+			already = append(already, fmt.Sprintf("osd.%d", id))
+		}
+	}
+	state := map[string]string{"out": "out", "in": "in", "down": "down", "rm": "removed"}[verb]
+	switch {
+	case len(already) == 0:
+		return "done"
+	case len(res.Changed) == 0:
+		return fmt.Sprintf("nothing to change (%s already %s)", strings.Join(already, ", "), state)
+	default:
+		return fmt.Sprintf("done; %s already %s", strings.Join(already, ", "), state)
+	}
+}
+
 func newOSDAdminCmds() []*cobra.Command {
 	var mf monFlags
 	ids := parseOSDIDs
@@ -168,7 +201,7 @@ func newOSDAdminCmds() []*cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "osd %s %v: done, map epoch %d\n", verb, args, rep.Epoch)
+				fmt.Fprintf(cmd.OutOrStdout(), "osd %s %v: %s, map epoch %d\n", verb, args, osdVerbOutcome(verb, list, rep.Output), rep.Epoch)
 				return nil
 			},
 		}
@@ -185,8 +218,8 @@ func newOSDAdminCmds() []*cobra.Command {
 				return err
 			}
 			w, err := strconv.ParseFloat(args[1], 64)
-			if err != nil || w < 0 {
-				return usageErrorf("weight %q: want a number >= 0", args[1])
+			if err != nil || !(w >= 0 && w <= mon.MaxWeight) {
+				return usageErrorf("weight %q: want a number from 0 to %d", args[1], mon.MaxWeight)
 			}
 			rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "osd reweight", Ids: list, Weight: w})
 			if err != nil {

@@ -115,7 +115,10 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 	var creds s3gw.Credentials = s3gw.StaticCredentials{o.access: o.secret}
 	who := "static access key " + o.access
 	if !static {
-		mons, ok := resolveMons(o.target.mon, os.Getenv)
+		mons, ok, err := resolveMons(o.target.mon, os.Getenv)
+		if err != nil {
+			return err
+		}
 		if !ok {
 			return usageErrorf("the S3 keys come from the mons: give --mon (or %s)", envMon)
 		}

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -134,7 +136,24 @@ func parseSeeds(in []string) ([]string, error) {
 	if len(out) == 0 {
 		return nil, usageErrorf("no seed addresses given")
 	}
+	// A typo is a usage error now, not 10 s of dialling a name no
+	// transport can reach.
+	for _, a := range out {
+		ad, err := msgr.ParseAddr(a)
+		if err != nil {
+			return nil, usageErrorf("%v", err)
+		}
+		if _, port, err := net.SplitHostPort(ad.Host); err != nil || !validPort(port) {
+			return nil, usageErrorf("address %q: want [SCHEME://]HOST:PORT, e.g. tcp://127.0.0.1:6800", a)
+		}
+	}
 	return out, nil
+}
+
+// validPort: a decimal TCP port, 1 to 65535.
+func validPort(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n > 0 && n < 1<<16
 }
 
 // targetFromMap takes the seeds from a map file: the public addresses of
