@@ -86,6 +86,9 @@ func markDown(pb *osdpb.ClusterMap, ids []uint32, now time.Time, upFromAtMost ui
 // downOut marks out, automatically, every in OSD that has been down for
 // longer than interval, and returns them.
 func downOut(pb *osdpb.ClusterMap, now time.Time, interval time.Duration) []uint32 {
+	if interval < 0 { // NeverOut
+		return nil
+	}
 	var changed []uint32
 	for _, o := range pb.Osds {
 		if o.Up || !o.In || o.DownSinceUnixNano == 0 || now.Sub(time.Unix(0, o.DownSinceUnixNano)) <= interval {

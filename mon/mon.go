@@ -40,8 +40,9 @@ type Config struct {
 	// before it is marked down. Default 20s, Ceph's osd_heartbeat_grace.
 	HeartbeatGrace time.Duration
 	// DownOutInterval is how long an OSD stays down before the mon marks
-	// it out, so its PGs move elsewhere. Default 10m, Ceph's
-	// mon_osd_down_out_interval.
+	// it out, so its PGs move elsewhere. Default (0) 10m, Ceph's
+	// mon_osd_down_out_interval; NeverOut: never (only an operator's osd
+	// out moves data).
 	DownOutInterval time.Duration
 	// MinDownReporters is how many reporters (hosts) must report an OSD
 	// before it is marked down. Default 2.
@@ -95,6 +96,10 @@ type Config struct {
 	requestRan func(*osdpb.MonCommandReply, error) (*osdpb.MonCommandReply, error)
 }
 
+// NeverOut as Config.DownOutInterval: the mon never marks a down OSD
+// out (Ceph's mon_osd_down_out_interval = 0).
+const NeverOut time.Duration = -1
+
 func (c *Config) setDefaults() error {
 	if c.Name == "" {
 		c.Name = "a"
@@ -111,7 +116,7 @@ func (c *Config) setDefaults() error {
 	if c.HeartbeatGrace <= 0 {
 		c.HeartbeatGrace = 20 * time.Second
 	}
-	if c.DownOutInterval <= 0 {
+	if c.DownOutInterval == 0 {
 		c.DownOutInterval = 10 * time.Minute
 	}
 	if c.MinDownReporters <= 0 {

@@ -818,3 +818,23 @@ func TestPositiveFlagsRefuseZero(t *testing.T) {
 		t.Errorf("--log-level bogus: %v (exit %d), want a usage error", err, exitCode(err))
 	}
 }
+
+// TestDownOutIntervalZeroIsNever: --down-out-interval 0 means never, as
+// Ceph's mon_osd_down_out_interval = 0 does, not the mon's default; a
+// negative one is a usage error.
+func TestDownOutIntervalZeroIsNever(t *testing.T) {
+	if d, err := downOutInterval(0); err != nil || d != mon.NeverOut {
+		t.Fatalf("--down-out-interval 0: %v %v, want mon.NeverOut", d, err)
+	}
+	if d, err := downOutInterval(time.Minute); err != nil || d != time.Minute {
+		t.Fatalf("--down-out-interval 1m: %v %v", d, err)
+	}
+	for _, args := range [][]string{
+		{"mon", "--embed-etcd", t.TempDir(), "--down-out-interval", "-1s"},
+		{"up", "--dir", t.TempDir(), "--down-out-interval", "-1s"},
+	} {
+		if _, _, err := run(t, args...); exitCode(err) != exitUsage || !strings.Contains(fmt.Sprint(err), "--down-out-interval") {
+			t.Errorf("osprey %v: %v (exit %d), want a usage error", args, err, exitCode(err))
+		}
+	}
+}

@@ -34,6 +34,12 @@ func abortIncomplete(ctx context.Context, cl *client.Client, p *printer, rp remo
 	if age <= 0 {
 		age = -1
 	}
+	// A bucket that does not exist is NoSuchBucket, as for rm of an
+	// object in it, not an empty success. (The uploads a deleted bucket
+	// left are osprey gc's.)
+	if _, err := cl.StatBucket(ctx, rp.Bucket); err != nil {
+		return fmt.Errorf("%s: %w", remoteScheme+rp.Bucket, err)
+	}
 	ups, err := cl.AbortStaleUploads(ctx, rp.Bucket, client.StaleUploadOptions{Prefix: rp.Key, Age: age, All: !f.internal, DryRun: dryRun})
 	for _, u := range ups {
 		op := "abort"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -73,6 +74,9 @@ func TestRmIncomplete(t *testing.T) {
 	}
 	if _, _, err := run(t, "rm", "--internal", "inc", "--seeds", seeds); exitCode(err) != exitUsage {
 		t.Fatalf("--internal without --incomplete: %v (exit %d), want a usage error", err, exitCode(err))
+	}
+	if _, _, err := run(t, "rm", "--incomplete", "nosuchbucket", "--seeds", seeds); exitCode(err) != exitNotFound || !strings.Contains(fmt.Sprint(err), "NoSuchBucket") {
+		t.Fatalf("rm --incomplete of a missing bucket: %v (exit %d), want NoSuchBucket", err, exitCode(err))
 	}
 
 	// A PUT in pieces stalled half-way is an internal upload: --internal

@@ -15,6 +15,21 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// downOutUsage is --down-out-interval's, for osprey mon and osprey up.
+const downOutUsage = "the mon marks an OSD down this long out (its data is re-replicated); 0: never, as Ceph's mon_osd_down_out_interval"
+
+// downOutInterval is the mon's DownOutInterval for --down-out-interval
+// d: 0 means never, as in Ceph, where mon.Config's zero is its default.
+func downOutInterval(d time.Duration) (time.Duration, error) {
+	switch {
+	case d < 0:
+		return 0, usageErrorf("--down-out-interval %v: want 0 (never) or more", d)
+	case d == 0:
+		return mon.NeverOut, nil
+	}
+	return d, nil
+}
+
 func newMonCmd() *cobra.Command {
 	var (
 		cfg        mon.Config
@@ -70,6 +85,10 @@ loopback or an admin network.`,
   osprey mon --name a --listen tcp://10.0.0.1:3300 --etcd http://10.0.0.1:2379,http://10.0.0.2:2379,http://10.0.0.3:2379`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if cfg.DownOutInterval, err = downOutInterval(cfg.DownOutInterval); err != nil {
+				return err
+			}
 			if (len(cfg.Etcd) == 0) == (cfg.EmbedEtcdDir == "") {
 				return usageErrorf("give either --etcd ENDPOINTS or --embed-etcd DIR")
 			}
@@ -131,11 +150,11 @@ loopback or an admin network.`,
 	f.StringSliceVar(&cfg.Etcd, "etcd", nil, "etcd endpoints, e.g. http://10.0.0.1:2379,http://10.0.0.2:2379")
 	f.StringVar(&cfg.EmbedEtcdDir, "embed-etcd", "", "run a single-node etcd in this process, with its data in this directory")
 	f.DurationVar(&cfg.HeartbeatGrace, "heartbeat-grace", 20*time.Second, "an OSD silent (or reported unreachable) this long is marked down")
-	f.DurationVar(&cfg.DownOutInterval, "down-out-interval", 10*time.Minute, "an OSD down this long is marked out")
+	f.DurationVar(&cfg.DownOutInterval, "down-out-interval", 10*time.Minute, downOutUsage)
 	f.IntVar(&cfg.MinDownReporters, "min-down-reporters", 2, "reporters (hosts) needed to mark an OSD down")
 	f.Uint32Var(&pgs, "pgs", placement.DefaultPGCount, "PGs of the default pool (new cluster only)")
 	f.Uint32Var(&replicas, "replicas", 3, "replicas of the default pool (new cluster only)")
-	markPositive(f, "pgs", "replicas")
+	markPositive(f, "pgs", "replicas", "heartbeat-grace", "min-down-reporters")
 	f.Uint32Var(&minSize, "min-size", 0, "min_size of the default pool; 0: replicas - replicas/2 (new cluster only)")
 	f.DurationVar(&stopWithin, "stop-timeout", 10*time.Second, "bound on a graceful stop")
 	f.Var(modesFlag{&cfg.ServiceModes}, "ms-service-mode", "connection modes the mon accepts from clients and daemons: crc, secure (needs --auth cert), prefer-secure or prefer-crc (Ceph's ms_mon_service_mode)")

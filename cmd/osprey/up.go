@@ -104,7 +104,8 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	f.DurationVar(&o.readyTimeout, "ready-timeout", 30*time.Second, "how long the OSDs may take to serve a first request")
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "bound on a graceful stop")
 	f.DurationVar(&o.grace, "heartbeat-grace", 20*time.Second, "the mon marks an OSD down after this long without heartbeats (at once when its connections are refused)")
-	f.DurationVar(&o.downOut, "down-out-interval", 10*time.Minute, "the mon marks a down OSD out (its data is re-replicated) after this long")
+	f.DurationVar(&o.downOut, "down-out-interval", 10*time.Minute, downOutUsage)
+	markPositive(f, "heartbeat-grace")
 	f.Float64Var(&o.failsafe, "failsafe-full-ratio", 0.97, "fraction of an OSD's data disk in use over which it takes no write but deletes, even a replica's, as osprey osd's flag")
 	f.Var((*socketFailures)(&o.faults), "inject-socket-failures", socketFailuresUsage)
 	f.Var(authFlag{&o.noAuth}, "auth", `"cert": every daemon and client proves who it is and is checked against its caps; "none": no authentication (tests and closed networks only)`)
@@ -138,6 +139,9 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 	}
 	if o.port < 0 || o.port+2*o.osds-1 > 65535 {
 		return usageErrorf("--port %d: ports %d..%d do not exist", o.port, o.port, o.port+2*o.osds-1)
+	}
+	if o.downOut, err = downOutInterval(o.downOut); err != nil {
+		return err
 	}
 	if o.public == "" {
 		o.public = o.transport
