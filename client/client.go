@@ -543,7 +543,7 @@ func (c *Client) route(mp *placement.Map, tg target) (*osdpb.Pool, uint32) {
 func (c *Client) primaryConn(ctx context.Context, mp *placement.Map, pool, pg uint32) (*msgr.Conn, error) {
 	primary, ok := mp.Primary(pool, pg)
 	if !ok {
-		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x has no OSD up (epoch %d)", pool, pg, mp.Epoch())
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s has no OSD up and in (map epoch %d)", placement.PGID{Pool: pool, Seed: pg}, mp.Epoch())
 	}
 	addr, _ := mp.PublicAddr(primary)
 	return c.m.Connect(ctx, addr, msgr.EntityName(ops.OSDName(primary)))

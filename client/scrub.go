@@ -26,7 +26,7 @@ func (c *Client) DeepScrubPG(ctx context.Context, pg placement.PGID) ([]uint32, 
 	}
 	acting := mp.ActingSet(pg.Pool, pg.Seed)
 	if len(acting) == 0 {
-		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg %s has no OSD up (map epoch %d)", pg, mp.Epoch())
+		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg %s has no OSD up and in (map epoch %d)", pg, mp.Epoch())
 	}
 	for _, id := range acting {
 		if _, err := c.scrubRequest(ctx, mp, id, &osdpb.PGScrub{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: pg.Pool, Pg: pg.Seed}}); err != nil {
@@ -108,7 +108,7 @@ func (c *Client) toPrimary(ctx context.Context, pg placement.PGID, t osdpb.MsgTy
 	}
 	id, ok := mp.Primary(pg.Pool, pg.Seed)
 	if !ok {
-		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s has no OSD up (map epoch %d)", pg, mp.Epoch())
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s has no OSD up and in (map epoch %d)", pg, mp.Epoch())
 	}
 	conn, err := c.adminConn(ctx, mp, id)
 	if err != nil {

@@ -327,7 +327,7 @@ func computeStatus(in statusInput) *Status {
 	}
 
 	if down > 0 {
-		errs = append(errs, fmt.Sprintf("%d pgs down (no OSD of their acting set is up)", down))
+		errs = append(errs, fmt.Sprintf("%d pgs down (no OSD both up and in to serve them)", down))
 	}
 	if belowMin > 0 {
 		errs = append(errs, fmt.Sprintf("%d pgs inactive: fewer than min_size OSDs up (undersized+peered)", belowMin))
