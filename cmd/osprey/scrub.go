@@ -265,8 +265,13 @@ func inconsistentJSON(pg placement.PGID, r *client.InconsistentPG) inconsistentO
 func versionString(v *osdpb.Version) string { return fmt.Sprintf("%d.%d", v.GetEpoch(), v.GetSeq()) }
 
 func printInconsistent(w io.Writer, pg placement.PGID, r *client.InconsistentPG) {
-	if len(r.Objects) == 0 {
-		fmt.Fprintf(w, "pg %s: no inconsistent objects\n", pg)
+	switch {
+	case len(r.Objects) == 0 && r.Scrubbed.IsZero():
+		// As rados says "No scrub information available".
+		fmt.Fprintf(w, "pg %s: no deep scrub has compared its copies yet (osprey pg deep-scrub %s)\n", pg, pg)
+		return
+	case len(r.Objects) == 0:
+		fmt.Fprintf(w, "pg %s: no inconsistent objects (scrubbed %s, epoch %d)\n", pg, r.Scrubbed.UTC().Format(time.RFC3339), r.Epoch)
 		return
 	}
 	fmt.Fprintf(w, "pg %s: %d inconsistent objects (scrubbed %s, epoch %d)\n", pg, len(r.Objects),

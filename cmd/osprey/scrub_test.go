@@ -140,7 +140,9 @@ func TestPGRepairCLI(t *testing.T) {
 		t.Fatalf("repair: %s", out)
 	}
 	health("HEALTH_OK", "")
-	if out := cli("pg", "list-inconsistent", pgid.String()); !strings.Contains(out, "no inconsistent objects") {
+	// A clean result still says when it was scrubbed: rados tells "never
+	// scrubbed" from clean, and so does this.
+	if out := cli("pg", "list-inconsistent", pgid.String()); !strings.Contains(out, "no inconsistent objects (scrubbed ") {
 		t.Fatalf("list-inconsistent after the repair:\n%s", out)
 	}
 	if _, got, err := replica.Store().ReadRange(ctx, "scrub", "obj", 0, -1, nil); err != nil || !slices.Equal(got, body) {
@@ -171,5 +173,23 @@ func TestPrintInconsistentDeleted(t *testing.T) {
 	out := inconsistentJSON(pg, r)
 	if sh := out.Inconsistents[0].Shards; sh[0].Version != "3.9" || !sh[0].Missing || sh[1].Version != "" {
 		t.Errorf("JSON shards: %+v; want the deleted one at 3.9, the missing one with no version", sh)
+	}
+}
+
+// TestPrintInconsistentNeverScrubbed: a PG no deep scrub compared yet
+// does not read as clean.
+func TestPrintInconsistentNeverScrubbed(t *testing.T) {
+	pg := placement.PGID{Pool: 1, Seed: 2}
+	var never, clean strings.Builder
+	printInconsistent(&never, pg, &client.InconsistentPG{})
+	printInconsistent(&clean, pg, &client.InconsistentPG{Scrubbed: time.Unix(1, 0), Epoch: 7})
+	if !strings.Contains(never.String(), "no deep scrub has compared its copies yet") {
+		t.Errorf("never scrubbed: %q", never.String())
+	}
+	if want := "pg 1.2: no inconsistent objects (scrubbed 1970-01-01T00:00:01Z, epoch 7)\n"; clean.String() != want {
+		t.Errorf("clean: %q, want %q", clean.String(), want)
+	}
+	if out := inconsistentJSON(pg, &client.InconsistentPG{}); out.Scrubbed != "" || out.Epoch != 0 || out.Inconsistents == nil {
+		t.Errorf("never scrubbed, JSON: %+v", out)
 	}
 }

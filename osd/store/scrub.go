@@ -76,7 +76,8 @@ func (s *Store) PGInconsistent(ctx context.Context, pg uint32) (*osdpb.PGInconsi
 }
 
 // SetPGInconsistent records the result of a cross-replica scrub of PG
-// pg; nil or one without objects removes the record. Not synced, as the
+// pg, a clean one too (so that its time and epoch tell "scrubbed clean"
+// from "never scrubbed"); nil removes the record. Not synced, as the
 // stamp: a result lost in a crash is found again by the next scrub.
 func (s *Store) SetPGInconsistent(ctx context.Context, pg uint32, r *osdpb.PGInconsistent) error {
 	if err := s.enter(ctx); err != nil {
@@ -84,7 +85,7 @@ func (s *Store) SetPGInconsistent(ctx context.Context, pg uint32, r *osdpb.PGInc
 	}
 	defer s.leave()
 	var err error
-	if len(r.GetObjects()) == 0 {
+	if r == nil {
 		err = s.db.Delete(inconsistentKey(pg), pebble.NoSync)
 	} else {
 		var v []byte

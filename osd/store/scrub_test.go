@@ -9,8 +9,9 @@ import (
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
-// TestPGInconsistent: a PG's compare result survives a restart, an empty
-// one removes it, and removing the PG's copy removes it too; HeadVersion
+// TestPGInconsistent: a PG's compare result survives a restart, a clean
+// one replaces it (kept, for its time), nil removes it, and removing the
+// PG's copy removes it too; HeadVersion
 // gives the version that wrote the copy.
 func TestPGInconsistent(t *testing.T) {
 	e := newEnv(t, store.Options{})
@@ -27,11 +28,18 @@ func TestPGInconsistent(t *testing.T) {
 	if r, err := e.s.PGInconsistent(e.ctx, pg); err != nil || !proto.Equal(r, want) {
 		t.Fatalf("after a restart: %v, %v", r, err)
 	}
-	if err := e.s.SetPGInconsistent(e.ctx, pg, &osdpb.PGInconsistent{ScrubbedUnixNano: 8}); err != nil {
+	clean := &osdpb.PGInconsistent{ScrubbedUnixNano: 8, Epoch: 4}
+	if err := e.s.SetPGInconsistent(e.ctx, pg, clean); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.s.PGInconsistent(e.ctx, pg); err != nil || !proto.Equal(r, clean) {
+		t.Fatalf("after a clean compare: %v, %v", r, err)
+	}
+	if err := e.s.SetPGInconsistent(e.ctx, pg, nil); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := e.s.PGInconsistent(e.ctx, pg); err != nil || r != nil {
-		t.Fatalf("after a clean compare: %v, %v", r, err)
+		t.Fatalf("after nil: %v, %v", r, err)
 	}
 	if err := e.s.SetPGInconsistent(e.ctx, pg, want); err != nil {
 		t.Fatal(err)
