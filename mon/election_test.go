@@ -50,6 +50,11 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("status mons: %+v", st.Mons)
 	}
 
+	// The standby learns the boot's map from its etcd watch, after the
+	// leader answered: the subscription may ask either mon.
+	eventually(t, 10*time.Second, "the standby at the leader's epoch", func() bool {
+		return standby.Map().Epoch() == leader.Map().Epoch()
+	})
 	rec := &mapRecorder{}
 	c := newTestClient(t, rec, a.Addr(), b.Addr())
 	mp, err := c.Subscribe(ctxFor(t, 10*time.Second))

@@ -187,6 +187,11 @@ func TestIdleConnectionCost(t *testing.T) {
 				msgrtest.Eventually(t, 20*time.Second, "every link down", func() bool {
 					return srv.InboundStats().Open == 0
 				})
+				// A link's reader and writer end on their own after its
+				// close counts it down: wait a while for them.
+				for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > base.goroutines+2 && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond) // polling interval, not synchronization
+				}
 				// What a session waiting for its peer (standby) costs: heap
 				// only, since it has no goroutine (the runtime may keep the
 				// stacks of those that ended for reuse).
