@@ -155,9 +155,10 @@ func TestIdleConnectionCost(t *testing.T) {
 				})
 			}
 			// The last connections' handshake goroutines may not have
-			// ended yet (CI saw 1,002 goroutines for 500 sessions once):
-			// wait a while for the count to come down to the limit, which
-			// one goroutine too many per connection still exceeds.
+			// ended yet (CI once saw more than 1,000 for 500 sessions,
+			// "2.00 each"): wait a while for the count to come down to
+			// the limit, which one goroutine too many per connection
+			// still exceeds.
 			limit := base.goroutines + int(tc.maxGor*float64(n))
 			for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > limit && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond) // polling interval, not synchronization
