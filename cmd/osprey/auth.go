@@ -126,9 +126,19 @@ with one, through osprey s3, act as the entity, with its osd caps.`,
 	}
 	addMonFlags(rm.Flags(), &mf)
 	caps := &cobra.Command{
-		Use:   "caps ENTITY [SERVICE CAPS]...",
+		Use:   "caps ENTITY SERVICE CAPS [SERVICE CAPS]...",
 		Short: "Replace an entity's caps (services left out get none)",
-		Args:  entityArgs(true),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := entityArgs(true)(cmd, args); err != nil {
+				return err
+			}
+			// As Ceph's auth caps: a forgotten argument must not strip
+			// every cap (client.admin's would lock the admin out).
+			if len(args) < 3 {
+				return usageErrorf("name the caps to set, e.g. osd 'allow r' (services left out get none; osd '' takes every cap away)")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "auth caps", Entity: args[0], Caps: capsArgs(args[1:])})
 			if err != nil {

@@ -161,12 +161,19 @@ func TestAuthCLI(t *testing.T) {
 		t.Fatalf("get after rm: %v", err)
 	}
 
+	// osd '' takes every cap away (caps with no pair at all is a usage
+	// error, below).
+	if out, err := cli("auth", "caps", "client.ro", "osd", ""); err != nil || !strings.Contains(out, "client.ro caps: (none)") {
+		t.Fatalf("auth caps client.ro osd '': %v %q", err, out)
+	}
+
 	// Usage mistakes are caught before the mon is asked.
 	for _, args := range [][]string{
 		{"auth", "add", "backup"},
 		{"auth", "add", "client.x", "osd"},
 		{"auth", "add", "client.x", "osd", "allow q"},
 		{"auth", "get", "client.x", "osd", "allow r"},
+		{"auth", "caps", "client.admin"},
 		{"auth", "rm"},
 		{"auth", "s3-key", "add", "client.x", "--request-id", "0011"},
 		{"auth", "s3-key", "add", "client.x", "--request-id", "not hex"},
