@@ -362,18 +362,22 @@ func TestUpRefusesDirInUse(t *testing.T) {
 	dir := t.TempDir()
 	osdtest.StartLocal(t, local.Options{OSDs: 1, PGs: 8, WithMon: true, Dir: dir,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	done := make(chan error, 1)
-	go func() {
-		_, _, err := run(t, "up", "--dir", dir, "--log-level", "warn")
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if exitCode(err) != exitError || !strings.Contains(errorLine(err), dir+" is in use") {
-			t.Fatalf("second up on %s: %v (exit %d), want exit %d naming the directory", dir, err, exitCode(err), exitError)
+	// With flags that contradict its map too: the directory in use is
+	// what is wrong.
+	for _, extra := range [][]string{nil, {"--osds", "5"}} {
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := run(t, append([]string{"up", "--dir", dir, "--log-level", "warn"}, extra...)...)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if exitCode(err) != exitError || !strings.Contains(errorLine(err), dir+" is in use") {
+				t.Fatalf("second up %v on %s: %v (exit %d), want exit %d naming the directory", extra, dir, err, exitCode(err), exitError)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("second up %v on %s still running after 20s, want it to fail at once", extra, dir)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("second up on %s still running after 20s, want it to fail at once", dir)
 	}
 }
 

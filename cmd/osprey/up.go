@@ -254,6 +254,14 @@ func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string
 	m, err := placement.Load(path)
 	switch {
 	case err == nil:
+		// A directory in use says so first: its map may not match the
+		// flags either, but that is not what is wrong. (local.Start
+		// takes the lock for good.)
+		f, err := dirlock.Lock(dir)
+		if err != nil {
+			return nil, dirInUse(err, dir)
+		}
+		f.Close()
 		if err := checkReuse(cmd, o, m, path); err != nil {
 			return nil, err
 		}
@@ -266,14 +274,20 @@ func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string
 	if errors.Is(err, placement.ErrInvalidMap) {
 		return nil, usageErrorf("%v", err) // only flags go into a new map
 	}
-	var inUse *dirlock.InUseError
-	if errors.As(err, &inUse) && inUse.Dir == lo.Dir {
-		return nil, fmt.Errorf("%w (another `osprey up` on this --dir? stop it first, or use another --dir)", err)
-	}
 	if err != nil {
-		return nil, err
+		return nil, dirInUse(err, lo.Dir)
 	}
 	return &localCluster{Cluster: c, reused: lo.Map != nil, clientModes: o.clientModes}, nil
+}
+
+// dirInUse says what to do about err when it is dir's lock held by
+// another; other errors pass as they are.
+func dirInUse(err error, dir string) error {
+	var inUse *dirlock.InUseError
+	if errors.As(err, &inUse) && inUse.Dir == dir {
+		return fmt.Errorf("%w (another `osprey up` on this --dir? stop it first, or use another --dir)", err)
+	}
+	return err
 }
 
 // upMetrics is where one daemon of `osprey up` serves /metrics.
