@@ -133,6 +133,15 @@ func TestAuthCLI(t *testing.T) {
 	if _, err := cli("osd", "reweight", "0", "1e300"); exitCode(err) != exitUsage {
 		t.Fatalf("osd reweight 0 1e300: %v, want a usage error", err)
 	}
+	var res struct {
+		Command string   `json:"command"`
+		Changed []uint32 `json:"changed"`
+		Epoch   uint64   `json:"epoch"`
+	}
+	if out, err := cli("osd", "in", "0", "--json"); err != nil || json.Unmarshal([]byte(out), &res) != nil ||
+		res.Command != "osd in" || res.Changed == nil || len(res.Changed) != 0 || res.Epoch == 0 {
+		t.Fatalf("osd in --json: %v %q, %+v", err, out, res)
+	}
 	// The OSD checks what a client may do: a read-only key may list but
 	// not make a bucket; the admin may.
 	roPath := filepath.Join(t.TempDir(), "ro.keyring")

@@ -187,6 +187,17 @@ func osdVerbOutcome(verb string, ids []uint32, output string) string {
 func newOSDAdminCmds() []*cobra.Command {
 	var mf monFlags
 	ids := parseOSDIDs
+	// The map-changing commands print the mon's result with --json.
+	var asJSON bool
+	jsonFlag := func(c *cobra.Command) {
+		c.Flags().BoolVar(&asJSON, "json", false, "print the mon's result as one JSON object: command, ids, changed, epoch, message")
+	}
+	printResult := func(cmd *cobra.Command, rep *osdpb.MonCommandReply, text string) {
+		if asJSON {
+			text = strings.TrimSpace(rep.Output)
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), text)
+	}
 	simple := func(verb, short string) *cobra.Command {
 		c := &cobra.Command{
 			Use:   verb + " ID...",
@@ -201,11 +212,12 @@ func newOSDAdminCmds() []*cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "osd %s %v: %s, map epoch %d\n", verb, args, osdVerbOutcome(verb, list, rep.Output), rep.Epoch)
+				printResult(cmd, rep, fmt.Sprintf("osd %s %v: %s, map epoch %d", verb, args, osdVerbOutcome(verb, list, rep.Output), rep.Epoch))
 				return nil
 			},
 		}
 		addMonFlags(c.Flags(), &mf)
+		jsonFlag(c)
 		return c
 	}
 	reweight := &cobra.Command{
@@ -225,11 +237,12 @@ func newOSDAdminCmds() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "osd.%d weight %g, map epoch %d\n", list[0], w, rep.Epoch)
+			printResult(cmd, rep, fmt.Sprintf("osd.%d weight %g, map epoch %d", list[0], w, rep.Epoch))
 			return nil
 		},
 	}
 	addMonFlags(reweight.Flags(), &mf)
+	jsonFlag(reweight)
 	ratio := func(which, short string) *cobra.Command {
 		c := &cobra.Command{
 			Use:   "set-" + which + "-ratio RATIO",
@@ -244,11 +257,12 @@ func newOSDAdminCmds() []*cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s_ratio %g, map epoch %d\n", which, r, rep.Epoch)
+				printResult(cmd, rep, fmt.Sprintf("%s_ratio %g, map epoch %d", which, r, rep.Epoch))
 				return nil
 			},
 		}
 		addMonFlags(c.Flags(), &mf)
+		jsonFlag(c)
 		return c
 	}
 	var treeJSON bool
