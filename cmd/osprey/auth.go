@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -261,21 +259,19 @@ func capsArgs(args []string) map[string]string {
 	return out
 }
 
-// writeKeyring prints a keyring, or writes it to path with mode 0600.
 // checkKeyringPath fails when writeKeyring could not write a file at
 // path: its directory is missing or not writable.
 func checkKeyringPath(path string) error {
 	if path == "" || path == "-" {
 		return nil
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
+	if err := auth.CheckKeyringPath(path); err != nil {
 		return fmt.Errorf("cannot write the keyring to %s: %w", path, err)
 	}
-	f.Close()
-	return os.Remove(f.Name())
+	return nil
 }
 
+// writeKeyring prints a keyring, or writes it to path with mode 0600.
 func writeKeyring(w io.Writer, path, entity string, keyring []byte) error {
 	if path == "" || path == "-" {
 		_, err := w.Write(keyring)

@@ -265,17 +265,16 @@ func inconsistentJSON(pg placement.PGID, r *client.InconsistentPG) inconsistentO
 func versionString(v *osdpb.Version) string { return fmt.Sprintf("%d.%d", v.GetEpoch(), v.GetSeq()) }
 
 func printInconsistent(w io.Writer, pg placement.PGID, r *client.InconsistentPG) {
-	switch {
-	case len(r.Objects) == 0 && r.Scrubbed.IsZero():
+	if len(r.Objects) == 0 && r.Scrubbed.IsZero() {
 		// As rados says "No scrub information available".
 		fmt.Fprintf(w, "pg %s: no deep scrub has compared its copies yet (osprey pg deep-scrub %s)\n", pg, pg)
 		return
-	case len(r.Objects) == 0:
-		fmt.Fprintf(w, "pg %s: no inconsistent objects (scrubbed %s, epoch %d)\n", pg, r.Scrubbed.UTC().Format(time.RFC3339), r.Epoch)
-		return
 	}
-	fmt.Fprintf(w, "pg %s: %d inconsistent objects (scrubbed %s, epoch %d)\n", pg, len(r.Objects),
-		r.Scrubbed.UTC().Format(time.RFC3339), r.Epoch)
+	found := "no inconsistent objects"
+	if len(r.Objects) > 0 {
+		found = fmt.Sprintf("%d inconsistent objects", len(r.Objects))
+	}
+	fmt.Fprintf(w, "pg %s: %s (scrubbed %s, epoch %d)\n", pg, found, r.Scrubbed.UTC().Format(time.RFC3339), r.Epoch)
 	for _, io := range r.Objects {
 		fmt.Fprintf(w, "%s/%s: %s\n", io.Bucket, io.Key, strings.Join(io.Errors, ", "))
 		for _, sh := range io.Shards {

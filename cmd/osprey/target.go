@@ -136,8 +136,8 @@ func parseSeeds(in []string) ([]string, error) {
 	if len(out) == 0 {
 		return nil, usageErrorf("no seed addresses given")
 	}
-	// A typo is a usage error now, not 10 s of dialling a name no
-	// transport can reach.
+	// A typo is a usage error, not 10 s of dialling a name no transport
+	// can reach.
 	for _, a := range out {
 		ad, err := msgr.ParseAddr(a)
 		if err != nil {

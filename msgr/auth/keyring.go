@@ -48,13 +48,30 @@ func LoadKeyring(path string) (*Keyring, error) {
 	return k, nil
 }
 
+// createKeyringTemp creates the file WriteKeyringFile renames to path,
+// beside it, so that the rename stays on one filesystem.
+func createKeyringTemp(path string) (*os.File, error) {
+	return os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+}
+
+// CheckKeyringPath fails where WriteKeyringFile could not write path (its
+// directory missing or not writable), without touching path: a caller
+// checks before it has a keyring that must not be lost.
+func CheckKeyringPath(path string) error {
+	tmp, err := createKeyringTemp(path)
+	if err != nil {
+		return err
+	}
+	tmp.Close()
+	return os.Remove(tmp.Name())
+}
+
 // WriteKeyringFile writes a keyring file (data as MarshalPEM made it) to
 // path with mode 0600, replacing any file there in one rename, so a
 // reader never sees half of one and the key is never readable by others,
 // not even for a moment.
 func WriteKeyringFile(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	tmp, err := createKeyringTemp(path)
 	if err != nil {
 		return err
 	}
