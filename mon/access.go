@@ -72,10 +72,6 @@ func (m *Mon) startAuth(ctx context.Context) (*msgr.AuthOptions, error) {
 	}}, nil
 }
 
-// readOnly are the commands mon 'allow r' may run (monclient sends them
-// to any mon).
-var readOnly = []string{"status", "osd tree", "get map"}
-
 // allowed checks req from conn's peer against its mon caps: nil, or an
 // ACCESS_DENIED *ops.Error that says what is missing.
 func (m *Mon) allowed(conn *msgr.Conn, req proto.Message) error {
@@ -121,7 +117,7 @@ func (m *Mon) allowed(conn *msgr.Conn, req proto.Message) error {
 		return osdSelf(r.Id, "ask to be marked down")
 	case *osdpb.MonCommand:
 		switch {
-		case slices.Contains(readOnly, r.Prefix):
+		case slices.Contains(monclient.ReadCommands, r.Prefix):
 			return need(auth.PermRead, "run "+r.Prefix)
 		case strings.HasPrefix(r.Prefix, "auth "):
 			return need(auth.PermExec, "run "+r.Prefix)

@@ -59,8 +59,10 @@ func TestMonAccess(t *testing.T) {
 	ctx := ctxFor(t, 30*time.Second)
 
 	// Reads need r; map changes w; auth commands x.
-	if _, err := ro.Command(ctx, &osdpb.MonCommand{Prefix: "status"}); err != nil {
-		t.Fatalf("status with mon 'allow r': %v", err)
+	for _, prefix := range monclient.ReadCommands {
+		if _, err := ro.Command(ctx, &osdpb.MonCommand{Prefix: prefix}); err != nil {
+			t.Fatalf("%s with mon 'allow r': %v", prefix, err)
+		}
 	}
 	if _, err := ro.Subscribe(ctx); err != nil {
 		t.Fatalf("subscribe with mon 'allow r': %v", err)

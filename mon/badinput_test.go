@@ -9,6 +9,7 @@ import (
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/tcp"
 	"github.com/ospreystore/osprey/msgr/wire"
@@ -201,7 +202,7 @@ func FuzzMonRequest(f *testing.F) {
 	seed(osdpb.MsgType_MSG_MON_FAILURE, &osdpb.MonFailure{Reporter: 1, Target: 0, Epoch: 7, Immediate: true})
 	seed(osdpb.MsgType_MSG_MON_MARK_ME_DOWN, &osdpb.MonMarkMeDown{Fsid: "fuzz", Id: 1, Uuid: "y", Epoch: 7})
 	seed(osdpb.MsgType_MSG_MON_SUBSCRIBE, &osdpb.MonSubscribe{HaveEpoch: 3})
-	for _, p := range append(append([]string{}, mutatingCommands...), readCommands...) {
+	for _, p := range append(append([]string{}, mutatingCommands...), monclient.ReadCommands...) {
 		seed(osdpb.MsgType_MSG_MON_COMMAND, &osdpb.MonCommand{Prefix: p, Ids: []uint32{0, 2}, Weight: 0.5})
 	}
 	seed(osdpb.MsgType_MSG_MON_COMMAND, &osdpb.MonCommand{Prefix: "osd create", Uuid: "new"})

@@ -204,6 +204,18 @@ func (m *Mon) runCommand(ctx context.Context, c *osdpb.MonCommand, g *requestGua
 		out = st
 	case "osd tree":
 		out = osdTree(m.Map())
+	case "osd df":
+		r, err := m.Report(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = r.OSDs
+	case "pg ls":
+		in, err := m.statusInput(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = pgList(in.mp, in.beacons)
 	case "osd create":
 		l := m.lead.Load()
 		if l == nil {

@@ -133,9 +133,6 @@ func ratioField(pb *osdpb.ClusterMap, prefix string) *float64 {
 	return nil
 }
 
-// readCommands are answered by any mon.
-var readCommands = []string{"status", "osd tree", "get map"}
-
 // validate checks what does not depend on the map.
 func (c osdCommand) validate() error {
 	if slices.Contains(ratioCommands, c.prefix) {

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -61,8 +62,8 @@ func decodeRequest(t osdpb.MsgType, front []byte) (proto.Message, error) {
 		if r.Prefix == "osd create" || slices.Contains(authCommands, r.Prefix) {
 			break // create checks the uuid, authCommand its entity and caps
 		}
-		if !slices.Contains(mutatingCommands, r.Prefix) && !slices.Contains(readCommands, r.Prefix) {
-			known := slices.Concat(readCommands, mutatingCommands, []string{"osd create"}, authCommands)
+		if !slices.Contains(mutatingCommands, r.Prefix) && !slices.Contains(monclient.ReadCommands, r.Prefix) {
+			known := slices.Concat(monclient.ReadCommands, mutatingCommands, []string{"osd create"}, authCommands)
 			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "unknown command %q; known: %v", r.Prefix, known)
 		}
 		if slices.Contains(mutatingCommands, r.Prefix) {

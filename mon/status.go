@@ -201,11 +201,8 @@ type statusInput struct {
 // pgKey names one PG of one pool.
 type pgKey struct{ pool, pg uint32 }
 
-// computeStatus derives the cluster status from the map and the primaries'
-// reports. From the map alone it knows which PGs have no OSD up ("down")
-// and which have fewer than size ("undersized") or min_size
-// ("undersized+peered": they take no writes); the rest is what each PG's
-// current primary reported at the current epoch, or "unknown".
+// computeStatus derives the cluster status from the map and the up OSDs'
+// beacons; each PG's state is pgViews'.
 func computeStatus(in statusInput) *Status {
 	mp := in.mp
 	st := &Status{FSID: mp.FSID(), Epoch: mp.Epoch(), Mons: in.mons, PGs: map[string]int{}}
@@ -225,18 +222,7 @@ func computeStatus(in statusInput) *Status {
 			}
 		}
 	}
-	reports := map[pgKey]pgRecord{} // by PG, from whichever OSD sent it
-	from := map[pgKey]uint32{}
-	ids := make([]uint32, 0, len(in.beacons))
-	for id := range in.beacons {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		b := in.beacons[id]
-		if o, ok := mp.OSD(id); !ok || !o.Up {
-			continue // a down OSD's space and rates are not current
-		}
+	for _, b := range upBeacons(mp, in.beacons) {
 		st.UsedBytes += b.UsedBytes
 		st.AvailBytes += b.AvailBytes
 		if in.now.Sub(time.Unix(0, b.AtUnixNano)) <= in.fresh {
@@ -244,11 +230,6 @@ func computeStatus(in statusInput) *Status {
 			st.OpsPerSec += b.OpsPerSec
 			st.ReadBytesPerSec += b.ReadBytesPerSec
 			st.WriteBytesPerSec += b.WriteBytesPerSec
-		}
-		for _, p := range b.PGs {
-			k := pgKey{p.Pool, p.PG}
-			reports[k] = p
-			from[k] = id
 		}
 	}
 
@@ -264,66 +245,41 @@ func computeStatus(in statusInput) *Status {
 	)
 	noOSDs := st.OSDs.Total == 0
 	for pool := range mp.Pools() {
-		minSize := placement.MinSize(pool)
-		st.Pools = append(st.Pools, PoolInfo{ID: pool.Id, Name: pool.Name, Size: pool.Size, MinSize: minSize, PGCount: pool.PgCount})
-		for pg := range pool.PgCount {
-			st.PGTotal++
-			acting := mp.ActingSet(pool.Id, pg)
-			k := pgKey{pool.Id, pg}
-			r, reported := reports[k]
-			if reported && len(acting) > 0 && from[k] == acting[0] {
-				st.Objects += r.Objects
-				st.DegradedObjects += r.Degraded
-				st.MisplacedObjects += r.Misplaced
-				st.InconsistentObjects += r.Inconsistent
-				if r.Inconsistent > 0 {
-					damagedPGs++
-				}
+		st.Pools = append(st.Pools, PoolInfo{ID: pool.Id, Name: pool.Name, Size: pool.Size, MinSize: placement.MinSize(pool), PGCount: pool.PgCount})
+	}
+	for v := range pgViews(mp, in.beacons) {
+		st.PGTotal++
+		if v.counted {
+			st.Objects += v.Objects
+			st.DegradedObjects += v.Degraded
+			st.MisplacedObjects += v.Misplaced
+			st.InconsistentObjects += v.Inconsistent
+			if v.Inconsistent > 0 {
+				damagedPGs++
 			}
-			fresh := reported && len(acting) > 0 && from[k] == acting[0] && r.Epoch >= mp.Epoch()
-			var state string
-			switch {
-			case noOSDs:
-				state = "unknown"
-				unknown++
-			case len(acting) == 0:
-				state = "down"
-				down++
-			case len(acting) < minSize:
-				undersized++
-				if fresh && hasToken(r.State, "down", "incomplete") {
-					state = r.State
-					broken[r.State]++
-				} else {
-					state = "undersized+peered"
-					belowMin++
-				}
-			default:
-				if fresh {
-					state = r.State
-				} else {
-					state = "unknown"
-					unknown++
-				}
-				if len(acting) < int(pool.Size) {
-					undersized++
-					if !hasToken(state, "undersized") {
-						state += "+undersized"
-					}
-				}
-				if fresh && hasToken(r.State, "down", "incomplete") {
-					broken[r.State]++
-				} else if fresh && r.State != "active+clean" {
-					for _, t := range strings.Split(r.State, "+") {
-						// inconsistent is an error of its own (PG_DAMAGED below).
-						if t != "active" && t != "clean" && t != "undersized" && t != "inconsistent" && t != "" {
-							tokens[t]++
-						}
-					}
-				}
-			}
-			st.PGs[state]++
 		}
+		switch {
+		case v.unknown:
+			unknown++
+		case v.down:
+			down++
+		case v.belowMin:
+			belowMin++
+		}
+		if v.undersized {
+			undersized++
+		}
+		if v.broken {
+			broken[v.reported]++
+		} else if v.fresh && v.reported != "active+clean" && !v.belowMin {
+			for _, t := range strings.Split(v.reported, "+") {
+				// inconsistent is an error of its own (PG_DAMAGED below).
+				if t != "active" && t != "clean" && t != "undersized" && t != "inconsistent" && t != "" {
+					tokens[t]++
+				}
+			}
+		}
+		st.PGs[v.State]++
 	}
 
 	if down > 0 {

@@ -2,6 +2,7 @@ package mon
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -51,6 +52,32 @@ func statusCmd(t *testing.T, c *monclient.Client) *Status {
 	return &st
 }
 
+// pgLs runs "pg ls" and checks it against st, the status of the same
+// moment: one row per PG, in order, counted under the same states.
+func pgLs(t *testing.T, c *monclient.Client, st *Status) []PGStat {
+	t.Helper()
+	rep := mustCommand(t, c, &osdpb.MonCommand{Prefix: "pg ls"})
+	var pgs []PGStat
+	if err := json.Unmarshal([]byte(rep.Output), &pgs); err != nil {
+		t.Fatalf("pg ls output %q: %v", rep.Output, err)
+	}
+	byState := map[string]int{}
+	for i, p := range pgs {
+		byState[p.State]++
+		want := placement.PGID{Pool: p.Pool, Seed: uint32(i)}
+		if p.Seed != uint32(i) || p.PGID != want.String() {
+			t.Errorf("pg ls row %d is %s (seed %d)", i, p.PGID, p.Seed)
+		}
+		if (len(p.Acting) == 0) != (p.Primary == -1) || len(p.Acting) > 0 && p.Primary != int64(p.Acting[0]) {
+			t.Errorf("pg %s: primary %d, acting %v", p.PGID, p.Primary, p.Acting)
+		}
+	}
+	if len(pgs) != st.PGTotal || !maps.Equal(byState, st.PGs) {
+		t.Errorf("pg ls: %d PGs by state %v; status: %d, %v", len(pgs), byState, st.PGTotal, st.PGs)
+	}
+	return pgs
+}
+
 func hasCheck(st *Status, words string) bool {
 	return slices.ContainsFunc(st.Health.Checks, func(c string) bool { return strings.Contains(c, words) })
 }
@@ -75,6 +102,11 @@ func TestStatusHealth(t *testing.T) {
 	if st.Health.Status != HealthWarn || st.PGs["unknown"] != 16 || !hasCheck(st, "16 pgs unknown") {
 		t.Fatalf("before reports: %+v", st)
 	}
+	for _, p := range pgLs(t, c, st) {
+		if p.ReportedEpoch != 0 || p.Objects != 0 {
+			t.Errorf("pg ls before reports: %+v", p)
+		}
+	}
 	beaconAll(t, c, m.Map(), "active+clean")
 	st = statusCmd(t, c)
 	if st.Health.Status != HealthOK || st.PGs["active+clean"] != 16 || st.OSDs != (OSDCounts{3, 3, 3}) || st.Objects != 16 || st.UsedBytes != 300 {
@@ -95,6 +127,20 @@ func TestStatusHealth(t *testing.T) {
 	if st.Health.Status != HealthWarn || !hasCheck(st, "1 osds down") || !hasCheck(st, "16 pgs undersized") {
 		t.Fatalf("one OSD down: %+v", st)
 	}
+	for _, p := range pgLs(t, c, st) {
+		if p.State != "active+undersized+degraded" || len(p.Acting) != 2 || slices.Contains(p.Acting, 2) || p.Objects != 1 || p.ReportedEpoch != m.Map().Epoch() {
+			t.Errorf("pg ls with osd.2 down: %+v", p)
+		}
+	}
+	// osd df: the up OSDs' beacons' space; none for the down one.
+	rep := mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd df"})
+	var df []OSDReport
+	if err := json.Unmarshal([]byte(rep.Output), &df); err != nil {
+		t.Fatal(err)
+	}
+	if len(df) != 3 || df[0].UsedBytes != 100 || df[1].AvailBytes != 900 || df[2].Up || df[2].UsedBytes+df[2].AvailBytes != 0 || df[0].PGs != 16 {
+		t.Errorf("osd df: %+v", df)
+	}
 
 	// Two down: every PG has one member, below min_size 2: ERR.
 	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd down", Ids: []uint32{1}})
@@ -103,9 +149,10 @@ func TestStatusHealth(t *testing.T) {
 		t.Fatalf("two OSDs down: %+v", st)
 	}
 	t.Logf("checks: %q", st.Health.Checks)
+	pgLs(t, c, st)
 
 	// osd tree: every PG counted once as primary.
-	rep := mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd tree"})
+	rep = mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd tree"})
 	var tree []OSDTreeEntry
 	if err := json.Unmarshal([]byte(rep.Output), &tree); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/msgr/auth"
 )
@@ -126,9 +125,7 @@ func TestGC(t *testing.T) {
 		t.Skip("starts a cluster")
 	}
 	ctx := t.Context()
-	c := osdtest.StartLocal(t, local.Options{OSDs: 1, Replicas: 1, PGs: 8, WithMon: true, Dir: t.TempDir(),
-		Logger: slog.New(slog.DiscardHandler)})
-	admin := []string{"--mon", c.Mon.Addr(), "--keyring", c.KeyringPath("client.admin")}
+	c, admin := monCluster(t, 1, 1)
 	user := func(name, caps string) *client.Client {
 		t.Helper()
 		path := filepath.Join(t.TempDir(), name+".keyring")

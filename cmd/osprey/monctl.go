@@ -116,6 +116,8 @@ func monCommand(cmd *cobra.Command, m monFlags, req *osdpb.MonCommand) (*osdpb.M
 			id = monclient.NewRequestID()
 		}
 		req.RequestId = id
+	} else if m.requestID != "" {
+		return nil, usageErrorf("--request-id is for commands that change something; %s only reads", req.Prefix)
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), m.timeout)
 	defer cancel()
@@ -271,20 +273,7 @@ func newOSDAdminCmds() []*cobra.Command {
 		Short: "List the OSDs: host, up/in, weight, addresses, PGs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "osd tree"})
-			if err != nil {
-				return err
-			}
-			if treeJSON {
-				fmt.Fprintln(cmd.OutOrStdout(), rep.Output)
-				return nil
-			}
-			var osds []mon.OSDTreeEntry
-			if err := json.Unmarshal([]byte(rep.Output), &osds); err != nil {
-				return fmt.Errorf("osd tree: %w", err)
-			}
-			printTree(cmd.OutOrStdout(), osds)
-			return nil
+			return monRead(cmd, mf, "osd tree", treeJSON, printTree)
 		},
 	}
 	addMonFlags(tree.Flags(), &mf)
@@ -301,7 +290,7 @@ func newOSDAdminCmds() []*cobra.Command {
 	}
 }
 
-func printTree(w io.Writer, osds []mon.OSDTreeEntry) {
+func printTree(w io.Writer, osds []mon.OSDTreeEntry) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tHOST\tSTATUS\tIN\tWEIGHT\tPGS\tPRIMARY\tDISK\tPUBLIC\tCLUSTER")
 	for _, o := range osds {
@@ -314,11 +303,11 @@ func printTree(w io.Writer, osds []mon.OSDTreeEntry) {
 		}
 		fmt.Fprintf(tw, "osd.%d\t%s\t%s\t%s\t%g\t%d\t%d\t%s\t%s\t%s\n", o.ID, o.Host, st, in, o.Weight, o.PGs, o.PrimaryPGs, cmp.Or(o.Fullness, "ok"), o.PublicAddr, o.ClusterAddr)
 	}
-	tw.Flush()
+	return tw.Flush()
 }
 
 // printMonStatus prints the mon's status as `ceph -s` does.
-func printMonStatus(w io.Writer, s *mon.Status) {
+func printMonStatus(w io.Writer, s *mon.Status) error {
 	fmt.Fprintf(w, "  cluster:\n    id:     %s\n    health: %s\n", s.FSID, s.Health.Status)
 	for _, c := range s.Health.Checks {
 		fmt.Fprintf(w, "            %s\n", c)
@@ -347,26 +336,23 @@ func printMonStatus(w io.Writer, s *mon.Status) {
 		fmt.Fprintf(w, "%d %s", s.PGs[k], k)
 	}
 	fmt.Fprintln(w)
-	if s.DegradedObjects+s.MisplacedObjects > 0 || s.RecoveryBytesPerSec > 0 {
-		fmt.Fprintf(w, "\n  io:\n    degraded: %d objects, misplaced: %d objects, recovery: %s/s\n",
-			s.DegradedObjects, s.MisplacedObjects, humanBytes(int64(s.RecoveryBytesPerSec)))
+	client := s.OpsPerSec > 0 || s.ReadBytesPerSec > 0 || s.WriteBytesPerSec > 0
+	recovery := s.DegradedObjects+s.MisplacedObjects > 0 || s.RecoveryBytesPerSec > 0
+	if client || recovery {
+		fmt.Fprintf(w, "\n  io:\n")
 	}
+	if client {
+		fmt.Fprintf(w, "    client:   %s/s rd, %s/s wr, %.0f op/s\n",
+			humanBytes(int64(s.ReadBytesPerSec)), humanBytes(int64(s.WriteBytesPerSec)), s.OpsPerSec)
+	}
+	if recovery {
+		fmt.Fprintf(w, "    recovery: %s/s; degraded: %d objects, misplaced: %d objects\n",
+			humanBytes(int64(s.RecoveryBytesPerSec)), s.DegradedObjects, s.MisplacedObjects)
+	}
+	return nil
 }
 
 // monStatus is `osprey status` with a mon: its health, as `ceph -s`.
 func monStatus(cmd *cobra.Command, mf monFlags, asJSON bool) error {
-	rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "status"})
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		fmt.Fprintln(cmd.OutOrStdout(), rep.Output)
-		return nil
-	}
-	var s mon.Status
-	if err := json.Unmarshal([]byte(rep.Output), &s); err != nil {
-		return fmt.Errorf("status: %w", err)
-	}
-	printMonStatus(cmd.OutOrStdout(), &s)
-	return nil
+	return monRead(cmd, mf, "status", asJSON, printMonStatus)
 }

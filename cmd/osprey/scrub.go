@@ -20,9 +20,9 @@ import (
 func newPGCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pg",
-		Short: "Placement group commands (deep-scrub, repair, list-inconsistent)",
+		Short: "Placement group commands (ls, deep-scrub, repair, list-inconsistent)",
 	}
-	cmd.AddCommand(newPGDeepScrubCmd(), newPGRepairCmd(), newPGListInconsistentCmd())
+	cmd.AddCommand(newPGLsCmd(), newPGDeepScrubCmd(), newPGRepairCmd(), newPGListInconsistentCmd())
 	return cmd
 }
 

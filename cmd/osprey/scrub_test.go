@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
-	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -29,9 +26,7 @@ func TestPGRepairCLI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	lc := osdtest.StartLocal(t, local.Options{OSDs: 3, Replicas: 3, PGs: 8, WithMon: true, Dir: t.TempDir(),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	m := []string{"--mon", lc.Mon.Addr(), "--keyring", lc.KeyringPath("client.admin")}
+	lc, m := monCluster(t, 3, 3)
 	cli := func(args ...string) string {
 		t.Helper()
 		out, _, err := run(t, append(args, m...)...)

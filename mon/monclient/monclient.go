@@ -89,14 +89,15 @@ var ErrClosed = errors.New("monclient: closed")
 // mon that hangs without dropping the connection is left within this.
 const resubscribeEvery = 10 * time.Second
 
-// readCommands are the commands any mon answers; the rest go to the leader.
-var readCommands = []string{"status", "osd tree", "get map"}
+// ReadCommands are the commands any mon answers, and all that mon
+// 'allow r' may run; the rest go to the leader.
+var ReadCommands = []string{"status", "osd tree", "osd df", "pg ls", "get map"}
 
 // Mutating reports whether the command prefix changes something (the map,
 // an auth record): Command gives such a command a request id, so that
 // the mon applies it once however often it is sent.
 func Mutating(prefix string) bool {
-	return !slices.Contains(readCommands, prefix) && prefix != "auth get" && prefix != "auth ls"
+	return !slices.Contains(ReadCommands, prefix) && prefix != "auth get" && prefix != "auth ls"
 }
 
 // RequestIDLen is the length of a mon command's request id: 128 random
@@ -335,8 +336,8 @@ func (c *Client) MarkMeDown(ctx context.Context, r *osdpb.MonMarkMeDown) (uint64
 	return rep.GetHeader().GetEpoch(), nil
 }
 
-// Command runs an operator command. "status", "osd tree" and "get map"
-// go to any mon; the others to the leader.
+// Command runs an operator command. ReadCommands go to any mon; the
+// others to the leader.
 //
 // A command that changes something (Mutating) is sent with a request id,
 // the same in every retry, so that it is applied once even when a reply
@@ -349,7 +350,7 @@ func (c *Client) Command(ctx context.Context, cmd *osdpb.MonCommand) (*osdpb.Mon
 		cmd.RequestId = NewRequestID()
 	}
 	var rep osdpb.MonCommandReply
-	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_COMMAND, func() proto.Message { return cmd }, &rep, slices.Contains(readCommands, cmd.GetPrefix()))
+	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_COMMAND, func() proto.Message { return cmd }, &rep, slices.Contains(ReadCommands, cmd.GetPrefix()))
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,276 @@
+package main
+
+// Where data is and how full the OSDs are, as Ceph's `ceph osd map`,
+// `ceph pg ls` and `ceph osd df`.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"github.com/spf13/cobra"
+)
+
+// monRead runs the read-only mon command prefix and prints its output,
+// decoded into T: as JSON with asJSON, else by print.
+func monRead[T any](cmd *cobra.Command, mf monFlags, prefix string, asJSON bool, print func(io.Writer, T) error) error {
+	rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: prefix})
+	if err != nil {
+		return err
+	}
+	var v T
+	if err := json.Unmarshal([]byte(rep.Output), &v); err != nil {
+		return fmt.Errorf("%s: the mon's answer: %w", prefix, err)
+	}
+	if asJSON {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(v)
+	}
+	return print(cmd.OutOrStdout(), v)
+}
+
+// newOSDMapCmd is `osprey osd map BUCKET/KEY...`, Ceph's `ceph osd map
+// POOL OBJECT`: the PG and OSDs an object goes to, computed from the
+// map as every client does it.
+func newOSDMapCmd() *cobra.Command {
+	var c commonFlags
+	cmd := &cobra.Command{
+		Use:   "map BUCKET/KEY... | map BUCKET KEY",
+		Short: "Show the PG and the OSDs an object is placed on",
+		Long: `Computes where each object goes under the current cluster map, as every
+client does before it sends an op: the pool, the PG (Ceph's POOL.SEED, the
+seed in hex) and the PG's acting set, primary first. Nothing is asked of
+the OSDs, so the object need not exist. An object put in parts keeps its
+head (metadata, and its data up to the first part) there; each part lives
+in the PG of its own key. Ceph's form, BUCKET KEY, is taken too when there
+are exactly two arguments and the first has no "/".`,
+		Example: `  osprey osd map photos/2024/photo.jpg
+  osprey osd map photos 2024/photo.jpg --json`,
+		Args: argsBetween(1, -1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var paths []remotePath
+			if len(args) == 2 && !strings.Contains(strings.TrimPrefix(args[0], remoteScheme), "/") {
+				args = []string{args[0] + "/" + args[1]}
+			}
+			for _, a := range args {
+				rp, err := parseObject(a)
+				if err != nil {
+					return err
+				}
+				paths = append(paths, rp)
+			}
+			cl, err := connect(cmd.Context(), cmd, c.target)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			w := cmd.OutOrStdout()
+			for _, rp := range paths {
+				loc, err := cl.Locate(rp.Bucket, rp.Key)
+				if err != nil {
+					return fmt.Errorf("%s: %w", rp, err)
+				}
+				if c.asJSON {
+					json.NewEncoder(w).Encode(locationJSON(rp, loc))
+					continue
+				}
+				fmt.Fprintf(w, "osdmap e%d pool '%s' (%d) object '%s' -> pg %s -> acting (%s)\n",
+					loc.Epoch, loc.Pool, loc.PoolID, rp.Bucket+"/"+rp.Key, loc.PG, actingText(loc.Acting))
+			}
+			return nil
+		},
+	}
+	c.add(cmd)
+	return cmd
+}
+
+// locationJSON is `osd map --json`'s object, with Ceph's field names.
+func locationJSON(rp remotePath, loc client.Location) map[string]any {
+	primary := int64(-1)
+	if len(loc.Acting) > 0 {
+		primary = int64(loc.Acting[0])
+	}
+	acting := loc.Acting
+	if acting == nil {
+		acting = []uint32{}
+	}
+	return map[string]any{"epoch": loc.Epoch, "pool": loc.Pool, "pool_id": loc.PoolID, "bucket": rp.Bucket, "key": rp.Key,
+		"pgid": loc.PG.String(), "acting": acting, "acting_primary": primary}
+}
+
+// actingText is Ceph's "[1,0,2], p1", or "[], p-1" with no OSD up and in.
+func actingText(acting []uint32) string {
+	ids := make([]string, len(acting))
+	for i, id := range acting {
+		ids[i] = strconv.FormatUint(uint64(id), 10)
+	}
+	p := "-1"
+	if len(acting) > 0 {
+		p = ids[0]
+	}
+	return "[" + strings.Join(ids, ",") + "], p" + p
+}
+
+// newPGLsCmd is `osprey pg ls [STATE...]`, Ceph's `ceph pg ls`.
+func newPGLsCmd() *cobra.Command {
+	var (
+		mf      monFlags
+		asJSON  bool
+		pool    string
+		osd     int64
+		primary int64
+	)
+	cmd := &cobra.Command{
+		Use:   "ls [STATE...]",
+		Short: "List the PGs: state, objects, acting set, as the mon knows them",
+		Long: `Lists every PG of every pool with the state ` + "`osprey status`" + ` counts it
+under, its acting set (primary first), and what its primary last reported:
+objects, degraded and misplaced copies, inconsistent objects (from its last
+deep scrub) and the map epoch of that report. A PG whose primary has not
+reported at the current epoch is "unknown".
+
+STATE arguments keep the PGs in any of those states, a state matching when
+all its "+"-joined words are in the PG's (so "degraded" matches
+"active+undersized+degraded"), as ` + "`ceph pg ls degraded`" + `. --pool, --osd
+(Ceph's ls-by-osd) and --primary (ls-by-primary) narrow it further.`,
+		Example: `  osprey pg ls
+  osprey pg ls degraded recovering
+  osprey pg ls --osd 3 --json | jq -r .pgid`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, a := range args {
+				if a == "" || strings.Trim(a, "abcdefghijklmnopqrstuvwxyz_+") != "" {
+					return usageErrorf("%q is not a PG state (active+clean, degraded, ...)", a)
+				}
+			}
+			keep := func(p mon.PGStat) bool {
+				return (len(args) == 0 || slices.ContainsFunc(args, func(s string) bool { return stateHas(p.State, s) })) &&
+					(pool == "" || pool == strconv.FormatUint(uint64(p.Pool), 10)) &&
+					(osd < 0 || slices.Contains(p.Acting, uint32(osd))) &&
+					(primary < 0 || p.Primary == primary)
+			}
+			return monRead(cmd, mf, "pg ls", false, func(w io.Writer, pgs []mon.PGStat) error {
+				pgs = slices.DeleteFunc(pgs, func(p mon.PGStat) bool { return !keep(p) })
+				if asJSON {
+					enc := json.NewEncoder(w)
+					for _, p := range pgs {
+						enc.Encode(p)
+					}
+					return nil
+				}
+				return printPGs(w, pgs)
+			})
+		},
+	}
+	addMonFlags(cmd.Flags(), &mf)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per PG")
+	cmd.Flags().StringVar(&pool, "pool", "", "only this pool's PGs (its id)")
+	cmd.Flags().Int64Var(&osd, "osd", -1, "only the PGs whose acting set holds this OSD")
+	cmd.Flags().Int64Var(&primary, "primary", -1, "only the PGs this OSD is primary of")
+	return cmd
+}
+
+// stateHas reports whether every "+"-joined word of want is in state.
+func stateHas(state, want string) bool {
+	words := strings.Split(state, "+")
+	for _, w := range strings.Split(want, "+") {
+		if !slices.Contains(words, w) {
+			return false
+		}
+	}
+	return true
+}
+
+func printPGs(w io.Writer, pgs []mon.PGStat) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PG\tOBJECTS\tDEGRADED\tMISPLACED\tINCONSISTENT\tSTATE\tACTING\tREPORTED")
+	for _, p := range pgs {
+		reported := "-"
+		if p.ReportedEpoch > 0 {
+			reported = fmt.Sprintf("e%d", p.ReportedEpoch)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", p.PGID, p.Objects, p.Degraded, p.Misplaced, p.Inconsistent, p.State, actingText(p.Acting), reported)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d pgs\n", len(pgs))
+	return err
+}
+
+// newOSDDfCmd is `osprey osd df`, Ceph's `ceph osd df`.
+func newOSDDfCmd() *cobra.Command {
+	var (
+		mf     monFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "df",
+		Short: "Show each OSD's disk use, as its beacons report it, and its PGs",
+		Long: `Shows each OSD's data disk as its last beacon to the mon reported it: size,
+used, available, %USE and VAR (its %USE over the cluster's), with its
+weight, PG count and state, then the totals and the spread of VAR, as
+` + "`ceph osd df`" + `. An OSD that is down has no current figures ("-"). The
+space is the data directory's file system's: OSDs that share one disk each
+report all of it.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return monRead(cmd, mf, "osd df", asJSON, printOSDDf)
+		},
+	}
+	addMonFlags(cmd.Flags(), &mf)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printOSDDf(w io.Writer, osds []mon.OSDReport) error {
+	var used, size uint64
+	for _, o := range osds {
+		used += o.UsedBytes
+		size += o.UsedBytes + o.AvailBytes
+	}
+	avg := 0.0
+	if size > 0 {
+		avg = float64(used) / float64(size)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	io.WriteString(tw, "ID\tWEIGHT\tSIZE\tUSE\tAVAIL\t%USE\tVAR\tPGS\tSTATUS\t\n")
+	minVar, maxVar := math.Inf(1), math.Inf(-1)
+	for _, o := range osds {
+		st := "down"
+		if o.Up {
+			st = "up"
+		}
+		if !o.In {
+			st += ",out"
+		}
+		if o.Fullness != "" && o.Fullness != "ok" {
+			st += "," + o.Fullness
+		}
+		n := o.UsedBytes + o.AvailBytes
+		if n == 0 {
+			fmt.Fprintf(tw, "osd.%d\t%g\t-\t-\t-\t-\t-\t%d\t%s\t\n", o.ID, o.Weight, o.PGs, st)
+			continue
+		}
+		pct := float64(o.UsedBytes) / float64(n)
+		v := 0.0
+		if avg > 0 {
+			v = pct / avg
+		}
+		minVar, maxVar = min(minVar, v), max(maxVar, v)
+		fmt.Fprintf(tw, "osd.%d\t%g\t%s\t%s\t%s\t%.2f\t%.2f\t%d\t%s\t\n", o.ID, o.Weight, humanBytes(int64(n)), humanBytes(int64(o.UsedBytes)),
+			humanBytes(int64(o.AvailBytes)), 100*pct, v, o.PGs, st)
+	}
+	fmt.Fprintf(tw, "TOTAL\t\t%s\t%s\t%s\t%.2f\t\t\t\t\n", humanBytes(int64(size)), humanBytes(int64(used)), humanBytes(int64(size-used)), 100*avg)
+	tw.Flush()
+	if !math.IsInf(minVar, 1) {
+		fmt.Fprintf(w, "MIN/MAX VAR: %.2f/%.2f\n", minVar, maxVar)
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+package mon
+
+import (
+	"cmp"
+	"iter"
+	"slices"
+
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// PGStat is one PG as "pg ls" lists it, Ceph's `ceph pg ls`: the state
+// "status" counts it under, its acting set, and what its primary last
+// reported of it.
+type PGStat struct {
+	PGID  string `json:"pgid"` // Ceph's POOL.SEED, the seed in hex (1.1f)
+	Pool  uint32 `json:"pool"`
+	Seed  uint32 `json:"seed"`
+	State string `json:"state"`
+	// Acting is the PG's acting set under the map, primary first; Primary
+	// is its first member, -1 when no OSD is up and in to serve it.
+	Acting  []uint32 `json:"acting"`
+	Primary int64    `json:"primary"`
+	// The counts are the primary's last report at any epoch (zero when it
+	// has sent none); ReportedEpoch is that report's map epoch, 0 for none.
+	// A report older than the map's epoch does not set State ("unknown").
+	Objects       uint64 `json:"objects"`
+	Degraded      uint64 `json:"degraded"`
+	Misplaced     uint64 `json:"misplaced"`
+	Inconsistent  uint64 `json:"inconsistent"`
+	ReportedEpoch uint64 `json:"reported_epoch"`
+}
+
+// pgView is a PG's PGStat and how the health checks count it.
+type pgView struct {
+	PGStat
+	reported string // the state its primary reported, "" for none
+	// fresh: the report is from the current primary at the map's epoch;
+	// counted: from the current primary, at any epoch (its counts count).
+	fresh, counted bool
+	unknown        bool // no OSDs at all, or no fresh report
+	down           bool // no OSD up and in
+	belowMin       bool // fewer than min_size up: inactive (undersized+peered)
+	undersized     bool // fewer than size up, belowMin included
+	broken         bool // its primary reports it down or incomplete
+}
+
+// upBeacons are the last beacons of the OSDs up in mp, in id order: a
+// down OSD's space, rates and PG reports are not current.
+func upBeacons(mp *placement.Map, beacons map[uint32]*beaconRecord) []*beaconRecord {
+	ids := make([]uint32, 0, len(beacons))
+	for id := range beacons {
+		if o, ok := mp.OSD(id); ok && o.Up {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	out := make([]*beaconRecord, len(ids))
+	for i, id := range ids {
+		out[i] = beacons[id]
+	}
+	return out
+}
+
+// pgViews derives every PG of every pool of mp, in pool and seed order,
+// from the map and the up OSDs' reports. From the map alone it knows
+// which PGs have no OSD up ("down") and which have fewer than size
+// ("undersized") or min_size ("undersized+peered": they take no writes);
+// the rest is what each PG's current primary reported at the current
+// epoch, or "unknown". It is the one place "status" and "pg ls" take a
+// PG's state from, so the two always agree.
+func pgViews(mp *placement.Map, beacons map[uint32]*beaconRecord) iter.Seq[pgView] {
+	return func(yield func(pgView) bool) {
+		type report struct {
+			r    pgRecord
+			from uint32
+		}
+		reports := map[pgKey]report{} // by PG, from whichever up OSD sent it last in id order
+		for _, b := range upBeacons(mp, beacons) {
+			for _, p := range b.PGs {
+				reports[pgKey{p.Pool, p.PG}] = report{p, b.ID}
+			}
+		}
+		noOSDs := true
+		for range mp.OSDs() {
+			noOSDs = false
+			break
+		}
+		pools := slices.Collect(mp.Pools())
+		slices.SortFunc(pools, func(a, b *osdpb.Pool) int { return cmp.Compare(a.Id, b.Id) })
+		for _, pool := range pools {
+			minSize := placement.MinSize(pool)
+			for pg := range pool.PgCount {
+				acting := mp.ActingSet(pool.Id, pg)
+				v := pgView{PGStat: PGStat{PGID: placement.PGID{Pool: pool.Id, Seed: pg}.String(), Pool: pool.Id, Seed: pg,
+					Acting: acting, Primary: -1}}
+				if len(acting) > 0 {
+					v.Primary = int64(acting[0])
+				}
+				rep, ok := reports[pgKey{pool.Id, pg}]
+				if ok && len(acting) > 0 && rep.from == acting[0] {
+					v.counted = true
+					v.reported = rep.r.State
+					v.fresh = rep.r.Epoch >= mp.Epoch()
+					v.Objects, v.Degraded, v.Misplaced, v.Inconsistent = rep.r.Objects, rep.r.Degraded, rep.r.Misplaced, rep.r.Inconsistent
+					v.ReportedEpoch = rep.r.Epoch
+				}
+				switch {
+				case noOSDs:
+					v.State, v.unknown = "unknown", true
+				case len(acting) == 0:
+					v.State, v.down = "down", true
+				case len(acting) < minSize:
+					v.undersized = true
+					if v.fresh && hasToken(v.reported, "down", "incomplete") {
+						v.State, v.broken = v.reported, true
+					} else {
+						v.State, v.belowMin = "undersized+peered", true
+					}
+				default:
+					v.State = "unknown"
+					if v.fresh {
+						v.State = v.reported
+					} else {
+						v.unknown = true
+					}
+					if len(acting) < int(pool.Size) {
+						v.undersized = true
+						if !hasToken(v.State, "undersized") {
+							v.State += "+undersized"
+						}
+					}
+					v.broken = v.fresh && hasToken(v.reported, "down", "incomplete")
+				}
+				if !yield(v) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// pgList is "pg ls": every PG of mp, in pool and seed order.
+func pgList(mp *placement.Map, beacons map[uint32]*beaconRecord) []PGStat {
+	out := []PGStat{}
+	for v := range pgViews(mp, beacons) {
+		out = append(out, v.PGStat)
+	}
+	return out
+}
