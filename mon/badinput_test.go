@@ -206,6 +206,8 @@ func FuzzMonRequest(f *testing.F) {
 		seed(osdpb.MsgType_MSG_MON_COMMAND, &osdpb.MonCommand{Prefix: p, Ids: []uint32{0, 2}, Weight: 0.5})
 	}
 	seed(osdpb.MsgType_MSG_MON_COMMAND, &osdpb.MonCommand{Prefix: "osd create", Uuid: "new"})
+	seed(osdpb.MsgType_MSG_MON_COMMAND, &osdpb.MonCommand{Prefix: "osd pool set", Pool: "p", Var: "size", Val: "2"})
+	seed(osdpb.MsgType_MSG_MON_COMMAND, &osdpb.MonCommand{Prefix: "osd pool set", Pool: "p", Var: "min_size", Val: "3"})
 	seed(osdpb.MsgType_MSG_MON_COMMAND, &osdpb.MonCommand{Prefix: "auth s3-key add", Entity: "client.u", RequestId: make([]byte, 16)})
 	seed(osdpb.MsgType_MSG_MON_COMMAND, &osdpb.MonCommand{Prefix: "osd out", Ids: []uint32{1}, RequestId: []byte{1, 2, 3}})
 	f.Add(uint16(osdpb.MsgType_MSG_MON_BOOT), []byte{0xff})
@@ -230,7 +232,7 @@ func FuzzMonRequest(f *testing.F) {
 			edit = func(pb *osdpb.ClusterMap) error { _, err := applyBoot(pb, r); return err }
 		case *osdpb.MonCommand:
 			if slices.Contains(mutatingCommands, r.Prefix) {
-				c := osdCommand{prefix: r.Prefix, ids: r.Ids, weight: r.Weight}
+				c := commandOf(r)
 				edit = func(pb *osdpb.ClusterMap) error { _, err := c.apply(pb, now); return err }
 			}
 		case *osdpb.MonFailure:

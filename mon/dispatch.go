@@ -204,6 +204,8 @@ func (m *Mon) runCommand(ctx context.Context, c *osdpb.MonCommand, g *requestGua
 		out = st
 	case "osd tree":
 		out = osdTree(m.Map())
+	case "osd pool ls":
+		out = poolInfos(m.Map())
 	case "osd df":
 		r, err := m.Report(ctx)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -102,15 +103,81 @@ func downOut(pb *osdpb.ClusterMap, now time.Time, interval time.Duration) []uint
 
 // osdCommand is a map-changing operator command.
 type osdCommand struct {
-	prefix string // "osd out", "osd in", "osd down", "osd rm", "osd reweight", a ratioCommands
+	prefix string // "osd out", "osd in", "osd down", "osd rm", "osd reweight", a ratioCommands, "osd pool set"
 	ids    []uint32
 	weight float64
 	ratio  float64 // ratioCommands
+	// "osd pool set": the pool's name, the variable and its value.
+	pool, variable, value string
 }
 
 // commandOf is the map-changing command a MonCommand asks for.
 func commandOf(c *osdpb.MonCommand) osdCommand {
-	return osdCommand{prefix: c.Prefix, ids: c.Ids, weight: c.Weight, ratio: c.Ratio}
+	return osdCommand{prefix: c.Prefix, ids: c.Ids, weight: c.Weight, ratio: c.Ratio, pool: c.Pool, variable: c.Var, value: c.Val}
+}
+
+// MaxPoolSize is the most replicas a pool may have, Ceph's limit.
+const MaxPoolSize = 10
+
+// PoolVars are the variables "osd pool set" changes.
+var PoolVars = []string{"size", "min_size"}
+
+// validatePoolSet checks "osd pool set" on its own: a pool named, a
+// variable it can change, a count in 1..MaxPoolSize.
+func (c osdCommand) validatePoolSet() (uint32, error) {
+	if c.pool == "" {
+		return 0, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd pool set: no pool named")
+	}
+	switch c.variable {
+	case "size", "min_size":
+	case "pg_num", "pgp_num":
+		return 0, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd pool set %s %s: a pool's PG count is fixed when the cluster is made (PGs do not split or merge)", c.pool, c.variable)
+	default:
+		return 0, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd pool set %s: unknown variable %q; known: %s", c.pool, c.variable, strings.Join(PoolVars, ", "))
+	}
+	n, err := strconv.ParseUint(c.value, 10, 32)
+	if err != nil || n < 1 || n > MaxPoolSize {
+		return 0, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd pool set %s %s %q: want a whole number from 1 to %d", c.pool, c.variable, c.value, MaxPoolSize)
+	}
+	return uint32(n), nil
+}
+
+// applyPoolSet sets a pool's size or min_size in pb. A min_size left at
+// its default (0: size - size/2) follows the size; one set explicitly
+// must stay at most the size, so lowering the size below it is refused.
+func (c osdCommand) applyPoolSet(pb *osdpb.ClusterMap) error {
+	n, err := c.validatePoolSet()
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(pb.Pools, func(p *osdpb.Pool) bool { return p.Name == c.pool })
+	if i < 0 {
+		names := make([]string, len(pb.Pools))
+		for j, p := range pb.Pools {
+			names[j] = p.Name
+		}
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd pool set: no pool %q in epoch %d (pools: %s)", c.pool, pb.Epoch, strings.Join(names, ", "))
+	}
+	p := pb.Pools[i]
+	switch c.variable {
+	case "size":
+		if p.Size == n {
+			return errNoChange
+		}
+		if p.MinSize > n {
+			return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd pool set %s size %d: its min_size is %d; lower min_size first", c.pool, n, p.MinSize)
+		}
+		p.Size = n
+	case "min_size":
+		if n > p.Size {
+			return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd pool set %s min_size %d: above its size %d", c.pool, n, p.Size)
+		}
+		if p.MinSize == n { // one at its default gets pinned: a later size change leaves it
+			return errNoChange
+		}
+		p.MinSize = n
+	}
+	return nil
 }
 
 // ratioCommands set the map's full ratios, as Ceph's `ceph osd
@@ -118,7 +185,7 @@ func commandOf(c *osdpb.MonCommand) osdCommand {
 var ratioCommands = []string{"osd set-nearfull-ratio", "osd set-backfillfull-ratio", "osd set-full-ratio"}
 
 // mutatingCommands are the commands that change the map (leader only).
-var mutatingCommands = append([]string{"osd out", "osd in", "osd down", "osd rm", "osd reweight"}, ratioCommands...)
+var mutatingCommands = append([]string{"osd out", "osd in", "osd down", "osd rm", "osd reweight", "osd pool set"}, ratioCommands...)
 
 // ratioField is the map field a ratio command sets.
 func ratioField(pb *osdpb.ClusterMap, prefix string) *float64 {
@@ -140,6 +207,10 @@ func (c osdCommand) validate() error {
 			return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%s: %v: want a fraction in (0, 1]", c.prefix, r)
 		}
 		return nil
+	}
+	if c.prefix == "osd pool set" {
+		_, err := c.validatePoolSet()
+		return err
 	}
 	if len(c.ids) == 0 {
 		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%q needs at least one OSD id", c.prefix)
@@ -165,6 +236,12 @@ func (c osdCommand) apply(pb *osdpb.ClusterMap, now time.Time) ([]uint32, error)
 		*f = c.ratio
 		if err := placement.CheckRatios(pb); err != nil {
 			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%s %v: %v", c.prefix, c.ratio, err)
+		}
+		return []uint32{}, nil
+	}
+	if c.prefix == "osd pool set" {
+		if err := c.applyPoolSet(pb); err != nil {
+			return nil, err
 		}
 		return []uint32{}, nil
 	}

@@ -450,6 +450,8 @@ func (l *leadership) command(ctx context.Context, c osdCommand, g *requestGuard)
 	case changed == nil:
 	case slices.Contains(ratioCommands, c.prefix):
 		m.log.Info("command", "command", c.prefix, "ratio", c.ratio, "epoch", next.Epoch())
+	case c.prefix == "osd pool set":
+		m.log.Info("command", "command", c.prefix, "pool", c.pool, "var", c.variable, "val", c.value, "epoch", next.Epoch())
 	default:
 		m.log.Info("command", "command", c.prefix, "osds", changed, "epoch", next.Epoch())
 	}
@@ -463,7 +465,7 @@ func (l *leadership) command(ctx context.Context, c osdCommand, g *requestGuard)
 // and the map is at epoch.
 func (c osdCommand) result(changed []uint32, epoch uint64) *commandResult {
 	res := &commandResult{Command: c.prefix, IDs: c.ids, Changed: changed, Epoch: epoch}
-	if slices.Contains(ratioCommands, c.prefix) {
+	if slices.Contains(ratioCommands, c.prefix) || c.prefix == "osd pool set" {
 		res.IDs = []uint32{}
 	}
 	switch {
@@ -471,6 +473,8 @@ func (c osdCommand) result(changed []uint32, epoch uint64) *commandResult {
 		res.Changed, res.Message = []uint32{}, "nothing to change"
 	case slices.Contains(ratioCommands, c.prefix):
 		res.Message = fmt.Sprintf("%s %g at epoch %d", c.prefix, c.ratio, epoch)
+	case c.prefix == "osd pool set":
+		res.Message = fmt.Sprintf("set pool %s %s to %s at epoch %d", c.pool, c.variable, c.value, epoch)
 	default:
 		res.Message = fmt.Sprintf("%s: %v at epoch %d", c.prefix, changed, epoch)
 	}

@@ -77,6 +77,16 @@ type PoolInfo struct {
 	PGCount uint32 `json:"pg_count"`
 }
 
+// poolInfos lists mp's pools ("osd pool ls"), in id order.
+func poolInfos(mp *placement.Map) []PoolInfo {
+	out := []PoolInfo{}
+	for pool := range mp.Pools() {
+		out = append(out, PoolInfo{ID: pool.Id, Name: pool.Name, Size: pool.Size, MinSize: placement.MinSize(pool), PGCount: pool.PgCount})
+	}
+	slices.SortFunc(out, func(a, b PoolInfo) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
 // OSDTreeEntry is one OSD of "osd tree".
 type OSDTreeEntry struct {
 	ID          uint32  `json:"id"`
@@ -244,9 +254,7 @@ func computeStatus(in statusInput) *Status {
 		tokens      = map[string]int{}
 	)
 	noOSDs := st.OSDs.Total == 0
-	for pool := range mp.Pools() {
-		st.Pools = append(st.Pools, PoolInfo{ID: pool.Id, Name: pool.Name, Size: pool.Size, MinSize: placement.MinSize(pool), PGCount: pool.PgCount})
-	}
+	st.Pools = poolInfos(mp)
 	for v := range pgViews(mp, in.beacons) {
 		st.PGTotal++
 		if v.counted {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/ospreystore/osprey/internal/local"
@@ -9,11 +10,26 @@ import (
 )
 
 // monCluster starts a local cluster with a mon (8 PGs, auth on, its logs
-// dropped) and returns it with the flags that reach its mon as
-// client.admin.
+// dropped, full ratios of 1 so that how full the host's disk is plays no
+// part in its health) and returns it with the flags that reach its mon
+// as client.admin.
 func monCluster(t *testing.T, osds, replicas int) (*local.Cluster, []string) {
 	t.Helper()
 	lc := osdtest.StartLocal(t, local.Options{OSDs: osds, Replicas: replicas, PGs: 8, WithMon: true, Dir: t.TempDir(),
+		NearfullRatio: 1, BackfillfullRatio: 1, FullRatio: 1, FailsafeFullRatio: 1,
 		Logger: slog.New(slog.DiscardHandler)})
 	return lc, []string{"--mon", lc.Mon.Addr(), "--keyring", lc.KeyringPath("client.admin")}
+}
+
+// mustCLI runs osprey commands with extra (monCluster's flags) appended
+// and returns their output; an error fails the test.
+func mustCLI(t *testing.T, extra []string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		out, _, err := run(t, append(args, extra...)...)
+		if err != nil {
+			t.Fatalf("osprey %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
 }

@@ -274,3 +274,107 @@ func printOSDDf(w io.Writer, osds []mon.OSDReport) error {
 	}
 	return nil
 }
+
+// newOSDPoolCmd is `osprey osd pool ls|get|set`, Ceph's `ceph osd pool`.
+func newOSDPoolCmd() *cobra.Command {
+	pool := &cobra.Command{
+		Use:   "pool",
+		Short: "List pools, show and change their replica counts (as ceph osd pool)",
+	}
+	var (
+		mf     monFlags
+		asJSON bool
+		sure   bool
+	)
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List the pools: id, name, size, min_size, PG count",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return monRead(cmd, mf, "osd pool ls", asJSON, printPools)
+		},
+	}
+	get := &cobra.Command{
+		Use:   "get POOL size|min_size|pg_num|all",
+		Short: "Show one of a pool's variables",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return monRead(cmd, mf, "osd pool ls", false, func(w io.Writer, pools []mon.PoolInfo) error {
+				i := slices.IndexFunc(pools, func(p mon.PoolInfo) bool { return p.Name == args[0] })
+				if i < 0 {
+					return fmt.Errorf("no pool %q", args[0])
+				}
+				p := pools[i]
+				vals := map[string]any{"size": p.Size, "min_size": p.MinSize, "pg_num": p.PGCount}
+				names := []string{"size", "min_size", "pg_num"}
+				switch {
+				case args[1] == "all":
+				case vals[args[1]] != nil:
+					names = []string{args[1]}
+				default:
+					return usageErrorf("%q: want size, min_size, pg_num or all", args[1])
+				}
+				if asJSON {
+					out := map[string]any{"pool": p.Name, "pool_id": p.ID}
+					for _, n := range names {
+						out[n] = vals[n]
+					}
+					return json.NewEncoder(w).Encode(out)
+				}
+				for _, n := range names {
+					fmt.Fprintf(w, "%s: %v\n", n, vals[n])
+				}
+				return nil
+			})
+		},
+	}
+	set := &cobra.Command{
+		Use:   "set POOL size|min_size N",
+		Short: "Change a pool's replica count (size) or how many must be up for writes (min_size)",
+		Long: `Sets a pool's size (replicas, 1 to 10) or min_size (members that must be up
+for the PG to take writes, 1 to size), as ` + "`ceph osd pool set`" + `. The new map
+moves each PG's acting set at once: a larger size adds members, which the
+primaries backfill (status shows the PGs degraded, then active+clean); a
+smaller one drops members, whose copies become strays the OSDs remove. A
+min_size never set follows the size (size - size/2); one set stays, and a
+size below it is refused. Size 1 keeps a single copy of every object, so it
+needs --yes-i-really-mean-it. pg_num is fixed when the cluster is made.`,
+		Example: `  osprey osd pool set default size 2
+  osprey osd pool set default min_size 1`,
+		Args: cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[1] == "size" && args[2] == "1" && !sure {
+				return usageErrorf("size 1 keeps one copy of every object: one disk lost loses data; add --yes-i-really-mean-it")
+			}
+			rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "osd pool set", Pool: args[0], Var: args[1], Val: args[2]})
+			if err != nil {
+				return err
+			}
+			text := fmt.Sprintf("set pool %s %s to %s, map epoch %d", args[0], args[1], args[2], rep.Epoch)
+			if strings.Contains(rep.Output, "nothing to change") {
+				text = fmt.Sprintf("pool %s %s is %s already, map epoch %d", args[0], args[1], args[2], rep.Epoch)
+			}
+			if asJSON {
+				text = strings.TrimSpace(rep.Output)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), text)
+			return nil
+		},
+	}
+	for _, c := range []*cobra.Command{ls, get, set} {
+		addMonFlags(c.Flags(), &mf)
+		c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	}
+	set.Flags().BoolVar(&sure, "yes-i-really-mean-it", false, "allow size 1")
+	pool.AddCommand(ls, get, set)
+	return pool
+}
+
+func printPools(w io.Writer, pools []mon.PoolInfo) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tSIZE\tMIN_SIZE\tPGS")
+	for _, p := range pools {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\n", p.ID, p.Name, p.Size, p.MinSize, p.PGCount)
+	}
+	return tw.Flush()
+}

@@ -2,11 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/mon"
 )
 
@@ -111,4 +117,98 @@ func pgLsJSON(t *testing.T, cli func(...string) (string, error), args ...string)
 		pgs = append(pgs, p)
 	}
 	return pgs
+}
+
+// TestPoolSizeChange: osd pool set size moves every PG's acting set, and
+// the OSDs follow: a third replica is backfilled with every object, the
+// cluster returns to active+clean, and shrinking again keeps every object
+// on the members it names.
+func TestPoolSizeChange(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	lc, monArgs := monCluster(t, 4, 2)
+	cli := mustCLI(t, monArgs)
+	// With the mon, the client follows every map: Locate answers under
+	// the newest.
+	cl, err := client.New(t.Context(), client.Options{Mon: []string{lc.Mon.Addr()}, Keyring: lc.AdminKeyring, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := t.Context()
+	if err := cl.MakeBucket(ctx, "grow"); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for i := range 16 {
+		key := fmt.Sprintf("k%02d", i)
+		if _, err := osdtest.Put(ctx, cl, "grow", key, osdtest.Payload(3000+i, uint64(i)), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+	}
+	// settled waits until every PG has want members and is active+clean
+	// by its primary's report, and each object is on every member.
+	settled := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			problem := ""
+			for _, p := range pgLsJSON(t, func(a ...string) (string, error) { return cli(a...), nil }, "pg", "ls", "--json") {
+				if len(p.Acting) != want || p.State != "active+clean" {
+					problem = fmt.Sprintf("pg %s: %s, acting %v", p.PGID, p.State, p.Acting)
+					break
+				}
+			}
+			if problem == "" {
+				problem = missingCopies(t, lc, cl, "grow", keys)
+			}
+			if problem == "" {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("size %d never settled: %s\n%s", want, problem, cli("status"))
+			}
+			time.Sleep(200 * time.Millisecond) // polls the mon's view, beaconed every second
+		}
+	}
+	settled(2)
+	if out := cli("osd", "pool", "set", "default", "size", "3"); !strings.Contains(out, "set pool default size to 3") {
+		t.Fatalf("pool set: %q", out)
+	}
+	if out := cli("osd", "pool", "get", "default", "all"); out != "size: 3\nmin_size: 2\npg_num: 8\n" {
+		t.Errorf("pool get all: %q", out)
+	}
+	settled(3)
+	cli("osd", "pool", "set", "default", "size", "2")
+	settled(2)
+	for _, key := range keys {
+		if _, _, err := osdtest.Get(ctx, cl, "grow", key, client.GetOptions{}); err != nil {
+			t.Errorf("get %s after the shrink: %v", key, err)
+		}
+	}
+	if _, _, err := run(t, append([]string{"osd", "pool", "set", "default", "size", "1"}, monArgs...)...); exitCode(err) != exitUsage {
+		t.Errorf("size 1 without --yes-i-really-mean-it: %v, want a usage error", err)
+	}
+	if _, _, err := run(t, append([]string{"osd", "pool", "set", "default", "pg_num", "16"}, monArgs...)...); err == nil || !strings.Contains(err.Error(), "fixed") {
+		t.Errorf("pg_num 16: %v", err)
+	}
+}
+
+// missingCopies names an object missing from a member of its acting set
+// under cl's map, or "".
+func missingCopies(t *testing.T, lc *local.Cluster, cl *client.Client, bucket string, keys []string) string {
+	for _, key := range keys {
+		loc, err := cl.Locate(bucket, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range loc.Acting {
+			if _, err := lc.OSDs[id].Store().Head(t.Context(), bucket, key); err != nil {
+				return fmt.Sprintf("%s on osd.%d (acting %v, epoch %d): %v", key, id, loc.Acting, loc.Epoch, err)
+			}
+		}
+	}
+	return ""
 }

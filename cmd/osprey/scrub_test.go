@@ -27,14 +27,7 @@ func TestPGRepairCLI(t *testing.T) {
 		t.Skip("starts a cluster")
 	}
 	lc, m := monCluster(t, 3, 3)
-	cli := func(args ...string) string {
-		t.Helper()
-		out, _, err := run(t, append(args, m...)...)
-		if err != nil {
-			t.Fatalf("osprey %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return out
-	}
+	cli := mustCLI(t, m)
 	body := osdtest.Payload(100_000, 3)
 	file := filepath.Join(t.TempDir(), "obj")
 	if err := os.WriteFile(file, body, 0o600); err != nil {

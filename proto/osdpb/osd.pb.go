@@ -5780,7 +5780,12 @@ type MonCommand struct {
 	// stays the same when the client sends it again (after a timeout, to
 	// another mon): the mon applies it once and answers every repeat with
 	// the reply it recorded. Empty: no such guard (an older client).
-	RequestId     []byte `protobuf:"bytes,11,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId []byte `protobuf:"bytes,11,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// "osd pool set": the pool's name, the variable (size, min_size) and its
+	// new value, as Ceph's `ceph osd pool set POOL VAR VAL`.
+	Pool          string `protobuf:"bytes,12,opt,name=pool,proto3" json:"pool,omitempty"`
+	Var           string `protobuf:"bytes,13,opt,name=var,proto3" json:"var,omitempty"`
+	Val           string `protobuf:"bytes,14,opt,name=val,proto3" json:"val,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5883,6 +5888,27 @@ func (x *MonCommand) GetRequestId() []byte {
 		return x.RequestId
 	}
 	return nil
+}
+
+func (x *MonCommand) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *MonCommand) GetVar() string {
+	if x != nil {
+		return x.Var
+	}
+	return ""
+}
+
+func (x *MonCommand) GetVal() string {
+	if x != nil {
+		return x.Val
+	}
+	return ""
 }
 
 // MonRequestRecord is what the mon keeps of a command with a request id
@@ -6532,7 +6558,7 @@ const file_osd_proto_rawDesc = "" +
 	"\aMonAuth\x12+\n" +
 	"\x05table\x18\x01 \x01(\v2\x15.osprey.osd.AuthTableR\x05table\"2\n" +
 	"\x06MonMap\x12(\n" +
-	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xd9\x02\n" +
+	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\x91\x03\n" +
 	"\n" +
 	"MonCommand\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x10\n" +
@@ -6547,7 +6573,10 @@ const file_osd_proto_rawDesc = "" +
 	"access_key\x18\n" +
 	" \x01(\tR\taccessKey\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\v \x01(\fR\trequestId\x1a7\n" +
+	"request_id\x18\v \x01(\fR\trequestId\x12\x12\n" +
+	"\x04pool\x18\f \x01(\tR\x04pool\x12\x10\n" +
+	"\x03var\x18\r \x01(\tR\x03var\x12\x10\n" +
+	"\x03val\x18\x0e \x01(\tR\x03val\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x01\x10\x02\"]\n" +
