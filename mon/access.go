@@ -129,9 +129,10 @@ func (m *Mon) allowed(conn *msgr.Conn, req proto.Message) error {
 	return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s: %T is not a request the mon checks", peer, req)
 }
 
-// osdKeyring gives the keyring of the OSD "osd create" just gave an id:
-// for a caller that may create OSDs, the OSD's own entity is made (caps
-// OSDCaps), or found if a retry of the same create made it already.
+// osdKeyring gives the keyring of an OSD that "osd create" found in the
+// map by its uuid (a repeat of the create that made it, which made its
+// entity in the same transaction): the entity is found, or made again
+// (caps OSDCaps) if it is gone.
 func (m *Mon) osdKeyring(ctx context.Context, id uint32) ([]byte, error) {
 	if m.cfg.NoAuth {
 		return nil, nil

@@ -223,13 +223,11 @@ func (m *Mon) runCommand(ctx context.Context, c *osdpb.MonCommand, g *requestGua
 		if l == nil {
 			return nil, m.notLeader()
 		}
-		id, err := l.create(ctx, c.Uuid)
+		id, keyring, err := l.create(ctx, c.Uuid)
 		if err != nil {
 			return nil, err
 		}
-		if rep.Keyring, err = m.osdKeyring(ctx, id); err != nil {
-			return nil, err
-		}
+		rep.Keyring = keyring
 		rep.Ids = []uint32{id}
 		out = map[string]any{"id": id}
 	case "auth add", "auth get-or-create", "auth get", "auth ls", "auth rm", "auth caps", "auth rotate", "auth s3-key add", "auth s3-key rm": // authCommands

@@ -98,6 +98,11 @@ type OSDTreeEntry struct {
 	ClusterAddr string  `json:"cluster_addr"`
 	UpFrom      uint64  `json:"up_from"`
 	AutoOut     bool    `json:"auto_out,omitempty"`
+	// NeverBooted: "osd create" gave it its id, but no daemon has booted
+	// as it yet (Ceph's "new" OSD): it is down and out, holds no data,
+	// has no addresses (PublicAddr and ClusterAddr are empty), and
+	// "osd rm" removes it.
+	NeverBooted bool `json:"never_booted,omitempty"`
 	// PGs counts the PGs (of every pool) whose acting set holds the OSD;
 	// PrimaryPGs those it is primary of.
 	PGs        int `json:"pgs"`
@@ -414,11 +419,15 @@ func osdTree(mp *placement.Map) []OSDTreeEntry {
 	idx := map[uint32]int{}
 	for o := range mp.OSDs() {
 		idx[o.Id] = len(out)
-		out = append(out, OSDTreeEntry{
+		e := OSDTreeEntry{
 			ID: o.Id, Host: o.Host, Up: o.Up, In: o.In, Weight: o.Weight,
 			PublicAddr: o.PublicAddr, ClusterAddr: o.ClusterAddr, UpFrom: o.UpFrom, AutoOut: o.AutoOut,
 			Fullness: ops.FullnessWord(o.Fullness),
-		})
+		}
+		if neverBooted(o) {
+			e.PublicAddr, e.ClusterAddr, e.NeverBooted = "", "", true
+		}
+		out = append(out, e)
 	}
 	for pool := range mp.Pools() {
 		for pg := range pool.PgCount {

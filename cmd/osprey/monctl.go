@@ -301,7 +301,13 @@ func printTree(w io.Writer, osds []mon.OSDTreeEntry) error {
 		if o.In {
 			in = "in"
 		}
-		fmt.Fprintf(tw, "osd.%d\t%s\t%s\t%s\t%g\t%d\t%d\t%s\t%s\t%s\n", o.ID, o.Host, st, in, o.Weight, o.PGs, o.PrimaryPGs, cmp.Or(o.Fullness, "ok"), o.PublicAddr, o.ClusterAddr)
+		host, disk, pub, clu := o.Host, cmp.Or(o.Fullness, "ok"), o.PublicAddr, o.ClusterAddr
+		if o.NeverBooted {
+			// Created (osd create) but no daemon booted as it: no
+			// host, disk or addresses to show.
+			host, disk, pub, clu = cmp.Or(host, "-"), "-", "never-booted", "-"
+		}
+		fmt.Fprintf(tw, "osd.%d\t%s\t%s\t%s\t%g\t%d\t%d\t%s\t%s\t%s\n", o.ID, host, st, in, o.Weight, o.PGs, o.PrimaryPGs, disk, pub, clu)
 	}
 	return tw.Flush()
 }

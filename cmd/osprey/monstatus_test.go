@@ -30,3 +30,21 @@ func TestPrintMonStatusIO(t *testing.T) {
 		t.Errorf("recovery:\n%s", b.String())
 	}
 }
+
+// TestPrintTreeNeverBooted: osd tree shows an OSD that osd create made
+// and no daemon booted as as never booted, not at the mon's placeholder
+// address.
+func TestPrintTreeNeverBooted(t *testing.T) {
+	var b bytes.Buffer
+	printTree(&b, []mon.OSDTreeEntry{
+		{ID: 0, Host: "h0", Up: true, In: true, Weight: 1, PublicAddr: "tcp://127.0.0.1:6800", ClusterAddr: "tcp://127.0.0.1:6801", Fullness: "ok"},
+		{ID: 3, Weight: 1, AutoOut: true, NeverBooted: true, Fullness: "ok"},
+	})
+	lines := strings.Split(b.String(), "\n")
+	if len(lines) < 3 || !strings.Contains(lines[1], "tcp://127.0.0.1:6800") {
+		t.Fatalf("osd tree:\n%s", b.String())
+	}
+	if f := strings.Fields(lines[2]); len(f) != 10 || f[0] != "osd.3" || f[1] != "-" || f[2] != "down" || f[3] != "out" || f[7] != "-" || f[8] != "never-booted" || f[9] != "-" {
+		t.Fatalf("a never-booted OSD's row: %q\n%s", lines[2], b.String())
+	}
+}

@@ -111,7 +111,7 @@ function renderOSDs(v) {
       el("td", { class: "num" }, num(o.ops_per_sec)),
       el("td", { class: "num" }, rate(o.client_read_bytes_per_sec)),
       el("td", { class: "num" }, rate(o.client_write_bytes_per_sec)),
-      el("td", { class: "addr" }, o.public_addr));
+      el("td", { class: "addr" }, o.never_booted ? "never booted" : o.public_addr));
     return tr;
   }));
 }
