@@ -98,15 +98,27 @@ func resolveMons(m monFlags, getenv func(string) string) ([]string, bool, error)
 	return addrs, true, nil
 }
 
-// monCommand sends one command to the mons and returns its reply.
-func monCommand(cmd *cobra.Command, m monFlags, req *osdpb.MonCommand) (*osdpb.MonCommandReply, error) {
+// dialMons makes a mon client for m's mons and keyring (opts adds to
+// its options), and returns the mons' addresses with it.
+func dialMons(ctx context.Context, cmd *cobra.Command, m monFlags, opts monclient.Options) (*monclient.Client, []string, error) {
 	addrs, ok, err := resolveMons(m, os.Getenv)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !ok {
-		return nil, usageErrorf("no mon given: use --mon tcp://HOST:PORT or set %s (or run in the directory of `osprey up`)", envMon)
+		return nil, nil, usageErrorf("no mon given: use --mon tcp://HOST:PORT or set %s (or run in the directory of `osprey up`)", envMon)
 	}
+	k, err := m.loadKeyring(os.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.Addrs, opts.Keyring, opts.Modes, opts.Logger = addrs, k, m.modes, cliLogger(cmd)
+	mc, err := monclient.New(ctx, opts)
+	return mc, addrs, err
+}
+
+// monCommand sends one command to the mons and returns its reply.
+func monCommand(cmd *cobra.Command, m monFlags, req *osdpb.MonCommand) (*osdpb.MonCommandReply, error) {
 	if monclient.Mutating(req.Prefix) {
 		id, err := hex.DecodeString(m.requestID)
 		if err != nil || (m.requestID != "" && len(id) != monclient.RequestIDLen) {
@@ -121,11 +133,7 @@ func monCommand(cmd *cobra.Command, m monFlags, req *osdpb.MonCommand) (*osdpb.M
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), m.timeout)
 	defer cancel()
-	k, err := m.loadKeyring(os.Getenv)
-	if err != nil {
-		return nil, err
-	}
-	mc, err := monclient.New(ctx, monclient.Options{Addrs: addrs, Keyring: k, Modes: m.modes, Logger: cliLogger(cmd)})
+	mc, addrs, err := dialMons(ctx, cmd, m, monclient.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -144,8 +152,6 @@ func monCommand(cmd *cobra.Command, m monFlags, req *osdpb.MonCommand) (*osdpb.M
 	return rep, err
 }
 
-// newOSDAdminCmds are `osprey osd out|in|down|rm|reweight|tree`, Ceph's
-// `ceph osd ...`.
 // parseOSDIDs parses OSD ids, "3" or "osd.3".
 func parseOSDIDs(args []string) ([]uint32, error) {
 	var out []uint32
@@ -186,6 +192,8 @@ func osdVerbOutcome(verb string, ids []uint32, output string) string {
 	}
 }
 
+// newOSDAdminCmds are `osprey osd out|in|down|rm|reweight|tree` and the
+// set-*-ratio ones, Ceph's `ceph osd ...`.
 func newOSDAdminCmds() []*cobra.Command {
 	var mf monFlags
 	ids := parseOSDIDs

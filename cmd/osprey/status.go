@@ -67,6 +67,8 @@ func newStatusCmd() *cobra.Command {
 		t       targetFlags
 		asJSON  bool
 		timeout time.Duration
+		watch   bool
+		every   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -97,10 +99,23 @@ status reports, it does not judge; scripts read "health" from --json.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if watch && asJSON {
+				return usageErrorf("--watch prints lines for people; a script polls status --json")
+			}
+			if every <= 0 {
+				return usageErrorf("--watch-interval %v: want a positive duration", every)
+			}
 			// The same precedence as every command: a mon, when one is
 			// named before any seeds or map, answers with its own view.
 			if tg, err := resolveTarget(t, os.Getenv); err == nil && len(tg.Mons) > 0 {
-				return monStatus(cmd, monFlags{addrs: tg.Mons, timeout: t.mon.timeout, keyring: t.mon.keyring}, asJSON)
+				mf := monFlags{addrs: tg.Mons, timeout: t.mon.timeout, keyring: t.mon.keyring}
+				if watch {
+					return watchStatus(cmd, mf, every)
+				}
+				return monStatus(cmd, mf, asJSON)
+			}
+			if watch {
+				return usageErrorf("--watch needs a mon (--mon, $%s, or the one osprey up runs in this directory)", envMon)
 			}
 			cl, err := connect(ctx, cmd, t)
 			if err != nil {
@@ -117,6 +132,8 @@ status reports, it does not judge; scripts read "health" from --json.`,
 	addTargetFlags(cmd.Flags(), &t)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "how long each OSD has to answer")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "with a mon, print the status, then each change as it happens (ceph -w) until Ctrl-C")
+	cmd.Flags().DurationVar(&every, "watch-interval", 2*time.Second, "with --watch, how often health and PG states are polled (map changes come at once)")
 	return cmd
 }
 

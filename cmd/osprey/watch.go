@@ -1,0 +1,203 @@
+package main
+
+// status --watch: Ceph's `ceph -w`, the status once and then each change
+// as it happens.
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/mon/monclient"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"github.com/spf13/cobra"
+)
+
+// watchStatus prints the mon's status, then until ctx ends one line per
+// change: each new map's changes as the mon publishes it (mapChanges),
+// and the health and PG states when a poll every interval finds them
+// changed. Ctrl-C ends it.
+func watchStatus(cmd *cobra.Command, mf monFlags, interval time.Duration) error {
+	ctx := cmd.Context()
+	maps := make(chan *placement.Map, 16)
+	dctx, cancel := context.WithTimeout(ctx, mf.timeout)
+	defer cancel()
+	mc, addrs, err := dialMons(dctx, cmd, mf, monclient.Options{OnMap: func(m *placement.Map) {
+		select { // one call at a time, in epoch order: none is dropped
+		case maps <- m:
+		case <-ctx.Done():
+		}
+	}})
+	if err != nil {
+		return err
+	}
+	defer mc.Close()
+	prev, err := mc.Subscribe(dctx)
+	if err != nil {
+		if dctx.Err() != nil && ctx.Err() == nil {
+			return &unreachableError{target: clusterTarget{Seeds: addrs, Source: "the mon addresses"}, err: err}
+		}
+		return err
+	}
+	w := cmd.OutOrStdout()
+	status := func() (*mon.Status, error) {
+		qctx, cancel := context.WithTimeout(ctx, mf.timeout)
+		defer cancel()
+		rep, err := mc.Command(qctx, &osdpb.MonCommand{Prefix: "status"})
+		if err != nil {
+			return nil, err
+		}
+		var s mon.Status
+		return &s, json.Unmarshal([]byte(rep.Output), &s)
+	}
+	last, err := status()
+	if err != nil {
+		return err
+	}
+	printMonStatus(w, last)
+	fmt.Fprintln(w)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-maps:
+			if m.Epoch() <= prev.Epoch() {
+				continue // the map Subscribe returned, or one before it
+			}
+			for _, line := range mapChanges(prev, m) {
+				fmt.Fprintf(w, "%s e%d: %s\n", stamp(), m.Epoch(), line)
+			}
+			prev = m
+		case <-tick.C:
+			s, err := status()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				fmt.Fprintf(w, "%s status: %v\n", stamp(), err)
+				continue
+			}
+			for _, line := range statusChanges(last, s) {
+				fmt.Fprintf(w, "%s %s\n", stamp(), line)
+			}
+			last = s
+		}
+	}
+}
+
+func stamp() string { return time.Now().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// statusChanges are the lines that say how s differs from last: its
+// health, and its PG states with the I/O at the moment.
+func statusChanges(last, s *mon.Status) []string {
+	var out []string
+	if s.Health.Status != last.Health.Status || !slices.Equal(s.Health.Checks, last.Health.Checks) {
+		line := "health " + s.Health.Status
+		if len(s.Health.Checks) > 0 {
+			line += ": " + strings.Join(s.Health.Checks, "; ")
+		}
+		out = append(out, line)
+	}
+	if !maps.Equal(s.PGs, last.PGs) || s.Objects != last.Objects {
+		states := slices.Sorted(maps.Keys(s.PGs))
+		parts := make([]string, len(states))
+		for i, st := range states {
+			parts[i] = fmt.Sprintf("%d %s", s.PGs[st], st)
+		}
+		line := fmt.Sprintf("pgs: %s; %d objects", strings.Join(parts, ", "), s.Objects)
+		if s.DegradedObjects+s.MisplacedObjects > 0 {
+			line += fmt.Sprintf(", %d degraded, %d misplaced", s.DegradedObjects, s.MisplacedObjects)
+		}
+		if s.RecoveryBytesPerSec > 0 {
+			line += fmt.Sprintf("; recovery %s/s", humanBytes(int64(s.RecoveryBytesPerSec)))
+		}
+		if s.OpsPerSec > 0 {
+			line += fmt.Sprintf("; client %s/s rd, %s/s wr, %.0f op/s", humanBytes(int64(s.ReadBytesPerSec)), humanBytes(int64(s.WriteBytesPerSec)), s.OpsPerSec)
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// mapChanges says what the map next changed from prev, a line per
+// change, as Ceph's cluster log does: OSDs added, removed, up, down, in,
+// out, reweighted or over a full ratio; pools' sizes; the full ratios.
+func mapChanges(prev, next *placement.Map) []string {
+	var out []string
+	old := map[uint32]*osdpb.OSDInfo{}
+	for o := range prev.OSDs() {
+		old[o.Id] = o
+	}
+	for o := range next.OSDs() {
+		name := fmt.Sprintf("osd.%d", o.Id)
+		p, ok := old[o.Id]
+		delete(old, o.Id)
+		if !ok {
+			out = append(out, name+" created")
+			p = &osdpb.OSDInfo{Id: o.Id, Weight: o.Weight, PublicAddr: o.PublicAddr}
+		}
+		switch {
+		case o.Up && (!p.Up || o.UpFrom != p.UpFrom):
+			out = append(out, fmt.Sprintf("%s boot (%s)", name, o.PublicAddr))
+		case !o.Up && p.Up:
+			out = append(out, name+" marked down")
+		}
+		switch {
+		case o.In && !p.In:
+			out = append(out, name+" marked in")
+		case !o.In && p.In && o.AutoOut:
+			out = append(out, name+" marked out (down for longer than the down-out interval)")
+		case !o.In && p.In:
+			out = append(out, name+" marked out")
+		}
+		if o.Weight != p.Weight {
+			out = append(out, fmt.Sprintf("%s weight %g -> %g", name, p.Weight, o.Weight))
+		}
+		if o.Fullness != p.Fullness {
+			out = append(out, fmt.Sprintf("%s disk %s (was %s)", name, ops.FullnessWord(o.Fullness), ops.FullnessWord(p.Fullness)))
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(old)) {
+		out = append(out, fmt.Sprintf("osd.%d removed", id))
+	}
+	oldPools := map[uint32]*osdpb.Pool{}
+	for p := range prev.Pools() {
+		oldPools[p.Id] = p
+	}
+	pools := slices.Collect(next.Pools())
+	slices.SortFunc(pools, func(a, b *osdpb.Pool) int { return cmp.Compare(a.Id, b.Id) })
+	for _, p := range pools {
+		q, ok := oldPools[p.Id]
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("pool '%s' (%d) created: size %d, min_size %d, %d pgs", p.Name, p.Id, p.Size, placement.MinSize(p), p.PgCount))
+			continue
+		case q.Size != p.Size:
+			out = append(out, fmt.Sprintf("pool '%s' size %d -> %d", p.Name, q.Size, p.Size))
+		}
+		if a, b := placement.MinSize(q), placement.MinSize(p); a != b {
+			out = append(out, fmt.Sprintf("pool '%s' min_size %d -> %d", p.Name, a, b))
+		}
+	}
+	pn, pb, pf := prev.FullRatios()
+	nn, nb, nf := next.FullRatios()
+	for _, r := range []struct {
+		name     string
+		was, now float64
+	}{{"nearfull_ratio", pn, nn}, {"backfillfull_ratio", pb, nb}, {"full_ratio", pf, nf}} {
+		if r.was != r.now {
+			out = append(out, fmt.Sprintf("%s %g -> %g", r.name, r.was, r.now))
+		}
+	}
+	return out
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// TestMapChanges: each kind of map change is one line, in the words of
+// Ceph's cluster log.
+func TestMapChanges(t *testing.T) {
+	pb := &osdpb.ClusterMap{Epoch: 5, Fsid: "f", Pools: []*osdpb.Pool{{Id: 1, Name: "default", Size: 3, PgCount: 8}}}
+	for i := range 4 {
+		pb.Osds = append(pb.Osds, &osdpb.OSDInfo{Id: uint32(i), PublicAddr: "tcp://127.0.0.1:6800", ClusterAddr: "tcp://127.0.0.1:6801",
+			Weight: 1, Up: i != 3, In: true, UpFrom: 2})
+	}
+	prev, err := placement.FromProto(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := prev.With(func(pb *osdpb.ClusterMap) {
+		pb.Epoch = 6
+		pb.Osds[0].Up = false                           // down
+		pb.Osds[1].In, pb.Osds[1].AutoOut = false, true // out by the mon
+		pb.Osds[2].Weight = 2
+		pb.Osds[2].Fullness = osdpb.Fullness_FULLNESS_NEARFULL
+		pb.Osds[3].Up, pb.Osds[3].UpFrom = true, 6 // boot
+		pb.Osds = append(pb.Osds, &osdpb.OSDInfo{Id: 4, PublicAddr: "mem://osd-not-booted", ClusterAddr: "mem://osd-not-booted", Weight: 1})
+		pb.Pools[0].Size, pb.Pools[0].MinSize = 2, 1
+		pb.NearfullRatio = 0.8
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(mapChanges(prev, next), "\n")
+	want := strings.Join([]string{
+		"osd.0 marked down",
+		"osd.1 marked out (down for longer than the down-out interval)",
+		"osd.2 weight 1 -> 2",
+		"osd.2 disk nearfull (was ok)",
+		"osd.3 boot (tcp://127.0.0.1:6800)",
+		"osd.4 created",
+		"pool 'default' size 3 -> 2",
+		"pool 'default' min_size 2 -> 1",
+		"nearfull_ratio 0.85 -> 0.8",
+	}, "\n")
+	if got != want {
+		t.Errorf("changes:\n%s\nwant:\n%s", got, want)
+	}
+	back := mapChanges(next, prev)
+	for _, w := range []string{"osd.0 boot (tcp://127.0.0.1:6800)", "osd.1 marked in", "osd.3 marked down", "osd.4 removed"} {
+		if !strings.Contains(strings.Join(back, "\n"), w) {
+			t.Errorf("back: no %q in %q", w, back)
+		}
+	}
+	if c := mapChanges(prev, prev); len(c) != 0 {
+		t.Errorf("no change: %q", c)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer a command writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestStatusWatch: status --watch prints the status, then a map change
+// at once and the health it leads to, until its context ends.
+func TestStatusWatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	_, monArgs := monCluster(t, 3, 3)
+	cli := mustCLI(t, monArgs)
+	ctx, cancel := context.WithCancel(t.Context())
+	var out lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		cmd := newRootCmd()
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(append([]string{"status", "--watch", "--watch-interval", "100ms"}, monArgs...))
+		done <- cmd.ExecuteContext(ctx)
+	}()
+	waitFor := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(out.String(), what) {
+			if time.Now().After(deadline) {
+				cancel()
+				t.Fatalf("status --watch never printed %q:\n%s", what, out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("  services:")
+	cli("osd", "out", "2")
+	waitFor(": osd.2 marked out")
+	waitFor("health HEALTH_WARN")
+	cli("osd", "in", "2")
+	waitFor(": osd.2 marked in")
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("status --watch ended with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("status --watch did not end with its context")
+	}
+	if _, _, err := run(t, "status", "--watch", "--json", "--mon", "tcp://127.0.0.1:1"); exitCode(err) != exitUsage {
+		t.Errorf("--watch --json: %v, want a usage error", err)
+	}
+}
+
+// TestStatusChanges: a poll prints health and PG lines only when they
+// changed.
+func TestStatusChanges(t *testing.T) {
+	a := &mon.Status{Health: mon.Health{Status: mon.HealthOK}, PGs: map[string]int{"active+clean": 8}}
+	if c := statusChanges(a, a); len(c) != 0 {
+		t.Errorf("unchanged: %q", c)
+	}
+	b := &mon.Status{Health: mon.Health{Status: mon.HealthWarn, Checks: []string{"1 osds down"}},
+		PGs: map[string]int{"active+clean": 5, "active+undersized+degraded": 3}, Objects: 7, DegradedObjects: 2}
+	got := strings.Join(statusChanges(a, b), "\n")
+	want := "health HEALTH_WARN: 1 osds down\npgs: 5 active+clean, 3 active+undersized+degraded; 7 objects, 2 degraded, 0 misplaced"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
