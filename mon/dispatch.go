@@ -204,6 +204,12 @@ func (m *Mon) runCommand(ctx context.Context, c *osdpb.MonCommand, g *requestGua
 		out = st
 	case "osd tree":
 		out = osdTree(m.Map())
+	case "df":
+		in, err := m.statusInput(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = computeDF(in.mp, in.beacons)
 	case "osd pool ls":
 		out = poolInfos(m.Map())
 	case "osd df":

@@ -25,6 +25,7 @@ type PGStat struct {
 	// has sent none); ReportedEpoch is that report's map epoch, 0 for none.
 	// A report older than the map's epoch does not set State ("unknown").
 	Objects       uint64 `json:"objects"`
+	Bytes         uint64 `json:"bytes"` // the objects' bytes, one copy
 	Degraded      uint64 `json:"degraded"`
 	Misplaced     uint64 `json:"misplaced"`
 	Inconsistent  uint64 `json:"inconsistent"`
@@ -102,7 +103,7 @@ func pgViews(mp *placement.Map, beacons map[uint32]*beaconRecord) iter.Seq[pgVie
 					v.counted = true
 					v.reported = rep.r.State
 					v.fresh = rep.r.Epoch >= mp.Epoch()
-					v.Objects, v.Degraded, v.Misplaced, v.Inconsistent = rep.r.Objects, rep.r.Degraded, rep.r.Misplaced, rep.r.Inconsistent
+					v.Objects, v.Bytes, v.Degraded, v.Misplaced, v.Inconsistent = rep.r.Objects, rep.r.Bytes, rep.r.Degraded, rep.r.Misplaced, rep.r.Inconsistent
 					v.ReportedEpoch = rep.r.Epoch
 				}
 				switch {

@@ -34,6 +34,7 @@ type Status struct {
 	PGs              map[string]int `json:"pgs"`
 	PGTotal          int            `json:"pg_total"`
 	Objects          uint64         `json:"objects"`
+	StoredBytes      uint64         `json:"stored_bytes"` // the objects' bytes, one copy each
 	DegradedObjects  uint64         `json:"degraded_objects"`
 	MisplacedObjects uint64         `json:"misplaced_objects"`
 	// Objects whose copies differ, as the PGs' last deep scrubs compared
@@ -155,6 +156,7 @@ type pgRecord struct {
 	Epoch     uint64 `json:"epoch"`
 	// Inconsistent objects the PG's last deep scrub compare found.
 	Inconsistent uint64 `json:"inconsistent,omitempty"`
+	Bytes        uint64 `json:"bytes,omitempty"`
 }
 
 // newBeaconRecord makes the record of beacon b received at now; prev, if
@@ -170,7 +172,7 @@ func newBeaconRecord(b *osdpb.MonBeacon, now time.Time, prev *beaconRecord) *bea
 			continue
 		}
 		r.PGs = append(r.PGs, pgRecord{Pool: s.Pool, PG: s.Pg, State: s.State, Objects: s.Objects, Degraded: s.Degraded, Misplaced: s.Misplaced, Epoch: s.Epoch,
-			Inconsistent: s.Inconsistent})
+			Inconsistent: s.Inconsistent, Bytes: s.Bytes})
 	}
 	r.BaseAtUnixNano, r.BaseRecoveryBytes, r.BaseOps = r.AtUnixNano, r.RecoveryBytes, r.Ops
 	r.BaseReadBytes, r.BaseWriteBytes = r.ReadBytes, r.WriteBytes
@@ -264,6 +266,7 @@ func computeStatus(in statusInput) *Status {
 		st.PGTotal++
 		if v.counted {
 			st.Objects += v.Objects
+			st.StoredBytes += v.Bytes
 			st.DegradedObjects += v.Degraded
 			st.MisplacedObjects += v.Misplaced
 			st.InconsistentObjects += v.Inconsistent

@@ -355,6 +355,7 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 	objects := uint64(0)
 	if c, err := o.st.PGStats(o.ctx, sid); err == nil && c.Objects > 0 {
 		objects = uint64(c.Objects)
+		st.Bytes = uint64(max(c.Bytes, 0))
 	}
 	st.Objects = objects
 	if name := pgStateName(ps); name != "" {

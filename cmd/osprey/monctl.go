@@ -333,7 +333,7 @@ func printMonStatus(w io.Writer, s *mon.Status) error {
 		}
 	}
 	fmt.Fprintf(w, "\n    osd: %d osds: %d up, %d in; epoch %d\n", s.OSDs.Total, s.OSDs.Up, s.OSDs.In, s.Epoch)
-	fmt.Fprintf(w, "\n  data:\n    pools:   %d pools, %d pgs\n    objects: %d objects\n", len(s.Pools), s.PGTotal, s.Objects)
+	fmt.Fprintf(w, "\n  data:\n    pools:   %d pools, %d pgs\n    objects: %d objects, %s\n", len(s.Pools), s.PGTotal, s.Objects, humanBytes(int64(s.StoredBytes)))
 	if s.UsedBytes+s.AvailBytes > 0 {
 		fmt.Fprintf(w, "    usage:   %s used, %s avail\n", humanBytes(int64(s.UsedBytes)), humanBytes(int64(s.AvailBytes)))
 	}

@@ -378,3 +378,51 @@ func printPools(w io.Writer, pools []mon.PoolInfo) error {
 	}
 	return tw.Flush()
 }
+
+// newDFCmd is `osprey df`, Ceph's `ceph df`.
+func newDFCmd() *cobra.Command {
+	var (
+		mf     monFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "df",
+		Short: "Show the cluster's raw space and each pool's stored bytes, objects and room left",
+		Long: `As ` + "`ceph df`" + `: the raw space of the up OSDs' data disks, then per pool the bytes
+stored (one copy of each object, as the PGs' primaries last reported), the
+objects, the space their copies use (stored times size), %USED, and MAX
+AVAIL: how much more the pool can store before the first of its OSDs
+reaches the full ratio, each OSD taking its weight's share of every copy.
+OSDs that share one file system each report all of it, so on one host the
+raw figures and MAX AVAIL count that disk once per OSD.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return monRead(cmd, mf, "df", asJSON, printDF)
+		},
+	}
+	addMonFlags(cmd.Flags(), &mf)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printDF(w io.Writer, df *mon.DF) error {
+	pct := 0.0
+	if df.TotalBytes > 0 {
+		pct = 100 * float64(df.UsedBytes) / float64(df.TotalBytes)
+	}
+	fmt.Fprintln(w, "--- RAW STORAGE ---")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	io.WriteString(tw, "SIZE\tAVAIL\tUSED\t%RAW USED\n")
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\n", humanBytes(int64(df.TotalBytes)), humanBytes(int64(df.AvailBytes)), humanBytes(int64(df.UsedBytes)), pct)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\n--- POOLS ---")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	io.WriteString(tw, "POOL\tID\tPGS\tSTORED\tOBJECTS\tUSED\t%USED\tMAX AVAIL\n")
+	for _, p := range df.Pools {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\t%.2f\t%s\n", p.Name, p.ID, p.PGCount, humanBytes(int64(p.Stored)), p.Objects,
+			humanBytes(int64(p.Used)), p.PercentUsed, humanBytes(int64(p.MaxAvail)))
+	}
+	return tw.Flush()
+}

@@ -141,7 +141,9 @@ func TestPoolSizeChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	var keys []string
+	stored := 0
 	for i := range 16 {
+		stored += 3000 + i
 		key := fmt.Sprintf("k%02d", i)
 		if _, err := osdtest.Put(ctx, cl, "grow", key, osdtest.Payload(3000+i, uint64(i)), client.PutOptions{}); err != nil {
 			t.Fatal(err)
@@ -174,6 +176,26 @@ func TestPoolSizeChange(t *testing.T) {
 		}
 	}
 	settled(2)
+	// df: every object once in stored, twice in used, as the primaries'
+	// beacons report them (each second).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var df mon.DF
+		out := cli("df", "--json")
+		if err := json.Unmarshal([]byte(out), &df); err != nil || len(df.Pools) != 1 {
+			t.Fatalf("df --json: %v %q", err, out)
+		}
+		if p := df.Pools[0]; p.Objects == 16 && p.Stored == uint64(stored) && p.Used == 2*uint64(stored) && p.MaxAvail > 0 && df.TotalBytes > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("df never showed 16 objects of %d bytes: %s", stored, out)
+		}
+		time.Sleep(200 * time.Millisecond) // polls the mon's view, beaconed every second
+	}
+	if out := cli("df"); !strings.Contains(out, "--- POOLS ---") || !regexp.MustCompile(`(?m)^default\s+1\s+8\s`).MatchString(out) {
+		t.Errorf("df:\n%s", out)
+	}
 	if out := cli("osd", "pool", "set", "default", "size", "3"); !strings.Contains(out, "set pool default size to 3") {
 		t.Fatalf("pool set: %q", out)
 	}

@@ -3823,6 +3823,7 @@ type PGStat struct {
 	// Objects the PG's last cross-replica deep scrub found inconsistent
 	// (the state then has +inconsistent).
 	Inconsistent  uint64 `protobuf:"varint,9,opt,name=inconsistent,proto3" json:"inconsistent,omitempty"`
+	Bytes         uint64 `protobuf:"varint,10,opt,name=bytes,proto3" json:"bytes,omitempty"` // the objects' bytes (one copy), as objects counts them
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3916,6 +3917,13 @@ func (x *PGStat) GetEpoch() uint64 {
 func (x *PGStat) GetInconsistent() uint64 {
 	if x != nil {
 		return x.Inconsistent
+	}
+	return 0
+}
+
+func (x *PGStat) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
 	}
 	return 0
 }
@@ -6410,7 +6418,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
 	"\x04fsid\x18\x04 \x01(\tR\x04fsid\x12(\n" +
-	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03mapJ\x04\b\x02\x10\x03\"\xf9\x01\n" +
+	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03mapJ\x04\b\x02\x10\x03\"\x8f\x02\n" +
 	"\x06PGStat\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x14\n" +
@@ -6420,7 +6428,9 @@ const file_osd_proto_rawDesc = "" +
 	"\tmisplaced\x18\x06 \x01(\x04R\tmisplaced\x12'\n" +
 	"\x04last\x18\a \x01(\v2\x13.osprey.osd.VersionR\x04last\x12\x14\n" +
 	"\x05epoch\x18\b \x01(\x04R\x05epoch\x12\"\n" +
-	"\finconsistent\x18\t \x01(\x04R\finconsistent\"G\n" +
+	"\finconsistent\x18\t \x01(\x04R\finconsistent\x12\x14\n" +
+	"\x05bytes\x18\n" +
+	" \x01(\x04R\x05bytes\"G\n" +
 	"\aPGScrub\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"W\n" +
