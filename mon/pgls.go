@@ -72,14 +72,17 @@ func upBeacons(mp *placement.Map, beacons map[uint32]*beaconRecord) []*beaconRec
 // PG's state from, so the two always agree.
 func pgViews(mp *placement.Map, beacons map[uint32]*beaconRecord) iter.Seq[pgView] {
 	return func(yield func(pgView) bool) {
-		type report struct {
-			r    pgRecord
-			from uint32
+		// Each up OSD's reports, by PG and reporter: a PG's state is its
+		// current primary's report, whoever else (a former primary, not
+		// yet told) still reports it.
+		type from struct {
+			pgKey
+			osd uint32
 		}
-		reports := map[pgKey]report{} // by PG, from whichever up OSD sent it last in id order
+		reports := map[from]pgRecord{}
 		for _, b := range upBeacons(mp, beacons) {
 			for _, p := range b.PGs {
-				reports[pgKey{p.Pool, p.PG}] = report{p, b.ID}
+				reports[from{pgKey{p.Pool, p.PG}, b.ID}] = p
 			}
 		}
 		noOSDs := true
@@ -98,13 +101,14 @@ func pgViews(mp *placement.Map, beacons map[uint32]*beaconRecord) iter.Seq[pgVie
 				if len(acting) > 0 {
 					v.Primary = int64(acting[0])
 				}
-				rep, ok := reports[pgKey{pool.Id, pg}]
-				if ok && len(acting) > 0 && rep.from == acting[0] {
-					v.counted = true
-					v.reported = rep.r.State
-					v.fresh = rep.r.Epoch >= mp.Epoch()
-					v.Objects, v.Bytes, v.Degraded, v.Misplaced, v.Inconsistent = rep.r.Objects, rep.r.Bytes, rep.r.Degraded, rep.r.Misplaced, rep.r.Inconsistent
-					v.ReportedEpoch = rep.r.Epoch
+				if len(acting) > 0 {
+					if r, ok := reports[from{pgKey{pool.Id, pg}, acting[0]}]; ok {
+						v.counted = true
+						v.reported = r.State
+						v.fresh = r.Epoch >= mp.Epoch()
+						v.Objects, v.Bytes, v.Degraded, v.Misplaced, v.Inconsistent = r.Objects, r.Bytes, r.Degraded, r.Misplaced, r.Inconsistent
+						v.ReportedEpoch = r.Epoch
+					}
 				}
 				switch {
 				case noOSDs:

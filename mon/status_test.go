@@ -193,6 +193,21 @@ func TestComputeStatus(t *testing.T) {
 	if st.Health.Status != HealthWarn || st.PGs["unknown"] != 8 {
 		t.Fatalf("stale reports: %+v %v", st.Health, st.PGs)
 	}
+	// Former primaries, not yet told, still report the PGs they led: each
+	// PG's state is its current primary's report all the same.
+	withFormer := reportAll(mp, "active+clean", 10)
+	for o := range mp.OSDs() {
+		for pg, role := range mp.PGsOf(1, o.Id) {
+			if !role.IsPrimary() {
+				r := withFormer[o.Id]
+				r.PGs = append(r.PGs, pgRecord{Pool: 1, PG: pg, State: "peering", Objects: 5, Epoch: 9})
+			}
+		}
+	}
+	st = computeStatus(statusInput{mp: mp, beacons: withFormer, now: now, fresh: time.Minute})
+	if st.Health.Status != HealthOK || st.PGs["active+clean"] != 8 || st.Objects != 0 {
+		t.Fatalf("with former primaries' reports: %+v %v, %d objects", st.Health, st.PGs, st.Objects)
+	}
 	st = computeStatus(statusInput{mp: mp, beacons: reportAll(mp, "incomplete", 10), now: now, fresh: time.Minute})
 	if st.Health.Status != HealthErr || !hasCheck(st, "8 pgs incomplete") {
 		t.Fatalf("incomplete: %+v", st.Health)
