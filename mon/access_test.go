@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,14 @@ func TestMonAccess(t *testing.T) {
 	}
 	if _, err := ro.Subscribe(ctx); err != nil {
 		t.Fatalf("subscribe with mon 'allow r': %v", err)
+	}
+	// Every command that changes the map needs w: none may be a read.
+	for _, prefix := range mutatingCommands {
+		if slices.Contains(monclient.ReadCommands, prefix) {
+			t.Errorf("%s is both a read and a map change", prefix)
+		}
+		_, err := ro.Command(ctx, &osdpb.MonCommand{Prefix: prefix, Ids: []uint32{0}, Ratio: 0.9, Weight: 1, Pool: "default", Var: "size", Val: "2"})
+		wantDenied(t, err, "client.ro may not run "+prefix)
 	}
 	_, err := ro.Command(ctx, &osdpb.MonCommand{Prefix: "osd set-full-ratio", Ratio: 0.9})
 	wantDenied(t, err, "client.ro may not run osd set-full-ratio")

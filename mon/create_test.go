@@ -72,14 +72,14 @@ func TestOSDCreateLeavesNoGhost(t *testing.T) {
 	// Once the operator removes it, the OSD gets id 0 and a keyring of
 	// its own.
 	mustCommand(t, admin, authCmd("auth rm", "osd.0", nil))
-	rep := mustCommand(t, bootstrap, &osdpb.MonCommand{Prefix: "osd create", Uuid: "uuid-0"})
-	if k := mustKeyring(t, rep); rep.Ids[0] != 0 || k.Entity != "osd.0" {
-		t.Fatalf("osd create after auth rm osd.0: id %v, %s's keyring", rep.Ids, k.Entity)
+	rep0 := mustCommand(t, bootstrap, &osdpb.MonCommand{Prefix: "osd create", Uuid: "uuid-0"})
+	if k := mustKeyring(t, rep0); rep0.Ids[0] != 0 || k.Entity != "osd.0" {
+		t.Fatalf("osd create after auth rm osd.0: id %v, %s's keyring", rep0.Ids, k.Entity)
 	}
 
 	// osd.1 made ahead with an OSD's caps is what the next OSD gets.
 	ahead := mustKeyring(t, mustCommand(t, admin, authCmd("auth get-or-create", "osd.1", OSDCaps)))
-	rep = mustCommand(t, bootstrap, &osdpb.MonCommand{Prefix: "osd create", Uuid: "uuid-1"})
+	rep := mustCommand(t, bootstrap, &osdpb.MonCommand{Prefix: "osd create", Uuid: "uuid-1"})
 	if k := mustKeyring(t, rep); rep.Ids[0] != 1 || !k.Cert.Equal(ahead.Cert) {
 		t.Fatalf("osd create with osd.1 made ahead: id %v, %s's keyring (the one made ahead: %v)", rep.Ids, k.Entity, k.Cert.Equal(ahead.Cert))
 	}
@@ -105,11 +105,21 @@ func TestOSDCreateLeavesNoGhost(t *testing.T) {
 	if got := tree(); len(got) != 1 || got[0].ID != 1 {
 		t.Fatalf("osd tree after osd rm 0: %+v", got)
 	}
+	// Its entity went with it (Ceph's osd purge): the next OSD to get id 0
+	// gets a key of its own, not the removed one's.
+	if rec, _, err := m.auth.get(ctx, "osd.0"); err != nil || rec != nil {
+		t.Fatalf("osd.0 entity after osd rm 0: %v %v", rec.GetEntity(), err)
+	}
+	removed := rep0
+	rep0 = mustCommand(t, bootstrap, &osdpb.MonCommand{Prefix: "osd create", Uuid: "uuid-0b"})
+	if k := mustKeyring(t, rep0); rep0.Ids[0] != 0 || k.Cert.Equal(mustKeyring(t, removed).Cert) {
+		t.Fatalf("osd create after osd rm 0: id %v, the removed OSD's key again: %v", rep0.Ids, k.Cert.Equal(mustKeyring(t, removed).Cert))
+	}
 	// osd.1's daemon, started again, boots as it: it has addresses now.
 	b := bootOf(1)
 	b.HasId, b.Id = true, 1
 	mustBoot(t, authClient(t, m.Addr(), mustKeyring(t, rep)), b)
-	if got := tree(); len(got) != 1 || got[0].NeverBooted || !got[0].Up || got[0].PublicAddr != b.PublicAddr {
+	if got := tree(); len(got) != 2 || got[1].NeverBooted || !got[1].Up || got[1].PublicAddr != b.PublicAddr {
 		t.Fatalf("osd tree after osd.1 booted: %+v", got)
 	}
 }

@@ -107,13 +107,15 @@ type osdCommand struct {
 	ids    []uint32
 	weight float64
 	ratio  float64 // ratioCommands
-	// "osd pool set": the pool's name, the variable and its value.
+	// "osd pool set": the pool's name, the variable and its value, and
+	// whether the operator said --yes-i-really-mean-it.
 	pool, variable, value string
+	sure                  bool
 }
 
 // commandOf is the map-changing command a MonCommand asks for.
 func commandOf(c *osdpb.MonCommand) osdCommand {
-	return osdCommand{prefix: c.Prefix, ids: c.Ids, weight: c.Weight, ratio: c.Ratio, pool: c.Pool, variable: c.Var, value: c.Val}
+	return osdCommand{prefix: c.Prefix, ids: c.Ids, weight: c.Weight, ratio: c.Ratio, pool: c.Pool, variable: c.Var, value: c.Val, sure: c.Sure}
 }
 
 // MaxPoolSize is the most replicas a pool may have, Ceph's limit.
@@ -142,9 +144,11 @@ func (c osdCommand) validatePoolSet() (uint32, error) {
 	return uint32(n), nil
 }
 
-// applyPoolSet sets a pool's size or min_size in pb. A min_size left at
-// its default (0: size - size/2) follows the size; one set explicitly
-// must stay at most the size, so lowering the size below it is refused.
+// applyPoolSet sets a pool's size or min_size in pb. As in Ceph, a new
+// size sets min_size back to its default for that size (size - size/2).
+// Without sure it refuses size 1 (one copy: a lost disk loses data), and
+// a change that leaves min_size above the OSDs in (no PG could take a
+// write).
 func (c osdCommand) applyPoolSet(pb *osdpb.ClusterMap) error {
 	n, err := c.validatePoolSet()
 	if err != nil {
@@ -159,24 +163,35 @@ func (c osdCommand) applyPoolSet(pb *osdpb.ClusterMap) error {
 		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd pool set: no pool %q in epoch %d (pools: %s)", c.pool, pb.Epoch, strings.Join(names, ", "))
 	}
 	p := pb.Pools[i]
+	next := &osdpb.Pool{Size: p.Size, MinSize: p.MinSize}
 	switch c.variable {
 	case "size":
 		if p.Size == n {
 			return errNoChange
 		}
-		if p.MinSize > n {
-			return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd pool set %s size %d: its min_size is %d; lower min_size first", c.pool, n, p.MinSize)
+		if n == 1 && !c.sure {
+			return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd pool set %s size 1 keeps one copy of every object, so one lost disk loses data: say --yes-i-really-mean-it", c.pool)
 		}
-		p.Size = n
+		next.Size, next.MinSize = n, 0
 	case "min_size":
 		if n > p.Size {
 			return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd pool set %s min_size %d: above its size %d", c.pool, n, p.Size)
 		}
-		if p.MinSize == n { // one at its default gets pinned: a later size change leaves it
+		if p.MinSize == n { // one at its default gets pinned: it then stays until the next size change
 			return errNoChange
 		}
-		p.MinSize = n
+		next.MinSize = n
 	}
+	in := 0
+	for _, o := range pb.Osds {
+		if o.In && o.Weight > 0 {
+			in++
+		}
+	}
+	if ms := placement.MinSize(next); ms > in && !c.sure {
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd pool set %s %s %d: min_size would be %d with %d OSDs in, so no PG could take a write: say --yes-i-really-mean-it", c.pool, c.variable, n, ms, in)
+	}
+	p.Size, p.MinSize = next.Size, next.MinSize
 	return nil
 }
 

@@ -423,8 +423,13 @@ func (l *leadership) command(ctx context.Context, c osdCommand, g *requestGuard)
 				x.ops = append(x.ops, clientv3.OpDelete(m.k.alive(id)))
 			}
 		case "osd rm":
+			// The OSD's entity goes with it, as Ceph's "osd purge": the
+			// removed disk's key must not authenticate as the next OSD
+			// that gets its id (osd create hands an existing osd.N's key
+			// to the new OSD).
 			for _, id := range changed {
-				x.ops = append(x.ops, clientv3.OpDelete(m.k.alive(id)), clientv3.OpDelete(m.k.stats(id)))
+				x.ops = append(x.ops, clientv3.OpDelete(m.k.alive(id)), clientv3.OpDelete(m.k.stats(id)),
+					clientv3.OpDelete(m.auth.k.auth(ops.OSDName(id))))
 			}
 		}
 		if g == nil {
@@ -458,6 +463,13 @@ func (l *leadership) command(ctx context.Context, c osdCommand, g *requestGuard)
 	if c.prefix == "osd down" || c.prefix == "osd rm" {
 		l.dropOSDs(changed)
 	}
+	if c.prefix == "osd rm" && len(changed) > 0 && !m.cfg.NoAuth {
+		// This mon refuses the removed OSDs' sessions from now on, not
+		// when its watch of the auth records catches up.
+		if t, err := m.auth.listTable(ctx); err == nil {
+			m.adoptAuthTable(t)
+		}
+	}
 	return res, nil
 }
 
@@ -475,6 +487,10 @@ func (c osdCommand) result(changed []uint32, epoch uint64) *commandResult {
 		res.Message = fmt.Sprintf("%s %g at epoch %d", c.prefix, c.ratio, epoch)
 	case c.prefix == "osd pool set":
 		res.Message = fmt.Sprintf("set pool %s %s to %s at epoch %d", c.pool, c.variable, c.value, epoch)
+		if c.variable == "size" {
+			n, _ := c.validatePoolSet()
+			res.Message += fmt.Sprintf(" (min_size %d)", placement.MinSize(&osdpb.Pool{Size: n}))
+		}
 	default:
 		res.Message = fmt.Sprintf("%s: %v at epoch %d", c.prefix, changed, epoch)
 	}

@@ -1,12 +1,10 @@
 package mon
 
 import (
-	"cmp"
 	"iter"
 	"slices"
 
 	"github.com/ospreystore/osprey/internal/placement"
-	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // PGStat is one PG as "pg ls" lists it, Ceph's `ceph pg ls`: the state
@@ -31,6 +29,11 @@ type PGStat struct {
 	Inconsistent  uint64 `json:"inconsistent"`
 	ReportedEpoch uint64 `json:"reported_epoch"`
 }
+
+// PGStateWords are the words PG states are made of, joined by "+", as
+// Ceph's: the OSDs' reports (osd.pgStat) and the mon's own (pgViews).
+var PGStateWords = []string{"active", "clean", "peering", "peered", "down", "incomplete", "undersized", "degraded",
+	"recovering", "backfilling", "recovery_toofull", "backfill_toofull", "inconsistent", "unknown"}
 
 // pgView is a PG's PGStat and how the health checks count it.
 type pgView struct {
@@ -90,9 +93,7 @@ func pgViews(mp *placement.Map, beacons map[uint32]*beaconRecord) iter.Seq[pgVie
 			noOSDs = false
 			break
 		}
-		pools := slices.Collect(mp.Pools())
-		slices.SortFunc(pools, func(a, b *osdpb.Pool) int { return cmp.Compare(a.Id, b.Id) })
-		for _, pool := range pools {
+		for pool := range mp.Pools() { // in id order
 			minSize := placement.MinSize(pool)
 			for pg := range pool.PgCount {
 				acting := mp.ActingSet(pool.Id, pg)

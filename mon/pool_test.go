@@ -32,11 +32,27 @@ func TestPoolSetEdit(t *testing.T) {
 	if err := set(pb, "min_size", "2"); err != nil || pb.Pools[0].MinSize != 2 {
 		t.Fatalf("min_size 2: %v, %+v", err, pb.Pools[0])
 	}
-	if err := set(pb, "size", "1"); statusOf(err) != osdpb.Status_INVALID_ARGUMENT || !strings.Contains(err.Error(), "lower min_size first") {
-		t.Fatalf("size 1 under min_size 2: %v", err)
+	if err := set(pb, "size", "1"); statusOf(err) != osdpb.Status_INVALID_ARGUMENT || !strings.Contains(err.Error(), "--yes-i-really-mean-it") {
+		t.Fatalf("size 1 without sure: %v", err)
 	}
-	if err := set(pb, "size", "4"); err != nil || pb.Pools[0].Size != 4 || pb.Pools[0].MinSize != 2 {
+	// A new size sets min_size back to its default, as in Ceph.
+	if err := set(pb, "size", "4"); err != nil || pb.Pools[0].Size != 4 || pb.Pools[0].MinSize != 0 {
 		t.Fatalf("size 4: %v, %+v", err, pb.Pools[0])
+	}
+	// size 7 would need 4 members up with 3 OSDs in: no PG could write.
+	if err := set(pb, "size", "7"); statusOf(err) != osdpb.Status_INVALID_ARGUMENT || !strings.Contains(err.Error(), "min_size would be 4 with 3 OSDs in") {
+		t.Fatalf("size 7 on 3 OSDs: %v", err)
+	}
+	if err := set(pb, "min_size", "4"); statusOf(err) != osdpb.Status_INVALID_ARGUMENT || !strings.Contains(err.Error(), "no PG could take a write") {
+		t.Fatalf("min_size 4 on 3 OSDs: %v", err)
+	}
+	for _, v := range []string{"7", "1"} {
+		if _, err := (osdCommand{prefix: "osd pool set", pool: "p", variable: "size", value: v, sure: true}).apply(pb, now); err != nil {
+			t.Fatalf("size %s, sure: %v", v, err)
+		}
+	}
+	if pb.Pools[0].Size != 1 || pb.Pools[0].MinSize != 0 {
+		t.Fatalf("size 1, sure: %+v", pb.Pools[0])
 	}
 	for _, c := range []struct{ pool, v, val, want string }{
 		{"p", "size", "0", "from 1 to 10"},

@@ -84,7 +84,6 @@ func poolInfos(mp *placement.Map) []PoolInfo {
 	for pool := range mp.Pools() {
 		out = append(out, PoolInfo{ID: pool.Id, Name: pool.Name, Size: pool.Size, MinSize: placement.MinSize(pool), PGCount: pool.PgCount})
 	}
-	slices.SortFunc(out, func(a, b PoolInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 

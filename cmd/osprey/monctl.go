@@ -48,11 +48,19 @@ const envKeyring = "OSPREY_KEYRING"
 // adminKeyringFile is where `osprey up` leaves client.admin's keyring.
 var adminKeyringFile = filepath.Join(defaultDataDir, "client.admin.keyring")
 
+// addMonFlags adds the flags that reach the mons and, for the mon
+// commands (which refuse it at run time when they only read),
+// --request-id.
 func addMonFlags(f *pflag.FlagSet, m *monFlags) {
+	addMonConnFlags(f, m)
+	f.StringVar(&m.requestID, "request-id", "", "the request id (32 hex digits) of a command that changes something: rerun one that timed out with the id it printed, and the mon applies it at most once (default a new one)")
+}
+
+// addMonConnFlags adds the flags that say how to reach the mons.
+func addMonConnFlags(f *pflag.FlagSet, m *monFlags) {
 	f.StringSliceVar(&m.addrs, "mon", nil, "mon addresses, e.g. tcp://10.0.0.1:3300,tcp://10.0.0.2:3300 (env "+envMon+"; default the one in ./"+monAddrFile+")")
 	f.DurationVar(&m.timeout, "mon-timeout", 10*time.Second, "how long to try to reach a mon")
 	f.Var(modesFlag{&m.modes}, "ms-client-mode", clientModeUsage)
-	f.StringVar(&m.requestID, "request-id", "", "the request id (32 hex digits) of a command that changes something: rerun one that timed out with the id it printed, and the mon applies it at most once (default a new one)")
 	f.StringVar(&m.keyring, "keyring", "", "keyring file of the entity to act as (env "+envKeyring+"; default ./"+adminKeyringFile+" when it exists); 'none' to connect without authentication")
 }
 
@@ -290,7 +298,7 @@ func newOSDAdminCmds() []*cobra.Command {
 		simple("out", "Mark OSDs out: their PGs move to others (recovery)"),
 		simple("in", "Mark OSDs in again"),
 		simple("down", "Mark OSDs down (a running OSD boots again at once)"),
-		simple("rm", "Remove down OSDs from the map"),
+		simple("rm", "Remove down OSDs from the map, and their entities (osd.N keys), as ceph osd purge"),
 		reweight, tree,
 		ratio("nearfull", "Set the fraction of an OSD's data disk over which health warns (default 0.85)"),
 		ratio("backfillfull", "Set the fraction over which nothing backfills into an OSD (default 0.90)"),
@@ -318,6 +326,14 @@ func printTree(w io.Writer, osds []mon.OSDTreeEntry) error {
 		fmt.Fprintf(tw, "osd.%d\t%s\t%s\t%s\t%g\t%d\t%d\t%s\t%s\t%s\n", o.ID, host, st, in, o.Weight, o.PGs, o.PrimaryPGs, disk, pub, clu)
 	}
 	return tw.Flush()
+}
+
+// clientIO is the status's client I/O as ceph -s says it, "" when idle.
+func clientIO(s *mon.Status) string {
+	if s.OpsPerSec == 0 && s.ReadBytesPerSec == 0 && s.WriteBytesPerSec == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s/s rd, %s/s wr, %.0f op/s", humanBytes(int64(s.ReadBytesPerSec)), humanBytes(int64(s.WriteBytesPerSec)), s.OpsPerSec)
 }
 
 // printMonStatus prints the mon's status as `ceph -s` does.
@@ -350,14 +366,13 @@ func printMonStatus(w io.Writer, s *mon.Status) error {
 		fmt.Fprintf(w, "%d %s", s.PGs[k], k)
 	}
 	fmt.Fprintln(w)
-	client := s.OpsPerSec > 0 || s.ReadBytesPerSec > 0 || s.WriteBytesPerSec > 0
+	client := clientIO(s)
 	recovery := s.DegradedObjects+s.MisplacedObjects > 0 || s.RecoveryBytesPerSec > 0
-	if client || recovery {
+	if client != "" || recovery {
 		fmt.Fprintf(w, "\n  io:\n")
 	}
-	if client {
-		fmt.Fprintf(w, "    client:   %s/s rd, %s/s wr, %.0f op/s\n",
-			humanBytes(int64(s.ReadBytesPerSec)), humanBytes(int64(s.WriteBytesPerSec)), s.OpsPerSec)
+	if client != "" {
+		fmt.Fprintf(w, "    client:   %s\n", client)
 	}
 	if recovery {
 		fmt.Fprintf(w, "    recovery: %s/s; degraded: %d objects, misplaced: %d objects\n",

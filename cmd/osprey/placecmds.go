@@ -19,8 +19,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// monRead runs the read-only mon command prefix and prints its output,
-// decoded into T: as JSON with asJSON, else by print.
+// monRead runs the read-only mon command prefix and prints its output:
+// with asJSON as the mon sent it (a newer mon's fields too), else decoded
+// into T, by print.
 func monRead[T any](cmd *cobra.Command, mf monFlags, prefix string, asJSON bool, print func(io.Writer, T) error) error {
 	rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: prefix})
 	if err != nil {
@@ -31,7 +32,8 @@ func monRead[T any](cmd *cobra.Command, mf monFlags, prefix string, asJSON bool,
 		return fmt.Errorf("%s: the mon's answer: %w", prefix, err)
 	}
 	if asJSON {
-		return json.NewEncoder(cmd.OutOrStdout()).Encode(v)
+		_, err := fmt.Fprintln(cmd.OutOrStdout(), strings.TrimSpace(rep.Output))
+		return err
 	}
 	return print(cmd.OutOrStdout(), v)
 }
@@ -133,25 +135,45 @@ func newPGLsCmd() *cobra.Command {
 		Long: `Lists every PG of every pool with the state ` + "`osprey status`" + ` counts it
 under, its acting set (primary first), and what its primary last reported:
 objects, degraded and misplaced copies, inconsistent objects (from its last
-deep scrub) and the map epoch of that report. A PG whose primary has not
-reported at the current epoch is "unknown".
+deep scrub) and the map epoch of that report. A PG with no OSD up and in is
+"down", one with fewer than min_size "undersized+peered"; any other PG's
+state is its primary's report at the current epoch, "unknown" until then.
 
 STATE arguments keep the PGs in any of those states, a state matching when
 all its "+"-joined words are in the PG's (so "degraded" matches
-"active+undersized+degraded"), as ` + "`ceph pg ls degraded`" + `. --pool, --osd
-(Ceph's ls-by-osd) and --primary (ls-by-primary) narrow it further.`,
+"active+undersized+degraded"), as ` + "`ceph pg ls degraded`" + `. --pool (a name
+or id), --osd (Ceph's ls-by-osd) and --primary (ls-by-primary) narrow it
+further.`,
 		Example: `  osprey pg ls
   osprey pg ls degraded recovering
   osprey pg ls --osd 3 --json | jq -r .pgid`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, a := range args {
-				if a == "" || strings.Trim(a, "abcdefghijklmnopqrstuvwxyz_+") != "" {
-					return usageErrorf("%q is not a PG state (active+clean, degraded, ...)", a)
+				for _, w := range strings.Split(a, "+") {
+					if !slices.Contains(mon.PGStateWords, w) {
+						return usageErrorf("%q is not a PG state: want words of %s, joined by +", a, strings.Join(mon.PGStateWords, ", "))
+					}
 				}
+			}
+			for _, f := range []struct {
+				name string
+				id   int64
+			}{{"--osd", osd}, {"--primary", primary}} {
+				if f.id < -1 || f.id > math.MaxUint32 {
+					return usageErrorf("%s %d: not an OSD id", f.name, f.id)
+				}
+			}
+			poolID := int64(-1)
+			if pool != "" {
+				id, err := resolvePool(cmd, mf, pool)
+				if err != nil {
+					return err
+				}
+				poolID = int64(id)
 			}
 			keep := func(p mon.PGStat) bool {
 				return (len(args) == 0 || slices.ContainsFunc(args, func(s string) bool { return stateHas(p.State, s) })) &&
-					(pool == "" || pool == strconv.FormatUint(uint64(p.Pool), 10)) &&
+					(poolID < 0 || int64(p.Pool) == poolID) &&
 					(osd < 0 || slices.Contains(p.Acting, uint32(osd))) &&
 					(primary < 0 || p.Primary == primary)
 			}
@@ -170,10 +192,27 @@ all its "+"-joined words are in the PG's (so "degraded" matches
 	}
 	addMonFlags(cmd.Flags(), &mf)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per PG")
-	cmd.Flags().StringVar(&pool, "pool", "", "only this pool's PGs (its id)")
+	cmd.Flags().StringVar(&pool, "pool", "", "only this pool's PGs (its name or id)")
 	cmd.Flags().Int64Var(&osd, "osd", -1, "only the PGs whose acting set holds this OSD")
 	cmd.Flags().Int64Var(&primary, "primary", -1, "only the PGs this OSD is primary of")
 	return cmd
+}
+
+// resolvePool is the id of the pool named by name or id, from the mon.
+func resolvePool(cmd *cobra.Command, mf monFlags, name string) (uint32, error) {
+	var id uint32
+	err := monRead(cmd, mf, "osd pool ls", false, func(_ io.Writer, pools []mon.PoolInfo) error {
+		names := make([]string, len(pools))
+		for i, p := range pools {
+			if p.Name == name || strconv.FormatUint(uint64(p.ID), 10) == name {
+				id = p.ID
+				return nil
+			}
+			names[i] = p.Name
+		}
+		return usageErrorf("no pool %q (pools: %s)", name, strings.Join(names, ", "))
+	})
+	return id, err
 }
 
 // stateHas reports whether every "+"-joined word of want is in state.
@@ -336,26 +375,27 @@ for the PG to take writes, 1 to size), as ` + "`ceph osd pool set`" + `. The new
 moves each PG's acting set at once: a larger size adds members, which the
 primaries backfill (status shows the PGs degraded, then active+clean); a
 smaller one drops members, whose copies become strays the OSDs remove. A
-min_size never set follows the size (size - size/2); one set stays, and a
-size below it is refused. Size 1 keeps a single copy of every object, so it
-needs --yes-i-really-mean-it. pg_num is fixed when the cluster is made.`,
+new size sets min_size back to its default (size - size/2), as in Ceph.
+The mon refuses without --yes-i-really-mean-it size 1 (a single copy of
+every object) and a change that leaves min_size above the OSDs in (no PG
+could take a write). pg_num is fixed when the cluster is made.`,
 		Example: `  osprey osd pool set default size 2
   osprey osd pool set default min_size 1`,
 		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[1] == "size" && args[2] == "1" && !sure {
-				return usageErrorf("size 1 keeps one copy of every object: one disk lost loses data; add --yes-i-really-mean-it")
-			}
-			rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "osd pool set", Pool: args[0], Var: args[1], Val: args[2]})
+			rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "osd pool set", Pool: args[0], Var: args[1], Val: args[2], Sure: sure})
 			if err != nil {
 				return err
 			}
-			text := fmt.Sprintf("set pool %s %s to %s, map epoch %d", args[0], args[1], args[2], rep.Epoch)
-			if strings.Contains(rep.Output, "nothing to change") {
-				text = fmt.Sprintf("pool %s %s is %s already, map epoch %d", args[0], args[1], args[2], rep.Epoch)
+			var res struct {
+				Message string `json:"message"`
 			}
-			if asJSON {
-				text = strings.TrimSpace(rep.Output)
+			text := strings.TrimSpace(rep.Output)
+			if json.Unmarshal([]byte(rep.Output), &res) == nil && res.Message != "" && !asJSON {
+				text = res.Message
+				if res.Message == "nothing to change" {
+					text = fmt.Sprintf("pool %s %s is %s already, map epoch %d", args[0], args[1], args[2], rep.Epoch)
+				}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), text)
 			return nil
@@ -365,7 +405,7 @@ needs --yes-i-really-mean-it. pg_num is fixed when the cluster is made.`,
 		addMonFlags(c.Flags(), &mf)
 		c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	}
-	set.Flags().BoolVar(&sure, "yes-i-really-mean-it", false, "allow size 1")
+	set.Flags().BoolVar(&sure, "yes-i-really-mean-it", false, "allow size 1, or a min_size above the OSDs in")
 	pool.AddCommand(ls, get, set)
 	return pool
 }

@@ -93,6 +93,14 @@ func TestPlacementCommands(t *testing.T) {
 	if _, err := cli("pg", "ls", "--request-id", strings.Repeat("ab", 16)); exitCode(err) != exitUsage {
 		t.Errorf("pg ls --request-id: %v, want a usage error (it changes nothing)", err)
 	}
+	for _, bad := range [][]string{{"pg", "ls", "degarded"}, {"pg", "ls", "--osd", "4294967296"}, {"pg", "ls", "--pool", "nope"}, {"osd", "map", "maps/k", "--request-id", strings.Repeat("ab", 16)}} {
+		if _, err := cli(bad...); exitCode(err) != exitUsage {
+			t.Errorf("%v: %v, want a usage error", bad, err)
+		}
+	}
+	if got := pgLsJSON(t, cli, "pg", "ls", "--json", "--pool", "default"); len(got) != 8 {
+		t.Errorf("pg ls --pool default: %d PGs, want 8", len(got))
+	}
 
 	// osd df: a row per OSD, the total and the spread.
 	out, err = cli("osd", "df")
@@ -210,8 +218,8 @@ func TestPoolSizeChange(t *testing.T) {
 			t.Errorf("get %s after the shrink: %v", key, err)
 		}
 	}
-	if _, _, err := run(t, append([]string{"osd", "pool", "set", "default", "size", "1"}, monArgs...)...); exitCode(err) != exitUsage {
-		t.Errorf("size 1 without --yes-i-really-mean-it: %v, want a usage error", err)
+	if _, _, err := run(t, append([]string{"osd", "pool", "set", "default", "size", "01"}, monArgs...)...); err == nil || !strings.Contains(err.Error(), "--yes-i-really-mean-it") {
+		t.Errorf("size 01 without --yes-i-really-mean-it: %v, want the mon's refusal", err)
 	}
 	if _, _, err := run(t, append([]string{"osd", "pool", "set", "default", "pg_num", "16"}, monArgs...)...); err == nil || !strings.Contains(err.Error(), "fixed") {
 		t.Errorf("pg_num 16: %v", err)

@@ -108,7 +108,8 @@ status reports, it does not judge; scripts read "health" from --json.`,
 			// The same precedence as every command: a mon, when one is
 			// named before any seeds or map, answers with its own view.
 			if tg, err := resolveTarget(t, os.Getenv); err == nil && len(tg.Mons) > 0 {
-				mf := monFlags{addrs: tg.Mons, timeout: t.mon.timeout, keyring: t.mon.keyring}
+				mf := t.mon // its keyring, timeout and --ms-client-mode
+				mf.addrs = tg.Mons
 				if watch {
 					return watchStatus(cmd, mf, every)
 				}

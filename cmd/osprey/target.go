@@ -51,7 +51,7 @@ type targetFlags struct {
 }
 
 func addTargetFlags(f *pflag.FlagSet, t *targetFlags) {
-	addMonFlags(f, &t.mon)
+	addMonConnFlags(f, &t.mon) // object commands and status change nothing at the mon: no --request-id
 	f.StringSliceVar(&t.seeds, "seeds", nil, "OSD public addresses, e.g. tcp://10.0.0.1:6800,tcp://10.0.0.2:6800 (env "+envSeeds+")")
 	f.StringVar(&t.mapPath, "map", "", "cluster map file; its OSDs' public addresses are the seeds (env "+envMap+"; default ./"+defaultMapPath+" when it exists)")
 	f.DurationVar(&t.timeout, "connect-timeout", 10*time.Second, "how long to try to reach the cluster")

@@ -4,7 +4,6 @@ package main
 // as it happens.
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,7 +25,10 @@ import (
 // and the health and PG states when a poll every interval finds them
 // changed. Ctrl-C ends it.
 func watchStatus(cmd *cobra.Command, mf monFlags, interval time.Duration) error {
-	ctx := cmd.Context()
+	// ctx ends before the mon client closes, whatever ends the watch:
+	// Close waits for the OnMap calls, which wait on ctx.
+	ctx, stop := context.WithCancel(cmd.Context())
+	defer stop()
 	maps := make(chan *placement.Map, 16)
 	dctx, cancel := context.WithTimeout(ctx, mf.timeout)
 	defer cancel()
@@ -39,7 +41,10 @@ func watchStatus(cmd *cobra.Command, mf monFlags, interval time.Duration) error 
 	if err != nil {
 		return err
 	}
-	defer mc.Close()
+	defer func() {
+		stop()
+		mc.Close()
+	}()
 	prev, err := mc.Subscribe(dctx)
 	if err != nil {
 		if dctx.Err() != nil && ctx.Err() == nil {
@@ -121,8 +126,8 @@ func statusChanges(last, s *mon.Status) []string {
 		if s.RecoveryBytesPerSec > 0 {
 			line += fmt.Sprintf("; recovery %s/s", humanBytes(int64(s.RecoveryBytesPerSec)))
 		}
-		if s.OpsPerSec > 0 {
-			line += fmt.Sprintf("; client %s/s rd, %s/s wr, %.0f op/s", humanBytes(int64(s.ReadBytesPerSec)), humanBytes(int64(s.WriteBytesPerSec)), s.OpsPerSec)
+		if io := clientIO(s); io != "" {
+			line += "; client " + io
 		}
 		out = append(out, line)
 	}
@@ -174,9 +179,7 @@ func mapChanges(prev, next *placement.Map) []string {
 	for p := range prev.Pools() {
 		oldPools[p.Id] = p
 	}
-	pools := slices.Collect(next.Pools())
-	slices.SortFunc(pools, func(a, b *osdpb.Pool) int { return cmp.Compare(a.Id, b.Id) })
-	for _, p := range pools {
+	for p := range next.Pools() { // in id order
 		q, ok := oldPools[p.Id]
 		switch {
 		case !ok:

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -101,10 +102,13 @@ func TestStatusWatch(t *testing.T) {
 		cmd.SetArgs(append([]string{"status", "--watch", "--watch-interval", "100ms"}, monArgs...))
 		done <- cmd.ExecuteContext(ctx)
 	}()
-	waitFor := func(what string) {
+	// waitFor waits for what, a regular expression, in the output
+	// written after from bytes.
+	waitFor := func(from int, what string) {
 		t.Helper()
+		re := regexp.MustCompile(what)
 		deadline := time.Now().Add(20 * time.Second)
-		for !strings.Contains(out.String(), what) {
+		for !re.MatchString(out.String()[from:]) {
 			if time.Now().After(deadline) {
 				cancel()
 				t.Fatalf("status --watch never printed %q:\n%s", what, out.String())
@@ -112,12 +116,16 @@ func TestStatusWatch(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	waitFor("  services:")
+	waitFor(0, "  services:")
+	waitFor(0, "health:? HEALTH_OK") // the new cluster's PGs all reported, in the status or a line since
+	at := len(out.String())
 	cli("osd", "out", "2")
-	waitFor(": osd.2 marked out")
-	waitFor("health HEALTH_WARN")
+	waitFor(at, ": osd.2 marked out")
+	waitFor(at, "pgs undersized")
+	at = len(out.String())
 	cli("osd", "in", "2")
-	waitFor(": osd.2 marked in")
+	waitFor(at, ": osd.2 marked in")
+	waitFor(at, "health HEALTH_OK")
 	cancel()
 	select {
 	case err := <-done:

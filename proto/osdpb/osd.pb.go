@@ -5791,9 +5791,12 @@ type MonCommand struct {
 	RequestId []byte `protobuf:"bytes,11,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// "osd pool set": the pool's name, the variable (size, min_size) and its
 	// new value, as Ceph's `ceph osd pool set POOL VAR VAL`.
-	Pool          string `protobuf:"bytes,12,opt,name=pool,proto3" json:"pool,omitempty"`
-	Var           string `protobuf:"bytes,13,opt,name=var,proto3" json:"var,omitempty"`
-	Val           string `protobuf:"bytes,14,opt,name=val,proto3" json:"val,omitempty"`
+	Pool string `protobuf:"bytes,12,opt,name=pool,proto3" json:"pool,omitempty"`
+	Var  string `protobuf:"bytes,13,opt,name=var,proto3" json:"var,omitempty"`
+	Val  string `protobuf:"bytes,14,opt,name=val,proto3" json:"val,omitempty"`
+	// "osd pool set": Ceph's --yes-i-really-mean-it, for a change that
+	// risks data (size 1) or stops writes (a min_size above the OSDs in).
+	Sure          bool `protobuf:"varint,15,opt,name=sure,proto3" json:"sure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5917,6 +5920,13 @@ func (x *MonCommand) GetVal() string {
 		return x.Val
 	}
 	return ""
+}
+
+func (x *MonCommand) GetSure() bool {
+	if x != nil {
+		return x.Sure
+	}
+	return false
 }
 
 // MonRequestRecord is what the mon keeps of a command with a request id
@@ -6568,7 +6578,7 @@ const file_osd_proto_rawDesc = "" +
 	"\aMonAuth\x12+\n" +
 	"\x05table\x18\x01 \x01(\v2\x15.osprey.osd.AuthTableR\x05table\"2\n" +
 	"\x06MonMap\x12(\n" +
-	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\x91\x03\n" +
+	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xa5\x03\n" +
 	"\n" +
 	"MonCommand\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x10\n" +
@@ -6586,7 +6596,8 @@ const file_osd_proto_rawDesc = "" +
 	"request_id\x18\v \x01(\fR\trequestId\x12\x12\n" +
 	"\x04pool\x18\f \x01(\tR\x04pool\x12\x10\n" +
 	"\x03var\x18\r \x01(\tR\x03var\x12\x10\n" +
-	"\x03val\x18\x0e \x01(\tR\x03val\x1a7\n" +
+	"\x03val\x18\x0e \x01(\tR\x03val\x12\x12\n" +
+	"\x04sure\x18\x0f \x01(\bR\x04sure\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x01\x10\x02\"]\n" +
