@@ -73,7 +73,11 @@ func TestMonAccess(t *testing.T) {
 		if slices.Contains(monclient.ReadCommands, prefix) {
 			t.Errorf("%s is both a read and a map change", prefix)
 		}
-		_, err := ro.Command(ctx, &osdpb.MonCommand{Prefix: prefix, Ids: []uint32{0}, Ratio: 0.9, Weight: 1, Pool: "default", Var: "size", Val: "2"})
+		c := &osdpb.MonCommand{Prefix: prefix, Ids: []uint32{0}, Ratio: 0.9, Weight: 1, Pool: "default", Var: "size", Val: "2"}
+		if slices.Contains(flagCommands, prefix) {
+			c.Var = "noout"
+		}
+		_, err := ro.Command(ctx, c)
 		wantDenied(t, err, "client.ro may not run "+prefix)
 	}
 	_, err := ro.Command(ctx, &osdpb.MonCommand{Prefix: "osd set-full-ratio", Ratio: 0.9})

@@ -40,9 +40,11 @@ func applyBoot(pb *osdpb.ClusterMap, b *osdpb.MonBoot) (uint32, error) {
 	} else {
 		o = osdByUUID(pb, b.Uuid)
 	}
+	noin := slices.Contains(pb.Flags, placement.FlagNoIn)
 	if o == nil {
-		// A new OSD: the lowest free id, weight as given (0 means 1), in.
-		o = &osdpb.OSDInfo{Id: lowestFreeID(pb), Weight: b.Weight, In: true}
+		// A new OSD: the lowest free id, weight as given (0 means 1), in
+		// (out under noin, until an operator's osd in).
+		o = &osdpb.OSDInfo{Id: lowestFreeID(pb), Weight: b.Weight, In: !noin}
 		if o.Weight == 0 {
 			o.Weight = 1
 		}
@@ -60,8 +62,9 @@ func applyBoot(pb *osdpb.ClusterMap, b *osdpb.MonBoot) (uint32, error) {
 	o.Up = true
 	o.UpFrom = newEpoch
 	o.DownSinceUnixNano = 0
-	if o.AutoOut {
-		// The mon marked it out for being down; an operator's out stays.
+	if o.AutoOut && !noin {
+		// The mon marked it out for being down; an operator's out stays,
+		// and under noin every out.
 		o.In, o.AutoOut = true, false
 	}
 	return o.Id, nil
@@ -87,7 +90,7 @@ func markDown(pb *osdpb.ClusterMap, ids []uint32, now time.Time, upFromAtMost ui
 // downOut marks out, automatically, every in OSD that has been down for
 // longer than interval, and returns them.
 func downOut(pb *osdpb.ClusterMap, now time.Time, interval time.Duration) []uint32 {
-	if interval < 0 { // NeverOut
+	if interval < 0 || slices.Contains(pb.Flags, placement.FlagNoOut) { // NeverOut, or an operator's noout
 		return nil
 	}
 	var changed []uint32
@@ -200,7 +203,27 @@ func (c osdCommand) applyPoolSet(pb *osdpb.ClusterMap) error {
 var ratioCommands = []string{"osd set-nearfull-ratio", "osd set-backfillfull-ratio", "osd set-full-ratio"}
 
 // mutatingCommands are the commands that change the map (leader only).
-var mutatingCommands = append([]string{"osd out", "osd in", "osd down", "osd rm", "osd reweight", "osd pool set"}, ratioCommands...)
+var mutatingCommands = append([]string{"osd out", "osd in", "osd down", "osd rm", "osd reweight", "osd pool set", "osd set", "osd unset"}, ratioCommands...)
+
+// flagCommands set and unset an osdmap flag (osdCommand.variable), as
+// Ceph's `ceph osd set noout`.
+var flagCommands = []string{"osd set", "osd unset"}
+
+// applyFlag sets or unsets c's flag (validate checked it) in pb,
+// keeping the flags sorted.
+func (c osdCommand) applyFlag(pb *osdpb.ClusterMap) error {
+	set := slices.Contains(pb.Flags, c.variable)
+	switch {
+	case c.prefix == "osd set" && !set:
+		pb.Flags = append(pb.Flags, c.variable)
+		slices.Sort(pb.Flags)
+	case c.prefix == "osd unset" && set:
+		pb.Flags = slices.DeleteFunc(pb.Flags, func(f string) bool { return f == c.variable })
+	default:
+		return errNoChange
+	}
+	return nil
+}
 
 // ratioField is the map field a ratio command sets.
 func ratioField(pb *osdpb.ClusterMap, prefix string) *float64 {
@@ -226,6 +249,12 @@ func (c osdCommand) validate() error {
 	if c.prefix == "osd pool set" {
 		_, err := c.validatePoolSet()
 		return err
+	}
+	if slices.Contains(flagCommands, c.prefix) {
+		if !slices.Contains(placement.Flags, c.variable) {
+			return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%s %q: known flags: %s", c.prefix, c.variable, strings.Join(placement.Flags, ", "))
+		}
+		return nil
 	}
 	if len(c.ids) == 0 {
 		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%q needs at least one OSD id", c.prefix)
@@ -256,6 +285,12 @@ func (c osdCommand) apply(pb *osdpb.ClusterMap, now time.Time) ([]uint32, error)
 	}
 	if c.prefix == "osd pool set" {
 		if err := c.applyPoolSet(pb); err != nil {
+			return nil, err
+		}
+		return []uint32{}, nil
+	}
+	if slices.Contains(flagCommands, c.prefix) {
+		if err := c.applyFlag(pb); err != nil {
 			return nil, err
 		}
 		return []uint32{}, nil

@@ -16,13 +16,7 @@ import (
 // OSD and its usage), osd tree shows it; the ratio commands set the map's
 // ratios and refuse ones out of order or out of range.
 func TestFullness(t *testing.T) {
-	e := startTestEtcd(t)
-	m := startTestMon(t, testConfig(e, "a"))
-	c := newTestClient(t, nil, m.Addr())
-	for n := range 3 {
-		mustBoot(t, c, bootOf(n))
-	}
-	beaconAll(t, c, m.Map(), "active+clean")
+	m, c := cleanMon(t)
 	beacon := func(id uint32, f osdpb.Fullness, used, avail uint64) error {
 		b := beaconOf(m.Map(), id)
 		b.UsedBytes, b.AvailBytes, b.Fullness = used, avail, f

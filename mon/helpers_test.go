@@ -164,3 +164,17 @@ func osdOf(t testing.TB, mp *placement.Map, id uint32) *osdpb.OSDInfo {
 	}
 	return o
 }
+
+// cleanMon starts a mon (testConfig) with three OSDs booted and every PG
+// reported active+clean, and a client of it.
+func cleanMon(t *testing.T) (*Mon, *monclient.Client) {
+	t.Helper()
+	e := startTestEtcd(t)
+	m := startTestMon(t, testConfig(e, "a"))
+	c := newTestClient(t, nil, m.Addr())
+	for n := range 3 {
+		mustBoot(t, c, bootOf(n))
+	}
+	beaconAll(t, c, m.Map(), "active+clean")
+	return m, c
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -457,6 +458,8 @@ func (l *leadership) command(ctx context.Context, c osdCommand, g *requestGuard)
 		m.log.Info("command", "command", c.prefix, "ratio", c.ratio, "epoch", next.Epoch())
 	case c.prefix == "osd pool set":
 		m.log.Info("command", "command", c.prefix, "pool", c.pool, "var", c.variable, "val", c.value, "epoch", next.Epoch())
+	case slices.Contains(flagCommands, c.prefix):
+		m.log.Info("command", "command", c.prefix, "flag", c.variable, "epoch", next.Epoch())
 	default:
 		m.log.Info("command", "command", c.prefix, "osds", changed, "epoch", next.Epoch())
 	}
@@ -477,7 +480,7 @@ func (l *leadership) command(ctx context.Context, c osdCommand, g *requestGuard)
 // and the map is at epoch.
 func (c osdCommand) result(changed []uint32, epoch uint64) *commandResult {
 	res := &commandResult{Command: c.prefix, IDs: c.ids, Changed: changed, Epoch: epoch}
-	if slices.Contains(ratioCommands, c.prefix) || c.prefix == "osd pool set" {
+	if slices.Contains(ratioCommands, c.prefix) || c.prefix == "osd pool set" || slices.Contains(flagCommands, c.prefix) {
 		res.IDs = []uint32{}
 	}
 	switch {
@@ -485,6 +488,8 @@ func (c osdCommand) result(changed []uint32, epoch uint64) *commandResult {
 		res.Changed, res.Message = []uint32{}, "nothing to change"
 	case slices.Contains(ratioCommands, c.prefix):
 		res.Message = fmt.Sprintf("%s %g at epoch %d", c.prefix, c.ratio, epoch)
+	case slices.Contains(flagCommands, c.prefix):
+		res.Message = fmt.Sprintf("%s is %s at epoch %d", c.variable, strings.TrimPrefix(c.prefix, "osd "), epoch)
 	case c.prefix == "osd pool set":
 		res.Message = fmt.Sprintf("set pool %s %s to %s at epoch %d", c.pool, c.variable, c.value, epoch)
 		if c.variable == "size" {

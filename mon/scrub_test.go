@@ -13,13 +13,7 @@ import (
 // health HEALTH_ERR with a line naming the OSDs and counts; a later
 // beacon without them clears it.
 func TestScrubErrorsHealth(t *testing.T) {
-	e := startTestEtcd(t)
-	m := startTestMon(t, testConfig(e, "a"))
-	c := newTestClient(t, nil, m.Addr())
-	for n := range 3 {
-		mustBoot(t, c, bootOf(n))
-	}
-	beaconAll(t, c, m.Map(), "active+clean")
+	m, c := cleanMon(t)
 	beacon := func(id uint32, scrubErrors uint64) {
 		t.Helper()
 		b := beaconOf(m.Map(), id)

@@ -309,6 +309,11 @@ func computeStatus(in statusInput) *Status {
 	if noOSDs {
 		warns = append(warns, "no osds")
 	}
+	if f := mp.SetFlags(); len(f) > 0 {
+		// Ceph's OSDMAP_FLAGS: a flag left set after maintenance (noout)
+		// quietly keeps a dead disk's PGs degraded.
+		warns = append(warns, strings.Join(f, ",")+" flag(s) set")
+	}
 	if n := downIn; n > 0 {
 		warns = append(warns, fmt.Sprintf("%d osds down", n))
 	}

@@ -283,6 +283,36 @@ func newOSDAdminCmds() []*cobra.Command {
 		jsonFlag(c)
 		return c
 	}
+	flag := func(verb, short string) *cobra.Command {
+		c := &cobra.Command{
+			Use:   verb + " noout|noin",
+			Short: short,
+			Long: short + `, as ` + "`ceph osd " + verb + "`" + `:
+
+  noout  the mon marks no down OSD out, so its PGs stay degraded on the
+         others instead of moving (maintenance: a host down for a reboot)
+  noin   an OSD that is out stays out when it boots, and a new OSD enters
+         out, until ` + "`osprey osd in`" + `
+
+status warns while a flag is set (HEALTH_WARN "noout flag(s) set").`,
+			Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "osd " + verb, Var: args[0]})
+				if err != nil {
+					return err
+				}
+				text := fmt.Sprintf("%s is %s, map epoch %d", args[0], verb, rep.Epoch)
+				if strings.Contains(rep.Output, `"nothing to change"`) {
+					text = fmt.Sprintf("%s is %s already, map epoch %d", args[0], verb, rep.Epoch)
+				}
+				printResult(cmd, rep, text)
+				return nil
+			},
+		}
+		addMonFlags(c.Flags(), &mf)
+		jsonFlag(c)
+		return c
+	}
 	var treeJSON bool
 	tree := &cobra.Command{
 		Use:   "tree",
@@ -300,6 +330,8 @@ func newOSDAdminCmds() []*cobra.Command {
 		simple("down", "Mark OSDs down (a running OSD boots again at once)"),
 		simple("rm", "Remove down OSDs from the map, and their entities (osd.N keys), as ceph osd purge"),
 		reweight, tree,
+		flag("set", "Set an osdmap flag"),
+		flag("unset", "Unset an osdmap flag"),
 		ratio("nearfull", "Set the fraction of an OSD's data disk over which health warns (default 0.85)"),
 		ratio("backfillfull", "Set the fraction over which nothing backfills into an OSD (default 0.90)"),
 		ratio("full", "Set the fraction over which writes to an OSD's PGs fail with StorageFull (default 0.95)"),

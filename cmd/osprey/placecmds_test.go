@@ -102,6 +102,23 @@ func TestPlacementCommands(t *testing.T) {
 		t.Errorf("pg ls --pool default: %d PGs, want 8", len(got))
 	}
 
+	// osd set|unset: the flag, once.
+	if out, err := cli("osd", "set", "noout"); err != nil || !strings.Contains(out, "noout is set, map epoch") {
+		t.Errorf("osd set noout: %v %q", err, out)
+	}
+	if out, err := cli("osd", "set", "noout"); err != nil || !strings.Contains(out, "noout is set already") {
+		t.Errorf("osd set noout again: %v %q", err, out)
+	}
+	if out, err := cli("status"); err != nil || !strings.Contains(out, "noout flag(s) set") {
+		t.Errorf("status with noout: %v\n%s", err, out)
+	}
+	if out, err := cli("osd", "unset", "noout"); err != nil || !strings.Contains(out, "noout is unset, map epoch") {
+		t.Errorf("osd unset noout: %v %q", err, out)
+	}
+	if _, err := cli("osd", "set", "pause"); err == nil || !strings.Contains(err.Error(), "known flags") {
+		t.Errorf("osd set pause: %v", err)
+	}
+
 	// osd df: a row per OSD, the total and the spread.
 	out, err = cli("osd", "df")
 	if err != nil || strings.Count(out, "osd.") != 4 || !strings.Contains(out, "TOTAL") {

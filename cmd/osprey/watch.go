@@ -192,6 +192,14 @@ func mapChanges(prev, next *placement.Map) []string {
 			out = append(out, fmt.Sprintf("pool '%s' min_size %d -> %d", p.Name, a, b))
 		}
 	}
+	for _, f := range placement.Flags {
+		switch was, is := prev.HasFlag(f), next.HasFlag(f); {
+		case is && !was:
+			out = append(out, f+" flag set")
+		case was && !is:
+			out = append(out, f+" flag unset")
+		}
+	}
 	pn, pb, pf := prev.FullRatios()
 	nn, nb, nf := next.FullRatios()
 	for _, r := range []struct {

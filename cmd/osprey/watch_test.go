@@ -36,6 +36,7 @@ func TestMapChanges(t *testing.T) {
 		pb.Osds = append(pb.Osds, &osdpb.OSDInfo{Id: 4, PublicAddr: "mem://osd-not-booted", ClusterAddr: "mem://osd-not-booted", Weight: 1})
 		pb.Pools[0].Size, pb.Pools[0].MinSize = 2, 1
 		pb.NearfullRatio = 0.8
+		pb.Flags = []string{"noout"}
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -50,13 +51,14 @@ func TestMapChanges(t *testing.T) {
 		"osd.4 created",
 		"pool 'default' size 3 -> 2",
 		"pool 'default' min_size 2 -> 1",
+		"noout flag set",
 		"nearfull_ratio 0.85 -> 0.8",
 	}, "\n")
 	if got != want {
 		t.Errorf("changes:\n%s\nwant:\n%s", got, want)
 	}
 	back := mapChanges(next, prev)
-	for _, w := range []string{"osd.0 boot (tcp://127.0.0.1:6800)", "osd.1 marked in", "osd.3 marked down", "osd.4 removed"} {
+	for _, w := range []string{"osd.0 boot (tcp://127.0.0.1:6800)", "osd.1 marked in", "osd.3 marked down", "osd.4 removed", "noout flag unset"} {
 		if !strings.Contains(strings.Join(back, "\n"), w) {
 			t.Errorf("back: no %q in %q", w, back)
 		}

@@ -192,6 +192,21 @@ func CheckRatios(pb *osdpb.ClusterMap) error {
 	return nil
 }
 
+// The osdmap flags an operator sets (ClusterMap.flags), Ceph's.
+const (
+	FlagNoOut = "noout" // the mon marks no down OSD out
+	FlagNoIn  = "noin"  // a booting OSD that is out stays out; a new one enters out
+)
+
+// Flags are the osdmap flags this build knows, sorted.
+var Flags = []string{FlagNoIn, FlagNoOut}
+
+// HasFlag reports whether the map has flag set.
+func (m *Map) HasFlag(flag string) bool { return slices.Contains(m.pb.Flags, flag) }
+
+// SetFlags are the map's flags, sorted.
+func (m *Map) SetFlags() []string { return slices.Clone(m.pb.Flags) }
+
 // FullRatios returns the map's nearfull, backfillfull and full ratios,
 // Ceph's defaults for those it does not set (all of them on a nil map).
 func (m *Map) FullRatios() (nearfull, backfillfull, full float64) {

@@ -573,8 +573,13 @@ type ClusterMap struct {
 	NearfullRatio     float64 `protobuf:"fixed64,5,opt,name=nearfull_ratio,json=nearfullRatio,proto3" json:"nearfull_ratio,omitempty"`
 	BackfillfullRatio float64 `protobuf:"fixed64,6,opt,name=backfillfull_ratio,json=backfillfullRatio,proto3" json:"backfillfull_ratio,omitempty"`
 	FullRatio         float64 `protobuf:"fixed64,7,opt,name=full_ratio,json=fullRatio,proto3" json:"full_ratio,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Flags an operator set (osd set/unset), as Ceph's osdmap flags: noout
+	// (the mon marks no down OSD out), noin (a booting OSD that is out stays
+	// out, a new one enters out). Sorted, each once; a flag this build does
+	// not know is kept and ignored.
+	Flags         []string `protobuf:"bytes,8,rep,name=flags,proto3" json:"flags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterMap) Reset() {
@@ -654,6 +659,13 @@ func (x *ClusterMap) GetFullRatio() float64 {
 		return x.FullRatio
 	}
 	return 0
+}
+
+func (x *ClusterMap) GetFlags() []string {
+	if x != nil {
+		return x.Flags
+	}
+	return nil
 }
 
 type OSDInfo struct {
@@ -6150,7 +6162,7 @@ var File_osd_proto protoreflect.FileDescriptor
 const file_osd_proto_rawDesc = "" +
 	"\n" +
 	"\tosd.proto\x12\n" +
-	"osprey.osd\"\xfc\x01\n" +
+	"osprey.osd\"\x92\x02\n" +
 	"\n" +
 	"ClusterMap\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
@@ -6160,7 +6172,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x0enearfull_ratio\x18\x05 \x01(\x01R\rnearfullRatio\x12-\n" +
 	"\x12backfillfull_ratio\x18\x06 \x01(\x01R\x11backfillfullRatio\x12\x1d\n" +
 	"\n" +
-	"full_ratio\x18\a \x01(\x01R\tfullRatio\"\xd4\x02\n" +
+	"full_ratio\x18\a \x01(\x01R\tfullRatio\x12\x14\n" +
+	"\x05flags\x18\b \x03(\tR\x05flags\"\xd4\x02\n" +
 	"\aOSDInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1f\n" +
 	"\vpublic_addr\x18\x02 \x01(\tR\n" +
