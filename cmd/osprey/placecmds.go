@@ -466,3 +466,99 @@ func printDF(w io.Writer, df *mon.DF) error {
 	}
 	return tw.Flush()
 }
+
+// newHealthCmd is `osprey health [detail]`, Ceph's `ceph health`.
+func newHealthCmd() *cobra.Command {
+	var (
+		mf     monFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "health [detail]",
+		Short: "Print the cluster's health in one line, or with detail what each problem is about",
+		Long: `As ` + "`ceph health`" + `: HEALTH_OK, HEALTH_WARN or HEALTH_ERR and the mon's
+checks, on one line. With detail, each check is followed by what it is
+about: the OSDs down or out, and each PG that is not active+clean with its
+state and acting set (as ` + "`ceph health detail`" + `). The exit code is 0 whatever
+the health, as status; scripts read the first word or --json.`,
+		Example: `  osprey health
+  osprey health detail`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			detail := len(args) == 1
+			if detail && args[0] != "detail" {
+				return usageErrorf("%q: want detail or nothing", args[0])
+			}
+			var st mon.Status
+			err := monRead(cmd, mf, "status", false, func(_ io.Writer, s *mon.Status) error { st = *s; return nil })
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if !detail {
+				if asJSON {
+					return json.NewEncoder(w).Encode(st.Health)
+				}
+				line := st.Health.Status
+				if len(st.Health.Checks) > 0 {
+					line += " " + strings.Join(st.Health.Checks, "; ")
+				}
+				_, err := fmt.Fprintln(w, line)
+				return err
+			}
+			var osds []mon.OSDTreeEntry
+			if err := monRead(cmd, mf, "osd tree", false, func(_ io.Writer, v []mon.OSDTreeEntry) error { osds = v; return nil }); err != nil {
+				return err
+			}
+			var pgs []mon.PGStat
+			if err := monRead(cmd, mf, "pg ls", false, func(_ io.Writer, v []mon.PGStat) error { pgs = v; return nil }); err != nil {
+				return err
+			}
+			items := healthDetail(osds, pgs)
+			if asJSON {
+				return json.NewEncoder(w).Encode(map[string]any{"status": st.Health.Status, "checks": st.Health.Checks, "detail": items})
+			}
+			fmt.Fprintln(w, st.Health.Status)
+			for _, c := range st.Health.Checks {
+				fmt.Fprintf(w, "  %s\n", c)
+			}
+			for _, it := range items {
+				fmt.Fprintf(w, "    %s\n", it)
+			}
+			return nil
+		},
+	}
+	addMonFlags(cmd.Flags(), &mf)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: status and checks (with detail, the detail lines too)")
+	return cmd
+}
+
+// healthDetail names what the health checks are about: each OSD down or
+// out (and full), then each PG not active+clean.
+func healthDetail(osds []mon.OSDTreeEntry, pgs []mon.PGStat) []string {
+	out := []string{}
+	for _, o := range osds {
+		var what []string
+		switch {
+		case o.NeverBooted:
+			what = append(what, "never booted")
+		case !o.Up:
+			what = append(what, "down")
+		}
+		if !o.In {
+			what = append(what, "out")
+		}
+		if o.Fullness != "" && o.Fullness != "ok" {
+			what = append(what, o.Fullness)
+		}
+		if len(what) > 0 {
+			out = append(out, fmt.Sprintf("osd.%d is %s", o.ID, strings.Join(what, " and ")))
+		}
+	}
+	for _, p := range pgs {
+		if p.State != "active+clean" {
+			out = append(out, fmt.Sprintf("pg %s is %s, acting %s", p.PGID, p.State, actingText(p.Acting)))
+		}
+	}
+	return out
+}

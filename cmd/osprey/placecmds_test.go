@@ -102,6 +102,16 @@ func TestPlacementCommands(t *testing.T) {
 		t.Errorf("pg ls --pool default: %d PGs, want 8", len(got))
 	}
 
+	// health: one line; detail names an OSD out.
+	cli("osd", "out", "3")
+	if out, err := cli("health", "detail"); err != nil || !strings.Contains(out, "    osd.3 is out\n") {
+		t.Errorf("health detail with osd.3 out: %v\n%s", err, out)
+	}
+	cli("osd", "in", "3")
+	if out, err := cli("health"); err != nil || !regexp.MustCompile(`^HEALTH_(OK|WARN|ERR)`).MatchString(out) || strings.Count(out, "\n") != 1 {
+		t.Errorf("health: %v %q", err, out)
+	}
+
 	// osd set|unset: the flag, once.
 	if out, err := cli("osd", "set", "noout"); err != nil || !strings.Contains(out, "noout is set, map epoch") {
 		t.Errorf("osd set noout: %v %q", err, out)
