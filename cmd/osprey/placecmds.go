@@ -23,19 +23,29 @@ import (
 // with asJSON as the mon sent it (a newer mon's fields too), else decoded
 // into T, by print.
 func monRead[T any](cmd *cobra.Command, mf monFlags, prefix string, asJSON bool, print func(io.Writer, T) error) error {
-	rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: prefix})
+	v, raw, err := monGet[T](cmd, mf, prefix)
 	if err != nil {
 		return err
 	}
-	var v T
-	if err := json.Unmarshal([]byte(rep.Output), &v); err != nil {
-		return fmt.Errorf("%s: the mon's answer: %w", prefix, err)
-	}
 	if asJSON {
-		_, err := fmt.Fprintln(cmd.OutOrStdout(), strings.TrimSpace(rep.Output))
+		_, err := fmt.Fprintln(cmd.OutOrStdout(), strings.TrimSpace(raw))
 		return err
 	}
 	return print(cmd.OutOrStdout(), v)
+}
+
+// monGet runs the read-only mon command prefix and returns its output,
+// decoded into T and as the mon sent it.
+func monGet[T any](cmd *cobra.Command, mf monFlags, prefix string) (T, string, error) {
+	var v T
+	rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: prefix})
+	if err != nil {
+		return v, "", err
+	}
+	if err := json.Unmarshal([]byte(rep.Output), &v); err != nil {
+		return v, "", fmt.Errorf("%s: the mon's answer: %w", prefix, err)
+	}
+	return v, rep.Output, nil
 }
 
 // newOSDMapCmd is `osprey osd map BUCKET/KEY...`, Ceph's `ceph osd map
@@ -200,19 +210,18 @@ further.`,
 
 // resolvePool is the id of the pool named by name or id, from the mon.
 func resolvePool(cmd *cobra.Command, mf monFlags, name string) (uint32, error) {
-	var id uint32
-	err := monRead(cmd, mf, "osd pool ls", false, func(_ io.Writer, pools []mon.PoolInfo) error {
-		names := make([]string, len(pools))
-		for i, p := range pools {
-			if p.Name == name || strconv.FormatUint(uint64(p.ID), 10) == name {
-				id = p.ID
-				return nil
-			}
-			names[i] = p.Name
+	pools, _, err := monGet[[]mon.PoolInfo](cmd, mf, "osd pool ls")
+	if err != nil {
+		return 0, err
+	}
+	names := make([]string, len(pools))
+	for i, p := range pools {
+		if p.Name == name || strconv.FormatUint(uint64(p.ID), 10) == name {
+			return p.ID, nil
 		}
-		return usageErrorf("no pool %q (pools: %s)", name, strings.Join(names, ", "))
-	})
-	return id, err
+		names[i] = p.Name
+	}
+	return 0, usageErrorf("no pool %q (pools: %s)", name, strings.Join(names, ", "))
 }
 
 // stateHas reports whether every "+"-joined word of want is in state.
@@ -489,8 +498,7 @@ the health, as status; scripts read the first word or --json.`,
 			if detail && args[0] != "detail" {
 				return usageErrorf("%q: want detail or nothing", args[0])
 			}
-			var st mon.Status
-			err := monRead(cmd, mf, "status", false, func(_ io.Writer, s *mon.Status) error { st = *s; return nil })
+			st, _, err := monGet[mon.Status](cmd, mf, "status")
 			if err != nil {
 				return err
 			}
@@ -506,12 +514,12 @@ the health, as status; scripts read the first word or --json.`,
 				_, err := fmt.Fprintln(w, line)
 				return err
 			}
-			var osds []mon.OSDTreeEntry
-			if err := monRead(cmd, mf, "osd tree", false, func(_ io.Writer, v []mon.OSDTreeEntry) error { osds = v; return nil }); err != nil {
+			osds, _, err := monGet[[]mon.OSDTreeEntry](cmd, mf, "osd tree")
+			if err != nil {
 				return err
 			}
-			var pgs []mon.PGStat
-			if err := monRead(cmd, mf, "pg ls", false, func(_ io.Writer, v []mon.PGStat) error { pgs = v; return nil }); err != nil {
+			pgs, _, err := monGet[[]mon.PGStat](cmd, mf, "pg ls")
+			if err != nil {
 				return err
 			}
 			items := healthDetail(osds, pgs)
