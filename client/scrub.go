@@ -99,6 +99,19 @@ func (c *Client) RepairPG(ctx context.Context, pg placement.PGID) (inconsistent,
 	return int(rep.Inconsistent), int(rep.Repaired), nil
 }
 
+// QueryPG asks PG pg's primary for its view of the PG (Ceph's "ceph pg
+// PGID query"): its state, interval, log and where each replica stands,
+// as JSON (osd.PGQuery). Admins only.
+func (c *Client) QueryPG(ctx context.Context, pg placement.PGID) (string, error) {
+	var rep osdpb.PGInspectReply
+	if err := c.toPrimary(ctx, pg, osdpb.MsgType_MSG_PG_INSPECT, func(h *osdpb.Header) proto.Message {
+		return &osdpb.PGInspect{Header: h}
+	}, &rep, func() *osdpb.ReplyHeader { return rep.Header }); err != nil {
+		return "", err
+	}
+	return rep.Output, nil
+}
+
 // toPrimary sends an admin request about PG pg to its primary, once.
 func (c *Client) toPrimary(ctx context.Context, pg placement.PGID, t osdpb.MsgType, req func(*osdpb.Header) proto.Message, rep proto.Message, hdr func() *osdpb.ReplyHeader) error {
 	mp := c.Map()

@@ -432,6 +432,29 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 		o.send(replyTo(m), ops.ReplyType(t), &osdpb.PGListInconsistentReply{Header: o.header(req.Header, err), Result: r}, nil)
 		m.Release()
 
+	case osdpb.MsgType_MSG_PG_INSPECT:
+		var req osdpb.PGInspect
+		if err := m.DecodeFront(&req); err != nil {
+			o.badRequest(m, err)
+			return
+		}
+		if err := o.authz.adminAllowed(m.Conn().Peer(), "query a pg"); err != nil {
+			o.refuse(m, "access denied", err)
+			return
+		}
+		pool, pg := req.Header.GetPool(), req.Header.GetPg()
+		reply := func(out string, err error) {
+			o.send(replyTo(m), ops.ReplyType(t), &osdpb.PGInspectReply{Header: o.header(req.Header, err), Output: out}, nil)
+			m.Release()
+		}
+		sid, err := o.peerPG(pool, pg)
+		if err != nil {
+			reply("", err)
+			return
+		}
+		// The PG's shard owns its peering machine, which the answer reads.
+		o.onShard(m, sid, func() { reply(o.inspectPG(pool, pg)) })
+
 	default:
 		o.badRequest(m, errors.New("unknown op"))
 	}

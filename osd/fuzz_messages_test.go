@@ -45,6 +45,7 @@ func FuzzOSDMessages(f *testing.F) {
 		osdpb.MsgType_MSG_PG_SCRUB:             &osdpb.PGScrub{Header: hdr},
 		osdpb.MsgType_MSG_PG_REPAIR:            &osdpb.PGRepair{Header: hdr},
 		osdpb.MsgType_MSG_PG_LIST_INCONSISTENT: &osdpb.PGListInconsistent{Header: hdr},
+		osdpb.MsgType_MSG_PG_INSPECT:           &osdpb.PGInspect{Header: hdr},
 		osdpb.MsgType_MSG_PG_SCRUB_MAP: &osdpb.PGScrubMap{Epoch: 1, Pool: 1, AfterBucket: "fz", UptoBucket: "fz", UptoKey: "z",
 			Names: []*osdpb.ObjectName{{Bucket: "fz", Key: "k"}}, Shallow: true},
 		osdpb.MsgType_MSG_PG_PUSH: &osdpb.PGPush{Epoch: 1, Pool: 1, Entry: entry},

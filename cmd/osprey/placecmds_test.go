@@ -14,6 +14,7 @@ import (
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/osd"
 )
 
 // TestPlacementCommands: osd map names the OSDs that hold an object,
@@ -238,6 +239,25 @@ func TestPoolSizeChange(t *testing.T) {
 		t.Errorf("pool get all: %q", out)
 	}
 	settled(3)
+	// pg query: the primary of k00's PG sees both replicas caught up with
+	// its log.
+	loc, err := cl.Locate("grow", "k00")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var q osd.PGQuery
+	if out := cli("pg", "query", loc.PG.String(), "--json"); json.Unmarshal([]byte(out), &q) != nil || q.PGID != loc.PG.String() ||
+		q.State != "active+clean" || !slices.Equal(q.Acting, loc.Acting) || q.Objects == 0 || q.LastUpdate == "0'0" || len(q.Peers) != 2 {
+		t.Fatalf("pg query %s: %s", loc.PG, out)
+	}
+	for _, p := range q.Peers {
+		if p.State != "caught up" || p.LastUpdate != q.LastUpdate || p.OSD == loc.Acting[0] {
+			t.Errorf("pg query %s: peer %+v (last_update %s)", loc.PG, p, q.LastUpdate)
+		}
+	}
+	if out := cli("pg", "query", loc.PG.String()); !strings.Contains(out, "state     active+clean\n") || !strings.Contains(out, "caught up") {
+		t.Errorf("pg query text:\n%s", out)
+	}
 	cli("osd", "pool", "set", "default", "size", "2")
 	settled(2)
 	for _, key := range keys {

@@ -7,12 +7,14 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -20,9 +22,9 @@ import (
 func newPGCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pg",
-		Short: "Placement group commands (ls, deep-scrub, repair, list-inconsistent)",
+		Short: "Placement group commands (ls, query, deep-scrub, repair, list-inconsistent)",
 	}
-	cmd.AddCommand(newPGLsCmd(), newPGDeepScrubCmd(), newPGRepairCmd(), newPGListInconsistentCmd())
+	cmd.AddCommand(newPGLsCmd(), newPGQueryCmd(), newPGDeepScrubCmd(), newPGRepairCmd(), newPGListInconsistentCmd())
 	return cmd
 }
 
@@ -186,27 +188,19 @@ keyring.`,
   osprey pg list-inconsistent 1.1f --json`,
 		Args: argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pgs, err := parsePGIDs(args)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			cl, err := connect(ctx, cmd, c.target)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			r, err := cl.ListInconsistent(ctx, pgs[0])
-			if err != nil {
-				return fmt.Errorf("pg %s: %w", pgs[0], err)
-			}
-			if c.asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(inconsistentJSON(pgs[0], r))
-			}
-			printInconsistent(cmd.OutOrStdout(), pgs[0], r)
-			return nil
+			return onePG(cmd, c, args[0], func(ctx context.Context, cl *client.Client, pg placement.PGID) error {
+				r, err := cl.ListInconsistent(ctx, pg)
+				if err != nil {
+					return err
+				}
+				if c.asJSON {
+					enc := json.NewEncoder(cmd.OutOrStdout())
+					enc.SetIndent("", "  ")
+					return enc.Encode(inconsistentJSON(pg, r))
+				}
+				printInconsistent(cmd.OutOrStdout(), pg, r)
+				return nil
+			})
 		},
 	}
 	c.add(cmd)
@@ -296,4 +290,88 @@ func printInconsistent(w io.Writer, pg placement.PGID, r *client.InconsistentPG)
 			fmt.Fprintln(w, line)
 		}
 	}
+}
+
+// newPGQueryCmd is `osprey pg query PGID`, Ceph's `ceph pg PGID query`.
+func newPGQueryCmd() *cobra.Command {
+	var c commonFlags
+	cmd := &cobra.Command{
+		Use:   "query PGID",
+		Short: "Show a PG as its primary sees it: state, interval, log, each replica, what blocks it",
+		Long: `Asks the PG's primary for its view of the PG, as "ceph pg PGID query": its
+state, the map epoch it answered at (and its peering machine's), the acting
+set, the current interval's first epoch and last_epoch_started, its log's
+newest and oldest versions (epoch'seq), objects, bytes, degraded and
+inconsistent counts; each replica's last_update and whether it is caught up,
+recovering or unknown (not heard from since the primary started); the OSDs
+a down or incomplete PG waits for (blocked_by); and a pull of the primary's
+own copy, if one runs. --json prints the primary's answer as it came. Needs
+an admin keyring.`,
+		Example: `  osprey pg query 1.1f
+  osprey pg query 1.1f --json | jq .peers`,
+		Args: argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return onePG(cmd, c, args[0], func(ctx context.Context, cl *client.Client, pg placement.PGID) error {
+				out, err := cl.QueryPG(ctx, pg)
+				if err != nil {
+					return err
+				}
+				var q osd.PGQuery
+				if err := json.Unmarshal([]byte(out), &q); err != nil {
+					return fmt.Errorf("the primary's answer: %w", err)
+				}
+				if c.asJSON {
+					fmt.Fprintln(cmd.OutOrStdout(), out)
+					return nil
+				}
+				return printPGQuery(cmd.OutOrStdout(), &q)
+			})
+		},
+	}
+	c.add(cmd)
+	return cmd
+}
+
+func printPGQuery(w io.Writer, q *osd.PGQuery) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "pg\t%s\n", q.PGID)
+	fmt.Fprintf(tw, "state\t%s\n", q.State)
+	fmt.Fprintf(tw, "epoch\t%d (peering machine at %d)\n", q.Epoch, q.MachineEpoch)
+	fmt.Fprintf(tw, "acting\t%s\n", actingText(q.Acting))
+	fmt.Fprintf(tw, "interval\tsince e%d; last_epoch_started %d\n", q.IntervalStart, q.LastEpochStarted)
+	fmt.Fprintf(tw, "log\tlast_update %s, log_tail %s\n", q.LastUpdate, q.LogTail)
+	fmt.Fprintf(tw, "objects\t%d (%s), degraded %d, inconsistent %d\n", q.Objects, humanBytes(int64(q.Bytes)), q.Degraded, q.Inconsistent)
+	for i, p := range q.Peers {
+		label := ""
+		if i == 0 {
+			label = "peers"
+		}
+		fmt.Fprintf(tw, "%s\tosd.%d %s %s\n", label, p.OSD, p.State, p.LastUpdate)
+	}
+	if len(q.BlockedBy) > 0 {
+		fmt.Fprintf(tw, "blocked_by\t%v\n", q.BlockedBy)
+	}
+	if r := q.Recovering; r != nil {
+		fmt.Fprintf(tw, "recovering\tfrom osd.%d, have %s, want %s\n", r.From, r.Have, r.Want)
+	}
+	return tw.Flush()
+}
+
+// onePG runs do for the PG arg names, with a client of the cluster c's
+// flags name; an error names the PG.
+func onePG(cmd *cobra.Command, c commonFlags, arg string, do func(context.Context, *client.Client, placement.PGID) error) error {
+	pgs, err := parsePGIDs([]string{arg})
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	cl, err := connect(ctx, cmd, c.target)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := do(ctx, cl, pgs[0]); err != nil {
+		return fmt.Errorf("pg %s: %w", pgs[0], err)
+	}
+	return nil
 }

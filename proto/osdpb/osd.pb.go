@@ -87,6 +87,9 @@ const (
 	// condition set, a type of its own for the reason MSG_PUT_OBJECT_IF is.
 	MsgType_MSG_DELETE_OBJECT_IF       MsgType = 43
 	MsgType_MSG_DELETE_OBJECT_IF_REPLY MsgType = 44
+	// An admin's look at one PG from its primary (osprey pg query).
+	MsgType_MSG_PG_INSPECT       MsgType = 45
+	MsgType_MSG_PG_INSPECT_REPLY MsgType = 46
 	// Between OSDs, on the cluster network.
 	MsgType_MSG_REP_OP            MsgType = 101
 	MsgType_MSG_REP_OP_REPLY      MsgType = 102
@@ -170,6 +173,8 @@ var (
 		42:  "MSG_PG_LIST_INCONSISTENT_REPLY",
 		43:  "MSG_DELETE_OBJECT_IF",
 		44:  "MSG_DELETE_OBJECT_IF_REPLY",
+		45:  "MSG_PG_INSPECT",
+		46:  "MSG_PG_INSPECT_REPLY",
 		101: "MSG_REP_OP",
 		102: "MSG_REP_OP_REPLY",
 		103: "MSG_PG_QUERY",
@@ -243,6 +248,8 @@ var (
 		"MSG_PG_LIST_INCONSISTENT_REPLY": 42,
 		"MSG_DELETE_OBJECT_IF":           43,
 		"MSG_DELETE_OBJECT_IF_REPLY":     44,
+		"MSG_PG_INSPECT":                 45,
+		"MSG_PG_INSPECT_REPLY":           46,
 		"MSG_REP_OP":                     101,
 		"MSG_REP_OP_REPLY":               102,
 		"MSG_PG_QUERY":                   103,
@@ -4953,6 +4960,104 @@ func (x *PGListInconsistentReply) GetResult() *PGInconsistent {
 	return nil
 }
 
+// PGInspect asks the primary of PG (header.pool, header.pg) for its view
+// of the PG, as Ceph's `ceph pg PGID query`. Admins only.
+type PGInspect struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGInspect) Reset() {
+	*x = PGInspect{}
+	mi := &file_osd_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGInspect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGInspect) ProtoMessage() {}
+
+func (x *PGInspect) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGInspect.ProtoReflect.Descriptor instead.
+func (*PGInspect) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *PGInspect) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+type PGInspectReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Output        string                 `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"` // JSON: osd.PGQuery
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGInspectReply) Reset() {
+	*x = PGInspectReply{}
+	mi := &file_osd_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGInspectReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGInspectReply) ProtoMessage() {}
+
+func (x *PGInspectReply) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGInspectReply.ProtoReflect.Descriptor instead.
+func (*PGInspectReply) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *PGInspectReply) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *PGInspectReply) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
 // MonBeacon: an OSD is alive (it keeps the OSD's lease in etcd) and what
 // its PGs are doing.
 type MonBeacon struct {
@@ -4981,7 +5086,7 @@ type MonBeacon struct {
 
 func (x *MonBeacon) Reset() {
 	*x = MonBeacon{}
-	mi := &file_osd_proto_msgTypes[59]
+	mi := &file_osd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4993,7 +5098,7 @@ func (x *MonBeacon) String() string {
 func (*MonBeacon) ProtoMessage() {}
 
 func (x *MonBeacon) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[59]
+	mi := &file_osd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5006,7 +5111,7 @@ func (x *MonBeacon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeacon.ProtoReflect.Descriptor instead.
 func (*MonBeacon) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{59}
+	return file_osd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *MonBeacon) GetFsid() string {
@@ -5109,7 +5214,7 @@ type MonBeaconReply struct {
 
 func (x *MonBeaconReply) Reset() {
 	*x = MonBeaconReply{}
-	mi := &file_osd_proto_msgTypes[60]
+	mi := &file_osd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5121,7 +5226,7 @@ func (x *MonBeaconReply) String() string {
 func (*MonBeaconReply) ProtoMessage() {}
 
 func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[60]
+	mi := &file_osd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5134,7 +5239,7 @@ func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeaconReply.ProtoReflect.Descriptor instead.
 func (*MonBeaconReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{60}
+	return file_osd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *MonBeaconReply) GetHeader() *ReplyHeader {
@@ -5161,7 +5266,7 @@ type MonFailure struct {
 
 func (x *MonFailure) Reset() {
 	*x = MonFailure{}
-	mi := &file_osd_proto_msgTypes[61]
+	mi := &file_osd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5173,7 +5278,7 @@ func (x *MonFailure) String() string {
 func (*MonFailure) ProtoMessage() {}
 
 func (x *MonFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[61]
+	mi := &file_osd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5186,7 +5291,7 @@ func (x *MonFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailure.ProtoReflect.Descriptor instead.
 func (*MonFailure) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{61}
+	return file_osd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MonFailure) GetFsid() string {
@@ -5247,7 +5352,7 @@ type MonFailureReply struct {
 
 func (x *MonFailureReply) Reset() {
 	*x = MonFailureReply{}
-	mi := &file_osd_proto_msgTypes[62]
+	mi := &file_osd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5259,7 +5364,7 @@ func (x *MonFailureReply) String() string {
 func (*MonFailureReply) ProtoMessage() {}
 
 func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[62]
+	mi := &file_osd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5272,7 +5377,7 @@ func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailureReply.ProtoReflect.Descriptor instead.
 func (*MonFailureReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{62}
+	return file_osd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *MonFailureReply) GetHeader() *ReplyHeader {
@@ -5299,7 +5404,7 @@ type MonMarkMeDown struct {
 
 func (x *MonMarkMeDown) Reset() {
 	*x = MonMarkMeDown{}
-	mi := &file_osd_proto_msgTypes[63]
+	mi := &file_osd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5311,7 +5416,7 @@ func (x *MonMarkMeDown) String() string {
 func (*MonMarkMeDown) ProtoMessage() {}
 
 func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[63]
+	mi := &file_osd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5324,7 +5429,7 @@ func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMarkMeDown.ProtoReflect.Descriptor instead.
 func (*MonMarkMeDown) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{63}
+	return file_osd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *MonMarkMeDown) GetFsid() string {
@@ -5364,7 +5469,7 @@ type MonMarkMeDownReply struct {
 
 func (x *MonMarkMeDownReply) Reset() {
 	*x = MonMarkMeDownReply{}
-	mi := &file_osd_proto_msgTypes[64]
+	mi := &file_osd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5376,7 +5481,7 @@ func (x *MonMarkMeDownReply) String() string {
 func (*MonMarkMeDownReply) ProtoMessage() {}
 
 func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[64]
+	mi := &file_osd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5389,7 +5494,7 @@ func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMarkMeDownReply.ProtoReflect.Descriptor instead.
 func (*MonMarkMeDownReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{64}
+	return file_osd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MonMarkMeDownReply) GetHeader() *ReplyHeader {
@@ -5411,7 +5516,7 @@ type MonSubscribe struct {
 
 func (x *MonSubscribe) Reset() {
 	*x = MonSubscribe{}
-	mi := &file_osd_proto_msgTypes[65]
+	mi := &file_osd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5423,7 +5528,7 @@ func (x *MonSubscribe) String() string {
 func (*MonSubscribe) ProtoMessage() {}
 
 func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[65]
+	mi := &file_osd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5436,7 +5541,7 @@ func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
 func (*MonSubscribe) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{65}
+	return file_osd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
@@ -5464,7 +5569,7 @@ type MonSubscribeReply struct {
 
 func (x *MonSubscribeReply) Reset() {
 	*x = MonSubscribeReply{}
-	mi := &file_osd_proto_msgTypes[66]
+	mi := &file_osd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5476,7 +5581,7 @@ func (x *MonSubscribeReply) String() string {
 func (*MonSubscribeReply) ProtoMessage() {}
 
 func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[66]
+	mi := &file_osd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5489,7 +5594,7 @@ func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
 func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{66}
+	return file_osd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
@@ -5526,7 +5631,7 @@ type AuthTable struct {
 
 func (x *AuthTable) Reset() {
 	*x = AuthTable{}
-	mi := &file_osd_proto_msgTypes[67]
+	mi := &file_osd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5538,7 +5643,7 @@ func (x *AuthTable) String() string {
 func (*AuthTable) ProtoMessage() {}
 
 func (x *AuthTable) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[67]
+	mi := &file_osd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5551,7 +5656,7 @@ func (x *AuthTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
 func (*AuthTable) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{67}
+	return file_osd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *AuthTable) GetRevision() int64 {
@@ -5583,7 +5688,7 @@ type AuthEntry struct {
 
 func (x *AuthEntry) Reset() {
 	*x = AuthEntry{}
-	mi := &file_osd_proto_msgTypes[68]
+	mi := &file_osd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5595,7 +5700,7 @@ func (x *AuthEntry) String() string {
 func (*AuthEntry) ProtoMessage() {}
 
 func (x *AuthEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[68]
+	mi := &file_osd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5608,7 +5713,7 @@ func (x *AuthEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
 func (*AuthEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{68}
+	return file_osd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AuthEntry) GetEntity() string {
@@ -5651,7 +5756,7 @@ type S3Key struct {
 
 func (x *S3Key) Reset() {
 	*x = S3Key{}
-	mi := &file_osd_proto_msgTypes[69]
+	mi := &file_osd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5663,7 +5768,7 @@ func (x *S3Key) String() string {
 func (*S3Key) ProtoMessage() {}
 
 func (x *S3Key) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[69]
+	mi := &file_osd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5676,7 +5781,7 @@ func (x *S3Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
 func (*S3Key) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{69}
+	return file_osd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *S3Key) GetAccessKey() string {
@@ -5702,7 +5807,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5714,7 +5819,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5727,7 +5832,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{70}
+	return file_osd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -5746,7 +5851,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5758,7 +5863,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5771,7 +5876,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{71}
+	return file_osd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -5815,7 +5920,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5827,7 +5932,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5840,7 +5945,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{72}
+	return file_osd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -5954,7 +6059,7 @@ type MonRequestRecord struct {
 
 func (x *MonRequestRecord) Reset() {
 	*x = MonRequestRecord{}
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5966,7 +6071,7 @@ func (x *MonRequestRecord) String() string {
 func (*MonRequestRecord) ProtoMessage() {}
 
 func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5979,7 +6084,7 @@ func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonRequestRecord.ProtoReflect.Descriptor instead.
 func (*MonRequestRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{73}
+	return file_osd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *MonRequestRecord) GetDigest() []byte {
@@ -6010,7 +6115,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6022,7 +6127,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6035,7 +6140,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{74}
+	return file_osd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -6094,7 +6199,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6106,7 +6211,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6119,7 +6224,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{75}
+	return file_osd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -6527,7 +6632,12 @@ const file_osd_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\"~\n" +
 	"\x17PGListInconsistentReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x122\n" +
-	"\x06result\x18\x02 \x01(\v2\x1a.osprey.osd.PGInconsistentR\x06result\"\xad\x03\n" +
+	"\x06result\x18\x02 \x01(\v2\x1a.osprey.osd.PGInconsistentR\x06result\"7\n" +
+	"\tPGInspect\x12*\n" +
+	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\"Y\n" +
+	"\x0ePGInspectReply\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x16\n" +
+	"\x06output\x18\x02 \x01(\tR\x06output\"\xad\x03\n" +
 	"\tMonBeacon\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
@@ -6633,7 +6743,7 @@ const file_osd_proto_rawDesc = "" +
 	"\as3_keys\x18\x05 \x03(\v2\x11.osprey.osd.S3KeyR\x06s3Keys\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xc7\r\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xf5\r\n" +
 	"\aMsgType\x12\x0f\n" +
 	"\vMSG_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vMSG_GET_MAP\x10\x01\x12\x15\n" +
@@ -6676,7 +6786,9 @@ const file_osd_proto_rawDesc = "" +
 	"\x18MSG_PG_LIST_INCONSISTENT\x10)\x12\"\n" +
 	"\x1eMSG_PG_LIST_INCONSISTENT_REPLY\x10*\x12\x18\n" +
 	"\x14MSG_DELETE_OBJECT_IF\x10+\x12\x1e\n" +
-	"\x1aMSG_DELETE_OBJECT_IF_REPLY\x10,\x12\x0e\n" +
+	"\x1aMSG_DELETE_OBJECT_IF_REPLY\x10,\x12\x12\n" +
+	"\x0eMSG_PG_INSPECT\x10-\x12\x18\n" +
+	"\x14MSG_PG_INSPECT_REPLY\x10.\x12\x0e\n" +
 	"\n" +
 	"MSG_REP_OP\x10e\x12\x14\n" +
 	"\x10MSG_REP_OP_REPLY\x10f\x12\x10\n" +
@@ -6767,7 +6879,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),                    // 0: osprey.osd.MsgType
 	(Status)(0),                     // 1: osprey.osd.Status
@@ -6832,27 +6944,29 @@ var file_osd_proto_goTypes = []any{
 	(*PGRepairReply)(nil),           // 60: osprey.osd.PGRepairReply
 	(*PGListInconsistent)(nil),      // 61: osprey.osd.PGListInconsistent
 	(*PGListInconsistentReply)(nil), // 62: osprey.osd.PGListInconsistentReply
-	(*MonBeacon)(nil),               // 63: osprey.osd.MonBeacon
-	(*MonBeaconReply)(nil),          // 64: osprey.osd.MonBeaconReply
-	(*MonFailure)(nil),              // 65: osprey.osd.MonFailure
-	(*MonFailureReply)(nil),         // 66: osprey.osd.MonFailureReply
-	(*MonMarkMeDown)(nil),           // 67: osprey.osd.MonMarkMeDown
-	(*MonMarkMeDownReply)(nil),      // 68: osprey.osd.MonMarkMeDownReply
-	(*MonSubscribe)(nil),            // 69: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil),       // 70: osprey.osd.MonSubscribeReply
-	(*AuthTable)(nil),               // 71: osprey.osd.AuthTable
-	(*AuthEntry)(nil),               // 72: osprey.osd.AuthEntry
-	(*S3Key)(nil),                   // 73: osprey.osd.S3Key
-	(*MonAuth)(nil),                 // 74: osprey.osd.MonAuth
-	(*MonMap)(nil),                  // 75: osprey.osd.MonMap
-	(*MonCommand)(nil),              // 76: osprey.osd.MonCommand
-	(*MonRequestRecord)(nil),        // 77: osprey.osd.MonRequestRecord
-	(*MonCommandReply)(nil),         // 78: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),              // 79: osprey.osd.AuthRecord
-	nil,                             // 80: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                             // 81: osprey.osd.AuthEntry.CapsEntry
-	nil,                             // 82: osprey.osd.MonCommand.CapsEntry
-	nil,                             // 83: osprey.osd.AuthRecord.CapsEntry
+	(*PGInspect)(nil),               // 63: osprey.osd.PGInspect
+	(*PGInspectReply)(nil),          // 64: osprey.osd.PGInspectReply
+	(*MonBeacon)(nil),               // 65: osprey.osd.MonBeacon
+	(*MonBeaconReply)(nil),          // 66: osprey.osd.MonBeaconReply
+	(*MonFailure)(nil),              // 67: osprey.osd.MonFailure
+	(*MonFailureReply)(nil),         // 68: osprey.osd.MonFailureReply
+	(*MonMarkMeDown)(nil),           // 69: osprey.osd.MonMarkMeDown
+	(*MonMarkMeDownReply)(nil),      // 70: osprey.osd.MonMarkMeDownReply
+	(*MonSubscribe)(nil),            // 71: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil),       // 72: osprey.osd.MonSubscribeReply
+	(*AuthTable)(nil),               // 73: osprey.osd.AuthTable
+	(*AuthEntry)(nil),               // 74: osprey.osd.AuthEntry
+	(*S3Key)(nil),                   // 75: osprey.osd.S3Key
+	(*MonAuth)(nil),                 // 76: osprey.osd.MonAuth
+	(*MonMap)(nil),                  // 77: osprey.osd.MonMap
+	(*MonCommand)(nil),              // 78: osprey.osd.MonCommand
+	(*MonRequestRecord)(nil),        // 79: osprey.osd.MonRequestRecord
+	(*MonCommandReply)(nil),         // 80: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),              // 81: osprey.osd.AuthRecord
+	nil,                             // 82: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                             // 83: osprey.osd.AuthEntry.CapsEntry
+	nil,                             // 84: osprey.osd.MonCommand.CapsEntry
+	nil,                             // 85: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	5,   // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -6863,7 +6977,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,   // 5: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	7,   // 6: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	8,   // 7: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	80,  // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	82,  // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	11,  // 9: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	12,  // 10: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	10,  // 11: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -6938,30 +7052,32 @@ var file_osd_proto_depIdxs = []int32{
 	9,   // 80: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
 	10,  // 81: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
 	58,  // 82: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
-	47,  // 83: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	2,   // 84: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
-	10,  // 85: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	10,  // 86: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	10,  // 87: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
-	10,  // 88: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 89: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	71,  // 90: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	72,  // 91: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	81,  // 92: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	73,  // 93: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	71,  // 94: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,   // 95: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	82,  // 96: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	78,  // 97: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
-	10,  // 98: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 99: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	83,  // 100: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	73,  // 101: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	102, // [102:102] is the sub-list for method output_type
-	102, // [102:102] is the sub-list for method input_type
-	102, // [102:102] is the sub-list for extension type_name
-	102, // [102:102] is the sub-list for extension extendee
-	0,   // [0:102] is the sub-list for field type_name
+	9,   // 83: osprey.osd.PGInspect.header:type_name -> osprey.osd.Header
+	10,  // 84: osprey.osd.PGInspectReply.header:type_name -> osprey.osd.ReplyHeader
+	47,  // 85: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	2,   // 86: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
+	10,  // 87: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 88: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 89: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 90: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 91: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	73,  // 92: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	74,  // 93: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	83,  // 94: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	75,  // 95: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	73,  // 96: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,   // 97: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	84,  // 98: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	80,  // 99: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	10,  // 100: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 101: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	85,  // 102: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	75,  // 103: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	104, // [104:104] is the sub-list for method output_type
+	104, // [104:104] is the sub-list for method input_type
+	104, // [104:104] is the sub-list for extension type_name
+	104, // [104:104] is the sub-list for extension extendee
+	0,   // [0:104] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -6976,7 +7092,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   80,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
