@@ -428,8 +428,12 @@ func (o *OSD) peerWith(id uint32, why string) {
 // sendSync sends replica id a sync RepOp of PG (pool, pg): "be at least at
 // last". It recovers what it lacks, then answers with where its log ends.
 func (o *OSD) sendSync(epoch uint64, id, pool, pg uint32, last *osdpb.Version) bool {
-	front, _ := proto.Marshal(&osdpb.RepOp{Epoch: epoch, Pool: pool, Pg: pg,
-		Entry: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: last}})
+	return o.sendSyncOp(&osdpb.RepOp{Epoch: epoch, Pool: pool, Pg: pg, Entry: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: last}}, id)
+}
+
+// sendSyncOp sends replica id the sync RepOp r.
+func (o *OSD) sendSyncOp(r *osdpb.RepOp, id uint32) bool {
+	front, _ := proto.Marshal(r)
 	c, err := o.peerConn(id)
 	return err == nil && c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_REP_OP), front, nil)) == nil
 }

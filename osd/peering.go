@@ -241,8 +241,13 @@ func (o *OSD) query(p *pgState, to pg.OSDID, e pg.Epoch, asked bool) {
 
 // push brings replica t.To of PG p up to t.Want: a sync RepOp, which it
 // answers once it has pulled what it lacks (repReply steps PeerRecovered).
+// The machine pushes only while active, with the log it went active with
+// or a later one: the RepOp says so (activated), and the replica raises
+// its last_epoch_started once its log ends there (pg.Activated).
 func (o *OSD) push(p *pgState, t pg.PushTarget) {
-	if !o.sendSync(uint64(t.Epoch), uint32(t.To), p.pool, p.pg, protoVersion(t.Want)) {
+	r := &osdpb.RepOp{Epoch: uint64(t.Epoch), Pool: p.pool, Pg: p.pg, Activated: true,
+		Entry: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: protoVersion(t.Want)}}
+	if !o.sendSyncOp(r, uint32(t.To)) {
 		p.m.Step(pg.Unreachable{From: t.To, Epoch: t.Epoch})
 	}
 }

@@ -979,6 +979,12 @@ func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, sid, from uint32) {
 		o.ackRepOp(m, r, nil, err)
 		return
 	}
+	if r.Activated && r.Entry.GetKind() == osdpb.OpKind_OP_NONE && r.Entry.GetVersion() != nil {
+		// The active primary's push: once our log ends at its version,
+		// as it may already, we witness the interval (pg.Activated).
+		p.m.Step(pg.Activated{Epoch: pg.Epoch(r.Epoch), Version: pgVersion(r.Entry.GetVersion())})
+		o.drive(p)
+	}
 	if p.recovering {
 		if o.backfillRepOp(p, m, r) {
 			return

@@ -289,3 +289,77 @@ func missingCopies(t *testing.T, lc *local.Cluster, cl *client.Client, bucket st
 	}
 	return ""
 }
+
+// TestPoolSizeOneThenLoss: after a pool ran at size 1 and went back to 3,
+// losing the OSD that was a PG's only member at size 1 leaves the PG
+// active on the replicas backfilled since, not down waiting for it: the
+// active primary's push makes them witness the size-3 interval (their
+// last_epoch_started rises), so the size-1 interval needs no witness.
+func TestPoolSizeOneThenLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	lc, monArgs := monCluster(t, 4, 3)
+	cli := mustCLI(t, monArgs)
+	cl, err := client.New(t.Context(), client.Options{Mon: []string{lc.Mon.Addr()}, Keyring: lc.AdminKeyring, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := t.Context()
+	if err := cl.MakeBucket(ctx, "single"); err != nil {
+		t.Fatal(err)
+	}
+	cli("osd", "pool", "set", "default", "size", "1", "--yes-i-really-mean-it")
+	var keys []string
+	for i := range 8 {
+		key := fmt.Sprintf("k%d", i)
+		if _, err := osdtest.Put(ctx, cl, "single", key, osdtest.Payload(1000+i, uint64(i)), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, key)
+	}
+	loc, err := cl.Locate("single", keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := loc.Acting[0] // k0's only copy at size 1
+	cli("osd", "pool", "set", "default", "size", "3")
+	waitPGs(t, cli, "size 3", func(p mon.PGStat) bool { return p.State == "active+clean" && len(p.Acting) == 3 })
+	if problem := missingCopies(t, lc, cl, "single", keys); problem != "" {
+		t.Fatalf("after size 3 settled: %s", problem)
+	}
+	if err := lc.StopOSD(ctx, int(gone)); err != nil {
+		t.Fatal(err)
+	}
+	waitPGs(t, cli, fmt.Sprintf("osd.%d stopped", gone), func(p mon.PGStat) bool {
+		return strings.HasPrefix(p.State, "active+") && !slices.Contains(p.Acting, gone)
+	})
+	for _, key := range keys {
+		if _, _, err := osdtest.Get(ctx, cl, "single", key, client.GetOptions{}); err != nil {
+			t.Errorf("get %s with osd.%d stopped: %v", key, gone, err)
+		}
+	}
+}
+
+// waitPGs waits until every PG pg ls lists is ok.
+func waitPGs(t *testing.T, cli func(...string) string, what string, ok func(mon.PGStat) bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		bad := ""
+		for _, p := range pgLsJSON(t, func(a ...string) (string, error) { return cli(a...), nil }, "pg", "ls", "--json") {
+			if !ok(p) {
+				bad = fmt.Sprintf("pg %s: %s, acting %v", p.PGID, p.State, p.Acting)
+				break
+			}
+		}
+		if bad == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the PGs never settled: %s\n%s", what, bad, cli("health", "detail"))
+		}
+		time.Sleep(200 * time.Millisecond) // polls the mon's view, beaconed every second
+	}
+}

@@ -70,6 +70,19 @@ type Applied struct {
 	Version Version
 }
 
+// Activated says, at a replica, that the primary of the current interval,
+// active, pushed to us its log end Version (a sync RepOp it sent, stamped
+// Epoch, from PushTarget). Once the local log ends exactly there, the
+// local copy holds the log the interval went active with, and raises its
+// LastEpochStarted as the primary did: a replica that was recovered or
+// backfilled into the interval then witnesses it, and the intervals before
+// it need not be asked about again, even with no write since (Ceph's
+// activation sets last_epoch_started on the replicas the same way).
+type Activated struct {
+	Epoch   Epoch
+	Version Version
+}
+
 // BackfillStarted says a backfill of the local copy began: until the next
 // Applied or Recovered it may lack writes it acknowledged (a replica acks
 // writes to objects its walk has not reached), so it witnesses no
@@ -83,3 +96,4 @@ func (Unreachable) event()     {}
 func (Recovered) event()       {}
 func (PeerRecovered) event()   {}
 func (Applied) event()         {}
+func (Activated) event()       {}

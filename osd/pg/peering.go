@@ -379,6 +379,30 @@ func (p *PG) onPeerRecovered(ev PeerRecovered) {
 
 func (p *PG) onApplied(ev Applied) { p.setLast(ev.Version) }
 
+func (p *PG) onActivated(ev Activated) {
+	if p.epoch == 0 || ev.Epoch < p.cur.first || ev.Epoch > p.epoch || !p.cur.has(p.self) || p.isPrimary() {
+		return // a push of another interval, or not to a replica
+	}
+	p.activation.first, p.activation.want = p.cur.first, ev.Version
+	p.checkActivation()
+}
+
+// checkActivation raises the local LastEpochStarted to the current
+// interval's first epoch once a complete local log ends exactly where the
+// interval's active primary pushed it to (Activated): it then holds the
+// log the interval went active with. Exactly: a log that ends elsewhere
+// may hold entries the primary's does not (never acknowledged), and one
+// that ends later by a write of the interval raised it already (setLast).
+func (p *PG) checkActivation() {
+	a := p.activation
+	if a.first == 0 || a.first != p.cur.first || p.local.Incomplete || p.local.Last != a.want {
+		return
+	}
+	if p.cur.maybeRW() && p.local.LastEpochStarted < p.cur.first {
+		p.setLastEpochStarted(p.cur.first)
+	}
+}
+
 // setLast records the local log's new end. A copy that holds a write of
 // the current interval holds the log the interval's primary went active
 // with (writes apply in order, and a gap is filled from the primary first),
@@ -390,4 +414,5 @@ func (p *PG) setLast(v Version) {
 		p.local.LastEpochStarted < p.cur.first {
 		p.setLastEpochStarted(p.cur.first)
 	}
+	p.checkActivation()
 }

@@ -208,6 +208,14 @@ type PG struct {
 	authLast   Version  // the authoritative Last, once chosen
 	blocked    []OSDID  // in phaseDown: whose answer would unblock us
 
+	// activation is, at a replica, the log end the current interval's
+	// active primary pushed (Activated): reaching it raises the local
+	// LastEpochStarted. Zero first: none.
+	activation struct {
+		first Epoch // the interval it was pushed in
+		want  Version
+	}
+
 	out outbox
 }
 
@@ -247,6 +255,8 @@ func (p *PG) Step(ev Event) error {
 		p.onPeerRecovered(ev)
 	case Applied:
 		p.onApplied(ev)
+	case Activated:
+		p.onActivated(ev)
 	case BackfillStarted:
 		p.local.Incomplete = true
 	default:

@@ -508,6 +508,63 @@ func TestReplicaRaisesLastEpochStarted(t *testing.T) {
 	}
 }
 
+// TestActivatedReplicaRaisesLastEpochStarted: a replica the active
+// primary pushed to its log end raises its LastEpochStarted once its log
+// ends exactly there, with no write of the interval since: it then
+// witnesses the interval, and a later peering does not wait for the
+// members of the intervals before it (a pool at size 1, one member that
+// is gone now). A push of another interval, or a log that ends elsewhere,
+// raises nothing.
+func TestActivatedReplicaRaisesLastEpochStarted(t *testing.T) {
+	// osd.2 held nothing of epoch 2's interval [1] (size 1, min_size 1:
+	// it may have taken writes); epoch 3 makes it a replica of [1 2 3],
+	// and the primary pushes it to 2'9.
+	m := newMachine(t, 2, pg.PeerInfo{Last: v(1, 3), LastEpochStarted: 1})
+	m.step(pg.AdvanceMap{Epoch: 1, Acting: osds(1, 2, 3), Size: 3, MinSize: 2},
+		pg.AdvanceMap{Epoch: 2, Acting: osds(1), Size: 1, MinSize: 1},
+		pg.AdvanceMap{Epoch: 3, Acting: osds(1, 2, 3), Size: 3, MinSize: 2})
+	m.Ready()
+	m.step(pg.Activated{Epoch: 2, Version: v(2, 9)}) // of epoch 2's interval: not ours
+	m.step(pg.Activated{Epoch: 3, Version: v(2, 9)})
+	m.step(pg.Applied{Version: v(2, 8)}) // the pull, not there yet
+	if rd := m.Ready(); rd.LastEpochStarted != 0 {
+		t.Fatalf("raised short of the push: %d", rd.LastEpochStarted)
+	}
+	m.step(pg.Applied{Version: v(2, 9)})
+	if rd := m.Ready(); rd.LastEpochStarted != 3 {
+		t.Fatalf("LastEpochStarted %d after the pull reached the push, want 3", rd.LastEpochStarted)
+	}
+	// osd.1 is gone: [2 3] peers from epoch 3 on, which osd.2 witnesses
+	// itself, and does not wait for osd.1, the only member of epoch 2's
+	// interval.
+	m.maps(4, osds(2, 3))
+	wantQueries(t, m.Ready(), 4, 1, 3)
+	m.step(pg.Unreachable{From: 1, Epoch: 4}, pg.Info{From: 3, Epoch: 4, Info: pg.PeerInfo{Last: v(2, 9), LastEpochStarted: 3}})
+	m.expect("active+undersized+degraded", true)
+
+	// A replica whose log already ends at the push raises at once; one
+	// whose log ends past it (an entry the primary never had) does not.
+	for _, c := range []struct {
+		last v2
+		want pg.Epoch
+	}{{v2{2, 9}, 3}, {v2{2, 10}, 0}} {
+		m := newMachine(t, 2, pg.PeerInfo{Last: v(c.last.e, c.last.s), LastEpochStarted: 1})
+		m.step(pg.AdvanceMap{Epoch: 1, Acting: osds(1, 2, 3), Size: 3, MinSize: 2},
+			pg.AdvanceMap{Epoch: 2, Acting: osds(1), Size: 1, MinSize: 1},
+			pg.AdvanceMap{Epoch: 3, Acting: osds(1, 2, 3), Size: 3, MinSize: 2})
+		m.Ready()
+		m.step(pg.Activated{Epoch: 3, Version: v(2, 9)})
+		if rd := m.Ready(); rd.LastEpochStarted != c.want {
+			t.Errorf("log at %v, pushed to 2'9: LastEpochStarted %d, want %d", c.last, rd.LastEpochStarted, c.want)
+		}
+	}
+}
+
+type v2 struct {
+	e pg.Epoch
+	s uint64
+}
+
 func TestStrings(t *testing.T) {
 	for _, tc := range []struct {
 		s    pg.State

@@ -2719,12 +2719,16 @@ func (x *LogEntry) GetDroppedParts() []string {
 // RepOp carries one applied op from the primary to a replica; a put's body is
 // the data segment.
 type RepOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Pool          uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
-	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
-	Entry         *LogEntry              `protobuf:"bytes,4,opt,name=entry,proto3" json:"entry,omitempty"` // kind OP_NONE: "catch up to entry.version", no change
-	Tid           uint64                 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"`   // echoed in the reply
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Pool  uint32                 `protobuf:"varint,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pg    uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	Entry *LogEntry              `protobuf:"bytes,4,opt,name=entry,proto3" json:"entry,omitempty"` // kind OP_NONE: "catch up to entry.version", no change
+	// With OP_NONE: the primary is active in this interval and
+	// entry.version is the log it went active with (a push, pg.PushTarget):
+	// a replica whose log ends there raises its last_epoch_started.
+	Activated     bool   `protobuf:"varint,5,opt,name=activated,proto3" json:"activated,omitempty"`
+	Tid           uint64 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // echoed in the reply
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2785,6 +2789,13 @@ func (x *RepOp) GetEntry() *LogEntry {
 		return x.Entry
 	}
 	return nil
+}
+
+func (x *RepOp) GetActivated() bool {
+	if x != nil {
+		return x.Activated
+	}
+	return false
 }
 
 func (x *RepOp) GetTid() uint64 {
@@ -6448,12 +6459,13 @@ const file_osd_proto_rawDesc = "" +
 	"\x03key\x18\x05 \x01(\tR\x03key\x12*\n" +
 	"\x04meta\x18\x06 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x12*\n" +
 	"\x06status\x18\a \x01(\x0e2\x12.osprey.osd.StatusR\x06status\x12#\n" +
-	"\rdropped_parts\x18\b \x03(\tR\fdroppedParts\"\x7f\n" +
+	"\rdropped_parts\x18\b \x03(\tR\fdroppedParts\"\x9d\x01\n" +
 	"\x05RepOp\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12*\n" +
-	"\x05entry\x18\x04 \x01(\v2\x14.osprey.osd.LogEntryR\x05entry\x12\x10\n" +
+	"\x05entry\x18\x04 \x01(\v2\x14.osprey.osd.LogEntryR\x05entry\x12\x1c\n" +
+	"\tactivated\x18\x05 \x01(\bR\tactivated\x12\x10\n" +
 	"\x03tid\x18\n" +
 	" \x01(\x04R\x03tid\"\x9c\x01\n" +
 	"\n" +
