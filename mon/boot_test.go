@@ -2,6 +2,7 @@ package mon
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +80,10 @@ func TestBootAssignsIDs(t *testing.T) {
 
 	// Lowest free id: after osd.1 is removed, a new OSD gets 1.
 	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd down", Ids: []uint32{1}})
+	if _, err := c.Command(ctxFor(t, 10*time.Second), &osdpb.MonCommand{Prefix: "osd rm", Ids: []uint32{1}}); statusOf(err) != osdpb.Status_INVALID_ARGUMENT || !strings.Contains(err.Error(), "still in") {
+		t.Fatalf("osd rm of an OSD down but in: %v", err)
+	}
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd out", Ids: []uint32{1}})
 	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd rm", Ids: []uint32{1}})
 	if rep := mustBoot(t, c, bootOf(5)); rep.Id != 1 {
 		t.Fatalf("new OSD after osd rm 1 got id %d, want 1", rep.Id)

@@ -113,7 +113,7 @@ type osdCommand struct {
 	// "osd pool set": the pool's name, the variable and its value, and
 	// whether the operator said --yes-i-really-mean-it.
 	pool, variable, value string
-	sure                  bool
+	sure                  bool // also "osd rm" of an OSD that is in
 }
 
 // commandOf is the map-changing command a MonCommand asks for.
@@ -310,8 +310,15 @@ func (c osdCommand) apply(pb *osdpb.ClusterMap, now time.Time) ([]uint32, error)
 		changed = markDown(pb, c.ids, now, 0)
 	case "osd rm":
 		for _, id := range c.ids {
-			if o := osdByID(pb, id); o.Up {
+			o := osdByID(pb, id)
+			if o.Up {
 				return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd rm: osd.%d is up; mark it down (and stop it) first", id)
+			}
+			if o.In && !c.sure {
+				// Its PGs have not moved: it may hold the only copy of
+				// some writes, and peering may be waiting for it. The
+				// safe way is out, backfill, then rm.
+				return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd rm: osd.%d is still in: mark it out and let its PGs backfill (status HEALTH_OK) first, or say --yes-i-really-mean-it to drop what only it holds", id)
 			}
 		}
 		for _, id := range dedup(c.ids) {

@@ -97,7 +97,12 @@ func TestPoolSetCommand(t *testing.T) {
 	if st.PGs["active+clean+undersized"] != 16 || !hasCheck(st, "16 pgs undersized") {
 		t.Fatalf("size 4 on 3 OSDs: %v %q", st.PGs, st.Health.Checks)
 	}
-	rep = mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd pool set", Pool: "default", Var: "size", Val: "2"})
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd pool set", Pool: "default", Var: "size", Val: "1", Sure: true})
+	beaconAll(t, c, m.Map(), "active+clean")
+	if st := statusCmd(t, c); st.Health.Status != HealthWarn || !hasCheck(st, "1 pool(s) have no replicas configured (size 1): default") {
+		t.Fatalf("size 1: %+v", st.Health)
+	}
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd pool set", Pool: "default", Var: "size", Val: "2"})
 	for _, p := range pgLs(t, c, statusCmd(t, c)) {
 		if len(p.Acting) != 2 {
 			t.Fatalf("size 2: pg %s acting %v", p.PGID, p.Acting)

@@ -28,6 +28,8 @@ type Status struct {
 	Mons   []MonStatus `json:"mons"`
 	Epoch  uint64      `json:"epoch"`
 	OSDs   OSDCounts   `json:"osds"`
+	// Flags are the osdmap flags set (noout, noin).
+	Flags []string `json:"flags"`
 	Pools  []PoolInfo  `json:"pools"`
 	// PGs counts the PGs of every pool by state ("active+clean",
 	// "undersized+peered", "unknown", ...); PGTotal is their sum.
@@ -309,7 +311,18 @@ func computeStatus(in statusInput) *Status {
 	if noOSDs {
 		warns = append(warns, "no osds")
 	}
-	if f := mp.SetFlags(); len(f) > 0 {
+	var single []string
+	for _, p := range st.Pools {
+		if p.Size == 1 {
+			single = append(single, p.Name)
+		}
+	}
+	if len(single) > 0 {
+		// Ceph's POOL_NO_REDUNDANCY: one lost disk loses data.
+		warns = append(warns, fmt.Sprintf("%d pool(s) have no replicas configured (size 1): %s", len(single), strings.Join(single, ", ")))
+	}
+	st.Flags = append([]string{}, mp.SetFlags()...)
+	if f := st.Flags; len(f) > 0 {
 		// Ceph's OSDMAP_FLAGS: a flag left set after maintenance (noout)
 		// quietly keeps a dead disk's PGs degraded.
 		warns = append(warns, strings.Join(f, ",")+" flag(s) set")

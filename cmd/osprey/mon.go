@@ -16,7 +16,7 @@ import (
 )
 
 // downOutUsage is --down-out-interval's, for osprey mon and osprey up.
-const downOutUsage = "the mon marks an OSD down this long out (its data is re-replicated); 0: never, as Ceph's mon_osd_down_out_interval"
+const downOutUsage = "how long an OSD stays down before the mon marks it out (its data is then re-replicated); 0: never, as Ceph's mon_osd_down_out_interval"
 
 // downOutInterval is the mon's DownOutInterval for --down-out-interval
 // d: 0 means never, as in Ceph, where mon.Config's zero is its default.

@@ -206,7 +206,10 @@ func newOSDAdminCmds() []*cobra.Command {
 	var mf monFlags
 	ids := parseOSDIDs
 	// The map-changing commands print the mon's result with --json.
-	var asJSON bool
+	var (
+		asJSON bool
+		sure   bool
+	)
 	jsonFlag := func(c *cobra.Command) {
 		c.Flags().BoolVar(&asJSON, "json", false, "print the mon's result as one JSON object: command, ids, changed, epoch, message")
 	}
@@ -226,7 +229,7 @@ func newOSDAdminCmds() []*cobra.Command {
 				if err != nil {
 					return err
 				}
-				rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "osd " + verb, Ids: list})
+				rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "osd " + verb, Ids: list, Sure: sure})
 				if err != nil {
 					return err
 				}
@@ -236,6 +239,9 @@ func newOSDAdminCmds() []*cobra.Command {
 		}
 		addMonFlags(c.Flags(), &mf)
 		jsonFlag(c)
+		if verb == "rm" {
+			c.Flags().BoolVar(&sure, "yes-i-really-mean-it", false, "remove an OSD that is still in (its PGs not backfilled elsewhere: what only it holds is lost)")
+		}
 		return c
 	}
 	reweight := &cobra.Command{
@@ -328,7 +334,7 @@ status warns while a flag is set (HEALTH_WARN "noout flag(s) set").`,
 		simple("out", "Mark OSDs out: their PGs move to others (recovery)"),
 		simple("in", "Mark OSDs in again"),
 		simple("down", "Mark OSDs down (a running OSD boots again at once)"),
-		simple("rm", "Remove down OSDs from the map, and their entities (osd.N keys), as ceph osd purge"),
+		simple("rm", "Remove down, out OSDs from the map, and their entities (osd.N keys), as ceph osd purge"),
 		reweight, tree,
 		flag("set", "Set an osdmap flag"),
 		flag("unset", "Unset an osdmap flag"),
@@ -381,7 +387,13 @@ func printMonStatus(w io.Writer, s *mon.Status) error {
 		}
 	}
 	fmt.Fprintf(w, "\n    osd: %d osds: %d up, %d in; epoch %d\n", s.OSDs.Total, s.OSDs.Up, s.OSDs.In, s.Epoch)
+	if len(s.Flags) > 0 {
+		fmt.Fprintf(w, "         flags %s\n", strings.Join(s.Flags, ","))
+	}
 	fmt.Fprintf(w, "\n  data:\n    pools:   %d pools, %d pgs\n    objects: %d objects, %s\n", len(s.Pools), s.PGTotal, s.Objects, humanBytes(int64(s.StoredBytes)))
+	if s.DegradedObjects+s.MisplacedObjects > 0 {
+		fmt.Fprintf(w, "             %d degraded, %d misplaced\n", s.DegradedObjects, s.MisplacedObjects)
+	}
 	if s.UsedBytes+s.AvailBytes > 0 {
 		fmt.Fprintf(w, "    usage:   %s used, %s avail\n", humanBytes(int64(s.UsedBytes)), humanBytes(int64(s.AvailBytes)))
 	}
@@ -399,7 +411,7 @@ func printMonStatus(w io.Writer, s *mon.Status) error {
 	}
 	fmt.Fprintln(w)
 	client := clientIO(s)
-	recovery := s.DegradedObjects+s.MisplacedObjects > 0 || s.RecoveryBytesPerSec > 0
+	recovery := s.RecoveryBytesPerSec > 0
 	if client != "" || recovery {
 		fmt.Fprintf(w, "\n  io:\n")
 	}
@@ -407,8 +419,7 @@ func printMonStatus(w io.Writer, s *mon.Status) error {
 		fmt.Fprintf(w, "    client:   %s\n", client)
 	}
 	if recovery {
-		fmt.Fprintf(w, "    recovery: %s/s; degraded: %d objects, misplaced: %d objects\n",
-			humanBytes(int64(s.RecoveryBytesPerSec)), s.DegradedObjects, s.MisplacedObjects)
+		fmt.Fprintf(w, "    recovery: %s/s\n", humanBytes(int64(s.RecoveryBytesPerSec)))
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ func TestPrintMonStatusIO(t *testing.T) {
 	b.Reset()
 	st.RecoveryBytesPerSec, st.DegradedObjects = 2<<20, 5
 	printMonStatus(&b, st)
-	if !strings.Contains(b.String(), "    recovery: 2.0 MiB/s; degraded: 5 objects, misplaced: 0 objects\n") {
+	if !strings.Contains(b.String(), "    recovery: 2.0 MiB/s\n") || !strings.Contains(b.String(), "             5 degraded, 0 misplaced\n") {
 		t.Errorf("recovery:\n%s", b.String())
 	}
 }

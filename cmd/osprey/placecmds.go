@@ -172,6 +172,15 @@ further.`,
 				if f.id < -1 || f.id > math.MaxUint32 {
 					return usageErrorf("%s %d: not an OSD id", f.name, f.id)
 				}
+				if f.id >= 0 {
+					osds, _, err := monGet[[]mon.OSDTreeEntry](cmd, mf, "osd tree")
+					if err != nil {
+						return err
+					}
+					if !slices.ContainsFunc(osds, func(o mon.OSDTreeEntry) bool { return int64(o.ID) == f.id }) {
+						return usageErrorf("%s %d: no osd.%d in the map", f.name, f.id, f.id)
+					}
+				}
 			}
 			poolID := int64(-1)
 			if pool != "" {
@@ -221,7 +230,7 @@ func resolvePool(cmd *cobra.Command, mf monFlags, name string) (uint32, error) {
 		}
 		names[i] = p.Name
 	}
-	return 0, usageErrorf("no pool %q (pools: %s)", name, strings.Join(names, ", "))
+	return 0, fmt.Errorf("no pool %q (pools: %s)", name, strings.Join(names, ", "))
 }
 
 // stateHas reports whether every "+"-joined word of want is in state.

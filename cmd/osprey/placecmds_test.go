@@ -94,9 +94,14 @@ func TestPlacementCommands(t *testing.T) {
 	if _, err := cli("pg", "ls", "--request-id", strings.Repeat("ab", 16)); exitCode(err) != exitUsage {
 		t.Errorf("pg ls --request-id: %v, want a usage error (it changes nothing)", err)
 	}
-	for _, bad := range [][]string{{"pg", "ls", "degarded"}, {"pg", "ls", "--osd", "4294967296"}, {"pg", "ls", "--pool", "nope"}, {"osd", "map", "maps/k", "--request-id", strings.Repeat("ab", 16)}} {
+	for _, bad := range [][]string{{"pg", "ls", "degarded"}, {"pg", "ls", "--osd", "4294967296"}, {"pg", "ls", "--primary", "99"}, {"osd", "map", "maps/k", "--request-id", strings.Repeat("ab", 16)}} {
 		if _, err := cli(bad...); exitCode(err) != exitUsage {
 			t.Errorf("%v: %v, want a usage error", bad, err)
+		}
+	}
+	for _, bad := range [][]string{{"pg", "ls", "--pool", "nope"}, {"osd", "pool", "get", "nope", "size"}, {"osd", "pool", "set", "nope", "size", "2"}} {
+		if _, err := cli(bad...); exitCode(err) != exitError || !strings.Contains(err.Error(), `"nope"`) {
+			t.Errorf("%v: %v (exit %d), want exit 1 naming the pool", bad, err, exitCode(err))
 		}
 	}
 	if got := pgLsJSON(t, cli, "pg", "ls", "--json", "--pool", "default"); len(got) != 8 {
@@ -120,7 +125,7 @@ func TestPlacementCommands(t *testing.T) {
 	if out, err := cli("osd", "set", "noout"); err != nil || !strings.Contains(out, "noout is set already") {
 		t.Errorf("osd set noout again: %v %q", err, out)
 	}
-	if out, err := cli("status"); err != nil || !strings.Contains(out, "noout flag(s) set") {
+	if out, err := cli("status"); err != nil || !strings.Contains(out, "noout flag(s) set") || !strings.Contains(out, "\n         flags noout\n") {
 		t.Errorf("status with noout: %v\n%s", err, out)
 	}
 	if out, err := cli("osd", "unset", "noout"); err != nil || !strings.Contains(out, "noout is unset, map epoch") {

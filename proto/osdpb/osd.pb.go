@@ -5922,8 +5922,9 @@ type MonCommand struct {
 	Pool string `protobuf:"bytes,12,opt,name=pool,proto3" json:"pool,omitempty"`
 	Var  string `protobuf:"bytes,13,opt,name=var,proto3" json:"var,omitempty"`
 	Val  string `protobuf:"bytes,14,opt,name=val,proto3" json:"val,omitempty"`
-	// "osd pool set": Ceph's --yes-i-really-mean-it, for a change that
-	// risks data (size 1) or stops writes (a min_size above the OSDs in).
+	// Ceph's --yes-i-really-mean-it: "osd pool set" of a change that risks
+	// data (size 1) or stops writes (a min_size above the OSDs in), "osd rm"
+	// of an OSD still in.
 	Sure          bool `protobuf:"varint,15,opt,name=sure,proto3" json:"sure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
