@@ -29,8 +29,8 @@ type Status struct {
 	Epoch  uint64      `json:"epoch"`
 	OSDs   OSDCounts   `json:"osds"`
 	// Flags are the osdmap flags set (noout, noin).
-	Flags []string `json:"flags"`
-	Pools  []PoolInfo  `json:"pools"`
+	Flags []string   `json:"flags"`
+	Pools []PoolInfo `json:"pools"`
 	// PGs counts the PGs of every pool by state ("active+clean",
 	// "undersized+peered", "unknown", ...); PGTotal is their sum.
 	PGs              map[string]int `json:"pgs"`
