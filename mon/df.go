@@ -34,7 +34,8 @@ type PoolDF struct {
 }
 
 // computeDF derives "df" from the map and the up OSDs' beacons.
-func computeDF(mp *placement.Map, beacons map[uint32]*beaconRecord) *DF {
+func computeDF(in statusInput) *DF {
+	mp, beacons := in.mp, in.beacons
 	df := &DF{}
 	for _, b := range upBeacons(mp, beacons) {
 		df.UsedBytes += b.UsedBytes
@@ -48,7 +49,7 @@ func computeDF(mp *placement.Map, beacons map[uint32]*beaconRecord) *DF {
 	for i := range df.Pools {
 		byPool[df.Pools[i].ID] = &df.Pools[i]
 	}
-	for v := range pgViews(mp, beacons) {
+	for v := range pgViews(in) {
 		if p := byPool[v.Pool]; p != nil && v.counted {
 			p.Stored += v.Bytes
 			p.Objects += v.Objects

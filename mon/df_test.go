@@ -39,7 +39,7 @@ func TestComputeDF(t *testing.T) {
 		r.PGs = append(r.PGs, pgRecord{Pool: 1, PG: pg, State: "active+clean", Objects: 2, Bytes: 1000, Epoch: 10})
 	}
 	beacons[3].PGs = []pgRecord{{Pool: 1, PG: 0, State: "active+clean", Objects: 99, Bytes: 99, Epoch: 10}}
-	df := computeDF(mp, beacons)
+	df := computeDF(statusInput{mp: mp, beacons: beacons})
 	if df.TotalBytes != 400*gib || df.UsedBytes != 100*gib || df.AvailBytes != 300*gib {
 		t.Errorf("raw: %+v", df)
 	}
@@ -56,7 +56,7 @@ func TestComputeDF(t *testing.T) {
 	if want := 100 * 16000 / (16000 + 120.0*gib); p.PercentUsed != want {
 		t.Errorf("%%used %v, want %v", p.PercentUsed, want)
 	}
-	if df := computeDF(mp, nil); df.Pools[0].MaxAvail != 0 || df.TotalBytes != 0 {
+	if df := computeDF(statusInput{mp: mp}); df.Pools[0].MaxAvail != 0 || df.TotalBytes != 0 {
 		t.Errorf("no beacons: %+v", df)
 	}
 }

@@ -209,7 +209,7 @@ func (m *Mon) runCommand(ctx context.Context, c *osdpb.MonCommand, g *requestGua
 		if err != nil {
 			return nil, err
 		}
-		out = computeDF(in.mp, in.beacons)
+		out = computeDF(in)
 	case "osd pool ls":
 		out = poolInfos(m.Map())
 	case "osd df":
@@ -223,7 +223,7 @@ func (m *Mon) runCommand(ctx context.Context, c *osdpb.MonCommand, g *requestGua
 		if err != nil {
 			return nil, err
 		}
-		out = pgList(in.mp, in.beacons)
+		out = pgList(in)
 	case "osd create":
 		l := m.lead.Load()
 		if l == nil {

@@ -175,6 +175,11 @@ type Mon struct {
 	addr  string
 	fsid  string
 
+	// pastMu guards pastMaps, older maps read for PG reports
+	// (reportMaps): a map of an epoch never changes.
+	pastMu   sync.Mutex
+	pastMaps map[uint64]*placement.Map
+
 	mapMu sync.Mutex // orders adopt: maps are stored and pushed in epoch order
 	mapv  atomic.Pointer[placement.Map]
 	// mapAt is when this mon adopted its map (unix ns): the map carries
@@ -574,7 +579,44 @@ func (m *Mon) statusInput(ctx context.Context) (statusInput, error) {
 	if err != nil {
 		return statusInput{}, err
 	}
-	return statusInput{mp: mp, beacons: beacons, mons: mons, now: time.Now(), fresh: 2 * m.cfg.HeartbeatGrace}, nil
+	return statusInput{mp: mp, beacons: beacons, mons: mons, now: time.Now(), fresh: 2 * m.cfg.HeartbeatGrace,
+		past: m.reportMaps(ctx, mp, beacons)}, nil
+}
+
+// maxReportMaps bounds the older maps statusInput reads for PG reports:
+// beacons come every second, so reports lag the newest map by an epoch or
+// a few; a PG whose report is older than those is unknown until its next.
+const maxReportMaps = 4
+
+// reportMaps reads the maps of the newest epochs, before mp's, that the up
+// OSDs' PG reports were made at (statusInput.past). One it cannot read is
+// left out: its PGs are unknown until their next report, as before.
+func (m *Mon) reportMaps(ctx context.Context, mp *placement.Map, beacons map[uint32]*beaconRecord) map[uint64]*placement.Map {
+	var epochs []uint64
+	for _, b := range upBeacons(mp, beacons) {
+		for _, p := range b.PGs {
+			if p.Epoch < mp.Epoch() && !slices.Contains(epochs, p.Epoch) {
+				epochs = append(epochs, p.Epoch)
+			}
+		}
+	}
+	slices.Sort(epochs)
+	epochs = epochs[max(0, len(epochs)-maxReportMaps):]
+	m.pastMu.Lock()
+	defer m.pastMu.Unlock()
+	out := make(map[uint64]*placement.Map, len(epochs))
+	for _, e := range epochs {
+		old := m.pastMaps[e]
+		if old == nil {
+			var err error
+			if old, err = m.store.get(ctx, e); err != nil {
+				continue
+			}
+		}
+		out[e] = old
+	}
+	m.pastMaps = out // what the next status needs is these, or newer
+	return out
 }
 
 // beacons reads every OSD's last beacon record.

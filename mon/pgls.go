@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // PGStat is one PG as "pg ls" lists it, Ceph's `ceph pg ls`: the state
@@ -73,7 +74,8 @@ func upBeacons(mp *placement.Map, beacons map[uint32]*beaconRecord) []*beaconRec
 // the rest is what each PG's current primary reported at the current
 // epoch, or "unknown". It is the one place "status" and "pg ls" take a
 // PG's state from, so the two always agree.
-func pgViews(mp *placement.Map, beacons map[uint32]*beaconRecord) iter.Seq[pgView] {
+func pgViews(in statusInput) iter.Seq[pgView] {
+	mp, beacons := in.mp, in.beacons
 	return func(yield func(pgView) bool) {
 		// Each up OSD's reports, by PG and reporter: a PG's state is its
 		// current primary's report, whoever else (a former primary, not
@@ -106,7 +108,7 @@ func pgViews(mp *placement.Map, beacons map[uint32]*beaconRecord) iter.Seq[pgVie
 					if r, ok := reports[from{pgKey{pool.Id, pg}, acting[0]}]; ok {
 						v.counted = true
 						v.reported = r.State
-						v.fresh = r.Epoch >= mp.Epoch()
+						v.fresh = r.Epoch >= mp.Epoch() || sameInterval(in.past[r.Epoch], mp, pool, pg, acting)
 						v.Objects, v.Bytes, v.Degraded, v.Misplaced, v.Inconsistent = r.Objects, r.Bytes, r.Degraded, r.Misplaced, r.Inconsistent
 						v.ReportedEpoch = r.Epoch
 					}
@@ -146,10 +148,25 @@ func pgViews(mp *placement.Map, beacons map[uint32]*beaconRecord) iter.Seq[pgVie
 	}
 }
 
+// sameInterval reports whether old, a map the PG's report was made at,
+// gave PG pg of pool the acting set it has now and the pool the same size
+// and min_size: a change elsewhere (a flag, another PG's OSD) leaves the
+// report's state current, so the PG does not turn unknown until its
+// primary's next beacon. (A change and its undoing between the two maps
+// is seen at that beacon.)
+func sameInterval(old, mp *placement.Map, pool *osdpb.Pool, pg uint32, acting []uint32) bool {
+	if old == nil {
+		return false
+	}
+	p, ok := old.Pool(pool.Id)
+	return ok && p.Size == pool.Size && placement.MinSize(p) == placement.MinSize(pool) && pg < p.PgCount &&
+		slices.Equal(old.ActingSet(pool.Id, pg), acting)
+}
+
 // pgList is "pg ls": every PG of mp, in pool and seed order.
-func pgList(mp *placement.Map, beacons map[uint32]*beaconRecord) []PGStat {
+func pgList(in statusInput) []PGStat {
 	out := []PGStat{}
-	for v := range pgViews(mp, beacons) {
+	for v := range pgViews(in) {
 		out = append(out, v.PGStat)
 	}
 	return out

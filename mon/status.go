@@ -214,6 +214,10 @@ type statusInput struct {
 	now     time.Time
 	// fresh is how recent a beacon must be for its rates to count.
 	fresh time.Duration
+	// past are maps at older epochs the PG reports were made at (not
+	// necessarily all): a report of an epoch whose map gave the PG the
+	// same acting set and pool sizes still says its state (pgViews).
+	past map[uint64]*placement.Map
 }
 
 // pgKey names one PG of one pool.
@@ -263,7 +267,7 @@ func computeStatus(in statusInput) *Status {
 	)
 	noOSDs := st.OSDs.Total == 0
 	st.Pools = poolInfos(mp)
-	for v := range pgViews(mp, in.beacons) {
+	for v := range pgViews(in) {
 		st.PGTotal++
 		if v.counted {
 			st.Objects += v.Objects

@@ -193,6 +193,28 @@ func TestComputeStatus(t *testing.T) {
 	if st.Health.Status != HealthWarn || st.PGs["unknown"] != 8 {
 		t.Fatalf("stale reports: %+v %v", st.Health, st.PGs)
 	}
+	// A report of an older epoch whose map gave the PG the same acting set
+	// (a flag changed since, say) still says the PG's state; one of a map
+	// that placed it elsewhere does not.
+	same, err := mp.With(func(pb *osdpb.ClusterMap) { pb.Epoch = 9; pb.Flags = nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = computeStatus(statusInput{mp: mp, beacons: reportAll(mp, "active+clean", 9), now: now, fresh: time.Minute,
+		past: map[uint64]*placement.Map{9: same}})
+	if st.Health.Status != HealthOK || st.PGs["active+clean"] != 8 {
+		t.Fatalf("reports of epoch 9, same acting sets: %+v %v", st.Health, st.PGs)
+	}
+	moved, err := mp.With(func(pb *osdpb.ClusterMap) { pb.Epoch = 9; pb.Osds[2].In = false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = computeStatus(statusInput{mp: mp, beacons: reportAll(mp, "active+clean", 9), now: now, fresh: time.Minute,
+		past: map[uint64]*placement.Map{9: moved}})
+	if st.PGs["unknown"] != 8 {
+		t.Fatalf("reports of epoch 9, another acting set: %v", st.PGs)
+	}
+
 	// Former primaries, not yet told, still report the PGs they led: each
 	// PG's state is its current primary's report all the same.
 	withFormer := reportAll(mp, "active+clean", 10)
