@@ -11,7 +11,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -35,10 +37,26 @@ func main() {
 	}()
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()
+	if stdoutClosed(err) {
+		// `osprey pg ls --json | head`: end as a program killed by
+		// SIGPIPE does, silently (the rdma build ignores SIGPIPE for its
+		// provider's sockets, so the write failed instead).
+		os.Exit(exitBrokenPipe)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, errorLine(err))
 		os.Exit(exitCode(err))
 	}
+}
+
+// exitBrokenPipe is a shell's status for a process killed by SIGPIPE.
+const exitBrokenPipe = 128 + 13
+
+// stdoutClosed reports whether err is a write to our stdout whose reader
+// went away.
+func stdoutClosed(err error) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe) && pe.Path == os.Stdout.Name() && errors.Is(pe.Err, syscall.EPIPE)
 }
 
 func newRootCmd() *cobra.Command {

@@ -2,7 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/ospreystore/osprey/mon"
@@ -75,5 +80,31 @@ func TestHealthDetail(t *testing.T) {
 	}, "\n")
 	if got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestStdoutClosed: a write to a closed pipe on stdout ends the command
+// quietly; another write error or a broken pipe elsewhere does not.
+func TestStdoutClosed(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	defer w.Close()
+	_, err = w.Write([]byte("x"))
+	if !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("write to a closed pipe: %v", err)
+	}
+	var pe *fs.PathError
+	if !errors.As(err, &pe) {
+		t.Fatalf("not a PathError: %T", err)
+	}
+	pe.Path = os.Stdout.Name() // as the same write to our stdout says
+	if !stdoutClosed(fmt.Errorf("pg ls: %w", pe)) {
+		t.Error("EPIPE on stdout: not seen")
+	}
+	if stdoutClosed(&fs.PathError{Op: "write", Path: "/tmp/x", Err: syscall.EPIPE}) || stdoutClosed(&fs.PathError{Op: "write", Path: os.Stdout.Name(), Err: syscall.EIO}) || stdoutClosed(nil) {
+		t.Error("another error taken for stdout closed")
 	}
 }
