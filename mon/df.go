@@ -21,8 +21,9 @@ type DF struct {
 type PoolDF struct {
 	PoolInfo
 	// Stored is the objects' bytes, one copy each, and Objects their
-	// count, as each PG's primary last reported them; Used is Stored
-	// times the pool's size, what its copies take.
+	// count, as each PG's primary last reported them; Used is what their
+	// copies take: each PG's bytes times its acting set's members (the
+	// pool's size, or fewer while it is undersized).
 	Stored  uint64 `json:"stored_bytes"`
 	Objects uint64 `json:"objects"`
 	Used    uint64 `json:"used_bytes"`
@@ -53,12 +54,12 @@ func computeDF(in statusInput) *DF {
 		if p := byPool[v.Pool]; p != nil && v.counted {
 			p.Stored += v.Bytes
 			p.Objects += v.Objects
+			p.Used += v.Bytes * uint64(len(v.Acting))
 		}
 	}
 	avail := maxAvail(mp, beacons)
 	for i := range df.Pools {
 		p := &df.Pools[i]
-		p.Used = p.Stored * uint64(p.Size)
 		p.MaxAvail = avail / uint64(max(p.Size, 1))
 		if room := float64(p.Used) + float64(p.MaxAvail)*float64(p.Size); room > 0 {
 			p.PercentUsed = 100 * float64(p.Used) / room

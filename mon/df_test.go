@@ -33,8 +33,10 @@ func TestComputeDF(t *testing.T) {
 		}
 		beacons[id] = &beaconRecord{ID: id, UsedBytes: used * gib, AvailBytes: (size - used) * gib}
 	}
+	copies := uint64(0) // osd.3 is down: some PGs have one member
 	for pg := range uint32(8) {
 		acting := mp.ActingSet(1, pg)
+		copies += uint64(len(acting))
 		r := beacons[acting[0]]
 		r.PGs = append(r.PGs, pgRecord{Pool: 1, PG: pg, State: "active+clean", Objects: 2, Bytes: 1000, Epoch: 10})
 	}
@@ -50,10 +52,10 @@ func TestComputeDF(t *testing.T) {
 	// The up and in weight is 4 (osd.3 is down): osd.1's 30 GiB of room
 	// for a quarter of every byte bounds the raw total at 120 GiB, 60 GiB
 	// of objects at size 2.
-	if p.Stored != 8000 || p.Objects != 16 || p.Used != 16000 || p.MaxAvail != 60*gib {
-		t.Errorf("pool: %+v", p)
+	if p.Stored != 8000 || p.Objects != 16 || p.Used != 1000*copies || copies == 16 || p.MaxAvail != 60*gib {
+		t.Errorf("pool: %+v (%d copies of PGs)", p, copies)
 	}
-	if want := 100 * 16000 / (16000 + 120.0*gib); p.PercentUsed != want {
+	if want := 100 * float64(p.Used) / (float64(p.Used) + 120.0*gib); p.PercentUsed != want {
 		t.Errorf("%%used %v, want %v", p.PercentUsed, want)
 	}
 	if df := computeDF(statusInput{mp: mp}); df.Pools[0].MaxAvail != 0 || df.TotalBytes != 0 {

@@ -448,9 +448,10 @@ func newDFCmd() *cobra.Command {
 		Short: "Show the cluster's raw space and each pool's stored bytes, objects and room left",
 		Long: `As ` + "`ceph df`" + `: the raw space of the up OSDs' data disks, then per pool the bytes
 stored (one copy of each object, as the PGs' primaries last reported), the
-objects, the space their copies use (stored times size), %USED, and MAX
-AVAIL: how much more the pool can store before the first of its OSDs
-reaches the full ratio, each OSD taking its weight's share of every copy.
+objects, the space their copies use (stored times the copies each PG has),
+%USED, and MAX AVAIL: how much more the pool can store before the first of
+its OSDs reaches the full ratio, each OSD taking its weight's share of
+every copy.
 OSDs that share one file system each report all of it, so on one host the
 raw figures and MAX AVAIL count that disk once per OSD.`,
 		Args: noArgs,
