@@ -161,6 +161,9 @@ func (o *OSD) drive(p *pgState) {
 		for _, t := range rd.Push {
 			o.push(p, t)
 		}
+		for _, t := range rd.Notify {
+			o.sendSyncOp(activatedSync(p, t.Epoch, t.Want), uint32(t.To)) // nothing to retry: see pg.Ready.Notify
+		}
 		was := pg.State(p.state.Swap(uint32(rd.State)))
 		o.publish(p)
 		if was != rd.State {
@@ -245,11 +248,17 @@ func (o *OSD) query(p *pgState, to pg.OSDID, e pg.Epoch, asked bool) {
 // or a later one: the RepOp says so (activated), and the replica raises
 // its last_epoch_started once its log ends there (pg.Activated).
 func (o *OSD) push(p *pgState, t pg.PushTarget) {
-	r := &osdpb.RepOp{Epoch: uint64(t.Epoch), Pool: p.pool, Pg: p.pg, Activated: true,
-		Entry: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: protoVersion(t.Want)}}
-	if !o.sendSyncOp(r, uint32(t.To)) {
+	if !o.sendSyncOp(activatedSync(p, t.Epoch, t.Want), uint32(t.To)) {
 		p.m.Step(pg.Unreachable{From: t.To, Epoch: t.Epoch})
 	}
+}
+
+// activatedSync is the sync RepOp of PG p, at epoch e, of an active
+// primary whose log ends at (or after the one it went active with at)
+// want.
+func activatedSync(p *pgState, e pg.Epoch, want pg.Version) *osdpb.RepOp {
+	return &osdpb.RepOp{Epoch: uint64(e), Pool: p.pool, Pg: p.pg, Activated: true,
+		Entry: &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: protoVersion(want)}}
 }
 
 // answerQuery answers a peer's PG query on the PG's shard: only the

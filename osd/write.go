@@ -951,9 +951,23 @@ func (o *OSD) resync(pool, pg, id uint32) {
 		if err != nil || o.ctx.Err() != nil || slices.Index(mp.ActingSet(pool, pg), id) <= 0 || !mp.IsPrimary(pool, pg, o.id) {
 			return // not ours to sync, or no longer a replica
 		}
-		if last, _, err := o.st.PGInfo(o.ctx, sid); err == nil && last.GetSeq() > 0 {
-			o.sendSync(mp.Epoch(), id, pool, pg, last)
+		p, err := o.pgOf(sid)
+		if err != nil {
+			return
 		}
+		// On the shard, which owns the machine: a sync of a primary that
+		// serves is marked activated, as the push it repeats was.
+		o.enqueue(o.shardOf(sid), func() {
+			last, _, err := o.st.PGInfo(o.ctx, sid)
+			if err != nil || last.GetSeq() == 0 && (p.m == nil || !p.m.Serving()) {
+				return
+			}
+			if p.m != nil && p.m.Serving() {
+				o.sendSyncOp(activatedSync(p, p.m.Epoch(), pgVersion(last)), id)
+				return
+			}
+			o.sendSync(mp.Epoch(), id, pool, pg, last)
+		})
 	})
 }
 
@@ -978,12 +992,6 @@ func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, sid, from uint32) {
 		o.ratelog.Log(o.log, slog.LevelWarn, "rep op refused", "rep op refused", "pg", placement.PGIDOf(sid), "from", from, "epoch", r.Epoch, "err", err)
 		o.ackRepOp(m, r, nil, err)
 		return
-	}
-	if r.Activated && r.Entry.GetKind() == osdpb.OpKind_OP_NONE && r.Entry.GetVersion() != nil {
-		// The active primary's push: once our log ends at its version,
-		// as it may already, we witness the interval (pg.Activated).
-		p.m.Step(pg.Activated{Epoch: pg.Epoch(r.Epoch), Version: pgVersion(r.Entry.GetVersion())})
-		o.drive(p)
 	}
 	if p.recovering {
 		if o.backfillRepOp(p, m, r) {
@@ -1016,6 +1024,13 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 		if err := o.st.SyncWAL(o.ctx); err != nil {
 			o.ackRepOp(m, r, nil, err)
 			return
+		}
+		if r.Activated && r.Entry.Kind == osdpb.OpKind_OP_NONE && versionLE(p.last, v) && p.m != nil {
+			// The active primary's push or word of activation, and our
+			// log, settled (no pull under way: a queued op comes here
+			// after it), ends exactly there: we witness the interval.
+			p.m.Step(pg.Activated{Epoch: pg.Epoch(r.Epoch), Version: pgVersion(v)})
+			o.drive(p)
 		}
 		o.noteCurrent(p, r.Epoch)
 		o.ackRepOp(m, r, p.last, nil)

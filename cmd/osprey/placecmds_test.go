@@ -296,10 +296,12 @@ func missingCopies(t *testing.T, lc *local.Cluster, cl *client.Client, bucket st
 }
 
 // TestPoolSizeOneThenLoss: after a pool ran at size 1 and went back to 3,
-// losing the OSD that was a PG's only member at size 1 leaves the PG
-// active on the replicas backfilled since, not down waiting for it: the
-// active primary's push makes them witness the size-3 interval (their
-// last_epoch_started rises), so the size-1 interval needs no witness.
+// losing the OSD that was a PG's only member at size 1 leaves its PGs
+// active on the others, not down waiting for it: the new interval's
+// primary pushes the replicas behind (a PG written at size 1) and tells
+// those caught up (a PG not written) the log it went active with, and
+// both kinds then witness the interval (last_epoch_started), so the
+// size-1 interval needs no witness.
 func TestPoolSizeOneThenLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
@@ -316,34 +318,46 @@ func TestPoolSizeOneThenLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli("osd", "pool", "set", "default", "size", "1", "--yes-i-really-mean-it")
-	var keys []string
-	for i := range 8 {
-		key := fmt.Sprintf("k%d", i)
-		if _, err := osdtest.Put(ctx, cl, "single", key, osdtest.Payload(1000+i, uint64(i)), client.PutOptions{}); err != nil {
-			t.Fatal(err)
+	// gone: an OSD that is the only member of two PGs at size 1 (8 PGs
+	// on 4 OSDs: one is); one PG gets a write now, the other none.
+	mp := cl.Map()
+	pool, _ := mp.PoolByName("default")
+	byOSD := map[uint32][]uint32{}
+	for pg := range pool.PgCount {
+		if a := mp.ActingSet(pool.Id, pg); len(a) == 1 {
+			byOSD[a[0]] = append(byOSD[a[0]], pg)
 		}
-		keys = append(keys, key)
 	}
-	loc, err := cl.Locate("single", keys[0])
-	if err != nil {
+	gone, written := uint32(0), uint32(0)
+	for id, pgs := range byOSD {
+		if len(pgs) >= 2 {
+			gone, written = id, pgs[0]
+			break
+		}
+	}
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if loc, err := cl.Locate("single", k); err == nil && loc.PG.Seed == written {
+			key = k
+		}
+	}
+	if _, err := osdtest.Put(ctx, cl, "single", key, osdtest.Payload(1000, 1), client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	gone := loc.Acting[0] // k0's only copy at size 1
 	cli("osd", "pool", "set", "default", "size", "3")
 	waitPGs(t, cli, "size 3", func(p mon.PGStat) bool { return p.State == "active+clean" && len(p.Acting) == 3 })
-	if problem := missingCopies(t, lc, cl, "single", keys); problem != "" {
+	if problem := missingCopies(t, lc, cl, "single", []string{key}); problem != "" {
 		t.Fatalf("after size 3 settled: %s", problem)
 	}
 	if err := lc.StopOSD(ctx, int(gone)); err != nil {
 		t.Fatal(err)
 	}
-	waitPGs(t, cli, fmt.Sprintf("osd.%d stopped", gone), func(p mon.PGStat) bool {
+	waitPGs(t, cli, fmt.Sprintf("osd.%d stopped (the only member of pgs %v at size 1)", gone, byOSD[gone]), func(p mon.PGStat) bool {
 		return strings.HasPrefix(p.State, "active+") && !slices.Contains(p.Acting, gone)
 	})
-	for _, key := range keys {
-		if _, _, err := osdtest.Get(ctx, cl, "single", key, client.GetOptions{}); err != nil {
-			t.Errorf("get %s with osd.%d stopped: %v", key, gone, err)
-		}
+	if _, _, err := osdtest.Get(ctx, cl, "single", key, client.GetOptions{}); err != nil {
+		t.Errorf("get %s with osd.%d stopped: %v", key, gone, err)
 	}
 }
 

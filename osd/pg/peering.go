@@ -267,8 +267,11 @@ func (p *PG) authoritative() (OSDID, PeerInfo) {
 }
 
 // activate makes the primary active: it records LastEpochStarted (when the
-// interval can take writes) and pushes to every acting member not known to
-// be at our Last.
+// interval can take writes), pushes to every acting member not known to
+// be at our Last, and tells the others the interval went active with it
+// (Notify), as Ceph's activation does: each member then witnesses the
+// interval, though it held nothing new (a pool back from size 1, whose
+// one member may go next).
 func (p *PG) activate() {
 	p.phase, p.recovering, p.blocked = phaseActive, nil, nil
 	if p.cur.maybeRW() && p.local.LastEpochStarted < p.cur.first {
@@ -277,6 +280,7 @@ func (p *PG) activate() {
 	for _, id := range p.cur.acting[1:] {
 		pr := p.peerOf(id)
 		if pr.probe == probeAnswered && pr.info.Last == p.local.Last {
+			p.out.notify = append(p.out.notify, PushTarget{To: id, Epoch: p.epoch, Have: pr.info.Last, Want: p.local.Last})
 			continue
 		}
 		var have Version

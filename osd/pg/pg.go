@@ -180,6 +180,12 @@ type Ready struct {
 	Recover *Recover
 	// Push lists replicas to bring up to date.
 	Push []PushTarget
+	// Notify lists the replicas that were caught up when the PG went
+	// active (Have == Want): send each a sync RepOp marked activated, so
+	// that it witnesses the interval (pg.Activated raises its
+	// LastEpochStarted). Nothing is reported back: one lost costs only
+	// that the replica witnesses the interval after its next write.
+	Notify []PushTarget
 	// LastEpochStarted is non-zero when it rose since the previous Ready:
 	// persist it with the PG info. Losing it in a crash is safe (peering
 	// then asks about more intervals than it needs to).
@@ -224,6 +230,7 @@ type outbox struct {
 	queries  []Query
 	recover  *Recover
 	push     []PushTarget
+	notify   []PushTarget
 	les      bool  // LastEpochStarted rose
 	state    State // as the previous Ready reported it
 	serving  bool
@@ -269,7 +276,7 @@ func (p *PG) Step(ev Event) error {
 // state or serving change since the previous Ready.
 func (p *PG) HasReady() bool {
 	o := &p.out
-	return len(o.queries) > 0 || o.recover != nil || len(o.push) > 0 || o.les ||
+	return len(o.queries) > 0 || o.recover != nil || len(o.push) > 0 || len(o.notify) > 0 || o.les ||
 		!o.reported || o.state != p.State() || o.serving != p.Serving()
 }
 
@@ -280,6 +287,7 @@ func (p *PG) Ready() Ready {
 	rd := Ready{
 		Queries: p.out.queries,
 		Push:    p.out.push,
+		Notify:  p.out.notify,
 		State:   p.State(),
 		Serving: p.Serving(),
 	}

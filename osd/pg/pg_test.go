@@ -525,6 +525,12 @@ func TestActivatedReplicaRaisesLastEpochStarted(t *testing.T) {
 		pg.AdvanceMap{Epoch: 3, Acting: osds(1, 2, 3), Size: 3, MinSize: 2})
 	m.Ready()
 	m.step(pg.Activated{Epoch: 2, Version: v(2, 9)}) // of epoch 2's interval: not ours
+	m.step(pg.Activated{Epoch: 4, Version: v(2, 9)}) // of a map we do not have
+	m.step(pg.Applied{Version: v(2, 9)})             // the pull reaches 2'9
+	if rd := m.Ready(); rd.LastEpochStarted != 0 {
+		t.Fatalf("raised on a push of another interval: %d", rd.LastEpochStarted)
+	}
+	m.step(pg.Applied{Version: v(1, 3)}) // back where it was
 	m.step(pg.Activated{Epoch: 3, Version: v(2, 9)})
 	m.step(pg.Applied{Version: v(2, 8)}) // the pull, not there yet
 	if rd := m.Ready(); rd.LastEpochStarted != 0 {
@@ -557,6 +563,32 @@ func TestActivatedReplicaRaisesLastEpochStarted(t *testing.T) {
 		if rd := m.Ready(); rd.LastEpochStarted != c.want {
 			t.Errorf("log at %v, pushed to 2'9: LastEpochStarted %d, want %d", c.last, rd.LastEpochStarted, c.want)
 		}
+	}
+}
+
+// TestActivationNotifiesCaughtUpReplicas: the primary going active pushes
+// to the replicas behind and tells those caught up (Notify) the log it
+// went active with, so that they witness the interval too.
+func TestActivationNotifiesCaughtUpReplicas(t *testing.T) {
+	m := newMachine(t, 1, pg.PeerInfo{Last: v(1, 5), LastEpochStarted: 1}).maps(1, osds(1, 2, 3), osds(1))
+	m.step(pg.AdvanceMap{Epoch: 3, Acting: osds(1, 2, 3), Size: 3, MinSize: 2})
+	m.Ready()
+	m.step(pg.Info{From: 2, Epoch: 3, Info: pg.PeerInfo{Last: v(1, 5), LastEpochStarted: 1}},
+		pg.Info{From: 3, Epoch: 3, Info: pg.PeerInfo{Last: v(1, 4), LastEpochStarted: 1}})
+	rd := m.expect("active+recovering+degraded", true)
+	if len(rd.Push) != 1 || rd.Push[0].To != 3 || rd.Push[0].Want != v(1, 5) {
+		t.Fatalf("Push %+v, want osd.3 to 1'5", rd.Push)
+	}
+	if len(rd.Notify) != 1 || rd.Notify[0].To != 2 || rd.Notify[0].Want != v(1, 5) || rd.Notify[0].Epoch != 3 {
+		t.Fatalf("Notify %+v, want osd.2 of 1'5 at epoch 3", rd.Notify)
+	}
+	// The caught-up replica, told so, witnesses epoch 3's interval.
+	r := newMachine(t, 2, pg.PeerInfo{Last: v(1, 5), LastEpochStarted: 1}).maps(1, osds(1, 2, 3), osds(1))
+	r.step(pg.AdvanceMap{Epoch: 3, Acting: osds(1, 2, 3), Size: 3, MinSize: 2})
+	r.Ready()
+	r.step(pg.Activated{Epoch: rd.Notify[0].Epoch, Version: rd.Notify[0].Want})
+	if got := r.Ready(); got.LastEpochStarted != 3 {
+		t.Fatalf("notified replica: LastEpochStarted %d, want 3", got.LastEpochStarted)
 	}
 }
 
