@@ -106,7 +106,8 @@ func TestFileFormat(t *testing.T) {
   ],
   "nearfullRatio": 0,
   "backfillfullRatio": 0,
-  "fullRatio": 0
+  "fullRatio": 0,
+  "flags": []
 }
 `
 	if got := string(must(m.Marshal())); got != want {
