@@ -73,9 +73,10 @@ const (
 	mPush                      // primary → replica
 	mPushDone                  // replica → primary
 	mRepOp                     // primary → replica, one write
+	mNotify                    // primary → caught-up replica: the log it went active with
 )
 
-var kindNames = [...]string{"query", "info", "fail", "recover-req", "recover-rep", "push", "push-done", "repop"}
+var kindNames = [...]string{"query", "info", "fail", "recover-req", "recover-rep", "push", "push-done", "repop", "notify"}
 
 type simMsg struct {
 	kind     msgKind
@@ -115,6 +116,7 @@ type simStats struct {
 	refusedRepOps         int
 	servingSteps          int
 	staleServing          int // steps a primary served an interval the mon had ended
+	activatedLES          int // last_epoch_started raised by a push or notice (pg.Activated)
 }
 
 type sim struct {
@@ -248,7 +250,10 @@ func (s *sim) step(o *simOSD, ev pg.Event) {
 		s.send(simMsg{kind: mRecoverReq, from: o.id, to: r.From, inc: o.inc, epoch: r.Epoch, rec: *r})
 	}
 	for _, p := range rd.Push {
-		s.send(simMsg{kind: mPush, from: o.id, to: p.To, inc: o.inc, epoch: p.Epoch})
+		s.send(simMsg{kind: mPush, from: o.id, to: p.To, inc: o.inc, epoch: p.Epoch, last: p.Want})
+	}
+	for _, p := range rd.Notify {
+		s.send(simMsg{kind: mNotify, from: o.id, to: p.To, inc: o.inc, epoch: p.Epoch, last: p.Want})
 	}
 	if rd.LastEpochStarted != 0 {
 		o.les = rd.LastEpochStarted
@@ -259,6 +264,15 @@ func (s *sim) step(o *simOSD, ev pg.Event) {
 }
 
 func (s *sim) send(msg simMsg) { s.net = append(s.net, msg) }
+
+// activated steps pg.Activated of push or notice msg at replica r.
+func (s *sim) activated(r *simOSD, msg simMsg) {
+	was := r.les
+	s.step(r, pg.Activated{Epoch: msg.epoch, Version: msg.last})
+	if r.les != was {
+		s.stats.activatedLES++
+	}
+}
 
 // fail delivers msg's timeout to whoever waits for it.
 func (s *sim) fail(msg simMsg) {
@@ -354,7 +368,17 @@ func (s *sim) deliver(i int) {
 			r.log = s.part(p.log, r.last())
 		}
 		s.step(r, pg.Applied{Version: r.last()})
+		// The push said the log the primary went active with (or a later
+		// one): the daemon steps Activated once the replica's log settles,
+		// the machine raises only if it ends exactly there.
+		s.activated(r, msg)
 		s.send(simMsg{kind: mPushDone, from: r.id, to: p.id, inc: msg.inc, epoch: msg.epoch, last: r.last()})
+	case mNotify:
+		r := s.osds[msg.to]
+		if !r.alive || s.admit(r, func() error { return r.m.AcceptRepOp(msg.from, msg.epoch) }) != nil {
+			return // nothing is retried: the replica witnesses the interval at its next write
+		}
+		s.activated(r, msg)
 	case mPushDone:
 		if p, ok := s.live(msg.to, msg.inc); ok {
 			s.step(p, pg.PeerRecovered{OSD: msg.from, Last: msg.last})
@@ -438,6 +462,15 @@ func (s *sim) check() {
 	for _, w := range s.writes {
 		if w.acked && !slices.ContainsFunc(s.osds, func(o *simOSD) bool { return o.has(w.v) }) {
 			s.fatalf("acked write %v is on no OSD", w.v)
+		}
+	}
+	// last_epoch_started e claims every write acknowledged before e: what
+	// lets peering stop asking about the intervals before it.
+	for _, o := range s.osds {
+		for _, w := range s.writes {
+			if w.acked && w.v.Epoch < o.les && !o.has(w.v) {
+				s.fatalf("osd.%d: last_epoch_started %d, but it lacks acked write %v (its log ends %v)", o.id, o.les, w.v, o.last())
+			}
 		}
 	}
 	serving := map[pg.Epoch]pg.OSDID{}
@@ -627,6 +660,7 @@ func TestSimulation(t *testing.T) {
 				total.refusedRepOps += s.stats.refusedRepOps
 				total.servingSteps += s.stats.servingSteps
 				total.staleServing += s.stats.staleServing
+				total.activatedLES += s.stats.activatedLES
 			})
 		}
 	})
@@ -644,6 +678,7 @@ func TestSimulation(t *testing.T) {
 			{"pulls before serving", total.recovered, 20},
 			{"pulls by an empty primary", total.emptyPrimaryRecovered, 15},
 			{"refused repops", total.refusedRepOps, 300},
+			{"last_epoch_started raised by a push or notice", total.activatedLES, 300},
 		} {
 			if want := c.want * *simSeeds / 200; c.got < want {
 				t.Errorf("only %d %s over %d seeds, want %d", c.got, c.name, *simSeeds, want)
