@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/osdtest"
 )
@@ -32,4 +33,20 @@ func mustCLI(t *testing.T, extra []string) func(args ...string) string {
 		}
 		return out
 	}
+}
+
+// monClient is a client.admin SDK client of lc through its mon (it follows
+// every map, so Locate answers under the newest), closed by t.Cleanup,
+// with bucket made.
+func monClient(t *testing.T, lc *local.Cluster, bucket string) *client.Client {
+	t.Helper()
+	cl, err := client.New(t.Context(), client.Options{Mon: []string{lc.Mon.Addr()}, Keyring: lc.AdminKeyring, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	if err := cl.MakeBucket(t.Context(), bucket); err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"regexp"
 	"slices"
 	"strings"
@@ -170,17 +169,8 @@ func TestPoolSizeChange(t *testing.T) {
 	}
 	lc, monArgs := monCluster(t, 4, 2)
 	cli := mustCLI(t, monArgs)
-	// With the mon, the client follows every map: Locate answers under
-	// the newest.
-	cl, err := client.New(t.Context(), client.Options{Mon: []string{lc.Mon.Addr()}, Keyring: lc.AdminKeyring, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := monClient(t, lc, "grow")
 	ctx := t.Context()
-	if err := cl.MakeBucket(ctx, "grow"); err != nil {
-		t.Fatal(err)
-	}
 	var keys []string
 	stored := 0
 	for i := range 16 {
@@ -308,15 +298,8 @@ func TestPoolSizeOneThenLoss(t *testing.T) {
 	}
 	lc, monArgs := monCluster(t, 4, 3)
 	cli := mustCLI(t, monArgs)
-	cl, err := client.New(t.Context(), client.Options{Mon: []string{lc.Mon.Addr()}, Keyring: lc.AdminKeyring, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := monClient(t, lc, "single")
 	ctx := t.Context()
-	if err := cl.MakeBucket(ctx, "single"); err != nil {
-		t.Fatal(err)
-	}
 	cli("osd", "pool", "set", "default", "size", "1", "--yes-i-really-mean-it")
 	// gone: an OSD that is the only member of two PGs at size 1 (8 PGs
 	// on 4 OSDs: one is); one PG gets a write now, the other none.
