@@ -67,6 +67,12 @@ var peeringStarted testHook[func(osd, peer uint32, why string)]
 // when it returns true.
 var clusterReceived testHook[func(osd, from uint32, t osdpb.MsgType) bool]
 
+// repOpReceived, when set (tests, through export_test.go), runs as OSD
+// osd has decoded a RepOp from OSD from, and drops it when it returns
+// true: a push lost to a replica that refused it (an epoch it did not
+// have yet) while the primary's next write overtakes its resend.
+var repOpReceived testHook[func(osd, from uint32, r *osdpb.RepOp) bool]
+
 // osdID is the id of the OSD at the other end of c.
 func osdID(c *msgr.Conn) (uint32, bool) { return ops.ParseOSDName(string(c.Peer())) }
 
@@ -87,6 +93,10 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 		var r osdpb.RepOp
 		if err := m.DecodeFront(&r); err != nil || r.Entry == nil {
 			o.log.Warn("malformed rep op", "from", from, "err", err)
+			m.Release()
+			return
+		}
+		if hook := repOpReceived.Load(); hook != nil && hook(o.id, from, &r) {
 			m.Release()
 			return
 		}

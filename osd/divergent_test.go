@@ -3,11 +3,13 @@ package osd_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
@@ -28,6 +31,57 @@ import (
 // the replica too), not keep it beside the newer log, and the PG's copies
 // must agree.
 func TestDivergentEntryRolledBack(t *testing.T) {
+	d := divergentReplica(t)
+	d.rejoin(t)
+	d.checkRolledBack(t)
+}
+
+// TestRepOpOnDivergentEntryRecovers: as TestDivergentEntryRolledBack, but
+// the primary's push to the returning replica is lost (as when the replica
+// refused it for an epoch it did not have yet), so the next thing it gets
+// is a write whose sequence number follows its divergent entry's. Its
+// RepOp names the primary's previous version (RepOp.prior), which is not
+// the divergent entry: the replica recovers first, rolling the entry back,
+// instead of stacking the write on it.
+func TestRepOpOnDivergentEntryRecovers(t *testing.T) {
+	d := divergentReplica(t)
+	var dropped atomic.Int32
+	osd.RepOpReceived.Set(func(id, _ uint32, r *osdpb.RepOp) bool {
+		if id == d.victim && r.Entry.GetKind() == osdpb.OpKind_OP_NONE {
+			dropped.Add(1)
+			return true
+		}
+		return false
+	})
+	t.Cleanup(func() { osd.RepOpReceived.Set(nil) })
+	d.rejoin(t)
+	if dropped.Load() == 0 {
+		t.Fatal("no push or sync reached the victim to drop: the test did not test the lost push")
+	}
+	d.checkRolledBack(t)
+}
+
+// divergent is a PG one of whose members (victim) holds a log entry no
+// member that serves has (the ghost object), and a cluster whose map,
+// once adopted, brings the victim back (with).
+type divergent struct {
+	c       *osdtest.Cluster
+	ctx     context.Context
+	cl      *client.Client
+	pool    *osdpb.Pool
+	pg, sid uint32
+	victim  uint32
+	with    *placement.Map
+}
+
+const divergentKey, divergentGhost = "k", "ghost"
+
+// divergentReplica puts an object, stops the last member of its PG's
+// acting set and gives its store the dead primary's last write: an object
+// no one else has, at the next version of the epoch. The PG then goes on
+// without it in a new epoch and writes again, so its log passes the
+// divergent version in epoch order.
+func divergentReplica(t *testing.T) *divergent {
 	c := osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 4})
 	ctx := ctxT(t, 2*time.Minute)
 	cl := c.Client(t, func(o *client.Options) { o.RetryFor = 20 * time.Second })
@@ -35,9 +89,8 @@ func TestDivergentEntryRolledBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
-	const key, ghost = "k", "ghost"
-	pg := placement.PGOf(pool, "div", key)
-	if _, err := osdtest.Put(ctx, cl, "div", key, []byte("one"), client.PutOptions{}); err != nil {
+	pg := placement.PGOf(pool, "div", divergentKey)
+	if _, err := osdtest.Put(ctx, cl, "div", divergentKey, []byte("one"), client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	acting := c.Map.ActingSet(pool.Id, pg)
@@ -46,54 +99,64 @@ func TestDivergentEntryRolledBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	// The victim stops, and its store gets the dead primary's last
-	// write: an object no one else has, at the next version of the epoch.
 	c.StopOSD(victim)
-	applyAlone(ctx, t, c, victim, sid, "div", ghost, []byte("never acknowledged"))
-
-	// A new epoch without the victim: the PG writes on (its log now
-	// passes the divergent version in epoch order).
+	applyAlone(ctx, t, c, victim, sid, "div", divergentGhost, []byte("never acknowledged"))
 	_, with := newcomerMaps(t, c, victim)
 	osdtest.Eventually(t, 60*time.Second, "a write without the victim", func() bool {
-		_, err := osdtest.Put(ctx, cl, "div", key, []byte("two"), client.PutOptions{})
+		_, err := osdtest.Put(ctx, cl, "div", divergentKey, []byte("two"), client.PutOptions{})
 		return err == nil
 	})
-	// The victim comes back in the next epoch and catches up.
-	c.Map = with
-	for _, o := range c.OSDs {
+	return &divergent{c: c, ctx: ctx, cl: cl, pool: pool, pg: pg, sid: sid, victim: victim, with: with}
+}
+
+// rejoin brings the victim back in the next epoch and writes the object
+// again, through it.
+func (d *divergent) rejoin(t *testing.T) {
+	d.c.Map = d.with
+	for _, o := range d.c.OSDs {
 		if o != nil {
-			if err := o.AdoptMap(with); err != nil {
+			if err := o.AdoptMap(d.with); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	c.StartOSD(victim)
+	d.c.StartOSD(d.victim)
 	osdtest.Eventually(t, 60*time.Second, "a write with the victim back", func() bool {
-		_, err := osdtest.Put(ctx, cl, "div", key, []byte("three"), client.PutOptions{})
+		_, err := osdtest.Put(d.ctx, d.cl, "div", divergentKey, []byte("three"), client.PutOptions{})
 		return err == nil
 	})
-	set := with.ActingSet(pool.Id, pg)
+}
+
+// checkRolledBack: the victim's log is the primary's (the divergent entry
+// went, and the entries it caught up on came with their request ids), and
+// every member has the last write and not the ghost.
+func (d *divergent) checkRolledBack(t *testing.T) {
+	t.Helper()
+	set := d.with.ActingSet(d.pool.Id, d.pg)
 	logOf := func(id uint32) []*osdpb.LogEntry {
-		entries, _, err := c.OSDs[id].Store().LogAfter(context.Background(), sid, nil, 0)
+		entries, _, err := d.c.OSDs[id].Store().LogAfter(context.Background(), d.sid, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return entries
 	}
-	// The victim's log is the primary's: the divergent entry went, and the
-	// entries it caught up on came with their request ids.
-	if mine, theirs := logOf(victim), logOf(set[0]); !slices.EqualFunc(mine, theirs, func(a, b *osdpb.LogEntry) bool { return proto.Equal(a, b) }) {
-		t.Fatalf("osd.%d's log has %d entries, its primary's %d", victim, len(mine), len(theirs))
+	if mine, theirs := logOf(d.victim), logOf(set[0]); !slices.EqualFunc(mine, theirs, func(a, b *osdpb.LogEntry) bool { return proto.Equal(a, b) }) {
+		versions := func(es []*osdpb.LogEntry) (vs []string) {
+			for _, e := range es {
+				vs = append(vs, fmt.Sprintf("%d.%d", e.Version.GetEpoch(), e.Version.GetSeq()))
+			}
+			return vs
+		}
+		t.Fatalf("osd.%d's log is %v, its primary's %v", d.victim, versions(mine), versions(theirs))
 	}
 	for _, id := range set {
-		o := c.OSDs[id]
-		_, got, err := o.Store().ReadRange(context.Background(), "div", key, 0, -1, nil)
+		o := d.c.OSDs[id]
+		_, got, err := o.Store().ReadRange(context.Background(), "div", divergentKey, 0, -1, nil)
 		if err != nil || !bytes.Equal(got, []byte("three")) {
-			t.Fatalf("osd.%d: %s: %q, %v", id, key, got, err)
+			t.Fatalf("osd.%d: %s: %q, %v", id, divergentKey, got, err)
 		}
-		if _, err := o.Store().Head(context.Background(), "div", ghost); err == nil {
-			t.Fatalf("osd.%d still has %s, which only a dead primary wrote (never acknowledged)", id, ghost)
+		if _, err := o.Store().Head(context.Background(), "div", divergentGhost); err == nil {
+			t.Fatalf("osd.%d still has %s, which only a dead primary wrote (never acknowledged)", id, divergentGhost)
 		}
 	}
 }

@@ -28,6 +28,9 @@ var (
 	// ClusterReceived runs as an OSD receives a cluster message, which it
 	// drops unanswered when the hook returns true.
 	ClusterReceived = &clusterReceived
+	// RepOpReceived runs as OSD osd has decoded a RepOp from OSD from,
+	// which it drops unanswered when the hook returns true.
+	RepOpReceived = &repOpReceived
 	// RepOpApplying runs on OSD osd's shard of store PG sid as it takes up
 	// a RepOp.
 	RepOpApplying = &repOpApplying

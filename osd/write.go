@@ -404,7 +404,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 				return
 			}
 			sync := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_NONE, Version: prev.Version}
-			o.replicate(mp, p, replicas, sync, nil, nil, func(err error) {
+			o.replicate(mp, p, replicas, sync, nil, nil, nil, func(err error) {
 				done(prev, err)
 				if err == nil {
 					// The first attempt may have failed before its drop
@@ -439,6 +439,8 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 			return
 		}
 	}
+	// The replicas apply e only where our log ends now (RepOp.prior).
+	prior := &osdpb.Version{Epoch: p.last.GetEpoch(), Seq: p.last.GetSeq()}
 	e.Version = &osdpb.Version{Epoch: mp.Epoch(), Seq: p.last.GetSeq() + 1}
 	objectOp := e.Kind == osdpb.OpKind_OP_PUT || e.Kind == osdpb.OpKind_OP_DELETE
 	if objectOp {
@@ -485,7 +487,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		done(e, nil)
 		o.dropReplaced(mp, p.pool, e)
 	}
-	o.replicate(mp, p, replicas, e, body, buf, finish)
+	o.replicate(mp, p, replicas, e, prior, body, buf, finish)
 	applied, err := o.apply(sid, e, body, ck)
 	if objectOp {
 		o.bucketGate.RUnlock()
@@ -829,11 +831,12 @@ func (o *OSD) fatal(err error) {
 
 // replicate sends e (with body) to the replicas and calls done when every
 // one acked its synced commit, or with SERVICE_UNAVAILABLE after
-// RepTimeout. buf, when not nil, holds body (a client's message): every
-// RepOp sends from it without a copy. Otherwise body is copied once, into
-// a buffer from the cluster network (registered memory on RDMA), which all
-// the RepOps share.
-func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osdpb.LogEntry, body []byte, buf *wire.Buffer, done func(error)) {
+// RepTimeout. prior is where our log ended before e (nil for a sync,
+// which writes nothing): a replica applies e only on top of it. buf, when
+// not nil, holds body (a client's message): every RepOp sends from it
+// without a copy. Otherwise body is copied once, into a buffer from the
+// cluster network (registered memory on RDMA), which all the RepOps share.
+func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osdpb.LogEntry, prior *osdpb.Version, body []byte, buf *wire.Buffer, done func(error)) {
 	if len(replicas) == 0 {
 		done(nil)
 		return
@@ -849,7 +852,7 @@ func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osd
 	pr.mu.Lock()
 	pr.timer = timer
 	pr.mu.Unlock()
-	front, err := proto.Marshal(&osdpb.RepOp{Epoch: mp.Epoch(), Pool: p.pool, Pg: p.pg, Entry: e, Tid: tid})
+	front, err := proto.Marshal(&osdpb.RepOp{Epoch: mp.Epoch(), Pool: p.pool, Pg: p.pg, Entry: e, Prior: prior, Tid: tid})
 	if err != nil {
 		o.failRep(tid, err)
 		return
@@ -1047,7 +1050,13 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 		}
 		checkOpts.Space = &sp
 	}
-	if r.Entry.Kind != osdpb.OpKind_OP_NONE && v.Seq == p.last.GetSeq()+1 {
+	next := r.Entry.Kind != osdpb.OpKind_OP_NONE && v.Seq == p.last.GetSeq()+1
+	if next && !follows(r.Prior, p.last) {
+		o.log.Warn("rep op does not follow our log (a divergent entry); recovering the pg from its primary",
+			"pg", placement.PGIDOf(p.sid), "last", p.last, "prior", r.Prior, "version", v)
+		next = false
+	}
+	if next {
 		// A put is checked with the usage just measured, so that its
 		// room check costs no second statfs; the apply skips the CRC
 		// pass the check made.
@@ -1092,6 +1101,18 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 	}
 	p.queued = append(p.queued, queuedRepOp{m, r, from})
 	o.startRecovery(p, from)
+}
+
+// follows reports whether a RepOp whose primary's log ended at prior
+// before its entry may be applied on our log, which ends at last: only
+// where the two are the same version. Otherwise our entry at that sequence
+// number is one the primary does not have (divergent), and stacking the
+// next entry on it would keep it beside a log that skips the primary's
+// own: the op waits for a recovery from the primary, which rolls ours back.
+// A sender without prior (an older build) is trusted on the sequence
+// number alone.
+func follows(prior, last *osdpb.Version) bool {
+	return prior == nil || prior.GetEpoch() == last.GetEpoch() && prior.GetSeq() == last.GetSeq()
 }
 
 // ackRepOp answers a RepOp; last is where our log of its PG now ends (nil

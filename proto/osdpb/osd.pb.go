@@ -2727,8 +2727,16 @@ type RepOp struct {
 	// With OP_NONE: the primary is active in this interval and
 	// entry.version is the log it went active with (a push, pg.PushTarget):
 	// a replica whose log ends there raises its last_epoch_started.
-	Activated     bool   `protobuf:"varint,5,opt,name=activated,proto3" json:"activated,omitempty"`
-	Tid           uint64 `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // echoed in the reply
+	Activated bool `protobuf:"varint,5,opt,name=activated,proto3" json:"activated,omitempty"`
+	// With a write: where the primary's log ended before entry (zero for an
+	// empty log), Ceph's prior version of the log. A replica applies the
+	// entry only on top of exactly that; a log that ends at the same
+	// sequence number under another version holds a divergent entry (one a
+	// dead primary wrote and no one else has), and it recovers from the
+	// primary, which rolls the entry back, instead of stacking the new one
+	// on it. Absent from older senders: the sequence number alone decides.
+	Prior         *Version `protobuf:"bytes,6,opt,name=prior,proto3" json:"prior,omitempty"`
+	Tid           uint64   `protobuf:"varint,10,opt,name=tid,proto3" json:"tid,omitempty"` // echoed in the reply
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2796,6 +2804,13 @@ func (x *RepOp) GetActivated() bool {
 		return x.Activated
 	}
 	return false
+}
+
+func (x *RepOp) GetPrior() *Version {
+	if x != nil {
+		return x.Prior
+	}
+	return nil
 }
 
 func (x *RepOp) GetTid() uint64 {
@@ -6460,13 +6475,14 @@ const file_osd_proto_rawDesc = "" +
 	"\x03key\x18\x05 \x01(\tR\x03key\x12*\n" +
 	"\x04meta\x18\x06 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x12*\n" +
 	"\x06status\x18\a \x01(\x0e2\x12.osprey.osd.StatusR\x06status\x12#\n" +
-	"\rdropped_parts\x18\b \x03(\tR\fdroppedParts\"\x9d\x01\n" +
+	"\rdropped_parts\x18\b \x03(\tR\fdroppedParts\"\xc8\x01\n" +
 	"\x05RepOp\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12*\n" +
 	"\x05entry\x18\x04 \x01(\v2\x14.osprey.osd.LogEntryR\x05entry\x12\x1c\n" +
-	"\tactivated\x18\x05 \x01(\bR\tactivated\x12\x10\n" +
+	"\tactivated\x18\x05 \x01(\bR\tactivated\x12)\n" +
+	"\x05prior\x18\x06 \x01(\v2\x13.osprey.osd.VersionR\x05prior\x12\x10\n" +
 	"\x03tid\x18\n" +
 	" \x01(\x04R\x03tid\"\x9c\x01\n" +
 	"\n" +
@@ -7027,70 +7043,71 @@ var file_osd_proto_depIdxs = []int32{
 	12,  // 42: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
 	1,   // 43: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
 	31,  // 44: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
-	10,  // 45: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
-	7,   // 46: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
-	7,   // 47: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
-	7,   // 48: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
-	10,  // 49: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
-	35,  // 50: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
-	7,   // 51: osprey.osd.PGStray.last:type_name -> osprey.osd.Version
-	10,  // 52: osprey.osd.PGStrayReply.header:type_name -> osprey.osd.ReplyHeader
-	7,   // 53: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
-	10,  // 54: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
-	31,  // 55: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
-	7,   // 56: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
-	10,  // 57: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
-	31,  // 58: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
-	7,   // 59: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
-	2,   // 60: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
-	2,   // 61: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
-	10,  // 62: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 63: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
-	7,   // 64: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
-	9,   // 65: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
-	10,  // 66: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
-	7,   // 67: osprey.osd.ScrubObject.version:type_name -> osprey.osd.Version
-	50,  // 68: osprey.osd.PGScrubMap.names:type_name -> osprey.osd.ObjectName
-	10,  // 69: osprey.osd.PGScrubMapReply.header:type_name -> osprey.osd.ReplyHeader
-	51,  // 70: osprey.osd.PGScrubMapReply.objects:type_name -> osprey.osd.ScrubObject
-	7,   // 71: osprey.osd.PGScrubMapReply.last:type_name -> osprey.osd.Version
-	7,   // 72: osprey.osd.PGScrubMapReply.first:type_name -> osprey.osd.Version
-	31,  // 73: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
-	10,  // 74: osprey.osd.PGPushReply.header:type_name -> osprey.osd.ReplyHeader
-	7,   // 75: osprey.osd.ScrubShard.version:type_name -> osprey.osd.Version
-	56,  // 76: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
-	57,  // 77: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
-	9,   // 78: osprey.osd.PGRepair.header:type_name -> osprey.osd.Header
-	10,  // 79: osprey.osd.PGRepairReply.header:type_name -> osprey.osd.ReplyHeader
-	9,   // 80: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
-	10,  // 81: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
-	58,  // 82: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
-	9,   // 83: osprey.osd.PGInspect.header:type_name -> osprey.osd.Header
-	10,  // 84: osprey.osd.PGInspectReply.header:type_name -> osprey.osd.ReplyHeader
-	47,  // 85: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	2,   // 86: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
-	10,  // 87: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	10,  // 88: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	10,  // 89: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
-	10,  // 90: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 91: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	73,  // 92: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	74,  // 93: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	83,  // 94: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	75,  // 95: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	73,  // 96: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,   // 97: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	84,  // 98: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	80,  // 99: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
-	10,  // 100: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 101: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	85,  // 102: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	75,  // 103: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	104, // [104:104] is the sub-list for method output_type
-	104, // [104:104] is the sub-list for method input_type
-	104, // [104:104] is the sub-list for extension type_name
-	104, // [104:104] is the sub-list for extension extendee
-	0,   // [0:104] is the sub-list for field type_name
+	7,   // 45: osprey.osd.RepOp.prior:type_name -> osprey.osd.Version
+	10,  // 46: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
+	7,   // 47: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
+	7,   // 48: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
+	7,   // 49: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
+	10,  // 50: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
+	35,  // 51: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
+	7,   // 52: osprey.osd.PGStray.last:type_name -> osprey.osd.Version
+	10,  // 53: osprey.osd.PGStrayReply.header:type_name -> osprey.osd.ReplyHeader
+	7,   // 54: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
+	10,  // 55: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
+	31,  // 56: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
+	7,   // 57: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
+	10,  // 58: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
+	31,  // 59: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
+	7,   // 60: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
+	2,   // 61: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
+	2,   // 62: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
+	10,  // 63: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 64: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
+	7,   // 65: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
+	9,   // 66: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
+	10,  // 67: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
+	7,   // 68: osprey.osd.ScrubObject.version:type_name -> osprey.osd.Version
+	50,  // 69: osprey.osd.PGScrubMap.names:type_name -> osprey.osd.ObjectName
+	10,  // 70: osprey.osd.PGScrubMapReply.header:type_name -> osprey.osd.ReplyHeader
+	51,  // 71: osprey.osd.PGScrubMapReply.objects:type_name -> osprey.osd.ScrubObject
+	7,   // 72: osprey.osd.PGScrubMapReply.last:type_name -> osprey.osd.Version
+	7,   // 73: osprey.osd.PGScrubMapReply.first:type_name -> osprey.osd.Version
+	31,  // 74: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
+	10,  // 75: osprey.osd.PGPushReply.header:type_name -> osprey.osd.ReplyHeader
+	7,   // 76: osprey.osd.ScrubShard.version:type_name -> osprey.osd.Version
+	56,  // 77: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
+	57,  // 78: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
+	9,   // 79: osprey.osd.PGRepair.header:type_name -> osprey.osd.Header
+	10,  // 80: osprey.osd.PGRepairReply.header:type_name -> osprey.osd.ReplyHeader
+	9,   // 81: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
+	10,  // 82: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
+	58,  // 83: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
+	9,   // 84: osprey.osd.PGInspect.header:type_name -> osprey.osd.Header
+	10,  // 85: osprey.osd.PGInspectReply.header:type_name -> osprey.osd.ReplyHeader
+	47,  // 86: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	2,   // 87: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
+	10,  // 88: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 89: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 90: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 91: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 92: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	73,  // 93: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	74,  // 94: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	83,  // 95: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	75,  // 96: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	73,  // 97: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,   // 98: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	84,  // 99: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	80,  // 100: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	10,  // 101: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 102: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	85,  // 103: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	75,  // 104: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	105, // [105:105] is the sub-list for method output_type
+	105, // [105:105] is the sub-list for method input_type
+	105, // [105:105] is the sub-list for extension type_name
+	105, // [105:105] is the sub-list for extension extendee
+	0,   // [0:105] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
