@@ -154,3 +154,47 @@ func TestOperatorOutSurvivesReboot(t *testing.T) {
 		t.Fatalf("after reweight: %v", o)
 	}
 }
+
+// TestOSDLost: `osd lost` needs --yes-i-really-mean-it and a down OSD; it
+// stamps lost_at with the epoch it makes, once, and again only after the
+// OSD came back (up_from past the loss).
+func TestOSDLost(t *testing.T) {
+	e := startTestEtcd(t)
+	m := startTestMon(t, testConfig(e, "a"))
+	c := newTestClient(t, nil, m.Addr())
+	for n := range 2 {
+		mustBoot(t, c, bootOf(n))
+	}
+	refused := func(cmd *osdpb.MonCommand, why string) {
+		t.Helper()
+		before := m.Map().Epoch()
+		if _, err := c.Command(ctxFor(t, 10*time.Second), cmd); statusOf(err) != osdpb.Status_INVALID_ARGUMENT || !strings.Contains(err.Error(), why) {
+			t.Fatalf("%s %v (sure %v): %v, want INVALID_ARGUMENT saying %q", cmd.Prefix, cmd.Ids, cmd.Sure, err, why)
+		}
+		if got := m.Map().Epoch(); got != before {
+			t.Fatalf("refused osd lost moved the epoch from %d to %d", before, got)
+		}
+	}
+	refused(&osdpb.MonCommand{Prefix: "osd lost", Ids: []uint32{1}, Sure: true}, "is up")
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd down", Ids: []uint32{1}})
+	refused(&osdpb.MonCommand{Prefix: "osd lost", Ids: []uint32{1}}, "--yes-i-really-mean-it")
+	refused(&osdpb.MonCommand{Prefix: "osd lost", Ids: []uint32{9}, Sure: true}, "no such OSD")
+	rep := mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd lost", Ids: []uint32{1}, Sure: true})
+	if o := osdOf(t, m.Map(), 1); o.LostAt != rep.Epoch || o.LostAt == 0 {
+		t.Fatalf("osd.1 lost_at %d after osd lost made epoch %d", o.LostAt, rep.Epoch)
+	}
+	if got := osdOf(t, m.Map(), 0).LostAt; got != 0 {
+		t.Fatalf("osd.0 lost_at %d", got)
+	}
+	lostAt := rep.Epoch
+	if again := mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd lost", Ids: []uint32{1}, Sure: true}); again.Epoch != lostAt {
+		t.Fatalf("osd lost of an OSD lost already moved the epoch to %d", again.Epoch)
+	}
+	// It comes back, then goes for good again: a new loss.
+	mustBoot(t, c, bootOf(1))
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd down", Ids: []uint32{1}})
+	rep = mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd lost", Ids: []uint32{1}, Sure: true})
+	if o := osdOf(t, m.Map(), 1); o.LostAt != rep.Epoch || o.LostAt <= lostAt {
+		t.Fatalf("osd.1 lost_at %d after a second loss at epoch %d (first %d)", o.LostAt, rep.Epoch, lostAt)
+	}
+}

@@ -113,7 +113,7 @@ type osdCommand struct {
 	// "osd pool set": the pool's name, the variable and its value, and
 	// whether the operator said --yes-i-really-mean-it.
 	pool, variable, value string
-	sure                  bool // also "osd rm" of an OSD that is in
+	sure                  bool // also "osd rm" of an OSD that is in, and "osd lost"
 }
 
 // commandOf is the map-changing command a MonCommand asks for.
@@ -203,7 +203,7 @@ func (c osdCommand) applyPoolSet(pb *osdpb.ClusterMap) error {
 var ratioCommands = []string{"osd set-nearfull-ratio", "osd set-backfillfull-ratio", "osd set-full-ratio"}
 
 // mutatingCommands are the commands that change the map (leader only).
-var mutatingCommands = append([]string{"osd out", "osd in", "osd down", "osd rm", "osd reweight", "osd pool set", "osd set", "osd unset"}, ratioCommands...)
+var mutatingCommands = append([]string{"osd out", "osd in", "osd down", "osd rm", "osd lost", "osd reweight", "osd pool set", "osd set", "osd unset"}, ratioCommands...)
 
 // flagCommands set and unset an osdmap flag (osdCommand.variable), as
 // Ceph's `ceph osd set noout`.
@@ -324,6 +324,24 @@ func (c osdCommand) apply(pb *osdpb.ClusterMap, now time.Time) ([]uint32, error)
 		for _, id := range dedup(c.ids) {
 			pb.Osds = slices.DeleteFunc(pb.Osds, func(o *osdpb.OSDInfo) bool { return o.Id == id })
 			changed = append(changed, id)
+		}
+	case "osd lost":
+		for _, id := range c.ids {
+			if osdByID(pb, id).Up {
+				return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd lost: osd.%d is up, with its data: nothing is lost", id)
+			}
+		}
+		if !c.sure {
+			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd lost %v: peering stops waiting for these OSDs, and writes that only they hold are gone for good: say --yes-i-really-mean-it", c.ids)
+		}
+		for _, id := range dedup(c.ids) {
+			if o := osdByID(pb, id); o.LostAt == 0 || o.LostAt < o.UpFrom {
+				// Lost from the epoch this edit makes. One that came back
+				// since an earlier loss (up_from after it) is lost anew:
+				// intervals it served since then are no longer given up.
+				o.LostAt = pb.Epoch + 1
+				changed = append(changed, id)
+			}
 		}
 	default:
 		for _, id := range dedup(c.ids) {

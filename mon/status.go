@@ -105,6 +105,10 @@ type OSDTreeEntry struct {
 	// has no addresses (PublicAddr and ClusterAddr are empty), and
 	// "osd rm" removes it.
 	NeverBooted bool `json:"never_booted,omitempty"`
+	// LostAt is the epoch an operator declared it lost (`osd lost`), 0
+	// for never; Lost says the loss stands: it has not booted since.
+	LostAt uint64 `json:"lost_at,omitempty"`
+	Lost   bool   `json:"lost,omitempty"`
 	// PGs counts the PGs (of every pool) whose acting set holds the OSD;
 	// PrimaryPGs those it is primary of.
 	PGs        int `json:"pgs"`
@@ -451,6 +455,7 @@ func osdTree(mp *placement.Map) []OSDTreeEntry {
 		if neverBooted(o) {
 			e.PublicAddr, e.ClusterAddr, e.NeverBooted = "", "", true
 		}
+		e.LostAt, e.Lost = o.LostAt, !o.Up && o.LostAt != 0 && o.LostAt >= o.UpFrom
 		out = append(out, e)
 	}
 	for pool := range mp.Pools() {

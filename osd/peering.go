@@ -58,6 +58,12 @@ func (o *OSD) advanceOf(p *pgState, m *placement.Map) (pg.AdvanceMap, bool) {
 	for i, id := range acting {
 		ev.Acting[i] = pg.OSDID(id)
 	}
+	for id, at := range m.Lost() {
+		if ev.Lost == nil {
+			ev.Lost = map[pg.OSDID]pg.Epoch{}
+		}
+		ev.Lost[pg.OSDID(id)] = pg.Epoch(at)
+	}
 	return ev, true
 }
 

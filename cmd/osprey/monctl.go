@@ -189,7 +189,7 @@ func osdVerbOutcome(verb string, ids []uint32, output string) string {
 			already = append(already, fmt.Sprintf("osd.%d", id))
 		}
 	}
-	state := map[string]string{"out": "out", "in": "in", "down": "down", "rm": "removed"}[verb]
+	state := map[string]string{"out": "out", "in": "in", "down": "down", "rm": "removed", "lost": "lost"}[verb]
 	switch {
 	case len(already) == 0:
 		return "done"
@@ -239,8 +239,21 @@ func newOSDAdminCmds() []*cobra.Command {
 		}
 		addMonFlags(c.Flags(), &mf)
 		jsonFlag(c)
-		if verb == "rm" {
+		switch verb {
+		case "rm":
 			c.Flags().BoolVar(&sure, "yes-i-really-mean-it", false, "remove an OSD that is still in (its PGs not backfilled elsewhere: what only it holds is lost)")
+		case "lost":
+			c.Long = `Declare down OSDs lost for good (a dead disk), as ` + "`ceph osd lost`" + `.
+
+A PG whose past interval had only OSDs that are now down waits for one of
+them to come back (state down in osprey pg ls; osprey pg query PGID names
+them, blocked_by): it cannot know which writes that interval acknowledged.
+Declaring
+those OSDs lost tells peering to stop waiting: the PG goes active on what
+its other members hold, and writes only the lost OSDs held are gone. If a
+lost OSD boots again it serves as any other; a later loss needs a new osd
+lost.`
+			c.Flags().BoolVar(&sure, "yes-i-really-mean-it", false, "required: writes that only these OSDs hold are given up")
 		}
 		return c
 	}
@@ -335,6 +348,7 @@ status warns while a flag is set (HEALTH_WARN "noout flag(s) set").`,
 		simple("in", "Mark OSDs in again"),
 		simple("down", "Mark OSDs down (a running OSD boots again at once)"),
 		simple("rm", "Remove down, out OSDs from the map, and their entities (osd.N keys), as ceph osd purge"),
+		simple("lost", "Declare down OSDs lost: PGs stop waiting for them (what only they held is gone)"),
 		reweight, tree,
 		flag("set", "Set an osdmap flag"),
 		flag("unset", "Unset an osdmap flag"),
@@ -349,8 +363,11 @@ func printTree(w io.Writer, osds []mon.OSDTreeEntry) error {
 	fmt.Fprintln(tw, "ID\tHOST\tSTATUS\tIN\tWEIGHT\tPGS\tPRIMARY\tDISK\tPUBLIC\tCLUSTER")
 	for _, o := range osds {
 		st, in := "down", "out"
-		if o.Up {
+		switch {
+		case o.Up:
 			st = "up"
+		case o.Lost:
+			st = "lost"
 		}
 		if o.In {
 			in = "in"

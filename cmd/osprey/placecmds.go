@@ -561,6 +561,8 @@ func healthDetail(osds []mon.OSDTreeEntry, pgs []mon.PGStat) []string {
 		switch {
 		case o.NeverBooted:
 			what = append(what, "never booted")
+		case o.Lost:
+			what = append(what, "down (lost)")
 		case !o.Up:
 			what = append(what, "down")
 		}

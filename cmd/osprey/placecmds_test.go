@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -296,14 +298,102 @@ func TestPoolSizeOneThenLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	lc, monArgs := monCluster(t, 4, 3)
-	cli := mustCLI(t, monArgs)
-	cl := monClient(t, lc, "single")
+	s := sizeOneWrite(t)
 	ctx := t.Context()
-	cli("osd", "pool", "set", "default", "size", "1", "--yes-i-really-mean-it")
+	s.cli("osd", "pool", "set", "default", "size", "3")
+	waitPGs(t, s.cli, "size 3", func(p mon.PGStat) bool { return p.State == "active+clean" && len(p.Acting) == 3 })
+	if problem := missingCopies(t, s.lc, s.cl, "single", []string{s.key}); problem != "" {
+		t.Fatalf("after size 3 settled: %s", problem)
+	}
+	if err := s.lc.StopOSD(ctx, int(s.gone)); err != nil {
+		t.Fatal(err)
+	}
+	waitPGs(t, s.cli, fmt.Sprintf("osd.%d stopped (the only member of pgs %v at size 1)", s.gone, s.only), func(p mon.PGStat) bool {
+		return strings.HasPrefix(p.State, "active+") && !slices.Contains(p.Acting, s.gone)
+	})
+	if _, _, err := osdtest.Get(ctx, s.cl, "single", s.key, client.GetOptions{}); err != nil {
+		t.Errorf("get %s with osd.%d stopped: %v", s.key, s.gone, err)
+	}
+}
+
+// TestOSDLostUnblocksDown: at size 1, the OSD that was a written PG's only
+// member dies and is marked out. The PG moves to another OSD and goes
+// down, waiting for it (it alone knows what the interval acknowledged).
+// `osd lost` without --yes-i-really-mean-it changes nothing; with it the
+// PG goes active, empty: the object is gone, and the key takes a new
+// write.
+func TestOSDLostUnblocksDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	s := sizeOneWrite(t)
+	ctx := t.Context()
+	if err := s.lc.StopOSD(ctx, int(s.gone)); err != nil {
+		t.Fatal(err)
+	}
+	// Out (a dead disk: the operator's, or the mon's after the down-out
+	// interval), its PGs map to other OSDs.
+	s.cli("osd", "out", strconv.Itoa(int(s.gone)))
+	written := fmt.Sprintf("1.%x", s.written)
+	waitPGs(t, s.cli, fmt.Sprintf("osd.%d stopped and out (the only member of pg %s, written)", s.gone, written), func(p mon.PGStat) bool {
+		if len(p.Acting) != 1 || p.Acting[0] == s.gone {
+			return false
+		}
+		if p.PGID == written {
+			return p.State == "down"
+		}
+		return true
+	})
+	if out := s.cli("pg", "query", written); !strings.Contains(out, fmt.Sprintf("[%d]", s.gone)) {
+		t.Fatalf("pg query %s names no blocker osd.%d:\n%s", written, s.gone, out)
+	}
+	id := strconv.Itoa(int(s.gone))
+	if out, _, err := run(t, append([]string{"osd", "lost", id}, s.args...)...); err == nil || !strings.Contains(err.Error(), "--yes-i-really-mean-it") {
+		t.Fatalf("osd lost without --yes-i-really-mean-it: %v\n%s", err, out)
+	}
+	if out := s.cli("osd", "lost", id, "--yes-i-really-mean-it"); !strings.Contains(out, "osd lost ["+id+"]: done") {
+		t.Fatalf("osd lost: %q", out)
+	}
+	waitPGs(t, s.cli, fmt.Sprintf("osd.%d lost", s.gone), func(p mon.PGStat) bool { return strings.HasPrefix(p.State, "active") })
+	if _, _, err := osdtest.Get(ctx, s.cl, "single", s.key, client.GetOptions{}); !errors.Is(err, client.ErrNoSuchKey) {
+		t.Fatalf("get %s, written only to lost osd.%d: %v, want NoSuchKey", s.key, s.gone, err)
+	}
+	if _, err := osdtest.Put(ctx, s.cl, "single", s.key, osdtest.Payload(10, 2), client.PutOptions{}); err != nil {
+		t.Fatalf("put %s after the loss: %v", s.key, err)
+	}
+	if out := s.cli("osd", "lost", id, "--yes-i-really-mean-it"); !strings.Contains(out, "nothing to change (osd."+id+" already lost)") {
+		t.Fatalf("osd lost again: %q", out)
+	}
+	if out := s.cli("osd", "tree"); !regexp.MustCompile(`(?m)^osd\.` + id + `\s+\S+\s+lost\s+out\s`).MatchString(out) {
+		t.Fatalf("osd tree does not show osd.%s lost:\n%s", id, out)
+	}
+	if out := s.cli("health", "detail"); !strings.Contains(out, "osd."+id+" is down (lost) and out") {
+		t.Fatalf("health detail does not say osd.%s is lost:\n%s", id, out)
+	}
+}
+
+// sizeOne is a cluster of 4 OSDs whose default pool runs at size 1, with
+// one object (key, in bucket single) in PG written, whose only member is
+// gone; only lists the PGs gone alone holds (written among them, and one
+// more, not written).
+type sizeOne struct {
+	lc      *local.Cluster
+	cli     func(...string) string
+	args    []string
+	cl      *client.Client
+	gone    uint32
+	written uint32
+	only    []uint32
+	key     string
+}
+
+func sizeOneWrite(t *testing.T) sizeOne {
+	lc, monArgs := monCluster(t, 4, 3)
+	s := sizeOne{lc: lc, cli: mustCLI(t, monArgs), args: monArgs, cl: monClient(t, lc, "single")}
+	s.cli("osd", "pool", "set", "default", "size", "1", "--yes-i-really-mean-it")
 	// gone: an OSD that is the only member of two PGs at size 1 (8 PGs
 	// on 4 OSDs: one is); one PG gets a write now, the other none.
-	mp := cl.Map()
+	mp := s.cl.Map()
 	pool, _ := mp.PoolByName("default")
 	byOSD := map[uint32][]uint32{}
 	for pg := range pool.PgCount {
@@ -311,37 +401,22 @@ func TestPoolSizeOneThenLoss(t *testing.T) {
 			byOSD[a[0]] = append(byOSD[a[0]], pg)
 		}
 	}
-	gone, written := uint32(0), uint32(0)
 	for id, pgs := range byOSD {
 		if len(pgs) >= 2 {
-			gone, written = id, pgs[0]
+			s.gone, s.written, s.only = id, pgs[0], pgs
 			break
 		}
 	}
-	key := ""
-	for i := 0; key == ""; i++ {
+	for i := 0; s.key == ""; i++ {
 		k := fmt.Sprintf("k%d", i)
-		if loc, err := cl.Locate("single", k); err == nil && loc.PG.Seed == written {
-			key = k
+		if loc, err := s.cl.Locate("single", k); err == nil && loc.PG.Seed == s.written {
+			s.key = k
 		}
 	}
-	if _, err := osdtest.Put(ctx, cl, "single", key, osdtest.Payload(1000, 1), client.PutOptions{}); err != nil {
+	if _, err := osdtest.Put(t.Context(), s.cl, "single", s.key, osdtest.Payload(1000, 1), client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cli("osd", "pool", "set", "default", "size", "3")
-	waitPGs(t, cli, "size 3", func(p mon.PGStat) bool { return p.State == "active+clean" && len(p.Acting) == 3 })
-	if problem := missingCopies(t, lc, cl, "single", []string{key}); problem != "" {
-		t.Fatalf("after size 3 settled: %s", problem)
-	}
-	if err := lc.StopOSD(ctx, int(gone)); err != nil {
-		t.Fatal(err)
-	}
-	waitPGs(t, cli, fmt.Sprintf("osd.%d stopped (the only member of pgs %v at size 1)", gone, byOSD[gone]), func(p mon.PGStat) bool {
-		return strings.HasPrefix(p.State, "active+") && !slices.Contains(p.Acting, gone)
-	})
-	if _, _, err := osdtest.Get(ctx, cl, "single", key, client.GetOptions{}); err != nil {
-		t.Errorf("get %s with osd.%d stopped: %v", key, gone, err)
-	}
+	return s
 }
 
 // waitPGs waits until every PG pg ls lists is ok.

@@ -92,7 +92,8 @@ func TestFileFormat(t *testing.T) {
       "downSinceUnixNano": "0",
       "autoOut": false,
       "upFrom": "0",
-      "fullness": "FULLNESS_NONE"
+      "fullness": "FULLNESS_NONE",
+      "lostAt": "0"
     }
   ],
   "pools": [

@@ -332,6 +332,20 @@ func (m *Map) OSDs() iter.Seq[*osdpb.OSDInfo] {
 	}
 }
 
+// Lost yields each OSD an operator declared lost (`osd lost`) and the
+// epoch it was declared in, in ascending id order: peering's view
+// (pg.AdvanceMap.Lost), taken for every PG at every epoch, so it copies
+// nothing.
+func (m *Map) Lost() iter.Seq2[uint32, uint64] {
+	return func(yield func(uint32, uint64) bool) {
+		for _, o := range m.osds {
+			if o.LostAt != 0 && !yield(o.Id, o.LostAt) {
+				return
+			}
+		}
+	}
+}
+
 // Pool returns a copy of the pool with the given id.
 func (m *Map) Pool(id uint32) (*osdpb.Pool, bool) {
 	ps := m.pool(id)

@@ -24,6 +24,13 @@ type AdvanceMap struct {
 	// Size and MinSize are the pool's: below Size the PG is undersized,
 	// below MinSize it does not serve.
 	Size, MinSize int
+	// Lost holds the OSDs the map declares lost (an operator's `osd
+	// lost`), each with the epoch it was declared in: a past interval
+	// that began before that epoch no longer waits to hear from it, and
+	// one whose members are all lost or answered goes without a witness
+	// (what only the lost held is given up, as Ceph's lost_at). Nil:
+	// none.
+	Lost map[OSDID]Epoch
 }
 
 // Info is a peer's answer to a Query the machine asked for at Epoch. The

@@ -78,6 +78,7 @@ func (p *PG) advanceMap(m AdvanceMap) error {
 	}
 	prev := p.epoch
 	p.epoch = m.Epoch
+	p.lost = m.Lost
 	if prev != 0 && slices.Equal(m.Acting, p.cur.acting) && m.Size == p.cur.size && m.MinSize == p.cur.minSize {
 		p.retry()
 		return nil
@@ -214,8 +215,8 @@ func (p *PG) tryPeer() {
 
 // unwitnessed returns, sorted, the members of each interval since start
 // that may have gone rw and of which no member answered (we ourselves
-// count: our log is on hand). Empty means every such interval has a
-// witness.
+// count: our log is on hand), less those given up as lost. Empty means
+// every such interval has a witness, or is given up.
 func (p *PG) unwitnessed(start Epoch) []OSDID {
 	var blocked []OSDID
 	for _, iv := range p.past {
@@ -226,13 +227,22 @@ func (p *PG) unwitnessed(start Epoch) []OSDID {
 			continue
 		}
 		for _, id := range iv.acting {
-			if !slices.Contains(blocked, id) {
+			if !p.givenUp(id, iv) && !slices.Contains(blocked, id) {
 				blocked = append(blocked, id)
 			}
 		}
 	}
 	slices.Sort(blocked)
 	return blocked
+}
+
+// givenUp reports whether the map declared id lost after interval iv
+// began: an operator gave up what id alone may hold of it, so peering no
+// longer waits for id about it. A loss declared before iv began says
+// nothing of iv (the OSD came back and served in it).
+func (p *PG) givenUp(id OSDID, iv interval) bool {
+	at, ok := p.lost[id]
+	return ok && at > iv.first
 }
 
 // answered reports whether id answered with a complete copy: one that

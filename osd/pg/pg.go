@@ -214,6 +214,9 @@ type PG struct {
 	authLast   Version  // the authoritative Last, once chosen
 	blocked    []OSDID  // in phaseDown: whose answer would unblock us
 
+	// lost is the newest map's AdvanceMap.Lost.
+	lost map[OSDID]Epoch
+
 	// activation is, at a replica, the log end the current interval's
 	// active primary pushed (Activated): reaching it raises the local
 	// LastEpochStarted. Zero first: none.

@@ -350,12 +350,20 @@ func TestWitnessLostDuringRecovery(t *testing.T) {
 	}
 }
 
-func TestNotifyUnblocksDown(t *testing.T) {
+// downMachine is osd.1, primary at epoch 2 of [1 5 6], down: [2 3 4] of
+// epoch 1 may have taken writes, and none of them answers.
+func downMachine(t *testing.T) *machine {
+	t.Helper()
 	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(2, 3, 4), osds(1, 5, 6))
 	m.Ready()
 	m.step(pg.Info{From: 5, Epoch: 2}, pg.Info{From: 6, Epoch: 2})
 	m.step(pg.Unreachable{From: 2, Epoch: 2}, pg.Unreachable{From: 3, Epoch: 2}, pg.Unreachable{From: 4, Epoch: 2})
 	m.expect("down", false)
+	return m
+}
+
+func TestNotifyUnblocksDown(t *testing.T) {
+	m := downMachine(t)
 	// osd.4 restarted and announced itself, unasked.
 	m.step(pg.Info{From: 4, Epoch: 2, Info: pg.PeerInfo{Last: v(1, 2), LastEpochStarted: 1}})
 	rd := m.expect("peering", false)
@@ -366,6 +374,37 @@ func TestNotifyUnblocksDown(t *testing.T) {
 	rd = m.expect("active+recovering+degraded", true)
 	if len(rd.Push) != 2 {
 		t.Fatalf("Push %+v, want osd.5 and osd.6", rd.Push)
+	}
+}
+
+// TestLostUnblocksDown: a PG down for want of a prior interval's members
+// waits for those not declared lost; once every one is (an operator's
+// `osd lost`), the interval is given up and the PG goes active on what the
+// members it has hold. A loss declared before an interval began does not
+// give that interval up: the OSD came back and may have taken its writes.
+func TestLostUnblocksDown(t *testing.T) {
+	m := downMachine(t)
+	lost := func(e pg.Epoch, l map[pg.OSDID]pg.Epoch) {
+		m.step(pg.AdvanceMap{Epoch: e, Acting: osds(1, 5, 6), Size: 3, MinSize: 2, Lost: l})
+		for _, id := range queried(m.Ready()) {
+			m.step(pg.Unreachable{From: id, Epoch: e})
+		}
+	}
+	// osd.2 and osd.3 lost, osd.4 not: still down, blocked by osd.4 alone.
+	lost(3, map[pg.OSDID]pg.Epoch{2: 3, 3: 3})
+	m.expect("down", false)
+	if got := m.Blocked(); !slices.Equal(got, osds(4)) {
+		t.Fatalf("Blocked %v, want osd.4 alone", got)
+	}
+	// osd.4 was declared lost at epoch 1, before the interval (which began
+	// at 1) could have been given up: it still blocks.
+	lost(4, map[pg.OSDID]pg.Epoch{2: 3, 3: 3, 4: 1})
+	m.expect("down", false)
+	// All three lost after the interval began: given up.
+	lost(5, map[pg.OSDID]pg.Epoch{2: 3, 3: 3, 4: 5})
+	m.expect("active+clean", true)
+	if got := m.Blocked(); len(got) != 0 {
+		t.Fatalf("Blocked %v when active", got)
 	}
 }
 

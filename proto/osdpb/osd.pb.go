@@ -701,7 +701,11 @@ type OSDInfo struct {
 	// talking to a previous incarnation.
 	UpFrom uint64 `protobuf:"varint,11,opt,name=up_from,json=upFrom,proto3" json:"up_from,omitempty"`
 	// How full its data filesystem is, as its beacons said.
-	Fullness      Fullness `protobuf:"varint,12,opt,name=fullness,proto3,enum=osprey.osd.Fullness" json:"fullness,omitempty"`
+	Fullness Fullness `protobuf:"varint,12,opt,name=fullness,proto3,enum=osprey.osd.Fullness" json:"fullness,omitempty"`
+	// The epoch an operator declared it lost (`osd lost`, 0: never): peering
+	// stops waiting to hear from it about intervals that began before then,
+	// and what only it held in them is given up (Ceph's lost_at).
+	LostAt        uint64 `protobuf:"varint,13,opt,name=lost_at,json=lostAt,proto3" json:"lost_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -818,6 +822,13 @@ func (x *OSDInfo) GetFullness() Fullness {
 		return x.Fullness
 	}
 	return Fullness_FULLNESS_NONE
+}
+
+func (x *OSDInfo) GetLostAt() uint64 {
+	if x != nil {
+		return x.LostAt
+	}
+	return 0
 }
 
 type Pool struct {
@@ -5939,7 +5950,7 @@ type MonCommand struct {
 	Val  string `protobuf:"bytes,14,opt,name=val,proto3" json:"val,omitempty"`
 	// Ceph's --yes-i-really-mean-it: "osd pool set" of a change that risks
 	// data (size 1) or stops writes (a min_size above the OSDs in), "osd rm"
-	// of an OSD still in.
+	// of an OSD still in; "osd lost" always.
 	Sure          bool `protobuf:"varint,15,opt,name=sure,proto3" json:"sure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6305,7 +6316,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x12backfillfull_ratio\x18\x06 \x01(\x01R\x11backfillfullRatio\x12\x1d\n" +
 	"\n" +
 	"full_ratio\x18\a \x01(\x01R\tfullRatio\x12\x14\n" +
-	"\x05flags\x18\b \x03(\tR\x05flags\"\xd4\x02\n" +
+	"\x05flags\x18\b \x03(\tR\x05flags\"\xed\x02\n" +
 	"\aOSDInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1f\n" +
 	"\vpublic_addr\x18\x02 \x01(\tR\n" +
@@ -6320,7 +6331,8 @@ const file_osd_proto_rawDesc = "" +
 	"\bauto_out\x18\n" +
 	" \x01(\bR\aautoOut\x12\x17\n" +
 	"\aup_from\x18\v \x01(\x04R\x06upFrom\x120\n" +
-	"\bfullness\x18\f \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"t\n" +
+	"\bfullness\x18\f \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12\x17\n" +
+	"\alost_at\x18\r \x01(\x04R\x06lostAt\"t\n" +
 	"\x04Pool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
