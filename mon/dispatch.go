@@ -202,6 +202,13 @@ func (m *Mon) runCommand(ctx context.Context, c *osdpb.MonCommand, g *requestGua
 			return nil, err
 		}
 		out = st
+	case "health detail":
+		in, err := m.statusInput(ctx)
+		if err != nil {
+			return nil, err
+		}
+		in.detail = true
+		out = computeStatus(in).Health
 	case "osd tree":
 		out = osdTree(m.Map())
 	case "df":

@@ -55,6 +55,50 @@ type Status struct {
 type Health struct {
 	Status string   `json:"status"` // HEALTH_OK, HEALTH_WARN or HEALTH_ERR
 	Checks []string `json:"checks"`
+	// Detail ("health detail" only) is each check of Checks, in the same
+	// order, with its code and what it is about, as `ceph health detail`.
+	Detail []HealthCheck `json:"detail,omitempty"`
+}
+
+// HealthCheck is one problem: Ceph's health check code (OSD_DOWN,
+// PG_DEGRADED, ...), its severity, the line Checks shows, and a line per
+// OSD, PG or pool it is about.
+type HealthCheck struct {
+	Code     string   `json:"code"`
+	Severity string   `json:"severity"` // HEALTH_WARN or HEALTH_ERR
+	Summary  string   `json:"summary"`
+	Detail   []string `json:"detail"`
+}
+
+// healthChecks collects a status's checks, errors before warnings.
+type healthChecks struct{ errs, warns []HealthCheck }
+
+func (h *healthChecks) err(code, summary string, detail []string) {
+	h.errs = append(h.errs, newCheck(HealthErr, code, summary, detail))
+}
+
+func (h *healthChecks) warn(code, summary string, detail []string) {
+	h.warns = append(h.warns, newCheck(HealthWarn, code, summary, detail))
+}
+
+func newCheck(severity, code, summary string, detail []string) HealthCheck {
+	if detail == nil {
+		detail = []string{} // JSON [], not null
+	}
+	return HealthCheck{Code: code, Severity: severity, Summary: summary, Detail: detail}
+}
+
+// pgLine is a PG's line in a health check's detail, as Ceph's.
+func pgLine(v pgView) string {
+	return fmt.Sprintf("pg %s is %s, acting %s", v.PGID, v.State, actingList(v.Acting))
+}
+
+func actingList(ids []uint32) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = fmt.Sprint(id)
+	}
+	return "[" + strings.Join(s, ",") + "]"
 }
 
 // MonStatus is one registered mon.
@@ -222,6 +266,8 @@ type statusInput struct {
 	// necessarily all): a report of an epoch whose map gave the PG the
 	// same acting set and pool sizes still says its state (pgViews).
 	past map[uint64]*placement.Map
+	// detail: fill Health.Detail ("health detail").
+	detail bool
 }
 
 // pgKey names one PG of one pool.
@@ -235,7 +281,7 @@ func computeStatus(in statusInput) *Status {
 	if st.Mons == nil {
 		st.Mons = []MonStatus{}
 	}
-	downIn := 0 // Ceph's OSD_DOWN counts OSDs down and still in: one marked out is handled
+	var downIn []string // Ceph's OSD_DOWN counts OSDs down and still in: one marked out is handled
 	for o := range mp.OSDs() {
 		st.OSDs.Total++
 		if o.Up {
@@ -244,7 +290,14 @@ func computeStatus(in statusInput) *Status {
 		if o.In {
 			st.OSDs.In++
 			if !o.Up {
-				downIn++
+				line := fmt.Sprintf("osd.%d is down", o.Id)
+				if o.Host != "" {
+					line = fmt.Sprintf("osd.%d (host %s) is down", o.Id, o.Host)
+				}
+				if o.LostAt != 0 && o.LostAt >= o.UpFrom {
+					line += " (lost)"
+				}
+				downIn = append(downIn, line)
 			}
 		}
 	}
@@ -260,15 +313,23 @@ func computeStatus(in statusInput) *Status {
 	}
 
 	var (
-		errs, warns []string
-		down        int // no OSD up
-		belowMin    int // fewer than min_size up
-		undersized  int // fewer than size up (belowMin included)
-		unknown     int // no current report from the primary
-		damagedPGs  int // reported inconsistent by their primary
-		broken      = map[string]int{}
-		tokens      = map[string]int{}
+		checks     healthChecks
+		down       int // no OSD up
+		belowMin   int // fewer than min_size up
+		undersized int // fewer than size up (belowMin included)
+		unknown    int // no current report from the primary
+		damagedPGs int // reported inconsistent by their primary
+		broken     = map[string]int{}
+		tokens     = map[string]int{}
+		// With in.detail, the lines of the PGs each check is about, by
+		// what counts them: "down", "broken:STATE", "token:WORD", ...
+		pgLines = map[string][]string{}
 	)
+	about := func(kind string, v pgView) {
+		if in.detail {
+			pgLines[kind] = append(pgLines[kind], pgLine(v))
+		}
+	}
 	noOSDs := st.OSDs.Total == 0
 	st.Pools = poolInfos(mp)
 	for v := range pgViews(in) {
@@ -281,26 +342,36 @@ func computeStatus(in statusInput) *Status {
 			st.InconsistentObjects += v.Inconsistent
 			if v.Inconsistent > 0 {
 				damagedPGs++
+				about("damaged", v)
+			}
+			if v.Degraded > 0 && in.detail {
+				pgLines["degraded objects"] = append(pgLines["degraded objects"], fmt.Sprintf("pg %s has %d objects degraded, acting %s", v.PGID, v.Degraded, actingList(v.Acting)))
 			}
 		}
 		switch {
 		case v.unknown:
 			unknown++
+			about("unknown", v)
 		case v.down:
 			down++
+			about("down", v)
 		case v.belowMin:
 			belowMin++
+			about("belowMin", v)
 		}
 		if v.undersized {
 			undersized++
+			about("undersized", v)
 		}
 		if v.broken {
 			broken[v.reported]++
+			about("broken:"+v.reported, v)
 		} else if v.fresh && v.reported != "active+clean" && !v.belowMin {
 			for _, t := range strings.Split(v.reported, "+") {
 				// inconsistent is an error of its own (PG_DAMAGED below).
 				if t != "active" && t != "clean" && t != "undersized" && t != "inconsistent" && t != "" {
 					tokens[t]++
+					about("token:"+t, v)
 				}
 			}
 		}
@@ -308,16 +379,16 @@ func computeStatus(in statusInput) *Status {
 	}
 
 	if down > 0 {
-		errs = append(errs, fmt.Sprintf("%d pgs down (no OSD both up and in to serve them)", down))
+		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs down (no OSD both up and in to serve them)", down), pgLines["down"])
 	}
 	if belowMin > 0 {
-		errs = append(errs, fmt.Sprintf("%d pgs inactive: fewer than min_size OSDs up (undersized+peered)", belowMin))
+		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs inactive: fewer than min_size OSDs up (undersized+peered)", belowMin), pgLines["belowMin"])
 	}
 	for _, s := range sortedKeys(broken) {
-		errs = append(errs, fmt.Sprintf("%d pgs %s", broken[s], s))
+		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs %s", broken[s], s), pgLines["broken:"+s])
 	}
 	if noOSDs {
-		warns = append(warns, "no osds")
+		checks.warn("OSD_NONE", "no osds", nil)
 	}
 	var single []string
 	for _, p := range st.Pools {
@@ -327,55 +398,79 @@ func computeStatus(in statusInput) *Status {
 	}
 	if len(single) > 0 {
 		// Ceph's POOL_NO_REDUNDANCY: one lost disk loses data.
-		warns = append(warns, fmt.Sprintf("%d pool(s) have no replicas configured (size 1): %s", len(single), strings.Join(single, ", ")))
+		var lines []string
+		for _, name := range single {
+			lines = append(lines, fmt.Sprintf("pool '%s' has no replicas configured", name))
+		}
+		checks.warn("POOL_NO_REDUNDANCY", fmt.Sprintf("%d pool(s) have no replicas configured (size 1): %s", len(single), strings.Join(single, ", ")), lines)
 	}
 	st.Flags = append([]string{}, mp.SetFlags()...)
 	if f := st.Flags; len(f) > 0 {
 		// Ceph's OSDMAP_FLAGS: a flag left set after maintenance (noout)
 		// quietly keeps a dead disk's PGs degraded.
-		warns = append(warns, strings.Join(f, ",")+" flag(s) set")
+		checks.warn("OSDMAP_FLAGS", strings.Join(f, ",")+" flag(s) set", nil)
 	}
-	if n := downIn; n > 0 {
-		warns = append(warns, fmt.Sprintf("%d osds down", n))
+	if n := len(downIn); n > 0 {
+		checks.warn("OSD_DOWN", fmt.Sprintf("%d osds down", n), downIn)
 	}
 	if undersized > 0 {
-		warns = append(warns, fmt.Sprintf("%d pgs undersized", undersized))
+		checks.warn("PG_DEGRADED", fmt.Sprintf("%d pgs undersized", undersized), pgLines["undersized"])
 	}
 	if unknown > 0 && !noOSDs {
-		warns = append(warns, fmt.Sprintf("%d pgs unknown (no report from their primary at epoch %d yet)", unknown, mp.Epoch()))
+		checks.warn("PG_AVAILABILITY", fmt.Sprintf("%d pgs unknown (no report from their primary at epoch %d yet)", unknown, mp.Epoch()), pgLines["unknown"])
 	}
 	for _, t := range sortedKeys(tokens) {
-		warns = append(warns, fmt.Sprintf("%d pgs %s", tokens[t], t))
+		checks.warn(tokenCheck(t), fmt.Sprintf("%d pgs %s", tokens[t], t), pgLines["token:"+t])
 	}
 	if st.DegradedObjects > 0 {
-		warns = append(warns, fmt.Sprintf("%d objects degraded", st.DegradedObjects))
+		checks.warn("PG_DEGRADED", fmt.Sprintf("%d objects degraded", st.DegradedObjects), pgLines["degraded objects"])
 	}
-	e, w := fullnessChecks(mp, in.beacons)
-	errs, warns = append(errs, e...), append(warns, w...)
-	if line := scrubErrorsCheck(mp, in.beacons); line != "" {
-		errs = append(errs, line)
-	}
+	fullnessChecks(&checks, mp, in.beacons)
+	scrubErrorsCheck(&checks, mp, in.beacons)
 	if damagedPGs > 0 {
 		// Ceph's PG_DAMAGED: copies differ; "osprey pg list-inconsistent"
 		// names the objects, "osprey pg repair" makes them agree.
-		errs = append(errs, fmt.Sprintf("Possible data damage: %d pgs inconsistent", damagedPGs))
+		checks.err("PG_DAMAGED", fmt.Sprintf("Possible data damage: %d pgs inconsistent", damagedPGs), pgLines["damaged"])
 	}
+	all := append(checks.errs, checks.warns...)
 	switch {
-	case len(errs) > 0:
+	case len(checks.errs) > 0:
 		st.Health.Status = HealthErr
-	case len(warns) > 0:
+	case len(checks.warns) > 0:
 		st.Health.Status = HealthWarn
 	default:
 		st.Health.Status = HealthOK
 	}
-	st.Health.Checks = append(append([]string{}, errs...), warns...)
+	st.Health.Checks = make([]string, len(all))
+	for i, c := range all {
+		st.Health.Checks[i] = c.Summary
+	}
+	if in.detail {
+		st.Health.Detail = all
+	}
 	return st
 }
 
-// fullnessChecks are Ceph's OSD_FULL (an error: writes to the OSD's PGs
-// fail), OSD_BACKFILLFULL and OSD_NEARFULL (warnings), one line each
-// naming the up OSDs and how full their disks are.
-func fullnessChecks(mp *placement.Map, beacons map[uint32]*beaconRecord) (errs, warns []string) {
+// tokenCheck is the code of the check that counts PGs in state word t:
+// Ceph's PG_DEGRADED for degraded copies, PG_AVAILABILITY for PGs that
+// do not serve yet, OBJECT_MISPLACED for misplaced ones, else PG_ and the
+// word (PG_RECOVERING, PG_BACKFILLING, ...).
+func tokenCheck(t string) string {
+	switch t {
+	case "degraded":
+		return "PG_DEGRADED"
+	case "peering", "activating", "stale", "down", "incomplete":
+		return "PG_AVAILABILITY"
+	case "remapped", "misplaced":
+		return "OBJECT_MISPLACED"
+	}
+	return "PG_" + strings.ToUpper(strings.ReplaceAll(t, "-", "_"))
+}
+
+// fullnessChecks adds Ceph's OSD_FULL (an error: writes to the OSD's PGs
+// fail), OSD_BACKFILLFULL and OSD_NEARFULL (warnings), each naming the up
+// OSDs and how full their disks are.
+func fullnessChecks(h *healthChecks, mp *placement.Map, beacons map[uint32]*beaconRecord) {
 	byLevel := map[osdpb.Fullness][]string{}
 	for o := range mp.OSDs() {
 		if !o.Up || o.Fullness == osdpb.Fullness_FULLNESS_NONE {
@@ -389,37 +484,38 @@ func fullnessChecks(mp *placement.Map, beacons map[uint32]*beaconRecord) (errs, 
 		byLevel[lvl] = append(byLevel[lvl], name)
 	}
 	near, back, full := mp.FullRatios()
-	line := func(lvl osdpb.Fullness, ratio float64) string {
+	check := func(lvl osdpb.Fullness, ratio float64, add func(code, summary string, detail []string), code, tail string) {
 		names := byLevel[lvl]
-		return fmt.Sprintf("%d %s osd(s) (over %s_ratio %g): %s", len(names), ops.FullnessWord(lvl), ops.FullnessWord(lvl), ratio, strings.Join(names, ", "))
+		if len(names) == 0 {
+			return
+		}
+		word := ops.FullnessWord(lvl)
+		lines := make([]string, len(names))
+		for i, n := range names {
+			lines[i] = n + " is " + word
+		}
+		add(code, fmt.Sprintf("%d %s osd(s) (over %s_ratio %g): %s%s", len(names), word, word, ratio, strings.Join(names, ", "), tail), lines)
 	}
-	if len(byLevel[osdpb.Fullness_FULLNESS_FULL]) > 0 {
-		errs = append(errs, line(osdpb.Fullness_FULLNESS_FULL, full)+"; writes to their PGs fail")
-	}
-	if len(byLevel[osdpb.Fullness_FULLNESS_BACKFILLFULL]) > 0 {
-		warns = append(warns, line(osdpb.Fullness_FULLNESS_BACKFILLFULL, back))
-	}
-	if len(byLevel[osdpb.Fullness_FULLNESS_NEARFULL]) > 0 {
-		warns = append(warns, line(osdpb.Fullness_FULLNESS_NEARFULL, near))
-	}
-	return errs, warns
+	check(osdpb.Fullness_FULLNESS_FULL, full, h.err, "OSD_FULL", "; writes to their PGs fail")
+	check(osdpb.Fullness_FULLNESS_BACKFILLFULL, back, h.warn, "OSD_BACKFILLFULL", "")
+	check(osdpb.Fullness_FULLNESS_NEARFULL, near, h.warn, "OSD_NEARFULL", "")
 }
 
-// scrubErrorsCheck is Ceph's OSD_SCRUB_ERRORS, an error: objects the
+// scrubErrorsCheck adds Ceph's OSD_SCRUB_ERRORS, an error: objects the
 // up OSDs' deep scrubs found damaged that no replica could repair.
-func scrubErrorsCheck(mp *placement.Map, beacons map[uint32]*beaconRecord) string {
+func scrubErrorsCheck(h *healthChecks, mp *placement.Map, beacons map[uint32]*beaconRecord) {
 	var total uint64
-	var names []string
+	var names, lines []string
 	for o := range mp.OSDs() {
 		if b := beacons[o.Id]; o.Up && b != nil && b.ScrubErrors > 0 {
 			total += b.ScrubErrors
 			names = append(names, fmt.Sprintf("osd.%d (%d)", o.Id, b.ScrubErrors))
+			lines = append(lines, fmt.Sprintf("osd.%d found %d damaged objects no replica could repair", o.Id, b.ScrubErrors))
 		}
 	}
-	if total == 0 {
-		return ""
+	if total > 0 {
+		h.err("OSD_SCRUB_ERRORS", fmt.Sprintf("%d scrub errors: damaged objects no replica could repair on %s", total, strings.Join(names, ", ")), lines)
 	}
-	return fmt.Sprintf("%d scrub errors: damaged objects no replica could repair on %s", total, strings.Join(names, ", "))
 }
 
 // hasToken reports whether the "+"-joined state has one of the words.

@@ -1,8 +1,11 @@
 package mon
 
 import (
+	"cmp"
 	"encoding/json"
+	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -268,4 +271,80 @@ func TestBeaconRates(t *testing.T) {
 	step(2*time.Second, 8<<20, 300, 4<<20, 200)         // over [1s, 2s]
 	step(3*time.Second, 1<<20, 10, 0, 0)                // restarted: counters dropped
 	step(4*time.Second, 3<<20, 110, 2<<20, 100)         // from the restart
+}
+
+// TestHealthDetail: "health detail" gives each check of the status, in the
+// same order, with Ceph's code and a line per OSD or PG it is about; the
+// status itself carries no detail.
+func TestHealthDetail(t *testing.T) {
+	mp := trackerMap(t, "a", "b", "c", "d") // pool 1: size 3, 8 PGs; epoch 10
+	mp, err := mp.With(func(pb *osdpb.ClusterMap) {
+		pb.Osds[3].Up, pb.Osds[3].LostAt = false, 11
+		pb.Flags = []string{placement.FlagNoOut}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	beacons := map[uint32]*beaconRecord{}
+	var undersized, degraded []string
+	for o := range mp.OSDs() {
+		if !o.Up {
+			continue
+		}
+		r := &beaconRecord{ID: o.Id, AtUnixNano: now.UnixNano()}
+		for pg, role := range mp.PGsOf(1, o.Id) {
+			if !role.IsPrimary() {
+				continue
+			}
+			rec := pgRecord{Pool: 1, PG: pg, State: "active+clean", Epoch: mp.Epoch()}
+			if acting := mp.ActingSet(1, pg); len(acting) < 3 {
+				rec.State, rec.Degraded = "active+undersized+degraded", 2
+				undersized = append(undersized, fmt.Sprintf("pg 1.%x is active+undersized+degraded, acting %s", pg, actingList(acting)))
+				degraded = append(degraded, fmt.Sprintf("pg 1.%x has 2 objects degraded, acting %s", pg, actingList(acting)))
+			}
+			r.PGs = append(r.PGs, rec)
+		}
+		beacons[o.Id] = r
+	}
+	if len(undersized) == 0 {
+		t.Fatal("no PG lost a member with osd.3 down: the test tests nothing")
+	}
+	// pgViews goes in pool and seed order.
+	slices.SortFunc(undersized, func(a, b string) int { return cmp.Compare(pgSeedOf(t, a), pgSeedOf(t, b)) })
+	slices.SortFunc(degraded, func(a, b string) int { return cmp.Compare(pgSeedOf(t, a), pgSeedOf(t, b)) })
+	in := statusInput{mp: mp, beacons: beacons, now: now, fresh: time.Minute}
+	if st := computeStatus(in); st.Health.Detail != nil || st.Health.Status != HealthWarn {
+		t.Fatalf("status: %+v, want HEALTH_WARN without detail", st.Health)
+	}
+	in.detail = true
+	h := computeStatus(in).Health
+	if len(h.Detail) != len(h.Checks) {
+		t.Fatalf("%d checks, %d details", len(h.Checks), len(h.Detail))
+	}
+	want := []HealthCheck{
+		{Code: "OSDMAP_FLAGS", Severity: HealthWarn, Summary: "noout flag(s) set", Detail: []string{}},
+		{Code: "OSD_DOWN", Severity: HealthWarn, Summary: "1 osds down", Detail: []string{"osd.3 (host d) is down (lost)"}},
+		{Code: "PG_DEGRADED", Severity: HealthWarn, Summary: fmt.Sprintf("%d pgs undersized", len(undersized)), Detail: undersized},
+		{Code: "PG_DEGRADED", Severity: HealthWarn, Summary: fmt.Sprintf("%d pgs degraded", len(undersized)), Detail: undersized},
+		{Code: "PG_DEGRADED", Severity: HealthWarn, Summary: fmt.Sprintf("%d objects degraded", 2*len(undersized)), Detail: degraded},
+	}
+	for i, c := range h.Detail {
+		if c.Summary != h.Checks[i] {
+			t.Errorf("check %d: summary %q, Checks says %q", i, c.Summary, h.Checks[i])
+		}
+	}
+	if !reflect.DeepEqual(h.Detail, want) {
+		t.Fatalf("detail:\n%+v\nwant\n%+v", h.Detail, want)
+	}
+}
+
+// pgSeedOf is the seed of the PG a detail line ("pg 1.SEED ...") names.
+func pgSeedOf(t *testing.T, line string) uint64 {
+	t.Helper()
+	var seed uint64
+	if _, err := fmt.Sscanf(line, "pg 1.%x ", &seed); err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	return seed
 }

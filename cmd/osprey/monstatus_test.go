@@ -54,35 +54,6 @@ func TestPrintTreeNeverBooted(t *testing.T) {
 	}
 }
 
-// TestHealthDetail: health detail names each OSD that is down, out, full
-// or never booted, and each PG not active+clean.
-func TestHealthDetail(t *testing.T) {
-	osds := []mon.OSDTreeEntry{
-		{ID: 0, Up: true, In: true, Fullness: "ok"},
-		{ID: 1, Up: false, In: true},
-		{ID: 2, Up: false, In: false},
-		{ID: 3, Up: true, In: true, Fullness: "nearfull"},
-		{ID: 4, NeverBooted: true},
-	}
-	pgs := []mon.PGStat{
-		{PGID: "1.0", State: "active+clean", Acting: []uint32{0, 3}},
-		{PGID: "1.1", State: "active+undersized+degraded", Acting: []uint32{3}},
-		{PGID: "1.2", State: "down"},
-	}
-	got := strings.Join(healthDetail(osds, pgs), "\n")
-	want := strings.Join([]string{
-		"osd.1 is down",
-		"osd.2 is down and out",
-		"osd.3 is nearfull",
-		"osd.4 is never booted and out",
-		"pg 1.1 is active+undersized+degraded, acting [3], p3",
-		"pg 1.2 is down, acting [], p-1",
-	}, "\n")
-	if got != want {
-		t.Errorf("got\n%s\nwant\n%s", got, want)
-	}
-}
-
 // TestStdoutClosed: a write to a closed pipe on stdout ends the command
 // quietly; another write error or a broken pipe elsewhere does not.
 func TestStdoutClosed(t *testing.T) {

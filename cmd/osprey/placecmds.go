@@ -497,10 +497,11 @@ func newHealthCmd() *cobra.Command {
 		Use:   "health [detail]",
 		Short: "Print the cluster's health in one line, or with detail what each problem is about",
 		Long: `As ` + "`ceph health`" + `: HEALTH_OK, HEALTH_WARN or HEALTH_ERR and the mon's
-checks, on one line. With detail, each check is followed by what it is
-about: the OSDs down or out, and each PG that is not active+clean with its
-state and acting set (as ` + "`ceph health detail`" + `). The exit code is 0 whatever
-the health, as status; scripts read the first word or --json.`,
+checks, on one line. With detail, as ` + "`ceph health detail`" + `: then each check
+with its severity and Ceph's code (OSD_DOWN, PG_DEGRADED, PG_AVAILABILITY,
+...), and under it what it is about: each OSD down, each PG with its state
+and acting set, each pool or full OSD. The exit code is 0 whatever the
+health, as status; scripts read the first word or --json.`,
 		Example: `  osprey health
   osprey health detail`,
 		Args: cobra.MaximumNArgs(1),
@@ -509,77 +510,55 @@ the health, as status; scripts read the first word or --json.`,
 			if detail && args[0] != "detail" {
 				return usageErrorf("%q: want detail or nothing", args[0])
 			}
+			w := cmd.OutOrStdout()
+			if detail {
+				h, _, err := monGet[mon.Health](cmd, mf, "health detail")
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(w).Encode(h)
+				}
+				printHealthDetail(w, h)
+				return nil
+			}
 			st, _, err := monGet[mon.Status](cmd, mf, "status")
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			if !detail {
-				if asJSON {
-					return json.NewEncoder(w).Encode(st.Health)
-				}
-				line := st.Health.Status
-				if len(st.Health.Checks) > 0 {
-					line += " " + strings.Join(st.Health.Checks, "; ")
-				}
-				_, err := fmt.Fprintln(w, line)
-				return err
-			}
-			osds, _, err := monGet[[]mon.OSDTreeEntry](cmd, mf, "osd tree")
-			if err != nil {
-				return err
-			}
-			pgs, _, err := monGet[[]mon.PGStat](cmd, mf, "pg ls")
-			if err != nil {
-				return err
-			}
-			items := healthDetail(osds, pgs)
 			if asJSON {
-				return json.NewEncoder(w).Encode(map[string]any{"status": st.Health.Status, "checks": st.Health.Checks, "detail": items})
+				return json.NewEncoder(w).Encode(st.Health)
 			}
-			fmt.Fprintln(w, st.Health.Status)
-			for _, c := range st.Health.Checks {
-				fmt.Fprintf(w, "  %s\n", c)
-			}
-			for _, it := range items {
-				fmt.Fprintf(w, "    %s\n", it)
-			}
-			return nil
+			_, err = fmt.Fprintln(w, healthLine(st.Health))
+			return err
 		},
 	}
 	addMonFlags(cmd.Flags(), &mf)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: status and checks (with detail, the detail lines too)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the mon's JSON: status and checks (with detail, each check's code, severity, summary and detail lines too)")
 	return cmd
 }
 
-// healthDetail names what the health checks are about: each OSD down or
-// out (and full), then each PG not active+clean.
-func healthDetail(osds []mon.OSDTreeEntry, pgs []mon.PGStat) []string {
-	out := []string{}
-	for _, o := range osds {
-		var what []string
-		switch {
-		case o.NeverBooted:
-			what = append(what, "never booted")
-		case o.Lost:
-			what = append(what, "down (lost)")
-		case !o.Up:
-			what = append(what, "down")
+// healthLine is h on one line, as `ceph health`.
+func healthLine(h mon.Health) string {
+	if len(h.Checks) == 0 {
+		return h.Status
+	}
+	return h.Status + " " + strings.Join(h.Checks, "; ")
+}
+
+// printHealthDetail prints h as `ceph health detail`: the one-line
+// health, then each check with its severity and code, and indented under
+// it what it is about.
+func printHealthDetail(w io.Writer, h mon.Health) {
+	fmt.Fprintln(w, healthLine(h))
+	for _, c := range h.Detail {
+		sev := "WRN"
+		if c.Severity == mon.HealthErr {
+			sev = "ERR"
 		}
-		if !o.In {
-			what = append(what, "out")
-		}
-		if o.Fullness != "" && o.Fullness != "ok" {
-			what = append(what, o.Fullness)
-		}
-		if len(what) > 0 {
-			out = append(out, fmt.Sprintf("osd.%d is %s", o.ID, strings.Join(what, " and ")))
+		fmt.Fprintf(w, "[%s] %s: %s\n", sev, c.Code, c.Summary)
+		for _, d := range c.Detail {
+			fmt.Fprintf(w, "    %s\n", d)
 		}
 	}
-	for _, p := range pgs {
-		if p.State != "active+clean" {
-			out = append(out, fmt.Sprintf("pg %s is %s, acting %s", p.PGID, p.State, actingText(p.Acting)))
-		}
-	}
-	return out
 }
