@@ -842,3 +842,17 @@ func TestDownOutIntervalZeroIsNever(t *testing.T) {
 		}
 	}
 }
+
+// TestParseOSDIDs: "3" and "osd.3" name one OSD, which a command asks
+// about once however often it is named.
+func TestParseOSDIDs(t *testing.T) {
+	got, err := parseOSDIDs([]string{"osd.1", "2", "1", "osd.2", "0"})
+	if err != nil || !slices.Equal(got, []uint32{1, 2, 0}) {
+		t.Errorf("parseOSDIDs = %v, %v; want [1 2 0]", got, err)
+	}
+	for _, bad := range []string{"osd.", "x", "-1", "4294967296", "osd.1.2"} {
+		if _, err := parseOSDIDs([]string{bad}); exitCode(err) != exitUsage {
+			t.Errorf("parseOSDIDs(%q): %v, want a usage error", bad, err)
+		}
+	}
+}

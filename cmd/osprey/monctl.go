@@ -160,7 +160,7 @@ func monCommand(cmd *cobra.Command, m monFlags, req *osdpb.MonCommand) (*osdpb.M
 	return rep, err
 }
 
-// parseOSDIDs parses OSD ids, "3" or "osd.3".
+// parseOSDIDs parses OSD ids, "3" or "osd.3", each once, in order.
 func parseOSDIDs(args []string) ([]uint32, error) {
 	var out []uint32
 	for _, a := range args {
@@ -168,7 +168,9 @@ func parseOSDIDs(args []string) ([]uint32, error) {
 		if err != nil {
 			return nil, usageErrorf("%q is not an OSD id", a)
 		}
-		out = append(out, uint32(n))
+		if !slices.Contains(out, uint32(n)) { // osd.1 1: one OSD, asked once
+			out = append(out, uint32(n))
+		}
 	}
 	return out, nil
 }
