@@ -55,14 +55,15 @@ type Status struct {
 type Health struct {
 	Status string   `json:"status"` // HEALTH_OK, HEALTH_WARN or HEALTH_ERR
 	Checks []string `json:"checks"`
-	// Detail ("health detail" only) is each check of Checks, in the same
-	// order, with its code and what it is about, as `ceph health detail`.
+	// Detail ("health detail" only) is the checks by code, as `ceph
+	// health detail`: each code once, in the order Checks first has it,
+	// with its lines of Checks and what they are about.
 	Detail []HealthCheck `json:"detail,omitempty"`
 }
 
-// HealthCheck is one problem: Ceph's health check code (OSD_DOWN,
-// PG_DEGRADED, ...), its severity, the line Checks shows, and a line per
-// OSD, PG or pool it is about.
+// HealthCheck is one kind of problem: Ceph's health check code (OSD_DOWN,
+// PG_DEGRADED, ...), its severity, its lines of Checks (joined by "; "),
+// and a line per OSD, PG or pool it is about.
 type HealthCheck struct {
 	Code     string   `json:"code"`
 	Severity string   `json:"severity"` // HEALTH_WARN or HEALTH_ERR
@@ -90,10 +91,11 @@ func newCheck(severity, code, summary string, detail []string) HealthCheck {
 
 // pgLine is a PG's line in a health check's detail, as Ceph's.
 func pgLine(v pgView) string {
-	return fmt.Sprintf("pg %s is %s, acting %s", v.PGID, v.State, actingList(v.Acting))
+	return fmt.Sprintf("pg %s is %s, acting %s", v.PGID, v.State, ActingList(v.Acting))
 }
 
-func actingList(ids []uint32) string {
+// ActingList is an acting set as Ceph prints one: [2,0,1].
+func ActingList(ids []uint32) string {
 	s := make([]string, len(ids))
 	for i, id := range ids {
 		s[i] = fmt.Sprint(id)
@@ -345,7 +347,7 @@ func computeStatus(in statusInput) *Status {
 				about("damaged", v)
 			}
 			if v.Degraded > 0 && in.detail {
-				pgLines["degraded objects"] = append(pgLines["degraded objects"], fmt.Sprintf("pg %s has %d objects degraded, acting %s", v.PGID, v.Degraded, actingList(v.Acting)))
+				pgLines["degraded objects"] = append(pgLines["degraded objects"], fmt.Sprintf("pg %s has %d objects degraded, acting %s", v.PGID, v.Degraded, ActingList(v.Acting)))
 			}
 		}
 		switch {
@@ -446,9 +448,35 @@ func computeStatus(in statusInput) *Status {
 		st.Health.Checks[i] = c.Summary
 	}
 	if in.detail {
-		st.Health.Detail = all
+		st.Health.Detail = byCode(all)
 	}
 	return st
+}
+
+// byCode merges checks of one code into one, as Ceph keys its checks by
+// code: the worst severity, the summaries joined by "; ", each detail line
+// once, in the order they came.
+func byCode(checks []HealthCheck) []HealthCheck {
+	var out []HealthCheck
+	for _, c := range checks {
+		i := slices.IndexFunc(out, func(o HealthCheck) bool { return o.Code == c.Code })
+		if i < 0 {
+			c.Detail = slices.Clone(c.Detail)
+			out = append(out, c)
+			continue
+		}
+		m := &out[i]
+		if c.Severity == HealthErr {
+			m.Severity = HealthErr
+		}
+		m.Summary += "; " + c.Summary
+		for _, d := range c.Detail {
+			if !slices.Contains(m.Detail, d) {
+				m.Detail = append(m.Detail, d)
+			}
+		}
+	}
+	return out
 }
 
 // tokenCheck is the code of the check that counts PGs in state word t:

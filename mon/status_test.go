@@ -300,8 +300,8 @@ func TestHealthDetail(t *testing.T) {
 			rec := pgRecord{Pool: 1, PG: pg, State: "active+clean", Epoch: mp.Epoch()}
 			if acting := mp.ActingSet(1, pg); len(acting) < 3 {
 				rec.State, rec.Degraded = "active+undersized+degraded", 2
-				undersized = append(undersized, fmt.Sprintf("pg 1.%x is active+undersized+degraded, acting %s", pg, actingList(acting)))
-				degraded = append(degraded, fmt.Sprintf("pg 1.%x has 2 objects degraded, acting %s", pg, actingList(acting)))
+				undersized = append(undersized, fmt.Sprintf("pg 1.%x is active+undersized+degraded, acting %s", pg, ActingList(acting)))
+				degraded = append(degraded, fmt.Sprintf("pg 1.%x has 2 objects degraded, acting %s", pg, ActingList(acting)))
 			}
 			r.PGs = append(r.PGs, rec)
 		}
@@ -319,20 +319,20 @@ func TestHealthDetail(t *testing.T) {
 	}
 	in.detail = true
 	h := computeStatus(in).Health
-	if len(h.Detail) != len(h.Checks) {
-		t.Fatalf("%d checks, %d details", len(h.Checks), len(h.Detail))
-	}
+	// One check per code: PG_DEGRADED's three lines merge, each PG once.
 	want := []HealthCheck{
 		{Code: "OSDMAP_FLAGS", Severity: HealthWarn, Summary: "noout flag(s) set", Detail: []string{}},
 		{Code: "OSD_DOWN", Severity: HealthWarn, Summary: "1 osds down", Detail: []string{"osd.3 (host d) is down (lost)"}},
-		{Code: "PG_DEGRADED", Severity: HealthWarn, Summary: fmt.Sprintf("%d pgs undersized", len(undersized)), Detail: undersized},
-		{Code: "PG_DEGRADED", Severity: HealthWarn, Summary: fmt.Sprintf("%d pgs degraded", len(undersized)), Detail: undersized},
-		{Code: "PG_DEGRADED", Severity: HealthWarn, Summary: fmt.Sprintf("%d objects degraded", 2*len(undersized)), Detail: degraded},
+		{Code: "PG_DEGRADED", Severity: HealthWarn,
+			Summary: fmt.Sprintf("%d pgs undersized; %d pgs degraded; %d objects degraded", len(undersized), len(undersized), 2*len(undersized)),
+			Detail:  slices.Concat(undersized, degraded)},
 	}
-	for i, c := range h.Detail {
-		if c.Summary != h.Checks[i] {
-			t.Errorf("check %d: summary %q, Checks says %q", i, c.Summary, h.Checks[i])
-		}
+	var summaries []string
+	for _, c := range h.Detail {
+		summaries = append(summaries, c.Summary)
+	}
+	if got, checks := strings.Join(summaries, "; "), strings.Join(h.Checks, "; "); got != checks {
+		t.Errorf("the checks' summaries say %q, Checks %q", got, checks)
 	}
 	if !reflect.DeepEqual(h.Detail, want) {
 		t.Fatalf("detail:\n%+v\nwant\n%+v", h.Detail, want)
@@ -347,4 +347,21 @@ func pgSeedOf(t *testing.T, line string) uint64 {
 		t.Fatalf("%q: %v", line, err)
 	}
 	return seed
+}
+
+// TestHealthByCode: checks of one code merge into one with the worse
+// severity, their summaries joined and each detail line once.
+func TestHealthByCode(t *testing.T) {
+	got := byCode([]HealthCheck{
+		{Code: "PG_AVAILABILITY", Severity: HealthErr, Summary: "1 pgs down", Detail: []string{"pg 1.0 is down"}},
+		{Code: "OSD_DOWN", Severity: HealthWarn, Summary: "1 osds down", Detail: []string{"osd.1 is down"}},
+		{Code: "PG_AVAILABILITY", Severity: HealthWarn, Summary: "2 pgs unknown", Detail: []string{"pg 1.0 is down", "pg 1.1 is unknown"}},
+	})
+	want := []HealthCheck{
+		{Code: "PG_AVAILABILITY", Severity: HealthErr, Summary: "1 pgs down; 2 pgs unknown", Detail: []string{"pg 1.0 is down", "pg 1.1 is unknown"}},
+		{Code: "OSD_DOWN", Severity: HealthWarn, Summary: "1 osds down", Detail: []string{"osd.1 is down"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("byCode:\n%+v\nwant\n%+v", got, want)
+	}
 }

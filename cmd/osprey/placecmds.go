@@ -119,15 +119,11 @@ func locationJSON(rp remotePath, loc client.Location) map[string]any {
 
 // actingText is Ceph's "[1,0,2], p1", or "[], p-1" with no OSD up and in.
 func actingText(acting []uint32) string {
-	ids := make([]string, len(acting))
-	for i, id := range acting {
-		ids[i] = strconv.FormatUint(uint64(id), 10)
-	}
 	p := "-1"
 	if len(acting) > 0 {
-		p = ids[0]
+		p = strconv.FormatUint(uint64(acting[0]), 10)
 	}
-	return "[" + strings.Join(ids, ",") + "], p" + p
+	return mon.ActingList(acting) + ", p" + p
 }
 
 // newPGLsCmd is `osprey pg ls [STATE...]`, Ceph's `ceph pg ls`.
