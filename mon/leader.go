@@ -410,6 +410,11 @@ type commandResult struct {
 func (l *leadership) command(ctx context.Context, c osdCommand, g *requestGuard) (*commandResult, error) {
 	m := l.m
 	now := time.Now()
+	if c.prefix == "osd rm" && !c.sure {
+		if err := m.refuseRmWhileBlocked(ctx, c.ids); err != nil {
+			return nil, err
+		}
+	}
 	var changed []uint32
 	next, err := l.update(ctx, func(pb *osdpb.ClusterMap) (txnExtra, error) {
 		var err error
@@ -474,6 +479,28 @@ func (l *leadership) command(ctx context.Context, c osdCommand, g *requestGuard)
 		}
 	}
 	return res, nil
+}
+
+// refuseRmWhileBlocked refuses "osd rm" of ids while a PG is down or
+// incomplete: such a PG may be waiting for one of them (osprey pg query
+// says which it waits for), and peering gives up on an OSD the map no
+// longer has, with what only it held, as on one declared lost.
+func (m *Mon) refuseRmWhileBlocked(ctx context.Context, ids []uint32) error {
+	in, err := m.statusInput(ctx)
+	if err != nil {
+		return err
+	}
+	var blocked []string
+	for v := range pgViews(in) {
+		if v.broken {
+			blocked = append(blocked, v.PGID)
+		}
+	}
+	if len(blocked) == 0 {
+		return nil
+	}
+	return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd rm %v: pgs %s are down or incomplete and may be waiting for these OSDs (osprey pg query PGID names whom each waits for); "+
+		"removing them gives up what only they hold, as osd lost does: say --yes-i-really-mean-it", ids, strings.Join(blocked, ", "))
 }
 
 // result is c's output when it changed the OSDs changed (nil: nothing)

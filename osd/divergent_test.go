@@ -166,19 +166,28 @@ func (d *divergent) checkRolledBack(t *testing.T) {
 // before any replica had it leaves behind.
 func applyAlone(ctx context.Context, t *testing.T, c *osdtest.Cluster, id, sid uint32, bucket, key string, body []byte) {
 	t.Helper()
+	withStore(ctx, t, c, id, func(st *store.Store) error {
+		last, _, err := st.PGInfo(ctx, sid)
+		if err != nil {
+			return err
+		}
+		e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: bucket, Key: key,
+			Version: &osdpb.Version{Epoch: last.GetEpoch(), Seq: last.GetSeq() + 1},
+			Meta:    &osdpb.ObjectMeta{Size: uint64(len(body)), Crc32C: crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))}}
+		return st.Apply(ctx, sid, e, body)
+	})
+}
+
+// withStore runs f on stopped OSD id's store.
+func withStore(ctx context.Context, t *testing.T, c *osdtest.Cluster, id uint32, f func(*store.Store) error) {
+	t.Helper()
 	st, err := store.Open(ctx, store.Options{Dir: filepath.Join(c.Config(id).DataDir, "store"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	last, _, err := st.PGInfo(ctx, sid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_PUT, Bucket: bucket, Key: key,
-		Version: &osdpb.Version{Epoch: last.GetEpoch(), Seq: last.GetSeq() + 1},
-		Meta:    &osdpb.ObjectMeta{Size: uint64(len(body)), Crc32C: crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))}}
-	if err := st.Apply(ctx, sid, e, body); err != nil {
+	if err := f(st); err != nil {
+		st.Close()
 		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {

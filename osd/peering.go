@@ -58,12 +58,7 @@ func (o *OSD) advanceOf(p *pgState, m *placement.Map) (pg.AdvanceMap, bool) {
 	for i, id := range acting {
 		ev.Acting[i] = pg.OSDID(id)
 	}
-	for id, at := range m.Lost() {
-		if ev.Lost == nil {
-			ev.Lost = map[pg.OSDID]pg.Epoch{}
-		}
-		ev.Lost[pg.OSDID(id)] = pg.Epoch(at)
-	}
+	ev.GivenUp = func(id pg.OSDID, first pg.Epoch) bool { return m.GivenUp(uint32(id), uint64(first)) }
 	return ev, true
 }
 

@@ -72,6 +72,42 @@ type pgState struct {
 	// recovering: the PG is degraded, not clean.
 	peerMu   sync.Mutex
 	peerLast map[uint32]*osdpb.Version
+	// endMark and endPrev (under peerMu) are our log's end as pgStat
+	// saw it, taken at most once per settleTime (mark) and the take
+	// before that (prev): what the replicas must have by now.
+	endMark, endPrev logEnd
+}
+
+// logEnd is where a PG's log ended at a time.
+type logEnd struct {
+	v  *osdpb.Version
+	at time.Time
+}
+
+// settleTime is how long a write may take to reach the replicas before a
+// replica still short of it counts as behind: a RepOp in flight is not a
+// degraded copy (status would flap to HEALTH_WARN under every burst of
+// writes, and each replica be sent a needless sync).
+const settleTime = time.Second
+
+// settled returns the version every replica should have reached by now:
+// where our log ended at the take before the last one, at least
+// settleTime ago (at the first take, the end it saw; last itself when
+// nothing was written since).
+func (p *pgState) settled(last *osdpb.Version, now time.Time) *osdpb.Version {
+	p.peerMu.Lock()
+	defer p.peerMu.Unlock()
+	if p.endMark.v == nil || now.Sub(p.endMark.at) >= settleTime {
+		p.endPrev, p.endMark = p.endMark, logEnd{last, now}
+	}
+	ref := p.endPrev.v
+	if ref == nil {
+		ref = p.endMark.v
+	}
+	if !versionLE(ref, last) {
+		return last // the log went back (a rollback)
+	}
+	return ref
 }
 
 // notePeer records that replica id's log ends at last.
@@ -1021,9 +1057,13 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 		o.ackRepOp(m, r, nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "rep op without a version"))
 		return
 	}
-	if versionLE(v, p.last) {
+	if versionLE(v, p.last) && !(r.Entry.Kind == osdpb.OpKind_OP_NONE && p.m != nil && p.m.Local().Incomplete) {
 		// Acked again, or a sync from the primary: what we have may
-		// still be on its way to the disk (whenDurable).
+		// still be on its way to the disk (whenDurable). A sync to a
+		// copy marked mid-backfill (its backfill cut short, or a removed
+		// stray's, emptied) goes to the recovery below instead, which
+		// backfills it, though there may be nothing to copy: until then
+		// it witnesses no interval, and the PG would wait on it.
 		if err := o.st.SyncWAL(o.ctx); err != nil {
 			o.ackRepOp(m, r, nil, err)
 			return

@@ -243,7 +243,7 @@ func newOSDAdminCmds() []*cobra.Command {
 		jsonFlag(c)
 		switch verb {
 		case "rm":
-			c.Flags().BoolVar(&sure, "yes-i-really-mean-it", false, "remove an OSD that is still in (its PGs not backfilled elsewhere: what only it holds is lost)")
+			c.Flags().BoolVar(&sure, "yes-i-really-mean-it", false, "remove an OSD that is still in (its PGs not backfilled elsewhere), or while PGs are down or incomplete (they may wait for it): what only it holds is lost")
 		case "lost":
 			c.Long = `Declare down OSDs lost for good (a dead disk), as ` + "`ceph osd lost`" + `.
 
@@ -251,10 +251,11 @@ A PG whose past interval had only OSDs that are now down waits for one of
 them to come back (state down in osprey pg ls; osprey pg query PGID names
 them, blocked_by): it cannot know which writes that interval acknowledged.
 Declaring
-those OSDs lost tells peering to stop waiting: the PG goes active on what
-its other members hold, and writes only the lost OSDs held are gone. If a
-lost OSD boots again it serves as any other; a later loss needs a new osd
-lost.`
+those OSDs lost tells peering to stop waiting: once every OSD a past
+interval waits for is lost (or removed), the PG goes active on what its
+other members hold, and writes only they held are gone. A lost OSD that
+boots again is asked and waited for as any other; a later loss needs a new
+osd lost.`
 			c.Flags().BoolVar(&sure, "yes-i-really-mean-it", false, "required: writes that only these OSDs hold are given up")
 		}
 		return c

@@ -354,6 +354,11 @@ func TestOSDLostUnblocksDown(t *testing.T) {
 	if out, _, err := run(t, append([]string{"osd", "lost", id}, s.args...)...); err == nil || !strings.Contains(err.Error(), "--yes-i-really-mean-it") {
 		t.Fatalf("osd lost without --yes-i-really-mean-it: %v\n%s", err, out)
 	}
+	// Removing it would give it up as well: not without the flag while a
+	// PG is down.
+	if out, _, err := run(t, append([]string{"osd", "rm", id}, s.args...)...); err == nil || !strings.Contains(err.Error(), "are down or incomplete") || !strings.Contains(err.Error(), written) {
+		t.Fatalf("osd rm of a down PG's blocker: %v\n%s", err, out)
+	}
 	if out := s.cli("osd", "lost", id, "--yes-i-really-mean-it"); !strings.Contains(out, "osd lost ["+id+"]: done") {
 		t.Fatalf("osd lost: %q", out)
 	}
@@ -370,6 +375,10 @@ func TestOSDLostUnblocksDown(t *testing.T) {
 	if out := s.cli("osd", "tree"); !regexp.MustCompile(`(?m)^osd\.` + id + `\s+\S+\s+lost\s+out\s`).MatchString(out) {
 		t.Fatalf("osd tree does not show osd.%s lost:\n%s", id, out)
 	}
+	// Removed once its PGs are active, it takes its lost_at with it: the
+	// PGs stay active (peering gives up on an OSD the map lacks as well).
+	s.cli("osd", "rm", id)
+	waitPGs(t, s.cli, fmt.Sprintf("osd.%d removed", s.gone), func(p mon.PGStat) bool { return strings.HasPrefix(p.State, "active") })
 
 }
 

@@ -332,18 +332,14 @@ func (m *Map) OSDs() iter.Seq[*osdpb.OSDInfo] {
 	}
 }
 
-// Lost yields each OSD an operator declared lost (`osd lost`) and the
-// epoch it was declared in, in ascending id order: peering's view
-// (pg.AdvanceMap.Lost), taken for every PG at every epoch, so it copies
-// nothing.
-func (m *Map) Lost() iter.Seq2[uint32, uint64] {
-	return func(yield func(uint32, uint64) bool) {
-		for _, o := range m.osds {
-			if o.LostAt != 0 && !yield(o.Id, o.LostAt) {
-				return
-			}
-		}
-	}
+// GivenUp reports whether peering may stop waiting to hear from OSD id
+// about a past interval that began at epoch first (pg.AdvanceMap.GivenUp):
+// the map no longer has it (osd rm), or it is down and an operator
+// declared it lost (osd lost) after first. It copies nothing: peering asks
+// for every PG at every epoch.
+func (m *Map) GivenUp(id uint32, first uint64) bool {
+	o := m.osd(id)
+	return o == nil || !o.Up && o.LostAt > first
 }
 
 // Pool returns a copy of the pool with the given id.

@@ -355,3 +355,31 @@ func TestFullness(t *testing.T) {
 		t.Fatalf("0.65 used at 0.5/0.6/0.7: %v", got)
 	}
 }
+
+// TestGivenUp: peering stops waiting for an OSD the map no longer has, or
+// one down and declared lost after the interval began; never for one up.
+func TestGivenUp(t *testing.T) {
+	pb := testProto(equalWeights(4), &osdpb.Pool{Id: 1, Name: "p", Size: 3, PgCount: 8})
+	pb.Epoch = 20
+	pb.Osds[1].Up, pb.Osds[1].LostAt = false, 12 // down, lost at 12
+	pb.Osds[2].LostAt = 12                       // lost at 12, up again since
+	pb.Osds[3].Up = false                        // down, not lost
+	m := mustMap(t, pb)
+	for _, c := range []struct {
+		id    uint32
+		first uint64
+		want  bool
+	}{
+		{0, 5, false},  // up
+		{1, 5, true},   // lost after the interval began
+		{1, 12, false}, // lost when it began: says nothing of it
+		{2, 5, false},  // up again
+		{3, 5, false},  // down, not lost
+		{9, 5, true},   // removed
+		{9, 100, true}, // removed: any interval
+	} {
+		if got := m.GivenUp(c.id, c.first); got != c.want {
+			t.Errorf("GivenUp(osd.%d, interval from %d) = %v, want %v", c.id, c.first, got, c.want)
+		}
+	}
+}

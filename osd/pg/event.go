@@ -24,13 +24,15 @@ type AdvanceMap struct {
 	// Size and MinSize are the pool's: below Size the PG is undersized,
 	// below MinSize it does not serve.
 	Size, MinSize int
-	// Lost holds the OSDs the map declares lost (an operator's `osd
-	// lost`), each with the epoch it was declared in: a past interval
-	// that began before that epoch no longer waits to hear from it, and
-	// one whose members are all lost or answered goes without a witness
-	// (what only the lost held is given up, as Ceph's lost_at). Nil:
-	// none.
-	Lost map[OSDID]Epoch
+	// GivenUp reports whether peering may stop waiting to hear from OSD
+	// id about a past interval that began at epoch first: the map no
+	// longer has it (an operator removed it), or it is down and was
+	// declared lost (`osd lost`) after first. An interval whose members
+	// all stayed silent and are all given up goes without a witness: what
+	// only they held is gone (Ceph's lost_at; a removed OSD never blocks
+	// a Ceph PG either). An OSD that is up is never given up: it is asked
+	// and waited for. Nil: none is.
+	GivenUp func(id OSDID, first Epoch) bool
 }
 
 // Info is a peer's answer to a Query the machine asked for at Epoch. The

@@ -78,7 +78,7 @@ func (p *PG) advanceMap(m AdvanceMap) error {
 	}
 	prev := p.epoch
 	p.epoch = m.Epoch
-	p.lost = m.Lost
+	p.givenUp = m.GivenUp
 	if prev != 0 && slices.Equal(m.Acting, p.cur.acting) && m.Size == p.cur.size && m.MinSize == p.cur.minSize {
 		p.retry()
 		return nil
@@ -213,10 +213,11 @@ func (p *PG) tryPeer() {
 	p.activate()
 }
 
-// unwitnessed returns, sorted, the members of each interval since start
-// that may have gone rw and of which no member answered (we ourselves
-// count: our log is on hand), less those given up as lost. Empty means
-// every such interval has a witness, or is given up.
+// unwitnessed returns, sorted, the members that peering waits for: of
+// each interval since start that may have gone rw and of which no member
+// answered with a complete copy (we ourselves count: our log is on hand),
+// those silent and not given up. Empty means every such interval has a
+// witness, or nobody left to wait for.
 func (p *PG) unwitnessed(start Epoch) []OSDID {
 	var blocked []OSDID
 	for _, iv := range p.past {
@@ -226,8 +227,15 @@ func (p *PG) unwitnessed(start Epoch) []OSDID {
 		if slices.ContainsFunc(iv.acting, p.answered) {
 			continue
 		}
+		// No complete copy answered for it. Those that answered
+		// incomplete (mid-backfill, or emptied as strays once the PG was
+		// clean elsewhere) are up: waiting for them changes nothing, and
+		// where the interval's writes went since, a later interval says.
+		// It waits only for members that stayed silent and that the map
+		// did not give up, as Ceph's PG goes down only for members down
+		// and not lost.
 		for _, id := range iv.acting {
-			if !p.givenUp(id, iv) && !slices.Contains(blocked, id) {
+			if id != p.self && !p.heard(id) && !p.gaveUp(id, iv) && !slices.Contains(blocked, id) {
 				blocked = append(blocked, id)
 			}
 		}
@@ -236,13 +244,18 @@ func (p *PG) unwitnessed(start Epoch) []OSDID {
 	return blocked
 }
 
-// givenUp reports whether the map declared id lost after interval iv
-// began: an operator gave up what id alone may hold of it, so peering no
-// longer waits for id about it. A loss declared before iv began says
-// nothing of iv (the OSD came back and served in it).
-func (p *PG) givenUp(id OSDID, iv interval) bool {
-	at, ok := p.lost[id]
-	return ok && at > iv.first
+// heard reports whether id answered our query this interval, with a
+// complete copy or not.
+func (p *PG) heard(id OSDID) bool {
+	pr := p.peers[id]
+	return pr != nil && pr.probe == probeAnswered
+}
+
+// gaveUp reports whether the newest map gave up what id alone may hold of
+// interval iv (AdvanceMap.GivenUp), so peering no longer waits for id
+// about it.
+func (p *PG) gaveUp(id OSDID, iv interval) bool {
+	return p.givenUp != nil && p.givenUp(id, iv.first)
 }
 
 // answered reports whether id answered with a complete copy: one that
@@ -289,7 +302,10 @@ func (p *PG) activate() {
 	}
 	for _, id := range p.cur.acting[1:] {
 		pr := p.peerOf(id)
-		if pr.probe == probeAnswered && pr.info.Last == p.local.Last {
+		// A copy mid-backfill at our Last (an emptied stray's, back
+		// beside an empty primary) is pushed too: it witnesses nothing
+		// until a backfill, of nothing perhaps, completes it.
+		if pr.probe == probeAnswered && pr.info.Last == p.local.Last && !pr.info.Incomplete {
 			p.out.notify = append(p.out.notify, PushTarget{To: id, Epoch: p.epoch, Have: pr.info.Last, Want: p.local.Last})
 			continue
 		}

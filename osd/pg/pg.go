@@ -214,8 +214,8 @@ type PG struct {
 	authLast   Version  // the authoritative Last, once chosen
 	blocked    []OSDID  // in phaseDown: whose answer would unblock us
 
-	// lost is the newest map's AdvanceMap.Lost.
-	lost map[OSDID]Epoch
+	// givenUp is the newest map's AdvanceMap.GivenUp.
+	givenUp func(id OSDID, first Epoch) bool
 
 	// activation is, at a replica, the log end the current interval's
 	// active primary pushed (Activated): reaching it raises the local

@@ -378,33 +378,81 @@ func TestNotifyUnblocksDown(t *testing.T) {
 }
 
 // TestLostUnblocksDown: a PG down for want of a prior interval's members
-// waits for those not declared lost; once every one is (an operator's
-// `osd lost`), the interval is given up and the PG goes active on what the
-// members it has hold. A loss declared before an interval began does not
-// give that interval up: the OSD came back and may have taken its writes.
+// waits for those the map does not give up; once every one is (an
+// operator's `osd lost`, or `osd rm`), the interval is given up and the PG
+// goes active on what the members it has hold. A loss declared before an
+// interval began does not give that interval up (the OSD came back and may
+// have taken its writes), and an OSD that is up is never given up.
 func TestLostUnblocksDown(t *testing.T) {
 	m := downMachine(t)
-	lost := func(e pg.Epoch, l map[pg.OSDID]pg.Epoch) {
-		m.step(pg.AdvanceMap{Epoch: e, Acting: osds(1, 5, 6), Size: 3, MinSize: 2, Lost: l})
+	// osds describes the map: lost epochs of down OSDs (0: not lost),
+	// those up, and those removed.
+	type osdState struct {
+		lostAt   pg.Epoch
+		up, gone bool
+	}
+	advance := func(e pg.Epoch, osdsNow map[pg.OSDID]osdState) {
+		t.Helper()
+		givenUp := func(id pg.OSDID, first pg.Epoch) bool {
+			s, ok := osdsNow[id]
+			return !ok || s.gone || !s.up && s.lostAt > first
+		}
+		m.step(pg.AdvanceMap{Epoch: e, Acting: osds(1, 5, 6), Size: 3, MinSize: 2, GivenUp: givenUp})
 		for _, id := range queried(m.Ready()) {
-			m.step(pg.Unreachable{From: id, Epoch: e})
+			if s := osdsNow[id]; !s.up {
+				m.step(pg.Unreachable{From: id, Epoch: e})
+			}
 		}
 	}
 	// osd.2 and osd.3 lost, osd.4 not: still down, blocked by osd.4 alone.
-	lost(3, map[pg.OSDID]pg.Epoch{2: 3, 3: 3})
+	advance(3, map[pg.OSDID]osdState{2: {lostAt: 3}, 3: {lostAt: 3}, 4: {}})
 	m.expect("down", false)
 	if got := m.Blocked(); !slices.Equal(got, osds(4)) {
 		t.Fatalf("Blocked %v, want osd.4 alone", got)
 	}
-	// osd.4 was declared lost at epoch 1, before the interval (which began
-	// at 1) could have been given up: it still blocks.
-	lost(4, map[pg.OSDID]pg.Epoch{2: 3, 3: 3, 4: 1})
+	// osd.4 was declared lost at epoch 1, when the interval began: that
+	// says nothing of it.
+	advance(4, map[pg.OSDID]osdState{2: {lostAt: 3}, 3: {lostAt: 3}, 4: {lostAt: 1}})
 	m.expect("down", false)
-	// All three lost after the interval began: given up.
-	lost(5, map[pg.OSDID]pg.Epoch{2: 3, 3: 3, 4: 5})
+	// osd.4 declared lost anew, but up (its disk was not dead after all):
+	// it is asked, and waited for.
+	advance(5, map[pg.OSDID]osdState{2: {lostAt: 3}, 3: {lostAt: 3}, 4: {lostAt: 5, up: true}})
+	if rd := m.Ready(); rd.State.String() == "active" || rd.State.String() == "active+clean" {
+		t.Fatalf("went %s without asking osd.4, which is up", rd.State)
+	}
+	if got := m.Blocked(); len(got) != 0 && !slices.Equal(got, osds(4)) {
+		t.Fatalf("Blocked %v", got)
+	}
+	// osd.4 goes down again before it answers (its query fails), and is
+	// removed (osd rm): given up too.
+	advance(6, map[pg.OSDID]osdState{2: {lostAt: 3}, 3: {lostAt: 3}, 4: {gone: true}})
+	m.step(pg.Unreachable{From: 4, Epoch: 5})
 	m.expect("active+clean", true)
 	if got := m.Blocked(); len(got) != 0 {
 		t.Fatalf("Blocked %v when active", got)
+	}
+}
+
+// TestIncompleteMembersAloneDoNotBlock: an interval every member of which
+// answered, none with a complete copy (emptied as strays once the PG was
+// clean elsewhere, as after a pool went to size 1), leaves nobody to wait
+// for: the PG goes on with what answered, as Ceph's does with members up.
+// Before, it stayed down, blocked by OSDs that were up, itself among them.
+func TestIncompleteMembersAloneDoNotBlock(t *testing.T) {
+	m := newMachine(t, 2, pg.PeerInfo{Incomplete: true}).maps(2, osds(2, 3, 4), osds(2, 3))
+	m.Ready()
+	m.step(pg.Info{From: 3, Epoch: 3, Info: pg.PeerInfo{Incomplete: true}})
+	m.step(pg.Unreachable{From: 4, Epoch: 3})
+	// osd.4, silent, may hold epoch 1's writes: down, waiting for it
+	// alone (not for osd.3, which answered, nor for ourselves).
+	m.expect("down", false)
+	if got := m.Blocked(); !slices.Equal(got, osds(4)) {
+		t.Fatalf("Blocked %v, want [4]", got)
+	}
+	// osd.4 answers, incomplete too: nobody left to wait for.
+	m.step(pg.Info{From: 4, Epoch: 3, Info: pg.PeerInfo{Incomplete: true}})
+	if rd := m.Ready(); rd.State&pg.StateDown != 0 || len(m.Blocked()) != 0 {
+		t.Fatalf("state %s blocked by %v with every member of epoch 1 heard", rd.State, m.Blocked())
 	}
 }
 
@@ -678,6 +726,11 @@ func TestIncompleteCopyWitnessesNothing(t *testing.T) {
 	m.step(pg.Info{From: 4, Epoch: 2, Info: pg.PeerInfo{Last: v(1, 9), LastEpochStarted: 1, Incomplete: true}})
 	m.step(pg.Unreachable{From: 2, Epoch: 2}, pg.Unreachable{From: 3, Epoch: 2})
 	m.expect("down", false)
+	// It waits for the silent ones: the incomplete one answered, and
+	// waiting for it changes nothing.
+	if got := m.Blocked(); !slices.Equal(got, osds(2, 3)) {
+		t.Fatalf("Blocked %v, want [2 3]", got)
+	}
 	// A complete member of epoch 1 answers, behind the incomplete one:
 	// it is the log to pull.
 	m.step(pg.Info{From: 3, Epoch: 2, Info: pg.PeerInfo{Last: v(1, 7), LastEpochStarted: 1}})

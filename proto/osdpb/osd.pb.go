@@ -2740,7 +2740,7 @@ type RepOp struct {
 	// a replica whose log ends there raises its last_epoch_started.
 	Activated bool `protobuf:"varint,5,opt,name=activated,proto3" json:"activated,omitempty"`
 	// With a write: where the primary's log ended before entry (zero for an
-	// empty log), Ceph's prior version of the log. A replica applies the
+	// empty log). A replica applies the
 	// entry only on top of exactly that; a log that ends at the same
 	// sequence number under another version holds a divergent entry (one a
 	// dead primary wrote and no one else has), and it recovers from the

@@ -1,0 +1,171 @@
+package osd_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/osd"
+	"github.com/ospreystore/osprey/osd/store"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// TestEmptyIncompleteReplicasWitness: a pool that went 3 -> 1 -> 3
+// replicas leaves, on the two members that were strays at size 1, copies
+// of an unwritten PG whose removal kept them marked mid-backfill (store
+// RemovePG): empty, and no witness of anything. Back in the acting set
+// beside a primary just as empty, they must not stay so: each is
+// backfilled (of nothing) or told it holds the interval's log, so that
+// when the primary then goes the two of them serve the PG, instead of
+// leaving it down with every OSD up.
+func TestEmptyIncompleteReplicasWitness(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 4})
+	ctx := ctxT(t, 2*time.Minute)
+	cl := c.Client(t, func(o *client.Options) { o.RetryFor = 20 * time.Second })
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	const pg = 1 // never written: the test makes no bucket in it
+	sid, err := placement.PGID{Pool: pool.Id, Seed: pg}.StoreID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	acting := c.Map.ActingSet(pool.Id, pg)
+	if len(acting) != 3 {
+		t.Fatalf("acting %v", acting)
+	}
+	for _, id := range acting[1:] {
+		c.StopOSD(id)
+		withStore(ctx, t, c, id, func(st *store.Store) error { return st.SetPGBackfilling(ctx, sid) })
+	}
+	// Out (the PG runs on the primary alone, as at size 1), then in again:
+	// a new interval with them in it.
+	adopt := func(edit func(pb *osdpb.ClusterMap)) {
+		t.Helper()
+		next, err := c.Map.With(edit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Map = next
+		for _, o := range c.OSDs {
+			if o != nil {
+				if err := o.AdoptMap(next); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	adopt(func(pb *osdpb.ClusterMap) {
+		for _, id := range acting[1:] {
+			pb.Osds[id].In = false
+		}
+	})
+	adopt(func(pb *osdpb.ClusterMap) {
+		for _, id := range acting[1:] {
+			pb.Osds[id].In = true
+		}
+	})
+	for _, id := range acting[1:] {
+		c.StartOSD(id)
+	}
+	osdtest.Eventually(t, 30*time.Second, "the replicas' copies complete", func() bool {
+		for _, id := range acting[1:] {
+			if inc, err := c.OSDs[id].Store().PGBackfilling(ctx, sid); err != nil || inc {
+				return false
+			}
+		}
+		return true
+	})
+	// The primary goes: the two serve the PG.
+	primary := acting[0]
+	c.StopOSD(primary)
+	adopt(func(pb *osdpb.ClusterMap) { pb.Osds[primary].Up, pb.Osds[primary].In = false, false })
+	if err := cl.MakeBucket(ctx, "emptypg"); err != nil {
+		t.Fatal(err)
+	}
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("k%d", i); placement.PGOf(pool, "emptypg", k) == pg {
+			key = k
+		}
+	}
+	if _, err := osdtest.Put(ctx, cl, "emptypg", key, []byte("after"), client.PutOptions{}); err != nil {
+		t.Fatalf("put to pg %d.%x with its primary gone and both replicas up: %v", pool.Id, pg, err)
+	}
+}
+
+// TestPoolBackFromSizeOneThenAMemberGoes: a pool goes 3 -> 1 -> 3
+// replicas with most PGs never written. At size 1 the other two OSDs'
+// copies are strays, and are removed (emptied, marked mid-backfill); back
+// at size 3 they must become whole members again, so that when an OSD
+// then goes, every PG serves on the two left, instead of staying down
+// with every OSD up (found by a user probe: blocked_by named up OSDs).
+func TestPoolBackFromSizeOneThenAMemberGoes(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: func(cfg *osd.Config) { cfg.StrayInterval = 50 * time.Millisecond }})
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	cl := c.Client(t, func(o *client.Options) { o.RetryFor = 30 * time.Second })
+	if err := cl.MakeBucket(ctx, "sizes"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := osdtest.Put(ctx, cl, "sizes", "one", []byte("1"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	adopt := func(edit func(pb *osdpb.ClusterMap)) {
+		t.Helper()
+		next, err := c.Map.With(edit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Map = next
+		for _, o := range c.OSDs {
+			if o != nil {
+				if err := o.AdoptMap(next); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	setSize := func(n uint32) {
+		adopt(func(pb *osdpb.ClusterMap) {
+			for _, p := range pb.Pools {
+				if p.Id == pool.Id {
+					p.Size, p.MinSize = n, 0
+				}
+			}
+		})
+	}
+	// marks counts the copies of the pool's PGs marked mid-backfill.
+	marks := func() int {
+		n := 0
+		for _, o := range c.OSDs {
+			for seed := range pool.PgCount {
+				sid, _ := placement.PGID{Pool: pool.Id, Seed: seed}.StoreID()
+				if inc, err := o.Store().PGBackfilling(ctx, sid); err == nil && inc {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	setSize(1)
+	osdtest.Eventually(t, 60*time.Second, "the strays of size 1 removed", func() bool { return marks() == 2*int(pool.PgCount) })
+	setSize(3)
+	osdtest.Eventually(t, 60*time.Second, "the emptied copies whole again at size 3", func() bool { return marks() == 0 })
+
+	const gone = 0
+	c.StopOSD(gone)
+	adopt(func(pb *osdpb.ClusterMap) { pb.Osds[gone].Up, pb.Osds[gone].In = false, false })
+	for seed := range pool.PgCount {
+		key := ""
+		for i := 0; key == ""; i++ {
+			if k := fmt.Sprintf("k%d", i); placement.PGOf(pool, "sizes", k) == seed {
+				key = k
+			}
+		}
+		if _, err := osdtest.Put(ctx, cl, "sizes", key, []byte("after"), client.PutOptions{}); err != nil {
+			t.Fatalf("put to pg %d.%x with osd.%d gone, the others up: %v", pool.Id, seed, gone, err)
+		}
+	}
+}
