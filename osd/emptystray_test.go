@@ -41,21 +41,7 @@ func TestEmptyIncompleteReplicasWitness(t *testing.T) {
 	}
 	// Out (the PG runs on the primary alone, as at size 1), then in again:
 	// a new interval with them in it.
-	adopt := func(edit func(pb *osdpb.ClusterMap)) {
-		t.Helper()
-		next, err := c.Map.With(edit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Map = next
-		for _, o := range c.OSDs {
-			if o != nil {
-				if err := o.AdoptMap(next); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
+	adopt := func(edit func(pb *osdpb.ClusterMap)) { t.Helper(); adoptEdit(t, c, edit) }
 	adopt(func(pb *osdpb.ClusterMap) {
 		for _, id := range acting[1:] {
 			pb.Osds[id].In = false
@@ -112,21 +98,7 @@ func TestPoolBackFromSizeOneThenAMemberGoes(t *testing.T) {
 	if _, err := osdtest.Put(ctx, cl, "sizes", "one", []byte("1"), client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	adopt := func(edit func(pb *osdpb.ClusterMap)) {
-		t.Helper()
-		next, err := c.Map.With(edit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Map = next
-		for _, o := range c.OSDs {
-			if o != nil {
-				if err := o.AdoptMap(next); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
+	adopt := func(edit func(pb *osdpb.ClusterMap)) { t.Helper(); adoptEdit(t, c, edit) }
 	setSize := func(n uint32) {
 		adopt(func(pb *osdpb.ClusterMap) {
 			for _, p := range pb.Pools {
@@ -166,6 +138,24 @@ func TestPoolBackFromSizeOneThenAMemberGoes(t *testing.T) {
 		}
 		if _, err := osdtest.Put(ctx, cl, "sizes", key, []byte("after"), client.PutOptions{}); err != nil {
 			t.Fatalf("put to pg %d.%x with osd.%d gone, the others up: %v", pool.Id, seed, gone, err)
+		}
+	}
+}
+
+// adoptEdit makes the next map of c with edit and has every running OSD
+// adopt it.
+func adoptEdit(t *testing.T, c *osdtest.Cluster, edit func(pb *osdpb.ClusterMap)) {
+	t.Helper()
+	next, err := c.Map.With(edit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Map = next
+	for _, o := range c.OSDs {
+		if o != nil {
+			if err := o.AdoptMap(next); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
