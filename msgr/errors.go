@@ -76,6 +76,9 @@ type ConnError struct {
 }
 
 func (e *ConnError) Error() string {
+	if e.Peer == "" { // a dial to an address whose entity we do not know yet (a mon)
+		return fmt.Sprintf("msgr: %s %s: %v", e.Op, e.Addr, e.Err)
+	}
 	return fmt.Sprintf("msgr: %s %s (%s): %v", e.Op, e.Peer, e.Addr, e.Err)
 }
 
