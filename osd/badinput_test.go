@@ -242,7 +242,14 @@ func TestBucketDeleteResendAnsweredFromLog(t *testing.T) {
 		}
 		return rep.Header.GetStatus()
 	}
-	if st := del("gone", 9, 0); st != osdpb.Status_OK {
+	// The first send may find the meta PG still settling after the
+	// bucket's creation (ServiceUnavailable, nothing applied), which a
+	// client retries, with the same request id.
+	st := del("gone", 9, 0)
+	for deadline := time.Now().Add(10 * time.Second); st == osdpb.Status_SERVICE_UNAVAILABLE && time.Now().Before(deadline); st = del("gone", 9, 0) {
+		time.Sleep(20 * time.Millisecond) // a client's retry backoff
+	}
+	if st != osdpb.Status_OK {
 		t.Fatalf("delete: %v", st)
 	}
 	if st := del("gone", 9, 1); st != osdpb.Status_OK {

@@ -1,7 +1,9 @@
 package osd_test
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -122,7 +124,7 @@ func TestPoolBackFromSizeOneThenAMemberGoes(t *testing.T) {
 		return n
 	}
 	setSize(1)
-	osdtest.Eventually(t, 60*time.Second, "the strays of size 1 removed", func() bool { return marks() == 2*int(pool.PgCount) })
+	osdtest.Eventually(t, 60*time.Second, "the strays of size 1 removed", func() bool { return unemptiedStrays(ctx, t, c, pool) == 0 && marks() > 0 })
 	setSize(3)
 	osdtest.Eventually(t, 60*time.Second, "the emptied copies whole again at size 3", func() bool { return marks() == 0 })
 
@@ -158,4 +160,57 @@ func adoptEdit(t *testing.T, c *osdtest.Cluster, edit func(pb *osdpb.ClusterMap)
 			}
 		}
 	}
+}
+
+// TestStrayRemovalsBackToBack: an OSD with many stray copies removes them
+// one after another, not one per StrayInterval (an OSD that left hundreds
+// of PGs took that many intervals to free them).
+func TestStrayRemovalsBackToBack(t *testing.T) {
+	const interval = 5 * time.Second
+	ctx := ctxT(t, 2*time.Minute)
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 16, Tweak: func(cfg *osd.Config) { cfg.StrayInterval = interval }})
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "strays"); err != nil {
+		t.Fatal(err)
+	}
+	strays := func() int { return unemptiedStrays(ctx, t, c, pool) }
+	adoptEdit(t, c, func(pb *osdpb.ClusterMap) {
+		for _, p := range pb.Pools {
+			if p.Id == pool.Id {
+				p.Size, p.MinSize = 1, 0
+			}
+		}
+	})
+	start := time.Now()
+	if n := strays(); n < int(pool.PgCount) {
+		t.Fatalf("%d stray copies at size 1, want at least %d", n, pool.PgCount)
+	}
+	// About 11 strays an OSD: one an interval would take 55 s.
+	osdtest.Eventually(t, 60*time.Second, "every stray copy removed", func() bool { return strays() == 0 })
+	if took := time.Since(start); took > 3*interval {
+		t.Errorf("the stray copies took %v to go, more than 3 intervals of %v: one removal per interval", took.Round(time.Millisecond), interval)
+	}
+}
+
+// unemptiedStrays counts the copies c's OSDs hold of pool's PGs they are
+// not members of and have not emptied yet (store RemovePG).
+func unemptiedStrays(ctx context.Context, t *testing.T, c *osdtest.Cluster, pool *osdpb.Pool) (n int) {
+	t.Helper()
+	for _, o := range c.OSDs {
+		held, err := o.Store().HeldPGs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sid := range held {
+			id := placement.PGIDOf(sid)
+			if id.Pool != pool.Id || slices.Contains(c.Map.ActingSet(pool.Id, id.Seed), o.ID()) {
+				continue
+			}
+			if inc, err := o.Store().PGBackfilling(ctx, sid); err == nil && !inc {
+				n++
+			}
+		}
+	}
+	return n
 }

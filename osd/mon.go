@@ -376,11 +376,10 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 	}
 	tokens := []string{"active"}
 	recovering, backfilling, recoveryFull, backfillFull := false, false, false, false
-	settled := ps.settled(last, time.Now())
 	for _, id := range acting[1:] {
 		at, known := ps.peerAt(id)
-		if last.GetSeq() == 0 || (known && versionLE(settled, at)) {
-			continue // caught up, or short only of writes still in flight
+		if last.GetSeq() == 0 || (known && versionLE(last, at)) {
+			continue
 		}
 		// Ask it where it is (and make it catch up): its answer is what
 		// turns this PG clean. A replica that came back while we were

@@ -23,7 +23,8 @@ import (
 // pulls from. Data loss is far worse than a leak, so every doubt (no
 // answer, a map that disagrees, a recovery under way) keeps the copy.
 //
-// The removal runs one PG at a time, in pages with a pause between them
+// The removal runs one PG at a time, the next as soon as one ends, in
+// pages with a pause between them
 // (store.RemovePG, which also makes a crash midway safe: Start resumes
 // one it finds marked), while the PG refuses RepOps, queries and recovery
 // reads (pgState.removals). Its end drops the PG's state, unless the map
@@ -153,8 +154,14 @@ func (o *OSD) removeStray(sid uint32, asked uint64) bool {
 		o.markRemoving(p)
 		started <- true
 		o.wg.Go(func() {
-			defer o.removingStray.Store(false)
 			o.runRemoval(p)
+			o.removingStray.Store(false)
+			// The next stray goes now, not a StrayInterval later: an
+			// OSD that left hundreds of PGs frees them back to back,
+			// each removal paced by itself (removalPause).
+			if o.ctx.Err() == nil {
+				o.checkStrays()
+			}
 		})
 	}) {
 		return false

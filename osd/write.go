@@ -72,42 +72,6 @@ type pgState struct {
 	// recovering: the PG is degraded, not clean.
 	peerMu   sync.Mutex
 	peerLast map[uint32]*osdpb.Version
-	// endMark and endPrev (under peerMu) are our log's end as pgStat
-	// saw it, taken at most once per settleTime (mark) and the take
-	// before that (prev): what the replicas must have by now.
-	endMark, endPrev logEnd
-}
-
-// logEnd is where a PG's log ended at a time.
-type logEnd struct {
-	v  *osdpb.Version
-	at time.Time
-}
-
-// settleTime is how long a write may take to reach the replicas before a
-// replica still short of it counts as behind: a RepOp in flight is not a
-// degraded copy (status would flap to HEALTH_WARN under every burst of
-// writes, and each replica be sent a needless sync).
-const settleTime = time.Second
-
-// settled returns the version every replica should have reached by now:
-// where our log ended at the take before the last one, at least
-// settleTime ago (at the first take, the end it saw; last itself when
-// nothing was written since).
-func (p *pgState) settled(last *osdpb.Version, now time.Time) *osdpb.Version {
-	p.peerMu.Lock()
-	defer p.peerMu.Unlock()
-	if p.endMark.v == nil || now.Sub(p.endMark.at) >= settleTime {
-		p.endPrev, p.endMark = p.endMark, logEnd{last, now}
-	}
-	ref := p.endPrev.v
-	if ref == nil {
-		ref = p.endMark.v
-	}
-	if !versionLE(ref, last) {
-		return last // the log went back (a rollback)
-	}
-	return ref
 }
 
 // notePeer records that replica id's log ends at last.
