@@ -378,8 +378,8 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 	recovering, backfilling, recoveryFull, backfillFull := false, false, false, false
 	for _, id := range acting[1:] {
 		at, known := ps.peerAt(id)
-		if last.GetSeq() == 0 || (known && versionLE(last, at)) {
-			continue
+		if last.GetSeq() == 0 || (known && (versionLE(last, at) || ps.inFlightTo(id, at, last))) {
+			continue // caught up, or short only of writes on their way to it
 		}
 		// Ask it where it is (and make it catch up): its answer is what
 		// turns this PG clean. A replica that came back while we were

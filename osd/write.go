@@ -72,6 +72,42 @@ type pgState struct {
 	// recovering: the PG is degraded, not clean.
 	peerMu   sync.Mutex
 	peerLast map[uint32]*osdpb.Version
+	// inflight (under peerMu) counts, per replica, the writes sent to it
+	// that it has not answered yet: a replica short of our log by no more
+	// than those is not behind, they are on their way (pgStat).
+	inflight map[uint32]int
+}
+
+// sending counts a write on its way to each of ids (pendingRep.done undoes it).
+func (p *pgState) sending(ids []uint32) {
+	p.peerMu.Lock()
+	defer p.peerMu.Unlock()
+	if p.inflight == nil {
+		p.inflight = map[uint32]int{}
+	}
+	for _, id := range ids {
+		p.inflight[id]++
+	}
+}
+
+// answered counts a write to id answered (acked, refused, or given up).
+func (p *pgState) answered(id uint32) {
+	p.peerMu.Lock()
+	defer p.peerMu.Unlock()
+	if p.inflight[id] > 1 {
+		p.inflight[id]--
+	} else {
+		delete(p.inflight, id)
+	}
+}
+
+// inFlightTo reports whether replica id, at at, is short of last only by
+// writes sent to it and not answered yet.
+func (p *pgState) inFlightTo(id uint32, at, last *osdpb.Version) bool {
+	p.peerMu.Lock()
+	defer p.peerMu.Unlock()
+	n := uint64(p.inflight[id])
+	return n > 0 && at.GetSeq()+n >= last.GetSeq()
 }
 
 // notePeer records that replica id's log ends at last.
@@ -710,10 +746,20 @@ type pendingRep struct {
 	timer   *time.Timer // under mu: set after the entry is published
 	once    sync.Once
 	done    func(error)
+	pg      *pgState // a write's PG, whose inflight counts it; nil for a sync
 }
 
 func (p *pendingRep) finish(err error) {
 	p.once.Do(func() {
+		p.mu.Lock()
+		unanswered := p.waiting
+		p.waiting = nil
+		p.mu.Unlock()
+		if p.pg != nil {
+			for _, id := range unanswered {
+				p.pg.answered(id)
+			}
+		}
 		// An ack (or the timer itself) can finish the entry before
 		// replicate has stored its timer; that timer then finds the
 		// entry taken and does nothing.
@@ -732,6 +778,9 @@ func (p *pendingRep) finish(err error) {
 func (p *pendingRep) acked(id uint32) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.pg != nil && slices.Contains(p.waiting, id) {
+		p.pg.answered(id)
+	}
 	p.waiting = slices.DeleteFunc(p.waiting, func(w uint32) bool { return w == id })
 	return len(p.waiting) == 0
 }
@@ -842,6 +891,10 @@ func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osd
 		return
 	}
 	pr := &pendingRep{done: done, waiting: slices.Clone(replicas)}
+	if prior != nil {
+		pr.pg = p
+		p.sending(replicas)
+	}
 	tid := o.reps.Add(pr)
 	timer := time.AfterFunc(o.cfg.RepTimeout, func() {
 		if pr, ok := o.reps.Take(tid); ok {
