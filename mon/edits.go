@@ -335,7 +335,7 @@ func (c osdCommand) apply(pb *osdpb.ClusterMap, now time.Time) ([]uint32, error)
 			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd lost %v: peering stops waiting for these OSDs, and writes that only they hold are gone for good: say --yes-i-really-mean-it", c.ids)
 		}
 		for _, id := range dedup(c.ids) {
-			if o := osdByID(pb, id); o.LostAt == 0 || o.LostAt < o.UpFrom {
+			if o := osdByID(pb, id); !lossStands(o) {
 				// Lost from the epoch this edit makes. One that came back
 				// since an earlier loss (up_from after it) is lost anew:
 				// intervals it served since then are no longer given up.
@@ -430,6 +430,10 @@ func checkLabel(s string, max int) string {
 	}
 	return ""
 }
+
+// lossStands reports whether OSD o was declared lost (osd lost) and has
+// not booted since: a boot after the loss (up_from past lost_at) ends it.
+func lossStands(o *osdpb.OSDInfo) bool { return o.LostAt != 0 && o.LostAt >= o.UpFrom }
 
 func osdByID(pb *osdpb.ClusterMap, id uint32) *osdpb.OSDInfo {
 	for _, o := range pb.Osds {

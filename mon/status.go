@@ -296,7 +296,7 @@ func computeStatus(in statusInput) *Status {
 				if o.Host != "" {
 					line = fmt.Sprintf("osd.%d (host %s) is down", o.Id, o.Host)
 				}
-				if o.LostAt != 0 && o.LostAt >= o.UpFrom {
+				if lossStands(o) {
 					line += " (lost)"
 				}
 				downIn = append(downIn, line)
@@ -579,7 +579,7 @@ func osdTree(mp *placement.Map) []OSDTreeEntry {
 		if neverBooted(o) {
 			e.PublicAddr, e.ClusterAddr, e.NeverBooted = "", "", true
 		}
-		e.LostAt, e.Lost = o.LostAt, !o.Up && o.LostAt != 0 && o.LostAt >= o.UpFrom
+		e.LostAt, e.Lost = o.LostAt, !o.Up && lossStands(o)
 		out = append(out, e)
 	}
 	for pool := range mp.Pools() {

@@ -381,14 +381,7 @@ func newcomerMaps(t *testing.T, c *osdtest.Cluster, newcomer uint32) (without, w
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range c.OSDs {
-		if o == nil {
-			continue // stopped
-		}
-		if err := o.AdoptMap(without); err != nil {
-			t.Fatal(err)
-		}
-	}
+	adoptAll(t, c, without)
 	return without, with
 }
 
@@ -790,13 +783,7 @@ func TestPrimaryWitnessesSkippedInterval(t *testing.T) {
 	}
 	primary := set[0]
 	c.StopOSD(primary)
-	for id, o := range c.OSDs {
-		if o != nil {
-			if err := o.AdoptMap(elsewhere); err != nil {
-				t.Fatalf("osd.%d: %v", id, err)
-			}
-		}
-	}
+	adoptAll(t, c, elsewhere)
 	cl := c.Client(t, nil)
 	if err := cl.MakeBucket(ctx, "skipped"); err != nil {
 		t.Fatal(err)

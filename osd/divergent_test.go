@@ -113,13 +113,7 @@ func divergentReplica(t *testing.T) *divergent {
 // again, through it.
 func (d *divergent) rejoin(t *testing.T) {
 	d.c.Map = d.with
-	for _, o := range d.c.OSDs {
-		if o != nil {
-			if err := o.AdoptMap(d.with); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	adoptAll(t, d.c, d.with)
 	d.c.StartOSD(d.victim)
 	osdtest.Eventually(t, 60*time.Second, "a write with the victim back", func() bool {
 		_, err := osdtest.Put(d.ctx, d.cl, "div", divergentKey, []byte("three"), client.PutOptions{})

@@ -2,7 +2,6 @@ package osd_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -72,12 +71,7 @@ func TestEmptyIncompleteReplicasWitness(t *testing.T) {
 	if err := cl.MakeBucket(ctx, "emptypg"); err != nil {
 		t.Fatal(err)
 	}
-	key := ""
-	for i := 0; key == ""; i++ {
-		if k := fmt.Sprintf("k%d", i); placement.PGOf(pool, "emptypg", k) == pg {
-			key = k
-		}
-	}
+	key := keysInPG(pool, "emptypg", pg, "k", 1)[0]
 	if _, err := osdtest.Put(ctx, cl, "emptypg", key, []byte("after"), client.PutOptions{}); err != nil {
 		t.Fatalf("put to pg %d.%x with its primary gone and both replicas up: %v", pool.Id, pg, err)
 	}
@@ -132,12 +126,7 @@ func TestPoolBackFromSizeOneThenAMemberGoes(t *testing.T) {
 	c.StopOSD(gone)
 	adopt(func(pb *osdpb.ClusterMap) { pb.Osds[gone].Up, pb.Osds[gone].In = false, false })
 	for seed := range pool.PgCount {
-		key := ""
-		for i := 0; key == ""; i++ {
-			if k := fmt.Sprintf("k%d", i); placement.PGOf(pool, "sizes", k) == seed {
-				key = k
-			}
-		}
+		key := keysInPG(pool, "sizes", seed, "k", 1)[0]
 		if _, err := osdtest.Put(ctx, cl, "sizes", key, []byte("after"), client.PutOptions{}); err != nil {
 			t.Fatalf("put to pg %d.%x with osd.%d gone, the others up: %v", pool.Id, seed, gone, err)
 		}
@@ -153,10 +142,16 @@ func adoptEdit(t *testing.T, c *osdtest.Cluster, edit func(pb *osdpb.ClusterMap)
 		t.Fatal(err)
 	}
 	c.Map = next
-	for _, o := range c.OSDs {
+	adoptAll(t, c, next)
+}
+
+// adoptAll has every running OSD of c adopt map m.
+func adoptAll(t *testing.T, c *osdtest.Cluster, m *placement.Map) {
+	t.Helper()
+	for id, o := range c.OSDs {
 		if o != nil {
-			if err := o.AdoptMap(next); err != nil {
-				t.Fatal(err)
+			if err := o.AdoptMap(m); err != nil {
+				t.Fatalf("osd.%d: %v", id, err)
 			}
 		}
 	}

@@ -78,7 +78,8 @@ type pgState struct {
 	inflight map[uint32]int
 }
 
-// sending counts a write on its way to each of ids (pendingRep.done undoes it).
+// sending counts a write on its way to each of ids (pendingRep.acked and
+// finish count it answered).
 func (p *pgState) sending(ids []uint32) {
 	p.peerMu.Lock()
 	defer p.peerMu.Unlock()
