@@ -450,14 +450,23 @@ func TestUpDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	out, _, err := run(t, "up", "--demo", "--temp", "--osds", "1", "--demo-sizes", "0,1KiB,3MiB", "--log-level", "warn")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	for _, want := range []string{"serving 1 OSDs", "client.admin's keyring in", "make-bucket", "put ", "read-at", "bytes verified", "remove-bucket", "demo passed"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("demo output lacks %q:\n%s", want, out)
-		}
+	for _, tc := range []struct {
+		auth, admin string // --auth, and what the admin line says
+	}{
+		{"cert", "client.admin's keyring in /"},
+		{"none", "no keyring: authentication is off"},
+	} {
+		t.Run(tc.auth, func(t *testing.T) {
+			out, _, err := run(t, "up", "--demo", "--temp", "--osds", "1", "--demo-sizes", "0,1KiB,3MiB", "--log-level", "warn", "--auth", tc.auth)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			for _, want := range []string{"serving 1 OSDs", tc.admin, "make-bucket", "put ", "read-at", "bytes verified", "remove-bucket", "demo passed"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("demo output lacks %q:\n%s", want, out)
+				}
+			}
+		})
 	}
 }
 

@@ -426,7 +426,13 @@ func printServing(w io.Writer, o upOptions, lc *localCluster) {
 	}
 	if lc.Mon != nil {
 		fmt.Fprintf(w, "  mon.a  %s (etcd embedded, data in %s)\n", lc.Mon.Addr(), lc.Etcd.Dir())
-		fmt.Fprintf(w, "  admin  client.admin's keyring in %s (keep it secret)\n", lc.keyring)
+		if lc.keyring != "" {
+			fmt.Fprintf(w, "  admin  client.admin's keyring in %s (keep it secret)\n", lc.keyring)
+		} else {
+			// --auth none: no keyring to point at, and a reader should
+			// see that the cluster is open rather than an empty path.
+			fmt.Fprintf(w, "  admin  no keyring: authentication is off (--auth none)\n")
+		}
 	}
 	if u := lc.dashboardURL(); u != "" {
 		fmt.Fprintf(w, "  dashboard  %s\n", u)
