@@ -198,3 +198,31 @@ func TestOSDLost(t *testing.T) {
 		t.Fatalf("osd.1 lost_at %d after a second loss at epoch %d (first %d)", o.LostAt, rep.Epoch, lostAt)
 	}
 }
+
+// TestBootBorn: a boot records the epoch the OSD's store was made (born)
+// for a new OSD and for a store that says it is new (a replaced disk under
+// the old id), and keeps it for a restart on the old store, so that peering
+// gives up what the id held before a new store (placement.Map.GivenUp).
+func TestBootBorn(t *testing.T) {
+	pb := &osdpb.ClusterMap{Epoch: 9, Fsid: "f", Osds: []*osdpb.OSDInfo{
+		{Id: 0, Uuid: "u0", UpFrom: 4, Born: 2},
+		{Id: 1, Uuid: "u1"}, // made by osd create, never booted
+		{Id: 2, Uuid: "u2", UpFrom: 3},
+	}}
+	boot := func(b *osdpb.MonBoot, want uint64) {
+		t.Helper()
+		id, err := applyBoot(pb, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := osdByID(pb, id); o.Born != want {
+			t.Fatalf("boot %+v: osd.%d born %d, want %d", b, id, o.Born, want)
+		}
+		pb.Epoch++
+	}
+	boot(&osdpb.MonBoot{HasId: true, Id: 0, Uuid: "u0", PublicAddr: "tcp://127.0.0.1:1"}, 2)  // a restart
+	boot(&osdpb.MonBoot{HasId: true, Id: 1, Uuid: "u1", PublicAddr: "tcp://127.0.0.1:2"}, 11) // first boot
+	boot(&osdpb.MonBoot{HasId: true, Id: 2, Uuid: "u2", PublicAddr: "tcp://127.0.0.1:3", FreshStore: true}, 12)
+	boot(&osdpb.MonBoot{Uuid: "u3", PublicAddr: "tcp://127.0.0.1:4"}, 13) // a new OSD
+	boot(&osdpb.MonBoot{HasId: true, Id: 2, Uuid: "u2", PublicAddr: "tcp://127.0.0.1:3"}, 12)
+}

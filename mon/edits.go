@@ -51,6 +51,13 @@ func applyBoot(pb *osdpb.ClusterMap, b *osdpb.MonBoot) (uint32, error) {
 		pb.Osds = append(pb.Osds, o)
 		slices.SortFunc(pb.Osds, func(a, b *osdpb.OSDInfo) int { return cmp.Compare(a.Id, b.Id) })
 	}
+	if o.UpFrom == 0 || b.FreshStore {
+		// A store made now (a new OSD, or a replaced disk under its old
+		// id): what the id held before is gone (Map.GivenUp). An OSD
+		// that "osd create" made and that never booted held nothing
+		// either.
+		o.Born = newEpoch
+	}
 	o.Uuid = b.Uuid
 	o.PublicAddr = b.PublicAddr
 	o.ClusterAddr = b.ClusterAddr

@@ -155,6 +155,9 @@ type OSDTreeEntry struct {
 	// for never; Lost says the loss stands: it has not booted since.
 	LostAt uint64 `json:"lost_at,omitempty"`
 	Lost   bool   `json:"lost,omitempty"`
+	// Born is the epoch its store was made (its first boot on it), 0 when
+	// the mon has not recorded one: what it held before is gone.
+	Born uint64 `json:"born,omitempty"`
 	// PGs counts the PGs (of every pool) whose acting set holds the OSD;
 	// PrimaryPGs those it is primary of.
 	PGs        int `json:"pgs"`
@@ -579,7 +582,7 @@ func osdTree(mp *placement.Map) []OSDTreeEntry {
 		if neverBooted(o) {
 			e.PublicAddr, e.ClusterAddr, e.NeverBooted = "", "", true
 		}
-		e.LostAt, e.Lost = o.LostAt, !o.Up && lossStands(o)
+		e.LostAt, e.Lost, e.Born = o.LostAt, !o.Up && lossStands(o), o.Born
 		out = append(out, e)
 	}
 	for pool := range mp.Pools() {

@@ -194,9 +194,16 @@ func createOSD(ctx context.Context, cfg *Config, ident *identity) (*auth.Keyring
 func (o *OSD) boot(ctx context.Context) error {
 	pub, clu := o.advertised()
 	rep, err := o.mon.Boot(ctx, &osdpb.MonBoot{Fsid: o.ident.FSID, HasId: true, Id: o.id, Uuid: o.ident.UUID,
-		PublicAddr: pub, ClusterAddr: clu, Weight: o.cfg.Weight, Host: o.cfg.Host, Fullness: o.checkSpace()})
+		PublicAddr: pub, ClusterAddr: clu, Weight: o.cfg.Weight, Host: o.cfg.Host, Fullness: o.checkSpace(),
+		FreshStore: o.freshStore})
 	if err != nil {
 		return fmt.Errorf("osd.%d: boot: %w", o.id, err)
+	}
+	if o.freshStore {
+		if err := o.st.SetFreshMark(ctx, false); err != nil {
+			return err
+		}
+		o.freshStore = false
 	}
 	if o.ident.FSID == "" {
 		o.ident.FSID = rep.Fsid

@@ -255,6 +255,10 @@ type OSD struct {
 	// delete came in between (install).
 	bucketDrops atomic.Uint64
 	hist        history // past maps, for peering
+	// freshStore: the store is new and the mon has not yet acknowledged a
+	// boot that said so (MonBoot.fresh_store). Only boot, under its caller's
+	// order (Start, then monLoop), reads and clears it.
+	freshStore bool
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -429,6 +433,17 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	if err != nil {
 		o.abort()
 		return nil, err
+	}
+	if mc != nil {
+		// A store with no map of ours is new (a new OSD, or a replaced
+		// disk under the old id), and stays so until the mon knows.
+		if o.freshStore, err = st.FreshMark(ctx); err == nil && !o.freshStore && newest == nil {
+			o.freshStore, err = true, st.SetFreshMark(ctx, true)
+		}
+		if err != nil {
+			o.abort()
+			return nil, err
+		}
 	}
 	if newest != nil && newest.Epoch() > cfg.Map.Epoch() {
 		// A restart resumes from the newest map it adopted, as a Ceph OSD

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -448,5 +451,93 @@ func waitPGs(t *testing.T, cli func(...string) string, what string, ok func(mon.
 			t.Fatalf("%s: the PGs never settled: %s\n%s", what, bad, cli("health", "detail"))
 		}
 		time.Sleep(200 * time.Millisecond) // polls the mon's view, beaconed every second
+	}
+}
+
+// TestNewStoreUnderOldIDWaits: three OSDs stop one after another; the last comes back
+// with its disk replaced (an empty store under its old id and keyring)
+// while the other two stay down and go out. The PGs only those three held
+// must wait for the two (down, blocked by them), not go active on the new
+// store's nothing: a write there would then roll the others' acknowledged
+// writes back as divergent when they return. Once they are back, every
+// object reads as written.
+func TestNewStoreUnderOldIDWaits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	lc, args := monCluster(t, 4, 3)
+	cli := mustCLI(t, args)
+	cl := monClient(t, lc, "disk")
+	ctx := t.Context()
+	bodies := map[string][]byte{}
+	for i := range 32 {
+		k := fmt.Sprintf("k%d", i)
+		bodies[k] = osdtest.Payload(1000+i, uint64(i))
+		if _, err := osdtest.Put(ctx, cl, "disk", k, bodies[k], client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mp := cl.Map()
+	pool, _ := mp.PoolByName("default")
+	before := map[string][]uint32{}
+	for pg := range pool.PgCount {
+		before[fmt.Sprintf("%d.%x", pool.Id, pg)] = mp.ActingSet(pool.Id, pg)
+	}
+	// x, y, z: the members of PG 0; w holds none of it.
+	acting := before[fmt.Sprintf("%d.0", pool.Id)]
+	x, y, z := acting[0], acting[1], acting[2]
+	index := map[uint32]int{}
+	var w uint32
+	for i, o := range lc.OSDs {
+		index[o.ID()] = i
+		if !slices.Contains(acting, o.ID()) {
+			w = o.ID()
+		}
+	}
+	// z, then y, then x: the last interval that could take writes was x's
+	// and y's, which x alone must not witness on its new store.
+	for _, id := range []uint32{z, y, x} {
+		if err := lc.StopOSD(ctx, index[id]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli("osd", "out", strconv.Itoa(int(y)), strconv.Itoa(int(z)))
+	if err := os.RemoveAll(filepath.Join(lc.Dir, fmt.Sprintf("osd.%d", x), "store")); err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.RestartOSD(ctx, index[x]); err != nil {
+		t.Fatal(err)
+	}
+	var tree []mon.OSDTreeEntry
+	if err := json.Unmarshal([]byte(cli("osd", "tree", "--json")), &tree); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range tree {
+		if e.ID == x && e.Born <= mp.Epoch() {
+			t.Fatalf("osd.%d's store, new since epoch %d, born at %d", x, mp.Epoch(), e.Born)
+		}
+	}
+	waitPGs(t, cli, fmt.Sprintf("osd.%d back on a new store, osd.%d and osd.%d down and out", x, y, z), func(p mon.PGStat) bool {
+		if slices.Contains(before[p.PGID], w) {
+			return strings.HasPrefix(p.State, "active") // osd.w witnessed it
+		}
+		return strings.HasPrefix(p.State, "down")
+	})
+	blocked := fmt.Sprintf("[%d %d]", min(y, z), max(y, z))
+	if out := cli("pg", "query", fmt.Sprintf("%d.0", pool.Id)); !strings.Contains(out, blocked) {
+		t.Fatalf("pg query names no blockers %s:\n%s", blocked, out)
+	}
+	for _, id := range []uint32{y, z} {
+		if err := lc.RestartOSD(ctx, index[id]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli("osd", "in", strconv.Itoa(int(y)), strconv.Itoa(int(z)))
+	waitPGs(t, cli, "every OSD back", func(p mon.PGStat) bool { return p.State == "active+clean" })
+	for k, want := range bodies {
+		got, _, err := osdtest.Get(ctx, cl, "disk", k, client.GetOptions{})
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("get %s after the others returned: %d bytes, %v", k, len(got), err)
+		}
 	}
 }

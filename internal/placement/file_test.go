@@ -93,7 +93,8 @@ func TestFileFormat(t *testing.T) {
       "autoOut": false,
       "upFrom": "0",
       "fullness": "FULLNESS_NONE",
-      "lostAt": "0"
+      "lostAt": "0",
+      "born": "0"
     }
   ],
   "pools": [

@@ -332,14 +332,14 @@ func (m *Map) OSDs() iter.Seq[*osdpb.OSDInfo] {
 	}
 }
 
-// GivenUp reports whether peering may stop waiting to hear from OSD id
-// about a past interval that began at epoch first (pg.AdvanceMap.GivenUp):
-// the map no longer has it (osd rm), or it is down and an operator
-// declared it lost (osd lost) after first. It copies nothing: peering asks
-// for every PG at every epoch.
+// GivenUp reports whether what OSD id held of a past interval that began
+// at epoch first is gone (pg.AdvanceMap.GivenUp): the map no longer has it
+// (osd rm), it is down and an operator declared it lost (osd lost) after
+// first, or its store was born after first (a replaced disk under the old
+// id). It copies nothing: peering asks for every PG at every epoch.
 func (m *Map) GivenUp(id uint32, first uint64) bool {
 	o := m.osd(id)
-	return o == nil || !o.Up && o.LostAt > first
+	return o == nil || !o.Up && o.LostAt > first || o.Born > first
 }
 
 // Pool returns a copy of the pool with the given id.

@@ -357,13 +357,15 @@ func TestFullness(t *testing.T) {
 }
 
 // TestGivenUp: peering stops waiting for an OSD the map no longer has, or
-// one down and declared lost after the interval began; never for one up.
+// one down and declared lost after the interval began, and gives up one
+// whose store was born after it began; never one up with its old store.
 func TestGivenUp(t *testing.T) {
-	pb := testProto(equalWeights(4), &osdpb.Pool{Id: 1, Name: "p", Size: 3, PgCount: 8})
+	pb := testProto(equalWeights(5), &osdpb.Pool{Id: 1, Name: "p", Size: 3, PgCount: 8})
 	pb.Epoch = 20
 	pb.Osds[1].Up, pb.Osds[1].LostAt = false, 12 // down, lost at 12
 	pb.Osds[2].LostAt = 12                       // lost at 12, up again since
 	pb.Osds[3].Up = false                        // down, not lost
+	pb.Osds[4].Born = 15                         // up, its store made at 15
 	m := mustMap(t, pb)
 	for _, c := range []struct {
 		id    uint32
@@ -375,6 +377,8 @@ func TestGivenUp(t *testing.T) {
 		{1, 12, false}, // lost when it began: says nothing of it
 		{2, 5, false},  // up again
 		{3, 5, false},  // down, not lost
+		{4, 14, true},  // its store was made after the interval began
+		{4, 15, false}, // made when it began: a member with this store
 		{9, 5, true},   // removed
 		{9, 100, true}, // removed: any interval
 	} {

@@ -24,14 +24,16 @@ type AdvanceMap struct {
 	// Size and MinSize are the pool's: below Size the PG is undersized,
 	// below MinSize it does not serve.
 	Size, MinSize int
-	// GivenUp reports whether peering may stop waiting to hear from OSD
-	// id about a past interval that began at epoch first: the map no
-	// longer has it (an operator removed it), or it is down and was
-	// declared lost (`osd lost`) after first. An interval whose members
-	// all stayed silent and are all given up goes without a witness: what
-	// only they held is gone (Ceph's lost_at; a removed OSD never blocks
-	// a Ceph PG either). An OSD that is up is never given up: it is asked
-	// and waited for. Nil: none is.
+	// GivenUp reports whether what OSD id held of a past interval that
+	// began at epoch first is gone: the map no longer has it (an operator
+	// removed it), it is down and was declared lost (`osd lost`) after
+	// first, or its store was made new after first (a replaced disk under
+	// the old id). Peering stops waiting to hear from it about the
+	// interval, and its answer, if it gives one, witnesses nothing of it.
+	// An interval whose members are all silent or given up goes without a
+	// witness: what only they held is gone (Ceph's lost_at; a removed OSD
+	// never blocks a Ceph PG either). An OSD that is up with its old store
+	// is never given up: it is asked and waited for. Nil: none is.
 	GivenUp func(id OSDID, first Epoch) bool
 }
 

@@ -217,14 +217,18 @@ func (p *PG) tryPeer() {
 // each interval since start that may have gone rw and of which no member
 // answered with a complete copy (we ourselves count: our log is on hand),
 // those silent and not given up. Empty means every such interval has a
-// witness, or nobody left to wait for.
+// witness, or nobody left to wait for. A member the map gave up for an
+// interval witnesses nothing of it even when it answers: an OSD whose
+// store was made new since (a replaced disk under its old id) answers
+// with a whole copy of nothing, and the interval's writes are on the
+// others, if anywhere.
 func (p *PG) unwitnessed(start Epoch) []OSDID {
 	var blocked []OSDID
 	for _, iv := range p.past {
-		if !iv.maybeRW() || iv.last < start || (iv.has(p.self) && !p.local.Incomplete) {
+		if !iv.maybeRW() || iv.last < start || (iv.has(p.self) && !p.local.Incomplete && !p.gaveUp(p.self, iv)) {
 			continue
 		}
-		if slices.ContainsFunc(iv.acting, p.answered) {
+		if slices.ContainsFunc(iv.acting, func(id OSDID) bool { return p.answered(id) && !p.gaveUp(id, iv) }) {
 			continue
 		}
 		// No complete copy answered for it. Those that answered

@@ -433,6 +433,48 @@ func TestLostUnblocksDown(t *testing.T) {
 	}
 }
 
+// TestNewStoreWitnessesNothing: osd.1's disk was replaced and it came back
+// under its old id with an empty store (born at epoch 3), beside osd.4,
+// while osd.2 and osd.3, which hold epoch 1's writes, are down. osd.1
+// answers for itself with a whole copy of nothing: it must not witness
+// epoch 1, or the PG goes active empty and, once it takes a write, rolls
+// osd.2's and osd.3's acknowledged writes back as divergent when they
+// return. It waits for them, as it would for any silent member.
+func TestNewStoreWitnessesNothing(t *testing.T) {
+	const born = 3
+	givenUp := func(id pg.OSDID, first pg.Epoch) bool { return id == 1 && born > first }
+	m := newMachine(t, 1, pg.PeerInfo{})
+	m.step(pg.AdvanceMap{Epoch: 1, Acting: osds(1, 2, 3), Size: 3, MinSize: 2})
+	m.step(pg.AdvanceMap{Epoch: 2, Acting: osds(4), Size: 3, MinSize: 2})
+	m.step(pg.AdvanceMap{Epoch: born, Acting: osds(1, 4), Size: 3, MinSize: 2, GivenUp: givenUp})
+	wantQueries(t, m.Ready(), born, 2, 3, 4)
+	m.step(pg.Info{From: 4, Epoch: born})
+	m.step(pg.Unreachable{From: 2, Epoch: born}, pg.Unreachable{From: 3, Epoch: born})
+	m.expect("down", false)
+	if got := m.Blocked(); !slices.Equal(got, osds(2, 3)) {
+		t.Fatalf("Blocked %v, want [2 3]", got)
+	}
+	// osd.2 comes back with epoch 1's writes: the PG recovers from it.
+	m.step(pg.Info{From: 2, Epoch: born, Info: pg.PeerInfo{Last: v(1, 7), LastEpochStarted: 1}})
+	if rd := m.Ready(); rd.Recover == nil || rd.Recover.From != 2 || rd.Recover.Want != v(1, 7) {
+		t.Fatalf("Recover %+v, want from osd.2 to 1'7", rd.Recover)
+	}
+
+	// The same seen from osd.4 as the primary: osd.1's answer is no
+	// witness either.
+	m = newMachine(t, 4, pg.PeerInfo{})
+	m.step(pg.AdvanceMap{Epoch: 1, Acting: osds(1, 2, 3), Size: 3, MinSize: 2})
+	m.step(pg.AdvanceMap{Epoch: 2, Acting: osds(4), Size: 3, MinSize: 2})
+	m.step(pg.AdvanceMap{Epoch: born, Acting: osds(4, 1), Size: 3, MinSize: 2, GivenUp: givenUp})
+	m.Ready()
+	m.step(pg.Info{From: 1, Epoch: born})
+	m.step(pg.Unreachable{From: 2, Epoch: born}, pg.Unreachable{From: 3, Epoch: born})
+	m.expect("down", false)
+	if got := m.Blocked(); !slices.Equal(got, osds(2, 3)) {
+		t.Fatalf("primary osd.4: Blocked %v, want [2 3]", got)
+	}
+}
+
 // TestIncompleteMembersAloneDoNotBlock: an interval every member of which
 // answered, none with a complete copy (emptied as strays once the PG was
 // clean elsewhere, as after a pool went to size 1), leaves nobody to wait

@@ -17,6 +17,7 @@ const (
 	nsScrub    = 'C' // 'C' pg(4)                      -> sealed unix nanoseconds of the PG's last deep scrub
 	nsData     = 'D' // 'D' dataID(8) chunk(4)         -> crc32c(4) bytes
 	nsLES      = 'E' // 'E' pg(4)                      -> sealed last_epoch_started
+	nsFresh    = 'F' // 'F'                            -> "": the store is new and the mon not yet told (maps.go)
 	nsPG       = 'G' // 'G' pg(4)                      -> sealed pgInfo
 	nsLog      = 'L' // 'L' pg(4) epoch(8) seq(8)      -> sealed LogEntry
 	nsMap      = 'M' // 'M' epoch(8)                   -> sealed ClusterMap

@@ -136,6 +136,52 @@ func (s *Store) SetPGBackfilling(ctx context.Context, pg uint32) error {
 	return nil
 }
 
+// FreshMark reports whether SetFreshMark(true) was called and not undone:
+// the store is new and the OSD has not yet told the mon so.
+func (s *Store) FreshMark(ctx context.Context) (bool, error) {
+	if err := s.enter(ctx); err != nil {
+		return false, err
+	}
+	defer s.leave()
+	return s.hasMark([]byte{nsFresh}, "fresh mark")
+}
+
+// hasMark reports whether key k, a mark with no value, is set; what names
+// it in errors.
+func (s *Store) hasMark(k []byte, what string, args ...any) (bool, error) {
+	_, closer, err := s.db.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("store: %s: %w", fmt.Sprintf(what, args...), err)
+	}
+	closer.Close()
+	return true, nil
+}
+
+// SetFreshMark records, synced, that the store is new (on) until the mon
+// has been told (off). The OSD tells a new store by its holding no map; the
+// mark keeps it new across a restart between storing its first map and a
+// boot the mon acknowledged, as Ceph's OSD stays fresh until its
+// superblock has a map.
+func (s *Store) SetFreshMark(ctx context.Context, on bool) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	var err error
+	if on {
+		err = s.db.Set([]byte{nsFresh}, nil, pebble.Sync)
+	} else {
+		err = s.db.Delete([]byte{nsFresh}, pebble.Sync)
+	}
+	if err != nil {
+		return fmt.Errorf("store: fresh mark: %w", err)
+	}
+	return nil
+}
+
 // PGBackfilling reports whether a backfill of PG pg began and has not
 // ended (SetPGLast, CopyLog).
 func (s *Store) PGBackfilling(ctx context.Context, pg uint32) (bool, error) {
@@ -143,13 +189,5 @@ func (s *Store) PGBackfilling(ctx context.Context, pg uint32) (bool, error) {
 		return false, err
 	}
 	defer s.leave()
-	_, closer, err := s.db.Get(backfillKey(pg))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("store: pg %d backfill mark: %w", pg, err)
-	}
-	closer.Close()
-	return true, nil
+	return s.hasMark(backfillKey(pg), "pg %d backfill mark", pg)
 }

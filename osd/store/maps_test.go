@@ -93,3 +93,31 @@ func TestBackfillMark(t *testing.T) {
 		t.Fatalf("after SetPGLast: backfilling = %v, %v", got, err)
 	}
 }
+
+// TestFreshMark: the mark survives a reopen (a restart before the mon was
+// told) until cleared, and clearing it twice is harmless.
+func TestFreshMark(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openAt(t, dir)
+	if got, err := s.FreshMark(ctx); err != nil || got {
+		t.Fatalf("a new store's mark = %v, %v; want none until set", got, err)
+	}
+	if err := s.SetFreshMark(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = openAt(t, dir)
+	defer s.Close()
+	if got, err := s.FreshMark(ctx); err != nil || !got {
+		t.Fatalf("after a reopen: %v, %v; want set", got, err)
+	}
+	for range 2 {
+		if err := s.SetFreshMark(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.FreshMark(ctx); err != nil || got {
+		t.Fatalf("cleared: %v, %v", got, err)
+	}
+}

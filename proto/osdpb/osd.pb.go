@@ -705,7 +705,13 @@ type OSDInfo struct {
 	// The epoch an operator declared it lost (`osd lost`, 0: never): peering
 	// stops waiting to hear from it about intervals that began before then,
 	// and what only it held in them is given up (Ceph's lost_at).
-	LostAt        uint64 `protobuf:"varint,13,opt,name=lost_at,json=lostAt,proto3" json:"lost_at,omitempty"`
+	LostAt uint64 `protobuf:"varint,13,opt,name=lost_at,json=lostAt,proto3" json:"lost_at,omitempty"`
+	// The epoch its store was made (the boot of a new OSD, or of one whose
+	// store was made new: a replaced disk under the old id; 0: before this
+	// field, taken as always there). What it held of intervals that began
+	// before then is gone: peering neither waits for it nor takes its answer
+	// as a witness of them, as Ceph marks a fresh OSD's lost_at at boot.
+	Born          uint64 `protobuf:"varint,14,opt,name=born,proto3" json:"born,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -827,6 +833,13 @@ func (x *OSDInfo) GetFullness() Fullness {
 func (x *OSDInfo) GetLostAt() uint64 {
 	if x != nil {
 		return x.LostAt
+	}
+	return 0
+}
+
+func (x *OSDInfo) GetBorn() uint64 {
+	if x != nil {
+		return x.Born
 	}
 	return 0
 }
@@ -3699,7 +3712,10 @@ type MonBoot struct {
 	Host        string                 `protobuf:"bytes,9,opt,name=host,proto3" json:"host,omitempty"`
 	// How full its disk is as it boots: an OSD restarted on a full disk is
 	// full in the very map that marks it up, before any write reaches it.
-	Fullness      Fullness `protobuf:"varint,10,opt,name=fullness,proto3,enum=osprey.osd.Fullness" json:"fullness,omitempty"`
+	Fullness Fullness `protobuf:"varint,10,opt,name=fullness,proto3,enum=osprey.osd.Fullness" json:"fullness,omitempty"`
+	// The store is new (it held no map when the OSD started, or the mon was
+	// not yet told so): the mon records the boot's epoch as the OSD's born.
+	FreshStore    bool `protobuf:"varint,11,opt,name=fresh_store,json=freshStore,proto3" json:"fresh_store,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3795,6 +3811,13 @@ func (x *MonBoot) GetFullness() Fullness {
 		return x.Fullness
 	}
 	return Fullness_FULLNESS_NONE
+}
+
+func (x *MonBoot) GetFreshStore() bool {
+	if x != nil {
+		return x.FreshStore
+	}
+	return false
 }
 
 type MonBootReply struct {
@@ -6316,7 +6339,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x12backfillfull_ratio\x18\x06 \x01(\x01R\x11backfillfullRatio\x12\x1d\n" +
 	"\n" +
 	"full_ratio\x18\a \x01(\x01R\tfullRatio\x12\x14\n" +
-	"\x05flags\x18\b \x03(\tR\x05flags\"\xed\x02\n" +
+	"\x05flags\x18\b \x03(\tR\x05flags\"\x81\x03\n" +
 	"\aOSDInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1f\n" +
 	"\vpublic_addr\x18\x02 \x01(\tR\n" +
@@ -6332,7 +6355,8 @@ const file_osd_proto_rawDesc = "" +
 	" \x01(\bR\aautoOut\x12\x17\n" +
 	"\aup_from\x18\v \x01(\x04R\x06upFrom\x120\n" +
 	"\bfullness\x18\f \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12\x17\n" +
-	"\alost_at\x18\r \x01(\x04R\x06lostAt\"t\n" +
+	"\alost_at\x18\r \x01(\x04R\x06lostAt\x12\x12\n" +
+	"\x04born\x18\x0e \x01(\x04R\x04born\"t\n" +
 	"\x04Pool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -6570,7 +6594,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
 	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\x120\n" +
-	"\bfullness\x18\x04 \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"\x80\x02\n" +
+	"\bfullness\x18\x04 \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"\xa1\x02\n" +
 	"\aMonBoot\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x15\n" +
 	"\x06has_id\x18\x03 \x01(\bR\x05hasId\x12\x0e\n" +
@@ -6582,7 +6606,9 @@ const file_osd_proto_rawDesc = "" +
 	"\x06weight\x18\b \x01(\x01R\x06weight\x12\x12\n" +
 	"\x04host\x18\t \x01(\tR\x04host\x120\n" +
 	"\bfullness\x18\n" +
-	" \x01(\x0e2\x14.osprey.osd.FullnessR\bfullnessJ\x04\b\x01\x10\x02\"\x93\x01\n" +
+	" \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12\x1f\n" +
+	"\vfresh_store\x18\v \x01(\bR\n" +
+	"freshStoreJ\x04\b\x01\x10\x02\"\x93\x01\n" +
 	"\fMonBootReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
