@@ -195,15 +195,14 @@ func (o *OSD) boot(ctx context.Context) error {
 	pub, clu := o.advertised()
 	rep, err := o.mon.Boot(ctx, &osdpb.MonBoot{Fsid: o.ident.FSID, HasId: true, Id: o.id, Uuid: o.ident.UUID,
 		PublicAddr: pub, ClusterAddr: clu, Weight: o.cfg.Weight, Host: o.cfg.Host, Fullness: o.checkSpace(),
-		FreshStore: o.freshStore})
+		FreshStore: o.freshStore.Load()})
 	if err != nil {
 		return fmt.Errorf("osd.%d: boot: %w", o.id, err)
 	}
-	if o.freshStore {
+	if o.freshStore.Load() {
 		if err := o.st.SetFreshMark(ctx, false); err != nil {
 			return err
 		}
-		o.freshStore = false
 	}
 	if o.ident.FSID == "" {
 		o.ident.FSID = rep.Fsid
@@ -216,6 +215,9 @@ func (o *OSD) boot(ctx context.Context) error {
 			return err
 		}
 	}
+	// Only now does our map say when our store was made (born), which
+	// our answers to PG queries carry.
+	o.freshStore.Store(false)
 	o.log.Info("booted", "epoch", o.Map().Epoch(), "fsid", o.ident.FSID)
 	return nil
 }

@@ -256,9 +256,9 @@ type OSD struct {
 	bucketDrops atomic.Uint64
 	hist        history // past maps, for peering
 	// freshStore: the store is new and the mon has not yet acknowledged a
-	// boot that said so (MonBoot.fresh_store). Only boot, under its caller's
-	// order (Start, then monLoop), reads and clears it.
-	freshStore bool
+	// boot that said so (MonBoot.fresh_store). Until then the OSD answers
+	// no PG query: the map it holds may not say its store is new.
+	freshStore atomic.Bool
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -437,13 +437,15 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	if mc != nil {
 		// A store with no map of ours is new (a new OSD, or a replaced
 		// disk under the old id), and stays so until the mon knows.
-		if o.freshStore, err = st.FreshMark(ctx); err == nil && !o.freshStore && newest == nil {
-			o.freshStore, err = true, st.SetFreshMark(ctx, true)
+		fresh, err := st.FreshMark(ctx)
+		if err == nil && !fresh && newest == nil {
+			fresh, err = true, st.SetFreshMark(ctx, true)
 		}
 		if err != nil {
 			o.abort()
 			return nil, err
 		}
+		o.freshStore.Store(fresh)
 	}
 	if newest != nil && newest.Epoch() > cfg.Map.Epoch() {
 		// A restart resumes from the newest map it adopted, as a Ceph OSD

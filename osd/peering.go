@@ -89,7 +89,7 @@ func (o *OSD) advance(p *pgState, mp *placement.Map) {
 			return
 		}
 		p.m = pg.New(pg.Config{Self: pg.OSDID(o.id), ID: pg.ID{Pool: p.pool, Seed: p.pg},
-			Local: pg.PeerInfo{Last: pgVersion(last), LogTail: pgVersion(tail), LastEpochStarted: pg.Epoch(les), Incomplete: incomplete}})
+			Local: pg.PeerInfo{Last: pgVersion(last), LogTail: pgVersion(tail), LastEpochStarted: pg.Epoch(les), Incomplete: incomplete, Born: o.born()}})
 		// From LastEpochStarted on (earlier intervals are covered by it),
 		// or from the oldest map holding the pool: also for a copy
 		// mid-backfill, whose LastEpochStarted peering ignores.
@@ -222,7 +222,8 @@ func (o *OSD) query(p *pgState, to pg.OSDID, e pg.Epoch, asked bool) {
 			if err == nil {
 				i := rep.GetInfo()
 				step(pg.Info{From: to, Epoch: e, Info: pg.PeerInfo{Last: pgVersion(i.GetLast()),
-					LogTail: pgVersion(i.GetLogTail()), LastEpochStarted: pg.Epoch(i.GetLastEpochStarted()), Incomplete: i.GetIncomplete()}})
+					LogTail: pgVersion(i.GetLogTail()), LastEpochStarted: pg.Epoch(i.GetLastEpochStarted()), Incomplete: i.GetIncomplete(),
+					Born: pg.Epoch(i.GetBorn())}})
 				return
 			}
 			// A peer still fetching our map says so: ask again shortly,
@@ -266,6 +267,9 @@ func activatedSync(p *pgState, e pg.Epoch, want pg.Version) *osdpb.RepOp {
 // primary of the PG's current interval, and only once we have its map
 // (until then STALE_EPOCH, and we fetch it).
 func (o *OSD) answerQuery(q *osdpb.PGQuery, sid, from uint32) (*osdpb.PGInfo, error) {
+	if o.freshStore.Load() {
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d: booting on a new store", o.id)
+	}
 	p, err := o.pgOf(sid)
 	if err != nil {
 		return nil, err
@@ -291,7 +295,14 @@ func (o *OSD) answerQuery(q *osdpb.PGQuery, sid, from uint32) (*osdpb.PGInfo, er
 	if err != nil {
 		return nil, err
 	}
-	return &osdpb.PGInfo{Pg: q.Pg, Last: last, LogTail: tail, LastEpochStarted: uint64(info.LastEpochStarted), Incomplete: incomplete}, nil
+	return &osdpb.PGInfo{Pg: q.Pg, Last: last, LogTail: tail, LastEpochStarted: uint64(info.LastEpochStarted), Incomplete: incomplete,
+		Born: uint64(o.born())}, nil
+}
+
+// born is the epoch our store was made as our map says (OSDInfo.born).
+func (o *OSD) born() pg.Epoch {
+	info, _ := o.Map().OSD(o.id)
+	return pg.Epoch(info.GetBorn())
 }
 
 // refusal maps a machine's refusal or CanServe error to the wire status a

@@ -79,7 +79,12 @@ func (p *PG) advanceMap(m AdvanceMap) error {
 	prev := p.epoch
 	p.epoch = m.Epoch
 	p.givenUp = m.GivenUp
-	if prev != 0 && slices.Equal(m.Acting, p.cur.acting) && m.Size == p.cur.size && m.MinSize == p.cur.minSize {
+	// A member given up for the interval (its store made new since it
+	// began: a disk replaced and the OSD back before the mon marked it
+	// down) ends it, as Ceph's mon marks such an OSD down before it may
+	// boot: what it held of the interval so far needs a witness.
+	renewed := m.GivenUp != nil && slices.ContainsFunc(m.Acting, func(id OSDID) bool { return m.GivenUp(id, p.cur.first) })
+	if prev != 0 && slices.Equal(m.Acting, p.cur.acting) && m.Size == p.cur.size && m.MinSize == p.cur.minSize && !renewed {
 		p.retry()
 		return nil
 	}
@@ -225,10 +230,7 @@ func (p *PG) tryPeer() {
 func (p *PG) unwitnessed(start Epoch) []OSDID {
 	var blocked []OSDID
 	for _, iv := range p.past {
-		if !iv.maybeRW() || iv.last < start || (iv.has(p.self) && !p.local.Incomplete && !p.gaveUp(p.self, iv)) {
-			continue
-		}
-		if slices.ContainsFunc(iv.acting, func(id OSDID) bool { return p.answered(id) && !p.gaveUp(id, iv) }) {
+		if !iv.maybeRW() || iv.last < start || slices.ContainsFunc(iv.acting, func(id OSDID) bool { return p.witnesses(id, iv) }) {
 			continue
 		}
 		// No complete copy answered for it. Those that answered
@@ -246,6 +248,20 @@ func (p *PG) unwitnessed(start Epoch) []OSDID {
 	}
 	slices.Sort(blocked)
 	return blocked
+}
+
+// witnesses reports whether id's copy (ours when id is self) holds
+// whatever interval iv acknowledged: a whole copy, on the store that was
+// there when iv began, of an OSD the map did not give up for it.
+func (p *PG) witnesses(id OSDID, iv interval) bool {
+	info := p.local
+	if id != p.self {
+		if !p.answered(id) {
+			return false
+		}
+		info = p.peers[id].info
+	}
+	return !info.Incomplete && info.Born <= iv.first && !p.gaveUp(id, iv)
 }
 
 // heard reports whether id answered our query this interval, with a
@@ -391,7 +407,14 @@ func (p *PG) onRecovered(ev Recovered) {
 	if p.phase != phaseRecover || p.recovering == nil || p.recovering.From != ev.From {
 		return
 	}
+	r := p.recovering
 	p.recovering = nil
+	if ev.Last == r.Have && ev.Last.Less(r.Want) {
+		// The source had nothing past our log, short of what it said it
+		// held: its store changed since it answered (a replaced disk).
+		// Ask it again rather than pull from it again and again.
+		p.query(ev.From)
+	}
 	p.setLast(ev.Last)
 	p.tryPeer()
 }

@@ -126,6 +126,12 @@ type PeerInfo struct {
 	// nor a log to trust: it witnesses no interval and is never the
 	// authoritative copy (Ceph's last_backfill short of the end).
 	Incomplete bool
+	// Born is the epoch the OSD's store was made (a new OSD, or a replaced
+	// disk under its old id; 0: unknown, taken as always there). The copy
+	// witnesses no interval that began before it, whatever the map its
+	// reader holds says (AdvanceMap.GivenUp says the same, once the map
+	// reaches the epoch).
+	Born Epoch
 }
 
 // Config is the starting point of a PG's machine.

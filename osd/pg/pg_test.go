@@ -386,7 +386,7 @@ func TestNotifyUnblocksDown(t *testing.T) {
 func TestLostUnblocksDown(t *testing.T) {
 	m := downMachine(t)
 	// osds describes the map: lost epochs of down OSDs (0: not lost),
-	// those up, and those removed.
+	// those up, and those removed; an OSD it does not list is up.
 	type osdState struct {
 		lostAt   pg.Epoch
 		up, gone bool
@@ -395,7 +395,7 @@ func TestLostUnblocksDown(t *testing.T) {
 		t.Helper()
 		givenUp := func(id pg.OSDID, first pg.Epoch) bool {
 			s, ok := osdsNow[id]
-			return !ok || s.gone || !s.up && s.lostAt > first
+			return ok && (s.gone || !s.up && s.lostAt > first)
 		}
 		m.step(pg.AdvanceMap{Epoch: e, Acting: osds(1, 5, 6), Size: 3, MinSize: 2, GivenUp: givenUp})
 		for _, id := range queried(m.Ready()) {
@@ -439,7 +439,8 @@ func TestLostUnblocksDown(t *testing.T) {
 // answers for itself with a whole copy of nothing: it must not witness
 // epoch 1, or the PG goes active empty and, once it takes a write, rolls
 // osd.2's and osd.3's acknowledged writes back as divergent when they
-// return. It waits for them, as it would for any silent member.
+// return. It waits for them, as it would for any silent member; so does a
+// primary whose map does not yet say so, from osd.1's answer.
 func TestNewStoreWitnessesNothing(t *testing.T) {
 	const born = 3
 	givenUp := func(id pg.OSDID, first pg.Epoch) bool { return id == 1 && born > first }
@@ -473,6 +474,31 @@ func TestNewStoreWitnessesNothing(t *testing.T) {
 	if got := m.Blocked(); !slices.Equal(got, osds(2, 3)) {
 		t.Fatalf("primary osd.4: Blocked %v, want [2 3]", got)
 	}
+
+	// And from osd.4 with a map older than the epoch that says so: osd.1's
+	// answer says when its store was made.
+	m = newMachine(t, 4, pg.PeerInfo{})
+	m.maps(1, osds(1, 2, 3), osds(4, 1))
+	m.Ready()
+	m.step(pg.Info{From: 1, Epoch: 2, Info: pg.PeerInfo{Born: born}})
+	m.step(pg.Unreachable{From: 2, Epoch: 2}, pg.Unreachable{From: 3, Epoch: 2})
+	m.expect("down", false)
+}
+
+// TestNewStoreEndsItsInterval: the primary, osd.1, comes back on a new
+// store before the mon marked it down, so the acting set never changed. The
+// map that records the new store ends the interval: what osd.1 held of it
+// needs a witness, and with osd.2 and osd.3 silent the PG is down, not
+// active on nothing.
+func TestNewStoreEndsItsInterval(t *testing.T) {
+	const born = 2
+	givenUp := func(id pg.OSDID, first pg.Epoch) bool { return id == 1 && born > first }
+	m := newMachine(t, 1, pg.PeerInfo{Born: born})
+	m.step(pg.AdvanceMap{Epoch: 1, Acting: osds(1, 2, 3), Size: 3, MinSize: 2})
+	m.step(pg.AdvanceMap{Epoch: born, Acting: osds(1, 2, 3), Size: 3, MinSize: 2, GivenUp: givenUp})
+	wantQueries(t, m.Ready(), born, 2, 3)
+	m.step(pg.Unreachable{From: 2, Epoch: born}, pg.Unreachable{From: 3, Epoch: born})
+	m.expect("down", false)
 }
 
 // TestIncompleteMembersAloneDoNotBlock: an interval every member of which

@@ -106,6 +106,9 @@ type simWrite struct {
 	acting  []pg.OSDID
 	applied []pg.OSDID
 	acked   bool
+	// lost: every copy of it was on disks since replaced, a loss no
+	// peering can undo; the invariants skip it.
+	lost bool
 }
 
 type simStats struct {
@@ -117,15 +120,17 @@ type simStats struct {
 	servingSteps          int
 	staleServing          int // steps a primary served an interval the mon had ended
 	activatedLES          int // last_epoch_started raised by a push or notice (pg.Activated)
+	newDisks              int // OSDs back on a new, empty store under their old id
 }
 
 type sim struct {
 	t      *testing.T
 	rng    *rand.Rand
 	osds   []*simOSD
-	rank   []pg.OSDID   // the mon's ranking of OSDs (CRUSH)
-	up     []bool       // the mon's view
-	maps   [][]pg.OSDID // acting set by epoch; maps[0] unused
+	rank   []pg.OSDID          // the mon's ranking of OSDs (CRUSH)
+	up     []bool              // the mon's view
+	maps   [][]pg.OSDID        // acting set by epoch; maps[0] unused
+	born   [simOSDs][]pg.Epoch // per OSD, the epochs its stores were made, after its first
 	net    []simMsg
 	cut    [simOSDs][simOSDs]bool // links down: messages over them are lost
 	writes []*simWrite
@@ -163,6 +168,9 @@ func (s *sim) fatalf(format string, args ...any) {
 	s.t.Helper()
 	s.failed = true
 	tail := s.trace[max(0, len(s.trace)-60):]
+	if *simSeed >= 0 {
+		tail = s.trace // one seed: the whole of it
+	}
 	s.t.Fatalf("%s\n--- last %d of %d events:\n%s\n--- osds:\n%s", fmt.Sprintf(format, args...), len(tail), len(s.trace), strings.Join(tail, "\n"), s.dump())
 }
 
@@ -217,8 +225,23 @@ func (s *sim) monTick() {
 // feed gives o's machine the maps after its epoch, up to epoch upto.
 func (s *sim) feed(o *simOSD, upto pg.Epoch) {
 	for e := o.m.Epoch() + 1; e <= upto; e++ {
-		s.step(o, pg.AdvanceMap{Epoch: e, Acting: s.maps[e], Size: simSize, MinSize: simMinSize})
+		s.step(o, s.mapAt(e))
 	}
+}
+
+// mapAt is epoch e's map as a machine gets it: what it gives up is what
+// the mon's map then says of OSDs on new stores (placement.Map.GivenUp).
+func (s *sim) mapAt(e pg.Epoch) pg.AdvanceMap {
+	return pg.AdvanceMap{Epoch: e, Acting: s.maps[e], Size: simSize, MinSize: simMinSize,
+		GivenUp: func(id pg.OSDID, first pg.Epoch) bool {
+			var born pg.Epoch
+			for _, b := range s.born[id] {
+				if b <= e {
+					born = b
+				}
+			}
+			return born > first
+		}}
 }
 
 // boot starts o's machine from its persisted state, fed from its
@@ -227,13 +250,16 @@ func (s *sim) boot(o *simOSD) {
 	o.alive = true
 	o.inc++
 	local := pg.PeerInfo{Last: o.last(), LastEpochStarted: o.les}
+	if b := s.born[o.id]; len(b) > 0 {
+		local.Born = b[len(b)-1] // what its answers say of its store
+	}
 	if len(o.log) > 0 {
 		local.LogTail = o.log[0]
 	}
 	o.m = pg.New(pg.Config{Self: o.id, ID: pg.ID{Pool: 1}, Local: local})
 	from := max(o.les, 1)
 	s.logf("osd.%d: boot (inc %d) last=%v les=%d, maps from %d", o.id, o.inc, local.Last, o.les, from)
-	s.step(o, pg.AdvanceMap{Epoch: from, Acting: s.maps[from], Size: simSize, MinSize: simMinSize})
+	s.step(o, s.mapAt(from))
 	s.feed(o, s.latest())
 }
 
@@ -460,7 +486,7 @@ func (s *sim) check() {
 		}
 	}
 	for _, w := range s.writes {
-		if w.acked && !slices.ContainsFunc(s.osds, func(o *simOSD) bool { return o.has(w.v) }) {
+		if w.acked && !w.lost && !slices.ContainsFunc(s.osds, func(o *simOSD) bool { return o.has(w.v) }) {
 			s.fatalf("acked write %v is on no OSD", w.v)
 		}
 	}
@@ -468,7 +494,7 @@ func (s *sim) check() {
 	// lets peering stop asking about the intervals before it.
 	for _, o := range s.osds {
 		for _, w := range s.writes {
-			if w.acked && w.v.Epoch < o.les && !o.has(w.v) {
+			if w.acked && !w.lost && w.v.Epoch < o.les && !o.has(w.v) {
 				s.fatalf("osd.%d: last_epoch_started %d, but it lacks acked write %v (its log ends %v)", o.id, o.les, w.v, o.last())
 			}
 		}
@@ -498,7 +524,7 @@ func (s *sim) check() {
 		// get one acknowledged (the replicas refuse it). Everything
 		// acknowledged up to its epoch must be there.
 		for _, w := range s.writes {
-			if w.acked && w.v.Epoch <= e && !o.has(w.v) {
+			if w.acked && !w.lost && w.v.Epoch <= e && !o.has(w.v) {
 				s.fatalf("osd.%d serves at epoch %d without acked write %v (its log ends at %v)", o.id, e, w.v, o.last())
 			}
 		}
@@ -572,9 +598,13 @@ func (s *sim) randomStep() {
 			s.logf("osd.%d: killed", o.id)
 			o.alive, o.m = false, nil
 		}
-	case n < 97:
+	case n < 96:
 		if o := pick(func(o *simOSD) bool { return o.in && !o.alive }); o != nil {
 			s.boot(o)
+		}
+	case n < 97:
+		if o := pick(func(o *simOSD) bool { return o.in && !o.alive }); o != nil {
+			s.newDisk(o)
 		}
 	default:
 		if o := pick(func(o *simOSD) bool { return !o.in }); o != nil {
@@ -583,6 +613,25 @@ func (s *sim) randomStep() {
 			s.boot(o)
 		}
 	}
+}
+
+// newDisk brings dead OSD o back on a new, empty store under its old id, as
+// an operator does after a disk died: its boot makes an epoch that records
+// the store's birth, as the mon does for a boot that says its store is new.
+// Writes whose every copy was on o's old disk are lost for good.
+func (s *sim) newDisk(o *simOSD) {
+	s.logf("osd.%d: new disk (its log was %v)", o.id, o.log)
+	for _, w := range s.writes {
+		if !w.lost && o.has(w.v) && !slices.ContainsFunc(s.osds, func(x *simOSD) bool { return x != o && x.has(w.v) }) {
+			w.lost = true
+			s.logf("write %v lost with osd.%d's disk", w.v, o.id)
+		}
+	}
+	o.log, o.les = nil, 0
+	s.stats.newDisks++
+	s.newEpoch(s.maps[s.latest()])
+	s.born[o.id] = append(s.born[o.id], s.latest())
+	s.boot(o)
 }
 
 // stabilize restarts every OSD and delivers everything without loss,
@@ -661,6 +710,7 @@ func TestSimulation(t *testing.T) {
 				total.servingSteps += s.stats.servingSteps
 				total.staleServing += s.stats.staleServing
 				total.activatedLES += s.stats.activatedLES
+				total.newDisks += s.stats.newDisks
 			})
 		}
 	})
@@ -679,6 +729,7 @@ func TestSimulation(t *testing.T) {
 			{"pulls by an empty primary", total.emptyPrimaryRecovered, 15},
 			{"refused repops", total.refusedRepOps, 300},
 			{"last_epoch_started raised by a push or notice", total.activatedLES, 300},
+			{"OSDs back on a new disk", total.newDisks, 50},
 		} {
 			if want := c.want * *simSeeds / 200; c.got < want {
 				t.Errorf("only %d %s over %d seeds, want %d", c.got, c.name, *simSeeds, want)

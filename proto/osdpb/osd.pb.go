@@ -2993,7 +2993,11 @@ type PGInfo struct {
 	// incomplete: a backfill of this copy is under way; it may lack writes
 	// it acknowledged (to objects its walk had not reached) and witnesses
 	// no interval.
-	Incomplete    bool `protobuf:"varint,5,opt,name=incomplete,proto3" json:"incomplete,omitempty"`
+	Incomplete bool `protobuf:"varint,5,opt,name=incomplete,proto3" json:"incomplete,omitempty"`
+	// The epoch the answering OSD's store was made (its OSDInfo.born, 0:
+	// unknown): the copy witnesses no interval that began before it, even for
+	// a primary whose map is older than that epoch.
+	Born          uint64 `protobuf:"varint,6,opt,name=born,proto3" json:"born,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3061,6 +3065,13 @@ func (x *PGInfo) GetIncomplete() bool {
 		return x.Incomplete
 	}
 	return false
+}
+
+func (x *PGInfo) GetBorn() uint64 {
+	if x != nil {
+		return x.Born
+	}
+	return 0
 }
 
 type PGQueryReply struct {
@@ -6533,7 +6544,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x03 \x01(\rR\x02pgJ\x04\b\n" +
-	"\x10\v\"\xbf\x01\n" +
+	"\x10\v\"\xd3\x01\n" +
 	"\x06PGInfo\x12\x0e\n" +
 	"\x02pg\x18\x01 \x01(\rR\x02pg\x12'\n" +
 	"\x04last\x18\x02 \x01(\v2\x13.osprey.osd.VersionR\x04last\x12.\n" +
@@ -6541,7 +6552,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x12last_epoch_started\x18\x04 \x01(\x04R\x10lastEpochStarted\x12\x1e\n" +
 	"\n" +
 	"incomplete\x18\x05 \x01(\bR\n" +
-	"incomplete\"m\n" +
+	"incomplete\x12\x12\n" +
+	"\x04born\x18\x06 \x01(\x04R\x04born\"m\n" +
 	"\fPGQueryReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12&\n" +
 	"\x04info\x18\x02 \x01(\v2\x12.osprey.osd.PGInfoR\x04infoJ\x04\b\n" +
