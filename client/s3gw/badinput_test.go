@@ -243,6 +243,8 @@ func TestBadInput(t *testing.T) {
 			{"DeleteObjects, cut", sv.url + "/bad?delete", "<Delete><Object><Key>k</Key></Obj"},
 			{"DeleteObjects, not XML", sv.url + "/bad?delete", "\x00\x01 binary"},
 			{"DeleteObjects, no objects", sv.url + "/bad?delete", "<Delete></Delete>"},
+			{"DeleteObjects, an object without a key", sv.url + "/bad?delete", "<Delete><Object><Key>k</Key></Object><Object></Object></Delete>"},
+			{"DeleteObjects, an empty key", sv.url + "/bad?delete", "<Delete><Object><Key></Key></Object></Delete>"},
 			{"Complete, cut", sv.url + "/bad/mp?uploadId=" + *up.UploadId, "<CompleteMultipartUpload><Part><PartNumber>1"},
 			{"Complete, no parts", sv.url + "/bad/mp?uploadId=" + *up.UploadId, "<CompleteMultipartUpload/>"},
 			{"Complete, a number that is not", sv.url + "/bad/mp?uploadId=" + *up.UploadId,
@@ -293,6 +295,9 @@ func TestBadInput(t *testing.T) {
 			{"a PUT with a malformed Content-MD5", signedWith(t, http.MethodPut, url, append(osdtest.Payload(1<<20, 54), smuggled...),
 				map[string]string{"Content-MD5": "not base64"}), "InvalidDigest", 400},
 			{"a PUT to no bucket", signed(t, http.MethodPut, sv.url+"/nobucket/k", append(osdtest.Payload(1<<20, 55), smuggled...)), "NoSuchBucket", 404},
+			// S3 takes one checksum of a body, not two.
+			{"a PUT with two checksums", signedWith(t, http.MethodPut, url, append(osdtest.Payload(1<<20, 56), smuggled...),
+				map[string]string{"x-amz-checksum-crc32": "AAAAAA==", "x-amz-checksum-crc32c": "AAAAAA=="}), "InvalidRequest", 400},
 		} {
 			resp, body := sendOn(t, cl, tc.req)
 			wantS3Error(t, tc.what, resp, body, tc.code, tc.status)
@@ -300,6 +305,14 @@ func TestBadInput(t *testing.T) {
 			if resp.StatusCode != http.StatusOK || string(body) != "before" {
 				t.Fatalf("the request after %s: %d %q", tc.what, resp.StatusCode, body)
 			}
+		}
+	})
+	t.Run("CopySourceOnAnotherMethod", func(t *testing.T) {
+		// x-amz-copy-source makes only a PUT a copy: a GET ?uploadId
+		// (ListParts) carrying it is refused, not run as UploadPartCopy.
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+			resp, body := send(t, signedWith(t, m, url+"?uploadId=u", nil, map[string]string{"x-amz-copy-source": "/bad/k"}), "")
+			wantS3Error(t, m+" ?uploadId with x-amz-copy-source", resp, body, "InvalidRequest", 400)
 		}
 	})
 	t.Run("SubresourceOfAnotherMethod", func(t *testing.T) {

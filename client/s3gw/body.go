@@ -117,10 +117,17 @@ func (g *Gateway) newVerifiedBody(b *verifiedBody, r *http.Request, auth authRes
 		b.contentMD5 = want
 		b.checks = append(b.checks, digestCheck{h, want, errf(ErrBadDigest, "the Content-MD5 you specified did not match what was received")})
 	}
+	sums := 0
+	if auth.Streaming != "" && strings.TrimSpace(r.Header.Get("X-Amz-Trailer")) != "" {
+		sums = 1 // the aws-chunked body's trailer carries one
+	}
 	for name, mk := range checksumAlgorithms {
 		v := headerOf(r.Header, checksumHeaders[name])
 		if v == "" {
 			continue
+		}
+		if sums++; sums > 1 {
+			return errf(ErrInvalidRequest, "expecting a single x-amz-checksum- header; multiple checksum types are not allowed")
 		}
 		h := mk()
 		want, err := base64.StdEncoding.DecodeString(v)

@@ -80,6 +80,11 @@ func TestSDKTrailingChecksums(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The part's checksum comes back, as S3 answers it (and a
+		// PutObject's).
+		if up.ChecksumCRC32C == nil || *up.ChecksumCRC32C != *crc32cOf(p) {
+			t.Fatalf("part %d: checksum %v, want %s", i+1, up.ChecksumCRC32C, *crc32cOf(p))
+		}
 		done = append(done, types.CompletedPart{PartNumber: aws.Int32(int32(i + 1)), ETag: up.ETag})
 	}
 	if _, err := c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String("chk"), Key: aws.String("mp"),

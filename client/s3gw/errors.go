@@ -69,8 +69,21 @@ func errf(kind *Error, format string, args ...any) *Error {
 }
 
 // sdkStatus is the HTTP status of each S3 code the SDK returns; one not
-// listed is 400 if the SDK calls it the caller's fault and 500 otherwise.
+// listed (a cluster's misconfiguration, as WrongCluster, or a code a newer
+// store sends) is 500, which clients retry: the caller did nothing wrong
+// that we know of.
 var sdkStatus = map[string]int{
+	"InvalidBucketName":   http.StatusBadRequest,
+	"KeyTooLongError":     http.StatusBadRequest,
+	"EntityTooLarge":      http.StatusBadRequest,
+	"EntityTooSmall":      http.StatusBadRequest,
+	"InvalidPart":         http.StatusBadRequest,
+	"InvalidPartOrder":    http.StatusBadRequest,
+	"BadDigest":           http.StatusBadRequest,
+	"InvalidArgument":     http.StatusBadRequest,
+	"InvalidKey":          http.StatusBadRequest,
+	"NoSuchEntity":        http.StatusNotFound,
+	"EntityAlreadyExists": http.StatusConflict,
 	"NoSuchBucket":        http.StatusNotFound,
 	"NoSuchKey":           http.StatusNotFound,
 	"NoSuchUpload":        http.StatusNotFound,
@@ -126,7 +139,7 @@ func s3Error(err error) *Error {
 		}
 		status, ok := sdkStatus[code]
 		if !ok {
-			status = http.StatusBadRequest
+			status = http.StatusInternalServerError
 		}
 		return &Error{Code: code, Status: status, Message: ce.Message}
 	}

@@ -665,14 +665,16 @@ func (g *Gateway) dispatch(req *request) error {
 	if r.Header.Get("X-Amz-Copy-Source") != "" {
 		// The source's read is checked where it is opened.
 		switch {
+		case r.Method != http.MethodPut || req.key == "":
+			// Whatever else it names: a ListParts (GET ?uploadId) that
+			// carries one is no UploadPartCopy.
+			return errf(ErrInvalidRequest, "x-amz-copy-source belongs on a PUT of an object")
 		case q.Has("uploadId"):
 			req.op = "UploadPartCopy"
 			if err := req.authorize(write, req.bucket); err != nil {
 				return err
 			}
 			return g.uploadPartCopy(req)
-		case r.Method != http.MethodPut || req.key == "":
-			return errf(ErrInvalidRequest, "x-amz-copy-source belongs on a PUT of an object")
 		}
 		req.op = "CopyObject"
 		if err := req.authorize(write, req.bucket); err != nil {

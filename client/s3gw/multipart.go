@@ -71,6 +71,7 @@ func (g *Gateway) uploadPart(req *request) error {
 		return err
 	}
 	req.w.Header().Set("ETag", quoteETag(p.ETag))
+	echoChecksum(req)
 	req.w.WriteHeader(http.StatusOK)
 	return nil
 }

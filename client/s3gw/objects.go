@@ -82,17 +82,22 @@ func (g *Gateway) putObject(req *request) error {
 	if err != nil {
 		return err
 	}
+	req.w.Header().Set("ETag", quoteETag(info.ETag))
+	echoChecksum(req)
+	req.w.WriteHeader(http.StatusOK)
+	return nil
+}
+
+// echoChecksum answers a body's x-amz-checksum-* with itself, as S3 does:
+// the body was checked against it already, whether it came as a header or
+// in an aws-chunked body's trailer.
+func echoChecksum(req *request) {
 	h := req.w.Header()
-	h.Set("ETag", quoteETag(info.ETag))
 	for _, name := range checksumHeaders {
-		// Checked already, whether sent as a header or in an aws-chunked
-		// body's trailer.
-		if v := cmp.Or(headerOf(r.Header, name), headerOf(r.Trailer, name)); v != "" {
+		if v := cmp.Or(headerOf(req.r.Header, name), headerOf(req.r.Trailer, name)); v != "" {
 			h[name] = []string{v}
 		}
 	}
-	req.w.WriteHeader(http.StatusOK)
-	return nil
 }
 
 // bucketBeforeContinue checks that a write's bucket is there when its
@@ -417,6 +422,13 @@ func parseDeleteRequest(b []byte) (deleteRequest, error) {
 	}
 	if len(d.Objects) == 0 || len(d.Objects) > maxDeleteKeys {
 		return d, errf(ErrMalformedXML, "a Delete names 1 to %d objects, not %d", maxDeleteKeys, len(d.Objects))
+	}
+	for i, o := range d.Objects {
+		if o.Key == "" {
+			// S3 refuses the whole request, as a document that does not
+			// follow its schema: an Object must have a Key.
+			return d, errf(ErrMalformedXML, "object %d of the Delete has no Key", i+1)
+		}
 	}
 	return d, nil
 }
