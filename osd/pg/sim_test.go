@@ -121,6 +121,7 @@ type simStats struct {
 	staleServing          int // steps a primary served an interval the mon had ended
 	activatedLES          int // last_epoch_started raised by a push or notice (pg.Activated)
 	newDisks              int // OSDs back on a new, empty store under their old id
+	declaredLost          int // osd lost of a down OSD
 }
 
 type sim struct {
@@ -131,6 +132,8 @@ type sim struct {
 	up     []bool              // the mon's view
 	maps   [][]pg.OSDID        // acting set by epoch; maps[0] unused
 	born   [simOSDs][]pg.Epoch // per OSD, the epochs its stores were made, after its first
+	lost   [simOSDs][]pg.Epoch // per OSD, the epochs an operator declared it lost (osd lost)
+	ups    [][]bool            // the mon's view by epoch; ups[0] unused
 	net    []simMsg
 	cut    [simOSDs][simOSDs]bool // links down: messages over them are lost
 	writes []*simWrite
@@ -140,7 +143,7 @@ type sim struct {
 }
 
 func newSim(t *testing.T, seed int64) *sim {
-	s := &sim{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 0x0590)), maps: [][]pg.OSDID{nil}}
+	s := &sim{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 0x0590)), maps: [][]pg.OSDID{nil}, ups: [][]bool{nil}}
 	for id := range simOSDs {
 		s.osds = append(s.osds, &simOSD{id: pg.OSDID(id)})
 		s.rank = append(s.rank, pg.OSDID(id))
@@ -206,6 +209,8 @@ func (s *sim) mapActing() []pg.OSDID {
 
 func (s *sim) newEpoch(acting []pg.OSDID) {
 	s.maps = append(s.maps, acting)
+	s.ups = append(s.ups, slices.Clone(s.up))
+	s.loseWrites(nil) // an OSD declared lost earlier may be down again
 	s.logf("mon: epoch %d acting %v", s.latest(), acting)
 }
 
@@ -230,17 +235,21 @@ func (s *sim) feed(o *simOSD, upto pg.Epoch) {
 }
 
 // mapAt is epoch e's map as a machine gets it: what it gives up is what
-// the mon's map then says of OSDs on new stores (placement.Map.GivenUp).
+// the mon's map then says (placement.Map.GivenUp) of OSDs on new stores
+// and of those down and declared lost.
 func (s *sim) mapAt(e pg.Epoch) pg.AdvanceMap {
+	asOf := func(epochs []pg.Epoch) pg.Epoch {
+		var last pg.Epoch
+		for _, b := range epochs {
+			if b <= e {
+				last = b
+			}
+		}
+		return last
+	}
 	return pg.AdvanceMap{Epoch: e, Acting: s.maps[e], Size: simSize, MinSize: simMinSize,
 		GivenUp: func(id pg.OSDID, first pg.Epoch) bool {
-			var born pg.Epoch
-			for _, b := range s.born[id] {
-				if b <= e {
-					born = b
-				}
-			}
-			return born > first
+			return asOf(s.born[id]) > first || !s.ups[e][id] && asOf(s.lost[id]) > first
 		}}
 }
 
@@ -604,7 +613,11 @@ func (s *sim) randomStep() {
 		}
 	case n < 97:
 		if o := pick(func(o *simOSD) bool { return o.in && !o.alive }); o != nil {
-			s.newDisk(o)
+			if s.rng.IntN(2) == 0 {
+				s.newDisk(o)
+			} else if !s.up[o.id] {
+				s.declareLost(o)
+			}
 		}
 	default:
 		if o := pick(func(o *simOSD) bool { return !o.in }); o != nil {
@@ -615,18 +628,45 @@ func (s *sim) randomStep() {
 	}
 }
 
+// givenUp reports whether the newest map gives up x's copy of write w, as
+// placement.Map.GivenUp does for the interval w was written in: x is down
+// and was declared lost after w's epoch (a boot since, which the mon has
+// not marked, or a death since that it has, changes nothing; Ceph's
+// lost_at works so too). A copy x pulled in a later interval may still be
+// waited for: the model counts it gone, erring towards a loss.
+func (s *sim) givenUp(x *simOSD, w *simWrite) bool {
+	l := s.lost[x.id]
+	return len(l) > 0 && !s.ups[s.latest()][x.id] && l[len(l)-1] > w.v.Epoch
+}
+
+// loseWrites marks lost the writes that no OSD holds any more but those
+// the map gave up (and except, a disk being replaced).
+func (s *sim) loseWrites(except *simOSD) {
+	for _, w := range s.writes {
+		if !w.lost && !slices.ContainsFunc(s.osds, func(x *simOSD) bool { return x != except && !s.givenUp(x, w) && x.has(w.v) }) {
+			w.lost = true
+			s.logf("write %v lost", w.v)
+		}
+	}
+}
+
+// declareLost is `osd lost` of o, which the mon has marked down: what only
+// it held is given up (a later boot may bring it back).
+func (s *sim) declareLost(o *simOSD) {
+	s.stats.declaredLost++
+	s.newEpoch(s.maps[s.latest()])
+	s.lost[o.id] = append(s.lost[o.id], s.latest())
+	s.logf("osd.%d: declared lost at %d", o.id, s.latest())
+	s.loseWrites(nil)
+}
+
 // newDisk brings dead OSD o back on a new, empty store under its old id, as
 // an operator does after a disk died: its boot makes an epoch that records
 // the store's birth, as the mon does for a boot that says its store is new.
 // Writes whose every copy was on o's old disk are lost for good.
 func (s *sim) newDisk(o *simOSD) {
 	s.logf("osd.%d: new disk (its log was %v)", o.id, o.log)
-	for _, w := range s.writes {
-		if !w.lost && o.has(w.v) && !slices.ContainsFunc(s.osds, func(x *simOSD) bool { return x != o && x.has(w.v) }) {
-			w.lost = true
-			s.logf("write %v lost with osd.%d's disk", w.v, o.id)
-		}
-	}
+	s.loseWrites(o)
 	o.log, o.les = nil, 0
 	s.stats.newDisks++
 	s.newEpoch(s.maps[s.latest()])
@@ -711,6 +751,7 @@ func TestSimulation(t *testing.T) {
 				total.staleServing += s.stats.staleServing
 				total.activatedLES += s.stats.activatedLES
 				total.newDisks += s.stats.newDisks
+				total.declaredLost += s.stats.declaredLost
 			})
 		}
 	})
@@ -730,6 +771,7 @@ func TestSimulation(t *testing.T) {
 			{"refused repops", total.refusedRepOps, 300},
 			{"last_epoch_started raised by a push or notice", total.activatedLES, 300},
 			{"OSDs back on a new disk", total.newDisks, 50},
+			{"OSDs declared lost", total.declaredLost, 20},
 		} {
 			if want := c.want * *simSeeds / 200; c.got < want {
 				t.Errorf("only %d %s over %d seeds, want %d", c.got, c.name, *simSeeds, want)
