@@ -409,6 +409,12 @@ func computeStatus(in statusInput) *Status {
 		}
 		checks.warn("POOL_NO_REDUNDANCY", fmt.Sprintf("%d pool(s) have no replicas configured (size 1): %s", len(single), strings.Join(single, ", ")), lines)
 	}
+	if len(st.Mons) > 0 && !slices.ContainsFunc(st.Mons, func(m MonStatus) bool { return m.Leader }) {
+		// Ceph answers nothing without a quorum; a mon here answers from
+		// etcd meanwhile, so it says that what it shows may be old: no
+		// mon marks a dead OSD down (or out) until one leads again.
+		checks.warn("MON_NO_LEADER", "no mon leads (an election is under way): OSD failures are not acted on, and OSD and PG states may be stale", nil)
+	}
 	st.Flags = append([]string{}, mp.SetFlags()...)
 	if f := st.Flags; len(f) > 0 {
 		// Ceph's OSDMAP_FLAGS: a flag left set after maintenance (noout)

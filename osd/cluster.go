@@ -937,7 +937,7 @@ func (o *OSD) resumePull(p *pgState) {
 // taken once its RepOps flow again (backfill.go), so that a PG waiting for
 // a slot does not hold its writes.
 func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Version, error) {
-	ctx, cancel := context.WithTimeout(o.ctx, 10*time.Minute)
+	ctx, cancel := context.WithTimeout(o.ctx, recoveryTimeout)
 	defer cancel()
 	var release func()
 	defer func() {
@@ -1135,6 +1135,42 @@ func (o *OSD) installWithRecord(ctx context.Context, p *pgState, e *osdpb.LogEnt
 	return true, o.st.InstallObject(ctx, p.sid, e, data)
 }
 
+// waitBackfillRoom waits until the data disk has room for replica PG p's
+// backfill from OSD from (backfillRoom), checking every backfillRoomPoll;
+// waited says whether it had to. It gives up (an error: the recovery is
+// retried later) when from no longer leads the PG or we are no longer in
+// its acting set, the map having moved the backfill elsewhere.
+func (o *OSD) waitBackfillRoom(p *pgState, from uint32) (waited bool, err error) {
+	for {
+		err := o.backfillRoom()
+		if err == nil {
+			return waited, nil
+		}
+		mp := o.Map()
+		if primary, ok := mp.Primary(p.pool, p.pg); !ok || primary != from || !slices.Contains(mp.ActingSet(p.pool, p.pg), o.id) {
+			return waited, err
+		}
+		if !waited {
+			waited = true
+			o.log.Warn("backfill waits for room on the data disk; the pg's writes go on meanwhile (backfill_toofull)",
+				"pg", placement.PGIDOf(p.sid), "from", from, "err", err)
+		}
+		select {
+		case <-o.ctx.Done():
+			return waited, o.ctx.Err()
+		case <-time.After(backfillRoomPoll):
+		}
+	}
+}
+
+// backfillRoomPoll is how often a backfill waiting for room looks again
+// (beacons update fullness about as often); recoveryTimeout bounds a
+// recovery, from its start or from the room its backfill waited for.
+const (
+	backfillRoomPoll = time.Second
+	recoveryTimeout  = 10 * time.Minute
+)
+
 // bucketAnswered, when set (tests, through export_test.go), runs on OSD
 // osd's recovery once the meta PG's primary answered whether bucket, the
 // bucket of an object it copies, exists: a test holds the install there.
@@ -1146,16 +1182,6 @@ var bucketAnswered testHook[func(osd uint32, bucket string)]
 // a recovery slot.
 func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func() error) (*osdpb.Version, error) {
 	isMeta := p.pg == placement.MetaPG
-	if !isMeta && !p.peering.Load() {
-		// A replica's whole copy needs room a log catch-up does not
-		// (Ceph's backfill_toofull); the bucket records of the meta PG
-		// are tiny. A new primary's copy is not refused: its PG serves
-		// nothing until it has one (there is no pg_temp to keep the old
-		// primary serving meanwhile); the store's floor still holds.
-		if err := o.backfillRoom(); err != nil {
-			return nil, err
-		}
-	}
 	o.log.Info("backfilling pg", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from)
 	var bf *backfillState
 	if !isMeta {
@@ -1166,6 +1192,27 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func()
 		defer p.bf.Store(nil) // also when startBackfill's task runs late
 		if !o.startBackfill(ctx, p, bf) {
 			return nil, cmp.Or(ctx.Err(), errors.New("osd: closing"))
+		}
+		if !p.peering.Load() {
+			// A replica's whole copy needs room a log catch-up does not
+			// (Ceph's backfill_toofull); the bucket records of the meta PG
+			// are tiny. A new primary's copy is not held back: its PG
+			// serves nothing until it has one (there is no pg_temp to keep
+			// the old primary serving meanwhile); the store's floor still
+			// holds. The wait comes after startBackfill, as the slot's
+			// does: the PG's writes go on meanwhile, acked here unapplied
+			// (the walk copies their objects), as a Ceph PG in
+			// backfill_toofull goes on serving.
+			waited, err := o.waitBackfillRoom(p, from)
+			if err != nil {
+				return nil, err
+			}
+			if waited {
+				// A recovery's usual bound, from the moment there is room.
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(o.ctx, recoveryTimeout)
+				defer cancel()
+			}
 		}
 	}
 	if err := slot(); err != nil {

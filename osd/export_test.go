@@ -159,3 +159,11 @@ func (o *OSD) ScrubMapForTest(ctx context.Context, from, pool, pg uint32) ([]*os
 	objs, _, _, err := o.replicaMap(ctx, from, &osdpb.PGScrubMap{Epoch: o.Map().Epoch(), Pool: pool, Pg: pg, ToEnd: true})
 	return objs, err
 }
+
+// PGStateForTest is the state this OSD, as PG (pool, pg)'s primary, would
+// report of it in its next beacon.
+func (o *OSD) PGStateForTest(pool, pg uint32) string {
+	mp := o.Map()
+	p, _ := mp.Pool(pool)
+	return o.pgStat(mp, p, pg).State
+}

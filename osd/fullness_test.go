@@ -227,12 +227,26 @@ func TestBackfillWaitsForRoom(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond) // polling interval of a bounded watch
 	}
-	// Writes go on meanwhile (the newcomer is below full).
-	body := osdtest.Payload(64<<10, 99)
-	if _, err := osdtest.Put(ctx, cl, "room", "during", body, client.PutOptions{}); err != nil {
-		t.Fatalf("put while a member waits for room to backfill: %v", err)
+	// Writes go on meanwhile, to every PG, the ones waiting for room on
+	// the newcomer included (it acks them unapplied, its walk copies them
+	// later), each at once: a client that retries for no more than 3 s
+	// (before, a replica refused them while its failed backfills backed
+	// off, up to 30 s at a time).
+	quick := mc.client(t, 3*time.Second)
+	pool, _ := cl.Map().PoolByName("default")
+	for round := range 3 {
+		for pg := range pool.PgCount {
+			key := keysInPG(pool, "room", pg, fmt.Sprintf("during%d", round), 1)[0]
+			body := osdtest.Payload(64<<10, uint64(100+round*8)+uint64(pg))
+			if _, err := osdtest.Put(ctx, quick, "room", key, body, client.PutOptions{}); err != nil {
+				t.Fatalf("put to pg %d.%x while a member waits for room to backfill: %v", pool.Id, pg, err)
+			}
+			acked[key] = body
+		}
 	}
-	acked["during"] = body
+	if s := mc.status(ctx); s.PGs["active+clean"] == s.PGTotal {
+		t.Fatalf("every PG clean while the newcomer is over backfillfull: %v", s.PGs)
+	}
 
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)

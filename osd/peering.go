@@ -159,10 +159,16 @@ func (o *OSD) drive(p *pgState) {
 				"peer", rd.Recover.From, "have", rd.Recover.Have, "want", rd.Recover.Want)
 			o.startRecovery(p, uint32(rd.Recover.From))
 		}
+		// Where each replica's log ends as of this push or notice, not
+		// as its last RepOp reply said, perhaps in an earlier interval
+		// (a copy removed as a stray since): pgStat counts the PG clean
+		// from it.
 		for _, t := range rd.Push {
+			p.resetPeer(uint32(t.To), t.Have)
 			o.push(p, t)
 		}
 		for _, t := range rd.Notify {
+			p.resetPeer(uint32(t.To), t.Have)
 			o.sendSyncOp(activatedSync(p, t.Epoch, t.Want), uint32(t.To)) // nothing to retry: see pg.Ready.Notify
 		}
 		was := pg.State(p.state.Swap(uint32(rd.State)))

@@ -278,6 +278,47 @@ func compareMaps(acting []uint32, sm shardMaps, dels map[objName]*osdpb.Version)
 	return out
 }
 
+// authoritativeCopy picks the copy of object n that the others are
+// compared with and a repair spreads: of the readable copies at the newest
+// version, the bytes (size and CRC32C) most of them hold, and on a tie the
+// earliest in acting order, the primary first. Two replicas that agree
+// outvote a primary whose copy, checksums and all, says otherwise (a bad
+// write, not rot its checksums would show): Ceph's scrub also looks past
+// the primary for a copy that agrees with what was written.
+func authoritativeCopy(acting []uint32, sm shardMaps, n objName) (*osdpb.ScrubObject, uint32) {
+	var newest *osdpb.ScrubObject
+	for _, id := range acting {
+		if so := sm[id][n]; so != nil && !so.Damaged && (newest == nil || versionLess(newest.Version, so.Version)) {
+			newest = so
+		}
+	}
+	if newest == nil {
+		return nil, 0
+	}
+	type bytesOf struct {
+		size uint64
+		crc  uint32
+	}
+	votes := map[bytesOf]int{}
+	for _, id := range acting {
+		if so := sm[id][n]; so != nil && !so.Damaged && !versionLess(so.Version, newest.Version) {
+			votes[bytesOf{so.Size, so.Crc32C}]++
+		}
+	}
+	var auth *osdpb.ScrubObject
+	authOSD, best := uint32(0), 0
+	for _, id := range acting { // acting order: the primary keeps a tie
+		so := sm[id][n]
+		if so == nil || so.Damaged || versionLess(so.Version, newest.Version) {
+			continue
+		}
+		if v := votes[bytesOf{so.Size, so.Crc32C}]; v > best {
+			auth, authOSD, best = so, id, v
+		}
+	}
+	return auth, authOSD
+}
+
 // compareObject compares the copies of object n: nil if they agree. del
 // is the version of n's newest delete in the primary's log, nil if none:
 // when it is newer than every present copy, those copies are ones the
@@ -286,18 +327,7 @@ func compareObject(acting []uint32, sm shardMaps, n objName, del *osdpb.Version)
 	if del != nil && deletedAfterAll(acting, sm, n, del) {
 		return deletedObject(acting, sm, n, del)
 	}
-	var auth *osdpb.ScrubObject
-	authOSD := uint32(0)
-	for _, id := range acting {
-		so := sm[id][n]
-		if so == nil || so.Damaged {
-			continue
-		}
-		// Acting order: the primary first, so it keeps a tie.
-		if auth == nil || versionLess(auth.Version, so.Version) {
-			auth, authOSD = so, id
-		}
-	}
+	auth, authOSD := authoritativeCopy(acting, sm, n)
 	io := &osdpb.InconsistentObject{Bucket: n.bucket, Key: n.key}
 	kinds := map[string]bool{}
 	for _, id := range acting {

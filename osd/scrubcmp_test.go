@@ -73,8 +73,8 @@ func scrubbedPG(t *testing.T) (c *osdtest.Cluster, cl *client.Client, ctx contex
 // clean and every copy equal to the primary's.
 func TestScrubCompare(t *testing.T) {
 	c, cl, ctx, pool, pg, sid, acting, primary := scrubbedPG(t)
-	keys := keysInPG(pool, "rot", pg, "k", 5)
-	changed, missing, older, lost := keys[0], keys[1], keys[2], keys[4] // keys[3] stays intact
+	keys := keysInPG(pool, "rot", pg, "k", 6)
+	changed, missing, older, lost, outvoted := keys[0], keys[1], keys[2], keys[4], keys[5] // keys[3] stays intact
 	bodies := map[string][]byte{}
 	for i, k := range keys {
 		bodies[k] = osdtest.Payload(64<<10+i, uint64(10+i))
@@ -97,17 +97,23 @@ func TestScrubCompare(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The changed copy: other bytes, with CRCs of their own, at the same
-	// version, so that the replica's own scrub finds nothing.
-	e, body := copyOf(t, ctx, c.OSDs[acting[1]], "rot", changed)
-	body = slices.Clone(body)
-	body[1000] ^= 0xff
-	e.Meta.Crc32C = crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))
-	if err := c.OSDs[acting[1]].Store().InstallObject(ctx, sid, e, body); err != nil {
-		t.Fatal(err)
+	// version, so that the replica's own scrub finds nothing. The same
+	// on the primary of outvoted: the two replicas that agree win.
+	change := func(osd uint32, key string) {
+		t.Helper()
+		e, body := copyOf(t, ctx, c.OSDs[osd], "rot", key)
+		body = slices.Clone(body)
+		body[1000] ^= 0xff
+		e.Meta.Crc32C = crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli))
+		if err := c.OSDs[osd].Store().InstallObject(ctx, sid, e, body); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := c.OSDs[osd].DeepScrub(ctx, pool.Id, pg); err != nil || res.Damaged != 0 {
+			t.Fatalf("the changed osd.%d's own scrub: %+v, %v; want nothing damaged", osd, res, err)
+		}
 	}
-	if res, err := c.OSDs[acting[1]].DeepScrub(ctx, pool.Id, pg); err != nil || res.Damaged != 0 {
-		t.Fatalf("the changed replica's own scrub: %+v, %v; want nothing damaged", res, err)
-	}
+	change(acting[1], changed)
+	change(acting[0], outvoted)
 	// The missing copy, and one the primary lost: a replica's copy is
 	// then the authoritative one.
 	if err := c.OSDs[acting[2]].Store().RemoveObject(ctx, sid, "rot", missing); err != nil {
@@ -118,25 +124,26 @@ func TestScrubCompare(t *testing.T) {
 	}
 
 	res, err = primary.DeepScrub(ctx, pool.Id, pg)
-	if err != nil || !res.Compared || res.Inconsistent != 4 || res.Fixed != 0 {
-		t.Fatalf("scrub: %+v, %v; want 4 inconsistent", res, err)
+	if err != nil || !res.Compared || res.Inconsistent != 5 || res.Fixed != 0 {
+		t.Fatalf("scrub: %+v, %v; want 5 inconsistent", res, err)
 	}
-	if n := primary.Stats().ScrubInconsistent; n != 4 {
-		t.Fatalf("primary's gauge: %d inconsistent objects, want 4", n)
+	if n := primary.Stats().ScrubInconsistent; n != 5 {
+		t.Fatalf("primary's gauge: %d inconsistent objects, want 5", n)
 	}
 	id := placement.PGID{Pool: pool.Id, Seed: pg}
 	list, err := cl.ListInconsistent(ctx, id)
-	if err != nil || len(list.Objects) != 4 || list.Scrubbed.IsZero() {
+	if err != nil || len(list.Objects) != 5 || list.Scrubbed.IsZero() {
 		t.Fatalf("ListInconsistent: %+v, %v", list, err)
 	}
 	want := map[string]struct {
 		osd, auth uint32
 		errs      []string
 	}{
-		changed: {acting[1], acting[0], []string{"data_digest_mismatch"}},
-		missing: {acting[2], acting[0], []string{"missing"}},
-		older:   {acting[2], acting[0], []string{"data_digest_mismatch", "stale_version"}},
-		lost:    {acting[0], acting[1], []string{"missing"}},
+		changed:  {acting[1], acting[0], []string{"data_digest_mismatch"}},
+		missing:  {acting[2], acting[0], []string{"missing"}},
+		older:    {acting[2], acting[0], []string{"data_digest_mismatch", "stale_version"}},
+		lost:     {acting[0], acting[1], []string{"missing"}},
+		outvoted: {acting[0], acting[1], []string{"data_digest_mismatch"}},
 	}
 	for _, io := range list.Objects {
 		w, ok := want[io.Key]
@@ -154,13 +161,13 @@ func TestScrubCompare(t *testing.T) {
 	}
 
 	// Nothing but a repair clears it: a second scrub finds the same.
-	if res, err = primary.DeepScrub(ctx, pool.Id, pg); err != nil || res.Inconsistent != 4 {
+	if res, err = primary.DeepScrub(ctx, pool.Id, pg); err != nil || res.Inconsistent != 5 {
 		t.Fatalf("second scrub: %+v, %v", res, err)
 	}
 
 	found, repaired, err := cl.RepairPG(ctx, id)
-	if err != nil || found != 4 || repaired != 4 {
-		t.Fatalf("RepairPG: %d found, %d repaired, %v; want 4, 4", found, repaired, err)
+	if err != nil || found != 5 || repaired != 5 {
+		t.Fatalf("RepairPG: %d found, %d repaired, %v; want 5, 5", found, repaired, err)
 	}
 	if res, err = primary.DeepScrub(ctx, pool.Id, pg); err != nil || !res.Compared || res.Inconsistent != 0 {
 		t.Fatalf("scrub after the repair: %+v, %v; want clean", res, err)

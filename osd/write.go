@@ -121,6 +121,18 @@ func (p *pgState) notePeer(id uint32, last *osdpb.Version) {
 	p.peerLast[id] = last
 }
 
+// resetPeer records that replica id's log ends at have, or, zero, that we
+// do not know where (pgStat: backfilling until its answer).
+func (p *pgState) resetPeer(id uint32, have pg.Version) {
+	if have == (pg.Version{}) {
+		p.peerMu.Lock()
+		delete(p.peerLast, id)
+		p.peerMu.Unlock()
+		return
+	}
+	p.notePeer(id, protoVersion(have))
+}
+
 // peerAt is where replica id's log ends, as far as we know.
 func (p *pgState) peerAt(id uint32) (*osdpb.Version, bool) {
 	p.peerMu.Lock()

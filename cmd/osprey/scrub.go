@@ -149,20 +149,28 @@ func newPGRepairCmd() *cobra.Command {
 		Use:   "repair PGID...",
 		Short: "Repair PGs now: compare every copy and install the authoritative one where they differ",
 		Long: `Asks each PG's primary to deep-scrub the PG now, comparing its copy of every
-object with its replicas', and to install the authoritative copy (the newest
-version that reads back intact, the primary's on a tie) on every copy that
-differs or lacks the object. Waits until the repair is done and prints how
-many objects were inconsistent and how many were repaired; a scrub after it
-finds the PG consistent, and "osprey status" turns HEALTH_OK again. Needs an
-admin keyring.`,
+object with its replicas', and to install the authoritative copy (of the
+copies at the newest version that read back intact, the bytes most of them
+hold; the primary's on a tie) on every copy that differs or lacks the object.
+Waits until the repair is done and prints how many objects were inconsistent
+and how many were repaired; a scrub after it finds the PG consistent, and
+"osprey status" turns HEALTH_OK again. Exits 1 when some object could not be
+repaired (no copy read back intact): "osprey pg list-inconsistent" shows them.
+Needs an admin keyring.`,
 		Example: `  osprey pg repair 1.1f`,
 		Args:    argsBetween(1, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return forEachPG(cmd, c, args, func(ctx context.Context, cl *client.Client, pg placement.PGID) (map[string]any, string, error) {
+			left := 0
+			err := forEachPG(cmd, c, args, func(ctx context.Context, cl *client.Client, pg placement.PGID) (map[string]any, string, error) {
 				found, repaired, err := cl.RepairPG(ctx, pg)
+				left += max(found-repaired, 0)
 				return map[string]any{"inconsistent": found, "repaired": repaired},
 					fmt.Sprintf("pg %s: %d inconsistent objects, %d repaired", pg, found, repaired), err
 			})
+			if err == nil && left > 0 {
+				err = fmt.Errorf("%d inconsistent objects could not be repaired (no copy reads back intact): osprey pg list-inconsistent shows them", left)
+			}
+			return err
 		},
 	}
 	c.add(cmd)

@@ -136,6 +136,23 @@ func TestPGRepairCLI(t *testing.T) {
 	if _, got, err := replica.Store().ReadRange(ctx, "scrub", "obj", 0, -1, nil); err != nil || !slices.Equal(got, body) {
 		t.Fatalf("the replica's copy after the repair: %v", err)
 	}
+
+	// Every copy of an object in data files of its own damaged: nothing
+	// to repair it from. The command says so and exits 1, not 0.
+	big := osdtest.Payload(300<<10, 9)
+	if err := os.WriteFile(file, big, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cli("put", file, "scrub/big")
+	bigPG := placement.PGID{Pool: pool.Id, Seed: placement.PGOf(pool, "scrub", "big")}
+	for _, id := range mp.ActingSet(bigPG.Pool, bigPG.Seed) {
+		osdtest.DamageDataFiles(t, filepath.Join(lc.Dir, fmt.Sprintf("osd.%d", id)), big, 5000)
+	}
+	out, _, err := run(t, append([]string{"pg", "repair", bigPG.String()}, m...)...)
+	if err == nil || exitCode(err) != exitError || !strings.Contains(err.Error(), "1 inconsistent objects could not be repaired") ||
+		!strings.Contains(out, "1 inconsistent objects, 0 repaired") {
+		t.Fatalf("repair with every copy damaged: %v (exit %d)\n%s", err, exitCode(err), out)
+	}
 }
 
 // TestPrintInconsistentDeleted: a copy a logged delete stands for is

@@ -329,8 +329,9 @@ func (p *PG) activate() {
 			p.out.notify = append(p.out.notify, PushTarget{To: id, Epoch: p.epoch, Have: pr.info.Last, Want: p.local.Last})
 			continue
 		}
+		// A copy mid-backfill has nothing its Last vouches for.
 		var have Version
-		if pr.probe == probeAnswered {
+		if pr.probe == probeAnswered && !pr.info.Incomplete {
 			have = pr.info.Last
 		}
 		p.push(id, pr, have)

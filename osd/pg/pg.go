@@ -166,7 +166,8 @@ type Recover struct {
 // PushTarget asks the daemon to bring replica To from Have up to Want: send
 // it a sync RepOp stamped with Epoch (it checks AcceptRepOp) and let it
 // pull what it lacks. Have is the version the replica answered with; zero
-// when it did not answer, and the replica may hold entries after the point
+// when it did not answer or answered mid-backfill (its Last then vouches
+// for nothing), and the replica may hold entries after the point
 // where it diverged from our log (writes never acknowledged), which it
 // must drop. Report the end with PeerRecovered, a failure with
 // Unreachable{To, Epoch}: the push is tried again at the next map epoch.
