@@ -45,7 +45,7 @@ type pgView struct {
 	fresh, counted bool
 	unknown        bool // no OSDs at all, or no fresh report
 	down           bool // no OSD up and in
-	belowMin       bool // fewer than min_size up: inactive (undersized+peered)
+	belowMin       bool // fewer than min_size up: inactive (undersized+degraded+peered)
 	undersized     bool // fewer than size up, belowMin included
 	broken         bool // its primary reports it down or incomplete
 }
@@ -70,7 +70,7 @@ func upBeacons(mp *placement.Map, beacons map[uint32]*beaconRecord) []*beaconRec
 // pgViews derives every PG of every pool of mp, in pool and seed order,
 // from the map and the up OSDs' reports. From the map alone it knows
 // which PGs have no OSD up ("down") and which have fewer than size
-// ("undersized") or min_size ("undersized+peered": they take no writes);
+// ("undersized") or min_size ("undersized+degraded+peered": they take no writes);
 // the rest is what each PG's current primary reported at the current
 // epoch, or "unknown". It is the one place "status" and "pg ls" take a
 // PG's state from, so the two always agree.
@@ -123,7 +123,7 @@ func pgViews(in statusInput) iter.Seq[pgView] {
 					if v.fresh && hasToken(v.reported, "down", "incomplete") {
 						v.State, v.broken = v.reported, true
 					} else {
-						v.State, v.belowMin = "undersized+peered", true
+						v.State, v.belowMin = "undersized+degraded+peered", true
 					}
 				default:
 					v.State = "unknown"

@@ -32,7 +32,7 @@ type Status struct {
 	Flags []string   `json:"flags"`
 	Pools []PoolInfo `json:"pools"`
 	// PGs counts the PGs of every pool by state ("active+clean",
-	// "undersized+peered", "unknown", ...); PGTotal is their sum.
+	// "undersized+degraded+peered", "unknown", ...); PGTotal is their sum.
 	PGs              map[string]int `json:"pgs"`
 	PGTotal          int            `json:"pg_total"`
 	Objects          uint64         `json:"objects"`
@@ -387,7 +387,7 @@ func computeStatus(in statusInput) *Status {
 		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs down (no OSD both up and in to serve them)", down), pgLines["down"])
 	}
 	if belowMin > 0 {
-		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs inactive: fewer than min_size OSDs up (undersized+peered)", belowMin), pgLines["belowMin"])
+		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs inactive: fewer than min_size OSDs up (undersized+degraded+peered)", belowMin), pgLines["belowMin"])
 	}
 	for _, s := range sortedKeys(broken) {
 		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs %s", broken[s], s), pgLines["broken:"+s])

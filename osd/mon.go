@@ -380,7 +380,7 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 	missing := int(pool.Size) - len(acting)
 	st.Degraded = uint64(max(missing, 0)) * objects
 	if len(acting) < placement.MinSize(pool) {
-		st.State = "undersized+peered"
+		st.State = "undersized+degraded+peered"
 		return st
 	}
 	tokens := []string{"active"}

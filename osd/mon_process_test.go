@@ -589,7 +589,7 @@ func TestMonBelowMinSize(t *testing.T) {
 	mc.kill(1, syscall.SIGKILL)
 	mc.kill(2, syscall.SIGKILL)
 	st := mc.waitStatus(ctx, "two OSDs down", func(s *mon.Status) bool { return s.OSDs.Up == 1 && s.OSDs.In == 3 })
-	st = mc.waitStatus(ctx, "every PG below min_size", func(s *mon.Status) bool { return s.PGs["undersized+peered"] == s.PGTotal })
+	st = mc.waitStatus(ctx, "every PG below min_size", func(s *mon.Status) bool { return s.PGs["undersized+degraded+peered"] == s.PGTotal })
 	if st.Health.Status != mon.HealthErr {
 		t.Errorf("health %s with every PG below min_size: %q", st.Health.Status, st.Health.Checks)
 	}

@@ -77,7 +77,7 @@ func newStatusCmd() *cobra.Command {
 directory), prints the mon's view as ` + "`ceph -s`" + ` does: HEALTH_OK, HEALTH_WARN or
 HEALTH_ERR with reasons, the mons and their leader, OSDs up and in, PGs by
 state (active+clean, peering, active+undersized+degraded, recovering,
-undersized+peered, down, unknown), degraded and misplaced objects and
+undersized+degraded+peered, down, unknown), degraded and misplaced objects and
 recovery throughput.
 
 Without a mon (a cluster run from a map file) it fetches the cluster map, asks every OSD in it for the map on its public
