@@ -52,13 +52,16 @@ type backfillState struct {
 	// applied lists the objects RepOps changed behind pos: the walk's
 	// final sweep of local leftovers must not remove them.
 	applied map[bfKey]bool
-	// max is the newest RepOp version taken during the walk; seen has
-	// every one by sequence number. The PG ends at the newest version
-	// with no missing sequence number before it (contiguous): a RepOp
-	// refused meanwhile (an epoch we did not have yet) left a hole the
-	// walk may not cover, which the log catch-up after the walk fills.
-	max  *osdpb.Version
-	seen map[uint64]*osdpb.Version
+	// seen has every RepOp version taken since the walk's first fetch,
+	// by sequence number. The PG ends at the newest version with no
+	// missing sequence number before it (contiguous): a RepOp refused
+	// meanwhile (an epoch we did not have yet) left a hole the walk may
+	// not cover, which the log catch-up after the walk fills. walking:
+	// the first fetch is on its way; a RepOp taken before (waiting for a
+	// slot or for room, which may last hours) is older than the version
+	// that fetch answers with, which end starts from, so it is not kept.
+	seen    map[uint64]*osdpb.Version
+	walking bool
 	// done: the walk has settled every pending write; RepOps from here on
 	// wait for the end of the recovery, in order, as before.
 	done bool
@@ -71,11 +74,10 @@ func newBackfillState() *backfillState {
 
 func (bf *backfillState) reached(k bfKey) bool { return bf.started && k.le(bf.pos) }
 
-func (bf *backfillState) noteMax(v *osdpb.Version) {
-	if bf.max == nil || versionLE(bf.max, v) {
-		bf.max = v
+func (bf *backfillState) noteSeen(v *osdpb.Version) {
+	if bf.walking {
+		bf.seen[v.GetSeq()] = v
 	}
-	bf.seen[v.GetSeq()] = v
 }
 
 // end is the version the walk brings the copy to: from first (the
@@ -109,7 +111,7 @@ func (o *OSD) backfillRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp) bool {
 		bf.mu.Unlock()
 		return false
 	}
-	bf.noteMax(e.Version)
+	bf.noteSeen(e.Version)
 	if !bf.reached(k) {
 		if pv := bf.pending[k]; pv == nil || versionLE(pv, e.Version) {
 			bf.pending[k] = e.Version

@@ -1244,6 +1244,11 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func()
 		}
 		return err
 	}
+	if bf != nil {
+		bf.mu.Lock()
+		bf.walking = true // from here on RepOps may be newer than the walk's start
+		bf.mu.Unlock()
+	}
 	var last *osdpb.Version
 	after := [2]string{}
 	for {

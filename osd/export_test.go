@@ -167,3 +167,50 @@ func (o *OSD) PGStateForTest(pool, pg uint32) string {
 	p, _ := mp.Pool(pool)
 	return o.pgStat(mp, p, pg).State
 }
+
+// SendSyncForTest sends replica to a sync RepOp of PG (pool, pgn) at o's
+// log end, as o's beacon does for a replica behind it.
+func (o *OSD) SendSyncForTest(to, pool, pgn uint32) bool {
+	sid, err := o.peerPG(pool, pgn)
+	if err != nil {
+		return false
+	}
+	p, err := o.pgOf(sid)
+	if err != nil {
+		return false
+	}
+	last, _, err := o.st.PGInfo(o.ctx, sid)
+	return err == nil && p != nil && o.sendSync(o.Map().Epoch(), to, pool, pgn, last)
+}
+
+// QueuedForTest is how many RepOps of store PG sid wait for its recovery,
+// read on the PG's shard behind what was queued there before.
+func (o *OSD) QueuedForTest(sid uint32) int {
+	p, err := o.pgOf(sid)
+	if err != nil {
+		return -1
+	}
+	got := make(chan int, 1)
+	if !o.enqueue(o.shardOf(sid), func() { got <- len(p.queued) }) {
+		return -1
+	}
+	return <-got
+}
+
+// SetFreshStoreForTest marks o as booting on a new store the mon has not
+// acknowledged yet (on), or not.
+func (o *OSD) SetFreshStoreForTest(on bool) { o.freshStore.Store(on) }
+
+// HasMachineForTest reports whether o has built the peering machine of
+// store PG sid, on the PG's shard.
+func (o *OSD) HasMachineForTest(sid uint32) bool {
+	p, err := o.pgOf(sid)
+	if err != nil {
+		return false
+	}
+	got := make(chan bool, 1)
+	if !o.enqueue(o.shardOf(sid), func() { got <- p.m != nil }) {
+		return false
+	}
+	return <-got
+}

@@ -69,6 +69,14 @@ func (o *OSD) advance(p *pgState, mp *placement.Map) {
 	if p.removing() {
 		return // no machine until the copy is gone (stray.go)
 	}
+	if o.freshStore.Load() {
+		// A new store whose boot the mon has not acknowledged: the map
+		// we hold may still show us up, as primary even, with the old
+		// store's born; a machine built now would take our empty copy
+		// for a witness of what the old store held, and could go active
+		// on it. None until the boot (Start then advances every PG).
+		return
+	}
 	if p.m != nil && uint64(p.m.Epoch()) >= mp.Epoch() {
 		o.publish(p) // a peering mark set since may be cleared
 		return

@@ -70,6 +70,21 @@ func TestRejoinedReplicaNotCleanUntilBackfilled(t *testing.T) {
 		close(release)
 		t.Fatalf("pg %d.%x while osd.%d is backfilled from nothing: %s, want backfilling", pool.Id, pg, leaver, got)
 	}
+	// The primary's syncs, one a second while the replica is behind, do
+	// not pile up at it: each would hold its message (and the session's
+	// receive credit) until the backfill ends.
+	for range 50 {
+		if !c.OSDs[primary].SendSyncForTest(leaver, pool.Id, pg) {
+			t.Fatal("sync not sent")
+		}
+	}
+	if err := c.OSDs[primary].CallForTest(ctx, leaver); err != nil { // behind the syncs on the session
+		t.Fatal(err)
+	}
+	if n := c.OSDs[leaver].QueuedForTest(sid); n > 1 {
+		close(release)
+		t.Fatalf("%d RepOps queued at the backfilling replica after 50 syncs, want at most 1", n)
+	}
 	close(release)
 	osdtest.Eventually(t, 60*time.Second, "the pg clean once the backfill ends", func() bool { return state() == "active+clean" })
 }

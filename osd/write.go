@@ -1066,10 +1066,38 @@ func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, sid, from uint32) {
 		if o.backfillRepOp(p, m, r) {
 			return
 		}
+		if r.Entry.GetKind() == osdpb.OpKind_OP_NONE && p.queueSync(m, r, from) {
+			return
+		}
 		p.queued = append(p.queued, queuedRepOp{m, r, from})
 		return
 	}
 	o.applyRepOp(p, m, r, from)
+}
+
+// queueSync folds sync RepOp r into the one already queued, if any, while
+// PG p recovers: the primary sends one every second a replica stays behind
+// (pgStat), and a backfill can wait long (for a slot, for room), so each
+// one queued would hold its message, and the receive credit with it, until
+// the recovery ends, stalling every other RepOp from that primary. One
+// answered when the recovery ends says all they would. A sync marked
+// activated replaces the queued one (the older is released unanswered);
+// a plain one is dropped. Reports whether r was folded.
+func (p *pgState) queueSync(m *msgr.Message, r *osdpb.RepOp, from uint32) bool {
+	i := slices.IndexFunc(p.queued, func(q queuedRepOp) bool {
+		return q.from == from && q.op.Entry.GetKind() == osdpb.OpKind_OP_NONE
+	})
+	switch {
+	case i < 0:
+		return false
+	case r.Activated:
+		// In arrival order, after the writes queued since the old one.
+		p.queued[i].m.Release()
+		p.queued = append(slices.Delete(p.queued, i, i+1), queuedRepOp{m, r, from})
+	default:
+		m.Release()
+	}
+	return true
 }
 
 // chunkCRCs are the CRC32Cs of m's data in the store's chunks, as its

@@ -168,7 +168,7 @@ Needs an admin keyring.`,
 					fmt.Sprintf("pg %s: %d inconsistent objects, %d repaired", pg, found, repaired), err
 			})
 			if err == nil && left > 0 {
-				err = fmt.Errorf("%d inconsistent objects could not be repaired (no copy reads back intact): osprey pg list-inconsistent shows them", left)
+				err = fmt.Errorf("%d inconsistent objects could not be repaired (no copy read back intact, or a member could not take the copy): osprey pg list-inconsistent shows them", left)
 			}
 			return err
 		},

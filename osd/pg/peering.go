@@ -329,13 +329,18 @@ func (p *PG) activate() {
 			p.out.notify = append(p.out.notify, PushTarget{To: id, Epoch: p.epoch, Have: pr.info.Last, Want: p.local.Last})
 			continue
 		}
-		// A copy mid-backfill has nothing its Last vouches for.
-		var have Version
-		if pr.probe == probeAnswered && !pr.info.Incomplete {
-			have = pr.info.Last
-		}
-		p.push(id, pr, have)
+		p.push(id, pr, pr.vouched())
 	}
+}
+
+// vouched is where the peer's log ends as far as it vouches for it: zero
+// when it did not answer, or answered mid-backfill (it may lack objects
+// its Last shows).
+func (pr *peer) vouched() Version {
+	if pr.probe != probeAnswered || pr.info.Incomplete {
+		return Version{}
+	}
+	return pr.info.Last
 }
 
 func (p *PG) push(id OSDID, pr *peer, have Version) {
@@ -361,7 +366,7 @@ func (p *PG) retry() {
 	case phaseActive:
 		for _, id := range p.cur.acting[1:] {
 			if pr := p.peers[id]; pr != nil && pr.push == pushFailed {
-				p.push(id, pr, pr.info.Last)
+				p.push(id, pr, pr.vouched())
 			}
 		}
 	}
