@@ -83,6 +83,19 @@ func TestOSDCreateLeavesNoGhost(t *testing.T) {
 	if k := mustKeyring(t, rep); rep.Ids[0] != 1 || !k.Cert.Equal(ahead.Cert) {
 		t.Fatalf("osd create with osd.1 made ahead: id %v, %s's keyring (the one made ahead: %v)", rep.Ids, k.Entity, k.Cert.Equal(ahead.Cert))
 	}
+	// A data directory of another cluster, its keyring lost, started with
+	// this cluster's bootstrap key: refused before anything is made.
+	epoch = m.Map().Epoch()
+	if _, err := bootstrap.Command(ctx, &osdpb.MonCommand{Prefix: "osd create", Uuid: "uuid-other", Fsid: "another-fsid"}); statusOf(err) != osdpb.Status_WRONG_CLUSTER || !strings.Contains(err.Error(), "another-fsid") {
+		t.Fatalf("osd create of another cluster's OSD: %v, want WrongCluster", err)
+	}
+	if got := m.Map().Epoch(); got != epoch || numOSDs(m.Map()) != 2 {
+		t.Fatalf("a refused osd create of another cluster's OSD changed the map: epoch %d (was %d), %d OSDs", got, epoch, numOSDs(m.Map()))
+	}
+	// Its own fsid is this cluster's: as before.
+	if rep := mustCommand(t, bootstrap, &osdpb.MonCommand{Prefix: "osd create", Uuid: "uuid-1", Fsid: m.Map().FSID()}); rep.Ids[0] != 1 {
+		t.Fatalf("osd create with this cluster's fsid: id %v", rep.Ids)
+	}
 	// A repeat of a create (the OSD crashed before keeping its id) gets
 	// the same id and keyring.
 	again := mustCommand(t, bootstrap, &osdpb.MonCommand{Prefix: "osd create", Uuid: "uuid-1"})

@@ -232,6 +232,11 @@ func (m *Mon) runCommand(ctx context.Context, c *osdpb.MonCommand, g *requestGua
 		}
 		out = pgList(in)
 	case "osd create":
+		if c.Fsid != "" && c.Fsid != m.fsid {
+			// A data directory of another cluster, its keyring lost: an
+			// id here would be written over its own.
+			return nil, ops.Errorf(osdpb.Status_WRONG_CLUSTER, "osd create: the OSD's data belongs to cluster %s; this is cluster %s", c.Fsid, m.fsid)
+		}
 		l := m.lead.Load()
 		if l == nil {
 			return nil, m.notLeader()
@@ -245,6 +250,12 @@ func (m *Mon) runCommand(ctx context.Context, c *osdpb.MonCommand, g *requestGua
 		out = map[string]any{"id": id}
 	case "auth add", "auth get-or-create", "auth get", "auth ls", "auth rm", "auth caps", "auth rotate", "auth s3-key add", "auth s3-key rm": // authCommands
 		res, err := m.authCommand(ctx, c, rep, g)
+		if err != nil {
+			return nil, err
+		}
+		out = res
+	case "mon rm":
+		res, err := m.forgetMon(ctx, c.Var)
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -83,6 +84,29 @@ func TestFailover(t *testing.T) {
 	eventually(t, 5*time.Second, "the subscriber sees the boot's map", func() bool {
 		return c.Map() != nil && c.Map().Epoch() >= rep.Map.Epoch
 	})
+
+	// The closed mon is not forgotten: status warns it is down (Ceph's
+	// MON_DOWN) until an operator removes it; a running mon cannot be.
+	st, err = standby.Status(ctxFor(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "mon." + leader.cfg.Name
+	if !slices.ContainsFunc(st.Health.Checks, func(c string) bool { return strings.Contains(c, "1/2 mons down") }) || len(st.Mons) != 2 {
+		t.Fatalf("status with %s closed: %+v, mons %+v", down, st.Health, st.Mons)
+	}
+	if _, err := c.Command(ctxFor(t, 10*time.Second), &osdpb.MonCommand{Prefix: "mon rm", Var: standby.cfg.Name}); err == nil || !strings.Contains(err.Error(), "runs; stop it first") {
+		t.Fatalf("mon rm of the running mon: %v", err)
+	}
+	for range 2 { // again: nothing to change
+		if _, err := c.Command(ctxFor(t, 10*time.Second), &osdpb.MonCommand{Prefix: "mon rm", Var: leader.cfg.Name}); err != nil {
+			t.Fatalf("mon rm %s: %v", leader.cfg.Name, err)
+		}
+	}
+	if st, err = standby.Status(ctxFor(t, 10*time.Second)); err != nil || len(st.Mons) != 1 ||
+		slices.ContainsFunc(st.Health.Checks, func(c string) bool { return strings.Contains(c, "mons down") }) {
+		t.Fatalf("status after mon rm: %v %+v, mons %+v", err, st.Health, st.Mons)
+	}
 }
 
 // TestSubscriptionPushes: a change reaches a subscribed client within a

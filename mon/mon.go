@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
@@ -526,6 +528,10 @@ func (m *Mon) serveSession(sess *concurrency.Session) {
 		m.log.Warn("registering in etcd", "err", err)
 		return
 	}
+	if _, err := m.cli.Put(sctx, m.k.knownMon(m.cfg.Name), m.addr); err != nil {
+		m.log.Warn("registering in etcd", "err", err)
+		return
+	}
 	el := concurrency.NewElection(sess, m.k.election())
 	observers.Go(func() {
 		for resp := range el.Observe(sctx) {
@@ -641,20 +647,49 @@ func (m *Mon) beacons(ctx context.Context) (map[uint32]*beaconRecord, error) {
 	return out, nil
 }
 
-// mons lists the registered mons, the leader marked.
+// forgetMon serves "mon rm NAME": the cluster no longer counts mon name
+// (retired for good) among its mons, so status stops warning it is down.
+// A mon that runs is refused: stop it first. Ceph's "mon remove".
+func (m *Mon) forgetMon(ctx context.Context, name string) (map[string]any, error) {
+	resp, err := m.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(m.k.mon(name)), "=", 0)).
+		Then(clientv3.OpDelete(m.k.knownMon(name))).
+		Commit()
+	if err != nil {
+		return nil, unavailable("forgetting a mon in etcd", err)
+	}
+	if !resp.Succeeded {
+		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "mon rm: mon.%s runs; stop it first", name)
+	}
+	if resp.Responses[0].GetResponseDeleteRange().Deleted == 0 {
+		return map[string]any{"removed": false, "message": fmt.Sprintf("nothing to change (no mon.%s)", name)}, nil
+	}
+	m.log.Info("mon removed", "name", name)
+	return map[string]any{"removed": true, "message": fmt.Sprintf("removed mon.%s", name)}, nil
+}
+
+// mons lists the cluster's mons: those registered now (up, the leader
+// marked) and those that ever were and are not now (down).
 func (m *Mon) mons(ctx context.Context) ([]MonStatus, error) {
-	resp, err := m.cli.Get(ctx, m.k.monsPrefix(), clientv3.WithPrefix())
+	live, err := m.cli.Get(ctx, m.k.monsPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, unavailable("reading the mons from etcd", err)
+	}
+	known, err := m.cli.Get(ctx, m.k.knownMonsPrefix(), clientv3.WithPrefix())
 	if err != nil {
 		return nil, unavailable("reading the mons from etcd", err)
 	}
 	leader := m.Leader()
-	var out []MonStatus
-	for _, kv := range resp.Kvs {
-		name := strings.TrimPrefix(string(kv.Key), m.k.monsPrefix())
-		out = append(out, MonStatus{Name: name, Addr: string(kv.Value), Leader: string(kv.Value) == leader})
+	byName := map[string]MonStatus{}
+	for _, kv := range known.Kvs {
+		name := strings.TrimPrefix(string(kv.Key), m.k.knownMonsPrefix())
+		byName[name] = MonStatus{Name: name, Addr: string(kv.Value)}
 	}
-	slices.SortFunc(out, func(a, b MonStatus) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	for _, kv := range live.Kvs {
+		name := strings.TrimPrefix(string(kv.Key), m.k.monsPrefix())
+		byName[name] = MonStatus{Name: name, Addr: string(kv.Value), Up: true, Leader: string(kv.Value) == leader}
+	}
+	return slices.SortedFunc(maps.Values(byName), func(a, b MonStatus) int { return strings.Compare(a.Name, b.Name) }), nil
 }
 
 // backoff is a capped exponential delay for retry loops.

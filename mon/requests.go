@@ -62,8 +62,14 @@ func decodeRequest(t osdpb.MsgType, front []byte) (proto.Message, error) {
 		if r.Prefix == "osd create" || slices.Contains(authCommands, r.Prefix) {
 			break // create checks the uuid, authCommand its entity and caps
 		}
+		if r.Prefix == "mon rm" {
+			if msg := checkLabel(r.Var, 64); msg != "" {
+				return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "mon rm: name %s", msg)
+			}
+			break
+		}
 		if !slices.Contains(mutatingCommands, r.Prefix) && !slices.Contains(monclient.ReadCommands, r.Prefix) {
-			known := slices.Concat(monclient.ReadCommands, mutatingCommands, []string{"osd create"}, authCommands)
+			known := slices.Concat(monclient.ReadCommands, mutatingCommands, []string{"osd create", "mon rm"}, authCommands)
 			return r, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "unknown command %q; known: %v", r.Prefix, known)
 		}
 		if slices.Contains(mutatingCommands, r.Prefix) {

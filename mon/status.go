@@ -105,9 +105,12 @@ func ActingList(ids []uint32) string {
 
 // MonStatus is one registered mon.
 type MonStatus struct {
-	Name   string `json:"name"`
-	Addr   string `json:"addr"`
-	Leader bool   `json:"leader"`
+	Name string `json:"name"`
+	Addr string `json:"addr"`
+	// Up: registered now (its etcd session alive); a mon that ran once
+	// and is not is down, until "mon rm" forgets it.
+	Up     bool `json:"up"`
+	Leader bool `json:"leader"`
 }
 
 // OSDCounts counts the map's OSDs.
@@ -408,6 +411,17 @@ func computeStatus(in statusInput) *Status {
 			lines = append(lines, fmt.Sprintf("pool '%s' has no replicas configured", name))
 		}
 		checks.warn("POOL_NO_REDUNDANCY", fmt.Sprintf("%d pool(s) have no replicas configured (size 1): %s", len(single), strings.Join(single, ", ")), lines)
+	}
+	var monsDown []string
+	for _, m := range st.Mons {
+		if !m.Up {
+			monsDown = append(monsDown, fmt.Sprintf("mon.%s (%s) is down", m.Name, m.Addr))
+		}
+	}
+	if n := len(monsDown); n > 0 {
+		// Ceph's MON_DOWN: one more loss may cost the etcd quorum, and
+		// with it every map change.
+		checks.warn("MON_DOWN", fmt.Sprintf("%d/%d mons down", n, len(st.Mons)), monsDown)
 	}
 	if len(st.Mons) > 0 && !slices.ContainsFunc(st.Mons, func(m MonStatus) bool { return m.Leader }) {
 		// Ceph answers nothing without a quorum; a mon here answers from

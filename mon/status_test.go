@@ -196,7 +196,7 @@ func TestComputeStatus(t *testing.T) {
 	// expired) nobody acts on failures: the status says so.
 	for _, lead := range []bool{true, false} {
 		st = computeStatus(statusInput{mp: mp, beacons: reportAll(mp, "active+clean", 10), now: now, fresh: time.Minute,
-			mons: []MonStatus{{Name: "a", Addr: "tcp://127.0.0.1:1", Leader: lead}}})
+			mons: []MonStatus{{Name: "a", Addr: "tcp://127.0.0.1:1", Up: true, Leader: lead}}})
 		noLeader := slices.ContainsFunc(st.Health.Checks, func(c string) bool { return strings.Contains(c, "no mon leads") })
 		if want := map[bool]string{true: HealthOK, false: HealthWarn}[lead]; st.Health.Status != want || noLeader == lead {
 			t.Fatalf("mon a leading %v: %+v", lead, st.Health)

@@ -49,6 +49,12 @@ func (k keys) stats(id uint32) string      { return fmt.Sprintf("%sstats/%010d",
 func (k keys) statsPrefix() string         { return k.pfx + "stats/" }
 func (k keys) mon(name string) string      { return k.pfx + "mons/" + name }
 func (k keys) monsPrefix() string          { return k.pfx + "mons/" }
+
+// knownMon is mon name's address, kept after it stops (no lease): the mons
+// the cluster has, against which status counts those down (MON_DOWN),
+// until "mon rm" forgets one.
+func (k keys) knownMon(name string) string { return k.pfx + "monsknown/" + name }
+func (k keys) knownMonsPrefix() string     { return k.pfx + "monsknown/" }
 func (k keys) election() string            { return k.pfx + "election/" }
 func (k keys) authCA() string              { return k.pfx + "auth-ca" }
 func (k keys) auth(entity string) string   { return k.pfx + "auth/" + entity }

@@ -104,7 +104,7 @@ func joinCluster(ctx context.Context, cfg *Config, authz *authTables, onMap func
 		authz.Refresh = mc.FetchAuth
 	}
 	if ident.ID == nil {
-		rep, err := mc.Command(ctx, &osdpb.MonCommand{Prefix: "osd create", Uuid: ident.UUID})
+		rep, err := mc.Command(ctx, &osdpb.MonCommand{Prefix: "osd create", Uuid: ident.UUID, Fsid: ident.FSID})
 		if err == nil && len(rep.Ids) != 1 {
 			err = fmt.Errorf("osd create: the mon gave %d ids", len(rep.Ids))
 		}
@@ -164,7 +164,7 @@ func createOSD(ctx context.Context, cfg *Config, ident *identity) (*auth.Keyring
 		return nil, err
 	}
 	defer mc.Close()
-	rep, err := mc.Command(ctx, &osdpb.MonCommand{Prefix: "osd create", Uuid: ident.UUID})
+	rep, err := mc.Command(ctx, &osdpb.MonCommand{Prefix: "osd create", Uuid: ident.UUID, Fsid: ident.FSID})
 	if err == nil && len(rep.Ids) != 1 {
 		err = fmt.Errorf("osd create: the mon gave %d ids", len(rep.Ids))
 	}
@@ -211,6 +211,7 @@ func (o *OSD) boot(ctx context.Context) error {
 		}
 	}
 	if rep.Map != nil {
+		o.bootEpoch.Store(rep.Map.GetEpoch())
 		if err := o.adoptMap(rep.Map); err != nil {
 			return err
 		}
@@ -306,6 +307,18 @@ func (o *OSD) markMeDown(ctx context.Context) {
 
 // onMonMap adopts a map the mon pushed.
 func (o *OSD) onMonMap(m *placement.Map) {
+	if info, ok := m.OSD(o.id); ok && info.Up && o.bootEpoch.Load() != 0 && info.UpFrom > o.bootEpoch.Load() {
+		if pub, clu := o.advertised(); info.PublicAddr != pub || info.ClusterAddr != clu {
+			// Another daemon booted as us since we did (a copy of our
+			// data directory started elsewhere): two of us would share
+			// our peers' sessions and keep the id up after either dies.
+			// The newer one stands, as a Ceph OSD stops once its map
+			// shows it at another address.
+			o.fatal(fmt.Errorf("another daemon booted as osd.%d at %s (epoch %d, up from %d; we booted at %d at %s)",
+				o.id, info.PublicAddr, m.Epoch(), info.UpFrom, o.bootEpoch.Load(), pub))
+			return
+		}
+	}
 	if err := o.adoptMap(m.Proto()); err != nil {
 		o.log.Warn("map from the mon", "epoch", m.Epoch(), "err", err)
 		return

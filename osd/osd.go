@@ -259,6 +259,10 @@ type OSD struct {
 	// boot that said so (MonBoot.fresh_store). Until then the OSD answers
 	// no PG query: the map it holds may not say its store is new.
 	freshStore atomic.Bool
+	// bootEpoch is the epoch of the map our last boot made (0 before
+	// the first): a later up_from at another address is another daemon.
+	bootEpoch atomic.Uint64
+	stoppedBy atomic.Pointer[error] // what fatal stopped the OSD with
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc

@@ -877,6 +877,7 @@ func (o *OSD) applyFailed(p *pgState, e *osdpb.LogEntry, err error) {
 // as crashed and the mon marks it down; Close then ends the rest.
 func (o *OSD) fatal(err error) {
 	o.log.Error("the OSD cannot go on and stops (its acknowledged writes are on its replicas)", "err", err)
+	o.stoppedBy.CompareAndSwap(nil, &err)
 	if f := o.cfg.Store.OnFatal; f != nil {
 		f(err.Error())
 		return
@@ -889,6 +890,16 @@ func (o *OSD) fatal(err error) {
 		o.pub.Kill()
 		o.clu.Kill()
 	}()
+}
+
+// Stopped is the error that stopped the OSD on its own (it cannot go on:
+// a store failure, another daemon booted as it); nil while it runs or
+// after a Close.
+func (o *OSD) Stopped() error {
+	if e := o.stoppedBy.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // replicate sends e (with body) to the replicas and calls done when every

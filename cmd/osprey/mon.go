@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/metrics"
@@ -162,5 +164,42 @@ loopback or an admin network.`,
 	f.StringVar(&metricsAddr, "metrics-addr", "", metricsAddrUsage)
 	f.StringVar(&keyringDir, "keyring-dir", "", "where to write client.admin.keyring and client.bootstrap-osd.keyring if missing (default: the --embed-etcd directory; none with --etcd)")
 	f.StringVar(&dashAddr, "dashboard-addr", "", "HOST:PORT to serve the status page on (HTTP, no authentication); '' for none")
+	cmd.AddCommand(newMonRmCmd())
 	return cmd
+}
+
+// newMonRmCmd is `osprey mon rm NAME`, Ceph's `ceph mon remove`.
+func newMonRmCmd() *cobra.Command {
+	var mf monFlags
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Forget a retired mon, so that status no longer warns it is down (MON_DOWN)",
+		Long: `Removes mon NAME from the mons the cluster counts, as "ceph mon remove": the
+cluster remembers every mon that ever ran, and "osprey status" warns MON_DOWN
+while one does not run. A mon that runs is refused: stop it first. Its etcd
+member, if it had one, is etcd's to remove ("etcdctl member remove").
+Needs an admin keyring.`,
+		Example: `  osprey mon rm c`,
+		Args:    argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "mon rm", Var: args[0]})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				fmt.Fprintln(cmd.OutOrStdout(), strings.TrimSpace(rep.Output))
+				return nil
+			}
+			var res struct{ Message string }
+			if err := json.Unmarshal([]byte(rep.Output), &res); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "mon rm %s: %s\n", args[0], res.Message)
+			return nil
+		},
+	}
+	addMonFlags(c.Flags(), &mf)
+	c.Flags().BoolVar(&asJSON, "json", false, "print the mon's result as one JSON object: removed, message")
+	return c
 }

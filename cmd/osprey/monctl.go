@@ -401,6 +401,18 @@ func printMonStatus(w io.Writer, s *mon.Status) error {
 		fmt.Fprintf(w, "            %s\n", c)
 	}
 	fmt.Fprintf(w, "\n  services:\n    mon: %d daemons", len(s.Mons))
+	var up, down []string
+	for _, m := range s.Mons {
+		if m.Up {
+			up = append(up, m.Name)
+		} else {
+			down = append(down, m.Name)
+		}
+	}
+	if len(down) > 0 {
+		// Ceph's "quorum b,c, out of quorum: a".
+		fmt.Fprintf(w, ", up %s, down %s", strings.Join(up, ","), strings.Join(down, ","))
+	}
 	for _, m := range s.Mons {
 		if m.Leader {
 			fmt.Fprintf(w, ", leader %s (%s)", m.Name, m.Addr)

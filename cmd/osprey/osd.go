@@ -83,9 +83,9 @@ gracefully.`,
 			}
 			cfg.Logger = slog.Default()
 			cfg.Store.OnFatal = func(msg string) {
-				// Pebble cannot go on (a WAL write failed, say): stop
+				// The OSD cannot go on (a WAL write failed, another daemon booted as it): stop
 				// with a line an operator can act on, not a panic's stack.
-				slog.Error("the store cannot go on; the OSD stops (its data is safe up to the last acknowledged write)", "err", msg)
+				slog.Error("the OSD stops (its data is safe up to the last acknowledged write)", "err", msg)
 				os.Exit(exitError)
 			}
 			if cfg.DataDir == "" {

@@ -5985,7 +5985,11 @@ type MonCommand struct {
 	// Ceph's --yes-i-really-mean-it: "osd pool set" of a change that risks
 	// data (size 1) or stops writes (a min_size above the OSDs in), "osd rm"
 	// of an OSD still in; "osd lost" always.
-	Sure          bool `protobuf:"varint,15,opt,name=sure,proto3" json:"sure,omitempty"`
+	Sure bool `protobuf:"varint,15,opt,name=sure,proto3" json:"sure,omitempty"`
+	// "osd create": the cluster the OSD's data directory already belongs to
+	// (its identity's fsid), if any: another cluster's mon refuses before it
+	// creates anything (WRONG_CLUSTER).
+	Fsid          string `protobuf:"bytes,16,opt,name=fsid,proto3" json:"fsid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6116,6 +6120,13 @@ func (x *MonCommand) GetSure() bool {
 		return x.Sure
 	}
 	return false
+}
+
+func (x *MonCommand) GetFsid() string {
+	if x != nil {
+		return x.Fsid
+	}
+	return ""
 }
 
 // MonRequestRecord is what the mon keeps of a command with a request id
@@ -6780,7 +6791,7 @@ const file_osd_proto_rawDesc = "" +
 	"\aMonAuth\x12+\n" +
 	"\x05table\x18\x01 \x01(\v2\x15.osprey.osd.AuthTableR\x05table\"2\n" +
 	"\x06MonMap\x12(\n" +
-	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xa5\x03\n" +
+	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xb9\x03\n" +
 	"\n" +
 	"MonCommand\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x10\n" +
@@ -6799,7 +6810,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x04pool\x18\f \x01(\tR\x04pool\x12\x10\n" +
 	"\x03var\x18\r \x01(\tR\x03var\x12\x10\n" +
 	"\x03val\x18\x0e \x01(\tR\x03val\x12\x12\n" +
-	"\x04sure\x18\x0f \x01(\bR\x04sure\x1a7\n" +
+	"\x04sure\x18\x0f \x01(\bR\x04sure\x12\x12\n" +
+	"\x04fsid\x18\x10 \x01(\tR\x04fsid\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x01\x10\x02\"]\n" +
