@@ -625,6 +625,7 @@ func (b *objBench) run(ctx context.Context, mix []MixWeight, name string) ([]Obj
 	errCounts := make([]atomic.Uint64, len(ObjOps))
 	var (
 		exhausted atomic.Bool
+		denied    atomic.Pointer[error] // the refusal that stopped the row
 		errOnce   sync.Once
 		firstErr  error
 		wg        sync.WaitGroup
@@ -646,6 +647,13 @@ func (b *objBench) run(ctx context.Context, mix []MixWeight, name string) ([]Obj
 				}
 				if err != nil {
 					errOnce.Do(func() { firstErr = err })
+				}
+				if refused(err) {
+					// No retry helps (a key revoked, caps taken away):
+					// stop rather than spin on errors at full speed.
+					denied.CompareAndSwap(nil, &err)
+					stopRun()
+					return
 				}
 				if !r.measuring() {
 					continue // warming up, or the row ended meanwhile
@@ -719,6 +727,9 @@ func (b *objBench) run(ctx context.Context, mix []MixWeight, name string) ([]Obj
 		row.fillCPU()
 		rows = append(rows, row)
 	}
+	if err := denied.Load(); err != nil {
+		return rows, fmt.Errorf("bench: %s: stopped: %w", label, *err)
+	}
 	if ops == 0 && firstErr != nil {
 		return rows, fmt.Errorf("bench: %s: %w", label, firstErr)
 	}
@@ -726,6 +737,13 @@ func (b *objBench) run(ctx context.Context, mix []MixWeight, name string) ([]Obj
 		o.Logger.Warn("bench: some ops failed", "row", label, "errors", errs, "first", firstErr)
 	}
 	return rows, nil
+}
+
+// refused reports whether err is a refusal no retry helps: access denied
+// by the cluster or the S3 endpoint (403).
+func refused(err error) bool {
+	var se *s3Error
+	return errors.Is(err, client.ErrAccessDenied) || errors.As(err, &se) && se.Status == 403
 }
 
 // row fills a row's rates from its histogram and segments. bytesPerOp

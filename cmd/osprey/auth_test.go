@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/osdtest"
@@ -157,6 +158,29 @@ func TestAuthCLI(t *testing.T) {
 	}
 	if _, err := cli("mb", "admin-bucket"); err != nil {
 		t.Fatalf("mb as client.admin: %v", err)
+	}
+	// A benchmark whose entity is removed while it runs stops at the
+	// first refusal, instead of spinning on refusals for the rest of its
+	// duration at full speed.
+	benchPath := filepath.Join(t.TempDir(), "bench.keyring")
+	if _, err := cli("auth", "get-or-create", "client.bench", "mon", "allow r", "osd", "allow *", "-o", benchPath); err != nil {
+		t.Fatal(err)
+	}
+	benchDone := make(chan error, 1)
+	go func() {
+		_, _, err := run(t, "bench", "obj", "--seeds", strings.Join(c.Seeds(), ","), "--keyring", benchPath, "--bucket", "benchb",
+			"--size", "4KiB", "--op", "put", "--concurrency", "2", "--duration", "60s", "--warmup", "0s", "--no-ceiling", "--no-cleanup")
+		benchDone <- err
+	}()
+	osdtest.Eventually(t, 30*time.Second, "the benchmark writing", func() bool {
+		out, err := cli("ls", "benchb")
+		return err == nil && strings.TrimSpace(out) != ""
+	})
+	if _, err := cli("auth", "rm", "client.bench"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-benchDone; err == nil || !strings.Contains(err.Error(), "stopped: ") {
+		t.Fatalf("bench obj after its entity was removed: %v, want it stopped by the refusal", err)
 	}
 	// Without a keyring the cluster refuses the session, and says so.
 	if _, _, err := run(t, "ls", "--mon", c.Mon.Addr(), "--keyring", "none"); err == nil || !strings.Contains(err.Error(), "authentication refused") {
