@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/dirlock"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/osd"
@@ -240,5 +241,24 @@ func TestUpDemoWithSocketFailures(t *testing.T) {
 	}
 	if !strings.Contains(out, "demo passed") {
 		t.Fatalf("demo output:\n%s", out)
+	}
+}
+
+// TestOSDRefusesDataDirInUse: a second `osprey osd` on a data directory
+// another holds fails at once, naming the holder, before it reads or
+// writes anything there.
+func TestOSDRefusesDataDirInUse(t *testing.T) {
+	dir, mapPath, osdConfig := captureOSDConfig(t)
+	data := filepath.Join(dir, "osd.0")
+	osdConfig() // makes the directory; the lock goes with the command
+	held, err := dirlock.Lock(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	_, _, err = run(t, "osd", "--map", mapPath, "--data", data)
+	var inUse *dirlock.InUseError
+	if !errors.As(err, &inUse) || !strings.Contains(err.Error(), "in use by process") {
+		t.Fatalf("osprey osd on a data directory in use: %v", err)
 	}
 }

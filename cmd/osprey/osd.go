@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	"github.com/ospreystore/osprey/internal/dirlock"
 	"github.com/ospreystore/osprey/internal/metrics"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
@@ -117,6 +118,18 @@ gracefully.`,
 				defer ts.Close()
 				cfg.Transports = ts
 			}
+			// One daemon per data directory, from before anything there is
+			// read or written (identity.json, the keyring): a second one
+			// fails at once naming the holder, rather than on Pebble's own
+			// lock after it may have rewritten the identity.
+			if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+				return err
+			}
+			lock, err := dirlock.Lock(cfg.DataDir)
+			if err != nil {
+				return fmt.Errorf("--data: %w", err)
+			}
+			defer lock.Close()
 			o, err := startOSD(cmd.Context(), cfg)
 			if err != nil {
 				return err
