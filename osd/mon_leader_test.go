@@ -122,6 +122,23 @@ func (mc *monCluster) stopMon(sig syscall.Signal) {
 	}
 }
 
+// monCommand runs an admin command through the mons, failing the test on
+// an error.
+func (mc *monCluster) monCommand(ctx context.Context, cmd *osdpb.MonCommand) *osdpb.MonCommandReply {
+	mc.t.Helper()
+	c, err := monclient.New(ctx, monclient.Options{Addrs: mc.monAddrs, Timeout: 2 * time.Second, Keyring: mc.admin,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		mc.t.Fatal(err)
+	}
+	defer c.Close()
+	rep, err := c.Command(ctx, cmd)
+	if err != nil {
+		mc.t.Fatalf("%s: %v", cmd.Prefix, err)
+	}
+	return rep
+}
+
 // cliStatus is `osprey status` against the mons at addrs, as client.admin:
 // the "status" command through a mon client, which moves on from a mon
 // that does not answer.
@@ -253,23 +270,21 @@ func TestMonLeaderKilled(t *testing.T) {
 	}
 	t.Logf("mon.a leads %v after the SIGKILL of mon.b", time.Since(killed).Round(time.Millisecond))
 	// `osprey status` given both mons, the dead one first, answers
-	// through mon.a: the dead mon's registration went with its session's
-	// lease, so it is no longer listed. The health has no check on mons
-	// (mon/status.go counts OSDs and PGs only): a dead mon is not a
-	// warning, it is absent.
-	st := mc.waitCLIStatus(by(killed, 15*time.Second), []string{mc.monAddrs[1], mc.monAddrs[0]}, "mon.a the only mon, leading", func(s *mon.Status) bool {
-		return leaderOf(s) == "a" && slices.Equal(monNames(s), []string{"a"})
+	// through mon.a, leading, and lists mon.b down with Ceph's MON_DOWN:
+	// the cluster remembers its mons. An operator retiring mon.b for good
+	// removes it (mon rm), and the warning goes.
+	st := mc.waitCLIStatus(by(killed, 15*time.Second), []string{mc.monAddrs[1], mc.monAddrs[0]}, "mon.a leading, mon.b down", func(s *mon.Status) bool {
+		return leaderOf(s) == "a" && slices.Equal(monNames(s), []string{"a", "b"}) && s.Mons[0].Up && !s.Mons[1].Up
 	})
 	if st.Mons[0].Addr != mc.mon.Addr() {
 		t.Fatalf("status lists mon.a at %s, it serves at %s", st.Mons[0].Addr, mc.mon.Addr())
 	}
-	for _, c := range st.Health.Checks {
-		if strings.Contains(c, "mon") {
-			t.Errorf("a health check about the mons, which mon/status.go has none of: %q", c)
-		}
+	if !slices.ContainsFunc(st.Health.Checks, func(c string) bool { return strings.Contains(c, "1/2 mons down") }) {
+		t.Errorf("no MON_DOWN with mon.b dead: %q", st.Health.Checks)
 	}
 	t.Logf("status after the failover: %s %q, mons %+v, epoch %d (%d before), %d/%d OSDs up",
 		st.Health.Status, st.Health.Checks, st.Mons, st.Epoch, before.Epoch, st.OSDs.Up, st.OSDs.Total)
+	mc.monCommand(by(killed, 15*time.Second), &osdpb.MonCommand{Prefix: "mon rm", Var: "b"})
 	w.waitFlowing(by(killed, 20*time.Second), t, 0, killed.Add(100*time.Millisecond))
 	t.Logf("puts resumed %v after the SIGKILL of mon.b", w.resumed(killed, 100*time.Millisecond).Round(time.Millisecond))
 	st = mc.waitStatus(by(killed, 20*time.Second), "3 OSDs up and HEALTH_OK under mon.a", func(s *mon.Status) bool {
