@@ -31,6 +31,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -381,6 +382,13 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		}
 		if cfg.Map, err = mc.Subscribe(ctx); err != nil {
 			mc.Close()
+			if ident.FSID != "" && errors.Is(err, msgr.ErrAuth) {
+				// A keyring of another cluster's CA, most likely (either
+				// side then refuses the other's certificate): say which
+				// cluster the data directory belongs to.
+				return nil, fmt.Errorf("osd.%d: authentication with the mons at %s failed, and %s belongs to cluster %s (its identity.json): are these its mons? (%w)",
+					cfg.ID, strings.Join(cfg.Mon, ","), cfg.DataDir, ident.FSID, err)
+			}
 			return nil, fmt.Errorf("osd.%d: the map from the mon: %w", cfg.ID, err)
 		}
 		if info, ok := cfg.Map.OSD(cfg.ID); ok {
