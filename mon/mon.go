@@ -524,11 +524,12 @@ func (m *Mon) serveSession(sess *concurrency.Session) {
 		case <-sctx.Done():
 		}
 	})
-	if _, err := m.cli.Put(sctx, m.k.mon(m.cfg.Name), m.addr, clientv3.WithLease(sess.Lease())); err != nil {
-		m.log.Warn("registering in etcd", "err", err)
-		return
-	}
-	if _, err := m.cli.Put(sctx, m.k.knownMon(m.cfg.Name), m.addr); err != nil {
+	// Up (on the session's lease) and known (kept after it stops), in
+	// one transaction.
+	if _, err := m.cli.Txn(sctx).Then(
+		clientv3.OpPut(m.k.mon(m.cfg.Name), m.addr, clientv3.WithLease(sess.Lease())),
+		clientv3.OpPut(m.k.knownMon(m.cfg.Name), m.addr),
+	).Commit(); err != nil {
 		m.log.Warn("registering in etcd", "err", err)
 		return
 	}

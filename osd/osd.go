@@ -257,8 +257,9 @@ type OSD struct {
 	bucketDrops atomic.Uint64
 	hist        history // past maps, for peering
 	// freshStore: the store is new and the mon has not yet acknowledged a
-	// boot that said so (MonBoot.fresh_store). Until then the OSD answers
-	// no PG query: the map it holds may not say its store is new.
+	// boot that said so (MonBoot.fresh_store). Until then the OSD builds
+	// no PG machine (advance), so it answers no PG query and serves
+	// nothing: the map it holds may not say its store is new.
 	freshStore atomic.Bool
 	// bootEpoch is the epoch of the map our last boot made (0 before
 	// the first): a later up_from at another address is another daemon.

@@ -281,9 +281,6 @@ func activatedSync(p *pgState, e pg.Epoch, want pg.Version) *osdpb.RepOp {
 // primary of the PG's current interval, and only once we have its map
 // (until then STALE_EPOCH, and we fetch it).
 func (o *OSD) answerQuery(q *osdpb.PGQuery, sid, from uint32) (*osdpb.PGInfo, error) {
-	if o.freshStore.Load() {
-		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d: booting on a new store", o.id)
-	}
 	p, err := o.pgOf(sid)
 	if err != nil {
 		return nil, err

@@ -8,10 +8,10 @@ import (
 )
 
 // DamageDataFiles flips one byte at offset at of the data files holding
-// body in the OSD data directory dir (found by their first 4 KiB: a fresh cluster holds few),
-// as a disk that rotted under the store would. Every such file: one a
-// repair replaced may not be removed yet, and damaging only that one
-// would leave the live copy whole.
+// body in OSD data directory dir (found by their first 4 KiB: a fresh
+// cluster holds few), as a disk that rotted under the store would. Every
+// such file: one a repair replaced may not be removed yet, and damaging
+// only that one would leave the live copy whole.
 func DamageDataFiles(t testing.TB, dir string, body []byte, at int64) {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "store", "data", "*", "*"))
