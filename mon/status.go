@@ -324,6 +324,7 @@ func computeStatus(in statusInput) *Status {
 		checks     healthChecks
 		down       int // no OSD up
 		belowMin   int // fewer than min_size up
+		filling    int // min_size up, fewer whole: the rest being backfilled
 		undersized int // fewer than size up (belowMin included)
 		unknown    int // no current report from the primary
 		damagedPGs int // reported inconsistent by their primary
@@ -371,13 +372,18 @@ func computeStatus(in statusInput) *Status {
 			undersized++
 			about("undersized", v)
 		}
+		if v.fresh && !v.belowMin && hasToken(v.reported, "peered") {
+			filling++
+			about("filling", v)
+		}
 		if v.broken {
 			broken[v.reported]++
 			about("broken:"+v.reported, v)
 		} else if v.fresh && v.reported != "active+clean" && !v.belowMin {
 			for _, t := range strings.Split(v.reported, "+") {
 				// inconsistent is an error of its own (PG_DAMAGED below).
-				if t != "active" && t != "clean" && t != "undersized" && t != "inconsistent" && t != "" {
+				// peered (inactive) is counted above, as an error.
+				if t != "active" && t != "clean" && t != "undersized" && t != "inconsistent" && t != "peered" && t != "" {
 					tokens[t]++
 					about("token:"+t, v)
 				}
@@ -391,6 +397,9 @@ func computeStatus(in statusInput) *Status {
 	}
 	if belowMin > 0 {
 		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs inactive: fewer than min_size OSDs up (undersized+degraded+peered)", belowMin), pgLines["belowMin"])
+	}
+	if filling > 0 {
+		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs inactive: fewer than min_size members hold a whole copy, the others being backfilled (peered)", filling), pgLines["filling"])
 	}
 	for _, s := range sortedKeys(broken) {
 		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs %s", broken[s], s), pgLines["broken:"+s])

@@ -123,6 +123,15 @@ func TestStatusHealth(t *testing.T) {
 		t.Fatalf("recovering: %+v", st)
 	}
 
+	// Members up, but fewer than min_size hold a whole copy (the others
+	// being backfilled): ERR, inactive, not a warning about a word.
+	beaconAll(t, c, m.Map(), "backfilling+degraded+peered")
+	st = statusCmd(t, c)
+	if st.Health.Status != HealthErr || !hasCheck(st, "16 pgs inactive: fewer than min_size members hold a whole copy") ||
+		!hasCheck(st, "16 pgs backfilling") || hasCheck(st, "pgs peered") || st.PGs["backfilling+degraded+peered"] != 16 {
+		t.Fatalf("backfilling below min_size: %+v", st)
+	}
+
 	// One OSD down: WARN (down, undersized), not ERR.
 	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd down", Ids: []uint32{2}})
 	beaconAll(t, c, m.Map(), "active+undersized+degraded")

@@ -2,13 +2,17 @@ package osd_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/osd"
@@ -233,4 +237,96 @@ func replicaPG(t *testing.T, pool *osdpb.Pool, with *placement.Map, newcomer uin
 	}
 	t.Skip("the newcomer joins no PG as a replica in this placement")
 	return 0, 0
+}
+
+// TestBackfillTargetDoesNotCountTowardMinSize: a pool of size 2 and
+// min_size 2 moves a PG's replica to an OSD that holds nothing of it. The
+// newcomer takes the PG's writes during its backfill, but acks those to
+// objects its walk has not reached unapplied, so until the walk ends the
+// primary holds the PG's only whole copy: writes are refused, retriably,
+// naming the member being backfilled (Ceph's min_size counts no backfill
+// target), reads go on, and the PG reports backfilling+degraded+peered.
+// Once the backfill ends, writes go on.
+func TestBackfillTargetDoesNotCountTowardMinSize(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, Size: 2, PGs: 8})
+	ctx := ctxT(t, 2*time.Minute)
+	const newcomer = 2
+	minSize2 := func(pb *osdpb.ClusterMap) {
+		for _, p := range pb.Pools {
+			p.MinSize = 2
+		}
+	}
+	without, err := c.Map.With(func(pb *osdpb.ClusterMap) { minSize2(pb); pb.Osds[newcomer].In = false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	adoptAll(t, c, without)
+	with, err := without.With(func(pb *osdpb.ClusterMap) { pb.Osds[newcomer].In = true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, _ := with.PoolByName(placement.DefaultPoolName)
+	seed, _ := replicaPG(t, pool, with, newcomer)
+	primary, _ := with.Primary(pool.Id, seed)
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "minsz"); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for i := 0; len(keys) < 4; i++ {
+		if k := fmt.Sprintf("k%04d", i); placement.PGOf(pool, "minsz", k) == seed {
+			keys = append(keys, k)
+		}
+	}
+	for i, k := range keys[:3] {
+		if _, err := osdtest.Put(ctx, cl, "minsz", k, osdtest.Payload(4000, uint64(i)), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Hold the walk at its first object until the checks are done.
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	osd.BackfillFetched.Set(func(bucket, key string) {
+		if bucket != "minsz" {
+			return
+		}
+		once.Do(func() {
+			close(held)
+			select {
+			case <-release:
+			case <-time.After(time.Minute):
+			}
+		})
+	})
+	t.Cleanup(func() { osd.BackfillFetched.Set(nil) })
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	defer releaseOnce()
+	adoptAll(t, c, with)
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the newcomer's backfill did not begin")
+	}
+
+	impatient := c.Client(t, func(o *client.Options) { o.RetryFor = time.Second })
+	_, err = osdtest.Put(ctx, impatient, "minsz", keys[3], []byte("one whole copy"), client.PutOptions{})
+	var oe *ops.Error
+	if !errors.As(err, &oe) || !oe.Retriable() || !strings.Contains(err.Error(), fmt.Sprintf("osd.%d being backfilled", newcomer)) {
+		t.Fatalf("a put while the only other member backfills: %v, want a retriable error naming osd.%d being backfilled", err, newcomer)
+	}
+	t.Logf("put refused: %v", err)
+	if got := c.OSDs[primary].PGStateForTest(pool.Id, seed); got != "backfilling+degraded+peered" {
+		t.Errorf("the PG reports %q while its only other member backfills, want backfilling+degraded+peered", got)
+	}
+	if got, _, err := osdtest.Get(ctx, cl, "minsz", keys[0], client.GetOptions{}); err != nil || !bytes.Equal(got, osdtest.Payload(4000, 0)) {
+		t.Errorf("a read while the PG is peered: %v", err)
+	}
+
+	releaseOnce()
+	if _, err := osdtest.Put(ctx, cl, "minsz", keys[3], []byte("two whole copies"), client.PutOptions{}); err != nil {
+		t.Fatalf("a put once the backfill can end: %v", err)
+	}
+	osdtest.Eventually(t, 30*time.Second, "the PG is active+clean", func() bool {
+		return c.OSDs[primary].PGStateForTest(pool.Id, seed) == "active+clean"
+	})
 }

@@ -396,8 +396,15 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 		st.State = "undersized+degraded+peered"
 		return st
 	}
+	// Enough members, but fewer than min_size with a whole copy: the
+	// others are being backfilled, and the machine takes no writes until
+	// one is done (Ceph's "backfilling+peered").
+	peered := machinePeered(ps)
 	tokens := []string{"active"}
-	recovering, backfilling, recoveryFull, backfillFull := false, false, false, false
+	if peered {
+		tokens = nil
+	}
+	recovering, backfilling, recoveryFull, backfillFull := false, peered, false, false
 	for _, id := range acting[1:] {
 		at, known := ps.peerAt(id)
 		if last.GetSeq() == 0 || (known && (versionLE(last, at) || ps.inFlightTo(id, at, last))) {
@@ -441,6 +448,9 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 	}
 	if st.Inconsistent > 0 {
 		tokens = append(tokens, "inconsistent")
+	}
+	if peered {
+		tokens = append(tokens, "peered")
 	}
 	st.State = strings.Join(tokens, "+")
 	return st

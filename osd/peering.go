@@ -405,6 +405,10 @@ func (o *OSD) probeDown() {
 	}
 }
 
+// machinePeered reports whether p's machine went active short of
+// min_size members with a whole copy (StatePeered): it serves reads only.
+func machinePeered(p *pgState) bool { return pg.State(p.state.Load())&pg.StatePeered != 0 }
+
 // pgStateName is PG p's state as its machine last reported it, for the
 // states the machine alone knows (peering, down, incomplete); "" when it
 // is active and the beacon's own counts say the rest.

@@ -19,7 +19,8 @@ var (
 	// intervals between. The daemon must feed older maps (a new machine,
 	// from that epoch).
 	ErrIncomplete = errors.New("pg: incomplete: maps missing")
-	// ErrBelowMinSize: the acting set has fewer than MinSize members.
+	// ErrBelowMinSize: fewer than MinSize members of the acting set hold
+	// a whole copy (members down, or being backfilled).
 	ErrBelowMinSize = errors.New("pg: fewer than min_size members")
 	// ErrNotPrimary: this OSD is not the primary of the current interval
 	// (CanServe), or the sender is not (RefusedError).

@@ -59,6 +59,12 @@ type peer struct {
 	info  PeerInfo // valid once answered
 	push  pushState
 	want  Version // what the push brings it to
+	// backfill: the member holds no whole copy until a push completes
+	// (it answered mid-backfill, with nothing, behind our log's tail, or
+	// not at all). It takes the interval's writes, but acks those to
+	// objects its walk has not reached unapplied, so it does not count
+	// toward min_size (Ceph keeps backfill targets out of the acting set).
+	backfill bool
 }
 
 func (p *PG) advanceMap(m AdvanceMap) error {
@@ -329,8 +335,42 @@ func (p *PG) activate() {
 			p.out.notify = append(p.out.notify, PushTarget{To: id, Epoch: p.epoch, Have: pr.info.Last, Want: p.local.Last})
 			continue
 		}
-		p.push(id, pr, pr.vouched())
+		have := pr.vouched()
+		pr.backfill = have == (Version{}) || have.Less(p.local.LogTail)
+		p.push(id, pr, have)
 	}
+}
+
+// complete counts the acting members that hold a whole copy: ourselves,
+// and each replica not being backfilled. Only these count toward min_size:
+// a write acknowledged while the PG serves is on min_size whole copies, as
+// Ceph's min_size promises, not on one copy and a member still filling.
+func (p *PG) complete() int {
+	n := 0
+	for _, id := range p.cur.acting {
+		if pr := p.peers[id]; id == p.self || pr == nil || !pr.backfill {
+			n++
+		}
+	}
+	return n
+}
+
+// Backfilling lists, sorted, the acting members the primary is filling
+// from nothing (or from behind its log's tail): they do not count toward
+// min_size until their push completes. Empty off the primary and before
+// it went active.
+func (p *PG) Backfilling() []OSDID {
+	var ids []OSDID
+	if p.phase != phaseActive {
+		return nil
+	}
+	for _, id := range p.cur.acting {
+		if pr := p.peers[id]; id != p.self && pr != nil && pr.backfill {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // vouched is where the peer's log ends as far as it vouches for it: zero
@@ -431,6 +471,9 @@ func (p *PG) onPeerRecovered(ev PeerRecovered) {
 	}
 	pr := p.peerOf(ev.OSD)
 	pr.info.Last = ev.Last
+	// A replica answers a push only once its recovery, a backfill
+	// included, ended: it holds a whole copy now.
+	pr.backfill = false
 	switch {
 	case pr.push == pushNone:
 	case pr.want.LE(ev.Last):

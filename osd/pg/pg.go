@@ -364,10 +364,11 @@ func (p *PG) Blocked() []OSDID { return slices.Clone(p.blocked) }
 
 // Serving reports whether client ops may run here now: this OSD is the
 // primary of the current interval, the PG went active, its log is at least
-// the authoritative one, and the acting set has MinSize members.
+// the authoritative one, and MinSize members hold a whole copy (a member
+// being backfilled does not count: Backfilling).
 func (p *PG) Serving() bool {
 	return p.isPrimary() && p.phase == phaseActive &&
-		len(p.cur.acting) >= p.cur.minSize && p.authLast.LE(p.local.Last)
+		p.complete() >= p.cur.minSize && p.authLast.LE(p.local.Last)
 }
 
 // CanServe returns nil when Serving, else why not: an error wrapping
@@ -378,7 +379,27 @@ func (p *PG) CanServe() error {
 	if why == nil {
 		return nil
 	}
+	if why == ErrBelowMinSize {
+		// Say why: members missing, or members still being filled.
+		detail := fmt.Sprintf("%d of min_size %d members up", len(p.cur.acting), p.cur.minSize)
+		if bf := p.Backfilling(); len(bf) > 0 {
+			detail = fmt.Sprintf("%d of min_size %d members hold a whole copy, %s being backfilled", p.complete(), p.cur.minSize, osdList(bf))
+		}
+		return fmt.Errorf("pg %s on osd.%d at epoch %d: %w: %s (%s)", p.id, p.self, p.epoch, why, detail, p.State())
+	}
 	return fmt.Errorf("pg %s on osd.%d at epoch %d: %w (%s)", p.id, p.self, p.epoch, why, p.State())
+}
+
+// osdList prints ids as "osd.3, osd.5".
+func osdList(ids []OSDID) string {
+	var b []byte
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = fmt.Appendf(b, "osd.%d", id)
+	}
+	return string(b)
 }
 
 // ServesReads reports whether the PG serves reads: when Serving, and
@@ -400,7 +421,7 @@ func (p *PG) refusal() error {
 		return ErrDown
 	case p.phase == phaseIncomplete:
 		return ErrIncomplete
-	case p.phase == phaseActive && len(p.cur.acting) < p.cur.minSize:
+	case p.phase == phaseActive && p.complete() < p.cur.minSize:
 		return ErrBelowMinSize
 	}
 	return ErrPeering

@@ -3,6 +3,7 @@ package pg_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ospreystore/osprey/osd/pg"
@@ -274,18 +275,20 @@ func TestPushesToReplicasBehind(t *testing.T) {
 	m := newMachine(t, 1, pg.PeerInfo{Last: v(1, 5), LastEpochStarted: 1}).maps(1, osds(1, 2, 3))
 	m.Ready()
 	m.step(pg.Info{From: 2, Epoch: 1, Info: pg.PeerInfo{Last: v(1, 3)}}, pg.Unreachable{From: 3, Epoch: 1})
-	rd := m.expect("active+recovering+degraded", true)
+	// osd.3 did not answer: until its push ends it counts as being
+	// filled from nothing (two whole copies remain, min_size 2).
+	rd := m.expect("active+backfilling+degraded", true)
 	want := []pg.PushTarget{{To: 2, Epoch: 1, Have: v(1, 3), Want: v(1, 5)}, {To: 3, Epoch: 1, Want: v(1, 5)}}
 	if !slices.Equal(rd.Push, want) {
 		t.Fatalf("Push %+v, want %+v", rd.Push, want)
 	}
 	m.step(pg.Applied{Version: v(1, 6)}) // writes go on while replicas recover
 	m.step(pg.PeerRecovered{OSD: 2, Last: v(1, 6)})
-	m.expect("active+recovering+degraded", true)
+	m.expect("active+backfilling+degraded", true)
 	m.step(pg.Unreachable{From: 3, Epoch: 1})
 	m.expect("active+degraded", true)
 	m.maps(2, osds(1, 2, 3))
-	rd = m.expect("active+recovering+degraded", true)
+	rd = m.expect("active+backfilling+degraded", true)
 	if want := []pg.PushTarget{{To: 3, Epoch: 2, Want: v(1, 6)}}; !slices.Equal(rd.Push, want) {
 		t.Fatalf("retried Push %+v, want %+v", rd.Push, want)
 	}
@@ -371,10 +374,14 @@ func TestNotifyUnblocksDown(t *testing.T) {
 		t.Fatalf("Recover %+v, want from osd.4", rd.Recover)
 	}
 	m.step(pg.Recovered{From: 4, Last: v(1, 2)})
-	rd = m.expect("active+recovering+degraded", true)
+	// osd.5 and osd.6 hold nothing: until one is filled, ours is the
+	// only whole copy, short of min_size 2.
+	rd = m.expect("backfilling+degraded+peered", false)
 	if len(rd.Push) != 2 {
 		t.Fatalf("Push %+v, want osd.5 and osd.6", rd.Push)
 	}
+	m.step(pg.PeerRecovered{OSD: 5, Last: v(1, 2)})
+	m.expect("active+backfilling+degraded", true)
 }
 
 // TestLostUnblocksDown: a PG down for want of a prior interval's members
@@ -831,5 +838,57 @@ func TestIncompleteSelfIsNoCandidate(t *testing.T) {
 	rd := m.expect("peering", false)
 	if rd.Recover == nil || rd.Recover.From != 2 {
 		t.Fatalf("Recover %+v, want a pull from osd.2, the complete copy", rd.Recover)
+	}
+}
+
+// TestBackfillTargetsDoNotCountTowardMinSize: a member that holds no
+// whole copy (nothing, a copy behind the log's tail, or one mid-backfill)
+// takes the PG's writes but acks those its walk has not reached
+// unapplied, so the PG serves only while min_size members hold a whole
+// copy: a member caught up from the log counts, one being backfilled
+// counts once its push completes.
+func TestBackfillTargetsDoNotCountTowardMinSize(t *testing.T) {
+	local := pg.PeerInfo{Last: v(1, 5), LogTail: v(1, 3), LastEpochStarted: 1}
+	for _, c := range []struct {
+		name        string
+		two, three  pg.PeerInfo
+		state       string
+		serving     bool
+		backfilling []pg.OSDID
+	}{
+		{"one empty, one behind within the log", pg.PeerInfo{Last: v(1, 4), LogTail: v(1, 1)}, pg.PeerInfo{},
+			"active+backfilling+degraded", true, osds(3)},
+		{"one empty, one behind the log's tail", pg.PeerInfo{Last: v(1, 2), LogTail: v(1, 1)}, pg.PeerInfo{},
+			"backfilling+degraded+peered", false, osds(2, 3)},
+		{"one empty, one mid-backfill at our Last", pg.PeerInfo{Last: v(1, 5), Incomplete: true}, pg.PeerInfo{},
+			"backfilling+degraded+peered", false, osds(2, 3)},
+		{"both caught up", pg.PeerInfo{Last: v(1, 5), LogTail: v(1, 3)}, pg.PeerInfo{Last: v(1, 5), LogTail: v(1, 3)},
+			"active+clean", true, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMachine(t, 1, local).maps(1, osds(1, 2, 3))
+			m.Ready()
+			m.step(pg.Info{From: 2, Epoch: 1, Info: c.two}, pg.Info{From: 3, Epoch: 1, Info: c.three})
+			m.expect(c.state, c.serving)
+			if got := m.Backfilling(); !slices.Equal(got, c.backfilling) {
+				t.Fatalf("Backfilling %v, want %v", got, c.backfilling)
+			}
+			if c.serving {
+				return
+			}
+			err := m.CanServe()
+			if !errors.Is(err, pg.ErrBelowMinSize) || !m.ServesReads() {
+				t.Fatalf("CanServe %v, ServesReads %v; want ErrBelowMinSize, reads served", err, m.ServesReads())
+			}
+			if want := "1 of min_size 2 members hold a whole copy, osd.2, osd.3 being backfilled"; !strings.Contains(err.Error(), want) {
+				t.Fatalf("CanServe says %q, want it to say %q", err, want)
+			}
+			// osd.3's backfill ends first: two whole copies.
+			m.step(pg.PeerRecovered{OSD: 3, Last: v(1, 5)})
+			m.expect("active+backfilling+degraded", true)
+			if got := m.Backfilling(); !slices.Equal(got, osds(2)) {
+				t.Fatalf("Backfilling %v after osd.3's push, want [2]", got)
+			}
+		})
 	}
 }

@@ -15,6 +15,9 @@ const (
 	StateClean
 	// StateRecovering: pushes to replicas are under way.
 	StateRecovering
+	// StateBackfilling: a push is filling a member that held no whole
+	// copy (Backfilling); shown instead of StateRecovering.
+	StateBackfilling
 	// StateDown: an earlier interval that may hold acknowledged writes has
 	// no reachable member; not serving.
 	StateDown
@@ -26,8 +29,9 @@ const (
 	StateIncomplete
 	// StatePeering: gathering infos or pulling the authoritative log.
 	StatePeering
-	// StatePeered: peered, but with fewer than MinSize members; not
-	// serving.
+	// StatePeered: peered, but with fewer than MinSize members that
+	// hold a whole copy (too few up, or some being backfilled); not
+	// serving writes.
 	StatePeered
 	// StateReplica and StateStray are not Ceph flags: the state of a
 	// machine that is a replica of the current interval, or not in it.
@@ -36,7 +40,7 @@ const (
 )
 
 var stateNames = [...]string{
-	"active", "clean", "recovering", "down", "undersized", "degraded",
+	"active", "clean", "recovering", "backfilling", "down", "undersized", "degraded",
 	"incomplete", "peering", "peered", "replica", "stray",
 }
 
@@ -92,7 +96,7 @@ func (p *PG) State() State {
 		return StatePeering
 	}
 	var s State
-	if len(p.cur.acting) >= p.cur.minSize {
+	if p.complete() >= p.cur.minSize {
 		s |= StateActive
 	} else {
 		s |= StatePeered
@@ -101,12 +105,17 @@ func (p *PG) State() State {
 		s |= StateUndersized | StateDegraded
 	}
 	for _, pr := range p.peers {
-		switch pr.push {
-		case pushInFlight:
+		switch {
+		case pr.push == pushInFlight && pr.backfill:
+			s |= StateBackfilling | StateDegraded
+		case pr.push == pushInFlight:
 			s |= StateRecovering | StateDegraded
-		case pushFailed:
+		case pr.push == pushFailed:
 			s |= StateDegraded
 		}
+	}
+	if s&StateBackfilling != 0 {
+		s &^= StateRecovering // as Ceph, and the daemon's report, say one
 	}
 	if s == StateActive {
 		s |= StateClean
