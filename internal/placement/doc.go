@@ -11,8 +11,12 @@
 // pool.size, and the first is the primary (Map.ActingSet, Map.Primary). A
 // down OSD keeps its place, so its PGs run undersized until it is marked
 // out, as with Ceph's CRUSH; writes go on while min_size members are up
-// (MinSize). Bucket records live in the
-// special PG MetaPG, whose acting set is every up and in OSD. DESIGN.md
+// (MinSize). That ranking's up members are the PG's up set (Map.UpSet);
+// its acting set is the up set unless the map has a pg_temp entry for it
+// (Map.PGTemp), whose up members then act instead while the up set's new
+// members are backfilled (Ceph's pg_temp; the PG is "remapped"). Bucket
+// records live in the special PG MetaPG, whose acting set is every up and
+// in OSD. DESIGN.md
 // ("OSD contracts") fixes this scheme; docs in this package say how each
 // step is made stable.
 //
@@ -29,7 +33,10 @@
 //     resolved or dialed);
 //   - pool ids are unique and at most MaxPoolID, names are unique, names are non-empty printable UTF-8,
 //     size >= 1, 1 <= pg_count <= MaxPGCount, and min_size <= size
-//     (0 meaning unset).
+//     (0 meaning unset);
+//   - pg_temp entries are sorted by pool and pg, each PG once, of a pool
+//     of the map and below its pg_count (not MetaPG), with 1 to size OSDs
+//     of the map, none twice.
 //
 // A violation is a *MapError naming the field. Changes make a new Map with
 // a higher epoch (Map.With).

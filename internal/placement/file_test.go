@@ -109,7 +109,8 @@ func TestFileFormat(t *testing.T) {
   "nearfullRatio": 0,
   "backfillfullRatio": 0,
   "fullRatio": 0,
-  "flags": []
+  "flags": [],
+  "pgTemp": []
 }
 `
 	if got := string(must(m.Marshal())); got != want {

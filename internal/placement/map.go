@@ -60,6 +60,10 @@ type poolState struct {
 
 	metaOnce sync.Once
 	meta     []uint32 // MetaPG's acting set
+
+	// temp is the map's pg_temp entries of the pool, by PG, less their
+	// members that are down; a PG whose entry has no member up has none.
+	temp map[uint32][]uint32
 }
 
 // FromProto validates pb and returns a Map over a private copy of it, so
@@ -155,7 +159,55 @@ func build(pb *osdpb.ClusterMap) (*Map, error) {
 			return nil, &MapError{Field: "pools", Reason: fmt.Sprintf("pool id %d appears more than once", m.pools[i].pb.Id)}
 		}
 	}
+	if err := m.indexPGTemp(); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// indexPGTemp checks the map's pg_temp entries (an existing pool's PG,
+// sorted and each once, one to size OSDs of the map, none twice) and
+// indexes each by its pool, less the members that are down.
+func (m *Map) indexPGTemp() error {
+	for i, t := range m.pb.PgTemp {
+		f := fmt.Sprintf("pg_temp[%d]", i)
+		if t == nil {
+			return &MapError{Field: f, Reason: "null entry"}
+		}
+		ps := m.pool(t.Pool)
+		switch {
+		case ps == nil:
+			return &MapError{Field: f + ".pool", Reason: fmt.Sprintf("no pool %d", t.Pool)}
+		case t.Pg >= ps.pb.PgCount:
+			return &MapError{Field: f + ".pg", Reason: fmt.Sprintf("%d: pool %d has %d PGs", t.Pg, t.Pool, ps.pb.PgCount)}
+		case len(t.Osds) == 0 || len(t.Osds) > int(ps.pb.Size):
+			return &MapError{Field: f + ".osds", Reason: fmt.Sprintf("%d OSDs: want 1..%d (the pool's size)", len(t.Osds), ps.pb.Size)}
+		}
+		if i > 0 {
+			if p := m.pb.PgTemp[i-1]; p.GetPool() > t.Pool || p.GetPool() == t.Pool && p.GetPg() >= t.Pg {
+				return &MapError{Field: f, Reason: fmt.Sprintf("pg %d.%x after %d.%x: want sorted, each PG once", t.Pool, t.Pg, p.GetPool(), p.GetPg())}
+			}
+		}
+		var up []uint32
+		for j, id := range t.Osds {
+			o := m.osd(id)
+			switch {
+			case o == nil:
+				return &MapError{Field: f + ".osds", Reason: fmt.Sprintf("no osd.%d", id)}
+			case slices.Contains(t.Osds[:j], id):
+				return &MapError{Field: f + ".osds", Reason: fmt.Sprintf("osd.%d appears more than once", id)}
+			case o.Up:
+				up = append(up, id)
+			}
+		}
+		if len(up) > 0 {
+			if ps.temp == nil {
+				ps.temp = map[uint32][]uint32{}
+			}
+			ps.temp[t.Pg] = up
+		}
+	}
+	return nil
 }
 
 // Ceph's default full ratios, for a map that sets none.

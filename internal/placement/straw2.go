@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
+
+	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // MetaPG is the PG that holds bucket records. Its acting set is every up and
@@ -32,12 +34,10 @@ func (r Role) String() string {
 	return "replica " + strconv.Itoa(int(r))
 }
 
-// ActingSet returns the OSDs that hold PG pg of pool, primary first: of the
-// top pool.size OSDs by straw2 among those in and of weight > 0 (all of
-// them when there are fewer), the ones that are up; or for MetaPG every up
-// and in OSD. A PG with a member down has fewer than pool.size: it is
-// undersized until that member comes back or is marked out. It returns nil
-// for an unknown pool or a PG out of range.
+// ActingSet returns the OSDs that serve PG pg of pool, primary first: the
+// up members of its pg_temp entry when the map has one (the old members
+// serving on while the new ones fill: PGTemp), else its up set (UpSet).
+// It returns nil for an unknown pool or a PG out of range.
 //
 // straw2 gives each eligible OSD i the draw ln(u_i)/weight_i, with u_i in
 // (0, 1] a stable hash of (pool id, pg, OSD id), and ranks by draw, highest
@@ -56,6 +56,36 @@ func (m *Map) ActingSet(pool, pg uint32) []uint32 {
 		return nil
 	}
 	return slices.Clone(set)
+}
+
+// UpSet returns the OSDs placement puts PG pg of pool on, primary first:
+// of the top pool.size OSDs by straw2 among those in and of weight > 0
+// (all of them when there are fewer), the ones that are up; or for MetaPG
+// every up and in OSD. A PG with a member down has fewer than pool.size:
+// it is undersized until that member comes back or is marked out. The
+// members of the up set that are not acting (a pg_temp entry is in force)
+// are being backfilled: they take the PG's writes, and the primary asks
+// the mon to drop the entry once they hold it.
+func (m *Map) UpSet(pool, pg uint32) []uint32 {
+	return slices.Clone(m.up(pool, pg))
+}
+
+// PGTemp returns PG pg of pool's pg_temp entry as the map has it, down
+// members included; false when it has none.
+func (m *Map) PGTemp(pool, pg uint32) ([]uint32, bool) {
+	i, ok := slices.BinarySearchFunc(m.pb.PgTemp, [2]uint32{pool, pg}, func(t *osdpb.PGTemp, k [2]uint32) int {
+		return cmp.Or(cmp.Compare(t.Pool, k[0]), cmp.Compare(t.Pg, k[1]))
+	})
+	if !ok {
+		return nil, false
+	}
+	return slices.Clone(m.pb.PgTemp[i].Osds), true
+}
+
+// Remapped reports whether PG pg of pool's acting set is not its up set (a
+// pg_temp entry is in force): Ceph's "remapped".
+func (m *Map) Remapped(pool, pg uint32) bool {
+	return !slices.Equal(m.acting(pool, pg), m.up(pool, pg))
 }
 
 // AppendActingSet appends ActingSet(pool, pg) to dst and returns it.
@@ -100,7 +130,7 @@ func (m *Map) PGsOf(pool, osd uint32) iter.Seq2[uint32, Role] {
 			return
 		}
 		for pg := range ps.pb.PgCount {
-			if i := slices.Index(ps.row(pg), osd); i >= 0 && !yield(pg, Role(i)) {
+			if i := slices.Index(ps.actingRow(pg), osd); i >= 0 && !yield(pg, Role(i)) {
 				return
 			}
 		}
@@ -109,6 +139,25 @@ func (m *Map) PGsOf(pool, osd uint32) iter.Seq2[uint32, Role] {
 
 // acting returns the read-only acting set of (pool, pg), or nil.
 func (m *Map) acting(pool, pg uint32) []uint32 {
+	if ps := m.pool(pool); ps != nil && pg != MetaPG {
+		if t, ok := ps.temp[pg]; ok {
+			return t[:len(t):len(t)]
+		}
+	}
+	return m.up(pool, pg)
+}
+
+// actingRow is PG pg's acting set once the table is built: its pg_temp
+// entry's up members, or its row.
+func (ps *poolState) actingRow(pg uint32) []uint32 {
+	if t, ok := ps.temp[pg]; ok {
+		return t[:len(t):len(t)]
+	}
+	return ps.row(pg)
+}
+
+// up returns the read-only up set of (pool, pg), or nil.
+func (m *Map) up(pool, pg uint32) []uint32 {
 	ps := m.pool(pool)
 	if ps == nil {
 		return nil

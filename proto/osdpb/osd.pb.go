@@ -584,7 +584,13 @@ type ClusterMap struct {
 	// (the mon marks no down OSD out), noin (a booting OSD that is out stays
 	// out, a new one enters out). Sorted, each once; a flag this build does
 	// not know is kept and ignored.
-	Flags         []string `protobuf:"bytes,8,rep,name=flags,proto3" json:"flags,omitempty"`
+	Flags []string `protobuf:"bytes,8,rep,name=flags,proto3" json:"flags,omitempty"`
+	// Acting sets that override placement for a while (Ceph's pg_temp): the
+	// mon keeps a PG's old acting set when a change of the map moves it
+	// onto OSDs that hold nothing of it yet, so the old members serve on
+	// while the new ones are backfilled; the primary asks the mon to drop
+	// the entry once they hold the PG. Sorted by pool and pg, each PG once.
+	PgTemp        []*PGTemp `protobuf:"bytes,9,rep,name=pg_temp,json=pgTemp,proto3" json:"pg_temp,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -675,6 +681,76 @@ func (x *ClusterMap) GetFlags() []string {
 	return nil
 }
 
+func (x *ClusterMap) GetPgTemp() []*PGTemp {
+	if x != nil {
+		return x.PgTemp
+	}
+	return nil
+}
+
+// PGTemp is one PG's acting set while its placement's OSDs (its up set)
+// are being filled; members down in the map are left out of it, and an
+// entry none of whose members is up is ignored.
+type PGTemp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          uint32                 `protobuf:"varint,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Pg            uint32                 `protobuf:"varint,2,opt,name=pg,proto3" json:"pg,omitempty"`
+	Osds          []uint32               `protobuf:"varint,3,rep,packed,name=osds,proto3" json:"osds,omitempty"` // primary first
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PGTemp) Reset() {
+	*x = PGTemp{}
+	mi := &file_osd_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PGTemp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PGTemp) ProtoMessage() {}
+
+func (x *PGTemp) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PGTemp.ProtoReflect.Descriptor instead.
+func (*PGTemp) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PGTemp) GetPool() uint32 {
+	if x != nil {
+		return x.Pool
+	}
+	return 0
+}
+
+func (x *PGTemp) GetPg() uint32 {
+	if x != nil {
+		return x.Pg
+	}
+	return 0
+}
+
+func (x *PGTemp) GetOsds() []uint32 {
+	if x != nil {
+		return x.Osds
+	}
+	return nil
+}
+
 type OSDInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -718,7 +794,7 @@ type OSDInfo struct {
 
 func (x *OSDInfo) Reset() {
 	*x = OSDInfo{}
-	mi := &file_osd_proto_msgTypes[1]
+	mi := &file_osd_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +806,7 @@ func (x *OSDInfo) String() string {
 func (*OSDInfo) ProtoMessage() {}
 
 func (x *OSDInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[1]
+	mi := &file_osd_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +819,7 @@ func (x *OSDInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OSDInfo.ProtoReflect.Descriptor instead.
 func (*OSDInfo) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{1}
+	return file_osd_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *OSDInfo) GetId() uint32 {
@@ -859,7 +935,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_osd_proto_msgTypes[2]
+	mi := &file_osd_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +947,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[2]
+	mi := &file_osd_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +960,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{2}
+	return file_osd_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Pool) GetId() uint32 {
@@ -934,7 +1010,7 @@ type Version struct {
 
 func (x *Version) Reset() {
 	*x = Version{}
-	mi := &file_osd_proto_msgTypes[3]
+	mi := &file_osd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1022,7 @@ func (x *Version) String() string {
 func (*Version) ProtoMessage() {}
 
 func (x *Version) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[3]
+	mi := &file_osd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1035,7 @@ func (x *Version) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Version.ProtoReflect.Descriptor instead.
 func (*Version) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{3}
+	return file_osd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Version) GetEpoch() uint64 {
@@ -988,7 +1064,7 @@ type ReqID struct {
 
 func (x *ReqID) Reset() {
 	*x = ReqID{}
-	mi := &file_osd_proto_msgTypes[4]
+	mi := &file_osd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1076,7 @@ func (x *ReqID) String() string {
 func (*ReqID) ProtoMessage() {}
 
 func (x *ReqID) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[4]
+	mi := &file_osd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1089,7 @@ func (x *ReqID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReqID.ProtoReflect.Descriptor instead.
 func (*ReqID) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{4}
+	return file_osd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReqID) GetClient() uint64 {
@@ -1046,7 +1122,7 @@ type Header struct {
 
 func (x *Header) Reset() {
 	*x = Header{}
-	mi := &file_osd_proto_msgTypes[5]
+	mi := &file_osd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1134,7 @@ func (x *Header) String() string {
 func (*Header) ProtoMessage() {}
 
 func (x *Header) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[5]
+	mi := &file_osd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1147,7 @@ func (x *Header) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Header.ProtoReflect.Descriptor instead.
 func (*Header) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{5}
+	return file_osd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Header) GetEpoch() uint64 {
@@ -1125,7 +1201,7 @@ type ReplyHeader struct {
 
 func (x *ReplyHeader) Reset() {
 	*x = ReplyHeader{}
-	mi := &file_osd_proto_msgTypes[6]
+	mi := &file_osd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1213,7 @@ func (x *ReplyHeader) String() string {
 func (*ReplyHeader) ProtoMessage() {}
 
 func (x *ReplyHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[6]
+	mi := &file_osd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1226,7 @@ func (x *ReplyHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplyHeader.ProtoReflect.Descriptor instead.
 func (*ReplyHeader) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{6}
+	return file_osd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReplyHeader) GetStatus() Status {
@@ -1220,7 +1296,7 @@ type PartRef struct {
 
 func (x *PartRef) Reset() {
 	*x = PartRef{}
-	mi := &file_osd_proto_msgTypes[7]
+	mi := &file_osd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1308,7 @@ func (x *PartRef) String() string {
 func (*PartRef) ProtoMessage() {}
 
 func (x *PartRef) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[7]
+	mi := &file_osd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1321,7 @@ func (x *PartRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartRef.ProtoReflect.Descriptor instead.
 func (*PartRef) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{7}
+	return file_osd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PartRef) GetNumber() uint32 {
@@ -1304,7 +1380,7 @@ type ObjectMeta struct {
 
 func (x *ObjectMeta) Reset() {
 	*x = ObjectMeta{}
-	mi := &file_osd_proto_msgTypes[8]
+	mi := &file_osd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1392,7 @@ func (x *ObjectMeta) String() string {
 func (*ObjectMeta) ProtoMessage() {}
 
 func (x *ObjectMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[8]
+	mi := &file_osd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1405,7 @@ func (x *ObjectMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectMeta.ProtoReflect.Descriptor instead.
 func (*ObjectMeta) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{8}
+	return file_osd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ObjectMeta) GetSize() uint64 {
@@ -1398,7 +1474,7 @@ type ObjectEntry struct {
 
 func (x *ObjectEntry) Reset() {
 	*x = ObjectEntry{}
-	mi := &file_osd_proto_msgTypes[9]
+	mi := &file_osd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1486,7 @@ func (x *ObjectEntry) String() string {
 func (*ObjectEntry) ProtoMessage() {}
 
 func (x *ObjectEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[9]
+	mi := &file_osd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1499,7 @@ func (x *ObjectEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectEntry.ProtoReflect.Descriptor instead.
 func (*ObjectEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{9}
+	return file_osd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ObjectEntry) GetKey() string {
@@ -1450,7 +1526,7 @@ type BucketInfo struct {
 
 func (x *BucketInfo) Reset() {
 	*x = BucketInfo{}
-	mi := &file_osd_proto_msgTypes[10]
+	mi := &file_osd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1538,7 @@ func (x *BucketInfo) String() string {
 func (*BucketInfo) ProtoMessage() {}
 
 func (x *BucketInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[10]
+	mi := &file_osd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1551,7 @@ func (x *BucketInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketInfo.ProtoReflect.Descriptor instead.
 func (*BucketInfo) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{10}
+	return file_osd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BucketInfo) GetName() string {
@@ -1505,7 +1581,7 @@ type GetMap struct {
 
 func (x *GetMap) Reset() {
 	*x = GetMap{}
-	mi := &file_osd_proto_msgTypes[11]
+	mi := &file_osd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1593,7 @@ func (x *GetMap) String() string {
 func (*GetMap) ProtoMessage() {}
 
 func (x *GetMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[11]
+	mi := &file_osd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1606,7 @@ func (x *GetMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMap.ProtoReflect.Descriptor instead.
 func (*GetMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{11}
+	return file_osd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetMap) GetHaveEpoch() uint64 {
@@ -1557,7 +1633,7 @@ type GetMapReply struct {
 
 func (x *GetMapReply) Reset() {
 	*x = GetMapReply{}
-	mi := &file_osd_proto_msgTypes[12]
+	mi := &file_osd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1645,7 @@ func (x *GetMapReply) String() string {
 func (*GetMapReply) ProtoMessage() {}
 
 func (x *GetMapReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[12]
+	mi := &file_osd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1658,7 @@ func (x *GetMapReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapReply.ProtoReflect.Descriptor instead.
 func (*GetMapReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{12}
+	return file_osd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetMapReply) GetHeader() *ReplyHeader {
@@ -1609,7 +1685,7 @@ type BucketRequest struct {
 
 func (x *BucketRequest) Reset() {
 	*x = BucketRequest{}
-	mi := &file_osd_proto_msgTypes[13]
+	mi := &file_osd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1697,7 @@ func (x *BucketRequest) String() string {
 func (*BucketRequest) ProtoMessage() {}
 
 func (x *BucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[13]
+	mi := &file_osd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1710,7 @@ func (x *BucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRequest.ProtoReflect.Descriptor instead.
 func (*BucketRequest) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{13}
+	return file_osd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BucketRequest) GetHeader() *Header {
@@ -1661,7 +1737,7 @@ type BucketReply struct {
 
 func (x *BucketReply) Reset() {
 	*x = BucketReply{}
-	mi := &file_osd_proto_msgTypes[14]
+	mi := &file_osd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1749,7 @@ func (x *BucketReply) String() string {
 func (*BucketReply) ProtoMessage() {}
 
 func (x *BucketReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[14]
+	mi := &file_osd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1762,7 @@ func (x *BucketReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketReply.ProtoReflect.Descriptor instead.
 func (*BucketReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{14}
+	return file_osd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BucketReply) GetHeader() *ReplyHeader {
@@ -1712,7 +1788,7 @@ type ListBuckets struct {
 
 func (x *ListBuckets) Reset() {
 	*x = ListBuckets{}
-	mi := &file_osd_proto_msgTypes[15]
+	mi := &file_osd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +1800,7 @@ func (x *ListBuckets) String() string {
 func (*ListBuckets) ProtoMessage() {}
 
 func (x *ListBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[15]
+	mi := &file_osd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +1813,7 @@ func (x *ListBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBuckets.ProtoReflect.Descriptor instead.
 func (*ListBuckets) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{15}
+	return file_osd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListBuckets) GetHeader() *Header {
@@ -1757,7 +1833,7 @@ type ListBucketsReply struct {
 
 func (x *ListBucketsReply) Reset() {
 	*x = ListBucketsReply{}
-	mi := &file_osd_proto_msgTypes[16]
+	mi := &file_osd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1845,7 @@ func (x *ListBucketsReply) String() string {
 func (*ListBucketsReply) ProtoMessage() {}
 
 func (x *ListBucketsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[16]
+	mi := &file_osd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +1858,7 @@ func (x *ListBucketsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBucketsReply.ProtoReflect.Descriptor instead.
 func (*ListBucketsReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{16}
+	return file_osd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListBucketsReply) GetHeader() *ReplyHeader {
@@ -1815,7 +1891,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_osd_proto_msgTypes[17]
+	mi := &file_osd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +1903,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[17]
+	mi := &file_osd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +1916,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{17}
+	return file_osd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Condition) GetIfMatch() []string {
@@ -1872,7 +1948,7 @@ type PutObject struct {
 
 func (x *PutObject) Reset() {
 	*x = PutObject{}
-	mi := &file_osd_proto_msgTypes[18]
+	mi := &file_osd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +1960,7 @@ func (x *PutObject) String() string {
 func (*PutObject) ProtoMessage() {}
 
 func (x *PutObject) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[18]
+	mi := &file_osd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +1973,7 @@ func (x *PutObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutObject.ProtoReflect.Descriptor instead.
 func (*PutObject) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{18}
+	return file_osd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PutObject) GetHeader() *Header {
@@ -1961,7 +2037,7 @@ type GetObject struct {
 
 func (x *GetObject) Reset() {
 	*x = GetObject{}
-	mi := &file_osd_proto_msgTypes[19]
+	mi := &file_osd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2049,7 @@ func (x *GetObject) String() string {
 func (*GetObject) ProtoMessage() {}
 
 func (x *GetObject) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[19]
+	mi := &file_osd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2062,7 @@ func (x *GetObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObject.ProtoReflect.Descriptor instead.
 func (*GetObject) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{19}
+	return file_osd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetObject) GetHeader() *Header {
@@ -2063,7 +2139,7 @@ type ObjectReply struct {
 
 func (x *ObjectReply) Reset() {
 	*x = ObjectReply{}
-	mi := &file_osd_proto_msgTypes[20]
+	mi := &file_osd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2151,7 @@ func (x *ObjectReply) String() string {
 func (*ObjectReply) ProtoMessage() {}
 
 func (x *ObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[20]
+	mi := &file_osd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2164,7 @@ func (x *ObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectReply.ProtoReflect.Descriptor instead.
 func (*ObjectReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{20}
+	return file_osd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ObjectReply) GetHeader() *ReplyHeader {
@@ -2133,7 +2209,7 @@ type ObjectRequest struct {
 
 func (x *ObjectRequest) Reset() {
 	*x = ObjectRequest{}
-	mi := &file_osd_proto_msgTypes[21]
+	mi := &file_osd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2221,7 @@ func (x *ObjectRequest) String() string {
 func (*ObjectRequest) ProtoMessage() {}
 
 func (x *ObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[21]
+	mi := &file_osd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2234,7 @@ func (x *ObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRequest.ProtoReflect.Descriptor instead.
 func (*ObjectRequest) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{21}
+	return file_osd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ObjectRequest) GetHeader() *Header {
@@ -2208,7 +2284,7 @@ type ListObjects struct {
 
 func (x *ListObjects) Reset() {
 	*x = ListObjects{}
-	mi := &file_osd_proto_msgTypes[22]
+	mi := &file_osd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2296,7 @@ func (x *ListObjects) String() string {
 func (*ListObjects) ProtoMessage() {}
 
 func (x *ListObjects) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[22]
+	mi := &file_osd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2309,7 @@ func (x *ListObjects) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjects.ProtoReflect.Descriptor instead.
 func (*ListObjects) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{22}
+	return file_osd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListObjects) GetHeader() *Header {
@@ -2297,7 +2373,7 @@ type ListObjectsReply struct {
 
 func (x *ListObjectsReply) Reset() {
 	*x = ListObjectsReply{}
-	mi := &file_osd_proto_msgTypes[23]
+	mi := &file_osd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2385,7 @@ func (x *ListObjectsReply) String() string {
 func (*ListObjectsReply) ProtoMessage() {}
 
 func (x *ListObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[23]
+	mi := &file_osd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2398,7 @@ func (x *ListObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsReply.ProtoReflect.Descriptor instead.
 func (*ListObjectsReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{23}
+	return file_osd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListObjectsReply) GetHeader() *ReplyHeader {
@@ -2384,7 +2460,7 @@ type UploadRequest struct {
 
 func (x *UploadRequest) Reset() {
 	*x = UploadRequest{}
-	mi := &file_osd_proto_msgTypes[24]
+	mi := &file_osd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2472,7 @@ func (x *UploadRequest) String() string {
 func (*UploadRequest) ProtoMessage() {}
 
 func (x *UploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[24]
+	mi := &file_osd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2485,7 @@ func (x *UploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadRequest.ProtoReflect.Descriptor instead.
 func (*UploadRequest) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{24}
+	return file_osd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UploadRequest) GetHeader() *Header {
@@ -2503,7 +2579,7 @@ type UploadReply struct {
 
 func (x *UploadReply) Reset() {
 	*x = UploadReply{}
-	mi := &file_osd_proto_msgTypes[25]
+	mi := &file_osd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +2591,7 @@ func (x *UploadReply) String() string {
 func (*UploadReply) ProtoMessage() {}
 
 func (x *UploadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[25]
+	mi := &file_osd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2528,7 +2604,7 @@ func (x *UploadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadReply.ProtoReflect.Descriptor instead.
 func (*UploadReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{25}
+	return file_osd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UploadReply) GetHeader() *ReplyHeader {
@@ -2584,7 +2660,7 @@ type UploadInfo struct {
 
 func (x *UploadInfo) Reset() {
 	*x = UploadInfo{}
-	mi := &file_osd_proto_msgTypes[26]
+	mi := &file_osd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2596,7 +2672,7 @@ func (x *UploadInfo) String() string {
 func (*UploadInfo) ProtoMessage() {}
 
 func (x *UploadInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[26]
+	mi := &file_osd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2609,7 +2685,7 @@ func (x *UploadInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadInfo.ProtoReflect.Descriptor instead.
 func (*UploadInfo) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{26}
+	return file_osd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UploadInfo) GetKey() string {
@@ -2656,7 +2732,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_osd_proto_msgTypes[27]
+	mi := &file_osd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2744,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[27]
+	mi := &file_osd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2757,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{27}
+	return file_osd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LogEntry) GetVersion() *Version {
@@ -2767,7 +2843,7 @@ type RepOp struct {
 
 func (x *RepOp) Reset() {
 	*x = RepOp{}
-	mi := &file_osd_proto_msgTypes[28]
+	mi := &file_osd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +2855,7 @@ func (x *RepOp) String() string {
 func (*RepOp) ProtoMessage() {}
 
 func (x *RepOp) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[28]
+	mi := &file_osd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +2868,7 @@ func (x *RepOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepOp.ProtoReflect.Descriptor instead.
 func (*RepOp) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{28}
+	return file_osd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RepOp) GetEpoch() uint64 {
@@ -2859,7 +2935,7 @@ type RepOpReply struct {
 
 func (x *RepOpReply) Reset() {
 	*x = RepOpReply{}
-	mi := &file_osd_proto_msgTypes[29]
+	mi := &file_osd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +2947,7 @@ func (x *RepOpReply) String() string {
 func (*RepOpReply) ProtoMessage() {}
 
 func (x *RepOpReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[29]
+	mi := &file_osd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +2960,7 @@ func (x *RepOpReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepOpReply.ProtoReflect.Descriptor instead.
 func (*RepOpReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{29}
+	return file_osd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RepOpReply) GetHeader() *ReplyHeader {
@@ -2933,7 +3009,7 @@ type PGQuery struct {
 
 func (x *PGQuery) Reset() {
 	*x = PGQuery{}
-	mi := &file_osd_proto_msgTypes[30]
+	mi := &file_osd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2945,7 +3021,7 @@ func (x *PGQuery) String() string {
 func (*PGQuery) ProtoMessage() {}
 
 func (x *PGQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[30]
+	mi := &file_osd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2958,7 +3034,7 @@ func (x *PGQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGQuery.ProtoReflect.Descriptor instead.
 func (*PGQuery) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{30}
+	return file_osd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PGQuery) GetEpoch() uint64 {
@@ -3004,7 +3080,7 @@ type PGInfo struct {
 
 func (x *PGInfo) Reset() {
 	*x = PGInfo{}
-	mi := &file_osd_proto_msgTypes[31]
+	mi := &file_osd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3016,7 +3092,7 @@ func (x *PGInfo) String() string {
 func (*PGInfo) ProtoMessage() {}
 
 func (x *PGInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[31]
+	mi := &file_osd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3029,7 +3105,7 @@ func (x *PGInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGInfo.ProtoReflect.Descriptor instead.
 func (*PGInfo) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{31}
+	return file_osd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PGInfo) GetPg() uint32 {
@@ -3084,7 +3160,7 @@ type PGQueryReply struct {
 
 func (x *PGQueryReply) Reset() {
 	*x = PGQueryReply{}
-	mi := &file_osd_proto_msgTypes[32]
+	mi := &file_osd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3096,7 +3172,7 @@ func (x *PGQueryReply) String() string {
 func (*PGQueryReply) ProtoMessage() {}
 
 func (x *PGQueryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[32]
+	mi := &file_osd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3109,7 +3185,7 @@ func (x *PGQueryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGQueryReply.ProtoReflect.Descriptor instead.
 func (*PGQueryReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{32}
+	return file_osd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PGQueryReply) GetHeader() *ReplyHeader {
@@ -3141,7 +3217,7 @@ type PGStray struct {
 
 func (x *PGStray) Reset() {
 	*x = PGStray{}
-	mi := &file_osd_proto_msgTypes[33]
+	mi := &file_osd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3229,7 @@ func (x *PGStray) String() string {
 func (*PGStray) ProtoMessage() {}
 
 func (x *PGStray) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[33]
+	mi := &file_osd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3242,7 @@ func (x *PGStray) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGStray.ProtoReflect.Descriptor instead.
 func (*PGStray) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{33}
+	return file_osd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PGStray) GetEpoch() uint64 {
@@ -3209,7 +3285,7 @@ type PGStrayReply struct {
 
 func (x *PGStrayReply) Reset() {
 	*x = PGStrayReply{}
-	mi := &file_osd_proto_msgTypes[34]
+	mi := &file_osd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3221,7 +3297,7 @@ func (x *PGStrayReply) String() string {
 func (*PGStrayReply) ProtoMessage() {}
 
 func (x *PGStrayReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[34]
+	mi := &file_osd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3234,7 +3310,7 @@ func (x *PGStrayReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGStrayReply.ProtoReflect.Descriptor instead.
 func (*PGStrayReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{34}
+	return file_osd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PGStrayReply) GetHeader() *ReplyHeader {
@@ -3264,7 +3340,7 @@ type PGLogPull struct {
 
 func (x *PGLogPull) Reset() {
 	*x = PGLogPull{}
-	mi := &file_osd_proto_msgTypes[35]
+	mi := &file_osd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3276,7 +3352,7 @@ func (x *PGLogPull) String() string {
 func (*PGLogPull) ProtoMessage() {}
 
 func (x *PGLogPull) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[35]
+	mi := &file_osd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3289,7 +3365,7 @@ func (x *PGLogPull) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGLogPull.ProtoReflect.Descriptor instead.
 func (*PGLogPull) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{35}
+	return file_osd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PGLogPull) GetEpoch() uint64 {
@@ -3345,7 +3421,7 @@ type PGLogPullReply struct {
 
 func (x *PGLogPullReply) Reset() {
 	*x = PGLogPullReply{}
-	mi := &file_osd_proto_msgTypes[36]
+	mi := &file_osd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3357,7 +3433,7 @@ func (x *PGLogPullReply) String() string {
 func (*PGLogPullReply) ProtoMessage() {}
 
 func (x *PGLogPullReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[36]
+	mi := &file_osd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3370,7 +3446,7 @@ func (x *PGLogPullReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGLogPullReply.ProtoReflect.Descriptor instead.
 func (*PGLogPullReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{36}
+	return file_osd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PGLogPullReply) GetHeader() *ReplyHeader {
@@ -3434,7 +3510,7 @@ type PGBackfill struct {
 
 func (x *PGBackfill) Reset() {
 	*x = PGBackfill{}
-	mi := &file_osd_proto_msgTypes[37]
+	mi := &file_osd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +3522,7 @@ func (x *PGBackfill) String() string {
 func (*PGBackfill) ProtoMessage() {}
 
 func (x *PGBackfill) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[37]
+	mi := &file_osd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +3535,7 @@ func (x *PGBackfill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGBackfill.ProtoReflect.Descriptor instead.
 func (*PGBackfill) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{37}
+	return file_osd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PGBackfill) GetEpoch() uint64 {
@@ -3523,7 +3599,7 @@ type PGBackfillReply struct {
 
 func (x *PGBackfillReply) Reset() {
 	*x = PGBackfillReply{}
-	mi := &file_osd_proto_msgTypes[38]
+	mi := &file_osd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3535,7 +3611,7 @@ func (x *PGBackfillReply) String() string {
 func (*PGBackfillReply) ProtoMessage() {}
 
 func (x *PGBackfillReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[38]
+	mi := &file_osd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3548,7 +3624,7 @@ func (x *PGBackfillReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGBackfillReply.ProtoReflect.Descriptor instead.
 func (*PGBackfillReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{38}
+	return file_osd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PGBackfillReply) GetHeader() *ReplyHeader {
@@ -3590,7 +3666,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_osd_proto_msgTypes[39]
+	mi := &file_osd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3602,7 +3678,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[39]
+	mi := &file_osd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3615,7 +3691,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{39}
+	return file_osd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Heartbeat) GetFrom() uint32 {
@@ -3653,7 +3729,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_osd_proto_msgTypes[40]
+	mi := &file_osd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3665,7 +3741,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[40]
+	mi := &file_osd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3678,7 +3754,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{40}
+	return file_osd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *HeartbeatReply) GetFrom() uint32 {
@@ -3733,7 +3809,7 @@ type MonBoot struct {
 
 func (x *MonBoot) Reset() {
 	*x = MonBoot{}
-	mi := &file_osd_proto_msgTypes[41]
+	mi := &file_osd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3745,7 +3821,7 @@ func (x *MonBoot) String() string {
 func (*MonBoot) ProtoMessage() {}
 
 func (x *MonBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[41]
+	mi := &file_osd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3758,7 +3834,7 @@ func (x *MonBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBoot.ProtoReflect.Descriptor instead.
 func (*MonBoot) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{41}
+	return file_osd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MonBoot) GetFsid() string {
@@ -3843,7 +3919,7 @@ type MonBootReply struct {
 
 func (x *MonBootReply) Reset() {
 	*x = MonBootReply{}
-	mi := &file_osd_proto_msgTypes[42]
+	mi := &file_osd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3855,7 +3931,7 @@ func (x *MonBootReply) String() string {
 func (*MonBootReply) ProtoMessage() {}
 
 func (x *MonBootReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[42]
+	mi := &file_osd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3868,7 +3944,7 @@ func (x *MonBootReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBootReply.ProtoReflect.Descriptor instead.
 func (*MonBootReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{42}
+	return file_osd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MonBootReply) GetHeader() *ReplyHeader {
@@ -3920,7 +3996,7 @@ type PGStat struct {
 
 func (x *PGStat) Reset() {
 	*x = PGStat{}
-	mi := &file_osd_proto_msgTypes[43]
+	mi := &file_osd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3932,7 +4008,7 @@ func (x *PGStat) String() string {
 func (*PGStat) ProtoMessage() {}
 
 func (x *PGStat) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[43]
+	mi := &file_osd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3945,7 +4021,7 @@ func (x *PGStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGStat.ProtoReflect.Descriptor instead.
 func (*PGStat) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{43}
+	return file_osd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PGStat) GetPool() uint32 {
@@ -4033,7 +4109,7 @@ type PGScrub struct {
 
 func (x *PGScrub) Reset() {
 	*x = PGScrub{}
-	mi := &file_osd_proto_msgTypes[44]
+	mi := &file_osd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4045,7 +4121,7 @@ func (x *PGScrub) String() string {
 func (*PGScrub) ProtoMessage() {}
 
 func (x *PGScrub) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[44]
+	mi := &file_osd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4058,7 +4134,7 @@ func (x *PGScrub) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGScrub.ProtoReflect.Descriptor instead.
 func (*PGScrub) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{44}
+	return file_osd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PGScrub) GetHeader() *Header {
@@ -4085,7 +4161,7 @@ type PGScrubReply struct {
 
 func (x *PGScrubReply) Reset() {
 	*x = PGScrubReply{}
-	mi := &file_osd_proto_msgTypes[45]
+	mi := &file_osd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4097,7 +4173,7 @@ func (x *PGScrubReply) String() string {
 func (*PGScrubReply) ProtoMessage() {}
 
 func (x *PGScrubReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[45]
+	mi := &file_osd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4110,7 +4186,7 @@ func (x *PGScrubReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGScrubReply.ProtoReflect.Descriptor instead.
 func (*PGScrubReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{45}
+	return file_osd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PGScrubReply) GetHeader() *ReplyHeader {
@@ -4138,7 +4214,7 @@ type ObjectName struct {
 
 func (x *ObjectName) Reset() {
 	*x = ObjectName{}
-	mi := &file_osd_proto_msgTypes[46]
+	mi := &file_osd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4150,7 +4226,7 @@ func (x *ObjectName) String() string {
 func (*ObjectName) ProtoMessage() {}
 
 func (x *ObjectName) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[46]
+	mi := &file_osd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4163,7 +4239,7 @@ func (x *ObjectName) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectName.ProtoReflect.Descriptor instead.
 func (*ObjectName) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{46}
+	return file_osd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ObjectName) GetBucket() string {
@@ -4197,7 +4273,7 @@ type ScrubObject struct {
 
 func (x *ScrubObject) Reset() {
 	*x = ScrubObject{}
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4209,7 +4285,7 @@ func (x *ScrubObject) String() string {
 func (*ScrubObject) ProtoMessage() {}
 
 func (x *ScrubObject) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4222,7 +4298,7 @@ func (x *ScrubObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubObject.ProtoReflect.Descriptor instead.
 func (*ScrubObject) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{47}
+	return file_osd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ScrubObject) GetBucket() string {
@@ -4291,7 +4367,7 @@ type PGScrubMap struct {
 
 func (x *PGScrubMap) Reset() {
 	*x = PGScrubMap{}
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4303,7 +4379,7 @@ func (x *PGScrubMap) String() string {
 func (*PGScrubMap) ProtoMessage() {}
 
 func (x *PGScrubMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4316,7 +4392,7 @@ func (x *PGScrubMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGScrubMap.ProtoReflect.Descriptor instead.
 func (*PGScrubMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{48}
+	return file_osd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PGScrubMap) GetEpoch() uint64 {
@@ -4411,7 +4487,7 @@ type PGScrubMapReply struct {
 
 func (x *PGScrubMapReply) Reset() {
 	*x = PGScrubMapReply{}
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4423,7 +4499,7 @@ func (x *PGScrubMapReply) String() string {
 func (*PGScrubMapReply) ProtoMessage() {}
 
 func (x *PGScrubMapReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4436,7 +4512,7 @@ func (x *PGScrubMapReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGScrubMapReply.ProtoReflect.Descriptor instead.
 func (*PGScrubMapReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{49}
+	return file_osd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PGScrubMapReply) GetHeader() *ReplyHeader {
@@ -4489,7 +4565,7 @@ type PGPush struct {
 
 func (x *PGPush) Reset() {
 	*x = PGPush{}
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4501,7 +4577,7 @@ func (x *PGPush) String() string {
 func (*PGPush) ProtoMessage() {}
 
 func (x *PGPush) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4514,7 +4590,7 @@ func (x *PGPush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGPush.ProtoReflect.Descriptor instead.
 func (*PGPush) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{50}
+	return file_osd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PGPush) GetEpoch() uint64 {
@@ -4554,7 +4630,7 @@ type PGPushReply struct {
 
 func (x *PGPushReply) Reset() {
 	*x = PGPushReply{}
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4566,7 +4642,7 @@ func (x *PGPushReply) String() string {
 func (*PGPushReply) ProtoMessage() {}
 
 func (x *PGPushReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4579,7 +4655,7 @@ func (x *PGPushReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGPushReply.ProtoReflect.Descriptor instead.
 func (*PGPushReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{51}
+	return file_osd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PGPushReply) GetHeader() *ReplyHeader {
@@ -4608,7 +4684,7 @@ type ScrubShard struct {
 
 func (x *ScrubShard) Reset() {
 	*x = ScrubShard{}
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4620,7 +4696,7 @@ func (x *ScrubShard) String() string {
 func (*ScrubShard) ProtoMessage() {}
 
 func (x *ScrubShard) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4633,7 +4709,7 @@ func (x *ScrubShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubShard.ProtoReflect.Descriptor instead.
 func (*ScrubShard) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{52}
+	return file_osd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ScrubShard) GetOsd() uint32 {
@@ -4707,7 +4783,7 @@ type InconsistentObject struct {
 
 func (x *InconsistentObject) Reset() {
 	*x = InconsistentObject{}
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4719,7 +4795,7 @@ func (x *InconsistentObject) String() string {
 func (*InconsistentObject) ProtoMessage() {}
 
 func (x *InconsistentObject) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4732,7 +4808,7 @@ func (x *InconsistentObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InconsistentObject.ProtoReflect.Descriptor instead.
 func (*InconsistentObject) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{53}
+	return file_osd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *InconsistentObject) GetBucket() string {
@@ -4776,7 +4852,7 @@ type PGInconsistent struct {
 
 func (x *PGInconsistent) Reset() {
 	*x = PGInconsistent{}
-	mi := &file_osd_proto_msgTypes[54]
+	mi := &file_osd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4788,7 +4864,7 @@ func (x *PGInconsistent) String() string {
 func (*PGInconsistent) ProtoMessage() {}
 
 func (x *PGInconsistent) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[54]
+	mi := &file_osd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4801,7 +4877,7 @@ func (x *PGInconsistent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGInconsistent.ProtoReflect.Descriptor instead.
 func (*PGInconsistent) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{54}
+	return file_osd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PGInconsistent) GetScrubbedUnixNano() int64 {
@@ -4838,7 +4914,7 @@ type PGRepair struct {
 
 func (x *PGRepair) Reset() {
 	*x = PGRepair{}
-	mi := &file_osd_proto_msgTypes[55]
+	mi := &file_osd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4850,7 +4926,7 @@ func (x *PGRepair) String() string {
 func (*PGRepair) ProtoMessage() {}
 
 func (x *PGRepair) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[55]
+	mi := &file_osd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4863,7 +4939,7 @@ func (x *PGRepair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGRepair.ProtoReflect.Descriptor instead.
 func (*PGRepair) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{55}
+	return file_osd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PGRepair) GetHeader() *Header {
@@ -4884,7 +4960,7 @@ type PGRepairReply struct {
 
 func (x *PGRepairReply) Reset() {
 	*x = PGRepairReply{}
-	mi := &file_osd_proto_msgTypes[56]
+	mi := &file_osd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4896,7 +4972,7 @@ func (x *PGRepairReply) String() string {
 func (*PGRepairReply) ProtoMessage() {}
 
 func (x *PGRepairReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[56]
+	mi := &file_osd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4909,7 +4985,7 @@ func (x *PGRepairReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGRepairReply.ProtoReflect.Descriptor instead.
 func (*PGRepairReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{56}
+	return file_osd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PGRepairReply) GetHeader() *ReplyHeader {
@@ -4944,7 +5020,7 @@ type PGListInconsistent struct {
 
 func (x *PGListInconsistent) Reset() {
 	*x = PGListInconsistent{}
-	mi := &file_osd_proto_msgTypes[57]
+	mi := &file_osd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4956,7 +5032,7 @@ func (x *PGListInconsistent) String() string {
 func (*PGListInconsistent) ProtoMessage() {}
 
 func (x *PGListInconsistent) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[57]
+	mi := &file_osd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4969,7 +5045,7 @@ func (x *PGListInconsistent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGListInconsistent.ProtoReflect.Descriptor instead.
 func (*PGListInconsistent) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{57}
+	return file_osd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PGListInconsistent) GetHeader() *Header {
@@ -4989,7 +5065,7 @@ type PGListInconsistentReply struct {
 
 func (x *PGListInconsistentReply) Reset() {
 	*x = PGListInconsistentReply{}
-	mi := &file_osd_proto_msgTypes[58]
+	mi := &file_osd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5001,7 +5077,7 @@ func (x *PGListInconsistentReply) String() string {
 func (*PGListInconsistentReply) ProtoMessage() {}
 
 func (x *PGListInconsistentReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[58]
+	mi := &file_osd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5014,7 +5090,7 @@ func (x *PGListInconsistentReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGListInconsistentReply.ProtoReflect.Descriptor instead.
 func (*PGListInconsistentReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{58}
+	return file_osd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PGListInconsistentReply) GetHeader() *ReplyHeader {
@@ -5042,7 +5118,7 @@ type PGInspect struct {
 
 func (x *PGInspect) Reset() {
 	*x = PGInspect{}
-	mi := &file_osd_proto_msgTypes[59]
+	mi := &file_osd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5054,7 +5130,7 @@ func (x *PGInspect) String() string {
 func (*PGInspect) ProtoMessage() {}
 
 func (x *PGInspect) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[59]
+	mi := &file_osd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5067,7 +5143,7 @@ func (x *PGInspect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGInspect.ProtoReflect.Descriptor instead.
 func (*PGInspect) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{59}
+	return file_osd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PGInspect) GetHeader() *Header {
@@ -5087,7 +5163,7 @@ type PGInspectReply struct {
 
 func (x *PGInspectReply) Reset() {
 	*x = PGInspectReply{}
-	mi := &file_osd_proto_msgTypes[60]
+	mi := &file_osd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5099,7 +5175,7 @@ func (x *PGInspectReply) String() string {
 func (*PGInspectReply) ProtoMessage() {}
 
 func (x *PGInspectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[60]
+	mi := &file_osd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5112,7 +5188,7 @@ func (x *PGInspectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGInspectReply.ProtoReflect.Descriptor instead.
 func (*PGInspectReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{60}
+	return file_osd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PGInspectReply) GetHeader() *ReplyHeader {
@@ -5157,7 +5233,7 @@ type MonBeacon struct {
 
 func (x *MonBeacon) Reset() {
 	*x = MonBeacon{}
-	mi := &file_osd_proto_msgTypes[61]
+	mi := &file_osd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5169,7 +5245,7 @@ func (x *MonBeacon) String() string {
 func (*MonBeacon) ProtoMessage() {}
 
 func (x *MonBeacon) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[61]
+	mi := &file_osd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5182,7 +5258,7 @@ func (x *MonBeacon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeacon.ProtoReflect.Descriptor instead.
 func (*MonBeacon) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{61}
+	return file_osd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *MonBeacon) GetFsid() string {
@@ -5285,7 +5361,7 @@ type MonBeaconReply struct {
 
 func (x *MonBeaconReply) Reset() {
 	*x = MonBeaconReply{}
-	mi := &file_osd_proto_msgTypes[62]
+	mi := &file_osd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5297,7 +5373,7 @@ func (x *MonBeaconReply) String() string {
 func (*MonBeaconReply) ProtoMessage() {}
 
 func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[62]
+	mi := &file_osd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5310,7 +5386,7 @@ func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeaconReply.ProtoReflect.Descriptor instead.
 func (*MonBeaconReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{62}
+	return file_osd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MonBeaconReply) GetHeader() *ReplyHeader {
@@ -5337,7 +5413,7 @@ type MonFailure struct {
 
 func (x *MonFailure) Reset() {
 	*x = MonFailure{}
-	mi := &file_osd_proto_msgTypes[63]
+	mi := &file_osd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5349,7 +5425,7 @@ func (x *MonFailure) String() string {
 func (*MonFailure) ProtoMessage() {}
 
 func (x *MonFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[63]
+	mi := &file_osd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5362,7 +5438,7 @@ func (x *MonFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailure.ProtoReflect.Descriptor instead.
 func (*MonFailure) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{63}
+	return file_osd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *MonFailure) GetFsid() string {
@@ -5423,7 +5499,7 @@ type MonFailureReply struct {
 
 func (x *MonFailureReply) Reset() {
 	*x = MonFailureReply{}
-	mi := &file_osd_proto_msgTypes[64]
+	mi := &file_osd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5435,7 +5511,7 @@ func (x *MonFailureReply) String() string {
 func (*MonFailureReply) ProtoMessage() {}
 
 func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[64]
+	mi := &file_osd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5448,7 +5524,7 @@ func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailureReply.ProtoReflect.Descriptor instead.
 func (*MonFailureReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{64}
+	return file_osd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *MonFailureReply) GetHeader() *ReplyHeader {
@@ -5475,7 +5551,7 @@ type MonMarkMeDown struct {
 
 func (x *MonMarkMeDown) Reset() {
 	*x = MonMarkMeDown{}
-	mi := &file_osd_proto_msgTypes[65]
+	mi := &file_osd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5487,7 +5563,7 @@ func (x *MonMarkMeDown) String() string {
 func (*MonMarkMeDown) ProtoMessage() {}
 
 func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[65]
+	mi := &file_osd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5500,7 +5576,7 @@ func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMarkMeDown.ProtoReflect.Descriptor instead.
 func (*MonMarkMeDown) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{65}
+	return file_osd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MonMarkMeDown) GetFsid() string {
@@ -5540,7 +5616,7 @@ type MonMarkMeDownReply struct {
 
 func (x *MonMarkMeDownReply) Reset() {
 	*x = MonMarkMeDownReply{}
-	mi := &file_osd_proto_msgTypes[66]
+	mi := &file_osd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5552,7 +5628,7 @@ func (x *MonMarkMeDownReply) String() string {
 func (*MonMarkMeDownReply) ProtoMessage() {}
 
 func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[66]
+	mi := &file_osd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5565,7 +5641,7 @@ func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMarkMeDownReply.ProtoReflect.Descriptor instead.
 func (*MonMarkMeDownReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{66}
+	return file_osd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *MonMarkMeDownReply) GetHeader() *ReplyHeader {
@@ -5587,7 +5663,7 @@ type MonSubscribe struct {
 
 func (x *MonSubscribe) Reset() {
 	*x = MonSubscribe{}
-	mi := &file_osd_proto_msgTypes[67]
+	mi := &file_osd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5599,7 +5675,7 @@ func (x *MonSubscribe) String() string {
 func (*MonSubscribe) ProtoMessage() {}
 
 func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[67]
+	mi := &file_osd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5612,7 +5688,7 @@ func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
 func (*MonSubscribe) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{67}
+	return file_osd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
@@ -5640,7 +5716,7 @@ type MonSubscribeReply struct {
 
 func (x *MonSubscribeReply) Reset() {
 	*x = MonSubscribeReply{}
-	mi := &file_osd_proto_msgTypes[68]
+	mi := &file_osd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5652,7 +5728,7 @@ func (x *MonSubscribeReply) String() string {
 func (*MonSubscribeReply) ProtoMessage() {}
 
 func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[68]
+	mi := &file_osd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5665,7 +5741,7 @@ func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
 func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{68}
+	return file_osd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
@@ -5702,7 +5778,7 @@ type AuthTable struct {
 
 func (x *AuthTable) Reset() {
 	*x = AuthTable{}
-	mi := &file_osd_proto_msgTypes[69]
+	mi := &file_osd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5714,7 +5790,7 @@ func (x *AuthTable) String() string {
 func (*AuthTable) ProtoMessage() {}
 
 func (x *AuthTable) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[69]
+	mi := &file_osd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5727,7 +5803,7 @@ func (x *AuthTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
 func (*AuthTable) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{69}
+	return file_osd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AuthTable) GetRevision() int64 {
@@ -5759,7 +5835,7 @@ type AuthEntry struct {
 
 func (x *AuthEntry) Reset() {
 	*x = AuthEntry{}
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5771,7 +5847,7 @@ func (x *AuthEntry) String() string {
 func (*AuthEntry) ProtoMessage() {}
 
 func (x *AuthEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5784,7 +5860,7 @@ func (x *AuthEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
 func (*AuthEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{70}
+	return file_osd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AuthEntry) GetEntity() string {
@@ -5827,7 +5903,7 @@ type S3Key struct {
 
 func (x *S3Key) Reset() {
 	*x = S3Key{}
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5839,7 +5915,7 @@ func (x *S3Key) String() string {
 func (*S3Key) ProtoMessage() {}
 
 func (x *S3Key) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5852,7 +5928,7 @@ func (x *S3Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
 func (*S3Key) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{71}
+	return file_osd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *S3Key) GetAccessKey() string {
@@ -5878,7 +5954,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5890,7 +5966,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5903,7 +5979,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{72}
+	return file_osd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -5922,7 +5998,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5934,7 +6010,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5947,7 +6023,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{73}
+	return file_osd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -5996,7 +6072,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6008,7 +6084,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6021,7 +6097,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{74}
+	return file_osd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -6142,7 +6218,7 @@ type MonRequestRecord struct {
 
 func (x *MonRequestRecord) Reset() {
 	*x = MonRequestRecord{}
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6154,7 +6230,7 @@ func (x *MonRequestRecord) String() string {
 func (*MonRequestRecord) ProtoMessage() {}
 
 func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6167,7 +6243,7 @@ func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonRequestRecord.ProtoReflect.Descriptor instead.
 func (*MonRequestRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{75}
+	return file_osd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *MonRequestRecord) GetDigest() []byte {
@@ -6198,7 +6274,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6210,7 +6286,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6223,7 +6299,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{76}
+	return file_osd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -6282,7 +6358,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6294,7 +6370,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6307,7 +6383,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{77}
+	return file_osd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -6350,7 +6426,7 @@ var File_osd_proto protoreflect.FileDescriptor
 const file_osd_proto_rawDesc = "" +
 	"\n" +
 	"\tosd.proto\x12\n" +
-	"osprey.osd\"\x92\x02\n" +
+	"osprey.osd\"\xbf\x02\n" +
 	"\n" +
 	"ClusterMap\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
@@ -6361,7 +6437,12 @@ const file_osd_proto_rawDesc = "" +
 	"\x12backfillfull_ratio\x18\x06 \x01(\x01R\x11backfillfullRatio\x12\x1d\n" +
 	"\n" +
 	"full_ratio\x18\a \x01(\x01R\tfullRatio\x12\x14\n" +
-	"\x05flags\x18\b \x03(\tR\x05flags\"\x81\x03\n" +
+	"\x05flags\x18\b \x03(\tR\x05flags\x12+\n" +
+	"\apg_temp\x18\t \x03(\v2\x12.osprey.osd.PGTempR\x06pgTemp\"@\n" +
+	"\x06PGTemp\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x0e\n" +
+	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x12\n" +
+	"\x04osds\x18\x03 \x03(\rR\x04osds\"\x81\x03\n" +
 	"\aOSDInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1f\n" +
 	"\vpublic_addr\x18\x02 \x01(\tR\n" +
@@ -6970,206 +7051,208 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),                    // 0: osprey.osd.MsgType
 	(Status)(0),                     // 1: osprey.osd.Status
 	(Fullness)(0),                   // 2: osprey.osd.Fullness
 	(OpKind)(0),                     // 3: osprey.osd.OpKind
 	(*ClusterMap)(nil),              // 4: osprey.osd.ClusterMap
-	(*OSDInfo)(nil),                 // 5: osprey.osd.OSDInfo
-	(*Pool)(nil),                    // 6: osprey.osd.Pool
-	(*Version)(nil),                 // 7: osprey.osd.Version
-	(*ReqID)(nil),                   // 8: osprey.osd.ReqID
-	(*Header)(nil),                  // 9: osprey.osd.Header
-	(*ReplyHeader)(nil),             // 10: osprey.osd.ReplyHeader
-	(*PartRef)(nil),                 // 11: osprey.osd.PartRef
-	(*ObjectMeta)(nil),              // 12: osprey.osd.ObjectMeta
-	(*ObjectEntry)(nil),             // 13: osprey.osd.ObjectEntry
-	(*BucketInfo)(nil),              // 14: osprey.osd.BucketInfo
-	(*GetMap)(nil),                  // 15: osprey.osd.GetMap
-	(*GetMapReply)(nil),             // 16: osprey.osd.GetMapReply
-	(*BucketRequest)(nil),           // 17: osprey.osd.BucketRequest
-	(*BucketReply)(nil),             // 18: osprey.osd.BucketReply
-	(*ListBuckets)(nil),             // 19: osprey.osd.ListBuckets
-	(*ListBucketsReply)(nil),        // 20: osprey.osd.ListBucketsReply
-	(*Condition)(nil),               // 21: osprey.osd.Condition
-	(*PutObject)(nil),               // 22: osprey.osd.PutObject
-	(*GetObject)(nil),               // 23: osprey.osd.GetObject
-	(*ObjectReply)(nil),             // 24: osprey.osd.ObjectReply
-	(*ObjectRequest)(nil),           // 25: osprey.osd.ObjectRequest
-	(*ListObjects)(nil),             // 26: osprey.osd.ListObjects
-	(*ListObjectsReply)(nil),        // 27: osprey.osd.ListObjectsReply
-	(*UploadRequest)(nil),           // 28: osprey.osd.UploadRequest
-	(*UploadReply)(nil),             // 29: osprey.osd.UploadReply
-	(*UploadInfo)(nil),              // 30: osprey.osd.UploadInfo
-	(*LogEntry)(nil),                // 31: osprey.osd.LogEntry
-	(*RepOp)(nil),                   // 32: osprey.osd.RepOp
-	(*RepOpReply)(nil),              // 33: osprey.osd.RepOpReply
-	(*PGQuery)(nil),                 // 34: osprey.osd.PGQuery
-	(*PGInfo)(nil),                  // 35: osprey.osd.PGInfo
-	(*PGQueryReply)(nil),            // 36: osprey.osd.PGQueryReply
-	(*PGStray)(nil),                 // 37: osprey.osd.PGStray
-	(*PGStrayReply)(nil),            // 38: osprey.osd.PGStrayReply
-	(*PGLogPull)(nil),               // 39: osprey.osd.PGLogPull
-	(*PGLogPullReply)(nil),          // 40: osprey.osd.PGLogPullReply
-	(*PGBackfill)(nil),              // 41: osprey.osd.PGBackfill
-	(*PGBackfillReply)(nil),         // 42: osprey.osd.PGBackfillReply
-	(*Heartbeat)(nil),               // 43: osprey.osd.Heartbeat
-	(*HeartbeatReply)(nil),          // 44: osprey.osd.HeartbeatReply
-	(*MonBoot)(nil),                 // 45: osprey.osd.MonBoot
-	(*MonBootReply)(nil),            // 46: osprey.osd.MonBootReply
-	(*PGStat)(nil),                  // 47: osprey.osd.PGStat
-	(*PGScrub)(nil),                 // 48: osprey.osd.PGScrub
-	(*PGScrubReply)(nil),            // 49: osprey.osd.PGScrubReply
-	(*ObjectName)(nil),              // 50: osprey.osd.ObjectName
-	(*ScrubObject)(nil),             // 51: osprey.osd.ScrubObject
-	(*PGScrubMap)(nil),              // 52: osprey.osd.PGScrubMap
-	(*PGScrubMapReply)(nil),         // 53: osprey.osd.PGScrubMapReply
-	(*PGPush)(nil),                  // 54: osprey.osd.PGPush
-	(*PGPushReply)(nil),             // 55: osprey.osd.PGPushReply
-	(*ScrubShard)(nil),              // 56: osprey.osd.ScrubShard
-	(*InconsistentObject)(nil),      // 57: osprey.osd.InconsistentObject
-	(*PGInconsistent)(nil),          // 58: osprey.osd.PGInconsistent
-	(*PGRepair)(nil),                // 59: osprey.osd.PGRepair
-	(*PGRepairReply)(nil),           // 60: osprey.osd.PGRepairReply
-	(*PGListInconsistent)(nil),      // 61: osprey.osd.PGListInconsistent
-	(*PGListInconsistentReply)(nil), // 62: osprey.osd.PGListInconsistentReply
-	(*PGInspect)(nil),               // 63: osprey.osd.PGInspect
-	(*PGInspectReply)(nil),          // 64: osprey.osd.PGInspectReply
-	(*MonBeacon)(nil),               // 65: osprey.osd.MonBeacon
-	(*MonBeaconReply)(nil),          // 66: osprey.osd.MonBeaconReply
-	(*MonFailure)(nil),              // 67: osprey.osd.MonFailure
-	(*MonFailureReply)(nil),         // 68: osprey.osd.MonFailureReply
-	(*MonMarkMeDown)(nil),           // 69: osprey.osd.MonMarkMeDown
-	(*MonMarkMeDownReply)(nil),      // 70: osprey.osd.MonMarkMeDownReply
-	(*MonSubscribe)(nil),            // 71: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil),       // 72: osprey.osd.MonSubscribeReply
-	(*AuthTable)(nil),               // 73: osprey.osd.AuthTable
-	(*AuthEntry)(nil),               // 74: osprey.osd.AuthEntry
-	(*S3Key)(nil),                   // 75: osprey.osd.S3Key
-	(*MonAuth)(nil),                 // 76: osprey.osd.MonAuth
-	(*MonMap)(nil),                  // 77: osprey.osd.MonMap
-	(*MonCommand)(nil),              // 78: osprey.osd.MonCommand
-	(*MonRequestRecord)(nil),        // 79: osprey.osd.MonRequestRecord
-	(*MonCommandReply)(nil),         // 80: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),              // 81: osprey.osd.AuthRecord
-	nil,                             // 82: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                             // 83: osprey.osd.AuthEntry.CapsEntry
-	nil,                             // 84: osprey.osd.MonCommand.CapsEntry
-	nil,                             // 85: osprey.osd.AuthRecord.CapsEntry
+	(*PGTemp)(nil),                  // 5: osprey.osd.PGTemp
+	(*OSDInfo)(nil),                 // 6: osprey.osd.OSDInfo
+	(*Pool)(nil),                    // 7: osprey.osd.Pool
+	(*Version)(nil),                 // 8: osprey.osd.Version
+	(*ReqID)(nil),                   // 9: osprey.osd.ReqID
+	(*Header)(nil),                  // 10: osprey.osd.Header
+	(*ReplyHeader)(nil),             // 11: osprey.osd.ReplyHeader
+	(*PartRef)(nil),                 // 12: osprey.osd.PartRef
+	(*ObjectMeta)(nil),              // 13: osprey.osd.ObjectMeta
+	(*ObjectEntry)(nil),             // 14: osprey.osd.ObjectEntry
+	(*BucketInfo)(nil),              // 15: osprey.osd.BucketInfo
+	(*GetMap)(nil),                  // 16: osprey.osd.GetMap
+	(*GetMapReply)(nil),             // 17: osprey.osd.GetMapReply
+	(*BucketRequest)(nil),           // 18: osprey.osd.BucketRequest
+	(*BucketReply)(nil),             // 19: osprey.osd.BucketReply
+	(*ListBuckets)(nil),             // 20: osprey.osd.ListBuckets
+	(*ListBucketsReply)(nil),        // 21: osprey.osd.ListBucketsReply
+	(*Condition)(nil),               // 22: osprey.osd.Condition
+	(*PutObject)(nil),               // 23: osprey.osd.PutObject
+	(*GetObject)(nil),               // 24: osprey.osd.GetObject
+	(*ObjectReply)(nil),             // 25: osprey.osd.ObjectReply
+	(*ObjectRequest)(nil),           // 26: osprey.osd.ObjectRequest
+	(*ListObjects)(nil),             // 27: osprey.osd.ListObjects
+	(*ListObjectsReply)(nil),        // 28: osprey.osd.ListObjectsReply
+	(*UploadRequest)(nil),           // 29: osprey.osd.UploadRequest
+	(*UploadReply)(nil),             // 30: osprey.osd.UploadReply
+	(*UploadInfo)(nil),              // 31: osprey.osd.UploadInfo
+	(*LogEntry)(nil),                // 32: osprey.osd.LogEntry
+	(*RepOp)(nil),                   // 33: osprey.osd.RepOp
+	(*RepOpReply)(nil),              // 34: osprey.osd.RepOpReply
+	(*PGQuery)(nil),                 // 35: osprey.osd.PGQuery
+	(*PGInfo)(nil),                  // 36: osprey.osd.PGInfo
+	(*PGQueryReply)(nil),            // 37: osprey.osd.PGQueryReply
+	(*PGStray)(nil),                 // 38: osprey.osd.PGStray
+	(*PGStrayReply)(nil),            // 39: osprey.osd.PGStrayReply
+	(*PGLogPull)(nil),               // 40: osprey.osd.PGLogPull
+	(*PGLogPullReply)(nil),          // 41: osprey.osd.PGLogPullReply
+	(*PGBackfill)(nil),              // 42: osprey.osd.PGBackfill
+	(*PGBackfillReply)(nil),         // 43: osprey.osd.PGBackfillReply
+	(*Heartbeat)(nil),               // 44: osprey.osd.Heartbeat
+	(*HeartbeatReply)(nil),          // 45: osprey.osd.HeartbeatReply
+	(*MonBoot)(nil),                 // 46: osprey.osd.MonBoot
+	(*MonBootReply)(nil),            // 47: osprey.osd.MonBootReply
+	(*PGStat)(nil),                  // 48: osprey.osd.PGStat
+	(*PGScrub)(nil),                 // 49: osprey.osd.PGScrub
+	(*PGScrubReply)(nil),            // 50: osprey.osd.PGScrubReply
+	(*ObjectName)(nil),              // 51: osprey.osd.ObjectName
+	(*ScrubObject)(nil),             // 52: osprey.osd.ScrubObject
+	(*PGScrubMap)(nil),              // 53: osprey.osd.PGScrubMap
+	(*PGScrubMapReply)(nil),         // 54: osprey.osd.PGScrubMapReply
+	(*PGPush)(nil),                  // 55: osprey.osd.PGPush
+	(*PGPushReply)(nil),             // 56: osprey.osd.PGPushReply
+	(*ScrubShard)(nil),              // 57: osprey.osd.ScrubShard
+	(*InconsistentObject)(nil),      // 58: osprey.osd.InconsistentObject
+	(*PGInconsistent)(nil),          // 59: osprey.osd.PGInconsistent
+	(*PGRepair)(nil),                // 60: osprey.osd.PGRepair
+	(*PGRepairReply)(nil),           // 61: osprey.osd.PGRepairReply
+	(*PGListInconsistent)(nil),      // 62: osprey.osd.PGListInconsistent
+	(*PGListInconsistentReply)(nil), // 63: osprey.osd.PGListInconsistentReply
+	(*PGInspect)(nil),               // 64: osprey.osd.PGInspect
+	(*PGInspectReply)(nil),          // 65: osprey.osd.PGInspectReply
+	(*MonBeacon)(nil),               // 66: osprey.osd.MonBeacon
+	(*MonBeaconReply)(nil),          // 67: osprey.osd.MonBeaconReply
+	(*MonFailure)(nil),              // 68: osprey.osd.MonFailure
+	(*MonFailureReply)(nil),         // 69: osprey.osd.MonFailureReply
+	(*MonMarkMeDown)(nil),           // 70: osprey.osd.MonMarkMeDown
+	(*MonMarkMeDownReply)(nil),      // 71: osprey.osd.MonMarkMeDownReply
+	(*MonSubscribe)(nil),            // 72: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil),       // 73: osprey.osd.MonSubscribeReply
+	(*AuthTable)(nil),               // 74: osprey.osd.AuthTable
+	(*AuthEntry)(nil),               // 75: osprey.osd.AuthEntry
+	(*S3Key)(nil),                   // 76: osprey.osd.S3Key
+	(*MonAuth)(nil),                 // 77: osprey.osd.MonAuth
+	(*MonMap)(nil),                  // 78: osprey.osd.MonMap
+	(*MonCommand)(nil),              // 79: osprey.osd.MonCommand
+	(*MonRequestRecord)(nil),        // 80: osprey.osd.MonRequestRecord
+	(*MonCommandReply)(nil),         // 81: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),              // 82: osprey.osd.AuthRecord
+	nil,                             // 83: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                             // 84: osprey.osd.AuthEntry.CapsEntry
+	nil,                             // 85: osprey.osd.MonCommand.CapsEntry
+	nil,                             // 86: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
-	5,   // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
-	6,   // 1: osprey.osd.ClusterMap.pools:type_name -> osprey.osd.Pool
-	2,   // 2: osprey.osd.OSDInfo.fullness:type_name -> osprey.osd.Fullness
-	8,   // 3: osprey.osd.Header.req:type_name -> osprey.osd.ReqID
-	1,   // 4: osprey.osd.ReplyHeader.status:type_name -> osprey.osd.Status
-	4,   // 5: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
-	7,   // 6: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
-	8,   // 7: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	82,  // 8: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
-	11,  // 9: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
-	12,  // 10: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
-	10,  // 11: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 12: osprey.osd.GetMapReply.map:type_name -> osprey.osd.ClusterMap
-	9,   // 13: osprey.osd.BucketRequest.header:type_name -> osprey.osd.Header
-	10,  // 14: osprey.osd.BucketReply.header:type_name -> osprey.osd.ReplyHeader
-	14,  // 15: osprey.osd.BucketReply.info:type_name -> osprey.osd.BucketInfo
-	9,   // 16: osprey.osd.ListBuckets.header:type_name -> osprey.osd.Header
-	10,  // 17: osprey.osd.ListBucketsReply.header:type_name -> osprey.osd.ReplyHeader
-	14,  // 18: osprey.osd.ListBucketsReply.buckets:type_name -> osprey.osd.BucketInfo
-	9,   // 19: osprey.osd.PutObject.header:type_name -> osprey.osd.Header
-	12,  // 20: osprey.osd.PutObject.meta:type_name -> osprey.osd.ObjectMeta
-	21,  // 21: osprey.osd.PutObject.condition:type_name -> osprey.osd.Condition
-	9,   // 22: osprey.osd.GetObject.header:type_name -> osprey.osd.Header
-	10,  // 23: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
-	12,  // 24: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
-	9,   // 25: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
-	21,  // 26: osprey.osd.ObjectRequest.condition:type_name -> osprey.osd.Condition
-	9,   // 27: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
-	10,  // 28: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
-	13,  // 29: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
-	9,   // 30: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
-	12,  // 31: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
-	11,  // 32: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
-	21,  // 33: osprey.osd.UploadRequest.condition:type_name -> osprey.osd.Condition
-	10,  // 34: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
-	11,  // 35: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
-	12,  // 36: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
-	11,  // 37: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
-	30,  // 38: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
-	7,   // 39: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
-	8,   // 40: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
-	3,   // 41: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
-	12,  // 42: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
-	1,   // 43: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
-	31,  // 44: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
-	7,   // 45: osprey.osd.RepOp.prior:type_name -> osprey.osd.Version
-	10,  // 46: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
-	7,   // 47: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
-	7,   // 48: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
-	7,   // 49: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
-	10,  // 50: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
-	35,  // 51: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
-	7,   // 52: osprey.osd.PGStray.last:type_name -> osprey.osd.Version
-	10,  // 53: osprey.osd.PGStrayReply.header:type_name -> osprey.osd.ReplyHeader
-	7,   // 54: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
-	10,  // 55: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
-	31,  // 56: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
-	7,   // 57: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
-	10,  // 58: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
-	31,  // 59: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
-	7,   // 60: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
-	2,   // 61: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
-	2,   // 62: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
-	10,  // 63: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 64: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
-	7,   // 65: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
-	9,   // 66: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
-	10,  // 67: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
-	7,   // 68: osprey.osd.ScrubObject.version:type_name -> osprey.osd.Version
-	50,  // 69: osprey.osd.PGScrubMap.names:type_name -> osprey.osd.ObjectName
-	10,  // 70: osprey.osd.PGScrubMapReply.header:type_name -> osprey.osd.ReplyHeader
-	51,  // 71: osprey.osd.PGScrubMapReply.objects:type_name -> osprey.osd.ScrubObject
-	7,   // 72: osprey.osd.PGScrubMapReply.last:type_name -> osprey.osd.Version
-	7,   // 73: osprey.osd.PGScrubMapReply.first:type_name -> osprey.osd.Version
-	31,  // 74: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
-	10,  // 75: osprey.osd.PGPushReply.header:type_name -> osprey.osd.ReplyHeader
-	7,   // 76: osprey.osd.ScrubShard.version:type_name -> osprey.osd.Version
-	56,  // 77: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
-	57,  // 78: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
-	9,   // 79: osprey.osd.PGRepair.header:type_name -> osprey.osd.Header
-	10,  // 80: osprey.osd.PGRepairReply.header:type_name -> osprey.osd.ReplyHeader
-	9,   // 81: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
-	10,  // 82: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
-	58,  // 83: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
-	9,   // 84: osprey.osd.PGInspect.header:type_name -> osprey.osd.Header
-	10,  // 85: osprey.osd.PGInspectReply.header:type_name -> osprey.osd.ReplyHeader
-	47,  // 86: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	2,   // 87: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
-	10,  // 88: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	10,  // 89: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	10,  // 90: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
-	10,  // 91: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 92: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	73,  // 93: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	74,  // 94: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	83,  // 95: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	75,  // 96: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	73,  // 97: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,   // 98: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	84,  // 99: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	80,  // 100: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
-	10,  // 101: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 102: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	85,  // 103: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	75,  // 104: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	105, // [105:105] is the sub-list for method output_type
-	105, // [105:105] is the sub-list for method input_type
-	105, // [105:105] is the sub-list for extension type_name
-	105, // [105:105] is the sub-list for extension extendee
-	0,   // [0:105] is the sub-list for field type_name
+	6,   // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
+	7,   // 1: osprey.osd.ClusterMap.pools:type_name -> osprey.osd.Pool
+	5,   // 2: osprey.osd.ClusterMap.pg_temp:type_name -> osprey.osd.PGTemp
+	2,   // 3: osprey.osd.OSDInfo.fullness:type_name -> osprey.osd.Fullness
+	9,   // 4: osprey.osd.Header.req:type_name -> osprey.osd.ReqID
+	1,   // 5: osprey.osd.ReplyHeader.status:type_name -> osprey.osd.Status
+	4,   // 6: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
+	8,   // 7: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
+	9,   // 8: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
+	83,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	12,  // 10: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
+	13,  // 11: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
+	11,  // 12: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 13: osprey.osd.GetMapReply.map:type_name -> osprey.osd.ClusterMap
+	10,  // 14: osprey.osd.BucketRequest.header:type_name -> osprey.osd.Header
+	11,  // 15: osprey.osd.BucketReply.header:type_name -> osprey.osd.ReplyHeader
+	15,  // 16: osprey.osd.BucketReply.info:type_name -> osprey.osd.BucketInfo
+	10,  // 17: osprey.osd.ListBuckets.header:type_name -> osprey.osd.Header
+	11,  // 18: osprey.osd.ListBucketsReply.header:type_name -> osprey.osd.ReplyHeader
+	15,  // 19: osprey.osd.ListBucketsReply.buckets:type_name -> osprey.osd.BucketInfo
+	10,  // 20: osprey.osd.PutObject.header:type_name -> osprey.osd.Header
+	13,  // 21: osprey.osd.PutObject.meta:type_name -> osprey.osd.ObjectMeta
+	22,  // 22: osprey.osd.PutObject.condition:type_name -> osprey.osd.Condition
+	10,  // 23: osprey.osd.GetObject.header:type_name -> osprey.osd.Header
+	11,  // 24: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
+	13,  // 25: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
+	10,  // 26: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
+	22,  // 27: osprey.osd.ObjectRequest.condition:type_name -> osprey.osd.Condition
+	10,  // 28: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
+	11,  // 29: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
+	14,  // 30: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
+	10,  // 31: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
+	13,  // 32: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
+	12,  // 33: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
+	22,  // 34: osprey.osd.UploadRequest.condition:type_name -> osprey.osd.Condition
+	11,  // 35: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
+	12,  // 36: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
+	13,  // 37: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
+	12,  // 38: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
+	31,  // 39: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
+	8,   // 40: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
+	9,   // 41: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
+	3,   // 42: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
+	13,  // 43: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
+	1,   // 44: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
+	32,  // 45: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
+	8,   // 46: osprey.osd.RepOp.prior:type_name -> osprey.osd.Version
+	11,  // 47: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
+	8,   // 48: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
+	8,   // 49: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
+	8,   // 50: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
+	11,  // 51: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
+	36,  // 52: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
+	8,   // 53: osprey.osd.PGStray.last:type_name -> osprey.osd.Version
+	11,  // 54: osprey.osd.PGStrayReply.header:type_name -> osprey.osd.ReplyHeader
+	8,   // 55: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
+	11,  // 56: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
+	32,  // 57: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
+	8,   // 58: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
+	11,  // 59: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
+	32,  // 60: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
+	8,   // 61: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
+	2,   // 62: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
+	2,   // 63: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
+	11,  // 64: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 65: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
+	8,   // 66: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
+	10,  // 67: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
+	11,  // 68: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
+	8,   // 69: osprey.osd.ScrubObject.version:type_name -> osprey.osd.Version
+	51,  // 70: osprey.osd.PGScrubMap.names:type_name -> osprey.osd.ObjectName
+	11,  // 71: osprey.osd.PGScrubMapReply.header:type_name -> osprey.osd.ReplyHeader
+	52,  // 72: osprey.osd.PGScrubMapReply.objects:type_name -> osprey.osd.ScrubObject
+	8,   // 73: osprey.osd.PGScrubMapReply.last:type_name -> osprey.osd.Version
+	8,   // 74: osprey.osd.PGScrubMapReply.first:type_name -> osprey.osd.Version
+	32,  // 75: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
+	11,  // 76: osprey.osd.PGPushReply.header:type_name -> osprey.osd.ReplyHeader
+	8,   // 77: osprey.osd.ScrubShard.version:type_name -> osprey.osd.Version
+	57,  // 78: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
+	58,  // 79: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
+	10,  // 80: osprey.osd.PGRepair.header:type_name -> osprey.osd.Header
+	11,  // 81: osprey.osd.PGRepairReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 82: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
+	11,  // 83: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
+	59,  // 84: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
+	10,  // 85: osprey.osd.PGInspect.header:type_name -> osprey.osd.Header
+	11,  // 86: osprey.osd.PGInspectReply.header:type_name -> osprey.osd.ReplyHeader
+	48,  // 87: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	2,   // 88: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
+	11,  // 89: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	11,  // 90: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	11,  // 91: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
+	11,  // 92: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 93: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	74,  // 94: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	75,  // 95: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	84,  // 96: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	76,  // 97: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	74,  // 98: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,   // 99: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	85,  // 100: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	81,  // 101: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	11,  // 102: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 103: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	86,  // 104: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	76,  // 105: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	106, // [106:106] is the sub-list for method output_type
+	106, // [106:106] is the sub-list for method input_type
+	106, // [106:106] is the sub-list for extension type_name
+	106, // [106:106] is the sub-list for extension extendee
+	0,   // [0:106] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -7177,14 +7260,14 @@ func file_osd_proto_init() {
 	if File_osd_proto != nil {
 		return
 	}
-	file_osd_proto_msgTypes[20].OneofWrappers = []any{}
+	file_osd_proto_msgTypes[21].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   82,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
