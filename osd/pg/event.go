@@ -21,6 +21,12 @@ type AdvanceMap struct {
 	// Acting is the PG's acting set in the map, primary first, OSDs the map
 	// marks down already removed.
 	Acting []OSDID
+	// Up is the PG's up set when a pg_temp entry makes Acting differ from
+	// it (nil: the same). Its members outside Acting are being filled:
+	// the primary queries and pushes to them and they take the PG's
+	// writes, but they are not members of the interval (no witnesses,
+	// not counted toward MinSize) until the map makes them acting.
+	Up []OSDID
 	// Size and MinSize are the pool's: below Size the PG is undersized,
 	// below MinSize it does not serve.
 	Size, MinSize int

@@ -5,11 +5,29 @@ import (
 	"slices"
 )
 
-// interval is a run of map epochs with one acting set, primary first.
+// interval is a run of map epochs with one acting set, primary first,
+// and one up set.
 type interval struct {
 	first, last   Epoch // last is set when the interval closes
 	acting        []OSDID
 	size, minSize int
+	// up is the up set when it differs from acting (a pg_temp entry:
+	// remapped), else nil; fill are its members outside acting, which
+	// are filled and take writes without being members.
+	up, fill []OSDID
+}
+
+// member reports whether id takes the interval's writes: an acting member
+// or one being filled.
+func (iv *interval) member(id OSDID) bool { return iv.has(id) || slices.Contains(iv.fill, id) }
+
+// replicas are the OSDs the primary pushes to and replicates to: the
+// acting set after the primary, then the members being filled.
+func (iv *interval) replicas() []OSDID {
+	if len(iv.acting) == 0 {
+		return nil
+	}
+	return append(slices.Clip(iv.acting[1:]), iv.fill...)
 }
 
 func (iv *interval) primary() (OSDID, bool) {
@@ -74,9 +92,23 @@ func (p *PG) advanceMap(m AdvanceMap) error {
 	if m.Size < 1 || m.MinSize < 1 || m.MinSize > m.Size || len(m.Acting) > m.Size {
 		return fmt.Errorf("pg %s: %w: epoch %d has size %d, min_size %d, acting %v", p.id, ErrInvalidEvent, m.Epoch, m.Size, m.MinSize, m.Acting)
 	}
-	for i, id := range m.Acting {
-		if slices.Contains(m.Acting[:i], id) {
-			return fmt.Errorf("pg %s: %w: epoch %d lists osd.%d twice in %v", p.id, ErrInvalidEvent, m.Epoch, id, m.Acting)
+	for _, set := range [][]OSDID{m.Acting, m.Up} {
+		for i, id := range set {
+			if slices.Contains(set[:i], id) {
+				return fmt.Errorf("pg %s: %w: epoch %d lists osd.%d twice in %v", p.id, ErrInvalidEvent, m.Epoch, id, set)
+			}
+		}
+	}
+	if len(m.Up) > m.Size {
+		return fmt.Errorf("pg %s: %w: epoch %d has size %d, up %v", p.id, ErrInvalidEvent, m.Epoch, m.Size, m.Up)
+	}
+	var up, fill []OSDID
+	if m.Up != nil && !slices.Equal(m.Up, m.Acting) {
+		up = slices.Clone(m.Up)
+		for _, id := range m.Up {
+			if !slices.Contains(m.Acting, id) {
+				fill = append(fill, id)
+			}
 		}
 	}
 	if p.epoch != 0 && m.Epoch != p.epoch+1 {
@@ -90,7 +122,7 @@ func (p *PG) advanceMap(m AdvanceMap) error {
 	// down) ends it, as Ceph's mon marks such an OSD down before it may
 	// boot: what it held of the interval so far needs a witness.
 	renewed := m.GivenUp != nil && slices.ContainsFunc(m.Acting, func(id OSDID) bool { return m.GivenUp(id, p.cur.first) })
-	if prev != 0 && slices.Equal(m.Acting, p.cur.acting) && m.Size == p.cur.size && m.MinSize == p.cur.minSize && !renewed {
+	if prev != 0 && slices.Equal(m.Acting, p.cur.acting) && slices.Equal(up, p.cur.up) && m.Size == p.cur.size && m.MinSize == p.cur.minSize && !renewed {
 		p.retry()
 		return nil
 	}
@@ -101,7 +133,7 @@ func (p *PG) advanceMap(m AdvanceMap) error {
 		p.past = append(p.past, p.cur)
 		p.trimPast()
 	}
-	p.cur = interval{first: m.Epoch, acting: slices.Clone(m.Acting), size: m.Size, minSize: m.MinSize}
+	p.cur = interval{first: m.Epoch, acting: slices.Clone(m.Acting), size: m.Size, minSize: m.MinSize, up: up, fill: fill}
 	p.phase, p.peers, p.recovering, p.authLast, p.blocked = phaseNone, nil, nil, Version{}, nil
 	// Work for the old interval is no longer wanted.
 	p.out.queries, p.out.recover, p.out.push = nil, nil, nil
@@ -145,8 +177,8 @@ func (p *PG) peerOf(id OSDID) *peer {
 }
 
 // probeTargets lists, sorted, the OSDs peering waits for: the current
-// acting set, and every member of the intervals that may have gone rw and
-// did not end before start.
+// acting set and the members being filled, and every member of the
+// intervals that may have gone rw and did not end before start.
 func (p *PG) probeTargets(start Epoch) []OSDID {
 	var ids []OSDID
 	add := func(acting []OSDID) {
@@ -157,6 +189,7 @@ func (p *PG) probeTargets(start Epoch) []OSDID {
 		}
 	}
 	add(p.cur.acting)
+	add(p.cur.fill)
 	for _, iv := range p.past {
 		if iv.maybeRW() && iv.last >= start {
 			add(iv.acting)
@@ -326,7 +359,7 @@ func (p *PG) activate() {
 	if p.cur.maybeRW() && p.local.LastEpochStarted < p.cur.first {
 		p.setLastEpochStarted(p.cur.first)
 	}
-	for _, id := range p.cur.acting[1:] {
+	for _, id := range p.cur.replicas() {
 		pr := p.peerOf(id)
 		// A copy mid-backfill at our Last (an emptied stray's, back
 		// beside an empty primary) is pushed too: it witnesses nothing
@@ -404,7 +437,7 @@ func (p *PG) retry() {
 		}
 		p.tryPeer()
 	case phaseActive:
-		for _, id := range p.cur.acting[1:] {
+		for _, id := range p.cur.replicas() {
 			if pr := p.peers[id]; pr != nil && pr.push == pushFailed {
 				p.push(id, pr, pr.vouched())
 			}
@@ -434,7 +467,7 @@ func (p *PG) onUnreachable(ev Unreachable) {
 	if p.phase == phaseActive {
 		// A replica that missed a push or a RepOp is behind by an unknown
 		// amount: push to it at the next map.
-		if p.cur.has(ev.From) {
+		if p.cur.member(ev.From) {
 			pr := p.peerOf(ev.From)
 			pr.push, pr.want = pushFailed, p.local.Last
 		}
@@ -466,7 +499,7 @@ func (p *PG) onRecovered(ev Recovered) {
 }
 
 func (p *PG) onPeerRecovered(ev PeerRecovered) {
-	if !p.isPrimary() || p.phase != phaseActive || !p.cur.has(ev.OSD) || ev.OSD == p.self {
+	if !p.isPrimary() || p.phase != phaseActive || !p.cur.member(ev.OSD) || ev.OSD == p.self {
 		return
 	}
 	pr := p.peerOf(ev.OSD)

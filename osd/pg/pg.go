@@ -323,6 +323,32 @@ func (p *PG) IntervalStart() Epoch { return p.cur.first }
 // Acting returns the acting set of the current map, primary first.
 func (p *PG) Acting() []OSDID { return slices.Clone(p.cur.acting) }
 
+// Filling returns the members of the current map's up set outside its
+// acting set (a pg_temp entry is in force), which the primary fills.
+func (p *PG) Filling() []OSDID { return slices.Clone(p.cur.fill) }
+
+// UpFilled reports, on the active primary of a remapped PG (its acting set
+// is a pg_temp entry), that every member of its up set holds a whole copy
+// at our Last: the up set can take over as the acting set, and the daemon
+// asks the mon to drop the entry.
+func (p *PG) UpFilled() bool {
+	if !p.isPrimary() || p.phase != phaseActive || p.cur.up == nil {
+		return false
+	}
+	for _, id := range p.cur.up {
+		if id == p.self {
+			continue
+		}
+		// Activation pushed to every member not at our Last; a push
+		// ends only with the member caught up, and a RepOp it missed
+		// since fails its push.
+		if pr := p.peers[id]; pr == nil || pr.push != pushNone || pr.backfill {
+			return false
+		}
+	}
+	return true
+}
+
 // Primary returns the primary of the current map; false when the acting
 // set is empty or no map is known.
 func (p *PG) Primary() (OSDID, bool) { return p.cur.primary() }
@@ -334,8 +360,8 @@ func (p *PG) Role() Role {
 		return RoleUnknown
 	case p.isPrimary():
 		return RolePrimary
-	case p.cur.has(p.self):
-		return RoleReplica
+	case p.cur.member(p.self):
+		return RoleReplica // acting, or being filled
 	}
 	return RoleStray
 }
@@ -445,7 +471,7 @@ func (p *PG) AcceptRepOp(from OSDID, epoch Epoch) error {
 	if err := p.checkSender(from, epoch); err != nil {
 		return err
 	}
-	if !p.cur.has(p.self) || p.isPrimary() {
+	if !p.cur.member(p.self) || p.isPrimary() {
 		return p.refuse(from, epoch, ErrNotReplica)
 	}
 	return nil

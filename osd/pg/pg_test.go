@@ -892,3 +892,59 @@ func TestBackfillTargetsDoNotCountTowardMinSize(t *testing.T) {
 		})
 	}
 }
+
+// TestRemappedFillsUpSet: a pg_temp entry keeps a PG's old acting set
+// while its up set has a member that holds nothing. The old members serve
+// (three whole copies); the newcomer is queried, pushed to and takes
+// writes, but is no member of the interval: it does not count toward
+// min_size, its lack is misplaced copies, not degraded ones, and once its
+// push ends the primary says the up set can take over.
+func TestRemappedFillsUpSet(t *testing.T) {
+	remapped := pg.AdvanceMap{Epoch: 1, Acting: osds(1, 2, 3), Up: osds(4, 2, 3), Size: 3, MinSize: 2}
+	m := newMachine(t, 1, pg.PeerInfo{Last: v(1, 5), LogTail: v(1, 3), LastEpochStarted: 1}).step(remapped)
+	wantQueries(t, m.Ready(), 1, 2, 3, 4)
+	whole := pg.PeerInfo{Last: v(1, 5), LogTail: v(1, 3), LastEpochStarted: 1}
+	m.step(pg.Info{From: 2, Epoch: 1, Info: whole}, pg.Info{From: 3, Epoch: 1, Info: whole}, pg.Info{From: 4, Epoch: 1})
+	rd := m.expect("active+backfilling+remapped", true)
+	if want := []pg.PushTarget{{To: 4, Epoch: 1, Want: v(1, 5)}}; !slices.Equal(rd.Push, want) {
+		t.Fatalf("Push %+v, want %+v", rd.Push, want)
+	}
+	if got := m.Filling(); !slices.Equal(got, osds(4)) || len(m.Backfilling()) != 0 || m.UpFilled() {
+		t.Fatalf("Filling %v, Backfilling %v, UpFilled %v", got, m.Backfilling(), m.UpFilled())
+	}
+	m.step(pg.Applied{Version: v(1, 6)}) // writes go on meanwhile
+	m.step(pg.PeerRecovered{OSD: 4, Last: v(1, 6)})
+	m.expect("active+clean+remapped", true)
+	if !m.UpFilled() {
+		t.Fatal("the newcomer holds the PG: UpFilled is false")
+	}
+
+	// The newcomer takes the primary's RepOps; an OSD in neither set
+	// does not.
+	for _, c := range []struct {
+		self pg.OSDID
+		role pg.Role
+		err  error
+	}{{4, pg.RoleReplica, nil}, {2, pg.RoleReplica, nil}, {5, pg.RoleStray, pg.ErrNotReplica}} {
+		r := newMachine(t, c.self, pg.PeerInfo{}).step(remapped)
+		if err := r.AcceptRepOp(1, 1); r.Role() != c.role || !errors.Is(err, c.err) && !(err == nil && c.err == nil) {
+			t.Errorf("osd.%d: role %v, AcceptRepOp %v; want %v, %v", c.self, r.Role(), err, c.role, c.err)
+		}
+	}
+
+	// Only the acting set counts toward min_size: with osd.2 and osd.3
+	// gone from it, one whole copy is not enough, however full osd.4 is.
+	m = newMachine(t, 1, pg.PeerInfo{Last: v(1, 5), LastEpochStarted: 1}).
+		step(pg.AdvanceMap{Epoch: 1, Acting: osds(1), Up: osds(4, 2), Size: 2, MinSize: 2})
+	m.Ready()
+	m.step(pg.Info{From: 2, Epoch: 1}, pg.Info{From: 4, Epoch: 1, Info: pg.PeerInfo{Last: v(1, 5), LastEpochStarted: 1}})
+	m.expect("backfilling+undersized+degraded+remapped+peered", false)
+
+	// The map that drops the entry is a new interval: osd.1, out of the
+	// up set, is a stray there.
+	m = newMachine(t, 1, pg.PeerInfo{Last: v(1, 6), LastEpochStarted: 1}).step(remapped)
+	m.step(pg.AdvanceMap{Epoch: 2, Acting: osds(4, 2, 3), Size: 3, MinSize: 2})
+	if m.Role() != pg.RoleStray || m.IntervalStart() != 2 {
+		t.Fatalf("after the entry went: role %v, interval from %d", m.Role(), m.IntervalStart())
+	}
+}

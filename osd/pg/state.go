@@ -25,6 +25,9 @@ const (
 	StateUndersized
 	// StateDegraded: some copy is missing or behind.
 	StateDegraded
+	// StateRemapped: the acting set is not the up set (a pg_temp entry):
+	// the old members serve while the new ones are filled.
+	StateRemapped
 	// StateIncomplete: the machine lacks maps it needs; not serving.
 	StateIncomplete
 	// StatePeering: gathering infos or pulling the authoritative log.
@@ -40,7 +43,7 @@ const (
 )
 
 var stateNames = [...]string{
-	"active", "clean", "recovering", "backfilling", "down", "undersized", "degraded",
+	"active", "clean", "recovering", "backfilling", "down", "undersized", "degraded", "remapped",
 	"incomplete", "peering", "peered", "replica", "stray",
 }
 
@@ -104,14 +107,20 @@ func (p *PG) State() State {
 	if len(p.cur.acting) < p.cur.size {
 		s |= StateUndersized | StateDegraded
 	}
-	for _, pr := range p.peers {
+	for id, pr := range p.peers {
+		// A member being filled outside the acting set lacks copies
+		// that are misplaced, not missing: the acting set has them.
+		degraded := StateDegraded
+		if !p.cur.has(id) {
+			degraded = 0
+		}
 		switch {
 		case pr.push == pushInFlight && pr.backfill:
-			s |= StateBackfilling | StateDegraded
+			s |= StateBackfilling | degraded
 		case pr.push == pushInFlight:
-			s |= StateRecovering | StateDegraded
+			s |= StateRecovering | degraded
 		case pr.push == pushFailed:
-			s |= StateDegraded
+			s |= degraded
 		}
 	}
 	if s&StateBackfilling != 0 {
@@ -119,6 +128,9 @@ func (p *PG) State() State {
 	}
 	if s == StateActive {
 		s |= StateClean
+	}
+	if p.cur.up != nil {
+		s |= StateRemapped
 	}
 	return s
 }
