@@ -14,6 +14,7 @@ type Location struct {
 	PoolID uint32         // and its id
 	PG     placement.PGID // the PG of the object's head
 	Acting []uint32       // the PG's acting set, primary first; empty when no OSD is up and in
+	Up     []uint32       // placement's set; another than Acting while the PG is remapped (pg_temp)
 }
 
 // Locate computes where the object bucket/key goes under the client's
@@ -31,5 +32,5 @@ func (c *Client) Locate(bucket, key string) (Location, error) {
 		return Location{}, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "map epoch %d has no pool %q", mp.Epoch(), c.opts.Pool)
 	}
 	return Location{Epoch: mp.Epoch(), Pool: pool.Name, PoolID: pool.Id, PG: placement.PGID{Pool: pool.Id, Seed: pg},
-		Acting: mp.ActingSet(pool.Id, pg)}, nil
+		Acting: mp.ActingSet(pool.Id, pg), Up: mp.UpSet(pool.Id, pg)}, nil
 }

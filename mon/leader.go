@@ -194,6 +194,22 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.Mon
 		}
 		mp = next
 	}
+	if slices.ContainsFunc(b.Pgs, func(st *osdpb.PGStat) bool { return st.GetUpFilled() && st.GetEpoch() == mp.Epoch() }) {
+		var dropped []placement.PGID
+		next, err := l.update(ctx, func(pb *osdpb.ClusterMap) (txnExtra, error) {
+			if dropped = dropFilledPGTemp(pb, mp, b.Id, b.Pgs); len(dropped) == 0 {
+				return txnExtra{}, errNoChange
+			}
+			return txnExtra{}, nil
+		})
+		if err != nil {
+			return nil, unavailable("dropping filled pg_temp entries", err)
+		}
+		if len(dropped) > 0 && next.Epoch() > mp.Epoch() {
+			m.log.Info("pg_temp: up sets filled; they act again", "pgs", dropped, "primary", b.Id, "epoch", next.Epoch())
+		}
+		mp = next
+	}
 	h := m.header(nil)
 	if b.Epoch < mp.Epoch() {
 		h.Map = mp.Proto()

@@ -20,6 +20,9 @@ type PGStat struct {
 	// is its first member, -1 when no OSD is up and in to serve it.
 	Acting  []uint32 `json:"acting"`
 	Primary int64    `json:"primary"`
+	// Up is placement's set for the PG; it differs from Acting while a
+	// pg_temp entry keeps the old members serving (remapped).
+	Up []uint32 `json:"up"`
 	// The counts are the primary's last report at any epoch (zero when it
 	// has sent none); ReportedEpoch is that report's map epoch, 0 for none.
 	// A report older than the map's epoch does not set State ("unknown").
@@ -34,7 +37,7 @@ type PGStat struct {
 // PGStateWords are the words PG states are made of, joined by "+", as
 // Ceph's: the OSDs' reports (osd.pgStat) and the mon's own (pgViews).
 var PGStateWords = []string{"active", "clean", "peering", "peered", "down", "incomplete", "undersized", "degraded",
-	"recovering", "backfilling", "recovery_toofull", "backfill_toofull", "inconsistent", "unknown"}
+	"remapped", "recovering", "backfilling", "recovery_toofull", "backfill_toofull", "inconsistent", "unknown"}
 
 // pgView is a PG's PGStat and how the health checks count it.
 type pgView struct {
@@ -100,7 +103,7 @@ func pgViews(in statusInput) iter.Seq[pgView] {
 			for pg := range pool.PgCount {
 				acting := mp.ActingSet(pool.Id, pg)
 				v := pgView{PGStat: PGStat{PGID: placement.PGID{Pool: pool.Id, Seed: pg}.String(), Pool: pool.Id, Seed: pg,
-					Acting: acting, Primary: -1}}
+					Acting: acting, Up: mp.UpSet(pool.Id, pg), Primary: -1}}
 				if len(acting) > 0 {
 					v.Primary = int64(acting[0])
 				}
@@ -160,7 +163,7 @@ func sameInterval(old, mp *placement.Map, pool *osdpb.Pool, pg uint32, acting []
 	}
 	p, ok := old.Pool(pool.Id)
 	return ok && p.Size == pool.Size && placement.MinSize(p) == placement.MinSize(pool) && pg < p.PgCount &&
-		slices.Equal(old.ActingSet(pool.Id, pg), acting)
+		slices.Equal(old.ActingSet(pool.Id, pg), acting) && slices.Equal(old.UpSet(pool.Id, pg), mp.UpSet(pool.Id, pg))
 }
 
 // pgList is "pg ls": every PG of mp, in pool and seed order.

@@ -459,6 +459,11 @@ func computeStatus(in statusInput) *Status {
 	if st.DegradedObjects > 0 {
 		checks.warn("PG_DEGRADED", fmt.Sprintf("%d objects degraded", st.DegradedObjects), pgLines["degraded objects"])
 	}
+	if st.MisplacedObjects > 0 {
+		// Ceph's OBJECT_MISPLACED: copies still to move to a PG's new
+		// members while its old ones serve (pg_temp); none is missing.
+		checks.warn("OBJECT_MISPLACED", fmt.Sprintf("%d objects misplaced", st.MisplacedObjects), nil)
+	}
 	fullnessChecks(&checks, mp, in.beacons)
 	scrubErrorsCheck(&checks, mp, in.beacons)
 	if damagedPGs > 0 {

@@ -171,7 +171,11 @@ func (s *mapStore) update(ctx context.Context, fence *clientv3.Cmp, e edit) (*pl
 	for {
 		var extra txnExtra
 		var editErr error
-		next, err := cur.With(func(pb *osdpb.ClusterMap) { extra, editErr = e(pb) })
+		next, err := cur.With(func(pb *osdpb.ClusterMap) {
+			if extra, editErr = e(pb); editErr == nil {
+				tidyPGTemp(pb)
+			}
+		})
 		switch {
 		case errors.Is(editErr, errNoChange):
 			return cur, nil
@@ -181,6 +185,9 @@ func (s *mapStore) update(ctx context.Context, fence *clientv3.Cmp, e edit) (*pl
 			// The edit made an invalid map: a bad request (an address
 			// that is not one), not a fault of the store.
 			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%v", err)
+		}
+		if next, err = primePGTemp(cur, next); err != nil {
+			return nil, fmt.Errorf("mon: keeping acting sets in pg_temp at epoch %d: %w", cur.Epoch()+1, err)
 		}
 		b, err := marshalMap(next.Proto())
 		if err != nil {

@@ -2,6 +2,7 @@ package osd_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -284,29 +285,8 @@ func TestBackfillTargetDoesNotCountTowardMinSize(t *testing.T) {
 		}
 	}
 	// Hold the walk at its first object until the checks are done.
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	osd.BackfillFetched.Set(func(bucket, key string) {
-		if bucket != "minsz" {
-			return
-		}
-		once.Do(func() {
-			close(held)
-			select {
-			case <-release:
-			case <-time.After(time.Minute):
-			}
-		})
-	})
-	t.Cleanup(func() { osd.BackfillFetched.Set(nil) })
-	releaseOnce := sync.OnceFunc(func() { close(release) })
+	releaseOnce := holdWalk(ctx, t, "minsz", func() { adoptAll(t, c, with) })
 	defer releaseOnce()
-	adoptAll(t, c, with)
-	select {
-	case <-held:
-	case <-ctx.Done():
-		t.Fatal("the newcomer's backfill did not begin")
-	}
 
 	impatient := c.Client(t, func(o *client.Options) { o.RetryFor = time.Second })
 	_, err = osdtest.Put(ctx, impatient, "minsz", keys[3], []byte("one whole copy"), client.PutOptions{})
@@ -329,4 +309,35 @@ func TestBackfillTargetDoesNotCountTowardMinSize(t *testing.T) {
 	osdtest.Eventually(t, 30*time.Second, "the PG is active+clean", func() bool {
 		return c.OSDs[primary].PGStateForTest(pool.Id, seed) == "active+clean"
 	})
+}
+
+// holdWalk holds the first backfill walk that fetches an object of bucket
+// at that object, runs start (which should begin one), and returns once
+// the walk is held; release (also called at cleanup, and after a minute
+// regardless) lets it go on.
+func holdWalk(ctx context.Context, t *testing.T, bucket string, start func()) (release func()) {
+	t.Helper()
+	held, released := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	osd.BackfillFetched.Set(func(b, key string) {
+		if b != bucket {
+			return
+		}
+		once.Do(func() {
+			close(held)
+			select {
+			case <-released:
+			case <-time.After(time.Minute):
+			}
+		})
+	})
+	release = sync.OnceFunc(func() { close(released) })
+	t.Cleanup(func() { release(); osd.BackfillFetched.Set(nil) })
+	start()
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatalf("no backfill walk of bucket %s began", bucket)
+	}
+	return release
 }

@@ -426,7 +426,7 @@ func (o *OSD) peerWith(id uint32, why string) {
 	for p := range mp.Pools() {
 		for pg, role := range mp.PGsOf(p.Id, o.id) {
 			if role.IsPrimary() {
-				if r, ok := mp.RoleOf(p.Id, pg, id); ok && !r.IsPrimary() {
+				if mp.IsMember(p.Id, pg, id) {
 					sync(p.Id, pg)
 				}
 			}
@@ -564,7 +564,7 @@ func (o *OSD) markPeering(cur, m *placement.Map) {
 			}
 			if cur != nil {
 				a, b = cur.AppendActingSet(a[:0], pool.Id, pgn), m.AppendActingSet(b[:0], pool.Id, pgn)
-				if slices.Equal(a, b) {
+				if slices.Equal(a, b) && slices.Equal(cur.UpSet(pool.Id, pgn), m.UpSet(pool.Id, pgn)) {
 					continue
 				}
 			}
@@ -1147,7 +1147,7 @@ func (o *OSD) waitBackfillRoom(p *pgState, from uint32) (waited bool, err error)
 			return waited, nil
 		}
 		mp := o.Map()
-		if primary, ok := mp.Primary(p.pool, p.pg); !ok || primary != from || !slices.Contains(mp.ActingSet(p.pool, p.pg), o.id) {
+		if primary, ok := mp.Primary(p.pool, p.pg); !ok || primary != from || !mp.IsMember(p.pool, p.pg, o.id) {
 			return waited, err
 		}
 		if !waited {

@@ -160,6 +160,14 @@ func (o *OSD) ScrubMapForTest(ctx context.Context, from, pool, pg uint32) ([]*os
 	return objs, err
 }
 
+// PGStatForTest is what this OSD, as PG (pool, pg)'s primary, would
+// report of it in its next beacon.
+func (o *OSD) PGStatForTest(pool, pg uint32) *osdpb.PGStat {
+	mp := o.Map()
+	p, _ := mp.Pool(pool)
+	return o.pgStat(mp, p, pg)
+}
+
 // PGStateForTest is the state this OSD, as PG (pool, pg)'s primary, would
 // report of it in its next beacon.
 func (o *OSD) PGStateForTest(pool, pg uint32) string {

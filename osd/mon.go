@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -405,7 +406,12 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 		tokens = nil
 	}
 	recovering, backfilling, recoveryFull, backfillFull := false, peered, false, false
-	for _, id := range acting[1:] {
+	degraded := peered // an acting member behind, or being backfilled
+	// With a pg_temp entry in force, the up set's other members are
+	// filled too: what they lack is misplaced (the acting set holds it),
+	// not degraded.
+	for _, id := range mp.Members(pool.Id, pg)[1:] {
+		filling := !slices.Contains(acting, id)
 		at, known := ps.peerAt(id)
 		if last.GetSeq() == 0 || (known && (versionLE(last, at) || ps.inFlightTo(id, at, last))) {
 			continue // caught up, or short only of writes on their way to it
@@ -424,7 +430,12 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 			backfilling = true
 			backfillFull = backfillFull || lvl >= osdpb.Fullness_FULLNESS_BACKFILLFULL
 		}
-		st.Degraded += behind
+		if filling {
+			st.Misplaced += behind
+		} else {
+			st.Degraded += behind
+			degraded = true
+		}
 	}
 	// Ceph's words: a copy that waits for room on a full replica is
 	// backfill_toofull or recovery_toofull, not backfilling or recovering.
@@ -441,10 +452,14 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 	if missing > 0 {
 		tokens = append(tokens, "undersized")
 	}
-	if st.Degraded > 0 || missing > 0 || recovering || backfilling {
+	switch {
+	case degraded || missing > 0:
 		tokens = append(tokens, "degraded")
-	} else {
+	case !recovering && !backfilling:
 		tokens = append(tokens, "clean")
+	}
+	if mp.Remapped(pool.Id, pg) {
+		tokens = append(tokens, "remapped")
 	}
 	if st.Inconsistent > 0 {
 		tokens = append(tokens, "inconsistent")
@@ -453,6 +468,7 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 		tokens = append(tokens, "peered")
 	}
 	st.State = strings.Join(tokens, "+")
+	st.UpFilled = ps.upFilledAt.Load() == mp.Epoch()
 	return st
 }
 

@@ -500,10 +500,12 @@ func TestMonKillRestartOSD(t *testing.T) {
 }
 
 // TestMonAddOSD: a fifth OSD boots into a loaded 4-OSD cluster while a
-// writer and readers run. It becomes the primary of PGs whose objects it
-// does not have yet; no read of an acknowledged object may answer
-// NoSuchKey or wrong bytes meanwhile. The cluster ends active+clean with
-// the new OSD holding its share, checked in the stores.
+// writer and readers run. Placement makes it a member, and the primary of
+// some, of PGs whose objects it does not have yet; their old acting sets
+// serve on (pg_temp) while it is filled, and no read of an acknowledged
+// object may answer NoSuchKey or wrong bytes meanwhile. The cluster ends
+// active+clean with the up sets acting and the new OSD holding its share,
+// checked in the stores.
 func TestMonAddOSD(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
@@ -540,23 +542,32 @@ func TestMonAddOSD(t *testing.T) {
 	}
 	t.Logf("osd.%d joined at epoch %d and leads %d PGs", added, mp.Epoch(), led)
 	// The health shows the backfill (the new OSD holds nothing yet), and
-	// writes go on meanwhile.
+	// writes go on meanwhile. The PGs moved onto it keep their old acting
+	// sets (pg_temp) until it holds them: remapped, their copies to make
+	// misplaced, none degraded.
+	if n := len(mc.mon.Map().Proto().PgTemp); n == 0 {
+		t.Error("the map that brought the OSD in kept no old acting set in pg_temp")
+	}
 	st := mc.waitStatus(ctx, "the backfill in the health", func(s *mon.Status) bool {
 		backfilling := 0
 		for state, n := range s.PGs {
-			if strings.Contains(state, "backfilling") {
+			if strings.Contains(state, "backfilling") && strings.Contains(state, "remapped") {
 				backfilling += n
 			}
 		}
-		return backfilling > 0 && s.DegradedObjects > 0 && s.Health.Status != "HEALTH_OK"
+		return backfilling > 0 && s.MisplacedObjects > 0 && s.DegradedObjects == 0 && s.Health.Status != "HEALTH_OK"
 	})
-	t.Logf("during the backfill: %s %q, %d objects degraded, pgs %v", st.Health.Status, st.Health.Checks, st.DegradedObjects, st.PGs)
+	t.Logf("during the backfill: %s %q, %d objects misplaced, pgs %v", st.Health.Status, st.Health.Checks, st.MisplacedObjects, st.PGs)
 	w.waitFlowing(ctx, t, 0, time.Now())
 	var peak float64
 	mc.waitStatus(ctx, "every PG active+clean with five OSDs", func(s *mon.Status) bool {
 		peak = max(peak, s.RecoveryBytesPerSec)
-		return s.OSDs.Up == 5 && s.PGs["active+clean"] == s.PGTotal && s.Health.Status == "HEALTH_OK" && s.DegradedObjects == 0
+		return s.OSDs.Up == 5 && s.PGs["active+clean"] == s.PGTotal && s.Health.Status == "HEALTH_OK" && s.DegradedObjects == 0 &&
+			s.MisplacedObjects == 0
 	})
+	if tmp := mc.mon.Map().Proto().PgTemp; len(tmp) != 0 {
+		t.Errorf("every PG clean, but the map keeps %d pg_temp entries: %v", len(tmp), tmp)
+	}
 	// The cluster's sum: each OSD's backfills are capped, a new
 	// primary's catch-up is not (TestRecoveryThrottle checks the cap).
 	t.Logf("recovery peaked at %.1f MiB/s in the status (each OSD's backfill capped at 4 MiB/s)", peak/(1<<20))

@@ -54,12 +54,20 @@ func (o *OSD) advanceOf(p *pgState, m *placement.Map) (pg.AdvanceMap, bool) {
 		acting = m.ActingSet(p.pool, p.pg)
 		ev.Size, ev.MinSize = int(pool.Size), placement.MinSize(pool)
 	}
-	ev.Acting = make([]pg.OSDID, len(acting))
-	for i, id := range acting {
-		ev.Acting[i] = pg.OSDID(id)
+	ev.Acting = osdIDs(acting)
+	if p.pg != placement.MetaPG && m.Remapped(p.pool, p.pg) {
+		ev.Up = osdIDs(m.UpSet(p.pool, p.pg))
 	}
 	ev.GivenUp = func(id pg.OSDID, first pg.Epoch) bool { return m.GivenUp(uint32(id), uint64(first)) }
 	return ev, true
+}
+
+func osdIDs(ids []uint32) []pg.OSDID {
+	out := make([]pg.OSDID, len(ids))
+	for i, id := range ids {
+		out[i] = pg.OSDID(id)
+	}
+	return out
 }
 
 // advance brings PG p's machine to map mp, building it on first use from
@@ -203,6 +211,11 @@ func (o *OSD) publish(p *pgState) {
 	reads := p.m.ServesReads()
 	lagging := uint64(p.m.Epoch()) < p.peeringUntil.Load()
 	p.peering.Store((p.m.Role() == pg.RolePrimary && !reads) || lagging)
+	var filled uint64
+	if p.m.UpFilled() {
+		filled = uint64(p.m.Epoch())
+	}
+	p.upFilledAt.Store(filled)
 	publishCurrent(p)
 }
 
@@ -368,6 +381,9 @@ func (o *OSD) advanceAll(mp *placement.Map) {
 	}
 	for pool := range mp.Pools() {
 		for pgn := range mp.PGsOf(pool.Id, o.id) {
+			sids[storePG(pool.Id, pgn)] = true
+		}
+		for pgn := range mp.FillingPGsOf(pool.Id, o.id) {
 			sids[storePG(pool.Id, pgn)] = true
 		}
 	}

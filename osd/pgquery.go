@@ -20,6 +20,9 @@ type PGQuery struct {
 	Epoch        uint64   `json:"epoch"`
 	MachineEpoch uint64   `json:"machine_epoch"`
 	Acting       []uint32 `json:"acting"`
+	// Up is placement's set (UpSet); it differs from Acting while a
+	// pg_temp entry keeps the old members serving (remapped).
+	Up []uint32 `json:"up"`
 	// IntervalStart is the first epoch of the current interval (the acting
 	// set unchanged since); LastEpochStarted the first epoch of the
 	// newest interval in which this copy went active with the whole log.
@@ -31,8 +34,10 @@ type PGQuery struct {
 	Objects      uint64 `json:"objects"`
 	Bytes        uint64 `json:"bytes"`
 	Degraded     uint64 `json:"degraded"`
+	Misplaced    uint64 `json:"misplaced"`
 	Inconsistent uint64 `json:"inconsistent"`
-	// Peers are the other members of the acting set.
+	// Peers are the other members of the acting set, then the up set's
+	// members outside it.
 	Peers []PGQueryPeer `json:"peers"`
 	// BlockedBy: while the PG is down or incomplete, the OSDs whose
 	// answer would let peering go on (Ceph's blocked_by).
@@ -81,8 +86,8 @@ func (o *OSD) inspectPG(pool, pg uint32) (string, error) {
 		return "", err
 	}
 	st := o.pgStat(mp, p, pg)
-	q := PGQuery{PGID: id.String(), State: st.State, Epoch: mp.Epoch(), Acting: mp.ActingSet(pool, pg),
-		Objects: st.Objects, Bytes: st.Bytes, Degraded: st.Degraded, Inconsistent: st.Inconsistent,
+	q := PGQuery{PGID: id.String(), State: st.State, Epoch: mp.Epoch(), Acting: mp.ActingSet(pool, pg), Up: mp.UpSet(pool, pg),
+		Objects: st.Objects, Bytes: st.Bytes, Degraded: st.Degraded, Misplaced: st.Misplaced, Inconsistent: st.Inconsistent,
 		Peers: []PGQueryPeer{}, BlockedBy: []uint32{}}
 	last, tail, err := o.st.PGInfo(o.ctx, sid)
 	if err != nil {
@@ -100,7 +105,7 @@ func (o *OSD) inspectPG(pool, pg uint32) (string, error) {
 			q.Recovering = &PGQueryPull{From: uint32(r.From), Have: r.Have.String(), Want: r.Want.String()}
 		}
 	}
-	for _, peer := range q.Acting {
+	for _, peer := range mp.Members(pool, pg) {
 		if peer == o.id {
 			continue
 		}

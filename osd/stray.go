@@ -121,8 +121,8 @@ func (o *OSD) strayOf(mp *placement.Map, sid uint32) (pool, pgn, primary uint32,
 		return 0, 0, 0, false // a pool deleted or shrunk: not ours to decide
 	}
 	acting := mp.ActingSet(pool, pgn)
-	if len(acting) == 0 || slices.Contains(acting, o.id) {
-		return 0, 0, 0, false
+	if len(acting) == 0 || mp.IsMember(pool, pgn, o.id) {
+		return 0, 0, 0, false // a member, or one being filled
 	}
 	return pool, pgn, acting[0], true
 }
@@ -245,7 +245,7 @@ func (o *OSD) runRemoval(p *pgState) {
 func (o *OSD) forgetRemoved(p *pgState) bool {
 	o.mapMu.Lock()
 	defer o.mapMu.Unlock()
-	if _, member := o.Map().RoleOf(p.pool, p.pg, o.id); member {
+	if o.Map().IsMember(p.pool, p.pg, o.id) {
 		return false
 	}
 	o.pgMu.Lock()
@@ -335,8 +335,8 @@ func (o *OSD) answerStray(q *osdpb.PGStray, sid, from uint32) (bool, error) {
 	if p.m == nil || p.m.Role() != pg.RolePrimary {
 		return false, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "pg %d.%x: not its primary", q.Pool, q.Pg)
 	}
-	if info, ok := mp.OSD(from); !ok || !info.Up || slices.Contains(p.m.Acting(), pg.OSDID(from)) {
-		return false, nil // a member, or one about to be again
+	if info, ok := mp.OSD(from); !ok || !info.Up || slices.Contains(p.m.Acting(), pg.OSDID(from)) || slices.Contains(p.m.Filling(), pg.OSDID(from)) {
+		return false, nil // a member, one being filled, or one about to be again
 	}
 	if s := p.m.State(); s&(pg.StateActive|pg.StateClean) != pg.StateActive|pg.StateClean ||
 		p.peering.Load() || p.recovering || p.m.Local().Incomplete {
@@ -350,7 +350,7 @@ func (o *OSD) answerStray(q *osdpb.PGStray, sid, from uint32) (bool, error) {
 		o.log.Warn("a stray copy is ahead of the primary; keeping it", "pg", p.m.ID(), "stray", from, "its_last", q.Last, "our_last", last)
 		return false, nil
 	}
-	for _, id := range p.m.Acting()[1:] {
+	for _, id := range append(p.m.Acting()[1:], p.m.Filling()...) {
 		at, known := p.peerAt(uint32(id))
 		if last.GetSeq() != 0 && (!known || !versionLE(last, at)) {
 			return false, nil

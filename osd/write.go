@@ -50,6 +50,10 @@ type pgState struct {
 	// state is the machine's pg.State as its last Ready said (the beacon
 	// reads it).
 	state atomic.Uint32
+	// upFilledAt is the machine's epoch when it last said UpFilled (the
+	// PG is remapped and its up set holds it), else 0: the beacon asks
+	// the mon to drop the pg_temp entry.
+	upFilledAt atomic.Uint64
 	// removals counts the starts and ends of removals of this stray's
 	// copy (stray.go): odd while one runs, when the PG has no machine and
 	// refuses RepOps, queries and recovery reads. A peer's read off the
@@ -424,7 +428,9 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 		done(nil, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "osd.%d is not the primary of pg %d.%x (epoch %d)", o.id, p.pool, p.pg, mp.Epoch()))
 		return
 	}
-	replicas := acting[1:]
+	// The members being filled (a pg_temp entry) take every write too:
+	// the walk does not come back for what it passed.
+	replicas := mp.Members(p.pool, p.pg)[1:]
 	if pool, ok := mp.Pool(p.pool); ok && len(acting) < placement.MinSize(pool) {
 		release()
 		done(nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x has %d of %d members up, below min_size %d (epoch %d)",
@@ -995,6 +1001,7 @@ func (o *OSD) repReply(r *osdpb.RepOpReply, from uint32) {
 						if p.m != nil {
 							p.m.Step(ev)
 							o.drive(p)
+							o.publish(p) // UpFilled may have turned true with no state change
 						}
 					})
 				}
@@ -1028,7 +1035,7 @@ func (o *OSD) resync(pool, pg, id uint32) {
 	time.AfterFunc(time.Second, func() {
 		mp := o.Map()
 		sid, err := o.peerPG(pool, pg)
-		if err != nil || o.ctx.Err() != nil || slices.Index(mp.ActingSet(pool, pg), id) <= 0 || !mp.IsPrimary(pool, pg, o.id) {
+		if err != nil || o.ctx.Err() != nil || id == o.id || !mp.IsMember(pool, pg, id) || !mp.IsPrimary(pool, pg, o.id) {
 			return // not ours to sync, or no longer a replica
 		}
 		p, err := o.pgOf(sid)

@@ -93,8 +93,8 @@ are exactly two arguments and the first has no "/".`,
 					json.NewEncoder(w).Encode(locationJSON(rp, loc))
 					continue
 				}
-				fmt.Fprintf(w, "osdmap e%d pool '%s' (%d) object '%s' -> pg %s -> acting (%s)\n",
-					loc.Epoch, loc.Pool, loc.PoolID, rp.Bucket+"/"+rp.Key, loc.PG, actingText(loc.Acting))
+				fmt.Fprintf(w, "osdmap e%d pool '%s' (%d) object '%s' -> pg %s -> up (%s) acting (%s)\n",
+					loc.Epoch, loc.Pool, loc.PoolID, rp.Bucket+"/"+rp.Key, loc.PG, actingText(loc.Up), actingText(loc.Acting))
 			}
 			return nil
 		},
@@ -109,12 +109,21 @@ func locationJSON(rp remotePath, loc client.Location) map[string]any {
 	if len(loc.Acting) > 0 {
 		primary = int64(loc.Acting[0])
 	}
-	acting := loc.Acting
-	if acting == nil {
-		acting = []uint32{}
+	upPrimary := int64(-1)
+	if len(loc.Up) > 0 {
+		upPrimary = int64(loc.Up[0])
 	}
 	return map[string]any{"epoch": loc.Epoch, "pool": loc.Pool, "pool_id": loc.PoolID, "bucket": rp.Bucket, "key": rp.Key,
-		"pgid": loc.PG.String(), "acting": acting, "acting_primary": primary}
+		"pgid": loc.PG.String(), "up": nonNil(loc.Up), "up_primary": upPrimary,
+		"acting": nonNil(loc.Acting), "acting_primary": primary}
+}
+
+// nonNil is ids, or an empty list for none: JSON's [] rather than null.
+func nonNil(ids []uint32) []uint32 {
+	if ids == nil {
+		return []uint32{}
+	}
+	return ids
 }
 
 // actingText is Ceph's "[1,0,2], p1", or "[], p-1" with no OSD up and in.
@@ -243,13 +252,14 @@ func stateHas(state, want string) bool {
 
 func printPGs(w io.Writer, pgs []mon.PGStat) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PG\tOBJECTS\tDEGRADED\tMISPLACED\tINCONSISTENT\tSTATE\tACTING\tREPORTED")
+	fmt.Fprintln(tw, "PG\tOBJECTS\tDEGRADED\tMISPLACED\tINCONSISTENT\tSTATE\tUP\tACTING\tREPORTED")
 	for _, p := range pgs {
 		reported := "-"
 		if p.ReportedEpoch > 0 {
 			reported = fmt.Sprintf("e%d", p.ReportedEpoch)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", p.PGID, p.Objects, p.Degraded, p.Misplaced, p.Inconsistent, p.State, actingText(p.Acting), reported)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", p.PGID, p.Objects, p.Degraded, p.Misplaced, p.Inconsistent, p.State,
+			actingText(p.Up), actingText(p.Acting), reported)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

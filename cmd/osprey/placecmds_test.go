@@ -62,7 +62,7 @@ func TestPlacementCommands(t *testing.T) {
 		}
 	}
 	text, err := cli("osd", "map", "maps", "a/b.txt")
-	want := regexp.MustCompile(`^osdmap e\d+ pool '\S+' \(\d+\) object 'maps/a/b.txt' -> pg ` + regexp.QuoteMeta(loc.PGID) + ` -> acting \(\[\d,\d\], p\d\)\n$`)
+	want := regexp.MustCompile(`^osdmap e\d+ pool '\S+' \(\d+\) object 'maps/a/b.txt' -> pg ` + regexp.QuoteMeta(loc.PGID) + ` -> up \(\[\d,\d\], p\d\) acting \(\[\d,\d\], p\d\)\n$`)
 	if err != nil || !want.MatchString(text) {
 		t.Errorf("osd map maps a/b.txt: %v %q", err, text)
 	}

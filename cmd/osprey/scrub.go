@@ -345,10 +345,11 @@ func printPGQuery(w io.Writer, q *osd.PGQuery) error {
 	fmt.Fprintf(tw, "pg\t%s\n", q.PGID)
 	fmt.Fprintf(tw, "state\t%s\n", q.State)
 	fmt.Fprintf(tw, "epoch\t%d (peering machine at %d)\n", q.Epoch, q.MachineEpoch)
+	fmt.Fprintf(tw, "up\t%s\n", actingText(q.Up))
 	fmt.Fprintf(tw, "acting\t%s\n", actingText(q.Acting))
 	fmt.Fprintf(tw, "interval\tsince e%d; last_epoch_started %d\n", q.IntervalStart, q.LastEpochStarted)
 	fmt.Fprintf(tw, "log\tlast_update %s, log_tail %s\n", q.LastUpdate, q.LogTail)
-	fmt.Fprintf(tw, "objects\t%d (%s), degraded %d, inconsistent %d\n", q.Objects, humanBytes(int64(q.Bytes)), q.Degraded, q.Inconsistent)
+	fmt.Fprintf(tw, "objects\t%d (%s), degraded %d, misplaced %d, inconsistent %d\n", q.Objects, humanBytes(int64(q.Bytes)), q.Degraded, q.Misplaced, q.Inconsistent)
 	for i, p := range q.Peers {
 		label := ""
 		if i == 0 {

@@ -296,6 +296,9 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
+	if err := c.settle(ctx, 30*time.Second); err != nil {
+		return err
+	}
 	// The OSDs' boots are map changes; the last one's map names them all.
 	m := c.Mon.Map()
 	for _, o := range c.OSDs {
@@ -308,6 +311,44 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 		return err
 	}
 	return m.Save(c.MapPath)
+}
+
+// settle waits, up to limit, until the cluster the mon sees has settled
+// from the OSDs' boots: each boot after the first few moves PGs onto the
+// new OSD, and the mon keeps their old acting sets (pg_temp) until it is
+// filled, at once here (the PGs are empty) but a beacon later; each such
+// map change has the PGs peer again. Start returns a cluster whose acting
+// sets are placement's and none of whose PGs is reported peering (or
+// anything but active), as far as the limit allows (a cluster too small
+// for its pool's min_size never is).
+func (c *Cluster) settle(ctx context.Context, limit time.Duration) error {
+	settled := func() bool {
+		if len(c.Mon.Map().Proto().GetPgTemp()) > 0 {
+			return false
+		}
+		st, err := c.Mon.Status(ctx)
+		if err != nil {
+			return false
+		}
+		for state := range st.PGs {
+			// unknown: not reported at this epoch yet, which a new
+			// cluster's PGs are for a beacon; they peer at once.
+			if !strings.HasPrefix(state, "active") && state != "unknown" {
+				return false
+			}
+		}
+		return true
+	}
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	for deadline := time.Now().Add(limit); !settled() && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-poll.C:
+		}
+	}
+	return nil
 }
 
 // rdmaBudgetPerOSD is what one OSD's RDMA domain may register by default

@@ -111,3 +111,41 @@ func TestPGTemp(t *testing.T) {
 		}
 	}
 }
+
+// TestPGTempMembers: the OSDs that take a remapped PG's writes are its
+// acting set then its up set's others, and those others find the PG among
+// the ones they are being filled with.
+func TestPGTempMembers(t *testing.T) {
+	base := mustMap(t, testProto(equalWeights(6), &osdpb.Pool{Id: 1, Name: "p", Size: 3, PgCount: 16}))
+	const pg = 7
+	up := base.UpSet(1, pg)
+	var out uint32
+	for id := range uint32(6) {
+		if !slices.Contains(up, id) {
+			out = id
+			break
+		}
+	}
+	temp := []uint32{out, up[1], up[2]}
+	m, err := base.With(func(pb *osdpb.ClusterMap) { pb.PgTemp = []*osdpb.PGTemp{{Pool: 1, Pg: pg, Osds: temp}} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.Members(1, pg), append(slices.Clone(temp), up[0]); !slices.Equal(got, want) {
+		t.Fatalf("members %v, want %v", got, want)
+	}
+	if got := slices.Collect(m.FillingPGsOf(1, up[0])); !slices.Equal(got, []uint32{pg}) {
+		t.Fatalf("osd.%d fills %v, want [%d]", up[0], got, pg)
+	}
+	for _, id := range []uint32{out, up[1]} {
+		if got := slices.Collect(m.FillingPGsOf(1, id)); len(got) != 0 {
+			t.Fatalf("osd.%d, acting, fills %v", id, got)
+		}
+	}
+	if !m.IsMember(1, pg, up[0]) || !m.IsMember(1, pg, out) || base.IsMember(1, pg, out) {
+		t.Fatal("IsMember disagrees with Members")
+	}
+	if got := base.Members(1, pg); !slices.Equal(got, up) {
+		t.Fatalf("members without an entry %v, want the up set %v", got, up)
+	}
+}

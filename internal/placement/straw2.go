@@ -82,6 +82,46 @@ func (m *Map) PGTemp(pool, pg uint32) ([]uint32, bool) {
 	return slices.Clone(m.pb.PgTemp[i].Osds), true
 }
 
+// Members returns every OSD that takes PG pg of pool's writes: its acting
+// set, primary first, then the members of its up set outside it (being
+// filled while a pg_temp entry is in force).
+func (m *Map) Members(pool, pg uint32) []uint32 {
+	set := slices.Clone(m.acting(pool, pg))
+	for _, id := range m.up(pool, pg) {
+		if !slices.Contains(set, id) {
+			set = append(set, id)
+		}
+	}
+	return set
+}
+
+// IsMember reports whether osd is among PG pg of pool's Members.
+func (m *Map) IsMember(pool, pg, osd uint32) bool {
+	return slices.Contains(m.acting(pool, pg), osd) || slices.Contains(m.up(pool, pg), osd)
+}
+
+// FillingPGsOf yields, in ascending order, each PG of pool that osd is in
+// the up set of but not the acting set of (a pg_temp entry is in force):
+// the PGs it is being filled with, beside those PGsOf yields.
+func (m *Map) FillingPGsOf(pool, osd uint32) iter.Seq[uint32] {
+	return func(yield func(uint32) bool) {
+		ps := m.pool(pool)
+		if ps == nil || len(ps.temp) == 0 {
+			return
+		}
+		pgs := make([]uint32, 0, len(ps.temp))
+		for pg := range ps.temp {
+			pgs = append(pgs, pg)
+		}
+		slices.Sort(pgs)
+		for _, pg := range pgs {
+			if slices.Contains(m.up(pool, pg), osd) && !slices.Contains(ps.temp[pg], osd) && !yield(pg) {
+				return
+			}
+		}
+	}
+}
+
 // Remapped reports whether PG pg of pool's acting set is not its up set (a
 // pg_temp entry is in force): Ceph's "remapped".
 func (m *Map) Remapped(pool, pg uint32) bool {

@@ -21,6 +21,14 @@ type interval struct {
 // or one being filled.
 func (iv *interval) member(id OSDID) bool { return iv.has(id) || slices.Contains(iv.fill, id) }
 
+// holders are the OSDs that may hold what the interval acknowledged: its
+// acting set and its members being filled. A write is acknowledged only
+// once every one of them took it, and one being filled applies it once
+// its walk is done (until then it answers Incomplete and witnesses
+// nothing), so a filled one witnesses the interval as an acting member
+// does, and peering waits for it as for one.
+func (iv *interval) holders() []OSDID { return append(slices.Clip(iv.acting), iv.fill...) }
+
 // replicas are the OSDs the primary pushes to and replicates to: the
 // acting set after the primary, then the members being filled.
 func (iv *interval) replicas() []OSDID {
@@ -188,11 +196,10 @@ func (p *PG) probeTargets(start Epoch) []OSDID {
 			}
 		}
 	}
-	add(p.cur.acting)
-	add(p.cur.fill)
+	add(p.cur.holders())
 	for _, iv := range p.past {
 		if iv.maybeRW() && iv.last >= start {
-			add(iv.acting)
+			add(iv.holders())
 		}
 	}
 	slices.Sort(ids)
@@ -269,7 +276,8 @@ func (p *PG) tryPeer() {
 func (p *PG) unwitnessed(start Epoch) []OSDID {
 	var blocked []OSDID
 	for _, iv := range p.past {
-		if !iv.maybeRW() || iv.last < start || slices.ContainsFunc(iv.acting, func(id OSDID) bool { return p.witnesses(id, iv) }) {
+		holders := iv.holders()
+		if !iv.maybeRW() || iv.last < start || slices.ContainsFunc(holders, func(id OSDID) bool { return p.witnesses(id, iv) }) {
 			continue
 		}
 		// No complete copy answered for it. Those that answered
@@ -279,7 +287,7 @@ func (p *PG) unwitnessed(start Epoch) []OSDID {
 		// It waits only for members that stayed silent and that the map
 		// did not give up, as Ceph's PG goes down only for members down
 		// and not lost.
-		for _, id := range iv.acting {
+		for _, id := range holders {
 			if id != p.self && !p.heard(id) && !p.gaveUp(id, iv) && !slices.Contains(blocked, id) {
 				blocked = append(blocked, id)
 			}

@@ -31,6 +31,15 @@
 // an interval is unreachable, the PG is down: it waits rather than serve a
 // log that may be missing acknowledged writes.
 //
+// A PG whose map keeps an old acting set while its up set fills (a
+// pg_temp entry: AdvanceMap.Up) has members being filled beside the acting
+// set. They take every write, so an acknowledged write is on them too once
+// their walk is done: from then on they witness the interval as acting
+// members do (mid-walk they answer Incomplete and witness nothing), and
+// peering waits for them as for those. They do not count toward MinSize,
+// nor do acting members being backfilled (Backfilling): the PG serves
+// only while MinSize members hold a whole copy.
+//
 // The machine serves only in the interval of its current map where it is
 // the primary, and stops at the first map where it is not; every OSD
 // derives the same intervals from the same maps, so one epoch has one
@@ -394,8 +403,14 @@ func (p *PG) Blocked() []OSDID { return slices.Clone(p.blocked) }
 // being backfilled does not count: Backfilling).
 func (p *PG) Serving() bool {
 	return p.isPrimary() && p.phase == phaseActive &&
-		p.complete() >= p.cur.minSize && p.authLast.LE(p.local.Last)
+		p.complete() >= p.cur.minSize && p.authLast.LE(p.local.Last) && !p.aheadOfMap()
 }
+
+// aheadOfMap reports whether the local log holds a write of an epoch after
+// the machine's map: a pull brought entries a later interval wrote (its
+// source had moved on). A later interval went active, so this primary's
+// map is stale; its next write's version would not follow its log.
+func (p *PG) aheadOfMap() bool { return p.local.Last.Epoch > p.epoch }
 
 // CanServe returns nil when Serving, else why not: an error wrapping
 // ErrNotPrimary, ErrPeering, ErrDown, ErrIncomplete or ErrBelowMinSize.
@@ -447,7 +462,7 @@ func (p *PG) refusal() error {
 		return ErrDown
 	case p.phase == phaseIncomplete:
 		return ErrIncomplete
-	case p.phase == phaseActive && p.complete() < p.cur.minSize:
+	case p.phase == phaseActive && p.complete() < p.cur.minSize && !p.aheadOfMap():
 		return ErrBelowMinSize
 	}
 	return ErrPeering

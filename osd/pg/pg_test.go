@@ -577,6 +577,8 @@ func TestStepRejectsBrokenContract(t *testing.T) {
 		{"min_size above size", pg.AdvanceMap{Epoch: 2, Acting: osds(1), Size: 1, MinSize: 2}, pg.ErrInvalidEvent},
 		{"too many", pg.AdvanceMap{Epoch: 2, Acting: osds(1, 2), Size: 1, MinSize: 1}, pg.ErrInvalidEvent},
 		{"repeated osd", pg.AdvanceMap{Epoch: 2, Acting: osds(1, 2, 1), Size: 3, MinSize: 2}, pg.ErrInvalidEvent},
+		{"repeated osd in up", pg.AdvanceMap{Epoch: 2, Acting: osds(1, 2), Up: osds(3, 4, 3), Size: 3, MinSize: 2}, pg.ErrInvalidEvent},
+		{"up too large", pg.AdvanceMap{Epoch: 2, Acting: osds(1), Up: osds(2, 3), Size: 1, MinSize: 1}, pg.ErrInvalidEvent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(1, 2, 3))
@@ -913,6 +915,13 @@ func TestRemappedFillsUpSet(t *testing.T) {
 		t.Fatalf("Filling %v, Backfilling %v, UpFilled %v", got, m.Backfilling(), m.UpFilled())
 	}
 	m.step(pg.Applied{Version: v(1, 6)}) // writes go on meanwhile
+	// Its push failed (no room yet): not clean, not filled.
+	m.step(pg.Unreachable{From: 4, Epoch: 1})
+	m.expect("active+remapped", true)
+	if m.UpFilled() {
+		t.Fatal("UpFilled with the newcomer's push failed")
+	}
+	// A later sync brings it up (the daemon's resync): clean.
 	m.step(pg.PeerRecovered{OSD: 4, Last: v(1, 6)})
 	m.expect("active+clean+remapped", true)
 	if !m.UpFilled() {
@@ -946,5 +955,39 @@ func TestRemappedFillsUpSet(t *testing.T) {
 	m.step(pg.AdvanceMap{Epoch: 2, Acting: osds(4, 2, 3), Size: 3, MinSize: 2})
 	if m.Role() != pg.RoleStray || m.IntervalStart() != 2 {
 		t.Fatalf("after the entry went: role %v, interval from %d", m.Role(), m.IntervalStart())
+	}
+}
+
+// TestFilledMemberWitnesses: a member being filled took every write its
+// interval acknowledged once its walk was done, so a new primary takes its
+// whole copy as the interval's witness, and waits for it, as for an acting
+// member; mid-walk it witnesses nothing.
+func TestFilledMemberWitnesses(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		four    pg.Event
+		state   string
+		from    pg.OSDID // the pull's source, when peering goes on
+		blocked []pg.OSDID
+	}{
+		{"filled", pg.Info{From: 4, Epoch: 2, Info: pg.PeerInfo{Last: v(1, 7)}}, "peering", 4, nil},
+		{"silent", pg.Unreachable{From: 4, Epoch: 2}, "down", 0, osds(1, 2, 3, 4)},
+		{"mid-walk", pg.Info{From: 4, Epoch: 2, Info: pg.PeerInfo{Last: v(1, 7), Incomplete: true}}, "down", 0, osds(1, 2, 3)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMachine(t, 5, pg.PeerInfo{}).step(
+				pg.AdvanceMap{Epoch: 1, Acting: osds(1, 2, 3), Up: osds(4, 2, 3), Size: 3, MinSize: 2},
+				pg.AdvanceMap{Epoch: 2, Acting: osds(5, 6), Size: 3, MinSize: 2})
+			wantQueries(t, m.Ready(), 2, 1, 2, 3, 4, 6)
+			m.step(pg.Unreachable{From: 1, Epoch: 2}, pg.Unreachable{From: 2, Epoch: 2}, pg.Unreachable{From: 3, Epoch: 2},
+				pg.Info{From: 6, Epoch: 2}, c.four)
+			rd := m.expect(c.state, false)
+			if c.from != 0 && (rd.Recover == nil || rd.Recover.From != c.from) {
+				t.Fatalf("Recover %+v, want a pull from osd.%d", rd.Recover, c.from)
+			}
+			if got := m.Blocked(); !slices.Equal(got, c.blocked) {
+				t.Fatalf("Blocked %v, want %v", got, c.blocked)
+			}
+		})
 	}
 }

@@ -122,6 +122,8 @@ type simStats struct {
 	activatedLES          int // last_epoch_started raised by a push or notice (pg.Activated)
 	newDisks              int // OSDs back on a new, empty store under their old id
 	declaredLost          int // osd lost of a down OSD
+	pgTemps               int // old acting sets kept while the up set fills (pg_temp)
+	pgTempsFilled         int // of those, dropped because the primary said the up set holds the PG
 }
 
 type sim struct {
@@ -131,6 +133,9 @@ type sim struct {
 	rank   []pg.OSDID          // the mon's ranking of OSDs (CRUSH)
 	up     []bool              // the mon's view
 	maps   [][]pg.OSDID        // acting set by epoch; maps[0] unused
+	upSets [][]pg.OSDID        // up set by epoch when a pg_temp entry makes it differ, else nil
+	temp   []pg.OSDID          // the mon's pg_temp entry, nil for none
+	curUp  []pg.OSDID          // the up set the next epoch records (nil: the acting set)
 	born   [simOSDs][]pg.Epoch // per OSD, the epochs its stores were made, after its first
 	lost   [simOSDs][]pg.Epoch // per OSD, the epochs an operator declared it lost (osd lost)
 	ups    [][]bool            // the mon's view by epoch; ups[0] unused
@@ -143,7 +148,7 @@ type sim struct {
 }
 
 func newSim(t *testing.T, seed int64) *sim {
-	s := &sim{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 0x0590)), maps: [][]pg.OSDID{nil}, ups: [][]bool{nil}}
+	s := &sim{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 0x0590)), maps: [][]pg.OSDID{nil}, upSets: [][]pg.OSDID{nil}, ups: [][]bool{nil}}
 	for id := range simOSDs {
 		s.osds = append(s.osds, &simOSD{id: pg.OSDID(id)})
 		s.rank = append(s.rank, pg.OSDID(id))
@@ -209,18 +214,58 @@ func (s *sim) mapActing() []pg.OSDID {
 
 func (s *sim) newEpoch(acting []pg.OSDID) {
 	s.maps = append(s.maps, acting)
+	s.upSets = append(s.upSets, s.curUp)
 	s.ups = append(s.ups, slices.Clone(s.up))
 	s.loseWrites(nil) // an OSD declared lost earlier may be down again
-	s.logf("mon: epoch %d acting %v", s.latest(), acting)
+	s.logf("mon: epoch %d acting %v up %v", s.latest(), acting, s.curUp)
 }
 
 // monTick marks dead OSDs down and restarted ones up, as heartbeats would
-// tell the mon some time after the fact.
+// tell the mon some time after the fact. As the mon primes pg_temp, a
+// placement change that brings in a member the acting set lacks, with as
+// many old members up, keeps the old acting set (most times: also the
+// other way); the entry goes once the acting primary says the up set holds
+// the PG, or when its up members are the placement again or none is up.
 func (s *sim) monTick() {
 	for _, o := range s.osds {
 		s.up[o.id] = o.in && o.alive
 	}
-	if acting := s.mapActing(); !slices.Equal(acting, s.maps[s.latest()]) {
+	upOnly := func(ids []pg.OSDID) []pg.OSDID {
+		return slices.DeleteFunc(slices.Clone(ids), func(id pg.OSDID) bool { return !s.up[id] })
+	}
+	placement := s.mapActing()
+	latest := s.latest()
+	curActing, curUp := s.maps[latest], s.upSets[latest]
+	if curUp == nil {
+		curUp = curActing
+	}
+	if s.temp != nil {
+		t := upOnly(s.temp)
+		p := s.osds[s.temp[0]]
+		switch {
+		case len(t) == 0 || slices.Equal(t, placement):
+			s.temp = nil
+		case slices.Equal(t, curActing) && p.alive && p.m != nil && p.m.Epoch() == latest && p.m.UpFilled():
+			s.temp = nil
+			s.stats.pgTempsFilled++
+			s.logf("mon: osd.%d says up set %v holds the pg", p.id, curUp)
+		}
+	}
+	if s.temp == nil && !slices.Equal(placement, curUp) && s.rng.IntN(4) > 0 {
+		old := upOnly(curActing)
+		if len(old) > 0 && len(old) >= len(placement) && slices.ContainsFunc(placement, func(id pg.OSDID) bool { return !slices.Contains(old, id) }) {
+			s.temp = old
+			s.stats.pgTemps++
+		}
+	}
+	acting, up := placement, []pg.OSDID(nil)
+	if s.temp != nil {
+		if acting = upOnly(s.temp); !slices.Equal(acting, placement) {
+			up = placement
+		}
+	}
+	if !slices.Equal(acting, curActing) || !slices.Equal(up, s.upSets[latest]) {
+		s.curUp = up
 		s.newEpoch(acting)
 	}
 }
@@ -247,7 +292,7 @@ func (s *sim) mapAt(e pg.Epoch) pg.AdvanceMap {
 		}
 		return last
 	}
-	return pg.AdvanceMap{Epoch: e, Acting: s.maps[e], Size: simSize, MinSize: simMinSize,
+	return pg.AdvanceMap{Epoch: e, Acting: s.maps[e], Up: s.upSets[e], Size: simSize, MinSize: simMinSize,
 		GivenUp: func(id pg.OSDID, first pg.Epoch) bool {
 			return asOf(s.born[id]) > first || !s.ups[e][id] && asOf(s.lost[id]) > first
 		}}
@@ -476,7 +521,8 @@ func (s *sim) write(o *simOSD) {
 	}
 	o.log = append(o.log, v)
 	s.step(o, pg.Applied{Version: v})
-	w := &simWrite{v: v, acting: o.m.Acting(), applied: []pg.OSDID{o.id}}
+	// The members being filled take the write too, and ack it.
+	w := &simWrite{v: v, acting: append(o.m.Acting(), o.m.Filling()...), applied: []pg.OSDID{o.id}}
 	s.writes = append(s.writes, w)
 	s.logf("osd.%d: write %v to %v", o.id, v, w.acting)
 	for _, id := range w.acting[1:] {
@@ -752,6 +798,8 @@ func TestSimulation(t *testing.T) {
 				total.activatedLES += s.stats.activatedLES
 				total.newDisks += s.stats.newDisks
 				total.declaredLost += s.stats.declaredLost
+				total.pgTemps += s.stats.pgTemps
+				total.pgTempsFilled += s.stats.pgTempsFilled
 			})
 		}
 	})
@@ -772,6 +820,8 @@ func TestSimulation(t *testing.T) {
 			{"last_epoch_started raised by a push or notice", total.activatedLES, 300},
 			{"OSDs back on a new disk", total.newDisks, 50},
 			{"OSDs declared lost", total.declaredLost, 20},
+			{"old acting sets kept in pg_temp", total.pgTemps, 55},
+			{"pg_temp entries dropped once the up set held the PG", total.pgTempsFilled, 40},
 		} {
 			if want := c.want * *simSeeds / 200; c.got < want {
 				t.Errorf("only %d %s over %d seeds, want %d", c.got, c.name, *simSeeds, want)

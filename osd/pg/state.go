@@ -107,6 +107,7 @@ func (p *PG) State() State {
 	if len(p.cur.acting) < p.cur.size {
 		s |= StateUndersized | StateDegraded
 	}
+	behind := false // a member to push to: not clean
 	for id, pr := range p.peers {
 		// A member being filled outside the acting set lacks copies
 		// that are misplaced, not missing: the acting set has them.
@@ -114,6 +115,7 @@ func (p *PG) State() State {
 		if !p.cur.has(id) {
 			degraded = 0
 		}
+		behind = behind || pr.push != pushNone
 		switch {
 		case pr.push == pushInFlight && pr.backfill:
 			s |= StateBackfilling | degraded
@@ -126,7 +128,7 @@ func (p *PG) State() State {
 	if s&StateBackfilling != 0 {
 		s &^= StateRecovering // as Ceph, and the daemon's report, say one
 	}
-	if s == StateActive {
+	if s == StateActive && !behind {
 		s |= StateClean
 	}
 	if p.cur.up != nil {

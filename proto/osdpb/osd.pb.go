@@ -3988,8 +3988,12 @@ type PGStat struct {
 	Epoch     uint64                 `protobuf:"varint,8,opt,name=epoch,proto3" json:"epoch,omitempty"` // the map epoch the state was seen at
 	// Objects the PG's last cross-replica deep scrub found inconsistent
 	// (the state then has +inconsistent).
-	Inconsistent  uint64 `protobuf:"varint,9,opt,name=inconsistent,proto3" json:"inconsistent,omitempty"`
-	Bytes         uint64 `protobuf:"varint,10,opt,name=bytes,proto3" json:"bytes,omitempty"` // the objects' bytes (one copy), as objects counts them
+	Inconsistent uint64 `protobuf:"varint,9,opt,name=inconsistent,proto3" json:"inconsistent,omitempty"`
+	Bytes        uint64 `protobuf:"varint,10,opt,name=bytes,proto3" json:"bytes,omitempty"` // the objects' bytes (one copy), as objects counts them
+	// The PG's acting set is a pg_temp entry and every member of its up set
+	// now holds the PG, at epoch: the mon drops the entry (Ceph's
+	// MOSDPGTemp asking for the up set).
+	UpFilled      bool `protobuf:"varint,11,opt,name=up_filled,json=upFilled,proto3" json:"up_filled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4092,6 +4096,13 @@ func (x *PGStat) GetBytes() uint64 {
 		return x.Bytes
 	}
 	return 0
+}
+
+func (x *PGStat) GetUpFilled() bool {
+	if x != nil {
+		return x.UpFilled
+	}
+	return false
 }
 
 // PGScrub asks the OSD it is sent to, a member of the PG's acting set
@@ -6717,7 +6728,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
 	"\x04fsid\x18\x04 \x01(\tR\x04fsid\x12(\n" +
-	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03mapJ\x04\b\x02\x10\x03\"\x8f\x02\n" +
+	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03mapJ\x04\b\x02\x10\x03\"\xac\x02\n" +
 	"\x06PGStat\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x14\n" +
@@ -6729,7 +6740,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x05epoch\x18\b \x01(\x04R\x05epoch\x12\"\n" +
 	"\finconsistent\x18\t \x01(\x04R\finconsistent\x12\x14\n" +
 	"\x05bytes\x18\n" +
-	" \x01(\x04R\x05bytes\"G\n" +
+	" \x01(\x04R\x05bytes\x12\x1b\n" +
+	"\tup_filled\x18\v \x01(\bR\bupFilled\"G\n" +
 	"\aPGScrub\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"W\n" +

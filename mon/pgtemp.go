@@ -1,0 +1,119 @@
+package mon
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// pg_temp, as Ceph's mon primes it (mon_osd_prime_pg_temp): a map change
+// that gives a PG an up set with a member the PG's acting set lacks (an
+// OSD marked out while it runs, a new OSD in, a reweight) would make that
+// member, which holds nothing of the PG, a member at once, and the old
+// one, which holds all of it, a stray. Instead the new map keeps the old
+// acting set as the PG's pg_temp entry: the old members serve on, with
+// every copy, while the new one is backfilled beside them, and the PG is
+// remapped (its copies to move are misplaced, not degraded). Once the up
+// set holds the PG its primary says so in its beacon (PGStat.up_filled)
+// and the mon drops the entry.
+//
+// An entry is made only when the old acting set, less the members the new
+// map marks down, is at least as large as the new up set: where it is
+// smaller (a down OSD marked out, a pool's size raised) keeping it would
+// leave the PG with fewer members than placement gives it, and the new
+// members, filled in the acting set, are counted as what they are
+// (pg.PG.Backfilling).
+
+// tidyPGTemp drops what of pb's pg_temp entries pb no longer allows: the
+// entries of pools gone or PGs past their pool's pg_count, OSDs removed
+// from the map, and entries longer than their pool's size. It runs inside
+// each edit, before the map is validated.
+func tidyPGTemp(pb *osdpb.ClusterMap) {
+	if len(pb.PgTemp) == 0 {
+		return
+	}
+	pools := map[uint32]*osdpb.Pool{}
+	for _, p := range pb.Pools {
+		pools[p.GetId()] = p
+	}
+	pb.PgTemp = slices.DeleteFunc(pb.PgTemp, func(t *osdpb.PGTemp) bool {
+		p := pools[t.GetPool()]
+		if p == nil || t.GetPg() >= p.PgCount {
+			return true
+		}
+		t.Osds = slices.DeleteFunc(t.Osds, func(id uint32) bool { return osdByID(pb, id) == nil })
+		return len(t.Osds) == 0 || len(t.Osds) > int(p.Size)
+	})
+}
+
+// primePGTemp returns next with its pg_temp entries brought up to date
+// against cur, the map it follows: an entry for each PG whose new up set
+// has a member cur's acting set lacked (see above), and none that is
+// redundant (its up members are the up set) or has no member up. It
+// returns next itself when nothing changes.
+func primePGTemp(cur, next *placement.Map) (*placement.Map, error) {
+	pb := next.Proto()
+	var temps []*osdpb.PGTemp
+	changed := false
+	isUp := map[uint32]bool{}
+	for o := range next.OSDs() {
+		isUp[o.Id] = o.Up
+	}
+	up := func(id uint32) bool { return isUp[id] }
+	for pool := range next.Pools() {
+		_, existed := cur.Pool(pool.Id)
+		for pg := range pool.PgCount {
+			upSet := next.UpSet(pool.Id, pg)
+			if t, ok := next.PGTemp(pool.Id, pg); ok {
+				acting := slices.DeleteFunc(t, func(id uint32) bool { return !up(id) })
+				if len(acting) == 0 || slices.Equal(acting, upSet) {
+					changed = true // served by its up set again
+					continue
+				}
+				temps = append(temps, &osdpb.PGTemp{Pool: pool.Id, Pg: pg, Osds: t})
+				continue
+			}
+			if !existed || slices.Equal(cur.UpSet(pool.Id, pg), upSet) {
+				// Only a change of placement makes an entry: one the
+				// edit dropped (filled) stays dropped.
+				continue
+			}
+			old := slices.DeleteFunc(cur.ActingSet(pool.Id, pg), func(id uint32) bool { return !up(id) })
+			if len(old) == 0 || len(old) < len(upSet) || len(old) > int(pool.Size) ||
+				!slices.ContainsFunc(upSet, func(id uint32) bool { return !slices.Contains(old, id) }) {
+				continue
+			}
+			temps = append(temps, &osdpb.PGTemp{Pool: pool.Id, Pg: pg, Osds: old})
+			changed = true
+		}
+	}
+	if !changed {
+		return next, nil
+	}
+	slices.SortFunc(temps, func(a, b *osdpb.PGTemp) int {
+		return cmp.Or(cmp.Compare(a.Pool, b.Pool), cmp.Compare(a.Pg, b.Pg))
+	})
+	pb.PgTemp = temps
+	return placement.FromProto(pb)
+}
+
+// dropFilledPGTemp removes the pg_temp entries of the PGs that OSD id, as
+// their acting primary at pb's epoch, reported filled at that epoch: their
+// up sets hold them now. It returns the PGs it removed.
+func dropFilledPGTemp(pb *osdpb.ClusterMap, mp *placement.Map, id uint32, stats []*osdpb.PGStat) []placement.PGID {
+	var dropped []placement.PGID
+	for _, st := range stats {
+		if !st.GetUpFilled() || st.GetEpoch() != pb.Epoch || !mp.IsPrimary(st.GetPool(), st.GetPg(), id) {
+			continue
+		}
+		i := slices.IndexFunc(pb.PgTemp, func(t *osdpb.PGTemp) bool { return t.GetPool() == st.GetPool() && t.GetPg() == st.GetPg() })
+		if i < 0 {
+			continue
+		}
+		pb.PgTemp = slices.Delete(pb.PgTemp, i, i+1)
+		dropped = append(dropped, placement.PGID{Pool: st.GetPool(), Seed: st.GetPg()})
+	}
+	return dropped
+}

@@ -1,0 +1,183 @@
+package mon
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// pgTempMap is a map of n OSDs, up and in, and one pool of size 3 and
+// 16 PGs, edited by edit.
+func pgTempMap(t *testing.T, n int, edit func(pb *osdpb.ClusterMap)) *placement.Map {
+	t.Helper()
+	pb := &osdpb.ClusterMap{Epoch: 1, Fsid: "pgtemp", Pools: []*osdpb.Pool{{Id: 1, Name: "p", Size: 3, PgCount: 16}}}
+	for i := range n {
+		pb.Osds = append(pb.Osds, &osdpb.OSDInfo{Id: uint32(i), PublicAddr: fmt.Sprintf("tcp://127.0.0.1:%d", 7000+i),
+			ClusterAddr: fmt.Sprintf("tcp://127.0.0.1:%d", 8000+i), Weight: 1, Up: true, In: true})
+	}
+	if edit != nil {
+		edit(pb)
+	}
+	m, err := placement.FromProto(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// step makes the next map from cur as the mon's store does: the edit,
+// tidyPGTemp, then primePGTemp.
+func step(t *testing.T, cur *placement.Map, edit func(pb *osdpb.ClusterMap)) *placement.Map {
+	t.Helper()
+	next, err := cur.With(func(pb *osdpb.ClusterMap) { edit(pb); tidyPGTemp(pb) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next, err = primePGTemp(cur, next); err != nil {
+		t.Fatal(err)
+	}
+	return next
+}
+
+func setOSD(id uint32, f func(o *osdpb.OSDInfo)) func(pb *osdpb.ClusterMap) {
+	return func(pb *osdpb.ClusterMap) { f(osdByID(pb, id)) }
+}
+
+// TestPrimePGTemp: the mon keeps a PG's old acting set as its pg_temp
+// entry when a map change puts it on an OSD it lacked while as many old
+// members stay up (an OSD in, an OSD out while up), and not otherwise (a
+// down OSD marked out, a pool grown); it drops entries whose up members
+// are the up set again or have none up, tidies entries of removed OSDs
+// and shrunk pools, and drops the entries a primary reported filled.
+func TestPrimePGTemp(t *testing.T) {
+	cur := pgTempMap(t, 4, func(pb *osdpb.ClusterMap) { osdByID(pb, 3).In = false })
+	in := step(t, cur, setOSD(3, func(o *osdpb.OSDInfo) { o.In = true }))
+	remapped := 0
+	for pg := range uint32(16) {
+		up := in.UpSet(1, pg)
+		if slices.Contains(up, 3) {
+			remapped++
+			if got, want := in.ActingSet(1, pg), cur.ActingSet(1, pg); !slices.Equal(got, want) {
+				t.Errorf("pg %x, moved onto osd.3: acting %v, want the old %v", pg, got, want)
+			}
+		} else if in.Remapped(1, pg) {
+			t.Errorf("pg %x, not moved, is remapped: acting %v, up %v", pg, in.ActingSet(1, pg), up)
+		}
+	}
+	if remapped == 0 {
+		t.Fatal("osd.3 took no PG in this placement")
+	}
+	t.Logf("osd.3 in: %d PGs remapped", remapped)
+
+	// Out again before any filled: every PG's up set is its old acting
+	// set, and the entries go.
+	out := step(t, in, setOSD(3, func(o *osdpb.OSDInfo) { o.In = false }))
+	if n := len(out.Proto().PgTemp); n != 0 {
+		t.Errorf("osd.3 out again: %d entries left", n)
+	}
+
+	// An OSD out while up: its PGs keep it acting.
+	running := pgTempMap(t, 4, nil)
+	drained := step(t, running, setOSD(1, func(o *osdpb.OSDInfo) { o.In = false }))
+	kept := 0
+	for pg := range uint32(16) {
+		if slices.Contains(running.ActingSet(1, pg), 1) {
+			if !slices.Contains(drained.ActingSet(1, pg), 1) {
+				t.Errorf("pg %x: osd.1, out but up, left its acting set %v", pg, drained.ActingSet(1, pg))
+			}
+			kept++
+		}
+	}
+	// All its entries' members down: the entries go.
+	dead := step(t, drained, func(pb *osdpb.ClusterMap) {
+		for _, tmp := range pb.PgTemp {
+			for _, id := range tmp.Osds {
+				osdByID(pb, id).Up = false
+			}
+		}
+	})
+	if n := len(dead.Proto().PgTemp); n != 0 {
+		t.Errorf("entries whose members are all down: %d left", n)
+	}
+
+	// A down OSD marked out: the old acting set is smaller than the new
+	// up set, no entry.
+	down := step(t, running, setOSD(2, func(o *osdpb.OSDInfo) { o.Up = false }))
+	downOut := step(t, down, setOSD(2, func(o *osdpb.OSDInfo) { o.In = false }))
+	if n := len(downOut.Proto().PgTemp); n != 0 {
+		t.Errorf("a down OSD marked out made %d entries", n)
+	}
+	// A pool grown from 2 to 3: neither.
+	small := pgTempMap(t, 4, func(pb *osdpb.ClusterMap) { pb.Pools[0].Size = 2 })
+	grown := step(t, small, func(pb *osdpb.ClusterMap) { pb.Pools[0].Size = 3 })
+	if n := len(grown.Proto().PgTemp); n != 0 {
+		t.Errorf("a pool grown made %d entries", n)
+	}
+
+	// Tidy: an OSD removed leaves the entries it was in; a pool shrunk
+	// below an entry's length drops it.
+	rm := step(t, drained, func(pb *osdpb.ClusterMap) {
+		pb.Osds = slices.DeleteFunc(pb.Osds, func(o *osdpb.OSDInfo) bool { return o.Id == 1 })
+	})
+	for _, tmp := range rm.Proto().PgTemp {
+		if slices.Contains(tmp.Osds, 1) {
+			t.Errorf("pg %x's entry %v keeps osd.1, removed", tmp.Pg, tmp.Osds)
+		}
+	}
+	shrunk := step(t, drained, func(pb *osdpb.ClusterMap) { pb.Pools[0].Size = 2 })
+	if n := len(shrunk.Proto().PgTemp); n != 0 {
+		t.Errorf("entries longer than the pool's size: %d left", n)
+	}
+
+	// Filled: only the acting primary's report at the map's epoch drops
+	// an entry.
+	tmp := drained.Proto().PgTemp
+	if len(tmp) < 2 || kept == 0 {
+		t.Fatalf("osd.1 out made %d entries", len(tmp))
+	}
+	first, second := tmp[0], tmp[1]
+	primary, _ := drained.Primary(1, first.Pg)
+	other, _ := drained.Primary(1, second.Pg)
+	var nonPrimary uint32
+	for _, id := range drained.ActingSet(1, second.Pg)[1:] {
+		nonPrimary = id
+	}
+	pb := drained.Proto()
+	dropped := dropFilledPGTemp(pb, drained, primary, []*osdpb.PGStat{
+		{Pool: 1, Pg: first.Pg, UpFilled: true, Epoch: drained.Epoch()},
+		{Pool: 1, Pg: second.Pg, UpFilled: true, Epoch: drained.Epoch() - 1},
+	})
+	dropped = append(dropped, dropFilledPGTemp(pb, drained, nonPrimary, []*osdpb.PGStat{
+		{Pool: 1, Pg: second.Pg, UpFilled: true, Epoch: drained.Epoch()},
+	})...)
+	if want := []placement.PGID{{Pool: 1, Seed: first.Pg}}; !slices.Equal(dropped, want) || len(pb.PgTemp) != len(tmp)-1 {
+		t.Fatalf("dropped %v (%d entries left of %d), want only %v: a report from an old epoch or from osd.%d, not pg %x's primary osd.%d, drops nothing",
+			dropped, len(pb.PgTemp), len(tmp), want, nonPrimary, second.Pg, other)
+	}
+}
+
+// TestDroppedPGTempStaysDropped: the map that drops a filled entry does
+// not make it again (its up set did not change): the mon would otherwise
+// write one map after another.
+func TestDroppedPGTempStaysDropped(t *testing.T) {
+	running := pgTempMap(t, 4, nil)
+	drained := step(t, running, setOSD(1, func(o *osdpb.OSDInfo) { o.In = false }))
+	n := len(drained.Proto().PgTemp)
+	if n == 0 {
+		t.Fatal("osd.1 out made no entries")
+	}
+	tmp := drained.Proto().PgTemp[0]
+	primary, _ := drained.Primary(1, tmp.Pg)
+	next := step(t, drained, func(pb *osdpb.ClusterMap) {
+		dropFilledPGTemp(pb, drained, primary, []*osdpb.PGStat{{Pool: 1, Pg: tmp.Pg, UpFilled: true, Epoch: drained.Epoch()}})
+	})
+	if got := len(next.Proto().PgTemp); got != n-1 {
+		t.Fatalf("after dropping pg %x's entry: %d entries, want %d", tmp.Pg, got, n-1)
+	}
+	if _, ok := next.PGTemp(1, tmp.Pg); ok || next.Remapped(1, tmp.Pg) {
+		t.Fatalf("pg %x's entry came back", tmp.Pg)
+	}
+}
