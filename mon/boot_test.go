@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -225,4 +226,12 @@ func TestBootBorn(t *testing.T) {
 	boot(&osdpb.MonBoot{HasId: true, Id: 2, Uuid: "u2", PublicAddr: "tcp://127.0.0.1:3", FreshStore: true}, 12)
 	boot(&osdpb.MonBoot{Uuid: "u3", PublicAddr: "tcp://127.0.0.1:4"}, 13) // a new OSD
 	boot(&osdpb.MonBoot{HasId: true, Id: 2, Uuid: "u2", PublicAddr: "tcp://127.0.0.1:3"}, 12)
+	// Each boot says what its build does: an upgraded OSD's, and one
+	// rolled back to an older build.
+	for _, f := range []uint64{placement.Features, 0} {
+		boot(&osdpb.MonBoot{HasId: true, Id: 0, Uuid: "u0", PublicAddr: "tcp://127.0.0.1:1", Features: f}, 2)
+		if got := osdByID(pb, 0).Features; got != f {
+			t.Fatalf("osd.0 booted with features %#x: the map says %#x", f, got)
+		}
+	}
 }

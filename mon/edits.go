@@ -66,6 +66,7 @@ func applyBoot(pb *osdpb.ClusterMap, b *osdpb.MonBoot) (uint32, error) {
 	}
 	o.Host = b.Host
 	o.Fullness = b.Fullness
+	o.Features = b.Features
 	o.Up = true
 	o.UpFrom = newEpoch
 	o.DownSinceUnixNano = 0

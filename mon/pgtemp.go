@@ -62,6 +62,7 @@ func primePGTemp(cur, next *placement.Map) (*placement.Map, error) {
 		isUp[o.Id] = o.Up
 	}
 	up := func(id uint32) bool { return isUp[id] }
+	primeOK := next.AllUpHave(placement.FeaturePGTemp)
 	for pool := range next.Pools() {
 		_, existed := cur.Pool(pool.Id)
 		for pg := range pool.PgCount {
@@ -75,9 +76,11 @@ func primePGTemp(cur, next *placement.Map) (*placement.Map, error) {
 				temps = append(temps, &osdpb.PGTemp{Pool: pool.Id, Pg: pg, Osds: t})
 				continue
 			}
-			if !existed || slices.Equal(cur.UpSet(pool.Id, pg), upSet) {
+			if !existed || !primeOK || slices.Equal(cur.UpSet(pool.Id, pg), upSet) {
 				// Only a change of placement makes an entry: one the
-				// edit dropped (filled) stays dropped.
+				// edit dropped (filled) stays dropped. And only while
+				// every up OSD reads entries: an older one would take
+				// the up set for the acting set.
 				continue
 			}
 			old := slices.DeleteFunc(cur.ActingSet(pool.Id, pg), func(id uint32) bool { return !up(id) })

@@ -16,7 +16,7 @@ func pgTempMap(t *testing.T, n int, edit func(pb *osdpb.ClusterMap)) *placement.
 	pb := &osdpb.ClusterMap{Epoch: 1, Fsid: "pgtemp", Pools: []*osdpb.Pool{{Id: 1, Name: "p", Size: 3, PgCount: 16}}}
 	for i := range n {
 		pb.Osds = append(pb.Osds, &osdpb.OSDInfo{Id: uint32(i), PublicAddr: fmt.Sprintf("tcp://127.0.0.1:%d", 7000+i),
-			ClusterAddr: fmt.Sprintf("tcp://127.0.0.1:%d", 8000+i), Weight: 1, Up: true, In: true})
+			ClusterAddr: fmt.Sprintf("tcp://127.0.0.1:%d", 8000+i), Weight: 1, Up: true, In: true, Features: placement.Features})
 	}
 	if edit != nil {
 		edit(pb)
@@ -109,6 +109,12 @@ func TestPrimePGTemp(t *testing.T) {
 	downOut := step(t, down, setOSD(2, func(o *osdpb.OSDInfo) { o.In = false }))
 	if n := len(downOut.Proto().PgTemp); n != 0 {
 		t.Errorf("a down OSD marked out made %d entries", n)
+	}
+	// An up OSD whose build predates pg_temp would take the up set for
+	// the acting set: no entry while one is up.
+	older := pgTempMap(t, 4, func(pb *osdpb.ClusterMap) { osdByID(pb, 2).Features = 0 })
+	if n := len(step(t, older, setOSD(1, func(o *osdpb.OSDInfo) { o.In = false })).Proto().PgTemp); n != 0 {
+		t.Errorf("an OSD out with an older OSD up made %d entries", n)
 	}
 	// A pool grown from 2 to 3: neither.
 	small := pgTempMap(t, 4, func(pb *osdpb.ClusterMap) { pb.Pools[0].Size = 2 })

@@ -194,7 +194,7 @@ func createOSD(ctx context.Context, cfg *Config, ident *identity) (*auth.Keyring
 // the map that says so.
 func (o *OSD) boot(ctx context.Context) error {
 	pub, clu := o.advertised()
-	rep, err := o.mon.Boot(ctx, &osdpb.MonBoot{Fsid: o.ident.FSID, HasId: true, Id: o.id, Uuid: o.ident.UUID,
+	rep, err := o.mon.Boot(ctx, &osdpb.MonBoot{Fsid: o.ident.FSID, HasId: true, Id: o.id, Uuid: o.ident.UUID, Features: placement.Features,
 		PublicAddr: pub, ClusterAddr: clu, Weight: o.cfg.Weight, Host: o.cfg.Host, Fullness: o.checkSpace(),
 		FreshStore: o.freshStore.Load()})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/osd"
 )
@@ -405,8 +406,15 @@ func sizeOneWrite(t *testing.T) sizeOne {
 	s := sizeOne{lc: lc, cli: mustCLI(t, monArgs), args: monArgs, cl: monClient(t, lc, "single")}
 	s.cli("osd", "pool", "set", "default", "size", "1", "--yes-i-really-mean-it")
 	// gone: an OSD that is the only member of two PGs at size 1 (8 PGs
-	// on 4 OSDs: one is); one PG gets a write now, the other none.
-	mp := s.cl.Map()
+	// on 4 OSDs: one is); one PG gets a write now, the other none. The
+	// client's map must be the size change's or a later one: under its
+	// older one no PG has one member, and gone and written were left 0.
+	var mp *placement.Map
+	osdtest.Eventually(t, 10*time.Second, "the client's map has size 1", func() bool {
+		mp = s.cl.Map()
+		p, ok := mp.PoolByName("default")
+		return ok && p.Size == 1
+	})
 	pool, _ := mp.PoolByName("default")
 	byOSD := map[uint32][]uint32{}
 	for pg := range pool.PgCount {
@@ -419,6 +427,9 @@ func sizeOneWrite(t *testing.T) sizeOne {
 			s.gone, s.written, s.only = id, pgs[0], pgs
 			break
 		}
+	}
+	if s.only == nil {
+		t.Fatalf("no OSD is the only member of two PGs at size 1: %v", byOSD)
 	}
 	for i := 0; s.key == ""; i++ {
 		k := fmt.Sprintf("k%d", i)

@@ -94,7 +94,8 @@ func TestFileFormat(t *testing.T) {
       "upFrom": "0",
       "fullness": "FULLNESS_NONE",
       "lostAt": "0",
-      "born": "0"
+      "born": "0",
+      "features": "0"
     }
   ],
   "pools": [

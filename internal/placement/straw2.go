@@ -82,6 +82,27 @@ func (m *Map) PGTemp(pool, pg uint32) ([]uint32, bool) {
 	return slices.Clone(m.pb.PgTemp[i].Osds), true
 }
 
+// The features of a build that a map may depend on (OSDInfo.features,
+// which each OSD's boot sets): the mon relies on one only once every up
+// OSD has it.
+const (
+	// FeaturePGTemp: acting sets come from pg_temp entries (PGTemp).
+	FeaturePGTemp uint64 = 1 << 0
+
+	// Features are those this build has.
+	Features = FeaturePGTemp
+)
+
+// AllUpHave reports whether every up OSD of the map has feature f.
+func (m *Map) AllUpHave(f uint64) bool {
+	for _, o := range m.osds {
+		if o.Up && o.Features&f != f {
+			return false
+		}
+	}
+	return true
+}
+
 // Members returns every OSD that takes PG pg of pool's writes: its acting
 // set, primary first, then the members of its up set outside it (being
 // filled while a pg_temp entry is in force).

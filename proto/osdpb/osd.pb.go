@@ -787,7 +787,10 @@ type OSDInfo struct {
 	// field, taken as always there). What it held of intervals that began
 	// before then is gone: peering neither waits for it nor takes its answer
 	// as a witness of them, as Ceph marks a fresh OSD's lost_at at boot.
-	Born          uint64 `protobuf:"varint,14,opt,name=born,proto3" json:"born,omitempty"`
+	Born uint64 `protobuf:"varint,14,opt,name=born,proto3" json:"born,omitempty"`
+	// The features its last boot said its build has (MonBoot.features):
+	// bit 0, pg_temp (it computes acting sets from ClusterMap.pg_temp).
+	Features      uint64 `protobuf:"varint,15,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -916,6 +919,13 @@ func (x *OSDInfo) GetLostAt() uint64 {
 func (x *OSDInfo) GetBorn() uint64 {
 	if x != nil {
 		return x.Born
+	}
+	return 0
+}
+
+func (x *OSDInfo) GetFeatures() uint64 {
+	if x != nil {
+		return x.Features
 	}
 	return 0
 }
@@ -3802,7 +3812,10 @@ type MonBoot struct {
 	Fullness Fullness `protobuf:"varint,10,opt,name=fullness,proto3,enum=osprey.osd.Fullness" json:"fullness,omitempty"`
 	// The store is new (it held no map when the OSD started, or the mon was
 	// not yet told so): the mon records the boot's epoch as the OSD's born.
-	FreshStore    bool `protobuf:"varint,11,opt,name=fresh_store,json=freshStore,proto3" json:"fresh_store,omitempty"`
+	FreshStore bool `protobuf:"varint,11,opt,name=fresh_store,json=freshStore,proto3" json:"fresh_store,omitempty"`
+	// What the OSD's build does that an older one's does not (OSDInfo
+	// features): the mon uses a feature only once every up OSD has it.
+	Features      uint64 `protobuf:"varint,12,opt,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3905,6 +3918,13 @@ func (x *MonBoot) GetFreshStore() bool {
 		return x.FreshStore
 	}
 	return false
+}
+
+func (x *MonBoot) GetFeatures() uint64 {
+	if x != nil {
+		return x.Features
+	}
+	return 0
 }
 
 type MonBootReply struct {
@@ -6453,7 +6473,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06PGTemp\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x12\n" +
-	"\x04osds\x18\x03 \x03(\rR\x04osds\"\x81\x03\n" +
+	"\x04osds\x18\x03 \x03(\rR\x04osds\"\x9d\x03\n" +
 	"\aOSDInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1f\n" +
 	"\vpublic_addr\x18\x02 \x01(\tR\n" +
@@ -6470,7 +6490,8 @@ const file_osd_proto_rawDesc = "" +
 	"\aup_from\x18\v \x01(\x04R\x06upFrom\x120\n" +
 	"\bfullness\x18\f \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12\x17\n" +
 	"\alost_at\x18\r \x01(\x04R\x06lostAt\x12\x12\n" +
-	"\x04born\x18\x0e \x01(\x04R\x04born\"t\n" +
+	"\x04born\x18\x0e \x01(\x04R\x04born\x12\x1a\n" +
+	"\bfeatures\x18\x0f \x01(\x04R\bfeatures\"t\n" +
 	"\x04Pool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -6709,7 +6730,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
 	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\x120\n" +
-	"\bfullness\x18\x04 \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"\xa1\x02\n" +
+	"\bfullness\x18\x04 \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"\xbd\x02\n" +
 	"\aMonBoot\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x15\n" +
 	"\x06has_id\x18\x03 \x01(\bR\x05hasId\x12\x0e\n" +
@@ -6723,7 +6744,8 @@ const file_osd_proto_rawDesc = "" +
 	"\bfullness\x18\n" +
 	" \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12\x1f\n" +
 	"\vfresh_store\x18\v \x01(\bR\n" +
-	"freshStoreJ\x04\b\x01\x10\x02\"\x93\x01\n" +
+	"freshStore\x12\x1a\n" +
+	"\bfeatures\x18\f \x01(\x04R\bfeaturesJ\x04\b\x01\x10\x02\"\x93\x01\n" +
 	"\fMonBootReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
