@@ -51,8 +51,9 @@ func tidyPGTemp(pb *osdpb.ClusterMap) {
 // primePGTemp returns next with its pg_temp entries brought up to date
 // against cur, the map it follows: an entry for each PG whose new up set
 // has a member cur's acting set lacked (see above), and none that is
-// redundant (its up members are the up set) or has no member up. It
-// returns next itself when nothing changes.
+// redundant (its up members are the up set) or has no member up; none at
+// all while an up OSD's build predates pg_temp (it would take the up set
+// for the acting set). It returns next itself when nothing changes.
 func primePGTemp(cur, next *placement.Map) (*placement.Map, error) {
 	pb := next.Proto()
 	var temps []*osdpb.PGTemp
@@ -68,9 +69,12 @@ func primePGTemp(cur, next *placement.Map) (*placement.Map, error) {
 		for pg := range pool.PgCount {
 			upSet := next.UpSet(pool.Id, pg)
 			if t, ok := next.PGTemp(pool.Id, pg); ok {
-				acting := slices.DeleteFunc(t, func(id uint32) bool { return !up(id) })
-				if len(acting) == 0 || slices.Equal(acting, upSet) {
-					changed = true // served by its up set again
+				acting := slices.DeleteFunc(slices.Clone(t), func(id uint32) bool { return !up(id) })
+				if len(acting) == 0 || slices.Equal(acting, upSet) || !primeOK {
+					// Served by its up set again; or an OSD that cannot
+					// read entries is up, and every OSD must agree on
+					// the acting sets: all entries go.
+					changed = true
 					continue
 				}
 				temps = append(temps, &osdpb.PGTemp{Pool: pool.Id, Pg: pg, Osds: t})

@@ -116,6 +116,37 @@ func TestPrimePGTemp(t *testing.T) {
 	if n := len(step(t, older, setOSD(1, func(o *osdpb.OSDInfo) { o.In = false })).Proto().PgTemp); n != 0 {
 		t.Errorf("an OSD out with an older OSD up made %d entries", n)
 	}
+	// One that boots while entries exist has them all dropped.
+	rolledBack := step(t, drained, setOSD(2, func(o *osdpb.OSDInfo) { o.Features = 0 }))
+	if n := len(rolledBack.Proto().PgTemp); n != 0 {
+		t.Errorf("an OSD without pg_temp up: %d entries kept", n)
+	}
+	// An entry with a member down, kept, while another change makes a
+	// new entry in the same edit: the kept one is written as it was.
+	five := pgTempMap(t, 5, func(pb *osdpb.ClusterMap) { osdByID(pb, 4).In = false })
+	withFour := step(t, five, setOSD(4, func(o *osdpb.OSDInfo) { o.In = true }))
+	var member uint32
+	var entry *osdpb.PGTemp
+	for _, tmp := range withFour.Proto().PgTemp {
+		if len(tmp.Osds) == 3 {
+			entry, member = tmp, tmp.Osds[1]
+			break
+		}
+	}
+	if entry == nil {
+		t.Fatal("osd.4 in made no entry")
+	}
+	both := step(t, withFour, func(pb *osdpb.ClusterMap) {
+		osdByID(pb, member).Up = false
+		for _, o := range pb.Osds {
+			if o.Id != member && o.Id != 4 && !slices.Contains(entry.Osds, o.Id) {
+				o.In = false // moves other PGs: entries made in this edit
+			}
+		}
+	})
+	if got, ok := both.PGTemp(1, entry.Pg); ok && !slices.Equal(got, entry.Osds) {
+		t.Errorf("pg %x's entry %v, with osd.%d down, was rewritten as %v", entry.Pg, entry.Osds, member, got)
+	}
 	// A pool grown from 2 to 3: neither.
 	small := pgTempMap(t, 4, func(pb *osdpb.ClusterMap) { pb.Pools[0].Size = 2 })
 	grown := step(t, small, func(pb *osdpb.ClusterMap) { pb.Pools[0].Size = 3 })

@@ -825,6 +825,8 @@ func (o *OSD) startRecovery(p *pgState, from uint32) {
 			// primary's log between its trims does.
 			if err := o.st.TrimLog(o.ctx, p.sid); err != nil {
 				o.log.Warn("trim pg log after recovery", "pg", placement.PGIDOf(p.sid), "err", err)
+			} else {
+				o.noteTrim(p.sid)
 			}
 		}
 		if o.ctx.Err() != nil {

@@ -243,14 +243,20 @@ func (o *OSD) advertised() (pub, clu string) {
 func (o *OSD) monLoop() {
 	t := time.NewTicker(o.cfg.BeaconInterval)
 	defer t.Stop()
-	for {
-		select {
-		case <-o.monCtx.Done():
-			return
-		case <-o.rebootCh:
-			o.rebootIfDown()
-			continue
-		case <-t.C:
+	// The first beacon goes at once, not an interval after the boot: the
+	// mon's rates take their base from it, so a backfill that starts with
+	// the boot (a new OSD's) shows in them, and the PGs we lead show their
+	// states a beacon sooner.
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-o.monCtx.Done():
+				return
+			case <-o.rebootCh:
+				o.rebootIfDown()
+				continue
+			case <-t.C:
+			}
 		}
 		ctx, cancel := context.WithTimeout(o.monCtx, o.cfg.BeaconInterval*2)
 		err := o.mon.Beacon(ctx, o.beacon())
@@ -375,6 +381,9 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 	}
 	st.Last = last
 	st.Inconsistent = o.inconsistentIn(sid)
+	// Before the early returns: a remapped PG whose old members went
+	// down (peered) may be filled too, and then its up set must act.
+	st.UpFilled = ps.upFilledAt.Load() == mp.Epoch()
 	objects := uint64(0)
 	if c, err := o.st.PGStats(o.ctx, sid); err == nil && c.Objects > 0 {
 		objects = uint64(c.Objects)
@@ -468,7 +477,6 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 		tokens = append(tokens, "peered")
 	}
 	st.State = strings.Join(tokens, "+")
-	st.UpFilled = ps.upFilledAt.Load() == mp.Epoch()
 	return st
 }
 

@@ -573,7 +573,28 @@ func (o *OSD) trimSometimes(sid uint32, v *osdpb.Version) {
 	}
 	if err := o.st.TrimLog(o.ctx, sid); err != nil {
 		o.log.Warn("trim pg log", "pg", sid, "err", err)
+		return
 	}
+	o.noteTrim(sid)
+}
+
+// noteTrim tells PG sid's machine where its log starts now, on its shard:
+// a replica behind that is backfilled, and counts toward nothing until it
+// is filled (pg.LogTrimmed).
+func (o *OSD) noteTrim(sid uint32) {
+	_, tail, err := o.st.PGInfo(o.ctx, sid)
+	if err != nil {
+		return
+	}
+	p, err := o.pgOf(sid)
+	if err != nil {
+		return
+	}
+	o.enqueue(o.shardOf(sid), func() {
+		if p.m != nil {
+			p.m.Step(pg.LogTrimmed{Tail: pgVersion(tail)})
+		}
+	})
 }
 
 // replacedParts returns the keys of the parts of the multipart object (old,

@@ -158,7 +158,7 @@ whose map gave it the same acting set, else "unknown" until its next.
 STATE arguments keep the PGs in any of those states, a state matching when
 all its "+"-joined words are in the PG's (so "degraded" matches
 "active+undersized+degraded"), as ` + "`ceph pg ls degraded`" + `. --pool (a name
-or id), --osd (Ceph's ls-by-osd) and --primary (ls-by-primary) narrow it
+or id), --osd (Ceph's ls-by-osd: in the up or acting set) and --primary (ls-by-primary) narrow it
 further.`,
 		Example: `  osprey pg ls
   osprey pg ls degraded recovering
@@ -199,7 +199,7 @@ further.`,
 			keep := func(p mon.PGStat) bool {
 				return (len(args) == 0 || slices.ContainsFunc(args, func(s string) bool { return stateHas(p.State, s) })) &&
 					(poolID < 0 || int64(p.Pool) == poolID) &&
-					(osd < 0 || slices.Contains(p.Acting, uint32(osd))) &&
+					(osd < 0 || slices.Contains(p.Acting, uint32(osd)) || slices.Contains(p.Up, uint32(osd))) &&
 					(primary < 0 || p.Primary == primary)
 			}
 			return monRead(cmd, mf, "pg ls", false, func(w io.Writer, pgs []mon.PGStat) error {

@@ -79,7 +79,7 @@ func TestPlacementCommands(t *testing.T) {
 		t.Fatalf("pg ls: %d PGs, want 8", len(pgs))
 	}
 	byOSD := pgLsJSON(t, cli, "pg", "ls", "--json", "--osd", "3")
-	want3 := slices.DeleteFunc(slices.Clone(pgs), func(p mon.PGStat) bool { return !slices.Contains(p.Acting, 3) })
+	want3 := slices.DeleteFunc(slices.Clone(pgs), func(p mon.PGStat) bool { return !slices.Contains(p.Acting, 3) && !slices.Contains(p.Up, 3) })
 	if len(byOSD) != len(want3) || len(byOSD) == 0 || len(byOSD) == 8 {
 		t.Errorf("pg ls --osd 3: %d PGs, want %d of 8", len(byOSD), len(want3))
 	}

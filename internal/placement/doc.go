@@ -34,9 +34,10 @@
 //   - pool ids are unique and at most MaxPoolID, names are unique, names are non-empty printable UTF-8,
 //     size >= 1, 1 <= pg_count <= MaxPGCount, and min_size <= size
 //     (0 meaning unset);
-//   - pg_temp entries are sorted by pool and pg, each PG once, of a pool
-//     of the map and below its pg_count (not MetaPG), with 1 to size OSDs
-//     of the map, none twice.
+//   - pg_temp entries are sorted by pool and pg, each PG once, each with
+//     at least one OSD, none twice; an entry of a pool or PG the map does
+//     not have, naming an OSD it does not have, or longer than its pool's
+//     size is ignored (an older mon keeps entries it does not tidy).
 //
 // A violation is a *MapError naming the field. Changes make a new Map with
 // a higher epoch (Map.With).

@@ -165,38 +165,40 @@ func build(pb *osdpb.ClusterMap) (*Map, error) {
 	return m, nil
 }
 
-// indexPGTemp checks the map's pg_temp entries (an existing pool's PG,
-// sorted and each once, one to size OSDs of the map, none twice) and
-// indexes each by its pool, less the members that are down.
+// indexPGTemp checks the map's pg_temp entries (sorted and each PG once,
+// at least one OSD, none twice) and indexes each by its pool, less the
+// members that are down. An entry of a pool or PG the map no longer has,
+// naming an OSD it no longer has, or longer than its pool's size is
+// ignored, not refused: a mon of a build that predates pg_temp keeps the
+// entries through changes it does not tidy them for (osd rm, a smaller
+// size), and every OSD and client must still read its maps.
 func (m *Map) indexPGTemp() error {
 	for i, t := range m.pb.PgTemp {
 		f := fmt.Sprintf("pg_temp[%d]", i)
 		if t == nil {
 			return &MapError{Field: f, Reason: "null entry"}
 		}
-		ps := m.pool(t.Pool)
-		switch {
-		case ps == nil:
-			return &MapError{Field: f + ".pool", Reason: fmt.Sprintf("no pool %d", t.Pool)}
-		case t.Pg >= ps.pb.PgCount:
-			return &MapError{Field: f + ".pg", Reason: fmt.Sprintf("%d: pool %d has %d PGs", t.Pg, t.Pool, ps.pb.PgCount)}
-		case len(t.Osds) == 0 || len(t.Osds) > int(ps.pb.Size):
-			return &MapError{Field: f + ".osds", Reason: fmt.Sprintf("%d OSDs: want 1..%d (the pool's size)", len(t.Osds), ps.pb.Size)}
+		if len(t.Osds) == 0 {
+			return &MapError{Field: f + ".osds", Reason: "no OSDs"}
 		}
 		if i > 0 {
 			if p := m.pb.PgTemp[i-1]; p.GetPool() > t.Pool || p.GetPool() == t.Pool && p.GetPg() >= t.Pg {
 				return &MapError{Field: f, Reason: fmt.Sprintf("pg %d.%x after %d.%x: want sorted, each PG once", t.Pool, t.Pg, p.GetPool(), p.GetPg())}
 			}
 		}
-		var up []uint32
 		for j, id := range t.Osds {
-			o := m.osd(id)
-			switch {
-			case o == nil:
-				return &MapError{Field: f + ".osds", Reason: fmt.Sprintf("no osd.%d", id)}
-			case slices.Contains(t.Osds[:j], id):
+			if slices.Contains(t.Osds[:j], id) {
 				return &MapError{Field: f + ".osds", Reason: fmt.Sprintf("osd.%d appears more than once", id)}
-			case o.Up:
+			}
+		}
+		ps := m.pool(t.Pool)
+		if ps == nil || t.Pg >= ps.pb.PgCount || len(t.Osds) > int(ps.pb.Size) ||
+			slices.ContainsFunc(t.Osds, func(id uint32) bool { return m.osd(id) == nil }) {
+			continue // stale: see above
+		}
+		var up []uint32
+		for _, id := range t.Osds {
+			if m.osd(id).Up {
 				up = append(up, id)
 			}
 		}

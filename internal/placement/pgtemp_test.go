@@ -88,16 +88,32 @@ func TestPGTemp(t *testing.T) {
 		t.Fatal("the entry is gone from the map: the mon removes it, not the map")
 	}
 
+	// Entries a mon of an older build kept through changes it does not
+	// tidy them for are ignored, not refused: the map is still read.
+	for _, c := range []struct {
+		name string
+		temp *osdpb.PGTemp
+	}{
+		{"unknown pool", &osdpb.PGTemp{Pool: 2, Pg: 0, Osds: []uint32{0}}},
+		{"pg out of range", &osdpb.PGTemp{Pool: 1, Pg: 16, Osds: []uint32{0}}},
+		{"more than size", &osdpb.PGTemp{Pool: 1, Pg: 0, Osds: []uint32{0, 1, 2, 3}}},
+		{"a removed OSD", &osdpb.PGTemp{Pool: 1, Pg: 0, Osds: []uint32{up[0], 9}}},
+	} {
+		m, err := base.With(func(pb *osdpb.ClusterMap) { pb.PgTemp = []*osdpb.PGTemp{c.temp} })
+		if err != nil {
+			t.Errorf("%s: %v, want the entry ignored", c.name, err)
+			continue
+		}
+		if pg := min(c.temp.Pg, 15); m.Remapped(1, pg) {
+			t.Errorf("%s: pg %d remapped by an entry to ignore", c.name, pg)
+		}
+	}
 	for _, c := range []struct {
 		name  string
 		temps []*osdpb.PGTemp
 		field string
 	}{
-		{"unknown pool", []*osdpb.PGTemp{{Pool: 2, Pg: 0, Osds: []uint32{0}}}, "pg_temp[0].pool"},
-		{"pg out of range", []*osdpb.PGTemp{{Pool: 1, Pg: 16, Osds: []uint32{0}}}, "pg_temp[0].pg"},
 		{"no OSDs", []*osdpb.PGTemp{{Pool: 1, Pg: 0}}, "pg_temp[0].osds"},
-		{"more than size", []*osdpb.PGTemp{{Pool: 1, Pg: 0, Osds: []uint32{0, 1, 2, 3}}}, "pg_temp[0].osds"},
-		{"unknown OSD", []*osdpb.PGTemp{{Pool: 1, Pg: 0, Osds: []uint32{9}}}, "pg_temp[0].osds"},
 		{"an OSD twice", []*osdpb.PGTemp{{Pool: 1, Pg: 0, Osds: []uint32{1, 1}}}, "pg_temp[0].osds"},
 		{"unsorted", []*osdpb.PGTemp{{Pool: 1, Pg: 3, Osds: []uint32{0}}, {Pool: 1, Pg: 2, Osds: []uint32{1}}}, "pg_temp[1]"},
 		{"a PG twice", []*osdpb.PGTemp{{Pool: 1, Pg: 3, Osds: []uint32{0}}, {Pool: 1, Pg: 3, Osds: []uint32{1}}}, "pg_temp[1]"},

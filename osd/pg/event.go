@@ -106,7 +106,14 @@ type Activated struct {
 // interval (PeerInfo.Incomplete).
 type BackfillStarted struct{}
 
+// LogTrimmed says the local log's oldest entry is now Tail (a trim): a
+// replica whose log ends before it cannot be caught up from the log and is
+// backfilled, so the primary counts a member it pushes to from there as
+// backfilling (PG.Backfilling).
+type LogTrimmed struct{ Tail Version }
+
 func (BackfillStarted) event() {}
+func (LogTrimmed) event()      {}
 func (AdvanceMap) event()      {}
 func (Info) event()            {}
 func (Unreachable) event()     {}

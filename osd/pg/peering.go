@@ -376,9 +376,7 @@ func (p *PG) activate() {
 			p.out.notify = append(p.out.notify, PushTarget{To: id, Epoch: p.epoch, Have: pr.info.Last, Want: p.local.Last})
 			continue
 		}
-		have := pr.vouched()
-		pr.backfill = have == (Version{}) || have.Less(p.local.LogTail)
-		p.push(id, pr, have)
+		p.push(id, pr, pr.vouched())
 	}
 }
 
@@ -424,7 +422,11 @@ func (pr *peer) vouched() Version {
 	return pr.info.Last
 }
 
+// push hands out a push to id from have. From nothing, or from before our
+// log's tail, the member is backfilled: it counts toward nothing until a
+// push ends (PeerRecovered).
 func (p *PG) push(id OSDID, pr *peer, have Version) {
+	pr.backfill = pr.backfill || have == (Version{}) || have.Less(p.local.LogTail)
 	pr.push, pr.want = pushInFlight, p.local.Last
 	p.out.push = append(p.out.push, PushTarget{To: id, Epoch: p.epoch, Have: have, Want: pr.want})
 }
@@ -513,7 +515,8 @@ func (p *PG) onPeerRecovered(ev PeerRecovered) {
 	pr := p.peerOf(ev.OSD)
 	pr.info.Last = ev.Last
 	// A replica answers a push only once its recovery, a backfill
-	// included, ended: it holds a whole copy now.
+	// included, ended: it holds a whole copy now (a push of the rest
+	// below marks it again if its log ends before our tail).
 	pr.backfill = false
 	switch {
 	case pr.push == pushNone:

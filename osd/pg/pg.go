@@ -285,6 +285,10 @@ func (p *PG) Step(ev Event) error {
 		p.onActivated(ev)
 	case BackfillStarted:
 		p.local.Incomplete = true
+	case LogTrimmed:
+		if p.local.LogTail.Less(ev.Tail) {
+			p.local.LogTail = ev.Tail
+		}
 	default:
 		return fmt.Errorf("pg %s: %w: %T", p.id, ErrInvalidEvent, ev)
 	}
@@ -337,11 +341,15 @@ func (p *PG) Acting() []OSDID { return slices.Clone(p.cur.acting) }
 func (p *PG) Filling() []OSDID { return slices.Clone(p.cur.fill) }
 
 // UpFilled reports, on the active primary of a remapped PG (its acting set
-// is a pg_temp entry), that every member of its up set holds a whole copy
-// at our Last: the up set can take over as the acting set, and the daemon
-// asks the mon to drop the entry.
+// is a pg_temp entry), that every member of its up set, which is no
+// smaller than the acting set, holds a whole copy at our Last: the up set
+// can take over as the acting set, and the daemon asks the mon to drop the
+// entry.
 func (p *PG) UpFilled() bool {
-	if !p.isPrimary() || p.phase != phaseActive || p.cur.up == nil {
+	// An up set smaller than the acting set (its members went down) would
+	// serve with fewer members than the entry keeps: wait until placement
+	// replaces them.
+	if !p.isPrimary() || p.phase != phaseActive || p.cur.up == nil || len(p.cur.up) < len(p.cur.acting) {
 		return false
 	}
 	for _, id := range p.cur.up {

@@ -949,6 +949,17 @@ func TestRemappedFillsUpSet(t *testing.T) {
 	m.step(pg.Info{From: 2, Epoch: 1}, pg.Info{From: 4, Epoch: 1, Info: pg.PeerInfo{Last: v(1, 5), LastEpochStarted: 1}})
 	m.expect("backfilling+undersized+degraded+remapped+peered", false)
 
+	// An up set that shrank below the acting set (its others went down)
+	// does not take over, whole as it is.
+	m = newMachine(t, 1, pg.PeerInfo{Last: v(1, 5), LogTail: v(1, 3), LastEpochStarted: 1}).
+		step(pg.AdvanceMap{Epoch: 1, Acting: osds(1, 2, 3), Up: osds(3), Size: 3, MinSize: 2})
+	m.Ready()
+	m.step(pg.Info{From: 2, Epoch: 1, Info: whole}, pg.Info{From: 3, Epoch: 1, Info: whole})
+	m.expect("active+clean+remapped", true)
+	if m.UpFilled() {
+		t.Fatal("UpFilled with an up set of one for an acting set of three")
+	}
+
 	// The map that drops the entry is a new interval: osd.1, out of the
 	// up set, is a stray there.
 	m = newMachine(t, 1, pg.PeerInfo{Last: v(1, 6), LastEpochStarted: 1}).step(remapped)
@@ -989,5 +1000,24 @@ func TestFilledMemberWitnesses(t *testing.T) {
 				t.Fatalf("Blocked %v, want %v", got, c.blocked)
 			}
 		})
+	}
+}
+
+// TestTrimmedTailMakesABackfill: the log's tail moves with each trim
+// (LogTrimmed), and a member whose log ends before it is backfilled, so it
+// counts toward nothing: the primary must know the tail now, not as it
+// was when the machine was made.
+func TestTrimmedTailMakesABackfill(t *testing.T) {
+	m := newMachine(t, 1, pg.PeerInfo{Last: v(1, 5000), LastEpochStarted: 1})
+	m.step(pg.LogTrimmed{Tail: v(1, 3000)}, pg.LogTrimmed{Tail: v(1, 2000)}) // an older tail changes nothing
+	if got := m.Local().LogTail; got != v(1, 3000) {
+		t.Fatalf("LogTail %v after trims to 1'3000 then 1'2000", got)
+	}
+	m.maps(1, osds(1, 2, 3))
+	m.Ready()
+	m.step(pg.Info{From: 2, Epoch: 1, Info: pg.PeerInfo{Last: v(1, 10), LastEpochStarted: 1}}, pg.Info{From: 3, Epoch: 1})
+	m.expect("backfilling+degraded+peered", false)
+	if got := m.Backfilling(); !slices.Equal(got, osds(2, 3)) {
+		t.Fatalf("Backfilling %v, want [2 3]", got)
 	}
 }
