@@ -66,9 +66,18 @@ func TestRejoinedReplicaNotCleanUntilBackfilled(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the rejoined replica never began its backfill")
 	}
-	if got := state(); !strings.Contains(got, "backfilling") {
-		close(release)
-		t.Fatalf("pg %d.%x while osd.%d is backfilled from nothing: %s, want backfilling", pool.Id, pg, leaver, got)
+	// The primary publishes its state just after it pushed, and the walk
+	// may get there first.
+	var got string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if got = state(); strings.Contains(got, "backfilling") {
+			break
+		}
+		if time.Now().After(deadline) || !strings.Contains(got, "peering") {
+			close(release)
+			t.Fatalf("pg %d.%x while osd.%d is backfilled from nothing: %s, want backfilling", pool.Id, pg, leaver, got)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the primary's report
 	}
 	// The primary's syncs, one a second while the replica is behind, do
 	// not pile up at it: each would hold its message (and the session's
