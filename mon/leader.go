@@ -194,10 +194,26 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.Mon
 		}
 		mp = next
 	}
-	if slices.ContainsFunc(b.Pgs, func(st *osdpb.PGStat) bool { return st.GetUpFilled() && st.GetEpoch() == mp.Epoch() }) {
+	if slices.ContainsFunc(b.Pgs, func(st *osdpb.PGStat) bool { return st.GetUpFilled() && st.GetEpoch() <= mp.Epoch() }) {
 		var dropped []placement.PGID
+		past := map[uint64]*placement.Map{} // the reports' maps, read once
+		pastMap := func(epoch uint64) *placement.Map {
+			old, ok := past[epoch]
+			if !ok {
+				old, _ = m.store.get(ctx, epoch) // nil when not kept
+				past[epoch] = old
+			}
+			return old
+		}
 		next, err := l.update(ctx, func(pb *osdpb.ClusterMap) (txnExtra, error) {
-			if dropped = dropFilledPGTemp(pb, mp, b.Id, b.Pgs); len(dropped) == 0 {
+			cur := mp
+			if pb.Epoch != mp.Epoch() {
+				cur = pastMap(pb.Epoch) // the map moved since: judge against it
+				if cur == nil {
+					return txnExtra{}, errNoChange
+				}
+			}
+			if dropped = dropFilledPGTemp(pb, cur, b.Id, b.Pgs, pastMap); len(dropped) == 0 {
 				return txnExtra{}, errNoChange
 			}
 			return txnExtra{}, nil

@@ -107,12 +107,19 @@ func primePGTemp(cur, next *placement.Map) (*placement.Map, error) {
 }
 
 // dropFilledPGTemp removes the pg_temp entries of the PGs that OSD id, as
-// their acting primary at pb's epoch, reported filled at that epoch: their
-// up sets hold them now. It returns the PGs it removed.
-func dropFilledPGTemp(pb *osdpb.ClusterMap, mp *placement.Map, id uint32, stats []*osdpb.PGStat) []placement.PGID {
+// their acting primary at pb's epoch (the epoch of mp), reported filled:
+// their up sets hold them now. A report counts when it was made at that
+// epoch, or at one whose map (past, by epoch; nil when not kept) gave the
+// PG the same entry, up set and primary: each drop is a new epoch, and
+// the other primaries' reports of the same round would otherwise wait a
+// beacon each. It returns the PGs it removed.
+func dropFilledPGTemp(pb *osdpb.ClusterMap, mp *placement.Map, id uint32, stats []*osdpb.PGStat, past func(epoch uint64) *placement.Map) []placement.PGID {
 	var dropped []placement.PGID
 	for _, st := range stats {
-		if !st.GetUpFilled() || st.GetEpoch() != pb.Epoch || !mp.IsPrimary(st.GetPool(), st.GetPg(), id) {
+		if !st.GetUpFilled() || st.GetEpoch() > pb.Epoch || !mp.IsPrimary(st.GetPool(), st.GetPg(), id) {
+			continue
+		}
+		if st.GetEpoch() < pb.Epoch && !samePGTemp(past(st.GetEpoch()), mp, st.GetPool(), st.GetPg()) {
 			continue
 		}
 		i := slices.IndexFunc(pb.PgTemp, func(t *osdpb.PGTemp) bool { return t.GetPool() == st.GetPool() && t.GetPg() == st.GetPg() })
@@ -123,4 +130,16 @@ func dropFilledPGTemp(pb *osdpb.ClusterMap, mp *placement.Map, id uint32, stats 
 		dropped = append(dropped, placement.PGID{Pool: st.GetPool(), Seed: st.GetPg()})
 	}
 	return dropped
+}
+
+// samePGTemp reports whether old (nil: not kept) gave PG pg of pool the
+// pg_temp entry, up set and acting set that mp gives it.
+func samePGTemp(old, mp *placement.Map, pool, pg uint32) bool {
+	if old == nil {
+		return false
+	}
+	a, okA := old.PGTemp(pool, pg)
+	b, okB := mp.PGTemp(pool, pg)
+	return okA && okB && slices.Equal(a, b) && slices.Equal(old.UpSet(pool, pg), mp.UpSet(pool, pg)) &&
+		slices.Equal(old.ActingSet(pool, pg), mp.ActingSet(pool, pg))
 }

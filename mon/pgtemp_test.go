@@ -182,17 +182,38 @@ func TestPrimePGTemp(t *testing.T) {
 	for _, id := range drained.ActingSet(1, second.Pg)[1:] {
 		nonPrimary = id
 	}
+	past := func(e uint64) *placement.Map {
+		return map[uint64]*placement.Map{running.Epoch(): running, drained.Epoch(): drained}[e]
+	}
 	pb := drained.Proto()
 	dropped := dropFilledPGTemp(pb, drained, primary, []*osdpb.PGStat{
 		{Pool: 1, Pg: first.Pg, UpFilled: true, Epoch: drained.Epoch()},
-		{Pool: 1, Pg: second.Pg, UpFilled: true, Epoch: drained.Epoch() - 1},
-	})
+		{Pool: 1, Pg: second.Pg, UpFilled: true, Epoch: running.Epoch()},     // before its entry
+		{Pool: 1, Pg: second.Pg, UpFilled: true, Epoch: drained.Epoch() + 1}, // a map the mon has not written
+	}, past)
 	dropped = append(dropped, dropFilledPGTemp(pb, drained, nonPrimary, []*osdpb.PGStat{
 		{Pool: 1, Pg: second.Pg, UpFilled: true, Epoch: drained.Epoch()},
-	})...)
+	}, past)...)
 	if want := []placement.PGID{{Pool: 1, Seed: first.Pg}}; !slices.Equal(dropped, want) || len(pb.PgTemp) != len(tmp)-1 {
-		t.Fatalf("dropped %v (%d entries left of %d), want only %v: a report from an old epoch or from osd.%d, not pg %x's primary osd.%d, drops nothing",
+		t.Fatalf("dropped %v (%d entries left of %d), want only %v: a report from an epoch before the entry or after the map, or from osd.%d, not pg %x's primary osd.%d, drops nothing",
 			dropped, len(pb.PgTemp), len(tmp), want, nonPrimary, second.Pg, other)
+	}
+	// A report from an older epoch whose map gave the PG the same entry,
+	// up set and primary counts: the maps between changed other PGs.
+	later := step(t, drained, setOSD(3, func(o *osdpb.OSDInfo) { o.Weight = 1 })) // an epoch that changes nothing here
+	laterPast := func(e uint64) *placement.Map {
+		if e == drained.Epoch() {
+			return drained
+		}
+		return nil
+	}
+	secondPrimary, _ := later.Primary(1, second.Pg)
+	if got := dropFilledPGTemp(later.Proto(), later, secondPrimary, []*osdpb.PGStat{{Pool: 1, Pg: second.Pg, UpFilled: true, Epoch: drained.Epoch()}}, laterPast); len(got) != 1 {
+		t.Fatalf("a report one epoch old, the PG unchanged since: dropped %v", got)
+	}
+	if got := dropFilledPGTemp(later.Proto(), later, secondPrimary, []*osdpb.PGStat{{Pool: 1, Pg: second.Pg, UpFilled: true, Epoch: drained.Epoch()}},
+		func(uint64) *placement.Map { return nil }); len(got) != 0 {
+		t.Fatalf("a report from a map no longer kept: dropped %v", got)
 	}
 }
 
@@ -209,7 +230,7 @@ func TestDroppedPGTempStaysDropped(t *testing.T) {
 	tmp := drained.Proto().PgTemp[0]
 	primary, _ := drained.Primary(1, tmp.Pg)
 	next := step(t, drained, func(pb *osdpb.ClusterMap) {
-		dropFilledPGTemp(pb, drained, primary, []*osdpb.PGStat{{Pool: 1, Pg: tmp.Pg, UpFilled: true, Epoch: drained.Epoch()}})
+		dropFilledPGTemp(pb, drained, primary, []*osdpb.PGStat{{Pool: 1, Pg: tmp.Pg, UpFilled: true, Epoch: drained.Epoch()}}, func(uint64) *placement.Map { return nil })
 	})
 	if got := len(next.Proto().PgTemp); got != n-1 {
 		t.Fatalf("after dropping pg %x's entry: %d entries, want %d", tmp.Pg, got, n-1)
