@@ -385,13 +385,18 @@ func (p *PG) activate() {
 // a write acknowledged while the PG serves is on min_size whole copies, as
 // Ceph's min_size promises, not on one copy and a member still filling.
 func (p *PG) complete() int {
-	n := 0
+	return len(p.cur.acting) - len(p.filling())
+}
+
+// filling lists the acting members marked backfilling, in acting order.
+func (p *PG) filling() []OSDID {
+	var ids []OSDID
 	for _, id := range p.cur.acting {
-		if pr := p.peers[id]; id == p.self || pr == nil || !pr.backfill {
-			n++
+		if pr := p.peers[id]; id != p.self && pr != nil && pr.backfill {
+			ids = append(ids, id)
 		}
 	}
-	return n
+	return ids
 }
 
 // Backfilling lists, sorted, the acting members the primary is filling
@@ -399,15 +404,10 @@ func (p *PG) complete() int {
 // min_size until their push completes. Empty off the primary and before
 // it went active.
 func (p *PG) Backfilling() []OSDID {
-	var ids []OSDID
 	if p.phase != phaseActive {
 		return nil
 	}
-	for _, id := range p.cur.acting {
-		if pr := p.peers[id]; id != p.self && pr != nil && pr.backfill {
-			ids = append(ids, id)
-		}
-	}
+	ids := p.filling()
 	slices.Sort(ids)
 	return ids
 }
