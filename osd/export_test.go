@@ -160,6 +160,9 @@ func (o *OSD) ScrubMapForTest(ctx context.Context, from, pool, pg uint32) ([]*os
 	return objs, err
 }
 
+// HasStateForTest is hasState: whether a Ceph state string has a word.
+var HasStateForTest = hasState
+
 // PGStatForTest is what this OSD, as PG (pool, pg)'s primary, would
 // report of it in its next beacon.
 func (o *OSD) PGStatForTest(pool, pg uint32) *osdpb.PGStat {

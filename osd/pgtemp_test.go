@@ -123,11 +123,11 @@ func TestRemappedPGServesWhileUpSetFills(t *testing.T) {
 	}
 }
 
-// hasWords reports whether Ceph state string s has every word.
+// hasWords reports whether Ceph state string s has every word, as the OSD
+// itself reads its states (osd.HasStateForTest).
 func hasWords(s string, words ...string) bool {
-	have := strings.Split(s, "+")
 	for _, w := range words {
-		if !slices.Contains(have, w) {
+		if !osd.HasStateForTest(s, w) {
 			return false
 		}
 	}
