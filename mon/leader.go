@@ -174,7 +174,11 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.Mon
 	if err != nil {
 		return nil, err
 	}
-	if _, err := m.cli.Put(ctx, m.k.stats(b.Id), string(js), clientv3.WithLease(lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	// Not on the OSD's lease: the record outlives the OSD's death, so its
+	// PGs' last reports stay in the status (stale) while no OSD of theirs
+	// is up; the up OSDs' records alone count toward space and rates, and
+	// "osd rm" deletes it.
+	if _, err := m.cli.Put(ctx, m.k.stats(b.Id), string(js)); err != nil {
 		return nil, unavailable("storing the OSD's stats", err)
 	}
 	if b.Fullness != o.Fullness {

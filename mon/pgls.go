@@ -2,7 +2,9 @@ package mon
 
 import (
 	"iter"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -23,9 +25,13 @@ type PGStat struct {
 	// Up is placement's set for the PG; it differs from Acting while a
 	// pg_temp entry keeps the old members serving (remapped).
 	Up []uint32 `json:"up"`
-	// The counts are the primary's last report at any epoch (zero when it
-	// has sent none); ReportedEpoch is that report's map epoch, 0 for none.
-	// A report older than the map's epoch does not set State ("unknown").
+	// The counts are the primary's last report at any epoch; while the
+	// primary has sent none, the last report of the PG from any OSD (a
+	// down one's included: what the PG held does not vanish from the
+	// totals while it cannot be reached), with no degraded, misplaced or
+	// inconsistent count; zero when no OSD ever reported it.
+	// ReportedEpoch is that report's map epoch, 0 for none. A report
+	// older than the map's epoch does not set State ("unknown").
 	Objects       uint64 `json:"objects"`
 	Bytes         uint64 `json:"bytes"` // the objects' bytes, one copy
 	Degraded      uint64 `json:"degraded"`
@@ -37,20 +43,24 @@ type PGStat struct {
 // PGStateWords are the words PG states are made of, joined by "+", as
 // Ceph's: the OSDs' reports (osd.pgStat) and the mon's own (pgViews).
 var PGStateWords = []string{"active", "clean", "peering", "peered", "down", "incomplete", "undersized", "degraded",
-	"remapped", "recovering", "backfilling", "recovery_toofull", "backfill_toofull", "inconsistent", "unknown"}
+	"remapped", "recovering", "backfilling", "recovery_toofull", "backfill_toofull", "inconsistent", "unknown", "stale"}
 
 // pgView is a PG's PGStat and how the health checks count it.
 type pgView struct {
 	PGStat
 	reported string // the state its primary reported, "" for none
 	// fresh: the report is from the current primary at the map's epoch;
-	// counted: from the current primary, at any epoch (its counts count).
+	// counted: from the current primary, at any epoch (its counts count),
+	// or, while it has sent none, the PG's last report from any OSD (its
+	// objects and bytes count).
 	fresh, counted bool
-	unknown        bool // no OSDs at all, or no fresh report
-	down           bool // no OSD up and in
-	belowMin       bool // fewer than min_size up: inactive (undersized+degraded+peered)
-	undersized     bool // fewer than size up, belowMin included
-	broken         bool // its primary reports it down or incomplete
+	unknown        bool   // no OSDs at all, or no fresh report
+	down           bool   // no OSD up and in, and no report of it ever
+	stale          bool   // no OSD up and in: State is "stale+" its last report's
+	lastFrom       uint32 // with stale: the OSD that made that report
+	belowMin       bool   // fewer than min_size up: inactive (undersized+degraded+peered)
+	undersized     bool   // fewer than size up, belowMin included
+	broken         bool   // its primary reports it down or incomplete
 }
 
 // upBeacons are the last beacons of the OSDs up in mp, in id order: a
@@ -93,6 +103,25 @@ func pgViews(in statusInput) iter.Seq[pgView] {
 				reports[from{pgKey{p.Pool, p.PG}, b.ID}] = p
 			}
 		}
+		// The newest report of each PG from any OSD, down ones included
+		// (their records outlive their leases): Ceph's PG map keeps a PG's
+		// last stats when no OSD of it is left to send new ones.
+		// On a tie an up reporter's, else the lowest id's.
+		type lastReport struct {
+			pgRecord
+			from uint32
+			up   bool
+		}
+		last := map[pgKey]lastReport{}
+		for _, id := range slices.Sorted(maps.Keys(beacons)) {
+			for _, p := range beacons[id].PGs {
+				k := pgKey{p.Pool, p.PG}
+				_, up := reports[from{k, id}]
+				if l, ok := last[k]; !ok || p.Epoch > l.Epoch || p.Epoch == l.Epoch && up && !l.up {
+					last[k] = lastReport{p, id, up}
+				}
+			}
+		}
 		noOSDs := true
 		for range mp.OSDs() {
 			noOSDs = false
@@ -116,9 +145,16 @@ func pgViews(in statusInput) iter.Seq[pgView] {
 						v.ReportedEpoch = r.Epoch
 					}
 				}
+				l, known := last[pgKey{pool.Id, pg}]
+				if !v.counted && known {
+					v.counted = true
+					v.Objects, v.Bytes, v.ReportedEpoch = l.Objects, l.Bytes, l.Epoch
+				}
 				switch {
 				case noOSDs:
 					v.State, v.unknown = "unknown", true
+				case len(acting) == 0 && known:
+					v.State, v.stale, v.lastFrom = "stale+"+strings.TrimPrefix(l.State, "stale+"), true, l.from
 				case len(acting) == 0:
 					v.State, v.down = "down", true
 				case len(acting) < minSize:

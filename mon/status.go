@@ -91,6 +91,9 @@ func newCheck(severity, code, summary string, detail []string) HealthCheck {
 
 // pgLine is a PG's line in a health check's detail, as Ceph's.
 func pgLine(v pgView) string {
+	if v.stale {
+		return fmt.Sprintf("pg %s is %s, acting %s, last reported by osd.%d at epoch %d", v.PGID, v.State, ActingList(v.Acting), v.lastFrom, v.ReportedEpoch)
+	}
 	return fmt.Sprintf("pg %s is %s, acting %s", v.PGID, v.State, ActingList(v.Acting))
 }
 
@@ -322,7 +325,8 @@ func computeStatus(in statusInput) *Status {
 
 	var (
 		checks     healthChecks
-		down       int // no OSD up
+		down       int // no OSD up, never reported
+		stale      int // no OSD up: as last reported
 		belowMin   int // fewer than min_size up
 		filling    int // min_size up, fewer whole: the rest being backfilled
 		undersized int // fewer than size up (belowMin included)
@@ -364,6 +368,9 @@ func computeStatus(in statusInput) *Status {
 		case v.down:
 			down++
 			about("down", v)
+		case v.stale:
+			stale++
+			about("stale", v)
 		case v.belowMin:
 			belowMin++
 			about("belowMin", v)
@@ -394,6 +401,9 @@ func computeStatus(in statusInput) *Status {
 
 	if down > 0 {
 		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs down (no OSD both up and in to serve them)", down), pgLines["down"])
+	}
+	if stale > 0 {
+		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs stale (no OSD both up and in to serve them; state and objects as last reported)", stale), pgLines["stale"])
 	}
 	if belowMin > 0 {
 		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs inactive: fewer than min_size OSDs up (undersized+degraded+peered)", belowMin), pgLines["belowMin"])

@@ -268,6 +268,28 @@ func TestComputeStatus(t *testing.T) {
 	if st.Health.Status != HealthErr || st.PGs["down"] != 8 || !hasCheck(st, "3 osds down") {
 		t.Fatalf("all down: %+v %v", st.Health, st.PGs)
 	}
+
+	// osd.2 reported every PG before it died (a former primary's records
+	// of epoch 9); the primaries now have not reported yet: the PGs are
+	// unknown, their objects those last reported, whoever reported them,
+	// and a down OSD's record says nothing of space or rates.
+	pb = mp.Proto()
+	pb.Osds[2].Up = false
+	twoUp, err := placement.FromProto(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := map[uint32]*beaconRecord{
+		0: {ID: 0, AtUnixNano: now.UnixNano()}, 1: {ID: 1, AtUnixNano: now.UnixNano()},
+		2: {ID: 2, AtUnixNano: now.UnixNano(), UsedBytes: 7, OpsPerSec: 9},
+	}
+	for pg := range uint32(8) {
+		before[2].PGs = append(before[2].PGs, pgRecord{Pool: 1, PG: pg, State: "active+clean", Objects: 2, Degraded: 1, Epoch: 9})
+	}
+	st = computeStatus(statusInput{mp: twoUp, beacons: before, now: now, fresh: time.Minute})
+	if st.PGs["unknown+undersized"] != 8 || st.Objects != 16 || st.DegradedObjects != 0 || st.UsedBytes != 0 || st.OpsPerSec != 0 {
+		t.Fatalf("primaries yet to report, osd.2's last reports: %v, %d objects, %d degraded, %d used, %.0f ops/s", st.PGs, st.Objects, st.DegradedObjects, st.UsedBytes, st.OpsPerSec)
+	}
 }
 
 // TestBeaconRates: recovery and op rates are measured over at least
@@ -382,5 +404,57 @@ func TestHealthByCode(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("byCode:\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// TestStalePGsKeepTheirLastReports: an OSD's beacon record outlives its
+// lease, so when every OSD of a PG dies the PG is stale, as its primary
+// last reported it (Ceph's stale+active+clean), and its objects stay in
+// status's and df's totals instead of vanishing with the OSDs.
+func TestStalePGsKeepTheirLastReports(t *testing.T) {
+	e := startTestEtcd(t)
+	cfg := testConfig(e, "a")
+	cfg.HeartbeatGrace = 2 * time.Second
+	cfg.Pool = &osdpb.Pool{Id: 1, Name: "default", Size: 2, PgCount: 16}
+	m := startTestMon(t, cfg)
+	c := newTestClient(t, nil, m.Addr())
+	for n := range 2 {
+		mustBoot(t, c, bootOf(n))
+	}
+	beaconAll(t, c, m.Map(), "active+clean")
+	reported, primary := m.Map().Epoch(), m.Map().ActingSet(1, 0)[0]
+	if st := statusCmd(t, c); st.PGs["active+clean"] != 16 || st.Objects != 16 {
+		t.Fatalf("reported clean: %v, %d objects", st.PGs, st.Objects)
+	}
+	// Both fall silent: their leases expire and the mon marks them down.
+	eventually(t, 20*time.Second, "both OSDs marked down by lease expiry", func() bool {
+		return !osdOf(t, m.Map(), 0).Up && !osdOf(t, m.Map(), 1).Up
+	})
+	st := statusCmd(t, c)
+	if st.Health.Status != HealthErr || st.PGs["stale+active+clean"] != 16 || st.Objects != 16 || !hasCheck(st, "16 pgs stale") {
+		t.Fatalf("every OSD down: %+v", st)
+	}
+	rep := mustCommand(t, c, &osdpb.MonCommand{Prefix: "health detail"})
+	var h Health
+	if err := json.Unmarshal([]byte(rep.Output), &h); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(h.Detail, func(c HealthCheck) bool { return c.Code == "PG_AVAILABILITY" })
+	if i < 0 || len(h.Detail[i].Detail) != 16 ||
+		h.Detail[i].Detail[0] != fmt.Sprintf("pg 1.0 is stale+active+clean, acting [], last reported by osd.%d at epoch %d", primary, reported) {
+		t.Fatalf("health detail: %+v", h.Detail)
+	}
+	for _, p := range pgLs(t, c, st) {
+		if p.State != "stale+active+clean" || p.Objects != 1 || p.ReportedEpoch != reported || p.Primary != -1 {
+			t.Errorf("pg ls, every OSD down: %+v", p)
+		}
+	}
+	rep = mustCommand(t, c, &osdpb.MonCommand{Prefix: "df"})
+	var df DF
+	if err := json.Unmarshal([]byte(rep.Output), &df); err != nil {
+		t.Fatal(err)
+	}
+	if len(df.Pools) != 1 || df.Pools[0].Objects != 16 || df.TotalBytes != 0 {
+		t.Fatalf("df, every OSD down: %+v", df)
 	}
 }

@@ -24,7 +24,7 @@ import (
 //	map                   the current ClusterMap (protobuf)
 //	maps/<epoch, 20 digits>  history: the last historyKeep maps
 //	alive/<id, 10 digits>    an OSD's liveness key, on its lease; value: uuid
-//	stats/<id, 10 digits>    an OSD's last beacon (JSON), on its lease
+//	stats/<id, 10 digits>    an OSD's last beacon (JSON), kept after it dies
 //	mons/<name>           a mon's msgr address, on the mon's session lease
 //	election/             concurrency.Election; values are msgr addresses
 //	auth-ca               the cluster's CA, its key included (PEM; auth.go)

@@ -902,7 +902,7 @@ func (o *OSD) endRecovery(p *pgState, from uint32, last *osdpb.Version, err erro
 	}
 	o.setLast(p, last)
 	p.recoveryFailures, p.retryAt = 0, time.Time{}
-	o.log.Info("pg recovered", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from, "version", last)
+	o.log.Info("pg recovered", "pg", pgName(p.pool, p.pg), "from", from, "version", last)
 	if pull != nil {
 		p.m.Step(pg.Recovered{From: pull.From, Last: pgVersion(last)})
 	}
@@ -1184,7 +1184,7 @@ var bucketAnswered testHook[func(osd uint32, bucket string)]
 // a recovery slot.
 func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func() error) (*osdpb.Version, error) {
 	isMeta := p.pg == placement.MetaPG
-	o.log.Info("backfilling pg", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "from", from)
+	o.log.Info("backfilling pg", "pg", pgName(p.pool, p.pg), "from", from)
 	var bf *backfillState
 	if !isMeta {
 		if err := o.st.SetPGBackfilling(ctx, p.sid); err != nil {

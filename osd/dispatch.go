@@ -250,7 +250,7 @@ func (o *OSD) target(hdr *osdpb.Header, bucket, key string, meta bool) (*placeme
 		return nil, nil, 0, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "%s/%s is in pg %d, not %d (epoch %d)", bucket, key, pg, hdr.Pg, mp.Epoch())
 	}
 	if p, _ := mp.Primary(pool.Id, pg); p != o.id {
-		return nil, nil, 0, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "pg %d.%x: primary is osd.%d, not osd.%d (epoch %d)", pool.Id, pg, p, o.id, mp.Epoch())
+		return nil, nil, 0, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "pg %s: primary is osd.%d, not osd.%d (epoch %d)", pgName(pool.Id, pg), p, o.id, mp.Epoch())
 	}
 	return mp, pool, pg, nil
 }
@@ -771,7 +771,7 @@ func (o *OSD) listOptions(req *osdpb.ListObjects, fromPeer bool) (store.ListOpti
 	want := make(map[uint32]bool, len(req.Pgs))
 	for _, pg := range req.Pgs {
 		if !mp.IsPrimary(pool.Id, pg, o.id) {
-			return opts, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "osd.%d is not the primary of pg %d.%x (epoch %d)", o.id, pool.Id, pg, mp.Epoch())
+			return opts, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "osd.%d is not the primary of pg %s (epoch %d)", o.id, pgName(pool.Id, pg), mp.Epoch())
 		}
 		if err := o.peeringErr(storePG(pool.Id, pg)); err != nil {
 			return opts, err

@@ -132,7 +132,7 @@ func (o *OSD) fullCheck(mp *placement.Map, pool, pg uint32, acting []uint32) (st
 	}
 	for _, id := range acting[1:] {
 		if lvl := o.peerFullness(mp, id); lvl >= osdpb.Fullness_FULLNESS_FULL {
-			return sp, ops.Errorf(osdpb.Status_STORAGE_FULL, "pg %d.%x: osd.%d is %s; delete objects or add OSDs", pool, pg, id, ops.FullnessWord(lvl))
+			return sp, ops.Errorf(osdpb.Status_STORAGE_FULL, "pg %s: osd.%d is %s; delete objects or add OSDs", pgName(pool, pg), id, ops.FullnessWord(lvl))
 		}
 	}
 	return sp, nil
@@ -173,7 +173,7 @@ func (o *OSD) recoveryFailed(p *pgState, err error) {
 	p.retryAt = time.Now().Add(d)
 	// The first failure and then every 8th: a full disk fails every retry.
 	if p.recoveryFailures == 1 || p.recoveryFailures%8 == 0 {
-		o.log.Warn("recovery failed; retrying with backoff", "pg", fmt.Sprintf("%d.%x", p.pool, p.pg), "failures", p.recoveryFailures, "retry_in", d, "err", err)
+		o.log.Warn("recovery failed; retrying with backoff", "pg", pgName(p.pool, p.pg), "failures", p.recoveryFailures, "retry_in", d, "err", err)
 	}
 }
 
@@ -181,8 +181,8 @@ func (o *OSD) recoveryFailed(p *pgState, err error) {
 // before its backoff ends; nil when it may start. On p's shard.
 func (o *OSD) recoveryWait(p *pgState) error {
 	if wait := time.Until(p.retryAt); wait > 0 {
-		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x: recovery failed %d times; next try in %v",
-			p.pool, p.pg, p.recoveryFailures, wait.Round(time.Millisecond))
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: recovery failed %d times; next try in %v",
+			pgName(p.pool, p.pg), p.recoveryFailures, wait.Round(time.Millisecond))
 	}
 	return nil
 }

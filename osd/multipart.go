@@ -360,7 +360,7 @@ func (o *OSD) headAnywhere(mp *placement.Map, pool *osdpb.Pool, bucket, key stri
 	pg := ops.StoredPG(pool, bucket, key)
 	primary, ok := mp.Primary(pool.Id, pg)
 	if !ok {
-		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x has no OSD", pool.Id, pg)
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s has no OSD", pgName(pool.Id, pg))
 	}
 	if primary == o.id {
 		return o.st.Head(o.ctx, bucket, key)

@@ -759,14 +759,14 @@ func storePG(pool, pg uint32) uint32 {
 func (o *OSD) peerPG(pool, pg uint32) (uint32, error) {
 	sid, err := placement.PGID{Pool: pool, Seed: pg}.StoreID()
 	if err != nil {
-		return 0, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg %d.%x: %v", pool, pg, err)
+		return 0, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg %s: %v", pgName(pool, pg), err)
 	}
 	p, ok := o.Map().Pool(pool)
 	if !ok {
-		return 0, ops.Errorf(osdpb.Status_STALE_EPOCH, "pg %d.%x: no pool %d in our map (epoch %d)", pool, pg, pool, o.Map().Epoch())
+		return 0, ops.Errorf(osdpb.Status_STALE_EPOCH, "pg %s: no pool %d in our map (epoch %d)", pgName(pool, pg), pool, o.Map().Epoch())
 	}
 	if pg != placement.MetaPG && pg >= p.PgCount {
-		return 0, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg %d.%x: pool %d has %d PGs", pool, pg, pool, p.PgCount)
+		return 0, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "pg %s: pool %d has %d PGs", pgName(pool, pg), pool, p.PgCount)
 	}
 	return sid, nil
 }
@@ -789,3 +789,7 @@ func poolPGOf(mp *placement.Map, sid uint32) (pool, pg uint32) {
 // PeerDown reports whether this OSD considers OSD id down (it missed its
 // heartbeats for HeartbeatGrace).
 func (o *OSD) PeerDown(id uint32) bool { return o.peerDown(id) }
+
+// pgName names PG pg of pool as every message and log line does: Ceph's
+// POOL.SEED (1.1f), or "meta" for the PG of bucket records.
+func pgName(pool, pg uint32) string { return placement.PGID{Pool: pool, Seed: pg}.String() }

@@ -300,7 +300,7 @@ func (o *OSD) answerQuery(q *osdpb.PGQuery, sid, from uint32) (*osdpb.PGInfo, er
 	}
 	o.advance(p, o.Map())
 	if p.m == nil {
-		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x: no state yet", q.Pool, q.Pg)
+		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: no state yet", pgName(q.Pool, q.Pg))
 	}
 	info, err := p.m.AnswerQuery(pg.OSDID(from), pg.Epoch(q.Epoch))
 	if err != nil {
@@ -346,7 +346,7 @@ func refusal(err error) error {
 func (o *OSD) canServe(p *pgState, mp *placement.Map) error {
 	o.advance(p, mp)
 	if p.m == nil {
-		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x: no state yet", p.pool, p.pg)
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: no state yet", pgName(p.pool, p.pg))
 	}
 	if err := p.m.CanServe(); err != nil {
 		return refusal(err)

@@ -210,10 +210,10 @@ func (o *OSD) answerScrubMap(c *msgr.Conn, q *osdpb.PGScrubMap) (*osdpb.PGScrubM
 func (o *OSD) fromPrimary(pool, pg, from uint32) error {
 	mp := o.Map()
 	if primary, ok := mp.Primary(pool, pg); !ok || primary != from {
-		return ops.Errorf(osdpb.Status_WRONG_PRIMARY, "osd.%d is not the primary of pg %d.%x (epoch %d)", from, pool, pg, mp.Epoch())
+		return ops.Errorf(osdpb.Status_WRONG_PRIMARY, "osd.%d is not the primary of pg %s (epoch %d)", from, pgName(pool, pg), mp.Epoch())
 	}
 	if _, ok := mp.RoleOf(pool, pg, o.id); !ok {
-		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd.%d is not in the acting set of pg %d.%x (epoch %d)", o.id, pool, pg, mp.Epoch())
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "osd.%d is not in the acting set of pg %s (epoch %d)", o.id, pgName(pool, pg), mp.Epoch())
 	}
 	return nil
 }
@@ -775,7 +775,7 @@ func (o *OSD) checkPush(q *osdpb.PGPush) error {
 	}
 	pool, ok := o.Map().Pool(q.Pool)
 	if !ok || q.Pg == placement.MetaPG || placement.PGOf(pool, e.Bucket, e.Key) != q.Pg {
-		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "push: %s/%s is not an object of pg %d.%x", e.Bucket, e.Key, q.Pool, q.Pg)
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "push: %s/%s is not an object of pg %s", e.Bucket, e.Key, pgName(q.Pool, q.Pg))
 	}
 	return nil
 }

@@ -325,7 +325,7 @@ func (o *OSD) answerStray(q *osdpb.PGStray, sid, from uint32) (bool, error) {
 	mp := o.Map()
 	if q.Epoch > mp.Epoch() {
 		o.learnEpoch(q.Epoch, from)
-		return false, ops.Errorf(osdpb.Status_STALE_EPOCH, "pg %d.%x: asked at epoch %d, we are at %d", q.Pool, q.Pg, q.Epoch, mp.Epoch())
+		return false, ops.Errorf(osdpb.Status_STALE_EPOCH, "pg %s: asked at epoch %d, we are at %d", pgName(q.Pool, q.Pg), q.Epoch, mp.Epoch())
 	}
 	p, err := o.pgOf(sid)
 	if err != nil {
@@ -333,7 +333,7 @@ func (o *OSD) answerStray(q *osdpb.PGStray, sid, from uint32) (bool, error) {
 	}
 	o.advance(p, mp)
 	if p.m == nil || p.m.Role() != pg.RolePrimary {
-		return false, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "pg %d.%x: not its primary", q.Pool, q.Pg)
+		return false, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "pg %s: not its primary", pgName(q.Pool, q.Pg))
 	}
 	if info, ok := mp.OSD(from); !ok || !info.Up || slices.Contains(p.m.Acting(), pg.OSDID(from)) || slices.Contains(p.m.Filling(), pg.OSDID(from)) {
 		return false, nil // a member, one being filled, or one about to be again

@@ -425,7 +425,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 	acting := mp.ActingSet(p.pool, p.pg)
 	if len(acting) == 0 || acting[0] != o.id {
 		release()
-		done(nil, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "osd.%d is not the primary of pg %d.%x (epoch %d)", o.id, p.pool, p.pg, mp.Epoch()))
+		done(nil, ops.Errorf(osdpb.Status_WRONG_PRIMARY, "osd.%d is not the primary of pg %s (epoch %d)", o.id, pgName(p.pool, p.pg), mp.Epoch()))
 		return
 	}
 	// The members being filled (a pg_temp entry) take every write too:
@@ -433,8 +433,8 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 	replicas := mp.Members(p.pool, p.pg)[1:]
 	if pool, ok := mp.Pool(p.pool); ok && len(acting) < placement.MinSize(pool) {
 		release()
-		done(nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x has %d of %d members up, below min_size %d (epoch %d)",
-			p.pool, p.pg, len(acting), pool.Size, placement.MinSize(pool), mp.Epoch()))
+		done(nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s has %d of %d members up, below min_size %d (epoch %d)",
+			pgName(p.pool, p.pg), len(acting), pool.Size, placement.MinSize(pool), mp.Epoch()))
 		return
 	}
 	if err := o.canServe(p, mp); err != nil {
@@ -490,7 +490,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 	for _, id := range replicas {
 		if o.peerDown(id) {
 			release()
-			done(nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x: replica osd.%d is down", p.pool, p.pg, id))
+			done(nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: replica osd.%d is down", pgName(p.pool, p.pg), id))
 			return
 		}
 	}
@@ -894,8 +894,8 @@ func (o *OSD) applyFailed(p *pgState, e *osdpb.LogEntry, err error) {
 	if o.ctx.Err() != nil {
 		return // stopping: peering sorts it out at the restart
 	}
-	o.fatal(fmt.Errorf("pg %d.%x: applying version %d.%d, already sent to the replicas: %w",
-		p.pool, p.pg, e.Version.GetEpoch(), e.Version.GetSeq(), err))
+	o.fatal(fmt.Errorf("pg %s: applying version %d.%d, already sent to the replicas: %w",
+		pgName(p.pool, p.pg), e.Version.GetEpoch(), e.Version.GetSeq(), err))
 }
 
 // fatal stops the OSD at once because it cannot go on safely: through
@@ -949,8 +949,8 @@ func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osd
 	tid := o.reps.Add(pr)
 	timer := time.AfterFunc(o.cfg.RepTimeout, func() {
 		if pr, ok := o.reps.Take(tid); ok {
-			pr.finish(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x: replicas did not ack version %d.%d within %v",
-				p.pool, p.pg, e.Version.GetEpoch(), e.Version.GetSeq(), o.cfg.RepTimeout))
+			pr.finish(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: replicas did not ack version %d.%d within %v",
+				pgName(p.pool, p.pg), e.Version.GetEpoch(), e.Version.GetSeq(), o.cfg.RepTimeout))
 		}
 	})
 	pr.mu.Lock()
@@ -994,7 +994,7 @@ func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osd
 		cancel()
 		if err != nil {
 			m.Release()
-			o.failRep(tid, fmt.Errorf("pg %d.%x: sending to osd.%d: %w", p.pool, p.pg, id, err))
+			o.failRep(tid, fmt.Errorf("pg %s: sending to osd.%d: %w", pgName(p.pool, p.pg), id, err))
 			break
 		}
 	}
@@ -1213,7 +1213,7 @@ func (o *OSD) applyRepOp(p *pgState, m *msgr.Message, r *osdpb.RepOp, from uint3
 			o.whenDurable(applied, func(err error) {
 				if err != nil {
 					// Applied but maybe lost: we cannot go on (applyFailed).
-					o.fatal(fmt.Errorf("pg %d.%x: syncing version %d.%d: %w", p.pool, p.pg, v.GetEpoch(), v.GetSeq(), err))
+					o.fatal(fmt.Errorf("pg %s: syncing version %d.%d: %w", pgName(p.pool, p.pg), v.GetEpoch(), v.GetSeq(), err))
 					o.ackRepOp(m, r, nil, err)
 					return
 				}
@@ -1271,7 +1271,7 @@ func (o *OSD) ackRepOp(m *msgr.Message, r *osdpb.RepOp, last *osdpb.Version, err
 func (o *OSD) acceptRepOp(p *pgState, r *osdpb.RepOp, from uint32) error {
 	o.advance(p, o.Map())
 	if p.m == nil {
-		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %d.%x: no state yet", r.Pool, r.Pg)
+		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: no state yet", pgName(r.Pool, r.Pg))
 	}
 	err := p.m.AcceptRepOp(pg.OSDID(from), pg.Epoch(r.Epoch))
 	if errors.Is(err, pg.ErrFutureEpoch) {

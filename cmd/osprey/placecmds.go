@@ -151,7 +151,8 @@ func newPGLsCmd() *cobra.Command {
 under, its acting set (primary first), and what its primary last reported:
 objects, degraded and misplaced copies, inconsistent objects (from its last
 deep scrub) and the map epoch of that report. A PG with no OSD up and in is
-"down", one with fewer than min_size "undersized+degraded+peered"; any other PG's
+"stale+" the state its primary last reported (its objects as then), or "down"
+if none ever did; one with fewer than min_size "undersized+degraded+peered"; any other PG's
 state is its primary's last report, made at the current epoch or at one
 whose map gave it the same acting set, else "unknown" until its next.
 

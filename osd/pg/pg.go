@@ -80,6 +80,8 @@ package pg
 import (
 	"fmt"
 	"slices"
+
+	"github.com/ospreystore/osprey/internal/placement"
 )
 
 // OSDID names an OSD in the cluster map.
@@ -114,8 +116,9 @@ func (v Version) String() string { return fmt.Sprintf("%d'%d", v.Epoch, v.Seq) }
 // the pool).
 type ID struct{ Pool, Seed uint32 }
 
-// String formats id as Ceph does, pool.seedhex: "1.1f".
-func (id ID) String() string { return fmt.Sprintf("%d.%x", id.Pool, id.Seed) }
+// String formats id as Ceph does, pool.seedhex ("1.1f"), as placement
+// names every PG: "meta" for the PG of bucket records.
+func (id ID) String() string { return placement.PGID{Pool: id.Pool, Seed: id.Seed}.String() }
 
 // PeerInfo is what one OSD knows of its copy of a PG: what the daemon
 // persists with the PG and what a peer answers a query with.

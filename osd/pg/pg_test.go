@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/osd/pg"
 )
 
@@ -1019,5 +1020,15 @@ func TestTrimmedTailMakesABackfill(t *testing.T) {
 	m.expect("backfilling+degraded+peered", false)
 	if got := m.Backfilling(); !slices.Equal(got, osds(2, 3)) {
 		t.Fatalf("Backfilling %v, want [2 3]", got)
+	}
+}
+
+// TestIDString: errors name a PG as Ceph prints it, and the PG of bucket
+// records as "meta", not as pool.ffffffff.
+func TestIDString(t *testing.T) {
+	for id, want := range map[pg.ID]string{{Pool: 1, Seed: 0x1f}: "1.1f", {Pool: 2, Seed: 0}: "2.0", {Pool: 1, Seed: placement.MetaPG}: "meta"} {
+		if got := id.String(); got != want {
+			t.Errorf("%#v: %q, want %q", id, got, want)
+		}
 	}
 }
