@@ -25,6 +25,13 @@ import (
 // leave the PG with fewer members than placement gives it, and the new
 // members, filled in the acting set, are counted as what they are
 // (pg.PG.Backfilling).
+//
+// An entry is also made when placement has no replacement for a member it
+// drops (fewer OSDs in than the pool's size, the member out but running):
+// the old acting set keeps its whole copy serving, as Ceph keeps such an
+// OSD acting, and the PG is active+clean+remapped with nothing to move.
+// The entry goes when the member goes down or comes back in; if an OSD
+// comes in instead, it is filled and the primary reports the up set full.
 
 // tidyPGTemp drops what of pb's pg_temp entries pb no longer allows: the
 // entries of pools gone or PGs past their pool's pg_count, OSDs removed
@@ -88,8 +95,18 @@ func primePGTemp(cur, next *placement.Map) (*placement.Map, error) {
 				continue
 			}
 			old := slices.DeleteFunc(cur.ActingSet(pool.Id, pg), func(id uint32) bool { return !up(id) })
-			if len(old) == 0 || len(old) < len(upSet) || len(old) > int(pool.Size) ||
-				!slices.ContainsFunc(upSet, func(id uint32) bool { return !slices.Contains(old, id) }) {
+			if len(old) == 0 || len(old) > int(pool.Size) {
+				continue
+			}
+			gains := slices.ContainsFunc(upSet, func(id uint32) bool { return !slices.Contains(old, id) })
+			// No replacement: placement found fewer OSDs than size, and
+			// an old member it dropped (out, but running) still holds a
+			// whole copy. As Ceph's choose_acting fills its want set
+			// from the old acting set, it stays a member: the PG keeps
+			// size copies, remapped, until the member goes down, comes
+			// back in, or placement finds it a replacement to fill.
+			noReplacement := !gains && len(upSet) < int(pool.Size) && len(old) > len(upSet)
+			if !noReplacement && (!gains || len(old) < len(upSet)) {
 				continue
 			}
 			temps = append(temps, &osdpb.PGTemp{Pool: pool.Id, Pg: pg, Osds: old})

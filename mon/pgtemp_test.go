@@ -239,3 +239,53 @@ func TestDroppedPGTempStaysDropped(t *testing.T) {
 		t.Fatalf("pg %x's entry came back", tmp.Pg)
 	}
 }
+
+// TestPGTempNoReplacement: an OSD out while it runs, where placement has
+// no other OSD to take its place (3 OSDs, size 3), stays acting through a
+// pg_temp entry, as Ceph keeps it: the PG keeps three copies, remapped.
+// The entries go when it comes back in or goes down; when an OSD comes in
+// instead, they stay until the primary reports the new member filled.
+func TestPGTempNoReplacement(t *testing.T) {
+	three := pgTempMap(t, 3, nil)
+	out := step(t, three, setOSD(2, func(o *osdpb.OSDInfo) { o.In = false }))
+	for pg := range uint32(16) {
+		if got, want := out.ActingSet(1, pg), three.ActingSet(1, pg); !slices.Equal(got, want) || !out.Remapped(1, pg) || len(out.UpSet(1, pg)) != 2 {
+			t.Fatalf("pg %x, osd.2 out while up, no replacement: acting %v up %v, want the old %v, remapped", pg, got, out.UpSet(1, pg), want)
+		}
+	}
+	if n := len(step(t, out, setOSD(2, func(o *osdpb.OSDInfo) { o.In = true })).Proto().PgTemp); n != 0 {
+		t.Errorf("osd.2 in again: %d entries left", n)
+	}
+	if n := len(step(t, out, setOSD(2, func(o *osdpb.OSDInfo) { o.Up = false })).Proto().PgTemp); n != 0 {
+		t.Errorf("osd.2 down: %d entries left", n)
+	}
+	// A change elsewhere that leaves the up sets alone makes no entry:
+	// osd.2 down, then up again while out, is a stray.
+	down := step(t, out, setOSD(2, func(o *osdpb.OSDInfo) { o.Up = false }))
+	if n := len(step(t, down, setOSD(2, func(o *osdpb.OSDInfo) { o.Up = true })).Proto().PgTemp); n != 0 {
+		t.Errorf("osd.2 up again while out: %d entries", n)
+	}
+	// A fourth OSD in: every PG's up set takes it, and keeps its entry
+	// (the old members serve while osd.3 is filled).
+	four, err := out.With(func(pb *osdpb.ClusterMap) {
+		pb.Osds = append(pb.Osds, &osdpb.OSDInfo{Id: 3, PublicAddr: "tcp://127.0.0.1:7003", ClusterAddr: "tcp://127.0.0.1:8003",
+			Weight: 1, Up: true, In: false, Features: placement.Features})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := step(t, four, setOSD(3, func(o *osdpb.OSDInfo) { o.In = true }))
+	for pg := range uint32(16) {
+		up, acting := added.UpSet(1, pg), added.ActingSet(1, pg)
+		if len(up) != 3 {
+			t.Fatalf("pg %x with osd.3 in: up %v", pg, up)
+		}
+		if _, ok := added.PGTemp(1, pg); !ok || !slices.Equal(acting, three.ActingSet(1, pg)) {
+			t.Errorf("pg %x, osd.3 in, up %v: acting %v, want the old %v kept until osd.3 is filled", pg, up, acting, three.ActingSet(1, pg))
+		}
+	}
+	// The size cut to 2: two OSDs in are enough, no entry is needed.
+	if n := len(step(t, out, func(pb *osdpb.ClusterMap) { pb.Pools[0].Size = 2 }).Proto().PgTemp); n != 0 {
+		t.Errorf("size 2 with two OSDs in: %d entries", n)
+	}
+}

@@ -390,6 +390,12 @@ func computeStatus(in statusInput) *Status {
 			for _, t := range strings.Split(v.reported, "+") {
 				// inconsistent is an error of its own (PG_DAMAGED below).
 				// peered (inactive) is counted above, as an error.
+				// remapped with nothing misplaced (an out OSD kept acting for
+				// want of a replacement, or an entry about to go) is no
+				// problem: Ceph warns only of the misplaced objects.
+				if t == "remapped" && v.Misplaced == 0 {
+					continue
+				}
 				if t != "active" && t != "clean" && t != "undersized" && t != "inconsistent" && t != "peered" && t != "" {
 					tokens[t]++
 					about("token:"+t, v)

@@ -252,6 +252,22 @@ func TestComputeStatus(t *testing.T) {
 	if st.Health.Status != HealthOK || st.PGs["active+clean"] != 8 || st.Objects != 0 {
 		t.Fatalf("with former primaries' reports: %+v %v, %d objects", st.Health, st.PGs, st.Objects)
 	}
+	// Remapped with nothing misplaced (an out OSD kept acting for want of
+	// a replacement): no warning, as Ceph's; with copies to move, one.
+	st = computeStatus(statusInput{mp: mp, beacons: reportAll(mp, "active+clean+remapped", 10), now: now, fresh: time.Minute})
+	if st.Health.Status != HealthOK || st.PGs["active+clean+remapped"] != 8 {
+		t.Fatalf("remapped, nothing misplaced: %+v %v", st.Health, st.PGs)
+	}
+	moving := reportAll(mp, "active+backfilling+remapped", 10)
+	for _, r := range moving {
+		for i := range r.PGs {
+			r.PGs[i].Misplaced = 1
+		}
+	}
+	st = computeStatus(statusInput{mp: mp, beacons: moving, now: now, fresh: time.Minute})
+	if st.Health.Status != HealthWarn || !hasCheck(st, "8 pgs remapped") || !hasCheck(st, "8 objects misplaced") {
+		t.Fatalf("remapped, copies to move: %+v", st.Health)
+	}
 	st = computeStatus(statusInput{mp: mp, beacons: reportAll(mp, "incomplete", 10), now: now, fresh: time.Minute})
 	if st.Health.Status != HealthErr || !hasCheck(st, "8 pgs incomplete") {
 		t.Fatalf("incomplete: %+v", st.Health)

@@ -552,3 +552,52 @@ func TestNewStoreUnderOldIDWaits(t *testing.T) {
 		}
 	}
 }
+
+// TestOSDOutWithNoReplacementStaysActing: on three OSDs at size 3, an OSD
+// marked out while it runs has no OSD to take its place. As Ceph keeps it
+// acting, the mon keeps each PG's old acting set (pg_temp): three copies
+// serve on, active+clean+remapped with nothing misplaced and health OK,
+// and writes still reach it. Marked in again, the entries go.
+func TestOSDOutWithNoReplacementStaysActing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	lc, monArgs := monCluster(t, 3, 3)
+	cli := mustCLI(t, monArgs)
+	cl := monClient(t, lc, "keep")
+	ctx := t.Context()
+	var keys []string
+	put := func(n int) {
+		t.Helper()
+		for range n {
+			key := fmt.Sprintf("k%02d", len(keys))
+			if _, err := osdtest.Put(ctx, cl, "keep", key, osdtest.Payload(2000, uint64(len(keys))), client.PutOptions{}); err != nil {
+				t.Fatalf("put %s: %v", key, err)
+			}
+			keys = append(keys, key)
+		}
+	}
+	put(8)
+	waitPGs(t, cli, "three OSDs in", func(p mon.PGStat) bool { return p.State == "active+clean" && len(p.Acting) == 3 })
+	cli("osd", "out", "2")
+	waitPGs(t, cli, "osd.2 out while it runs, nothing to replace it", func(p mon.PGStat) bool {
+		return p.State == "active+clean+remapped" && len(p.Acting) == 3 && slices.Contains(p.Acting, 2) &&
+			len(p.Up) == 2 && !slices.Contains(p.Up, 2) && p.Degraded == 0 && p.Misplaced == 0
+	})
+	if out := cli("health"); !strings.HasPrefix(out, mon.HealthOK) {
+		t.Errorf("health with osd.2 out, kept acting: %q", out)
+	}
+	osdtest.Eventually(t, 10*time.Second, "the client's map keeps osd.2 acting", func() bool {
+		mp := cl.Map()
+		pool, _ := mp.PoolByName("default")
+		return slices.Contains(mp.ActingSet(pool.Id, 0), 2)
+	})
+	put(4)
+	if missing := missingCopies(t, lc, cl, "keep", keys); missing != "" {
+		t.Fatalf("with osd.2 out and acting: %s", missing)
+	}
+	cli("osd", "in", "2")
+	waitPGs(t, cli, "osd.2 in again", func(p mon.PGStat) bool {
+		return p.State == "active+clean" && len(p.Acting) == 3 && slices.Equal(p.Acting, p.Up)
+	})
+}

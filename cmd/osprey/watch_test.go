@@ -123,11 +123,12 @@ func TestStatusWatch(t *testing.T) {
 	at := len(out.String())
 	cli("osd", "out", "2")
 	waitFor(at, ": osd.2 marked out")
-	waitFor(at, "pgs undersized")
+	// Nothing can replace it (3 OSDs, size 3): it stays acting, remapped.
+	waitFor(at, `pgs: 8 active\+clean\+remapped;`)
 	at = len(out.String())
 	cli("osd", "in", "2")
 	waitFor(at, ": osd.2 marked in")
-	waitFor(at, "health HEALTH_OK")
+	waitFor(at, `pgs: 8 active\+clean;`)
 	cancel()
 	select {
 	case err := <-done:
