@@ -80,6 +80,11 @@ func (a *authTables) opAllowed(peer msgr.EntityName, t osdpb.MsgType, bucket str
 	if r.Caps.Allows(auth.ServiceOSD, want, bucket) {
 		return nil
 	}
+	if t == osdpb.MsgType_MSG_LIST_BUCKETS && r.Caps.AllowsSome(auth.ServiceOSD, auth.PermRead) {
+		// As S3's ListBuckets: a client that may read some bucket lists
+		// the buckets it may read (bucketRead filters the reply).
+		return nil
+	}
 	what := "the bucket list"
 	if bucket != "" {
 		what = "bucket " + bucket

@@ -37,7 +37,8 @@ func TestAuthzOps(t *testing.T) {
 		{"client.photos", osdpb.MsgType_MSG_PUT_OBJECT, "photos", true},
 		{"client.photos", osdpb.MsgType_MSG_COMPLETE_UPLOAD, "photos", true},
 		{"client.photos", osdpb.MsgType_MSG_PUT_OBJECT, "other", false},
-		{"client.photos", osdpb.MsgType_MSG_LIST_BUCKETS, "", false},
+		{"client.photos", osdpb.MsgType_MSG_LIST_BUCKETS, "", true}, // its buckets only (bucketRead)
+		{"client.bad", osdpb.MsgType_MSG_LIST_BUCKETS, "", false},
 		{"osd.1", osdpb.MsgType_MSG_LIST_OBJECTS, "any", true},
 		{"osd.1", osdpb.MsgType_MSG_DELETE_OBJECT, "any", true},
 		{"client.bad", osdpb.MsgType_MSG_GET_OBJECT, "any", false},

@@ -509,7 +509,9 @@ func (o *OSD) bucketRead(m *msgr.Message, req *osdpb.BucketRequest) {
 				err = err2
 				break
 			}
-			if b.Name != ops.MultipartBucket {
+			// Only the buckets the caller may read: a client whose caps
+			// name buckets lists those (opAllowed let it list).
+			if b.Name != ops.MultipartBucket && o.authz.opAllowed(m.Conn().Peer(), osdpb.MsgType_MSG_HEAD_BUCKET, b.Name) == nil {
 				rep.Buckets = append(rep.Buckets, b)
 			}
 		}

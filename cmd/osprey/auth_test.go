@@ -159,6 +159,18 @@ func TestAuthCLI(t *testing.T) {
 	if _, err := cli("mb", "admin-bucket"); err != nil {
 		t.Fatalf("mb as client.admin: %v", err)
 	}
+	// A key scoped to one bucket lists that bucket alone, as S3's
+	// ListBuckets lists a user's own.
+	photosPath := filepath.Join(t.TempDir(), "photos.keyring")
+	if _, err := cli("auth", "get-or-create", "client.photos", "mon", "allow r", "osd", "allow rw bucket=photos", "-o", photosPath); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli("mb", "photos"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := run(t, "ls", "--mon", c.Mon.Addr(), "--keyring", photosPath); err != nil || !strings.Contains(out, "photos") || strings.Contains(out, "admin-bucket") {
+		t.Fatalf("ls with osd 'allow rw bucket=photos': %v\n%s", err, out)
+	}
 	// A benchmark whose entity is removed while it runs stops at the
 	// first refusal, instead of spinning on refusals for the rest of its
 	// duration at full speed.
