@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,15 +39,21 @@ func serve(t *testing.T, e *env, clientTimeout time.Duration) *served {
 // serveWith is serve with the options set sets.
 func serveWith(t *testing.T, e *env, set func(*s3gw.Options)) *served {
 	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveOn(t, e, ln, set)
+}
+
+// serveOn is serveWith on ln.
+func serveOn(t *testing.T, e *env, ln net.Listener, set func(*s3gw.Options)) *served {
+	t.Helper()
 	sv := &served{log: &osdtest.LogBuffer{}}
 	opts := s3gw.Options{Client: e.cl, Credentials: s3gw.StaticCredentials{testAccess: testSecret},
 		Logger: slog.New(slog.NewTextHandler(sv.log, nil))}
 	set(&opts)
 	gw, err := s3gw.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,6 +480,36 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("a client that stalls in its headers: %v (the connection was not closed)", err)
 		}
 	})
+	t.Run("SlowSteadyReader", func(t *testing.T) {
+		// A GET whose client takes 32 KiB every 20 ms, through a pipe
+		// with no socket buffers: it never stalls for ClientTimeout (600
+		// ms), though the body, handed over in one 2 MiB write, takes
+		// twice that. The whole body arrives.
+		data := osdtest.Payload(2<<20, 54)
+		e.put(t, "bad", "steady-get", data)
+		ln := newPipeListener()
+		pv := serveOn(t, e, ln, func(o *s3gw.Options) { o.ClientTimeout = 600 * time.Millisecond })
+		hc := &http.Client{Transport: &http.Transport{DialContext: ln.dial}}
+		defer hc.CloseIdleConnections()
+		resp, err := hc.Do(signed(t, http.MethodGet, "http://pipe/bad/steady-get", nil))
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET: %v %v", resp, err)
+		}
+		defer resp.Body.Close()
+		var got []byte
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := io.ReadFull(resp.Body, buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // a slow client's pace, not synchronization
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("a steady reader of 1.6 MiB/s got %d of %d bytes; log:\n%s", len(got), len(data), pv.log.String())
+		}
+	})
 	t.Run("SlowReader", func(t *testing.T) {
 		// A GET whose client takes nothing: once the socket buffers are
 		// full the write stalls, and the gateway gives up on it.
@@ -496,3 +533,50 @@ func TestBadInput(t *testing.T) {
 	}
 	sv.unharmed(t, ctx, "all of it")
 }
+
+// pipeListener hands a gateway the server ends of net.Pipe connections,
+// which have no buffers: a write takes as long as the client takes to
+// read it, whatever the kernel's socket buffers would hold.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
+
+// dial is an http.Transport's DialContext to the listener.
+func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "pipe" }

@@ -269,7 +269,7 @@ type exchange struct {
 }
 
 // loggedWriter counts what goes out, for the access log, and gives the
-// client ClientTimeout to take each write.
+// client ClientTimeout to take each slice of a write.
 type loggedWriter struct {
 	http.ResponseWriter
 	status   int
@@ -287,14 +287,27 @@ func (w *loggedWriter) WriteHeader(status int) {
 	w.ResponseWriter.WriteHeader(status)
 }
 
+// writeSlice is the most one write to the connection takes: a get hands
+// over up to 8 MiB at once, and a client reading at 40 KiB/s takes minutes
+// over that, so the deadline moves between slices. A client must take
+// writeSlice per ClientTimeout (4 KiB/s at the default) to be a steady
+// reader and not a stalled one.
+const writeSlice = 256 << 10
+
 func (w *loggedWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	w.deadline.touch()
-	n, err := w.ResponseWriter.Write(p)
-	w.bytes += int64(n)
-	return n, err
+	done := 0
+	for {
+		w.deadline.touch()
+		n, err := w.ResponseWriter.Write(p[done : done+min(len(p)-done, writeSlice)])
+		done += n
+		w.bytes += int64(n)
+		if err != nil || done == len(p) {
+			return done, err
+		}
+	}
 }
 
 func (w *loggedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
