@@ -70,10 +70,14 @@ func (c *Client) newUpload(ctx context.Context, bucket, key string, opts PutOpti
 	if err := checkNames(bucket, key); err != nil {
 		return "", err
 	}
+	meta, err := checkUserMetadata(opts.UserMetadata)
+	if err != nil {
+		return "", err
+	}
 	var rep osdpb.UploadReply
-	_, err := c.do(ctx, osdpb.MsgType_MSG_CREATE_UPLOAD, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
+	_, err = c.do(ctx, osdpb.MsgType_MSG_CREATE_UPLOAD, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
 		return &osdpb.UploadRequest{Header: h, Bucket: bucket, Key: key,
-			Meta: &osdpb.ObjectMeta{ContentType: opts.ContentType, UserMeta: opts.UserMetadata, Internal: internal}}
+			Meta: &osdpb.ObjectMeta{ContentType: opts.ContentType, UserMeta: meta, Internal: internal}}
 	}, nil, &rep, false)
 	return rep.UploadId, err
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
+	"golang.org/x/net/http/httpguts"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -213,6 +214,38 @@ func (o *PutOptions) defaults() error {
 	return nil
 }
 
+// checkUserMetadata returns m with its keys lower-cased, as S3 keeps them
+// (x-amz-meta-* names are case-insensitive), or ErrInvalidArgument for
+// what could not travel through the S3 gateway whole: a key that is not
+// an HTTP header name (it goes as x-amz-meta-KEY), a value with a line
+// break or another control character, two keys that differ in case only.
+// A key may begin with ":", the gateway's record of a standard header
+// (":cache-control"); the rest must be a name.
+func checkUserMetadata(m map[string]string) (map[string]string, error) {
+	lower := true
+	for k, v := range m {
+		if !httpguts.ValidHeaderFieldName(strings.TrimPrefix(k, ":")) {
+			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "user metadata key %q: not an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", k)
+		}
+		if !httpguts.ValidHeaderFieldValue(v) {
+			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "user metadata %q: its value holds a line break or another control character", k)
+		}
+		lower = lower && strings.ToLower(k) == k
+	}
+	if lower {
+		return m, nil // the common case, with no copy
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		lk := strings.ToLower(k)
+		if _, dup := out[lk]; dup {
+			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "user metadata keys differ in case only (%q): S3 keeps them lower-cased, as one", lk)
+		}
+		out[lk] = v
+	}
+	return out, nil
+}
+
 // checkPut checks a put of size bytes (-1: unknown) as bucket/key before
 // anything is read or sent, fills in opts' defaults and returns its
 // condition, if any.
@@ -225,6 +258,9 @@ func checkPut(bucket, key string, size int64, opts *PutOptions) (*osdpb.Conditio
 	}
 	cond, err := condition(opts.IfMatch, opts.IfNoneMatch)
 	if err != nil {
+		return nil, err
+	}
+	if opts.UserMetadata, err = checkUserMetadata(opts.UserMetadata); err != nil {
 		return nil, err
 	}
 	if size > int64(ops.MaxParts)*opts.PartSize {

@@ -519,7 +519,7 @@ func (t *transferFlags) copyObject(ctx context.Context, cl *client.Client, sp, d
 		if t.contentType == "" {
 			opts.ContentType = info.ContentType
 		}
-		if t.meta == nil {
+		if t.meta.m == nil {
 			opts.UserMetadata = info.UserMetadata
 		}
 		if out, err = cl.PutObject(ctx, dp.Bucket, dp.Key, r, info.Size, opts); err != nil {

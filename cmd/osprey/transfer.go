@@ -3,12 +3,16 @@ package main
 // put, get and cp: transfers between files and objects.
 
 import (
+	"encoding/csv"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,7 +28,7 @@ type transferFlags struct {
 	quiet       bool
 	noProgress  bool
 	contentType string
-	meta        map[string]string
+	meta        metaValue
 	partSize    partSizeValue
 	concurrency int
 }
@@ -36,7 +40,7 @@ func (t *transferFlags) add(cmd *cobra.Command, upload bool) {
 	f.BoolVar(&t.noProgress, "no-progress", false, "no progress bar, even on a terminal")
 	if upload {
 		f.StringVar(&t.contentType, "content-type", "", "Content-Type to store (default: from the key's extension)")
-		f.StringToStringVar(&t.meta, "meta", nil, "user metadata, KEY=VALUE[,KEY=VALUE]")
+		f.Var(&t.meta, "meta", "user metadata, KEY=VALUE[,KEY=VALUE] (repeatable; quote a pair whose value holds a comma: '\"k=a,b\"')")
 		t.partSize = partSizeValue{16 << 20}
 		f.Var(&t.partSize, "part-size", "objects larger than this, or of unknown size, go by multipart upload in parts of this size (5MiB..64MiB)")
 		f.IntVar(&t.concurrency, "concurrency", 4, "parts in flight in a multipart upload")
@@ -59,7 +63,7 @@ func (t *transferFlags) putOptions(key string) (client.PutOptions, error) {
 	if ct == "" {
 		ct = mime.TypeByExtension(path.Ext(key))
 	}
-	return client.PutOptions{ContentType: ct, UserMetadata: t.meta, PartSize: int64(t.partSize.byteSize), Concurrency: t.concurrency}, nil
+	return client.PutOptions{ContentType: ct, UserMetadata: t.meta.m, PartSize: int64(t.partSize.byteSize), Concurrency: t.concurrency}, nil
 }
 
 // partSizeValue is --part-size: a byteSize within the multipart limits,
@@ -77,6 +81,44 @@ func (v *partSizeValue) Set(s string) error {
 	}
 	v.byteSize = n
 	return nil
+}
+
+// metaValue is --meta: KEY=VALUE pairs, comma-separated as CSV (so that
+// a quoted pair may hold a comma in its value) and repeatable, as pflag's
+// stringToString, except that a line break is refused: it ended the CSV
+// record, and the pairs after it were dropped unread. Keys go to the SDK,
+// which checks them (HTTP header names) and lower-cases them, as S3.
+type metaValue struct{ m map[string]string }
+
+func (v *metaValue) Set(s string) error {
+	if strings.ContainsAny(s, "\r\n") {
+		return errors.New("a metadata value cannot hold a line break (S3 sends it in an HTTP header)")
+	}
+	fields, err := csv.NewReader(strings.NewReader(s)).Read()
+	if err != nil {
+		return err
+	}
+	if v.m == nil {
+		v.m = map[string]string{}
+	}
+	for _, f := range fields {
+		k, val, ok := strings.Cut(f, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("%q: want KEY=VALUE", f)
+		}
+		v.m[k] = val
+	}
+	return nil
+}
+
+func (v *metaValue) Type() string { return "KEY=VALUE" }
+
+func (v *metaValue) String() string {
+	pairs := make([]string, 0, len(v.m))
+	for _, k := range slices.Sorted(maps.Keys(v.m)) {
+		pairs = append(pairs, k+"="+v.m[k])
+	}
+	return strings.Join(pairs, ",")
 }
 
 func (t *transferFlags) report(p *printer, op, src, dst string, size int64, etag string, took time.Duration) {
