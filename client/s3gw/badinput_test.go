@@ -151,6 +151,23 @@ func TestBadInput(t *testing.T) {
 	e.put(t, "bad", "k", []byte("before"))
 	url := sv.url + "/bad/k"
 
+	// What was not found is named, as AWS names it.
+	for _, c := range []struct{ url, code, elem string }{
+		{sv.url + "/bad/nope", "NoSuchKey", "<Key>nope</Key>"},
+		{sv.url + "/nobucket/k", "NoSuchBucket", "<BucketName>nobucket</BucketName>"},
+	} {
+		resp, err := http.DefaultClient.Do(signed(t, http.MethodGet, c.url, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		wantS3Error(t, "GET "+c.url, resp, b, c.code, 404)
+		if !bytes.Contains(b, []byte(c.elem)) {
+			t.Errorf("GET %s: %s, want %s", c.url, b, c.elem)
+		}
+	}
+
 	t.Run("AccessLog", func(t *testing.T) {
 		resp, _ := send(t, signed(t, http.MethodGet, url, nil), "")
 		id := resp.Header.Get("x-amz-request-id")

@@ -2,6 +2,7 @@ package s3gw
 
 import (
 	"encoding/xml"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -161,8 +162,12 @@ func (g *Gateway) uploadPartCopy(req *request) error {
 		}
 		opts = client.GetOptions{Range: true, Offset: rng.first, Length: rng.last - rng.first + 1}
 	}
-	src, info, err := g.openCopySource(req, opts) // a first byte past the end: InvalidRange
+	src, info, err := g.openCopySource(req, opts)
 	if err != nil {
+		if ranged && errors.Is(err, client.ErrInvalidRange) {
+			// A first byte past the end: said in S3's terms, not the store's.
+			return errf(ErrInvalidRange, "the x-amz-copy-source-range %s starts past the source's end", r.Header.Get("X-Amz-Copy-Source-Range"))
+		}
 		return err
 	}
 	defer src.Close()

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,6 +145,10 @@ func TestUploadPartCopy(t *testing.T) {
 	} {
 		_, err := copyPart(tc.n, tc.src, tc.rng)
 		wantCode(t, tc.what, err, tc.code, tc.status)
+	}
+	// Said in S3's terms, not the store's.
+	if _, err := copyPart(4, "upc/small", "bytes=3000-3001"); err == nil || !strings.Contains(err.Error(), "starts past the source's end") || strings.Contains(err.Error(), "store") {
+		t.Errorf("a range starting at the source's end: %v", err)
 	}
 	_, err = e.s3.UploadPartCopy(ctx, &s3.UploadPartCopyInput{Bucket: b, Key: k, UploadId: id, PartNumber: aws.Int32(4),
 		CopySource: aws.String("upc/small"), CopySourceIfNoneMatch: aws.String(`"` + md5hex(small) + `"`)})

@@ -151,10 +151,14 @@ func s3Error(err error) *Error {
 
 // errorBody is S3's error document.
 type errorBody struct {
-	XMLName   xml.Name `xml:"Error"`
-	Code      string
-	Message   string
-	Resource  string `xml:",omitempty"`
-	RequestID string `xml:"RequestId"`
-	HostID    string `xml:"HostId"`
+	XMLName xml.Name `xml:"Error"`
+	Code    string
+	Message string
+	// As AWS names what was not found: the key of a NoSuchKey, the
+	// bucket of a NoSuchBucket.
+	Key        string `xml:",omitempty"`
+	BucketName string `xml:",omitempty"`
+	Resource   string `xml:",omitempty"`
+	RequestID  string `xml:"RequestId"`
+	HostID     string `xml:"HostId"`
 }

@@ -480,7 +480,14 @@ func (g *Gateway) fail(req *request, err error) {
 		req.w.WriteHeader(e.Status)
 		return
 	}
-	writeXML(req.w, e.Status, errorBody{Code: e.Code, Message: e.Message, Resource: resource, RequestID: req.id, HostID: req.id})
+	body := errorBody{Code: e.Code, Message: e.Message, Resource: resource, RequestID: req.id, HostID: req.id}
+	switch e.Code {
+	case "NoSuchKey":
+		body.Key = req.key
+	case "NoSuchBucket":
+		body.BucketName = req.bucket
+	}
+	writeXML(req.w, e.Status, body)
 }
 
 const s3XMLNS = "http://s3.amazonaws.com/doc/2006-03-01/"
