@@ -231,6 +231,19 @@ func (m *Mon) runCommand(ctx context.Context, c *osdpb.MonCommand, g *requestGua
 			return nil, err
 		}
 		out = pgList(in)
+	case "osd ok-to-stop", "osd safe-to-destroy":
+		in, err := m.statusInput(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if c.Prefix == "osd ok-to-stop" {
+			out, err = okToStop(in, c.Ids)
+		} else {
+			out, err = safeToDestroy(in, c.Ids)
+		}
+		if err != nil {
+			return nil, err
+		}
 	case "osd create":
 		if c.Fsid != "" && c.Fsid != m.fsid {
 			// A data directory of another cluster, its keyring lost: an

@@ -54,13 +54,14 @@ type pgView struct {
 	// or, while it has sent none, the PG's last report from any OSD (its
 	// objects and bytes count).
 	fresh, counted bool
-	unknown        bool   // no OSDs at all, or no fresh report
-	down           bool   // no OSD up and in, and no report of it ever
-	stale          bool   // no OSD up and in: State is "stale+" its last report's
-	lastFrom       uint32 // with stale: the OSD that made that report
-	belowMin       bool   // fewer than min_size up: inactive (undersized+degraded+peered)
-	undersized     bool   // fewer than size up, belowMin included
-	broken         bool   // its primary reports it down or incomplete
+	unknown        bool     // no OSDs at all, or no fresh report
+	down           bool     // no OSD up and in, and no report of it ever
+	stale          bool     // no OSD up and in: State is "stale+" its last report's
+	lastFrom       uint32   // with stale: the OSD that made that report
+	filling        []uint32 // acting members being backfilled, as the primary's report says
+	belowMin       bool     // fewer than min_size up: inactive (undersized+degraded+peered)
+	undersized     bool     // fewer than size up, belowMin included
+	broken         bool     // its primary reports it down or incomplete
 }
 
 // upBeacons are the last beacons of the OSDs up in mp, in id order: a
@@ -142,7 +143,7 @@ func pgViews(in statusInput) iter.Seq[pgView] {
 						v.reported = r.State
 						v.fresh = r.Epoch >= mp.Epoch() || sameInterval(in.past[r.Epoch], mp, pool, pg, acting)
 						v.Objects, v.Bytes, v.Degraded, v.Misplaced, v.Inconsistent = r.Objects, r.Bytes, r.Degraded, r.Misplaced, r.Inconsistent
-						v.ReportedEpoch = r.Epoch
+						v.ReportedEpoch, v.filling = r.Epoch, r.Filling
 					}
 				}
 				l, known := last[pgKey{pool.Id, pg}]

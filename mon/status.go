@@ -192,6 +192,9 @@ type beaconRecord struct {
 	ReadBytesPerSec     float64    `json:"client_read_bytes_per_sec"`
 	WriteBytesPerSec    float64    `json:"client_write_bytes_per_sec"`
 	ScrubErrors         uint64     `json:"scrub_errors,omitempty"`
+	// PGsHeld is how many data PG copies the OSD's store holds (strays
+	// included); nil from a build that does not say.
+	PGsHeld *uint32 `json:"pgs_held,omitempty"`
 	// The rates are measured from this earlier beacon's counters, at
 	// least rateWindow back.
 	BaseAtUnixNano    int64  `json:"base_at_unix_nano"`
@@ -217,6 +220,8 @@ type pgRecord struct {
 	// Inconsistent objects the PG's last deep scrub compare found.
 	Inconsistent uint64 `json:"inconsistent,omitempty"`
 	Bytes        uint64 `json:"bytes,omitempty"`
+	// Filling are the acting members being backfilled: no whole copy yet.
+	Filling []uint32 `json:"filling,omitempty"`
 }
 
 // newBeaconRecord makes the record of beacon b received at now; prev, if
@@ -225,14 +230,14 @@ func newBeaconRecord(b *osdpb.MonBeacon, now time.Time, prev *beaconRecord) *bea
 	r := &beaconRecord{
 		ID: b.Id, AtUnixNano: now.UnixNano(), Epoch: b.Epoch,
 		UsedBytes: b.UsedBytes, AvailBytes: b.AvailBytes, RecoveryBytes: b.RecoveryBytes, Ops: b.Ops,
-		ReadBytes: b.ClientReadBytes, WriteBytes: b.ClientWriteBytes, ScrubErrors: b.ScrubErrors,
+		ReadBytes: b.ClientReadBytes, WriteBytes: b.ClientWriteBytes, ScrubErrors: b.ScrubErrors, PGsHeld: b.PgsHeld,
 	}
 	for _, s := range b.Pgs {
 		if s == nil {
 			continue
 		}
 		r.PGs = append(r.PGs, pgRecord{Pool: s.Pool, PG: s.Pg, State: s.State, Objects: s.Objects, Degraded: s.Degraded, Misplaced: s.Misplaced, Epoch: s.Epoch,
-			Inconsistent: s.Inconsistent, Bytes: s.Bytes})
+			Inconsistent: s.Inconsistent, Bytes: s.Bytes, Filling: s.Filling})
 	}
 	r.BaseAtUnixNano, r.BaseRecoveryBytes, r.BaseOps = r.AtUnixNano, r.RecoveryBytes, r.Ops
 	r.BaseReadBytes, r.BaseWriteBytes = r.ReadBytes, r.WriteBytes

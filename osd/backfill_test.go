@@ -298,6 +298,10 @@ func TestBackfillTargetDoesNotCountTowardMinSize(t *testing.T) {
 	if got := c.OSDs[primary].PGStateForTest(pool.Id, seed); got != "backfilling+degraded+peered" {
 		t.Errorf("the PG reports %q while its only other member backfills, want backfilling+degraded+peered", got)
 	}
+	// The beacon names it, for the mon's osd ok-to-stop.
+	if st := c.OSDs[primary].PGStatForTest(pool.Id, seed); !slices.Equal(st.Filling, []uint32{newcomer}) {
+		t.Errorf("the PG's report names %v being backfilled, want [%d]", st.Filling, newcomer)
+	}
 	if got, _, err := osdtest.Get(ctx, cl, "minsz", keys[0], client.GetOptions{}); err != nil || !bytes.Equal(got, osdtest.Payload(4000, 0)) {
 		t.Errorf("a read while the PG is peered: %v", err)
 	}
@@ -306,8 +310,9 @@ func TestBackfillTargetDoesNotCountTowardMinSize(t *testing.T) {
 	if _, err := osdtest.Put(ctx, cl, "minsz", keys[3], []byte("two whole copies"), client.PutOptions{}); err != nil {
 		t.Fatalf("a put once the backfill can end: %v", err)
 	}
-	osdtest.Eventually(t, 30*time.Second, "the PG is active+clean", func() bool {
-		return c.OSDs[primary].PGStateForTest(pool.Id, seed) == "active+clean"
+	osdtest.Eventually(t, 30*time.Second, "the PG is active+clean, no member being backfilled", func() bool {
+		st := c.OSDs[primary].PGStatForTest(pool.Id, seed)
+		return st.State == "active+clean" && len(st.Filling) == 0
 	})
 }
 

@@ -355,6 +355,13 @@ func (o *OSD) beacon() *osdpb.MonBeacon {
 			}
 		}
 	}
+	if held, err := o.st.HeldPGs(o.ctx); err == nil {
+		n := uint32(len(held))
+		if slices.Contains(held, placement.MetaPG) {
+			n-- // every OSD holds the bucket records; they are not data
+		}
+		b.PgsHeld = &n
+	}
 	o.lastBeacon.Store(b)
 	return b
 }
@@ -384,6 +391,9 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 	// Before the early returns: a remapped PG whose old members went
 	// down (peered) may be filled too, and then its up set must act.
 	st.UpFilled = ps.upFilledAt.Load() == mp.Epoch()
+	if bf := ps.backfilling.Load(); bf != nil {
+		st.Filling = *bf
+	}
 	objects := uint64(0)
 	if c, err := o.st.PGStats(o.ctx, sid); err == nil && c.Objects > 0 {
 		objects = uint64(c.Objects)

@@ -3,6 +3,7 @@ package osd
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
@@ -216,7 +217,30 @@ func (o *OSD) publish(p *pgState) {
 		filled = uint64(p.m.Epoch())
 	}
 	p.upFilledAt.Store(filled)
+	publishBackfilling(p)
 	publishCurrent(p)
+}
+
+// publishBackfilling stores the machine's Backfilling for the beacon,
+// allocating only when it changes.
+func publishBackfilling(p *pgState) {
+	bf := p.m.Backfilling()
+	old := p.backfilling.Load()
+	if old == nil && len(bf) == 0 {
+		return
+	}
+	if old != nil && slices.EqualFunc(*old, bf, func(a uint32, b pg.OSDID) bool { return a == uint32(b) }) {
+		return
+	}
+	if len(bf) == 0 {
+		p.backfilling.Store(nil)
+		return
+	}
+	ids := make([]uint32, len(bf))
+	for i, id := range bf {
+		ids[i] = uint32(id)
+	}
+	p.backfilling.Store(&ids)
 }
 
 // query asks OSD to for its info of PG p, as the machine's Query of epoch

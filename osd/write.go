@@ -54,6 +54,10 @@ type pgState struct {
 	// PG is remapped and its up set holds it), else 0: the beacon asks
 	// the mon to drop the pg_temp entry.
 	upFilledAt atomic.Uint64
+	// backfilling is what the machine last said of Backfilling (nil for
+	// none): the acting members that hold no whole copy yet, for the
+	// beacon.
+	backfilling atomic.Pointer[[]uint32]
 	// removals counts the starts and ends of removals of this stray's
 	// copy (stray.go): odd while one runs, when the PG has no machine and
 	// refuses RepOps, queries and recovery reads. A peer's read off the

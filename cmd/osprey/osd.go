@@ -195,6 +195,7 @@ gracefully.`,
 	f.Var((*byteSize)(&cfg.ScrubBytesPerSec), "scrub-bytes-per-sec", "pace of the deep scrub's reads, e.g. 64MiB (0: unpaced)")
 	f.Var((*socketFailures)(&cfg.Faults), "inject-socket-failures", socketFailuresUsage)
 	cmd.AddCommand(newOSDAdminCmds()...)
+	cmd.AddCommand(newOSDCheckCmds()...)
 	cmd.AddCommand(newOSDDeepScrubCmd(), newOSDMapCmd(), newOSDDfCmd(), newOSDPoolCmd())
 	return cmd
 }

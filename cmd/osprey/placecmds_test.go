@@ -587,6 +587,9 @@ func TestOSDOutWithNoReplacementStaysActing(t *testing.T) {
 	if out := cli("health"); !strings.HasPrefix(out, mon.HealthOK) {
 		t.Errorf("health with osd.2 out, kept acting: %q", out)
 	}
+	if out, _, err := run(t, append([]string{"osd", "safe-to-destroy", "2"}, monArgs...)...); exitCode(err) != exitError || !strings.Contains(out, "pgs map to it") {
+		t.Errorf("safe-to-destroy 2, out but acting: %v\n%s", err, out)
+	}
 	osdtest.Eventually(t, 10*time.Second, "the client's map keeps osd.2 acting", func() bool {
 		mp := cl.Map()
 		pool, _ := mp.PoolByName("default")
@@ -600,4 +603,67 @@ func TestOSDOutWithNoReplacementStaysActing(t *testing.T) {
 	waitPGs(t, cli, "osd.2 in again", func(p mon.PGStat) bool {
 		return p.State == "active+clean" && len(p.Acting) == 3 && slices.Equal(p.Acting, p.Up)
 	})
+}
+
+// TestMaintenanceChecks: osd ok-to-stop says yes while every PG keeps
+// min_size whole members and no for two of three members at min_size 2;
+// osd safe-to-destroy says no while PGs map to an OSD and yes once it is
+// out, its PGs moved and its stray copies removed (its beacon's count).
+func TestMaintenanceChecks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	lc, monArgs := monCluster(t, 4, 3)
+	cli := mustCLI(t, monArgs)
+	cl := monClient(t, lc, "maint")
+	for i := range 8 {
+		if _, err := osdtest.Put(t.Context(), cl, "maint", fmt.Sprintf("k%d", i), osdtest.Payload(1000, uint64(i)), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPGs(t, cli, "four OSDs in", func(p mon.PGStat) bool { return p.State == "active+clean" })
+	check := func(args ...string) (string, int) {
+		t.Helper()
+		out, _, err := run(t, append(args, monArgs...)...)
+		if err != nil && exitCode(err) != exitError {
+			t.Fatalf("osprey %s: %v", strings.Join(args, " "), err)
+		}
+		return out, exitCode(err)
+	}
+	if out, code := check("osd", "ok-to-stop", "0"); code != 0 || !strings.Contains(out, "osd.0 ok to stop") {
+		t.Errorf("ok-to-stop 0: exit %d\n%s", code, out)
+	}
+	var r mon.OKToStop
+	out, code := check("osd", "ok-to-stop", "0", "1", "--json")
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != exitError || r.OKToStop || r.NumNotOKPGs == 0 {
+		t.Errorf("ok-to-stop 0 1 (min_size 2 of 3): exit %d, %+v (%v)\n%s", code, r, err, out)
+	}
+	if out, code := check("osd", "safe-to-destroy", "3"); code != exitError || !strings.Contains(out, "pgs map to it") {
+		t.Errorf("safe-to-destroy 3 while in: exit %d\n%s", code, out)
+	}
+	cli("osd", "out", "3")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, code := check("osd", "safe-to-destroy", "3")
+		if code == 0 {
+			if !strings.Contains(out, "osd.3 safe to destroy") {
+				t.Errorf("safe-to-destroy 3: %s", out)
+			}
+			// Safe means its store holds no copy of a data PG any more.
+			held, err := lc.OSDs[3].Store().HeldPGs(t.Context())
+			if err != nil || slices.ContainsFunc(held, func(sid uint32) bool { return sid != placement.MetaPG }) {
+				t.Errorf("osd.3 safe to destroy, yet its store holds PGs %v (%v)", held, err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("osd.3 out: never safe to destroy:\n%s\n%s", out, cli("pg", "ls"))
+		}
+		time.Sleep(500 * time.Millisecond) // polls the mon's view, beaconed every second
+	}
+	for i := range 8 {
+		if _, _, err := osdtest.Get(t.Context(), cl, "maint", fmt.Sprintf("k%d", i), client.GetOptions{}); err != nil {
+			t.Errorf("get k%d with osd.3 safe to destroy: %v", i, err)
+		}
+	}
 }

@@ -91,7 +91,8 @@ const resubscribeEvery = 10 * time.Second
 
 // ReadCommands are the commands any mon answers, and all that mon
 // 'allow r' may run; the rest go to the leader.
-var ReadCommands = []string{"status", "health detail", "df", "osd tree", "osd df", "osd pool ls", "pg ls", "get map"}
+var ReadCommands = []string{"status", "health detail", "df", "osd tree", "osd df", "osd pool ls", "pg ls", "get map",
+	"osd ok-to-stop", "osd safe-to-destroy"}
 
 // Mutating reports whether the command prefix changes something (the map,
 // an auth record): Command gives such a command a request id, so that

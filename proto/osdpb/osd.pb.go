@@ -4013,7 +4013,11 @@ type PGStat struct {
 	// The PG's acting set is a pg_temp entry and every member of its up set
 	// now holds the PG, at epoch: the mon drops the entry (Ceph's
 	// MOSDPGTemp asking for the up set).
-	UpFilled      bool `protobuf:"varint,11,opt,name=up_filled,json=upFilled,proto3" json:"up_filled,omitempty"`
+	UpFilled bool `protobuf:"varint,11,opt,name=up_filled,json=upFilled,proto3" json:"up_filled,omitempty"`
+	// The acting members the primary is backfilling (filling from nothing,
+	// or from behind its log's tail): they hold no whole copy yet and do not
+	// count toward min_size, so "osd ok-to-stop" counts the others.
+	Filling       []uint32 `protobuf:"varint,12,rep,packed,name=filling,proto3" json:"filling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4123,6 +4127,13 @@ func (x *PGStat) GetUpFilled() bool {
 		return x.UpFilled
 	}
 	return false
+}
+
+func (x *PGStat) GetFilling() []uint32 {
+	if x != nil {
+		return x.Filling
+	}
+	return nil
 }
 
 // PGScrub asks the OSD it is sent to, a member of the PG's acting set
@@ -5257,7 +5268,11 @@ type MonBeacon struct {
 	// Damaged objects the last deep scrubs of this OSD's PG copies found
 	// and no member could repair (the mon's health is HEALTH_ERR while any
 	// OSD reports some).
-	ScrubErrors   uint64 `protobuf:"varint,14,opt,name=scrub_errors,json=scrubErrors,proto3" json:"scrub_errors,omitempty"`
+	ScrubErrors uint64 `protobuf:"varint,14,opt,name=scrub_errors,json=scrubErrors,proto3" json:"scrub_errors,omitempty"`
+	// Copies of data PGs the OSD's store holds, whatever its role in them
+	// (strays not yet removed included): "osd safe-to-destroy" wants none
+	// left on an OSD that runs. Unset from a build that did not count them.
+	PgsHeld       *uint32 `protobuf:"varint,15,opt,name=pgs_held,json=pgsHeld,proto3,oneof" json:"pgs_held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5379,6 +5394,13 @@ func (x *MonBeacon) GetClientReadBytes() uint64 {
 func (x *MonBeacon) GetScrubErrors() uint64 {
 	if x != nil {
 		return x.ScrubErrors
+	}
+	return 0
+}
+
+func (x *MonBeacon) GetPgsHeld() uint32 {
+	if x != nil && x.PgsHeld != nil {
+		return *x.PgsHeld
 	}
 	return 0
 }
@@ -6750,7 +6772,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
 	"\x04fsid\x18\x04 \x01(\tR\x04fsid\x12(\n" +
-	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03mapJ\x04\b\x02\x10\x03\"\xac\x02\n" +
+	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03mapJ\x04\b\x02\x10\x03\"\xc6\x02\n" +
 	"\x06PGStat\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x14\n" +
@@ -6763,7 +6785,8 @@ const file_osd_proto_rawDesc = "" +
 	"\finconsistent\x18\t \x01(\x04R\finconsistent\x12\x14\n" +
 	"\x05bytes\x18\n" +
 	" \x01(\x04R\x05bytes\x12\x1b\n" +
-	"\tup_filled\x18\v \x01(\bR\bupFilled\"G\n" +
+	"\tup_filled\x18\v \x01(\bR\bupFilled\x12\x18\n" +
+	"\afilling\x18\f \x03(\rR\afilling\"G\n" +
 	"\aPGScrub\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"W\n" +
@@ -6842,7 +6865,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\"Y\n" +
 	"\x0ePGInspectReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x16\n" +
-	"\x06output\x18\x02 \x01(\tR\x06output\"\xad\x03\n" +
+	"\x06output\x18\x02 \x01(\tR\x06output\"\xda\x03\n" +
 	"\tMonBeacon\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
@@ -6859,7 +6882,9 @@ const file_osd_proto_rawDesc = "" +
 	"\bfullness\x18\v \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12,\n" +
 	"\x12client_write_bytes\x18\f \x01(\x04R\x10clientWriteBytes\x12*\n" +
 	"\x11client_read_bytes\x18\r \x01(\x04R\x0fclientReadBytes\x12!\n" +
-	"\fscrub_errors\x18\x0e \x01(\x04R\vscrubErrorsJ\x04\b\x01\x10\x02\"G\n" +
+	"\fscrub_errors\x18\x0e \x01(\x04R\vscrubErrors\x12\x1e\n" +
+	"\bpgs_held\x18\x0f \x01(\rH\x00R\apgsHeld\x88\x01\x01B\v\n" +
+	"\t_pgs_heldJ\x04\b\x01\x10\x02\"G\n" +
 	"\x0eMonBeaconReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06headerJ\x04\b\x02\x10\x03\"\xce\x01\n" +
 	"\n" +
@@ -7295,6 +7320,7 @@ func file_osd_proto_init() {
 		return
 	}
 	file_osd_proto_msgTypes[21].OneofWrappers = []any{}
+	file_osd_proto_msgTypes[62].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

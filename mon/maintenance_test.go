@@ -1,0 +1,126 @@
+package mon
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// primaryReports are beacons of every up OSD of mp reporting the PGs it
+// is primary of in state, at mp's epoch, edited by each.
+func primaryReports(mp *placement.Map, state string, each func(r *pgRecord)) map[uint32]*beaconRecord {
+	out := map[uint32]*beaconRecord{}
+	for o := range mp.OSDs() {
+		if !o.Up {
+			continue
+		}
+		r := &beaconRecord{ID: o.Id}
+		for pg, role := range mp.PGsOf(1, o.Id) {
+			if role.IsPrimary() {
+				p := pgRecord{Pool: 1, PG: pg, State: state, Epoch: mp.Epoch()}
+				if each != nil {
+					each(&p)
+				}
+				r.PGs = append(r.PGs, p)
+			}
+		}
+		out[o.Id] = r
+	}
+	return out
+}
+
+// TestOKToStop: stopping OSDs is ok while every PG they serve keeps
+// min_size members with a whole copy and is active now; a member being
+// backfilled counts for nothing; the bucket records need one OSD left.
+func TestOKToStop(t *testing.T) {
+	mp := trackerMap(t, "a", "b", "c") // size 3 (min_size 2), 8 PGs: every PG on all three
+	in := statusInput{mp: mp, beacons: primaryReports(mp, "active+clean", nil), now: time.Unix(1000, 0), fresh: time.Minute}
+	r, err := okToStop(in, []uint32{0})
+	if err != nil || !r.OKToStop || r.NumOKPGs != 8 || r.NumNotOKPGs != 0 || len(r.OKBecomeDegraded) != 8 {
+		t.Fatalf("one of three: %+v %v", r, err)
+	}
+	if r, _ := okToStop(in, []uint32{0, 1}); r.OKToStop || r.NumNotOKPGs != 8 || len(r.BadBecomeInactive) != 8 || len(r.Detail) != 8 {
+		t.Fatalf("two of three (min_size 2): %+v", r)
+	}
+	if r, _ := okToStop(in, []uint32{0, 1, 2}); r.OKToStop || !slices.Contains(r.BadBecomeInactive, "meta") {
+		t.Fatalf("all three: the bucket records need an OSD: %+v", r)
+	}
+
+	// pg 1.0's third member is being backfilled: stopping either whole
+	// one leaves a single whole copy.
+	acting := mp.ActingSet(1, 0)
+	filling := primaryReports(mp, "active+backfilling+degraded", func(p *pgRecord) {
+		if p.PG == 0 {
+			p.Filling = []uint32{acting[2]}
+		}
+	})
+	r, _ = okToStop(statusInput{mp: mp, beacons: filling, now: in.now, fresh: time.Minute}, []uint32{acting[1]})
+	if r.OKToStop || !slices.Equal(r.BadBecomeInactive, []string{"1.0"}) || r.NumOKPGs != 7 {
+		t.Fatalf("a whole member of a PG whose third is being backfilled: %+v", r)
+	}
+	if r, _ := okToStop(statusInput{mp: mp, beacons: filling, now: in.now, fresh: time.Minute}, []uint32{acting[2]}); !r.OKToStop {
+		t.Fatalf("the member being backfilled: %+v", r)
+	}
+
+	// Not active now (peered), or not reported at this epoch: not ok.
+	for _, beacons := range []map[uint32]*beaconRecord{
+		primaryReports(mp, "undersized+degraded+peered", nil),
+		primaryReports(mp, "active+clean", func(p *pgRecord) { p.Epoch-- }),
+	} {
+		if r, _ := okToStop(statusInput{mp: mp, beacons: beacons, now: in.now, fresh: time.Minute}, []uint32{2}); r.OKToStop || r.NumNotOKPGs != 8 {
+			t.Fatalf("PGs not active now: %+v", r)
+		}
+	}
+	var oe *ops.Error
+	if _, err := okToStop(in, []uint32{7}); !errors.As(err, &oe) || oe.Status != osdpb.Status_INVALID_ARGUMENT {
+		t.Fatalf("an OSD the map lacks: %v", err)
+	}
+	if _, err := okToStop(in, nil); err == nil {
+		t.Fatal("no OSD named: no error")
+	}
+}
+
+// TestSafeToDestroy: an OSD is safe to destroy once no PG maps to it and
+// its store holds no PG copy, or, stopped, once every PG is active+clean.
+func TestSafeToDestroy(t *testing.T) {
+	mp := trackerMap(t, "a", "b", "c", "d") // 4 OSDs, size 3
+	now := time.Unix(1000, 0)
+	in := statusInput{mp: mp, beacons: primaryReports(mp, "active+clean", nil), now: now, fresh: time.Minute}
+	r, err := safeToDestroy(in, []uint32{3})
+	if err != nil || r.Safe() || !slices.Equal(r.Mapped, []uint32{3}) || len(r.Detail) != 1 {
+		t.Fatalf("osd.3 in, PGs on it: %+v %v", r, err)
+	}
+
+	out, err := mp.With(func(pb *osdpb.ClusterMap) { pb.Epoch++; pb.Osds[3].In = false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := func(n uint32) map[uint32]*beaconRecord {
+		b := primaryReports(out, "active+clean", nil)
+		b[3] = &beaconRecord{ID: 3, PGsHeld: &n}
+		return b
+	}
+	if r, _ := safeToDestroy(statusInput{mp: out, beacons: held(5), now: now, fresh: time.Minute}, []uint32{3}); r.Safe() || !slices.Equal(r.StoredPGs, []uint32{3}) {
+		t.Fatalf("osd.3 out, running, 5 stray copies left: %+v", r)
+	}
+	if r, _ := safeToDestroy(statusInput{mp: out, beacons: held(0), now: now, fresh: time.Minute}, []uint32{3}); !r.Safe() || !slices.Equal(r.SafeToDestroy, []uint32{3}) {
+		t.Fatalf("osd.3 out, running, its strays removed: %+v", r)
+	}
+
+	// Stopped and out: safe once every PG is active+clean, else unknown.
+	gone, err := out.With(func(pb *osdpb.ClusterMap) { pb.Epoch++; pb.Osds[3].Up = false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := safeToDestroy(statusInput{mp: gone, beacons: primaryReports(gone, "active+clean", nil), now: now, fresh: time.Minute}, []uint32{3}); !r.Safe() {
+		t.Fatalf("osd.3 down and out, every PG clean: %+v", r)
+	}
+	if r, _ := safeToDestroy(statusInput{mp: gone, beacons: primaryReports(gone, "active+backfilling+degraded", nil), now: now, fresh: time.Minute}, []uint32{3}); r.Safe() || !slices.Equal(r.MissingStats, []uint32{3}) {
+		t.Fatalf("osd.3 down and out, PGs still backfilling: %+v", r)
+	}
+}
