@@ -61,7 +61,10 @@ func TestMonAccess(t *testing.T) {
 
 	// Reads need r; map changes w; auth commands x.
 	for _, prefix := range monclient.ReadCommands {
-		if _, err := ro.Command(ctx, &osdpb.MonCommand{Prefix: prefix}); err != nil {
+		// The maintenance checks need an OSD, and this map has none: refused
+		// as such, not for the caps.
+		if _, err := ro.Command(ctx, &osdpb.MonCommand{Prefix: prefix}); err != nil &&
+			!(strings.HasPrefix(prefix, "osd ") && statusOf(err) == osdpb.Status_INVALID_ARGUMENT) {
 			t.Fatalf("%s with mon 'allow r': %v", prefix, err)
 		}
 	}
