@@ -103,6 +103,9 @@ func (c *Client) CollectGarbage(ctx context.Context, opts GCOptions) (GCReport, 
 			parts = append(parts, part{o.Key, id, o.Size, o.LastModified})
 		}
 	}
+	// Every bucket: only caps that read every bucket read the multipart
+	// bucket listed above, so no bucket is left out of this list for the
+	// caps (and with it the parts its objects name).
 	buckets, err := c.ListBuckets(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("client: gc: %w", err)

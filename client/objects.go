@@ -130,7 +130,8 @@ func (c *Client) BucketExists(ctx context.Context, bucket string) (bool, error) 
 	return false, err
 }
 
-// ListBuckets lists the buckets in ascending name order.
+// ListBuckets lists the buckets the client may read, in ascending name
+// order.
 func (c *Client) ListBuckets(ctx context.Context) ([]BucketInfo, error) {
 	var rep osdpb.ListBucketsReply
 	_, err := c.do(ctx, osdpb.MsgType_MSG_LIST_BUCKETS, target{meta: true}, func(h *osdpb.Header) proto.Message {
@@ -805,18 +806,30 @@ func (c *Client) list(ctx context.Context, bucket string, opts ListOptions) iter
 func (c *Client) listPage(ctx context.Context, bucket, prefix, delim, after string, n int) ([]ObjectInfo, bool, error) {
 	mp := c.Map()
 	pool := c.pool(mp)
+	// One op per primary, for all its PGs. A PG with no OSD up and in
+	// gets an op of its own, which waits (the SDK's retries, up to
+	// RetryFor) for a map that gives it a primary and then fails
+	// ServiceUnavailable: a listing that skipped it would be short with
+	// no error, and what trusts a listing (gc, a sync, a recursive copy
+	// or delete) would take the objects it lacks for absent.
 	byPrimary := map[uint32][]uint32{}
+	var groups [][]uint32
 	for pg := range pool.PgCount {
 		if p, ok := mp.Primary(pool.Id, pg); ok {
 			byPrimary[p] = append(byPrimary[p], pg)
+		} else {
+			groups = append(groups, []uint32{pg})
 		}
+	}
+	for _, pgs := range byPrimary {
+		groups = append(groups, pgs)
 	}
 	type result struct {
 		rep *osdpb.ListObjectsReply
 		err error
 	}
-	results := make(chan result, len(byPrimary))
-	for _, pgs := range byPrimary {
+	results := make(chan result, len(groups))
+	for _, pgs := range groups {
 		go func() {
 			var rep osdpb.ListObjectsReply
 			// The first PG routes the op to their primary.
@@ -831,7 +844,7 @@ func (c *Client) listPage(ctx context.Context, bucket, prefix, delim, after stri
 	truncated := false
 	limit := ""
 	var firstErr error
-	for range byPrimary {
+	for range groups {
 		r := <-results
 		if r.err != nil {
 			if firstErr == nil {
