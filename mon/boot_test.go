@@ -95,6 +95,7 @@ func TestOperatorOutSurvivesReboot(t *testing.T) {
 	e := startTestEtcd(t)
 	cfg := testConfig(e, "a")
 	cfg.DownOutInterval = 300 * time.Millisecond
+	cfg.MinInRatio = -1 // with osd.0 out, osd.1 is half the OSDs (TestDownOutMinInRatio)
 	m := startTestMon(t, cfg)
 	c := newTestClient(t, nil, m.Addr())
 	for n := range 2 {

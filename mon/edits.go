@@ -95,21 +95,42 @@ func markDown(pb *osdpb.ClusterMap, ids []uint32, now time.Time, upFromAtMost ui
 	return changed
 }
 
-// downOut marks out, automatically, every in OSD that has been down for
-// longer than interval, and returns them.
-func downOut(pb *osdpb.ClusterMap, now time.Time, interval time.Duration) []uint32 {
+// downOut marks out, automatically, the in OSDs that have been down for
+// longer than interval, longest down first, and returns them; and the
+// ones it held back: as Ceph's mon_osd_min_in_ratio, it marks no more out
+// once fewer than minIn (a fraction) of the OSDs are in, so that a rack
+// or a power feed that goes down for longer than the interval does not
+// start the survivors re-replicating everything, past their room. minIn
+// 0 or less: no floor.
+func downOut(pb *osdpb.ClusterMap, now time.Time, interval time.Duration, minIn float64) (out, held []uint32) {
 	if interval < 0 || slices.Contains(pb.Flags, placement.FlagNoOut) { // NeverOut, or an operator's noout
-		return nil
+		return nil, nil
 	}
-	var changed []uint32
+	var due []*osdpb.OSDInfo
+	in := 0
 	for _, o := range pb.Osds {
+		if o.In {
+			in++
+		}
 		if o.Up || !o.In || o.DownSinceUnixNano == 0 || now.Sub(time.Unix(0, o.DownSinceUnixNano)) <= interval {
 			continue
 		}
-		o.In, o.AutoOut = false, true
-		changed = append(changed, o.Id)
+		due = append(due, o)
 	}
-	return changed
+	slices.SortFunc(due, func(a, b *osdpb.OSDInfo) int {
+		return cmp.Or(cmp.Compare(a.DownSinceUnixNano, b.DownSinceUnixNano), cmp.Compare(a.Id, b.Id))
+	})
+	for _, o := range due {
+		// Ceph's test: the in ratio before this one goes out.
+		if minIn > 0 && float64(in) < minIn*float64(len(pb.Osds)) {
+			held = append(held, o.Id)
+			continue
+		}
+		o.In, o.AutoOut = false, true
+		in--
+		out = append(out, o.Id)
+	}
+	return out, held
 }
 
 // osdCommand is a map-changing operator command.

@@ -28,7 +28,7 @@ func TestFlagEdits(t *testing.T) {
 	if err := cmd("osd set", placement.FlagNoOut); err != errNoChange {
 		t.Fatalf("set noout again: %v", err)
 	}
-	if got := downOut(pb, now, time.Minute); len(got) != 0 || !pb.Osds[0].In {
+	if got, _ := downOut(pb, now, time.Minute, 0); len(got) != 0 || !pb.Osds[0].In {
 		t.Fatalf("noout: marked %v out", got)
 	}
 	if err := cmd("osd set", placement.FlagNoIn); err != nil || !slices.Equal(pb.Flags, []string{"noin", "noout"}) {
@@ -46,7 +46,7 @@ func TestFlagEdits(t *testing.T) {
 	if err := cmd("osd unset", placement.FlagNoOut); err != nil || !slices.Equal(pb.Flags, []string{"noin"}) {
 		t.Fatalf("unset noout: %v, flags %v", err, pb.Flags)
 	}
-	if got := downOut(pb, now, time.Minute); !slices.Equal(got, []uint32{0}) {
+	if got, _ := downOut(pb, now, time.Minute, 0); !slices.Equal(got, []uint32{0}) {
 		t.Fatalf("after unset noout: marked %v out, want osd.0", got)
 	}
 	if err := cmd("osd unset", placement.FlagNoOut); err != errNoChange {

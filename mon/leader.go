@@ -31,6 +31,9 @@ type leadership struct {
 	// map write compares it, so a mon that lost the election without
 	// noticing yet cannot write.
 	fence clientv3.Cmp
+	// heldIn are the OSDs the last tick kept in for min_in_ratio (tick's
+	// goroutine only): the warning is logged when they change.
+	heldIn []uint32
 
 	// since is when this mon took over: for one grace after it, an OSD
 	// whose lease expired gets a fresh one (regrant) instead of being
@@ -625,12 +628,20 @@ func (l *leadership) tick() {
 		l.markDown(l.ctx, []uint32{id}, whys[i], o.UpFrom, false)
 	}
 	// Only write when something is due; the edit checks again.
-	if len(downOut(mp.Proto(), now, m.cfg.DownOutInterval)) == 0 {
+	due, held := downOut(mp.Proto(), now, m.cfg.DownOutInterval, m.cfg.MinInRatio)
+	if !slices.Equal(held, l.heldIn) {
+		l.heldIn = held
+		if len(held) > 0 {
+			m.log.Warn("osds down for longer than the down-out interval kept in: fewer than min_in_ratio of the OSDs are in",
+				"osds", held, "min_in_ratio", m.cfg.MinInRatio)
+		}
+	}
+	if len(due) == 0 {
 		return
 	}
 	var out []uint32
 	next, err := l.update(l.ctx, func(pb *osdpb.ClusterMap) (txnExtra, error) {
-		if out = downOut(pb, now, m.cfg.DownOutInterval); len(out) == 0 {
+		if out, _ = downOut(pb, now, m.cfg.DownOutInterval, m.cfg.MinInRatio); len(out) == 0 {
 			return txnExtra{}, errNoChange
 		}
 		return txnExtra{}, nil

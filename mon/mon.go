@@ -46,6 +46,11 @@ type Config struct {
 	// mon_osd_down_out_interval; NeverOut: never (only an operator's osd
 	// out moves data).
 	DownOutInterval time.Duration
+	// MinInRatio: the mon marks no more down OSDs out once fewer than
+	// this fraction of the OSDs are in (Ceph's mon_osd_min_in_ratio): a
+	// whole rack down is not re-replicated onto the rest. Default (0)
+	// 0.75; negative: no floor.
+	MinInRatio float64
 	// MinDownReporters is how many reporters (hosts) must report an OSD
 	// before it is marked down. Default 2.
 	MinDownReporters int
@@ -120,6 +125,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.DownOutInterval == 0 {
 		c.DownOutInterval = 10 * time.Minute
+	}
+	switch {
+	case c.MinInRatio == 0:
+		c.MinInRatio = 0.75
+	case c.MinInRatio > 1:
+		return fmt.Errorf("mon: MinInRatio %g: want a fraction of the OSDs, at most 1", c.MinInRatio)
 	}
 	if c.MinDownReporters <= 0 {
 		c.MinDownReporters = 2

@@ -20,6 +20,21 @@ import (
 // downOutUsage is --down-out-interval's, for osprey mon and osprey up.
 const downOutUsage = "how long an OSD stays down before the mon marks it out (its data is then re-replicated); 0: never, as Ceph's mon_osd_down_out_interval"
 
+// minInUsage is --min-in-ratio's, for osprey mon and osprey up.
+const minInUsage = "the mon marks no more down OSDs out once fewer than this fraction of the OSDs are in, so a rack that goes down is not re-replicated onto the rest; 0: no floor, as Ceph's mon_osd_min_in_ratio"
+
+// minInRatio is the mon's MinInRatio for --min-in-ratio r: 0 means no
+// floor, as in Ceph, where mon.Config's zero is its default.
+func minInRatio(r float64) (float64, error) {
+	switch {
+	case !(r >= 0 && r <= 1):
+		return 0, usageErrorf("--min-in-ratio %g: want a fraction from 0 (no floor) to 1", r)
+	case r == 0:
+		return -1, nil
+	}
+	return r, nil
+}
+
 // downOutInterval is the mon's DownOutInterval for --down-out-interval
 // d: 0 means never, as in Ceph, where mon.Config's zero is its default.
 func downOutInterval(d time.Duration) (time.Duration, error) {
@@ -91,6 +106,9 @@ loopback or an admin network.`,
 			if cfg.DownOutInterval, err = downOutInterval(cfg.DownOutInterval); err != nil {
 				return err
 			}
+			if cfg.MinInRatio, err = minInRatio(cfg.MinInRatio); err != nil {
+				return err
+			}
 			if (len(cfg.Etcd) == 0) == (cfg.EmbedEtcdDir == "") {
 				return usageErrorf("give either --etcd ENDPOINTS or --embed-etcd DIR")
 			}
@@ -153,6 +171,7 @@ loopback or an admin network.`,
 	f.StringVar(&cfg.EmbedEtcdDir, "embed-etcd", "", "run a single-node etcd in this process, with its data in this directory")
 	f.DurationVar(&cfg.HeartbeatGrace, "heartbeat-grace", 20*time.Second, "an OSD silent (or reported unreachable) this long is marked down")
 	f.DurationVar(&cfg.DownOutInterval, "down-out-interval", 10*time.Minute, downOutUsage)
+	f.Float64Var(&cfg.MinInRatio, "min-in-ratio", 0.75, minInUsage)
 	f.IntVar(&cfg.MinDownReporters, "min-down-reporters", 2, "reporters (hosts) needed to mark an OSD down")
 	f.Uint32Var(&pgs, "pgs", placement.DefaultPGCount, "PGs of the default pool (new cluster only)")
 	f.Uint32Var(&replicas, "replicas", 3, "replicas of the default pool (new cluster only)")

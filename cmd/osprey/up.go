@@ -45,6 +45,7 @@ type upOptions struct {
 	readyTimeout    time.Duration
 	stopTimeout     time.Duration
 	grace, downOut  time.Duration
+	minIn           float64
 	failsafe        float64 // each OSD's failsafe full ratio
 	faults          msgr.FaultInjection
 	s3              string // the S3 gateway's address; "" none
@@ -105,6 +106,7 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	f.DurationVar(&o.stopTimeout, "stop-timeout", 30*time.Second, "bound on a graceful stop")
 	f.DurationVar(&o.grace, "heartbeat-grace", 20*time.Second, "the mon marks an OSD down after this long without heartbeats (at once when its connections are refused)")
 	f.DurationVar(&o.downOut, "down-out-interval", 10*time.Minute, downOutUsage)
+	f.Float64Var(&o.minIn, "min-in-ratio", 0.75, minInUsage)
 	markPositive(f, "heartbeat-grace")
 	f.Float64Var(&o.failsafe, "failsafe-full-ratio", 0.97, "fraction of an OSD's data disk in use over which it takes no write but deletes, even a replica's, as osprey osd's flag")
 	f.Var((*socketFailures)(&o.faults), "inject-socket-failures", socketFailuresUsage)
@@ -141,6 +143,9 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 		return usageErrorf("--port %d: ports %d..%d do not exist", o.port, o.port, o.port+2*o.osds-1)
 	}
 	if o.downOut, err = downOutInterval(o.downOut); err != nil {
+		return err
+	}
+	if o.minIn, err = minInRatio(o.minIn); err != nil {
 		return err
 	}
 	if o.public == "" {
@@ -247,7 +252,7 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string, logger *slog.Logger) (*localCluster, error) {
 	lo := local.Options{OSDs: o.osds, Replicas: o.replicas, PGs: o.pgs, Public: o.public, Cluster: o.cluster,
 		Host: o.host, BasePort: o.port, Dir: dir, Logger: logger, WithMon: true,
-		HeartbeatGrace: o.grace, DownOutInterval: o.downOut, Faults: o.faults, NoAuth: o.noAuth, DashboardAddr: o.dashboard,
+		HeartbeatGrace: o.grace, DownOutInterval: o.downOut, MinInRatio: o.minIn, Faults: o.faults, NoAuth: o.noAuth, DashboardAddr: o.dashboard,
 		ClusterModes: o.clusterModes, ServiceModes: o.serviceModes, FailsafeFullRatio: o.failsafe,
 		Metrics: o.metrics && !o.demo} // a demo stops before anyone could scrape
 	path := filepath.Join(dir, "map.json")

@@ -60,11 +60,12 @@ type Options struct {
 	// DIR/mon), and the OSDs boot through it instead of reading the map
 	// file: failure detection, down/out and health then work as on a real
 	// cluster. MonPort is its port (BasePort-1 by default, a free one when
-	// BasePort is 0); HeartbeatGrace and DownOutInterval tune it (the
-	// mon's defaults, 20 s and 10 min, when zero).
+	// BasePort is 0); HeartbeatGrace, DownOutInterval and MinInRatio tune
+	// it (the mon's defaults, 20 s, 10 min and 0.75, when zero).
 	WithMon                         bool
 	MonPort                         int
 	HeartbeatGrace, DownOutInterval time.Duration
+	MinInRatio                      float64
 	// NoAuth runs the mon and the OSDs without authentication (osprey up
 	// --auth none). By default, with WithMon, they authenticate every
 	// session: the OSDs join with client.bootstrap-osd's key, and
@@ -269,7 +270,7 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 		pub, _, _ = strings.Cut(info.PublicAddr, "://")
 	}
 	c.Mon, err = mon.Start(ctx, mon.Config{Name: "a", Listen: pub + "://" + net.JoinHostPort(host, fmt.Sprint(port)),
-		Etcd: c.Etcd.Endpoints(), Transports: c.Transports, HeartbeatGrace: opts.HeartbeatGrace, DownOutInterval: opts.DownOutInterval,
+		Etcd: c.Etcd.Endpoints(), Transports: c.Transports, HeartbeatGrace: opts.HeartbeatGrace, DownOutInterval: opts.DownOutInterval, MinInRatio: opts.MinInRatio,
 		Pool: pool, Logger: opts.Logger, NoAuth: opts.NoAuth, ServiceModes: opts.ServiceModes,
 		NearfullRatio: opts.NearfullRatio, BackfillfullRatio: opts.BackfillfullRatio, FullRatio: opts.FullRatio})
 	if err != nil {
