@@ -386,6 +386,12 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 	// answers) must not cost a new client the whole Timeout while the
 	// others are fine. Later rounds wait the full Timeout.
 	round := 0
+	// A request no mon serves for a while (all down, no etcd quorum, an
+	// election) is said once after stallWarnAfter and then every
+	// stallWarnEvery: an OSD started while its mons are away would
+	// otherwise wait without a word.
+	start := time.Now()
+	warnAt := start.Add(stallWarnAfter)
 	for {
 		if err := ctx.Err(); err != nil {
 			if len(answers) > 0 {
@@ -453,10 +459,22 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 			// election takes a few seconds).
 			misses = 0
 			round++
+			if now := time.Now(); now.After(warnAt) {
+				c.log.Warn("monclient: no mon has served the request yet; retrying", "type", t,
+					"waited", now.Sub(start).Round(time.Second), "mons", c.o.Addrs, "err", err)
+				warnAt = now.Add(stallWarnEvery)
+			}
 			sleep(ctx, bo.wait())
 		}
 	}
 }
+
+// How soon, and how often after, a request that no mon serves is logged
+// (variables for a test).
+var (
+	stallWarnAfter = 5 * time.Second
+	stallWarnEvery = 30 * time.Second
+)
 
 // Backoff between rounds of a request in which every mon failed.
 const (

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/logbuf"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
@@ -108,7 +109,8 @@ func TestCloseWaitsForOnMap(t *testing.T) {
 }
 
 // TestNoMonAnswers: with no mon reachable a request keeps trying until its
-// context ends, and says so.
+// context ends, and says so: in its error, and in the log once it has
+// waited stallWarnAfter (an OSD started while its mons are away).
 func TestNoMonAnswers(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -116,7 +118,10 @@ func TestNoMonAnswers(t *testing.T) {
 	}
 	addr := "tcp://" + l.Addr().String()
 	l.Close() // nothing listens there now: refused
-	c, err := New(context.Background(), Options{Addrs: []string{addr}, Logger: quiet(), Timeout: 200 * time.Millisecond})
+	defer func(d time.Duration) { stallWarnAfter = d }(stallWarnAfter)
+	stallWarnAfter = 300 * time.Millisecond
+	var log logbuf.Buffer
+	c, err := New(context.Background(), Options{Addrs: []string{addr}, Logger: slog.New(slog.NewTextHandler(&log, nil)), Timeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +134,9 @@ func TestNoMonAnswers(t *testing.T) {
 		t.Fatalf("after %v: %v", time.Since(start), err)
 	}
 	t.Log(err)
+	if n := strings.Count(log.String(), "no mon has served the request yet"); n != 1 {
+		t.Errorf("the log says %d times that no mon serves, want once:\n%s", n, log.String())
+	}
 	c.Close()
 	if _, err := c.Command(context.Background(), &osdpb.MonCommand{Prefix: "status"}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v", err)
