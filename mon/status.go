@@ -388,6 +388,12 @@ func computeStatus(in statusInput) *Status {
 			filling++
 			about("filling", v)
 		}
+		if v.belowMin {
+			// undersized+degraded+peered, the mon's own: inactive above,
+			// and degraded as Ceph's PG_DEGRADED counts it.
+			tokens["degraded"]++
+			about("token:degraded", v)
+		}
 		if v.broken {
 			broken[v.reported]++
 			about("broken:"+v.reported, v)

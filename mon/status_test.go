@@ -157,7 +157,8 @@ func TestStatusHealth(t *testing.T) {
 	// Two down: every PG has one member, below min_size 2: ERR.
 	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd down", Ids: []uint32{1}})
 	st = statusCmd(t, c)
-	if st.Health.Status != HealthErr || !hasCheck(st, "2 osds down") || !hasCheck(st, "min_size") || st.PGs["undersized+degraded+peered"] != 16 {
+	if st.Health.Status != HealthErr || !hasCheck(st, "2 osds down") || !hasCheck(st, "min_size") || st.PGs["undersized+degraded+peered"] != 16 ||
+		!hasCheck(st, "16 pgs degraded") {
 		t.Fatalf("two OSDs down: %+v", st)
 	}
 	t.Logf("checks: %q", st.Health.Checks)

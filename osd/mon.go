@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -496,7 +497,26 @@ func (o *OSD) reportFailure(id uint32, silent time.Duration, immediate, alive bo
 	if o.mon == nil {
 		return
 	}
+	// One report of each kind per peer in flight: while the mon is away
+	// the heartbeats would start one every interval per dead peer, each
+	// waiting out its timeout. The next one after it carries what is new.
+	key := reportKey{id, alive}
+	o.reporting.mu.Lock()
+	if o.reporting.inFlight[key] {
+		o.reporting.mu.Unlock()
+		return
+	}
+	if o.reporting.inFlight == nil {
+		o.reporting.inFlight = map[reportKey]bool{}
+	}
+	o.reporting.inFlight[key] = true
+	o.reporting.mu.Unlock()
 	o.wg.Go(func() {
+		defer func() {
+			o.reporting.mu.Lock()
+			delete(o.reporting.inFlight, key)
+			o.reporting.mu.Unlock()
+		}()
 		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
 		defer cancel()
 		// The map's fsid, not ident's: a new OSD's boot writes that
@@ -505,9 +525,23 @@ func (o *OSD) reportFailure(id uint32, silent time.Duration, immediate, alive bo
 		err := o.mon.ReportFailure(ctx, &osdpb.MonFailure{Fsid: mp.FSID(), Reporter: o.id, Target: id,
 			Epoch: mp.Epoch(), FailedForNanos: int64(silent), Immediate: immediate, Alive: alive})
 		if err != nil && o.ctx.Err() == nil {
-			o.log.Warn("reporting a failure to the mon", "peer", id, "err", err)
+			// Once per interval for all peers, with the count held back.
+			o.ratelog.Log(o.log, slog.LevelWarn, "failure report", "reporting a failure to the mon", "peer", id, "err", err)
 		}
 	})
+}
+
+// reportKey names the failure reports of one kind (failed, or alive
+// again) about one peer.
+type reportKey struct {
+	peer  uint32
+	alive bool
+}
+
+// failureReports are the failure reports in flight to the mon.
+type failureReports struct {
+	mu       sync.Mutex
+	inFlight map[reportKey]bool
 }
 
 // refusedPeers rate-limits the fast-fail reports: one per peer per second.

@@ -308,6 +308,7 @@ type OSD struct {
 	monStop        context.CancelFunc
 	monDone        chan struct{}
 	refused        refusedPeers
+	reporting      failureReports
 	recoveredBytes atomic.Uint64
 	// repairs runs one read repair per object at a time (repair.go);
 	// readRepairs and readRepairFailures count them.
