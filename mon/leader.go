@@ -100,8 +100,11 @@ func (l *leadership) boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBoot
 		return nil, unavailable("granting the OSD's lease", err)
 	}
 	var id uint32
+	replaced := false // a new store under an id that booted before
 	next, err := l.update(ctx, func(pb *osdpb.ClusterMap) (txnExtra, error) {
 		var err error
+		prev := osdByID(pb, b.Id)
+		replaced = b.HasId && b.FreshStore && prev != nil && prev.UpFrom != 0
 		if id, err = applyBoot(pb, b); err != nil {
 			return txnExtra{}, err
 		}
@@ -122,6 +125,12 @@ func (l *leadership) boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBoot
 	}
 	info, _ := next.OSD(id)
 	m.log.Info("osd booted", "osd", id, "uuid", b.Uuid, "public", info.PublicAddr, "host", info.Host, "epoch", next.Epoch(), "in", info.In)
+	if replaced {
+		// As Ceph's osd destroy and a new disk under the id: peering no
+		// longer waits for the old store, so writes only it held are gone.
+		m.log.Warn("osd booted on a new store under an id that held data: what only its old store held is given up",
+			"osd", id, "born", info.Born)
+	}
 	return &osdpb.MonBootReply{Header: m.header(nil), Id: id, Fsid: m.fsid, Map: next.Proto()}, nil
 }
 

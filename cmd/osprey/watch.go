@@ -152,6 +152,9 @@ func mapChanges(prev, next *placement.Map) []string {
 			p = &osdpb.OSDInfo{Id: o.Id, Weight: o.Weight, PublicAddr: o.PublicAddr}
 		}
 		switch {
+		case o.Up && ok && p.UpFrom != 0 && o.Born > p.Born:
+			// Peering gives up what only its old store held.
+			out = append(out, fmt.Sprintf("%s boot on a new store (%s): what only its old store held is gone", name, o.PublicAddr))
 		case o.Up && (!p.Up || o.UpFrom != p.UpFrom):
 			out = append(out, fmt.Sprintf("%s boot (%s)", name, o.PublicAddr))
 		case !o.Up && p.Up:

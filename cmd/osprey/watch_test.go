@@ -32,7 +32,7 @@ func TestMapChanges(t *testing.T) {
 		pb.Osds[1].In, pb.Osds[1].AutoOut = false, true // out by the mon
 		pb.Osds[2].Weight = 2
 		pb.Osds[2].Fullness = osdpb.Fullness_FULLNESS_NEARFULL
-		pb.Osds[3].Up, pb.Osds[3].UpFrom = true, 6 // boot
+		pb.Osds[3].Up, pb.Osds[3].UpFrom, pb.Osds[3].Born = true, 6, 6 // boot, on a new store
 		pb.Osds = append(pb.Osds, &osdpb.OSDInfo{Id: 4, PublicAddr: "mem://osd-not-booted", ClusterAddr: "mem://osd-not-booted", Weight: 1})
 		pb.Pools[0].Size, pb.Pools[0].MinSize = 2, 1
 		pb.NearfullRatio = 0.8
@@ -47,7 +47,7 @@ func TestMapChanges(t *testing.T) {
 		"osd.1 marked out (down for longer than the down-out interval)",
 		"osd.2 weight 1 -> 2",
 		"osd.2 disk nearfull (was ok)",
-		"osd.3 boot (tcp://127.0.0.1:6800)",
+		"osd.3 boot on a new store (tcp://127.0.0.1:6800): what only its old store held is gone",
 		"osd.4 created",
 		"pool 'default' size 3 -> 2",
 		"pool 'default' min_size 2 -> 1",
