@@ -180,6 +180,11 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.Mon
 	now := time.Now()
 	l.mu.Lock()
 	rec := newBeaconRecord(b, now, l.last[b.Id])
+	for i := range rec.PGs {
+		if p := &rec.PGs[i]; p.Epoch == mp.Epoch() {
+			p.Acting = mp.ActingSet(p.Pool, p.PG)
+		}
+	}
 	l.last[b.Id] = rec
 	l.mu.Unlock()
 	js, err := json.Marshal(rec)

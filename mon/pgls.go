@@ -19,7 +19,9 @@ type PGStat struct {
 	Seed  uint32 `json:"seed"`
 	State string `json:"state"`
 	// Acting is the PG's acting set under the map, primary first; Primary
-	// is its first member, -1 when no OSD is up and in to serve it.
+	// is its first member, -1 when no OSD is up and in to serve it. Of a
+	// stale PG (no OSD up and in) both are the last ones a report of it
+	// was taken in under, as Ceph shows them; none of them serves it.
 	Acting  []uint32 `json:"acting"`
 	Primary int64    `json:"primary"`
 	// Up is placement's set for the PG; it differs from Acting while a
@@ -156,6 +158,12 @@ func pgViews(in statusInput) iter.Seq[pgView] {
 					v.State, v.unknown = "unknown", true
 				case len(acting) == 0 && known:
 					v.State, v.stale, v.lastFrom = "stale+"+strings.TrimPrefix(l.State, "stale+"), true, l.from
+					// The last ones known, as Ceph shows a stale PG's (none
+					// of them serves it now).
+					v.Acting = l.Acting
+					if len(l.Acting) > 0 {
+						v.Primary = int64(l.Acting[0])
+					}
 				case len(acting) == 0:
 					v.State, v.down = "down", true
 				case len(acting) < minSize:

@@ -222,6 +222,10 @@ type pgRecord struct {
 	Bytes        uint64 `json:"bytes,omitempty"`
 	// Filling are the acting members being backfilled: no whole copy yet.
 	Filling []uint32 `json:"filling,omitempty"`
+	// Acting is the PG's acting set when the report was taken in (at the
+	// mon's epoch then), for the status of a PG that goes stale: Ceph's
+	// "last acting".
+	Acting []uint32 `json:"acting,omitempty"`
 }
 
 // newBeaconRecord makes the record of beacon b received at now; prev, if

@@ -426,8 +426,9 @@ func TestHealthByCode(t *testing.T) {
 
 // TestStalePGsKeepTheirLastReports: an OSD's beacon record outlives its
 // lease, so when every OSD of a PG dies the PG is stale, as its primary
-// last reported it (Ceph's stale+active+clean), and its objects stay in
-// status's and df's totals instead of vanishing with the OSDs.
+// last reported it (Ceph's stale+active+clean), with its last acting set,
+// and its objects stay in status's and df's totals instead of vanishing
+// with the OSDs.
 func TestStalePGsKeepTheirLastReports(t *testing.T) {
 	e := startTestEtcd(t)
 	cfg := testConfig(e, "a")
@@ -439,7 +440,7 @@ func TestStalePGsKeepTheirLastReports(t *testing.T) {
 		mustBoot(t, c, bootOf(n))
 	}
 	beaconAll(t, c, m.Map(), "active+clean")
-	reported, primary := m.Map().Epoch(), m.Map().ActingSet(1, 0)[0]
+	reported, lastActing := m.Map().Epoch(), m.Map().ActingSet(1, 0)
 	if st := statusCmd(t, c); st.PGs["active+clean"] != 16 || st.Objects != 16 {
 		t.Fatalf("reported clean: %v, %d objects", st.PGs, st.Objects)
 	}
@@ -458,11 +459,11 @@ func TestStalePGsKeepTheirLastReports(t *testing.T) {
 	}
 	i := slices.IndexFunc(h.Detail, func(c HealthCheck) bool { return c.Code == "PG_AVAILABILITY" })
 	if i < 0 || len(h.Detail[i].Detail) != 16 ||
-		h.Detail[i].Detail[0] != fmt.Sprintf("pg 1.0 is stale+active+clean, acting [], last reported by osd.%d at epoch %d", primary, reported) {
+		h.Detail[i].Detail[0] != fmt.Sprintf("pg 1.0 is stale+active+clean, acting %s, last reported by osd.%d at epoch %d", ActingList(lastActing), lastActing[0], reported) {
 		t.Fatalf("health detail: %+v", h.Detail)
 	}
 	for _, p := range pgLs(t, c, st) {
-		if p.State != "stale+active+clean" || p.Objects != 1 || p.ReportedEpoch != reported || p.Primary != -1 {
+		if p.State != "stale+active+clean" || p.Objects != 1 || p.ReportedEpoch != reported || len(p.Acting) != 2 {
 			t.Errorf("pg ls, every OSD down: %+v", p)
 		}
 	}
