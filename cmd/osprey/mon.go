@@ -115,8 +115,11 @@ loopback or an admin network.`,
 			if minSize > replicas {
 				return usageErrorf("--min-size %d exceeds --replicas %d", minSize, replicas)
 			}
-			if pgs == 0 || pgs > placement.MaxPGCount || replicas == 0 {
-				return usageErrorf("--pgs must be 1..%d and --replicas at least 1", placement.MaxPGCount)
+			if pgs == 0 || pgs > placement.MaxPGCount {
+				return usageErrorf("--pgs %d: want 1..%d", pgs, placement.MaxPGCount)
+			}
+			if replicas == 0 || replicas > mon.MaxPoolSize {
+				return usageErrorf("--replicas %d: want 1..%d, as osd pool set size takes", replicas, mon.MaxPoolSize)
 			}
 			cfg.Pool = &osdpb.Pool{Id: placement.DefaultPoolID, Name: placement.DefaultPoolName, Size: replicas, PgCount: pgs, MinSize: minSize}
 			cfg.Logger = slog.Default()

@@ -376,6 +376,9 @@ func printTree(w io.Writer, osds []mon.OSDTreeEntry) error {
 			in = "in"
 		}
 		host, disk, pub, clu := o.Host, cmp.Or(o.Fullness, "ok"), o.PublicAddr, o.ClusterAddr
+		if !o.Up {
+			disk = "-" // what its last beacon said is not current
+		}
 		if o.NeverBooted {
 			// Created (osd create) but no daemon booted as it: no
 			// host, disk or addresses to show.

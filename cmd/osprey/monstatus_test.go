@@ -44,6 +44,7 @@ func TestPrintTreeNeverBooted(t *testing.T) {
 	printTree(&b, []mon.OSDTreeEntry{
 		{ID: 0, Host: "h0", Up: true, In: true, Weight: 1, PublicAddr: "tcp://127.0.0.1:6800", ClusterAddr: "tcp://127.0.0.1:6801", Fullness: "ok"},
 		{ID: 3, Weight: 1, AutoOut: true, NeverBooted: true, Fullness: "ok"},
+		{ID: 4, Host: "h4", In: true, Weight: 1, PublicAddr: "tcp://127.0.0.1:6808", ClusterAddr: "tcp://127.0.0.1:6809", Fullness: "nearfull"},
 	})
 	lines := strings.Split(b.String(), "\n")
 	if len(lines) < 3 || !strings.Contains(lines[1], "tcp://127.0.0.1:6800") {
@@ -51,6 +52,10 @@ func TestPrintTreeNeverBooted(t *testing.T) {
 	}
 	if f := strings.Fields(lines[2]); len(f) != 10 || f[0] != "osd.3" || f[1] != "-" || f[2] != "down" || f[3] != "out" || f[7] != "-" || f[8] != "never-booted" || f[9] != "-" {
 		t.Fatalf("a never-booted OSD's row: %q\n%s", lines[2], b.String())
+	}
+	// A down OSD's disk is not known now: its last beacon's word is old.
+	if f := strings.Fields(lines[3]); len(f) != 10 || f[0] != "osd.4" || f[2] != "down" || f[7] != "-" {
+		t.Fatalf("a down OSD's row: %q\n%s", lines[3], b.String())
 	}
 }
 

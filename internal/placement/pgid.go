@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -78,6 +79,9 @@ func ParsePGID(s string) (PGID, error) {
 		return PGID{}, fmt.Errorf("pg id %q: pool %q is not a number", s, pool)
 	}
 	n, err := strconv.ParseUint(seed, 16, 32)
+	if errors.Is(err, strconv.ErrRange) {
+		return PGID{}, fmt.Errorf("pg id %q is out of range", s)
+	}
 	if err != nil {
 		return PGID{}, fmt.Errorf("pg id %q: seed %q is not hex", s, seed)
 	}

@@ -1,6 +1,9 @@
 package placement
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // FuzzParsePGID: ParsePGID never panics, and what it accepts is exactly
 // what String writes for the id it returns.
@@ -32,5 +35,9 @@ func TestParsePGID(t *testing.T) {
 		if got, err := ParsePGID(s); err == nil {
 			t.Errorf("ParsePGID(%q) = %+v, want an error", s, got)
 		}
+	}
+	// A hex seed too large for 32 bits is out of range, not "not hex".
+	if _, err := ParsePGID("1.ffffffffff"); err == nil || !strings.Contains(err.Error(), "out of range") {
+		t.Errorf("ParsePGID(1.ffffffffff): %v", err)
 	}
 }
