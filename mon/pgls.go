@@ -31,7 +31,9 @@ type PGStat struct {
 	// primary has sent none, the last report of the PG from any OSD (a
 	// down one's included: what the PG held does not vanish from the
 	// totals while it cannot be reached), with no degraded, misplaced or
-	// inconsistent count; zero when no OSD ever reported it.
+	// inconsistent count; zero when no OSD ever reported it. Objects and
+	// Bytes of a PG whose primary has not served it yet (peering, down)
+	// are the last counts of a primary that did.
 	// ReportedEpoch is that report's map epoch, 0 for none. A report
 	// older than the map's epoch does not set State ("unknown").
 	Objects       uint64 `json:"objects"`
@@ -115,13 +117,23 @@ func pgViews(in statusInput) iter.Seq[pgView] {
 			from uint32
 			up   bool
 		}
-		last := map[pgKey]lastReport{}
+		// served is the newest of a primary that served the PG (active, or
+		// peered below min_size): its counts are the PG's, where a primary
+		// still peering, or down waiting for a past member, may count only
+		// what its own store holds (nothing, on a new member).
+		last, served := map[pgKey]lastReport{}, map[pgKey]lastReport{}
 		for _, id := range slices.Sorted(maps.Keys(beacons)) {
 			for _, p := range beacons[id].PGs {
 				k := pgKey{p.Pool, p.PG}
 				_, up := reports[from{k, id}]
-				if l, ok := last[k]; !ok || p.Epoch > l.Epoch || p.Epoch == l.Epoch && up && !l.up {
+				newer := func(l lastReport, ok bool) bool {
+					return !ok || p.Epoch > l.Epoch || p.Epoch == l.Epoch && up && !l.up
+				}
+				if l, ok := last[k]; newer(l, ok) {
 					last[k] = lastReport{p, id, up}
+				}
+				if l, ok := served[k]; hasToken(p.State, "active", "peered") && newer(l, ok) {
+					served[k] = lastReport{p, id, up}
 				}
 			}
 		}
@@ -149,9 +161,16 @@ func pgViews(in statusInput) iter.Seq[pgView] {
 					}
 				}
 				l, known := last[pgKey{pool.Id, pg}]
-				if !v.counted && known {
+				sv, wasServed := served[pgKey{pool.Id, pg}]
+				switch {
+				case v.counted && !hasToken(v.reported, "active", "peered") && wasServed:
+					v.Objects, v.Bytes = sv.Objects, sv.Bytes
+				case !v.counted && known:
 					v.counted = true
 					v.Objects, v.Bytes, v.ReportedEpoch = l.Objects, l.Bytes, l.Epoch
+					if wasServed {
+						v.Objects, v.Bytes = sv.Objects, sv.Bytes
+					}
 				}
 				switch {
 				case noOSDs:

@@ -307,6 +307,23 @@ func TestComputeStatus(t *testing.T) {
 	if st.PGs["unknown+undersized"] != 8 || st.Objects != 16 || st.DegradedObjects != 0 || st.UsedBytes != 0 || st.OpsPerSec != 0 {
 		t.Fatalf("primaries yet to report, osd.2's last reports: %v, %d objects, %d degraded, %d used, %.0f ops/s", st.PGs, st.Objects, st.DegradedObjects, st.UsedBytes, st.OpsPerSec)
 	}
+	// The new primaries report the PGs down (waiting for a past member),
+	// counting what their own stores hold: nothing. The objects are still
+	// those the last primary that served the PGs counted.
+	for o := range twoUp.OSDs() {
+		if !o.Up {
+			continue
+		}
+		for pg, role := range twoUp.PGsOf(1, o.Id) {
+			if role.IsPrimary() {
+				before[o.Id].PGs = append(before[o.Id].PGs, pgRecord{Pool: 1, PG: pg, State: "down", Epoch: 10})
+			}
+		}
+	}
+	st = computeStatus(statusInput{mp: twoUp, beacons: before, now: now, fresh: time.Minute})
+	if st.Objects != 16 || st.PGs["down+undersized"] != 8 {
+		t.Fatalf("primaries report the PGs down, osd.2 served them: %v, %d objects", st.PGs, st.Objects)
+	}
 }
 
 // TestBeaconRates: recovery and op rates are measured over at least
