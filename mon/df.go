@@ -86,8 +86,8 @@ func maxAvail(mp *placement.Map, beacons map[uint32]*beaconRecord) uint64 {
 	}
 	best := math.Inf(1)
 	for o := range mp.OSDs() {
-		b := beacons[o.Id]
-		if !o.Up || !o.In || o.Weight <= 0 || b == nil {
+		b := currentBeacon(o, beacons[o.Id])
+		if !o.In || o.Weight <= 0 || b == nil {
 			continue
 		}
 		size := float64(b.UsedBytes + b.AvailBytes)

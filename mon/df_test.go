@@ -31,7 +31,7 @@ func TestComputeDF(t *testing.T) {
 		if id == 2 {
 			size = 200
 		}
-		beacons[id] = &beaconRecord{ID: id, UsedBytes: used * gib, AvailBytes: (size - used) * gib}
+		beacons[id] = &beaconRecord{ID: id, Epoch: mp.Epoch(), UsedBytes: used * gib, AvailBytes: (size - used) * gib}
 	}
 	copies := uint64(0) // osd.3 is down: some PGs have one member
 	for pg := range uint32(8) {

@@ -179,10 +179,18 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.Mon
 	}
 	now := time.Now()
 	l.mu.Lock()
-	rec := newBeaconRecord(b, now, l.last[b.Id])
+	prev := l.last[b.Id]
+	rec := newBeaconRecord(b, now, prev)
 	for i := range rec.PGs {
-		if p := &rec.PGs[i]; p.Epoch == mp.Epoch() {
+		p := &rec.PGs[i]
+		if p.Epoch == mp.Epoch() {
 			p.Acting = mp.ActingSet(p.Pool, p.PG)
+		} else if prev != nil {
+			// A report of an epoch behind ours (the OSD's map lags):
+			// the acting set the last one was taken in under, kept.
+			if j := slices.IndexFunc(prev.PGs, func(q pgRecord) bool { return q.Pool == p.Pool && q.PG == p.PG }); j >= 0 {
+				p.Acting = prev.PGs[j].Acting
+			}
 		}
 	}
 	l.last[b.Id] = rec

@@ -145,15 +145,15 @@ func safeToDestroy(in statusInput, ids []uint32) (*SafeToDestroy, error) {
 	}
 	for _, id := range ids {
 		o, _ := mp.OSD(id)
-		b := in.beacons[id]
+		b := currentBeacon(o, in.beacons[id])
 		switch {
 		case mapped[id] > 0:
 			out.Mapped = append(out.Mapped, id)
 			out.Detail = append(out.Detail, fmt.Sprintf("osd.%d: %d pgs map to it (up or acting set): mark it out and let them move", id, mapped[id]))
-		case o.Up && b != nil && b.PGsHeld != nil && *b.PGsHeld > 0:
+		case b != nil && b.PGsHeld != nil && *b.PGsHeld > 0:
 			out.StoredPGs = append(out.StoredPGs, id)
 			out.Detail = append(out.Detail, fmt.Sprintf("osd.%d: its store still holds %d pg copies (strays it removes once their PGs are clean)", id, *b.PGsHeld))
-		case o.Up && b != nil && b.PGsHeld != nil, allClean:
+		case b != nil && b.PGsHeld != nil, allClean:
 			out.SafeToDestroy = append(out.SafeToDestroy, id)
 		default:
 			out.MissingStats = append(out.MissingStats, id)

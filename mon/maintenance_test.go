@@ -19,7 +19,7 @@ func primaryReports(mp *placement.Map, state string, each func(r *pgRecord)) map
 		if !o.Up {
 			continue
 		}
-		r := &beaconRecord{ID: o.Id}
+		r := &beaconRecord{ID: o.Id, Epoch: mp.Epoch()}
 		for pg, role := range mp.PGsOf(1, o.Id) {
 			if role.IsPrimary() {
 				p := pgRecord{Pool: 1, PG: pg, State: state, Epoch: mp.Epoch()}
@@ -102,7 +102,7 @@ func TestSafeToDestroy(t *testing.T) {
 	}
 	held := func(n uint32) map[uint32]*beaconRecord {
 		b := primaryReports(out, "active+clean", nil)
-		b[3] = &beaconRecord{ID: 3, PGsHeld: &n}
+		b[3] = &beaconRecord{ID: 3, Epoch: out.Epoch(), PGsHeld: &n}
 		return b
 	}
 	if r, _ := safeToDestroy(statusInput{mp: out, beacons: held(5), now: now, fresh: time.Minute}, []uint32{3}); r.Safe() || !slices.Equal(r.StoredPGs, []uint32{3}) {

@@ -68,12 +68,23 @@ type pgView struct {
 	broken         bool     // its primary reports it down or incomplete
 }
 
-// upBeacons are the last beacons of the OSDs up in mp, in id order: a
-// down OSD's space, rates and PG reports are not current.
+// currentBeacon is b, OSD o's last beacon record, if it says what o does
+// now: o is up, and b was made in o's current run. Records outlive their
+// OSDs (a stale PG's last report), so one made before o last booted (its
+// epoch before o's up_from) is left until o's first beacon replaces it.
+func currentBeacon(o *osdpb.OSDInfo, b *beaconRecord) *beaconRecord {
+	if o == nil || !o.Up || b == nil || b.Epoch < o.UpFrom {
+		return nil
+	}
+	return b
+}
+
+// upBeacons are the current beacons (currentBeacon) of the OSDs up in mp,
+// in id order: a down OSD's space, rates and PG reports are not current.
 func upBeacons(mp *placement.Map, beacons map[uint32]*beaconRecord) []*beaconRecord {
 	ids := make([]uint32, 0, len(beacons))
-	for id := range beacons {
-		if o, ok := mp.OSD(id); ok && o.Up {
+	for id, b := range beacons {
+		if o, ok := mp.OSD(id); ok && currentBeacon(o, b) != nil {
 			ids = append(ids, id)
 		}
 	}

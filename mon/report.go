@@ -48,7 +48,8 @@ func computeReport(in statusInput) *Report {
 	r := &Report{Status: computeStatus(in), Map: in.mp}
 	for _, e := range osdTree(in.mp) {
 		o := OSDReport{OSDTreeEntry: e}
-		if b := in.beacons[e.ID]; b != nil && e.Up {
+		info, _ := in.mp.OSD(e.ID)
+		if b := currentBeacon(info, in.beacons[e.ID]); b != nil {
 			o.BeaconAt = time.Unix(0, b.AtUnixNano)
 			o.UsedBytes, o.AvailBytes = b.UsedBytes, b.AvailBytes
 			if in.now.Sub(o.BeaconAt) <= in.fresh {

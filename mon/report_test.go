@@ -18,7 +18,7 @@ func TestReportRates(t *testing.T) {
 	beacons := map[uint32]*beaconRecord{}
 	for o := range mp.OSDs() {
 		first := newBeaconRecord(&osdpb.MonBeacon{Id: o.Id}, t0, nil)
-		beacons[o.Id] = newBeaconRecord(&osdpb.MonBeacon{Id: o.Id, Ops: 20, ClientReadBytes: 4 << 20, ClientWriteBytes: 2 << 20,
+		beacons[o.Id] = newBeaconRecord(&osdpb.MonBeacon{Id: o.Id, Epoch: mp.Epoch(), Ops: 20, ClientReadBytes: 4 << 20, ClientWriteBytes: 2 << 20,
 			UsedBytes: 10, AvailBytes: 90}, t0.Add(2*time.Second), first)
 	}
 	beacons[2].AtUnixNano = t0.Add(-time.Hour).UnixNano() // stale

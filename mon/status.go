@@ -573,7 +573,7 @@ func fullnessChecks(h *healthChecks, mp *placement.Map, beacons map[uint32]*beac
 			continue
 		}
 		name := fmt.Sprintf("osd.%d", o.Id)
-		if b := beacons[o.Id]; b != nil && b.UsedBytes+b.AvailBytes > 0 {
+		if b := currentBeacon(o, beacons[o.Id]); b != nil && b.UsedBytes+b.AvailBytes > 0 {
 			name += fmt.Sprintf(" (%.1f%% used)", 100*float64(b.UsedBytes)/float64(b.UsedBytes+b.AvailBytes))
 		}
 		lvl := min(o.Fullness, osdpb.Fullness_FULLNESS_FULL) // failsafe is full, and worse
@@ -603,7 +603,7 @@ func scrubErrorsCheck(h *healthChecks, mp *placement.Map, beacons map[uint32]*be
 	var total uint64
 	var names, lines []string
 	for o := range mp.OSDs() {
-		if b := beacons[o.Id]; o.Up && b != nil && b.ScrubErrors > 0 {
+		if b := currentBeacon(o, beacons[o.Id]); b != nil && b.ScrubErrors > 0 {
 			total += b.ScrubErrors
 			names = append(names, fmt.Sprintf("osd.%d (%d)", o.Id, b.ScrubErrors))
 			lines = append(lines, fmt.Sprintf("osd.%d found %d damaged objects no replica could repair", o.Id, b.ScrubErrors))

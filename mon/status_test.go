@@ -188,7 +188,7 @@ func TestComputeStatus(t *testing.T) {
 	reportAll := func(mp *placement.Map, state string, epoch uint64) map[uint32]*beaconRecord {
 		out := map[uint32]*beaconRecord{}
 		for o := range mp.OSDs() {
-			r := &beaconRecord{ID: o.Id, AtUnixNano: now.UnixNano()}
+			r := &beaconRecord{ID: o.Id, AtUnixNano: now.UnixNano(), Epoch: epoch}
 			for pg, role := range mp.PGsOf(1, o.Id) {
 				if role.IsPrimary() {
 					r.PGs = append(r.PGs, pgRecord{Pool: 1, PG: pg, State: state, Epoch: epoch})
@@ -297,8 +297,8 @@ func TestComputeStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := map[uint32]*beaconRecord{
-		0: {ID: 0, AtUnixNano: now.UnixNano()}, 1: {ID: 1, AtUnixNano: now.UnixNano()},
-		2: {ID: 2, AtUnixNano: now.UnixNano(), UsedBytes: 7, OpsPerSec: 9},
+		0: {ID: 0, AtUnixNano: now.UnixNano(), Epoch: 10}, 1: {ID: 1, AtUnixNano: now.UnixNano(), Epoch: 10},
+		2: {ID: 2, AtUnixNano: now.UnixNano(), Epoch: 9, UsedBytes: 7, OpsPerSec: 9},
 	}
 	for pg := range uint32(8) {
 		before[2].PGs = append(before[2].PGs, pgRecord{Pool: 1, PG: pg, State: "active+clean", Objects: 2, Degraded: 1, Epoch: 9})
@@ -323,6 +323,29 @@ func TestComputeStatus(t *testing.T) {
 	st = computeStatus(statusInput{mp: twoUp, beacons: before, now: now, fresh: time.Minute})
 	if st.Objects != 16 || st.PGs["down+undersized"] != 8 {
 		t.Fatalf("primaries report the PGs down, osd.2 served them: %v, %d objects", st.PGs, st.Objects)
+	}
+
+	// osd.0 died and booted again (up from epoch 11) under the same
+	// placement: its record from before, which the unchanged acting sets
+	// would take as current, says nothing of its PGs until its first
+	// beacon of this run.
+	rebooted, err := mp.With(func(pb *osdpb.ClusterMap) { pb.Epoch = 11; pb.Osds[0].UpFrom = 11 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	led := 0
+	for _, role := range mp.PGsOf(1, 0) {
+		if role.IsPrimary() {
+			led++
+		}
+	}
+	if led == 0 {
+		t.Fatal("osd.0 leads no PG in this placement")
+	}
+	st = computeStatus(statusInput{mp: rebooted, beacons: reportAll(mp, "active+clean", 10), now: now, fresh: time.Minute,
+		past: map[uint64]*placement.Map{10: mp}})
+	if st.PGs["unknown"] != led || st.PGs["active+clean"] != 8-led {
+		t.Fatalf("osd.0 rebooted, its record from before: %v, want its %d PGs unknown", st.PGs, led)
 	}
 }
 
@@ -367,7 +390,7 @@ func TestHealthDetail(t *testing.T) {
 		if !o.Up {
 			continue
 		}
-		r := &beaconRecord{ID: o.Id, AtUnixNano: now.UnixNano()}
+		r := &beaconRecord{ID: o.Id, AtUnixNano: now.UnixNano(), Epoch: mp.Epoch()}
 		for pg, role := range mp.PGsOf(1, o.Id) {
 			if !role.IsPrimary() {
 				continue
@@ -461,6 +484,12 @@ func TestStalePGsKeepTheirLastReports(t *testing.T) {
 	if st := statusCmd(t, c); st.PGs["active+clean"] != 16 || st.Objects != 16 {
 		t.Fatalf("reported clean: %v, %d objects", st.PGs, st.Objects)
 	}
+	// A flag makes a new epoch; the OSDs' last beacons still report the
+	// one before (their maps lag): the acting sets the reports were first
+	// taken in under are kept for them.
+	was := m.Map()
+	mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd set", Var: "noout"})
+	beaconAll(t, c, was, "active+clean")
 	// Both fall silent: their leases expire and the mon marks them down.
 	eventually(t, 20*time.Second, "both OSDs marked down by lease expiry", func() bool {
 		return !osdOf(t, m.Map(), 0).Up && !osdOf(t, m.Map(), 1).Up
