@@ -220,12 +220,17 @@ func (o *PutOptions) defaults() error {
 // what could not travel through the S3 gateway whole: a key that is not
 // an HTTP header name (it goes as x-amz-meta-KEY), a value with a line
 // break or another control character, two keys that differ in case only.
-// A key may begin with ":", the gateway's record of a standard header
-// (":cache-control"); the rest must be a name.
+// A key may begin with ":" only as the gateway's record of one of the
+// standard headers it keeps (ops.StoredHeaders: ":cache-control"), which
+// it sends back as that header.
 func checkUserMetadata(m map[string]string) (map[string]string, error) {
 	lower := true
 	for k, v := range m {
-		if !httpguts.ValidHeaderFieldName(strings.TrimPrefix(k, ":")) {
+		if strings.HasPrefix(k, ":") {
+			if _, ok := ops.StoredHeaderOf(strings.ToLower(k)); !ok {
+				return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "user metadata key %q: a key that begins with ':' names a header the S3 gateway keeps (:cache-control, :content-disposition, :content-encoding, :content-language, :expires)", k)
+			}
+		} else if !httpguts.ValidHeaderFieldName(k) {
 			return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "user metadata key %q: not an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", k)
 		}
 		if !httpguts.ValidHeaderFieldValue(v) {

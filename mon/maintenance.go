@@ -69,6 +69,12 @@ func okToStop(in statusInput, ids []uint32) (*OKToStop, error) {
 			bad(v, "%s now, acting %s", v.State, ActingList(v.Acting))
 			continue
 		}
+		if hasToken(v.State, "backfilling", "backfill_toofull") && !namesFilling(mp, in.beacons, uint32(v.Primary)) {
+			// A primary of an older build does not name the members it
+			// is backfilling: they cannot be told from whole ones.
+			bad(v, "%s, and its primary osd.%d does not say which members are being backfilled (an older build)", v.State, v.Primary)
+			continue
+		}
 		left := slices.DeleteFunc(slices.Clone(v.Acting), stopping)
 		whole := slices.DeleteFunc(slices.Clone(left), func(id uint32) bool { return slices.Contains(v.filling, id) })
 		if len(whole) < minSize {
@@ -104,6 +110,16 @@ func okToStop(in statusInput, ids []uint32) (*OKToStop, error) {
 	return out, nil
 }
 
+// namesFilling reports whether OSD id's current beacon comes from a build
+// that names the members its PGs are backfilling (PGStat.filling): one
+// that also counts the PG copies it holds (MonBeacon.pgs_held, added
+// with it).
+func namesFilling(mp *placement.Map, beacons map[uint32]*beaconRecord, id uint32) bool {
+	o, _ := mp.OSD(id)
+	b := currentBeacon(o, beacons[id])
+	return b != nil && b.PGsHeld != nil
+}
+
 // SafeToDestroy is "osd safe-to-destroy"'s answer, Ceph's: which of the
 // OSDs can be destroyed (their disks wiped) without losing a copy of
 // anything, and why the others cannot.
@@ -130,8 +146,8 @@ func (s *SafeToDestroy) Safe() bool {
 // safeToDestroy answers "osd safe-to-destroy IDS" from in.
 func safeToDestroy(in statusInput, ids []uint32) (*SafeToDestroy, error) {
 	mp := in.mp
-	if err := checkOSDIDs(mp, ids); err != nil {
-		return nil, err
+	if len(ids) == 0 {
+		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "name at least one OSD")
 	}
 	out := &SafeToDestroy{SafeToDestroy: []uint32{}, Mapped: []uint32{}, StoredPGs: []uint32{}, MissingStats: []uint32{}, Detail: []string{}}
 	mapped := map[uint32]int{}
@@ -144,9 +160,17 @@ func safeToDestroy(in statusInput, ids []uint32) (*SafeToDestroy, error) {
 		allClean = allClean && v.fresh && hasToken(v.State, "active") && hasToken(v.State, "clean")
 	}
 	for _, id := range ids {
-		o, _ := mp.OSD(id)
+		o, exists := mp.OSD(id)
 		b := currentBeacon(o, in.beacons[id])
 		switch {
+		case !exists:
+			// Gone already (osd rm): nothing of it is left to lose, as
+			// Ceph answers; a script waiting on it ends.
+			out.SafeToDestroy = append(out.SafeToDestroy, id)
+			out.Detail = append(out.Detail, fmt.Sprintf("osd.%d does not exist (map epoch %d)", id, mp.Epoch()))
+		case mapped[id] > 0 && !o.In:
+			out.Mapped = append(out.Mapped, id)
+			out.Detail = append(out.Detail, fmt.Sprintf("osd.%d: %d pgs map to it though it is out: no other OSD can take them, so it stays acting (add an OSD, or lower the pools' size)", id, mapped[id]))
 		case mapped[id] > 0:
 			out.Mapped = append(out.Mapped, id)
 			out.Detail = append(out.Detail, fmt.Sprintf("osd.%d: %d pgs map to it (up or acting set): mark it out and let them move", id, mapped[id]))

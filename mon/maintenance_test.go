@@ -3,6 +3,7 @@ package mon
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,8 @@ func primaryReports(mp *placement.Map, state string, each func(r *pgRecord)) map
 		if !o.Up {
 			continue
 		}
-		r := &beaconRecord{ID: o.Id, Epoch: mp.Epoch()}
+		var held uint32
+		r := &beaconRecord{ID: o.Id, Epoch: mp.Epoch(), PGsHeld: &held}
 		for pg, role := range mp.PGsOf(1, o.Id) {
 			if role.IsPrimary() {
 				p := pgRecord{Pool: 1, PG: pg, State: state, Epoch: mp.Epoch()}
@@ -66,6 +68,13 @@ func TestOKToStop(t *testing.T) {
 	if r, _ := okToStop(statusInput{mp: mp, beacons: filling, now: in.now, fresh: time.Minute}, []uint32{acting[2]}); !r.OKToStop {
 		t.Fatalf("the member being backfilled: %+v", r)
 	}
+	// A primary of an older build names no member being backfilled: its
+	// backfilling PG cannot be judged.
+	filling[acting[0]].PGsHeld = nil
+	r, _ = okToStop(statusInput{mp: mp, beacons: filling, now: in.now, fresh: time.Minute}, []uint32{acting[2]})
+	if r.OKToStop || !slices.Contains(r.BadBecomeInactive, "1.0") || !strings.Contains(strings.Join(r.Detail, "\n"), "older build") {
+		t.Fatalf("a backfilling PG whose primary is of an older build: %+v", r)
+	}
 
 	// Not active now (peered), or not reported at this epoch: not ok.
 	for _, beacons := range []map[uint32]*beaconRecord{
@@ -94,6 +103,10 @@ func TestSafeToDestroy(t *testing.T) {
 	r, err := safeToDestroy(in, []uint32{3})
 	if err != nil || r.Safe() || !slices.Equal(r.Mapped, []uint32{3}) || len(r.Detail) != 1 {
 		t.Fatalf("osd.3 in, PGs on it: %+v %v", r, err)
+	}
+	// Gone already: nothing of it is left to lose.
+	if r, err := safeToDestroy(in, []uint32{9}); err != nil || !r.Safe() || !strings.Contains(r.Detail[0], "does not exist") {
+		t.Fatalf("an OSD the map lacks: %+v %v", r, err)
 	}
 
 	out, err := mp.With(func(pb *osdpb.ClusterMap) { pb.Epoch++; pb.Osds[3].In = false })

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/ops"
+	"golang.org/x/net/http/httpguts"
 )
 
 const (
@@ -25,15 +26,6 @@ const (
 	// maxUserMeta is S3's bound on the user metadata of an object.
 	maxUserMeta = 2 << 10
 )
-
-// storedHeaders are the standard headers kept with an object (in its
-// user metadata, under a name no x-amz-meta-* header can produce) and
-// sent back with it.
-var storedHeaders = []string{"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language", "Expires"}
-
-// storedHeaderPrefix cannot begin an HTTP header name, so these entries
-// never collide with x-amz-meta-* ones.
-const storedHeaderPrefix = ":"
 
 const metaPrefix = "X-Amz-Meta-"
 
@@ -51,9 +43,9 @@ func objectMetadata(h http.Header) (map[string]string, error) {
 	if size > maxUserMeta {
 		return nil, errf(ErrMetadataTooLarge, "your metadata headers exceed the maximum allowed metadata size of %d bytes", maxUserMeta)
 	}
-	for _, name := range storedHeaders {
+	for _, name := range ops.StoredHeaders {
 		if v := h.Get(name); v != "" {
-			meta[storedHeaderPrefix+strings.ToLower(name)] = v
+			meta[ops.StoredHeaderKey(name)] = v
 		}
 	}
 	return meta, nil
@@ -164,8 +156,13 @@ func objectHeaders(h http.Header, info client.ObjectInfo, length int64) {
 	v := &[5]string{ct, s[:etag], s[etag:lm], "bytes", s[lm:]}
 	h["Content-Type"], h["Etag"], h["Last-Modified"], h["Accept-Ranges"], h["Content-Length"] = v[0:1:1], v[1:2:2], v[2:3:3], v[3:4:4], v[4:5:5]
 	for k, v := range info.UserMetadata {
-		if std, ok := strings.CutPrefix(k, storedHeaderPrefix); ok {
+		if std, ok := ops.StoredHeaderOf(k); ok {
 			h.Set(std, v)
+			continue
+		}
+		if strings.HasPrefix(k, ":") || !httpguts.ValidHeaderFieldName(k) {
+			// Written by a client that does not check (the SDK refuses
+			// such a key): never a header of ours, never a broken one.
 			continue
 		}
 		h["X-Amz-Meta-"+k] = []string{v}

@@ -134,14 +134,15 @@ func TestEndToEnd(t *testing.T) {
 	// --meta: repeatable, CSV (a quoted pair holds a comma), keys
 	// lower-cased as S3 keeps them; a line break, a key no HTTP header
 	// could carry, or two keys that differ in case only are refused.
-	cli.ok("put", "one", "e2e/meta", "--meta", `Color=Red,"note=a,b"`, "--meta", "x=1")
+	cli.ok("put", "one", "e2e/meta", "--meta", `Color=Red,"note=a,b"`, "--meta", "x=1", "--meta", `desc=hello, "world"`)
 	if st := cli.jsonLines("stat", "--json", "e2e/meta"); len(st) != 1 ||
-		!reflect.DeepEqual(st[0]["metadata"], map[string]any{"color": "Red", "note": "a,b", "x": "1"}) {
+		!reflect.DeepEqual(st[0]["metadata"], map[string]any{"color": "Red", "note": "a,b", "x": "1", "desc": `hello, "world"`}) {
 		t.Errorf("stat --json of a put with --meta: %v", st)
 	}
 	cli.expect(exitUsage, "line break", "put", "one", "e2e/meta2", "--meta", "nl=a\nb,empty=")
 	cli.expect(exitError, "not an HTTP header name", "put", "one", "e2e/meta2", "--meta", "my key=1")
 	cli.expect(exitError, "differ in case only", "put", "one", "e2e/meta2", "--meta", "a=1,A=2")
+	cli.expect(exitError, "names a header the S3 gateway keeps", "put", "one", "e2e/meta2", "--meta", ":content-length=5")
 	// A multipart object's CRC32C is its bytes', combined from its parts'.
 	st := cli.jsonLines("stat", "--json", "e2e/files/100m")
 	crc := fmt.Sprintf("%08x", crc32.Checksum(files["100m"], crc32.MakeTable(crc32.Castagnoli)))

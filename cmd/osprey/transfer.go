@@ -83,10 +83,11 @@ func (v *partSizeValue) Set(s string) error {
 	return nil
 }
 
-// metaValue is --meta: KEY=VALUE pairs, comma-separated as CSV (so that
-// a quoted pair may hold a comma in its value) and repeatable, as pflag's
-// stringToString, except that a line break is refused: it ended the CSV
-// record, and the pairs after it were dropped unread. Keys go to the SDK,
+// metaValue is --meta: KEY=VALUE pairs, one taken whole or several
+// comma-separated as CSV (a quoted pair may hold a comma in its value),
+// repeatable, as pflag's stringToString, except that a line break is
+// refused: it ended the CSV record, and the pairs after it were dropped
+// unread. Keys go to the SDK,
 // which checks them (HTTP header names) and lower-cases them, as S3.
 type metaValue struct{ m map[string]string }
 
@@ -94,9 +95,20 @@ func (v *metaValue) Set(s string) error {
 	if strings.ContainsAny(s, "\r\n") {
 		return errors.New("a metadata value cannot hold a line break (S3 sends it in an HTTP header)")
 	}
-	fields, err := csv.NewReader(strings.NewReader(s)).Read()
-	if err != nil {
-		return err
+	// As pflag's stringToString: one pair is taken whole (a value may
+	// hold a comma or a quote), several are read as CSV.
+	one := s
+	if len(one) >= 2 && one[0] == '"' && one[len(one)-1] == '"' {
+		one = one[1 : len(one)-1] // the pair quoted whole
+	}
+	fields := []string{one}
+	if strings.Count(s, "=") > 1 {
+		r := csv.NewReader(strings.NewReader(s))
+		r.LazyQuotes = true
+		var err error
+		if fields, err = r.Read(); err != nil {
+			return err
+		}
 	}
 	if v.m == nil {
 		v.m = map[string]string{}

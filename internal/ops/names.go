@@ -211,3 +211,24 @@ func StoredPG(pool *osdpb.Pool, bucket, key string) uint32 {
 	}
 	return placement.PGOf(pool, bucket, key)
 }
+
+// StoredHeaders are the standard HTTP headers the S3 gateway keeps with
+// an object and sends back with it, in an object's user metadata under
+// StoredHeaderKey's names: a ":" cannot begin an HTTP header name, so
+// they never collide with x-amz-meta-* keys. No other key may begin with
+// ":" (the SDK refuses one), so what goes back is these headers alone.
+var StoredHeaders = []string{"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language", "Expires"}
+
+// StoredHeaderKey is the user metadata key of stored header name.
+func StoredHeaderKey(name string) string { return ":" + strings.ToLower(name) }
+
+// StoredHeaderOf is the header a user metadata key stores, if it is one
+// of StoredHeaders' keys.
+func StoredHeaderOf(key string) (string, bool) {
+	for _, h := range StoredHeaders {
+		if key == StoredHeaderKey(h) {
+			return h, true
+		}
+	}
+	return "", false
+}
