@@ -121,7 +121,7 @@ func (l *leadership) boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBoot
 	l.failures.forget(id)
 	l.mu.Unlock()
 	if hadOld && old != lease.ID {
-		l.revoke(old) // it holds nothing now but the old stats
+		l.revoke(old) // it holds nothing now but the old liveness key
 	}
 	info, _ := next.OSD(id)
 	m.log.Info("osd booted", "osd", id, "uuid", b.Uuid, "public", info.PublicAddr, "host", info.Host, "epoch", next.Epoch(), "in", info.In)
@@ -382,7 +382,8 @@ func (l *leadership) markDown(ctx context.Context, ids []uint32, why string, upF
 }
 
 // dropOSDs forgets what the leader keeps for OSDs that went down and
-// revokes their leases, which drops their stats.
+// revokes their leases, which drops their liveness keys (their stats
+// records stay: a stale PG's last report).
 func (l *leadership) dropOSDs(ids []uint32) {
 	var leases []clientv3.LeaseID
 	l.mu.Lock()

@@ -356,6 +356,9 @@ func (o *OSD) beacon() *osdpb.MonBeacon {
 			}
 		}
 	}
+	// Counted at every beacon: one seek per PG held, and a count kept
+	// from before would not see copies made since ("osd safe-to-destroy"
+	// must not take an old nothing for now's).
 	if held, err := o.st.HeldPGs(o.ctx); err == nil {
 		n := uint32(len(held))
 		if slices.Contains(held, placement.MetaPG) {
@@ -500,7 +503,7 @@ func (o *OSD) reportFailure(id uint32, silent time.Duration, immediate, alive bo
 	// One report of each kind per peer in flight: while the mon is away
 	// the heartbeats would start one every interval per dead peer, each
 	// waiting out its timeout. The next one after it carries what is new.
-	key := reportKey{id, alive}
+	key := reportKey{id, alive, immediate}
 	o.reporting.mu.Lock()
 	if o.reporting.inFlight[key] {
 		o.reporting.mu.Unlock()
@@ -531,11 +534,12 @@ func (o *OSD) reportFailure(id uint32, silent time.Duration, immediate, alive bo
 	})
 }
 
-// reportKey names the failure reports of one kind (failed, or alive
-// again) about one peer.
+// reportKey names the failure reports of one kind about one peer:
+// failed, failed at once (its connections refused: the mon marks it down
+// now, which a slow report in flight must not hold back), alive again.
 type reportKey struct {
-	peer  uint32
-	alive bool
+	peer             uint32
+	alive, immediate bool
 }
 
 // failureReports are the failure reports in flight to the mon.

@@ -151,12 +151,18 @@ func TestBadInput(t *testing.T) {
 	e.put(t, "bad", "k", []byte("before"))
 	url := sv.url + "/bad/k"
 
-	// What was not found is named, as AWS names it.
-	for _, c := range []struct{ url, code, elem string }{
-		{sv.url + "/bad/nope", "NoSuchKey", "<Key>nope</Key>"},
-		{sv.url + "/nobucket/k", "NoSuchBucket", "<BucketName>nobucket</BucketName>"},
+	// What was not found is named, as AWS names it: of a copy, the source.
+	for _, c := range []struct{ method, url, source, code, elem string }{
+		{http.MethodGet, sv.url + "/bad/nope", "", "NoSuchKey", "<Key>nope</Key>"},
+		{http.MethodGet, sv.url + "/nobucket/k", "", "NoSuchBucket", "<BucketName>nobucket</BucketName>"},
+		{http.MethodPut, sv.url + "/bad/copy", "bad/nope-src", "NoSuchKey", "<Key>nope-src</Key>"},
+		{http.MethodPut, sv.url + "/bad/copy", "nobucket-src/k", "NoSuchBucket", "<BucketName>nobucket-src</BucketName>"},
 	} {
-		resp, err := http.DefaultClient.Do(signed(t, http.MethodGet, c.url, nil))
+		req := signed(t, c.method, c.url, nil)
+		if c.source != "" {
+			req = signedWith(t, c.method, c.url, nil, map[string]string{"X-Amz-Copy-Source": c.source})
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

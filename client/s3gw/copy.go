@@ -69,6 +69,12 @@ func (g *Gateway) openCopySource(req *request, opts client.GetOptions) (*client.
 	}
 	src, err := g.cl.GetObject(req.r.Context(), srcBucket, srcKey, opts)
 	if err != nil {
+		if e := *toS3Error(err); e.Code == "NoSuchKey" || e.Code == "NoSuchBucket" {
+			// The error document names the source, not the request's
+			// bucket and key.
+			e.Bucket, e.Key = srcBucket, srcKey
+			return nil, client.ObjectInfo{}, &e
+		}
 		return nil, client.ObjectInfo{}, err
 	}
 	info, _ := src.Stat()

@@ -17,6 +17,9 @@ type Error struct {
 	Code    string
 	Status  int
 	Message string
+	// Bucket and Key, when set, name what was not found instead of the
+	// request's bucket and key (a copy's source).
+	Bucket, Key string
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }

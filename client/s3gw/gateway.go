@@ -19,6 +19,7 @@
 package s3gw
 
 import (
+	"cmp"
 	"context"
 	"encoding/xml"
 	"errors"
@@ -290,8 +291,9 @@ func (w *loggedWriter) WriteHeader(status int) {
 // writeSlice is the most one write to the connection takes: a get hands
 // over up to 8 MiB at once, and a client reading at 40 KiB/s takes minutes
 // over that, so the deadline moves between slices. A client must take
-// writeSlice per ClientTimeout (4 KiB/s at the default) to be a steady
-// reader and not a stalled one.
+// writeSlice within 7/8 of ClientTimeout (about 5 KiB/s at the default;
+// the deadline moves once an eighth of it is spent) to be a steady reader
+// and not a stalled one.
 const writeSlice = 256 << 10
 
 func (w *loggedWriter) Write(p []byte) (int, error) {
@@ -483,9 +485,9 @@ func (g *Gateway) fail(req *request, err error) {
 	body := errorBody{Code: e.Code, Message: e.Message, Resource: resource, RequestID: req.id, HostID: req.id}
 	switch e.Code {
 	case "NoSuchKey":
-		body.Key = req.key
+		body.Key = cmp.Or(e.Key, req.key)
 	case "NoSuchBucket":
-		body.BucketName = req.bucket
+		body.BucketName = cmp.Or(e.Bucket, req.bucket)
 	}
 	writeXML(req.w, e.Status, body)
 }

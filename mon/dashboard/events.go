@@ -139,5 +139,13 @@ func pgsWith(r *mon.Report, words ...string) int {
 // being made.
 var recoveryWords = []string{"degraded", "undersized", "recovering", "backfilling", "recovery_toofull", "backfill_toofull", "peered"}
 
-// unclean counts the PGs that are not active+clean.
-func unclean(r *mon.Report) int { return r.Status.PGTotal - r.Status.PGs["active+clean"] }
+// unclean counts the PGs that are not active+clean. A remapped one with
+// nothing left to move (an out OSD kept acting where nothing can replace
+// it) is clean: its copies are all there, and it may stay so.
+func unclean(r *mon.Report) int {
+	n := r.Status.PGTotal - r.Status.PGs["active+clean"]
+	if r.Status.MisplacedObjects == 0 {
+		n -= r.Status.PGs["active+clean+remapped"]
+	}
+	return n
+}
