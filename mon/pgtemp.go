@@ -30,8 +30,10 @@ import (
 // drops (fewer OSDs in than the pool's size, the member out but running):
 // the old acting set keeps its whole copy serving, as Ceph keeps such an
 // OSD acting, and the PG is active+clean+remapped with nothing to move.
-// The entry goes when the member goes down or comes back in; if an OSD
-// comes in instead, it is filled and the primary reports the up set full.
+// The entry goes when the member comes back in, or when all its up
+// members are down; while the member is down the PG runs on the others,
+// and it is a member again when it boots. If an OSD comes in instead, it
+// is filled and the primary reports the up set full.
 
 // tidyPGTemp drops what of pb's pg_temp entries pb no longer allows: the
 // entries of pools gone or PGs past their pool's pg_count, OSDs removed
@@ -65,9 +67,9 @@ func primePGTemp(cur, next *placement.Map) (*placement.Map, error) {
 	pb := next.Proto()
 	var temps []*osdpb.PGTemp
 	changed := false
-	isUp := map[uint32]bool{}
+	isUp, isOut := map[uint32]bool{}, map[uint32]bool{}
 	for o := range next.OSDs() {
-		isUp[o.Id] = o.Up
+		isUp[o.Id], isOut[o.Id] = o.Up, !o.In
 	}
 	up := func(id uint32) bool { return isUp[id] }
 	primeOK := next.AllUpHave(placement.FeaturePGTemp)
@@ -77,7 +79,14 @@ func primePGTemp(cur, next *placement.Map) (*placement.Map, error) {
 			upSet := next.UpSet(pool.Id, pg)
 			if t, ok := next.PGTemp(pool.Id, pg); ok {
 				acting := slices.DeleteFunc(slices.Clone(t), func(id uint32) bool { return !up(id) })
-				if len(acting) == 0 || slices.Equal(acting, upSet) || !primeOK {
+				// An entry that keeps an out OSD for want of a
+				// replacement stays while that OSD is down: when it
+				// boots again, still out, it is a member again (and
+				// catches up), as Ceph's primary would take it back.
+				extra := slices.DeleteFunc(slices.Clone(t), func(id uint32) bool { return slices.Contains(upSet, id) })
+				waits := len(upSet) < int(pool.Size) && len(extra) > 0 &&
+					!slices.ContainsFunc(extra, func(id uint32) bool { return !isOut[id] })
+				if len(acting) == 0 || slices.Equal(acting, upSet) && !waits || !primeOK {
 					// Served by its up set again; or an OSD that cannot
 					// read entries is up, and every OSD must agree on
 					// the acting sets: all entries go.

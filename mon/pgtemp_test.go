@@ -243,8 +243,9 @@ func TestDroppedPGTempStaysDropped(t *testing.T) {
 // TestPGTempNoReplacement: an OSD out while it runs, where placement has
 // no other OSD to take its place (3 OSDs, size 3), stays acting through a
 // pg_temp entry, as Ceph keeps it: the PG keeps three copies, remapped.
-// The entries go when it comes back in or goes down; when an OSD comes in
-// instead, they stay until the primary reports the new member filled.
+// The entries go when it comes back in; while it is down they wait for it
+// to boot; when an OSD comes in instead, they stay until the primary
+// reports the new member filled.
 func TestPGTempNoReplacement(t *testing.T) {
 	three := pgTempMap(t, 3, nil)
 	out := step(t, three, setOSD(2, func(o *osdpb.OSDInfo) { o.In = false }))
@@ -256,14 +257,28 @@ func TestPGTempNoReplacement(t *testing.T) {
 	if n := len(step(t, out, setOSD(2, func(o *osdpb.OSDInfo) { o.In = true })).Proto().PgTemp); n != 0 {
 		t.Errorf("osd.2 in again: %d entries left", n)
 	}
-	if n := len(step(t, out, setOSD(2, func(o *osdpb.OSDInfo) { o.Up = false })).Proto().PgTemp); n != 0 {
-		t.Errorf("osd.2 down: %d entries left", n)
-	}
-	// A change elsewhere that leaves the up sets alone makes no entry:
-	// osd.2 down, then up again while out, is a stray.
+	// osd.2 down (a reboot): the PGs run on the other two, and their
+	// entries wait for it; up again, still out, it is a member again.
 	down := step(t, out, setOSD(2, func(o *osdpb.OSDInfo) { o.Up = false }))
-	if n := len(step(t, down, setOSD(2, func(o *osdpb.OSDInfo) { o.Up = true })).Proto().PgTemp); n != 0 {
-		t.Errorf("osd.2 up again while out: %d entries", n)
+	for pg := range uint32(16) {
+		if acting := down.ActingSet(1, pg); len(acting) != 2 || slices.Contains(acting, 2) || down.Remapped(1, pg) {
+			t.Fatalf("pg %x with osd.2 down: acting %v, remapped %v", pg, acting, down.Remapped(1, pg))
+		}
+	}
+	back := step(t, down, setOSD(2, func(o *osdpb.OSDInfo) { o.Up = true }))
+	for pg := range uint32(16) {
+		if got, want := back.ActingSet(1, pg), three.ActingSet(1, pg); !slices.Equal(got, want) {
+			t.Fatalf("pg %x, osd.2 up again while out: acting %v, want %v", pg, got, want)
+		}
+	}
+	// Every up member down: the entries go.
+	if n := len(step(t, down, func(pb *osdpb.ClusterMap) { osdByID(pb, 0).Up, osdByID(pb, 1).Up = false, false }).Proto().PgTemp); n != 0 {
+		t.Errorf("every OSD down: %d entries left", n)
+	}
+	// A member that is in and down is no out one waited for: a PG that
+	// lost it runs undersized without an entry.
+	if n := len(step(t, three, setOSD(2, func(o *osdpb.OSDInfo) { o.Up = false })).Proto().PgTemp); n != 0 {
+		t.Errorf("osd.2 down, still in: %d entries", n)
 	}
 	// A fourth OSD in: every PG's up set takes it, and keeps its entry
 	// (the old members serve while osd.3 is filled).

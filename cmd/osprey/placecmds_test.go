@@ -557,7 +557,8 @@ func TestNewStoreUnderOldIDWaits(t *testing.T) {
 // marked out while it runs has no OSD to take its place. As Ceph keeps it
 // acting, the mon keeps each PG's old acting set (pg_temp): three copies
 // serve on, active+clean+remapped with nothing misplaced and health OK,
-// and writes still reach it. Marked in again, the entries go.
+// and writes still reach it, across its restart. Marked in again, the
+// entries go.
 func TestOSDOutWithNoReplacementStaysActing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
@@ -598,6 +599,26 @@ func TestOSDOutWithNoReplacementStaysActing(t *testing.T) {
 	put(4)
 	if missing := missingCopies(t, lc, cl, "keep", keys); missing != "" {
 		t.Fatalf("with osd.2 out and acting: %s", missing)
+	}
+	// A restart (osd.2 down for a moment, still out): it is a member
+	// again once it boots, with what it missed meanwhile.
+	if err := lc.StopOSD(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	put(2)
+	if err := lc.RestartOSD(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	waitPGs(t, cli, "osd.2 back up, still out", func(p mon.PGStat) bool {
+		return p.State == "active+clean+remapped" && len(p.Acting) == 3 && slices.Contains(p.Acting, 2)
+	})
+	osdtest.Eventually(t, 10*time.Second, "the client's map has osd.2 acting again", func() bool {
+		mp := cl.Map()
+		pool, _ := mp.PoolByName("default")
+		return slices.Contains(mp.ActingSet(pool.Id, 0), 2)
+	})
+	if missing := missingCopies(t, lc, cl, "keep", keys); missing != "" {
+		t.Fatalf("osd.2 restarted while out: %s", missing)
 	}
 	cli("osd", "in", "2")
 	waitPGs(t, cli, "osd.2 in again", func(p mon.PGStat) bool {
