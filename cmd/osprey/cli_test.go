@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -226,6 +227,7 @@ func TestUsageExitCodes(t *testing.T) {
 		{"status", "extra"},
 		{"up", "--osds", "0"},
 		{"up", "--osds", "2", "--replicas", "3"},
+		{"osd", "ok-to-stop", "osd.x"},
 		{"nosuchcommand"},
 		{"bench", "msgr", "--mode", "bogus"},
 		{"bench", "obj", "--op", "fly"},
@@ -829,6 +831,23 @@ func TestPositiveFlagsRefuseZero(t *testing.T) {
 	}
 	if _, _, err := run(t, "bench", "msgr", "--log-level", "bogus"); exitCode(err) != exitUsage {
 		t.Errorf("--log-level bogus: %v (exit %d), want a usage error", err, exitCode(err))
+	}
+}
+
+// TestMinInRatioZeroIsNoFloor: --min-in-ratio 0 means no floor, as Ceph's
+// mon_osd_min_in_ratio = 0 does, not the mon's default (0.75); a ratio
+// outside [0, 1] is a usage error.
+func TestMinInRatioZeroIsNoFloor(t *testing.T) {
+	if r, err := minInRatio(0); err != nil || r >= 0 {
+		t.Fatalf("--min-in-ratio 0: %v %v, want no floor (negative)", r, err)
+	}
+	if r, err := minInRatio(0.6); err != nil || r != 0.6 {
+		t.Fatalf("--min-in-ratio 0.6: %v %v", r, err)
+	}
+	for _, bad := range []float64{-0.5, 1.5, math.NaN()} {
+		if _, err := minInRatio(bad); exitCode(err) != exitUsage {
+			t.Errorf("--min-in-ratio %v: %v, want a usage error", bad, err)
+		}
 	}
 }
 
