@@ -90,24 +90,27 @@ func okToStop(in statusInput, ids []uint32) (*OKToStop, error) {
 			out.OKBecomeDegraded = append(out.OKBecomeDegraded, v.PGID)
 		}
 	}
-	// The bucket records (the meta PG) live on every OSD up and in: one
-	// must be left.
-	serving, left := 0, 0
-	for o := range mp.OSDs() {
-		if o.Up && o.In {
-			serving++
-			if !stopping(o.Id) {
-				left++
-			}
+	// The bucket records (the meta PG) live on every OSD up and in, and
+	// take writes (bucket creates and deletes) while min_size of them are.
+	if acting, pool := metaPG(mp); pool != nil && slices.ContainsFunc(acting, stopping) {
+		if left, minSize := len(slices.DeleteFunc(slices.Clone(acting), stopping)), placement.MinSize(pool); left < minSize {
+			out.NumNotOKPGs++
+			out.BadBecomeInactive = append(out.BadBecomeInactive, placement.PGID{Seed: placement.MetaPG}.String())
+			out.Detail = append(out.Detail, fmt.Sprintf("pg meta: the bucket records would have %d of min_size %d OSDs up and in: bucket creates and deletes would fail", left, minSize))
 		}
-	}
-	if serving > 0 && left == 0 {
-		out.NumNotOKPGs++
-		out.BadBecomeInactive = append(out.BadBecomeInactive, placement.PGID{Seed: placement.MetaPG}.String())
-		out.Detail = append(out.Detail, "pg meta: the bucket records would have no OSD up and in")
 	}
 	out.OKToStop = out.NumNotOKPGs == 0
 	return out, nil
+}
+
+// metaPG is the meta PG's acting set (every OSD up and in) and the pool
+// whose size and min_size its bucket writes go by: the lowest, as the
+// OSDs take it (osd.metaPool); nil with no pool.
+func metaPG(mp *placement.Map) ([]uint32, *osdpb.Pool) {
+	for pool := range mp.Pools() { // in id order: the first is the lowest
+		return mp.ActingSet(pool.Id, placement.MetaPG), pool
+	}
+	return nil, nil
 }
 
 // namesFilling reports whether OSD id's current beacon comes from a build
@@ -150,12 +153,19 @@ func safeToDestroy(in statusInput, ids []uint32) (*SafeToDestroy, error) {
 		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "name at least one OSD")
 	}
 	out := &SafeToDestroy{SafeToDestroy: []uint32{}, Mapped: []uint32{}, StoredPGs: []uint32{}, MissingStats: []uint32{}, Detail: []string{}}
-	mapped := map[uint32]int{}
+	// mapped counts the PGs each OSD is a member of; nowhere those it is
+	// kept acting in for want of a replacement (out of the up set, which
+	// is short of the pool's size).
+	mapped, nowhere := map[uint32]int{}, map[uint32]int{}
 	allClean := true
 	for v := range pgViews(in) {
 		// The acting set and the up members being filled beside it.
+		pool, _ := mp.Pool(v.Pool)
 		for _, id := range mp.Members(v.Pool, v.Seed) {
 			mapped[id]++
+			if !slices.Contains(v.Up, id) && len(v.Up) < int(pool.Size) {
+				nowhere[id]++
+			}
 		}
 		allClean = allClean && v.fresh && hasToken(v.State, "active") && hasToken(v.State, "clean")
 	}
@@ -168,9 +178,12 @@ func safeToDestroy(in statusInput, ids []uint32) (*SafeToDestroy, error) {
 			// Ceph answers; a script waiting on it ends.
 			out.SafeToDestroy = append(out.SafeToDestroy, id)
 			out.Detail = append(out.Detail, fmt.Sprintf("osd.%d does not exist (map epoch %d)", id, mp.Epoch()))
+		case nowhere[id] > 0:
+			out.Mapped = append(out.Mapped, id)
+			out.Detail = append(out.Detail, fmt.Sprintf("osd.%d: %d pgs map to it though it is out: no other OSD can take them, so it stays acting (add an OSD, or lower the pools' size)", id, nowhere[id]))
 		case mapped[id] > 0 && !o.In:
 			out.Mapped = append(out.Mapped, id)
-			out.Detail = append(out.Detail, fmt.Sprintf("osd.%d: %d pgs map to it though it is out: no other OSD can take them, so it stays acting (add an OSD, or lower the pools' size)", id, mapped[id]))
+			out.Detail = append(out.Detail, fmt.Sprintf("osd.%d: %d pgs still map to it while they move to others (backfill)", id, mapped[id]))
 		case mapped[id] > 0:
 			out.Mapped = append(out.Mapped, id)
 			out.Detail = append(out.Detail, fmt.Sprintf("osd.%d: %d pgs map to it (up or acting set): mark it out and let them move", id, mapped[id]))

@@ -46,11 +46,17 @@ func TestOKToStop(t *testing.T) {
 	if err != nil || !r.OKToStop || r.NumOKPGs != 8 || r.NumNotOKPGs != 0 || len(r.OKBecomeDegraded) != 8 {
 		t.Fatalf("one of three: %+v %v", r, err)
 	}
-	if r, _ := okToStop(in, []uint32{0, 1}); r.OKToStop || r.NumNotOKPGs != 8 || len(r.BadBecomeInactive) != 8 || len(r.Detail) != 8 {
+	// Two of three at min_size 2: every PG, and the bucket records (on
+	// every OSD up and in, with the lowest pool's min_size), go inactive.
+	if r, _ := okToStop(in, []uint32{0, 1}); r.OKToStop || r.NumNotOKPGs != 9 || len(r.Detail) != 9 || !slices.Contains(r.BadBecomeInactive, "meta") {
 		t.Fatalf("two of three (min_size 2): %+v", r)
 	}
-	if r, _ := okToStop(in, []uint32{0, 1, 2}); r.OKToStop || !slices.Contains(r.BadBecomeInactive, "meta") {
-		t.Fatalf("all three: the bucket records need an OSD: %+v", r)
+	// One of three, with another out (its PGs keep it acting): the
+	// bucket records would have one OSD up and in of min_size 2.
+	oneOut := step(t, pgTempMap(t, 3, nil), setOSD(2, func(o *osdpb.OSDInfo) { o.In = false }))
+	r, _ = okToStop(statusInput{mp: oneOut, beacons: primaryReports(oneOut, "active+clean", nil), now: in.now, fresh: time.Minute}, []uint32{1})
+	if r.OKToStop || !slices.Equal(r.BadBecomeInactive, []string{"meta"}) {
+		t.Fatalf("osd.1 with osd.2 out: %+v", r)
 	}
 
 	// pg 1.0's third member is being backfilled: stopping either whole
@@ -103,6 +109,18 @@ func TestSafeToDestroy(t *testing.T) {
 	r, err := safeToDestroy(in, []uint32{3})
 	if err != nil || r.Safe() || !slices.Equal(r.Mapped, []uint32{3}) || len(r.Detail) != 1 {
 		t.Fatalf("osd.3 in, PGs on it: %+v %v", r, err)
+	}
+	// Out while it runs: its PGs keep it acting while they move to others
+	// (pg_temp), or for good where no OSD can take its place.
+	for _, c := range []struct {
+		osds int
+		want string
+	}{{4, "while they move to others"}, {3, "no other OSD can take them"}} {
+		drained := step(t, pgTempMap(t, c.osds, nil), setOSD(2, func(o *osdpb.OSDInfo) { o.In = false }))
+		r, err := safeToDestroy(statusInput{mp: drained, beacons: primaryReports(drained, "active+clean+remapped", nil), now: now, fresh: time.Minute}, []uint32{2})
+		if err != nil || r.Safe() || len(r.Detail) != 1 || !strings.Contains(r.Detail[0], c.want) {
+			t.Fatalf("osd.2 out of %d, kept acting: %+v %v; want %q", c.osds, r, err, c.want)
+		}
 	}
 	// Gone already: nothing of it is left to lose.
 	if r, err := safeToDestroy(in, []uint32{9}); err != nil || !r.Safe() || !strings.Contains(r.Detail[0], "does not exist") {

@@ -437,6 +437,17 @@ func computeStatus(in statusInput) *Status {
 	}
 	if noOSDs {
 		checks.warn("OSD_NONE", "no osds", nil)
+	} else if acting, pool := metaPG(mp); pool != nil {
+		// The bucket records live on every OSD up and in (no PG of a
+		// pool counts them): fewer than min_size and bucket creates and
+		// deletes fail; fewer than the pool's size, fewer copies.
+		line := fmt.Sprintf("pg meta (the bucket records) has %d OSDs up and in, acting %s", len(acting), ActingList(acting))
+		switch minSize := placement.MinSize(pool); {
+		case len(acting) < minSize:
+			checks.err("PG_AVAILABILITY", fmt.Sprintf("pg meta (the bucket records) inactive: %d of min_size %d OSDs up and in; bucket creates and deletes fail", len(acting), minSize), []string{line})
+		case len(acting) < int(pool.Size):
+			checks.warn("PG_DEGRADED", fmt.Sprintf("pg meta (the bucket records) undersized: %d OSDs up and in, fewer than size %d", len(acting), pool.Size), []string{line})
+		}
 	}
 	var single []string
 	for _, p := range st.Pools {

@@ -504,7 +504,7 @@ func TestStalePGsKeepTheirLastReports(t *testing.T) {
 		t.Fatal(err)
 	}
 	i := slices.IndexFunc(h.Detail, func(c HealthCheck) bool { return c.Code == "PG_AVAILABILITY" })
-	if i < 0 || len(h.Detail[i].Detail) != 16 ||
+	if i < 0 || len(h.Detail[i].Detail) != 17 || !slices.Contains(h.Detail[i].Detail, "pg meta (the bucket records) has 0 OSDs up and in, acting []") ||
 		h.Detail[i].Detail[0] != fmt.Sprintf("pg 1.0 is stale+active+clean, acting %s, last reported by osd.%d at epoch %d", ActingList(lastActing), lastActing[0], reported) {
 		t.Fatalf("health detail: %+v", h.Detail)
 	}
