@@ -267,19 +267,7 @@ func (c *Client) pool(mp *placement.Map) *osdpb.Pool {
 		p, _ := mp.PoolByName(c.opts.Pool)
 		return p
 	}
-	return lowestPool(mp)
-}
-
-// lowestPool is the pool with the lowest id, whose placement places the
-// meta PG (bucket records).
-func lowestPool(mp *placement.Map) *osdpb.Pool {
-	var first *osdpb.Pool
-	for p := range mp.Pools() {
-		if first == nil || p.Id < first.Id {
-			first = p
-		}
-	}
-	return first
+	return mp.MetaPool()
 }
 
 // adopt installs a newer map.
@@ -527,7 +515,7 @@ const maxDigestRetries = 2
 func (c *Client) route(mp *placement.Map, tg target) (*osdpb.Pool, uint32) {
 	pool := c.pool(mp)
 	if tg.meta {
-		pool = lowestPool(mp)
+		pool = mp.MetaPool()
 	}
 	pg := uint32(placement.MetaPG)
 	switch {

@@ -141,7 +141,7 @@ func (c *Client) toPrimary(ctx context.Context, pg placement.PGID, t osdpb.MsgTy
 // mistake (INVALID_ARGUMENT), not an outage.
 func checkPG(mp *Map, pg placement.PGID) (placement.PGID, error) {
 	if pg.Seed == placement.MetaPG {
-		pg.Pool = lowestPool(mp).Id
+		pg.Pool = mp.MetaPool().Id
 	}
 	pool, ok := mp.Pool(pg.Pool)
 	if !ok {

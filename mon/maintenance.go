@@ -33,10 +33,18 @@ type OKToStop struct {
 	Detail []string `json:"detail"`
 }
 
-// checkOSDIDs refuses an empty list or an OSD the map does not have.
-func checkOSDIDs(mp *placement.Map, ids []uint32) error {
+// namesOSDs refuses an empty list of OSDs.
+func namesOSDs(ids []uint32) error {
 	if len(ids) == 0 {
 		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "name at least one OSD")
+	}
+	return nil
+}
+
+// checkOSDIDs refuses an empty list or an OSD the map does not have.
+func checkOSDIDs(mp *placement.Map, ids []uint32) error {
+	if err := namesOSDs(ids); err != nil {
+		return err
 	}
 	for _, id := range ids {
 		if _, ok := mp.OSD(id); !ok {
@@ -104,13 +112,14 @@ func okToStop(in statusInput, ids []uint32) (*OKToStop, error) {
 }
 
 // metaPG is the meta PG's acting set (every OSD up and in) and the pool
-// whose size and min_size its bucket writes go by: the lowest, as the
-// OSDs take it (osd.metaPool); nil with no pool.
+// whose size and min_size its bucket writes go by (placement.Map.MetaPool);
+// nil with no pool.
 func metaPG(mp *placement.Map) ([]uint32, *osdpb.Pool) {
-	for pool := range mp.Pools() { // in id order: the first is the lowest
-		return mp.ActingSet(pool.Id, placement.MetaPG), pool
+	pool := mp.MetaPool()
+	if pool == nil {
+		return nil, nil
 	}
-	return nil, nil
+	return mp.ActingSet(pool.Id, placement.MetaPG), pool
 }
 
 // namesFilling reports whether OSD id's current beacon comes from a build
@@ -149,8 +158,8 @@ func (s *SafeToDestroy) Safe() bool {
 // safeToDestroy answers "osd safe-to-destroy IDS" from in.
 func safeToDestroy(in statusInput, ids []uint32) (*SafeToDestroy, error) {
 	mp := in.mp
-	if len(ids) == 0 {
-		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "name at least one OSD")
+	if err := namesOSDs(ids); err != nil {
+		return nil, err // one the map lacks is safe, below
 	}
 	out := &SafeToDestroy{SafeToDestroy: []uint32{}, Mapped: []uint32{}, StoredPGs: []uint32{}, MissingStats: []uint32{}, Detail: []string{}}
 	// mapped counts the PGs each OSD is a member of; nowhere those it is

@@ -379,17 +379,13 @@ func (o *OSD) peeringErr(sid uint32) error {
 	return nil
 }
 
-// metaPool is the pool whose placement places the meta PG: the one with
-// the lowest id. Clients send bucket ops with it.
+// metaPool is the id of the pool whose placement places the meta PG
+// (placement.Map.MetaPool), 0 with none. Clients send bucket ops with it.
 func metaPool(mp *placement.Map) uint32 {
-	first := true
-	var id uint32
-	for p := range mp.Pools() {
-		if first || p.Id < id {
-			id, first = p.Id, false
-		}
+	if p := mp.MetaPool(); p != nil {
+		return p.Id
 	}
-	return id
+	return 0
 }
 
 // write runs on the shard of store PG sid at its primary: a resent request

@@ -425,6 +425,16 @@ func (m *Map) Pools() iter.Seq[*osdpb.Pool] {
 	}
 }
 
+// MetaPool is a copy of the pool whose placement places MetaPG (the
+// bucket records) and whose size and min_size their writes go by: the one
+// with the lowest id. Nil when the map has no pool.
+func (m *Map) MetaPool() *osdpb.Pool {
+	if len(m.pools) == 0 {
+		return nil
+	}
+	return proto.CloneOf(m.pools[0].pb)
+}
+
 func (m *Map) pool(id uint32) *poolState {
 	i, ok := slices.BinarySearchFunc(m.pools, id, func(ps *poolState, id uint32) int { return cmp.Compare(ps.pb.Id, id) })
 	if !ok {

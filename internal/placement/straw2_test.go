@@ -327,6 +327,20 @@ func TestActingSetEdges(t *testing.T) {
 	}
 }
 
+// TestMetaPool: the meta PG goes by the pool with the lowest id, whatever
+// order the map lists them in; a map of no pool has none.
+func TestMetaPool(t *testing.T) {
+	m := mustMap(t, &osdpb.ClusterMap{Epoch: 1, Fsid: "f", Osds: []*osdpb.OSDInfo{{Id: 1, PublicAddr: "mem://a", ClusterAddr: "mem://a"}},
+		Pools: []*osdpb.Pool{{Id: 7, Name: "b", Size: 2, PgCount: 4}, {Id: 3, Name: "a", Size: 3, PgCount: 4}}})
+	if p := m.MetaPool(); p == nil || p.Id != 3 || p.Name != "a" {
+		t.Fatalf("MetaPool = %v, want pool 3", p)
+	}
+	none := mustMap(t, &osdpb.ClusterMap{Epoch: 1, Fsid: "f"})
+	if p := none.MetaPool(); p != nil {
+		t.Fatalf("no pools: MetaPool = %v", p)
+	}
+}
+
 // TestTiesGoToLowerID: weights so small that every draw divides to +Inf
 // make OSDs 0, 2 and 3 tie; the lower ids win, after OSD 1.
 func TestTiesGoToLowerID(t *testing.T) {
