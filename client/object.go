@@ -448,8 +448,14 @@ var errSourceCRC = errors.New("client: the bytes do not match the CRC32C the OSD
 func (c *Client) getRangeOnce(ctx context.Context, bucket, key string, off, n int64, want *osdpb.ObjectMeta, clientChecks bool, crcd *atomic.Int64) (*osdpb.ObjectMeta, *msgr.Message, error) {
 	var rep osdpb.ObjectReply
 	msg, err := c.do(ctx, osdpb.MsgType_MSG_GET_OBJECT, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
-		return &osdpb.GetObject{Header: h, Bucket: bucket, Key: key, HasRange: true, Offset: uint64(off), Length: n,
+		g := &osdpb.GetObject{Header: h, Bucket: bucket, Key: key, HasRange: true, Offset: uint64(off), Length: n,
 			ClientChecks: clientChecks, Recheck: !clientChecks}
+		if want != nil {
+			// The OSD may keep this version for us though it was replaced
+			// since our first window (store.Options.KeepReplacedFor).
+			g.Want = &osdpb.ObjectMeta{Size: want.Size, MtimeUnixNano: want.MtimeUnixNano, Crc32C: want.Crc32C}
+		}
+		return g
 	}, nil, &rep, true)
 	if err != nil {
 		return nil, nil, err

@@ -562,7 +562,7 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 	if req.HasRange {
 		off, length = req.Offset, req.Length
 	}
-	ropts := store.ReadOptions{Unchecked: req.ClientChecks, Recheck: req.Recheck}
+	ropts := store.ReadOptions{Unchecked: req.ClientChecks, Recheck: req.Recheck, Want: req.Want}
 	meta, buf, crc, known, err := o.getInto(m.Conn(), req.Bucket, req.Key, int64(off), length, ropts)
 	if repairable(err) {
 		// Our copy is damaged: a replica's serves (repair.go).

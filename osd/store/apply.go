@@ -153,9 +153,12 @@ func (s *Store) ApplyChecked(ctx context.Context, pg uint32, e *osdpb.LogEntry, 
 // Applied is an entry that ApplyAsync applied: its batch is in the WAL and
 // visible to reads, and its synced commit may still be in flight.
 type Applied struct {
-	s    *Store
-	b    *pebble.Batch // its batch, while the sync is in flight; nil when none is
-	dead []uint64      // data files its commit unlinked, reaped once it is durable
+	s *Store
+	b *pebble.Batch // its batch, while the sync is in flight; nil when none is
+	// old is the head its commit replaced (of bucket/key), whose data file
+	// is retired once the commit is durable.
+	bucket, key string
+	old         *head
 }
 
 // Durable waits until the entry's commit is synced. REQUIRES: called exactly
@@ -171,7 +174,7 @@ func (a *Applied) Durable() error {
 	if err == nil {
 		// A crash before the sync would bring the old head back, which
 		// still names these files.
-		a.s.killDataFiles(a.dead...)
+		a.s.retire(a.bucket, a.key, a.old)
 	}
 	a.b.Close()
 	return err
@@ -726,14 +729,15 @@ func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string,
 			b.Close()
 			return true, fmt.Errorf("commit: %w", err)
 		}
-		a.b, a.dead = b, fileOf(old)
+		a.b, a.bucket, a.key, a.old = b, bucket, key, old
+		s.replacing(bucket, key, old)
 		return true, nil
 	}
 	defer b.Close()
 	if err := b.Commit(pebble.Sync); err != nil {
 		return true, fmt.Errorf("commit: %w", err)
 	}
-	s.killDataFiles(fileOf(old)...)
+	s.retire(bucket, key, old)
 	return true, nil
 }
 
@@ -813,7 +817,7 @@ func (s *Store) deleteObject(ctx context.Context, pg uint32, bucket, key string,
 	if err != nil {
 		return objErr("delete", bucket, key, err)
 	}
-	s.killDataFiles(fileOf(old)...)
+	s.retire(bucket, key, old)
 	s.counters.deletes.Add(1)
 	return nil
 }

@@ -580,7 +580,7 @@ func (s *Store) closeDataFiles() error {
 	// Memory from Options.ReadCacheAlloc (registered on RDMA) is not the
 	// GC's to take back.
 	d.cache.clear()
-	var ids []uint64
+	ids := s.releaseKept()
 	d.pool.Lock()
 	for _, pf := range d.pool.files {
 		pf.f.Close()
@@ -598,4 +598,17 @@ func (s *Store) closeDataFiles() error {
 		return nil
 	}
 	return s.removeDataFiles(ids, pebble.Sync)
+}
+
+// undoKill takes data file id back off the dead list, for a reader whose
+// epoch still protects it (Store.hold); false if it is not there.
+func (d *dataFiles) undoKill(id uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	i := slices.IndexFunc(d.dead, func(f deadFile) bool { return f.id == id })
+	if i < 0 {
+		return false
+	}
+	d.dead = slices.Delete(d.dead, i, i+1)
+	return true
 }

@@ -114,6 +114,16 @@ func (s *Store) CheckIntegrityForTest() error {
 		unowned[d.id] = true
 	}
 	s.files.mu.Unlock()
+	// Kept versions (keep.go) are dead files whose removal waits for
+	// their readers' holds to lapse.
+	s.keep.mu.Lock()
+	for _, v := range s.keep.kept {
+		unowned[v.h.dataID] = true
+	}
+	for id := range s.keep.retiring {
+		unowned[id] = true
+	}
+	s.keep.mu.Unlock()
 
 	it, err := s.db.NewIter(nil)
 	if err != nil {

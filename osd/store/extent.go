@@ -139,6 +139,21 @@ type ReadOptions struct {
 	// memory, after it was checked), and a data file is read from the
 	// disk again, checked (and cached anew). Unchecked is ignored.
 	Recheck bool
+	// Want is the version of the object a reader in windows began on
+	// (its size, modification time and CRC32C, from its first window's
+	// meta): if an overwrite or delete replaced it since, and the store
+	// keeps it for that reader (Options.KeepReplacedFor), the range is
+	// read from it. Otherwise the object as it is now answers, and the
+	// reader sees from its meta that it changed.
+	Want *osdpb.ObjectMeta
+}
+
+// want is o's Want, nil for no options.
+func (o *ReadOptions) want() *osdpb.ObjectMeta {
+	if o == nil {
+		return nil
+	}
+	return o.Want
 }
 
 // Release returns the bytes to the store.
@@ -568,7 +583,7 @@ func (s *Store) cacheExtent(x *extent) *extent {
 // opts.Unchecked leaves to the caller.
 func (s *Store) ReadShared(ctx context.Context, bucket, key string, off, length int64, opts ReadOptions) (*osdpb.ObjectMeta, Shared, error) {
 	var sh Shared
-	meta, err := s.readRange(ctx, bucket, key, off, length,
+	meta, err := s.readRange(ctx, bucket, key, off, length, &opts,
 		func(v *view, h *head, lo, hi uint64) error {
 			if lo == hi {
 				return nil

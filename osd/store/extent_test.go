@@ -10,20 +10,28 @@ import (
 	"testing"
 
 	"github.com/ospreystore/osprey/osd/store"
+	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // readShared reads a range with ReadShared and returns a copy of it, the
 // lent bytes given back.
 func (e *env) readShared(bucket, key string, off, length int64) ([]byte, error) {
-	_, sh, err := e.s.ReadShared(e.ctx, bucket, key, off, length, store.ReadOptions{})
+	_, b, err := e.readVersion(bucket, key, off, length, nil)
+	return b, err
+}
+
+// readVersion reads [off, off+length) as a get does, wanting version want
+// (ReadOptions.Want; nil for none).
+func (e *env) readVersion(bucket, key string, off, length int64, want *osdpb.ObjectMeta) (*osdpb.ObjectMeta, []byte, error) {
+	meta, sh, err := e.s.ReadShared(e.ctx, bucket, key, off, length, store.ReadOptions{Want: want})
 	if err != nil {
 		if sh.B != nil {
 			e.t.Fatalf("read %s/%s [%d, +%d) failed (%v) and lent %d bytes", bucket, key, off, length, err, len(sh.B))
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	defer sh.Release()
-	return bytes.Clone(sh.B), nil
+	return meta, bytes.Clone(sh.B), nil
 }
 
 // TestReadSharedRanges reads ranges at every offset and length around

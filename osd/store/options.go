@@ -59,6 +59,17 @@ type Options struct {
 	// its inode cost more than the double write saves; see the package
 	// comment.
 	DataFileThreshold int
+	// KeepReplacedFor is how long a get that stops short of an object's
+	// end (a read in windows) holds the object: an overwrite or delete
+	// meanwhile keeps the replaced data file, so the reader's next window
+	// (ReadOptions.Want) still reads the object it began on, as S3 has a
+	// GET finish with the object it started. Default 30 s, negative for
+	// none (keep.go).
+	KeepReplacedFor time.Duration
+	// KeepReplacedBytes bounds the bytes of the files kept so, default
+	// 256 MiB: past it a replaced file is removed at once and its reader
+	// is told to read again.
+	KeepReplacedBytes int64
 	// LogKeep is how many PG log entries per PG TrimLog keeps, default 2000.
 	// A replica that falls further behind than this is backfilled.
 	LogKeep int
@@ -132,6 +143,8 @@ const (
 	defaultCacheSize         = 256 << 20
 	defaultMemTableSize      = 64 << 20
 	defaultLogKeep           = 2000
+	defaultKeepReplacedFor   = 30 * time.Second
+	defaultKeepReplacedBytes = 256 << 20
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -158,6 +171,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.LogKeep <= 0 {
 		o.LogKeep = defaultLogKeep
+	}
+	if o.KeepReplacedFor == 0 {
+		o.KeepReplacedFor = defaultKeepReplacedFor
+	}
+	if o.KeepReplacedBytes == 0 {
+		o.KeepReplacedBytes = defaultKeepReplacedBytes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

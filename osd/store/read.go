@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"slices"
@@ -68,7 +69,7 @@ func (s *Store) lookup(v *view, bucket, key string) (*head, error) {
 // sees the file as it is now.
 func (s *Store) ReadRange(ctx context.Context, bucket, key string, off, length int64, dst []byte) (*osdpb.ObjectMeta, []byte, error) {
 	out := dst
-	meta, err := s.readRange(ctx, bucket, key, off, length,
+	meta, err := s.readRange(ctx, bucket, key, off, length, nil,
 		func(v *view, h *head, lo, hi uint64) (err error) {
 			out, err = s.readChunks(v, bucket, key, h, lo, hi, dst)
 			return err
@@ -91,8 +92,11 @@ func (s *Store) ReadRange(ctx context.Context, bucket, key string, off, length i
 // readRange is ReadRange and ReadShared: it finds the object and its range
 // [lo, hi) in one view and hands them to chunks, in the view, for an
 // object in Pebble, or to file, after the view, for one in a data file
-// (neither for a manifest or an empty range of a file).
-func (s *Store) readRange(ctx context.Context, bucket, key string, off, length int64,
+// (neither for a manifest or an empty range of a file). get is a
+// ReadShared's options (nil for ReadRange): a get of a data file that
+// stops short of its end holds the object, and one that wants a version
+// the object no longer is reads it from the kept ones (keep.go).
+func (s *Store) readRange(ctx context.Context, bucket, key string, off, length int64, get *ReadOptions,
 	chunks func(v *view, h *head, lo, hi uint64) error, file func(h *head, lo, hi uint64) error) (*osdpb.ObjectMeta, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
@@ -113,6 +117,11 @@ func (s *Store) readRange(ctx context.Context, bucket, key string, off, length i
 	var lo, hi uint64
 	err := s.withView(func(v *view) error {
 		h, err := s.lookup(v, bucket, key)
+		if want := get.want(); want != nil && (err == nil && !sameVersion(h.meta, want) || errors.Is(err, ErrNoSuchKey)) {
+			if k := s.keptHead(bucket, key, want); k != nil {
+				h, err = k, nil
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -140,6 +149,11 @@ func (s *Store) readRange(ctx context.Context, bucket, key string, off, length i
 	if err == nil && inFile != nil {
 		if s.files.beforeFileRead != nil {
 			s.files.beforeFileRead()
+		}
+		if get != nil && hi < inFile.meta.GetSize() && s.opts.KeepReplacedFor > 0 {
+			// More windows may follow: hold the object for them. A kill
+			// since the view is undone (the epoch kept the file).
+			s.hold(bucket, key, inFile)
 		}
 		err = file(inFile, lo, hi)
 	}

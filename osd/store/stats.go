@@ -28,6 +28,12 @@ type Stats struct {
 	// removed since Open.
 	DataFilesPending, DataFilesRemoved int64
 
+	// KeptVersions and KeptBytes: data files of replaced objects kept for
+	// readers that began on them (Options.KeepReplacedFor);
+	// KeepRefused counts the replaced files not kept, as more than
+	// Options.KeepReplacedBytes would have been, since Open.
+	KeptVersions, KeptBytes, KeepRefused int64
+
 	// SpaceMeasures counts the statfs calls (Space) since Open: the OSD's
 	// polls and one per put.
 	SpaceMeasures int64
@@ -103,6 +109,8 @@ func (s *Store) Stats() Stats {
 
 	st.DataFilesPending = int64(s.files.pending())
 	st.DataFilesRemoved = s.files.removed.Load()
+	st.KeptVersions, st.KeptBytes = s.keptStats()
+	st.KeepRefused = s.counters.keepRefused.Load()
 
 	m := s.db.Metrics()
 	st.DiskBytes = m.DiskSpaceUsage() + uint64(max(0, st.DataFileBytes))

@@ -62,6 +62,9 @@ type Store struct {
 
 	// files holds the data files of large objects (datafile.go).
 	files dataFiles
+	// keep holds objects being read in pieces and keeps the versions an
+	// overwrite or delete replaced under their readers (keep.go).
+	keep keeper
 	// res is the reserve kept for a full disk (space.go).
 	res *reserve
 	// lastSpace is Space's last measure, for RecentSpace; measuring is
@@ -73,6 +76,7 @@ type Store struct {
 		puts, deletes, readBytes, writtenBytes, corruptions, garbageCollected atomic.Int64
 		spaceMeasures, bodyCRCBytes, pgsRemoved                               atomic.Int64
 		readCRCBytes, uncheckedReadBytes                                      atomic.Int64
+		keepRefused                                                           atomic.Int64
 	}
 }
 

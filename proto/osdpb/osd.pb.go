@@ -2040,7 +2040,14 @@ type GetObject struct {
 	// and asks again: the OSD reads them from the disk, past its read cache
 	// (whose copy of the object it drops), checks them, and repairs its copy
 	// if they are damaged.
-	Recheck       bool `protobuf:"varint,8,opt,name=recheck,proto3" json:"recheck,omitempty"`
+	Recheck bool `protobuf:"varint,8,opt,name=recheck,proto3" json:"recheck,omitempty"`
+	// want: the version a read in windows began on, from its first window's
+	// meta (only size, mtime_unix_nano and crc32c are set or read). If an
+	// overwrite or delete replaced that version since, an OSD that keeps it
+	// for the reader (it held the object: an earlier get stopped short of
+	// its end) reads the range from it; otherwise the object as it is now
+	// answers, and the client sees that it changed (docs/osd.md, "Reads").
+	Want          *ObjectMeta `protobuf:"bytes,9,opt,name=want,proto3" json:"want,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2129,6 +2136,13 @@ func (x *GetObject) GetRecheck() bool {
 		return x.Recheck
 	}
 	return false
+}
+
+func (x *GetObject) GetWant() *ObjectMeta {
+	if x != nil {
+		return x.Want
+	}
+	return nil
 }
 
 // ObjectReply answers put, get, head and delete. A get's bytes (the range
@@ -6594,7 +6608,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12*\n" +
 	"\x04meta\x18\x04 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x123\n" +
-	"\tcondition\x18\x05 \x01(\v2\x15.osprey.osd.ConditionR\tcondition\"\xed\x01\n" +
+	"\tcondition\x18\x05 \x01(\v2\x15.osprey.osd.ConditionR\tcondition\"\x99\x02\n" +
 	"\tGetObject\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
@@ -6603,7 +6617,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x06offset\x18\x05 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x06 \x01(\x03R\x06length\x12#\n" +
 	"\rclient_checks\x18\a \x01(\bR\fclientChecks\x12\x18\n" +
-	"\arecheck\x18\b \x01(\bR\arecheck\"\xbe\x01\n" +
+	"\arecheck\x18\b \x01(\bR\arecheck\x12*\n" +
+	"\x04want\x18\t \x01(\v2\x16.osprey.osd.ObjectMetaR\x04want\"\xbe\x01\n" +
 	"\vObjectReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12*\n" +
 	"\x04meta\x18\x02 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x12\x16\n" +
@@ -7225,93 +7240,94 @@ var file_osd_proto_depIdxs = []int32{
 	13,  // 21: osprey.osd.PutObject.meta:type_name -> osprey.osd.ObjectMeta
 	22,  // 22: osprey.osd.PutObject.condition:type_name -> osprey.osd.Condition
 	10,  // 23: osprey.osd.GetObject.header:type_name -> osprey.osd.Header
-	11,  // 24: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
-	13,  // 25: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
-	10,  // 26: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
-	22,  // 27: osprey.osd.ObjectRequest.condition:type_name -> osprey.osd.Condition
-	10,  // 28: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
-	11,  // 29: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
-	14,  // 30: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
-	10,  // 31: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
-	13,  // 32: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
-	12,  // 33: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
-	22,  // 34: osprey.osd.UploadRequest.condition:type_name -> osprey.osd.Condition
-	11,  // 35: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
-	12,  // 36: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
-	13,  // 37: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
-	12,  // 38: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
-	31,  // 39: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
-	8,   // 40: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
-	9,   // 41: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
-	3,   // 42: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
-	13,  // 43: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
-	1,   // 44: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
-	32,  // 45: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
-	8,   // 46: osprey.osd.RepOp.prior:type_name -> osprey.osd.Version
-	11,  // 47: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
-	8,   // 48: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
-	8,   // 49: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
-	8,   // 50: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
-	11,  // 51: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
-	36,  // 52: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
-	8,   // 53: osprey.osd.PGStray.last:type_name -> osprey.osd.Version
-	11,  // 54: osprey.osd.PGStrayReply.header:type_name -> osprey.osd.ReplyHeader
-	8,   // 55: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
-	11,  // 56: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
-	32,  // 57: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
-	8,   // 58: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
-	11,  // 59: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
-	32,  // 60: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
-	8,   // 61: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
-	2,   // 62: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
-	2,   // 63: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
-	11,  // 64: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 65: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
-	8,   // 66: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
-	10,  // 67: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
-	11,  // 68: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
-	8,   // 69: osprey.osd.ScrubObject.version:type_name -> osprey.osd.Version
-	51,  // 70: osprey.osd.PGScrubMap.names:type_name -> osprey.osd.ObjectName
-	11,  // 71: osprey.osd.PGScrubMapReply.header:type_name -> osprey.osd.ReplyHeader
-	52,  // 72: osprey.osd.PGScrubMapReply.objects:type_name -> osprey.osd.ScrubObject
-	8,   // 73: osprey.osd.PGScrubMapReply.last:type_name -> osprey.osd.Version
-	8,   // 74: osprey.osd.PGScrubMapReply.first:type_name -> osprey.osd.Version
-	32,  // 75: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
-	11,  // 76: osprey.osd.PGPushReply.header:type_name -> osprey.osd.ReplyHeader
-	8,   // 77: osprey.osd.ScrubShard.version:type_name -> osprey.osd.Version
-	57,  // 78: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
-	58,  // 79: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
-	10,  // 80: osprey.osd.PGRepair.header:type_name -> osprey.osd.Header
-	11,  // 81: osprey.osd.PGRepairReply.header:type_name -> osprey.osd.ReplyHeader
-	10,  // 82: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
-	11,  // 83: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
-	59,  // 84: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
-	10,  // 85: osprey.osd.PGInspect.header:type_name -> osprey.osd.Header
-	11,  // 86: osprey.osd.PGInspectReply.header:type_name -> osprey.osd.ReplyHeader
-	48,  // 87: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	2,   // 88: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
-	11,  // 89: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	11,  // 90: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	11,  // 91: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
-	11,  // 92: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 93: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	74,  // 94: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	75,  // 95: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	84,  // 96: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	76,  // 97: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	74,  // 98: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,   // 99: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	85,  // 100: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	81,  // 101: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
-	11,  // 102: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 103: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	86,  // 104: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	76,  // 105: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	106, // [106:106] is the sub-list for method output_type
-	106, // [106:106] is the sub-list for method input_type
-	106, // [106:106] is the sub-list for extension type_name
-	106, // [106:106] is the sub-list for extension extendee
-	0,   // [0:106] is the sub-list for field type_name
+	13,  // 24: osprey.osd.GetObject.want:type_name -> osprey.osd.ObjectMeta
+	11,  // 25: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
+	13,  // 26: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
+	10,  // 27: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
+	22,  // 28: osprey.osd.ObjectRequest.condition:type_name -> osprey.osd.Condition
+	10,  // 29: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
+	11,  // 30: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
+	14,  // 31: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
+	10,  // 32: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
+	13,  // 33: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
+	12,  // 34: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
+	22,  // 35: osprey.osd.UploadRequest.condition:type_name -> osprey.osd.Condition
+	11,  // 36: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
+	12,  // 37: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
+	13,  // 38: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
+	12,  // 39: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
+	31,  // 40: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
+	8,   // 41: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
+	9,   // 42: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
+	3,   // 43: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
+	13,  // 44: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
+	1,   // 45: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
+	32,  // 46: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
+	8,   // 47: osprey.osd.RepOp.prior:type_name -> osprey.osd.Version
+	11,  // 48: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
+	8,   // 49: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
+	8,   // 50: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
+	8,   // 51: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
+	11,  // 52: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
+	36,  // 53: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
+	8,   // 54: osprey.osd.PGStray.last:type_name -> osprey.osd.Version
+	11,  // 55: osprey.osd.PGStrayReply.header:type_name -> osprey.osd.ReplyHeader
+	8,   // 56: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
+	11,  // 57: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
+	32,  // 58: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
+	8,   // 59: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
+	11,  // 60: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
+	32,  // 61: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
+	8,   // 62: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
+	2,   // 63: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
+	2,   // 64: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
+	11,  // 65: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 66: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
+	8,   // 67: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
+	10,  // 68: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
+	11,  // 69: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
+	8,   // 70: osprey.osd.ScrubObject.version:type_name -> osprey.osd.Version
+	51,  // 71: osprey.osd.PGScrubMap.names:type_name -> osprey.osd.ObjectName
+	11,  // 72: osprey.osd.PGScrubMapReply.header:type_name -> osprey.osd.ReplyHeader
+	52,  // 73: osprey.osd.PGScrubMapReply.objects:type_name -> osprey.osd.ScrubObject
+	8,   // 74: osprey.osd.PGScrubMapReply.last:type_name -> osprey.osd.Version
+	8,   // 75: osprey.osd.PGScrubMapReply.first:type_name -> osprey.osd.Version
+	32,  // 76: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
+	11,  // 77: osprey.osd.PGPushReply.header:type_name -> osprey.osd.ReplyHeader
+	8,   // 78: osprey.osd.ScrubShard.version:type_name -> osprey.osd.Version
+	57,  // 79: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
+	58,  // 80: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
+	10,  // 81: osprey.osd.PGRepair.header:type_name -> osprey.osd.Header
+	11,  // 82: osprey.osd.PGRepairReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 83: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
+	11,  // 84: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
+	59,  // 85: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
+	10,  // 86: osprey.osd.PGInspect.header:type_name -> osprey.osd.Header
+	11,  // 87: osprey.osd.PGInspectReply.header:type_name -> osprey.osd.ReplyHeader
+	48,  // 88: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	2,   // 89: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
+	11,  // 90: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	11,  // 91: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	11,  // 92: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
+	11,  // 93: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 94: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	74,  // 95: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	75,  // 96: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	84,  // 97: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	76,  // 98: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	74,  // 99: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,   // 100: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	85,  // 101: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	81,  // 102: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	11,  // 103: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 104: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	86,  // 105: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	76,  // 106: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	107, // [107:107] is the sub-list for method output_type
+	107, // [107:107] is the sub-list for method input_type
+	107, // [107:107] is the sub-list for extension type_name
+	107, // [107:107] is the sub-list for extension extendee
+	0,   // [0:107] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
