@@ -23,7 +23,9 @@ import (
 // the peer's mon caps:
 //   - the map, status and the OSD tree: r;
 //   - auth commands: x;
-//   - "osd create": w, or profile bootstrap-osd (a new OSD's first key);
+//   - "osd create": x, or profile bootstrap-osd: it issues a new OSD's
+//     key, an auth command (Ceph's "osd new" with a key needs auth caps),
+//     and that key reads and writes every object;
 //   - every other command (map changes): w;
 //   - the auth table: x, profile osd, or profile s3-gateway (which alone
 //     with x gets the S3 secrets in it, s3keys.go);
@@ -55,6 +57,20 @@ func (m *Mon) startAuth(ctx context.Context) (*msgr.AuthOptions, error) {
 	k, err := auth.ParseKeyring(pem)
 	if err != nil {
 		return nil, fmt.Errorf("mon: its own keyring: %w", err)
+	}
+	// A session lives on after its credential is revoked unless ended:
+	// end those of entities removed or reissued, and of those whose caps
+	// changed, whose map subscriptions were allowed by the old caps
+	// (Revoked). They may connect again as the table now allows.
+	m.keeper.OnChange = func(prev, next *auth.Table) {
+		if m.ms == nil {
+			return // the mon's own keyring, before its messenger
+		}
+		for _, e := range auth.Revoked(prev, next, true) {
+			if n := m.ms.CloseSessionsOf(msgr.EntityName(e)); n > 0 {
+				m.log.Info("ended the sessions of an entity whose credential or caps changed", "entity", e, "sessions", n)
+			}
+		}
 	}
 	// A peer created a moment ago may not be in the watched table yet: ask
 	// etcd (the mon's own store) before refusing it.
@@ -121,8 +137,11 @@ func (m *Mon) allowed(conn *msgr.Conn, req proto.Message) error {
 			return need(auth.PermRead, "run "+r.Prefix)
 		case strings.HasPrefix(r.Prefix, "auth "):
 			return need(auth.PermExec, "run "+r.Prefix)
-		case r.Prefix == "osd create" && caps.HasProfile(auth.ServiceMon, auth.ProfileBootstrapOSD):
-			return nil
+		case r.Prefix == "osd create":
+			if caps.HasProfile(auth.ServiceMon, auth.ProfileBootstrapOSD) {
+				return nil
+			}
+			return need(auth.PermExec, "run osd create (it issues the new OSD's key)")
 		}
 		return need(auth.PermWrite, "run "+r.Prefix)
 	}

@@ -121,6 +121,10 @@ func TestMonAccess(t *testing.T) {
 	// A rotated key: the old keyring is refused from its next session on,
 	// the new one works.
 	rotating := keyringOf(t, m, "client.rot", map[string]string{"mon": "allow r"})
+	held := authClient(t, m.Addr(), rotating)
+	if _, err := held.Command(ctx, &osdpb.MonCommand{Prefix: "status"}); err != nil {
+		t.Fatal(err)
+	}
 	rep, err := admin.Command(ctx, authCmd("auth rotate", "client.rot", nil))
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +137,12 @@ func TestMonAccess(t *testing.T) {
 	if _, err := authClient(t, m.Addr(), rotating).Command(ctx, &osdpb.MonCommand{Prefix: "status"}); !errors.Is(err, msgr.ErrAuth) || !strings.Contains(err.Error(), "reissued or removed") {
 		t.Fatalf("the keyring before rotate: %v", err)
 	}
+	// The session it had up ends too: its next command authenticates
+	// again, and cannot.
+	eventually(t, 10*time.Second, "the rotated keyring's session ended", func() bool {
+		_, err := held.Command(ctx, &osdpb.MonCommand{Prefix: "status"})
+		return err != nil && strings.Contains(err.Error(), "reissued or removed")
+	})
 
 	// A new OSD: its bootstrap key gets an id and the OSD's own keyring,
 	// and nothing else.
@@ -147,11 +157,26 @@ func TestMonAccess(t *testing.T) {
 	if want := fmt.Sprintf("osd.%d", rep.Ids[0]); k.Entity != want {
 		t.Fatalf("osd create gave %s's keyring, want %s", k.Entity, want)
 	}
+	// Map changes (w) do not make keys: osd create issues the OSD's key,
+	// which reads and writes every object, so it needs x or the
+	// bootstrap profile.
+	operator := authClient(t, m.Addr(), keyringOf(t, m, "client.operator", map[string]string{"mon": "allow rw"}))
+	_, err = operator.Command(ctx, &osdpb.MonCommand{Prefix: "osd create", Uuid: "uuid-operator"})
+	wantDenied(t, err, "client.operator may not run osd create")
 	// The OSD boots as itself, and not as another.
 	osd0 := authClient(t, m.Addr(), k)
 	b := bootOf(0)
 	b.HasId, b.Id = true, rep.Ids[0]
 	mustBoot(t, osd0, b)
+	// Booted, its key is its own: a create of its uuid (no secret: the
+	// map shows it) no longer hands the key out, to the bootstrap key nor
+	// to an admin.
+	for _, c := range []*monclient.Client{boot, admin} {
+		rep, err := c.Command(ctx, &osdpb.MonCommand{Prefix: "osd create", Uuid: "uuid-0"})
+		if statusOf(err) != osdpb.Status_ENTITY_EXISTS || len(rep.GetKeyring()) != 0 || !strings.Contains(err.Error(), "auth get osd.0") {
+			t.Fatalf("osd create of a booted OSD's uuid: %v, %d bytes of keyring", err, len(rep.GetKeyring()))
+		}
+	}
 	b1 := bootOf(1)
 	b1.HasId, b1.Id = true, rep.Ids[0]+1
 	_, err = osd0.Boot(ctx, b1)

@@ -51,14 +51,14 @@ func (l *leadership) create(ctx context.Context, uuid string) (uint32, []byte, e
 	}
 	var id uint32
 	var keyring []byte
-	existing := false
+	existing, booted := false, false
 	var err error
 	// errConflict: osd.N's record changed between our read and our write
 	// while the map stayed: read both again.
 	for range 3 {
 		_, err = l.update(ctx, func(pb *osdpb.ClusterMap) (txnExtra, error) {
 			if o := osdByUUID(pb, uuid); o != nil {
-				id, existing = o.Id, true
+				id, existing, booted = o.Id, true, !neverBooted(o)
 				return txnExtra{}, errNoChange
 			}
 			id, existing = lowestFreeID(pb), false
@@ -84,6 +84,16 @@ func (l *leadership) create(ctx context.Context, uuid string) (uint32, []byte, e
 	switch {
 	case ca == nil:
 		keyring = nil
+	case existing && booted:
+		// Its key is its daemon's, in its data directory, since its first
+		// boot. A uuid is no secret (the map and the logs show it), so a
+		// repeat now is not the OSD's own, which would not ask: handing
+		// out the key would let anybody with the bootstrap key become the
+		// OSD, and evict it (Ceph's "osd new" refuses an existing osd.N
+		// whose key the caller does not have, EEXIST).
+		return 0, nil, ops.Errorf(osdpb.Status_ENTITY_EXISTS,
+			"osd create: osd.%d (uuid %s) exists and has booted: its key is its own, in its data directory (DATA/keyring), and the mon gives it out only before the first boot; "+
+				"an admin restores a lost one with osprey auth get osd.%d -o DATA/keyring, or a new disk starts as a new OSD (a new data directory)", id, uuid, id)
 	case existing:
 		// A repeat of a create that made the OSD (its daemon crashed
 		// before keeping its id): the same keyring.

@@ -376,6 +376,22 @@ func (m *Messenger) Conns() iter.Seq[*Conn] {
 	}
 }
 
+// CloseSessionsOf ends every session with peer (Conn.Close: the peer is
+// told), and returns how many there were: a daemon ends those of an
+// entity whose credential was revoked, which could otherwise run on for
+// as long as their links last, since credentials are checked when a
+// session authenticates.
+func (m *Messenger) CloseSessionsOf(peer EntityName) int {
+	n := 0
+	for c := range m.Conns() {
+		if c.Peer() == peer {
+			c.Close()
+			n++
+		}
+	}
+	return n
+}
+
 // openLocked lists the sessions in the registry. REQUIRES: m.mu held.
 func (m *Messenger) openLocked() []*Conn {
 	conns := make([]*Conn, 0, len(m.byPeer)+len(m.byAddr)+len(m.lossyIn))

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/mon/monclient"
@@ -32,6 +33,30 @@ import (
 type authTables struct {
 	enforce bool
 	auth.Keeper
+	// msgrs are the OSD's messengers, once they exist: a table that
+	// revokes an entity's certificate (auth rm, auth rotate) ends its
+	// sessions on them (revoke), which were authenticated with it.
+	msgrs atomic.Pointer[[2]*msgr.Messenger]
+}
+
+func newAuthTables() *authTables {
+	a := &authTables{}
+	a.OnChange = a.revoke
+	return a
+}
+
+// revoke ends the sessions of the entities next revokes (auth.Revoked).
+// Caps need no such end: every op is checked against the table held.
+func (a *authTables) revoke(prev, next *auth.Table) {
+	ms := a.msgrs.Load()
+	if ms == nil || !a.enforce {
+		return
+	}
+	for _, e := range auth.Revoked(prev, next, false) {
+		for _, m := range ms {
+			m.CloseSessionsOf(msgr.EntityName(e))
+		}
+	}
 }
 
 // note adopts t (monclient.Options.OnAuth).

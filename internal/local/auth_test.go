@@ -189,4 +189,29 @@ func TestClusterAuth(t *testing.T) {
 		case <-time.After(20 * time.Millisecond): // polling interval
 		}
 	}
+
+	// Rotated: the sessions that authenticated with the old certificate
+	// end (the OSD's and the mon's), so its next op fails, though checked
+	// caps would still allow it.
+	rot := mustConnect(keyring("client.rot", map[string]string{"mon": "allow r", "osd": "allow rw"}))
+	if err := rot.MakeBucket(ctx, "rotated"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mc.Command(ctx, &osdpb.MonCommand{Prefix: "auth rotate", Entity: "client.rot"}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := rot.StatObject(ctx, "rotated", "none")
+		if err != nil && !errors.Is(err, client.ErrNoSuchKey) {
+			if !strings.Contains(err.Error(), "reissued or removed") {
+				t.Fatalf("client.rot's old session after auth rotate: %v", err)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("client.rot's session outlived auth rotate")
+		case <-time.After(20 * time.Millisecond): // polling interval
+		}
+	}
 }

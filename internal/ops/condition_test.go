@@ -46,8 +46,13 @@ func TestConditionHolds(t *testing.T) {
 		{"match wrong", &osdpb.Condition{IfMatch: []string{"e2"}}, obj, ErrPreconditionFailed},
 		{"both, existing", &osdpb.Condition{IfMatch: []string{"e1"}, IfNoneMatchStar: true}, obj, ErrPreconditionFailed},
 	} {
-		if err := ConditionHolds(c.cond, c.cur); !errors.Is(err, c.want) || (c.want == nil && err != nil) {
+		err := ConditionHolds(c.cond, c.cur)
+		if !errors.Is(err, c.want) || (c.want == nil && err != nil) {
 			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+		}
+		// A write-only entity learns no ETag (an MD5 of what it may not read).
+		if err != nil && strings.Contains(err.Error(), obj.Etag) {
+			t.Errorf("%s: %v names the object's ETag", c.name, err)
 		}
 	}
 	if err := CheckCondition(&osdpb.Condition{}); !errors.Is(err, ErrInvalidArgument) {

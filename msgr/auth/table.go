@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,6 +86,26 @@ func (t *Table) Lookup(entity string) (Record, bool) {
 	return r, ok
 }
 
+// Revoked lists the entities of prev whose sessions next ends: those it
+// has no record of, or whose certificate it names another (reissued, as by
+// auth rotate), so that a session authenticated with the old certificate
+// does not outlive it. With capsToo, also those whose caps changed: a
+// daemon that checks some caps only when a session starts (the mon's map
+// subscriptions) checks them again on the new session.
+func Revoked(prev, next *Table, capsToo bool) []string {
+	if prev == nil || next == nil {
+		return nil
+	}
+	var out []string
+	for e, r := range prev.records {
+		n, ok := next.records[e]
+		if !ok || n.Serial != r.Serial || capsToo && !maps.Equal(n.Caps.Strings(), r.Caps.Strings()) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // Len is the number of entities.
 func (t *Table) Len() int { return len(t.records) }
 
@@ -106,6 +127,12 @@ type Keeper struct {
 	// still works, a little later). Zero: no spacing.
 	MinRefreshInterval time.Duration
 
+	// OnChange, if set, is called with the table held and the newer one
+	// each time Note adopts one (a push or a refresh), in the goroutine
+	// that noted it; every change is seen once. Set it before the first
+	// Note.
+	OnChange func(prev, next *Table)
+
 	cur         atomic.Pointer[Table]
 	refreshMu   sync.Mutex
 	lastRefresh time.Time // under refreshMu
@@ -119,6 +146,9 @@ func (k *Keeper) Note(t *Table) {
 			return
 		}
 		if k.cur.CompareAndSwap(cur, t) {
+			if k.OnChange != nil {
+				k.OnChange(cur, t)
+			}
 			return
 		}
 	}
