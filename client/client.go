@@ -412,6 +412,12 @@ type target struct {
 	pg          uint32 // with hasPG: this PG (listings)
 	hasPG       bool
 	via         *routed // the first attempt's route, if already found
+	// regroup: the op names PGs grouped by their primary under the map
+	// of the first attempt (a listing); once that map is stale its
+	// caller must group them again, so do returns WrongPrimary and
+	// StaleEpoch at once (with the newer map adopted) instead of sending
+	// the same group to another primary.
+	regroup bool
 }
 
 // routed is where an op goes under map mp: its pool, PG, and the session
@@ -441,6 +447,12 @@ type reply interface {
 // (from which the CRC32C was computed), and the op is sent again, at most
 // maxDigestRetries times; a BadDigest changes nothing at the OSD.
 func (c *Client) do(ctx context.Context, t osdpb.MsgType, tg target, build func(h *osdpb.Header) proto.Message, payload *wire.Buffer, rep reply, keep bool) (*msgr.Message, error) {
+	if err := ctx.Err(); err != nil {
+		// Not sent at all, as net/http sends no request on a done
+		// context: sent, it could be applied after the caller was told
+		// it failed.
+		return nil, err
+	}
 	req := &osdpb.ReqID{Client: c.nonce, Tid: c.tid.Add(1)}
 	deadline := time.Now().Add(c.opts.RetryFor)
 	backoff := 10 * time.Millisecond
@@ -488,8 +500,12 @@ func (c *Client) do(ctx context.Context, t osdpb.MsgType, tg target, build func(
 			}
 			return nil, err
 		}
-		if oe != nil && (oe.Status == osdpb.Status_WRONG_PRIMARY || oe.Status == osdpb.Status_STALE_EPOCH) || attempt > 2 {
+		moved := oe != nil && (oe.Status == osdpb.Status_WRONG_PRIMARY || oe.Status == osdpb.Status_STALE_EPOCH)
+		if moved || attempt > 2 {
 			c.refreshMap(ctx)
+		}
+		if moved && tg.regroup {
+			return nil, err
 		}
 		c.log.Debug("client: retrying", "op", t, "attempt", attempt+1, "err", err)
 		sleep := backoff/2 + time.Duration(mrand.Int64N(int64(backoff)))
@@ -575,7 +591,8 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 	}
 	actx, cancel := context.WithTimeout(ctx, c.opts.OpTimeout)
 	defer cancel()
-	if err := conn.Send(actx, m); err != nil {
+	ticket, err := conn.SendTicket(actx, m)
+	if err != nil {
 		m.Release()
 		if errors.Is(err, msgr.ErrAuth) {
 			return nil, refused(err)
@@ -600,10 +617,27 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 		r.Release()
 		return nil, nil
 	case <-actx.Done():
+		abandon(conn, ticket, payload)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "no reply from %s within %v", connName(conn), c.opts.OpTimeout)
+	}
+}
+
+// abandon lets go of a request its caller stopped waiting for: out of the
+// send queue if no link had it yet (a request queued behind others to an
+// OSD that hangs never reaches it). One that a link had already is held
+// for resending until the OSD acks it; if its payload is a caller's bytes
+// (PutObjectBytes, which returns only once they are released), its Conn is
+// closed instead, so that they go back now: an OSD stopped (SIGSTOP) acks
+// nothing while its link stays up. The next op dials the OSD again.
+func abandon(conn *msgr.Conn, t msgr.Ticket, payload *wire.Buffer) {
+	if conn.Withdraw(t) || payload == nil {
+		return
+	}
+	if _, lent := payload.Owner.(callersBytes); lent {
+		conn.Close()
 	}
 }
 

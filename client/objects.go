@@ -807,8 +807,32 @@ func (c *Client) list(ctx context.Context, bucket string, opts ListOptions) iter
 
 // listPage lists up to n entries (at most ops.MaxListKeys) after `after`
 // from every primary and merges them; truncated when any primary has
-// more.
+// more. A map change that moved a PG's primary (an OSD down, pg_temp)
+// makes it ask again, grouping the PGs by their primaries anew, for up to
+// RetryFor.
 func (c *Client) listPage(ctx context.Context, bucket, prefix, delim, after string, n int) ([]ObjectInfo, bool, error) {
+	deadline := time.Now().Add(c.opts.RetryFor)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		page, truncated, err := c.listPageOnce(ctx, bucket, prefix, delim, after, n)
+		var oe *ops.Error
+		if err == nil || !errors.As(err, &oe) || oe.Status != osdpb.Status_WRONG_PRIMARY && oe.Status != osdpb.Status_STALE_EPOCH ||
+			time.Now().After(deadline) {
+			return page, truncated, err
+		}
+		// do adopted the newer map; a primary that answers before it has
+		// it itself gets a moment.
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, false, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// listPageOnce is one round of listPage under the map held.
+func (c *Client) listPageOnce(ctx context.Context, bucket, prefix, delim, after string, n int) ([]ObjectInfo, bool, error) {
 	mp := c.Map()
 	pool := c.pool(mp)
 	// One op per primary, for all its PGs. A PG with no OSD up and in
@@ -838,7 +862,7 @@ func (c *Client) listPage(ctx context.Context, bucket, prefix, delim, after stri
 		go func() {
 			var rep osdpb.ListObjectsReply
 			// The first PG routes the op to their primary.
-			_, err := c.do(ctx, osdpb.MsgType_MSG_LIST_OBJECTS, target{bucket: bucket, pg: pgs[0], hasPG: true}, func(h *osdpb.Header) proto.Message {
+			_, err := c.do(ctx, osdpb.MsgType_MSG_LIST_OBJECTS, target{bucket: bucket, pg: pgs[0], hasPG: true, regroup: true}, func(h *osdpb.Header) proto.Message {
 				return &osdpb.ListObjects{Header: h, Bucket: bucket, Prefix: prefix, Delimiter: delim, StartAfter: after,
 					MaxKeys: uint32(n), Pgs: pgs}
 			}, nil, &rep, false)

@@ -18,13 +18,15 @@ import (
 
 // watchingTCP is TCP whose links report each data segment written from
 // the caller's memory, watched (the same bytes, not a copy of them), and
-// hold such a write at gate while one is set.
+// hold such a write at gate while one is set, or, with swallow set, say
+// they wrote it and write nothing: an OSD that hangs, which never acks it.
 type watchingTCP struct {
 	tcp.Transport
 	watched *atomic.Pointer[byte] // the first byte of the caller's body
 	sent    *atomic.Int32         // segments written from it
 	gate    *atomic.Pointer[chan struct{}]
 	held    chan struct{} // a write waits at the gate
+	swallow *atomic.Bool
 }
 
 func (t watchingTCP) Dial(ctx context.Context, addr string, opts wire.LinkOptions) (wire.Link, error) {
@@ -50,6 +52,9 @@ func (l watchingLink) WriteFrames(frames []wire.Frame) error {
 	for i := range frames {
 		if d := frames[i].Data; len(d) > 0 && unsafe.SliceData(d) == l.t.watched.Load() {
 			l.t.sent.Add(1)
+			if l.t.swallow.Load() {
+				return nil
+			}
 			if g := l.t.gate.Load(); g != nil {
 				l.t.held <- struct{}{}
 				<-*g
@@ -67,7 +72,8 @@ func putBytes(ctx context.Context, cl *client.Client, bucket, key string, data [
 func watchedClient(t *testing.T) (*client.Client, context.Context, watchingTCP) {
 	t.Helper()
 	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8})
-	w := watchingTCP{watched: new(atomic.Pointer[byte]), sent: new(atomic.Int32), gate: new(atomic.Pointer[chan struct{}]), held: make(chan struct{}, 1)}
+	w := watchingTCP{watched: new(atomic.Pointer[byte]), sent: new(atomic.Int32), gate: new(atomic.Pointer[chan struct{}]),
+		held: make(chan struct{}, 1), swallow: new(atomic.Bool)}
 	cl := c.Client(t, func(o *client.Options) { o.Transports = []wire.Transport{w} })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -165,5 +171,61 @@ func TestPutObjectBytesHoldsUntilReleased(t *testing.T) {
 	close(gate)
 	if err := <-returned; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a put whose context ended: %v, want context.Canceled", err)
+	}
+}
+
+// TestPutObjectBytesLetGoOfByAHungOSD: a PutObjectBytes whose body went to
+// an OSD that never answers nor acks it (stopped, SIGSTOP: its link stays
+// up) returns once its context ends: the client closes the session that
+// held the bytes for resending, which releases them, rather than wait for
+// the OSD to come back.
+func TestPutObjectBytesLetGoOfByAHungOSD(t *testing.T) {
+	cl, ctx, w := watchedClient(t)
+	data := osdtest.Payload(256<<10, 6)
+	w.watched.Store(&data[0])
+	w.swallow.Store(true)
+	putCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	returned := make(chan error, 1)
+	go func() {
+		_, err := cl.PutObjectBytes(putCtx, "bkt", "k", data, client.PutOptions{})
+		returned <- err
+	}()
+	select {
+	case err := <-returned:
+		if !errors.Is(err, context.DeadlineExceeded) || w.sent.Load() == 0 {
+			t.Fatalf("a put to a hung OSD: %v after %d writes of its body, want its context's end", err, w.sent.Load())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("PutObjectBytes still waits for an OSD that never acks its body, 20 s after its context ended")
+	}
+	// The client dials the OSD again for the next op.
+	w.swallow.Store(false)
+	if _, err := cl.PutObjectBytes(ctx, "bkt", "k", data, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDoneContextSendsNothing: an op called with a context already done
+// fails with the context's error and is not sent, so nothing of it is
+// applied after the caller was told it failed (as net/http sends no
+// request then).
+func TestDoneContextSendsNothing(t *testing.T) {
+	cl, ctx, _ := watchedClient(t)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := cl.PutObjectBytes(done, "bkt", "never", []byte("x"), client.PutOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("PutObjectBytes with a done context: %v", err)
+	}
+	// The same PG's next write, on the same session: had the first been
+	// sent, it would be there before this one.
+	if _, err := cl.PutObjectBytes(ctx, "bkt", "never", []byte("yz"), client.PutOptions{IfNoneMatch: "*"}); err != nil {
+		t.Fatalf("a put called with a done context was applied: %v", err)
+	}
+	if err := cl.MakeBucket(done, "never"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("MakeBucket with a done context: %v", err)
+	}
+	if err := cl.MakeBucket(ctx, "never"); err != nil {
+		t.Fatalf("a bucket made with a done context exists: %v", err)
 	}
 }

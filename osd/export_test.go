@@ -112,6 +112,15 @@ func (o *OSD) SetPeeringForTest(on bool) {
 	}
 }
 
+// SetPGPeeringForTest is SetPeeringForTest of one PG, by pool and seed.
+func (o *OSD) SetPGPeeringForTest(pool, pg uint32, on bool) {
+	o.pgMu.Lock()
+	defer o.pgMu.Unlock()
+	if p := o.pgs[storePG(pool, pg)]; p != nil {
+		p.peering.Store(on)
+	}
+}
+
 // HeldWritesForTest is the number of writes waiting in o's lines behind
 // (or for) a vouch for their bucket.
 func (o *OSD) HeldWritesForTest() int64 { return o.lines.held.Load() }

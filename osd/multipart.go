@@ -363,6 +363,12 @@ func (o *OSD) headAnywhere(mp *placement.Map, pool *osdpb.Pool, bucket, key stri
 		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s has no OSD", pgName(pool.Id, pg))
 	}
 	if primary == o.id {
+		// As a get: a PG that peers may lack what was written while
+		// this OSD was away (an upload's record made meanwhile), and a
+		// NoSuchUpload would end the client's retries.
+		if err := o.peeringErr(storePG(pool.Id, pg)); err != nil {
+			return nil, err
+		}
 		return o.st.Head(o.ctx, bucket, key)
 	}
 	ctx, cancel := context.WithTimeout(o.ctx, o.cfg.RepTimeout)

@@ -276,6 +276,13 @@ type OSD struct {
 	readers chan func()
 	quit    chan struct{} // closed when the queues stop
 
+	// dropNow, closed as a graceful stop begins, ends the wait of the
+	// replaced parts' deletes (dropReplaced), counted in drops, so that
+	// they run before the messengers go.
+	dropNow  chan struct{}
+	dropOnce sync.Once
+	drops    atomic.Int64
+
 	pgMu sync.Mutex
 	pgs  map[uint32]*pgState // by store PG id
 
@@ -370,7 +377,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		// it: those that come before are dropped, and Start adopts the
 		// newest map the client saw instead.
 		osdp  atomic.Pointer[OSD]
-		authz = &authTables{}
+		authz = newAuthTables()
 		own   *auth.Keyring // the OSD's keyring, when it authenticates
 	)
 	if len(cfg.Mon) > 0 {
@@ -425,6 +432,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	// puts in flight over three replicas), a few MiB of stacks at most.
 	o.durable = newWaiters(o.ctx, &o.wg, 256)
 	o.quit = make(chan struct{})
+	o.dropNow = make(chan struct{})
 
 	sopts := cfg.Store
 	sopts.Dir = filepath.Join(cfg.DataDir, "store")
@@ -540,6 +548,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		return nil, err
 	}
 	o.cacheMem.pub.Store(o.pub)
+	authz.msgrs.Store(&[2]*msgr.Messenger{o.pub, o.clu})
 
 	o.shards = make([]chan func(), cfg.Shards)
 	for i := range o.shards {
@@ -671,6 +680,7 @@ type CloseOptions struct {
 func (o *OSD) CloseWith(ctx context.Context, opts CloseOptions) error {
 	o.closeOnce.Do(func() {
 		o.log.Info("osd stopping")
+		o.FlushDrops(ctx)
 		if o.mon != nil {
 			o.monStop()
 			<-o.monDone

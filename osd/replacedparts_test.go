@@ -2,8 +2,10 @@ package osd_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -259,4 +261,52 @@ func TestPartDeleteRetried(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestReplacedPartsWaitForReaders: the parts a multipart object's
+// overwrite replaced are deleted only once the store's KeepReplacedFor has
+// passed, so a read that began on the old object reads its later parts
+// still, as S3 finishes a GET with the object it started on; a graceful
+// stop deletes them before it ends instead of leaving them to osprey gc.
+func TestReplacedPartsWaitForReaders(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8, Tweak: func(cfg *osd.Config) {
+		cfg.Store.KeepReplacedFor = time.Minute
+	}})
+	ctx := ctxT(t, time.Minute)
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "mpbucket"); err != nil {
+		t.Fatal(err)
+	}
+	old := osdtest.Payload(11<<20, 1)
+	if _, err := osdtest.Put(ctx, cl, "mpbucket", "big", old, client.PutOptions{PartSize: 5 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	st := c.OSDs[0].Store()
+	meta, err := st.Head(ctx, "mpbucket", "big")
+	if err != nil || len(meta.Parts) != 3 {
+		t.Fatalf("the multipart object: %v, %v", meta, err)
+	}
+	obj, err := cl.GetObject(ctx, "mpbucket", "big", client.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	first := make([]byte, 1<<20)
+	if _, err := io.ReadFull(obj, first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := osdtest.Put(ctx, cl, "mpbucket", "big", []byte("small now"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(obj)
+	if err != nil || !bytes.Equal(append(first, rest...), old) {
+		t.Fatalf("a read across the overwrite: %d bytes, %v", len(first)+len(rest), err)
+	}
+	c.StopOSD(0)
+	c.StartOSD(0)
+	for _, p := range meta.Parts {
+		if _, err := c.OSDs[0].Store().Head(ctx, ops.MultipartBucket, p.Key); !errors.Is(err, store.ErrNoSuchKey) {
+			t.Fatalf("part %s after a graceful stop: %v, want deleted", p.Key, err)
+		}
+	}
 }

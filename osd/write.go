@@ -655,11 +655,33 @@ func garbageParts(old, kept []*osdpb.PartRef) []*osdpb.PartRef {
 // made garbage (e.DroppedParts), but those that the object now at e's key
 // names (garbageKeys). Only deleting is unsafe: a part kept by mistake
 // costs space, so a failed read of the object keeps them all.
+//
+// It waits the store's KeepReplacedFor first, as the store keeps a plain
+// object's replaced data for the reads under way (store/keep.go): a
+// client reads a multipart object part by part, and a part deleted before
+// its turn would fail a read that began on the old object, where S3 (and
+// RGW, which collects replaced tails hours later) finishes it. A graceful
+// stop ends the wait (flushDrops); a crash during it leaves the parts to
+// `osprey gc`.
 func (o *OSD) dropReplaced(mp *placement.Map, pool uint32, e *osdpb.LogEntry) {
 	if len(e.DroppedParts) == 0 {
 		return
 	}
+	o.drops.Add(1)
 	o.wg.Go(func() {
+		defer o.drops.Add(-1)
+		if d := o.st.KeepReplacedFor(); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-o.dropNow:
+				t.Stop()
+			case <-o.ctx.Done():
+				t.Stop()
+				return
+			}
+			mp = o.Map()
+		}
 		cur, err := o.st.Head(o.ctx, e.Bucket, e.Key)
 		if err != nil && !errors.Is(err, store.ErrNoSuchKey) && !errors.Is(err, store.ErrNoSuchBucket) {
 			o.log.Warn("keeping a replaced object's parts: cannot read what replaced it", "bucket", e.Bucket, "key", e.Key, "err", err)
@@ -668,6 +690,25 @@ func (o *OSD) dropReplaced(mp *placement.Map, pool uint32, e *osdpb.LogEntry) {
 		o.dropParts(mp, pool, garbageKeys(e.DroppedParts, cur))
 	})
 }
+
+// FlushDrops ends the wait of the replaced parts' deletes (dropReplaced),
+// as a graceful stop begins, and gives them until ctx ends, at most
+// flushDropsFor, to finish while the messengers still run. Later deletes
+// do not wait. A cluster stopping whole flushes every OSD before it stops
+// any, so that no delete goes to an OSD already gone.
+func (o *OSD) FlushDrops(ctx context.Context) {
+	o.dropOnce.Do(func() { close(o.dropNow) })
+	deadline := time.Now().Add(flushDropsFor)
+	for o.drops.Load() > 0 {
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			o.log.Warn("stopping with replaced parts not yet deleted: osprey gc removes them", "objects", o.drops.Load())
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // a stop polls; no op waits on it
+	}
+}
+
+const flushDropsFor = 5 * time.Second
 
 // garbageKeys is what may be deleted of dropped, the keys an entry made
 // garbage, given cur, the object now at the entry's key (nil for none): the

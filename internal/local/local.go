@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -492,6 +493,13 @@ func (c *Cluster) Close(ctx context.Context) error {
 		errs = append(errs, m.Close(ctx))
 	}
 	errs = append(errs, c.Dashboard.Close(ctx))
+	// Replaced parts waiting for their delete go first, while every OSD
+	// still answers (osd.FlushDrops).
+	var wg sync.WaitGroup
+	for _, o := range c.OSDs {
+		wg.Go(func() { o.FlushDrops(ctx) })
+	}
+	wg.Wait()
 	// The mon stops with them: marking each down would only have the
 	// rest peer again, and warn, on the way out.
 	for _, o := range c.OSDs {

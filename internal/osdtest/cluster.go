@@ -157,6 +157,10 @@ func (c *Cluster) Config(id uint32) osd.Config {
 	}
 	cfg.Store.CacheSize = 8 << 20
 	cfg.Store.MemTableSize = 4 << 20
+	// Replaced versions and parts go 2 s after their last reader instead
+	// of 30: tests that wait for replaced parts' deletes poll for less,
+	// and a loaded host still reads a window well within it.
+	cfg.Store.KeepReplacedFor = 2 * time.Second
 	if c.opts.Tweak != nil {
 		c.opts.Tweak(&cfg)
 	}

@@ -220,6 +220,10 @@ func (s *Store) releaseKept() []uint64 {
 	return ids
 }
 
+// KeepReplacedFor is how long a replaced version is kept for a reader
+// that holds it (Options.KeepReplacedFor; 0 for none).
+func (s *Store) KeepReplacedFor() time.Duration { return max(s.opts.KeepReplacedFor, 0) }
+
 // keptStats are the kept versions and their bytes (Stats).
 func (s *Store) keptStats() (n, bytes int64) {
 	k := &s.keep
