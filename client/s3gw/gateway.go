@@ -74,6 +74,17 @@ type Options struct {
 	// coming is never cut; a stalled body is answered RequestTimeout, a
 	// stalled reader's connection is closed.
 	ClientTimeout time.Duration
+	// IdleTimeout closes a kept-alive connection that has waited this
+	// long for its next request (default 2 minutes); a new connection
+	// must send its first request's headers within ClientTimeout.
+	IdleTimeout time.Duration
+	// MaxConnections caps the connections Serve holds open at once, each
+	// a file descriptor and its buffers (the headers it may send are
+	// bounded too: at most 64 KiB). At the cap Serve accepts none until
+	// one closes: new clients wait in the kernel's listen backlog, and a
+	// warning is logged (at most once a minute). Default (0):
+	// DefaultMaxConnections(); negative: no cap.
+	MaxConnections int
 	// Now is the clock signatures are checked against (tests).
 	Now func() time.Time
 	// StaleUploadAge: a PUT above 64 MiB is an upload of the SDK's own
@@ -144,6 +155,12 @@ func New(opts Options) (*Gateway, error) {
 	if opts.ClientTimeout <= 0 {
 		opts.ClientTimeout = time.Minute
 	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 2 * time.Minute
+	}
+	if opts.MaxConnections == 0 {
+		opts.MaxConnections = DefaultMaxConnections()
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -164,14 +181,22 @@ func New(opts Options) (*Gateway, error) {
 // returns nil after such a stop.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
-		Handler:           g,
+		Handler: g,
+		// From a connection's start, or from a kept-alive one's next
+		// request's first byte: a whole deadline, so a header sent a
+		// byte at a time is cut too.
 		ReadHeaderTimeout: g.opts.ClientTimeout,
-		IdleTimeout:       2 * time.Minute,
-		// Above this net/http answers 431 itself; the gateway answers
-		// RequestHeaderSectionTooLarge from maxHeaderBytes on.
-		MaxHeaderBytes: 1 << 20,
+		IdleTimeout:       g.opts.IdleTimeout,
+		// net/http reads at most this (and 4 KiB of bufio slack) of a
+		// request line and headers, then answers 431 itself and closes
+		// the connection: a header block in progress holds no more. In
+		// that slack the gateway answers RequestHeaderSectionTooLarge.
+		MaxHeaderBytes: maxHeaderBytes,
 		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 		BaseContext:    func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	if g.opts.MaxConnections > 0 {
+		ln = capConnections(ln, g.opts.MaxConnections, g.log)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -40,6 +40,7 @@ type s3Options struct {
 	metricsAddr     string
 	pprof           bool
 	staleUploadAge  time.Duration
+	maxConns        int
 }
 
 func newS3Cmd() *cobra.Command {
@@ -66,7 +67,9 @@ give --keyring none and one static pair, --access-key and --secret-key (or
 ` + envS3AccessKey + ` and ` + envS3SecretKey + `), allowed everything.
 
 It serves until Ctrl-C or SIGTERM, then lets the requests in progress finish
-(at most --shutdown-timeout). Each request gets one access log line.`,
+(at most --shutdown-timeout). Each request gets one access log line.
+At most --max-connections HTTP connections are open at once: more wait,
+not accepted, until one closes (a warning says so, once a minute at most).`,
 		Example: `  osprey auth get-or-create client.s3 mon 'allow profile s3-gateway' osd 'allow profile s3-gateway' -o s3.keyring
   osprey s3 --listen :9000 --mon 10.0.0.1:3300 --keyring s3.keyring
   osprey auth s3-key add client.admin
@@ -87,6 +90,8 @@ It serves until Ctrl-C or SIGTERM, then lets the requests in progress finish
 	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on --metrics-addr (go tool pprof http://ADDR/debug/pprof/profile)")
 	f.DurationVar(&o.staleUploadAge, "stale-upload-age", client.DefaultStaleUploadAge,
 		"abort the gateway's internal uploads (of PUTs above 64 MiB whose gateway died) once this old, hourly and when a bucket's uploads are listed; 0s: never")
+	f.IntVar(&o.maxConns, "max-connections", s3gw.DefaultMaxConnections(),
+		"the most HTTP connections held open at once (4096, or half the open-file limit if less); more wait, not accepted, until one closes; -1: no cap")
 	return cmd
 }
 
@@ -96,6 +101,9 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 	o.secret = cmpOrEnv(o.secret, envS3SecretKey)
 	if o.pprof && o.metricsAddr == "" {
 		return usageErrorf("--pprof serves on the admin listener: give --metrics-addr too")
+	}
+	if o.maxConns == 0 || o.maxConns < -1 {
+		return usageErrorf("--max-connections %d: give a positive number, or -1 for no cap", o.maxConns)
 	}
 	keyring, err := o.target.mon.loadKeyring(os.Getenv)
 	if err != nil {
@@ -141,7 +149,8 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
 	gopts := s3gw.Options{Client: cl, Credentials: creds,
-		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout, StaleUploadAge: o.staleUploadAge}
+		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout, StaleUploadAge: o.staleUploadAge,
+		MaxConnections: o.maxConns}
 	if o.staleUploadAge == 0 {
 		gopts.StaleUploadAge = -1 // never
 	}

@@ -1,0 +1,117 @@
+package s3gw
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// maxDefaultConnections is DefaultMaxConnections' ceiling, far above
+// what S3 clients keep open (aws-cli's max_concurrent_requests is 10 by
+// default; benchmarks keep one per request in flight, some hundreds).
+const maxDefaultConnections = 4096
+
+// DefaultMaxConnections is the cap on open connections a gateway takes
+// when Options.MaxConnections is 0: 4096, or half the process's limit
+// on open files (RLIMIT_NOFILE) if that is less, so that a flood of
+// connections leaves the other half to what shares the process (the
+// gateway's own cluster connections; under osprey up the mon's and the
+// OSDs' files and connections).
+func DefaultMaxConnections() int {
+	n := maxDefaultConnections
+	if lim := openFileLimit(); lim > 0 && lim/2 < uint64(n) {
+		n = int(max(lim/2, 1))
+	}
+	return n
+}
+
+// capWarnEvery is how often, at most, the gateway warns that it is at
+// its connection cap.
+const capWarnEvery = time.Minute
+
+// connCap is a listener that holds at most n connections open at once:
+// at the cap its Accept waits for one to close, and new clients wait in
+// the kernel's listen backlog. Not netutil.LimitListener, whose
+// connections hide their *net.TCPConn (golang/go#64830): net/http could
+// not half-close them (CloseWrite) before it hangs up on a request it does
+// not read to its end (a 431, an error answered before the body was
+// read), and the client would get a reset, maybe before the answer.
+type connCap struct {
+	net.Listener
+	n      int64
+	sem    *semaphore.Weighted
+	log    *slog.Logger
+	warned atomic.Int64 // when it last warned, in Unix ns
+	closed context.Context
+	close  context.CancelFunc
+}
+
+func capConnections(ln net.Listener, n int, log *slog.Logger) net.Listener {
+	l := &connCap{Listener: ln, n: int64(n), sem: semaphore.NewWeighted(int64(n)), log: log}
+	l.closed, l.close = context.WithCancel(context.Background())
+	return l
+}
+
+func (l *connCap) Accept() (net.Conn, error) {
+	if !l.sem.TryAcquire(1) {
+		l.warn()
+		if l.sem.Acquire(l.closed, 1) != nil {
+			return nil, net.ErrClosed
+		}
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		l.release()
+		return nil, err
+	}
+	return &cappedConn{Conn: c, release: l.release}, nil
+}
+
+func (l *connCap) release() { l.sem.Release(1) }
+
+// Close closes the listener and ends an Accept waiting for a free slot.
+func (l *connCap) Close() error {
+	err := l.Listener.Close()
+	l.close()
+	return err
+}
+
+func (l *connCap) warn() {
+	now := time.Now().UnixNano()
+	last := l.warned.Load()
+	if last != 0 && now-last < int64(capWarnEvery) || !l.warned.CompareAndSwap(last, now) {
+		return
+	}
+	l.log.Warn("s3: at the connection cap: no new connection is accepted until one closes (osprey s3 --max-connections)",
+		"max_connections", l.n)
+}
+
+// cappedConn is a connection that frees its slot of connCap's when
+// closed.
+type cappedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *cappedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// CloseWrite half-closes the connection, as net/http does before it
+// hangs up on a request it has not read to its end, so that the client
+// reads the answer before the reset.
+func (c *cappedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}

@@ -1,0 +1,292 @@
+package s3gw_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client/s3gw"
+)
+
+// TestLimits: what an unauthenticated client can hold of a gateway run by
+// Serve is bounded. Headers: at most 64 KiB (and net/http's 4 KiB of
+// slack) is read of a header block, complete or not, before the
+// connection is answered 431 and closed; a header sent slowly is cut at
+// ClientTimeout. Connections: at most MaxConnections are open, the next
+// one waits until one closes, and a kept-alive connection left idle is
+// closed after IdleTimeout, which frees its slot.
+func TestLimits(t *testing.T) {
+	e := newEnv(t)
+
+	t.Run("DefaultMaxConnections", func(t *testing.T) {
+		n := s3gw.DefaultMaxConnections()
+		var rl syscall.Rlimit
+		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+			t.Fatal(err)
+		}
+		if n < 1 || n > 4096 || uint64(n) > max(rl.Cur/2, 1) {
+			t.Fatalf("DefaultMaxConnections() = %d with an open-file limit of %d: want 4096 or half the limit if less", n, rl.Cur)
+		}
+	})
+
+	// The default ClientTimeout (1 minute): within the deadlines below only
+	// the header bound can answer, not the header timeout.
+	sv := serveWith(t, e, func(*s3gw.Options) {})
+
+	t.Run("HeadersOver64KiB", func(t *testing.T) {
+		req := signed(t, http.MethodGet, sv.url+"/", nil)
+		req.Header.Set("X-Big", strings.Repeat("x", 100<<10))
+		conn := rawConn(t, sv.addr, req, -1)
+		// net/http half-closes the connection after its 431 and resets it
+		// 500 ms later (the rest of the request unread): the client sees
+		// the end of the answer, not the reset.
+		wantAnsweredAndClosed(t, conn, http.StatusRequestHeaderFieldsTooLarge, "a request with 100 KiB of headers", true)
+	})
+
+	t.Run("UnterminatedHeaderBlock", func(t *testing.T) {
+		// A header block of 1 KiB lines that never ends (no blank line),
+		// as the probe's 1 MB ones: the gateway must not wait for its end.
+		conn, err := net.Dial("tcp", sv.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		block := []byte("GET / HTTP/1.1\r\nHost: " + sv.addr + "\r\n")
+		for i := 0; len(block) < 256<<10; i++ {
+			block = fmt.Appendf(block, "X-Pad-%d: %s\r\n", i, strings.Repeat("p", 1000))
+		}
+		go conn.Write(block) // cut by the answer: its error is expected
+		wantAnsweredAndClosed(t, conn, http.StatusRequestHeaderFieldsTooLarge, "an unterminated 256 KiB header block", false)
+	})
+
+	t.Run("HeaderTrickle", func(t *testing.T) {
+		slow := serve(t, e, time.Second)
+		for _, kept := range []bool{false, true} {
+			conn, err := net.Dial("tcp", slow.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			br := bufio.NewReader(conn)
+			if kept { // the connection's second request
+				roundTrip(t, conn, br, signed(t, http.MethodGet, slow.url+"/", nil), 10*time.Second)
+			}
+			if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: "+slow.addr+"\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			// A header line every 50 ms, never the blank line: each
+			// read moves no deadline, the whole header has ClientTimeout.
+			stop := make(chan struct{})
+			trickled := make(chan struct{})
+			go func() {
+				defer close(trickled)
+				tick := time.NewTicker(50 * time.Millisecond)
+				defer tick.Stop()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					if _, err := fmt.Fprintf(conn, "X-Slow-%d: s\r\n", i); err != nil {
+						return
+					}
+				}
+			}()
+			start := time.Now()
+			conn.SetReadDeadline(start.Add(20 * time.Second))
+			_, err = io.Copy(io.Discard, br)
+			close(stop)
+			<-trickled
+			if isTimeout(err) {
+				t.Fatalf("kept-alive %v: a header sent a line at a time was not cut in 20 s (ClientTimeout 1s)", kept)
+			}
+			t.Logf("kept-alive %v: a trickled header was cut after %v (%v)", kept, time.Since(start).Round(time.Millisecond), err)
+		}
+	})
+
+	t.Run("MaxConnections", func(t *testing.T) {
+		capped := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections = 4 })
+		var held []net.Conn
+		for range 4 {
+			conn, br := dialConn(t, capped.addr)
+			roundTrip(t, conn, br, signed(t, http.MethodGet, capped.url+"/", nil), 10*time.Second)
+			held = append(held, conn) // idle, kept alive
+		}
+		// A fifth client connects (the kernel's backlog takes it) but is
+		// not served while the four are open.
+		conn, br := dialConn(t, capped.addr)
+		if err := signed(t, http.MethodGet, capped.url+"/", nil).Write(conn); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(time.Second))
+		if resp, err := http.ReadResponse(br, nil); err == nil {
+			t.Fatalf("a fifth connection was served (%s) with 4 open and MaxConnections 4", resp.Status)
+		} else if !isTimeout(err) {
+			t.Fatalf("a fifth connection, past the cap: %v, want it to wait", err)
+		}
+		// Serve says it is at its cap (once: the log is rate-limited).
+		waitUntil(t, 10*time.Second, "the connection cap's warning", func() bool {
+			return strings.Contains(capped.log.String(), "at the connection cap")
+		})
+		if n := strings.Count(capped.log.String(), "at the connection cap"); n != 1 {
+			t.Fatalf("the cap's warning was logged %d times, want once:\n%s", n, capped.log)
+		}
+		// One of the four closes: the fifth is served.
+		held[0].Close()
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("the fifth connection once one of the four closed: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("the fifth connection once one of the four closed: %s", resp.Status)
+		}
+		for _, c := range held[1:] {
+			c.Close()
+		}
+		conn.Close()
+		capped.unharmed(t, e.ctx, "a full connection cap")
+	})
+
+	t.Run("ShutdownAtCap", func(t *testing.T) {
+		// Serve stops while its Accept waits for a free slot.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		gw, err := s3gw.New(s3gw.Options{Client: e.cl, Credentials: s3gw.StaticCredentials{testAccess: testSecret},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxConnections: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(e.ctx)
+		defer stop()
+		served := make(chan error, 1)
+		go func() { served <- gw.Serve(ctx, ln) }()
+		url := "http://" + ln.Addr().String()
+		conn, br := dialConn(t, ln.Addr().String())
+		roundTrip(t, conn, br, signed(t, http.MethodGet, url+"/", nil), 10*time.Second)
+		stop()
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Fatalf("Serve: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Serve did not return at its connection cap once its context ended")
+		}
+	})
+
+	t.Run("IdleTimeout", func(t *testing.T) {
+		idle := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections, o.IdleTimeout = 2, time.Second })
+		type heldConn struct {
+			conn net.Conn
+			br   *bufio.Reader
+		}
+		var held []heldConn
+		for range 2 {
+			conn, br := dialConn(t, idle.addr)
+			roundTrip(t, conn, br, signed(t, http.MethodGet, idle.url+"/", nil), 10*time.Second)
+			held = append(held, heldConn{conn, br})
+		}
+		// Past the cap, a request is served once an idle connection is
+		// closed after IdleTimeout; the test closes none.
+		conn, br := dialConn(t, idle.addr)
+		roundTrip(t, conn, br, signed(t, http.MethodGet, idle.url+"/", nil), 20*time.Second)
+		for i, h := range held {
+			h.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, err := h.br.ReadByte()
+			if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("idle connection %d: %v, want it closed by the gateway", i, err)
+			}
+		}
+	})
+}
+
+// dialConn is a connection to addr, closed at the test's end, with a
+// reader of it.
+func dialConn(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, bufio.NewReader(conn)
+}
+
+// roundTrip sends req on conn and wants a 200 within d, its body read:
+// the connection is then idle, kept alive.
+func roundTrip(t *testing.T, conn net.Conn, br *bufio.Reader, req *http.Request, d time.Duration) {
+	t.Helper()
+	conn.SetDeadline(time.Now().Add(d))
+	defer conn.SetDeadline(time.Time{})
+	if err := req.Write(conn); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("%s %s: %s %s (%v, close %v)", req.Method, req.URL, resp.Status, body, err, resp.Close)
+	}
+}
+
+// wantAnsweredAndClosed wants conn answered status and then closed, each
+// within 10 s, with the client's request still unfinished; clean: closed
+// by a half-close (EOF), not a reset.
+func wantAnsweredAndClosed(t *testing.T, conn net.Conn, status int, what string, clean bool) {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("%s: no answer (%v): net/http still reads it", what, err)
+	}
+	// The answer has no length: its body ends with the connection.
+	body, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != status {
+		t.Fatalf("%s: %s %s, want %d", what, resp.Status, body, status)
+	}
+	if err == nil {
+		_, err = io.Copy(io.Discard, br)
+	}
+	switch {
+	case isTimeout(err):
+		t.Fatalf("%s: answered %d, but the connection stays open", what, status)
+	case clean && err != nil:
+		t.Fatalf("%s: answered %d, then %v, not an EOF: the gateway did not half-close the connection", what, status, err)
+	}
+}
+
+func isTimeout(err error) bool {
+	return errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// waitUntil polls cond until it holds, failing the test after d.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s in %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
