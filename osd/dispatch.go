@@ -145,7 +145,10 @@ func opError(err error) error {
 		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "%v", err)
 	case store.IsNoSpace(err):
 		return ops.Errorf(osdpb.Status_STORAGE_FULL, "%v", err)
-	case errors.Is(err, store.ErrClosed), errors.Is(err, context.Canceled):
+	case errors.Is(err, store.ErrClosed), errors.Is(err, context.Canceled),
+		// A peer that did not answer in time (call): it may be stopped,
+		// or slow; the client retries, as for any OSD that goes.
+		errors.Is(err, context.DeadlineExceeded):
 		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "%v", err)
 	}
 	return err
