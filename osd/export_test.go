@@ -45,6 +45,9 @@ var (
 	// BucketAnswering runs when an op at OSD osd found bucket missing,
 	// before the OSD decides what to answer.
 	BucketAnswering = &bucketAnswering
+	// BucketDeleteChecked runs on the meta PG's primary once a bucket's
+	// delete found it empty, before the delete is written.
+	BucketDeleteChecked = &bucketDeleteChecked
 	// RemovalPage runs after each page of the removal of a stray copy at
 	// OSD osd; an error stops the removal there, as a crash would.
 	RemovalPage = &removalPage

@@ -28,13 +28,14 @@ func FuzzOSDMessages(f *testing.F) {
 	entry := &osdpb.LogEntry{Version: &osdpb.Version{Epoch: 1, Seq: 1}, Kind: osdpb.OpKind_OP_PUT, Bucket: "fz", Key: "k",
 		Meta: &osdpb.ObjectMeta{Size: 3}, DroppedParts: []string{"0123456789abcdef0123456789abcdef/00001"}}
 	fronts := map[osdpb.MsgType]proto.Message{
-		osdpb.MsgType_MSG_GET_MAP:              &osdpb.GetMap{},
-		osdpb.MsgType_MSG_CREATE_BUCKET:        &osdpb.BucketRequest{Header: hdr, Bucket: "fz"},
-		osdpb.MsgType_MSG_DELETE_BUCKET:        &osdpb.BucketRequest{Header: hdr, Bucket: "fz"},
-		osdpb.MsgType_MSG_HEAD_BUCKET:          &osdpb.BucketRequest{Header: hdr, Bucket: "fz"},
-		osdpb.MsgType_MSG_LIST_BUCKETS:         &osdpb.BucketRequest{Header: hdr},
-		osdpb.MsgType_MSG_PUT_OBJECT:           &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k", Meta: &osdpb.ObjectMeta{Size: 3}},
-		osdpb.MsgType_MSG_GET_OBJECT:           &osdpb.GetObject{Header: hdr, Bucket: "fz", Key: "k", HasRange: true, Offset: 1, Length: 1},
+		osdpb.MsgType_MSG_GET_MAP:       &osdpb.GetMap{},
+		osdpb.MsgType_MSG_CREATE_BUCKET: &osdpb.BucketRequest{Header: hdr, Bucket: "fz"},
+		osdpb.MsgType_MSG_DELETE_BUCKET: &osdpb.BucketRequest{Header: hdr, Bucket: "fz"},
+		osdpb.MsgType_MSG_HEAD_BUCKET:   &osdpb.BucketRequest{Header: hdr, Bucket: "fz"},
+		osdpb.MsgType_MSG_LIST_BUCKETS:  &osdpb.BucketRequest{Header: hdr},
+		osdpb.MsgType_MSG_PUT_OBJECT:    &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k", Meta: &osdpb.ObjectMeta{Size: 3}},
+		osdpb.MsgType_MSG_GET_OBJECT: &osdpb.GetObject{Header: hdr, Bucket: "fz", Key: "k", HasRange: true, Offset: 1, Length: 1,
+			Want: &osdpb.ObjectMeta{Size: 5, Crc32C: 1, MtimeUnixNano: 2}},
 		osdpb.MsgType_MSG_HEAD_OBJECT:          &osdpb.ObjectRequest{Header: hdr, Bucket: "fz", Key: "k"},
 		osdpb.MsgType_MSG_DELETE_OBJECT:        &osdpb.ObjectRequest{Header: hdr, Bucket: "fz", Key: "k"},
 		osdpb.MsgType_MSG_LIST_OBJECTS:         &osdpb.ListObjects{Header: hdr, Bucket: "fz", Prefix: "k", Delimiter: "/", MaxKeys: 5},
@@ -63,6 +64,7 @@ func FuzzOSDMessages(f *testing.F) {
 		osdpb.MsgType_MSG_PG_STRAY:        &osdpb.PGStray{Epoch: 1, Pool: 1, Last: &osdpb.Version{Epoch: 1, Seq: 1}},
 		osdpb.MsgType_MSG_HEARTBEAT:       &osdpb.Heartbeat{From: 7, Epoch: 1, SentUnixNano: 1},
 		osdpb.MsgType_MSG_HEARTBEAT_REPLY: &osdpb.HeartbeatReply{From: 7, Epoch: 1},
+		osdpb.MsgType_MSG_BUCKET_FENCE:    &osdpb.BucketFence{Bucket: "fz", TtlMs: 10},
 	}
 	for t, pb := range fronts {
 		front, err := proto.Marshal(pb)
@@ -79,6 +81,8 @@ func FuzzOSDMessages(f *testing.F) {
 		osdpb.MsgType_MSG_PUT_OBJECT: &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k"},
 		osdpb.MsgType_MSG_GET_OBJECT: &osdpb.GetObject{Header: &osdpb.Header{Epoch: 1, Pool: 1}},
 		osdpb.MsgType_MSG_PG_PUSH:    &osdpb.PGPush{Epoch: 1, Pool: 1},
+		// A fence for no bucket, lifted, of a length past its bound.
+		osdpb.MsgType_MSG_BUCKET_FENCE: &osdpb.BucketFence{Lift: true, TtlMs: 1 << 31},
 		osdpb.MsgType_MSG_PG_SCRUB_MAP: &osdpb.PGScrubMap{Epoch: 1, Pool: 1, ToEnd: true,
 			Names: slices.Repeat([]*osdpb.ObjectName{{Bucket: "fz", Key: "k"}}, 300)},
 		osdpb.MsgType_MSG_PG_REPAIR: &osdpb.PGRepair{},

@@ -255,7 +255,10 @@ type OSD struct {
 	// a record the meta PG's primary sent checks, under the gate, that no
 	// delete came in between (install).
 	bucketDrops atomic.Uint64
-	hist        history // past maps, for peering
+	// fences are the buckets being deleted, whose puts this OSD refuses
+	// as their primary (bucketfence.go).
+	fences fences
+	hist   history // past maps, for peering
 	// freshStore: the store is new and the mon has not yet acknowledged a
 	// boot that said so (MonBoot.fresh_store). Until then the OSD builds
 	// no PG machine (advance), so it answers no PG query and serves

@@ -285,7 +285,7 @@ func (o *OSD) bucketWrite(m *msgr.Message, req *osdpb.BucketRequest) {
 		e.Meta = &osdpb.ObjectMeta{MtimeUnixNano: time.Now().UnixNano()}
 	} else {
 		e.Kind = osdpb.OpKind_OP_DELETE_BUCKET
-		err := o.checkBucketEmpty(mp, req.Bucket)
+		lift, err := o.fencedEmpty(mp, req.Bucket)
 		if err != nil && req.Header.GetAttempt() > 0 && errors.Is(opError(err), ops.ErrNoSuchBucket) {
 			// A resend of a delete that went through, whose reply was
 			// lost: write finds it in the log and answers as the first
@@ -298,8 +298,49 @@ func (o *OSD) bucketWrite(m *msgr.Message, req *osdpb.BucketRequest) {
 			m.Release()
 			return
 		}
+		if lift != nil {
+			answer := done
+			done = func(err error) {
+				answer(err)
+				lift()
+			}
+		}
 	}
 	o.write(mp, placement.MetaPG, e, nil, nil, nil, req.Header.GetAttempt() > 0, nil, func(_ *osdpb.LogEntry, err error) { done(err) }, m.Release)
+}
+
+// bucketDeleteChecked, when set (tests), runs once a delete found its
+// bucket empty, before the delete is written: a test puts to it there.
+var bucketDeleteChecked testHook[func(bucket string)]
+
+// fencedEmpty fences bucket (fenceBucket) and checks it is empty
+// (checkBucketEmpty), for its delete to be written next: lift lowers the
+// fences once that write is answered. An error lifts them itself.
+func (o *OSD) fencedEmpty(mp *placement.Map, bucket string) (lift func(), err error) {
+	if _, err := o.st.HeadBucket(o.ctx, bucket); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if lift, err = o.fenceBucket(mp, bucket); err != nil {
+		return nil, err
+	}
+	err = o.checkBucketEmpty(mp, bucket)
+	if hook := bucketDeleteChecked.Load(); hook != nil && err == nil {
+		hook(bucket)
+	}
+	switch {
+	case err != nil:
+	case o.Map().Epoch() != mp.Epoch():
+		// An OSD that came up since has no fence.
+		err = ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "the map changed while bucket %s was checked for its delete", bucket)
+	case time.Since(start) > fenceTTL/3:
+		err = ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "checking bucket %s for its delete took %v", bucket, time.Since(start).Round(time.Millisecond))
+	}
+	if err != nil {
+		lift()
+		return nil, err
+	}
+	return lift, nil
 }
 
 // checkBucketEmpty asks the primary of every PG (ourselves included)
@@ -310,8 +351,9 @@ func (o *OSD) bucketWrite(m *msgr.Message, req *osdpb.BucketRequest) {
 // acknowledged: a stray's copy never gets the delete, and a replica being
 // backfilled acks a delete ahead of its walk unapplied while the copy it
 // fetched just before shows until the walk copies the object again.
-// Objects a racing put adds after the check are removed with the bucket
-// (store: OP_DELETE_BUCKET purges the bucket's objects).
+// A put that would race the check is refused: the bucket is fenced
+// first (fencedEmpty), and the delete purges the bucket's objects (store:
+// OP_DELETE_BUCKET) only once the check found none.
 func (o *OSD) checkBucketEmpty(mp *placement.Map, bucket string) error {
 	if _, err := o.st.HeadBucket(o.ctx, bucket); err != nil {
 		return err
@@ -505,6 +547,9 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 	// before any replica has the entry: the apply below can then fail only
 	// on an I/O error.
 	ck, err := o.st.Check(o.ctx, e, body, checkOpts)
+	if err == nil && e.Kind == osdpb.OpKind_OP_PUT && o.fences.fenced(e.Bucket) {
+		err = fenceErr(e.Bucket) // its delete is under way (bucketfence.go)
+	}
 	if err != nil {
 		if objectOp {
 			o.bucketGate.RUnlock()

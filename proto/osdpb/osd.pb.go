@@ -109,6 +109,11 @@ const (
 	// A primary's repair pushes the authoritative copy of an object.
 	MsgType_MSG_PG_PUSH       MsgType = 115
 	MsgType_MSG_PG_PUSH_REPLY MsgType = 116
+	// A bucket delete's fence (BucketFence): the meta PG's primary has every
+	// OSD up refuse puts to the bucket while it checks that the bucket is
+	// empty and deletes it (docs/osd.md, "Buckets").
+	MsgType_MSG_BUCKET_FENCE       MsgType = 117
+	MsgType_MSG_BUCKET_FENCE_REPLY MsgType = 118
 	// Between daemons or clients and the mon (docs/mon.md).
 	MsgType_MSG_MON_BOOT            MsgType = 201
 	MsgType_MSG_MON_BOOT_REPLY      MsgType = 202
@@ -191,6 +196,8 @@ var (
 		114: "MSG_PG_SCRUB_MAP_REPLY",
 		115: "MSG_PG_PUSH",
 		116: "MSG_PG_PUSH_REPLY",
+		117: "MSG_BUCKET_FENCE",
+		118: "MSG_BUCKET_FENCE_REPLY",
 		201: "MSG_MON_BOOT",
 		202: "MSG_MON_BOOT_REPLY",
 		203: "MSG_MON_BEACON",
@@ -266,6 +273,8 @@ var (
 		"MSG_PG_SCRUB_MAP_REPLY":         114,
 		"MSG_PG_PUSH":                    115,
 		"MSG_PG_PUSH_REPLY":              116,
+		"MSG_BUCKET_FENCE":               117,
+		"MSG_BUCKET_FENCE_REPLY":         118,
 		"MSG_MON_BOOT":                   201,
 		"MSG_MON_BOOT_REPLY":             202,
 		"MSG_MON_BEACON":                 203,
@@ -1789,6 +1798,70 @@ func (x *BucketReply) GetInfo() *BucketInfo {
 	return nil
 }
 
+// BucketFence raises (or, with lift, lowers) a fence on bucket at an OSD:
+// while it stands, for ttl_ms from when the OSD took it, the OSD refuses
+// puts to the bucket as their primary (SERVICE_UNAVAILABLE); puts it had
+// checked before go first. Answered with a BucketReply.
+type BucketFence struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Lift          bool                   `protobuf:"varint,2,opt,name=lift,proto3" json:"lift,omitempty"`
+	TtlMs         uint32                 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BucketFence) Reset() {
+	*x = BucketFence{}
+	mi := &file_osd_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketFence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketFence) ProtoMessage() {}
+
+func (x *BucketFence) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketFence.ProtoReflect.Descriptor instead.
+func (*BucketFence) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BucketFence) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *BucketFence) GetLift() bool {
+	if x != nil {
+		return x.Lift
+	}
+	return false
+}
+
+func (x *BucketFence) GetTtlMs() uint32 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
 type ListBuckets struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -1798,7 +1871,7 @@ type ListBuckets struct {
 
 func (x *ListBuckets) Reset() {
 	*x = ListBuckets{}
-	mi := &file_osd_proto_msgTypes[16]
+	mi := &file_osd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +1883,7 @@ func (x *ListBuckets) String() string {
 func (*ListBuckets) ProtoMessage() {}
 
 func (x *ListBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[16]
+	mi := &file_osd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +1896,7 @@ func (x *ListBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBuckets.ProtoReflect.Descriptor instead.
 func (*ListBuckets) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{16}
+	return file_osd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListBuckets) GetHeader() *Header {
@@ -1843,7 +1916,7 @@ type ListBucketsReply struct {
 
 func (x *ListBucketsReply) Reset() {
 	*x = ListBucketsReply{}
-	mi := &file_osd_proto_msgTypes[17]
+	mi := &file_osd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +1928,7 @@ func (x *ListBucketsReply) String() string {
 func (*ListBucketsReply) ProtoMessage() {}
 
 func (x *ListBucketsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[17]
+	mi := &file_osd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +1941,7 @@ func (x *ListBucketsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBucketsReply.ProtoReflect.Descriptor instead.
 func (*ListBucketsReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{17}
+	return file_osd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListBucketsReply) GetHeader() *ReplyHeader {
@@ -1901,7 +1974,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_osd_proto_msgTypes[18]
+	mi := &file_osd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +1986,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[18]
+	mi := &file_osd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +1999,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{18}
+	return file_osd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Condition) GetIfMatch() []string {
@@ -1958,7 +2031,7 @@ type PutObject struct {
 
 func (x *PutObject) Reset() {
 	*x = PutObject{}
-	mi := &file_osd_proto_msgTypes[19]
+	mi := &file_osd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2043,7 @@ func (x *PutObject) String() string {
 func (*PutObject) ProtoMessage() {}
 
 func (x *PutObject) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[19]
+	mi := &file_osd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2056,7 @@ func (x *PutObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutObject.ProtoReflect.Descriptor instead.
 func (*PutObject) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{19}
+	return file_osd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PutObject) GetHeader() *Header {
@@ -2054,7 +2127,7 @@ type GetObject struct {
 
 func (x *GetObject) Reset() {
 	*x = GetObject{}
-	mi := &file_osd_proto_msgTypes[20]
+	mi := &file_osd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2139,7 @@ func (x *GetObject) String() string {
 func (*GetObject) ProtoMessage() {}
 
 func (x *GetObject) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[20]
+	mi := &file_osd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2152,7 @@ func (x *GetObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObject.ProtoReflect.Descriptor instead.
 func (*GetObject) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{20}
+	return file_osd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetObject) GetHeader() *Header {
@@ -2163,7 +2236,7 @@ type ObjectReply struct {
 
 func (x *ObjectReply) Reset() {
 	*x = ObjectReply{}
-	mi := &file_osd_proto_msgTypes[21]
+	mi := &file_osd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2248,7 @@ func (x *ObjectReply) String() string {
 func (*ObjectReply) ProtoMessage() {}
 
 func (x *ObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[21]
+	mi := &file_osd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2261,7 @@ func (x *ObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectReply.ProtoReflect.Descriptor instead.
 func (*ObjectReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{21}
+	return file_osd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ObjectReply) GetHeader() *ReplyHeader {
@@ -2233,7 +2306,7 @@ type ObjectRequest struct {
 
 func (x *ObjectRequest) Reset() {
 	*x = ObjectRequest{}
-	mi := &file_osd_proto_msgTypes[22]
+	mi := &file_osd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2318,7 @@ func (x *ObjectRequest) String() string {
 func (*ObjectRequest) ProtoMessage() {}
 
 func (x *ObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[22]
+	mi := &file_osd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2331,7 @@ func (x *ObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRequest.ProtoReflect.Descriptor instead.
 func (*ObjectRequest) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{22}
+	return file_osd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ObjectRequest) GetHeader() *Header {
@@ -2308,7 +2381,7 @@ type ListObjects struct {
 
 func (x *ListObjects) Reset() {
 	*x = ListObjects{}
-	mi := &file_osd_proto_msgTypes[23]
+	mi := &file_osd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2320,7 +2393,7 @@ func (x *ListObjects) String() string {
 func (*ListObjects) ProtoMessage() {}
 
 func (x *ListObjects) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[23]
+	mi := &file_osd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2333,7 +2406,7 @@ func (x *ListObjects) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjects.ProtoReflect.Descriptor instead.
 func (*ListObjects) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{23}
+	return file_osd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListObjects) GetHeader() *Header {
@@ -2397,7 +2470,7 @@ type ListObjectsReply struct {
 
 func (x *ListObjectsReply) Reset() {
 	*x = ListObjectsReply{}
-	mi := &file_osd_proto_msgTypes[24]
+	mi := &file_osd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2482,7 @@ func (x *ListObjectsReply) String() string {
 func (*ListObjectsReply) ProtoMessage() {}
 
 func (x *ListObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[24]
+	mi := &file_osd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2495,7 @@ func (x *ListObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsReply.ProtoReflect.Descriptor instead.
 func (*ListObjectsReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{24}
+	return file_osd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListObjectsReply) GetHeader() *ReplyHeader {
@@ -2484,7 +2557,7 @@ type UploadRequest struct {
 
 func (x *UploadRequest) Reset() {
 	*x = UploadRequest{}
-	mi := &file_osd_proto_msgTypes[25]
+	mi := &file_osd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2569,7 @@ func (x *UploadRequest) String() string {
 func (*UploadRequest) ProtoMessage() {}
 
 func (x *UploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[25]
+	mi := &file_osd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2582,7 @@ func (x *UploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadRequest.ProtoReflect.Descriptor instead.
 func (*UploadRequest) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{25}
+	return file_osd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UploadRequest) GetHeader() *Header {
@@ -2603,7 +2676,7 @@ type UploadReply struct {
 
 func (x *UploadReply) Reset() {
 	*x = UploadReply{}
-	mi := &file_osd_proto_msgTypes[26]
+	mi := &file_osd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2615,7 +2688,7 @@ func (x *UploadReply) String() string {
 func (*UploadReply) ProtoMessage() {}
 
 func (x *UploadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[26]
+	mi := &file_osd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2628,7 +2701,7 @@ func (x *UploadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadReply.ProtoReflect.Descriptor instead.
 func (*UploadReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{26}
+	return file_osd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UploadReply) GetHeader() *ReplyHeader {
@@ -2684,7 +2757,7 @@ type UploadInfo struct {
 
 func (x *UploadInfo) Reset() {
 	*x = UploadInfo{}
-	mi := &file_osd_proto_msgTypes[27]
+	mi := &file_osd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2696,7 +2769,7 @@ func (x *UploadInfo) String() string {
 func (*UploadInfo) ProtoMessage() {}
 
 func (x *UploadInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[27]
+	mi := &file_osd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2709,7 +2782,7 @@ func (x *UploadInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadInfo.ProtoReflect.Descriptor instead.
 func (*UploadInfo) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{27}
+	return file_osd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UploadInfo) GetKey() string {
@@ -2756,7 +2829,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_osd_proto_msgTypes[28]
+	mi := &file_osd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2768,7 +2841,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[28]
+	mi := &file_osd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2781,7 +2854,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{28}
+	return file_osd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LogEntry) GetVersion() *Version {
@@ -2867,7 +2940,7 @@ type RepOp struct {
 
 func (x *RepOp) Reset() {
 	*x = RepOp{}
-	mi := &file_osd_proto_msgTypes[29]
+	mi := &file_osd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2879,7 +2952,7 @@ func (x *RepOp) String() string {
 func (*RepOp) ProtoMessage() {}
 
 func (x *RepOp) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[29]
+	mi := &file_osd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2892,7 +2965,7 @@ func (x *RepOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepOp.ProtoReflect.Descriptor instead.
 func (*RepOp) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{29}
+	return file_osd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RepOp) GetEpoch() uint64 {
@@ -2959,7 +3032,7 @@ type RepOpReply struct {
 
 func (x *RepOpReply) Reset() {
 	*x = RepOpReply{}
-	mi := &file_osd_proto_msgTypes[30]
+	mi := &file_osd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3044,7 @@ func (x *RepOpReply) String() string {
 func (*RepOpReply) ProtoMessage() {}
 
 func (x *RepOpReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[30]
+	mi := &file_osd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3057,7 @@ func (x *RepOpReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepOpReply.ProtoReflect.Descriptor instead.
 func (*RepOpReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{30}
+	return file_osd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RepOpReply) GetHeader() *ReplyHeader {
@@ -3033,7 +3106,7 @@ type PGQuery struct {
 
 func (x *PGQuery) Reset() {
 	*x = PGQuery{}
-	mi := &file_osd_proto_msgTypes[31]
+	mi := &file_osd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3118,7 @@ func (x *PGQuery) String() string {
 func (*PGQuery) ProtoMessage() {}
 
 func (x *PGQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[31]
+	mi := &file_osd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3131,7 @@ func (x *PGQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGQuery.ProtoReflect.Descriptor instead.
 func (*PGQuery) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{31}
+	return file_osd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PGQuery) GetEpoch() uint64 {
@@ -3104,7 +3177,7 @@ type PGInfo struct {
 
 func (x *PGInfo) Reset() {
 	*x = PGInfo{}
-	mi := &file_osd_proto_msgTypes[32]
+	mi := &file_osd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3189,7 @@ func (x *PGInfo) String() string {
 func (*PGInfo) ProtoMessage() {}
 
 func (x *PGInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[32]
+	mi := &file_osd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3202,7 @@ func (x *PGInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGInfo.ProtoReflect.Descriptor instead.
 func (*PGInfo) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{32}
+	return file_osd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PGInfo) GetPg() uint32 {
@@ -3184,7 +3257,7 @@ type PGQueryReply struct {
 
 func (x *PGQueryReply) Reset() {
 	*x = PGQueryReply{}
-	mi := &file_osd_proto_msgTypes[33]
+	mi := &file_osd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3196,7 +3269,7 @@ func (x *PGQueryReply) String() string {
 func (*PGQueryReply) ProtoMessage() {}
 
 func (x *PGQueryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[33]
+	mi := &file_osd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3209,7 +3282,7 @@ func (x *PGQueryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGQueryReply.ProtoReflect.Descriptor instead.
 func (*PGQueryReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{33}
+	return file_osd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PGQueryReply) GetHeader() *ReplyHeader {
@@ -3241,7 +3314,7 @@ type PGStray struct {
 
 func (x *PGStray) Reset() {
 	*x = PGStray{}
-	mi := &file_osd_proto_msgTypes[34]
+	mi := &file_osd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3253,7 +3326,7 @@ func (x *PGStray) String() string {
 func (*PGStray) ProtoMessage() {}
 
 func (x *PGStray) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[34]
+	mi := &file_osd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3266,7 +3339,7 @@ func (x *PGStray) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGStray.ProtoReflect.Descriptor instead.
 func (*PGStray) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{34}
+	return file_osd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PGStray) GetEpoch() uint64 {
@@ -3309,7 +3382,7 @@ type PGStrayReply struct {
 
 func (x *PGStrayReply) Reset() {
 	*x = PGStrayReply{}
-	mi := &file_osd_proto_msgTypes[35]
+	mi := &file_osd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3321,7 +3394,7 @@ func (x *PGStrayReply) String() string {
 func (*PGStrayReply) ProtoMessage() {}
 
 func (x *PGStrayReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[35]
+	mi := &file_osd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3334,7 +3407,7 @@ func (x *PGStrayReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGStrayReply.ProtoReflect.Descriptor instead.
 func (*PGStrayReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{35}
+	return file_osd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PGStrayReply) GetHeader() *ReplyHeader {
@@ -3364,7 +3437,7 @@ type PGLogPull struct {
 
 func (x *PGLogPull) Reset() {
 	*x = PGLogPull{}
-	mi := &file_osd_proto_msgTypes[36]
+	mi := &file_osd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3376,7 +3449,7 @@ func (x *PGLogPull) String() string {
 func (*PGLogPull) ProtoMessage() {}
 
 func (x *PGLogPull) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[36]
+	mi := &file_osd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3389,7 +3462,7 @@ func (x *PGLogPull) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGLogPull.ProtoReflect.Descriptor instead.
 func (*PGLogPull) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{36}
+	return file_osd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PGLogPull) GetEpoch() uint64 {
@@ -3445,7 +3518,7 @@ type PGLogPullReply struct {
 
 func (x *PGLogPullReply) Reset() {
 	*x = PGLogPullReply{}
-	mi := &file_osd_proto_msgTypes[37]
+	mi := &file_osd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3457,7 +3530,7 @@ func (x *PGLogPullReply) String() string {
 func (*PGLogPullReply) ProtoMessage() {}
 
 func (x *PGLogPullReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[37]
+	mi := &file_osd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3470,7 +3543,7 @@ func (x *PGLogPullReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGLogPullReply.ProtoReflect.Descriptor instead.
 func (*PGLogPullReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{37}
+	return file_osd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PGLogPullReply) GetHeader() *ReplyHeader {
@@ -3534,7 +3607,7 @@ type PGBackfill struct {
 
 func (x *PGBackfill) Reset() {
 	*x = PGBackfill{}
-	mi := &file_osd_proto_msgTypes[38]
+	mi := &file_osd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3546,7 +3619,7 @@ func (x *PGBackfill) String() string {
 func (*PGBackfill) ProtoMessage() {}
 
 func (x *PGBackfill) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[38]
+	mi := &file_osd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3559,7 +3632,7 @@ func (x *PGBackfill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGBackfill.ProtoReflect.Descriptor instead.
 func (*PGBackfill) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{38}
+	return file_osd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PGBackfill) GetEpoch() uint64 {
@@ -3623,7 +3696,7 @@ type PGBackfillReply struct {
 
 func (x *PGBackfillReply) Reset() {
 	*x = PGBackfillReply{}
-	mi := &file_osd_proto_msgTypes[39]
+	mi := &file_osd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3635,7 +3708,7 @@ func (x *PGBackfillReply) String() string {
 func (*PGBackfillReply) ProtoMessage() {}
 
 func (x *PGBackfillReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[39]
+	mi := &file_osd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3648,7 +3721,7 @@ func (x *PGBackfillReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGBackfillReply.ProtoReflect.Descriptor instead.
 func (*PGBackfillReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{39}
+	return file_osd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PGBackfillReply) GetHeader() *ReplyHeader {
@@ -3690,7 +3763,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_osd_proto_msgTypes[40]
+	mi := &file_osd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3702,7 +3775,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[40]
+	mi := &file_osd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3715,7 +3788,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{40}
+	return file_osd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Heartbeat) GetFrom() uint32 {
@@ -3753,7 +3826,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_osd_proto_msgTypes[41]
+	mi := &file_osd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3765,7 +3838,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[41]
+	mi := &file_osd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3778,7 +3851,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{41}
+	return file_osd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *HeartbeatReply) GetFrom() uint32 {
@@ -3836,7 +3909,7 @@ type MonBoot struct {
 
 func (x *MonBoot) Reset() {
 	*x = MonBoot{}
-	mi := &file_osd_proto_msgTypes[42]
+	mi := &file_osd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3848,7 +3921,7 @@ func (x *MonBoot) String() string {
 func (*MonBoot) ProtoMessage() {}
 
 func (x *MonBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[42]
+	mi := &file_osd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3861,7 +3934,7 @@ func (x *MonBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBoot.ProtoReflect.Descriptor instead.
 func (*MonBoot) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{42}
+	return file_osd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *MonBoot) GetFsid() string {
@@ -3953,7 +4026,7 @@ type MonBootReply struct {
 
 func (x *MonBootReply) Reset() {
 	*x = MonBootReply{}
-	mi := &file_osd_proto_msgTypes[43]
+	mi := &file_osd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3965,7 +4038,7 @@ func (x *MonBootReply) String() string {
 func (*MonBootReply) ProtoMessage() {}
 
 func (x *MonBootReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[43]
+	mi := &file_osd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3978,7 +4051,7 @@ func (x *MonBootReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBootReply.ProtoReflect.Descriptor instead.
 func (*MonBootReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{43}
+	return file_osd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *MonBootReply) GetHeader() *ReplyHeader {
@@ -4038,7 +4111,7 @@ type PGStat struct {
 
 func (x *PGStat) Reset() {
 	*x = PGStat{}
-	mi := &file_osd_proto_msgTypes[44]
+	mi := &file_osd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4050,7 +4123,7 @@ func (x *PGStat) String() string {
 func (*PGStat) ProtoMessage() {}
 
 func (x *PGStat) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[44]
+	mi := &file_osd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4063,7 +4136,7 @@ func (x *PGStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGStat.ProtoReflect.Descriptor instead.
 func (*PGStat) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{44}
+	return file_osd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PGStat) GetPool() uint32 {
@@ -4165,7 +4238,7 @@ type PGScrub struct {
 
 func (x *PGScrub) Reset() {
 	*x = PGScrub{}
-	mi := &file_osd_proto_msgTypes[45]
+	mi := &file_osd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4177,7 +4250,7 @@ func (x *PGScrub) String() string {
 func (*PGScrub) ProtoMessage() {}
 
 func (x *PGScrub) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[45]
+	mi := &file_osd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4190,7 +4263,7 @@ func (x *PGScrub) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGScrub.ProtoReflect.Descriptor instead.
 func (*PGScrub) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{45}
+	return file_osd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PGScrub) GetHeader() *Header {
@@ -4217,7 +4290,7 @@ type PGScrubReply struct {
 
 func (x *PGScrubReply) Reset() {
 	*x = PGScrubReply{}
-	mi := &file_osd_proto_msgTypes[46]
+	mi := &file_osd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4229,7 +4302,7 @@ func (x *PGScrubReply) String() string {
 func (*PGScrubReply) ProtoMessage() {}
 
 func (x *PGScrubReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[46]
+	mi := &file_osd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4242,7 +4315,7 @@ func (x *PGScrubReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGScrubReply.ProtoReflect.Descriptor instead.
 func (*PGScrubReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{46}
+	return file_osd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PGScrubReply) GetHeader() *ReplyHeader {
@@ -4270,7 +4343,7 @@ type ObjectName struct {
 
 func (x *ObjectName) Reset() {
 	*x = ObjectName{}
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4282,7 +4355,7 @@ func (x *ObjectName) String() string {
 func (*ObjectName) ProtoMessage() {}
 
 func (x *ObjectName) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4295,7 +4368,7 @@ func (x *ObjectName) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectName.ProtoReflect.Descriptor instead.
 func (*ObjectName) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{47}
+	return file_osd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ObjectName) GetBucket() string {
@@ -4329,7 +4402,7 @@ type ScrubObject struct {
 
 func (x *ScrubObject) Reset() {
 	*x = ScrubObject{}
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4341,7 +4414,7 @@ func (x *ScrubObject) String() string {
 func (*ScrubObject) ProtoMessage() {}
 
 func (x *ScrubObject) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4354,7 +4427,7 @@ func (x *ScrubObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubObject.ProtoReflect.Descriptor instead.
 func (*ScrubObject) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{48}
+	return file_osd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ScrubObject) GetBucket() string {
@@ -4423,7 +4496,7 @@ type PGScrubMap struct {
 
 func (x *PGScrubMap) Reset() {
 	*x = PGScrubMap{}
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4435,7 +4508,7 @@ func (x *PGScrubMap) String() string {
 func (*PGScrubMap) ProtoMessage() {}
 
 func (x *PGScrubMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4448,7 +4521,7 @@ func (x *PGScrubMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGScrubMap.ProtoReflect.Descriptor instead.
 func (*PGScrubMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{49}
+	return file_osd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PGScrubMap) GetEpoch() uint64 {
@@ -4543,7 +4616,7 @@ type PGScrubMapReply struct {
 
 func (x *PGScrubMapReply) Reset() {
 	*x = PGScrubMapReply{}
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4555,7 +4628,7 @@ func (x *PGScrubMapReply) String() string {
 func (*PGScrubMapReply) ProtoMessage() {}
 
 func (x *PGScrubMapReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4568,7 +4641,7 @@ func (x *PGScrubMapReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGScrubMapReply.ProtoReflect.Descriptor instead.
 func (*PGScrubMapReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{50}
+	return file_osd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PGScrubMapReply) GetHeader() *ReplyHeader {
@@ -4621,7 +4694,7 @@ type PGPush struct {
 
 func (x *PGPush) Reset() {
 	*x = PGPush{}
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4633,7 +4706,7 @@ func (x *PGPush) String() string {
 func (*PGPush) ProtoMessage() {}
 
 func (x *PGPush) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4646,7 +4719,7 @@ func (x *PGPush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGPush.ProtoReflect.Descriptor instead.
 func (*PGPush) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{51}
+	return file_osd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PGPush) GetEpoch() uint64 {
@@ -4686,7 +4759,7 @@ type PGPushReply struct {
 
 func (x *PGPushReply) Reset() {
 	*x = PGPushReply{}
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4698,7 +4771,7 @@ func (x *PGPushReply) String() string {
 func (*PGPushReply) ProtoMessage() {}
 
 func (x *PGPushReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4711,7 +4784,7 @@ func (x *PGPushReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGPushReply.ProtoReflect.Descriptor instead.
 func (*PGPushReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{52}
+	return file_osd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PGPushReply) GetHeader() *ReplyHeader {
@@ -4740,7 +4813,7 @@ type ScrubShard struct {
 
 func (x *ScrubShard) Reset() {
 	*x = ScrubShard{}
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4752,7 +4825,7 @@ func (x *ScrubShard) String() string {
 func (*ScrubShard) ProtoMessage() {}
 
 func (x *ScrubShard) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4765,7 +4838,7 @@ func (x *ScrubShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubShard.ProtoReflect.Descriptor instead.
 func (*ScrubShard) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{53}
+	return file_osd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ScrubShard) GetOsd() uint32 {
@@ -4839,7 +4912,7 @@ type InconsistentObject struct {
 
 func (x *InconsistentObject) Reset() {
 	*x = InconsistentObject{}
-	mi := &file_osd_proto_msgTypes[54]
+	mi := &file_osd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4851,7 +4924,7 @@ func (x *InconsistentObject) String() string {
 func (*InconsistentObject) ProtoMessage() {}
 
 func (x *InconsistentObject) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[54]
+	mi := &file_osd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4864,7 +4937,7 @@ func (x *InconsistentObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InconsistentObject.ProtoReflect.Descriptor instead.
 func (*InconsistentObject) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{54}
+	return file_osd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *InconsistentObject) GetBucket() string {
@@ -4908,7 +4981,7 @@ type PGInconsistent struct {
 
 func (x *PGInconsistent) Reset() {
 	*x = PGInconsistent{}
-	mi := &file_osd_proto_msgTypes[55]
+	mi := &file_osd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4920,7 +4993,7 @@ func (x *PGInconsistent) String() string {
 func (*PGInconsistent) ProtoMessage() {}
 
 func (x *PGInconsistent) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[55]
+	mi := &file_osd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4933,7 +5006,7 @@ func (x *PGInconsistent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGInconsistent.ProtoReflect.Descriptor instead.
 func (*PGInconsistent) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{55}
+	return file_osd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PGInconsistent) GetScrubbedUnixNano() int64 {
@@ -4970,7 +5043,7 @@ type PGRepair struct {
 
 func (x *PGRepair) Reset() {
 	*x = PGRepair{}
-	mi := &file_osd_proto_msgTypes[56]
+	mi := &file_osd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4982,7 +5055,7 @@ func (x *PGRepair) String() string {
 func (*PGRepair) ProtoMessage() {}
 
 func (x *PGRepair) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[56]
+	mi := &file_osd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4995,7 +5068,7 @@ func (x *PGRepair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGRepair.ProtoReflect.Descriptor instead.
 func (*PGRepair) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{56}
+	return file_osd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PGRepair) GetHeader() *Header {
@@ -5016,7 +5089,7 @@ type PGRepairReply struct {
 
 func (x *PGRepairReply) Reset() {
 	*x = PGRepairReply{}
-	mi := &file_osd_proto_msgTypes[57]
+	mi := &file_osd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5028,7 +5101,7 @@ func (x *PGRepairReply) String() string {
 func (*PGRepairReply) ProtoMessage() {}
 
 func (x *PGRepairReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[57]
+	mi := &file_osd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5041,7 +5114,7 @@ func (x *PGRepairReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGRepairReply.ProtoReflect.Descriptor instead.
 func (*PGRepairReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{57}
+	return file_osd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PGRepairReply) GetHeader() *ReplyHeader {
@@ -5076,7 +5149,7 @@ type PGListInconsistent struct {
 
 func (x *PGListInconsistent) Reset() {
 	*x = PGListInconsistent{}
-	mi := &file_osd_proto_msgTypes[58]
+	mi := &file_osd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5088,7 +5161,7 @@ func (x *PGListInconsistent) String() string {
 func (*PGListInconsistent) ProtoMessage() {}
 
 func (x *PGListInconsistent) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[58]
+	mi := &file_osd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5101,7 +5174,7 @@ func (x *PGListInconsistent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGListInconsistent.ProtoReflect.Descriptor instead.
 func (*PGListInconsistent) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{58}
+	return file_osd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PGListInconsistent) GetHeader() *Header {
@@ -5121,7 +5194,7 @@ type PGListInconsistentReply struct {
 
 func (x *PGListInconsistentReply) Reset() {
 	*x = PGListInconsistentReply{}
-	mi := &file_osd_proto_msgTypes[59]
+	mi := &file_osd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5133,7 +5206,7 @@ func (x *PGListInconsistentReply) String() string {
 func (*PGListInconsistentReply) ProtoMessage() {}
 
 func (x *PGListInconsistentReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[59]
+	mi := &file_osd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5146,7 +5219,7 @@ func (x *PGListInconsistentReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGListInconsistentReply.ProtoReflect.Descriptor instead.
 func (*PGListInconsistentReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{59}
+	return file_osd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PGListInconsistentReply) GetHeader() *ReplyHeader {
@@ -5174,7 +5247,7 @@ type PGInspect struct {
 
 func (x *PGInspect) Reset() {
 	*x = PGInspect{}
-	mi := &file_osd_proto_msgTypes[60]
+	mi := &file_osd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5186,7 +5259,7 @@ func (x *PGInspect) String() string {
 func (*PGInspect) ProtoMessage() {}
 
 func (x *PGInspect) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[60]
+	mi := &file_osd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5199,7 +5272,7 @@ func (x *PGInspect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGInspect.ProtoReflect.Descriptor instead.
 func (*PGInspect) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{60}
+	return file_osd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PGInspect) GetHeader() *Header {
@@ -5219,7 +5292,7 @@ type PGInspectReply struct {
 
 func (x *PGInspectReply) Reset() {
 	*x = PGInspectReply{}
-	mi := &file_osd_proto_msgTypes[61]
+	mi := &file_osd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5231,7 +5304,7 @@ func (x *PGInspectReply) String() string {
 func (*PGInspectReply) ProtoMessage() {}
 
 func (x *PGInspectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[61]
+	mi := &file_osd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5244,7 +5317,7 @@ func (x *PGInspectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGInspectReply.ProtoReflect.Descriptor instead.
 func (*PGInspectReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{61}
+	return file_osd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PGInspectReply) GetHeader() *ReplyHeader {
@@ -5293,7 +5366,7 @@ type MonBeacon struct {
 
 func (x *MonBeacon) Reset() {
 	*x = MonBeacon{}
-	mi := &file_osd_proto_msgTypes[62]
+	mi := &file_osd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5305,7 +5378,7 @@ func (x *MonBeacon) String() string {
 func (*MonBeacon) ProtoMessage() {}
 
 func (x *MonBeacon) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[62]
+	mi := &file_osd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5318,7 +5391,7 @@ func (x *MonBeacon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeacon.ProtoReflect.Descriptor instead.
 func (*MonBeacon) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{62}
+	return file_osd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MonBeacon) GetFsid() string {
@@ -5428,7 +5501,7 @@ type MonBeaconReply struct {
 
 func (x *MonBeaconReply) Reset() {
 	*x = MonBeaconReply{}
-	mi := &file_osd_proto_msgTypes[63]
+	mi := &file_osd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5440,7 +5513,7 @@ func (x *MonBeaconReply) String() string {
 func (*MonBeaconReply) ProtoMessage() {}
 
 func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[63]
+	mi := &file_osd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5453,7 +5526,7 @@ func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeaconReply.ProtoReflect.Descriptor instead.
 func (*MonBeaconReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{63}
+	return file_osd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *MonBeaconReply) GetHeader() *ReplyHeader {
@@ -5480,7 +5553,7 @@ type MonFailure struct {
 
 func (x *MonFailure) Reset() {
 	*x = MonFailure{}
-	mi := &file_osd_proto_msgTypes[64]
+	mi := &file_osd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5492,7 +5565,7 @@ func (x *MonFailure) String() string {
 func (*MonFailure) ProtoMessage() {}
 
 func (x *MonFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[64]
+	mi := &file_osd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5505,7 +5578,7 @@ func (x *MonFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailure.ProtoReflect.Descriptor instead.
 func (*MonFailure) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{64}
+	return file_osd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *MonFailure) GetFsid() string {
@@ -5566,7 +5639,7 @@ type MonFailureReply struct {
 
 func (x *MonFailureReply) Reset() {
 	*x = MonFailureReply{}
-	mi := &file_osd_proto_msgTypes[65]
+	mi := &file_osd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5578,7 +5651,7 @@ func (x *MonFailureReply) String() string {
 func (*MonFailureReply) ProtoMessage() {}
 
 func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[65]
+	mi := &file_osd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5591,7 +5664,7 @@ func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailureReply.ProtoReflect.Descriptor instead.
 func (*MonFailureReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{65}
+	return file_osd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MonFailureReply) GetHeader() *ReplyHeader {
@@ -5618,7 +5691,7 @@ type MonMarkMeDown struct {
 
 func (x *MonMarkMeDown) Reset() {
 	*x = MonMarkMeDown{}
-	mi := &file_osd_proto_msgTypes[66]
+	mi := &file_osd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5630,7 +5703,7 @@ func (x *MonMarkMeDown) String() string {
 func (*MonMarkMeDown) ProtoMessage() {}
 
 func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[66]
+	mi := &file_osd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5643,7 +5716,7 @@ func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMarkMeDown.ProtoReflect.Descriptor instead.
 func (*MonMarkMeDown) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{66}
+	return file_osd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *MonMarkMeDown) GetFsid() string {
@@ -5683,7 +5756,7 @@ type MonMarkMeDownReply struct {
 
 func (x *MonMarkMeDownReply) Reset() {
 	*x = MonMarkMeDownReply{}
-	mi := &file_osd_proto_msgTypes[67]
+	mi := &file_osd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5695,7 +5768,7 @@ func (x *MonMarkMeDownReply) String() string {
 func (*MonMarkMeDownReply) ProtoMessage() {}
 
 func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[67]
+	mi := &file_osd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5708,7 +5781,7 @@ func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMarkMeDownReply.ProtoReflect.Descriptor instead.
 func (*MonMarkMeDownReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{67}
+	return file_osd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MonMarkMeDownReply) GetHeader() *ReplyHeader {
@@ -5730,7 +5803,7 @@ type MonSubscribe struct {
 
 func (x *MonSubscribe) Reset() {
 	*x = MonSubscribe{}
-	mi := &file_osd_proto_msgTypes[68]
+	mi := &file_osd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5742,7 +5815,7 @@ func (x *MonSubscribe) String() string {
 func (*MonSubscribe) ProtoMessage() {}
 
 func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[68]
+	mi := &file_osd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5755,7 +5828,7 @@ func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
 func (*MonSubscribe) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{68}
+	return file_osd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
@@ -5783,7 +5856,7 @@ type MonSubscribeReply struct {
 
 func (x *MonSubscribeReply) Reset() {
 	*x = MonSubscribeReply{}
-	mi := &file_osd_proto_msgTypes[69]
+	mi := &file_osd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5795,7 +5868,7 @@ func (x *MonSubscribeReply) String() string {
 func (*MonSubscribeReply) ProtoMessage() {}
 
 func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[69]
+	mi := &file_osd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5808,7 +5881,7 @@ func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
 func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{69}
+	return file_osd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
@@ -5845,7 +5918,7 @@ type AuthTable struct {
 
 func (x *AuthTable) Reset() {
 	*x = AuthTable{}
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5857,7 +5930,7 @@ func (x *AuthTable) String() string {
 func (*AuthTable) ProtoMessage() {}
 
 func (x *AuthTable) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5870,7 +5943,7 @@ func (x *AuthTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
 func (*AuthTable) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{70}
+	return file_osd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AuthTable) GetRevision() int64 {
@@ -5902,7 +5975,7 @@ type AuthEntry struct {
 
 func (x *AuthEntry) Reset() {
 	*x = AuthEntry{}
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5914,7 +5987,7 @@ func (x *AuthEntry) String() string {
 func (*AuthEntry) ProtoMessage() {}
 
 func (x *AuthEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5927,7 +6000,7 @@ func (x *AuthEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
 func (*AuthEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{71}
+	return file_osd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *AuthEntry) GetEntity() string {
@@ -5970,7 +6043,7 @@ type S3Key struct {
 
 func (x *S3Key) Reset() {
 	*x = S3Key{}
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5982,7 +6055,7 @@ func (x *S3Key) String() string {
 func (*S3Key) ProtoMessage() {}
 
 func (x *S3Key) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5995,7 +6068,7 @@ func (x *S3Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
 func (*S3Key) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{72}
+	return file_osd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *S3Key) GetAccessKey() string {
@@ -6021,7 +6094,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6033,7 +6106,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6046,7 +6119,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{73}
+	return file_osd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -6065,7 +6138,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6077,7 +6150,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6090,7 +6163,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{74}
+	return file_osd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -6139,7 +6212,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6151,7 +6224,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6164,7 +6237,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{75}
+	return file_osd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -6285,7 +6358,7 @@ type MonRequestRecord struct {
 
 func (x *MonRequestRecord) Reset() {
 	*x = MonRequestRecord{}
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6297,7 +6370,7 @@ func (x *MonRequestRecord) String() string {
 func (*MonRequestRecord) ProtoMessage() {}
 
 func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6310,7 +6383,7 @@ func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonRequestRecord.ProtoReflect.Descriptor instead.
 func (*MonRequestRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{76}
+	return file_osd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *MonRequestRecord) GetDigest() []byte {
@@ -6341,7 +6414,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6353,7 +6426,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6366,7 +6439,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{77}
+	return file_osd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -6425,7 +6498,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[78]
+	mi := &file_osd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6437,7 +6510,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[78]
+	mi := &file_osd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6450,7 +6523,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{78}
+	return file_osd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -6594,7 +6667,11 @@ const file_osd_proto_rawDesc = "" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\"j\n" +
 	"\vBucketReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12*\n" +
-	"\x04info\x18\x02 \x01(\v2\x16.osprey.osd.BucketInfoR\x04info\"9\n" +
+	"\x04info\x18\x02 \x01(\v2\x16.osprey.osd.BucketInfoR\x04info\"P\n" +
+	"\vBucketFence\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x12\n" +
+	"\x04lift\x18\x02 \x01(\bR\x04lift\x12\x15\n" +
+	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\"9\n" +
 	"\vListBuckets\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\"u\n" +
 	"\x10ListBucketsReply\x12/\n" +
@@ -6989,7 +7066,7 @@ const file_osd_proto_rawDesc = "" +
 	"\as3_keys\x18\x05 \x03(\v2\x11.osprey.osd.S3KeyR\x06s3Keys\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xf5\r\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xa7\x0e\n" +
 	"\aMsgType\x12\x0f\n" +
 	"\vMSG_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vMSG_GET_MAP\x10\x01\x12\x15\n" +
@@ -7051,7 +7128,9 @@ const file_osd_proto_rawDesc = "" +
 	"\x10MSG_PG_SCRUB_MAP\x10q\x12\x1a\n" +
 	"\x16MSG_PG_SCRUB_MAP_REPLY\x10r\x12\x0f\n" +
 	"\vMSG_PG_PUSH\x10s\x12\x15\n" +
-	"\x11MSG_PG_PUSH_REPLY\x10t\x12\x11\n" +
+	"\x11MSG_PG_PUSH_REPLY\x10t\x12\x14\n" +
+	"\x10MSG_BUCKET_FENCE\x10u\x12\x1a\n" +
+	"\x16MSG_BUCKET_FENCE_REPLY\x10v\x12\x11\n" +
 	"\fMSG_MON_BOOT\x10\xc9\x01\x12\x17\n" +
 	"\x12MSG_MON_BOOT_REPLY\x10\xca\x01\x12\x13\n" +
 	"\x0eMSG_MON_BEACON\x10\xcb\x01\x12\x19\n" +
@@ -7125,7 +7204,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),                    // 0: osprey.osd.MsgType
 	(Status)(0),                     // 1: osprey.osd.Status
@@ -7147,73 +7226,74 @@ var file_osd_proto_goTypes = []any{
 	(*GetMapReply)(nil),             // 17: osprey.osd.GetMapReply
 	(*BucketRequest)(nil),           // 18: osprey.osd.BucketRequest
 	(*BucketReply)(nil),             // 19: osprey.osd.BucketReply
-	(*ListBuckets)(nil),             // 20: osprey.osd.ListBuckets
-	(*ListBucketsReply)(nil),        // 21: osprey.osd.ListBucketsReply
-	(*Condition)(nil),               // 22: osprey.osd.Condition
-	(*PutObject)(nil),               // 23: osprey.osd.PutObject
-	(*GetObject)(nil),               // 24: osprey.osd.GetObject
-	(*ObjectReply)(nil),             // 25: osprey.osd.ObjectReply
-	(*ObjectRequest)(nil),           // 26: osprey.osd.ObjectRequest
-	(*ListObjects)(nil),             // 27: osprey.osd.ListObjects
-	(*ListObjectsReply)(nil),        // 28: osprey.osd.ListObjectsReply
-	(*UploadRequest)(nil),           // 29: osprey.osd.UploadRequest
-	(*UploadReply)(nil),             // 30: osprey.osd.UploadReply
-	(*UploadInfo)(nil),              // 31: osprey.osd.UploadInfo
-	(*LogEntry)(nil),                // 32: osprey.osd.LogEntry
-	(*RepOp)(nil),                   // 33: osprey.osd.RepOp
-	(*RepOpReply)(nil),              // 34: osprey.osd.RepOpReply
-	(*PGQuery)(nil),                 // 35: osprey.osd.PGQuery
-	(*PGInfo)(nil),                  // 36: osprey.osd.PGInfo
-	(*PGQueryReply)(nil),            // 37: osprey.osd.PGQueryReply
-	(*PGStray)(nil),                 // 38: osprey.osd.PGStray
-	(*PGStrayReply)(nil),            // 39: osprey.osd.PGStrayReply
-	(*PGLogPull)(nil),               // 40: osprey.osd.PGLogPull
-	(*PGLogPullReply)(nil),          // 41: osprey.osd.PGLogPullReply
-	(*PGBackfill)(nil),              // 42: osprey.osd.PGBackfill
-	(*PGBackfillReply)(nil),         // 43: osprey.osd.PGBackfillReply
-	(*Heartbeat)(nil),               // 44: osprey.osd.Heartbeat
-	(*HeartbeatReply)(nil),          // 45: osprey.osd.HeartbeatReply
-	(*MonBoot)(nil),                 // 46: osprey.osd.MonBoot
-	(*MonBootReply)(nil),            // 47: osprey.osd.MonBootReply
-	(*PGStat)(nil),                  // 48: osprey.osd.PGStat
-	(*PGScrub)(nil),                 // 49: osprey.osd.PGScrub
-	(*PGScrubReply)(nil),            // 50: osprey.osd.PGScrubReply
-	(*ObjectName)(nil),              // 51: osprey.osd.ObjectName
-	(*ScrubObject)(nil),             // 52: osprey.osd.ScrubObject
-	(*PGScrubMap)(nil),              // 53: osprey.osd.PGScrubMap
-	(*PGScrubMapReply)(nil),         // 54: osprey.osd.PGScrubMapReply
-	(*PGPush)(nil),                  // 55: osprey.osd.PGPush
-	(*PGPushReply)(nil),             // 56: osprey.osd.PGPushReply
-	(*ScrubShard)(nil),              // 57: osprey.osd.ScrubShard
-	(*InconsistentObject)(nil),      // 58: osprey.osd.InconsistentObject
-	(*PGInconsistent)(nil),          // 59: osprey.osd.PGInconsistent
-	(*PGRepair)(nil),                // 60: osprey.osd.PGRepair
-	(*PGRepairReply)(nil),           // 61: osprey.osd.PGRepairReply
-	(*PGListInconsistent)(nil),      // 62: osprey.osd.PGListInconsistent
-	(*PGListInconsistentReply)(nil), // 63: osprey.osd.PGListInconsistentReply
-	(*PGInspect)(nil),               // 64: osprey.osd.PGInspect
-	(*PGInspectReply)(nil),          // 65: osprey.osd.PGInspectReply
-	(*MonBeacon)(nil),               // 66: osprey.osd.MonBeacon
-	(*MonBeaconReply)(nil),          // 67: osprey.osd.MonBeaconReply
-	(*MonFailure)(nil),              // 68: osprey.osd.MonFailure
-	(*MonFailureReply)(nil),         // 69: osprey.osd.MonFailureReply
-	(*MonMarkMeDown)(nil),           // 70: osprey.osd.MonMarkMeDown
-	(*MonMarkMeDownReply)(nil),      // 71: osprey.osd.MonMarkMeDownReply
-	(*MonSubscribe)(nil),            // 72: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil),       // 73: osprey.osd.MonSubscribeReply
-	(*AuthTable)(nil),               // 74: osprey.osd.AuthTable
-	(*AuthEntry)(nil),               // 75: osprey.osd.AuthEntry
-	(*S3Key)(nil),                   // 76: osprey.osd.S3Key
-	(*MonAuth)(nil),                 // 77: osprey.osd.MonAuth
-	(*MonMap)(nil),                  // 78: osprey.osd.MonMap
-	(*MonCommand)(nil),              // 79: osprey.osd.MonCommand
-	(*MonRequestRecord)(nil),        // 80: osprey.osd.MonRequestRecord
-	(*MonCommandReply)(nil),         // 81: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),              // 82: osprey.osd.AuthRecord
-	nil,                             // 83: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                             // 84: osprey.osd.AuthEntry.CapsEntry
-	nil,                             // 85: osprey.osd.MonCommand.CapsEntry
-	nil,                             // 86: osprey.osd.AuthRecord.CapsEntry
+	(*BucketFence)(nil),             // 20: osprey.osd.BucketFence
+	(*ListBuckets)(nil),             // 21: osprey.osd.ListBuckets
+	(*ListBucketsReply)(nil),        // 22: osprey.osd.ListBucketsReply
+	(*Condition)(nil),               // 23: osprey.osd.Condition
+	(*PutObject)(nil),               // 24: osprey.osd.PutObject
+	(*GetObject)(nil),               // 25: osprey.osd.GetObject
+	(*ObjectReply)(nil),             // 26: osprey.osd.ObjectReply
+	(*ObjectRequest)(nil),           // 27: osprey.osd.ObjectRequest
+	(*ListObjects)(nil),             // 28: osprey.osd.ListObjects
+	(*ListObjectsReply)(nil),        // 29: osprey.osd.ListObjectsReply
+	(*UploadRequest)(nil),           // 30: osprey.osd.UploadRequest
+	(*UploadReply)(nil),             // 31: osprey.osd.UploadReply
+	(*UploadInfo)(nil),              // 32: osprey.osd.UploadInfo
+	(*LogEntry)(nil),                // 33: osprey.osd.LogEntry
+	(*RepOp)(nil),                   // 34: osprey.osd.RepOp
+	(*RepOpReply)(nil),              // 35: osprey.osd.RepOpReply
+	(*PGQuery)(nil),                 // 36: osprey.osd.PGQuery
+	(*PGInfo)(nil),                  // 37: osprey.osd.PGInfo
+	(*PGQueryReply)(nil),            // 38: osprey.osd.PGQueryReply
+	(*PGStray)(nil),                 // 39: osprey.osd.PGStray
+	(*PGStrayReply)(nil),            // 40: osprey.osd.PGStrayReply
+	(*PGLogPull)(nil),               // 41: osprey.osd.PGLogPull
+	(*PGLogPullReply)(nil),          // 42: osprey.osd.PGLogPullReply
+	(*PGBackfill)(nil),              // 43: osprey.osd.PGBackfill
+	(*PGBackfillReply)(nil),         // 44: osprey.osd.PGBackfillReply
+	(*Heartbeat)(nil),               // 45: osprey.osd.Heartbeat
+	(*HeartbeatReply)(nil),          // 46: osprey.osd.HeartbeatReply
+	(*MonBoot)(nil),                 // 47: osprey.osd.MonBoot
+	(*MonBootReply)(nil),            // 48: osprey.osd.MonBootReply
+	(*PGStat)(nil),                  // 49: osprey.osd.PGStat
+	(*PGScrub)(nil),                 // 50: osprey.osd.PGScrub
+	(*PGScrubReply)(nil),            // 51: osprey.osd.PGScrubReply
+	(*ObjectName)(nil),              // 52: osprey.osd.ObjectName
+	(*ScrubObject)(nil),             // 53: osprey.osd.ScrubObject
+	(*PGScrubMap)(nil),              // 54: osprey.osd.PGScrubMap
+	(*PGScrubMapReply)(nil),         // 55: osprey.osd.PGScrubMapReply
+	(*PGPush)(nil),                  // 56: osprey.osd.PGPush
+	(*PGPushReply)(nil),             // 57: osprey.osd.PGPushReply
+	(*ScrubShard)(nil),              // 58: osprey.osd.ScrubShard
+	(*InconsistentObject)(nil),      // 59: osprey.osd.InconsistentObject
+	(*PGInconsistent)(nil),          // 60: osprey.osd.PGInconsistent
+	(*PGRepair)(nil),                // 61: osprey.osd.PGRepair
+	(*PGRepairReply)(nil),           // 62: osprey.osd.PGRepairReply
+	(*PGListInconsistent)(nil),      // 63: osprey.osd.PGListInconsistent
+	(*PGListInconsistentReply)(nil), // 64: osprey.osd.PGListInconsistentReply
+	(*PGInspect)(nil),               // 65: osprey.osd.PGInspect
+	(*PGInspectReply)(nil),          // 66: osprey.osd.PGInspectReply
+	(*MonBeacon)(nil),               // 67: osprey.osd.MonBeacon
+	(*MonBeaconReply)(nil),          // 68: osprey.osd.MonBeaconReply
+	(*MonFailure)(nil),              // 69: osprey.osd.MonFailure
+	(*MonFailureReply)(nil),         // 70: osprey.osd.MonFailureReply
+	(*MonMarkMeDown)(nil),           // 71: osprey.osd.MonMarkMeDown
+	(*MonMarkMeDownReply)(nil),      // 72: osprey.osd.MonMarkMeDownReply
+	(*MonSubscribe)(nil),            // 73: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil),       // 74: osprey.osd.MonSubscribeReply
+	(*AuthTable)(nil),               // 75: osprey.osd.AuthTable
+	(*AuthEntry)(nil),               // 76: osprey.osd.AuthEntry
+	(*S3Key)(nil),                   // 77: osprey.osd.S3Key
+	(*MonAuth)(nil),                 // 78: osprey.osd.MonAuth
+	(*MonMap)(nil),                  // 79: osprey.osd.MonMap
+	(*MonCommand)(nil),              // 80: osprey.osd.MonCommand
+	(*MonRequestRecord)(nil),        // 81: osprey.osd.MonRequestRecord
+	(*MonCommandReply)(nil),         // 82: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),              // 83: osprey.osd.AuthRecord
+	nil,                             // 84: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                             // 85: osprey.osd.AuthEntry.CapsEntry
+	nil,                             // 86: osprey.osd.MonCommand.CapsEntry
+	nil,                             // 87: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	6,   // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -7225,7 +7305,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,   // 6: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	8,   // 7: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	9,   // 8: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	83,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	84,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	12,  // 10: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	13,  // 11: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	11,  // 12: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -7238,46 +7318,46 @@ var file_osd_proto_depIdxs = []int32{
 	15,  // 19: osprey.osd.ListBucketsReply.buckets:type_name -> osprey.osd.BucketInfo
 	10,  // 20: osprey.osd.PutObject.header:type_name -> osprey.osd.Header
 	13,  // 21: osprey.osd.PutObject.meta:type_name -> osprey.osd.ObjectMeta
-	22,  // 22: osprey.osd.PutObject.condition:type_name -> osprey.osd.Condition
+	23,  // 22: osprey.osd.PutObject.condition:type_name -> osprey.osd.Condition
 	10,  // 23: osprey.osd.GetObject.header:type_name -> osprey.osd.Header
 	13,  // 24: osprey.osd.GetObject.want:type_name -> osprey.osd.ObjectMeta
 	11,  // 25: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
 	13,  // 26: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
 	10,  // 27: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
-	22,  // 28: osprey.osd.ObjectRequest.condition:type_name -> osprey.osd.Condition
+	23,  // 28: osprey.osd.ObjectRequest.condition:type_name -> osprey.osd.Condition
 	10,  // 29: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
 	11,  // 30: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
 	14,  // 31: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
 	10,  // 32: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
 	13,  // 33: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
 	12,  // 34: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
-	22,  // 35: osprey.osd.UploadRequest.condition:type_name -> osprey.osd.Condition
+	23,  // 35: osprey.osd.UploadRequest.condition:type_name -> osprey.osd.Condition
 	11,  // 36: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
 	12,  // 37: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
 	13,  // 38: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
 	12,  // 39: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
-	31,  // 40: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
+	32,  // 40: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
 	8,   // 41: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
 	9,   // 42: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
 	3,   // 43: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
 	13,  // 44: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
 	1,   // 45: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
-	32,  // 46: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
+	33,  // 46: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
 	8,   // 47: osprey.osd.RepOp.prior:type_name -> osprey.osd.Version
 	11,  // 48: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
 	8,   // 49: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
 	8,   // 50: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
 	8,   // 51: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
 	11,  // 52: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
-	36,  // 53: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
+	37,  // 53: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
 	8,   // 54: osprey.osd.PGStray.last:type_name -> osprey.osd.Version
 	11,  // 55: osprey.osd.PGStrayReply.header:type_name -> osprey.osd.ReplyHeader
 	8,   // 56: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
 	11,  // 57: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
-	32,  // 58: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
+	33,  // 58: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
 	8,   // 59: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
 	11,  // 60: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
-	32,  // 61: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
+	33,  // 61: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
 	8,   // 62: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
 	2,   // 63: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
 	2,   // 64: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
@@ -7287,42 +7367,42 @@ var file_osd_proto_depIdxs = []int32{
 	10,  // 68: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
 	11,  // 69: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
 	8,   // 70: osprey.osd.ScrubObject.version:type_name -> osprey.osd.Version
-	51,  // 71: osprey.osd.PGScrubMap.names:type_name -> osprey.osd.ObjectName
+	52,  // 71: osprey.osd.PGScrubMap.names:type_name -> osprey.osd.ObjectName
 	11,  // 72: osprey.osd.PGScrubMapReply.header:type_name -> osprey.osd.ReplyHeader
-	52,  // 73: osprey.osd.PGScrubMapReply.objects:type_name -> osprey.osd.ScrubObject
+	53,  // 73: osprey.osd.PGScrubMapReply.objects:type_name -> osprey.osd.ScrubObject
 	8,   // 74: osprey.osd.PGScrubMapReply.last:type_name -> osprey.osd.Version
 	8,   // 75: osprey.osd.PGScrubMapReply.first:type_name -> osprey.osd.Version
-	32,  // 76: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
+	33,  // 76: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
 	11,  // 77: osprey.osd.PGPushReply.header:type_name -> osprey.osd.ReplyHeader
 	8,   // 78: osprey.osd.ScrubShard.version:type_name -> osprey.osd.Version
-	57,  // 79: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
-	58,  // 80: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
+	58,  // 79: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
+	59,  // 80: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
 	10,  // 81: osprey.osd.PGRepair.header:type_name -> osprey.osd.Header
 	11,  // 82: osprey.osd.PGRepairReply.header:type_name -> osprey.osd.ReplyHeader
 	10,  // 83: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
 	11,  // 84: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
-	59,  // 85: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
+	60,  // 85: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
 	10,  // 86: osprey.osd.PGInspect.header:type_name -> osprey.osd.Header
 	11,  // 87: osprey.osd.PGInspectReply.header:type_name -> osprey.osd.ReplyHeader
-	48,  // 88: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	49,  // 88: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
 	2,   // 89: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
 	11,  // 90: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
 	11,  // 91: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
 	11,  // 92: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
 	11,  // 93: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
 	4,   // 94: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	74,  // 95: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	75,  // 96: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	84,  // 97: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	76,  // 98: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	74,  // 99: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	75,  // 95: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	76,  // 96: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	85,  // 97: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	77,  // 98: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	75,  // 99: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
 	4,   // 100: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	85,  // 101: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	81,  // 102: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	86,  // 101: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	82,  // 102: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
 	11,  // 103: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
 	4,   // 104: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	86,  // 105: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	76,  // 106: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	87,  // 105: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	77,  // 106: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
 	107, // [107:107] is the sub-list for method output_type
 	107, // [107:107] is the sub-list for method input_type
 	107, // [107:107] is the sub-list for extension type_name
@@ -7335,15 +7415,15 @@ func file_osd_proto_init() {
 	if File_osd_proto != nil {
 		return
 	}
-	file_osd_proto_msgTypes[21].OneofWrappers = []any{}
-	file_osd_proto_msgTypes[62].OneofWrappers = []any{}
+	file_osd_proto_msgTypes[22].OneofWrappers = []any{}
+	file_osd_proto_msgTypes[63].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   83,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
