@@ -35,6 +35,12 @@ import (
 )
 
 // Error is an OSD's non-OK answer; errors.Is matches the sentinels below.
+// (It is internal/ops's Error, which go doc does not show here.) Its
+// fields: Status, the osdpb.Status (the S3 error code by ErrorCode), and
+// Message, what the OSD said. Its methods: Error, "Code: Message"; Is,
+// true for the sentinel of the same Status; Retriable, true for the
+// statuses the client retries itself (ServiceUnavailable, WrongPrimary,
+// StaleEpoch), which reach a caller only once RetryFor ran out.
 type Error = ops.Error
 
 // Map is an immutable cluster map: its OSDs, its pools, and the placement
@@ -228,9 +234,19 @@ func (c *Client) subscribe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	mp, err := mc.Subscribe(ctx)
+	// The first map waits no longer than an op would, one attempt
+	// (OpTimeout) retried up to RetryFor: a mistyped mon address must not
+	// hang a program's start (the mon client retries until its context
+	// ends).
+	wait := max(c.opts.RetryFor, c.opts.OpTimeout)
+	sctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	mp, err := mc.Subscribe(sctx)
 	if err != nil {
 		mc.Close()
+		if ctx.Err() == nil && sctx.Err() != nil {
+			return fmt.Errorf("client: no map from the mons %v within %v (OpTimeout, RetryFor): %w", c.opts.Mon, wait, err)
+		}
 		return fmt.Errorf("client: map from the mons %v: %w", c.opts.Mon, err)
 	}
 	c.mon = mc

@@ -98,7 +98,11 @@ func (c *Client) PutObjectPart(ctx context.Context, bucket, key, uploadID string
 	if partNumber < 1 || partNumber > ops.MaxParts {
 		return ObjectPart{}, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "part number %d: must be 1 to %d", partNumber, ops.MaxParts)
 	}
-	if size < 0 || size > MaxPartSize {
+	if size < 0 {
+		// S3's UploadPart needs its Content-Length too.
+		return ObjectPart{}, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "part size %d: a part's length must be known", size)
+	}
+	if size > MaxPartSize {
 		return ObjectPart{}, ops.Errorf(ErrEntityTooLarge.Status, "part of %d bytes: at most %d", size, MaxPartSize)
 	}
 	// A part of an unknown or aborted upload is NoSuchUpload, not an

@@ -207,7 +207,7 @@ func (o *PutOptions) defaults() error {
 		o.PartSize = 16 << 20
 	}
 	if o.PartSize < ops.MinPartSize || o.PartSize > ops.MaxPutSize {
-		return fmt.Errorf("client: PartSize %d: must be %d to %d", o.PartSize, ops.MinPartSize, ops.MaxPutSize)
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "PartSize %d: must be %d to %d", o.PartSize, ops.MinPartSize, ops.MaxPutSize)
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 4
@@ -268,6 +268,13 @@ func checkPut(bucket, key string, size int64, opts *PutOptions) (*osdpb.Conditio
 	}
 	if opts.UserMetadata, err = checkUserMetadata(opts.UserMetadata); err != nil {
 		return nil, err
+	}
+	if !httpguts.ValidHeaderFieldValue(opts.ContentType) {
+		// It goes back as a Content-Type header through the gateway.
+		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "content type %q: holds a line break or another control character", opts.ContentType)
+	}
+	if size < -1 {
+		return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "size %d: the body's length, or -1 for one read to its end", size)
 	}
 	if size > int64(ops.MaxParts)*opts.PartSize {
 		return nil, ops.Errorf(ErrEntityTooLarge.Status, "%d bytes: more than %d parts of %d", size, ops.MaxParts, opts.PartSize)
@@ -647,8 +654,8 @@ type ListOptions struct {
 	// over StartAfter, as in S3.
 	ContinuationToken string
 	// MaxKeys bounds the listing: the whole of ListObjects (0: no bound),
-	// or one ListObjectsPage (0: 1000), objects and common prefixes
-	// together.
+	// or one ListObjectsPage (0 or more than 1000: 1000, as S3 caps a
+	// page), objects and common prefixes together.
 	MaxKeys int
 
 	// batch, when set, is how many entries the listing's first round
@@ -666,8 +673,8 @@ type ListPage struct {
 	NextContinuationToken string // set when IsTruncated
 }
 
-// ListObjectsPage returns up to MaxKeys entries (1000 by default) of a
-// listing and, when more remain, the token that continues it.
+// ListObjectsPage returns up to MaxKeys entries (1000 by default and at
+// most) of a listing and, when more remain, the token that continues it.
 func (c *Client) ListObjectsPage(ctx context.Context, bucket string, opts ListOptions) (ListPage, error) {
 	max := pageSize(opts.MaxKeys)
 	opts.MaxKeys = max + 1 // one more tells whether the page is truncated
@@ -682,9 +689,10 @@ func (c *Client) ListObjectsPage(ctx context.Context, bucket string, opts ListOp
 	return page, nil
 }
 
-// pageSize is a page's size for a max of 0 or less: the default, 1000.
+// pageSize is a page's size for a max asked for: 1000 for 0 or less, and
+// at most 1000, as S3 caps a page of a listing (of objects or uploads).
 func pageSize(max int) int {
-	if max <= 0 {
+	if max <= 0 || max > ops.MaxListKeys {
 		return ops.MaxListKeys
 	}
 	return max
@@ -788,6 +796,11 @@ func (c *Client) list(ctx context.Context, bucket string, opts ListOptions) iter
 				return
 			}
 			for _, o := range page {
+				if err := ctx.Err(); err != nil {
+					// A page fetched is not yielded past its caller's end.
+					yield(ObjectInfo{}, err)
+					return
+				}
 				if !yield(o, nil) {
 					return
 				}

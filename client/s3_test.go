@@ -532,6 +532,23 @@ func TestErrorCodes(t *testing.T) {
 			_, err := cl.GetObject(ctx, "s3tests", "k", client.GetOptions{Range: true, Offset: 9})
 			return err
 		}(), client.ErrInvalidRange, "InvalidRange"},
+		// Bad input to a put is refused before anything is sent.
+		{"a size below -1", func() error {
+			_, err := cl.PutObject(ctx, "s3tests", "k", bytes.NewReader([]byte("v")), -5, client.PutOptions{})
+			return err
+		}(), client.ErrInvalidArgument, "InvalidArgument"},
+		{"a content type with a line break", func() error {
+			_, err := osdtest.Put(ctx, cl, "s3tests", "k", nil, client.PutOptions{ContentType: "text/plain\r\nX-Evil: 1"})
+			return err
+		}(), client.ErrInvalidArgument, "InvalidArgument"},
+		{"a PartSize out of range", func() error {
+			_, err := osdtest.Put(ctx, cl, "s3tests", "k", nil, client.PutOptions{PartSize: 1})
+			return err
+		}(), client.ErrInvalidArgument, "InvalidArgument"},
+		{"a part of unknown size", func() error {
+			_, err := cl.PutObjectPart(ctx, "s3tests", "k", "0123456789abcdef0123456789abcdef", 1, bytes.NewReader(nil), -1)
+			return err
+		}(), client.ErrInvalidArgument, "InvalidArgument"},
 	}
 	for _, tc := range cases {
 		var ce *client.Error
@@ -595,4 +612,31 @@ func TestOverwriteAtomicityLarge(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
+}
+
+// TestListingStopsWithItsContext: a listing whose context ends yields the
+// context's error next, not the rest of a page it had fetched.
+func TestListingStopsWithItsContext(t *testing.T) {
+	cl, ctx := setup(t)
+	for i := range 20 {
+		if _, err := osdtest.Put(ctx, cl, "s3tests", fmt.Sprintf("c%02d", i), nil, client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n := 0
+	var last error
+	for _, err := range cl.ListObjects(lctx, "s3tests", client.ListOptions{Prefix: "c"}) {
+		if err != nil {
+			last = err
+			break
+		}
+		if n++; n == 5 {
+			cancel()
+		}
+	}
+	if n != 5 || !errors.Is(last, context.Canceled) {
+		t.Fatalf("a listing cancelled at its 5th entry: %d entries, then %v", n, last)
+	}
 }

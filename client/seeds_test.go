@@ -154,3 +154,24 @@ func TestAllSeedsDead(t *testing.T) {
 		return "goroutines to return to their count before New (leak?)"
 	}, func() bool { return runtime.NumGoroutine() <= before })
 }
+
+// TestDeadMonBoundedByRetryFor: a client given a mon that never answers
+// (a mistyped address), with a context that has no deadline, gives up
+// after OpTimeout and RetryFor, as an op does, instead of waiting for ever.
+func TestDeadMonBoundedByRetryFor(t *testing.T) {
+	dead := startDeadSeed(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := client.New(context.Background(), client.Options{Mon: []string{dead.addr()}, RetryFor: 500 * time.Millisecond, OpTimeout: 500 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("New succeeded with no mon answering")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("New with a mon that never answers still waits 30 s on, with RetryFor 500ms")
+	}
+}

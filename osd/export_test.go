@@ -7,6 +7,7 @@ import (
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -237,3 +238,6 @@ func (o *OSD) HasMachineForTest(sid uint32) bool {
 	}
 	return <-got
 }
+
+// FullnessOfForTest is how full o counts itself with its disk at sp.
+func (o *OSD) FullnessOfForTest(sp store.Space) osdpb.Fullness { return o.fullnessOf(sp) }

@@ -79,18 +79,26 @@ func (o *OSD) measureSpace(recent bool) (osdpb.Fullness, store.Space) {
 }
 
 // fullnessOf is how full a disk with usage sp makes us: the map's level,
-// or FAILSAFE over Config.FailsafeFullRatio or once the store released its
-// reserve (it refuses puts then).
+// or FAILSAFE over Config.FailsafeFullRatio, once the store released its
+// reserve, or when less than the store's floor and a put of floorPut bytes
+// is free (it refuses puts then: on a small disk, or with a large
+// memtable, that comes before the full ratios, and the puts of this OSD's
+// PGs would fail as unacknowledged replica writes rather than StorageFull).
 func (o *OSD) fullnessOf(sp store.Space) osdpb.Fullness {
 	if sp.Total == 0 {
 		return osdpb.Fullness_FULLNESS_NONE // a filesystem that cannot say
 	}
 	r := sp.Ratio()
-	if r >= o.cfg.FailsafeFullRatio || (sp.Reserve == 0 && o.st.ReserveReleased() > 0) {
+	floor := o.st.Floor()
+	if r >= o.cfg.FailsafeFullRatio || (sp.Reserve == 0 && o.st.ReserveReleased() > 0) || floor > 0 && sp.Avail < floor+floorPut {
 		return osdpb.Fullness_FULLNESS_FAILSAFE
 	}
 	return o.Map().Fullness(r) // nil before a first boot's map: the defaults
 }
+
+// floorPut is the put fullnessOf leaves room for above the store's floor:
+// a put of the S3 gateway's and the SDK's usual size.
+const floorPut = 4 << 20
 
 // peerFullness is how full OSD id is: the worse of what the map and its
 // last heartbeat reply say.

@@ -18,6 +18,7 @@ import (
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/smallfs"
 	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
@@ -295,5 +296,32 @@ func TestPutsShareStatfs(t *testing.T) {
 	polls := members * (int64(took/time.Second) + 2)
 	if most := min(puts, int64(took/(100*time.Millisecond))+1) * members; got > most+polls {
 		t.Fatalf("%d puts on 3 replicas in %v measured the disks %d times; want at most %d, and %d polls", puts, took.Round(time.Millisecond), got, most, polls)
+	}
+}
+
+// TestStoreFloorCountsAsFull: an OSD whose disk has less free than its
+// store's floor (two memtables and the reserve not yet made) and a usual
+// put counts itself full (failsafe) whatever the full ratios say, as its
+// store then refuses every put: a durability probe's 300 MiB disk with 8
+// MiB memtables refused replica writes at 94% used, below full_ratio, and
+// its PGs' puts failed as unacknowledged replica writes, not StorageFull.
+func TestStoreFloorCountsAsFull(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 4, Tweak: func(cfg *osd.Config) { cfg.Store.MemTableSize = 8 << 20 }})
+	o := c.OSDs[0]
+	floor := o.Store().Floor()
+	if floor < 16<<20 {
+		t.Fatalf("floor %d with 8 MiB memtables, want two of them at least", floor)
+	}
+	total := uint64(300 << 20)
+	roomy := store.Space{Total: total, Avail: floor + 8<<20, Reserve: 1}
+	short := store.Space{Total: total, Avail: floor + 1<<20, Reserve: 1}
+	if r := 1 - float64(short.Avail)/float64(total); r >= 0.95 {
+		t.Fatalf("the short disk is %.2f used: past full_ratio already, not the case under test", r)
+	}
+	if got := o.FullnessOfForTest(roomy); got == osdpb.Fullness_FULLNESS_FAILSAFE {
+		t.Fatalf("room for a put above the floor: %v", got)
+	}
+	if got := o.FullnessOfForTest(short); got != osdpb.Fullness_FULLNESS_FAILSAFE {
+		t.Fatalf("less than a put above the store's floor: %v, want FAILSAFE", got)
 	}
 }

@@ -139,7 +139,7 @@ func (req *request) authorize(perm auth.Perm, bucket string) error {
 		return nil
 	}
 	what := map[auth.Perm]string{auth.PermRead: "read", auth.PermWrite: "write"}[perm]
-	return errf(ErrAccessDenied, "%s may not %s bucket %q (its osd caps: %s)", req.user(), what, bucket, req.who.Caps)
+	return errf(ErrAccessDenied, "%s may not %s bucket %q (its caps: %s)", req.user(), what, bucket, req.who.Caps)
 }
 
 // user names req's identity: its entity, or a static key.

@@ -257,6 +257,11 @@ func TestUsageExitCodes(t *testing.T) {
 	if exitCode(err) != exitUnavailable || !strings.Contains(errorLine(err), envMap+"=/nonexistent/map.json") {
 		t.Errorf("stat with %s naming no file: %v (exit %d)", envMap, err, exitCode(err))
 	}
+	// A keyring file that cannot be read is a local file's error: exit 1.
+	_, _, err = run(t, "status", "--mon", "tcp://127.0.0.1:1", "--keyring", "/nonexistent.keyring")
+	if exitCode(err) != 1 || !strings.Contains(errorLine(err), "keyring") {
+		t.Errorf("status with a keyring file that does not exist: %v (exit %d), want exit 1", err, exitCode(err))
+	}
 }
 
 // TestUnknownSubcommandIsUsageError walks the whole command tree: every

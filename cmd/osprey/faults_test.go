@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -260,5 +261,27 @@ func TestOSDRefusesDataDirInUse(t *testing.T) {
 	var inUse *dirlock.InUseError
 	if !errors.As(err, &inUse) || !strings.Contains(err.Error(), "in use by process") {
 		t.Fatalf("osprey osd on a data directory in use: %v", err)
+	}
+}
+
+// TestOSDMetricsAddrInUseFailsFirst: an `osprey osd` whose --metrics-addr
+// is taken (an earlier daemon not gone yet) fails naming the flag before
+// it starts the OSD, which would open the store and join the cluster
+// first.
+func TestOSDMetricsAddrInUseFailsFirst(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	dir, mapPath, _ := captureOSDConfig(t)
+	started := false
+	hookStartOSD(t, func(context.Context, osd.Config) (*osd.OSD, error) {
+		started = true
+		return nil, errors.New("started")
+	})
+	_, _, err = run(t, "osd", "--map", mapPath, "--data", filepath.Join(dir, "osd.0"), "--metrics-addr", held.Addr().String())
+	if started || err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
+		t.Fatalf("osprey osd with its --metrics-addr taken: %v (OSD started: %v), want --metrics-addr refused first", err, started)
 	}
 }

@@ -81,7 +81,7 @@ func (m monFlags) loadKeyring(getenv func(string) string) (*auth.Keyring, error)
 	}
 	k, err := auth.LoadKeyring(path)
 	if err != nil {
-		return nil, usageErrorf("keyring: %v", err)
+		return nil, fmt.Errorf("keyring: %w", err) // a local file that cannot be read: exit 1
 	}
 	return k, nil
 }

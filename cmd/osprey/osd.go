@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -130,6 +131,16 @@ gracefully.`,
 				return fmt.Errorf("--data: %w", err)
 			}
 			defer lock.Close()
+			// The admin address is bound before the store opens: one in
+			// use (an earlier daemon not yet gone) fails the start here,
+			// not after a WAL replay and a join of the cluster.
+			var metricsLn net.Listener
+			if metricsAddr != "" {
+				if metricsLn, err = metrics.Listen(cmd.Context(), metricsAddr); err != nil {
+					return fmt.Errorf("--metrics-addr: %w", err)
+				}
+				defer metricsLn.Close() // a no-op once the server has it
+			}
 			o, err := startOSD(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -137,7 +148,7 @@ gracefully.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "osd.%d serving: public %s, cluster %s\n", o.ID(), o.PublicAddr(), o.ClusterAddr())
 			var ms *metrics.Server
 			if metricsAddr != "" {
-				if ms, err = metrics.Serve(cmd.Context(), metrics.ServerOptions{Addr: metricsAddr, Registry: metrics.OSDRegistry(o)}); err != nil {
+				if ms, err = metrics.Serve(cmd.Context(), metrics.ServerOptions{Listener: metricsLn, Registry: metrics.OSDRegistry(o)}); err != nil {
 					o.Close(context.Background())
 					return fmt.Errorf("--metrics-addr: %w", err)
 				}

@@ -267,6 +267,12 @@ func inconsistentJSON(pg placement.PGID, r *client.InconsistentPG) inconsistentO
 func versionString(v *osdpb.Version) string { return fmt.Sprintf("%d.%d", v.GetEpoch(), v.GetSeq()) }
 
 func printInconsistent(w io.Writer, pg placement.PGID, r *client.InconsistentPG) {
+	if len(r.Objects) == 0 && r.Scrubbed.IsZero() && pg.Seed == placement.MetaPG {
+		// Its deep scrub checks each OSD's own records, never compares
+		// them (osd compareScrub): saying "run deep-scrub" would loop.
+		fmt.Fprintf(w, "pg %s: its copies (the bucket records, on every OSD) are not compared by deep scrub; each record carries a CRC32C checked whenever it is read\n", pg)
+		return
+	}
 	if len(r.Objects) == 0 && r.Scrubbed.IsZero() {
 		// As rados says "No scrub information available".
 		fmt.Fprintf(w, "pg %s: no deep scrub has compared its copies yet (osprey pg deep-scrub %s)\n", pg, pg)

@@ -191,6 +191,12 @@ func TestPrintInconsistentNeverScrubbed(t *testing.T) {
 	if !strings.Contains(never.String(), "no deep scrub has compared its copies yet") {
 		t.Errorf("never scrubbed: %q", never.String())
 	}
+	// The meta PG's copies are never compared: no advice to scrub it.
+	var meta strings.Builder
+	printInconsistent(&meta, placement.PGID{Pool: 1, Seed: placement.MetaPG}, &client.InconsistentPG{})
+	if s := meta.String(); strings.Contains(s, "deep-scrub") || !strings.Contains(s, "not compared") {
+		t.Errorf("the meta PG: %q", s)
+	}
 	if want := "pg 1.2: no inconsistent objects (scrubbed 1970-01-01T00:00:01Z, epoch 7)\n"; clean.String() != want {
 		t.Errorf("clean: %q, want %q", clean.String(), want)
 	}

@@ -43,6 +43,10 @@ func NewRegistry() *prometheus.Registry {
 type ServerOptions struct {
 	// Addr is the HOST:PORT to listen on; port 0 takes a free one.
 	Addr string
+	// Listener, when set, is used instead of listening on Addr: a daemon
+	// binds its admin address before it opens its store, so that an
+	// address in use fails the start before anything is read or written.
+	Listener net.Listener
 	// Registry is what /metrics exposes; required.
 	Registry *prometheus.Registry
 	// Logger gets the HTTP server's errors; default slog.Default().
@@ -64,8 +68,18 @@ type Server struct {
 	closeErr  error
 }
 
-// Serve listens on opts.Addr and serves /metrics until Close; ctx bounds
-// the listen only.
+// Listen binds a daemon's admin address (ServerOptions.Listener).
+func Listen(ctx context.Context, addr string) (net.Listener, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// Serve listens on opts.Addr (or takes opts.Listener) and serves /metrics
+// until Close; ctx bounds the listen only.
 func Serve(ctx context.Context, opts ServerOptions) (*Server, error) {
 	if opts.Registry == nil {
 		return nil, errors.New("metrics: ServerOptions.Registry is required")
@@ -73,10 +87,12 @@ func Serve(ctx context.Context, opts ServerOptions) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", opts.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics: listen on %s: %w", opts.Addr, err)
+	ln := opts.Listener
+	if ln == nil {
+		var err error
+		if ln, err = Listen(ctx, opts.Addr); err != nil {
+			return nil, err
+		}
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{

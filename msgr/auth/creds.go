@@ -312,6 +312,13 @@ func Verify(ca, cert *x509.Certificate, now time.Time) (string, error) {
 		CurrentTime: now,
 		KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
 	}); err != nil {
+		var other x509.UnknownAuthorityError
+		if errors.As(err, &other) {
+			// The usual cause: a keyring, or a daemon, of another
+			// cluster (each cluster's CA names its fsid).
+			return "", fmt.Errorf("%w: %s's certificate was issued by %q, not by %q, the CA this side trusts: a keyring or daemon of another cluster?",
+				ErrBadCredential, cert.Subject.CommonName, cert.Issuer.CommonName, ca.Subject.CommonName)
+		}
 		return "", fmt.Errorf("%w: %v", ErrBadCredential, err)
 	}
 	name := cert.Subject.CommonName

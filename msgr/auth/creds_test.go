@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -126,8 +127,8 @@ func BenchmarkVerify(b *testing.B) {
 func TestVerifyRefuses(t *testing.T) {
 	ca, other := mustCA(t), mustCA(t)
 	k := mustIssue(t, ca, "osd.1")
-	if _, err := Verify(other.Cert, k.Cert, time.Now()); !errors.Is(err, ErrBadCredential) {
-		t.Fatalf("a certificate of another cluster's CA: %v", err)
+	if _, err := Verify(other.Cert, k.Cert, time.Now()); !errors.Is(err, ErrBadCredential) || !strings.Contains(err.Error(), "another cluster") {
+		t.Fatalf("a certificate of another cluster's CA: %v, want it said", err)
 	}
 	if _, err := Verify(ca.Cert, k.Cert, time.Now().Add(11*365*24*time.Hour)); !errors.Is(err, ErrBadCredential) {
 		t.Fatalf("an expired certificate: %v", err)

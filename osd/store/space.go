@@ -263,8 +263,25 @@ func (s *Store) room(n int, sp *Space) error {
 		m := s.Space()
 		sp = &m
 	}
-	if need := uint64(n) + 2*s.opts.MemTableSize + (s.res.size - min(have, s.res.size)); sp.Avail < need {
+	if need := uint64(n) + s.floor(have); sp.Avail < need {
 		return fmt.Errorf("%w: %d bytes available, a %d-byte put needs %d", ErrNoSpace, sp.Avail, n, need)
 	}
 	return nil
+}
+
+// floor is what room keeps free beyond a put: two memtables, and the part
+// of the reserve not yet made (have is what is made).
+func (s *Store) floor(have uint64) uint64 {
+	return 2*s.opts.MemTableSize + (s.res.size - min(have, s.res.size))
+}
+
+// Floor is the free space below which the store refuses every put (room),
+// 0 for a filesystem that cannot say: on a small disk it can exceed the
+// headroom the OSD's full ratios leave, and the OSD then counts itself
+// full by it.
+func (s *Store) Floor() uint64 {
+	if s.res.size == 0 {
+		return 0
+	}
+	return s.floor(s.res.have.Load())
 }
