@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -395,4 +396,40 @@ func FuzzHandler(f *testing.F) {
 			t.Fatalf("%s %q: %d, not JSON: %q", method, target, w.Code, w.Body)
 		}
 	})
+}
+
+// TestLoopbackDashboardRefusesOtherHosts: a dashboard on loopback answers
+// requests for 127.0.0.1, [::1] and localhost only, so a web page whose
+// name an attacker points at 127.0.0.1 (DNS rebinding) cannot read the
+// cluster's status through a local browser.
+func TestLoopbackDashboardRefusesOtherHosts(t *testing.T) {
+	src := &fakeSource{}
+	src.set(report(mon.HealthOK, nil, nil, nil), nil)
+	s, err := Serve(context.Background(), "127.0.0.1:0", Options{Source: src, Interval: time.Hour, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	_, port, _ := net.SplitHostPort(s.Addr())
+	for host, want := range map[string]int{
+		s.Addr():                         http.StatusOK,
+		"localhost:" + port:              http.StatusOK,
+		"LOCALHOST":                      http.StatusOK,
+		"[::1]:" + port:                  http.StatusOK,
+		"evil.example:" + port:           http.StatusMisdirectedRequest,
+		"evil.example":                   http.StatusMisdirectedRequest,
+		"10.0.0.1:" + port:               http.StatusMisdirectedRequest,
+		"localhost.evil.example:" + port: http.StatusMisdirectedRequest,
+	} {
+		req, _ := http.NewRequest(http.MethodGet, s.URL()+"api/status", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %q: %d, want %d", host, resp.StatusCode, want)
+		}
+	}
 }

@@ -9,8 +9,10 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -254,8 +256,12 @@ func Serve(ctx context.Context, addr string, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: listen on %s: %w", addr, err)
 	}
+	h := d.Handler()
+	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil && ap.Addr().IsLoopback() {
+		h = loopbackHostsOnly(h)
+	}
 	s := &Server{Dashboard: d, ln: ln, srv: &http.Server{
-		Handler:           d.Handler(),
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       time.Minute,
 		ErrorLog:          nil,
@@ -270,6 +276,27 @@ func Serve(ctx context.Context, addr string, opts Options) (*Server, error) {
 	})
 	d.opts.Logger.Info("dashboard serving", "url", s.URL())
 	return s, nil
+}
+
+// loopbackHostsOnly refuses a request whose Host is not a loopback address
+// or localhost (421): a dashboard on loopback is for this host's browsers,
+// and a web page whose name an attacker points at 127.0.0.1 (DNS
+// rebinding) would otherwise read the cluster's status through them. A
+// dashboard given a public address takes any Host (a reverse proxy's, a
+// DNS name's).
+func loopbackHostsOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			host = hh
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		if a, err := netip.ParseAddr(host); (err != nil || !a.IsLoopback()) && !strings.EqualFold(host, "localhost") {
+			http.Error(w, "dashboard: this dashboard listens on loopback and answers only Host 127.0.0.1, [::1] or localhost, not "+strconv.Quote(r.Host), http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Addr is the address it listens on.
