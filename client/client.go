@@ -633,7 +633,7 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 		r.Release()
 		return nil, nil
 	case <-actx.Done():
-		abandon(conn, ticket, payload)
+		abandon(conn, ticket, payload, ctx.Err() != nil)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -648,8 +648,11 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 // (PutObjectBytes, which returns only once they are released), its Conn is
 // closed instead, so that they go back now: an OSD stopped (SIGSTOP) acks
 // nothing while its link stays up. The next op dials the OSD again.
-func abandon(conn *msgr.Conn, t msgr.Ticket, payload *wire.Buffer) {
-	if conn.Withdraw(t) || payload == nil {
+// Only when the caller's context ended (final): after an attempt's
+// OpTimeout the op is sent again with the same bytes, so closing would
+// return nothing sooner and fail every other op on the session.
+func abandon(conn *msgr.Conn, t msgr.Ticket, payload *wire.Buffer, final bool) {
+	if conn.Withdraw(t) || payload == nil || !final {
 		return
 	}
 	if _, lent := payload.Owner.(callersBytes); lent {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/mon/monclient"
@@ -47,6 +48,10 @@ var BootstrapOSDCaps = map[string]string{auth.ServiceMon: "allow profile bootstr
 // AdminCaps are client.admin's.
 var AdminCaps = map[string]string{auth.ServiceMon: "allow *", auth.ServiceOSD: "allow *"}
 
+// revokeDelay is how long after an auth change the mon ends the sessions
+// it revokes (startAuth): time for the reply to the command that made it.
+const revokeDelay = 2 * time.Second
+
 // startAuth issues the mon's own keyring and makes the messenger's auth
 // options, with the keeper that checks peers.
 func (m *Mon) startAuth(ctx context.Context) (*msgr.AuthOptions, error) {
@@ -66,11 +71,20 @@ func (m *Mon) startAuth(ctx context.Context) (*msgr.AuthOptions, error) {
 		if m.ms == nil {
 			return // the mon's own keyring, before its messenger
 		}
-		for _, e := range auth.Revoked(prev, next, true) {
-			if n := m.ms.CloseSessionsOf(msgr.EntityName(e)); n > 0 {
-				m.log.Info("ended the sessions of an entity whose credential or caps changed", "entity", e, "sessions", n)
-			}
+		revoked := auth.Revoked(prev, next, true)
+		if len(revoked) == 0 {
+			return
 		}
+		// A moment later: the entity may be the one whose command made
+		// the change (auth rotate of its own key), whose reply, the new
+		// keyring, goes out on the session this would end.
+		time.AfterFunc(revokeDelay, func() {
+			for _, e := range revoked {
+				if n := m.ms.CloseSessionsOf(msgr.EntityName(e)); n > 0 {
+					m.log.Info("ended the sessions of an entity whose credential or caps changed", "entity", e, "sessions", n)
+				}
+			}
+		})
 	}
 	// A peer created a moment ago may not be in the watched table yet: ask
 	// etcd (the mon's own store) before refusing it.

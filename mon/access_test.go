@@ -143,6 +143,16 @@ func TestMonAccess(t *testing.T) {
 		_, err := held.Command(ctx, &osdpb.MonCommand{Prefix: "status"})
 		return err != nil && strings.Contains(err.Error(), "reissued or removed")
 	})
+	// An admin that rotates its own key gets the new keyring: the session
+	// its command came on ends only after the reply.
+	self := authClient(t, m.Addr(), keyringOf(t, m, "client.self", map[string]string{"mon": "allow *"}))
+	rep, err = self.Command(ctx, authCmd("auth rotate", "client.self", nil))
+	if err != nil {
+		t.Fatalf("auth rotate of its own key: %v", err)
+	}
+	if _, err := authClient(t, m.Addr(), mustKeyring(t, rep)).Command(ctx, &osdpb.MonCommand{Prefix: "status"}); err != nil {
+		t.Fatalf("the keyring its own rotate gave: %v", err)
+	}
 
 	// A new OSD: its bootstrap key gets an id and the OSD's own keyring,
 	// and nothing else.

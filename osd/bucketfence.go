@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -36,34 +37,43 @@ import (
 // fenceTTL is how long a fence stands unless lifted.
 const fenceTTL = time.Minute
 
-// fences are the buckets this OSD refuses puts to, until when.
+// fences are the buckets this OSD refuses puts to: until when, raised by
+// which delete (its token).
 type fences struct {
-	mu    sync.Mutex
-	until map[string]time.Time
+	mu sync.Mutex
+	by map[string]fence
 }
 
-// raise or lift the fence on bucket. REQUIRES: bucketGate held
-// exclusively, so that it orders after every put checked before.
-func (f *fences) set(bucket string, lift bool, ttl time.Duration) {
+type fence struct {
+	until time.Time
+	token uint64
+}
+
+// raise or lift the fence of token on bucket: a lift takes down only the
+// fence its own delete raised. REQUIRES: bucketGate held exclusively, so
+// that a raise orders after every put checked before.
+func (f *fences) set(bucket string, token uint64, lift bool, ttl time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if lift {
-		delete(f.until, bucket)
+		if f.by[bucket].token == token {
+			delete(f.by, bucket)
+		}
 		return
 	}
-	if f.until == nil {
-		f.until = make(map[string]time.Time)
+	if f.by == nil {
+		f.by = make(map[string]fence)
 	}
-	f.until[bucket] = time.Now().Add(ttl)
+	f.by[bucket] = fence{until: time.Now().Add(ttl), token: token}
 }
 
 // fenced reports whether puts to bucket are refused now.
 func (f *fences) fenced(bucket string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	t, ok := f.until[bucket]
-	if ok && !time.Now().Before(t) {
-		delete(f.until, bucket)
+	fc, ok := f.by[bucket]
+	if ok && !time.Now().Before(fc.until) {
+		delete(f.by, bucket)
 		return false
 	}
 	return ok
@@ -75,10 +85,10 @@ func fenceErr(bucket string) error {
 }
 
 // setFence raises or lifts a fence here, after the puts checked before.
-func (o *OSD) setFence(bucket string, lift bool, ttl time.Duration) {
+func (o *OSD) setFence(bucket string, token uint64, lift bool, ttl time.Duration) {
 	o.bucketGate.Lock()
 	defer o.bucketGate.Unlock()
-	o.fences.set(bucket, lift, ttl)
+	o.fences.set(bucket, token, lift, ttl)
 }
 
 // serveFence takes a peer's BucketFence.
@@ -94,7 +104,7 @@ func (o *OSD) serveFence(m *msgr.Message) {
 		if !q.Lift && (ttl <= 0 || ttl > fenceTTL) {
 			ttl = fenceTTL
 		}
-		o.setFence(q.Bucket, q.Lift, ttl)
+		o.setFence(q.Bucket, q.Token, q.Lift, ttl)
 		o.send(to, osdpb.MsgType_MSG_BUCKET_FENCE_REPLY, &osdpb.BucketReply{Header: o.header(nil, nil)}, nil)
 		m.Release()
 	})
@@ -104,7 +114,9 @@ func (o *OSD) serveFence(m *msgr.Message) {
 // included, and returns when it stands: lift takes it down again (from
 // a goroutine of its own; a fence it misses lifts itself). An OSD that
 // does not answer in time fails it (lifting the others): a delete then
-// cannot know what that OSD may still acknowledge.
+// cannot know what that OSD may still acknowledge. A delete whose write
+// failed does not lift: it may still roll forward (its entry is in some
+// logs), and the fences lift themselves after fenceTTL.
 func (o *OSD) fenceBucket(mp *placement.Map, bucket string) (lift func(), err error) {
 	var up []uint32
 	for info := range mp.OSDs() {
@@ -112,8 +124,9 @@ func (o *OSD) fenceBucket(mp *placement.Map, bucket string) (lift func(), err er
 			up = append(up, info.Id)
 		}
 	}
+	token := rand.Uint64() | 1 // nonzero: an older build's lift carries none
 	send := func(lift bool) error {
-		o.setFence(bucket, lift, fenceTTL)
+		o.setFence(bucket, token, lift, fenceTTL)
 		errs := make([]error, len(up))
 		var wg sync.WaitGroup
 		for i, id := range up {
@@ -122,7 +135,7 @@ func (o *OSD) fenceBucket(mp *placement.Map, bucket string) (lift func(), err er
 				defer cancel()
 				var rep osdpb.BucketReply
 				err := o.call(ctx, id, osdpb.MsgType_MSG_BUCKET_FENCE,
-					&osdpb.BucketFence{Bucket: bucket, Lift: lift, TtlMs: uint32(fenceTTL / time.Millisecond)}, &rep, nil)
+					&osdpb.BucketFence{Bucket: bucket, Lift: lift, TtlMs: uint32(fenceTTL / time.Millisecond), Token: token}, &rep, nil)
 				if err == nil {
 					err = ops.FromReply(rep.Header)
 				}

@@ -63,10 +63,24 @@ func saveIdentity(dir string, id identity) error {
 	}
 	b, _ := json.MarshalIndent(id, "", "  ")
 	tmp := filepath.Join(dir, identityFile+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, identityFile))
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, identityFile)); err != nil {
+		return err
+	}
+	return auth.SyncDir(dir) // the id, with the keyring, survives a power cut
 }
 
 // keyringFile is the OSD's own keyring in its data directory, as Ceph's

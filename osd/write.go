@@ -302,7 +302,11 @@ func (o *OSD) bucketWrite(m *msgr.Message, req *osdpb.BucketRequest) {
 			answer := done
 			done = func(err error) {
 				answer(err)
-				lift()
+				if err == nil {
+					// A failed delete may still roll forward from a
+					// log that has it: its fences lift by themselves.
+					lift()
+				}
 			}
 		}
 	}

@@ -93,7 +93,27 @@ func WriteKeyringFile(path string, data []byte) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	// The rename lasts only once the directory is synced: an OSD's
+	// keyring lost to a power cut after its first boot is one the mon
+	// does not give out again.
+	return SyncDir(filepath.Dir(path))
+}
+
+// SyncDir fsyncs directory dir, so that a file renamed into it stays
+// there after a power cut.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Save writes the keyring to path (see WriteKeyringFile).

@@ -724,17 +724,22 @@ func (s *Store) commitObject(ctx context.Context, pg uint32, bucket, key string,
 		b.Close()
 		return false, err
 	}
+	// The old version is retiring before the commit publishes the new
+	// head (Pebble publishes before it syncs): a reader that began on it
+	// finds it there until retire decides (keep.go).
+	s.replacing(bucket, key, old)
 	if a != nil {
 		if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
 			b.Close()
+			s.notReplacing(old)
 			return true, fmt.Errorf("commit: %w", err)
 		}
 		a.b, a.bucket, a.key, a.old = b, bucket, key, old
-		s.replacing(bucket, key, old)
 		return true, nil
 	}
 	defer b.Close()
 	if err := b.Commit(pebble.Sync); err != nil {
+		s.notReplacing(old)
 		return true, fmt.Errorf("commit: %w", err)
 	}
 	s.retire(bucket, key, old)
@@ -812,7 +817,10 @@ func (s *Store) deleteObject(ctx context.Context, pg uint32, bucket, key string,
 		return nil
 	}()
 	if err == nil {
-		err = b.Commit(pebble.Sync)
+		s.replacing(bucket, key, old) // before the commit publishes, as commitObject
+		if err = b.Commit(pebble.Sync); err != nil {
+			s.notReplacing(old)
+		}
 	}
 	if err != nil {
 		return objErr("delete", bucket, key, err)

@@ -91,8 +91,8 @@ func (s *Store) hold(bucket, key string, h *head) {
 	k.mu.Unlock()
 }
 
-// replacing registers old, the head of bucket/key that a pipelined
-// commit replaced, as retiring until the commit is durable (retire).
+// replacing registers old, the head of bucket/key that a commit is about
+// to replace, as retiring until the commit is durable (retire).
 func (s *Store) replacing(bucket, key string, old *head) {
 	if old == nil || !old.inFile {
 		return
@@ -106,6 +106,17 @@ func (s *Store) replacing(bucket, key string, old *head) {
 	k.mu.Unlock()
 }
 
+// notReplacing undoes replacing for a commit that failed.
+func (s *Store) notReplacing(old *head) {
+	if old == nil || !old.inFile {
+		return
+	}
+	k := &s.keep
+	k.mu.Lock()
+	delete(k.retiring, old.dataID)
+	k.mu.Unlock()
+}
+
 // retire disposes of old, the head an overwrite or delete of bucket/key
 // just replaced (its commit is durable): its data file is kept while a
 // reader holds it, else handed to the reaper.
@@ -115,11 +126,12 @@ func (s *Store) retire(bucket, key string, old *head) {
 	}
 	k := &s.keep
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	delete(k.retiring, old.dataID)
 	until, held := k.holds[old.dataID]
-	keep := held && !k.closed && until.After(time.Now()) && s.keepLocked(objectName(bucket, key), old, until, false)
-	k.mu.Unlock()
-	if !keep {
+	if !held || k.closed || !until.After(time.Now()) || !s.keepLocked(objectName(bucket, key), old, until, false) {
+		// Killed under k.mu: a hold taken after this decision finds the
+		// file on the dead list (undoKill), never between the two.
 		s.killDataFiles(old.dataID)
 	}
 }
@@ -198,8 +210,10 @@ func (s *Store) expireKept() {
 	if !next.IsZero() && !k.closed {
 		k.timer.Reset(time.Until(next))
 	}
-	k.mu.Unlock()
+	// Under k.mu, as retire kills: a hold that found the version kept
+	// renewed it before this, or finds it dead after (undoKill).
 	s.killDataFiles(ids...)
+	k.mu.Unlock()
 }
 
 // releaseKept stops keeping anything and returns the kept files (Close

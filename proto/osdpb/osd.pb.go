@@ -1803,10 +1803,14 @@ func (x *BucketReply) GetInfo() *BucketInfo {
 // puts to the bucket as their primary (SERVICE_UNAVAILABLE); puts it had
 // checked before go first. Answered with a BucketReply.
 type BucketFence struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Lift          bool                   `protobuf:"varint,2,opt,name=lift,proto3" json:"lift,omitempty"`
-	TtlMs         uint32                 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Bucket string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Lift   bool                   `protobuf:"varint,2,opt,name=lift,proto3" json:"lift,omitempty"`
+	TtlMs  uint32                 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// token names the delete that raised the fence: a lift takes down only
+	// the fence of its own token, so a late lift of a failed delete leaves
+	// the fence of the delete retried after it.
+	Token         uint64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1858,6 +1862,13 @@ func (x *BucketFence) GetLift() bool {
 func (x *BucketFence) GetTtlMs() uint32 {
 	if x != nil {
 		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *BucketFence) GetToken() uint64 {
+	if x != nil {
+		return x.Token
 	}
 	return 0
 }
@@ -6667,11 +6678,12 @@ const file_osd_proto_rawDesc = "" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\"j\n" +
 	"\vBucketReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12*\n" +
-	"\x04info\x18\x02 \x01(\v2\x16.osprey.osd.BucketInfoR\x04info\"P\n" +
+	"\x04info\x18\x02 \x01(\v2\x16.osprey.osd.BucketInfoR\x04info\"f\n" +
 	"\vBucketFence\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x12\n" +
 	"\x04lift\x18\x02 \x01(\bR\x04lift\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\"9\n" +
+	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\x04R\x05token\"9\n" +
 	"\vListBuckets\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\"u\n" +
 	"\x10ListBucketsReply\x12/\n" +
