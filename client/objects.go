@@ -519,7 +519,8 @@ func (c *Client) abortFailed(ctx context.Context, bucket, key, id string) {
 	ctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	if err := c.AbortMultipartUpload(ctx, bucket, key, id); err != nil {
-		c.log.Warn("client: aborting a failed upload", "upload", id, "err", err)
+		c.log.Warn("client: could not abort a failed put's upload: it stays, with its parts, until aborted (osprey rm --incomplete, or S3's AbortMultipartUpload)",
+			"bucket", bucket, "key", key, "upload", id, "err", err)
 	}
 }
 

@@ -196,7 +196,9 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:    func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	if g.opts.MaxConnections > 0 {
-		ln = capConnections(ln, g.opts.MaxConnections, g.log)
+		capped := capConnections(ln, g.opts.MaxConnections, g.log)
+		srv.ConnState = capped.track
+		ln = capped
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -493,6 +495,12 @@ func (g *Gateway) fail(req *request, err error) {
 		g.log.Warn("s3: request failed after its response began", "id", req.id, "err", err)
 		panic(http.ErrAbortHandler)
 	}
+	if errors.Is(err, context.Canceled) && req.r.Context().Err() != nil {
+		// The client went away: nobody reads an answer, and it is no
+		// server error. Logged and counted as nginx's 499.
+		req.w.WriteHeader(statusClientClosedRequest)
+		return
+	}
 	if e.Status >= 500 {
 		g.log.Warn("s3: request failed", "id", req.id, "op", req.op, "err", err)
 	}
@@ -518,6 +526,10 @@ func (g *Gateway) fail(req *request, err error) {
 }
 
 const s3XMLNS = "http://s3.amazonaws.com/doc/2006-03-01/"
+
+// statusClientClosedRequest is nginx's status for a request whose client
+// closed the connection before the answer, in the access log and metrics.
+const statusClientClosedRequest = 499
 
 func writeXML(w http.ResponseWriter, status int, v any) {
 	b, err := xml.Marshal(v)

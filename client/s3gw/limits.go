@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,8 +37,12 @@ func DefaultMaxConnections() int {
 const capWarnEvery = time.Minute
 
 // connCap is a listener that holds at most n connections open at once:
-// at the cap its Accept waits for one to close, and new clients wait in
-// the kernel's listen backlog. Not netutil.LimitListener, whose
+// at the cap its Accept closes the longest idle kept-alive connection, as
+// nginx does when it runs out of connections (a client pool's idle ones
+// would otherwise hold every slot while its new requests wait unanswered;
+// an HTTP client resends an idempotent request on a kept-alive connection
+// closed under it, as after IdleTimeout), else waits for one to close,
+// and new clients wait in the kernel's listen backlog. Not netutil.LimitListener, whose
 // connections hide their *net.TCPConn (golang/go#64830): net/http could
 // not half-close them (CloseWrite) before it hangs up on a request it does
 // not read to its end (a 431, an error answered before the body was
@@ -50,9 +55,52 @@ type connCap struct {
 	warned atomic.Int64 // when it last warned, in Unix ns
 	closed context.Context
 	close  context.CancelFunc
+
+	mu   sync.Mutex
+	idle map[*cappedConn]time.Time // kept-alive, between requests (track)
 }
 
-func capConnections(ln net.Listener, n int, log *slog.Logger) net.Listener {
+// track is the server's ConnState: it keeps the idle connections, which
+// Accept may close at the cap.
+func (l *connCap) track(c net.Conn, state http.ConnState) {
+	cc, ok := c.(*cappedConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if state == http.StateIdle {
+		if l.idle == nil {
+			l.idle = make(map[*cappedConn]time.Time)
+		}
+		l.idle[cc] = time.Now()
+	} else {
+		delete(l.idle, cc)
+	}
+}
+
+// reclaim closes the longest idle connection, if there is one.
+func (l *connCap) reclaim() bool {
+	l.mu.Lock()
+	var oldest *cappedConn
+	var since time.Time
+	for c, t := range l.idle {
+		if oldest == nil || t.Before(since) {
+			oldest, since = c, t
+		}
+	}
+	if oldest != nil {
+		delete(l.idle, oldest)
+	}
+	l.mu.Unlock()
+	if oldest == nil {
+		return false
+	}
+	oldest.Close()
+	return true
+}
+
+func capConnections(ln net.Listener, n int, log *slog.Logger) *connCap {
 	l := &connCap{Listener: ln, n: int64(n), sem: semaphore.NewWeighted(int64(n)), log: log}
 	l.closed, l.close = context.WithCancel(context.Background())
 	return l
@@ -61,6 +109,7 @@ func capConnections(ln net.Listener, n int, log *slog.Logger) net.Listener {
 func (l *connCap) Accept() (net.Conn, error) {
 	if !l.sem.TryAcquire(1) {
 		l.warn()
+		l.reclaim()
 		if l.sem.Acquire(l.closed, 1) != nil {
 			return nil, net.ErrClosed
 		}
@@ -88,7 +137,7 @@ func (l *connCap) warn() {
 	if last != 0 && now-last < int64(capWarnEvery) || !l.warned.CompareAndSwap(last, now) {
 		return
 	}
-	l.log.Warn("s3: at the connection cap: no new connection is accepted until one closes (osprey s3 --max-connections)",
+	l.log.Warn("s3: at the connection cap: idle kept-alive connections are closed for new ones, else none is accepted until one closes (osprey s3 --max-connections)",
 		"max_connections", l.n)
 }
 

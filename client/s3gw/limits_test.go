@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"syscall"
@@ -22,9 +23,10 @@ import (
 // Serve is bounded. Headers: at most 64 KiB (and net/http's 4 KiB of
 // slack) is read of a header block, complete or not, before the
 // connection is answered 431 and closed; a header sent slowly is cut at
-// ClientTimeout. Connections: at most MaxConnections are open, the next
-// one waits until one closes, and a kept-alive connection left idle is
-// closed after IdleTimeout, which frees its slot.
+// ClientTimeout. Connections: at most MaxConnections are open; at the cap
+// the longest idle kept-alive one is closed for a new one, else the new
+// one waits until one closes; a kept-alive connection left idle is closed
+// after IdleTimeout, which frees its slot.
 func TestLimits(t *testing.T) {
 	e := newEnv(t)
 
@@ -117,11 +119,11 @@ func TestLimits(t *testing.T) {
 
 	t.Run("MaxConnections", func(t *testing.T) {
 		capped := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections = 4 })
+		// Four connections that sent nothing yet hold the four slots.
 		var held []net.Conn
 		for range 4 {
-			conn, br := dialConn(t, capped.addr)
-			roundTrip(t, conn, br, signed(t, http.MethodGet, capped.url+"/", nil), 10*time.Second)
-			held = append(held, conn) // idle, kept alive
+			conn, _ := dialConn(t, capped.addr)
+			held = append(held, conn)
 		}
 		// A fifth client connects (the kernel's backlog takes it) but is
 		// not served while the four are open.
@@ -159,6 +161,32 @@ func TestLimits(t *testing.T) {
 		}
 		conn.Close()
 		capped.unharmed(t, e.ctx, "a full connection cap")
+	})
+
+	t.Run("IdleConnectionsGiveWay", func(t *testing.T) {
+		// A client pool's kept-alive connections hold every slot between
+		// its requests: a new connection then takes the longest idle
+		// one's slot at once, as nginx closes idle keep-alives, instead
+		// of waiting unanswered for IdleTimeout.
+		capped := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections = 3 })
+		type heldConn struct {
+			conn net.Conn
+			br   *bufio.Reader
+		}
+		var held []heldConn
+		for range 3 {
+			conn, br := dialConn(t, capped.addr)
+			roundTrip(t, conn, br, signed(t, http.MethodGet, capped.url+"/", nil), 10*time.Second)
+			held = append(held, heldConn{conn, br}) // idle, kept alive
+		}
+		conn, br := dialConn(t, capped.addr)
+		roundTrip(t, conn, br, signed(t, http.MethodGet, capped.url+"/", nil), 10*time.Second)
+		held[0].conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := held[0].br.ReadByte(); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("the longest idle connection: %v, want it closed for the new one", err)
+		}
+		// The others are still served on their connections.
+		roundTrip(t, held[2].conn, held[2].br, signed(t, http.MethodGet, capped.url+"/", nil), 10*time.Second)
 	})
 
 	t.Run("ShutdownAtCap", func(t *testing.T) {
@@ -288,5 +316,22 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("no %s in %v", what, d)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestClientGoneIsNotAServerError: a request whose client went away
+// before its answer (its context cancelled) is no 500 and no error
+// document: it is recorded as nginx's 499, client closed request.
+func TestClientGoneIsNotAServerError(t *testing.T) {
+	e := newEnv(t)
+	signedReq := signed(t, http.MethodGet, "http://"+e.srvAddr+"/gone/k", nil)
+	ctx, cancel := context.WithCancel(e.ctx)
+	cancel()
+	r := signedReq.Clone(ctx)
+	r.RequestURI = r.URL.RequestURI()
+	w := httptest.NewRecorder()
+	e.gw.ServeHTTP(w, r)
+	if w.Code != 499 || w.Body.Len() != 0 {
+		t.Fatalf("a request whose client is gone: %d, %q; want 499 and no body", w.Code, w.Body.String())
 	}
 }
