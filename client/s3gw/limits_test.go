@@ -169,16 +169,7 @@ func TestLimits(t *testing.T) {
 		// one's slot at once, as nginx closes idle keep-alives, instead
 		// of waiting unanswered for IdleTimeout.
 		capped := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections = 3 })
-		type heldConn struct {
-			conn net.Conn
-			br   *bufio.Reader
-		}
-		var held []heldConn
-		for range 3 {
-			conn, br := dialConn(t, capped.addr)
-			roundTrip(t, conn, br, signed(t, http.MethodGet, capped.url+"/", nil), 10*time.Second)
-			held = append(held, heldConn{conn, br}) // idle, kept alive
-		}
+		held := holdIdle(t, capped, 3)
 		conn, br := dialConn(t, capped.addr)
 		roundTrip(t, conn, br, signed(t, http.MethodGet, capped.url+"/", nil), 10*time.Second)
 		held[0].conn.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -220,16 +211,7 @@ func TestLimits(t *testing.T) {
 
 	t.Run("IdleTimeout", func(t *testing.T) {
 		idle := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections, o.IdleTimeout = 2, time.Second })
-		type heldConn struct {
-			conn net.Conn
-			br   *bufio.Reader
-		}
-		var held []heldConn
-		for range 2 {
-			conn, br := dialConn(t, idle.addr)
-			roundTrip(t, conn, br, signed(t, http.MethodGet, idle.url+"/", nil), 10*time.Second)
-			held = append(held, heldConn{conn, br})
-		}
+		held := holdIdle(t, idle, 2)
 		// Past the cap, a request is served once an idle connection is
 		// closed after IdleTimeout; the test closes none.
 		conn, br := dialConn(t, idle.addr)
@@ -242,6 +224,25 @@ func TestLimits(t *testing.T) {
 			}
 		}
 	})
+}
+
+// heldConn is a connection a test keeps, with its reader.
+type heldConn struct {
+	conn net.Conn
+	br   *bufio.Reader
+}
+
+// holdIdle opens n connections to srv and makes a request on each: they
+// are then idle, kept alive.
+func holdIdle(t *testing.T, srv *served, n int) []heldConn {
+	t.Helper()
+	var held []heldConn
+	for range n {
+		conn, br := dialConn(t, srv.addr)
+		roundTrip(t, conn, br, signed(t, http.MethodGet, srv.url+"/", nil), 10*time.Second)
+		held = append(held, heldConn{conn, br})
+	}
+	return held
 }
 
 // dialConn is a connection to addr, closed at the test's end, with a
