@@ -14,9 +14,9 @@ package store
 // file (the file's 'W' record is durable, as for every dead file, so a
 // crash still removes it) instead of killing it, until the hold lapses.
 // Every later window renews the hold. Versions nobody reads are not kept,
-// however often the object is overwritten meanwhile.
-// A get that names the version it began on (ReadOptions.Want) reads that
-// version from here when the object no longer is it. Only what a reader
+// however often the object is overwritten meanwhile. A get that names the
+// version it began on (ReadOptions.Want) reads that version from here when
+// the object no longer is it. Only what a reader
 // holds is kept, and at most Options.KeepReplacedBytes of it: past that a
 // replaced file is killed at once, and its reader fails as before, asked
 // to read again.
@@ -39,10 +39,10 @@ type keeper struct {
 	pruneAt int
 	kept    []keptVersion
 	bytes   int64 // of the kept files
-	// retiring: versions a pipelined overwrite or delete replaced
-	// (ApplyAsync), by data id, until its commit is durable and retire
-	// decides. Its new head is visible meanwhile, so a reader of the old
-	// version finds that here.
+	// retiring: versions an overwrite or delete is replacing, by data id,
+	// from before its commit publishes the new head until the commit is
+	// durable and retire decides: a reader of the old version finds it
+	// here meanwhile.
 	retiring map[uint64]keptVersion
 	timer    *time.Timer
 	closed   bool
