@@ -516,7 +516,7 @@ func (c *Client) do(ctx context.Context, t osdpb.MsgType, tg target, build func(
 			}
 			return nil, err
 		}
-		moved := oe != nil && (oe.Status == osdpb.Status_WRONG_PRIMARY || oe.Status == osdpb.Status_STALE_EPOCH)
+		moved := mapMoved(oe)
 		if moved || attempt > 2 {
 			c.refreshMap(ctx)
 		}
@@ -639,6 +639,12 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 		}
 		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "no reply from %s within %v", connName(conn), c.opts.OpTimeout)
 	}
+}
+
+// mapMoved reports whether an OSD's answer says the client's map is
+// stale: the op goes to the PG's primary under a newer one.
+func mapMoved(oe *ops.Error) bool {
+	return oe != nil && (oe.Status == osdpb.Status_WRONG_PRIMARY || oe.Status == osdpb.Status_STALE_EPOCH)
 }
 
 // abandon lets go of a request its caller stopped waiting for: out of the

@@ -829,8 +829,7 @@ func (c *Client) listPage(ctx context.Context, bucket, prefix, delim, after stri
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		page, truncated, err := c.listPageOnce(ctx, bucket, prefix, delim, after, n)
 		var oe *ops.Error
-		if err == nil || !errors.As(err, &oe) || oe.Status != osdpb.Status_WRONG_PRIMARY && oe.Status != osdpb.Status_STALE_EPOCH ||
-			time.Now().After(deadline) {
+		if !errors.As(err, &oe) || !mapMoved(oe) || time.Now().After(deadline) {
 			return page, truncated, err
 		}
 		// do adopted the newer map; a primary that answers before it has

@@ -24,7 +24,8 @@ import (
 // with the gate held shared, write), and refuses later ones as primary,
 // retriably. The emptiness check then sees every put that can still be
 // acknowledged, and the delete goes only if it saw none; the fences come
-// down after it, or when the delete fails.
+// down after it, or when the check refuses it (a delete whose write
+// failed leaves them to lift themselves: it may still roll forward).
 //
 // A fence lasts fenceTTL from when each OSD took it, by its own clock, so
 // that one left by a primary that died lifts itself; the delete is
@@ -151,24 +152,17 @@ func (o *OSD) fenceBucket(mp *placement.Map, bucket string) (lift func(), err er
 			})
 		}
 		wg.Wait()
-		return errors.Join(errs...)
+		for _, err := range errs {
+			if err != nil {
+				return err // one, so that the reply carries one status
+			}
+		}
+		return nil
 	}
 	lift = func() { o.wg.Go(func() { _ = send(true) }) }
 	if err := send(false); err != nil {
 		lift()
-		return nil, opError(firstError(err))
+		return nil, err
 	}
 	return lift, nil
-}
-
-// firstError is the first of errors.Join's errors, so that a reply
-// carries one status.
-func firstError(err error) error {
-	var j interface{ Unwrap() []error }
-	if errors.As(err, &j) {
-		if es := j.Unwrap(); len(es) > 0 {
-			return es[0]
-		}
-	}
-	return err
 }

@@ -357,11 +357,9 @@ func (o *OSD) fencedEmpty(mp *placement.Map, bucket string) (lift func(), err er
 // fetched just before shows until the walk copies the object again.
 // A put that would race the check is refused: the bucket is fenced
 // first (fencedEmpty), and the delete purges the bucket's objects (store:
-// OP_DELETE_BUCKET) only once the check found none.
+// OP_DELETE_BUCKET) only once the check found none. Its caller has
+// found the bucket here.
 func (o *OSD) checkBucketEmpty(mp *placement.Map, bucket string) error {
-	if _, err := o.st.HeadBucket(o.ctx, bucket); err != nil {
-		return err
-	}
 	for pool := range mp.Pools() {
 		led := map[uint32][]uint32{} // primary -> its PGs of pool
 		for pg := range pool.PgCount {
@@ -710,7 +708,7 @@ func garbageParts(old, kept []*osdpb.PartRef) []*osdpb.PartRef {
 // client reads a multipart object part by part, and a part deleted before
 // its turn would fail a read that began on the old object, where S3 (and
 // RGW, which collects replaced tails hours later) finishes it. A graceful
-// stop ends the wait (flushDrops); a crash during it leaves the parts to
+// stop ends the wait (FlushDrops); a crash during it leaves the parts to
 // `osprey gc`.
 func (o *OSD) dropReplaced(mp *placement.Map, pool uint32, e *osdpb.LogEntry) {
 	if len(e.DroppedParts) == 0 {
