@@ -32,6 +32,9 @@ var (
 	// RepOpReceived runs as OSD osd has decoded a RepOp from OSD from,
 	// which it drops unanswered when the hook returns true.
 	RepOpReceived = &repOpReceived
+	// PGStateLate runs as OSD osd takes up a PG query or RepOp for store
+	// PG sid; true refuses it as before the PG's map ("no state yet").
+	PGStateLate = &pgStateLate
 	// RepOpApplying runs on OSD osd's shard of store PG sid as it takes up
 	// a RepOp.
 	RepOpApplying = &repOpApplying

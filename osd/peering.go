@@ -306,6 +306,19 @@ func (o *OSD) push(p *pgState, t pg.PushTarget) {
 	}
 }
 
+// pushesTo reports whether PG p's machine is active with id among its
+// members to push to: it serves, or it fills id. On p's shard.
+func (p *pgState) pushesTo(id uint32) bool {
+	return p.m != nil && (p.m.Serving() || slices.Contains(p.m.Backfilling(), pg.OSDID(id)))
+}
+
+// pushFailed tells PG p's machine that a push to id did not go: the
+// probe loop pushes again (pg.RetryPushes). On p's shard.
+func (o *OSD) pushFailed(p *pgState, id uint32) {
+	p.m.Step(pg.Unreachable{From: pg.OSDID(id), Epoch: p.m.Epoch()})
+	o.drive(p)
+}
+
 // activatedSync is the sync RepOp of PG p, at epoch e, of an active
 // primary whose log ends at (or after the one it went active with at)
 // want.
@@ -323,7 +336,7 @@ func (o *OSD) answerQuery(q *osdpb.PGQuery, sid, from uint32) (*osdpb.PGInfo, er
 		return nil, err
 	}
 	o.advance(p, o.Map())
-	if p.m == nil {
+	if p.m == nil || o.stateLate(p, osdpb.MsgType_MSG_PG_QUERY) {
 		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: no state yet", pgName(q.Pool, q.Pg))
 	}
 	info, err := p.m.AnswerQuery(pg.OSDID(from), pg.Epoch(q.Epoch))
@@ -345,6 +358,17 @@ func (o *OSD) answerQuery(q *osdpb.PGQuery, sid, from uint32) (*osdpb.PGInfo, er
 	}
 	return &osdpb.PGInfo{Pg: q.Pg, Last: last, LogTail: tail, LastEpochStarted: uint64(info.LastEpochStarted), Incomplete: incomplete,
 		Born: uint64(o.born())}, nil
+}
+
+// pgStateLate, when set (tests), runs as OSD osd takes up a peer's
+// message of type t (a PG query or a RepOp) for store PG sid: true makes
+// it refuse the message as before it took up the PG's map ("no state
+// yet"), as an OSD of a new cluster does for a moment.
+var pgStateLate testHook[func(osd, sid uint32, t osdpb.MsgType) bool]
+
+func (o *OSD) stateLate(p *pgState, t osdpb.MsgType) bool {
+	hook := pgStateLate.Load()
+	return hook != nil && hook(o.id, p.sid, t)
 }
 
 // born is the epoch our store was made as our map says (OSDInfo.born).
@@ -421,21 +445,28 @@ func (o *OSD) advanceAll(mp *placement.Map) {
 }
 
 // probeLoop asks, every probeInterval, the OSDs that block each down PG
-// we lead: one that answers lets it peer.
-func (o *OSD) probeLoop() { o.every(probeInterval, o.probeDown) }
+// we lead: one that answers lets it peer. And it pushes again to the
+// members of our active PGs whose push failed (degraded): a map that stays
+// the same brings no retry.
+func (o *OSD) probeLoop() { o.every(probeInterval, o.probe) }
 
-func (o *OSD) probeDown() {
+func (o *OSD) probe() {
 	o.pgMu.Lock()
-	var down []*pgState
+	var todo []*pgState
 	for _, p := range o.pgs {
-		if pg.State(p.state.Load())&pg.StateDown != 0 {
-			down = append(down, p)
+		if pg.State(p.state.Load())&(pg.StateDown|pg.StateDegraded) != 0 {
+			todo = append(todo, p)
 		}
 	}
 	o.pgMu.Unlock()
-	for _, p := range down {
+	for _, p := range todo {
 		o.enqueue(o.shardOf(p.sid), func() {
-			if p.m == nil || p.m.State()&pg.StateDown == 0 {
+			if p.m == nil {
+				return
+			}
+			if p.m.State()&pg.StateDown == 0 {
+				p.m.Step(pg.RetryPushes{})
+				o.drive(p)
 				return
 			}
 			for _, id := range p.m.Blocked() {

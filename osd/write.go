@@ -1152,17 +1152,24 @@ func (o *OSD) resync(pool, pg, id uint32) {
 			return
 		}
 		// On the shard, which owns the machine: a sync of a primary that
-		// serves is marked activated, as the push it repeats was.
+		// serves, or that fills id, is marked activated, as the push it
+		// repeats was. An empty PG's machine waits for the answer to its
+		// push of nothing to a member it counts as backfilling (a new
+		// PG whose replicas had not taken up the map): it stays peered
+		// until then, with no write to make one.
 		o.enqueue(o.shardOf(sid), func() {
 			last, _, err := o.st.PGInfo(o.ctx, sid)
-			if err != nil || last.GetSeq() == 0 && (p.m == nil || !p.m.Serving()) {
+			active := p.pushesTo(id)
+			if err != nil || last.GetSeq() == 0 && !active {
 				return
 			}
-			if p.m != nil && p.m.Serving() {
-				o.sendSyncOp(activatedSync(p, p.m.Epoch(), pgVersion(last)), id)
+			if !active {
+				o.sendSync(mp.Epoch(), id, pool, pg, last)
 				return
 			}
-			o.sendSync(mp.Epoch(), id, pool, pg, last)
+			if !o.sendSyncOp(activatedSync(p, p.m.Epoch(), pgVersion(last)), id) {
+				o.pushFailed(p, id) // retried by the probe loop
+			}
 		})
 	})
 }
@@ -1358,7 +1365,7 @@ func (o *OSD) ackRepOp(m *msgr.Message, r *osdpb.RepOp, last *osdpb.Version, err
 // PG's members. On p's shard.
 func (o *OSD) acceptRepOp(p *pgState, r *osdpb.RepOp, from uint32) error {
 	o.advance(p, o.Map())
-	if p.m == nil {
+	if p.m == nil || o.stateLate(p, osdpb.MsgType_MSG_REP_OP) {
 		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: no state yet", pgName(r.Pool, r.Pg))
 	}
 	err := p.m.AcceptRepOp(pg.OSDID(from), pg.Epoch(r.Epoch))

@@ -1,7 +1,8 @@
 package pg
 
 // Event is an input to [PG.Step]: one of AdvanceMap, Info, Unreachable,
-// Recovered, PeerRecovered, Applied and BackfillStarted.
+// Recovered, PeerRecovered, Applied, Activated, BackfillStarted, LogTrimmed
+// and RetryPushes.
 type Event interface{ event() }
 
 // AdvanceMap gives the machine map epoch Epoch. The daemon feeds every
@@ -106,6 +107,13 @@ type Activated struct {
 // interval (PeerInfo.Incomplete).
 type BackfillStarted struct{}
 
+// RetryPushes asks an active primary to push again to the members whose
+// last push failed (Unreachable). A new map retries them too, but a
+// cluster whose map stays the same (a new one at rest, a member that
+// refused a push while it was still taking up the map) has none to wait
+// for: the daemon steps this on a timer, as Ceph retries recovery.
+type RetryPushes struct{}
+
 // LogTrimmed says the local log's oldest entry is now Tail (a trim): a
 // replica whose log ends before it cannot be caught up from the log and is
 // backfilled, so the primary counts a member it pushes to from there as
@@ -113,6 +121,7 @@ type BackfillStarted struct{}
 type LogTrimmed struct{ Tail Version }
 
 func (BackfillStarted) event() {}
+func (RetryPushes) event()     {}
 func (LogTrimmed) event()      {}
 func (AdvanceMap) event()      {}
 func (Info) event()            {}

@@ -447,10 +447,15 @@ func (p *PG) retry() {
 		}
 		p.tryPeer()
 	case phaseActive:
-		for _, id := range p.cur.replicas() {
-			if pr := p.peers[id]; pr != nil && pr.push == pushFailed {
-				p.push(id, pr, pr.vouched())
-			}
+		p.repush()
+	}
+}
+
+// repush pushes again to the members whose last push failed.
+func (p *PG) repush() {
+	for _, id := range p.cur.replicas() {
+		if pr := p.peers[id]; pr != nil && pr.push == pushFailed {
+			p.push(id, pr, pr.vouched())
 		}
 	}
 }

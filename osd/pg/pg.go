@@ -288,6 +288,10 @@ func (p *PG) Step(ev Event) error {
 		p.onActivated(ev)
 	case BackfillStarted:
 		p.local.Incomplete = true
+	case RetryPushes:
+		if p.isPrimary() && p.phase == phaseActive {
+			p.repush()
+		}
 	case LogTrimmed:
 		if p.local.LogTail.Less(ev.Tail) {
 			p.local.LogTail = ev.Tail

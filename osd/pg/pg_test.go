@@ -550,6 +550,39 @@ func TestMissedRepOpNeedsPush(t *testing.T) {
 	m.expect("active+clean", true)
 }
 
+// TestRetryPushesAtTheSameMap: a fresh PG whose replicas refused their
+// query and then its push (they had not taken up the map yet) is peered
+// and backfilling with no new map to retry at; RetryPushes sends the
+// pushes again, and their answers make it clean.
+func TestRetryPushesAtTheSameMap(t *testing.T) {
+	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(1, 2, 3))
+	m.step(pg.Unreachable{From: 2, Epoch: 1}, pg.Unreachable{From: 3, Epoch: 1})
+	rd := m.expect("backfilling+degraded+peered", false)
+	if len(rd.Push) != 2 {
+		t.Fatalf("Push %+v, want one to each replica", rd.Push)
+	}
+	m.step(pg.RetryPushes{}) // nothing failed yet: nothing to send again
+	if rd := m.Ready(); len(rd.Push) != 0 {
+		t.Fatalf("Push %+v with both pushes in flight", rd.Push)
+	}
+	m.step(pg.Unreachable{From: 2, Epoch: 1}, pg.Unreachable{From: 3, Epoch: 1}) // refused
+	m.expect("degraded+peered", false)
+	m.step(pg.RetryPushes{})
+	rd = m.expect("backfilling+degraded+peered", false)
+	want := []pg.PushTarget{{To: 2, Epoch: 1}, {To: 3, Epoch: 1}}
+	if !slices.Equal(rd.Push, want) {
+		t.Fatalf("Push %+v after RetryPushes, want %+v", rd.Push, want)
+	}
+	m.step(pg.PeerRecovered{OSD: 2}, pg.PeerRecovered{OSD: 3})
+	m.expect("active+clean", true)
+	// A replica ignores it, as does a primary not yet active.
+	r := newMachine(t, 2, pg.PeerInfo{}).maps(1, osds(1, 2, 3))
+	r.step(pg.RetryPushes{})
+	if rd := r.Ready(); len(rd.Push) != 0 || rd.State != pg.StateReplica {
+		t.Fatalf("replica: %+v", rd)
+	}
+}
+
 func TestStaleAnswersIgnored(t *testing.T) {
 	m := newMachine(t, 1, pg.PeerInfo{}).maps(1, osds(1, 2, 3), osds(1, 2, 4))
 	m.Ready()
