@@ -102,6 +102,7 @@ func (g *Gateway) newVerifiedBody(b *verifiedBody, r *http.Request, auth authRes
 			return err
 		}
 	}
+	dropAWSChunked(r)
 	if auth.PayloadHash != "" {
 		want, _ := hex.DecodeString(auth.PayloadHash)
 		b.checks = append(b.checks, digestCheck{sha256.New(), want,
@@ -116,6 +117,11 @@ func (g *Gateway) newVerifiedBody(b *verifiedBody, r *http.Request, auth authRes
 		b.closer = h.Close
 		b.contentMD5 = want
 		b.checks = append(b.checks, digestCheck{h, want, errf(ErrBadDigest, "the Content-MD5 you specified did not match what was received")})
+	}
+	if completesUpload(r) {
+		// Its x-amz-checksum-* is the object's, not the XML's:
+		// completeMultipartUpload checks it.
+		return nil
 	}
 	sums := 0
 	if auth.Streaming != "" && strings.TrimSpace(r.Header.Get("X-Amz-Trailer")) != "" {
@@ -142,8 +148,8 @@ func (g *Gateway) newVerifiedBody(b *verifiedBody, r *http.Request, auth authRes
 
 // decodeChunked puts the decoding of an aws-chunked body under b, and
 // makes r what the handlers would have seen of a plain body: its
-// ContentLength the decoded length, aws-chunked out of Content-Encoding,
-// and r.Trailer the trailer's headers once the body has been read.
+// ContentLength the decoded length, and r.Trailer the trailer's headers
+// once the body has been read.
 func decodeChunked(r *http.Request, b *verifiedBody, auth authResult) error {
 	decoded, err := strconv.ParseInt(r.Header.Get("X-Amz-Decoded-Content-Length"), 10, 64)
 	if err != nil || decoded < 0 {
@@ -167,18 +173,37 @@ func decodeChunked(r *http.Request, b *verifiedBody, auth authResult) error {
 	b.size = decoded
 	r.ContentLength = decoded
 	r.Trailer = cr.trailers
+	return nil
+}
+
+// completesUpload reports whether r is a CompleteMultipartUpload (a POST
+// with an uploadId).
+func completesUpload(r *http.Request) bool {
+	return r.Method == http.MethodPost && strings.Contains(r.URL.RawQuery, "uploadId") && r.URL.Query().Has("uploadId")
+}
+
+// dropAWSChunked takes aws-chunked out of r's Content-Encoding, which S3
+// never stores: it names how this request's body was sent, whether or not
+// the body is in fact aws-chunked (a client may send the coding with an
+// unsigned payload), not how the object is encoded.
+func dropAWSChunked(r *http.Request) {
+	v := r.Header.Values("Content-Encoding")
+	if len(v) == 0 {
+		return
+	}
 	var enc []string
-	for e := range strings.SplitSeq(r.Header.Get("Content-Encoding"), ",") {
-		if e = strings.TrimSpace(e); e != "" && !strings.EqualFold(e, "aws-chunked") {
-			enc = append(enc, e)
+	for _, line := range v {
+		for e := range strings.SplitSeq(line, ",") {
+			if e = strings.TrimSpace(e); e != "" && !strings.EqualFold(e, "aws-chunked") {
+				enc = append(enc, e)
+			}
 		}
 	}
 	if len(enc) == 0 {
 		r.Header.Del("Content-Encoding")
 	} else {
-		r.Header.Set("Content-Encoding", strings.Join(enc, ","))
+		r.Header.Set("Content-Encoding", strings.Join(enc, ", "))
 	}
-	return nil
 }
 
 func (b *verifiedBody) Read(p []byte) (int, error) {

@@ -2,12 +2,16 @@ package s3gw
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/xml"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/sigv4"
 )
 
@@ -22,10 +26,53 @@ type bucketEntry struct {
 }
 
 type listAllMyBucketsResult struct {
-	XMLName xml.Name      `xml:"ListAllMyBucketsResult"`
-	XMLNS   string        `xml:"xmlns,attr"`
-	Owner   owner         `xml:"Owner"`
-	Buckets []bucketEntry `xml:"Buckets>Bucket"`
+	XMLName           xml.Name      `xml:"ListAllMyBucketsResult"`
+	XMLNS             string        `xml:"xmlns,attr"`
+	Buckets           []bucketEntry `xml:"Buckets>Bucket"`
+	Owner             owner         `xml:"Owner"`
+	ContinuationToken string        `xml:",omitempty"`
+	Prefix            *string       `xml:",omitempty"`
+}
+
+// maxBucketsPage is S3's page of ListBuckets when a request pages
+// (prefix, continuation-token, bucket-region or max-buckets) and its
+// largest max-buckets; a request with none of them gets every bucket.
+const maxBucketsPage = 10000
+
+// bucketsQuery is a ListBuckets' paging: after is the name the page
+// starts after (from continuation-token), max 0 for no limit.
+type bucketsQuery struct {
+	prefix    *string
+	after     string
+	max       int
+	regionOff bool // bucket-region names another region: nothing is there
+}
+
+func (g *Gateway) parseBucketsQuery(q url.Values) (bucketsQuery, error) {
+	var bq bucketsQuery
+	if q.Has("prefix") {
+		p := q.Get("prefix")
+		bq.prefix = &p
+	}
+	if q.Has("prefix") || q.Has("continuation-token") || q.Has("bucket-region") {
+		bq.max = maxBucketsPage
+	}
+	if q.Has("max-buckets") {
+		n, err := strconv.Atoi(q.Get("max-buckets"))
+		if err != nil || n < 1 || n > maxBucketsPage {
+			return bq, errf(ErrInvalidArgument, "max-buckets must be an integer from 1 to %d", maxBucketsPage)
+		}
+		bq.max = n
+	}
+	if tok := q.Get("continuation-token"); tok != "" {
+		name, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil || ops.CheckBucketName(string(name)) != nil {
+			return bq, errf(ErrInvalidArgument, "the continuation token provided is incorrect")
+		}
+		bq.after = string(name)
+	}
+	bq.regionOff = q.Has("bucket-region") && q.Get("bucket-region") != g.opts.Region
+	return bq, nil
 }
 
 // ownerOf is the owner the gateway reports: the key's entity, or a static
@@ -38,14 +85,29 @@ func ownerOf(req *request) owner {
 }
 
 func (g *Gateway) listBuckets(req *request) error {
+	bq, err := g.parseBucketsQuery(req.r.URL.Query())
+	if err != nil {
+		return err
+	}
 	bs, err := g.cl.ListBuckets(req.r.Context())
 	if err != nil {
 		return err
 	}
-	res := listAllMyBucketsResult{XMLNS: s3XMLNS, Owner: ownerOf(req), Buckets: []bucketEntry{}}
+	slices.SortFunc(bs, func(a, b client.BucketInfo) int { return strings.Compare(a.Name, b.Name) })
+	res := listAllMyBucketsResult{XMLNS: s3XMLNS, Owner: ownerOf(req), Buckets: []bucketEntry{}, Prefix: bq.prefix}
 	for _, b := range bs {
-		if req.authorize(read, b.Name) != nil {
+		switch {
+		case bq.regionOff || b.Name <= bq.after && bq.after != "":
+			continue
+		case bq.prefix != nil && !strings.HasPrefix(b.Name, *bq.prefix):
+			continue
+		case req.authorize(read, b.Name) != nil:
 			continue // a bucket the caller may not read is not its own
+		}
+		if bq.max > 0 && len(res.Buckets) == bq.max {
+			// One more to list: the token says where the next page starts.
+			res.ContinuationToken = base64.RawURLEncoding.EncodeToString([]byte(res.Buckets[len(res.Buckets)-1].Name))
+			break
 		}
 		res.Buckets = append(res.Buckets, bucketEntry{Name: b.Name, CreationDate: s3Time(b.Created)})
 	}

@@ -1,8 +1,16 @@
 package s3gw_test
 
 import (
+	"encoding/base64"
+	"encoding/binary"
+	"hash/crc32"
+	"slices"
 	"sync"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 )
 
 // A CompleteMultipartUpload sent several times at once (a client retrying
@@ -32,4 +40,41 @@ func TestCompleteMultipartUploadRepeatedAtOnce(t *testing.T) {
 		}
 		e.wantObject(t, b, "k", data, "", nil)
 	}
+}
+
+// TestCompleteChecksums: a CompleteMultipartUpload's x-amz-checksum-crc32c
+// is the whole object's, checked against the parts' CRC32Cs combined, not
+// against the request's XML (which refused every right one with
+// BadDigest); a part's ChecksumCRC32C in the XML is checked against the
+// part's. A refused completion leaves the upload as it was.
+func TestCompleteChecksums(t *testing.T) {
+	e := newEnv(t)
+	b := e.newBucket(t)
+	const partSize = 5 * mib
+	id, data, parts := e.mpUpload(t, b, "k", 2*partSize+7, partSize, nil)
+	b64 := func(p []byte) *string {
+		var sum [4]byte
+		binary.BigEndian.PutUint32(sum[:], crc32.Checksum(p, crc32.MakeTable(crc32.Castagnoli)))
+		return aws.String(base64.StdEncoding.EncodeToString(sum[:]))
+	}
+	complete := func(whole *string, partSums ...*string) error {
+		ps := slices.Clone(parts)
+		for i, s := range partSums {
+			ps[i].ChecksumCRC32C = s
+		}
+		_, err := e.s3.CompleteMultipartUpload(e.ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String(b), Key: aws.String("k"),
+			UploadId: aws.String(id), MultipartUpload: &types.CompletedMultipartUpload{Parts: ps},
+			ChecksumCRC32C: whole, ChecksumType: types.ChecksumTypeFullObject})
+		return err
+	}
+	wantCode(t, "a wrong whole-object CRC32C", complete(b64(data[1:])), "BadDigest", 400)
+	wantCode(t, "a malformed one", complete(aws.String("AAAA")), "InvalidRequest", 400)
+	wantCode(t, "a wrong part CRC32C", complete(nil, b64(data[:partSize]), b64(data[:1])), "InvalidPart", 400)
+	if _, err := e.s3.ListParts(e.ctx, &s3.ListPartsInput{Bucket: aws.String(b), Key: aws.String("k"), UploadId: aws.String(id)}); err != nil {
+		t.Fatalf("the upload after refused completions: %v", err)
+	}
+	if err := complete(b64(data), b64(data[:partSize]), b64(data[partSize:2*partSize]), b64(data[2*partSize:])); err != nil {
+		t.Fatalf("complete with the right CRC32Cs: %v", err)
+	}
+	e.wantObject(t, b, "k", data, "", nil)
 }

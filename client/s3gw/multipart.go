@@ -2,14 +2,18 @@ package s3gw
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/xml"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/crc32c"
 )
 
 // S3's multipart upload API over the SDK's: the parts go to the cluster
@@ -78,13 +82,18 @@ func (g *Gateway) uploadPart(req *request) error {
 
 // completeRequest is CompleteMultipartUpload's body.
 type completeRequest struct {
-	XMLName xml.Name `xml:"CompleteMultipartUpload"`
-	Parts   []struct {
-		// Pointers, to tell an element left out, which S3 answers
-		// MalformedXML, from a 0 or an empty ETag.
-		PartNumber *int
-		ETag       *string
-	} `xml:"Part"`
+	XMLName xml.Name       `xml:"CompleteMultipartUpload"`
+	Parts   []completePart `xml:"Part"`
+}
+
+type completePart struct {
+	// Pointers, to tell an element left out, which S3 answers
+	// MalformedXML, from a 0 or an empty ETag.
+	PartNumber *int
+	ETag       *string
+	// The part's CRC32C as UploadPart answered it: checked against the
+	// part's. The other algorithms' are not kept, so not checked.
+	ChecksumCRC32C string
 }
 
 // parseCompleteRequest parses and checks CompleteMultipartUpload's XML.
@@ -130,6 +139,9 @@ func (g *Gateway) completeMultipartUpload(req *request) error {
 	if err != nil {
 		return err
 	}
+	if err := g.checkCompleteChecksums(req, c); err != nil {
+		return err
+	}
 	info, err := g.cl.CompleteMultipartUpload(req.r.Context(), req.bucket, req.key, req.query().Get("uploadId"), parts,
 		client.CompleteOptions{IfMatch: ifMatch, IfNoneMatch: ifNoneMatch})
 	if client.ErrorCode(err) == "NoSuchUpload" {
@@ -141,6 +153,81 @@ func (g *Gateway) completeMultipartUpload(req *request) error {
 	writeXML(req.w, http.StatusOK, completeMultipartUploadResult{XMLNS: s3XMLNS, Location: objectURL(req.r),
 		Bucket: req.bucket, Key: req.key, ETag: quoteETag(info.ETag)})
 	return nil
+}
+
+// checkCompleteChecksums checks the CRC32Cs a CompleteMultipartUpload
+// gives, before it completes anything: each part's ChecksumCRC32C against
+// the part's (InvalidPart), and an x-amz-checksum-crc32c header, the whole
+// object's, against the CRC32C of the parts named, combined (BadDigest).
+// Osprey keeps no other algorithm's checksum of a part, so a whole-object
+// CRC32, CRC64NVME, SHA-1 or SHA-256, or a composite (-N) value, is
+// checked for its form only: each part's was checked as it was uploaded.
+// A part that is not there, or has another ETag, is left to the
+// completion to refuse (InvalidPart).
+func (g *Gateway) checkCompleteChecksums(req *request, c completeRequest) error {
+	whole := ""
+	for name := range checksumAlgorithms {
+		v := headerOf(req.r.Header, checksumHeaders[name])
+		if v == "" {
+			continue
+		}
+		if whole != "" {
+			return errf(ErrInvalidRequest, "expecting a single x-amz-checksum- header; multiple checksum types are not allowed")
+		}
+		whole = name
+		sum, n, composite := strings.Cut(v, "-")
+		raw, err := base64.StdEncoding.DecodeString(sum)
+		if err != nil || len(raw) != checksumAlgorithms[name]().Size() || composite && !validPartCount(n) {
+			return errf(ErrInvalidRequest, "value for x-amz-checksum-%s header is invalid", name)
+		}
+		if name != "crc32c" || composite {
+			whole = ""
+		}
+	}
+	perPart := slices.ContainsFunc(c.Parts, func(p completePart) bool { return p.ChecksumCRC32C != "" })
+	if whole == "" && !perPart {
+		return nil
+	}
+	have, err := g.cl.ListObjectParts(req.r.Context(), req.bucket, req.key, req.query().Get("uploadId"))
+	if err != nil {
+		return err
+	}
+	byNumber := make(map[int]client.ObjectPart, len(have))
+	for _, p := range have {
+		byNumber[p.PartNumber] = p
+	}
+	var crc uint32
+	for i, p := range c.Parts {
+		got, ok := byNumber[*p.PartNumber]
+		if !ok || strings.Trim(got.ETag, `"`) != strings.Trim(*p.ETag, `"`) {
+			return nil // the completion refuses it
+		}
+		if p.ChecksumCRC32C != "" && p.ChecksumCRC32C != crc32cBase64(got.CRC32C) {
+			return errf(ErrInvalidPart, "part %d's ChecksumCRC32C %s is not the part's, %s", *p.PartNumber, p.ChecksumCRC32C, crc32cBase64(got.CRC32C))
+		}
+		if i == 0 {
+			crc = got.CRC32C
+		} else {
+			crc = crc32c.Combine(crc, got.CRC32C, got.Size)
+		}
+	}
+	if whole != "" && headerOf(req.r.Header, checksumHeaders[whole]) != crc32cBase64(crc) {
+		return errf(ErrBadDigest, "the CRC32C you specified did not match the calculated checksum")
+	}
+	return nil
+}
+
+// validPartCount is the -N of a composite checksum: 1 to 10000.
+func validPartCount(n string) bool {
+	v, err := strconv.Atoi(n)
+	return err == nil && v >= 1 && v <= 10000
+}
+
+// crc32cBase64 is a CRC32C as S3's headers and XML carry it.
+func crc32cBase64(c uint32) string {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], c)
+	return base64.StdEncoding.EncodeToString(b[:])
 }
 
 // uploadOrBucket answers NoSuchBucket for an upload's operation in a

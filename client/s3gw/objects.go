@@ -2,8 +2,6 @@ package s3gw
 
 import (
 	"cmp"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -306,9 +304,7 @@ func (g *Gateway) getObject(req *request, head bool) error {
 	if !ranged && part == 0 && strings.EqualFold(r.Header.Get("X-Amz-Checksum-Mode"), "ENABLED") {
 		// The CRC32C of the whole object, which Osprey keeps for every
 		// object (a multipart one's combined from its parts').
-		var b [4]byte
-		binary.BigEndian.PutUint32(b[:], info.CRC32C)
-		h.Set("x-amz-checksum-crc32c", base64.StdEncoding.EncodeToString(b[:]))
+		h.Set("x-amz-checksum-crc32c", crc32cBase64(info.CRC32C))
 		h.Set("x-amz-checksum-type", "FULL_OBJECT")
 	}
 	if part > 0 && len(info.Parts) > 0 {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,6 +108,48 @@ func longName(n int) func(e *env) string {
 }
 
 var s3testsBuckets = []s3testsCase{
+	// test_list_buckets_paginated, in a prefix of its own: the other
+	// cases' buckets share the gateway.
+	{"list_buckets_paginated", func(t *testing.T, e *env) {
+		prefix := e.bucketName() + "-"
+		list := func(token *string) *s3.ListBucketsOutput {
+			t.Helper()
+			out, err := e.s3.ListBuckets(e.ctx, &s3.ListBucketsInput{Prefix: aws.String(prefix), MaxBuckets: aws.Int32(1), ContinuationToken: token})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if aws.ToString(out.Prefix) != prefix {
+				t.Fatalf("Prefix %q, want %q", aws.ToString(out.Prefix), prefix)
+			}
+			return out
+		}
+		names := func(out *s3.ListBucketsOutput) (n []string) {
+			for _, b := range out.Buckets {
+				n = append(n, aws.ToString(b.Name))
+			}
+			return n
+		}
+		if out := list(nil); len(out.Buckets) != 0 || out.ContinuationToken != nil {
+			t.Fatalf("no bucket: %v, token %v", names(out), out.ContinuationToken)
+		}
+		e.mb(t, prefix+"a")
+		if out := list(nil); !slices.Equal(names(out), []string{prefix + "a"}) || out.ContinuationToken != nil {
+			t.Fatalf("one bucket: %v, token %v", names(out), out.ContinuationToken)
+		}
+		e.mb(t, prefix+"b")
+		out := list(nil)
+		if !slices.Equal(names(out), []string{prefix + "a"}) || out.ContinuationToken == nil {
+			t.Fatalf("two buckets, first page: %v, token %v", names(out), out.ContinuationToken)
+		}
+		out = list(out.ContinuationToken)
+		if !slices.Equal(names(out), []string{prefix + "b"}) || out.ContinuationToken != nil {
+			t.Fatalf("two buckets, second page: %v, token %v", names(out), out.ContinuationToken)
+		}
+		_, err := e.s3.ListBuckets(e.ctx, &s3.ListBucketsInput{MaxBuckets: aws.Int32(0)})
+		wantCode(t, "max-buckets 0", err, "InvalidArgument", 400)
+		_, err = e.s3.ListBuckets(e.ctx, &s3.ListBucketsInput{ContinuationToken: aws.String("not a token")})
+		wantCode(t, "a bad token", err, "InvalidArgument", 400)
+	}},
 	{"bucket_notexist", func(t *testing.T, e *env) {
 		_, err := e.s3.ListObjects(e.ctx, &s3.ListObjectsInput{Bucket: aws.String(e.bucketName())})
 		wantCode(t, "list", err, "NoSuchBucket", 404)

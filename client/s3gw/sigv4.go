@@ -441,10 +441,16 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 	} else {
 		if d := r.Header.Get("Date"); amzDate == "" && d != "" {
 			// The spec's fallback: the Date header, in ISO 8601 in the
-			// string to sign.
-			if t, err := http.ParseTime(d); err == nil {
-				amzDate = t.UTC().Format(amzDateLayout)
+			// string to sign. HTTP dates are in GMT, but botocore sends
+			// a numeric zone (Python's formatdate: "-0000").
+			t, err := http.ParseTime(d)
+			if err != nil {
+				t, err = time.Parse(time.RFC1123Z, d)
 			}
+			if err != nil {
+				return authResult{}, errf(ErrAccessDenied, "malformed Date %q: want an HTTP date such as %q", d, now.UTC().Format(http.TimeFormat))
+			}
+			amzDate = t.UTC().Format(amzDateLayout)
 		}
 		if amzDate == "" {
 			return authResult{}, errf(ErrAccessDenied, "the request needs an X-Amz-Date (or Date) header")

@@ -178,6 +178,21 @@ try:
 except urllib.error.HTTPError as e:
     assert e.code == 403 and b"SignatureDoesNotMatch" in e.read()
 
+step("a Date header, and aws-chunked in Content-Encoding")
+# With a Date header, botocore signs with it (formatdate's "-0000" zone)
+# and sends no X-Amz-Date (test_object_create_date_and_amz_date).
+dated = new_client()
+dated.meta.events.register("before-call.s3.PutObject",
+                           lambda params, **kw: params["headers"].update({"Date": "now"}))
+dated.put_object(Bucket=B, Key="dated", Body=b"x")
+assert s3.get_object(Bucket=B, Key="dated")["Body"].read() == b"x"
+# aws-chunked names how a body was sent; S3 does not store it
+# (test_object_content_encoding_aws_chunked).
+for sent, kept in [("gzip, aws-chunked", "gzip"), ("aws-chunked, deflate, gzip", "deflate, gzip"),
+                   ("aws-chunked", None)]:
+    s3.put_object(Bucket=B, Key="encoded", Body=b"y", ContentEncoding=sent)
+    assert s3.head_object(Bucket=B, Key="encoded").get("ContentEncoding") == kept, sent
+
 step("deletes")
 s3.delete_object(Bucket=B, Key="presigned")
 keys = [o["Key"] for o in s3.list_objects_v2(Bucket=B)["Contents"]]
