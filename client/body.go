@@ -149,7 +149,9 @@ func (c *Client) payloadFor(ctx context.Context, tg target, n int) (*wire.Buffer
 // buffer wraps data, with one reference, and free runs when the last is
 // released.
 func (c *Client) bytesBody(data []byte, free func(*wire.Buffer)) body {
-	bd := body{buf: wire.NewExternalBuffer(data, free), n: len(data), crc: crc32.Checksum(data, castagnoli)}
+	buf := wire.NewExternalBuffer(data, free)
+	buf.Owner = callersBytes{}
+	bd := body{buf: buf, n: len(data), crc: crc32.Checksum(data, castagnoli)}
 	if c.opts.MD5 {
 		h := NewMD5(int64(len(data)))
 		h.Write(data)
@@ -158,6 +160,10 @@ func (c *Client) bytesBody(data []byte, free func(*wire.Buffer)) body {
 	}
 	return bd
 }
+
+// callersBytes owns (wire.Buffer.Owner) a buffer of a caller's bytes that
+// PutObjectBytes lends the messenger and waits for (abandon).
+type callersBytes struct{}
 
 // inPlace is a PutObjectBytes body as the reader of a put's bodies
 // (nextBody): each body is the next bytes of data where they lie, and

@@ -633,7 +633,7 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 		r.Release()
 		return nil, nil
 	case <-actx.Done():
-		abandon(conn, ticket)
+		abandon(conn, ticket, payload, ctx.Err() != nil)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -647,12 +647,24 @@ func mapMoved(oe *ops.Error) bool {
 	return oe != nil && (oe.Status == osdpb.Status_WRONG_PRIMARY || oe.Status == osdpb.Status_STALE_EPOCH)
 }
 
-// abandon takes a request its caller stopped waiting for out of the send
-// queue if no link had it yet (one queued behind others to an OSD that
-// hangs never reaches it). One a link had stays until the OSD acks it or
-// the session fails: closing the session for it would release a
-// PutObjectBytes' caller's bytes while a writer may still read them.
-func abandon(conn *msgr.Conn, t msgr.Ticket) { conn.Withdraw(t) }
+// abandon lets go of a request its caller stopped waiting for: out of the
+// send queue if no link had it yet (a request queued behind others to an
+// OSD that hangs never reaches it). One that a link had already is held
+// for resending until the OSD acks it; if its payload is a caller's bytes
+// (PutObjectBytes, which returns only once they are released), its Conn is
+// closed instead, so that they go back now: an OSD stopped (SIGSTOP) acks
+// nothing while its link stays up. The next op dials the OSD again.
+// Only when the caller's context ended (final): after an attempt's
+// OpTimeout the op is sent again with the same bytes, so closing would
+// return nothing sooner and fail every other op on the session.
+func abandon(conn *msgr.Conn, t msgr.Ticket, payload *wire.Buffer, final bool) {
+	if conn.Withdraw(t) || payload == nil || !final {
+		return
+	}
+	if _, lent := payload.Owner.(callersBytes); lent {
+		conn.Close()
+	}
+}
 
 // connName names the other end of conn in errors: its entity and address
 // (a seed's name is not known before it answers).

@@ -174,6 +174,38 @@ func TestPutObjectBytesHoldsUntilReleased(t *testing.T) {
 	}
 }
 
+// TestPutObjectBytesLetGoOfByAHungOSD: a PutObjectBytes whose body went to
+// an OSD that never answers nor acks it (stopped, SIGSTOP: its link stays
+// up) returns once its context ends: the client closes the session that
+// held the bytes for resending, which releases them, rather than wait for
+// the OSD to come back.
+func TestPutObjectBytesLetGoOfByAHungOSD(t *testing.T) {
+	cl, ctx, w := watchedClient(t)
+	data := osdtest.Payload(256<<10, 6)
+	w.watched.Store(&data[0])
+	w.swallow.Store(true)
+	putCtx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	returned := make(chan error, 1)
+	go func() {
+		_, err := cl.PutObjectBytes(putCtx, "bkt", "k", data, client.PutOptions{})
+		returned <- err
+	}()
+	select {
+	case err := <-returned:
+		if !errors.Is(err, context.DeadlineExceeded) || w.sent.Load() == 0 {
+			t.Fatalf("a put to a hung OSD: %v after %d writes of its body, want its context's end", err, w.sent.Load())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("PutObjectBytes still waits for an OSD that never acks its body, 20 s after its context ended")
+	}
+	// The client dials the OSD again for the next op.
+	w.swallow.Store(false)
+	if _, err := cl.PutObjectBytes(ctx, "bkt", "k", data, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestDoneContextSendsNothing: an op called with a context already done
 // fails with the context's error and is not sent, so nothing of it is
 // applied after the caller was told it failed (as net/http sends no

@@ -141,10 +141,11 @@ type linkRun struct {
 	link     wire.Link
 	wake     chan struct{}
 	done     chan struct{}
-	lastRecv atomic.Int64 // coarse clock of the last frame received
-	frames   []wire.Frame // writer scratch
-	rframe   wire.Frame   // reader scratch; a field so it is not allocated per frame
-	released []*Message   // reader scratch: acked by the frame in hand, recycled after its dispatch
+	closed   chan struct{} // closed once the transport's Close of link returned (closeLink)
+	lastRecv atomic.Int64  // coarse clock of the last frame received
+	frames   []wire.Frame  // writer scratch
+	rframe   wire.Frame    // reader scratch; a field so it is not allocated per frame
+	released []*Message    // reader scratch: acked by the frame in hand, recycled after its dispatch
 	buffered interface{ Buffered() bool }
 	// wmu is held by whoever collects and writes a batch: the writer
 	// goroutine, or a sender writing inline (writeInline).

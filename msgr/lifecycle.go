@@ -4,8 +4,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"time"
-
-	"github.com/ospreystore/osprey/msgr/wire"
 )
 
 // Close ends the session: queued messages are dropped, the peer is told
@@ -34,6 +32,17 @@ func (c *Conn) closeLocked(err error, notify, tell bool) {
 	c.state = stateClosed
 	c.closeErr = err
 	released := c.resetSession(nil)
+	// A batch collected before the close may be mid-write, pointing into
+	// the released messages' fronts and payloads (a sender's own bytes,
+	// registered memory a pool hands out again), and an RDMA peer may
+	// still read a payload it was offered: they are let go of once the
+	// link is closed (a transport's Close waits out its posted sends) and
+	// no one writes on it (drainWriter). A link still attached is closed
+	// when the peer ends it, at the latest after closeGrace.
+	writer := c.link
+	if writer == nil {
+		writer = c.retired // a link that failed under the session
+	}
 	if lr := c.link; lr != nil {
 		if tell {
 			// The writer sends CLOSE and the peer ends the link
@@ -58,12 +67,18 @@ func (c *Conn) closeLocked(err error, notify, tell bool) {
 	}
 	c.mu.Unlock()
 	c.m.forget(c, tell)
-	for _, m := range released {
-		m.recycle()
+	dropped := len(released)
+	if writer != nil && dropped > 0 {
+		c.m.wg.Go(func() {
+			<-writer.closed
+			writer.drainWriter()
+			c.recycle(released)
+		})
+	} else {
+		c.recycle(released)
 	}
-	clear(released)
 	if notify {
-		c.pushEvent(Event{Kind: EventReset, Conn: c, Err: err, Dropped: len(released)})
+		c.pushEvent(Event{Kind: EventReset, Conn: c, Err: err, Dropped: dropped})
 	}
 	// The dispatch loop drains what was received, then ends.
 	c.pushItem(dispatchItem{})
@@ -88,7 +103,7 @@ func (c *Conn) detachLocked(lr *linkRun) {
 		// until it sees done, so the messenger's Wait cannot be at zero.
 		c.m.wg.Add(1)
 		close(lr.done)
-		go c.m.closeLink(lr.link)
+		go c.m.closeLink(lr)
 		c.retired = lr
 	}
 }
@@ -98,9 +113,10 @@ func (c *Conn) detachLocked(lr *linkRun) {
 // drainTimeout), and under Conn.mu that wait would stall Send, Stats and
 // the ticker. The link's writer, if blocked in a write, returns once the
 // close lands; drainWriter waits for it either way.
-func (m *Messenger) closeLink(l wire.Link) {
+func (m *Messenger) closeLink(lr *linkRun) {
 	defer m.wg.Done()
-	l.Close()
+	lr.link.Close()
+	close(lr.closed)
 }
 
 // takeRetiredLocked returns the link detached last, if any, for the caller

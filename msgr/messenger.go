@@ -561,7 +561,7 @@ func (m *Messenger) newLinkRun(c *Conn, link wire.Link) *linkRun {
 	if m.opts.Faults.enabled() {
 		link = newFaultyLink(link, m.opts.Faults, m.faultLinks.Add(1))
 	}
-	lr := &linkRun{c: c, link: link, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	lr := &linkRun{c: c, link: link, wake: make(chan struct{}, 1), done: make(chan struct{}), closed: make(chan struct{})}
 	lr.buffered, _ = link.(interface{ Buffered() bool })
 	lr.space, _ = link.(interface{ WriteSpace() int })
 	return lr

@@ -54,8 +54,8 @@ type Stats struct {
 	// PGsRemoved counts the PG copies RemovePG removed since Open.
 	PGsRemoved int64
 
-	// DiskBytes is Pebble's on-disk size (tables, blob files, WAL) plus
-	// DataFileBytes. The rest is Pebble's: memtable bytes, L0 shape, read
+	// DiskBytes is Pebble's on-disk size (tables, blob files, WAL, its
+	// manifest) plus DataFileBytes. The rest is Pebble's: memtable bytes, L0 shape, read
 	// amplification, bytes compactions are behind, flush and compaction
 	// counts, block cache size and hits.
 	DiskBytes        uint64
@@ -113,7 +113,7 @@ func (s *Store) Stats() Stats {
 	st.KeepRefused = s.counters.keepRefused.Load()
 
 	m := s.db.Metrics()
-	st.DiskBytes = m.DiskSpaceUsage() + uint64(max(0, st.DataFileBytes))
+	st.DiskBytes = s.dirBytes() + uint64(max(0, st.DataFileBytes))
 	st.MemTableBytes = m.MemTable.Size
 	st.L0Files = m.Levels[0].TablesCount
 	st.L0Sublevels = m.Levels[0].Sublevels
@@ -155,4 +155,26 @@ func (s *Store) PGStats(ctx context.Context, pg uint32) (PGStats, error) {
 		return PGStats{}, fmt.Errorf("store: pg %#x counters: %w", pg, err)
 	}
 	return PGStats{Objects: c.objects, Bytes: c.bytes}, nil
+}
+
+// dirBytes is the size of the files in Options.Dir but the reserve: Pebble's
+// own. Pebble's Metrics.DiskSpaceUsage is not used: after a reopen it
+// loses the size of the blob files the DB had (cockroachdb/pebble#5493),
+// and deleting them then takes it below zero, which wraps.
+func (s *Store) dirBytes() uint64 {
+	fs := s.files.fs
+	names, err := fs.List(s.opts.Dir)
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, name := range names {
+		if name == reserveName || name == dataDirName {
+			continue
+		}
+		if fi, err := fs.Stat(fs.PathJoin(s.opts.Dir, name)); err == nil && fi.Mode().IsRegular() {
+			n += uint64(max(0, fi.Size()))
+		}
+	}
+	return n
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -729,4 +731,51 @@ func TestCheckTakesTheCallersSpace(t *testing.T) {
 	if n := measures() - before; n != 0 {
 		t.Fatalf("Checks handed the usage measured the disk %d times, want 0", n)
 	}
+}
+
+// TestDiskBytesAcrossReopen: Stats' DiskBytes (osprey_osd_store_bytes) is
+// what the store's files take, before and after a restart, and after the
+// blob files of before the restart are deleted. Pebble's own figure lost
+// those blob files' size at a reopen and then, as they were deleted, went
+// below zero and wrapped to about 2^64.
+func TestDiskBytesAcrossReopen(t *testing.T) {
+	e := newEnv(t, store.Options{ChunkSize: 64 << 10, MemTableSize: 1 << 20})
+	e.createBucket(0, "b")
+	r := rand.New(rand.NewPCG(11, 11))
+	onDisk := func() uint64 {
+		t.Helper()
+		var n int64
+		err := filepath.WalkDir(e.opts.Dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() == "RESERVE" {
+				return err
+			}
+			fi, err := d.Info()
+			n += fi.Size()
+			return err
+		})
+		must(t, err)
+		return uint64(n)
+	}
+	check := func(when string) {
+		t.Helper()
+		got, want := e.s.Stats().DiskBytes, onDisk()
+		if got < want/2 || got > want*2 {
+			t.Fatalf("%s: DiskBytes %d, the files take %d", when, got, want)
+		}
+	}
+	for i := range 60 {
+		e.put(0, "b", fmt.Sprintf("k%d", i), randBytes(r, 100<<10))
+	}
+	must(t, e.s.FlushForTest(e.ctx))
+	check("before the restart")
+	e.reopen()
+	check("after the restart")
+	for i := range 60 {
+		e.del(0, "b", fmt.Sprintf("k%d", i))
+	}
+	for i := range 60 {
+		e.put(0, "b", fmt.Sprintf("n%d", i), randBytes(r, 100<<10))
+	}
+	must(t, e.s.FlushForTest(e.ctx))
+	check("after the old objects were deleted")
 }
