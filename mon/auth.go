@@ -6,6 +6,8 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/mon/monclient"
@@ -453,7 +455,57 @@ func (m *Mon) WriteKeyrings(ctx context.Context, dir string) (*Keyrings, error) 
 	if k.BootstrapOSD, err = m.WriteKeyring(ctx, k.BootstrapOSDPath, "client.bootstrap-osd", BootstrapOSDCaps); err != nil {
 		return nil, err
 	}
+	m.keyrings.mu.Lock()
+	m.keyrings.dir = dir
+	m.keyrings.serial = map[string]string{"client.admin": auth.Serial(k.Admin.Cert), "client.bootstrap-osd": auth.Serial(k.BootstrapOSD.Cert)}
+	m.keyrings.mu.Unlock()
+	if t := m.authTable.Load(); t != nil {
+		m.refreshKeyrings(t)
+	}
 	return k, nil
+}
+
+// keyringFiles are the keyrings WriteKeyrings wrote: their directory and
+// the serial of each file's certificate. When one of those entities is
+// given a new key ("auth rotate", on any mon), every mon writes its file
+// again (refreshKeyrings), so that the copies an operator takes from a
+// mon's directory work, as the flag's help says they do.
+type keyringFiles struct {
+	mu     sync.Mutex
+	dir    string
+	serial map[string]string
+}
+
+// refreshKeyrings writes again the keyring files whose entity's serial in
+// t is not the file's. An entity removed keeps its file: it no longer
+// works, and the mon does not make the entity again by itself.
+func (m *Mon) refreshKeyrings(t *osdpb.AuthTable) {
+	kf := &m.keyrings
+	kf.mu.Lock()
+	defer kf.mu.Unlock()
+	if kf.dir == "" {
+		return
+	}
+	for _, e := range t.Entries {
+		old, ok := kf.serial[e.Entity]
+		if !ok || old == e.Serial {
+			continue
+		}
+		rep := &osdpb.MonCommandReply{}
+		path := KeyringPath(kf.dir, e.Entity)
+		ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+		_, err := m.authCommand(ctx, &osdpb.MonCommand{Prefix: "auth get", Entity: e.Entity}, rep, nil)
+		cancel()
+		if err == nil {
+			err = auth.WriteKeyringFile(path, rep.Keyring)
+		}
+		if err != nil {
+			m.log.Warn("writing a rotated keyring", "entity", e.Entity, "path", path, "err", err)
+			continue
+		}
+		kf.serial[e.Entity] = e.Serial
+		m.log.Info("wrote the rotated keyring", "entity", e.Entity, "path", path)
+	}
 }
 
 // The auth table: every entity's caps, certificate serial and S3 keys,
@@ -508,6 +560,7 @@ func (m *Mon) adoptAuthTable(t *osdpb.AuthTable) {
 		}
 	}
 	m.keeper.Note(monclient.AuthTable(t))
+	m.refreshKeyrings(t)
 	full, public := &osdpb.MonAuth{Table: t}, &osdpb.MonAuth{Table: withoutS3Keys(t)}
 	m.pushTo(true, osdpb.MsgType_MSG_MON_AUTH, func(c *msgr.Conn) proto.Message {
 		if m.mayReadS3Secrets(c.Peer()) {

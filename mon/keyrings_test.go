@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/msgr/auth"
+	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
 // TestWriteKeyrings: a cluster's first keyrings land in a directory made
@@ -35,5 +36,38 @@ func TestWriteKeyrings(t *testing.T) {
 	again, err := m.WriteKeyrings(ctx, dir)
 	if err != nil || !again.Admin.Cert.Equal(k.Admin.Cert) || !again.BootstrapOSD.Cert.Equal(k.BootstrapOSD.Cert) {
 		t.Fatalf("writing the keyrings again changed them: %v", err)
+	}
+}
+
+// TestKeyringFilesFollowRotation: when client.bootstrap-osd's key is
+// rotated, on another mon, every mon writes its keyring file again, so
+// that the copy an operator takes from a mon's directory for a new OSD
+// works (it held the old, refused certificate).
+func TestKeyringFilesFollowRotation(t *testing.T) {
+	e := startTestEtcd(t)
+	cfgA, cfgB := testConfig(e, "a"), testConfig(e, "b")
+	cfgA.NoAuth, cfgB.NoAuth = false, false
+	a := startTestMon(t, cfgA)
+	b := startTestMon(t, cfgB)
+	ctx := ctxFor(t, 30*time.Second)
+	dir := t.TempDir()
+	k, err := b.WriteKeyrings(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &osdpb.MonCommandReply{}
+	if _, err := a.authCommand(ctx, &osdpb.MonCommand{Prefix: "auth rotate", Entity: "client.bootstrap-osd"}, rep, nil); err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := auth.ParseKeyring(rep.Keyring)
+	if err != nil || rotated.Cert.Equal(k.BootstrapOSD.Cert) {
+		t.Fatalf("the rotation's keyring: %v", err)
+	}
+	eventually(t, 20*time.Second, "mon.b's bootstrap keyring file to hold the rotated certificate", func() bool {
+		got, err := auth.LoadKeyring(k.BootstrapOSDPath)
+		return err == nil && got.Cert.Equal(rotated.Cert)
+	})
+	if got, err := auth.LoadKeyring(k.AdminPath); err != nil || !got.Cert.Equal(k.Admin.Cert) {
+		t.Fatalf("client.admin's file changed with another entity's rotation: %v", err)
 	}
 }

@@ -205,6 +205,8 @@ type Mon struct {
 	authTable atomic.Pointer[osdpb.AuthTable]
 	// keeper checks peers and requests against authTable (access.go).
 	keeper auth.Keeper
+	// keyrings are the keyring files WriteKeyrings wrote, kept current.
+	keyrings keyringFiles
 
 	lead    atomic.Pointer[leadership] // nil while a standby
 	hint    atomic.Pointer[string]     // the leader's address, as last seen
@@ -583,6 +585,17 @@ func (m *Mon) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
+	return computeStatus(in), nil
+}
+
+// StatusDetail is Status with the health checks by code (Health.Detail),
+// as "health detail" has them: what the metrics export.
+func (m *Mon) StatusDetail(ctx context.Context) (*Status, error) {
+	in, err := m.statusInput(ctx)
+	if err != nil {
+		return nil, err
+	}
+	in.detail = true
 	return computeStatus(in), nil
 }
 

@@ -220,7 +220,7 @@ func runCreditScript(t *testing.T, file string) {
 			printf("%s: %s", n.name, map[bool]string{true: "link dead (idle timeout)", false: "link kept"}[dead])
 		case "close":
 			n := node(1)
-			n.apply(n.e.closeLink())
+			n.apply(n.e.closeLink(0))
 			printf("%s: closing", n.name)
 		case "inject":
 			n := node(1)

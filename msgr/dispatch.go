@@ -36,7 +36,9 @@ type Event struct {
 	Kind EventKind
 	Conn *Conn
 	Err  error
-	// Dropped counts messages a reset discarded from the send queue.
+	// Dropped counts messages a reset discarded from the send queue:
+	// unacknowledged. A peer's CLOSE acks every message it received, so
+	// after one they were not delivered; after a fault some may have been.
 	Dropped int
 }
 

@@ -49,6 +49,7 @@ type engine struct {
 	ackNow     bool   // an ack-only frame may go without waiting
 	ackArmed   bool   // the ack timer runs
 	closeFrame bool   // CLOSE goes next, and is the link's last frame
+	closeAck   uint64 // what CLOSE acks: the session's inSeq as it closed (reset since)
 	closing    bool   // CLOSE was collected; the link ends
 	oversize   uint64 // a queued message above peerMaxMsg: the session must end
 	peerMaxMsg uint64 // the peer's MaxMessageSize, from the handshake
@@ -160,9 +161,11 @@ func (e *engine) resetSession(released []*Message) []*Message {
 	return e.sess.reset(released)
 }
 
-// closeLink makes CLOSE the next frame collected.
-func (e *engine) closeLink() effects {
-	e.closeFrame = true
+// closeLink makes CLOSE the next frame collected; it acks ack, the last
+// message received (the session is reset by then), so that the peer
+// counts what we had as delivered, not dropped.
+func (e *engine) closeLink(ack uint64) effects {
+	e.closeFrame, e.closeAck = true, ack
 	return fxWake
 }
 
@@ -190,6 +193,7 @@ func (e *engine) collect(fr []wire.Frame, maxFrames, maxBytes int) ([]wire.Frame
 		if e.controlGoes() {
 			fr = append(fr, wire.Frame{Preamble: wire.Preamble{Tag: wire.TagClose}})
 			e.stamp(fr)
+			fr[0].Preamble.Ack = max(fr[0].Preamble.Ack, e.closeAck)
 		}
 		return fr, 0
 	}

@@ -31,6 +31,7 @@ func (c *Conn) closeWith(err error, notify, tell bool) {
 func (c *Conn) closeLocked(err error, notify, tell bool) {
 	c.state = stateClosed
 	c.closeErr = err
+	ack := c.sess.inSeq // what the CLOSE acks (closeLink), before the reset
 	released := c.resetSession(nil)
 	// A batch collected before the close may be mid-write, pointing into
 	// the released messages' fronts and payloads (a sender's own bytes,
@@ -47,7 +48,7 @@ func (c *Conn) closeLocked(err error, notify, tell bool) {
 		if tell {
 			// The writer sends CLOSE and the peer ends the link
 			// (writeBatch); a peer that does not answer gets closeGrace.
-			c.applyLocked(lr, c.closeLink())
+			c.applyLocked(lr, c.closeLink(ack))
 			time.AfterFunc(closeGrace, func() {
 				c.mu.Lock()
 				c.detachLocked(lr)

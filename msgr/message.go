@@ -281,6 +281,13 @@ func (m *Message) recycle() {
 		m.buf = nil
 	}
 	m.charge.Release() // a received message sent on without Release
+	if m.credit {
+		// A received message sent on unchanged: its session's receive
+		// credit goes back now, as Release gives it back, after the
+		// buffer (posted again, on RDMA) above.
+		m.conn.consumed(m.size)
+		m.credit = false
+	}
 	if fn := m.OnRelease; fn != nil {
 		// The CRC was a promise for one Send: a message its owner
 		// reuses with other bytes in the same slice must not keep it.

@@ -31,3 +31,9 @@ func TestSideSessionSmallWindowRDMA(t *testing.T) {
 	testSideSessionSmallWindow(t, env, func(o *msgr.Options) { o.Transports = []wire.Transport{tr} },
 		func() int64 { return tr.Stats().RecvsPosted })
 }
+
+// TestForwardUnchangedReturnsTheCreditRDMA: testForwardUnchanged over
+// rdma+tcp, where the message forwarded holds a posted receive's buffer.
+func TestForwardUnchangedReturnsTheCreditRDMA(t *testing.T) {
+	testForwardUnchanged(t, msgrtest.Env{Scheme: "rdma+tcp", Host: "127.0.0.1:0"})
+}

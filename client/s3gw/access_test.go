@@ -253,4 +253,22 @@ func TestS3KeysOfEntities(t *testing.T) {
 	if !sawClientOne {
 		t.Fatalf("the OSD's subscription saw no table with client.one (%d tables)", len(osdTables))
 	}
+
+	// The cluster refusing the gateway itself (its osd caps cut, as a
+	// key rotated under it) is no user's doing: 503, the detail in the
+	// gateway's log, not 403 with the gateway's entity in the message.
+	if _, err := admin.Command(ctx, &osdpb.MonCommand{Prefix: "auth caps", Entity: "client.s3-gateway",
+		Caps: map[string]string{auth.ServiceMon: mon.S3GatewayCaps[auth.ServiceMon], auth.ServiceOSD: ""}}); err != nil {
+		t.Fatal(err)
+	}
+	noRetry := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL), UsePathStyle: true,
+		Credentials: adm.Options().Credentials, RetryMaxAttempts: 1})
+	eventually("a GET by a gateway refused by the cluster", func() (bool, error) {
+		err := get(noRetry, "shared", "k")
+		c, status := code(err)
+		if c == "AccessDenied" || status == 403 {
+			t.Fatalf("the cluster refusing the gateway answered the user %v", err)
+		}
+		return c == "ServiceUnavailable" && status == 503 && !strings.Contains(err.Error(), "s3-gateway"), err
+	})
 }

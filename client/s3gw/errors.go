@@ -94,7 +94,6 @@ var sdkStatus = map[string]int{
 	"BucketNotEmpty":      http.StatusConflict,
 	"BucketAlreadyExists": http.StatusConflict,
 	"InvalidRange":        http.StatusRequestedRangeNotSatisfiable,
-	"AccessDenied":        http.StatusForbidden,
 	"ServiceUnavailable":  http.StatusServiceUnavailable,
 	"StorageFull":         http.StatusInsufficientStorage,
 	"InternalError":       http.StatusInternalServerError,
@@ -136,6 +135,13 @@ func s3Error(err error) *Error {
 	var ce *client.Error
 	if errors.As(err, &ce) {
 		code := client.ErrorCode(ce)
+		if code == "AccessDenied" {
+			// The cluster refused the gateway itself (its key rotated
+			// or removed, its caps cut): the user's own rights were
+			// checked here (authorize). Not the user's doing, nor
+			// theirs to read: the detail goes to the gateway's log.
+			return errf(ErrServiceUnavailable, "the gateway's access to the cluster was refused; its operator must renew it (the gateway's log says why)")
+		}
 		if code == "BucketAlreadyExists" {
 			// One owner per gateway: the bucket is the caller's. S3's
 			// words, not the store's (which name our own packages).

@@ -80,7 +80,8 @@ Authentication is on (docs/auth.md): every peer proves an identity the
 cluster's CA signed, and every request is checked against its caps. At start
 the mon writes client.admin.keyring (the operator's) and
 client.bootstrap-osd.keyring (what a new OSD starts with) into --keyring-dir,
-unless they are there already. --auth none turns authentication off, for
+and writes each again whenever its key is rotated (on any mon), so the copies
+there stay current. --auth none turns authentication off, for
 tests and closed networks only; the mon logs a warning.
 
 An OSD that sends no beacon for --heartbeat-grace, or that two OSDs on other
@@ -184,7 +185,7 @@ loopback or an admin network.`,
 	f.Var(modesFlag{&cfg.ServiceModes}, "ms-service-mode", "connection modes the mon accepts from clients and daemons: crc, secure (needs --auth cert), prefer-secure or prefer-crc (Ceph's ms_mon_service_mode)")
 	f.Var(authFlag{&cfg.NoAuth}, "auth", `"cert": authenticate every peer and check its caps; "none": no authentication (tests and closed networks only)`)
 	f.StringVar(&metricsAddr, "metrics-addr", "", metricsAddrUsage)
-	f.StringVar(&keyringDir, "keyring-dir", "", "where to write client.admin.keyring and client.bootstrap-osd.keyring if missing (default: the --embed-etcd directory; none with --etcd)")
+	f.StringVar(&keyringDir, "keyring-dir", "", "where to write client.admin.keyring and client.bootstrap-osd.keyring, kept current across rotations (default: the --embed-etcd directory; none with --etcd)")
 	f.StringVar(&dashAddr, "dashboard-addr", "", "HOST:PORT to serve the status page on (HTTP, no authentication); '' for none")
 	cmd.AddCommand(newMonRmCmd())
 	return cmd

@@ -244,7 +244,7 @@ func (k *Keeper) check(peer string, cert *x509.Certificate) (Record, error) {
 		return Record{}, err
 	}
 	if s := Serial(cert); r.Serial != s {
-		return Record{}, fmt.Errorf("%w: %s showed certificate %s, but its current one is %s (reissued or removed)", ErrBadCredential, peer, s, r.Serial)
+		return Record{}, fmt.Errorf("%w: %s showed certificate %s, but its current one is %s (reissued or removed; `osprey auth get %s -o FILE` writes the current keyring)", ErrBadCredential, peer, s, r.Serial, peer)
 	}
 	return r, nil
 }

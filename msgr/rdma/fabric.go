@@ -154,7 +154,7 @@ type domain struct {
 	cmOwners  map[uintptr]cmOwner // endpoint or passive endpoint fid -> owner
 	nextLink  uint32
 	nextKey   uint64
-	large     map[int][]*region // cached rendezvous buffers by size class
+	large     map[int][]*region // cached rendezvous buffers by size (largeSize)
 	lent      lentRegions       // handed out for long-lived use (region.go)
 	retired   []retiredRegion   // regions of closed endpoints, freed later
 	listeners map[*listener]struct{}

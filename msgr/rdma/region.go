@@ -226,17 +226,23 @@ func (rr retiredRegion) freeable() bool {
 
 const retireDelay = 2 * time.Second
 
-// Large (rendezvous) buffers are cached per power-of-two class.
-func largeClass(n int) int {
-	c := 0
-	for 1<<c < n {
-		c++
+// largeSize is the size of the rendezvous buffer that holds n bytes, by
+// which they are cached: n rounded up to a sixteenth of the power of two
+// at or above it (to a page at least), at most an eighth more than n. So a
+// payload of a power of two and its front (a 4 MiB put and its header)
+// takes 4.5 MiB, not the next power of two, and buffers of sizes close
+// together still share one size, and the cache.
+func largeSize(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
 	}
-	return c
+	g := max(p/16, os.Getpagesize())
+	return (n + g - 1) / g * g
 }
 
 func (d *domain) getLarge(n int) (*region, error) {
-	c := largeClass(n)
+	c := largeSize(n)
 	d.mu.Lock()
 	if rs := d.large[c]; len(rs) > 0 {
 		r := rs[len(rs)-1]
@@ -250,7 +256,7 @@ func (d *domain) getLarge(n int) (*region, error) {
 		return r, nil
 	}
 	d.mu.Unlock()
-	r, err := d.register(1 << c)
+	r, err := d.register(c)
 	if err == nil {
 		d.inUse.Add(1)
 	}
@@ -269,7 +275,7 @@ func (d *domain) putLarge(r *region) {
 		d.mu.Unlock()
 		panic(broken)
 	}
-	c := largeClass(len(r.mem))
+	c := len(r.mem) // a largeSize: a multiple of the page
 	d.large[c] = append(d.large[c], r)
 	d.mu.Unlock()
 }
@@ -301,9 +307,9 @@ func (d *domain) trimLarge(need int64) {
 // holder likes, not for one frame (Messenger.AllocRegistered): an OSD
 // keeps its read cache of whole objects in them, so that a cached get is
 // read by the peer where it lies, with no copy (rendezvousSource). Each is
-// its size rounded to a page, not to a power of two as the rendezvous
-// buffers are (largeClass): a cache of 4 MiB + 4 KiB objects would
-// otherwise register nearly twice what it holds.
+// its size rounded to a page, not to a sixteenth of a power of two as
+// the rendezvous buffers are (largeSize): a cache of 4 MiB + 4 KiB
+// objects would otherwise register an eighth more than it holds.
 //
 // They may take at most lentShare of Config.MemBudget, so that links
 // always find room for their own buffers; past that, and when

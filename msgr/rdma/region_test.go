@@ -180,3 +180,50 @@ func testNoRegisteredMemoryLeak(t *testing.T, mode rdma.RendezvousMode) {
 		return runtime.NumGoroutine() <= before
 	})
 }
+
+// holder keeps every message it gets on ch, unreleased.
+type holder chan *msgr.Message
+
+func (h holder) Dispatch(m *msgr.Message) { h <- m }
+func (holder) HandleEvent(msgr.Event)     {}
+
+// TestRendezvousBufferFitsPayloadAndFront: a 4 MiB payload and its front
+// take a rendezvous buffer of 4.5 MiB at each end, not the next power of
+// two: every real message has a front, so the power-of-two classes
+// registered twice what a 4 MiB put moves, and a budget ran out at half
+// the load it was sized for.
+func TestRendezvousBufferFitsPayloadAndFront(t *testing.T) {
+	eachRendezvous(t, func(t *testing.T, mode rdma.RendezvousMode) {
+		trS, trC := ownTransport(t, rdma.Config{Rendezvous: mode}), ownTransport(t, rdma.Config{Rendezvous: mode})
+		held := make(holder, 4)
+		srv := tcpEnv.NewMessenger(t, "osd.0", held, withTransport(trS, nil))
+		addr := tcpEnv.Listen(t, srv)
+		cli := tcpEnv.NewMessenger(t, "osd.1", msgrtest.NewRecorder(t), withTransport(trC, nil))
+		c := connect(t, cli, addr, "osd.0")
+		send := func(size int) *msgr.Message {
+			t.Helper()
+			if err := c.Send(context.Background(), msgr.NewMessage(1, make([]byte, 100), make([]byte, size))); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case m := <-held:
+				return m
+			case <-time.After(20 * time.Second):
+				t.Fatal("the message never arrived")
+				return nil
+			}
+		}
+		// A first rendezvous sets up what every later one uses.
+		send(256 << 10).Release()
+		beforeS, beforeC := trS.Stats().RegisteredBytes, trC.Stats().RegisteredBytes
+		const size = 4 << 20
+		defer send(size).Release()
+		const most = size + size/8
+		if grew := trS.Stats().RegisteredBytes - beforeS; grew > most {
+			t.Errorf("the receiver registered %d bytes more for a %d-byte payload and a 100-byte front, want at most %d", grew, size, most)
+		}
+		if grew := trC.Stats().RegisteredBytes - beforeC; grew > most {
+			t.Errorf("the sender registered %d bytes more, want at most %d", grew, most)
+		}
+	})
+}

@@ -183,8 +183,8 @@ func (l *link) rendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRe
 // buffer is mmap'd, so it starts on a page and the data on a
 // wire.DataAlign boundary, and the store can write it with O_DIRECT from
 // where it lies. Putting the front first would need padding up to the
-// boundary, which pushes a payload of a power of two plus a front into
-// the next size class (a 64 MiB message would take a 128 MiB region).
+// boundary, a page more to register for every message (largeSize rounds
+// the payload and front together to a sixteenth of a power of two).
 func (l *link) startTransfer(p *pendingRead) error {
 	buf := p.buf
 	p.buf, p.waiting = nil, false
