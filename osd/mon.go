@@ -276,6 +276,9 @@ func (o *OSD) monLoop() {
 		ctx, cancel := context.WithTimeout(o.monCtx, o.cfg.BeaconInterval*2)
 		err := o.mon.Beacon(ctx, o.beacon())
 		cancel()
+		if err == nil {
+			o.beaconTaken.Store(time.Now().UnixNano())
+		}
 		var oe *ops.Error
 		if errors.As(err, &oe) && oe.Status == osdpb.Status_SERVICE_UNAVAILABLE {
 			o.rebootIfDown()

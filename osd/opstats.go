@@ -168,6 +168,9 @@ type Stats struct {
 	// degraded and misplaced objects are theirs.
 	PGs                               map[string]int
 	DegradedObjects, MisplacedObjects uint64
+	// BeaconAge is how long ago the mon last took a beacon of ours; -1
+	// without a mon (a static map), or before the first.
+	BeaconAge time.Duration
 	// RecoveryBytes counts the bytes recovered or backfilled since start.
 	RecoveryBytes uint64
 	// ReadRepairs counts objects this primary found damaged in its store
@@ -212,6 +215,10 @@ func (o *OSD) Stats() Stats {
 	}
 	if sp := o.space.Load(); sp != nil {
 		st.Space = *sp
+	}
+	st.BeaconAge = -1
+	if at := o.beaconTaken.Load(); at != 0 && o.mon != nil {
+		st.BeaconAge = time.Since(time.Unix(0, at))
 	}
 	b := o.lastBeacon.Load()
 	if b == nil || o.mon == nil {

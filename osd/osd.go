@@ -348,6 +348,9 @@ type OSD struct {
 	// (Stats).
 	opTimes    opTimer
 	lastBeacon atomic.Pointer[osdpb.MonBeacon]
+	// beaconTaken is when the mon last took a beacon (Unix ns; 0: never):
+	// an OSD cut off from the mons reports PG states that are its last.
+	beaconTaken atomic.Int64
 	// ratelog limits the lines a peer can make us repeat (bad requests,
 	// refused RepOps) to one per kind per 10 s, with the count held back.
 	ratelog guard.RateLog

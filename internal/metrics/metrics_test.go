@@ -318,12 +318,27 @@ func TestDaemonMetrics(t *testing.T) {
 			t.Errorf("mon.a: leader %v, epoch %v; want the leader, epoch >= 1",
 				value(fams, "osprey_mon_leader"), value(fams, "osprey_mon_map_epoch"))
 		}
+		// The leader's health series: the cluster's PGs, all clean once
+		// it settles, and HEALTH_OK.
+		var pgs, clean, health, read float64
+		msgrtest.EventuallyDescribed(t, 20*time.Second, func() string {
+			return fmt.Sprintf("mon.a: %v of %v PGs active+clean, health %v, status read %v", clean, pgs, health, read)
+		}, func() bool {
+			_, fams := scrape(t, monURL)
+			pgs, clean = value(fams, "osprey_pgs"), value(fams, "osprey_pgs", "state=active+clean")
+			health, read = value(fams, "osprey_health_status"), value(fams, "osprey_mon_status_read")
+			_, ok := fams["osprey_health_status"]
+			return read == 1 && ok && health == 0 && pgs >= 8 && clean == pgs
+		})
 		for i, u := range osdURLs {
 			b, fams := scrape(t, u)
 			lint(t, tool, fmt.Sprintf("osd.%d", i), b)
 			expose(fams)
 			if value(fams, "osprey_osd_pgs") == 0 || value(fams, "osprey_pebble_wal_written_bytes_total") == 0 {
 				t.Errorf("osd.%d: no PGs by state, or no WAL bytes:\n%s", i, b)
+			}
+			if _, ok := fams["osprey_osd_beacon_age_seconds"]; !ok || value(fams, "osprey_osd_beacon_age_seconds") > 10 {
+				t.Errorf("osd.%d: beacon age %v (exported %v), want a beacon taken within seconds", i, value(fams, "osprey_osd_beacon_age_seconds"), ok)
 			}
 		}
 	})
@@ -348,6 +363,15 @@ func TestDaemonMetrics(t *testing.T) {
 			_, fams := scrape(t, monURL)
 			up, ep, age = value(fams, "osprey_mon_osds_up"), value(fams, "osprey_mon_map_epoch"), value(fams, "osprey_mon_map_age_seconds")
 			return up == 2 && ep > epoch && age < 20
+		})
+		var down, health float64
+		msgrtest.EventuallyDescribed(t, 20*time.Second, func() string {
+			return fmt.Sprintf("OSD_DOWN %v (want 1), health %v (want 1, HEALTH_WARN)", down, health)
+		}, func() bool {
+			_, fams := scrape(t, monURL)
+			down = value(fams, "osprey_health_detail", "name=OSD_DOWN", "severity=HEALTH_WARN")
+			health = value(fams, "osprey_health_status")
+			return down == 1 && health == 1
 		})
 	})
 }

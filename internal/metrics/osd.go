@@ -10,6 +10,7 @@ var (
 	osdOpDuration = newDesc("osprey_osd_op_duration_seconds", "Client ops from their dispatch to their reply, by op.", "op")
 	osdInFlight   = newDesc("osprey_osd_ops_in_flight", "Client ops dispatched and not yet answered.")
 	osdPGs        = newDesc("osprey_osd_pgs", "PGs this OSD is primary of, by state, as of its last beacon.", "state")
+	osdBeaconAge  = newDesc("osprey_osd_beacon_age_seconds", "Seconds since the mon last took this OSD's beacon (its PG states): an OSD cut off from the mons reports old ones.")
 	osdDegraded   = newDesc("osprey_osd_degraded_objects", "Object copies missing from the PGs this OSD leads.")
 	osdMisplaced  = newDesc("osprey_osd_misplaced_objects", "Object copies on OSDs outside their PG's acting set, in the PGs this OSD leads.")
 	osdRecovery   = newDesc("osprey_osd_recovery_bytes_total", "Bytes this OSD fetched from peers to recover or backfill its PGs.")
@@ -63,7 +64,7 @@ type osdCollector struct{ o *osd.OSD }
 
 func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		osdOpDuration, osdInFlight, osdPGs, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
+		osdOpDuration, osdInFlight, osdPGs, osdBeaconAge, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
 		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdReadCRC, osdReadNoCRC, osdKept, osdKeepRefuse, osdRepairs, osdRepairFail, osdStrays,
 		osdScrubObj, osdScrubBytes, osdScrubDmg, osdScrubFixed, osdScrubErrs, osdScrubIncon,
 		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg,
@@ -95,6 +96,9 @@ func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(ch, osdInFlight, float64(st.OpsInFlight))
 	for state, n := range st.PGs {
 		gauge(ch, osdPGs, float64(n), state)
+	}
+	if st.BeaconAge >= 0 {
+		gauge(ch, osdBeaconAge, st.BeaconAge.Seconds())
 	}
 	gauge(ch, osdDegraded, float64(st.DegradedObjects))
 	gauge(ch, osdMisplaced, float64(st.MisplacedObjects))
