@@ -162,8 +162,36 @@ func TestRealEtcdCluster(t *testing.T) {
 		mustBoot(t, c, bootOf(i))
 	}
 
-	// One etcd member gone: quorum holds.
+	// Every etcd member up: no ETCD_MEMBER_DOWN.
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	st, err := standby.StatusDetail(sctx)
+	scancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range st.Health.Detail {
+		if d.Code == "ETCD_MEMBER_DOWN" {
+			t.Fatalf("all 3 etcd members up, yet: %v", d)
+		}
+	}
+
+	// One etcd member gone: quorum holds, and health says how close it is.
 	members[0].kill()
+	eventually(t, 10*time.Second, "ETCD_MEMBER_DOWN in the health", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := standby.StatusDetail(ctx)
+		if err != nil {
+			return false
+		}
+		for _, d := range st.Health.Detail {
+			if d.Code == "ETCD_MEMBER_DOWN" && d.Summary == "1/3 etcd members down: one more loss stops every map change" &&
+				len(d.Detail) == 1 && strings.Contains(d.Detail[0], members[0].client) {
+				return true
+			}
+		}
+		return false
+	})
 	rep := mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd out", Ids: []uint32{1}})
 	t.Logf("with 2 of 3 etcd members: osd out at epoch %d", rep.Epoch)
 	if in, _ := standby.Map().OSD(1); in.GetIn() {
@@ -177,7 +205,7 @@ func TestRealEtcdCluster(t *testing.T) {
 	members[1].kill()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	start := time.Now()
-	_, err := c.Command(ctx, &osdpb.MonCommand{Prefix: "osd in", Ids: []uint32{1}})
+	_, err = c.Command(ctx, &osdpb.MonCommand{Prefix: "osd in", Ids: []uint32{1}})
 	cancel()
 	took := time.Since(start)
 	var nm *monclient.NoMonError

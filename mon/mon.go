@@ -1,6 +1,7 @@
 package mon
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -610,8 +611,45 @@ func (m *Mon) statusInput(ctx context.Context) (statusInput, error) {
 	if err != nil {
 		return statusInput{}, err
 	}
+	members, down := m.etcdHealth(ctx)
 	return statusInput{mp: mp, beacons: beacons, mons: mons, now: time.Now(), fresh: 2 * m.cfg.HeartbeatGrace,
-		past: m.reportMaps(ctx, mp, beacons)}, nil
+		past: m.reportMaps(ctx, mp, beacons), etcdMembers: members, etcdDown: down}, nil
+}
+
+// etcdProbeTimeout bounds the status request to each etcd member.
+const etcdProbeTimeout = time.Second
+
+// etcdHealth asks each member of the etcd cluster for its status, at once:
+// how many members there are, and a line for each that did not answer. A
+// member down leaves the quorum one loss from gone, which would stop every
+// map change; the mons' reads go on meanwhile, so nothing else shows it.
+// Zero and nil when the member list cannot be read (the caller's reads
+// fail then too) or has one member.
+func (m *Mon) etcdHealth(ctx context.Context) (int, []string) {
+	ctx, cancel := context.WithTimeout(ctx, etcdProbeTimeout)
+	defer cancel()
+	list, err := m.cli.MemberList(ctx)
+	if err != nil || len(list.Members) < 2 {
+		// One member (the embedded etcd, whose advertised URL is no
+		// address to dial): down, the mon's reads fail too.
+		return 0, nil
+	}
+	down := make([]string, len(list.Members))
+	var wg sync.WaitGroup
+	for i, mb := range list.Members {
+		name := cmp.Or(mb.Name, fmt.Sprintf("%x", mb.ID))
+		if len(mb.ClientURLs) == 0 {
+			down[i] = fmt.Sprintf("etcd member %s: not started (no client URL)", name)
+			continue
+		}
+		wg.Go(func() {
+			if _, err := m.cli.Status(ctx, mb.ClientURLs[0]); err != nil {
+				down[i] = fmt.Sprintf("etcd member %s (%s): %v", name, mb.ClientURLs[0], err)
+			}
+		})
+	}
+	wg.Wait()
+	return len(list.Members), slices.DeleteFunc(down, func(s string) bool { return s == "" })
 }
 
 // maxReportMaps bounds the older maps statusInput reads for PG reports:

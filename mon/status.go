@@ -288,6 +288,10 @@ type statusInput struct {
 	past map[uint64]*placement.Map
 	// detail: fill Health.Detail ("health detail").
 	detail bool
+	// etcdMembers is the etcd cluster's size, etcdDown a line for each
+	// member that did not answer (etcdHealth).
+	etcdMembers int
+	etcdDown    []string
 }
 
 // pgKey names one PG of one pool.
@@ -473,6 +477,12 @@ func computeStatus(in statusInput) *Status {
 		// Ceph's MON_DOWN: one more loss may cost the etcd quorum, and
 		// with it every map change.
 		checks.warn("MON_DOWN", fmt.Sprintf("%d/%d mons down", n, len(st.Mons)), monsDown)
+	}
+	if n := len(in.etcdDown); n > 0 {
+		// The mons answer from the members left, so nothing else shows
+		// it: one more loss and no map changes (Ceph's MON_DOWN says
+		// this of its own quorum).
+		checks.warn("ETCD_MEMBER_DOWN", fmt.Sprintf("%d/%d etcd members down: one more loss stops every map change", n, in.etcdMembers), in.etcdDown)
 	}
 	if len(st.Mons) > 0 && !slices.ContainsFunc(st.Mons, func(m MonStatus) bool { return m.Leader }) {
 		// Ceph answers nothing without a quorum; a mon here answers from
