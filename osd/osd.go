@@ -617,7 +617,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 			o.onMonMap(m)
 		}
 	}
-	o.log.Info("osd started", "public", o.pubAddr, "cluster", o.cluAddr, "epoch", cfg.Map.Epoch(), "data", cfg.DataDir)
+	o.log.Info("osd started", "public", o.pubAddr, "cluster", o.cluAddr, "epoch", o.Map().Epoch(), "data", cfg.DataDir)
 	return o, nil
 }
 

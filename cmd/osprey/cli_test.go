@@ -193,6 +193,8 @@ func TestExitCodeAndErrorLine(t *testing.T) {
 		{ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "no reply"), exitUnavailable, "osprey: ServiceUnavailable: no reply"},
 		{&unreachableError{target: clusterTarget{Seeds: []string{"tcp://h:1"}, Source: "--seeds"}, err: errors.New("a\nb")},
 			exitUnavailable, "osprey: cannot reach the cluster at tcp://h:1 (from --seeds): a; b"},
+		{&unreachableError{target: clusterTarget{Seeds: []string{"tcp://h:1"}, Source: "--seeds"}, err: errors.New("tcp://h:1: ServiceUnavailable: etcd: etcdserver: no leader")},
+			exitUnavailable, "osprey: the mons at tcp://h:1 (from --seeds) answer, but their etcd cluster has no quorum: bring its members back (etcdctl endpoint status --cluster): tcp://h:1: ServiceUnavailable: etcd: etcdserver: no leader"},
 		{errNoCluster, exitUnavailable, "osprey: no cluster given"},
 		{&noMapError{source: "--map /x", err: os.ErrNotExist}, exitUnavailable, "osprey: --map /x: the cluster map file does not exist"},
 		{usageErrorf("bad"), exitUsage, "osprey: bad"},

@@ -254,7 +254,12 @@ func (e *unreachableError) Error() string {
 	// one line.
 	msg := strings.ReplaceAll(e.err.Error(), "\n", "; ")
 	hint := ""
-	if e.target.Source == "./"+defaultMapPath || e.target.Source == "./"+monAddrFile {
+	switch {
+	case strings.Contains(msg, "etcdserver: no leader"), strings.Contains(msg, "etcdserver: request timed out"):
+		// The mons answered: it is their etcd cluster that has no quorum.
+		return fmt.Sprintf("the mons at %s (from %s) answer, but their etcd cluster has no quorum: bring its members back (etcdctl endpoint status --cluster): %s",
+			strings.Join(e.target.addrs(), ","), e.target.Source, msg)
+	case e.target.Source == "./"+defaultMapPath || e.target.Source == "./"+monAddrFile:
 		hint = " (is `osprey up` running in this directory?)"
 	}
 	return fmt.Sprintf("cannot reach the cluster at %s (from %s): %s%s", strings.Join(e.target.addrs(), ","), e.target.Source, msg, hint)
