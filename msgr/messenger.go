@@ -252,7 +252,8 @@ func (m *Messenger) Stats() Stats {
 // is none. It does not wait for the network: the session is established in
 // the background and messages sent meanwhile are queued (WaitReady waits).
 // peer is the expected entity name; it selects the policy and may be empty
-// to accept whoever answers (the default policy then applies).
+// to accept whoever answers (the default policy then applies). A lossless
+// session with peer that this side dialed moves to addr if addr is new.
 func (m *Messenger) Connect(ctx context.Context, addr string, peer EntityName) (*Conn, error) {
 	policy := m.opts.DefaultPolicy
 	if peer != "" {
@@ -305,6 +306,23 @@ func (m *Messenger) ConnectPolicy(ctx context.Context, addr string, peer EntityN
 		}
 	} else if c := m.byPeer[peer]; c != nil {
 		c.mu.Lock()
+		if lr := c.link; c.state == stateOpen && lr != nil && c.addr != "" && c.addr != addr && !c.policy.Server {
+			// The caller learnt a new address of the peer (a new map):
+			// a link to the old one may not fail for up to IdleTimeout
+			// (its host died, packets dropped), and meanwhile every
+			// redial would go there. The session moves to the new
+			// address: it resumes there if the peer is the same
+			// instance (what was queued goes there, exactly once), and
+			// starts over as after any restart if not.
+			m.log.Debug("msgr: peer moved; redialing", "peer", peer, "from", c.addr, "to", addr)
+			c.addr = addr
+			c.detachLocked(lr)
+			c.st.Faults++
+			c.state = stateConnecting
+			c.startRedialLocked()
+			c.mu.Unlock()
+			return c, nil
+		}
 		if c.addr == "" || c.state != stateOpen {
 			c.addr = addr
 		}
