@@ -155,6 +155,7 @@ type domain struct {
 	nextLink  uint32
 	nextKey   uint64
 	large     map[int][]*region // cached rendezvous buffers by size (largeSize)
+	memw      memWaiters        // transfers waiting for registered memory (memwait.go)
 	lent      lentRegions       // handed out for long-lived use (region.go)
 	retired   []retiredRegion   // regions of closed endpoints, freed later
 	listeners map[*listener]struct{}

@@ -117,9 +117,12 @@ type link struct {
 	// piecesHigh is piecesOut's high-water mark, for tests.
 	piecesHigh int
 	pendFree   []*pendingRead
-	connected  chan error
-	peerCM     []byte
-	closed     chan struct{}
+	// memWake, while a transfer waits for registered memory
+	// (startTransfer), is closed once memory comes back.
+	memWake   <-chan struct{}
+	connected chan error
+	peerCM    []byte
+	closed    chan struct{}
 	// closing is set by the first Close, which closes closeDone once the
 	// endpoint is closed and the link's memory given back.
 	closing   atomic.Bool

@@ -50,15 +50,35 @@ func (d *domain) register(size int) (*region, error) {
 		return nil, &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf(
 			"rdma: %d bytes of registered memory asked, the budget is %d", size, d.t.cfg.MemBudget)}
 	}
-	if cur := d.registered.Load(); cur+int64(size) > d.t.cfg.MemBudget {
-		d.trimLarge(int64(size))
-		if cur := d.registered.Load(); cur+int64(size) > d.t.cfg.MemBudget {
-			return nil, fmt.Errorf("rdma: registered memory budget of %d bytes exhausted (%d in use, %d more asked)",
-				d.t.cfg.MemBudget, cur, size)
+	// The bytes are counted in registered before they are registered,
+	// so that registrations racing each other (readers woken together
+	// when memory came back) cannot all fit the budget at once.
+	hw, trimmed := int64(0), false
+	for {
+		cur := d.registered.Load()
+		if cur+int64(size) > d.t.cfg.MemBudget {
+			if !trimmed {
+				d.trimLarge(int64(size))
+				trimmed = true
+				continue
+			}
+			// For now: a caller that can wait for memory to come back
+			// does (memwait.go), rather than fail its link.
+			return nil, fmt.Errorf("%w: registered memory budget of %d bytes exhausted (%d in use, %d more asked)",
+				errMemBudget, d.t.cfg.MemBudget, cur, size)
 		}
+		if d.registered.CompareAndSwap(cur, cur+int64(size)) {
+			hw = cur + int64(size)
+			break
+		}
+	}
+	unreserve := func() {
+		d.registered.Add(-int64(size))
+		d.memReturned()
 	}
 	mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
+		unreserve()
 		return nil, fmt.Errorf("rdma: mmap %d bytes: %w", size, err)
 	}
 	r := &region{d: d, mem: mem}
@@ -69,10 +89,10 @@ func (d *domain) register(size int) (*region, error) {
 	var ckey C.uint64_t
 	if err := fiErrI("fi_mr_reg", C.osp_mr_reg(d.dom, unsafe.Pointer(&mem[0]), C.size_t(size), C.uint64_t(key), cBool(d.rdvWrite), &r.mr, &r.desc, &ckey)); err != nil {
 		syscall.Munmap(mem)
+		unreserve()
 		return nil, fmt.Errorf("%w (check `ulimit -l`: registered memory must be lockable)", err)
 	}
 	r.key = uint64(ckey)
-	hw := d.registered.Add(int64(size))
 	for {
 		old := d.highWater.Load()
 		if hw <= old || d.highWater.CompareAndSwap(old, hw) {
@@ -98,6 +118,7 @@ func (r *region) deregister() {
 		C.osp_close(unsafe.Pointer(r.mr))
 		r.mr = nil
 		r.d.registered.Add(-int64(len(r.mem)))
+		r.d.memReturned()
 	}
 }
 
@@ -278,6 +299,7 @@ func (d *domain) putLarge(r *region) {
 	c := len(r.mem) // a largeSize: a multiple of the page
 	d.large[c] = append(d.large[c], r)
 	d.mu.Unlock()
+	d.memReturned() // a cached buffer can be taken, or trimmed
 }
 
 // trimLarge frees cached rendezvous buffers, and lent regions given back,
@@ -412,6 +434,7 @@ func (d *domain) putLent(r *region) {
 		lr.spare[len(r.mem)] = append(lr.spare[len(r.mem)], r)
 		lr.spareBytes += int64(len(r.mem))
 		d.mu.Unlock()
+		d.memReturned() // trimLarge may free it
 		return
 	}
 	lr.bytes -= int64(len(r.mem))

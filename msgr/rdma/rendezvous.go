@@ -163,7 +163,9 @@ func (l *link) rendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRe
 	p.id = l.rdvSeen
 	l.rdvSeen++
 	p.epi = [wire.EpilogueSize]byte(b[len(b)-wire.EpilogueSize:])
-	if len(l.freeReads) == 0 {
+	if len(l.freeReads) == 0 || l.memWake != nil {
+		// No transfer slot, or those before it wait for registered
+		// memory: it waits behind them, in order.
 		p.waiting = true
 		return p, nil
 	}
@@ -185,10 +187,23 @@ func (l *link) rendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRe
 // where it lies. Putting the front first would need padding up to the
 // boundary, a page more to register for every message (largeSize rounds
 // the payload and front together to a sixteenth of a power of two).
+//
+// While the domain's registered-memory budget is spent, p waits, with
+// its receive buffer, until memory comes back (l.memWake, ReadFrame),
+// and those behind it wait too: a fault here made the session reconnect
+// and replay what it had sent, into the same shortage, where the slow
+// consumer that holds the memory should just push back (docs/messenger.md
+// §5.3). The reader goes on taking frames meanwhile, so grants, acks and
+// RDV_DONEs still come in.
 func (l *link) startTransfer(p *pendingRead) error {
+	r, wait, err := l.d.tryLarge(p.size + p.frontLen)
+	if err == nil && r == nil {
+		p.waiting = true
+		l.memWake = wait
+		return nil
+	}
 	buf := p.buf
 	p.buf, p.waiting = nil, false
-	r, err := l.d.getLarge(p.size + p.frontLen)
 	if err != nil {
 		buf.Release()
 		return err
@@ -326,15 +341,41 @@ func (l *link) transferDone(slot uint32) {
 	l.readsOut--
 	l.d.transfers.Add(-1)
 	p.done = true
+	l.startWaiting()
+}
+
+// startWaiting starts the transfers that wait, in order, while a transfer
+// slot is free and registered memory is to be had: one that finds the
+// budget spent waits again (startTransfer), and those behind it with it.
+func (l *link) startWaiting() {
 	for _, q := range l.pend {
 		if len(l.freeReads) == 0 {
 			break
 		}
-		if q.waiting {
-			if err := l.startTransfer(q); err != nil {
-				q.done, q.err = true, err
-			}
+		if !q.waiting {
+			continue
 		}
+		if err := l.startTransfer(q); err != nil {
+			q.done, q.err = true, err
+			continue
+		}
+		if q.waiting {
+			break
+		}
+	}
+}
+
+// memReady reports whether registered memory came back for a transfer
+// that waits for it (startTransfer): the reader then tries again.
+func (l *link) memReady() bool {
+	if l.memWake == nil {
+		return false
+	}
+	select {
+	case <-l.memWake:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -557,16 +598,23 @@ type rdvSource struct {
 
 func (s rdvSource) release(d *domain) {
 	d.transfers.Add(-1)
+	s.drop(d)
+}
+
+// drop lets go of a source, which no peer reads (any more).
+func (s rdvSource) drop(d *domain) {
 	if s.b != nil {
 		s.b.Release()
 		return
 	}
-	d.putLarge(s.r)
+	d.putSource(s.r)
 }
 
 // rendezvousSource returns where the peer reads f's payload from: straight
 // from the caller's buffer when it is memory this domain registered
-// (AllocPayload), else from a registered copy.
+// (AllocPayload), else from a registered copy, for which it waits while
+// the domain's registered memory is spent (getSource), until the link
+// closes.
 func (l *link) rendezvousSource(f *wire.Frame) (src rdvSource, addr, key uint64, err error) {
 	n := len(f.Data)
 	if f.Buf != nil {
@@ -578,7 +626,7 @@ func (l *link) rendezvousSource(f *wire.Frame) (src rdvSource, addr, key uint64,
 			}
 		}
 	}
-	r, err := l.d.getLarge(n)
+	r, err := l.d.getSource(n, l.closed)
 	if err != nil {
 		return rdvSource{}, 0, 0, err
 	}

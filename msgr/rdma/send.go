@@ -3,6 +3,7 @@
 package rdma
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"unsafe"
@@ -62,6 +63,13 @@ func (l *link) AllocPayload(n int) (*wire.Buffer, error) {
 		return wire.GetBuffer(n), nil
 	}
 	r, err := l.d.getLarge(n)
+	if errors.Is(err, errMemBudget) {
+		// Registered memory is short for now: an ordinary buffer, which
+		// the send copies into registered memory, waiting for it there
+		// if need be, rather than an error (or a wait here, for memory
+		// the caller may hold itself).
+		return wire.GetBuffer(n), nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -87,31 +95,58 @@ func (l *link) WriteFrames(frames []wire.Frame) error {
 }
 
 // writeFrame queues the send of f; the caller posts the queue.
+//
+// A rendezvous payload's registered source is taken first, before a send
+// buffer and with no lock held: the copy may wait for registered memory
+// (getSource) until the link closes, and Close must be free to close it.
 func (l *link) writeFrame(f *wire.Frame) error {
+	p := f.Preamble
+	p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
+	n := p.WireSize()
+	rdv := n > l.sendLimit
+	var src rdvSource
+	var addr, key uint64
+	if rdv {
+		// Rendezvous: the descriptor goes inline, the payload stays in
+		// registered memory until the peer has read it.
+		if l.features&wire.FeatureRendezvous == 0 {
+			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: a %d-byte frame does not fit a %d-byte buffer, and the peer did not agree to rendezvous", n, l.sendLimit)}
+		}
+		if wire.PreambleSize+len(f.Front)+rdvDescSize+wire.EpilogueSize > l.sendLimit {
+			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: front of %d bytes does not fit a %d-byte buffer", len(f.Front), l.sendLimit)}
+		}
+		// What is queued goes before the long copy (and CRC) of the
+		// payload, and before a wait for memory.
+		l.d.kickPosts()
+		var err error
+		if src, addr, key, err = l.rendezvousSource(f); err != nil {
+			return err
+		}
+	}
 	slot, ok := takeFreeSlot(l.sendFree)
 	if !ok {
 		l.d.kickPosts()
 		if slot, ok = takeSlot(l.sendFree, l.closed); !ok {
+			if rdv {
+				src.drop(l.d)
+			}
 			return net.ErrClosed
 		}
 	}
 	l.epMu.RLock()
 	defer l.epMu.RUnlock()
 	if l.dead.Load() {
+		if rdv {
+			src.drop(l.d)
+		}
 		return net.ErrClosed
 	}
 	sb := l.send.mem[int(slot)*l.bufSize : (int(slot)+1)*l.bufSize]
-	p := f.Preamble
 	l.checkGrant(&p)
 	p.LinkWord = l.rdvReadCnt.Load()
-	p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
 	noCRC := (l.noCRC && l.features&wire.FeatureNoDataCRC != 0 || p.Tag.Sealed() && p.Flags&wire.FlagNoDataCRC != 0) && len(f.Data) > 0
 	if noCRC {
 		p.Flags |= wire.FlagNoDataCRC
-	}
-	n := p.WireSize()
-	if n > l.sendLimit {
-		l.d.kickPosts()
 	}
 	// The sender's CRC (Message.SetDataCRC, SetSourceCRC), if it has
 	// one, is not checked here: the receiver refuses a wrong one as
@@ -121,22 +156,7 @@ func (l *link) writeFrame(f *wire.Frame) error {
 	if p.HasSegments() {
 		dcrc = f.SendDataCRC(&p, l.features)
 	}
-	if n > l.sendLimit {
-		// Rendezvous: the descriptor goes inline, the payload stays in
-		// registered memory until the peer has read it.
-		if l.features&wire.FeatureRendezvous == 0 {
-			l.freeSendSlot(slot)
-			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: a %d-byte frame does not fit a %d-byte buffer, and the peer did not agree to rendezvous", n, l.sendLimit)}
-		}
-		if wire.PreambleSize+len(f.Front)+rdvDescSize+wire.EpilogueSize > l.sendLimit {
-			l.freeSendSlot(slot)
-			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: front of %d bytes does not fit a %d-byte buffer", len(f.Front), l.sendLimit)}
-		}
-		src, addr, key, err := l.rendezvousSource(f)
-		if err != nil {
-			l.freeSendSlot(slot)
-			return err
-		}
+	if rdv {
 		p.Flags |= wire.FlagRendezvous
 		p.DataLen = rdvDescSize
 		n = p.WireSize()

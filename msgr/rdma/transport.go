@@ -161,6 +161,10 @@ type Stats struct {
 	// outstanding, held from its creation until its endpoint is closed
 	// and its CQ read empty (docs/rdma.md, "Completion queues").
 	CQs, CQReserved int64
+	// MemWaits counts the times a rendezvous transfer found the
+	// registered-memory budget (Config.MemBudget) spent and waited for
+	// memory to come back, rather than fail its link.
+	MemWaits uint64
 }
 
 // AllocRegistered returns a buffer of n bytes of memory registered with
@@ -199,6 +203,7 @@ func (t *Transport) Stats() Stats {
 		s.ControlRecvs += d.ctlRecvs.Load()
 		s.CQs += int64(d.numCQs())
 		s.CQReserved += d.cqReserved()
+		s.MemWaits += d.memw.waits.Load()
 		d.mu.Lock()
 		s.LentBytes += d.lent.bytes
 		s.LentRegions += int64(len(d.lent.out))

@@ -1,0 +1,155 @@
+//go:build rdma
+
+package rdma
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+)
+
+// errMemBudget is the error of a registration that does not fit what is
+// left of Config.MemBudget now, though it fits the whole budget: memory
+// comes back as received messages are released, sources are read by the
+// peer and cached buffers are trimmed, so a rendezvous transfer waits for
+// it (memWaiters) instead of failing its link. The fault only made the
+// session reconnect and replay everything, into the same shortage
+// (docs/messenger.md §5.3: a slow consumer pushes back). A request above
+// the whole budget is a wire error of kind too-large instead (register).
+var errMemBudget = errors.New("rdma: registered memory budget exhausted")
+
+// memWaiters lets rendezvous transfers wait for registered memory to come
+// back. A waiter takes the channel (memWait) before it tries again, so a
+// return between its failed try and its wait is not lost; whoever gives
+// memory back (memReturned: a deregistration, a buffer back in the cache)
+// closes the channel, if anyone took it. No waiter, no lock: a return
+// costs an atomic load.
+type memWaiters struct {
+	want  atomic.Bool
+	mu    sync.Mutex
+	freed chan struct{} // under mu; nil until someone waits
+	// waits counts the times a transfer found the budget spent and
+	// waited (Stats.MemWaits).
+	waits atomic.Uint64
+	// srcBytes is registered memory held by copies of payloads we send
+	// (rendezvousSource) until the peer has moved them; at most
+	// MemBudget/srcShare unless it is the only one. The rest stays for
+	// the destinations of payloads we receive, which a waiting source
+	// may need to come free: two transports whose budgets were all
+	// sources, each waiting for the other to read them, would wait for
+	// ever.
+	srcBytes atomic.Int64
+}
+
+// srcShare: the copies of payloads being sent take at most
+// MemBudget/srcShare of a domain's registered memory, but one of any size
+// (within the budget) goes when none is out.
+const srcShare = 4
+
+// memReturned wakes the transfers that wait for registered memory.
+func (d *domain) memReturned() {
+	w := &d.memw
+	if !w.want.Load() {
+		return
+	}
+	w.mu.Lock()
+	if w.freed != nil {
+		close(w.freed)
+		w.freed = nil
+	}
+	w.want.Store(false)
+	w.mu.Unlock()
+}
+
+// memWait returns a channel closed at the next memReturned.
+func (d *domain) memWait() <-chan struct{} {
+	w := &d.memw
+	w.mu.Lock()
+	if w.freed == nil {
+		w.freed = make(chan struct{})
+	}
+	ch := w.freed
+	w.want.Store(true)
+	w.mu.Unlock()
+	return ch
+}
+
+// tryLarge is getLarge, for a caller that can wait: when only the spent
+// budget stands in the way it returns no error and a channel closed once
+// memory came back, to try again then.
+func (d *domain) tryLarge(n int) (*region, <-chan struct{}, error) {
+	r, err := d.getLarge(n)
+	if !errors.Is(err, errMemBudget) {
+		return r, nil, err
+	}
+	wait := d.memWait()
+	if r, err = d.getLarge(n); !errors.Is(err, errMemBudget) {
+		return r, nil, err
+	}
+	d.memw.waits.Add(1)
+	return nil, wait, nil
+}
+
+// getSource returns a registered buffer for a copy of an n-byte payload
+// we send, waiting while the domain's budget (or the sources' share of
+// it) is spent, until closed is closed. putSource gives it back.
+func (d *domain) getSource(n int, closed <-chan struct{}) (*region, error) {
+	for {
+		r, wait, err := d.trySource(n)
+		if wait == nil {
+			return r, err
+		}
+		select {
+		case <-wait:
+		case <-closed:
+			return nil, net.ErrClosed
+		}
+	}
+}
+
+func (d *domain) trySource(n int) (*region, <-chan struct{}, error) {
+	if !d.reserveSource(n) {
+		// The sources' share is spent: take the channel first, then
+		// look again, as tryLarge does.
+		wait := d.memWait()
+		if !d.reserveSource(n) {
+			d.memw.waits.Add(1)
+			return nil, wait, nil
+		}
+	}
+	r, wait, err := d.tryLarge(n)
+	if r == nil {
+		d.memw.srcBytes.Add(-int64(largeSize(n)))
+		if wait == nil {
+			// Failed for good: a source that waited for our share
+			// may go now. (One that waits wakes with us.)
+			d.memReturned()
+		}
+	}
+	return r, wait, err
+}
+
+// reserveSource counts a source of n bytes in the sources' share, if it
+// fits or is the only one.
+func (d *domain) reserveSource(n int) bool {
+	c := int64(largeSize(n))
+	limit := d.t.cfg.MemBudget / srcShare
+	for {
+		cur := d.memw.srcBytes.Load()
+		if cur > 0 && cur+c > limit {
+			return false
+		}
+		if d.memw.srcBytes.CompareAndSwap(cur, cur+c) {
+			return true
+		}
+	}
+}
+
+// putSource gives back a source buffer once the peer has its payload.
+func (d *domain) putSource(r *region) {
+	// Out of the share before the buffer is back, whose return wakes the
+	// waiters.
+	d.memw.srcBytes.Add(-int64(len(r.mem)))
+	d.putLarge(r)
+}
