@@ -337,6 +337,9 @@ func TestDaemonMetrics(t *testing.T) {
 			if value(fams, "osprey_osd_pgs") == 0 || value(fams, "osprey_pebble_wal_written_bytes_total") == 0 {
 				t.Errorf("osd.%d: no PGs by state, or no WAL bytes:\n%s", i, b)
 			}
+			if value(fams, "osprey_osd_info", fmt.Sprintf("osd=osd.%d", i)) != 1 {
+				t.Errorf("osd.%d: no osprey_osd_info naming it", i)
+			}
 			if _, ok := fams["osprey_osd_beacon_age_seconds"]; !ok || value(fams, "osprey_osd_beacon_age_seconds") > 10 {
 				t.Errorf("osd.%d: beacon age %v (exported %v), want a beacon taken within seconds", i, value(fams, "osprey_osd_beacon_age_seconds"), ok)
 			}

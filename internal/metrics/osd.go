@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"fmt"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -10,6 +11,7 @@ var (
 	osdOpDuration = newDesc("osprey_osd_op_duration_seconds", "Client ops from their dispatch to their reply, by op.", "op")
 	osdInFlight   = newDesc("osprey_osd_ops_in_flight", "Client ops dispatched and not yet answered.")
 	osdPGs        = newDesc("osprey_osd_pgs", "PGs this OSD is primary of, by state, as of its last beacon.", "state")
+	osdInfo       = newDesc("osprey_osd_info", "1, with this OSD's id (osd=\"osd.3\"): join it on instance to name the OSD an alert is about.", "osd")
 	osdBeaconAge  = newDesc("osprey_osd_beacon_age_seconds", "Seconds since the mon last took this OSD's beacon (its PG states): an OSD cut off from the mons reports old ones.")
 	osdDegraded   = newDesc("osprey_osd_degraded_objects", "Object copies missing from the PGs this OSD leads.")
 	osdMisplaced  = newDesc("osprey_osd_misplaced_objects", "Object copies on OSDs outside their PG's acting set, in the PGs this OSD leads.")
@@ -64,7 +66,7 @@ type osdCollector struct{ o *osd.OSD }
 
 func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		osdOpDuration, osdInFlight, osdPGs, osdBeaconAge, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
+		osdOpDuration, osdInFlight, osdInfo, osdPGs, osdBeaconAge, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
 		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdReadCRC, osdReadNoCRC, osdKept, osdKeepRefuse, osdRepairs, osdRepairFail, osdStrays,
 		osdScrubObj, osdScrubBytes, osdScrubDmg, osdScrubFixed, osdScrubErrs, osdScrubIncon,
 		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg,
@@ -93,6 +95,7 @@ func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstHistogram(osdOpDuration, op.Count, op.Sum.Seconds(), buckets, op.Op)
 	}
+	gauge(ch, osdInfo, 1, fmt.Sprintf("osd.%d", c.o.ID()))
 	gauge(ch, osdInFlight, float64(st.OpsInFlight))
 	for state, n := range st.PGs {
 		gauge(ch, osdPGs, float64(n), state)
