@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -208,6 +210,8 @@ type Mon struct {
 	keeper auth.Keeper
 	// keyrings are the keyring files WriteKeyrings wrote, kept current.
 	keyrings keyringFiles
+	// etcdSeen is the last round of watchEtcdHealth, nil before one.
+	etcdSeen atomic.Pointer[etcdProbe]
 
 	lead    atomic.Pointer[leadership] // nil while a standby
 	hint    atomic.Pointer[string]     // the leader's address, as last seen
@@ -343,6 +347,7 @@ func Start(ctx context.Context, cfg Config) (*Mon, error) {
 	}
 	m.wg.Go(m.watchMap)
 	m.wg.Go(m.watchAuth)
+	m.wg.Go(m.watchEtcdHealth)
 	m.wg.Go(m.runElection)
 	t := time.NewTimer(settleTimeout)
 	defer t.Stop()
@@ -611,20 +616,56 @@ func (m *Mon) statusInput(ctx context.Context) (statusInput, error) {
 	if err != nil {
 		return statusInput{}, err
 	}
-	members, down := m.etcdHealth(ctx)
-	return statusInput{mp: mp, beacons: beacons, mons: mons, now: time.Now(), fresh: 2 * m.cfg.HeartbeatGrace,
-		past: m.reportMaps(ctx, mp, beacons), etcdMembers: members, etcdDown: down}, nil
+	in := statusInput{mp: mp, beacons: beacons, mons: mons, now: time.Now(), fresh: 2 * m.cfg.HeartbeatGrace,
+		past: m.reportMaps(ctx, mp, beacons)}
+	if h := m.etcdSeen.Load(); h != nil && time.Since(h.at) < etcdHealthFresh {
+		in.etcdMembers, in.etcdDown = h.members, h.down
+	}
+	return in, nil
 }
 
-// etcdProbeTimeout bounds the status request to each etcd member.
-const etcdProbeTimeout = time.Second
+// etcdProbe is what watchEtcdHealth last saw of the etcd members.
+type etcdProbe struct {
+	at      time.Time
+	members int
+	down    []string
+}
 
-// etcdHealth asks each member of the etcd cluster for its status, at once:
-// how many members there are, and a line for each that did not answer. A
-// member down leaves the quorum one loss from gone, which would stop every
-// map change; the mons' reads go on meanwhile, so nothing else shows it.
-// Zero and nil when the member list cannot be read (the caller's reads
-// fail then too) or has one member.
+const (
+	// etcdProbeEvery is how often watchEtcdHealth dials the members, and
+	// etcdProbeTimeout bounds a round. It runs apart from the status,
+	// which must not wait on a member whose host drops packets.
+	etcdProbeEvery   = 5 * time.Second
+	etcdProbeTimeout = 3 * time.Second
+	// etcdHealthFresh: an older round (the prober stuck) says nothing.
+	etcdHealthFresh = 30 * time.Second
+)
+
+// watchEtcdHealth asks the etcd members for their status every
+// etcdProbeEvery, for the status's ETCD_MEMBER_DOWN (m.etcdSeen).
+func (m *Mon) watchEtcdHealth() {
+	t := time.NewTicker(etcdProbeEvery)
+	defer t.Stop()
+	for {
+		n, down := m.etcdHealth(m.ctx)
+		m.etcdSeen.Store(&etcdProbe{at: time.Now(), members: n, down: down})
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// etcdHealth dials each member of the etcd cluster's client URL, at once:
+// how many members there are, and a line for each that could not be
+// reached. A member down leaves the quorum one loss from gone, which would
+// stop every map change; the mons' reads go on meanwhile, so nothing else
+// shows it. A TCP dial, not an etcd call: the client's Status of a member
+// whose host drops packets did not end with its context (the status
+// waited for it), and a member that answers a dial is up as far as the
+// quorum's margin goes. Zero and nil when the member list cannot be read
+// (the mon's reads fail then too) or has one member.
 func (m *Mon) etcdHealth(ctx context.Context) (int, []string) {
 	ctx, cancel := context.WithTimeout(ctx, etcdProbeTimeout)
 	defer cancel()
@@ -643,13 +684,32 @@ func (m *Mon) etcdHealth(ctx context.Context) (int, []string) {
 			continue
 		}
 		wg.Go(func() {
-			if _, err := m.cli.Status(ctx, mb.ClientURLs[0]); err != nil {
+			if err := dialURL(ctx, mb.ClientURLs[0]); err != nil {
 				down[i] = fmt.Sprintf("etcd member %s (%s): %v", name, mb.ClientURLs[0], err)
 			}
 		})
 	}
 	wg.Wait()
 	return len(list.Members), slices.DeleteFunc(down, func(s string) bool { return s == "" })
+}
+
+// dialURL opens and closes a connection to an etcd client URL
+// (http://HOST:PORT, https://..., unix://PATH).
+func dialURL(ctx context.Context, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	network, addr := "tcp", u.Host
+	if u.Scheme == "unix" || u.Scheme == "unixs" {
+		network, addr = "unix", cmp.Or(u.Host+u.Path, u.Opaque)
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // maxReportMaps bounds the older maps statusInput reads for PG reports:
