@@ -633,7 +633,7 @@ func (c *Client) roundTrip(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType
 		r.Release()
 		return nil, nil
 	case <-actx.Done():
-		abandon(conn, ticket, payload, ctx.Err() != nil)
+		c.abandon(conn, ticket, payload, ctx.Err() != nil)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -656,13 +656,15 @@ func mapMoved(oe *ops.Error) bool {
 // nothing while its link stays up. The next op dials the OSD again.
 // Only when the caller's context ended (final): after an attempt's
 // OpTimeout the op is sent again with the same bytes, so closing would
-// return nothing sooner and fail every other op on the session.
-func abandon(conn *msgr.Conn, t msgr.Ticket, payload *wire.Buffer, final bool) {
+// return nothing sooner and fail every other op on the session. The other
+// ops waiting on the session are failed with it (dropConn), to be retried
+// at once, not after their OpTimeout.
+func (c *Client) abandon(conn *msgr.Conn, t msgr.Ticket, payload *wire.Buffer, final bool) {
 	if conn.Withdraw(t) || payload == nil || !final {
 		return
 	}
 	if _, lent := payload.Owner.(callersBytes); lent {
-		conn.Close()
+		c.dropConn(conn)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/msgr/tcp"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
@@ -227,5 +229,71 @@ func TestDoneContextSendsNothing(t *testing.T) {
 	}
 	if err := cl.MakeBucket(ctx, "never"); err != nil {
 		t.Fatalf("a bucket made with a done context exists: %v", err)
+	}
+}
+
+// TestAbandonedPutFailsItsSessionsOps: the session a PutObjectBytes
+// closes when its context ends with its body on the wire fails the other
+// ops waiting on it, which retry at once on a new one: a local close
+// raises no event, and a StatObject queued behind the put's write waited
+// out its whole OpTimeout (review of session 47).
+func TestAbandonedPutFailsItsSessionsOps(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8})
+	w := watchingTCP{watched: new(atomic.Pointer[byte]), sent: new(atomic.Int32), gate: new(atomic.Pointer[chan struct{}]),
+		held: make(chan struct{}, 1), swallow: new(atomic.Bool)}
+	const opTimeout = time.Minute
+	cl := c.Client(t, func(o *client.Options) { o.Transports = []wire.Transport{w}; o.OpTimeout = opTimeout })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := cl.MakeBucket(ctx, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := osdtest.Put(ctx, cl, "bkt", "other", []byte("x"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	data := osdtest.Payload(256<<10, 6)
+	w.watched.Store(&data[0])
+	gate := make(chan struct{})
+	w.gate.Store(&gate)
+	putCtx, putCancel := context.WithCancel(ctx)
+	putDone := make(chan error, 1)
+	go func() {
+		_, err := cl.PutObjectBytes(putCtx, "bkt", "k", data, client.PutOptions{})
+		putDone <- err
+	}()
+	<-w.held // the put's body is being written, held there
+	var old *msgr.Conn
+	for cn := range cl.Messenger().Conns() {
+		if cn.Peer() == "osd.0" {
+			old = cn
+		}
+	}
+	statDone := make(chan error, 1)
+	go func() {
+		_, err := cl.StatObject(ctx, "bkt", "other")
+		statDone <- err
+	}()
+	msgrtest.Eventually(t, 10*time.Second, "the stat queued behind the put", func() bool { return old.Stats().QueuedMsgs >= 2 })
+	putCancel()
+	msgrtest.Eventually(t, 10*time.Second, "the put's session closed", func() bool {
+		for cn := range cl.Messenger().Conns() {
+			if cn == old {
+				return false
+			}
+		}
+		return true
+	})
+	w.gate.Store(nil)
+	close(gate)
+	select {
+	case err := <-statDone:
+		if err != nil {
+			t.Fatalf("the stat on the closed session: %v", err)
+		}
+	case <-time.After(opTimeout / 2):
+		t.Fatalf("the stat on the session the abandoned put closed still waits, %v on: for its OpTimeout", opTimeout/2)
+	}
+	if err := <-putDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the abandoned put: %v", err)
 	}
 }

@@ -560,7 +560,6 @@ func (m *Mon) adoptAuthTable(t *osdpb.AuthTable) {
 		}
 	}
 	m.keeper.Note(monclient.AuthTable(t))
-	m.refreshKeyrings(t)
 	full, public := &osdpb.MonAuth{Table: t}, &osdpb.MonAuth{Table: withoutS3Keys(t)}
 	m.pushTo(true, osdpb.MsgType_MSG_MON_AUTH, func(c *msgr.Conn) proto.Message {
 		if m.mayReadS3Secrets(c.Peer()) {
@@ -568,6 +567,7 @@ func (m *Mon) adoptAuthTable(t *osdpb.AuthTable) {
 		}
 		return public
 	})
+	m.refreshKeyrings(t) // after the push, which its etcd read must not delay
 }
 
 // watchAuth follows the auth records in etcd, reading the table again

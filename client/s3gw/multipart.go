@@ -180,8 +180,8 @@ func (g *Gateway) checkCompleteChecksums(req *request, c completeRequest) error 
 		if err != nil || len(raw) != checksumAlgorithms[name]().Size() || composite && !validPartCount(n) {
 			return errf(ErrInvalidRequest, "value for x-amz-checksum-%s header is invalid", name)
 		}
-		if name != "crc32c" || composite {
-			whole = ""
+		if name != "crc32c" || composite || strings.EqualFold(req.r.Header.Get("X-Amz-Checksum-Type"), "COMPOSITE") {
+			whole = "" // a checksum of the parts' checksums: not kept, not checked
 		}
 	}
 	perPart := slices.ContainsFunc(c.Parts, func(p completePart) bool { return p.ChecksumCRC32C != "" })

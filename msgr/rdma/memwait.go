@@ -92,42 +92,47 @@ func (d *domain) tryLarge(n int) (*region, <-chan struct{}, error) {
 }
 
 // getSource returns a registered buffer for a copy of an n-byte payload
-// we send, waiting while the domain's budget (or the sources' share of
-// it) is spent, until closed is closed. putSource gives it back.
+// we send, waiting while the sources' share of the domain's budget, then
+// the budget itself, is spent, until closed is closed. The share is
+// reserved first and held while the buffer is waited for; giving it back
+// (a failure, the link closing, putSource) wakes the sources that wait
+// for room in it. putSource gives the buffer back.
 func (d *domain) getSource(n int, closed <-chan struct{}) (*region, error) {
-	for {
-		r, wait, err := d.trySource(n)
-		if wait == nil {
-			return r, err
+	for !d.reserveSource(n) {
+		// Take the channel first, then look again, as tryLarge does.
+		wait := d.memWait()
+		if d.reserveSource(n) {
+			break
 		}
+		d.memw.waits.Add(1)
 		select {
 		case <-wait:
 		case <-closed:
 			return nil, net.ErrClosed
 		}
 	}
+	for {
+		r, wait, err := d.tryLarge(n)
+		if wait == nil {
+			if r == nil {
+				d.unreserveSource(int64(largeSize(n)))
+			}
+			return r, err
+		}
+		select {
+		case <-wait:
+		case <-closed:
+			d.unreserveSource(int64(largeSize(n)))
+			return nil, net.ErrClosed
+		}
+	}
 }
 
-func (d *domain) trySource(n int) (*region, <-chan struct{}, error) {
-	if !d.reserveSource(n) {
-		// The sources' share is spent: take the channel first, then
-		// look again, as tryLarge does.
-		wait := d.memWait()
-		if !d.reserveSource(n) {
-			d.memw.waits.Add(1)
-			return nil, wait, nil
-		}
-	}
-	r, wait, err := d.tryLarge(n)
-	if r == nil {
-		d.memw.srcBytes.Add(-int64(largeSize(n)))
-		if wait == nil {
-			// Failed for good: a source that waited for our share
-			// may go now. (One that waits wakes with us.)
-			d.memReturned()
-		}
-	}
-	return r, wait, err
+// unreserveSource takes c bytes out of the sources' share and wakes the
+// sources that wait for room in it.
+func (d *domain) unreserveSource(c int64) {
+	d.memw.srcBytes.Add(-c)
+	d.memReturned()
 }
 
 // reserveSource counts a source of n bytes in the sources' share, if it

@@ -193,8 +193,10 @@ func (l *link) rendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRe
 // and those behind it wait too: a fault here made the session reconnect
 // and replay what it had sent, into the same shortage, where the slow
 // consumer that holds the memory should just push back (docs/messenger.md
-// §5.3). The reader goes on taking frames meanwhile, so grants, acks and
-// RDV_DONEs still come in.
+// §5.3). The reader goes on taking frames meanwhile, so the link's own
+// control (RDV_READY, RDV_DONE, the link word) still comes in; the
+// session's acks and grants in the frames behind p wait with them, as
+// frames are handed up in order.
 func (l *link) startTransfer(p *pendingRead) error {
 	r, wait, err := l.d.tryLarge(p.size + p.frontLen)
 	if err == nil && r == nil {
