@@ -26,10 +26,11 @@ var (
 	rdmaLentRegs   = newDesc("osprey_rdma_lent_regions", "Lent regions held now (an OSD's cached objects in registered memory).", "transport")
 	rdmaCQs        = newDesc("osprey_rdma_completion_queues", "Completion queues open: one per domain, more when its links' reservations fill it.", "transport")
 	rdmaCQReserved = newDesc("osprey_rdma_cq_reserved_entries", "Completion-queue entries reserved by links: the most completions they can have outstanding.", "transport")
+	rdmaMemWaits   = newDesc("osprey_rdma_memory_waits_total", "Rendezvous transfers that found the registered-memory budget spent and waited for memory to come back.", "transport")
 )
 
 var rdmaDescs = []*prometheus.Desc{rdmaRegistered, rdmaHighWater, rdmaBufsInUse, rdmaRecvs, rdmaZeroCopy, rdmaCopied, rdmaReads, rdmaWrites, rdmaPolls, rdmaSleeps,
-	rdmaSpin, rdmaBudget, rdmaLentBytes, rdmaLentRegs, rdmaCQs, rdmaCQReserved}
+	rdmaSpin, rdmaBudget, rdmaLentBytes, rdmaLentRegs, rdmaCQs, rdmaCQReserved, rdmaMemWaits}
 
 // rdmaCollect adds the series of the RDMA transports the messengers
 // use, each once.
@@ -65,6 +66,7 @@ func rdmaCollect(ch chan<- prometheus.Metric, nets []Network) {
 			gauge(ch, rdmaLentRegs, float64(s.LentRegions), l)
 			gauge(ch, rdmaCQs, float64(s.CQs), l)
 			gauge(ch, rdmaCQReserved, float64(s.CQReserved), l)
+			counter(ch, rdmaMemWaits, s.MemWaits, l)
 		}
 	}
 }
