@@ -375,7 +375,9 @@ func computeStatus(in statusInput) *Status {
 			}
 		}
 		switch {
-		case v.unknown:
+		case v.unknown || v.fresh && v.reported == "unknown":
+			// No report, or its primary's: it has no state for the PG
+			// yet. One check either way, not two for one word.
 			unknown++
 			about("unknown", v)
 		case v.down:
@@ -405,7 +407,7 @@ func computeStatus(in statusInput) *Status {
 		if v.broken {
 			broken[v.reported]++
 			about("broken:"+v.reported, v)
-		} else if v.fresh && v.reported != "active+clean" && !v.belowMin {
+		} else if v.fresh && v.reported != "active+clean" && v.reported != "unknown" && !v.belowMin {
 			for _, t := range strings.Split(v.reported, "+") {
 				// inconsistent is an error of its own (PG_DAMAGED below).
 				// peered (inactive) is counted above, as an error.
@@ -503,7 +505,7 @@ func computeStatus(in statusInput) *Status {
 		checks.warn("PG_DEGRADED", fmt.Sprintf("%d pgs undersized", undersized), pgLines["undersized"])
 	}
 	if unknown > 0 && !noOSDs {
-		checks.warn("PG_AVAILABILITY", fmt.Sprintf("%d pgs unknown (no report from their primary at epoch %d yet)", unknown, mp.Epoch()), pgLines["unknown"])
+		checks.warn("PG_AVAILABILITY", fmt.Sprintf("%d pgs unknown (no state from their primary at epoch %d yet)", unknown, mp.Epoch()), pgLines["unknown"])
 	}
 	for _, t := range sortedKeys(tokens) {
 		checks.warn(tokenCheck(t), fmt.Sprintf("%d pgs %s", tokens[t], t), pgLines["token:"+t])

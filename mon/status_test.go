@@ -110,6 +110,13 @@ func TestStatusHealth(t *testing.T) {
 			t.Errorf("pg ls before reports: %+v", p)
 		}
 	}
+	// A primary that reports it has no state yet: unknown too, in the
+	// one check (it was a second, "16 pgs unknown" by the word).
+	beaconAll(t, c, m.Map(), "unknown")
+	st = statusCmd(t, c)
+	if n := len(slices.DeleteFunc(slices.Clone(st.Health.Checks), func(c string) bool { return !strings.Contains(c, "unknown") })); n != 1 || !hasCheck(st, "16 pgs unknown (no state") {
+		t.Fatalf("reported unknown: %d checks about it in %q", n, st.Health.Checks)
+	}
 	beaconAll(t, c, m.Map(), "active+clean")
 	st = statusCmd(t, c)
 	if st.Health.Status != HealthOK || st.PGs["active+clean"] != 16 || st.OSDs != (OSDCounts{3, 3, 3}) || st.Objects != 16 || st.UsedBytes != 300 {
