@@ -58,7 +58,7 @@ func loadIdentity(dir string) (identity, error) {
 // saveIdentity writes the file atomically: a crash leaves the old or the
 // new one, never half of it.
 func saveIdentity(dir string, id identity) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
 	b, _ := json.MarshalIndent(id, "", "  ")
@@ -194,7 +194,7 @@ func createOSD(ctx context.Context, cfg *Config, ident *identity) (*auth.Keyring
 	if want := ops.OSDName(rep.Ids[0]); k.Entity != want {
 		return nil, fmt.Errorf("osd: osd create gave id %d but %s's keyring", rep.Ids[0], k.Entity)
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, err
 	}
 	if err := auth.WriteKeyringFile(filepath.Join(cfg.DataDir, keyringFile), rep.Keyring); err != nil {

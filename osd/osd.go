@@ -623,7 +623,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 
 // openStore makes the data directory and opens the store in it.
 func openStore(ctx context.Context, dir string, opts store.Options) (*store.Store, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("osd: data directory: %w", err)
 	}
 	return store.Open(ctx, opts)

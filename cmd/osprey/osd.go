@@ -123,7 +123,7 @@ gracefully.`,
 			// read or written (identity.json, the keyring): a second one
 			// fails at once naming the holder, rather than on Pebble's own
 			// lock after it may have rewritten the identity.
-			if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 				return err
 			}
 			lock, err := dirlock.Lock(cfg.DataDir)

@@ -177,7 +177,7 @@ func runUp(cmd *cobra.Command, o upOptions) (err error) {
 	if dir, err = filepath.Abs(dir); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
 

@@ -156,7 +156,7 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	c := &Cluster{Dir: opts.Dir}
 	if c.Dir != "" {
-		if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		if err := os.MkdirAll(c.Dir, 0o750); err != nil {
 			return nil, err
 		}
 	} else {
