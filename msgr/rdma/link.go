@@ -118,11 +118,16 @@ type link struct {
 	piecesHigh int
 	pendFree   []*pendingRead
 	// memWake, while a transfer waits for registered memory
-	// (startTransfer), is closed once memory comes back.
-	memWake   <-chan struct{}
-	connected chan error
-	peerCM    []byte
-	closed    chan struct{}
+	// (startTransfer), is closed once memory comes back; memTimeout
+	// fires memWaitMax after the wait began (memSince), when the wait
+	// gives up and fails the link (startTransfer).
+	memWake    <-chan struct{}
+	memTimeout <-chan time.Time
+	memTimer   *time.Timer
+	memSince   time.Time
+	connected  chan error
+	peerCM     []byte
+	closed     chan struct{}
 	// closing is set by the first Close, which closes closeDone once the
 	// endpoint is closed and the link's memory given back.
 	closing   atomic.Bool

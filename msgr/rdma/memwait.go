@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // errMemBudget is the error of a registration that does not fit what is
@@ -41,6 +42,18 @@ type memWaiters struct {
 	// ever.
 	srcBytes atomic.Int64
 }
+
+// memWaitMax bounds a wait for registered memory. Memory a consumer holds
+// for a while comes back within it; memory that does not is held in a
+// cycle: two OSDs each forwarding, zero-copy, payloads they received
+// (held until the other has read them) while each waits for room to
+// receive the other's. Past it the transfer fails its link, as before
+// waits, and the fault lets go of what the link held (its sources, its
+// receive buffers), which breaks the cycle; the lossless session replays.
+const memWaitMax = 2 * time.Second
+
+// errMemWait is the error of a wait for registered memory that gave up.
+var errMemWait = errors.New("rdma: registered memory did not come back within " + memWaitMax.String())
 
 // srcShare: the copies of payloads being sent take at most
 // MemBudget/srcShare of a domain's registered memory, but one of any size
@@ -98,6 +111,19 @@ func (d *domain) tryLarge(n int) (*region, <-chan struct{}, error) {
 // (a failure, the link closing, putSource) wakes the sources that wait
 // for room in it. putSource gives the buffer back.
 func (d *domain) getSource(n int, closed <-chan struct{}) (*region, error) {
+	// The waits, both of them, end memWaitMax after the first began.
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	giveUp := func() <-chan time.Time {
+		if timer == nil {
+			timer = time.NewTimer(memWaitMax)
+		}
+		return timer.C
+	}
 	for !d.reserveSource(n) {
 		// Take the channel first, then look again, as tryLarge does.
 		wait := d.memWait()
@@ -109,6 +135,8 @@ func (d *domain) getSource(n int, closed <-chan struct{}) (*region, error) {
 		case <-wait:
 		case <-closed:
 			return nil, net.ErrClosed
+		case <-giveUp():
+			return nil, errMemWait
 		}
 	}
 	for {
@@ -124,6 +152,9 @@ func (d *domain) getSource(n int, closed <-chan struct{}) (*region, error) {
 		case <-closed:
 			d.unreserveSource(int64(largeSize(n)))
 			return nil, net.ErrClosed
+		case <-giveUp():
+			d.unreserveSource(int64(largeSize(n)))
+			return nil, errMemWait
 		}
 	}
 }

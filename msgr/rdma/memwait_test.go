@@ -5,6 +5,7 @@ package rdma_test
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,4 +139,67 @@ func testMemBudgetPushesBack(t *testing.T, mode rdma.RendezvousMode, smallSender
 	msgrtest.Eventually(t, 10*time.Second, "every rendezvous buffer back", func() bool {
 		return trS.Stats().BuffersInUse == 0 && trC.Stats().BuffersInUse == 0
 	})
+}
+
+// keeper holds every message it gets until open is closed, then releases
+// them and every later one, counting them.
+type keeper struct {
+	mu   sync.Mutex
+	held []*msgr.Message
+	open bool
+	got  atomic.Int64
+}
+
+func (k *keeper) Dispatch(m *msgr.Message) {
+	k.got.Add(1)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.open {
+		m.Release()
+		return
+	}
+	k.held = append(k.held, m)
+}
+
+func (k *keeper) release() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.open = true
+	for _, m := range k.held {
+		m.Release()
+	}
+	k.held = nil
+}
+
+func (*keeper) HandleEvent(msgr.Event) {}
+
+// TestRDMAMemWaitGivesUp: a receiver that holds every message keeps its
+// budget spent: no memory comes back, as in a cycle of two OSDs each
+// forwarding what it holds to the other (a stress probe wedged a cluster
+// so, for good). The wait for memory gives up after memWaitMax and fails
+// the link, as before waits, which lets go of what the link held; once
+// the receiver lets go, everything arrives.
+func TestRDMAMemWaitGivesUp(t *testing.T) {
+	const (
+		n      = 8
+		size   = 10 << 20
+		budget = 48 << 20
+	)
+	trS, trC := ownTransport(t, rdma.Config{MemBudget: budget}), ownTransport(t, rdma.Config{})
+	k := &keeper{}
+	srv := tcpEnv.NewMessenger(t, "osd.0", k, withTransport(trS, nil))
+	addr := tcpEnv.Listen(t, srv)
+	cli := tcpEnv.NewMessenger(t, "osd.1", msgrtest.NewRecorder(t), withTransport(trC, nil))
+	c := connect(t, cli, addr, "osd.0")
+	data := fill(size, 5)
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	wg.Go(func() { sendAll(t, c, 1, 0, n, func(int) []byte { return data }) })
+	msgrtest.EventuallyDescribed(t, 20*time.Second, func() string {
+		return fmt.Sprintf("the link to fail once the wait for memory gave up: %d faults, %d waits", c.Stats().Faults, trS.Stats().MemWaits)
+	}, func() bool { return c.Stats().Faults > 0 && trS.Stats().MemWaits > 0 })
+	k.release()
+	msgrtest.EventuallyDescribed(t, 60*time.Second, func() string {
+		return fmt.Sprintf("every message delivered: %d dispatched of %d", k.got.Load(), n)
+	}, func() bool { return k.got.Load() >= n })
 }

@@ -165,6 +165,9 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 		case <-l.memWake: // nil unless a transfer waits for memory
 			l.memWake = nil
 			l.startWaiting()
+		case <-l.memTimeout: // its wait is over (memWaitMax)
+			l.memWake, l.memTimeout = nil, nil
+			l.startWaiting()
 		case <-l.closed:
 			select {
 			case ev := <-l.rx:
@@ -236,7 +239,7 @@ func (l *link) dropPending() {
 		l.pend[i] = nil
 	}
 	l.pend = l.pend[:0]
-	l.memWake = nil
+	l.stopMemWait()
 	l.d.transfers.Add(-int64(l.readsOut))
 	l.readsOut, l.piecesOut = 0, 0
 	clear(l.readSlots[:])

@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"time"
 	"unsafe"
 
 	"github.com/ospreystore/osprey/msgr/wire"
@@ -200,10 +201,24 @@ func (l *link) rendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRe
 func (l *link) startTransfer(p *pendingRead) error {
 	r, wait, err := l.d.tryLarge(p.size + p.frontLen)
 	if err == nil && r == nil {
-		p.waiting = true
-		l.memWake = wait
-		return nil
+		if l.memSince.IsZero() {
+			l.memSince = time.Now()
+		}
+		left := memWaitMax - time.Since(l.memSince)
+		if left > 0 {
+			p.waiting = true
+			l.memWake = wait
+			if l.memTimer == nil {
+				l.memTimer = time.NewTimer(left)
+			} else {
+				l.memTimer.Reset(left)
+			}
+			l.memTimeout = l.memTimer.C
+			return nil
+		}
+		err = errMemWait // a cycle, most likely: the fault breaks it
 	}
+	l.stopMemWait()
 	buf := p.buf
 	p.buf, p.waiting = nil, false
 	if err != nil {
@@ -368,7 +383,8 @@ func (l *link) startWaiting() {
 }
 
 // memReady reports whether registered memory came back for a transfer
-// that waits for it (startTransfer): the reader then tries again.
+// that waits for it (startTransfer), or its wait is over: the reader then
+// tries again.
 func (l *link) memReady() bool {
 	if l.memWake == nil {
 		return false
@@ -377,7 +393,15 @@ func (l *link) memReady() bool {
 	case <-l.memWake:
 		return true
 	default:
-		return false
+		return time.Since(l.memSince) >= memWaitMax
+	}
+}
+
+// stopMemWait ends the link's wait for registered memory, if any.
+func (l *link) stopMemWait() {
+	l.memSince, l.memWake, l.memTimeout = time.Time{}, nil, nil
+	if l.memTimer != nil {
+		l.memTimer.Stop()
 	}
 }
 
