@@ -18,6 +18,7 @@ import (
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/transports"
@@ -311,15 +312,18 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 		return nil, err
 	}
 	defer cl.Close()
-	replicas := o.Replicas
+	replicas, transport := o.Replicas, o.Public+"/"+o.Cluster
 	if len(o.Seeds) > 0 {
 		for p := range cl.Map().Pools() {
 			replicas = int(p.Size)
 			break
 		}
+		// The running cluster's networks, as its map has them, not
+		// the local cluster's defaults.
+		transport = mapTransports(cl.Map())
 	}
 	rows, _, err := runObjRows(ctx, &o, sdkStore{cl}, func(r *ObjRow) {
-		r.Replicas, r.Transport = replicas, o.Public+"/"+o.Cluster
+		r.Replicas, r.Transport = replicas, transport
 		r.setDiskShare(ceiling)
 	})
 	return rows, err
@@ -839,4 +843,19 @@ func formatCPUPerGB(v float64) string {
 		return "-"
 	}
 	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// mapTransports is "PUBLIC/CLUSTER", the schemes of the first OSD's
+// addresses in mp ("?" for one that does not parse).
+func mapTransports(mp *placement.Map) string {
+	scheme := func(addr string) string {
+		if a, err := msgr.ParseAddr(addr); err == nil {
+			return a.Scheme
+		}
+		return "?"
+	}
+	for info := range mp.OSDs() {
+		return scheme(info.PublicAddr) + "/" + scheme(info.ClusterAddr)
+	}
+	return "?/?"
 }

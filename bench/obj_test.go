@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
@@ -183,5 +184,19 @@ func TestRunObjClientSharesClusterTransports(t *testing.T) {
 	}
 	if len(given) == 0 {
 		t.Fatal("the client got no transports: it opened its own, not the cluster's")
+	}
+}
+
+// TestMapTransports: a run against a cluster's seeds labels its rows with
+// the networks of that cluster's map, not the local defaults (tcp/tcp
+// for an rdma+tcp cluster, a stress probe saw).
+func TestMapTransports(t *testing.T) {
+	m, err := placement.NewLocal(placement.LocalOptions{PublicAddrs: []string{"rdma+tcp://127.0.0.1:6800"},
+		ClusterAddrs: []string{"tcp://127.0.0.1:6801"}, PGCount: 8, Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mapTransports(m); got != "rdma+tcp/tcp" {
+		t.Fatalf("mapTransports = %q, want rdma+tcp/tcp", got)
 	}
 }
