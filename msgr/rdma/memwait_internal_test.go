@@ -3,11 +3,8 @@
 package rdma
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"github.com/ospreystore/osprey/msgr/wire"
 )
 
 // TestSourceShareGivenBackWakesItsWaiters: a copy of a payload being sent
@@ -18,14 +15,7 @@ import (
 // (review of session 47).
 func TestSourceShareGivenBackWakesItsWaiters(t *testing.T) {
 	const budget = 64 << 20
-	tr := NewTransport("tcp", Config{MemBudget: budget})
-	ln, err := tr.Listen(context.Background(), "127.0.0.1:0", wire.LinkOptions{
-		RecvWindow: 8, Banner: wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures},
-	})
-	if err != nil {
-		tr.Close()
-		t.Fatal(err)
-	}
+	tr, ln := testListenerWith(t, Config{MemBudget: budget})
 	defer func() { ln.Close(); tr.Close() }()
 	d := ln.(*listener).d
 	// Hold memory so that 40 MiB does not fit the budget but 4 MiB does.

@@ -14,7 +14,13 @@ import (
 // caller closes them.
 func testListener(t *testing.T) (*Transport, wire.Listener) {
 	t.Helper()
-	tr := NewTransport("tcp", Config{})
+	return testListenerWith(t, Config{})
+}
+
+// testListenerWith is testListener with cfg for the transport.
+func testListenerWith(t *testing.T, cfg Config) (*Transport, wire.Listener) {
+	t.Helper()
+	tr := NewTransport("tcp", cfg)
 	ln, err := tr.Listen(context.Background(), "127.0.0.1:0", wire.LinkOptions{
 		RecvWindow: 8, Banner: wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures},
 	})
