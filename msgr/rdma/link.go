@@ -125,9 +125,16 @@ type link struct {
 	memTimeout <-chan time.Time
 	memTimer   *time.Timer
 	memSince   time.Time
-	connected  chan error
-	peerCM     []byte
-	closed     chan struct{}
+	// budgetWait, while a rendezvous payload waits for the messenger's
+	// receive budget (wire.LinkOptions.Budget) before it takes registered
+	// memory (startTransfer), is that wait; budgetReady is its Ready
+	// channel.
+	budget      *wire.Budget
+	budgetWait  *wire.BudgetWait
+	budgetReady <-chan struct{}
+	connected   chan error
+	peerCM      []byte
+	closed      chan struct{}
 	// closing is set by the first Close, which closes closeDone once the
 	// endpoint is closed and the link's memory given back.
 	closing   atomic.Bool
@@ -169,6 +176,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 	}
 	l := &link{
 		d: d, lim: opts.Limits, steady: opts.Limits, noCRC: opts.NoDataCRC, dataChunk: max(opts.DataChunk, 0), bufSize: cfg.BufSize, nrecv: nrecv, small: opts.SmallWindow,
+		budget:   opts.Budget,
 		readDone: make(chan readDoneEv, maxPiecesOut), connected: make(chan error, 1),
 		closed: make(chan struct{}), closeDone: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots), sendsIdle: make(chan struct{}, 1),
 	}

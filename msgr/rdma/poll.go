@@ -285,7 +285,7 @@ func (d *domain) pollFor(l *link) bool {
 		return false
 	}
 	ready := func() bool {
-		return len(l.rx) > 0 || len(l.readDone) > 0 || l.dead.Load() || l.memReady()
+		return len(l.rx) > 0 || len(l.readDone) > 0 || l.dead.Load() || l.memReady() || l.budgetGranted()
 	}
 	// The clock is read and other goroutines are let in every few turns
 	// only: each turn is a cgo call of about a microsecond, and reading

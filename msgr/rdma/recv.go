@@ -165,6 +165,9 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 		case <-l.memWake: // nil unless a transfer waits for memory
 			l.memWake = nil
 			l.startWaiting()
+		case <-l.budgetReady: // nil unless a transfer waits for the budget
+			l.budgetWait, l.budgetReady = nil, nil
+			l.startWaiting()
 		case <-l.memTimeout: // its wait is over (memWaitMax)
 			l.memWake, l.memTimeout = nil, nil
 			l.startWaiting()
@@ -226,6 +229,11 @@ func (l *link) unread(ev rxEvent) {
 // release their receive buffer, transfers retire their destination (the
 // provider may still write into it until the endpoint is gone).
 func (l *link) dropPending() {
+	if l.budgetWait != nil {
+		// First: the wait holds a pointer to its frame's charge.
+		l.budgetWait.Cancel()
+		l.budgetWait, l.budgetReady = nil, nil
+	}
 	for i, p := range l.pend {
 		switch {
 		case p.inline:
@@ -236,6 +244,7 @@ func (l *link) dropPending() {
 			l.d.inUse.Add(-1)
 			l.d.retire(p.r, l)
 		}
+		p.charge.Release()
 		l.pend[i] = nil
 	}
 	l.pend = l.pend[:0]

@@ -109,8 +109,12 @@ type pendingRead struct {
 	// transfer slot is free.
 	id      uint32
 	waiting bool
-	buf     *wire.Buffer
-	src     rdvDesc
+	// charge holds the payload's bytes of the messenger's receive
+	// budget from before its destination is registered until the frame
+	// takes it (finish).
+	charge wire.Charge
+	buf    *wire.Buffer
+	src    rdvDesc
 	// sum folds the payload into its data CRC and chunk CRCs (summed),
 	// piece by piece as they land: folded is the bytes summed so far.
 	// A read's pieces are pieces of piece bytes each; posted of them were
@@ -164,9 +168,9 @@ func (l *link) rendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRe
 	p.id = l.rdvSeen
 	l.rdvSeen++
 	p.epi = [wire.EpilogueSize]byte(b[len(b)-wire.EpilogueSize:])
-	if len(l.freeReads) == 0 || l.memWake != nil {
+	if len(l.freeReads) == 0 || l.memWake != nil || l.budgetWait != nil {
 		// No transfer slot, or those before it wait for registered
-		// memory: it waits behind them, in order.
+		// memory or the receive budget: it waits behind them, in order.
 		p.waiting = true
 		return p, nil
 	}
@@ -198,7 +202,29 @@ func (l *link) rendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRe
 // control (RDV_READY, RDV_DONE, the link word) still comes in; the
 // session's acks and grants in the frames behind p wait with them, as
 // frames are handed up in order.
+//
+// Before memory, a MESSAGE's payload (or a SEALED frame's, which holds
+// one) takes its bytes of the messenger's receive budget
+// (wire.LinkOptions.Budget, Options.MaxRecvBytes), as a stream link
+// charges a frame before it reads it: so a messenger's held messages
+// hold at most its budget of the domain's registered memory, and an
+// OSD whose client messages may not take it all always has room to
+// receive what its peers forward (docs/rdma.md, "Registered memory").
+// A spent budget is a consumer that holds what it received: the
+// transfer waits for a release, for as long as it takes, as a stream
+// link's reader does.
 func (l *link) startTransfer(p *pendingRead) error {
+	if l.budgetWait != nil {
+		p.waiting = true // the first in line waits for the budget
+		return nil
+	}
+	if n := int64(p.size + p.frontLen); p.charge.Bytes() == 0 && l.budget != nil && (p.f.Tag == wire.TagMessage || p.f.Tag == wire.TagSealed) {
+		if w := l.budget.Reserve(&p.charge, n); w != nil {
+			p.waiting = true
+			l.budgetWait, l.budgetReady = w, w.Ready()
+			return nil
+		}
+	}
 	r, wait, err := l.d.tryLarge(p.size + p.frontLen)
 	if err == nil && r == nil {
 		if l.memSince.IsZero() {
@@ -397,6 +423,17 @@ func (l *link) memReady() bool {
 	}
 }
 
+// budgetGranted reports whether the receive budget admitted a transfer
+// that waits for it: the reader then starts it.
+func (l *link) budgetGranted() bool {
+	select {
+	case <-l.budgetReady: // nil unless one waits
+		return true
+	default:
+		return false
+	}
+}
+
 // stopMemWait ends the link's wait for registered memory, if any.
 func (l *link) stopMemWait() {
 	l.memSince, l.memWake, l.memTimeout = time.Time{}, nil, nil
@@ -533,6 +570,7 @@ func (l *link) newPending() *pendingRead {
 }
 
 func (l *link) putPending(p *pendingRead) {
+	p.charge.Release()
 	*p = pendingRead{sum: p.sum} // its chunk CRC array is reused
 	l.pendFree = append(l.pendFree, p)
 }
@@ -573,6 +611,7 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 		return err
 	}
 	*f = g
+	f.Charge, p.charge = p.charge, wire.Charge{}
 	f.Front, f.Data = front, data
 	f.Buf = p.r.buffer(p.size + p.frontLen)
 	if crcs != nil {

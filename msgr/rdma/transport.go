@@ -90,6 +90,9 @@ func providerAllowed(filter, prov string) bool {
 
 func (t *Transport) Scheme() string { return t.scheme }
 
+// RegisteredBudget is Config.MemBudget (wire.RegisteredMemory).
+func (t *Transport) RegisteredBudget() int64 { return t.cfg.MemBudget }
+
 // MaxRecvWindow is the deepest receive window a link of this transport
 // may have: Config.MaxRecvWindow, capped by the provider's receive queue
 // size.

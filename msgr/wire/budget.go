@@ -113,15 +113,41 @@ func (c *Charge) Release() {
 // charged) or others wait before them. It returns false, adding nothing,
 // if cancel is closed first; c keeps what it held.
 func (b *Budget) Grow(c *Charge, n int64, cancel <-chan struct{}) bool {
-	if b == nil {
+	w := b.Reserve(c, n)
+	if w == nil {
 		return true
+	}
+	select {
+	case <-w.Ready():
+		return true
+	case <-cancel:
+	}
+	w.Cancel()
+	return false
+}
+
+// A BudgetWait is a charge waiting its turn (Reserve), for a reader that
+// cannot block on it: an RDMA link's reader goes on taking the link's own
+// frames while a payload waits for the budget.
+type BudgetWait struct {
+	b *Budget
+	w *budgetWaiter
+}
+
+// Reserve is Grow for a caller that does not block: it adds n bytes to c
+// and returns nil if they may go now; otherwise c joins the waiters and
+// Reserve returns the wait, whose Ready channel is closed once c holds
+// them. c must stay where it is until then, or until Cancel.
+func (b *Budget) Reserve(c *Charge, n int64) *BudgetWait {
+	if b == nil {
+		return nil
 	}
 	c.b = b
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if c.lead || (len(b.waiters) == 0 && b.admitLocked(c, n, 0)) {
 		b.takeLocked(c, n)
-		b.mu.Unlock()
-		return true
+		return nil
 	}
 	w := &budgetWaiter{c: c, n: n, ready: make(chan struct{})}
 	b.waiters = append(b.waiters, w)
@@ -130,24 +156,28 @@ func (b *Budget) Grow(c *Charge, n int64, cancel <-chan struct{}) bool {
 	// With this waiter every charged byte may now belong to a waiting
 	// frame: then the first leads.
 	b.grantLocked()
-	b.mu.Unlock()
-	select {
-	case <-w.ready:
-		return true
-	case <-cancel:
-	}
+	return &BudgetWait{b: b, w: w}
+}
+
+// Ready is closed once the wait's charge holds its bytes.
+func (bw *BudgetWait) Ready() <-chan struct{} { return bw.w.ready }
+
+// Cancel ends the wait, adding nothing to its charge: bytes granted
+// meanwhile go back.
+func (bw *BudgetWait) Cancel() {
+	b, w := bw.b, bw.w
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	select {
 	case <-w.ready:
-		// Granted as cancel closed: give the bytes back.
-		b.used -= n
-		c.n -= n
+		// Granted as the caller gave up: give the bytes back.
+		b.used -= w.n
+		w.c.n -= w.n
 	default:
 		for i, x := range b.waiters {
 			if x == w {
 				b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
-				b.stalled -= c.n
+				b.stalled -= w.c.n
 				b.ended = time.Now().UnixNano()
 				break
 			}
@@ -155,7 +185,6 @@ func (b *Budget) Grow(c *Charge, n int64, cancel <-chan struct{}) bool {
 	}
 	// Whoever waited behind us may go now.
 	b.grantLocked()
-	return false
 }
 
 // admitLocked reports whether c may grow by n now: it fits, or every byte

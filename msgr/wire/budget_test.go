@@ -82,6 +82,36 @@ func TestBudgetWaitsFIFO(t *testing.T) {
 	}
 }
 
+// TestBudgetReserve: a reader that cannot block (an RDMA link's) queues
+// its charge and goes on; the wait is ready once the bytes are its, and a
+// wait given up after its grant gives them back.
+func TestBudgetReserve(t *testing.T) {
+	b := NewBudget(100)
+	var a, c, d Charge
+	if w := b.Reserve(&a, 80); w != nil {
+		t.Fatal("a charge that fits waited")
+	}
+	wc := b.Reserve(&c, 40)
+	if wc == nil {
+		t.Fatal("a charge over the budget did not wait")
+	}
+	wd := b.Reserve(&d, 10) // fits, but queues behind c
+	if wd == nil || b.Stats().Waiting != 2 {
+		t.Fatalf("out of order: %+v", b.Stats())
+	}
+	a.Release()
+	<-wc.Ready()
+	<-wd.Ready()
+	if c.Bytes() != 40 || d.Bytes() != 10 || b.Stats().InFlight != 50 {
+		t.Fatalf("granted %d and %d: %+v", c.Bytes(), d.Bytes(), b.Stats())
+	}
+	wc.Cancel() // given up after its grant: its bytes go back
+	d.Release()
+	if st := b.Stats(); c.Bytes() != 0 || st.InFlight != 0 || st.Waiting != 0 {
+		t.Fatalf("after the cancel and the release: charge %d, %+v", c.Bytes(), st)
+	}
+}
+
 // TestBudgetCancel: a waiter whose link closes charges nothing and lets
 // the ones behind it go.
 func TestBudgetCancel(t *testing.T) {

@@ -197,6 +197,16 @@ type Transport interface {
 	Dial(ctx context.Context, addr string, opts LinkOptions) (Link, error)
 }
 
+// RegisteredMemory is implemented by transports that receive large
+// payloads into memory registered with a NIC, out of a budget (msgr/rdma:
+// Config.MemBudget, per domain). A daemon whose received messages wait on
+// its peers before they are let go (an OSD's client bodies, held until its
+// replicas have read them) keeps their receive budget well below it, so
+// that what its peers send it always finds room.
+type RegisteredMemory interface {
+	RegisteredBudget() int64
+}
+
 // MissingTransport stands in for a transport this binary was built
 // without, so that an address asking for it fails with Err, which says how
 // to get it, rather than as an unknown scheme. The messenger recognises it
