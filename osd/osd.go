@@ -147,6 +147,15 @@ type Config struct {
 	StrayInterval time.Duration
 	// Logger defaults to slog.Default(), with osd=ID.
 	Logger *slog.Logger
+	// ClientMessageBytes bounds the bytes of client messages (front and
+	// body) the OSD holds at once, from when it starts to receive one
+	// until its write is done, replicas included, as Ceph's
+	// osd_client_message_size_cap: the public messenger's receive budget
+	// (msgr.Options.MaxRecvBytes). Over it, the OSD stops reading its
+	// clients' links until writes complete. 0: DefaultClientMessageBytes
+	// of the smallest registered-memory budget of the transports (an
+	// RDMA domain's). Negative: no bound.
+	ClientMessageBytes int64
 	// Transports are both messengers' (tests); nil: the build's defaults
 	// (transports.Default), which the OSD closes when it stops.
 	// Faults are passed to both messengers (tests).
@@ -528,7 +537,8 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	}
 	o.pub, err = msgr.New(msgr.Options{
 		Name: name, Dispatcher: publicDispatcher{o}, DefaultPolicy: msgr.StatelessServer, Auth: pubAuth,
-		Logger: o.log.With("net", "public"), MaxMessageSize: ops.MaxMessageSize,
+		MaxRecvBytes: cmp.Or(cfg.ClientMessageBytes, clientMessageBytes(ts)),
+		Logger:       o.log.With("net", "public"), MaxMessageSize: ops.MaxMessageSize,
 		Transports: ts, Faults: cfg.Faults, DisableDataCRC: cfg.DisableDataCRC,
 		DataChunkCRC: st.ChunkSize(),
 	})

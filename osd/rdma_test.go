@@ -4,6 +4,7 @@ package osd_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -95,14 +96,23 @@ func smallPutsForwarded(t *testing.T, cfg rdma.Config) {
 	}
 	// Several puts at once, so that frames go to the client while earlier
 	// bodies are still out to the replicas.
-	const writers, each = 8, 16
-	body := func(w, i int) []byte { return osdtest.Payload(1<<10+i, uint64(w*each+i)) }
+	putConcurrently(ctx, t, c, cl, "small", 8, 16, func(w, i int) []byte { return osdtest.Payload(1<<10+i, uint64(w*16+i)) }, nil)
+	if st := tr.Stats(); (st.SharedRecvBufs > 0) == cfg.NoSharedRecv {
+		t.Fatalf("links on the shared pool: %v, want %v (%+v)", st.SharedRecvBufs > 0, !cfg.NoSharedRecv, st)
+	}
+}
+
+// putConcurrently puts writers × each objects into bucket, obj<w>.<i>
+// with body(w, i), the writers at once, and checks that every replica
+// has each; describe, if not nil, adds to the failure of a put.
+func putConcurrently(ctx context.Context, t *testing.T, c *osdtest.Cluster, cl *client.Client, bucket string, writers, each int, body func(w, i int) []byte, describe func() string) {
+	t.Helper()
 	var g errgroup.Group
 	for w := range writers {
 		g.Go(func() error {
 			for i := range each {
 				key := fmt.Sprintf("obj%d.%d", w, i)
-				if _, err := osdtest.Put(ctx, cl, "small", key, body(w, i), client.PutOptions{}); err != nil {
+				if _, err := osdtest.Put(ctx, cl, bucket, key, body(w, i), client.PutOptions{}); err != nil {
 					return fmt.Errorf("put %s: %w", key, err)
 				}
 			}
@@ -110,14 +120,14 @@ func smallPutsForwarded(t *testing.T, cfg rdma.Config) {
 		})
 	}
 	if err := g.Wait(); err != nil {
+		if describe != nil {
+			t.Fatalf("%v (%s)", err, describe())
+		}
 		t.Fatal(err)
-	}
-	if st := tr.Stats(); (st.SharedRecvBufs > 0) == cfg.NoSharedRecv {
-		t.Fatalf("links on the shared pool: %v, want %v (%+v)", st.SharedRecvBufs > 0, !cfg.NoSharedRecv, st)
 	}
 	for w := range writers {
 		for i := range each {
-			replicasHave(t, c, "small", fmt.Sprintf("obj%d.%d", w, i), body(w, i))
+			replicasHave(t, c, bucket, fmt.Sprintf("obj%d.%d", w, i), body(w, i))
 		}
 	}
 }

@@ -242,10 +242,21 @@ func (o *OSD) queueWrite(m *msgr.Message, mp *placement.Map, sid uint32, hdr *os
 		// The body outlives m (each RepOp holds it until its replica
 		// acks), so it is kept, not borrowed: an inline one is copied out
 		// of the RDMA receive buffer m's release gives back to the client.
+		//
+		// m itself is held until the write is done, replicas included,
+		// as Ceph holds a client op's osd_client_message_size_cap bytes:
+		// its bytes of the public receive budget then bound the client
+		// bodies this OSD holds, those its replicas have yet to read
+		// among them. On RDMA they lie in registered memory, and the
+		// budget, an eighth of the RDMA one (Config.ClientMessageBytes),
+		// keeps room for what this OSD receives as a replica: two OSDs
+		// whose client bodies took it all would each wait for the other
+		// to read what it forwards, for good.
 		buf, body := m.KeepData()
 		o.write(mp, sid, e, body, buf, o.chunkCRCs(m), hdr.GetAttempt() > 0, cond, func(applied *osdpb.LogEntry, err error) {
+			m.Release()
 			o.answerWrite(conn, t, hdr, reply, bucket, applied, err)
-		}, m.Release)
+		}, func() {})
 	})
 }
 

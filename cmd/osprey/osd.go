@@ -247,7 +247,7 @@ func (b *rdmaMemBudget) Set(s string) error {
 	return nil
 }
 
-const rdmaMemBudgetUsage = "registered memory each RDMA domain (NIC port) may hold, e.g. 4GiB: half of it may hold the read cache, the rest is for links; 0: 1 GiB (env OSPREY_RDMA_MEM_BUDGET; see docs/operations.md)"
+const rdmaMemBudgetUsage = "registered memory each RDMA domain (NIC port) may hold, e.g. 4GiB: half of it may hold the read cache, an eighth client messages in flight, the rest is for links; 0: 1 GiB (env OSPREY_RDMA_MEM_BUDGET; see docs/operations.md)"
 
 // byteSize is a flag of bytes written with units ("64MiB", "1.5GB", "0"),
 // parsed by go-humanize, the parser etcd and many Go CLIs already use.

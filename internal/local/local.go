@@ -387,6 +387,15 @@ func sharedTransports(m *placement.Map) (transports.Set, error) {
 
 // startOSD starts the OSD of map entry id and appends it to c.OSDs.
 func (c *Cluster) startOSD(ctx context.Context, id uint32, cfg osd.Config) error {
+	if cfg.ClientMessageBytes == 0 {
+		// The daemons share one RDMA domain (sharedTransports): each
+		// OSD's client messages take their share of its own budget in it.
+		var osds int64
+		for range c.Map.OSDs() {
+			osds++
+		}
+		cfg.ClientMessageBytes = osd.DefaultClientMessageBytes(osd.RegisteredBudget(cfg.Transports) / max(osds, 1))
+	}
 	o, err := osd.Start(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("starting osd.%d: %w", id, err)

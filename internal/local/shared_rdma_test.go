@@ -19,8 +19,8 @@ import (
 // Cluster.Transports run on one RDMA transport, so the process has one
 // domain and one completion poller per provider, whose registered-memory
 // budget is that of each OSD together and whose completion queue that of
-// each daemon and the client together; objects move over it, and Close
-// ends it.
+// each daemon and the client together; each OSD's client messages take
+// an eighth of its own share; objects move over it, and Close ends it.
 func TestDaemonsShareOneRDMATransport(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -47,6 +47,11 @@ func TestDaemonsShareOneRDMATransport(t *testing.T) {
 			if got := rdmaTCP(t, m.Transports()); got != shared {
 				t.Fatalf("osd.%d runs on its own rdma+tcp transport, not the cluster's", o.ID())
 			}
+		}
+		// Each OSD's client messages take an eighth of its own 1 GiB in
+		// the shared domain, not of the whole (osd.Config.ClientMessageBytes).
+		if got, want := pub.Stats().Recv.Limit, int64(128)<<20; got != want {
+			t.Errorf("osd.%d: client message budget %d, want %d", o.ID(), got, want)
 		}
 	}
 	cl, err := client.New(ctx, client.Options{Seeds: c.Seeds(), Transports: c.Transports})
