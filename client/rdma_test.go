@@ -5,6 +5,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"testing"
@@ -112,4 +113,33 @@ func TestGetOverRDMAKeepsRegisteredWindows(t *testing.T) {
 		}
 	}
 	idle("all closed")
+}
+
+// TestLongPartListOverRDMA: a CompleteMultipartUpload naming 2000 parts
+// over an RDMA public network is a request whose front (its list of
+// parts) is far larger than an RDMA link's 16 KiB receive buffers. It must
+// reach the OSD and be answered (here InvalidPart: no part was uploaded),
+// where it ended the client's session ("connection lost"), as a completed
+// object's reply listing its parts did.
+func TestLongPartListOverRDMA(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8, Public: "rdma+tcp"})
+	tr := rdma.NewTransport("tcp", rdma.Config{})
+	t.Cleanup(func() { tr.Close() }) // after the client's Close
+	cl := c.Client(t, func(o *client.Options) { o.Transports = []wire.Transport{tcp.Transport{}, tr} })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cl.MakeBucket(ctx, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	id, err := cl.NewMultipartUpload(ctx, "bkt", "k", client.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := make([]client.CompletePart, 2000)
+	for i := range parts {
+		parts[i] = client.CompletePart{PartNumber: i + 1, ETag: fmt.Sprintf("%032x", i)}
+	}
+	if _, err := cl.CompleteMultipartUpload(ctx, "bkt", "k", id, parts); !errors.Is(err, client.ErrInvalidPart) {
+		t.Fatalf("completing with 2000 parts never uploaded: %v, want InvalidPart", err)
+	}
 }

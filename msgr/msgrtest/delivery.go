@@ -1,6 +1,7 @@
 package msgrtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -225,6 +226,67 @@ func testConcurrentSenders(t *testing.T, env Env) {
 	for s := range senders {
 		if got := p.srvRec.Next(uint32(s)); got != uint64(n) {
 			t.Fatalf("sender %d: %d delivered", s, got)
+		}
+	}
+}
+
+// testLargeFronts: a front far larger than a small frame's buffer (an
+// RDMA link's 16 KiB receive buffers; a multipart object's list of parts
+// is such a front), with no data, a little or much, or data in a buffer
+// from AllocPayload, arrives intact and in order. Over RDMA such a front
+// moves with the payload (wire.FeatureRendezvousFront); before, Send took
+// it and the session ended with ErrMessageTooLarge.
+func testLargeFronts(t *testing.T, env Env) {
+	got := make(chan *msgr.Message, 8)
+	srv := env.NewMessenger(t, "osd.0", msgr.DispatchFunc(func(m *msgr.Message) { got <- m }), nil)
+	addr := env.Listen(t, srv)
+	cli := env.NewMessenger(t, "osd.1", NewRecorder(t), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := cli.Connect(ctx, addr, "osd.0")
+	if err == nil {
+		err = c.WaitReady(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		front, data int
+		alloc       bool // the data in a buffer from Conn.AllocPayload
+	}{
+		{20 << 10, 0, false}, {20 << 10, 100, false}, {16<<10 - 100, 64 << 10, false},
+		{1 << 20, 3<<20 + 5, false}, {300 << 10, 17, false}, {40 << 10, 2 << 20, true},
+	}
+	pattern := func(n, seed int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(i*7 + seed)
+		}
+		return b
+	}
+	for i, tc := range cases {
+		m := msgr.NewMessage(uint16(1+i), pattern(tc.front, i), pattern(tc.data, 100+i))
+		if tc.alloc {
+			buf, err := c.AllocPayload(tc.data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			copy(buf.B, m.Data)
+			m.SetPayload(buf)
+		}
+		if err := c.Send(ctx, m); err != nil {
+			t.Fatalf("send of a %d-byte front and %d bytes of data: %v", tc.front, tc.data, err)
+		}
+	}
+	for i, tc := range cases {
+		select {
+		case m := <-got:
+			if m.Type != uint16(1+i) || !bytes.Equal(m.Front, pattern(tc.front, i)) || !bytes.Equal(m.Data, pattern(tc.data, 100+i)) {
+				t.Fatalf("message %d: type %d, %d-byte front and %d bytes of data, not those sent (%d and %d)", i, m.Type, len(m.Front), len(m.Data), tc.front, tc.data)
+			}
+			m.Release()
+		case <-ctx.Done():
+			t.Fatalf("message %d (a %d-byte front, %d bytes of data) never came: %v", i, tc.front, tc.data, c)
 		}
 	}
 }

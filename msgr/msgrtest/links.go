@@ -156,7 +156,7 @@ func simpleOpts(features uint64) wire.LinkOptions {
 // its transport uses: RENDEZVOUS only on RDMA, which alone moves payloads
 // by rendezvous.
 func linkFeatures(t *testing.T, tr wire.Transport, host string) {
-	want := wire.KnownFeatures &^ wire.FeatureRendezvous
+	want := wire.KnownFeatures &^ (wire.FeatureRendezvous | wire.FeatureRendezvousFront)
 	if rdmaLink(tr) {
 		want = wire.KnownFeatures
 	}

@@ -57,6 +57,7 @@ func Run(t *testing.T, env Env) {
 		{"LossySemantics", testLossy},
 		{"StalledReceiverFlowControl", testStalledReceiver},
 		{"PayloadSizes", testPayloadSizes},
+		{"LargeFronts", testLargeFronts},
 		{"ConcurrentSenders", testConcurrentSenders},
 		{"RepliesMatchedByTid", testRepliesMatchedByTid},
 		{"ManyConnections", testManyConnections},

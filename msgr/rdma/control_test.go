@@ -3,6 +3,7 @@
 package rdma
 
 import (
+	"encoding/binary"
 	"errors"
 	"testing"
 
@@ -185,4 +186,55 @@ func TestParseCMRoundTrip(t *testing.T) {
 	if cm, err = parseCM(mine, cmData(mine, l)); err != nil || cm.peerSRX || cm.peerWrite || cm.peerSmall {
 		t.Fatalf("without the flags: %+v, %v", cm, err)
 	}
+}
+
+// rdvFrame is a rendezvous MESSAGE frame: its front inline, or with
+// moved, the front's length after the descriptor and no front inline.
+func rdvFrame(front []byte, src rdvDesc, moved bool) []byte {
+	p := wire.Preamble{Tag: wire.TagMessage, Flags: wire.FlagRendezvous, FrontLen: uint32(len(front)), DataLen: rdvDescSize}
+	if moved {
+		p.Flags |= wire.FlagRendezvousFront
+		p.FrontLen, p.DataLen = 0, rdvFrontDescSize
+	}
+	b := make([]byte, p.WireSize())
+	p.Put(b)
+	d := b[wire.PreambleSize+int(p.FrontLen):]
+	if !moved {
+		copy(b[wire.PreambleSize:], front)
+	}
+	src.put(d)
+	if moved {
+		binary.LittleEndian.PutUint32(d[rdvDescSize:], uint32(len(front)))
+	}
+	return b
+}
+
+// FuzzRendezvousFrame feeds arbitrary received frames to the rendezvous
+// path of a link with every transfer slot busy, so that one it takes
+// waits (startTransfer would need a domain): none may panic, and what it
+// takes names a payload and front within the link's limits, whose
+// transfer moves the data and, when the front comes with it, the front.
+func FuzzRendezvousFrame(f *testing.F) {
+	src := rdvDesc{addr: 1 << 40, n: 1 << 20, key: 3}
+	f.Add(rdvFrame([]byte("front"), src, false))
+	f.Add(rdvFrame(make([]byte, 100<<10), src, true))
+	f.Add(rdvFrame(make([]byte, 2<<20), src, true)) // a front longer than the payload
+	f.Fuzz(func(t *testing.T, b []byte) {
+		l := &link{d: &domain{}, lim: controlLimits, features: wire.KnownFeatures}
+		var fr wire.Frame
+		if fr.Preamble.Parse(b, l.lim) != nil || fr.Preamble.CheckAgreed(l.features, true) != nil || fr.Flags&wire.FlagRendezvous == 0 || fr.Tag.LinkOnly() {
+			return
+		}
+		buf := wire.NewExternalBuffer(b, func(*wire.Buffer) {})
+		p, err := l.rendezvous(&fr, buf, b)
+		if err != nil {
+			return
+		}
+		moved := fr.Flags&wire.FlagRendezvousFront != 0
+		if !p.waiting || p.size < 0 || p.frontLen < 0 || uint64(p.size+p.frontLen) > l.lim.MessageLimit(fr.Tag) ||
+			uint64(p.frontLen) > l.lim.FrontLimit(fr.Tag) || moved != p.frontMoved ||
+			moved && (p.frontLen == 0 || p.xfer != p.size+p.frontLen) || !moved && p.xfer != p.size {
+			t.Fatalf("took a rendezvous of %d bytes of data and a %d-byte front (moved %v), moving %d, waiting %v", p.size, p.frontLen, moved, p.xfer, p.waiting)
+		}
+	})
 }

@@ -36,15 +36,21 @@ func TestReadPieces(t *testing.T) {
 // pieceLink is a link with one read of n bytes in transfer slot 3, its
 // pieces not yet landed, as startTransfer leaves it; the payload is random.
 func pieceLink(t *testing.T, n, chunk int) (*link, *pendingRead) {
+	return frontPieceLink(t, n, 0, chunk)
+}
+
+// frontPieceLink is pieceLink with a front of front bytes moved after the
+// data (wire.FlagRendezvousFront).
+func frontPieceLink(t *testing.T, n, front, chunk int) (*link, *pendingRead) {
 	t.Helper()
 	l := &link{d: &domain{}, freeReads: []uint32{0, 1, 2}}
-	p := &pendingRead{r: &region{mem: make([]byte, n)}, size: n, summed: true}
+	p := &pendingRead{r: &region{mem: make([]byte, n+front)}, size: n, frontLen: front, xfer: n + front, frontMoved: front > 0, summed: true}
 	rng := rand.New(rand.NewPCG(uint64(n), 7))
 	for i := range p.r.mem {
 		p.r.mem[i] = byte(rng.Uint32())
 	}
 	p.sum.Start(chunk)
-	p.piece, p.pieces = readPieces(n)
+	p.piece, p.pieces = readPieces(p.xfer)
 	p.posted, p.out, l.piecesOut = p.pieces, p.pieces, p.pieces
 	l.readSlots[3], l.readsOut = p, 1
 	l.d.transfers.Add(1)
@@ -89,6 +95,29 @@ func TestPiecesFoldInOrder(t *testing.T) {
 	// A completion for a slot no read holds is dropped.
 	l.pieceDone(readDoneEv{slot: pieceSlot(3, 1)})
 	l.pieceDone(readDoneEv{slot: pieceSlot(200, 0)})
+}
+
+// TestPiecesFoldTheDataOnly: a read that moves the front after the data
+// checksums the data alone as its pieces land (the front is checked
+// whole against the epilogue), and ends with the last byte of the front.
+func TestPiecesFoldTheDataOnly(t *testing.T) {
+	const n, front = 1<<20 + 3, 300 << 10
+	l, p := frontPieceLink(t, n, front, 0)
+	if p.pieces != 4 || (p.pieces-1)*p.piece >= n {
+		t.Fatalf("%d pieces of %d bytes, want 4, the last holding the end of the data", p.pieces, p.piece)
+	}
+	for i := p.pieces - 1; i >= 0; i-- {
+		if p.done {
+			t.Fatalf("done with piece %d still out", i)
+		}
+		l.pieceDone(readDoneEv{slot: pieceSlot(3, i)})
+	}
+	if !p.done || p.err != nil || p.folded != n || p.inOrder != n+front {
+		t.Fatalf("after the last piece: done %v err %v, %d bytes checksummed (want %d), %d landed (want %d)", p.done, p.err, p.folded, n, p.inOrder, n+front)
+	}
+	if crc, _ := p.sum.Finish(); crc != wire.CRC(p.r.mem[:n]) {
+		t.Fatalf("data CRC %#x, want that of the data alone, %#x", crc, wire.CRC(p.r.mem[:n]))
+	}
 }
 
 // TestFailedPieceKeepsItsSlot fails the second of a read's four pieces:

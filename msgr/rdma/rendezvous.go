@@ -21,6 +21,11 @@ import (
 // and the key to read it; of an RDV_READY frame: where to write it.
 const rdvDescSize = 20 // u64 address, u32 length, u64 key
 
+// rdvFrontDescSize is the data segment of a rendezvous frame whose front
+// is in the payload (wire.FlagRendezvousFront): the descriptor, then the
+// front's length (u32). The payload is the data and then the front.
+const rdvFrontDescSize = rdvDescSize + 4
+
 type rdvDesc struct {
 	addr uint64
 	n    int
@@ -100,10 +105,14 @@ type pendingRead struct {
 	r        *region
 	frontLen int
 	size     int
-	epi      [wire.EpilogueSize]byte
-	done     bool
-	inline   bool
-	err      error
+	// xfer is the bytes the transfer moves: size, and frontLen more when
+	// the front comes in the payload (frontMoved) rather than inline.
+	xfer       int
+	frontMoved bool
+	epi        [wire.EpilogueSize]byte
+	done       bool
+	inline     bool
+	err        error
 	// id numbers the rendezvous frame on the link (rdvSeen); a waiting
 	// frame keeps its receive buffer (buf) and the descriptor until a
 	// transfer slot is free.
@@ -116,19 +125,21 @@ type pendingRead struct {
 	buf    *wire.Buffer
 	src    rdvDesc
 	// sum folds the payload into its data CRC and chunk CRCs (summed),
-	// piece by piece as they land: folded is the bytes summed so far.
+	// piece by piece as they land: folded is the bytes summed so far,
+	// inOrder the bytes of the transfer landed with all before them.
 	// A read's pieces are pieces of piece bytes each; posted of them were
 	// posted, out of those are still to complete, and landed has a bit
 	// for each that completed.
-	sum    wire.DataSum
-	summed bool
-	folded int
-	piece  int
-	pieces int
-	posted int
-	out    int
-	landed uint32
-	slot   uint32 // the transfer slot, once it has one
+	sum     wire.DataSum
+	summed  bool
+	folded  int
+	inOrder int
+	piece   int
+	pieces  int
+	posted  int
+	out     int
+	landed  uint32
+	slot    uint32 // the transfer slot, once it has one
 }
 
 // readDoneEv is the completion of one piece of a rendezvous read: slot is
@@ -141,26 +152,46 @@ type readDoneEv struct {
 // rendezvous takes a rendezvous frame: it checks the descriptor and starts
 // moving the payload, or queues the frame until a transfer slot is free.
 func (l *link) rendezvous(f *wire.Frame, buf *wire.Buffer, b []byte) (*pendingRead, error) {
-	if f.DataLen != rdvDescSize || f.WireSize() != len(b) {
+	moved := f.Flags&wire.FlagRendezvousFront != 0
+	descSize := rdvDescSize
+	if moved {
+		descSize = rdvFrontDescSize // CheckAgreed saw to the tag and the front
+	}
+	if int(f.DataLen) != descSize || f.WireSize() != len(b) {
 		buf.Release()
 		return nil, &wire.Error{Kind: wire.ErrKindMalformed, Msg: "bad rendezvous descriptor"}
 	}
-	src := parseDesc(b[wire.PreambleSize+int(f.FrontLen):])
-	if max := l.lim.DataLimit(f.Tag); uint64(src.n) > max {
-		buf.Release()
-		return nil, &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rendezvous payload of %d bytes exceeds the limit of %d", src.n, max)}
+	d := b[wire.PreambleSize+int(f.FrontLen):]
+	src := parseDesc(d)
+	size, frontLen := src.n, int(f.FrontLen)
+	if moved {
+		frontLen = int(binary.LittleEndian.Uint32(d[rdvDescSize:]))
+		if frontLen == 0 || frontLen > src.n {
+			buf.Release()
+			return nil, &wire.Error{Kind: wire.ErrKindMalformed, Msg: fmt.Sprintf("rendezvous payload of %d bytes said to hold a front of %d", src.n, frontLen)}
+		}
+		size -= frontLen
+		if max := l.lim.FrontLimit(f.Tag); uint64(frontLen) > max {
+			buf.Release()
+			return nil, &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("front segment of %d bytes exceeds the limit of %d", frontLen, max)}
+		}
 	}
-	if err := l.lim.CheckMessageSize(f.Tag, uint64(f.FrontLen), uint64(src.n)); err != nil {
+	if max := l.lim.DataLimit(f.Tag); uint64(size) > max {
+		buf.Release()
+		return nil, &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rendezvous payload of %d bytes exceeds the limit of %d", size, max)}
+	}
+	if err := l.lim.CheckMessageSize(f.Tag, uint64(frontLen), uint64(size)); err != nil {
 		buf.Release()
 		return nil, err
 	}
 	p := l.newPending()
-	p.f, p.buf, p.frontLen, p.size, p.src = *f, buf, int(f.FrontLen), src.n, src
+	p.f, p.buf, p.frontLen, p.size, p.src = *f, buf, frontLen, size, src
+	p.xfer, p.frontMoved = src.n, moved
 	// One pass over the payload, as it lands: the check of the sender's
 	// data CRC, and the chunk CRCs the receiver asked for
 	// (LinkOptions.DataChunk), which then give the data CRC.
 	chunk := 0
-	if f.Tag == wire.TagMessage && src.n > 0 {
+	if f.Tag == wire.TagMessage && size > 0 {
 		chunk = l.dataChunk
 	}
 	p.summed = chunk > 0 || f.Flags&wire.FlagNoDataCRC == 0
@@ -251,7 +282,9 @@ func (l *link) startTransfer(p *pendingRead) error {
 		buf.Release()
 		return err
 	}
-	copy(r.mem[rdvFrontAt(p):], buf.B[wire.PreambleSize:wire.PreambleSize+p.frontLen])
+	if !p.frontMoved {
+		copy(r.mem[rdvFrontAt(p):], buf.B[wire.PreambleSize:wire.PreambleSize+p.frontLen])
+	}
 	buf.Release()
 	slot := l.freeReads[len(l.freeReads)-1]
 	l.epMu.RLock()
@@ -266,7 +299,7 @@ func (l *link) startTransfer(p *pendingRead) error {
 	l.readsOut++
 	l.d.transfers.Add(1)
 	if !l.rdvWrite {
-		p.piece, p.pieces = readPieces(p.size)
+		p.piece, p.pieces = readPieces(p.xfer)
 		p.slot = slot
 		l.postPieces(p)
 		l.d.reads.Add(1)
@@ -274,7 +307,7 @@ func (l *link) startTransfer(p *pendingRead) error {
 		return nil
 	}
 	l.epMu.RUnlock()
-	l.sendCtl(wire.TagRdvReady, uint64(slot)<<32|uint64(p.id), rdvDesc{r.remoteAddr(0), p.size, r.key})
+	l.sendCtl(wire.TagRdvReady, uint64(slot)<<32|uint64(p.id), rdvDesc{r.remoteAddr(0), p.xfer, r.key})
 	return nil
 }
 
@@ -289,7 +322,7 @@ func (l *link) postPieces(p *pendingRead) {
 	for p.posted < p.pieces && l.piecesOut < maxPiecesOut {
 		off := p.posted * p.piece
 		l.d.pq.push(postOp{l: l, kind: opRead, slot: pieceSlot(p.slot, p.posted), buf: p.r.ptr(off),
-			n: min(p.piece, p.size-off), desc: p.r.desc, raddr: p.src.addr + uint64(off), rkey: p.src.key})
+			n: min(p.piece, p.xfer-off), desc: p.r.desc, raddr: p.src.addr + uint64(off), rkey: p.src.key})
 		p.posted++
 		p.out++
 		l.piecesOut++
@@ -319,7 +352,8 @@ func (l *link) morePieces() {
 }
 
 // rdvFrontAt is where p's front lies in its rendezvous buffer: after the
-// payload, which starts the buffer (startTransfer).
+// payload, which starts the buffer (startTransfer), as it lies in the
+// sender's source when it comes with the payload (frontMoved).
 func rdvFrontAt(p *pendingRead) int { return p.size }
 
 // pieceDone takes the completion of a piece of the read in a transfer
@@ -348,18 +382,19 @@ func (l *link) pieceDone(ev readDoneEv) {
 	default:
 		p.landed |= 1 << piece
 		p.fold()
-		if p.folded == p.size { // every piece landed
+		if p.inOrder == p.xfer { // every piece landed
 			l.transferDone(slot)
 		}
 	}
 	l.morePieces()
 }
 
-// fold checksums the pieces that have landed in order and were not yet.
+// fold checksums the pieces that have landed in order and were not yet:
+// their data (a front moved with it is checked whole, in finish).
 func (p *pendingRead) fold() {
-	for p.folded < p.size && p.landed&(1<<(p.folded/p.piece)) != 0 {
-		n := min(p.piece, p.size-p.folded)
-		p.add(p.folded + n)
+	for p.inOrder < p.xfer && p.landed&(1<<(p.inOrder/p.piece)) != 0 {
+		p.inOrder += min(p.piece, p.xfer-p.inOrder)
+		p.add(max(min(p.inOrder, p.size), p.folded))
 	}
 }
 
@@ -604,8 +639,8 @@ func (l *link) finish(p *pendingRead, f *wire.Frame) error {
 		dcrc, crcs = p.sum.Finish()
 	}
 	g := p.f
-	g.Flags &^= wire.FlagRendezvous
-	g.DataLen = uint32(p.size)
+	g.Flags &^= wire.FlagRendezvous | wire.FlagRendezvousFront
+	g.FrontLen, g.DataLen = uint32(p.frontLen), uint32(p.size)
 	if err := g.CheckEpilogue(p.epi[:], front, dcrc, p.summed); err != nil {
 		l.d.putLarge(p.r)
 		return err
@@ -679,10 +714,13 @@ func (s rdvSource) drop(d *domain) {
 // from the caller's buffer when it is memory this domain registered
 // (AllocPayload), else from a registered copy, for which it waits while
 // the domain's registered memory is spent (getSource), until the link
-// closes.
-func (l *link) rendezvousSource(f *wire.Frame) (src rdvSource, addr, key uint64, err error) {
+// closes. With moveFront the payload is the data and then the front, in a
+// copy: a front too large to go inline is rare (a multipart object's
+// list of parts), and the copy of its data then costs less than a second
+// descriptor on every rendezvous.
+func (l *link) rendezvousSource(f *wire.Frame, moveFront bool) (src rdvSource, addr, key uint64, err error) {
 	n := len(f.Data)
-	if f.Buf != nil {
+	if f.Buf != nil && !moveFront {
 		if r, ok := f.Buf.Owner.(*region); ok && r.d == l.d {
 			if off, ok := r.holds(f.Data); ok {
 				f.Buf.Ref()
@@ -691,11 +729,17 @@ func (l *link) rendezvousSource(f *wire.Frame) (src rdvSource, addr, key uint64,
 			}
 		}
 	}
+	if moveFront {
+		n += len(f.Front)
+	}
 	r, err := l.d.getSource(n, l.closed)
 	if err != nil {
 		return rdvSource{}, 0, 0, err
 	}
 	copy(r.mem, f.Data)
+	if moveFront {
+		copy(r.mem[len(f.Data):], f.Front)
+	}
 	l.d.copied.Add(1)
 	return rdvSource{r: r, ptr: r.ptr(0), n: n, desc: r.desc}, r.remoteAddr(0), r.key, nil
 }

@@ -3,6 +3,7 @@
 package rdma
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -104,6 +105,10 @@ func (l *link) writeFrame(f *wire.Frame) error {
 	p.FrontLen, p.DataLen = uint32(len(f.Front)), uint32(len(f.Data))
 	n := p.WireSize()
 	rdv := n > l.sendLimit
+	// moveFront: the front does not fit inline beside the descriptor,
+	// so it goes in the payload, after the data
+	// (wire.FlagRendezvousFront).
+	moveFront := false
 	var src rdvSource
 	var addr, key uint64
 	if rdv {
@@ -113,13 +118,16 @@ func (l *link) writeFrame(f *wire.Frame) error {
 			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: a %d-byte frame does not fit a %d-byte buffer, and the peer did not agree to rendezvous", n, l.sendLimit)}
 		}
 		if wire.PreambleSize+len(f.Front)+rdvDescSize+wire.EpilogueSize > l.sendLimit {
-			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: front of %d bytes does not fit a %d-byte buffer", len(f.Front), l.sendLimit)}
+			if l.features&wire.FeatureRendezvousFront == 0 || p.Tag != wire.TagMessage && p.Tag != wire.TagSealed {
+				return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: front of %d bytes does not fit a %d-byte buffer, and the peer did not agree to move it by rendezvous", len(f.Front), l.sendLimit)}
+			}
+			moveFront = true
 		}
 		// What is queued goes before the long copy (and CRC) of the
 		// payload, and before a wait for memory.
 		l.d.kickPosts()
 		var err error
-		if src, addr, key, err = l.rendezvousSource(f); err != nil {
+		if src, addr, key, err = l.rendezvousSource(f, moveFront); err != nil {
 			return err
 		}
 	}
@@ -158,11 +166,21 @@ func (l *link) writeFrame(f *wire.Frame) error {
 	}
 	if rdv {
 		p.Flags |= wire.FlagRendezvous
+		front := f.Front
 		p.DataLen = rdvDescSize
+		if moveFront {
+			p.Flags |= wire.FlagRendezvousFront
+			front, p.FrontLen, p.DataLen = nil, 0, rdvFrontDescSize
+		}
 		n = p.WireSize()
 		p.Put(sb)
-		copy(sb[wire.PreambleSize:], f.Front)
-		rdvDesc{addr, len(f.Data), key}.put(sb[wire.PreambleSize+len(f.Front):])
+		copy(sb[wire.PreambleSize:], front)
+		d := sb[wire.PreambleSize+len(front):]
+		rdvDesc{addr, src.n, key}.put(d)
+		if moveFront {
+			binary.LittleEndian.PutUint32(d[rdvDescSize:], uint32(len(f.Front)))
+		}
+		// The front's CRC is that of the front wherever it goes.
 		wire.PutEpilogue(sb[n-wire.EpilogueSize:], wire.CRC(f.Front), dcrc)
 		l.rdvMu.Lock()
 		l.rdvOut = append(l.rdvOut, src)

@@ -45,15 +45,21 @@ const (
 	// the link on a mismatch. A sender whose peer lacks it computes the
 	// data CRC over the bytes it sends instead.
 	FeatureSourceCRC uint64 = 1 << 3
+	// FeatureRendezvousFront: the peer takes a rendezvous frame whose
+	// front is moved with its payload, after the data, instead of inline
+	// (FlagRendezvousFront): a front larger than the peer's receive
+	// buffers (an RDMA link's BufSize) can then go at all. Only RDMA links
+	// offer it, with FeatureRendezvous.
+	FeatureRendezvousFront uint64 = 1 << 4
 	// KnownFeatures is every bit this version understands.
-	KnownFeatures = FeatureNoDataCRC | FeatureRendezvous | FeatureControlSlots | FeatureSourceCRC
+	KnownFeatures = FeatureNoDataCRC | FeatureRendezvous | FeatureControlSlots | FeatureSourceCRC | FeatureRendezvousFront
 )
 
 // Stream is the banner a link that moves bytes, not RDMA operations
 // (TCP, in memory), sends for bn: without RENDEZVOUS, which it refuses.
 // A peer that offers it still agrees on the rest.
 func (bn Banner) Stream() Banner {
-	bn.Supported &^= FeatureRendezvous
+	bn.Supported &^= FeatureRendezvous | FeatureRendezvousFront
 	return bn
 }
 

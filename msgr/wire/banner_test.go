@@ -114,7 +114,7 @@ func TestExchangeBanner(t *testing.T) {
 	// A stream link does not offer RENDEZVOUS, which it refuses, but
 	// agrees on the rest with a peer that does (the banners of earlier
 	// builds), and the peer reads a banner without it.
-	stream := KnownFeatures &^ FeatureRendezvous
+	stream := KnownFeatures &^ (FeatureRendezvous | FeatureRendezvousFront)
 	ra, rb = run(full, full)
 	if ra.err != nil || rb.err != nil || ra.f != stream || rb.f != stream {
 		t.Fatalf("both offering every feature: got %+v, %+v", ra, rb)

@@ -138,3 +138,32 @@ func TestCheckAgreedSourceCRC(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckAgreedRendezvousFront: FLAG_RENDEZVOUS_FRONT needs its feature,
+// the rendezvous flag, a MESSAGE or SEALED frame, and no front inline.
+func TestCheckAgreedRendezvousFront(t *testing.T) {
+	rdv := func(tag Tag, flags uint8, front uint32) Preamble {
+		return Preamble{Tag: tag, Flags: flags, FrontLen: front, DataLen: 24}
+	}
+	both := FlagRendezvous | FlagRendezvousFront
+	for _, tc := range []struct {
+		name   string
+		p      Preamble
+		agreed uint64
+		want   error
+	}{
+		{"agreed", rdv(TagMessage, both, 0), KnownFeatures, nil},
+		{"sealed", rdv(TagSealed, both, 0), KnownFeatures, nil},
+		{"not agreed", rdv(TagMessage, both, 0), KnownFeatures &^ FeatureRendezvousFront, ErrProtocol},
+		{"not a rendezvous", rdv(TagMessage, FlagRendezvousFront, 0), KnownFeatures, ErrMalformed},
+		{"a front inline too", rdv(TagMessage, both, 10), KnownFeatures, ErrMalformed},
+		{"not a message", rdv(TagRdvReady, both, 0), KnownFeatures, ErrMalformed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.p.CheckAgreed(tc.agreed, true)
+			if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}

@@ -103,7 +103,14 @@ const (
 	// forever. Only on a MESSAGE with data and a data CRC, and only when
 	// FeatureSourceCRC was agreed.
 	FlagSourceCRC uint8 = 1 << 2
-	knownFlags          = FlagRendezvous | FlagNoDataCRC | FlagSourceCRC
+	// FlagRendezvousFront: on a rendezvous frame, the front is not
+	// inline: the payload the descriptor names is the data and then the
+	// front, and the descriptor is followed by the front's length (u32).
+	// The frame itself has no front segment; its epilogue's front CRC is
+	// that of the front the payload carries. Only on a MESSAGE or SEALED
+	// frame, and only when FeatureRendezvousFront was agreed.
+	FlagRendezvousFront uint8 = 1 << 3
+	knownFlags                = FlagRendezvous | FlagNoDataCRC | FlagSourceCRC | FlagRendezvousFront
 )
 
 // PreambleSize is the fixed size of every frame's preamble; EpilogueSize the
@@ -359,6 +366,10 @@ func (p *Preamble) CheckAgreed(agreed uint64, rdmaLink bool) error {
 		return &Error{Kind: ErrKindProtocol, Msg: "frame without data crc, but that feature was not agreed"}
 	case p.Flags&FlagSourceCRC != 0 && agreed&FeatureSourceCRC == 0:
 		return &Error{Kind: ErrKindProtocol, Msg: "frame with a source data crc, but that feature was not agreed"}
+	case p.Flags&FlagRendezvousFront != 0 && agreed&FeatureRendezvousFront == 0:
+		return &Error{Kind: ErrKindProtocol, Msg: "rendezvous frame with its front in the payload, but that feature was not agreed"}
+	case p.Flags&FlagRendezvousFront != 0 && (p.Flags&FlagRendezvous == 0 || p.Tag != TagMessage && p.Tag != TagSealed || p.FrontLen != 0):
+		return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("%v frame (flags %#x, %d-byte front) with its front in a rendezvous payload", p.Tag, p.Flags, p.FrontLen)}
 	// A source CRC is a claim about a message's data: a frame without
 	// data, or without a data CRC, has none to make.
 	case p.Flags&FlagSourceCRC != 0 && (p.Tag != TagMessage || p.DataLen == 0 || p.Flags&FlagNoDataCRC != 0):

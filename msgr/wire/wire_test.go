@@ -176,7 +176,7 @@ func TestPreambleParseRejects(t *testing.T) {
 		{"tag zero", rawPreamble(msg, func(b []byte) { b[0] = 0 }), ErrMalformed},
 		{"tag above max", rawPreamble(msg, func(b []byte) { b[0] = byte(tagMax) + 1 }), ErrMalformed},
 		{"tag 255", rawPreamble(msg, func(b []byte) { b[0] = 255 }), ErrMalformed},
-		{"unknown flag 0x08", rawPreamble(msg, func(b []byte) { b[1] = 0x08 }), ErrMalformed},
+		{"unknown flag 0x10", rawPreamble(msg, func(b []byte) { b[1] = 0x10 }), ErrMalformed},
 		{"unknown flag 0x80 with known ones", rawPreamble(msg, func(b []byte) { b[1] = 0x80 | FlagNoDataCRC }), ErrMalformed},
 		{"front above limit", rawPreamble(msg, func(b []byte) { le.PutUint32(b[4:], lim.MaxFront+1) }), ErrTooLarge},
 		{"front 4 GiB", rawPreamble(msg, func(b []byte) { le.PutUint32(b[4:], ^uint32(0)) }), ErrTooLarge},
