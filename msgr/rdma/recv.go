@@ -196,6 +196,14 @@ func (l *link) ReadFrame(f *wire.Frame) (err error) {
 // received takes the receive ev for ReadFrame: done when f is the next
 // frame (or err ends the read); otherwise it was the link's own frame or it
 // joined the pending queue.
+//
+// An inline MESSAGE (or SEALED frame) takes its bytes of the receive
+// budget here, in arrival order with the rendezvous frames (which take
+// theirs before their transfer, startTransfer), and waits for them as
+// they do, in the queue, while the reader goes on. Were it charged above,
+// once handed up (the messenger's linkRun.charge), a rendezvous behind it
+// already charged could hold the bytes it waits for, and could only give
+// them back once delivered, behind it: the whole budget would stop.
 func (l *link) received(ev rxEvent, f *wire.Frame) (done bool, err error) {
 	p, err := l.frameFrom(ev, f)
 	switch {
@@ -203,17 +211,53 @@ func (l *link) received(ev rxEvent, f *wire.Frame) (done bool, err error) {
 		return false, nil
 	case err != nil:
 		return true, err
-	case p == nil && len(l.pend) == 0:
+	case p == nil && len(l.pend) == 0 && (!l.charges(f) || l.budget.TryGrow(&f.Charge, frameBytes(f))):
 		return true, nil // an inline frame with nothing ahead of it
 	case p == nil:
 		q := l.newPending()
-		q.f, q.done, q.inline = *f, true, true
-		l.pend = append(l.pend, q)
+		q.f, q.inline = *f, true
 		*f = wire.Frame{}
+		l.pend = append(l.pend, q)
+		q.waiting = true
+		l.chargeInline(q)
 	default:
 		l.pend = append(l.pend, p)
 	}
 	return false, nil
+}
+
+// charges reports whether the inline frame f takes bytes of the receive
+// budget at the link.
+func (l *link) charges(f *wire.Frame) bool {
+	return l.budget != nil && (f.Tag == wire.TagMessage || f.Tag == wire.TagSealed) && frameBytes(f) > 0
+}
+
+func frameBytes(f *wire.Frame) int64 { return int64(len(f.Front) + len(f.Data)) }
+
+// chargeInline charges q, a waiting inline frame, if nothing before it
+// waits: it is then done, or it waits for the budget (l.budgetWait). It
+// reports whether q is done.
+func (l *link) chargeInline(q *pendingRead) bool {
+	for _, x := range l.pend {
+		if x == q {
+			break
+		}
+		if x.waiting {
+			return false // its turn comes after x's (startWaiting)
+		}
+	}
+	switch {
+	case !l.charges(&q.f) || q.f.Charge.Bytes() > 0: // none, or granted
+	case l.budgetWait != nil:
+		return false
+	default:
+		if w := l.budget.Reserve(&q.f.Charge, frameBytes(&q.f)); w != nil {
+			l.budgetWait, l.budgetReady = w, w.Ready()
+			return false
+		}
+	}
+	q.waiting, q.done = false, true
+	return true
 }
 
 // unread gives back the buffer of a receive the reader will not take: a

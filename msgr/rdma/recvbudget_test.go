@@ -131,3 +131,43 @@ func TestRDMABudgetWaitEndsWithItsLink(t *testing.T) {
 	sendAll(t, c2, 2, 0, 4, func(int) []byte { return data })
 	waitDelivered(t, rec, []uint32{2}, 4, 30*time.Second, c2)
 }
+
+// TestRDMABudgetInlineBehindRendezvous: a small message that arrives
+// inline behind a payload waiting for the receive budget, with a payload
+// larger than the whole budget behind it. The inline one used to be
+// charged once handed up, by then behind the large payload, which the
+// budget had let go first (it leads once nothing else is held) and which
+// could only be delivered after it: every link of the messenger stopped
+// for good (found by a reviewer). Charged at the link, in arrival order,
+// all three arrive.
+func TestRDMABudgetInlineBehindRendezvous(t *testing.T) {
+	const budget = 2 << 20
+	trS, trC := ownTransport(t, rdma.Config{}), ownTransport(t, rdma.Config{})
+	rec := msgrtest.NewRecorder(t)
+	rec.Hold(true)
+	srv := tcpEnv.NewMessenger(t, "osd.0", rec, withTransport(trS, func(o *msgr.Options) { o.MaxRecvBytes = budget }))
+	addr := tcpEnv.Listen(t, srv)
+	holder := connect(t, tcpEnv.NewMessenger(t, "osd.2", msgrtest.NewRecorder(t), withTransport(trC, nil)), addr, "osd.0")
+	c := connect(t, tcpEnv.NewMessenger(t, "osd.1", msgrtest.NewRecorder(t), withTransport(trC, nil)), addr, "osd.0")
+	describe := func() string {
+		n, b := rec.Held()
+		return fmt.Sprintf("%d messages (%d bytes) held, %+v; sender %+v", n, b, srv.Stats().Recv, c.Stats())
+	}
+	// 1.5 MiB held: the next 1 MiB must wait.
+	sendAll(t, holder, 2, 0, 1, func(int) []byte { return fill(1536<<10, 9) })
+	msgrtest.EventuallyDescribed(t, 30*time.Second, describe, func() bool { n, _ := rec.Held(); return n == 1 })
+	sizes := []int{1 << 20, 8 << 10, 3 << 20} // waits; inline; over the whole budget
+	posted := trS.Stats().RecvsPosted
+	sendAll(t, c, 1, 0, len(sizes), func(i int) []byte { return fill(sizes[i], uint64(i)) })
+	// All three are in the link's queue, each in its receive buffer, the
+	// first waiting for the budget.
+	msgrtest.EventuallyDescribed(t, 30*time.Second, describe, func() bool {
+		return srv.Stats().Recv.Waiting > 0 && trS.Stats().RecvsPosted <= posted-int64(len(sizes))
+	})
+	rec.ReleaseHeld() // the 1 MiB goes, and is held
+	msgrtest.EventuallyDescribed(t, 30*time.Second, describe, func() bool { return rec.Next(1) >= 1 })
+	rec.Hold(false)
+	rec.ReleaseHeld()
+	waitDelivered(t, rec, []uint32{1}, uint64(len(sizes)), 30*time.Second, c)
+	msgrtest.EventuallyDescribed(t, 10*time.Second, describe, func() bool { return srv.Stats().Recv.InFlight == 0 })
+}

@@ -427,11 +427,17 @@ func (l *link) transferDone(slot uint32) {
 // budget spent waits again (startTransfer), and those behind it with it.
 func (l *link) startWaiting() {
 	for _, q := range l.pend {
-		if len(l.freeReads) == 0 {
-			break
-		}
 		if !q.waiting {
 			continue
+		}
+		if q.inline {
+			if !l.chargeInline(q) {
+				break
+			}
+			continue
+		}
+		if len(l.freeReads) == 0 {
+			break
 		}
 		if err := l.startTransfer(q); err != nil {
 			q.done, q.err = true, err

@@ -134,6 +134,28 @@ type BudgetWait struct {
 	w *budgetWaiter
 }
 
+// TryGrow adds n bytes to c if they may go now, without waiting: it
+// reports whether it did.
+func (b *Budget) TryGrow(c *Charge, n int64) bool {
+	if b == nil {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tryLocked(c, n)
+}
+
+// tryLocked takes n bytes for c if they fit (or c leads) and no one waits
+// before it.
+func (b *Budget) tryLocked(c *Charge, n int64) bool {
+	if c.lead || (len(b.waiters) == 0 && b.admitLocked(c, n, 0)) {
+		c.b = b
+		b.takeLocked(c, n)
+		return true
+	}
+	return false
+}
+
 // Reserve is Grow for a caller that does not block: it adds n bytes to c
 // and returns nil if they may go now; otherwise c joins the waiters and
 // Reserve returns the wait, whose Ready channel is closed once c holds
@@ -142,13 +164,12 @@ func (b *Budget) Reserve(c *Charge, n int64) *BudgetWait {
 	if b == nil {
 		return nil
 	}
-	c.b = b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if c.lead || (len(b.waiters) == 0 && b.admitLocked(c, n, 0)) {
-		b.takeLocked(c, n)
+	if b.tryLocked(c, n) {
 		return nil
 	}
+	c.b = b
 	w := &budgetWaiter{c: c, n: n, ready: make(chan struct{})}
 	b.waiters = append(b.waiters, w)
 	b.stalled += c.n
