@@ -1,6 +1,11 @@
 package osd
 
-import "github.com/ospreystore/osprey/msgr/wire"
+import (
+	"slices"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/msgr/wire"
+)
 
 // defaultClientBytes is Config.ClientMessageBytes without RDMA, as Ceph's
 // osd_client_message_size_cap (500 MiB).
@@ -25,21 +30,23 @@ func DefaultClientMessageBytes(rdmaBudget int64) int64 {
 	return max(min(defaultClientBytes, rdmaBudget/clientShare), 1)
 }
 
-// clientMessageBytes is DefaultClientMessageBytes of the smallest
-// registered-memory budget of ts.
-func clientMessageBytes(ts []wire.Transport) int64 {
-	return DefaultClientMessageBytes(RegisteredBudget(ts))
-}
-
-// RegisteredBudget is the smallest registered-memory budget of the
-// transports in ts (wire.RegisteredMemory), or 0 if none has one.
-func RegisteredBudget(ts []wire.Transport) int64 {
+// RegisteredBudget is the smallest registered-memory budget
+// (wire.RegisteredMemory) of the transports in ts that serve the schemes
+// of addrs (an OSD's public and cluster addresses), or 0 if none has
+// one: a build with RDMA has RDMA transports whether or not the OSD's
+// networks use them.
+func RegisteredBudget(ts []wire.Transport, addrs ...string) int64 {
 	var least int64
 	for _, t := range ts {
-		if rm, ok := t.(wire.RegisteredMemory); ok {
-			if b := rm.RegisteredBudget(); b > 0 && (least == 0 || b < least) {
-				least = b
-			}
+		rm, ok := t.(wire.RegisteredMemory)
+		if !ok || !slices.ContainsFunc(addrs, func(a string) bool {
+			pa, err := msgr.ParseAddr(a)
+			return err == nil && pa.Scheme == t.Scheme()
+		}) {
+			continue
+		}
+		if b := rm.RegisteredBudget(); b > 0 && (least == 0 || b < least) {
+			least = b
 		}
 	}
 	return least

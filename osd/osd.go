@@ -153,8 +153,9 @@ type Config struct {
 	// osd_client_message_size_cap: the public messenger's receive budget
 	// (msgr.Options.MaxRecvBytes). Over it, the OSD stops reading its
 	// clients' links until writes complete. 0: DefaultClientMessageBytes
-	// of the smallest registered-memory budget of the transports (an
-	// RDMA domain's). Negative: no bound.
+	// of the smallest registered-memory budget of the transports its
+	// public and cluster addresses use (an RDMA domain's; none over TCP).
+	// Negative: no bound.
 	ClientMessageBytes int64
 	// Transports are both messengers' (tests); nil: the build's defaults
 	// (transports.Default), which the OSD closes when it stops.
@@ -517,6 +518,9 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	}
 
 	name := msgr.EntityName(ops.OSDName(cfg.ID))
+	info, _ := cfg.Map.OSD(cfg.ID)
+	pl := cmp.Or(cfg.PublicListen, info.GetPublicAddr())
+	cl := cmp.Or(cfg.ClusterListen, info.GetClusterAddr())
 	// Both networks share the transports: one libfabric domain per NIC
 	// serves both messengers, as with the transports tests pass in.
 	var ts []wire.Transport
@@ -537,7 +541,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	}
 	o.pub, err = msgr.New(msgr.Options{
 		Name: name, Dispatcher: publicDispatcher{o}, DefaultPolicy: msgr.StatelessServer, Auth: pubAuth,
-		MaxRecvBytes: cmp.Or(cfg.ClientMessageBytes, clientMessageBytes(ts)),
+		MaxRecvBytes: cmp.Or(cfg.ClientMessageBytes, DefaultClientMessageBytes(RegisteredBudget(ts, pl, cl))),
 		Logger:       o.log.With("net", "public"), MaxMessageSize: ops.MaxMessageSize,
 		Transports: ts, Faults: cfg.Faults, DisableDataCRC: cfg.DisableDataCRC,
 		DataChunkCRC: st.ChunkSize(),
@@ -576,9 +580,6 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		o.wg.Go(func() { o.runQueue(o.readers) })
 	}
 
-	info, _ := cfg.Map.OSD(cfg.ID)
-	pl := cmp.Or(cfg.PublicListen, info.GetPublicAddr())
-	cl := cmp.Or(cfg.ClusterListen, info.GetClusterAddr())
 	if o.pubAddr, err = o.pub.Listen(ctx, pl); err == nil {
 		o.cluAddr, err = o.clu.Listen(ctx, cl)
 	}

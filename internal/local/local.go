@@ -391,10 +391,14 @@ func (c *Cluster) startOSD(ctx context.Context, id uint32, cfg osd.Config) error
 		// The daemons share one RDMA domain (sharedTransports): each
 		// OSD's client messages take their share of its own budget in it.
 		var osds int64
-		for range c.Map.OSDs() {
+		var addrs []string
+		for info := range c.Map.OSDs() {
 			osds++
+			if info.Id == id {
+				addrs = append(addrs, info.PublicAddr, info.ClusterAddr)
+			}
 		}
-		cfg.ClientMessageBytes = osd.DefaultClientMessageBytes(osd.RegisteredBudget(cfg.Transports) / max(osds, 1))
+		cfg.ClientMessageBytes = osd.DefaultClientMessageBytes(osd.RegisteredBudget(cfg.Transports, addrs...) / max(osds, 1))
 	}
 	o, err := osd.Start(ctx, cfg)
 	if err != nil {
