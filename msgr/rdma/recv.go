@@ -219,7 +219,7 @@ func (l *link) received(ev rxEvent, f *wire.Frame) (done bool, err error) {
 		*f = wire.Frame{}
 		l.pend = append(l.pend, q)
 		q.waiting = true
-		l.chargeInline(q)
+		l.chargeInline(q, false)
 	default:
 		l.pend = append(l.pend, p)
 	}
@@ -235,11 +235,12 @@ func (l *link) charges(f *wire.Frame) bool {
 func frameBytes(f *wire.Frame) int64 { return int64(len(f.Front) + len(f.Data)) }
 
 // chargeInline charges q, a waiting inline frame, if nothing before it
-// waits: it is then done, or it waits for the budget (l.budgetWait). It
-// reports whether q is done.
-func (l *link) chargeInline(q *pendingRead) bool {
+// waits (inTurn: the caller, startWaiting, knows none does): it is then
+// done, or it waits for the budget (l.budgetWait). It reports whether q
+// is done.
+func (l *link) chargeInline(q *pendingRead, inTurn bool) bool {
 	for _, x := range l.pend {
-		if x == q {
+		if inTurn || x == q {
 			break
 		}
 		if x.waiting {
@@ -247,7 +248,13 @@ func (l *link) chargeInline(q *pendingRead) bool {
 		}
 	}
 	switch {
-	case !l.charges(&q.f) || q.f.Charge.Bytes() > 0: // none, or granted
+	case !l.charges(&q.f): // none
+	case q.f.Charge.Bytes() > 0:
+		// Granted: the one wait was q's, whether or not ReadFrame has
+		// seen its Ready yet (startWaiting may run first, at a transfer's
+		// end). Left set, it would point into q once q is recycled, and
+		// a Cancel at the link's end would give q's bytes back twice.
+		l.budgetWait, l.budgetReady = nil, nil
 	case l.budgetWait != nil:
 		return false
 	default:

@@ -431,7 +431,7 @@ func (l *link) startWaiting() {
 			continue
 		}
 		if q.inline {
-			if !l.chargeInline(q) {
+			if !l.chargeInline(q, true) {
 				break
 			}
 			continue
