@@ -143,3 +143,34 @@ func TestLongPartListOverRDMA(t *testing.T) {
 		t.Fatalf("completing with 2000 parts never uploaded: %v, want InvalidPart", err)
 	}
 }
+
+// TestLongListingOverRDMA: a page of a listing of 600 objects over an
+// RDMA public network is a reply whose front (the entries) is far larger
+// than an RDMA link's 16 KiB receive buffers; it must arrive whole.
+func TestLongListingOverRDMA(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 4, Public: "rdma+tcp"})
+	tr := rdma.NewTransport("tcp", rdma.Config{})
+	t.Cleanup(func() { tr.Close() }) // after the client's Close
+	cl := c.Client(t, func(o *client.Options) { o.Transports = []wire.Transport{tcp.Transport{}, tr} })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := cl.MakeBucket(ctx, "bkt"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 600
+	for i := range n {
+		if _, err := cl.PutObjectBytes(ctx, "bkt", fmt.Sprintf("a-rather-long-key-name-for-a-listing/%04d", i), []byte{byte(i)}, client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := 0
+	for _, err := range cl.ListObjects(ctx, "bkt", client.ListOptions{}) {
+		if err != nil {
+			t.Fatalf("after %d entries: %v", got, err)
+		}
+		got++
+	}
+	if got != n {
+		t.Fatalf("listed %d objects, want %d", got, n)
+	}
+}
