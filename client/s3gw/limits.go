@@ -36,13 +36,14 @@ func DefaultMaxConnections() int {
 // its connection cap.
 const capWarnEvery = time.Minute
 
-// connCap is a listener that holds at most n connections open at once:
-// at the cap its Accept closes the longest idle kept-alive connection, as
-// nginx does when it runs out of connections (a client pool's idle ones
-// would otherwise hold every slot while its new requests wait unanswered;
-// an HTTP client resends an idempotent request on a kept-alive connection
-// closed under it, as after IdleTimeout), else waits for one to close,
-// and new clients wait in the kernel's listen backlog. Not netutil.LimitListener, whose
+// connCap is a listener that holds at most n connections open at once
+// (one more while Accept waits for a slot): at the cap, a new connection
+// takes the longest idle kept-alive one's slot, as nginx does when it
+// runs out of connections (a client pool's idle ones would otherwise hold
+// every slot while its new requests wait unanswered; an HTTP client
+// resends an idempotent request on a kept-alive connection closed under
+// it, as after IdleTimeout), else waits for one to close, and later
+// clients wait in the kernel's listen backlog. Not netutil.LimitListener, whose
 // connections hide their *net.TCPConn (golang/go#64830): net/http could
 // not half-close them (CloseWrite) before it hangs up on a request it does
 // not read to its end (a 431, an error answered before the body was
@@ -106,18 +107,24 @@ func capConnections(ln net.Listener, n int, log *slog.Logger) *connCap {
 	return l
 }
 
+// Accept takes the next connection first and then its slot: an idle
+// connection is closed for a client that came, not ahead of one (the
+// server calls Accept again as soon as one returns, so a slot taken
+// first closed an idle connection at the cap whether or not anyone
+// waited, and which one raced the server's record of them going idle).
+// While it waits for a slot it holds that one connection over the cap.
 func (l *connCap) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
 	if !l.sem.TryAcquire(1) {
 		l.warn()
 		l.reclaim()
 		if l.sem.Acquire(l.closed, 1) != nil {
+			c.Close()
 			return nil, net.ErrClosed
 		}
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		l.release()
-		return nil, err
 	}
 	return &cappedConn{Conn: c, release: l.release}, nil
 }
