@@ -194,6 +194,7 @@ gracefully.`,
 	f.Int64Var(&cacheMiB, "cache-mib", 256, "Pebble block cache, MiB")
 	f.Int64Var(&readMiB, "read-cache-mib", 512, "cache of whole objects that gets are sent from without a read or copy, MiB; negative: off")
 	f.Var(&memBudget, "rdma-mem-budget", rdmaMemBudgetUsage)
+	f.Var((*byteSize)(&cfg.ClientMessageBytes), "client-message-size-cap", "bytes of client messages held at once, each until its write is done (Ceph's osd_client_message_size_cap), e.g. 1GiB; 0: 512 MiB, or an eighth of --rdma-mem-budget on RDMA")
 	f.Uint64Var(&memMiB, "memtable-mib", 0, "Pebble memtable size, MiB (0: 64, or 1/256 of a smaller data disk)")
 	f.Float64Var(&cfg.FailsafeFullRatio, "failsafe-full-ratio", 0.97, "fraction of the data disk in use over which the OSD takes no write but deletes, even a replica's (Ceph's osd_failsafe_full_ratio)")
 	f.DurationVar(&cfg.RepTimeout, "rep-timeout", 10*time.Second, "how long a write waits for its replicas before failing (retriable)")

@@ -20,6 +20,18 @@ func TestByteSizeFlag(t *testing.T) {
 	}
 }
 
+// TestClientMessageSizeCapFlag: --client-message-size-cap reaches the
+// OSD's configuration, 0 (the OSD's own default) when not given.
+func TestClientMessageSizeCapFlag(t *testing.T) {
+	_, _, osdConfig := captureOSDConfig(t)
+	if got := osdConfig().ClientMessageBytes; got != 0 {
+		t.Errorf("without the flag: %d, want 0 (the default)", got)
+	}
+	if got := osdConfig("--client-message-size-cap", "1GiB").ClientMessageBytes; got != 1<<30 {
+		t.Errorf("--client-message-size-cap 1GiB: %d, want %d", got, 1<<30)
+	}
+}
+
 // TestScrubFlags: `osprey osd`'s deep scrub flags reach the OSD's
 // configuration: the defaults (7 days, 32 MiB/s), an interval, a pace,
 // 0 as unpaced, and --no-scrub as never.
