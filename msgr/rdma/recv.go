@@ -211,7 +211,7 @@ func (l *link) received(ev rxEvent, f *wire.Frame) (done bool, err error) {
 		return false, nil
 	case err != nil:
 		return true, err
-	case p == nil && len(l.pend) == 0 && (!l.charges(f) || l.budget.TryGrow(&f.Charge, frameBytes(f))):
+	case p == nil && len(l.pend) == 0 && (!l.charges(f.Tag, frameBytes(f)) || l.budget.TryGrow(&f.Charge, frameBytes(f))):
 		return true, nil // an inline frame with nothing ahead of it
 	case p == nil:
 		q := l.newPending()
@@ -226,10 +226,12 @@ func (l *link) received(ev rxEvent, f *wire.Frame) (done bool, err error) {
 	return false, nil
 }
 
-// charges reports whether the inline frame f takes bytes of the receive
-// budget at the link.
-func (l *link) charges(f *wire.Frame) bool {
-	return l.budget != nil && (f.Tag == wire.TagMessage || f.Tag == wire.TagSealed) && frameBytes(f) > 0
+// charges reports whether a frame of tag t and n bytes (front and data)
+// takes them from the receive budget at the link: inline ones as they
+// arrive (received), rendezvous ones before their transfer
+// (startTransfer).
+func (l *link) charges(t wire.Tag, n int64) bool {
+	return l.budget != nil && t.CarriesMessage() && n > 0
 }
 
 func frameBytes(f *wire.Frame) int64 { return int64(len(f.Front) + len(f.Data)) }
@@ -248,7 +250,7 @@ func (l *link) chargeInline(q *pendingRead, inTurn bool) bool {
 		}
 	}
 	switch {
-	case !l.charges(&q.f): // none
+	case !l.charges(q.f.Tag, frameBytes(&q.f)): // none
 	case q.f.Charge.Bytes() > 0:
 		// Granted: the one wait was q's, whether or not ReadFrame has
 		// seen its Ready yet (startWaiting may run first, at a transfer's

@@ -249,7 +249,7 @@ func (l *link) startTransfer(p *pendingRead) error {
 		p.waiting = true // the first in line waits for the budget
 		return nil
 	}
-	if n := int64(p.size + p.frontLen); p.charge.Bytes() == 0 && l.budget != nil && (p.f.Tag == wire.TagMessage || p.f.Tag == wire.TagSealed) {
+	if n := int64(p.size + p.frontLen); p.charge.Bytes() == 0 && l.charges(p.f.Tag, n) {
 		if w := l.budget.Reserve(&p.charge, n); w != nil {
 			p.waiting = true
 			l.budgetWait, l.budgetReady = w, w.Ready()

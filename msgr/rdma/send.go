@@ -118,7 +118,7 @@ func (l *link) writeFrame(f *wire.Frame) error {
 			return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: a %d-byte frame does not fit a %d-byte buffer, and the peer did not agree to rendezvous", n, l.sendLimit)}
 		}
 		if wire.PreambleSize+len(f.Front)+rdvDescSize+wire.EpilogueSize > l.sendLimit {
-			if l.features&wire.FeatureRendezvousFront == 0 || p.Tag != wire.TagMessage && p.Tag != wire.TagSealed {
+			if l.features&wire.FeatureRendezvousFront == 0 || !p.Tag.CarriesMessage() {
 				return &wire.Error{Kind: wire.ErrKindTooLarge, Msg: fmt.Sprintf("rdma: front of %d bytes does not fit a %d-byte buffer, and the peer did not agree to move it by rendezvous", len(f.Front), l.sendLimit)}
 			}
 			moveFront = true

@@ -507,7 +507,7 @@ func (l *StreamLink) sumTo(f *Frame, b []byte, n int) {
 // in clear is, it holds the budget for the frame the secure link opens
 // from it.
 func (l *StreamLink) charge(f *Frame, upTo int) error {
-	if l.budget == nil || f.Tag != TagMessage && f.Tag != TagSealed || !f.HasSegments() {
+	if l.budget == nil || !f.Tag.CarriesMessage() || !f.HasSegments() {
 		return nil
 	}
 	want := min(int64(upTo), int64(f.FrontLen)+int64(f.DataLen))

@@ -214,6 +214,12 @@ func (t Tag) Handshake() bool {
 // Sealed reports whether t carries a sealed frame (secure mode).
 func (t Tag) Sealed() bool { return t == TagSealed || t == TagSealedHandshake }
 
+// CarriesMessage reports whether a frame of tag t carries a message: a
+// MESSAGE, or a SEALED frame, which most often seals one. Only these hold
+// bytes of a receive budget, are bounded by MessageLimit and may move
+// their front by rendezvous.
+func (t Tag) CarriesMessage() bool { return t == TagMessage || t == TagSealed }
+
 // SealTagSize is what sealing adds to the bytes it seals: the AEAD tag
 // (16 bytes for GCM).
 const SealTagSize = 16
@@ -264,7 +270,7 @@ func (lim Limits) MessageLimit(t Tag) uint64 {
 // MessageLimit: checked apart, they would let one message take MaxFront
 // and MaxData, above what this side announced.
 func (lim Limits) CheckMessageSize(t Tag, front, data uint64) error {
-	if t != TagMessage && t != TagSealed {
+	if !t.CarriesMessage() {
 		return nil
 	}
 	if max := lim.MessageLimit(t); front+data > max {
@@ -368,7 +374,7 @@ func (p *Preamble) CheckAgreed(agreed uint64, rdmaLink bool) error {
 		return &Error{Kind: ErrKindProtocol, Msg: "frame with a source data crc, but that feature was not agreed"}
 	case p.Flags&FlagRendezvousFront != 0 && agreed&FeatureRendezvousFront == 0:
 		return &Error{Kind: ErrKindProtocol, Msg: "rendezvous frame with its front in the payload, but that feature was not agreed"}
-	case p.Flags&FlagRendezvousFront != 0 && (p.Flags&FlagRendezvous == 0 || p.Tag != TagMessage && p.Tag != TagSealed || p.FrontLen != 0):
+	case p.Flags&FlagRendezvousFront != 0 && (p.Flags&FlagRendezvous == 0 || !p.Tag.CarriesMessage() || p.FrontLen != 0):
 		return &Error{Kind: ErrKindMalformed, Msg: fmt.Sprintf("%v frame (flags %#x, %d-byte front) with its front in a rendezvous payload", p.Tag, p.Flags, p.FrontLen)}
 	// A source CRC is a claim about a message's data: a frame without
 	// data, or without a data CRC, has none to make.
