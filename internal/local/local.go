@@ -130,6 +130,9 @@ type Cluster struct {
 	// NIC has, so one completion poller instead of one per daemon. Close
 	// closes them after the daemons.
 	Transports transports.Set
+	// osdRDMABudget is each OSD's share of the RDMA budget of Transports
+	// (sharedTransports).
+	osdRDMABudget int64
 	// osdConfigs are what OSDs[i] started with, for RestartOSD.
 	osdConfigs []osd.Config
 }
@@ -184,7 +187,7 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		c.Map = m
 	}
-	if c.Transports, err = sharedTransports(c.Map); err != nil {
+	if c.Transports, c.osdRDMABudget, err = sharedTransports(c.Map); err != nil {
 		c.Close(context.Background())
 		return nil, err
 	}
@@ -371,34 +374,29 @@ const rdmaCQPerDaemon = 4096
 // each daemon's (the OSDs, the mon and a client), so that their links
 // fit the CQ the poller sleeps on rather than spill into more CQs, which
 // it only polls (docs/rdma.md, "Completion queues").
-func sharedTransports(m *placement.Map) (transports.Set, error) {
+func sharedTransports(m *placement.Map) (ts transports.Set, perOSD int64, err error) {
 	cfg, err := transports.ConfigFromEnv()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var osds int64
 	for range m.OSDs() {
 		osds++
 	}
-	cfg.RDMAMemBudget = max(osds, 1) * cmp.Or(cfg.RDMAMemBudget, rdmaBudgetPerOSD)
+	perOSD = cmp.Or(cfg.RDMAMemBudget, rdmaBudgetPerOSD)
+	cfg.RDMAMemBudget = max(osds, 1) * perOSD
 	cfg.RDMACQEntries = int(osds+2) * rdmaCQPerDaemon
-	return transports.New(cfg)
+	ts, err = transports.New(cfg)
+	return ts, perOSD, err
 }
 
 // startOSD starts the OSD of map entry id and appends it to c.OSDs.
 func (c *Cluster) startOSD(ctx context.Context, id uint32, cfg osd.Config) error {
-	if cfg.ClientMessageBytes == 0 {
-		// The daemons share one RDMA domain (sharedTransports): each
-		// OSD's client messages take their share of its own budget in it.
-		var osds int64
-		var addrs []string
-		for info := range c.Map.OSDs() {
-			osds++
-			if info.Id == id {
-				addrs = append(addrs, info.PublicAddr, info.ClusterAddr)
-			}
-		}
-		cfg.ClientMessageBytes = osd.DefaultClientMessageBytes(osd.RegisteredBudget(cfg.Transports, addrs...) / max(osds, 1))
+	// The daemons share one RDMA domain (sharedTransports): an OSD whose
+	// networks use it takes the share of client messages of its own
+	// budget in it, not of the whole.
+	if info, _ := c.Map.OSD(id); cfg.ClientMessageBytes == 0 && osd.RegisteredBudget(cfg.Transports, info.GetPublicAddr(), info.GetClusterAddr()) > 0 {
+		cfg.ClientMessageBytes = osd.DefaultClientMessageBytes(c.osdRDMABudget)
 	}
 	o, err := osd.Start(ctx, cfg)
 	if err != nil {
