@@ -595,6 +595,42 @@ type registeredAllocator interface {
 	AllocRegistered(n int) (*wire.Buffer, error)
 }
 
+// registeredReclaim is a listener whose registered memory can be asked
+// back (the RDMA transport's).
+type registeredReclaim interface {
+	OnRegisteredPressure(fn func(need int64)) (stop func())
+}
+
+// OnRegisteredPressure has fn called when a transfer on the transport that
+// AllocRegistered takes memory from finds its registered memory spent,
+// with the bytes it waits for, so that the holder of that memory gives
+// some back (an OSD's read cache evicts its least used extents); until
+// stop is called. fn runs on the transport's goroutines: it must not wait.
+// It fails with ErrNoRegisteredMemory where AllocRegistered would.
+func (m *Messenger) OnRegisteredPressure(fn func(need int64)) (stop func(), err error) {
+	ra, err := m.registered()
+	if err != nil {
+		return nil, err
+	}
+	rr, ok := ra.(registeredReclaim)
+	if !ok {
+		return func() {}, nil
+	}
+	return rr.OnRegisteredPressure(fn), nil
+}
+
+// registered is the first listener with registered memory.
+func (m *Messenger) registered() (registeredAllocator, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ln := range m.listeners {
+		if a, ok := ln.(registeredAllocator); ok {
+			return a, nil
+		}
+	}
+	return nil, ErrNoRegisteredMemory
+}
+
 // AllocRegistered returns a buffer of n bytes, starting on a
 // wire.DataAlign boundary, in memory registered with the transport of the
 // messenger's first listener that has any (RDMA), for data kept past any
@@ -607,17 +643,9 @@ type registeredAllocator interface {
 // registered memory is spent or cannot be registered: the caller then
 // uses ordinary memory.
 func (m *Messenger) AllocRegistered(n int) (*wire.Buffer, error) {
-	m.mu.Lock()
-	var ra registeredAllocator
-	for _, ln := range m.listeners {
-		if a, ok := ln.(registeredAllocator); ok {
-			ra = a
-			break
-		}
-	}
-	m.mu.Unlock()
-	if ra == nil {
-		return nil, ErrNoRegisteredMemory
+	ra, err := m.registered()
+	if err != nil {
+		return nil, err
 	}
 	return ra.AllocRegistered(n)
 }

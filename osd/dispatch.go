@@ -670,7 +670,7 @@ func (c *cacheMemory) AllocAligned(n int) (*wire.Buffer, error) {
 		return nil, store.ErrAllocUnavailable
 	}
 	buf, err := m.AllocRegistered(n)
-	if errors.Is(err, msgr.ErrNoRegisteredMemory) {
+	if errors.Is(err, msgr.ErrNoRegisteredMemory) || errors.Is(err, wire.ErrRegisteredPressure) {
 		return nil, store.ErrAllocUnavailable
 	}
 	return buf, err

@@ -379,6 +379,9 @@ type OSD struct {
 	// cacheMem gives the store's read cache registered memory once the
 	// public messenger listens on RDMA (dispatch.go).
 	cacheMem cacheMemory
+	// stopReclaim ends the cache's answer to registered-memory pressure
+	// (cacheMemory.reclaim); nil without registered memory.
+	stopReclaim func()
 }
 
 // Start opens the store, starts both messengers and begins serving.
@@ -587,6 +590,11 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		o.abort()
 		return nil, fmt.Errorf("osd.%d: %w", cfg.ID, err)
 	}
+	// The read cache's memory is the public listener's (cacheMemory):
+	// it gives some back when that transport runs short.
+	if stop, err := o.pub.OnRegisteredPressure(func(need int64) { o.st.ReclaimReadCache(need) }); err == nil {
+		o.stopReclaim = stop
+	}
 	if mc != nil {
 		o.fillHistoryFromMon()
 		if err := o.boot(ctx); err != nil {
@@ -656,7 +664,16 @@ func (o *OSD) abort() {
 	}
 	close(o.quit)
 	o.wg.Wait()
+	o.endReclaim()
 	o.st.Close()
+}
+
+// endReclaim stops the read cache's answers to registered-memory
+// pressure: a transport shared with other daemons outlives this OSD.
+func (o *OSD) endReclaim() {
+	if o.stopReclaim != nil {
+		o.stopReclaim()
+	}
 }
 
 // ID is the OSD's id.
@@ -720,6 +737,7 @@ func (o *OSD) CloseWith(ctx context.Context, opts CloseOptions) error {
 			p.finish(o.shuttingDown())
 		})
 		o.calls.FailIf(nil)
+		o.endReclaim()
 		errs = append(errs, o.st.Close())
 		o.closeErr = errors.Join(errs...)
 		o.log.Info("osd stopped")

@@ -16,6 +16,7 @@ import (
 	"github.com/ospreystore/osprey/msgr/tcp"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/osd"
+	"golang.org/x/sync/errgroup"
 )
 
 // TestCachedGetsOverRDMAAreNotCopied: an OSD whose public network is
@@ -125,4 +126,60 @@ func TestCachedGetsOverRDMAAreNotCopied(t *testing.T) {
 	osdtest.Eventually(t, 10*time.Second, fmt.Sprintf("goroutines back to %d", before), func() bool {
 		return runtime.NumGoroutine() <= before
 	})
+}
+
+// TestReadCacheGivesWayOverRDMA: an OSD and its client on one RDMA domain
+// (as in osprey up and bench obj's local cluster) whose budget the read
+// cache's half, the links and the copies of payloads being sent nearly
+// fill. A get whose reply finds no room to land asks the cache for its
+// memory back (store.ReclaimReadCache), and lands once the cache's
+// extents are let go, where it used to wait 2 s, fail its link and replay
+// (MemGiveUps): gets of 4 MiB objects under a 48 MiB budget collapsed
+// so to a few MB/s. Every get is right, none gave up, and the cache gave
+// some back.
+func TestReadCacheGivesWayOverRDMA(t *testing.T) {
+	tr := rdma.NewTransport("tcp", rdma.Config{MemBudget: 48 << 20})
+	t.Cleanup(func() { tr.Close() }) // after the cluster's
+	const size = 4 << 20
+	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8, Public: "rdma+tcp", Tweak: func(cfg *osd.Config) {
+		cfg.Transports = []wire.Transport{tcp.Transport{}, tr}
+	}})
+	cl := c.Client(t, func(o *client.Options) {
+		o.Transports = []wire.Transport{tcp.Transport{}, tr}
+		o.OpTimeout = time.Minute
+	})
+	ctx := ctxT(t, 3*time.Minute)
+	if err := cl.MakeBucket(ctx, "giveway"); err != nil {
+		t.Fatal(err)
+	}
+	bodies := make([][]byte, 12)
+	for i := range bodies {
+		bodies[i] = osdtest.Payload(size, uint64(i))
+		if _, err := osdtest.Put(ctx, cl, "giveway", fmt.Sprint(i), bodies[i], client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var g errgroup.Group
+	for w := range 8 {
+		g.Go(func() error {
+			for j := range 2 * len(bodies) {
+				i := (w*5 + j) % len(bodies)
+				got, _, err := osdtest.Get(ctx, cl, "giveway", fmt.Sprint(i), client.GetOptions{})
+				if err == nil && !bytes.Equal(got, bodies[i]) {
+					err = fmt.Errorf("object %d: %d bytes, not the ones put", i, len(got))
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("%v (%+v)", err, tr.Stats())
+	}
+	st, rc := tr.Stats(), c.OSDs[0].Store().ReadCacheStats()
+	if st.MemGiveUps != 0 || rc.Reclaimed == 0 {
+		t.Fatalf("%d waits for registered memory gave up, the cache gave back %d objects; want none, and some (%+v, %+v)", st.MemGiveUps, rc.Reclaimed, st, rc)
+	}
 }

@@ -48,6 +48,8 @@ var (
 	readCacheEvicted = newDesc("osprey_osd_read_cache_evictions_total", "Objects the read cache let go to make room for others (a working set larger than --read-cache-mib).")
 	readCacheNoReg   = newDesc("osprey_osd_read_cache_alloc_failures_total",
 		"Objects the read cache kept in ordinary memory because registered memory could not be had (RDMA: the lent half of the budget spent, or registration failed); gets of them copy.")
+	readCacheReclaimed = newDesc("osprey_osd_read_cache_reclaimed_total",
+		"Objects the read cache let go because an RDMA transfer found the registered memory spent and asked for its memory back.")
 
 	pebbleCompactions = newDesc("osprey_pebble_compactions_total", "Pebble compactions.")
 	pebbleFlushes     = newDesc("osprey_pebble_flushes_total", "Pebble memtable flushes.")
@@ -69,7 +71,7 @@ func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
 		osdOpDuration, osdInFlight, osdInfo, osdPGs, osdBeaconAge, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
 		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdReadCRC, osdReadNoCRC, osdKept, osdKeepRefuse, osdRepairs, osdRepairFail, osdStrays,
 		osdScrubObj, osdScrubBytes, osdScrubDmg, osdScrubFixed, osdScrubErrs, osdScrubIncon,
-		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg,
+		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg, readCacheReclaimed,
 		pebbleCompactions, pebbleFlushes, pebbleWALWritten, pebbleWAL, pebbleReadAmp, pebbleL0Files, pebbleDebt,
 		pebbleMemTable, pebbleCache, pebbleCacheHits, pebbleCacheMisses,
 	} {
@@ -137,6 +139,7 @@ func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, readCacheMisses, rc.Misses)
 	counter(ch, readCacheEvicted, rc.Evictions)
 	counter(ch, readCacheNoReg, rc.AllocFailures)
+	counter(ch, readCacheReclaimed, rc.Reclaimed)
 	counter(ch, pebbleCompactions, s.Compactions)
 	counter(ch, pebbleFlushes, s.Flushes)
 	counter(ch, pebbleWALWritten, s.WALBytesWritten)

@@ -27,10 +27,11 @@ var (
 	rdmaCQs        = newDesc("osprey_rdma_completion_queues", "Completion queues open: one per domain, more when its links' reservations fill it.", "transport")
 	rdmaCQReserved = newDesc("osprey_rdma_cq_reserved_entries", "Completion-queue entries reserved by links: the most completions they can have outstanding.", "transport")
 	rdmaMemWaits   = newDesc("osprey_rdma_memory_waits_total", "Rendezvous transfers that found the registered-memory budget spent and waited for memory to come back.", "transport")
+	rdmaMemGiveUps = newDesc("osprey_rdma_memory_wait_giveups_total", "Waits for registered memory that gave up after 2 s and failed their link (the session reconnected and replayed): the budget is too small for the load.", "transport")
 )
 
 var rdmaDescs = []*prometheus.Desc{rdmaRegistered, rdmaHighWater, rdmaBufsInUse, rdmaRecvs, rdmaZeroCopy, rdmaCopied, rdmaReads, rdmaWrites, rdmaPolls, rdmaSleeps,
-	rdmaSpin, rdmaBudget, rdmaLentBytes, rdmaLentRegs, rdmaCQs, rdmaCQReserved, rdmaMemWaits}
+	rdmaSpin, rdmaBudget, rdmaLentBytes, rdmaLentRegs, rdmaCQs, rdmaCQReserved, rdmaMemWaits, rdmaMemGiveUps}
 
 // rdmaCollect adds the series of the RDMA transports the messengers
 // use, each once.
@@ -67,6 +68,7 @@ func rdmaCollect(ch chan<- prometheus.Metric, nets []Network) {
 			gauge(ch, rdmaCQs, float64(s.CQs), l)
 			gauge(ch, rdmaCQReserved, float64(s.CQReserved), l)
 			counter(ch, rdmaMemWaits, s.MemWaits, l)
+			counter(ch, rdmaMemGiveUps, s.MemGiveUps, l)
 		}
 	}
 }

@@ -33,6 +33,9 @@ type memWaiters struct {
 	// waits counts the times a transfer found the budget spent and
 	// waited (Stats.MemWaits).
 	waits atomic.Uint64
+	// giveUps counts the waits that ended at memWaitMax and failed
+	// their link (Stats.MemGiveUps).
+	giveUps atomic.Uint64
 	// srcBytes is registered memory held by copies of payloads we send
 	// (rendezvousSource) until the peer has moved them; at most
 	// MemBudget/srcShare unless it is the only one. The rest stays for
@@ -41,7 +44,23 @@ type memWaiters struct {
 	// sources, each waiting for the other to read them, would wait for
 	// ever.
 	srcBytes atomic.Int64
+	// short: a transfer found the budget itself spent (tryLarge) and
+	// waits; memReturned clears it, and a waiter that finds the budget
+	// still spent sets it again. While it is set, lent memory is not
+	// handed out (allocLent): a cache must not take back what it gave up
+	// for the transfer (reclaim).
+	short atomic.Bool
+	// reclaimers are the holders of lent memory that give some back when
+	// a transfer waits for the budget (reclaim); reclaiming: one is
+	// running.
+	reclaimMu  sync.Mutex
+	reclaimers map[*reclaimer]struct{}
+	reclaiming atomic.Bool
 }
+
+// reclaimer is a holder of lent memory that can let go of some of it
+// (Listener.OnRegisteredPressure).
+type reclaimer struct{ fn func(need int64) }
 
 // memWaitMax bounds a wait for registered memory. Memory a consumer holds
 // for a while comes back within it; memory that does not is held in a
@@ -72,6 +91,7 @@ func (d *domain) memReturned() {
 		w.freed = nil
 	}
 	w.want.Store(false)
+	w.short.Store(false)
 	w.mu.Unlock()
 }
 
@@ -101,7 +121,54 @@ func (d *domain) tryLarge(n int) (*region, <-chan struct{}, error) {
 		return r, nil, err
 	}
 	d.memw.waits.Add(1)
+	d.memw.short.Store(true)
+	d.reclaim(int64(largeSize(n)))
 	return nil, wait, nil
+}
+
+// addReclaimer has fn called with the bytes a transfer waits for whenever
+// one finds the budget spent, until the returned func is called.
+func (d *domain) addReclaimer(fn func(need int64)) (remove func()) {
+	r := &reclaimer{fn: fn}
+	w := &d.memw
+	w.reclaimMu.Lock()
+	if w.reclaimers == nil {
+		w.reclaimers = map[*reclaimer]struct{}{}
+	}
+	w.reclaimers[r] = struct{}{}
+	w.reclaimMu.Unlock()
+	return func() {
+		w.reclaimMu.Lock()
+		delete(w.reclaimers, r)
+		w.reclaimMu.Unlock()
+	}
+}
+
+// reclaim asks the holders of lent memory for need bytes back: an OSD's
+// read cache, which may hold half the budget, lets go of the extents it
+// used least, and their memory comes back (putLent, then trimLarge) once
+// nothing sends from them any more. Without it a transfer could wait for
+// memory only a cache held, until it gave up (memWaitMax), while the
+// transfers it held up were the ones that would have let the cache's
+// extents go. One call at a time: waiters woken together would only each
+// ask for the same bytes; one that still finds the budget spent asks
+// again. It runs on the waiter's goroutine with no lock of the domain
+// held, so fn may release lent buffers.
+func (d *domain) reclaim(need int64) {
+	w := &d.memw
+	if !w.reclaiming.CompareAndSwap(false, true) {
+		return
+	}
+	defer w.reclaiming.Store(false)
+	w.reclaimMu.Lock()
+	fns := make([]func(int64), 0, len(w.reclaimers))
+	for r := range w.reclaimers {
+		fns = append(fns, r.fn)
+	}
+	w.reclaimMu.Unlock()
+	for _, fn := range fns {
+		fn(need)
+	}
 }
 
 // getSource returns a registered buffer for a copy of an n-byte payload
@@ -136,6 +203,7 @@ func (d *domain) getSource(n int, closed <-chan struct{}) (*region, error) {
 		case <-closed:
 			return nil, net.ErrClosed
 		case <-giveUp():
+			d.memw.giveUps.Add(1)
 			return nil, errMemWait
 		}
 	}
@@ -154,6 +222,7 @@ func (d *domain) getSource(n int, closed <-chan struct{}) (*region, error) {
 			return nil, net.ErrClosed
 		case <-giveUp():
 			d.unreserveSource(int64(largeSize(n)))
+			d.memw.giveUps.Add(1)
 			return nil, errMemWait
 		}
 	}

@@ -380,6 +380,13 @@ func (d *domain) allocLent(n int) (*wire.Buffer, error) {
 	if lr.out == nil {
 		lr.out, lr.spare = map[*region]struct{}{}, map[int][]*region{}
 	}
+	if d.memw.short.Load() {
+		// A transfer waits for the budget: what a cache would take
+		// now is what it was asked to give back (reclaim).
+		used := lr.bytes
+		d.mu.Unlock()
+		return nil, fmt.Errorf("rdma: %d bytes of lent memory asked (%d of %d lent): %w", size, used, limit, wire.ErrRegisteredPressure)
+	}
 	var drop []*region
 	r := lr.takeSpare(size)
 	if r == nil {

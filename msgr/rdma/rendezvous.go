@@ -274,6 +274,7 @@ func (l *link) startTransfer(p *pendingRead) error {
 			return nil
 		}
 		err = errMemWait // a cycle, most likely: the fault breaks it
+		l.d.memw.giveUps.Add(1)
 	}
 	l.stopMemWait()
 	buf := p.buf

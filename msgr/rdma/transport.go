@@ -168,6 +168,11 @@ type Stats struct {
 	// registered-memory budget (Config.MemBudget) spent and waited for
 	// memory to come back, rather than fail its link.
 	MemWaits uint64
+	// MemGiveUps counts the waits for registered memory that gave up
+	// after 2 s and failed their link, so that the session reconnects
+	// and replays (a cycle of holders, or a budget too small for the
+	// load): each is a stall of the sessions on that link.
+	MemGiveUps uint64
 }
 
 // AllocRegistered returns a buffer of n bytes of memory registered with
@@ -181,6 +186,18 @@ type Stats struct {
 // out when the transport closes are deregistered then and unmapped at
 // their last Release (region.go, lentRegions).
 func (l *listener) AllocRegistered(n int) (*wire.Buffer, error) { return l.d.allocLent(n) }
+
+// OnRegisteredPressure has fn called, with the bytes wanted, when a
+// transfer of the listener's domain finds its registered memory spent, so
+// that a holder of memory from AllocRegistered can give some back (an
+// OSD's read cache evicts); until the returned func is called. fn runs on
+// the transport's goroutines and must not wait for any transfer; what it
+// releases comes back once nothing sends from it. While a transfer waits,
+// AllocRegistered fails, so a cache does not take back at once what it
+// gave.
+func (l *listener) OnRegisteredPressure(fn func(need int64)) (stop func()) {
+	return l.d.addReclaimer(fn)
+}
 
 // Stats sums the counters of the transport's domains.
 func (t *Transport) Stats() Stats {
@@ -207,6 +224,7 @@ func (t *Transport) Stats() Stats {
 		s.CQs += int64(d.numCQs())
 		s.CQReserved += d.cqReserved()
 		s.MemWaits += d.memw.waits.Load()
+		s.MemGiveUps += d.memw.giveUps.Load()
 		d.mu.Lock()
 		s.LentBytes += d.lent.bytes
 		s.LentRegions += int64(len(d.lent.out))

@@ -1,6 +1,9 @@
 package wire
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Frame is one frame as a transport moves it. On the write side Front and
 // Data belong to the caller and are only read during WriteFrames. On the read
@@ -206,6 +209,12 @@ type Transport interface {
 type RegisteredMemory interface {
 	RegisteredBudget() int64
 }
+
+// ErrRegisteredPressure is the error, wrapped, of a transport's
+// allocation of long-lived registered memory (msgr.Messenger.
+// AllocRegistered) refused because a transfer waits for that memory: not
+// a failure, the caller uses ordinary memory until the wait is over.
+var ErrRegisteredPressure = errors.New("a transfer waits for registered memory")
 
 // MissingTransport stands in for a transport this binary was built
 // without, so that an address asking for it fails with Err, which says how

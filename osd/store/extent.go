@@ -313,16 +313,22 @@ type readCache struct {
 	mu    sync.Mutex
 	limit int64
 	size  int64
-	byID  map[uint64]*extent
-	lru   list.List // of *extent, most recent first
-	hits  atomic.Int64
-	miss  atomic.Int64
+	// lentSize is the part of size in memory from
+	// Options.ReadCacheAlloc, which reclaim gives back.
+	lentSize int64
+	byID     map[uint64]*extent
+	lru      list.List // of *extent, most recent first
+	hits     atomic.Int64
+	miss     atomic.Int64
 	// evictions counts extents the LRU let go to make room (not those
 	// of dead data files, which drop forgets).
 	evictions atomic.Int64
 	// allocFailures counts extents kept in the store's memory because
 	// Options.ReadCacheAlloc failed (newExtent).
 	allocFailures atomic.Int64
+	// reclaimed counts extents given back to the allocator's owner
+	// (ReclaimReadCache).
+	reclaimed atomic.Int64
 }
 
 func (c *readCache) init(limit int64) {
@@ -374,6 +380,9 @@ func (c *readCache) add(x *extent) *extent {
 	x.elem = c.lru.PushFront(x)
 	c.byID[x.id] = x
 	c.size += cost
+	if x.buf != nil {
+		c.lentSize += cost
+	}
 	var evicted []*extent
 	for c.size > c.limit {
 		e := c.lru.Back()
@@ -393,6 +402,9 @@ func (c *readCache) removeLocked(x *extent) {
 	c.lru.Remove(x.elem)
 	delete(c.byID, x.id)
 	c.size -= x.cost()
+	if x.buf != nil {
+		c.lentSize -= x.cost()
+	}
 }
 
 // drop forgets the extents of dead data files: their memory goes back as
@@ -410,6 +422,33 @@ func (c *readCache) drop(ids []uint64) {
 	for _, x := range gone {
 		x.release()
 	}
+}
+
+// reclaim evicts the least recently used extents in memory from
+// Options.ReadCacheAlloc until need bytes of it are out of the cache, and
+// returns those bytes: each comes back to the allocator once its last
+// reader is done. The store's own memory stays: it is not what the
+// allocator's owner asked for.
+func (c *readCache) reclaim(need int64) int64 {
+	var gone []*extent
+	var freed int64
+	c.mu.Lock()
+	for e := c.lru.Back(); e != nil && freed < need && c.lentSize > 0; {
+		x := e.Value.(*extent)
+		e = e.Prev()
+		if x.buf == nil {
+			continue
+		}
+		c.removeLocked(x)
+		gone = append(gone, x)
+		freed += x.cost()
+	}
+	c.mu.Unlock()
+	c.reclaimed.Add(int64(len(gone)))
+	for _, x := range gone {
+		x.release()
+	}
+	return freed
 }
 
 // clear empties the cache when the store closes: memory from
@@ -625,6 +664,20 @@ type ReadCacheStats struct {
 	// AllocFailures counts extents kept in the store's memory because
 	// Options.ReadCacheAlloc failed.
 	AllocFailures int64
+	// Reclaimed counts extents let go because their allocator's owner
+	// asked for its memory back (ReclaimReadCache): on RDMA, a transfer
+	// that found the registered memory spent.
+	Reclaimed int64
+}
+
+// ReclaimReadCache lets go of the least recently used cached extents held
+// in memory from Options.ReadCacheAlloc until need bytes of it are out of
+// the cache, and returns the bytes let go. The memory goes back to the
+// allocator as each extent's last reader finishes. An OSD calls it when
+// its RDMA transport finds its registered memory spent: a transfer, which
+// may be what frees the extents being sent, comes before the cache.
+func (s *Store) ReclaimReadCache(need int64) int64 {
+	return s.files.cache.reclaim(need)
 }
 
 // ReadCacheStats reads the cache's counters.
@@ -633,5 +686,5 @@ func (s *Store) ReadCacheStats() ReadCacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return ReadCacheStats{Hits: c.hits.Load(), Misses: c.miss.Load(), Bytes: c.size, Extents: len(c.byID),
-		Evictions: c.evictions.Load(), AllocFailures: c.allocFailures.Load()}
+		Evictions: c.evictions.Load(), AllocFailures: c.allocFailures.Load(), Reclaimed: c.reclaimed.Load()}
 }
