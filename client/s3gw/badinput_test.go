@@ -29,6 +29,7 @@ type served struct {
 	url  string
 	log  *osdtest.LogBuffer
 	s3   *s3.Client
+	gw   *s3gw.Gateway
 }
 
 func serve(t *testing.T, e *env, clientTimeout time.Duration) *served {
@@ -66,7 +67,7 @@ func serveOn(t *testing.T, e *env, ln net.Listener, set func(*s3gw.Options)) *se
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	sv.addr = ln.Addr().String()
+	sv.addr, sv.gw = ln.Addr().String(), gw
 	sv.url = "http://" + sv.addr
 	sv.s3 = s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(sv.url), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider(testAccess, testSecret, "")})

@@ -33,6 +33,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ospreystore/osprey/client"
@@ -124,6 +125,9 @@ type Gateway struct {
 	opts Options
 	cl   *client.Client
 	log  *slog.Logger
+	// capped is the listener Serve caps (Options.MaxConnections), for
+	// tests; nil without a cap.
+	capped atomic.Pointer[connCap]
 }
 
 // New makes a gateway.
@@ -199,6 +203,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		capped := capConnections(ln, g.opts.MaxConnections, g.log)
 		srv.ConnState = capped.track
 		ln = capped
+		g.capped.Store(capped)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

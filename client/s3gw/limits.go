@@ -59,6 +59,11 @@ type connCap struct {
 
 	mu   sync.Mutex
 	idle map[*cappedConn]time.Time // kept-alive, between requests (track)
+	// wanted: the Accept waiting for a slot found no idle connection to
+	// close, so the next to go idle is closed for it (track), rather
+	// than kept while it waits. One at most: the server accepts on one
+	// goroutine.
+	wanted int
 }
 
 // track is the server's ConnState: it keeps the idle connections, which
@@ -69,7 +74,13 @@ func (l *connCap) track(c net.Conn, state http.ConnState) {
 		return
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	if state == http.StateIdle && l.wanted > 0 {
+		// A new connection waits for this one's slot.
+		l.wanted--
+		l.mu.Unlock()
+		cc.Close()
+		return
+	}
 	if state == http.StateIdle {
 		if l.idle == nil {
 			l.idle = make(map[*cappedConn]time.Time)
@@ -78,9 +89,19 @@ func (l *connCap) track(c net.Conn, state http.ConnState) {
 	} else {
 		delete(l.idle, cc)
 	}
+	l.mu.Unlock()
 }
 
-// reclaim closes the longest idle connection, if there is one.
+// idleConns is how many connections are idle, kept alive (tests).
+func (l *connCap) idleConns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.idle)
+}
+
+// reclaim closes the longest idle connection, if there is one; if there
+// is none, the next to go idle is closed (track): a connection busy now is
+// idle within a request.
 func (l *connCap) reclaim() bool {
 	l.mu.Lock()
 	var oldest *cappedConn
@@ -92,6 +113,8 @@ func (l *connCap) reclaim() bool {
 	}
 	if oldest != nil {
 		delete(l.idle, oldest)
+	} else {
+		l.wanted++
 	}
 	l.mu.Unlock()
 	if oldest == nil {
@@ -120,8 +143,16 @@ func (l *connCap) Accept() (net.Conn, error) {
 	}
 	if !l.sem.TryAcquire(1) {
 		l.warn()
-		l.reclaim()
-		if l.sem.Acquire(l.closed, 1) != nil {
+		wants := !l.reclaim()
+		err := l.sem.Acquire(l.closed, 1)
+		if wants {
+			// A slot came free of itself (a connection closed): no
+			// idle one need be closed for this one any more.
+			l.mu.Lock()
+			l.wanted = max(l.wanted-1, 0)
+			l.mu.Unlock()
+		}
+		if err != nil {
 			c.Close()
 			return nil, net.ErrClosed
 		}

@@ -2,6 +2,7 @@ package s3gw_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -180,6 +181,37 @@ func TestLimits(t *testing.T) {
 		roundTrip(t, held[2].conn, held[2].br, signed(t, http.MethodGet, capped.url+"/", nil), 10*time.Second)
 	})
 
+	t.Run("BusyConnectionGivesWay", func(t *testing.T) {
+		// At the cap with no connection idle, a new connection takes
+		// the slot of the next to go idle, closed as its request ends,
+		// instead of waiting for IdleTimeout (a minute here).
+		capped := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections, o.IdleTimeout = 1, time.Minute })
+		busy, busyBR := dialConn(t, capped.addr)
+		var req bytes.Buffer
+		r := signed(t, http.MethodGet, capped.url+"/", nil)
+		if err := r.Write(&req); err != nil {
+			t.Fatal(err)
+		}
+		// Half a request: the connection is busy, not idle.
+		if _, err := busy.Write(req.Next(10)); err != nil {
+			t.Fatal(err)
+		}
+		conn, br := dialConn(t, capped.addr)
+		waitUntil(t, 10*time.Second, "new connection waiting for a slot", func() bool { return s3gw.SlotWanted(capped.gw) })
+		go busy.Write(req.Bytes())
+		resp, err := http.ReadResponse(busyBR, r)
+		if err != nil {
+			t.Fatalf("the busy connection's request: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		roundTrip(t, conn, br, signed(t, http.MethodGet, capped.url+"/", nil), 10*time.Second)
+		busy.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := busyBR.ReadByte(); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("the connection that went idle: %v, want it closed for the new one", err)
+		}
+	})
+
 	t.Run("ShutdownAtCap", func(t *testing.T) {
 		// Serve stops while its Accept waits for a free slot.
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -233,14 +265,17 @@ type heldConn struct {
 }
 
 // holdIdle opens n connections to srv and makes a request on each: they
-// are then idle, kept alive.
+// are then idle, kept alive, in that order. The server marks a
+// connection idle after the client has its answer, on the connection's
+// goroutine: each is waited for, so that the next is not marked first.
 func holdIdle(t *testing.T, srv *served, n int) []heldConn {
 	t.Helper()
 	var held []heldConn
-	for range n {
+	for i := range n {
 		conn, br := dialConn(t, srv.addr)
 		roundTrip(t, conn, br, signed(t, http.MethodGet, srv.url+"/", nil), 10*time.Second)
 		held = append(held, heldConn{conn, br})
+		waitUntil(t, 10*time.Second, fmt.Sprintf("record of connection %d going idle", i), func() bool { return s3gw.IdleConnections(srv.gw) == i+1 })
 	}
 	return held
 }

@@ -1,0 +1,23 @@
+package s3gw
+
+// IdleConnections is how many connections the gateway keeps alive between
+// requests, as its connection cap sees them (Options.MaxConnections; 0
+// without a cap).
+func IdleConnections(g *Gateway) int {
+	if c := g.capped.Load(); c != nil {
+		return c.idleConns()
+	}
+	return 0
+}
+
+// SlotWanted says whether the gateway's Accept waits, at its connection
+// cap, for the next connection to go idle.
+func SlotWanted(g *Gateway) bool {
+	c := g.capped.Load()
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wanted > 0
+}
