@@ -598,16 +598,17 @@ type registeredAllocator interface {
 // registeredReclaim is a listener whose registered memory can be asked
 // back (the RDMA transport's).
 type registeredReclaim interface {
-	OnRegisteredPressure(fn func(need int64)) (stop func())
+	OnRegisteredPressure(fn func(need int64) (freed int64)) (stop func())
 }
 
 // OnRegisteredPressure has fn called when a transfer on the transport that
 // AllocRegistered takes memory from finds its registered memory spent,
 // with the bytes it waits for, so that the holder of that memory gives
-// some back (an OSD's read cache evicts its least used extents); until
-// stop is called. fn runs on the transport's goroutines: it must not wait.
-// It fails with ErrNoRegisteredMemory where AllocRegistered would.
-func (m *Messenger) OnRegisteredPressure(fn func(need int64)) (stop func(), err error) {
+// some back (an OSD's read cache evicts its least used extents) and
+// returns what it let go; until stop is called. fn runs on the
+// transport's goroutines: it must not wait. It fails with
+// ErrNoRegisteredMemory where AllocRegistered would.
+func (m *Messenger) OnRegisteredPressure(fn func(need int64) (freed int64)) (stop func(), err error) {
 	ra, err := m.registered()
 	if err != nil {
 		return nil, err

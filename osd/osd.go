@@ -379,8 +379,8 @@ type OSD struct {
 	// cacheMem gives the store's read cache registered memory once the
 	// public messenger listens on RDMA (dispatch.go).
 	cacheMem cacheMemory
-	// stopReclaim ends the cache's answer to registered-memory pressure
-	// (cacheMemory.reclaim); nil without registered memory.
+	// stopReclaim ends the read cache's answer to registered-memory
+	// pressure (store.ReclaimReadCache); nil without registered memory.
 	stopReclaim func()
 }
 
@@ -592,7 +592,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	}
 	// The read cache's memory is the public listener's (cacheMemory):
 	// it gives some back when that transport runs short.
-	if stop, err := o.pub.OnRegisteredPressure(func(need int64) { o.st.ReclaimReadCache(need) }); err == nil {
+	if stop, err := o.pub.OnRegisteredPressure(o.st.ReclaimReadCache); err == nil {
 		o.stopReclaim = stop
 	}
 	if mc != nil {

@@ -182,4 +182,19 @@ func TestReadCacheGivesWayOverRDMA(t *testing.T) {
 	if st.MemGiveUps != 0 || rc.Reclaimed == 0 {
 		t.Fatalf("%d waits for registered memory gave up, the cache gave back %d objects; want none, and some (%+v, %+v)", st.MemGiveUps, rc.Reclaimed, st, rc)
 	}
+	// Every wait ended: the cache may have registered memory again
+	// (a wait counted and never ended would keep it off for good).
+	if st.MemWaiting != 0 {
+		t.Fatalf("%d transfers still count as waiting for registered memory with none in flight", st.MemWaiting)
+	}
+	lent := tr.Stats().LentRegions
+	if _, err := osdtest.Put(ctx, cl, "giveway", "after", bodies[0], client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := osdtest.Get(ctx, cl, "giveway", "after", client.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Stats().LentRegions; got <= lent {
+		t.Fatalf("an object read once the pressure was over was not cached in registered memory (%d lent regions, %d before)", got, lent)
+	}
 }

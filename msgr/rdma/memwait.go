@@ -5,6 +5,7 @@ package rdma
 import (
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,23 +45,28 @@ type memWaiters struct {
 	// sources, each waiting for the other to read them, would wait for
 	// ever.
 	srcBytes atomic.Int64
-	// short: a transfer found the budget itself spent (tryLarge) and
-	// waits; memReturned clears it, and a waiter that finds the budget
-	// still spent sets it again. While it is set, lent memory is not
-	// handed out (allocLent): a cache must not take back what it gave up
-	// for the transfer (reclaim).
-	short atomic.Bool
+	// short counts the transfers waiting for the budget itself (a
+	// destination in startTransfer, a source's copy in getSource), from
+	// their first failed try to their last. While any does, lent memory
+	// is not handed out (allocLent): a cache must not take back what it
+	// gave up for them (reclaim), even kept as a spare region, which
+	// only the waiter's own registration frees (trimLarge).
+	short atomic.Int32
 	// reclaimers are the holders of lent memory that give some back when
-	// a transfer waits for the budget (reclaim); reclaiming: one is
-	// running.
-	reclaimMu  sync.Mutex
-	reclaimers map[*reclaimer]struct{}
-	reclaiming atomic.Bool
+	// a transfer waits for the budget (reclaim), in the order they came;
+	// reclaiming: one reclaim is running; reclaimTurn rotates which
+	// holder is asked first.
+	reclaimMu   sync.Mutex
+	reclaimers  []*reclaimer
+	reclaiming  atomic.Bool
+	reclaimTurn int
 }
 
 // reclaimer is a holder of lent memory that can let go of some of it
 // (Listener.OnRegisteredPressure).
-type reclaimer struct{ fn func(need int64) }
+type reclaimer struct {
+	fn func(need int64) (freed int64)
+}
 
 // memWaitMax bounds a wait for registered memory. Memory a consumer holds
 // for a while comes back within it; memory that does not is held in a
@@ -91,7 +97,6 @@ func (d *domain) memReturned() {
 		w.freed = nil
 	}
 	w.want.Store(false)
-	w.short.Store(false)
 	w.mu.Unlock()
 }
 
@@ -121,25 +126,26 @@ func (d *domain) tryLarge(n int) (*region, <-chan struct{}, error) {
 		return r, nil, err
 	}
 	d.memw.waits.Add(1)
-	d.memw.short.Store(true)
 	d.reclaim(int64(largeSize(n)))
 	return nil, wait, nil
 }
 
+// beginShort and endShort bracket a transfer's wait for the budget
+// (memWaiters.short).
+func (d *domain) beginShort() { d.memw.short.Add(1) }
+func (d *domain) endShort()   { d.memw.short.Add(-1) }
+
 // addReclaimer has fn called with the bytes a transfer waits for whenever
 // one finds the budget spent, until the returned func is called.
-func (d *domain) addReclaimer(fn func(need int64)) (remove func()) {
+func (d *domain) addReclaimer(fn func(need int64) (freed int64)) (remove func()) {
 	r := &reclaimer{fn: fn}
 	w := &d.memw
 	w.reclaimMu.Lock()
-	if w.reclaimers == nil {
-		w.reclaimers = map[*reclaimer]struct{}{}
-	}
-	w.reclaimers[r] = struct{}{}
+	w.reclaimers = append(w.reclaimers, r)
 	w.reclaimMu.Unlock()
 	return func() {
 		w.reclaimMu.Lock()
-		delete(w.reclaimers, r)
+		w.reclaimers = slices.DeleteFunc(w.reclaimers, func(x *reclaimer) bool { return x == r })
 		w.reclaimMu.Unlock()
 	}
 }
@@ -152,8 +158,10 @@ func (d *domain) addReclaimer(fn func(need int64)) (remove func()) {
 // transfers it held up were the ones that would have let the cache's
 // extents go. One call at a time: waiters woken together would only each
 // ask for the same bytes; one that still finds the budget spent asks
-// again. It runs on the waiter's goroutine with no lock of the domain
-// held, so fn may release lent buffers.
+// again. The holders of a shared domain (the OSDs of osprey up) are
+// asked in turn, each for what the others have not given, the first a
+// different one each time. It runs on the waiter's goroutine with no
+// lock of the domain held, so fn may release lent buffers.
 func (d *domain) reclaim(need int64) {
 	w := &d.memw
 	if !w.reclaiming.CompareAndSwap(false, true) {
@@ -161,13 +169,18 @@ func (d *domain) reclaim(need int64) {
 	}
 	defer w.reclaiming.Store(false)
 	w.reclaimMu.Lock()
-	fns := make([]func(int64), 0, len(w.reclaimers))
-	for r := range w.reclaimers {
-		fns = append(fns, r.fn)
+	rs := slices.Clone(w.reclaimers)
+	first := 0
+	if len(rs) > 0 {
+		first = w.reclaimTurn % len(rs)
+		w.reclaimTurn = first + 1
 	}
 	w.reclaimMu.Unlock()
-	for _, fn := range fns {
-		fn(need)
+	for i := range rs {
+		if need <= 0 {
+			break
+		}
+		need -= rs[(first+i)%len(rs)].fn(need)
 	}
 }
 
@@ -207,6 +220,12 @@ func (d *domain) getSource(n int, closed <-chan struct{}) (*region, error) {
 			return nil, errMemWait
 		}
 	}
+	short := false
+	defer func() {
+		if short {
+			d.endShort()
+		}
+	}()
 	for {
 		r, wait, err := d.tryLarge(n)
 		if wait == nil {
@@ -214,6 +233,10 @@ func (d *domain) getSource(n int, closed <-chan struct{}) (*region, error) {
 				d.unreserveSource(int64(largeSize(n)))
 			}
 			return r, err
+		}
+		if !short {
+			short = true
+			d.beginShort()
 		}
 		select {
 		case <-wait:

@@ -13,11 +13,13 @@ import (
 // TestTransferReclaimsLentMemory: a transfer that finds the budget spent
 // while lent memory (an OSD's read cache) holds much of it asks the
 // holders for its size back (OnRegisteredPressure), and the memory they
-// let go wakes it. While it waits, lent memory is not handed out: the
-// cache must not take back at once what it gave. Without this, a
-// transfer waited for memory only the cache held until it gave up (2 s)
-// and failed its link: gets under a small budget fell from hundreds of
-// MB/s to tens, every one replayed.
+// let go wakes it. While it waits, lent memory is not handed out, not
+// even the region just given back and kept as a spare: the cache must not
+// take back what it gave. Without this, a transfer waited for memory
+// only the cache held until it gave up (2 s) and failed its link: gets
+// under a small budget fell from hundreds of MB/s to tens, every one
+// replayed. Holders are asked in turn, each for what the others have not
+// given.
 func TestTransferReclaimsLentMemory(t *testing.T) {
 	const budget = 64 << 20
 	tr, ln := testListenerWith(t, Config{MemBudget: budget})
@@ -28,32 +30,71 @@ func TestTransferReclaimsLentMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The rest of the budget is held, but for 8 MiB: a 24 MiB transfer
-	// fits only if the cache lets go.
-	hold, err := d.register(int(budget - d.registered.Load() - 8<<20))
+	// The rest of the budget is held, but for 8 MiB, in two parts: a
+	// 24 MiB transfer fits only if the cache lets go.
+	rest := int(budget - d.registered.Load() - 8<<20)
+	hold, err := d.register(rest - 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hold.free()
-
-	asked := make(chan int64, 4)
-	var giveBack func() // the cache's answer, set below
-	stop := l.OnRegisteredPressure(func(need int64) {
-		asked <- need
-		if giveBack != nil {
-			giveBack()
-			giveBack = nil
-		}
-	})
-
-	// A cache that keeps its memory: the transfer is told to wait, and
-	// lent memory is refused meanwhile with ErrRegisteredPressure.
-	r, wait, err := d.tryLarge(24 << 20)
-	if r != nil || wait == nil || err != nil {
-		t.Fatalf("tryLarge with the budget held: region %v, wait %v, err %v; want a wait", r != nil, wait != nil, err)
+	nudge, err := d.register(1 << 20)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if need := <-asked; need != int64(largeSize(24<<20)) {
-		t.Fatalf("holders asked for %d bytes, want the transfer's %d", need, largeSize(24<<20))
+
+	type ask struct {
+		need        int64
+		letGo       bool // the cache let its memory go
+		lentRefused bool // AllocRegistered, just after it did
+	}
+	asked := make(chan ask, 64)
+	letGo := make(chan struct{})
+	stop := l.OnRegisteredPressure(func(need int64) int64 {
+		select {
+		case <-letGo:
+		default:
+			asked <- ask{need: need}
+			return 0 // a cache that keeps its memory
+		}
+		cached.Release() // kept as a spare region: registered still
+		b, err := l.AllocRegistered(24 << 20)
+		if b != nil {
+			b.Release()
+		}
+		asked <- ask{need: need, letGo: true, lentRefused: errors.Is(err, wire.ErrRegisteredPressure)}
+		return 24 << 20
+	})
+	// A second holder, asked only for what the first did not give.
+	second := make(chan int64, 64)
+	stop2 := l.OnRegisteredPressure(func(need int64) int64 {
+		select {
+		case second <- need:
+		default:
+		}
+		return 0
+	})
+	next := func(what string) ask {
+		t.Helper()
+		select {
+		case a := <-asked:
+			return a
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no holder was asked for memory: %s", what)
+			return ask{}
+		}
+	}
+
+	done := make(chan *region, 1)
+	go func() {
+		r, err := d.getSource(24<<20, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	if a := next("the transfer's first try"); a.need != int64(largeSize(24<<20)) {
+		t.Fatalf("holders asked for %d bytes, want the transfer's %d", a.need, largeSize(24<<20))
 	}
 	if b, err := l.AllocRegistered(4096); !errors.Is(err, wire.ErrRegisteredPressure) {
 		if b != nil {
@@ -62,32 +103,46 @@ func TestTransferReclaimsLentMemory(t *testing.T) {
 		t.Fatalf("AllocRegistered while a transfer waits: %v; want ErrRegisteredPressure", err)
 	}
 
-	// A cache that lets go: the next try wakes once the memory is back,
-	// and fits.
-	giveBack = cached.Release
-	if r, wait, err = d.tryLarge(24 << 20); err != nil {
-		t.Fatal(err)
+	// The cache lets go at the transfer's next try (woken by 1 MiB
+	// coming back): the transfer gets its memory, and the cache could
+	// not take it back meanwhile.
+	close(letGo)
+	nudge.free()
+	d.memReturned()
+	a := next("after memory came back")
+	for !a.letGo {
+		a = next("after memory came back")
+	}
+	if !a.lentRefused {
+		t.Fatal("the cache could take back at once the memory it let go for a waiting transfer")
+	}
+	var r *region
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the transfer was not woken when the cache let its memory go")
 	}
 	if r == nil {
-		select {
-		case <-wait:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the transfer was not woken when the cache let its memory go")
-		}
-		if r, _, err = d.tryLarge(24 << 20); r == nil || err != nil {
-			t.Fatalf("after the cache let go: region %v, err %v", r != nil, err)
-		}
+		t.Fatal("the transfer failed after the cache let go")
 	}
-	d.putLarge(r)
-	<-asked // the second try's
+	d.putSource(r)
 	if b, err := l.AllocRegistered(4096); err != nil {
 		t.Fatalf("AllocRegistered once no transfer waits: %v", err)
 	} else {
 		b.Release()
 	}
+	select {
+	case need := <-second:
+		if need != int64(largeSize(24<<20)) {
+			t.Fatalf("the second holder was asked for %d, want what the first did not give, %d", need, largeSize(24<<20))
+		}
+	default:
+		t.Fatal("a holder that gave nothing left the second unasked")
+	}
 
-	// Stopped, a holder is asked for nothing more.
+	// Stopped, holders are asked for nothing more.
 	stop()
+	stop2()
 	d.trimLarge(budget) // r, cached, would fit
 	hold2, err := d.register(int(budget - d.registered.Load()))
 	if err != nil {
@@ -98,8 +153,8 @@ func TestTransferReclaimsLentMemory(t *testing.T) {
 		t.Fatal("tryLarge fit a budget held whole")
 	}
 	select {
-	case need := <-asked:
-		t.Fatalf("a stopped holder was asked for %d bytes", need)
+	case a := <-asked:
+		t.Fatalf("a stopped holder was asked for %d bytes", a.need)
 	default:
 	}
 }

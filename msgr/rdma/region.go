@@ -380,7 +380,7 @@ func (d *domain) allocLent(n int) (*wire.Buffer, error) {
 	if lr.out == nil {
 		lr.out, lr.spare = map[*region]struct{}{}, map[int][]*region{}
 	}
-	if d.memw.short.Load() {
+	if d.memw.short.Load() > 0 {
 		// A transfer waits for the budget: what a cache would take
 		// now is what it was asked to give back (reclaim).
 		used := lr.bytes

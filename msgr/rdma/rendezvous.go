@@ -260,6 +260,7 @@ func (l *link) startTransfer(p *pendingRead) error {
 	if err == nil && r == nil {
 		if l.memSince.IsZero() {
 			l.memSince = time.Now()
+			l.d.beginShort()
 		}
 		left := memWaitMax - time.Since(l.memSince)
 		if left > 0 {
@@ -478,6 +479,9 @@ func (l *link) budgetGranted() bool {
 
 // stopMemWait ends the link's wait for registered memory, if any.
 func (l *link) stopMemWait() {
+	if !l.memSince.IsZero() {
+		l.d.endShort()
+	}
 	l.memSince, l.memWake, l.memTimeout = time.Time{}, nil, nil
 	if l.memTimer != nil {
 		l.memTimer.Stop()

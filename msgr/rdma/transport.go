@@ -173,6 +173,9 @@ type Stats struct {
 	// and replays (a cycle of holders, or a budget too small for the
 	// load): each is a stall of the sessions on that link.
 	MemGiveUps uint64
+	// MemWaiting is the transfers waiting for registered memory now;
+	// while any does, AllocRegistered hands out none.
+	MemWaiting int64
 }
 
 // AllocRegistered returns a buffer of n bytes of memory registered with
@@ -190,12 +193,13 @@ func (l *listener) AllocRegistered(n int) (*wire.Buffer, error) { return l.d.all
 // OnRegisteredPressure has fn called, with the bytes wanted, when a
 // transfer of the listener's domain finds its registered memory spent, so
 // that a holder of memory from AllocRegistered can give some back (an
-// OSD's read cache evicts); until the returned func is called. fn runs on
-// the transport's goroutines and must not wait for any transfer; what it
-// releases comes back once nothing sends from it. While a transfer waits,
-// AllocRegistered fails, so a cache does not take back at once what it
-// gave.
-func (l *listener) OnRegisteredPressure(fn func(need int64)) (stop func()) {
+// OSD's read cache evicts); fn returns the bytes it let go, and the next
+// holder of the domain is asked for the rest. Until the returned func is
+// called. fn runs on the transport's goroutines and must not wait for any
+// transfer; what it releases comes back once nothing sends from it.
+// While a transfer waits, AllocRegistered fails, so a cache does not take
+// back what it gave.
+func (l *listener) OnRegisteredPressure(fn func(need int64) (freed int64)) (stop func()) {
 	return l.d.addReclaimer(fn)
 }
 
@@ -225,6 +229,7 @@ func (t *Transport) Stats() Stats {
 		s.CQReserved += d.cqReserved()
 		s.MemWaits += d.memw.waits.Load()
 		s.MemGiveUps += d.memw.giveUps.Load()
+		s.MemWaiting += int64(d.memw.short.Load())
 		d.mu.Lock()
 		s.LentBytes += d.lent.bytes
 		s.LentRegions += int64(len(d.lent.out))

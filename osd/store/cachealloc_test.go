@@ -194,7 +194,7 @@ func TestReclaimReadCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	read(2)
-	read(3) // recency now 0, 1, 2, 3 (least first), 4 the store's
+	read(3) // recency now 0, 4, 1, 2, 3 (least first; 4 is in the store's memory)
 
 	if got := e.s.ReclaimReadCache(ext + 1); got != 2*ext {
 		t.Fatalf("asked for a little over one extent, %d bytes let go; want two extents, %d", got, 2*ext)
