@@ -125,6 +125,8 @@ type link struct {
 	memTimeout <-chan time.Time
 	memTimer   *time.Timer
 	memSince   time.Time
+	// memShort: the wait is counted in the domain's (tryLarge's short).
+	memShort bool
 	// budgetWait, while a rendezvous payload waits for the messenger's
 	// receive budget (wire.LinkOptions.Budget) before it takes registered
 	// memory (startTransfer), is that wait; budgetReady is its Ready

@@ -115,8 +115,12 @@ func (d *domain) memWait() <-chan struct{} {
 
 // tryLarge is getLarge, for a caller that can wait: when only the spent
 // budget stands in the way it returns no error and a channel closed once
-// memory came back, to try again then.
-func (d *domain) tryLarge(n int) (*region, <-chan struct{}, error) {
+// memory came back, to try again then. short is the caller's: set, and
+// the domain's count of waiting transfers raised (memWaiters.short), at
+// its first wait, before the holders of lent memory are asked for some
+// back (reclaim), so that none takes back what it gives; the caller lowers
+// it (endShort) when its wait ends, however it ends.
+func (d *domain) tryLarge(n int, short *bool) (*region, <-chan struct{}, error) {
 	r, err := d.getLarge(n)
 	if !errors.Is(err, errMemBudget) {
 		return r, nil, err
@@ -126,14 +130,21 @@ func (d *domain) tryLarge(n int) (*region, <-chan struct{}, error) {
 		return r, nil, err
 	}
 	d.memw.waits.Add(1)
+	if !*short {
+		*short = true
+		d.memw.short.Add(1)
+	}
 	d.reclaim(int64(largeSize(n)))
 	return nil, wait, nil
 }
 
-// beginShort and endShort bracket a transfer's wait for the budget
-// (memWaiters.short).
-func (d *domain) beginShort() { d.memw.short.Add(1) }
-func (d *domain) endShort()   { d.memw.short.Add(-1) }
+// endShort ends a transfer's wait for the budget (tryLarge's short).
+func (d *domain) endShort(short *bool) {
+	if *short {
+		*short = false
+		d.memw.short.Add(-1)
+	}
+}
 
 // addReclaimer has fn called with the bytes a transfer waits for whenever
 // one finds the budget spent, until the returned func is called.
@@ -221,22 +232,14 @@ func (d *domain) getSource(n int, closed <-chan struct{}) (*region, error) {
 		}
 	}
 	short := false
-	defer func() {
-		if short {
-			d.endShort()
-		}
-	}()
+	defer d.endShort(&short)
 	for {
-		r, wait, err := d.tryLarge(n)
+		r, wait, err := d.tryLarge(n, &short)
 		if wait == nil {
 			if r == nil {
 				d.unreserveSource(int64(largeSize(n)))
 			}
 			return r, err
-		}
-		if !short {
-			short = true
-			d.beginShort()
 		}
 		select {
 		case <-wait:

@@ -54,8 +54,13 @@ func TestTransferReclaimsLentMemory(t *testing.T) {
 		select {
 		case <-letGo:
 		default:
-			asked <- ask{need: need}
-			return 0 // a cache that keeps its memory
+			// A cache that keeps its memory, and asks for more.
+			b, err := l.AllocRegistered(4096)
+			if b != nil {
+				b.Release()
+			}
+			asked <- ask{need: need, lentRefused: errors.Is(err, wire.ErrRegisteredPressure)}
+			return 0
 		}
 		cached.Release() // kept as a spare region: registered still
 		b, err := l.AllocRegistered(24 << 20)
@@ -93,8 +98,8 @@ func TestTransferReclaimsLentMemory(t *testing.T) {
 		}
 		done <- r
 	}()
-	if a := next("the transfer's first try"); a.need != int64(largeSize(24<<20)) {
-		t.Fatalf("holders asked for %d bytes, want the transfer's %d", a.need, largeSize(24<<20))
+	if a := next("the transfer's first try"); a.need != int64(largeSize(24<<20)) || !a.lentRefused {
+		t.Fatalf("holders asked for %d bytes (lent memory refused meanwhile: %v), want the transfer's %d (true)", a.need, a.lentRefused, largeSize(24<<20))
 	}
 	if b, err := l.AllocRegistered(4096); !errors.Is(err, wire.ErrRegisteredPressure) {
 		if b != nil {
@@ -149,9 +154,11 @@ func TestTransferReclaimsLentMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hold2.free()
-	if _, wait, _ := d.tryLarge(24 << 20); wait == nil {
+	short := false
+	if _, wait, _ := d.tryLarge(24<<20, &short); wait == nil {
 		t.Fatal("tryLarge fit a budget held whole")
 	}
+	d.endShort(&short)
 	select {
 	case a := <-asked:
 		t.Fatalf("a stopped holder was asked for %d bytes", a.need)

@@ -256,11 +256,10 @@ func (l *link) startTransfer(p *pendingRead) error {
 			return nil
 		}
 	}
-	r, wait, err := l.d.tryLarge(p.size + p.frontLen)
+	r, wait, err := l.d.tryLarge(p.size+p.frontLen, &l.memShort)
 	if err == nil && r == nil {
 		if l.memSince.IsZero() {
 			l.memSince = time.Now()
-			l.d.beginShort()
 		}
 		left := memWaitMax - time.Since(l.memSince)
 		if left > 0 {
@@ -479,9 +478,7 @@ func (l *link) budgetGranted() bool {
 
 // stopMemWait ends the link's wait for registered memory, if any.
 func (l *link) stopMemWait() {
-	if !l.memSince.IsZero() {
-		l.d.endShort()
-	}
+	l.d.endShort(&l.memShort)
 	l.memSince, l.memWake, l.memTimeout = time.Time{}, nil, nil
 	if l.memTimer != nil {
 		l.memTimer.Stop()
