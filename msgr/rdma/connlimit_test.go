@@ -143,8 +143,11 @@ func testConnectionLimit(t *testing.T, provider string) {
 	}
 
 	// A slot frees when a session ends; the refused peer's redial takes it.
+	// On sockets a dial begun around the refusals has been seen to get no
+	// answer until the 10 s handshake timeout, twice in a row (a CI
+	// rehearsal under load): the wait allows for a few such dials.
 	held[0].Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	if err := c.WaitReady(ctx); err != nil {
 		t.Fatalf("the refused peer, once a slot is free: %v (%+v)", err, srv.InboundStats())
