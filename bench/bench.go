@@ -94,6 +94,9 @@ type Row struct {
 	Conns     int    `json:"conns"`               // connections, each with its own client messenger
 	Remote    string `json:"remote,omitempty"`    // the --serve server's address in a two-process run
 	ZeroCopy  bool   `json:"zero_copy,omitempty"` // payloads from Conn.AllocPayload
+	// NoDataCRC: a messenger row ran without the data CRC
+	// (MsgrOptions.DisableDataCRC, --no-data-crc).
+	NoDataCRC bool `json:"no_data_crc,omitempty"`
 	// ConnMode is a messenger row's connection mode, "crc" or "secure"
 	// (msgr.Mode), when the run authenticated (--auth, --secure).
 	ConnMode string `json:"conn_mode,omitempty"`

@@ -12,8 +12,9 @@ import (
 )
 
 // Comparing two saved runs, in the spirit of benchstat: rows are matched
-// by what they measured (transport, mode, size and depth for the
-// messenger; operation, mix, size and concurrency for the object store),
+// by what they measured (for the messenger, rowLabel's transport,
+// connection mode and zero-copy, then mode, size, depth and connections;
+// operation, mix, size and concurrency for the object store),
 // and a throughput difference counts only when it stands out of the
 // noise. One run of a row gives one number, so the noise is taken from
 // within the row: its throughput segments. When the range from the
@@ -196,6 +197,10 @@ func Compare(w io.Writer, nameA string, a Run, nameB string, b Run) error {
 		// such runs says more about the sysctl than about the code.
 		fmt.Fprintf(w, "warning: A ran under TCP congestion control %s, B under %s: rows over TCP do not compare\n\n", ca, cb)
 	}
+	if da, db := dataCRC(a.Msgr), dataCRC(b.Msgr); da != "" && db != "" && da != db {
+		// The CRC pass is a large part of a large message's cost.
+		fmt.Fprintf(w, "warning: A's messenger rows ran %s, B's %s: they do not compare\n\n", da, db)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s\tA\tB\tB vs A\n", unit)
 	var logSum float64
@@ -286,4 +291,28 @@ func objRowLabel(r *ObjRow) string {
 		return "mix " + r.Mix
 	}
 	return "mix " + r.Mix + ": " + string(r.Op)
+}
+
+// dataCRC says whether a run's messenger rows had the data CRC: "with the
+// data CRC", "without the data CRC (--no-data-crc)", "" with no messenger
+// row or a mix.
+func dataCRC(rows []Row) string {
+	var on, off bool
+	for i := range rows {
+		if strings.HasPrefix(rows[i].Transport, "raw-") {
+			continue
+		}
+		if rows[i].NoDataCRC {
+			off = true
+		} else {
+			on = true
+		}
+	}
+	switch {
+	case on && !off:
+		return "with the data CRC"
+	case off && !on:
+		return "without the data CRC (--no-data-crc)"
+	}
+	return ""
 }

@@ -87,7 +87,9 @@ type MsgrOptions struct {
 	// Secure adds, after each combination's rows, the same rows in secure
 	// mode (msgr.ModeSecure: authenticated, every frame sealed with
 	// AES-256-GCM), so the cost of sealing shows beside crc in one run.
-	// Rows then say their mode (Row.ConnMode). Not with Remote.
+	// The crc rows are authenticated too (as with Auth), so that the
+	// secure/crc ratios, the handshake's included, are of the mode
+	// alone. Rows then say their mode (Row.ConnMode). Not with Remote.
 	Secure bool
 
 	// ca issues the rows' keyrings when Auth or Secure is set.
@@ -346,11 +348,11 @@ func (o *MsgrOptions) connModes() []msgr.Mode {
 }
 
 // authFor is the auth options of a row's messenger named name in mode cm:
-// nil in crc mode without Auth; else a keyring the run's CA issues, and
+// nil without Auth or Secure; else a keyring the run's CA issues, and
 // any peer the CA signed is accepted (the rows have no mon to keep
 // records).
 func (o *MsgrOptions) authFor(name msgr.EntityName, cm msgr.Mode) (*msgr.AuthOptions, error) {
-	if !o.Auth && cm != msgr.ModeSecure {
+	if !o.Auth && !o.Secure {
 		return nil, nil
 	}
 	if o.ca == nil {
@@ -957,7 +959,7 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 			}
 			row = r.run.row(transport, mode, size, depth, tallies...)
 			row.Provider, _ = fabricProvider(transport)
-			row.ZeroCopy = o.ZeroCopy
+			row.ZeroCopy, row.NoDataCRC = o.ZeroCopy, o.DisableDataCRC
 			row.Conns, row.Remote = len(r.conns), o.Remote
 			if o.Secure || o.Auth {
 				row.ConnMode = string(cm)

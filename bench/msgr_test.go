@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -517,6 +518,12 @@ func TestRunMsgrSecure(t *testing.T) {
 	}
 	if want := "stream/crc stream/secure pingpong/crc pingpong/secure"; strings.Join(modes, " ") != want {
 		t.Fatalf("rows %v, want %s", modes, want)
+	}
+	// The crc rows authenticate too: the handshake ratio is of the mode
+	// (sealing), not of TLS against no handshake at all.
+	so := MsgrOptions{Secure: true}
+	if a, err := so.authFor("osd.0", msgr.ModeCRC); err != nil || a == nil || !slices.Equal(a.Modes, []msgr.Mode{msgr.ModeCRC}) {
+		t.Fatalf("a --secure run's crc rows: auth %+v, %v; want authenticated in crc mode", a, err)
 	}
 	var b strings.Builder
 	if err := WriteTable(&b, rows); err != nil {

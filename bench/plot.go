@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ospreystore/osprey/msgr"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -285,16 +286,31 @@ func checkPlotFormat(format string) error {
 }
 
 // rowLabel names a msgr row's line: its transport, the provider of a raw
-// libfabric row, and zero-copy.
+// libfabric row, a connection mode other than crc ("tcp/secure"), and
+// zero-copy. It tells apart the rows of one run that differ in anything
+// but mode, size and depth, so compare keys on it too. A row without
+// conn_mode (no --auth or --secure, or a file from before the field) runs
+// in crc mode as much as one that says crc: both are labelled alike, so
+// such runs keep their labels and compare with each other.
 func rowLabel(r *Row) string {
 	s := r.Transport
 	if r.Transport == FabricTransport && r.Provider != "" {
 		s += "(" + r.Provider + ")"
 	}
+	s += connModeSuffix(r)
 	if r.ZeroCopy {
 		s += " zero-copy"
 	}
 	return s
+}
+
+// connModeSuffix is "/MODE" for a row in a connection mode other than crc
+// ("/secure"), else "".
+func connModeSuffix(r *Row) string {
+	if r.ConnMode == "" || r.ConnMode == string(msgr.ModeCRC) {
+		return ""
+	}
+	return "/" + r.ConnMode
 }
 
 // transportsOf lists the rows' line labels in order of appearance.

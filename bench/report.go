@@ -93,7 +93,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 			if base, _ := baselineOf(r); base != sec.base || r.VsRawP50 == 0 && r.VsRawBytesPerSec == 0 {
 				continue
 			}
-			what := fmt.Sprintf("%s %s size %s depth %d:", r.Transport, r.Mode, FormatSize(int64(r.Size)), r.Depth)
+			what := fmt.Sprintf("%s%s %s size %s depth %d:", r.Transport, connModeSuffix(r), r.Mode, FormatSize(int64(r.Size)), r.Depth)
 			if r.Mode == Stream {
 				lines = append(lines, fmt.Sprintf("%s\tbytes/s %.2fx raw\t(higher is better)", what, r.VsRawBytesPerSec))
 			} else {
