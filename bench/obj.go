@@ -199,6 +199,10 @@ type ObjRow struct {
 	CPUSeconds  float64 `json:"cpu_s"`
 	CPUUsPerOp  float64 `json:"cpu_us_per_op"`
 	CPUSecPerGB float64 `json:"cpu_s_per_gb"` // 0 for operations that move no payload
+	// CPUScope says whose CPU that is: CPUClientAndCluster on a local
+	// cluster, CPUClient against a running cluster or an S3 endpoint
+	// (whose own CPU is not counted).
+	CPUScope string `json:"cpu_scope"`
 	// The disk under the local cluster's data, measured before the rows
 	// (MeasureDisk), and the row's share of it: a put's bytes times its
 	// replicas (on one host every replica writes every byte to that disk)
@@ -274,6 +278,12 @@ func (o *ObjOptions) defaults() error {
 // newObjClient is client.New; tests see the options RunObj gives it.
 var newObjClient = client.New
 
+// ObjRow.CPUScope's values.
+const (
+	CPUClientAndCluster = "client+cluster"
+	CPUClient           = "client"
+)
+
 // RunObj runs the object benchmark and returns, for each size, one row per
 // operation of o.Ops, then with a Mix one row per operation of the mix and
 // its OpMixed total, in the order they ran. Whatever ran is returned with
@@ -322,8 +332,12 @@ func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 		// the local cluster's defaults.
 		transport = mapTransports(cl.Map())
 	}
+	scope := CPUClientAndCluster
+	if len(o.Seeds) > 0 {
+		scope = CPUClient
+	}
 	rows, _, err := runObjRows(ctx, &o, sdkStore{cl}, func(r *ObjRow) {
-		r.Replicas, r.Transport = replicas, transport
+		r.Replicas, r.Transport, r.CPUScope = replicas, transport, scope
 		r.setDiskShare(ceiling)
 	})
 	return rows, err
@@ -337,7 +351,17 @@ func runObjS3(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 		return nil, err
 	}
 	defer st.close()
-	rows, written, err := runObjRows(ctx, &o, st, func(r *ObjRow) { r.Transport = "s3" })
+	// The keys the bucket held before stay, as with an Osprey cluster's
+	// (osprey bench obj --seeds): the run's fixed names (objKey) may
+	// rewrite them, as a later run's gets read an earlier one's puts.
+	var before map[string]bool
+	if !o.KeepObjects {
+		if before, err = st.keysUnder(ctx, o.Bucket, ObjKeyPrefix); err != nil {
+			return nil, fmt.Errorf("bench: listing %s before the run: %w", o.Bucket, err)
+		}
+	}
+	rows, written, err := runObjRows(ctx, &o, st, func(r *ObjRow) { r.Transport, r.CPUScope = "s3", CPUClient })
+	written.keys = slices.DeleteFunc(written.keys, func(k string) bool { return before[k] })
 	if !o.KeepObjects && (written.bucketMade || len(written.keys) > 0) {
 		if cerr := st.cleanup(context.WithoutCancel(ctx), o.Bucket, written.keys, written.bucketMade); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("bench: deleting the run's objects from %s: %w", o.Bucket, cerr))
@@ -402,7 +426,10 @@ func runObjRows(ctx context.Context, o *ObjOptions, st objStore, label func(*Obj
 	return rows, written, nil
 }
 
-func objKey(size int, n int64) string { return fmt.Sprintf("bench/%d/%08d", size, n) }
+func objKey(size int, n int64) string { return fmt.Sprintf(ObjKeyPrefix+"%d/%08d", size, n) }
+
+// ObjKeyPrefix is what every key the object benchmark writes starts with.
+const ObjKeyPrefix = "bench/"
 
 // objBody is what every put of a size writes: random bytes by default,
 // which no compressing layer shrinks, as real media, archives and
@@ -829,6 +856,12 @@ func WriteObjTable(w io.Writer, rows []ObjRow) error {
 	}
 	for i, m := range mixes {
 		fmt.Fprintf(w, "mix%d: %s (CPU on the total row only)\n", i+1, m)
+	}
+	switch rows[0].CPUScope {
+	case CPUClientAndCluster:
+		fmt.Fprintln(w, "cpu: this process's, the client's and the local cluster's")
+	case CPUClient:
+		fmt.Fprintln(w, "cpu: the client's only (this process); the cluster's or endpoint's own is not counted")
 	}
 	if r := rows[0]; r.DiskWriteBytesPerSec > 0 {
 		fmt.Fprintf(w, "disk: %.0f MB/s synced 4 MiB writes, %.0f MB/s reads; disk%% = a put's MB/s x replicas, or a get's MB/s, over them\n",

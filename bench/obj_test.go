@@ -62,8 +62,8 @@ func TestRunObj(t *testing.T) {
 		t.Fatalf("rows %q (%d reported), want %q", got, seen, want)
 	}
 	for _, r := range rows {
-		if r.Ops == 0 && r.Op != OpDelete || r.Errors != 0 || r.Replicas != 1 || r.Transport != "tcp/tcp" {
-			t.Errorf("%s: %d ops, %d errors, %d replicas, transport %q", objRowLabel(&r), r.Ops, r.Errors, r.Replicas, r.Transport)
+		if r.Ops == 0 && r.Op != OpDelete || r.Errors != 0 || r.Replicas != 1 || r.Transport != "tcp/tcp" || r.CPUScope != CPUClientAndCluster {
+			t.Errorf("%s: %d ops, %d errors, %d replicas, transport %q, cpu scope %q", objRowLabel(&r), r.Ops, r.Errors, r.Replicas, r.Transport, r.CPUScope)
 		}
 		if r.Ops > 0 && !(r.P50Us > 0 && r.P50Us <= r.P99Us && r.P99Us <= r.MaxUs) {
 			t.Errorf("%s: percentiles %v %v %v", objRowLabel(&r), r.P50Us, r.P99Us, r.MaxUs)

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/sigv4"
 )
@@ -163,6 +164,29 @@ func (s s3Store) list(ctx context.Context, bucket, prefix, startAfter string, ma
 
 // close closes the client's connections.
 func (s s3Store) close() { s.fast.close() }
+
+// keysUnder lists the keys under prefix in bucket: none when the bucket
+// does not exist.
+func (s s3Store) keysUnder(ctx context.Context, bucket, prefix string) (map[string]bool, error) {
+	keys := map[string]bool{}
+	p := s3.NewListObjectsV2Paginator(s.c, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String(prefix)})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if code := ""; err != nil {
+			if ae, ok := errors.AsType[smithy.APIError](err); ok {
+				code = ae.ErrorCode()
+			}
+			if code == "NoSuchBucket" {
+				return keys, nil
+			}
+			return nil, err
+		}
+		for _, o := range out.Contents {
+			keys[aws.ToString(o.Key)] = true
+		}
+	}
+	return keys, nil
+}
 
 // cleanup deletes keys (by DeleteObjects, 100 a request, each tried up to
 // 3 times), and the bucket when the run made it. Smaller batches than S3's

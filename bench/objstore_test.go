@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -59,8 +60,8 @@ func TestRunObjS3(t *testing.T) {
 			}
 			idle := false
 			for _, r := range rows {
-				if r.Errors != 0 || r.Transport != "s3" {
-					t.Fatalf("%s: %d errors, transport %q", objRowLabel(&r), r.Errors, r.Transport)
+				if r.Errors != 0 || r.Transport != "s3" || r.CPUScope != CPUClient {
+					t.Fatalf("%s: %d errors, transport %q, cpu scope %q", objRowLabel(&r), r.Errors, r.Transport, r.CPUScope)
 				}
 				if r.Ops == 0 && r.Op != OpDelete {
 					if d >= longest {
@@ -96,6 +97,32 @@ func TestRunObjS3(t *testing.T) {
 	}
 	if len(left) != 1 || left[0] != "keep" {
 		t.Fatalf("left in a bucket that existed: %q", left)
+	}
+	// An earlier run's objects, kept (--no-cleanup), are the working set
+	// a later run reads, and rewrites when it tops it up: they stay, as
+	// they were there before it; what it added beyond them goes.
+	if _, err := RunObj(ctx, ObjOptions{S3: &S3Target{Endpoint: srv.URL, AccessKey: "AK", SecretKey: "SK"}, KeepObjects: true,
+		Sizes: []int{1 << 10}, Ops: []ObjOp{OpPut}, Concurrency: 2, Duration: 100 * time.Millisecond, Bucket: "mine"}); err != nil {
+		t.Fatal(err)
+	}
+	benchKeys := func() map[string]bool {
+		keys := map[string]bool{}
+		for info, err := range cl.ListObjects(ctx, "mine", client.ListOptions{Prefix: ObjKeyPrefix}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys[info.Key] = true
+		}
+		return keys
+	}
+	kept := benchKeys()
+	if _, err := RunObj(ctx, ObjOptions{S3: &S3Target{Endpoint: srv.URL, AccessKey: "AK", SecretKey: "SK"},
+		Sizes: []int{1 << 10}, Ops: []ObjOp{OpGet}, Objects: len(kept) + 8, Concurrency: 2, Duration: 100 * time.Millisecond, Bucket: "mine"}); err != nil {
+		t.Fatal(err)
+	}
+	after := benchKeys()
+	if len(kept) == 0 || !maps.Equal(after, kept) {
+		t.Fatalf("%d of the benchmark's keys kept by the first run, %d after a second run that deleted its own; want the same %d", len(kept), len(after), len(kept))
 	}
 	// A wrong key: the run fails, with the S3 error.
 	if _, err := RunObj(ctx, ObjOptions{S3: &S3Target{Endpoint: srv.URL, AccessKey: "AK", SecretKey: "wrong"},

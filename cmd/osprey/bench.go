@@ -100,7 +100,7 @@ row reports its faults and reconnects.`,
 			if serve != "" {
 				return serveMsgr(cmd, serve, noCRC, faults)
 			}
-			if err := out.check(); err != nil {
+			if err := out.check(duration); err != nil {
 				return err
 			}
 			if histogram && (out.json || out.csv) {
@@ -172,7 +172,7 @@ row reports its faults and reconnects.`,
 	f.StringVar(&serve, "serve", "", "serve the benchmark on this address (e.g. tcp://0.0.0.0:7300) for --connect clients, until interrupted")
 	f.StringVar(&connect, "connect", "", "run against a --serve server at this address instead of both ends in this process")
 	cmd.MarkFlagsMutuallyExclusive("serve", "connect")
-	f.BoolVar(&secure, "secure", false, "after each combination's rows, the same rows in secure mode (authenticated, every frame sealed with AES-256-GCM), with ratios to crc; not with --connect")
+	f.BoolVar(&secure, "secure", false, "after each combination's rows, the same rows in secure mode (authenticated, every frame sealed with AES-256-GCM), with ratios to crc (the crc rows authenticated too, as with --auth); not with --connect")
 	f.BoolVar(&authOn, "auth", false, "authenticate every session (tls13 handshake with keyrings of a CA made for the run), as a cluster with auth does; not with --connect")
 	f.BoolVar(&noCRC, "no-data-crc", false, "turn off the messenger's data CRC (the raw baseline has none)")
 	f.BoolVar(&zeroCopy, "zero-copy", false, "send payloads from Conn.AllocPayload buffers (registered memory on RDMA: large payloads move with no copy)")

@@ -7,13 +7,14 @@ import (
 	"io"
 	"time"
 
+	"github.com/ospreystore/osprey/bench"
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/spf13/cobra"
 )
 
-// benchKeyPrefix is where bench.RunObj writes its objects (bench/SIZE/N).
-const benchKeyPrefix = "bench/"
+// benchCleanupTimeout bounds the cleanup of a run that was interrupted.
+const benchCleanupTimeout = 2 * time.Minute
 
 // benchCleanup removes what `bench obj` wrote to an existing cluster, as
 // rados bench and warp do: the bucket, with everything in it, when the run
@@ -22,7 +23,7 @@ type benchCleanup struct {
 	cl      *client.Client
 	bucket  string
 	existed bool
-	before  map[string]bool // with existed: its keys under benchKeyPrefix before the run
+	before  map[string]bool // with existed: its keys under bench.ObjKeyPrefix before the run
 }
 
 // prepareBenchCleanup notes, before the run, what the bucket holds.
@@ -39,7 +40,7 @@ func prepareBenchCleanup(ctx context.Context, cmd *cobra.Command, seeds []string
 	c := &benchCleanup{cl: cl, bucket: bucket}
 	if c.existed, err = cl.BucketExists(ctx, bucket); err == nil && c.existed {
 		c.before = map[string]bool{}
-		for info, lerr := range cl.ListObjects(ctx, bucket, client.ListOptions{Prefix: benchKeyPrefix}) {
+		for info, lerr := range cl.ListObjects(ctx, bucket, client.ListOptions{Prefix: bench.ObjKeyPrefix}) {
 			if lerr != nil {
 				err = lerr
 				break
@@ -65,7 +66,7 @@ func (c *benchCleanup) run(ctx context.Context) error {
 		return err
 	}
 	var keys []string
-	for info, err := range c.cl.ListObjects(ctx, c.bucket, client.ListOptions{Prefix: benchKeyPrefix}) {
+	for info, err := range c.cl.ListObjects(ctx, c.bucket, client.ListOptions{Prefix: bench.ObjKeyPrefix}) {
 		if err != nil {
 			return fmt.Errorf("%s: %w", remoteScheme+c.bucket, err)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -54,7 +55,8 @@ disk, and removes it afterwards.
 With --seeds, the objects go to --bucket on that cluster, and are deleted
 at the end, as rados bench and warp do: the bucket too when the run made
 it; in a bucket that existed, only the keys the run added. --no-cleanup
-keeps them. The run authenticates with --keyring (env OSPREY_KEYRING;
+keeps them; an interrupted run (Ctrl-C) deletes them too, unless
+interrupted again. The run authenticates with --keyring (env OSPREY_KEYRING;
 default ./osprey-data/client.admin.keyring when it exists), as the other
 commands that reach a cluster do.
 
@@ -63,8 +65,11 @@ gateway, Ceph's RGW, ...), path-style, signed (SigV4) with
 --access-key and --secret-key (env OSPREY_S3_ACCESS_KEY, OSPREY_S3_SECRET_KEY):
 get is GetObject, stat HeadObject, list ListObjectsV2. Requests are signed
 UNSIGNED-PAYLOAD and carry no checksum unless --s3-sign-payload. The keys
-the run wrote are deleted at the end (the bucket too when the run made it),
-unless --no-cleanup.`,
+the run added are deleted at the end (the bucket too when the run made it),
+unless --no-cleanup.
+
+CPU is this process's: with a local cluster, its OSDs' too; with --seeds or
+--s3, the client's only (cpu_scope in --json).`,
 		Example: `  osprey bench obj --size 4KiB,4MiB --concurrency 16 --duration 10s
   osprey bench obj --replicas 1 --osds 1
   osprey bench obj --op put,get,stat,list,delete --objects 20000 --size 4KiB
@@ -74,7 +79,7 @@ unless --no-cleanup.`,
   osprey bench obj --s3 http://127.0.0.1:9000 --access-key AK --secret-key SK --size 4KiB,4MiB`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check(); err != nil {
+			if err := out.check(o.Duration); err != nil {
 				return err
 			}
 			var err error
@@ -93,6 +98,22 @@ unless --no-cleanup.`,
 						return usageErrorf("--op: %v", err)
 					}
 					o.Ops = append(o.Ops, op)
+				}
+			}
+			if o.Warmup < 0 || o.Objects < 0 {
+				return usageErrorf("--warmup and --objects: want at least 0")
+			}
+			local := len(o.Seeds) == 0 && !cmd.Flags().Changed("s3")
+			if local && cmd.Flags().Changed("replicas") && o.Replicas > o.OSDs {
+				// Every replica on its own OSD: more would report a
+				// replication (and a disk share) no OSD performs.
+				return usageErrorf("--replicas %d over --osds %d: each replica needs an OSD of its own", o.Replicas, o.OSDs)
+			}
+			if !local {
+				for _, name := range []string{"osds", "replicas", "public", "cluster", "dir", "read-cache-mib", "inject-socket-failures"} {
+					if cmd.Flags().Changed(name) {
+						return usageErrorf("--%s is for the local cluster: not with --seeds or --s3", name)
+					}
 				}
 			}
 			if cmd.Flags().Changed("s3") {
@@ -144,8 +165,18 @@ unless --no-cleanup.`,
 				err = out.writePlots(cmd, func(dir, format string) ([]string, error) { return bench.PlotObj(dir, format, rows) })
 			}
 			if cleanup != nil {
-				if cerr := cleanup.run(cmd.Context()); cerr != nil {
-					runErr = errors.Join(runErr, fmt.Errorf("deleting the benchmark's objects: %w", cerr))
+				// Also after an interrupt, which ended the rows: the
+				// objects go as they would have (a second one ends the
+				// process at once, main).
+				ctx := cmd.Context()
+				if ctx.Err() != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "interrupted: deleting the benchmark's objects in %s%s (interrupt again to keep them)\n", remoteScheme, o.Bucket)
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
+					defer cancel()
+				}
+				if cerr := cleanup.run(ctx); cerr != nil {
+					runErr = errors.Join(runErr, fmt.Errorf("deleting the benchmark's objects (still in %s%s): %w", remoteScheme, o.Bucket, cerr))
 				}
 			} else if o.S3 != nil && noCleanup {
 				fmt.Fprintf(cmd.ErrOrStderr(), "kept the benchmark's objects in s3://%s at %s (--no-cleanup)\n", o.Bucket, o.S3.Endpoint)

@@ -33,12 +33,22 @@ func (b *benchOutput) register(cmd *cobra.Command) {
 	f.BoolVar(&b.noProgress, "no-progress", false, "no live progress line on stderr (there is none unless stderr is a terminal)")
 }
 
-func (b *benchOutput) check() error {
+// maxSegments bounds the throughput segments of a row: each recorder of a
+// row keeps a count per segment (a run of bench obj has five per op in
+// flight), and --segment 1ns over 1 s asked for 8 GB.
+const maxSegments = 100_000
+
+// check checks the output flags of a run whose rows measure for
+// duration.
+func (b *benchOutput) check(duration time.Duration) error {
 	if b.json && b.csv {
 		return usageErrorf("--json and --csv: choose one")
 	}
 	if b.segment <= 0 {
 		return usageErrorf("--segment %v: must be positive", b.segment)
+	}
+	if duration/b.segment > maxSegments {
+		return usageErrorf("--segment %v: --duration %v would make more than %d segments of it", b.segment, duration, maxSegments)
 	}
 	if b.plotDir != "" {
 		return checkPlotFormat(b.plotFormat)
@@ -129,8 +139,9 @@ and concurrency) and prints B's difference from A, in the spirit of benchstat.
 Each throughput is shown with ± half the range of its row's segments. When
 A's range (slowest to fastest segment) overlaps B's, the difference is no
 larger than what either run saw from one second to the next, and is shown
-as "~ (no significant difference)"; with fewer than 3 segments a row gives
-no noise estimate and the delta is marked "?". Latency and CPU deltas
+as "~ (no significant difference)"; with fewer than 3 whole segments (a
+--duration under 3 x --segment) a row gives no noise estimate and the delta
+is marked "?". Latency and CPU deltas
 follow, without a noise estimate.`,
 		Example: `  osprey bench msgr --json > before.json
   (change something, rebuild)

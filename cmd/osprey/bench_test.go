@@ -44,6 +44,20 @@ func TestBenchMsgrJSON(t *testing.T) {
 		if s := r["size"].(float64); s != 64 && s != 1024 {
 			t.Errorf("size %v", s)
 		}
+		if _, ok := r["no_data_crc"]; ok {
+			t.Errorf("a row with the data CRC says no_data_crc: %v", r)
+		}
+	}
+	// --no-data-crc is in the messenger's rows, so compare can tell.
+	out, _, err = run(t, "bench", "msgr", "--size", "64", "--depth", "2", "--mode", "stream",
+		"--duration", "50ms", "--warmup", "10ms", "--no-data-crc", "--json", "--log-level", "warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range parseJSONLines(t, out) {
+		if r["no_data_crc"] != true {
+			t.Errorf("a --no-data-crc row: no_data_crc %v", r["no_data_crc"])
+		}
 	}
 }
 
@@ -223,6 +237,13 @@ func TestBenchOutputErrors(t *testing.T) {
 	}{
 		{[]string{"bench", "msgr", "--json", "--csv"}, "--json and --csv"},
 		{[]string{"bench", "msgr", "--segment", "0s"}, "--segment"},
+		{[]string{"bench", "msgr", "--segment", "1ns", "--duration", "1s"}, "more than 100000 segments"},
+		{[]string{"bench", "obj", "--segment", "10us", "--duration", "10s"}, "more than 100000 segments"},
+		{[]string{"bench", "obj", "--replicas", "5", "--osds", "3"}, "--replicas 5 over --osds 3"},
+		{[]string{"bench", "obj", "--seeds", "127.0.0.1:1", "--osds", "7"}, "--osds is for the local cluster"},
+		{[]string{"bench", "obj", "--s3", "http://127.0.0.1:1", "--access-key", "a", "--secret-key", "s", "--public", "rdma+tcp"}, "--public is for the local cluster"},
+		{[]string{"bench", "obj", "--warmup", "-1s"}, "want at least 0"},
+		{[]string{"bench", "obj", "--objects", "-5"}, "want at least 0"},
 		{[]string{"bench", "msgr", "--plot", "x", "--plot-format", "gif"}, "--plot-format"},
 		{[]string{"bench", "obj", "--op", "fly"}, "--op"},
 		{[]string{"bench", "obj", "--mix", "get"}, "--mix"},

@@ -667,6 +667,9 @@ func TestBenchObjSeedsWithAuth(t *testing.T) {
 	if n := strings.Count(out, `"op":`); n != 2 {
 		t.Fatalf("%d rows, want put and get:\n%s", n, out)
 	}
+	if n := strings.Count(out, `"cpu_scope":"client"`); n != 2 {
+		t.Fatalf("%d rows say their CPU is the client's only, want both:\n%s", n, out)
+	}
 	cl, err := client.New(t.Context(), client.Options{Seeds: lc.Seeds(), Keyring: lc.AdminKeyring})
 	if err != nil {
 		t.Fatal(err)
@@ -674,6 +677,35 @@ func TestBenchObjSeedsWithAuth(t *testing.T) {
 	defer cl.Close()
 	if ok, err := cl.BucketExists(t.Context(), "authbench"); err != nil || ok {
 		t.Fatalf("the run's bucket after it: exists %v, %v; want removed", ok, err)
+	}
+	// Interrupted mid-row (Ctrl-C ends the command's context), the run
+	// still deletes what it wrote, and says so.
+	ctx, cancel := context.WithCancel(t.Context())
+	root := newRootCmd()
+	var stderr bytes.Buffer
+	root.SetOut(io.Discard)
+	root.SetErr(&stderr)
+	root.SetArgs([]string{"bench", "obj", "--seeds", seeds, "--keyring", lc.KeyringPath("client.admin"), "--size", "4KiB",
+		"--op", "put", "--concurrency", "2", "--duration", "1m", "--bucket", "intrbench"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	osdtest.Eventually(t, 30*time.Second, "the interrupted run's first objects", func() bool {
+		for _, err := range cl.ListObjects(t.Context(), "intrbench", client.ListOptions{}) {
+			return err == nil
+		}
+		return false
+	})
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("an interrupted bench obj did not return")
+	}
+	if ok, err := cl.BucketExists(t.Context(), "intrbench"); err != nil || ok {
+		t.Fatalf("an interrupted run's bucket after it: exists %v, %v; want removed (stderr: %s)", ok, err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "interrupted: deleting the benchmark's objects") {
+		t.Errorf("an interrupted run did not say it deletes its objects: %s", stderr.String())
 	}
 	_, _, err = run(t, append(args, "--keyring", "none")...)
 	if err == nil || !strings.Contains(errorLine(err), "keyring") {
