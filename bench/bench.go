@@ -83,6 +83,14 @@ func ParseMode(s string) (Mode, error) {
 // RawTransport names baseline rows, which run on a plain TCP socket.
 const RawTransport = "raw-tcp"
 
+// OptionsError is the error of options a run cannot take (RunMsgr,
+// RunObj): the caller's mistake, which the CLI answers as a usage error,
+// not a failure of the run.
+type OptionsError struct{ Err error }
+
+func (e *OptionsError) Error() string { return e.Err.Error() }
+func (e *OptionsError) Unwrap() error { return e.Err }
+
 // Row is the result of one combination. JSON keys are part of the CLI's
 // output contract (--json); keep them stable.
 type Row struct {

@@ -203,7 +203,7 @@ func (o *MsgrOptions) messengerLogger() *slog.Logger {
 // anything is measured, so a typo does not cost minutes.
 func RunMsgr(ctx context.Context, o MsgrOptions) ([]Row, error) {
 	if err := o.setDefaults(); err != nil {
-		return nil, err
+		return nil, &OptionsError{err}
 	}
 	for _, tr := range o.Transports {
 		if o.Remote != "" {

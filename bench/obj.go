@@ -290,7 +290,7 @@ const (
 // an error too.
 func RunObj(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 	if err := o.defaults(); err != nil {
-		return nil, err
+		return nil, &OptionsError{err}
 	}
 	if o.S3 != nil {
 		return runObjS3(ctx, o)
@@ -842,12 +842,15 @@ func WriteObjTable(w io.Writer, rows []ObjRow) error {
 				op = fmt.Sprintf("mix%d", slices.Index(mixes, r.Mix)+1)
 			}
 		}
-		disk := "-"
+		disk, repl := "-", "-" // an S3 endpoint does not say its replicas
 		if r.DiskShare > 0 {
 			disk = fmt.Sprintf("%.0f%%", 100*r.DiskShare)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.0f\t%.1f\t%s\t%s/%s/%s\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%d\t\n",
-			op, FormatSize(int64(r.Size)), r.Concurrency, r.Replicas, r.Transport, r.OpsPerSec, r.BytesPerSec/1e6, disk,
+		if r.Replicas > 0 {
+			repl = strconv.Itoa(r.Replicas)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%.1f\t%s\t%s/%s/%s\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%d\t\n",
+			op, FormatSize(int64(r.Size)), r.Concurrency, repl, r.Transport, r.OpsPerSec, r.BytesPerSec/1e6, disk,
 			FormatCount(r.SegSlowestPerSec), FormatCount(r.SegMedianPerSec), FormatCount(r.SegFastestPerSec),
 			r.P50Us/1e3, r.P99Us/1e3, r.MaxUs/1e3, r.CPUSeconds, formatCPUPerGB(r.CPUSecPerGB), r.Errors)
 	}

@@ -96,7 +96,7 @@ func TestRunObj(t *testing.T) {
 	if err := WriteObjTable(&buf, rows); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"seg ops/s slow/med/fast", "mix1:get", "mix1: get=50,put=30,delete=20", "stat", "list", "disk%", "disk: "} {
+	for _, w := range []string{"seg ops/s slow/med/fast", "mix1:get", "mix1: get=50,put=30,delete=20", "stat", "list", "disk%", "disk: ", "cpu: this process's, the client's and the local cluster's"} {
 		if !strings.Contains(buf.String(), w) {
 			t.Errorf("table lacks %q:\n%s", w, buf.String())
 		}

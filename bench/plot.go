@@ -139,14 +139,20 @@ func PlotMsgr(dir, format string, rows []Row) ([]string, error) {
 	}
 	for _, c := range combos {
 		var series []cdfSeries
+		remote := false
 		for _, r := range rows {
 			if r.Mode == c.mode && r.Size == c.size && r.Depth == c.depth {
 				series = append(series, cdfSeries{rowLabel(&r), r.LatencyHist})
+				remote = remote || r.Remote != ""
 			}
 		}
 		what := "one-way latency"
-		if c.mode == PingPong {
+		switch {
+		case c.mode == PingPong:
 			what = "round-trip latency"
+		case remote:
+			// A --serve server acknowledges each message (MsgrOptions.Remote).
+			what = "latency to the acknowledgement"
 		}
 		title := fmt.Sprintf("messenger %s %s, depth %d: %s CDF", c.mode, FormatSize(int64(c.size)), c.depth, what)
 		f := filepath.Join(dir, fmt.Sprintf("msgr-latency-%s-%s-d%d.%s", c.mode, FormatSize(int64(c.size)), c.depth, format))

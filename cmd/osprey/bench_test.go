@@ -259,6 +259,8 @@ func TestBenchOutputErrors(t *testing.T) {
 		_, _, err := run(t, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want one mentioning %s", c.args, err, c.want)
+		} else if code := exitCode(err); code != exitUsage && !strings.Contains(c.want, "no such file") {
+			t.Errorf("%v: exit %d, want %d (a usage error)", c.args, code, exitUsage)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ospreystore/osprey/bench"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -331,13 +332,14 @@ func exitCode(err error) int {
 		ue *usageError
 		re *unreachableError
 		me *noMapError
+		be *bench.OptionsError
 	)
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, context.Canceled):
 		return exitInterrupted
-	case errors.As(err, &ue) || isCobraUsage(err):
+	case errors.As(err, &ue) || isCobraUsage(err) || errors.As(err, &be):
 		return exitUsage
 	case errors.As(err, &oe):
 		switch oe.Status {
@@ -357,7 +359,8 @@ func exitCode(err error) int {
 // fmt errors (flag errors are wrapped by the root's FlagErrorFunc).
 func isCobraUsage(err error) bool {
 	msg := err.Error()
-	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "required flag", "accepts ", "requires at least", "requires at most", "invalid argument"} {
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "required flag", "accepts ", "requires at least", "requires at most", "invalid argument",
+		"if any flags in the group"} { // MarkFlagsMutuallyExclusive and its kin
 		if strings.HasPrefix(msg, p) {
 			return true
 		}
