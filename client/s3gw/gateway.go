@@ -308,11 +308,23 @@ type loggedWriter struct {
 	status   int
 	bytes    int64
 	deadline *movingDeadline // the connection's write deadline
+	// capped is the connection cap, if any: a response that starts while
+	// a new connection waits for a slot closes its own after it.
+	capped *connCap
+}
+
+// starts is the response's start: at the cap, with a connection
+// waiting, it says Connection: close (connCap.giveWay).
+func (w *loggedWriter) starts(status int) {
+	w.status = status
+	if w.capped != nil && status >= 200 && w.capped.giveWay() {
+		w.Header().Set("Connection", "close")
+	}
 }
 
 func (w *loggedWriter) WriteHeader(status int) {
 	if w.status == 0 {
-		w.status = status
+		w.starts(status)
 	}
 	// The deadline is a stall's, not the request's: an answer after a
 	// long body that kept coming must still go out.
@@ -330,7 +342,7 @@ const writeSlice = 256 << 10
 
 func (w *loggedWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.starts(http.StatusOK)
 	}
 	done := 0
 	for {
@@ -370,7 +382,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.wd = movingDeadline{rc: &x.rc, timeout: g.opts.ClientTimeout}
 	x.rd = movingDeadline{rc: &x.rc, read: true, timeout: g.opts.ClientTimeout}
 	x.wd.touch()
-	x.w = loggedWriter{ResponseWriter: w, deadline: &x.wd}
+	x.w = loggedWriter{ResponseWriter: w, deadline: &x.wd, capped: g.capped.Load()}
 	x.req = request{id: newRequestID(), w: &x.w, r: r}
 	req := &x.req
 	if r.ContentLength == 0 && r.ProtoAtLeast(1, 1) && expectsContinue(r) {

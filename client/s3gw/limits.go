@@ -60,9 +60,11 @@ type connCap struct {
 	mu   sync.Mutex
 	idle map[*cappedConn]time.Time // kept-alive, between requests (track)
 	// wanted: the Accept waiting for a slot found no idle connection to
-	// close, so the next to go idle is closed for it (track), rather
-	// than kept while it waits. One at most: the server accepts on one
-	// goroutine.
+	// close, so the next response to start says Connection: close
+	// (giveWay), or failing that the next connection to go idle is
+	// closed (track), rather than kept while it waits. One at most: the
+	// server accepts on one goroutine. A slot freed any way clears it
+	// (release).
 	wanted int
 }
 
@@ -75,7 +77,8 @@ func (l *connCap) track(c net.Conn, state http.ConnState) {
 	}
 	l.mu.Lock()
 	if state == http.StateIdle && l.wanted > 0 {
-		// A new connection waits for this one's slot.
+		// A new connection waits for this one's slot, and its answer
+		// went out before it could say Connection: close (giveWay).
 		l.wanted--
 		l.mu.Unlock()
 		cc.Close()
@@ -90,6 +93,21 @@ func (l *connCap) track(c net.Conn, state http.ConnState) {
 		delete(l.idle, cc)
 	}
 	l.mu.Unlock()
+}
+
+// giveWay reports whether the response about to start should close its
+// connection after it (Connection: close), for a new connection waiting
+// for a slot: a client told so opens a new connection for its next
+// request, where one whose kept-alive connection is closed under it
+// after the answer gets a reset for a request it may not resend (a PUT).
+func (l *connCap) giveWay() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.wanted == 0 {
+		return false
+	}
+	l.wanted--
+	return true
 }
 
 // idleConns is how many connections are idle, kept alive (tests).
@@ -143,16 +161,11 @@ func (l *connCap) Accept() (net.Conn, error) {
 	}
 	if !l.sem.TryAcquire(1) {
 		l.warn()
-		wants := !l.reclaim()
-		err := l.sem.Acquire(l.closed, 1)
-		if wants {
-			// A slot came free of itself (a connection closed): no
-			// idle one need be closed for this one any more.
+		l.reclaim()
+		if l.sem.Acquire(l.closed, 1) != nil {
 			l.mu.Lock()
-			l.wanted = max(l.wanted-1, 0)
+			l.wanted = 0
 			l.mu.Unlock()
-		}
-		if err != nil {
 			c.Close()
 			return nil, net.ErrClosed
 		}
@@ -160,7 +173,14 @@ func (l *connCap) Accept() (net.Conn, error) {
 	return &cappedConn{Conn: c, release: l.release}, nil
 }
 
-func (l *connCap) release() { l.sem.Release(1) }
+// release frees a connection's slot. The waiting Accept, if any, takes
+// it: nothing more need give way for it.
+func (l *connCap) release() {
+	l.mu.Lock()
+	l.wanted = 0
+	l.mu.Unlock()
+	l.sem.Release(1)
+}
 
 // Close closes the listener and ends an Accept waiting for a free slot.
 func (l *connCap) Close() error {

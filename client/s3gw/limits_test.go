@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/client/s3gw"
 )
 
@@ -183,8 +184,8 @@ func TestLimits(t *testing.T) {
 
 	t.Run("BusyConnectionGivesWay", func(t *testing.T) {
 		// At the cap with no connection idle, a new connection takes
-		// the slot of the next to go idle, closed as its request ends,
-		// instead of waiting for IdleTimeout (a minute here).
+		// the slot of the next to finish a request, closed after its
+		// answer, instead of waiting for IdleTimeout (a minute here).
 		capped := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections, o.IdleTimeout = 1, time.Minute })
 		busy, busyBR := dialConn(t, capped.addr)
 		var req bytes.Buffer
@@ -204,6 +205,47 @@ func TestLimits(t *testing.T) {
 			t.Fatalf("the busy connection's request: %v", err)
 		}
 		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		// Told so in its answer, its client does not send another
+		// request on it (one closed under it after the answer would get
+		// a reset for a request it may not resend, a PUT).
+		if !resp.Close {
+			t.Error("the answer on the connection giving way did not say Connection: close")
+		}
+		roundTrip(t, conn, br, signed(t, http.MethodGet, capped.url+"/", nil), 10*time.Second)
+		busy.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := busyBR.ReadByte(); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("the connection that went idle: %v, want it closed for the new one", err)
+		}
+	})
+
+	t.Run("StreamingConnectionGivesWay", func(t *testing.T) {
+		// An answer under way (its headers out, its body stalled on a
+		// client that does not read) when a new connection comes: it
+		// cannot say Connection: close any more, so its connection is
+		// closed as it goes idle, and the new one is served then.
+		if err := e.cl.MakeBucket(e.ctx, "givewaybig"); err != nil {
+			t.Fatal(err)
+		}
+		body := bytes.Repeat([]byte("g"), 8<<20) // more than the sockets' buffers hold
+		if _, err := e.cl.PutObjectBytes(e.ctx, "givewaybig", "o", body, client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		capped := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections, o.IdleTimeout = 1, time.Minute })
+		busy, busyBR := dialConn(t, capped.addr)
+		r := signed(t, http.MethodGet, capped.url+"/givewaybig/o", nil)
+		if err := r.Write(busy); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(busyBR, r)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("the streaming GET: %v %v", resp, err)
+		}
+		conn, br := dialConn(t, capped.addr)
+		waitUntil(t, 10*time.Second, "new connection waiting for a slot", func() bool { return s3gw.SlotWanted(capped.gw) })
+		if n, err := io.Copy(io.Discard, resp.Body); err != nil || n != int64(len(body)) {
+			t.Fatalf("the streaming GET's body: %d bytes, %v", n, err)
+		}
 		resp.Body.Close()
 		roundTrip(t, conn, br, signed(t, http.MethodGet, capped.url+"/", nil), 10*time.Second)
 		busy.SetReadDeadline(time.Now().Add(10 * time.Second))
