@@ -162,10 +162,13 @@ func (l *connCap) Accept() (net.Conn, error) {
 	if !l.sem.TryAcquire(1) {
 		l.warn()
 		l.reclaim()
-		if l.sem.Acquire(l.closed, 1) != nil {
-			l.mu.Lock()
-			l.wanted = 0
-			l.mu.Unlock()
+		err := l.sem.Acquire(l.closed, 1)
+		// Cleared by release already, unless the slot came free
+		// between TryAcquire and reclaim's want.
+		l.mu.Lock()
+		l.wanted = 0
+		l.mu.Unlock()
+		if err != nil {
 			c.Close()
 			return nil, net.ErrClosed
 		}
