@@ -13,7 +13,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// benchCleanupTimeout bounds the cleanup of a run that was interrupted.
+// benchCleanupTimeout bounds a run's cleanup: after an interrupt, and
+// against a cluster that went away, it ends rather than wait for ever.
 const benchCleanupTimeout = 2 * time.Minute
 
 // benchCleanup removes what `bench obj` wrote to an existing cluster, as

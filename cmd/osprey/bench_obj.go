@@ -56,7 +56,8 @@ With --seeds, the objects go to --bucket on that cluster, and are deleted
 at the end, as rados bench and warp do: the bucket too when the run made
 it; in a bucket that existed, only the keys the run added. --no-cleanup
 keeps them; an interrupted run (Ctrl-C) deletes them too, unless
-interrupted again. The run authenticates with --keyring (env OSPREY_KEYRING;
+interrupted again. Keys of a bucket that existed are the run's own names
+(bench/SIZE/N): a delete row removes them whoever wrote them. The run authenticates with --keyring (env OSPREY_KEYRING;
 default ./osprey-data/client.admin.keyring when it exists), as the other
 commands that reach a cluster do.
 
@@ -168,13 +169,11 @@ CPU is this process's: with a local cluster, its OSDs' too; with --seeds or
 				// Also after an interrupt, which ended the rows: the
 				// objects go as they would have (a second one ends the
 				// process at once, main).
-				ctx := cmd.Context()
-				if ctx.Err() != nil {
+				if cmd.Context().Err() != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "interrupted: deleting the benchmark's objects in %s%s (interrupt again to keep them)\n", remoteScheme, o.Bucket)
-					var cancel context.CancelFunc
-					ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), benchCleanupTimeout)
-					defer cancel()
 				}
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), benchCleanupTimeout)
+				defer cancel()
 				if cerr := cleanup.run(ctx); cerr != nil {
 					runErr = errors.Join(runErr, fmt.Errorf("deleting the benchmark's objects (still in %s%s): %w", remoteScheme, o.Bucket, cerr))
 				}
