@@ -197,6 +197,16 @@ func Compare(w io.Writer, nameA string, a Run, nameB string, b Run) error {
 		// such runs says more about the sysctl than about the code.
 		fmt.Fprintf(w, "warning: A ran under TCP congestion control %s, B under %s: rows over TCP do not compare\n\n", ca, cb)
 	}
+	for _, d := range []struct {
+		name string
+		rows []cmpRow
+	}{{"A", ra}, {"B", rb}} {
+		if dup := duplicateKey(d.rows); dup != "" {
+			// Rows that differ in something the key leaves out: only
+			// the first of them is compared.
+			fmt.Fprintf(w, "warning: %s has more than one row of %q: only its first is compared\n\n", d.name, dup)
+		}
+	}
 	if da, db := dataCRC(a.Msgr), dataCRC(b.Msgr); da != "" && db != "" && da != db {
 		// The CRC pass is a large part of a large message's cost.
 		fmt.Fprintf(w, "warning: A's messenger rows ran %s, B's %s: they do not compare\n\n", da, db)
@@ -313,6 +323,18 @@ func dataCRC(rows []Row) string {
 		return "with the data CRC"
 	case off && !on:
 		return "without the data CRC (--no-data-crc)"
+	}
+	return ""
+}
+
+// duplicateKey is the first key two rows share, or "".
+func duplicateKey(rows []cmpRow) string {
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if seen[r.key] {
+			return r.key
+		}
+		seen[r.key] = true
 	}
 	return ""
 }

@@ -855,10 +855,10 @@ func WriteObjTable(w io.Writer, rows []ObjRow) error {
 		if r.Replicas > 0 {
 			repl = strconv.Itoa(r.Replicas)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%.1f\t%s\t%s/%s/%s\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%.1f\t%s\t%s/%s/%s\t%s\t%s\t%s\t%.2f\t%s\t%d\t\n",
 			op, FormatSize(int64(r.Size)), r.Concurrency, repl, r.Transport, r.OpsPerSec, r.BytesPerSec/1e6, disk,
 			FormatCount(r.SegSlowestPerSec), FormatCount(r.SegMedianPerSec), FormatCount(r.SegFastestPerSec),
-			r.P50Us/1e3, r.P99Us/1e3, r.MaxUs/1e3, r.CPUSeconds, formatCPUPerGB(r.CPUSecPerGB), r.Errors)
+			formatMs(r.P50Us), formatMs(r.P99Us), formatMs(r.MaxUs), r.CPUSeconds, formatCPUPerGB(r.CPUSecPerGB), r.Errors)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -877,6 +877,15 @@ func WriteObjTable(w io.Writer, rows []ObjRow) error {
 			r.DiskWriteBytesPerSec/1e6, r.DiskReadBytesPerSec/1e6)
 	}
 	return nil
+}
+
+// formatMs prints a latency of us microseconds in ms, with three digits
+// after the point below 1 ms (a cached stat's 71 µs is 0.071, not 0.07).
+func formatMs(us float64) string {
+	if us < 1000 {
+		return strconv.FormatFloat(us/1e3, 'f', 3, 64)
+	}
+	return strconv.FormatFloat(us/1e3, 'f', 2, 64)
 }
 
 // formatCPUPerGB prints "-" for rows that move no payload.

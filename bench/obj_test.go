@@ -200,3 +200,13 @@ func TestMapTransports(t *testing.T) {
 		t.Fatalf("mapTransports = %q, want rdma+tcp/tcp", got)
 	}
 }
+
+// TestFormatMs: sub-millisecond latencies keep three digits after the
+// point, longer ones two.
+func TestFormatMs(t *testing.T) {
+	for us, want := range map[float64]string{71.2: "0.071", 999.4: "0.999", 1234.5: "1.23", 56789: "56.79"} {
+		if got := formatMs(us); got != want {
+			t.Errorf("formatMs(%v) = %q, want %q", us, got, want)
+		}
+	}
+}

@@ -71,6 +71,10 @@ func ParseSizes(list []string) ([]int, error) {
 			out = append(out, int(n))
 		}
 	}
+	if len(out) == 0 && len(list) > 0 {
+		// "--size ,," ran the default sizes, which nobody asked for.
+		return nil, fmt.Errorf("no size in %q", strings.Join(list, ","))
+	}
 	return out, nil
 }
 

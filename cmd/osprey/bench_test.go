@@ -243,6 +243,8 @@ func TestBenchOutputErrors(t *testing.T) {
 		{[]string{"bench", "obj", "--seeds", "127.0.0.1:1", "--osds", "7"}, "--osds is for the local cluster"},
 		{[]string{"bench", "obj", "--s3", "http://127.0.0.1:1", "--access-key", "a", "--secret-key", "s", "--public", "rdma+tcp"}, "--public is for the local cluster"},
 		{[]string{"bench", "obj", "--warmup", "-1s"}, "want at least 0"},
+		{[]string{"bench", "obj", "--size", ",,"}, "no size in"},
+		{[]string{"bench", "msgr", "--size", ","}, "no size in"},
 		{[]string{"bench", "obj", "--objects", "-5"}, "want at least 0"},
 		{[]string{"bench", "msgr", "--plot", "x", "--plot-format", "gif"}, "--plot-format"},
 		{[]string{"bench", "obj", "--op", "fly"}, "--op"},
