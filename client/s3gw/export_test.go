@@ -19,5 +19,10 @@ func SlotWanted(g *Gateway) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.wanted > 0
+	return c.wanted
 }
+
+// TakeWant has an answer take the want of a connection waiting for a slot
+// (connCap.giveWay) without freeing any, as an answer on a connection
+// already closed under its client did.
+func TakeWant(g *Gateway) bool { return g.capped.Load().giveWay() }

@@ -289,6 +289,17 @@ func (d *movingDeadline) set(t time.Time) {
 	}
 }
 
+// refuseBody closes the connection after the answer to a request refused
+// before its body was read: net/http would otherwise read up to 256 KiB of
+// the body, to keep the connection, before it answers, and a body that
+// stalls (anyone may send one, unsigned) held the answer until the read
+// deadline and then lost it with the connection.
+func refuseBody(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
+}
+
 // exchange is what a request needs of the heap, in one allocation: its
 // state, its response writer, the connection's deadlines, its body's
 // checks and the request ID's header value.
@@ -382,6 +393,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x.wd = movingDeadline{rc: &x.rc, timeout: g.opts.ClientTimeout}
 	x.rd = movingDeadline{rc: &x.rc, read: true, timeout: g.opts.ClientTimeout}
 	x.wd.touch()
+	// The read one too, from the start: a request refused before its body
+	// is read (no or a bad signature, a bad name) leaves net/http to
+	// discard up to 256 KiB of that body before it answers, and a body
+	// that stalls there held the answer, and the connection, for good.
+	x.rd.touch()
 	x.w = loggedWriter{ResponseWriter: w, deadline: &x.wd, capped: g.capped.Load()}
 	x.req = request{id: newRequestID(), w: &x.w, r: r}
 	req := &x.req
@@ -442,11 +458,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	auth, err := verify(r, g.opts.Credentials, g.opts.Now())
 	if err != nil {
 		req.op = "Auth"
+		refuseBody(w, r)
 		g.fail(req, err)
 		return
 	}
 	req.access, req.who = auth.AccessKey, auth.Identity
 	if err := g.newVerifiedBody(&x.body, r, auth); err != nil {
+		refuseBody(w, r)
 		g.fail(req, err)
 		return
 	}

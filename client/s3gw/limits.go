@@ -38,12 +38,12 @@ const capWarnEvery = time.Minute
 
 // connCap is a listener that holds at most n connections open at once
 // (one more while Accept waits for a slot): at the cap, a new connection
-// takes the longest idle kept-alive one's slot, as nginx does when it
-// runs out of connections (a client pool's idle ones would otherwise hold
-// every slot while its new requests wait unanswered; an HTTP client
-// resends an idempotent request on a kept-alive connection closed under
-// it, as after IdleTimeout), else waits for one to close, and later
-// clients wait in the kernel's listen backlog. Not netutil.LimitListener, whose
+// takes the slot of the longest idle kept-alive one if it has been idle
+// for idleGrace, as nginx does when it runs out of connections (a client
+// pool's idle ones would otherwise hold every slot while its new requests
+// wait unanswered), else of the next connection whose answer starts,
+// which says Connection: close; later clients wait in the kernel's
+// listen backlog. Not netutil.LimitListener, whose
 // connections hide their *net.TCPConn (golang/go#64830): net/http could
 // not half-close them (CloseWrite) before it hangs up on a request it does
 // not read to its end (a 431, an error answered before the body was
@@ -59,14 +59,26 @@ type connCap struct {
 
 	mu   sync.Mutex
 	idle map[*cappedConn]time.Time // kept-alive, between requests (track)
-	// wanted: the Accept waiting for a slot found no idle connection to
-	// close, so the next response to start says Connection: close
-	// (giveWay), or failing that the next connection to go idle is
-	// closed (track), rather than kept while it waits. One at most: the
-	// server accepts on one goroutine. A slot freed any way clears it
+	// wanted: the Accept waiting for a slot found no connection idle for
+	// idleGrace, so the next answer to start says Connection: close
+	// (giveWay) and frees its slot. Accept arms it again every
+	// reclaimEvery while it waits (an answer that took it may have been
+	// on a connection already gone); a slot freed any way clears it
 	// (release).
-	wanted int
+	wanted bool
 }
+
+const (
+	// idleGrace: a connection idle for less is not closed for a new one,
+	// since its client may be sending its next request on it right now
+	// (Go's Transport reuses the connection that went idle last, and a
+	// PUT it sent on one closed under it fails with a reset, not
+	// resent); its next answer says Connection: close instead.
+	idleGrace = time.Second
+	// reclaimEvery is how often a waiting Accept looks again for a
+	// connection to close.
+	reclaimEvery = 100 * time.Millisecond
+)
 
 // track is the server's ConnState: it keeps the idle connections, which
 // Accept may close at the cap.
@@ -76,14 +88,6 @@ func (l *connCap) track(c net.Conn, state http.ConnState) {
 		return
 	}
 	l.mu.Lock()
-	if state == http.StateIdle && l.wanted > 0 {
-		// A new connection waits for this one's slot, and its answer
-		// went out before it could say Connection: close (giveWay).
-		l.wanted--
-		l.mu.Unlock()
-		cc.Close()
-		return
-	}
 	if state == http.StateIdle {
 		if l.idle == nil {
 			l.idle = make(map[*cappedConn]time.Time)
@@ -98,16 +102,13 @@ func (l *connCap) track(c net.Conn, state http.ConnState) {
 // giveWay reports whether the response about to start should close its
 // connection after it (Connection: close), for a new connection waiting
 // for a slot: a client told so opens a new connection for its next
-// request, where one whose kept-alive connection is closed under it
-// after the answer gets a reset for a request it may not resend (a PUT).
+// request.
 func (l *connCap) giveWay() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.wanted == 0 {
-		return false
-	}
-	l.wanted--
-	return true
+	w := l.wanted
+	l.wanted = false
+	return w
 }
 
 // idleConns is how many connections are idle, kept alive (tests).
@@ -117,10 +118,9 @@ func (l *connCap) idleConns() int {
 	return len(l.idle)
 }
 
-// reclaim closes the longest idle connection, if there is one; if there
-// is none, the next to go idle is closed (track): a connection busy now is
-// idle within a request.
-func (l *connCap) reclaim() bool {
+// reclaim closes the longest idle connection if it has been idle for
+// idleGrace; else it has the next answer give way (wanted).
+func (l *connCap) reclaim() {
 	l.mu.Lock()
 	var oldest *cappedConn
 	var since time.Time
@@ -129,17 +129,15 @@ func (l *connCap) reclaim() bool {
 			oldest, since = c, t
 		}
 	}
-	if oldest != nil {
+	if oldest != nil && time.Since(since) >= idleGrace {
 		delete(l.idle, oldest)
 	} else {
-		l.wanted++
+		oldest, l.wanted = nil, true
 	}
 	l.mu.Unlock()
-	if oldest == nil {
-		return false
+	if oldest != nil {
+		oldest.Close()
 	}
-	oldest.Close()
-	return true
 }
 
 func capConnections(ln net.Listener, n int, log *slog.Logger) *connCap {
@@ -161,14 +159,7 @@ func (l *connCap) Accept() (net.Conn, error) {
 	}
 	if !l.sem.TryAcquire(1) {
 		l.warn()
-		l.reclaim()
-		err := l.sem.Acquire(l.closed, 1)
-		// Cleared by release already, unless the slot came free
-		// between TryAcquire and reclaim's want.
-		l.mu.Lock()
-		l.wanted = 0
-		l.mu.Unlock()
-		if err != nil {
+		if err := l.waitSlot(); err != nil {
 			c.Close()
 			return nil, net.ErrClosed
 		}
@@ -176,11 +167,30 @@ func (l *connCap) Accept() (net.Conn, error) {
 	return &cappedConn{Conn: c, release: l.release}, nil
 }
 
+// waitSlot waits for a slot, having a connection give way for it
+// (reclaim) now and every reclaimEvery while none comes free.
+func (l *connCap) waitSlot() error {
+	defer func() {
+		l.mu.Lock()
+		l.wanted = false
+		l.mu.Unlock()
+	}()
+	for {
+		l.reclaim()
+		ctx, cancel := context.WithTimeout(l.closed, reclaimEvery)
+		err := l.sem.Acquire(ctx, 1)
+		cancel()
+		if err == nil || l.closed.Err() != nil {
+			return err
+		}
+	}
+}
+
 // release frees a connection's slot. The waiting Accept, if any, takes
 // it: nothing more need give way for it.
 func (l *connCap) release() {
 	l.mu.Lock()
-	l.wanted = 0
+	l.wanted = false
 	l.mu.Unlock()
 	l.sem.Release(1)
 }

@@ -73,6 +73,22 @@ func TestLimits(t *testing.T) {
 		wantAnsweredAndClosed(t, conn, http.StatusRequestHeaderFieldsTooLarge, "an unterminated 256 KiB header block", false)
 	})
 
+	t.Run("StalledBodyOfARefusedRequest", func(t *testing.T) {
+		// Refused before its body is read (no signature), a PUT whose
+		// body stalls after 10 of its 100,000 bytes is still answered,
+		// within the client timeout, and its connection closed: net/http
+		// discards an unread body before it answers, and that read had
+		// no deadline.
+		slow := serve(t, e, time.Second)
+		conn, err := net.Dial("tcp", slow.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		fmt.Fprintf(conn, "PUT /stalled/key HTTP/1.1\r\nHost: %s\r\nContent-Length: 100000\r\n\r\n0123456789", slow.addr)
+		wantAnsweredAndClosed(t, conn, http.StatusForbidden, "an anonymous PUT whose body stalls", false)
+	})
+
 	t.Run("HeaderTrickle", func(t *testing.T) {
 		slow := serve(t, e, time.Second)
 		for _, kept := range []bool{false, true} {
@@ -186,37 +202,32 @@ func TestLimits(t *testing.T) {
 		// At the cap with no connection idle, a new connection takes
 		// the slot of the next to finish a request, closed after its
 		// answer, instead of waiting for IdleTimeout (a minute here).
-		capped := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections, o.IdleTimeout = 1, time.Minute })
-		busy, busyBR := dialConn(t, capped.addr)
-		var req bytes.Buffer
-		r := signed(t, http.MethodGet, capped.url+"/", nil)
-		if err := r.Write(&req); err != nil {
-			t.Fatal(err)
-		}
-		// Half a request: the connection is busy, not idle.
-		if _, err := busy.Write(req.Next(10)); err != nil {
-			t.Fatal(err)
-		}
-		conn, br := dialConn(t, capped.addr)
-		waitUntil(t, 10*time.Second, "new connection waiting for a slot", func() bool { return s3gw.SlotWanted(capped.gw) })
-		go busy.Write(req.Bytes())
-		resp, err := http.ReadResponse(busyBR, r)
-		if err != nil {
-			t.Fatalf("the busy connection's request: %v", err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		b := busyAtCap(t, e)
+		resp := b.finish(t)
 		// Told so in its answer, its client does not send another
 		// request on it (one closed under it after the answer would get
 		// a reset for a request it may not resend, a PUT).
 		if !resp.Close {
 			t.Error("the answer on the connection giving way did not say Connection: close")
 		}
-		roundTrip(t, conn, br, signed(t, http.MethodGet, capped.url+"/", nil), 10*time.Second)
-		busy.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if _, err := busyBR.ReadByte(); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		roundTrip(t, b.conn, b.br, signed(t, http.MethodGet, b.capped.url+"/", nil), 10*time.Second)
+		b.busy.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := b.busyBR.ReadByte(); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
 			t.Fatalf("the connection that went idle: %v, want it closed for the new one", err)
 		}
+	})
+
+	t.Run("WantTakenInVain", func(t *testing.T) {
+		// An answer that took the want without freeing a slot (its
+		// connection was already gone) does not leave the new
+		// connection waiting for good: the want is armed again, and the
+		// busy connection, once idle, gives way.
+		b := busyAtCap(t, e)
+		if !s3gw.TakeWant(b.capped.gw) {
+			t.Fatal("no want to take")
+		}
+		b.finish(t)
+		roundTrip(t, b.conn, b.br, signed(t, http.MethodGet, b.capped.url+"/", nil), 10*time.Second)
 	})
 
 	t.Run("StreamingConnectionGivesWay", func(t *testing.T) {
@@ -298,6 +309,48 @@ func TestLimits(t *testing.T) {
 			}
 		}
 	})
+}
+
+// atCap is a gateway capped at one connection, held by busy, which has
+// sent half a request, and conn, a new connection waiting for a slot.
+type atCap struct {
+	capped     *served
+	busy, conn net.Conn
+	busyBR, br *bufio.Reader
+	req        *http.Request
+	rest       []byte // of busy's request
+}
+
+func busyAtCap(t *testing.T, e *env) *atCap {
+	t.Helper()
+	b := &atCap{capped: serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections, o.IdleTimeout = 1, time.Minute })}
+	b.busy, b.busyBR = dialConn(t, b.capped.addr)
+	var req bytes.Buffer
+	b.req = signed(t, http.MethodGet, b.capped.url+"/", nil)
+	if err := b.req.Write(&req); err != nil {
+		t.Fatal(err)
+	}
+	// Half a request: the connection is busy, not idle.
+	if _, err := b.busy.Write(req.Next(10)); err != nil {
+		t.Fatal(err)
+	}
+	b.rest = req.Bytes()
+	b.conn, b.br = dialConn(t, b.capped.addr)
+	waitUntil(t, 10*time.Second, "new connection waiting for a slot", func() bool { return s3gw.SlotWanted(b.capped.gw) })
+	return b
+}
+
+// finish sends the rest of busy's request and reads its answer.
+func (b *atCap) finish(t *testing.T) *http.Response {
+	t.Helper()
+	go b.busy.Write(b.rest)
+	resp, err := http.ReadResponse(b.busyBR, b.req)
+	if err != nil {
+		t.Fatalf("the busy connection's request: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
 }
 
 // heldConn is a connection a test keeps, with its reader.

@@ -68,8 +68,10 @@ give --keyring none and one static pair, --access-key and --secret-key (or
 
 It serves until Ctrl-C or SIGTERM, then lets the requests in progress finish
 (at most --shutdown-timeout). Each request gets one access log line.
-At most --max-connections HTTP connections are open at once: more wait,
-not accepted, until one closes (a warning says so, once a minute at most).`,
+At most --max-connections HTTP connections are open at once: a new one
+takes the slot of a connection idle for a second or more, else of the next
+whose answer starts (it says Connection: close); later ones wait in the
+listen backlog (a warning says so, once a minute at most).`,
 		Example: `  osprey auth get-or-create client.s3 mon 'allow profile s3-gateway' osd 'allow profile s3-gateway' -o s3.keyring
   osprey s3 --listen :9000 --mon 10.0.0.1:3300 --keyring s3.keyring
   osprey auth s3-key add client.admin
@@ -91,7 +93,7 @@ not accepted, until one closes (a warning says so, once a minute at most).`,
 	f.DurationVar(&o.staleUploadAge, "stale-upload-age", client.DefaultStaleUploadAge,
 		"abort the gateway's internal uploads (of PUTs above 64 MiB whose gateway died) once this old, hourly and when a bucket's uploads are listed; 0s: never")
 	f.IntVar(&o.maxConns, "max-connections", s3gw.DefaultMaxConnections(),
-		"the most HTTP connections held open at once (4096, or half the open-file limit if less); more wait, not accepted, until one closes; -1: no cap")
+		"the most HTTP connections held open at once (4096, or half the open-file limit if less); at the cap an idle or finishing one gives way to a new one; -1: no cap")
 	return cmd
 }
 
