@@ -289,15 +289,16 @@ func (d *movingDeadline) set(t time.Time) {
 	}
 }
 
-// refuseBody closes the connection after the answer to a request refused
-// before its body was read: net/http would otherwise read up to 256 KiB of
-// the body, to keep the connection, before it answers, and a body that
-// stalls (anyone may send one, unsigned) held the answer until the read
-// deadline and then lost it with the connection.
-func refuseBody(w http.ResponseWriter, r *http.Request) {
-	if r.ContentLength != 0 {
-		w.Header().Set("Connection", "close")
+// refuse answers err to a request refused before its body was read, and
+// closes the connection after the answer: net/http would otherwise read up
+// to 256 KiB of the body, to keep the connection, before it answers, and a
+// body that stalls (anyone may send one, unsigned) held the answer until
+// the read deadline and then lost it with the connection.
+func (g *Gateway) refuse(req *request, err error) {
+	if req.r.ContentLength != 0 {
+		req.w.Header().Set("Connection", "close")
 	}
+	g.fail(req, err)
 }
 
 // exchange is what a request needs of the heap, in one allocation: its
@@ -443,7 +444,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req.bucket, req.key = g.route(r)
 	if headerBytes(r) > maxHeaderBytes {
 		req.op = "Auth"
-		g.fail(req, errf(ErrRequestHeaderSectionTooLarge, "your request header section exceeds the maximum allowed size of %d bytes", maxHeaderBytes))
+		g.refuse(req, errf(ErrRequestHeaderSectionTooLarge, "your request header section exceeds the maximum allowed size of %d bytes", maxHeaderBytes))
 		return
 	}
 	if strings.IndexByte(r.URL.RawQuery, ';') >= 0 {
@@ -452,20 +453,18 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// DELETE ?versionId=v;x would remove the current object). S3
 		// clients send ';' percent-encoded.
 		req.op = "Auth"
-		g.fail(req, errf(ErrInvalidArgument, "the query holds a literal ';': percent-encode it (%%3B)"))
+		g.refuse(req, errf(ErrInvalidArgument, "the query holds a literal ';': percent-encode it (%%3B)"))
 		return
 	}
 	auth, err := verify(r, g.opts.Credentials, g.opts.Now())
 	if err != nil {
 		req.op = "Auth"
-		refuseBody(w, r)
-		g.fail(req, err)
+		g.refuse(req, err)
 		return
 	}
 	req.access, req.who = auth.AccessKey, auth.Identity
 	if err := g.newVerifiedBody(&x.body, r, auth); err != nil {
-		refuseBody(w, r)
-		g.fail(req, err)
+		g.refuse(req, err)
 		return
 	}
 	body = &x.body

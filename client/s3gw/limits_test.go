@@ -79,14 +79,21 @@ func TestLimits(t *testing.T) {
 		// within the client timeout, and its connection closed: net/http
 		// discards an unread body before it answers, and that read had
 		// no deadline.
+		// Refused before its signature is checked (a literal ';' in
+		// the query), likewise.
 		slow := serve(t, e, time.Second)
-		conn, err := net.Dial("tcp", slow.addr)
-		if err != nil {
-			t.Fatal(err)
+		for _, c := range []struct {
+			target string
+			status int
+		}{{"/stalled/key", http.StatusForbidden}, {"/stalled/key?a=b;c", http.StatusBadRequest}} {
+			conn, err := net.Dial("tcp", slow.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			fmt.Fprintf(conn, "PUT %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 100000\r\n\r\n0123456789", c.target, slow.addr)
+			wantAnsweredAndClosed(t, conn, c.status, "an anonymous PUT "+c.target+" whose body stalls", false)
 		}
-		t.Cleanup(func() { conn.Close() })
-		fmt.Fprintf(conn, "PUT /stalled/key HTTP/1.1\r\nHost: %s\r\nContent-Length: 100000\r\n\r\n0123456789", slow.addr)
-		wantAnsweredAndClosed(t, conn, http.StatusForbidden, "an anonymous PUT whose body stalls", false)
 	})
 
 	t.Run("HeaderTrickle", func(t *testing.T) {
