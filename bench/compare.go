@@ -309,8 +309,8 @@ func objRowLabel(r *ObjRow) string {
 func dataCRC(rows []Row) string {
 	var on, off bool
 	for i := range rows {
-		if strings.HasPrefix(rows[i].Transport, "raw-") {
-			continue
+		if base, _ := baselineOf(&rows[i]); base == "" {
+			continue // a baseline row: no messenger, no CRC
 		}
 		if rows[i].NoDataCRC {
 			off = true

@@ -363,7 +363,7 @@ func runObjS3(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 	rows, written, err := runObjRows(ctx, &o, st, func(r *ObjRow) { r.Transport, r.CPUScope = "s3", CPUClient })
 	written.keys = slices.DeleteFunc(written.keys, func(k string) bool { return before[k] })
 	if !o.KeepObjects && (written.bucketMade || len(written.keys) > 0) {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CleanupTimeout)
 		defer cancel()
 		if cerr := st.cleanup(cctx, o.Bucket, written.keys, written.bucketMade); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("bench: deleting the run's objects from %s: %w", o.Bucket, cerr))
@@ -372,9 +372,10 @@ func runObjS3(ctx context.Context, o ObjOptions) ([]ObjRow, error) {
 	return rows, err
 }
 
-// cleanupTimeout bounds the deletion of a run's objects from an S3
-// endpoint, which runs after an interrupt too.
-const cleanupTimeout = 2 * time.Minute
+// CleanupTimeout bounds the deletion of a run's objects (from an S3
+// endpoint here, from a cluster by osprey bench obj --seeds), which runs
+// after an interrupt too, and against a store that went away.
+const CleanupTimeout = 2 * time.Minute
 
 // objWritten is what a run wrote: the keys of its puts, and whether it
 // made the bucket.

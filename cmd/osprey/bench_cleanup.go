@@ -13,10 +13,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// benchCleanupTimeout bounds a run's cleanup: after an interrupt, and
-// against a cluster that went away, it ends rather than wait for ever.
-const benchCleanupTimeout = 2 * time.Minute
-
 // benchCleanup removes what `bench obj` wrote to an existing cluster, as
 // rados bench and warp do: the bucket, with everything in it, when the run
 // made it; else only the keys the run added to it.

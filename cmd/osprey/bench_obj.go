@@ -172,7 +172,7 @@ CPU is this process's: with a local cluster, its OSDs' too; with --seeds or
 				if cmd.Context().Err() != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "interrupted: deleting the benchmark's objects in %s%s (interrupt again to keep them)\n", remoteScheme, o.Bucket)
 				}
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), benchCleanupTimeout)
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), bench.CleanupTimeout)
 				defer cancel()
 				if cerr := cleanup.run(ctx); cerr != nil {
 					runErr = errors.Join(runErr, fmt.Errorf("deleting the benchmark's objects (still in %s%s): %w", remoteScheme, o.Bucket, cerr))

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ospreystore/osprey/bench"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -18,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ospreystore/osprey/bench"
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
