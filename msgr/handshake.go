@@ -391,6 +391,11 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) (err error
 	if err != nil {
 		return err
 	}
+	if il, ok := link.(wire.InboundLink); ok {
+		// The peer proved who it is: its connection leaves its host's
+		// bound on connections not yet authenticated (MaxUnauthPerHost).
+		il.Inbound().Authenticated()
+	}
 	mode := ModeCRC
 	if keys != nil {
 		if link, err = newSealedLink(link, keys, m.limits); err != nil {

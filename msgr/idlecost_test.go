@@ -104,7 +104,7 @@ func TestIdleConnectionCost(t *testing.T) {
 			// (A Recorder would keep every Conn alive through its events.)
 			release := msgr.DispatchFunc(func(m *msgr.Message) { m.Release() })
 			srv, addr, _ := newLoggedServer(t, release, func(o *msgr.Options) {
-				o.Keepalive, o.IdleTimeout, o.MaxConns = time.Minute, 10*time.Minute, -1
+				o.Keepalive, o.IdleTimeout, o.MaxConns, o.MaxUnauthPerHost = time.Minute, 10*time.Minute, -1, -1
 			})
 			a, _ := msgr.ParseAddr(addr)
 			// One connection first, so that what every server pays once

@@ -28,7 +28,7 @@ type Messenger struct {
 	nonce      uint64
 	limits     wire.Limits
 	transports map[string]wire.Transport
-	inbound    *wire.Inbound // accepted connections: the MaxConns limit, refusals, accept errors
+	inbound    *wire.Inbound // accepted connections: the MaxConns and MaxUnauthPerHost limits, refusals, accept errors
 	budget     *wire.Budget  // MaxRecvBytes over all links; nil: no bound
 	ratelog    guard.RateLog // lines a peer can make us repeat
 	reaped     atomic.Uint64 // sessions closed after StandbyTimeout
@@ -76,7 +76,7 @@ func New(opts Options) (*Messenger, error) {
 		log:        opts.Logger.With("entity", string(opts.Name)),
 		nonce:      rand.Uint64() | 1,
 		limits:     opts.limits(),
-		inbound:    wire.NewInbound(opts.MaxConns, opts.Logger.With("entity", string(opts.Name))),
+		inbound:    wire.NewInbound(wire.InboundLimits{MaxConns: opts.MaxConns, MaxEarlyPerHost: opts.MaxUnauthPerHost}, opts.Logger.With("entity", string(opts.Name))),
 		budget:     wire.NewBudget(opts.MaxRecvBytes),
 		transports: map[string]wire.Transport{},
 		byPeer:     map[EntityName]*Conn{},

@@ -150,6 +150,18 @@ type Options struct {
 	// accept, counted (InboundStats) and logged, rate-limited. Outgoing
 	// connections do not count. Default 4096; negative means no bound.
 	MaxConns int
+	// MaxUnauthPerHost bounds the accepted connections from one source
+	// address (an IP) whose peer has not yet authenticated (still in the
+	// banner, or in the handshake before its authentication step ends;
+	// with Auth nil, before the dialer's AUTH_REQUEST is taken) while
+	// more than half of MaxConns are open. A connection over it is closed
+	// at accept, like one over MaxConns, so that one host holding
+	// connections that never say who they are cannot take every MaxConns
+	// slot, while a burst from one address (many clients behind a NAT
+	// starting at once) costs nothing while slots are plentiful. Sessions
+	// that authenticated do not count. Default 256; negative means no
+	// bound.
+	MaxUnauthPerHost int
 	// MaxRecvBytes bounds the bytes (front plus data) of received messages
 	// held at once over all sessions, as Ceph's
 	// osd_client_message_size_cap: from when a link starts reading a
@@ -193,6 +205,10 @@ const (
 	defaultMaxFront = 16 << 20
 	// defaultMaxConns bounds accepted connections, as NATS's max_connections.
 	defaultMaxConns = 4096
+	// defaultMaxUnauthPerHost leaves a host a sixteenth of defaultMaxConns
+	// before its peers authenticate: well above what one host's honest
+	// messengers open at once (a session per peer), far below the whole.
+	defaultMaxUnauthPerHost = 256
 	// defaultMaxRecvBytes is the receive budget, as Ceph's
 	// osd_client_message_size_cap (500 MiB).
 	defaultMaxRecvBytes = 512 << 20
@@ -249,6 +265,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.MaxConns == 0 {
 		o.MaxConns = defaultMaxConns
+	}
+	if o.MaxUnauthPerHost == 0 {
+		o.MaxUnauthPerHost = defaultMaxUnauthPerHost
 	}
 	if o.MaxRecvBytes == 0 {
 		o.MaxRecvBytes = defaultMaxRecvBytes

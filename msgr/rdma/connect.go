@@ -159,7 +159,8 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 		return
 	default:
 	}
-	if !l.opts.Inbound.Admit(l.name(), peerAddr(nil, info)) {
+	ic, ok := l.opts.Inbound.Admit(l.name(), peerAddr(nil, info))
+	if !ok {
 		C.osp_reject(l.pep, C.osp_info_handle(info))
 		C.fi_freeinfo(info)
 		return
@@ -171,8 +172,8 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 		cm, err := parseCM(l.opts.Banner, data)
 		if err != nil {
 			C.osp_reject(l.pep, C.osp_info_handle(info))
-			l.opts.Inbound.BannerFailed()
-			l.opts.Inbound.Done()
+			ic.BannerFailed()
+			ic.Done()
 			return
 		}
 		opts := l.opts
@@ -185,10 +186,10 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 		lk, err := newLink(l.d, info, opts)
 		if err != nil {
 			C.osp_reject(l.pep, C.osp_info_handle(info))
-			l.opts.Inbound.Done()
+			ic.Done()
 			return
 		}
-		lk.onClose = l.opts.Inbound.Done // from here Close releases the count
+		lk.inbound = ic // from here Close releases the count
 		lk.setPeer(cm)
 		reply := cmData(l.opts.Banner, lk)
 		if err := fiErrI("fi_accept", C.osp_accept(lk.ep, unsafe.Pointer(&reply[0]), C.size_t(len(reply)))); err != nil {

@@ -59,7 +59,7 @@ type link struct {
 	// payload's CRCs are computed in (pendingRead.sum).
 	dataChunk int
 	bufSize   int
-	onClose   func() // the listener's accounting of open connections
+	inbound   *wire.InboundConn // the listener's accounting of this connection, or nil
 	nrecv     int
 	small     bool // wire.LinkOptions.SmallWindow: no write rendezvous either
 	// sendLimit is the largest frame sent inline: our buffers and the
@@ -349,6 +349,10 @@ func (l *link) Features() uint64   { return l.features }
 func (l *link) LocalAddr() string  { return l.local }
 func (l *link) RemoteAddr() string { return l.remote }
 
+// Inbound returns the listener's account of an accepted link (nil on a
+// dialed one), for the messenger to mark the peer authenticated.
+func (l *link) Inbound() *wire.InboundConn { return l.inbound }
+
 // Close shuts the endpoint down and reclaims its memory. Receive buffers
 // still held by frames above are unmapped when the last is released.
 //
@@ -370,9 +374,7 @@ func (l *link) Close() error {
 		close(l.closeDone)
 	}()
 	func() {
-		if l.onClose != nil {
-			defer l.onClose()
-		}
+		defer l.inbound.Done()
 		// Drain: sends already posted (a CLOSE frame, say) complete
 		// before the endpoint goes, unless the link has failed. The
 		// completions that free the last send slot, and a failure, signal

@@ -125,7 +125,8 @@ func (l *listener) acceptLoop() {
 			continue
 		}
 		retry.OK()
-		if !l.opts.Inbound.Admit(retry.Listener, c.RemoteAddr().String()) {
+		ic, ok := l.opts.Inbound.Admit(retry.Listener, c.RemoteAddr().String())
+		if !ok {
 			c.Close()
 			continue
 		}
@@ -137,11 +138,11 @@ func (l *listener) acceptLoop() {
 				// A peer that fails the banner never became a link; it
 				// is not the messenger's to hear about, only to count.
 				c.Close()
-				l.opts.Inbound.BannerFailed()
-				l.opts.Inbound.Done()
+				ic.BannerFailed()
+				ic.Done()
 				return
 			}
-			link.SetOnClose(l.opts.Inbound.Done)
+			link.SetInbound(ic)
 			select {
 			case l.links <- link:
 			case <-l.ctx.Done():

@@ -175,6 +175,13 @@ type Link interface {
 	Close() error
 }
 
+// InboundLink is implemented by accepted links that carry their listener's
+// account of them (Inbound.Admit), for the messenger to tell it when the
+// peer has authenticated.
+type InboundLink interface {
+	Inbound() *InboundConn
+}
+
 // PayloadAllocator is implemented by links that can hand out buffers a
 // frame's data moves from without a copy (registered memory on RDMA). A
 // buffer from it works on any link, and without a copy on links of the same

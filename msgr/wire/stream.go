@@ -77,8 +77,8 @@ type StreamLink struct {
 	noCRC     bool // write frames without data CRC
 	dataChunk int  // LinkOptions.DataChunk
 
-	onClose func()      // runs once, at the first Close
-	closed  atomic.Bool // onClose ran
+	inbound *InboundConn // the listener's accounting of this connection, or nil
+	closed  atomic.Bool  // Close ran
 
 	space func() int // free send-buffer bytes, when the transport knows
 
@@ -144,9 +144,13 @@ func newStreamLink(r io.Reader, w io.Writer, closer io.Closer, features uint64, 
 // now on frames are bounded by LinkOptions.Limits. Reader side only.
 func (l *StreamLink) EndHandshake() { l.lim = l.steady }
 
-// SetOnClose sets fn to run once, at the first Close (a transport's
-// accounting of open connections). Call it before the link is shared.
-func (l *StreamLink) SetOnClose(fn func()) { l.onClose = fn }
+// SetInbound gives the link its listener's account of it, which the first
+// Close ends. Call it before the link is shared.
+func (l *StreamLink) SetInbound(c *InboundConn) { l.inbound = c }
+
+// Inbound returns the account given by SetInbound (nil on a dialed link),
+// for the messenger to mark the peer authenticated.
+func (l *StreamLink) Inbound() *InboundConn { return l.inbound }
 
 // SetPollReader makes the link read through p, so that it holds no read
 // buffer while the peer is silent. Call it before the link is shared.
@@ -171,9 +175,7 @@ func (l *StreamLink) Close() error {
 	err := l.closer.Close()
 	if l.closed.CompareAndSwap(false, true) {
 		close(l.done)
-		if l.onClose != nil {
-			l.onClose()
-		}
+		l.inbound.Done()
 	}
 	return err
 }
