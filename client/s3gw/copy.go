@@ -146,6 +146,17 @@ func parseCopySourceRange(v string) (byteRange, error) {
 	return rng, nil
 }
 
+// copyRangeInvalid is S3's answer to an x-amz-copy-source-range not within
+// the source: 400 InvalidArgument, in AWS's words (a GET's range past the
+// end is 416 InvalidRange instead). size < 0: not known here.
+func copyRangeInvalid(r *http.Request, size int64) error {
+	rng := r.Header.Get("X-Amz-Copy-Source-Range")
+	if size < 0 {
+		return errf(ErrInvalidArgument, "Range specified is not valid for source object: %s starts past the source's end", rng)
+	}
+	return errf(ErrInvalidArgument, "Range specified is not valid for source object of size: %d (%s)", size, rng)
+}
+
 // uploadPartCopy is UploadPartCopy: a part of an upload copied from an
 // existing object, whole or the x-amz-copy-source-range of it, streamed
 // through the gateway as CopyObject is, up to S3's 5 GiB a part.
@@ -172,7 +183,7 @@ func (g *Gateway) uploadPartCopy(req *request) error {
 	if err != nil {
 		if ranged && errors.Is(err, client.ErrInvalidRange) {
 			// A first byte past the end: said in S3's terms, not the store's.
-			return errf(ErrInvalidRange, "the x-amz-copy-source-range %s starts past the source's end", r.Header.Get("X-Amz-Copy-Source-Range"))
+			return copyRangeInvalid(r, -1)
 		}
 		return err
 	}
@@ -180,7 +191,7 @@ func (g *Gateway) uploadPartCopy(req *request) error {
 	size := info.Size
 	if ranged {
 		if rng.last >= info.Size {
-			return errf(ErrInvalidRange, "the x-amz-copy-source-range %s is not within the source's %d bytes", r.Header.Get("X-Amz-Copy-Source-Range"), info.Size)
+			return copyRangeInvalid(r, info.Size)
 		}
 		size = opts.Length
 	}

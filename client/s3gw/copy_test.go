@@ -135,8 +135,8 @@ func TestUploadPartCopy(t *testing.T) {
 		code           string
 		status         int
 	}{
-		{"a range past the source's end", "upc/big", "bytes=0-12582917", 4, "InvalidRange", http.StatusRequestedRangeNotSatisfiable},
-		{"a range starting past the end", "upc/small", "bytes=5000-5001", 4, "InvalidRange", http.StatusRequestedRangeNotSatisfiable},
+		{"a range past the source's end", "upc/big", "bytes=0-12582917", 4, "InvalidArgument", http.StatusBadRequest},
+		{"a range starting past the end", "upc/small", "bytes=5000-5001", 4, "InvalidArgument", http.StatusBadRequest},
 		{"an open range", "upc/big", "bytes=5-", 4, "InvalidArgument", http.StatusBadRequest},
 		{"a suffix range", "upc/big", "bytes=-5", 4, "InvalidArgument", http.StatusBadRequest},
 		{"an empty suffix range", "upc/big", "bytes=-0", 4, "InvalidArgument", http.StatusBadRequest},

@@ -59,6 +59,7 @@ var (
 	ErrBucketAlreadyOwnedByYou           = &Error{Code: "BucketAlreadyOwnedByYou", Status: http.StatusConflict}
 	ErrInvalidBucketName                 = &Error{Code: "InvalidBucketName", Status: http.StatusBadRequest}
 	ErrMethodNotAllowed                  = &Error{Code: "MethodNotAllowed", Status: http.StatusMethodNotAllowed}
+	ErrAccessForbidden                   = &Error{Code: "AccessForbidden", Status: http.StatusForbidden}
 	ErrNotImplemented                    = &Error{Code: "NotImplemented", Status: http.StatusNotImplemented}
 	ErrInvalidStorageClass               = &Error{Code: "InvalidStorageClass", Status: http.StatusBadRequest}
 	ErrInternalError                     = &Error{Code: "InternalError", Status: http.StatusInternalServerError}

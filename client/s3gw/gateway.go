@@ -456,6 +456,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(req, errf(ErrInvalidArgument, "the query holds a literal ';': percent-encode it (%%3B)"))
 		return
 	}
+	if err := unsignedKinds(r, req.key); err != nil {
+		// Requests that are never signed the SigV4 way: an answer that
+		// names the feature, not "anonymous access", which sends a
+		// developer looking for a credentials problem.
+		req.op = "Unsupported"
+		g.refuse(req, err)
+		return
+	}
 	auth, err := verify(r, g.opts.Credentials, g.opts.Now())
 	if err != nil {
 		req.op = "Auth"
@@ -500,6 +508,25 @@ func headerBytes(r *http.Request) int {
 		}
 	}
 	return n
+}
+
+// unsignedKinds refuses the two kinds of request S3 clients send without
+// an Authorization header or a presigned query, for features the gateway
+// does not have: a CORS preflight (OPTIONS), answered as S3 answers one
+// for a bucket without a CORS configuration, and a browser's form upload
+// (POST Object, signed by a POST policy in the form).
+func unsignedKinds(r *http.Request, key string) error {
+	if r.Header.Get("Authorization") != "" || r.URL.Query().Has("X-Amz-Algorithm") {
+		return nil
+	}
+	switch {
+	case r.Method == http.MethodOptions:
+		return errf(ErrAccessForbidden, "CORSResponse: CORS is not enabled for this bucket (the gateway does not implement CORS)")
+	case r.Method == http.MethodPost && key == "" && r.URL.RawQuery == "" &&
+		strings.HasPrefix(strings.ToLower(r.Header.Get("Content-Type")), "multipart/form-data"):
+		return errf(ErrNotImplemented, "POST Object (a browser's form upload with a POST policy) is not implemented: upload with a presigned PUT URL")
+	}
+	return nil
 }
 
 // route finds the bucket and key a request addresses: virtual-hosted
@@ -795,4 +822,9 @@ func (g *Gateway) dispatch(req *request) error {
 }
 
 // s3Time is S3's time format in XML.
-func s3Time(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+func s3Time(t time.Time) string {
+	// Whole seconds, as S3 gives them (.000Z) and as Last-Modified says
+	// them: a sync tool that compares a listing's time with a HEAD's
+	// must find them equal.
+	return t.UTC().Truncate(time.Second).Format("2006-01-02T15:04:05.000Z")
+}

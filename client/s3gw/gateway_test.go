@@ -576,6 +576,25 @@ func TestAuth(t *testing.T) {
 		t.Fatalf("anonymous: %d %s %v", resp.StatusCode, body, resp.Header)
 	}
 
+	// Unsigned requests for features the gateway lacks say which: a CORS
+	// preflight gets S3's answer for a bucket without CORS, a browser's
+	// form upload (POST Object) NotImplemented; neither "anonymous".
+	pre, _ := http.NewRequest(http.MethodOptions, e.url+"/auth/k", nil)
+	pre.Header.Set("Origin", "https://app.example")
+	pre.Header.Set("Access-Control-Request-Method", "PUT")
+	resp, body = send(t, pre, "")
+	wantS3Error(t, "a CORS preflight", resp, body, "AccessForbidden", 403)
+	if !bytes.Contains(body, []byte("CORS is not enabled")) {
+		t.Fatalf("a CORS preflight: %s", body)
+	}
+	form, _ := http.NewRequest(http.MethodPost, e.url+"/auth", strings.NewReader("--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nk\r\n--b--\r\n"))
+	form.Header.Set("Content-Type", "multipart/form-data; boundary=b")
+	resp, body = send(t, form, "")
+	wantS3Error(t, "a form upload", resp, body, "NotImplemented", 501)
+	if !bytes.Contains(body, []byte("POST Object")) {
+		t.Fatalf("a form upload: %s", body)
+	}
+
 	// Clock skew: the gateway's clock 20 minutes ahead.
 	e.skew.Store(int64(20 * time.Minute))
 	_, err = e.s3.ListBuckets(ctx, &s3.ListBucketsInput{})
