@@ -236,6 +236,9 @@ func TestGetHandsOverAndReleasesReplies(t *testing.T) {
 	if _, err := o.WriteTo(io.Discard); !errors.Is(err, client.ErrObjectClosed) {
 		t.Errorf("WriteTo after Close: %v, want ErrObjectClosed", err)
 	}
+	if _, err := o.Seek(0, io.SeekStart); !errors.Is(err, client.ErrObjectClosed) {
+		t.Errorf("Seek after Close: %v, want ErrObjectClosed", err)
+	}
 	checkNothingHeld(t, cl)
 	// Read to the end, the window goes back before Close.
 	if o, err = cl.GetObject(ctx, "bkt", "s2", client.GetOptions{}); err != nil {

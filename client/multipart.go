@@ -117,11 +117,12 @@ func (c *Client) PutObjectPart(ctx context.Context, bucket, key, uploadID string
 	// A part uploaded again replaces the one before: its OSD drops the
 	// pieces of that one the new part does not overwrite.
 	partKey := ops.PartKey(uploadID, uint32(partNumber))
+	r = &bodyReader{ctx: ctx, r: r, left: size}
 	if size <= ops.MaxPutSize {
 		bd, rerr := c.readBody(r, c.payloadBuffer(ctx, target{bucket: ops.MultipartBucket, key: partKey}, int(size)))
 		if rerr != nil {
 			bd.release()
-			return ObjectPart{}, fmt.Errorf("client: reading part %d: %w", partNumber, rerr)
+			return ObjectPart{}, fmt.Errorf("client: reading part %d: %w", partNumber, noneIsShort(rerr))
 		}
 		return c.putPart(ctx, bucket, key, uploadID, partNumber, "", 0, bd)
 	}
@@ -135,7 +136,7 @@ func (c *Client) PutObjectPart(ctx context.Context, bucket, key, uploadID string
 	bd, err := c.readBody(r, c.payloadBuffer(ctx, tg, int(opts.PartSize)))
 	if err != nil {
 		bd.release()
-		return ObjectPart{}, fmt.Errorf("client: reading part %d: %w", partNumber, err)
+		return ObjectPart{}, fmt.Errorf("client: reading part %d: %w", partNumber, noneIsShort(err))
 	}
 	return c.putPieces(ctx, bucket, key, uploadID, partNumber, set, bd, r, size, whole, opts)
 }
@@ -201,7 +202,7 @@ func (c *Client) putPieces(ctx context.Context, bucket, key, uploadID string, pa
 		return nil
 	})
 	if err == nil && size >= 0 && total != size {
-		err = fmt.Errorf("client: part %d: read %d bytes, expected %d", partNumber, total, size)
+		err = shortBody(fmt.Sprintf("part %d", partNumber), total, size)
 	}
 	if err != nil {
 		// No record names this set's pieces: remove them. They are this

@@ -20,7 +20,8 @@ import (
 // GetOptions select what GetObject reads.
 type GetOptions struct {
 	// Range limits the object to Length bytes from Offset (Length -1: to
-	// the end). An Offset past the end is InvalidRange, as in S3.
+	// the end). An Offset at or past the end (but 0 of an empty object),
+	// a negative Offset or a Length below -1 is InvalidRange, as in S3.
 	Range          bool
 	Offset, Length int64
 }
@@ -85,6 +86,9 @@ func (c *Client) GetObject(ctx context.Context, bucket, key string, opts GetOpti
 	if opts.Range && opts.Offset < 0 {
 		return nil, ops.Errorf(ErrInvalidRange.Status, "negative offset %d", opts.Offset)
 	}
+	if opts.Range && opts.Length < -1 {
+		return nil, ops.Errorf(ErrInvalidRange.Status, "length %d: a count of bytes, or -1 for to the end", opts.Length)
+	}
 	if !opts.Range {
 		opts.Offset, opts.Length = 0, -1
 	}
@@ -104,6 +108,11 @@ func (c *Client) GetObject(ctx context.Context, bucket, key string, opts GetOpti
 	}
 	if len(meta.Parts) > 0 {
 		msg.Release() // a manifest: the bytes come from the parts
+		if size := int64(meta.Size); opts.Offset > size || opts.Offset == size && size > 0 {
+			// The store's rule for an object in one op (its OSD
+			// checked it); a manifest's OSD returns the parts instead.
+			return nil, ops.Errorf(ErrInvalidRange.Status, "invalid range: offset %d, object size %d", opts.Offset, size)
+		}
 		return o, nil
 	}
 	if err := o.ck.add(o, o.spanAt(o.start), o.start, msg); err != nil {
@@ -200,6 +209,9 @@ func (o *Object) next(max int) ([]byte, error) {
 func (o *Object) Seek(offset int64, whence int) (int64, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.closed {
+		return 0, ErrObjectClosed // as os.File's Seek after Close
+	}
 	var abs int64
 	switch whence {
 	case io.SeekStart:

@@ -155,7 +155,8 @@ type PutOptions struct {
 	// multipart upload in parts of this size. Default 16 MiB; at least
 	// 5 MiB (S3's smallest part) and at most 64 MiB (one message).
 	PartSize int64
-	// Concurrency is the number of parts in flight. Default 4.
+	// Concurrency is the number of parts in flight: 0 for the default,
+	// 4; negative is InvalidArgument.
 	Concurrency int
 	// WholeETag keeps an object larger than PartSize one part, stored in
 	// pieces of PartSize, so that it is what S3 makes of a single PUT:
@@ -209,7 +210,10 @@ func (o *PutOptions) defaults() error {
 	if o.PartSize < ops.MinPartSize || o.PartSize > ops.MaxPutSize {
 		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "PartSize %d: must be %d to %d", o.PartSize, ops.MinPartSize, ops.MaxPutSize)
 	}
-	if o.Concurrency <= 0 {
+	if o.Concurrency < 0 {
+		return ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "Concurrency %d: the parts in flight, or 0 for the default", o.Concurrency)
+	}
+	if o.Concurrency == 0 {
 		o.Concurrency = 4
 	}
 	return nil
@@ -293,6 +297,7 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 	if err != nil {
 		return ObjectInfo{}, err
 	}
+	r = &bodyReader{ctx: ctx, r: r, left: size}
 	var whole *wholeDigest // nil without Options.MD5
 	wholeETag := opts.WholeETag && (size < 0 || size > opts.PartSize)
 	if wholeETag {
@@ -312,7 +317,7 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 	if size >= 0 && size <= opts.PartSize {
 		if err != nil {
 			bd.release()
-			return ObjectInfo{}, fmt.Errorf("client: reading %d bytes of %s/%s: %w", size, bucket, key, err)
+			return ObjectInfo{}, fmt.Errorf("client: reading %d bytes of %s/%s: %w", size, bucket, key, noneIsShort(err))
 		}
 		return c.putSingle(ctx, bucket, key, bd, via, opts, cond)
 	}
@@ -333,7 +338,7 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 	if k == 0 {
 		if size >= 0 && int64(bd.n) != size {
 			bd.release()
-			return ObjectInfo{}, fmt.Errorf("client: %s/%s: read %d bytes, expected %d", bucket, key, bd.n, size)
+			return ObjectInfo{}, shortBody(bucket+"/"+key, int64(bd.n), size)
 		}
 		return c.putSingle(ctx, bucket, key, bd, via, opts, cond)
 	}
@@ -342,6 +347,58 @@ func (c *Client) PutObject(ctx context.Context, bucket, key string, r io.Reader,
 		return c.putWhole(ctx, bucket, key, bd, rest, size, whole, opts, cond)
 	}
 	return c.putMultipart(ctx, bucket, key, bd, rest, size, opts, cond)
+}
+
+// bodyReader is PutObject's body as the put reads it: it ends the put once
+// ctx ends, checked before each Read of the caller's reader (a Read under
+// way is not interrupted), and reads no more than a known size, as a put
+// in one op always did: the bytes after it are the caller's. It passes on
+// the reader's MD5 (MD5Reader).
+type bodyReader struct {
+	ctx  context.Context
+	r    io.Reader
+	left int64 // bytes still to read; -1: to the end
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	if err := b.ctx.Err(); err != nil {
+		return 0, err
+	}
+	if b.left == 0 {
+		return 0, io.EOF
+	}
+	if b.left > 0 && int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	if b.left > 0 {
+		b.left -= int64(n)
+	}
+	return n, err
+}
+
+// ReadMD5 implements MD5Reader: the caller's reader's, if it has one.
+func (b *bodyReader) ReadMD5() (sum []byte, n int64, ok bool) {
+	if mr, is := b.r.(MD5Reader); is {
+		return mr.ReadMD5()
+	}
+	return nil, 0, false
+}
+
+// noneIsShort is readBody's error for a body of a known size > 0: io.EOF
+// (no byte) is as short as any, io.ErrUnexpectedEOF, so that no caller
+// takes a put that failed for a body's normal end.
+func noneIsShort(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// shortBody is the error of a put whose body ended before its size: it
+// wraps io.ErrUnexpectedEOF, as io.ReadFull's does.
+func shortBody(what string, got, size int64) error {
+	return fmt.Errorf("client: %s: the body ended after %d of its %d bytes: %w", what, got, size, io.ErrUnexpectedEOF)
 }
 
 // PutObjectBytes stores data as bucket/key, as PutObject of a reader of
@@ -431,7 +488,7 @@ func (c *Client) putMultipart(ctx context.Context, bucket, key string, first bod
 		return nil
 	})
 	if err == nil && size >= 0 && total != size {
-		err = fmt.Errorf("client: %s/%s: read %d bytes, expected %d", bucket, key, total, size)
+		err = shortBody(bucket+"/"+key, total, size)
 	}
 	if err != nil {
 		c.abortFailed(ctx, bucket, key, id)
