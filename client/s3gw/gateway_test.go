@@ -360,6 +360,13 @@ func TestRanges(t *testing.T) {
 	}
 	_, err := e.s3.GetObject(e.ctx, &s3.GetObjectInput{Bucket: aws.String("rng"), Key: aws.String("big"), Range: aws.String(fmt.Sprintf("bytes=%d-", size))})
 	wantCode(t, "range past the end", err, "InvalidRange", 416)
+	// So of an object stored in parts.
+	id, _, parts := e.mpUpload(t, "rng", "parts", 6<<20, 5<<20, nil)
+	e.complete(t, "rng", "parts", id, parts)
+	for _, first := range []int{6 << 20, 6<<20 + 1} {
+		_, err = e.s3.GetObject(e.ctx, &s3.GetObjectInput{Bucket: aws.String("rng"), Key: aws.String("parts"), Range: aws.String(fmt.Sprintf("bytes=%d-", first))})
+		wantCode(t, "range past the end of parts", err, "InvalidRange", 416)
+	}
 	e.put(t, "rng", "empty", nil)
 	_, err = e.s3.GetObject(e.ctx, &s3.GetObjectInput{Bucket: aws.String("rng"), Key: aws.String("empty"), Range: aws.String("bytes=-1")})
 	wantCode(t, "suffix of empty", err, "InvalidRange", 416)
