@@ -9,6 +9,7 @@ import (
 
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
+	"github.com/ospreystore/osprey/msgr/tcp"
 	"github.com/ospreystore/osprey/msgr/wire"
 )
 
@@ -140,5 +141,19 @@ func TestUnauthPerHostLimit(t *testing.T) {
 	roundTrip(t, addr, "after", describe)
 	if st := srv.InboundStats(); st.Early != perHost || st.RefusedPerHost != over {
 		t.Fatalf("with the second session: %+v", st)
+	}
+}
+
+// TestUnauthWrappedLinks: a transport that wraps the links of another (a
+// gate over TCP here, as fault injection wraps them) passes on their
+// listener's account, so that a session on them counts as authenticated,
+// not as early for good.
+func TestUnauthWrappedLinks(t *testing.T) {
+	srv, addr, _ := newLoggedServer(t, echo, func(o *msgr.Options) {
+		o.Transports = []wire.Transport{msgrtest.NewGate(tcp.Transport{})}
+	})
+	roundTrip(t, addr, "through the gate", func() string { return fmt.Sprintf("%+v", srv.InboundStats()) })
+	if st := srv.InboundStats(); st.Open != 1 || st.Early != 0 {
+		t.Fatalf("a session through a wrapped link: %+v, want 1 open, none early", st)
 	}
 }

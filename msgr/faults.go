@@ -90,6 +90,9 @@ func (f *faultyLink) EndHandshake() {
 	}
 }
 
+// Inbound passes through the listener's account of an accepted link.
+func (f *faultyLink) Inbound() *wire.InboundConn { return wire.InboundOf(f.Link) }
+
 // Buffered passes through the stream link's hint.
 func (f *faultyLink) Buffered() bool {
 	b, ok := f.Link.(interface{ Buffered() bool })

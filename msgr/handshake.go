@@ -391,11 +391,9 @@ func (m *Messenger) accept(link wire.Link, window int, scheme string) (err error
 	if err != nil {
 		return err
 	}
-	if il, ok := link.(wire.InboundLink); ok {
-		// The peer proved who it is: its connection leaves its host's
-		// bound on connections not yet authenticated (MaxUnauthPerHost).
-		il.Inbound().Authenticated()
-	}
+	// The peer proved who it is: its connection leaves its host's bound
+	// on connections not yet authenticated (MaxUnauthPerHost).
+	wire.InboundOf(link).Authenticated()
 	mode := ModeCRC
 	if keys != nil {
 		if link, err = newSealedLink(link, keys, m.limits); err != nil {

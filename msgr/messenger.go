@@ -214,8 +214,8 @@ func refusalKey(err error) string {
 }
 
 // InboundStats returns the counters of accepted connections, over all
-// listeners: open now (handshaking or not), refused over MaxConns, and
-// failed accepts.
+// listeners: open now (handshaking or not), not yet authenticated,
+// refused over MaxConns or MaxUnauthPerHost, and failed accepts.
 func (m *Messenger) InboundStats() wire.InboundStats { return m.inbound.Stats() }
 
 // Stats are a messenger's counters, over all its sessions and listeners.

@@ -159,8 +159,9 @@ type Options struct {
 	// connections that never say who they are cannot take every MaxConns
 	// slot, while a burst from one address (many clients behind a NAT
 	// starting at once) costs nothing while slots are plentiful. Sessions
-	// that authenticated do not count. Default 256; negative means no
-	// bound.
+	// that authenticated do not count. With a negative MaxConns it
+	// applies always. A source whose address is not an IP (an InfiniBand
+	// address) is not bounded by it. Default 256; negative means no bound.
 	MaxUnauthPerHost int
 	// MaxRecvBytes bounds the bytes (front plus data) of received messages
 	// held at once over all sessions, as Ceph's

@@ -58,7 +58,7 @@ func (messengerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		msgrSessions, msgrMsgsSent, msgrMsgsRecv, msgrBytesSent, msgrBytesRecv, msgrCreditStalls, msgrGrantsSent,
 		msgrGrantsRecv, msgrSendCredits, msgrSendCreditB, msgrRecvWindow, msgrQueuedMsgs, msgrQueuedBytes, msgrFaults,
-		msgrReconnects, msgrReplayed, msgrWithdrawn, msgrDuplicates, msgrSourceCRC, msgrWaits, msgrHandshakeFail, msgrInbound, msgrRefused, msgrAcceptErrors,
+		msgrReconnects, msgrReplayed, msgrWithdrawn, msgrDuplicates, msgrSourceCRC, msgrWaits, msgrHandshakeFail, msgrInbound, msgrUnauth, msgrRefused, msgrRefusedHost, msgrAcceptErrors,
 		msgrRecvBudget, msgrBudgetStalls, msgrReaped,
 	} {
 		ch <- d

@@ -283,6 +283,9 @@ func (l *gateLink) EndHandshake() {
 	}
 }
 
+// Inbound passes the listener's account of an accepted link on.
+func (l *gateLink) Inbound() *wire.InboundConn { return wire.InboundOf(l.Link) }
+
 func (l *gateLink) Close() error {
 	l.closeOnce.Do(func() { close(l.closed) })
 	l.g.mu.Lock()

@@ -214,6 +214,9 @@ func (l *postedLink) Buffered() bool {
 	return ok && b.Buffered()
 }
 
+// Inbound passes the listener's account of an accepted link on.
+func (l *postedLink) Inbound() *wire.InboundConn { return wire.InboundOf(l.Link) }
+
 // EndHandshake passes the messenger's call on.
 func (l *postedLink) EndHandshake() {
 	if h, ok := l.Link.(wire.HandshakeEnder); ok {

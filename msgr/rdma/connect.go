@@ -183,13 +183,12 @@ func (l *listener) cmEvent(event uint32, info *C.struct_fi_info, data []byte, er
 			// the link grant no more: link.RecvWindow).
 			opts.RecvWindow, opts.SmallWindow = min(opts.RecvWindow, cm.peerRecvs), true
 		}
-		lk, err := newLink(l.d, info, opts)
+		lk, err := newLink(l.d, info, opts, ic)
 		if err != nil {
 			C.osp_reject(l.pep, C.osp_info_handle(info))
 			ic.Done()
 			return
 		}
-		lk.inbound = ic // from here Close releases the count
 		lk.setPeer(cm)
 		reply := cmData(l.opts.Banner, lk)
 		if err := fiErrI("fi_accept", C.osp_accept(lk.ep, unsafe.Pointer(&reply[0]), C.size_t(len(reply)))); err != nil {
@@ -257,7 +256,7 @@ func (t *Transport) Dial(ctx context.Context, addr string, opts wire.LinkOptions
 		return nil, err
 	}
 	defer C.fi_freeinfo(info)
-	lk, err := newLink(d, info, opts)
+	lk, err := newLink(d, info, opts, nil)
 	if err != nil {
 		return nil, err
 	}

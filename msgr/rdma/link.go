@@ -170,7 +170,10 @@ type link struct {
 	local, remote string
 }
 
-func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, error) {
+// newLink makes a link of info's endpoint. inbound is the listener's
+// account of an accepted one (nil for a dial): set before anything can
+// close the link, so that its first Close, whatever calls it, ends it.
+func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions, inbound *wire.InboundConn) (*link, error) {
 	cfg := d.t.cfg
 	nrecv := max(opts.RecvWindow, 4)
 	if rx := int(C.osp_info_rx_size(info)); rx > 0 && nrecv > rx {
@@ -178,7 +181,7 @@ func newLink(d *domain, info *C.struct_fi_info, opts wire.LinkOptions) (*link, e
 	}
 	l := &link{
 		d: d, lim: opts.Limits, steady: opts.Limits, noCRC: opts.NoDataCRC, dataChunk: max(opts.DataChunk, 0), bufSize: cfg.BufSize, nrecv: nrecv, small: opts.SmallWindow,
-		budget:   opts.Budget,
+		budget: opts.Budget, inbound: inbound,
 		readDone: make(chan readDoneEv, maxPiecesOut), connected: make(chan error, 1),
 		closed: make(chan struct{}), closeDone: make(chan struct{}), sendFree: make(chan uint32, cfg.SendSlots), sendsIdle: make(chan struct{}, 1),
 	}

@@ -70,7 +70,11 @@ func TestInboundPerHost(t *testing.T) {
 	for range 3 {
 		refuse("10.0.0.1:1003")
 	}
-	admit("fabric-address") // no IP: not bounded per host
+	// No IP: not bounded per host (three at once, two then gone).
+	f1, f2 := admit("fabric-address"), admit("fabric-address")
+	admit("fabric-address")
+	f1.Done()
+	f2.Done()
 	admit("[fd00::1]:1001")
 	refuse("[fd00::1]:1002")
 	want(6, 6, 4, 4)

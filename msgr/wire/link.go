@@ -120,8 +120,10 @@ type LinkOptions struct {
 	// Links that cannot (none of the built-in ones) apply Limits.
 	Handshake bool
 	// Inbound, on a Listen, accounts for the connections accepted: each
-	// is admitted before anything is spent on it (the connection limit)
-	// and released when it closes. Nil admits everything.
+	// is admitted before anything is spent on it (the connection limits)
+	// and released when it closes; an accepted link implements
+	// InboundLink, so that the messenger can mark its peer authenticated.
+	// Nil admits everything.
 	Inbound *Inbound
 	// Budget bounds the bytes of received messages held over all the
 	// messenger's links. A link that honours it charges each MESSAGE or
@@ -177,9 +179,19 @@ type Link interface {
 
 // InboundLink is implemented by accepted links that carry their listener's
 // account of them (Inbound.Admit), for the messenger to tell it when the
-// peer has authenticated.
+// peer has authenticated; a link that wraps another passes it on
+// (InboundOf), or its sessions count as not authenticated for good.
 type InboundLink interface {
 	Inbound() *InboundConn
+}
+
+// InboundOf is l's listener's account of it, or nil (a dialed link, or a
+// transport that keeps none).
+func InboundOf(l Link) *InboundConn {
+	if il, ok := l.(InboundLink); ok {
+		return il.Inbound()
+	}
+	return nil
 }
 
 // PayloadAllocator is implemented by links that can hand out buffers a
