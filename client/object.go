@@ -108,9 +108,11 @@ func (c *Client) GetObject(ctx context.Context, bucket, key string, opts GetOpti
 	}
 	if len(meta.Parts) > 0 {
 		msg.Release() // a manifest: the bytes come from the parts
-		if size := int64(meta.Size); opts.Offset > size || opts.Offset == size && size > 0 {
+		if size := int64(meta.Size); opts.Offset > size || opts.Offset == size && size > 0 && opts.Length != 0 {
 			// The store's rule for an object in one op (its OSD
 			// checked it); a manifest's OSD returns the parts instead.
+			// No byte at the end is a part of none (an empty last
+			// part, GET ?partNumber=N), which S3 answers.
 			return nil, ops.Errorf(ErrInvalidRange.Status, "invalid range: offset %d, object size %d", opts.Offset, size)
 		}
 		return o, nil

@@ -173,6 +173,25 @@ func TestGetRangePastTheEnd(t *testing.T) {
 			t.Fatalf("%s: the last 3 bytes: %d, %v", key, len(got), err)
 		}
 	}
+	// An empty last part reads as no bytes at the end (GET ?partNumber=N).
+	id, err := cl.NewMultipartUpload(ctx, "s3tests", "range/empty-part", client.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts []client.CompletePart
+	for i, b := range [][]byte{body[:5<<20], nil} {
+		p, err := cl.PutObjectPart(ctx, "s3tests", "range/empty-part", id, i+1, bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, client.CompletePart{PartNumber: i + 1, ETag: p.ETag})
+	}
+	if _, err := cl.CompleteMultipartUpload(ctx, "s3tests", "range/empty-part", id, parts); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := osdtest.Get(ctx, cl, "s3tests", "range/empty-part", client.GetOptions{Range: true, Offset: 5 << 20, Length: 0}); err != nil || len(got) != 0 {
+		t.Fatalf("the empty last part: %d bytes, %v", len(got), err)
+	}
 	// An empty object reads at offset 0 (nothing), as S3 answers it.
 	if _, err := osdtest.Put(ctx, cl, "s3tests", "range/empty", nil, client.PutOptions{}); err != nil {
 		t.Fatal(err)

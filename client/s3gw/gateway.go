@@ -112,7 +112,7 @@ type Options struct {
 
 // RequestInfo is one finished request, for OnRequest.
 type RequestInfo struct {
-	Op       string // the S3 operation ("PutObject"), "Auth" for one refused before it was known
+	Op       string // the S3 operation ("PutObject"), "Auth" for one refused before it was known, "Unsupported" for one the gateway lacks
 	Method   string
 	Status   int   // the HTTP status sent; 0 if the connection was cut before any
 	BytesIn  int64 // body bytes read and verified
