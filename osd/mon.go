@@ -292,12 +292,52 @@ func (o *OSD) rebootIfDown() {
 	if info, ok := o.Map().OSD(o.id); ok && info.Up {
 		return
 	}
+	if !o.mayBootAgain(time.Now()) {
+		return
+	}
 	o.log.Warn("the map has us down; booting again", "epoch", o.Map().Epoch())
 	ctx, cancel := context.WithTimeout(o.monCtx, 30*time.Second)
 	defer cancel()
 	if err := o.boot(ctx); err != nil && o.monCtx.Err() == nil {
 		o.log.Warn("boot", "err", err)
 	}
+}
+
+// mayBootAgain says whether an OSD found marked down at now boots again:
+// not if it was marked down more than Config.MaxMarkdownCount times within
+// MaxMarkdownPeriod, until that period since the first of them has passed
+// (logged once, at the start of the hold). monLoop's goroutine only.
+func (o *OSD) mayBootAgain(now time.Time) bool {
+	if until := o.heldDown.Load(); until != 0 {
+		if now.UnixNano() < until {
+			return false
+		}
+		o.heldDown.Store(0)
+		o.log.Info("the markdown period has passed; booting again")
+	}
+	if o.cfg.MaxMarkdownCount < 0 {
+		return true
+	}
+	recent := slices.DeleteFunc(o.markdowns, func(t time.Time) bool { return now.Sub(t) >= o.cfg.MaxMarkdownPeriod })
+	if len(recent) >= o.cfg.MaxMarkdownCount {
+		until := recent[0].Add(o.cfg.MaxMarkdownPeriod)
+		o.markdowns = recent
+		o.heldDown.Store(until.UnixNano())
+		o.log.Error("marked down too often: staying down (check this OSD's cluster network: its peers report it unreachable while the mon hears it; restart the OSD to boot at once)",
+			"markdowns", len(recent)+1, "period", o.cfg.MaxMarkdownPeriod, "until", until.Format(time.RFC3339))
+		return false
+	}
+	o.markdowns = append(recent, now)
+	return true
+}
+
+// HeldDownUntil is until when this OSD stays down for having been marked
+// down too often (Config.MaxMarkdownCount); zero while it is not held.
+func (o *OSD) HeldDownUntil() time.Time {
+	if n := o.heldDown.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // markDownWait bounds how long a stopping OSD waits for the mon to mark

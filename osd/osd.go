@@ -115,6 +115,17 @@ type Config struct {
 	// RepTimeout bounds how long a write waits for its replicas before it
 	// fails with SERVICE_UNAVAILABLE (retriable). Default 10s.
 	RepTimeout time.Duration
+	// MaxMarkdownCount and MaxMarkdownPeriod bound how often an OSD that
+	// finds itself marked down while it runs boots again (Ceph's
+	// osd_max_markdown_count and osd_max_markdown_period): marked down
+	// more than MaxMarkdownCount times within MaxMarkdownPeriod, it stays
+	// down until the period since the first of them has passed, so that
+	// one its peers cannot reach (its cluster network cut, while the mon
+	// still hears it) does not flap, and take every PG it serves through
+	// peering, twice a second for as long as the cut lasts. Defaults 5
+	// and 10 minutes; a negative count boots again every time.
+	MaxMarkdownCount  int
+	MaxMarkdownPeriod time.Duration
 	// HeartbeatInterval and HeartbeatGrace: peers are pinged every
 	// interval; one silent for grace is down, and writes to PGs it serves
 	// fail at once rather than after RepTimeout. Defaults 500ms and 4s.
@@ -213,6 +224,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.HeartbeatGrace <= 0 {
 		c.HeartbeatGrace = 4 * time.Second
+	}
+	if c.MaxMarkdownCount == 0 {
+		c.MaxMarkdownCount = 5
+	}
+	if c.MaxMarkdownPeriod <= 0 {
+		c.MaxMarkdownPeriod = 10 * time.Minute
 	}
 	if c.Readers <= 0 {
 		c.Readers = 8
@@ -321,6 +338,12 @@ type OSD struct {
 	mon      *monclient.Client
 	ident    identity
 	rebootCh chan struct{}
+	// markdowns are when this OSD booted again after finding itself
+	// marked down, within MaxMarkdownPeriod (monLoop's alone); heldDown
+	// is until when it stays down for having been marked down too often
+	// (UnixNano; 0 while it is not held).
+	markdowns []time.Time
+	heldDown  atomic.Int64
 	// monCtx is monLoop's: Close ends it (monStop) and waits for monDone
 	// before it asks the mon to mark us down, so that no beacon or boot
 	// of ours follows that request.

@@ -198,6 +198,8 @@ gracefully.`,
 	f.Uint64Var(&memMiB, "memtable-mib", 0, "Pebble memtable size, MiB (0: 64, or 1/256 of a smaller data disk)")
 	f.Float64Var(&cfg.FailsafeFullRatio, "failsafe-full-ratio", 0.97, "fraction of the data disk in use over which the OSD takes no write but deletes, even a replica's (Ceph's osd_failsafe_full_ratio)")
 	f.DurationVar(&cfg.RepTimeout, "rep-timeout", 10*time.Second, "how long a write waits for its replicas before failing (retriable)")
+	f.IntVar(&cfg.MaxMarkdownCount, "max-markdown-count", 5, "marked down more often than this within --max-markdown-period while it runs, the OSD stays down until that period since the first has passed, instead of booting again (Ceph's osd_max_markdown_count); -1: no bound")
+	f.DurationVar(&cfg.MaxMarkdownPeriod, "max-markdown-period", 10*time.Minute, "the window of --max-markdown-count (Ceph's osd_max_markdown_period)")
 	f.DurationVar(&stopWithin, "stop-timeout", 30*time.Second, "bound on a graceful stop")
 	f.IntVar(&cfg.RecoveryMaxActive, "recovery-max-active", 3, "PGs recovered or backfilled at once (Ceph's osd_recovery_max_active)")
 	f.Var((*byteSize)(&cfg.RecoveryBytesPerSec), "recovery-bytes-per-sec", "cap on recovery and backfill copying, e.g. 100MiB (0: none)")

@@ -86,6 +86,11 @@ type Options struct {
 	// (store.Options.ReadCacheSize): 0 the store's default, negative off.
 	ReadCacheSize int64
 
+	// MaxMarkdownCount and MaxMarkdownPeriod are every OSD's (osd.Config),
+	// with WithMon; zero: the defaults.
+	MaxMarkdownCount  int
+	MaxMarkdownPeriod time.Duration
+
 	// Faults are injected into every OSD's messengers (osprey up
 	// --inject-socket-failures).
 	Faults msgr.FaultInjection
@@ -297,7 +302,7 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 		if err := c.startOSD(ctx, info.Id, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr, Transports: c.Transports,
 			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
 			Keyring: bootstrap, NoAuth: opts.NoAuth, ClusterModes: opts.ClusterModes, ServiceModes: opts.ServiceModes, FailsafeFullRatio: opts.FailsafeFullRatio,
-			Store: store.Options{ReadCacheSize: opts.ReadCacheSize}}); err != nil {
+			Store: store.Options{ReadCacheSize: opts.ReadCacheSize}, MaxMarkdownCount: opts.MaxMarkdownCount, MaxMarkdownPeriod: opts.MaxMarkdownPeriod}); err != nil {
 			return err
 		}
 	}
