@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
 // writeFileAtomic writes a download into name through write:
@@ -68,14 +70,15 @@ func writeFileAtomic(name string, write func(io.Writer) error) error {
 // name. It gets the mode of old, the file it replaces, or without one
 // keeps 0666 less the umask.
 func writeViaTemp(name string, old fs.FileInfo, write func(io.Writer) error) (err error) {
-	f, err := createTemp(filepath.Dir(name), "."+filepath.Base(name)+".osprey-")
+	f, err := createTemp(filepath.Dir(name), tempPrefix(filepath.Base(name)))
 	if err != nil {
-		return err
+		return targetErr(err, name)
 	}
 	defer func() {
 		if err != nil {
 			f.Close()
 			os.Remove(f.Name())
+			err = targetErr(err, name)
 		}
 	}()
 	if err = write(f); err != nil {
@@ -90,6 +93,46 @@ func writeViaTemp(name string, old fs.FileInfo, write func(io.Writer) error) (er
 		return err
 	}
 	return os.Rename(f.Name(), name)
+}
+
+// tempSuffix ends writeViaTemp's temporary names, before a random part
+// of at most 13 base-36 digits.
+const tempSuffix = ".osprey-"
+
+// tempPrefix is writeViaTemp's temporary name for base, less its random
+// part: ".BASE.osprey-", with BASE cut (on a UTF-8 boundary) so that the
+// whole name fits a file system's 255 bytes whatever base's length.
+func tempPrefix(base string) string {
+	const room = 255 - len(".") - len(tempSuffix) - 13
+	if len(base) > room {
+		cut := room
+		for cut > 0 && !utf8.RuneStart(base[cut]) {
+			cut--
+		}
+		base = base[:cut]
+	}
+	return "." + base + tempSuffix
+}
+
+// isTempName reports whether name is one of writeViaTemp's temporary
+// names.
+func isTempName(name string) bool {
+	i := strings.LastIndex(name, tempSuffix)
+	if !strings.HasPrefix(name, ".") || i < 1 {
+		return false
+	}
+	rnd := name[i+len(tempSuffix):]
+	return len(rnd) >= 1 && len(rnd) <= 13 && strings.Trim(rnd, "0123456789abcdefghijklmnopqrstuvwxyz") == ""
+}
+
+// targetErr names the file being written, not its temporary file, in a
+// *fs.PathError of the write.
+func targetErr(err error, name string) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path != name {
+		return &fs.PathError{Op: pe.Op, Path: name, Err: pe.Err}
+	}
+	return err
 }
 
 // createTemp is os.CreateTemp with mode 0666, so that the umask decides

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -92,15 +93,19 @@ type entry struct {
 }
 
 // walkLocal lists the regular files under root in byte order of their
-// relative paths. It follows symbolic links, to files and to
-// directories, as aws s3 does; a link back to a directory being walked
-// (a loop), a dangling link and anything that is not a regular file (a
-// FIFO, a socket, a device) are skipped with a warning, and a directory
-// that cannot be read goes to unreadable. A root that does not exist is
-// an empty listing when missingOK (a sync's destination).
-func walkLocal(root string, missingOK bool, warn func(string), unreadable func(error)) ([]entry, error) {
+// relative paths. A source's walk follows symbolic links, to files and
+// to directories, as aws s3 does, and skips the temporary files of a
+// download that was killed (writeViaTemp's, which would be uploaded as
+// objects of garbage); a destination's (dst) follows no link to a
+// directory, so that sync --delete never deletes what lies outside the
+// destination, and lists those files, so that --delete removes them. A
+// link back to a directory being walked (a loop), a dangling link and
+// anything that is not a regular file (a FIFO, a socket, a device) are
+// skipped with a warning, and a directory that cannot be read goes to
+// unreadable. A destination that does not exist is an empty listing.
+func walkLocal(root string, dst bool, warn func(string), unreadable func(error)) ([]entry, error) {
 	fi, err := os.Stat(root)
-	if errors.Is(err, os.ErrNotExist) && missingOK {
+	if errors.Is(err, os.ErrNotExist) && dst {
 		return nil, nil
 	}
 	if err != nil {
@@ -123,6 +128,10 @@ func walkLocal(root string, missingOK bool, warn func(string), unreadable func(e
 			switch {
 			case err != nil:
 				warn(fmt.Sprintf("skipping %s: %v", p, err))
+			case dst && fi.IsDir() && de.Type()&fs.ModeSymlink != 0:
+				warn(fmt.Sprintf("not descending into %s: a symbolic link to a directory (nothing is deleted through it)", p))
+			case !dst && fi.Mode().IsRegular() && isTempName(de.Name()):
+				warn(fmt.Sprintf("skipping %s: the partial file of a download that did not finish (remove it)", p))
 			case fi.IsDir() && slices.ContainsFunc(ancestors, func(a os.FileInfo) bool { return os.SameFile(a, fi) }):
 				warn(fmt.Sprintf("skipping %s: a symbolic link loop", p))
 			case fi.IsDir():
@@ -208,6 +217,8 @@ func newJob(cmd *cobra.Command, t *transferFlags, r *recursiveFlags, srcArg, dst
 		j.op = "download"
 	case src.rp == dst.rp:
 		return nil, usageErrorf("%s %s %s: source and destination are the same prefix", cmd.Name(), srcArg, dstArg)
+	case r.delete && src.rp.Bucket == dst.rp.Bucket && (strings.HasPrefix(src.rp.Key, dst.rp.Key) || strings.HasPrefix(dst.rp.Key, src.rp.Key)):
+		return nil, usageErrorf("%s --delete %s %s: one prefix holds the other, so what --delete removes would include the source, or what is copied", cmd.Name(), srcArg, dstArg)
 	default:
 		j.op = "copy"
 	}

@@ -263,11 +263,43 @@ func TestRecursiveAndSync(t *testing.T) {
 		{"sync", "src/top.txt", "osprey://syn/"},
 		{"sync", "osprey://syn/s/", "osprey://syn/s"},
 		{"sync", "src", "osprey://syn/", "--parallel", "0"},
+		// --delete with one prefix holding the other would delete the
+		// source (or what it copies).
+		{"sync", "--delete", "osprey://syn/s/a/", "osprey://syn/s/"},
+		{"sync", "--delete", "osprey://syn/s/", "osprey://syn/s/a/"},
+		{"sync", "--delete", "osprey://syn/s/", "osprey://syn/"},
 	} {
 		if _, _, code := osprey(args...); code != exitUsage {
 			t.Errorf("osprey %s: exit %d, want %d", strings.Join(args, " "), code, exitUsage)
 		}
 	}
+
+	// sync --delete into a directory holding a link to a directory
+	// outside it deletes nothing through the link.
+	writeTree(t, "outside", map[string][]byte{"deep/keep.txt": []byte("precious")})
+	os.MkdirAll("down5", 0o755)
+	if err := os.Symlink("../outside", "down5/mnt"); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = osprey("sync", "--delete", "osprey://syn/mp/", "down5")
+	if code != 0 || len(lines(out, "delete")) != 0 || !strings.Contains(errOut, "not descending into") {
+		t.Errorf("sync --delete beside a link to a directory: exit %d, deleted %q\n%s", code, lines(out, "delete"), errOut)
+	}
+	checkTree(t, "outside", map[string][]byte{"deep/keep.txt": []byte("precious")})
+
+	// A name of 250 bytes comes back (its temporary name is cut to fit),
+	// and a killed download's temporary file is never uploaded.
+	long := strings.Repeat("x", 250)
+	writeTree(t, "longsrc", map[string][]byte{long: []byte("long"), ".f.osprey-2h6r4qrcxa5at": []byte("partial")})
+	out, errOut, code = osprey("cp", "-r", "longsrc", "osprey://syn/long/")
+	want("upload beside a partial download", lines(out, "upload"), "longsrc/"+long+" to osprey://syn/long/"+long)
+	if code != 0 || !strings.Contains(errOut, "the partial file of a download") {
+		t.Errorf("cp -r with a partial download's file: exit %d\n%s", code, errOut)
+	}
+	ok("cp", "-r", "osprey://syn/long/", "longdown")
+	checkTree(t, "longdown", map[string][]byte{long: []byte("long")})
+	ok("get", "syn/long/"+long, "longget/")
+	checkTree(t, "longget", map[string][]byte{long: []byte("long")})
 }
 
 // writeTree writes files (relative paths with '/') under dir.
