@@ -45,8 +45,9 @@ that exists already is BucketAlreadyExists (exit 1) unless
 }
 
 // forBuckets does do to each bucket args name, in order, over one
-// connection, and stops at the first error. Every argument is checked
-// first (bucketArgs, hint included), so a bad one changes nothing.
+// connection, every one of them whatever fails (eachArg). Every argument
+// is checked first (bucketArgs, hint included), so a bad one changes
+// nothing.
 func forBuckets(cmd *cobra.Command, c *commonFlags, args []string, hint string, do func(ctx context.Context, cl *client.Client, p *printer, bucket string) error) error {
 	ctx := cmd.Context()
 	buckets, err := bucketArgs(args, hint)
@@ -59,13 +60,40 @@ func forBuckets(cmd *cobra.Command, c *commonFlags, args []string, hint string, 
 	}
 	defer cl.Close()
 	p := c.printer(cmd)
-	for _, b := range buckets {
-		if err := do(ctx, cl, p, b); err != nil {
+	return eachArg(cmd, buckets, func(b string) error { return do(ctx, cl, p, b) })
+}
+
+// eachArg runs fn for each of a command's arguments, all of them, as rm
+// and mc do: a failure is printed as main prints one and the rest go on;
+// the first failure comes back (already printed) for the exit code. An
+// interrupt stops at once.
+func eachArg[T any](cmd *cobra.Command, items []T, fn func(T) error) error {
+	var first error
+	for _, it := range items {
+		err := fn(it)
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, context.Canceled) {
 			return err
 		}
+		fmt.Fprintln(cmd.ErrOrStderr(), errorLine(err))
+		if first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		return &reportedError{first}
 	}
 	return nil
 }
+
+// reportedError is an error already printed: main prints it no more, and
+// exits with its exit code.
+type reportedError struct{ err error }
+
+func (e *reportedError) Error() string { return e.err.Error() }
+func (e *reportedError) Unwrap() error { return e.err }
 
 // bucketArgs checks that every argument names a bucket alone, before
 // anything is done to any of them.

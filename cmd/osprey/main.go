@@ -44,7 +44,9 @@ func main() {
 		os.Exit(exitBrokenPipe)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, errorLine(err))
+		if line := errorLine(err); line != "" {
+			fmt.Fprintln(os.Stderr, line)
+		}
 		os.Exit(exitCode(err))
 	}
 }

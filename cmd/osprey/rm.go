@@ -64,18 +64,13 @@ only). --dry-run lists them without aborting.`,
 			defer cl.Close()
 			p := c.printer(cmd)
 			p.quiet = quiet
-			for _, rp := range paths {
+			return eachArg(cmd, paths, func(rp remotePath) error {
 				if inc.on {
-					if err := abortIncomplete(ctx, cl, p, rp, inc, dryRun); err != nil {
-						return err
-					}
-					continue
+					return abortIncomplete(ctx, cl, p, rp, inc, dryRun)
 				}
 				if recursive {
-					if _, err := removePrefix(ctx, cl, p, rp.Bucket, rp.Key, jobs, dryRun); err != nil {
-						return err
-					}
-					continue
+					_, err := removePrefix(ctx, cl, p, rp.Bucket, rp.Key, jobs, dryRun)
+					return err
 				}
 				if !dryRun {
 					if err := cl.RemoveObject(ctx, rp.Bucket, rp.Key); err != nil {
@@ -83,8 +78,8 @@ only). --dry-run lists them without aborting.`,
 					}
 				}
 				reportDelete(p, rp, dryRun)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	c.add(cmd)

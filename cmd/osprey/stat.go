@@ -41,8 +41,9 @@ time. A missing object or bucket is NoSuchKey or NoSuchBucket (exit 3).`,
 			}
 			defer cl.Close()
 			w := cmd.OutOrStdout()
-			for i, rp := range paths {
-				if i > 0 && !c.asJSON {
+			shown := 0
+			return eachArg(cmd, paths, func(rp remotePath) error {
+				if shown > 0 && !c.asJSON {
 					fmt.Fprintln(w)
 				}
 				if rp.Key == "" {
@@ -50,24 +51,26 @@ time. A missing object or bucket is NoSuchKey or NoSuchBucket (exit 3).`,
 					if err != nil {
 						return fmt.Errorf("%s: %w", remoteScheme+rp.Bucket, err)
 					}
+					shown++
 					if c.asJSON {
 						json.NewEncoder(w).Encode(map[string]any{"bucket": b.Name, "created": b.Created})
-						continue
+						return nil
 					}
 					fmt.Fprintf(w, "Name      : %s%s\nCreated   : %s\n", remoteScheme, b.Name, b.Created.Local().Format(time.RFC3339))
-					continue
+					return nil
 				}
 				info, err := cl.StatObject(ctx, rp.Bucket, rp.Key)
 				if err != nil {
 					return fmt.Errorf("%s: %w", rp, err)
 				}
+				shown++
 				if c.asJSON {
 					json.NewEncoder(w).Encode(toJSON(rp.Bucket, info))
-					continue
+					return nil
 				}
 				writeObjectInfo(w, rp, info)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	c.add(cmd)

@@ -300,6 +300,28 @@ func TestRecursiveAndSync(t *testing.T) {
 	checkTree(t, "longdown", map[string][]byte{long: []byte("long")})
 	ok("get", "syn/long/"+long, "longget/")
 	checkTree(t, "longget", map[string][]byte{long: []byte("long")})
+
+	// Several arguments: each is tried whatever fails before it, each
+	// failure printed once, the exit code the first failure's.
+	writeTree(t, "m", map[string][]byte{"m1": []byte("1"), "m2": []byte("2")})
+	ok("cp", "-r", "m", "osprey://syn/m/")
+	_, errOut, code = osprey("rm", "syn/m/m1", "nobucket/z", "syn/m/m2")
+	if code != exitNotFound || strings.Count(errOut, "NoSuchBucket") != 1 {
+		t.Errorf("rm with a missing bucket in the middle: exit %d\n%s", code, errOut)
+	}
+	for _, k := range []string{"syn/m/m1", "syn/m/m2"} {
+		if _, _, code := osprey("stat", k); code != exitNotFound {
+			t.Errorf("%s after rm: exit %d, want it deleted", k, code)
+		}
+	}
+	ok("mb", "multi1")
+	_, errOut, code = osprey("rb", "multi1", "nobucket", "syn-none")
+	if code != exitNotFound || strings.Count(errOut, "NoSuchBucket") != 2 {
+		t.Errorf("rb of a bucket and two missing ones: exit %d\n%s", code, errOut)
+	}
+	if _, _, code := osprey("stat", "multi1"); code != exitNotFound {
+		t.Errorf("multi1 after rb: exit %d, want it removed", code)
+	}
 }
 
 // writeTree writes files (relative paths with '/') under dir.

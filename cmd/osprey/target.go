@@ -372,6 +372,9 @@ func isCobraUsage(err error) bool {
 // when the cluster answered with an error (the code first, so scripts can
 // match it), else "osprey: <message>".
 func errorLine(err error) string {
+	if _, ok := err.(*reportedError); ok {
+		return ""
+	}
 	var (
 		oe *ops.Error
 		re *unreachableError
