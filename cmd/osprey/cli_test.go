@@ -923,3 +923,23 @@ func TestParseOSDIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintable: text output writes keys' control and other non-printing
+// characters, and bytes that are not UTF-8, as escapes, so that a key can
+// neither split a listing's line nor drive the terminal; the rest stays.
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"photos/2024/a b.jpg":      "photos/2024/a b.jpg",
+		"héllo wörld ✓":            "héllo wörld ✓",
+		"a\nb":                     `a\nb`,
+		"tab\there":                `tab\there`,
+		"\x1b[31mred\x1b[0m":       `\x1b[31mred\x1b[0m`,
+		"bad\xffbyte":              `bad\xffbyte`,
+		"zero\u200bwidth\u0085c1":  `zero\u200bwidth\u0085c1`,
+		"upload: k\r to osprey://": `upload: k\r to osprey://`,
+	} {
+		if got := printable(in); got != want {
+			t.Errorf("printable(%q) = %s, want %s", in, got, want)
+		}
+	}
+}

@@ -101,13 +101,13 @@ func listObjects(ctx context.Context, cl *client.Client, w io.Writer, rp remoteP
 		if o.json {
 			enc.Encode(toJSON(rp.Bucket, info))
 		} else if info.IsPrefix {
-			fmt.Fprintf(w, "%30s %s\n", "PRE", strings.TrimPrefix(info.Key, dir))
+			fmt.Fprintf(w, "%30s %s\n", "PRE", printable(strings.TrimPrefix(info.Key, dir)))
 		} else {
 			size := fmt.Sprint(info.Size)
 			if o.human {
 				size = humanBytes(info.Size)
 			}
-			fmt.Fprintf(w, "%s %10s %s\n", info.LastModified.Local().Format(lsTime), size, strings.TrimPrefix(info.Key, dir))
+			fmt.Fprintf(w, "%s %10s %s\n", info.LastModified.Local().Format(lsTime), size, printable(strings.TrimPrefix(info.Key, dir)))
 		}
 		if !info.IsPrefix {
 			count++

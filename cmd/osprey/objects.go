@@ -12,9 +12,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/ospreystore/osprey/client"
 	"github.com/spf13/cobra"
@@ -54,8 +57,36 @@ func (p *printer) result(text string, v any) {
 		return
 	}
 	if !p.quiet {
-		fmt.Fprintln(p.w, text)
+		fmt.Fprintln(p.w, printable(text))
 	}
+}
+
+// printable is s for a terminal: a key may hold any character but NUL,
+// and one holding a line break or an escape sequence must neither split a
+// listing's line nor drive the terminal, so control and other
+// non-printing characters (and bytes that are not UTF-8) are written as
+// Go escapes (\n, \x1b, \u200b). --json output carries keys as they are.
+func printable(s string) string {
+	i := strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError || r != ' ' && !unicode.IsPrint(r) })
+	if i < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString(s[:i])
+	for s = s[i:]; s != ""; {
+		r, n := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, "\\x%02x", s[0])
+		case r != ' ' && !unicode.IsPrint(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }
 
 // objectJSON is an object (or a common prefix) in --json output.
