@@ -45,7 +45,7 @@ func main() {
 	}
 	if err != nil {
 		if line := errorLine(err); line != "" {
-			fmt.Fprintln(os.Stderr, printable(line))
+			fmt.Fprintln(os.Stderr, line)
 		}
 		os.Exit(exitCode(err))
 	}

@@ -289,7 +289,7 @@ func (j *job) sources() ([]entry, error) {
 
 // warn prints a warning line on stderr, above the bar.
 func (j *job) warn(msg string) {
-	j.bar.above(func() { fmt.Fprintln(j.cmd.ErrOrStderr(), "osprey: warning: "+msg) })
+	j.bar.above(func() { fmt.Fprintln(j.cmd.ErrOrStderr(), "osprey: warning: "+printable(msg)) })
 }
 
 // fail prints a failure's error line and counts it; a job that is being

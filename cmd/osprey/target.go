@@ -371,10 +371,16 @@ func isCobraUsage(err error) bool {
 // errorLine is what the CLI prints for err: "osprey: <S3 code>: <message>"
 // when the cluster answered with an error (the code first, so scripts can
 // match it), else "osprey: <message>".
+// Keys in it are printable's; an error already printed (reportedError)
+// is "".
 func errorLine(err error) string {
 	if _, ok := err.(*reportedError); ok {
 		return ""
 	}
+	return printable(errorText(err))
+}
+
+func errorText(err error) string {
 	var (
 		oe *ops.Error
 		re *unreachableError
