@@ -306,7 +306,10 @@ func (o *OSD) rebootIfDown() {
 // mayBootAgain says whether an OSD found marked down at now boots again:
 // not if it was marked down more than Config.MaxMarkdownCount times within
 // MaxMarkdownPeriod, until that period since the first of them has passed
-// (logged once, at the start of the hold). monLoop's goroutine only.
+// (logged once, at the start of the hold). A markdown counts once, however
+// many boots it takes to come back up (a boot the mon could not take is
+// tried again at each beacon): one per boot that succeeded (bootEpoch), as
+// Ceph counts the map's up-to-down changes. monLoop's goroutine only.
 func (o *OSD) mayBootAgain(now time.Time) bool {
 	if until := o.heldDown.Load(); until != 0 {
 		if now.UnixNano() < until {
@@ -314,14 +317,17 @@ func (o *OSD) mayBootAgain(now time.Time) bool {
 		}
 		o.heldDown.Store(0)
 		o.log.Info("the markdown period has passed; booting again")
+		return true // its markdown is counted
 	}
-	if o.cfg.MaxMarkdownCount < 0 {
-		return true
+	booted := o.bootEpoch.Load()
+	if o.cfg.MaxMarkdownCount < 0 || booted == o.markdownOf {
+		return true // no bound, or a boot of this markdown tried again
 	}
+	o.markdownOf = booted
 	recent := slices.DeleteFunc(o.markdowns, func(t time.Time) bool { return now.Sub(t) >= o.cfg.MaxMarkdownPeriod })
 	if len(recent) >= o.cfg.MaxMarkdownCount {
 		until := recent[0].Add(o.cfg.MaxMarkdownPeriod)
-		o.markdowns = recent
+		o.markdowns = append(recent, now)
 		o.heldDown.Store(until.UnixNano())
 		o.log.Error("marked down too often: staying down (check this OSD's cluster network: its peers report it unreachable while the mon hears it; restart the OSD to boot at once)",
 			"markdowns", len(recent)+1, "period", o.cfg.MaxMarkdownPeriod, "until", until.Format(time.RFC3339))

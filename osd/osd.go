@@ -342,8 +342,9 @@ type OSD struct {
 	// marked down, within MaxMarkdownPeriod (monLoop's alone); heldDown
 	// is until when it stays down for having been marked down too often
 	// (UnixNano; 0 while it is not held).
-	markdowns []time.Time
-	heldDown  atomic.Int64
+	markdowns  []time.Time
+	markdownOf uint64 // the bootEpoch whose markdown the last entry counts
+	heldDown   atomic.Int64
 	// monCtx is monLoop's: Close ends it (monStop) and waits for monDone
 	// before it asks the mon to mark us down, so that no beacon or boot
 	// of ours follows that request.

@@ -929,14 +929,19 @@ func TestParseOSDIDs(t *testing.T) {
 // neither split a listing's line nor drive the terminal; the rest stays.
 func TestPrintable(t *testing.T) {
 	for in, want := range map[string]string{
-		"photos/2024/a b.jpg":      "photos/2024/a b.jpg",
-		"héllo wörld ✓":            "héllo wörld ✓",
-		"a\nb":                     `a\nb`,
-		"tab\there":                `tab\there`,
-		"\x1b[31mred\x1b[0m":       `\x1b[31mred\x1b[0m`,
-		"bad\xffbyte":              `bad\xffbyte`,
-		"zero\u200bwidth\u0085c1":  `zero\u200bwidth\u0085c1`,
-		"upload: k\r to osprey://": `upload: k\r to osprey://`,
+		"photos/2024/a b.jpg": "photos/2024/a b.jpg",
+		"héllo wörld ✓":       "héllo wörld ✓",
+		"会議\u3000資料.pdf":      "会議\u3000資料.pdf",    // an ideographic space stays
+		"a\u00a0b 👨\u200d👩":   "a\u00a0b 👨\u200d👩", // so do no-break spaces and joiners
+		`back\slash`:          `back\slash`,        // alone, nothing to tell it from
+		"a\nb":                `a\nb`,
+		"tab\there":           `tab\there`,
+		"\x1b[31mred\x1b[0m":  `\x1b[31mred\x1b[0m`,
+		"bad\xffbyte":         `bad\xffbyte`,
+		"c1\u0085del\x7f":     `c1\u0085del\x7f`,
+		"txt.\u202eexe":       `txt.\u202eexe`, // a bidi override
+		"line\u2028sep":       `line\u2028sep`,
+		"a\\n\nb":             `a\\n\nb`, // a backslash beside an escape is escaped
 	} {
 		if got := printable(in); got != want {
 			t.Errorf("printable(%q) = %s, want %s", in, got, want)

@@ -256,14 +256,18 @@ func TestNotFoundAndMultipartStat(t *testing.T) {
 		{[]string{"stat", "bkt/nope"}, "osprey: NoSuchKey: osprey://bkt/nope", client.ErrNoSuchKey},
 		{[]string{"get", "bkt/nope", "-"}, "osprey: NoSuchKey: osprey://bkt/nope", client.ErrNoSuchKey},
 	} {
-		_, _, err := run(t, append(c.args, "--seeds", seeds)...)
+		_, errOut, err := run(t, append(c.args, "--seeds", seeds)...)
 		if c.is == nil {
 			if err != nil {
 				t.Fatal(err)
 			}
 			continue
 		}
-		if got := errorLine(err); got != c.line || exitCode(err) != exitNotFound || !errors.Is(err, c.is) {
+		got := errorLine(err)
+		if got == "" { // printed already (several-argument commands)
+			got = strings.TrimSpace(errOut)
+		}
+		if got != c.line || exitCode(err) != exitNotFound || !errors.Is(err, c.is) {
 			t.Errorf("osprey %s: %q (exit %d), want %q (exit %d)", strings.Join(c.args, " "), got, exitCode(err), c.line, exitNotFound)
 		}
 	}

@@ -96,7 +96,8 @@ func writeViaTemp(name string, old fs.FileInfo, write func(io.Writer) error) (er
 }
 
 // tempSuffix ends writeViaTemp's temporary names, before a random part
-// of at most 13 base-36 digits.
+// of exactly 13 base-36 digits (a uint64, zero-padded): so fixed a form
+// that no one's own dotfile (".env.osprey-prod") is taken for one.
 const tempSuffix = ".osprey-"
 
 // tempPrefix is writeViaTemp's temporary name for base, less its random
@@ -122,7 +123,7 @@ func isTempName(name string) bool {
 		return false
 	}
 	rnd := name[i+len(tempSuffix):]
-	return len(rnd) >= 1 && len(rnd) <= 13 && strings.Trim(rnd, "0123456789abcdefghijklmnopqrstuvwxyz") == ""
+	return len(rnd) == 13 && strings.Trim(rnd, "0123456789abcdefghijklmnopqrstuvwxyz") == ""
 }
 
 // targetErr names the file being written, not its temporary file, in a
@@ -139,7 +140,9 @@ func targetErr(err error, name string) error {
 // the new file's mode (CreateTemp's 0600 would hide it).
 func createTemp(dir, prefix string) (*os.File, error) {
 	for range 100 {
-		f, err := os.OpenFile(filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36)), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		rnd := strconv.FormatUint(rand.Uint64(), 36)
+		rnd = strings.Repeat("0", 13-len(rnd)) + rnd
+		f, err := os.OpenFile(filepath.Join(dir, prefix+rnd), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
 		if !errors.Is(err, fs.ErrExist) {
 			return f, err
 		}

@@ -63,22 +63,25 @@ func (p *printer) result(text string, v any) {
 
 // printable is s for a terminal: a key may hold any character but NUL,
 // and one holding a line break or an escape sequence must neither split a
-// listing's line nor drive the terminal, so control and other
-// non-printing characters (and bytes that are not UTF-8) are written as
-// Go escapes (\n, \x1b, \u200b). --json output carries keys as they are.
+// listing's line nor drive the terminal, so control characters (C0, DEL,
+// C1), line and paragraph separators, the bidirectional overrides that
+// reorder what a line shows, and bytes that are not UTF-8 are written as
+// Go escapes (\n, \x1b, \u202e), and then a backslash as \\, so that no
+// escape reads as a key's own characters. Other characters, spaces and
+// joiners of every script included, stay. --json carries keys as they are.
 func printable(s string) string {
-	i := strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError || r != ' ' && !unicode.IsPrint(r) })
-	if i < 0 {
+	if strings.IndexFunc(s, unprintable) < 0 {
 		return s
 	}
 	var b strings.Builder
-	b.WriteString(s[:i])
-	for s = s[i:]; s != ""; {
+	for s != "" {
 		r, n := utf8.DecodeRuneInString(s)
 		switch {
 		case r == utf8.RuneError && n == 1:
 			fmt.Fprintf(&b, "\\x%02x", s[0])
-		case r != ' ' && !unicode.IsPrint(r):
+		case r == '\\':
+			b.WriteString(`\\`)
+		case unprintable(r):
 			q := strconv.QuoteRune(r)
 			b.WriteString(q[1 : len(q)-1])
 		default:
@@ -87,6 +90,13 @@ func printable(s string) string {
 		s = s[n:]
 	}
 	return b.String()
+}
+
+// unprintable: the characters printable escapes (utf8.RuneError stands
+// for a byte that is not UTF-8, which printable tells from U+FFFD).
+func unprintable(r rune) bool {
+	return unicode.IsControl(r) || r == utf8.RuneError || r == '\u2028' || r == '\u2029' ||
+		r >= '\u202a' && r <= '\u202e' || r >= '\u2066' && r <= '\u2069'
 }
 
 // objectJSON is an object (or a common prefix) in --json output.

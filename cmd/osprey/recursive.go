@@ -90,15 +90,18 @@ type entry struct {
 	mtime time.Time
 	path  string            // local: the file to open (through any links)
 	info  client.ObjectInfo // remote
+	// viaLink: local, under a symbolic link to a directory, which
+	// sync --delete deletes nothing through.
+	viaLink bool
 }
 
 // walkLocal lists the regular files under root in byte order of their
 // relative paths. A source's walk follows symbolic links, to files and
 // to directories, as aws s3 does, and skips the temporary files of a
 // download that was killed (writeViaTemp's, which would be uploaded as
-// objects of garbage); a destination's (dst) follows no link to a
-// directory, so that sync --delete never deletes what lies outside the
-// destination, and lists those files, so that --delete removes them. A
+// objects of garbage); a destination's (dst) lists those files, so that
+// --delete removes them, and marks what lies under a link to a directory
+// (entry.viaLink), which --delete leaves. A
 // link back to a directory being walked (a loop), a dangling link and
 // anything that is not a regular file (a FIFO, a socket, a device) are
 // skipped with a warning, and a directory that cannot be read goes to
@@ -115,8 +118,8 @@ func walkLocal(root string, dst bool, warn func(string), unreadable func(error))
 		return nil, usageErrorf("%s is not a directory", root)
 	}
 	var out []entry
-	var walk func(dir, rel string, ancestors []os.FileInfo)
-	walk = func(dir, rel string, ancestors []os.FileInfo) {
+	var walk func(dir, rel string, ancestors []os.FileInfo, viaLink bool)
+	walk = func(dir, rel string, ancestors []os.FileInfo, viaLink bool) {
 		des, err := os.ReadDir(dir)
 		if err != nil {
 			unreadable(err)
@@ -128,22 +131,20 @@ func walkLocal(root string, dst bool, warn func(string), unreadable func(error))
 			switch {
 			case err != nil:
 				warn(fmt.Sprintf("skipping %s: %v", p, err))
-			case dst && fi.IsDir() && de.Type()&fs.ModeSymlink != 0:
-				warn(fmt.Sprintf("not descending into %s: a symbolic link to a directory (nothing is deleted through it)", p))
 			case !dst && fi.Mode().IsRegular() && isTempName(de.Name()):
 				warn(fmt.Sprintf("skipping %s: the partial file of a download that did not finish (remove it)", p))
 			case fi.IsDir() && slices.ContainsFunc(ancestors, func(a os.FileInfo) bool { return os.SameFile(a, fi) }):
 				warn(fmt.Sprintf("skipping %s: a symbolic link loop", p))
 			case fi.IsDir():
-				walk(p, r, append(slices.Clip(ancestors), fi))
+				walk(p, r, append(slices.Clip(ancestors), fi), viaLink || de.Type()&fs.ModeSymlink != 0)
 			case fi.Mode().IsRegular():
-				out = append(out, entry{rel: r, size: fi.Size(), mtime: fi.ModTime(), path: p})
+				out = append(out, entry{rel: r, size: fi.Size(), mtime: fi.ModTime(), path: p, viaLink: viaLink})
 			default:
 				warn(fmt.Sprintf("skipping %s: not a regular file (%s)", p, fi.Mode().Type()))
 			}
 		}
 	}
-	walk(root, "", []os.FileInfo{fi})
+	walk(root, "", []os.FileInfo{fi}, false)
 	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.rel, b.rel) })
 	return out, nil
 }

@@ -42,16 +42,18 @@ time. A missing object or bucket is NoSuchKey or NoSuchBucket (exit 3).`,
 			defer cl.Close()
 			w := cmd.OutOrStdout()
 			shown := 0
-			return eachArg(cmd, paths, func(rp remotePath) error {
-				if shown > 0 && !c.asJSON {
+			gap := func() { // a blank line between the objects shown
+				if shown++; shown > 1 && !c.asJSON {
 					fmt.Fprintln(w)
 				}
+			}
+			return eachArg(cmd, paths, func(rp remotePath) error {
 				if rp.Key == "" {
 					b, err := cl.StatBucket(ctx, rp.Bucket)
 					if err != nil {
 						return fmt.Errorf("%s: %w", remoteScheme+rp.Bucket, err)
 					}
-					shown++
+					gap()
 					if c.asJSON {
 						json.NewEncoder(w).Encode(map[string]any{"bucket": b.Name, "created": b.Created})
 						return nil
@@ -63,7 +65,7 @@ time. A missing object or bucket is NoSuchKey or NoSuchBucket (exit 3).`,
 				if err != nil {
 					return fmt.Errorf("%s: %w", rp, err)
 				}
-				shown++
+				gap()
 				if c.asJSON {
 					json.NewEncoder(w).Encode(toJSON(rp.Bucket, info))
 					return nil
@@ -81,13 +83,13 @@ time. A missing object or bucket is NoSuchKey or NoSuchBucket (exit 3).`,
 // writeObjectInfo prints an object's metadata as mc stat does.
 func writeObjectInfo(w io.Writer, rp remotePath, info client.ObjectInfo) {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	fmt.Fprintf(tw, "Name\t: %s\n", rp)
+	fmt.Fprintf(tw, "Name\t: %s\n", printable(rp.String()))
 	fmt.Fprintf(tw, "Size\t: %s (%d bytes)\n", humanBytes(info.Size), info.Size)
 	fmt.Fprintf(tw, "ETag\t: %s\n", info.ETag)
 	fmt.Fprintf(tw, "CRC32C\t: %08x\n", info.CRC32C)
 	fmt.Fprintf(tw, "Modified\t: %s\n", info.LastModified.Local().Format(time.RFC3339Nano))
 	if info.ContentType != "" {
-		fmt.Fprintf(tw, "Type\t: %s\n", info.ContentType)
+		fmt.Fprintf(tw, "Type\t: %s\n", printable(info.ContentType))
 	}
 	if len(info.UserMetadata) > 0 {
 		keys := make([]string, 0, len(info.UserMetadata))
@@ -100,7 +102,7 @@ func writeObjectInfo(w io.Writer, rp remotePath, info client.ObjectInfo) {
 			if i > 0 {
 				label = ""
 			}
-			fmt.Fprintf(tw, "%s\t: %s=%s\n", label, k, info.UserMetadata[k])
+			fmt.Fprintf(tw, "%s\t: %s=%s\n", label, printable(k), printable(info.UserMetadata[k]))
 		}
 	}
 	tw.Flush()

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -107,7 +108,14 @@ func syncPlan(j *job, srcs []entry) (todo, del []entry, err error) {
 		j.warn("not deleting anything: the source could not be listed in full")
 	} else if j.r.delete {
 		for _, d := range dsts {
-			if !inSrc[d.rel] {
+			switch {
+			case inSrc[d.rel]:
+			case d.viaLink:
+				// Outside the destination, as far as anyone knows.
+				j.warn(fmt.Sprintf("not deleting %s: it is under a symbolic link to a directory", j.dst.name(d.rel)))
+			case !j.src.remote && isTempName(path.Base(d.rel)):
+				// Left out of the source, not missing from it.
+			default:
 				del = append(del, d)
 			}
 		}

@@ -282,22 +282,29 @@ func TestRecursiveAndSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errOut, code = osprey("sync", "--delete", "osprey://syn/mp/", "down5")
-	if code != 0 || len(lines(out, "delete")) != 0 || !strings.Contains(errOut, "not descending into") {
+	if code != 0 || len(lines(out, "delete")) != 0 || !strings.Contains(errOut, "not deleting down5/mnt/deep/keep.txt") {
 		t.Errorf("sync --delete beside a link to a directory: exit %d, deleted %q\n%s", code, lines(out, "delete"), errOut)
 	}
 	checkTree(t, "outside", map[string][]byte{"deep/keep.txt": []byte("precious")})
+	// What lies through the link is compared, not copied again.
+	ok("cp", "-r", "outside", "osprey://syn/viaLink/mnt/")
+	ok("sync", "osprey://syn/viaLink/", "down5")
+	if out := ok("sync", "osprey://syn/viaLink/", "down5"); out != "" {
+		t.Errorf("a second sync through a link to a directory printed %q", out)
+	}
 
 	// A name of 250 bytes comes back (its temporary name is cut to fit),
 	// and a killed download's temporary file is never uploaded.
 	long := strings.Repeat("x", 250)
-	writeTree(t, "longsrc", map[string][]byte{long: []byte("long"), ".f.osprey-2h6r4qrcxa5at": []byte("partial")})
+	writeTree(t, "longsrc", map[string][]byte{long: []byte("long"), ".f.osprey-2h6r4qrcxa5at": []byte("partial"), ".env.osprey-prod": []byte("mine")})
 	out, errOut, code = osprey("cp", "-r", "longsrc", "osprey://syn/long/")
-	want("upload beside a partial download", lines(out, "upload"), "longsrc/"+long+" to osprey://syn/long/"+long)
+	want("upload beside a partial download", lines(out, "upload"), "longsrc/"+long+" to osprey://syn/long/"+long,
+		"longsrc/.env.osprey-prod to osprey://syn/long/.env.osprey-prod")
 	if code != 0 || !strings.Contains(errOut, "the partial file of a download") {
 		t.Errorf("cp -r with a partial download's file: exit %d\n%s", code, errOut)
 	}
 	ok("cp", "-r", "osprey://syn/long/", "longdown")
-	checkTree(t, "longdown", map[string][]byte{long: []byte("long")})
+	checkTree(t, "longdown", map[string][]byte{long: []byte("long"), ".env.osprey-prod": []byte("mine")})
 	ok("get", "syn/long/"+long, "longget/")
 	checkTree(t, "longget", map[string][]byte{long: []byte("long")})
 
