@@ -371,13 +371,18 @@ func isCobraUsage(err error) bool {
 // errorLine is what the CLI prints for err: "osprey: <S3 code>: <message>"
 // when the cluster answered with an error (the code first, so scripts can
 // match it), else "osprey: <message>".
-// Keys in it are printable's; an error already printed (reportedError)
-// is "".
+// Keys in it are printable's, but for its line breaks: errors.Join's
+// (a daemon's close, a benchmark's cleanup) keep their lines. An error
+// already printed (reportedError) is "".
 func errorLine(err error) string {
 	if _, ok := err.(*reportedError); ok {
 		return ""
 	}
-	return printable(errorText(err))
+	lines := strings.Split(errorText(err), "\n")
+	for i, l := range lines {
+		lines[i] = printable(l)
+	}
+	return strings.Join(lines, "\n")
 }
 
 func errorText(err error) string {
