@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/ospreystore/osprey/osd/pg"
 )
 
 // TestMarkdownCountsMarkdowns: the markdown bound counts each markdown
@@ -35,4 +37,27 @@ func TestMarkdownCountsMarkdowns(t *testing.T) {
 		t.Fatalf("markdowns %v, want 3", o.markdowns)
 	}
 	boot(11, 85*time.Second, false) // within a minute of the second and third: held again
+}
+
+// TestNotePeerKeepsTheFurthest: replies read out of order (a replica's
+// batched syncs ack in any order) never move a replica's known position
+// back; a reset (peering) sets it outright, or forgets it.
+func TestNotePeerKeepsTheFurthest(t *testing.T) {
+	var p pgState
+	at := func(want uint64) {
+		t.Helper()
+		v, ok := p.peerAt(1)
+		if want == 0 && ok || want != 0 && (!ok || v.GetSeq() != want) {
+			t.Fatalf("replica at %v (known %v), want seq %d", v, ok, want)
+		}
+	}
+	p.notePeer(1, protoVersion(pg.Version{Epoch: 5, Seq: 12}))
+	p.notePeer(1, protoVersion(pg.Version{Epoch: 5, Seq: 11}))
+	at(12)
+	p.notePeer(1, protoVersion(pg.Version{Epoch: 7, Seq: 11})) // a later interval's entry
+	at(11)
+	p.resetPeer(1, pg.Version{Epoch: 7, Seq: 3})
+	at(3)
+	p.resetPeer(1, pg.Version{})
+	at(0)
 }

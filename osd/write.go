@@ -119,10 +119,24 @@ func (p *pgState) inFlightTo(id uint32, at, last *osdpb.Version) bool {
 	return n > 0 && at.GetSeq()+n >= last.GetSeq()
 }
 
-// notePeer records that replica id's log ends at last.
+// notePeer records that replica id's log ends at last, or further: a
+// reply says its version is durable there, and the replica applies in
+// order, but it syncs in batches whose acks may go out (and be read here)
+// in any order, so an older reply must not move the replica back behind
+// writes no longer counted in flight (pgStat would call the PG
+// recovering+degraded, and sync it, while nothing is wrong). resetPeer
+// sets where it is outright.
 func (p *pgState) notePeer(id uint32, last *osdpb.Version) {
 	p.peerMu.Lock()
 	defer p.peerMu.Unlock()
+	if prev, ok := p.peerLast[id]; ok && versionLE(last, prev) {
+		return
+	}
+	p.setPeerLocked(id, last)
+}
+
+// setPeerLocked records where replica id's log ends. REQUIRES: peerMu.
+func (p *pgState) setPeerLocked(id uint32, last *osdpb.Version) {
 	if p.peerLast == nil {
 		p.peerLast = map[uint32]*osdpb.Version{}
 	}
@@ -132,13 +146,13 @@ func (p *pgState) notePeer(id uint32, last *osdpb.Version) {
 // resetPeer records that replica id's log ends at have, or, zero, that we
 // do not know where (pgStat: backfilling until its answer).
 func (p *pgState) resetPeer(id uint32, have pg.Version) {
+	p.peerMu.Lock()
+	defer p.peerMu.Unlock()
 	if have == (pg.Version{}) {
-		p.peerMu.Lock()
 		delete(p.peerLast, id)
-		p.peerMu.Unlock()
 		return
 	}
-	p.notePeer(id, protoVersion(have))
+	p.setPeerLocked(id, protoVersion(have))
 }
 
 // peerAt is where replica id's log ends, as far as we know.
