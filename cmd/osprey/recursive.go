@@ -101,11 +101,11 @@ type entry struct {
 // download that was killed (writeViaTemp's, which would be uploaded as
 // objects of garbage); a destination's (dst) lists those files, so that
 // --delete removes them, and marks what lies under a link to a directory
-// (entry.viaLink), which --delete leaves. A
-// link back to a directory being walked (a loop), a dangling link and
-// anything that is not a regular file (a FIFO, a socket, a device) are
-// skipped with a warning, and a directory that cannot be read goes to
-// unreadable. A destination that does not exist is an empty listing.
+// (entry.viaLink), which --delete leaves. A link back to a directory
+// being walked (a loop), a dangling link and anything that is not a
+// regular file (a FIFO, a socket, a device) are skipped with a warning,
+// and a directory that cannot be read goes to unreadable. A destination
+// that does not exist is an empty listing.
 func walkLocal(root string, dst bool, warn func(string), unreadable func(error)) ([]entry, error) {
 	fi, err := os.Stat(root)
 	if errors.Is(err, os.ErrNotExist) && dst {
