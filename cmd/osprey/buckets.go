@@ -137,6 +137,7 @@ in progress, as aws s3 rb --force does.`,
 	cmd.ValidArgsFunction = completeRemote(&c.target, false, true)
 	cmd.Flags().BoolVar(&force, "force", false, "delete the bucket's objects and uploads first")
 	cmd.Flags().IntVar(&jobs, "jobs", 16, "deletes in flight with --force")
+	markPositive(cmd.Flags(), "jobs")
 	return cmd
 }
 

@@ -448,6 +448,15 @@ func runJob(cmd *cobra.Command, t *transferFlags, r *recursiveFlags, src, dst st
 	if err != nil {
 		return err
 	}
+	if len(todo) == 0 && j.src.remote {
+		// The prefix names a directory: one naming an object instead
+		// finds nothing under it, and the user meant the object.
+		if obj := strings.TrimSuffix(j.src.rp.Key, "/"); obj != "" {
+			if _, err := j.cl.StatObject(cmd.Context(), j.src.rp.Bucket, obj); err == nil {
+				j.warn(fmt.Sprintf("no objects under %s, which is an object: copy it without --recursive", j.src.rp))
+			}
+		}
+	}
 	var del []entry
 	if plan != nil {
 		if todo, del, err = plan(j, todo); err != nil {

@@ -89,6 +89,7 @@ only). --dry-run lists them without aborting.`,
 	f.BoolVar(&dryRun, "dry-run", false, "print what would be deleted, delete nothing")
 	f.BoolVarP(&quiet, "quiet", "q", false, "print nothing on success")
 	f.IntVar(&jobs, "jobs", 16, "deletes in flight with --recursive")
+	markPositive(f, "jobs")
 	inc.add(f)
 	return cmd
 }

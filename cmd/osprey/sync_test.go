@@ -308,6 +308,17 @@ func TestRecursiveAndSync(t *testing.T) {
 	ok("get", "syn/long/"+long, "longget/")
 	checkTree(t, "longget", map[string][]byte{long: []byte("long")})
 
+	// A recursive copy of an object's name says it is one.
+	writeTree(t, "one", map[string][]byte{"m0": []byte("0")})
+	ok("put", "one/m0", "syn/m0")
+	_, errOut, code = osprey("cp", "-r", "osprey://syn/m0", "m0down")
+	if code != 0 || !strings.Contains(errOut, "which is an object: copy it without --recursive") {
+		t.Errorf("cp -r of an object: exit %d\n%s", code, errOut)
+	}
+	if _, _, code := osprey("rm", "-r", "--jobs", "0", "syn/nothing/"); code != exitUsage {
+		t.Errorf("rm -r --jobs 0: exit %d, want %d", code, exitUsage)
+	}
+
 	// Several arguments: each is tried whatever fails before it, each
 	// failure printed once, the exit code the first failure's.
 	writeTree(t, "m", map[string][]byte{"m1": []byte("1"), "m2": []byte("2")})
