@@ -827,6 +827,7 @@ func TestPositiveFlagsRefuseZero(t *testing.T) {
 	argsOf := map[string][]string{
 		"bench msgr": nil, "bench obj": nil, "up": nil, "mon": {"--embed-etcd", "etcd"},
 		"put": {"file", "b/k"}, "cp": {"file", "b/k"}, "sync": {".", "osprey://b"},
+		"rm": {"-r", "b/p"}, "rb": {"--force", "b"},
 	}
 	var checked int
 	var walk func(c *cobra.Command)
