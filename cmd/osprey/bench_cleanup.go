@@ -56,7 +56,17 @@ func prepareBenchCleanup(ctx context.Context, cmd *cobra.Command, seeds []string
 func (c *benchCleanup) run(ctx context.Context) error {
 	defer c.cl.Close()
 	if !c.existed {
-		err := removeBucket(ctx, c.cl, &printer{w: io.Discard, quiet: true}, c.bucket, true, 16)
+		// A put of an interrupted run may still land after the listing
+		// that emptied the bucket (its op was on its way to the OSD when
+		// the run ended): the bucket is then not empty, and is emptied
+		// again, a few times at most.
+		var err error
+		for range 5 {
+			err = removeBucket(ctx, c.cl, &printer{w: io.Discard, quiet: true}, c.bucket, true, 16)
+			if !errors.Is(err, client.ErrBucketNotEmpty) {
+				break
+			}
+		}
 		if errors.Is(err, client.ErrNoSuchBucket) {
 			return nil // the run never made it
 		}

@@ -696,13 +696,14 @@ func TestBenchObjSeedsWithAuth(t *testing.T) {
 		return false
 	})
 	cancel()
+	var runErr error
 	select {
-	case <-done:
+	case runErr = <-done:
 	case <-time.After(2 * time.Minute):
 		t.Fatal("an interrupted bench obj did not return")
 	}
 	if ok, err := cl.BucketExists(t.Context(), "intrbench"); err != nil || ok {
-		t.Fatalf("an interrupted run's bucket after it: exists %v, %v; want removed (stderr: %s)", ok, err, stderr.String())
+		t.Fatalf("an interrupted run's bucket after it: exists %v, %v; want removed (the run's error: %v; stderr: %s)", ok, err, runErr, stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "interrupted: deleting the benchmark's objects") {
 		t.Errorf("an interrupted run did not say it deletes its objects: %s", stderr.String())
