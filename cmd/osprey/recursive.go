@@ -396,7 +396,7 @@ func (j *job) transfer(ctx context.Context, e entry) error {
 		if err = os.MkdirAll(filepath.Dir(name), 0o777); err != nil {
 			return err
 		}
-		if info, err = downloadTo(ctx, j.cl, j.src.object(e.rel), name, shared); err == nil {
+		if info, err = downloadTo(ctx, j.cl, j.src.object(e.rel), name, shared, false); err == nil {
 			// The object's time, as aws s3 does: sync compares times
 			// where there is no checksum to compare.
 			os.Chtimes(name, info.LastModified, info.LastModified)
@@ -513,9 +513,16 @@ func readObject(ctx context.Context, cl *client.Client, sp remotePath, barFor fu
 }
 
 // downloadTo writes sp into the file name through writeFileAtomic, so a
-// failed download leaves name as it was.
-func downloadTo(ctx context.Context, cl *client.Client, sp remotePath, name string, barFor func(int64) *progress) (client.ObjectInfo, error) {
+// failed download leaves name as it was. With makeDir, name's directory is
+// made if missing, once the object is found (get into "dir/", as aws s3 cp
+// makes it): a missing object leaves no directory behind.
+func downloadTo(ctx context.Context, cl *client.Client, sp remotePath, name string, barFor func(int64) *progress, makeDir bool) (client.ObjectInfo, error) {
 	return readObject(ctx, cl, sp, barFor, func(r io.Reader, _ client.ObjectInfo) error {
+		if makeDir {
+			if err := os.MkdirAll(filepath.Dir(name), 0o777); err != nil {
+				return err
+			}
+		}
 		err := writeFileAtomic(name, func(w io.Writer) error {
 			_, err := io.Copy(w, r)
 			return err

@@ -307,6 +307,16 @@ func TestRecursiveAndSync(t *testing.T) {
 	checkTree(t, "longdown", map[string][]byte{long: []byte("long"), ".env.osprey-prod": []byte("mine")})
 	ok("get", "syn/long/"+long, "longget/")
 	checkTree(t, "longget", map[string][]byte{long: []byte("long")})
+	// A get makes the directories of its target once the object is
+	// found; a missing object leaves none.
+	if _, _, code := osprey("get", "syn/long/nothing", "nodir/"); code != exitNotFound {
+		t.Errorf("get of a missing object: exit %d", code)
+	}
+	if _, err := os.Stat("nodir"); !os.IsNotExist(err) {
+		t.Errorf("get of a missing object left its target directory: %v", err)
+	}
+	ok("get", "syn/long/"+long, "deep/er/file")
+	checkTree(t, "deep/er", map[string][]byte{"file": []byte("long")})
 
 	// A recursive copy of an object's name says it is one.
 	writeTree(t, "one", map[string][]byte{"m0": []byte("0")})

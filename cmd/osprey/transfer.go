@@ -359,7 +359,7 @@ func runTransfer(cmd *cobra.Command, t *transferFlags, src, dst string) error {
 		if err != nil {
 			return err
 		}
-		info, err := downloadTo(ctx, cl, sp, name, barFor("get "+sp.Bucket+"/"+sp.Key))
+		info, err := downloadTo(ctx, cl, sp, name, barFor("get "+sp.Bucket+"/"+sp.Key), true)
 		bar.done()
 		if err != nil {
 			return err
@@ -380,7 +380,7 @@ func runTransfer(cmd *cobra.Command, t *transferFlags, src, dst string) error {
 
 // downloadPath is the file a download of key to dst writes: dst itself,
 // or key's base name inside dst when dst is a directory or ends in '/'
-// (a directory made if missing).
+// (which the download makes if missing, once the object is found).
 func downloadPath(dst, key string) (string, error) {
 	intoDir := strings.HasSuffix(dst, "/") || strings.HasSuffix(dst, string(filepath.Separator))
 	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
@@ -394,11 +394,6 @@ func downloadPath(dst, key string) (string, error) {
 	base := path.Base(key)
 	if strings.HasSuffix(key, "/") || base == "." || base == ".." || base == "/" {
 		return "", usageErrorf("key %q has no file name; give the file to write", key)
-	}
-	// A path ending in '/' names a directory: made if need be, as aws s3
-	// cp makes it.
-	if err := os.MkdirAll(dst, 0o777); err != nil {
-		return "", err
 	}
 	return filepath.Join(dst, base), nil
 }
