@@ -456,7 +456,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(req, errf(ErrInvalidArgument, "the query holds a literal ';': percent-encode it (%%3B)"))
 		return
 	}
-	if err := unsignedKinds(r, req.key); err != nil {
+	if err := unsignedKinds(req); err != nil {
 		// Requests that are never signed the SigV4 way: an answer that
 		// names the feature, not "anonymous access", which sends a
 		// developer looking for a credentials problem.
@@ -514,19 +514,19 @@ func headerBytes(r *http.Request) int {
 // an Authorization header or a presigned query, for features the gateway
 // does not have: a CORS preflight (OPTIONS), answered as S3 answers one
 // for a bucket without a CORS configuration, and a browser's form upload
-// (POST Object, signed by a POST policy in the form).
-func unsignedKinds(r *http.Request, key string) error {
-	if r.Header.Get("Authorization") != "" || r.URL.Query().Has("X-Amz-Algorithm") {
+// (POST Object, signed by a POST policy in the form). The method first:
+// the GETs and PUTs that are nearly every request pay nothing more.
+func unsignedKinds(req *request) error {
+	r := req.r
+	formUpload := r.Method == http.MethodPost && req.key == "" && r.URL.RawQuery == "" &&
+		strings.HasPrefix(strings.ToLower(r.Header.Get("Content-Type")), "multipart/form-data")
+	if r.Method != http.MethodOptions && !formUpload || r.Header.Get("Authorization") != "" || req.query().Has("X-Amz-Algorithm") {
 		return nil
 	}
-	switch {
-	case r.Method == http.MethodOptions:
-		return errf(ErrAccessForbidden, "CORSResponse: CORS is not enabled for this bucket (the gateway does not implement CORS)")
-	case r.Method == http.MethodPost && key == "" && r.URL.RawQuery == "" &&
-		strings.HasPrefix(strings.ToLower(r.Header.Get("Content-Type")), "multipart/form-data"):
+	if formUpload {
 		return errf(ErrNotImplemented, "POST Object (a browser's form upload with a POST policy) is not implemented: upload with a presigned PUT URL")
 	}
-	return nil
+	return errf(ErrAccessForbidden, "CORSResponse: CORS is not enabled for this bucket (the gateway does not implement CORS)")
 }
 
 // route finds the bucket and key a request addresses: virtual-hosted
