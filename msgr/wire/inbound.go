@@ -100,10 +100,8 @@ func (in *Inbound) Admit(listener, remote string) (*InboundConn, bool) {
 	}
 	n := in.open.Add(1)
 	if in.max > 0 && n > in.max {
-		in.open.Add(-1)
-		total := in.refused.Add(1)
-		in.rl.Log(in.log, slog.LevelWarn, "refused "+listener, "msgr: connection refused: connection limit reached",
-			"listener", listener, "remote", remote, "max_conns", in.max, "refused_total", total)
+		in.refuse("refused "+listener, "msgr: connection refused: connection limit reached",
+			"listener", listener, "remote", remote, "max_conns", in.max)
 		return nil, false
 	}
 	c := &InboundConn{in: in, early: true}
@@ -112,12 +110,9 @@ func (in *Inbound) Admit(listener, remote string) (*InboundConn, bool) {
 		early := in.hosts[host]
 		if early >= in.perHost && in.scarce(n) {
 			in.mu.Unlock()
-			in.open.Add(-1)
-			total := in.refused.Add(1)
 			in.byHost.Add(1)
-			in.rl.Log(in.log, slog.LevelWarn, "refused per host "+listener,
-				"msgr: connection refused: too many connections from one host not yet authenticated",
-				"listener", listener, "remote", remote, "max_per_host", in.perHost, "refused_total", total)
+			in.refuse("refused per host "+listener, "msgr: connection refused: too many connections from one host not yet authenticated",
+				"listener", listener, "remote", remote, "max_per_host", in.perHost)
 			return nil, false
 		}
 		in.hosts[host] = early + 1
@@ -126,6 +121,14 @@ func (in *Inbound) Admit(listener, remote string) (*InboundConn, bool) {
 	}
 	in.early.Add(1)
 	return c, true
+}
+
+// refuse takes back Admit's count of a connection it refuses, counts the
+// refusal and logs it (rate-limited per key) with attrs and the total.
+func (in *Inbound) refuse(key, msg string, attrs ...any) {
+	in.open.Add(-1)
+	total := in.refused.Add(1)
+	in.rl.Log(in.log, slog.LevelWarn, key, msg, append(attrs, "refused_total", total)...)
 }
 
 // scarce reports whether, with open connections open, slots are scarce
