@@ -324,17 +324,15 @@ func (o *OSD) mayBootAgain(now time.Time) bool {
 		return true // no bound, or a boot of this markdown tried again
 	}
 	o.markdownOf = booted
-	recent := slices.DeleteFunc(o.markdowns, func(t time.Time) bool { return now.Sub(t) >= o.cfg.MaxMarkdownPeriod })
-	if len(recent) >= o.cfg.MaxMarkdownCount {
-		until := recent[0].Add(o.cfg.MaxMarkdownPeriod)
-		o.markdowns = append(recent, now)
-		o.heldDown.Store(until.UnixNano())
-		o.log.Error("marked down too often: staying down (check this OSD's cluster network: its peers report it unreachable while the mon hears it; restart the OSD to boot at once)",
-			"markdowns", len(recent)+1, "period", o.cfg.MaxMarkdownPeriod, "until", until.Format(time.RFC3339))
-		return false
+	o.markdowns = append(slices.DeleteFunc(o.markdowns, func(t time.Time) bool { return now.Sub(t) >= o.cfg.MaxMarkdownPeriod }), now)
+	if len(o.markdowns) <= o.cfg.MaxMarkdownCount {
+		return true
 	}
-	o.markdowns = append(recent, now)
-	return true
+	until := o.markdowns[0].Add(o.cfg.MaxMarkdownPeriod)
+	o.heldDown.Store(until.UnixNano())
+	o.log.Error("marked down too often: staying down (check this OSD's cluster network: its peers report it unreachable while the mon hears it; restart the OSD to boot at once)",
+		"markdowns", len(o.markdowns), "period", o.cfg.MaxMarkdownPeriod, "until", until.Format(time.RFC3339))
+	return false
 }
 
 // HeldDownUntil is until when this OSD stays down for having been marked
