@@ -96,15 +96,18 @@ func writeViaTemp(name string, old fs.FileInfo, write func(io.Writer) error) (er
 }
 
 // tempSuffix ends writeViaTemp's temporary names, before a random part
-// of exactly 13 base-36 digits (a uint64, zero-padded): so fixed a form
-// that no one's own dotfile (".env.osprey-prod") is taken for one.
-const tempSuffix = ".osprey-"
+// of exactly tempDigits base-36 digits (a uint64, zero-padded): so fixed a
+// form that no one's own dotfile (".env.osprey-prod") is taken for one.
+const (
+	tempSuffix = ".osprey-"
+	tempDigits = 13 // a uint64's base-36 digits
+)
 
 // tempPrefix is writeViaTemp's temporary name for base, less its random
 // part: ".BASE.osprey-", with BASE cut (on a UTF-8 boundary) so that the
 // whole name fits a file system's 255 bytes whatever base's length.
 func tempPrefix(base string) string {
-	const room = 255 - len(".") - len(tempSuffix) - 13
+	const room = 255 - len(".") - len(tempSuffix) - tempDigits
 	if len(base) > room {
 		cut := room
 		for cut > 0 && !utf8.RuneStart(base[cut]) {
@@ -123,7 +126,7 @@ func isTempName(name string) bool {
 		return false
 	}
 	rnd := name[i+len(tempSuffix):]
-	return len(rnd) == 13 && strings.Trim(rnd, "0123456789abcdefghijklmnopqrstuvwxyz") == ""
+	return len(rnd) == tempDigits && strings.Trim(rnd, "0123456789abcdefghijklmnopqrstuvwxyz") == ""
 }
 
 // targetErr names the file being written, not its temporary file, in a
@@ -141,7 +144,7 @@ func targetErr(err error, name string) error {
 func createTemp(dir, prefix string) (*os.File, error) {
 	for range 100 {
 		rnd := strconv.FormatUint(rand.Uint64(), 36)
-		rnd = strings.Repeat("0", 13-len(rnd)) + rnd
+		rnd = strings.Repeat("0", tempDigits-len(rnd)) + rnd
 		f, err := os.OpenFile(filepath.Join(dir, prefix+rnd), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
 		if !errors.Is(err, fs.ErrExist) {
 			return f, err
