@@ -26,16 +26,7 @@ func TestConnectionLimit(t *testing.T) {
 	// Peers that send a banner and sit in the handshake hold their slots.
 	var held []net.Conn
 	for range limit {
-		c, err := net.Dial("tcp", a.Host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		bn := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
-		if _, err := wire.ExchangeBanner(c, bn); err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, c)
+		held = append(held, holdInBanner(t, a.Host, "127.0.0.1"))
 	}
 	msgrtest.Eventually(t, 10*time.Second, "the held connections counted", func() bool {
 		return srv.InboundStats().Open == limit
@@ -94,20 +85,7 @@ func TestUnauthPerHostLimit(t *testing.T) {
 		st := srv.InboundStats()
 		return st.Open == 1 && st.Early == 0
 	})
-	hold := func(local string) net.Conn {
-		t.Helper()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
-		c, err := d.Dial("tcp", a.Host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		bn := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
-		if _, err := wire.ExchangeBanner(c, bn); err != nil {
-			t.Fatalf("banner from %s: %v (%s)", local, err, describe())
-		}
-		return c
-	}
+	hold := func(local string) net.Conn { return holdInBanner(t, a.Host, local) }
 	var held []net.Conn
 	for range perHost {
 		held = append(held, hold("127.0.0.1"))
@@ -156,4 +134,21 @@ func TestUnauthWrappedLinks(t *testing.T) {
 	if st := srv.InboundStats(); st.Open != 1 || st.Early != 0 {
 		t.Fatalf("a session through a wrapped link: %+v, want 1 open, none early", st)
 	}
+}
+
+// holdInBanner dials host from the address local, exchanges banners and
+// goes quiet: a connection that sits in the handshake, never authenticated.
+func holdInBanner(t *testing.T, host, local string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+	c, err := d.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	bn := wire.Banner{Version: wire.Version, Supported: wire.KnownFeatures}
+	if _, err := wire.ExchangeBanner(c, bn); err != nil {
+		t.Fatalf("banner from %s: %v", local, err)
+	}
+	return c
 }
