@@ -337,6 +337,21 @@ func (nd *Node) setAll(ctx context.Context, up bool) error {
 	return errors.Join(errs...)
 }
 
+// Blackhole drops what the node sends to addr (on: a blackhole route in
+// the node's namespace; off: the route removed), its other traffic
+// untouched: a partition between two hosts that both still reach the
+// rest. What addr sends still arrives, so cut both ways by blackholing
+// each from the other; a connection then neither starts nor carries data
+// (its segments are sent, their replies or acks dropped).
+func (nd *Node) Blackhole(ctx context.Context, addr netip.Addr, on bool) error {
+	verb := "del"
+	if on {
+		verb = "add"
+	}
+	_, err := run(ctx, "ip", "-n", nd.NS, "route", verb, "blackhole", netip.PrefixFrom(addr, addr.BitLen()).String())
+	return err
+}
+
 // Shaping is a token bucket (tc's tbf) on a link.
 type Shaping struct {
 	// BitsPerSec is the rate each way.

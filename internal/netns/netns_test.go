@@ -187,6 +187,21 @@ func TestLabLinksCutAndShape(t *testing.T) {
 		}
 	}
 
+	// A blackhole route from b to a's address stops b's traffic to a;
+	// once removed, it flows again.
+	if err := b.Blackhole(ctx, a.Addr(pub), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := echo(); err == nil {
+		t.Fatal("b reached a through a blackhole route")
+	}
+	if err := b.Blackhole(ctx, a.Addr(pub), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := echo(); err != nil {
+		t.Fatalf("b to a once the blackhole route is gone: %v", err)
+	}
+
 	// 16 Mbit/s is 2 MB/s: 1 MiB takes about half a second each way.
 	const rate = 16_000_000
 	if err := b.Shape(ctx, pub, Shaping{BitsPerSec: rate}); err != nil {
