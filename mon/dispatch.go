@@ -150,6 +150,9 @@ func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (pr
 		return nil, ops.Errorf(osdpb.Status_WRONG_CLUSTER, "fsid %s is not this cluster's (%s)", fsid, m.fsid)
 	}
 	l := m.lead.Load()
+	if b, ok := req.(*osdpb.MonBeacon); ok && l == nil {
+		return m.relayBeacon(ctx, b)
+	}
 	if l == nil {
 		return nil, m.notLeader()
 	}
@@ -157,7 +160,7 @@ func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (pr
 	case *osdpb.MonBoot:
 		return l.boot(ctx, r)
 	case *osdpb.MonBeacon:
-		return l.beacon(ctx, r)
+		return l.beacon(ctx, r, "")
 	case *osdpb.MonFailure:
 		if err := l.failure(ctx, r); err != nil {
 			return nil, err

@@ -63,6 +63,7 @@ func (l *leadership) run() {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(l.watchLiveness)
+	wg.Go(l.watchRelays)
 	t := time.NewTicker(l.m.cfg.tick())
 	defer t.Stop()
 	for {
@@ -134,10 +135,10 @@ func (l *leadership) boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBoot
 	return &osdpb.MonBootReply{Header: m.header(nil), Id: id, Fsid: m.fsid, Map: next.Proto()}, nil
 }
 
-// beacon serves MSG_MON_BEACON: it keeps the OSD's lease alive and stores
-// what it reports for "status".
-func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.MonBeaconReply, error) {
-	m := l.m
+// beaconTarget is the map and the up OSD a beacon speaks for, or the
+// beacon's refusal: not in the map or marked down (SERVICE_UNAVAILABLE:
+// boot again), another daemon's id (WRONG_CLUSTER).
+func (m *Mon) beaconTarget(ctx context.Context, b *osdpb.MonBeacon) (*placement.Map, *osdpb.OSDInfo, error) {
 	mp := m.Map()
 	o, ok := mp.OSD(b.Id)
 	if !ok || !o.Up {
@@ -150,11 +151,23 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.Mon
 	}
 	switch {
 	case !ok:
-		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is not in the map (epoch %d); boot again", b.Id, mp.Epoch())
+		return nil, nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is not in the map (epoch %d); boot again", b.Id, mp.Epoch())
 	case b.Uuid != "" && o.Uuid != "" && b.Uuid != o.Uuid:
-		return nil, ops.Errorf(osdpb.Status_WRONG_CLUSTER, "osd.%d belongs to another daemon (uuid %s, not %s)", b.Id, o.Uuid, b.Uuid)
+		return nil, nil, ops.Errorf(osdpb.Status_WRONG_CLUSTER, "osd.%d belongs to another daemon (uuid %s, not %s)", b.Id, o.Uuid, b.Uuid)
 	case !o.Up:
-		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is marked down (epoch %d); boot again", b.Id, mp.Epoch())
+		return nil, nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d is marked down (epoch %d); boot again", b.Id, mp.Epoch())
+	}
+	return mp, o, nil
+}
+
+// beacon serves MSG_MON_BEACON: it keeps the OSD's lease alive and stores
+// what it reports for "status". relayedBy names the standby mon that took
+// it from the OSD (empty: the OSD sent it to us).
+func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon, relayedBy string) (*osdpb.MonBeaconReply, error) {
+	m := l.m
+	mp, o, err := m.beaconTarget(ctx, b)
+	if err != nil {
+		return nil, err
 	}
 	lease, err := l.renew(ctx, b.Id)
 	if err != nil {
@@ -181,6 +194,7 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.Mon
 	l.mu.Lock()
 	prev := l.last[b.Id]
 	rec := newBeaconRecord(b, now, prev)
+	rec.RelayedBy = relayedBy
 	for i := range rec.PGs {
 		p := &rec.PGs[i]
 		if p.Epoch == mp.Epoch() {
@@ -195,6 +209,14 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.Mon
 	}
 	l.last[b.Id] = rec
 	l.mu.Unlock()
+	switch was := prev.relayedBy(); {
+	case relayedBy != "" && was == "":
+		// Once per change, not per beacon: the partition it points at
+		// is the operator's to find.
+		m.log.Warn("an OSD's beacons reach this mon only through a standby: it cannot reach the leader", "osd", b.Id, "via", relayedBy)
+	case relayedBy == "" && was != "":
+		m.log.Info("an OSD reaches the leader again", "osd", b.Id, "was_via", was)
+	}
 	js, err := json.Marshal(rec)
 	if err != nil {
 		return nil, err

@@ -195,6 +195,9 @@ type beaconRecord struct {
 	// PGsHeld is how many data PG copies the OSD's store holds (strays
 	// included); nil from a build that does not say.
 	PGsHeld *uint32 `json:"pgs_held,omitempty"`
+	// RelayedBy is the standby mon this beacon came through (the OSD
+	// could not reach the leader); empty when it came to the leader.
+	RelayedBy string `json:"relayed_by,omitempty"`
 	// The rates are measured from this earlier beacon's counters, at
 	// least rateWindow back.
 	BaseAtUnixNano    int64  `json:"base_at_unix_nano"`
@@ -202,6 +205,14 @@ type beaconRecord struct {
 	BaseOps           uint64 `json:"base_ops"`
 	BaseReadBytes     uint64 `json:"base_client_read_bytes"`
 	BaseWriteBytes    uint64 `json:"base_client_write_bytes"`
+}
+
+// relayedBy is the standby r came through ("" for none, or no record).
+func (r *beaconRecord) relayedBy() string {
+	if r == nil {
+		return ""
+	}
+	return r.RelayedBy
 }
 
 // rateWindow is the shortest span a rate is measured over: beacons come
@@ -325,10 +336,14 @@ func computeStatus(in statusInput) *Status {
 			}
 		}
 	}
+	var relayed []string // fresh beacons that came through a standby
 	for _, b := range upBeacons(mp, in.beacons) {
 		st.UsedBytes += b.UsedBytes
 		st.AvailBytes += b.AvailBytes
 		if in.now.Sub(time.Unix(0, b.AtUnixNano)) <= in.fresh {
+			if b.RelayedBy != "" {
+				relayed = append(relayed, fmt.Sprintf("osd.%d reaches the leader only through %s", b.ID, b.RelayedBy))
+			}
 			st.RecoveryBytesPerSec += b.RecoveryBytesPerSec
 			st.OpsPerSec += b.OpsPerSec
 			st.ReadBytesPerSec += b.ReadBytesPerSec
@@ -491,6 +506,12 @@ func computeStatus(in statusInput) *Status {
 		// etcd meanwhile, so it says that what it shows may be old: no
 		// mon marks a dead OSD down (or out) until one leads again.
 		checks.warn("MON_NO_LEADER", "no mon leads (an election is under way): OSD failures are not acted on, and OSD and PG states may be stale", nil)
+	}
+	if n := len(relayed); n > 0 {
+		// The leader cannot reach these OSDs (their beacons came through
+		// a standby, relayBeacon): nothing fails yet, but a boot or a
+		// failure report of theirs must reach the leader itself.
+		checks.warn("MON_LEADER_UNREACHABLE", fmt.Sprintf("%d osds reach the leader mon only through standby mons", n), relayed)
 	}
 	st.Flags = append([]string{}, mp.SetFlags()...)
 	if f := st.Flags; len(f) > 0 {

@@ -47,6 +47,8 @@ func (k keys) alive(id uint32) string      { return fmt.Sprintf("%salive/%010d",
 func (k keys) alivePrefix() string         { return k.pfx + "alive/" }
 func (k keys) stats(id uint32) string      { return fmt.Sprintf("%sstats/%010d", k.pfx, id) }
 func (k keys) statsPrefix() string         { return k.pfx + "stats/" }
+func (k keys) relay(id uint32) string      { return fmt.Sprintf("%srelay/%010d", k.pfx, id) }
+func (k keys) relayPrefix() string         { return k.pfx + "relay/" }
 func (k keys) mon(name string) string      { return k.pfx + "mons/" + name }
 func (k keys) monsPrefix() string          { return k.pfx + "mons/" }
 

@@ -257,6 +257,72 @@ func TestMonLeaderCutOff(t *testing.T) {
 	}
 }
 
+// TestMonLeaderCutOffFromOSDs: three mons and three OSDs; the leader's
+// host and the OSDs' hosts stop reaching each other, every other path
+// stays (etcd, the other mons, the client). The standbys relay the OSDs'
+// beacons to the leader through etcd, so for several graces no OSD is
+// marked down, writes go on, and status warns MON_LEADER_UNREACHABLE; once
+// the cut heals, the warning goes and nothing was lost.
+func TestMonLeaderCutOffFromOSDs(t *testing.T) {
+	c := startCluster(t, clusterOptions{Transport: "tcp", Mons: 3, OSDs: 3})
+	ctx := ctxFor(t, 2*time.Minute)
+	s := c.waitStatus(ctx, "one mon leading", func(s mon.Status) bool {
+		_, err := leader(s, c.monAddrs)
+		return err == nil
+	})
+	lead, _ := leader(s, c.monAddrs)
+	c.mustOsprey(ctx, "mb", bucket)
+	written := map[string]objects{"before": c.putObjects(ctx, "before", 5, 20<<10, 1)}
+
+	ld := c.mons[lead].node
+	blackhole := func(on bool) {
+		t.Helper()
+		for _, o := range c.osds {
+			if err := ld.Blackhole(ctx, o.node.Addr(c.pub), on); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.node.Blackhole(ctx, ld.Addr(c.pub), on); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Logf("mon.%s leads at epoch %d; cutting it off from the OSDs", monName(lead), s.Epoch)
+	blackhole(true)
+	start := time.Now()
+	// The grace is 4 s (startCluster): four of them, every OSD up at
+	// every poll, and the standbys' relays named in status.
+	warned := false
+	for time.Since(start) < 16*time.Second {
+		s, err := c.status(ctx, c.monAddrs)
+		if err != nil {
+			t.Logf("status during the cut: %v", err)
+			continue
+		}
+		if s.OSDs.Up != len(c.osds) {
+			b, _ := json.Marshal(s)
+			t.Fatalf("%v into the cut, %d of %d OSDs up: %s", time.Since(start).Round(100*time.Millisecond), s.OSDs.Up, len(c.osds), b)
+		}
+		warned = warned || slices.ContainsFunc(s.Health.Checks, func(c string) bool {
+			return strings.Contains(c, "reach the leader mon only through standby mons")
+		})
+		time.Sleep(pollInterval)
+	}
+	if !warned {
+		t.Fatal("status never said the OSDs reach the leader only through standbys")
+	}
+	written["during"] = c.putObjects(ctx, "during", 5, 20<<10, 2)
+
+	blackhole(false)
+	start = time.Now()
+	c.waitStatus(ctx, "the leader reached directly again, every PG active+clean", func(s mon.Status) bool {
+		return c.healthy(s) && !slices.ContainsFunc(s.Health.Checks, func(c string) bool { return strings.Contains(c, "only through standby") })
+	})
+	t.Logf("the warning went %v after the cut healed", time.Since(start).Round(100*time.Millisecond))
+	for name, want := range written {
+		c.checkObjects(ctx, "osprey://"+bucket+"/"+name+"/", want)
+	}
+}
+
 // setFullRatio changes the map through mons from the client's host. Right
 // after a cut, a mon's etcd client may still be on the cut-off member's
 // endpoint until its keepalive gives up on it (2+2 s): that mon answers

@@ -125,6 +125,10 @@ type Client struct {
 	mu     sync.Mutex
 	leader string // the address to try first; "" when unknown
 	next   int    // the next of o.Addrs to try when no leader is known
+	// relaySince is when a standby first relayed a beacon of ours in a
+	// row of relays (zero: none): after leaderRetry the leader itself is
+	// tried again.
+	relaySince time.Time
 
 	mapMu sync.Mutex // orders map adoption and the OnMap queue
 	// authMu orders OnAuth calls; authRev is the last table's revision.
@@ -311,7 +315,8 @@ func (c *Client) Boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBootRepl
 
 // Beacon tells the leader the OSD is alive and what its PGs do. An
 // *ops.Error with SERVICE_UNAVAILABLE means the OSD is marked down: it
-// must boot again.
+// must boot again. A standby may take it and relay it to the leader, when
+// the leader did not answer (served).
 func (c *Client) Beacon(ctx context.Context, b *osdpb.MonBeacon) error {
 	var rep osdpb.MonBeaconReply
 	_, err := c.call(ctx, osdpb.MsgType_MSG_MON_BEACON, func() proto.Message { return b }, &rep, false)
@@ -424,7 +429,7 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 				err = fmt.Errorf("monclient: %s answered %v without a header", addr, t)
 			case st == osdpb.Status_OK:
 				if !anyMon {
-					c.setLeader(addr)
+					c.served(addr, rep)
 				}
 				return conn, nil
 			case st == osdpb.Status_NOT_LEADER:
@@ -568,6 +573,36 @@ func (c *Client) pick() string {
 		return c.leader
 	}
 	return c.o.Addrs[c.next%len(c.o.Addrs)]
+}
+
+// leaderRetry is how long beacons go on through a standby that relays
+// them before the leader itself is tried again: one beacon's attempt per
+// leaderRetry, while the leader stays out of reach.
+const leaderRetry = 10 * time.Second
+
+// served notes the mon that served a request for the leader: the leader
+// itself, or a standby that relayed a beacon (MonBeaconReply.RelayedBy)
+// because this client could not reach the leader. Such a standby is not
+// taken for the leader; the beacons keep going to it (it stays next in
+// turn) until leaderRetry, when the leader is tried again.
+func (c *Client) served(addr string, rep reply) {
+	r, ok := rep.(*osdpb.MonBeaconReply)
+	if !ok || r.GetRelayedBy() == "" {
+		c.mu.Lock()
+		c.leader, c.relaySince = addr, time.Time{}
+		c.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.relaySince.IsZero():
+		c.relaySince = now
+		c.log.Info("monclient: a standby relays beacons to the leader: it is out of reach", "via", addr, "leader", r.GetHeader().GetLeader())
+	case now.Sub(c.relaySince) >= leaderRetry:
+		c.leader, c.relaySince = r.GetHeader().GetLeader(), time.Time{}
+	}
 }
 
 func (c *Client) setLeader(addr string) {

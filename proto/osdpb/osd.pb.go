@@ -5504,8 +5504,12 @@ func (x *MonBeacon) GetPgsHeld() uint32 {
 }
 
 type MonBeaconReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// relayed_by: a standby mon (its name) took the beacon and passed it to
+	// the leader through etcd, as Ceph's peons forward; the header's leader
+	// is the leader's address. Empty: the leader took it.
+	RelayedBy     string `protobuf:"bytes,3,opt,name=relayed_by,json=relayedBy,proto3" json:"relayed_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5547,6 +5551,77 @@ func (x *MonBeaconReply) GetHeader() *ReplyHeader {
 	return nil
 }
 
+func (x *MonBeaconReply) GetRelayedBy() string {
+	if x != nil {
+		return x.RelayedBy
+	}
+	return ""
+}
+
+// RelayedBeacon is a beacon a standby mon took from an OSD, kept in etcd
+// (relay/<id>, on the OSD's liveness lease) for the leader to act on: an
+// OSD that reaches some mon but not the leader stays up, and the leader
+// still records its stats and acts on its fullness and filled PGs.
+type RelayedBeacon struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Beacon        *MonBeacon             `protobuf:"bytes,1,opt,name=beacon,proto3" json:"beacon,omitempty"`
+	Mon           string                 `protobuf:"bytes,2,opt,name=mon,proto3" json:"mon,omitempty"`                                       // the standby's name
+	AtUnixNanos   int64                  `protobuf:"varint,3,opt,name=at_unix_nanos,json=atUnixNanos,proto3" json:"at_unix_nanos,omitempty"` // when the standby took it
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelayedBeacon) Reset() {
+	*x = RelayedBeacon{}
+	mi := &file_osd_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelayedBeacon) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelayedBeacon) ProtoMessage() {}
+
+func (x *RelayedBeacon) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelayedBeacon.ProtoReflect.Descriptor instead.
+func (*RelayedBeacon) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *RelayedBeacon) GetBeacon() *MonBeacon {
+	if x != nil {
+		return x.Beacon
+	}
+	return nil
+}
+
+func (x *RelayedBeacon) GetMon() string {
+	if x != nil {
+		return x.Mon
+	}
+	return ""
+}
+
+func (x *RelayedBeacon) GetAtUnixNanos() int64 {
+	if x != nil {
+		return x.AtUnixNanos
+	}
+	return 0
+}
+
 // MonFailure: reporter cannot reach target. immediate: the connection was
 // refused (the process is gone), which marks it down at once.
 type MonFailure struct {
@@ -5564,7 +5639,7 @@ type MonFailure struct {
 
 func (x *MonFailure) Reset() {
 	*x = MonFailure{}
-	mi := &file_osd_proto_msgTypes[65]
+	mi := &file_osd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5576,7 +5651,7 @@ func (x *MonFailure) String() string {
 func (*MonFailure) ProtoMessage() {}
 
 func (x *MonFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[65]
+	mi := &file_osd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5589,7 +5664,7 @@ func (x *MonFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailure.ProtoReflect.Descriptor instead.
 func (*MonFailure) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{65}
+	return file_osd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MonFailure) GetFsid() string {
@@ -5650,7 +5725,7 @@ type MonFailureReply struct {
 
 func (x *MonFailureReply) Reset() {
 	*x = MonFailureReply{}
-	mi := &file_osd_proto_msgTypes[66]
+	mi := &file_osd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5662,7 +5737,7 @@ func (x *MonFailureReply) String() string {
 func (*MonFailureReply) ProtoMessage() {}
 
 func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[66]
+	mi := &file_osd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5675,7 +5750,7 @@ func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailureReply.ProtoReflect.Descriptor instead.
 func (*MonFailureReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{66}
+	return file_osd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *MonFailureReply) GetHeader() *ReplyHeader {
@@ -5702,7 +5777,7 @@ type MonMarkMeDown struct {
 
 func (x *MonMarkMeDown) Reset() {
 	*x = MonMarkMeDown{}
-	mi := &file_osd_proto_msgTypes[67]
+	mi := &file_osd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5714,7 +5789,7 @@ func (x *MonMarkMeDown) String() string {
 func (*MonMarkMeDown) ProtoMessage() {}
 
 func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[67]
+	mi := &file_osd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5727,7 +5802,7 @@ func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMarkMeDown.ProtoReflect.Descriptor instead.
 func (*MonMarkMeDown) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{67}
+	return file_osd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MonMarkMeDown) GetFsid() string {
@@ -5767,7 +5842,7 @@ type MonMarkMeDownReply struct {
 
 func (x *MonMarkMeDownReply) Reset() {
 	*x = MonMarkMeDownReply{}
-	mi := &file_osd_proto_msgTypes[68]
+	mi := &file_osd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5779,7 +5854,7 @@ func (x *MonMarkMeDownReply) String() string {
 func (*MonMarkMeDownReply) ProtoMessage() {}
 
 func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[68]
+	mi := &file_osd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5792,7 +5867,7 @@ func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMarkMeDownReply.ProtoReflect.Descriptor instead.
 func (*MonMarkMeDownReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{68}
+	return file_osd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *MonMarkMeDownReply) GetHeader() *ReplyHeader {
@@ -5814,7 +5889,7 @@ type MonSubscribe struct {
 
 func (x *MonSubscribe) Reset() {
 	*x = MonSubscribe{}
-	mi := &file_osd_proto_msgTypes[69]
+	mi := &file_osd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5826,7 +5901,7 @@ func (x *MonSubscribe) String() string {
 func (*MonSubscribe) ProtoMessage() {}
 
 func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[69]
+	mi := &file_osd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5839,7 +5914,7 @@ func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
 func (*MonSubscribe) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{69}
+	return file_osd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
@@ -5867,7 +5942,7 @@ type MonSubscribeReply struct {
 
 func (x *MonSubscribeReply) Reset() {
 	*x = MonSubscribeReply{}
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5879,7 +5954,7 @@ func (x *MonSubscribeReply) String() string {
 func (*MonSubscribeReply) ProtoMessage() {}
 
 func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5892,7 +5967,7 @@ func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
 func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{70}
+	return file_osd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
@@ -5929,7 +6004,7 @@ type AuthTable struct {
 
 func (x *AuthTable) Reset() {
 	*x = AuthTable{}
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5941,7 +6016,7 @@ func (x *AuthTable) String() string {
 func (*AuthTable) ProtoMessage() {}
 
 func (x *AuthTable) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5954,7 +6029,7 @@ func (x *AuthTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
 func (*AuthTable) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{71}
+	return file_osd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *AuthTable) GetRevision() int64 {
@@ -5986,7 +6061,7 @@ type AuthEntry struct {
 
 func (x *AuthEntry) Reset() {
 	*x = AuthEntry{}
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5998,7 +6073,7 @@ func (x *AuthEntry) String() string {
 func (*AuthEntry) ProtoMessage() {}
 
 func (x *AuthEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6011,7 +6086,7 @@ func (x *AuthEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
 func (*AuthEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{72}
+	return file_osd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *AuthEntry) GetEntity() string {
@@ -6054,7 +6129,7 @@ type S3Key struct {
 
 func (x *S3Key) Reset() {
 	*x = S3Key{}
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6066,7 +6141,7 @@ func (x *S3Key) String() string {
 func (*S3Key) ProtoMessage() {}
 
 func (x *S3Key) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6079,7 +6154,7 @@ func (x *S3Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
 func (*S3Key) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{73}
+	return file_osd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *S3Key) GetAccessKey() string {
@@ -6105,7 +6180,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6117,7 +6192,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6130,7 +6205,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{74}
+	return file_osd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -6149,7 +6224,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6161,7 +6236,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6174,7 +6249,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{75}
+	return file_osd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -6223,7 +6298,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6235,7 +6310,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6248,7 +6323,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{76}
+	return file_osd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -6369,7 +6444,7 @@ type MonRequestRecord struct {
 
 func (x *MonRequestRecord) Reset() {
 	*x = MonRequestRecord{}
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6381,7 +6456,7 @@ func (x *MonRequestRecord) String() string {
 func (*MonRequestRecord) ProtoMessage() {}
 
 func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6394,7 +6469,7 @@ func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonRequestRecord.ProtoReflect.Descriptor instead.
 func (*MonRequestRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{77}
+	return file_osd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *MonRequestRecord) GetDigest() []byte {
@@ -6425,7 +6500,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[78]
+	mi := &file_osd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6437,7 +6512,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[78]
+	mi := &file_osd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6450,7 +6525,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{78}
+	return file_osd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -6509,7 +6584,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[79]
+	mi := &file_osd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6521,7 +6596,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[79]
+	mi := &file_osd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6534,7 +6609,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{79}
+	return file_osd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -6988,9 +7063,15 @@ const file_osd_proto_rawDesc = "" +
 	"\x11client_read_bytes\x18\r \x01(\x04R\x0fclientReadBytes\x12!\n" +
 	"\fscrub_errors\x18\x0e \x01(\x04R\vscrubErrors\x12\x1e\n" +
 	"\bpgs_held\x18\x0f \x01(\rH\x00R\apgsHeld\x88\x01\x01B\v\n" +
-	"\t_pgs_heldJ\x04\b\x01\x10\x02\"G\n" +
+	"\t_pgs_heldJ\x04\b\x01\x10\x02\"f\n" +
 	"\x0eMonBeaconReply\x12/\n" +
-	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06headerJ\x04\b\x02\x10\x03\"\xce\x01\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x1d\n" +
+	"\n" +
+	"relayed_by\x18\x03 \x01(\tR\trelayedByJ\x04\b\x02\x10\x03\"t\n" +
+	"\rRelayedBeacon\x12-\n" +
+	"\x06beacon\x18\x01 \x01(\v2\x15.osprey.osd.MonBeaconR\x06beacon\x12\x10\n" +
+	"\x03mon\x18\x02 \x01(\tR\x03mon\x12\"\n" +
+	"\rat_unix_nanos\x18\x03 \x01(\x03R\vatUnixNanos\"\xce\x01\n" +
 	"\n" +
 	"MonFailure\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x1a\n" +
@@ -7216,7 +7297,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),                    // 0: osprey.osd.MsgType
 	(Status)(0),                     // 1: osprey.osd.Status
@@ -7287,25 +7368,26 @@ var file_osd_proto_goTypes = []any{
 	(*PGInspectReply)(nil),          // 66: osprey.osd.PGInspectReply
 	(*MonBeacon)(nil),               // 67: osprey.osd.MonBeacon
 	(*MonBeaconReply)(nil),          // 68: osprey.osd.MonBeaconReply
-	(*MonFailure)(nil),              // 69: osprey.osd.MonFailure
-	(*MonFailureReply)(nil),         // 70: osprey.osd.MonFailureReply
-	(*MonMarkMeDown)(nil),           // 71: osprey.osd.MonMarkMeDown
-	(*MonMarkMeDownReply)(nil),      // 72: osprey.osd.MonMarkMeDownReply
-	(*MonSubscribe)(nil),            // 73: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil),       // 74: osprey.osd.MonSubscribeReply
-	(*AuthTable)(nil),               // 75: osprey.osd.AuthTable
-	(*AuthEntry)(nil),               // 76: osprey.osd.AuthEntry
-	(*S3Key)(nil),                   // 77: osprey.osd.S3Key
-	(*MonAuth)(nil),                 // 78: osprey.osd.MonAuth
-	(*MonMap)(nil),                  // 79: osprey.osd.MonMap
-	(*MonCommand)(nil),              // 80: osprey.osd.MonCommand
-	(*MonRequestRecord)(nil),        // 81: osprey.osd.MonRequestRecord
-	(*MonCommandReply)(nil),         // 82: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),              // 83: osprey.osd.AuthRecord
-	nil,                             // 84: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                             // 85: osprey.osd.AuthEntry.CapsEntry
-	nil,                             // 86: osprey.osd.MonCommand.CapsEntry
-	nil,                             // 87: osprey.osd.AuthRecord.CapsEntry
+	(*RelayedBeacon)(nil),           // 69: osprey.osd.RelayedBeacon
+	(*MonFailure)(nil),              // 70: osprey.osd.MonFailure
+	(*MonFailureReply)(nil),         // 71: osprey.osd.MonFailureReply
+	(*MonMarkMeDown)(nil),           // 72: osprey.osd.MonMarkMeDown
+	(*MonMarkMeDownReply)(nil),      // 73: osprey.osd.MonMarkMeDownReply
+	(*MonSubscribe)(nil),            // 74: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil),       // 75: osprey.osd.MonSubscribeReply
+	(*AuthTable)(nil),               // 76: osprey.osd.AuthTable
+	(*AuthEntry)(nil),               // 77: osprey.osd.AuthEntry
+	(*S3Key)(nil),                   // 78: osprey.osd.S3Key
+	(*MonAuth)(nil),                 // 79: osprey.osd.MonAuth
+	(*MonMap)(nil),                  // 80: osprey.osd.MonMap
+	(*MonCommand)(nil),              // 81: osprey.osd.MonCommand
+	(*MonRequestRecord)(nil),        // 82: osprey.osd.MonRequestRecord
+	(*MonCommandReply)(nil),         // 83: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),              // 84: osprey.osd.AuthRecord
+	nil,                             // 85: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                             // 86: osprey.osd.AuthEntry.CapsEntry
+	nil,                             // 87: osprey.osd.MonCommand.CapsEntry
+	nil,                             // 88: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	6,   // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -7317,7 +7399,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,   // 6: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	8,   // 7: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	9,   // 8: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	84,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	85,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	12,  // 10: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	13,  // 11: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	11,  // 12: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -7399,27 +7481,28 @@ var file_osd_proto_depIdxs = []int32{
 	49,  // 88: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
 	2,   // 89: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
 	11,  // 90: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	11,  // 91: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	11,  // 92: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
-	11,  // 93: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 94: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	75,  // 95: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	76,  // 96: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	85,  // 97: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	77,  // 98: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	75,  // 99: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,   // 100: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	86,  // 101: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	82,  // 102: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
-	11,  // 103: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 104: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	87,  // 105: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	77,  // 106: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	107, // [107:107] is the sub-list for method output_type
-	107, // [107:107] is the sub-list for method input_type
-	107, // [107:107] is the sub-list for extension type_name
-	107, // [107:107] is the sub-list for extension extendee
-	0,   // [0:107] is the sub-list for field type_name
+	67,  // 91: osprey.osd.RelayedBeacon.beacon:type_name -> osprey.osd.MonBeacon
+	11,  // 92: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	11,  // 93: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
+	11,  // 94: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 95: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	76,  // 96: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	77,  // 97: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	86,  // 98: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	78,  // 99: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	76,  // 100: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,   // 101: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	87,  // 102: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	83,  // 103: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	11,  // 104: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 105: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	88,  // 106: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	78,  // 107: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	108, // [108:108] is the sub-list for method output_type
+	108, // [108:108] is the sub-list for method input_type
+	108, // [108:108] is the sub-list for extension type_name
+	108, // [108:108] is the sub-list for extension extendee
+	0,   // [0:108] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -7435,7 +7518,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   84,
+			NumMessages:   85,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

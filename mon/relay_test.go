@@ -1,0 +1,121 @@
+package mon
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// TestStandbyRelaysBeacons: an OSD that reaches only a standby mon (the
+// leader cut off from it) stays up on beacons the standby relays, past
+// several graces, while an OSD that sends none is marked down; the leader
+// still acts on what the relayed beacons say (a fullness change reaches the
+// map) and status names the OSDs it hears only through a standby, until one
+// reaches it directly again. A beacon of an OSD marked down is refused by
+// the standby as by the leader ("boot again").
+func TestStandbyRelaysBeacons(t *testing.T) {
+	e := startTestEtcd(t)
+	cfg := testConfig(e, "a")
+	cfg.HeartbeatGrace = 2 * time.Second
+	a := startTestMon(t, cfg)
+	eventually(t, 10*time.Second, "mon.a leads", a.IsLeader)
+	cfg.Name = "b"
+	b := startTestMon(t, cfg)
+	eventually(t, 5*time.Second, "mon.b knows the leader", func() bool { return b.Leader() == a.Addr() })
+
+	direct := newTestClient(t, nil, a.Addr())
+	mustBoot(t, direct, bootOf(0))
+	mustBoot(t, direct, bootOf(1))
+	booted := time.Now()
+	eventually(t, 10*time.Second, "mon.b at the leader's epoch", func() bool { return b.Map().Epoch() == a.Map().Epoch() })
+
+	// osd.0 reaches only mon.b: a client that knows no other mon.
+	viaB := newTestClient(t, nil, b.Addr())
+	send := func(f osdpb.Fullness) error {
+		bc := beaconOf(a.Map(), 0)
+		bc.UsedBytes, bc.AvailBytes, bc.Fullness = 870, 130, f
+		return viaB.Beacon(ctxFor(t, 5*time.Second), bc)
+	}
+	if err := send(osdpb.Fullness_FULLNESS_NONE); err != nil {
+		t.Fatalf("a beacon through the standby: %v", err)
+	}
+	stop := make(chan struct{})
+	beating := make(chan error, 1)
+	go func() {
+		tk := time.NewTicker(300 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stop:
+				beating <- nil
+				return
+			case <-tk.C:
+				if err := send(osdpb.Fullness_FULLNESS_NONE); err != nil {
+					beating <- err
+					return
+				}
+			}
+		}
+	}()
+	eventually(t, 15*time.Second, "osd.1, silent, marked down by lease expiry", func() bool { return !osdOf(t, a.Map(), 1).Up })
+	// Three graces after the boot, osd.0 must still be up: its lease was
+	// renewed by mon.b alone.
+	for time.Since(booted) < 3*cfg.HeartbeatGrace {
+		if !osdOf(t, a.Map(), 0).Up {
+			t.Fatalf("osd.0 marked down %v after its boot, though it beaconed through mon.b", time.Since(booted))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	if err := <-beating; err != nil {
+		t.Fatalf("a beacon through the standby: %v", err)
+	}
+
+	st := statusCmd(t, viaB)
+	if !hasCheck(st, "1 osds reach the leader mon only through standby mons") {
+		t.Fatalf("status while osd.0 beacons through mon.b: %q", st.Health.Checks)
+	}
+	rep := mustCommand(t, viaB, &osdpb.MonCommand{Prefix: "health detail"})
+	if !strings.Contains(rep.Output, "osd.0 reaches the leader only through mon.b") {
+		t.Fatalf("health detail: %s", rep.Output)
+	}
+
+	// What only the leader does, it does for a relayed beacon too.
+	before := a.Map().Epoch()
+	if err := send(osdpb.Fullness_FULLNESS_NEARFULL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the relayed nearfull in the leader's map", func() bool {
+		return osdOf(t, a.Map(), 0).Fullness == osdpb.Fullness_FULLNESS_NEARFULL && a.Map().Epoch() > before
+	})
+
+	// Straight to the leader again: the warning goes.
+	bc := beaconOf(a.Map(), 0)
+	bc.Fullness = osdpb.Fullness_FULLNESS_NEARFULL
+	if err := direct.Beacon(ctxFor(t, 5*time.Second), bc); err != nil {
+		t.Fatal(err)
+	}
+	if st := statusCmd(t, direct); hasCheck(st, "reach the leader mon only through") {
+		t.Fatalf("status after a beacon to the leader: %q", st.Health.Checks)
+	}
+
+	// osd.1 is down: the standby refuses its beacon as the leader does.
+	err := viaB.Beacon(ctxFor(t, 5*time.Second), beaconOf(a.Map(), 1))
+	if statusOf(err) != osdpb.Status_SERVICE_UNAVAILABLE || !strings.Contains(err.Error(), "boot again") {
+		t.Fatalf("a down OSD's beacon through the standby: %v", err)
+	}
+
+	// Once mon.b leads, it takes osd.0's beacons itself.
+	if err := a.Close(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "mon.b leads", b.IsLeader)
+	if err := send(osdpb.Fullness_FULLNESS_NEARFULL); err != nil {
+		t.Fatalf("a beacon to the new leader: %v", err)
+	}
+	if st := statusCmd(t, viaB); hasCheck(st, "reach the leader mon only through") {
+		t.Fatalf("status once mon.b leads: %q", st.Health.Checks)
+	}
+}
