@@ -150,7 +150,7 @@ func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (pr
 		return nil, ops.Errorf(osdpb.Status_WRONG_CLUSTER, "fsid %s is not this cluster's (%s)", fsid, m.fsid)
 	}
 	l := m.lead.Load()
-	if b, ok := req.(*osdpb.MonBeacon); ok && l == nil {
+	if b, ok := req.(*osdpb.MonBeacon); ok && l == nil && b.LeaderUnreachable {
 		return m.relayBeacon(ctx, b)
 	}
 	if l == nil {

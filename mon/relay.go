@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
@@ -13,10 +14,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// relayBeacon serves MSG_MON_BEACON on a standby, as Ceph's peons forward
-// an OSD's messages to the leader: an OSD that reaches this mon but not
-// the leader (the leader's host cut off from the OSDs, not from etcd or
-// the other mons) must not be marked down for it, nor every OSD with it.
+// relayBeacon serves MSG_MON_BEACON on a standby when the OSD says its
+// last attempt at the leader failed (leader_unreachable; others are
+// redirected), as Ceph's peons forward an OSD's messages to the leader: an
+// OSD that reaches this mon but not the leader (the leader's host cut off
+// from the OSDs, not from etcd or the other mons) must not be marked down
+// for it, nor every OSD with it.
 //
 // The standby leaves the beacon in etcd for the leader (relay/<id>, on
 // the OSD's liveness lease, so that it goes with the OSD), which acts on
@@ -63,31 +66,87 @@ func (m *Mon) relayBeacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.MonBe
 	if b.Epoch < mp.Epoch() {
 		h.Map = mp.Proto()
 	}
-	return &osdpb.MonBeaconReply{Header: h, RelayedBy: m.cfg.Name}, nil //MUT
+	return &osdpb.MonBeaconReply{Header: h, RelayedBy: m.cfg.Name}, nil
 }
 
 // watchRelays acts on the beacons standby mons relayed (relayBeacon) as
-// on the ones the OSDs send us. It starts from now: a relay written while
-// no watch ran already renewed its OSD's lease, and the next comes a beacon
-// interval later.
+// on the ones the OSDs send us, each OSD's newest one at a time
+// (relayQueue), many OSDs at once. A watch that broke resumes after the
+// last revision it saw; the first starts from now.
 func (l *leadership) watchRelays() {
 	m := l.m
 	backoff := newBackoff()
+	q := relayQueue{l: l, pending: map[uint32]relayedAt{}}
+	defer q.wg.Wait()
+	var next int64 // revision to resume from (0: now)
 	for l.ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.ctx))
-		wch := m.cli.Watch(wctx, m.k.relayPrefix(), clientv3.WithPrefix(), clientv3.WithFilterDelete())
-		for wr := range wch {
+		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete()}
+		if next != 0 {
+			opts = append(opts, clientv3.WithRev(next))
+		}
+		for wr := range m.cli.Watch(wctx, m.k.relayPrefix(), opts...) {
 			if wr.Err() != nil {
 				break
 			}
 			for _, ev := range wr.Events {
-				l.relayed(string(ev.Kv.Key), ev.Kv.Value)
+				q.add(string(ev.Kv.Key), ev.Kv.Value)
 			}
+			next = wr.Header.Revision + 1
 			backoff.reset()
 		}
 		cancel()
 		backoff.wait(l.ctx)
 	}
+}
+
+// relayedAt is one OSD's newest relayed beacon, as stored under key.
+type relayedAt struct {
+	key string
+	v   []byte
+}
+
+// relayQueue runs the relayed beacons: one goroutine per OSD while it has
+// one waiting, which takes only the newest (a slow map change for one OSD
+// holds back neither the others nor its own later beacons).
+type relayQueue struct {
+	l       *leadership
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	pending map[uint32]relayedAt
+	busy    map[uint32]bool
+}
+
+func (q *relayQueue) add(key string, v []byte) {
+	id, ok := idOf(key, q.l.m.k.relayPrefix())
+	if !ok {
+		q.l.m.log.Warn("ignoring a relayed beacon under a key that names no OSD", "key", key)
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pending[id] = relayedAt{key, v}
+	if q.busy == nil {
+		q.busy = map[uint32]bool{}
+	}
+	if q.busy[id] {
+		return
+	}
+	q.busy[id] = true
+	q.wg.Go(func() {
+		for {
+			q.mu.Lock()
+			r, ok := q.pending[id]
+			delete(q.pending, id)
+			if !ok {
+				delete(q.busy, id)
+				q.mu.Unlock()
+				return
+			}
+			q.mu.Unlock()
+			q.l.relayed(r.key, r.v)
+		}
+	})
 }
 
 // relayed takes one relayed beacon, as stored under key.

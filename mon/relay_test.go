@@ -1,10 +1,12 @@
 package mon
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -31,11 +33,26 @@ func TestStandbyRelaysBeacons(t *testing.T) {
 	booted := time.Now()
 	eventually(t, 10*time.Second, "mon.b at the leader's epoch", func() bool { return b.Map().Epoch() == a.Map().Epoch() })
 
-	// osd.0 reaches only mon.b: a client that knows no other mon.
-	viaB := newTestClient(t, nil, b.Addr())
+	// A beacon that says nothing of the leader is sent on to it: no relay.
+	if err := newTestClient(t, nil, b.Addr()).Beacon(ctxFor(t, 5*time.Second), beaconOf(a.Map(), 0)); err != nil {
+		t.Fatal(err)
+	}
+	if st := statusCmd(t, direct); hasCheck(st, "reach the leader mon only through") {
+		t.Fatalf("a beacon that did not ask was relayed: %q", st.Health.Checks)
+	}
+	// osd.0 reaches only mon.b (a client that knows no other mon), and
+	// says the leader is out of reach (as the mon client does when its
+	// last attempt there failed): mon.b relays its beacons.
+	viaB, err := monclient.New(context.Background(), monclient.Options{Addrs: []string{b.Addr()}, Name: "client.test",
+		Logger: testLogger(), Timeout: 2 * time.Second, LeaderRetry: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { viaB.Close() })
 	send := func(f osdpb.Fullness) error {
 		bc := beaconOf(a.Map(), 0)
 		bc.UsedBytes, bc.AvailBytes, bc.Fullness = 870, 130, f
+		bc.LeaderUnreachable = true
 		return viaB.Beacon(ctxFor(t, 5*time.Second), bc)
 	}
 	if err := send(osdpb.Fullness_FULLNESS_NONE); err != nil {
@@ -102,7 +119,9 @@ func TestStandbyRelaysBeacons(t *testing.T) {
 	}
 
 	// osd.1 is down: the standby refuses its beacon as the leader does.
-	err := viaB.Beacon(ctxFor(t, 5*time.Second), beaconOf(a.Map(), 1))
+	down := beaconOf(a.Map(), 1)
+	down.LeaderUnreachable = true
+	err = viaB.Beacon(ctxFor(t, 5*time.Second), down)
 	if statusOf(err) != osdpb.Status_SERVICE_UNAVAILABLE || !strings.Contains(err.Error(), "boot again") {
 		t.Fatalf("a down OSD's beacon through the standby: %v", err)
 	}

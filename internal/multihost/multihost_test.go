@@ -296,6 +296,7 @@ func TestMonLeaderCutOffFromOSDs(t *testing.T) {
 		s, err := c.status(ctx, c.monAddrs)
 		if err != nil {
 			t.Logf("status during the cut: %v", err)
+			time.Sleep(pollInterval)
 			continue
 		}
 		if s.OSDs.Up != len(c.osds) {

@@ -80,6 +80,10 @@ type Options struct {
 	OnAuth func(*osdpb.AuthTable)
 	// Timeout bounds one attempt of a request at one mon. Default 5s.
 	Timeout time.Duration
+	// LeaderRetry is how long beacons go on through a standby that relays
+	// them (the leader out of reach) before the leader is tried again.
+	// Default 10s.
+	LeaderRetry time.Duration
 }
 
 // ErrClosed is returned by requests after Close.
@@ -125,10 +129,12 @@ type Client struct {
 	mu     sync.Mutex
 	leader string // the address to try first; "" when unknown
 	next   int    // the next of o.Addrs to try when no leader is known
-	// relaySince is when a standby first relayed a beacon of ours in a
-	// row of relays (zero: none): after leaderRetry the leader itself is
-	// tried again.
-	relaySince time.Time
+	// Beacons while the leader is out of reach (beaconRoute): relay is
+	// the standby relaying them ("" when none), relayLeader the leader it
+	// names, relaySince when it started or the leader was last tried;
+	// leaderFailed is when an attempt at the leader last failed.
+	relay, relayLeader       string
+	relaySince, leaderFailed time.Time
 
 	mapMu sync.Mutex // orders map adoption and the OnMap queue
 	// authMu orders OnAuth calls; authRev is the last table's revision.
@@ -165,6 +171,9 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second
+	}
+	if o.LeaderRetry <= 0 {
+		o.LeaderRetry = 10 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -410,7 +419,13 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 		if round == 0 && len(c.o.Addrs) > 1 && !c.knowsLeader() {
 			wait = min(wait, firstTry)
 		}
-		conn, out, err := c.roundTrip(ctx, addr, t, tid, build(), rep, wait)
+		req := build()
+		if b, ok := req.(*osdpb.MonBeacon); ok {
+			var unreachable bool
+			addr, wait, unreachable = c.beaconRoute(addr, wait)
+			b.LeaderUnreachable = b.LeaderUnreachable || unreachable
+		}
+		conn, out, err := c.roundTrip(ctx, addr, t, tid, req, rep, wait)
 		sent = sent || (out && err != nil)
 		if errors.Is(err, ErrClosed) {
 			return nil, err
@@ -434,6 +449,9 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 				return conn, nil
 			case st == osdpb.Status_NOT_LEADER:
 				err = ops.FromReply(h)
+				if t == osdpb.MsgType_MSG_MON_BEACON {
+					c.endRelay(addr) // it relays no more: another leader, or its etcd's trouble
+				}
 				if h.Leader != "" && h.Leader != addr {
 					c.setLeader(h.Leader)
 					answers.note(addr, err)
@@ -575,34 +593,66 @@ func (c *Client) pick() string {
 	return c.o.Addrs[c.next%len(c.o.Addrs)]
 }
 
-// leaderRetry is how long beacons go on through a standby that relays
-// them before the leader itself is tried again: one beacon's attempt per
-// leaderRetry, while the leader stays out of reach.
-const leaderRetry = 10 * time.Second
+// leaderProbe bounds the attempt at the leader that a beacon makes once
+// every Options.LeaderRetry while a standby relays them (then the same
+// beacon goes on to the relay): a cut that healed is seen within
+// LeaderRetry, and one that did not costs no beacon.
+const leaderProbe = 500 * time.Millisecond
 
-// served notes the mon that served a request for the leader: the leader
-// itself, or a standby that relayed a beacon (MonBeaconReply.RelayedBy)
-// because this client could not reach the leader. Such a standby is not
-// taken for the leader; the beacons keep going to it (it stays next in
-// turn) until leaderRetry, when the leader is tried again.
-func (c *Client) served(addr string, rep reply) {
-	r, ok := rep.(*osdpb.MonBeaconReply)
-	if !ok || r.GetRelayedBy() == "" {
-		c.mu.Lock()
-		c.leader, c.relaySince = addr, time.Time{}
-		c.mu.Unlock()
-		return
-	}
+// beaconRoute is where a beacon's attempt goes, for how long, and whether
+// it says the leader is out of reach (MonBeacon.leader_unreachable): to
+// the standby relaying our beacons, apart from requests of other kinds
+// (their NOT_LEADER redirects send them to the leader, whatever it is);
+// to the leader for a short probe once every LeaderRetry; else where pick
+// says, saying the leader is out of reach when our last attempt at it
+// failed within LeaderRetry.
+func (c *Client) beaconRoute(addr string, wait time.Duration) (string, time.Duration, bool) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
-	case c.relaySince.IsZero():
-		c.relaySince = now
-		c.log.Info("monclient: a standby relays beacons to the leader: it is out of reach", "via", addr, "leader", r.GetHeader().GetLeader())
-	case now.Sub(c.relaySince) >= leaderRetry:
-		c.leader, c.relaySince = r.GetHeader().GetLeader(), time.Time{}
+	case c.relay != "" && now.Sub(c.relaySince) < c.o.LeaderRetry:
+		return c.relay, wait, true
+	case c.relay != "" && c.relayLeader != "":
+		c.relaySince = now // the probe's failure goes back to the relay
+		return c.relayLeader, min(wait, leaderProbe), false
 	}
+	return addr, wait, !c.leaderFailed.IsZero() && now.Sub(c.leaderFailed) < c.o.LeaderRetry
+}
+
+// served notes the mon that served a request for the leader: the leader
+// itself, or a standby that relayed a beacon (MonBeaconReply.relayed_by),
+// which beacons then keep to (beaconRoute). Neither is a relay any more
+// once the leader answers a beacon itself.
+func (c *Client) served(addr string, rep reply) {
+	r, ok := rep.(*osdpb.MonBeaconReply)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !ok || r.GetRelayedBy() == "" {
+		c.leader = addr
+		if ok {
+			if c.relay != "" {
+				c.log.Info("monclient: the leader takes beacons again", "leader", addr)
+			}
+			c.relay, c.leaderFailed = "", time.Time{}
+		}
+		return
+	}
+	if c.relay != addr {
+		c.log.Info("monclient: the leader is out of reach; a standby relays beacons to it", "via", addr, "leader", r.GetHeader().GetLeader())
+		c.relay, c.relaySince = addr, time.Now()
+	}
+	c.relayLeader = r.GetHeader().GetLeader()
+}
+
+// endRelay stops sending beacons to addr as a relay: it failed, or relays
+// no more.
+func (c *Client) endRelay(addr string) {
+	c.mu.Lock()
+	if c.relay == addr {
+		c.relay = ""
+	}
+	c.mu.Unlock()
 }
 
 func (c *Client) setLeader(addr string) {
@@ -615,8 +665,14 @@ func (c *Client) setLeader(addr string) {
 func (c *Client) skip(addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.leader == addr || c.relayLeader == addr {
+		c.leaderFailed = time.Now()
+	}
 	if c.leader == addr {
 		c.leader = ""
+	}
+	if c.relay == addr {
+		c.relay = ""
 	}
 	if c.o.Addrs[c.next%len(c.o.Addrs)] == addr {
 		c.next++

@@ -799,7 +799,12 @@ type OSDInfo struct {
 	Born uint64 `protobuf:"varint,14,opt,name=born,proto3" json:"born,omitempty"`
 	// The features its last boot said its build has (MonBoot.features):
 	// bit 0, pg_temp (it computes acting sets from ClusterMap.pg_temp).
-	Features      uint64 `protobuf:"varint,15,opt,name=features,proto3" json:"features,omitempty"`
+	Features uint64 `protobuf:"varint,15,opt,name=features,proto3" json:"features,omitempty"`
+	// Marked down knowing its process is gone (it asked, stopping; or a
+	// peer's connection to it was refused), as Ceph's dead_epoch: it serves
+	// nothing, so a PG's next primary need not wait out the read lease it
+	// held. False while up, and when marked down for silence or by hand.
+	Dead          bool `protobuf:"varint,16,opt,name=dead,proto3" json:"dead,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -937,6 +942,13 @@ func (x *OSDInfo) GetFeatures() uint64 {
 		return x.Features
 	}
 	return 0
+}
+
+func (x *OSDInfo) GetDead() bool {
+	if x != nil {
+		return x.Dead
+	}
+	return false
 }
 
 type Pool struct {
@@ -3830,7 +3842,11 @@ type HeartbeatReply struct {
 	SentUnixNano int64                  `protobuf:"varint,3,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"` // echoed
 	// How full the answering OSD is now: a primary refuses writes to a PG
 	// with a full member without waiting for the map to say so.
-	Fullness      Fullness `protobuf:"varint,4,opt,name=fullness,proto3,enum=osprey.osd.Fullness" json:"fullness,omitempty"`
+	Fullness Fullness `protobuf:"varint,4,opt,name=fullness,proto3,enum=osprey.osd.Fullness" json:"fullness,omitempty"`
+	// no_lease: the answering OSD holds the pinging one down in its map (at
+	// epoch), so this reply renews no read lease (docs/osd.md, "Read
+	// leases"). A build without leases never sets it.
+	NoLease       bool `protobuf:"varint,5,opt,name=no_lease,json=noLease,proto3" json:"no_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3891,6 +3907,13 @@ func (x *HeartbeatReply) GetFullness() Fullness {
 		return x.Fullness
 	}
 	return Fullness_FULLNESS_NONE
+}
+
+func (x *HeartbeatReply) GetNoLease() bool {
+	if x != nil {
+		return x.NoLease
+	}
+	return false
 }
 
 // MonBoot: an OSD starts. A first boot (no id yet) gets a new id; a later
@@ -4026,13 +4049,16 @@ func (x *MonBoot) GetFeatures() uint64 {
 }
 
 type MonBootReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Id            uint32                 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
-	Fsid          string                 `protobuf:"bytes,4,opt,name=fsid,proto3" json:"fsid,omitempty"`
-	Map           *ClusterMap            `protobuf:"bytes,5,opt,name=map,proto3" json:"map,omitempty"` // the map that marks the OSD up
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Id     uint32                 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	Fsid   string                 `protobuf:"bytes,4,opt,name=fsid,proto3" json:"fsid,omitempty"`
+	Map    *ClusterMap            `protobuf:"bytes,5,opt,name=map,proto3" json:"map,omitempty"` // the map that marks the OSD up
+	// The mon's heartbeat grace: how long an OSD may be silent before it is
+	// marked down. OSDs hold read leases a little shorter (docs/osd.md).
+	HeartbeatGraceNanos int64 `protobuf:"varint,6,opt,name=heartbeat_grace_nanos,json=heartbeatGraceNanos,proto3" json:"heartbeat_grace_nanos,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *MonBootReply) Reset() {
@@ -4091,6 +4117,13 @@ func (x *MonBootReply) GetMap() *ClusterMap {
 		return x.Map
 	}
 	return nil
+}
+
+func (x *MonBootReply) GetHeartbeatGraceNanos() int64 {
+	if x != nil {
+		return x.HeartbeatGraceNanos
+	}
+	return 0
 }
 
 // PGStat is what a PG's primary reports of it in its beacons.
@@ -5370,9 +5403,13 @@ type MonBeacon struct {
 	// Copies of data PGs the OSD's store holds, whatever its role in them
 	// (strays not yet removed included): "osd safe-to-destroy" wants none
 	// left on an OSD that runs. Unset from a build that did not count them.
-	PgsHeld       *uint32 `protobuf:"varint,15,opt,name=pgs_held,json=pgsHeld,proto3,oneof" json:"pgs_held,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PgsHeld *uint32 `protobuf:"varint,15,opt,name=pgs_held,json=pgsHeld,proto3,oneof" json:"pgs_held,omitempty"`
+	// leader_unreachable: the sender's last attempt at the leader failed, so
+	// a standby relays this beacon to it (MonBeaconReply.relayed_by) rather
+	// than answer NOT_LEADER. The mon client sets it.
+	LeaderUnreachable bool `protobuf:"varint,16,opt,name=leader_unreachable,json=leaderUnreachable,proto3" json:"leader_unreachable,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *MonBeacon) Reset() {
@@ -5501,6 +5538,13 @@ func (x *MonBeacon) GetPgsHeld() uint32 {
 		return *x.PgsHeld
 	}
 	return 0
+}
+
+func (x *MonBeacon) GetLeaderUnreachable() bool {
+	if x != nil {
+		return x.LeaderUnreachable
+	}
+	return false
 }
 
 type MonBeaconReply struct {
@@ -6668,7 +6712,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06PGTemp\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x12\n" +
-	"\x04osds\x18\x03 \x03(\rR\x04osds\"\x9d\x03\n" +
+	"\x04osds\x18\x03 \x03(\rR\x04osds\"\xb1\x03\n" +
 	"\aOSDInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1f\n" +
 	"\vpublic_addr\x18\x02 \x01(\tR\n" +
@@ -6686,7 +6730,8 @@ const file_osd_proto_rawDesc = "" +
 	"\bfullness\x18\f \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12\x17\n" +
 	"\alost_at\x18\r \x01(\x04R\x06lostAt\x12\x12\n" +
 	"\x04born\x18\x0e \x01(\x04R\x04born\x12\x1a\n" +
-	"\bfeatures\x18\x0f \x01(\x04R\bfeatures\"t\n" +
+	"\bfeatures\x18\x0f \x01(\x04R\bfeatures\x12\x12\n" +
+	"\x04dead\x18\x10 \x01(\bR\x04dead\"t\n" +
 	"\x04Pool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -6926,12 +6971,13 @@ const file_osd_proto_rawDesc = "" +
 	"\tHeartbeat\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
-	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\"\x92\x01\n" +
+	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\"\xad\x01\n" +
 	"\x0eHeartbeatReply\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
 	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\x120\n" +
-	"\bfullness\x18\x04 \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\"\xbd\x02\n" +
+	"\bfullness\x18\x04 \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12\x19\n" +
+	"\bno_lease\x18\x05 \x01(\bR\anoLease\"\xbd\x02\n" +
 	"\aMonBoot\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x15\n" +
 	"\x06has_id\x18\x03 \x01(\bR\x05hasId\x12\x0e\n" +
@@ -6946,12 +6992,13 @@ const file_osd_proto_rawDesc = "" +
 	" \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12\x1f\n" +
 	"\vfresh_store\x18\v \x01(\bR\n" +
 	"freshStore\x12\x1a\n" +
-	"\bfeatures\x18\f \x01(\x04R\bfeaturesJ\x04\b\x01\x10\x02\"\x93\x01\n" +
+	"\bfeatures\x18\f \x01(\x04R\bfeaturesJ\x04\b\x01\x10\x02\"\xc7\x01\n" +
 	"\fMonBootReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
 	"\x04fsid\x18\x04 \x01(\tR\x04fsid\x12(\n" +
-	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03mapJ\x04\b\x02\x10\x03\"\xc6\x02\n" +
+	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\x122\n" +
+	"\x15heartbeat_grace_nanos\x18\x06 \x01(\x03R\x13heartbeatGraceNanosJ\x04\b\x02\x10\x03\"\xc6\x02\n" +
 	"\x06PGStat\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x14\n" +
@@ -7044,7 +7091,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\"Y\n" +
 	"\x0ePGInspectReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x16\n" +
-	"\x06output\x18\x02 \x01(\tR\x06output\"\xda\x03\n" +
+	"\x06output\x18\x02 \x01(\tR\x06output\"\x89\x04\n" +
 	"\tMonBeacon\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
@@ -7062,7 +7109,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x12client_write_bytes\x18\f \x01(\x04R\x10clientWriteBytes\x12*\n" +
 	"\x11client_read_bytes\x18\r \x01(\x04R\x0fclientReadBytes\x12!\n" +
 	"\fscrub_errors\x18\x0e \x01(\x04R\vscrubErrors\x12\x1e\n" +
-	"\bpgs_held\x18\x0f \x01(\rH\x00R\apgsHeld\x88\x01\x01B\v\n" +
+	"\bpgs_held\x18\x0f \x01(\rH\x00R\apgsHeld\x88\x01\x01\x12-\n" +
+	"\x12leader_unreachable\x18\x10 \x01(\bR\x11leaderUnreachableB\v\n" +
 	"\t_pgs_heldJ\x04\b\x01\x10\x02\"f\n" +
 	"\x0eMonBeaconReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x1d\n" +

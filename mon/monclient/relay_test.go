@@ -1,0 +1,150 @@
+package monclient
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// TestBeaconsKeepToARelay: with the leader out of reach (a mon that takes
+// requests and never answers), a beacon says so to the next mon, which
+// relays it; later beacons keep to that relay, even while failure reports
+// are sent back toward the leader by the relay's NOT_LEADER. Once every
+// LeaderRetry one beacon tries the leader briefly and, failing, still goes
+// through the relay; once the leader answers, beacons go to it again. A
+// beacon to a standby that does not say the leader is out of reach is
+// redirected, as before.
+func TestBeaconsKeepToARelay(t *testing.T) {
+	var leaderMute atomic.Bool
+	var atLeader, probes, relayed, redirected atomic.Int64
+	var leader string
+	leaderMute.Store(true)
+	leader = startFakeMon(t, func(m *msgr.Message) {
+		if leaderMute.Load() {
+			if osdpb.MsgType(m.Type) == osdpb.MsgType_MSG_MON_BEACON {
+				probes.Add(1)
+			}
+			return // cut off: it hears, and never answers
+		}
+		if osdpb.MsgType(m.Type) == osdpb.MsgType_MSG_MON_BEACON {
+			atLeader.Add(1)
+			sendReply(m, m.Tid(), &osdpb.MonBeaconReply{Header: &osdpb.ReplyHeader{}})
+		}
+	})
+	standby := startFakeMon(t, func(m *msgr.Message) {
+		switch osdpb.MsgType(m.Type) {
+		case osdpb.MsgType_MSG_MON_BEACON:
+			var b osdpb.MonBeacon
+			if err := m.DecodeFront(&b); err == nil && b.LeaderUnreachable {
+				relayed.Add(1)
+				sendReply(m, m.Tid(), &osdpb.MonBeaconReply{Header: &osdpb.ReplyHeader{Leader: leader}, RelayedBy: "b"})
+				return
+			}
+			redirected.Add(1)
+			sendReply(m, m.Tid(), &osdpb.MonBeaconReply{Header: &osdpb.ReplyHeader{Status: osdpb.Status_NOT_LEADER, Leader: leader}})
+		case osdpb.MsgType_MSG_MON_FAILURE:
+			sendReply(m, m.Tid(), &osdpb.MonFailureReply{Header: &osdpb.ReplyHeader{Status: osdpb.Status_NOT_LEADER, Leader: leader}})
+		}
+	})
+	const retry = 1500 * time.Millisecond
+	c, err := New(context.Background(), Options{Addrs: []string{leader, standby}, Logger: quiet(), LeaderRetry: retry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	beacon := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return c.Beacon(ctx, &osdpb.MonBeacon{Id: 1})
+	}
+
+	// The first attempts wait out the mute leader; then the relay.
+	deadline := time.Now().Add(10 * time.Second)
+	for beacon() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("no beacon got through the standby")
+		}
+	}
+	if relayed.Load() == 0 {
+		t.Fatalf("a beacon went through, %d relayed", relayed.Load())
+	}
+	// Failure reports follow the relay's NOT_LEADER to the mute leader,
+	// in the background; beacons keep to the relay, past LeaderRetry.
+	stop := make(chan struct{})
+	reports := make(chan struct{})
+	go func() {
+		defer close(reports)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			c.ReportFailure(ctx, &osdpb.MonFailure{Reporter: 1, Target: 2})
+			cancel()
+		}
+	}()
+	start, probed := time.Now(), probes.Load()
+	n := 0
+	for time.Since(start) < 2*retry+time.Second {
+		bs := time.Now()
+		if err := beacon(); err != nil {
+			close(stop)
+			<-reports
+			t.Fatalf("%v after the first relay, a beacon failed: %v", time.Since(start), err)
+		}
+		if took := time.Since(bs); took > leaderProbe+300*time.Millisecond {
+			t.Errorf("a beacon took %v: more than a probe of the leader", took)
+		}
+		n++
+	}
+	close(stop)
+	<-reports
+	// One short probe of the leader per LeaderRetry, not one per beacon.
+	if p := probes.Load() - probed; p < 1 || p > 3 {
+		t.Fatalf("%d beacons in %v of relays: %d attempts at the leader, want one per %v", n, time.Since(start), p, retry)
+	}
+	if atLeader.Load() != 0 {
+		t.Fatalf("the mute leader answered %d beacons", atLeader.Load())
+	}
+
+	// The leader answers again: within LeaderRetry beacons go to it.
+	leaderMute.Store(false)
+	deadline = time.Now().Add(3 * retry)
+	for atLeader.Load() == 0 {
+		if err := beacon(); err != nil {
+			t.Fatalf("a beacon once the leader answers: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("beacons never went back to the leader")
+		}
+	}
+	before := relayed.Load()
+	for range 5 {
+		if err := beacon(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if relayed.Load() != before || atLeader.Load() < 6 {
+		t.Fatalf("after the leader answered: %d more relayed, %d at the leader", relayed.Load()-before, atLeader.Load())
+	}
+
+	// A client whose leader answers says nothing of it: a standby it
+	// happens to ask redirects it.
+	fresh, err := New(context.Background(), Options{Addrs: []string{standby, leader}, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	was := relayed.Load()
+	if err := fresh.Beacon(ctx, &osdpb.MonBeacon{Id: 2}); err != nil || redirected.Load() == 0 || relayed.Load() != was {
+		t.Fatalf("a beacon first to the standby: %v; %d redirected, %d relayed", err, redirected.Load(), relayed.Load()-was)
+	}
+}
