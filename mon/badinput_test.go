@@ -239,7 +239,7 @@ func FuzzMonRequest(f *testing.F) {
 			newFailureTracker(time.Second, 2).report(mp, r, now)
 		case *osdpb.MonMarkMeDown:
 			edit = func(pb *osdpb.ClusterMap) error {
-				if len(markDown(pb, []uint32{r.Id}, now, r.Epoch)) == 0 {
+				if len(markDown(pb, []uint32{r.Id}, now, r.Epoch, false)) == 0 {
 					return errNoChange
 				}
 				return nil

@@ -68,6 +68,7 @@ func applyBoot(pb *osdpb.ClusterMap, b *osdpb.MonBoot) (uint32, error) {
 	o.Fullness = b.Fullness
 	o.Features = b.Features
 	o.Up = true
+	o.Dead = false
 	o.UpFrom = newEpoch
 	o.DownSinceUnixNano = 0
 	if o.AutoOut && !noin {
@@ -81,7 +82,8 @@ func applyBoot(pb *osdpb.ClusterMap, b *osdpb.MonBoot) (uint32, error) {
 // markDown marks the up OSDs among ids down at now and returns those it
 // changed. upFromAtMost, when not 0, spares an OSD that booted after the
 // report was made (its up_from is newer): that is another incarnation.
-func markDown(pb *osdpb.ClusterMap, ids []uint32, now time.Time, upFromAtMost uint64) []uint32 {
+// dead: its process is known to be gone (OSDInfo.dead).
+func markDown(pb *osdpb.ClusterMap, ids []uint32, now time.Time, upFromAtMost uint64, dead bool) []uint32 {
 	var changed []uint32
 	for _, id := range ids {
 		o := osdByID(pb, id)
@@ -89,6 +91,7 @@ func markDown(pb *osdpb.ClusterMap, ids []uint32, now time.Time, upFromAtMost ui
 			continue
 		}
 		o.Up = false
+		o.Dead = dead
 		o.DownSinceUnixNano = now.UnixNano()
 		changed = append(changed, id)
 	}
@@ -336,7 +339,7 @@ func (c osdCommand) apply(pb *osdpb.ClusterMap, now time.Time) ([]uint32, error)
 	var changed []uint32
 	switch c.prefix {
 	case "osd down":
-		changed = markDown(pb, c.ids, now, 0)
+		changed = markDown(pb, c.ids, now, 0, false)
 	case "osd rm":
 		for _, id := range c.ids {
 			o := osdByID(pb, id)

@@ -167,21 +167,28 @@ func TestFailureReportsMarkDown(t *testing.T) {
 		t.Fatal("one reporter marked osd.2 down")
 	}
 	report(failureOf(1, 2, grace+time.Second))
-	if o := osdOf(t, m.Map(), 2); o.Up || o.DownSinceUnixNano == 0 {
-		t.Fatalf("two reporters did not mark osd.2 down: %v", o)
+	if o := osdOf(t, m.Map(), 2); o.Up || o.DownSinceUnixNano == 0 || o.Dead {
+		// Silent is not dead: it may still serve (docs/osd.md, Read leases).
+		t.Fatalf("two reporters did not mark osd.2 down, alive: %v", o)
 	}
 
-	mustBoot(t, c, bootOf(2))
+	if rep := mustBoot(t, c, bootOf(2)); time.Duration(rep.HeartbeatGraceNanos) != grace {
+		t.Fatalf("the boot reply's grace: %v, want the mon's %v", time.Duration(rep.HeartbeatGraceNanos), grace)
+	}
 	imm := failureOf(0, 2, 0)
 	imm.Immediate = true
 	report(imm)
-	if o := osdOf(t, m.Map(), 2); o.Up {
-		t.Fatal("an immediate report did not mark osd.2 down")
+	if o := osdOf(t, m.Map(), 2); o.Up || !o.Dead {
+		t.Fatalf("an immediate report did not mark osd.2 down and dead: %v", o)
 	}
 	// A beacon from the OSD now says: boot again.
 	err := c.Beacon(ctxFor(t, 10*time.Second), &osdpb.MonBeacon{Fsid: m.FSID(), Id: 2, Uuid: "uuid-2"})
 	if statusOf(err) != osdpb.Status_SERVICE_UNAVAILABLE {
 		t.Fatalf("beacon of a down OSD: %v", err)
+	}
+	mustBoot(t, c, bootOf(2))
+	if o := osdOf(t, m.Map(), 2); !o.Up || o.Dead {
+		t.Fatalf("osd.2 booted again, still dead: %v", o)
 	}
 	// Another cluster's report is refused.
 	f := failureOf(0, 1, 0)
@@ -225,6 +232,9 @@ func TestLeaseExpiry(t *testing.T) {
 	eventually(t, 15*time.Second, "osd.1 marked down by lease expiry", func() bool { return !osdOf(t, m.Map(), 1).Up })
 	took := time.Since(start)
 	t.Logf("osd.1 down after %v (grace %v)", took, cfg.HeartbeatGrace)
+	if osdOf(t, m.Map(), 1).Dead {
+		t.Fatal("osd.1, marked down for its expired lease, is dead in the map: it may still run")
+	}
 	if took < cfg.HeartbeatGrace/2 {
 		t.Fatalf("osd.1 marked down after %v, well before the grace", took)
 	}
@@ -288,7 +298,7 @@ func TestMarkMeDown(t *testing.T) {
 		t.Fatalf("osd.1 asking to be marked down: %v", err)
 	}
 	mp := m.Map()
-	if o := osdOf(t, mp, 1); o.Up || o.DownSinceUnixNano == 0 || epoch != before+1 || mp.Epoch() != epoch {
+	if o := osdOf(t, mp, 1); o.Up || !o.Dead || o.DownSinceUnixNano == 0 || epoch != before+1 || mp.Epoch() != epoch {
 		t.Fatalf("after osd.1's mark-me-down: reply epoch %d, map epoch %d (was %d), osd.1 %v", epoch, mp.Epoch(), before, o)
 	}
 	if !osdOf(t, mp, 0).Up {

@@ -132,7 +132,7 @@ func (l *leadership) boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBoot
 		m.log.Warn("osd booted on a new store under an id that held data: what only its old store held is given up",
 			"osd", id, "born", info.Born)
 	}
-	return &osdpb.MonBootReply{Header: m.header(nil), Id: id, Fsid: m.fsid, Map: next.Proto()}, nil
+	return &osdpb.MonBootReply{Header: m.header(nil), Id: id, Fsid: m.fsid, Map: next.Proto(), HeartbeatGraceNanos: int64(m.cfg.HeartbeatGrace)}, nil
 }
 
 // beaconTarget is the map and the up OSD a beacon speaks for, or the
@@ -187,7 +187,7 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon, relayedBy s
 		l.mu.Lock()
 		delete(l.leases, b.Id)
 		l.mu.Unlock()
-		l.markDown(ctx, []uint32{b.Id}, "its lease expired before this beacon", o.UpFrom, true)
+		l.markDown(ctx, []uint32{b.Id}, "its lease expired before this beacon", o.UpFrom, downSilent)
 		return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d was silent for longer than %v and is marked down; boot again", b.Id, m.cfg.HeartbeatGrace)
 	}
 	now := time.Now()
@@ -346,7 +346,11 @@ func (l *leadership) failure(ctx context.Context, f *osdpb.MonFailure) error {
 	// f.Epoch >= the target's up_from (the tracker checked): a boot since
 	// then is another incarnation, which the report is not about.
 	target, _ := mp.OSD(f.Target)
-	_, err := l.markDown(ctx, []uint32{f.Target}, why, target.UpFrom, false)
+	how := downReported
+	if f.Immediate {
+		how = downDead
+	}
+	_, err := l.markDown(ctx, []uint32{f.Target}, why, target.UpFrom, how)
 	return err
 }
 
@@ -361,20 +365,34 @@ func (l *leadership) markMeDown(ctx context.Context, r *osdpb.MonMarkMeDown) err
 	if o, ok := l.m.Map().OSD(r.Id); ok && r.Uuid != "" && o.Uuid != "" && r.Uuid != o.Uuid {
 		return ops.Errorf(osdpb.Status_WRONG_CLUSTER, "osd.%d belongs to another daemon (uuid %s, not %s)", r.Id, o.Uuid, r.Uuid)
 	}
-	_, err := l.markDown(ctx, []uint32{r.Id}, fmt.Sprintf("osd.%d asked to be marked down: it is stopping", r.Id), r.Epoch, false)
+	_, err := l.markDown(ctx, []uint32{r.Id}, fmt.Sprintf("osd.%d asked to be marked down: it is stopping", r.Id), r.Epoch, downDead)
 	return err
 }
 
+// downHow is the evidence an OSD is marked down on.
+type downHow int
+
+const (
+	// downReported: failure reports; the OSD may still run.
+	downReported downHow = iota
+	// downSilent: its liveness lease expired (no beacon for the grace);
+	// the markdown also requires its liveness key gone, so a boot that
+	// raced us wins. It may still run, cut off from the mons.
+	downSilent
+	// downDead: its process is gone (it asked, stopping; or a peer's
+	// connection to it was refused): OSDInfo.dead.
+	downDead
+)
+
 // markDown marks ids down in one map change. upFromAtMost (when not 0)
-// spares an OSD that booted again since the evidence; onlyIfDead also
-// requires its liveness key to be gone (lease expiry), so a boot that
-// raced us wins.
-func (l *leadership) markDown(ctx context.Context, ids []uint32, why string, upFromAtMost uint64, onlyIfDead bool) ([]uint32, error) {
+// spares an OSD that booted again since the evidence.
+func (l *leadership) markDown(ctx context.Context, ids []uint32, why string, upFromAtMost uint64, how downHow) ([]uint32, error) {
 	m := l.m
 	now := time.Now()
 	var changed []uint32
+	onlyIfDead := how == downSilent
 	next, err := l.update(ctx, func(pb *osdpb.ClusterMap) (txnExtra, error) {
-		changed = markDown(pb, ids, now, upFromAtMost)
+		changed = markDown(pb, ids, now, upFromAtMost, how == downDead)
 		if len(changed) == 0 {
 			return txnExtra{}, errNoChange
 		}
@@ -434,7 +452,7 @@ func (l *leadership) expired(id uint32, why string) {
 	if o, ok := l.m.Map().OSD(id); ok && o.Up && l.inTakeoverGrace() && l.regrant(l.ctx, o) == nil {
 		return
 	}
-	l.markDown(l.ctx, []uint32{id}, why, 0, true)
+	l.markDown(l.ctx, []uint32{id}, why, 0, downSilent)
 }
 
 func (l *leadership) inTakeoverGrace() bool { return time.Since(l.since) < l.m.cfg.HeartbeatGrace }
@@ -670,7 +688,7 @@ func (l *leadership) tick() {
 	l.mu.Unlock()
 	for i, id := range ids {
 		o, _ := mp.OSD(id)
-		l.markDown(l.ctx, []uint32{id}, whys[i], o.UpFrom, false)
+		l.markDown(l.ctx, []uint32{id}, whys[i], o.UpFrom, downReported)
 	}
 	// Only write when something is due; the edit checks again.
 	due, held := downOut(mp.Proto(), now, m.cfg.DownOutInterval, m.cfg.MinInRatio)

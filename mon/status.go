@@ -599,7 +599,7 @@ func tokenCheck(t string) string {
 	switch t {
 	case "degraded":
 		return "PG_DEGRADED"
-	case "peering", "activating", "stale", "down", "incomplete":
+	case "peering", "activating", "stale", "down", "incomplete", "laggy", "wait":
 		return "PG_AVAILABILITY"
 	case "remapped", "misplaced":
 		return "OBJECT_MISPLACED"

@@ -31,6 +31,11 @@ func TestRecoveredRecordAfterBucketDelete(t *testing.T) {
 	if err := cl.MakeBucket(ctx, "doomed"); err != nil {
 		t.Fatal(err)
 	}
+	// The install below asks the meta PG's primary, which answers once
+	// its peers answered a ping (read leases); the client retries till then.
+	if ok, err := cl.BucketExists(ctx, "doomed"); err != nil || !ok {
+		t.Fatalf("bucket exists: %v %v", ok, err)
+	}
 	info, err := o.Store().HeadBucket(ctx, "doomed")
 	if err != nil {
 		t.Fatal(err)

@@ -130,7 +130,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 		o.learnEpoch(h.Epoch, from)
 		o.sawPeer(from)
 		rep, _ := proto.Marshal(&osdpb.HeartbeatReply{From: o.id, Epoch: o.Map().Epoch(), SentUnixNano: h.SentUnixNano,
-			Fullness: osdpb.Fullness(o.fullness.Load())})
+			Fullness: osdpb.Fullness(o.fullness.Load()), NoLease: !o.grantLease(from, h.Epoch, h.LeaseNanos)})
 		c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_HEARTBEAT_REPLY), rep, nil))
 
 	case osdpb.MsgType_MSG_HEARTBEAT_REPLY:
@@ -140,6 +140,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 		if err == nil {
 			o.learnEpoch(h.Epoch, from)
 			o.sawPeer(from)
+			o.noteLease(from, h.SentUnixNano, !h.NoLease)
 			o.notePeerFullness(from, h.Fullness)
 		}
 
@@ -294,6 +295,11 @@ type peerState struct {
 	lastSeen time.Time
 	down     bool
 	fullness osdpb.Fullness // as its last heartbeat reply said
+	// leaseUntil is when (mono) the read lease its replies gave us runs
+	// out; grantedUntil when the last one we granted it does; epoch the
+	// newest map it showed us (readlease.go).
+	leaseUntil, grantedUntil time.Duration
+	epoch                    uint64
 }
 
 // every runs f every d until the OSD closes.
@@ -310,11 +316,16 @@ func (o *OSD) every(d time.Duration, f func()) {
 	}
 }
 
-func (o *OSD) heartbeatLoop() { o.every(o.cfg.HeartbeatInterval, o.heartbeat) }
+// heartbeatLoop pings at once, then every interval: a primary serves
+// reads once its peers answered (read leases).
+func (o *OSD) heartbeatLoop() {
+	o.heartbeat()
+	o.every(o.cfg.HeartbeatInterval, o.heartbeat)
+}
 
 func (o *OSD) heartbeat() {
 	mp := o.Map()
-	front, _ := proto.Marshal(&osdpb.Heartbeat{From: o.id, Epoch: mp.Epoch(), SentUnixNano: time.Now().UnixNano()})
+	front, _ := proto.Marshal(&osdpb.Heartbeat{From: o.id, Epoch: mp.Epoch(), SentUnixNano: o.pingStamp(), LeaseNanos: int64(o.lease())})
 	for info := range mp.OSDs() {
 		if info.Id == o.id {
 			continue
@@ -335,7 +346,7 @@ func (o *OSD) sawPeer(id uint32) {
 	o.peerMu.Lock()
 	ps := o.peers[id]
 	if ps == nil {
-		ps = &peerState{}
+		ps = o.newPeerState(time.Now())
 		o.peers[id] = ps
 	}
 	ps.lastSeen = time.Now()
@@ -358,7 +369,7 @@ func (o *OSD) checkPeer(id uint32) {
 	if ps == nil {
 		// Its grace starts when we first look for it: a peer that joined
 		// the map a minute after we started is not a minute silent.
-		ps = &peerState{lastSeen: time.Now()}
+		ps = o.newPeerState(time.Now())
 		o.peers[id] = ps
 	}
 	silent := time.Since(ps.lastSeen)
@@ -381,7 +392,7 @@ func (o *OSD) markPeerDown(id uint32, why string) {
 	o.peerMu.Lock()
 	ps := o.peers[id]
 	if ps == nil {
-		ps = &peerState{lastSeen: o.started}
+		ps = o.newPeerState(o.started)
 		o.peers[id] = ps
 	}
 	was := ps.down

@@ -226,6 +226,7 @@ func (o *OSD) boot(ctx context.Context) error {
 			return err
 		}
 	}
+	o.setReadLease(time.Duration(rep.HeartbeatGraceNanos))
 	if rep.Map != nil {
 		o.bootEpoch.Store(rep.Map.GetEpoch())
 		if err := o.adoptMap(rep.Map); err != nil {
@@ -551,6 +552,7 @@ func (o *OSD) pgStat(mp *placement.Map, pool *osdpb.Pool, pg uint32) *osdpb.PGSt
 	if peered {
 		tokens = append(tokens, "peered")
 	}
+	tokens = append(tokens, o.leaseTokens(ps, mp)...)
 	st.State = strings.Join(tokens, "+")
 	return st
 }

@@ -171,6 +171,10 @@ type Stats struct {
 	// BeaconAge is how long ago the mon last took a beacon of ours; -1
 	// without a mon (a static map), or before the first.
 	BeaconAge time.Duration
+	// LaggyPGs counts the PGs we lead in our map (the meta PG included)
+	// whose reads wait for a read lease (laggy) or for a predecessor's to
+	// run out (wait): docs/osd.md, Read leases.
+	LaggyPGs int
 	// RecoveryBytes counts the bytes recovered or backfilled since start.
 	RecoveryBytes uint64
 	// ReadRepairs counts objects this primary found damaged in its store
@@ -216,6 +220,7 @@ func (o *OSD) Stats() Stats {
 	if sp := o.space.Load(); sp != nil {
 		st.Space = *sp
 	}
+	st.LaggyPGs = o.laggyPGs()
 	st.BeaconAge = -1
 	if at := o.beaconTaken.Load(); at != 0 && o.mon != nil {
 		st.BeaconAge = time.Since(time.Unix(0, at))

@@ -130,6 +130,12 @@ type Config struct {
 	// interval; one silent for grace is down, and writes to PGs it serves
 	// fail at once rather than after RepTimeout. Defaults 500ms and 4s.
 	HeartbeatInterval, HeartbeatGrace time.Duration
+	// ReadLease is how long a heartbeat reply lets a primary serve reads
+	// without hearing that peer again (docs/osd.md, "Read leases"). It
+	// must be below the time it takes to mark a silent OSD down. Default:
+	// 0.8 of the mon's heartbeat grace, as its boot reply says (Ceph's
+	// osd_pool_default_read_lease_ratio); without a mon, of HeartbeatGrace.
+	ReadLease time.Duration
 	// RecoveryMaxActive bounds how many PGs this OSD recovers or backfills
 	// at once (Ceph's osd_recovery_max_active); default 3.
 	// RecoveryBytesPerSec caps the bytes/s they copy together; 0, the
@@ -225,6 +231,7 @@ func (c *Config) setDefaults() error {
 	if c.HeartbeatGrace <= 0 {
 		c.HeartbeatGrace = 4 * time.Second
 	}
+	// ReadLease stays 0 when unset: the mon's grace decides (leaseOf).
 	if c.MaxMarkdownCount == 0 {
 		c.MaxMarkdownCount = 5
 	}
@@ -385,6 +392,12 @@ type OSD struct {
 	// beaconTaken is when the mon last took a beacon (Unix ns; 0: never):
 	// an OSD cut off from the mons reports PG states that are its last.
 	beaconTaken atomic.Int64
+	// readLease is the read lease's length (time.Duration): Config's, or
+	// set from the mon's grace at each boot (setReadLease).
+	readLease atomic.Int64
+	// noReads: we asked the mon to mark us down, stopping, and serve no
+	// more reads (readLeaseErr).
+	noReads atomic.Bool
 	// ratelog limits the lines a peer can make us repeat (bad requests,
 	// refused RepOps) to one per kind per 10 s, with the count held back.
 	ratelog guard.RateLog
@@ -457,6 +470,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	o := &OSD{cfg: cfg, id: cfg.ID, log: cfg.Logger, pgs: map[uint32]*pgState{}, peers: map[uint32]*peerState{}, started: time.Now(),
 		mon: mc, ident: ident, rebootCh: make(chan struct{}, 1), authz: authz,
 		noSide: map[uint32]bool{}, sideSessions: takesSideSessions(cfg.ID)}
+	o.setReadLease(0)
 	o.recoverySlots = make(chan struct{}, cfg.RecoveryMaxActive)
 	o.scrub = newScrubber(cfg.ScrubBytesPerSec)
 	if cfg.RecoveryBytesPerSec > 0 {
@@ -743,6 +757,9 @@ func (o *OSD) CloseWith(ctx context.Context, opts CloseOptions) error {
 			o.monStop()
 			<-o.monDone
 			if !opts.StayUp {
+				// The map will say we are dead (OSDInfo.dead), so our
+				// successors serve reads at once: we must serve none.
+				o.noReads.Store(true)
 				o.markMeDown(ctx)
 			}
 		}

@@ -140,6 +140,7 @@ func (o *OSD) advance(p *pgState, mp *placement.Map) {
 		if !ok {
 			continue
 		}
+		before := prev
 		prev = m
 		ev, ok := o.advanceOf(p, m)
 		if !ok {
@@ -151,6 +152,7 @@ func (o *OSD) advance(p *pgState, mp *placement.Map) {
 			// first map we hold: start a fresh machine at this epoch.
 			p.m = pg.New(pg.Config{Self: pg.OSDID(o.id), ID: p.m.ID(), Local: p.m.Local()})
 		}
+		o.succeeded(p, before, m)
 		if err := p.m.Step(ev); err != nil {
 			o.log.Warn("pg machine refused a map", "pg", p.m.ID(), "epoch", e, "err", err)
 		}
@@ -271,6 +273,7 @@ func (o *OSD) query(p *pgState, to pg.OSDID, e pg.Epoch, asked bool) {
 				err = ops.FromReply(rep.Header)
 			}
 			if err == nil {
+				o.sawEpoch(id, uint64(e))
 				i := rep.GetInfo()
 				step(pg.Info{From: to, Epoch: e, Info: pg.PeerInfo{Last: pgVersion(i.GetLast()),
 					LogTail: pgVersion(i.GetLogTail()), LastEpochStarted: pg.Epoch(i.GetLastEpochStarted()), Incomplete: i.GetIncomplete(),
@@ -402,7 +405,7 @@ func (o *OSD) canServe(p *pgState, mp *placement.Map) error {
 	if p.recovering {
 		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s is recovering", p.m.ID())
 	}
-	return nil
+	return o.leaseWaitErr(p)
 }
 
 // setLast records that PG p's log now ends at v. On p's shard.

@@ -44,6 +44,13 @@ type pgState struct {
 	// went active below min_size still serves reads. Any goroutine may
 	// read it; drive publishes it.
 	peering atomic.Bool
+	// As a new primary waiting for its predecessors to stop serving
+	// (readlease.go, succeeded): readableAt is when (mono) the others'
+	// leases run out; pred, the previous primary, whose part (predUntil)
+	// ends early once it showed us a map of predEpoch or newer.
+	readableAt, predUntil atomic.Int64
+	pred                  atomic.Uint32
+	predEpoch             atomic.Uint64
 	// peeringUntil is the epoch of the newest map that marked the PG
 	// peering (markPeering): the mark stays until its machine reaches it.
 	peeringUntil atomic.Uint64
@@ -433,7 +440,8 @@ func (o *OSD) listLed(req *osdpb.ListObjects, rep *osdpb.ListObjectsReply) error
 }
 
 // peeringErr is non-nil while store PG sid waits for its new primary to
-// catch up: reads must not see its older state.
+// catch up (reads must not see its older state), or while its primary
+// holds no read lease (readlease.go).
 func (o *OSD) peeringErr(sid uint32) error {
 	o.pgMu.Lock()
 	p := o.pgs[sid]
@@ -445,7 +453,7 @@ func (o *OSD) peeringErr(sid uint32) error {
 		}
 		return ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s is %s", placement.PGIDOf(sid), state)
 	}
-	return nil
+	return o.readLeaseErr(p, sid, o.Map())
 }
 
 // metaPool is the id of the pool whose placement places the meta PG
@@ -538,6 +546,14 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 					o.dropReplaced(mp, p.pool, prev)
 				}
 			})
+			return
+		}
+	}
+	if cond != nil {
+		// The condition reads our copy: as a read, it needs the leases.
+		if err := o.readLeaseErr(p, sid, mp); err != nil {
+			release()
+			done(nil, err)
 			return
 		}
 	}

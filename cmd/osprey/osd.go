@@ -198,6 +198,7 @@ gracefully.`,
 	f.Uint64Var(&memMiB, "memtable-mib", 0, "Pebble memtable size, MiB (0: 64, or 1/256 of a smaller data disk)")
 	f.Float64Var(&cfg.FailsafeFullRatio, "failsafe-full-ratio", 0.97, "fraction of the data disk in use over which the OSD takes no write but deletes, even a replica's (Ceph's osd_failsafe_full_ratio)")
 	f.DurationVar(&cfg.RepTimeout, "rep-timeout", 10*time.Second, "how long a write waits for its replicas before failing (retriable)")
+	f.DurationVar(&cfg.ReadLease, "read-lease", 0, "how long a heartbeat reply lets a primary read without hearing that peer again; keep it below the mon's --heartbeat-grace (0: 0.8 of that grace; without a mon, no leases)")
 	f.IntVar(&cfg.MaxMarkdownCount, "max-markdown-count", 5, "marked down more often than this within --max-markdown-period while it runs, the OSD stays down until that period since the first has passed, instead of booting again (Ceph's osd_max_markdown_count); -1: no bound")
 	f.DurationVar(&cfg.MaxMarkdownPeriod, "max-markdown-period", 10*time.Minute, "the window of --max-markdown-count (Ceph's osd_max_markdown_period)")
 	f.DurationVar(&stopWithin, "stop-timeout", 30*time.Second, "bound on a graceful stop")

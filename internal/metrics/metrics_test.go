@@ -340,6 +340,9 @@ func TestDaemonMetrics(t *testing.T) {
 			if value(fams, "osprey_osd_info", fmt.Sprintf("osd=osd.%d", i)) != 1 {
 				t.Errorf("osd.%d: no osprey_osd_info naming it", i)
 			}
+			if _, ok := fams["osprey_osd_laggy_pgs"]; !ok || value(fams, "osprey_osd_laggy_pgs") != 0 {
+				t.Errorf("osd.%d: laggy pgs %v (exported %v) in a healthy cluster", i, value(fams, "osprey_osd_laggy_pgs"), ok)
+			}
 			if _, ok := fams["osprey_osd_beacon_age_seconds"]; !ok || value(fams, "osprey_osd_beacon_age_seconds") > 10 {
 				t.Errorf("osd.%d: beacon age %v (exported %v), want a beacon taken within seconds", i, value(fams, "osprey_osd_beacon_age_seconds"), ok)
 			}

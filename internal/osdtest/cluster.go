@@ -123,7 +123,25 @@ func Start(t testing.TB, opts Options) *Cluster {
 			c.StopOSD(uint32(i))
 		}
 	})
+	// Reads are served once each primary's peers answered its pings (read
+	// leases): a test's first get would otherwise be retried, and one
+	// that counts ops would count the retries.
+	msgrtest.EventuallyDescribed(t, 10*time.Second, func() string { return "read leases held: " + c.laggyState() }, func() bool {
+		return c.laggyState() == ""
+	})
 	return c
+}
+
+// laggyState names the first OSD with PGs that wait for read leases, or "".
+func (c *Cluster) laggyState() string {
+	for _, o := range c.OSDs {
+		if o != nil {
+			if n := o.Stats().LaggyPGs; n > 0 {
+				return fmt.Sprintf("osd.%d has %d PGs waiting for read leases", o.ID(), n)
+			}
+		}
+	}
+	return ""
 }
 
 // StartLocal starts a local cluster (internal/local: with a mon, if
@@ -153,7 +171,10 @@ func (c *Cluster) Config(id uint32) osd.Config {
 	cfg := osd.Config{
 		ID: id, Map: c.Map, DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", id)),
 		RepTimeout: 3 * time.Second, HeartbeatInterval: 100 * time.Millisecond, HeartbeatGrace: time.Second,
-		Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: c.opts.LogLevel})),
+		// Read leases as with a mon (which a static map lacks), so that
+		// every test runs with them.
+		ReadLease: 800 * time.Millisecond,
+		Logger:    slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: c.opts.LogLevel})),
 	}
 	cfg.Store.CacheSize = 8 << 20
 	cfg.Store.MemTableSize = 4 << 20

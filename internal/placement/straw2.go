@@ -58,6 +58,13 @@ func (m *Map) ActingSet(pool, pg uint32) []uint32 {
 	return slices.Clone(set)
 }
 
+// ActingView is ActingSet without the copy, for paths that run per op and
+// only look: the caller must not modify it.
+func (m *Map) ActingView(pool, pg uint32) []uint32 {
+	set := m.acting(pool, pg)
+	return set[:len(set):len(set)]
+}
+
 // UpSet returns the OSDs placement puts PG pg of pool on, primary first:
 // of the top pool.size OSDs by straw2 among those in and of weight > 0
 // (all of them when there are fewer), the ones that are up; or for MetaPG

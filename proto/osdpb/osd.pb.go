@@ -3776,10 +3776,14 @@ func (x *PGBackfillReply) GetLast() *Version {
 }
 
 type Heartbeat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	SentUnixNano  int64                  `protobuf:"varint,3,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	From         uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	Epoch        uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	SentUnixNano int64                  `protobuf:"varint,3,opt,name=sent_unix_nano,json=sentUnixNano,proto3" json:"sent_unix_nano,omitempty"`
+	// The read lease the sender takes from a granting reply (0: none; a
+	// build without leases): the answering OSD bounds what it granted with
+	// it (docs/osd.md, "Read leases").
+	LeaseNanos    int64 `protobuf:"varint,4,opt,name=lease_nanos,json=leaseNanos,proto3" json:"lease_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3835,6 +3839,13 @@ func (x *Heartbeat) GetSentUnixNano() int64 {
 	return 0
 }
 
+func (x *Heartbeat) GetLeaseNanos() int64 {
+	if x != nil {
+		return x.LeaseNanos
+	}
+	return 0
+}
+
 type HeartbeatReply struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	From         uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -3843,9 +3854,10 @@ type HeartbeatReply struct {
 	// How full the answering OSD is now: a primary refuses writes to a PG
 	// with a full member without waiting for the map to say so.
 	Fullness Fullness `protobuf:"varint,4,opt,name=fullness,proto3,enum=osprey.osd.Fullness" json:"fullness,omitempty"`
-	// no_lease: the answering OSD holds the pinging one down in its map (at
-	// epoch), so this reply renews no read lease (docs/osd.md, "Read
-	// leases"). A build without leases never sets it.
+	// no_lease: the answering OSD holds the pinging one down in its map, or
+	// its map (epoch) is newer than the ping's, so this reply renews no read
+	// lease (docs/osd.md, "Read leases"). A build without leases never
+	// sets it.
 	NoLease       bool `protobuf:"varint,5,opt,name=no_lease,json=noLease,proto3" json:"no_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6967,11 +6979,13 @@ const file_osd_proto_rawDesc = "" +
 	"\x05entry\x18\x02 \x01(\v2\x14.osprey.osd.LogEntryR\x05entry\x12\x12\n" +
 	"\x04done\x18\x03 \x01(\bR\x04done\x12'\n" +
 	"\x04last\x18\x04 \x01(\v2\x13.osprey.osd.VersionR\x04lastJ\x04\b\n" +
-	"\x10\v\"[\n" +
+	"\x10\v\"|\n" +
 	"\tHeartbeat\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
-	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\"\xad\x01\n" +
+	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\x12\x1f\n" +
+	"\vlease_nanos\x18\x04 \x01(\x03R\n" +
+	"leaseNanos\"\xad\x01\n" +
 	"\x0eHeartbeatReply\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +

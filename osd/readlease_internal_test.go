@@ -1,0 +1,163 @@
+package osd
+
+import (
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// TestLeaseBookkeeping: a ping answered by a peer that grants renews our
+// read lease from it until the ping's send time plus the lease; one it
+// answers with no_lease, or a stamp that is not ours, renews nothing. We
+// grant only to OSDs up in our map whose map is as new as ours, for the
+// lease their ping names. A new primary waits for its predecessor until
+// what it granted it runs out (a lease after its own start at least), or
+// the predecessor shows it the new map; not for a dead one; for a lease
+// from now when the lease was not ours to grant; and for what it granted
+// other OSDs the map has down.
+func TestLeaseBookkeeping(t *testing.T) {
+	const lease = 800 * time.Millisecond
+	mp, err := placement.NewLocal(placement.LocalOptions{PublicAddrs: []string{"tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:3", "tcp://127.0.0.1:4"}, PGCount: 16, Size: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &OSD{id: 1, log: slog.New(slog.NewTextHandler(io.Discard, nil)), peers: map[uint32]*peerState{}, started: time.Now().Add(-time.Minute)}
+	o.setReadLease(0)
+	if o.lease() != 0 {
+		t.Fatalf("lease %v without a mon or Config.ReadLease, want none", o.lease())
+	}
+	o.setReadLease(time.Second)
+	if o.lease() != lease {
+		t.Fatalf("lease %v from a mon grace of 1s, want %v", o.lease(), lease)
+	}
+	o.cfg.ReadLease = 3 * time.Second
+	o.setReadLease(time.Second)
+	if o.lease() != 3*time.Second {
+		t.Fatalf("lease %v, want Config's 3s", o.lease())
+	}
+	o.cfg.ReadLease = lease
+	o.setReadLease(0)
+	o.mapv.Store(mp)
+	for id := range uint32(4) {
+		o.peers[id] = o.newPeerState(time.Now())
+	}
+	acting := []uint32{1, 0, 2}
+	if id, _, lapsed := o.lapsedLease(acting); !lapsed || id != 0 {
+		t.Fatalf("before any reply: lapsed %v (osd.%d), want osd.0's", lapsed, id)
+	}
+	now := o.pingStamp()
+	o.noteLease(0, now, true)
+	o.noteLease(2, now, false) // it has us down
+	if id, _, lapsed := o.lapsedLease(acting); !lapsed || id != 2 {
+		t.Fatalf("osd.2 answered with no lease: lapsed %v (osd.%d), want osd.2's", lapsed, id)
+	}
+	o.noteLease(2, now+int64(time.Hour), true) // not a stamp of ours
+	o.noteLease(2, now-int64(2*time.Minute), true)
+	if _, _, lapsed := o.lapsedLease(acting); lapsed == false {
+		t.Fatal("a stamp from before our start or from the future renewed a lease")
+	}
+	o.noteLease(2, now, true)
+	if id, _, lapsed := o.lapsedLease(acting); lapsed {
+		t.Fatalf("every member answered: osd.%d's lease lapsed", id)
+	}
+	o.noteLease(0, now-int64(lease), true) // an older reply late: no step back
+	if _, _, lapsed := o.lapsedLease(acting); lapsed {
+		t.Fatal("a late reply to an older ping shortened a lease")
+	}
+	o.peers[0].leaseUntil = o.mono() - time.Millisecond
+	if id, _, lapsed := o.lapsedLease(acting); !lapsed || id != 0 {
+		t.Fatalf("osd.0's lease ran out: lapsed %v (osd.%d)", lapsed, id)
+	}
+
+	// Grants: to an OSD up in our map, pinging at our epoch or newer, for
+	// the lease its ping names.
+	if o.grantLease(0, mp.Epoch()-1, 0) {
+		t.Fatal("a lease granted to an OSD behind our map")
+	}
+	if !o.grantLease(0, mp.Epoch(), int64(5*time.Second)) {
+		t.Fatal("no lease granted to an OSD up in our map")
+	}
+	if g := o.peers[0].grantedUntil - o.mono(); g < 4*time.Second || g > 5*time.Second {
+		t.Fatalf("a grant for a 5s lease runs %v more", g)
+	}
+	down, _ := mp.With(func(pb *osdpb.ClusterMap) { pb.Epoch++; pb.Osds[0].Up = false })
+	o.mapv.Store(down)
+	granted := o.peers[0].grantedUntil
+	if o.grantLease(0, down.Epoch(), 0) || o.peers[0].grantedUntil != granted {
+		t.Fatal("a lease granted to an OSD down in our map")
+	}
+	if o.peers[0].epoch != down.Epoch() {
+		t.Fatalf("osd.0 pinged at epoch %d, noted %d", down.Epoch(), o.peers[0].epoch)
+	}
+	o.peers[0].epoch = 0 // as if it had not: it is cut off
+
+	// A PG osd.0 led, with us next; and one it led without us, which a
+	// pg_temp entry hands to us.
+	pool, _ := mp.PoolByName(placement.DefaultPoolName)
+	var member, stranger uint32
+	var haveMember, haveStranger bool
+	var strangerNext *placement.Map
+	for pg := range pool.PgCount {
+		a := mp.ActingSet(pool.Id, pg)
+		switch {
+		case a[0] == 0 && a[1] == 1 && !haveMember:
+			member, haveMember = storePG(pool.Id, pg), true
+		case a[0] == 0 && !slices.Contains(a, 1) && !haveStranger:
+			stranger, haveStranger = storePG(pool.Id, pg), true
+			strangerNext, err = mp.With(func(pb *osdpb.ClusterMap) {
+				pb.Epoch++
+				pb.Osds[0].Up = false
+				pb.PgTemp = []*osdpb.PGTemp{{Pool: pool.Id, Pg: pg, Osds: []uint32{1, a[1]}}}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !haveMember || !haveStranger {
+		t.Fatalf("this placement lacks the PGs the test needs (member %v, stranger %v)", haveMember, haveStranger)
+	}
+	succeed := func(sid uint32, next *placement.Map) (*pgState, time.Duration) {
+		p := &pgState{sid: sid}
+		o.succeeded(p, mp, next)
+		return p, o.leaseWait(p)
+	}
+	if _, w := succeed(member, down); w < 4*time.Second || w > 5*time.Second {
+		t.Fatalf("new primary after a down predecessor waits %v, want what it granted it (4-5s)", w)
+	}
+	dead, _ := mp.With(func(pb *osdpb.ClusterMap) { pb.Epoch++; pb.Osds[0].Up, pb.Osds[0].Dead = false, true })
+	if _, w := succeed(member, dead); w > 0 {
+		t.Fatalf("new primary after a dead predecessor waits %v", w)
+	}
+	if _, w := succeed(stranger, strangerNext); w < lease-100*time.Millisecond || w > lease {
+		t.Fatalf("new primary of a PG it was not a member of waits %v, want a lease (%v)", w, lease)
+	}
+	// The predecessor shows us the new map: the wait ends.
+	p, _ := succeed(member, down)
+	o.sawEpoch(0, down.Epoch())
+	if w := o.leaseWait(p); w > 0 {
+		t.Fatalf("the predecessor answered at the new epoch, yet we wait %v", w)
+	}
+	// Restarted within a lease: what we granted before is forgotten, so
+	// wait until a lease after our start.
+	o.started = time.Now()
+	o.peers[0] = o.newPeerState(time.Now())
+	if _, w := succeed(member, down); w < lease-100*time.Millisecond || w > lease {
+		t.Fatalf("a new primary started just now waits %v, want a lease after its start", w)
+	}
+	// Another OSD the map has down (not dead) that we granted a lease:
+	// it may have led the PG an interval before; wait it out too.
+	o.started = time.Now().Add(-time.Minute)
+	o.peers[0] = o.newPeerState(time.Now())
+	o.peers[3].grantedUntil = o.mono() + 2*time.Second
+	twoDown, _ := down.With(func(pb *osdpb.ClusterMap) { pb.Epoch++; pb.Osds[3].Up = false })
+	o.peers[0].grantedUntil = 0
+	if _, w := succeed(member, twoDown); w < time.Second || w > 2*time.Second {
+		t.Fatalf("new primary waits %v, want what it granted osd.3, also down (2s)", w)
+	}
+}
