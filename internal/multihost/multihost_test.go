@@ -324,6 +324,105 @@ func TestMonLeaderCutOffFromOSDs(t *testing.T) {
 	}
 }
 
+// TestPrimaryCutOffReadsNothingStale: a PG's primary is cut off from the
+// mon and the other OSDs (cluster link down, the public paths between them
+// blackholed), while the client still reaches it. The mon marks it down
+// and its PG takes a new write through the next member; a read through
+// the cut-off primary (a client that takes its map from it alone) never
+// answers the old value after that: its read leases lapsed before the mon
+// could mark it down (docs/osd.md, Read leases). Once back, it serves the
+// new value.
+func TestPrimaryCutOffReadsNothingStale(t *testing.T) {
+	c := startCluster(t, clusterOptions{Transport: "tcp", Mons: 1, OSDs: 3})
+	ctx := ctxFor(t, 2*time.Minute)
+	c.mustOsprey(ctx, "mb", bucket)
+	dir := c.t.TempDir()
+	v1, v2 := filepath.Join(dir, "v1"), filepath.Join(dir, "v2")
+	for f, body := range map[string]string{v1: "version one", v2: "version two"} {
+		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.mustOsprey(ctx, "put", v1, "osprey://"+bucket+"/k")
+
+	var where struct{ Acting []uint32 }
+	if err := json.Unmarshal([]byte(c.mustOsprey(ctx, "osd", "map", bucket+"/k", "--json")), &where); err != nil || len(where.Acting) != 3 {
+		t.Fatalf("osd map: %+v %v", where, err)
+	}
+	var tree []mon.OSDTreeEntry
+	if err := json.Unmarshal([]byte(c.mustOsprey(ctx, "osd", "tree", "--json")), &tree); err != nil {
+		t.Fatal(err)
+	}
+	var primary *daemon
+	var primaryAddr string
+	for _, e := range tree {
+		if e.ID == where.Acting[0] {
+			primaryAddr = e.PublicAddr
+			for _, o := range c.osds {
+				if o.node.Name == e.Host {
+					primary = o
+				}
+			}
+		}
+	}
+	if primary == nil {
+		t.Fatalf("no node for osd.%d in %+v", where.Acting[0], tree)
+	}
+	viaPrimary := func() (string, error) {
+		return c.osprey(ctx, "get", "--seeds", primaryAddr, "--retry-for", "2s", "osprey://"+bucket+"/k", "-")
+	}
+	if out, err := viaPrimary(); err != nil || out != "version one" {
+		t.Fatalf("get through osd.%d before the cut: %q %v", where.Acting[0], out, err)
+	}
+
+	pn := primary.node
+	cut := func(on bool) {
+		t.Helper()
+		if err := pn.SetLink(ctx, c.clu, !on); err != nil {
+			t.Fatal(err)
+		}
+		others := []*netns.Node{c.mons[0].node}
+		for _, o := range c.osds {
+			if o != primary {
+				others = append(others, o.node)
+			}
+		}
+		for _, nd := range others {
+			if err := pn.Blackhole(ctx, nd.Addr(c.pub), on); err != nil {
+				t.Fatal(err)
+			}
+			if err := nd.Blackhole(ctx, pn.Addr(c.pub), on); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cut(true)
+	start := time.Now()
+	c.waitStatus(ctx, "the cut-off primary marked down", func(s mon.Status) bool { return s.OSDs.Up == 2 })
+	t.Logf("osd.%d marked down %v after the cut", where.Acting[0], time.Since(start).Round(100*time.Millisecond))
+	c.mustOsprey(ctx, "put", v2, "osprey://"+bucket+"/k")
+	for range 3 {
+		if out, err := viaPrimary(); err == nil {
+			t.Fatalf("the cut-off primary answered %q after a write through its successor", out)
+		} else if !strings.Contains(err.Error(), "laggy") {
+			t.Fatalf("a get through the cut-off primary: %v; want laggy", err)
+		}
+	}
+
+	cut(false)
+	c.waitStatus(ctx, "the OSD back and every PG active+clean", c.healthy)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := viaPrimary()
+		if err == nil && out == "version two" {
+			break
+		}
+		if err == nil || time.Now().After(deadline) {
+			t.Fatalf("a get through osd.%d once back: %q %v", where.Acting[0], out, err)
+		}
+	}
+}
+
 // setFullRatio changes the map through mons from the client's host. Right
 // after a cut, a mon's etcd client may still be on the cut-off member's
 // endpoint until its keepalive gives up on it (2+2 s): that mon answers

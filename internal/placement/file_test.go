@@ -95,7 +95,8 @@ func TestFileFormat(t *testing.T) {
       "fullness": "FULLNESS_NONE",
       "lostAt": "0",
       "born": "0",
-      "features": "0"
+      "features": "0",
+      "dead": false
     }
   ],
   "pools": [
