@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,6 +74,19 @@ func TestLeaseBookkeeping(t *testing.T) {
 	if id, _, lapsed := o.lapsedLease(acting); !lapsed || id != 0 {
 		t.Fatalf("osd.0's lease ran out: lapsed %v (osd.%d)", lapsed, id)
 	}
+	// Stopping (it asked to be marked down, and the map will say dead):
+	// no read, whatever its leases.
+	for _, ps := range o.peers {
+		ps.leaseUntil = o.mono() + time.Minute
+	}
+	if err := o.readLeaseErr(nil, placement.MetaPG, mp); err != nil {
+		t.Fatalf("reads with every lease held: %v", err)
+	}
+	o.noReads.Store(true)
+	if err := o.readLeaseErr(nil, placement.MetaPG, mp); err == nil || !strings.Contains(err.Error(), "shutting down") {
+		t.Fatalf("a read while stopping: %v", err)
+	}
+	o.noReads.Store(false)
 
 	// Grants: to an OSD up in our map, pinging at our epoch or newer, for
 	// the lease its ping names.
