@@ -86,7 +86,14 @@ func (l *leadership) watchRelays() {
 			opts = append(opts, clientv3.WithRev(next))
 		}
 		for wr := range m.cli.Watch(wctx, m.k.relayPrefix(), opts...) {
-			if wr.Err() != nil {
+			if err := wr.Err(); err != nil {
+				if wr.CompactRevision != 0 {
+					// The revision we would resume from is gone (relays
+					// come seldom; stats writes move revisions on):
+					// from now, then, as the first watch.
+					m.log.Warn("relayed beacons: resuming the watch from now, its revision was compacted", "revision", next, "err", err)
+					next = 0
+				}
 				break
 			}
 			for _, ev := range wr.Events {

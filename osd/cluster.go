@@ -141,6 +141,7 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 			o.learnEpoch(h.Epoch, from)
 			o.sawPeer(from)
 			o.noteLease(from, h.SentUnixNano, !h.NoLease)
+			o.sawEpoch(from, h.Epoch)
 			o.notePeerFullness(from, h.Fullness)
 		}
 
@@ -296,10 +297,11 @@ type peerState struct {
 	down     bool
 	fullness osdpb.Fullness // as its last heartbeat reply said
 	// leaseUntil is when (mono) the read lease its replies gave us runs
-	// out; grantedUntil when the last one we granted it does; epoch the
-	// newest map it showed us (readlease.go).
-	leaseUntil, grantedUntil time.Duration
-	epoch                    uint64
+	// out; grantedUntil when the last one we granted it does, and
+	// leaseLen how long its pings say its leases run; epoch the newest
+	// map it showed us (readlease.go).
+	leaseUntil, grantedUntil, leaseLen time.Duration
+	epoch                              uint64
 }
 
 // every runs f every d until the OSD closes.
@@ -555,6 +557,10 @@ func (o *OSD) adoptMap(pb *osdpb.ClusterMap) error {
 			o.failPeer(info.Id, "is marked down in the map")
 		}
 	}
+	// A ping round at once: our peers see the new map in it, and their
+	// replies show us theirs, which ends a new primary's wait for them
+	// (readlease.go) a round trip after they have it, not a beat later.
+	o.heartbeat()
 	o.advanceAll(m)
 	o.wg.Go(func() { o.peerAll("new map") })
 	return nil

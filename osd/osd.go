@@ -132,9 +132,10 @@ type Config struct {
 	HeartbeatInterval, HeartbeatGrace time.Duration
 	// ReadLease is how long a heartbeat reply lets a primary serve reads
 	// without hearing that peer again (docs/osd.md, "Read leases"). It
-	// must be below the time it takes to mark a silent OSD down. Default:
-	// 0.8 of the mon's heartbeat grace, as its boot reply says (Ceph's
-	// osd_pool_default_read_lease_ratio); without a mon, of HeartbeatGrace.
+	// should be below the time it takes to mark a silent OSD down, or new
+	// primaries wait. Default: 0.8 of the mon's heartbeat grace, as its
+	// boot reply says (Ceph's osd_pool_default_read_lease_ratio); without
+	// a mon, no leases.
 	ReadLease time.Duration
 	// RecoveryMaxActive bounds how many PGs this OSD recovers or backfills
 	// at once (Ceph's osd_recovery_max_active); default 3.
@@ -231,7 +232,7 @@ func (c *Config) setDefaults() error {
 	if c.HeartbeatGrace <= 0 {
 		c.HeartbeatGrace = 4 * time.Second
 	}
-	// ReadLease stays 0 when unset: the mon's grace decides (leaseOf).
+	// ReadLease stays 0 when unset: the mon's grace decides (setReadLease).
 	if c.MaxMarkdownCount == 0 {
 		c.MaxMarkdownCount = 5
 	}

@@ -91,6 +91,7 @@ func (o *OSD) grantLease(id uint32, epoch uint64, leaseNanos int64) bool {
 	if lease <= 0 {
 		lease = o.lease()
 	}
+	ps.leaseLen = lease
 	ps.grantedUntil = max(ps.grantedUntil, now+lease)
 	return true
 }
@@ -189,18 +190,26 @@ func (o *OSD) leaseWaitErr(p *pgState) error {
 // leaseWait is how much longer PG p waits (succeeded); 0 when it serves.
 func (o *OSD) leaseWait(p *pgState) time.Duration {
 	now := o.mono()
-	wait := time.Duration(p.readableAt.Load()) - now
-	if until := time.Duration(p.predUntil.Load()); until > now && until-now > wait {
-		// The predecessor's part ends early once it showed us the map.
-		o.peerMu.Lock()
-		ps := o.peers[p.pred.Load()]
-		shown := ps != nil && ps.epoch >= p.predEpoch.Load()
-		o.peerMu.Unlock()
-		if !shown {
-			wait = until - now
-		}
+	if time.Duration(p.waitUntil.Load()) <= now {
+		return 0 // the common case: no lock
 	}
-	return max(wait, 0)
+	ws := p.waits.Load()
+	if ws == nil {
+		return 0
+	}
+	var wait time.Duration
+	o.peerMu.Lock()
+	defer o.peerMu.Unlock()
+	for _, w := range *ws {
+		if w.until <= now {
+			continue
+		}
+		if ps := o.peers[w.id]; ps != nil && ps.epoch >= w.epoch {
+			continue // it showed us the map: it serves by it
+		}
+		wait = max(wait, w.until-now)
+	}
+	return wait
 }
 
 // leaseTokens are the read-lease words of PG p's state as its primary
@@ -217,11 +226,22 @@ func (o *OSD) leaseTokens(p *pgState, mp *placement.Map) []string {
 	return tokens
 }
 
+// leaseWaitFor is one OSD a new primary waits for (succeeded): until it
+// shows us a map of epoch or newer, or until (mono), whichever is first.
+type leaseWaitFor struct {
+	id    uint32
+	epoch uint64
+	until time.Duration
+}
+
 // succeeded sets PG p's wait as its machine steps from map prev to m, if m
-// made us the primary of a PG another led (see above). On p's shard.
+// made us the primary of a PG another led (see above): for every OSD not
+// dead in m that may still read by an older map, as long as what we
+// granted it runs (the predecessor's own lease from now, when we were not
+// a member and its lease was not ours to give), unless it shows us m. The
+// waits only grow: an earlier succession's stay. On p's shard.
 func (o *OSD) succeeded(p *pgState, prev, m *placement.Map) {
-	lease := o.lease()
-	if prev == nil || lease <= 0 {
+	if prev == nil || o.lease() <= 0 {
 		return
 	}
 	cur, old := actingOf(m, p.sid), actingOf(prev, p.sid)
@@ -229,46 +249,56 @@ func (o *OSD) succeeded(p *pgState, prev, m *placement.Map) {
 		return
 	}
 	now := o.mono()
-	// What we granted before our start is gone from memory: it ran for a
-	// lease at most after our start.
-	floor := lease
 	q := old[0]
-	o.peerMu.Lock()
-	grantedTo := func(id uint32) time.Duration {
-		if ps := o.peers[id]; ps != nil {
-			return max(ps.grantedUntil, floor)
-		}
-		return floor
-	}
-	predUntil := time.Duration(0)
-	if info, ok := m.OSD(q); !ok || !info.Dead {
-		if slices.Contains(old, o.id) {
-			predUntil = grantedTo(q)
-		} else {
-			// Its lease did not come from us: all we know is that it
-			// runs a lease at most from now.
-			predUntil = now + lease
-		}
-	}
-	others := time.Duration(0)
-	for info := range m.OSDs() {
-		if !info.Up && !info.Dead && info.Id != q && info.Id != o.id {
-			if ps := o.peers[info.Id]; ps != nil {
-				others = max(others, ps.grantedUntil)
+	member := slices.Contains(old, o.id)
+	var next []leaseWaitFor
+	if ws := p.waits.Load(); ws != nil {
+		for _, w := range *ws {
+			if w.until > now {
+				next = append(next, w)
 			}
 		}
 	}
+	add := func(id uint32, until time.Duration) {
+		if until <= now {
+			return
+		}
+		for i := range next {
+			if next[i].id == id {
+				next[i].epoch, next[i].until = max(next[i].epoch, m.Epoch()), max(next[i].until, until)
+				return
+			}
+		}
+		next = append(next, leaseWaitFor{id: id, epoch: m.Epoch(), until: until})
+	}
+	o.peerMu.Lock()
+	for info := range m.OSDs() {
+		ps := o.peers[info.Id]
+		if info.Id == o.id || info.Dead || ps == nil && info.Id != q {
+			continue
+		}
+		var granted, length time.Duration
+		if ps != nil {
+			granted, length = ps.grantedUntil, ps.leaseLen
+		}
+		length = max(length, o.lease())
+		// What we granted before our start is gone from memory: it ran
+		// a lease at most past our start.
+		until := max(granted, length)
+		if info.Id == q && !member {
+			until = max(until, now+length)
+		}
+		add(info.Id, until)
+	}
 	o.peerMu.Unlock()
-	if predUntil > now {
-		p.pred.Store(q)
-		p.predEpoch.Store(m.Epoch())
-		p.predUntil.Store(int64(predUntil))
+	var top time.Duration
+	for _, w := range next {
+		top = max(top, w.until)
 	}
-	if others > now && others > time.Duration(p.readableAt.Load()) {
-		p.readableAt.Store(int64(others))
-	}
+	p.waits.Store(&next)
+	p.waitUntil.Store(int64(top))
 	if wait := o.leaseWait(p); wait > 0 {
-		o.log.Info("new primary waits for its predecessor to stop serving", "pg", placement.PGIDOf(p.sid),
+		o.log.Info("new primary waits for its predecessors to stop serving", "pg", placement.PGIDOf(p.sid),
 			"previous", q, "epoch", m.Epoch(), "wait_at_most", wait.Round(time.Millisecond))
 	}
 }

@@ -141,6 +141,7 @@ func TestLeaseBookkeeping(t *testing.T) {
 		o.succeeded(p, mp, next)
 		return p, o.leaseWait(p)
 	}
+	// osd.0 pinged with a 5 s lease, which we granted.
 	if _, w := succeed(member, down); w < 4*time.Second || w > 5*time.Second {
 		t.Fatalf("new primary after a down predecessor waits %v, want what it granted it (4-5s)", w)
 	}
@@ -148,30 +149,50 @@ func TestLeaseBookkeeping(t *testing.T) {
 	if _, w := succeed(member, dead); w > 0 {
 		t.Fatalf("new primary after a dead predecessor waits %v", w)
 	}
-	if _, w := succeed(stranger, strangerNext); w < lease-100*time.Millisecond || w > lease {
-		t.Fatalf("new primary of a PG it was not a member of waits %v, want a lease (%v)", w, lease)
+	o.peers[0].grantedUntil = 0
+	if _, w := succeed(stranger, strangerNext); w < 4900*time.Millisecond || w > 5*time.Second {
+		t.Fatalf("new primary of a PG it was not a member of waits %v, want the predecessor's lease (5s) from now", w)
 	}
+	o.peers[0].grantedUntil = o.mono() + 5*time.Second
 	// The predecessor shows us the new map: the wait ends.
 	p, _ := succeed(member, down)
 	o.sawEpoch(0, down.Epoch())
 	if w := o.leaseWait(p); w > 0 {
-		t.Fatalf("the predecessor answered at the new epoch, yet we wait %v", w)
+		t.Fatalf("the predecessor showed us the new epoch, yet we wait %v", w)
+	}
+	o.peers[0].epoch = 0
+	// Waits only grow: a later succession with nothing to wait for keeps
+	// the earlier one's.
+	p, w1 := succeed(member, down)
+	o.peers[0].grantedUntil = 0
+	later, _ := down.With(func(pb *osdpb.ClusterMap) { pb.Epoch++ })
+	o.succeeded(p, down, later) // not a succession: nothing changes
+	prevAgain, _ := mp.With(func(pb *osdpb.ClusterMap) { pb.Epoch = later.Epoch() + 1 })
+	o.succeeded(p, prevAgain, later)
+	if w2 := o.leaseWait(p); w2 < w1-100*time.Millisecond {
+		t.Fatalf("a second succession shortened the wait from %v to %v", w1, w2)
 	}
 	// Restarted within a lease: what we granted before is forgotten, so
-	// wait until a lease after our start.
+	// wait until the pinger's lease after our start (ours when unknown).
 	o.started = time.Now()
-	o.peers[0] = o.newPeerState(time.Now())
+	for id := range uint32(4) {
+		o.peers[id] = o.newPeerState(time.Now())
+	}
 	if _, w := succeed(member, down); w < lease-100*time.Millisecond || w > lease {
 		t.Fatalf("a new primary started just now waits %v, want a lease after its start", w)
 	}
-	// Another OSD the map has down (not dead) that we granted a lease:
-	// it may have led the PG an interval before; wait it out too.
+	o.peers[0].leaseLen = 3 * time.Second
+	if _, w := succeed(member, down); w < 2900*time.Millisecond || w > 3*time.Second {
+		t.Fatalf("a new primary started just now waits %v, want osd.0's 3s lease after its start", w)
+	}
+	// Another OSD we granted a lease, which has not shown us the map: it
+	// may have led the PG an interval before; wait it out too.
 	o.started = time.Now().Add(-time.Minute)
-	o.peers[0] = o.newPeerState(time.Now())
+	for id := range uint32(4) {
+		o.peers[id] = o.newPeerState(time.Now())
+	}
 	o.peers[3].grantedUntil = o.mono() + 2*time.Second
-	twoDown, _ := down.With(func(pb *osdpb.ClusterMap) { pb.Epoch++; pb.Osds[3].Up = false })
-	o.peers[0].grantedUntil = 0
-	if _, w := succeed(member, twoDown); w < time.Second || w > 2*time.Second {
-		t.Fatalf("new primary waits %v, want what it granted osd.3, also down (2s)", w)
+	if _, w := succeed(member, down); w < time.Second || w > 2*time.Second {
+		t.Fatalf("new primary waits %v, want what it granted osd.3 (2s)", w)
 	}
 }

@@ -150,16 +150,19 @@ func TestNoStaleReadsFromACutOffPrimary(t *testing.T) {
 			switch {
 			case change == "dead" && err != nil:
 				t.Fatalf("a put at the new primary of a dead one: %v", err)
-			case change != "dead" && !errors.Is(err, client.ErrServiceUnavailable):
-				// Its PG waits ("previous primary's read lease"), or the
-				// meta PG, whose primary changed too, does.
+			case change == "down" && (err == nil || !strings.Contains(err.Error(), "previous primary's read lease")):
+				t.Fatalf("a put at the new primary %v after the map change: %v; want it to wait", time.Since(changed), err)
+			case change == "out" && !errors.Is(err, client.ErrServiceUnavailable):
+				// Its PG peers (the old primary is queried, and times
+				// out) and then waits; or the meta PG, whose primary
+				// changed too, does.
 				t.Fatalf("a put at the new primary %v after the map change: %v; want it to wait", time.Since(changed), err)
 			}
 			if change != "dead" {
 				// Out and up, the old primary is queried first: peering
 				// waits for the query's timeout, then the lease's.
 				if st := c.OSDs[successor].PGStatForTest(pool.Id, pg).GetState(); !strings.Contains(st, "wait") && (change != "out" || st != "peering") {
-					t.Errorf("the waiting pg's state: %q", st)
+					t.Fatalf("the waiting pg's state: %q", st)
 				}
 			}
 			newCl := c.Client(t, func(o *client.Options) { o.Seeds = []string{c.OSDs[successor].PublicAddr()} })

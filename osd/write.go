@@ -44,13 +44,12 @@ type pgState struct {
 	// went active below min_size still serves reads. Any goroutine may
 	// read it; drive publishes it.
 	peering atomic.Bool
-	// As a new primary waiting for its predecessors to stop serving
-	// (readlease.go, succeeded): readableAt is when (mono) the others'
-	// leases run out; pred, the previous primary, whose part (predUntil)
-	// ends early once it showed us a map of predEpoch or newer.
-	readableAt, predUntil atomic.Int64
-	pred                  atomic.Uint32
-	predEpoch             atomic.Uint64
+	// As a new primary waiting for other OSDs to stop serving by older
+	// maps (readlease.go, succeeded): waits, each until the OSD shows us
+	// the new map or its time is up, and waitUntil, the latest of those
+	// times (mono), which spares the read path a look while it is past.
+	waits     atomic.Pointer[[]leaseWaitFor]
+	waitUntil atomic.Int64
 	// peeringUntil is the epoch of the newest map that marked the PG
 	// peering (markPeering): the mark stays until its machine reaches it.
 	peeringUntil atomic.Uint64

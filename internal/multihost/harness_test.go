@@ -5,6 +5,7 @@ package multihost
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -51,6 +52,9 @@ type clusterOptions struct {
 	OSDs int
 	// Gateway runs `osprey s3` on a node of its own, as client.s3gw.
 	Gateway bool
+	// ReadLease, if set, is the OSDs' --read-lease (default: 0.8 of the
+	// mons' 4 s grace).
+	ReadLease string
 }
 
 // cluster is a lab with a public network (mons, OSDs, gateway, client), a
@@ -167,7 +171,7 @@ func startCluster(t *testing.T, opts clusterOptions) *cluster {
 			"--keyring", bootstrap, "--host", nd.Name,
 			"--public", fmt.Sprintf("%s://%s:%d", opts.Transport, nd.Addr(c.pub), osdPublic),
 			"--cluster", fmt.Sprintf("%s://%s:%d", opts.Transport, nd.Addr(c.clu), osdCluster),
-			"--cache-mib", "16", "--read-cache-mib", "16", "--memtable-mib", "8")
+			"--cache-mib", "16", "--read-cache-mib", "16", "--memtable-mib", "8", "--read-lease", cmp.Or(opts.ReadLease, "0"))
 		c.osds = append(c.osds, d)
 		wg.Go(func() { d.waitOutput(t, ctx, "serving:") })
 	}

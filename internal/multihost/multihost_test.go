@@ -329,11 +329,11 @@ func TestMonLeaderCutOffFromOSDs(t *testing.T) {
 // blackholed), while the client still reaches it. The mon marks it down
 // and its PG takes a new write through the next member; a read through
 // the cut-off primary (a client that takes its map from it alone) never
-// answers the old value after that: its read leases lapsed before the mon
-// could mark it down (docs/osd.md, Read leases). Once back, it serves the
-// new value.
+// answers the old value after that (docs/osd.md, Read leases). Its leases
+// (8 s) outlast the mon's grace (4 s), so the successor must wait them out
+// before it takes the write. Once back, it serves the new value.
 func TestPrimaryCutOffReadsNothingStale(t *testing.T) {
-	c := startCluster(t, clusterOptions{Transport: "tcp", Mons: 1, OSDs: 3})
+	c := startCluster(t, clusterOptions{Transport: "tcp", Mons: 1, OSDs: 3, ReadLease: "8s"})
 	ctx := ctxFor(t, 2*time.Minute)
 	c.mustOsprey(ctx, "mb", bucket)
 	dir := c.t.TempDir()
@@ -401,6 +401,7 @@ func TestPrimaryCutOffReadsNothingStale(t *testing.T) {
 	c.waitStatus(ctx, "the cut-off primary marked down", func(s mon.Status) bool { return s.OSDs.Up == 2 })
 	t.Logf("osd.%d marked down %v after the cut", where.Acting[0], time.Since(start).Round(100*time.Millisecond))
 	c.mustOsprey(ctx, "put", v2, "osprey://"+bucket+"/k")
+	t.Logf("the new value acknowledged %v after the cut", time.Since(start).Round(100*time.Millisecond))
 	for range 3 {
 		if out, err := viaPrimary(); err == nil {
 			t.Fatalf("the cut-off primary answered %q after a write through its successor", out)

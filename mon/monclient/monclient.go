@@ -422,7 +422,7 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 		req := build()
 		if b, ok := req.(*osdpb.MonBeacon); ok {
 			var unreachable bool
-			addr, wait, unreachable = c.beaconRoute(addr, wait)
+			addr, wait, unreachable = c.beaconRoute(ctx, addr, wait)
 			b.LeaderUnreachable = b.LeaderUnreachable || unreachable
 		}
 		conn, out, err := c.roundTrip(ctx, addr, t, tid, req, rep, wait)
@@ -593,10 +593,11 @@ func (c *Client) pick() string {
 	return c.o.Addrs[c.next%len(c.o.Addrs)]
 }
 
-// leaderProbe bounds the attempt at the leader that a beacon makes once
-// every Options.LeaderRetry while a standby relays them (then the same
-// beacon goes on to the relay): a cut that healed is seen within
-// LeaderRetry, and one that did not costs no beacon.
+// leaderProbe is the least an attempt at the leader gets that a beacon
+// makes once every Options.LeaderRetry while a standby relays them: half
+// the beacon's time, then the same beacon goes on to the relay. A cut that
+// healed is seen within LeaderRetry, even by a slow leader, and one that
+// did not costs no beacon.
 const leaderProbe = 500 * time.Millisecond
 
 // beaconRoute is where a beacon's attempt goes, for how long, and whether
@@ -606,8 +607,12 @@ const leaderProbe = 500 * time.Millisecond
 // to the leader for a short probe once every LeaderRetry; else where pick
 // says, saying the leader is out of reach when our last attempt at it
 // failed within LeaderRetry.
-func (c *Client) beaconRoute(addr string, wait time.Duration) (string, time.Duration, bool) {
+func (c *Client) beaconRoute(ctx context.Context, addr string, wait time.Duration) (string, time.Duration, bool) {
 	now := time.Now()
+	probe := leaderProbe
+	if dl, ok := ctx.Deadline(); ok {
+		probe = max(probe, time.Until(dl)/2)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -615,7 +620,7 @@ func (c *Client) beaconRoute(addr string, wait time.Duration) (string, time.Dura
 		return c.relay, wait, true
 	case c.relay != "" && c.relayLeader != "":
 		c.relaySince = now // the probe's failure goes back to the relay
-		return c.relayLeader, min(wait, leaderProbe), false
+		return c.relayLeader, min(wait, probe), false
 	}
 	return addr, wait, !c.leaderFailed.IsZero() && now.Sub(c.leaderFailed) < c.o.LeaderRetry
 }

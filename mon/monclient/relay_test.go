@@ -20,6 +20,7 @@ import (
 // redirected, as before.
 func TestBeaconsKeepToARelay(t *testing.T) {
 	var leaderMute atomic.Bool
+	var leaderDelay atomic.Int64 // how long the leader takes to answer, once it does
 	var atLeader, probes, relayed, redirected atomic.Int64
 	var leader string
 	leaderMute.Store(true)
@@ -31,6 +32,7 @@ func TestBeaconsKeepToARelay(t *testing.T) {
 			return // cut off: it hears, and never answers
 		}
 		if osdpb.MsgType(m.Type) == osdpb.MsgType_MSG_MON_BEACON {
+			time.Sleep(time.Duration(leaderDelay.Load())) // a slow leader, not a sync point
 			atLeader.Add(1)
 			sendReply(m, m.Tid(), &osdpb.MonBeaconReply{Header: &osdpb.ReplyHeader{}})
 		}
@@ -56,11 +58,12 @@ func TestBeaconsKeepToARelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	beacon := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	beaconIn := func(d time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
 		return c.Beacon(ctx, &osdpb.MonBeacon{Id: 1})
 	}
+	beacon := func() error { return beaconIn(time.Second) }
 
 	// The first attempts wait out the mute leader; then the relay.
 	deadline := time.Now().Add(10 * time.Second)
@@ -113,17 +116,20 @@ func TestBeaconsKeepToARelay(t *testing.T) {
 		t.Fatalf("the mute leader answered %d beacons", atLeader.Load())
 	}
 
-	// The leader answers again: within LeaderRetry beacons go to it.
+	// The leader answers again, slowly (700 ms, within the beacons' 2 s
+	// but past leaderProbe): within LeaderRetry beacons go to it.
+	leaderDelay.Store(int64(700 * time.Millisecond))
 	leaderMute.Store(false)
 	deadline = time.Now().Add(3 * retry)
 	for atLeader.Load() == 0 {
-		if err := beacon(); err != nil {
+		if err := beaconIn(2 * time.Second); err != nil {
 			t.Fatalf("a beacon once the leader answers: %v", err)
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("beacons never went back to the leader")
+			t.Fatal("beacons never went back to the slow leader")
 		}
 	}
+	leaderDelay.Store(0)
 	before := relayed.Load()
 	for range 5 {
 		if err := beacon(); err != nil {
