@@ -302,6 +302,9 @@ type peerState struct {
 	// map it showed us (readlease.go).
 	leaseUntil, grantedUntil, leaseLen time.Duration
 	epoch                              uint64
+	// upFrom is its up_from in our map when we last looked: a newer one
+	// is a new incarnation (checkPeer).
+	upFrom uint64
 }
 
 // every runs f every d until the OSD closes.
@@ -325,7 +328,12 @@ func (o *OSD) heartbeatLoop() {
 	o.every(o.cfg.HeartbeatInterval, o.heartbeat)
 }
 
-func (o *OSD) heartbeat() {
+func (o *OSD) heartbeat() { o.ping(true) }
+
+// ping sends every peer a heartbeat; check: and looks at each for its
+// silence (checkPeer), which the round a new map starts (adoptMap) does
+// not: a peer that just booted has not had the time to answer.
+func (o *OSD) ping(check bool) {
 	mp := o.Map()
 	front, _ := proto.Marshal(&osdpb.Heartbeat{From: o.id, Epoch: mp.Epoch(), SentUnixNano: o.pingStamp(), LeaseNanos: int64(o.lease())})
 	for info := range mp.OSDs() {
@@ -338,7 +346,9 @@ func (o *OSD) heartbeat() {
 		if c, err := o.heartbeatConn(info.Id); err == nil {
 			c.TrySend(msgr.NewMessage(uint16(osdpb.MsgType_MSG_HEARTBEAT), front, nil))
 		}
-		o.checkPeer(info.Id)
+		if check {
+			o.checkPeer(info.Id)
+		}
 	}
 }
 
@@ -366,6 +376,7 @@ func (o *OSD) sawPeer(id uint32) {
 // and while it stays silent, reports it to the mon on every check (the mon
 // wants reports from several OSDs, each silent for its own grace).
 func (o *OSD) checkPeer(id uint32) {
+	info, inMap := o.Map().OSD(id)
 	o.peerMu.Lock()
 	ps := o.peers[id]
 	if ps == nil {
@@ -373,6 +384,16 @@ func (o *OSD) checkPeer(id uint32) {
 		// the map a minute after we started is not a minute silent.
 		ps = o.newPeerState(time.Now())
 		o.peers[id] = ps
+	}
+	if inMap && info.UpFrom > ps.upFrom {
+		// A new incarnation (it booted since we last looked) gets a
+		// grace of its own: reporting it for the silence of the last
+		// one, the moment it boots, would have it marked down again and
+		// again (and held down, max-markdown-count).
+		if ps.upFrom != 0 && ps.down {
+			ps.lastSeen, ps.down = time.Now(), false
+		}
+		ps.upFrom = info.UpFrom
 	}
 	silent := time.Since(ps.lastSeen)
 	if !ps.down && silent > o.cfg.HeartbeatGrace {
@@ -560,7 +581,7 @@ func (o *OSD) adoptMap(pb *osdpb.ClusterMap) error {
 	// A ping round at once: our peers see the new map in it, and their
 	// replies show us theirs, which ends a new primary's wait for them
 	// (readlease.go) a round trip after they have it, not a beat later.
-	o.heartbeat()
+	o.ping(false)
 	o.advanceAll(m)
 	o.wg.Go(func() { o.peerAll("new map") })
 	return nil
