@@ -196,3 +196,43 @@ func TestLeaseBookkeeping(t *testing.T) {
 		t.Fatalf("new primary waits %v, want what it granted osd.3 (2s)", w)
 	}
 }
+
+// TestNewIncarnationGetsAGrace: a peer we hold down for its silence that
+// boots again (a newer up_from in our map) is not down to us the moment
+// its boot map arrives: it gets a grace of its own, so that we do not
+// report it for its last incarnation's silence (which had it marked down
+// at each boot until the markdown limit held it down). Its first look at
+// a peer's up_from changes nothing.
+func TestNewIncarnationGetsAGrace(t *testing.T) {
+	mp, err := placement.NewLocal(placement.LocalOptions{PublicAddrs: []string{"tcp://127.0.0.1:1", "tcp://127.0.0.1:2"}, PGCount: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(upFrom uint64) *placement.Map {
+		m, err := mp.With(func(pb *osdpb.ClusterMap) { pb.Epoch = upFrom; pb.Osds[1].UpFrom = upFrom })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	o := &OSD{id: 0, cfg: Config{HeartbeatGrace: time.Second}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		peers: map[uint32]*peerState{}, started: time.Now().Add(-time.Minute)}
+	o.mapv.Store(at(3))
+	o.peers[1] = o.newPeerState(time.Now().Add(-time.Minute)) // silent for a minute
+	o.checkPeer(1)
+	if !o.peerDown(1) {
+		t.Fatal("a peer silent for a minute is not down")
+	}
+	o.checkPeer(1) // the same incarnation: still down
+	if !o.peerDown(1) {
+		t.Fatal("a silent peer came back without a heartbeat")
+	}
+	o.mapv.Store(at(5))
+	o.checkPeer(1)
+	if o.peerDown(1) {
+		t.Fatal("a peer that booted again is down at once, for its last incarnation's silence")
+	}
+	if silent := time.Since(o.peers[1].lastSeen); silent > time.Second {
+		t.Fatalf("its grace starts %v back, want at its boot", silent)
+	}
+}
