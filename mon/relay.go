@@ -76,7 +76,7 @@ func (m *Mon) relayBeacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.MonBe
 func (l *leadership) watchRelays() {
 	m := l.m
 	backoff := newBackoff()
-	q := relayQueue{l: l, pending: map[uint32]relayedAt{}}
+	q := relayQueue{l: l, pending: map[uint32]relayedAt{}, busy: map[uint32]bool{}}
 	defer q.wg.Wait()
 	var next int64 // revision to resume from (0: now)
 	for l.ctx.Err() == nil {
@@ -109,6 +109,7 @@ func (l *leadership) watchRelays() {
 
 // relayedAt is one OSD's newest relayed beacon, as stored under key.
 type relayedAt struct {
+	id  uint32
 	key string
 	v   []byte
 }
@@ -132,10 +133,7 @@ func (q *relayQueue) add(key string, v []byte) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.pending[id] = relayedAt{key, v}
-	if q.busy == nil {
-		q.busy = map[uint32]bool{}
-	}
+	q.pending[id] = relayedAt{id, key, v}
 	if q.busy[id] {
 		return
 	}
@@ -151,17 +149,17 @@ func (q *relayQueue) add(key string, v []byte) {
 				return
 			}
 			q.mu.Unlock()
-			q.l.relayed(r.key, r.v)
+			q.l.relayed(r)
 		}
 	})
 }
 
-// relayed takes one relayed beacon, as stored under key.
-func (l *leadership) relayed(key string, v []byte) {
+// relayed takes one relayed beacon.
+func (l *leadership) relayed(r relayedAt) {
 	m := l.m
 	var rb osdpb.RelayedBeacon
-	id, ok := idOf(key, m.k.relayPrefix())
-	if err := proto.Unmarshal(v, &rb); err != nil || !ok || rb.Beacon == nil || rb.Beacon.Id != id {
+	id, key := r.id, r.key
+	if err := proto.Unmarshal(r.v, &rb); err != nil || rb.Beacon == nil || rb.Beacon.Id != id {
 		// Only mons write there; say so rather than act on it.
 		m.log.Warn("ignoring a relayed beacon that does not parse", "key", key, "err", err)
 		return

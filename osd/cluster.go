@@ -402,10 +402,8 @@ func (o *OSD) checkPeer(id uint32) {
 	}
 	down := ps.down
 	o.peerMu.Unlock()
-	if down {
-		if info, ok := o.Map().OSD(id); ok && info.Up {
-			o.reportFailure(id, silent, false, false)
-		}
+	if down && inMap && info.Up {
+		o.reportFailure(id, silent, false, false)
 	}
 }
 
