@@ -44,6 +44,7 @@ type leadership struct {
 	failures *failureTracker
 	leases   map[uint32]clientv3.LeaseID // OSD id -> its liveness lease
 	last     map[uint32]*beaconRecord    // the previous beacon, for rates
+	held     map[uint32]int64            // holds noteHeld recorded: until, by OSD
 }
 
 func newLeadership(ctx context.Context, m *Mon, el *concurrency.Election) *leadership {
@@ -54,6 +55,7 @@ func newLeadership(ctx context.Context, m *Mon, el *concurrency.Election) *leade
 		failures: newFailureTracker(m.cfg.HeartbeatGrace, m.cfg.MinDownReporters),
 		leases:   map[uint32]clientv3.LeaseID{},
 		last:     map[uint32]*beaconRecord{},
+		held:     map[uint32]int64{},
 	}
 }
 
@@ -119,6 +121,7 @@ func (l *leadership) boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBoot
 	old, hadOld := l.leases[id]
 	l.leases[id] = lease.ID
 	delete(l.last, id)
+	delete(l.held, id)
 	l.failures.forget(id)
 	l.mu.Unlock()
 	if hadOld && old != lease.ID {
@@ -167,6 +170,9 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon, relayedBy s
 	m := l.m
 	mp, o, err := m.beaconTarget(ctx, b)
 	if err != nil {
+		if b.HeldDown != nil {
+			l.noteHeld(ctx, b)
+		}
 		return nil, err
 	}
 	lease, err := l.renew(ctx, b.Id)
@@ -282,6 +288,44 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon, relayedBy s
 		h.Map = mp.Proto()
 	}
 	return &osdpb.MonBeaconReply{Header: h}, nil
+}
+
+// noteHeld records in the stats record of OSD b.Id, down, that it holds
+// itself down (b.HeldDown), for the status's OSD_DOWN; the rest of the
+// record (its PGs' last reports) stays as its last beacon while up left
+// it. Written once per hold, not at each of its beacons; best effort.
+func (l *leadership) noteHeld(ctx context.Context, b *osdpb.MonBeacon) {
+	m := l.m
+	h := heldDownOf(b.HeldDown)
+	l.mu.Lock()
+	done := l.held[b.Id] == h.UntilUnixNano
+	l.mu.Unlock()
+	if done {
+		return
+	}
+	rec := &beaconRecord{ID: b.Id}
+	resp, err := m.cli.Get(ctx, m.k.stats(b.Id))
+	if err != nil {
+		return
+	}
+	if len(resp.Kvs) > 0 {
+		if err := json.Unmarshal(resp.Kvs[0].Value, rec); err != nil {
+			return
+		}
+	}
+	rec.HeldDown = h
+	js, err := json.Marshal(rec)
+	if err != nil {
+		return
+	}
+	if _, err := m.cli.Put(ctx, m.k.stats(b.Id), string(js)); err != nil {
+		return
+	}
+	l.mu.Lock()
+	l.held[b.Id] = h.UntilUnixNano
+	l.mu.Unlock()
+	m.log.Warn("an OSD holds itself down: marked down too often while running", "osd", b.Id, "markdowns", h.Markdowns,
+		"period", h.Period, "until", time.Unix(0, h.UntilUnixNano).UTC().Format(time.RFC3339))
 }
 
 // renew keeps OSD id's liveness lease alive and returns it; NoLease when

@@ -198,6 +198,17 @@ type beaconRecord struct {
 	// RelayedBy is the standby mon this beacon came through (the OSD
 	// could not reach the leader); empty when it came to the leader.
 	RelayedBy string `json:"relayed_by,omitempty"`
+	// Slow ops (the beacon's): client ops in flight at the OSD for longer
+	// than its complaint time, the oldest one's age and type, and the
+	// writes it led that replicas' acks did not reach in time.
+	SlowOps          uint32             `json:"slow_ops,omitempty"`
+	OldestSlowOp     time.Duration      `json:"oldest_slow_op_nanos,omitempty"`
+	OldestSlowOpType string             `json:"oldest_slow_op,omitempty"`
+	OpComplaintTime  time.Duration      `json:"op_complaint_nanos,omitempty"`
+	RepTimeouts      []repTimeoutRecord `json:"rep_timeouts,omitempty"`
+	// HeldDown: the OSD, down, stays so by its own choice until then
+	// (marked down too often); set from a down OSD's beacon (noteHeld).
+	HeldDown *heldDownRecord `json:"held_down,omitempty"`
 	// The rates are measured from this earlier beacon's counters, at
 	// least rateWindow back.
 	BaseAtUnixNano    int64  `json:"base_at_unix_nano"`
@@ -205,6 +216,25 @@ type beaconRecord struct {
 	BaseOps           uint64 `json:"base_ops"`
 	BaseReadBytes     uint64 `json:"base_client_read_bytes"`
 	BaseWriteBytes    uint64 `json:"base_client_write_bytes"`
+}
+
+type repTimeoutRecord struct {
+	OSD     uint32        `json:"osd"`
+	Writes  uint32        `json:"writes"`
+	Timeout time.Duration `json:"timeout_nanos"`
+}
+
+type heldDownRecord struct {
+	UntilUnixNano int64         `json:"until_unix_nano"`
+	Markdowns     uint32        `json:"markdowns"`
+	Period        time.Duration `json:"period_nanos"`
+}
+
+func heldDownOf(h *osdpb.HeldDown) *heldDownRecord {
+	if h == nil {
+		return nil
+	}
+	return &heldDownRecord{UntilUnixNano: h.UntilUnixNanos, Markdowns: h.Markdowns, Period: time.Duration(h.PeriodNanos)}
 }
 
 // relayedBy is the standby r came through ("" for none, or no record).
@@ -246,6 +276,11 @@ func newBeaconRecord(b *osdpb.MonBeacon, now time.Time, prev *beaconRecord) *bea
 		ID: b.Id, AtUnixNano: now.UnixNano(), Epoch: b.Epoch,
 		UsedBytes: b.UsedBytes, AvailBytes: b.AvailBytes, RecoveryBytes: b.RecoveryBytes, Ops: b.Ops,
 		ReadBytes: b.ClientReadBytes, WriteBytes: b.ClientWriteBytes, ScrubErrors: b.ScrubErrors, PGsHeld: b.PgsHeld,
+		SlowOps: b.SlowOps, OldestSlowOp: time.Duration(b.OldestSlowOpNanos), OldestSlowOpType: b.OldestSlowOp,
+		OpComplaintTime: time.Duration(b.OpComplaintNanos), HeldDown: heldDownOf(b.HeldDown),
+	}
+	for _, t := range b.RepTimeouts {
+		r.RepTimeouts = append(r.RepTimeouts, repTimeoutRecord{OSD: t.Osd, Writes: t.Writes, Timeout: time.Duration(t.TimeoutNanos)})
 	}
 	for _, s := range b.Pgs {
 		if s == nil {
@@ -332,11 +367,18 @@ func computeStatus(in statusInput) *Status {
 				if lossStands(o) {
 					line += " (lost)"
 				}
+				if h := in.beacons[o.Id].heldDown(in.now); h != nil {
+					// Its own doing, and only its log said so: the
+					// operator's next step is its cluster network.
+					line += fmt.Sprintf(" (held down by itself until %s: marked down %d times within %v while running; check its cluster network, or restart it to boot at once)",
+						time.Unix(0, h.UntilUnixNano).UTC().Format(time.TimeOnly), h.Markdowns, h.Period)
+				}
 				downIn = append(downIn, line)
 			}
 		}
 	}
 	var relayed []string // fresh beacons that came through a standby
+	var slow slowOps
 	for _, b := range upBeacons(mp, in.beacons) {
 		st.UsedBytes += b.UsedBytes
 		st.AvailBytes += b.AvailBytes
@@ -344,6 +386,7 @@ func computeStatus(in statusInput) *Status {
 			if b.RelayedBy != "" {
 				relayed = append(relayed, fmt.Sprintf("osd.%d reaches the leader only through %s", b.ID, b.RelayedBy))
 			}
+			slow.add(mp, b)
 			st.RecoveryBytesPerSec += b.RecoveryBytesPerSec
 			st.OpsPerSec += b.OpsPerSec
 			st.ReadBytesPerSec += b.ReadBytesPerSec
@@ -513,6 +556,7 @@ func computeStatus(in statusInput) *Status {
 		// failure report of theirs must reach the leader itself.
 		checks.warn("MON_LEADER_UNREACHABLE", fmt.Sprintf("%d osds reach the leader mon only through standby mons", n), relayed)
 	}
+	slow.checks(&checks)
 	st.Flags = append([]string{}, mp.SetFlags()...)
 	if f := st.Flags; len(f) > 0 {
 		// Ceph's OSDMAP_FLAGS: a flag left set after maintenance (noout)
@@ -710,4 +754,58 @@ func osdTree(mp *placement.Map) []OSDTreeEntry {
 		out = []OSDTreeEntry{}
 	}
 	return out
+}
+
+// heldDown is r's hold if it still runs at now (nil for none, or no record).
+func (r *beaconRecord) heldDown(now time.Time) *heldDownRecord {
+	if r == nil || r.HeldDown == nil || now.UnixNano() >= r.HeldDown.UntilUnixNano {
+		return nil
+	}
+	return r.HeldDown
+}
+
+// slowOps gathers the up OSDs' fresh reports of slow ops for SLOW_OPS.
+type slowOps struct {
+	ops      int
+	oldest   time.Duration
+	daemons  []uint32 // OSDs with ops in flight too long
+	lines    []string
+	writes   int
+	replicas []uint32 // replicas whose acks came too late, by id
+	repLines []string
+}
+
+func (s *slowOps) add(mp *placement.Map, b *beaconRecord) {
+	if b.SlowOps > 0 {
+		s.ops += int(b.SlowOps)
+		s.oldest = max(s.oldest, b.OldestSlowOp)
+		s.daemons = append(s.daemons, b.ID)
+		s.lines = append(s.lines, fmt.Sprintf("osd.%d: %d ops in flight for more than %v, the oldest (%s) for %v",
+			b.ID, b.SlowOps, b.OpComplaintTime, b.OldestSlowOpType, b.OldestSlowOp.Round(time.Second)))
+	}
+	for _, t := range b.RepTimeouts {
+		if info, ok := mp.OSD(t.OSD); !ok || !info.Up {
+			// Marked down since: OSD_DOWN says it, and its PGs have moved
+			// on without it.
+			continue
+		}
+		s.writes += int(t.Writes)
+		if i, found := slices.BinarySearch(s.replicas, t.OSD); !found {
+			s.replicas = slices.Insert(s.replicas, i, t.OSD)
+		}
+		s.repLines = append(s.repLines, fmt.Sprintf("osd.%d: %d writes in the last minute failed after waiting %v for osd.%d's ack (osd.%d slow, its disk stalled, or the cluster network between them losing packets)",
+			b.ID, t.Writes, t.Timeout, t.OSD, t.OSD))
+	}
+}
+
+// checks adds SLOW_OPS, worded as Ceph's, when there is any.
+func (s *slowOps) checks(h *healthChecks) {
+	if s.ops > 0 {
+		h.warn("SLOW_OPS", fmt.Sprintf("%d slow ops, oldest one blocked for %d sec, daemons [%s] have slow ops.",
+			s.ops, int(s.oldest.Seconds()), ops.OSDList(s.daemons)), s.lines)
+	}
+	if s.writes > 0 {
+		h.warn("SLOW_OPS", fmt.Sprintf("%d writes failed in the last minute waiting for replica acks from [%s]",
+			s.writes, ops.OSDList(s.replicas)), s.repLines)
+	}
 }

@@ -529,3 +529,60 @@ func TestStalePGsKeepTheirLastReports(t *testing.T) {
 		t.Fatalf("df, every OSD down: %+v", df)
 	}
 }
+
+// TestSlowOpsCheck: SLOW_OPS sums the up OSDs' fresh reports of ops in
+// flight too long, in Ceph's words, and names the replicas whose acks
+// came too late, leaving out those the map has down since (OSD_DOWN says
+// it); an OSD holding itself down says so in OSD_DOWN until its hold ends.
+func TestSlowOpsCheck(t *testing.T) {
+	mp := trackerMap(t, "a", "b", "c", "d")
+	mp, err := mp.With(func(pb *osdpb.ClusterMap) { pb.Osds[3].Up = false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	beacons := primaryReports(mp, "active+clean", nil)
+	for _, b := range beacons {
+		b.AtUnixNano = now.UnixNano()
+	}
+	b0, b1 := beacons[0], beacons[1]
+	b0.SlowOps, b0.OldestSlowOp, b0.OldestSlowOpType, b0.OpComplaintTime = 2, 41500*time.Millisecond, "put_object", 30*time.Second
+	b1.SlowOps, b1.OldestSlowOp, b1.OldestSlowOpType, b1.OpComplaintTime = 1, 35*time.Second, "get_object", 30*time.Second
+	b0.RepTimeouts = []repTimeoutRecord{{OSD: 2, Writes: 14, Timeout: 10 * time.Second}, {OSD: 3, Writes: 5, Timeout: 10 * time.Second}}
+	b1.RepTimeouts = []repTimeoutRecord{{OSD: 2, Writes: 1, Timeout: 10 * time.Second}}
+	beacons[3] = &beaconRecord{ID: 3, HeldDown: &heldDownRecord{UntilUnixNano: now.Add(5 * time.Minute).UnixNano(), Markdowns: 6, Period: 10 * time.Minute}}
+	h := computeStatus(statusInput{mp: mp, beacons: beacons, now: now, fresh: time.Minute, detail: true}).Health
+	check := func(code string) HealthCheck {
+		t.Helper()
+		i := slices.IndexFunc(h.Detail, func(c HealthCheck) bool { return c.Code == code })
+		if i < 0 {
+			t.Fatalf("no %s in %+v", code, h.Detail)
+		}
+		return h.Detail[i]
+	}
+	want := HealthCheck{Code: "SLOW_OPS", Severity: HealthWarn,
+		Summary: "3 slow ops, oldest one blocked for 41 sec, daemons [osd.0, osd.1] have slow ops.; 15 writes failed in the last minute waiting for replica acks from [osd.2]",
+		Detail: []string{
+			"osd.0: 2 ops in flight for more than 30s, the oldest (put_object) for 42s",
+			"osd.1: 1 ops in flight for more than 30s, the oldest (get_object) for 35s",
+			"osd.0: 14 writes in the last minute failed after waiting 10s for osd.2's ack (osd.2 slow, its disk stalled, or the cluster network between them losing packets)",
+			"osd.1: 1 writes in the last minute failed after waiting 10s for osd.2's ack (osd.2 slow, its disk stalled, or the cluster network between them losing packets)",
+		}}
+	if got := check("SLOW_OPS"); !reflect.DeepEqual(got, want) {
+		t.Errorf("SLOW_OPS:\n%+v\nwant\n%+v", got, want)
+	}
+	const held = "osd.3 (host d) is down (held down by itself until 00:21:40: marked down 6 times within 10m0s while running; check its cluster network, or restart it to boot at once)"
+	if got := check("OSD_DOWN").Detail; !slices.Equal(got, []string{held}) {
+		t.Errorf("OSD_DOWN detail %q, want %q", got, held)
+	}
+
+	// Old reports say nothing: an OSD's beacon out of date, a hold over.
+	later := now.Add(10 * time.Minute)
+	h = computeStatus(statusInput{mp: mp, beacons: beacons, now: later, fresh: time.Minute, detail: true}).Health
+	if i := slices.IndexFunc(h.Detail, func(c HealthCheck) bool { return c.Code == "SLOW_OPS" }); i >= 0 {
+		t.Errorf("SLOW_OPS from beacons 10 minutes old: %+v", h.Detail[i])
+	}
+	if got := check("OSD_DOWN").Detail; !slices.Equal(got, []string{"osd.3 (host d) is down"}) {
+		t.Errorf("OSD_DOWN detail %q after the hold", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 // MaxMarkdownPeriod: it then stays down (its PGs go on without it) until
 // the period since the first of them has passed, then boots again.
 func TestMarkedDownTooOften(t *testing.T) {
-	const count, period = 2, 8 * time.Second
+	const count, period = 2, 12 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := local.Start(ctx, local.Options{OSDs: 3, PGs: 8, WithMon: true, NoAuth: true, Dir: t.TempDir(),
@@ -62,6 +63,23 @@ func TestMarkedDownTooOften(t *testing.T) {
 		t.Fatal("osd.0 up while held down")
 	}
 	until := o.HeldDownUntil()
+	// The status says why it stays down, not only its log.
+	heldLine := func() string {
+		st, err := c.Mon.StatusDetail(ctx)
+		if err != nil {
+			return ""
+		}
+		for _, ch := range st.Health.Detail {
+			for _, l := range ch.Detail {
+				if ch.Code == "OSD_DOWN" && strings.HasPrefix(l, "osd.0 ") && strings.Contains(l, "held down by itself until "+until.UTC().Format(time.TimeOnly)) {
+					return l
+				}
+			}
+		}
+		return ""
+	}
+	msgrtest.Eventually(t, time.Until(until), "the status's OSD_DOWN to say osd.0 holds itself down", func() bool { return heldLine() != "" })
+	t.Logf("held: %s", heldLine())
 	msgrtest.Eventually(t, 30*time.Second+period, "osd.0 up after its hold", func() bool { return up() })
 	if now := time.Now(); now.Before(until) {
 		t.Fatalf("osd.0 booted at %v, before its hold ended at %v", now, until)

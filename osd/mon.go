@@ -330,6 +330,7 @@ func (o *OSD) mayBootAgain(now time.Time) bool {
 		return true
 	}
 	until := o.markdowns[0].Add(o.cfg.MaxMarkdownPeriod)
+	o.heldMarkdowns.Store(int32(len(o.markdowns)))
 	o.heldDown.Store(until.UnixNano())
 	o.log.Error("marked down too often: staying down (check this OSD's cluster network: its peers report it unreachable while the mon hears it; restart the OSD to boot at once)",
 		"markdowns", len(o.markdowns), "period", o.cfg.MaxMarkdownPeriod, "until", until.Format(time.RFC3339))
@@ -428,6 +429,7 @@ func (o *OSD) beacon() *osdpb.MonBeacon {
 		}
 		b.PgsHeld = &n
 	}
+	o.noteSlow(b)
 	o.lastBeacon.Store(b)
 	return b
 }

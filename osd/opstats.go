@@ -175,6 +175,13 @@ type Stats struct {
 	// whose reads wait for a read lease (laggy) or for a predecessor's to
 	// run out (wait): docs/osd.md, Read leases.
 	LaggyPGs int
+	// SlowOps counts the client ops in flight for longer than
+	// Config.OpComplaintTime, the oldest of them for OldestSlowOp;
+	// RepTimeouts, the replicas that did not ack a write of ours within
+	// Config.RepTimeout, since start (slowops.go).
+	SlowOps      int
+	OldestSlowOp time.Duration
+	RepTimeouts  uint64
 	// RecoveryBytes counts the bytes recovered or backfilled since start.
 	RecoveryBytes uint64
 	// ReadRepairs counts objects this primary found damaged in its store
@@ -221,6 +228,8 @@ func (o *OSD) Stats() Stats {
 		st.Space = *sp
 	}
 	st.LaggyPGs = o.laggyPGs()
+	st.SlowOps, st.OldestSlowOp, _ = o.opTimes.slow(time.Now(), o.cfg.OpComplaintTime)
+	st.RepTimeouts = o.repTimeouts.total.Load()
 	st.BeaconAge = -1
 	if at := o.beaconTaken.Load(); at != 0 && o.mon != nil {
 		st.BeaconAge = time.Since(time.Unix(0, at))

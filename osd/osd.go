@@ -115,6 +115,11 @@ type Config struct {
 	// RepTimeout bounds how long a write waits for its replicas before it
 	// fails with SERVICE_UNAVAILABLE (retriable). Default 10s.
 	RepTimeout time.Duration
+	// OpComplaintTime is how long a client op may be in flight before it
+	// counts as slow (Ceph's osd_op_complaint_time): the OSD logs its slow
+	// ops and reports them in its beacons, and the mon's status warns
+	// SLOW_OPS. Default 30s.
+	OpComplaintTime time.Duration
 	// MaxMarkdownCount and MaxMarkdownPeriod bound how often an OSD that
 	// finds itself marked down while it runs boots again (Ceph's
 	// osd_max_markdown_count and osd_max_markdown_period): marked down
@@ -225,6 +230,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.RepTimeout <= 0 {
 		c.RepTimeout = 10 * time.Second
+	}
+	if c.OpComplaintTime <= 0 {
+		c.OpComplaintTime = 30 * time.Second
 	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 500 * time.Millisecond
@@ -353,6 +361,8 @@ type OSD struct {
 	markdowns  []time.Time
 	markdownOf uint64 // the bootEpoch whose markdown the last entry counts
 	heldDown   atomic.Int64
+	// heldMarkdowns is how many markdowns started the hold, for beacons.
+	heldMarkdowns atomic.Int32
 	// monCtx is monLoop's: Close ends it (monStop) and waits for monDone
 	// before it asks the mon to mark us down, so that no beacon or boot
 	// of ours follows that request.
@@ -388,8 +398,11 @@ type OSD struct {
 	clientWriteBytes atomic.Uint64
 	// opTimes times client ops, lastBeacon is the last beacon built
 	// (Stats).
-	opTimes    opTimer
-	lastBeacon atomic.Pointer[osdpb.MonBeacon]
+	opTimes opTimer
+	// repTimeouts counts the writes we led that a replica's ack did not
+	// reach within RepTimeout, by replica (slowops.go).
+	repTimeouts repTimeouts
+	lastBeacon  atomic.Pointer[osdpb.MonBeacon]
 	// beaconTaken is when the mon last took a beacon (Unix ns; 0: never):
 	// an OSD cut off from the mons reports PG states that are its last.
 	beaconTaken atomic.Int64

@@ -1077,8 +1077,14 @@ func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osd
 	tid := o.reps.Add(pr)
 	timer := time.AfterFunc(o.cfg.RepTimeout, func() {
 		if pr, ok := o.reps.Take(tid); ok {
-			pr.finish(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: replicas did not ack version %d.%d within %v",
-				pgName(p.pool, p.pg), e.Version.GetEpoch(), e.Version.GetSeq(), o.cfg.RepTimeout))
+			pr.mu.Lock()
+			late := slices.Clone(pr.waiting)
+			pr.mu.Unlock()
+			o.repTimeouts.add(time.Now(), late)
+			o.ratelog.Log(o.log, slog.LevelWarn, "rep timeout", "a write failed: replicas did not ack within the rep timeout",
+				"pg", pgName(p.pool, p.pg), "osds", late, "rep_timeout", o.cfg.RepTimeout)
+			pr.finish(ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: %s did not ack version %d.%d within %v",
+				pgName(p.pool, p.pg), ops.OSDList(late), e.Version.GetEpoch(), e.Version.GetSeq(), o.cfg.RepTimeout))
 		}
 	})
 	pr.mu.Lock()

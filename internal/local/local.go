@@ -90,6 +90,9 @@ type Options struct {
 	// with WithMon; zero: the defaults.
 	MaxMarkdownCount  int
 	MaxMarkdownPeriod time.Duration
+	// RepTimeout and OpComplaintTime are every OSD's (osd.Config), with
+	// WithMon; zero: the defaults.
+	RepTimeout, OpComplaintTime time.Duration
 
 	// Faults are injected into every OSD's messengers (osprey up
 	// --inject-socket-failures).
@@ -302,7 +305,8 @@ func (c *Cluster) startWithMon(ctx context.Context, opts Options) error {
 		if err := c.startOSD(ctx, info.Id, osd.Config{Mon: []string{c.Mon.Addr()}, PublicListen: info.PublicAddr, ClusterListen: info.ClusterAddr, Transports: c.Transports,
 			DataDir: filepath.Join(c.Dir, fmt.Sprintf("osd.%d", info.Id)), Logger: opts.Logger, Faults: opts.Faults,
 			Keyring: bootstrap, NoAuth: opts.NoAuth, ClusterModes: opts.ClusterModes, ServiceModes: opts.ServiceModes, FailsafeFullRatio: opts.FailsafeFullRatio,
-			Store: store.Options{ReadCacheSize: opts.ReadCacheSize}, MaxMarkdownCount: opts.MaxMarkdownCount, MaxMarkdownPeriod: opts.MaxMarkdownPeriod}); err != nil {
+			Store: store.Options{ReadCacheSize: opts.ReadCacheSize}, MaxMarkdownCount: opts.MaxMarkdownCount, MaxMarkdownPeriod: opts.MaxMarkdownPeriod,
+			RepTimeout: opts.RepTimeout, OpComplaintTime: opts.OpComplaintTime}); err != nil {
 			return err
 		}
 	}

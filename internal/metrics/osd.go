@@ -14,6 +14,9 @@ var (
 	osdInfo       = newDesc("osprey_osd_info", "1, with this OSD's id (osd=\"osd.3\"): join it on instance to name the OSD an alert is about.", "osd")
 	osdBeaconAge  = newDesc("osprey_osd_beacon_age_seconds", "Seconds since the mon last took this OSD's beacon (its PG states): an OSD cut off from the mons reports old ones.")
 	osdLaggy      = newDesc("osprey_osd_laggy_pgs", "PGs this OSD leads whose reads wait for a read lease (laggy: a member has not answered its pings) or for a predecessor's to run out (wait).")
+	osdSlowOps    = newDesc("osprey_osd_slow_ops", "Client ops in flight at this OSD for longer than its op complaint time (Ceph's slow ops; the status warns SLOW_OPS).")
+	osdOldestOp   = newDesc("osprey_osd_oldest_slow_op_seconds", "How long the oldest slow op has been in flight; 0 with none.")
+	osdRepTimeout = newDesc("osprey_osd_rep_timeouts_total", "Writes this OSD led that failed because a replica did not ack within the rep timeout, counted once per replica that did not.")
 	osdDegraded   = newDesc("osprey_osd_degraded_objects", "Object copies missing from the PGs this OSD leads.")
 	osdMisplaced  = newDesc("osprey_osd_misplaced_objects", "Object copies on OSDs outside their PG's acting set, in the PGs this OSD leads.")
 	osdRecovery   = newDesc("osprey_osd_recovery_bytes_total", "Bytes this OSD fetched from peers to recover or backfill its PGs.")
@@ -69,7 +72,7 @@ type osdCollector struct{ o *osd.OSD }
 
 func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		osdOpDuration, osdInFlight, osdInfo, osdPGs, osdBeaconAge, osdLaggy, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
+		osdOpDuration, osdInFlight, osdInfo, osdPGs, osdBeaconAge, osdLaggy, osdSlowOps, osdOldestOp, osdRepTimeout, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
 		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdReadCRC, osdReadNoCRC, osdKept, osdKeepRefuse, osdRepairs, osdRepairFail, osdStrays,
 		osdScrubObj, osdScrubBytes, osdScrubDmg, osdScrubFixed, osdScrubErrs, osdScrubIncon,
 		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg, readCacheReclaimed,
@@ -107,6 +110,9 @@ func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(ch, osdBeaconAge, st.BeaconAge.Seconds())
 	}
 	gauge(ch, osdLaggy, float64(st.LaggyPGs))
+	gauge(ch, osdSlowOps, float64(st.SlowOps))
+	gauge(ch, osdOldestOp, st.OldestSlowOp.Seconds())
+	counter(ch, osdRepTimeout, st.RepTimeouts)
 	gauge(ch, osdDegraded, float64(st.DegradedObjects))
 	gauge(ch, osdMisplaced, float64(st.MisplacedObjects))
 	counter(ch, osdRecovery, st.RecoveryBytes)

@@ -81,6 +81,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
 )
 
@@ -439,23 +440,11 @@ func (p *PG) CanServe() error {
 		// Say why: members missing, or members still being filled.
 		detail := fmt.Sprintf("%d of min_size %d members up", len(p.cur.acting), p.cur.minSize)
 		if bf := p.Backfilling(); len(bf) > 0 {
-			detail = fmt.Sprintf("%d of min_size %d members hold a whole copy, %s being backfilled", p.complete(), p.cur.minSize, osdList(bf))
+			detail = fmt.Sprintf("%d of min_size %d members hold a whole copy, %s being backfilled", p.complete(), p.cur.minSize, ops.OSDList(bf))
 		}
 		return fmt.Errorf("pg %s on osd.%d at epoch %d: %w: %s (%s)", p.id, p.self, p.epoch, why, detail, p.State())
 	}
 	return fmt.Errorf("pg %s on osd.%d at epoch %d: %w (%s)", p.id, p.self, p.epoch, why, p.State())
-}
-
-// osdList prints ids as "osd.3, osd.5".
-func osdList(ids []OSDID) string {
-	var b []byte
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = fmt.Appendf(b, "osd.%d", id)
-	}
-	return string(b)
 }
 
 // ServesReads reports whether the PG serves reads: when Serving, and

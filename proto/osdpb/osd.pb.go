@@ -5420,8 +5420,23 @@ type MonBeacon struct {
 	// a standby relays this beacon to it (MonBeaconReply.relayed_by) rather
 	// than answer NOT_LEADER. The mon client sets it.
 	LeaderUnreachable bool `protobuf:"varint,16,opt,name=leader_unreachable,json=leaderUnreachable,proto3" json:"leader_unreachable,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Slow ops, as Ceph's: client ops in flight for longer than the OSD's
+	// op complaint time (osd.Config.OpComplaintTime), how long the oldest
+	// has been, and its type ("put_object").
+	SlowOps           uint32 `protobuf:"varint,17,opt,name=slow_ops,json=slowOps,proto3" json:"slow_ops,omitempty"`
+	OldestSlowOpNanos int64  `protobuf:"varint,18,opt,name=oldest_slow_op_nanos,json=oldestSlowOpNanos,proto3" json:"oldest_slow_op_nanos,omitempty"`
+	OldestSlowOp      string `protobuf:"bytes,19,opt,name=oldest_slow_op,json=oldestSlowOp,proto3" json:"oldest_slow_op,omitempty"`
+	OpComplaintNanos  int64  `protobuf:"varint,20,opt,name=op_complaint_nanos,json=opComplaintNanos,proto3" json:"op_complaint_nanos,omitempty"`
+	// Replicas whose acks this OSD, as a primary, waited out its rep
+	// timeout for within the last minute, failing the write (a replica
+	// hung, its disk stalled, or the cluster network between us lossy).
+	RepTimeouts []*RepTimeouts `protobuf:"bytes,21,rep,name=rep_timeouts,json=repTimeouts,proto3" json:"rep_timeouts,omitempty"`
+	// held_down: the OSD is down and stays so by its own choice, having been
+	// marked down too often (osd.Config.MaxMarkdownCount); the mon shows it
+	// in the status (OSD_DOWN) instead of leaving it to the OSD's log.
+	HeldDown      *HeldDown `protobuf:"bytes,22,opt,name=held_down,json=heldDown,proto3" json:"held_down,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MonBeacon) Reset() {
@@ -5559,6 +5574,172 @@ func (x *MonBeacon) GetLeaderUnreachable() bool {
 	return false
 }
 
+func (x *MonBeacon) GetSlowOps() uint32 {
+	if x != nil {
+		return x.SlowOps
+	}
+	return 0
+}
+
+func (x *MonBeacon) GetOldestSlowOpNanos() int64 {
+	if x != nil {
+		return x.OldestSlowOpNanos
+	}
+	return 0
+}
+
+func (x *MonBeacon) GetOldestSlowOp() string {
+	if x != nil {
+		return x.OldestSlowOp
+	}
+	return ""
+}
+
+func (x *MonBeacon) GetOpComplaintNanos() int64 {
+	if x != nil {
+		return x.OpComplaintNanos
+	}
+	return 0
+}
+
+func (x *MonBeacon) GetRepTimeouts() []*RepTimeouts {
+	if x != nil {
+		return x.RepTimeouts
+	}
+	return nil
+}
+
+func (x *MonBeacon) GetHeldDown() *HeldDown {
+	if x != nil {
+		return x.HeldDown
+	}
+	return nil
+}
+
+// RepTimeouts: writes a primary failed because replica osd did not ack
+// within the primary's rep timeout (timeout_nanos), in the last minute.
+type RepTimeouts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Osd           uint32                 `protobuf:"varint,1,opt,name=osd,proto3" json:"osd,omitempty"`
+	Writes        uint32                 `protobuf:"varint,2,opt,name=writes,proto3" json:"writes,omitempty"`
+	TimeoutNanos  int64                  `protobuf:"varint,3,opt,name=timeout_nanos,json=timeoutNanos,proto3" json:"timeout_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepTimeouts) Reset() {
+	*x = RepTimeouts{}
+	mi := &file_osd_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepTimeouts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepTimeouts) ProtoMessage() {}
+
+func (x *RepTimeouts) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepTimeouts.ProtoReflect.Descriptor instead.
+func (*RepTimeouts) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *RepTimeouts) GetOsd() uint32 {
+	if x != nil {
+		return x.Osd
+	}
+	return 0
+}
+
+func (x *RepTimeouts) GetWrites() uint32 {
+	if x != nil {
+		return x.Writes
+	}
+	return 0
+}
+
+func (x *RepTimeouts) GetTimeoutNanos() int64 {
+	if x != nil {
+		return x.TimeoutNanos
+	}
+	return 0
+}
+
+// HeldDown: an OSD marked down more than markdowns-1 times within period
+// stays down until until_unix_nanos (Ceph's osd_max_markdown_count).
+type HeldDown struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	UntilUnixNanos int64                  `protobuf:"varint,1,opt,name=until_unix_nanos,json=untilUnixNanos,proto3" json:"until_unix_nanos,omitempty"`
+	Markdowns      uint32                 `protobuf:"varint,2,opt,name=markdowns,proto3" json:"markdowns,omitempty"`
+	PeriodNanos    int64                  `protobuf:"varint,3,opt,name=period_nanos,json=periodNanos,proto3" json:"period_nanos,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *HeldDown) Reset() {
+	*x = HeldDown{}
+	mi := &file_osd_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldDown) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldDown) ProtoMessage() {}
+
+func (x *HeldDown) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldDown.ProtoReflect.Descriptor instead.
+func (*HeldDown) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *HeldDown) GetUntilUnixNanos() int64 {
+	if x != nil {
+		return x.UntilUnixNanos
+	}
+	return 0
+}
+
+func (x *HeldDown) GetMarkdowns() uint32 {
+	if x != nil {
+		return x.Markdowns
+	}
+	return 0
+}
+
+func (x *HeldDown) GetPeriodNanos() int64 {
+	if x != nil {
+		return x.PeriodNanos
+	}
+	return 0
+}
+
 type MonBeaconReply struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -5572,7 +5753,7 @@ type MonBeaconReply struct {
 
 func (x *MonBeaconReply) Reset() {
 	*x = MonBeaconReply{}
-	mi := &file_osd_proto_msgTypes[64]
+	mi := &file_osd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5584,7 +5765,7 @@ func (x *MonBeaconReply) String() string {
 func (*MonBeaconReply) ProtoMessage() {}
 
 func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[64]
+	mi := &file_osd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5597,7 +5778,7 @@ func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeaconReply.ProtoReflect.Descriptor instead.
 func (*MonBeaconReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{64}
+	return file_osd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MonBeaconReply) GetHeader() *ReplyHeader {
@@ -5629,7 +5810,7 @@ type RelayedBeacon struct {
 
 func (x *RelayedBeacon) Reset() {
 	*x = RelayedBeacon{}
-	mi := &file_osd_proto_msgTypes[65]
+	mi := &file_osd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5641,7 +5822,7 @@ func (x *RelayedBeacon) String() string {
 func (*RelayedBeacon) ProtoMessage() {}
 
 func (x *RelayedBeacon) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[65]
+	mi := &file_osd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5654,7 +5835,7 @@ func (x *RelayedBeacon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayedBeacon.ProtoReflect.Descriptor instead.
 func (*RelayedBeacon) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{65}
+	return file_osd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *RelayedBeacon) GetBeacon() *MonBeacon {
@@ -5695,7 +5876,7 @@ type MonFailure struct {
 
 func (x *MonFailure) Reset() {
 	*x = MonFailure{}
-	mi := &file_osd_proto_msgTypes[66]
+	mi := &file_osd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5707,7 +5888,7 @@ func (x *MonFailure) String() string {
 func (*MonFailure) ProtoMessage() {}
 
 func (x *MonFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[66]
+	mi := &file_osd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5720,7 +5901,7 @@ func (x *MonFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailure.ProtoReflect.Descriptor instead.
 func (*MonFailure) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{66}
+	return file_osd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MonFailure) GetFsid() string {
@@ -5781,7 +5962,7 @@ type MonFailureReply struct {
 
 func (x *MonFailureReply) Reset() {
 	*x = MonFailureReply{}
-	mi := &file_osd_proto_msgTypes[67]
+	mi := &file_osd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5793,7 +5974,7 @@ func (x *MonFailureReply) String() string {
 func (*MonFailureReply) ProtoMessage() {}
 
 func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[67]
+	mi := &file_osd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5806,7 +5987,7 @@ func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailureReply.ProtoReflect.Descriptor instead.
 func (*MonFailureReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{67}
+	return file_osd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *MonFailureReply) GetHeader() *ReplyHeader {
@@ -5833,7 +6014,7 @@ type MonMarkMeDown struct {
 
 func (x *MonMarkMeDown) Reset() {
 	*x = MonMarkMeDown{}
-	mi := &file_osd_proto_msgTypes[68]
+	mi := &file_osd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5845,7 +6026,7 @@ func (x *MonMarkMeDown) String() string {
 func (*MonMarkMeDown) ProtoMessage() {}
 
 func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[68]
+	mi := &file_osd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5858,7 +6039,7 @@ func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMarkMeDown.ProtoReflect.Descriptor instead.
 func (*MonMarkMeDown) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{68}
+	return file_osd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *MonMarkMeDown) GetFsid() string {
@@ -5898,7 +6079,7 @@ type MonMarkMeDownReply struct {
 
 func (x *MonMarkMeDownReply) Reset() {
 	*x = MonMarkMeDownReply{}
-	mi := &file_osd_proto_msgTypes[69]
+	mi := &file_osd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5910,7 +6091,7 @@ func (x *MonMarkMeDownReply) String() string {
 func (*MonMarkMeDownReply) ProtoMessage() {}
 
 func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[69]
+	mi := &file_osd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5923,7 +6104,7 @@ func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMarkMeDownReply.ProtoReflect.Descriptor instead.
 func (*MonMarkMeDownReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{69}
+	return file_osd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MonMarkMeDownReply) GetHeader() *ReplyHeader {
@@ -5945,7 +6126,7 @@ type MonSubscribe struct {
 
 func (x *MonSubscribe) Reset() {
 	*x = MonSubscribe{}
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5957,7 +6138,7 @@ func (x *MonSubscribe) String() string {
 func (*MonSubscribe) ProtoMessage() {}
 
 func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5970,7 +6151,7 @@ func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
 func (*MonSubscribe) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{70}
+	return file_osd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
@@ -5998,7 +6179,7 @@ type MonSubscribeReply struct {
 
 func (x *MonSubscribeReply) Reset() {
 	*x = MonSubscribeReply{}
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6010,7 +6191,7 @@ func (x *MonSubscribeReply) String() string {
 func (*MonSubscribeReply) ProtoMessage() {}
 
 func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6023,7 +6204,7 @@ func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
 func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{71}
+	return file_osd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
@@ -6060,7 +6241,7 @@ type AuthTable struct {
 
 func (x *AuthTable) Reset() {
 	*x = AuthTable{}
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6072,7 +6253,7 @@ func (x *AuthTable) String() string {
 func (*AuthTable) ProtoMessage() {}
 
 func (x *AuthTable) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6085,7 +6266,7 @@ func (x *AuthTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
 func (*AuthTable) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{72}
+	return file_osd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *AuthTable) GetRevision() int64 {
@@ -6117,7 +6298,7 @@ type AuthEntry struct {
 
 func (x *AuthEntry) Reset() {
 	*x = AuthEntry{}
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6129,7 +6310,7 @@ func (x *AuthEntry) String() string {
 func (*AuthEntry) ProtoMessage() {}
 
 func (x *AuthEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6142,7 +6323,7 @@ func (x *AuthEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
 func (*AuthEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{73}
+	return file_osd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AuthEntry) GetEntity() string {
@@ -6185,7 +6366,7 @@ type S3Key struct {
 
 func (x *S3Key) Reset() {
 	*x = S3Key{}
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6197,7 +6378,7 @@ func (x *S3Key) String() string {
 func (*S3Key) ProtoMessage() {}
 
 func (x *S3Key) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6210,7 +6391,7 @@ func (x *S3Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
 func (*S3Key) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{74}
+	return file_osd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *S3Key) GetAccessKey() string {
@@ -6236,7 +6417,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6248,7 +6429,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6261,7 +6442,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{75}
+	return file_osd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -6280,7 +6461,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6292,7 +6473,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6305,7 +6486,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{76}
+	return file_osd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -6354,7 +6535,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6366,7 +6547,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6379,7 +6560,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{77}
+	return file_osd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -6500,7 +6681,7 @@ type MonRequestRecord struct {
 
 func (x *MonRequestRecord) Reset() {
 	*x = MonRequestRecord{}
-	mi := &file_osd_proto_msgTypes[78]
+	mi := &file_osd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6512,7 +6693,7 @@ func (x *MonRequestRecord) String() string {
 func (*MonRequestRecord) ProtoMessage() {}
 
 func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[78]
+	mi := &file_osd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6525,7 +6706,7 @@ func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonRequestRecord.ProtoReflect.Descriptor instead.
 func (*MonRequestRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{78}
+	return file_osd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *MonRequestRecord) GetDigest() []byte {
@@ -6556,7 +6737,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[79]
+	mi := &file_osd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6568,7 +6749,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[79]
+	mi := &file_osd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6581,7 +6762,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{79}
+	return file_osd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -6640,7 +6821,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[80]
+	mi := &file_osd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6652,7 +6833,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[80]
+	mi := &file_osd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6665,7 +6846,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{80}
+	return file_osd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -7105,7 +7286,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\"Y\n" +
 	"\x0ePGInspectReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x16\n" +
-	"\x06output\x18\x02 \x01(\tR\x06output\"\x89\x04\n" +
+	"\x06output\x18\x02 \x01(\tR\x06output\"\x98\x06\n" +
 	"\tMonBeacon\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
@@ -7124,8 +7305,22 @@ const file_osd_proto_rawDesc = "" +
 	"\x11client_read_bytes\x18\r \x01(\x04R\x0fclientReadBytes\x12!\n" +
 	"\fscrub_errors\x18\x0e \x01(\x04R\vscrubErrors\x12\x1e\n" +
 	"\bpgs_held\x18\x0f \x01(\rH\x00R\apgsHeld\x88\x01\x01\x12-\n" +
-	"\x12leader_unreachable\x18\x10 \x01(\bR\x11leaderUnreachableB\v\n" +
-	"\t_pgs_heldJ\x04\b\x01\x10\x02\"f\n" +
+	"\x12leader_unreachable\x18\x10 \x01(\bR\x11leaderUnreachable\x12\x19\n" +
+	"\bslow_ops\x18\x11 \x01(\rR\aslowOps\x12/\n" +
+	"\x14oldest_slow_op_nanos\x18\x12 \x01(\x03R\x11oldestSlowOpNanos\x12$\n" +
+	"\x0eoldest_slow_op\x18\x13 \x01(\tR\foldestSlowOp\x12,\n" +
+	"\x12op_complaint_nanos\x18\x14 \x01(\x03R\x10opComplaintNanos\x12:\n" +
+	"\frep_timeouts\x18\x15 \x03(\v2\x17.osprey.osd.RepTimeoutsR\vrepTimeouts\x121\n" +
+	"\theld_down\x18\x16 \x01(\v2\x14.osprey.osd.HeldDownR\bheldDownB\v\n" +
+	"\t_pgs_heldJ\x04\b\x01\x10\x02\"\\\n" +
+	"\vRepTimeouts\x12\x10\n" +
+	"\x03osd\x18\x01 \x01(\rR\x03osd\x12\x16\n" +
+	"\x06writes\x18\x02 \x01(\rR\x06writes\x12#\n" +
+	"\rtimeout_nanos\x18\x03 \x01(\x03R\ftimeoutNanos\"u\n" +
+	"\bHeldDown\x12(\n" +
+	"\x10until_unix_nanos\x18\x01 \x01(\x03R\x0euntilUnixNanos\x12\x1c\n" +
+	"\tmarkdowns\x18\x02 \x01(\rR\tmarkdowns\x12!\n" +
+	"\fperiod_nanos\x18\x03 \x01(\x03R\vperiodNanos\"f\n" +
 	"\x0eMonBeaconReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x1d\n" +
 	"\n" +
@@ -7359,7 +7554,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),                    // 0: osprey.osd.MsgType
 	(Status)(0),                     // 1: osprey.osd.Status
@@ -7429,27 +7624,29 @@ var file_osd_proto_goTypes = []any{
 	(*PGInspect)(nil),               // 65: osprey.osd.PGInspect
 	(*PGInspectReply)(nil),          // 66: osprey.osd.PGInspectReply
 	(*MonBeacon)(nil),               // 67: osprey.osd.MonBeacon
-	(*MonBeaconReply)(nil),          // 68: osprey.osd.MonBeaconReply
-	(*RelayedBeacon)(nil),           // 69: osprey.osd.RelayedBeacon
-	(*MonFailure)(nil),              // 70: osprey.osd.MonFailure
-	(*MonFailureReply)(nil),         // 71: osprey.osd.MonFailureReply
-	(*MonMarkMeDown)(nil),           // 72: osprey.osd.MonMarkMeDown
-	(*MonMarkMeDownReply)(nil),      // 73: osprey.osd.MonMarkMeDownReply
-	(*MonSubscribe)(nil),            // 74: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil),       // 75: osprey.osd.MonSubscribeReply
-	(*AuthTable)(nil),               // 76: osprey.osd.AuthTable
-	(*AuthEntry)(nil),               // 77: osprey.osd.AuthEntry
-	(*S3Key)(nil),                   // 78: osprey.osd.S3Key
-	(*MonAuth)(nil),                 // 79: osprey.osd.MonAuth
-	(*MonMap)(nil),                  // 80: osprey.osd.MonMap
-	(*MonCommand)(nil),              // 81: osprey.osd.MonCommand
-	(*MonRequestRecord)(nil),        // 82: osprey.osd.MonRequestRecord
-	(*MonCommandReply)(nil),         // 83: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),              // 84: osprey.osd.AuthRecord
-	nil,                             // 85: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                             // 86: osprey.osd.AuthEntry.CapsEntry
-	nil,                             // 87: osprey.osd.MonCommand.CapsEntry
-	nil,                             // 88: osprey.osd.AuthRecord.CapsEntry
+	(*RepTimeouts)(nil),             // 68: osprey.osd.RepTimeouts
+	(*HeldDown)(nil),                // 69: osprey.osd.HeldDown
+	(*MonBeaconReply)(nil),          // 70: osprey.osd.MonBeaconReply
+	(*RelayedBeacon)(nil),           // 71: osprey.osd.RelayedBeacon
+	(*MonFailure)(nil),              // 72: osprey.osd.MonFailure
+	(*MonFailureReply)(nil),         // 73: osprey.osd.MonFailureReply
+	(*MonMarkMeDown)(nil),           // 74: osprey.osd.MonMarkMeDown
+	(*MonMarkMeDownReply)(nil),      // 75: osprey.osd.MonMarkMeDownReply
+	(*MonSubscribe)(nil),            // 76: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil),       // 77: osprey.osd.MonSubscribeReply
+	(*AuthTable)(nil),               // 78: osprey.osd.AuthTable
+	(*AuthEntry)(nil),               // 79: osprey.osd.AuthEntry
+	(*S3Key)(nil),                   // 80: osprey.osd.S3Key
+	(*MonAuth)(nil),                 // 81: osprey.osd.MonAuth
+	(*MonMap)(nil),                  // 82: osprey.osd.MonMap
+	(*MonCommand)(nil),              // 83: osprey.osd.MonCommand
+	(*MonRequestRecord)(nil),        // 84: osprey.osd.MonRequestRecord
+	(*MonCommandReply)(nil),         // 85: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),              // 86: osprey.osd.AuthRecord
+	nil,                             // 87: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                             // 88: osprey.osd.AuthEntry.CapsEntry
+	nil,                             // 89: osprey.osd.MonCommand.CapsEntry
+	nil,                             // 90: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	6,   // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -7461,7 +7658,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,   // 6: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	8,   // 7: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	9,   // 8: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	85,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	87,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	12,  // 10: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	13,  // 11: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	11,  // 12: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -7542,29 +7739,31 @@ var file_osd_proto_depIdxs = []int32{
 	11,  // 87: osprey.osd.PGInspectReply.header:type_name -> osprey.osd.ReplyHeader
 	49,  // 88: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
 	2,   // 89: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
-	11,  // 90: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	67,  // 91: osprey.osd.RelayedBeacon.beacon:type_name -> osprey.osd.MonBeacon
-	11,  // 92: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	11,  // 93: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
-	11,  // 94: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 95: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	76,  // 96: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	77,  // 97: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	86,  // 98: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	78,  // 99: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	76,  // 100: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,   // 101: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	87,  // 102: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	83,  // 103: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
-	11,  // 104: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 105: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	88,  // 106: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	78,  // 107: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	108, // [108:108] is the sub-list for method output_type
-	108, // [108:108] is the sub-list for method input_type
-	108, // [108:108] is the sub-list for extension type_name
-	108, // [108:108] is the sub-list for extension extendee
-	0,   // [0:108] is the sub-list for field type_name
+	68,  // 90: osprey.osd.MonBeacon.rep_timeouts:type_name -> osprey.osd.RepTimeouts
+	69,  // 91: osprey.osd.MonBeacon.held_down:type_name -> osprey.osd.HeldDown
+	11,  // 92: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	67,  // 93: osprey.osd.RelayedBeacon.beacon:type_name -> osprey.osd.MonBeacon
+	11,  // 94: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	11,  // 95: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
+	11,  // 96: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 97: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	78,  // 98: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	79,  // 99: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	88,  // 100: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	80,  // 101: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	78,  // 102: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,   // 103: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	89,  // 104: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	85,  // 105: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	11,  // 106: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 107: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	90,  // 108: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	80,  // 109: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	110, // [110:110] is the sub-list for method output_type
+	110, // [110:110] is the sub-list for method input_type
+	110, // [110:110] is the sub-list for extension type_name
+	110, // [110:110] is the sub-list for extension extendee
+	0,   // [0:110] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -7580,7 +7779,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   85,
+			NumMessages:   87,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
