@@ -274,6 +274,7 @@ func (o *OSD) monLoop() {
 			case <-t.C:
 			}
 		}
+		o.checkDiskStall()
 		ctx, cancel := context.WithTimeout(o.monCtx, o.cfg.BeaconInterval*2)
 		err := o.mon.Beacon(ctx, o.beacon())
 		cancel()
@@ -290,7 +291,7 @@ func (o *OSD) monLoop() {
 }
 
 func (o *OSD) rebootIfDown() {
-	if info, ok := o.Map().OSD(o.id); ok && info.Up {
+	if info, ok := o.Map().OSD(o.id); ok && info.Up || o.diskStalled.Load() {
 		return
 	}
 	if !o.mayBootAgain(time.Now()) {
@@ -346,6 +347,35 @@ func (o *OSD) HeldDownUntil() time.Time {
 	return time.Time{}
 }
 
+// checkDiskStall gives up our PGs while the data disk is stuck: past
+// DiskStallTimeout we serve no more reads (a successor need not wait out
+// our read leases: we are dead to the map) and ask the mon to mark us
+// down, again at each beacon while the map has us up; once the disk
+// answers we serve again and the next beacon boots us. An OSD whose disk
+// hangs would otherwise stay up, its heartbeats answered, every op on its
+// PGs stuck behind the disk and every write it replicates failing after
+// RepTimeout. monLoop's goroutine only, so no boot of ours races the
+// request.
+func (o *OSD) checkDiskStall() {
+	if o.cfg.DiskStallTimeout < 0 {
+		return
+	}
+	d, what := o.st.DiskStall()
+	switch {
+	case d > o.cfg.DiskStallTimeout:
+		if !o.diskStalled.Swap(true) {
+			o.log.Error("the data disk is stuck: serving no more reads, asking to be marked down until it answers",
+				"op", what, "for", d.Round(time.Second), "disk_stall_timeout", o.cfg.DiskStallTimeout)
+		}
+		o.noReads.Store(true)
+		o.markMeDown(o.monCtx)
+	case d == 0 && o.diskStalled.Load():
+		o.log.Warn("the data disk answers again: booting")
+		o.noReads.Store(false)
+		o.diskStalled.Store(false)
+	}
+}
+
 // markDownWait bounds how long a stopping OSD waits for the mon to mark
 // it down: many round trips to a live mon, and little delay to a stop
 // that finds no mon answering (the grace then marks it down, as after a
@@ -357,8 +387,9 @@ const markDownWait = time.Second
 // new acting sets at once instead of sending to an OSD that is gone
 // until the mon's heartbeat grace passes. We still serve meanwhile, so
 // nothing sent before the new map arrives is refused. Best effort, for at
-// most markDownWait. REQUIRES: monLoop has returned, so no beacon or
-// boot of ours comes after the request and marks us up again.
+// most markDownWait. REQUIRES: monLoop has returned, or this is its
+// goroutine, so no boot of ours comes after the request and marks us up
+// again.
 func (o *OSD) markMeDown(ctx context.Context) {
 	mp := o.Map()
 	if info, ok := mp.OSD(o.id); !ok || !info.Up {

@@ -120,6 +120,14 @@ type Config struct {
 	// ops and reports them in its beacons, and the mon's status warns
 	// SLOW_OPS. Default 30s.
 	OpComplaintTime time.Duration
+	// DiskStallTimeout: once a write or sync on the data disk has been in
+	// flight this long (the store's disk health checks, Store.DiskStall),
+	// the OSD stops serving reads and asks the mon to mark it down, and
+	// boots again once the disk answers, so that its PGs move on instead
+	// of hanging with it (Ceph's osd_op_thread_timeout; CockroachDB's
+	// max_sync_duration). Default 20s; negative: never. It must exceed
+	// Store.DiskSlowThreshold (5s) to be seen.
+	DiskStallTimeout time.Duration
 	// MaxMarkdownCount and MaxMarkdownPeriod bound how often an OSD that
 	// finds itself marked down while it runs boots again (Ceph's
 	// osd_max_markdown_count and osd_max_markdown_period): marked down
@@ -233,6 +241,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.OpComplaintTime <= 0 {
 		c.OpComplaintTime = 30 * time.Second
+	}
+	if c.DiskStallTimeout == 0 {
+		c.DiskStallTimeout = 20 * time.Second
 	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 500 * time.Millisecond
@@ -409,9 +420,13 @@ type OSD struct {
 	// readLease is the read lease's length (time.Duration): Config's, or
 	// set from the mon's grace at each boot (setReadLease).
 	readLease atomic.Int64
-	// noReads: we asked the mon to mark us down, stopping, and serve no
-	// more reads (readLeaseErr).
+	// noReads: we asked the mon to mark us down, stopping or with our disk
+	// stalled, and serve no more reads (readLeaseErr).
 	noReads atomic.Bool
+	// diskStalled: the data disk is stuck past DiskStallTimeout; we asked
+	// to be marked down and boot again only once it answers (monLoop's
+	// checkDiskStall).
+	diskStalled atomic.Bool
 	// ratelog limits the lines a peer can make us repeat (bad requests,
 	// refused RepOps) to one per kind per 10 s, with the count held back.
 	ratelog guard.RateLog

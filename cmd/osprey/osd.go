@@ -198,6 +198,7 @@ gracefully.`,
 	f.Uint64Var(&memMiB, "memtable-mib", 0, "Pebble memtable size, MiB (0: 64, or 1/256 of a smaller data disk)")
 	f.Float64Var(&cfg.FailsafeFullRatio, "failsafe-full-ratio", 0.97, "fraction of the data disk in use over which the OSD takes no write but deletes, even a replica's (Ceph's osd_failsafe_full_ratio)")
 	f.DurationVar(&cfg.RepTimeout, "rep-timeout", 10*time.Second, "how long a write waits for its replicas before failing (retriable); each such failure names the replica in the status's SLOW_OPS for a minute")
+	f.DurationVar(&cfg.DiskStallTimeout, "disk-stall-timeout", 20*time.Second, "a write or sync stuck this long on the data disk makes the OSD serve no reads and ask to be marked down, booting again once the disk answers (Ceph's osd_op_thread_timeout); must exceed the 5s slow-disk threshold; negative: never")
 	f.DurationVar(&cfg.OpComplaintTime, "op-complaint-time", 30*time.Second, "a client op in flight for longer is slow: logged, and the status warns SLOW_OPS (Ceph's osd_op_complaint_time)")
 	f.DurationVar(&cfg.ReadLease, "read-lease", 0, "how long a heartbeat reply lets a primary read without hearing that peer again; keep it below the mon's --heartbeat-grace (0: 0.8 of that grace; without a mon, no leases)")
 	f.IntVar(&cfg.MaxMarkdownCount, "max-markdown-count", 5, "marked down more often than this within --max-markdown-period while it runs, the OSD stays down until that period since the first has passed, instead of booting again (Ceph's osd_max_markdown_count); -1: no bound")

@@ -93,6 +93,9 @@ type Options struct {
 	// RepTimeout and OpComplaintTime are every OSD's (osd.Config), with
 	// WithMon; zero: the defaults.
 	RepTimeout, OpComplaintTime time.Duration
+	// OSDConfig, if set, edits each OSD's configuration last, before it
+	// starts (tests: a store on a filesystem that can stall).
+	OSDConfig func(id uint32, cfg *osd.Config)
 
 	// Faults are injected into every OSD's messengers (osprey up
 	// --inject-socket-failures).
@@ -143,6 +146,7 @@ type Cluster struct {
 	osdRDMABudget int64
 	// osdConfigs are what OSDs[i] started with, for RestartOSD.
 	osdConfigs []osd.Config
+	osdConfig  func(uint32, *osd.Config) // Options.OSDConfig
 }
 
 // KeyringPath is where the cluster keeps entity's keyring: DIR/ENTITY.keyring.
@@ -165,7 +169,7 @@ func start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	c := &Cluster{Dir: opts.Dir}
+	c := &Cluster{Dir: opts.Dir, osdConfig: opts.OSDConfig}
 	if c.Dir != "" {
 		if err := os.MkdirAll(c.Dir, 0o750); err != nil {
 			return nil, err
@@ -401,6 +405,9 @@ func sharedTransports(m *placement.Map) (ts transports.Set, perOSD int64, err er
 
 // startOSD starts the OSD of map entry id and appends it to c.OSDs.
 func (c *Cluster) startOSD(ctx context.Context, id uint32, cfg osd.Config) error {
+	if c.osdConfig != nil {
+		c.osdConfig(id, &cfg)
+	}
 	// The daemons share one RDMA domain (sharedTransports): an OSD whose
 	// networks use it takes the share of client messages of its own
 	// budget in it, not of the whole.

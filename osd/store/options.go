@@ -92,6 +92,12 @@ type Options struct {
 	// costs throughput where the disk does: one store with 16 writers made
 	// half as many 4 KiB puts per second with 500 µs (BenchmarkApplyPutParallel).
 	WALMinSyncInterval time.Duration
+
+	// DiskSlowThreshold: a write or sync on the store's disk in flight for
+	// longer is slow: logged, and Store.DiskStall reports it (the OSD
+	// gives up its PGs past osd.Config.DiskStallTimeout). Default 5s,
+	// Pebble's; negative: no disk health checks.
+	DiskSlowThreshold time.Duration
 	// OnFatal, if set, is called with Pebble's message when Pebble meets an
 	// error it cannot continue from (a failed WAL write, say); it must not
 	// return. The daemon exits cleanly there; the default panics, which keeps
@@ -180,6 +186,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.DiskSlowThreshold == 0 {
+		o.DiskSlowThreshold = defaultDiskSlowThreshold
 	}
 	return o, nil
 }
@@ -285,7 +294,7 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 }
 
 // eventListener logs only what an operator acts on: background errors,
-// detected corruption, stalls and slow or full disks. Flush and compaction
+// detected corruption, write stalls and full disks (slow ones: diskWatch). Flush and compaction
 // events are counted in Stats instead of logged. Background errors and
 // low-space warnings repeat for as long as their cause lasts (a flush that
 // fails on a full disk is retried at once, again and again): at most one
@@ -303,9 +312,6 @@ func eventListener(l *slog.Logger) *pebble.EventListener {
 			l.Warn("pebble write stall", "reason", info.Reason)
 		},
 		WriteStallEnd: func() { l.Info("pebble write stall ended") },
-		DiskSlow: func(info pebble.DiskSlowInfo) {
-			l.Warn("slow disk", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
-		},
 		LowDiskSpace: func(info pebble.LowDiskSpaceInfo) {
 			rl.Log(l, slog.LevelWarn, "lowspace", "low disk space", "avail_bytes", info.AvailBytes, "total_bytes", info.TotalBytes)
 		},

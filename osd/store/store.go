@@ -18,6 +18,7 @@ import (
 type Store struct {
 	opts Options
 	db   *pebble.DB
+	disk *diskWatch // DiskStall's
 
 	// closeMu is held shared by every operation while it touches db and
 	// exclusively by Close, so Close waits for in-flight operations and none
@@ -95,6 +96,16 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if fs == nil {
 		fs = vfs.Default
 	}
+	disk := &diskWatch{log: opts.Logger}
+	opened := false
+	if opts.DiskSlowThreshold > 0 {
+		fs, disk.checks = vfs.WithDiskHealthChecks(fs, opts.DiskSlowThreshold, nil, disk.note)
+		defer func() {
+			if !opened {
+				disk.checks.Close()
+			}
+		}()
+	}
 	if err := mkdirDurable(fs, opts.Dir); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", opts.Dir, err)
 	}
@@ -138,6 +149,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		res:             res,
 		inlineMax:       opts.ChunkSize,
 		chunkBatchBytes: 4 << 20,
+		disk:            disk,
 	}
 	s.pgs.m = make(map[uint32]*pgState)
 	if err := s.openDataFiles(fs); err != nil {
@@ -147,6 +159,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, errors.Join(err, db.Close())
 	}
 	s.startReaper()
+	opened = true
 	return s, nil
 }
 
@@ -252,7 +265,11 @@ func (s *Store) Close() error {
 	if err := s.closeDataFiles(); err != nil {
 		s.opts.Logger.Warn("store: remove unused data files at close; Open will retry", "err", err)
 	}
-	if err := s.db.Close(); err != nil {
+	err := s.db.Close()
+	if s.disk.checks != nil {
+		s.disk.checks.Close() // stops its goroutine; nothing to report
+	}
+	if err != nil {
 		return fmt.Errorf("store: close: %w", err)
 	}
 	return nil

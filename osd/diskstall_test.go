@@ -1,0 +1,193 @@
+package osd_test
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/local"
+	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/osd"
+	"github.com/ospreystore/osprey/osd/store"
+)
+
+// stallGate holds the writes and syncs of a stallFS while closed, as a
+// disk that stops answering.
+type stallGate struct {
+	mu sync.Mutex
+	ch chan struct{} // nil: open
+}
+
+func (g *stallGate) stall() {
+	g.mu.Lock()
+	g.ch = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *stallGate) free() {
+	g.mu.Lock()
+	if g.ch != nil {
+		close(g.ch)
+		g.ch = nil
+	}
+	g.mu.Unlock()
+}
+
+func (g *stallGate) wait() {
+	g.mu.Lock()
+	ch := g.ch
+	g.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// stallFS is the OS filesystem, its files' writes and syncs held by gate.
+type stallFS struct {
+	vfs.FS
+	gate *stallGate
+}
+
+func (fs stallFS) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return stallFile{f, fs.gate}, nil
+}
+
+func (fs stallFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.FS.Create(name, c))
+}
+
+func (fs stallFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	return fs.wrap(fs.FS.OpenReadWrite(name, c, opts...))
+}
+
+func (fs stallFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.FS.ReuseForWrite(old, name, c))
+}
+
+type stallFile struct {
+	vfs.File
+	gate *stallGate
+}
+
+func (f stallFile) Write(p []byte) (int, error) { f.gate.wait(); return f.File.Write(p) }
+func (f stallFile) WriteAt(p []byte, off int64) (int, error) {
+	f.gate.wait()
+	return f.File.WriteAt(p, off)
+}
+func (f stallFile) Sync() error     { f.gate.wait(); return f.File.Sync() }
+func (f stallFile) SyncData() error { f.gate.wait(); return f.File.SyncData() }
+func (f stallFile) SyncTo(n int64) (bool, error) {
+	f.gate.wait()
+	return f.File.SyncTo(n)
+}
+
+// TestDiskStallMarksDown: an OSD whose data disk stops answering (every
+// write and sync held) asks to be marked down once a write has been stuck
+// past its DiskStallTimeout, instead of staying up with its heartbeats
+// answered and every op on its PGs stuck behind the disk: the PGs it led
+// move on, a put stuck there is retried by the client on the new primary
+// and acknowledged, and once the disk answers the OSD boots again by
+// itself and everything acknowledged reads back.
+func TestDiskStallMarksDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster with a mon")
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	const sick = 1
+	gate := &stallGate{}
+	defer gate.free()
+	lc := osdtest.StartLocal(t, local.Options{OSDs: 3, PGs: 8, Dir: t.TempDir(), Logger: logger, WithMon: true, NoAuth: true,
+		NearfullRatio: osdtest.IgnoreHostDisk, BackfillfullRatio: osdtest.IgnoreHostDisk, FullRatio: osdtest.IgnoreHostDisk,
+		FailsafeFullRatio: osdtest.IgnoreHostDisk,
+		OSDConfig: func(id uint32, cfg *osd.Config) {
+			cfg.DiskStallTimeout = 1500 * time.Millisecond
+			cfg.Store.DiskSlowThreshold = 300 * time.Millisecond
+			if id == sick {
+				cfg.Store = store.WithFSForTest(cfg.Store, stallFS{vfs.Default, gate})
+			}
+		}})
+	ctx := ctxT(t, 3*time.Minute)
+	cl, err := client.New(ctx, client.Options{Seeds: lc.Seeds(), OpTimeout: 5 * time.Second, RetryFor: time.Minute, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.MakeBucket(ctx, "stall"); err != nil {
+		t.Fatal(err)
+	}
+	mp := lc.Mon.Map()
+	pool, _ := mp.PoolByName(placement.DefaultPoolName)
+	// A key the sick OSD leads.
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if mp.ActingSet(pool.Id, placement.PGOf(pool, "stall", k))[0] == sick {
+			key = k
+		}
+	}
+	acked := map[string]string{}
+	for i := range 10 {
+		k, v := fmt.Sprintf("before%d", i), fmt.Sprintf("value %d", i)
+		if _, err := osdtest.Put(ctx, cl, "stall", k, []byte(v), client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		acked[k] = v
+	}
+
+	gate.stall()
+	stalled := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := osdtest.Put(ctx, cl, "stall", key, []byte("through the stall"), client.PutOptions{})
+		done <- err
+	}()
+	osdtest.Eventually(t, 30*time.Second, fmt.Sprintf("osd.%d marked down with its disk stuck", sick), func() bool {
+		info, _ := lc.Mon.Map().OSD(sick)
+		return !info.Up
+	})
+	t.Logf("osd.%d marked down %v after its disk stalled", sick, time.Since(stalled).Round(time.Millisecond))
+	downInfo, _ := lc.Mon.Map().OSD(sick)
+	if !downInfo.Dead {
+		t.Errorf("osd.%d down but not dead: it asked, so its successors need not wait out its read leases", sick)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the put stuck at osd.%d: %v", sick, err)
+		}
+	case <-time.After(45 * time.Second):
+		t.Fatalf("the put stuck at osd.%d not acknowledged 45 s after it was marked down", sick)
+	}
+	acked[key] = "through the stall"
+	t.Logf("the put stuck at osd.%d acknowledged %v after the stall began", sick, time.Since(stalled).Round(time.Millisecond))
+
+	// Still stalled, seconds and beacons later: it has not booted since.
+	if info, _ := lc.Mon.Map().OSD(sick); info.Up || info.UpFrom != downInfo.UpFrom {
+		t.Fatalf("osd.%d booted with its disk still stuck: up %v, up from %d (was %d)", sick, info.Up, info.UpFrom, downInfo.UpFrom)
+	}
+
+	gate.free()
+	osdtest.Eventually(t, 60*time.Second, fmt.Sprintf("osd.%d up again once its disk answers", sick), func() bool {
+		info, _ := lc.Mon.Map().OSD(sick)
+		return info.Up
+	})
+	for k, v := range acked {
+		got, _, err := osdtest.Get(ctx, cl, "stall", k, client.GetOptions{})
+		if err != nil || string(got) != v {
+			t.Errorf("%s: %q, %v; want %q", k, got, err, v)
+		}
+	}
+}
