@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
@@ -106,7 +107,7 @@ func (m *Mon) handle(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType, fron
 	}
 	if err != nil {
 		if st, _ := ops.StatusOf(monError(err)); st == osdpb.Status_INTERNAL_ERROR || st == osdpb.Status_SERVICE_UNAVAILABLE {
-			m.log.Warn("request failed", "type", t, "conn", conn, "err", err)
+			m.failLog.Log(m.log, slog.LevelWarn, t.String(), "request failed", "type", t, "conn", conn, "err", err)
 		} else {
 			m.log.Debug("request refused", "type", t, "conn", conn, "err", err)
 		}

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/guard"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr"
@@ -190,6 +191,9 @@ type Mon struct {
 	ms    *msgr.Messenger
 	addr  string
 	fsid  string
+	// failLog limits the "request failed" lines to one per message type
+	// every 10 s: an OSD held down beacons every second, refused each time.
+	failLog guard.RateLog
 
 	// pastMu guards pastMaps, older maps read for PG reports
 	// (reportMaps): a map of an epoch never changes.
