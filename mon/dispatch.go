@@ -154,6 +154,9 @@ func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (pr
 	if b, ok := req.(*osdpb.MonBeacon); ok && l == nil && b.LeaderUnreachable {
 		return m.relayBeacon(ctx, b)
 	}
+	if f, ok := req.(*osdpb.MonFailure); ok && l == nil && f.LeaderUnreachable {
+		return m.relayFailure(ctx, f)
+	}
 	if l == nil {
 		return nil, m.notLeader()
 	}

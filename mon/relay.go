@@ -39,27 +39,9 @@ func (m *Mon) relayBeacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.MonBe
 	if err != nil {
 		return nil, err
 	}
-	cannot := func(what string, err error) error {
-		return ops.Errorf(osdpb.Status_NOT_LEADER, "mon.%s is a standby and could not relay the beacon (%s: %v); the leader is at %s", m.cfg.Name, what, err, leader)
-	}
-	expired := ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d's liveness lease expired (silent for longer than %v): the leader marks it down; boot again", b.Id, m.cfg.HeartbeatGrace)
-	resp, err := m.cli.Get(ctx, m.k.alive(b.Id))
-	if err != nil {
-		return nil, cannot("reading the OSD's lease", err)
-	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease == 0 {
-		return nil, expired
-	}
-	lease := clientv3.LeaseID(resp.Kvs[0].Lease)
-	rec, err := proto.Marshal(&osdpb.RelayedBeacon{Beacon: b, Mon: m.cfg.Name, AtUnixNanos: time.Now().UnixNano()})
-	if err != nil {
+	rec := &osdpb.RelayedBeacon{Beacon: b, Mon: m.cfg.Name, AtUnixNanos: time.Now().UnixNano()}
+	if err := m.relayPut(ctx, leader, "beacon", b.Id, m.k.relay(b.Id), rec); err != nil {
 		return nil, err
-	}
-	if _, err := m.cli.Put(ctx, m.k.relay(b.Id), string(rec), clientv3.WithLease(lease)); err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return nil, expired
-		}
-		return nil, cannot("passing the beacon to the leader", err)
 	}
 	h := m.header(nil)
 	h.Leader = leader
@@ -69,14 +51,72 @@ func (m *Mon) relayBeacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.MonBe
 	return &osdpb.MonBeaconReply{Header: h, RelayedBy: m.cfg.Name}, nil
 }
 
-// watchRelays acts on the beacons standby mons relayed (relayBeacon) as
-// on the ones the OSDs send us, each OSD's newest one at a time
-// (relayQueue), many OSDs at once. A watch that broke resumes after the
-// last revision it saw; the first starts from now.
+// relayFailure serves MSG_MON_FAILURE on a standby when the reporter says
+// it cannot reach the leader, as relayBeacon does beacons: an OSD that
+// finds a peer's connection refused during such a cut gets it marked down
+// (dead) at once, not after the peer's lease runs out. The report waits
+// in etcd under relayfail/<reporter>/<target>, on the reporter's lease; a
+// later one (a cancel) replaces it.
+func (m *Mon) relayFailure(ctx context.Context, f *osdpb.MonFailure) (*osdpb.MonFailureReply, error) {
+	leader := m.Leader()
+	if leader == "" {
+		return nil, m.notLeader()
+	}
+	rec := &osdpb.RelayedFailure{Failure: f, Mon: m.cfg.Name, AtUnixNanos: time.Now().UnixNano()}
+	if err := m.relayPut(ctx, leader, "failure report", f.Reporter, m.k.relayFailure(f.Reporter, f.Target), rec); err != nil {
+		return nil, err
+	}
+	h := m.header(nil)
+	h.Leader = leader
+	return &osdpb.MonFailureReply{Header: h, RelayedBy: m.cfg.Name}, nil
+}
+
+// relayPut leaves rec in etcd under key for the leader, on the liveness
+// lease of OSD id (so that it goes with the OSD). Where it cannot (etcd
+// trouble) it answers NOT_LEADER, so the OSD goes on to the leader as
+// before: a standby's trouble with etcd must not read as "you are marked
+// down"; an OSD whose lease expired is told so.
+func (m *Mon) relayPut(ctx context.Context, leader, what string, id uint32, key string, rec proto.Message) error {
+	cannot := func(step string, err error) error {
+		return ops.Errorf(osdpb.Status_NOT_LEADER, "mon.%s is a standby and could not relay the %s (%s: %v); the leader is at %s", m.cfg.Name, what, step, err, leader)
+	}
+	expired := ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d's liveness lease expired (silent for longer than %v): the leader marks it down; boot again", id, m.cfg.HeartbeatGrace)
+	resp, err := m.cli.Get(ctx, m.k.alive(id))
+	if err != nil {
+		return cannot("reading the OSD's lease", err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease == 0 {
+		return expired
+	}
+	v, err := proto.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if _, err := m.cli.Put(ctx, key, string(v), clientv3.WithLease(clientv3.LeaseID(resp.Kvs[0].Lease))); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return expired
+		}
+		return cannot("passing it to the leader", err)
+	}
+	return nil
+}
+
+// watchRelays acts on what standby mons relayed (relayBeacon,
+// relayFailure) as on what the OSDs send us.
 func (l *leadership) watchRelays() {
+	var wg sync.WaitGroup
+	wg.Go(func() { l.watchRelayed("beacons", l.m.k.relayPrefix(), l.relayedBeacon) })
+	wg.Go(func() { l.watchRelayed("failure reports", l.m.k.relayFailurePrefix(), l.relayedFailure) })
+	wg.Wait()
+}
+
+// watchRelayed runs take on each record put under prefix, the newest of
+// each key at a time (relayQueue), many keys at once. A watch that broke
+// resumes after the last revision it saw; the first starts from now.
+func (l *leadership) watchRelayed(what, prefix string, take func(key string, v []byte)) {
 	m := l.m
 	backoff := newBackoff()
-	q := relayQueue{l: l, pending: map[uint32]relayedAt{}, busy: map[uint32]bool{}}
+	q := relayQueue{take: take, pending: map[string][]byte{}, busy: map[string]bool{}}
 	defer q.wg.Wait()
 	var next int64 // revision to resume from (0: now)
 	for l.ctx.Err() == nil {
@@ -85,13 +125,13 @@ func (l *leadership) watchRelays() {
 		if next != 0 {
 			opts = append(opts, clientv3.WithRev(next))
 		}
-		for wr := range m.cli.Watch(wctx, m.k.relayPrefix(), opts...) {
+		for wr := range m.cli.Watch(wctx, prefix, opts...) {
 			if err := wr.Err(); err != nil {
 				if wr.CompactRevision != 0 {
 					// The revision we would resume from is gone (relays
 					// come seldom; stats writes move revisions on):
 					// from now, then, as the first watch.
-					m.log.Warn("relayed beacons: resuming the watch from now, its revision was compacted", "revision", next, "err", err)
+					m.log.Warn("relayed "+what+": resuming the watch from now, its revision was compacted", "revision", next, "err", err)
 					next = 0
 				}
 				break
@@ -107,65 +147,52 @@ func (l *leadership) watchRelays() {
 	}
 }
 
-// relayedAt is one OSD's newest relayed beacon, as stored under key.
-type relayedAt struct {
-	id  uint32
-	key string
-	v   []byte
-}
-
-// relayQueue runs the relayed beacons: one goroutine per OSD while it has
-// one waiting, which takes only the newest (a slow map change for one OSD
+// relayQueue runs relayed records: one goroutine per key while it has one
+// waiting, which takes only the newest (a slow map change for one OSD
 // holds back neither the others nor its own later beacons).
 type relayQueue struct {
-	l       *leadership
+	take    func(key string, v []byte)
 	wg      sync.WaitGroup
 	mu      sync.Mutex
-	pending map[uint32]relayedAt
-	busy    map[uint32]bool
+	pending map[string][]byte
+	busy    map[string]bool
 }
 
 func (q *relayQueue) add(key string, v []byte) {
-	id, ok := idOf(key, q.l.m.k.relayPrefix())
-	if !ok {
-		q.l.m.log.Warn("ignoring a relayed beacon under a key that names no OSD", "key", key)
-		return
-	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.pending[id] = relayedAt{id, key, v}
-	if q.busy[id] {
+	q.pending[key] = v
+	if q.busy[key] {
 		return
 	}
-	q.busy[id] = true
+	q.busy[key] = true
 	q.wg.Go(func() {
 		for {
 			q.mu.Lock()
-			r, ok := q.pending[id]
-			delete(q.pending, id)
+			v, ok := q.pending[key]
+			delete(q.pending, key)
 			if !ok {
-				delete(q.busy, id)
+				delete(q.busy, key)
 				q.mu.Unlock()
 				return
 			}
 			q.mu.Unlock()
-			q.l.relayed(r)
+			q.take(key, v)
 		}
 	})
 }
 
-// relayed takes one relayed beacon.
-func (l *leadership) relayed(r relayedAt) {
+// relayedBeacon takes one relayed beacon.
+func (l *leadership) relayedBeacon(key string, v []byte) {
 	m := l.m
+	id, ok := idOf(key, m.k.relayPrefix())
 	var rb osdpb.RelayedBeacon
-	id, key := r.id, r.key
-	if err := proto.Unmarshal(r.v, &rb); err != nil || rb.Beacon == nil || rb.Beacon.Id != id {
+	if err := proto.Unmarshal(v, &rb); !ok || err != nil || rb.Beacon == nil || rb.Beacon.Id != id {
 		// Only mons write there; say so rather than act on it.
 		m.log.Warn("ignoring a relayed beacon that does not parse", "key", key, "err", err)
 		return
 	}
-	if fsid := rb.Beacon.Fsid; fsid != "" && fsid != m.fsid {
-		m.log.Warn("ignoring a relayed beacon of another cluster", "key", key, "fsid", fsid)
+	if !l.relayOfOurs(key, rb.Beacon.Fsid) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(l.ctx), requestTimeout)
@@ -173,6 +200,34 @@ func (l *leadership) relayed(r relayedAt) {
 	if _, err := l.beacon(ctx, rb.Beacon, relayName(rb.Mon)); err != nil && l.ctx.Err() == nil {
 		m.log.Debug("a relayed beacon", "osd", id, "via", relayName(rb.Mon), "err", err)
 	}
+}
+
+// relayedFailure takes one relayed failure report.
+func (l *leadership) relayedFailure(key string, v []byte) {
+	m := l.m
+	reporter, target, ok := m.k.parseRelayFailure(key)
+	var rf osdpb.RelayedFailure
+	if err := proto.Unmarshal(v, &rf); !ok || err != nil || rf.Failure == nil || rf.Failure.Reporter != reporter || rf.Failure.Target != target {
+		m.log.Warn("ignoring a relayed failure report that does not parse", "key", key, "err", err)
+		return
+	}
+	if !l.relayOfOurs(key, rf.Failure.Fsid) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(l.ctx), requestTimeout)
+	defer cancel()
+	if err := l.failure(ctx, rf.Failure); err != nil && l.ctx.Err() == nil {
+		m.log.Debug("a relayed failure report", "reporter", reporter, "target", target, "via", relayName(rf.Mon), "err", err)
+	}
+}
+
+// relayOfOurs: a relayed record names this cluster (or none).
+func (l *leadership) relayOfOurs(key, fsid string) bool {
+	if fsid != "" && fsid != l.m.fsid {
+		l.m.log.Warn("ignoring a relayed record of another cluster", "key", key, "fsid", fsid)
+		return false
+	}
+	return true
 }
 
 // relayName is how a relaying mon is named in records and logs.

@@ -108,6 +108,29 @@ func TestStandbyRelaysBeacons(t *testing.T) {
 		return osdOf(t, a.Map(), 0).Fullness == osdpb.Fullness_FULLNESS_NEARFULL && a.Map().Epoch() > before
 	})
 
+	// A failure report goes the way the beacons go: osd.0 finds osd.2's
+	// connection refused, and the leader marks it down (dead) at once,
+	// not when its lease runs out.
+	mustBoot(t, direct, bootOf(2))
+	eventually(t, 10*time.Second, "mon.b sees osd.2 up", func() bool { o, ok := b.Map().OSD(2); return ok && o.Up })
+	f := failureOf(0, 2, 0)
+	f.Fsid, f.Epoch, f.Immediate = a.FSID(), a.Map().Epoch(), true
+	reported := time.Now()
+	if err := viaB.ReportFailure(ctxFor(t, 5*time.Second), f); err != nil {
+		t.Fatalf("a failure report through the standby: %v", err)
+	}
+	eventually(t, 10*time.Second, "osd.2 marked down (dead) on the relayed report", func() bool {
+		o := osdOf(t, a.Map(), 2)
+		return !o.Up && o.Dead
+	})
+	if took := time.Since(reported); took >= cfg.HeartbeatGrace {
+		t.Fatalf("osd.2 marked down %v after the report: by its lease (grace %v), not the report", took, cfg.HeartbeatGrace)
+	}
+	// Through mon.b, not by its redirect (this client could follow one).
+	if resp, err := b.cli.Get(ctxFor(t, 5*time.Second), b.k.relayFailure(0, 2)); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the report is not in etcd as relayed by mon.b: %v", err)
+	}
+
 	// Straight to the leader again: the warning goes.
 	bc := beaconOf(a.Map(), 0)
 	bc.Fullness = osdpb.Fullness_FULLNESS_NEARFULL

@@ -49,8 +49,27 @@ func (k keys) stats(id uint32) string      { return fmt.Sprintf("%sstats/%010d",
 func (k keys) statsPrefix() string         { return k.pfx + "stats/" }
 func (k keys) relay(id uint32) string      { return fmt.Sprintf("%srelay/%010d", k.pfx, id) }
 func (k keys) relayPrefix() string         { return k.pfx + "relay/" }
-func (k keys) mon(name string) string      { return k.pfx + "mons/" + name }
-func (k keys) monsPrefix() string          { return k.pfx + "mons/" }
+func (k keys) relayFailure(reporter, target uint32) string {
+	return fmt.Sprintf("%s%010d/%010d", k.relayFailurePrefix(), reporter, target)
+}
+func (k keys) relayFailurePrefix() string { return k.pfx + "relayfail/" }
+
+// parseRelayFailure is relayFailure's inverse.
+func (k keys) parseRelayFailure(key string) (reporter, target uint32, ok bool) {
+	rest, ok := strings.CutPrefix(key, k.relayFailurePrefix())
+	if !ok {
+		return 0, 0, false
+	}
+	a, b, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, 0, false
+	}
+	r, err1 := strconv.ParseUint(a, 10, 32)
+	t, err2 := strconv.ParseUint(b, 10, 32)
+	return uint32(r), uint32(t), err1 == nil && err2 == nil
+}
+func (k keys) mon(name string) string { return k.pfx + "mons/" + name }
+func (k keys) monsPrefix() string     { return k.pfx + "mons/" }
 
 // knownMon is mon name's address, kept after it stops (no lease): the mons
 // the cluster has, against which status counts those down (MON_DOWN),

@@ -395,6 +395,7 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 	sent := false // some attempt was sent and had no reply
 	bo := backoff{next: minBackoff}
 	misses := 0
+	tries := 0 // attempts made
 	// The first round, with no leader known yet, gives each mon only
 	// firstTry: a dead mon first in the list (one that accepts and never
 	// answers) must not cost a new client the whole Timeout while the
@@ -420,11 +421,23 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 			wait = min(wait, firstTry)
 		}
 		req := build()
-		if b, ok := req.(*osdpb.MonBeacon); ok {
+		switch r := req.(type) {
+		case *osdpb.MonBeacon:
 			var unreachable bool
 			addr, wait, unreachable = c.beaconRoute(ctx, addr, wait)
-			b.LeaderUnreachable = b.LeaderUnreachable || unreachable
+			r.LeaderUnreachable = r.LeaderUnreachable || unreachable
+		case *osdpb.MonFailure:
+			if tries == 0 {
+				// The first attempt only: a relay that answers
+				// NOT_LEADER (an older build, its etcd's trouble) sends
+				// the report on toward the leader as before, and stays
+				// the beacons' relay.
+				var unreachable bool
+				addr, unreachable = c.failureRoute(addr)
+				r.LeaderUnreachable = r.LeaderUnreachable || unreachable
+			}
 		}
+		tries++
 		conn, out, err := c.roundTrip(ctx, addr, t, tid, req, rep, wait)
 		sent = sent || (out && err != nil)
 		if errors.Is(err, ErrClosed) {
@@ -625,15 +638,34 @@ func (c *Client) beaconRoute(ctx context.Context, addr string, wait time.Duratio
 	return addr, wait, !c.leaderFailed.IsZero() && now.Sub(c.leaderFailed) < c.o.LeaderRetry
 }
 
+// failureRoute is where a failure report goes, and whether it says the
+// leader is out of reach (MonFailure.leader_unreachable): to the standby
+// relaying our beacons, if one does (beaconRoute's probes decide when the
+// leader is back), else where pick says, saying so when our last attempt
+// at the leader failed within LeaderRetry.
+func (c *Client) failureRoute(addr string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.relay != "" {
+		return c.relay, true
+	}
+	return addr, !c.leaderFailed.IsZero() && time.Since(c.leaderFailed) < c.o.LeaderRetry
+}
+
 // served notes the mon that served a request for the leader: the leader
 // itself, or a standby that relayed a beacon (MonBeaconReply.relayed_by),
-// which beacons then keep to (beaconRoute). Neither is a relay any more
-// once the leader answers a beacon itself.
+// which beacons then keep to (beaconRoute), or a failure report (which
+// changes no route). Neither is a relay any more once the leader answers a
+// beacon itself.
 func (c *Client) served(addr string, rep reply) {
+	var by string
+	if r, ok := rep.(interface{ GetRelayedBy() string }); ok {
+		by = r.GetRelayedBy()
+	}
 	r, ok := rep.(*osdpb.MonBeaconReply)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !ok || r.GetRelayedBy() == "" {
+	if by == "" {
 		c.leader = addr
 		if ok {
 			if c.relay != "" {
@@ -642,6 +674,9 @@ func (c *Client) served(addr string, rep reply) {
 			c.relay, c.leaderFailed = "", time.Time{}
 		}
 		return
+	}
+	if !ok {
+		return // a relayed failure report
 	}
 	if c.relay != addr {
 		c.log.Info("monclient: the leader is out of reach; a standby relays beacons to it", "via", addr, "leader", r.GetHeader().GetLeader())

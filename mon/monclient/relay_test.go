@@ -154,3 +154,76 @@ func TestBeaconsKeepToARelay(t *testing.T) {
 		t.Fatalf("a beacon first to the standby: %v; %d redirected, %d relayed", err, redirected.Load(), relayed.Load()-was)
 	}
 }
+
+// TestFailureReportsFollowTheRelay: while a standby relays our beacons
+// (the leader out of reach), a failure report goes to it too, saying the
+// leader is out of reach, and is relayed; a standby that answers such a
+// report NOT_LEADER (an older build) sends it on toward the leader, and
+// the beacons keep to their relay.
+func TestFailureReportsFollowTheRelay(t *testing.T) {
+	var relayFailures atomic.Bool
+	var relayedReports, refusedReports, atLeader atomic.Int64
+	var leader string
+	leader = startFakeMon(t, func(m *msgr.Message) {
+		if osdpb.MsgType(m.Type) == osdpb.MsgType_MSG_MON_FAILURE {
+			atLeader.Add(1) // heard, never answered: cut off
+		}
+	})
+	standby := startFakeMon(t, func(m *msgr.Message) {
+		switch osdpb.MsgType(m.Type) {
+		case osdpb.MsgType_MSG_MON_BEACON:
+			sendReply(m, m.Tid(), &osdpb.MonBeaconReply{Header: &osdpb.ReplyHeader{Leader: leader}, RelayedBy: "b"})
+		case osdpb.MsgType_MSG_MON_FAILURE:
+			var f osdpb.MonFailure
+			if err := m.DecodeFront(&f); err == nil && f.LeaderUnreachable && relayFailures.Load() {
+				relayedReports.Add(1)
+				sendReply(m, m.Tid(), &osdpb.MonFailureReply{Header: &osdpb.ReplyHeader{Leader: leader}, RelayedBy: "b"})
+				return
+			}
+			refusedReports.Add(1)
+			sendReply(m, m.Tid(), &osdpb.MonFailureReply{Header: &osdpb.ReplyHeader{Status: osdpb.Status_NOT_LEADER, Leader: leader}})
+		}
+	})
+	c, err := New(context.Background(), Options{Addrs: []string{standby}, Logger: quiet(), LeaderRetry: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	call := func(f func(context.Context) error) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return f(ctx)
+	}
+	beacon := func(ctx context.Context) error {
+		return c.Beacon(ctx, &osdpb.MonBeacon{Id: 1, LeaderUnreachable: true})
+	}
+	report := func(ctx context.Context) error {
+		return c.ReportFailure(ctx, &osdpb.MonFailure{Reporter: 1, Target: 2})
+	}
+	if err := call(beacon); err != nil {
+		t.Fatalf("a beacon through the relay: %v", err)
+	}
+	// An older standby: the report goes on to the (mute) leader and fails
+	// there; the beacons' relay stays.
+	if err := call(report); err == nil {
+		t.Fatal("a report answered with the leader mute and the standby refusing it")
+	}
+	if refusedReports.Load() != 1 || atLeader.Load() == 0 {
+		t.Fatalf("the report: %d refused by the standby, %d sent to the leader", refusedReports.Load(), atLeader.Load())
+	}
+	if err := call(beacon); err != nil {
+		t.Fatalf("a beacon after the report: %v", err)
+	}
+	// A standby that relays reports takes it, at the first attempt.
+	relayFailures.Store(true)
+	before := atLeader.Load()
+	if err := call(report); err != nil {
+		t.Fatalf("a report through the relay: %v", err)
+	}
+	if relayedReports.Load() != 1 || atLeader.Load() != before {
+		t.Fatalf("%d reports relayed, %d more sent to the leader; want 1 and 0", relayedReports.Load(), atLeader.Load()-before)
+	}
+	if err := call(beacon); err != nil {
+		t.Fatalf("a beacon after the relayed report: %v", err)
+	}
+}

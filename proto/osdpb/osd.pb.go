@@ -5870,8 +5870,12 @@ type MonFailure struct {
 	FailedForNanos int64                  `protobuf:"varint,6,opt,name=failed_for_nanos,json=failedForNanos,proto3" json:"failed_for_nanos,omitempty"`
 	Immediate      bool                   `protobuf:"varint,7,opt,name=immediate,proto3" json:"immediate,omitempty"`
 	Alive          bool                   `protobuf:"varint,8,opt,name=alive,proto3" json:"alive,omitempty"` // the target answers again: cancel the report
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// leader_unreachable: as MonBeacon's, set by the mon client while a
+	// standby relays its beacons: a standby relays this report too
+	// (MonFailureReply.relayed_by) rather than answer NOT_LEADER.
+	LeaderUnreachable bool `protobuf:"varint,9,opt,name=leader_unreachable,json=leaderUnreachable,proto3" json:"leader_unreachable,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *MonFailure) Reset() {
@@ -5953,9 +5957,17 @@ func (x *MonFailure) GetAlive() bool {
 	return false
 }
 
+func (x *MonFailure) GetLeaderUnreachable() bool {
+	if x != nil {
+		return x.LeaderUnreachable
+	}
+	return false
+}
+
 type MonFailureReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	RelayedBy     string                 `protobuf:"bytes,3,opt,name=relayed_by,json=relayedBy,proto3" json:"relayed_by,omitempty"` // as MonBeaconReply's
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5997,6 +6009,77 @@ func (x *MonFailureReply) GetHeader() *ReplyHeader {
 	return nil
 }
 
+func (x *MonFailureReply) GetRelayedBy() string {
+	if x != nil {
+		return x.RelayedBy
+	}
+	return ""
+}
+
+// RelayedFailure is a failure report a standby mon took from an OSD that
+// cannot reach the leader, kept in etcd (relayfail/<reporter>/<target>,
+// on the reporter's liveness lease) for the leader to act on, as
+// RelayedBeacon.
+type RelayedFailure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Failure       *MonFailure            `protobuf:"bytes,1,opt,name=failure,proto3" json:"failure,omitempty"`
+	Mon           string                 `protobuf:"bytes,2,opt,name=mon,proto3" json:"mon,omitempty"`
+	AtUnixNanos   int64                  `protobuf:"varint,3,opt,name=at_unix_nanos,json=atUnixNanos,proto3" json:"at_unix_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelayedFailure) Reset() {
+	*x = RelayedFailure{}
+	mi := &file_osd_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelayedFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelayedFailure) ProtoMessage() {}
+
+func (x *RelayedFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelayedFailure.ProtoReflect.Descriptor instead.
+func (*RelayedFailure) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *RelayedFailure) GetFailure() *MonFailure {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+func (x *RelayedFailure) GetMon() string {
+	if x != nil {
+		return x.Mon
+	}
+	return ""
+}
+
+func (x *RelayedFailure) GetAtUnixNanos() int64 {
+	if x != nil {
+		return x.AtUnixNanos
+	}
+	return 0
+}
+
 // MonMarkMeDown: an OSD that stops cleanly asks to be marked down now
 // rather than after the heartbeat grace, as Ceph's MOSDMarkMeDown. An OSD
 // may ask only for itself. epoch is the map it holds, one that has it up: a
@@ -6014,7 +6097,7 @@ type MonMarkMeDown struct {
 
 func (x *MonMarkMeDown) Reset() {
 	*x = MonMarkMeDown{}
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6026,7 +6109,7 @@ func (x *MonMarkMeDown) String() string {
 func (*MonMarkMeDown) ProtoMessage() {}
 
 func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6039,7 +6122,7 @@ func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMarkMeDown.ProtoReflect.Descriptor instead.
 func (*MonMarkMeDown) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{70}
+	return file_osd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MonMarkMeDown) GetFsid() string {
@@ -6079,7 +6162,7 @@ type MonMarkMeDownReply struct {
 
 func (x *MonMarkMeDownReply) Reset() {
 	*x = MonMarkMeDownReply{}
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6091,7 +6174,7 @@ func (x *MonMarkMeDownReply) String() string {
 func (*MonMarkMeDownReply) ProtoMessage() {}
 
 func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6104,7 +6187,7 @@ func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMarkMeDownReply.ProtoReflect.Descriptor instead.
 func (*MonMarkMeDownReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{71}
+	return file_osd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *MonMarkMeDownReply) GetHeader() *ReplyHeader {
@@ -6126,7 +6209,7 @@ type MonSubscribe struct {
 
 func (x *MonSubscribe) Reset() {
 	*x = MonSubscribe{}
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6138,7 +6221,7 @@ func (x *MonSubscribe) String() string {
 func (*MonSubscribe) ProtoMessage() {}
 
 func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6151,7 +6234,7 @@ func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
 func (*MonSubscribe) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{72}
+	return file_osd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
@@ -6179,7 +6262,7 @@ type MonSubscribeReply struct {
 
 func (x *MonSubscribeReply) Reset() {
 	*x = MonSubscribeReply{}
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6191,7 +6274,7 @@ func (x *MonSubscribeReply) String() string {
 func (*MonSubscribeReply) ProtoMessage() {}
 
 func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6204,7 +6287,7 @@ func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
 func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{73}
+	return file_osd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
@@ -6241,7 +6324,7 @@ type AuthTable struct {
 
 func (x *AuthTable) Reset() {
 	*x = AuthTable{}
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6253,7 +6336,7 @@ func (x *AuthTable) String() string {
 func (*AuthTable) ProtoMessage() {}
 
 func (x *AuthTable) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6266,7 +6349,7 @@ func (x *AuthTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
 func (*AuthTable) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{74}
+	return file_osd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AuthTable) GetRevision() int64 {
@@ -6298,7 +6381,7 @@ type AuthEntry struct {
 
 func (x *AuthEntry) Reset() {
 	*x = AuthEntry{}
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6310,7 +6393,7 @@ func (x *AuthEntry) String() string {
 func (*AuthEntry) ProtoMessage() {}
 
 func (x *AuthEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6323,7 +6406,7 @@ func (x *AuthEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
 func (*AuthEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{75}
+	return file_osd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AuthEntry) GetEntity() string {
@@ -6366,7 +6449,7 @@ type S3Key struct {
 
 func (x *S3Key) Reset() {
 	*x = S3Key{}
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6378,7 +6461,7 @@ func (x *S3Key) String() string {
 func (*S3Key) ProtoMessage() {}
 
 func (x *S3Key) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6391,7 +6474,7 @@ func (x *S3Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
 func (*S3Key) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{76}
+	return file_osd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *S3Key) GetAccessKey() string {
@@ -6417,7 +6500,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6429,7 +6512,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6442,7 +6525,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{77}
+	return file_osd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -6461,7 +6544,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[78]
+	mi := &file_osd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6473,7 +6556,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[78]
+	mi := &file_osd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6486,7 +6569,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{78}
+	return file_osd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -6535,7 +6618,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[79]
+	mi := &file_osd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6547,7 +6630,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[79]
+	mi := &file_osd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6560,7 +6643,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{79}
+	return file_osd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -6681,7 +6764,7 @@ type MonRequestRecord struct {
 
 func (x *MonRequestRecord) Reset() {
 	*x = MonRequestRecord{}
-	mi := &file_osd_proto_msgTypes[80]
+	mi := &file_osd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6693,7 +6776,7 @@ func (x *MonRequestRecord) String() string {
 func (*MonRequestRecord) ProtoMessage() {}
 
 func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[80]
+	mi := &file_osd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6706,7 +6789,7 @@ func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonRequestRecord.ProtoReflect.Descriptor instead.
 func (*MonRequestRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{80}
+	return file_osd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *MonRequestRecord) GetDigest() []byte {
@@ -6737,7 +6820,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[81]
+	mi := &file_osd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6749,7 +6832,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[81]
+	mi := &file_osd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6762,7 +6845,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{81}
+	return file_osd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -6821,7 +6904,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[82]
+	mi := &file_osd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6833,7 +6916,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[82]
+	mi := &file_osd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6846,7 +6929,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{82}
+	return file_osd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -7328,7 +7411,7 @@ const file_osd_proto_rawDesc = "" +
 	"\rRelayedBeacon\x12-\n" +
 	"\x06beacon\x18\x01 \x01(\v2\x15.osprey.osd.MonBeaconR\x06beacon\x12\x10\n" +
 	"\x03mon\x18\x02 \x01(\tR\x03mon\x12\"\n" +
-	"\rat_unix_nanos\x18\x03 \x01(\x03R\vatUnixNanos\"\xce\x01\n" +
+	"\rat_unix_nanos\x18\x03 \x01(\x03R\vatUnixNanos\"\xfd\x01\n" +
 	"\n" +
 	"MonFailure\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x1a\n" +
@@ -7337,9 +7420,16 @@ const file_osd_proto_rawDesc = "" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12(\n" +
 	"\x10failed_for_nanos\x18\x06 \x01(\x03R\x0efailedForNanos\x12\x1c\n" +
 	"\timmediate\x18\a \x01(\bR\timmediate\x12\x14\n" +
-	"\x05alive\x18\b \x01(\bR\x05aliveJ\x04\b\x01\x10\x02\"H\n" +
+	"\x05alive\x18\b \x01(\bR\x05alive\x12-\n" +
+	"\x12leader_unreachable\x18\t \x01(\bR\x11leaderUnreachableJ\x04\b\x01\x10\x02\"g\n" +
 	"\x0fMonFailureReply\x12/\n" +
-	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06headerJ\x04\b\x02\x10\x03\"]\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x1d\n" +
+	"\n" +
+	"relayed_by\x18\x03 \x01(\tR\trelayedByJ\x04\b\x02\x10\x03\"x\n" +
+	"\x0eRelayedFailure\x120\n" +
+	"\afailure\x18\x01 \x01(\v2\x16.osprey.osd.MonFailureR\afailure\x12\x10\n" +
+	"\x03mon\x18\x02 \x01(\tR\x03mon\x12\"\n" +
+	"\rat_unix_nanos\x18\x03 \x01(\x03R\vatUnixNanos\"]\n" +
 	"\rMonMarkMeDown\x12\x12\n" +
 	"\x04fsid\x18\x01 \x01(\tR\x04fsid\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\rR\x02id\x12\x12\n" +
@@ -7554,7 +7644,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),                    // 0: osprey.osd.MsgType
 	(Status)(0),                     // 1: osprey.osd.Status
@@ -7630,23 +7720,24 @@ var file_osd_proto_goTypes = []any{
 	(*RelayedBeacon)(nil),           // 71: osprey.osd.RelayedBeacon
 	(*MonFailure)(nil),              // 72: osprey.osd.MonFailure
 	(*MonFailureReply)(nil),         // 73: osprey.osd.MonFailureReply
-	(*MonMarkMeDown)(nil),           // 74: osprey.osd.MonMarkMeDown
-	(*MonMarkMeDownReply)(nil),      // 75: osprey.osd.MonMarkMeDownReply
-	(*MonSubscribe)(nil),            // 76: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil),       // 77: osprey.osd.MonSubscribeReply
-	(*AuthTable)(nil),               // 78: osprey.osd.AuthTable
-	(*AuthEntry)(nil),               // 79: osprey.osd.AuthEntry
-	(*S3Key)(nil),                   // 80: osprey.osd.S3Key
-	(*MonAuth)(nil),                 // 81: osprey.osd.MonAuth
-	(*MonMap)(nil),                  // 82: osprey.osd.MonMap
-	(*MonCommand)(nil),              // 83: osprey.osd.MonCommand
-	(*MonRequestRecord)(nil),        // 84: osprey.osd.MonRequestRecord
-	(*MonCommandReply)(nil),         // 85: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),              // 86: osprey.osd.AuthRecord
-	nil,                             // 87: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                             // 88: osprey.osd.AuthEntry.CapsEntry
-	nil,                             // 89: osprey.osd.MonCommand.CapsEntry
-	nil,                             // 90: osprey.osd.AuthRecord.CapsEntry
+	(*RelayedFailure)(nil),          // 74: osprey.osd.RelayedFailure
+	(*MonMarkMeDown)(nil),           // 75: osprey.osd.MonMarkMeDown
+	(*MonMarkMeDownReply)(nil),      // 76: osprey.osd.MonMarkMeDownReply
+	(*MonSubscribe)(nil),            // 77: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil),       // 78: osprey.osd.MonSubscribeReply
+	(*AuthTable)(nil),               // 79: osprey.osd.AuthTable
+	(*AuthEntry)(nil),               // 80: osprey.osd.AuthEntry
+	(*S3Key)(nil),                   // 81: osprey.osd.S3Key
+	(*MonAuth)(nil),                 // 82: osprey.osd.MonAuth
+	(*MonMap)(nil),                  // 83: osprey.osd.MonMap
+	(*MonCommand)(nil),              // 84: osprey.osd.MonCommand
+	(*MonRequestRecord)(nil),        // 85: osprey.osd.MonRequestRecord
+	(*MonCommandReply)(nil),         // 86: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),              // 87: osprey.osd.AuthRecord
+	nil,                             // 88: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                             // 89: osprey.osd.AuthEntry.CapsEntry
+	nil,                             // 90: osprey.osd.MonCommand.CapsEntry
+	nil,                             // 91: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	6,   // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -7658,7 +7749,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,   // 6: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	8,   // 7: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	9,   // 8: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	87,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	88,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	12,  // 10: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	13,  // 11: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	11,  // 12: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -7744,26 +7835,27 @@ var file_osd_proto_depIdxs = []int32{
 	11,  // 92: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
 	67,  // 93: osprey.osd.RelayedBeacon.beacon:type_name -> osprey.osd.MonBeacon
 	11,  // 94: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	11,  // 95: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
-	11,  // 96: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 97: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	78,  // 98: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	79,  // 99: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	88,  // 100: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	80,  // 101: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	78,  // 102: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,   // 103: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	89,  // 104: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	85,  // 105: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
-	11,  // 106: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 107: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	90,  // 108: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	80,  // 109: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	110, // [110:110] is the sub-list for method output_type
-	110, // [110:110] is the sub-list for method input_type
-	110, // [110:110] is the sub-list for extension type_name
-	110, // [110:110] is the sub-list for extension extendee
-	0,   // [0:110] is the sub-list for field type_name
+	72,  // 95: osprey.osd.RelayedFailure.failure:type_name -> osprey.osd.MonFailure
+	11,  // 96: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
+	11,  // 97: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 98: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	79,  // 99: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	80,  // 100: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	89,  // 101: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	81,  // 102: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	79,  // 103: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,   // 104: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	90,  // 105: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	86,  // 106: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	11,  // 107: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 108: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	91,  // 109: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	81,  // 110: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	111, // [111:111] is the sub-list for method output_type
+	111, // [111:111] is the sub-list for method input_type
+	111, // [111:111] is the sub-list for extension type_name
+	111, // [111:111] is the sub-list for extension extendee
+	0,   // [0:111] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -7779,7 +7871,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   87,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
