@@ -157,6 +157,9 @@ func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (pr
 	if f, ok := req.(*osdpb.MonFailure); ok && l == nil && f.LeaderUnreachable {
 		return m.relayFailure(ctx, f)
 	}
+	if r, ok := req.(*osdpb.MonMarkMeDown); ok && l == nil && r.LeaderUnreachable {
+		return m.relayMarkMeDown(ctx, r)
+	}
 	if l == nil {
 		return nil, m.notLeader()
 	}

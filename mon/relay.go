@@ -71,6 +71,24 @@ func (m *Mon) relayFailure(ctx context.Context, f *osdpb.MonFailure) (*osdpb.Mon
 	return &osdpb.MonFailureReply{Header: h, RelayedBy: m.cfg.Name}, nil
 }
 
+// relayMarkMeDown serves MSG_MON_MARK_ME_DOWN on a standby when the OSD
+// says it cannot reach the leader, as relayFailure: an OSD that stops, or
+// gives up a stuck disk, during such a cut is marked down (dead) as soon
+// as the leader reads it, not when its lease runs out.
+func (m *Mon) relayMarkMeDown(ctx context.Context, r *osdpb.MonMarkMeDown) (*osdpb.MonMarkMeDownReply, error) {
+	leader := m.Leader()
+	if leader == "" {
+		return nil, m.notLeader()
+	}
+	rec := &osdpb.RelayedMarkMeDown{Request: r, Mon: m.cfg.Name, AtUnixNanos: time.Now().UnixNano()}
+	if err := m.relayPut(ctx, leader, "mark-me-down", r.Id, m.k.relayMarkMeDown(r.Id), rec); err != nil {
+		return nil, err
+	}
+	h := m.header(nil)
+	h.Leader = leader
+	return &osdpb.MonMarkMeDownReply{Header: h, RelayedBy: m.cfg.Name}, nil
+}
+
 // relayPut leaves rec in etcd under key for the leader, on the liveness
 // lease of OSD id (so that it goes with the OSD). Where it cannot (etcd
 // trouble) it answers NOT_LEADER, so the OSD goes on to the leader as
@@ -107,6 +125,7 @@ func (l *leadership) watchRelays() {
 	var wg sync.WaitGroup
 	wg.Go(func() { l.watchRelayed("beacons", l.m.k.relayPrefix(), l.relayedBeacon) })
 	wg.Go(func() { l.watchRelayed("failure reports", l.m.k.relayFailurePrefix(), l.relayedFailure) })
+	wg.Go(func() { l.watchRelayed("mark-me-downs", l.m.k.relayMarkMeDownPrefix(), l.relayedMarkMeDown) })
 	wg.Wait()
 }
 
@@ -218,6 +237,25 @@ func (l *leadership) relayedFailure(key string, v []byte) {
 	defer cancel()
 	if err := l.failure(ctx, rf.Failure); err != nil && l.ctx.Err() == nil {
 		m.log.Debug("a relayed failure report", "reporter", reporter, "target", target, "via", relayName(rf.Mon), "err", err)
+	}
+}
+
+// relayedMarkMeDown takes one relayed mark-me-down.
+func (l *leadership) relayedMarkMeDown(key string, v []byte) {
+	m := l.m
+	id, ok := idOf(key, m.k.relayMarkMeDownPrefix())
+	var rd osdpb.RelayedMarkMeDown
+	if err := proto.Unmarshal(v, &rd); !ok || err != nil || rd.Request == nil || rd.Request.Id != id {
+		m.log.Warn("ignoring a relayed mark-me-down that does not parse", "key", key, "err", err)
+		return
+	}
+	if !l.relayOfOurs(key, rd.Request.Fsid) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(l.ctx), requestTimeout)
+	defer cancel()
+	if err := l.markMeDown(ctx, rd.Request); err != nil && l.ctx.Err() == nil {
+		m.log.Debug("a relayed mark-me-down", "osd", id, "via", relayName(rd.Mon), "err", err)
 	}
 }
 

@@ -131,6 +131,22 @@ func TestStandbyRelaysBeacons(t *testing.T) {
 		t.Fatalf("the report is not in etcd as relayed by mon.b: %v", err)
 	}
 
+	// So does a mark-me-down (osd.3 stops, or gives up a stuck disk).
+	mustBoot(t, direct, bootOf(3))
+	eventually(t, 10*time.Second, "mon.b sees osd.3 up", func() bool { o, ok := b.Map().OSD(3); return ok && o.Up })
+	asked := time.Now()
+	epoch, err := viaB.MarkMeDown(ctxFor(t, 5*time.Second), &osdpb.MonMarkMeDown{Fsid: a.FSID(), Id: 3, Uuid: bootOf(3).Uuid, Epoch: a.Map().Epoch()})
+	if err != nil || epoch != 0 {
+		t.Fatalf("a mark-me-down through the standby: epoch %d (want 0: relayed), %v", epoch, err)
+	}
+	eventually(t, 10*time.Second, "osd.3 marked down (dead) on the relayed request", func() bool {
+		o := osdOf(t, a.Map(), 3)
+		return !o.Up && o.Dead
+	})
+	if took := time.Since(asked); took >= cfg.HeartbeatGrace {
+		t.Fatalf("osd.3 marked down %v after it asked: by its lease (grace %v)", took, cfg.HeartbeatGrace)
+	}
+
 	// Straight to the leader again: the warning goes.
 	bc := beaconOf(a.Map(), 0)
 	bc.Fullness = osdpb.Fullness_FULLNESS_NEARFULL

@@ -552,8 +552,8 @@ func computeStatus(in statusInput) *Status {
 	}
 	if n := len(relayed); n > 0 {
 		// The leader cannot reach these OSDs (their beacons came through
-		// a standby, relayBeacon): nothing fails yet, but a boot or a
-		// mark-me-down of theirs must reach the leader itself.
+		// a standby, relayBeacon): nothing fails yet, but a boot of
+		// theirs must reach the leader itself.
 		checks.warn("MON_LEADER_UNREACHABLE", fmt.Sprintf("%d osds reach the leader mon only through standby mons", n), relayed)
 	}
 	slow.checks(&checks)

@@ -53,6 +53,10 @@ func (k keys) relayFailure(reporter, target uint32) string {
 	return fmt.Sprintf("%s%010d/%010d", k.relayFailurePrefix(), reporter, target)
 }
 func (k keys) relayFailurePrefix() string { return k.pfx + "relayfail/" }
+func (k keys) relayMarkMeDown(id uint32) string {
+	return fmt.Sprintf("%s%010d", k.relayMarkMeDownPrefix(), id)
+}
+func (k keys) relayMarkMeDownPrefix() string { return k.pfx + "relaydown/" }
 
 // parseRelayFailure is relayFailure's inverse.
 func (k keys) parseRelayFailure(key string) (reporter, target uint32, ok bool) {

@@ -404,6 +404,10 @@ func (o *OSD) markMeDown(ctx context.Context) {
 		o.log.Warn("the mon did not mark us down; its heartbeat grace or our peers' reports will", "waited", took, "err", err)
 		return
 	}
+	if epoch == 0 {
+		o.log.Info("a standby mon relays our mark-down to the leader, which we cannot reach", "took", took)
+		return
+	}
 	o.log.Info("the mon marked us down", "epoch", epoch, "took", took)
 }
 

@@ -341,12 +341,17 @@ func (c *Client) ReportFailure(ctx context.Context, f *osdpb.MonFailure) error {
 }
 
 // MarkMeDown asks the leader to mark the OSD down now, as it stops
-// cleanly, and returns the epoch of a map that has it down. Callers bound
-// ctx tightly: with no mon answering, the grace marks the OSD down anyway.
+// cleanly, and returns the epoch of a map that has it down, or 0 when a
+// standby took the request for the leader (relayed; the leader was out of
+// reach). Callers bound ctx tightly: with no mon answering, the grace
+// marks the OSD down anyway.
 func (c *Client) MarkMeDown(ctx context.Context, r *osdpb.MonMarkMeDown) (uint64, error) {
 	var rep osdpb.MonMarkMeDownReply
 	if _, err := c.call(ctx, osdpb.MsgType_MSG_MON_MARK_ME_DOWN, func() proto.Message { return r }, &rep, false); err != nil {
 		return 0, err
+	}
+	if rep.RelayedBy != "" {
+		return 0, nil
 	}
 	return rep.GetHeader().GetEpoch(), nil
 }
@@ -426,15 +431,21 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 			var unreachable bool
 			addr, wait, unreachable = c.beaconRoute(ctx, addr, wait)
 			r.LeaderUnreachable = r.LeaderUnreachable || unreachable
-		case *osdpb.MonFailure:
+		case *osdpb.MonFailure, *osdpb.MonMarkMeDown:
 			if tries == 0 {
 				// The first attempt only: a relay that answers
 				// NOT_LEADER (an older build, its etcd's trouble) sends
-				// the report on toward the leader as before, and stays
+				// the request on toward the leader as before, and stays
 				// the beacons' relay.
 				var unreachable bool
-				addr, unreachable = c.failureRoute(addr)
-				r.LeaderUnreachable = r.LeaderUnreachable || unreachable
+				if addr, unreachable = c.failureRoute(addr); unreachable {
+					switch r := r.(type) {
+					case *osdpb.MonFailure:
+						r.LeaderUnreachable = true
+					case *osdpb.MonMarkMeDown:
+						r.LeaderUnreachable = true
+					}
+				}
 			}
 		}
 		tries++
@@ -638,7 +649,8 @@ func (c *Client) beaconRoute(ctx context.Context, addr string, wait time.Duratio
 	return addr, wait, !c.leaderFailed.IsZero() && now.Sub(c.leaderFailed) < c.o.LeaderRetry
 }
 
-// failureRoute is where a failure report goes, and whether it says the
+// failureRoute is where a failure report or a mark-me-down goes, and
+// whether it says the
 // leader is out of reach (MonFailure.leader_unreachable): to the standby
 // relaying our beacons, if one does (beaconRoute's probes decide when the
 // leader is back), else where pick says, saying so when our last attempt

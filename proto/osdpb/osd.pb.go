@@ -6086,13 +6086,14 @@ func (x *RelayedFailure) GetAtUnixNanos() int64 {
 // request from an earlier incarnation (epoch before the OSD's up_from)
 // marks nothing down.
 type MonMarkMeDown struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Fsid          string                 `protobuf:"bytes,1,opt,name=fsid,proto3" json:"fsid,omitempty"`
-	Id            uint32                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
-	Uuid          string                 `protobuf:"bytes,3,opt,name=uuid,proto3" json:"uuid,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Fsid              string                 `protobuf:"bytes,1,opt,name=fsid,proto3" json:"fsid,omitempty"`
+	Id                uint32                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Uuid              string                 `protobuf:"bytes,3,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Epoch             uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	LeaderUnreachable bool                   `protobuf:"varint,5,opt,name=leader_unreachable,json=leaderUnreachable,proto3" json:"leader_unreachable,omitempty"` // as MonFailure's
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *MonMarkMeDown) Reset() {
@@ -6153,9 +6154,19 @@ func (x *MonMarkMeDown) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *MonMarkMeDown) GetLeaderUnreachable() bool {
+	if x != nil {
+		return x.LeaderUnreachable
+	}
+	return false
+}
+
 type MonMarkMeDownReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"` // its epoch: a map that has the OSD down
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"` // its epoch: a map that has the OSD down
+	// relayed_by: a standby took the request for the leader (as
+	// MonBeaconReply's); the header's epoch is then the standby's, before it.
+	RelayedBy     string `protobuf:"bytes,2,opt,name=relayed_by,json=relayedBy,proto3" json:"relayed_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6197,6 +6208,76 @@ func (x *MonMarkMeDownReply) GetHeader() *ReplyHeader {
 	return nil
 }
 
+func (x *MonMarkMeDownReply) GetRelayedBy() string {
+	if x != nil {
+		return x.RelayedBy
+	}
+	return ""
+}
+
+// RelayedMarkMeDown is a mark-me-down a standby mon took from an OSD that
+// cannot reach the leader (relaydown/<id>, on the OSD's lease), as
+// RelayedFailure.
+type RelayedMarkMeDown struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *MonMarkMeDown         `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	Mon           string                 `protobuf:"bytes,2,opt,name=mon,proto3" json:"mon,omitempty"`
+	AtUnixNanos   int64                  `protobuf:"varint,3,opt,name=at_unix_nanos,json=atUnixNanos,proto3" json:"at_unix_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelayedMarkMeDown) Reset() {
+	*x = RelayedMarkMeDown{}
+	mi := &file_osd_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelayedMarkMeDown) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelayedMarkMeDown) ProtoMessage() {}
+
+func (x *RelayedMarkMeDown) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelayedMarkMeDown.ProtoReflect.Descriptor instead.
+func (*RelayedMarkMeDown) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *RelayedMarkMeDown) GetRequest() *MonMarkMeDown {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *RelayedMarkMeDown) GetMon() string {
+	if x != nil {
+		return x.Mon
+	}
+	return ""
+}
+
+func (x *RelayedMarkMeDown) GetAtUnixNanos() int64 {
+	if x != nil {
+		return x.AtUnixNanos
+	}
+	return 0
+}
+
 // MonSubscribe asks for the map now and every newer one as MSG_MON_MAP;
 // with auth, also the auth table now and on every change as MSG_MON_AUTH.
 type MonSubscribe struct {
@@ -6209,7 +6290,7 @@ type MonSubscribe struct {
 
 func (x *MonSubscribe) Reset() {
 	*x = MonSubscribe{}
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6221,7 +6302,7 @@ func (x *MonSubscribe) String() string {
 func (*MonSubscribe) ProtoMessage() {}
 
 func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6234,7 +6315,7 @@ func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
 func (*MonSubscribe) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{73}
+	return file_osd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
@@ -6262,7 +6343,7 @@ type MonSubscribeReply struct {
 
 func (x *MonSubscribeReply) Reset() {
 	*x = MonSubscribeReply{}
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6274,7 +6355,7 @@ func (x *MonSubscribeReply) String() string {
 func (*MonSubscribeReply) ProtoMessage() {}
 
 func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6287,7 +6368,7 @@ func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
 func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{74}
+	return file_osd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
@@ -6324,7 +6405,7 @@ type AuthTable struct {
 
 func (x *AuthTable) Reset() {
 	*x = AuthTable{}
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6336,7 +6417,7 @@ func (x *AuthTable) String() string {
 func (*AuthTable) ProtoMessage() {}
 
 func (x *AuthTable) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6349,7 +6430,7 @@ func (x *AuthTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
 func (*AuthTable) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{75}
+	return file_osd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AuthTable) GetRevision() int64 {
@@ -6381,7 +6462,7 @@ type AuthEntry struct {
 
 func (x *AuthEntry) Reset() {
 	*x = AuthEntry{}
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6393,7 +6474,7 @@ func (x *AuthEntry) String() string {
 func (*AuthEntry) ProtoMessage() {}
 
 func (x *AuthEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6406,7 +6487,7 @@ func (x *AuthEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
 func (*AuthEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{76}
+	return file_osd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AuthEntry) GetEntity() string {
@@ -6449,7 +6530,7 @@ type S3Key struct {
 
 func (x *S3Key) Reset() {
 	*x = S3Key{}
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6461,7 +6542,7 @@ func (x *S3Key) String() string {
 func (*S3Key) ProtoMessage() {}
 
 func (x *S3Key) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6474,7 +6555,7 @@ func (x *S3Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
 func (*S3Key) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{77}
+	return file_osd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *S3Key) GetAccessKey() string {
@@ -6500,7 +6581,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[78]
+	mi := &file_osd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6512,7 +6593,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[78]
+	mi := &file_osd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6525,7 +6606,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{78}
+	return file_osd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -6544,7 +6625,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[79]
+	mi := &file_osd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6556,7 +6637,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[79]
+	mi := &file_osd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6569,7 +6650,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{79}
+	return file_osd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -6618,7 +6699,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[80]
+	mi := &file_osd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6630,7 +6711,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[80]
+	mi := &file_osd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6643,7 +6724,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{80}
+	return file_osd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -6764,7 +6845,7 @@ type MonRequestRecord struct {
 
 func (x *MonRequestRecord) Reset() {
 	*x = MonRequestRecord{}
-	mi := &file_osd_proto_msgTypes[81]
+	mi := &file_osd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6776,7 +6857,7 @@ func (x *MonRequestRecord) String() string {
 func (*MonRequestRecord) ProtoMessage() {}
 
 func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[81]
+	mi := &file_osd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6789,7 +6870,7 @@ func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonRequestRecord.ProtoReflect.Descriptor instead.
 func (*MonRequestRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{81}
+	return file_osd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *MonRequestRecord) GetDigest() []byte {
@@ -6820,7 +6901,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[82]
+	mi := &file_osd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6832,7 +6913,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[82]
+	mi := &file_osd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6845,7 +6926,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{82}
+	return file_osd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -6904,7 +6985,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[83]
+	mi := &file_osd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6916,7 +6997,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[83]
+	mi := &file_osd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6929,7 +7010,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{83}
+	return file_osd_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -7429,14 +7510,21 @@ const file_osd_proto_rawDesc = "" +
 	"\x0eRelayedFailure\x120\n" +
 	"\afailure\x18\x01 \x01(\v2\x16.osprey.osd.MonFailureR\afailure\x12\x10\n" +
 	"\x03mon\x18\x02 \x01(\tR\x03mon\x12\"\n" +
-	"\rat_unix_nanos\x18\x03 \x01(\x03R\vatUnixNanos\"]\n" +
+	"\rat_unix_nanos\x18\x03 \x01(\x03R\vatUnixNanos\"\x8c\x01\n" +
 	"\rMonMarkMeDown\x12\x12\n" +
 	"\x04fsid\x18\x01 \x01(\tR\x04fsid\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\rR\x02id\x12\x12\n" +
 	"\x04uuid\x18\x03 \x01(\tR\x04uuid\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"E\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12-\n" +
+	"\x12leader_unreachable\x18\x05 \x01(\bR\x11leaderUnreachable\"d\n" +
 	"\x12MonMarkMeDownReply\x12/\n" +
-	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\"G\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x1d\n" +
+	"\n" +
+	"relayed_by\x18\x02 \x01(\tR\trelayedBy\"~\n" +
+	"\x11RelayedMarkMeDown\x123\n" +
+	"\arequest\x18\x01 \x01(\v2\x19.osprey.osd.MonMarkMeDownR\arequest\x12\x10\n" +
+	"\x03mon\x18\x02 \x01(\tR\x03mon\x12\"\n" +
+	"\rat_unix_nanos\x18\x03 \x01(\x03R\vatUnixNanos\"G\n" +
 	"\fMonSubscribe\x12\x1d\n" +
 	"\n" +
 	"have_epoch\x18\x02 \x01(\x04R\thaveEpoch\x12\x12\n" +
@@ -7644,7 +7732,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),                    // 0: osprey.osd.MsgType
 	(Status)(0),                     // 1: osprey.osd.Status
@@ -7723,21 +7811,22 @@ var file_osd_proto_goTypes = []any{
 	(*RelayedFailure)(nil),          // 74: osprey.osd.RelayedFailure
 	(*MonMarkMeDown)(nil),           // 75: osprey.osd.MonMarkMeDown
 	(*MonMarkMeDownReply)(nil),      // 76: osprey.osd.MonMarkMeDownReply
-	(*MonSubscribe)(nil),            // 77: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil),       // 78: osprey.osd.MonSubscribeReply
-	(*AuthTable)(nil),               // 79: osprey.osd.AuthTable
-	(*AuthEntry)(nil),               // 80: osprey.osd.AuthEntry
-	(*S3Key)(nil),                   // 81: osprey.osd.S3Key
-	(*MonAuth)(nil),                 // 82: osprey.osd.MonAuth
-	(*MonMap)(nil),                  // 83: osprey.osd.MonMap
-	(*MonCommand)(nil),              // 84: osprey.osd.MonCommand
-	(*MonRequestRecord)(nil),        // 85: osprey.osd.MonRequestRecord
-	(*MonCommandReply)(nil),         // 86: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),              // 87: osprey.osd.AuthRecord
-	nil,                             // 88: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                             // 89: osprey.osd.AuthEntry.CapsEntry
-	nil,                             // 90: osprey.osd.MonCommand.CapsEntry
-	nil,                             // 91: osprey.osd.AuthRecord.CapsEntry
+	(*RelayedMarkMeDown)(nil),       // 77: osprey.osd.RelayedMarkMeDown
+	(*MonSubscribe)(nil),            // 78: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil),       // 79: osprey.osd.MonSubscribeReply
+	(*AuthTable)(nil),               // 80: osprey.osd.AuthTable
+	(*AuthEntry)(nil),               // 81: osprey.osd.AuthEntry
+	(*S3Key)(nil),                   // 82: osprey.osd.S3Key
+	(*MonAuth)(nil),                 // 83: osprey.osd.MonAuth
+	(*MonMap)(nil),                  // 84: osprey.osd.MonMap
+	(*MonCommand)(nil),              // 85: osprey.osd.MonCommand
+	(*MonRequestRecord)(nil),        // 86: osprey.osd.MonRequestRecord
+	(*MonCommandReply)(nil),         // 87: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),              // 88: osprey.osd.AuthRecord
+	nil,                             // 89: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                             // 90: osprey.osd.AuthEntry.CapsEntry
+	nil,                             // 91: osprey.osd.MonCommand.CapsEntry
+	nil,                             // 92: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	6,   // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -7749,7 +7838,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,   // 6: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	8,   // 7: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	9,   // 8: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	88,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	89,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	12,  // 10: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	13,  // 11: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	11,  // 12: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -7837,25 +7926,26 @@ var file_osd_proto_depIdxs = []int32{
 	11,  // 94: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
 	72,  // 95: osprey.osd.RelayedFailure.failure:type_name -> osprey.osd.MonFailure
 	11,  // 96: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
-	11,  // 97: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 98: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	79,  // 99: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	80,  // 100: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	89,  // 101: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	81,  // 102: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	79,  // 103: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,   // 104: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	90,  // 105: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	86,  // 106: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
-	11,  // 107: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 108: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	91,  // 109: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	81,  // 110: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	111, // [111:111] is the sub-list for method output_type
-	111, // [111:111] is the sub-list for method input_type
-	111, // [111:111] is the sub-list for extension type_name
-	111, // [111:111] is the sub-list for extension extendee
-	0,   // [0:111] is the sub-list for field type_name
+	75,  // 97: osprey.osd.RelayedMarkMeDown.request:type_name -> osprey.osd.MonMarkMeDown
+	11,  // 98: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 99: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	80,  // 100: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	81,  // 101: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	90,  // 102: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	82,  // 103: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	80,  // 104: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,   // 105: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	91,  // 106: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	87,  // 107: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	11,  // 108: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 109: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	92,  // 110: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	82,  // 111: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	112, // [112:112] is the sub-list for method output_type
+	112, // [112:112] is the sub-list for method input_type
+	112, // [112:112] is the sub-list for extension type_name
+	112, // [112:112] is the sub-list for extension extendee
+	0,   // [0:112] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -7871,7 +7961,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   88,
+			NumMessages:   89,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
