@@ -1262,10 +1262,17 @@ func (o *OSD) repOp(m *msgr.Message, r *osdpb.RepOp, sid, from uint32) {
 // the recovery ends, stalling every other RepOp from that primary. One
 // answered when the recovery ends says all they would. A sync marked
 // activated replaces the queued one (the older is released unanswered);
-// a plain one is dropped. Reports whether r was folded.
+// a plain one is dropped. Only syncs without a tid fold: one with a tid (a
+// primary making sure its replicas hold a resent write's version, for the
+// client's answer) waits for its own answer, and dropped it would hold
+// that client's write for the whole RepTimeout. Reports whether r was
+// folded.
 func (p *pgState) queueSync(m *msgr.Message, r *osdpb.RepOp, from uint32) bool {
+	if r.Tid != 0 {
+		return false
+	}
 	i := slices.IndexFunc(p.queued, func(q queuedRepOp) bool {
-		return q.from == from && q.op.Entry.GetKind() == osdpb.OpKind_OP_NONE
+		return q.from == from && q.op.Entry.GetKind() == osdpb.OpKind_OP_NONE && q.op.Tid == 0
 	})
 	switch {
 	case i < 0:
