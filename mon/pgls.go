@@ -47,7 +47,8 @@ type PGStat struct {
 // PGStateWords are the words PG states are made of, joined by "+", as
 // Ceph's: the OSDs' reports (osd.pgStat) and the mon's own (pgViews).
 var PGStateWords = []string{"active", "clean", "peering", "peered", "down", "incomplete", "undersized", "degraded",
-	"remapped", "recovering", "backfilling", "recovery_toofull", "backfill_toofull", "inconsistent", "unknown", "stale"}
+	"remapped", "recovering", "backfilling", "recovery_toofull", "backfill_toofull", "inconsistent", "unknown", "stale",
+	"laggy", "wait"}
 
 // pgView is a PG's PGStat and how the health checks count it.
 type pgView struct {

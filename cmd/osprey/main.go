@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,6 +62,9 @@ func stdoutClosed(err error) bool {
 	return errors.As(err, &pe) && pe.Path == os.Stdout.Name() && errors.Is(pe.Err, syscall.EPIPE)
 }
 
+// negativeArg finds a negative number pflag took for shorthand flags.
+var negativeArg = regexp.MustCompile(`shorthand flag: '\d' in (-\d+)$`)
+
 func newRootCmd() *cobra.Command {
 	var logLevel string
 	root := &cobra.Command{
@@ -100,6 +104,11 @@ TCP and RDMA (libfabric) transports.`,
 		root.AddCommand(c)
 	}
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		// "osd out -1" reads to pflag as the flags -1 ("unknown
+		// shorthand flag: '1' in -1"): say what it is.
+		if m := negativeArg.FindStringSubmatch(err.Error()); m != nil {
+			return usageErrorf("%s: not a flag, and not an id or a count (those are 0 or more; see %s --help)", m[1], cmd.CommandPath())
+		}
 		return usageErrorf("%v (see %s --help)", err, cmd.CommandPath())
 	})
 	// Cobra adds its completion command as it executes; added now, it is

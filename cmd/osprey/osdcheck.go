@@ -101,7 +101,7 @@ Needs mon 'allow r'.`,
 			for _, d := range r.Detail {
 				fmt.Fprintln(w, d)
 			}
-			return fmt.Sprintf("%d of %s not safe to destroy yet", len(r.Mapped)+len(r.StoredPGs)+len(r.MissingStats), names), nil
+			return fmt.Sprintf("not safe to destroy yet: %s (why above)", names), nil
 		})
 	return []*cobra.Command{okToStop, safe}
 }

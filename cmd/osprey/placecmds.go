@@ -141,8 +141,8 @@ func newPGLsCmd() *cobra.Command {
 		mf      monFlags
 		asJSON  bool
 		pool    string
-		osd     int64
-		primary int64
+		osdArg  string // --osd: "3" or "osd.3"
+		primArg string // --primary
 	)
 	cmd := &cobra.Command{
 		Use:   "ls [STATE...]",
@@ -172,21 +172,25 @@ further.`,
 					}
 				}
 			}
+			osd, primary := int64(-1), int64(-1) // -1: not asked
 			for _, f := range []struct {
-				name string
-				id   int64
-			}{{"--osd", osd}, {"--primary", primary}} {
-				if f.id < -1 || f.id > math.MaxUint32 {
-					return usageErrorf("%s %d: not an OSD id", f.name, f.id)
+				name, arg string
+				id        *int64
+			}{{"--osd", osdArg, &osd}, {"--primary", primArg, &primary}} {
+				if !cmd.Flags().Changed(f.name[2:]) {
+					continue
 				}
-				if f.id >= 0 {
-					osds, _, err := monGet[[]mon.OSDTreeEntry](cmd, mf, "osd tree")
-					if err != nil {
-						return err
-					}
-					if !slices.ContainsFunc(osds, func(o mon.OSDTreeEntry) bool { return int64(o.ID) == f.id }) {
-						return usageErrorf("%s %d: no osd.%d in the map", f.name, f.id, f.id)
-					}
+				ids, err := parseOSDIDs([]string{f.arg})
+				if err != nil {
+					return usageErrorf("%s %q: not an OSD id", f.name, f.arg)
+				}
+				*f.id = int64(ids[0])
+				osds, _, err := monGet[[]mon.OSDTreeEntry](cmd, mf, "osd tree")
+				if err != nil {
+					return err
+				}
+				if !slices.ContainsFunc(osds, func(o mon.OSDTreeEntry) bool { return int64(o.ID) == *f.id }) {
+					return usageErrorf("%s %s: no osd.%d in the map", f.name, f.arg, *f.id)
 				}
 			}
 			poolID := int64(-1)
@@ -219,8 +223,8 @@ further.`,
 	addMonFlags(cmd.Flags(), &mf)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per PG")
 	cmd.Flags().StringVar(&pool, "pool", "", "only this pool's PGs (its name or id)")
-	cmd.Flags().Int64Var(&osd, "osd", -1, "only the PGs whose acting set holds this OSD")
-	cmd.Flags().Int64Var(&primary, "primary", -1, "only the PGs this OSD is primary of")
+	cmd.Flags().StringVar(&osdArg, "osd", "", "only the PGs whose up or acting set holds this OSD (3 or osd.3)")
+	cmd.Flags().StringVar(&primArg, "primary", "", "only the PGs this OSD is primary of (3 or osd.3)")
 	return cmd
 }
 
@@ -409,6 +413,21 @@ could take a write). pg_num is fixed when the cluster is made.`,
   osprey osd pool set default min_size 1`,
 		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The form here, as every command's (exit 2); what depends
+			// on the cluster (min_size against size, pg_num) the mon says.
+			switch args[1] {
+			case "size", "min_size":
+				n, err := strconv.Atoi(args[2])
+				switch {
+				case err != nil:
+					return usageErrorf("%s %q: not a whole number", args[1], args[2])
+				case n < 1 || n > mon.MaxPoolSize:
+					return usageErrorf("%s %d: want 1..%d", args[1], n, mon.MaxPoolSize)
+				}
+			case "pg_num", "pgp_num":
+			default:
+				return usageErrorf("%q: osd pool set takes size or min_size", args[1])
+			}
 			rep, err := monCommand(cmd, mf, &osdpb.MonCommand{Prefix: "osd pool set", Pool: args[0], Var: args[1], Val: args[2], Sure: sure})
 			if err != nil {
 				return err

@@ -83,6 +83,12 @@ func TestPlacementCommands(t *testing.T) {
 	if len(byOSD) != len(want3) || len(byOSD) == 0 || len(byOSD) == 8 {
 		t.Errorf("pg ls --osd 3: %d PGs, want %d of 8", len(byOSD), len(want3))
 	}
+	if byName := pgLsJSON(t, cli, "pg", "ls", "--json", "--osd", "osd.3"); len(byName) != len(byOSD) {
+		t.Errorf("pg ls --osd osd.3: %d PGs, --osd 3 %d", len(byName), len(byOSD))
+	}
+	if _, err := cli("pg", "ls", "laggy", "wait"); err != nil {
+		t.Errorf("pg ls laggy wait (states status shows): %v", err)
+	}
 	// Every PG is active or, before its primary's first report, unknown,
 	// once the new cluster's PGs have peered (a loaded host may show one
 	// peering still).
@@ -103,10 +109,19 @@ func TestPlacementCommands(t *testing.T) {
 	if _, err := cli("pg", "ls", "--request-id", strings.Repeat("ab", 16)); exitCode(err) != exitUsage {
 		t.Errorf("pg ls --request-id: %v, want a usage error (it changes nothing)", err)
 	}
-	for _, bad := range [][]string{{"pg", "ls", "degarded"}, {"pg", "ls", "--osd", "4294967296"}, {"pg", "ls", "--primary", "99"}, {"osd", "map", "maps/k", "--request-id", strings.Repeat("ab", 16)}} {
+	for _, bad := range [][]string{{"pg", "ls", "degarded"}, {"pg", "ls", "--osd", "4294967296"}, {"pg", "ls", "--primary", "99"}, {"pg", "ls", "--osd", "-1"}, {"pg", "ls", "--primary=-1"}, {"pg", "ls", "--osd", "x"}, {"osd", "map", "maps/k", "--request-id", strings.Repeat("ab", 16)}} {
 		if _, err := cli(bad...); exitCode(err) != exitUsage {
 			t.Errorf("%v: %v, want a usage error", bad, err)
 		}
+	}
+	for _, bad := range [][]string{{"osd", "pool", "set", "default", "size", "abc"}, {"osd", "pool", "set", "default", "size", "2.5"},
+		{"osd", "pool", "set", "default", "min_size", "0"}, {"osd", "pool", "set", "default", "colour", "2"}} {
+		if _, err := cli(bad...); exitCode(err) != exitUsage {
+			t.Errorf("%v: %v (exit %d), want a usage error (exit 2)", bad, err, exitCode(err))
+		}
+	}
+	if _, err := cli("osd", "out", "-1"); exitCode(err) != exitUsage || !strings.Contains(err.Error(), "-1: not a flag") {
+		t.Errorf("osd out -1: %v, want a usage error saying -1 is no id", err)
 	}
 	for _, bad := range [][]string{{"pg", "ls", "--pool", "nope"}, {"osd", "pool", "get", "nope", "size"}, {"osd", "pool", "set", "nope", "size", "2"}} {
 		if _, err := cli(bad...); exitCode(err) != exitError || !strings.Contains(err.Error(), `"nope"`) {
