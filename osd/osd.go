@@ -476,6 +476,12 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 		}
 		if cfg.Map, err = mc.Subscribe(ctx); err != nil {
 			mc.Close()
+			if errors.Is(err, msgr.ErrAuth) && strings.Contains(err.Error(), "has no auth record") {
+				// The mons know no osd.N: removed (osd rm, which takes
+				// its key), so this disk's data is no member's any more.
+				return nil, fmt.Errorf("osd.%d: the mons at %s hold no key for osd.%d: it was removed (osd rm) or never created; a removed OSD's data directory %s is not used again: wipe it and start a new OSD (%w)",
+					cfg.ID, strings.Join(cfg.Mon, ","), cfg.ID, cfg.DataDir, err)
+			}
 			if ident.FSID != "" && errors.Is(err, msgr.ErrAuth) {
 				// A keyring of another cluster's CA, most likely (either
 				// side then refuses the other's certificate): say which
