@@ -402,6 +402,16 @@ func TestOSDLostUnblocksDown(t *testing.T) {
 	// PGs stay active (peering gives up on an OSD the map lacks as well).
 	s.cli("osd", "rm", id)
 	waitPGs(t, s.cli, fmt.Sprintf("osd.%d removed", s.gone), func(p mon.PGStat) bool { return strings.HasPrefix(p.State, "active") })
+	// Its disk, started again, is told it was removed (its key went with
+	// it), not to check its mons.
+	for i, o := range s.lc.OSDs {
+		if o.ID() == s.gone {
+			err := s.lc.RestartOSD(t.Context(), i)
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("hold no key for osd.%d", s.gone)) {
+				t.Errorf("osd.%d's disk started after osd rm: %v", s.gone, err)
+			}
+		}
+	}
 
 }
 
