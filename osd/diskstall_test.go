@@ -159,6 +159,9 @@ func TestDiskStallMarksDown(t *testing.T) {
 		return !info.Up
 	})
 	t.Logf("osd.%d marked down %v after its disk stalled", sick, time.Since(stalled).Round(time.Millisecond))
+	if byID := lc.OSDs[sick]; byID.ID() != sick || byID.ServesReadsForTest() {
+		t.Errorf("osd.%d serves reads after asking to be marked dead", sick)
+	}
 	downInfo, _ := lc.Mon.Map().OSD(sick)
 	if !downInfo.Dead {
 		t.Errorf("osd.%d down but not dead: it asked, so its successors need not wait out its read leases", sick)
@@ -184,6 +187,7 @@ func TestDiskStallMarksDown(t *testing.T) {
 		info, _ := lc.Mon.Map().OSD(sick)
 		return info.Up
 	})
+	osdtest.Eventually(t, 10*time.Second, fmt.Sprintf("osd.%d serving reads again after its boot", sick), lc.OSDs[sick].ServesReadsForTest)
 	for k, v := range acked {
 		got, _, err := osdtest.Get(ctx, cl, "stall", k, client.GetOptions{})
 		if err != nil || string(got) != v {

@@ -70,6 +70,10 @@ var (
 	WithoutSideSessions = &withoutSideSessions
 )
 
+// ServesReadsForTest reports whether o serves reads at all (not stopping,
+// nor holding off for a stuck disk until its next boot).
+func (o *OSD) ServesReadsForTest() bool { return !o.noReads.Load() }
+
 // HoldsPGStateForTest reports whether o keeps state for store PG sid.
 func (o *OSD) HoldsPGStateForTest(sid uint32) bool {
 	o.pgMu.Lock()

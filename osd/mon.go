@@ -300,8 +300,17 @@ func (o *OSD) rebootIfDown() {
 	o.log.Warn("the map has us down; booting again", "epoch", o.Map().Epoch())
 	ctx, cancel := context.WithTimeout(o.monCtx, 30*time.Second)
 	defer cancel()
-	if err := o.boot(ctx); err != nil && o.monCtx.Err() == nil {
-		o.log.Warn("boot", "err", err)
+	if err := o.boot(ctx); err != nil {
+		if o.monCtx.Err() == nil {
+			o.log.Warn("boot", "err", err)
+		}
+		return
+	}
+	if o.stallMarked.Swap(false) {
+		// A new incarnation: our PGs peer again and leases are granted
+		// anew, so the promise the stalled one made (no reads while its
+		// successors, not waiting for its leases, serve) is kept.
+		o.noReads.Store(false)
 	}
 }
 
@@ -351,7 +360,7 @@ func (o *OSD) HeldDownUntil() time.Time {
 // DiskStallTimeout we serve no more reads (a successor need not wait out
 // our read leases: we are dead to the map) and ask the mon to mark us
 // down, again at each beacon while the map has us up; once the disk
-// answers we serve again and the next beacon boots us. An OSD whose disk
+// answers the next beacon boots us, and reads come back with the boot. An OSD whose disk
 // hangs would otherwise stay up, its heartbeats answered, every op on its
 // PGs stuck behind the disk and every write it replicates failing after
 // RepTimeout. monLoop's goroutine only, so no boot of ours races the
@@ -368,11 +377,18 @@ func (o *OSD) checkDiskStall() {
 				"op", what, "for", d.Round(time.Second), "disk_stall_timeout", o.cfg.DiskStallTimeout)
 		}
 		o.noReads.Store(true)
+		o.stallMarked.Store(true)
 		o.markMeDown(o.monCtx)
-	case d == 0 && o.diskStalled.Load():
-		o.log.Warn("the data disk answers again: booting")
-		o.noReads.Store(false)
-		o.diskStalled.Store(false)
+	case d == 0 && o.stallMarked.Load():
+		// Reads stay off until we boot again (rebootIfDown): we asked to
+		// be marked dead, so successors may be serving without waiting
+		// for our leases. An ask that has not taken effect (our map still
+		// has us up) is made again at each beacon, so that we come back
+		// through a boot; markMeDown asks nothing once we are down.
+		if o.diskStalled.Swap(false) {
+			o.log.Warn("the data disk answers again: booting once marked down")
+		}
+		o.markMeDown(o.monCtx)
 	}
 }
 

@@ -427,6 +427,9 @@ type OSD struct {
 	// to be marked down and boot again only once it answers (monLoop's
 	// checkDiskStall).
 	diskStalled atomic.Bool
+	// stallMarked: noReads was set for a stalled disk, to be cleared by
+	// our next boot (rebootIfDown), not when the disk answers.
+	stallMarked atomic.Bool
 	// ratelog limits the lines a peer can make us repeat (bad requests,
 	// refused RepOps) to one per kind per 10 s, with the count held back.
 	ratelog guard.RateLog
