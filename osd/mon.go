@@ -360,11 +360,11 @@ func (o *OSD) HeldDownUntil() time.Time {
 // DiskStallTimeout we serve no more reads (a successor need not wait out
 // our read leases: we are dead to the map) and ask the mon to mark us
 // down, again at each beacon while the map has us up; once the disk
-// answers the next beacon boots us, and reads come back with the boot. An OSD whose disk
-// hangs would otherwise stay up, its heartbeats answered, every op on its
-// PGs stuck behind the disk and every write it replicates failing after
-// RepTimeout. monLoop's goroutine only, so no boot of ours races the
-// request.
+// answers the next beacon boots us, and reads come back with the boot.
+// An OSD whose disk hangs would otherwise stay up, its heartbeats
+// answered, every op on its PGs stuck behind the disk and every write it
+// replicates failing after RepTimeout. monLoop's goroutine only, so no
+// boot of ours races the request.
 func (o *OSD) checkDiskStall() {
 	if o.cfg.DiskStallTimeout < 0 {
 		return
