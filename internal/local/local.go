@@ -527,13 +527,16 @@ func (c *Cluster) Close(ctx context.Context) error {
 		wg.Go(func() { o.FlushDrops(ctx) })
 	}
 	wg.Wait()
-	// The mon stops with them: marking each down would only have the
-	// rest peer again, and warn, on the way out.
-	for _, o := range c.OSDs {
-		errs = append(errs, o.CloseWith(ctx, osd.CloseOptions{StayUp: c.Mon != nil}))
-	}
+	// The mon stops first, and the OSDs do not ask it to mark them down:
+	// marking each down would only have the rest peer again, and warn, on
+	// the way out; and while one mon still acted, an OSD stopped before
+	// its peers was marked down on their reports of its refused
+	// connections.
 	if c.Mon != nil {
 		errs = append(errs, c.Mon.Close(ctx))
+	}
+	for _, o := range c.OSDs {
+		errs = append(errs, o.CloseWith(ctx, osd.CloseOptions{StayUp: c.Mon != nil}))
 	}
 	if c.Etcd != nil {
 		c.Etcd.Close()

@@ -121,7 +121,9 @@ func TestStartRefusesDirInUse(t *testing.T) {
 // TestCloseStopsTogether: a cluster with a mon stops its OSDs without
 // having the mon mark each down in turn (which had the OSDs not yet
 // stopped peer again and warn of every PG going down, at the end of each
-// `osprey up --demo`), and a single OSD stopped alone still is.
+// `osprey up --demo`): neither at their request nor on their peers'
+// reports of their refused connections (the mon stops first); a single
+// OSD stopped alone still is.
 func TestCloseStopsTogether(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
