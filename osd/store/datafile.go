@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -328,10 +329,12 @@ func (s *Store) writeDataFile(body []byte) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	token := s.disk.begin(time.Now())
 	err = s.writeBody(pf.f, body)
 	if err == nil {
 		err = pf.f.SyncData()
 	}
+	s.disk.end(token)
 	if cerr := pf.f.Close(); err == nil {
 		err = cerr
 	}

@@ -96,7 +96,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if fs == nil {
 		fs = vfs.Default
 	}
-	disk := &diskWatch{log: opts.Logger}
+	disk := &diskWatch{log: opts.Logger, threshold: max(opts.DiskSlowThreshold, 0)}
 	opened := false
 	if opts.DiskSlowThreshold > 0 {
 		fs, disk.checks = vfs.WithDiskHealthChecks(fs, opts.DiskSlowThreshold, nil, disk.note)
