@@ -25,12 +25,17 @@ import (
 const slowWindow = time.Minute
 
 // slow counts the client ops in flight for longer than complaint at now,
-// and finds the oldest of them: its age and type.
+// and finds the oldest of them: its age and type. An admin's scrub or
+// repair of a PG is answered once the whole PG is read back, so its length
+// is the PG's size, not a sign of trouble: it is not counted.
 func (ot *opTimer) slow(now time.Time, complaint time.Duration) (n int, oldest time.Duration, oldestType osdpb.MsgType) {
 	for i := range ot.shards {
 		s := &ot.shards[i]
 		s.mu.Lock()
 		for _, st := range s.m {
+			if st.t == osdpb.MsgType_MSG_PG_SCRUB || st.t == osdpb.MsgType_MSG_PG_REPAIR {
+				continue
+			}
 			if age := now.Sub(st.at); age > complaint {
 				n++
 				if age > oldest {

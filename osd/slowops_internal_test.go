@@ -52,7 +52,8 @@ func TestRepTimeoutsWindow(t *testing.T) {
 }
 
 // TestSlowOpsAge: only ops in flight longer than the complaint time are
-// slow; the oldest one's age and type are reported.
+// slow, an admin's PG repair never; the oldest one's age and type are
+// reported.
 func TestSlowOpsAge(t *testing.T) {
 	var ot opTimer
 	start := func(tid uint64, typ osdpb.MsgType) {
@@ -63,6 +64,7 @@ func TestSlowOpsAge(t *testing.T) {
 	start(1, osdpb.MsgType_MSG_PUT_OBJECT)
 	start(2, osdpb.MsgType_MSG_GET_OBJECT)
 	start(3, osdpb.MsgType_MSG_DELETE_OBJECT)
+	start(4, osdpb.MsgType_MSG_PG_REPAIR) // an hour-long repair is no slow op
 	now := time.Now()
 	// Age them by hand: 40 s, 31 s and 5 s.
 	for i := range ot.shards {
@@ -75,6 +77,8 @@ func TestSlowOpsAge(t *testing.T) {
 				st.at = now.Add(-40 * time.Second)
 			case 3:
 				st.at = now.Add(-5 * time.Second)
+			case 4:
+				st.at = now.Add(-time.Hour)
 			}
 			s.m[k] = st
 		}
