@@ -37,6 +37,19 @@ func TestMarkdownCountsMarkdowns(t *testing.T) {
 		t.Fatalf("markdowns %v, want 3", o.markdowns)
 	}
 	boot(11, 85*time.Second, false) // within a minute of the second and third: held again
+
+	// Markdowns we asked for, our disk stuck, do not count.
+	o = &OSD{cfg: Config{MaxMarkdownCount: 1, MaxMarkdownPeriod: time.Minute}, log: o.log}
+	o.stallMarked.Store(true)
+	for i := range 5 {
+		boot(uint64(20+2*i), time.Duration(i)*time.Second, true)
+	}
+	if len(o.markdowns) != 0 {
+		t.Fatalf("markdowns %v after stalls alone, want none", o.markdowns)
+	}
+	o.stallMarked.Store(false)
+	boot(31, 10*time.Second, true)  // a first markdown of another kind
+	boot(33, 11*time.Second, false) // a second, past the bound of 1
 }
 
 // TestNotePeerKeepsTheFurthest: replies read out of order (a replica's

@@ -331,6 +331,13 @@ func (o *OSD) mayBootAgain(now time.Time) bool {
 		return true // its markdown is counted
 	}
 	booted := o.bootEpoch.Load()
+	if o.stallMarked.Load() {
+		// Our own markdown for a stuck disk (checkDiskStall): not the
+		// flapping the bound is for, whose advice (the cluster network)
+		// would mislead.
+		o.markdownOf = booted
+		return true
+	}
 	if o.cfg.MaxMarkdownCount < 0 || booted == o.markdownOf {
 		return true // no bound, or a boot of this markdown tried again
 	}
