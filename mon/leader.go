@@ -170,7 +170,9 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon, relayedBy s
 	m := l.m
 	mp, o, err := m.beaconTarget(ctx, b)
 	if err != nil {
-		if b.HeldDown != nil {
+		// Only the OSD the map has down, not a daemon of another uuid
+		// that claims its id, nor one the map lacks.
+		if cur, ok := m.Map().OSD(b.Id); b.HeldDown != nil && ok && !cur.Up && (b.Uuid == "" || cur.Uuid == "" || b.Uuid == cur.Uuid) {
 			l.noteHeld(ctx, b)
 		}
 		return nil, err

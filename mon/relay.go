@@ -123,21 +123,37 @@ func (m *Mon) relayPut(ctx context.Context, leader, what string, id uint32, key 
 // relayFailure) as on what the OSDs send us.
 func (l *leadership) watchRelays() {
 	var wg sync.WaitGroup
-	wg.Go(func() { l.watchRelayed("beacons", l.m.k.relayPrefix(), l.relayedBeacon) })
-	wg.Go(func() { l.watchRelayed("failure reports", l.m.k.relayFailurePrefix(), l.relayedFailure) })
-	wg.Go(func() { l.watchRelayed("mark-me-downs", l.m.k.relayMarkMeDownPrefix(), l.relayedMarkMeDown) })
+	wg.Go(func() { l.watchRelayed("beacons", l.m.k.relayPrefix(), false, l.relayedBeacon) })
+	wg.Go(func() { l.watchRelayed("failure reports", l.m.k.relayFailurePrefix(), false, l.relayedFailure) })
+	// A mark-me-down is sent once (beacons and reports come again): one
+	// relayed while no mon led is taken too. One already acted on, or
+	// from an earlier incarnation, changes nothing (markMeDown).
+	wg.Go(func() { l.watchRelayed("mark-me-downs", l.m.k.relayMarkMeDownPrefix(), true, l.relayedMarkMeDown) })
 	wg.Wait()
 }
 
 // watchRelayed runs take on each record put under prefix, the newest of
 // each key at a time (relayQueue), many keys at once. A watch that broke
-// resumes after the last revision it saw; the first starts from now.
-func (l *leadership) watchRelayed(what, prefix string, take func(key string, v []byte)) {
+// resumes after the last revision it saw; the first starts from now, or,
+// with existing, takes the records already there first.
+func (l *leadership) watchRelayed(what, prefix string, existing bool, take func(key string, v []byte)) {
 	m := l.m
 	backoff := newBackoff()
 	q := relayQueue{take: take, pending: map[string][]byte{}, busy: map[string]bool{}}
 	defer q.wg.Wait()
 	var next int64 // revision to resume from (0: now)
+	for existing && l.ctx.Err() == nil {
+		resp, err := m.cli.Get(clientv3.WithRequireLeader(l.ctx), prefix, clientv3.WithPrefix())
+		if err != nil {
+			backoff.wait(l.ctx)
+			continue
+		}
+		for _, kv := range resp.Kvs {
+			q.add(string(kv.Key), kv.Value)
+		}
+		next = resp.Header.Revision + 1
+		break
+	}
 	for l.ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.ctx))
 		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete()}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/proto/osdpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestStandbyRelaysBeacons: an OSD that reaches only a standby mon (the
@@ -176,4 +178,46 @@ func TestStandbyRelaysBeacons(t *testing.T) {
 	if st := statusCmd(t, viaB); hasCheck(st, "reach the leader mon only through") {
 		t.Fatalf("status once mon.b leads: %q", st.Health.Checks)
 	}
+}
+
+// TestNewLeaderTakesPendingMarkMeDown: a mark-me-down a standby relayed
+// while no mon led (it is sent once: an OSD stops after it) is taken by
+// the next leader from etcd, not only those relayed while it watches: the
+// OSD is marked down and dead, not left to its lease.
+func TestNewLeaderTakesPendingMarkMeDown(t *testing.T) {
+	e := startTestEtcd(t)
+	cfg := testConfig(e, "a") // a grace of 30 s: the lease outlives the handover
+	a := startTestMon(t, cfg)
+	eventually(t, 10*time.Second, "mon.a leads", a.IsLeader)
+	c := newTestClient(t, nil, a.Addr())
+	mustBoot(t, c, bootOf(0))
+	mp := a.Map()
+	if err := a.Close(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// As relayMarkMeDown leaves it, with no leader to watch.
+	r := &osdpb.MonMarkMeDown{Fsid: mp.FSID(), Id: 0, Uuid: bootOf(0).Uuid, Epoch: mp.Epoch()}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	alive, err := cli.Get(ctxFor(t, 5*time.Second), a.k.alive(0))
+	if err != nil || len(alive.Kvs) != 1 {
+		t.Fatalf("osd.0's liveness key: %v", err)
+	}
+	v, err := proto.Marshal(&osdpb.RelayedMarkMeDown{Request: r, Mon: "c", AtUnixNanos: time.Now().UnixNano()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctxFor(t, 5*time.Second), a.k.relayMarkMeDown(0), string(v), clientv3.WithLease(clientv3.LeaseID(alive.Kvs[0].Lease))); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Name = "b"
+	b := startTestMon(t, cfg)
+	eventually(t, 15*time.Second, "mon.b leads", b.IsLeader)
+	eventually(t, 10*time.Second, "osd.0 marked down (dead) by mon.b on the pending request", func() bool {
+		o, ok := b.Map().OSD(0)
+		return ok && !o.Up && o.Dead
+	})
 }
