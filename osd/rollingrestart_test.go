@@ -31,11 +31,13 @@ func TestRollingRestartNoRepTimeouts(t *testing.T) {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	lc := osdtest.StartLocal(t, local.Options{OSDs: 4, PGs: 32, Dir: t.TempDir(), Logger: logger, WithMon: true, NoAuth: true,
-		RepTimeout: 3 * time.Second, HeartbeatGrace: 6 * time.Second,
+		// The default rep timeout: a loaded host's slow ack is no dropped
+		// one (the count, not the latency, is what this test reads).
+		RepTimeout: 10 * time.Second, HeartbeatGrace: 6 * time.Second,
 		NearfullRatio: osdtest.IgnoreHostDisk, BackfillfullRatio: osdtest.IgnoreHostDisk, FullRatio: osdtest.IgnoreHostDisk,
 		FailsafeFullRatio: osdtest.IgnoreHostDisk})
 	ctx := ctxT(t, 5*time.Minute)
-	cl, err := client.New(ctx, client.Options{Seeds: lc.Seeds(), OpTimeout: 10 * time.Second, RetryFor: time.Minute, Logger: logger})
+	cl, err := client.New(ctx, client.Options{Seeds: lc.Seeds(), OpTimeout: 30 * time.Second, RetryFor: time.Minute, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
