@@ -298,6 +298,17 @@ func TestUnknownSubcommandIsUsageError(t *testing.T) {
 				strings.Join(args, " "), err, exitCode(err), exitUsage, out)
 		}
 	}
+	// "help" after any command group is its help, as git's.
+	for _, p := range parents {
+		if len(p) == 0 || p[0] == "completion" {
+			continue // the root's own help command; completion's scripts
+		}
+		args := append(slices.Clone(p), "help")
+		out, _, err := run(t, args...)
+		if err != nil || !strings.Contains(out, "Usage:") {
+			t.Errorf("osprey %s: %v, want its help\n%s", strings.Join(args, " "), err, out)
+		}
+	}
 	// A near miss with arguments after it, as the probe typed it.
 	_, _, err := run(t, "auth", "s3-key", "ls", "client.x")
 	if exitCode(err) != exitUsage || !strings.Contains(errorLine(err), `unknown command "ls"`) {

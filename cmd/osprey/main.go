@@ -174,6 +174,24 @@ func rejectUnknownSubcommands(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		rejectUnknownSubcommands(sub)
 	}
+	// "help" after a command group is its help, as git's; a daemon's
+	// command with subcommands (osd, mon) takes it too.
+	isHelp := func(args []string) bool { return len(args) == 1 && args[0] == "help" }
+	if c.HasSubCommands() && c.Runnable() && c.HasParent() && c.RunE != nil {
+		check, run := c.Args, c.RunE
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if isHelp(args) || check == nil {
+				return nil
+			}
+			return check(cmd, args)
+		}
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if isHelp(args) {
+				return cmd.Help()
+			}
+			return run(cmd, args)
+		}
+	}
 	// The root has cobra's own check, which runs only for the root;
 	// a command that runs checks its own arguments.
 	if !c.HasSubCommands() || c.Runnable() || !c.HasParent() {
@@ -183,7 +201,7 @@ func rejectUnknownSubcommands(c *cobra.Command) {
 		c.SuggestionsMinimumDistance = 2 // cobra's default, which it sets on the root only
 	}
 	c.Args = func(cmd *cobra.Command, args []string) error {
-		if len(args) == 0 {
+		if len(args) == 0 || isHelp(args) {
 			return nil
 		}
 		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
