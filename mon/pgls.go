@@ -60,8 +60,8 @@ type pgView struct {
 	// objects and bytes count).
 	fresh, counted bool
 	unknown        bool     // no OSDs at all, or no fresh report
-	down           bool     // no OSD up and in, and no report of it ever
-	stale          bool     // no OSD up and in: State is "stale+" its last report's
+	down           bool     // no OSD up to serve it, and no report of it ever
+	stale          bool     // no OSD up to serve it: State is "stale+" its last report's
 	lastFrom       uint32   // with stale: the OSD that made that report
 	filling        []uint32 // acting members being backfilled, as the primary's report says
 	belowMin       bool     // fewer than min_size up: inactive (undersized+degraded+peered)

@@ -485,10 +485,10 @@ func computeStatus(in statusInput) *Status {
 	}
 
 	if down > 0 {
-		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs down (no OSD both up and in to serve them)", down), pgLines["down"])
+		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs down (no OSD up to serve them)", down), pgLines["down"])
 	}
 	if stale > 0 {
-		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs stale (no OSD both up and in to serve them; state and objects as last reported)", stale), pgLines["stale"])
+		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs stale (no OSD up to serve them; state and objects as last reported)", stale), pgLines["stale"])
 	}
 	if belowMin > 0 {
 		checks.err("PG_AVAILABILITY", fmt.Sprintf("%d pgs inactive: fewer than min_size OSDs up (undersized+degraded+peered)", belowMin), pgLines["belowMin"])

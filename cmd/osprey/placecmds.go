@@ -150,7 +150,7 @@ func newPGLsCmd() *cobra.Command {
 		Long: `Lists every PG of every pool with the state ` + "`osprey status`" + ` counts it
 under, its acting set (primary first), and what its primary last reported:
 objects, degraded and misplaced copies, inconsistent objects (from its last
-deep scrub) and the map epoch of that report. A PG with no OSD up and in is
+deep scrub) and the map epoch of that report. A PG with no OSD up to serve it is
 "stale+" the state its primary last reported (its objects as then), or "down"
 if none ever did; one with fewer than min_size "undersized+degraded+peered"; any other PG's
 state is its primary's last report, made at the current epoch or at one

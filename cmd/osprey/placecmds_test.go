@@ -657,6 +657,26 @@ func TestOSDOutWithNoReplacementStaysActing(t *testing.T) {
 	waitPGs(t, cli, "osd.2 in again", func(p mon.PGStat) bool {
 		return p.State == "active+clean" && len(p.Acting) == 3 && slices.Equal(p.Acting, p.Up)
 	})
+	// Every OSD out, all running: nothing replaces them, so they stay
+	// acting, and the status keeps every PG's state and objects (it showed
+	// them all unknown, 0 objects: their primaries did not report them).
+	cli("osd", "out", "0", "1", "2")
+	var objects uint64
+	waitPGs(t, cli, "every OSD out", func(p mon.PGStat) bool {
+		if p.PGID == "meta" {
+			return true
+		}
+		return len(p.Acting) == 3 && !strings.Contains(p.State, "unknown")
+	})
+	for _, p := range pgLsJSON(t, func(a ...string) (string, error) { return cli(a...), nil }, "pg", "ls", "--json") {
+		objects += p.Objects
+		if p.Seed == 0 {
+			t.Logf("every OSD out: pg %s %s, up %v, acting %v, %d objects", p.PGID, p.State, p.Up, p.Acting, p.Objects)
+		}
+	}
+	if objects != uint64(len(keys)) {
+		t.Errorf("every OSD out: the PGs count %d objects, want %d", objects, len(keys))
+	}
 }
 
 // TestMaintenanceChecks: osd ok-to-stop says yes while every PG keeps

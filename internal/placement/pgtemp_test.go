@@ -61,6 +61,22 @@ func TestPGTemp(t *testing.T) {
 	if got, ok := m.PGTemp(1, pg); !ok || !slices.Equal(got, temp) {
 		t.Fatalf("PGTemp %v %v", got, ok)
 	}
+	// Every OSD out: straw2 places nothing, and the entry's members still
+	// serve the PG (osd out of every OSD, the mon keeping them acting).
+	allOut, err := m.With(func(pb *osdpb.ClusterMap) {
+		for _, o := range pb.Osds {
+			o.In = false
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := allOut.ActingSet(1, pg); !slices.Equal(got, temp) || len(allOut.UpSet(1, pg)) != 0 {
+		t.Fatalf("every OSD out: acting %v (want %v), up %v", got, temp, allOut.UpSet(1, pg))
+	}
+	if !serves(allOut, others[0]) || serves(allOut, up[0]) {
+		t.Fatalf("every OSD out, PGsOf: osd.%d serves pg %d: %v; osd.%d: %v", others[0], pg, serves(allOut, others[0]), up[0], serves(allOut, up[0]))
+	}
 
 	// A member down is left out; with none up the entry is ignored.
 	mark := func(m *Map, ids ...uint32) *Map {

@@ -194,11 +194,19 @@ func (m *Map) PGsOf(pool, osd uint32) iter.Seq2[uint32, Role] {
 			return
 		}
 		m.buildTable(ps)
-		if ps.stride == 0 {
+		if ps.stride == 0 && len(ps.temp) == 0 {
 			return
 		}
 		for pg := range ps.pb.PgCount {
-			if i := slices.Index(ps.actingRow(pg), osd); i >= 0 && !yield(pg, Role(i)) {
+			// With no OSD in (every one out) straw2 places nothing, but
+			// pg_temp entries keep out OSDs acting for want of others:
+			// their primaries still report the PGs (else every PG read
+			// "unknown", with no objects, in the status).
+			set, ok := ps.temp[pg]
+			if !ok && ps.stride != 0 {
+				set = ps.row(pg)
+			}
+			if i := slices.Index(set, osd); i >= 0 && !yield(pg, Role(i)) {
 				return
 			}
 		}
