@@ -40,11 +40,10 @@ func (m *Mon) relayBeacon(ctx context.Context, b *osdpb.MonBeacon) (*osdpb.MonBe
 		return nil, err
 	}
 	rec := &osdpb.RelayedBeacon{Beacon: b, Mon: m.cfg.Name, AtUnixNanos: time.Now().UnixNano()}
-	if err := m.relayPut(ctx, leader, "beacon", b.Id, m.k.relay(b.Id), rec); err != nil {
+	h, err := m.relayPut(ctx, leader, "beacon", b.Id, m.k.relay(b.Id), rec)
+	if err != nil {
 		return nil, err
 	}
-	h := m.header(nil)
-	h.Leader = leader
 	if b.Epoch < mp.Epoch() {
 		h.Map = mp.Proto()
 	}
@@ -63,11 +62,10 @@ func (m *Mon) relayFailure(ctx context.Context, f *osdpb.MonFailure) (*osdpb.Mon
 		return nil, m.notLeader()
 	}
 	rec := &osdpb.RelayedFailure{Failure: f, Mon: m.cfg.Name, AtUnixNanos: time.Now().UnixNano()}
-	if err := m.relayPut(ctx, leader, "failure report", f.Reporter, m.k.relayFailure(f.Reporter, f.Target), rec); err != nil {
+	h, err := m.relayPut(ctx, leader, "failure report", f.Reporter, m.k.relayFailure(f.Reporter, f.Target), rec)
+	if err != nil {
 		return nil, err
 	}
-	h := m.header(nil)
-	h.Leader = leader
 	return &osdpb.MonFailureReply{Header: h, RelayedBy: m.cfg.Name}, nil
 }
 
@@ -81,42 +79,44 @@ func (m *Mon) relayMarkMeDown(ctx context.Context, r *osdpb.MonMarkMeDown) (*osd
 		return nil, m.notLeader()
 	}
 	rec := &osdpb.RelayedMarkMeDown{Request: r, Mon: m.cfg.Name, AtUnixNanos: time.Now().UnixNano()}
-	if err := m.relayPut(ctx, leader, "mark-me-down", r.Id, m.k.relayMarkMeDown(r.Id), rec); err != nil {
+	h, err := m.relayPut(ctx, leader, "mark-me-down", r.Id, m.k.relayMarkMeDown(r.Id), rec)
+	if err != nil {
 		return nil, err
 	}
-	h := m.header(nil)
-	h.Leader = leader
 	return &osdpb.MonMarkMeDownReply{Header: h, RelayedBy: m.cfg.Name}, nil
 }
 
 // relayPut leaves rec in etcd under key for the leader, on the liveness
-// lease of OSD id (so that it goes with the OSD). Where it cannot (etcd
+// lease of OSD id (so that it goes with the OSD), and returns the header
+// of the reply that says so, naming the leader. Where it cannot (etcd
 // trouble) it answers NOT_LEADER, so the OSD goes on to the leader as
 // before: a standby's trouble with etcd must not read as "you are marked
 // down"; an OSD whose lease expired is told so.
-func (m *Mon) relayPut(ctx context.Context, leader, what string, id uint32, key string, rec proto.Message) error {
+func (m *Mon) relayPut(ctx context.Context, leader, what string, id uint32, key string, rec proto.Message) (*osdpb.ReplyHeader, error) {
 	cannot := func(step string, err error) error {
 		return ops.Errorf(osdpb.Status_NOT_LEADER, "mon.%s is a standby and could not relay the %s (%s: %v); the leader is at %s", m.cfg.Name, what, step, err, leader)
 	}
 	expired := ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d's liveness lease expired (silent for longer than %v): the leader marks it down; boot again", id, m.cfg.HeartbeatGrace)
 	resp, err := m.cli.Get(ctx, m.k.alive(id))
 	if err != nil {
-		return cannot("reading the OSD's lease", err)
+		return nil, cannot("reading the OSD's lease", err)
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease == 0 {
-		return expired
+		return nil, expired
 	}
 	v, err := proto.Marshal(rec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := m.cli.Put(ctx, key, string(v), clientv3.WithLease(clientv3.LeaseID(resp.Kvs[0].Lease))); err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return expired
+			return nil, expired
 		}
-		return cannot("passing it to the leader", err)
+		return nil, cannot("passing it to the leader", err)
 	}
-	return nil
+	h := m.header(nil)
+	h.Leader = leader
+	return h, nil
 }
 
 // watchRelays acts on what standby mons relayed (relayBeacon,
