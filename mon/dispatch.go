@@ -160,6 +160,9 @@ func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (pr
 	if r, ok := req.(*osdpb.MonMarkMeDown); ok && l == nil && r.LeaderUnreachable {
 		return m.relayMarkMeDown(ctx, r)
 	}
+	if r, ok := req.(*osdpb.MonBoot); ok && l == nil && r.LeaderUnreachable {
+		return m.relayBoot(ctx, r)
+	}
 	if l == nil {
 		return nil, m.notLeader()
 	}

@@ -114,7 +114,7 @@ func (l *leadership) boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBoot
 		return txnExtra{ops: []clientv3.Op{clientv3.OpPut(m.k.alive(id), b.Uuid, clientv3.WithLease(lease.ID))}}, nil
 	})
 	if err != nil {
-		l.revoke(lease.ID)
+		l.m.revoke(lease.ID)
 		return nil, err
 	}
 	l.mu.Lock()
@@ -125,7 +125,7 @@ func (l *leadership) boot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBoot
 	l.failures.forget(id)
 	l.mu.Unlock()
 	if hadOld && old != lease.ID {
-		l.revoke(old) // it holds nothing now but the old liveness key
+		l.m.revoke(old) // it holds nothing now but the old liveness key
 	}
 	info, _ := next.OSD(id)
 	m.log.Info("osd booted", "osd", id, "uuid", b.Uuid, "public", info.PublicAddr, "host", info.Host, "epoch", next.Epoch(), "in", info.In)
@@ -483,7 +483,7 @@ func (l *leadership) dropOSDs(ids []uint32) {
 	}
 	l.mu.Unlock()
 	for _, lease := range leases {
-		l.revoke(lease)
+		l.m.revoke(lease)
 	}
 }
 
@@ -520,7 +520,7 @@ func (l *leadership) regrant(ctx context.Context, o *osdpb.OSDInfo) error {
 		err = errors.New("its liveness key came back")
 	}
 	if err != nil {
-		l.revoke(lease.ID)
+		l.m.revoke(lease.ID)
 		return err
 	}
 	l.mu.Lock()
@@ -531,17 +531,18 @@ func (l *leadership) regrant(ctx context.Context, o *osdpb.OSDInfo) error {
 	l.mu.Unlock()
 	if raced {
 		// A boot put the key on its own lease meanwhile: ours holds nothing.
-		l.revoke(lease.ID)
+		l.m.revoke(lease.ID)
 		return nil
 	}
 	m.log.Info("osd lease renewed at takeover: it gets one grace to beacon", "osd", o.Id, "grace", m.cfg.HeartbeatGrace)
 	return nil
 }
 
-func (l *leadership) revoke(lease clientv3.LeaseID) {
-	ctx, cancel := context.WithTimeout(l.m.ctx, 2*time.Second)
+// revoke ends a lease and the keys on it, best effort: one left expires.
+func (m *Mon) revoke(lease clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(m.ctx, 2*time.Second)
 	defer cancel()
-	l.m.cli.Revoke(ctx, lease)
+	m.cli.Revoke(ctx, lease)
 }
 
 // commandResult is the JSON output of a map-changing command.

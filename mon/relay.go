@@ -2,8 +2,11 @@ package mon
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,9 +96,7 @@ func (m *Mon) relayMarkMeDown(ctx context.Context, r *osdpb.MonMarkMeDown) (*osd
 // before: a standby's trouble with etcd must not read as "you are marked
 // down"; an OSD whose lease expired is told so.
 func (m *Mon) relayPut(ctx context.Context, leader, what string, id uint32, key string, rec proto.Message) (*osdpb.ReplyHeader, error) {
-	cannot := func(step string, err error) error {
-		return ops.Errorf(osdpb.Status_NOT_LEADER, "mon.%s is a standby and could not relay the %s (%s: %v); the leader is at %s", m.cfg.Name, what, step, err, leader)
-	}
+	cannot := func(step string, err error) error { return m.cannotRelay(leader, what, step, err) }
 	expired := ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "osd.%d's liveness lease expired (silent for longer than %v): the leader marks it down; boot again", id, m.cfg.HeartbeatGrace)
 	resp, err := m.cli.Get(ctx, m.k.alive(id))
 	if err != nil {
@@ -119,8 +120,67 @@ func (m *Mon) relayPut(ctx context.Context, leader, what string, id uint32, key 
 	return h, nil
 }
 
+// cannotRelay is a standby's answer when it could not relay a request to
+// the leader: NOT_LEADER, so the OSD goes on to the leader as before.
+func (m *Mon) cannotRelay(leader, what, step string, err error) error {
+	return ops.Errorf(osdpb.Status_NOT_LEADER, "mon.%s is a standby and could not relay the %s (%s: %v); the leader is at %s", m.cfg.Name, what, step, err, leader)
+}
+
+// relayBoot serves MSG_MON_BOOT on a standby when the OSD says its last
+// attempt at the leader failed, as relayBeacon: an OSD that restarts while
+// the leader's host is cut off from the OSDs boots through a standby, as
+// Ceph's peons forward MOSDBoot, rather than wait for the cut to heal.
+//
+// A boot's reply carries what only the leader decides (the OSD's id, the
+// map that marks it up), so the standby waits for it: the request under
+// relayboot/<nonce>, the leader's reply under relaybootrep/<nonce>, both on
+// a lease of the standby's (the OSD has none yet) that it revokes once it
+// answered, and that expires soon after if the standby dies first.
+func (m *Mon) relayBoot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBootReply, error) {
+	leader := m.Leader()
+	if leader == "" {
+		return nil, m.notLeader()
+	}
+	lease, err := m.cli.Grant(ctx, int64(2*requestTimeout/time.Second))
+	if err != nil {
+		return nil, m.cannotRelay(leader, "boot", "granting its lease", err)
+	}
+	defer m.revoke(lease.ID)
+	var n [8]byte
+	rand.Read(n[:])
+	nonce := hex.EncodeToString(n[:])
+	v, err := proto.Marshal(&osdpb.RelayedBoot{Boot: b, Mon: m.cfg.Name, AtUnixNanos: time.Now().UnixNano(), Lease: int64(lease.ID)})
+	if err != nil {
+		return nil, err
+	}
+	put, err := m.cli.Put(ctx, m.k.relayBoot(nonce), string(v), clientv3.WithLease(lease.ID))
+	if err != nil {
+		return nil, m.cannotRelay(leader, "boot", "passing it to the leader", err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// From the request's revision on: a reply put before the watch began
+	// is seen too.
+	for wr := range m.cli.Watch(wctx, m.k.relayBootReply(nonce), clientv3.WithRev(put.Header.Revision+1), clientv3.WithFilterDelete()) {
+		if wr.Err() != nil {
+			break
+		}
+		for _, ev := range wr.Events {
+			var rep osdpb.MonBootReply
+			if err := proto.Unmarshal(ev.Kv.Value, &rep); err != nil || rep.Header == nil {
+				return nil, ops.Errorf(osdpb.Status_INTERNAL_ERROR, "mon.%s: the leader's reply to a relayed boot does not parse (%v)", m.cfg.Name, err)
+			}
+			rep.RelayedBy = m.cfg.Name
+			return &rep, nil
+		}
+	}
+	// The OSD boots again: a boot the leader did take meanwhile is done
+	// again, as one whose reply was lost.
+	return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "mon.%s relayed the boot to the leader at %s, which did not answer in time", m.cfg.Name, leader)
+}
+
 // watchRelays acts on what standby mons relayed (relayBeacon,
-// relayFailure) as on what the OSDs send us.
+// relayFailure, relayMarkMeDown, relayBoot) as on what the OSDs send us.
 func (l *leadership) watchRelays() {
 	var wg sync.WaitGroup
 	wg.Go(func() { l.watchRelayed("beacons", l.m.k.relayPrefix(), false, l.relayedBeacon) })
@@ -129,6 +189,9 @@ func (l *leadership) watchRelays() {
 	// relayed while no mon led is taken too. One already acted on, or
 	// from an earlier incarnation, changes nothing (markMeDown).
 	wg.Go(func() { l.watchRelayed("mark-me-downs", l.m.k.relayMarkMeDownPrefix(), true, l.relayedMarkMeDown) })
+	// A boot waits for its reply: one relayed while no mon led is taken
+	// as soon as one does, if its standby still waits.
+	wg.Go(func() { l.watchRelayed("boots", l.m.k.relayBootPrefix(), true, l.relayedBoot) })
 	wg.Wait()
 }
 
@@ -272,6 +335,40 @@ func (l *leadership) relayedMarkMeDown(key string, v []byte) {
 	defer cancel()
 	if err := l.markMeDown(ctx, rd.Request); err != nil && l.ctx.Err() == nil {
 		m.log.Debug("a relayed mark-me-down", "osd", id, "via", relayName(rd.Mon), "err", err)
+	}
+}
+
+// relayedBoot boots an OSD a standby relayed, and leaves the reply for
+// the standby to answer with (relayBoot), on the standby's lease.
+func (l *leadership) relayedBoot(key string, v []byte) {
+	m := l.m
+	nonce, _ := strings.CutPrefix(key, m.k.relayBootPrefix())
+	var rb osdpb.RelayedBoot
+	if err := proto.Unmarshal(v, &rb); err != nil || rb.Boot == nil || rb.Lease == 0 || nonce == "" {
+		m.log.Warn("ignoring a relayed boot that does not parse", "key", key, "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(l.ctx), requestTimeout)
+	defer cancel()
+	var rep *osdpb.MonBootReply
+	var err error
+	if rb.Boot.Fsid != "" && rb.Boot.Fsid != m.fsid {
+		err = ops.Errorf(osdpb.Status_WRONG_CLUSTER, "fsid %s is not this cluster's (%s)", rb.Boot.Fsid, m.fsid)
+	} else if err = validateBoot(rb.Boot); err == nil {
+		rep, err = l.boot(ctx, rb.Boot)
+	}
+	if err != nil {
+		m.log.Debug("a relayed boot", "via", relayName(rb.Mon), "err", err)
+		rep = &osdpb.MonBootReply{Header: m.header(err)}
+	}
+	out, err := proto.Marshal(rep)
+	if err == nil {
+		_, err = m.cli.Put(ctx, m.k.relayBootReply(nonce), string(out), clientv3.WithLease(clientv3.LeaseID(rb.Lease)))
+	}
+	if err != nil && l.ctx.Err() == nil {
+		// The standby gave up (its lease ended) or etcd failed: the OSD
+		// boots again.
+		m.log.Debug("answering a relayed boot", "via", relayName(rb.Mon), "err", err)
 	}
 }
 

@@ -20,14 +20,7 @@ import (
 // reaches it directly again. A beacon of an OSD marked down is refused by
 // the standby as by the leader ("boot again").
 func TestStandbyRelaysBeacons(t *testing.T) {
-	e := startTestEtcd(t)
-	cfg := testConfig(e, "a")
-	cfg.HeartbeatGrace = 2 * time.Second
-	a := startTestMon(t, cfg)
-	eventually(t, 10*time.Second, "mon.a leads", a.IsLeader)
-	cfg.Name = "b"
-	b := startTestMon(t, cfg)
-	eventually(t, 5*time.Second, "mon.b knows the leader", func() bool { return b.Leader() == a.Addr() })
+	a, b, cfg := leaderAndStandby(t, 2*time.Second)
 
 	direct := newTestClient(t, nil, a.Addr())
 	mustBoot(t, direct, bootOf(0))
@@ -220,4 +213,73 @@ func TestNewLeaderTakesPendingMarkMeDown(t *testing.T) {
 		o, ok := b.Map().OSD(0)
 		return ok && !o.Up && o.Dead
 	})
+}
+
+// TestStandbyRelaysBoots: an OSD that reaches only a standby mon (the
+// leader cut off from it) boots through it, new or restarted: the standby
+// brings back the leader's reply (the id, the map that marks it up, the
+// grace); a boot the leader refuses is refused through the standby with
+// the leader's reason; and the relay leaves nothing in etcd.
+func TestStandbyRelaysBoots(t *testing.T) {
+	a, b, cfg := leaderAndStandby(t, 0)
+	direct := newTestClient(t, nil, a.Addr())
+	first := mustBoot(t, direct, bootOf(0))
+	viaB := newTestClient(t, nil, b.Addr())
+
+	booted := func(what string, bt *osdpb.MonBoot) *osdpb.MonBootReply {
+		t.Helper()
+		bt.LeaderUnreachable = true
+		rep := mustBoot(t, viaB, bt)
+		if rep.RelayedBy != "b" || rep.Fsid != a.FSID() || rep.HeartbeatGraceNanos != int64(cfg.HeartbeatGrace) || rep.Map == nil {
+			t.Fatalf("%s through mon.b: relayed by %q, fsid %q, grace %v, map %v", what, rep.RelayedBy, rep.Fsid,
+				time.Duration(rep.HeartbeatGraceNanos), rep.Map != nil)
+		}
+		o := osdOf(t, a.Map(), rep.Id)
+		if !o.Up || o.Uuid != bt.Uuid || o.UpFrom != rep.Map.Epoch {
+			t.Fatalf("%s through mon.b: the leader's map has osd.%d up %v, uuid %q, up_from %d (reply's epoch %d)",
+				what, rep.Id, o.Up, o.Uuid, o.UpFrom, rep.Map.Epoch)
+		}
+		return rep
+	}
+	if rep := booted("a new OSD's boot", bootOf(1)); rep.Id != 1 {
+		t.Fatalf("the new OSD got id %d; want 1", rep.Id)
+	}
+	again := bootOf(0)
+	again.Fsid, again.HasId, again.Id = a.FSID(), true, 0
+	if rep := booted("osd.0's boot again", again); rep.Map.Epoch <= first.Map.Epoch {
+		t.Fatalf("osd.0 booted again at epoch %d, not after its first boot's %d", rep.Map.Epoch, first.Map.Epoch)
+	}
+
+	// The leader's refusal, through the standby.
+	other := bootOf(5)
+	other.HasId, other.Id, other.LeaderUnreachable = true, 0, true
+	_, err := viaB.Boot(ctxFor(t, 10*time.Second), other)
+	if statusOf(err) != osdpb.Status_WRONG_CLUSTER || !strings.Contains(err.Error(), "belongs to another daemon") {
+		t.Fatalf("another daemon's boot as osd.0 through mon.b: %v", err)
+	}
+	if o := osdOf(t, a.Map(), 0); o.Uuid != bootOf(0).Uuid || !o.Up {
+		t.Fatalf("osd.0 after a refused boot: uuid %q, up %v", o.Uuid, o.Up)
+	}
+
+	eventually(t, 5*time.Second, "no relayed boot or reply left in etcd", func() bool {
+		resp, err := b.cli.Get(ctxFor(t, 5*time.Second), b.k.pfx+"relayboot", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 0
+	})
+}
+
+// leaderAndStandby starts mon.a, the leader, and mon.b, a standby that
+// knows it, on one etcd; grace, unless 0, is their heartbeat grace.
+func leaderAndStandby(t *testing.T, grace time.Duration) (a, b *Mon, cfg Config) {
+	t.Helper()
+	e := startTestEtcd(t)
+	cfg = testConfig(e, "a")
+	if grace != 0 {
+		cfg.HeartbeatGrace = grace
+	}
+	a = startTestMon(t, cfg)
+	eventually(t, 10*time.Second, "mon.a leads", a.IsLeader)
+	cfg.Name = "b"
+	b = startTestMon(t, cfg)
+	eventually(t, 5*time.Second, "mon.b knows the leader", func() bool { return b.Leader() == a.Addr() })
+	return a, b, cfg
 }

@@ -57,6 +57,11 @@ func (k keys) relayMarkMeDown(id uint32) string {
 	return fmt.Sprintf("%s%010d", k.relayMarkMeDownPrefix(), id)
 }
 func (k keys) relayMarkMeDownPrefix() string { return k.pfx + "relaydown/" }
+func (k keys) relayBoot(nonce string) string { return k.relayBootPrefix() + nonce }
+func (k keys) relayBootPrefix() string       { return k.pfx + "relayboot/" }
+func (k keys) relayBootReply(nonce string) string {
+	return k.pfx + "relaybootrep/" + nonce
+}
 
 // parseRelayFailure is relayFailure's inverse.
 func (k keys) parseRelayFailure(key string) (reporter, target uint32, ok bool) {

@@ -236,7 +236,11 @@ func (o *OSD) boot(ctx context.Context) error {
 	// Only now does our map say when our store was made (born), which
 	// our answers to PG queries carry.
 	o.freshStore.Store(false)
-	o.log.Info("booted", "epoch", o.Map().Epoch(), "fsid", o.ident.FSID)
+	if rep.RelayedBy != "" {
+		o.log.Info("booted through a standby mon: the leader is out of our reach", "epoch", o.Map().Epoch(), "fsid", o.ident.FSID, "via", "mon."+rep.RelayedBy)
+	} else {
+		o.log.Info("booted", "epoch", o.Map().Epoch(), "fsid", o.ident.FSID)
+	}
 	return nil
 }
 

@@ -82,6 +82,8 @@ type cluster struct {
 type daemon struct {
 	name string
 	node *netns.Node
+	prog string
+	args []string
 	cmd  *exec.Cmd
 	out  *osdtest.LogBuffer
 	done chan struct{}
@@ -251,7 +253,7 @@ func (c *cluster) start(name string, nd *netns.Node, args ...string) *daemon {
 func (c *cluster) startProg(name string, nd *netns.Node, prog string, args ...string) *daemon {
 	c.t.Helper()
 	cmd := nd.Command(context.Background(), prog, args...)
-	d := &daemon{name: name, node: nd, cmd: cmd, out: &osdtest.LogBuffer{}, done: make(chan struct{})}
+	d := &daemon{name: name, node: nd, prog: prog, args: args, cmd: cmd, out: &osdtest.LogBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = d.out, d.out
 	if err := cmd.Start(); err != nil {
 		c.t.Fatalf("%s: %v", name, err)
@@ -285,6 +287,16 @@ func (d *daemon) waitOutput(t *testing.T, ctx context.Context, want string) {
 func (d *daemon) kill() {
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	<-d.done
+}
+
+// restart kills OSD i (SIGKILL) and starts it again as before, with a
+// fresh log.
+func (c *cluster) restart(i int) *daemon {
+	c.t.Helper()
+	old := c.osds[i]
+	old.kill()
+	c.osds[i] = c.startProg(old.name, old.node, old.prog, old.args...)
+	return c.osds[i]
 }
 
 // stop kills every daemon, prints their logs if the test failed, and

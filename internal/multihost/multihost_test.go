@@ -261,8 +261,9 @@ func TestMonLeaderCutOff(t *testing.T) {
 // host and the OSDs' hosts stop reaching each other, every other path
 // stays (etcd, the other mons, the client). The standbys relay the OSDs'
 // beacons to the leader through etcd, so for several graces no OSD is
-// marked down, writes go on, and status warns MON_LEADER_UNREACHABLE; once
-// the cut heals, the warning goes and nothing was lost.
+// marked down, writes go on, and status warns MON_LEADER_UNREACHABLE; an
+// OSD restarted during the cut boots through a standby; once the cut
+// heals, the warning goes and nothing was lost.
 func TestMonLeaderCutOffFromOSDs(t *testing.T) {
 	c := startCluster(t, clusterOptions{Transport: "tcp", Mons: 3, OSDs: 3})
 	ctx := ctxFor(t, 2*time.Minute)
@@ -312,6 +313,13 @@ func TestMonLeaderCutOffFromOSDs(t *testing.T) {
 		t.Fatal("status never said the OSDs reach the leader only through standbys")
 	}
 	written["during"] = c.putObjects(ctx, "during", 5, 20<<10, 2)
+
+	// An OSD that restarts meanwhile boots through a standby, not once
+	// the cut heals.
+	re := c.restart(2)
+	re.waitOutput(t, ctx, "booted through a standby mon")
+	c.waitStatus(ctx, "the restarted OSD up, every PG active+clean, during the cut", c.healthy)
+	written["restarted"] = c.putObjects(ctx, "restarted", 5, 20<<10, 3)
 
 	blackhole(false)
 	start = time.Now()

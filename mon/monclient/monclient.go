@@ -429,23 +429,24 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 		switch r := req.(type) {
 		case *osdpb.MonBeacon:
 			var unreachable bool
-			addr, wait, unreachable = c.beaconRoute(ctx, addr, wait)
-			r.LeaderUnreachable = r.LeaderUnreachable || unreachable
-		case *osdpb.MonFailure, *osdpb.MonMarkMeDown:
+			if addr, wait, unreachable = c.beaconRoute(ctx, addr, wait); unreachable {
+				markLeaderUnreachable(r)
+			}
+		case *osdpb.MonFailure, *osdpb.MonMarkMeDown, *osdpb.MonBoot:
+			// The first attempt goes to the beacons' relay, if any; a
+			// relay that answers NOT_LEADER (an older build, its etcd's
+			// trouble) sends the request on toward the leader as before,
+			// and stays the beacons' relay. Any attempt made while the
+			// leader has lately failed says so, so that a standby relays
+			// it: an OSD that starts during a cut knows no relay yet.
+			var unreachable bool
 			if tries == 0 {
-				// The first attempt only: a relay that answers
-				// NOT_LEADER (an older build, its etcd's trouble) sends
-				// the request on toward the leader as before, and stays
-				// the beacons' relay.
-				var unreachable bool
-				if addr, unreachable = c.failureRoute(addr); unreachable {
-					switch r := r.(type) {
-					case *osdpb.MonFailure:
-						r.LeaderUnreachable = true
-					case *osdpb.MonMarkMeDown:
-						r.LeaderUnreachable = true
-					}
-				}
+				addr, unreachable = c.failureRoute(addr)
+			} else {
+				unreachable = c.leaderLatelyFailed()
+			}
+			if unreachable {
+				markLeaderUnreachable(r)
 			}
 		}
 		tries++
@@ -646,7 +647,7 @@ func (c *Client) beaconRoute(ctx context.Context, addr string, wait time.Duratio
 		c.relaySince = now // the probe's failure goes back to the relay
 		return c.relayLeader, min(wait, probe), false
 	}
-	return addr, wait, !c.leaderFailed.IsZero() && now.Sub(c.leaderFailed) < c.o.LeaderRetry
+	return addr, wait, c.leaderFailedLocked()
 }
 
 // failureRoute is where a failure report or a mark-me-down goes, and
@@ -661,7 +662,34 @@ func (c *Client) failureRoute(addr string) (string, bool) {
 	if c.relay != "" {
 		return c.relay, true
 	}
-	return addr, !c.leaderFailed.IsZero() && time.Since(c.leaderFailed) < c.o.LeaderRetry
+	return addr, c.leaderFailedLocked()
+}
+
+// leaderLatelyFailed reports whether an attempt at the leader failed
+// within LeaderRetry.
+func (c *Client) leaderLatelyFailed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leaderFailedLocked()
+}
+
+func (c *Client) leaderFailedLocked() bool {
+	return !c.leaderFailed.IsZero() && time.Since(c.leaderFailed) < c.o.LeaderRetry
+}
+
+// markLeaderUnreachable sets the leader_unreachable field of a request
+// that a standby may relay.
+func markLeaderUnreachable(req proto.Message) {
+	switch r := req.(type) {
+	case *osdpb.MonFailure:
+		r.LeaderUnreachable = true
+	case *osdpb.MonMarkMeDown:
+		r.LeaderUnreachable = true
+	case *osdpb.MonBoot:
+		r.LeaderUnreachable = true
+	case *osdpb.MonBeacon:
+		r.LeaderUnreachable = true
+	}
 }
 
 // served notes the mon that served a request for the leader: the leader

@@ -227,3 +227,47 @@ func TestFailureReportsFollowTheRelay(t *testing.T) {
 		t.Fatalf("a beacon after the relayed report: %v", err)
 	}
 }
+
+// TestBootThroughAStandby: an OSD that starts while the leader is out of
+// its reach (a mon that hears and never answers) and knows no relay yet
+// boots through a standby: once its attempt at the leader failed, its
+// boot says so, and the standby that redirected it before relays it now.
+// The standby is not taken for the leader.
+func TestBootThroughAStandby(t *testing.T) {
+	var redirected, relayed atomic.Int64
+	var leader string
+	leader = startFakeMon(t, func(*msgr.Message) {}) // cut off
+	standby := startFakeMon(t, func(m *msgr.Message) {
+		if osdpb.MsgType(m.Type) != osdpb.MsgType_MSG_MON_BOOT {
+			return
+		}
+		var b osdpb.MonBoot
+		if err := m.DecodeFront(&b); err == nil && b.LeaderUnreachable {
+			relayed.Add(1)
+			sendReply(m, m.Tid(), &osdpb.MonBootReply{Header: &osdpb.ReplyHeader{}, Id: 7, Fsid: "f", RelayedBy: "b"})
+			return
+		}
+		redirected.Add(1)
+		sendReply(m, m.Tid(), &osdpb.MonBootReply{Header: &osdpb.ReplyHeader{Status: osdpb.Status_NOT_LEADER, Leader: leader}})
+	})
+	c, err := New(context.Background(), Options{Addrs: []string{leader, standby}, Logger: quiet(), Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rep, err := c.Boot(ctx, &osdpb.MonBoot{Uuid: "u", PublicAddr: "tcp://127.0.0.1:1"})
+	if err != nil {
+		t.Fatalf("a boot with the leader cut off: %v", err)
+	}
+	if rep.Id != 7 || rep.RelayedBy != "b" || relayed.Load() != 1 || redirected.Load() != 1 {
+		t.Fatalf("boot: id %d relayed by %q; the standby relayed %d and redirected %d (want 1 and 1)",
+			rep.Id, rep.RelayedBy, relayed.Load(), redirected.Load())
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leader == standby {
+		t.Fatal("the standby that relayed the boot is taken for the leader")
+	}
+}

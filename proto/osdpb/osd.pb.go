@@ -3948,9 +3948,12 @@ type MonBoot struct {
 	FreshStore bool `protobuf:"varint,11,opt,name=fresh_store,json=freshStore,proto3" json:"fresh_store,omitempty"`
 	// What the OSD's build does that an older one's does not (OSDInfo
 	// features): the mon uses a feature only once every up OSD has it.
-	Features      uint64 `protobuf:"varint,12,opt,name=features,proto3" json:"features,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Features uint64 `protobuf:"varint,12,opt,name=features,proto3" json:"features,omitempty"`
+	// leader_unreachable: as MonBeacon's: a standby relays the boot to the
+	// leader (MonBootReply.relayed_by) rather than answer NOT_LEADER.
+	LeaderUnreachable bool `protobuf:"varint,13,opt,name=leader_unreachable,json=leaderUnreachable,proto3" json:"leader_unreachable,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *MonBoot) Reset() {
@@ -4060,6 +4063,13 @@ func (x *MonBoot) GetFeatures() uint64 {
 	return 0
 }
 
+func (x *MonBoot) GetLeaderUnreachable() bool {
+	if x != nil {
+		return x.LeaderUnreachable
+	}
+	return false
+}
+
 type MonBootReply struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Header *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -4069,8 +4079,11 @@ type MonBootReply struct {
 	// The mon's heartbeat grace: how long an OSD may be silent before it is
 	// marked down. OSDs hold read leases a little shorter (docs/osd.md).
 	HeartbeatGraceNanos int64 `protobuf:"varint,6,opt,name=heartbeat_grace_nanos,json=heartbeatGraceNanos,proto3" json:"heartbeat_grace_nanos,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// relayed_by: a standby mon (its name) passed the boot to the leader and
+	// brought back the leader's reply, which the rest of this one is.
+	RelayedBy     string `protobuf:"bytes,7,opt,name=relayed_by,json=relayedBy,proto3" json:"relayed_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MonBootReply) Reset() {
@@ -4136,6 +4149,13 @@ func (x *MonBootReply) GetHeartbeatGraceNanos() int64 {
 		return x.HeartbeatGraceNanos
 	}
 	return 0
+}
+
+func (x *MonBootReply) GetRelayedBy() string {
+	if x != nil {
+		return x.RelayedBy
+	}
+	return ""
 }
 
 // PGStat is what a PG's primary reports of it in its beacons.
@@ -6278,6 +6298,80 @@ func (x *RelayedMarkMeDown) GetAtUnixNanos() int64 {
 	return 0
 }
 
+// RelayedBoot is a boot a standby mon took from an OSD that cannot reach
+// the leader (relayboot/<nonce>, on a lease of the standby's own, lease):
+// the leader boots it as one it took and leaves its MonBootReply under
+// relaybootrep/<nonce> on the same lease, for the standby to answer with.
+// A boot waits for its reply, so the standby's lease, not the OSD's (it has
+// none yet), bounds how long both keys stay.
+type RelayedBoot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Boot          *MonBoot               `protobuf:"bytes,1,opt,name=boot,proto3" json:"boot,omitempty"`
+	Mon           string                 `protobuf:"bytes,2,opt,name=mon,proto3" json:"mon,omitempty"`
+	AtUnixNanos   int64                  `protobuf:"varint,3,opt,name=at_unix_nanos,json=atUnixNanos,proto3" json:"at_unix_nanos,omitempty"`
+	Lease         int64                  `protobuf:"varint,4,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelayedBoot) Reset() {
+	*x = RelayedBoot{}
+	mi := &file_osd_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelayedBoot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelayedBoot) ProtoMessage() {}
+
+func (x *RelayedBoot) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelayedBoot.ProtoReflect.Descriptor instead.
+func (*RelayedBoot) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *RelayedBoot) GetBoot() *MonBoot {
+	if x != nil {
+		return x.Boot
+	}
+	return nil
+}
+
+func (x *RelayedBoot) GetMon() string {
+	if x != nil {
+		return x.Mon
+	}
+	return ""
+}
+
+func (x *RelayedBoot) GetAtUnixNanos() int64 {
+	if x != nil {
+		return x.AtUnixNanos
+	}
+	return 0
+}
+
+func (x *RelayedBoot) GetLease() int64 {
+	if x != nil {
+		return x.Lease
+	}
+	return 0
+}
+
 // MonSubscribe asks for the map now and every newer one as MSG_MON_MAP;
 // with auth, also the auth table now and on every change as MSG_MON_AUTH.
 type MonSubscribe struct {
@@ -6290,7 +6384,7 @@ type MonSubscribe struct {
 
 func (x *MonSubscribe) Reset() {
 	*x = MonSubscribe{}
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6302,7 +6396,7 @@ func (x *MonSubscribe) String() string {
 func (*MonSubscribe) ProtoMessage() {}
 
 func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6315,7 +6409,7 @@ func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
 func (*MonSubscribe) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{74}
+	return file_osd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
@@ -6343,7 +6437,7 @@ type MonSubscribeReply struct {
 
 func (x *MonSubscribeReply) Reset() {
 	*x = MonSubscribeReply{}
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6355,7 +6449,7 @@ func (x *MonSubscribeReply) String() string {
 func (*MonSubscribeReply) ProtoMessage() {}
 
 func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6368,7 +6462,7 @@ func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
 func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{75}
+	return file_osd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
@@ -6405,7 +6499,7 @@ type AuthTable struct {
 
 func (x *AuthTable) Reset() {
 	*x = AuthTable{}
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6417,7 +6511,7 @@ func (x *AuthTable) String() string {
 func (*AuthTable) ProtoMessage() {}
 
 func (x *AuthTable) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6430,7 +6524,7 @@ func (x *AuthTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
 func (*AuthTable) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{76}
+	return file_osd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AuthTable) GetRevision() int64 {
@@ -6462,7 +6556,7 @@ type AuthEntry struct {
 
 func (x *AuthEntry) Reset() {
 	*x = AuthEntry{}
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6474,7 +6568,7 @@ func (x *AuthEntry) String() string {
 func (*AuthEntry) ProtoMessage() {}
 
 func (x *AuthEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6487,7 +6581,7 @@ func (x *AuthEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
 func (*AuthEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{77}
+	return file_osd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *AuthEntry) GetEntity() string {
@@ -6530,7 +6624,7 @@ type S3Key struct {
 
 func (x *S3Key) Reset() {
 	*x = S3Key{}
-	mi := &file_osd_proto_msgTypes[78]
+	mi := &file_osd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6542,7 +6636,7 @@ func (x *S3Key) String() string {
 func (*S3Key) ProtoMessage() {}
 
 func (x *S3Key) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[78]
+	mi := &file_osd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6555,7 +6649,7 @@ func (x *S3Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
 func (*S3Key) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{78}
+	return file_osd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *S3Key) GetAccessKey() string {
@@ -6581,7 +6675,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[79]
+	mi := &file_osd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6593,7 +6687,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[79]
+	mi := &file_osd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6606,7 +6700,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{79}
+	return file_osd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -6625,7 +6719,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[80]
+	mi := &file_osd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6637,7 +6731,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[80]
+	mi := &file_osd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6650,7 +6744,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{80}
+	return file_osd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -6699,7 +6793,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[81]
+	mi := &file_osd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6711,7 +6805,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[81]
+	mi := &file_osd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6724,7 +6818,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{81}
+	return file_osd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -6845,7 +6939,7 @@ type MonRequestRecord struct {
 
 func (x *MonRequestRecord) Reset() {
 	*x = MonRequestRecord{}
-	mi := &file_osd_proto_msgTypes[82]
+	mi := &file_osd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6857,7 +6951,7 @@ func (x *MonRequestRecord) String() string {
 func (*MonRequestRecord) ProtoMessage() {}
 
 func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[82]
+	mi := &file_osd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6870,7 +6964,7 @@ func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonRequestRecord.ProtoReflect.Descriptor instead.
 func (*MonRequestRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{82}
+	return file_osd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *MonRequestRecord) GetDigest() []byte {
@@ -6901,7 +6995,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[83]
+	mi := &file_osd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6913,7 +7007,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[83]
+	mi := &file_osd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6926,7 +7020,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{83}
+	return file_osd_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -6985,7 +7079,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[84]
+	mi := &file_osd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6997,7 +7091,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[84]
+	mi := &file_osd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7010,7 +7104,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{84}
+	return file_osd_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -7336,7 +7430,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
 	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\x120\n" +
 	"\bfullness\x18\x04 \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12\x19\n" +
-	"\bno_lease\x18\x05 \x01(\bR\anoLease\"\xbd\x02\n" +
+	"\bno_lease\x18\x05 \x01(\bR\anoLease\"\xec\x02\n" +
 	"\aMonBoot\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x15\n" +
 	"\x06has_id\x18\x03 \x01(\bR\x05hasId\x12\x0e\n" +
@@ -7351,13 +7445,16 @@ const file_osd_proto_rawDesc = "" +
 	" \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12\x1f\n" +
 	"\vfresh_store\x18\v \x01(\bR\n" +
 	"freshStore\x12\x1a\n" +
-	"\bfeatures\x18\f \x01(\x04R\bfeaturesJ\x04\b\x01\x10\x02\"\xc7\x01\n" +
+	"\bfeatures\x18\f \x01(\x04R\bfeatures\x12-\n" +
+	"\x12leader_unreachable\x18\r \x01(\bR\x11leaderUnreachableJ\x04\b\x01\x10\x02\"\xe6\x01\n" +
 	"\fMonBootReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
 	"\x04fsid\x18\x04 \x01(\tR\x04fsid\x12(\n" +
 	"\x03map\x18\x05 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\x122\n" +
-	"\x15heartbeat_grace_nanos\x18\x06 \x01(\x03R\x13heartbeatGraceNanosJ\x04\b\x02\x10\x03\"\xc6\x02\n" +
+	"\x15heartbeat_grace_nanos\x18\x06 \x01(\x03R\x13heartbeatGraceNanos\x12\x1d\n" +
+	"\n" +
+	"relayed_by\x18\a \x01(\tR\trelayedByJ\x04\b\x02\x10\x03\"\xc6\x02\n" +
 	"\x06PGStat\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x14\n" +
@@ -7524,7 +7621,12 @@ const file_osd_proto_rawDesc = "" +
 	"\x11RelayedMarkMeDown\x123\n" +
 	"\arequest\x18\x01 \x01(\v2\x19.osprey.osd.MonMarkMeDownR\arequest\x12\x10\n" +
 	"\x03mon\x18\x02 \x01(\tR\x03mon\x12\"\n" +
-	"\rat_unix_nanos\x18\x03 \x01(\x03R\vatUnixNanos\"G\n" +
+	"\rat_unix_nanos\x18\x03 \x01(\x03R\vatUnixNanos\"\x82\x01\n" +
+	"\vRelayedBoot\x12'\n" +
+	"\x04boot\x18\x01 \x01(\v2\x13.osprey.osd.MonBootR\x04boot\x12\x10\n" +
+	"\x03mon\x18\x02 \x01(\tR\x03mon\x12\"\n" +
+	"\rat_unix_nanos\x18\x03 \x01(\x03R\vatUnixNanos\x12\x14\n" +
+	"\x05lease\x18\x04 \x01(\x03R\x05lease\"G\n" +
 	"\fMonSubscribe\x12\x1d\n" +
 	"\n" +
 	"have_epoch\x18\x02 \x01(\x04R\thaveEpoch\x12\x12\n" +
@@ -7732,7 +7834,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),                    // 0: osprey.osd.MsgType
 	(Status)(0),                     // 1: osprey.osd.Status
@@ -7812,21 +7914,22 @@ var file_osd_proto_goTypes = []any{
 	(*MonMarkMeDown)(nil),           // 75: osprey.osd.MonMarkMeDown
 	(*MonMarkMeDownReply)(nil),      // 76: osprey.osd.MonMarkMeDownReply
 	(*RelayedMarkMeDown)(nil),       // 77: osprey.osd.RelayedMarkMeDown
-	(*MonSubscribe)(nil),            // 78: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil),       // 79: osprey.osd.MonSubscribeReply
-	(*AuthTable)(nil),               // 80: osprey.osd.AuthTable
-	(*AuthEntry)(nil),               // 81: osprey.osd.AuthEntry
-	(*S3Key)(nil),                   // 82: osprey.osd.S3Key
-	(*MonAuth)(nil),                 // 83: osprey.osd.MonAuth
-	(*MonMap)(nil),                  // 84: osprey.osd.MonMap
-	(*MonCommand)(nil),              // 85: osprey.osd.MonCommand
-	(*MonRequestRecord)(nil),        // 86: osprey.osd.MonRequestRecord
-	(*MonCommandReply)(nil),         // 87: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),              // 88: osprey.osd.AuthRecord
-	nil,                             // 89: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                             // 90: osprey.osd.AuthEntry.CapsEntry
-	nil,                             // 91: osprey.osd.MonCommand.CapsEntry
-	nil,                             // 92: osprey.osd.AuthRecord.CapsEntry
+	(*RelayedBoot)(nil),             // 78: osprey.osd.RelayedBoot
+	(*MonSubscribe)(nil),            // 79: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil),       // 80: osprey.osd.MonSubscribeReply
+	(*AuthTable)(nil),               // 81: osprey.osd.AuthTable
+	(*AuthEntry)(nil),               // 82: osprey.osd.AuthEntry
+	(*S3Key)(nil),                   // 83: osprey.osd.S3Key
+	(*MonAuth)(nil),                 // 84: osprey.osd.MonAuth
+	(*MonMap)(nil),                  // 85: osprey.osd.MonMap
+	(*MonCommand)(nil),              // 86: osprey.osd.MonCommand
+	(*MonRequestRecord)(nil),        // 87: osprey.osd.MonRequestRecord
+	(*MonCommandReply)(nil),         // 88: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),              // 89: osprey.osd.AuthRecord
+	nil,                             // 90: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                             // 91: osprey.osd.AuthEntry.CapsEntry
+	nil,                             // 92: osprey.osd.MonCommand.CapsEntry
+	nil,                             // 93: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	6,   // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -7838,7 +7941,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,   // 6: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	8,   // 7: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	9,   // 8: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	89,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	90,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	12,  // 10: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	13,  // 11: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	11,  // 12: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -7927,25 +8030,26 @@ var file_osd_proto_depIdxs = []int32{
 	72,  // 95: osprey.osd.RelayedFailure.failure:type_name -> osprey.osd.MonFailure
 	11,  // 96: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
 	75,  // 97: osprey.osd.RelayedMarkMeDown.request:type_name -> osprey.osd.MonMarkMeDown
-	11,  // 98: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 99: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	80,  // 100: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	81,  // 101: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	90,  // 102: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	82,  // 103: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	80,  // 104: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,   // 105: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	91,  // 106: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	87,  // 107: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
-	11,  // 108: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 109: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	92,  // 110: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	82,  // 111: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	112, // [112:112] is the sub-list for method output_type
-	112, // [112:112] is the sub-list for method input_type
-	112, // [112:112] is the sub-list for extension type_name
-	112, // [112:112] is the sub-list for extension extendee
-	0,   // [0:112] is the sub-list for field type_name
+	47,  // 98: osprey.osd.RelayedBoot.boot:type_name -> osprey.osd.MonBoot
+	11,  // 99: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 100: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	81,  // 101: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	82,  // 102: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	91,  // 103: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	83,  // 104: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	81,  // 105: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,   // 106: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	92,  // 107: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	88,  // 108: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	11,  // 109: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 110: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	93,  // 111: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	83,  // 112: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	113, // [113:113] is the sub-list for method output_type
+	113, // [113:113] is the sub-list for method input_type
+	113, // [113:113] is the sub-list for extension type_name
+	113, // [113:113] is the sub-list for extension extendee
+	0,   // [0:113] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -7961,7 +8065,7 @@ func file_osd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   89,
+			NumMessages:   90,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
