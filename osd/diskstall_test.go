@@ -1,10 +1,13 @@
 package osd_test
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -91,14 +94,46 @@ func (f stallFile) SyncTo(n int64) (bool, error) {
 	return f.File.SyncTo(n)
 }
 
-// TestDiskStallMarksDown: an OSD whose data disk stops answering (every
-// write and sync held) asks to be marked down once a write has been stuck
-// past its DiskStallTimeout, instead of staying up with its heartbeats
-// answered and every op on its PGs stuck behind the disk: the PGs it led
-// move on, a put stuck there is retried by the client on the new primary
-// and acknowledged, and once the disk answers the OSD boots again by
-// itself and everything acknowledged reads back.
-func TestDiskStallMarksDown(t *testing.T) {
+// readStallFS holds the reads of the data files (under data/) while gate
+// is closed, as a disk that takes writes and hangs reads. Those files have
+// no fd, so the store reads them through ReadAt, not O_DIRECT.
+type readStallFS struct {
+	vfs.FS
+	gate *stallGate
+}
+
+func (fs readStallFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.Open(name, opts...)
+	if err != nil || !strings.Contains(name, "/data/") {
+		return f, err
+	}
+	return readStallFile{f, fs.gate}, nil
+}
+
+type readStallFile struct {
+	vfs.File
+	gate *stallGate
+}
+
+func (f readStallFile) Fd() uintptr { return vfs.InvalidFd }
+func (f readStallFile) ReadAt(p []byte, off int64) (int, error) {
+	f.gate.wait()
+	return f.File.ReadAt(p, off)
+}
+
+// sickCluster is a cluster with a mon and 3 OSDs, osd.sick's store on a
+// filesystem the test can stall, a bucket "stall", a client, and a key
+// osd.sick leads.
+type sickCluster struct {
+	ctx  context.Context
+	lc   *local.Cluster
+	cl   *client.Client
+	sick uint32
+	key  string
+}
+
+func startSickCluster(t *testing.T, fs vfs.FS) sickCluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a cluster with a mon")
 	}
@@ -107,8 +142,6 @@ func TestDiskStallMarksDown(t *testing.T) {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	const sick = 1
-	gate := &stallGate{}
-	defer gate.free()
 	lc := osdtest.StartLocal(t, local.Options{OSDs: 3, PGs: 8, Dir: t.TempDir(), Logger: logger, WithMon: true, NoAuth: true,
 		NearfullRatio: osdtest.IgnoreHostDisk, BackfillfullRatio: osdtest.IgnoreHostDisk, FullRatio: osdtest.IgnoreHostDisk,
 		FailsafeFullRatio: osdtest.IgnoreHostDisk,
@@ -116,7 +149,8 @@ func TestDiskStallMarksDown(t *testing.T) {
 			cfg.DiskStallTimeout = 1500 * time.Millisecond
 			cfg.Store.DiskSlowThreshold = 300 * time.Millisecond
 			if id == sick {
-				cfg.Store = store.WithFSForTest(cfg.Store, stallFS{vfs.Default, gate})
+				cfg.Store = store.WithFSForTest(cfg.Store, fs)
+				cfg.Store.ReadCacheSize = -1 // every get reads the disk
 			}
 		}})
 	ctx := ctxT(t, 3*time.Minute)
@@ -124,13 +158,12 @@ func TestDiskStallMarksDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(func() { cl.Close() })
 	if err := cl.MakeBucket(ctx, "stall"); err != nil {
 		t.Fatal(err)
 	}
 	mp := lc.Mon.Map()
 	pool, _ := mp.PoolByName(placement.DefaultPoolName)
-	// A key the sick OSD leads.
 	key := ""
 	for i := 0; key == ""; i++ {
 		k := fmt.Sprintf("k%d", i)
@@ -138,6 +171,21 @@ func TestDiskStallMarksDown(t *testing.T) {
 			key = k
 		}
 	}
+	return sickCluster{ctx: ctx, lc: lc, cl: cl, sick: sick, key: key}
+}
+
+// TestDiskStallMarksDown: an OSD whose data disk stops answering (every
+// write and sync held) asks to be marked down once a write has been stuck
+// past its DiskStallTimeout, instead of staying up with its heartbeats
+// answered and every op on its PGs stuck behind the disk: the PGs it led
+// move on, a put stuck there is retried by the client on the new primary
+// and acknowledged, and once the disk answers the OSD boots again by
+// itself and everything acknowledged reads back.
+func TestDiskStallMarksDown(t *testing.T) {
+	gate := &stallGate{}
+	defer gate.free()
+	sc := startSickCluster(t, stallFS{vfs.Default, gate})
+	ctx, cl, lc, sick, key := sc.ctx, sc.cl, sc.lc, sc.sick, sc.key
 	acked := map[string]string{}
 	for i := range 10 {
 		k, v := fmt.Sprintf("before%d", i), fmt.Sprintf("value %d", i)
@@ -194,4 +242,35 @@ func TestDiskStallMarksDown(t *testing.T) {
 			t.Errorf("%s: %q, %v; want %q", k, got, err, v)
 		}
 	}
+}
+
+// TestDiskReadStallMarksDown: an OSD whose disk still takes writes but
+// hangs reads asks to be marked down once a read has been stuck past its
+// DiskStallTimeout, as one whose writes hang: Pebble's health checks time
+// no reads, the store does. A get stuck there is retried by the client on
+// the PG's next member and answered, and once the disk answers the OSD
+// boots again by itself.
+func TestDiskReadStallMarksDown(t *testing.T) {
+	gate := &stallGate{}
+	defer gate.free()
+	sc := startSickCluster(t, readStallFS{vfs.Default, gate})
+	body := bytes.Repeat([]byte("read stall "), 100<<10) // 1.1 MB: a data file of its own
+	if _, err := osdtest.Put(sc.ctx, sc.cl, "stall", sc.key, body, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gate.stall()
+	stalled := time.Now()
+	got, _, err := osdtest.Get(sc.ctx, sc.cl, "stall", sc.key, client.GetOptions{})
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("the get stuck at osd.%d: %d bytes, %v", sc.sick, len(got), err)
+	}
+	t.Logf("the get stuck at osd.%d answered %v after the stall began", sc.sick, time.Since(stalled).Round(time.Millisecond))
+	if info, _ := sc.lc.Mon.Map().OSD(sc.sick); info.Up || !info.Dead {
+		t.Fatalf("osd.%d with its reads stuck: up %v, dead %v; want marked down at its own request", sc.sick, info.Up, info.Dead)
+	}
+	gate.free()
+	osdtest.Eventually(t, 60*time.Second, fmt.Sprintf("osd.%d up again once its disk answers", sc.sick), func() bool {
+		info, _ := sc.lc.Mon.Map().OSD(sc.sick)
+		return info.Up
+	})
 }

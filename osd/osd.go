@@ -120,7 +120,7 @@ type Config struct {
 	// ops and reports them in its beacons, and the mon's status warns
 	// SLOW_OPS. Default 30s.
 	OpComplaintTime time.Duration
-	// DiskStallTimeout: once a write or sync on the data disk has been in
+	// DiskStallTimeout: once a write, sync or read on the data disk has been in
 	// flight this long (the store's disk health checks, Store.DiskStall),
 	// the OSD stops serving reads and asks the mon to mark it down, and
 	// boots again once the disk answers, so that its PGs move on instead

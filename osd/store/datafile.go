@@ -329,7 +329,7 @@ func (s *Store) writeDataFile(body []byte) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	token := s.disk.begin(time.Now())
+	token := s.disk.begin(time.Now(), "write data file")
 	err = s.writeBody(pf.f, body)
 	if err == nil {
 		err = pf.f.SyncData()

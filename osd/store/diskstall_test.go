@@ -85,3 +85,58 @@ func TestDataFileStallSeen(t *testing.T) {
 		t.Fatalf("DiskStall %v (%s) once the sync went through", d, what)
 	}
 }
+
+// readStallFS holds the reads of the data files (under data/) while its
+// gate is closed, as a disk that takes writes and hangs reads. Its files
+// have no fd, so the store reads them through ReadAt, not O_DIRECT.
+type readStallFS struct {
+	vfs.FS
+	g *syncGate
+}
+
+func (fs readStallFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.Open(name, opts...)
+	if err != nil || !strings.Contains(name, "/data/") {
+		return f, err
+	}
+	return readStallFile{f, fs.g}, nil
+}
+
+type readStallFile struct {
+	vfs.File
+	g *syncGate
+}
+
+func (f readStallFile) Fd() uintptr { return vfs.InvalidFd }
+func (f readStallFile) ReadAt(p []byte, off int64) (int, error) {
+	f.g.wait()
+	return f.File.ReadAt(p, off)
+}
+
+// TestDataFileReadStallSeen: a get whose data file's read hangs (a disk
+// that still takes writes) is a stall DiskStall reports, though Pebble's
+// health checks time no reads; it ends with the read.
+func TestDataFileReadStallSeen(t *testing.T) {
+	g := &syncGate{}
+	defer g.set(false)
+	opts := store.WithFSForTest(store.Options{DiskSlowThreshold: 100 * time.Millisecond, DataFileThreshold: 1000, ChunkSize: 256, ReadCacheSize: -1}, readStallFS{vfs.Default, g})
+	e := newEnv(t, opts)
+	e.createBucket(0, "b")
+	body := bytes.Repeat([]byte{3}, 5000)
+	e.put(0, "b", "big", body)
+	g.set(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.mustRead("b", "big", body)
+	}()
+	msgrtest.Eventually(t, 10*time.Second, "DiskStall to report the stuck read", func() bool {
+		d, what := e.s.DiskStall()
+		return d > 100*time.Millisecond && strings.HasPrefix(what, "read ") && strings.Contains(what, "/data/")
+	})
+	g.set(false)
+	<-done
+	if d, what := e.s.DiskStall(); d != 0 {
+		t.Fatalf("DiskStall %v (%s) once the read went through", d, what)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/ospreystore/osprey/internal/guard"
 )
 
@@ -17,9 +18,13 @@ import (
 // checker's ticks (2 s) for as long as it lasts. Pebble's checks leave out
 // files opened with OpenReadWrite, which the data files are (and their
 // writes go by their fd, O_DIRECT): writeDataFile times its write and
-// sync here itself (begin, end). DiskStall turns both into how long the
-// disk has been stuck, for the OSD to give up its PGs (Ceph's OSD stops
-// answering heartbeats once an op thread is stuck past
+// sync here itself (begin, end). The checks time no reads either: a disk
+// that still takes writes but hangs reads would leave every get of an
+// object not in the caches stuck while the OSD looks well, so the store
+// times its reads too, Pebble's through readWatchFS and the data files'
+// O_DIRECT reads in readFileAt. DiskStall turns all of them into how long
+// the disk has been stuck, for the OSD to give up its PGs (Ceph's OSD stops
+// answering heartbeats once an op thread, reads included, is stuck past
 // osd_op_thread_timeout).
 
 // defaultDiskSlowThreshold is Pebble's own (Options.WithFSDefaults).
@@ -36,9 +41,10 @@ type diskWatch struct {
 	checks    io.Closer     // the health checks' goroutines; nil with them off
 	threshold time.Duration // Options.DiskSlowThreshold; 0: off
 
-	// own: data-file writes in flight, by begin's token: when each began.
+	// own: the operations timed here in flight (data-file writes, reads),
+	// by begin's token.
 	ownMu  sync.Mutex
-	own    map[uint64]time.Time
+	own    map[uint64]ownOp
 	ownSeq uint64
 
 	mu sync.Mutex
@@ -64,19 +70,25 @@ func (w *diskWatch) noteAt(now time.Time, info pebble.DiskSlowInfo) {
 		"op", info.OpType.String(), "path", info.Path, "duration", info.Duration.Round(time.Millisecond))
 }
 
-// begin notes a data-file write starting at now; end(token) when it is
-// done. A no-op with the checks off.
-func (w *diskWatch) begin(now time.Time) uint64 {
+// ownOp is an operation timed here: when it began, and what it is.
+type ownOp struct {
+	start time.Time
+	what  string
+}
+
+// begin notes an operation (what: "write data file") starting at now;
+// end(token) when it is done. A no-op with the checks off.
+func (w *diskWatch) begin(now time.Time, what string) uint64 {
 	if w.threshold <= 0 {
 		return 0
 	}
 	w.ownMu.Lock()
 	defer w.ownMu.Unlock()
 	if w.own == nil {
-		w.own = map[uint64]time.Time{}
+		w.own = map[uint64]ownOp{}
 	}
 	w.ownSeq++
-	w.own[w.ownSeq] = now
+	w.own[w.ownSeq] = ownOp{now, what}
 	return w.ownSeq
 }
 
@@ -102,9 +114,9 @@ func (w *diskWatch) stallAt(now time.Time) (time.Duration, string) {
 	var d time.Duration
 	var what string
 	w.ownMu.Lock()
-	for _, start := range w.own {
-		if age := now.Sub(start); age > w.threshold && age > d {
-			d, what = age, "write data file"
+	for _, op := range w.own {
+		if age := now.Sub(op.start); age > w.threshold && age > d {
+			d, what = age, op.what
 		}
 	}
 	w.ownMu.Unlock()
@@ -114,4 +126,43 @@ func (w *diskWatch) stallAt(now time.Time) (time.Duration, string) {
 		d, what = now.Sub(w.start), w.what
 	}
 	return d, what
+}
+
+// readWatchFS times the reads of the files it opens for reading (Pebble's
+// tables and WAL, the data files' reads through the page cache), as the
+// health checks time writes.
+type readWatchFS struct {
+	vfs.FS
+	w *diskWatch
+}
+
+func (fs readWatchFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.Open(name, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return readWatchFile{File: f, w: fs.w, what: "read " + name}, nil
+}
+
+// Unwrap lets vfs.Root see through to the filesystem beneath.
+func (fs readWatchFS) Unwrap() vfs.FS { return fs.FS }
+
+type readWatchFile struct {
+	vfs.File
+	w    *diskWatch
+	what string
+}
+
+func (f readWatchFile) Read(p []byte) (int, error) {
+	token := f.w.begin(time.Now(), f.what)
+	n, err := f.File.Read(p)
+	f.w.end(token)
+	return n, err
+}
+
+func (f readWatchFile) ReadAt(p []byte, off int64) (int, error) {
+	token := f.w.begin(time.Now(), f.what)
+	n, err := f.File.ReadAt(p, off)
+	f.w.end(token)
+	return n, err
 }

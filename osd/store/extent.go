@@ -47,6 +47,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -475,7 +476,10 @@ func (s *Store) readFileAt(f vfs.File, b []byte, at uint64) (int, error) {
 		if at%dataAlign != 0 || len(b)%dataAlign != 0 || uintptr(unsafe.Pointer(&b[0]))%dataAlign != 0 {
 			s.files.bounced.Add(1)
 		} else {
+			// By its fd, past readWatchFS: timed here.
+			token := s.disk.begin(time.Now(), "read data file")
 			n, supported, err := readDirect(int(fd), b, int64(at))
+			s.disk.end(token)
 			if supported {
 				return n, err
 			}

@@ -100,6 +100,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	opened := false
 	if opts.DiskSlowThreshold > 0 {
 		fs, disk.checks = vfs.WithDiskHealthChecks(fs, opts.DiskSlowThreshold, nil, disk.note)
+		fs = readWatchFS{fs, disk}
 		defer func() {
 			if !opened {
 				disk.checks.Close()
