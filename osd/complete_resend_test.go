@@ -52,12 +52,12 @@ func TestCompleteResendRemovesRecord(t *testing.T) {
 		}
 		return &rep
 	}
-	gates[set[1]].hold()
-	defer gates[set[1]].release()
+	gates[set[1]].Hold()
+	defer gates[set[1]].Release()
 	if rep := complete(0); rep.Header.GetStatus() != osdpb.Status_SERVICE_UNAVAILABLE {
 		t.Fatalf("the first attempt, its replica held: %v, want SERVICE_UNAVAILABLE (RepTimeout)", rep.Header)
 	}
-	gates[set[1]].release()
+	gates[set[1]].Release()
 	var rep *osdpb.UploadReply
 	osdtest.Eventually(t, 30*time.Second, "the resend answered", func() bool {
 		rep = complete(1)

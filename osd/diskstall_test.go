@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,109 +16,13 @@ import (
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/internal/stallfs"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/store"
 )
 
-// stallGate holds the writes and syncs of a stallFS while closed, as a
-// disk that stops answering.
-type stallGate struct {
-	mu sync.Mutex
-	ch chan struct{} // nil: open
-}
-
-func (g *stallGate) stall() {
-	g.mu.Lock()
-	g.ch = make(chan struct{})
-	g.mu.Unlock()
-}
-
-func (g *stallGate) free() {
-	g.mu.Lock()
-	if g.ch != nil {
-		close(g.ch)
-		g.ch = nil
-	}
-	g.mu.Unlock()
-}
-
-func (g *stallGate) wait() {
-	g.mu.Lock()
-	ch := g.ch
-	g.mu.Unlock()
-	if ch != nil {
-		<-ch
-	}
-}
-
-// stallFS is the OS filesystem, its files' writes and syncs held by gate.
-type stallFS struct {
-	vfs.FS
-	gate *stallGate
-}
-
-func (fs stallFS) wrap(f vfs.File, err error) (vfs.File, error) {
-	if err != nil {
-		return nil, err
-	}
-	return stallFile{f, fs.gate}, nil
-}
-
-func (fs stallFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	return fs.wrap(fs.FS.Create(name, c))
-}
-
-func (fs stallFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
-	return fs.wrap(fs.FS.OpenReadWrite(name, c, opts...))
-}
-
-func (fs stallFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	return fs.wrap(fs.FS.ReuseForWrite(old, name, c))
-}
-
-type stallFile struct {
-	vfs.File
-	gate *stallGate
-}
-
-func (f stallFile) Write(p []byte) (int, error) { f.gate.wait(); return f.File.Write(p) }
-func (f stallFile) WriteAt(p []byte, off int64) (int, error) {
-	f.gate.wait()
-	return f.File.WriteAt(p, off)
-}
-func (f stallFile) Sync() error     { f.gate.wait(); return f.File.Sync() }
-func (f stallFile) SyncData() error { f.gate.wait(); return f.File.SyncData() }
-func (f stallFile) SyncTo(n int64) (bool, error) {
-	f.gate.wait()
-	return f.File.SyncTo(n)
-}
-
-// readStallFS holds the reads of the data files (under data/) while gate
-// is closed, as a disk that takes writes and hangs reads. Those files have
-// no fd, so the store reads them through ReadAt, not O_DIRECT.
-type readStallFS struct {
-	vfs.FS
-	gate *stallGate
-}
-
-func (fs readStallFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
-	f, err := fs.FS.Open(name, opts...)
-	if err != nil || !strings.Contains(name, "/data/") {
-		return f, err
-	}
-	return readStallFile{f, fs.gate}, nil
-}
-
-type readStallFile struct {
-	vfs.File
-	gate *stallGate
-}
-
-func (f readStallFile) Fd() uintptr { return vfs.InvalidFd }
-func (f readStallFile) ReadAt(p []byte, off int64) (int, error) {
-	f.gate.wait()
-	return f.File.ReadAt(p, off)
-}
+// inData: the data files (under data/).
+func inData(name string) bool { return strings.Contains(name, "/data/") }
 
 // sickCluster is a cluster with a mon and 3 OSDs, osd.sick's store on a
 // filesystem the test can stall, a bucket "stall", a client, and a key
@@ -182,9 +85,9 @@ func startSickCluster(t *testing.T, fs vfs.FS) sickCluster {
 // and acknowledged, and once the disk answers the OSD boots again by
 // itself and everything acknowledged reads back.
 func TestDiskStallMarksDown(t *testing.T) {
-	gate := &stallGate{}
-	defer gate.free()
-	sc := startSickCluster(t, stallFS{vfs.Default, gate})
+	gate := stallfs.NewGate()
+	defer gate.Release()
+	sc := startSickCluster(t, stallfs.FS{FS: vfs.Default, Gate: gate, Ops: stallfs.Writes | stallfs.Syncs})
 	ctx, cl, lc, sick, key := sc.ctx, sc.cl, sc.lc, sc.sick, sc.key
 	acked := map[string]string{}
 	for i := range 10 {
@@ -195,7 +98,7 @@ func TestDiskStallMarksDown(t *testing.T) {
 		acked[k] = v
 	}
 
-	gate.stall()
+	gate.Hold()
 	stalled := time.Now()
 	done := make(chan error, 1)
 	go func() {
@@ -230,7 +133,7 @@ func TestDiskStallMarksDown(t *testing.T) {
 		t.Fatalf("osd.%d booted with its disk still stuck: up %v, up from %d (was %d)", sick, info.Up, info.UpFrom, downInfo.UpFrom)
 	}
 
-	gate.free()
+	gate.Release()
 	osdtest.Eventually(t, 60*time.Second, fmt.Sprintf("osd.%d up again once its disk answers", sick), func() bool {
 		info, _ := lc.Mon.Map().OSD(sick)
 		return info.Up
@@ -251,14 +154,14 @@ func TestDiskStallMarksDown(t *testing.T) {
 // the PG's next member and answered, and once the disk answers the OSD
 // boots again by itself.
 func TestDiskReadStallMarksDown(t *testing.T) {
-	gate := &stallGate{}
-	defer gate.free()
-	sc := startSickCluster(t, readStallFS{vfs.Default, gate})
+	gate := stallfs.NewGate()
+	defer gate.Release()
+	sc := startSickCluster(t, stallfs.FS{FS: vfs.Default, Gate: gate, Ops: stallfs.Reads, Match: inData})
 	body := bytes.Repeat([]byte("read stall "), 100<<10) // 1.1 MB: a data file of its own
 	if _, err := osdtest.Put(sc.ctx, sc.cl, "stall", sc.key, body, client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	gate.stall()
+	gate.Hold()
 	stalled := time.Now()
 	got, _, err := osdtest.Get(sc.ctx, sc.cl, "stall", sc.key, client.GetOptions{})
 	if err != nil || !bytes.Equal(got, body) {
@@ -268,7 +171,7 @@ func TestDiskReadStallMarksDown(t *testing.T) {
 	if info, _ := sc.lc.Mon.Map().OSD(sc.sick); info.Up || !info.Dead {
 		t.Fatalf("osd.%d with its reads stuck: up %v, dead %v; want marked down at its own request", sc.sick, info.Up, info.Dead)
 	}
-	gate.free()
+	gate.Release()
 	osdtest.Eventually(t, 60*time.Second, fmt.Sprintf("osd.%d up again once its disk answers", sc.sick), func() bool {
 		info, _ := sc.lc.Mon.Map().OSD(sc.sick)
 		return info.Up

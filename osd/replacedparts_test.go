@@ -17,6 +17,7 @@ import (
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/internal/stallfs"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -40,14 +41,14 @@ func TestMultipartPartsDroppedOnResend(t *testing.T) {
 
 // heldSyncCluster starts 3 OSDs whose WAL syncs each gate can hold (a
 // replica that applies a write but cannot ack it in time).
-func heldSyncCluster(t *testing.T) (*osdtest.Cluster, []*syncGate) {
+func heldSyncCluster(t *testing.T) (*osdtest.Cluster, []*stallfs.Gate) {
 	t.Helper()
-	gates := make([]*syncGate, 3)
+	gates := make([]*stallfs.Gate, 3)
 	for i := range gates {
-		gates[i] = newSyncGate()
+		gates[i] = stallfs.NewGate()
 	}
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: func(cfg *osd.Config) {
-		cfg.Store = store.WithFSForTest(cfg.Store, heldSyncFS{vfs.NewMem(), gates[cfg.ID]})
+		cfg.Store = store.WithFSForTest(cfg.Store, heldSyncFS(vfs.NewMem(), gates[cfg.ID]))
 	}})
 	return c, gates
 }
@@ -130,12 +131,12 @@ func testPartsDroppedOnResend(t *testing.T, del, failover bool) {
 	}
 	// A replica applies the first attempt but cannot sync it, so it never
 	// acks in time: the primary answers it retriably after RepTimeout.
-	gates[set[1]].hold()
-	defer gates[set[1]].release()
+	gates[set[1]].Hold()
+	defer gates[set[1]].Release()
 	if rep := write(0); rep.Header.GetStatus() != osdpb.Status_SERVICE_UNAVAILABLE {
 		t.Fatalf("the first attempt, its replica held: %v, want SERVICE_UNAVAILABLE (RepTimeout)", rep.Header)
 	}
-	gates[set[1]].release()
+	gates[set[1]].Release()
 	if failover {
 		down, err := mp.With(func(pb *osdpb.ClusterMap) { pb.Osds[set[0]].Up = false })
 		if err != nil {

@@ -7,7 +7,6 @@ import (
 	"hash/crc32"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,82 +16,16 @@ import (
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/internal/stallfs"
 	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
-// heldSyncFS holds the syncs of Pebble's WAL files while closed: what a
-// held sync covers stays unsynced, so a power cut loses it.
-type heldSyncFS struct {
-	vfs.FS
-	g *syncGate
-}
-
-type syncGate struct {
-	mu      sync.Mutex
-	open    chan struct{} // nil while syncs pass
-	entered chan struct{} // a sync is held (buffered 1)
-}
-
-func newSyncGate() *syncGate { return &syncGate{entered: make(chan struct{}, 1)} }
-
-func (g *syncGate) hold() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.open = make(chan struct{})
-}
-
-func (g *syncGate) release() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.open != nil {
-		close(g.open)
-		g.open = nil
-	}
-}
-
-func (g *syncGate) wait() {
-	g.mu.Lock()
-	open := g.open
-	g.mu.Unlock()
-	if open == nil {
-		return
-	}
-	select {
-	case g.entered <- struct{}{}:
-	default:
-	}
-	<-open
-}
-
-func (fs heldSyncFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
-	if err != nil || !strings.HasSuffix(name, ".log") {
-		return f, err
-	}
-	return heldSyncFile{f, fs.g}, nil
-}
-
-func (fs heldSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.Create(name, c)
-	return fs.wrap(name, f, err)
-}
-
-func (fs heldSyncFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.ReuseForWrite(old, name, c)
-	return fs.wrap(name, f, err)
-}
-
-type heldSyncFile struct {
-	vfs.File
-	g *syncGate
-}
-
-func (f heldSyncFile) Sync() error     { f.g.wait(); return f.File.Sync() }
-func (f heldSyncFile) SyncData() error { f.g.wait(); return f.File.SyncData() }
-func (f heldSyncFile) SyncTo(n int64) (bool, error) {
-	f.g.wait()
-	return f.File.SyncTo(n)
+// heldSyncFS holds the syncs of Pebble's WAL files while g is closed:
+// what a held sync covers stays unsynced, so a power cut loses it.
+func heldSyncFS(fs vfs.FS, g *stallfs.Gate) vfs.FS {
+	return stallfs.FS{FS: fs, Gate: g, Ops: stallfs.Syncs, Match: func(name string) bool { return strings.HasSuffix(name, ".log") }}
 }
 
 // TestResendAckedOnlyWhenDurable: a resent put found in the PG log is
@@ -112,14 +45,14 @@ func TestResendAckedOnlyWhenDurable(t *testing.T) {
 
 func testResendAckedOnlyWhenDurable(t *testing.T, atPrimary bool) {
 	fss := make([]*vfs.MemFS, 3)
-	gates := make([]*syncGate, 3)
+	gates := make([]*stallfs.Gate, 3)
 	syncWAL := make([]chan struct{}, 3) // a SyncWAL started on osd.i
 	for i := range fss {
-		fss[i], gates[i], syncWAL[i] = vfs.NewCrashableMem(), newSyncGate(), make(chan struct{}, 1)
+		fss[i], gates[i], syncWAL[i] = vfs.NewCrashableMem(), stallfs.NewGate(), make(chan struct{}, 1)
 	}
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: func(cfg *osd.Config) {
 		id := cfg.ID
-		cfg.Store = store.WithFSForTest(cfg.Store, heldSyncFS{fss[id], gates[id]})
+		cfg.Store = store.WithFSForTest(cfg.Store, heldSyncFS(fss[id], gates[id]))
 		cfg.Store = store.WithSyncWALHookForTest(cfg.Store, func() {
 			select {
 			case syncWAL[id] <- struct{}{}:
@@ -162,15 +95,15 @@ func testResendAckedOnlyWhenDurable(t *testing.T, atPrimary bool) {
 		return front
 	}
 
-	gates[held].hold()
-	defer gates[held].release()
+	gates[held].Hold()
+	defer gates[held].Release()
 	first, resend := rawCaller(ctx, t, c, set[0]), rawCaller(ctx, t, c, set[0])
 	go func() {
 		var rep osdpb.ObjectReply
 		first(osdpb.MsgType_MSG_PUT_OBJECT, put(0), body, &rep) // its answer may come late or never
 	}()
 	select {
-	case <-gates[held].entered: // applied on osd.held, its sync held
+	case <-gates[held].Entered(): // applied on osd.held, its sync held
 	case <-ctx.Done():
 		t.Fatal("the first try's sync never started")
 	}
@@ -189,7 +122,7 @@ func testResendAckedOnlyWhenDurable(t *testing.T, atPrimary bool) {
 		// the entry if that is all it had.
 	case <-syncWAL[held]:
 		// The answer waits for a sync: let the syncs go.
-		gates[held].release()
+		gates[held].Release()
 		rep = <-answered
 	case <-ctx.Done():
 		t.Fatal(ctx.Err())
@@ -198,7 +131,7 @@ func testResendAckedOnlyWhenDurable(t *testing.T, atPrimary bool) {
 		t.Fatalf("the resend: %v", rep.Header)
 	}
 	clone := fss[held].CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	gates[held].release()
+	gates[held].Release()
 
 	cfg := c.Config(held)
 	opts := store.WithFSForTest(cfg.Store, clone)
