@@ -30,6 +30,11 @@ import (
 //	auth-ca               the cluster's CA, its key included (PEM; auth.go)
 //	auth/<entity>         an entity's AuthRecord (protobuf): caps, keyring, serial
 //	reqs/<id, hex>        a mon command's MonRequestRecord, on a lease of Config.RequestTTL
+//	relay/<id>            a beacon a standby relayed (RelayedBeacon), on the OSD's lease
+//	relayfail/<reporter>/<target>  a relayed failure report, on the reporter's lease
+//	relaydown/<id>        a relayed mark-me-down, on the OSD's lease
+//	relayboot/<nonce>     a relayed boot (RelayedBoot), on the standby's lease
+//	relaybootrep/<nonce>  the leader's MonBootReply to it, on the same lease
 const (
 	defaultPrefix = "/osprey/"
 	// historyKeep is how many maps "get map" can still return, as Ceph's
