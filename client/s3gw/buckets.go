@@ -184,6 +184,29 @@ func (g *Gateway) bucketLocation(req *request) error {
 	return nil
 }
 
+type versioningConfiguration struct {
+	XMLName xml.Name `xml:"VersioningConfiguration"`
+	XMLNS   string   `xml:"xmlns,attr"`
+}
+
+// bucketVersioning answers GetBucketVersioning as S3 does for a bucket
+// whose versioning was never enabled: an empty configuration, no Status.
+// A bucket keeps one version of each object, so that is every bucket's;
+// sync tools (rclone's purge) ask before they delete.
+func (g *Gateway) bucketVersioning(req *request) error {
+	if _, err := g.cl.StatBucket(req.r.Context(), req.bucket); err != nil {
+		return err
+	}
+	writeXML(req.w, http.StatusOK, versioningConfiguration{XMLNS: s3XMLNS})
+	return nil
+}
+
+// putBucketVersioning refuses to enable (or suspend) versioning, which a
+// bucket does not have.
+func (g *Gateway) putBucketVersioning(req *request) error {
+	return errf(ErrNotImplemented, "versioning is not implemented: a bucket keeps one version of each object")
+}
+
 // listQuery is a listing request's parameters, v1 and v2 together.
 type listQuery struct {
 	v2           bool
@@ -223,8 +246,17 @@ func parseListQuery(q url.Values, v2 bool) (listQuery, error) {
 // whether a client unescapes '+' as a space (boto3) or not.
 func urlEncodeKey(s string) string { return sigv4.Escape(s, true) }
 
+// listedKey is a key (prefix, marker) as a listing writes it: URL-encoded
+// with encoding-type=url, else as it is.
+func listedKey(encodingType, s string) xmlText {
+	if encodingType == "url" {
+		return xmlText(urlEncodeKey(s))
+	}
+	return xmlText(s)
+}
+
 type listEntry struct {
-	Key          string
+	Key          xmlText
 	LastModified string
 	ETag         string
 	Size         int64
@@ -233,7 +265,7 @@ type listEntry struct {
 }
 
 type commonPrefix struct {
-	Prefix string
+	Prefix xmlText
 }
 
 // listBucketResult is both versions' answer; the fields of the other
@@ -242,16 +274,16 @@ type listBucketResult struct {
 	XMLName               xml.Name `xml:"ListBucketResult"`
 	XMLNS                 string   `xml:"xmlns,attr"`
 	Name                  string
-	Prefix                string
-	Marker                *string `xml:",omitempty"`
-	NextMarker            string  `xml:",omitempty"`
-	ContinuationToken     *string `xml:",omitempty"`
-	NextContinuationToken string  `xml:",omitempty"`
-	StartAfter            string  `xml:",omitempty"`
-	KeyCount              *int    `xml:",omitempty"`
+	Prefix                xmlText
+	Marker                *xmlText `xml:",omitempty"`
+	NextMarker            xmlText  `xml:",omitempty"`
+	ContinuationToken     *xmlText `xml:",omitempty"`
+	NextContinuationToken string   `xml:",omitempty"`
+	StartAfter            xmlText  `xml:",omitempty"`
+	KeyCount              *int     `xml:",omitempty"`
 	MaxKeys               int
-	Delimiter             string `xml:",omitempty"`
-	EncodingType          string `xml:",omitempty"`
+	Delimiter             xmlText `xml:",omitempty"`
+	EncodingType          string  `xml:",omitempty"`
 	IsTruncated           bool
 	Contents              []listEntry
 	CommonPrefixes        []commonPrefix
@@ -266,12 +298,7 @@ func (g *Gateway) listObjects(req *request, v2 bool) error {
 	if err != nil {
 		return err
 	}
-	enc := func(s string) string {
-		if lq.encodingType == "url" {
-			return urlEncodeKey(s)
-		}
-		return s
-	}
+	enc := func(s string) xmlText { return listedKey(lq.encodingType, s) }
 	res := listBucketResult{XMLNS: s3XMLNS, Name: req.bucket, Prefix: enc(lq.prefix), MaxKeys: lq.maxKeys,
 		Delimiter: enc(lq.delimiter), EncodingType: lq.encodingType}
 	opts := client.ListOptions{Prefix: lq.prefix, Delimiter: lq.delimiter, MaxKeys: lq.maxKeys}
@@ -279,7 +306,8 @@ func (g *Gateway) listObjects(req *request, v2 bool) error {
 		// An empty continuation-token is none, echoed back as sent
 		// (test_bucket_listv2_continuationtoken_empty).
 		if lq.hasToken {
-			res.ContinuationToken = &lq.token
+			tok := xmlText(lq.token)
+			res.ContinuationToken = &tok
 		}
 		res.StartAfter = enc(lq.startAfter)
 		opts.ContinuationToken, opts.StartAfter = lq.token, lq.startAfter

@@ -290,6 +290,7 @@ func TestConditionalWrites(t *testing.T) {
 // request for another version (versionId on GET, HEAD and DELETE, and
 // VersionId in DeleteObjects) is 501 NotImplemented, never done on the
 // current object; versionId "null", the one version there is, works.
+// A bucket's versioning reads as never enabled and cannot be enabled.
 func TestVersionIDRefused(t *testing.T) {
 	e := newEnv(t)
 	ctx := e.ctx
@@ -331,6 +332,18 @@ func TestVersionIDRefused(t *testing.T) {
 	if _, err := e.s3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(b), Key: aws.String("k"), VersionId: aws.String("null")}); err != nil {
 		t.Fatalf("DELETE versionId=null: %v", err)
 	}
+
+	// GetBucketVersioning answers as S3 for a bucket never versioned (sync
+	// tools ask before they delete); enabling it is refused.
+	vc, err := e.s3.GetBucketVersioning(ctx, &s3.GetBucketVersioningInput{Bucket: aws.String(b)})
+	if err != nil || vc.Status != "" || vc.MFADelete != "" {
+		t.Fatalf("GetBucketVersioning: %+v, %v; want no status", vc, err)
+	}
+	_, err = e.s3.GetBucketVersioning(ctx, &s3.GetBucketVersioningInput{Bucket: aws.String(b + "-none")})
+	wantCode(t, "GetBucketVersioning of no bucket", err, "NoSuchBucket", http.StatusNotFound)
+	_, err = e.s3.PutBucketVersioning(ctx, &s3.PutBucketVersioningInput{Bucket: aws.String(b),
+		VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled}})
+	wantCode(t, "PutBucketVersioning", err, "NotImplemented", http.StatusNotImplemented)
 }
 
 // TestUnsupportedWriteHeaders: a write that asks for a feature the gateway

@@ -164,12 +164,12 @@ func s3Error(err error) *Error {
 type errorBody struct {
 	XMLName xml.Name `xml:"Error"`
 	Code    string
-	Message string
+	Message xmlText
 	// As AWS names what was not found: the key of a NoSuchKey, the
 	// bucket of a NoSuchBucket.
-	Key        string `xml:",omitempty"`
-	BucketName string `xml:",omitempty"`
-	Resource   string `xml:",omitempty"`
-	RequestID  string `xml:"RequestId"`
-	HostID     string `xml:"HostId"`
+	Key        xmlText `xml:",omitempty"`
+	BucketName xmlText `xml:",omitempty"`
+	Resource   xmlText `xml:",omitempty"`
+	RequestID  string  `xml:"RequestId"`
+	HostID     string  `xml:"HostId"`
 }

@@ -576,12 +576,12 @@ func (g *Gateway) fail(req *request, err error) {
 		req.w.WriteHeader(e.Status)
 		return
 	}
-	body := errorBody{Code: e.Code, Message: e.Message, Resource: resource, RequestID: req.id, HostID: req.id}
+	body := errorBody{Code: e.Code, Message: xmlText(e.Message), Resource: xmlText(resource), RequestID: req.id, HostID: req.id}
 	switch e.Code {
 	case "NoSuchKey":
-		body.Key = cmp.Or(e.Key, req.key)
+		body.Key = xmlText(cmp.Or(e.Key, req.key))
 	case "NoSuchBucket":
-		body.BucketName = cmp.Or(e.Bucket, req.bucket)
+		body.BucketName = xmlText(cmp.Or(e.Bucket, req.bucket))
 	}
 	writeXML(req.w, e.Status, body)
 }
@@ -598,6 +598,7 @@ func writeXML(w http.ResponseWriter, status int, v any) {
 		status = http.StatusInternalServerError
 		b = []byte("<Error><Code>InternalError</Code></Error>")
 	}
+	b = unmarkXMLText(b)
 	w.Header().Set("Content-Type", "application/xml")
 	w.Header().Set("Content-Length", fmt.Sprint(len(xml.Header)+len(b)))
 	w.WriteHeader(status)
@@ -608,7 +609,7 @@ func writeXML(w http.ResponseWriter, status int, v any) {
 // Query parameters that select an operation the gateway does not
 // implement (yet); any other unknown parameter is ignored, as S3 does.
 var unsupportedSubresources = []string{
-	"acl", "tagging", "versioning", "versions", "policy", "policyStatus",
+	"acl", "tagging", "versions", "policy", "policyStatus",
 	"lifecycle", "cors", "website", "logging", "notification", "replication", "encryption", "object-lock",
 	"retention", "legal-hold", "accelerate", "requestPayment", "ownershipControls", "publicAccessBlock",
 	"analytics", "inventory", "metrics", "intelligent-tiering", "select", "restore", "torrent", "attributes",
@@ -700,6 +701,8 @@ var routes = []route{
 	{bucketScope, http.MethodHead, "", "HeadBucket", read, (*Gateway).headBucket},
 	{bucketScope, http.MethodGet, "uploads", "ListMultipartUploads", read, (*Gateway).listMultipartUploads},
 	{bucketScope, http.MethodGet, "location", "GetBucketLocation", read, (*Gateway).bucketLocation},
+	{bucketScope, http.MethodGet, "versioning", "GetBucketVersioning", read, (*Gateway).bucketVersioning},
+	{bucketScope, http.MethodPut, "versioning", "PutBucketVersioning", write, (*Gateway).putBucketVersioning},
 	{bucketScope, http.MethodGet, "list-type=2", "ListObjectsV2", read, (*Gateway).listObjectsV2},
 	{bucketScope, http.MethodGet, "", "ListObjects", read, (*Gateway).listObjectsV1},
 	{bucketScope, http.MethodPost, "delete", "DeleteObjects", write, (*Gateway).deleteObjects},

@@ -27,7 +27,7 @@ type initiateMultipartUploadResult struct {
 	XMLName  xml.Name `xml:"InitiateMultipartUploadResult"`
 	XMLNS    string   `xml:"xmlns,attr"`
 	Bucket   string
-	Key      string
+	Key      xmlText
 	UploadID string `xml:"UploadId"`
 }
 
@@ -41,7 +41,7 @@ func (g *Gateway) createMultipartUpload(req *request) error {
 	if err != nil {
 		return err
 	}
-	writeXML(req.w, http.StatusOK, initiateMultipartUploadResult{XMLNS: s3XMLNS, Bucket: req.bucket, Key: req.key, UploadID: id})
+	writeXML(req.w, http.StatusOK, initiateMultipartUploadResult{XMLNS: s3XMLNS, Bucket: req.bucket, Key: xmlText(req.key), UploadID: id})
 	return nil
 }
 
@@ -118,7 +118,7 @@ type completeMultipartUploadResult struct {
 	XMLNS    string   `xml:"xmlns,attr"`
 	Location string
 	Bucket   string
-	Key      string
+	Key      xmlText
 	ETag     string
 }
 
@@ -151,7 +151,7 @@ func (g *Gateway) completeMultipartUpload(req *request) error {
 		return err
 	}
 	writeXML(req.w, http.StatusOK, completeMultipartUploadResult{XMLNS: s3XMLNS, Location: objectURL(req.r),
-		Bucket: req.bucket, Key: req.key, ETag: quoteETag(info.ETag)})
+		Bucket: req.bucket, Key: xmlText(req.key), ETag: quoteETag(info.ETag)})
 	return nil
 }
 
@@ -294,7 +294,7 @@ type listPartsResult struct {
 	XMLName              xml.Name `xml:"ListPartsResult"`
 	XMLNS                string   `xml:"xmlns,attr"`
 	Bucket               string
-	Key                  string
+	Key                  xmlText
 	UploadID             string `xml:"UploadId"`
 	Initiator            owner
 	Owner                owner
@@ -333,7 +333,7 @@ func (g *Gateway) listParts(req *request) error {
 	if err != nil {
 		return err
 	}
-	res := listPartsResult{XMLNS: s3XMLNS, Bucket: req.bucket, Key: req.key, UploadID: id, Initiator: ownerOf(req), Owner: ownerOf(req),
+	res := listPartsResult{XMLNS: s3XMLNS, Bucket: req.bucket, Key: xmlText(req.key), UploadID: id, Initiator: ownerOf(req), Owner: ownerOf(req),
 		StorageClass: "STANDARD", PartNumberMarker: marker, MaxParts: maxParts}
 	for _, p := range parts {
 		if p.PartNumber <= marker {
@@ -357,7 +357,7 @@ func (g *Gateway) listParts(req *request) error {
 }
 
 type uploadEntry struct {
-	Key          string
+	Key          xmlText
 	UploadID     string `xml:"UploadId"`
 	Initiator    owner
 	Owner        owner
@@ -369,12 +369,12 @@ type listMultipartUploadsResult struct {
 	XMLName            xml.Name `xml:"ListMultipartUploadsResult"`
 	XMLNS              string   `xml:"xmlns,attr"`
 	Bucket             string
-	KeyMarker          string
-	UploadIDMarker     string `xml:"UploadIdMarker"`
-	NextKeyMarker      string
+	KeyMarker          xmlText
+	UploadIDMarker     xmlText `xml:"UploadIdMarker"`
+	NextKeyMarker      xmlText
 	NextUploadIDMarker string `xml:"NextUploadIdMarker"`
-	Prefix             string
-	Delimiter          string `xml:",omitempty"`
+	Prefix             xmlText
+	Delimiter          xmlText `xml:",omitempty"`
 	MaxUploads         int
 	EncodingType       string `xml:",omitempty"`
 	IsTruncated        bool
@@ -414,13 +414,8 @@ func (g *Gateway) listMultipartUploads(req *request) error {
 		return err
 	}
 	ctx, o := req.r.Context(), uq.opts
-	enc := func(s string) string {
-		if uq.encodingType == "url" {
-			return urlEncodeKey(s)
-		}
-		return s
-	}
-	res := listMultipartUploadsResult{XMLNS: s3XMLNS, Bucket: req.bucket, KeyMarker: enc(o.KeyMarker), UploadIDMarker: o.UploadIDMarker,
+	enc := func(s string) xmlText { return listedKey(uq.encodingType, s) }
+	res := listMultipartUploadsResult{XMLNS: s3XMLNS, Bucket: req.bucket, KeyMarker: enc(o.KeyMarker), UploadIDMarker: xmlText(o.UploadIDMarker),
 		Prefix: enc(o.Prefix), Delimiter: enc(o.Delimiter), MaxUploads: o.MaxUploads, EncodingType: uq.encodingType}
 	var page client.UploadsPage
 	if o.MaxUploads == 0 {

@@ -388,13 +388,13 @@ type deleteRequest struct {
 }
 
 type deletedEntry struct {
-	Key string
+	Key xmlText
 }
 
 type deleteError struct {
-	Key     string
+	Key     xmlText
 	Code    string
-	Message string
+	Message xmlText
 }
 
 type deleteResult struct {
@@ -455,9 +455,9 @@ func (g *Gateway) deleteObjects(req *request) error {
 	for i, o := range d.Objects {
 		if errs[i] != nil {
 			e := toS3Error(errs[i])
-			res.Errors = append(res.Errors, deleteError{Key: o.Key, Code: e.Code, Message: e.Message})
+			res.Errors = append(res.Errors, deleteError{Key: xmlText(o.Key), Code: e.Code, Message: xmlText(e.Message)})
 		} else if !d.Quiet {
-			res.Deleted = append(res.Deleted, deletedEntry{Key: o.Key})
+			res.Deleted = append(res.Deleted, deletedEntry{Key: xmlText(o.Key)})
 		}
 	}
 	writeXML(req.w, http.StatusOK, res)
