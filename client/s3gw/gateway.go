@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/msgr/auth"
 )
 
@@ -86,6 +87,19 @@ type Options struct {
 	// warning is logged (at most once a minute). Default (0):
 	// DefaultMaxConnections(); negative: no cap.
 	MaxConnections int
+	// MaxBodyMemory bounds the memory the bodies of the PUTs and
+	// UploadParts in progress hold at once, each counted as its length
+	// up to the per-request bound (64 MiB, or PartSize*Concurrency if
+	// larger): past it a request waits up to BodyMemoryWait for its
+	// share, then is answered 503 SlowDown, which S3 clients back off
+	// and retry. Default (0): DefaultMaxBodyMemory (1 GiB); negative: no
+	// bound.
+	MaxBodyMemory int64
+	// BodyMemoryWait is that wait; default 10s.
+	BodyMemoryWait time.Duration
+	// OnBodyMemory, if set, is told how much of MaxBodyMemory is held
+	// each time that changes (internal/metrics' gauge); it must be quick.
+	OnBodyMemory func(held int64)
 	// Now is the clock signatures are checked against (tests).
 	Now func() time.Time
 	// StaleUploadAge: a PUT above 64 MiB is an upload of the SDK's own
@@ -122,9 +136,10 @@ type RequestInfo struct {
 
 // Gateway serves the S3 API; it is an http.Handler.
 type Gateway struct {
-	opts Options
-	cl   *client.Client
-	log  *slog.Logger
+	opts   Options
+	cl     *client.Client
+	log    *slog.Logger
+	bodies *bodyBudget // Options.MaxBodyMemory
 	// capped is the listener Serve caps (Options.MaxConnections), for
 	// tests; nil without a cap.
 	capped atomic.Pointer[connCap]
@@ -177,7 +192,15 @@ func New(opts Options) (*Gateway, error) {
 	for i, d := range opts.Domains {
 		opts.Domains[i] = strings.ToLower(strings.Trim(d, "."))
 	}
-	return &Gateway{opts: opts, cl: opts.Client, log: opts.Logger}, nil
+	if opts.MaxBodyMemory == 0 {
+		opts.MaxBodyMemory = DefaultMaxBodyMemory
+	}
+	if opts.BodyMemoryWait <= 0 {
+		opts.BodyMemoryWait = defaultBodyMemoryWait
+	}
+	perRequest := max(int64(ops.MaxPutSize), opts.PartSize*int64(opts.Concurrency))
+	return &Gateway{opts: opts, cl: opts.Client, log: opts.Logger,
+		bodies: newBodyBudget(opts.MaxBodyMemory, perRequest, opts.BodyMemoryWait, opts.OnBodyMemory)}, nil
 }
 
 // Serve serves HTTP on ln until ctx is done, then stops accepting and
@@ -817,6 +840,13 @@ func (g *Gateway) dispatch(req *request) error {
 			req.op = rt.op
 			if err := req.authorize(rt.perm, req.bucket); err != nil {
 				return err
+			}
+			if rt.op == "PutObject" || rt.op == "UploadPart" {
+				release, err := g.bodies.acquire(r.Context(), r.ContentLength)
+				if err != nil {
+					return err
+				}
+				defer release()
 			}
 			return rt.run(g, req)
 		}

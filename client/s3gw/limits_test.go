@@ -301,6 +301,39 @@ func TestLimits(t *testing.T) {
 		}
 	})
 
+	t.Run("BodyMemory", func(t *testing.T) {
+		// One PUT whose body is on its way holds the whole budget: the
+		// next waits its BodyMemoryWait and is answered SlowDown, having
+		// sent nothing; once the first ends, PUTs go through again.
+		const size = 1 << 20
+		sv := serveWith(t, e, func(o *s3gw.Options) { o.MaxBodyMemory, o.BodyMemoryWait = size, 300*time.Millisecond })
+		e.mb(t, "bodymem")
+		body := bytes.Repeat([]byte("m"), size)
+		req := signed(t, http.MethodPut, sv.url+"/bodymem/first", body)
+		var raw bytes.Buffer
+		if err := req.Write(&raw); err != nil {
+			t.Fatal(err)
+		}
+		conn, br := dialConn(t, sv.addr)
+		half := raw.Len() - size/2
+		if _, err := conn.Write(raw.Next(half)); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 10*time.Second, "the first PUT holding its body's memory", func() bool { return sv.gw.BodyMemory() == size })
+		resp, answer := send(t, signed(t, http.MethodPut, sv.url+"/bodymem/second", []byte("small")), "")
+		wantS3Error(t, "a PUT past the body memory", resp, answer, "SlowDown", http.StatusServiceUnavailable)
+		go conn.Write(raw.Bytes())
+		first, err := http.ReadResponse(br, req)
+		if err != nil || first.StatusCode != http.StatusOK {
+			t.Fatalf("the first PUT: %v %v", first, err)
+		}
+		first.Body.Close()
+		waitUntil(t, 10*time.Second, "the first PUT's memory given back", func() bool { return sv.gw.BodyMemory() == 0 })
+		if resp, answer := send(t, signed(t, http.MethodPut, sv.url+"/bodymem/second", []byte("small")), ""); resp.StatusCode != http.StatusOK {
+			t.Fatalf("a PUT once the memory was given back: %d %s", resp.StatusCode, answer)
+		}
+	})
+
 	t.Run("IdleTimeout", func(t *testing.T) {
 		idle := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections, o.IdleTimeout = 2, time.Second })
 		held := holdIdle(t, idle, 2)

@@ -41,6 +41,7 @@ type s3Options struct {
 	pprof           bool
 	staleUploadAge  time.Duration
 	maxConns        int
+	maxBodyMiB      int64
 }
 
 func newS3Cmd() *cobra.Command {
@@ -94,6 +95,8 @@ listen backlog (a warning says so, once a minute at most).`,
 		"abort the gateway's internal uploads (of PUTs above 64 MiB whose gateway died) once this old, hourly and when a bucket's uploads are listed; 0s: never")
 	f.IntVar(&o.maxConns, "max-connections", s3gw.DefaultMaxConnections(),
 		"the most HTTP connections held open at once (4096, or half the open-file limit if less); at the cap an idle or finishing one gives way to a new one; -1: no cap")
+	f.Int64Var(&o.maxBodyMiB, "max-body-mib", s3gw.DefaultMaxBodyMemory>>20,
+		"MiB the bodies of the PUTs and UploadParts in progress may hold at once, each counted up to 64 MiB; past it a request waits up to 10s, then is answered 503 SlowDown; -1: no bound")
 	return cmd
 }
 
@@ -106,6 +109,9 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 	}
 	if o.maxConns == 0 || o.maxConns < -1 {
 		return usageErrorf("--max-connections %d: give a positive number, or -1 for no cap", o.maxConns)
+	}
+	if o.maxBodyMiB == 0 || o.maxBodyMiB < -1 {
+		return usageErrorf("--max-body-mib %d: give a positive number, or -1 for no bound", o.maxBodyMiB)
 	}
 	keyring, err := o.target.mon.loadKeyring(os.Getenv)
 	if err != nil {
@@ -152,7 +158,7 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 	}
 	gopts := s3gw.Options{Client: cl, Credentials: creds,
 		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout, StaleUploadAge: o.staleUploadAge,
-		MaxConnections: o.maxConns}
+		MaxConnections: o.maxConns, MaxBodyMemory: o.maxBodyMiB << 20}
 	if o.staleUploadAge == 0 {
 		gopts.StaleUploadAge = -1 // never
 	}
@@ -180,7 +186,7 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 // gopts report each request to them.
 func serveGatewayMetrics(ctx context.Context, addr string, pprof bool, cl *client.Client, gopts *s3gw.Options, logger *slog.Logger) (*metrics.Server, error) {
 	reg, gm := metrics.GatewayRegistry(cl)
-	gopts.OnRequest = gm.Observe
+	gopts.OnRequest, gopts.OnBodyMemory = gm.Observe, gm.BodyMemory
 	return metrics.Serve(ctx, metrics.ServerOptions{Addr: addr, Registry: reg, Logger: logger, Pprof: pprof})
 }
 

@@ -15,6 +15,7 @@ type Gateway struct {
 	requests *prometheus.CounterVec
 	in, out  *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	bodies   prometheus.Gauge
 
 	// series are each operation's and status's series, found once:
 	// WithLabelValues hashes the labels and takes the vector's lock on
@@ -50,10 +51,17 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			// 1 ms to about 65 s: small requests to multi-GiB bodies.
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
 		}, []string{"op"}),
+		bodies: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "osprey_s3_body_memory_bytes", Help: "Memory the request bodies in progress hold, of the gateway's --max-body-memory.",
+		}),
 	}
-	reg.MustRegister(g.requests, g.in, g.out, g.latency)
+	reg.MustRegister(g.requests, g.in, g.out, g.latency, g.bodies)
 	return g
 }
+
+// BodyMemory sets the body memory gauge; it is the gateway's
+// s3gw.Options.OnBodyMemory.
+func (g *Gateway) BodyMemory(held int64) { g.bodies.Set(float64(held)) }
 
 // GatewayRegistry is an S3 gateway's registry: its requests' series and
 // its cluster client's messenger's. Give the Gateway's Observe to
