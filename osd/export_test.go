@@ -68,6 +68,10 @@ var (
 	// returns true for, a build without heartbeat side sessions: it
 	// refuses its peers' and heartbeats on the lossless session.
 	WithoutSideSessions = &withoutSideSessions
+	// PartsDropping runs as OSD osd is about to delete the parts an
+	// entry made garbage, after its wait; true gives them up, as a crash
+	// during the wait would.
+	PartsDropping = &partsDropping
 )
 
 // ServesReadsForTest reports whether o serves reads at all (not stopping,

@@ -192,6 +192,9 @@ func (o *OSD) drive(p *pgState) {
 		}
 		was := pg.State(p.state.Swap(uint32(rd.State)))
 		o.publish(p)
+		if rd.State&pg.StateActive != 0 && was&pg.StateActive == 0 && p.m.Role() == pg.RolePrimary {
+			o.redropRecent(p)
+		}
 		if was != rd.State {
 			lvl := o.log.Debug
 			if rd.State&(pg.StateDown|pg.StateIncomplete) != 0 {

@@ -2,6 +2,7 @@ package osd_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -56,28 +57,7 @@ func heldSyncCluster(t *testing.T) (*osdtest.Cluster, []*stallfs.Gate) {
 func testPartsDroppedOnResend(t *testing.T, del, failover bool) {
 	c, gates := heldSyncCluster(t)
 	ctx := ctxT(t, 3*time.Minute)
-	cl := c.Client(t, nil)
-	if err := cl.MakeBucket(ctx, "mpbucket"); err != nil {
-		t.Fatal(err)
-	}
-	c.WaitSettled(t, 30*time.Second)
-	// Two parts, the least data a multipart object of more than one part
-	// takes (all but the last part are 5 MiB at least).
-	id, err := cl.NewMultipartUpload(ctx, "mpbucket", "big", client.PutOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var done []client.CompletePart
-	for i, data := range [][]byte{osdtest.Payload(5<<20, 1), osdtest.Payload(1000, 2)} {
-		p, err := cl.PutObjectPart(ctx, "mpbucket", "big", id, i+1, bytes.NewReader(data), int64(len(data)))
-		if err != nil {
-			t.Fatalf("part %d: %v", i+1, err)
-		}
-		done = append(done, client.CompletePart{PartNumber: i + 1, ETag: p.ETag})
-	}
-	if _, err := cl.CompleteMultipartUpload(ctx, "mpbucket", "big", id, done); err != nil {
-		t.Fatal(err)
-	}
+	twoPartObject(t, ctx, c, "mpbucket", "big")
 	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
 	pg := placement.PGOf(pool, "mpbucket", "big")
 	set := c.Map.ActingSet(pool.Id, pg)
@@ -310,4 +290,117 @@ func TestReplacedPartsWaitForReaders(t *testing.T) {
 			t.Fatalf("part %s after a graceful stop: %v, want deleted", p.Key, err)
 		}
 	}
+}
+
+// TestReplacedPartsDroppedAfterPrimaryCrash: the primary of a multipart
+// object that was deleted loses its pending delete of the parts (as a
+// crash during its wait does: the delete lives in memory only). The PG's
+// next primary, the same OSD restarted or another after a failover,
+// deletes them when it goes active, from the entry in its log.
+func TestReplacedPartsDroppedAfterPrimaryCrash(t *testing.T) {
+	for _, failover := range []bool{false, true} {
+		t.Run(map[bool]string{false: "restart", true: "failover"}[failover], func(t *testing.T) {
+			testReplacedPartsDroppedAfterPrimaryCrash(t, failover)
+		})
+	}
+}
+
+func testReplacedPartsDroppedAfterPrimaryCrash(t *testing.T, failover bool) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: func(cfg *osd.Config) { cfg.Store.KeepReplacedFor = 100 * time.Millisecond }})
+	ctx := ctxT(t, 2*time.Minute)
+	cl := twoPartObject(t, ctx, c, "crashed", "big")
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	set := c.Map.ActingSet(pool.Id, placement.PGOf(pool, "crashed", "big"))
+	primary := set[0]
+	meta, err := c.OSDs[primary].Store().Head(ctx, "crashed", "big")
+	if err != nil || len(meta.GetParts()) != 2 {
+		t.Fatalf("the object's head at its primary: %v, %v", meta, err)
+	}
+	// held reports how many copies of the parts the running OSDs hold.
+	held := func() int {
+		n := 0
+		for _, o := range c.OSDs {
+			if o == nil {
+				continue
+			}
+			for _, p := range meta.GetParts() {
+				if _, err := o.Store().Head(ctx, ops.MultipartBucket, p.Key); err == nil {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	if n := held(); n != 6 {
+		t.Fatalf("%d copies of the parts before the delete; want 6", n)
+	}
+
+	gaveUp := make(chan struct{}, 1)
+	osd.PartsDropping.Set(func(id uint32) bool {
+		if id != primary {
+			return false
+		}
+		select {
+		case gaveUp <- struct{}{}:
+		default:
+		}
+		return true
+	})
+	defer osd.PartsDropping.Set(nil)
+	if err := cl.RemoveObject(ctx, "crashed", "big"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gaveUp:
+	case <-ctx.Done():
+		t.Fatal("the primary never came to delete the parts")
+	}
+	osd.PartsDropping.Set(nil)
+	if n := held(); n != 6 {
+		t.Fatalf("%d copies of the parts once the primary gave their delete up; want 6", n)
+	}
+
+	c.StopOSD(primary)
+	if failover {
+		down, err := c.Map.With(func(pb *osdpb.ClusterMap) { pb.Osds[primary].Up = false })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range set[1:] {
+			if err := c.OSDs[id].AdoptMap(down); err != nil {
+				t.Fatal(err)
+			}
+		}
+	} else {
+		c.StartOSD(primary)
+	}
+	osdtest.Eventually(t, 60*time.Second, "the parts deleted by the PG's next primary", func() bool { return held() == 0 })
+}
+
+// twoPartObject makes bucket and completes bucket/key of two parts, the
+// least data a multipart object of more than one part takes (all but the
+// last part are 5 MiB at least), through a client it returns.
+func twoPartObject(t *testing.T, ctx context.Context, c *osdtest.Cluster, bucket, key string) *client.Client {
+	t.Helper()
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitSettled(t, 30*time.Second)
+	id, err := cl.NewMultipartUpload(ctx, bucket, key, client.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done []client.CompletePart
+	for i, data := range [][]byte{osdtest.Payload(5<<20, 1), osdtest.Payload(1000, 2)} {
+		p, err := cl.PutObjectPart(ctx, bucket, key, id, i+1, bytes.NewReader(data), int64(len(data)))
+		if err != nil {
+			t.Fatalf("part %d: %v", i+1, err)
+		}
+		done = append(done, client.CompletePart{PartNumber: i + 1, ETag: p.ETag})
+	}
+	if _, err := cl.CompleteMultipartUpload(ctx, bucket, key, id, done); err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }

@@ -583,6 +583,9 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 	e.Version = &osdpb.Version{Epoch: mp.Epoch(), Seq: p.last.GetSeq() + 1}
 	objectOp := e.Kind == osdpb.OpKind_OP_PUT || e.Kind == osdpb.OpKind_OP_DELETE
 	if objectOp {
+		e.LoggedUnixNanos = time.Now().UnixNano() // redropRecent
+	}
+	if objectOp {
 		o.bucketGate.RLock()
 	}
 	// Every answer (a bad digest, no room, no bucket) comes from Check,
@@ -748,8 +751,8 @@ func garbageParts(old, kept []*osdpb.PartRef) []*osdpb.PartRef {
 // client reads a multipart object part by part, and a part deleted before
 // its turn would fail a read that began on the old object, where S3 (and
 // RGW, which collects replaced tails hours later) finishes it. A graceful
-// stop ends the wait (FlushDrops); a crash during it leaves the parts to
-// `osprey gc`.
+// stop ends the wait (FlushDrops); after a crash during it, the PG's next
+// primary deletes them as it goes active (redropRecent).
 func (o *OSD) dropReplaced(mp *placement.Map, pool uint32, e *osdpb.LogEntry) {
 	if len(e.DroppedParts) == 0 {
 		return
@@ -769,12 +772,62 @@ func (o *OSD) dropReplaced(mp *placement.Map, pool uint32, e *osdpb.LogEntry) {
 			}
 			mp = o.Map()
 		}
+		if h := partsDropping.Load(); h != nil && h(o.id) {
+			return
+		}
 		cur, err := o.st.Head(o.ctx, e.Bucket, e.Key)
 		if err != nil && !errors.Is(err, store.ErrNoSuchKey) && !errors.Is(err, store.ErrNoSuchBucket) {
 			o.log.Warn("keeping a replaced object's parts: cannot read what replaced it", "bucket", e.Bucket, "key", e.Key, "err", err)
 			return
 		}
 		o.dropParts(mp, pool, garbageKeys(e.DroppedParts, cur))
+	})
+}
+
+// partsDropping runs as OSD osd is about to delete the parts an entry
+// made garbage, after its wait; true gives the deletes up, as a crash
+// during the wait would.
+var partsDropping testHook[func(osd uint32) bool]
+
+// redropWindow is how far back from the newest entry of its log a primary
+// that goes active deletes again the parts its entries made garbage
+// (redropRecent): past the wait and retries of a drop cut short by the
+// previous primary's crash, and a margin for the clocks of the OSDs that
+// logged them.
+func (o *OSD) redropWindow() time.Duration {
+	return o.st.KeepReplacedFor() + partDropRetry + time.Minute
+}
+
+// redropRecent deletes again, off the shard, the parts that the entries
+// of PG p's log made garbage within redropWindow of its newest entry, as p
+// goes active with us as its primary. The previous primary deleted them
+// after its wait (dropReplaced), in memory only: a crash during that wait
+// or its retries left them, taking space that nothing but osprey gc would
+// give back (RGW queues such deletes in its gc log). The entries are on
+// every member, so whoever leads next finds them; a delete of a part gone
+// already, or that the object now at the key names again, changes nothing
+// (dropReplaced).
+func (o *OSD) redropRecent(p *pgState) {
+	o.wg.Go(func() {
+		_, tail, err := o.st.PGInfo(o.ctx, p.sid)
+		if err != nil {
+			return
+		}
+		entries, _, err := o.st.LogAfter(o.ctx, p.sid, tail, 0)
+		if err != nil {
+			return
+		}
+		var newest int64
+		for _, e := range entries {
+			newest = max(newest, e.LoggedUnixNanos)
+		}
+		from := newest - int64(o.redropWindow())
+		mp := o.Map()
+		for _, e := range entries {
+			if len(e.DroppedParts) > 0 && e.LoggedUnixNanos != 0 && e.LoggedUnixNanos >= from {
+				o.dropReplaced(mp, p.pool, e)
+			}
+		}
 	})
 }
 

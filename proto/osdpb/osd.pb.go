@@ -2845,9 +2845,14 @@ type LogEntry struct {
 	// its own meta does not name. The primary deletes them once the entry is
 	// on every replica, and again when a resend of the op is answered from
 	// the log, so a write whose first attempt timed out leaves none behind.
-	DroppedParts  []string `protobuf:"bytes,8,rep,name=dropped_parts,json=droppedParts,proto3" json:"dropped_parts,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DroppedParts []string `protobuf:"bytes,8,rep,name=dropped_parts,json=droppedParts,proto3" json:"dropped_parts,omitempty"`
+	// When the primary logged a put or delete (its clock): a primary that
+	// goes active deletes again the dropped_parts of the entries of its log's
+	// last minutes, whose deletes a crash of the primary before may have cut
+	// short (0: an entry of an older build).
+	LoggedUnixNanos int64 `protobuf:"varint,9,opt,name=logged_unix_nanos,json=loggedUnixNanos,proto3" json:"logged_unix_nanos,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *LogEntry) Reset() {
@@ -2934,6 +2939,13 @@ func (x *LogEntry) GetDroppedParts() []string {
 		return x.DroppedParts
 	}
 	return nil
+}
+
+func (x *LogEntry) GetLoggedUnixNanos() int64 {
+	if x != nil {
+		return x.LoggedUnixNanos
+	}
+	return 0
 }
 
 // RepOp carries one applied op from the primary to a replica; a put's body is
@@ -7334,7 +7346,7 @@ const file_osd_proto_rawDesc = "" +
 	"UploadInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
 	"\tupload_id\x18\x02 \x01(\tR\buploadId\x12.\n" +
-	"\x13initiated_unix_nano\x18\x03 \x01(\x03R\x11initiatedUnixNano\"\xad\x02\n" +
+	"\x13initiated_unix_nano\x18\x03 \x01(\x03R\x11initiatedUnixNano\"\xd9\x02\n" +
 	"\bLogEntry\x12-\n" +
 	"\aversion\x18\x01 \x01(\v2\x13.osprey.osd.VersionR\aversion\x12#\n" +
 	"\x03req\x18\x02 \x01(\v2\x11.osprey.osd.ReqIDR\x03req\x12&\n" +
@@ -7343,7 +7355,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x03key\x18\x05 \x01(\tR\x03key\x12*\n" +
 	"\x04meta\x18\x06 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x12*\n" +
 	"\x06status\x18\a \x01(\x0e2\x12.osprey.osd.StatusR\x06status\x12#\n" +
-	"\rdropped_parts\x18\b \x03(\tR\fdroppedParts\"\xc8\x01\n" +
+	"\rdropped_parts\x18\b \x03(\tR\fdroppedParts\x12*\n" +
+	"\x11logged_unix_nanos\x18\t \x01(\x03R\x0floggedUnixNanos\"\xc8\x01\n" +
 	"\x05RepOp\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\rR\x04pool\x12\x0e\n" +
