@@ -55,7 +55,7 @@ build:
 # `make test NORACE=` runs everything under the race detector (about 21
 # minutes on 2 cores, against 14).
 NORACE ?= TestLargePut|TestLargePart|TestS3Tests|TestInternalUploads|TestUploadPartCopy|$\
-	TestAckedPutsSurvivePowerLoss|TestFullDisk|TestMonAddOSD|TestClusterProcessesSurviveKills|$\
+	TestAckedPutsSurvivePowerLoss|TestFullDisk|TestMonAddOSD|TestClusterProcessesSurviveKills|TestFrozenPrimaryBlamesNoReplica|$\
 	TestClusterProcessesSurviveKillsRDMA|TestCachedGetsOverRDMAAreNotCopied|$\
 	TestReadSharedRanges|TestFillingTheDisk|$\
 	TestOverwriteAtomicityLarge|TestGetOverRDMAKeepsRegisteredWindows|TestFailedPartRemovesItsPieces|$\

@@ -1128,7 +1128,22 @@ func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osd
 		p.sending(replicas)
 	}
 	tid := o.reps.Add(pr)
+	start, graced := time.Now(), false
 	timer := time.AfterFunc(o.cfg.RepTimeout, func() {
+		if !graced && time.Since(start) > o.cfg.RepTimeout+repStallSlack {
+			// We fire late: this process was stalled (SIGSTOP, a VM
+			// paused, a starved host), and the replicas' acks may be
+			// in our sockets, unread. They get repStallGrace before the
+			// write fails and they are blamed for it (SLOW_OPS).
+			graced = true
+			pr.mu.Lock()
+			t := pr.timer
+			pr.mu.Unlock()
+			if t != nil {
+				t.Reset(min(repStallGrace, o.cfg.RepTimeout))
+				return
+			}
+		}
 		if pr, ok := o.reps.Take(tid); ok {
 			pr.mu.Lock()
 			late := slices.Clone(pr.waiting)
@@ -1189,6 +1204,14 @@ func (o *OSD) replicate(mp *placement.Map, p *pgState, replicas []uint32, e *osd
 		buf.Release()
 	}
 }
+
+// A rep timer that fires more than repStallSlack past its time found the
+// OSD itself stalled; it waits repStallGrace more for the acks that came
+// meanwhile (replicate).
+const (
+	repStallSlack = time.Second
+	repStallGrace = 2 * time.Second
+)
 
 func (o *OSD) failRep(tid uint64, err error) {
 	if pr, ok := o.reps.Take(tid); ok {

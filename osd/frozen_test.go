@@ -1,0 +1,112 @@
+package osd_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/osdtest"
+	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/proto/osdpb"
+)
+
+// TestFrozenPrimaryBlamesNoReplica: an OSD frozen (SIGSTOP) past its rep
+// timeout, not long enough to be marked down, finds on waking its
+// replicas' acks of the writes it led waiting, unread. It must not fail
+// those writes and report its healthy replicas slow: SLOW_OPS may name
+// the frozen OSD (the writes the others led waited for it), never a
+// replica of the frozen one's writes.
+func TestFrozenPrimaryBlamesNoReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs OSD processes")
+	}
+	mc := startMonCluster(t, monClusterOptions{OSDs: 3, Defaults: true,
+		Mon: mon.Config{Pool: &osdpb.Pool{Id: 1, Name: "default", Size: 3, MinSize: 2, PgCount: 16}}})
+	ctx := ctxT(t, 3*time.Minute)
+	mc.waitStatus(ctx, "HEALTH_OK", func(s *mon.Status) bool {
+		return s.OSDs.Up == 3 && s.PGs["active+clean"] == s.PGTotal && s.Health.Status == mon.HealthOK
+	})
+	cl := mc.client(t, 5*time.Minute)
+	if err := cl.MakeBucket(ctx, "frozen"); err != nil {
+		t.Fatal(err)
+	}
+	const victim = 0
+	id := mc.idOf(victim)
+	mp := mc.mon.Map()
+	pool, _ := mp.Pool(1)
+	// Writers of keys the victim leads, so that it has writes in flight
+	// as it freezes, their RepOps sent.
+	var (
+		mu    sync.Mutex
+		acked []string
+		stop  = make(chan struct{})
+		wg    sync.WaitGroup
+	)
+	for wr := range 8 {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("w%d-%d", wr, n)
+				if mp.ActingSet(pool.Id, placement.PGOf(pool, "frozen", key))[0] != id {
+					continue
+				}
+				if _, err := osdtest.Put(ctx, cl, "frozen", key, []byte(key), client.PutOptions{}); err == nil {
+					mu.Lock()
+					acked = append(acked, key)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	halt := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer halt()
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
+	osdtest.Eventually(t, 30*time.Second, "writes to the victim's PGs flowing", func() bool { return count() >= 50 })
+
+	p := mc.procs[victim]
+	// The default rep timeout (10 s) passes; the mon's grace (20 s)
+	// does not.
+	p.cmd.Process.Signal(syscall.SIGSTOP)
+	time.Sleep(12 * time.Second) // the freeze itself: what the test is about
+	p.cmd.Process.Signal(syscall.SIGCONT)
+	woke := time.Now()
+	before := count()
+	osdtest.Eventually(t, 30*time.Second, "writes to the victim's PGs flowing again", func() bool { return count() >= before+50 })
+
+	// Its beacons report what its rep timers did, every second: watch
+	// them for a few.
+	blame := fmt.Sprintf("osd.%d: ", id)
+	for time.Since(woke) < 6*time.Second {
+		st, err := mc.mon.StatusDetail(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range st.Health.Detail {
+			for _, line := range c.Detail {
+				if strings.HasPrefix(line, blame) && strings.Contains(line, "failed after waiting") {
+					t.Fatalf("osd.%d, frozen, blames a replica once awake: %s", id, line)
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // polling the status
+	}
+	if info, _ := mc.mon.Map().OSD(id); !info.Up {
+		t.Fatalf("osd.%d marked down by a freeze shorter than the grace", id)
+	}
+	halt()
+	for _, key := range acked {
+		got, _, err := osdtest.Get(ctx, cl, "frozen", key, client.GetOptions{})
+		if err != nil || string(got) != key {
+			t.Fatalf("%s: %q, %v", key, got, err)
+		}
+	}
+}
