@@ -487,6 +487,7 @@ func (c *Client) do(ctx context.Context, t osdpb.MsgType, tg target, build func(
 		}
 		hdr := &osdpb.Header{Epoch: mp.Epoch(), Req: req, Pool: pool.Id, Pg: pg, Attempt: uint32(attempt)}
 		msg, err := c.attempt(ctx, mp, pool.Id, pg, conn, t, build(hdr), payload, rep, keep)
+		answered := err == nil
 		if err == nil {
 			err = ops.FromReply(rep.GetHeader())
 			if h := rep.GetHeader(); h != nil {
@@ -516,8 +517,12 @@ func (c *Client) do(ctx context.Context, t osdpb.MsgType, tg target, build func(
 			}
 			return nil, err
 		}
+		// The primary said the map moved, or did not answer at all: it
+		// may be down (or frozen) in a map we have not seen, which a
+		// client without a mon learns only by asking (a client with one
+		// gets it pushed, and asks the OSDs all the same).
 		moved := mapMoved(oe)
-		if moved || attempt > 2 {
+		if moved || !answered || attempt > 2 {
 			c.refreshMap(ctx)
 		}
 		if moved && tg.regroup {

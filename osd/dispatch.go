@@ -261,8 +261,17 @@ func (o *OSD) target(hdr *osdpb.Header, bucket, key string, meta bool) (*placeme
 // dispatchClient routes one client op: writes to their PG's shard, reads
 // to the reader pool. fromPeer marks ops that came over the cluster
 // network (a bucket-emptiness check).
+// clientReceived runs as OSD osd takes up a client's message, which it
+// drops unanswered when the hook returns true (an OSD frozen as seen from
+// its clients).
+var clientReceived testHook[func(osd uint32, t osdpb.MsgType) bool]
+
 func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 	t := osdpb.MsgType(m.Type)
+	if h := clientReceived.Load(); h != nil && !fromPeer && h(o.id, t) {
+		m.Release()
+		return
+	}
 	o.opTimes.start(m, t)
 	if !fromPeer && t != osdpb.MsgType_MSG_GET_MAP {
 		o.opsServed.Add(1)

@@ -72,6 +72,9 @@ var (
 	// entry made garbage, after its wait; true gives them up, as a crash
 	// during the wait would.
 	PartsDropping = &partsDropping
+	// ClientReceived runs as OSD osd takes up a client's message, which
+	// it drops unanswered when the hook returns true.
+	ClientReceived = &clientReceived
 )
 
 // ServesReadsForTest reports whether o serves reads at all (not stopping,

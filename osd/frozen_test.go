@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/ospreystore/osprey/internal/osdtest"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon"
+	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -108,5 +110,49 @@ func TestFrozenPrimaryBlamesNoReplica(t *testing.T) {
 		if err != nil || string(got) != key {
 			t.Fatalf("%s: %q, %v", key, got, err)
 		}
+	}
+}
+
+// TestClientAsksForTheMapAfterNoReply: a client without a mon (seeds
+// only) whose op gets no reply from its primary (frozen, marked down in a
+// map the client has not seen) asks for the map before it retries, and
+// goes to the new primary: it does not spend its retries on the frozen
+// one (three attempts of OpTimeout each ran out a minute's RetryFor).
+func TestClientAsksForTheMapAfterNoReply(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
+	ctx := ctxT(t, time.Minute)
+	cl := c.Client(t, func(o *client.Options) { o.OpTimeout, o.RetryFor = 500*time.Millisecond, 30*time.Second })
+	if err := cl.MakeBucket(ctx, "frozen"); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitSettled(t, 30*time.Second)
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	set := c.Map.ActingSet(pool.Id, placement.PGOf(pool, "frozen", "k"))
+	frozen := set[0]
+	var dropped atomic.Int32
+	osd.ClientReceived.Set(func(id uint32, typ osdpb.MsgType) bool {
+		if id != frozen {
+			return false
+		}
+		if typ == osdpb.MsgType_MSG_PUT_OBJECT {
+			dropped.Add(1)
+		}
+		return true
+	})
+	defer osd.ClientReceived.Set(nil)
+	down, err := c.Map.With(func(pb *osdpb.ClusterMap) { pb.Osds[frozen].Up = false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range set[1:] {
+		if err := c.OSDs[id].AdoptMap(down); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := osdtest.Put(ctx, cl, "frozen", "k", []byte("v"), client.PutOptions{}); err != nil {
+		t.Fatalf("a put whose primary froze: %v", err)
+	}
+	if n := dropped.Load(); n != 1 {
+		t.Fatalf("%d attempts went to the frozen primary; want 1, then the new map", n)
 	}
 }
