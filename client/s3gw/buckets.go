@@ -31,7 +31,7 @@ type listAllMyBucketsResult struct {
 	Buckets           []bucketEntry `xml:"Buckets>Bucket"`
 	Owner             owner         `xml:"Owner"`
 	ContinuationToken string        `xml:",omitempty"`
-	Prefix            *string       `xml:",omitempty"`
+	Prefix            *xmlText      `xml:",omitempty"`
 }
 
 // maxBucketsPage is S3's page of ListBuckets when a request pages
@@ -94,7 +94,7 @@ func (g *Gateway) listBuckets(req *request) error {
 		return err
 	}
 	slices.SortFunc(bs, func(a, b client.BucketInfo) int { return strings.Compare(a.Name, b.Name) })
-	res := listAllMyBucketsResult{XMLNS: s3XMLNS, Owner: ownerOf(req), Buckets: []bucketEntry{}, Prefix: bq.prefix}
+	res := listAllMyBucketsResult{XMLNS: s3XMLNS, Owner: ownerOf(req), Buckets: []bucketEntry{}, Prefix: (*xmlText)(bq.prefix)}
 	for _, b := range bs {
 		switch {
 		case bq.regionOff || b.Name <= bq.after && bq.after != "":

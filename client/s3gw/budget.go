@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +38,7 @@ type bodyBudget struct {
 	perRequest int64
 	wait       time.Duration
 	held       atomic.Int64
+	noteMu     sync.Mutex       // orders the notes as the changes
 	note       func(held int64) // Options.OnBodyMemory; may be nil
 }
 
@@ -79,10 +81,13 @@ func (b *bodyBudget) acquire(ctx context.Context, n int64) (release func(), err 
 }
 
 func (b *bodyBudget) add(n int64) {
-	held := b.held.Add(n)
-	if b.note != nil {
-		b.note(held)
+	if b.note == nil {
+		b.held.Add(n)
+		return
 	}
+	b.noteMu.Lock()
+	defer b.noteMu.Unlock()
+	b.note(b.held.Add(n))
 }
 
 // BodyMemory is how much of Options.MaxBodyMemory the requests in

@@ -344,6 +344,15 @@ func TestVersionIDRefused(t *testing.T) {
 	_, err = e.s3.PutBucketVersioning(ctx, &s3.PutBucketVersioningInput{Bucket: aws.String(b),
 		VersioningConfiguration: &types.VersioningConfiguration{Status: types.BucketVersioningStatusEnabled}})
 	wantCode(t, "PutBucketVersioning", err, "NotImplemented", http.StatusNotImplemented)
+	// ?versioning names a bucket's subresource: on an object it is no
+	// PutObject or DeleteObject of the key.
+	for _, method := range []string{http.MethodPut, http.MethodDelete, http.MethodGet} {
+		resp, body := send(t, signed(t, method, e.url+"/"+b+"/k2?versioning", []byte{}), "")
+		wantS3Error(t, method+" an object's ?versioning", resp, body, "NotImplemented", http.StatusNotImplemented)
+	}
+	if got, _ := e.get(t, b, "k2", ""); !bytes.Equal(got, data) {
+		t.Fatal("k2 changed by a ?versioning request")
+	}
 }
 
 // TestUnsupportedWriteHeaders: a write that asks for a feature the gateway

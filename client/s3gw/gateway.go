@@ -787,6 +787,12 @@ func (g *Gateway) dispatch(req *request) error {
 			return errf(ErrNotImplemented, "the ?%s operation is not implemented", s)
 		}
 	}
+	if q.Has("versioning") && req.key != "" {
+		// A bucket's subresource (GetBucketVersioning), which an object
+		// has not: never a PutObject or DeleteObject of the key.
+		req.op = "Unsupported"
+		return errf(ErrNotImplemented, "the ?versioning operation is not implemented on an object")
+	}
 	if v := q["versionId"]; len(v) > 0 {
 		// Done on the current object instead, a GET would read and a
 		// DELETE remove what the caller did not name.

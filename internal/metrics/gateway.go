@@ -52,7 +52,7 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
 		}, []string{"op"}),
 		bodies: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "osprey_s3_body_memory_bytes", Help: "Memory the request bodies in progress hold, of the gateway's --max-body-memory.",
+			Name: "osprey_s3_body_memory_bytes", Help: "Memory the request bodies in progress hold, of the gateway's --max-body-mib.",
 		}),
 	}
 	reg.MustRegister(g.requests, g.in, g.out, g.latency, g.bodies)
