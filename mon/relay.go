@@ -157,7 +157,9 @@ func (m *Mon) relayBoot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBootRe
 	if err != nil {
 		return nil, m.cannotRelay(leader, "boot", "passing it to the leader", err)
 	}
-	wctx, cancel := context.WithCancel(ctx)
+	// Within the mon client's attempt (5 s by default), so that the OSD
+	// does not retry while the leader still works on this one.
+	wctx, cancel := context.WithTimeout(ctx, relayBootWait)
 	defer cancel()
 	// From the request's revision on: a reply put before the watch began
 	// is seen too.
@@ -178,6 +180,11 @@ func (m *Mon) relayBoot(ctx context.Context, b *osdpb.MonBoot) (*osdpb.MonBootRe
 	// again, as one whose reply was lost.
 	return nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "mon.%s relayed the boot to the leader at %s, which did not answer in time", m.cfg.Name, leader)
 }
+
+// relayBootWait bounds how long a standby waits for the leader's answer
+// to a boot it relayed; the request then goes with the standby's lease,
+// unclaimed.
+const relayBootWait = 4 * time.Second
 
 // watchRelays acts on what standby mons relayed (relayBeacon,
 // relayFailure, relayMarkMeDown, relayBoot) as on what the OSDs send us.
@@ -350,8 +357,18 @@ func (l *leadership) relayedBoot(key string, v []byte) {
 	}
 	ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(l.ctx), requestTimeout)
 	defer cancel()
+	// Claim the request: it is taken once, by one leader. Left in etcd, a
+	// new leader would boot it again from its watch's existing records,
+	// perhaps long after the OSD booted otherwise (the standby's lease
+	// outlives it by up to 20 s if the standby dies).
+	claim, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(key), ">", 0)).Then(clientv3.OpDelete(key)).Commit()
+	if err != nil || !claim.Succeeded {
+		if err != nil && l.ctx.Err() == nil {
+			m.log.Debug("claiming a relayed boot", "key", key, "err", err)
+		}
+		return
+	}
 	var rep *osdpb.MonBootReply
-	var err error
 	if rb.Boot.Fsid != "" && rb.Boot.Fsid != m.fsid {
 		err = ops.Errorf(osdpb.Status_WRONG_CLUSTER, "fsid %s is not this cluster's (%s)", rb.Boot.Fsid, m.fsid)
 	} else if err = validateBoot(rb.Boot); err == nil {

@@ -283,3 +283,42 @@ func leaderAndStandby(t *testing.T, grace time.Duration) (a, b *Mon, cfg Config)
 	eventually(t, 5*time.Second, "mon.b knows the leader", func() bool { return b.Leader() == a.Addr() })
 	return a, b, cfg
 }
+
+// TestRelayedBootTakenOnce: a boot a standby relayed while no mon led is
+// booted by the next leader, which claims the request (deletes it) as it
+// takes it and leaves its reply: a leader after it finds no request to
+// boot again (only the reply, on the standby's lease, until it ends).
+func TestRelayedBootTakenOnce(t *testing.T) {
+	e := startTestEtcd(t)
+	cfg := testConfig(e, "a")
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	k := keys{pfx: defaultPrefix}
+	lease, err := cli.Grant(ctxFor(t, 5*time.Second), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := proto.Marshal(&osdpb.RelayedBoot{Boot: bootOf(0), Mon: "c", AtUnixNanos: time.Now().UnixNano(), Lease: int64(lease.ID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctxFor(t, 5*time.Second), k.relayBoot("n1"), string(v), clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	a := startTestMon(t, cfg)
+	eventually(t, 15*time.Second, "mon.a leads", a.IsLeader)
+	var rep osdpb.MonBootReply
+	eventually(t, 10*time.Second, "the relayed boot answered", func() bool {
+		resp, err := cli.Get(ctxFor(t, 5*time.Second), k.relayBootReply("n1"))
+		return err == nil && len(resp.Kvs) == 1 && proto.Unmarshal(resp.Kvs[0].Value, &rep) == nil
+	})
+	if rep.Header.GetStatus() != osdpb.Status_OK {
+		t.Fatalf("the relayed boot: %v", rep.Header)
+	}
+	if resp, err := cli.Get(ctxFor(t, 5*time.Second), k.relayBoot("n1")); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the request is still in etcd once taken (%v)", err)
+	}
+}
