@@ -3,6 +3,7 @@ package osd
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -74,5 +75,44 @@ func TestGarbageKeys(t *testing.T) {
 		if !slices.Equal(dropped, c.dropped) {
 			t.Errorf("%s: the entry's keys changed to %q", c.name, dropped)
 		}
+	}
+}
+
+// TestRedropTodo: a primary going active deletes again the parts of the
+// entries logged within the window of the log's newest, past those this
+// process did already, never those of an entry without a time or parts.
+func TestRedropTodo(t *testing.T) {
+	const minute = int64(time.Minute)
+	at := func(seq uint64, nanos int64, parts ...string) *osdpb.LogEntry {
+		return &osdpb.LogEntry{Version: &osdpb.Version{Epoch: 3, Seq: seq}, LoggedUnixNanos: nanos, DroppedParts: parts}
+	}
+	log := []*osdpb.LogEntry{
+		at(1, 1*minute, "old"),     // outside the window
+		at(2, 0, "untimed"),     // an older build's
+		at(3, 8*minute, "a"),       // within
+		at(4, 9*minute),            // dropped nothing
+		at(5, 10*minute, "b", "c"), // the newest
+	}
+	seqs := func(es []*osdpb.LogEntry) []uint64 {
+		var out []uint64
+		for _, e := range es {
+			out = append(out, e.Version.Seq)
+		}
+		return out
+	}
+	if got := seqs(redropTodo(log, 3*time.Minute, 0)); !slices.Equal(got, []uint64{3, 5}) {
+		t.Fatalf("redrop %v; want [3 5]", got)
+	}
+	if got := seqs(redropTodo(log, 3*time.Minute, 3)); !slices.Equal(got, []uint64{5}) {
+		t.Fatalf("past seq 3: redrop %v; want [5]", got)
+	}
+	if got := redropTodo(log, 3*time.Minute, 5); len(got) != 0 {
+		t.Fatalf("everything done already: redrop %v", seqs(got))
+	}
+	p := &pgState{}
+	p.noteDrops(log[4])
+	p.noteDrops(log[2]) // an older one: the mark stays
+	if got := p.dropsThrough.Load(); got != 5 {
+		t.Fatalf("dropsThrough %d; want 5", got)
 	}
 }

@@ -26,6 +26,10 @@ import (
 type pgState struct {
 	sid        uint32
 	pool, pg   uint32
+	// dropsThrough is the seq of the newest entry whose replaced parts
+	// this process deleted or set out to (dropReplaced, redropRecent): a
+	// later activation re-drops only the entries past it.
+	dropsThrough atomic.Uint64
 	loaded     bool
 	last       *osdpb.Version // newest applied version
 	recovering bool
@@ -542,7 +546,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 					// (its replicas did not ack in time), or this is a
 					// new primary, which never saw it: deleting a part
 					// again is harmless.
-					o.dropReplaced(mp, p.pool, prev)
+					o.dropReplaced(p, prev)
 				}
 			})
 			return
@@ -630,7 +634,7 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 			return
 		}
 		done(e, nil)
-		o.dropReplaced(mp, p.pool, e)
+		o.dropReplaced(p, e)
 	}
 	o.replicate(mp, p, replicas, e, prior, body, buf, finish)
 	applied, err := o.apply(sid, e, body, ck)
@@ -753,35 +757,57 @@ func garbageParts(old, kept []*osdpb.PartRef) []*osdpb.PartRef {
 // RGW, which collects replaced tails hours later) finishes it. A graceful
 // stop ends the wait (FlushDrops); after a crash during it, the PG's next
 // primary deletes them as it goes active (redropRecent).
-func (o *OSD) dropReplaced(mp *placement.Map, pool uint32, e *osdpb.LogEntry) {
+func (o *OSD) dropReplaced(p *pgState, e *osdpb.LogEntry) {
 	if len(e.DroppedParts) == 0 {
 		return
 	}
+	p.noteDrops(e)
 	o.drops.Add(1)
 	o.wg.Go(func() {
 		defer o.drops.Add(-1)
-		if d := o.st.KeepReplacedFor(); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-o.dropNow:
-				t.Stop()
-			case <-o.ctx.Done():
-				t.Stop()
-				return
-			}
-			mp = o.Map()
+		if o.waitKeepReplaced() {
+			o.dropGarbage(o.Map(), p.pool, e)
 		}
-		if h := partsDropping.Load(); h != nil && h(o.id) {
-			return
-		}
-		cur, err := o.st.Head(o.ctx, e.Bucket, e.Key)
-		if err != nil && !errors.Is(err, store.ErrNoSuchKey) && !errors.Is(err, store.ErrNoSuchBucket) {
-			o.log.Warn("keeping a replaced object's parts: cannot read what replaced it", "bucket", e.Bucket, "key", e.Key, "err", err)
-			return
-		}
-		o.dropParts(mp, pool, garbageKeys(e.DroppedParts, cur))
 	})
+}
+
+// noteDrops records that this process deletes e's replaced parts.
+func (p *pgState) noteDrops(e *osdpb.LogEntry) {
+	seq := e.GetVersion().GetSeq()
+	for cur := p.dropsThrough.Load(); seq > cur && !p.dropsThrough.CompareAndSwap(cur, seq); cur = p.dropsThrough.Load() {
+	}
+}
+
+// waitKeepReplaced waits the store's KeepReplacedFor (less on a graceful
+// stop: FlushDrops); false when the OSD stops meanwhile.
+func (o *OSD) waitKeepReplaced() bool {
+	d := o.st.KeepReplacedFor()
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-o.dropNow:
+	case <-o.ctx.Done():
+		return false
+	}
+	return true
+}
+
+// dropGarbage deletes the parts e made garbage but those the object now at
+// e's key names.
+func (o *OSD) dropGarbage(mp *placement.Map, pool uint32, e *osdpb.LogEntry) {
+	if h := partsDropping.Load(); h != nil && h(o.id) {
+		return
+	}
+	cur, err := o.st.Head(o.ctx, e.Bucket, e.Key)
+	if err != nil && !errors.Is(err, store.ErrNoSuchKey) && !errors.Is(err, store.ErrNoSuchBucket) {
+		o.log.Warn("keeping a replaced object's parts: cannot read what replaced it", "bucket", e.Bucket, "key", e.Key, "err", err)
+		return
+	}
+	o.dropParts(mp, pool, garbageKeys(e.DroppedParts, cur))
 }
 
 // partsDropping runs as OSD osd is about to delete the parts an entry
@@ -807,8 +833,15 @@ func (o *OSD) redropWindow() time.Duration {
 // every member, so whoever leads next finds them; a delete of a part gone
 // already, or that the object now at the key names again, changes nothing
 // (dropReplaced).
+//
+// Only the entries past p.dropsThrough: those this process deleted the
+// parts of already (as primary before, or at an earlier activation) are
+// not done again at every re-peering; a delete of a part gone already is
+// still a replicated write. One goroutine runs them one after another.
 func (o *OSD) redropRecent(p *pgState) {
+	o.drops.Add(1)
 	o.wg.Go(func() {
+		defer o.drops.Add(-1)
 		_, tail, err := o.st.PGInfo(o.ctx, p.sid)
 		if err != nil {
 			return
@@ -817,18 +850,36 @@ func (o *OSD) redropRecent(p *pgState) {
 		if err != nil {
 			return
 		}
-		var newest int64
-		for _, e := range entries {
-			newest = max(newest, e.LoggedUnixNanos)
+		todo := redropTodo(entries, o.redropWindow(), p.dropsThrough.Load())
+		for _, e := range todo {
+			p.noteDrops(e)
 		}
-		from := newest - int64(o.redropWindow())
-		mp := o.Map()
-		for _, e := range entries {
-			if len(e.DroppedParts) > 0 && e.LoggedUnixNanos != 0 && e.LoggedUnixNanos >= from {
-				o.dropReplaced(mp, p.pool, e)
-			}
+		if len(todo) == 0 || !o.waitKeepReplaced() {
+			return
+		}
+		for _, e := range todo {
+			o.dropGarbage(o.Map(), p.pool, e)
 		}
 	})
+}
+
+// redropTodo is what redropRecent deletes again of a PG's log entries:
+// those that made parts garbage, logged within window of the newest entry
+// (by the primaries' clocks; an entry of an older build, with no time, is
+// left out), past seq done.
+func redropTodo(entries []*osdpb.LogEntry, window time.Duration, done uint64) []*osdpb.LogEntry {
+	var newest int64
+	for _, e := range entries {
+		newest = max(newest, e.LoggedUnixNanos)
+	}
+	from := newest - int64(window)
+	var todo []*osdpb.LogEntry
+	for _, e := range entries {
+		if len(e.DroppedParts) > 0 && e.LoggedUnixNanos != 0 && e.LoggedUnixNanos >= from && e.GetVersion().GetSeq() > done {
+			todo = append(todo, e)
+		}
+	}
+	return todo
 }
 
 // FlushDrops ends the wait of the replaced parts' deletes (dropReplaced),
