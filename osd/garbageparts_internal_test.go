@@ -88,7 +88,7 @@ func TestRedropTodo(t *testing.T) {
 	}
 	log := []*osdpb.LogEntry{
 		at(1, 1*minute, "old"),     // outside the window
-		at(2, 0, "untimed"),     // an older build's
+		at(2, 0, "untimed"),        // an older build's
 		at(3, 8*minute, "a"),       // within
 		at(4, 9*minute),            // dropped nothing
 		at(5, 10*minute, "b", "c"), // the newest

@@ -24,16 +24,16 @@ import (
 // goroutine touches it, except while recovering, when the recovery
 // goroutine owns the store side and the shard only queues.
 type pgState struct {
-	sid        uint32
-	pool, pg   uint32
+	sid      uint32
+	pool, pg uint32
 	// dropsThrough is the seq of the newest entry whose replaced parts
 	// this process deleted or set out to (dropReplaced, redropRecent): a
 	// later activation re-drops only the entries past it.
 	dropsThrough atomic.Uint64
-	loaded     bool
-	last       *osdpb.Version // newest applied version
-	recovering bool
-	queued     []queuedRepOp // RepOps that wait for the recovery
+	loaded       bool
+	last         *osdpb.Version // newest applied version
+	recovering   bool
+	queued       []queuedRepOp // RepOps that wait for the recovery
 	// recoveryFailures counts failed recoveries in a row; none starts
 	// before retryAt (fullness.go).
 	recoveryFailures int
