@@ -80,14 +80,15 @@ func TestFrozenPrimaryBlamesNoReplica(t *testing.T) {
 	p.cmd.Process.Signal(syscall.SIGSTOP)
 	time.Sleep(12 * time.Second) // the freeze itself: what the test is about
 	p.cmd.Process.Signal(syscall.SIGCONT)
-	woke := time.Now()
 	before := count()
 	osdtest.Eventually(t, 30*time.Second, "writes to the victim's PGs flowing again", func() bool { return count() >= before+50 })
+	flowing := time.Now()
 
-	// Its beacons report what its rep timers did, every second: watch
-	// them for a few.
+	// Its beacons report what its rep timers did, every second, and the
+	// status keeps a rep timeout for a minute: watch a few beacons from
+	// the moment writes flow again.
 	blame := fmt.Sprintf("osd.%d: ", id)
-	for time.Since(woke) < 6*time.Second {
+	for time.Since(flowing) < 6*time.Second {
 		st, err := mc.mon.StatusDetail(ctx)
 		if err != nil {
 			t.Fatal(err)
