@@ -31,6 +31,7 @@ import (
 	"github.com/ospreystore/osprey/msgr/transports"
 	"github.com/ospreystore/osprey/msgr/wire"
 	"github.com/ospreystore/osprey/proto/osdpb"
+	"golang.org/x/sync/singleflight"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -137,12 +138,15 @@ const recvWindow = 64 << 20
 
 // Client talks to one cluster. It is safe for concurrent use.
 type Client struct {
-	opts  Options
-	log   *slog.Logger
-	m     *msgr.Messenger
-	mapv  atomic.Pointer[placement.Map]
-	nonce uint64
-	tid   atomic.Uint64
+	opts Options
+	log  *slog.Logger
+	m    *msgr.Messenger
+	mapv atomic.Pointer[placement.Map]
+	// refreshing joins the map refreshes of ops retrying at once (a
+	// gateway's ops at a dead OSD): one fetch serves them all.
+	refreshing singleflight.Group
+	nonce      uint64
+	tid        atomic.Uint64
 
 	pending pending.Calls
 	// closed: Close was called; an op that fails then is not retried.
@@ -410,15 +414,18 @@ func (c *Client) dropConn(conn *msgr.Conn) {
 // refreshMap fetches the map from any OSD of the current map (seeds first,
 // staggered as in fetchMap).
 func (c *Client) refreshMap(ctx context.Context) {
-	addrs := append([]string(nil), c.opts.Seeds...)
-	for info := range c.Map().OSDs() {
-		if info.Up {
-			addrs = append(addrs, info.PublicAddr)
+	c.refreshing.Do("map", func() (any, error) {
+		addrs := append([]string(nil), c.opts.Seeds...)
+		for info := range c.Map().OSDs() {
+			if info.Up {
+				addrs = append(addrs, info.PublicAddr)
+			}
 		}
-	}
-	if err := c.fetchMap(ctx, addrs); err != nil {
-		c.log.Debug("client: map refresh", "err", err)
-	}
+		if err := c.fetchMap(ctx, addrs); err != nil {
+			c.log.Debug("client: map refresh", "err", err)
+		}
+		return nil, nil
+	})
 }
 
 // target says where an op goes: the pool, the PG and its primary.
@@ -522,7 +529,7 @@ func (c *Client) do(ctx context.Context, t osdpb.MsgType, tg target, build func(
 		// client without a mon learns only by asking (a client with one
 		// gets it pushed, and asks the OSDs all the same).
 		moved := mapMoved(oe)
-		if moved || !answered || attempt > 2 {
+		if moved || attempt > 2 || !answered && c.Map().Epoch() == mp.Epoch() {
 			c.refreshMap(ctx)
 		}
 		if moved && tg.regroup {
