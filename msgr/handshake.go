@@ -338,9 +338,13 @@ func (m *Messenger) clientHandshake(c *Conn, link wire.Link, window uint64, disa
 		if err != nil {
 			return nil, err
 		}
-		m.startLink(lr)
+		// The event before the link runs: queued ahead of every message
+		// the link delivers, and of its end, which drops what comes after
+		// (a busy host could run the whole session before this goroutine
+		// went on).
 		m.log.Debug("msgr: connected", "peer", peer, "addr", link.RemoteAddr())
 		c.pushEvent(Event{Kind: EventConnect, Conn: c})
+		m.startLink(lr)
 		if h := testHookConnected.Load(); h != nil {
 			(*h)(c)
 		}
@@ -596,9 +600,10 @@ func (m *Messenger) acceptSession(link wire.Link, mode Mode, peer EntityName, no
 		c.fault(lr, err)
 		return true, err
 	}
-	m.startLink(lr)
+	// Before the link runs, as EventConnect (dial).
 	m.log.Debug("msgr: accepted", "peer", peer, "remote", link.RemoteAddr(), "policy", policy)
 	c.pushEvent(Event{Kind: EventAccept, Conn: c})
+	m.startLink(lr)
 	return true, nil
 }
 
