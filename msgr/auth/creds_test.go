@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -200,6 +201,54 @@ func TestKeyringFile(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Fatalf("Save left temporary files: %v", ents)
+	}
+}
+
+// TestKeyringFileIntoSpecial: a keyring written to a path that names no
+// regular file (a pipe, as /dev/stdout or /dev/null) is written into it,
+// which stays what it was; one written through a symlink replaces the
+// link's target, and the link stays; a directory is refused.
+func TestKeyringFileIntoSpecial(t *testing.T) {
+	dir := t.TempDir()
+	data := []byte("keyring bytes\n")
+	fifo := filepath.Join(dir, "pipe")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := os.ReadFile(fifo) // until the writer closes it
+		got <- b
+	}()
+	if err := WriteKeyringFile(fifo, data); err != nil {
+		t.Fatalf("into a pipe: %v", err)
+	}
+	if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("the pipe after the write: %v, %v", fi.Mode(), err)
+	}
+	if b := <-got; !bytes.Equal(b, data) {
+		t.Fatalf("the pipe's reader got %q", b)
+	}
+
+	target := filepath.Join(dir, "real.keyring")
+	if err := os.WriteFile(target, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.keyring")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteKeyringFile(link, data); err != nil {
+		t.Fatalf("through a symlink: %v", err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the symlink after the write: %v, %v", fi.Mode(), err)
+	}
+	if b, err := os.ReadFile(target); err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("the link's target: %q, %v", b, err)
+	}
+	if err := WriteKeyringFile(dir, data); err == nil {
+		t.Fatal("a keyring written over a directory")
 	}
 }
 

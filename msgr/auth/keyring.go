@@ -54,10 +54,32 @@ func createKeyringTemp(path string) (*os.File, error) {
 	return os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 }
 
+// keyringTarget is where WriteKeyringFile writes for path: path with its
+// symlinks resolved, and whether it names something other than a regular
+// file (written into, not replaced). A directory is refused.
+func keyringTarget(path string) (string, bool, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return path, false, nil // nothing there yet (or a dangling link): made anew
+	}
+	fi, err := os.Stat(real)
+	switch {
+	case err != nil:
+		return real, false, nil
+	case fi.IsDir():
+		return "", false, fmt.Errorf("%s is a directory, not a keyring file", path)
+	}
+	return real, !fi.Mode().IsRegular(), nil
+}
+
 // CheckKeyringPath fails where WriteKeyringFile could not write path (its
 // directory missing or not writable), without touching path: a caller
 // checks before it has a keyring that must not be lost.
 func CheckKeyringPath(path string) error {
+	path, special, err := keyringTarget(path)
+	if err != nil || special {
+		return err // a device or pipe is opened when written
+	}
 	tmp, err := createKeyringTemp(path)
 	if err != nil {
 		return err
@@ -69,8 +91,26 @@ func CheckKeyringPath(path string) error {
 // WriteKeyringFile writes a keyring file (data as MarshalPEM made it) to
 // path with mode 0600, replacing any file there in one rename, so a
 // reader never sees half of one and the key is never readable by others,
-// not even for a moment.
+// not even for a moment. A symlink's target is what is replaced; a path
+// that names no regular file (/dev/stdout, a pipe) is written into, as
+// Ceph's -o does: renamed over, it would become a file holding the key
+// (`-o /dev/null` as root made /dev/null one).
 func WriteKeyringFile(path string, data []byte) error {
+	path, special, err := keyringTarget(path)
+	if err != nil {
+		return err
+	}
+	if special {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			return err
+		}
+		_, err = f.Write(data)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
 	tmp, err := createKeyringTemp(path)
 	if err != nil {
 		return err
