@@ -2,6 +2,7 @@ package mon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -413,8 +414,19 @@ func (m *Mon) GetOrCreateKeyring(ctx context.Context, entity string, caps map[st
 // WriteKeyring is GetOrCreateKeyring that also writes the keyring file
 // (mode 0600) to path: how "osprey mon" and "osprey up" hand out
 // client.admin's and client.bootstrap-osd's keys.
+//
+// An entity that exists with other caps (an operator narrowed them with
+// auth caps) is handed out as it is, with a warning: refusing it would
+// keep the mon from ever starting again, and "auth caps" needs a mon.
 func (m *Mon) WriteKeyring(ctx context.Context, path, entity string, caps map[string]string) (*auth.Keyring, error) {
 	pem, err := m.GetOrCreateKeyring(ctx, entity, caps)
+	if errors.Is(err, ops.ErrEntityExists) {
+		m.log.Warn("an entity the mon hands out at its start has caps other than its defaults; handing it out as it is", "entity", entity, "err", err)
+		rep := &osdpb.MonCommandReply{}
+		if _, err = m.authCommand(ctx, &osdpb.MonCommand{Prefix: "auth get", Entity: entity}, rep, nil); err == nil {
+			pem = rep.Keyring
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("making %s: %w", entity, err)
 	}

@@ -37,6 +37,17 @@ func TestWriteKeyrings(t *testing.T) {
 	if err != nil || !again.Admin.Cert.Equal(k.Admin.Cert) || !again.BootstrapOSD.Cert.Equal(k.BootstrapOSD.Cert) {
 		t.Fatalf("writing the keyrings again changed them: %v", err)
 	}
+	// An operator narrowed client.admin's caps: a mon's next start (which
+	// writes them again) hands it out as it is, never refuses to start.
+	rep := &osdpb.MonCommandReply{}
+	if _, err := m.authCommand(ctx, &osdpb.MonCommand{Prefix: "auth caps", Entity: "client.admin",
+		Caps: map[string]string{"mon": "allow *", "osd": "allow r"}}, rep, nil); err != nil {
+		t.Fatal(err)
+	}
+	narrowed, err := m.WriteKeyrings(ctx, dir)
+	if err != nil || !narrowed.Admin.Cert.Equal(k.Admin.Cert) {
+		t.Fatalf("writing the keyrings after client.admin's caps changed: %v", err)
+	}
 }
 
 // TestKeyringFilesFollowRotation: when client.bootstrap-osd's key is
