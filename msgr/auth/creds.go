@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +54,14 @@ func ValidateEntity(name string) error {
 	for _, r := range id {
 		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
 			return fmt.Errorf("%w %q: id has %q", ErrInvalidEntity, name, r)
+		}
+	}
+	if t == "osd" {
+		// An OSD's id is its number, written one way only: "osd.007"
+		// would pass for osd.7 where ids are compared as numbers, and
+		// outlive its "osd rm 7".
+		if n, err := strconv.ParseUint(id, 10, 32); err != nil || strconv.FormatUint(n, 10) != id {
+			return fmt.Errorf("%w %q: an OSD's id is its number, as osd.7", ErrInvalidEntity, name)
 		}
 	}
 	return nil

@@ -143,6 +143,21 @@ func TestVerifyRefuses(t *testing.T) {
 	}
 }
 
+// TestValidateEntityOSDIDs: an OSD's entity name is its number, written
+// one way only; other types take any id of the allowed characters.
+func TestValidateEntityOSDIDs(t *testing.T) {
+	for _, name := range []string{"osd.0", "osd.7", "osd.4294967295", "client.007", "client.admin", "mon.a", "client.s3-gw_1.x"} {
+		if err := ValidateEntity(name); err != nil {
+			t.Errorf("%s refused: %v", name, err)
+		}
+	}
+	for _, name := range []string{"osd.007", "osd.00", "osd.abc", "osd.-1", "osd.+1", "osd.4294967296", "osd.7.1"} {
+		if err := ValidateEntity(name); !errors.Is(err, ErrInvalidEntity) {
+			t.Errorf("%s: %v, want ErrInvalidEntity", name, err)
+		}
+	}
+}
+
 func TestParseKeyringRefuses(t *testing.T) {
 	ca := mustCA(t)
 	k := mustIssue(t, ca, "client.a")
