@@ -151,19 +151,27 @@ func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (pr
 		return nil, ops.Errorf(osdpb.Status_WRONG_CLUSTER, "fsid %s is not this cluster's (%s)", fsid, m.fsid)
 	}
 	l := m.lead.Load()
-	if b, ok := req.(*osdpb.MonBeacon); ok && l == nil && b.LeaderUnreachable {
-		return m.relayBeacon(ctx, b)
-	}
-	if f, ok := req.(*osdpb.MonFailure); ok && l == nil && f.LeaderUnreachable {
-		return m.relayFailure(ctx, f)
-	}
-	if r, ok := req.(*osdpb.MonMarkMeDown); ok && l == nil && r.LeaderUnreachable {
-		return m.relayMarkMeDown(ctx, r)
-	}
-	if r, ok := req.(*osdpb.MonBoot); ok && l == nil && r.LeaderUnreachable {
-		return m.relayBoot(ctx, r)
-	}
 	if l == nil {
+		// A standby relays what an OSD that cannot reach the leader
+		// sends (relay.go); the rest goes to the leader.
+		switch r := req.(type) {
+		case *osdpb.MonBeacon:
+			if r.LeaderUnreachable {
+				return m.relayBeacon(ctx, r)
+			}
+		case *osdpb.MonFailure:
+			if r.LeaderUnreachable {
+				return m.relayFailure(ctx, r)
+			}
+		case *osdpb.MonMarkMeDown:
+			if r.LeaderUnreachable {
+				return m.relayMarkMeDown(ctx, r)
+			}
+		case *osdpb.MonBoot:
+			if r.LeaderUnreachable {
+				return m.relayBoot(ctx, r)
+			}
+		}
 		return nil, m.notLeader()
 	}
 	switch r := req.(type) {

@@ -258,14 +258,14 @@ func (o *OSD) target(hdr *osdpb.Header, bucket, key string, meta bool) (*placeme
 	return mp, pool, pg, nil
 }
 
-// dispatchClient routes one client op: writes to their PG's shard, reads
-// to the reader pool. fromPeer marks ops that came over the cluster
-// network (a bucket-emptiness check).
 // clientReceived runs as OSD osd takes up a client's message, which it
 // drops unanswered when the hook returns true (an OSD frozen as seen from
 // its clients).
 var clientReceived testHook[func(osd uint32, t osdpb.MsgType) bool]
 
+// dispatchClient routes one client op: writes to their PG's shard, reads
+// to the reader pool. fromPeer marks ops that came over the cluster
+// network (a bucket-emptiness check).
 func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 	t := osdpb.MsgType(m.Type)
 	if h := clientReceived.Load(); h != nil && !fromPeer && h(o.id, t) {

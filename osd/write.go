@@ -588,8 +588,6 @@ func (o *OSD) write(mp *placement.Map, sid uint32, e *osdpb.LogEntry, body []byt
 	objectOp := e.Kind == osdpb.OpKind_OP_PUT || e.Kind == osdpb.OpKind_OP_DELETE
 	if objectOp {
 		e.LoggedUnixNanos = time.Now().UnixNano() // redropRecent
-	}
-	if objectOp {
 		o.bucketGate.RLock()
 	}
 	// Every answer (a bad digest, no room, no bucket) comes from Check,
@@ -766,7 +764,7 @@ func (o *OSD) dropReplaced(p *pgState, e *osdpb.LogEntry) {
 	o.wg.Go(func() {
 		defer o.drops.Add(-1)
 		if o.waitKeepReplaced() {
-			o.dropGarbage(o.Map(), p.pool, e)
+			o.dropGarbage(p.pool, e)
 		}
 	})
 }
@@ -797,8 +795,8 @@ func (o *OSD) waitKeepReplaced() bool {
 }
 
 // dropGarbage deletes the parts e made garbage but those the object now at
-// e's key names.
-func (o *OSD) dropGarbage(mp *placement.Map, pool uint32, e *osdpb.LogEntry) {
+// e's key names, by the map of the moment.
+func (o *OSD) dropGarbage(pool uint32, e *osdpb.LogEntry) {
 	if h := partsDropping.Load(); h != nil && h(o.id) {
 		return
 	}
@@ -807,7 +805,7 @@ func (o *OSD) dropGarbage(mp *placement.Map, pool uint32, e *osdpb.LogEntry) {
 		o.log.Warn("keeping a replaced object's parts: cannot read what replaced it", "bucket", e.Bucket, "key", e.Key, "err", err)
 		return
 	}
-	o.dropParts(mp, pool, garbageKeys(e.DroppedParts, cur))
+	o.dropParts(o.Map(), pool, garbageKeys(e.DroppedParts, cur))
 }
 
 // partsDropping runs as OSD osd is about to delete the parts an entry
@@ -858,7 +856,7 @@ func (o *OSD) redropRecent(p *pgState) {
 			return
 		}
 		for _, e := range todo {
-			o.dropGarbage(o.Map(), p.pool, e)
+			o.dropGarbage(p.pool, e)
 		}
 	})
 }
