@@ -1,17 +1,47 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"iter"
+	"sync/atomic"
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/msgr"
+	"github.com/ospreystore/osprey/proto/osdpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // ListHidden lists the multipart bucket, for tests that check what uploads
 // leave behind.
 func ListHidden(ctx context.Context, c *Client) iter.Seq2[ObjectInfo, error] {
 	return c.list(ctx, ops.MultipartBucket, ListOptions{})
+}
+
+// ListHiddenUnder lists the multipart bucket under prefix (an upload's
+// parts: "ID/"), as a client that knows an upload id could.
+func ListHiddenUnder(ctx context.Context, c *Client, prefix string) iter.Seq2[ObjectInfo, error] {
+	return c.list(ctx, ops.MultipartBucket, ListOptions{Prefix: prefix})
+}
+
+// GetHidden reads an object of the multipart bucket (a part) by its key,
+// and HeadHidden its metadata, as a client that knows its key could.
+func GetHidden(ctx context.Context, c *Client, key string) ([]byte, error) {
+	var crcd atomic.Int64
+	_, msg, err := c.getRangeOnce(ctx, ops.MultipartBucket, key, 0, -1, nil, true, &crcd)
+	if err != nil {
+		return nil, err
+	}
+	defer msg.Release()
+	return bytes.Clone(msg.Data), nil
+}
+
+func HeadHidden(ctx context.Context, c *Client, key string) error {
+	var rep osdpb.ObjectReply
+	_, err := c.do(ctx, osdpb.MsgType_MSG_HEAD_OBJECT, target{bucket: ops.MultipartBucket, key: key}, func(h *osdpb.Header) proto.Message {
+		return &osdpb.ObjectRequest{Header: h, Bucket: ops.MultipartBucket, Key: key}
+	}, nil, &rep, false)
+	return err
 }
 
 // ListBatch is ListObjects asking each primary for batch entries in its

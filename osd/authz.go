@@ -128,16 +128,20 @@ func (a *authTables) opAllowed(peer msgr.EntityName, t osdpb.MsgType, bucket str
 // anything there. Otherwise:
 //   - an upload's record "BUCKET/KEY/ID", and a listing under "BUCKET/",
 //     are BUCKET's, checked on it;
-//   - a part or piece "ID/..." names no bucket. Its upload id, 128 random
-//     bits that only the uploader and the readers of the upload's bucket
-//     learn (from the upload listing, or the object's metadata), is the
-//     capability to read it: reading one, or listing "ID/", takes read on
-//     some bucket, and such a listing shows parts and pieces only
-//     (partsOnly), whatever else its prefix matches. Writing or deleting
-//     one takes caps that cover the multipart bucket: a user writes its
-//     parts with UPLOAD_PART, checked on the upload's bucket;
+//   - a part or piece "ID/..." names no bucket in its key: its metadata
+//     does (ObjectMeta.upload_bucket), which the OSD has only once it
+//     reads it. Reading one, or listing "ID/", takes read on some bucket
+//     here (byUpload), and then read on the part's own bucket as it is
+//     read (partReadable): a get or head of a part of another's bucket
+//     is refused, and a listing shows only the parts and pieces of
+//     buckets the caller may read, whatever else its prefix matches. So
+//     an upload id is no capability: a reader whose caps on a bucket were
+//     taken away reads none of its objects' parts, though their heads
+//     named them. Writing or deleting one takes caps that cover the
+//     multipart bucket: a user writes its parts with UPLOAD_PART, checked
+//     on the upload's bucket;
 //   - a put takes caps that cover the multipart bucket, whatever the key.
-func (a *authTables) hiddenAllowed(peer msgr.EntityName, t osdpb.MsgType, key string, list bool) (partsOnly bool, _ *ops.Error) {
+func (a *authTables) hiddenAllowed(peer msgr.EntityName, t osdpb.MsgType, key string, list bool) (byUpload bool, _ *ops.Error) {
 	err := a.opAllowed(peer, t, ops.MultipartBucket)
 	if err == nil || t == osdpb.MsgType_MSG_PUT_OBJECT || t == osdpb.MsgType_MSG_PUT_OBJECT_IF {
 		// Nobody else puts a hidden object: a record made by hand could
@@ -162,10 +166,26 @@ func (a *authTables) hiddenAllowed(peer msgr.EntityName, t osdpb.MsgType, key st
 	part := list && cut && ops.CheckUploadID(first) == nil || !list && ops.IsPartOrPiece(key)
 	if part && opPerm(t) == auth.PermRead {
 		if r, rerr := a.Record(string(peer)); rerr == nil && r.Caps.AllowsSome(auth.ServiceOSD, auth.PermRead) {
-			return list, nil
+			return true, nil
 		}
 	}
 	return false, err
+}
+
+// partReadable checks a read of a part or piece (its metadata meta) by
+// peer, which hiddenAllowed let through by its upload id (byUpload): peer
+// must be allowed to read the part's bucket. A part written before OSDs
+// recorded its bucket (no upload_bucket) is read as before, by upload id
+// alone.
+// (An error, not an *ops.Error: its callers keep it in an error, where a
+// nil *ops.Error would not be nil.)
+func (a *authTables) partReadable(peer msgr.EntityName, meta *osdpb.ObjectMeta) error {
+	b := meta.GetUploadBucket()
+	if b == "" || a.opAllowed(peer, osdpb.MsgType_MSG_GET_OBJECT, b) == nil {
+		return nil
+	}
+	// Not the bucket's name: an upload id is all the caller showed.
+	return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not read this upload's parts: they are its bucket's, which its caps do not cover", peer)
 }
 
 // adminAllowed checks an admin-only request (what: "scrub") from peer:

@@ -3,6 +3,7 @@ package osd
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"strings"
 	"testing"
 
@@ -62,10 +63,10 @@ func TestAuthzOps(t *testing.T) {
 
 // TestAuthzHidden: the multipart bucket's objects are their buckets'
 // (authTables.hiddenAllowed). A user whose caps name its bucket reads and
-// writes its uploads' records and lists them, reads parts and pieces by
-// upload id (a listing of "ID/" showing parts and pieces only), and may
-// not delete or write one, nor list the whole bucket; caps that cover
-// every bucket may do anything there.
+// writes its uploads' records and lists them, is let through to the parts
+// and pieces of an upload id (byUpload: partReadable checks each one's
+// bucket as it is read), and may not delete or write one, nor list the
+// whole bucket; caps that cover every bucket may do anything there.
 func TestAuthzHidden(t *testing.T) {
 	a := &authTables{enforce: true}
 	a.note(&osdpb.AuthTable{Revision: 1, Entries: []*osdpb.AuthEntry{
@@ -78,11 +79,11 @@ func TestAuthzHidden(t *testing.T) {
 	rec, part, piece := ops.UploadKey("photos", "a/b", id), ops.PartKey(id, 3), ops.PieceKey(id, 3, ops.NewPieceSet(), 1)
 	get, del, list := osdpb.MsgType_MSG_GET_OBJECT, osdpb.MsgType_MSG_DELETE_OBJECT, osdpb.MsgType_MSG_LIST_OBJECTS
 	for _, tc := range []struct {
-		peer      string
-		t         osdpb.MsgType
-		key       string
-		list      bool
-		ok, parts bool
+		peer         string
+		t            osdpb.MsgType
+		key          string
+		list         bool
+		ok, byUpload bool
 	}{
 		{"client.admin", del, part, false, true, false},
 		{"client.admin", list, "", true, true, false},
@@ -96,8 +97,9 @@ func TestAuthzHidden(t *testing.T) {
 		{"client.photos", list, "photos/a/", true, true, false},
 		{"client.photos", list, "other/", true, false, false},
 		{"client.photos", list, "", true, false, false},
-		{"client.photos", get, part, false, true, false},
-		{"client.photos", get, piece, false, true, false},
+		{"client.photos", get, part, false, true, true},
+		{"client.photos", get, piece, false, true, true},
+		{"client.photos", osdpb.MsgType_MSG_HEAD_OBJECT, part, false, true, true},
 		{"client.photos", list, id + "/", true, true, true},
 		{"client.photos", del, part, false, false, false},
 		{"client.photos", del, piece, false, false, false},
@@ -108,15 +110,55 @@ func TestAuthzHidden(t *testing.T) {
 		{"client.mon", get, part, false, false, false},
 		{"client.nobody", get, part, false, false, false},
 	} {
-		parts, err := a.hiddenAllowed(msgrName(tc.peer), tc.t, tc.key, tc.list)
-		if (err == nil) != tc.ok || parts != tc.parts || (err != nil && err.Status != osdpb.Status_ACCESS_DENIED) {
-			t.Errorf("%s %v %q: partsOnly %v, %v; want allowed=%v partsOnly=%v", tc.peer, tc.t, tc.key, parts, err, tc.ok, tc.parts)
+		byUpload, err := a.hiddenAllowed(msgrName(tc.peer), tc.t, tc.key, tc.list)
+		if (err == nil) != tc.ok || byUpload != tc.byUpload || (err != nil && err.Status != osdpb.Status_ACCESS_DENIED) {
+			t.Errorf("%s %v %q: byUpload %v, %v; want allowed=%v byUpload=%v", tc.peer, tc.t, tc.key, byUpload, err, tc.ok, tc.byUpload)
 		}
 	}
 	// A refusal on the user's own bucket says what it lacks there.
 	_, err := a.hiddenAllowed("client.wo", get, rec, false)
 	if err == nil || !strings.Contains(err.Message, "client.wo may not read bucket photos") {
 		t.Fatalf("message: %v", err)
+	}
+}
+
+// TestAuthzPartReadable: a part let through by its upload id is read only
+// by a reader of the bucket its metadata names; one written before parts
+// named their bucket is read by upload id alone, and nothing is checked
+// while the OSD does not enforce auth.
+func TestAuthzPartReadable(t *testing.T) {
+	a := &authTables{enforce: true}
+	a.note(&osdpb.AuthTable{Revision: 1, Entries: []*osdpb.AuthEntry{
+		{Entity: "client.photos", Caps: map[string]string{"osd": "allow rw bucket=photos"}},
+		{Entity: "client.other", Caps: map[string]string{"osd": "allow r bucket=other"}},
+		{Entity: "client.wo", Caps: map[string]string{"osd": "allow w bucket=photos"}},
+	}})
+	photos := &osdpb.ObjectMeta{Size: 1, UploadBucket: "photos"}
+	old := &osdpb.ObjectMeta{Size: 1}
+	for _, tc := range []struct {
+		peer string
+		meta *osdpb.ObjectMeta
+		ok   bool
+	}{
+		{"client.photos", photos, true},
+		{"client.other", photos, false},
+		{"client.wo", photos, false},
+		{"client.gone", photos, false},
+		{"client.other", old, true},
+	} {
+		err := a.partReadable(msgrName(tc.peer), tc.meta)
+		if (err == nil) != tc.ok || err != nil && !errors.Is(err, ops.ErrAccessDenied) {
+			t.Errorf("%s reads a part of %q: %v, want allowed=%v", tc.peer, tc.meta.UploadBucket, err, tc.ok)
+		}
+	}
+	// The refusal does not name the bucket: the upload id is all the
+	// caller showed.
+	if err := a.partReadable("client.other", photos); err == nil || strings.Contains(err.Error(), "photos") {
+		t.Fatalf("refusal: %v", err)
+	}
+	a.enforce = false
+	if err := a.partReadable("client.other", photos); err != nil {
+		t.Fatalf("not enforcing: %v", err)
 	}
 }
 

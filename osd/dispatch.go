@@ -197,22 +197,29 @@ type bucketRequest interface {
 // req's bucket. When either fails, m is answered and released, and admit
 // returns false.
 func (o *OSD) admit(m *msgr.Message, req bucketRequest) bool {
+	_, ok := o.admitRead(m, req)
+	return ok
+}
+
+// admitRead is admit for an op that reads: byUpload says the peer was let
+// through on an upload id alone (authTables.hiddenAllowed), so that what
+// it reads must be parts and pieces of buckets it may read
+// (authTables.partReadable).
+func (o *OSD) admitRead(m *msgr.Message, req bucketRequest) (byUpload, ok bool) {
 	if err := m.DecodeFront(req); err != nil {
 		o.badRequest(m, err)
-		return false
+		return false, false
 	}
 	if req.GetBucket() == ops.MultipartBucket {
-		_, ok := o.admitHidden(m, req)
-		return ok
+		return o.admitHidden(m, req)
 	}
-	return o.permitted(m, req.GetBucket())
+	return false, o.permitted(m, req.GetBucket())
 }
 
 // admitHidden checks an op on the multipart bucket by the object's key,
 // or a listing's prefix (authTables.hiddenAllowed); when it is refused,
-// m is answered ACCESS_DENIED and released. partsOnly: the listing may
-// show parts and pieces only.
-func (o *OSD) admitHidden(m *msgr.Message, req bucketRequest) (partsOnly, ok bool) {
+// m is answered ACCESS_DENIED and released.
+func (o *OSD) admitHidden(m *msgr.Message, req bucketRequest) (byUpload, ok bool) {
 	key, list := "", false
 	switch r := req.(type) {
 	case *osdpb.ListObjects:
@@ -220,12 +227,12 @@ func (o *OSD) admitHidden(m *msgr.Message, req bucketRequest) (partsOnly, ok boo
 	case interface{ GetKey() string }:
 		key = r.GetKey()
 	}
-	partsOnly, err := o.authz.hiddenAllowed(m.Conn().Peer(), osdpb.MsgType(m.Type), key, list)
+	byUpload, err := o.authz.hiddenAllowed(m.Conn().Peer(), osdpb.MsgType(m.Type), key, list)
 	if err != nil {
 		o.refuse(m, "access denied", err)
 		return false, false
 	}
-	return partsOnly, true
+	return byUpload, true
 }
 
 // target checks that the op of hdr on (bucket, key) belongs here: epochs,
@@ -353,14 +360,16 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 
 	case osdpb.MsgType_MSG_GET_OBJECT:
 		var req osdpb.GetObject
-		if !o.admit(m, &req) {
+		byUpload, ok := o.admitRead(m, &req)
+		if !ok {
 			return
 		}
-		o.onReaders(m, func() { o.getObject(m, &req) })
+		o.onReaders(m, func() { o.getObject(m, &req, byUpload) })
 
 	case osdpb.MsgType_MSG_HEAD_OBJECT:
 		var req osdpb.ObjectRequest
-		if !o.admit(m, &req) {
+		byUpload, ok := o.admitRead(m, &req)
+		if !ok {
 			return
 		}
 		if err := conditionFor(t, false, req.Condition); err != nil {
@@ -369,25 +378,16 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 			return
 		}
 		o.onReaders(m, func() {
-			o.getObject(m, &osdpb.GetObject{Header: req.Header, Bucket: req.Bucket, Key: req.Key, HasRange: true, Length: 0})
+			o.getObject(m, &osdpb.GetObject{Header: req.Header, Bucket: req.Bucket, Key: req.Key, HasRange: true, Length: 0}, byUpload)
 		})
 
 	case osdpb.MsgType_MSG_LIST_OBJECTS:
 		var req osdpb.ListObjects
-		if err := m.DecodeFront(&req); err != nil {
-			o.badRequest(m, err)
+		byUpload, ok := o.admitRead(m, &req)
+		if !ok {
 			return
 		}
-		partsOnly := false
-		if req.Bucket == ops.MultipartBucket {
-			var ok bool
-			if partsOnly, ok = o.admitHidden(m, &req); !ok {
-				return
-			}
-		} else if !o.permitted(m, req.Bucket) {
-			return
-		}
-		o.onReaders(m, func() { o.listObjects(m, &req, fromPeer, partsOnly) })
+		o.onReaders(m, func() { o.listObjects(m, &req, fromPeer, byUpload) })
 
 	case osdpb.MsgType_MSG_CREATE_UPLOAD, osdpb.MsgType_MSG_UPLOAD_PART, osdpb.MsgType_MSG_COMPLETE_UPLOAD, osdpb.MsgType_MSG_COMPLETE_UPLOAD_IF,
 		osdpb.MsgType_MSG_ABORT_UPLOAD:
@@ -541,7 +541,7 @@ func (o *OSD) bucketRead(m *msgr.Message, req *osdpb.BucketRequest) {
 // getObject serves GET_OBJECT and HEAD_OBJECT (a zero-length range) at the
 // PG's primary. The bytes go into a buffer from the client's conn, which on
 // RDMA is registered memory the client reads without a copy.
-func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
+func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, byUpload bool) {
 	defer m.Release()
 	t, to := osdpb.MsgType(m.Type), replyTo(m)
 	fail := func(err error) {
@@ -563,6 +563,9 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 	}
 	if t == osdpb.MsgType_MSG_HEAD_OBJECT {
 		meta, err := o.st.Head(o.ctx, req.Bucket, req.Key)
+		if err == nil && byUpload {
+			err = o.authz.partReadable(m.Conn().Peer(), meta)
+		}
 		if err != nil {
 			fail(err)
 			return
@@ -582,6 +585,13 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject) {
 			err = rerr
 		} else {
 			meta, buf, crc, known, err = o.getInto(m.Conn(), req.Bucket, req.Key, int64(off), length, ropts)
+		}
+	}
+	if err == nil && byUpload {
+		// Checked once read, as the part's metadata names its bucket:
+		// a refused peer made the OSD read bytes it never sees.
+		if err = o.authz.partReadable(m.Conn().Peer(), meta); err != nil && buf != nil {
+			buf.Release()
 		}
 	}
 	if err != nil {
@@ -727,10 +737,11 @@ func (o *OSD) readInto(c *msgr.Conn, bucket, key string, meta *osdpb.ObjectMeta,
 // listObjects serves LIST_OBJECTS for the PGs named, which must all be
 // ours as primary; between OSDs with no PGs named it checks every local
 // object (bucket deletes use it to see that a bucket is empty). With
-// partsOnly (a listing of the multipart bucket a user may see only parts
-// of, authTables.hiddenAllowed) it shows no other object and no common
-// prefix.
-func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer, partsOnly bool) {
+// byUpload (a listing of the multipart bucket a user may see only parts
+// of, authTables.hiddenAllowed) it shows the parts and pieces of buckets
+// the peer may read (authTables.partReadable), no other object and no
+// common prefix.
+func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer, byUpload bool) {
 	defer m.Release()
 	t := osdpb.MsgType(m.Type)
 	rep := &osdpb.ListObjectsReply{}
@@ -746,8 +757,11 @@ func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer, par
 		var res store.ListResult
 		if res, err = o.st.List(o.ctx, req.Bucket, opts); err == nil {
 			rep.Objects, rep.CommonPrefixes, rep.Truncated = res.Objects, res.CommonPrefixes, res.Truncated
-			if partsOnly {
-				rep.Objects = slices.DeleteFunc(rep.Objects, func(e *osdpb.ObjectEntry) bool { return !ops.IsPartOrPiece(e.GetKey()) })
+			if byUpload {
+				peer := m.Conn().Peer()
+				rep.Objects = slices.DeleteFunc(rep.Objects, func(e *osdpb.ObjectEntry) bool {
+					return !ops.IsPartOrPiece(e.GetKey()) || o.authz.partReadable(peer, e.GetMeta()) != nil
+				})
 				rep.CommonPrefixes = nil
 			}
 		}

@@ -269,7 +269,7 @@ func pieceRecord(req *osdpb.UploadRequest, dataLen int) (*osdpb.ObjectMeta, erro
 	case meta.Etag == "" || len(meta.Etag) > 64:
 		return nil, bad("ETag %q", meta.Etag)
 	}
-	rec := &osdpb.ObjectMeta{Size: meta.Size, Crc32C: meta.Crc32C, Etag: meta.Etag, MtimeUnixNano: time.Now().UnixNano()}
+	rec := &osdpb.ObjectMeta{Size: meta.Size, Crc32C: meta.Crc32C, Etag: meta.Etag, MtimeUnixNano: time.Now().UnixNano(), UploadBucket: req.Bucket}
 	var (
 		size uint64
 		crc  uint32
@@ -410,7 +410,11 @@ func (o *OSD) writePart(m *msgr.Message, req *osdpb.UploadRequest, key string, r
 		h.Write(m.Data)
 		sum := h.Sum(nil)
 		h.Close()
-		meta = &osdpb.ObjectMeta{Size: meta.Size, Crc32C: meta.Crc32C, Etag: hex.EncodeToString(sum), MtimeUnixNano: time.Now().UnixNano()}
+		// The upload's bucket, which uploadInProgress found the upload in
+		// and the caps were checked on, decides who reads the part
+		// (authTables.partReadable).
+		meta = &osdpb.ObjectMeta{Size: meta.Size, Crc32C: meta.Crc32C, Etag: hex.EncodeToString(sum), MtimeUnixNano: time.Now().UnixNano(),
+			UploadBucket: req.Bucket}
 		e.Kind, e.Meta = osdpb.OpKind_OP_PUT, meta
 		return nil
 	})

@@ -43,14 +43,7 @@ func TestS3KeysOfEntities(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	c := osdtest.StartLocal(t, local.Options{OSDs: 1, Replicas: 1, PGs: 8, WithMon: true, Dir: t.TempDir(), Logger: quiet})
 	mons := []string{c.Mon.Addr()}
-	pem, err := c.Mon.GetOrCreateKeyring(ctx, "client.s3-gateway", mon.S3GatewayCaps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gk, err := auth.ParseKeyring(pem)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gk := osdtest.Keyring(t, c, "client.s3-gateway", mon.S3GatewayCaps)
 	cl, err := client.New(ctx, client.Options{Mon: mons, Keyring: gk, MD5: true, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -59,11 +52,7 @@ func TestS3KeysOfEntities(t *testing.T) {
 	// An entity without the profile is refused the secrets at once, and
 	// neither that nor a Close leaves anything running.
 	before := runtime.NumGoroutine()
-	plainPEM, err := c.Mon.GetOrCreateKeyring(ctx, "client.plain", map[string]string{auth.ServiceMon: "allow r"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain, _ := auth.ParseKeyring(plainPEM)
+	plain := osdtest.Keyring(t, c, "client.plain", map[string]string{auth.ServiceMon: "allow r"})
 	if _, err := s3gw.NewClusterCredentials(ctx, s3gw.ClusterCredentialsOptions{Mon: mons, Keyring: plain, Logger: quiet}); err == nil || !strings.Contains(err.Error(), "s3-gateway") {
 		t.Fatalf("credentials as an entity without the s3-gateway profile: %v", err)
 	}
@@ -93,11 +82,7 @@ func TestS3KeysOfEntities(t *testing.T) {
 
 	// An OSD's entity subscribes to the auth table too: every table it
 	// gets, pushed or fetched, must come without the S3 secrets.
-	osdPEM, err := c.Mon.GetOrCreateKeyring(ctx, "osd.9", mon.OSDCaps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	osdKey, _ := auth.ParseKeyring(osdPEM)
+	osdKey := osdtest.Keyring(t, c, "osd.9", mon.OSDCaps)
 	var osdTables []*osdpb.AuthTable // under OnAuth's serialization, read after Close
 	osdSub, err := monclient.New(ctx, monclient.Options{Addrs: mons, Keyring: osdKey, Logger: quiet,
 		OnAuth: func(t *osdpb.AuthTable) { osdTables = append(osdTables, t) }})

@@ -22,6 +22,7 @@ import (
 	"github.com/ospreystore/osprey/internal/freeport"
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/placement"
+	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/msgr/msgrtest"
 	"github.com/ospreystore/osprey/osd"
 )
@@ -160,6 +161,21 @@ func StartLocal(t testing.TB, opts local.Options) *local.Cluster {
 		}
 	})
 	return lc
+}
+
+// Keyring makes entity with caps at lc's mon ("auth get-or-create") and
+// returns its keyring.
+func Keyring(t testing.TB, lc *local.Cluster, entity string, caps map[string]string) *auth.Keyring {
+	t.Helper()
+	pem, err := lc.Mon.GetOrCreateKeyring(t.Context(), entity, caps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := auth.ParseKeyring(pem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
 
 // Config is the configuration OSD id starts with.

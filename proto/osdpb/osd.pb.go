@@ -1404,7 +1404,12 @@ type ObjectMeta struct {
 	// An upload's record only: the upload is the SDK's own, of an object put
 	// whole in pieces (PutOptions.WholeETag), which ListMultipartUploads
 	// does not show and which is aborted once stale (docs/s3.md).
-	Internal      bool `protobuf:"varint,8,opt,name=internal,proto3" json:"internal,omitempty"`
+	Internal bool `protobuf:"varint,8,opt,name=internal,proto3" json:"internal,omitempty"`
+	// A part or piece of an upload (or a part's record in pieces) only: the
+	// bucket of its upload. Its readers are that bucket's (docs/auth.md):
+	// the upload id alone, which its key holds, is no right to read it.
+	// Empty on parts written before OSDs recorded it.
+	UploadBucket  string `protobuf:"bytes,9,opt,name=upload_bucket,json=uploadBucket,proto3" json:"upload_bucket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1493,6 +1498,13 @@ func (x *ObjectMeta) GetInternal() bool {
 		return x.Internal
 	}
 	return false
+}
+
+func (x *ObjectMeta) GetUploadBucket() string {
+	if x != nil {
+		return x.UploadBucket
+	}
+	return ""
 }
 
 type ObjectEntry struct {
@@ -7226,7 +7238,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x12\n" +
 	"\x04etag\x18\x04 \x01(\tR\x04etag\x12\x16\n" +
-	"\x06crc32c\x18\x05 \x01(\rR\x06crc32c\"\xde\x02\n" +
+	"\x06crc32c\x18\x05 \x01(\rR\x06crc32c\"\x83\x03\n" +
 	"\n" +
 	"ObjectMeta\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x04R\x04size\x12\x12\n" +
@@ -7236,7 +7248,8 @@ const file_osd_proto_rawDesc = "" +
 	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\x12A\n" +
 	"\tuser_meta\x18\x06 \x03(\v2$.osprey.osd.ObjectMeta.UserMetaEntryR\buserMeta\x12)\n" +
 	"\x05parts\x18\a \x03(\v2\x13.osprey.osd.PartRefR\x05parts\x12\x1a\n" +
-	"\binternal\x18\b \x01(\bR\binternal\x1a;\n" +
+	"\binternal\x18\b \x01(\bR\binternal\x12#\n" +
+	"\rupload_bucket\x18\t \x01(\tR\fuploadBucket\x1a;\n" +
 	"\rUserMetaEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"K\n" +
