@@ -1,6 +1,7 @@
 package mon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,6 +45,7 @@ type leadership struct {
 	failures *failureTracker
 	leases   map[uint32]clientv3.LeaseID // OSD id -> its liveness lease
 	last     map[uint32]*beaconRecord    // the previous beacon, for rates
+	stored   map[uint32]statsWrite       // the last beacon record written to etcd, by OSD
 	held     map[uint32]int64            // holds noteHeld recorded: until, by OSD
 }
 
@@ -55,6 +57,7 @@ func newLeadership(ctx context.Context, m *Mon, el *concurrency.Election) *leade
 		failures: newFailureTracker(m.cfg.HeartbeatGrace, m.cfg.MinDownReporters),
 		leases:   map[uint32]clientv3.LeaseID{},
 		last:     map[uint32]*beaconRecord{},
+		stored:   map[uint32]statsWrite{},
 		held:     map[uint32]int64{},
 	}
 }
@@ -225,15 +228,7 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon, relayedBy s
 	case relayedBy == "" && was != "":
 		m.log.Info("an OSD reaches the leader again", "osd", b.Id, "was_via", was)
 	}
-	js, err := json.Marshal(rec)
-	if err != nil {
-		return nil, err
-	}
-	// Not on the OSD's lease: the record outlives the OSD's death, so its
-	// PGs' last reports stay in the status (stale) while no OSD of theirs
-	// is up; the up OSDs' records alone count toward space and rates, and
-	// "osd rm" deletes it.
-	if _, err := m.cli.Put(ctx, m.k.stats(b.Id), string(js)); err != nil {
+	if err := l.storeStats(ctx, rec, now, false); err != nil {
 		return nil, unavailable("storing the OSD's stats", err)
 	}
 	if b.Fullness != o.Fullness {
@@ -290,6 +285,68 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon, relayedBy s
 		h.Map = mp.Proto()
 	}
 	return &osdpb.MonBeaconReply{Header: h}, nil
+}
+
+// statsWrite is when the leader last wrote an OSD's beacon record to
+// etcd, and that record's writeThrough.
+type statsWrite struct {
+	at  time.Time
+	sig []byte
+}
+
+// storeStats writes rec, an OSD's beacon record taken in at now, to etcd
+// (stats/<id>), where every mon's "status" reads it: at once when what
+// the health checks and PG states read of it changed
+// (beaconRecord.writeThrough), else when the last write is
+// Config.statsEvery old, or with flush when any newer beacon came since.
+// Counters and rates alone change at every beacon: writing each one
+// cost etcd a synced write per OSD per second (Ceph's mgr keeps PG stats
+// in memory and reports them every 5 s). The leader's own status reads
+// the records it holds (overlayStats).
+//
+// Not on the OSD's lease: the record outlives the OSD's death, so its
+// PGs' last reports stay in the status (stale) while no OSD of theirs is
+// up; the up OSDs' records alone count toward space and rates, and "osd
+// rm" deletes it.
+func (l *leadership) storeStats(ctx context.Context, rec *beaconRecord, now time.Time, flush bool) error {
+	sig := rec.writeThrough()
+	l.mu.Lock()
+	last := l.stored[rec.ID]
+	l.mu.Unlock()
+	switch {
+	case flush && !last.at.Before(time.Unix(0, rec.AtUnixNano)):
+		return nil
+	case !flush && !last.at.IsZero() && now.Sub(last.at) < l.m.cfg.statsEvery() && bytes.Equal(sig, last.sig):
+		return nil
+	}
+	js, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if _, err := l.m.cli.Put(ctx, l.m.k.stats(rec.ID), string(js)); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.stored[rec.ID] = statsWrite{at: time.Unix(0, rec.AtUnixNano), sig: sig}
+	l.mu.Unlock()
+	return nil
+}
+
+// overlayStats replaces, in records read from etcd, those older than the
+// one this leader holds for the OSD (storeStats wrote it later, or not
+// yet). An OSD without a record in etcd gets none: "osd rm" deleted it.
+func (l *leadership) overlayStats(records map[uint32]*beaconRecord) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, r := range records {
+		if x := l.last[id]; x != nil && x.AtUnixNano > r.AtUnixNano {
+			c := *x // records held are never changed: a shallow copy serves
+			if c.HeldDown == nil {
+				c.HeldDown = r.HeldDown // noteHeld's, written to etcd alone
+			}
+			records[id] = &c
+		}
+	}
 }
 
 // noteHeld records in the stats record of OSD b.Id, down, that it holds
@@ -463,23 +520,38 @@ func (l *leadership) markDown(ctx context.Context, ids []uint32, why string, upF
 	if len(changed) > 0 {
 		m.log.Info("osds marked down", "osds", changed, "why", why, "epoch", next.Epoch())
 	}
-	l.dropOSDs(changed)
+	l.dropOSDs(changed, true)
 	return changed, nil
 }
 
 // dropOSDs forgets what the leader keeps for OSDs that went down and
-// revokes their leases, which drops their liveness keys (their stats
-// records stay: a stale PG's last report).
-func (l *leadership) dropOSDs(ids []uint32) {
+// revokes their leases, which drops their liveness keys. With keepStats
+// their stats records stay (a stale PG's last report): each OSD's last
+// beacon record is written first, if storeStats held it back.
+func (l *leadership) dropOSDs(ids []uint32, keepStats bool) {
 	var leases []clientv3.LeaseID
+	var flush []*beaconRecord
 	l.mu.Lock()
 	for _, id := range ids {
 		if lease, ok := l.leases[id]; ok {
 			leases = append(leases, lease)
 		}
+		if r := l.last[id]; r != nil && keepStats {
+			flush = append(flush, r)
+		}
 		delete(l.leases, id)
 		delete(l.last, id)
 		l.failures.forget(id)
+	}
+	l.mu.Unlock()
+	for _, r := range flush {
+		if err := l.storeStats(l.ctx, r, time.Now(), true); err != nil && l.ctx.Err() == nil {
+			l.m.log.Warn("storing a down OSD's last stats", "osd", r.ID, "err", err)
+		}
+	}
+	l.mu.Lock()
+	for _, id := range ids {
+		delete(l.stored, id)
 	}
 	l.mu.Unlock()
 	for _, lease := range leases {
@@ -618,7 +690,7 @@ func (l *leadership) command(ctx context.Context, c osdCommand, g *requestGuard)
 		m.log.Info("command", "command", c.prefix, "osds", changed, "epoch", next.Epoch())
 	}
 	if c.prefix == "osd down" || c.prefix == "osd rm" {
-		l.dropOSDs(changed)
+		l.dropOSDs(changed, c.prefix == "osd down")
 	}
 	if c.prefix == "osd rm" && len(changed) > 0 && !m.cfg.NoAuth {
 		// This mon refuses the removed OSDs' sessions from now on, not

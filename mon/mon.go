@@ -174,6 +174,14 @@ func (c *Config) tick() time.Duration {
 	return max(100*time.Millisecond, min(time.Second, c.DownOutInterval/10))
 }
 
+// statsEvery is how often the leader writes an OSD's beacon record to
+// etcd while only its counters change (leadership.storeStats): 5 s, as
+// Ceph's OSDs report PG stats to the mgr, and well within the grace a
+// standby's status takes a record for fresh in (twice the grace).
+func (c *Config) statsEvery() time.Duration {
+	return min(5*time.Second, c.HeartbeatGrace/2)
+}
+
 // leaseTTL is an OSD lease's TTL in seconds: the grace, rounded up.
 func (c *Config) leaseTTL() int64 {
 	return max(1, int64((c.HeartbeatGrace+time.Second-1)/time.Second))
@@ -770,6 +778,9 @@ func (m *Mon) beacons(ctx context.Context) (map[uint32]*beaconRecord, error) {
 			continue
 		}
 		out[id] = &r
+	}
+	if l := m.lead.Load(); l != nil {
+		l.overlayStats(out)
 	}
 	return out, nil
 }

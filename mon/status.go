@@ -2,6 +2,7 @@ package mon
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -235,6 +236,37 @@ func heldDownOf(h *osdpb.HeldDown) *heldDownRecord {
 		return nil
 	}
 	return &heldDownRecord{UntilUnixNano: h.UntilUnixNanos, Markdowns: h.Markdowns, Period: time.Duration(h.PeriodNanos)}
+}
+
+// writeThrough is what of r the status reads for health checks and PG
+// states, as bytes to compare: a change in it is written to etcd at once
+// (leadership.storeStats), where counters, space and rates wait.
+func (r *beaconRecord) writeThrough() []byte {
+	type pgSig struct {
+		Pool, PG            uint32
+		State               string
+		Degraded, Misplaced bool
+		Inconsistent        uint64
+		Filling, Acting     []uint32
+	}
+	v := struct {
+		Epoch            uint64
+		PGs              []pgSig
+		ScrubErrors      uint64
+		PGsHeld          *uint32
+		RelayedBy        string
+		SlowOps          uint32
+		OldestSlowOpType string
+		RepTimeouts      []repTimeoutRecord
+		HeldDown         *heldDownRecord
+	}{Epoch: r.Epoch, ScrubErrors: r.ScrubErrors, PGsHeld: r.PGsHeld, RelayedBy: r.RelayedBy, SlowOps: r.SlowOps,
+		OldestSlowOpType: r.OldestSlowOpType, RepTimeouts: r.RepTimeouts, HeldDown: r.HeldDown}
+	for _, p := range r.PGs {
+		v.PGs = append(v.PGs, pgSig{Pool: p.Pool, PG: p.PG, State: p.State, Degraded: p.Degraded > 0, Misplaced: p.Misplaced > 0,
+			Inconsistent: p.Inconsistent, Filling: p.Filling, Acting: p.Acting})
+	}
+	js, _ := json.Marshal(v) // of plain fields: never fails
+	return js
 }
 
 // relayedBy is the standby r came through ("" for none, or no record).
