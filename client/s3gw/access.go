@@ -72,6 +72,12 @@ func (k KeeperCredentials) Lookup(ctx context.Context, accessKey string) (Identi
 	if errors.Is(err, auth.ErrNoS3Key) {
 		return Identity{}, errf(ErrInvalidAccessKeyID, "the access key %q does not exist", accessKey)
 	}
+	if errors.Is(err, auth.ErrTableUnavailable) {
+		// The mons could not be asked (out of reach, or refusing the
+		// gateway's own entity): the key may well exist. Not the user's
+		// doing, nor theirs to read: the cause goes to the gateway's log.
+		return Identity{}, fmt.Errorf("%w: %w", errf(ErrServiceUnavailable, "the gateway could not check the access key with the cluster; its operator must look at its log"), err)
+	}
 	if err != nil {
 		return Identity{}, err
 	}

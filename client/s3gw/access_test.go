@@ -256,4 +256,18 @@ func TestS3KeysOfEntities(t *testing.T) {
 		}
 		return c == "ServiceUnavailable" && status == 503 && !strings.Contains(err.Error(), "s3-gateway"), err
 	})
+	// The gateway's entity removed: the mons refuse it the table, so it
+	// cannot tell whether a key exists. 503 too, not 403
+	// InvalidAccessKeyId, which tells users their keys are gone.
+	if _, err := admin.Command(ctx, &osdpb.MonCommand{Prefix: "auth rm", Entity: "client.s3-gateway"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("a GET by a gateway whose entity was removed", func() (bool, error) {
+		err := get(noRetry, "shared", "k")
+		c, status := code(err)
+		if c == "InvalidAccessKeyId" || status == 403 {
+			t.Fatalf("a gateway whose entity was removed answered the user %v", err)
+		}
+		return c == "ServiceUnavailable" && status == 503 && !strings.Contains(err.Error(), "s3-gateway"), err
+	})
 }

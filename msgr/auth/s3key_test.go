@@ -88,7 +88,7 @@ func TestKeeperS3Key(t *testing.T) {
 		t.Fatalf("the second refresh %v after the first miss, want at least MinRefreshInterval", gap)
 	}
 	// A miss within the spacing waits for it; a context that ends first
-	// gives up without asking the mon.
+	// gives up without asking the mon: no telling whether the key exists.
 	k3 := &Keeper{MinRefreshInterval: time.Hour, Refresh: func(context.Context) (*Table, error) {
 		calls.Add(1)
 		return NewTable(int64(calls.Load())+10, nil), nil
@@ -99,8 +99,16 @@ func TestKeeperS3Key(t *testing.T) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 	defer cancel()
-	if _, err := k3.S3Key(cctx, "NOPE"); !errors.Is(err, ErrNoS3Key) || calls.Load() != 1 {
+	if _, err := k3.S3Key(cctx, "NOPE"); !errors.Is(err, ErrTableUnavailable) || errors.Is(err, ErrNoS3Key) || calls.Load() != 1 {
 		t.Fatalf("a miss within the spacing: %v (%d refreshes, want 1)", err, calls.Load())
+	}
+	// The mon refuses the table (this entity removed): a miss is no
+	// answer that the key does not exist.
+	refused := errors.New("client.s3-gateway has no auth record")
+	k4 := &Keeper{Refresh: func(context.Context) (*Table, error) { return nil, refused }}
+	k4.Note(NewTable(1, nil))
+	if _, err := k4.S3Key(ctx, "AK1"); !errors.Is(err, ErrTableUnavailable) || !errors.Is(err, refused) || errors.Is(err, ErrNoS3Key) {
+		t.Fatalf("a miss the mon could not answer: %v", err)
 	}
 }
 

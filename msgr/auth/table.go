@@ -19,6 +19,11 @@ var ErrNoRecord = errors.New("auth: no such entity")
 // by "auth s3-key rm" or with its entity).
 var ErrNoS3Key = errors.New("auth: no such S3 access key")
 
+// ErrTableUnavailable: what was asked for is not in the table held, and
+// the mon's newer table could not be fetched (the mons out of reach, or
+// refusing this entity), so there is no telling whether it exists.
+var ErrTableUnavailable = errors.New("auth: the mon's newer auth table could not be fetched")
+
 // Record is what a daemon knows of an entity: its capabilities, the
 // serial of the one certificate it may show (see Serial) and, in an S3
 // gateway's table only, its S3 key pairs.
@@ -190,7 +195,10 @@ func (k *Keeper) Authenticate(ctx context.Context, peer string, cert *x509.Certi
 // S3Key finds the entity that holds accessKey, with its secret and caps.
 // On a miss it refreshes the table (see Refresh and MinRefreshInterval)
 // before answering an error wrapping ErrNoS3Key: a key made a moment ago
-// works at once, before the mon's push of it arrives.
+// works at once, before the mon's push of it arrives. When the refresh
+// fails the error wraps ErrTableUnavailable instead: a gateway whose
+// entity was removed holds a table without the secrets, and must not
+// tell its users that their keys are gone.
 func (k *Keeper) S3Key(ctx context.Context, accessKey string) (S3Identity, error) {
 	held := k.cur.Load()
 	if held != nil {
@@ -202,8 +210,8 @@ func (k *Keeper) S3Key(ctx context.Context, accessKey string) (S3Identity, error
 	if k.Refresh == nil {
 		return S3Identity{}, miss
 	}
-	if err := k.refresh(ctx, held, k.MinRefreshInterval, miss); err != nil {
-		return S3Identity{}, err
+	if err := k.refresh(ctx, held, k.MinRefreshInterval, nil); err != nil {
+		return S3Identity{}, fmt.Errorf("access key %q: not in the auth table held, and %w", accessKey, err)
 	}
 	if id, ok := k.cur.Load().LookupS3(accessKey); ok {
 		return id, nil
@@ -213,8 +221,15 @@ func (k *Keeper) S3Key(ctx context.Context, accessKey string) (S3Identity, error
 
 // refresh fetches the mon's table unless another caller did since held
 // was read (concurrent misses share one call), at least spacing after
-// the last refresh. miss is the error to wrap when the fetch fails.
+// the last refresh. miss is the error to wrap when the fetch fails; nil:
+// ErrTableUnavailable, which a failed fetch wraps whatever miss is.
 func (k *Keeper) refresh(ctx context.Context, held *Table, spacing time.Duration, miss error) error {
+	unavailable := func(err error) error {
+		if miss == nil {
+			return fmt.Errorf("%w: %w", ErrTableUnavailable, err)
+		}
+		return fmt.Errorf("%w (and %w: %w)", miss, ErrTableUnavailable, err)
+	}
 	k.refreshMu.Lock()
 	defer k.refreshMu.Unlock()
 	if k.cur.Load() != held { // somebody refreshed while we waited
@@ -226,13 +241,13 @@ func (k *Keeper) refresh(ctx context.Context, held *Table, spacing time.Duration
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w (waiting to ask the mon again: %v)", miss, ctx.Err())
+			return unavailable(fmt.Errorf("waiting to ask the mon again: %w", ctx.Err()))
 		}
 	}
 	k.lastRefresh = time.Now()
 	t, err := k.Refresh(ctx)
 	if err != nil {
-		return fmt.Errorf("%w (and the mon's newer table could not be fetched: %v)", miss, err)
+		return unavailable(err)
 	}
 	k.Note(t)
 	return nil
