@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,6 +45,9 @@ type authStore struct {
 	cli  *clientv3.Client
 	k    keys
 	fsid string
+	// keepAdmins: some entity must keep the power to run auth commands
+	// (keepAnAdmin). Not without auth, where no command is checked.
+	keepAdmins bool
 }
 
 // ca returns the cluster's CA, making it on first use: the create is a
@@ -183,6 +187,9 @@ func (s *authStore) remove(ctx context.Context, entity string, then authThen) er
 		if err != nil {
 			return err
 		}
+		if err := s.keepAnAdmin(ctx, rec, nil, &x); err != nil {
+			return err
+		}
 		ok, err := s.commit(ctx, entity, rev, clientv3.OpDelete(s.k.auth(entity)), x)
 		if err != nil || ok {
 			return err
@@ -202,11 +209,15 @@ func (s *authStore) update(ctx context.Context, entity string, change func(*osdp
 		if rec == nil {
 			return nil, noSuchEntity(entity)
 		}
+		was := maps.Clone(rec.Caps)
 		if err := change(rec); err != nil {
 			return nil, err
 		}
 		x, err := then.extra(rec, nil)
 		if err != nil {
+			return nil, err
+		}
+		if err := s.keepAnAdmin(ctx, &osdpb.AuthRecord{Entity: entity, Caps: was}, rec, &x); err != nil {
 			return nil, err
 		}
 		ok, err := s.put(ctx, rec, rev, x)
@@ -215,6 +226,43 @@ func (s *authStore) update(ctx context.Context, entity string, change func(*osdp
 		}
 	}
 	return nil, busy(entity)
+}
+
+// runsAuth reports whether caps (a record's) let their holder run the
+// auth commands: mon 'allow *'.
+func runsAuth(caps map[string]string) bool {
+	c, err := auth.ParseCaps(caps)
+	return err == nil && c.Allows(auth.ServiceMon, auth.PermExec, "")
+}
+
+// keepAnAdmin refuses a change of before's record to after (nil: its
+// removal) that takes away the last power to run auth commands: some
+// other entity must keep it, the mons' own aside (only etcd holds their
+// keys). x gains the comparison that the other one's record is unchanged,
+// so that two commands that each take one of the last two away cannot
+// both pass.
+func (s *authStore) keepAnAdmin(ctx context.Context, before, after *osdpb.AuthRecord, x *txnExtra) error {
+	if !s.keepAdmins || !runsAuth(before.Caps) || after != nil && runsAuth(after.Caps) || strings.HasPrefix(before.Entity, "mon.") {
+		return nil
+	}
+	resp, err := s.cli.Get(ctx, s.k.authPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return unavailable("etcd", err)
+	}
+	for _, kv := range resp.Kvs {
+		entity := strings.TrimPrefix(string(kv.Key), s.k.authPrefix())
+		if entity == before.Entity || strings.HasPrefix(entity, "mon.") {
+			continue
+		}
+		var r osdpb.AuthRecord
+		if proto.Unmarshal(kv.Value, &r) != nil || !runsAuth(r.Caps) {
+			continue
+		}
+		x.cmps = append(x.cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
+		return nil
+	}
+	return ops.Errorf(osdpb.Status_PRECONDITION_FAILED, "%s is the last entity that may run auth commands (mon 'allow *'), the mons' own aside: "+
+		"give another one those caps first, or no one can change auth again", before.Entity)
 }
 
 // setCaps replaces entity's caps.

@@ -325,7 +325,7 @@ func Start(ctx context.Context, cfg Config) (*Mon, error) {
 		return nil, err
 	}
 	m.fsid = first.FSID()
-	m.auth = &authStore{cli: cli, k: m.k, fsid: m.fsid}
+	m.auth = &authStore{cli: cli, k: m.k, fsid: m.fsid, keepAdmins: !cfg.NoAuth}
 	m.adopt(first)
 
 	var ts []wire.Transport
