@@ -51,10 +51,7 @@ func wantDenied(t *testing.T, err error, msg string) {
 // do what: sessions need a credential the mon's records name, and every
 // request needs the caps for it.
 func TestMonAccess(t *testing.T) {
-	e := startTestEtcd(t)
-	cfg := testConfig(e, "a")
-	cfg.NoAuth = false
-	m := startTestMon(t, cfg)
+	m := startAuthMon(t)
 	admin := authClient(t, m.Addr(), keyringOf(t, m, "client.admin", AdminCaps))
 	ro := authClient(t, m.Addr(), keyringOf(t, m, "client.ro", map[string]string{"mon": "allow r"}))
 	ctx := ctxFor(t, 30*time.Second)

@@ -24,10 +24,7 @@ func numOSDs(mp *placement.Map) int { return len(mp.Proto().Osds) }
 // keyring. A created OSD that never booted shows so in "osd tree", "osd
 // rm" removes it, and its daemon started again boots as it.
 func TestOSDCreateLeavesNoGhost(t *testing.T) {
-	e := startTestEtcd(t)
-	cfg := testConfig(e, "a")
-	cfg.NoAuth = false
-	m := startTestMon(t, cfg)
+	m := startAuthMon(t)
 	ctx := ctxFor(t, 30*time.Second)
 	admin := authClient(t, m.Addr(), keyringOf(t, m, "client.admin", AdminCaps))
 	bootstrap := authClient(t, m.Addr(), keyringOf(t, m, "client.bootstrap-osd", BootstrapOSDCaps))

@@ -66,6 +66,15 @@ func startTestMon(t testing.TB, cfg Config) *Mon {
 	return m
 }
 
+// startAuthMon starts a mon (testConfig) on an etcd of its own with auth
+// on, as access_test.go's tests want it.
+func startAuthMon(t testing.TB) *Mon {
+	t.Helper()
+	cfg := testConfig(startTestEtcd(t), "a")
+	cfg.NoAuth = false
+	return startTestMon(t, cfg)
+}
+
 // mapRecorder collects what OnMap delivers.
 type mapRecorder struct {
 	mu   sync.Mutex

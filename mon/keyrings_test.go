@@ -16,10 +16,7 @@ import (
 // for them, readable by the owner only, and writing them again (a mon's
 // restart, a second mon) hands out the same credentials.
 func TestWriteKeyrings(t *testing.T) {
-	e := startTestEtcd(t)
-	cfg := testConfig(e, "a")
-	cfg.NoAuth = false
-	m := startTestMon(t, cfg)
+	m := startAuthMon(t)
 	ctx := ctxFor(t, 30*time.Second)
 	dir := filepath.Join(t.TempDir(), "not", "there")
 	k, err := m.WriteKeyrings(ctx, dir)
@@ -91,10 +88,7 @@ func TestKeyringFilesFollowRotation(t *testing.T) {
 // passes; of two commands that each take one of the last two away at
 // once, one fails. Without auth nothing is refused.
 func TestLastAdminKept(t *testing.T) {
-	e := startTestEtcd(t)
-	cfg := testConfig(e, "a")
-	cfg.NoAuth = false
-	m := startTestMon(t, cfg)
+	m := startAuthMon(t)
 	ctx := ctxFor(t, 30*time.Second)
 	if _, err := m.WriteKeyrings(ctx, t.TempDir()); err != nil { // makes client.admin
 		t.Fatal(err)
