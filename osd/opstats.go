@@ -10,6 +10,7 @@ import (
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/osd/store"
 	"github.com/ospreystore/osprey/proto/osdpb"
+	"golang.org/x/sys/cpu"
 )
 
 // Client ops are timed from their dispatch to their reply, by op type,
@@ -67,7 +68,7 @@ type opTimer struct {
 	shards [opShards]struct {
 		mu sync.Mutex
 		m  map[opKey]opStart
-		_  [40]byte // a cache line each
+		_  cpu.CacheLinePad // apart from the next shard's: no false sharing
 	}
 }
 

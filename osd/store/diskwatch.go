@@ -3,12 +3,14 @@ package store
 import (
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/ospreystore/osprey/internal/guard"
+	"golang.org/x/sys/cpu"
 )
 
 // The store's disk is watched by Pebble's disk health checks
@@ -42,10 +44,10 @@ type diskWatch struct {
 	threshold time.Duration // Options.DiskSlowThreshold; 0: off
 
 	// own: the operations timed here in flight (data-file writes, reads),
-	// by begin's token.
-	ownMu  sync.Mutex
-	own    map[uint64]ownOp
-	ownSeq uint64
+	// by begin's token, in shards: every read of a block Pebble's cache
+	// lacks and every data-file read passes here, from as many goroutines
+	// as serve gets, and one mutex (or one counter) would serialize them.
+	own [ownShards]ownShard
 
 	mu sync.Mutex
 	// The oldest slow operation reported within stallFresh: when it
@@ -76,29 +78,44 @@ type ownOp struct {
 	what  string
 }
 
+// ownShards is how many shards the operations in flight are kept in
+// (a power of two): begin picks one at random, and its token says which.
+const ownShards = 32
+
+type ownShard struct {
+	mu  sync.Mutex
+	seq uint64 // the shard's last token, shifted
+	ops map[uint64]ownOp
+	_   cpu.CacheLinePad // apart from the next shard's: no false sharing
+}
+
 // begin notes an operation (what: "write data file") starting at now;
 // end(token) when it is done. A no-op with the checks off.
 func (w *diskWatch) begin(now time.Time, what string) uint64 {
 	if w.threshold <= 0 {
 		return 0
 	}
-	w.ownMu.Lock()
-	defer w.ownMu.Unlock()
-	if w.own == nil {
-		w.own = map[uint64]ownOp{}
+	i := rand.Uint64N(ownShards) // math/rand/v2's is per thread: no shared counter
+	sh := &w.own[i]
+	sh.mu.Lock()
+	if sh.ops == nil {
+		sh.ops = map[uint64]ownOp{}
 	}
-	w.ownSeq++
-	w.own[w.ownSeq] = ownOp{now, what}
-	return w.ownSeq
+	sh.seq++
+	token := sh.seq*ownShards + i // never 0: seq starts at 1
+	sh.ops[token] = ownOp{now, what}
+	sh.mu.Unlock()
+	return token
 }
 
 func (w *diskWatch) end(token uint64) {
 	if token == 0 {
 		return
 	}
-	w.ownMu.Lock()
-	delete(w.own, token)
-	w.ownMu.Unlock()
+	sh := &w.own[token%ownShards]
+	sh.mu.Lock()
+	delete(sh.ops, token)
+	sh.mu.Unlock()
 }
 
 // DiskStall is how long the store's disk has been slow without a break:
@@ -113,13 +130,16 @@ func (s *Store) DiskStall() (time.Duration, string) {
 func (w *diskWatch) stallAt(now time.Time) (time.Duration, string) {
 	var d time.Duration
 	var what string
-	w.ownMu.Lock()
-	for _, op := range w.own {
-		if age := now.Sub(op.start); age > w.threshold && age > d {
-			d, what = age, op.what
+	for i := range w.own {
+		sh := &w.own[i]
+		sh.mu.Lock()
+		for _, op := range sh.ops {
+			if age := now.Sub(op.start); age > w.threshold && age > d {
+				d, what = age, op.what
+			}
 		}
+		sh.mu.Unlock()
 	}
-	w.ownMu.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.seen.IsZero() && now.Sub(w.seen) <= stallFresh && now.Sub(w.start) > d {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -38,4 +39,41 @@ func TestDiskStall(t *testing.T) {
 	if d, _ := w.stallAt(t1); d != 5*time.Second {
 		t.Fatalf("stall %v, want 5s", d)
 	}
+}
+
+// TestOwnOpsStall: operations timed here (begin, end) count toward the
+// stall while in flight past the threshold, the oldest one first, from
+// whichever shard holds it; once ended they do not.
+func TestOwnOpsStall(t *testing.T) {
+	w := &diskWatch{log: slog.New(slog.NewTextHandler(io.Discard, nil)), threshold: time.Second}
+	t0 := time.Unix(100, 0)
+	var tokens []uint64
+	for i := range 3 * ownShards {
+		tokens = append(tokens, w.begin(t0.Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("read %d", i)))
+	}
+	oldest := w.begin(t0.Add(-time.Second), "read data file")
+	if d, what := w.stallAt(t0.Add(500 * time.Millisecond)); d != 1500*time.Millisecond || what != "read data file" {
+		t.Fatalf("stall %v (%s), want 1.5s of the data file's read", d, what)
+	}
+	w.end(oldest)
+	if d, what := w.stallAt(t0.Add(2 * time.Second)); d != 2*time.Second || what != "read 0" {
+		t.Fatalf("stall %v (%s), want 2s of read 0", d, what)
+	}
+	for _, tk := range tokens {
+		w.end(tk)
+	}
+	if d, _ := w.stallAt(t0.Add(time.Minute)); d != 0 {
+		t.Fatalf("stall %v with nothing in flight", d)
+	}
+}
+
+// BenchmarkDiskWatchReads is the cost a timed read pays (begin, end),
+// from as many goroutines as the benchmark runs (-cpu).
+func BenchmarkDiskWatchReads(b *testing.B) {
+	w := &diskWatch{log: slog.New(slog.NewTextHandler(io.Discard, nil)), threshold: time.Second}
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			w.end(w.begin(time.Now(), "read"))
+		}
+	})
 }
