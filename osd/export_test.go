@@ -255,3 +255,10 @@ func (o *OSD) HasMachineForTest(sid uint32) bool {
 
 // FullnessOfForTest is how full o counts itself with its disk at sp.
 func (o *OSD) FullnessOfForTest(sp store.Space) osdpb.Fullness { return o.fullnessOf(sp) }
+
+// StorePG is the store's id of PG (pool, pg).
+func StorePG(pool, pg uint32) uint32 { return storePG(pool, pg) }
+
+// DropPartsForTest deletes parts (keys of the multipart bucket in pool) as
+// a replaced object's are, each at its PG's primary.
+func (o *OSD) DropPartsForTest(pool uint32, parts []string) { o.dropParts(o.Map(), pool, parts) }

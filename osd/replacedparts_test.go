@@ -166,7 +166,7 @@ func testPartsDroppedOnResend(t *testing.T, del, failover bool) {
 func TestPartDeleteRetried(t *testing.T) {
 	var dropped atomic.Int32
 	osd.ClusterReceived.Set(func(_, _ uint32, typ osdpb.MsgType) bool {
-		return typ == osdpb.MsgType_MSG_DELETE_OBJECT && dropped.CompareAndSwap(0, 1)
+		return typ == osdpb.MsgType_MSG_DELETE_OBJECT_IF && dropped.CompareAndSwap(0, 1)
 	})
 	defer osd.ClusterReceived.Set(nil)
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8, Tweak: func(cfg *osd.Config) { cfg.RepTimeout = 500 * time.Millisecond }})
@@ -403,4 +403,75 @@ func twoPartObject(t *testing.T, ctx context.Context, c *osdtest.Cluster, bucket
 		t.Fatal(err)
 	}
 	return cl
+}
+
+// TestDropOfAbsentPartWritesNothing: deleting a replaced object's parts
+// again (as a new primary does for its log's recent entries) costs no
+// log entry for a part gone already, at its own PGs or another OSD's,
+// while a part still there is deleted and logged on every member.
+func TestDropOfAbsentPartWritesNothing(t *testing.T) {
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 8})
+	ctx := ctxT(t, time.Minute)
+	twoPartObject(t, ctx, c, "absent", "big")
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	primary, _ := c.Map.Primary(pool.Id, placement.PGOf(pool, "absent", "big"))
+	meta, err := c.OSDs[primary].Store().Head(ctx, "absent", "big")
+	if err != nil || len(meta.GetParts()) != 2 {
+		t.Fatalf("the object's head at its primary: %v, %v", meta, err)
+	}
+	parts := []string{meta.Parts[0].Key, meta.Parts[1].Key}
+	// The completed upload's record goes after the completion answered:
+	// a log entry of its own, which must land before the count.
+	id, _, _ := ops.ParsePartKey(parts[0])
+	rec := ops.UploadKey("absent", "big", id)
+	osdtest.Eventually(t, 10*time.Second, "the completed upload's record removed everywhere", func() bool {
+		for _, o := range c.OSDs {
+			if _, err := o.Store().Head(ctx, ops.MultipartBucket, rec); !errors.Is(err, store.ErrNoSuchKey) {
+				return false
+			}
+		}
+		return true
+	})
+	// Parts of an upload that never was, in PGs led by every OSD.
+	var absent []string
+	led := map[uint32]bool{}
+	for i := uint32(1); len(led) < 3 || len(absent) < 12; i++ {
+		k := ops.PartKey(ops.NewUploadID(), i%ops.MaxParts+1)
+		p, _ := c.Map.Primary(pool.Id, placement.PGOf(pool, ops.MultipartBucket, k))
+		led[p] = true
+		absent = append(absent, k)
+	}
+	lasts := func() map[string]*osdpb.Version {
+		out := map[string]*osdpb.Version{}
+		for id, o := range c.OSDs {
+			for pg := range uint32(8) {
+				last, _, err := o.Store().PGInfo(ctx, osd.StorePG(pool.Id, pg))
+				if err != nil {
+					t.Fatal(err)
+				}
+				out[fmt.Sprintf("osd.%d pg %d", id, pg)] = last
+			}
+		}
+		return out
+	}
+	before := lasts()
+	c.OSDs[0].DropPartsForTest(pool.Id, absent)
+	for at, v := range lasts() {
+		if !proto.Equal(v, before[at]) {
+			t.Errorf("%s: log at %v after deleting absent parts, was %v", at, v, before[at])
+		}
+	}
+	// A part that is there goes, logged at its PG's members.
+	c.OSDs[0].DropPartsForTest(pool.Id, parts[:1])
+	pg := placement.PGOf(pool, ops.MultipartBucket, parts[0])
+	after := lasts()
+	for _, id := range c.Map.ActingSet(pool.Id, pg) {
+		at := fmt.Sprintf("osd.%d pg %d", id, pg)
+		if proto.Equal(after[at], before[at]) {
+			t.Errorf("%s: the log did not grow with the delete of %s", at, parts[0])
+		}
+		if _, err := c.OSDs[id].Store().Head(ctx, ops.MultipartBucket, parts[0]); !errors.Is(err, store.ErrNoSuchKey) {
+			t.Errorf("osd.%d still holds %s: %v", id, parts[0], err)
+		}
+	}
 }

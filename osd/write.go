@@ -819,8 +819,12 @@ var partsDropping testHook[func(osd uint32) bool]
 // previous primary's crash, and a margin for the clocks of the OSDs that
 // logged them.
 func (o *OSD) redropWindow() time.Duration {
-	return o.st.KeepReplacedFor() + partDropRetry + time.Minute
+	return o.st.KeepReplacedFor() + partDropRetry + redropClockMargin
 }
+
+// redropClockMargin is redropWindow's margin for the clocks of the OSDs
+// that logged a PG's entries.
+const redropClockMargin = time.Minute
 
 // redropRecent deletes again, off the shard, the parts that the entries
 // of PG p's log made garbage within redropWindow of its newest entry, as p
@@ -835,20 +839,26 @@ func (o *OSD) redropWindow() time.Duration {
 // Only the entries past p.dropsThrough: those this process deleted the
 // parts of already (as primary before, or at an earlier activation) are
 // not done again at every re-peering; a delete of a part gone already is
-// still a replicated write. One goroutine runs them one after another.
+// a lookup (dropPartOnce). One goroutine runs them one after another.
 func (o *OSD) redropRecent(p *pgState) {
 	o.drops.Add(1)
 	o.wg.Go(func() {
 		defer o.drops.Add(-1)
-		_, tail, err := o.st.PGInfo(o.ctx, p.sid)
+		window, done := o.redropWindow(), p.dropsThrough.Load()
+		var newest int64
+		entries, err := o.st.LogNewest(o.ctx, p.sid, func(e *osdpb.LogEntry) bool {
+			// Back to the first entry done already, or logged before the
+			// window by more than its margin for clocks again (the log's
+			// order is the order of the writes; their times are the
+			// clocks of the primaries that logged them).
+			newest = max(newest, e.LoggedUnixNanos)
+			t := e.LoggedUnixNanos
+			return e.GetVersion().GetSeq() > done && (t == 0 || t >= newest-int64(window+redropClockMargin))
+		})
 		if err != nil {
 			return
 		}
-		entries, _, err := o.st.LogAfter(o.ctx, p.sid, tail, 0)
-		if err != nil {
-			return
-		}
-		todo := redropTodo(entries, o.redropWindow(), p.dropsThrough.Load())
+		todo := redropTodo(entries, window, done)
 		for _, e := range todo {
 			p.noteDrops(e)
 		}
@@ -970,8 +980,22 @@ func (o *OSD) dropPart(mp *placement.Map, poolID uint32, part string) {
 }
 
 // dropPartOnce sends part's delete to its PG's primary by mp, and waits
-// for the answer.
+// for the answer. The delete is conditional on the part being there
+// (If-Match "*"): one gone already, as most are when redropRecent deletes
+// again what an earlier primary did delete, costs a lookup at its primary,
+// not a replicated write and a log entry; its NO_SUCH_KEY is success.
 func (o *OSD) dropPartOnce(mp *placement.Map, poolID uint32, part string) error {
+	err := o.dropPartIfThere(mp, poolID, part)
+	if errors.Is(opError(err), ops.ErrNoSuchKey) {
+		return nil
+	}
+	return err
+}
+
+// partThere is dropPartOnce's condition.
+var partThere = &osdpb.Condition{IfMatch: []string{"*"}}
+
+func (o *OSD) dropPartIfThere(mp *placement.Map, poolID uint32, part string) error {
 	pool, ok := mp.Pool(poolID)
 	if !ok {
 		return nil // the pool is gone, and its objects with it
@@ -987,7 +1011,7 @@ func (o *OSD) dropPartOnce(mp *placement.Map, poolID uint32, part string) error 
 		e := &osdpb.LogEntry{Kind: osdpb.OpKind_OP_DELETE, Bucket: ops.MultipartBucket, Key: part}
 		done := make(chan error, 1)
 		if !o.enqueue(o.shardOf(sid), func() {
-			o.write(o.Map(), sid, e, nil, nil, nil, false, nil, func(_ *osdpb.LogEntry, err error) { done <- err }, func() {})
+			o.write(o.Map(), sid, e, nil, nil, nil, false, partThere, func(_ *osdpb.LogEntry, err error) { done <- err }, func() {})
 		}) {
 			return o.ctx.Err()
 		}
@@ -1000,11 +1024,20 @@ func (o *OSD) dropPartOnce(mp *placement.Map, poolID uint32, part string) error 
 	}
 	ctx, cancel := context.WithTimeout(o.ctx, o.cfg.RepTimeout)
 	defer cancel()
-	var rep osdpb.ObjectReply
-	err := o.call(ctx, primary, osdpb.MsgType_MSG_DELETE_OBJECT, &osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: pool.Id, Pg: pg},
-		Bucket: ops.MultipartBucket, Key: part}, &rep, nil)
-	if err == nil {
-		err = ops.FromReply(rep.Header)
+	del := func(t osdpb.MsgType, cond *osdpb.Condition) error {
+		var rep osdpb.ObjectReply
+		err := o.call(ctx, primary, t, &osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: mp.Epoch(), Pool: pool.Id, Pg: pg},
+			Bucket: ops.MultipartBucket, Key: part, Condition: cond}, &rep, nil)
+		if err == nil {
+			err = ops.FromReply(rep.Header)
+		}
+		return err
+	}
+	err := del(osdpb.MsgType_MSG_DELETE_OBJECT_IF, partThere)
+	if errors.Is(opError(err), ops.ErrInvalidArgument) {
+		// A primary of an older build takes no conditional delete over
+		// the cluster network ("unknown cluster op"): a plain one.
+		err = del(osdpb.MsgType_MSG_DELETE_OBJECT, nil)
 	}
 	return err
 }

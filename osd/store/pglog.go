@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -70,6 +71,41 @@ func (s *Store) LogAfter(ctx context.Context, pg uint32, after *osdpb.Version, m
 		return nil, false, fmt.Errorf("store: log of pg %d after %v: %w", pg, from, err)
 	}
 	return entries, tooOld, nil
+}
+
+// LogNewest returns PG pg's newest log entries in log order: walking back
+// from the newest, it takes each while more says so, and ends at the
+// first it does not (left out). A caller that wants only the recent end of
+// a log reads that, not the whole log as LogAfter would.
+func (s *Store) LogNewest(ctx context.Context, pg uint32, more func(*osdpb.LogEntry) bool) ([]*osdpb.LogEntry, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	var entries []*osdpb.LogEntry
+	err := s.withView(func(v *view) error {
+		prefix := logPrefix(pg)
+		v.it.SetBounds(prefix, prefixEnd(prefix))
+		for ok := v.it.Last(); ok; ok = v.it.Prev() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			e, err := s.logEntryAt(v, pg)
+			if err != nil {
+				return err
+			}
+			if !more(e) {
+				return nil
+			}
+			entries = append(entries, e)
+		}
+		return v.it.Error()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: newest log of pg %d: %w", pg, err)
+	}
+	slices.Reverse(entries)
+	return entries, nil
 }
 
 // Diverged reports whether a peer whose log ends at after has entries our

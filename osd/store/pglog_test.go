@@ -298,3 +298,34 @@ func TestDiverged(t *testing.T) {
 		t.Fatal("the tail itself diverged")
 	}
 }
+
+// TestLogNewest: the newest entries, in log order, back to the first the
+// caller does not want; none of a PG with no log.
+func TestLogNewest(t *testing.T) {
+	e := newEnv(t, store.Options{})
+	const pg = 5
+	e.createBucket(pg, "b")
+	for i := range 6 {
+		e.put(pg, "b", fmt.Sprintf("k%d", i), []byte{byte(i)})
+	}
+	// seq 1 is the bucket, 2..7 the puts.
+	var asked []uint64
+	got, err := e.s.LogNewest(e.ctx, pg, func(le *osdpb.LogEntry) bool {
+		asked = append(asked, le.Version.Seq)
+		return le.Version.Seq > 4
+	})
+	must(t, err)
+	if !slices.Equal(seqs(got), []uint64{5, 6, 7}) || !slices.Equal(asked, []uint64{7, 6, 5, 4}) {
+		t.Fatalf("back to seq 5: got %v, asked about %v", seqs(got), asked)
+	}
+	all, err := e.s.LogNewest(e.ctx, pg, func(*osdpb.LogEntry) bool { return true })
+	must(t, err)
+	if !slices.Equal(seqs(all), []uint64{1, 2, 3, 4, 5, 6, 7}) || all[0].Kind != osdpb.OpKind_OP_CREATE_BUCKET {
+		t.Fatalf("the whole log: %v", seqs(all))
+	}
+	none, err := e.s.LogNewest(e.ctx, pg+1, func(*osdpb.LogEntry) bool { return true })
+	must(t, err)
+	if len(none) != 0 {
+		t.Fatalf("a PG with no log: %v", seqs(none))
+	}
+}
