@@ -68,7 +68,8 @@ func TestS3KeysOfEntities(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer creds.Close()
-	gw, err := s3gw.New(s3gw.Options{Client: cl, Credentials: creds, Logger: quiet})
+	gwLog := &osdtest.LogBuffer{}
+	gw, err := s3gw.New(s3gw.Options{Client: cl, Credentials: creds, Logger: slog.New(slog.NewTextHandler(gwLog, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,4 +271,14 @@ func TestS3KeysOfEntities(t *testing.T) {
 		}
 		return c == "ServiceUnavailable" && status == 503 && !strings.Contains(err.Error(), "s3-gateway"), err
 	})
+	// Every request fails alike: the log says so once in a while, not
+	// once per request.
+	for range 20 {
+		if _, status := code(get(noRetry, "shared", "k")); status != 503 {
+			t.Fatalf("a gateway refused by the mons answered %d", status)
+		}
+	}
+	if n := strings.Count(gwLog.String(), "s3: request failed"); n < 1 || n > 3 {
+		t.Fatalf("%d lines of failed requests in the gateway's log after 20 failures alike:\n%s", n, gwLog.String())
+	}
 }

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/guard"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/msgr/auth"
 )
@@ -136,10 +137,13 @@ type RequestInfo struct {
 
 // Gateway serves the S3 API; it is an http.Handler.
 type Gateway struct {
-	opts   Options
-	cl     *client.Client
-	log    *slog.Logger
-	bodies *bodyBudget // Options.MaxBodyMemory
+	opts Options
+	cl   *client.Client
+	log  *slog.Logger
+	// failures rate-limits the log's line per failed request (fail): a
+	// cluster that refuses the gateway fails every request alike.
+	failures guard.RateLog
+	bodies   *bodyBudget // Options.MaxBodyMemory
 	// capped is the listener Serve caps (Options.MaxConnections), for
 	// tests; nil without a cap.
 	capped atomic.Pointer[connCap]
@@ -586,7 +590,9 @@ func (g *Gateway) fail(req *request, err error) {
 		return
 	}
 	if e.Status >= 500 {
-		g.log.Warn("s3: request failed", "id", req.id, "op", req.op, "err", err)
+		// One line per operation and code per 10 s, with the count it
+		// stands for: the access log has every request.
+		g.failures.Log(g.log, slog.LevelWarn, req.op+" "+e.Code, "s3: request failed", "id", req.id, "op", req.op, "err", err)
 	}
 	resource := req.r.URL.Path
 	if e.Code == "InvalidRange" || e.Code == "NoSuchKey" || e.Code == "NoSuchBucket" || e.Status < 500 {
