@@ -192,7 +192,7 @@ func TestAuthzSessions(t *testing.T) {
 		{public, "osd.1", osd1, ""},
 		{cluster, "osd.1", osd1, ""},
 		{cluster, "client.x", cli, "not allowed on the cluster network"},
-		{public, "client.x", old, "its current one is"},
+		{public, "client.x", old, "which is not its current one"},
 		{public, "client.y", issue("client.y"), "has no auth record"},
 	} {
 		err := tc.az(ctx, msgrName(tc.peer), tc.k.Cert)
@@ -202,6 +202,11 @@ func TestAuthzSessions(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s: %v, want %q", tc.peer, err, tc.want)
 		}
+	}
+	// The refusal of an old certificate does not tell its holder the
+	// current one's serial.
+	if err := public(ctx, "client.x", old.Cert); err == nil || strings.Contains(err.Error(), auth.Serial(cli.Cert)) {
+		t.Fatalf("an old certificate's refusal: %v", err)
 	}
 	// auth rm reaches the OSD as a table without the entity.
 	a.note(&osdpb.AuthTable{Revision: 2, Entries: []*osdpb.AuthEntry{

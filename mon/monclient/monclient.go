@@ -33,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/guard"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/pending"
 	"github.com/ospreystore/osprey/internal/placement"
@@ -254,6 +255,11 @@ func (c *Client) Subscribe(ctx context.Context) (*placement.Map, error) {
 }
 
 func (c *Client) subscribeLoop() {
+	var (
+		refusedWait time.Duration // the wait after the last refusal; 0 after a success
+		refusals    guard.RateLog
+	)
+	refusals.Every = time.Minute
 	for c.ctx.Err() == nil {
 		var rep osdpb.MonSubscribeReply
 		conn, err := c.call(c.ctx, osdpb.MsgType_MSG_MON_SUBSCRIBE, func() proto.Message {
@@ -264,16 +270,28 @@ func (c *Client) subscribeLoop() {
 			return &osdpb.MonSubscribe{HaveEpoch: have, Auth: c.o.OnAuth != nil}
 		}, &rep, true)
 		if refusal(err) {
-			// Refused: Subscribe says why. The loop goes on (slowly), for a
-			// key that an operator fixes at the mon ("auth caps", a record
-			// restored) while this client runs.
+			// Refused: Subscribe says why (its first refusal is its
+			// caller's to report: no log line). The loop goes on, asking
+			// ever more slowly (to 30 s), for a key that an operator
+			// fixes at the mon ("auth caps", a record restored) while
+			// this client runs, and logs the refusal once a minute.
 			if !errors.Is(err, msgr.ErrAuth) {
 				err = fmt.Errorf("monclient: %v: %w", osdpb.MsgType_MSG_MON_SUBSCRIBE, err)
 			}
+			first := false
 			c.refuseOnce.Do(func() {
 				c.refusedErr = err
 				close(c.refused)
+				first = true
 			})
+			if c.ctx.Err() == nil {
+				if !first {
+					refusals.Log(c.log, slog.LevelWarn, "refused", "monclient: subscribing: refused", "err", err)
+				}
+				refusedWait = min(max(2*refusedWait, time.Second), 30*time.Second)
+				sleep(c.ctx, refusedWait)
+			}
+			continue
 		}
 		if err != nil {
 			if c.ctx.Err() == nil {
@@ -282,6 +300,7 @@ func (c *Client) subscribeLoop() {
 			}
 			continue
 		}
+		refusedWait = 0
 		c.noteMap(rep.Map)
 		c.noteAuth(rep.Auth)
 		select {

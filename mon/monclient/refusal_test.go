@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/logbuf"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/mon"
 	"github.com/ospreystore/osprey/mon/monclient"
@@ -77,4 +78,52 @@ func TestSubscribeAccessDenied(t *testing.T) {
 		t.Fatalf("the error does not give the mon's reason: %v", err)
 	}
 	t.Log(err)
+
+	// A client that stays up after a refusal: the refusal is Subscribe's
+	// answer, not a log line as well (a CLI printed it twice), and once an
+	// operator fixes the caps, the subscription it keeps trying goes
+	// through.
+	pem, err := m.GetOrCreateKeyring(t.Context(), "client.later", map[string]string{"osd": "allow r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := auth.ParseKeyring(pem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logbuf.Buffer{}
+	c, err := monclient.New(context.Background(), monclient.Options{Addrs: []string{m.Addr()}, Keyring: k, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Subscribe(t.Context()); !errors.Is(err, ops.ErrAccessDenied) {
+		t.Fatalf("client.later's first subscription: %v", err)
+	}
+	if strings.Contains(logs.String(), "subscribing") {
+		t.Fatalf("the refusal Subscribe returned was logged too:\n%s", logs.String())
+	}
+	apem, err := m.GetOrCreateKeyring(t.Context(), "client.admin", mon.AdminCaps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ak, err := auth.ParseKeyring(apem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := monclient.New(context.Background(), monclient.Options{Addrs: []string{m.Addr()}, Keyring: ak, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Command(t.Context(), &osdpb.MonCommand{Prefix: "auth caps", Entity: "client.later", Caps: map[string]string{"mon": "allow r", "osd": "allow r"}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for c.Map() == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no map 20 s after client.later's caps were fixed; log:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
 }

@@ -259,7 +259,9 @@ func (k *Keeper) check(peer string, cert *x509.Certificate) (Record, error) {
 		return Record{}, err
 	}
 	if s := Serial(cert); r.Serial != s {
-		return Record{}, fmt.Errorf("%w: %s showed certificate %s, but its current one is %s (reissued or removed; `osprey auth get %s -o FILE` writes the current keyring)", ErrBadCredential, peer, s, r.Serial, peer)
+		// The current serial is not said: the refusal goes to the peer,
+		// whose certificate is the one that no longer counts.
+		return Record{}, fmt.Errorf("%w: %s showed certificate %s, which is not its current one (reissued or removed; `osprey auth get %s -o FILE` writes the current keyring)", ErrBadCredential, peer, s, peer)
 	}
 	return r, nil
 }
