@@ -13,11 +13,12 @@ all: build
 # Debian packages the build and tests need: protoc for `make proto`,
 # libfabric for the RDMA transport (-tags rdma) and fi_info/fi_pingpong,
 # etcd-server for the mon's test on a real three-member etcd cluster,
+# etcd-client for etcdctl (the map's backup and restore, docs/mon.md),
 # awscli, s3cmd and python3-boto3 for the S3 gateway's tests with real clients,
 # prometheus for promtool, which lints every daemon's /metrics in the tests,
 # chromium for the mon dashboard's tests in a real browser (mon/dashboard),
 # iproute2 (ip, tc) for the multi-host tests in network namespaces.
-DEBS := protobuf-compiler libfabric-dev libfabric-bin etcd-server awscli s3cmd python3-boto3 prometheus chromium iproute2
+DEBS := protobuf-compiler libfabric-dev libfabric-bin etcd-server etcd-client awscli s3cmd python3-boto3 prometheus chromium iproute2
 deps:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

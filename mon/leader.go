@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/guard"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/proto/osdpb"
@@ -47,6 +49,7 @@ type leadership struct {
 	last     map[uint32]*beaconRecord    // the previous beacon, for rates
 	stored   map[uint32]statsWrite       // the last beacon record written to etcd, by OSD
 	held     map[uint32]int64            // holds noteHeld recorded: until, by OSD
+	ratelog  guard.RateLog
 }
 
 func newLeadership(ctx context.Context, m *Mon, el *concurrency.Election) *leadership {
@@ -180,6 +183,11 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon, relayedBy s
 		}
 		return nil, err
 	}
+	if b.Epoch > mp.Epoch() {
+		if mp, err = l.catchUp(ctx, b.Id, b.Epoch); err != nil {
+			return nil, unavailable("moving the map's epoch past the OSD's", err)
+		}
+	}
 	lease, err := l.renew(ctx, b.Id)
 	if err != nil {
 		return nil, unavailable("renewing the OSD's lease", err)
@@ -285,6 +293,44 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon, relayedBy s
 		h.Map = mp.Proto()
 	}
 	return &osdpb.MonBeaconReply{Header: h}, nil
+}
+
+// maxCatchUp bounds the epochs catchUp skips at once: an OSD that
+// claims a map epoch millions ahead has no such map (bad or foreign
+// state), and jumping there would spend the epochs for nothing.
+const maxCatchUp = 1 << 20
+
+// catchUp writes the map again at the epoch after epoch, which OSD id
+// holds a map of, when the leader's map is older: the map's store went
+// back (etcd restored from a snapshot). The OSDs hold maps of the epochs
+// after the restored one already, other maps than the mon would now
+// make under those numbers, and would take none of them: every command
+// until the mon's epochs passed theirs would be lost without a word
+// (Ceph rebuilds a lost mon store from the OSDs' newer maps). The map
+// written is the store's, as it was restored: the OSDs adopt it as any
+// newer map.
+func (l *leadership) catchUp(ctx context.Context, id uint32, epoch uint64) (*placement.Map, error) {
+	m := l.m
+	mp := m.Map()
+	if epoch-mp.Epoch() > maxCatchUp {
+		l.ratelog.Log(m.log, slog.LevelError, "catch up", "an OSD holds a map epoch far past the mons': not a map of this cluster's history; the map stays",
+			"osd", id, "osd_epoch", epoch, "epoch", mp.Epoch(), "most", maxCatchUp)
+		return mp, nil
+	}
+	next, err := l.update(ctx, func(pb *osdpb.ClusterMap) (txnExtra, error) {
+		if pb.Epoch >= epoch {
+			return txnExtra{}, errNoChange
+		}
+		return txnExtra{epochAtLeast: epoch + 1}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if next.Epoch() > epoch && next.Epoch() > mp.Epoch() {
+		m.log.Warn("the cluster map's store is behind the OSDs' maps (etcd restored from an older snapshot?): the map moves past their epochs",
+			"osd", id, "osd_epoch", epoch, "was", mp.Epoch(), "epoch", next.Epoch())
+	}
+	return next, nil
 }
 
 // statsWrite is when the leader last wrote an OSD's beacon record to

@@ -82,6 +82,7 @@ func (g *requestGuard) extra(rep *osdpb.MonCommandReply) (txnExtra, error) {
 func (t txnExtra) join(x txnExtra) txnExtra {
 	t.cmps = append(t.cmps, x.cmps...)
 	t.ops = append(t.ops, x.ops...)
+	t.epochAtLeast = max(t.epochAtLeast, x.epochAtLeast)
 	return t
 }
 

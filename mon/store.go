@@ -191,6 +191,9 @@ type edit func(pb *osdpb.ClusterMap) (txn txnExtra, err error)
 type txnExtra struct {
 	cmps []clientv3.Cmp
 	ops  []clientv3.Op
+	// epochAtLeast, when past the next epoch, is the epoch the map is
+	// written at instead (leadership.catchUp).
+	epochAtLeast uint64
 }
 
 // update applies e to the current map and writes the result as the next
@@ -223,6 +226,13 @@ func (s *mapStore) update(ctx context.Context, fence *clientv3.Cmp, e edit) (*pl
 		}
 		if next, err = primePGTemp(cur, next); err != nil {
 			return nil, fmt.Errorf("mon: keeping acting sets in pg_temp at epoch %d: %w", cur.Epoch()+1, err)
+		}
+		if extra.epochAtLeast > next.Epoch() {
+			pb := next.Proto()
+			pb.Epoch = extra.epochAtLeast
+			if next, err = placement.FromProto(pb); err != nil {
+				return nil, err
+			}
 		}
 		b, err := marshalMap(next.Proto())
 		if err != nil {
