@@ -1,6 +1,7 @@
 package mon
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -43,4 +44,28 @@ func TestEpochCatchesUpWithTheOSDs(t *testing.T) {
 	if got := mon.Map().Epoch(); got != was+6 {
 		t.Fatalf("a beacon of epoch %d moved the map to %d", bc.Epoch, got)
 	}
+}
+
+// TestMonNameTaken: a second mon under a running mon's name is refused at
+// start, saying where the first runs, and leaves the first registered
+// and leading; once the first stops, a mon of that name starts.
+func TestMonNameTaken(t *testing.T) {
+	e := startTestEtcd(t)
+	a := startTestMon(t, testConfig(e, "a"))
+	_, err := Start(ctxFor(t, 20*time.Second), testConfig(e, "a"))
+	if err == nil || !strings.Contains(err.Error(), "mon.a runs already, at "+a.Addr()) {
+		t.Fatalf("a second mon.a: %v", err)
+	}
+	mons, err := a.mons(ctxFor(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mons) != 1 || !mons[0].Up || mons[0].Addr != a.Addr() || !a.IsLeader() {
+		t.Fatalf("after the refusal: %+v (leader %v)", mons, a.IsLeader())
+	}
+	if err := a.Close(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	again := startTestMon(t, testConfig(e, "a"))
+	eventually(t, 10*time.Second, "the new mon.a leads", again.IsLeader)
 }

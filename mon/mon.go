@@ -357,6 +357,11 @@ func Start(ctx context.Context, cfg Config) (*Mon, error) {
 	if m.addr, err = m.ms.Listen(ctx, cfg.Listen); err != nil {
 		return nil, fmt.Errorf("mon: listen on %s: %w", cfg.Listen, err)
 	}
+	if other, err := m.nameTaken(ctx); err != nil {
+		return nil, err
+	} else if other != "" {
+		return nil, fmt.Errorf("mon: mon.%s runs already, at %s: each mon needs a name of its own (--name); if that mon is gone, its registration ends within %d s", cfg.Name, other, cfg.sessionTTL)
+	}
 	m.wg.Go(m.watchMap)
 	m.wg.Go(m.watchAuth)
 	m.wg.Go(m.watchEtcdHealth)
@@ -556,12 +561,27 @@ func (m *Mon) serveSession(sess *concurrency.Session) {
 		}
 	})
 	// Up (on the session's lease) and known (kept after it stops), in
-	// one transaction.
-	if _, err := m.cli.Txn(sctx).Then(
-		clientv3.OpPut(m.k.mon(m.cfg.Name), m.addr, clientv3.WithLease(sess.Lease())),
-		clientv3.OpPut(m.k.knownMon(m.cfg.Name), m.addr),
-	).Commit(); err != nil {
+	// one transaction, unless another mon is up under our name at
+	// another address (Start refused that; this catches two starting at
+	// once): it would take over our registration, and "mon rm" of the
+	// one that stopped would remove the one that runs.
+	key := m.k.mon(m.cfg.Name)
+	resp, err := m.cli.Txn(sctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "!=", 0), clientv3.Compare(clientv3.Value(key), "!=", m.addr)).
+		Then(clientv3.OpGet(key)).
+		Else(clientv3.OpPut(key, m.addr, clientv3.WithLease(sess.Lease())), clientv3.OpPut(m.k.knownMon(m.cfg.Name), m.addr)).
+		Commit()
+	if err != nil {
 		m.log.Warn("registering in etcd", "err", err)
+		return
+	}
+	if resp.Succeeded {
+		other := ""
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			other = string(kvs[0].Value)
+		}
+		m.failLog.Log(m.log, slog.LevelError, "name taken", "another mon runs under this mon's name: this one stays out of the election until its registration ends",
+			"name", m.cfg.Name, "other", other)
 		return
 	}
 	el := concurrency.NewElection(sess, m.k.election())
@@ -594,6 +614,20 @@ func (m *Mon) serveSession(sess *concurrency.Session) {
 	if m.ctx.Err() == nil {
 		m.log.Warn("no longer leading; campaigning again")
 	}
+}
+
+// nameTaken returns the address of another mon registered (up) under
+// this mon's name, "" for none: a registration at our own address is
+// ours, from before a restart, and runs out with its lease.
+func (m *Mon) nameTaken(ctx context.Context) (string, error) {
+	resp, err := m.cli.Get(ctx, m.k.mon(m.cfg.Name))
+	if err != nil {
+		return "", unavailable("reading the mons' registrations", err)
+	}
+	if len(resp.Kvs) == 0 || string(resp.Kvs[0].Value) == m.addr {
+		return "", nil
+	}
+	return string(resp.Kvs[0].Value), nil
 }
 
 // Status gathers what "status" returns: the map, the OSDs' last beacons
