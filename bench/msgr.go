@@ -1133,8 +1133,19 @@ func (c *msgrConn) stream() {
 	dctx, cancel := context.WithTimeout(r.ctx, drainTimeout)
 	defer cancel()
 	if !c.win.drain(dctx.Done()) {
-		r.fail(fmt.Errorf("%d messages still in flight %v after the end", c.win.sent-c.win.done.Load(), drainTimeout))
+		r.fail(drainErr(r.ctx, "messages", c.win.sent-c.win.done.Load()))
 	}
+}
+
+// drainErr is a stream's failure to see its last n messages (frames)
+// answered: interrupted (ctx ended, Ctrl-C: an error that is
+// context.Canceled, which the CLI reports as such, not a loss), or none
+// came in drainTimeout.
+func drainErr(ctx context.Context, what string, n int64) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("stopped with %d %s in flight: %w", n, what, err)
+	}
+	return fmt.Errorf("%d %s still in flight %v after the end", n, what, drainTimeout)
 }
 
 // pingpong puts depth requests in flight; replies keep them going until the

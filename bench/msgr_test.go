@@ -218,11 +218,22 @@ func TestRunMsgrBadOptions(t *testing.T) {
 	}
 }
 
+// TestRunMsgrCancelled: a run cancelled before it starts, or in the
+// middle of a stream row (Ctrl-C), fails as cancelled (the CLI's
+// "interrupted", exit 130), not as messages still in flight (a loss).
 func TestRunMsgrCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := RunMsgr(ctx, MsgrOptions{Sizes: []int{64}, Depths: []int{4}, Modes: []Mode{Stream}}); err == nil {
 		t.Fatal("a cancelled run succeeded")
+	}
+	for _, mode := range []Mode{Stream, PingPong} {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(300*time.Millisecond, cancel) // mid-row: the row runs 10 s
+		_, err := RunMsgr(ctx, MsgrOptions{Sizes: []int{4096}, Depths: []int{16}, Modes: []Mode{mode}, Duration: 10 * time.Second, Warmup: 50 * time.Millisecond})
+		if !errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "after the end") {
+			t.Errorf("%v cancelled mid-row: %v, want context.Canceled", mode, err)
+		}
 	}
 }
 

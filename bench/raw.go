@@ -252,7 +252,7 @@ func (r *rawRow) writer(c *net.TCPConn) error {
 	dctx, cancel := context.WithTimeout(r.ctx, drainTimeout)
 	defer cancel()
 	if !r.win.drain(dctx.Done()) {
-		return fmt.Errorf("%d frames still in flight %v after the end", r.win.sent-r.win.done.Load(), drainTimeout)
+		return drainErr(r.ctx, "frames", r.win.sent-r.win.done.Load())
 	}
 	return nil
 }
