@@ -1,6 +1,7 @@
 package mon
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,4 +69,25 @@ func TestMonNameTaken(t *testing.T) {
 	}
 	again := startTestMon(t, testConfig(e, "a"))
 	eventually(t, 10*time.Second, "the new mon.a leads", again.IsLeader)
+}
+
+// TestClientsLearnTheMons: a subscriber given one mon learns of a mon
+// started later (pushed to it) and is served by it once the mon it was
+// given is gone, as Ceph's monmap lets a client outlive its mon_host.
+func TestClientsLearnTheMons(t *testing.T) {
+	e := startTestEtcd(t)
+	a := startTestMon(t, testConfig(e, "a"))
+	c := newTestClient(t, nil, a.Addr())
+	if _, err := c.Subscribe(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	b := startTestMon(t, testConfig(e, "b"))
+	eventually(t, 5*time.Second, "the client knows mon.b (pushed to it)", func() bool { return slices.Contains(c.Mons(), b.Addr()) })
+	if err := a.Close(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	rep := mustCommand(t, c, &osdpb.MonCommand{Prefix: "osd set", Var: "noout"})
+	if rep.Epoch == 0 || !b.IsLeader() {
+		t.Fatalf("a command with mon.a gone: %+v (mon.b leads: %v)", rep, b.IsLeader())
+	}
 }

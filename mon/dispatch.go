@@ -120,7 +120,7 @@ func (m *Mon) handle(ctx context.Context, conn *msgr.Conn, t osdpb.MsgType, fron
 func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (proto.Message, error) {
 	switch r := req.(type) {
 	case *osdpb.MonSubscribe:
-		rep := &osdpb.MonSubscribeReply{Header: m.header(nil)}
+		rep := &osdpb.MonSubscribeReply{Header: m.header(nil), Mons: m.upMons()}
 		if r.Auth {
 			t, err := m.currentAuthTable(ctx)
 			if err != nil {
@@ -415,7 +415,7 @@ func (m *Mon) unsubscribe(c *msgr.Conn) {
 // push sends mp to every subscriber as MSG_MON_MAP. REQUIRES: m.mapMu,
 // so pushes leave in epoch order.
 func (m *Mon) push(mp *placement.Map) {
-	mm := &osdpb.MonMap{Map: mp.Proto()}
+	mm := &osdpb.MonMap{Map: mp.Proto(), Mons: m.upMons()}
 	m.pushTo(false, osdpb.MsgType_MSG_MON_MAP, func(*msgr.Conn) proto.Message { return mm })
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/ospreystore/osprey/proto/osdpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/protobuf/proto"
 )
 
 // Config configures one mon.
@@ -199,6 +200,9 @@ type Mon struct {
 	ms    *msgr.Messenger
 	addr  string
 	fsid  string
+	// monAddrs are the addresses of the mons up now, sorted (watchMons),
+	// for subscribers (MonMap.mons).
+	monAddrs atomic.Pointer[[]string]
 	// failLog limits the "request failed" lines to one per message type
 	// every 10 s: an OSD held down beacons every second, refused each time.
 	failLog guard.RateLog
@@ -363,6 +367,7 @@ func Start(ctx context.Context, cfg Config) (*Mon, error) {
 		return nil, fmt.Errorf("mon: mon.%s runs already, at %s: each mon needs a name of its own (--name); if that mon is gone, its registration ends within %d s", cfg.Name, other, cfg.sessionTTL)
 	}
 	m.wg.Go(m.watchMap)
+	m.wg.Go(m.watchMons)
 	m.wg.Go(m.watchAuth)
 	m.wg.Go(m.watchEtcdHealth)
 	m.wg.Go(m.runElection)
@@ -508,6 +513,60 @@ func (m *Mon) watchMap() {
 		wcancel()
 		backoff.wait(m.ctx)
 	}
+}
+
+// watchMons keeps monAddrs: the mons registered (up) in etcd. A change
+// is pushed to the subscribers, so that they know every mon that runs,
+// not only the ones they were started with (Ceph pushes its monmap).
+func (m *Mon) watchMons() {
+	backoff := newBackoff()
+	read := func() (int64, bool) {
+		resp, err := m.cli.Get(m.ctx, m.k.monsPrefix(), clientv3.WithPrefix())
+		if err != nil {
+			if m.ctx.Err() == nil {
+				m.log.Debug("reading the mons from etcd", "err", err)
+			}
+			return 0, false
+		}
+		var addrs []string
+		for _, kv := range resp.Kvs {
+			addrs = append(addrs, string(kv.Value))
+		}
+		slices.Sort(addrs)
+		addrs = slices.Compact(addrs)
+		if old := m.monAddrs.Swap(&addrs); old == nil || !slices.Equal(*old, addrs) {
+			mm := &osdpb.MonMap{Mons: addrs}
+			m.pushTo(false, osdpb.MsgType_MSG_MON_MAP, func(*msgr.Conn) proto.Message { return mm })
+		}
+		return resp.Header.Revision, true
+	}
+	for m.ctx.Err() == nil {
+		rev, ok := read()
+		if !ok {
+			backoff.wait(m.ctx)
+			continue
+		}
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(m.ctx))
+		for wr := range m.cli.Watch(wctx, m.k.monsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+			if wr.Err() != nil {
+				break
+			}
+			if _, ok := read(); !ok {
+				break
+			}
+			backoff.reset()
+		}
+		wcancel()
+		backoff.wait(m.ctx)
+	}
+}
+
+// upMons is monAddrs: the mons up now, as far as this mon knows.
+func (m *Mon) upMons() []string {
+	if p := m.monAddrs.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (m *Mon) adoptBytes(b []byte) {

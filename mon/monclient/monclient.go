@@ -129,7 +129,10 @@ type Client struct {
 
 	mu     sync.Mutex
 	leader string // the address to try first; "" when unknown
-	next   int    // the next of o.Addrs to try when no leader is known
+	next   int    // the next of addrs to try when no leader is known
+	// addrs are the mons to try: o.Addrs, then those the mons said are up
+	// (MonMap.mons) that o.Addrs lacks (learnMons).
+	addrs []string
 	// Beacons while the leader is out of reach (beaconRoute): relay is
 	// the standby relaying them ("" when none), relayLeader the leader it
 	// names, relaySince when it started or the leader was last tried;
@@ -181,7 +184,7 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	}
 	o.Addrs = slices.Clone(o.Addrs)
 	c := &Client{
-		o: o, log: o.Logger,
+		o: o, log: o.Logger, addrs: o.Addrs,
 		wake: make(chan struct{}, 1), subscribed: make(chan struct{}), refused: make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -302,6 +305,7 @@ func (c *Client) subscribeLoop() {
 		}
 		refusedWait = 0
 		c.noteMap(rep.Map)
+		c.learnMons(rep.Mons)
 		c.noteAuth(rep.Auth)
 		select {
 		case <-c.subscribed:
@@ -441,7 +445,8 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 		addr := c.pick()
 		tid := c.tid.Add(1)
 		wait := c.o.Timeout
-		if round == 0 && len(c.o.Addrs) > 1 && !c.knowsLeader() {
+		mons := c.monAddrs()
+		if round == 0 && len(mons) > 1 && !c.knowsLeader() {
 			wait = min(wait, firstTry)
 		}
 		req := build()
@@ -500,7 +505,7 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 					c.setLeader(h.Leader)
 					answers.note(addr, err)
 					misses++
-					if misses <= 2*len(c.o.Addrs) {
+					if misses <= 2*len(mons) {
 						continue // follow the redirect at once
 					}
 				}
@@ -521,14 +526,14 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 		c.skip(addr)
 		c.log.Debug("monclient: mon did not serve the request", "mon", addr, "type", t, "err", err)
 		misses++
-		if misses >= len(c.o.Addrs) {
+		if misses >= len(mons) {
 			// Every mon failed once: wait before the next round (an
 			// election takes a few seconds).
 			misses = 0
 			round++
 			if now := time.Now(); now.After(warnAt) {
 				c.log.Warn("monclient: no mon has served the request yet; retrying", "type", t,
-					"waited", now.Sub(start).Round(time.Second), "mons", c.o.Addrs, "err", err)
+					"waited", now.Sub(start).Round(time.Second), "mons", mons, "err", err)
 				warnAt = now.Add(stallWarnEvery)
 			}
 			sleep(ctx, bo.wait())
@@ -634,7 +639,41 @@ func (c *Client) pick() string {
 	if c.leader != "" {
 		return c.leader
 	}
-	return c.o.Addrs[c.next%len(c.o.Addrs)]
+	return c.addrs[c.next%len(c.addrs)]
+}
+
+// Mons are the mons this client tries, in order: those it was given
+// (Options.Addrs), then those the mons said are up that it was not.
+func (c *Client) Mons() []string { return slices.Clone(c.monAddrs()) }
+
+// monAddrs are the mons this client tries (addrs).
+func (c *Client) monAddrs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addrs
+}
+
+// learnMons takes up the mons a mon says are up: the client tries them
+// too, after those it was given, so that a mon added since it started
+// serves it when those are gone (Ceph's monmap). The list replaces the
+// one learned before.
+func (c *Client) learnMons(up []string) {
+	if len(up) == 0 {
+		return
+	}
+	addrs := slices.Clone(c.o.Addrs)
+	for _, a := range up {
+		if a != "" && !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if slices.Equal(addrs, c.addrs) {
+		return
+	}
+	c.log.Info("monclient: the mons up", "mons", up, "trying", addrs)
+	c.addrs = addrs
 }
 
 // leaderProbe is the least an attempt at the leader gets that a beacon
@@ -773,7 +812,7 @@ func (c *Client) skip(addr string) {
 	if c.relay == addr {
 		c.relay = ""
 	}
-	if c.o.Addrs[c.next%len(c.o.Addrs)] == addr {
+	if c.addrs[c.next%len(c.addrs)] == addr {
 		c.next++
 	}
 }
@@ -937,6 +976,7 @@ func (d dispatcher) Dispatch(m *msgr.Message) {
 			return
 		}
 		c.noteMap(mm.Map)
+		c.learnMons(mm.Mons)
 		return
 	}
 	c.pending.Deliver(m, true) // a reply on another session is an old attempt's

@@ -6455,6 +6455,7 @@ type MonSubscribeReply struct {
 	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Map           *ClusterMap            `protobuf:"bytes,3,opt,name=map,proto3" json:"map,omitempty"`   // set when newer than have_epoch
 	Auth          *AuthTable             `protobuf:"bytes,4,opt,name=auth,proto3" json:"auth,omitempty"` // set when asked for
+	Mons          []string               `protobuf:"bytes,5,rep,name=mons,proto3" json:"mons,omitempty"` // as MonMap.mons
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6506,6 +6507,13 @@ func (x *MonSubscribeReply) GetMap() *ClusterMap {
 func (x *MonSubscribeReply) GetAuth() *AuthTable {
 	if x != nil {
 		return x.Auth
+	}
+	return nil
+}
+
+func (x *MonSubscribeReply) GetMons() []string {
+	if x != nil {
+		return x.Mons
 	}
 	return nil
 }
@@ -6735,8 +6743,13 @@ func (x *MonAuth) GetTable() *AuthTable {
 }
 
 type MonMap struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Map           *ClusterMap            `protobuf:"bytes,1,opt,name=map,proto3" json:"map,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Map   *ClusterMap            `protobuf:"bytes,1,opt,name=map,proto3" json:"map,omitempty"` // unset in a push of mons alone
+	// The addresses of the mons up now (registered in etcd), sorted: a
+	// subscriber fails over to them as well as to the mons it was given,
+	// so mons added later, and the retirement of those it started with, do
+	// not cut it off (Ceph's monmap).
+	Mons          []string `protobuf:"bytes,2,rep,name=mons,proto3" json:"mons,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6774,6 +6787,13 @@ func (*MonMap) Descriptor() ([]byte, []int) {
 func (x *MonMap) GetMap() *ClusterMap {
 	if x != nil {
 		return x.Map
+	}
+	return nil
+}
+
+func (x *MonMap) GetMons() []string {
+	if x != nil {
+		return x.Mons
 	}
 	return nil
 }
@@ -7656,11 +7676,12 @@ const file_osd_proto_rawDesc = "" +
 	"\fMonSubscribe\x12\x1d\n" +
 	"\n" +
 	"have_epoch\x18\x02 \x01(\x04R\thaveEpoch\x12\x12\n" +
-	"\x04auth\x18\x03 \x01(\bR\x04authJ\x04\b\x01\x10\x02\"\x9f\x01\n" +
+	"\x04auth\x18\x03 \x01(\bR\x04authJ\x04\b\x01\x10\x02\"\xb3\x01\n" +
 	"\x11MonSubscribeReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12(\n" +
 	"\x03map\x18\x03 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\x12)\n" +
-	"\x04auth\x18\x04 \x01(\v2\x15.osprey.osd.AuthTableR\x04authJ\x04\b\x02\x10\x03\"X\n" +
+	"\x04auth\x18\x04 \x01(\v2\x15.osprey.osd.AuthTableR\x04auth\x12\x12\n" +
+	"\x04mons\x18\x05 \x03(\tR\x04monsJ\x04\b\x02\x10\x03\"X\n" +
 	"\tAuthTable\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12/\n" +
 	"\aentries\x18\x02 \x03(\v2\x15.osprey.osd.AuthEntryR\aentries\"\xd5\x01\n" +
@@ -7677,9 +7698,10 @@ const file_osd_proto_rawDesc = "" +
 	"access_key\x18\x01 \x01(\tR\taccessKey\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\tR\x06secret\"6\n" +
 	"\aMonAuth\x12+\n" +
-	"\x05table\x18\x01 \x01(\v2\x15.osprey.osd.AuthTableR\x05table\"2\n" +
+	"\x05table\x18\x01 \x01(\v2\x15.osprey.osd.AuthTableR\x05table\"F\n" +
 	"\x06MonMap\x12(\n" +
-	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\"\xb9\x03\n" +
+	"\x03map\x18\x01 \x01(\v2\x16.osprey.osd.ClusterMapR\x03map\x12\x12\n" +
+	"\x04mons\x18\x02 \x03(\tR\x04mons\"\xb9\x03\n" +
 	"\n" +
 	"MonCommand\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x10\n" +
