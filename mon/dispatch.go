@@ -156,19 +156,19 @@ func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (pr
 		// sends (relay.go); the rest goes to the leader.
 		switch r := req.(type) {
 		case *osdpb.MonBeacon:
-			if r.LeaderUnreachable {
+			if m.relays(r.LeaderUnreachable, r.UnreachableLeader) {
 				return m.relayBeacon(ctx, r)
 			}
 		case *osdpb.MonFailure:
-			if r.LeaderUnreachable {
+			if m.relays(r.LeaderUnreachable, r.UnreachableLeader) {
 				return m.relayFailure(ctx, r)
 			}
 		case *osdpb.MonMarkMeDown:
-			if r.LeaderUnreachable {
+			if m.relays(r.LeaderUnreachable, r.UnreachableLeader) {
 				return m.relayMarkMeDown(ctx, r)
 			}
 		case *osdpb.MonBoot:
-			if r.LeaderUnreachable {
+			if m.relays(r.LeaderUnreachable, r.UnreachableLeader) {
 				return m.relayBoot(ctx, r)
 			}
 		}
@@ -191,6 +191,20 @@ func (m *Mon) serve(ctx context.Context, conn *msgr.Conn, req proto.Message) (pr
 		return &osdpb.MonMarkMeDownReply{Header: m.header(nil)}, nil
 	}
 	return nil, ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "unhandled request %T", req)
+}
+
+// relays reports whether this standby relays a request that says the
+// leader failed its sender (unreachable; failed: which leader, "" from an
+// older build): not when it knows another leader than the one that
+// failed. That one is gone (a failover): NOT_LEADER sends the request to
+// the new leader, where a relay would be taken for a cut between the
+// sender and a leader it never tried (MON_LEADER_UNREACHABLE).
+func (m *Mon) relays(unreachable bool, failed string) bool {
+	if !unreachable {
+		return false
+	}
+	lead := m.Leader()
+	return failed == "" || lead == "" || failed == lead
 }
 
 func (m *Mon) notLeader() error {

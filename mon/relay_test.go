@@ -322,3 +322,45 @@ func TestRelayedBootTakenOnce(t *testing.T) {
 		t.Fatalf("the request is still in etcd once taken (%v)", err)
 	}
 }
+
+// TestStandbyRedirectsAfterAFailover: a beacon that says a leader failed
+// its sender, naming a leader that is not the one the standby knows (the
+// old one, gone: a failover, no cut), is sent on to the current leader
+// rather than relayed, and no MON_LEADER_UNREACHABLE follows; one naming
+// the current leader is relayed.
+func TestStandbyRedirectsAfterAFailover(t *testing.T) {
+	a, b, _ := leaderAndStandby(t, 0)
+	direct := newTestClient(t, nil, a.Addr())
+	mustBoot(t, direct, bootOf(0))
+	eventually(t, 10*time.Second, "mon.b at the leader's epoch", func() bool { return b.Map().Epoch() == a.Map().Epoch() })
+	send := func(failed string) {
+		t.Helper()
+		bc := beaconOf(a.Map(), 0)
+		bc.LeaderUnreachable, bc.UnreachableLeader = true, failed
+		// A client that knows mon.b alone (one redirected knows mon.a).
+		if err := newTestClient(t, nil, b.Addr()).Beacon(ctxFor(t, 5*time.Second), bc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The leader's record of osd.0's newest beacon: taken in after t0,
+	// and by which standby.
+	recorded := func(t0 time.Time) (by string, ok bool) {
+		rs, err := a.beacons(ctxFor(t, 5*time.Second))
+		if err != nil || rs[0] == nil || rs[0].AtUnixNano < t0.UnixNano() {
+			return "", false
+		}
+		return rs[0].RelayedBy, true
+	}
+	t0 := time.Now()
+	send("tcp://127.0.0.1:1") // a leader that was
+	eventually(t, 10*time.Second, "the beacon naming a former leader taken in", func() bool { _, ok := recorded(t0); return ok })
+	if by, _ := recorded(t0); by != "" {
+		t.Fatalf("a beacon naming a former leader was relayed by mon.%s", by)
+	}
+	if hasCheck(statusCmd(t, direct), "reach the leader mon only through standby mons") {
+		t.Fatal("MON_LEADER_UNREACHABLE after a failover's beacon")
+	}
+	t1 := time.Now()
+	send(a.Addr())
+	eventually(t, 10*time.Second, "a beacon naming the current leader relayed", func() bool { by, _ := recorded(t1); return by == "mon.b" })
+}

@@ -139,6 +139,8 @@ type Client struct {
 	// leaderFailed is when an attempt at the leader last failed.
 	relay, relayLeader       string
 	relaySince, leaderFailed time.Time
+	// failedLeader is the leader whose attempt failed at leaderFailed.
+	failedLeader string
 
 	mapMu sync.Mutex // orders map adoption and the OnMap queue
 	// authMu orders OnAuth calls; authRev is the last table's revision.
@@ -454,7 +456,7 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 		case *osdpb.MonBeacon:
 			var unreachable bool
 			if addr, wait, unreachable = c.beaconRoute(ctx, addr, wait); unreachable {
-				markLeaderUnreachable(r)
+				c.markLeaderUnreachable(r)
 			}
 		case *osdpb.MonFailure, *osdpb.MonMarkMeDown, *osdpb.MonBoot:
 			// The first attempt goes to the beacons' relay, if any; a
@@ -470,7 +472,7 @@ func (c *Client) call(ctx context.Context, t osdpb.MsgType, build func() proto.M
 				unreachable = c.leaderLatelyFailed()
 			}
 			if unreachable {
-				markLeaderUnreachable(r)
+				c.markLeaderUnreachable(r)
 			}
 		}
 		tries++
@@ -736,17 +738,23 @@ func (c *Client) leaderFailedLocked() bool {
 }
 
 // markLeaderUnreachable sets the leader_unreachable field of a request
-// that a standby may relay.
-func markLeaderUnreachable(req proto.Message) {
+// that a standby may relay, and unreachable_leader: which leader failed.
+func (c *Client) markLeaderUnreachable(req proto.Message) {
+	c.mu.Lock()
+	failed := c.failedLeader
+	if failed == "" {
+		failed = c.relayLeader
+	}
+	c.mu.Unlock()
 	switch r := req.(type) {
 	case *osdpb.MonFailure:
-		r.LeaderUnreachable = true
+		r.LeaderUnreachable, r.UnreachableLeader = true, failed
 	case *osdpb.MonMarkMeDown:
-		r.LeaderUnreachable = true
+		r.LeaderUnreachable, r.UnreachableLeader = true, failed
 	case *osdpb.MonBoot:
-		r.LeaderUnreachable = true
+		r.LeaderUnreachable, r.UnreachableLeader = true, failed
 	case *osdpb.MonBeacon:
-		r.LeaderUnreachable = true
+		r.LeaderUnreachable, r.UnreachableLeader = true, failed
 	}
 }
 
@@ -804,7 +812,7 @@ func (c *Client) skip(addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.leader == addr || c.relayLeader == addr {
-		c.leaderFailed = time.Now()
+		c.leaderFailed, c.failedLeader = time.Now(), addr
 	}
 	if c.leader == addr {
 		c.leader = ""

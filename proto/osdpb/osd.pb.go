@@ -3975,7 +3975,8 @@ type MonBoot struct {
 	Features uint64 `protobuf:"varint,12,opt,name=features,proto3" json:"features,omitempty"`
 	// leader_unreachable: as MonBeacon's: a standby relays the boot to the
 	// leader (MonBootReply.relayed_by) rather than answer NOT_LEADER.
-	LeaderUnreachable bool `protobuf:"varint,13,opt,name=leader_unreachable,json=leaderUnreachable,proto3" json:"leader_unreachable,omitempty"`
+	LeaderUnreachable bool   `protobuf:"varint,13,opt,name=leader_unreachable,json=leaderUnreachable,proto3" json:"leader_unreachable,omitempty"`
+	UnreachableLeader string `protobuf:"bytes,14,opt,name=unreachable_leader,json=unreachableLeader,proto3" json:"unreachable_leader,omitempty"` // as MonBeacon's
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -4092,6 +4093,13 @@ func (x *MonBoot) GetLeaderUnreachable() bool {
 		return x.LeaderUnreachable
 	}
 	return false
+}
+
+func (x *MonBoot) GetUnreachableLeader() string {
+	if x != nil {
+		return x.UnreachableLeader
+	}
+	return ""
 }
 
 type MonBootReply struct {
@@ -5464,6 +5472,11 @@ type MonBeacon struct {
 	// a standby relays this beacon to it (MonBeaconReply.relayed_by) rather
 	// than answer NOT_LEADER. The mon client sets it.
 	LeaderUnreachable bool `protobuf:"varint,16,opt,name=leader_unreachable,json=leaderUnreachable,proto3" json:"leader_unreachable,omitempty"`
+	// unreachable_leader is the address of the leader that failed the
+	// sender: a standby that knows another leader (the one that failed is
+	// gone: a failover, no cut) answers NOT_LEADER with it instead of
+	// relaying. Empty from an older build: relayed.
+	UnreachableLeader string `protobuf:"bytes,23,opt,name=unreachable_leader,json=unreachableLeader,proto3" json:"unreachable_leader,omitempty"`
 	// Slow ops, as Ceph's: client ops in flight for longer than the OSD's
 	// op complaint time (osd.Config.OpComplaintTime), how long the oldest
 	// has been, and its type ("put_object").
@@ -5616,6 +5629,13 @@ func (x *MonBeacon) GetLeaderUnreachable() bool {
 		return x.LeaderUnreachable
 	}
 	return false
+}
+
+func (x *MonBeacon) GetUnreachableLeader() string {
+	if x != nil {
+		return x.UnreachableLeader
+	}
+	return ""
 }
 
 func (x *MonBeacon) GetSlowOps() uint32 {
@@ -5917,7 +5937,8 @@ type MonFailure struct {
 	// leader_unreachable: as MonBeacon's, set by the mon client while a
 	// standby relays its beacons: a standby relays this report too
 	// (MonFailureReply.relayed_by) rather than answer NOT_LEADER.
-	LeaderUnreachable bool `protobuf:"varint,9,opt,name=leader_unreachable,json=leaderUnreachable,proto3" json:"leader_unreachable,omitempty"`
+	LeaderUnreachable bool   `protobuf:"varint,9,opt,name=leader_unreachable,json=leaderUnreachable,proto3" json:"leader_unreachable,omitempty"`
+	UnreachableLeader string `protobuf:"bytes,10,opt,name=unreachable_leader,json=unreachableLeader,proto3" json:"unreachable_leader,omitempty"` // as MonBeacon's
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -6006,6 +6027,13 @@ func (x *MonFailure) GetLeaderUnreachable() bool {
 		return x.LeaderUnreachable
 	}
 	return false
+}
+
+func (x *MonFailure) GetUnreachableLeader() string {
+	if x != nil {
+		return x.UnreachableLeader
+	}
+	return ""
 }
 
 type MonFailureReply struct {
@@ -6136,6 +6164,7 @@ type MonMarkMeDown struct {
 	Uuid              string                 `protobuf:"bytes,3,opt,name=uuid,proto3" json:"uuid,omitempty"`
 	Epoch             uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	LeaderUnreachable bool                   `protobuf:"varint,5,opt,name=leader_unreachable,json=leaderUnreachable,proto3" json:"leader_unreachable,omitempty"` // as MonFailure's
+	UnreachableLeader string                 `protobuf:"bytes,6,opt,name=unreachable_leader,json=unreachableLeader,proto3" json:"unreachable_leader,omitempty"`  // as MonBeacon's
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -6203,6 +6232,13 @@ func (x *MonMarkMeDown) GetLeaderUnreachable() bool {
 		return x.LeaderUnreachable
 	}
 	return false
+}
+
+func (x *MonMarkMeDown) GetUnreachableLeader() string {
+	if x != nil {
+		return x.UnreachableLeader
+	}
+	return ""
 }
 
 type MonMarkMeDownReply struct {
@@ -7476,7 +7512,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
 	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\x120\n" +
 	"\bfullness\x18\x04 \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12\x19\n" +
-	"\bno_lease\x18\x05 \x01(\bR\anoLease\"\xec\x02\n" +
+	"\bno_lease\x18\x05 \x01(\bR\anoLease\"\x9b\x03\n" +
 	"\aMonBoot\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x15\n" +
 	"\x06has_id\x18\x03 \x01(\bR\x05hasId\x12\x0e\n" +
@@ -7492,7 +7528,8 @@ const file_osd_proto_rawDesc = "" +
 	"\vfresh_store\x18\v \x01(\bR\n" +
 	"freshStore\x12\x1a\n" +
 	"\bfeatures\x18\f \x01(\x04R\bfeatures\x12-\n" +
-	"\x12leader_unreachable\x18\r \x01(\bR\x11leaderUnreachableJ\x04\b\x01\x10\x02\"\xe6\x01\n" +
+	"\x12leader_unreachable\x18\r \x01(\bR\x11leaderUnreachable\x12-\n" +
+	"\x12unreachable_leader\x18\x0e \x01(\tR\x11unreachableLeaderJ\x04\b\x01\x10\x02\"\xe6\x01\n" +
 	"\fMonBootReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
@@ -7593,7 +7630,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\"Y\n" +
 	"\x0ePGInspectReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x16\n" +
-	"\x06output\x18\x02 \x01(\tR\x06output\"\x98\x06\n" +
+	"\x06output\x18\x02 \x01(\tR\x06output\"\xc7\x06\n" +
 	"\tMonBeacon\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
@@ -7612,7 +7649,8 @@ const file_osd_proto_rawDesc = "" +
 	"\x11client_read_bytes\x18\r \x01(\x04R\x0fclientReadBytes\x12!\n" +
 	"\fscrub_errors\x18\x0e \x01(\x04R\vscrubErrors\x12\x1e\n" +
 	"\bpgs_held\x18\x0f \x01(\rH\x00R\apgsHeld\x88\x01\x01\x12-\n" +
-	"\x12leader_unreachable\x18\x10 \x01(\bR\x11leaderUnreachable\x12\x19\n" +
+	"\x12leader_unreachable\x18\x10 \x01(\bR\x11leaderUnreachable\x12-\n" +
+	"\x12unreachable_leader\x18\x17 \x01(\tR\x11unreachableLeader\x12\x19\n" +
 	"\bslow_ops\x18\x11 \x01(\rR\aslowOps\x12/\n" +
 	"\x14oldest_slow_op_nanos\x18\x12 \x01(\x03R\x11oldestSlowOpNanos\x12$\n" +
 	"\x0eoldest_slow_op\x18\x13 \x01(\tR\foldestSlowOp\x12,\n" +
@@ -7635,7 +7673,7 @@ const file_osd_proto_rawDesc = "" +
 	"\rRelayedBeacon\x12-\n" +
 	"\x06beacon\x18\x01 \x01(\v2\x15.osprey.osd.MonBeaconR\x06beacon\x12\x10\n" +
 	"\x03mon\x18\x02 \x01(\tR\x03mon\x12\"\n" +
-	"\rat_unix_nanos\x18\x03 \x01(\x03R\vatUnixNanos\"\xfd\x01\n" +
+	"\rat_unix_nanos\x18\x03 \x01(\x03R\vatUnixNanos\"\xac\x02\n" +
 	"\n" +
 	"MonFailure\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x1a\n" +
@@ -7645,7 +7683,9 @@ const file_osd_proto_rawDesc = "" +
 	"\x10failed_for_nanos\x18\x06 \x01(\x03R\x0efailedForNanos\x12\x1c\n" +
 	"\timmediate\x18\a \x01(\bR\timmediate\x12\x14\n" +
 	"\x05alive\x18\b \x01(\bR\x05alive\x12-\n" +
-	"\x12leader_unreachable\x18\t \x01(\bR\x11leaderUnreachableJ\x04\b\x01\x10\x02\"g\n" +
+	"\x12leader_unreachable\x18\t \x01(\bR\x11leaderUnreachable\x12-\n" +
+	"\x12unreachable_leader\x18\n" +
+	" \x01(\tR\x11unreachableLeaderJ\x04\b\x01\x10\x02\"g\n" +
 	"\x0fMonFailureReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x1d\n" +
 	"\n" +
@@ -7653,13 +7693,14 @@ const file_osd_proto_rawDesc = "" +
 	"\x0eRelayedFailure\x120\n" +
 	"\afailure\x18\x01 \x01(\v2\x16.osprey.osd.MonFailureR\afailure\x12\x10\n" +
 	"\x03mon\x18\x02 \x01(\tR\x03mon\x12\"\n" +
-	"\rat_unix_nanos\x18\x03 \x01(\x03R\vatUnixNanos\"\x8c\x01\n" +
+	"\rat_unix_nanos\x18\x03 \x01(\x03R\vatUnixNanos\"\xbb\x01\n" +
 	"\rMonMarkMeDown\x12\x12\n" +
 	"\x04fsid\x18\x01 \x01(\tR\x04fsid\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\rR\x02id\x12\x12\n" +
 	"\x04uuid\x18\x03 \x01(\tR\x04uuid\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12-\n" +
-	"\x12leader_unreachable\x18\x05 \x01(\bR\x11leaderUnreachable\"d\n" +
+	"\x12leader_unreachable\x18\x05 \x01(\bR\x11leaderUnreachable\x12-\n" +
+	"\x12unreachable_leader\x18\x06 \x01(\tR\x11unreachableLeader\"d\n" +
 	"\x12MonMarkMeDownReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x1d\n" +
 	"\n" +
