@@ -9,20 +9,21 @@ import (
 	"slices"
 
 	"github.com/ospreystore/osprey/internal/ops"
+	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/msgr/auth"
 	"github.com/ospreystore/osprey/proto/osdpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// pendingAddr is where a created OSD that never booted "listens": an
-// address the map accepts and nobody can dial. The OSD is down and out
-// until its boot gives its real addresses; "osd tree" shows it as never
-// booted (neverBooted), not at this address.
-const pendingAddr = "mem://osd-not-booted"
+// pendingAddr is where a created OSD that never booted "listens"
+// (placement.PendingAddr). The OSD is down and out until its boot gives
+// its real addresses; "osd tree" shows it as never booted (neverBooted),
+// not at this address.
+const pendingAddr = placement.PendingAddr
 
 // neverBooted: o was created ("osd create") and no daemon has booted as
 // it since; its addresses are the placeholder.
-func neverBooted(o *osdpb.OSDInfo) bool { return o.PublicAddr == pendingAddr }
+func neverBooted(o *osdpb.OSDInfo) bool { return placement.NeverBooted(o) }
 
 // create serves "osd create", Ceph's `ceph osd new UUID`: the id of the
 // OSD with this uuid, or a new one, the lowest free, and (unless NoAuth)

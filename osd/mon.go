@@ -96,6 +96,11 @@ func joinCluster(ctx context.Context, cfg *Config, authz *authTables, onMap func
 	if err != nil {
 		return nil, ident, nil, err
 	}
+	if ident.ID == nil && (cfg.PublicListen == "" || cfg.ClusterListen == "") {
+		// Before the mon gives an id: an OSD that cannot start for want
+		// of addresses must not leave one behind, never booted.
+		return nil, ident, nil, fmt.Errorf("osd: %s holds no OSD yet: a new OSD needs addresses to listen on (--public and --cluster)", cfg.DataDir)
+	}
 	opts := monclient.Options{Addrs: cfg.Mon, Name: msgr.EntityName("client.osd-" + ident.UUID[:8]),
 		Transports: cfg.Transports, Logger: cfg.Logger, OnMap: onMap}
 	var own *auth.Keyring

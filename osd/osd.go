@@ -494,7 +494,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 			}
 			return nil, fmt.Errorf("osd.%d: the map from the mon: %w", cfg.ID, err)
 		}
-		if info, ok := cfg.Map.OSD(cfg.ID); ok {
+		if info, ok := cfg.Map.OSD(cfg.ID); ok && !placement.NeverBooted(info) {
 			// A restart listens where it did before, unless told otherwise.
 			cfg.PublicListen = cmp.Or(cfg.PublicListen, info.PublicAddr)
 			cfg.ClusterListen = cmp.Or(cfg.ClusterListen, info.ClusterAddr)

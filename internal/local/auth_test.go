@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/ospreystore/osprey/mon/monclient"
 	"github.com/ospreystore/osprey/msgr"
 	"github.com/ospreystore/osprey/msgr/auth"
+	"github.com/ospreystore/osprey/osd"
 	"github.com/ospreystore/osprey/proto/osdpb"
 )
 
@@ -213,5 +215,35 @@ func TestClusterAuth(t *testing.T) {
 			t.Fatal("client.rot's session outlived auth rotate")
 		case <-time.After(20 * time.Millisecond): // polling interval
 		}
+	}
+}
+
+// TestNewOSDWithoutAddressesTakesNoID: a new OSD (an empty data
+// directory, the bootstrap key) started without addresses to listen on
+// fails before the mon gives it an id, and leaves no never-booted OSD in
+// the map.
+func TestNewOSDWithoutAddressesTakesNoID(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := Start(ctx, Options{OSDs: 1, Replicas: 1, PGs: 8, WithMon: true, Dir: t.TempDir(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	boot, err := auth.LoadKeyring(c.KeyringPath("client.bootstrap-osd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.Mon.Map()
+	_, err = osd.Start(ctx, osd.Config{Mon: []string{c.Mon.Addr()}, Keyring: boot, DataDir: t.TempDir(), Logger: quiet})
+	if err == nil || !strings.Contains(err.Error(), "a new OSD needs addresses to listen on (--public and --cluster)") {
+		t.Fatalf("a new OSD without addresses: %v", err)
+	}
+	if n, m := len(slices.Collect(before.OSDs())), len(slices.Collect(c.Mon.Map().OSDs())); n != m || c.Mon.Map().Epoch() != before.Epoch() {
+		t.Fatalf("the map went from %d OSDs (epoch %d) to %d (epoch %d)", n, before.Epoch(), m, c.Mon.Map().Epoch())
 	}
 }

@@ -346,6 +346,14 @@ func (m *Map) FSID() string { return m.pb.Fsid }
 // The copy is the caller's to change.
 func (m *Map) Proto() *osdpb.ClusterMap { return proto.CloneOf(m.pb) }
 
+// PendingAddr is the addresses of an OSD that was created ("osd create")
+// and never booted: one the map accepts and nobody can dial.
+const PendingAddr = "mem://osd-not-booted"
+
+// NeverBooted reports whether o was created and no daemon has booted as
+// it since: its addresses are PendingAddr.
+func NeverBooted(o *osdpb.OSDInfo) bool { return o.GetPublicAddr() == PendingAddr }
+
 // OSD returns a copy of the OSD with the given id.
 func (m *Map) OSD(id uint32) (*osdpb.OSDInfo, bool) {
 	o := m.osd(id)
