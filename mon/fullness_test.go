@@ -50,6 +50,16 @@ func TestFullness(t *testing.T) {
 		t.Fatalf("osd tree: %+v", tree)
 	}
 
+	// At its failsafe below the full ratio (a small disk, its store's
+	// reserved room reached): the line says so, not only the ratio its
+	// percentage is under.
+	if err := beacon(1, osdpb.Fullness_FULLNESS_FAILSAFE, 717, 283); err != nil {
+		t.Fatal(err)
+	}
+	if st := statusCmd(t, c); !hasCheck(st, "1 full osd(s) (over full_ratio 0.95, or at their failsafe): osd.1 (71.7% used; at its failsafe: over its failsafe ratio, or its store's reserved room reached)") {
+		t.Fatalf("one at its failsafe: %q", st.Health.Checks)
+	}
+
 	// Space back: the map and health follow.
 	if err := beacon(1, osdpb.Fullness_FULLNESS_NONE, 500, 500); err != nil {
 		t.Fatal(err)

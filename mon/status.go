@@ -688,13 +688,25 @@ func tokenCheck(t string) string {
 // OSDs and how full their disks are.
 func fullnessChecks(h *healthChecks, mp *placement.Map, beacons map[uint32]*beaconRecord) {
 	byLevel := map[osdpb.Fullness][]string{}
+	failsafe := false
 	for o := range mp.OSDs() {
 		if !o.Up || o.Fullness == osdpb.Fullness_FULLNESS_NONE {
 			continue
 		}
 		name := fmt.Sprintf("osd.%d", o.Id)
+		used := ""
 		if b := currentBeacon(o, beacons[o.Id]); b != nil && b.UsedBytes+b.AvailBytes > 0 {
-			name += fmt.Sprintf(" (%.1f%% used)", 100*float64(b.UsedBytes)/float64(b.UsedBytes+b.AvailBytes))
+			used = fmt.Sprintf("%.1f%% used", 100*float64(b.UsedBytes)/float64(b.UsedBytes+b.AvailBytes))
+		}
+		if o.Fullness == osdpb.Fullness_FULLNESS_FAILSAFE {
+			// Its failsafe ratio, or (a small disk) the room its store
+			// keeps for itself, reached before the map's full ratio: say
+			// which, or the ratio named would contradict the percentage.
+			failsafe = true
+			used = strings.TrimPrefix(used+"; at its failsafe: over its failsafe ratio, or its store's reserved room reached", "; ")
+		}
+		if used != "" {
+			name += " (" + used + ")"
 		}
 		lvl := min(o.Fullness, osdpb.Fullness_FULLNESS_FULL) // failsafe is full, and worse
 		byLevel[lvl] = append(byLevel[lvl], name)
@@ -710,7 +722,11 @@ func fullnessChecks(h *healthChecks, mp *placement.Map, beacons map[uint32]*beac
 		for i, n := range names {
 			lines[i] = n + " is " + word
 		}
-		add(code, fmt.Sprintf("%d %s osd(s) (over %s_ratio %g): %s%s", len(names), word, word, ratio, strings.Join(names, ", "), tail), lines)
+		over := fmt.Sprintf("over %s_ratio %g", word, ratio)
+		if lvl == osdpb.Fullness_FULLNESS_FULL && failsafe {
+			over += ", or at their failsafe"
+		}
+		add(code, fmt.Sprintf("%d %s osd(s) (%s): %s%s", len(names), word, over, strings.Join(names, ", "), tail), lines)
 	}
 	check(osdpb.Fullness_FULLNESS_FULL, full, h.err, "OSD_FULL", "; writes to their PGs fail")
 	check(osdpb.Fullness_FULLNESS_BACKFILLFULL, back, h.warn, "OSD_BACKFILLFULL", "")
