@@ -103,8 +103,14 @@ const maxFrontBytes = 2 * (1 + 10)
 // zeroCopyBytes bounds the payload buffers a ZeroCopy connection takes.
 const zeroCopyBytes = 64 << 20
 
-// maxBenchSize is the largest payload the messenger's default limit takes.
-const maxBenchSize = 64<<20 - maxFrontBytes
+// maxBenchSize is the largest payload a row sends: 64 MiB, perftest's
+// usual largest. The bench's messengers take a message of it and its
+// front (benchMaxMessage), a little over the messenger's default limit,
+// which bounds front and data together.
+const (
+	maxBenchSize    = 64 << 20
+	benchMaxMessage = maxBenchSize + maxFrontBytes
+)
 
 func (o *MsgrOptions) setDefaults() error {
 	if len(o.Transports) == 0 {
@@ -162,7 +168,7 @@ func (o *MsgrOptions) setDefaults() error {
 	}
 	for _, s := range o.Sizes {
 		if s < 0 || s > maxBenchSize {
-			return fmt.Errorf("bench: size %d: want 0 to %d bytes (the messenger's 64 MiB message limit)", s, maxBenchSize)
+			return fmt.Errorf("bench: size %d: want 0 to %d bytes (64 MiB)", s, maxBenchSize)
 		}
 	}
 	for _, d := range o.Depths {
@@ -379,6 +385,7 @@ func newMessenger(opts msgr.Options) (*msgr.Messenger, transports.Set, error) {
 		return nil, nil, err
 	}
 	opts.Transports = ts
+	opts.MaxMessageSize = benchMaxMessage
 	m, err := msgr.New(opts)
 	if err != nil {
 		ts.Close()
@@ -1002,6 +1009,11 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 		c.pool = newMsgPool(typ, size, depth)
 		copts := msgr.Options{Name: clientName(r.remote, i), Dispatcher: clientDispatcher{c}, Logger: log,
 			DisableDataCRC: o.DisableDataCRC, Faults: o.Faults}
+		// The send queue holds the whole window, so that --depth is what
+		// the row keeps in flight: the messenger's defaults (4,096
+		// messages, 128 MiB) held two 64 MiB messages of a depth of 16.
+		copts.SendQueueMsgs = max(depth, 4096)
+		copts.SendQueueBytes = max(int64(depth)*int64(size+maxFrontBytes), 128<<20)
 		if copts.Auth, err = o.authFor(copts.Name, cm); err != nil {
 			return row, err
 		}
