@@ -2,6 +2,7 @@ package msgr
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -343,6 +344,9 @@ func (c *Conn) send(ctx context.Context, m *Message, block bool) (uint64, error)
 	if c.state == stateClosed {
 		err := c.closeErr
 		c.mu.Unlock()
+		if errors.Is(err, ErrClosed) { // Close's own, or the peer's: said once
+			return 0, err
+		}
 		return 0, fmt.Errorf("%w: %w", ErrClosed, err)
 	}
 	if c.peerMaxMsg > 0 && uint64(size) > c.peerMaxMsg {

@@ -115,6 +115,9 @@ row reports its faults and reconnects.`,
 				Baseline: baseline, DisableDataCRC: noCRC, ZeroCopy: zeroCopy, Logger: cliLogger(cmd), Auth: authOn, Secure: secure,
 				Segment: out.segment, Progress: out.progress(cmd), Faults: faults,
 			}
+			if warmup < 0 {
+				return usageErrorf("--warmup %v: must be 0 (none) or more", warmup)
+			}
 			if warmup == 0 {
 				o.Warmup = -1 // explicitly none, not the default
 			}

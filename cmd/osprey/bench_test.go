@@ -105,6 +105,8 @@ func TestBenchMsgrErrors(t *testing.T) {
 		{[]string{"bench", "msgr", "--size", "4XB"}, "--size"},
 		{[]string{"bench", "msgr", "--mode", "burst"}, "--mode"},
 		{[]string{"bench", "msgr", "--duration", "0s"}, "--duration"},
+		{[]string{"bench", "msgr", "--warmup", "-1s"}, "--warmup -1s: must be 0 (none) or more"},
+		{[]string{"bench", "msgr", "--size", "67108865", "--duration", "10ms"}, "want 0 to 67108864 bytes (64 MiB)"},
 		{[]string{"bench", "msgr", "--depth", "0", "--duration", "10ms"}, "depth"},
 		{[]string{"bench", "msgr", "--transport", "rdma+nosuch", "--duration", "10ms"}, `"rdma+nosuch"`},
 		{[]string{"--log-level", "loud", "bench", "msgr"}, "--log-level"},
