@@ -651,6 +651,54 @@ type msgrRow struct {
 	err     error
 	failed  chan struct{}
 	wg      sync.WaitGroup // fallback senders
+	// dialErr is the last failed dial of the row's client sessions (not
+	// an injected fault): the server gone, or never there; dials counts
+	// them.
+	dialErr atomic.Pointer[error]
+	dials   atomic.Int64
+}
+
+// noteDialError is the clients' msgr.Options.OnDialError.
+func (r *msgrRow) noteDialError(_ *msgr.Conn, err error) {
+	if !errors.Is(err, msgr.ErrInjectedFault) {
+		r.dialErr.Store(&err)
+		r.dials.Add(1)
+	}
+}
+
+// untilDialFails is parent, cut short (its cause the dial's error) when
+// a client session's dial fails from now on: the server does not answer,
+// so a wait for it ends at once.
+func (r *msgrRow) untilDialFails(parent context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	from := r.dials.Load()
+	stop := make(chan struct{})
+	go func() {
+		tk := time.NewTicker(10 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+				if r.dials.Load() > from {
+					cancel(r.lastDialError())
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() { close(stop); cancel(nil) }
+}
+
+// lastDialError is noteDialError's last, or nil.
+func (r *msgrRow) lastDialError() error {
+	if p := r.dialErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // msgrConn is one client connection of a row.
@@ -1008,7 +1056,7 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 		c.win = newWindow(depth, depth/4)
 		c.pool = newMsgPool(typ, size, depth)
 		copts := msgr.Options{Name: clientName(r.remote, i), Dispatcher: clientDispatcher{c}, Logger: log,
-			DisableDataCRC: o.DisableDataCRC, Faults: o.Faults}
+			DisableDataCRC: o.DisableDataCRC, Faults: o.Faults, OnDialError: r.noteDialError}
 		// The send queue holds the whole window, so that --depth is what
 		// the row keeps in flight: the messenger's defaults (4,096
 		// messages, 128 MiB) held two 64 MiB messages of a depth of 16.
@@ -1030,14 +1078,14 @@ func runMsgrRow(ctx context.Context, o *MsgrOptions, transport string, mode Mode
 		if i == 0 {
 			// The first connection's setup, waited for alone: dial,
 			// banner, auth and session, what a row's handshake costs.
-			if err := waitReady(r.ctx, c.conn, addr); err != nil {
+			if err := r.waitReady(c.conn, addr); err != nil {
 				return row, err
 			}
 			handshake = time.Since(start)
 		}
 	}
 	for _, c := range r.conns {
-		if err := waitReady(r.ctx, c.conn, addr); err != nil {
+		if err := r.waitReady(c.conn, addr); err != nil {
 			return row, err
 		}
 		if o.ZeroCopy {
@@ -1142,10 +1190,19 @@ func (c *msgrConn) stream() {
 			return
 		}
 	}
-	dctx, cancel := context.WithTimeout(r.ctx, drainTimeout)
+	// A dial that fails while the last messages wait for their acks:
+	// the server is gone, and the wait ends.
+	wctx, stop := r.untilDialFails(r.ctx)
+	defer stop()
+	dctx, cancel := context.WithTimeout(wctx, drainTimeout)
 	defer cancel()
 	if !c.win.drain(dctx.Done()) {
-		r.fail(drainErr(r.ctx, "messages", c.win.sent-c.win.done.Load()))
+		n := c.win.sent - c.win.done.Load()
+		if r.ctx.Err() == nil && wctx.Err() != nil {
+			r.fail(serverGone(n, "messages", context.Cause(wctx)))
+			return
+		}
+		r.fail(r.unanswered(drainErr(r.ctx, "messages", n)))
 	}
 }
 
@@ -1158,6 +1215,15 @@ func drainErr(ctx context.Context, what string, n int64) error {
 		return fmt.Errorf("stopped with %d %s in flight: %w", n, what, err)
 	}
 	return fmt.Errorf("%d %s still in flight %v after the end", n, what, drainTimeout)
+}
+
+// unanswered adds to err, a row's failure to see its last messages
+// answered, the last failed dial (the server gone) when there is one.
+func (r *msgrRow) unanswered(err error) error {
+	if derr := r.lastDialError(); derr != nil && r.ctx.Err() == nil {
+		err = fmt.Errorf("%w: the server does not answer (its session's last dial: %w)", err, derr)
+	}
+	return err
 }
 
 // pingpong puts depth requests in flight; replies keep them going until the
@@ -1178,14 +1244,26 @@ func (c *msgrConn) pingpong() {
 		}
 	}
 	<-r.run.stopped
+	wctx, stop := r.untilDialFails(r.ctx)
+	defer stop()
 	t := time.NewTimer(drainTimeout)
 	defer t.Stop()
 	select {
 	case <-c.drained:
 	case <-r.failed:
+	case <-wctx.Done():
+		if r.ctx.Err() == nil {
+			r.fail(serverGone(c.pending.Load(), "requests", context.Cause(wctx)))
+		}
 	case <-t.C:
-		r.fail(fmt.Errorf("%d requests without a reply %v after the end", c.pending.Load(), drainTimeout))
+		r.fail(r.unanswered(fmt.Errorf("%d requests without a reply %v after the end", c.pending.Load(), drainTimeout)))
 	}
+}
+
+// serverGone is a row's failure to see its last n messages answered
+// because its session's dial failed (err) while it waited for them.
+func serverGone(n int64, what string, err error) error {
+	return fmt.Errorf("%d %s unanswered: the server does not answer (its session's last dial: %w)", n, what, err)
 }
 
 // ServeOptions configure ServeMsgr.
@@ -1267,6 +1345,19 @@ func (d *serveDispatcher) HandleEvent(ev msgr.Event) {
 }
 
 // waitReady waits for c's session, bounded by shutdownTimeout.
+// waitReady is waitReady for a client connection of r: a dial that fails
+// before the session was ever up ends the wait at once, with its error
+// (connection refused: nothing listens), as perftest's client does.
+func (r *msgrRow) waitReady(c *msgr.Conn, addr string) error {
+	ctx, cancel := r.untilDialFails(r.ctx)
+	defer cancel()
+	err := waitReady(ctx, c, addr)
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		return fmt.Errorf("connecting to %s: %w", addr, cause)
+	}
+	return err
+}
+
 func waitReady(ctx context.Context, c *msgr.Conn, addr string) error {
 	wctx, cancel := context.WithTimeout(ctx, shutdownTimeout)
 	defer cancel()

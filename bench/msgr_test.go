@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -547,5 +548,21 @@ func TestRunMsgrSecure(t *testing.T) {
 	}
 	if _, err := RunMsgr(ctx, MsgrOptions{Remote: "tcp://127.0.0.1:1", Secure: true}); err == nil || !strings.Contains(err.Error(), "secure") {
 		t.Fatalf("secure against a remote server: %v", err)
+	}
+}
+
+// TestRunMsgrNoServer: a --connect row with nothing listening fails at
+// the first dial, with its error, not after the connect timeout with a
+// deadline (perftest's "Couldn't connect").
+func TestRunMsgrNoServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "tcp://" + ln.Addr().String()
+	ln.Close() // a port nothing listens on
+	_, err = RunMsgr(t.Context(), MsgrOptions{Remote: addr, Sizes: []int{64}, Depths: []int{1}, Modes: []Mode{Stream}, Duration: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "connection refused") || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a row against %s, where nothing listens: %v", addr, err)
 	}
 }
