@@ -176,6 +176,10 @@ type Row struct {
 	VsRawBytesPerSec float64 `json:"vs_raw_bytes_per_sec,omitempty"`
 	VsRawP50         float64 `json:"vs_raw_p50,omitempty"`
 	VsRawP99         float64 `json:"vs_raw_p99,omitempty"`
+	// Starved: a raw-fabric row whose two busy-polling threads got less
+	// than their two cores (other load), and a messenger row whose VsRaw
+	// ratios are to such a row: they flatter or wrong the messenger.
+	Starved bool `json:"starved,omitempty"`
 }
 
 // clock is the benchmark's time base: monotonic nanoseconds since start,

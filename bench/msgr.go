@@ -304,6 +304,7 @@ func CompareToRaw(rows []Row) {
 			r.VsRawBytesPerSec = ratio(r.BytesPerSec, b.BytesPerSec)
 			r.VsRawP50 = ratio(r.P50Us, b.P50Us)
 			r.VsRawP99 = ratio(r.P99Us, b.P99Us)
+			r.Starved = b.Starved
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -564,5 +565,32 @@ func TestRunMsgrNoServer(t *testing.T) {
 	_, err = RunMsgr(t.Context(), MsgrOptions{Remote: addr, Sizes: []int{64}, Depths: []int{1}, Modes: []Mode{Stream}, Duration: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "connection refused") || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a row against %s, where nothing listens: %v", addr, err)
+	}
+}
+
+// TestStarvedBaselineFlagged: a messenger row's ratios to a raw-fabric row
+// that got less than its two cores carry the raw row's Starved flag (in
+// --json and --csv) and say so in the table, where they read as figures.
+func TestStarvedBaselineFlagged(t *testing.T) {
+	rows := []Row{
+		{Transport: "rdma+tcp", Provider: "tcp", Mode: Stream, Size: 64, Depth: 1, BytesPerSec: 175e6, P50Us: 10},
+		{Transport: FabricTransport, Provider: "tcp", Mode: Stream, Size: 64, Depth: 1, BytesPerSec: 1e6, P50Us: 4000, Starved: true},
+		{Transport: "rdma+tcp", Provider: "tcp", Mode: Stream, Size: 4096, Depth: 1, BytesPerSec: 100e6, P50Us: 10},
+		{Transport: FabricTransport, Provider: "tcp", Mode: Stream, Size: 4096, Depth: 1, BytesPerSec: 200e6, P50Us: 8},
+	}
+	CompareToRaw(rows)
+	if !rows[0].Starved || rows[0].VsRawBytesPerSec != 175 || rows[2].Starved {
+		t.Fatalf("ratios: %+v / %+v", rows[0], rows[2])
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !regexp.MustCompile(`rdma\+tcp stream size 64 depth 1:\s+bytes/s 175.00x raw\s+\(the raw row was starved of CPU: not a ratio to trust\)`).MatchString(out) {
+		t.Fatalf("the starved ratio's line:\n%s", out)
+	}
+	if !regexp.MustCompile(`rdma\+tcp stream size 4KiB depth 1:\s+bytes/s 0.50x raw\s+\(higher is better\)`).MatchString(out) {
+		t.Fatalf("a ratio to a row that was not starved:\n%s", out)
 	}
 }

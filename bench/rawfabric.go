@@ -108,6 +108,7 @@ func runFabricRow(ctx context.Context, o *MsgrOptions, provider string, mode Mod
 	row := run.row(FabricTransport, mode, size, depth, t)
 	row.Provider = provider
 	if row.CPUSeconds < starvedCPU*row.Seconds {
+		row.Starved = true
 		o.Logger.Warn("bench: the raw libfabric baseline busy-polls with two threads but got less than 1.75 cores: "+
 			"other load on this machine probably slowed it, and ratios to it flatter the messenger",
 			"provider", provider, "mode", mode, "size", FormatSize(int64(size)), "depth", depth,

@@ -94,10 +94,17 @@ func WriteTable(w io.Writer, rows []Row) error {
 				continue
 			}
 			what := fmt.Sprintf("%s%s %s size %s depth %d:", r.Transport, connModeSuffix(r), r.Mode, FormatSize(int64(r.Size)), r.Depth)
+			better := "(higher is better)"
+			if r.Mode != Stream {
+				better = "(lower is better)"
+			}
+			if r.Starved {
+				better = "(the raw row was starved of CPU: not a ratio to trust)"
+			}
 			if r.Mode == Stream {
-				lines = append(lines, fmt.Sprintf("%s\tbytes/s %.2fx raw\t(higher is better)", what, r.VsRawBytesPerSec))
+				lines = append(lines, fmt.Sprintf("%s\tbytes/s %.2fx raw\t%s", what, r.VsRawBytesPerSec, better))
 			} else {
-				lines = append(lines, fmt.Sprintf("%s\tp50 %.2fx raw, p99 %.2fx raw\t(lower is better)", what, r.VsRawP50, r.VsRawP99))
+				lines = append(lines, fmt.Sprintf("%s\tp50 %.2fx raw, p99 %.2fx raw\t%s", what, r.VsRawP50, r.VsRawP99, better))
 			}
 		}
 		if len(lines) == 0 {
