@@ -44,6 +44,22 @@ func HeadHidden(ctx context.Context, c *Client, key string) error {
 	return err
 }
 
+// PutManifest puts bucket/key as a multipart manifest naming parts (keys
+// of the multipart bucket), as only COMPLETE_UPLOAD should make one: a
+// hand-made one, for the tests that check the OSDs refuse it.
+func PutManifest(ctx context.Context, c *Client, bucket, key string, parts []string) error {
+	meta := &osdpb.ObjectMeta{}
+	for i, p := range parts {
+		meta.Parts = append(meta.Parts, &osdpb.PartRef{Number: uint32(i + 1), Key: p, Size: 1})
+		meta.Size++
+	}
+	var rep osdpb.ObjectReply
+	_, err := c.do(ctx, osdpb.MsgType_MSG_PUT_OBJECT, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
+		return &osdpb.PutObject{Header: h, Bucket: bucket, Key: key, Meta: meta}
+	}, nil, &rep, false)
+	return err
+}
+
 // ListBatch is ListObjects asking each primary for batch entries in its
 // first round (twice as many in each further one), so that a small
 // listing takes several rounds.

@@ -21,8 +21,9 @@ import (
 // TestPartsAreTheirBuckets: a multipart object's parts, and an upload's in
 // progress, are read only by readers of their bucket, through real OSDs
 // with auth on. Another tenant that holds the upload id reads, heads and
-// lists none of them; a reader whose caps on the bucket are taken away
-// reads none any more, though the object's head named them.
+// lists none of them, nor reaches them through a manifest of its own; a
+// reader whose caps on the bucket are taken away reads none any more,
+// though the object's head named them.
 func TestPartsAreTheirBuckets(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
@@ -81,13 +82,20 @@ func TestPartsAreTheirBuckets(t *testing.T) {
 		}
 		return err
 	}
-	listed := func(cl *client.Client, id string) int {
-		n := 0
+	list := func(cl *client.Client, id string) (n int, err error) {
 		for _, err := range client.ListHiddenUnder(ctx, cl, id+"/") {
 			if err != nil {
-				t.Fatalf("listing %s/: %v", id, err)
+				return n, err
 			}
 			n++
+		}
+		return n, nil
+	}
+	listed := func(cl *client.Client, id string) int {
+		t.Helper()
+		n, err := list(cl, id)
+		if err != nil {
+			t.Fatalf("listing %s/: %v", id, err)
 		}
 		return n
 	}
@@ -106,9 +114,31 @@ func TestPartsAreTheirBuckets(t *testing.T) {
 		if err := client.HeadHidden(ctx, tenant, ops.PartKey(id, 1)); !errors.Is(err, ops.ErrAccessDenied) {
 			t.Fatalf("another tenant heads part 1 of %s by its id: %v, want AccessDenied", id, err)
 		}
-		if n := listed(tenant, id); n != 0 {
-			t.Fatalf("another tenant lists %d parts of %s, want none", n, id)
+		if n, err := list(tenant, id); n != 0 || !errors.Is(err, ops.ErrAccessDenied) {
+			t.Fatalf("another tenant lists %d parts of %s (%v), want AccessDenied", n, id, err)
 		}
+	}
+
+	// An upload id is a valid bucket name: caps on buckets whose names
+	// it matches let a listing of "ID/" through as a bucket's, and its
+	// parts must still be filtered out.
+	lookalike := user("client.lookalike", "allow r bucket_prefix="+done[:1])
+	if n := listed(lookalike, done); n != 0 {
+		t.Fatalf("a reader of buckets named %s… lists %d parts of upload %s", done[:1], n, done)
+	}
+
+	// A manifest made by hand in the tenant's own bucket, naming the
+	// owner's parts, is refused: it would serve them to the tenant, and
+	// its overwrite would delete them. An admin may put one.
+	parts := []string{ops.PartKey(done, 1)}
+	if err := client.PutManifest(ctx, tenant, "other", "stolen", parts); !errors.Is(err, ops.ErrAccessDenied) {
+		t.Fatalf("another tenant's manifest of photos' parts: %v, want AccessDenied", err)
+	}
+	if _, err := admin.StatObject(ctx, "other", "stolen"); !errors.Is(err, ops.ErrNoSuchKey) {
+		t.Fatalf("other/stolen after the refusal: %v", err)
+	}
+	if err := client.PutManifest(ctx, admin, "other", "admins", parts); err != nil {
+		t.Fatalf("an admin's manifest: %v", err)
 	}
 
 	// Revoked: client.reader's caps move to another bucket; once the

@@ -188,6 +188,20 @@ func (a *authTables) partReadable(peer msgr.EntityName, meta *osdpb.ObjectMeta) 
 	return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not read this upload's parts: they are its bucket's, which its caps do not cover", peer)
 }
 
+// manifestAllowed checks a put of type t whose metadata names parts (a
+// multipart manifest): only caps that cover the multipart bucket may send
+// one (the S3 gateway's and the SDK's puts name none). A user's manifests
+// come from COMPLETE_UPLOAD, which takes only its own upload's parts; one
+// made by hand could name another bucket's parts, serve them through an
+// object of its own (past partReadable: the OSD reads parts for readers of
+// the manifest's bucket), and have them deleted when it is overwritten.
+func (a *authTables) manifestAllowed(peer msgr.EntityName, t osdpb.MsgType) *ops.Error {
+	if a.opAllowed(peer, t, ops.MultipartBucket) == nil {
+		return nil
+	}
+	return ops.Errorf(osdpb.Status_ACCESS_DENIED, "%s may not put an object that names parts (a multipart manifest): complete a multipart upload instead", peer)
+}
+
 // adminAllowed checks an admin-only request (what: "scrub") from peer:
 // only an entity that may change the map (mon 'allow *', as
 // client.admin) may make one.

@@ -156,6 +156,17 @@ func TestAuthzPartReadable(t *testing.T) {
 	if err := a.partReadable("client.other", photos); err == nil || strings.Contains(err.Error(), "photos") {
 		t.Fatalf("refusal: %v", err)
 	}
+	// A manifest by hand: caps that cover every bucket only.
+	a.note(&osdpb.AuthTable{Revision: 2, Entries: []*osdpb.AuthEntry{
+		{Entity: "client.photos", Caps: map[string]string{"osd": "allow rw bucket=photos"}},
+		{Entity: "client.admin", Caps: map[string]string{"osd": "allow *"}},
+	}})
+	if err := a.manifestAllowed("client.photos", osdpb.MsgType_MSG_PUT_OBJECT); err == nil || err.Status != osdpb.Status_ACCESS_DENIED {
+		t.Fatalf("a user's manifest: %v", err)
+	}
+	if err := a.manifestAllowed("client.admin", osdpb.MsgType_MSG_PUT_OBJECT_IF); err != nil {
+		t.Fatalf("an admin's manifest: %v", err)
+	}
 	a.enforce = false
 	if err := a.partReadable("client.other", photos); err != nil {
 		t.Fatalf("not enforcing: %v", err)

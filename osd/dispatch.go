@@ -1,6 +1,7 @@
 package osd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -323,6 +324,12 @@ func (o *OSD) dispatchClient(m *msgr.Message, fromPeer bool) {
 		if !o.admit(m, &req) {
 			return
 		}
+		if len(req.Meta.GetParts()) > 0 {
+			if err := o.authz.manifestAllowed(m.Conn().Peer(), t); err != nil {
+				o.refuse(m, "access denied", err)
+				return
+			}
+		}
 		o.objectWrite(m, req.Header, req.Bucket, req.Key, req.Condition, objectReply, func(e *osdpb.LogEntry) error {
 			if err := conditionFor(t, t == osdpb.MsgType_MSG_PUT_OBJECT_IF, req.Condition); err != nil {
 				return err
@@ -561,11 +568,26 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, byUpload bool) {
 		fail(err)
 		return
 	}
-	if t == osdpb.MsgType_MSG_HEAD_OBJECT {
+	if byUpload {
+		// A part let through by its upload id: its bucket's readers only,
+		// checked on its metadata before anything is read (or repaired)
+		// for a caller that may not have it, and before the read's own
+		// errors (a range past its end) say anything of it.
 		meta, err := o.st.Head(o.ctx, req.Bucket, req.Key)
-		if err == nil && byUpload {
+		if err == nil {
 			err = o.authz.partReadable(m.Conn().Peer(), meta)
 		}
+		if err != nil {
+			fail(err)
+			return
+		}
+		if t == osdpb.MsgType_MSG_HEAD_OBJECT {
+			o.send(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta}, nil)
+			return
+		}
+	}
+	if t == osdpb.MsgType_MSG_HEAD_OBJECT {
+		meta, err := o.st.Head(o.ctx, req.Bucket, req.Key)
 		if err != nil {
 			fail(err)
 			return
@@ -585,13 +607,6 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, byUpload bool) {
 			err = rerr
 		} else {
 			meta, buf, crc, known, err = o.getInto(m.Conn(), req.Bucket, req.Key, int64(off), length, ropts)
-		}
-	}
-	if err == nil && byUpload {
-		// Checked once read, as the part's metadata names its bucket:
-		// a refused peer made the OSD read bytes it never sees.
-		if err = o.authz.partReadable(m.Conn().Peer(), meta); err != nil && buf != nil {
-			buf.Release()
 		}
 	}
 	if err != nil {
@@ -757,12 +772,8 @@ func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer, byU
 		var res store.ListResult
 		if res, err = o.st.List(o.ctx, req.Bucket, opts); err == nil {
 			rep.Objects, rep.CommonPrefixes, rep.Truncated = res.Objects, res.CommonPrefixes, res.Truncated
-			if byUpload {
-				peer := m.Conn().Peer()
-				rep.Objects = slices.DeleteFunc(rep.Objects, func(e *osdpb.ObjectEntry) bool {
-					return !ops.IsPartOrPiece(e.GetKey()) || o.authz.partReadable(peer, e.GetMeta()) != nil
-				})
-				rep.CommonPrefixes = nil
+			if req.Bucket == ops.MultipartBucket && !fromPeer {
+				err = o.hiddenListing(m.Conn().Peer(), rep, byUpload)
 			}
 		}
 	}
@@ -775,6 +786,35 @@ func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer, byU
 	}
 	rep.Header = o.header(req.Header, err)
 	o.send(replyTo(m), ops.ReplyType(t), rep, nil)
+}
+
+// hiddenListing filters a client's listing of the multipart bucket by
+// what it may read of the parts and pieces in it (authTables.partReadable;
+// nothing for caps that cover the bucket). One let through by an upload id
+// alone (byUpload) shows parts and pieces only, and is refused whole if it
+// holds one of another's bucket: filtered, its Truncated and StartAfter
+// would still let the caller count another upload's parts. One let
+// through by a bucket (its upload records, "BUCKET/") drops the parts it
+// holds that are not that caller's to read: an upload id is a valid
+// bucket name, so such a listing can match parts too.
+func (o *OSD) hiddenListing(peer msgr.EntityName, rep *osdpb.ListObjectsReply, byUpload bool) error {
+	if !byUpload && o.authz.opAllowed(peer, osdpb.MsgType_MSG_LIST_OBJECTS, ops.MultipartBucket) == nil {
+		return nil
+	}
+	var refused error
+	rep.Objects = slices.DeleteFunc(rep.Objects, func(e *osdpb.ObjectEntry) bool {
+		if !ops.IsPartOrPiece(e.GetKey()) {
+			return byUpload
+		}
+		err := o.authz.partReadable(peer, e.GetMeta())
+		refused = cmp.Or(refused, err)
+		return err != nil
+	})
+	if byUpload {
+		rep.CommonPrefixes = nil
+		return refused
+	}
+	return nil
 }
 
 func (o *OSD) listOptions(req *osdpb.ListObjects, fromPeer bool) (store.ListOptions, error) {
