@@ -236,7 +236,7 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon, relayedBy s
 	case relayedBy == "" && was != "":
 		m.log.Info("an OSD reaches the leader again", "osd", b.Id, "was_via", was)
 	}
-	if err := l.storeStats(ctx, rec, now, false); err != nil {
+	if err := l.storeStats(ctx, rec, now); err != nil {
 		return nil, unavailable("storing the OSD's stats", err)
 	}
 	if b.Fullness != o.Fullness {
@@ -334,17 +334,20 @@ func (l *leadership) catchUp(ctx context.Context, id uint32, epoch uint64) (*pla
 }
 
 // statsWrite is when the leader last wrote an OSD's beacon record to
-// etcd, and that record's writeThrough.
+// etcd (the monotonic clock: a wall-clock step does not hold writes
+// back), the record's own time, and its writeThrough.
 type statsWrite struct {
-	at  time.Time
-	sig []byte
+	at    time.Time
+	recAt int64
+	sig   []byte
 }
 
 // storeStats writes rec, an OSD's beacon record taken in at now, to etcd
 // (stats/<id>), where every mon's "status" reads it: at once when what
 // the health checks and PG states read of it changed
 // (beaconRecord.writeThrough), else when the last write is
-// Config.statsEvery old, or with flush when any newer beacon came since.
+// Config.statsEvery old; what it held back goes with the OSD's down
+// marking (heldStats).
 // Counters and rates alone change at every beacon: writing each one
 // cost etcd a synced write per OSD per second (Ceph's mgr keeps PG stats
 // in memory and reports them every 5 s). The leader's own status reads
@@ -354,28 +357,54 @@ type statsWrite struct {
 // PGs' last reports stay in the status (stale) while no OSD of theirs is
 // up; the up OSDs' records alone count toward space and rates, and "osd
 // rm" deletes it.
-func (l *leadership) storeStats(ctx context.Context, rec *beaconRecord, now time.Time, flush bool) error {
+func (l *leadership) storeStats(ctx context.Context, rec *beaconRecord, now time.Time) error {
 	sig := rec.writeThrough()
 	l.mu.Lock()
-	last := l.stored[rec.ID]
+	last, current := l.stored[rec.ID], l.last[rec.ID] == rec
 	l.mu.Unlock()
-	switch {
-	case flush && !last.at.Before(time.Unix(0, rec.AtUnixNano)):
-		return nil
-	case !flush && !last.at.IsZero() && now.Sub(last.at) < l.m.cfg.statsEvery() && bytes.Equal(sig, last.sig):
+	if !current || !last.at.IsZero() && now.Sub(last.at) < l.m.cfg.statsEvery() && bytes.Equal(sig, last.sig) {
+		// Not current: a newer beacon's record goes instead, or the OSD
+		// was marked down meanwhile (its last record went with that).
 		return nil
 	}
 	js, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	if _, err := l.m.cli.Put(ctx, l.m.k.stats(rec.ID), string(js)); err != nil {
+	// Only while the OSD is alive (its liveness key there): a write that
+	// lands after its down marking (and its last record with it), or
+	// after osd rm, would undo them.
+	resp, err := l.m.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(l.m.k.alive(rec.ID)), "!=", 0)).
+		Then(clientv3.OpPut(l.m.k.stats(rec.ID), string(js))).Commit()
+	if err != nil || !resp.Succeeded {
 		return err
 	}
 	l.mu.Lock()
-	l.stored[rec.ID] = statsWrite{at: time.Unix(0, rec.AtUnixNano), sig: sig}
+	if l.last[rec.ID] != nil {
+		l.stored[rec.ID] = statsWrite{at: now, recAt: rec.AtUnixNano, sig: sig}
+	}
 	l.mu.Unlock()
 	return nil
+}
+
+// heldStats are the operations that write the beacon records storeStats
+// held back of OSDs ids, for the transaction that marks them down: the
+// record outlives the OSD (its PGs' last reports), written with its
+// marking, before anything (noteHeld) may add to it.
+func (l *leadership) heldStats(ids []uint32) []clientv3.Op {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var puts []clientv3.Op
+	for _, id := range ids {
+		rec := l.last[id]
+		if rec == nil || rec.AtUnixNano <= l.stored[id].recAt {
+			continue
+		}
+		if js, err := json.Marshal(rec); err == nil {
+			puts = append(puts, clientv3.OpPut(l.m.k.stats(id), string(js)))
+		}
+	}
+	return puts
 }
 
 // overlayStats replaces, in records read from etcd, those older than the
@@ -552,6 +581,7 @@ func (l *leadership) markDown(ctx context.Context, ids []uint32, why string, upF
 			}
 			x.ops = append(x.ops, clientv3.OpDelete(m.k.alive(id)))
 		}
+		x.ops = append(x.ops, l.heldStats(changed)...)
 		return x, nil
 	})
 	if errors.Is(err, errConflict) {
@@ -566,38 +596,25 @@ func (l *leadership) markDown(ctx context.Context, ids []uint32, why string, upF
 	if len(changed) > 0 {
 		m.log.Info("osds marked down", "osds", changed, "why", why, "epoch", next.Epoch())
 	}
-	l.dropOSDs(changed, true)
+	l.dropOSDs(changed)
 	return changed, nil
 }
 
 // dropOSDs forgets what the leader keeps for OSDs that went down and
-// revokes their leases, which drops their liveness keys. With keepStats
-// their stats records stay (a stale PG's last report): each OSD's last
-// beacon record is written first, if storeStats held it back.
-func (l *leadership) dropOSDs(ids []uint32, keepStats bool) {
+// revokes their leases, which drops their liveness keys (their stats
+// records stay: a stale PG's last report; the transaction that marked
+// them down wrote the last, heldStats).
+func (l *leadership) dropOSDs(ids []uint32) {
 	var leases []clientv3.LeaseID
-	var flush []*beaconRecord
 	l.mu.Lock()
 	for _, id := range ids {
 		if lease, ok := l.leases[id]; ok {
 			leases = append(leases, lease)
 		}
-		if r := l.last[id]; r != nil && keepStats {
-			flush = append(flush, r)
-		}
 		delete(l.leases, id)
 		delete(l.last, id)
-		l.failures.forget(id)
-	}
-	l.mu.Unlock()
-	for _, r := range flush {
-		if err := l.storeStats(l.ctx, r, time.Now(), true); err != nil && l.ctx.Err() == nil {
-			l.m.log.Warn("storing a down OSD's last stats", "osd", r.ID, "err", err)
-		}
-	}
-	l.mu.Lock()
-	for _, id := range ids {
 		delete(l.stored, id)
+		l.failures.forget(id)
 	}
 	l.mu.Unlock()
 	for _, lease := range leases {
@@ -695,6 +712,7 @@ func (l *leadership) command(ctx context.Context, c osdCommand, g *requestGuard)
 			for _, id := range changed {
 				x.ops = append(x.ops, clientv3.OpDelete(m.k.alive(id)))
 			}
+			x.ops = append(x.ops, l.heldStats(changed)...)
 		case "osd rm":
 			// The OSD's entity goes with it, as Ceph's "osd purge": the
 			// removed disk's key must not authenticate as the next OSD
@@ -736,7 +754,7 @@ func (l *leadership) command(ctx context.Context, c osdCommand, g *requestGuard)
 		m.log.Info("command", "command", c.prefix, "osds", changed, "epoch", next.Epoch())
 	}
 	if c.prefix == "osd down" || c.prefix == "osd rm" {
-		l.dropOSDs(changed, c.prefix == "osd down")
+		l.dropOSDs(changed)
 	}
 	if c.prefix == "osd rm" && len(changed) > 0 && !m.cfg.NoAuth {
 		// This mon refuses the removed OSDs' sessions from now on, not

@@ -52,24 +52,29 @@ func TestStatsWrittenThrough(t *testing.T) {
 	if first.Ops != 1 {
 		t.Fatalf("the first beacon's record: %+v", first)
 	}
-	// Counters alone: held back, but the leader's status has them.
+	// Counters alone: held back (one write per statsEvery at most, however
+	// long the beacons took on a loaded machine), but the leader's status
+	// has them.
+	t0 := time.Now()
 	for ops := uint64(2); ops <= 20; ops++ {
 		beacon(ops, "active+clean")
 	}
-	if rec, v := stored(); v != v0 || rec.Ops != 1 {
-		t.Fatalf("20 beacons of counters wrote %d records (ops %d), want none within %v", v-v0, rec.Ops, a.cfg.statsEvery())
+	elapsed := time.Since(t0)
+	rec, v := stored()
+	if allowed := int64(elapsed / a.cfg.statsEvery()); v-v0 > allowed {
+		t.Fatalf("19 beacons of counters in %v wrote %d records (ops %d), want at most %d (one per %v)", elapsed, v-v0, rec.Ops, allowed, a.cfg.statsEvery())
 	}
 	if r := seen(a); r.Ops != 20 || r.PGs[0].Objects != 20 {
 		t.Fatalf("the leader's status reads ops %d, objects %d; want its newest beacon's 20", r.Ops, r.PGs[0].Objects)
 	}
-	if r := seen(b); r.Ops != 1 {
+	if r := seen(b); v == v0 && r.Ops != 1 {
 		t.Fatalf("the standby's status reads ops %d; want etcd's 1", r.Ops)
 	}
 	// A PG's state changed: written at once, counters and all, and the
 	// standby reads it.
 	beacon(21, "active+clean+scrubbing")
-	if rec, v := stored(); v != v0+1 || rec.Ops != 21 || rec.PGs[0].State != "active+clean+scrubbing" {
-		t.Fatalf("a state change: record %d after the first, ops %d, state %q", v-v0, rec.Ops, rec.PGs[0].State)
+	if rec, v2 := stored(); v2 != v+1 || rec.Ops != 21 || rec.PGs[0].State != "active+clean+scrubbing" {
+		t.Fatalf("a state change: %d records written, ops %d, state %q", v2-v, rec.Ops, rec.PGs[0].State)
 	}
 	if r := seen(b); r.PGs[0].State != "active+clean+scrubbing" {
 		t.Fatalf("the standby reads state %q", r.PGs[0].State)
