@@ -49,6 +49,7 @@ type leadership struct {
 	last     map[uint32]*beaconRecord    // the previous beacon, for rates
 	stored   map[uint32]statsWrite       // the last beacon record written to etcd, by OSD
 	held     map[uint32]int64            // holds noteHeld recorded: until, by OSD
+	caughtUp time.Time                   // the last catchUp's map write
 	ratelog  guard.RateLog
 }
 
@@ -300,6 +301,9 @@ func (l *leadership) beacon(ctx context.Context, b *osdpb.MonBeacon, relayedBy s
 // state), and jumping there would spend the epochs for nothing.
 const maxCatchUp = 1 << 20
 
+// catchUpEvery is the least time between two catch-ups of one leader.
+const catchUpEvery = time.Minute
+
 // catchUp writes the map again at the epoch after epoch, which OSD id
 // holds a map of, when the leader's map is older: the map's store went
 // back (etcd restored from a snapshot). The OSDs hold maps of the epochs
@@ -315,6 +319,21 @@ func (l *leadership) catchUp(ctx context.Context, id uint32, epoch uint64) (*pla
 	if epoch-mp.Epoch() > maxCatchUp {
 		l.ratelog.Log(m.log, slog.LevelError, "catch up", "an OSD holds a map epoch far past the mons': not a map of this cluster's history; the map stays",
 			"osd", id, "osd_epoch", epoch, "epoch", mp.Epoch(), "most", maxCatchUp)
+		return mp, nil
+	}
+	// Once a minute at most: after a restore, the first beacon of the
+	// OSD with the newest map moves the map past every OSD's; an OSD that
+	// keeps claiming newer epochs (bad state, a stolen key) must not burn
+	// the epochs by the million.
+	l.mu.Lock()
+	recent := !l.caughtUp.IsZero() && time.Since(l.caughtUp) < catchUpEvery
+	if !recent {
+		l.caughtUp = time.Now()
+	}
+	l.mu.Unlock()
+	if recent {
+		l.ratelog.Log(m.log, slog.LevelWarn, "catch up again", "an OSD holds a newer map than the mons' again within a minute of the last catch-up; the map waits",
+			"osd", id, "osd_epoch", epoch, "epoch", mp.Epoch())
 		return mp, nil
 	}
 	next, err := l.update(ctx, func(pb *osdpb.ClusterMap) (txnExtra, error) {

@@ -247,10 +247,12 @@ func (s *mapStore) update(ctx context.Context, fence *clientv3.Cmp, e edit) (*pl
 			clientv3.OpPut(s.k.history(next.Epoch()), string(b)),
 		}, extra.ops...)
 		keep := cmp.Or(s.keep, historyKeep)
-		if next.Epoch() > keep {
+		if base := cur.Epoch() + 1; base > keep {
 			// Trim the history to the last keep maps. A range, so that
-			// entries a crash left behind go too.
-			then = append(then, clientv3.OpDelete(s.k.history(0), clientv3.WithRange(s.k.history(next.Epoch()-keep+1))))
+			// entries a crash left behind go too. Counted from the epoch
+			// the map would have had: one written past it (catchUp)
+			// keeps the maps before the jump.
+			then = append(then, clientv3.OpDelete(s.k.history(0), clientv3.WithRange(s.k.history(base-keep+1))))
 		}
 		resp, err := s.cli.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(s.k.current())).Commit()
 		if err != nil {

@@ -136,6 +136,19 @@ func TestHistoryTrimAndGet(t *testing.T) {
 	}
 	_, err = s.get(ctx, 3)
 	t.Log(err)
+
+	// A map written past the next epoch (catchUp, after a restore) keeps
+	// the history before the jump: the trim counts from the epoch it
+	// would have had.
+	mp, err = s.update(ctx, nil, func(pb *osdpb.ClusterMap) (txnExtra, error) { return txnExtra{epochAtLeast: 1000}, nil })
+	if err != nil || mp.Epoch() != 1000 {
+		t.Fatalf("a map written at epoch 1000: %v, %v", mp, err)
+	}
+	for _, epoch := range []uint64{9, 12, 1000} {
+		if mp, err := s.get(ctx, epoch); err != nil || mp.Epoch() != epoch {
+			t.Fatalf("epoch %d after the jump: %v %v", epoch, mp, err)
+		}
+	}
 }
 
 // TestFenceStopsAnOldLeader: a write fenced by an election key that is no
