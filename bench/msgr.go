@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ospreystore/osprey/msgr"
@@ -657,14 +658,24 @@ type msgrRow struct {
 	// them.
 	dialErr atomic.Pointer[error]
 	dials   atomic.Int64
+	// dialStreak counts the dials failed since a session last came up.
+	dialStreak atomic.Int64
 }
 
 // noteDialError is the clients' msgr.Options.OnDialError.
 func (r *msgrRow) noteDialError(_ *msgr.Conn, err error) {
 	if !errors.Is(err, msgr.ErrInjectedFault) {
 		r.dialErr.Store(&err)
+		r.dialStreak.Add(1)
 		r.dials.Add(1)
 	}
+}
+
+// dialsDecisive reports whether the failed dials say the server is gone:
+// refused (nothing listens), or three in a row with no session up between
+// (a handshake that timed out once on a loaded host is no verdict).
+func (r *msgrRow) dialsDecisive() bool {
+	return errors.Is(r.lastDialError(), syscall.ECONNREFUSED) || r.dialStreak.Load() >= 3
 }
 
 // untilDialFails is parent, cut short (its cause the dial's error) when
@@ -684,7 +695,7 @@ func (r *msgrRow) untilDialFails(parent context.Context) (context.Context, func(
 			case <-ctx.Done():
 				return
 			case <-tk.C:
-				if r.dials.Load() > from {
+				if r.dials.Load() > from && r.dialsDecisive() {
 					cancel(r.lastDialError())
 					return
 				}
@@ -814,6 +825,9 @@ func (c *msgrConn) replied() {
 func (r *msgrRow) HandleEvent(ev msgr.Event) {
 	if ev.Conn != nil && ev.Conn.Peer() == r.probe {
 		return // probeHandshakes closes its sessions
+	}
+	if ev.Kind == msgr.EventConnect {
+		r.dialStreak.Store(0)
 	}
 	if ev.Kind == msgr.EventReset || ev.Kind == msgr.EventRemoteReset {
 		r.fail(fmt.Errorf("connection %s: %v", ev.Kind, ev.Err))

@@ -534,10 +534,15 @@ func (m *Mon) watchMons() {
 		}
 		slices.Sort(addrs)
 		addrs = slices.Compact(addrs)
+		// Under mapMu, as map pushes (which carry the list too): a
+		// subscriber takes each list as the whole, so an older one must
+		// never come after a newer.
+		m.mapMu.Lock()
 		if old := m.monAddrs.Swap(&addrs); old == nil || !slices.Equal(*old, addrs) {
 			mm := &osdpb.MonMap{Mons: addrs}
 			m.pushTo(false, osdpb.MsgType_MSG_MON_MAP, func(*msgr.Conn) proto.Message { return mm })
 		}
+		m.mapMu.Unlock()
 		return resp.Header.Revision, true
 	}
 	for m.ctx.Err() == nil {
