@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -153,6 +154,11 @@ row reports its faults and reconnects.`,
 			}
 			if err == nil && len(rows) > 0 {
 				err = out.writePlots(cmd, func(dir, format string) ([]string, error) { return bench.PlotMsgr(dir, format, rows) })
+			}
+			if errors.Is(runErr, msgr.ErrNoTransport) {
+				// A transport this build has not (a typo, or rdma+ without
+				// -tags rdma): the command line's fault, as perftest's.
+				return usageErrorf("%v", runErr)
 			}
 			if runErr != nil {
 				return runErr

@@ -117,6 +117,9 @@ func TestBenchMsgrErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want one mentioning %s", c.args, err, c.want)
 		}
+		if code := exitCode(err); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d (usage)", c.args, code, exitUsage)
+		}
 	}
 }
 
