@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -83,6 +84,22 @@ func saveIdentity(dir string, id identity) error {
 	return auth.SyncDir(dir) // the id, with the keyring, survives a power cut
 }
 
+// canListen checks that a TCP address (tcp://HOST:PORT) can be listened
+// on now (its port free), so that a new OSD fails before it takes an id
+// rather than after, leaving a never-booted entry in the map. Other
+// transports are found out when the messenger listens.
+func canListen(addr string) error {
+	hostport, ok := strings.CutPrefix(addr, "tcp://")
+	if !ok {
+		return nil
+	}
+	ln, err := net.Listen("tcp", hostport)
+	if err != nil {
+		return err
+	}
+	return ln.Close()
+}
+
 // keyringFile is the OSD's own keyring in its data directory, as Ceph's
 // /var/lib/ceph/osd/ceph-N/keyring.
 const keyringFile = "keyring"
@@ -100,6 +117,13 @@ func joinCluster(ctx context.Context, cfg *Config, authz *authTables, onMap func
 		// Before the mon gives an id: an OSD that cannot start for want
 		// of addresses must not leave one behind, never booted.
 		return nil, ident, nil, fmt.Errorf("osd: %s holds no OSD yet: a new OSD needs addresses to listen on (--public and --cluster)", cfg.DataDir)
+	}
+	if ident.ID == nil {
+		for _, a := range []string{cfg.PublicListen, cfg.ClusterListen} {
+			if err := canListen(a); err != nil {
+				return nil, ident, nil, fmt.Errorf("osd: a new OSD cannot listen on %s (before the mon gives it an id): %w", a, err)
+			}
+		}
 	}
 	opts := monclient.Options{Addrs: cfg.Mon, Name: msgr.EntityName("client.osd-" + ident.UUID[:8]),
 		Transports: cfg.Transports, Logger: cfg.Logger, OnMap: onMap}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -221,7 +222,7 @@ func TestClusterAuth(t *testing.T) {
 // TestNewOSDWithoutAddressesTakesNoID: a new OSD (an empty data
 // directory, the bootstrap key) started without addresses to listen on
 // fails before the mon gives it an id, and leaves no never-booted OSD in
-// the map.
+// the map; nor does one whose port another process holds.
 func TestNewOSDWithoutAddressesTakesNoID(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
@@ -242,6 +243,17 @@ func TestNewOSDWithoutAddressesTakesNoID(t *testing.T) {
 	_, err = osd.Start(ctx, osd.Config{Mon: []string{c.Mon.Addr()}, Keyring: boot, DataDir: t.TempDir(), Logger: quiet})
 	if err == nil || !strings.Contains(err.Error(), "a new OSD needs addresses to listen on (--public and --cluster)") {
 		t.Fatalf("a new OSD without addresses: %v", err)
+	}
+	// Its port taken by another process: refused before the id too.
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	_, err = osd.Start(ctx, osd.Config{Mon: []string{c.Mon.Addr()}, Keyring: boot, DataDir: t.TempDir(), Logger: quiet,
+		PublicListen: "tcp://" + held.Addr().String(), ClusterListen: "tcp://127.0.0.1:0"})
+	if err == nil || !strings.Contains(err.Error(), "a new OSD cannot listen on tcp://"+held.Addr().String()) {
+		t.Fatalf("a new OSD on a port in use: %v", err)
 	}
 	if n, m := len(slices.Collect(before.OSDs())), len(slices.Collect(c.Mon.Map().OSDs())); n != m || c.Mon.Map().Epoch() != before.Epoch() {
 		t.Fatalf("the map went from %d OSDs (epoch %d) to %d (epoch %d)", n, before.Epoch(), m, c.Mon.Map().Epoch())
