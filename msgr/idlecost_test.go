@@ -158,8 +158,11 @@ func TestIdleConnectionCost(t *testing.T) {
 			// ended yet (CI once saw more than 1,000 for 500 sessions,
 			// "2.00 each"): wait a while for the count to come down to
 			// the limit, which one goroutine too many per connection
-			// still exceeds.
-			limit := base.goroutines + int(tc.maxGor*float64(n))
+			// still exceeds. A few besides the connections' are allowed:
+			// CI saw 1,001 for 500 sessions after the wait (a runtime or
+			// timer goroutine of the moment, not one per connection).
+			const slack = 4
+			limit := base.goroutines + int(tc.maxGor*float64(n)) + slack
 			for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > limit && time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond) // polling interval, not synchronization
 			}
