@@ -568,13 +568,13 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, byUpload bool) {
 		fail(err)
 		return
 	}
-	if byUpload {
-		// A part let through by its upload id: its bucket's readers only,
-		// checked on its metadata before anything is read (or repaired)
-		// for a caller that may not have it, and before the read's own
-		// errors (a range past its end) say anything of it.
+	if byUpload || t == osdpb.MsgType_MSG_HEAD_OBJECT {
 		meta, err := o.st.Head(o.ctx, req.Bucket, req.Key)
-		if err == nil {
+		if err == nil && byUpload {
+			// A part let through by its upload id: its bucket's readers
+			// only, checked on its metadata before anything is read (or
+			// repaired) for a caller that may not have it, and before the
+			// read's own errors (a range past its end) say anything of it.
 			err = o.authz.partReadable(m.Conn().Peer(), meta)
 		}
 		if err != nil {
@@ -585,15 +585,6 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, byUpload bool) {
 			o.send(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta}, nil)
 			return
 		}
-	}
-	if t == osdpb.MsgType_MSG_HEAD_OBJECT {
-		meta, err := o.st.Head(o.ctx, req.Bucket, req.Key)
-		if err != nil {
-			fail(err)
-			return
-		}
-		o.send(replyTo(m), ops.ReplyType(t), &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta}, nil)
-		return
 	}
 	off, length := uint64(0), int64(-1)
 	if req.HasRange {
@@ -751,11 +742,10 @@ func (o *OSD) readInto(c *msgr.Conn, bucket, key string, meta *osdpb.ObjectMeta,
 
 // listObjects serves LIST_OBJECTS for the PGs named, which must all be
 // ours as primary; between OSDs with no PGs named it checks every local
-// object (bucket deletes use it to see that a bucket is empty). With
-// byUpload (a listing of the multipart bucket a user may see only parts
-// of, authTables.hiddenAllowed) it shows the parts and pieces of buckets
-// the peer may read (authTables.partReadable), no other object and no
-// common prefix.
+// object (bucket deletes use it to see that a bucket is empty). A
+// client's listing of the multipart bucket is filtered by what the
+// client may read there (hiddenListing; byUpload: let through by an
+// upload id alone, authTables.hiddenAllowed).
 func (o *OSD) listObjects(m *msgr.Message, req *osdpb.ListObjects, fromPeer, byUpload bool) {
 	defer m.Release()
 	t := osdpb.MsgType(m.Type)
