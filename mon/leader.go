@@ -406,6 +406,21 @@ func (l *leadership) storeStats(ctx context.Context, rec *beaconRecord, now time
 	return nil
 }
 
+// downTxn is what marking ids down writes beside the map: their liveness
+// keys go, their held-back stats records are written (heldStats), and
+// onlyIfDead makes the transaction fail if one of them booted again since.
+func (l *leadership) downTxn(ids []uint32, onlyIfDead bool) txnExtra {
+	var x txnExtra
+	for _, id := range ids {
+		if onlyIfDead {
+			x.cmps = append(x.cmps, clientv3.Compare(clientv3.Version(l.m.k.alive(id)), "=", 0))
+		}
+		x.ops = append(x.ops, clientv3.OpDelete(l.m.k.alive(id)))
+	}
+	x.ops = append(x.ops, l.heldStats(ids)...)
+	return x
+}
+
 // heldStats are the operations that write the beacon records storeStats
 // held back of OSDs ids, for the transaction that marks them down: the
 // record outlives the OSD (its PGs' last reports), written with its
@@ -593,15 +608,7 @@ func (l *leadership) markDown(ctx context.Context, ids []uint32, why string, upF
 		if len(changed) == 0 {
 			return txnExtra{}, errNoChange
 		}
-		var x txnExtra
-		for _, id := range changed {
-			if onlyIfDead {
-				x.cmps = append(x.cmps, clientv3.Compare(clientv3.Version(m.k.alive(id)), "=", 0))
-			}
-			x.ops = append(x.ops, clientv3.OpDelete(m.k.alive(id)))
-		}
-		x.ops = append(x.ops, l.heldStats(changed)...)
-		return x, nil
+		return l.downTxn(changed, onlyIfDead), nil
 	})
 	if errors.Is(err, errConflict) {
 		return nil, nil // it booted again meanwhile
@@ -728,10 +735,7 @@ func (l *leadership) command(ctx context.Context, c osdCommand, g *requestGuard)
 		var x txnExtra
 		switch c.prefix {
 		case "osd down":
-			for _, id := range changed {
-				x.ops = append(x.ops, clientv3.OpDelete(m.k.alive(id)))
-			}
-			x.ops = append(x.ops, l.heldStats(changed)...)
+			x = l.downTxn(changed, false)
 		case "osd rm":
 			// The OSD's entity goes with it, as Ceph's "osd purge": the
 			// removed disk's key must not authenticate as the next OSD
