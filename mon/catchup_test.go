@@ -89,6 +89,15 @@ func TestClientsLearnTheMons(t *testing.T) {
 	}
 	b := startTestMon(t, testConfig(e, "b"))
 	eventually(t, 5*time.Second, "the client knows mon.b (pushed to it)", func() bool { return slices.Contains(c.Mons(), b.Addr()) })
+	// mon.a given by name is the mon.a listed by IP: not tried twice.
+	byName := newTestClient(t, nil, strings.Replace(a.Addr(), "127.0.0.1", "localhost", 1))
+	if _, err := byName.Subscribe(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the client given a name knows mon.b", func() bool { return slices.Contains(byName.Mons(), b.Addr()) })
+	if got := byName.Mons(); len(got) != 2 || slices.Contains(got, a.Addr()) {
+		t.Fatalf("mons tried by a client given mon.a as localhost: %q", got)
+	}
 	if err := a.Close(ctxFor(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -133,6 +135,9 @@ type Client struct {
 	// addrs are the mons to try: o.Addrs, then those the mons said are up
 	// (MonMap.mons) that o.Addrs lacks (learnMons).
 	addrs []string
+	// forms: givenForms, made once.
+	formsOnce sync.Once
+	forms     map[string]bool
 	// Beacons while the leader is out of reach (beaconRoute): relay is
 	// the standby relaying them ("" when none), relayLeader the leader it
 	// names, relaySince when it started or the leader was last tried;
@@ -664,8 +669,9 @@ func (c *Client) learnMons(up []string) {
 		return
 	}
 	addrs := slices.Clone(c.o.Addrs)
+	given := c.givenForms()
 	for _, a := range up {
-		if a != "" && !slices.Contains(addrs, a) {
+		if a != "" && !slices.Contains(addrs, a) && !given[canonicalAddr(a)] {
 			addrs = append(addrs, a)
 		}
 	}
@@ -676,6 +682,56 @@ func (c *Client) learnMons(up []string) {
 	}
 	c.log.Info("monclient: the mons up", "mons", up, "trying", addrs)
 	c.addrs = addrs
+}
+
+// givenForms are the addresses the mons given (Options.Addrs) may list
+// themselves at: each as given, and each name resolved once, so that a mon
+// given as "tcp://mon1:3300" or "tcp://localhost:3300" and listed by its
+// IP address is not tried twice (a failed attempt at a dead mon each time
+// round). A name that does not resolve keeps only its given form.
+func (c *Client) givenForms() map[string]bool {
+	c.formsOnce.Do(func() {
+		forms := make(map[string]bool, len(c.o.Addrs))
+		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+		defer cancel()
+		for _, s := range c.o.Addrs {
+			forms[canonicalAddr(s)] = true
+			a, err := msgr.ParseAddr(s)
+			if err != nil {
+				continue
+			}
+			host, port, err := net.SplitHostPort(a.Host)
+			if err != nil {
+				continue
+			}
+			if _, err := netip.ParseAddr(host); err == nil {
+				continue
+			}
+			ips, err := net.DefaultResolver.LookupHost(ctx, host)
+			if err != nil {
+				continue
+			}
+			for _, ip := range ips {
+				forms[canonicalAddr(a.Scheme+"://"+net.JoinHostPort(ip, port))] = true
+			}
+		}
+		c.forms = forms
+	})
+	return c.forms
+}
+
+// canonicalAddr spells a msgr address with an IP in one form (lower-case
+// scheme, IPv4-mapped IPv6 unmapped, IPv6 compressed), so that two
+// spellings of one IP compare equal; a name is left as it is.
+func canonicalAddr(s string) string {
+	a, err := msgr.ParseAddr(s)
+	if err != nil {
+		return s
+	}
+	if ap, err := netip.ParseAddrPort(a.Host); err == nil {
+		a.Host = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
+	}
+	return a.String()
 }
 
 // leaderProbe is the least an attempt at the leader gets that a beacon
