@@ -594,3 +594,43 @@ func TestStarvedBaselineFlagged(t *testing.T) {
 		t.Fatalf("a ratio to a row that was not starved:\n%s", out)
 	}
 }
+
+// TestTailQuantilesNeedSamples: a row of 50 messages (64 MiB ones, say)
+// shows no p99 or p99.9, which would be its slowest message; one of 500
+// shows p99 but no p99.9; the table says why.
+func TestTailQuantilesNeedSamples(t *testing.T) {
+	rows := []Row{
+		{Transport: "tcp", Mode: Stream, Size: 64 << 20, Depth: 1, Msgs: 50, P50Us: 100, P99Us: 900, P999Us: 950, MaxUs: 950},
+		{Transport: "tcp", Mode: Stream, Size: 1 << 20, Depth: 1, Msgs: 500, P50Us: 10, P99Us: 90, P999Us: 95, MaxUs: 95},
+		{Transport: "tcp", Mode: Stream, Size: 64, Depth: 1, Msgs: 5000, P50Us: 1, P99Us: 9, P999Us: 9.5, MaxUs: 9.5},
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, re := range []string{
+		`64MiB\s+1\s.*\s100\.0\s+-\s+-\s+950\.0\s`,
+		`1MiB\s+1\s.*\s10\.0\s+90\.0\s+-\s+95\.0\s`,
+		`\s64\s+1\s.*\s1\.0\s+9\.0\s+9\.5\s+9\.5\s`,
+		`fewer than 1,000 no p99\.9`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Fatalf("no %q in the table:\n%s", re, out)
+		}
+	}
+	b.Reset()
+	objRows := []ObjRow{
+		{Op: OpPut, Size: 64 << 20, Concurrency: 1, Transport: "tcp", Ops: 40, P50Us: 2000, P99Us: 9000, MaxUs: 9000},
+		{Op: OpGet, Size: 4096, Concurrency: 1, Transport: "tcp", Ops: 4000, P50Us: 200, P99Us: 900, MaxUs: 1000},
+	}
+	if err := WriteObjTable(&b, objRows); err != nil {
+		t.Fatal(err)
+	}
+	out = b.String()
+	for _, re := range []string{`put\s+64MiB.*\s2\.00\s+-\s+9\.00\s`, `get\s+4KiB.*\s0\.200\s+0\.900\s+1\.00\s`, `fewer than 100 ops has no p99`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Fatalf("no %q in the object table:\n%s", re, out)
+		}
+	}
+}

@@ -859,13 +859,16 @@ func WriteObjTable(w io.Writer, rows []ObjRow) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.0f\t%.1f\t%s\t%s/%s/%s\t%s\t%s\t%s\t%.2f\t%s\t%d\t\n",
 			op, FormatSize(int64(r.Size)), r.Concurrency, repl, r.Transport, r.OpsPerSec, r.BytesPerSec/1e6, disk,
 			FormatCount(r.SegSlowestPerSec), FormatCount(r.SegMedianPerSec), FormatCount(r.SegFastestPerSec),
-			formatMs(r.P50Us), formatMs(r.P99Us), formatMs(r.MaxUs), r.CPUSeconds, formatCPUPerGB(r.CPUSecPerGB), r.Errors)
+			formatMs(r.P50Us), formatTail(r.P99Us, r.Ops, 100, formatMs), formatMs(r.MaxUs), r.CPUSeconds, formatCPUPerGB(r.CPUSecPerGB), r.Errors)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for i, m := range mixes {
 		fmt.Fprintf(w, "mix%d: %s (CPU on the total row only)\n", i+1, m)
+	}
+	if slices.ContainsFunc(rows, func(r ObjRow) bool { return r.Ops < 100 }) {
+		fmt.Fprintln(w, "-: a row with fewer than 100 ops has no p99 (it would be its max)")
 	}
 	switch rows[0].CPUScope {
 	case CPUClientAndCluster:

@@ -63,7 +63,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 			transport, r.Mode, FormatSize(int64(r.Size)), depth,
 			FormatCount(r.MsgsPerSec), FormatRate(r.BytesPerSec),
 			FormatCount(r.SegSlowestPerSec), FormatCount(r.SegMedianPerSec), FormatCount(r.SegFastestPerSec),
-			formatUs(r.P50Us), formatUs(r.P99Us), formatUs(r.P999Us), formatUs(r.MaxUs),
+			formatUs(r.P50Us), formatTail(r.P99Us, r.Msgs, 100, formatUs), formatTail(r.P999Us, r.Msgs, 1000, formatUs), formatUs(r.MaxUs),
 			r.CPUSeconds, r.CPUUsPerMsg, formatCPUPerGB(r.CPUSecPerGB), r.AllocsPerMsg)
 		if faults {
 			fmt.Fprintf(tw, "%d\t%d\t", r.Faults, r.Reconnects)
@@ -76,6 +76,9 @@ func WriteTable(w io.Writer, rows []Row) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if slices.ContainsFunc(rows, func(r Row) bool { return r.Msgs < 1000 }) {
+		fmt.Fprintln(w, "\n-: a row with fewer than 100 messages has no p99, and one with fewer than 1,000 no p99.9 (either would be its max)")
 	}
 	if ccs := congestionControls(rows); len(ccs) > 0 {
 		fmt.Fprintf(w, "\nTCP congestion control: %s (it sets the ceiling of rows over loopback TCP; bbr paces them)\n", strings.Join(ccs, ", "))
@@ -158,6 +161,16 @@ func FormatRate(v float64) string {
 		return strconv.FormatFloat(v/1e3, 'f', 1, 64) + " kB/s"
 	}
 	return strconv.FormatFloat(v, 'f', 0, 64) + " B/s"
+}
+
+// formatTail is a tail quantile's cell: "-" for a row of fewer than
+// perQuantile messages or ops (100 for p99, 1,000 for p99.9), whose
+// quantile is its slowest one, not a tail.
+func formatTail(v float64, msgs uint64, perQuantile uint64, format func(float64) string) string {
+	if msgs < perQuantile {
+		return "-"
+	}
+	return format(v)
 }
 
 func formatUs(v float64) string {
