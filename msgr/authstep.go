@@ -72,6 +72,34 @@ func (a *AuthOptions) check(name EntityName) error {
 	return nil
 }
 
+// SetKeyring makes k the credential of the sessions this messenger starts
+// from now on, dialed or accepted, so that a key reissued by `osprey auth
+// rotate` takes over without a restart (auth.WatchKeyring). k must be the
+// same entity's, under the same CA. Sessions up keep going; the TLS
+// sessions kept for resumption are forgotten, as they carry the old
+// certificate, which the mons refuse once it is rotated.
+func (m *Messenger) SetKeyring(k *auth.Keyring) error {
+	old := m.keyring.Load()
+	switch {
+	case old == nil:
+		return errors.New("msgr: SetKeyring on a messenger without authentication")
+	case k == nil || k.Cert == nil || k.CA == nil:
+		return errors.New("msgr: SetKeyring: no keyring")
+	case k.Entity != string(m.opts.Name):
+		return fmt.Errorf("msgr: SetKeyring: the keyring is %s's, this messenger is %s", k.Entity, m.opts.Name)
+	case !k.CA.Equal(old.CA):
+		return fmt.Errorf("msgr: SetKeyring: %s's new keyring is under another CA (%s) than its sessions (%s)", k.Entity, k.CA.Subject, old.CA.Subject)
+	}
+	if m.keyring.Swap(k).Cert.Equal(k.Cert) {
+		return nil
+	}
+	if m.resume != nil {
+		m.resume.ForgetSessions()
+	}
+	m.log.Info("msgr: keyring replaced: new sessions use it", "serial", k.Cert.SerialNumber.String())
+	return nil
+}
+
 // authMethods are what a dialer offers: never "none" when it can
 // authenticate, so no one can talk it down to no authentication.
 func (m *Messenger) authMethods() []string {
@@ -174,7 +202,7 @@ func (m *Messenger) dialerAuth(ctx context.Context, link wire.Link, onHello func
 		// acceptor picks among the offer), so its keys protect no secret.
 		dopts := auth.DialOptions{CleartextSession: !slices.Contains(modes, ModeSecure), KeepLastFlight: true,
 			Resume: m.resume, Peer: link.RemoteAddr()}
-		if res, err = auth.Dial(ctx, m.opts.Auth.Keyring, &dialFlights{link: link, modes: offer, onHello: onHello}, dopts); err != nil {
+		if res, err = auth.Dial(ctx, m.keyring.Load(), &dialFlights{link: link, modes: offer, onHello: onHello}, dopts); err != nil {
 			if errors.Is(err, auth.ErrAuthFailed) {
 				return nil, "", nil, fmt.Errorf("%w: %s: %w", ErrAuth, link.RemoteAddr(), err)
 			}
@@ -328,7 +356,7 @@ func (m *Messenger) acceptorAuth(ctx context.Context, link wire.Link, peer Entit
 	if modeErr != nil {
 		return nil, refuse(modeErr)
 	}
-	res, err := auth.Accept(ctx, m.opts.Auth.Keyring, &acceptFlights{link: link, first: req.Payload}, auth.AcceptOptions{Resume: m.resume})
+	res, err := auth.Accept(ctx, m.keyring.Load(), &acceptFlights{link: link, first: req.Payload}, auth.AcceptOptions{Resume: m.resume})
 	if err != nil {
 		if errors.Is(err, auth.ErrAuthFailed) {
 			return nil, refuse(fmt.Errorf("%w: %s: %w", ErrAuth, peer, err))

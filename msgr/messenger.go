@@ -59,6 +59,9 @@ type Messenger struct {
 	// resume lets this messenger's authenticated reconnects, and its
 	// peers' to it, resume their TLS sessions (auth.Resumption).
 	resume *auth.Resumption
+	// keyring is the credential sessions start with: Options.Auth.Keyring
+	// until SetKeyring replaces it.
+	keyring atomic.Pointer[auth.Keyring]
 }
 
 // monotonic is nanoseconds since the messenger started, from the monotonic
@@ -91,8 +94,11 @@ func New(opts Options) (*Messenger, error) {
 	}
 	m.coarseNow.Store(time.Now().UnixNano())
 	m.wg.Add(1)
-	if opts.Auth != nil && !opts.Auth.NoResumption {
-		m.resume = auth.NewResumption()
+	if opts.Auth != nil {
+		m.keyring.Store(opts.Auth.Keyring)
+		if !opts.Auth.NoResumption {
+			m.resume = auth.NewResumption()
+		}
 	}
 	go m.tick()
 	return m, nil

@@ -129,3 +129,88 @@ func TestResumedSessions(t *testing.T) {
 		})
 	}
 }
+
+// TestSetKeyring: once the acceptor refuses a dialer's old certificate (a
+// key rotated at the mon), the dialer's sessions fail, resumed ones
+// included, until SetKeyring gives it the new keyring; its next session is
+// a full handshake with the new certificate. SetKeyring refuses another
+// entity's keyring, one under another CA, and a messenger without auth.
+func TestSetKeyring(t *testing.T) {
+	keyring, quiet := testKeyrings(t), slog.New(slog.NewTextHandler(io.Discard, nil))
+	old, rotated := keyring("osd.1"), keyring("osd.1")
+	var current atomic.Pointer[x509.Certificate]
+	current.Store(old.Cert)
+	seen := make(chan *x509.Certificate, 8)
+	srv, err := New(Options{Name: "osd.0", Transports: tcpOnly, Logger: quiet,
+		Dispatcher: DispatchFunc(func(m *Message) { m.Release() }),
+		Auth: &AuthOptions{Keyring: keyring("osd.0"),
+			Authorize: func(_ context.Context, peer EntityName, cert *x509.Certificate) error {
+				seen <- cert
+				if !cert.Equal(current.Load()) {
+					return errors.New(string(peer) + "'s key was rotated")
+				}
+				return nil
+			}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := srv.Listen(t.Context(), "tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := New(Options{Name: "osd.1", Transports: tcpOnly, Logger: quiet,
+		Dispatcher: DispatchFunc(func(m *Message) { m.Release() }),
+		Auth:       &AuthOptions{Keyring: old}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	defer srv.Shutdown(ctx)
+	defer cli.Shutdown(ctx)
+	results := make(chan *auth.Result, 8)
+	cli.afterDialAuth = func(res *auth.Result) { results <- res }
+	session := func() (*auth.Result, *x509.Certificate, error) {
+		c, err := cli.Connect(ctx, addr, "osd.0")
+		if err != nil {
+			return nil, nil, err
+		}
+		defer c.Close()
+		err = c.WaitReady(ctx)
+		return <-results, <-seen, err
+	}
+	if _, cert, err := session(); err != nil || !cert.Equal(old.Cert) {
+		t.Fatalf("the first session: %v", err)
+	}
+	current.Store(rotated.Cert)
+	if res, _, err := session(); !errors.Is(err, ErrAuth) || !res.Resumed() {
+		t.Fatalf("a session with the rotated-out key: %v (resumed %v), want ErrAuth on a resumption", err, res.Resumed())
+	}
+	if err := cli.SetKeyring(rotated); err != nil {
+		t.Fatal(err)
+	}
+	res, cert, err := session()
+	if err != nil || res.Resumed() || !cert.Equal(rotated.Cert) {
+		t.Fatalf("a session after SetKeyring: %v (resumed %v, the new certificate %v)", err, res.Resumed(), cert.Equal(rotated.Cert))
+	}
+
+	otherCA := testKeyrings(t)("osd.1")
+	plain, err := New(Options{Name: "osd.5", Transports: tcpOnly, Logger: quiet, Dispatcher: DispatchFunc(func(m *Message) { m.Release() })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Shutdown(ctx)
+	for what, err := range map[string]error{
+		"another entity's": cli.SetKeyring(keyring("osd.2")),
+		"another CA's":     cli.SetKeyring(otherCA),
+		"none":             cli.SetKeyring(nil),
+		"without auth":     plain.SetKeyring(keyring("osd.5")),
+	} {
+		if err == nil {
+			t.Errorf("SetKeyring with %s keyring: no error", what)
+		}
+	}
+	if res, cert, err := session(); err != nil || !cert.Equal(rotated.Cert) || !res.Resumed() {
+		t.Fatalf("after refused SetKeyrings: %v (resumed %v)", err, res.Resumed())
+	}
+}

@@ -152,10 +152,10 @@ type Resumption struct {
 	// buys a full handshake instead of a resumption.
 	KeyLifetime time.Duration
 
-	now   func() time.Time // the clock rotation reads; tests set it
-	cache tls.ClientSessionCache
+	now func() time.Time // the clock rotation reads; tests set it
 
 	mu      sync.Mutex
+	cache   tls.ClientSessionCache // a dialer's sessions; ForgetSessions replaces it
 	keys    []ticketKey // newest first: keys[0] seals, all of them open
 	current [][32]byte  // keys' keys, for Config.SetSessionTicketKeys
 }
@@ -179,6 +179,20 @@ const resumptionCacheSize = 1024
 // yet (the first acceptance makes one) and an empty session cache.
 func NewResumption() *Resumption {
 	return &Resumption{now: time.Now, cache: tls.NewLRUClientSessionCache(resumptionCacheSize)}
+}
+
+// ForgetSessions drops the sessions a dialer kept to resume: they carry
+// the certificate it showed then, which a new keyring replaces.
+func (r *Resumption) ForgetSessions() {
+	r.mu.Lock()
+	r.cache = tls.NewLRUClientSessionCache(resumptionCacheSize)
+	r.mu.Unlock()
+}
+
+func (r *Resumption) clientCache() tls.ClientSessionCache {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cache
 }
 
 // ticketKeys returns the keys an acceptance uses, the sealing one first:
@@ -254,7 +268,7 @@ func run(ctx context.Context, k *Keyring, f Flights, client bool, curves []tls.C
 	}
 	if resume != nil {
 		if client {
-			cfg.ClientSessionCache = resume.cache
+			cfg.ClientSessionCache = resume.clientCache()
 		} else {
 			cfg.SetSessionTicketKeys(resume.ticketKeys())
 		}
