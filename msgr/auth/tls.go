@@ -156,8 +156,8 @@ type Resumption struct {
 
 	mu      sync.Mutex
 	cache   tls.ClientSessionCache // a dialer's sessions; ForgetSessions replaces it
-	keys    []ticketKey // newest first: keys[0] seals, all of them open
-	current [][32]byte  // keys' keys, for Config.SetSessionTicketKeys
+	keys    []ticketKey            // newest first: keys[0] seals, all of them open
+	current [][32]byte             // keys' keys, for Config.SetSessionTicketKeys
 }
 
 // The defaults are crypto/tls's own for the keys it manages itself
