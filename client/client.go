@@ -262,6 +262,20 @@ func (c *Client) subscribe(ctx context.Context) error {
 // gateway's metrics).
 func (c *Client) Messenger() *msgr.Messenger { return c.m }
 
+// SetKeyring has the client authenticate with k from its next sessions on,
+// to the OSDs and the mons: its entity's key rotated while it runs
+// (auth.WatchKeyring, as the S3 gateway does for --keyring). k must be the
+// same entity's, under the same CA.
+func (c *Client) SetKeyring(k *auth.Keyring) error {
+	if err := c.m.SetKeyring(k); err != nil {
+		return err
+	}
+	if c.mon != nil {
+		return c.mon.SetKeyring(k)
+	}
+	return nil
+}
+
 // Close ends the client's sessions; ops in progress fail.
 func (c *Client) Close() error {
 	c.closed.Store(true)

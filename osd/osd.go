@@ -683,6 +683,9 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 			defer close(o.monDone)
 			o.monLoop()
 		})
+		if own != nil {
+			o.watchKeyring(own)
+		}
 	}
 	// Every PG we lead peers before it serves, a restart included: our
 	// store may be behind what the others acknowledged while we were
@@ -714,6 +717,30 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 	}
 	o.log.Info("osd started", "public", o.pubAddr, "cluster", o.cluAddr, "epoch", o.Map().Epoch(), "data", cfg.DataDir)
 	return o, nil
+}
+
+// watchKeyring has the OSD take up a keyring rotated into DATA/keyring
+// (`osprey auth rotate osd.N -o DATA/keyring`) on its messengers and its
+// mon client, without a restart; until it does (within
+// auth.DefaultWatchEvery) the cluster refuses its new sessions. An OSD
+// run on its own keyring from elsewhere (Config.Keyring, no DATA/keyring)
+// has nothing to watch: it is restarted with the new one.
+func (o *OSD) watchKeyring(own *auth.Keyring) {
+	path := filepath.Join(o.cfg.DataDir, keyringFile)
+	if _, err := os.Stat(path); err != nil {
+		return
+	}
+	o.wg.Go(func() {
+		auth.WatchKeyring(o.ctx, auth.WatchOptions{Path: path, Current: own, Logger: o.log,
+			Apply: func(k *auth.Keyring) error {
+				for _, m := range []*msgr.Messenger{o.pub, o.clu} {
+					if err := m.SetKeyring(k); err != nil {
+						return err
+					}
+				}
+				return o.mon.SetKeyring(k)
+			}})
+	})
 }
 
 // openStore makes the data directory and opens the store in it.

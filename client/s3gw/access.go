@@ -110,6 +110,10 @@ type ClusterCredentialsOptions struct {
 // table reads.
 const refreshSpacing = 100 * time.Millisecond
 
+// SetKeyring has the subscription authenticate with the gateway's rotated
+// keyring (monclient.Client.SetKeyring).
+func (c *ClusterCredentials) SetKeyring(k *auth.Keyring) error { return c.mc.SetKeyring(k) }
+
 // NewClusterCredentials subscribes to the mons' auth table and returns
 // once it holds one; Close ends the subscription.
 func NewClusterCredentials(ctx context.Context, o ClusterCredentialsOptions) (*ClusterCredentials, error) {

@@ -69,21 +69,31 @@ func addMonConnFlags(f *pflag.FlagSet, m *monFlags) {
 // when none is given or found (a cluster run with --auth none), or with
 // --keyring none.
 func (m monFlags) loadKeyring(getenv func(string) string) (*auth.Keyring, error) {
-	path := cmp.Or(m.keyring, getenv(envKeyring))
-	switch path {
-	case "none":
+	path := m.keyringPath(getenv)
+	if path == "" {
 		return nil, nil
-	case "":
-		if _, err := os.Stat(adminKeyringFile); err != nil {
-			return nil, nil
-		}
-		path = adminKeyringFile
 	}
 	k, err := auth.LoadKeyring(path)
 	if err != nil {
 		return nil, fmt.Errorf("keyring: %w", err) // a local file that cannot be read: exit 1
 	}
 	return k, nil
+}
+
+// keyringPath is the keyring file the flags, the environment or the
+// current directory name; "" for none.
+func (m monFlags) keyringPath(getenv func(string) string) string {
+	path := cmp.Or(m.keyring, getenv(envKeyring))
+	switch path {
+	case "none":
+		return ""
+	case "":
+		if _, err := os.Stat(adminKeyringFile); err != nil {
+			return ""
+		}
+		return adminKeyringFile
+	}
+	return path
 }
 
 // resolveMons returns the mon addresses, and false when nothing names one;

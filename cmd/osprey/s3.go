@@ -129,6 +129,7 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 		return usageErrorf("no keyring: the gateway reaches the cluster as its own entity (--keyring FILE; osprey auth get-or-create client.s3 mon 'allow profile s3-gateway' osd 'allow profile s3-gateway'); on a cluster without auth, give --keyring none, --access-key and --secret-key")
 	}
 	var creds s3gw.Credentials = s3gw.StaticCredentials{o.access: o.secret}
+	var cc *s3gw.ClusterCredentials
 	who := "static access key " + o.access
 	if !static {
 		mons, ok, err := resolveMons(o.target.mon, os.Getenv)
@@ -139,7 +140,7 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 			return usageErrorf("the S3 keys come from the mons: give --mon (or %s)", envMon)
 		}
 		cctx, cancel := context.WithTimeout(ctx, o.target.timeout)
-		cc, err := s3gw.NewClusterCredentials(cctx, s3gw.ClusterCredentialsOptions{Mon: mons, Keyring: keyring, Modes: o.target.mon.modes, Logger: cliLogger(cmd)})
+		cc, err = s3gw.NewClusterCredentials(cctx, s3gw.ClusterCredentialsOptions{Mon: mons, Keyring: keyring, Modes: o.target.mon.modes, Logger: cliLogger(cmd)})
 		cancel()
 		if err != nil {
 			return err
@@ -152,6 +153,20 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 		return err
 	}
 	defer cl.Close()
+	if !static {
+		// A key rotated with `osprey auth rotate ENTITY -o FILE` is taken
+		// up without a restart; until then the cluster refuses the old
+		// one and S3 requests get 503.
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go auth.WatchKeyring(wctx, auth.WatchOptions{Path: o.target.mon.keyringPath(os.Getenv), Current: keyring, Logger: slog.Default(),
+			Apply: func(k *auth.Keyring) error {
+				if err := cl.SetKeyring(k); err != nil {
+					return err
+				}
+				return cc.SetKeyring(k)
+			}})
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)

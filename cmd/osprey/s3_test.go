@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,8 +23,9 @@ func s3Client(endpoint, access, secret string) *s3.Client {
 
 // TestUpAndS3Serve: `osprey up` serves S3 with the key pair it prints
 // (client.admin's), and `osprey s3` serves the same cluster from another
-// process, as client.admin, to a read-only user made with `osprey auth
-// s3-key add`, until SIGINT.
+// process, as an entity with the s3-gateway profile, to a read-only user
+// made with `osprey auth s3-key add`; it takes up its key rotated into its
+// --keyring file without a restart, and stops on SIGINT.
 func TestUpAndS3Serve(t *testing.T) {
 	bin := buildCLI(t)
 	up := startUp(t, bin, t.TempDir(), 0)
@@ -79,8 +81,13 @@ func TestUpAndS3Serve(t *testing.T) {
 		t.Fatalf("auth get shows the pair: %v\n%s", err, get)
 	}
 
-	// A second gateway, its own process, on the same cluster.
-	gw := startGateway(t, bin, "--mon", up.mon, "--keyring", up.keyring, "--listen", "127.0.0.1:0", "--log-level", "warn",
+	// A second gateway, its own process, on the same cluster, as an
+	// entity of its own with the gateway's profile.
+	gwKeyring := filepath.Join(t.TempDir(), "client.gw.keyring")
+	if _, _, err := run(t, append([]string{"auth", "get-or-create", "client.gw", "mon", "allow profile s3-gateway", "osd", "allow profile s3-gateway", "-o", gwKeyring}, m...)...); err != nil {
+		t.Fatal(err)
+	}
+	gw := startGateway(t, bin, "--mon", up.mon, "--keyring", gwKeyring, "--listen", "127.0.0.1:0", "--log-level", "warn",
 		"--metrics-addr", "127.0.0.1:0")
 	addr, gwMetrics, lines, stderr := gw.addr, gw.metrics, gw.lines, gw.stderr
 	c2 := s3Client(addr, roAccess, roSecret)
@@ -99,6 +106,28 @@ func TestUpAndS3Serve(t *testing.T) {
 	}
 	if m := scrapeText(t, gwMetrics); !strings.Contains(m, `osprey_s3_requests_total{op="GetObject",status="200"} 1`) {
 		t.Errorf("osprey s3 --metrics-addr: its metrics at %s do not count the GET:\n%s", gwMetrics, m)
+	}
+	// The gateway's key rotated into its --keyring file: the cluster
+	// refuses the old key at once, and the gateway takes up the new one
+	// without a restart.
+	if _, _, err := run(t, append([]string{"auth", "rotate", "client.gw", "-o", gwKeyring}, m...)...); err != nil {
+		t.Fatal(err)
+	}
+	rotated := time.Now()
+	for {
+		// Past the 2 s in which the mon ends the old key's sessions, a
+		// GET that works came through sessions of the new key.
+		out, err := c2.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("via-up"), Key: aws.String("k")})
+		if err == nil {
+			out.Body.Close()
+			if time.Since(rotated) > 3*time.Second {
+				break
+			}
+		}
+		if time.Since(rotated) > 30*time.Second {
+			t.Fatalf("the gateway's GET 30 s after its key was rotated: %v\n%s", err, stderr)
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
 	}
 	if err := gw.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)

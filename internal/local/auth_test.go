@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -257,5 +258,68 @@ func TestNewOSDWithoutAddressesTakesNoID(t *testing.T) {
 	}
 	if n, m := len(slices.Collect(before.OSDs())), len(slices.Collect(c.Mon.Map().OSDs())); n != m || c.Mon.Map().Epoch() != before.Epoch() {
 		t.Fatalf("the map went from %d OSDs (epoch %d) to %d (epoch %d)", n, before.Epoch(), m, c.Mon.Map().Epoch())
+	}
+}
+
+// TestOSDTakesUpItsRotatedKey: `osprey auth rotate osd.1 -o DATA/keyring`
+// on a running OSD. The cluster refuses the old key at once; the OSD reads
+// the new file (auth.WatchKeyring) and its beacons, its peer's replication
+// and clients' ops go on with the new key, with no restart and without
+// being marked down.
+func TestOSDTakesUpItsRotatedKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := Start(ctx, Options{OSDs: 2, Replicas: 2, PGs: 8, WithMon: true, Dir: t.TempDir(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	mc, err := monclient.New(ctx, monclient.Options{Addrs: []string{c.Mon.Addr()}, Keyring: c.AdminKeyring, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	cl, err := client.New(ctx, client.Options{Mon: []string{c.Mon.Addr()}, Keyring: c.AdminKeyring, Logger: quiet, OpTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.MakeBucket(ctx, "rotation"); err != nil {
+		t.Fatal(err)
+	}
+	o := c.OSDs[1]
+	before, _ := c.Mon.Map().OSD(o.ID())
+	rep, err := mc.Command(ctx, &osdpb.MonCommand{Prefix: "auth rotate", Entity: ops.OSDName(o.ID())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.WriteKeyringFile(filepath.Join(c.Dir, fmt.Sprintf("osd.%d", o.ID()), "keyring"), rep.Keyring); err != nil {
+		t.Fatal(err)
+	}
+	// The mon ends the old key's sessions within 2 s of its reply; a
+	// beacon taken 3 s after the file was written came on a new session.
+	written := time.Now()
+	for {
+		if age := o.Stats().BeaconAge; age >= 0 && time.Since(written)-age > 3*time.Second {
+			break
+		}
+		select {
+		case <-time.After(time.Until(written.Add(30 * time.Second))):
+			t.Fatalf("osd.%d took no beacon in with its rotated key (beacon age %v)", o.ID(), o.Stats().BeaconAge)
+		case <-time.After(50 * time.Millisecond): // polling interval
+		}
+	}
+	for i := range 16 { // 8 PGs of two replicas: both OSDs lead some
+		key := fmt.Sprintf("k%d", i)
+		if _, err := cl.PutObject(ctx, "rotation", key, bytes.NewReader([]byte(key)), int64(len(key)), client.PutOptions{}); err != nil {
+			t.Fatalf("put %s after osd.%d's key was rotated: %v", key, o.ID(), err)
+		}
+	}
+	if info, _ := c.Mon.Map().OSD(o.ID()); !info.GetUp() || info.GetUpFrom() != before.GetUpFrom() {
+		t.Fatalf("osd.%d after its key was rotated: %v (up from epoch %d before)", o.ID(), info, before.GetUpFrom())
 	}
 }

@@ -162,6 +162,9 @@ type Client struct {
 	refused    chan struct{}
 	refusedErr error
 	refuseOnce sync.Once
+	// rekeyed cuts a refused subscription's wait short: SetKeyring gave
+	// the client the key the mons now want.
+	rekeyed chan struct{}
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -192,7 +195,7 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	o.Addrs = slices.Clone(o.Addrs)
 	c := &Client{
 		o: o, log: o.Logger, addrs: o.Addrs,
-		wake: make(chan struct{}, 1), subscribed: make(chan struct{}), refused: make(chan struct{}),
+		wake: make(chan struct{}, 1), subscribed: make(chan struct{}), refused: make(chan struct{}), rekeyed: make(chan struct{}, 1),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	ts, release, err := transports.OrDefault(o.Transports)
@@ -234,6 +237,20 @@ func (c *Client) Close() error {
 	c.releaseTransports()
 	c.wg.Wait()
 	return err
+}
+
+// SetKeyring has the client authenticate with k from its next session on
+// (msgr.Messenger.SetKeyring): a daemon's key rotated while it runs
+// (auth.WatchKeyring). A subscription the mons refused asks again at once.
+func (c *Client) SetKeyring(k *auth.Keyring) error {
+	if err := c.ms.SetKeyring(k); err != nil {
+		return err
+	}
+	select {
+	case c.rekeyed <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 // Map is the newest map the client has seen; nil before any.
@@ -299,7 +316,13 @@ func (c *Client) subscribeLoop() {
 					refusals.Log(c.log, slog.LevelWarn, "refused", "monclient: subscribing: refused", "err", err)
 				}
 				refusedWait = min(max(2*refusedWait, time.Second), 30*time.Second)
-				sleep(c.ctx, refusedWait)
+				t := time.NewTimer(refusedWait)
+				select {
+				case <-t.C:
+				case <-c.rekeyed:
+				case <-c.ctx.Done():
+				}
+				t.Stop()
 			}
 			continue
 		}

@@ -33,36 +33,27 @@ type WatchOptions struct {
 // the daemon reads here within Every and applies to its new sessions, so
 // it comes back without a restart (Ceph's `orch daemon rotate-key`). A file
 // that does not load (being written, or of another entity) is logged once
-// per distinct error and looked at again when it changes. The returned
-// stop ends the watch and waits for it.
-func WatchKeyring(ctx context.Context, o WatchOptions) (stop func()) {
+// per distinct error and looked at again when it changes. It returns when
+// ctx ends.
+func WatchKeyring(ctx context.Context, o WatchOptions) {
 	if o.Every <= 0 {
 		o.Every = DefaultWatchEvery
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// The first look loads the file whatever it is: a rotation
-		// between the daemon's load and this watch is taken up too.
-		w := keyringWatch{WatchOptions: o}
-		t := time.NewTicker(o.Every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				w.check()
-			}
+	// The first look loads the file whatever it is: a rotation between
+	// the daemon's load and this watch is taken up too.
+	w := keyringWatch{WatchOptions: o}
+	t := time.NewTicker(o.Every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.check()
 		}
-	}()
-	return func() {
-		cancel()
-		<-done
 	}
 }
 

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"path/filepath"
@@ -32,7 +33,7 @@ func TestWatchKeyring(t *testing.T) {
 	)
 	var logs bytes.Buffer
 	var logMu sync.Mutex
-	stop := WatchKeyring(t.Context(), WatchOptions{Path: path, Current: first, Every: time.Millisecond,
+	stop := watch(t, WatchOptions{Path: path, Current: first, Every: time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil)),
 		Apply: func(k *Keyring) error {
 			mu.Lock()
@@ -100,7 +101,7 @@ func TestWatchKeyringFromTheStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan *Keyring, 1)
-	stop := WatchKeyring(t.Context(), WatchOptions{Path: path, Current: loaded, Every: time.Millisecond,
+	stop := watch(t, WatchOptions{Path: path, Current: loaded, Every: time.Millisecond,
 		Apply: func(k *Keyring) error { got <- k; return nil }})
 	defer stop()
 	select {
@@ -110,6 +111,20 @@ func TestWatchKeyringFromTheStart(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the file's newer keyring was not applied")
+	}
+}
+
+// watch runs WatchKeyring until the returned stop, which waits for it.
+func watch(t *testing.T, o WatchOptions) (stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		WatchKeyring(ctx, o)
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
 
