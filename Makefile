@@ -35,8 +35,13 @@ deps:
 run: deps
 	$(GO) run ./cmd/osprey up --demo --temp
 
+# bin/osprey names the commit it was built from (`osprey version`, and
+# `osprey versions` for the daemons) even where the toolchain records
+# none (GOFLAGS=-buildvcs=false, a tree without .git metadata).
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 build:
 	$(GO) build $(if $(TAGS),-tags $(TAGS)) ./...
+	$(GO) build $(if $(TAGS),-tags $(TAGS)) $(if $(REVISION),-ldflags '-X github.com/ospreystore/osprey/internal/buildinfo.Revision=$(REVISION)') -o bin/osprey ./cmd/osprey
 
 # The whole suite, as the README's quick start runs it: race detector on.
 # deps installed etcd-server, awscli, s3cmd, boto3, promtool, chromium and

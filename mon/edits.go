@@ -67,6 +67,7 @@ func applyBoot(pb *osdpb.ClusterMap, b *osdpb.MonBoot) (uint32, error) {
 	o.Host = b.Host
 	o.Fullness = b.Fullness
 	o.Features = b.Features
+	o.Version = b.Version
 	o.Up = true
 	o.Dead = false
 	o.UpFrom = newEpoch

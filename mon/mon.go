@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/buildinfo"
 	"github.com/ospreystore/osprey/internal/guard"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
@@ -381,7 +382,7 @@ func Start(ctx context.Context, cfg Config) (*Mon, error) {
 		return nil, ctx.Err()
 	}
 	ok = true
-	m.log.Info("mon started", "addr", m.addr, "fsid", m.fsid, "leader", m.IsLeader(), "epoch", m.Map().Epoch())
+	m.log.Info("mon started", "addr", m.addr, "fsid", m.fsid, "leader", m.IsLeader(), "epoch", m.Map().Epoch(), "version", buildinfo.Version())
 	return m, nil
 }
 
@@ -633,7 +634,8 @@ func (m *Mon) serveSession(sess *concurrency.Session) {
 	resp, err := m.cli.Txn(sctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "!=", 0), clientv3.Compare(clientv3.Value(key), "!=", m.addr)).
 		Then(clientv3.OpGet(key)).
-		Else(clientv3.OpPut(key, m.addr, clientv3.WithLease(sess.Lease())), clientv3.OpPut(m.k.knownMon(m.cfg.Name), m.addr)).
+		Else(clientv3.OpPut(key, m.addr, clientv3.WithLease(sess.Lease())), clientv3.OpPut(m.k.knownMon(m.cfg.Name), m.addr),
+			clientv3.OpPut(m.k.monVersion(m.cfg.Name), buildinfo.Version(), clientv3.WithLease(sess.Lease()))).
 		Commit()
 	if err != nil {
 		m.log.Warn("registering in etcd", "err", err)
@@ -915,6 +917,10 @@ func (m *Mon) mons(ctx context.Context) ([]MonStatus, error) {
 	if err != nil {
 		return nil, unavailable("reading the mons from etcd", err)
 	}
+	versions, err := m.cli.Get(ctx, m.k.monVersionsPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, unavailable("reading the mons from etcd", err)
+	}
 	leader := m.Leader()
 	byName := map[string]MonStatus{}
 	for _, kv := range known.Kvs {
@@ -924,6 +930,13 @@ func (m *Mon) mons(ctx context.Context) ([]MonStatus, error) {
 	for _, kv := range live.Kvs {
 		name := strings.TrimPrefix(string(kv.Key), m.k.monsPrefix())
 		byName[name] = MonStatus{Name: name, Addr: string(kv.Value), Up: true, Leader: string(kv.Value) == leader}
+	}
+	for _, kv := range versions.Kvs {
+		name := strings.TrimPrefix(string(kv.Key), m.k.monVersionsPrefix())
+		if st, ok := byName[name]; ok && st.Up {
+			st.Version = string(kv.Value)
+			byName[name] = st
+		}
 	}
 	return slices.SortedFunc(maps.Values(byName), func(a, b MonStatus) int { return strings.Compare(a.Name, b.Name) }), nil
 }

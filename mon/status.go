@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -50,7 +51,22 @@ type Status struct {
 	ReadBytesPerSec  float64 `json:"client_read_bytes_per_sec"`
 	UsedBytes        uint64  `json:"used_bytes"`
 	AvailBytes       uint64  `json:"avail_bytes"`
+	// Versions counts the builds the daemons up run, by kind ("mon",
+	// "osd"), as `ceph versions`: "unknown" for one of a build from
+	// before daemons told theirs.
+	Versions map[string]map[string]int `json:"versions"`
 }
+
+// UnknownVersion counts, in Status.Versions, the daemons of builds that
+// do not tell theirs.
+const UnknownVersion = "unknown"
+
+// featureNames name the features of placement.Features, for OSD_OLD_BUILD.
+var featureNames = []struct {
+	bit  uint64
+	name string
+	does string
+}{{placement.FeaturePGTemp, "pg_temp", "PGs being filled move off their old OSDs at once instead of being served by them until backfill ends"}}
 
 // Health is the overall level and one human line per problem.
 type Health struct {
@@ -115,6 +131,9 @@ type MonStatus struct {
 	// and is not is down, until "mon rm" forgets it.
 	Up     bool `json:"up"`
 	Leader bool `json:"leader"`
+	// Version is the build it runs (buildinfo.Version), while up; a mon
+	// of a build from before it says none.
+	Version string `json:"version,omitempty"`
 }
 
 // OSDCounts counts the map's OSDs.
@@ -559,9 +578,36 @@ func computeStatus(in statusInput) *Status {
 		}
 		checks.warn("POOL_NO_REDUNDANCY", fmt.Sprintf("%d pool(s) have no replicas configured (size 1): %s", len(single), strings.Join(single, ", ")), lines)
 	}
+	st.Versions = map[string]map[string]int{"mon": {}, "osd": {}}
+	var oldBuild []string
+	lacking := map[string]bool{}
+	var have uint64 // features some up OSD has
+	for o := range mp.OSDs() {
+		if o.Up {
+			st.Versions["osd"][cmp.Or(o.Version, UnknownVersion)]++
+			have |= o.Features
+		}
+	}
+	for o := range mp.OSDs() {
+		for _, f := range featureNames {
+			if o.Up && have&f.bit != 0 && o.Features&f.bit == 0 {
+				oldBuild = append(oldBuild, fmt.Sprintf("osd.%d runs a build without %s (%s)", o.Id, f.name, cmp.Or(o.Version, "a build from before versions were told")))
+				lacking[f.name+" is off: "+f.does] = true
+			}
+		}
+	}
+	if n := len(oldBuild); n > 0 {
+		// Mid-upgrade: the mon uses a feature only once every up OSD has
+		// it (placement.Map.AllUpHave), so the OSDs not yet upgraded turn
+		// it off for all.
+		checks.warn("OSD_OLD_BUILD", fmt.Sprintf("%d osds run an older build than the others; while they are up, %s: upgrade them", n,
+			strings.Join(slices.Sorted(maps.Keys(lacking)), "; ")), oldBuild)
+	}
 	var monsDown []string
 	for _, m := range st.Mons {
-		if !m.Up {
+		if m.Up {
+			st.Versions["mon"][cmp.Or(m.Version, UnknownVersion)]++
+		} else {
 			monsDown = append(monsDown, fmt.Sprintf("mon.%s (%s) is down", m.Name, m.Addr))
 		}
 	}

@@ -586,3 +586,50 @@ func TestSlowOpsCheck(t *testing.T) {
 		t.Errorf("OSD_DOWN detail %q after the hold", got)
 	}
 }
+
+// TestStatusVersions: the status counts the builds of the daemons up
+// ("unknown" for one that does not tell), and an OSD up without a feature
+// other up OSDs have (mid-upgrade) is OSD_OLD_BUILD, naming what its
+// presence turns off; with every OSD alike, old or new, nothing is said.
+func TestStatusVersions(t *testing.T) {
+	base := trackerMap(t, "a", "b", "c")
+	now := time.Unix(1000, 0)
+	mons := []MonStatus{{Name: "a", Up: true, Leader: true, Version: "v2"}, {Name: "b", Up: true, Version: "v2"},
+		{Name: "c", Up: true}, {Name: "d", Version: "v1"}}
+	mixed, err := base.With(func(pb *osdpb.ClusterMap) {
+		for i, o := range pb.Osds {
+			o.Features, o.Version = placement.Features, "v2"
+			if i == 2 {
+				o.Features, o.Version = 0, ""
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := computeStatus(statusInput{mp: mixed, now: now, mons: mons, detail: true})
+	want := map[string]map[string]int{"mon": {"v2": 2, UnknownVersion: 1}, "osd": {"v2": 2, UnknownVersion: 1}}
+	if fmt.Sprint(st.Versions) != fmt.Sprint(want) {
+		t.Fatalf("versions %v, want %v", st.Versions, want)
+	}
+	var old *HealthCheck
+	for i := range st.Health.Detail {
+		if st.Health.Detail[i].Code == "OSD_OLD_BUILD" {
+			old = &st.Health.Detail[i]
+		}
+	}
+	if old == nil || !strings.Contains(old.Summary, "1 osds run an older build than the others; while they are up, pg_temp is off") ||
+		len(old.Detail) != 1 || !strings.HasPrefix(old.Detail[0], "osd.2 runs a build without pg_temp") {
+		t.Fatalf("mid-upgrade: %+v", st.Health)
+	}
+	upgraded, err := mixed.With(func(pb *osdpb.ClusterMap) { pb.Osds[2].Features, pb.Osds[2].Version = placement.Features, "v2" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mp := range []*placement.Map{base, upgraded} {
+		st := computeStatus(statusInput{mp: mp, now: now, mons: mons, detail: true})
+		if slices.ContainsFunc(st.Health.Detail, func(c HealthCheck) bool { return c.Code == "OSD_OLD_BUILD" }) {
+			t.Fatalf("OSDs all of one build: %+v", st.Health)
+		}
+	}
+}

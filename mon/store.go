@@ -90,11 +90,17 @@ func (k keys) monsPrefix() string     { return k.pfx + "mons/" }
 // until "mon rm" forgets one.
 func (k keys) knownMon(name string) string { return k.pfx + "monsknown/" + name }
 func (k keys) knownMonsPrefix() string     { return k.pfx + "monsknown/" }
-func (k keys) election() string            { return k.pfx + "election/" }
-func (k keys) authCA() string              { return k.pfx + "auth-ca" }
-func (k keys) auth(entity string) string   { return k.pfx + "auth/" + entity }
-func (k keys) authPrefix() string          { return k.pfx + "auth/" }
-func (k keys) request(id []byte) string    { return k.pfx + "reqs/" + hex.EncodeToString(id) }
+
+// monVersion is the build mon name runs (buildinfo.Version), on its
+// session's lease as its mon key: what `osprey versions` counts.
+func (k keys) monVersion(name string) string { return k.pfx + "monsversion/" + name }
+func (k keys) monVersionsPrefix() string     { return k.pfx + "monsversion/" }
+
+func (k keys) election() string          { return k.pfx + "election/" }
+func (k keys) authCA() string            { return k.pfx + "auth-ca" }
+func (k keys) auth(entity string) string { return k.pfx + "auth/" + entity }
+func (k keys) authPrefix() string        { return k.pfx + "auth/" }
+func (k keys) request(id []byte) string  { return k.pfx + "reqs/" + hex.EncodeToString(id) }
 
 // idOf parses the OSD id at the end of an alive/ or stats/ key.
 func idOf(key, prefix string) (uint32, bool) {

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/buildinfo"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
 	"github.com/ospreystore/osprey/mon/monclient"
@@ -238,7 +239,7 @@ func createOSD(ctx context.Context, cfg *Config, ident *identity) (*auth.Keyring
 // the map that says so.
 func (o *OSD) boot(ctx context.Context) error {
 	pub, clu := o.advertised()
-	rep, err := o.mon.Boot(ctx, &osdpb.MonBoot{Fsid: o.ident.FSID, HasId: true, Id: o.id, Uuid: o.ident.UUID, Features: placement.Features,
+	rep, err := o.mon.Boot(ctx, &osdpb.MonBoot{Fsid: o.ident.FSID, HasId: true, Id: o.id, Uuid: o.ident.UUID, Features: placement.Features, Version: buildinfo.Version(),
 		PublicAddr: pub, ClusterAddr: clu, Weight: o.cfg.Weight, Host: o.cfg.Host, Fullness: o.checkSpace(),
 		FreshStore: o.freshStore.Load()})
 	if err != nil {

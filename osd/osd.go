@@ -36,6 +36,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/buildinfo"
 	"github.com/ospreystore/osprey/internal/guard"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/pending"
@@ -715,7 +716,7 @@ func Start(ctx context.Context, cfg Config) (*OSD, error) {
 			o.onMonMap(m)
 		}
 	}
-	o.log.Info("osd started", "public", o.pubAddr, "cluster", o.cluAddr, "epoch", o.Map().Epoch(), "data", cfg.DataDir)
+	o.log.Info("osd started", "public", o.pubAddr, "cluster", o.cluAddr, "epoch", o.Map().Epoch(), "data", cfg.DataDir, "version", buildinfo.Version())
 	return o, nil
 }
 

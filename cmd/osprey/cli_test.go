@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/client"
+	"github.com/ospreystore/osprey/internal/buildinfo"
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/osdtest"
@@ -749,6 +750,19 @@ func TestStatusSeedsMinSizeAsMon(t *testing.T) {
 	}
 	if len(ms.Pools) != 1 || ms.Pools[0].MinSize != 2 {
 		t.Fatalf("the mon's pools %+v, want one of min_size 2 (size 3)", ms.Pools)
+	}
+	// Every daemon runs this test's build: `osprey versions` counts them.
+	out, _, err = run(t, "versions", "--mon", lc.Mon.Addr(), "--keyring", keyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var versions map[string]map[string]int
+	if err := json.Unmarshal([]byte(out), &versions); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	v := buildinfo.Version()
+	if want := map[string]map[string]int{"mon": {v: 1}, "osd": {v: 3}, "overall": {v: 4}}; fmt.Sprint(versions) != fmt.Sprint(want) {
+		t.Fatalf("osprey versions: %s, want %v", out, want)
 	}
 	seeds := strings.Join(lc.Seeds(), ",")
 	out, _, err = run(t, "status", "--json", "--seeds", seeds, "--keyring", keyring)

@@ -99,7 +99,7 @@ TCP and RDMA (libfabric) transports.`,
 		c.GroupID = "objects"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newUpCmd(), newS3Cmd(), newStatusCmd(), newHealthCmd(), newDFCmd(), newMonCmd(), newOSDCmd(), newPGCmd(), newAuthCmd(), newGCCmd(), newBenchCmd()} {
+	for _, c := range []*cobra.Command{newUpCmd(), newS3Cmd(), newStatusCmd(), newHealthCmd(), newDFCmd(), newVersionsCmd(), newMonCmd(), newOSDCmd(), newPGCmd(), newAuthCmd(), newGCCmd(), newBenchCmd()} {
 		c.GroupID = "cluster"
 		root.AddCommand(c)
 	}

@@ -24,6 +24,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/client/s3gw"
+	"github.com/ospreystore/osprey/internal/buildinfo"
 	"github.com/ospreystore/osprey/internal/local"
 	"github.com/ospreystore/osprey/internal/metrics"
 	"github.com/ospreystore/osprey/internal/osdtest"
@@ -314,6 +315,9 @@ func TestDaemonMetrics(t *testing.T) {
 		b, fams := scrape(t, monURL)
 		lint(t, tool, "mon.a", b)
 		expose(fams)
+		if value(fams, "osprey_build_info", "version="+buildinfo.Version()) != 1 {
+			t.Errorf("mon.a: no osprey_build_info naming this build (%s)", buildinfo.Version())
+		}
 		if value(fams, "osprey_mon_leader") != 1 || value(fams, "osprey_mon_map_epoch") < 1 {
 			t.Errorf("mon.a: leader %v, epoch %v; want the leader, epoch >= 1",
 				value(fams, "osprey_mon_leader"), value(fams, "osprey_mon_map_epoch"))

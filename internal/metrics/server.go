@@ -23,9 +23,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
 	"sync"
 	"time"
 
+	"github.com/ospreystore/osprey/internal/buildinfo"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -36,11 +38,22 @@ import (
 var newRegistry = prometheus.NewRegistry
 
 // NewRegistry is a daemon's registry, with the Go runtime's and the
-// process's collectors already in it.
+// process's collectors already in it, and osprey_build_info.
 func NewRegistry() *prometheus.Registry {
 	reg := newRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	return reg
+}
+
+// buildInfo is osprey_build_info, 1 with the build as its label (the
+// Prometheus convention for a version): a dashboard counts the daemons of
+// each build with count by (version) (osprey_build_info).
+func buildInfo() prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "osprey_build_info",
+		Help:        "Always 1; the version label names the daemon's build, as `osprey version` prints it.",
+		ConstLabels: prometheus.Labels{"version": buildinfo.Version(), "goversion": runtime.Version()}})
+	g.Set(1)
+	return g
 }
 
 // ServerOptions configure a Server.

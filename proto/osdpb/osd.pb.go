@@ -804,7 +804,10 @@ type OSDInfo struct {
 	// peer's connection to it was refused), as Ceph's dead_epoch: it serves
 	// nothing, so a PG's next primary need not wait out the read lease it
 	// held. False while up, and when marked down for silence or by hand.
-	Dead          bool `protobuf:"varint,16,opt,name=dead,proto3" json:"dead,omitempty"`
+	Dead bool `protobuf:"varint,16,opt,name=dead,proto3" json:"dead,omitempty"`
+	// The build its last boot said it runs (MonBoot.version), as `osprey
+	// version` prints it: what `osprey versions` counts.
+	Version       string `protobuf:"bytes,17,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -949,6 +952,13 @@ func (x *OSDInfo) GetDead() bool {
 		return x.Dead
 	}
 	return false
+}
+
+func (x *OSDInfo) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
 }
 
 type Pool struct {
@@ -3977,8 +3987,10 @@ type MonBoot struct {
 	// leader (MonBootReply.relayed_by) rather than answer NOT_LEADER.
 	LeaderUnreachable bool   `protobuf:"varint,13,opt,name=leader_unreachable,json=leaderUnreachable,proto3" json:"leader_unreachable,omitempty"`
 	UnreachableLeader string `protobuf:"bytes,14,opt,name=unreachable_leader,json=unreachableLeader,proto3" json:"unreachable_leader,omitempty"` // as MonBeacon's
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The OSD's build (buildinfo.Version), kept in its OSDInfo.version.
+	Version       string `protobuf:"bytes,15,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MonBoot) Reset() {
@@ -4098,6 +4110,13 @@ func (x *MonBoot) GetLeaderUnreachable() bool {
 func (x *MonBoot) GetUnreachableLeader() string {
 	if x != nil {
 		return x.UnreachableLeader
+	}
+	return ""
+}
+
+func (x *MonBoot) GetVersion() string {
+	if x != nil {
+		return x.Version
 	}
 	return ""
 }
@@ -7243,7 +7262,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06PGTemp\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\rR\x04pool\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x12\n" +
-	"\x04osds\x18\x03 \x03(\rR\x04osds\"\xb1\x03\n" +
+	"\x04osds\x18\x03 \x03(\rR\x04osds\"\xcb\x03\n" +
 	"\aOSDInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1f\n" +
 	"\vpublic_addr\x18\x02 \x01(\tR\n" +
@@ -7262,7 +7281,8 @@ const file_osd_proto_rawDesc = "" +
 	"\alost_at\x18\r \x01(\x04R\x06lostAt\x12\x12\n" +
 	"\x04born\x18\x0e \x01(\x04R\x04born\x12\x1a\n" +
 	"\bfeatures\x18\x0f \x01(\x04R\bfeatures\x12\x12\n" +
-	"\x04dead\x18\x10 \x01(\bR\x04dead\"t\n" +
+	"\x04dead\x18\x10 \x01(\bR\x04dead\x12\x18\n" +
+	"\aversion\x18\x11 \x01(\tR\aversion\"t\n" +
 	"\x04Pool\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -7512,7 +7532,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
 	"\x0esent_unix_nano\x18\x03 \x01(\x03R\fsentUnixNano\x120\n" +
 	"\bfullness\x18\x04 \x01(\x0e2\x14.osprey.osd.FullnessR\bfullness\x12\x19\n" +
-	"\bno_lease\x18\x05 \x01(\bR\anoLease\"\x9b\x03\n" +
+	"\bno_lease\x18\x05 \x01(\bR\anoLease\"\xb5\x03\n" +
 	"\aMonBoot\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x15\n" +
 	"\x06has_id\x18\x03 \x01(\bR\x05hasId\x12\x0e\n" +
@@ -7529,7 +7549,8 @@ const file_osd_proto_rawDesc = "" +
 	"freshStore\x12\x1a\n" +
 	"\bfeatures\x18\f \x01(\x04R\bfeatures\x12-\n" +
 	"\x12leader_unreachable\x18\r \x01(\bR\x11leaderUnreachable\x12-\n" +
-	"\x12unreachable_leader\x18\x0e \x01(\tR\x11unreachableLeaderJ\x04\b\x01\x10\x02\"\xe6\x01\n" +
+	"\x12unreachable_leader\x18\x0e \x01(\tR\x11unreachableLeader\x12\x18\n" +
+	"\aversion\x18\x0f \x01(\tR\aversionJ\x04\b\x01\x10\x02\"\xe6\x01\n" +
 	"\fMonBootReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
