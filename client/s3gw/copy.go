@@ -3,6 +3,7 @@ package s3gw
 import (
 	"encoding/xml"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -121,11 +122,84 @@ func (g *Gateway) copyObject(req *request) error {
 	if err != nil {
 		return err
 	}
-	out, err := g.cl.PutObject(r.Context(), req.bucket, req.key, src, info.Size, opts)
-	if err != nil {
-		return err
+	return g.answerLong(req, func() (any, error) {
+		out, err := g.cl.PutObject(r.Context(), req.bucket, req.key, src, info.Size, opts)
+		if err != nil {
+			return nil, err
+		}
+		return copyObjectResult{XMLNS: s3XMLNS, LastModified: s3Time(out.LastModified), ETag: quoteETag(out.ETag)}, nil
+	})
+}
+
+// A copy still running copyKeepAliveAfter after it began has its 200 sent
+// then and a space every copyKeepAliveEvery after (answerLong); 0 sends the
+// 200 before the copy starts. Variables: tests set them.
+var (
+	copyKeepAliveAfter = 2 * time.Second
+	copyKeepAliveEvery = 5 * time.Second
+)
+
+// answerLong runs a copy and answers with what it returns: as XML if it
+// ends within copyKeepAliveAfter; else, as AWS does, the 200 and the XML
+// declaration go out then, and a space every copyKeepAliveEvery, so that a
+// client's read timeout (60 s in boto3 and the AWS CLI, 50 s in the Java
+// SDK v1) and the proxies between see bytes while gigabytes are copied,
+// and the copy's result, or its Error document, ends the body. The SDKs
+// read an Error in the 200 of a CopyObject or UploadPartCopy as the
+// failure it is (AWS documents this answer for both).
+func (g *Gateway) answerLong(req *request, run func() (any, error)) error {
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	begun := false // the 200 is out; read by this goroutine once stopped is closed
+	tick := func() {
+		if !begun {
+			req.w.Header().Set("Content-Type", "application/xml")
+			req.w.WriteHeader(http.StatusOK)
+			io.WriteString(req.w, xml.Header)
+			begun = true
+		} else {
+			io.WriteString(req.w, " ")
+		}
+		http.NewResponseController(req.w).Flush()
 	}
-	writeXML(req.w, http.StatusOK, copyObjectResult{XMLNS: s3XMLNS, LastModified: s3Time(out.LastModified), ETag: quoteETag(out.ETag)})
+	wait := copyKeepAliveAfter
+	if wait <= 0 {
+		tick()
+		wait = copyKeepAliveEvery
+	}
+	go func() {
+		defer close(stopped)
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			tick()
+			t.Reset(copyKeepAliveEvery)
+		}
+	}()
+	v, err := run()
+	close(stop)
+	<-stopped
+	if !begun {
+		if err != nil {
+			return err
+		}
+		writeXML(req.w, http.StatusOK, v)
+		return nil
+	}
+	if err != nil {
+		e := toS3Error(g.uploadOrBucket(req, err))
+		g.noteFailure(req, e, err)
+		v = errorDoc(req, e)
+	}
+	b, merr := xml.Marshal(v)
+	if merr != nil {
+		b = []byte("<Error><Code>InternalError</Code></Error>")
+	}
+	req.w.Write(unmarkXMLText(b))
 	return nil
 }
 
@@ -198,10 +272,11 @@ func (g *Gateway) uploadPartCopy(req *request) error {
 	if size > maxObjectSize {
 		return errf(ErrEntityTooLarge, "a part is at most 5 GiB: copy a range of the source")
 	}
-	p, err := g.cl.PutObjectPart(r.Context(), req.bucket, req.key, q.Get("uploadId"), n, src, size)
-	if err != nil {
-		return err
-	}
-	writeXML(req.w, http.StatusOK, copyPartResult{XMLNS: s3XMLNS, LastModified: s3Time(time.Now()), ETag: quoteETag(p.ETag)})
-	return nil
+	return g.answerLong(req, func() (any, error) {
+		p, err := g.cl.PutObjectPart(r.Context(), req.bucket, req.key, q.Get("uploadId"), n, src, size)
+		if err != nil {
+			return nil, err
+		}
+		return copyPartResult{XMLNS: s3XMLNS, LastModified: s3Time(time.Now()), ETag: quoteETag(p.ETag)}, nil
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/ospreystore/osprey/client/s3gw"
 	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
@@ -208,4 +209,77 @@ func TestUploadPartCopy(t *testing.T) {
 	}
 	_, err = e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: b, Key: aws.String("small"), PartNumber: aws.Int32(2)})
 	wantCode(t, "part 2 of a plain object", err, "RequestedRangeNotSatisfiable", http.StatusRequestedRangeNotSatisfiable)
+}
+
+// TestLongCopyAnswersEarly: a copy still running when its keep-alive is
+// due (here at once) has its 200 and the XML declaration sent first, and a
+// space at each interval while it runs, as AWS answers a long copy; the
+// SDK reads the result after them, and an Error document after them as
+// the failure it is. CopyObject and UploadPartCopy alike.
+func TestLongCopyAnswersEarly(t *testing.T) {
+	s3gw.SetCopyKeepAlive(t, 0, time.Millisecond)
+	e := newEnv(t)
+	ctx := e.ctx
+	e.mb(t, "src")
+	e.mb(t, "dst")
+	data := osdtest.Payload(3<<20+17, 8)
+	e.put(t, "src", "obj", data)
+	out, err := e.s3.CopyObject(ctx, &s3.CopyObjectInput{Bucket: aws.String("dst"), Key: aws.String("copy"), CopySource: aws.String("src/obj")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *out.CopyObjectResult.ETag; got != `"`+md5hex(data)+`"` {
+		t.Fatalf("copy's ETag %s, want the body's MD5", got)
+	}
+	if b, _ := e.get(t, "dst", "copy", ""); !bytes.Equal(b, data) {
+		t.Fatalf("the copy: %d bytes, not the source's", len(b))
+	}
+	// Failures found once the 200 is out come in its body; the SDK
+	// reports them as a 500 (and retries them, as AWS advises).
+	_, err = e.s3.CopyObject(ctx, &s3.CopyObjectInput{Bucket: aws.String("nobucket"), Key: aws.String("x"), CopySource: aws.String("src/obj")})
+	if c, s := code(err); c != "NoSuchBucket" || s != http.StatusInternalServerError {
+		t.Fatalf("a copy into a missing bucket, after its 200: %v (%q %d)", err, c, s)
+	}
+	_, err = e.s3.UploadPartCopy(ctx, &s3.UploadPartCopyInput{Bucket: aws.String("dst"), Key: aws.String("mp"), UploadId: aws.String("no-such-upload"),
+		PartNumber: aws.Int32(1), CopySource: aws.String("src/obj")})
+	if c, s := code(err); c != "NoSuchUpload" || s != http.StatusInternalServerError {
+		t.Fatalf("a part copied into a missing upload, after its 200: %v (%q %d)", err, c, s)
+	}
+	up, err := e.s3.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("dst"), Key: aws.String("mp")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := e.s3.UploadPartCopy(ctx, &s3.UploadPartCopyInput{Bucket: aws.String("dst"), Key: aws.String("mp"), UploadId: up.UploadId,
+		PartNumber: aws.Int32(1), CopySource: aws.String("src/obj")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s3.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String("dst"), Key: aws.String("mp"), UploadId: up.UploadId,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{PartNumber: aws.Int32(1), ETag: part.CopyPartResult.ETag}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := e.get(t, "dst", "mp", ""); !bytes.Equal(b, data) {
+		t.Fatalf("the object of a copied part: %d bytes, not the source's", len(b))
+	}
+}
+
+// TestCopyOutlastsClientTimeout: a copy (a request without a body) that
+// runs past ClientTimeout is not cut by it: nothing of the client can
+// stall, and a read deadline left on the idle connection would end the
+// request's context when it passed.
+func TestCopyOutlastsClientTimeout(t *testing.T) {
+	e := newEnvWith(t, func(o *s3gw.Options) { o.ClientTimeout = 5 * time.Millisecond })
+	e.mb(t, "src")
+	data := osdtest.Payload(16<<20, 9)
+	e.put(t, "src", "obj", data)
+	start := time.Now()
+	if _, err := e.s3.CopyObject(e.ctx, &s3.CopyObjectInput{Bucket: aws.String("src"), Key: aws.String("copy"), CopySource: aws.String("src/obj")}); err != nil {
+		t.Fatalf("a copy of %v, ClientTimeout 5ms: %v", time.Since(start), err)
+	}
+	if took := time.Since(start); took < 5*time.Millisecond {
+		t.Skipf("the copy took %v, inside ClientTimeout: nothing tested", took)
+	}
+	if b, _ := e.get(t, "src", "copy", ""); !bytes.Equal(b, data) {
+		t.Fatal("the copy differs from its source")
+	}
 }

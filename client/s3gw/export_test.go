@@ -1,5 +1,7 @@
 package s3gw
 
+import "time"
+
 // IdleConnections is how many connections the gateway keeps alive between
 // requests, as its connection cap sees them (Options.MaxConnections; 0
 // without a cap).
@@ -26,3 +28,11 @@ func SlotWanted(g *Gateway) bool {
 // (connCap.giveWay) without freeing any, as an answer on a connection
 // already closed under its client did.
 func TakeWant(g *Gateway) bool { return g.capped.Load().giveWay() }
+
+// SetCopyKeepAlive sets when a copy's 200 goes out and how often a space
+// follows (answerLong) until the test ends.
+func SetCopyKeepAlive(t interface{ Cleanup(func()) }, after, every time.Duration) {
+	a, e := copyKeepAliveAfter, copyKeepAliveEvery
+	copyKeepAliveAfter, copyKeepAliveEvery = after, every
+	t.Cleanup(func() { copyKeepAliveAfter, copyKeepAliveEvery = a, e })
+}

@@ -504,6 +504,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body = &x.body
 	body.deadline = &x.rd
+	if r.ContentLength == 0 {
+		// Nothing to read, so nothing can stall: a read deadline left
+		// set would end net/http's background read of the idle
+		// connection and, with it, the request's context, cutting a copy
+		// that runs longer than ClientTimeout.
+		x.rd.clear()
+	}
 	defer body.Close()
 	// net/http learns from r.Body, once the handler is done, whether the
 	// body was read to its end: put back, it sees one closed early and
@@ -589,21 +596,30 @@ func (g *Gateway) fail(req *request, err error) {
 		req.w.WriteHeader(statusClientClosedRequest)
 		return
 	}
+	g.noteFailure(req, e, err)
+	if req.r.Method == http.MethodHead {
+		req.w.WriteHeader(e.Status)
+		return
+	}
+	writeXML(req.w, e.Status, errorDoc(req, e))
+}
+
+// noteFailure logs a server error: one line per operation and code per
+// 10 s, with the count it stands for (the access log has every request).
+func (g *Gateway) noteFailure(req *request, e *Error, err error) {
 	if e.Status >= 500 {
-		// One line per operation and code per 10 s, with the count it
-		// stands for: the access log has every request.
 		g.failures.Log(g.log, slog.LevelWarn, req.op+" "+e.Code, "s3: request failed", "id", req.id, "op", req.op, "err", err)
 	}
+}
+
+// errorDoc is S3's XML error document for e answering req.
+func errorDoc(req *request, e *Error) errorBody {
 	resource := req.r.URL.Path
 	if e.Code == "InvalidRange" || e.Code == "NoSuchKey" || e.Code == "NoSuchBucket" || e.Status < 500 {
 		resource = "/" + req.bucket
 		if req.key != "" {
 			resource += "/" + req.key
 		}
-	}
-	if req.r.Method == http.MethodHead {
-		req.w.WriteHeader(e.Status)
-		return
 	}
 	body := errorBody{Code: e.Code, Message: xmlText(e.Message), Resource: xmlText(resource), RequestID: req.id, HostID: req.id}
 	switch e.Code {
@@ -612,7 +628,7 @@ func (g *Gateway) fail(req *request, err error) {
 	case "NoSuchBucket":
 		body.BucketName = xmlText(cmp.Or(e.Bucket, req.bucket))
 	}
-	writeXML(req.w, e.Status, body)
+	return body
 }
 
 const s3XMLNS = "http://s3.amazonaws.com/doc/2006-03-01/"

@@ -56,7 +56,10 @@ type env struct {
 	srvAddr string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { t.Helper(); return newEnvWith(t, nil) }
+
+// newEnvWith is newEnv with the gateway's options changed by tweak.
+func newEnvWith(t *testing.T, tweak func(*s3gw.Options)) *env {
 	t.Helper()
 	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 16})
 	e := &env{osds: c, cl: c.Client(t, func(o *client.Options) { o.MD5 = true }), domain: "s3.osprey.test"}
@@ -65,9 +68,13 @@ func newEnv(t *testing.T) *env {
 	// took over 3 minutes, when every case left failed at once; a hang is
 	// still ended by go test's -timeout, with every goroutine's stack.
 	e.ctx = t.Context()
-	gw, err := s3gw.New(s3gw.Options{Client: e.cl, Credentials: s3gw.StaticCredentials{testAccess: testSecret},
+	opts := s3gw.Options{Client: e.cl, Credentials: s3gw.StaticCredentials{testAccess: testSecret},
 		Domains: []string{e.domain}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Now: func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) }})
+		Now: func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) }}
+	if tweak != nil {
+		tweak(&opts)
+	}
+	gw, err := s3gw.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

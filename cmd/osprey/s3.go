@@ -37,6 +37,7 @@ type s3Options struct {
 	region          string
 	domains         []string
 	shutdownTimeout time.Duration
+	clientTimeout   time.Duration
 	metricsAddr     string
 	pprof           bool
 	staleUploadAge  time.Duration
@@ -89,6 +90,8 @@ listen backlog (a warning says so, once a minute at most).`,
 	f.StringVar(&o.region, "region", "us-east-1", "the region GetBucketLocation answers")
 	f.StringSliceVar(&o.domains, "domain", nil, "domains for virtual-hosted-style requests (BUCKET.DOMAIN); path style always works")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long requests in progress may take to finish on a stop")
+	f.DurationVar(&o.clientTimeout, "client-timeout", time.Minute,
+		"the longest a client may stall: to send its request's headers, between two reads of its body, or to take a slice (256 KiB) of the answer")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", metricsAddrUsage)
 	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on --metrics-addr (go tool pprof http://ADDR/debug/pprof/profile)")
 	f.DurationVar(&o.staleUploadAge, "stale-upload-age", client.DefaultStaleUploadAge,
@@ -106,6 +109,9 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 	o.secret = cmpOrEnv(o.secret, envS3SecretKey)
 	if o.pprof && o.metricsAddr == "" {
 		return usageErrorf("--pprof serves on the admin listener: give --metrics-addr too")
+	}
+	if o.clientTimeout <= 0 {
+		return usageErrorf("--client-timeout %v: want a positive duration", o.clientTimeout)
 	}
 	if o.maxConns == 0 || o.maxConns < -1 {
 		return usageErrorf("--max-connections %d: give a positive number, or -1 for no cap", o.maxConns)
@@ -172,7 +178,7 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
 	gopts := s3gw.Options{Client: cl, Credentials: creds,
-		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout, StaleUploadAge: o.staleUploadAge,
+		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout, ClientTimeout: o.clientTimeout, StaleUploadAge: o.staleUploadAge,
 		MaxConnections: o.maxConns, MaxBodyMemory: o.maxBodyMiB << 20}
 	if o.staleUploadAge == 0 {
 		gopts.StaleUploadAge = -1 // never

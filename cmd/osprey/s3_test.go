@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -88,7 +89,7 @@ func TestUpAndS3Serve(t *testing.T) {
 		t.Fatal(err)
 	}
 	gw := startGateway(t, bin, "--mon", up.mon, "--keyring", gwKeyring, "--listen", "127.0.0.1:0", "--log-level", "warn",
-		"--metrics-addr", "127.0.0.1:0")
+		"--metrics-addr", "127.0.0.1:0", "--client-timeout", "2s")
 	addr, gwMetrics, lines, stderr := gw.addr, gw.metrics, gw.lines, gw.stderr
 	c2 := s3Client(addr, roAccess, roSecret)
 	_, err = c2.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("via-up"), Key: aws.String("k2"), Body: strings.NewReader("no")})
@@ -106,6 +107,21 @@ func TestUpAndS3Serve(t *testing.T) {
 	}
 	if m := scrapeText(t, gwMetrics); !strings.Contains(m, `osprey_s3_requests_total{op="GetObject",status="200"} 1`) {
 		t.Errorf("osprey s3 --metrics-addr: its metrics at %s do not count the GET:\n%s", gwMetrics, m)
+	}
+	// --client-timeout: a client that stalls in its headers is cut after
+	// it, not after the default minute.
+	stalled, err := net.Dial("tcp", strings.TrimPrefix(addr, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	if _, err := io.WriteString(stalled, "GET / HTTP/1.1\r\nHost: x\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	stalled.SetReadDeadline(time.Now().Add(30 * time.Second))
+	cutAt := time.Now()
+	if _, err := io.Copy(io.Discard, stalled); err != nil || time.Since(cutAt) > 20*time.Second {
+		t.Fatalf("a client stalled in its headers, --client-timeout 2s: cut after %v (%v)", time.Since(cutAt), err)
 	}
 	// The gateway's key rotated into its --keyring file: the cluster
 	// refuses the old key at once, and the gateway takes up the new one
@@ -152,6 +168,7 @@ func TestS3NeedsKeys(t *testing.T) {
 		{[]string{"--keyring", "none", "--access-key", "AK"}, "anonymous"},
 		{[]string{"--keyring", "none"}, "no keyring"},
 		{[]string{"--keyring", "none", "--access-key", "AK", "--secret-key", "SK", "--pprof"}, "--metrics-addr"},
+		{[]string{"--keyring", "none", "--access-key", "AK", "--secret-key", "SK", "--client-timeout", "0s"}, "--client-timeout"},
 	} {
 		_, _, err := run(t, append([]string{"s3", "--seeds", "127.0.0.1:1"}, c.args...)...)
 		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {
