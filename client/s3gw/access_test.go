@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/client/s3gw"
 	"github.com/ospreystore/osprey/internal/local"
@@ -148,6 +149,10 @@ func TestS3KeysOfEntities(t *testing.T) {
 	wantCode(t, "read-only DELETE", err, "AccessDenied", 403)
 	_, err = ro.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("mine")})
 	wantCode(t, "read-only CreateBucket", err, "AccessDenied", 403)
+	if acl, err := ro.GetBucketAcl(ctx, &s3.GetBucketAclInput{Bucket: aws.String("shared")}); err != nil ||
+		*acl.Owner.ID != "client.reader" || len(acl.Grants) != 1 || acl.Grants[0].Permission != types.PermissionRead {
+		t.Fatalf("a read-only user's GetBucketAcl: %+v, %v", acl, err)
+	}
 	if err := get(adm, "shared", "k"); err != nil {
 		t.Fatalf("the object a refused DELETE named: %v", err)
 	}

@@ -654,7 +654,7 @@ func writeXML(w http.ResponseWriter, status int, v any) {
 // Query parameters that select an operation the gateway does not
 // implement (yet); any other unknown parameter is ignored, as S3 does.
 var unsupportedSubresources = []string{
-	"acl", "tagging", "versions", "policy", "policyStatus",
+	"tagging", "versions", "policy", "policyStatus",
 	"lifecycle", "cors", "website", "logging", "notification", "replication", "encryption", "object-lock",
 	"retention", "legal-hold", "accelerate", "requestPayment", "ownershipControls", "publicAccessBlock",
 	"analytics", "inventory", "metrics", "intelligent-tiering", "select", "restore", "torrent", "attributes",
@@ -746,6 +746,10 @@ var routes = []route{
 	{bucketScope, http.MethodHead, "", "HeadBucket", read, (*Gateway).headBucket},
 	{bucketScope, http.MethodGet, "uploads", "ListMultipartUploads", read, (*Gateway).listMultipartUploads},
 	{bucketScope, http.MethodGet, "location", "GetBucketLocation", read, (*Gateway).bucketLocation},
+	{bucketScope, http.MethodGet, "acl", "GetBucketAcl", read, (*Gateway).getACL},
+	{bucketScope, http.MethodPut, "acl", "PutBucketAcl", write, (*Gateway).putACL},
+	{objectScope, http.MethodGet, "acl", "GetObjectAcl", read, (*Gateway).getACL},
+	{objectScope, http.MethodPut, "acl", "PutObjectAcl", write, (*Gateway).putACL},
 	{bucketScope, http.MethodGet, "versioning", "GetBucketVersioning", read, (*Gateway).bucketVersioning},
 	{bucketScope, http.MethodPut, "versioning", "PutBucketVersioning", write, (*Gateway).putBucketVersioning},
 	{bucketScope, http.MethodGet, "list-type=2", "ListObjectsV2", read, (*Gateway).listObjectsV2},

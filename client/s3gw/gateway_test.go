@@ -223,8 +223,38 @@ func TestBuckets(t *testing.T) {
 	}
 	_, err = e.s3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String("beta")})
 	wantCode(t, "delete twice", err, "NoSuchBucket", 404)
-	_, err = e.s3.GetBucketAcl(ctx, &s3.GetBucketAclInput{Bucket: aws.String("alpha")})
-	wantCode(t, "acl", err, "NotImplemented", 501)
+	// ACLs: read, what the caps allow (here every cap: FULL_CONTROL);
+	// a grant asked for is refused.
+	acl, err := e.s3.GetBucketAcl(ctx, &s3.GetBucketAclInput{Bucket: aws.String("alpha")})
+	if err != nil || *acl.Owner.ID != testAccess || len(acl.Grants) != 1 || acl.Grants[0].Permission != types.PermissionFullControl ||
+		acl.Grants[0].Grantee.Type != types.TypeCanonicalUser || *acl.Grants[0].Grantee.ID != testAccess {
+		t.Fatalf("GetBucketAcl: %+v, %v", acl, err)
+	}
+	e.put(t, "alpha", "k", []byte("x"))
+	if oacl, err := e.s3.GetObjectAcl(ctx, &s3.GetObjectAclInput{Bucket: aws.String("alpha"), Key: aws.String("k")}); err != nil ||
+		len(oacl.Grants) != 1 || oacl.Grants[0].Permission != types.PermissionFullControl {
+		t.Fatalf("GetObjectAcl: %+v, %v", oacl, err)
+	}
+	_, err = e.s3.GetObjectAcl(ctx, &s3.GetObjectAclInput{Bucket: aws.String("alpha"), Key: aws.String("none")})
+	wantCode(t, "the acl of no object", err, "NoSuchKey", 404)
+	_, err = e.s3.GetBucketAcl(ctx, &s3.GetBucketAclInput{Bucket: aws.String("beta")})
+	wantCode(t, "the acl of no bucket", err, "NoSuchBucket", 404)
+	_, err = e.s3.PutBucketAcl(ctx, &s3.PutBucketAclInput{Bucket: aws.String("alpha"), ACL: types.BucketCannedACLPublicRead})
+	wantCode(t, "PutBucketAcl", err, "NotImplemented", 501)
+	_, err = e.s3.PutObjectAcl(ctx, &s3.PutObjectAclInput{Bucket: aws.String("alpha"), Key: aws.String("k"), ACL: types.ObjectCannedACLPublicRead})
+	wantCode(t, "PutObjectAcl", err, "NotImplemented", 501)
+	_, err = e.s3.PutObjectAcl(ctx, &s3.PutObjectAclInput{Bucket: aws.String("alpha"), Key: aws.String("k"),
+		AccessControlPolicy: &types.AccessControlPolicy{Owner: acl.Owner, Grants: acl.Grants}})
+	wantCode(t, "PutObjectAcl with grants", err, "NotImplemented", 501)
+	// A canned ACL that changes nothing is done, as on a PutObject.
+	if _, err := e.s3.PutBucketAcl(ctx, &s3.PutBucketAclInput{Bucket: aws.String("alpha"), ACL: types.BucketCannedACLPrivate}); err != nil {
+		t.Fatalf("PutBucketAcl private: %v", err)
+	}
+	if _, err := e.s3.PutObjectAcl(ctx, &s3.PutObjectAclInput{Bucket: aws.String("alpha"), Key: aws.String("k"), ACL: types.ObjectCannedACLBucketOwnerFullControl}); err != nil {
+		t.Fatalf("PutObjectAcl bucket-owner-full-control: %v", err)
+	}
+	_, err = e.s3.PutObjectAcl(ctx, &s3.PutObjectAclInput{Bucket: aws.String("alpha"), Key: aws.String("none"), ACL: types.ObjectCannedACLPrivate})
+	wantCode(t, "PutObjectAcl of no object", err, "NoSuchKey", 404)
 }
 
 func TestObjects(t *testing.T) {
