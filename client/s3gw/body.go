@@ -274,13 +274,20 @@ func (b *verifiedBody) Close() error {
 
 // readSmall reads a body the gateway parses itself (XML), at most limit
 // bytes, checked.
+// maxXMLBody bounds the XML bodies of DeleteObjects and
+// CompleteMultipartUpload, read whole: the largest valid one is under
+// it (1,000 keys of 1,024 bytes, each byte escaped as an entity of up to
+// 6, and their entries; 10,000 parts with a checksum each, about 2 MB).
+// Read into memory, each takes its length of Options.MaxBodyMemory.
+const maxXMLBody = 8 << 20
+
 func readSmall(r io.Reader, limit int64) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
 		return nil, err
 	}
 	if int64(len(b)) > limit {
-		return nil, errf(ErrMalformedXML, "the request body is larger than %d bytes", limit)
+		return nil, errf(ErrMaxMessageLengthExceeded, "your request was too big: its body is over %d bytes", limit)
 	}
 	return b, nil
 }

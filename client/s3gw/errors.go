@@ -47,6 +47,7 @@ var (
 	ErrInvalidRequest                    = &Error{Code: "InvalidRequest", Status: http.StatusBadRequest}
 	ErrInvalidArgument                   = &Error{Code: "InvalidArgument", Status: http.StatusBadRequest}
 	ErrMalformedXML                      = &Error{Code: "MalformedXML", Status: http.StatusBadRequest}
+	ErrMaxMessageLengthExceeded          = &Error{Code: "MaxMessageLengthExceeded", Status: http.StatusBadRequest}
 	ErrInvalidPart                       = &Error{Code: "InvalidPart", Status: http.StatusBadRequest}
 	ErrMissingContentLength              = &Error{Code: "MissingContentLength", Status: http.StatusLengthRequired}
 	ErrIncompleteBody                    = &Error{Code: "IncompleteBody", Status: http.StatusBadRequest}

@@ -873,8 +873,18 @@ func (g *Gateway) dispatch(req *request) error {
 			if err := req.authorize(rt.perm, req.bucket); err != nil {
 				return err
 			}
-			if rt.op == "PutObject" || rt.op == "UploadPart" {
-				release, err := g.bodies.acquire(r.Context(), r.ContentLength)
+			// The bodies held in memory take their share of
+			// MaxBodyMemory: a PUT's or part's up to 64 MiB, an XML
+			// body read whole up to maxXMLBody.
+			n := r.ContentLength
+			switch rt.op {
+			case "DeleteObjects", "CompleteMultipartUpload":
+				if n < 0 || n > maxXMLBody {
+					n = maxXMLBody
+				}
+				fallthrough
+			case "PutObject", "UploadPart":
+				release, err := g.bodies.acquire(r.Context(), n)
 				if err != nil {
 					return err
 				}

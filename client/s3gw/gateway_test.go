@@ -366,6 +366,32 @@ func TestObjects(t *testing.T) {
 	}
 	_, err = e.s3.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String("nobucket"), Delete: &types.Delete{Objects: ids[:1]}})
 	wantCode(t, "DeleteObjects in missing bucket", err, "NoSuchBucket", 404)
+	// The largest DeleteObjects a client sends: 1,000 keys of 1,024 bytes
+	// that XML escapes to several times that (over 4 MB in all).
+	long := make([]types.ObjectIdentifier, 1000)
+	for i := range long {
+		k := fmt.Sprintf("%04d", i) + strings.Repeat(`&<"`, 340)
+		long[i] = types.ObjectIdentifier{Key: aws.String(k)}
+	}
+	e.put(t, "obj", *long[7].Key, []byte("x"))
+	del, err = e.s3.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String("obj"), Delete: &types.Delete{Objects: long}})
+	if err != nil || len(del.Deleted) != 1000 || len(del.Errors) != 0 {
+		t.Fatalf("DeleteObjects of 1,000 long keys: %v (%d deleted, %d errors)", err, len(del.Deleted), len(del.Errors))
+	}
+	if _, err := e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("obj"), Key: long[7].Key}); err == nil {
+		t.Fatal("a key DeleteObjects of long keys named is still there")
+	}
+	// A body no valid request has is refused as too big, not misread.
+	big := append([]byte("<Delete>"), bytes.Repeat([]byte(" "), 9<<20)...)
+	resp, err := http.DefaultClient.Do(signed(t, http.MethodPost, e.url+"/obj?delete", append(big, "</Delete>"...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(b, []byte("<Code>MaxMessageLengthExceeded</Code>")) {
+		t.Fatalf("a 9 MiB DeleteObjects body: %s\n%s", resp.Status, b)
+	}
 }
 
 func TestRanges(t *testing.T) {
@@ -1051,5 +1077,30 @@ func TestPutETagSizes(t *testing.T) {
 		_, err = e.s3.PutObject(e.ctx, &s3.PutObjectInput{Bucket: aws.String("sizes"), Key: aws.String(key + "bad"),
 			Body: bytes.NewReader(other), ContentMD5: aws.String(base64.StdEncoding.EncodeToString(sum[:]))})
 		wantCode(t, fmt.Sprintf("%d bytes, last byte off Content-MD5", size), err, "BadDigest", 400)
+	}
+}
+
+// TestXMLBodiesTakeBodyMemory: a DeleteObjects body, read whole into
+// memory, takes its length of MaxBodyMemory while it is handled, as a
+// PUT's does, and gives it back.
+func TestXMLBodiesTakeBodyMemory(t *testing.T) {
+	var most, last atomic.Int64
+	e := newEnvWith(t, func(o *s3gw.Options) {
+		o.OnBodyMemory = func(held int64) {
+			last.Store(held)
+			for m := most.Load(); held > m && !most.CompareAndSwap(m, held); m = most.Load() {
+			}
+		}
+	})
+	e.mb(t, "xml")
+	ids := make([]types.ObjectIdentifier, 1000)
+	for i := range ids {
+		ids[i] = types.ObjectIdentifier{Key: aws.String(fmt.Sprintf("%04d", i) + strings.Repeat("k", 1000))}
+	}
+	if _, err := e.s3.DeleteObjects(e.ctx, &s3.DeleteObjectsInput{Bucket: aws.String("xml"), Delete: &types.Delete{Objects: ids}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, l := most.Load(), last.Load(); m < 1000*1000 || l != 0 {
+		t.Fatalf("a 1 MB DeleteObjects body: at most %d bytes of body memory held, %d after", m, l)
 	}
 }

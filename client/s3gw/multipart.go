@@ -123,7 +123,7 @@ type completeMultipartUploadResult struct {
 }
 
 func (g *Gateway) completeMultipartUpload(req *request) error {
-	b, err := readSmall(req.r.Body, 2<<20)
+	b, err := readSmall(req.r.Body, maxXMLBody)
 	if err != nil {
 		return err
 	}

@@ -428,7 +428,7 @@ func parseDeleteRequest(b []byte) (deleteRequest, error) {
 
 func (g *Gateway) deleteObjects(req *request) error {
 	ctx := req.r.Context()
-	b, err := readSmall(req.r.Body, 2<<20)
+	b, err := readSmall(req.r.Body, maxXMLBody)
 	if err != nil {
 		return err
 	}
