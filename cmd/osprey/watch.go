@@ -103,9 +103,10 @@ func watchStatus(cmd *cobra.Command, mf monFlags, interval time.Duration) error 
 func stamp() string { return time.Now().Format("2006-01-02T15:04:05.000Z07:00") }
 
 // statusChanges are the lines that say how s differs from last: its
-// health, and its PG states with the I/O at the moment.
+// mons (one up or down, a new leader, as Ceph's cluster log has its
+// elections), its health, and its PG states with the I/O at the moment.
 func statusChanges(last, s *mon.Status) []string {
-	var out []string
+	out := monChanges(last.Mons, s.Mons)
 	if s.Health.Status != last.Health.Status || !slices.Equal(s.Health.Checks, last.Health.Checks) {
 		line := "health " + s.Health.Status
 		if len(s.Health.Checks) > 0 {
@@ -130,6 +131,41 @@ func statusChanges(last, s *mon.Status) []string {
 			line += "; client " + io
 		}
 		out = append(out, line)
+	}
+	return out
+}
+
+// monChanges says which mons came up or went down between two statuses,
+// and who leads now if that changed.
+func monChanges(last, now []mon.MonStatus) []string {
+	var out []string
+	was := map[string]mon.MonStatus{}
+	oldLeader, leader := "", ""
+	for _, m := range last {
+		was[m.Name] = m
+		if m.Leader {
+			oldLeader = m.Name
+		}
+	}
+	for _, m := range now {
+		if m.Leader {
+			leader = m.Name
+		}
+		switch p, ok := was[m.Name]; {
+		case m.Up && (!ok || !p.Up):
+			out = append(out, fmt.Sprintf("mon.%s up (%s)", m.Name, m.Addr))
+		case !m.Up && ok && p.Up:
+			out = append(out, fmt.Sprintf("mon.%s down", m.Name))
+		}
+	}
+	switch {
+	case leader == oldLeader:
+	case leader == "":
+		out = append(out, fmt.Sprintf("no mon leads (mon.%s did): an election is under way", oldLeader))
+	case oldLeader == "":
+		out = append(out, fmt.Sprintf("mon.%s leads", leader))
+	default:
+		out = append(out, fmt.Sprintf("mon.%s leads (was mon.%s)", leader, oldLeader))
 	}
 	return out
 }

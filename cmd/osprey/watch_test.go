@@ -157,4 +157,27 @@ func TestStatusChanges(t *testing.T) {
 	if got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
+	// The mons: one down and the leader moved, then back up; then none
+	// leads, then one does.
+	mons := func(up string, leader string) *mon.Status {
+		s := &mon.Status{Health: a.Health, PGs: a.PGs}
+		for _, n := range []string{"a", "b", "c"} {
+			s.Mons = append(s.Mons, mon.MonStatus{Name: n, Addr: "tcp://h" + n + ":3300", Up: strings.Contains(up, n), Leader: n == leader})
+		}
+		return s
+	}
+	for _, c := range []struct {
+		last, now *mon.Status
+		want      string
+	}{
+		{mons("abc", "b"), mons("abc", "b"), ""},
+		{mons("abc", "b"), mons("ac", "c"), "mon.b down\nmon.c leads (was mon.b)"},
+		{mons("ac", "c"), mons("abc", "c"), "mon.b up (tcp://hb:3300)"},
+		{mons("abc", "c"), mons("abc", ""), "no mon leads (mon.c did): an election is under way"},
+		{mons("abc", ""), mons("abc", "a"), "mon.a leads"},
+	} {
+		if got := strings.Join(statusChanges(c.last, c.now), "\n"); got != c.want {
+			t.Errorf("mons from %+v to %+v: got\n%s\nwant\n%s", c.last.Mons, c.now.Mons, got, c.want)
+		}
+	}
 }
