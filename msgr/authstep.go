@@ -234,6 +234,7 @@ func (m *Messenger) dialerAuth(ctx context.Context, link wire.Link, onHello func
 		return nil, "", nil, err
 	}
 	if done.Refused != "" {
+		m.forgetResumed(res, link)
 		return nil, "", nil, refusedBy(done.Refused)
 	}
 	if want := m.authMethods()[0]; done.Method != want {
@@ -246,6 +247,7 @@ func (m *Messenger) dialerAuth(ctx context.Context, link wire.Link, onHello func
 		return link, mode, nil, nil
 	}
 	if peerErr != nil {
+		m.forgetResumed(res, link)
 		return nil, "", nil, peerErr
 	}
 	if err := checkModeProof(res, offer, mode, done.ModeProof); err != nil {
@@ -256,6 +258,15 @@ func (m *Messenger) dialerAuth(ctx context.Context, link wire.Link, onHello func
 		sess, err = m.sessionLink(link, res, offer, mode)
 	}
 	return sess, mode, sent, err
+}
+
+// forgetResumed drops the TLS session a refused handshake resumed: what
+// was refused is a certificate it carries (ours or the peer's, rotated
+// since), and resuming it again would only be refused again.
+func (m *Messenger) forgetResumed(res *auth.Result, link wire.Link) {
+	if res != nil && res.Resumed() && m.resume != nil {
+		m.resume.Forget(link.RemoteAddr())
+	}
 }
 
 // sessionLink is the link a session in mode runs on, the dialer's: link

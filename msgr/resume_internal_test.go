@@ -214,3 +214,76 @@ func TestSetKeyring(t *testing.T) {
 		t.Fatalf("after refused SetKeyrings: %v (resumed %v)", err, res.Resumed())
 	}
 }
+
+// TestSetKeyringAcceptor: an acceptor that takes up a rotated keyring
+// seals no more resumptions with its old certificate: a dialer holding a
+// ticket from before makes a full handshake and sees the new one, where
+// resuming would have shown it the old one, which it refuses once rotated.
+// And a dialer whose resumed handshake it refused itself forgets that
+// session: its next dial is a full handshake, not the same refusal.
+func TestSetKeyringAcceptor(t *testing.T) {
+	keyring, quiet := testKeyrings(t), slog.New(slog.NewTextHandler(io.Discard, nil))
+	old, rotated := keyring("osd.0"), keyring("osd.0")
+	var current atomic.Pointer[x509.Certificate]
+	current.Store(old.Cert)
+	var refuseOnce atomic.Bool
+	srv, err := New(Options{Name: "osd.0", Transports: tcpOnly, Logger: quiet,
+		Dispatcher: DispatchFunc(func(m *Message) { m.Release() }), Auth: &AuthOptions{Keyring: old}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := srv.Listen(t.Context(), "tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := New(Options{Name: "osd.1", Transports: tcpOnly, Logger: quiet,
+		Dispatcher: DispatchFunc(func(m *Message) { m.Release() }),
+		Auth: &AuthOptions{Keyring: keyring("osd.1"),
+			Authorize: func(_ context.Context, peer EntityName, cert *x509.Certificate) error {
+				if !cert.Equal(current.Load()) || refuseOnce.CompareAndSwap(true, false) {
+					return errors.New(string(peer) + "'s certificate is not its current one")
+				}
+				return nil
+			}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	defer srv.Shutdown(ctx)
+	defer cli.Shutdown(ctx)
+	results := make(chan *auth.Result, 8)
+	cli.afterDialAuth = func(res *auth.Result) { results <- res }
+	session := func() (*auth.Result, error) {
+		c, err := cli.Connect(ctx, addr, "osd.0")
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		err = c.WaitReady(ctx)
+		return <-results, err
+	}
+	for i := range 2 {
+		if res, err := session(); err != nil || res.Resumed() != (i == 1) {
+			t.Fatalf("session %d before the rotation: %v (resumed %v)", i, err, res.Resumed())
+		}
+	}
+	current.Store(rotated.Cert)
+	if err := srv.SetKeyring(rotated); err != nil {
+		t.Fatal(err)
+	}
+	res, err := session()
+	if err != nil || res.Resumed() || !res.PeerCert.Equal(rotated.Cert) {
+		t.Fatalf("a dialer with a ticket from before the acceptor's rotation: %v (resumed %v)", err, res.Resumed())
+	}
+	if res, err := session(); err != nil || !res.Resumed() {
+		t.Fatalf("the session after: %v (resumed %v), want a resumption of the new one", err, res.Resumed())
+	}
+	refuseOnce.Store(true)
+	if res, err := session(); !errors.Is(err, ErrAuth) || !res.Resumed() {
+		t.Fatalf("a resumed handshake the dialer refuses: %v (resumed %v)", err, res.Resumed())
+	}
+	if res, err := session(); err != nil || res.Resumed() {
+		t.Fatalf("the dial after a refused resumption: %v (resumed %v), want a full handshake", err, res.Resumed())
+	}
+}

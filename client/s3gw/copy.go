@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ospreystore/osprey/client"
@@ -180,9 +181,16 @@ func (g *Gateway) answerLong(req *request, run func() (any, error)) error {
 			t.Reset(copyKeepAliveEvery)
 		}
 	}()
+	var once sync.Once
+	end := func() {
+		once.Do(func() {
+			close(stop)
+			<-stopped
+		})
+	}
+	defer end() // a panic in run (net/http recovers it) must not leave the spaces going
 	v, err := run()
-	close(stop)
-	<-stopped
+	end()
 	if !begun {
 		if err != nil {
 			return err

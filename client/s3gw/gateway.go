@@ -843,9 +843,9 @@ func (g *Gateway) dispatch(req *request) error {
 	if r.Header.Get("X-Amz-Copy-Source") != "" {
 		// The source's read is checked where it is opened.
 		switch {
-		case r.Method != http.MethodPut || req.key == "":
+		case r.Method != http.MethodPut || req.key == "" || q.Has("acl"):
 			// Whatever else it names: a ListParts (GET ?uploadId) that
-			// carries one is no UploadPartCopy.
+			// carries one is no UploadPartCopy, a PutObjectAcl no copy.
 			return errf(ErrInvalidRequest, "x-amz-copy-source belongs on a PUT of an object")
 		case q.Has("uploadId"):
 			req.op = "UploadPartCopy"

@@ -255,6 +255,16 @@ func TestBuckets(t *testing.T) {
 	}
 	_, err = e.s3.PutObjectAcl(ctx, &s3.PutObjectAclInput{Bucket: aws.String("alpha"), Key: aws.String("none"), ACL: types.ObjectCannedACLPrivate})
 	wantCode(t, "PutObjectAcl of no object", err, "NoSuchKey", 404)
+	// A PutObjectAcl that names a copy source is no copy.
+	resp, err := http.DefaultClient.Do(signedWith(t, http.MethodPut, e.url+"/alpha/copied?acl", nil,
+		map[string]string{"X-Amz-Copy-Source": "alpha/k", "X-Amz-Acl": "private"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if _, herr := e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("alpha"), Key: aws.String("copied")}); resp.StatusCode != http.StatusBadRequest || herr == nil {
+		t.Fatalf("PUT ?acl with x-amz-copy-source: %s (the copy made: %v)", resp.Status, herr == nil)
+	}
 }
 
 func TestObjects(t *testing.T) {

@@ -50,6 +50,9 @@ upgrade; ` + "`osprey health detail`" + ` names OSDs whose older build turns a f
 			if err != nil {
 				return err
 			}
+			if st.Versions == nil {
+				return fmt.Errorf("versions: the mon's build is from before daemons told theirs: upgrade the mons first (docs/operations.md, Upgrading)")
+			}
 			out := map[string]map[string]int{"overall": {}}
 			for kind, builds := range st.Versions {
 				out[kind] = builds

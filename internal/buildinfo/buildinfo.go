@@ -76,13 +76,17 @@ func short(rev string) string { return rev[:min(len(rev), 12)] }
 // executableSum is the first 12 hex digits of the running executable's
 // SHA-256, "" where it cannot be read.
 func executableSum() string {
-	path, err := os.Executable()
+	// /proc/self/exe is the file this process runs even after a new
+	// build replaced it at its path, which os.Executable names.
+	f, err := os.Open("/proc/self/exe")
 	if err != nil {
-		return ""
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
+		path, perr := os.Executable()
+		if perr != nil {
+			return ""
+		}
+		if f, err = os.Open(path); err != nil {
+			return ""
+		}
 	}
 	defer f.Close()
 	h := sha256.New()

@@ -135,9 +135,10 @@ type Client struct {
 	// addrs are the mons to try: o.Addrs, then those the mons said are up
 	// (MonMap.mons) that o.Addrs lacks (learnMons).
 	addrs []string
-	// forms: givenForms, made once.
-	formsOnce sync.Once
-	forms     map[string]bool
+	// forms: each given mon's addresses, as resolveGiven found them;
+	// lastUp the mons a mon last said are up (learnMons).
+	forms  atomic.Pointer[[]map[string]bool]
+	lastUp []string
 	// Beacons while the leader is out of reach (beaconRoute): relay is
 	// the standby relaying them ("" when none), relayLeader the leader it
 	// names, relaySince when it started or the leader was last tried;
@@ -219,6 +220,7 @@ func New(ctx context.Context, o Options) (*Client, error) {
 	}
 	c.releaseTransports = release
 	c.ms = ms
+	c.wg.Go(c.resolveGiven)
 	if o.OnMap != nil {
 		c.wg.Go(c.deliverMaps)
 	}
@@ -691,56 +693,86 @@ func (c *Client) learnMons(up []string) {
 	if len(up) == 0 {
 		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastUp = up
+	c.tryLocked()
+}
+
+// tryLocked sets the mons to try (addrs) from those given and lastUp.
+// Caller holds mu.
+func (c *Client) tryLocked() {
 	addrs := slices.Clone(c.o.Addrs)
-	given := c.givenForms()
-	for _, a := range up {
-		if a != "" && !slices.Contains(addrs, a) && !given[canonicalAddr(a)] {
+	same := c.givenAmong(c.lastUp)
+	for _, a := range c.lastUp {
+		if a != "" && !slices.Contains(addrs, a) && !same[a] {
 			addrs = append(addrs, a)
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if slices.Equal(addrs, c.addrs) {
 		return
 	}
-	c.log.Info("monclient: the mons up", "mons", up, "trying", addrs)
+	c.log.Info("monclient: the mons up", "mons", c.lastUp, "trying", addrs)
 	c.addrs = addrs
 }
 
-// givenForms are the addresses the mons given (Options.Addrs) may list
-// themselves at: each as given, and each name resolved once, so that a mon
-// given as "tcp://mon1:3300" or "tcp://localhost:3300" and listed by its
-// IP address is not tried twice (a failed attempt at a dead mon each time
-// round). A name that does not resolve keeps only its given form.
-func (c *Client) givenForms() map[string]bool {
-	c.formsOnce.Do(func() {
-		forms := make(map[string]bool, len(c.o.Addrs))
-		ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
-		defer cancel()
-		for _, s := range c.o.Addrs {
-			forms[canonicalAddr(s)] = true
-			a, err := msgr.ParseAddr(s)
-			if err != nil {
-				continue
-			}
-			host, port, err := net.SplitHostPort(a.Host)
-			if err != nil {
-				continue
-			}
-			if _, err := netip.ParseAddr(host); err == nil {
-				continue
-			}
-			ips, err := net.DefaultResolver.LookupHost(ctx, host)
-			if err != nil {
-				continue
-			}
-			for _, ip := range ips {
-				forms[canonicalAddr(a.Scheme+"://"+net.JoinHostPort(ip, port))] = true
+// resolveGiven finds, for each mon given (Options.Addrs), the addresses
+// it may be listed at (learnMons): as given, and, for a name, each address
+// it resolves to, so that a mon given as "tcp://mon1:3300" or
+// "tcp://localhost:3300" and listed by its IP address is not tried twice
+// (a failed attempt at a dead mon each time round). Run once, apart, at
+// New: a slow resolver must not hold the client's replies. It then sorts
+// the mons learned so far again.
+func (c *Client) resolveGiven() {
+	ctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+	defer cancel()
+	sets := make([]map[string]bool, len(c.o.Addrs))
+	for i, s := range c.o.Addrs {
+		sets[i] = map[string]bool{canonicalAddr(s): true}
+		a, err := msgr.ParseAddr(s)
+		if err != nil {
+			continue
+		}
+		host, port, err := net.SplitHostPort(a.Host)
+		if err != nil {
+			continue
+		}
+		if _, err := netip.ParseAddr(host); err == nil {
+			continue
+		}
+		ips, _ := net.DefaultResolver.LookupHost(ctx, host)
+		for _, ip := range ips {
+			sets[i][canonicalAddr(a.Scheme+"://"+net.JoinHostPort(ip, port))] = true
+		}
+	}
+	c.forms.Store(&sets)
+	c.mu.Lock()
+	c.tryLocked()
+	c.mu.Unlock()
+}
+
+// givenAmong returns the mons of up that are given ones under another
+// spelling: for each given mon, the one of up its addresses match, if
+// exactly one does; a name that matches several is one for every mon
+// (round robin), and each of them is learned.
+func (c *Client) givenAmong(up []string) map[string]bool {
+	same := map[string]bool{}
+	sets := c.forms.Load()
+	if sets == nil {
+		return same
+	}
+	for _, set := range *sets {
+		var hits []string
+		for _, a := range up {
+			if set[canonicalAddr(a)] {
+				hits = append(hits, a)
 			}
 		}
-		c.forms = forms
-	})
-	return c.forms
+		if len(hits) == 1 {
+			same[hits[0]] = true
+		}
+	}
+	return same
 }
 
 // canonicalAddr spells a msgr address with an IP in one form (lower-case

@@ -442,3 +442,25 @@ func TestRequestIDKeptAcrossRetries(t *testing.T) {
 		}
 	}
 }
+
+// TestGivenAmong: a mon given by a name that resolves to one of the mons
+// listed is that mon (not tried twice); a name whose addresses match
+// several listed mons is one for all of them (round robin), and each is
+// learned; an address spelled otherwise (IPv4 in IPv6) is the same one.
+func TestGivenAmong(t *testing.T) {
+	c := &Client{}
+	sets := []map[string]bool{
+		{"tcp://mon-a:3300": true, "tcp://10.0.0.1:3300": true},
+		{"tcp://mons:3300": true, "tcp://10.0.0.1:3300": true, "tcp://10.0.0.2:3300": true, "tcp://10.0.0.3:3300": true},
+		{"tcp://10.0.0.9:3300": true},
+	}
+	c.forms.Store(&sets)
+	up := []string{"tcp://10.0.0.1:3300", "tcp://10.0.0.2:3300", "tcp://10.0.0.3:3300", "tcp://[::ffff:10.0.0.9]:3300"}
+	got := c.givenAmong(up)
+	if !got["tcp://10.0.0.1:3300"] || got["tcp://10.0.0.2:3300"] || got["tcp://10.0.0.3:3300"] || !got["tcp://[::ffff:10.0.0.9]:3300"] || len(got) != 2 {
+		t.Fatalf("given among %v: %v", up, got)
+	}
+	if got := (&Client{}).givenAmong(up); len(got) != 0 {
+		t.Fatalf("before resolution: %v", got)
+	}
+}

@@ -181,12 +181,25 @@ func NewResumption() *Resumption {
 	return &Resumption{now: time.Now, cache: tls.NewLRUClientSessionCache(resumptionCacheSize)}
 }
 
-// ForgetSessions drops the sessions a dialer kept to resume: they carry
-// the certificate it showed then, which a new keyring replaces.
+// ForgetSessions drops every session that could resume with the
+// certificate this side showed before a new keyring replaced it: those a
+// dialer kept, and, as an acceptor, the ticket keys that sealed the
+// peers' tickets (each holds our old certificate, which the peer would
+// take for ours and refuse once the key is rotated). Peers then make a
+// full handshake, and the acceptor makes a new ticket key at its next.
 func (r *Resumption) ForgetSessions() {
 	r.mu.Lock()
 	r.cache = tls.NewLRUClientSessionCache(resumptionCacheSize)
+	r.keys, r.current = nil, nil
 	r.mu.Unlock()
+}
+
+// Forget drops the session a dialer kept for peer (Flights' RemoteAddr,
+// DialOptions.Peer), after a handshake that resumed it was refused: the
+// certificates it carries were, most likely, rotated since.
+func (r *Resumption) Forget(peer string) {
+	// crypto/tls keys the cache by the connection's RemoteAddr.
+	r.clientCache().Put(flightAddr(peer).String(), nil)
 }
 
 func (r *Resumption) clientCache() tls.ClientSessionCache {
