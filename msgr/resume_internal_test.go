@@ -19,37 +19,22 @@ import (
 // carries messages in either mode, and is still refused once the peer's
 // authorization refuses it (revocation holds at the next reconnect).
 func TestResumedSessions(t *testing.T) {
-	keyring, quiet := testKeyrings(t), slog.New(slog.NewTextHandler(io.Discard, nil))
+	keyring := testKeyrings(t)
 	for _, mode := range []Mode{ModeCRC, ModeSecure} {
 		t.Run(string(mode), func(t *testing.T) {
 			var revoked atomic.Bool
 			got := make(chan []byte, 4)
-			srv, err := New(Options{Name: "osd.0", Transports: tcpOnly, Logger: quiet,
-				Dispatcher: DispatchFunc(func(m *Message) { got <- bytes.Clone(m.Data); m.Release() }),
-				Auth: &AuthOptions{Keyring: keyring("osd.0"), Modes: []Mode{mode},
-					Authorize: func(_ context.Context, peer EntityName, _ *x509.Certificate) error {
-						if revoked.Load() {
-							return errors.New(string(peer) + " has no auth record")
-						}
-						return nil
-					}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr, err := srv.Listen(t.Context(), "tcp://127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			cli, err := New(Options{Name: "osd.1", Transports: tcpOnly, Logger: quiet,
-				Dispatcher: DispatchFunc(func(m *Message) { m.Release() }),
-				Auth:       &AuthOptions{Keyring: keyring("osd.1"), Modes: []Mode{mode}}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			srv := authMessenger(t, "osd.0", &AuthOptions{Keyring: keyring("osd.0"), Modes: []Mode{mode},
+				Authorize: func(_ context.Context, peer EntityName, _ *x509.Certificate) error {
+					if revoked.Load() {
+						return errors.New(string(peer) + " has no auth record")
+					}
+					return nil
+				}}, DispatchFunc(func(m *Message) { got <- bytes.Clone(m.Data); m.Release() }))
+			addr := listenLocal(t, srv)
+			cli := authMessenger(t, "osd.1", &AuthOptions{Keyring: keyring("osd.1"), Modes: []Mode{mode}}, nil)
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
-			defer srv.Shutdown(ctx)
-			defer cli.Shutdown(ctx)
 			results := make(chan *auth.Result, 4)
 			cli.afterDialAuth = func(res *auth.Result) { results <- res }
 			session := func(payload string) (*auth.Result, error) {
@@ -101,13 +86,7 @@ func TestResumedSessions(t *testing.T) {
 			}
 			// A dialer with NoResumption keeps no ticket: each of its
 			// sessions is a full handshake.
-			full, err := New(Options{Name: "osd.2", Transports: tcpOnly, Logger: quiet,
-				Dispatcher: DispatchFunc(func(m *Message) { m.Release() }),
-				Auth:       &AuthOptions{Keyring: keyring("osd.2"), Modes: []Mode{mode}, NoResumption: true}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer full.Shutdown(ctx)
+			full := authMessenger(t, "osd.2", &AuthOptions{Keyring: keyring("osd.2"), Modes: []Mode{mode}, NoResumption: true}, nil)
 			full.afterDialAuth = func(res *auth.Result) { results <- res }
 			for range 2 {
 				c, err := full.Connect(ctx, addr, "osd.0")
@@ -136,38 +115,23 @@ func TestResumedSessions(t *testing.T) {
 // a full handshake with the new certificate. SetKeyring refuses another
 // entity's keyring, one under another CA, and a messenger without auth.
 func TestSetKeyring(t *testing.T) {
-	keyring, quiet := testKeyrings(t), slog.New(slog.NewTextHandler(io.Discard, nil))
+	keyring := testKeyrings(t)
 	old, rotated := keyring("osd.1"), keyring("osd.1")
 	var current atomic.Pointer[x509.Certificate]
 	current.Store(old.Cert)
 	seen := make(chan *x509.Certificate, 8)
-	srv, err := New(Options{Name: "osd.0", Transports: tcpOnly, Logger: quiet,
-		Dispatcher: DispatchFunc(func(m *Message) { m.Release() }),
-		Auth: &AuthOptions{Keyring: keyring("osd.0"),
-			Authorize: func(_ context.Context, peer EntityName, cert *x509.Certificate) error {
-				seen <- cert
-				if !cert.Equal(current.Load()) {
-					return errors.New(string(peer) + "'s key was rotated")
-				}
-				return nil
-			}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := srv.Listen(t.Context(), "tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := New(Options{Name: "osd.1", Transports: tcpOnly, Logger: quiet,
-		Dispatcher: DispatchFunc(func(m *Message) { m.Release() }),
-		Auth:       &AuthOptions{Keyring: old}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := authMessenger(t, "osd.0", &AuthOptions{Keyring: keyring("osd.0"),
+		Authorize: func(_ context.Context, peer EntityName, cert *x509.Certificate) error {
+			seen <- cert
+			if !cert.Equal(current.Load()) {
+				return errors.New(string(peer) + "'s key was rotated")
+			}
+			return nil
+		}}, nil)
+	addr := listenLocal(t, srv)
+	cli := authMessenger(t, "osd.1", &AuthOptions{Keyring: old}, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	defer srv.Shutdown(ctx)
-	defer cli.Shutdown(ctx)
 	results := make(chan *auth.Result, 8)
 	cli.afterDialAuth = func(res *auth.Result) { results <- res }
 	session := func() (*auth.Result, *x509.Certificate, error) {
@@ -195,11 +159,7 @@ func TestSetKeyring(t *testing.T) {
 	}
 
 	otherCA := testKeyrings(t)("osd.1")
-	plain, err := New(Options{Name: "osd.5", Transports: tcpOnly, Logger: quiet, Dispatcher: DispatchFunc(func(m *Message) { m.Release() })})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Shutdown(ctx)
+	plain := authMessenger(t, "osd.5", nil, nil)
 	for what, err := range map[string]error{
 		"another entity's": cli.SetKeyring(keyring("osd.2")),
 		"another CA's":     cli.SetKeyring(otherCA),
@@ -222,36 +182,22 @@ func TestSetKeyring(t *testing.T) {
 // And a dialer whose resumed handshake it refused itself forgets that
 // session: its next dial is a full handshake, not the same refusal.
 func TestSetKeyringAcceptor(t *testing.T) {
-	keyring, quiet := testKeyrings(t), slog.New(slog.NewTextHandler(io.Discard, nil))
+	keyring := testKeyrings(t)
 	old, rotated := keyring("osd.0"), keyring("osd.0")
 	var current atomic.Pointer[x509.Certificate]
 	current.Store(old.Cert)
 	var refuseOnce atomic.Bool
-	srv, err := New(Options{Name: "osd.0", Transports: tcpOnly, Logger: quiet,
-		Dispatcher: DispatchFunc(func(m *Message) { m.Release() }), Auth: &AuthOptions{Keyring: old}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := srv.Listen(t.Context(), "tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := New(Options{Name: "osd.1", Transports: tcpOnly, Logger: quiet,
-		Dispatcher: DispatchFunc(func(m *Message) { m.Release() }),
-		Auth: &AuthOptions{Keyring: keyring("osd.1"),
-			Authorize: func(_ context.Context, peer EntityName, cert *x509.Certificate) error {
-				if !cert.Equal(current.Load()) || refuseOnce.CompareAndSwap(true, false) {
-					return errors.New(string(peer) + "'s certificate is not its current one")
-				}
-				return nil
-			}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := authMessenger(t, "osd.0", &AuthOptions{Keyring: old}, nil)
+	addr := listenLocal(t, srv)
+	cli := authMessenger(t, "osd.1", &AuthOptions{Keyring: keyring("osd.1"),
+		Authorize: func(_ context.Context, peer EntityName, cert *x509.Certificate) error {
+			if !cert.Equal(current.Load()) || refuseOnce.CompareAndSwap(true, false) {
+				return errors.New(string(peer) + "'s certificate is not its current one")
+			}
+			return nil
+		}}, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	defer srv.Shutdown(ctx)
-	defer cli.Shutdown(ctx)
 	results := make(chan *auth.Result, 8)
 	cli.afterDialAuth = func(res *auth.Result) { results <- res }
 	session := func() (*auth.Result, error) {
@@ -286,4 +232,34 @@ func TestSetKeyringAcceptor(t *testing.T) {
 	if res, err := session(); err != nil || res.Resumed() {
 		t.Fatalf("the dial after a refused resumption: %v (resumed %v), want a full handshake", err, res.Resumed())
 	}
+}
+
+// authMessenger is a messenger of entity name over TCP for these tests,
+// authenticated with a (nil: not), d its dispatcher (nil: one that
+// releases what comes), shut down when the test ends.
+func authMessenger(t *testing.T, name string, a *AuthOptions, d Dispatcher) *Messenger {
+	t.Helper()
+	if d == nil {
+		d = DispatchFunc(func(m *Message) { m.Release() })
+	}
+	m, err := New(Options{Name: EntityName(name), Transports: tcpOnly, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Dispatcher: d, Auth: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		m.Shutdown(ctx)
+	})
+	return m
+}
+
+// listenLocal has m listen on a free loopback port and returns its address.
+func listenLocal(t *testing.T, m *Messenger) string {
+	t.Helper()
+	addr, err := m.Listen(t.Context(), "tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
