@@ -76,6 +76,21 @@ func TestInjectSocketFailuresFlag(t *testing.T) {
 	}
 }
 
+// TestKeepReplacedForFlag: `osprey osd --keep-replaced-for` reaches the
+// store's KeepReplacedFor (how long replaced objects, and a multipart
+// object's parts, stay readable for reads under way).
+func TestKeepReplacedForFlag(t *testing.T) {
+	_, _, osdConfig := captureOSDConfig(t)
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{{nil, 30 * time.Second}, {[]string{"--keep-replaced-for", "10m"}, 10 * time.Minute}, {[]string{"--keep-replaced-for=-1s"}, -time.Second}} {
+		if got := osdConfig(tc.args...).Store.KeepReplacedFor; got != tc.want {
+			t.Errorf("%v: KeepReplacedFor %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}
+
 // faultCounter is a slog handler that counts the messenger's injected
 // link faults, by network ("public", "cluster").
 type faultCounter struct {

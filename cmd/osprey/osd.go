@@ -31,6 +31,7 @@ func newOSDCmd() *cobra.Command {
 		cacheMiB   int64
 		readMiB    int64
 		memMiB     uint64
+		keepFor    time.Duration
 		stopWithin time.Duration
 		keyring    string
 		memBudget  rdmaMemBudget
@@ -77,6 +78,7 @@ gracefully.`,
 			cfg.Store.CacheSize = cacheMiB << 20
 			cfg.Store.ReadCacheSize = readMiB << 20
 			cfg.Store.MemTableSize = memMiB << 20
+			cfg.Store.KeepReplacedFor = keepFor
 			if cfg.ScrubBytesPerSec == 0 {
 				cfg.ScrubBytesPerSec = -1 // the flag's 0 is unpaced, the Config's the default
 			}
@@ -196,6 +198,8 @@ gracefully.`,
 	f.Var(&memBudget, "rdma-mem-budget", rdmaMemBudgetUsage)
 	f.Var((*byteSize)(&cfg.ClientMessageBytes), "client-message-size-cap", "bytes of client messages held at once, each until its write is done (Ceph's osd_client_message_size_cap), e.g. 1GiB; 0: 512 MiB, or an eighth of --rdma-mem-budget on RDMA")
 	f.Uint64Var(&memMiB, "memtable-mib", 0, "Pebble memtable size, MiB (0: 64, or 1/256 of a smaller data disk)")
+	f.DurationVar(&keepFor, "keep-replaced-for", 30*time.Second,
+		"how long an overwritten or deleted object stays readable for the gets under way: each read window renews it, and a multipart object's parts are deleted this long after it is replaced (RGW's rgw_gc_obj_min_wait); raise it for slow streaming readers, at the cost of that much later freed space; 0: 30s, negative: none")
 	f.Float64Var(&cfg.FailsafeFullRatio, "failsafe-full-ratio", 0.97, "fraction of the data disk in use over which the OSD takes no write but deletes, even a replica's (Ceph's osd_failsafe_full_ratio)")
 	f.DurationVar(&cfg.RepTimeout, "rep-timeout", 10*time.Second, "how long a write waits for its replicas before failing (retriable); each such failure names the replica in the status's SLOW_OPS for a minute")
 	f.DurationVar(&cfg.DiskStallTimeout, "disk-stall-timeout", 20*time.Second, "a write, sync or read stuck this long on the data disk makes the OSD serve no reads and ask to be marked down, booting again once the disk answers (Ceph's osd_op_thread_timeout); must exceed the 5s slow-disk threshold; negative: never")
