@@ -154,6 +154,9 @@ func ownDir(path string, deny fs.FileMode) bool {
 	return ok && int(st.Uid) == os.Geteuid()
 }
 
+// embeddedCatchUpEntries is the embedded etcd's SnapshotCatchUpEntries.
+const embeddedCatchUpEntries = 100
+
 func startEtcd(ctx context.Context, dir, sock string, logger *slog.Logger) (*Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "osprey-mon"
@@ -175,6 +178,12 @@ func startEtcd(ctx context.Context, dir, sock string, logger *slog.Logger) (*Etc
 	// newest values and watches from the present.
 	cfg.AutoCompactionMode = embed.CompactorModeRevision
 	cfg.AutoCompactionRetention = "10000"
+	// etcd keeps this many applied raft entries in memory for followers
+	// that fall behind (5000 by default); a lone member has none. Each
+	// OSD stats write is an entry of about 5 KB, so the default held some
+	// 45 MB of old writes, and a soak saw the mon's heap grow by it for
+	// hours.
+	cfg.SnapshotCatchUpEntries = embeddedCatchUpEntries
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
