@@ -96,7 +96,8 @@ func TestFileFormat(t *testing.T) {
       "lostAt": "0",
       "born": "0",
       "features": "0",
-      "dead": false
+      "dead": false,
+      "version": ""
     }
   ],
   "pools": [
