@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,4 +88,38 @@ func TestDashboardAddrFlags(t *testing.T) {
 			return dashboardStatus(t, url)["osd_counts"].(map[string]any)["up"] == float64(1)
 		})
 	})
+}
+
+// TestDaemonPprofFlag: `osprey mon --pprof` serves Go's profiles on its
+// --metrics-addr, as the gateway's does; without --metrics-addr, --pprof
+// is a usage error on the mon, the OSD and the gateway alike.
+func TestDaemonPprofFlag(t *testing.T) {
+	out := serveCmd(t, "mon", "--embed-etcd", t.TempDir(), "--listen", "tcp://127.0.0.1:0", "--auth", "none",
+		"--metrics-addr", "127.0.0.1:0", "--pprof", "--log-level", "warn")
+	metricsLine := regexp.MustCompile(`mon\.a: metrics on (http://\S+)/metrics`)
+	var base string
+	msgrtest.Eventually(t, 30*time.Second, "the mon's metrics address", func() bool {
+		if m := metricsLine.FindStringSubmatch(out.String()); m != nil {
+			base = m[1]
+		}
+		return base != ""
+	})
+	resp, err := http.Get(base + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "goroutine profile") {
+		t.Fatalf("GET /debug/pprof/goroutine of osprey mon --pprof: %s\n%.300s", resp.Status, b)
+	}
+	for _, args := range [][]string{
+		{"mon", "--embed-etcd", t.TempDir(), "--pprof"},
+		{"osd", "--data", t.TempDir(), "--map", "none.json", "--pprof"},
+		{"s3", "--keyring", "none", "--access-key", "AK", "--secret-key", "SK", "--seeds", "127.0.0.1:1", "--pprof"},
+	} {
+		if _, _, err := run(t, args...); exitCode(err) != exitUsage || !strings.Contains(fmt.Sprint(err), "--metrics-addr") {
+			t.Errorf("osprey %v: %v (exit %d), want a usage error naming --metrics-addr", args, err, exitCode(err))
+		}
+	}
 }

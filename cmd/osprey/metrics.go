@@ -16,3 +16,9 @@ func printMetrics(w io.Writer, who string, s *metrics.Server) {
 		fmt.Fprintf(w, "%s: metrics on %s\n", who, s.URL())
 	}
 }
+
+// pprofUsage is the --pprof flag's help, the same on every daemon.
+const pprofUsage = "also serve Go's profiles at /debug/pprof/ on --metrics-addr (go tool pprof http://ADDR/debug/pprof/profile)"
+
+// pprofNeedsMetrics refuses --pprof without --metrics-addr.
+const pprofNeedsMetrics = "--pprof serves on the admin listener: give --metrics-addr too"

@@ -57,7 +57,10 @@ func newMonCmd() *cobra.Command {
 		keyringDir string
 		dashAddr   string
 	)
-	var metricsAddr string
+	var (
+		metricsAddr string
+		pprofOn     bool
+	)
 	cmd := &cobra.Command{
 		Use:   "mon",
 		Short: "Run a monitor: the cluster map's authority",
@@ -103,6 +106,9 @@ loopback or an admin network.`,
   osprey mon --name a --listen tcp://10.0.0.1:3300 --etcd http://10.0.0.1:2379,http://10.0.0.2:2379,http://10.0.0.3:2379`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if pprofOn && metricsAddr == "" {
+				return usageErrorf(pprofNeedsMetrics)
+			}
 			var err error
 			if cfg.DownOutInterval, err = downOutInterval(cfg.DownOutInterval); err != nil {
 				return err
@@ -146,7 +152,7 @@ loopback or an admin network.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "mon.%s serving on %s (%s), fsid %s, map epoch %d\n", cfg.Name, m.Addr(), role, m.FSID(), m.Map().Epoch())
 			var ms *metrics.Server
 			if metricsAddr != "" {
-				if ms, err = metrics.Serve(cmd.Context(), metrics.ServerOptions{Addr: metricsAddr, Registry: metrics.MonRegistry(m)}); err != nil {
+				if ms, err = metrics.Serve(cmd.Context(), metrics.ServerOptions{Addr: metricsAddr, Registry: metrics.MonRegistry(m), Pprof: pprofOn}); err != nil {
 					m.Close(context.Background())
 					return fmt.Errorf("--metrics-addr: %w", err)
 				}
@@ -185,6 +191,7 @@ loopback or an admin network.`,
 	f.Var(modesFlag{&cfg.ServiceModes}, "ms-service-mode", "connection modes the mon accepts from clients and daemons: crc, secure (needs --auth cert), prefer-secure or prefer-crc (Ceph's ms_mon_service_mode)")
 	f.Var(authFlag{&cfg.NoAuth}, "auth", `"cert": authenticate every peer and check its caps; "none": no authentication (tests and closed networks only)`)
 	f.StringVar(&metricsAddr, "metrics-addr", "", metricsAddrUsage)
+	f.BoolVar(&pprofOn, "pprof", false, pprofUsage)
 	f.StringVar(&keyringDir, "keyring-dir", "", "where to write client.admin.keyring and client.bootstrap-osd.keyring, kept current across rotations (default: the --embed-etcd directory; none with --etcd)")
 	f.StringVar(&dashAddr, "dashboard-addr", "", "HOST:PORT to serve the status page on (HTTP, no authentication); '' for none")
 	cmd.AddCommand(newMonRmCmd())

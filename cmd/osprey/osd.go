@@ -37,7 +37,10 @@ func newOSDCmd() *cobra.Command {
 		memBudget  rdmaMemBudget
 		scrubOff   bool
 	)
-	var metricsAddr string
+	var (
+		metricsAddr string
+		pprofOn     bool
+	)
 	cmd := &cobra.Command{
 		Use:   "osd",
 		Short: "Run one object storage daemon",
@@ -95,6 +98,9 @@ gracefully.`,
 			if cfg.DataDir == "" {
 				return usageErrorf("--data is required")
 			}
+			if pprofOn && metricsAddr == "" {
+				return usageErrorf(pprofNeedsMetrics)
+			}
 			if keyring != "" {
 				k, err := auth.LoadKeyring(keyring)
 				if err != nil {
@@ -150,7 +156,7 @@ gracefully.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "osd.%d serving: public %s, cluster %s\n", o.ID(), o.PublicAddr(), o.ClusterAddr())
 			var ms *metrics.Server
 			if metricsAddr != "" {
-				if ms, err = metrics.Serve(cmd.Context(), metrics.ServerOptions{Listener: metricsLn, Registry: metrics.OSDRegistry(o)}); err != nil {
+				if ms, err = metrics.Serve(cmd.Context(), metrics.ServerOptions{Listener: metricsLn, Registry: metrics.OSDRegistry(o), Pprof: pprofOn}); err != nil {
 					o.Close(context.Background())
 					return fmt.Errorf("--metrics-addr: %w", err)
 				}
@@ -183,6 +189,7 @@ gracefully.`,
 	f.Var(modesFlag{&cfg.ClusterModes}, "ms-cluster-mode", clusterModeUsage)
 	f.Var(modesFlag{&cfg.ServiceModes}, "ms-service-mode", serviceModeUsage)
 	f.StringVar(&metricsAddr, "metrics-addr", "", metricsAddrUsage)
+	f.BoolVar(&pprofOn, "pprof", false, pprofUsage)
 	f.StringSliceVar(&cfg.Mon, "mon", nil, "mon addresses (tcp://HOST:PORT,...); the OSD gets its id and maps from them")
 	f.StringVar(&cfg.Host, "host", "", "host label in the map (default the host name)")
 	f.Float64Var(&cfg.Weight, "weight", 0, "straw2 weight at the first boot (default 1)")

@@ -93,7 +93,7 @@ listen backlog (a warning says so, once a minute at most).`,
 	f.DurationVar(&o.clientTimeout, "client-timeout", time.Minute,
 		"the longest a client may stall: to send its request's headers, between two reads of its body, or to take a slice (256 KiB) of the answer")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", metricsAddrUsage)
-	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on --metrics-addr (go tool pprof http://ADDR/debug/pprof/profile)")
+	f.BoolVar(&o.pprof, "pprof", false, pprofUsage)
 	f.DurationVar(&o.staleUploadAge, "stale-upload-age", client.DefaultStaleUploadAge,
 		"abort the gateway's internal uploads (of PUTs above 64 MiB whose gateway died) once this old, hourly and when a bucket's uploads are listed; 0s: never")
 	f.IntVar(&o.maxConns, "max-connections", s3gw.DefaultMaxConnections(),
@@ -108,7 +108,7 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 	o.access = cmpOrEnv(o.access, envS3AccessKey)
 	o.secret = cmpOrEnv(o.secret, envS3SecretKey)
 	if o.pprof && o.metricsAddr == "" {
-		return usageErrorf("--pprof serves on the admin listener: give --metrics-addr too")
+		return usageErrorf(pprofNeedsMetrics)
 	}
 	if o.clientTimeout <= 0 {
 		return usageErrorf("--client-timeout %v: want a positive duration", o.clientTimeout)
