@@ -29,17 +29,7 @@ import (
 // the cluster network; a key from another CA; and a revoked key, refused
 // at the OSD once the mon's push reaches it.
 func TestClusterAuth(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a cluster")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := Start(ctx, Options{OSDs: 2, Replicas: 2, PGs: 8, WithMon: true, Dir: t.TempDir(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	ctx, c, quiet := authCluster(t, 2, 2*time.Minute)
 	if c.AdminKeyring == nil || c.AdminKeyring.Entity != "client.admin" {
 		t.Fatalf("admin keyring: %v", c.AdminKeyring)
 	}
@@ -225,17 +215,7 @@ func TestClusterAuth(t *testing.T) {
 // fails before the mon gives it an id, and leaves no never-booted OSD in
 // the map; nor does one whose port another process holds.
 func TestNewOSDWithoutAddressesTakesNoID(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a cluster")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := Start(ctx, Options{OSDs: 1, Replicas: 1, PGs: 8, WithMon: true, Dir: t.TempDir(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	ctx, c, quiet := authCluster(t, 1, time.Minute)
 	boot, err := auth.LoadKeyring(c.KeyringPath("client.bootstrap-osd"))
 	if err != nil {
 		t.Fatal(err)
@@ -267,17 +247,7 @@ func TestNewOSDWithoutAddressesTakesNoID(t *testing.T) {
 // and clients' ops go on with the new key, with no restart and without
 // being marked down.
 func TestOSDTakesUpItsRotatedKey(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a cluster")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := Start(ctx, Options{OSDs: 2, Replicas: 2, PGs: 8, WithMon: true, Dir: t.TempDir(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
+	ctx, c, quiet := authCluster(t, 2, 2*time.Minute)
 	mc, err := monclient.New(ctx, monclient.Options{Addrs: []string{c.Mon.Addr()}, Keyring: c.AdminKeyring, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -322,4 +292,23 @@ func TestOSDTakesUpItsRotatedKey(t *testing.T) {
 	if info, _ := c.Mon.Map().OSD(o.ID()); !info.GetUp() || info.GetUpFrom() != before.GetUpFrom() {
 		t.Fatalf("osd.%d after its key was rotated: %v (up from epoch %d before)", o.ID(), info, before.GetUpFrom())
 	}
+}
+
+// authCluster starts a cluster of osds OSDs with a mon and auth on (the
+// default), each PG on every OSD, and a context that ends within limit;
+// both end with the test, the cluster first. It skips under -short.
+func authCluster(t *testing.T, osds int, limit time.Duration) (context.Context, *Cluster, *slog.Logger) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	t.Cleanup(cancel)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := Start(ctx, Options{OSDs: osds, Replicas: osds, PGs: 8, WithMon: true, Dir: t.TempDir(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return ctx, c, quiet
 }
