@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/msgr"
@@ -68,6 +69,7 @@ type Object struct {
 	win    window // the last window fetched
 	ck     crcCheck
 	closed bool
+	hold   partHold
 	// wholeParts counts the spans (parts, or a plain object) checked
 	// whole against their CRC32C, and crcBytes the bytes the client
 	// checksummed itself for that, where the messenger had not (tests).
@@ -97,10 +99,11 @@ func (c *Client) GetObject(ctx context.Context, bucket, key string, opts GetOpti
 		first = min(first, opts.Length)
 	}
 	o := &Object{c: c, ctx: ctx, bucket: bucket, key: key, start: opts.Offset}
-	meta, msg, err := c.getRange(ctx, bucket, key, opts.Offset, first, nil, &o.crcBytes)
+	rep, msg, err := c.getRange(ctx, bucket, key, opts.Offset, first, nil, &o.crcBytes)
 	if err != nil {
 		return nil, err
 	}
+	meta := rep.Meta
 	o.meta, o.info = meta, objectInfo(key, meta)
 	o.size = int64(meta.Size) - opts.Offset
 	if opts.Length >= 0 && opts.Length < o.size {
@@ -115,6 +118,7 @@ func (c *Client) GetObject(ctx context.Context, bucket, key string, opts GetOpti
 			// part, GET ?partNumber=N), which S3 answers.
 			return nil, ops.Errorf(ErrInvalidRange.Status, "invalid range: offset %d, object size %d", opts.Offset, size)
 		}
+		o.hold.start(ctx, time.Duration(rep.HoldMs)*time.Millisecond)
 		return o, nil
 	}
 	if err := o.ck.add(o, o.spanAt(o.start), o.start, msg); err != nil {
@@ -137,6 +141,7 @@ func (o *Object) Close() error {
 	o.closed = true
 	o.c.drop(&o.win)
 	o.mu.Unlock()
+	o.hold.stop()
 	return nil
 }
 
@@ -187,6 +192,7 @@ func (o *Object) next(max int) ([]byte, error) {
 		o.c.drop(&o.win)
 		return nil, io.EOF
 	}
+	o.renewHold()
 	if o.off < o.win.off || o.off >= o.win.off+int64(len(o.win.data)) {
 		o.c.drop(&o.win)
 		abs := o.start + o.off
@@ -248,6 +254,7 @@ func (o *Object) ReadAt(p []byte, off int64) (int, error) {
 		return 0, io.EOF
 	}
 	n := int(min(int64(len(p)), o.size-off))
+	o.renewHold()
 	var ck crcCheck // the pieces of one ReadAt are sequential
 	for done := 0; done < n; {
 		abs := o.start + off + int64(done)
@@ -442,14 +449,14 @@ func (c *Client) head(ctx context.Context, bucket, key string) (*osdpb.ObjectMet
 // or the bytes were hurt on the way, so the range is asked for again
 // (GetObject.recheck): the OSD reads it from the disk past its cache and
 // checks it, and repairs its copy from a replica (docs/osd.md, "Reads").
-func (c *Client) getRange(ctx context.Context, bucket, key string, off, n int64, want *osdpb.ObjectMeta, crcd *atomic.Int64) (*osdpb.ObjectMeta, *msgr.Message, error) {
-	meta, msg, err := c.getRangeOnce(ctx, bucket, key, off, n, want, true, crcd)
+func (c *Client) getRange(ctx context.Context, bucket, key string, off, n int64, want *osdpb.ObjectMeta, crcd *atomic.Int64) (*osdpb.ObjectReply, *msgr.Message, error) {
+	rep, msg, err := c.getRangeOnce(ctx, bucket, key, off, n, want, true, crcd)
 	if errors.Is(err, errSourceCRC) {
 		c.ratelog.Log(c.log, slog.LevelWarn, "source crc mismatch", "client: an OSD sent bytes that do not match the CRC32C its store recorded for them; reading them again, checked by the OSD",
 			"bucket", bucket, "key", key, "offset", off, "err", err)
-		meta, msg, err = c.getRangeOnce(ctx, bucket, key, off, n, want, false, crcd)
+		rep, msg, err = c.getRangeOnce(ctx, bucket, key, off, n, want, false, crcd)
 	}
-	return meta, msg, err
+	return rep, msg, err
 }
 
 // errSourceCRC: a get's bytes did not match the CRC32C the OSD's store
@@ -459,7 +466,7 @@ var errSourceCRC = errors.New("client: the bytes do not match the CRC32C the OSD
 // getRangeOnce is one get of getRange; clientChecks asks the OSD for
 // bytes this client checks (errSourceCRC when they do not match), and
 // without it the OSD rechecks them, past its cache.
-func (c *Client) getRangeOnce(ctx context.Context, bucket, key string, off, n int64, want *osdpb.ObjectMeta, clientChecks bool, crcd *atomic.Int64) (*osdpb.ObjectMeta, *msgr.Message, error) {
+func (c *Client) getRangeOnce(ctx context.Context, bucket, key string, off, n int64, want *osdpb.ObjectMeta, clientChecks bool, crcd *atomic.Int64) (*osdpb.ObjectReply, *msgr.Message, error) {
 	var rep osdpb.ObjectReply
 	msg, err := c.do(ctx, osdpb.MsgType_MSG_GET_OBJECT, target{bucket: bucket, key: key}, func(h *osdpb.Header) proto.Message {
 		g := &osdpb.GetObject{Header: h, Bucket: bucket, Key: key, HasRange: true, Offset: uint64(off), Length: n,
@@ -503,5 +510,5 @@ func (c *Client) getRangeOnce(ctx context.Context, bucket, key string, off, n in
 			return nil, nil, fmt.Errorf("%w: %s/%s at %d: %08x, recorded %08x", errSourceCRC, bucket, key, off, crc, rep.GetDataCrc32C())
 		}
 	}
-	return meta, msg, nil
+	return &rep, msg, nil
 }

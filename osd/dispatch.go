@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -568,6 +569,16 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, byUpload bool) {
 		fail(err)
 		return
 	}
+	holdFor := o.st.KeepReplacedFor()
+	if req.HoldParts != "" && !byUpload && holdFor > 0 {
+		if err := ops.CheckKey(req.HoldParts); err != nil {
+			fail(ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "hold_parts: %v", err))
+			return
+		}
+		// Before the read: the object may be another or gone by now, and
+		// the hold is of the manifest the reader read.
+		o.partHolds.hold(req.Bucket, req.HoldParts, holdFor)
+	}
 	if byUpload || t == osdpb.MsgType_MSG_HEAD_OBJECT {
 		meta, err := o.st.Head(o.ctx, req.Bucket, req.Key)
 		if err == nil && byUpload {
@@ -605,6 +616,9 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, byUpload bool) {
 		return
 	}
 	rep := &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}
+	if !byUpload && (len(meta.Parts) > 0 || req.HoldParts != "") {
+		rep.HoldMs = uint32(min(holdFor.Milliseconds(), math.MaxUint32))
+	}
 	var pc payloadCRC
 	if buf != nil {
 		o.clientReadBytes.Add(uint64(len(buf.B)))

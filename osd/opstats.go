@@ -196,7 +196,11 @@ type Stats struct {
 	// ScrubInconsistent: objects whose copies differ, as the last
 	// compares of the PGs we lead found (scrubcmp.go).
 	ScrubInconsistent uint64
-	Store             store.Stats
+	// PartDropsHeld counts the deletes of replaced multipart objects'
+	// parts this primary defers now, as readers of those objects read
+	// on (partholds.go).
+	PartDropsHeld int64
+	Store         store.Stats
 	// Space is the data disk's last measure.
 	Space store.Space
 }
@@ -207,7 +211,8 @@ func (o *OSD) Stats() Stats {
 	st := Stats{OpsInFlight: o.opTimes.inFlight(), PGs: map[string]int{}, RecoveryBytes: o.recoveredBytes.Load(), Store: o.st.Stats(),
 		ReadRepairs: o.readRepairs.Load(), ReadRepairFailures: o.readRepairFailures.Load(),
 		ScrubbedObjects: o.scrub.objects.Load(), ScrubbedBytes: o.scrub.bytes.Load(), ScrubDamaged: o.scrub.errs.Load(),
-		ScrubRepaired: o.scrub.repaired.Load(), ScrubErrors: o.scrub.unrepaired(), ScrubInconsistent: o.inconsistentObjects()}
+		ScrubRepaired: o.scrub.repaired.Load(), ScrubErrors: o.scrub.unrepaired(), ScrubInconsistent: o.inconsistentObjects(),
+		PartDropsHeld: o.partHolds.waiting.Load()}
 	for i := range o.opTimes.hist {
 		h := &o.opTimes.hist[i]
 		n := h.count.Load()

@@ -340,6 +340,8 @@ type OSD struct {
 	dropNow  chan struct{}
 	dropOnce sync.Once
 	drops    atomic.Int64
+	// partHolds: replaced multipart objects' parts held for readers.
+	partHolds partHolds
 
 	pgMu sync.Mutex
 	pgs  map[uint32]*pgState // by store PG id

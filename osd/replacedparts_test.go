@@ -244,14 +244,12 @@ func TestPartDeleteRetried(t *testing.T) {
 	})
 }
 
-// TestReplacedPartsWaitForReaders: the parts a multipart object's
-// overwrite replaced are deleted only once the store's KeepReplacedFor has
-// passed, so a read that began on the old object reads its later parts
-// still, as S3 finishes a GET with the object it started on; a graceful
-// stop deletes them before it ends instead of leaving them to osprey gc.
-func TestReplacedPartsWaitForReaders(t *testing.T) {
+// partsReader starts one OSD that keeps replaced objects for keep, puts
+// mpbucket/big, 11 MiB in three parts, and opens it for reading.
+func partsReader(t *testing.T, keep time.Duration) (*osdtest.Cluster, context.Context, *client.Client, []byte, *osdpb.ObjectMeta, *client.Object) {
+	t.Helper()
 	c := osdtest.Start(t, osdtest.Options{OSDs: 1, PGs: 8, Tweak: func(cfg *osd.Config) {
-		cfg.Store.KeepReplacedFor = time.Minute
+		cfg.Store.KeepReplacedFor = keep
 	}})
 	ctx := ctxT(t, time.Minute)
 	cl := c.Client(t, nil)
@@ -262,8 +260,7 @@ func TestReplacedPartsWaitForReaders(t *testing.T) {
 	if _, err := osdtest.Put(ctx, cl, "mpbucket", "big", old, client.PutOptions{PartSize: 5 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	st := c.OSDs[0].Store()
-	meta, err := st.Head(ctx, "mpbucket", "big")
+	meta, err := c.OSDs[0].Store().Head(ctx, "mpbucket", "big")
 	if err != nil || len(meta.Parts) != 3 {
 		t.Fatalf("the multipart object: %v, %v", meta, err)
 	}
@@ -271,7 +268,17 @@ func TestReplacedPartsWaitForReaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer obj.Close()
+	t.Cleanup(func() { obj.Close() })
+	return c, ctx, cl, old, meta, obj
+}
+
+// TestReplacedPartsWaitForReaders: the parts a multipart object's
+// overwrite replaced are deleted only once the store's KeepReplacedFor has
+// passed, so a read that began on the old object reads its later parts
+// still, as S3 finishes a GET with the object it started on; a graceful
+// stop deletes them before it ends instead of leaving them to osprey gc.
+func TestReplacedPartsWaitForReaders(t *testing.T) {
+	c, ctx, cl, old, meta, obj := partsReader(t, time.Minute)
 	first := make([]byte, 1<<20)
 	if _, err := io.ReadFull(obj, first); err != nil {
 		t.Fatal(err)
@@ -289,6 +296,81 @@ func TestReplacedPartsWaitForReaders(t *testing.T) {
 		if _, err := c.OSDs[0].Store().Head(ctx, ops.MultipartBucket, p.Key); !errors.Is(err, store.ErrNoSuchKey) {
 			t.Fatalf("part %s after a graceful stop: %v, want deleted", p.Key, err)
 		}
+	}
+}
+
+// TestReplacedPartsHeldWhileRead: a reader of a multipart object slower
+// than the store's KeepReplacedFor reads it whole across an overwrite, as
+// S3 finishes a GET with the object it began on: while it reads on, it
+// holds the replaced parts at the object's primary, which defers their
+// delete (and says so in its stats); once it stops, they go a hold later.
+// With restart, the primary stops as its delete waits and gives the
+// delete up (as a crash would), and it is the restarted primary's delete
+// of its log's recent entries that the reader holds.
+func TestReplacedPartsHeldWhileRead(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(map[bool]string{false: "reading", true: "restart"}[restart], func(t *testing.T) {
+			testPartsHeld(t, restart)
+		})
+	}
+}
+
+func testPartsHeld(t *testing.T, restart bool) {
+	const keep = time.Second
+	c, ctx, cl, old, meta, obj := partsReader(t, keep)
+	got := make([]byte, 0, len(old))
+	read := func(n int) {
+		t.Helper()
+		b := make([]byte, n)
+		if _, err := io.ReadFull(obj, b); err != nil {
+			t.Fatalf("reading on at %d: %v", len(got), err)
+		}
+		got = append(got, b...)
+	}
+	read(1 << 20)
+	var stopping atomic.Bool
+	osd.PartsDropping.Set(func(uint32) bool { return stopping.Load() })
+	defer osd.PartsDropping.Set(nil)
+	if _, err := osdtest.Put(ctx, cl, "mpbucket", "big", []byte("small now"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if restart {
+		stopping.Store(true)
+		c.StopOSD(0)
+		stopping.Store(false)
+		c.StartOSD(0)
+	}
+	o := c.OSDs[0]
+	// A slow reader: 64 KiB every 50 ms, until its hold has deferred the
+	// delete for three holds' time (it would have gone after one).
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var heldSince time.Time
+	for heldSince.IsZero() || time.Since(heldSince) < 3*keep {
+		if heldSince.IsZero() && o.Stats().PartDropsHeld > 0 {
+			heldSince = time.Now()
+		}
+		if ctx.Err() != nil || len(got) > 10<<20 {
+			t.Fatalf("the delete of the replaced parts was not deferred (held since %v, %d bytes read)", heldSince, len(got))
+		}
+		read(64 << 10)
+		<-tick.C
+	}
+	rest, err := io.ReadAll(obj)
+	if err != nil || !bytes.Equal(append(got, rest...), old) {
+		t.Fatalf("a slow read across the overwrite: %d bytes, %v", len(got)+len(rest), err)
+	}
+	obj.Close()
+	osdtest.Eventually(t, 30*time.Second, "the parts deleted once their reader stopped", func() bool {
+		for _, p := range meta.Parts {
+			if _, err := o.Store().Head(ctx, ops.MultipartBucket, p.Key); !errors.Is(err, store.ErrNoSuchKey) {
+				return false
+			}
+		}
+		return true
+	})
+	if n := o.Stats().PartDropsHeld; n != 0 {
+		t.Fatalf("%d deletes still held after they ran", n)
 	}
 }
 

@@ -748,7 +748,8 @@ func garbageParts(old, kept []*osdpb.PartRef) []*osdpb.PartRef {
 // names (garbageKeys). Only deleting is unsafe: a part kept by mistake
 // costs space, so a failed read of the object keeps them all.
 //
-// It waits the store's KeepReplacedFor first, as the store keeps a plain
+// It waits the store's KeepReplacedFor first (and on, while a reader
+// holds them: partholds.go), as the store keeps a plain
 // object's replaced data for the reads under way (store/keep.go): a
 // client reads a multipart object part by part, and a part deleted before
 // its turn would fail a read that began on the old object, where S3 (and
@@ -763,7 +764,7 @@ func (o *OSD) dropReplaced(p *pgState, e *osdpb.LogEntry) {
 	o.drops.Add(1)
 	o.wg.Go(func() {
 		defer o.drops.Add(-1)
-		if o.waitKeepReplaced() {
+		if o.waitKeepReplaced() && o.waitPartHolds(e.Bucket, e.DroppedParts) {
 			o.dropGarbage(p.pool, e)
 		}
 	})
@@ -778,21 +779,7 @@ func (p *pgState) noteDrops(e *osdpb.LogEntry) {
 
 // waitKeepReplaced waits the store's KeepReplacedFor (less on a graceful
 // stop: FlushDrops); false when the OSD stops meanwhile.
-func (o *OSD) waitKeepReplaced() bool {
-	d := o.st.KeepReplacedFor()
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-o.dropNow:
-	case <-o.ctx.Done():
-		return false
-	}
-	return true
-}
+func (o *OSD) waitKeepReplaced() bool { return o.waitDrop(o.st.KeepReplacedFor()) }
 
 // dropGarbage deletes the parts e made garbage but those the object now at
 // e's key names, by the map of the moment.
@@ -866,6 +853,9 @@ func (o *OSD) redropRecent(p *pgState) {
 			return
 		}
 		for _, e := range todo {
+			if !o.waitPartHolds(e.Bucket, e.DroppedParts) {
+				return
+			}
 			o.dropGarbage(p.pool, e)
 		}
 	})

@@ -33,6 +33,7 @@ var (
 	osdReadCRC    = newDesc("osprey_osd_store_read_checked_bytes_total", "Bytes of data files the store read and checked against their chunk CRC32Cs (gets of clients that do not check them, a client's second read after a mismatch, recovery, scrub).")
 	osdReadNoCRC  = newDesc("osprey_osd_store_read_unchecked_bytes_total", "Bytes of data files the store read for gets without checking them: the client checks them against the CRC32C the store recorded.")
 	osdKept       = newDesc("osprey_osd_store_kept_bytes", "Bytes of replaced objects' data files kept for gets that began on them and read on in windows (store.Options.KeepReplacedFor).")
+	osdPartsHeld  = newDesc("osprey_osd_part_drops_held", "Deletes of replaced multipart objects' parts this primary defers now, as gets that began on those objects read on (docs/osd.md, Reads).")
 	osdKeepRefuse = newDesc("osprey_osd_store_keep_refused_total", "Replaced data files not kept for their readers, as more than store.Options.KeepReplacedBytes would have been kept: those readers are told to read again.")
 	osdRepairs    = newDesc("osprey_osd_read_repairs_total", "Objects a get found damaged in this OSD's store (checksum or I/O error) and that were replaced with a replica's intact copy.")
 	osdRepairFail = newDesc("osprey_osd_read_repair_failures_total", "Damaged objects a get found that no replica could repair (the get failed).")
@@ -73,7 +74,7 @@ type osdCollector struct{ o *osd.OSD }
 func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		osdOpDuration, osdInFlight, osdInfo, osdPGs, osdBeaconAge, osdLaggy, osdSlowOps, osdOldestOp, osdRepTimeout, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
-		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdReadCRC, osdReadNoCRC, osdKept, osdKeepRefuse, osdRepairs, osdRepairFail, osdStrays,
+		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdReadCRC, osdReadNoCRC, osdKept, osdPartsHeld, osdKeepRefuse, osdRepairs, osdRepairFail, osdStrays,
 		osdScrubObj, osdScrubBytes, osdScrubDmg, osdScrubFixed, osdScrubErrs, osdScrubIncon,
 		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg, readCacheReclaimed,
 		pebbleCompactions, pebbleFlushes, pebbleWALWritten, pebbleWAL, pebbleReadAmp, pebbleL0Files, pebbleDebt,
@@ -131,6 +132,7 @@ func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, osdReadNoCRC, s.UncheckedReadBytes)
 	gauge(ch, osdKept, float64(s.KeptBytes))
 	counter(ch, osdKeepRefuse, s.KeepRefused)
+	gauge(ch, osdPartsHeld, float64(st.PartDropsHeld))
 	counter(ch, osdRepairs, st.ReadRepairs)
 	counter(ch, osdRepairFail, st.ReadRepairFailures)
 	counter(ch, osdStrays, s.PGsRemoved)

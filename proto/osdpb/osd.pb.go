@@ -2165,7 +2165,15 @@ type GetObject struct {
 	// for the reader (it held the object: an earlier get stopped short of
 	// its end) reads the range from it; otherwise the object as it is now
 	// answers, and the client sees that it changed (docs/osd.md, "Reads").
-	Want          *ObjectMeta `protobuf:"bytes,9,opt,name=want,proto3" json:"want,omitempty"`
+	Want *ObjectMeta `protobuf:"bytes,9,opt,name=want,proto3" json:"want,omitempty"`
+	// hold_parts: a reader of a multipart object, reading its parts, names
+	// the key of its manifest's first part (in this bucket), to the primary
+	// of the object's PG: if an overwrite or delete replaces that manifest,
+	// the primary defers deleting its parts until hold_ms (of the reply)
+	// after the last get that named it. Such a get asks for no bytes; its
+	// answer is the object as it is now, or NoSuchKey. A get whose answer is
+	// a manifest holds that manifest's parts so too (docs/osd.md, "Reads").
+	HoldParts     string `protobuf:"bytes,10,opt,name=hold_parts,json=holdParts,proto3" json:"hold_parts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2263,6 +2271,13 @@ func (x *GetObject) GetWant() *ObjectMeta {
 	return nil
 }
 
+func (x *GetObject) GetHoldParts() string {
+	if x != nil {
+		return x.HoldParts
+	}
+	return ""
+}
+
 // ObjectReply answers put, get, head and delete. A get's bytes (the range
 // asked for) are the data segment.
 type ObjectReply struct {
@@ -2274,7 +2289,12 @@ type ObjectReply struct {
 	// have, from the CRC32Cs the store recorded for their chunks when they
 	// were written; the OSD may not have checked the bytes against it
 	// (GetObject.client_checks), so the client must.
-	DataCrc32C    *uint32 `protobuf:"fixed32,4,opt,name=data_crc32c,json=dataCrc32c,proto3,oneof" json:"data_crc32c,omitempty"`
+	DataCrc32C *uint32 `protobuf:"fixed32,4,opt,name=data_crc32c,json=dataCrc32c,proto3,oneof" json:"data_crc32c,omitempty"`
+	// hold_ms: a get's answer that is a manifest, or a get with hold_parts:
+	// how long the primary defers deleting the parts after this get, if an
+	// overwrite or delete replaces the manifest (GetObject.hold_parts); a
+	// reader names its parts again well within it. 0: the OSD holds none.
+	HoldMs        uint32 `protobuf:"varint,5,opt,name=hold_ms,json=holdMs,proto3" json:"hold_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2333,6 +2353,13 @@ func (x *ObjectReply) GetOffset() uint64 {
 func (x *ObjectReply) GetDataCrc32C() uint32 {
 	if x != nil && x.DataCrc32C != nil {
 		return *x.DataCrc32C
+	}
+	return 0
+}
+
+func (x *ObjectReply) GetHoldMs() uint32 {
+	if x != nil {
+		return x.HoldMs
 	}
 	return 0
 }
@@ -7369,7 +7396,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12*\n" +
 	"\x04meta\x18\x04 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x123\n" +
-	"\tcondition\x18\x05 \x01(\v2\x15.osprey.osd.ConditionR\tcondition\"\x99\x02\n" +
+	"\tcondition\x18\x05 \x01(\v2\x15.osprey.osd.ConditionR\tcondition\"\xb8\x02\n" +
 	"\tGetObject\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x10\n" +
@@ -7379,13 +7406,17 @@ const file_osd_proto_rawDesc = "" +
 	"\x06length\x18\x06 \x01(\x03R\x06length\x12#\n" +
 	"\rclient_checks\x18\a \x01(\bR\fclientChecks\x12\x18\n" +
 	"\arecheck\x18\b \x01(\bR\arecheck\x12*\n" +
-	"\x04want\x18\t \x01(\v2\x16.osprey.osd.ObjectMetaR\x04want\"\xbe\x01\n" +
+	"\x04want\x18\t \x01(\v2\x16.osprey.osd.ObjectMetaR\x04want\x12\x1d\n" +
+	"\n" +
+	"hold_parts\x18\n" +
+	" \x01(\tR\tholdParts\"\xd7\x01\n" +
 	"\vObjectReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12*\n" +
 	"\x04meta\x18\x02 \x01(\v2\x16.osprey.osd.ObjectMetaR\x04meta\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12$\n" +
 	"\vdata_crc32c\x18\x04 \x01(\aH\x00R\n" +
-	"dataCrc32c\x88\x01\x01B\x0e\n" +
+	"dataCrc32c\x88\x01\x01\x12\x17\n" +
+	"\ahold_ms\x18\x05 \x01(\rR\x06holdMsB\x0e\n" +
 	"\f_data_crc32cJ\x04\b\n" +
 	"\x10\v\"\xa0\x01\n" +
 	"\rObjectRequest\x12*\n" +
