@@ -147,6 +147,12 @@ func TestS3KeysOfEntities(t *testing.T) {
 	wantCode(t, "read-only PUT", put(ro, "shared", "new"), "AccessDenied", 403)
 	_, err = ro.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("shared"), Key: aws.String("k")})
 	wantCode(t, "read-only DELETE", err, "AccessDenied", 403)
+	// DeleteObjects: a reader is refused key by key, as S3 does.
+	del, err := ro.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String("shared"), Delete: &types.Delete{
+		Objects: []types.ObjectIdentifier{{Key: aws.String("k")}, {Key: aws.String("absent")}}}})
+	if err != nil || len(del.Deleted) != 0 || len(del.Errors) != 2 || aws.ToString(del.Errors[0].Code) != "AccessDenied" || aws.ToString(del.Errors[1].Code) != "AccessDenied" {
+		t.Fatalf("a read-only user's DeleteObjects: %+v, %v", del, err)
+	}
 	_, err = ro.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("mine")})
 	wantCode(t, "read-only CreateBucket", err, "AccessDenied", 403)
 	if acl, err := ro.GetBucketAcl(ctx, &s3.GetBucketAclInput{Bucket: aws.String("shared")}); err != nil ||
@@ -174,6 +180,9 @@ func TestS3KeysOfEntities(t *testing.T) {
 	}
 	wantCode(t, "one-bucket GET elsewhere", get(one, "private", "k"), "AccessDenied", 403)
 	wantCode(t, "one-bucket PUT elsewhere", put(one, "private", "x"), "AccessDenied", 403)
+	_, err = one.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String("private"), Delete: &types.Delete{
+		Objects: []types.ObjectIdentifier{{Key: aws.String("k")}}}})
+	wantCode(t, "one-bucket DeleteObjects elsewhere", err, "AccessDenied", 403)
 	_, err = one.CopyObject(ctx, &s3.CopyObjectInput{Bucket: aws.String("shared"), Key: aws.String("copied"), CopySource: aws.String("private/k")})
 	wantCode(t, "copy from a bucket it may not read", err, "AccessDenied", 403)
 	lb, err := one.ListBuckets(ctx, &s3.ListBucketsInput{})

@@ -754,7 +754,9 @@ var routes = []route{
 	{bucketScope, http.MethodPut, "versioning", "PutBucketVersioning", write, (*Gateway).putBucketVersioning},
 	{bucketScope, http.MethodGet, "list-type=2", "ListObjectsV2", read, (*Gateway).listObjectsV2},
 	{bucketScope, http.MethodGet, "", "ListObjects", read, (*Gateway).listObjectsV1},
-	{bucketScope, http.MethodPost, "delete", "DeleteObjects", write, (*Gateway).deleteObjects},
+	// DeleteObjects checks write itself: a reader of the bucket is refused
+	// key by key, as S3 answers (deleteObjects).
+	{bucketScope, http.MethodPost, "delete", "DeleteObjects", 0, (*Gateway).deleteObjects},
 	{objectScope, http.MethodPost, "uploads", "CreateMultipartUpload", write, (*Gateway).createMultipartUpload},
 	{objectScope, http.MethodPut, "uploadId", "UploadPart", write, (*Gateway).uploadPart},
 	{objectScope, http.MethodPost, "uploadId", "CompleteMultipartUpload", write, (*Gateway).completeMultipartUpload},

@@ -428,6 +428,15 @@ func parseDeleteRequest(b []byte) (deleteRequest, error) {
 
 func (g *Gateway) deleteObjects(req *request) error {
 	ctx := req.r.Context()
+	// S3 refuses each key of a caller that may not delete it (200, an
+	// AccessDenied per key: aws s3 rm --recursive reports them so); one
+	// that may not even read the bucket learns nothing of it.
+	denied := req.authorize(write, req.bucket)
+	if denied != nil {
+		if err := req.authorize(read, req.bucket); err != nil {
+			return denied
+		}
+	}
 	b, err := readSmall(req.r.Body, maxXMLBody)
 	if err != nil {
 		return err
@@ -442,6 +451,9 @@ func (g *Gateway) deleteObjects(req *request) error {
 	errs := make([]error, len(d.Objects))
 	ops.Parallel(len(d.Objects), 16, func(i int) {
 		o := &d.Objects[i]
+		if errs[i] = denied; errs[i] != nil {
+			return
+		}
 		if errs[i] = oneVersion(o.VersionID); errs[i] != nil {
 			return
 		}
