@@ -272,8 +272,6 @@ func (b *verifiedBody) Close() error {
 	return b.r.Close()
 }
 
-// readSmall reads a body the gateway parses itself (XML), at most limit
-// bytes, checked.
 // maxXMLBody bounds the XML bodies of DeleteObjects and
 // CompleteMultipartUpload, read whole: the largest valid one is under
 // it (1,000 keys of 1,024 bytes, each byte escaped as an entity of up to
@@ -281,13 +279,28 @@ func (b *verifiedBody) Close() error {
 // Read into memory, each takes its length of Options.MaxBodyMemory.
 const maxXMLBody = 8 << 20
 
-func readSmall(r io.Reader, limit int64) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err != nil {
+// readSmall reads a body the gateway parses itself (XML), at most limit
+// bytes, checked. A body of known length (the request's ContentLength,
+// size; -1 if unknown) is read into one buffer of about that size: grown
+// by doubling, as io.ReadAll does, it would take up to twice the memory
+// that Options.MaxBodyMemory charged it.
+func readSmall(r io.Reader, size, limit int64) ([]byte, error) {
+	if size > limit {
+		return nil, errTooBig(limit)
+	}
+	var b bytes.Buffer
+	if size >= 0 {
+		b.Grow(int(size) + bytes.MinRead)
+	}
+	if _, err := b.ReadFrom(io.LimitReader(r, limit+1)); err != nil {
 		return nil, err
 	}
-	if int64(len(b)) > limit {
-		return nil, errf(ErrMaxMessageLengthExceeded, "your request was too big: its body is over %d bytes", limit)
+	if int64(b.Len()) > limit {
+		return nil, errTooBig(limit)
 	}
-	return b, nil
+	return b.Bytes(), nil
+}
+
+func errTooBig(limit int64) error {
+	return errf(ErrMaxMessageLengthExceeded, "your request was too big: its body is over %d bytes", limit)
 }

@@ -118,7 +118,7 @@ func (g *Gateway) listBuckets(req *request) error {
 func (g *Gateway) createBucket(req *request) error {
 	// A CreateBucketConfiguration (LocationConstraint) may come; one
 	// region here, so it is read, checked and not kept.
-	b, err := readSmall(req.r.Body, 64<<10)
+	b, err := readSmall(req.r.Body, req.r.ContentLength, 64<<10)
 	if err != nil {
 		return err
 	}

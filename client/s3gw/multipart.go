@@ -123,7 +123,7 @@ type completeMultipartUploadResult struct {
 }
 
 func (g *Gateway) completeMultipartUpload(req *request) error {
-	b, err := readSmall(req.r.Body, maxXMLBody)
+	b, err := readSmall(req.r.Body, req.r.ContentLength, maxXMLBody)
 	if err != nil {
 		return err
 	}

@@ -437,7 +437,7 @@ func (g *Gateway) deleteObjects(req *request) error {
 			return denied
 		}
 	}
-	b, err := readSmall(req.r.Body, maxXMLBody)
+	b, err := readSmall(req.r.Body, req.r.ContentLength, maxXMLBody)
 	if err != nil {
 		return err
 	}
