@@ -201,6 +201,7 @@ func (g *Gateway) answerLong(req *request, run func() (any, error)) error {
 	if err != nil {
 		e := toS3Error(g.uploadOrBucket(req, err))
 		g.noteFailure(req, e, err)
+		req.lateErr = e
 		v = errorDoc(req, e)
 	}
 	b, merr := xml.Marshal(v)

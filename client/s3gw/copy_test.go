@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -221,7 +222,15 @@ func TestUploadPartCopy(t *testing.T) {
 // the failure it is. CopyObject and UploadPartCopy alike.
 func TestLongCopyAnswersEarly(t *testing.T) {
 	s3gw.SetCopyKeepAlive(t, 0, time.Millisecond)
-	e := newEnv(t)
+	var mu sync.Mutex
+	var seen []s3gw.RequestInfo
+	e := newEnvWith(t, func(o *s3gw.Options) {
+		o.OnRequest = func(r s3gw.RequestInfo) {
+			mu.Lock()
+			seen = append(seen, r)
+			mu.Unlock()
+		}
+	})
 	ctx := e.ctx
 	e.mb(t, "src")
 	e.mb(t, "dst")
@@ -243,6 +252,14 @@ func TestLongCopyAnswersEarly(t *testing.T) {
 	if c, s := code(err); c != "NoSuchBucket" || s != http.StatusInternalServerError {
 		t.Fatalf("a copy into a missing bucket, after its 200: %v (%q %d)", err, c, s)
 	}
+	// The metrics (and access log) count it as the failure it is.
+	osdtest.Eventually(t, 10*time.Second, "the failed copy's RequestInfo", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.ContainsFunc(seen, func(r s3gw.RequestInfo) bool {
+			return r.Op == "CopyObject" && r.Status == http.StatusNotFound && r.Error == "NoSuchBucket"
+		})
+	})
 	_, err = e.s3.UploadPartCopy(ctx, &s3.UploadPartCopyInput{Bucket: aws.String("dst"), Key: aws.String("mp"), UploadId: aws.String("no-such-upload"),
 		PartNumber: aws.Int32(1), CopySource: aws.String("src/obj")})
 	if c, s := code(err); c != "NoSuchUpload" || s != http.StatusInternalServerError {

@@ -127,9 +127,14 @@ type Options struct {
 
 // RequestInfo is one finished request, for OnRequest.
 type RequestInfo struct {
-	Op       string // the S3 operation ("PutObject"), "Auth" for one refused before it was known, "Unsupported" for one the gateway lacks
-	Method   string
-	Status   int   // the HTTP status sent; 0 if the connection was cut before any
+	Op     string // the S3 operation ("PutObject"), "Auth" for one refused before it was known, "Unsupported" for one the gateway lacks
+	Method string
+	// Status is the HTTP status sent (0 if the connection was cut before
+	// any), but for a copy that sent its 200 early to keep its client
+	// waiting and then failed: its error's status, and Error its code
+	// (the body's error document says so; S3's clients read it).
+	Status   int
+	Error    string
 	BytesIn  int64 // body bytes read and verified
 	BytesOut int64 // body bytes written
 	Duration time.Duration
@@ -267,6 +272,10 @@ type request struct {
 	who    Identity // its owner
 	q      url.Values
 	qDone  bool
+	// lateErr: the error a long copy answered inside the 200 it had
+	// sent to keep its client waiting (answerLong), for the access log
+	// and metrics, which would see a 200 only.
+	lateErr *Error
 }
 
 // query is the request's query, parsed once; nil (which has nothing) for
@@ -457,13 +466,21 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				in = body.n
 			}
 			dur := time.Since(start)
+			status, code := req.w.status, ""
+			if e := req.lateErr; e != nil {
+				status, code = e.Status, e.Code
+			}
 			if logOn {
-				g.log.Info("s3", "id", req.id, "remote", r.RemoteAddr, "access_key", req.access, "entity", req.who.Entity, "op", req.op,
+				args := []any{"id", req.id, "remote", r.RemoteAddr, "access_key", req.access, "entity", req.who.Entity, "op", req.op,
 					"method", r.Method, "bucket", req.bucket, "key", req.key, "status", req.w.status,
-					"bytes_in", in, "bytes_out", req.w.bytes, "dur", dur)
+					"bytes_in", in, "bytes_out", req.w.bytes, "dur", dur}
+				if code != "" {
+					args = append(args, "error", code, "error_status", status)
+				}
+				g.log.Info("s3", args...)
 			}
 			if g.opts.OnRequest != nil {
-				g.opts.OnRequest(RequestInfo{Op: req.op, Method: r.Method, Status: req.w.status, BytesIn: in, BytesOut: req.w.bytes, Duration: dur})
+				g.opts.OnRequest(RequestInfo{Op: req.op, Method: r.Method, Status: status, Error: code, BytesIn: in, BytesOut: req.w.bytes, Duration: dur})
 			}
 		}()
 	}
