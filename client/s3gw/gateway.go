@@ -892,6 +892,13 @@ func (g *Gateway) dispatch(req *request) error {
 			if err := req.authorize(rt.perm, req.bucket); err != nil {
 				return err
 			}
+			if rt.perm == 0 && req.bucket != "" && req.authorize(read, req.bucket) != nil {
+				// One that checks its right itself (DeleteObjects) still
+				// needs one on the bucket before its body takes memory.
+				if err := req.authorize(write, req.bucket); err != nil {
+					return err
+				}
+			}
 			// The bodies held in memory take their share of
 			// MaxBodyMemory: a PUT's or part's up to 64 MiB, an XML
 			// body read whole up to maxXMLBody.

@@ -430,13 +430,8 @@ func (g *Gateway) deleteObjects(req *request) error {
 	ctx := req.r.Context()
 	// S3 refuses each key of a caller that may not delete it (200, an
 	// AccessDenied per key: aws s3 rm --recursive reports them so); one
-	// that may not even read the bucket learns nothing of it.
+	// that may not even read the bucket was refused whole (route).
 	denied := req.authorize(write, req.bucket)
-	if denied != nil {
-		if err := req.authorize(read, req.bucket); err != nil {
-			return denied
-		}
-	}
 	b, err := readSmall(req.r.Body, req.r.ContentLength, maxXMLBody)
 	if err != nil {
 		return err
