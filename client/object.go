@@ -160,7 +160,11 @@ func (o *Object) WriteTo(w io.Writer) (int64, error) {
 	defer o.mu.Unlock()
 	var total int64
 	for {
-		b, err := o.next(readWindow)
+		n := readWindow
+		if o.hold.on() {
+			n = holdSlice
+		}
+		b, err := o.next(n)
 		if err == io.EOF {
 			return total, nil
 		}

@@ -70,6 +70,7 @@ func TestBadInput(t *testing.T) {
 		{"bad bucket name", osdpb.MsgType_MSG_CREATE_BUCKET, mustFront(&osdpb.BucketRequest{Header: &osdpb.Header{Epoch: 1, Pool: 1, Pg: 0xffffffff}, Bucket: "Bad..Name"}), nil, osdpb.Status_INVALID_BUCKET_NAME},
 		{"bad key", osdpb.MsgType_MSG_GET_OBJECT, mustFront(&osdpb.GetObject{Header: hdr, Bucket: "fine", Key: "nul\x00"}), nil, osdpb.Status_INVALID_KEY},
 		{"bad hold_parts", osdpb.MsgType_MSG_GET_OBJECT, mustFront(&osdpb.GetObject{Header: atK, Bucket: "fine", Key: "k", HasRange: true, HoldParts: strings.Repeat("p", 2000)}), nil, osdpb.Status_INVALID_ARGUMENT},
+		{"hold_parts not a part", osdpb.MsgType_MSG_GET_OBJECT, mustFront(&osdpb.GetObject{Header: atK, Bucket: "fine", Key: "k", HoldParts: "photos/cat.jpg"}), nil, osdpb.Status_INVALID_ARGUMENT},
 		{"size mismatch", osdpb.MsgType_MSG_PUT_OBJECT, mustFront(&osdpb.PutObject{Header: hdr, Bucket: "fine", Key: "k", Meta: &osdpb.ObjectMeta{Size: 10}}), []byte("abc"), osdpb.Status_INVALID_ARGUMENT},
 		{"wrong pg", osdpb.MsgType_MSG_HEAD_OBJECT, mustFront(&osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: 1, Pool: 1, Pg: 3000}, Bucket: "fine", Key: "k"}), nil, osdpb.Status_WRONG_PRIMARY},
 		{"unknown pool", osdpb.MsgType_MSG_HEAD_OBJECT, mustFront(&osdpb.ObjectRequest{Header: &osdpb.Header{Epoch: 1, Pool: 42}, Bucket: "fine", Key: "k"}), nil, osdpb.Status_INVALID_ARGUMENT},

@@ -157,6 +157,9 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 	case osdpb.MsgType_MSG_BUCKET_FENCE:
 		o.serveFence(m)
 
+	case osdpb.MsgType_MSG_PART_HOLDS:
+		o.servePartHolds(m)
+
 	case osdpb.MsgType_MSG_GET_MAP, osdpb.MsgType_MSG_LIST_OBJECTS, osdpb.MsgType_MSG_HEAD_OBJECT, osdpb.MsgType_MSG_DELETE_OBJECT,
 		osdpb.MsgType_MSG_DELETE_OBJECT_IF, osdpb.MsgType_MSG_HEAD_BUCKET:
 		o.dispatchClient(m, true)
@@ -164,7 +167,8 @@ func (d clusterDispatcher) Dispatch(m *msgr.Message) {
 	case osdpb.MsgType_MSG_GET_MAP_REPLY, osdpb.MsgType_MSG_LIST_OBJECTS_REPLY, osdpb.MsgType_MSG_HEAD_OBJECT_REPLY, osdpb.MsgType_MSG_HEAD_BUCKET_REPLY,
 		osdpb.MsgType_MSG_DELETE_OBJECT_REPLY, osdpb.MsgType_MSG_DELETE_OBJECT_IF_REPLY, osdpb.MsgType_MSG_PG_QUERY_REPLY,
 		osdpb.MsgType_MSG_PG_LOG_PULL_REPLY, osdpb.MsgType_MSG_PG_BACKFILL_REPLY, osdpb.MsgType_MSG_PG_STRAY_REPLY,
-		osdpb.MsgType_MSG_PG_SCRUB_MAP_REPLY, osdpb.MsgType_MSG_PG_PUSH_REPLY, osdpb.MsgType_MSG_BUCKET_FENCE_REPLY:
+		osdpb.MsgType_MSG_PG_SCRUB_MAP_REPLY, osdpb.MsgType_MSG_PG_PUSH_REPLY, osdpb.MsgType_MSG_BUCKET_FENCE_REPLY,
+		osdpb.MsgType_MSG_PART_HOLDS_REPLY:
 		o.calls.Deliver(m, false) // released when its caller gave up
 
 	default:

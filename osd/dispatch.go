@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -562,22 +561,30 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, byUpload bool) {
 		return
 	}
 	_, pool, pg, err := o.target(req.Header, req.Bucket, req.Key, false)
+	holdFor := o.st.KeepReplacedFor()
+	if err == nil && req.HoldParts != "" {
+		// A reader holds its parts (partholds.go): nothing is read, as
+		// the object may be another, or gone, by now, so the primary
+		// takes it while it peers too (a map just made it the primary,
+		// and the one before asks it for the holds).
+		upload, ok := uploadOfPart(req.HoldParts)
+		if !ok || req.Bucket == ops.MultipartBucket {
+			fail(ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "hold_parts %.64q: not a part of a multipart object of a bucket", req.HoldParts))
+			return
+		}
+		rep := &osdpb.ObjectReply{Header: o.header(req.Header, nil)}
+		if holdFor > 0 && o.partHolds.hold(req.Bucket, upload, holdFor) {
+			rep.HoldMs = msOf(holdFor)
+		}
+		o.send(to, ops.ReplyType(t), rep, nil)
+		return
+	}
 	if err == nil {
 		err = o.peeringErr(storePG(pool.Id, pg))
 	}
 	if err != nil {
 		fail(err)
 		return
-	}
-	holdFor := o.st.KeepReplacedFor()
-	if req.HoldParts != "" && !byUpload && holdFor > 0 {
-		if err := ops.CheckKey(req.HoldParts); err != nil {
-			fail(ops.Errorf(osdpb.Status_INVALID_ARGUMENT, "hold_parts: %v", err))
-			return
-		}
-		// Before the read: the object may be another or gone by now, and
-		// the hold is of the manifest the reader read.
-		o.partHolds.hold(req.Bucket, req.HoldParts, holdFor)
 	}
 	if byUpload || t == osdpb.MsgType_MSG_HEAD_OBJECT {
 		meta, err := o.st.Head(o.ctx, req.Bucket, req.Key)
@@ -616,8 +623,8 @@ func (o *OSD) getObject(m *msgr.Message, req *osdpb.GetObject, byUpload bool) {
 		return
 	}
 	rep := &osdpb.ObjectReply{Header: o.header(req.Header, nil), Meta: meta, Offset: off}
-	if !byUpload && (len(meta.Parts) > 0 || req.HoldParts != "") {
-		rep.HoldMs = uint32(min(holdFor.Milliseconds(), math.MaxUint32))
+	if !byUpload && len(meta.Parts) > 0 {
+		rep.HoldMs = msOf(holdFor)
 	}
 	var pc payloadCRC
 	if buf != nil {

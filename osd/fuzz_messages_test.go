@@ -35,7 +35,7 @@ func FuzzOSDMessages(f *testing.F) {
 		osdpb.MsgType_MSG_LIST_BUCKETS:  &osdpb.BucketRequest{Header: hdr},
 		osdpb.MsgType_MSG_PUT_OBJECT:    &osdpb.PutObject{Header: hdr, Bucket: "fz", Key: "k", Meta: &osdpb.ObjectMeta{Size: 3}},
 		osdpb.MsgType_MSG_GET_OBJECT: &osdpb.GetObject{Header: hdr, Bucket: "fz", Key: "k", HasRange: true, Offset: 1, Length: 1,
-			Want: &osdpb.ObjectMeta{Size: 5, Crc32C: 1, MtimeUnixNano: 2}, HoldParts: "u1/p1"},
+			Want: &osdpb.ObjectMeta{Size: 5, Crc32C: 1, MtimeUnixNano: 2}, HoldParts: "0123456789abcdef0123456789abcdef/00001"},
 		osdpb.MsgType_MSG_HEAD_OBJECT:          &osdpb.ObjectRequest{Header: hdr, Bucket: "fz", Key: "k"},
 		osdpb.MsgType_MSG_DELETE_OBJECT:        &osdpb.ObjectRequest{Header: hdr, Bucket: "fz", Key: "k"},
 		osdpb.MsgType_MSG_LIST_OBJECTS:         &osdpb.ListObjects{Header: hdr, Bucket: "fz", Prefix: "k", Delimiter: "/", MaxKeys: 5},
@@ -65,6 +65,7 @@ func FuzzOSDMessages(f *testing.F) {
 		osdpb.MsgType_MSG_HEARTBEAT:       &osdpb.Heartbeat{From: 7, Epoch: 1, SentUnixNano: 1},
 		osdpb.MsgType_MSG_HEARTBEAT_REPLY: &osdpb.HeartbeatReply{From: 7, Epoch: 1},
 		osdpb.MsgType_MSG_BUCKET_FENCE:    &osdpb.BucketFence{Bucket: "fz", TtlMs: 10},
+		osdpb.MsgType_MSG_PART_HOLDS:      &osdpb.PartHolds{Bucket: "fz", Uploads: []string{"0123456789abcdef0123456789abcdef"}},
 	}
 	for t, pb := range fronts {
 		front, err := proto.Marshal(pb)

@@ -304,37 +304,31 @@ func TestReplacedPartsWaitForReaders(t *testing.T) {
 // S3 finishes a GET with the object it began on: while it reads on, it
 // holds the replaced parts at the object's primary, which defers their
 // delete (and says so in its stats); once it stops, they go a hold later.
-// With restart, the primary stops as its delete waits and gives the
-// delete up (as a crash would), and it is the restarted primary's delete
-// of its log's recent entries that the reader holds.
+// writeTo reads through io.Copy (WriteTo, the S3 gateway's way) into a
+// slow writer that takes a window in over three holds. With restart, the
+// primary stops as its delete waits and gives the delete up (as a crash
+// would), and it is the restarted primary's delete of its log's recent
+// entries that the reader holds.
 func TestReplacedPartsHeldWhileRead(t *testing.T) {
-	for _, restart := range []bool{false, true} {
-		t.Run(map[bool]string{false: "reading", true: "restart"}[restart], func(t *testing.T) {
-			testPartsHeld(t, restart)
-		})
+	for _, mode := range []string{"reading", "writeTo", "restart"} {
+		t.Run(mode, func(t *testing.T) { testPartsHeld(t, mode) })
 	}
 }
 
-func testPartsHeld(t *testing.T, restart bool) {
+func testPartsHeld(t *testing.T, mode string) {
 	const keep = time.Second
 	c, ctx, cl, old, meta, obj := partsReader(t, keep)
-	got := make([]byte, 0, len(old))
-	read := func(n int) {
-		t.Helper()
-		b := make([]byte, n)
-		if _, err := io.ReadFull(obj, b); err != nil {
-			t.Fatalf("reading on at %d: %v", len(got), err)
-		}
-		got = append(got, b...)
+	got := make([]byte, 1<<20, len(old))
+	if _, err := io.ReadFull(obj, got); err != nil {
+		t.Fatal(err)
 	}
-	read(1 << 20)
 	var stopping atomic.Bool
 	osd.PartsDropping.Set(func(uint32) bool { return stopping.Load() })
 	defer osd.PartsDropping.Set(nil)
 	if _, err := osdtest.Put(ctx, cl, "mpbucket", "big", []byte("small now"), client.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if restart {
+	if mode == "restart" {
 		stopping.Store(true)
 		c.StopOSD(0)
 		stopping.Store(false)
@@ -343,35 +337,125 @@ func testPartsHeld(t *testing.T, restart bool) {
 	o := c.OSDs[0]
 	// A slow reader: 64 KiB every 50 ms, until its hold has deferred the
 	// delete for three holds' time (it would have gone after one).
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	var heldSince time.Time
-	for heldSince.IsZero() || time.Since(heldSince) < 3*keep {
-		if heldSince.IsZero() && o.Stats().PartDropsHeld > 0 {
-			heldSince = time.Now()
+	w := &slowWriter{buf: bytes.NewBuffer(got), tick: time.NewTicker(50 * time.Millisecond), held: func() bool { return o.Stats().PartDropsHeld > 0 }}
+	defer w.tick.Stop()
+	if mode == "writeTo" {
+		if _, err := io.Copy(w, obj); err != nil {
+			t.Fatalf("a slow io.Copy across the overwrite, at %d: %v", w.buf.Len(), err)
 		}
-		if ctx.Err() != nil || len(got) > 10<<20 {
-			t.Fatalf("the delete of the replaced parts was not deferred (held since %v, %d bytes read)", heldSince, len(got))
-		}
-		read(64 << 10)
-		<-tick.C
 	}
-	rest, err := io.ReadAll(obj)
-	if err != nil || !bytes.Equal(append(got, rest...), old) {
-		t.Fatalf("a slow read across the overwrite: %d bytes, %v", len(got)+len(rest), err)
-	}
+	w.readPastHolds(t, ctx, obj, keep, old)
 	obj.Close()
+	partsGone(t, ctx, []*osd.OSD{o}, meta)
+	if n := o.Stats().PartDropsHeld; n != 0 {
+		t.Fatalf("%d deletes still held after they ran", n)
+	}
+}
+
+// slowWriter takes 64 KiB per tick, and notes when held first says so.
+type slowWriter struct {
+	buf       *bytes.Buffer
+	tick      *time.Ticker
+	held      func() bool
+	heldSince time.Time
+}
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	for rest := p; len(rest) > 0; {
+		n := min(len(rest), 64<<10)
+		w.buf.Write(rest[:n])
+		rest = rest[n:]
+		if w.heldSince.IsZero() && w.held() {
+			w.heldSince = time.Now()
+		}
+		<-w.tick.C
+	}
+	return len(p), nil
+}
+
+// readPastHolds reads obj on into w, 64 KiB at a time, until held has
+// said so for three holds of keep (a delete not deferred would have run
+// after one), then the rest, which must make want.
+func (w *slowWriter) readPastHolds(t *testing.T, ctx context.Context, obj io.Reader, keep time.Duration, want []byte) {
+	t.Helper()
+	for w.heldSince.IsZero() || time.Since(w.heldSince) < 3*keep {
+		if ctx.Err() != nil || w.buf.Len() > 10<<20 {
+			t.Fatalf("the delete of the replaced parts was not deferred (held since %v, %d bytes read)", w.heldSince, w.buf.Len())
+		}
+		if _, err := io.CopyN(w, obj, 64<<10); err != nil {
+			t.Fatalf("reading on at %d: %v", w.buf.Len(), err)
+		}
+	}
+	if _, err := io.Copy(w.buf, obj); err != nil || !bytes.Equal(w.buf.Bytes(), want) {
+		t.Fatalf("a slow read across the overwrite: %d bytes, %v", w.buf.Len(), err)
+	}
+}
+
+// partsGone waits until none of osds holds any of meta's parts.
+func partsGone(t *testing.T, ctx context.Context, osds []*osd.OSD, meta *osdpb.ObjectMeta) {
+	t.Helper()
 	osdtest.Eventually(t, 30*time.Second, "the parts deleted once their reader stopped", func() bool {
-		for _, p := range meta.Parts {
-			if _, err := o.Store().Head(ctx, ops.MultipartBucket, p.Key); !errors.Is(err, store.ErrNoSuchKey) {
-				return false
+		for _, o := range osds {
+			for _, p := range meta.Parts {
+				if _, err := o.Store().Head(ctx, ops.MultipartBucket, p.Key); !errors.Is(err, store.ErrNoSuchKey) {
+					return false
+				}
 			}
 		}
 		return true
 	})
-	if n := o.Stats().PartDropsHeld; n != 0 {
-		t.Fatalf("%d deletes still held after they ran", n)
+}
+
+// TestReplacedPartsHeldAsPrimaryMoves: a map moves the object's PG to
+// another primary (an OSD comes in) while the old one, still up, waits to
+// delete the parts its overwrite replaced; the reader now names its parts
+// to the new primary, which the old one asks before it deletes them.
+func TestReplacedPartsHeldAsPrimaryMoves(t *testing.T) {
+	const keep = time.Second
+	c := osdtest.Start(t, osdtest.Options{OSDs: 4, PGs: 16, Tweak: func(cfg *osd.Config) { cfg.Store.KeepReplacedFor = keep }})
+	ctx := ctxT(t, 2*time.Minute)
+	pool, _ := c.Map.PoolByName(placement.DefaultPoolName)
+	without, with := newcomerMaps(t, c, newcomer)
+	key, oldPrimary := "", uint32(0)
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("big%d", i)
+		pg := placement.PGOf(pool, "mpbucket", k)
+		p1, _ := without.Primary(pool.Id, pg)
+		if p2, _ := with.Primary(pool.Id, pg); p2 == newcomer && p1 != newcomer {
+			key, oldPrimary = k, p1
+		}
 	}
+	cl := c.Client(t, nil)
+	if err := cl.MakeBucket(ctx, "mpbucket"); err != nil {
+		t.Fatal(err)
+	}
+	old := osdtest.Payload(11<<20, 7)
+	if _, err := osdtest.Put(ctx, cl, "mpbucket", key, old, client.PutOptions{PartSize: 5 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	meta, err := c.OSDs[oldPrimary].Store().Head(ctx, "mpbucket", key)
+	if err != nil || len(meta.Parts) != 3 {
+		t.Fatalf("the multipart object: %v, %v", meta, err)
+	}
+	obj, err := cl.GetObject(ctx, "mpbucket", key, client.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	got := make([]byte, 1<<20, len(old))
+	if _, err := io.ReadFull(obj, got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := osdtest.Put(ctx, cl, "mpbucket", key, []byte("small now"), client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	adoptAll(t, c, with)
+	o := c.OSDs[oldPrimary]
+	w := &slowWriter{buf: bytes.NewBuffer(got), tick: time.NewTicker(50 * time.Millisecond), held: func() bool { return o.Stats().PartDropsHeld > 0 }}
+	defer w.tick.Stop()
+	w.readPastHolds(t, ctx, obj, keep, old)
+	obj.Close()
+	partsGone(t, ctx, c.OSDs, meta)
 }
 
 // TestReplacedPartsDroppedAfterPrimaryCrash: the primary of a multipart

@@ -764,7 +764,7 @@ func (o *OSD) dropReplaced(p *pgState, e *osdpb.LogEntry) {
 	o.drops.Add(1)
 	o.wg.Go(func() {
 		defer o.drops.Add(-1)
-		if o.waitKeepReplaced() && o.waitPartHolds(e.Bucket, e.DroppedParts) {
+		if o.waitKeepReplaced() && o.waitPartHolds(p.pool, e) {
 			o.dropGarbage(p.pool, e)
 		}
 	})
@@ -853,8 +853,17 @@ func (o *OSD) redropRecent(p *pgState) {
 			return
 		}
 		for _, e := range todo {
-			if !o.waitPartHolds(e.Bucket, e.DroppedParts) {
-				return
+			if o.partHolds.heldUntil(e.Bucket, uploadsOf(e.DroppedParts)).After(time.Now()) {
+				// A reader holds these: they wait on their own, not
+				// the entries after them.
+				o.drops.Add(1)
+				o.wg.Go(func() {
+					defer o.drops.Add(-1)
+					if o.waitPartHolds(p.pool, e) {
+						o.dropGarbage(p.pool, e)
+					}
+				})
+				continue
 			}
 			o.dropGarbage(p.pool, e)
 		}

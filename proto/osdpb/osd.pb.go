@@ -114,6 +114,11 @@ const (
 	// empty and deletes it (docs/osd.md, "Buckets").
 	MsgType_MSG_BUCKET_FENCE       MsgType = 117
 	MsgType_MSG_BUCKET_FENCE_REPLY MsgType = 118
+	// An OSD about to delete a replaced multipart object's parts, no longer
+	// the primary of the object's PG (a map moved it), asks the primary now
+	// whether a reader holds them (PartHolds; docs/osd.md, "Reads").
+	MsgType_MSG_PART_HOLDS       MsgType = 119
+	MsgType_MSG_PART_HOLDS_REPLY MsgType = 120
 	// Between daemons or clients and the mon (docs/mon.md).
 	MsgType_MSG_MON_BOOT            MsgType = 201
 	MsgType_MSG_MON_BOOT_REPLY      MsgType = 202
@@ -198,6 +203,8 @@ var (
 		116: "MSG_PG_PUSH_REPLY",
 		117: "MSG_BUCKET_FENCE",
 		118: "MSG_BUCKET_FENCE_REPLY",
+		119: "MSG_PART_HOLDS",
+		120: "MSG_PART_HOLDS_REPLY",
 		201: "MSG_MON_BOOT",
 		202: "MSG_MON_BOOT_REPLY",
 		203: "MSG_MON_BEACON",
@@ -275,6 +282,8 @@ var (
 		"MSG_PG_PUSH_REPLY":              116,
 		"MSG_BUCKET_FENCE":               117,
 		"MSG_BUCKET_FENCE_REPLY":         118,
+		"MSG_PART_HOLDS":                 119,
+		"MSG_PART_HOLDS_REPLY":           120,
 		"MSG_MON_BOOT":                   201,
 		"MSG_MON_BOOT_REPLY":             202,
 		"MSG_MON_BEACON":                 203,
@@ -1907,6 +1916,112 @@ func (x *BucketFence) GetToken() uint64 {
 	return 0
 }
 
+// PartHolds asks the primary of a replaced multipart object's PG whether
+// a reader holds the parts of these uploads, in bucket (GetObject.hold_parts).
+type PartHolds struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        string                 `protobuf:"bytes,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Uploads       []string               `protobuf:"bytes,2,rep,name=uploads,proto3" json:"uploads,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartHolds) Reset() {
+	*x = PartHolds{}
+	mi := &file_osd_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartHolds) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartHolds) ProtoMessage() {}
+
+func (x *PartHolds) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartHolds.ProtoReflect.Descriptor instead.
+func (*PartHolds) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *PartHolds) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *PartHolds) GetUploads() []string {
+	if x != nil {
+		return x.Uploads
+	}
+	return nil
+}
+
+type PartHoldsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *ReplyHeader           `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	HeldMs        uint32                 `protobuf:"varint,2,opt,name=held_ms,json=heldMs,proto3" json:"held_ms,omitempty"` // how much longer the longest hold runs; 0: none
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartHoldsReply) Reset() {
+	*x = PartHoldsReply{}
+	mi := &file_osd_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartHoldsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartHoldsReply) ProtoMessage() {}
+
+func (x *PartHoldsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_osd_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartHoldsReply.ProtoReflect.Descriptor instead.
+func (*PartHoldsReply) Descriptor() ([]byte, []int) {
+	return file_osd_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PartHoldsReply) GetHeader() *ReplyHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *PartHoldsReply) GetHeldMs() uint32 {
+	if x != nil {
+		return x.HeldMs
+	}
+	return 0
+}
+
 type ListBuckets struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -1916,7 +2031,7 @@ type ListBuckets struct {
 
 func (x *ListBuckets) Reset() {
 	*x = ListBuckets{}
-	mi := &file_osd_proto_msgTypes[17]
+	mi := &file_osd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2043,7 @@ func (x *ListBuckets) String() string {
 func (*ListBuckets) ProtoMessage() {}
 
 func (x *ListBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[17]
+	mi := &file_osd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2056,7 @@ func (x *ListBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBuckets.ProtoReflect.Descriptor instead.
 func (*ListBuckets) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{17}
+	return file_osd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListBuckets) GetHeader() *Header {
@@ -1961,7 +2076,7 @@ type ListBucketsReply struct {
 
 func (x *ListBucketsReply) Reset() {
 	*x = ListBucketsReply{}
-	mi := &file_osd_proto_msgTypes[18]
+	mi := &file_osd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2088,7 @@ func (x *ListBucketsReply) String() string {
 func (*ListBucketsReply) ProtoMessage() {}
 
 func (x *ListBucketsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[18]
+	mi := &file_osd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2101,7 @@ func (x *ListBucketsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBucketsReply.ProtoReflect.Descriptor instead.
 func (*ListBucketsReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{18}
+	return file_osd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListBucketsReply) GetHeader() *ReplyHeader {
@@ -2019,7 +2134,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_osd_proto_msgTypes[19]
+	mi := &file_osd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2146,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[19]
+	mi := &file_osd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2159,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{19}
+	return file_osd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Condition) GetIfMatch() []string {
@@ -2076,7 +2191,7 @@ type PutObject struct {
 
 func (x *PutObject) Reset() {
 	*x = PutObject{}
-	mi := &file_osd_proto_msgTypes[20]
+	mi := &file_osd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2203,7 @@ func (x *PutObject) String() string {
 func (*PutObject) ProtoMessage() {}
 
 func (x *PutObject) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[20]
+	mi := &file_osd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2216,7 @@ func (x *PutObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutObject.ProtoReflect.Descriptor instead.
 func (*PutObject) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{20}
+	return file_osd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PutObject) GetHeader() *Header {
@@ -2166,13 +2281,13 @@ type GetObject struct {
 	// its end) reads the range from it; otherwise the object as it is now
 	// answers, and the client sees that it changed (docs/osd.md, "Reads").
 	Want *ObjectMeta `protobuf:"bytes,9,opt,name=want,proto3" json:"want,omitempty"`
-	// hold_parts: a reader of a multipart object, reading its parts, names
-	// the key of its manifest's first part (in this bucket), to the primary
-	// of the object's PG: if an overwrite or delete replaces that manifest,
-	// the primary defers deleting its parts until hold_ms (of the reply)
-	// after the last get that named it. Such a get asks for no bytes; its
-	// answer is the object as it is now, or NoSuchKey. A get whose answer is
-	// a manifest holds that manifest's parts so too (docs/osd.md, "Reads").
+	// hold_parts: a reader of a multipart object of this bucket, reading its
+	// parts, names one of them (its key in the multipart bucket) to the
+	// primary of the object's PG: if an overwrite or delete replaces the
+	// object, the primary defers deleting the parts of that part's upload
+	// until hold_ms (of the reply) after the last get that named it. Such a
+	// get reads nothing: its answer is hold_ms alone, 0 if no hold was
+	// taken (docs/osd.md, "Reads").
 	HoldParts     string `protobuf:"bytes,10,opt,name=hold_parts,json=holdParts,proto3" json:"hold_parts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2180,7 +2295,7 @@ type GetObject struct {
 
 func (x *GetObject) Reset() {
 	*x = GetObject{}
-	mi := &file_osd_proto_msgTypes[21]
+	mi := &file_osd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2307,7 @@ func (x *GetObject) String() string {
 func (*GetObject) ProtoMessage() {}
 
 func (x *GetObject) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[21]
+	mi := &file_osd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2320,7 @@ func (x *GetObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObject.ProtoReflect.Descriptor instead.
 func (*GetObject) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{21}
+	return file_osd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetObject) GetHeader() *Header {
@@ -2290,10 +2405,10 @@ type ObjectReply struct {
 	// were written; the OSD may not have checked the bytes against it
 	// (GetObject.client_checks), so the client must.
 	DataCrc32C *uint32 `protobuf:"fixed32,4,opt,name=data_crc32c,json=dataCrc32c,proto3,oneof" json:"data_crc32c,omitempty"`
-	// hold_ms: a get's answer that is a manifest, or a get with hold_parts:
-	// how long the primary defers deleting the parts after this get, if an
-	// overwrite or delete replaces the manifest (GetObject.hold_parts); a
-	// reader names its parts again well within it. 0: the OSD holds none.
+	// hold_ms: of a get whose answer is a manifest, how long the primary
+	// holds its parts after a get naming them (GetObject.hold_parts), which
+	// a reader does again well within it; of such a get, the hold it took.
+	// 0: the OSD holds none.
 	HoldMs        uint32 `protobuf:"varint,5,opt,name=hold_ms,json=holdMs,proto3" json:"hold_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2301,7 +2416,7 @@ type ObjectReply struct {
 
 func (x *ObjectReply) Reset() {
 	*x = ObjectReply{}
-	mi := &file_osd_proto_msgTypes[22]
+	mi := &file_osd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2428,7 @@ func (x *ObjectReply) String() string {
 func (*ObjectReply) ProtoMessage() {}
 
 func (x *ObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[22]
+	mi := &file_osd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2441,7 @@ func (x *ObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectReply.ProtoReflect.Descriptor instead.
 func (*ObjectReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{22}
+	return file_osd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ObjectReply) GetHeader() *ReplyHeader {
@@ -2378,7 +2493,7 @@ type ObjectRequest struct {
 
 func (x *ObjectRequest) Reset() {
 	*x = ObjectRequest{}
-	mi := &file_osd_proto_msgTypes[23]
+	mi := &file_osd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2505,7 @@ func (x *ObjectRequest) String() string {
 func (*ObjectRequest) ProtoMessage() {}
 
 func (x *ObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[23]
+	mi := &file_osd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2518,7 @@ func (x *ObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectRequest.ProtoReflect.Descriptor instead.
 func (*ObjectRequest) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{23}
+	return file_osd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ObjectRequest) GetHeader() *Header {
@@ -2453,7 +2568,7 @@ type ListObjects struct {
 
 func (x *ListObjects) Reset() {
 	*x = ListObjects{}
-	mi := &file_osd_proto_msgTypes[24]
+	mi := &file_osd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2580,7 @@ func (x *ListObjects) String() string {
 func (*ListObjects) ProtoMessage() {}
 
 func (x *ListObjects) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[24]
+	mi := &file_osd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2593,7 @@ func (x *ListObjects) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjects.ProtoReflect.Descriptor instead.
 func (*ListObjects) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{24}
+	return file_osd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListObjects) GetHeader() *Header {
@@ -2542,7 +2657,7 @@ type ListObjectsReply struct {
 
 func (x *ListObjectsReply) Reset() {
 	*x = ListObjectsReply{}
-	mi := &file_osd_proto_msgTypes[25]
+	mi := &file_osd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +2669,7 @@ func (x *ListObjectsReply) String() string {
 func (*ListObjectsReply) ProtoMessage() {}
 
 func (x *ListObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[25]
+	mi := &file_osd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +2682,7 @@ func (x *ListObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListObjectsReply.ProtoReflect.Descriptor instead.
 func (*ListObjectsReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{25}
+	return file_osd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListObjectsReply) GetHeader() *ReplyHeader {
@@ -2629,7 +2744,7 @@ type UploadRequest struct {
 
 func (x *UploadRequest) Reset() {
 	*x = UploadRequest{}
-	mi := &file_osd_proto_msgTypes[26]
+	mi := &file_osd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2641,7 +2756,7 @@ func (x *UploadRequest) String() string {
 func (*UploadRequest) ProtoMessage() {}
 
 func (x *UploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[26]
+	mi := &file_osd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2654,7 +2769,7 @@ func (x *UploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadRequest.ProtoReflect.Descriptor instead.
 func (*UploadRequest) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{26}
+	return file_osd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UploadRequest) GetHeader() *Header {
@@ -2748,7 +2863,7 @@ type UploadReply struct {
 
 func (x *UploadReply) Reset() {
 	*x = UploadReply{}
-	mi := &file_osd_proto_msgTypes[27]
+	mi := &file_osd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +2875,7 @@ func (x *UploadReply) String() string {
 func (*UploadReply) ProtoMessage() {}
 
 func (x *UploadReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[27]
+	mi := &file_osd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +2888,7 @@ func (x *UploadReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadReply.ProtoReflect.Descriptor instead.
 func (*UploadReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{27}
+	return file_osd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UploadReply) GetHeader() *ReplyHeader {
@@ -2829,7 +2944,7 @@ type UploadInfo struct {
 
 func (x *UploadInfo) Reset() {
 	*x = UploadInfo{}
-	mi := &file_osd_proto_msgTypes[28]
+	mi := &file_osd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2841,7 +2956,7 @@ func (x *UploadInfo) String() string {
 func (*UploadInfo) ProtoMessage() {}
 
 func (x *UploadInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[28]
+	mi := &file_osd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2854,7 +2969,7 @@ func (x *UploadInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadInfo.ProtoReflect.Descriptor instead.
 func (*UploadInfo) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{28}
+	return file_osd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UploadInfo) GetKey() string {
@@ -2906,7 +3021,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_osd_proto_msgTypes[29]
+	mi := &file_osd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2918,7 +3033,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[29]
+	mi := &file_osd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2931,7 +3046,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{29}
+	return file_osd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LogEntry) GetVersion() *Version {
@@ -3024,7 +3139,7 @@ type RepOp struct {
 
 func (x *RepOp) Reset() {
 	*x = RepOp{}
-	mi := &file_osd_proto_msgTypes[30]
+	mi := &file_osd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3036,7 +3151,7 @@ func (x *RepOp) String() string {
 func (*RepOp) ProtoMessage() {}
 
 func (x *RepOp) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[30]
+	mi := &file_osd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3049,7 +3164,7 @@ func (x *RepOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepOp.ProtoReflect.Descriptor instead.
 func (*RepOp) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{30}
+	return file_osd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RepOp) GetEpoch() uint64 {
@@ -3116,7 +3231,7 @@ type RepOpReply struct {
 
 func (x *RepOpReply) Reset() {
 	*x = RepOpReply{}
-	mi := &file_osd_proto_msgTypes[31]
+	mi := &file_osd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +3243,7 @@ func (x *RepOpReply) String() string {
 func (*RepOpReply) ProtoMessage() {}
 
 func (x *RepOpReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[31]
+	mi := &file_osd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +3256,7 @@ func (x *RepOpReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepOpReply.ProtoReflect.Descriptor instead.
 func (*RepOpReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{31}
+	return file_osd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RepOpReply) GetHeader() *ReplyHeader {
@@ -3190,7 +3305,7 @@ type PGQuery struct {
 
 func (x *PGQuery) Reset() {
 	*x = PGQuery{}
-	mi := &file_osd_proto_msgTypes[32]
+	mi := &file_osd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3317,7 @@ func (x *PGQuery) String() string {
 func (*PGQuery) ProtoMessage() {}
 
 func (x *PGQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[32]
+	mi := &file_osd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3330,7 @@ func (x *PGQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGQuery.ProtoReflect.Descriptor instead.
 func (*PGQuery) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{32}
+	return file_osd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PGQuery) GetEpoch() uint64 {
@@ -3261,7 +3376,7 @@ type PGInfo struct {
 
 func (x *PGInfo) Reset() {
 	*x = PGInfo{}
-	mi := &file_osd_proto_msgTypes[33]
+	mi := &file_osd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3388,7 @@ func (x *PGInfo) String() string {
 func (*PGInfo) ProtoMessage() {}
 
 func (x *PGInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[33]
+	mi := &file_osd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3401,7 @@ func (x *PGInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGInfo.ProtoReflect.Descriptor instead.
 func (*PGInfo) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{33}
+	return file_osd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PGInfo) GetPg() uint32 {
@@ -3341,7 +3456,7 @@ type PGQueryReply struct {
 
 func (x *PGQueryReply) Reset() {
 	*x = PGQueryReply{}
-	mi := &file_osd_proto_msgTypes[34]
+	mi := &file_osd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3468,7 @@ func (x *PGQueryReply) String() string {
 func (*PGQueryReply) ProtoMessage() {}
 
 func (x *PGQueryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[34]
+	mi := &file_osd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3481,7 @@ func (x *PGQueryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGQueryReply.ProtoReflect.Descriptor instead.
 func (*PGQueryReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{34}
+	return file_osd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PGQueryReply) GetHeader() *ReplyHeader {
@@ -3398,7 +3513,7 @@ type PGStray struct {
 
 func (x *PGStray) Reset() {
 	*x = PGStray{}
-	mi := &file_osd_proto_msgTypes[35]
+	mi := &file_osd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3410,7 +3525,7 @@ func (x *PGStray) String() string {
 func (*PGStray) ProtoMessage() {}
 
 func (x *PGStray) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[35]
+	mi := &file_osd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3423,7 +3538,7 @@ func (x *PGStray) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGStray.ProtoReflect.Descriptor instead.
 func (*PGStray) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{35}
+	return file_osd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PGStray) GetEpoch() uint64 {
@@ -3466,7 +3581,7 @@ type PGStrayReply struct {
 
 func (x *PGStrayReply) Reset() {
 	*x = PGStrayReply{}
-	mi := &file_osd_proto_msgTypes[36]
+	mi := &file_osd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3478,7 +3593,7 @@ func (x *PGStrayReply) String() string {
 func (*PGStrayReply) ProtoMessage() {}
 
 func (x *PGStrayReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[36]
+	mi := &file_osd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3491,7 +3606,7 @@ func (x *PGStrayReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGStrayReply.ProtoReflect.Descriptor instead.
 func (*PGStrayReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{36}
+	return file_osd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PGStrayReply) GetHeader() *ReplyHeader {
@@ -3521,7 +3636,7 @@ type PGLogPull struct {
 
 func (x *PGLogPull) Reset() {
 	*x = PGLogPull{}
-	mi := &file_osd_proto_msgTypes[37]
+	mi := &file_osd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3533,7 +3648,7 @@ func (x *PGLogPull) String() string {
 func (*PGLogPull) ProtoMessage() {}
 
 func (x *PGLogPull) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[37]
+	mi := &file_osd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3546,7 +3661,7 @@ func (x *PGLogPull) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGLogPull.ProtoReflect.Descriptor instead.
 func (*PGLogPull) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{37}
+	return file_osd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PGLogPull) GetEpoch() uint64 {
@@ -3602,7 +3717,7 @@ type PGLogPullReply struct {
 
 func (x *PGLogPullReply) Reset() {
 	*x = PGLogPullReply{}
-	mi := &file_osd_proto_msgTypes[38]
+	mi := &file_osd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3614,7 +3729,7 @@ func (x *PGLogPullReply) String() string {
 func (*PGLogPullReply) ProtoMessage() {}
 
 func (x *PGLogPullReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[38]
+	mi := &file_osd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3627,7 +3742,7 @@ func (x *PGLogPullReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGLogPullReply.ProtoReflect.Descriptor instead.
 func (*PGLogPullReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{38}
+	return file_osd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PGLogPullReply) GetHeader() *ReplyHeader {
@@ -3691,7 +3806,7 @@ type PGBackfill struct {
 
 func (x *PGBackfill) Reset() {
 	*x = PGBackfill{}
-	mi := &file_osd_proto_msgTypes[39]
+	mi := &file_osd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3703,7 +3818,7 @@ func (x *PGBackfill) String() string {
 func (*PGBackfill) ProtoMessage() {}
 
 func (x *PGBackfill) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[39]
+	mi := &file_osd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3716,7 +3831,7 @@ func (x *PGBackfill) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGBackfill.ProtoReflect.Descriptor instead.
 func (*PGBackfill) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{39}
+	return file_osd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PGBackfill) GetEpoch() uint64 {
@@ -3780,7 +3895,7 @@ type PGBackfillReply struct {
 
 func (x *PGBackfillReply) Reset() {
 	*x = PGBackfillReply{}
-	mi := &file_osd_proto_msgTypes[40]
+	mi := &file_osd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3792,7 +3907,7 @@ func (x *PGBackfillReply) String() string {
 func (*PGBackfillReply) ProtoMessage() {}
 
 func (x *PGBackfillReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[40]
+	mi := &file_osd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3805,7 +3920,7 @@ func (x *PGBackfillReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGBackfillReply.ProtoReflect.Descriptor instead.
 func (*PGBackfillReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{40}
+	return file_osd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PGBackfillReply) GetHeader() *ReplyHeader {
@@ -3851,7 +3966,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_osd_proto_msgTypes[41]
+	mi := &file_osd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3863,7 +3978,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[41]
+	mi := &file_osd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3876,7 +3991,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{41}
+	return file_osd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Heartbeat) GetFrom() uint32 {
@@ -3926,7 +4041,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_osd_proto_msgTypes[42]
+	mi := &file_osd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4053,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[42]
+	mi := &file_osd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4066,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{42}
+	return file_osd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *HeartbeatReply) GetFrom() uint32 {
@@ -4022,7 +4137,7 @@ type MonBoot struct {
 
 func (x *MonBoot) Reset() {
 	*x = MonBoot{}
-	mi := &file_osd_proto_msgTypes[43]
+	mi := &file_osd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4034,7 +4149,7 @@ func (x *MonBoot) String() string {
 func (*MonBoot) ProtoMessage() {}
 
 func (x *MonBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[43]
+	mi := &file_osd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4047,7 +4162,7 @@ func (x *MonBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBoot.ProtoReflect.Descriptor instead.
 func (*MonBoot) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{43}
+	return file_osd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MonBoot) GetFsid() string {
@@ -4166,7 +4281,7 @@ type MonBootReply struct {
 
 func (x *MonBootReply) Reset() {
 	*x = MonBootReply{}
-	mi := &file_osd_proto_msgTypes[44]
+	mi := &file_osd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4178,7 +4293,7 @@ func (x *MonBootReply) String() string {
 func (*MonBootReply) ProtoMessage() {}
 
 func (x *MonBootReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[44]
+	mi := &file_osd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4191,7 +4306,7 @@ func (x *MonBootReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBootReply.ProtoReflect.Descriptor instead.
 func (*MonBootReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{44}
+	return file_osd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MonBootReply) GetHeader() *ReplyHeader {
@@ -4265,7 +4380,7 @@ type PGStat struct {
 
 func (x *PGStat) Reset() {
 	*x = PGStat{}
-	mi := &file_osd_proto_msgTypes[45]
+	mi := &file_osd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4277,7 +4392,7 @@ func (x *PGStat) String() string {
 func (*PGStat) ProtoMessage() {}
 
 func (x *PGStat) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[45]
+	mi := &file_osd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4290,7 +4405,7 @@ func (x *PGStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGStat.ProtoReflect.Descriptor instead.
 func (*PGStat) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{45}
+	return file_osd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PGStat) GetPool() uint32 {
@@ -4392,7 +4507,7 @@ type PGScrub struct {
 
 func (x *PGScrub) Reset() {
 	*x = PGScrub{}
-	mi := &file_osd_proto_msgTypes[46]
+	mi := &file_osd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4404,7 +4519,7 @@ func (x *PGScrub) String() string {
 func (*PGScrub) ProtoMessage() {}
 
 func (x *PGScrub) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[46]
+	mi := &file_osd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4417,7 +4532,7 @@ func (x *PGScrub) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGScrub.ProtoReflect.Descriptor instead.
 func (*PGScrub) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{46}
+	return file_osd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PGScrub) GetHeader() *Header {
@@ -4444,7 +4559,7 @@ type PGScrubReply struct {
 
 func (x *PGScrubReply) Reset() {
 	*x = PGScrubReply{}
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4456,7 +4571,7 @@ func (x *PGScrubReply) String() string {
 func (*PGScrubReply) ProtoMessage() {}
 
 func (x *PGScrubReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[47]
+	mi := &file_osd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4469,7 +4584,7 @@ func (x *PGScrubReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGScrubReply.ProtoReflect.Descriptor instead.
 func (*PGScrubReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{47}
+	return file_osd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PGScrubReply) GetHeader() *ReplyHeader {
@@ -4497,7 +4612,7 @@ type ObjectName struct {
 
 func (x *ObjectName) Reset() {
 	*x = ObjectName{}
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4509,7 +4624,7 @@ func (x *ObjectName) String() string {
 func (*ObjectName) ProtoMessage() {}
 
 func (x *ObjectName) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[48]
+	mi := &file_osd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4522,7 +4637,7 @@ func (x *ObjectName) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectName.ProtoReflect.Descriptor instead.
 func (*ObjectName) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{48}
+	return file_osd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ObjectName) GetBucket() string {
@@ -4556,7 +4671,7 @@ type ScrubObject struct {
 
 func (x *ScrubObject) Reset() {
 	*x = ScrubObject{}
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4568,7 +4683,7 @@ func (x *ScrubObject) String() string {
 func (*ScrubObject) ProtoMessage() {}
 
 func (x *ScrubObject) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[49]
+	mi := &file_osd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4581,7 +4696,7 @@ func (x *ScrubObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubObject.ProtoReflect.Descriptor instead.
 func (*ScrubObject) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{49}
+	return file_osd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ScrubObject) GetBucket() string {
@@ -4650,7 +4765,7 @@ type PGScrubMap struct {
 
 func (x *PGScrubMap) Reset() {
 	*x = PGScrubMap{}
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4662,7 +4777,7 @@ func (x *PGScrubMap) String() string {
 func (*PGScrubMap) ProtoMessage() {}
 
 func (x *PGScrubMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[50]
+	mi := &file_osd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4675,7 +4790,7 @@ func (x *PGScrubMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGScrubMap.ProtoReflect.Descriptor instead.
 func (*PGScrubMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{50}
+	return file_osd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PGScrubMap) GetEpoch() uint64 {
@@ -4770,7 +4885,7 @@ type PGScrubMapReply struct {
 
 func (x *PGScrubMapReply) Reset() {
 	*x = PGScrubMapReply{}
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4782,7 +4897,7 @@ func (x *PGScrubMapReply) String() string {
 func (*PGScrubMapReply) ProtoMessage() {}
 
 func (x *PGScrubMapReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[51]
+	mi := &file_osd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4795,7 +4910,7 @@ func (x *PGScrubMapReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGScrubMapReply.ProtoReflect.Descriptor instead.
 func (*PGScrubMapReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{51}
+	return file_osd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PGScrubMapReply) GetHeader() *ReplyHeader {
@@ -4848,7 +4963,7 @@ type PGPush struct {
 
 func (x *PGPush) Reset() {
 	*x = PGPush{}
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4860,7 +4975,7 @@ func (x *PGPush) String() string {
 func (*PGPush) ProtoMessage() {}
 
 func (x *PGPush) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[52]
+	mi := &file_osd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4873,7 +4988,7 @@ func (x *PGPush) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGPush.ProtoReflect.Descriptor instead.
 func (*PGPush) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{52}
+	return file_osd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PGPush) GetEpoch() uint64 {
@@ -4913,7 +5028,7 @@ type PGPushReply struct {
 
 func (x *PGPushReply) Reset() {
 	*x = PGPushReply{}
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4925,7 +5040,7 @@ func (x *PGPushReply) String() string {
 func (*PGPushReply) ProtoMessage() {}
 
 func (x *PGPushReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[53]
+	mi := &file_osd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4938,7 +5053,7 @@ func (x *PGPushReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGPushReply.ProtoReflect.Descriptor instead.
 func (*PGPushReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{53}
+	return file_osd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PGPushReply) GetHeader() *ReplyHeader {
@@ -4967,7 +5082,7 @@ type ScrubShard struct {
 
 func (x *ScrubShard) Reset() {
 	*x = ScrubShard{}
-	mi := &file_osd_proto_msgTypes[54]
+	mi := &file_osd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4979,7 +5094,7 @@ func (x *ScrubShard) String() string {
 func (*ScrubShard) ProtoMessage() {}
 
 func (x *ScrubShard) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[54]
+	mi := &file_osd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4992,7 +5107,7 @@ func (x *ScrubShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrubShard.ProtoReflect.Descriptor instead.
 func (*ScrubShard) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{54}
+	return file_osd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ScrubShard) GetOsd() uint32 {
@@ -5066,7 +5181,7 @@ type InconsistentObject struct {
 
 func (x *InconsistentObject) Reset() {
 	*x = InconsistentObject{}
-	mi := &file_osd_proto_msgTypes[55]
+	mi := &file_osd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5078,7 +5193,7 @@ func (x *InconsistentObject) String() string {
 func (*InconsistentObject) ProtoMessage() {}
 
 func (x *InconsistentObject) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[55]
+	mi := &file_osd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5091,7 +5206,7 @@ func (x *InconsistentObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InconsistentObject.ProtoReflect.Descriptor instead.
 func (*InconsistentObject) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{55}
+	return file_osd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *InconsistentObject) GetBucket() string {
@@ -5135,7 +5250,7 @@ type PGInconsistent struct {
 
 func (x *PGInconsistent) Reset() {
 	*x = PGInconsistent{}
-	mi := &file_osd_proto_msgTypes[56]
+	mi := &file_osd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5147,7 +5262,7 @@ func (x *PGInconsistent) String() string {
 func (*PGInconsistent) ProtoMessage() {}
 
 func (x *PGInconsistent) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[56]
+	mi := &file_osd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5160,7 +5275,7 @@ func (x *PGInconsistent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGInconsistent.ProtoReflect.Descriptor instead.
 func (*PGInconsistent) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{56}
+	return file_osd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PGInconsistent) GetScrubbedUnixNano() int64 {
@@ -5197,7 +5312,7 @@ type PGRepair struct {
 
 func (x *PGRepair) Reset() {
 	*x = PGRepair{}
-	mi := &file_osd_proto_msgTypes[57]
+	mi := &file_osd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5209,7 +5324,7 @@ func (x *PGRepair) String() string {
 func (*PGRepair) ProtoMessage() {}
 
 func (x *PGRepair) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[57]
+	mi := &file_osd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5222,7 +5337,7 @@ func (x *PGRepair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGRepair.ProtoReflect.Descriptor instead.
 func (*PGRepair) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{57}
+	return file_osd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PGRepair) GetHeader() *Header {
@@ -5243,7 +5358,7 @@ type PGRepairReply struct {
 
 func (x *PGRepairReply) Reset() {
 	*x = PGRepairReply{}
-	mi := &file_osd_proto_msgTypes[58]
+	mi := &file_osd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5255,7 +5370,7 @@ func (x *PGRepairReply) String() string {
 func (*PGRepairReply) ProtoMessage() {}
 
 func (x *PGRepairReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[58]
+	mi := &file_osd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5268,7 +5383,7 @@ func (x *PGRepairReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGRepairReply.ProtoReflect.Descriptor instead.
 func (*PGRepairReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{58}
+	return file_osd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PGRepairReply) GetHeader() *ReplyHeader {
@@ -5303,7 +5418,7 @@ type PGListInconsistent struct {
 
 func (x *PGListInconsistent) Reset() {
 	*x = PGListInconsistent{}
-	mi := &file_osd_proto_msgTypes[59]
+	mi := &file_osd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5315,7 +5430,7 @@ func (x *PGListInconsistent) String() string {
 func (*PGListInconsistent) ProtoMessage() {}
 
 func (x *PGListInconsistent) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[59]
+	mi := &file_osd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5328,7 +5443,7 @@ func (x *PGListInconsistent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGListInconsistent.ProtoReflect.Descriptor instead.
 func (*PGListInconsistent) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{59}
+	return file_osd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PGListInconsistent) GetHeader() *Header {
@@ -5348,7 +5463,7 @@ type PGListInconsistentReply struct {
 
 func (x *PGListInconsistentReply) Reset() {
 	*x = PGListInconsistentReply{}
-	mi := &file_osd_proto_msgTypes[60]
+	mi := &file_osd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5360,7 +5475,7 @@ func (x *PGListInconsistentReply) String() string {
 func (*PGListInconsistentReply) ProtoMessage() {}
 
 func (x *PGListInconsistentReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[60]
+	mi := &file_osd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5373,7 +5488,7 @@ func (x *PGListInconsistentReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGListInconsistentReply.ProtoReflect.Descriptor instead.
 func (*PGListInconsistentReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{60}
+	return file_osd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PGListInconsistentReply) GetHeader() *ReplyHeader {
@@ -5401,7 +5516,7 @@ type PGInspect struct {
 
 func (x *PGInspect) Reset() {
 	*x = PGInspect{}
-	mi := &file_osd_proto_msgTypes[61]
+	mi := &file_osd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5413,7 +5528,7 @@ func (x *PGInspect) String() string {
 func (*PGInspect) ProtoMessage() {}
 
 func (x *PGInspect) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[61]
+	mi := &file_osd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5426,7 +5541,7 @@ func (x *PGInspect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGInspect.ProtoReflect.Descriptor instead.
 func (*PGInspect) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{61}
+	return file_osd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PGInspect) GetHeader() *Header {
@@ -5446,7 +5561,7 @@ type PGInspectReply struct {
 
 func (x *PGInspectReply) Reset() {
 	*x = PGInspectReply{}
-	mi := &file_osd_proto_msgTypes[62]
+	mi := &file_osd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5458,7 +5573,7 @@ func (x *PGInspectReply) String() string {
 func (*PGInspectReply) ProtoMessage() {}
 
 func (x *PGInspectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[62]
+	mi := &file_osd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5471,7 +5586,7 @@ func (x *PGInspectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGInspectReply.ProtoReflect.Descriptor instead.
 func (*PGInspectReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{62}
+	return file_osd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *PGInspectReply) GetHeader() *ReplyHeader {
@@ -5544,7 +5659,7 @@ type MonBeacon struct {
 
 func (x *MonBeacon) Reset() {
 	*x = MonBeacon{}
-	mi := &file_osd_proto_msgTypes[63]
+	mi := &file_osd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5556,7 +5671,7 @@ func (x *MonBeacon) String() string {
 func (*MonBeacon) ProtoMessage() {}
 
 func (x *MonBeacon) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[63]
+	mi := &file_osd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5569,7 +5684,7 @@ func (x *MonBeacon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeacon.ProtoReflect.Descriptor instead.
 func (*MonBeacon) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{63}
+	return file_osd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *MonBeacon) GetFsid() string {
@@ -5739,7 +5854,7 @@ type RepTimeouts struct {
 
 func (x *RepTimeouts) Reset() {
 	*x = RepTimeouts{}
-	mi := &file_osd_proto_msgTypes[64]
+	mi := &file_osd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5751,7 +5866,7 @@ func (x *RepTimeouts) String() string {
 func (*RepTimeouts) ProtoMessage() {}
 
 func (x *RepTimeouts) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[64]
+	mi := &file_osd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5764,7 +5879,7 @@ func (x *RepTimeouts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepTimeouts.ProtoReflect.Descriptor instead.
 func (*RepTimeouts) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{64}
+	return file_osd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RepTimeouts) GetOsd() uint32 {
@@ -5801,7 +5916,7 @@ type HeldDown struct {
 
 func (x *HeldDown) Reset() {
 	*x = HeldDown{}
-	mi := &file_osd_proto_msgTypes[65]
+	mi := &file_osd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5813,7 +5928,7 @@ func (x *HeldDown) String() string {
 func (*HeldDown) ProtoMessage() {}
 
 func (x *HeldDown) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[65]
+	mi := &file_osd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5826,7 +5941,7 @@ func (x *HeldDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeldDown.ProtoReflect.Descriptor instead.
 func (*HeldDown) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{65}
+	return file_osd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *HeldDown) GetUntilUnixNanos() int64 {
@@ -5863,7 +5978,7 @@ type MonBeaconReply struct {
 
 func (x *MonBeaconReply) Reset() {
 	*x = MonBeaconReply{}
-	mi := &file_osd_proto_msgTypes[66]
+	mi := &file_osd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5875,7 +5990,7 @@ func (x *MonBeaconReply) String() string {
 func (*MonBeaconReply) ProtoMessage() {}
 
 func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[66]
+	mi := &file_osd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5888,7 +6003,7 @@ func (x *MonBeaconReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonBeaconReply.ProtoReflect.Descriptor instead.
 func (*MonBeaconReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{66}
+	return file_osd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MonBeaconReply) GetHeader() *ReplyHeader {
@@ -5920,7 +6035,7 @@ type RelayedBeacon struct {
 
 func (x *RelayedBeacon) Reset() {
 	*x = RelayedBeacon{}
-	mi := &file_osd_proto_msgTypes[67]
+	mi := &file_osd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5932,7 +6047,7 @@ func (x *RelayedBeacon) String() string {
 func (*RelayedBeacon) ProtoMessage() {}
 
 func (x *RelayedBeacon) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[67]
+	mi := &file_osd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5945,7 +6060,7 @@ func (x *RelayedBeacon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayedBeacon.ProtoReflect.Descriptor instead.
 func (*RelayedBeacon) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{67}
+	return file_osd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RelayedBeacon) GetBeacon() *MonBeacon {
@@ -5991,7 +6106,7 @@ type MonFailure struct {
 
 func (x *MonFailure) Reset() {
 	*x = MonFailure{}
-	mi := &file_osd_proto_msgTypes[68]
+	mi := &file_osd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6003,7 +6118,7 @@ func (x *MonFailure) String() string {
 func (*MonFailure) ProtoMessage() {}
 
 func (x *MonFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[68]
+	mi := &file_osd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6016,7 +6131,7 @@ func (x *MonFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailure.ProtoReflect.Descriptor instead.
 func (*MonFailure) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{68}
+	return file_osd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *MonFailure) GetFsid() string {
@@ -6092,7 +6207,7 @@ type MonFailureReply struct {
 
 func (x *MonFailureReply) Reset() {
 	*x = MonFailureReply{}
-	mi := &file_osd_proto_msgTypes[69]
+	mi := &file_osd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6104,7 +6219,7 @@ func (x *MonFailureReply) String() string {
 func (*MonFailureReply) ProtoMessage() {}
 
 func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[69]
+	mi := &file_osd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6117,7 +6232,7 @@ func (x *MonFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonFailureReply.ProtoReflect.Descriptor instead.
 func (*MonFailureReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{69}
+	return file_osd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MonFailureReply) GetHeader() *ReplyHeader {
@@ -6149,7 +6264,7 @@ type RelayedFailure struct {
 
 func (x *RelayedFailure) Reset() {
 	*x = RelayedFailure{}
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6161,7 +6276,7 @@ func (x *RelayedFailure) String() string {
 func (*RelayedFailure) ProtoMessage() {}
 
 func (x *RelayedFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[70]
+	mi := &file_osd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6174,7 +6289,7 @@ func (x *RelayedFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayedFailure.ProtoReflect.Descriptor instead.
 func (*RelayedFailure) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{70}
+	return file_osd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RelayedFailure) GetFailure() *MonFailure {
@@ -6217,7 +6332,7 @@ type MonMarkMeDown struct {
 
 func (x *MonMarkMeDown) Reset() {
 	*x = MonMarkMeDown{}
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6229,7 +6344,7 @@ func (x *MonMarkMeDown) String() string {
 func (*MonMarkMeDown) ProtoMessage() {}
 
 func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[71]
+	mi := &file_osd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6242,7 +6357,7 @@ func (x *MonMarkMeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMarkMeDown.ProtoReflect.Descriptor instead.
 func (*MonMarkMeDown) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{71}
+	return file_osd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *MonMarkMeDown) GetFsid() string {
@@ -6299,7 +6414,7 @@ type MonMarkMeDownReply struct {
 
 func (x *MonMarkMeDownReply) Reset() {
 	*x = MonMarkMeDownReply{}
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6311,7 +6426,7 @@ func (x *MonMarkMeDownReply) String() string {
 func (*MonMarkMeDownReply) ProtoMessage() {}
 
 func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[72]
+	mi := &file_osd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6324,7 +6439,7 @@ func (x *MonMarkMeDownReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMarkMeDownReply.ProtoReflect.Descriptor instead.
 func (*MonMarkMeDownReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{72}
+	return file_osd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *MonMarkMeDownReply) GetHeader() *ReplyHeader {
@@ -6355,7 +6470,7 @@ type RelayedMarkMeDown struct {
 
 func (x *RelayedMarkMeDown) Reset() {
 	*x = RelayedMarkMeDown{}
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6367,7 +6482,7 @@ func (x *RelayedMarkMeDown) String() string {
 func (*RelayedMarkMeDown) ProtoMessage() {}
 
 func (x *RelayedMarkMeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[73]
+	mi := &file_osd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6380,7 +6495,7 @@ func (x *RelayedMarkMeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayedMarkMeDown.ProtoReflect.Descriptor instead.
 func (*RelayedMarkMeDown) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{73}
+	return file_osd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RelayedMarkMeDown) GetRequest() *MonMarkMeDown {
@@ -6422,7 +6537,7 @@ type RelayedBoot struct {
 
 func (x *RelayedBoot) Reset() {
 	*x = RelayedBoot{}
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6434,7 +6549,7 @@ func (x *RelayedBoot) String() string {
 func (*RelayedBoot) ProtoMessage() {}
 
 func (x *RelayedBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[74]
+	mi := &file_osd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6447,7 +6562,7 @@ func (x *RelayedBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayedBoot.ProtoReflect.Descriptor instead.
 func (*RelayedBoot) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{74}
+	return file_osd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RelayedBoot) GetBoot() *MonBoot {
@@ -6490,7 +6605,7 @@ type MonSubscribe struct {
 
 func (x *MonSubscribe) Reset() {
 	*x = MonSubscribe{}
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6502,7 +6617,7 @@ func (x *MonSubscribe) String() string {
 func (*MonSubscribe) ProtoMessage() {}
 
 func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[75]
+	mi := &file_osd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6515,7 +6630,7 @@ func (x *MonSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribe.ProtoReflect.Descriptor instead.
 func (*MonSubscribe) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{75}
+	return file_osd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *MonSubscribe) GetHaveEpoch() uint64 {
@@ -6544,7 +6659,7 @@ type MonSubscribeReply struct {
 
 func (x *MonSubscribeReply) Reset() {
 	*x = MonSubscribeReply{}
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6556,7 +6671,7 @@ func (x *MonSubscribeReply) String() string {
 func (*MonSubscribeReply) ProtoMessage() {}
 
 func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[76]
+	mi := &file_osd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6569,7 +6684,7 @@ func (x *MonSubscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonSubscribeReply.ProtoReflect.Descriptor instead.
 func (*MonSubscribeReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{76}
+	return file_osd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *MonSubscribeReply) GetHeader() *ReplyHeader {
@@ -6613,7 +6728,7 @@ type AuthTable struct {
 
 func (x *AuthTable) Reset() {
 	*x = AuthTable{}
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6625,7 +6740,7 @@ func (x *AuthTable) String() string {
 func (*AuthTable) ProtoMessage() {}
 
 func (x *AuthTable) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[77]
+	mi := &file_osd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6638,7 +6753,7 @@ func (x *AuthTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthTable.ProtoReflect.Descriptor instead.
 func (*AuthTable) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{77}
+	return file_osd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *AuthTable) GetRevision() int64 {
@@ -6670,7 +6785,7 @@ type AuthEntry struct {
 
 func (x *AuthEntry) Reset() {
 	*x = AuthEntry{}
-	mi := &file_osd_proto_msgTypes[78]
+	mi := &file_osd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6682,7 +6797,7 @@ func (x *AuthEntry) String() string {
 func (*AuthEntry) ProtoMessage() {}
 
 func (x *AuthEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[78]
+	mi := &file_osd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6695,7 +6810,7 @@ func (x *AuthEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthEntry.ProtoReflect.Descriptor instead.
 func (*AuthEntry) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{78}
+	return file_osd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *AuthEntry) GetEntity() string {
@@ -6738,7 +6853,7 @@ type S3Key struct {
 
 func (x *S3Key) Reset() {
 	*x = S3Key{}
-	mi := &file_osd_proto_msgTypes[79]
+	mi := &file_osd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6750,7 +6865,7 @@ func (x *S3Key) String() string {
 func (*S3Key) ProtoMessage() {}
 
 func (x *S3Key) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[79]
+	mi := &file_osd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6763,7 +6878,7 @@ func (x *S3Key) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use S3Key.ProtoReflect.Descriptor instead.
 func (*S3Key) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{79}
+	return file_osd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *S3Key) GetAccessKey() string {
@@ -6789,7 +6904,7 @@ type MonAuth struct {
 
 func (x *MonAuth) Reset() {
 	*x = MonAuth{}
-	mi := &file_osd_proto_msgTypes[80]
+	mi := &file_osd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6801,7 +6916,7 @@ func (x *MonAuth) String() string {
 func (*MonAuth) ProtoMessage() {}
 
 func (x *MonAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[80]
+	mi := &file_osd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6814,7 +6929,7 @@ func (x *MonAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonAuth.ProtoReflect.Descriptor instead.
 func (*MonAuth) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{80}
+	return file_osd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *MonAuth) GetTable() *AuthTable {
@@ -6838,7 +6953,7 @@ type MonMap struct {
 
 func (x *MonMap) Reset() {
 	*x = MonMap{}
-	mi := &file_osd_proto_msgTypes[81]
+	mi := &file_osd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6850,7 +6965,7 @@ func (x *MonMap) String() string {
 func (*MonMap) ProtoMessage() {}
 
 func (x *MonMap) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[81]
+	mi := &file_osd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6863,7 +6978,7 @@ func (x *MonMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonMap.ProtoReflect.Descriptor instead.
 func (*MonMap) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{81}
+	return file_osd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *MonMap) GetMap() *ClusterMap {
@@ -6919,7 +7034,7 @@ type MonCommand struct {
 
 func (x *MonCommand) Reset() {
 	*x = MonCommand{}
-	mi := &file_osd_proto_msgTypes[82]
+	mi := &file_osd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6931,7 +7046,7 @@ func (x *MonCommand) String() string {
 func (*MonCommand) ProtoMessage() {}
 
 func (x *MonCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[82]
+	mi := &file_osd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6944,7 +7059,7 @@ func (x *MonCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommand.ProtoReflect.Descriptor instead.
 func (*MonCommand) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{82}
+	return file_osd_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *MonCommand) GetPrefix() string {
@@ -7065,7 +7180,7 @@ type MonRequestRecord struct {
 
 func (x *MonRequestRecord) Reset() {
 	*x = MonRequestRecord{}
-	mi := &file_osd_proto_msgTypes[83]
+	mi := &file_osd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7077,7 +7192,7 @@ func (x *MonRequestRecord) String() string {
 func (*MonRequestRecord) ProtoMessage() {}
 
 func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[83]
+	mi := &file_osd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7090,7 +7205,7 @@ func (x *MonRequestRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonRequestRecord.ProtoReflect.Descriptor instead.
 func (*MonRequestRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{83}
+	return file_osd_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *MonRequestRecord) GetDigest() []byte {
@@ -7121,7 +7236,7 @@ type MonCommandReply struct {
 
 func (x *MonCommandReply) Reset() {
 	*x = MonCommandReply{}
-	mi := &file_osd_proto_msgTypes[84]
+	mi := &file_osd_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7133,7 +7248,7 @@ func (x *MonCommandReply) String() string {
 func (*MonCommandReply) ProtoMessage() {}
 
 func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[84]
+	mi := &file_osd_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7146,7 +7261,7 @@ func (x *MonCommandReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MonCommandReply.ProtoReflect.Descriptor instead.
 func (*MonCommandReply) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{84}
+	return file_osd_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *MonCommandReply) GetHeader() *ReplyHeader {
@@ -7205,7 +7320,7 @@ type AuthRecord struct {
 
 func (x *AuthRecord) Reset() {
 	*x = AuthRecord{}
-	mi := &file_osd_proto_msgTypes[85]
+	mi := &file_osd_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7217,7 +7332,7 @@ func (x *AuthRecord) String() string {
 func (*AuthRecord) ProtoMessage() {}
 
 func (x *AuthRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_osd_proto_msgTypes[85]
+	mi := &file_osd_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7230,7 +7345,7 @@ func (x *AuthRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthRecord.ProtoReflect.Descriptor instead.
 func (*AuthRecord) Descriptor() ([]byte, []int) {
-	return file_osd_proto_rawDescGZIP(), []int{85}
+	return file_osd_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *AuthRecord) GetEntity() string {
@@ -7382,7 +7497,13 @@ const file_osd_proto_rawDesc = "" +
 	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x12\n" +
 	"\x04lift\x18\x02 \x01(\bR\x04lift\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\x12\x14\n" +
-	"\x05token\x18\x04 \x01(\x04R\x05token\"9\n" +
+	"\x05token\x18\x04 \x01(\x04R\x05token\"=\n" +
+	"\tPartHolds\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\tR\x06bucket\x12\x18\n" +
+	"\auploads\x18\x02 \x03(\tR\auploads\"Z\n" +
+	"\x0ePartHoldsReply\x12/\n" +
+	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x17\n" +
+	"\aheld_ms\x18\x02 \x01(\rR\x06heldMs\"9\n" +
 	"\vListBuckets\x12*\n" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\"u\n" +
 	"\x10ListBucketsReply\x12/\n" +
@@ -7837,7 +7958,7 @@ const file_osd_proto_rawDesc = "" +
 	"\as3_keys\x18\x05 \x03(\v2\x11.osprey.osd.S3KeyR\x06s3Keys\x1a7\n" +
 	"\tCapsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xa7\x0e\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xd5\x0e\n" +
 	"\aMsgType\x12\x0f\n" +
 	"\vMSG_UNKNOWN\x10\x00\x12\x0f\n" +
 	"\vMSG_GET_MAP\x10\x01\x12\x15\n" +
@@ -7901,7 +8022,9 @@ const file_osd_proto_rawDesc = "" +
 	"\vMSG_PG_PUSH\x10s\x12\x15\n" +
 	"\x11MSG_PG_PUSH_REPLY\x10t\x12\x14\n" +
 	"\x10MSG_BUCKET_FENCE\x10u\x12\x1a\n" +
-	"\x16MSG_BUCKET_FENCE_REPLY\x10v\x12\x11\n" +
+	"\x16MSG_BUCKET_FENCE_REPLY\x10v\x12\x12\n" +
+	"\x0eMSG_PART_HOLDS\x10w\x12\x18\n" +
+	"\x14MSG_PART_HOLDS_REPLY\x10x\x12\x11\n" +
 	"\fMSG_MON_BOOT\x10\xc9\x01\x12\x17\n" +
 	"\x12MSG_MON_BOOT_REPLY\x10\xca\x01\x12\x13\n" +
 	"\x0eMSG_MON_BEACON\x10\xcb\x01\x12\x19\n" +
@@ -7975,7 +8098,7 @@ func file_osd_proto_rawDescGZIP() []byte {
 }
 
 var file_osd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
+var file_osd_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
 var file_osd_proto_goTypes = []any{
 	(MsgType)(0),                    // 0: osprey.osd.MsgType
 	(Status)(0),                     // 1: osprey.osd.Status
@@ -7998,79 +8121,81 @@ var file_osd_proto_goTypes = []any{
 	(*BucketRequest)(nil),           // 18: osprey.osd.BucketRequest
 	(*BucketReply)(nil),             // 19: osprey.osd.BucketReply
 	(*BucketFence)(nil),             // 20: osprey.osd.BucketFence
-	(*ListBuckets)(nil),             // 21: osprey.osd.ListBuckets
-	(*ListBucketsReply)(nil),        // 22: osprey.osd.ListBucketsReply
-	(*Condition)(nil),               // 23: osprey.osd.Condition
-	(*PutObject)(nil),               // 24: osprey.osd.PutObject
-	(*GetObject)(nil),               // 25: osprey.osd.GetObject
-	(*ObjectReply)(nil),             // 26: osprey.osd.ObjectReply
-	(*ObjectRequest)(nil),           // 27: osprey.osd.ObjectRequest
-	(*ListObjects)(nil),             // 28: osprey.osd.ListObjects
-	(*ListObjectsReply)(nil),        // 29: osprey.osd.ListObjectsReply
-	(*UploadRequest)(nil),           // 30: osprey.osd.UploadRequest
-	(*UploadReply)(nil),             // 31: osprey.osd.UploadReply
-	(*UploadInfo)(nil),              // 32: osprey.osd.UploadInfo
-	(*LogEntry)(nil),                // 33: osprey.osd.LogEntry
-	(*RepOp)(nil),                   // 34: osprey.osd.RepOp
-	(*RepOpReply)(nil),              // 35: osprey.osd.RepOpReply
-	(*PGQuery)(nil),                 // 36: osprey.osd.PGQuery
-	(*PGInfo)(nil),                  // 37: osprey.osd.PGInfo
-	(*PGQueryReply)(nil),            // 38: osprey.osd.PGQueryReply
-	(*PGStray)(nil),                 // 39: osprey.osd.PGStray
-	(*PGStrayReply)(nil),            // 40: osprey.osd.PGStrayReply
-	(*PGLogPull)(nil),               // 41: osprey.osd.PGLogPull
-	(*PGLogPullReply)(nil),          // 42: osprey.osd.PGLogPullReply
-	(*PGBackfill)(nil),              // 43: osprey.osd.PGBackfill
-	(*PGBackfillReply)(nil),         // 44: osprey.osd.PGBackfillReply
-	(*Heartbeat)(nil),               // 45: osprey.osd.Heartbeat
-	(*HeartbeatReply)(nil),          // 46: osprey.osd.HeartbeatReply
-	(*MonBoot)(nil),                 // 47: osprey.osd.MonBoot
-	(*MonBootReply)(nil),            // 48: osprey.osd.MonBootReply
-	(*PGStat)(nil),                  // 49: osprey.osd.PGStat
-	(*PGScrub)(nil),                 // 50: osprey.osd.PGScrub
-	(*PGScrubReply)(nil),            // 51: osprey.osd.PGScrubReply
-	(*ObjectName)(nil),              // 52: osprey.osd.ObjectName
-	(*ScrubObject)(nil),             // 53: osprey.osd.ScrubObject
-	(*PGScrubMap)(nil),              // 54: osprey.osd.PGScrubMap
-	(*PGScrubMapReply)(nil),         // 55: osprey.osd.PGScrubMapReply
-	(*PGPush)(nil),                  // 56: osprey.osd.PGPush
-	(*PGPushReply)(nil),             // 57: osprey.osd.PGPushReply
-	(*ScrubShard)(nil),              // 58: osprey.osd.ScrubShard
-	(*InconsistentObject)(nil),      // 59: osprey.osd.InconsistentObject
-	(*PGInconsistent)(nil),          // 60: osprey.osd.PGInconsistent
-	(*PGRepair)(nil),                // 61: osprey.osd.PGRepair
-	(*PGRepairReply)(nil),           // 62: osprey.osd.PGRepairReply
-	(*PGListInconsistent)(nil),      // 63: osprey.osd.PGListInconsistent
-	(*PGListInconsistentReply)(nil), // 64: osprey.osd.PGListInconsistentReply
-	(*PGInspect)(nil),               // 65: osprey.osd.PGInspect
-	(*PGInspectReply)(nil),          // 66: osprey.osd.PGInspectReply
-	(*MonBeacon)(nil),               // 67: osprey.osd.MonBeacon
-	(*RepTimeouts)(nil),             // 68: osprey.osd.RepTimeouts
-	(*HeldDown)(nil),                // 69: osprey.osd.HeldDown
-	(*MonBeaconReply)(nil),          // 70: osprey.osd.MonBeaconReply
-	(*RelayedBeacon)(nil),           // 71: osprey.osd.RelayedBeacon
-	(*MonFailure)(nil),              // 72: osprey.osd.MonFailure
-	(*MonFailureReply)(nil),         // 73: osprey.osd.MonFailureReply
-	(*RelayedFailure)(nil),          // 74: osprey.osd.RelayedFailure
-	(*MonMarkMeDown)(nil),           // 75: osprey.osd.MonMarkMeDown
-	(*MonMarkMeDownReply)(nil),      // 76: osprey.osd.MonMarkMeDownReply
-	(*RelayedMarkMeDown)(nil),       // 77: osprey.osd.RelayedMarkMeDown
-	(*RelayedBoot)(nil),             // 78: osprey.osd.RelayedBoot
-	(*MonSubscribe)(nil),            // 79: osprey.osd.MonSubscribe
-	(*MonSubscribeReply)(nil),       // 80: osprey.osd.MonSubscribeReply
-	(*AuthTable)(nil),               // 81: osprey.osd.AuthTable
-	(*AuthEntry)(nil),               // 82: osprey.osd.AuthEntry
-	(*S3Key)(nil),                   // 83: osprey.osd.S3Key
-	(*MonAuth)(nil),                 // 84: osprey.osd.MonAuth
-	(*MonMap)(nil),                  // 85: osprey.osd.MonMap
-	(*MonCommand)(nil),              // 86: osprey.osd.MonCommand
-	(*MonRequestRecord)(nil),        // 87: osprey.osd.MonRequestRecord
-	(*MonCommandReply)(nil),         // 88: osprey.osd.MonCommandReply
-	(*AuthRecord)(nil),              // 89: osprey.osd.AuthRecord
-	nil,                             // 90: osprey.osd.ObjectMeta.UserMetaEntry
-	nil,                             // 91: osprey.osd.AuthEntry.CapsEntry
-	nil,                             // 92: osprey.osd.MonCommand.CapsEntry
-	nil,                             // 93: osprey.osd.AuthRecord.CapsEntry
+	(*PartHolds)(nil),               // 21: osprey.osd.PartHolds
+	(*PartHoldsReply)(nil),          // 22: osprey.osd.PartHoldsReply
+	(*ListBuckets)(nil),             // 23: osprey.osd.ListBuckets
+	(*ListBucketsReply)(nil),        // 24: osprey.osd.ListBucketsReply
+	(*Condition)(nil),               // 25: osprey.osd.Condition
+	(*PutObject)(nil),               // 26: osprey.osd.PutObject
+	(*GetObject)(nil),               // 27: osprey.osd.GetObject
+	(*ObjectReply)(nil),             // 28: osprey.osd.ObjectReply
+	(*ObjectRequest)(nil),           // 29: osprey.osd.ObjectRequest
+	(*ListObjects)(nil),             // 30: osprey.osd.ListObjects
+	(*ListObjectsReply)(nil),        // 31: osprey.osd.ListObjectsReply
+	(*UploadRequest)(nil),           // 32: osprey.osd.UploadRequest
+	(*UploadReply)(nil),             // 33: osprey.osd.UploadReply
+	(*UploadInfo)(nil),              // 34: osprey.osd.UploadInfo
+	(*LogEntry)(nil),                // 35: osprey.osd.LogEntry
+	(*RepOp)(nil),                   // 36: osprey.osd.RepOp
+	(*RepOpReply)(nil),              // 37: osprey.osd.RepOpReply
+	(*PGQuery)(nil),                 // 38: osprey.osd.PGQuery
+	(*PGInfo)(nil),                  // 39: osprey.osd.PGInfo
+	(*PGQueryReply)(nil),            // 40: osprey.osd.PGQueryReply
+	(*PGStray)(nil),                 // 41: osprey.osd.PGStray
+	(*PGStrayReply)(nil),            // 42: osprey.osd.PGStrayReply
+	(*PGLogPull)(nil),               // 43: osprey.osd.PGLogPull
+	(*PGLogPullReply)(nil),          // 44: osprey.osd.PGLogPullReply
+	(*PGBackfill)(nil),              // 45: osprey.osd.PGBackfill
+	(*PGBackfillReply)(nil),         // 46: osprey.osd.PGBackfillReply
+	(*Heartbeat)(nil),               // 47: osprey.osd.Heartbeat
+	(*HeartbeatReply)(nil),          // 48: osprey.osd.HeartbeatReply
+	(*MonBoot)(nil),                 // 49: osprey.osd.MonBoot
+	(*MonBootReply)(nil),            // 50: osprey.osd.MonBootReply
+	(*PGStat)(nil),                  // 51: osprey.osd.PGStat
+	(*PGScrub)(nil),                 // 52: osprey.osd.PGScrub
+	(*PGScrubReply)(nil),            // 53: osprey.osd.PGScrubReply
+	(*ObjectName)(nil),              // 54: osprey.osd.ObjectName
+	(*ScrubObject)(nil),             // 55: osprey.osd.ScrubObject
+	(*PGScrubMap)(nil),              // 56: osprey.osd.PGScrubMap
+	(*PGScrubMapReply)(nil),         // 57: osprey.osd.PGScrubMapReply
+	(*PGPush)(nil),                  // 58: osprey.osd.PGPush
+	(*PGPushReply)(nil),             // 59: osprey.osd.PGPushReply
+	(*ScrubShard)(nil),              // 60: osprey.osd.ScrubShard
+	(*InconsistentObject)(nil),      // 61: osprey.osd.InconsistentObject
+	(*PGInconsistent)(nil),          // 62: osprey.osd.PGInconsistent
+	(*PGRepair)(nil),                // 63: osprey.osd.PGRepair
+	(*PGRepairReply)(nil),           // 64: osprey.osd.PGRepairReply
+	(*PGListInconsistent)(nil),      // 65: osprey.osd.PGListInconsistent
+	(*PGListInconsistentReply)(nil), // 66: osprey.osd.PGListInconsistentReply
+	(*PGInspect)(nil),               // 67: osprey.osd.PGInspect
+	(*PGInspectReply)(nil),          // 68: osprey.osd.PGInspectReply
+	(*MonBeacon)(nil),               // 69: osprey.osd.MonBeacon
+	(*RepTimeouts)(nil),             // 70: osprey.osd.RepTimeouts
+	(*HeldDown)(nil),                // 71: osprey.osd.HeldDown
+	(*MonBeaconReply)(nil),          // 72: osprey.osd.MonBeaconReply
+	(*RelayedBeacon)(nil),           // 73: osprey.osd.RelayedBeacon
+	(*MonFailure)(nil),              // 74: osprey.osd.MonFailure
+	(*MonFailureReply)(nil),         // 75: osprey.osd.MonFailureReply
+	(*RelayedFailure)(nil),          // 76: osprey.osd.RelayedFailure
+	(*MonMarkMeDown)(nil),           // 77: osprey.osd.MonMarkMeDown
+	(*MonMarkMeDownReply)(nil),      // 78: osprey.osd.MonMarkMeDownReply
+	(*RelayedMarkMeDown)(nil),       // 79: osprey.osd.RelayedMarkMeDown
+	(*RelayedBoot)(nil),             // 80: osprey.osd.RelayedBoot
+	(*MonSubscribe)(nil),            // 81: osprey.osd.MonSubscribe
+	(*MonSubscribeReply)(nil),       // 82: osprey.osd.MonSubscribeReply
+	(*AuthTable)(nil),               // 83: osprey.osd.AuthTable
+	(*AuthEntry)(nil),               // 84: osprey.osd.AuthEntry
+	(*S3Key)(nil),                   // 85: osprey.osd.S3Key
+	(*MonAuth)(nil),                 // 86: osprey.osd.MonAuth
+	(*MonMap)(nil),                  // 87: osprey.osd.MonMap
+	(*MonCommand)(nil),              // 88: osprey.osd.MonCommand
+	(*MonRequestRecord)(nil),        // 89: osprey.osd.MonRequestRecord
+	(*MonCommandReply)(nil),         // 90: osprey.osd.MonCommandReply
+	(*AuthRecord)(nil),              // 91: osprey.osd.AuthRecord
+	nil,                             // 92: osprey.osd.ObjectMeta.UserMetaEntry
+	nil,                             // 93: osprey.osd.AuthEntry.CapsEntry
+	nil,                             // 94: osprey.osd.MonCommand.CapsEntry
+	nil,                             // 95: osprey.osd.AuthRecord.CapsEntry
 }
 var file_osd_proto_depIdxs = []int32{
 	6,   // 0: osprey.osd.ClusterMap.osds:type_name -> osprey.osd.OSDInfo
@@ -8082,7 +8207,7 @@ var file_osd_proto_depIdxs = []int32{
 	4,   // 6: osprey.osd.ReplyHeader.map:type_name -> osprey.osd.ClusterMap
 	8,   // 7: osprey.osd.ReplyHeader.version:type_name -> osprey.osd.Version
 	9,   // 8: osprey.osd.ReplyHeader.req:type_name -> osprey.osd.ReqID
-	90,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
+	92,  // 9: osprey.osd.ObjectMeta.user_meta:type_name -> osprey.osd.ObjectMeta.UserMetaEntry
 	12,  // 10: osprey.osd.ObjectMeta.parts:type_name -> osprey.osd.PartRef
 	13,  // 11: osprey.osd.ObjectEntry.meta:type_name -> osprey.osd.ObjectMeta
 	11,  // 12: osprey.osd.GetMapReply.header:type_name -> osprey.osd.ReplyHeader
@@ -8090,107 +8215,108 @@ var file_osd_proto_depIdxs = []int32{
 	10,  // 14: osprey.osd.BucketRequest.header:type_name -> osprey.osd.Header
 	11,  // 15: osprey.osd.BucketReply.header:type_name -> osprey.osd.ReplyHeader
 	15,  // 16: osprey.osd.BucketReply.info:type_name -> osprey.osd.BucketInfo
-	10,  // 17: osprey.osd.ListBuckets.header:type_name -> osprey.osd.Header
-	11,  // 18: osprey.osd.ListBucketsReply.header:type_name -> osprey.osd.ReplyHeader
-	15,  // 19: osprey.osd.ListBucketsReply.buckets:type_name -> osprey.osd.BucketInfo
-	10,  // 20: osprey.osd.PutObject.header:type_name -> osprey.osd.Header
-	13,  // 21: osprey.osd.PutObject.meta:type_name -> osprey.osd.ObjectMeta
-	23,  // 22: osprey.osd.PutObject.condition:type_name -> osprey.osd.Condition
-	10,  // 23: osprey.osd.GetObject.header:type_name -> osprey.osd.Header
-	13,  // 24: osprey.osd.GetObject.want:type_name -> osprey.osd.ObjectMeta
-	11,  // 25: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
-	13,  // 26: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
-	10,  // 27: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
-	23,  // 28: osprey.osd.ObjectRequest.condition:type_name -> osprey.osd.Condition
-	10,  // 29: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
-	11,  // 30: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
-	14,  // 31: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
-	10,  // 32: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
-	13,  // 33: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
-	12,  // 34: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
-	23,  // 35: osprey.osd.UploadRequest.condition:type_name -> osprey.osd.Condition
-	11,  // 36: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
-	12,  // 37: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
-	13,  // 38: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
-	12,  // 39: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
-	32,  // 40: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
-	8,   // 41: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
-	9,   // 42: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
-	3,   // 43: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
-	13,  // 44: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
-	1,   // 45: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
-	33,  // 46: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
-	8,   // 47: osprey.osd.RepOp.prior:type_name -> osprey.osd.Version
-	11,  // 48: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
-	8,   // 49: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
-	8,   // 50: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
-	8,   // 51: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
-	11,  // 52: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
-	37,  // 53: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
-	8,   // 54: osprey.osd.PGStray.last:type_name -> osprey.osd.Version
-	11,  // 55: osprey.osd.PGStrayReply.header:type_name -> osprey.osd.ReplyHeader
-	8,   // 56: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
-	11,  // 57: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
-	33,  // 58: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
-	8,   // 59: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
-	11,  // 60: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
-	33,  // 61: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
-	8,   // 62: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
-	2,   // 63: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
-	2,   // 64: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
-	11,  // 65: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 66: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
-	8,   // 67: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
-	10,  // 68: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
-	11,  // 69: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
-	8,   // 70: osprey.osd.ScrubObject.version:type_name -> osprey.osd.Version
-	52,  // 71: osprey.osd.PGScrubMap.names:type_name -> osprey.osd.ObjectName
-	11,  // 72: osprey.osd.PGScrubMapReply.header:type_name -> osprey.osd.ReplyHeader
-	53,  // 73: osprey.osd.PGScrubMapReply.objects:type_name -> osprey.osd.ScrubObject
-	8,   // 74: osprey.osd.PGScrubMapReply.last:type_name -> osprey.osd.Version
-	8,   // 75: osprey.osd.PGScrubMapReply.first:type_name -> osprey.osd.Version
-	33,  // 76: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
-	11,  // 77: osprey.osd.PGPushReply.header:type_name -> osprey.osd.ReplyHeader
-	8,   // 78: osprey.osd.ScrubShard.version:type_name -> osprey.osd.Version
-	58,  // 79: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
-	59,  // 80: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
-	10,  // 81: osprey.osd.PGRepair.header:type_name -> osprey.osd.Header
-	11,  // 82: osprey.osd.PGRepairReply.header:type_name -> osprey.osd.ReplyHeader
-	10,  // 83: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
-	11,  // 84: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
-	60,  // 85: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
-	10,  // 86: osprey.osd.PGInspect.header:type_name -> osprey.osd.Header
-	11,  // 87: osprey.osd.PGInspectReply.header:type_name -> osprey.osd.ReplyHeader
-	49,  // 88: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
-	2,   // 89: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
-	68,  // 90: osprey.osd.MonBeacon.rep_timeouts:type_name -> osprey.osd.RepTimeouts
-	69,  // 91: osprey.osd.MonBeacon.held_down:type_name -> osprey.osd.HeldDown
-	11,  // 92: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
-	67,  // 93: osprey.osd.RelayedBeacon.beacon:type_name -> osprey.osd.MonBeacon
-	11,  // 94: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
-	72,  // 95: osprey.osd.RelayedFailure.failure:type_name -> osprey.osd.MonFailure
-	11,  // 96: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
-	75,  // 97: osprey.osd.RelayedMarkMeDown.request:type_name -> osprey.osd.MonMarkMeDown
-	47,  // 98: osprey.osd.RelayedBoot.boot:type_name -> osprey.osd.MonBoot
-	11,  // 99: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 100: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
-	81,  // 101: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
-	82,  // 102: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
-	91,  // 103: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
-	83,  // 104: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
-	81,  // 105: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
-	4,   // 106: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
-	92,  // 107: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
-	88,  // 108: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
-	11,  // 109: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
-	4,   // 110: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
-	93,  // 111: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
-	83,  // 112: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
-	113, // [113:113] is the sub-list for method output_type
-	113, // [113:113] is the sub-list for method input_type
-	113, // [113:113] is the sub-list for extension type_name
-	113, // [113:113] is the sub-list for extension extendee
-	0,   // [0:113] is the sub-list for field type_name
+	11,  // 17: osprey.osd.PartHoldsReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 18: osprey.osd.ListBuckets.header:type_name -> osprey.osd.Header
+	11,  // 19: osprey.osd.ListBucketsReply.header:type_name -> osprey.osd.ReplyHeader
+	15,  // 20: osprey.osd.ListBucketsReply.buckets:type_name -> osprey.osd.BucketInfo
+	10,  // 21: osprey.osd.PutObject.header:type_name -> osprey.osd.Header
+	13,  // 22: osprey.osd.PutObject.meta:type_name -> osprey.osd.ObjectMeta
+	25,  // 23: osprey.osd.PutObject.condition:type_name -> osprey.osd.Condition
+	10,  // 24: osprey.osd.GetObject.header:type_name -> osprey.osd.Header
+	13,  // 25: osprey.osd.GetObject.want:type_name -> osprey.osd.ObjectMeta
+	11,  // 26: osprey.osd.ObjectReply.header:type_name -> osprey.osd.ReplyHeader
+	13,  // 27: osprey.osd.ObjectReply.meta:type_name -> osprey.osd.ObjectMeta
+	10,  // 28: osprey.osd.ObjectRequest.header:type_name -> osprey.osd.Header
+	25,  // 29: osprey.osd.ObjectRequest.condition:type_name -> osprey.osd.Condition
+	10,  // 30: osprey.osd.ListObjects.header:type_name -> osprey.osd.Header
+	11,  // 31: osprey.osd.ListObjectsReply.header:type_name -> osprey.osd.ReplyHeader
+	14,  // 32: osprey.osd.ListObjectsReply.objects:type_name -> osprey.osd.ObjectEntry
+	10,  // 33: osprey.osd.UploadRequest.header:type_name -> osprey.osd.Header
+	13,  // 34: osprey.osd.UploadRequest.meta:type_name -> osprey.osd.ObjectMeta
+	12,  // 35: osprey.osd.UploadRequest.parts:type_name -> osprey.osd.PartRef
+	25,  // 36: osprey.osd.UploadRequest.condition:type_name -> osprey.osd.Condition
+	11,  // 37: osprey.osd.UploadReply.header:type_name -> osprey.osd.ReplyHeader
+	12,  // 38: osprey.osd.UploadReply.part:type_name -> osprey.osd.PartRef
+	13,  // 39: osprey.osd.UploadReply.meta:type_name -> osprey.osd.ObjectMeta
+	12,  // 40: osprey.osd.UploadReply.parts:type_name -> osprey.osd.PartRef
+	34,  // 41: osprey.osd.UploadReply.uploads:type_name -> osprey.osd.UploadInfo
+	8,   // 42: osprey.osd.LogEntry.version:type_name -> osprey.osd.Version
+	9,   // 43: osprey.osd.LogEntry.req:type_name -> osprey.osd.ReqID
+	3,   // 44: osprey.osd.LogEntry.kind:type_name -> osprey.osd.OpKind
+	13,  // 45: osprey.osd.LogEntry.meta:type_name -> osprey.osd.ObjectMeta
+	1,   // 46: osprey.osd.LogEntry.status:type_name -> osprey.osd.Status
+	35,  // 47: osprey.osd.RepOp.entry:type_name -> osprey.osd.LogEntry
+	8,   // 48: osprey.osd.RepOp.prior:type_name -> osprey.osd.Version
+	11,  // 49: osprey.osd.RepOpReply.header:type_name -> osprey.osd.ReplyHeader
+	8,   // 50: osprey.osd.RepOpReply.last:type_name -> osprey.osd.Version
+	8,   // 51: osprey.osd.PGInfo.last:type_name -> osprey.osd.Version
+	8,   // 52: osprey.osd.PGInfo.log_tail:type_name -> osprey.osd.Version
+	11,  // 53: osprey.osd.PGQueryReply.header:type_name -> osprey.osd.ReplyHeader
+	39,  // 54: osprey.osd.PGQueryReply.info:type_name -> osprey.osd.PGInfo
+	8,   // 55: osprey.osd.PGStray.last:type_name -> osprey.osd.Version
+	11,  // 56: osprey.osd.PGStrayReply.header:type_name -> osprey.osd.ReplyHeader
+	8,   // 57: osprey.osd.PGLogPull.after:type_name -> osprey.osd.Version
+	11,  // 58: osprey.osd.PGLogPullReply.header:type_name -> osprey.osd.ReplyHeader
+	35,  // 59: osprey.osd.PGLogPullReply.entries:type_name -> osprey.osd.LogEntry
+	8,   // 60: osprey.osd.PGLogPullReply.floor:type_name -> osprey.osd.Version
+	11,  // 61: osprey.osd.PGBackfillReply.header:type_name -> osprey.osd.ReplyHeader
+	35,  // 62: osprey.osd.PGBackfillReply.entry:type_name -> osprey.osd.LogEntry
+	8,   // 63: osprey.osd.PGBackfillReply.last:type_name -> osprey.osd.Version
+	2,   // 64: osprey.osd.HeartbeatReply.fullness:type_name -> osprey.osd.Fullness
+	2,   // 65: osprey.osd.MonBoot.fullness:type_name -> osprey.osd.Fullness
+	11,  // 66: osprey.osd.MonBootReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 67: osprey.osd.MonBootReply.map:type_name -> osprey.osd.ClusterMap
+	8,   // 68: osprey.osd.PGStat.last:type_name -> osprey.osd.Version
+	10,  // 69: osprey.osd.PGScrub.header:type_name -> osprey.osd.Header
+	11,  // 70: osprey.osd.PGScrubReply.header:type_name -> osprey.osd.ReplyHeader
+	8,   // 71: osprey.osd.ScrubObject.version:type_name -> osprey.osd.Version
+	54,  // 72: osprey.osd.PGScrubMap.names:type_name -> osprey.osd.ObjectName
+	11,  // 73: osprey.osd.PGScrubMapReply.header:type_name -> osprey.osd.ReplyHeader
+	55,  // 74: osprey.osd.PGScrubMapReply.objects:type_name -> osprey.osd.ScrubObject
+	8,   // 75: osprey.osd.PGScrubMapReply.last:type_name -> osprey.osd.Version
+	8,   // 76: osprey.osd.PGScrubMapReply.first:type_name -> osprey.osd.Version
+	35,  // 77: osprey.osd.PGPush.entry:type_name -> osprey.osd.LogEntry
+	11,  // 78: osprey.osd.PGPushReply.header:type_name -> osprey.osd.ReplyHeader
+	8,   // 79: osprey.osd.ScrubShard.version:type_name -> osprey.osd.Version
+	60,  // 80: osprey.osd.InconsistentObject.shards:type_name -> osprey.osd.ScrubShard
+	61,  // 81: osprey.osd.PGInconsistent.objects:type_name -> osprey.osd.InconsistentObject
+	10,  // 82: osprey.osd.PGRepair.header:type_name -> osprey.osd.Header
+	11,  // 83: osprey.osd.PGRepairReply.header:type_name -> osprey.osd.ReplyHeader
+	10,  // 84: osprey.osd.PGListInconsistent.header:type_name -> osprey.osd.Header
+	11,  // 85: osprey.osd.PGListInconsistentReply.header:type_name -> osprey.osd.ReplyHeader
+	62,  // 86: osprey.osd.PGListInconsistentReply.result:type_name -> osprey.osd.PGInconsistent
+	10,  // 87: osprey.osd.PGInspect.header:type_name -> osprey.osd.Header
+	11,  // 88: osprey.osd.PGInspectReply.header:type_name -> osprey.osd.ReplyHeader
+	51,  // 89: osprey.osd.MonBeacon.pgs:type_name -> osprey.osd.PGStat
+	2,   // 90: osprey.osd.MonBeacon.fullness:type_name -> osprey.osd.Fullness
+	70,  // 91: osprey.osd.MonBeacon.rep_timeouts:type_name -> osprey.osd.RepTimeouts
+	71,  // 92: osprey.osd.MonBeacon.held_down:type_name -> osprey.osd.HeldDown
+	11,  // 93: osprey.osd.MonBeaconReply.header:type_name -> osprey.osd.ReplyHeader
+	69,  // 94: osprey.osd.RelayedBeacon.beacon:type_name -> osprey.osd.MonBeacon
+	11,  // 95: osprey.osd.MonFailureReply.header:type_name -> osprey.osd.ReplyHeader
+	74,  // 96: osprey.osd.RelayedFailure.failure:type_name -> osprey.osd.MonFailure
+	11,  // 97: osprey.osd.MonMarkMeDownReply.header:type_name -> osprey.osd.ReplyHeader
+	77,  // 98: osprey.osd.RelayedMarkMeDown.request:type_name -> osprey.osd.MonMarkMeDown
+	49,  // 99: osprey.osd.RelayedBoot.boot:type_name -> osprey.osd.MonBoot
+	11,  // 100: osprey.osd.MonSubscribeReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 101: osprey.osd.MonSubscribeReply.map:type_name -> osprey.osd.ClusterMap
+	83,  // 102: osprey.osd.MonSubscribeReply.auth:type_name -> osprey.osd.AuthTable
+	84,  // 103: osprey.osd.AuthTable.entries:type_name -> osprey.osd.AuthEntry
+	93,  // 104: osprey.osd.AuthEntry.caps:type_name -> osprey.osd.AuthEntry.CapsEntry
+	85,  // 105: osprey.osd.AuthEntry.s3_keys:type_name -> osprey.osd.S3Key
+	83,  // 106: osprey.osd.MonAuth.table:type_name -> osprey.osd.AuthTable
+	4,   // 107: osprey.osd.MonMap.map:type_name -> osprey.osd.ClusterMap
+	94,  // 108: osprey.osd.MonCommand.caps:type_name -> osprey.osd.MonCommand.CapsEntry
+	90,  // 109: osprey.osd.MonRequestRecord.reply:type_name -> osprey.osd.MonCommandReply
+	11,  // 110: osprey.osd.MonCommandReply.header:type_name -> osprey.osd.ReplyHeader
+	4,   // 111: osprey.osd.MonCommandReply.map:type_name -> osprey.osd.ClusterMap
+	95,  // 112: osprey.osd.AuthRecord.caps:type_name -> osprey.osd.AuthRecord.CapsEntry
+	85,  // 113: osprey.osd.AuthRecord.s3_keys:type_name -> osprey.osd.S3Key
+	114, // [114:114] is the sub-list for method output_type
+	114, // [114:114] is the sub-list for method input_type
+	114, // [114:114] is the sub-list for extension type_name
+	114, // [114:114] is the sub-list for extension extendee
+	0,   // [0:114] is the sub-list for field type_name
 }
 
 func init() { file_osd_proto_init() }
@@ -8198,15 +8324,15 @@ func file_osd_proto_init() {
 	if File_osd_proto != nil {
 		return
 	}
-	file_osd_proto_msgTypes[22].OneofWrappers = []any{}
-	file_osd_proto_msgTypes[63].OneofWrappers = []any{}
+	file_osd_proto_msgTypes[24].OneofWrappers = []any{}
+	file_osd_proto_msgTypes[65].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_osd_proto_rawDesc), len(file_osd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   90,
+			NumMessages:   92,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
