@@ -54,8 +54,14 @@ func TestUpAndS3Serve(t *testing.T) {
 	// Every daemon's metrics are where up said, the gateway's counting
 	// the requests just made.
 	for _, d := range []string{"mon.a", "osd.0", "osd.1", "osd.2"} {
-		if !strings.Contains(scrapeText(t, up.metrics[d]), "osprey_msgr_sessions{") {
+		text := scrapeText(t, up.metrics[d])
+		if !strings.Contains(text, "osprey_msgr_sessions{") {
 			t.Errorf("%s's metrics at %q have no messenger series", d, up.metrics[d])
+		}
+		// up's OSDs share one process: their caches are smaller than
+		// osprey osd's.
+		if want := fmt.Sprintf("osprey_osd_read_cache_limit_bytes %g\n", float64(128<<20)); d != "mon.a" && !strings.Contains(text, want) {
+			t.Errorf("%s's read cache is not up's default: no %q", d, want)
 		}
 	}
 	if m := scrapeText(t, up.metrics["s3"]); !strings.Contains(m, `osprey_s3_requests_total{op="PutObject",status="200"} 1`) ||

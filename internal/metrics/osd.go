@@ -47,6 +47,7 @@ var (
 
 	// The read cache of checked whole objects (store.ReadCacheStats).
 	readCacheBytes   = newDesc("osprey_osd_read_cache_bytes", "Memory the read cache holds, in its objects' allocations (against --read-cache-mib).")
+	readCacheLimit   = newDesc("osprey_osd_read_cache_limit_bytes", "The read cache's bound, --read-cache-mib (0: off).")
 	readCacheObjects = newDesc("osprey_osd_read_cache_objects", "Whole objects in the read cache.")
 	readCacheHits    = newDesc("osprey_osd_read_cache_hits_total", "Gets of objects in data files served from the read cache.")
 	readCacheMisses  = newDesc("osprey_osd_read_cache_misses_total", "Gets of objects in data files the read cache did not hold (read from disk, then cached).")
@@ -76,7 +77,7 @@ func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
 		osdOpDuration, osdInFlight, osdInfo, osdPGs, osdBeaconAge, osdLaggy, osdSlowOps, osdOldestOp, osdRepTimeout, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
 		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdReadCRC, osdReadNoCRC, osdKept, osdPartsHeld, osdKeepRefuse, osdRepairs, osdRepairFail, osdStrays,
 		osdScrubObj, osdScrubBytes, osdScrubDmg, osdScrubFixed, osdScrubErrs, osdScrubIncon,
-		readCacheBytes, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg, readCacheReclaimed,
+		readCacheBytes, readCacheLimit, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg, readCacheReclaimed,
 		pebbleCompactions, pebbleFlushes, pebbleWALWritten, pebbleWAL, pebbleReadAmp, pebbleL0Files, pebbleDebt,
 		pebbleMemTable, pebbleCache, pebbleCacheHits, pebbleCacheMisses,
 	} {
@@ -144,6 +145,7 @@ func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(ch, osdScrubIncon, float64(st.ScrubInconsistent))
 	rc := c.o.Store().ReadCacheStats()
 	gauge(ch, readCacheBytes, float64(rc.Bytes))
+	gauge(ch, readCacheLimit, float64(rc.Limit))
 	gauge(ch, readCacheObjects, float64(rc.Extents))
 	counter(ch, readCacheHits, rc.Hits)
 	counter(ch, readCacheMisses, rc.Misses)

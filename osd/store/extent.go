@@ -235,8 +235,12 @@ func (s *Store) newExtent(id, base uint64, n int, lend bool) *extent {
 	return x
 }
 
-// Aligned memory for extents, by power-of-two class: an extent is read
-// into it with O_DIRECT, so it must start on a dataAlign boundary.
+// Aligned memory for extents, by class: an extent is read into it with
+// O_DIRECT, so it must start on a dataAlign boundary. Classes go by
+// quarters of a power of two (4, 5, 6, 7, 8 MiB, ...), as msgr/wire's
+// buffers: an extent costs the cache at most a quarter more than its
+// size, where powers of two took up to twice it (a 4.5 MB object held
+// 8 MiB, and the cache half of what it could).
 //
 // Memory given back is kept on free lists (up to freeLimit bytes), not in
 // a sync.Pool: a GC empties a pool, and new memory costs far more than
@@ -247,21 +251,38 @@ func (s *Store) newExtent(id, base uint64, n int, lend bool) *extent {
 const (
 	minAlignedShift = 12 // 4 KiB
 	maxAlignedShift = 27 // 128 MiB; larger extents are not kept
+	alignedSteps    = 4  // classes per doubling
+	alignedClasses  = 1 + (maxAlignedShift-minAlignedShift)*alignedSteps
 	freeLimit       = 64 << 20
 )
 
 var freeAligned struct {
 	sync.Mutex
 	bytes   int
-	byClass [maxAlignedShift - minAlignedShift + 1][]*[]byte
+	byClass [alignedClasses][]*[]byte
 }
 
+// alignedClass is the class of an allocation of n bytes, -1 past the
+// largest.
 func alignedClass(n int) int {
-	shift := max(bits.Len(uint(n-1)), minAlignedShift)
-	if shift > maxAlignedShift {
+	if n <= 1<<minAlignedShift {
+		return 0
+	}
+	shift := bits.Len(uint(n-1)) - 1 // 1<<shift < n <= 2<<shift
+	if shift >= maxAlignedShift {
 		return -1
 	}
-	return shift - minAlignedShift
+	step := 1 << shift / alignedSteps
+	return 1 + (shift-minAlignedShift)*alignedSteps + (n-1<<shift+step-1)/step - 1
+}
+
+// alignedClassSize is the size of class c's allocations.
+func alignedClassSize(c int) int {
+	if c == 0 {
+		return 1 << minAlignedShift
+	}
+	base := 1 << (minAlignedShift + (c-1)/alignedSteps)
+	return base + ((c-1)%alignedSteps+1)*(base/alignedSteps)
 }
 
 // getAligned returns n bytes starting on a dataAlign boundary, in an
@@ -283,7 +304,7 @@ func getAligned(n int) (b []byte, mem *[]byte) {
 	}
 	size := n
 	if c >= 0 {
-		size = 1 << (c + minAlignedShift)
+		size = alignedClassSize(c)
 	}
 	raw := make([]byte, size+dataAlign)
 	off := -int(uintptr(unsafe.Pointer(unsafe.SliceData(raw)))) & (dataAlign - 1)
@@ -296,7 +317,7 @@ func putAligned(mem *[]byte) {
 		return
 	}
 	c := alignedClass(cap(*mem))
-	if c < 0 || cap(*mem) != 1<<(c+minAlignedShift) {
+	if c < 0 || cap(*mem) != alignedClassSize(c) {
 		return
 	}
 	f := &freeAligned
@@ -661,6 +682,7 @@ func (s *Store) ReadShared(ctx context.Context, bucket, key string, off, length 
 type ReadCacheStats struct {
 	Hits, Misses int64
 	Bytes        int64 // held, in allocations
+	Limit        int64 // Options.ReadCacheSize (0: off)
 	Extents      int
 	// Evictions counts extents let go to make room for others: a
 	// working set larger than the cache shows here.
@@ -689,6 +711,6 @@ func (s *Store) ReadCacheStats() ReadCacheStats {
 	c := &s.files.cache
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ReadCacheStats{Hits: c.hits.Load(), Misses: c.miss.Load(), Bytes: c.size, Extents: len(c.byID),
+	return ReadCacheStats{Hits: c.hits.Load(), Misses: c.miss.Load(), Bytes: c.size, Limit: max(c.limit, 0), Extents: len(c.byID),
 		Evictions: c.evictions.Load(), AllocFailures: c.allocFailures.Load(), Reclaimed: c.reclaimed.Load()}
 }
