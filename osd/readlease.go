@@ -1,6 +1,7 @@
 package osd
 
 import (
+	"log/slog"
 	"slices"
 	"time"
 
@@ -298,7 +299,9 @@ func (o *OSD) succeeded(p *pgState, prev, m *placement.Map) {
 	p.waits.Store(&next)
 	p.waitUntil.Store(int64(top))
 	if wait := o.leaseWait(p); wait > 0 {
-		o.log.Info("new primary waits for its predecessors to stop serving", "pg", placement.PGIDOf(p.sid),
+		// One line per 10 s with its count: a restart makes an OSD the
+		// new primary of a PG in each of dozens.
+		o.ratelog.Log(o.log, slog.LevelInfo, "lease wait", "new primary waits for its predecessors to stop serving", "pg", placement.PGIDOf(p.sid),
 			"previous", q, "epoch", m.Epoch(), "wait_at_most", wait.Round(time.Millisecond))
 	}
 }

@@ -571,6 +571,34 @@ func TestBadInput(t *testing.T) {
 		}
 		conn.Close()
 	})
+	t.Run("ClientHangsUp", func(t *testing.T) {
+		// A client that takes the start of a GET and hangs up (rclone
+		// cat --count, a media player seeking): the request ends, and
+		// its write error is the client's doing, not a warning of ours.
+		e.put(t, "bad", "hangup", osdtest.Payload(32<<20, 55))
+		conn := rawConn(t, sv.addr, signed(t, http.MethodGet, sv.url+"/bad/hangup", nil), -1)
+		if _, err := io.ReadFull(conn, make([]byte, 64<<10)); err != nil {
+			t.Fatal(err)
+		}
+		conn.(*net.TCPConn).SetLinger(0) // a reset, as a killed client's
+		conn.Close()
+		var line string
+		osdtest.Eventually(t, time.Minute, "the hung-up GET's access log line", func() bool {
+			for l := range strings.Lines(sv.log.String()) {
+				if strings.Contains(l, "key=hangup") && strings.Contains(l, "op=GetObject") {
+					line = l
+					return true
+				}
+			}
+			return false
+		})
+		id := strings.Fields(line[strings.Index(line, " id="):])[0]
+		for l := range strings.Lines(sv.log.String()) {
+			if strings.Contains(l, id) && strings.Contains(l, "level=WARN") {
+				t.Fatalf("a client's hang-up logged as a warning: %s", l)
+			}
+		}
+	})
 	if b, _ := e.get(t, "bad", "k", ""); string(b) != "before" {
 		t.Fatalf("bad input changed the object: %q", b)
 	}
@@ -623,3 +651,22 @@ type pipeAddr struct{}
 
 func (pipeAddr) Network() string { return "pipe" }
 func (pipeAddr) String() string  { return "pipe" }
+
+// TestNoAccessLog: Options.NoAccessLog (osprey s3 --access-log=false)
+// leaves out the line per request, and nothing else the gateway logs.
+func TestNoAccessLog(t *testing.T) {
+	e := newEnv(t)
+	for _, off := range []bool{false, true} {
+		sv := serveWith(t, e, func(o *s3gw.Options) { o.NoAccessLog = off })
+		_, err := sv.s3.HeadBucket(e.ctx, &s3.HeadBucketInput{Bucket: aws.String("nobucket")})
+		wantCode(t, "HEAD of a missing bucket", err, "NotFound", http.StatusNotFound)
+		logged := func() bool { return strings.Contains(sv.log.String(), `msg=s3 `) }
+		if !off {
+			osdtest.Eventually(t, 10*time.Second, "the access log line", logged)
+		} else if logged() {
+			// The line is written before the handler returns, so
+			// before the answer goes out.
+			t.Fatalf("an access log line with NoAccessLog:\n%s", sv.log.String())
+		}
+	}
+}

@@ -43,7 +43,12 @@ type s3Options struct {
 	staleUploadAge  time.Duration
 	maxConns        int
 	maxBodyMiB      int64
+	accessLog       bool
 }
+
+// accessLogUsage is the usage of osprey s3's --access-log and of up's
+// --s3-access-log.
+const accessLogUsage = "log a line per request (Info; --log-level warn drops them too); =false for none"
 
 func newS3Cmd() *cobra.Command {
 	var o s3Options
@@ -92,6 +97,7 @@ listen backlog (a warning says so, once a minute at most).`,
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long requests in progress may take to finish on a stop")
 	f.DurationVar(&o.clientTimeout, "client-timeout", time.Minute,
 		"the longest a client may stall: to send its request's headers, between two reads of its body, or to take a slice (256 KiB) of the answer")
+	f.BoolVar(&o.accessLog, "access-log", true, accessLogUsage)
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", metricsAddrUsage)
 	f.BoolVar(&o.pprof, "pprof", false, pprofUsage)
 	f.DurationVar(&o.staleUploadAge, "stale-upload-age", client.DefaultStaleUploadAge,
@@ -179,7 +185,7 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 	}
 	gopts := s3gw.Options{Client: cl, Credentials: creds,
 		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout, ClientTimeout: o.clientTimeout, StaleUploadAge: o.staleUploadAge,
-		MaxConnections: o.maxConns, MaxBodyMemory: o.maxBodyMiB << 20}
+		MaxConnections: o.maxConns, MaxBodyMemory: o.maxBodyMiB << 20, NoAccessLog: !o.accessLog}
 	if o.staleUploadAge == 0 {
 		gopts.StaleUploadAge = -1 // never
 	}
@@ -268,7 +274,7 @@ func startUpGateway(ctx context.Context, lc *localCluster, addr string, explicit
 		g.closeCreds()
 		return nil, fmt.Errorf("the S3 gateway's client: %w", err)
 	}
-	gopts := s3gw.Options{Client: g.cl, Credentials: creds, Logger: logger}
+	gopts := s3gw.Options{Client: g.cl, Credentials: creds, Logger: logger, NoAccessLog: lc.noS3AccessLog}
 	if withMetrics {
 		if g.metrics, err = serveGatewayMetrics(ctx, "127.0.0.1:0", false, g.cl, &gopts, logger); err != nil {
 			ln.Close()

@@ -94,7 +94,7 @@ func TestUpAndS3Serve(t *testing.T) {
 	if _, _, err := run(t, append([]string{"auth", "get-or-create", "client.gw", "mon", "allow profile s3-gateway", "osd", "allow profile s3-gateway", "-o", gwKeyring}, m...)...); err != nil {
 		t.Fatal(err)
 	}
-	gw := startGateway(t, bin, "--mon", up.mon, "--keyring", gwKeyring, "--listen", "127.0.0.1:0", "--log-level", "warn",
+	gw := startGateway(t, bin, "--mon", up.mon, "--keyring", gwKeyring, "--listen", "127.0.0.1:0", "--access-log=false",
 		"--metrics-addr", "127.0.0.1:0", "--client-timeout", "2s")
 	addr, gwMetrics, lines, stderr := gw.addr, gw.metrics, gw.lines, gw.stderr
 	c2 := s3Client(addr, roAccess, roSecret)
@@ -113,6 +113,9 @@ func TestUpAndS3Serve(t *testing.T) {
 	}
 	if m := scrapeText(t, gwMetrics); !strings.Contains(m, `osprey_s3_requests_total{op="GetObject",status="200"} 1`) {
 		t.Errorf("osprey s3 --metrics-addr: its metrics at %s do not count the GET:\n%s", gwMetrics, m)
+	}
+	if strings.Contains(stderr.String(), "msg=s3 ") {
+		t.Errorf("osprey s3 --access-log=false logged requests:\n%s", stderr)
 	}
 	// --client-timeout: a client that stalls in its headers is cut after
 	// it, not after the default minute.

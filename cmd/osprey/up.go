@@ -31,6 +31,7 @@ import (
 // upOptions are `osprey up`'s flags.
 type upOptions struct {
 	readCache       int64 // each OSD's read cache, bytes
+	s3AccessLog     bool
 	dir             string
 	temp            bool
 	osds, replicas  int
@@ -119,6 +120,7 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	f.Var(modesFlag{&o.clientModes}, "ms-client-mode", "connection modes of the clients up runs (--demo, the S3 gateway): crc, secure, prefer-secure or prefer-crc (Ceph's ms_client_mode)")
 	f.BoolVar(&o.metrics, "metrics", true, "serve each daemon's Prometheus metrics (/metrics) on a free loopback port, and print where; not with --demo")
 	f.StringVar(&o.dashboard, "dashboard-addr", "127.0.0.1:0", "HOST:PORT of the mon's status page (port 0: a free one); '' for none")
+	f.BoolVar(&o.s3AccessLog, "s3-access-log", true, "the S3 gateway's: "+accessLogUsage)
 	f.StringVar(&o.s3, "s3", defaultS3Listen, "HOST:PORT of the S3 gateway (a free port with --port 0 or --temp); '' for none; not with --demo")
 	return cmd
 }
@@ -136,6 +138,8 @@ type localCluster struct {
 	// clientModes are the connection modes of the clients up runs.
 	clientModes []msgr.Mode
 	s3          *upGateway
+	// noS3AccessLog: --s3-access-log=false.
+	noS3AccessLog bool
 }
 
 func runUp(cmd *cobra.Command, o upOptions) (err error) {
@@ -290,7 +294,7 @@ func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string
 	if err != nil {
 		return nil, dirInUse(err, lo.Dir)
 	}
-	return &localCluster{Cluster: c, reused: lo.Map != nil, clientModes: o.clientModes}, nil
+	return &localCluster{Cluster: c, reused: lo.Map != nil, clientModes: o.clientModes, noS3AccessLog: !o.s3AccessLog}, nil
 }
 
 // dirInUse says what to do about err when it is dir's lock held by
