@@ -441,6 +441,19 @@ func (m *Mon) Leader() string {
 	return ""
 }
 
+// Ready says why the mon cannot answer for the cluster now, nil when it
+// can (a readiness probe: /readyz of --metrics-addr): it leads, or knows
+// the leader it relays to; a mon cut off from etcd's quorum knows none.
+func (m *Mon) Ready() error {
+	if m.ctx.Err() != nil {
+		return errors.New("the mon is stopping")
+	}
+	if m.Leader() == "" {
+		return errors.New("no mon leads, or this one cannot reach etcd's quorum")
+	}
+	return nil
+}
+
 // Close leaves the election (a standby leads at once), stops serving and
 // disconnects from etcd; an embedded etcd stops too.
 func (m *Mon) Close(ctx context.Context) error {

@@ -342,6 +342,8 @@ type OSD struct {
 	drops    atomic.Int64
 	// partHolds: replaced multipart objects' parts held for readers.
 	partHolds partHolds
+	// stopping: Close began (Ready).
+	stopping atomic.Bool
 
 	pgMu sync.Mutex
 	pgs  map[uint32]*pgState // by store PG id
@@ -796,6 +798,24 @@ func (o *OSD) Messengers() (public, cluster *msgr.Messenger) { return o.pub, o.c
 // Map is the OSD's current cluster map.
 func (o *OSD) Map() *placement.Map { return o.mapv.Load() }
 
+// Ready says why the OSD does not take client ops now, nil when it does
+// (a readiness probe: /readyz of --metrics-addr): it runs, not stopping,
+// and its map has it up (with a mon, once its boot was taken; after the
+// mon marked it down, until its boot again).
+func (o *OSD) Ready() error {
+	if err := o.Stopped(); err != nil {
+		return fmt.Errorf("osd.%d stopped: %w", o.id, err)
+	}
+	if o.stopping.Load() {
+		return fmt.Errorf("osd.%d is stopping", o.id)
+	}
+	mp := o.Map()
+	if info, ok := mp.OSD(o.id); !ok || !info.Up {
+		return fmt.Errorf("osd.%d is down in its map (epoch %d)", o.id, mp.Epoch())
+	}
+	return nil
+}
+
 // Store is the OSD's store, for tests and tools that inspect it.
 func (o *OSD) Store() *store.Store { return o.st }
 
@@ -820,6 +840,7 @@ type CloseOptions struct {
 func (o *OSD) CloseWith(ctx context.Context, opts CloseOptions) error {
 	o.closeOnce.Do(func() {
 		o.log.Info("osd stopping")
+		o.stopping.Store(true)
 		o.FlushDrops(ctx)
 		if o.mon != nil {
 			o.monStop()

@@ -74,6 +74,11 @@ type Options struct {
 	// ShutdownTimeout bounds how long Serve waits, once its context is
 	// done, for requests in progress to finish. Default 30s.
 	ShutdownTimeout time.Duration
+	// ShutdownDelay is how long Serve goes on taking new requests once
+	// its context is done, Ready saying it drains, so that a load
+	// balancer or Kubernetes probing it takes it out before it refuses
+	// connections (Envoy's drain time, a preStop sleep). Default 0.
+	ShutdownDelay time.Duration
 	// ClientTimeout bounds how long a client may take to send its
 	// request's headers, or the next bytes of its body, or to take the
 	// next bytes of the response (default 1 minute). It is a bound on
@@ -156,6 +161,24 @@ type Gateway struct {
 	// capped is the listener Serve caps (Options.MaxConnections), for
 	// tests; nil without a cap.
 	capped atomic.Pointer[connCap]
+	// draining: Serve's context is done (Ready).
+	draining atomic.Bool
+}
+
+// Ready says why the gateway should get no new requests now, nil when it
+// should (a readiness probe: /readyz of --metrics-addr): it drains for a
+// stop (Options.ShutdownDelay), or its cluster map has no OSD up.
+func (g *Gateway) Ready() error {
+	if g.draining.Load() {
+		return errors.New("the S3 gateway is stopping")
+	}
+	mp := g.cl.Map()
+	for info := range mp.OSDs() {
+		if info.Up {
+			return nil
+		}
+	}
+	return fmt.Errorf("no OSD is up in the cluster map (epoch %d)", mp.Epoch())
 }
 
 // New makes a gateway.
@@ -254,6 +277,17 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+	}
+	g.draining.Store(true)
+	if d := g.opts.ShutdownDelay; d > 0 {
+		g.log.Info("s3: draining: still serving while load balancers notice", "for", d)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case err := <-errc:
+			t.Stop()
+			return err
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), g.opts.ShutdownTimeout)
 	defer cancel()

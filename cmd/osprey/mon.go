@@ -152,7 +152,7 @@ loopback or an admin network.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "mon.%s serving on %s (%s), fsid %s, map epoch %d\n", cfg.Name, m.Addr(), role, m.FSID(), m.Map().Epoch())
 			var ms *metrics.Server
 			if metricsAddr != "" {
-				if ms, err = metrics.Serve(cmd.Context(), metrics.ServerOptions{Addr: metricsAddr, Registry: metrics.MonRegistry(m), Pprof: pprofOn}); err != nil {
+				if ms, err = metrics.Serve(cmd.Context(), metrics.ServerOptions{Addr: metricsAddr, Registry: metrics.MonRegistry(m), Pprof: pprofOn, Ready: m.Ready}); err != nil {
 					m.Close(context.Background())
 					return fmt.Errorf("--metrics-addr: %w", err)
 				}

@@ -156,7 +156,7 @@ gracefully.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "osd.%d serving: public %s, cluster %s\n", o.ID(), o.PublicAddr(), o.ClusterAddr())
 			var ms *metrics.Server
 			if metricsAddr != "" {
-				if ms, err = metrics.Serve(cmd.Context(), metrics.ServerOptions{Listener: metricsLn, Registry: metrics.OSDRegistry(o), Pprof: pprofOn}); err != nil {
+				if ms, err = metrics.Serve(cmd.Context(), metrics.ServerOptions{Listener: metricsLn, Registry: metrics.OSDRegistry(o), Pprof: pprofOn, Ready: o.Ready}); err != nil {
 					o.Close(context.Background())
 					return fmt.Errorf("--metrics-addr: %w", err)
 				}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ospreystore/osprey/client"
@@ -37,6 +38,7 @@ type s3Options struct {
 	region          string
 	domains         []string
 	shutdownTimeout time.Duration
+	shutdownDelay   time.Duration
 	clientTimeout   time.Duration
 	metricsAddr     string
 	pprof           bool
@@ -95,6 +97,7 @@ listen backlog (a warning says so, once a minute at most).`,
 	f.StringVar(&o.region, "region", "us-east-1", "the region GetBucketLocation answers")
 	f.StringSliceVar(&o.domains, "domain", nil, "domains for virtual-hosted-style requests (BUCKET.DOMAIN); path style always works")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long requests in progress may take to finish on a stop")
+	f.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "on a stop, go on serving this long first, /readyz saying 503, for load balancers to notice")
 	f.DurationVar(&o.clientTimeout, "client-timeout", time.Minute,
 		"the longest a client may stall: to send its request's headers, between two reads of its body, or to take a slice (256 KiB) of the answer")
 	f.BoolVar(&o.accessLog, "access-log", true, accessLogUsage)
@@ -184,14 +187,15 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
 	gopts := s3gw.Options{Client: cl, Credentials: creds,
-		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout, ClientTimeout: o.clientTimeout, StaleUploadAge: o.staleUploadAge,
+		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout, ShutdownDelay: o.shutdownDelay, ClientTimeout: o.clientTimeout, StaleUploadAge: o.staleUploadAge,
 		MaxConnections: o.maxConns, MaxBodyMemory: o.maxBodyMiB << 20, NoAccessLog: !o.accessLog}
 	if o.staleUploadAge == 0 {
 		gopts.StaleUploadAge = -1 // never
 	}
 	var ms *metrics.Server
+	var served atomic.Pointer[s3gw.Gateway]
 	if o.metricsAddr != "" {
-		if ms, err = serveGatewayMetrics(ctx, o.metricsAddr, o.pprof, cl, &gopts, slog.Default()); err != nil {
+		if ms, err = serveGatewayMetrics(ctx, o.metricsAddr, o.pprof, cl, &gopts, &served, slog.Default()); err != nil {
 			ln.Close()
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
@@ -202,6 +206,7 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 		ln.Close()
 		return err
 	}
+	served.Store(gw)
 	fmt.Fprintf(cmd.OutOrStdout(), "osprey s3: serving S3 on http://%s (%s)\n", ln.Addr(), who)
 	printMetrics(cmd.OutOrStdout(), "osprey s3", ms)
 	err = gw.Serve(ctx, ln)
@@ -211,10 +216,18 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 
 // serveGatewayMetrics serves the gateway's metrics on addr and has
 // gopts report each request to them.
-func serveGatewayMetrics(ctx context.Context, addr string, pprof bool, cl *client.Client, gopts *s3gw.Options, logger *slog.Logger) (*metrics.Server, error) {
+// Its /readyz is gw's Ready once gw is set (the gateway is made after
+// its options, which the metrics hook into).
+func serveGatewayMetrics(ctx context.Context, addr string, pprof bool, cl *client.Client, gopts *s3gw.Options, gw *atomic.Pointer[s3gw.Gateway], logger *slog.Logger) (*metrics.Server, error) {
 	reg, gm := metrics.GatewayRegistry(cl)
 	gopts.OnRequest, gopts.OnBodyMemory = gm.Observe, gm.BodyMemory
-	return metrics.Serve(ctx, metrics.ServerOptions{Addr: addr, Registry: reg, Logger: logger, Pprof: pprof})
+	ready := func() error {
+		if g := gw.Load(); g != nil {
+			return g.Ready()
+		}
+		return errors.New("the S3 gateway is starting")
+	}
+	return metrics.Serve(ctx, metrics.ServerOptions{Addr: addr, Registry: reg, Logger: logger, Pprof: pprof, Ready: ready})
 }
 
 func cmpOrEnv(flag, env string) string {
@@ -235,6 +248,7 @@ type upGateway struct {
 	cl      *client.Client
 	creds   *s3gw.ClusterCredentials // nil without auth
 	metrics *metrics.Server          // nil without metrics
+	gw      atomic.Pointer[s3gw.Gateway]
 	cancel  context.CancelFunc
 	done    chan error
 }
@@ -276,7 +290,7 @@ func startUpGateway(ctx context.Context, lc *localCluster, addr string, explicit
 	}
 	gopts := s3gw.Options{Client: g.cl, Credentials: creds, Logger: logger, NoAccessLog: lc.noS3AccessLog}
 	if withMetrics {
-		if g.metrics, err = serveGatewayMetrics(ctx, "127.0.0.1:0", false, g.cl, &gopts, logger); err != nil {
+		if g.metrics, err = serveGatewayMetrics(ctx, "127.0.0.1:0", false, g.cl, &gopts, &g.gw, logger); err != nil {
 			ln.Close()
 			g.cl.Close()
 			g.closeCreds()
@@ -291,6 +305,7 @@ func startUpGateway(ctx context.Context, lc *localCluster, addr string, explicit
 		g.closeCreds()
 		return nil, err
 	}
+	g.gw.Store(gw)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	g.cancel = cancel
 	go func() { g.done <- gw.Serve(sctx, ln) }()

@@ -64,6 +64,13 @@ func TestUpAndS3Serve(t *testing.T) {
 			t.Errorf("%s's read cache is not up's default: no %q", d, want)
 		}
 	}
+	// Every daemon, the gateway too, says it is ready on its listener
+	// (the probes of Kubernetes and load balancers).
+	for _, d := range []string{"mon.a", "osd.0", "osd.1", "osd.2", "s3"} {
+		if got := scrapeText(t, strings.TrimSuffix(up.metrics[d], "/metrics")+"/readyz"); got != "ready\n" {
+			t.Errorf("%s's /readyz: %q", d, got)
+		}
+	}
 	if m := scrapeText(t, up.metrics["s3"]); !strings.Contains(m, `osprey_s3_requests_total{op="PutObject",status="200"} 1`) ||
 		!strings.Contains(m, `osprey_s3_requests_total{op="Auth",status="403"} 1`) {
 		t.Errorf("the gateway's metrics do not count its requests:\n%s", m)
@@ -113,6 +120,9 @@ func TestUpAndS3Serve(t *testing.T) {
 	}
 	if m := scrapeText(t, gwMetrics); !strings.Contains(m, `osprey_s3_requests_total{op="GetObject",status="200"} 1`) {
 		t.Errorf("osprey s3 --metrics-addr: its metrics at %s do not count the GET:\n%s", gwMetrics, m)
+	}
+	if got := scrapeText(t, strings.TrimSuffix(gwMetrics, "/metrics")+"/readyz"); got != "ready\n" {
+		t.Errorf("osprey s3's /readyz: %q", got)
 	}
 	if strings.Contains(stderr.String(), "msg=s3 ") {
 		t.Errorf("osprey s3 --access-log=false logged requests:\n%s", stderr)

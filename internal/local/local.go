@@ -235,8 +235,8 @@ func (c *Cluster) serveMetrics(ctx context.Context, opts Options) error {
 		return nil
 	}
 	const addr = "127.0.0.1:0"
-	serve := func(daemon string, reg *prometheus.Registry) error {
-		s, err := metrics.Serve(ctx, metrics.ServerOptions{Addr: addr, Registry: reg, Logger: opts.Logger})
+	serve := func(daemon string, reg *prometheus.Registry, ready func() error) error {
+		s, err := metrics.Serve(ctx, metrics.ServerOptions{Addr: addr, Registry: reg, Logger: opts.Logger, Ready: ready})
 		if err != nil {
 			return fmt.Errorf("%s: %w", daemon, err)
 		}
@@ -244,12 +244,12 @@ func (c *Cluster) serveMetrics(ctx context.Context, opts Options) error {
 		return nil
 	}
 	if c.Mon != nil {
-		if err := serve("mon.a", metrics.MonRegistry(c.Mon)); err != nil {
+		if err := serve("mon.a", metrics.MonRegistry(c.Mon), c.Mon.Ready); err != nil {
 			return err
 		}
 	}
 	for _, o := range c.OSDs {
-		if err := serve(fmt.Sprintf("osd.%d", o.ID()), metrics.OSDRegistry(o)); err != nil {
+		if err := serve(fmt.Sprintf("osd.%d", o.ID()), metrics.OSDRegistry(o), o.Ready); err != nil {
 			return err
 		}
 	}
@@ -463,7 +463,7 @@ func (c *Cluster) reserveMetrics(ctx context.Context, i int) error {
 		if err := dm.Close(ctx); err != nil {
 			return fmt.Errorf("%s: closing its metrics listener: %w", daemon, err)
 		}
-		s, err := metrics.Serve(ctx, metrics.ServerOptions{Addr: addr, Registry: metrics.OSDRegistry(o), Logger: c.osdConfigs[i].Logger})
+		s, err := metrics.Serve(ctx, metrics.ServerOptions{Addr: addr, Registry: metrics.OSDRegistry(o), Logger: c.osdConfigs[i].Logger, Ready: o.Ready})
 		if err != nil {
 			return fmt.Errorf("%s: metrics on %s again: %w", daemon, addr, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -627,5 +629,56 @@ func TestGatewayObserve(t *testing.T) {
 		if v := value(fams, c.name, c.labels...); v != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)
 		}
+	}
+}
+
+// TestProbes: /healthz answers 200 while the process serves; /readyz 200
+// while ServerOptions.Ready says so, else 503 with its reason; and a local
+// cluster's daemons are ready once they serve.
+func TestProbes(t *testing.T) {
+	var notReady atomic.Pointer[string]
+	s, err := metrics.Serve(t.Context(), metrics.ServerOptions{Addr: "127.0.0.1:0", Registry: metrics.NewRegistry(), Ready: func() error {
+		if why := notReady.Load(); why != nil {
+			return errors.New(*why)
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	probe := func(base, path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	base := "http://" + s.Addr()
+	if code, body := probe(base, "/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	if code, body := probe(base, "/readyz"); code != 200 || body != "ready\n" {
+		t.Fatalf("/readyz, ready: %d %q", code, body)
+	}
+	why := "draining"
+	notReady.Store(&why)
+	if code, body := probe(base, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
+		t.Fatalf("/readyz, not ready: %d %q", code, body)
+	}
+	if code, _ := probe(base, "/healthz"); code != 200 {
+		t.Fatalf("/healthz of a live daemon that is not ready: %d", code)
+	}
+
+	lc := osdtest.StartLocal(t, local.Options{OSDs: 2, Replicas: 2, PGs: 8, Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		WithMon: true, NoAuth: true, Metrics: true})
+	for _, dm := range lc.Metrics {
+		osdtest.Eventually(t, 30*time.Second, dm.Daemon+" ready", func() bool {
+			code, _ := probe("http://"+dm.Addr(), "/readyz")
+			return code == 200
+		})
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -73,10 +74,17 @@ type ServerOptions struct {
 	// costs the daemon CPU and shows its internals to whoever can reach
 	// the admin listener.
 	Pprof bool
+	// Ready says why the daemon cannot serve now (nil: it can), for
+	// /readyz; nil counts as always ready.
+	Ready func() error
 }
 
 // Server is a daemon's admin HTTP listener: /metrics, in Prometheus's text
-// format (or OpenMetrics, when the scraper asks for it).
+// format (or OpenMetrics, when the scraper asks for it), and the probes of
+// Kubernetes and load balancers: /healthz (200 while the process serves
+// HTTP: a liveness probe) and /readyz (200 while ServerOptions.Ready says
+// so, else 503 and why: a readiness probe, which takes the daemon out of
+// a Service, or an S3 gateway out of its load balancer, meanwhile).
 type Server struct {
 	srv       *http.Server
 	addr      string
@@ -119,6 +127,17 @@ func Serve(ctx context.Context, opts ServerOptions) (*Server, error) {
 		// Prometheus (whose default timeout is 10s).
 		Timeout: 10 * time.Second,
 	}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if opts.Ready != nil {
+			if err := opts.Ready(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintf(w, "not ready: %v\n", err)
+				return
+			}
+		}
+		io.WriteString(w, "ready\n")
+	})
 	if opts.Pprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
