@@ -9,6 +9,7 @@ import (
 // The OSD's series.
 var (
 	osdOpDuration = newDesc("osprey_osd_op_duration_seconds", "Client ops from their dispatch to their reply, by op.", "op")
+	osdWALFsync   = newDesc("osprey_osd_wal_fsync_duration_seconds", "The store's WAL syncs, which every synced write waits for: a slow disk shows here first (Ceph's osd perf commit latency).")
 	osdInFlight   = newDesc("osprey_osd_ops_in_flight", "Client ops dispatched and not yet answered.")
 	osdPGs        = newDesc("osprey_osd_pgs", "PGs this OSD is primary of, by state, as of its last beacon.", "state")
 	osdInfo       = newDesc("osprey_osd_info", "1, with this OSD's id (osd=\"osd.3\"): join it on instance to name the OSD an alert is about.", "osd")
@@ -74,7 +75,7 @@ type osdCollector struct{ o *osd.OSD }
 
 func (osdCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		osdOpDuration, osdInFlight, osdInfo, osdPGs, osdBeaconAge, osdLaggy, osdSlowOps, osdOldestOp, osdRepTimeout, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
+		osdOpDuration, osdWALFsync, osdInFlight, osdInfo, osdPGs, osdBeaconAge, osdLaggy, osdSlowOps, osdOldestOp, osdRepTimeout, osdDegraded, osdMisplaced, osdRecovery, osdObjects, osdLogical, osdStoreBytes,
 		osdDiskTotal, osdDiskAvail, osdPuts, osdDeletes, osdWritten, osdRead, osdCorrupt, osdReadCRC, osdReadNoCRC, osdKept, osdPartsHeld, osdKeepRefuse, osdRepairs, osdRepairFail, osdStrays,
 		osdScrubObj, osdScrubBytes, osdScrubDmg, osdScrubFixed, osdScrubErrs, osdScrubIncon,
 		readCacheBytes, readCacheLimit, readCacheObjects, readCacheHits, readCacheMisses, readCacheEvicted, readCacheNoReg, readCacheReclaimed,
@@ -94,14 +95,23 @@ var opBounds = func() []float64 {
 	return b
 }()
 
+// histogram sends a histogram of count observations summing to sum,
+// cumulative[i] of them at most bounds[i].
+func histogram(ch chan<- prometheus.Metric, desc *prometheus.Desc, count uint64, sum float64, bounds []float64, cumulative []uint64, labels ...string) {
+	buckets := make(map[float64]uint64, len(bounds))
+	for i, le := range bounds {
+		buckets[le] = cumulative[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(desc, count, sum, buckets, labels...)
+}
+
 func (c osdCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.o.Stats()
 	for _, op := range st.Ops {
-		buckets := make(map[float64]uint64, len(opBounds))
-		for i, le := range opBounds {
-			buckets[le] = op.Buckets[i]
-		}
-		ch <- prometheus.MustNewConstHistogram(osdOpDuration, op.Count, op.Sum.Seconds(), buckets, op.Op)
+		histogram(ch, osdOpDuration, op.Count, op.Sum.Seconds(), opBounds, op.Buckets, op.Op)
+	}
+	if w := st.Store.WALFsync; len(w.Bounds) > 0 {
+		histogram(ch, osdWALFsync, w.Count, w.Sum, w.Bounds, w.Cumulative)
 	}
 	gauge(ch, osdInfo, 1, fmt.Sprintf("osd.%d", c.o.ID()))
 	gauge(ch, osdInFlight, float64(st.OpsInFlight))

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Stats is a snapshot of the store's counters and of Pebble's health.
@@ -74,6 +76,49 @@ type Stats struct {
 	// (padding and headers included); WALBytes is the live WAL's size.
 	WALBytesWritten uint64
 	WALBytes        uint64
+	// WALFsync is the latency of Pebble's WAL syncs since Open, which a
+	// synced write waits for: a slow or failing disk shows here first
+	// (what Ceph's osd perf calls commit latency).
+	WALFsync Latencies
+}
+
+// Latencies is a histogram of durations: Count of them, Sum seconds, and
+// Cumulative[i] of them at most Bounds[i] seconds.
+type Latencies struct {
+	Count      uint64
+	Sum        float64
+	Bounds     []float64
+	Cumulative []uint64
+}
+
+// latencyBounds are the bounds Latencies reports of Pebble's finer
+// histogram (100 buckets), in seconds: each is taken as the largest of
+// Pebble's at most it.
+var latencyBounds = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// latenciesOf reads h, a Pebble histogram of nanoseconds, as Latencies.
+func latenciesOf(h prometheus.Histogram) Latencies {
+	var m dto.Metric
+	if h == nil || h.Write(&m) != nil || m.Histogram == nil {
+		return Latencies{}
+	}
+	ph := m.Histogram
+	l := Latencies{Count: ph.GetSampleCount(), Sum: ph.GetSampleSum() / 1e9}
+	buckets := ph.GetBucket()
+	i := 0
+	for _, want := range latencyBounds {
+		// The last of Pebble's bounds at most want.
+		j := -1
+		for ; i < len(buckets) && buckets[i].GetUpperBound()/1e9 <= want*(1+1e-9); i++ {
+			j = i
+		}
+		if j < 0 || len(l.Bounds) > 0 && buckets[j].GetUpperBound()/1e9 == l.Bounds[len(l.Bounds)-1] {
+			continue
+		}
+		l.Bounds = append(l.Bounds, buckets[j].GetUpperBound()/1e9)
+		l.Cumulative = append(l.Cumulative, buckets[j].GetCumulativeCount())
+	}
+	return l
 }
 
 // Stats returns the current statistics; a closed store returns zeros.
@@ -127,6 +172,7 @@ func (s *Store) Stats() Stats {
 	st.BlockCacheMisses = m.BlockCache.Misses
 	st.WALBytesWritten = m.WAL.BytesWritten
 	st.WALBytes = m.WAL.Size
+	st.WALFsync = latenciesOf(m.LogWriter.FsyncLatency)
 	return st
 }
 

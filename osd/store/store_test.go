@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -420,7 +421,7 @@ func TestCloseIdempotent(t *testing.T) {
 	for _, err := range e.s.Buckets(e.ctx) {
 		wantErr(t, err, store.ErrClosed)
 	}
-	if st := e.s.Stats(); st != (store.Stats{}) {
+	if st := e.s.Stats(); !reflect.DeepEqual(st, store.Stats{}) {
 		t.Fatalf("stats of a closed store %+v", st)
 	}
 	_, err = store.Open(e.ctx, store.Options{})

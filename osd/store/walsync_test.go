@@ -99,3 +99,72 @@ func TestWALSyncsShared(t *testing.T) {
 		}
 	}
 }
+
+// slowSyncFS is the OS filesystem whose WAL syncs take at least d (a slow
+// disk).
+type slowSyncFS struct {
+	walSyncFS
+	d time.Duration
+}
+
+func (fs *slowSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.walSyncFS.Create(name, c)
+	return fs.slow(f, err)
+}
+
+func (fs *slowSyncFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.walSyncFS.ReuseForWrite(oldname, newname, c)
+	return fs.slow(f, err)
+}
+
+func (fs *slowSyncFS) slow(f vfs.File, err error) (vfs.File, error) {
+	if w, ok := f.(*walSyncFile); ok && err == nil {
+		return &slowSyncFile{walSyncFile: w, d: fs.d}, nil
+	}
+	return f, err
+}
+
+type slowSyncFile struct {
+	*walSyncFile
+	d time.Duration
+}
+
+func (f *slowSyncFile) Sync() error     { time.Sleep(f.d); return f.walSyncFile.Sync() }
+func (f *slowSyncFile) SyncData() error { time.Sleep(f.d); return f.walSyncFile.SyncData() }
+func (f *slowSyncFile) SyncTo(length int64) (bool, error) {
+	time.Sleep(f.d)
+	return f.walSyncFile.SyncTo(length)
+}
+
+// TestWALFsyncLatencies: the store's stats say how long its WAL syncs
+// took (osprey_osd_wal_fsync_duration_seconds): on a disk whose syncs
+// take 3 ms, every one is past the bounds below 3 ms, and they sum to at
+// least that each.
+func TestWALFsyncLatencies(t *testing.T) {
+	const slow = 3 * time.Millisecond
+	ctx := context.Background()
+	fs := &slowSyncFS{walSyncFS: walSyncFS{FS: vfs.NewMem()}, d: slow}
+	s, err := store.Open(ctx, store.WithFSForTest(store.Options{Dir: "/db", Logger: quietLogger()}, fs))
+	must(t, err)
+	defer s.Close()
+	must(t, s.Apply(ctx, 0, &osdpb.LogEntry{Version: &osdpb.Version{Epoch: 1, Seq: 1}, Kind: osdpb.OpKind_OP_CREATE_BUCKET, Bucket: "b"}, nil))
+	for i := range 5 {
+		le := putEntry(&osdpb.LogEntry{Version: &osdpb.Version{Epoch: 1, Seq: uint64(i + 1)}, Req: &osdpb.ReqID{Client: 1, Tid: uint64(i + 1)},
+			Kind: osdpb.OpKind_OP_PUT, Bucket: "b", Key: fmt.Sprint(i)}, []byte("x"))
+		must(t, s.Apply(ctx, 1, le, []byte("x")))
+	}
+	w := s.Stats().WALFsync
+	if w.Count < 5 || len(w.Bounds) != len(w.Cumulative) || len(w.Bounds) < 10 || w.Sum < float64(w.Count)*slow.Seconds() {
+		t.Fatalf("WAL syncs: %+v", w)
+	}
+	for i, le := range w.Bounds {
+		switch {
+		case i > 0 && (le <= w.Bounds[i-1] || w.Cumulative[i] < w.Cumulative[i-1]):
+			t.Fatalf("bounds or counts out of order: %+v", w)
+		case le < slow.Seconds() && w.Cumulative[i] != 0:
+			t.Fatalf("%d syncs of %v at most %gs: %+v", w.Cumulative[i], slow, le, w)
+		case w.Cumulative[i] > w.Count:
+			t.Fatalf("more syncs at most %gs than in all: %+v", le, w)
+		}
+	}
+}
