@@ -31,6 +31,10 @@ type OSDReport struct {
 	ReadBytesPerSec     float64   `json:"client_read_bytes_per_sec"`
 	WriteBytesPerSec    float64   `json:"client_write_bytes_per_sec"`
 	RecoveryBytesPerSec float64   `json:"recovery_bytes_per_sec"`
+	// CommitLatencyMs is the mean of the OSD's WAL syncs, which every
+	// synced write waits for, over its last beacons' window (Ceph's osd
+	// perf commit latency); 0 when none synced then.
+	CommitLatencyMs float64 `json:"commit_latency_ms"`
 }
 
 // Report gathers the status and the OSD tree with each OSD's beacon.
@@ -55,6 +59,7 @@ func computeReport(in statusInput) *Report {
 			if in.now.Sub(o.BeaconAt) <= in.fresh {
 				o.OpsPerSec, o.RecoveryBytesPerSec = b.OpsPerSec, b.RecoveryBytesPerSec
 				o.ReadBytesPerSec, o.WriteBytesPerSec = b.ReadBytesPerSec, b.WriteBytesPerSec
+				o.CommitLatencyMs = float64(b.CommitLatency) / float64(time.Millisecond)
 			}
 		}
 		r.OSDs = append(r.OSDs, o)

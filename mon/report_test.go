@@ -18,8 +18,9 @@ func TestReportRates(t *testing.T) {
 	beacons := map[uint32]*beaconRecord{}
 	for o := range mp.OSDs() {
 		first := newBeaconRecord(&osdpb.MonBeacon{Id: o.Id}, t0, nil)
+		first.WALSyncs, first.BaseWALSyncs, first.WALSyncNanos, first.BaseWALSyncNanos = 10, 10, 5e6, 5e6
 		beacons[o.Id] = newBeaconRecord(&osdpb.MonBeacon{Id: o.Id, Epoch: mp.Epoch(), Ops: 20, ClientReadBytes: 4 << 20, ClientWriteBytes: 2 << 20,
-			UsedBytes: 10, AvailBytes: 90}, t0.Add(2*time.Second), first)
+			UsedBytes: 10, AvailBytes: 90, WalSyncs: 30, WalSyncNanos: 45e6}, t0.Add(2*time.Second), first)
 	}
 	beacons[2].AtUnixNano = t0.Add(-time.Hour).UnixNano() // stale
 	r := computeReport(statusInput{mp: mp, beacons: beacons, now: t0.Add(2 * time.Second), fresh: time.Minute})
@@ -27,10 +28,11 @@ func TestReportRates(t *testing.T) {
 		t.Fatalf("report of %d OSDs", len(r.OSDs))
 	}
 	o := r.OSDs[0]
-	if o.ReadBytesPerSec != 2<<20 || o.WriteBytesPerSec != 1<<20 || o.OpsPerSec != 10 || o.UsedBytes != 10 || o.BeaconAt.IsZero() {
+	// 20 syncs in the window took 40 ms: osd perf's commit latency.
+	if o.ReadBytesPerSec != 2<<20 || o.WriteBytesPerSec != 1<<20 || o.OpsPerSec != 10 || o.UsedBytes != 10 || o.BeaconAt.IsZero() || o.CommitLatencyMs != 2 {
 		t.Fatalf("osd.0: %+v", o)
 	}
-	if s := r.OSDs[2]; s.OpsPerSec != 0 || s.ReadBytesPerSec != 0 || s.UsedBytes != 10 {
+	if s := r.OSDs[2]; s.OpsPerSec != 0 || s.ReadBytesPerSec != 0 || s.UsedBytes != 10 || s.CommitLatencyMs != 0 {
 		t.Fatalf("stale osd.2: %+v", s)
 	}
 	if st := r.Status; st.ReadBytesPerSec != 4<<20 || st.WriteBytesPerSec != 2<<20 || st.OpsPerSec != 20 {
@@ -49,7 +51,7 @@ func TestReportRates(t *testing.T) {
 	}
 	// Counters that drop (a restart) start the rates again.
 	again := newBeaconRecord(&osdpb.MonBeacon{Id: 0, Ops: 25, ClientReadBytes: 1}, t0.Add(4*time.Second), beacons[0])
-	if again.ReadBytesPerSec != 0 || again.WriteBytesPerSec != 0 {
+	if again.ReadBytesPerSec != 0 || again.WriteBytesPerSec != 0 || again.CommitLatency != 0 {
 		t.Fatalf("after a restart: %+v", again)
 	}
 }

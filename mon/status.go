@@ -236,6 +236,14 @@ type beaconRecord struct {
 	BaseOps           uint64 `json:"base_ops"`
 	BaseReadBytes     uint64 `json:"base_client_read_bytes"`
 	BaseWriteBytes    uint64 `json:"base_client_write_bytes"`
+	// The store's WAL syncs and the time they took, since the OSD
+	// started, and the mean sync over the rate window: "osd perf"'s
+	// commit latency. Zero from a build that does not say.
+	WALSyncs         uint64        `json:"wal_syncs,omitempty"`
+	WALSyncNanos     uint64        `json:"wal_sync_nanos,omitempty"`
+	BaseWALSyncs     uint64        `json:"base_wal_syncs,omitempty"`
+	BaseWALSyncNanos uint64        `json:"base_wal_sync_nanos,omitempty"`
+	CommitLatency    time.Duration `json:"commit_latency_nanos,omitempty"`
 }
 
 type repTimeoutRecord struct {
@@ -329,6 +337,7 @@ func newBeaconRecord(b *osdpb.MonBeacon, now time.Time, prev *beaconRecord) *bea
 		ReadBytes: b.ClientReadBytes, WriteBytes: b.ClientWriteBytes, ScrubErrors: b.ScrubErrors, PGsHeld: b.PgsHeld,
 		SlowOps: b.SlowOps, OldestSlowOp: time.Duration(b.OldestSlowOpNanos), OldestSlowOpType: b.OldestSlowOp,
 		OpComplaintTime: time.Duration(b.OpComplaintNanos), HeldDown: heldDownOf(b.HeldDown),
+		WALSyncs: b.WalSyncs, WALSyncNanos: b.WalSyncNanos,
 	}
 	for _, t := range b.RepTimeouts {
 		r.RepTimeouts = append(r.RepTimeouts, repTimeoutRecord{OSD: t.Osd, Writes: t.Writes, Timeout: time.Duration(t.TimeoutNanos)})
@@ -342,6 +351,7 @@ func newBeaconRecord(b *osdpb.MonBeacon, now time.Time, prev *beaconRecord) *bea
 	}
 	r.BaseAtUnixNano, r.BaseRecoveryBytes, r.BaseOps = r.AtUnixNano, r.RecoveryBytes, r.Ops
 	r.BaseReadBytes, r.BaseWriteBytes = r.ReadBytes, r.WriteBytes
+	r.BaseWALSyncs, r.BaseWALSyncNanos = r.WALSyncs, r.WALSyncNanos
 	if prev == nil {
 		return r
 	}
@@ -349,18 +359,22 @@ func newBeaconRecord(b *osdpb.MonBeacon, now time.Time, prev *beaconRecord) *bea
 	if prev.BaseAtUnixNano != 0 {
 		base.AtUnixNano, base.RecoveryBytes, base.Ops = prev.BaseAtUnixNano, prev.BaseRecoveryBytes, prev.BaseOps
 		base.ReadBytes, base.WriteBytes = prev.BaseReadBytes, prev.BaseWriteBytes
+		base.WALSyncs, base.WALSyncNanos = prev.BaseWALSyncs, prev.BaseWALSyncNanos
 	}
 	// Counters restart with the OSD: a drop is a restart, not a negative
 	// rate; the rates start again from this beacon.
-	if r.RecoveryBytes < base.RecoveryBytes || r.Ops < base.Ops || r.ReadBytes < base.ReadBytes || r.WriteBytes < base.WriteBytes {
+	if r.RecoveryBytes < base.RecoveryBytes || r.Ops < base.Ops || r.ReadBytes < base.ReadBytes || r.WriteBytes < base.WriteBytes ||
+		r.WALSyncs < base.WALSyncs || r.WALSyncNanos < base.WALSyncNanos {
 		return r
 	}
 	elapsed := time.Duration(r.AtUnixNano - base.AtUnixNano)
 	if elapsed < rateWindow {
 		r.RecoveryBytesPerSec, r.OpsPerSec = prev.RecoveryBytesPerSec, prev.OpsPerSec
 		r.ReadBytesPerSec, r.WriteBytesPerSec = prev.ReadBytesPerSec, prev.WriteBytesPerSec
+		r.CommitLatency = prev.CommitLatency
 		r.BaseAtUnixNano, r.BaseRecoveryBytes, r.BaseOps = base.AtUnixNano, base.RecoveryBytes, base.Ops
 		r.BaseReadBytes, r.BaseWriteBytes = base.ReadBytes, base.WriteBytes
+		r.BaseWALSyncs, r.BaseWALSyncNanos = base.WALSyncs, base.WALSyncNanos
 		return r
 	}
 	dt := elapsed.Seconds()
@@ -368,6 +382,10 @@ func newBeaconRecord(b *osdpb.MonBeacon, now time.Time, prev *beaconRecord) *bea
 	r.OpsPerSec = float64(r.Ops-base.Ops) / dt
 	r.ReadBytesPerSec = float64(r.ReadBytes-base.ReadBytes) / dt
 	r.WriteBytesPerSec = float64(r.WriteBytes-base.WriteBytes) / dt
+	if n := r.WALSyncs - base.WALSyncs; n > 0 {
+		// The mean over the window; none synced: no latency to say.
+		r.CommitLatency = time.Duration((r.WALSyncNanos - base.WALSyncNanos) / n)
+	}
 	return r
 }
 

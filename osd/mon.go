@@ -501,6 +501,8 @@ func (o *OSD) beacon() *osdpb.MonBeacon {
 		RecoveryBytes: o.recoveredBytes.Load(), Ops: o.opsServed.Load(), Fullness: o.checkSpace(),
 		ClientReadBytes: o.clientReadBytes.Load(), ClientWriteBytes: o.clientWriteBytes.Load(),
 		ScrubErrors: o.scrub.unrepaired()}
+	w := o.st.WALFsync()
+	b.WalSyncs, b.WalSyncNanos = w.Count, uint64(w.Sum*1e9)
 	if sp := o.space.Load(); sp != nil {
 		b.UsedBytes, b.AvailBytes = sp.Used(), sp.Avail
 	}

@@ -224,7 +224,7 @@ gracefully.`,
 	f.Var((*socketFailures)(&cfg.Faults), "inject-socket-failures", socketFailuresUsage)
 	cmd.AddCommand(newOSDAdminCmds()...)
 	cmd.AddCommand(newOSDCheckCmds()...)
-	cmd.AddCommand(newOSDDeepScrubCmd(), newOSDMapCmd(), newOSDDfCmd(), newOSDPoolCmd())
+	cmd.AddCommand(newOSDDeepScrubCmd(), newOSDMapCmd(), newOSDDfCmd(), newOSDPerfCmd(), newOSDPoolCmd())
 	return cmd
 }
 

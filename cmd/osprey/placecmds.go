@@ -275,27 +275,67 @@ func printPGs(w io.Writer, pgs []mon.PGStat) error {
 
 // newOSDDfCmd is `osprey osd df`, Ceph's `ceph osd df`.
 func newOSDDfCmd() *cobra.Command {
+	return monReadCmd("df", "Show each OSD's disk use, as its beacons report it, and its PGs",
+		`Shows each OSD's data disk as its last beacon to the mon reported it: size,
+used, available, %USE and VAR (its %USE over the cluster's), with its
+weight, PG count and state, then the totals and the spread of VAR, as
+`+"`ceph osd df`"+`. An OSD that is down has no current figures ("-"). The
+space is the data directory's file system's: OSDs that share one disk each
+report all of it.`, "osd df", printOSDDf)
+}
+
+// newOSDPerfCmd is `osprey osd perf`, Ceph's `ceph osd perf`.
+func newOSDPerfCmd() *cobra.Command {
+	return monReadCmd("perf", "Show each OSD's commit latency and load, as its beacons report them",
+		`Shows, per OSD, the mean of its store's WAL syncs over its last beacons'
+window (about a second), which every synced write waits for: Ceph's commit
+latency, where a slow or failing disk stands out; then the ops per second
+it served and its client bytes per second. An OSD that is down, or that
+synced nothing in the window, shows "-" (osprey_osd_wal_fsync_duration_seconds
+has the whole histogram). --json prints the mon's report of each OSD.`, "osd df", printOSDPerf)
+}
+
+// monReadCmd is a command that prints what the read-only mon command
+// prefix returns, with print or as JSON (--json).
+func monReadCmd[T any](use, short, long, prefix string, print func(io.Writer, T) error) *cobra.Command {
 	var (
 		mf     monFlags
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "df",
-		Short: "Show each OSD's disk use, as its beacons report it, and its PGs",
-		Long: `Shows each OSD's data disk as its last beacon to the mon reported it: size,
-used, available, %USE and VAR (its %USE over the cluster's), with its
-weight, PG count and state, then the totals and the spread of VAR, as
-` + "`ceph osd df`" + `. An OSD that is down has no current figures ("-"). The
-space is the data directory's file system's: OSDs that share one disk each
-report all of it.`,
-		Args: noArgs,
+		Use:   use,
+		Short: short,
+		Long:  long,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return monRead(cmd, mf, "osd df", asJSON, printOSDDf)
+			return monRead(cmd, mf, prefix, asJSON, print)
 		},
 	}
 	addMonFlags(cmd.Flags(), &mf)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+func printOSDPerf(w io.Writer, osds []mon.OSDReport) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	io.WriteString(tw, "OSD	COMMIT_LATENCY(ms)	OPS/s	READ/s	WRITE/s	STATUS	\n")
+	for _, o := range osds {
+		st := "down"
+		if o.Up {
+			st = "up"
+		}
+		lat := "-"
+		if o.CommitLatencyMs > 0 {
+			lat = fmt.Sprintf("%.2f", o.CommitLatencyMs)
+		}
+		if o.BeaconAt.IsZero() {
+			fmt.Fprintf(tw, "osd.%d\t-\t-\t-\t-\t%s\t\n", o.ID, st)
+			continue
+		}
+		fmt.Fprintf(tw, "osd.%d\t%s\t%.0f\t%s\t%s\t%s\t\n", o.ID, lat, o.OpsPerSec,
+			humanBytes(int64(o.ReadBytesPerSec)), humanBytes(int64(o.WriteBytesPerSec)), st)
+	}
+	return tw.Flush()
 }
 
 func printOSDDf(w io.Writer, osds []mon.OSDReport) error {

@@ -167,6 +167,27 @@ func TestPlacementCommands(t *testing.T) {
 	if err != nil || strings.Count(out, "osd.") != 4 || !strings.Contains(out, "TOTAL") {
 		t.Errorf("osd df: %v\n%s", err, out)
 	}
+	// osd perf: a row per OSD, and the commit latency in the JSON.
+	out, err = cli("osd", "perf")
+	if err != nil || strings.Count(out, "osd.") != 4 || !strings.Contains(out, "COMMIT_LATENCY(ms)") {
+		t.Errorf("osd perf: %v\n%s", err, out)
+	}
+	if out, err = cli("osd", "perf", "--json"); err != nil || strings.Count(out, `"commit_latency_ms":`) != 4 {
+		t.Errorf("osd perf --json: %v\n%s", err, out)
+	}
+	// Writes sync the WALs: the beacons carry their syncs, and some OSD
+	// has a commit latency within a window of them.
+	osdtest.Eventually(t, time.Minute, "a commit latency in osd perf", func() bool {
+		if _, err := cli("put", "-", "maps/sync"); err != nil {
+			t.Fatal(err)
+		}
+		var osds []mon.OSDReport
+		out, err := cli("osd", "perf", "--json")
+		if err != nil || json.Unmarshal([]byte(out), &osds) != nil {
+			t.Fatalf("osd perf --json: %v\n%s", err, out)
+		}
+		return slices.ContainsFunc(osds, func(o mon.OSDReport) bool { return o.CommitLatencyMs > 0 })
+	})
 }
 
 func pgLsJSON(t *testing.T, cli func(...string) (string, error), args ...string) []mon.PGStat {

@@ -176,6 +176,16 @@ func (s *Store) Stats() Stats {
 	return st
 }
 
+// WALFsync is Stats().WALFsync alone, for the OSD's beacon.
+func (s *Store) WALFsync() Latencies {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return Latencies{}
+	}
+	return latenciesOf(s.db.Metrics().LogWriter.FsyncLatency)
+}
+
 // PGStats is one PG's share of the store's objects and bytes.
 type PGStats struct {
 	Objects, Bytes int64

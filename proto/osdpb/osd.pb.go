@@ -5652,7 +5652,11 @@ type MonBeacon struct {
 	// held_down: the OSD is down and stays so by its own choice, having been
 	// marked down too often (osd.Config.MaxMarkdownCount); the mon shows it
 	// in the status (OSD_DOWN) instead of leaving it to the OSD's log.
-	HeldDown      *HeldDown `protobuf:"bytes,22,opt,name=held_down,json=heldDown,proto3" json:"held_down,omitempty"`
+	HeldDown *HeldDown `protobuf:"bytes,22,opt,name=held_down,json=heldDown,proto3" json:"held_down,omitempty"`
+	// The store's WAL syncs since the OSD started, and the nanoseconds they
+	// took, for "osd perf" (Ceph's commit latency).
+	WalSyncs      uint64 `protobuf:"varint,24,opt,name=wal_syncs,json=walSyncs,proto3" json:"wal_syncs,omitempty"`
+	WalSyncNanos  uint64 `protobuf:"varint,25,opt,name=wal_sync_nanos,json=walSyncNanos,proto3" json:"wal_sync_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5839,6 +5843,20 @@ func (x *MonBeacon) GetHeldDown() *HeldDown {
 		return x.HeldDown
 	}
 	return nil
+}
+
+func (x *MonBeacon) GetWalSyncs() uint64 {
+	if x != nil {
+		return x.WalSyncs
+	}
+	return 0
+}
+
+func (x *MonBeacon) GetWalSyncNanos() uint64 {
+	if x != nil {
+		return x.WalSyncNanos
+	}
+	return 0
 }
 
 // RepTimeouts: writes a primary failed because replica osd did not ack
@@ -7803,7 +7821,7 @@ const file_osd_proto_rawDesc = "" +
 	"\x06header\x18\x01 \x01(\v2\x12.osprey.osd.HeaderR\x06header\"Y\n" +
 	"\x0ePGInspectReply\x12/\n" +
 	"\x06header\x18\x01 \x01(\v2\x17.osprey.osd.ReplyHeaderR\x06header\x12\x16\n" +
-	"\x06output\x18\x02 \x01(\tR\x06output\"\xc7\x06\n" +
+	"\x06output\x18\x02 \x01(\tR\x06output\"\x8a\a\n" +
 	"\tMonBeacon\x12\x12\n" +
 	"\x04fsid\x18\x02 \x01(\tR\x04fsid\x12\x0e\n" +
 	"\x02id\x18\x03 \x01(\rR\x02id\x12\x12\n" +
@@ -7829,7 +7847,9 @@ const file_osd_proto_rawDesc = "" +
 	"\x0eoldest_slow_op\x18\x13 \x01(\tR\foldestSlowOp\x12,\n" +
 	"\x12op_complaint_nanos\x18\x14 \x01(\x03R\x10opComplaintNanos\x12:\n" +
 	"\frep_timeouts\x18\x15 \x03(\v2\x17.osprey.osd.RepTimeoutsR\vrepTimeouts\x121\n" +
-	"\theld_down\x18\x16 \x01(\v2\x14.osprey.osd.HeldDownR\bheldDownB\v\n" +
+	"\theld_down\x18\x16 \x01(\v2\x14.osprey.osd.HeldDownR\bheldDown\x12\x1b\n" +
+	"\twal_syncs\x18\x18 \x01(\x04R\bwalSyncs\x12$\n" +
+	"\x0ewal_sync_nanos\x18\x19 \x01(\x04R\fwalSyncNanosB\v\n" +
 	"\t_pgs_heldJ\x04\b\x01\x10\x02\"\\\n" +
 	"\vRepTimeouts\x12\x10\n" +
 	"\x03osd\x18\x01 \x01(\rR\x03osd\x12\x16\n" +
