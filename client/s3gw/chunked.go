@@ -127,6 +127,41 @@ func malformedChunk(format string, args ...any) error {
 
 // line reads one CRLF-terminated line, without the CRLF.
 func (c *chunkedReader) line() ([]byte, error) {
+	b, err := c.rawLine()
+	if err != nil {
+		return nil, err
+	}
+	b, ok := bytes.CutSuffix(b, []byte("\r\n"))
+	if !ok {
+		return nil, malformedChunk("a line that does not end in CRLF")
+	}
+	return b, nil
+}
+
+// trailerLine reads one trailer line, without its end: CRLF, or what
+// minio-go (and MinIO, which takes it) ends one with, LF then CRLF, or a
+// lone LF (the canonical form AWS's documentation signs). bareLF says the
+// line ended in a lone LF; last, that the CRLF after its LF ended the
+// body, so it was the trailer's empty line.
+func (c *chunkedReader) trailerLine() (b []byte, bareLF, last bool, err error) {
+	if b, err = c.rawLine(); err != nil {
+		return nil, false, false, err
+	}
+	if b, ok := bytes.CutSuffix(b, []byte("\r\n")); ok {
+		return b, false, false, nil
+	}
+	// A copy: the Peek may refill the buffer that b is in.
+	b = bytes.Clone(b[:len(b)-1])
+	if next, err := c.br.Peek(2); err == nil && string(next) == "\r\n" {
+		c.br.Discard(2)
+		_, err := c.br.Peek(1)
+		return b, false, err == io.EOF, nil
+	}
+	return b, true, false, nil
+}
+
+// rawLine reads one line, with its LF, of at most maxChunkLine bytes.
+func (c *chunkedReader) rawLine() ([]byte, error) {
 	b, err := c.br.ReadSlice('\n')
 	switch {
 	case errors.Is(err, bufio.ErrBufferFull) || err == nil && len(b) > maxChunkLine:
@@ -138,10 +173,6 @@ func (c *chunkedReader) line() ([]byte, error) {
 	}
 	if len(b) > maxChunkLine {
 		return nil, malformedChunk("a line longer than %d bytes", maxChunkLine)
-	}
-	b, ok := bytes.CutSuffix(b, []byte("\r\n"))
-	if !ok {
-		return nil, malformedChunk("a line that does not end in CRLF")
 	}
 	return b, nil
 }
@@ -316,14 +347,18 @@ func (c *chunkedReader) finish() error {
 		canonical []string // "name:value\n" of each line but the signature, names in lower case
 		sig       string
 	)
-	for i := 0; ; i++ {
-		b, err := c.line()
+	for i, last := 0, false; !last; i++ {
+		b, bareLF, end, err := c.trailerLine()
 		if err != nil {
 			return err
 		}
 		if len(b) == 0 {
+			if bareLF || end {
+				return malformedChunk("a line that does not end in CRLF")
+			}
 			break
 		}
+		last = end
 		name, val, ok := bytes.Cut(b, []byte(":"))
 		if !ok || i == maxTrailers || c.trailer == "" {
 			return malformedChunk("trailer line %q", b)

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // AWS's published example of a signed streaming upload ("Signature
@@ -181,6 +182,44 @@ func TestChunkedSignedTrailer(t *testing.T) {
 	}
 }
 
+// TestChunkedTrailerLineEnds: trailer lines that end as minio-go ends
+// them (LF, then CRLF: MinIO takes them) or in a lone LF (the canonical
+// form AWS's documentation signs) decode as CRLF-ended ones, signed or
+// not, read a byte at a time too (a Peek past the line refills the
+// buffer); an empty line that ends in a lone LF does not end the trailer.
+func TestChunkedTrailerLineEnds(t *testing.T) {
+	data := []byte("hello, minio-go trailer")
+	line := strings.TrimSuffix(crc32cTrailer(data), "\r\n")
+	unsigned := func(body []byte, r func(io.Reader) io.Reader) ([]byte, error) {
+		return io.ReadAll(newChunkedReader(r(bytes.NewReader(body)), nil, int64(len(data)), "x-amz-checksum-crc32c", checksumAlgorithms["crc32c"]))
+	}
+	signedBody := func(end string) []byte {
+		s := docChunkSigner()
+		body := encodeSignedTrailer(s, data, 8)
+		sum := sha256.Sum256([]byte(line + "\n"))
+		return fmt.Appendf(body, "%s%sx-amz-trailer-signature:%s\r\n\r\n", line, end, s.trailer(sum[:]))
+	}
+	signed := func(body []byte, r func(io.Reader) io.Reader) ([]byte, error) {
+		return io.ReadAll(newChunkedReader(r(bytes.NewReader(body)), docChunkSigner(), int64(len(data)), "x-amz-checksum-crc32c", checksumAlgorithms["crc32c"]))
+	}
+	whole := func(r io.Reader) io.Reader { return r }
+	for _, r := range []func(io.Reader) io.Reader{whole, iotest.OneByteReader} {
+		for _, end := range []string{"\r\n", "\n\r\n", "\n"} {
+			if got, err := unsigned(encodeChunked(data, 5, line+end), r); err != nil || !bytes.Equal(got, data) {
+				t.Errorf("unsigned, trailer line ended %q: %v %q", end, err, got)
+			}
+			if got, err := signed(signedBody(end), r); err != nil || !bytes.Equal(got, data) {
+				t.Errorf("signed, trailer line ended %q: %v %q", end, err, got)
+			}
+		}
+		body := append(encodeChunked(data, 5, line+"\r\n")[:0:0], encodeChunked(data, 5, line+"\r\n")...)
+		body = append(body[:len(body)-2], '\n') // the last, empty, line
+		if _, err := unsigned(body, r); !errors.Is(err, ErrIncompleteBody) {
+			t.Errorf("an empty last line ended in a lone LF: %v", err)
+		}
+	}
+}
+
 // FuzzChunkedReader: any body, signed or not, with a trailer or not,
 // decodes without panicking to at most its decoded length, all of it when
 // it succeeds; and any data framed in any chunk size decodes back to
@@ -195,6 +234,8 @@ func FuzzChunkedReader(f *testing.F) {
 	signed := encodeSignedTrailer(docChunkSigner(), data, 7)
 	f.Add(append(signed, crc32cTrailer(data)+"x-amz-trailer-signature:"+strings.Repeat("0", 64)+"\r\n\r\n"...), uint32(len(data)), uint8(3))
 	f.Add(append(encodeSignedTrailer(docChunkSigner(), nil, 1), "x-amz-checksum-crc32c:AAAAAA==\r\n\r\n"...), uint32(0), uint8(3))
+	// minio-go's trailer line ends.
+	f.Add(encodeChunked(data, 7, strings.TrimSuffix(crc32cTrailer(data), "\r\n")+"\n\r\n"), uint32(len(data)), uint8(1))
 	f.Fuzz(func(t *testing.T, body []byte, decoded uint32, mode uint8) {
 		var cr *chunkedReader
 		switch mode % 4 {
