@@ -348,6 +348,12 @@ func TestBadInput(t *testing.T) {
 			// S3 takes one checksum of a body, not two.
 			{"a PUT with two checksums", signedWith(t, http.MethodPut, url, append(osdtest.Payload(1<<20, 56), smuggled...),
 				map[string]string{"x-amz-checksum-crc32": "AAAAAA==", "x-amz-checksum-crc32c": "AAAAAA=="}), "InvalidRequest", 400},
+			// A checksum the gateway does not check is refused, never
+			// stored unchecked as if checked.
+			{"a PUT with an MD5 checksum", signedWith(t, http.MethodPut, url, append(osdtest.Payload(1<<20, 57), smuggled...),
+				map[string]string{"x-amz-checksum-md5": "AAAAAAAAAAAAAAAAAAAAAA==", "x-amz-checksum-algorithm": "MD5"}), "InvalidArgument", 400},
+			{"a PUT naming SHA-512", signedWith(t, http.MethodPut, url, append(osdtest.Payload(1<<20, 58), smuggled...),
+				map[string]string{"x-amz-checksum-algorithm": "SHA512"}), "InvalidArgument", 400},
 		} {
 			resp, body := sendOn(t, cl, tc.req)
 			wantS3Error(t, tc.what, resp, body, tc.code, tc.status)
