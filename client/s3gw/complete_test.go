@@ -57,12 +57,14 @@ func TestCompleteChecksums(t *testing.T) {
 		binary.BigEndian.PutUint32(sum[:], crc32.Checksum(p, crc32.MakeTable(crc32.Castagnoli)))
 		return aws.String(base64.StdEncoding.EncodeToString(sum[:]))
 	}
+	var out *s3.CompleteMultipartUploadOutput
 	complete := func(whole *string, partSums ...*string) error {
 		ps := slices.Clone(parts)
 		for i, s := range partSums {
 			ps[i].ChecksumCRC32C = s
 		}
-		_, err := e.s3.CompleteMultipartUpload(e.ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String(b), Key: aws.String("k"),
+		var err error
+		out, err = e.s3.CompleteMultipartUpload(e.ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String(b), Key: aws.String("k"),
 			UploadId: aws.String(id), MultipartUpload: &types.CompletedMultipartUpload{Parts: ps},
 			ChecksumCRC32C: whole, ChecksumType: types.ChecksumTypeFullObject})
 		return err
@@ -75,6 +77,11 @@ func TestCompleteChecksums(t *testing.T) {
 	}
 	if err := complete(b64(data), b64(data[:partSize]), b64(data[partSize:2*partSize]), b64(data[2*partSize:])); err != nil {
 		t.Fatalf("complete with the right CRC32Cs: %v", err)
+	}
+	// The result says the whole object's CRC32C, as AWS answers a
+	// FULL_OBJECT completion.
+	if aws.ToString(out.ChecksumCRC32C) != *b64(data) || out.ChecksumType != types.ChecksumTypeFullObject {
+		t.Fatalf("the completion's checksum: %q %q", aws.ToString(out.ChecksumCRC32C), out.ChecksumType)
 	}
 	e.wantObject(t, b, "k", data, "", nil)
 }

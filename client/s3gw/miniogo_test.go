@@ -2,7 +2,11 @@ package s3gw_test
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"hash/crc32"
 	"io"
+	"net/http"
 	"net/url"
 	"testing"
 
@@ -48,5 +52,27 @@ func TestMinioGo(t *testing.T) {
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("minio-go %s get: %d bytes, %v", c.name, len(got), err)
 		}
+	}
+}
+
+// TestPutChecksumAnswers: a PUT answers its checksum with its type,
+// FULL_OBJECT, as S3 does; one that names CRC32C without a value (minio-go's
+// automatic checksum over HTTP) gets the CRC32C the gateway computed.
+func TestPutChecksumAnswers(t *testing.T) {
+	e := newEnv(t)
+	e.mb(t, "sums")
+	data := osdtest.Payload(3000, 62)
+	var c [4]byte
+	binary.BigEndian.PutUint32(c[:], crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)))
+	want := base64.StdEncoding.EncodeToString(c[:])
+	for _, h := range []map[string]string{{"x-amz-checksum-crc32c": want}, {"x-amz-checksum-algorithm": "CRC32C"}} {
+		resp, body := send(t, signedWith(t, http.MethodPut, e.url+"/sums/k", data, h), "")
+		if resp.StatusCode != 200 || resp.Header.Get("x-amz-checksum-crc32c") != want || resp.Header.Get("x-amz-checksum-type") != "FULL_OBJECT" {
+			t.Fatalf("PUT with %v: %d, checksum %q type %q\n%s", h, resp.StatusCode, resp.Header.Get("x-amz-checksum-crc32c"), resp.Header.Get("x-amz-checksum-type"), body)
+		}
+	}
+	resp, _ := send(t, signed(t, http.MethodPut, e.url+"/sums/k", data), "")
+	if resp.Header.Get("x-amz-checksum-crc32c") != "" || resp.Header.Get("x-amz-checksum-type") != "" {
+		t.Fatalf("a PUT that asked for no checksum answers one: %v", resp.Header)
 	}
 }

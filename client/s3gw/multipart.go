@@ -120,6 +120,10 @@ type completeMultipartUploadResult struct {
 	Bucket   string
 	Key      xmlText
 	ETag     string
+	// The whole object's CRC32C, for a completion that gave one or asked
+	// for FULL_OBJECT (the SDK then checks it, as AWS answers).
+	ChecksumCRC32C string `xml:",omitempty"`
+	ChecksumType   string `xml:",omitempty"`
 }
 
 func (g *Gateway) completeMultipartUpload(req *request) error {
@@ -150,8 +154,12 @@ func (g *Gateway) completeMultipartUpload(req *request) error {
 	if err != nil {
 		return err
 	}
-	writeXML(req.w, http.StatusOK, completeMultipartUploadResult{XMLNS: s3XMLNS, Location: objectURL(req.r),
-		Bucket: req.bucket, Key: xmlText(req.key), ETag: quoteETag(info.ETag)})
+	res := completeMultipartUploadResult{XMLNS: s3XMLNS, Location: objectURL(req.r), Bucket: req.bucket, Key: xmlText(req.key), ETag: quoteETag(info.ETag)}
+	h := req.r.Header
+	if strings.EqualFold(h.Get("X-Amz-Checksum-Type"), "FULL_OBJECT") || h.Get("X-Amz-Checksum-Crc32c") != "" && !strings.Contains(h.Get("X-Amz-Checksum-Crc32c"), "-") {
+		res.ChecksumCRC32C, res.ChecksumType = crc32cBase64(info.CRC32C), "FULL_OBJECT"
+	}
+	writeXML(req.w, http.StatusOK, res)
 	return nil
 }
 

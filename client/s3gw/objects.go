@@ -73,21 +73,33 @@ func (g *Gateway) putObject(req *request) error {
 		return err
 	}
 	req.w.Header().Set("ETag", quoteETag(info.ETag))
-	echoChecksum(req)
+	echoed := echoChecksum(req)
+	if !echoed && strings.EqualFold(strings.TrimSpace(r.Header.Get("X-Amz-Checksum-Algorithm")), "crc32c") {
+		// Asked for by name without a value (minio-go's automatic
+		// checksums over HTTP): S3 computes it; Osprey has it.
+		req.w.Header()[checksumHeaders["crc32c"]] = []string{crc32cBase64(info.CRC32C)}
+		echoed = true
+	}
+	if echoed {
+		// A single put's checksum is of the whole object.
+		req.w.Header().Set("X-Amz-Checksum-Type", "FULL_OBJECT")
+	}
 	req.w.WriteHeader(http.StatusOK)
 	return nil
 }
 
 // echoChecksum answers a body's x-amz-checksum-* with itself, as S3 does:
 // the body was checked against it already, whether it came as a header or
-// in an aws-chunked body's trailer.
-func echoChecksum(req *request) {
-	h := req.w.Header()
+// in an aws-chunked body's trailer. It reports whether there was one.
+func echoChecksum(req *request) bool {
+	h, echoed := req.w.Header(), false
 	for _, name := range checksumHeaders {
 		if v := cmp.Or(headerOf(req.r.Header, name), headerOf(req.r.Trailer, name)); v != "" {
 			h[name] = []string{v}
+			echoed = true
 		}
 	}
+	return echoed
 }
 
 // bucketBeforeContinue checks that a write's bucket is there when its
