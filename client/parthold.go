@@ -93,7 +93,9 @@ func (o *Object) renewHold() {
 	go func() {
 		defer h.wg.Done()
 		defer h.busy.Store(false)
-		ctx, cancel := context.WithTimeout(h.ctx, every)
+		// Up to a whole hold: one slow answer (a loaded primary) still
+		// renews it, and the next waits for this one (busy).
+		ctx, cancel := context.WithTimeout(h.ctx, 3*every)
 		defer cancel()
 		held, err := o.c.holdParts(ctx, o.bucket, o.key, o.meta.Parts[0].Key)
 		switch {
