@@ -2,7 +2,11 @@ package s3gw_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"net/http"
@@ -312,5 +316,34 @@ func TestCopyOutlastsClientTimeout(t *testing.T) {
 	}
 	if b, _ := e.get(t, "src", "copy", ""); !bytes.Equal(b, data) {
 		t.Fatal("the copy differs from its source")
+	}
+}
+
+// TestCopyChecksums: a copy that names x-amz-checksum-algorithm answers
+// the copy's checksum of it, as S3 does: CRC32C, the store's own, and
+// SHA-256, computed as the bytes pass.
+func TestCopyChecksums(t *testing.T) {
+	e := newEnv(t)
+	e.mb(t, "cks")
+	data := osdtest.Payload(3<<20+5, 63)
+	e.put(t, "cks", "src", data)
+	sha := sha256.Sum256(data)
+	crc := binary.BigEndian.AppendUint32(nil, crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)))
+	for _, c := range []struct {
+		alg  types.ChecksumAlgorithm
+		want string
+		got  func(*types.CopyObjectResult) *string
+	}{
+		{types.ChecksumAlgorithmSha256, base64.StdEncoding.EncodeToString(sha[:]), func(r *types.CopyObjectResult) *string { return r.ChecksumSHA256 }},
+		{types.ChecksumAlgorithmCrc32c, base64.StdEncoding.EncodeToString(crc), func(r *types.CopyObjectResult) *string { return r.ChecksumCRC32C }},
+	} {
+		out, err := e.s3.CopyObject(e.ctx, &s3.CopyObjectInput{Bucket: aws.String("cks"), Key: aws.String("dst-" + string(c.alg)),
+			CopySource: aws.String("cks/src"), ChecksumAlgorithm: c.alg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := aws.ToString(c.got(out.CopyObjectResult)); got != c.want || out.CopyObjectResult.ChecksumType != types.ChecksumTypeFullObject {
+			t.Fatalf("a copy asking for %s: %q (%s), want %q", c.alg, got, out.CopyObjectResult.ChecksumType, c.want)
+		}
 	}
 }
