@@ -10,6 +10,9 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/ospreystore/osprey/internal/osdtest"
@@ -74,5 +77,11 @@ func TestPutChecksumAnswers(t *testing.T) {
 	resp, _ := send(t, signed(t, http.MethodPut, e.url+"/sums/k", data), "")
 	if resp.Header.Get("x-amz-checksum-crc32c") != "" || resp.Header.Get("x-amz-checksum-type") != "" {
 		t.Fatalf("a PUT that asked for no checksum answers one: %v", resp.Header)
+	}
+	// CreateMultipartUpload says back the checksum its parts will carry.
+	up, err := e.s3.CreateMultipartUpload(e.ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("sums"), Key: aws.String("mp"),
+		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c, ChecksumType: types.ChecksumTypeFullObject})
+	if err != nil || up.ChecksumAlgorithm != types.ChecksumAlgorithmCrc32c || up.ChecksumType != types.ChecksumTypeFullObject {
+		t.Fatalf("CreateMultipartUpload with CRC32C, FULL_OBJECT: %+v, %v", up, err)
 	}
 }

@@ -41,6 +41,16 @@ func (g *Gateway) createMultipartUpload(req *request) error {
 	if err != nil {
 		return err
 	}
+	// The checksum the parts will carry, said back as S3 does (the SDKs
+	// read it); unknownChecksums refused an algorithm not checked. Only
+	// the parts' CRC32C is kept (docs/s3.md).
+	h := req.w.Header()
+	if alg := strings.TrimSpace(req.r.Header.Get("X-Amz-Checksum-Algorithm")); alg != "" {
+		h.Set("X-Amz-Checksum-Algorithm", strings.ToUpper(alg))
+		if typ := strings.ToUpper(strings.TrimSpace(req.r.Header.Get("X-Amz-Checksum-Type"))); typ == "FULL_OBJECT" || typ == "COMPOSITE" {
+			h.Set("X-Amz-Checksum-Type", typ)
+		}
+	}
 	writeXML(req.w, http.StatusOK, initiateMultipartUploadResult{XMLNS: s3XMLNS, Bucket: req.bucket, Key: xmlText(req.key), UploadID: id})
 	return nil
 }
