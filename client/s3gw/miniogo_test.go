@@ -84,4 +84,38 @@ func TestPutChecksumAnswers(t *testing.T) {
 	if err != nil || up.ChecksumAlgorithm != types.ChecksumAlgorithmCrc32c || up.ChecksumType != types.ChecksumTypeFullObject {
 		t.Fatalf("CreateMultipartUpload with CRC32C, FULL_OBJECT: %+v, %v", up, err)
 	}
+	// A GET of one part with checksum mode gets that part's CRC32C,
+	// which the SDK checks the part's bytes against.
+	parts := [][]byte{osdtest.Payload(5<<20, 64), osdtest.Payload(1000, 65)}
+	var done []types.CompletedPart
+	for i, p := range parts {
+		out, err := e.s3.UploadPart(e.ctx, &s3.UploadPartInput{Bucket: aws.String("sums"), Key: aws.String("mp"), UploadId: up.UploadId,
+			PartNumber: aws.Int32(int32(i + 1)), Body: bytes.NewReader(p)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done = append(done, types.CompletedPart{PartNumber: aws.Int32(int32(i + 1)), ETag: out.ETag})
+	}
+	if _, err := e.s3.CompleteMultipartUpload(e.ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String("sums"), Key: aws.String("mp"), UploadId: up.UploadId,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: done}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key  string
+		part int32
+		data []byte
+	}{{"mp", 2, parts[1]}, {"mp", 1, parts[0]}, {"k", 1, data}} {
+		g, err := e.s3.GetObject(e.ctx, &s3.GetObjectInput{Bucket: aws.String("sums"), Key: aws.String(c.key), PartNumber: aws.Int32(c.part),
+			ChecksumMode: types.ChecksumModeEnabled})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(g.Body)
+		g.Body.Close()
+		var sum [4]byte
+		binary.BigEndian.PutUint32(sum[:], crc32.Checksum(c.data, crc32.MakeTable(crc32.Castagnoli)))
+		if err != nil || !bytes.Equal(got, c.data) || aws.ToString(g.ChecksumCRC32C) != base64.StdEncoding.EncodeToString(sum[:]) {
+			t.Fatalf("%s part %d with checksum mode: %v, %d bytes, CRC32C %q", c.key, c.part, err, len(got), aws.ToString(g.ChecksumCRC32C))
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -313,11 +314,18 @@ func (g *Gateway) getObject(req *request, head bool) error {
 			h.Set(name, v)
 		}
 	}
-	if !ranged && part == 0 && strings.EqualFold(r.Header.Get("X-Amz-Checksum-Mode"), "ENABLED") {
-		// The CRC32C of the whole object, which Osprey keeps for every
-		// object (a multipart one's combined from its parts').
-		h.Set("x-amz-checksum-crc32c", crc32cBase64(info.CRC32C))
-		h.Set("x-amz-checksum-type", "FULL_OBJECT")
+	if !ranged && strings.EqualFold(r.Header.Get("X-Amz-Checksum-Mode"), "ENABLED") {
+		switch i := slices.IndexFunc(info.Parts, func(p client.ObjectPart) bool { return p.PartNumber == part }); {
+		case part == 0 || len(info.Parts) == 0:
+			// The CRC32C of the whole object, which Osprey keeps for
+			// every object (a multipart one's combined from its
+			// parts'); an object put whole is its own part 1.
+			h.Set("x-amz-checksum-crc32c", crc32cBase64(info.CRC32C))
+			h.Set("x-amz-checksum-type", "FULL_OBJECT")
+		case i >= 0:
+			// One part's: the SDK checks the part's bytes against it.
+			h.Set("x-amz-checksum-crc32c", crc32cBase64(info.Parts[i].CRC32C))
+		}
 	}
 	if part > 0 && len(info.Parts) > 0 {
 		h.Set("x-amz-mp-parts-count", strconv.Itoa(len(info.Parts)))
