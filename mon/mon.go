@@ -443,7 +443,8 @@ func (m *Mon) Leader() string {
 
 // Ready says why the mon cannot answer for the cluster now, nil when it
 // can (a readiness probe: /readyz of --metrics-addr): it leads, or knows
-// the leader it relays to; a mon cut off from etcd's quorum knows none.
+// a leader to relay to. A standby cut off from etcd keeps the last leader
+// it saw (Leader), so it stays ready while that one serves.
 func (m *Mon) Ready() error {
 	if m.ctx.Err() != nil {
 		return errors.New("the mon is stopping")

@@ -83,5 +83,15 @@ func TestCompleteChecksums(t *testing.T) {
 	if aws.ToString(out.ChecksumCRC32C) != *b64(data) || out.ChecksumType != types.ChecksumTypeFullObject {
 		t.Fatalf("the completion's checksum: %q %q", aws.ToString(out.ChecksumCRC32C), out.ChecksumType)
 	}
+	// A COMPOSITE completion (minio-go's default: the checksum of the
+	// parts' checksums, without -N) is not answered as the whole
+	// object's, which it is not.
+	id2, _, parts2 := e.mpUpload(t, b, "k2", partSize+7, partSize, nil)
+	out2, err := e.s3.CompleteMultipartUpload(e.ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String(b), Key: aws.String("k2"),
+		UploadId: aws.String(id2), MultipartUpload: &types.CompletedMultipartUpload{Parts: parts2},
+		ChecksumCRC32C: aws.String("H7P4jw=="), ChecksumType: types.ChecksumTypeComposite})
+	if err != nil || out2.ChecksumType == types.ChecksumTypeFullObject || out2.ChecksumCRC32C != nil {
+		t.Fatalf("a COMPOSITE completion: %v, answered %q %q", err, aws.ToString(out2.ChecksumCRC32C), out2.ChecksumType)
+	}
 	e.wantObject(t, b, "k", data, "", nil)
 }
