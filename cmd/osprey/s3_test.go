@@ -29,7 +29,7 @@ func s3Client(endpoint, access, secret string) *s3.Client {
 // --keyring file without a restart, and stops on SIGINT.
 func TestUpAndS3Serve(t *testing.T) {
 	bin := buildCLI(t)
-	up := startUp(t, bin, t.TempDir(), 0)
+	up := startUp(t, bin, t.TempDir(), 0, "--log-level", "info", "--s3-access-log=false")
 	if up.s3 == nil {
 		t.Fatal("osprey up printed no s3 gateway")
 	}
@@ -63,6 +63,9 @@ func TestUpAndS3Serve(t *testing.T) {
 		if want := fmt.Sprintf("osprey_osd_read_cache_limit_bytes %g\n", float64(128<<20)); d != "mon.a" && !strings.Contains(text, want) {
 			t.Errorf("%s's read cache is not up's default: no %q", d, want)
 		}
+	}
+	if strings.Contains(up.stderr.String(), "msg=s3 ") {
+		t.Errorf("osprey up --s3-access-log=false logged requests:\n%s", up.stderr)
 	}
 	// Every daemon, the gateway too, says it is ready on its listener
 	// (the probes of Kubernetes and load balancers).
