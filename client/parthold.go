@@ -76,9 +76,12 @@ func (h *partHold) stop() {
 // OSD) costs only the hold. Safe for concurrent use (ReadAt).
 func (o *Object) renewHold() {
 	h := &o.hold
-	now := time.Now()
 	every := time.Duration(h.every.Load())
-	if every <= 0 || now.Sub(time.Unix(0, h.last.Load())) < every || !h.busy.CompareAndSwap(false, true) {
+	if every <= 0 {
+		return // a plain object's read, each Read: no clock read
+	}
+	now := time.Now()
+	if now.Sub(time.Unix(0, h.last.Load())) < every || !h.busy.CompareAndSwap(false, true) {
 		return
 	}
 	h.mu.Lock()

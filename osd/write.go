@@ -761,11 +761,18 @@ func (o *OSD) dropReplaced(p *pgState, e *osdpb.LogEntry) {
 		return
 	}
 	p.noteDrops(e)
+	o.dropWhenFree(p.pool, e, true)
+}
+
+// dropWhenFree deletes e's garbage parts off the caller's goroutine, once
+// no reader holds them (waitPartHolds), after KeepReplacedFor first with
+// keepFirst; counted in drops, which a graceful stop waits for.
+func (o *OSD) dropWhenFree(pool uint32, e *osdpb.LogEntry, keepFirst bool) {
 	o.drops.Add(1)
 	o.wg.Go(func() {
 		defer o.drops.Add(-1)
-		if o.waitKeepReplaced() && o.waitPartHolds(p.pool, e) {
-			o.dropGarbage(p.pool, e)
+		if (!keepFirst || o.waitKeepReplaced()) && o.waitPartHolds(pool, e) {
+			o.dropGarbage(pool, e)
 		}
 	})
 }
@@ -856,13 +863,7 @@ func (o *OSD) redropRecent(p *pgState) {
 			if o.partHolds.heldUntil(e.Bucket, uploadsOf(e.DroppedParts)).After(time.Now()) {
 				// A reader holds these: they wait on their own, not
 				// the entries after them.
-				o.drops.Add(1)
-				o.wg.Go(func() {
-					defer o.drops.Add(-1)
-					if o.waitPartHolds(p.pool, e) {
-						o.dropGarbage(p.pool, e)
-					}
-				})
+				o.dropWhenFree(p.pool, e, false)
 				continue
 			}
 			o.dropGarbage(p.pool, e)

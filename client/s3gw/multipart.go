@@ -153,7 +153,8 @@ func (g *Gateway) completeMultipartUpload(req *request) error {
 	if err != nil {
 		return err
 	}
-	if err := g.checkCompleteChecksums(req, c); err != nil {
+	wholeCRC32C, err := g.checkCompleteChecksums(req, c)
+	if err != nil {
 		return err
 	}
 	info, err := g.cl.CompleteMultipartUpload(req.r.Context(), req.bucket, req.key, req.query().Get("uploadId"), parts,
@@ -165,12 +166,11 @@ func (g *Gateway) completeMultipartUpload(req *request) error {
 		return err
 	}
 	res := completeMultipartUploadResult{XMLNS: s3XMLNS, Location: objectURL(req.r), Bucket: req.bucket, Key: xmlText(req.key), ETag: quoteETag(info.ETag)}
-	h := req.r.Header
-	typ := h.Get("X-Amz-Checksum-Type")
-	if strings.EqualFold(typ, "FULL_OBJECT") || !strings.EqualFold(typ, "COMPOSITE") && h.Get("X-Amz-Checksum-Crc32c") != "" && !strings.Contains(h.Get("X-Amz-Checksum-Crc32c"), "-") {
+	if wholeCRC32C || strings.EqualFold(req.r.Header.Get("X-Amz-Checksum-Type"), "FULL_OBJECT") {
 		// A composite CRC32C (minio-go's default: no -N, the type said)
 		// is the parts' checksums' checksum, which Osprey neither keeps
-		// nor checks: not answered as the whole object's.
+		// nor checks (checkCompleteChecksums): not answered as the whole
+		// object's.
 		res.ChecksumCRC32C, res.ChecksumType = crc32cBase64(info.CRC32C), "FULL_OBJECT"
 	}
 	writeXML(req.w, http.StatusOK, res)
@@ -185,8 +185,9 @@ func (g *Gateway) completeMultipartUpload(req *request) error {
 // CRC32, CRC64NVME, SHA-1 or SHA-256, or a composite (-N) value, is
 // checked for its form only: each part's was checked as it was uploaded.
 // A part that is not there, or has another ETag, is left to the
-// completion to refuse (InvalidPart).
-func (g *Gateway) checkCompleteChecksums(req *request, c completeRequest) error {
+// completion to refuse (InvalidPart). wholeCRC32C says the header was a
+// whole-object CRC32C (not a composite's), which the answer repeats.
+func (g *Gateway) checkCompleteChecksums(req *request, c completeRequest) (wholeCRC32C bool, err error) {
 	whole := ""
 	for name := range checksumAlgorithms {
 		v := headerOf(req.r.Header, checksumHeaders[name])
@@ -194,13 +195,13 @@ func (g *Gateway) checkCompleteChecksums(req *request, c completeRequest) error 
 			continue
 		}
 		if whole != "" {
-			return errf(ErrInvalidRequest, "expecting a single x-amz-checksum- header; multiple checksum types are not allowed")
+			return false, errf(ErrInvalidRequest, "expecting a single x-amz-checksum- header; multiple checksum types are not allowed")
 		}
 		whole = name
 		sum, n, composite := strings.Cut(v, "-")
 		raw, err := base64.StdEncoding.DecodeString(sum)
 		if err != nil || len(raw) != checksumAlgorithms[name]().Size() || composite && !validPartCount(n) {
-			return errf(ErrInvalidRequest, "value for x-amz-checksum-%s header is invalid", name)
+			return false, errf(ErrInvalidRequest, "value for x-amz-checksum-%s header is invalid", name)
 		}
 		if name != "crc32c" || composite || strings.EqualFold(req.r.Header.Get("X-Amz-Checksum-Type"), "COMPOSITE") {
 			whole = "" // a checksum of the parts' checksums: not kept, not checked
@@ -208,11 +209,11 @@ func (g *Gateway) checkCompleteChecksums(req *request, c completeRequest) error 
 	}
 	perPart := slices.ContainsFunc(c.Parts, func(p completePart) bool { return p.ChecksumCRC32C != "" })
 	if whole == "" && !perPart {
-		return nil
+		return false, nil
 	}
 	have, err := g.cl.ListObjectParts(req.r.Context(), req.bucket, req.key, req.query().Get("uploadId"))
 	if err != nil {
-		return err
+		return false, err
 	}
 	byNumber := make(map[int]client.ObjectPart, len(have))
 	for _, p := range have {
@@ -222,10 +223,10 @@ func (g *Gateway) checkCompleteChecksums(req *request, c completeRequest) error 
 	for i, p := range c.Parts {
 		got, ok := byNumber[*p.PartNumber]
 		if !ok || strings.Trim(got.ETag, `"`) != strings.Trim(*p.ETag, `"`) {
-			return nil // the completion refuses it
+			return whole != "", nil // the completion refuses it
 		}
 		if p.ChecksumCRC32C != "" && p.ChecksumCRC32C != crc32cBase64(got.CRC32C) {
-			return errf(ErrInvalidPart, "part %d's ChecksumCRC32C %s is not the part's, %s", *p.PartNumber, p.ChecksumCRC32C, crc32cBase64(got.CRC32C))
+			return false, errf(ErrInvalidPart, "part %d's ChecksumCRC32C %s is not the part's, %s", *p.PartNumber, p.ChecksumCRC32C, crc32cBase64(got.CRC32C))
 		}
 		if i == 0 {
 			crc = got.CRC32C
@@ -234,9 +235,9 @@ func (g *Gateway) checkCompleteChecksums(req *request, c completeRequest) error 
 		}
 	}
 	if whole != "" && headerOf(req.r.Header, checksumHeaders[whole]) != crc32cBase64(crc) {
-		return errf(ErrBadDigest, "the CRC32C you specified did not match the calculated checksum")
+		return false, errf(ErrBadDigest, "the CRC32C you specified did not match the calculated checksum")
 	}
-	return nil
+	return whole != "", nil
 }
 
 // validPartCount is the -N of a composite checksum: 1 to 10000.
