@@ -52,42 +52,43 @@ func (r *Recorder) Dispatch(m *msgr.Message) {
 		r.count.Add(1)
 		return
 	}
-	r.check(m)
 	r.bytes.Add(m.Len())
-	r.mu.Lock()
-	hold := r.hold
-	if hold {
-		r.held = append(r.held, m) // from here the test may release it
-	}
-	r.mu.Unlock()
-	r.count.Add(1)
-	if !hold {
+	if !r.check(m) {
 		m.Release()
 	}
+	r.count.Add(1)
 }
 
-func (r *Recorder) check(m *msgr.Message) {
+// check verifies m's order and data and, if the recorder holds messages,
+// keeps it; it reports whether it did. The message counts as arrived
+// (Next) and is held under one lock, so a test that saw it arrive and
+// then releases what is held never misses it.
+func (r *Recorder) check(m *msgr.Message) (held bool) {
+	var err error
+	id, n := uint32(0), uint64(0)
 	if len(m.Front) != 16 {
-		r.fail(fmt.Errorf("front of %d bytes", len(m.Front)))
-		return
-	}
-	id := binary.LittleEndian.Uint32(m.Front)
-	n := binary.LittleEndian.Uint64(m.Front[4:])
-	if want := binary.LittleEndian.Uint32(m.Front[12:]); crc32.Checksum(m.Data, crc32.MakeTable(crc32.Castagnoli)) != want {
-		r.fail(fmt.Errorf("sender %d message %d: data corrupted", id, n))
+		err = fmt.Errorf("front of %d bytes", len(m.Front))
+	} else {
+		id, n = binary.LittleEndian.Uint32(m.Front), binary.LittleEndian.Uint64(m.Front[4:])
+		if want := binary.LittleEndian.Uint32(m.Front[12:]); crc32.Checksum(m.Data, crc32.MakeTable(crc32.Castagnoli)) != want {
+			err = fmt.Errorf("sender %d message %d: data corrupted", id, n)
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if want := r.next[id]; n != want {
-		r.errs = append(r.errs, fmt.Errorf("sender %d: got message %d, want %d", id, n, want))
+	if err != nil {
+		r.errs = append(r.errs, err)
 	}
-	r.next[id] = n + 1
-}
-
-func (r *Recorder) fail(err error) {
-	r.mu.Lock()
-	r.errs = append(r.errs, err)
-	r.mu.Unlock()
+	if len(m.Front) == 16 {
+		if want := r.next[id]; n != want {
+			r.errs = append(r.errs, fmt.Errorf("sender %d: got message %d, want %d", id, n, want))
+		}
+		r.next[id] = n + 1
+	}
+	if r.hold {
+		r.held = append(r.held, m) // from here the test may release it
+	}
+	return r.hold
 }
 
 func (r *Recorder) HandleEvent(ev msgr.Event) {
