@@ -4,6 +4,7 @@ package rdma
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -65,6 +66,7 @@ func ageRetired(d *domain) {
 func TestRetiredDestinationOutlivesItsEndpoint(t *testing.T) {
 	d := testDomain(t)
 	l := &link{d: d} // an endpoint still open: epClosed unset
+	before := d.registered.Load()
 	r, err := d.getLarge(1 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -81,9 +83,22 @@ func TestRetiredDestinationOutlivesItsEndpoint(t *testing.T) {
 			r.mr == nil, r.unmapped)
 	}
 
+	// The domain's poller reaps too, and may be the one that frees it:
+	// so r's own fields are not read after this, only what the domain
+	// counts (atomically) once a region is deregistered.
 	l.epClosed.Store(true) // what closeEndpoint does after fi_close
 	d.reapRetired(false)
-	if !r.unmapped {
+	d.mu.Lock()
+	kept := slices.ContainsFunc(d.retired, func(rr retiredRegion) bool { return rr.r == r })
+	d.mu.Unlock()
+	if kept {
 		t.Fatal("a retired destination outlived its delay and its endpoint")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for d.registered.Load() != before {
+		if time.Now().After(deadline) {
+			t.Fatalf("the retired destination is still registered: %d bytes, %d before it", d.registered.Load(), before)
+		}
+		time.Sleep(time.Millisecond) // polling interval
 	}
 }
