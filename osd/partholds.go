@@ -121,9 +121,12 @@ func (h *partHolds) heldUntil(bucket string, uploads []string) time.Time {
 
 // waitPartHolds waits while a reader holds the parts of e, an entry of a
 // PG of pool that replaced a multipart object (partHolds), at most
-// maxPartHold; false when the OSD stops meanwhile. A graceful stop ends
-// the wait, as it ends waitKeepReplaced's: a reader still reading then
-// is told to read again, as without holds.
+// maxPartHold; false when the OSD stops meanwhile. A graceful stop
+// (FlushDrops) ends waitKeepReplaced's wait but not a reader's hold: the
+// parts are left, and the PG's next primary (another OSD, or this one
+// restarted) deletes them as it activates (redropRecent), after its own
+// wait, once no reader, who now names its parts there, holds them. Else
+// a slow reader would break off at every restart of an OSD it read from.
 func (o *OSD) waitPartHolds(pool uint32, e *osdpb.LogEntry) bool {
 	uploads := uploadsOf(e.DroppedParts)
 	if len(uploads) == 0 {
@@ -148,17 +151,19 @@ func (o *OSD) waitPartHolds(pool uint32, e *osdpb.LogEntry) bool {
 		if d <= 0 {
 			return true
 		}
+		select {
+		case <-o.dropNow:
+			o.log.Info("stopping: leaving replaced parts a reader holds to the PG's next primary",
+				"bucket", e.Bucket, "key", e.Key, "held_for", d.Round(time.Millisecond))
+			return false
+		default:
+		}
 		if !counted {
 			counted = true
 			o.partHolds.waiting.Add(1)
 		}
 		if !o.waitDrop(d) {
 			return false
-		}
-		select {
-		case <-o.dropNow:
-			return true
-		default:
 		}
 	}
 }

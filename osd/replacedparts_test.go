@@ -308,9 +308,11 @@ func TestReplacedPartsWaitForReaders(t *testing.T) {
 // slow writer that takes a window in over three holds. With restart, the
 // primary stops as its delete waits and gives the delete up (as a crash
 // would), and it is the restarted primary's delete of its log's recent
-// entries that the reader holds.
+// entries that the reader holds. With stop, the primary stops gracefully
+// while the reader holds the parts: it leaves them to the restarted one,
+// rather than delete them under the reader.
 func TestReplacedPartsHeldWhileRead(t *testing.T) {
-	for _, mode := range []string{"reading", "writeTo", "restart"} {
+	for _, mode := range []string{"reading", "writeTo", "restart", "stop"} {
 		t.Run(mode, func(t *testing.T) { testPartsHeld(t, mode) })
 	}
 }
@@ -334,11 +336,21 @@ func testPartsHeld(t *testing.T, mode string) {
 		stopping.Store(false)
 		c.StartOSD(0)
 	}
-	o := c.OSDs[0]
 	// A slow reader: 64 KiB every 50 ms, until its hold has deferred the
 	// delete for three holds' time (it would have gone after one).
-	w := &slowWriter{buf: bytes.NewBuffer(got), tick: time.NewTicker(50 * time.Millisecond), held: func() bool { return o.Stats().PartDropsHeld > 0 }}
+	w := &slowWriter{buf: bytes.NewBuffer(got), tick: time.NewTicker(50 * time.Millisecond), held: func() bool { return c.OSDs[0].Stats().PartDropsHeld > 0 }}
 	defer w.tick.Stop()
+	if mode == "stop" {
+		for w.heldSince.IsZero() {
+			if _, err := io.CopyN(w, obj, 64<<10); err != nil || w.buf.Len() > 4<<20 {
+				t.Fatalf("reading until the parts are held, at %d: %v", w.buf.Len(), err)
+			}
+		}
+		c.StopOSD(0)
+		c.StartOSD(0)
+		w.heldSince = time.Time{} // held again, at the restarted primary
+	}
+	o := c.OSDs[0]
 	if mode == "writeTo" {
 		if _, err := io.Copy(w, obj); err != nil {
 			t.Fatalf("a slow io.Copy across the overwrite, at %d: %v", w.buf.Len(), err)
