@@ -354,6 +354,10 @@ func TestBadInput(t *testing.T) {
 				map[string]string{"x-amz-checksum-md5": "AAAAAAAAAAAAAAAAAAAAAA==", "x-amz-checksum-algorithm": "MD5"}), "InvalidArgument", 400},
 			{"a PUT naming SHA-512", signedWith(t, http.MethodPut, url, append(osdtest.Payload(1<<20, 58), smuggled...),
 				map[string]string{"x-amz-checksum-algorithm": "SHA512"}), "InvalidArgument", 400},
+			// Nor is the whole object's on a completion.
+			{"a completion with an MD5 checksum", signedWith(t, http.MethodPost, url+"?uploadId=u",
+				append([]byte("<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>x</ETag></Part></CompleteMultipartUpload>"), smuggled...),
+				map[string]string{"x-amz-checksum-md5": "AAAAAAAAAAAAAAAAAAAAAA=="}), "InvalidArgument", 400},
 		} {
 			resp, body := sendOn(t, cl, tc.req)
 			wantS3Error(t, tc.what, resp, body, tc.code, tc.status)

@@ -118,13 +118,13 @@ func (g *Gateway) newVerifiedBody(b *verifiedBody, r *http.Request, auth authRes
 		b.contentMD5 = want
 		b.checks = append(b.checks, digestCheck{h, want, errf(ErrBadDigest, "the Content-MD5 you specified did not match what was received")})
 	}
+	if err := unknownChecksums(r.Header); err != nil {
+		return err
+	}
 	if completesUpload(r) {
 		// Its x-amz-checksum-* is the object's, not the XML's:
 		// completeMultipartUpload checks it.
 		return nil
-	}
-	if err := unknownChecksums(r.Header); err != nil {
-		return err
 	}
 	sums := 0
 	if auth.Streaming != "" && strings.TrimSpace(r.Header.Get("X-Amz-Trailer")) != "" {
