@@ -592,27 +592,63 @@ func TestBadInput(t *testing.T) {
 		}
 		conn.(*net.TCPConn).SetLinger(0) // a reset, as a killed client's
 		conn.Close()
-		var line string
-		osdtest.Eventually(t, time.Minute, "the hung-up GET's access log line", func() bool {
-			for l := range strings.Lines(sv.log.String()) {
-				if strings.Contains(l, "key=hangup") && strings.Contains(l, "op=GetObject") {
-					line = l
-					return true
-				}
-			}
-			return false
-		})
-		id := strings.Fields(line[strings.Index(line, " id="):])[0]
-		for l := range strings.Lines(sv.log.String()) {
-			if strings.Contains(l, id) && strings.Contains(l, "level=WARN") {
-				t.Fatalf("a client's hang-up logged as a warning: %s", l)
-			}
+		sv.hungUp(t, "hangup", "GetObject")
+	})
+	t.Run("ClientHangsUpMidPut", func(t *testing.T) {
+		// A client killed while it sends a PUT's body: the request ends,
+		// nothing is stored, and it is counted as the client's (499),
+		// not as a server error (a 500 would page someone).
+		// It asks 100-continue and sends part of the body once told to,
+		// so that the reset comes while the handler reads the body, not
+		// before the server has read the request's head.
+		body := osdtest.Payload(8<<20, 56)
+		req := signed(t, http.MethodPut, sv.url+"/bad/hangput", body)
+		req.Header.Set("Expect", "100-continue")
+		conn := rawConn(t, sv.addr, req, 0)
+		cont, err := bufio.NewReader(conn).ReadString('\n')
+		if err != nil || !strings.Contains(cont, " 100 ") {
+			t.Fatalf("waiting for 100 Continue: %q, %v", cont, err)
+		}
+		if _, err := conn.Write(body[:1<<20]); err != nil {
+			t.Fatal(err)
+		}
+		conn.(*net.TCPConn).SetLinger(0)
+		conn.Close()
+		if line := sv.hungUp(t, "hangput", "PutObject"); !strings.Contains(line, "status=499") {
+			t.Fatalf("a PUT whose client hung up: %s", line)
+		}
+		if _, err := e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("bad"), Key: aws.String("hangput")}); err == nil {
+			t.Fatal("a PUT cut short stored an object")
 		}
 	})
 	if b, _ := e.get(t, "bad", "k", ""); string(b) != "before" {
 		t.Fatalf("bad input changed the object: %q", b)
 	}
 	sv.unharmed(t, ctx, "all of it")
+}
+
+// hungUp waits for the access log line of op on key, a request whose
+// client hung up, and checks that nothing of it was logged as a warning
+// (a client's doing is no trouble of ours); it returns the line.
+func (sv *served) hungUp(t *testing.T, key, op string) string {
+	t.Helper()
+	var line string
+	osdtest.Eventually(t, time.Minute, "the hung-up "+op+"'s access log line", func() bool {
+		for l := range strings.Lines(sv.log.String()) {
+			if strings.Contains(l, "key="+key+" ") && strings.Contains(l, "op="+op+" ") {
+				line = l
+				return true
+			}
+		}
+		return false
+	})
+	id := strings.Fields(line[strings.Index(line, " id="):])[0]
+	for l := range strings.Lines(sv.log.String()) {
+		if strings.Contains(l, id) && strings.Contains(l, "level=WARN") {
+			t.Fatalf("a client's hang-up logged as a warning: %s", l)
+		}
+	}
+	return line
 }
 
 // pipeListener hands a gateway the server ends of net.Pipe connections,

@@ -651,9 +651,10 @@ func (g *Gateway) fail(req *request, err error) {
 		g.log.Log(req.r.Context(), level, "s3: request failed after its response began", "id", req.id, "err", err)
 		panic(http.ErrAbortHandler)
 	}
-	if errors.Is(err, context.Canceled) && req.r.Context().Err() != nil {
-		// The client went away: nobody reads an answer, and it is no
-		// server error. Logged and counted as nginx's 499.
+	if clientGone(req, err) {
+		// The client went away (hung up, or reset the connection while
+		// it sent a body): nobody reads an answer, and it is no server
+		// error. Logged and counted as nginx's 499.
 		req.w.WriteHeader(statusClientClosedRequest)
 		return
 	}
