@@ -213,6 +213,9 @@ func TestRealEtcdCluster(t *testing.T) {
 		t.Fatalf("a map change with 1 of 3 etcd members, after %v: %v; want every mon's answer at the deadline", took, err)
 	}
 	t.Logf("without quorum: %v after %v", err, took.Round(time.Millisecond))
+	// Neither mon is ready: the leader's etcd session ends (a TTL of
+	// 2 s), and the standby names no leader it can no longer vouch for.
+	eventually(t, 15*time.Second, "both mons unready without quorum", func() bool { return a.Ready() != nil && b.Ready() != nil })
 	// By now the member left has no etcd leader, and a mon's read through
 	// it is refused at once instead of waiting for the mon's deadline: the
 	// client hears "no leader" well within one attempt's wait (the etcd

@@ -443,8 +443,7 @@ func (m *Mon) Leader() string {
 
 // Ready says why the mon cannot answer for the cluster now, nil when it
 // can (a readiness probe: /readyz of --metrics-addr): it leads, or knows
-// a leader to relay to. A standby cut off from etcd keeps the last leader
-// it saw (Leader), so it stays ready while that one serves.
+// a leader to relay to, which it does only while its etcd session lasts.
 func (m *Mon) Ready() error {
 	if m.ctx.Err() != nil {
 		return errors.New("the mon is stopping")
@@ -622,6 +621,11 @@ func (m *Mon) serveSession(sess *concurrency.Session) {
 	defer func() {
 		cancel()
 		observers.Wait()
+		// The leader we saw is no longer known to be one: a mon out of
+		// etcd's quorum names none (NOT_LEADER without a hint, so
+		// clients hunt on; /readyz 503), as a Ceph mon out of quorum
+		// serves no one. The next session's observer names it again.
+		m.hint.Store(nil)
 		if m.abandon.Load() {
 			sess.Orphan() // as if the process died: the lease runs out
 			return
