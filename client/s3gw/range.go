@@ -1,6 +1,7 @@
 package s3gw
 
 import (
+	"math"
 	"strconv"
 	"strings"
 )
@@ -27,12 +28,19 @@ func parseRange(h string) (r byteRange, ok bool) {
 	if !found {
 		return r, false
 	}
+	// A number of any length counts, past int64 as the largest: no
+	// object is that big, so bytes=0-99999999999999999999 is the whole
+	// object (206) and a first byte that large is past the end (416), as
+	// on S3, not a malformed header ignored (200).
 	num := func(s string) (int64, bool) {
-		if s == "" || len(s) > 18 || strings.TrimLeft(s, "0123456789") != "" {
+		if s == "" || strings.TrimLeft(s, "0123456789") != "" {
 			return 0, false
 		}
 		n, err := strconv.ParseInt(s, 10, 64)
-		return n, err == nil
+		if err != nil {
+			return math.MaxInt64, true // all digits: only too large
+		}
+		return n, true
 	}
 	if a == "" {
 		n, ok := num(b)
@@ -49,7 +57,7 @@ func parseRange(h string) (r byteRange, ok bool) {
 		return byteRange{first: first, last: -1}, true
 	}
 	last, ok := num(b)
-	if !ok || last < first {
+	if !ok || last < first || last == first && last == math.MaxInt64 && digitsLess(b, a) {
 		return r, false
 	}
 	return byteRange{first: first, last: last}, true
@@ -76,4 +84,14 @@ func (r byteRange) resolve(size int64) (off, n int64, ok bool) {
 		last = min(r.last, last)
 	}
 	return r.first, last - r.first + 1, true
+}
+
+// digitsLess reports whether the decimal digits a stand for a smaller
+// number than b's, at any length.
+func digitsLess(a, b string) bool {
+	a, b = strings.TrimLeft(a, "0"), strings.TrimLeft(b, "0")
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
 }
