@@ -689,12 +689,12 @@ func errorDoc(req *request, e *Error) errorBody {
 			resource += "/" + req.key
 		}
 	}
-	body := errorBody{Code: e.Code, Message: xmlText(e.Message), Resource: xmlText(resource), RequestID: req.id, HostID: req.id}
+	body := errorBody{Code: e.Code, Message: errorText(e.Message), Resource: errorText(resource), RequestID: req.id, HostID: req.id}
 	switch e.Code {
 	case "NoSuchKey":
-		body.Key = xmlText(cmp.Or(e.Key, req.key))
+		body.Key = errorText(cmp.Or(e.Key, req.key))
 	case "NoSuchBucket":
-		body.BucketName = xmlText(cmp.Or(e.Bucket, req.bucket))
+		body.BucketName = errorText(cmp.Or(e.Bucket, req.bucket))
 	}
 	return body
 }

@@ -3,6 +3,7 @@ package s3gw
 import (
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -97,4 +98,28 @@ func unmarkXMLText(doc []byte) []byte {
 		i = bytes.IndexRune(doc, xmlMark)
 	}
 	return append(out, doc...)
+}
+
+// errorText is s for an error document: each character XML 1.0 cannot
+// hold percent-encoded (a key "a\x01b" as "a%01b") rather than written as
+// a character reference as listings write it. A strict parser (expat:
+// boto3, the AWS CLI) refuses a document holding "&#x1;", and an SDK that
+// cannot read the error loses its code (NoSuchKey, InvalidKey) and has
+// only the status; the client knows its own key, and the error is for
+// people to read.
+func errorText(s string) xmlText {
+	if strings.IndexFunc(s, func(r rune) bool { return !xmlChar(r) }) < 0 {
+		return xmlText(s)
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if xmlChar(r) {
+			b.WriteRune(r)
+			continue
+		}
+		for _, c := range []byte(string(r)) {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return xmlText(b.String())
 }
