@@ -85,6 +85,17 @@ func signed(t *testing.T, method, url string, body []byte) *http.Request {
 // that it covers them.
 func signedWith(t *testing.T, method, url string, body []byte, h map[string]string) *http.Request {
 	t.Helper()
+	return signedBy(t, aws.Credentials{AccessKeyID: testAccess, SecretAccessKey: testSecret}, method, url, body, h)
+}
+
+// signedAs is signed with another key.
+func signedAs(t *testing.T, access, secret, method, url string, body []byte) *http.Request {
+	t.Helper()
+	return signedBy(t, aws.Credentials{AccessKeyID: access, SecretAccessKey: secret}, method, url, body, nil)
+}
+
+func signedBy(t *testing.T, creds aws.Credentials, method, url string, body []byte, h map[string]string) *http.Request {
+	t.Helper()
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -97,8 +108,7 @@ func signedWith(t *testing.T, method, url string, body []byte, h map[string]stri
 	// S3 signs the path as sent, not escaped again (the SDK's S3 client
 	// sets the same).
 	signer := v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true })
-	if err := signer.SignHTTP(context.Background(), aws.Credentials{AccessKeyID: testAccess, SecretAccessKey: testSecret},
-		req, sum, "s3", "us-east-1", time.Now()); err != nil {
+	if err := signer.SignHTTP(context.Background(), creds, req, sum, "s3", "us-east-1", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	return req

@@ -105,6 +105,14 @@ type Options struct {
 	// and retry. Default (0): DefaultMaxBodyMemory (1 GiB); negative: no
 	// bound.
 	MaxBodyMemory int64
+	// MaxBodyMemoryPerUser is the most of MaxBodyMemory one user (an
+	// entity; an access key without one) holds at once: past it, its
+	// requests wait and are answered SlowDown as above while other
+	// users' go on. A body is charged its declared length and may come
+	// slowly, so without it one user's slow uploads (or a presigned
+	// URL's) held the whole of it. A request takes at most the whole of
+	// its user's. Default (0): a quarter of MaxBodyMemory; negative: none.
+	MaxBodyMemoryPerUser int64
 	// BodyMemoryWait is that wait; default 10s.
 	BodyMemoryWait time.Duration
 	// OnBodyMemory, if set, is told how much of MaxBodyMemory is held
@@ -236,7 +244,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	perRequest := max(int64(ops.MaxPutSize), opts.PartSize*int64(opts.Concurrency))
 	return &Gateway{opts: opts, cl: opts.Client, log: opts.Logger,
-		bodies: newBodyBudget(opts.MaxBodyMemory, perRequest, opts.BodyMemoryWait, opts.OnBodyMemory)}, nil
+		bodies: newBodyBudget(opts.MaxBodyMemory, perRequest, opts.MaxBodyMemoryPerUser, opts.BodyMemoryWait, opts.OnBodyMemory)}, nil
 }
 
 // Serve serves HTTP on ln until ctx is done, then stops accepting and
@@ -961,7 +969,7 @@ func (g *Gateway) dispatch(req *request) error {
 				}
 				fallthrough
 			case "PutObject", "UploadPart":
-				release, err := g.bodies.acquire(r.Context(), n)
+				release, err := g.bodies.acquire(r.Context(), req.user(), n)
 				if err != nil {
 					return err
 				}

@@ -308,30 +308,36 @@ func TestLimits(t *testing.T) {
 		const size = 1 << 20
 		sv := serveWith(t, e, func(o *s3gw.Options) { o.MaxBodyMemory, o.BodyMemoryWait = size, 300*time.Millisecond })
 		e.mb(t, "bodymem")
-		body := bytes.Repeat([]byte("m"), size)
-		req := signed(t, http.MethodPut, sv.url+"/bodymem/first", body)
-		var raw bytes.Buffer
-		if err := req.Write(&raw); err != nil {
-			t.Fatal(err)
-		}
-		conn, br := dialConn(t, sv.addr)
-		half := raw.Len() - size/2
-		if _, err := conn.Write(raw.Next(half)); err != nil {
-			t.Fatal(err)
-		}
-		waitUntil(t, 10*time.Second, "the first PUT holding its body's memory", func() bool { return sv.gw.BodyMemory() == size })
+		finish := halfPut(t, sv, sv.url+"/bodymem/first", size)
 		resp, answer := send(t, signed(t, http.MethodPut, sv.url+"/bodymem/second", []byte("small")), "")
 		wantS3Error(t, "a PUT past the body memory", resp, answer, "SlowDown", http.StatusServiceUnavailable)
-		go conn.Write(raw.Bytes())
-		first, err := http.ReadResponse(br, req)
-		if err != nil || first.StatusCode != http.StatusOK {
-			t.Fatalf("the first PUT: %v %v", first, err)
-		}
-		first.Body.Close()
+		finish()
 		waitUntil(t, 10*time.Second, "the first PUT's memory given back", func() bool { return sv.gw.BodyMemory() == 0 })
 		if resp, answer := send(t, signed(t, http.MethodPut, sv.url+"/bodymem/second", []byte("small")), ""); resp.StatusCode != http.StatusOK {
 			t.Fatalf("a PUT once the memory was given back: %d %s", resp.StatusCode, answer)
 		}
+	})
+
+	t.Run("BodyMemoryPerUser", func(t *testing.T) {
+		// One user's slow PUT holds all that user may hold (half the
+		// budget here): that user's next PUT is answered SlowDown, and
+		// another user's goes through (a security probe's sixteen
+		// dripping 64 MiB PUTs of one user, or of one presigned URL,
+		// answered every other user SlowDown for as long as they ran).
+		const size = 1 << 20
+		sv := serveWith(t, e, func(o *s3gw.Options) {
+			o.MaxBodyMemory, o.MaxBodyMemoryPerUser, o.BodyMemoryWait = 2*size, size, 300*time.Millisecond
+			o.Credentials = s3gw.StaticCredentials{testAccess: testSecret, "OTHERUSER": "other-secret"}
+		})
+		e.mb(t, "bodyuser")
+		finish := halfPut(t, sv, sv.url+"/bodyuser/slow", size)
+		resp, answer := send(t, signed(t, http.MethodPut, sv.url+"/bodyuser/same", []byte("small")), "")
+		wantS3Error(t, "the same user's PUT past its share", resp, answer, "SlowDown", http.StatusServiceUnavailable)
+		other := signedAs(t, "OTHERUSER", "other-secret", http.MethodPut, sv.url+"/bodyuser/other", []byte("small"))
+		if resp, answer := send(t, other, ""); resp.StatusCode != http.StatusOK {
+			t.Fatalf("another user's PUT while the first holds its share: %d %s", resp.StatusCode, answer)
+		}
+		finish()
 	})
 
 	t.Run("IdleTimeout", func(t *testing.T) {
@@ -504,5 +510,32 @@ func TestClientGoneIsNotAServerError(t *testing.T) {
 	e.gw.ServeHTTP(w, r)
 	if w.Code != 499 || w.Body.Len() != 0 {
 		t.Fatalf("a request whose client is gone: %d, %q; want 499 and no body", w.Code, w.Body.String())
+	}
+}
+
+// halfPut starts a PUT of size bytes to url and sends all but half of its
+// body, then waits until the gateway holds the body's memory; finish
+// sends the rest and checks the PUT's answer.
+func halfPut(t *testing.T, sv *served, url string, size int) (finish func()) {
+	t.Helper()
+	req := signed(t, http.MethodPut, url, bytes.Repeat([]byte("m"), size))
+	var raw bytes.Buffer
+	if err := req.Write(&raw); err != nil {
+		t.Fatal(err)
+	}
+	conn, br := dialConn(t, sv.addr)
+	if _, err := conn.Write(raw.Next(raw.Len() - size/2)); err != nil {
+		t.Fatal(err)
+	}
+	held := sv.gw.BodyMemory()
+	waitUntil(t, 10*time.Second, "the PUT holding its body's memory", func() bool { return sv.gw.BodyMemory() >= held+int64(size) })
+	return func() {
+		t.Helper()
+		go conn.Write(raw.Bytes())
+		resp, err := http.ReadResponse(br, req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("the PUT: %v %v", resp, err)
+		}
+		resp.Body.Close()
 	}
 }
