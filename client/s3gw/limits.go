@@ -38,8 +38,8 @@ const capWarnEvery = time.Minute
 
 // connCap is a listener that holds at most n connections open at once
 // (one more while Accept waits for a slot): at the cap, a new connection
-// takes the slot of the longest idle kept-alive one if it has been idle
-// for idleGrace, as nginx does when it runs out of connections (a client
+// takes the slot of the longest idle kept-alive one, or of one whose
+// first request is not all in yet, if it has waited for idleGrace, as nginx does when it runs out of connections (a client
 // pool's idle ones would otherwise hold every slot while its new requests
 // wait unanswered), else of the next connection whose answer starts,
 // which says Connection: close; later clients wait in the kernel's
@@ -59,6 +59,12 @@ type connCap struct {
 
 	mu   sync.Mutex
 	idle map[*cappedConn]time.Time // kept-alive, between requests (track)
+	// fresh: accepted, their first request's headers not yet in (track).
+	// At the cap they give way as idle ones do: else connections that
+	// never finish a request (slowloris: 4,200 sockets of one host,
+	// no key needed, in a security probe) held every slot until
+	// ReadHeaderTimeout, a minute, and every new client waited as long.
+	fresh map[*cappedConn]time.Time
 	// wanted: the Accept waiting for a slot found no connection idle for
 	// idleGrace, so the next answer to start says Connection: close
 	// (giveWay) and frees its slot. Accept arms it again every
@@ -88,13 +94,21 @@ func (l *connCap) track(c net.Conn, state http.ConnState) {
 		return
 	}
 	l.mu.Lock()
-	if state == http.StateIdle {
+	delete(l.idle, cc)
+	delete(l.fresh, cc)
+	switch state {
+	case http.StateIdle:
 		if l.idle == nil {
 			l.idle = make(map[*cappedConn]time.Time)
 		}
 		l.idle[cc] = time.Now()
-	} else {
-		delete(l.idle, cc)
+	case http.StateNew:
+		// net/http turns a connection active once a request's headers
+		// are read whole, not at its first byte.
+		if l.fresh == nil {
+			l.fresh = make(map[*cappedConn]time.Time)
+		}
+		l.fresh[cc] = time.Now()
 	}
 	l.mu.Unlock()
 }
@@ -118,19 +132,23 @@ func (l *connCap) idleConns() int {
 	return len(l.idle)
 }
 
-// reclaim closes the longest idle connection if it has been idle for
+// reclaim closes the connection that has waited longest for a request
+// (idle, or fresh: its first one's headers not all in) if it has for
 // idleGrace; else it has the next answer give way (wanted).
 func (l *connCap) reclaim() {
 	l.mu.Lock()
 	var oldest *cappedConn
 	var since time.Time
-	for c, t := range l.idle {
-		if oldest == nil || t.Before(since) {
-			oldest, since = c, t
+	for _, m := range []map[*cappedConn]time.Time{l.idle, l.fresh} {
+		for c, t := range m {
+			if oldest == nil || t.Before(since) {
+				oldest, since = c, t
+			}
 		}
 	}
 	if oldest != nil && time.Since(since) >= idleGrace {
 		delete(l.idle, oldest)
+		delete(l.fresh, oldest)
 	} else {
 		oldest, l.wanted = nil, true
 	}

@@ -17,6 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
 	"github.com/ospreystore/osprey/client"
 	"github.com/ospreystore/osprey/client/s3gw"
 )
@@ -26,7 +30,8 @@ import (
 // slack) is read of a header block, complete or not, before the
 // connection is answered 431 and closed; a header sent slowly is cut at
 // ClientTimeout. Connections: at most MaxConnections are open; at the cap
-// the longest idle kept-alive one is closed for a new one, else the new
+// the one that waited longest for a request (idle kept-alive, or without a
+// whole first request) is closed for a new one, else the new
 // one waits until one closes; a kept-alive connection left idle is closed
 // after IdleTimeout, which frees its slot.
 func TestLimits(t *testing.T) {
@@ -340,6 +345,33 @@ func TestLimits(t *testing.T) {
 		finish()
 	})
 
+	t.Run("FreshConnectionsGiveWay", func(t *testing.T) {
+		// Connections that never finish a request's headers (slowloris)
+		// hold every slot: a new client takes the slot of the one that
+		// has waited longest, not ReadHeaderTimeout later (a minute).
+		capped := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections, o.ClientTimeout = 3, time.Hour })
+		var loris []net.Conn
+		for range 3 {
+			c, _ := dialConn(t, capped.addr)
+			if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			loris = append(loris, c)
+		}
+		conn, br := dialConn(t, capped.addr)
+		roundTrip(t, conn, br, signed(t, http.MethodGet, capped.url+"/", nil), 20*time.Second)
+		closed := 0
+		for _, c := range loris {
+			c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			if _, err := c.Read(make([]byte, 1)); errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+				closed++
+			}
+		}
+		if closed != 1 {
+			t.Fatalf("%d of the connections without a request closed for the new one, want 1", closed)
+		}
+	})
+
 	t.Run("IdleTimeout", func(t *testing.T) {
 		idle := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections, o.IdleTimeout = 2, time.Second })
 		held := holdIdle(t, idle, 2)
@@ -358,7 +390,9 @@ func TestLimits(t *testing.T) {
 }
 
 // atCap is a gateway capped at one connection, held by busy, which has
-// sent half a request, and conn, a new connection waiting for a slot.
+// sent a PUT's headers and half its body (a connection whose headers are
+// not all in would give way), and conn, a new connection waiting for a
+// slot.
 type atCap struct {
 	capped     *served
 	busy, conn net.Conn
@@ -370,16 +404,24 @@ type atCap struct {
 func busyAtCap(t *testing.T, e *env) *atCap {
 	t.Helper()
 	b := &atCap{capped: serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections, o.IdleTimeout = 1, time.Minute })}
+	if _, err := e.s3.CreateBucket(e.ctx, &s3.CreateBucketInput{Bucket: aws.String("atcap")}); err != nil {
+		var owned *types.BucketAlreadyOwnedByYou
+		if !errors.As(err, &owned) {
+			t.Fatal(err)
+		}
+	}
 	b.busy, b.busyBR = dialConn(t, b.capped.addr)
 	var req bytes.Buffer
-	b.req = signed(t, http.MethodGet, b.capped.url+"/", nil)
+	body := bytes.Repeat([]byte("b"), 64)
+	b.req = signed(t, http.MethodPut, b.capped.url+"/atcap/busy", body)
 	if err := b.req.Write(&req); err != nil {
 		t.Fatal(err)
 	}
-	// Half a request: the connection is busy, not idle.
-	if _, err := b.busy.Write(req.Next(10)); err != nil {
+	// Half a request's body: the connection is busy, not idle.
+	if _, err := b.busy.Write(req.Next(req.Len() - len(body)/2)); err != nil {
 		t.Fatal(err)
 	}
+	waitUntil(t, 10*time.Second, "the busy PUT reading its body", func() bool { return b.capped.gw.BodyMemory() > 0 })
 	b.rest = req.Bytes()
 	b.conn, b.br = dialConn(t, b.capped.addr)
 	waitUntil(t, 10*time.Second, "new connection waiting for a slot", func() bool { return s3gw.SlotWanted(b.capped.gw) })
@@ -523,11 +565,11 @@ func halfPut(t *testing.T, sv *served, url string, size int) (finish func()) {
 	if err := req.Write(&raw); err != nil {
 		t.Fatal(err)
 	}
+	held := sv.gw.BodyMemory()
 	conn, br := dialConn(t, sv.addr)
 	if _, err := conn.Write(raw.Next(raw.Len() - size/2)); err != nil {
 		t.Fatal(err)
 	}
-	held := sv.gw.BodyMemory()
 	waitUntil(t, 10*time.Second, "the PUT holding its body's memory", func() bool { return sv.gw.BodyMemory() >= held+int64(size) })
 	return func() {
 		t.Helper()
