@@ -417,6 +417,14 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("GET /bad/k?location: %d %q", resp.StatusCode, body)
 		}
 	})
+	t.Run("EmptyBucketSegment", func(t *testing.T) {
+		// "//keep/k" names an empty bucket, not the service: a GET of it
+		// is no ListBuckets, a PUT no write anywhere.
+		for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
+			resp, body := send(t, signed(t, m, sv.url+"//bad/k", nil), "")
+			wantS3Error(t, m+" //bad/k", resp, body, "InvalidBucketName", http.StatusBadRequest)
+		}
+	})
 	t.Run("SemicolonInQuery", func(t *testing.T) {
 		// A literal ';' in the query: SigV4 splits the query on '&' only,
 		// net/url drops any pair with a ';' in it, so the request run

@@ -885,6 +885,12 @@ func oneVersion(id string) error {
 func (g *Gateway) dispatch(req *request) error {
 	r := req.r
 	q := req.query()
+	if req.bucket == "" && req.key != "" {
+		// "//name/key": an empty bucket, not the service (a GET of it
+		// was answered ListBuckets, which a path-normalising proxy in
+		// front would not expect).
+		return errf(ErrInvalidBucketName, "the bucket name is empty (the path begins with //)")
+	}
 	for _, s := range unsupportedSubresources {
 		if q.Has(s) {
 			req.op = "Unsupported"
