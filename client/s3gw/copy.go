@@ -306,7 +306,7 @@ func (g *Gateway) uploadPartCopy(req *request) error {
 		if rng, err = parseCopySourceRange(r.Header.Get("X-Amz-Copy-Source-Range")); err != nil {
 			return err
 		}
-		opts = client.GetOptions{Range: true, Offset: rng.first, Length: rng.last - rng.first + 1}
+		opts = client.GetOptions{Range: true, Offset: rng.first, Length: rng.length()}
 	}
 	src, info, err := g.openCopySource(req, opts)
 	if err != nil {

@@ -226,7 +226,7 @@ func (l *connCap) warn() {
 	if last != 0 && now-last < int64(capWarnEvery) || !l.warned.CompareAndSwap(last, now) {
 		return
 	}
-	l.log.Warn("s3: at the connection cap: idle kept-alive connections are closed for new ones, else none is accepted until one closes (osprey s3 --max-connections)",
+	l.log.Warn("s3: at the connection cap: connections waiting for a request (idle kept-alive, or their first one's headers not in) are closed for new ones, else none is accepted until one closes (osprey s3 --max-connections)",
 		"max_connections", l.n)
 }
 

@@ -260,11 +260,7 @@ func (g *Gateway) getObject(req *request, head bool) error {
 		}
 		obj, err = g.cl.GetObject(ctx, req.bucket, req.key, client.GetOptions{Range: true, Offset: off, Length: n})
 	case ranged:
-		n = -1
-		if rng.last >= 0 {
-			n = rng.last - rng.first + 1
-		}
-		off = rng.first
+		n, off = rng.length(), rng.first
 		obj, err = g.cl.GetObject(ctx, req.bucket, req.key, client.GetOptions{Range: true, Offset: off, Length: n})
 	default:
 		obj, err = g.cl.GetObject(ctx, req.bucket, req.key, client.GetOptions{})

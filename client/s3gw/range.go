@@ -63,6 +63,16 @@ func parseRange(h string) (r byteRange, ok bool) {
 	return byteRange{first: first, last: last}, true
 }
 
+// length is how many bytes r asks for from its first, before the
+// object's size is known: -1 for to the end (open, or a last byte so far
+// off that last-first+1 would overflow: bytes=0-99999999999999999999).
+func (r byteRange) length() int64 {
+	if r.last < 0 || r.last-r.first == math.MaxInt64 {
+		return -1
+	}
+	return r.last - r.first + 1
+}
+
 // resolve gives the offset and length of r within an object of size
 // bytes; ok is false when no byte of it exists (InvalidRange).
 func (r byteRange) resolve(size int64) (off, n int64, ok bool) {
