@@ -97,6 +97,14 @@ type Options struct {
 	// warning is logged (at most once a minute). Default (0):
 	// DefaultMaxConnections(); negative: no cap.
 	MaxConnections int
+	// MaxNewPerHost bounds the connections from one source IP that have
+	// not yet sent a whole request, once more than half of MaxConnections
+	// are open: one over it is closed at accept (as msgr's
+	// MaxUnauthPerHost), so that one host's slowloris cannot hold the
+	// slots, nor the listen backlog behind them. Default (0): 256;
+	// negative: none. A proxy in front counts as one host: it sends whole
+	// requests, so only a flood it relays would meet the bound.
+	MaxNewPerHost int
 	// MaxBodyMemory bounds the memory the bodies of the PUTs and
 	// UploadParts in progress hold at once, each counted as its length
 	// up to the per-request bound (64 MiB, or PartSize*Concurrency if
@@ -267,7 +275,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:    func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	if g.opts.MaxConnections > 0 {
-		capped := capConnections(ln, g.opts.MaxConnections, g.log)
+		capped := capConnections(ln, g.opts.MaxConnections, cmp.Or(g.opts.MaxNewPerHost, defaultMaxNewPerHost), g.log)
 		srv.ConnState = capped.track
 		ln = capped
 		g.capped.Store(capped)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/ospreystore/osprey/msgr/wire"
 )
 
 // maxDefaultConnections is DefaultMaxConnections' ceiling, far above
@@ -51,6 +53,7 @@ const capWarnEvery = time.Minute
 type connCap struct {
 	net.Listener
 	n      int64
+	in     *wire.Inbound // the bound per source host on connections without a whole request
 	sem    *semaphore.Weighted
 	log    *slog.Logger
 	warned atomic.Int64 // when it last warned, in Unix ns
@@ -92,6 +95,9 @@ func (l *connCap) track(c net.Conn, state http.ConnState) {
 	cc, ok := c.(*cappedConn)
 	if !ok {
 		return
+	}
+	if state == http.StateActive {
+		cc.in.Authenticated() // its first request is in: no longer early
 	}
 	l.mu.Lock()
 	delete(l.idle, cc)
@@ -158,8 +164,13 @@ func (l *connCap) reclaim() {
 	}
 }
 
-func capConnections(ln net.Listener, n int, log *slog.Logger) *connCap {
-	l := &connCap{Listener: ln, n: int64(n), sem: semaphore.NewWeighted(int64(n)), log: log}
+// defaultMaxNewPerHost is Options.MaxNewPerHost's default, msgr's
+// MaxUnauthPerHost's.
+const defaultMaxNewPerHost = 256
+
+func capConnections(ln net.Listener, n, perHost int, log *slog.Logger) *connCap {
+	l := &connCap{Listener: ln, n: int64(n), sem: semaphore.NewWeighted(int64(n)), log: log,
+		in: wire.NewInbound(wire.InboundLimits{MaxConns: n, MaxEarlyPerHost: perHost, Who: "s3", Early: "without a whole request yet (osprey s3 --max-new-per-host)"}, log)}
 	l.closed, l.close = context.WithCancel(context.Background())
 	return l
 }
@@ -171,18 +182,29 @@ func capConnections(ln net.Listener, n int, log *slog.Logger) *connCap {
 // waited, and which one raced the server's record of them going idle).
 // While it waits for a slot it holds that one connection over the cap.
 func (l *connCap) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	if !l.sem.TryAcquire(1) {
-		l.warn()
-		if err := l.waitSlot(); err != nil {
-			c.Close()
-			return nil, net.ErrClosed
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
 		}
+		if !l.sem.TryAcquire(1) {
+			l.warn()
+			if err := l.waitSlot(); err != nil {
+				c.Close()
+				return nil, net.ErrClosed
+			}
+		}
+		// Over its host's bound on connections without a whole request
+		// (counted and logged, rate-limited, by the Inbound): closed, and
+		// the next one taken.
+		ic, ok := l.in.Admit(l.Addr().String(), c.RemoteAddr().String())
+		if !ok {
+			c.Close()
+			l.release()
+			continue
+		}
+		return &cappedConn{Conn: c, release: func() { ic.Done(); l.release() }, in: ic}, nil
 	}
-	return &cappedConn{Conn: c, release: l.release}, nil
 }
 
 // waitSlot waits for a slot, having a connection give way for it
@@ -236,6 +258,7 @@ type cappedConn struct {
 	net.Conn
 	once    sync.Once
 	release func()
+	in      *wire.InboundConn // its count in connCap's Inbound until its first request is in
 }
 
 func (c *cappedConn) Close() error {

@@ -372,6 +372,21 @@ func TestLimits(t *testing.T) {
 		}
 	})
 
+	t.Run("NewConnectionsPerHost", func(t *testing.T) {
+		// Once over half the slots are open, a host holding its bound of
+		// connections without a whole request has its next one closed
+		// at accept; those it holds are served when they finish one.
+		capped := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections, o.MaxNewPerHost, o.ClientTimeout = 4, 1, time.Hour })
+		first, firstBR := dialConn(t, capped.addr)
+		dialConn(t, capped.addr) // a second one, silent: now 2 of 4 open
+		third, _ := dialConn(t, capped.addr)
+		third.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := third.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("a third connection of one host without a request, past half the slots: %v, want it closed", err)
+		}
+		roundTrip(t, first, firstBR, signed(t, http.MethodGet, capped.url+"/", nil), 20*time.Second)
+	})
+
 	t.Run("IdleTimeout", func(t *testing.T) {
 		idle := serveWith(t, e, func(o *s3gw.Options) { o.MaxConnections, o.IdleTimeout = 2, time.Second })
 		held := holdIdle(t, idle, 2)

@@ -46,6 +46,7 @@ type s3Options struct {
 	maxConns        int
 	maxBodyMiB      int64
 	maxBodyUserMiB  int64
+	maxNewPerHost   int
 	accessLog       bool
 }
 
@@ -110,6 +111,8 @@ listen backlog (a warning says so, once a minute at most).`,
 		"the most HTTP connections held open at once (4096, or half the open-file limit if less); at the cap an idle or finishing one gives way to a new one; -1: no cap")
 	f.Int64Var(&o.maxBodyMiB, "max-body-mib", s3gw.DefaultMaxBodyMemory>>20,
 		"MiB the bodies of the PUTs and UploadParts in progress may hold at once, each counted up to 64 MiB; past it a request waits up to 10s, then is answered 503 SlowDown; -1: no bound")
+	f.IntVar(&o.maxNewPerHost, "max-new-per-host", 256,
+		"once over half of --max-connections are open, the most connections one source IP may hold without a whole request sent (slowloris); one over it is closed at accept; -1: no bound")
 	f.Int64Var(&o.maxBodyUserMiB, "max-body-mib-per-user", 0,
 		"MiB of --max-body-mib one user (entity, or static key) may hold at once; past it that user's requests wait and are answered SlowDown while other users' go on; 0: a quarter of --max-body-mib; -1: no bound")
 	return cmd
@@ -130,6 +133,9 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 	}
 	if o.maxBodyMiB == 0 || o.maxBodyMiB < -1 {
 		return usageErrorf("--max-body-mib %d: give a positive number, or -1 for no bound", o.maxBodyMiB)
+	}
+	if o.maxNewPerHost == 0 || o.maxNewPerHost < -1 {
+		return usageErrorf("--max-new-per-host %d: give a positive number, or -1 for no bound", o.maxNewPerHost)
 	}
 	if o.maxBodyUserMiB < -1 {
 		return usageErrorf("--max-body-mib-per-user %d: give a positive number, 0 for a quarter of --max-body-mib, or -1 for no bound", o.maxBodyUserMiB)
@@ -194,7 +200,7 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 	}
 	gopts := s3gw.Options{Client: cl, Credentials: creds,
 		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout, ShutdownDelay: o.shutdownDelay, ClientTimeout: o.clientTimeout, StaleUploadAge: o.staleUploadAge,
-		MaxConnections: o.maxConns, MaxBodyMemory: o.maxBodyMiB << 20,
+		MaxConnections: o.maxConns, MaxNewPerHost: o.maxNewPerHost, MaxBodyMemory: o.maxBodyMiB << 20,
 		MaxBodyMemoryPerUser: o.maxBodyUserMiB << 20, NoAccessLog: !o.accessLog}
 	if o.staleUploadAge == 0 {
 		gopts.StaleUploadAge = -1 // never

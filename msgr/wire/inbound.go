@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"cmp"
 	"log/slog"
 	"net"
 	"sync"
@@ -22,6 +23,8 @@ import (
 type Inbound struct {
 	max     int64
 	perHost int
+	who     string // the log's prefix: InboundLimits.Who
+	earlyIs string // what the early connections lack: InboundLimits.Early
 	log     *slog.Logger
 	rl      guard.RateLog
 	open    atomic.Int64
@@ -46,11 +49,15 @@ type InboundLimits struct {
 	// are. Connections whose source address is not an IP (a fabric
 	// address we cannot read) are not bounded per host.
 	MaxEarlyPerHost int
+	// Who prefixes the log lines of refusals, and Early says what an
+	// early connection lacks in them: "msgr" and "not yet authenticated"
+	// by default (the S3 gateway's lack a whole request).
+	Who, Early string
 }
 
 // NewInbound applies lim and logs to log.
 func NewInbound(lim InboundLimits, log *slog.Logger) *Inbound {
-	return &Inbound{max: int64(lim.MaxConns), perHost: lim.MaxEarlyPerHost, log: log, hosts: map[string]int{}}
+	return &Inbound{max: int64(lim.MaxConns), perHost: lim.MaxEarlyPerHost, who: cmp.Or(lim.Who, "msgr"), earlyIs: cmp.Or(lim.Early, "not yet authenticated"), log: log, hosts: map[string]int{}}
 }
 
 // InboundStats is a snapshot of an Inbound.
@@ -100,7 +107,7 @@ func (in *Inbound) Admit(listener, remote string) (*InboundConn, bool) {
 	}
 	n := in.open.Add(1)
 	if in.max > 0 && n > in.max {
-		in.refuse("refused "+listener, "msgr: connection refused: connection limit reached",
+		in.refuse("refused "+listener, in.who+": connection refused: connection limit reached",
 			"listener", listener, "remote", remote, "max_conns", in.max)
 		return nil, false
 	}
@@ -111,7 +118,7 @@ func (in *Inbound) Admit(listener, remote string) (*InboundConn, bool) {
 		if early >= in.perHost && in.scarce(n) {
 			in.mu.Unlock()
 			in.byHost.Add(1)
-			in.refuse("refused per host "+listener, "msgr: connection refused: too many connections from one host not yet authenticated",
+			in.refuse("refused per host "+listener, in.who+": connection refused: too many connections from one host "+in.earlyIs,
 				"listener", listener, "remote", remote, "max_per_host", in.perHost)
 			return nil, false
 		}
