@@ -41,9 +41,10 @@ const capWarnEvery = time.Minute
 // connCap is a listener that holds at most n connections open at once
 // (one more while Accept waits for a slot): at the cap, a new connection
 // takes the slot of the longest idle kept-alive one, or of one whose
-// first request is not all in yet, if it has waited for idleGrace, as nginx does when it runs out of connections (a client
-// pool's idle ones would otherwise hold every slot while its new requests
-// wait unanswered), else of the next connection whose answer starts,
+// first request is not all in yet, if it has waited for idleGrace, as
+// nginx does when it runs out of connections (a client pool's idle ones
+// would otherwise hold every slot while its new requests wait
+// unanswered), else of the next connection whose answer starts,
 // which says Connection: close; later clients wait in the kernel's
 // listen backlog. Not netutil.LimitListener, whose
 // connections hide their *net.TCPConn (golang/go#64830): net/http could
@@ -54,6 +55,7 @@ type connCap struct {
 	net.Listener
 	n      int64
 	in     *wire.Inbound // the bound per source host on connections without a whole request
+	addr   string        // the listener's address, for the Inbound's log
 	sem    *semaphore.Weighted
 	log    *slog.Logger
 	warned atomic.Int64 // when it last warned, in Unix ns
@@ -169,7 +171,7 @@ func (l *connCap) reclaim() {
 const defaultMaxNewPerHost = 256
 
 func capConnections(ln net.Listener, n, perHost int, log *slog.Logger) *connCap {
-	l := &connCap{Listener: ln, n: int64(n), sem: semaphore.NewWeighted(int64(n)), log: log,
+	l := &connCap{Listener: ln, n: int64(n), sem: semaphore.NewWeighted(int64(n)), log: log, addr: ln.Addr().String(),
 		in: wire.NewInbound(wire.InboundLimits{MaxConns: n, MaxEarlyPerHost: perHost, Who: "s3", Early: "without a whole request yet (osprey s3 --max-new-per-host)"}, log)}
 	l.closed, l.close = context.WithCancel(context.Background())
 	return l
@@ -197,7 +199,7 @@ func (l *connCap) Accept() (net.Conn, error) {
 		// Over its host's bound on connections without a whole request
 		// (counted and logged, rate-limited, by the Inbound): closed, and
 		// the next one taken.
-		ic, ok := l.in.Admit(l.Addr().String(), c.RemoteAddr().String())
+		ic, ok := l.in.Admit(l.addr, c.RemoteAddr().String())
 		if !ok {
 			c.Close()
 			l.release()

@@ -57,7 +57,7 @@ func parseRange(h string) (r byteRange, ok bool) {
 		return byteRange{first: first, last: -1}, true
 	}
 	last, ok := num(b)
-	if !ok || last < first || last == first && last == math.MaxInt64 && digitsLess(b, a) {
+	if !ok || digitsLess(b, a) { // as numbers, past int64 too
 		return r, false
 	}
 	return byteRange{first: first, last: last}, true
