@@ -113,7 +113,7 @@ func errorText(s string) xmlText {
 	}
 	var b strings.Builder
 	for _, r := range s {
-		if xmlChar(r) {
+		if xmlChar(r) && r != '%' {
 			b.WriteRune(r)
 			continue
 		}

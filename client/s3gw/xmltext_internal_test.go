@@ -90,7 +90,7 @@ func unescapeXML(t *testing.T, s string) string {
 }
 
 func TestErrorText(t *testing.T) {
-	for in, want := range map[string]string{"plain/key": "plain/key", "a\x01b": "a%01b", "\x00": "%00", "t\tn\n\uFFFF": "t\tn\n%EF%BF%BF", "é\x1f": "é%1F"} {
+	for in, want := range map[string]string{"plain/key": "plain/key", "a\x01b": "a%01b", "\x00": "%00", "t\tn\n\uFFFF": "t\tn\n%EF%BF%BF", "é\x1f": "é%1F", "50%\x01": "50%25%01", "50%": "50%"} {
 		if got := string(errorText(in)); got != want {
 			t.Errorf("errorText(%q) = %q, want %q", in, got, want)
 		}
