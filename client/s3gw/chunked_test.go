@@ -109,17 +109,21 @@ func TestSDKTrailingChecksums(t *testing.T) {
 // changes the encoded chunks before they are joined.
 func chunkedRequest(t *testing.T, url string, data []byte, size int, mode, trailer string, mutate func(chunks [][]byte)) *http.Request {
 	t.Helper()
+	return chunkedRequestDecoded(t, url, data, len(data), size, mode, trailer, mutate)
+}
+
+// chunkedRequestDecoded is chunkedRequest with x-amz-decoded-content-length
+// decoded, which may lie about data.
+func chunkedRequestDecoded(t *testing.T, url string, data []byte, decoded, size int, mode, trailer string, mutate func(chunks [][]byte)) *http.Request {
+	t.Helper()
 	now := time.Now()
 	req, err := http.NewRequest(http.MethodPut, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var pieces [][]byte
-	for off := 0; ; off += size {
+	for off := 0; off < len(data); off += size {
 		pieces = append(pieces, data[off:min(off+size, len(data))])
-		if off+size >= len(data) {
-			break
-		}
 	}
 	pieces = append(pieces, nil) // the final, empty chunk
 	// The encoded length, which the request's signature covers, first.
@@ -140,7 +144,7 @@ func chunkedRequest(t *testing.T, url string, data []byte, size int, mode, trail
 	}
 	req.ContentLength = int64(encLen)
 	req.Header.Set("Content-Encoding", "aws-chunked")
-	req.Header.Set("X-Amz-Decoded-Content-Length", strconv.Itoa(len(data)))
+	req.Header.Set("X-Amz-Decoded-Content-Length", strconv.Itoa(decoded))
 	req.Header.Set("X-Amz-Content-Sha256", mode)
 	if trailer != "" {
 		name, _, _ := strings.Cut(trailer, ":")
@@ -325,4 +329,55 @@ func crc32cOf(b []byte) *string {
 	var c [4]byte
 	binary.BigEndian.PutUint32(c[:], crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
 	return aws.String(base64.StdEncoding.EncodeToString(c[:]))
+}
+
+// TestEmptyBodiesChecked: a PUT of no bytes gets every check a body gets
+// (they run at the body's end, which no handler reads to when there is
+// nothing to store): refused, it stores nothing; passed, its checksum is
+// answered.
+func TestEmptyBodiesChecked(t *testing.T) {
+	e := newEnv(t)
+	e.mb(t, "empty")
+	e.put(t, "empty", "k", []byte("keep"))
+	url := e.url + "/empty/k"
+	const signed, trailing = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD", "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+	crc := func(b []byte) string { return "x-amz-checksum-crc32c:" + *crc32cOf(b) }
+	hashed := func(claimed string) *http.Request {
+		req, _ := http.NewRequest(http.MethodPut, url, http.NoBody)
+		req.Header.Set("X-Amz-Content-Sha256", claimed)
+		if err := v4.NewSigner().SignHTTP(e.ctx, aws.Credentials{AccessKeyID: testAccess, SecretAccessKey: testSecret},
+			req, claimed, "s3", "us-east-1", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		return req
+	}
+	_, err := e.s3.PutObject(e.ctx, &s3.PutObjectInput{Bucket: aws.String("empty"), Key: aws.String("k"), Body: bytes.NewReader(nil),
+		ChecksumCRC32C: crc32cOf([]byte("abc"))})
+	wantCode(t, "an empty PUT with the CRC32C of abc", err, "BadDigest", 400)
+	for _, tc := range []struct {
+		what, code string
+		status     int
+		req        *http.Request
+	}{
+		{"the payload hash of abc", "XAmzContentSHA256Mismatch", 400, hashed(sha256hex([]byte("abc")))},
+		{"a final chunk's signature changed", "SignatureDoesNotMatch", 403,
+			chunkedRequest(t, url, nil, 1, signed, "", func(c [][]byte) { c[0][30] = "10"[min(c[0][30]-'0', 1)] })},
+		{"a trailer with the CRC32C of x", "BadDigest", 400, chunkedRequest(t, url, nil, 1, trailing, crc([]byte("x")), nil)},
+		{"a chunk of 5 bytes past the decoded length 0", "", 400, chunkedRequestDecoded(t, url, []byte("hello"), 0, 5, trailing, crc(nil), nil)},
+	} {
+		resp, body := send(t, tc.req, "")
+		if resp.StatusCode != tc.status || !bytes.Contains(body, []byte("<Code>"+tc.code)) {
+			t.Errorf("an empty PUT with %s: %d %s, want %s %d", tc.what, resp.StatusCode, body, tc.code, tc.status)
+		}
+		if got, _ := e.get(t, "empty", "k", ""); string(got) != "keep" {
+			t.Fatalf("an empty PUT with %s: the object is now %q", tc.what, got)
+		}
+	}
+	resp, body := send(t, chunkedRequest(t, url, nil, 1, trailing, crc(nil), nil), "")
+	if resp.StatusCode != 200 || resp.Header.Get("X-Amz-Checksum-Crc32c") != "AAAAAA==" {
+		t.Fatalf("an empty PUT with its trailer: %d %s %v", resp.StatusCode, body, resp.Header)
+	}
+	if got, _ := e.get(t, "empty", "k", ""); len(got) != 0 {
+		t.Fatalf("after an empty PUT: %q", got)
+	}
 }

@@ -125,6 +125,27 @@ func httpTime(v string) (time.Time, bool) {
 	if v == "" {
 		return time.Time{}, false
 	}
-	t, err := http.ParseTime(v)
+	t, err := parseHTTPDate(v)
 	return t, err == nil
+}
+
+// httpDateLayouts are the dates clients send beyond net/http's three
+// (http.ParseTime): RFC 1123's with a day of one digit, as Java's
+// DateTimeFormatter.RFC_1123_DATE_TIME writes days 1 to 9 ("Mon, 7 Dec
+// 2026 ..."; a condition net/http cannot read is ignored, so a
+// copy-source date guard was dropped on those days), and with a numeric
+// zone, as Python's email.utils.formatdate writes ("-0000"). Go's "2"
+// reads one or two digits.
+var httpDateLayouts = []string{"Mon, 2 Jan 2006 15:04:05 GMT", "Mon, 2 Jan 2006 15:04:05 -0700"}
+
+// parseHTTPDate parses an HTTP date in any form S3 clients send.
+func parseHTTPDate(v string) (time.Time, error) {
+	t, err := http.ParseTime(v)
+	for _, layout := range httpDateLayouts {
+		if err == nil {
+			break
+		}
+		t, err = time.Parse(layout, v)
+	}
+	return t, err
 }

@@ -89,6 +89,11 @@ func TestConditionsBeforeRange(t *testing.T) {
 		{"HEAD If-None-Match same, range past the end", http.MethodHead, "k", map[string]string{"If-None-Match": *out.ETag, "Range": "bytes=100-"}, 304},
 		{"GET If-Unmodified-Since past, range past the end", http.MethodGet, "k", map[string]string{"If-Unmodified-Since": "Mon, 01 Jan 2001 00:00:00 GMT", "Range": "bytes=100-"}, 412},
 		{"GET If-Modified-Since future, range past the end", http.MethodGet, "k", map[string]string{"If-Modified-Since": future, "Range": "bytes=100-"}, 304},
+		// Dates as Java's RFC_1123_DATE_TIME writes days 1 to 9, and with
+		// a numeric zone, as Python's formatdate.
+		{"GET If-Unmodified-Since past, one-digit day", http.MethodGet, "k", map[string]string{"If-Unmodified-Since": "Mon, 1 Jan 2001 00:00:00 GMT"}, 412},
+		{"GET If-Modified-Since future, one-digit day", http.MethodGet, "k", map[string]string{"If-Modified-Since": "Tue, 1 Dec 2099 00:00:00 GMT"}, 304},
+		{"GET If-Modified-Since future, numeric zone", http.MethodGet, "k", map[string]string{"If-Modified-Since": "Tue, 01 Dec 2099 00:00:00 -0000"}, 304},
 		// Conditions that pass: the range's 416.
 		{"GET If-Match right, range past the end", http.MethodGet, "k", map[string]string{"If-Match": *out.ETag, "Range": "bytes=100-"}, 416},
 		{"HEAD If-Match right, range past the end", http.MethodHead, "k", map[string]string{"If-Match": *out.ETag, "Range": "bytes=100-"}, 416},

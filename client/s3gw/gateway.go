@@ -401,6 +401,7 @@ type exchange struct {
 	rd, wd movingDeadline
 	body   verifiedBody
 	ids    [1]string
+	one    [1]byte // an empty body's read
 }
 
 // loggedWriter counts what goes out, for the access log, and gives the
@@ -576,8 +577,20 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body = &x.body
 	body.deadline = &x.rd
 	if r.ContentLength == 0 {
-		// Nothing to read, so nothing can stall: a read deadline left
-		// set would end net/http's background read of the idle
+		// An empty body is read to its end here, as no handler would: its
+		// checks run there (a checksum or payload hash of other bytes, an
+		// aws-chunked body's chunk signatures, its trailer and its
+		// checksum, chunks past x-amz-decoded-content-length), and
+		// unread, an empty PUT that failed them was stored and its
+		// checksum echoed as if checked.
+		if err := readEmpty(body, x.one[:]); err != nil {
+			req.w.Header().Set("Connection", "close")
+			g.fail(req, err)
+			body.Close()
+			return
+		}
+		// Nothing more to read, so nothing can stall: a read deadline
+		// left set would end net/http's background read of the idle
 		// connection and, with it, the request's context, cutting a copy
 		// that runs longer than ClientTimeout.
 		x.rd.clear()
@@ -596,6 +609,20 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// net/http writes what is buffered of the response once the handler
 	// returns: that write has a stall's time too.
 	x.wd.touch()
+}
+
+// readEmpty reads a body of length 0 to its end (io.EOF), through buf.
+func readEmpty(body io.Reader, buf []byte) error {
+	for {
+		switch n, err := body.Read(buf); {
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return err
+		case n > 0: // the readers under it end at the length they were given
+			return errf(ErrInvalidRequest, "the body holds more than its length, 0")
+		}
+	}
 }
 
 var serverHeader = []string{"Osprey"}
@@ -795,6 +822,26 @@ func unsupportedWriteHeaders(h http.Header) error {
 	return nil
 }
 
+// expectedOwners refuses a request whose x-amz-expected-bucket-owner (or
+// x-amz-source-expected-bucket-owner, a copy's) names another owner than
+// the one the gateway reports for every bucket, the caller (ownerOf): the
+// header is a guard against writing to or reading from a bucket of
+// someone else's, which ignored would pass whatever it named; AWS answers
+// a mismatch 403 AccessDenied.
+func expectedOwners(req *request) error {
+	for _, name := range []string{"X-Amz-Expected-Bucket-Owner", "X-Amz-Source-Expected-Bucket-Owner"} {
+		v, ok := req.r.Header[name]
+		if !ok {
+			continue
+		}
+		if id := ownerOf(req).ID; len(v) != 1 || v[0] != id {
+			return errf(ErrAccessDenied, "%s %.64q is not the bucket's owner: this gateway reports the caller, %s, as the owner of every bucket it may use",
+				strings.ToLower(name), strings.Join(v, ","), id)
+		}
+	}
+	return nil
+}
+
 // scope is what a request addresses.
 type scope int
 
@@ -925,6 +972,10 @@ func (g *Gateway) dispatch(req *request) error {
 			req.op = "Unsupported"
 			return err
 		}
+	}
+	if err := expectedOwners(req); err != nil {
+		req.op = "Auth"
+		return err
 	}
 	if r.Method == http.MethodPut || r.Method == http.MethodPost {
 		if err := unsupportedWriteHeaders(r.Header); err != nil {

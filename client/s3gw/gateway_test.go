@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"net"
@@ -840,6 +841,103 @@ func TestAuth(t *testing.T) {
 	resp, _ = send(t, req, "")
 	if resp.StatusCode != 200 {
 		t.Fatalf("unsigned payload: %d", resp.StatusCode)
+	}
+}
+
+// TestPresignedQueryHeaders: a presigned URL's signed x-amz-* query
+// parameters are the request's headers, as S3 takes them (the JavaScript
+// SDK v3's getSignedUrl puts metadata and a checksum there): applied,
+// and checked or refused as the same headers are.
+func TestPresignedQueryHeaders(t *testing.T) {
+	e := newEnv(t)
+	b := e.newBucket(t)
+	crcOf := func(s string) string {
+		sum := crc32.ChecksumIEEE([]byte(s))
+		return url.QueryEscape(base64.StdEncoding.EncodeToString([]byte{byte(sum >> 24), byte(sum >> 16), byte(sum >> 8), byte(sum)}))
+	}
+	put := func(query, body string) (*http.Response, []byte) {
+		t.Helper()
+		return send(t, e.presign(t, http.MethodPut, b, "k?"+query, "60", time.Now(), []byte(body)), "")
+	}
+	resp, body := put("x-amz-meta-owner=me&X-Amz-Meta-Team=storage&x-amz-checksum-crc32="+crcOf("data")+"&x-amz-sdk-checksum-algorithm=CRC32", "data")
+	if resp.StatusCode != 200 {
+		t.Fatalf("presigned PUT with metadata in its query: %d %s", resp.StatusCode, body)
+	}
+	head, err := e.s3.HeadObject(e.ctx, &s3.HeadObjectInput{Bucket: aws.String(b), Key: aws.String("k"), ChecksumMode: types.ChecksumModeEnabled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head.Metadata["owner"] != "me" || head.Metadata["team"] != "storage" {
+		t.Fatalf("metadata from the query: %v", head.Metadata)
+	}
+	// Refused as the same headers are, and nothing stored: a checksum of
+	// other bytes (the SDK's default one of an empty body), a storage
+	// class the gateway lacks, tags.
+	for _, c := range []struct {
+		query, code string
+		status      int
+	}{
+		{"x-amz-checksum-crc32=AAAAAA%3D%3D&x-amz-sdk-checksum-algorithm=CRC32", "BadDigest", 400},
+		{"x-amz-storage-class=GLACIER", "InvalidStorageClass", 400},
+		{"x-amz-tagging=a%3Db", "NotImplemented", 501},
+	} {
+		resp, body := put(c.query, "other")
+		wantS3Error(t, "presigned PUT ?"+c.query, resp, body, c.code, c.status)
+	}
+	if got, _ := e.get(t, b, "k", ""); string(got) != "data" {
+		t.Fatalf("after refused presigned PUTs: %q", got)
+	}
+	// A parameter also sent as a signed header with another value.
+	req, _ := http.NewRequest(http.MethodPut, e.url+"/"+b+"/k?x-amz-meta-owner=me&X-Amz-Expires=60", strings.NewReader("x"))
+	req.Header.Set("X-Amz-Meta-Owner", "you")
+	u, signed, err := v4.NewSigner().PresignHTTP(e.ctx, aws.Credentials{AccessKeyID: testAccess, SecretAccessKey: testSecret},
+		req, "UNSIGNED-PAYLOAD", "s3", "us-east-1", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest(http.MethodPut, u, strings.NewReader("x"))
+	for k, v := range signed {
+		req.Header[k] = v
+	}
+	resp, body = send(t, req, "")
+	wantS3Error(t, "query and header disagree", resp, body, "InvalidArgument", 400)
+	// The auth parameters are not headers: a presigned GET still works,
+	// and asks for the checksum in its query.
+	resp, body = send(t, e.presign(t, http.MethodGet, b, "k?x-amz-checksum-mode=ENABLED", "60", time.Now(), nil), "")
+	if resp.StatusCode != 200 || string(body) != "data" || resp.Header.Get("X-Amz-Checksum-Crc32c") == "" {
+		t.Fatalf("presigned GET with x-amz-checksum-mode: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+}
+
+// TestExpectedBucketOwner: x-amz-expected-bucket-owner (and a copy's
+// source twin) other than the owner the gateway reports is refused, as
+// AWS refuses a bucket of another account, and nothing is done.
+func TestExpectedBucketOwner(t *testing.T) {
+	e := newEnv(t)
+	b := e.newBucket(t)
+	lb, err := e.s3.ListBuckets(e.ctx, &s3.ListBucketsInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := aws.ToString(lb.Owner.ID)
+	if _, err := e.s3.HeadBucket(e.ctx, &s3.HeadBucketInput{Bucket: aws.String(b), ExpectedBucketOwner: aws.String(me)}); err != nil {
+		t.Fatalf("HeadBucket expecting %s, the owner ListBuckets names: %v", me, err)
+	}
+	_, err = e.s3.HeadBucket(e.ctx, &s3.HeadBucketInput{Bucket: aws.String(b), ExpectedBucketOwner: aws.String("123456789012")})
+	wantCode(t, "HeadBucket expecting another owner", err, "Forbidden", 403) // a HEAD's error has no body
+	_, err = e.s3.PutObject(e.ctx, &s3.PutObjectInput{Bucket: aws.String(b), Key: aws.String("k"), Body: strings.NewReader("x"),
+		ExpectedBucketOwner: aws.String("123456789012")})
+	wantCode(t, "PutObject expecting another owner", err, "AccessDenied", 403)
+	if _, err := e.s3.HeadObject(e.ctx, &s3.HeadObjectInput{Bucket: aws.String(b), Key: aws.String("k")}); err == nil {
+		t.Fatal("a PutObject refused for its expected owner stored the object")
+	}
+	e.put(t, b, "src", []byte("x"))
+	_, err = e.s3.CopyObject(e.ctx, &s3.CopyObjectInput{Bucket: aws.String(b), Key: aws.String("dst"), CopySource: aws.String(b + "/src"),
+		ExpectedBucketOwner: aws.String(me), ExpectedSourceBucketOwner: aws.String("123456789012")})
+	wantCode(t, "CopyObject expecting another source owner", err, "AccessDenied", 403)
+	if _, err := e.s3.CopyObject(e.ctx, &s3.CopyObjectInput{Bucket: aws.String(b), Key: aws.String("dst"), CopySource: aws.String(b + "/src"),
+		ExpectedBucketOwner: aws.String(me), ExpectedSourceBucketOwner: aws.String(me)}); err != nil {
+		t.Fatalf("CopyObject expecting the owner: %v", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package s3gw
 import (
 	"crypto/sha256"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
@@ -403,7 +404,40 @@ type authResult struct {
 	chunks    *chunkSigner // a signed body's chunk signatures
 }
 
+// presignAuthParams are a presigned URL's own x-amz-* query parameters:
+// its signature's, not headers of the request it stands for.
+var presignAuthParams = []string{"x-amz-algorithm", "x-amz-credential", "x-amz-date", "x-amz-expires",
+	"x-amz-signedheaders", "x-amz-signature", "x-amz-security-token", "x-amz-content-sha256"}
+
+// presignedHeaders makes each other x-amz-* query parameter of a verified
+// presigned request one of its headers, as S3 does: a presigner may put the
+// request's x-amz-* headers (metadata, a storage class, a checksum, a
+// condition) in the URL, signed with it, rather than leave the uploader to
+// send them (the JavaScript SDK v3's getSignedUrl does, and its default
+// x-amz-checksum-crc32 with it). Read from the query, every check and
+// refusal a header gets applies; ignored, a presigned PUT stored its
+// object without its metadata, or a checksum unchecked, and said 200.
+// x-amz-content-sha256 stays verify's: a presigned body is unsigned. A
+// parameter also sent as a header with another value is refused: which
+// one the signer meant is unknown.
+func presignedHeaders(r *http.Request, q url.Values) error {
+	for k, vs := range q {
+		if len(k) <= len("x-amz-") || !strings.EqualFold(k[:len("x-amz-")], "x-amz-") ||
+			slices.ContainsFunc(presignAuthParams, func(a string) bool { return strings.EqualFold(a, k) }) {
+			continue
+		}
+		name := textproto.CanonicalMIMEHeaderKey(k)
+		if have, ok := r.Header[name]; ok && !slices.Equal(have, vs) {
+			return errf(ErrInvalidArgument, "%s is both a query parameter and a header of this presigned request, with different values", strings.ToLower(name))
+		}
+		r.Header[name] = vs
+	}
+	return nil
+}
+
 // verify checks r's signature (header or presigned) at now against creds.
+// A presigned request's x-amz-* query parameters become its headers
+// (presignedHeaders).
 func verify(r *http.Request, creds Credentials, now time.Time) (authResult, error) {
 	var q url.Values // nil, which has nothing, for the usual request without a query
 	if r.URL.RawQuery != "" {
@@ -443,10 +477,7 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 			// The spec's fallback: the Date header, in ISO 8601 in the
 			// string to sign. HTTP dates are in GMT, but botocore sends
 			// a numeric zone (Python's formatdate: "-0000").
-			t, err := http.ParseTime(d)
-			if err != nil {
-				t, err = time.Parse(time.RFC1123Z, d)
-			}
+			t, err := parseHTTPDate(d)
 			if err != nil {
 				return authResult{}, errf(ErrAccessDenied, "malformed Date %q: want an HTTP date such as %q", d, now.UTC().Format(http.TimeFormat))
 			}
@@ -521,6 +552,11 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 		var scope [128]byte
 		want := sigv4.AppendSignature(sbuf[:0], key, amzDate, s.appendScope(scope[:0]), appendCanonicalRequest(cbuf[:0], r, s, p, query, payload))
 		if equalHex(want, s.Signature) {
+			if s.presigned {
+				if err := presignedHeaders(r, q); err != nil {
+					return authResult{}, err
+				}
+			}
 			res := authResult{AccessKey: s.AccessKey, Identity: id}
 			switch payload {
 			case unsignedPay:
