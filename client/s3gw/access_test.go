@@ -271,6 +271,21 @@ func TestS3KeysOfEntities(t *testing.T) {
 		}
 		return c == "ServiceUnavailable" && status == 503 && !strings.Contains(err.Error(), "s3-gateway"), err
 	})
+	// Not ready meanwhile (a load balancer's probe, osprey s3's /readyz),
+	// and ready again once its caps are back, with no request sent it.
+	if err := gw.Ready(); err == nil || !strings.Contains(err.Error(), "refused the S3 gateway") {
+		t.Fatalf("a gateway the cluster refuses: Ready %v", err)
+	}
+	if _, err := admin.Command(ctx, &osdpb.MonCommand{Prefix: "auth caps", Entity: "client.s3-gateway", Caps: mon.S3GatewayCaps}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("the gateway ready again once its caps are back", func() (bool, error) {
+		err := gw.Ready()
+		return err == nil, err
+	})
+	if err := get(noRetry, "shared", "k"); err != nil {
+		t.Fatalf("a GET once the gateway's caps are back: %v", err)
+	}
 	// The gateway's entity removed: the mons refuse it the table, so it
 	// cannot tell whether a key exists. 503 too, not 403
 	// InvalidAccessKeyId, which tells users their keys are gone.

@@ -188,20 +188,43 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 
-	t.Run("AccessLog", func(t *testing.T) {
-		resp, _ := send(t, signed(t, http.MethodGet, url, nil), "")
+	logLine := func(resp *http.Response) string {
 		id := resp.Header.Get("x-amz-request-id")
-		line := ""
 		for l := range strings.SplitSeq(sv.log.String(), "\n") {
-			if strings.Contains(l, "id="+id) {
-				line = l
+			if strings.Contains(l, "id="+id) && strings.Contains(l, "msg=s3 ") {
+				return l
 			}
 		}
+		return ""
+	}
+	t.Run("AccessLog", func(t *testing.T) {
+		resp, _ := send(t, signed(t, http.MethodGet, url, nil), "")
+		line := logLine(resp)
 		for _, want := range []string{"msg=s3", "op=GetObject", "method=GET", "bucket=bad", "key=k", "status=200", "bytes_out=6",
 			"access_key=" + testAccess, "remote=127.0.0.1:"} {
 			if !strings.Contains(line, want) {
-				t.Fatalf("access log line of request %s: no %s in %q", id, want, line)
+				t.Fatalf("access log line: no %s in %q", want, line)
 			}
+		}
+		if strings.Contains(line, "error=") {
+			t.Fatalf("access log line of a GET that worked: %q", line)
+		}
+		// A refusal names its cause and the key it claimed: a wrong
+		// secret, an unknown key and a skewed clock read apart.
+		resp, _ = send(t, signedBy(t, aws.Credentials{AccessKeyID: "NOSUCHKEY", SecretAccessKey: testSecret}, http.MethodGet, url, nil, nil), "")
+		line = logLine(resp)
+		for _, want := range []string{"op=Auth", "status=403", "access_key=NOSUCHKEY", "error=InvalidAccessKeyId"} {
+			if !strings.Contains(line, want) {
+				t.Fatalf("access log line of an unknown key: no %s in %q", want, line)
+			}
+		}
+		resp, _ = send(t, signedBy(t, aws.Credentials{AccessKeyID: testAccess, SecretAccessKey: "wrong secret"}, http.MethodGet, url, nil, nil), "")
+		if line = logLine(resp); !strings.Contains(line, "access_key="+testAccess) || !strings.Contains(line, "error=SignatureDoesNotMatch") {
+			t.Fatalf("access log line of a wrong secret: %q", line)
+		}
+		resp, _ = send(t, signed(t, http.MethodGet, sv.url+"/bad/missing", nil), "")
+		if line = logLine(resp); !strings.Contains(line, "status=404") || !strings.Contains(line, "error=NoSuchKey") {
+			t.Fatalf("access log line of a missing key: %q", line)
 		}
 	})
 	t.Run("BadSignature", func(t *testing.T) {

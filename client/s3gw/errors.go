@@ -129,6 +129,15 @@ func toS3Error(err error) *Error {
 	return e
 }
 
+// clusterRefusal reports whether err is the cluster refusing the gateway
+// itself (the SDK's AccessDenied): the gateway checks its users' rights
+// itself (authorize), so the cluster's refusal is of the gateway's key or
+// caps.
+func clusterRefusal(err error) bool {
+	var ce *client.Error
+	return errors.As(err, &ce) && client.ErrorCode(ce) == "AccessDenied"
+}
+
 func s3Error(err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
@@ -137,7 +146,7 @@ func s3Error(err error) *Error {
 	var ce *client.Error
 	if errors.As(err, &ce) {
 		code := client.ErrorCode(ce)
-		if code == "AccessDenied" {
+		if clusterRefusal(ce) {
 			// The cluster refused the gateway itself (its key rotated
 			// or removed, its caps cut): the user's own rights were
 			// checked here (authorize). Not the user's doing, nor

@@ -156,9 +156,11 @@ type RequestInfo struct {
 	Method string
 	// Status is the HTTP status sent (0 if the connection was cut before
 	// any), but for a copy that sent its 200 early to keep its client
-	// waiting and then failed: its error's status, and Error its code
-	// (the body's error document says so; S3's clients read it).
-	Status   int
+	// waiting and then failed: its error's status (the body's error
+	// document says so; S3's clients read it).
+	Status int
+	// Error is the S3 error code answered (its error document's Code,
+	// "SignatureDoesNotMatch"), "" for a request that succeeded.
 	Error    string
 	BytesIn  int64 // body bytes read and verified
 	BytesOut int64 // body bytes written
@@ -179,14 +181,49 @@ type Gateway struct {
 	capped atomic.Pointer[connCap]
 	// draining: Serve's context is done (Ready).
 	draining atomic.Bool
+	// refused is the cluster's last refusal of the gateway itself (its
+	// key rotated or removed, its caps cut), until a request the cluster
+	// served, or Ready's check, shows it over; nil while none stands.
+	refused atomic.Pointer[refusal]
+	// checking: one Ready is checking a refusal (the others answer with
+	// it meanwhile).
+	checking atomic.Bool
+}
+
+// refusal is a refusal of the gateway by the cluster.
+type refusal struct {
+	at     time.Time
+	bucket string // of the refused request
+	err    error
 }
 
 // Ready says why the gateway should get no new requests now, nil when it
 // should (a readiness probe: /readyz of --metrics-addr): it drains for a
-// stop (Options.ShutdownDelay), or its cluster map has no OSD up.
+// stop (Options.ShutdownDelay), the cluster refuses the gateway (every
+// request would be answered 503), or its cluster map has no OSD up. While
+// a refusal stands, Ready asks the cluster again (a stat of the refused
+// request's bucket, at most one at a time), so that a renewed key or
+// restored caps make the gateway ready without traffic a load balancer
+// would no longer send it.
 func (g *Gateway) Ready() error {
 	if g.draining.Load() {
 		return errors.New("the S3 gateway is stopping")
+	}
+	if r := g.refused.Load(); r != nil {
+		if !g.checking.CompareAndSwap(false, true) {
+			return r.ready()
+		}
+		defer g.checking.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), readyCheckTimeout)
+		_, err := g.cl.StatBucket(ctx, cmp.Or(r.bucket, readyProbeBucket))
+		cancel()
+		switch {
+		case clusterRefusal(err):
+			g.refused.CompareAndSwap(r, &refusal{at: r.at, bucket: r.bucket, err: err})
+			return r.ready()
+		case err == nil || errors.Is(err, client.ErrNoSuchBucket):
+			g.refused.CompareAndSwap(r, nil)
+		}
 	}
 	mp := g.cl.Map()
 	for info := range mp.OSDs() {
@@ -195,6 +232,29 @@ func (g *Gateway) Ready() error {
 		}
 	}
 	return fmt.Errorf("no OSD is up in the cluster map (epoch %d)", mp.Epoch())
+}
+
+// readyCheckTimeout bounds Ready's check of a refusal, under the probe
+// timeouts of load balancers and Kubernetes (1 s by default).
+const readyCheckTimeout = 800 * time.Millisecond
+
+// readyProbeBucket is what Ready stats when the refused request named no
+// bucket (ListBuckets): NoSuchBucket says the cluster serves the gateway.
+const readyProbeBucket = "osprey-s3-ready-probe"
+
+func (r *refusal) ready() error {
+	return fmt.Errorf("the cluster has refused the S3 gateway's own access since %s (its key rotated or removed, or its caps cut; requests are answered 503 until its keyring is renewed): %v",
+		r.at.UTC().Format(time.RFC3339), r.err)
+}
+
+// noteRefused records a refusal of the gateway by the cluster (Ready);
+// the first of a run keeps its time.
+func (g *Gateway) noteRefused(bucket string, err error) {
+	at := time.Now()
+	if r := g.refused.Load(); r != nil {
+		at = r.at
+	}
+	g.refused.Store(&refusal{at: at, bucket: bucket, err: err})
 }
 
 // New makes a gateway.
@@ -322,8 +382,9 @@ type request struct {
 	r      *http.Request
 	bucket string
 	key    string
-	access string   // the verified access key
+	access string   // the verified access key; for a refused signature, the key it claimed
 	who    Identity // its owner
+	code   string   // the S3 error code answered, "" for none
 	q      url.Values
 	qDone  bool
 	// lateErr: the error a long copy answered inside the 200 it had
@@ -521,7 +582,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				in = body.n
 			}
 			dur := time.Since(start)
-			status, code := req.w.status, ""
+			status, code := req.w.status, req.code
 			if e := req.lateErr; e != nil {
 				status, code = e.Status, e.Code
 			}
@@ -530,7 +591,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					"method", r.Method, "bucket", req.bucket, "key", req.key, "status", req.w.status,
 					"bytes_in", in, "bytes_out", req.w.bytes, "dur", dur}
 				if code != "" {
-					args = append(args, "error", code, "error_status", status)
+					args = append(args, "error", code)
+				}
+				if status != req.w.status {
+					args = append(args, "error_status", status)
 				}
 				g.log.Info("s3", args...)
 			}
@@ -565,7 +629,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	auth, err := verify(r, g.opts.Credentials, g.opts.Now())
 	if err != nil {
-		req.op = "Auth"
+		// Which key was refused, for the access log: a wrong secret, a
+		// revoked key and a skewed clock read alike otherwise.
+		req.op, req.access = "Auth", claimedAccessKey(r)
 		g.refuse(req, err)
 		return
 	}
@@ -605,6 +671,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = body
 	if err := g.dispatch(req); err != nil {
 		g.fail(req, g.uploadOrBucket(req, err))
+	} else if g.refused.Load() != nil {
+		// The cluster served the gateway again.
+		g.refused.Store(nil)
 	}
 	// net/http writes what is buffered of the response once the handler
 	// returns: that write has a stall's time too.
@@ -683,6 +752,9 @@ func (g *Gateway) route(r *http.Request) (bucket, key string) {
 // begun already, cuts the connection so that the client sees a short body
 // rather than a complete-looking one.
 func (g *Gateway) fail(req *request, err error) {
+	if clusterRefusal(err) {
+		g.noteRefused(req.bucket, err)
+	}
 	e := toS3Error(err)
 	if req.w.status != 0 {
 		level := slog.LevelWarn
@@ -702,6 +774,7 @@ func (g *Gateway) fail(req *request, err error) {
 		return
 	}
 	g.noteFailure(req, e, err)
+	req.code = e.Code
 	if req.r.Method == http.MethodHead {
 		req.w.WriteHeader(e.Status)
 		return

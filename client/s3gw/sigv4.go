@@ -435,6 +435,21 @@ func presignedHeaders(r *http.Request, q url.Values) error {
 	return nil
 }
 
+// claimedAccessKey is the access key r's signature names, whether or not
+// it verifies (for the access log of a refused one), at most 128 bytes.
+func claimedAccessKey(r *http.Request) string {
+	cred := ""
+	if _, v, ok := strings.Cut(r.Header.Get("Authorization"), "Credential="); ok {
+		cred = v
+	} else if r.URL.RawQuery != "" {
+		cred = r.URL.Query().Get("X-Amz-Credential")
+	}
+	if i := strings.IndexAny(cred, "/, "); i >= 0 {
+		cred = cred[:i]
+	}
+	return cred[:min(len(cred), 128)]
+}
+
 // verify checks r's signature (header or presigned) at now against creds.
 // A presigned request's x-amz-* query parameters become its headers
 // (presignedHeaders).

@@ -13,6 +13,7 @@ import (
 // s3gw.Options.OnRequest.
 type Gateway struct {
 	requests *prometheus.CounterVec
+	errors   *prometheus.CounterVec
 	in, out  *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	bodies   prometheus.Gauge
@@ -27,10 +28,12 @@ type Gateway struct {
 type seriesKey struct {
 	op     string
 	status int
+	code   string
 }
 
 type gatewaySeries struct {
 	requests, in, out prometheus.Counter
+	errors            prometheus.Counter // nil for a request that succeeded
 	latency           prometheus.Observer
 }
 
@@ -40,6 +43,12 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "osprey_s3_requests_total", Help: "S3 requests by operation and HTTP status.",
 		}, []string{"op", "status"}),
+		// By S3 error code: a 403 may be a wrong secret, an unknown key or
+		// a skewed clock, a 503 SlowDown or the cluster refusing the
+		// gateway. Codes are S3's few dozen.
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "osprey_s3_errors_total", Help: "S3 requests answered with an error, by operation and S3 error code.",
+		}, []string{"op", "code"}),
 		in: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "osprey_s3_received_bytes_total", Help: "Request body bytes received and verified, by operation.",
 		}, []string{"op"}),
@@ -55,7 +64,7 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 			Name: "osprey_s3_body_memory_bytes", Help: "Memory the request bodies in progress hold, of the gateway's --max-body-mib.",
 		}),
 	}
-	reg.MustRegister(g.requests, g.in, g.out, g.latency, g.bodies)
+	reg.MustRegister(g.requests, g.errors, g.in, g.out, g.latency, g.bodies)
 	return g
 }
 
@@ -74,15 +83,18 @@ func GatewayRegistry(cl *client.Client) (*prometheus.Registry, *Gateway) {
 
 // Observe counts one finished request.
 func (g *Gateway) Observe(r s3gw.RequestInfo) {
-	s := g.seriesOf(r.Op, r.Status)
+	s := g.seriesOf(r.Op, r.Status, r.Error)
 	s.requests.Inc()
+	if s.errors != nil {
+		s.errors.Inc()
+	}
 	s.in.Add(float64(r.BytesIn))
 	s.out.Add(float64(r.BytesOut))
 	s.latency.Observe(r.Duration.Seconds())
 }
 
-func (g *Gateway) seriesOf(op string, status int) *gatewaySeries {
-	k := seriesKey{op, status}
+func (g *Gateway) seriesOf(op string, status int, code string) *gatewaySeries {
+	k := seriesKey{op, status, code}
 	g.mu.RLock()
 	s := g.series[k]
 	g.mu.RUnlock()
@@ -95,6 +107,9 @@ func (g *Gateway) seriesOf(op string, status int) *gatewaySeries {
 	// "0": cut before a status was sent.
 	s = &gatewaySeries{requests: g.requests.WithLabelValues(op, strconv.Itoa(status)), in: g.in.WithLabelValues(op),
 		out: g.out.WithLabelValues(op), latency: g.latency.WithLabelValues(op)}
+	if code != "" {
+		s.errors = g.errors.WithLabelValues(op, code)
+	}
 	g.mu.Lock()
 	if g.series == nil {
 		g.series = make(map[seriesKey]*gatewaySeries)

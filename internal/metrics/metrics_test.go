@@ -304,6 +304,7 @@ func TestDaemonMetrics(t *testing.T) {
 			_, f := scrape(t, gw.metricsURL)
 			return value(f, "osprey_s3_requests_total", "op=PutObject", "status=200") == 1 &&
 				value(f, "osprey_s3_requests_total", "op=Auth", "status=403") == 1 &&
+				value(f, "osprey_s3_errors_total", "op=Auth", "code=AccessDenied") == 1 &&
 				value(f, "osprey_s3_received_bytes_total", "op=PutObject") == float64(len(body)) &&
 				value(f, "osprey_s3_request_duration_seconds", "op=PutObject") == 1 &&
 				value(f, "osprey_msgr_sent_bytes_total", "network=public") >= float64(len(body))
@@ -589,17 +590,20 @@ func TestServerPprof(t *testing.T) {
 }
 
 // TestGatewayObserve: each operation and status is a series of its own,
-// however the gateway caches them, and a request cut before its status
-// or refused before its operation is counted as such.
+// however the gateway caches them, a request cut before its status or
+// refused before its operation is counted as such, and errors are
+// counted by their S3 code too (a 403's cause).
 func TestGatewayObserve(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	g := metrics.NewGateway(reg)
 	for _, r := range []s3gw.RequestInfo{
 		{Op: "GetObject", Status: 200, BytesOut: 10},
 		{Op: "GetObject", Status: 200, BytesOut: 5},
-		{Op: "GetObject", Status: 404},
+		{Op: "GetObject", Status: 404, Error: "NoSuchKey"},
 		{Op: "PutObject", Status: 200, BytesIn: 7},
-		{Op: "", Status: 403},
+		{Op: "", Status: 403, Error: "SignatureDoesNotMatch"},
+		{Op: "Auth", Status: 403, Error: "SignatureDoesNotMatch"},
+		{Op: "Auth", Status: 403, Error: "RequestTimeTooSkewed"},
 		{Op: "GetObject", Status: 0},
 	} {
 		g.Observe(r)
@@ -622,6 +626,11 @@ func TestGatewayObserve(t *testing.T) {
 		{"osprey_s3_requests_total", []string{"op=GetObject", "status=0"}, 1},
 		{"osprey_s3_requests_total", []string{"op=PutObject", "status=200"}, 1},
 		{"osprey_s3_requests_total", []string{"op=Unknown", "status=403"}, 1},
+		{"osprey_s3_requests_total", []string{"op=Auth", "status=403"}, 2},
+		{"osprey_s3_errors_total", []string{"op=GetObject", "code=NoSuchKey"}, 1},
+		{"osprey_s3_errors_total", []string{"op=Auth", "code=SignatureDoesNotMatch"}, 1},
+		{"osprey_s3_errors_total", []string{"op=Auth", "code=RequestTimeTooSkewed"}, 1},
+		{"osprey_s3_errors_total", []string{"op=Unknown", "code=SignatureDoesNotMatch"}, 1},
 		{"osprey_s3_sent_bytes_total", []string{"op=GetObject"}, 15},
 		{"osprey_s3_received_bytes_total", []string{"op=PutObject"}, 7},
 		{"osprey_s3_request_duration_seconds", []string{"op=GetObject"}, 4},
