@@ -356,3 +356,89 @@ func (g *Gateway) listObjects(req *request, v2 bool) error {
 	writeXML(req.w, http.StatusOK, res)
 	return nil
 }
+
+// listVersionsResult is ListObjectVersions' answer.
+type listVersionsResult struct {
+	XMLName             xml.Name `xml:"ListVersionsResult"`
+	XMLNS               string   `xml:"xmlns,attr"`
+	Name                string
+	Prefix              xmlText
+	KeyMarker           xmlText
+	VersionIdMarker     string
+	NextKeyMarker       xmlText `xml:",omitempty"`
+	NextVersionIdMarker string  `xml:",omitempty"`
+	MaxKeys             int
+	Delimiter           xmlText `xml:",omitempty"`
+	EncodingType        string  `xml:",omitempty"`
+	IsTruncated         bool
+	Versions            []versionEntry `xml:"Version"`
+	CommonPrefixes      []commonPrefix
+}
+
+type versionEntry struct {
+	Key          xmlText
+	VersionId    string
+	IsLatest     bool
+	LastModified string
+	ETag         string
+	Size         int64
+	Owner        owner
+	StorageClass string
+}
+
+// listObjectVersions lists a bucket's objects as S3 lists the versions of
+// a bucket that never had versioning: each object's one version, "null",
+// the latest, and no delete markers. Clean-up code walks it to delete
+// "every version" (boto3's bucket.object_versions.delete(), Terraform's
+// force_destroy, aws s3api list-object-versions), and those versions are
+// what a GET or DELETE with versionId=null addresses.
+func (g *Gateway) listObjectVersions(req *request) error {
+	q := req.query()
+	lq, err := parseListQuery(q, false)
+	if err != nil {
+		return err
+	}
+	lq.marker = q.Get("key-marker")
+	vm := q.Get("version-id-marker")
+	switch {
+	case vm != "" && lq.marker == "":
+		return errf(ErrInvalidArgument, "a version-id marker cannot be specified without a key marker")
+	case vm != "" && vm != nullVersion:
+		return errf(ErrInvalidArgument, "invalid version id specified: a bucket keeps one version of each object, null")
+	}
+	enc := func(s string) xmlText { return listedKey(lq.encodingType, s) }
+	res := listVersionsResult{XMLNS: s3XMLNS, Name: req.bucket, Prefix: enc(lq.prefix), KeyMarker: enc(lq.marker), VersionIdMarker: vm,
+		MaxKeys: lq.maxKeys, Delimiter: enc(lq.delimiter), EncodingType: lq.encodingType}
+	// After key-marker whether or not version-id-marker names its one
+	// version: either way the key was listed.
+	var page client.ListPage
+	if lq.maxKeys == 0 {
+		if _, err := g.cl.StatBucket(req.r.Context(), req.bucket); err != nil {
+			return err
+		}
+	} else if page, err = g.cl.ListObjectsPage(req.r.Context(), req.bucket,
+		client.ListOptions{Prefix: lq.prefix, Delimiter: lq.delimiter, MaxKeys: lq.maxKeys, StartAfter: lq.marker}); err != nil {
+		return err
+	}
+	res.IsTruncated = page.IsTruncated
+	ow := ownerOf(req)
+	for _, o := range page.Objects {
+		if o.IsPrefix {
+			res.CommonPrefixes = append(res.CommonPrefixes, commonPrefix{Prefix: enc(o.Key)})
+			continue
+		}
+		res.Versions = append(res.Versions, versionEntry{Key: enc(o.Key), VersionId: nullVersion, IsLatest: true,
+			LastModified: s3Time(o.LastModified), ETag: quoteETag(o.ETag), Size: o.Size, Owner: ow, StorageClass: "STANDARD"})
+	}
+	if page.IsTruncated && len(page.Objects) > 0 {
+		// A common prefix as the marker goes on after all it rolled up,
+		// as ListObjects' NextMarker does.
+		last := page.Objects[len(page.Objects)-1]
+		res.NextKeyMarker = enc(last.Key)
+		if !last.IsPrefix {
+			res.NextVersionIdMarker = nullVersion
+		}
+	}
+	writeXML(req.w, http.StatusOK, res)
+	return nil
+}

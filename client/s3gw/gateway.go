@@ -838,7 +838,7 @@ func writeXML(w http.ResponseWriter, status int, v any) {
 // Query parameters that select an operation the gateway does not
 // implement (yet); any other unknown parameter is ignored, as S3 does.
 var unsupportedSubresources = []string{
-	"tagging", "versions", "policy", "policyStatus",
+	"tagging", "policy", "policyStatus",
 	"lifecycle", "cors", "website", "logging", "notification", "replication", "encryption", "object-lock",
 	"retention", "legal-hold", "accelerate", "requestPayment", "ownershipControls", "publicAccessBlock",
 	"analytics", "inventory", "metrics", "intelligent-tiering", "select", "restore", "torrent", "attributes",
@@ -956,6 +956,7 @@ var routes = []route{
 	{objectScope, http.MethodPut, "acl", "PutObjectAcl", write, (*Gateway).putACL},
 	{bucketScope, http.MethodGet, "versioning", "GetBucketVersioning", read, (*Gateway).bucketVersioning},
 	{bucketScope, http.MethodPut, "versioning", "PutBucketVersioning", write, (*Gateway).putBucketVersioning},
+	{bucketScope, http.MethodGet, "versions", "ListObjectVersions", read, (*Gateway).listObjectVersions},
 	{bucketScope, http.MethodGet, "list-type=2", "ListObjectsV2", read, (*Gateway).listObjectsV2},
 	{bucketScope, http.MethodGet, "", "ListObjects", read, (*Gateway).listObjectsV1},
 	// DeleteObjects checks write itself: a reader of the bucket is refused
@@ -1000,10 +1001,14 @@ func (rt route) matches(sc scope, method string, q url.Values) bool {
 	return q.Has(name)
 }
 
+// nullVersion is the version id of the one version of an object there
+// is, as S3 names the versions of a bucket that never had versioning.
+const nullVersion = "null"
+
 // oneVersion refuses a version id other than "null", the one version of
 // an object there is ("" names none): versioning is not implemented.
 func oneVersion(id string) error {
-	if id == "" || id == "null" {
+	if id == "" || id == nullVersion {
 		return nil
 	}
 	return errf(ErrNotImplemented, "versioning is not implemented: no version %.80q (only versionId=null, the one version there is)", id)

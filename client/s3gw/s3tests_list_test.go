@@ -6,6 +6,7 @@ package s3gw_test
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -435,5 +436,66 @@ func fetchOwnerCase(t *testing.T, e *env, fetch *bool, want bool) {
 	out := e.listV2(t, &s3.ListObjectsV2Input{Bucket: aws.String(b), FetchOwner: fetch})
 	if len(out.Contents) == 0 || (out.Contents[0].Owner != nil) != want {
 		t.Fatalf("fetch-owner %v: owner %+v", deref(fetch), out.Contents)
+	}
+}
+
+// TestListObjectVersions: a bucket lists its objects as S3 lists an
+// unversioned bucket's versions, each one version "null", the latest, so
+// that clean-up code deleting every version (by its versionId, null)
+// empties the bucket; the SDK's paginator walks it page by page.
+func TestListObjectVersions(t *testing.T) {
+	e := newEnv(t)
+	keys := []string{"a/1", "a/2", "b", "c d", "e"}
+	b := e.createObjects(t, keys...)
+	var got []string
+	p := s3.NewListObjectVersionsPaginator(e.s3, &s3.ListObjectVersionsInput{Bucket: aws.String(b), MaxKeys: aws.Int32(2)})
+	pages := 0
+	for p.HasMorePages() {
+		page, err := p.NextPage(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, v := range page.Versions {
+			if aws.ToString(v.VersionId) != "null" || !aws.ToBool(v.IsLatest) || aws.ToInt64(v.Size) != int64(len(aws.ToString(v.Key))) || aws.ToString(v.ETag) == "" {
+				t.Fatalf("version %+v", v)
+			}
+			got = append(got, aws.ToString(v.Key))
+		}
+		if len(page.DeleteMarkers) > 0 {
+			t.Fatalf("delete markers %+v", page.DeleteMarkers)
+		}
+	}
+	if !slices.Equal(got, keys) || pages != 3 {
+		t.Fatalf("listed %q in %d pages, want %q in 3", got, pages, keys)
+	}
+	out, err := e.s3.ListObjectVersions(e.ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(b), Delimiter: aws.String("/"), EncodingType: types.EncodingTypeUrl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.CommonPrefixes) != 1 || aws.ToString(out.CommonPrefixes[0].Prefix) != "a/" || len(out.Versions) != 3 || aws.ToString(out.Versions[1].Key) != "c%20d" {
+		t.Fatalf("with a delimiter: %+v %+v", out.CommonPrefixes, out.Versions)
+	}
+	// Past a key and its version, null; markers that cannot be.
+	out, err = e.s3.ListObjectVersions(e.ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(b), KeyMarker: aws.String("b"), VersionIdMarker: aws.String("null")})
+	if err != nil || len(out.Versions) != 2 || aws.ToString(out.Versions[0].Key) != "c d" {
+		t.Fatalf("after b's null version: %v %+v", err, out)
+	}
+	_, err = e.s3.ListObjectVersions(e.ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(b), VersionIdMarker: aws.String("null")})
+	wantCode(t, "a version-id marker without a key marker", err, "InvalidArgument", 400)
+	_, err = e.s3.ListObjectVersions(e.ctx, &s3.ListObjectVersionsInput{Bucket: aws.String(b), KeyMarker: aws.String("b"), VersionIdMarker: aws.String("3HL4kqtJl")})
+	wantCode(t, "a version-id marker of no version", err, "InvalidArgument", 400)
+	_, err = e.s3.ListObjectVersions(e.ctx, &s3.ListObjectVersionsInput{Bucket: aws.String("no-such-bucket")})
+	wantCode(t, "the versions of a missing bucket", err, "NoSuchBucket", 404)
+	// Every version deleted by its version id: the bucket is empty.
+	var ids []types.ObjectIdentifier
+	for _, k := range keys {
+		ids = append(ids, types.ObjectIdentifier{Key: aws.String(k), VersionId: aws.String("null")})
+	}
+	if del, err := e.s3.DeleteObjects(e.ctx, &s3.DeleteObjectsInput{Bucket: aws.String(b), Delete: &types.Delete{Objects: ids}}); err != nil || len(del.Errors) > 0 {
+		t.Fatalf("deleting every version: %v %+v", err, del)
+	}
+	if _, err := e.s3.DeleteBucket(e.ctx, &s3.DeleteBucketInput{Bucket: aws.String(b)}); err != nil {
+		t.Fatalf("the bucket after deleting every version: %v", err)
 	}
 }

@@ -199,6 +199,16 @@ keys = [o["Key"] for o in s3.list_objects_v2(Bucket=B)["Contents"]]
 d = s3.delete_objects(Bucket=B, Delete={"Objects": [{"Key": k} for k in keys]})
 assert sorted(x["Key"] for x in d["Deleted"]) == sorted(keys) and not d.get("Errors")
 assert s3.list_objects_v2(Bucket=B)["KeyCount"] == 0
+# The clean-up idiom of versioned and unversioned buckets alike: every
+# version (here each object's one, null) deleted through the resource API.
+s3.put_object(Bucket=B, Key="v/1", Body=b"1")
+s3.put_object(Bucket=B, Key="v/2", Body=b"2")
+versions = s3.list_object_versions(Bucket=B)["Versions"]
+assert [(v["Key"], v["VersionId"], v["IsLatest"]) for v in versions] == [("v/1", "null", True), ("v/2", "null", True)], versions
+boto3.resource("s3", endpoint_url=ENDPOINT, aws_access_key_id=os.environ["OSPREY_S3_ACCESS_KEY"],
+               aws_secret_access_key=os.environ["OSPREY_S3_SECRET_KEY"], region_name="us-east-1",
+               config=Config(signature_version="s3v4", s3={"addressing_style": "path"})).Bucket(B).object_versions.delete()
+assert s3.list_objects_v2(Bucket=B)["KeyCount"] == 0
 s3.delete_bucket(Bucket=B)
 assert error_of(s3.delete_bucket, Bucket=B) == ("NoSuchBucket", 404)
 
