@@ -61,6 +61,7 @@ var (
 	ErrInvalidBucketName                 = &Error{Code: "InvalidBucketName", Status: http.StatusBadRequest}
 	ErrMethodNotAllowed                  = &Error{Code: "MethodNotAllowed", Status: http.StatusMethodNotAllowed}
 	ErrAccessForbidden                   = &Error{Code: "AccessForbidden", Status: http.StatusForbidden}
+	ErrBadRequest                        = &Error{Code: "BadRequest", Status: http.StatusBadRequest}
 	ErrNotImplemented                    = &Error{Code: "NotImplemented", Status: http.StatusNotImplemented}
 	ErrInvalidStorageClass               = &Error{Code: "InvalidStorageClass", Status: http.StatusBadRequest}
 	ErrInternalError                     = &Error{Code: "InternalError", Status: http.StatusInternalServerError}

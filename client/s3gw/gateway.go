@@ -126,6 +126,13 @@ type Options struct {
 	// OnBodyMemory, if set, is told how much of MaxBodyMemory is held
 	// each time that changes (internal/metrics' gauge); it must be quick.
 	OnBodyMemory func(held int64)
+	// CORSOrigins are the web origins whose pages may call the gateway
+	// from a browser (Cross-Origin Resource Sharing; cors.go):
+	// "https://app.example.com", one '*' for any part
+	// ("https://*.example.com"), or "*" for every origin. The same for
+	// every bucket. None (the default): a preflight is refused, as S3
+	// refuses one for a bucket without CORS rules.
+	CORSOrigins []string
 	// Now is the clock signatures are checked against (tests).
 	Now func() time.Time
 	// StaleUploadAge: a PUT above 64 MiB is an upload of the SDK's own
@@ -188,6 +195,7 @@ type Gateway struct {
 	// checking: one Ready is checking a refusal (the others answer with
 	// it meanwhile).
 	checking atomic.Bool
+	cors     []corsOrigin // Options.CORSOrigins; nil: no CORS
 }
 
 // refusal is a refusal of the gateway by the cluster.
@@ -311,7 +319,11 @@ func New(opts Options) (*Gateway, error) {
 		opts.BodyMemoryWait = defaultBodyMemoryWait
 	}
 	perRequest := max(int64(ops.MaxPutSize), opts.PartSize*int64(opts.Concurrency))
-	return &Gateway{opts: opts, cl: opts.Client, log: opts.Logger,
+	cors, err := parseCORSOrigins(opts.CORSOrigins)
+	if err != nil {
+		return nil, err
+	}
+	return &Gateway{opts: opts, cl: opts.Client, log: opts.Logger, cors: cors,
 		bodies: newBodyBudget(opts.MaxBodyMemory, perRequest, opts.MaxBodyMemoryPerUser, opts.BodyMemoryWait, opts.OnBodyMemory)}, nil
 }
 
@@ -571,6 +583,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// request.
 	x.ids[0] = req.id
 	h["X-Amz-Request-Id"], h["X-Amz-Id-2"], h["Server"] = x.ids[:], x.ids[:], serverHeader
+	if g.cors != nil {
+		g.corsHeaders(h, r)
+	}
 	var body *verifiedBody
 	// The access log's arguments are built only when it is on (a gateway
 	// run at warn level pays nothing for it).
@@ -617,6 +632,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// clients send ';' percent-encoded.
 		req.op = "Auth"
 		g.refuse(req, errf(ErrInvalidArgument, "the query holds a literal ';': percent-encode it (%%3B)"))
+		return
+	}
+	if g.cors != nil && isPreflight(req) {
+		req.op = "Preflight"
+		if err := g.preflight(req); err != nil {
+			g.refuse(req, err)
+		}
 		return
 	}
 	if err := unsignedKinds(req); err != nil {
@@ -721,7 +743,10 @@ func unsignedKinds(req *request) error {
 	r := req.r
 	formUpload := r.Method == http.MethodPost && req.key == "" && r.URL.RawQuery == "" &&
 		strings.HasPrefix(strings.ToLower(r.Header.Get("Content-Type")), "multipart/form-data")
-	if r.Method != http.MethodOptions && !formUpload || r.Header.Get("Authorization") != "" || req.query().Has("X-Amz-Algorithm") {
+	if formUpload && (r.Header.Get("Authorization") != "" || req.query().Has("X-Amz-Algorithm")) {
+		return nil
+	}
+	if !formUpload && !isPreflight(req) {
 		return nil
 	}
 	if formUpload {
@@ -1027,6 +1052,9 @@ func (g *Gateway) dispatch(req *request) error {
 	for _, s := range unsupportedSubresources {
 		if q.Has(s) {
 			req.op = "Unsupported"
+			if s == "cors" {
+				return errf(ErrNotImplemented, "per-bucket CORS rules are not implemented: the gateway's --cors-origin allows origins for every bucket")
+			}
 			return errf(ErrNotImplemented, "the ?%s operation is not implemented", s)
 		}
 	}

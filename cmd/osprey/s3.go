@@ -37,6 +37,7 @@ type s3Options struct {
 	access, secret  string
 	region          string
 	domains         []string
+	corsOrigins     []string
 	shutdownTimeout time.Duration
 	shutdownDelay   time.Duration
 	clientTimeout   time.Duration
@@ -98,6 +99,7 @@ listen backlog (a warning says so, once a minute at most).`,
 	f.StringVar(&o.secret, "secret-key", "", "its secret (env "+envS3SecretKey+")")
 	f.StringVar(&o.region, "region", "us-east-1", "the region GetBucketLocation answers")
 	f.StringSliceVar(&o.domains, "domain", nil, "domains for virtual-hosted-style requests (BUCKET.DOMAIN); path style always works")
+	f.StringSliceVar(&o.corsOrigins, "cors-origin", nil, corsOriginUsage)
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long requests in progress may take to finish on a stop")
 	f.DurationVar(&o.shutdownDelay, "shutdown-delay", 0, "on a stop, go on serving this long first, /readyz saying 503, for load balancers to notice")
 	f.DurationVar(&o.clientTimeout, "client-timeout", time.Minute,
@@ -117,6 +119,9 @@ listen backlog (a warning says so, once a minute at most).`,
 		"MiB of --max-body-mib one user (entity, or static key) may hold at once; past it that user's requests wait and are answered SlowDown while other users' go on; 0: a quarter of --max-body-mib; -1: no bound")
 	return cmd
 }
+
+// corsOriginUsage is --cors-origin's help, osprey s3's and up's.
+const corsOriginUsage = "web origins whose pages may call the gateway from a browser (CORS), for every bucket: https://app.example.com, https://*.example.com, or * for any; none: preflights are refused"
 
 func runS3(cmd *cobra.Command, o s3Options) error {
 	ctx := cmd.Context()
@@ -199,7 +204,7 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
 	gopts := s3gw.Options{Client: cl, Credentials: creds,
-		Region: o.region, Domains: o.domains, ShutdownTimeout: o.shutdownTimeout, ShutdownDelay: o.shutdownDelay, ClientTimeout: o.clientTimeout, StaleUploadAge: o.staleUploadAge,
+		Region: o.region, Domains: o.domains, CORSOrigins: o.corsOrigins, ShutdownTimeout: o.shutdownTimeout, ShutdownDelay: o.shutdownDelay, ClientTimeout: o.clientTimeout, StaleUploadAge: o.staleUploadAge,
 		MaxConnections: o.maxConns, MaxNewPerHost: o.maxNewPerHost, MaxBodyMemory: o.maxBodyMiB << 20,
 		MaxBodyMemoryPerUser: o.maxBodyUserMiB << 20, NoAccessLog: !o.accessLog}
 	if o.staleUploadAge == 0 {
@@ -301,7 +306,7 @@ func startUpGateway(ctx context.Context, lc *localCluster, addr string, explicit
 		g.closeCreds()
 		return nil, fmt.Errorf("the S3 gateway's client: %w", err)
 	}
-	gopts := s3gw.Options{Client: g.cl, Credentials: creds, Logger: logger, NoAccessLog: lc.noS3AccessLog}
+	gopts := s3gw.Options{Client: g.cl, Credentials: creds, Logger: logger, NoAccessLog: lc.noS3AccessLog, CORSOrigins: lc.s3CORSOrigins}
 	if withMetrics {
 		if g.metrics, err = serveGatewayMetrics(ctx, "127.0.0.1:0", false, g.cl, &gopts, &g.gw, logger); err != nil {
 			ln.Close()

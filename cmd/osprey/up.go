@@ -32,6 +32,7 @@ import (
 type upOptions struct {
 	readCache       int64 // each OSD's read cache, bytes
 	s3AccessLog     bool
+	s3CORSOrigins   []string
 	dir             string
 	temp            bool
 	osds, replicas  int
@@ -121,6 +122,7 @@ and exits: 0 when every step worked and every byte came back intact.`,
 	f.BoolVar(&o.metrics, "metrics", true, "serve each daemon's Prometheus metrics (/metrics) on a free loopback port, and print where; not with --demo")
 	f.StringVar(&o.dashboard, "dashboard-addr", "127.0.0.1:0", "HOST:PORT of the mon's status page (port 0: a free one); '' for none")
 	f.BoolVar(&o.s3AccessLog, "s3-access-log", true, "the S3 gateway's: "+accessLogUsage)
+	f.StringSliceVar(&o.s3CORSOrigins, "s3-cors-origin", nil, "the S3 gateway's --cors-origin: "+corsOriginUsage)
 	f.StringVar(&o.s3, "s3", defaultS3Listen, "HOST:PORT of the S3 gateway (a free port with --port 0 or --temp); '' for none; not with --demo")
 	return cmd
 }
@@ -140,6 +142,7 @@ type localCluster struct {
 	s3          *upGateway
 	// noS3AccessLog: --s3-access-log=false.
 	noS3AccessLog bool
+	s3CORSOrigins []string // --s3-cors-origin
 }
 
 func runUp(cmd *cobra.Command, o upOptions) (err error) {
@@ -294,7 +297,7 @@ func startLocal(ctx context.Context, cmd *cobra.Command, o upOptions, dir string
 	if err != nil {
 		return nil, dirInUse(err, lo.Dir)
 	}
-	return &localCluster{Cluster: c, reused: lo.Map != nil, clientModes: o.clientModes, noS3AccessLog: !o.s3AccessLog}, nil
+	return &localCluster{Cluster: c, reused: lo.Map != nil, clientModes: o.clientModes, noS3AccessLog: !o.s3AccessLog, s3CORSOrigins: o.s3CORSOrigins}, nil
 }
 
 // dirInUse says what to do about err when it is dir's lock held by

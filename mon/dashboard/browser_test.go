@@ -4,102 +4,36 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/ospreystore/osprey/internal/browsertest"
 	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
-// The browser tests load the page in headless Chromium (Debian's
-// chromium package) through chromedp. Without it they skip, unless
-// OSPREY_REQUIRE_CHROMIUM is set (make test sets it): then a missing
-// browser is a failure.
+// The browser tests load the page in headless Chromium through chromedp
+// (internal/browsertest): without Chromium they skip, unless
+// OSPREY_REQUIRE_CHROMIUM is set (make test sets it).
 
-// browserPage is one tab on the dashboard, with the console errors and
-// exceptions it logged.
-type browserPage struct {
-	ctx context.Context
-	mu  sync.Mutex
-	bad []string // console errors, exceptions, browser log errors
-}
+// browserPage is one tab on the dashboard.
+type browserPage struct{ *browsertest.Page }
 
-func lookChromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("OSPREY_REQUIRE_CHROMIUM") != "" {
-		t.Fatal("OSPREY_REQUIRE_CHROMIUM is set but chromium is not on PATH (apt-get install chromium)")
-	}
-	t.Skip("chromium is not on PATH (apt-get install chromium, or set OSPREY_REQUIRE_CHROMIUM=1 to make this a failure)")
-	return ""
-}
-
-// openPage starts a headless Chromium with a width x height viewport and
-// loads url, recording from the first moment what the console says.
 func openPage(t *testing.T, url string, width, height int) *browserPage {
 	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(lookChromium(t)),
-		// CI runs as root, where Chromium's sandbox cannot start.
-		chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(width, height))
-	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	p := &browserPage{ctx: ctx}
-	msgs := chromedp.Console(ctx) // subscribes now: nothing the page says is lost
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for m, err := range msgs {
-			if err != nil {
-				return
-			}
-			switch m.Type {
-			case chromedp.ConsoleError, chromedp.ConsoleException:
-				p.mu.Lock()
-				p.bad = append(p.bad, m.String())
-				p.mu.Unlock()
-			case chromedp.ConsoleWarning:
-				t.Logf("console warning: %s", m)
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		acancel()
-		<-done
-	})
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(int64(width), int64(height)), chromedp.Navigate(url)); err != nil {
-		t.Fatalf("loading %s: %v", url, err)
-	}
-	return p
+	return &browserPage{browsertest.Open(t, url, width, height)}
 }
 
 // wait polls the JS expression in the page until it is true.
 func (p *browserPage) wait(t *testing.T, within time.Duration, what, expr string) {
 	t.Helper()
-	_, err := chromedp.Run(p.ctx, chromedp.Poll[chromedp.Void](expr,
-		chromedp.WithPollingTimeout(within), chromedp.WithPollingInterval(50*time.Millisecond)))
-	if err != nil {
+	if err := p.Poll(within, expr); err != nil {
 		t.Fatalf("waiting %v for %s: %v; the page shows: %s%s", within, what, err, p.eval(t, `document.querySelector("header").innerText + " | " + document.getElementById("checks").innerText`), osdtest.HostDiskNote(os.TempDir()))
 	}
 }
 
-func (p *browserPage) eval(t *testing.T, expr string) string {
-	t.Helper()
-	s, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](expr))
-	if err != nil {
-		t.Fatalf("evaluating %s: %v", expr, err)
-	}
-	return s
-}
+func (p *browserPage) eval(t *testing.T, expr string) string { t.Helper(); return p.Eval(t, expr) }
 
 // screenshot saves the whole page as DIR/name.png when
 // OSPREY_DASHBOARD_SCREENSHOTS=DIR is set (how docs/img's pictures of the
@@ -110,7 +44,7 @@ func (p *browserPage) screenshot(t *testing.T, name string) {
 	if dir == "" {
 		return
 	}
-	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+	png, err := chromedp.Run(p.Ctx, chromedp.FullScreenshot(100))
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644)
 	}
@@ -120,14 +54,7 @@ func (p *browserPage) screenshot(t *testing.T, name string) {
 }
 
 // checkConsole fails the test if the page logged an error or threw.
-func (p *browserPage) checkConsole(t *testing.T) {
-	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, m := range p.bad {
-		t.Errorf("console: %s", m)
-	}
-}
+func (p *browserPage) checkConsole(t *testing.T) { t.Helper(); p.CheckConsole(t) }
 
 const healthIs = `document.getElementById("health").textContent === %q`
 
@@ -145,11 +72,11 @@ func TestBrowserLiveCluster(t *testing.T) {
 	}
 	// A click on an OSD's row shows its throughput; the button, the
 	// cluster's again.
-	if _, err := chromedp.Run(p.ctx, chromedp.Click(chromedp.CSS("#osd-1 td.status"))); err != nil {
+	if _, err := chromedp.Run(p.Ctx, chromedp.Click(chromedp.CSS("#osd-1 td.status"))); err != nil {
 		t.Fatal(err)
 	}
 	p.wait(t, 5*time.Second, "osd.1's graph", `document.getElementById("chart-title").textContent === "osd.1" && document.getElementById("osd-1").classList.contains("selected")`)
-	if _, err := chromedp.Run(p.ctx, chromedp.Click(chromedp.CSS("#chart-cluster"))); err != nil {
+	if _, err := chromedp.Run(p.Ctx, chromedp.Click(chromedp.CSS("#chart-cluster"))); err != nil {
 		t.Fatal(err)
 	}
 	p.wait(t, 5*time.Second, "the cluster's graph", `document.getElementById("chart-title").textContent === "cluster" && document.getElementById("chart-cluster").hidden`)
