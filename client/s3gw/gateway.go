@@ -196,7 +196,14 @@ type Gateway struct {
 	// it meanwhile).
 	checking atomic.Bool
 	cors     []corsOrigin // Options.CORSOrigins; nil: no CORS
+	inFlight atomic.Int64 // requests being served (InFlight)
 }
+
+// InFlight is how many requests the gateway is serving now: the ones a
+// cluster that cannot take their ops (a PG not active, the gateway's own
+// access refused) holds, as they wait, where the access log and the
+// request counters see each one only once it ends.
+func (g *Gateway) InFlight() int64 { return g.inFlight.Load() }
 
 // refusal is a refusal of the gateway by the cluster.
 type refusal struct {
@@ -551,6 +558,8 @@ func newRequestID() string {
 // ServeHTTP implements http.Handler.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	g.inFlight.Add(1)
+	defer g.inFlight.Add(-1)
 	// Deadlines that move on with each read and write (stalls are bounded,
 	// not transfers); the write one is set now as well, for the response
 	// net/http writes after the handler.

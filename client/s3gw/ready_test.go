@@ -57,3 +57,26 @@ func TestShutdownDelay(t *testing.T) {
 		t.Fatalf("Serve stopped %v after its context, within its ShutdownDelay", time.Since(stopped))
 	}
 }
+
+// TestInFlight: a request is counted in flight from its headers to its
+// end, while it waits (here for a body that does not come).
+func TestInFlight(t *testing.T) {
+	e := newEnv(t)
+	e.mb(t, "wait")
+	conn, err := net.Dial("tcp", e.srvAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The headers alone: the body never comes.
+	req := signed(t, "PUT", e.url+"/wait/k", []byte("0123456789"))
+	head := "PUT /wait/k HTTP/1.1\r\nHost: " + req.Host + "\r\nContent-Length: 10\r\n"
+	for k, v := range req.Header {
+		head += k + ": " + v[0] + "\r\n"
+	}
+	if _, err := conn.Write([]byte(head + "\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	osdtest.Eventually(t, 10*time.Second, "the PUT in flight", func() bool { return e.gw.InFlight() == 1 })
+	conn.Close()
+	osdtest.Eventually(t, 10*time.Second, "nothing in flight once its client hung up", func() bool { return e.gw.InFlight() == 0 })
+}

@@ -239,6 +239,12 @@ func runS3(cmd *cobra.Command, o s3Options) error {
 func serveGatewayMetrics(ctx context.Context, addr string, pprof bool, cl *client.Client, gopts *s3gw.Options, gw *atomic.Pointer[s3gw.Gateway], logger *slog.Logger) (*metrics.Server, error) {
 	reg, gm := metrics.GatewayRegistry(cl)
 	gopts.OnRequest, gopts.OnBodyMemory = gm.Observe, gm.BodyMemory
+	gm.InFlight(reg, func() int64 {
+		if g := gw.Load(); g != nil {
+			return g.InFlight()
+		}
+		return 0
+	})
 	ready := func() error {
 		if g := gw.Load(); g != nil {
 			return g.Ready()

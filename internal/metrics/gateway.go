@@ -68,6 +68,15 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 	return g
 }
 
+// InFlight reports the requests the gateway serves now (s3gw's
+// Gateway.InFlight), read at each scrape; f may return 0 before there is
+// a gateway.
+func (g *Gateway) InFlight(reg prometheus.Registerer, f func() int64) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "osprey_s3_requests_in_flight", Help: "S3 requests being served now (waiting for the cluster included).",
+	}, func() float64 { return float64(f()) }))
+}
+
 // BodyMemory sets the body memory gauge; it is the gateway's
 // s3gw.Options.OnBodyMemory.
 func (g *Gateway) BodyMemory(held int64) { g.bodies.Set(float64(held)) }

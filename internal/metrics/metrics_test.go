@@ -134,6 +134,7 @@ func startGateway(t *testing.T, cl *client.Client, logger *slog.Logger) gateway 
 	if err != nil {
 		t.Fatal(err)
 	}
+	gm.InFlight(reg, gw.InFlight)
 	ms, err := metrics.Serve(t.Context(), metrics.ServerOptions{Addr: "127.0.0.1:0", Registry: reg, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -305,6 +306,7 @@ func TestDaemonMetrics(t *testing.T) {
 			return value(f, "osprey_s3_requests_total", "op=PutObject", "status=200") == 1 &&
 				value(f, "osprey_s3_requests_total", "op=Auth", "status=403") == 1 &&
 				value(f, "osprey_s3_errors_total", "op=Auth", "code=AccessDenied") == 1 &&
+				value(f, "osprey_s3_requests_in_flight") == 0 &&
 				value(f, "osprey_s3_received_bytes_total", "op=PutObject") == float64(len(body)) &&
 				value(f, "osprey_s3_request_duration_seconds", "op=PutObject") == 1 &&
 				value(f, "osprey_msgr_sent_bytes_total", "network=public") >= float64(len(body))
