@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -332,7 +334,35 @@ func (o *OSD) heartbeatLoop() {
 	o.every(o.cfg.HeartbeatInterval, o.heartbeat)
 }
 
-func (o *OSD) heartbeat() { o.ping(true) }
+func (o *OSD) heartbeat() {
+	now := time.Now()
+	if last := o.lastBeat.Swap(now.UnixNano()); last != 0 {
+		if late := now.Sub(time.Unix(0, last)) - o.cfg.HeartbeatInterval; late > o.cfg.HeartbeatGrace/2 {
+			o.stalled(now, late)
+		}
+	}
+	o.ping(true)
+}
+
+// stalled is a heartbeat that ran late by late: this process was stopped
+// (SIGSTOP, a VM paused, swapping, a starved CPU), not its peers, whose
+// heartbeats went unread meanwhile. Each peer not already down gets a new
+// grace from now, as Ceph's heartbeat_map keeps an OSD whose own threads
+// stalled from reporting its peers: else it woke to call every peer down
+// and report them all to the mon. Its peers may have had it marked down
+// meanwhile; it then boots again as on any such map.
+func (o *OSD) stalled(now time.Time, late time.Duration) {
+	o.log.Warn("this OSD was stalled: its heartbeat ran late (a SIGSTOP, a paused VM, swapping or a starved CPU); its peers' silence was its own, so each gets a new grace",
+		"late", late.Round(time.Millisecond), "grace", o.cfg.HeartbeatGrace)
+	o.stalls.Add(1)
+	o.peerMu.Lock()
+	for _, ps := range o.peers {
+		if !ps.down {
+			ps.lastSeen = now
+		}
+	}
+	o.peerMu.Unlock()
+}
 
 // ping sends every peer a heartbeat; check: and looks at each for its
 // silence (checkPeer), which the round a new map starts (adoptMap) does
@@ -902,21 +932,72 @@ func (o *OSD) recoverySlot(p *pgState) (release func(), err error) {
 }
 
 // recovered counts n bytes copied for p's recovery, and waits as
-// RecoveryBytesPerSec asks. Only a replica's backfill is throttled: the
-// PG's writes go on during it. A log catch-up holds them, and a new
-// primary's catch-up holds all of the PG's I/O; slowing either would stall
-// the client I/O the throttle is there to protect.
+// RecoveryBytesPerSec asks, while p's writes go on: in a backfill's walk,
+// or a replica's log catch-up copied as one (catchUpWalk). A plain log
+// catch-up holds the PG's writes, and a new primary's catch-up all of its
+// I/O, so neither waits here: slowing them would stall the client I/O the
+// throttle is there to protect. A replica's plain catch-up took its
+// tokens before it began (paceCatchUp).
 func (o *OSD) recovered(ctx context.Context, p *pgState, n int) error {
 	o.recoveredBytes.Add(uint64(n))
 	if o.recoveryRate == nil || p.peering.Load() || p.bf.Load() == nil {
 		return nil
 	}
 	for burst := o.recoveryRate.Burst(); n > 0; n -= burst {
-		if err := o.recoveryRate.WaitN(ctx, min(n, burst)); err != nil {
+		step := min(n, burst)
+		if err := o.recoveryRate.WaitN(ctx, step); err != nil {
 			return err
 		}
+		o.recoveryPaced.Add(uint64(step))
 	}
 	return nil
+}
+
+// paceCatchUp decides how replica PG p copies the objects that log page
+// rep names under RecoveryBytesPerSec: false, as a plain catch-up (its
+// writes held), when the limiter grants their bytes at once, which it
+// takes; true, as a walk that waits for the limiter while the writes go
+// on (catchUpWalk), when it does not, or the page is not the whole gap.
+// Exempt, as in recovered: no cap, a new primary, the meta PG (bucket
+// records, tiny, and no walk keeps its writes going), a diverged log.
+func (o *OSD) paceCatchUp(p *pgState, rep *osdpb.PGLogPullReply) bool {
+	if o.recoveryRate == nil || p.peering.Load() || p.pg == placement.MetaPG || rep.Diverged {
+		return false
+	}
+	if !rep.Complete {
+		return true
+	}
+	n := catchUpBytes(rep.Entries)
+	if n == 0 {
+		return false
+	}
+	// AllowN is false past the burst, whatever the tokens: a walk then.
+	if !o.recoveryRate.AllowN(time.Now(), n) {
+		return true
+	}
+	o.recoveryPaced.Add(uint64(n))
+	return false
+}
+
+// catchUpBytes estimates the bytes a log catch-up of entries copies: the
+// size each named object had at its newest put among them (it is copied
+// as it is now, which may differ a little).
+func catchUpBytes(entries []*osdpb.LogEntry) int {
+	sizes := map[[2]string]uint64{}
+	for _, e := range entries {
+		k := [2]string{e.Bucket, e.Key}
+		switch e.Kind {
+		case osdpb.OpKind_OP_PUT:
+			sizes[k] = e.GetMeta().GetSize()
+		case osdpb.OpKind_OP_DELETE:
+			sizes[k] = 0
+		}
+	}
+	var n uint64
+	for _, s := range sizes {
+		n += s
+	}
+	return int(min(n, math.MaxInt32))
 }
 
 // endRecovery, on p's shard, applies the RepOps that waited and tells the
@@ -1007,7 +1088,7 @@ func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Vers
 		// a log catch-up of every object would hold them all along. A copy
 		// whose backfill was cut short (a restart) lacks objects its
 		// version does not show: it walks again.
-		return o.backfill(ctx, p, from, slot)
+		return o.backfill(ctx, p, from, slot, nil)
 	}
 	for {
 		rep, err := o.pullLog(ctx, p, from, have)
@@ -1015,7 +1096,10 @@ func (o *OSD) recover(p *pgState, from uint32, have *osdpb.Version) (*osdpb.Vers
 			return nil, err
 		}
 		if rep.TooOld {
-			return o.backfill(ctx, p, from, slot)
+			return o.backfill(ctx, p, from, slot, nil)
+		}
+		if o.paceCatchUp(p, rep) {
+			return o.backfill(ctx, p, from, slot, have)
 		}
 		// No slot for a log catch-up: it holds the PG's writes (see
 		// recovered).
@@ -1225,9 +1309,22 @@ var bucketAnswered testHook[func(osd uint32, bucket string)]
 // local ones it no longer has. Writes to the PG go on meanwhile
 // (backfill.go), except to the meta PG, whose records are few. slot takes
 // a recovery slot.
-func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func() error) (*osdpb.Version, error) {
+//
+// With catchUp set it is a catch-up walk instead: a replica's log
+// catch-up from version catchUp paced by RecoveryBytesPerSec
+// (paceCatchUp). Held for the limiter, a plain catch-up would hold the
+// PG's writes as long; so it walks, as a backfill, only the objects the
+// log after catchUp names (the others are as the source's are), in key
+// order, with the backfill's handling of the writes meanwhile, and ends
+// as one, with a copy of the source's log. It removes nothing else and,
+// needing no room for a whole copy, does not wait for any.
+func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func() error, catchUp *osdpb.Version) (*osdpb.Version, error) {
 	isMeta := p.pg == placement.MetaPG
-	o.log.Info("backfilling pg", "pg", pgName(p.pool, p.pg), "from", from)
+	if catchUp != nil {
+		o.log.Info("catching up pg as a walk, paced by the recovery throttle", "pg", pgName(p.pool, p.pg), "from", from, "version", catchUp)
+	} else {
+		o.log.Info("backfilling pg", "pg", pgName(p.pool, p.pg), "from", from)
+	}
 	var bf *backfillState
 	if !isMeta {
 		if err := o.st.SetPGBackfilling(ctx, p.sid); err != nil {
@@ -1238,7 +1335,7 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func()
 		if !o.startBackfill(ctx, p, bf) {
 			return nil, cmp.Or(ctx.Err(), errors.New("osd: closing"))
 		}
-		if !p.peering.Load() {
+		if !p.peering.Load() && catchUp == nil {
 			// A replica's whole copy needs room a log catch-up does not
 			// (Ceph's backfill_toofull); the bucket records of the meta PG
 			// are tiny. A new primary's copy is not held back: its PG
@@ -1263,8 +1360,10 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func()
 	if err := slot(); err != nil {
 		return nil, err
 	}
-	local := map[[2]string]bool{}
-	if isMeta {
+	local := map[[2]string]bool{} // what the walk did not copy goes; none in a catch-up walk
+	if catchUp != nil {
+		// Nothing to list.
+	} else if isMeta {
 		for b, err := range o.st.Buckets(ctx) {
 			if err != nil {
 				return nil, err
@@ -1295,9 +1394,30 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func()
 		bf.mu.Unlock()
 	}
 	var last *osdpb.Version
+	next := func(after [2]string) (fetched, func(), error) {
+		return o.fetch(ctx, p, from, &osdpb.PGBackfill{AfterBucket: after[0], AfterKey: after[1], Buckets: isMeta})
+	}
+	if catchUp != nil {
+		// The log is pulled with the walk's RepOps already seen, so that
+		// every write after its end reaches bf.seen: the walk ends at
+		// the log's end and the writes taken since (bf.end).
+		keys, end, err := o.catchUpKeys(ctx, p, from, catchUp)
+		if err != nil {
+			return nil, err
+		}
+		last = end
+		next = func([2]string) (fetched, func(), error) {
+			if len(keys) == 0 {
+				return fetched{PGBackfillReply: &osdpb.PGBackfillReply{Done: true}}, func() {}, nil
+			}
+			k := keys[0]
+			keys = keys[1:]
+			return o.fetch(ctx, p, from, &osdpb.PGBackfill{AfterBucket: k[0], AfterKey: k[1], Exact: true})
+		}
+	}
 	after := [2]string{}
 	for {
-		f, release, err := o.fetch(ctx, p, from, &osdpb.PGBackfill{AfterBucket: after[0], AfterKey: after[1], Buckets: isMeta})
+		f, release, err := next(after)
 		if err != nil {
 			return nil, err
 		}
@@ -1364,6 +1484,39 @@ func (o *OSD) backfill(ctx context.Context, p *pgState, from uint32, slot func()
 		return nil, err
 	}
 	return last, nil
+}
+
+// catchUpKeys pulls p's log after version have from OSD from to its end,
+// for a catch-up walk: the objects its entries name, in key order, and
+// the version it ends at. A log that no longer reaches have, or diverged
+// since the first pull (another primary), fails the recovery: the next one
+// starts over.
+func (o *OSD) catchUpKeys(ctx context.Context, p *pgState, from uint32, have *osdpb.Version) ([]bfKey, *osdpb.Version, error) {
+	seen := map[bfKey]bool{}
+	for {
+		rep, err := o.pullLog(ctx, p, from, have)
+		if err != nil {
+			return nil, nil, err
+		}
+		if rep.TooOld || rep.Diverged {
+			return nil, nil, ops.Errorf(osdpb.Status_SERVICE_UNAVAILABLE, "pg %s: osd.%d's log changed under the catch-up (too old %v, diverged %v)",
+				placement.PGIDOf(p.sid), from, rep.TooOld, rep.Diverged)
+		}
+		for _, e := range rep.Entries {
+			if e.Kind != osdpb.OpKind_OP_NONE {
+				seen[bfKey{e.Bucket, e.Key}] = true
+			}
+		}
+		if len(rep.Entries) > 0 {
+			have = rep.Entries[len(rep.Entries)-1].Version
+		}
+		if rep.Complete || len(rep.Entries) == 0 {
+			keys := slices.SortedFunc(maps.Keys(seen), func(a, b bfKey) int {
+				return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1]))
+			})
+			return keys, have, nil
+		}
+	}
 }
 
 // backfillLog ends p's backfill at version last with a copy of the log of

@@ -3,6 +3,7 @@ package osd
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/ospreystore/osprey/internal/ops"
 	"github.com/ospreystore/osprey/internal/placement"
@@ -262,3 +263,24 @@ func StorePG(pool, pg uint32) uint32 { return storePG(pool, pg) }
 // DropPartsForTest deletes parts (keys of the multipart bucket in pool) as
 // a replaced object's are, each at its PG's primary.
 func (o *OSD) DropPartsForTest(pool uint32, parts []string) { o.dropParts(o.Map(), pool, parts) }
+
+// RecoveryPacedForTest is how many bytes of recovery the recovery
+// throttle (RecoveryBytesPerSec) has granted.
+func (o *OSD) RecoveryPacedForTest() uint64 { return o.recoveryPaced.Load() }
+
+// StallForTest makes o's next heartbeat look as one after a stall of d:
+// its last beat and every sign of life from its peers moved d back, as a
+// process stopped for d sees them.
+func (o *OSD) StallForTest(d time.Duration) {
+	o.peerMu.Lock()
+	for _, ps := range o.peers {
+		ps.lastSeen = ps.lastSeen.Add(-d)
+	}
+	o.peerMu.Unlock()
+	o.lastBeat.Add(-int64(d))
+}
+
+// StallsForTest is how many stalls of its own o has seen, and
+// LastBeatForTest when its heartbeat last ran (unix ns).
+func (o *OSD) StallsForTest() uint64  { return o.stalls.Load() }
+func (o *OSD) LastBeatForTest() int64 { return o.lastBeat.Load() }

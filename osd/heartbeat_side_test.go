@@ -145,3 +145,42 @@ func TestSideSessionsRefusedHeartbeatsOnLossless(t *testing.T) {
 	c.StopOSD(2)
 	osdtest.Eventually(t, 5*time.Second, "osd.2 seen down", func() bool { return c.OSDs[0].PeerDown(2) && c.OSDs[1].PeerDown(2) })
 }
+
+// TestOwnStallBlamesNoPeer: an OSD whose own process stalled (SIGSTOP, a
+// paused VM) for longer than the grace wakes to find every peer silent
+// that long; it logs the stall and gives its peers a new grace rather
+// than calling them all down and reporting them to the mon. The stall is
+// its heartbeat loop and its peers' last signs of life moved back 5 s,
+// the peers' heartbeats kept from it meanwhile as a stopped process reads
+// none.
+func TestOwnStallBlamesNoPeer(t *testing.T) {
+	var log osdtest.LogBuffer
+	c := osdtest.Start(t, osdtest.Options{OSDs: 3, PGs: 4, Tweak: func(cfg *osd.Config) {
+		if cfg.ID == 0 {
+			cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}
+	}})
+	c.WaitSettled(t, 30*time.Second)
+	var deaf atomic.Bool
+	osd.ClusterReceived.Set(func(id, from uint32, mt osdpb.MsgType) bool {
+		return id == 0 && mt == osdpb.MsgType_MSG_HEARTBEAT && deaf.Load()
+	})
+	t.Cleanup(func() { osd.ClusterReceived.Set(nil) })
+	o := c.OSDs[0]
+	before := len(log.String()) // its start may have found a peer not up yet
+	deaf.Store(true)
+	o.StallForTest(5 * time.Second)
+	osdtest.Eventually(t, 5*time.Second, "osd.0 to see its stall", func() bool { return o.StallsForTest() == 1 })
+	// Two beats more, well within the 1 s grace of the peers' new one.
+	beat := o.LastBeatForTest()
+	osdtest.Eventually(t, 5*time.Second, "two more beats", func() bool { return o.LastBeatForTest() > beat+int64(150*time.Millisecond) })
+	deaf.Store(false)
+	for _, id := range []uint32{1, 2} {
+		if o.PeerDown(id) {
+			t.Errorf("osd.0 woke from its own stall and called osd.%d down", id)
+		}
+	}
+	if s := log.String()[before:]; strings.Contains(s, "peer is down") || !strings.Contains(s, "this OSD was stalled") {
+		t.Fatalf("osd.0's log after its stall:\n%s", s)
+	}
+}

@@ -357,6 +357,10 @@ type OSD struct {
 
 	peerMu sync.Mutex
 	peers  map[uint32]*peerState
+	// lastBeat is when the heartbeat loop last ran (unix ns), to tell a
+	// stall of this process (stalled); stalls counts them.
+	lastBeat atomic.Int64
+	stalls   atomic.Uint64
 	// noSide holds the peers that refused our heartbeat side sessions
 	// (heartbeatConn); sideSessions is false when we take none ourselves
 	// (a test's stand-in for a build without them).
@@ -399,6 +403,9 @@ type OSD struct {
 	// nil when unlimited.
 	recoverySlots chan struct{}
 	recoveryRate  *rate.Limiter
+	// recoveryPaced counts the bytes recoveryRate granted (tests read it:
+	// what recovery copied under the cap, beside recoveredBytes).
+	recoveryPaced atomic.Uint64
 	// removingStray: a stray PG copy is being removed (stray.go); one at
 	// a time.
 	removingStray atomic.Bool

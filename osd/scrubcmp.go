@@ -465,7 +465,10 @@ func zeroVersion(v *osdpb.Version) bool { return v.GetEpoch() == 0 && v.GetSeq()
 func versionLess(a, b *osdpb.Version) bool { return !versionLE(b, a) }
 
 // sameCopies reports whether every copy of io is as the second look
-// found it (present or not, version, size, CRC32C).
+// found it (present or not, version, size, CRC32C, damaged). A replica
+// that repaired a damaged copy (its own scrub, a read repair) holds the
+// same version, size and CRC32C as before: only damaged shows the change,
+// and only because lookAgain read that copy back again (rereads).
 func sameCopies(io *osdpb.InconsistentObject, again shardMaps) bool {
 	n := objName{io.Bucket, io.Key}
 	for _, sh := range io.Shards {
@@ -473,11 +476,29 @@ func sameCopies(io *osdpb.InconsistentObject, again shardMaps) bool {
 		if sh.Missing != (so == nil) {
 			return false
 		}
-		if so != nil && (!proto.Equal(so.Version, sh.Version) || so.Size != sh.Size || so.Crc32C != sh.Crc32C) {
+		if so != nil && (!proto.Equal(so.Version, sh.Version) || so.Size != sh.Size || so.Crc32C != sh.Crc32C || so.Damaged != sh.Damaged) {
 			return false
 		}
 	}
 	return true
+}
+
+// rereads are the replicas whose copy of some object of found failed its
+// checksums at the first look: the second look reads their copies back
+// again. A shallow map says nothing of damage on a replica (it has no
+// record of its own scrub's findings to give, unlike the primary's
+// damaged), so without the read a copy repaired in between would keep
+// the first look's read_error, and a copy still damaged would look whole.
+func rereads(primary uint32, found []*osdpb.InconsistentObject) map[uint32]bool {
+	ids := map[uint32]bool{}
+	for _, io := range found {
+		for _, sh := range io.Shards {
+			if sh.Damaged && sh.Osd != primary {
+				ids[sh.Osd] = true
+			}
+		}
+	}
+	return ids
 }
 
 // compareReplicas compares every chunk of the primary's copy of store PG
@@ -559,11 +580,12 @@ func (o *OSD) confirm(ctx context.Context, sid, pool, pg uint32, acting []uint32
 	for _, io := range found {
 		q.Names = append(q.Names, &osdpb.ObjectName{Bucket: io.Bucket, Key: io.Key})
 	}
+	deep := rereads(o.id, found)
 	deadline := time.Now().Add(scrubSettle)
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
-		again, settled, err := o.lookAgain(ctx, sid, acting, q, settle, damaged)
+		again, settled, err := o.lookAgain(ctx, sid, acting, q, deep, settle, damaged)
 		if err != nil {
 			return nil, err
 		}
@@ -589,11 +611,12 @@ func (o *OSD) confirm(ctx context.Context, sid, pool, pg uint32, acting []uint32
 	}
 }
 
-// lookAgain gathers every copy's shallow map of q's names; settled when
-// every copy's log had reached settle before its map was read (a log
-// that reached it only while the map was read may have objects read
-// before the writes that took it there).
-func (o *OSD) lookAgain(ctx context.Context, sid uint32, acting []uint32, q *osdpb.PGScrubMap, settle *osdpb.Version, damaged map[objName]bool) (shardMaps, bool, error) {
+// lookAgain gathers every copy's shallow map of q's names, read back on
+// the replicas in deep (see rereads); settled when every copy's log had
+// reached settle before its map was read (a log that reached it only
+// while the map was read may have objects read before the writes that
+// took it there).
+func (o *OSD) lookAgain(ctx context.Context, sid uint32, acting []uint32, q *osdpb.PGScrubMap, deep map[uint32]bool, settle *osdpb.Version, damaged map[objName]bool) (shardMaps, bool, error) {
 	sm := shardMaps{}
 	own, err := o.scrubMap(ctx, sid, q, damaged)
 	if err != nil {
@@ -601,8 +624,14 @@ func (o *OSD) lookAgain(ctx context.Context, sid uint32, acting []uint32, q *osd
 	}
 	sm.add(o.id, own.Objects)
 	settled := versionLE(settle, own.First)
+	deepQ := proto.Clone(q).(*osdpb.PGScrubMap)
+	deepQ.Shallow = false
 	for _, id := range acting[1:] {
-		objs, first, _, err := o.replicaMap(ctx, id, q)
+		rq := q
+		if deep[id] {
+			rq = deepQ
+		}
+		objs, first, _, err := o.replicaMap(ctx, id, rq)
 		if err != nil {
 			return nil, false, err
 		}

@@ -515,3 +515,67 @@ func TestScrubSecondLookWaitsForTheLog(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestScrubCompareReplicaRepairedMeanwhile: a replica's copy that failed
+// its checksums at the first look (read_error) and was repaired before the
+// second (by the replica's own scrub, which a `pg deep-scrub` runs beside
+// the primary's compare) is not reported: a repair leaves version, size
+// and CRC32C as they were, so the second look must read the copy back
+// again to see it. A copy still damaged at the second look stays
+// reported, with its read_error. The hook repairs the copy right after
+// the replica's first-look map read it, so the race is the same every run.
+func TestScrubCompareReplicaRepairedMeanwhile(t *testing.T) {
+	c, cl, ctx, pool, pg, sid, acting, primary := scrubbedPG(t)
+	replica := acting[len(acting)-1]
+	keys := keysInPG(pool, "rot", pg, "dmg", 2)
+	healed, rotten := keys[0], keys[1]
+	bodies := map[string][]byte{}
+	for i, k := range keys {
+		bodies[k] = osdtest.Payload(1<<20+5, uint64(40+i)) // big enough for data files of their own
+		if _, err := osdtest.Put(ctx, cl, "rot", k, bodies[k], client.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		damageDataFile(t, c, replica, bodies[k], 5000)
+	}
+	// The repair the replica's own scrub makes: the primary's copy
+	// installed, at the same version.
+	good, goodBody := copyOf(t, ctx, primary, "rot", healed)
+	var firstLooks atomic.Int64
+	osd.ScrubMapRead.Set(func(id, s uint32, names bool) {
+		if id != replica || s != sid || names || firstLooks.Add(1) != 1 {
+			return
+		}
+		if err := c.OSDs[replica].Store().InstallObject(ctx, sid, good, goodBody); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Cleanup(func() { osd.ScrubMapRead.Set(nil) })
+
+	res, err := primary.DeepScrub(ctx, pool.Id, pg)
+	if err != nil || !res.Compared {
+		t.Fatalf("scrub: %+v, %v", res, err)
+	}
+	if firstLooks.Load() == 0 {
+		t.Fatal("the replica read no first-look map: the test reproduces nothing")
+	}
+	list, err := cl.ListInconsistent(ctx, placement.PGID{Pool: pool.Id, Seed: pg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Inconsistent != 1 || len(list.Objects) != 1 || list.Objects[0].Key != rotten {
+		var listed []string
+		for _, io := range list.Objects {
+			listed = append(listed, fmt.Sprintf("%s %v", io.Key, io.Errors))
+		}
+		t.Fatalf("%d inconsistent, listed %v; want only %s (%s was repaired before the second look)", res.Inconsistent, listed, rotten, healed)
+	}
+	io := list.Objects[0]
+	if !slices.Equal(io.Errors, []string{"read_error"}) {
+		t.Fatalf("%s: errors %v, want [read_error]", rotten, io.Errors)
+	}
+	for _, sh := range io.Shards {
+		if bad := slices.Contains(sh.Errors, "read_error"); bad != (sh.Osd == replica) {
+			t.Fatalf("%s: osd.%d errors %v; want a read_error on osd.%d only", rotten, sh.Osd, sh.Errors, replica)
+		}
+	}
+}

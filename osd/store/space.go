@@ -33,22 +33,39 @@ type Space struct {
 	// unprivileged writer may still use (statfs f_blocks and f_bavail), as
 	// df shows them.
 	Total, Avail uint64
+	// InUse is the bytes in use (f_blocks less f_bfree), as df's Used;
+	// 0 when unknown, for Total less Avail.
+	InUse uint64
 	// Reserve is the size of the reserve file now: 0 once a full disk made
 	// the store release it. Its bytes count as used.
 	Reserve uint64
 }
 
-// Used is Total less Avail: everything that is not available, the reserve
-// and the filesystem's own reserved blocks included.
-func (s Space) Used() uint64 { return s.Total - min(s.Avail, s.Total) }
+// Used is the bytes in use, the reserve included, as df's Used: not the
+// blocks the filesystem keeps back for root (ext4's 5%), which are not
+// Avail either.
+func (s Space) Used() uint64 {
+	if s.InUse > 0 {
+		return s.InUse
+	}
+	return s.Total - min(s.Avail, s.Total)
+}
 
-// Ratio is Used over Total, the figure the full ratios are compared with;
-// 0 for an unknown filesystem.
+// Ratio is the fraction of the space a writer may use that is used,
+// Used / (Used + Avail), as df's Use% (which leaves out the blocks kept
+// for root: counted as used, a disk whose filesystem keeps back a large
+// share warned nearfull while df showed it a fifth used); the figure the
+// full ratios are compared with. 1 once nothing is available, 0 for an
+// unknown filesystem.
 func (s Space) Ratio() float64 {
 	if s.Total == 0 {
 		return 0
 	}
-	return float64(s.Used()) / float64(s.Total)
+	used := s.Used()
+	if used+s.Avail == 0 {
+		return 0
+	}
+	return float64(used) / float64(used+s.Avail)
 }
 
 // reserve is a file of preallocated blocks kept in the store's directory so
@@ -88,7 +105,7 @@ func (r *reserve) space(dir string) Space {
 	if err != nil {
 		return Space{}
 	}
-	return Space{Total: du.TotalBytes, Avail: du.AvailBytes, Reserve: r.have.Load()}
+	return Space{Total: du.TotalBytes, Avail: du.AvailBytes, InUse: du.UsedBytes, Reserve: r.have.Load()}
 }
 
 // open keeps the reserve a previous run left, or makes one. On a full disk

@@ -3,6 +3,7 @@ package store_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -194,5 +195,31 @@ func TestRecentSpace(t *testing.T) {
 	e.s.RecentSpace()
 	if n := measures() - before; n != 2 {
 		t.Fatalf("RecentSpace after 256 KiB of puts measured the disk %d times in all, want 2", n)
+	}
+}
+
+// TestSpaceRatio: the fullness the full ratios compare is df's Use%, used
+// over used and available: blocks a filesystem keeps back for root are
+// neither (on a VM disk keeping back two thirds, counting them used said
+// 71% where df said 22%).
+func TestSpaceRatio(t *testing.T) {
+	const g = 1 << 30
+	for _, c := range []struct {
+		sp   store.Space
+		used uint64
+		want float64
+	}{
+		{store.Space{Total: 252 * g, Avail: 72 * g, InUse: 20 * g}, 20 * g, 20.0 / 92}, // the probe's disk
+		{store.Space{Total: 100 * g, Avail: 0, InUse: 95 * g}, 95 * g, 1},              // ext4 full to non-root writers
+		{store.Space{Total: 100 * g, Avail: 45 * g, InUse: 50 * g}, 50 * g, 50.0 / 95}, // 5% kept for root
+		{store.Space{Total: 100 * g, Avail: 30 * g}, 70 * g, 0.7},                      // in use unknown
+		{store.Space{}, 0, 0}, // unknown filesystem
+	} {
+		if got := c.sp.Used(); got != c.used {
+			t.Errorf("%+v: Used %d, want %d", c.sp, got, c.used)
+		}
+		if got := c.sp.Ratio(); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%+v: Ratio %v, want %v", c.sp, got, c.want)
+		}
 	}
 }
