@@ -23,6 +23,7 @@ type owner struct {
 type bucketEntry struct {
 	Name         string
 	CreationDate string
+	BucketRegion string // the gateway's one region (Options.Region), as GetBucketLocation answers
 }
 
 type listAllMyBucketsResult struct {
@@ -109,7 +110,7 @@ func (g *Gateway) listBuckets(req *request) error {
 			res.ContinuationToken = base64.RawURLEncoding.EncodeToString([]byte(res.Buckets[len(res.Buckets)-1].Name))
 			break
 		}
-		res.Buckets = append(res.Buckets, bucketEntry{Name: b.Name, CreationDate: s3Time(b.Created)})
+		res.Buckets = append(res.Buckets, bucketEntry{Name: b.Name, CreationDate: s3Time(b.Created), BucketRegion: g.opts.Region})
 	}
 	writeXML(req.w, http.StatusOK, res)
 	return nil

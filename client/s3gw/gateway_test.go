@@ -186,6 +186,9 @@ func TestBuckets(t *testing.T) {
 		if b.CreationDate == nil || time.Since(*b.CreationDate) > time.Hour {
 			t.Errorf("bucket %s created %v", *b.Name, b.CreationDate)
 		}
+		if aws.ToString(b.BucketRegion) != "us-east-1" {
+			t.Errorf("bucket %s in region %q", *b.Name, aws.ToString(b.BucketRegion))
+		}
 	}
 	if !slices.Equal(names, []string{"alpha", "beta"}) || *lb.Owner.ID != testAccess {
 		t.Fatalf("ListBuckets: %v owner %v", names, *lb.Owner.ID)
