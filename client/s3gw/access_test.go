@@ -286,6 +286,24 @@ func TestS3KeysOfEntities(t *testing.T) {
 	if err := get(noRetry, "shared", "k"); err != nil {
 		t.Fatalf("a GET once the gateway's caps are back: %v", err)
 	}
+	// Caps of the gateway's own that name one bucket: a request for
+	// another is refused it, and the gateway stays ready, as it serves
+	// that bucket still.
+	if _, err := admin.Command(ctx, &osdpb.MonCommand{Prefix: "auth caps", Entity: "client.s3-gateway",
+		Caps: map[string]string{auth.ServiceMon: mon.S3GatewayCaps[auth.ServiceMon], auth.ServiceOSD: "allow rw bucket=shared"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("a GET of a bucket the gateway's caps leave out", func() (bool, error) {
+		err := get(noRetry, "other-bucket", "k")
+		_, status := code(err)
+		return status == 503, err
+	})
+	if err := gw.Ready(); err != nil {
+		t.Fatalf("a gateway refused one bucket its caps leave out: Ready %v", err)
+	}
+	if _, err := admin.Command(ctx, &osdpb.MonCommand{Prefix: "auth caps", Entity: "client.s3-gateway", Caps: mon.S3GatewayCaps}); err != nil {
+		t.Fatal(err)
+	}
 	// The gateway's entity removed: the mons refuse it the table, so it
 	// cannot tell whether a key exists. 503 too, not 403
 	// InvalidAccessKeyId, which tells users their keys are gone.

@@ -101,6 +101,10 @@ func (g *Gateway) newVerifiedBody(b *verifiedBody, r *http.Request, auth authRes
 		if err := decodeChunked(r, b, auth); err != nil {
 			return err
 		}
+	} else if r.Header.Get("X-Amz-Trailer") != "" {
+		// A trailer comes only in an aws-chunked body: one promised
+		// otherwise would go unchecked.
+		return errf(ErrInvalidRequest, "x-amz-trailer needs an aws-chunked body (x-amz-content-sha256 %s or %s)", streamingUnsignedTrailer, streamingSignedTrailer)
 	}
 	dropAWSChunked(r)
 	if auth.PayloadHash != "" {

@@ -24,6 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/ospreystore/osprey/client/s3gw"
 	"github.com/ospreystore/osprey/internal/osdtest"
 )
 
@@ -336,7 +337,17 @@ func crc32cOf(b []byte) *string {
 // nothing to store): refused, it stores nothing; passed, its checksum is
 // answered.
 func TestEmptyBodiesChecked(t *testing.T) {
-	e := newEnv(t)
+	var mu sync.Mutex
+	var refusedOps []string // the operations the access log and metrics name for refused requests
+	e := newEnvWith(t, func(o *s3gw.Options) {
+		o.OnRequest = func(r s3gw.RequestInfo) {
+			if r.Status >= 400 {
+				mu.Lock()
+				refusedOps = append(refusedOps, r.Op)
+				mu.Unlock()
+			}
+		}
+	})
 	e.mb(t, "empty")
 	e.put(t, "empty", "k", []byte("keep"))
 	url := e.url + "/empty/k"
@@ -373,6 +384,14 @@ func TestEmptyBodiesChecked(t *testing.T) {
 			t.Fatalf("an empty PUT with %s: the object is now %q", tc.what, got)
 		}
 	}
+	mu.Lock()
+	for _, op := range refusedOps {
+		if op != "PutObject" {
+			t.Errorf("refused empty PUTs counted as %q", refusedOps)
+			break
+		}
+	}
+	mu.Unlock()
 	resp, body := send(t, chunkedRequest(t, url, nil, 1, trailing, crc(nil), nil), "")
 	if resp.StatusCode != 200 || resp.Header.Get("X-Amz-Checksum-Crc32c") != "AAAAAA==" {
 		t.Fatalf("an empty PUT with its trailer: %d %s %v", resp.StatusCode, body, resp.Header)

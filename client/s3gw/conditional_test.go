@@ -392,6 +392,7 @@ func TestUnsupportedWriteHeaders(t *testing.T) {
 		{"tagging", func(in *s3.PutObjectInput) { in.Tagging = aws.String("a=b") }, "NotImplemented", 501},
 		{"public ACL", func(in *s3.PutObjectInput) { in.ACL = types.ObjectCannedACLPublicRead }, "NotImplemented", 501},
 		{"GLACIER", func(in *s3.PutObjectInput) { in.StorageClass = types.StorageClassGlacier }, "InvalidStorageClass", 400},
+		{"an append", func(in *s3.PutObjectInput) { in.WriteOffsetBytes = aws.Int64(0) }, "NotImplemented", 501},
 	} {
 		wantCode(t, tc.what, put(tc.set), tc.code, tc.status)
 		if _, err := e.s3.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(b), Key: aws.String("k")}); err == nil {
@@ -406,7 +407,14 @@ func TestUnsupportedWriteHeaders(t *testing.T) {
 	if err := put(func(in *s3.PutObjectInput) { in.ACL = types.ObjectCannedACLBucketOwnerFullControl }); err != nil {
 		t.Fatalf("a PUT with bucket-owner-full-control: %v", err)
 	}
-	_, err := e.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(b + "-locked"), ObjectLockEnabledForBucket: aws.Bool(true)})
+	// A read with a customer's key: no object was stored with one.
+	_, err := e.s3.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(b), Key: aws.String("k"), SSECustomerAlgorithm: aws.String("AES256"),
+		SSECustomerKey: aws.String(base64.StdEncoding.EncodeToString([]byte(key)))})
+	wantCode(t, "a GET with SSE-C", err, "InvalidRequest", 400)
+	// A trailer promised outside an aws-chunked body: refused, nothing stored.
+	resp, body := send(t, signedWith(t, http.MethodPut, e.url+"/"+b+"/trailer", []byte("x"), map[string]string{"X-Amz-Trailer": "x-amz-checksum-crc32"}), "")
+	wantS3Error(t, "x-amz-trailer without aws-chunked", resp, body, "InvalidRequest", 400)
+	_, err = e.s3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(b + "-locked"), ObjectLockEnabledForBucket: aws.Bool(true)})
 	wantCode(t, "a bucket with object lock", err, "NotImplemented", 501)
 	if _, err := e.s3.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(b + "-locked")}); err == nil {
 		t.Fatal("the refused CreateBucket made the bucket")

@@ -3,6 +3,7 @@ package s3gw
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -55,8 +56,8 @@ func parseCORSOrigins(list []string) ([]corsOrigin, error) {
 			continue
 		case strings.Count(o, "*") > 1 || strings.ContainsAny(o, " ,\t"):
 			return nil, fmt.Errorf("s3gw: CORS origin %q: an origin (scheme://host[:port]) with at most one '*'", o)
-		case !strings.Contains(o, "://"):
-			return nil, fmt.Errorf("s3gw: CORS origin %q: want scheme://host[:port], as a browser's Origin header names it", o)
+		case !strings.Contains(o, "://") || strings.Contains(o[strings.Index(o, "://")+3:], "/"):
+			return nil, fmt.Errorf("s3gw: CORS origin %q: want scheme://host[:port], no path, as a browser's Origin header names it", o)
 		}
 		pre, suf, star := strings.Cut(o, "*")
 		out = append(out, corsOrigin{prefix: strings.ToLower(pre), suffix: strings.ToLower(suf), star: star})
@@ -123,6 +124,7 @@ func isPreflight(req *request) bool {
 // are allowed, else 403 AccessForbidden. corsHeaders set the origin's.
 func (g *Gateway) preflight(req *request) error {
 	r, h := req.r, req.w.Header()
+	delete(h, "Access-Control-Expose-Headers") // a preflight's answer exposes nothing
 	if r.Header.Get("Origin") == "" {
 		return errf(ErrBadRequest, "insufficient information: the Origin request header is needed")
 	}
@@ -130,8 +132,7 @@ func (g *Gateway) preflight(req *request) error {
 	if method == "" {
 		return errf(ErrBadRequest, "insufficient information: the Access-Control-Request-Method request header is needed")
 	}
-	if h.Get("Access-Control-Allow-Origin") == "" || !strings.Contains(corsMethods, method) || strings.ContainsAny(method, ", ") {
-		delete(h, "Access-Control-Expose-Headers")
+	if h.Get("Access-Control-Allow-Origin") == "" || !slices.Contains(strings.Split(corsMethods, ", "), method) {
 		return errf(ErrAccessForbidden, "CORSResponse: this CORS request is not allowed: the gateway's --cors-origin does not name origin %.200q (or method %.20q is not one of %s)",
 			r.Header.Get("Origin"), method, corsMethods)
 	}

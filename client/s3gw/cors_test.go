@@ -57,6 +57,8 @@ func TestCORS(t *testing.T) {
 		{"the domain itself, not a subdomain", "https://example.org", "PUT", 403},
 		{"another scheme", "http://app.example.com", "GET", 403},
 		{"a method S3 has not", "https://app.example.com", "PATCH", 403},
+		{"a part of a method's name", "https://app.example.com", "T", 403},
+		{"a method in lower case", "https://app.example.com", "put", 403},
 		{"no origin", "", "PUT", 400},
 		{"no method", "https://app.example.com", "", 400},
 	} {
@@ -96,7 +98,7 @@ func TestCORS(t *testing.T) {
 	if resp, body := send(t, req, ""); resp.StatusCode != 403 || resp.Header.Get("Access-Control-Allow-Origin") != "" {
 		t.Fatalf("a preflight to a gateway without CORS: %d %s", resp.StatusCode, body)
 	}
-	for _, bad := range []string{"app.example.com", "https://*.*.example.com", "https://a.com, https://b.com"} {
+	for _, bad := range []string{"app.example.com", "https://*.*.example.com", "https://a.com, https://b.com", "https://a.com/", "https://a.com/app"} {
 		if _, err := s3gw.New(s3gw.Options{Client: e.cl, Credentials: s3gw.StaticCredentials{testAccess: testSecret}, CORSOrigins: []string{bad}}); err == nil {
 			t.Errorf("CORSOrigins %q taken", bad)
 		}

@@ -195,6 +195,11 @@ type Gateway struct {
 	// checking: one Ready is checking a refusal (the others answer with
 	// it meanwhile).
 	checking atomic.Bool
+	// okBucket is the first bucket a request used with the cluster's
+	// consent: what Ready asks again after a refusal, so that a gateway
+	// whose own caps name buckets is not taken out by one request for
+	// another.
+	okBucket atomic.Pointer[string]
 	cors     []corsOrigin // Options.CORSOrigins; nil: no CORS
 	inFlight atomic.Int64 // requests being served (InFlight)
 }
@@ -216,10 +221,12 @@ type refusal struct {
 // should (a readiness probe: /readyz of --metrics-addr): it drains for a
 // stop (Options.ShutdownDelay), the cluster refuses the gateway (every
 // request would be answered 503), or its cluster map has no OSD up. While
-// a refusal stands, Ready asks the cluster again (a stat of the refused
-// request's bucket, at most one at a time), so that a renewed key or
-// restored caps make the gateway ready without traffic a load balancer
-// would no longer send it.
+// a refusal stands, Ready asks the cluster again (at most one at a time),
+// so that a renewed key or restored caps make the gateway ready without
+// traffic a load balancer would no longer send it: a stat of the first
+// bucket the cluster ever let it use (okBucket; before any, the refused
+// request's), so that a refusal of one bucket its caps leave out is not
+// taken for a refusal of the gateway.
 func (g *Gateway) Ready() error {
 	if g.draining.Load() {
 		return errors.New("the S3 gateway is stopping")
@@ -229,8 +236,12 @@ func (g *Gateway) Ready() error {
 			return r.ready()
 		}
 		defer g.checking.Store(false)
+		bucket := cmp.Or(r.bucket, readyProbeBucket)
+		if ok := g.okBucket.Load(); ok != nil {
+			bucket = *ok
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), readyCheckTimeout)
-		_, err := g.cl.StatBucket(ctx, cmp.Or(r.bucket, readyProbeBucket))
+		_, err := g.cl.StatBucket(ctx, bucket)
 		cancel()
 		switch {
 		case clusterRefusal(err):
@@ -681,6 +692,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// unread, an empty PUT that failed them was stored and its
 		// checksum echoed as if checked.
 		if err := readEmpty(body, x.one[:]); err != nil {
+			req.op = opName(req)
 			req.w.Header().Set("Connection", "close")
 			g.fail(req, err)
 			body.Close()
@@ -702,9 +714,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = body
 	if err := g.dispatch(req); err != nil {
 		g.fail(req, g.uploadOrBucket(req, err))
-	} else if g.refused.Load() != nil {
-		// The cluster served the gateway again.
-		g.refused.Store(nil)
+	} else {
+		if g.refused.Load() != nil {
+			// The cluster served the gateway again.
+			g.refused.Store(nil)
+		}
+		if req.bucket != "" && g.okBucket.Load() == nil {
+			b := req.bucket
+			g.okBucket.CompareAndSwap(nil, &b)
+		}
 	}
 	// net/http writes what is buffered of the response once the handler
 	// returns: that write has a stall's time too.
@@ -894,6 +912,7 @@ var notImplementedHeaders = []string{
 	"X-Amz-Object-Lock-Legal-Hold",
 	"X-Amz-Tagging",
 	"X-Amz-Website-Redirect-Location",
+	"X-Amz-Write-Offset-Bytes", // appends (S3 Express): done as a PUT, it would replace the object
 	"X-Amz-Grant-Read",
 	"X-Amz-Grant-Write",
 	"X-Amz-Grant-Read-Acp",
@@ -1098,6 +1117,12 @@ func (g *Gateway) dispatch(req *request) error {
 			return err
 		}
 	}
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.Header.Get("X-Amz-Server-Side-Encryption-Customer-Algorithm") != "" {
+		// No object was stored with a customer's key (such a PUT is
+		// refused): S3 refuses the key for an object stored without.
+		req.op = "Unsupported"
+		return errf(ErrInvalidRequest, "the encryption parameters are not applicable to this object: no object here is stored with SSE-C")
+	}
 	if r.Header.Get("X-Amz-Copy-Source") != "" {
 		// The source's read is checked where it is opened.
 		switch {
@@ -1118,13 +1143,7 @@ func (g *Gateway) dispatch(req *request) error {
 		}
 		return g.copyObject(req)
 	}
-	sc := objectScope
-	switch {
-	case req.bucket == "":
-		sc = serviceScope
-	case req.key == "":
-		sc = bucketScope
-	}
+	sc := req.scope()
 	for _, rt := range routes {
 		if rt.matches(sc, r.Method, q) {
 			req.op = rt.op
@@ -1159,6 +1178,37 @@ func (g *Gateway) dispatch(req *request) error {
 		}
 	}
 	return errf(ErrMethodNotAllowed, "%s is not allowed on this resource", r.Method)
+}
+
+// scope is what req addresses: the service, a bucket or an object.
+func (req *request) scope() scope {
+	switch {
+	case req.bucket == "":
+		return serviceScope
+	case req.key == "":
+		return bucketScope
+	}
+	return objectScope
+}
+
+// opName is the operation req names, as dispatch will find it, for the
+// access log and metrics of a request refused before dispatch runs (its
+// empty body's check); "" for none.
+func opName(req *request) string {
+	r, q := req.r, req.query()
+	if r.Header.Get("X-Amz-Copy-Source") != "" && r.Method == http.MethodPut && req.key != "" {
+		if q.Has("uploadId") {
+			return "UploadPartCopy"
+		}
+		return "CopyObject"
+	}
+	sc := req.scope()
+	for _, rt := range routes {
+		if rt.matches(sc, r.Method, q) {
+			return rt.op
+		}
+	}
+	return ""
 }
 
 // s3Time is S3's time format in XML.

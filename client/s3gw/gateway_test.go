@@ -904,6 +904,46 @@ func TestPresignedQueryHeaders(t *testing.T) {
 	}
 	resp, body = send(t, req, "")
 	wantS3Error(t, "query and header disagree", resp, body, "InvalidArgument", 400)
+	// A body's hash signed into the URL: the body must have it; signed as
+	// UNSIGNED-PAYLOAD with a hash in the query, the URL is not what was
+	// signed.
+	hashedURL := func(signAs string) string {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPut, e.url+"/"+b+"/hashed?X-Amz-Content-Sha256="+sha256hex([]byte("data"))+"&X-Amz-Expires=60", nil)
+		u, _, err := v4.NewSigner().PresignHTTP(e.ctx, aws.Credentials{AccessKeyID: testAccess, SecretAccessKey: testSecret},
+			req, signAs, "s3", "us-east-1", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	putTo := func(u, body string) (*http.Response, []byte) {
+		req, _ := http.NewRequest(http.MethodPut, u, strings.NewReader(body))
+		return send(t, req, "")
+	}
+	resp, body = putTo(hashedURL(sha256hex([]byte("data"))), "other")
+	wantS3Error(t, "a presigned PUT of other bytes than its signed hash", resp, body, "XAmzContentSHA256Mismatch", 400)
+	resp, body = putTo(hashedURL("UNSIGNED-PAYLOAD"), "data")
+	wantS3Error(t, "a presigned PUT with a hash in its query signed as unsigned", resp, body, "SignatureDoesNotMatch", 403)
+	if resp, body = putTo(hashedURL(sha256hex([]byte("data"))), "data"); resp.StatusCode != 200 {
+		t.Fatalf("a presigned PUT of its signed hash's bytes: %d %s", resp.StatusCode, body)
+	}
+	// Parameters that are no header names, or given twice, or a session
+	// token in another case: refused, never dropped.
+	for _, c := range []struct{ query, code string }{
+		{"x-amz-meta-a%20b=1", "InvalidArgument"},
+		{"x-amz-storage-class=STANDARD&x-amz-storage-class=GLACIER", "InvalidArgument"},
+		{"x-amz-security-token=abc", "InvalidToken"},
+	} {
+		resp, body := put(c.query, "x")
+		wantS3Error(t, "presigned PUT ?"+c.query, resp, body, c.code, 400)
+	}
+	// A header given twice, the first value private and the second not:
+	// refused, as the query's twice is.
+	req = signedWith(t, http.MethodPut, e.url+"/"+b+"/k", []byte("x"), map[string]string{"X-Amz-Acl": "private"})
+	req.Header.Add("X-Amz-Acl", "public-read")
+	resp, body = send(t, req, "")
+	wantS3Error(t, "x-amz-acl twice", resp, body, "InvalidArgument", 400)
 	// The auth parameters are not headers: a presigned GET still works,
 	// and asks for the checksum in its query.
 	resp, body = send(t, e.presign(t, http.MethodGet, b, "k?x-amz-checksum-mode=ENABLED", "60", time.Now(), nil), "")

@@ -404,7 +404,8 @@ type deleteRequest struct {
 }
 
 type deletedEntry struct {
-	Key xmlText
+	Key       xmlText
+	VersionID string `xml:"VersionId,omitempty"` // as the request named it (null), as S3 echoes it
 }
 
 type deleteError struct {
@@ -480,7 +481,7 @@ func (g *Gateway) deleteObjects(req *request) error {
 			e := toS3Error(errs[i])
 			res.Errors = append(res.Errors, deleteError{Key: xmlText(o.Key), Code: e.Code, Message: xmlText(e.Message)})
 		} else if !d.Quiet {
-			res.Deleted = append(res.Deleted, deletedEntry{Key: xmlText(o.Key)})
+			res.Deleted = append(res.Deleted, deletedEntry{Key: xmlText(o.Key), VersionID: o.VersionID})
 		}
 	}
 	writeXML(req.w, http.StatusOK, res)

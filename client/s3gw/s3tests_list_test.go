@@ -492,8 +492,14 @@ func TestListObjectVersions(t *testing.T) {
 	for _, k := range keys {
 		ids = append(ids, types.ObjectIdentifier{Key: aws.String(k), VersionId: aws.String("null")})
 	}
-	if del, err := e.s3.DeleteObjects(e.ctx, &s3.DeleteObjectsInput{Bucket: aws.String(b), Delete: &types.Delete{Objects: ids}}); err != nil || len(del.Errors) > 0 {
+	del, err := e.s3.DeleteObjects(e.ctx, &s3.DeleteObjectsInput{Bucket: aws.String(b), Delete: &types.Delete{Objects: ids}})
+	if err != nil || len(del.Errors) > 0 || len(del.Deleted) != len(keys) {
 		t.Fatalf("deleting every version: %v %+v", err, del)
+	}
+	for _, d := range del.Deleted {
+		if aws.ToString(d.VersionId) != "null" { // echoed, as S3 does
+			t.Fatalf("deleted %s, version %q", aws.ToString(d.Key), aws.ToString(d.VersionId))
+		}
 	}
 	if _, err := e.s3.DeleteBucket(e.ctx, &s3.DeleteBucketInput{Bucket: aws.String(b)}); err != nil {
 		t.Fatalf("the bucket after deleting every version: %v", err)

@@ -1,6 +1,7 @@
 package s3gw
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"net/http"
 	"net/textproto"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ospreystore/osprey/internal/sigv4"
+	"golang.org/x/net/http/httpguts"
 )
 
 // AWS Signature Version 4, verified as the spec describes it
@@ -404,6 +406,22 @@ type authResult struct {
 	chunks    *chunkSigner // a signed body's chunk signatures
 }
 
+// errTemporaryCredentials refuses a session token: temporary credentials
+// come with one, which the gateway never issued; AWS refuses one it cannot
+// check too.
+var errTemporaryCredentials = errf(ErrInvalidToken, "the provided token is malformed or otherwise invalid: this gateway issues no temporary credentials")
+
+// repeatedAmzHeader is an x-amz-* header (not metadata) h has more than
+// once, "" if none: a presigned URL's parameter given twice too.
+func repeatedAmzHeader(h http.Header) string {
+	for name, vs := range h {
+		if len(vs) > 1 && strings.HasPrefix(name, "X-Amz-") && !strings.HasPrefix(name, "X-Amz-Meta-") {
+			return name
+		}
+	}
+	return ""
+}
+
 // presignAuthParams are a presigned URL's own x-amz-* query parameters:
 // its signature's, not headers of the request it stands for.
 var presignAuthParams = []string{"x-amz-algorithm", "x-amz-credential", "x-amz-date", "x-amz-expires",
@@ -422,11 +440,24 @@ var presignAuthParams = []string{"x-amz-algorithm", "x-amz-credential", "x-amz-d
 // one the signer meant is unknown.
 func presignedHeaders(r *http.Request, q url.Values) error {
 	for k, vs := range q {
-		if len(k) <= len("x-amz-") || !strings.EqualFold(k[:len("x-amz-")], "x-amz-") ||
-			slices.ContainsFunc(presignAuthParams, func(a string) bool { return strings.EqualFold(a, k) }) {
+		if len(k) <= len("x-amz-") || !strings.EqualFold(k[:len("x-amz-")], "x-amz-") {
 			continue
 		}
+		if strings.EqualFold(k, "x-amz-security-token") && k != "X-Amz-Security-Token" {
+			return errTemporaryCredentials // in any case of its name
+		}
+		if slices.ContainsFunc(presignAuthParams, func(a string) bool { return strings.EqualFold(a, k) }) {
+			continue
+		}
+		if !httpguts.ValidHeaderFieldName(k) {
+			// As a header it could not be sent, and metadata by that
+			// name would be dropped unsaid.
+			return errf(ErrInvalidArgument, "query parameter %.100q is no header name: a presigned URL's x-amz-* parameters are its headers", k)
+		}
 		name := textproto.CanonicalMIMEHeaderKey(k)
+		if len(vs) > 1 && !strings.HasPrefix(name, "X-Amz-Meta-") {
+			return errf(ErrInvalidArgument, "query parameter %s is given more than once", strings.ToLower(name))
+		}
 		if have, ok := r.Header[name]; ok && !slices.Equal(have, vs) {
 			return errf(ErrInvalidArgument, "%s is both a query parameter and a header of this presigned request, with different values", strings.ToLower(name))
 		}
@@ -519,9 +550,13 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 	}
 
 	payload := r.Header.Get("X-Amz-Content-Sha256")
+	if payload == "" && s.presigned {
+		// A presigner may sign the body's hash into the URL (the
+		// canonical request's last line is then that hash, and the body
+		// must have it); most sign none.
+		payload = cmp.Or(q.Get("X-Amz-Content-Sha256"), unsignedPay)
+	}
 	switch {
-	case payload == "" && s.presigned:
-		payload = unsignedPay
 	case payload == "":
 		return authResult{}, errf(ErrInvalidRequest, "missing required header for this request: x-amz-content-sha256")
 	case payload == unsignedPay:
@@ -540,9 +575,13 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 		return authResult{}, errf(ErrAccessDenied, "there were headers present in the request which were not signed: %.100s (sign every x-amz-* header)", h)
 	}
 	if r.Header.Get("X-Amz-Security-Token") != "" || q.Get("X-Amz-Security-Token") != "" {
-		// Temporary credentials come with a session token, which the
-		// gateway never issued: AWS refuses one it cannot check too.
-		return authResult{}, errf(ErrInvalidToken, "the provided token is malformed or otherwise invalid: this gateway issues no temporary credentials")
+		return authResult{}, errTemporaryCredentials
+	}
+	if h := repeatedAmzHeader(r.Header); h != "" {
+		// Checked by its first value and done by another, or the other
+		// way round: S3 would read them joined, which no x-amz-* header
+		// of one value takes.
+		return authResult{}, errf(ErrInvalidArgument, "header %s is given more than once", strings.ToLower(h))
 	}
 	id, err := creds.Lookup(r.Context(), s.AccessKey)
 	if err != nil {
