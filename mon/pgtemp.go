@@ -36,9 +36,14 @@ import (
 // is filled and the primary reports the up set full.
 
 // tidyPGTemp drops what of pb's pg_temp entries pb no longer allows: the
-// entries of pools gone or PGs past their pool's pg_count, OSDs removed
-// from the map, and entries longer than their pool's size. It runs inside
-// each edit, before the map is validated.
+// entries of pools gone or PGs past their pool's pg_count and OSDs removed
+// from the map; an entry longer than its pool's size (the size lowered) is
+// shortened to it, keeping the members up and in first, in their order.
+// Dropped instead, a PG whose new up set held a member being backfilled
+// had it act at once, holding part of the PG: as its primary it served
+// nothing until filled (71 s in a probe) and the others kept one whole
+// copy; Ceph keeps complete OSDs acting. It runs inside each edit, before
+// the map is validated.
 func tidyPGTemp(pb *osdpb.ClusterMap) {
 	if len(pb.PgTemp) == 0 {
 		return
@@ -53,7 +58,12 @@ func tidyPGTemp(pb *osdpb.ClusterMap) {
 			return true
 		}
 		t.Osds = slices.DeleteFunc(t.Osds, func(id uint32) bool { return osdByID(pb, id) == nil })
-		return len(t.Osds) == 0 || len(t.Osds) > int(p.Size)
+		if n := int(p.Size); len(t.Osds) > n {
+			serving := func(id uint32) bool { o := osdByID(pb, id); return o.Up && o.In }
+			t.Osds = append(slices.DeleteFunc(slices.Clone(t.Osds), func(id uint32) bool { return !serving(id) }),
+				slices.DeleteFunc(slices.Clone(t.Osds), serving)...)[:n]
+		}
+		return len(t.Osds) == 0
 	})
 }
 

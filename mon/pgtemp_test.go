@@ -155,7 +155,8 @@ func TestPrimePGTemp(t *testing.T) {
 	}
 
 	// Tidy: an OSD removed leaves the entries it was in; a pool shrunk
-	// below an entry's length drops it.
+	// below an entry's length shortens it, to members that hold the PG,
+	// up and in first: its new up set may hold a member being filled.
 	rm := step(t, drained, func(pb *osdpb.ClusterMap) {
 		pb.Osds = slices.DeleteFunc(pb.Osds, func(o *osdpb.OSDInfo) bool { return o.Id == 1 })
 	})
@@ -165,9 +166,10 @@ func TestPrimePGTemp(t *testing.T) {
 		}
 	}
 	shrunk := step(t, drained, func(pb *osdpb.ClusterMap) { pb.Pools[0].Size = 2 })
-	if n := len(shrunk.Proto().PgTemp); n != 0 {
-		t.Errorf("entries longer than the pool's size: %d left", n)
-	}
+	checkShrunk(t, drained, shrunk, 1)
+	// The probe's case: a new OSD in (osd.3, filling), then the size cut:
+	// a PG whose new up set holds osd.3 keeps two old members acting.
+	checkShrunk(t, in, step(t, in, func(pb *osdpb.ClusterMap) { pb.Pools[0].Size = 2 }), 3)
 
 	// Filled: only the acting primary's report at the map's epoch drops
 	// an entry.
@@ -302,5 +304,23 @@ func TestPGTempNoReplacement(t *testing.T) {
 	// The size cut to 2: two OSDs in are enough, no entry is needed.
 	if n := len(step(t, out, func(pb *osdpb.ClusterMap) { pb.Pools[0].Size = 2 }).Proto().PgTemp); n != 0 {
 		t.Errorf("size 2 with two OSDs in: %d entries", n)
+	}
+}
+
+// checkShrunk: every pg_temp entry of before, with the pool's size cut
+// to 2 in after, is two of its members up and in (never osd.filling, out
+// or being filled), or gone where the new up set is its acting set; and
+// where the new up set holds filling, an entry stays.
+func checkShrunk(t *testing.T, before, after *placement.Map, filling uint32) {
+	t.Helper()
+	for _, was := range before.Proto().PgTemp {
+		now, ok := after.PGTemp(was.Pool, was.Pg)
+		up := after.UpSet(was.Pool, was.Pg)
+		switch {
+		case !ok && (slices.Contains(up, filling) || len(up) != 2):
+			t.Errorf("pg %x's entry %v dropped with the size cut to 2, up %v", was.Pg, was.Osds, up)
+		case ok && (len(now) != 2 || slices.Contains(now, filling) || slices.ContainsFunc(now, func(id uint32) bool { return !slices.Contains(was.Osds, id) })):
+			t.Errorf("pg %x's entry %v, size cut to 2: %v, want two of its members up and in", was.Pg, was.Osds, now)
+		}
 	}
 }
