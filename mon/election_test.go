@@ -107,6 +107,15 @@ func TestFailover(t *testing.T) {
 		slices.ContainsFunc(st.Health.Checks, func(c string) bool { return strings.Contains(c, "mons down") }) {
 		t.Fatalf("status after mon rm: %v %+v, mons %+v", err, st.Health, st.Mons)
 	}
+	// Its registration lapsed (a stall past its etcd session), the mon
+	// that answers does not call itself down.
+	if _, err := standby.cli.Delete(ctxFor(t, 10*time.Second), standby.k.monsPrefix()+standby.cfg.Name); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = standby.Status(ctxFor(t, 10*time.Second)); err != nil || len(st.Mons) != 1 || !st.Mons[0].Up ||
+		slices.ContainsFunc(st.Health.Checks, func(c string) bool { return strings.Contains(c, "mons down") }) {
+		t.Fatalf("status of a mon whose registration lapsed: %v %+v, mons %+v", err, st.Health, st.Mons)
+	}
 }
 
 // TestSubscriptionPushes: a change reaches a subscribed client within a

@@ -949,6 +949,14 @@ func (m *Mon) mons(ctx context.Context) ([]MonStatus, error) {
 		name := strings.TrimPrefix(string(kv.Key), m.k.monsPrefix())
 		byName[name] = MonStatus{Name: name, Addr: string(kv.Value), Up: true, Leader: string(kv.Value) == leader}
 	}
+	if self, ok := byName[m.cfg.Name]; ok && !self.Up {
+		// This mon answers, so it runs: its registration lapsed with its
+		// etcd session (a stall past the session's TTL) and comes back
+		// with the next one. Called down, a lone mon said "1/1 mons down"
+		// of itself.
+		self.Up = true
+		byName[m.cfg.Name] = self
+	}
 	for _, kv := range versions.Kvs {
 		name := strings.TrimPrefix(string(kv.Key), m.k.monVersionsPrefix())
 		if st, ok := byName[name]; ok && st.Up {
