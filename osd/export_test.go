@@ -27,6 +27,9 @@ var (
 	// UploadCreating runs as OSD osd makes an upload of bucket/key,
 	// before the upload's record is written.
 	UploadCreating = &uploadCreating
+	// RepairInstalled runs as an OSD installed a read repair's copy; its
+	// error stands for the install's.
+	RepairInstalled = &repairInstalled
 	// ClusterReceived runs as an OSD receives a cluster message, which it
 	// drops unanswered when the hook returns true.
 	ClusterReceived = &clusterReceived

@@ -97,6 +97,9 @@ func (o *OSD) repairObject(ctx context.Context, pool, pg uint32, bucket, key str
 			return nil // the read is tried again, of the new state
 		}
 		errs = append(errs, fmt.Errorf("osd.%d: %w", from, err))
+		if errors.Is(err, errLocalInstall) {
+			break
+		}
 	}
 	if len(errs) == 0 {
 		errs = append(errs, errors.New("no other member"))
@@ -130,6 +133,24 @@ func (o *OSD) repairFrom(ctx context.Context, p *pgState, from uint32, bucket, k
 		if !proto.Equal(cur, want) {
 			return errRepairRaced
 		}
-		return o.st.InstallObject(ctx, p.sid, e, f.data)
+		err = o.st.InstallObject(ctx, p.sid, e, f.data)
+		if hook := repairInstalled.Load(); hook != nil && err == nil {
+			err = hook(o.id)
+		}
+		if err != nil {
+			// Our disk's failure, not the source's: said so, the log of
+			// a repair that failed blamed the member that had sent a
+			// whole copy.
+			return fmt.Errorf("its copy came whole, but %w: %w", errLocalInstall, err)
+		}
+		return nil
 	})
 }
+
+// repairInstalled runs as OSD osd installed a repair's copy; an error it
+// returns stands for the install's (tests: a disk that fails).
+var repairInstalled testHook[func(osd uint32) error]
+
+// errLocalInstall marks a repair that failed on this OSD's own store:
+// another member's copy would fail alike, so none is asked.
+var errLocalInstall = errors.New("this OSD could not install it")

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"hash/crc32"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,5 +164,42 @@ func TestReadRepairTakesOnlyTheSameVersion(t *testing.T) {
 	}
 	if st := c.OSDs[acting[0]].Stats(); st.ReadRepairs != 0 || st.ReadRepairFailures == 0 {
 		t.Fatalf("primary counted %d repairs and %d failures, want 0 and some", st.ReadRepairs, st.ReadRepairFailures)
+	}
+}
+
+// TestReadRepairLocalInstallFails: a repair whose copy came whole but
+// could not be installed here (a disk that fails) says so, and asks no
+// other member (whose copy would fail alike); its log blamed the source.
+func TestReadRepairLocalInstallFails(t *testing.T) {
+	var log osdtest.LogBuffer
+	c, cl, ctx, pool := rotCluster(t, func(cfg *osd.Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	body := osdtest.Payload(1<<20, 9)
+	if _, err := osdtest.Put(ctx, cl, "rot", "k", body, client.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	acting := c.Map.ActingSet(pool.Id, placement.PGOf(pool, "rot", "k"))
+	damageDataFile(t, c, acting[0], body, 4096)
+	osd.RepairInstalled.Set(func(id uint32) error {
+		if id == acting[0] {
+			return errors.New("the disk went away")
+		}
+		return nil
+	})
+	t.Cleanup(func() { osd.RepairInstalled.Set(nil) })
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	osdtest.Get(short, cl, "rot", "k", client.GetOptions{}) // fails or is served by a replica after retries; the log is the point
+	osdtest.Eventually(t, 10*time.Second, "the repair's failure logged", func() bool {
+		return strings.Contains(log.String(), "no member could repair it")
+	})
+	for l := range strings.SplitSeq(log.String(), "\n") {
+		if !strings.Contains(l, "no member could repair it") {
+			continue
+		}
+		if !strings.Contains(l, "came whole, but this OSD could not install it: the disk went away") || strings.Count(l, "osd.") != 1 {
+			t.Fatalf("a repair that failed to install here: %s", l)
+		}
 	}
 }
