@@ -50,8 +50,8 @@ With --mon (the usual way) the OSD needs no map: on its first start it gets
 an id from the mon and keeps it in --data; it then registers its addresses
 (--public and --cluster, required on the first start), is marked up and in,
 receives every map change from the mon, beacons to it, and reports peers it
-cannot reach. Subcommands (out, in, down, rm, reweight, tree, df, map,
-pool, set, unset) administer OSDs through the mon, as ` + "`ceph osd ...`" + `.
+cannot reach. Its subcommands (below) administer OSDs through the mon, as
+` + "`ceph osd ...`" + `.
 
 With a mon, the OSD authenticates (docs/auth.md): a new OSD starts with the
 bootstrap key the mon wrote (--keyring client.bootstrap-osd.keyring), gets
