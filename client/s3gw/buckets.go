@@ -319,14 +319,8 @@ func (g *Gateway) listObjects(req *request, v2 bool) error {
 		// it rolled up: the OSDs skip a StartAfter that is one.
 		opts.StartAfter = lq.marker
 	}
-	var page client.ListPage
-	if lq.maxKeys == 0 {
-		// S3 answers an empty page that is not truncated; the bucket
-		// must exist all the same.
-		if _, err := g.cl.StatBucket(req.r.Context(), req.bucket); err != nil {
-			return err
-		}
-	} else if page, err = g.cl.ListObjectsPage(req.r.Context(), req.bucket, opts); err != nil {
+	page, err := g.listPage(req, opts)
+	if err != nil {
 		if client.ErrorCode(err) == "InvalidArgument" && v2 && lq.token != "" {
 			return errf(ErrInvalidArgument, "the continuation token provided is incorrect")
 		}
@@ -356,6 +350,17 @@ func (g *Gateway) listObjects(req *request, v2 bool) error {
 	}
 	writeXML(req.w, http.StatusOK, res)
 	return nil
+}
+
+// listPage is a page of req's bucket listed with opts; with MaxKeys 0 an
+// empty page that is not truncated, as S3 answers, once the bucket is
+// found to exist all the same.
+func (g *Gateway) listPage(req *request, opts client.ListOptions) (client.ListPage, error) {
+	if opts.MaxKeys == 0 {
+		_, err := g.cl.StatBucket(req.r.Context(), req.bucket)
+		return client.ListPage{}, err
+	}
+	return g.cl.ListObjectsPage(req.r.Context(), req.bucket, opts)
 }
 
 // listVersionsResult is ListObjectVersions' answer.
@@ -412,13 +417,8 @@ func (g *Gateway) listObjectVersions(req *request) error {
 		MaxKeys: lq.maxKeys, Delimiter: enc(lq.delimiter), EncodingType: lq.encodingType}
 	// After key-marker whether or not version-id-marker names its one
 	// version: either way the key was listed.
-	var page client.ListPage
-	if lq.maxKeys == 0 {
-		if _, err := g.cl.StatBucket(req.r.Context(), req.bucket); err != nil {
-			return err
-		}
-	} else if page, err = g.cl.ListObjectsPage(req.r.Context(), req.bucket,
-		client.ListOptions{Prefix: lq.prefix, Delimiter: lq.delimiter, MaxKeys: lq.maxKeys, StartAfter: lq.marker}); err != nil {
+	page, err := g.listPage(req, client.ListOptions{Prefix: lq.prefix, Delimiter: lq.delimiter, MaxKeys: lq.maxKeys, StartAfter: lq.marker})
+	if err != nil {
 		return err
 	}
 	res.IsTruncated = page.IsTruncated

@@ -31,9 +31,10 @@ var corsExposed = []string{"ETag, x-amz-request-id, x-amz-id-2, x-amz-version-id
 	"Content-Encoding, Content-Language, Last-Modified, Date, *"}
 
 var (
-	corsVary    = []string{"Origin"}
-	corsAllowed = []string{corsMethods}
-	wildcard    = []string{"*"}
+	corsMethodList = strings.Split(corsMethods, ", ")
+	corsVary       = []string{"Origin"}
+	corsAllowed    = []string{corsMethods}
+	wildcard       = []string{"*"}
 )
 
 // corsOrigin is an allowed origin: one with no '*' matches itself alone;
@@ -132,7 +133,7 @@ func (g *Gateway) preflight(req *request) error {
 	if method == "" {
 		return errf(ErrBadRequest, "insufficient information: the Access-Control-Request-Method request header is needed")
 	}
-	if h.Get("Access-Control-Allow-Origin") == "" || !slices.Contains(strings.Split(corsMethods, ", "), method) {
+	if h.Get("Access-Control-Allow-Origin") == "" || !slices.Contains(corsMethodList, method) {
 		return errf(ErrAccessForbidden, "CORSResponse: this CORS request is not allowed: the gateway's --cors-origin does not name origin %.200q (or method %.20q is not one of %s)",
 			r.Header.Get("Origin"), method, corsMethods)
 	}

@@ -1143,52 +1143,57 @@ func (g *Gateway) dispatch(req *request) error {
 		}
 		return g.copyObject(req)
 	}
-	sc := req.scope()
-	for _, rt := range routes {
-		if rt.matches(sc, r.Method, q) {
-			req.op = rt.op
-			if err := req.authorize(rt.perm, req.bucket); err != nil {
+	if rt, ok := req.route(); ok {
+		req.op = rt.op
+		if err := req.authorize(rt.perm, req.bucket); err != nil {
+			return err
+		}
+		if rt.perm == 0 && req.bucket != "" && req.authorize(read, req.bucket) != nil {
+			// One that checks its right itself (DeleteObjects) still
+			// needs one on the bucket before its body takes memory.
+			if err := req.authorize(write, req.bucket); err != nil {
 				return err
 			}
-			if rt.perm == 0 && req.bucket != "" && req.authorize(read, req.bucket) != nil {
-				// One that checks its right itself (DeleteObjects) still
-				// needs one on the bucket before its body takes memory.
-				if err := req.authorize(write, req.bucket); err != nil {
-					return err
-				}
-			}
-			// The bodies held in memory take their share of
-			// MaxBodyMemory: a PUT's or part's up to 64 MiB, an XML
-			// body read whole up to maxXMLBody.
-			n := r.ContentLength
-			switch rt.op {
-			case "DeleteObjects", "CompleteMultipartUpload":
-				if n < 0 || n > maxXMLBody {
-					n = maxXMLBody
-				}
-				fallthrough
-			case "PutObject", "UploadPart":
-				release, err := g.bodies.acquire(r.Context(), req.user(), n)
-				if err != nil {
-					return err
-				}
-				defer release()
-			}
-			return rt.run(g, req)
 		}
+		// The bodies held in memory take their share of
+		// MaxBodyMemory: a PUT's or part's up to 64 MiB, an XML
+		// body read whole up to maxXMLBody.
+		n := r.ContentLength
+		switch rt.op {
+		case "DeleteObjects", "CompleteMultipartUpload":
+			if n < 0 || n > maxXMLBody {
+				n = maxXMLBody
+			}
+			fallthrough
+		case "PutObject", "UploadPart":
+			release, err := g.bodies.acquire(r.Context(), req.user(), n)
+			if err != nil {
+				return err
+			}
+			defer release()
+		}
+		return rt.run(g, req)
 	}
 	return errf(ErrMethodNotAllowed, "%s is not allowed on this resource", r.Method)
 }
 
-// scope is what req addresses: the service, a bucket or an object.
-func (req *request) scope() scope {
+// route is the first of routes req matches, by what it addresses (the
+// service, a bucket or an object), its method and its query.
+func (req *request) route() (route, bool) {
+	sc := objectScope
 	switch {
 	case req.bucket == "":
-		return serviceScope
+		sc = serviceScope
 	case req.key == "":
-		return bucketScope
+		sc = bucketScope
 	}
-	return objectScope
+	q := req.query()
+	for _, rt := range routes {
+		if rt.matches(sc, req.r.Method, q) {
+			return rt, true
+		}
+	}
+	return route{}, false
 }
 
 // opName is the operation req names, as dispatch will find it, for the
@@ -1202,13 +1207,8 @@ func opName(req *request) string {
 		}
 		return "CopyObject"
 	}
-	sc := req.scope()
-	for _, rt := range routes {
-		if rt.matches(sc, r.Method, q) {
-			return rt.op
-		}
-	}
-	return ""
+	rt, _ := req.route()
+	return rt.op
 }
 
 // s3Time is S3's time format in XML.

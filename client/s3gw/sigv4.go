@@ -74,16 +74,24 @@ func parseCredential(v string, s *sigV4) bool {
 	return true
 }
 
-// unsignedAmzHeader returns an x-amz-* header of h that signed (SignedHeaders,
-// lower case, joined by ';') does not name, "" if there is none. S3 refuses
-// such a request, as it must: the headers say what a request does (a copy's
-// source, metadata, a condition), and one added on the way, to a presigned
-// URL say, would turn it into a request its signer never made. Only
-// x-amz-content-sha256 may go unsigned: a presigned request's payload is
-// unsigned anyway, and a header request's is its signed canonical request's.
-func unsignedAmzHeader(h http.Header, signed string) string {
-	for name := range h {
-		if len(name) <= len("x-amz-") || !strings.EqualFold(name[:len("x-amz-")], "x-amz-") || strings.EqualFold(name, "x-amz-content-sha256") {
+// amzHeaderFaults looks at h's x-amz-* headers once: unsigned is one that
+// signed (SignedHeaders, lower case, joined by ';') does not name, and
+// repeated one given more than once (repeatedAmz), each "" if there is
+// none. S3 refuses an unsigned one, as it must: the headers say what a
+// request does (a copy's source, metadata, a condition), and one added on
+// the way, to a presigned URL say, would turn it into a request its signer
+// never made. Only x-amz-content-sha256 may go unsigned: a presigned
+// request's payload is unsigned unless its query signs one, and a header
+// request's is its signed canonical request's.
+func amzHeaderFaults(h http.Header, signed string) (unsigned, repeated string) {
+	for name, vs := range h {
+		if len(name) <= len("x-amz-") || !strings.EqualFold(name[:len("x-amz-")], "x-amz-") {
+			continue
+		}
+		if repeated == "" && repeatedAmz(name, len(vs)) {
+			repeated = name
+		}
+		if unsigned != "" || strings.EqualFold(name, "x-amz-content-sha256") {
 			continue
 		}
 		found := false
@@ -94,10 +102,19 @@ func unsignedAmzHeader(h http.Header, signed string) string {
 			}
 		}
 		if !found {
-			return name
+			unsigned = name
 		}
 	}
-	return ""
+	return unsigned, repeated
+}
+
+// repeatedAmz reports whether x-amz-* header (or presigned parameter) name,
+// given n times, is one that must come once: all but metadata, which S3
+// joins. Given twice, one would be checked by its first value and done by
+// another, or the other way round.
+func repeatedAmz(name string, n int) bool {
+	const meta = "x-amz-meta-"
+	return n > 1 && !(len(name) > len(meta) && strings.EqualFold(name[:len(meta)], meta))
 }
 
 // validSignedHeaders checks "host;range;x-amz-date": lower case, sorted,
@@ -411,17 +428,6 @@ type authResult struct {
 // check too.
 var errTemporaryCredentials = errf(ErrInvalidToken, "the provided token is malformed or otherwise invalid: this gateway issues no temporary credentials")
 
-// repeatedAmzHeader is an x-amz-* header (not metadata) h has more than
-// once, "" if none: a presigned URL's parameter given twice too.
-func repeatedAmzHeader(h http.Header) string {
-	for name, vs := range h {
-		if len(vs) > 1 && strings.HasPrefix(name, "X-Amz-") && !strings.HasPrefix(name, "X-Amz-Meta-") {
-			return name
-		}
-	}
-	return ""
-}
-
 // presignAuthParams are a presigned URL's own x-amz-* query parameters:
 // its signature's, not headers of the request it stands for.
 var presignAuthParams = []string{"x-amz-algorithm", "x-amz-credential", "x-amz-date", "x-amz-expires",
@@ -435,7 +441,7 @@ var presignAuthParams = []string{"x-amz-algorithm", "x-amz-credential", "x-amz-d
 // x-amz-checksum-crc32 with it). Read from the query, every check and
 // refusal a header gets applies; ignored, a presigned PUT stored its
 // object without its metadata, or a checksum unchecked, and said 200.
-// x-amz-content-sha256 stays verify's: a presigned body is unsigned. A
+// x-amz-content-sha256 stays verify's: the body's hash, or unsigned. A
 // parameter also sent as a header with another value is refused: which
 // one the signer meant is unknown.
 func presignedHeaders(r *http.Request, q url.Values) error {
@@ -455,7 +461,7 @@ func presignedHeaders(r *http.Request, q url.Values) error {
 			return errf(ErrInvalidArgument, "query parameter %.100q is no header name: a presigned URL's x-amz-* parameters are its headers", k)
 		}
 		name := textproto.CanonicalMIMEHeaderKey(k)
-		if len(vs) > 1 && !strings.HasPrefix(name, "X-Amz-Meta-") {
+		if repeatedAmz(name, len(vs)) {
 			return errf(ErrInvalidArgument, "query parameter %s is given more than once", strings.ToLower(name))
 		}
 		if have, ok := r.Header[name]; ok && !slices.Equal(have, vs) {
@@ -571,17 +577,15 @@ func verify(r *http.Request, creds Credentials, now time.Time) (authResult, erro
 		return authResult{}, errf(ErrInvalidArgument, "x-amz-content-sha256 must be UNSIGNED-PAYLOAD or a hex SHA-256")
 	}
 
-	if h := unsignedAmzHeader(r.Header, s.signedHeaders); h != "" {
-		return authResult{}, errf(ErrAccessDenied, "there were headers present in the request which were not signed: %.100s (sign every x-amz-* header)", h)
+	unsigned, repeated := amzHeaderFaults(r.Header, s.signedHeaders)
+	if unsigned != "" {
+		return authResult{}, errf(ErrAccessDenied, "there were headers present in the request which were not signed: %.100s (sign every x-amz-* header)", unsigned)
 	}
 	if r.Header.Get("X-Amz-Security-Token") != "" || q.Get("X-Amz-Security-Token") != "" {
 		return authResult{}, errTemporaryCredentials
 	}
-	if h := repeatedAmzHeader(r.Header); h != "" {
-		// Checked by its first value and done by another, or the other
-		// way round: S3 would read them joined, which no x-amz-* header
-		// of one value takes.
-		return authResult{}, errf(ErrInvalidArgument, "header %s is given more than once", strings.ToLower(h))
+	if repeated != "" {
+		return authResult{}, errf(ErrInvalidArgument, "header %s is given more than once", strings.ToLower(repeated))
 	}
 	id, err := creds.Lookup(r.Context(), s.AccessKey)
 	if err != nil {
